@@ -1,0 +1,1 @@
+//! Scientific kernels on mpirt.

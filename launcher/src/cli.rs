@@ -1,0 +1,231 @@
+//! rsrun's command line, spelled the way mpirun users expect.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+use crate::bootstrap::vars;
+
+/// Where each rank may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BindTo {
+    /// Rank i is pinned to the i-th CPU rsrun may use (modulo their count).
+    Core,
+    /// The scheduler places ranks freely.
+    None,
+}
+
+/// Start N ranks of an mpirt program on this host.
+#[derive(Debug, Parser)]
+#[command(name = "rsrun", version, about)]
+pub struct Cli {
+    /// Number of ranks to start (`-np` works too).
+    #[arg(short = 'n', long = "np", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub ranks: u32,
+
+    /// Export VAR from rsrun's environment to every rank, or set it with VAR=VALUE (repeatable).
+    #[arg(short = 'x', value_name = "VAR")]
+    pub export: Vec<String>,
+
+    /// Set VAR=VALUE in every rank's environment (repeatable).
+    #[arg(long = "env", value_name = "VAR=VALUE", value_parser = parse_assignment)]
+    pub env: Vec<(String, String)>,
+
+    /// Pin ranks to CPUs.
+    #[arg(long, value_enum, default_value_t = BindTo::None)]
+    pub bind_to: BindTo,
+
+    /// Prefix every output line with `[rank] `.
+    #[arg(long)]
+    pub tag_output: bool,
+
+    /// Kill the job if it runs longer than SECS seconds.
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    pub timeout: Option<Duration>,
+
+    /// How long ranks get to exit after SIGTERM before they are killed.
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds, default_value = "1")]
+    pub grace: Duration,
+
+    /// Describe the launch on stderr and set MPIRT_VERBOSE=1 for the ranks.
+    #[arg(short, long)]
+    pub verbose: bool,
+
+    /// Transport for the ranks to use (sets MPIRT_TRANSPORT).
+    #[arg(long, value_name = "NAME")]
+    pub transport: Option<String>,
+
+    /// Largest message sent eagerly, in bytes (sets MPIRT_EAGER_LIMIT).
+    #[arg(long, value_name = "BYTES")]
+    pub eager_limit: Option<u64>,
+
+    /// The program to run, then its arguments, passed through untouched.
+    #[arg(value_name = "PROGRAM", required = true, num_args = 1..,
+          trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<OsString>,
+}
+
+impl Cli {
+    /// Parses rsrun's arguments (the first item is the program name), accepting `-np`.
+    pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString>,
+    {
+        Cli::try_parse_from(rewrite_np(args.into_iter().map(Into::into).collect()))
+    }
+
+    /// The environment every rank gets on top of rsrun's own, in the order to apply it:
+    /// `-x`, then `--env`, then the settings flags, so a flag wins over a stray `--env`.
+    pub fn rank_env(&self, lookup: impl Fn(&str) -> Option<OsString>) -> Vec<(String, OsString)> {
+        let mut env = Vec::new();
+        for item in &self.export {
+            match item.split_once('=') {
+                Some((name, value)) => env.push((name.to_string(), value.into())),
+                None => {
+                    if let Some(value) = lookup(item) {
+                        env.push((item.clone(), value));
+                    } else {
+                        eprintln!("rsrun: warning: -x {item}: {item} is not set, not exported");
+                    }
+                }
+            }
+        }
+        env.extend(self.env.iter().map(|(k, v)| (k.clone(), v.into())));
+        if self.verbose {
+            env.push((vars::VERBOSE.into(), "1".into()));
+        }
+        if let Some(transport) = &self.transport {
+            env.push((vars::TRANSPORT.into(), transport.into()));
+        }
+        if let Some(limit) = self.eager_limit {
+            env.push((vars::EAGER_LIMIT.into(), limit.to_string().into()));
+        }
+        env
+    }
+}
+
+/// clap reads `-np 4` as `-n p`, so `-np` (mpirun's spelling) becomes `--np` — but only among
+/// rsrun's own options, never in the program's arguments.
+fn rewrite_np(mut args: Vec<OsString>) -> Vec<OsString> {
+    const TAKES_VALUE: [&str; 9] = [
+        "-n",
+        "--np",
+        "-x",
+        "--env",
+        "--bind-to",
+        "--timeout",
+        "--grace",
+        "--transport",
+        "--eager-limit",
+    ];
+    let mut i = 1;
+    while i < args.len() {
+        let Some(arg) = args[i].to_str() else { break };
+        if arg == "-np" {
+            args[i] = "--np".into();
+            i += 2;
+        } else if TAKES_VALUE.contains(&arg) {
+            i += 2;
+        } else if arg.starts_with('-') && arg != "-" && arg != "--" {
+            i += 1;
+        } else {
+            break; // the program: everything from here on is its own
+        }
+    }
+    args
+}
+
+fn parse_assignment(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
+        _ => Err(format!("expected VAR=VALUE, got '{s}'")),
+    }
+}
+
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    s.parse::<f64>()
+        .ok()
+        .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+        .ok_or_else(|| format!("expected a number of seconds, got '{s}'"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::parse_args(std::iter::once("rsrun").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn program_arguments_pass_through_untouched() {
+        let cli = parse(&["-n", "2", "prog", "--foo", "-n", "7", "-np", "3"]).unwrap();
+        assert_eq!(cli.ranks, 2);
+        assert_eq!(cli.command, ["prog", "--foo", "-n", "7", "-np", "3"]);
+    }
+
+    #[test]
+    fn np_is_accepted() {
+        assert_eq!(parse(&["-np", "4", "prog"]).unwrap().ranks, 4);
+        assert_eq!(parse(&["--np", "5", "prog"]).unwrap().ranks, 5);
+    }
+
+    #[test]
+    fn all_options_parse() {
+        let cli = parse(&[
+            "-n",
+            "8",
+            "-x",
+            "HOME",
+            "-x",
+            "A=b",
+            "--env",
+            "K=v=w",
+            "--bind-to",
+            "core",
+            "--tag-output",
+            "--timeout",
+            "2.5",
+            "--verbose",
+            "--transport",
+            "tcp",
+            "--eager-limit",
+            "4096",
+            "prog",
+        ])
+        .unwrap();
+        assert_eq!(cli.export, ["HOME", "A=b"]);
+        assert_eq!(cli.env, [("K".to_string(), "v=w".to_string())]);
+        assert_eq!(cli.bind_to, BindTo::Core);
+        assert!(cli.tag_output && cli.verbose);
+        assert_eq!(cli.timeout, Some(Duration::from_millis(2500)));
+        assert_eq!(cli.grace, Duration::from_secs(1));
+        let env = cli.rank_env(|name| (name == "HOME").then(|| "/h".into()));
+        let names: Vec<_> = env.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+        assert_eq!(
+            names,
+            [
+                "HOME=\"/h\"",
+                "A=\"b\"",
+                "K=\"v=w\"",
+                "MPIRT_VERBOSE=\"1\"",
+                "MPIRT_TRANSPORT=\"tcp\"",
+                "MPIRT_EAGER_LIMIT=\"4096\""
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_input_is_rejected() {
+        assert!(parse(&["-n", "2"]).is_err(), "program is required");
+        assert!(parse(&["prog"]).is_err(), "-n is required");
+        assert!(parse(&["-n", "0", "prog"]).is_err());
+        assert!(parse(&["-n", "x", "prog"]).is_err());
+        assert!(parse(&["-n", "1", "--env", "NOEQUALS", "prog"]).is_err());
+        assert!(parse(&["-n", "1", "--timeout", "soon", "prog"]).is_err());
+        assert!(parse(&["-n", "1", "--bind-to", "socket", "prog"]).is_err());
+    }
+}

@@ -1,0 +1,448 @@
+//! rsrun's key-value service: the rendezvous where ranks publish endpoints (put), wait for each
+//! other (fence) and read their peers' endpoints (get).
+//!
+//! [`KvsState`] is the whole protocol as a state machine that does no I/O: feed it connection
+//! events, carry out the [`Action`]s it returns. [`KvsServer`] is the thin I/O shell around it:
+//! a TCP listener on 127.0.0.1 and one thread per connection, all sharing the state under a lock.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+
+use crate::job::Event;
+use crate::wire::{self, Request, Response, MAX_FRAME, MAX_HELLO_FRAME};
+
+/// Identifies one TCP connection to the service.
+pub type ConnId = u64;
+
+/// What the I/O shell must do after feeding the state machine one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Send this response on that connection.
+    Reply(ConnId, Response),
+    /// Close that connection (after any reply queued before this action).
+    Close(ConnId),
+    /// A rank asked to end the job. Comes before that rank's reply, so the job learns of the
+    /// abort before the rank can exit and be mistaken for an ordinary failure.
+    Abort {
+        rank: u32,
+        code: i32,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Presence {
+    /// Not connected yet: a fence waits for it.
+    Absent,
+    Connected(ConnId),
+    /// Finalized or disconnected: it will never fence again, so fences stop waiting for it.
+    /// Its exit status, not its connection, decides whether the job failed.
+    Gone,
+}
+
+/// The key-value service's protocol state for one job of `size` ranks.
+pub struct KvsState {
+    secret: Vec<u8>,
+    store: HashMap<String, Vec<u8>>,
+    ranks: Vec<Presence>,
+    /// Which rank each authenticated connection speaks for.
+    conn_rank: HashMap<ConnId, u32>,
+    /// Ranks waiting in the current fence.
+    fenced: HashSet<u32>,
+}
+
+impl KvsState {
+    pub fn new(size: u32, secret: &[u8]) -> KvsState {
+        KvsState {
+            secret: secret.to_vec(),
+            store: HashMap::new(),
+            ranks: vec![Presence::Absent; size as usize],
+            conn_rank: HashMap::new(),
+            fenced: HashSet::new(),
+        }
+    }
+
+    /// Whether this connection has proven it belongs to the job.
+    pub fn is_authenticated(&self, conn: ConnId) -> bool {
+        self.conn_rank.contains_key(&conn)
+    }
+
+    /// One request arrived on `conn`.
+    pub fn on_request(&mut self, conn: ConnId, request: Request) -> Vec<Action> {
+        let Some(&rank) = self.conn_rank.get(&conn) else {
+            return self.on_hello(conn, request);
+        };
+        match request {
+            Request::Hello { .. } => refuse(conn, "already authenticated"),
+            Request::Put { key, value } => {
+                // Puts are visible at once; the fence is what guarantees a peer's put is there.
+                self.store.insert(key, value);
+                vec![Action::Reply(conn, Response::Ok)]
+            }
+            Request::Get { key } => {
+                let response = match self.store.get(&key) {
+                    Some(value) => Response::Value(value.clone()),
+                    None => Response::NotFound,
+                };
+                vec![Action::Reply(conn, response)]
+            }
+            Request::Fence => {
+                self.fenced.insert(rank);
+                self.complete_fence()
+            }
+            Request::Abort { code, message } => vec![
+                Action::Abort {
+                    rank,
+                    code,
+                    message,
+                },
+                Action::Reply(conn, Response::Ok),
+            ],
+            Request::Finalize => {
+                let mut actions = vec![Action::Reply(conn, Response::Ok)];
+                actions.extend(self.leave(conn));
+                actions
+            }
+        }
+    }
+
+    /// `conn` closed, or sent something unreadable and is being dropped.
+    pub fn on_disconnect(&mut self, conn: ConnId) -> Vec<Action> {
+        self.leave(conn)
+    }
+
+    fn on_hello(&mut self, conn: ConnId, request: Request) -> Vec<Action> {
+        let Request::Hello { rank, secret } = request else {
+            return refuse(conn, "the first message must be a hello with the job's secret");
+        };
+        if !constant_time_eq(&secret, &self.secret) {
+            return refuse(conn, "wrong job secret");
+        }
+        match self.ranks.get(rank as usize) {
+            None => refuse(
+                conn,
+                &format!("rank {rank} is out of range for a job of {}", self.ranks.len()),
+            ),
+            Some(Presence::Absent) => {
+                self.ranks[rank as usize] = Presence::Connected(conn);
+                self.conn_rank.insert(conn, rank);
+                vec![Action::Reply(conn, Response::Ok)]
+            }
+            Some(_) => refuse(conn, &format!("rank {rank} has already connected")),
+        }
+    }
+
+    fn leave(&mut self, conn: ConnId) -> Vec<Action> {
+        let Some(rank) = self.conn_rank.remove(&conn) else {
+            return vec![Action::Close(conn)];
+        };
+        self.ranks[rank as usize] = Presence::Gone;
+        self.fenced.remove(&rank);
+        let mut actions = vec![Action::Close(conn)];
+        // The fence may have been waiting only for this rank.
+        if !self.fenced.is_empty() {
+            actions.extend(self.complete_fence());
+        }
+        actions
+    }
+
+    /// Releases every fenced rank once no rank that could still fence is missing.
+    fn complete_fence(&mut self) -> Vec<Action> {
+        let done = self
+            .ranks
+            .iter()
+            .enumerate()
+            .all(|(rank, p)| *p == Presence::Gone || self.fenced.contains(&(rank as u32)));
+        if !done {
+            return Vec::new();
+        }
+        let mut released: Vec<u32> = self.fenced.drain().collect();
+        released.sort_unstable();
+        released
+            .into_iter()
+            .filter_map(|rank| match self.ranks[rank as usize] {
+                Presence::Connected(conn) => Some(Action::Reply(conn, Response::Ok)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn refuse(conn: ConnId, why: &str) -> Vec<Action> {
+    vec![
+        Action::Reply(conn, Response::Error(why.to_string())),
+        Action::Close(conn),
+    ]
+}
+
+/// Compares secrets without an early exit, so response timing does not leak a matching prefix.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The state plus the write halves of the connections, so one connection's thread can answer
+/// another's (a fence completed by the last rank releases all the others).
+struct Shared {
+    state: KvsState,
+    writers: HashMap<ConnId, TcpStream>,
+}
+
+/// The running service. Dropping it does not stop it: it lives as long as rsrun.
+pub struct KvsServer {
+    addr: SocketAddr,
+}
+
+impl KvsServer {
+    /// Binds an ephemeral port on 127.0.0.1 and serves in background threads. Aborts are
+    /// reported to the job supervisor through `events`.
+    pub fn start(size: u32, secret: &[u8], events: mpsc::Sender<Event>) -> io::Result<KvsServer> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Mutex::new(Shared {
+            state: KvsState::new(size, secret),
+            writers: HashMap::new(),
+        }));
+        thread::Builder::new()
+            .name("kvs-accept".into())
+            .spawn(move || accept_loop(listener, shared, events))?;
+        Ok(KvsServer { addr })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+fn accept_loop(listener: TcpListener, shared: Arc<Mutex<Shared>>, events: mpsc::Sender<Event>) {
+    for (conn, stream) in (0..).zip(listener.incoming()) {
+        // A failed accept (e.g. out of descriptors) loses that one connection; its rank
+        // will report the error and exit, which ends the job.
+        let Ok(stream) = stream else { continue };
+        let Ok(writer) = stream.try_clone() else {
+            continue;
+        };
+        // Replies are small and awaited; Nagle would only add latency.
+        let _ = stream.set_nodelay(true);
+        lock(&shared).writers.insert(conn, writer);
+        let shared = Arc::clone(&shared);
+        let events = events.clone();
+        let spawned = thread::Builder::new()
+            .name(format!("kvs-conn-{conn}"))
+            .spawn(move || serve_connection(conn, stream, shared, events));
+        if spawned.is_err() {
+            continue;
+        }
+    }
+}
+
+fn serve_connection(
+    conn: ConnId,
+    mut stream: TcpStream,
+    shared: Arc<Mutex<Shared>>,
+    events: mpsc::Sender<Event>,
+) {
+    loop {
+        let max = if lock(&shared).state.is_authenticated(conn) {
+            MAX_FRAME
+        } else {
+            MAX_HELLO_FRAME
+        };
+        let request = match wire::read_frame(&mut stream, max) {
+            Ok(Some(body)) => Request::decode(&body).ok(),
+            Ok(None) | Err(_) => None,
+        };
+        let mut guard = lock(&shared);
+        let actions = match request {
+            Some(request) => guard.state.on_request(conn, request),
+            None => guard.state.on_disconnect(conn),
+        };
+        let mut closed = false;
+        for action in actions {
+            match action {
+                Action::Reply(to, response) => {
+                    if let Some(w) = guard.writers.get_mut(&to) {
+                        // A failed write shows up as that connection's read error.
+                        let _ = wire::write_frame(w, &response.encode());
+                    }
+                }
+                Action::Close(to) => {
+                    if let Some(w) = guard.writers.remove(&to) {
+                        let _ = w.shutdown(std::net::Shutdown::Both);
+                    }
+                    closed |= to == conn;
+                }
+                Action::Abort {
+                    rank,
+                    code,
+                    message,
+                } => {
+                    let _ = events.send(Event::Abort {
+                        rank,
+                        code,
+                        message,
+                    });
+                }
+            }
+        }
+        if closed {
+            return;
+        }
+    }
+}
+
+/// Locks the shared state. A panic in another connection thread cannot leave it half-updated
+/// in a way that matters more than losing the job, so a poisoned lock is used as is.
+fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
+    shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello(state: &mut KvsState, conn: ConnId, rank: u32) -> Vec<Action> {
+        state.on_request(
+            conn,
+            Request::Hello {
+                rank,
+                secret: b"sekrit".to_vec(),
+            },
+        )
+    }
+
+    fn put(key: &str, value: &[u8]) -> Request {
+        Request::Put {
+            key: key.into(),
+            value: value.to_vec(),
+        }
+    }
+
+    #[test]
+    fn wrong_secret_is_refused_and_closed() {
+        let mut s = KvsState::new(2, b"sekrit");
+        let actions = s.on_request(
+            9,
+            Request::Hello {
+                rank: 0,
+                secret: b"guess".to_vec(),
+            },
+        );
+        assert!(matches!(&actions[..], [Action::Reply(9, Response::Error(_)), Action::Close(9)]));
+        assert!(!s.is_authenticated(9));
+        // The real rank 0 can still connect afterwards.
+        assert_eq!(hello(&mut s, 1, 0), vec![Action::Reply(1, Response::Ok)]);
+    }
+
+    #[test]
+    fn requests_before_hello_are_refused() {
+        let mut s = KvsState::new(1, b"sekrit");
+        let actions = s.on_request(3, put("k", b"v"));
+        assert!(matches!(&actions[..], [Action::Reply(3, Response::Error(_)), Action::Close(3)]));
+    }
+
+    #[test]
+    fn duplicate_and_out_of_range_ranks_are_refused() {
+        let mut s = KvsState::new(2, b"sekrit");
+        hello(&mut s, 1, 0);
+        assert!(matches!(hello(&mut s, 2, 0)[0], Action::Reply(2, Response::Error(_))));
+        assert!(matches!(hello(&mut s, 3, 2)[0], Action::Reply(3, Response::Error(_))));
+    }
+
+    #[test]
+    fn fence_waits_for_every_rank_then_releases_all() {
+        let mut s = KvsState::new(3, b"sekrit");
+        for rank in 0..3 {
+            hello(&mut s, u64::from(rank) + 10, rank);
+        }
+        assert_eq!(
+            s.on_request(10, put("a", b"\0x")),
+            vec![Action::Reply(10, Response::Ok)]
+        );
+        assert!(s.on_request(10, Request::Fence).is_empty());
+        assert!(s.on_request(11, Request::Fence).is_empty());
+        let released = s.on_request(12, Request::Fence);
+        assert_eq!(
+            released,
+            vec![
+                Action::Reply(10, Response::Ok),
+                Action::Reply(11, Response::Ok),
+                Action::Reply(12, Response::Ok),
+            ]
+        );
+        let key = |k: &str| Request::Get { key: k.into() };
+        assert_eq!(
+            s.on_request(12, key("a")),
+            vec![Action::Reply(12, Response::Value(b"\0x".to_vec()))]
+        );
+        assert_eq!(
+            s.on_request(12, key("b")),
+            vec![Action::Reply(12, Response::NotFound)]
+        );
+        // A second fence starts from scratch.
+        assert!(s.on_request(10, Request::Fence).is_empty());
+    }
+
+    #[test]
+    fn fence_waits_for_ranks_not_yet_connected() {
+        let mut s = KvsState::new(2, b"sekrit");
+        hello(&mut s, 1, 0);
+        assert!(s.on_request(1, Request::Fence).is_empty());
+        hello(&mut s, 2, 1);
+        assert_eq!(
+            s.on_request(2, Request::Fence).len(),
+            2,
+            "both ranks released"
+        );
+    }
+
+    #[test]
+    fn a_departed_rank_does_not_block_a_fence() {
+        let mut s = KvsState::new(2, b"sekrit");
+        hello(&mut s, 1, 0);
+        hello(&mut s, 2, 1);
+        assert!(s.on_request(1, Request::Fence).is_empty());
+        let actions = s.on_disconnect(2);
+        assert_eq!(
+            actions,
+            vec![Action::Close(2), Action::Reply(1, Response::Ok)]
+        );
+        let mut s = KvsState::new(2, b"sekrit");
+        hello(&mut s, 1, 0);
+        hello(&mut s, 2, 1);
+        assert_eq!(
+            s.on_request(2, Request::Finalize),
+            vec![Action::Reply(2, Response::Ok), Action::Close(2)]
+        );
+        assert_eq!(
+            s.on_request(1, Request::Fence),
+            vec![Action::Reply(1, Response::Ok)]
+        );
+    }
+
+    #[test]
+    fn abort_is_reported_before_the_reply() {
+        let mut s = KvsState::new(2, b"sekrit");
+        hello(&mut s, 5, 1);
+        let actions = s.on_request(
+            5,
+            Request::Abort {
+                code: 4,
+                message: "bad input".into(),
+            },
+        );
+        assert_eq!(
+            actions,
+            vec![
+                Action::Abort {
+                    rank: 1,
+                    code: 4,
+                    message: "bad input".into()
+                },
+                Action::Reply(5, Response::Ok),
+            ]
+        );
+    }
+}

@@ -1,0 +1,14 @@
+//! rsrun's library half: the bootstrap client every mpirt rank uses to find its peers
+//! ([`bootstrap`]), and the pieces of the `rsrun` launcher itself.
+
+pub mod bootstrap;
+pub mod cli;
+pub mod job;
+pub mod kvs;
+pub mod output;
+pub mod signals;
+pub mod spawn;
+mod wire;
+
+pub use bootstrap::{Bootstrap, BootstrapError};
+pub use wire::{Request, Response};

@@ -1,0 +1,258 @@
+//! The KVS wire format, shared by rsrun's server (`kvs`) and the ranks' client (`bootstrap`).
+//!
+//! Every message is a frame: a little-endian `u32` body length, then the body. A body starts with
+//! a one-byte tag; strings and byte strings inside it are a `u32` length and that many bytes, so
+//! values are binary-safe. One request gets exactly one response, in order.
+
+use std::io::{self, Read, Write};
+
+/// Largest frame either side accepts, so a corrupt length cannot make us allocate gigabytes.
+pub(crate) const MAX_FRAME: u32 = 64 << 20;
+/// Largest first frame (the hello) the server accepts from a not yet authenticated peer.
+pub(crate) const MAX_HELLO_FRAME: u32 = 4 << 10;
+
+/// What a rank asks of rsrun's key-value service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// First message on a connection: which rank this is, proven by the job's secret.
+    Hello { rank: u32, secret: Vec<u8> },
+    Put { key: String, value: Vec<u8> },
+    Fence,
+    Get { key: String },
+    Abort { code: i32, message: String },
+    Finalize,
+}
+
+/// rsrun's answer to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Response {
+    Ok,
+    Value(Vec<u8>),
+    NotFound,
+    /// The request was refused; the text says why. The server closes the connection after it.
+    Error(String),
+}
+
+impl Request {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        match self {
+            Request::Hello { rank, secret } => {
+                out.push(1);
+                out.extend_from_slice(&rank.to_le_bytes());
+                put_bytes(&mut out, secret);
+            }
+            Request::Put { key, value } => {
+                out.push(2);
+                put_bytes(&mut out, key.as_bytes());
+                put_bytes(&mut out, value);
+            }
+            Request::Fence => out.push(3),
+            Request::Get { key } => {
+                out.push(4);
+                put_bytes(&mut out, key.as_bytes());
+            }
+            Request::Abort { code, message } => {
+                out.push(5);
+                out.extend_from_slice(&code.to_le_bytes());
+                put_bytes(&mut out, message.as_bytes());
+            }
+            Request::Finalize => out.push(6),
+        }
+        out
+    }
+
+    pub(crate) fn decode(body: &[u8]) -> Result<Request, String> {
+        let mut r = Reader(body);
+        let request = match r.u8()? {
+            1 => Request::Hello {
+                rank: r.u32()?,
+                secret: r.bytes()?,
+            },
+            2 => Request::Put {
+                key: r.string()?,
+                value: r.bytes()?,
+            },
+            3 => Request::Fence,
+            4 => Request::Get { key: r.string()? },
+            5 => Request::Abort {
+                code: r.u32()? as i32,
+                message: r.string()?,
+            },
+            6 => Request::Finalize,
+            tag => return Err(format!("unknown request tag {tag}")),
+        };
+        r.finish()?;
+        Ok(request)
+    }
+}
+
+impl Response {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        match self {
+            Response::Ok => out.push(1),
+            Response::Value(value) => {
+                out.push(2);
+                put_bytes(&mut out, value);
+            }
+            Response::NotFound => out.push(3),
+            Response::Error(text) => {
+                out.push(4);
+                put_bytes(&mut out, text.as_bytes());
+            }
+        }
+        out
+    }
+
+    pub(crate) fn decode(body: &[u8]) -> Result<Response, String> {
+        let mut r = Reader(body);
+        let response = match r.u8()? {
+            1 => Response::Ok,
+            2 => Response::Value(r.bytes()?),
+            3 => Response::NotFound,
+            4 => Response::Error(r.string()?),
+            tag => return Err(format!("unknown response tag {tag}")),
+        };
+        r.finish()?;
+        Ok(response)
+    }
+}
+
+/// Writes one frame. The caller's stream should have Nagle off: frames are small and each
+/// one waits for its answer.
+pub(crate) fn write_frame(w: &mut impl Write, body: &[u8]) -> io::Result<()> {
+    let len = u32::try_from(body.len())
+        .ok()
+        .filter(|&len| len <= MAX_FRAME)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "KVS frame too large"))?;
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&len.to_le_bytes());
+    frame.extend_from_slice(body);
+    w.write_all(&frame)
+}
+
+/// Reads one frame of at most `max` bytes. `Ok(None)` is a clean end of stream between frames.
+pub(crate) fn read_frame(r: &mut impl Read, max: u32) -> io::Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes(len);
+    if len > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("KVS frame of {len} bytes exceeds the limit of {max}"),
+        ));
+    }
+    let mut body = vec![0u8; len as usize];
+    r.read_exact(&mut body)?;
+    Ok(Some(body))
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    // Bodies are capped at MAX_FRAME, far below u32::MAX, so the length always fits.
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// A cursor over a frame body whose every read checks the remaining length.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], String> {
+        if self.0.len() < n {
+            return Err("truncated KVS message".to_string());
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn bytes(&mut self) -> Result<Vec<u8>, String> {
+        let len = self.u32()? as usize;
+        Ok(self.take(len)?.to_vec())
+    }
+
+    fn string(&mut self) -> Result<String, String> {
+        String::from_utf8(self.bytes()?).map_err(|_| "KVS string is not UTF-8".to_string())
+    }
+
+    fn finish(&self) -> Result<(), String> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err("trailing bytes after KVS message".to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_with_binary_values() {
+        let requests = [
+            Request::Hello {
+                rank: 7,
+                secret: b"s3cret".to_vec(),
+            },
+            Request::Put {
+                key: "shm.3".into(),
+                value: vec![0, b'\n', 255, 0],
+            },
+            Request::Fence,
+            Request::Get { key: "k".into() },
+            Request::Abort {
+                code: -2,
+                message: "boom".into(),
+            },
+            Request::Finalize,
+        ];
+        for request in requests {
+            assert_eq!(Request::decode(&request.encode()), Ok(request));
+        }
+    }
+
+    #[test]
+    fn responses_round_trip() {
+        for response in [
+            Response::Ok,
+            Response::Value(vec![1, 0, 2]),
+            Response::NotFound,
+            Response::Error("no".into()),
+        ] {
+            assert_eq!(Response::decode(&response.encode()), Ok(response));
+        }
+    }
+
+    #[test]
+    fn malformed_bodies_are_errors() {
+        assert!(Request::decode(&[]).is_err());
+        assert!(Request::decode(&[99]).is_err());
+        assert!(Request::decode(&[2, 200, 0, 0, 0, b'a']).is_err());
+        assert!(Request::decode(&[3, 0]).is_err());
+    }
+
+    #[test]
+    fn frames_round_trip_and_respect_the_limit() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, b"hello").unwrap();
+        let mut r = &buf[..];
+        assert_eq!(read_frame(&mut r, 16).unwrap(), Some(b"hello".to_vec()));
+        assert_eq!(read_frame(&mut r, 16).unwrap(), None);
+        assert!(read_frame(&mut &buf[..], 4).is_err());
+    }
+}

@@ -1,0 +1,1 @@
+//! mpirt: the library MPI-model programs link.

@@ -1,0 +1,1 @@
+//! OSU micro-benchmark options and output format.

@@ -1,0 +1,61 @@
+//! What can go wrong in point-to-point messaging, worded for the person reading the message.
+//! The layers above add the rank and the operation; these say the cause.
+
+use std::fmt;
+
+use crate::envelope::{Rank, Status};
+use crate::requests::Handle;
+use crate::wire::WireError;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PmlError {
+    /// A handle that names no live request (already completed and collected, or never issued).
+    StaleRequest(Handle),
+    /// The message was longer than the receive buffer: the first `buffer_len` bytes were
+    /// delivered and nothing past the buffer was written.
+    Truncated {
+        message_len: usize,
+        buffer_len: usize,
+        status: Status,
+    },
+    /// The receive was cancelled before any message matched it.
+    Cancelled,
+    /// A peer sent bytes that are not a frame.
+    Wire { peer: Rank, error: WireError },
+    /// A peer sent a well-formed frame that makes no sense in the current state.
+    Protocol { peer: Rank, what: String },
+    /// A peer the runtime has no transport for.
+    UnknownPeer(Rank),
+    /// Pulling rendezvous data out of a peer failed.
+    ReadFailed { peer: Rank, cause: String },
+}
+
+impl fmt::Display for PmlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PmlError::StaleRequest(h) => write!(
+                f,
+                "request {h} does not exist (it already completed, or was never issued)"
+            ),
+            PmlError::Truncated {
+                message_len,
+                buffer_len,
+                status,
+            } => write!(
+                f,
+                "message truncated: the message from rank {} with tag {} is {message_len} bytes \
+                 but the receive buffer holds only {buffer_len} bytes",
+                status.source, status.tag
+            ),
+            PmlError::Cancelled => write!(f, "the receive was cancelled"),
+            PmlError::Wire { peer, error } => write!(f, "from rank {peer}: {error}"),
+            PmlError::Protocol { peer, what } => write!(f, "protocol error from rank {peer}: {what}"),
+            PmlError::UnknownPeer(peer) => write!(f, "rank {peer} has no transport"),
+            PmlError::ReadFailed { peer, cause } => {
+                write!(f, "reading rendezvous data from rank {peer} failed: {cause}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PmlError {}

@@ -1,0 +1,138 @@
+//! FIFO queues, one per key, over entries stored once elsewhere (a slab).
+//!
+//! One entry may sit in several queues at once (an unexpected message is reachable by exact
+//! (source, tag), by source, by tag and in arrival order), so removing it cannot cheaply unlink
+//! it from all of them. Instead each queue holds references stamped with the entry's order
+//! number; a reference whose slot no longer holds that order is dead and is dropped when it
+//! reaches the front. A queue compacts itself once its dead references outnumber its live
+//! ones, which keeps both the memory and the amortised cost of every operation O(1).
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+
+/// A reference to a stored entry: its slot in the slab and the order stamp it was stored with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryRef {
+    pub slot: usize,
+    pub order: u64,
+}
+
+/// Dead references tolerated in a queue before a compaction is even considered.
+const COMPACT_MIN_DEAD: usize = 32;
+
+#[derive(Default)]
+struct Queue {
+    refs: VecDeque<EntryRef>,
+    dead: usize,
+}
+
+/// Queues keyed by `K`; empty queues are dropped so that many distinct keys over a long run
+/// (tags are the user's to choose) do not accumulate.
+pub struct KeyedQueues<K> {
+    queues: HashMap<K, Queue, BuildHasherDefault<FastHasher>>,
+}
+
+impl<K: Hash + Eq + Copy> Default for KeyedQueues<K> {
+    fn default() -> Self {
+        KeyedQueues {
+            queues: HashMap::default(),
+        }
+    }
+}
+
+impl<K: Hash + Eq + Copy> KeyedQueues<K> {
+    pub fn push(&mut self, key: K, entry: EntryRef) {
+        self.queues.entry(key).or_default().refs.push_back(entry);
+    }
+
+    /// The oldest live entry under `key`, dropping the dead references in front of it.
+    pub fn front(&mut self, key: K, is_live: impl Fn(EntryRef) -> bool) -> Option<EntryRef> {
+        let queue = self.queues.get_mut(&key)?;
+        while let Some(&head) = queue.refs.front() {
+            if is_live(head) {
+                return Some(head);
+            }
+            queue.refs.pop_front();
+            queue.dead -= 1;
+        }
+        self.queues.remove(&key);
+        None
+    }
+
+    /// Records that one reference under `key` now points at a removed entry. Every removal
+    /// must be reported to every queue holding the entry, exactly once.
+    pub fn note_dead(&mut self, key: K, is_live: impl Fn(EntryRef) -> bool) {
+        let Some(queue) = self.queues.get_mut(&key) else {
+            return;
+        };
+        queue.dead += 1;
+        if queue.dead >= COMPACT_MIN_DEAD && queue.dead * 2 > queue.refs.len() {
+            queue.refs.retain(|r| is_live(*r));
+            queue.dead = 0;
+        }
+        if queue.refs.is_empty() {
+            self.queues.remove(&key);
+        }
+    }
+
+    #[cfg(test)]
+    fn stored_refs(&self) -> usize {
+        self.queues.values().map(|q| q.refs.len()).sum()
+    }
+}
+
+/// A multiplicative hasher for the small integer keys used here: SipHash's resistance to
+/// flooding buys nothing for keys that are ranks, tags and context ids, and costs a third of
+/// a match.
+#[derive(Default)]
+pub struct FastHasher(u64);
+
+impl Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_i32(&mut self, n: i32) {
+        self.write_u64(u64::from(n as u32));
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn front_skips_dead_and_compaction_bounds_memory() {
+        let mut q: KeyedQueues<u32> = KeyedQueues::default();
+        let mut live: HashSet<u64> = HashSet::new();
+        // One old entry stays live at the front while thousands behind it come and go.
+        q.push(7, EntryRef { slot: 0, order: 0 });
+        live.insert(0);
+        for order in 1..10_000u64 {
+            q.push(7, EntryRef { slot: 1, order });
+            live.insert(order);
+            live.remove(&order);
+            q.note_dead(7, |r| live.contains(&r.order));
+        }
+        assert!(q.stored_refs() < 100, "dead references piled up: {}", q.stored_refs());
+        assert_eq!(q.front(7, |r| live.contains(&r.order)).unwrap().order, 0);
+        live.remove(&0);
+        q.note_dead(7, |r| live.contains(&r.order));
+        assert!(q.front(7, |r| live.contains(&r.order)).is_none());
+        assert_eq!(q.stored_refs(), 0);
+    }
+}

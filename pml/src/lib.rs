@@ -1,0 +1,20 @@
+//! pml: mpirt's point-to-point messaging layer.
+//!
+//! The matching ([`matching`]) and protocol ([`protocol`]) cores do no I/O: they take events
+//! and hand back frames to send and reads to perform. Transports ([`transport`]) move bytes.
+
+pub mod envelope;
+pub mod error;
+mod keyed_queues;
+pub mod matching;
+pub mod protocol;
+pub mod requests;
+pub mod sequence;
+pub mod transport;
+pub mod wire;
+
+pub use envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
+pub use error::PmlError;
+pub use protocol::{Action, Completion, Core, CoreConfig, PeerCaps, SendArgs, SendMode};
+pub use requests::Handle;
+pub use wire::RemoteKey;

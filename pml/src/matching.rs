@@ -1,0 +1,288 @@
+//! MPI matching: posted receives against arriving messages, per communicator context.
+//!
+//! Posted receives fall into four classes by their selectors: (source, tag), (source, ANY_TAG),
+//! (ANY_SOURCE, tag) and (ANY_SOURCE, ANY_TAG), each a FIFO keyed by what it fixes. Every
+//! receive in one class queue accepts every message that reaches that queue, so the earliest
+//! posted receive that accepts a message is the oldest of at most four queue fronts, compared by
+//! posting order. Unexpected messages are reachable the same four ways (exact, by source, by
+//! tag, all), so a receive finds the earliest-arrived message it accepts at one queue front.
+//! Neither side's cost grows with unrelated queued entries.
+//!
+//! Sequencing (MPI's non-overtaking rule) happens before this: messages are handed to the
+//! matcher in the order their sender sent them.
+
+use slab::Slab;
+
+use crate::envelope::{is_user_tag, ContextId, Envelope, Rank, SourceSel, Tag, TagSel};
+use crate::keyed_queues::{EntryRef, KeyedQueues};
+
+/// Names a posted receive so it can be cancelled; stale once it matched or was cancelled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PostedId(EntryRef);
+
+struct Posted<P> {
+    order: u64,
+    context: ContextId,
+    source: SourceSel,
+    tag: TagSel,
+    item: P,
+}
+
+struct Unexpected<U> {
+    order: u64,
+    envelope: Envelope,
+    item: U,
+}
+
+/// The matching engine. `P` is what a posted receive carries (a request handle), `U` what an
+/// unexpected message carries (its payload or rendezvous key).
+pub struct Matcher<P, U> {
+    next_order: u64,
+    posted: Slab<Posted<P>>,
+    posted_exact: KeyedQueues<(ContextId, Rank, Tag)>,
+    posted_by_source: KeyedQueues<(ContextId, Rank)>,
+    posted_by_tag: KeyedQueues<(ContextId, Tag)>,
+    posted_any: KeyedQueues<ContextId>,
+    unexpected: Slab<Unexpected<U>>,
+    unexpected_exact: KeyedQueues<(ContextId, Rank, Tag)>,
+    /// Only user-tagged messages: those are the ones an ANY_TAG receive may take.
+    unexpected_by_source: KeyedQueues<(ContextId, Rank)>,
+    unexpected_by_tag: KeyedQueues<(ContextId, Tag)>,
+    /// Only user-tagged messages, in arrival order.
+    unexpected_any: KeyedQueues<ContextId>,
+}
+
+impl<P, U> Default for Matcher<P, U> {
+    fn default() -> Self {
+        Matcher {
+            next_order: 0,
+            posted: Slab::new(),
+            posted_exact: KeyedQueues::default(),
+            posted_by_source: KeyedQueues::default(),
+            posted_by_tag: KeyedQueues::default(),
+            posted_any: KeyedQueues::default(),
+            unexpected: Slab::new(),
+            unexpected_exact: KeyedQueues::default(),
+            unexpected_by_source: KeyedQueues::default(),
+            unexpected_by_tag: KeyedQueues::default(),
+            unexpected_any: KeyedQueues::default(),
+        }
+    }
+}
+
+fn posted_live<P>(slab: &Slab<Posted<P>>, r: EntryRef) -> bool {
+    slab.get(r.slot).is_some_and(|p| p.order == r.order)
+}
+
+fn unexpected_live<U>(slab: &Slab<Unexpected<U>>, r: EntryRef) -> bool {
+    slab.get(r.slot).is_some_and(|u| u.order == r.order)
+}
+
+impl<P, U> Matcher<P, U> {
+    fn take_order(&mut self) -> u64 {
+        let order = self.next_order;
+        self.next_order += 1;
+        order
+    }
+
+    /// Finds and removes the earliest posted receive that accepts a message with `envelope`.
+    pub fn match_arrival(&mut self, envelope: Envelope) -> Option<P> {
+        let Envelope {
+            context: c,
+            source: s,
+            tag: t,
+        } = envelope;
+        let posted = &self.posted;
+        let live = |r| posted_live(posted, r);
+        let user = is_user_tag(t);
+        let candidates = [
+            self.posted_exact.front((c, s, t), live),
+            user.then(|| self.posted_by_source.front((c, s), live))
+                .flatten(),
+            self.posted_by_tag.front((c, t), live),
+            user.then(|| self.posted_any.front(c, live)).flatten(),
+        ];
+        let earliest = candidates.into_iter().flatten().min_by_key(|r| r.order)?;
+        Some(self.remove_posted(earliest))
+    }
+
+    /// Queues a message no posted receive accepted.
+    pub fn queue_unexpected(&mut self, envelope: Envelope, item: U) {
+        let order = self.take_order();
+        let slot = self.unexpected.insert(Unexpected {
+            order,
+            envelope,
+            item,
+        });
+        let r = EntryRef { slot, order };
+        let Envelope {
+            context: c,
+            source: s,
+            tag: t,
+        } = envelope;
+        self.unexpected_exact.push((c, s, t), r);
+        self.unexpected_by_tag.push((c, t), r);
+        if is_user_tag(t) {
+            self.unexpected_by_source.push((c, s), r);
+            self.unexpected_any.push(c, r);
+        }
+    }
+
+    fn find_unexpected(&mut self, context: ContextId, source: SourceSel, tag: TagSel) -> Option<EntryRef> {
+        let unexpected = &self.unexpected;
+        let live = |r| unexpected_live(unexpected, r);
+        match (source, tag) {
+            (SourceSel::Rank(s), TagSel::Tag(t)) => self.unexpected_exact.front((context, s, t), live),
+            (SourceSel::Rank(s), TagSel::Any) => self.unexpected_by_source.front((context, s), live),
+            (SourceSel::Any, TagSel::Tag(t)) => self.unexpected_by_tag.front((context, t), live),
+            (SourceSel::Any, TagSel::Any) => self.unexpected_any.front(context, live),
+        }
+    }
+
+    /// The earliest-arrived unexpected message the selectors accept, left in the queue (probe).
+    pub fn peek_unexpected(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Option<(Envelope, &U)> {
+        let r = self.find_unexpected(context, source, tag)?;
+        let u = &self.unexpected[r.slot];
+        Some((u.envelope, &u.item))
+    }
+
+    /// Removes and returns the earliest-arrived unexpected message the selectors accept (a
+    /// receive being posted, or a matched probe).
+    pub fn take_unexpected(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Option<(Envelope, U)> {
+        let r = self.find_unexpected(context, source, tag)?;
+        let u = self.unexpected.remove(r.slot);
+        let Envelope {
+            context: c,
+            source: s,
+            tag: t,
+        } = u.envelope;
+        let unexpected = &self.unexpected;
+        let live = |r| unexpected_live(unexpected, r);
+        self.unexpected_exact.note_dead((c, s, t), live);
+        self.unexpected_by_tag.note_dead((c, t), live);
+        if is_user_tag(t) {
+            self.unexpected_by_source.note_dead((c, s), live);
+            self.unexpected_any.note_dead(c, live);
+        }
+        Some((u.envelope, u.item))
+    }
+
+    /// Posts a receive that found no unexpected message (the caller tried `take_unexpected`).
+    pub fn post(&mut self, context: ContextId, source: SourceSel, tag: TagSel, item: P) -> PostedId {
+        let order = self.take_order();
+        let slot = self.posted.insert(Posted {
+            order,
+            context,
+            source,
+            tag,
+            item,
+        });
+        let r = EntryRef { slot, order };
+        match (source, tag) {
+            (SourceSel::Rank(s), TagSel::Tag(t)) => self.posted_exact.push((context, s, t), r),
+            (SourceSel::Rank(s), TagSel::Any) => self.posted_by_source.push((context, s), r),
+            (SourceSel::Any, TagSel::Tag(t)) => self.posted_by_tag.push((context, t), r),
+            (SourceSel::Any, TagSel::Any) => self.posted_any.push(context, r),
+        }
+        PostedId(r)
+    }
+
+    /// Removes a posted receive that has not matched yet; `None` if it already matched.
+    pub fn cancel(&mut self, id: PostedId) -> Option<P> {
+        posted_live(&self.posted, id.0).then(|| self.remove_posted(id.0))
+    }
+
+    fn remove_posted(&mut self, r: EntryRef) -> P {
+        let p = self.posted.remove(r.slot);
+        let posted = &self.posted;
+        let live = |r| posted_live(posted, r);
+        let c = p.context;
+        match (p.source, p.tag) {
+            (SourceSel::Rank(s), TagSel::Tag(t)) => self.posted_exact.note_dead((c, s, t), live),
+            (SourceSel::Rank(s), TagSel::Any) => self.posted_by_source.note_dead((c, s), live),
+            (SourceSel::Any, TagSel::Tag(t)) => self.posted_by_tag.note_dead((c, t), live),
+            (SourceSel::Any, TagSel::Any) => self.posted_any.note_dead(c, live),
+        }
+        p.item
+    }
+
+    pub fn posted_len(&self) -> usize {
+        self.posted.len()
+    }
+
+    pub fn unexpected_len(&self) -> usize {
+        self.unexpected.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(source: Rank, tag: Tag) -> Envelope {
+        Envelope {
+            context: 0,
+            source,
+            tag,
+        }
+    }
+
+    #[test]
+    fn earliest_posted_wins_across_classes() {
+        let mut m: Matcher<&str, ()> = Matcher::default();
+        m.post(0, SourceSel::Any, TagSel::Any, "any-any");
+        m.post(0, SourceSel::Rank(1), TagSel::Tag(5), "exact");
+        assert_eq!(m.match_arrival(env(1, 5)), Some("any-any"));
+        assert_eq!(m.match_arrival(env(1, 5)), Some("exact"));
+        assert_eq!(m.match_arrival(env(1, 5)), None);
+    }
+
+    #[test]
+    fn runtime_tags_skip_wildcards() {
+        let mut m: Matcher<&str, u8> = Matcher::default();
+        m.post(0, SourceSel::Rank(1), TagSel::Any, "by-source");
+        m.post(0, SourceSel::Any, TagSel::Any, "any");
+        assert_eq!(m.match_arrival(env(1, -3)), None);
+        m.queue_unexpected(env(1, -3), 9);
+        assert!(m.peek_unexpected(0, SourceSel::Any, TagSel::Any).is_none());
+        assert!(m.peek_unexpected(0, SourceSel::Rank(1), TagSel::Any).is_none());
+        assert_eq!(m.take_unexpected(0, SourceSel::Any, TagSel::Tag(-3)).map(|x| x.1), Some(9));
+    }
+
+    #[test]
+    fn contexts_are_separate() {
+        let mut m: Matcher<u8, ()> = Matcher::default();
+        m.post(1, SourceSel::Any, TagSel::Any, 1);
+        assert_eq!(m.match_arrival(env(0, 0)), None);
+        assert_eq!(
+            m.match_arrival(Envelope {
+                context: 1,
+                source: 0,
+                tag: 0
+            }),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn cancel_only_before_match() {
+        let mut m: Matcher<u8, ()> = Matcher::default();
+        let a = m.post(0, SourceSel::Rank(0), TagSel::Tag(1), 1);
+        let b = m.post(0, SourceSel::Rank(0), TagSel::Tag(1), 2);
+        assert_eq!(m.cancel(a), Some(1));
+        assert_eq!(m.cancel(a), None);
+        assert_eq!(m.match_arrival(env(0, 1)), Some(2));
+        assert_eq!(m.cancel(b), None);
+        assert_eq!(m.posted_len(), 0);
+    }
+}

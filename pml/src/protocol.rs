@@ -1,0 +1,1070 @@
+//! The point-to-point protocol as an I/O-free state machine: events in, actions out.
+//!
+//! The caller (the engine, or a test) posts sends and receives, feeds in frames that arrived,
+//! pulls out frames to transmit and remote reads to perform, and reports back when those are
+//! done. Nothing here touches a socket, a clock or a thread, which is what lets tests drive
+//! every interleaving.
+//!
+//! Protocol choice per send: eager (MATCH with the payload) when the message fits the peer's
+//! eager limit and the peer still has unexpected-message budget for it; otherwise rendezvous
+//! (RTS with no payload; once matched the receiver reads the data, or asks for it with GET
+//! when the transport cannot read remote memory). A synchronous eager send waits for an ACK.
+
+use std::collections::VecDeque;
+
+use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
+use crate::error::PmlError;
+use crate::matching::{Matcher, PostedId};
+use crate::requests::{Handle, Requests};
+use crate::sequence::{Arrival, Sequencer};
+use crate::wire::{
+    Frame, RemoteKey, WireEnvelope, DATA_HEADER_LEN, MATCH_HEADER_LEN, MAX_HEADER_LEN,
+};
+
+/// What the protocol needs to know about the transport that reaches one peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerCaps {
+    /// Largest payload sent eagerly.
+    pub eager_limit: usize,
+    /// Largest frame the transport carries, header included.
+    pub max_frame: usize,
+    /// Whether the receiver can read the sender's memory (process_vm_readv, RDMA READ);
+    /// otherwise rendezvous data is streamed in DATA frames after a GET.
+    pub remote_read: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoreConfig {
+    /// Eager bytes one peer may have outstanding at this rank before its further messages go
+    /// by rendezvous. It bounds the memory the unexpected queue can take per peer.
+    pub unexpected_budget: usize,
+}
+
+impl Default for CoreConfig {
+    fn default() -> Self {
+        CoreConfig {
+            unexpected_budget: 4 << 20,
+        }
+    }
+}
+
+/// What each eager message costs of the budget on top of its payload: the queue entry it
+/// takes, so that a flood of zero-length messages is bounded too.
+pub const EAGER_OVERHEAD: usize = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendMode {
+    Standard,
+    /// Completes only once the receiver has matched the message.
+    Synchronous,
+}
+
+/// Everything a send needs. `source` is the sender's rank in the communicator; `peer` names
+/// the receiver for the transport and `dest` is its rank in the communicator.
+pub struct SendArgs<S> {
+    pub context: ContextId,
+    pub source: Rank,
+    pub dest: Rank,
+    pub peer: Rank,
+    pub tag: Tag,
+    pub mode: SendMode,
+    pub buf: S,
+    /// How a receiver reaches `buf` if the send goes by rendezvous.
+    pub remote: RemoteKey,
+}
+
+/// Work for the caller besides transmitting frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Read `len` bytes at `remote` in `peer` into `read_target(recv)`, then call
+    /// `read_done(recv)` (or `read_failed`).
+    Read {
+        recv: Handle,
+        peer: Rank,
+        remote: RemoteKey,
+        len: usize,
+    },
+}
+
+/// A frame ready to go: header bytes plus a payload borrowed from the sender's buffer.
+pub struct Transmit<'a> {
+    header: [u8; MAX_HEADER_LEN],
+    header_len: usize,
+    pub payload: &'a [u8],
+}
+
+impl Transmit<'_> {
+    pub fn header(&self) -> &[u8] {
+        &self.header[..self.header_len]
+    }
+}
+
+/// A finished request, with its buffer handed back.
+#[derive(Debug)]
+pub enum Completion<S, R> {
+    Send {
+        buf: S,
+        result: Result<(), PmlError>,
+    },
+    Recv {
+        buf: R,
+        result: Result<Status, PmlError>,
+    },
+}
+
+/// A message taken out of the unexpected queue by a matched probe, for one later receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MessageHandle(Handle);
+
+enum SendState {
+    /// The MATCH or RTS frame is queued; what follows once it is on the wire.
+    Transmitting(AfterTransmit),
+    AwaitAck,
+    /// An RTS is out: the receiver will FIN after reading, or GET to have the data streamed.
+    AwaitPull,
+    Streaming,
+    Done(Result<(), PmlError>),
+}
+
+#[derive(Clone, Copy)]
+enum AfterTransmit {
+    Done,
+    AwaitAck,
+    AwaitPull,
+}
+
+enum RecvState {
+    Posted(PostedId),
+    Reading {
+        status: Status,
+        deliver: usize,
+        peer: Rank,
+        send_request: u64,
+    },
+    Pulling {
+        status: Status,
+        deliver: usize,
+        received: usize,
+        peer: Rank,
+    },
+    Done(Result<Status, PmlError>),
+}
+
+enum Request<S, R> {
+    Send {
+        buf: S,
+        peer: Rank,
+        len: usize,
+        remote: RemoteKey,
+        state: SendState,
+    },
+    Recv {
+        buf: R,
+        state: RecvState,
+    },
+}
+
+/// A message waiting for its receive: an eager payload, or a rendezvous offer with no data.
+enum Pending {
+    Eager {
+        peer: Rank,
+        payload: Vec<u8>,
+        sync_request: Option<u64>,
+    },
+    Rts {
+        peer: Rank,
+        len: usize,
+        send_request: u64,
+        remote: RemoteKey,
+    },
+}
+
+impl Pending {
+    fn len(&self) -> usize {
+        match self {
+            Pending::Eager { payload, .. } => payload.len(),
+            Pending::Rts { len, .. } => *len,
+        }
+    }
+}
+
+/// A matched message, its eager payload borrowed from wherever it lies (frame or queue).
+enum Incoming<'a> {
+    Eager {
+        payload: &'a [u8],
+        sync_request: Option<u64>,
+    },
+    Rts {
+        len: usize,
+        send_request: u64,
+        remote: RemoteKey,
+    },
+}
+
+enum Control {
+    Fin(u64),
+    Ack(u64),
+    Get {
+        send_request: u64,
+        recv_request: u64,
+        len: u64,
+    },
+    Credit(u64),
+}
+
+enum Ordered {
+    Match {
+        send: Handle,
+        envelope: WireEnvelope,
+        sync: bool,
+    },
+    Rts {
+        send: Handle,
+        envelope: WireEnvelope,
+    },
+}
+
+struct Stream {
+    send: Handle,
+    recv_request: u64,
+    offset: usize,
+    end: usize,
+}
+
+impl Stream {
+    /// The next DATA frame's payload length: what is left, as much as one frame holds.
+    fn chunk(&self, caps: Option<PeerCaps>) -> usize {
+        let max_frame = caps.map_or(MAX_HEADER_LEN + 1, |c| c.max_frame);
+        (self.end - self.offset).min(max_frame - DATA_HEADER_LEN)
+    }
+}
+
+#[derive(Default)]
+struct Peer {
+    caps: Option<PeerCaps>,
+    /// Eager bytes we may still send to this peer.
+    credit: usize,
+    /// Eager bytes from this peer we consumed and have not yet given back.
+    to_return: usize,
+    /// Served first: small frames that unblock the peer.
+    control: VecDeque<Control>,
+    /// MATCH and RTS frames, in sequence order.
+    ordered: VecDeque<Ordered>,
+    /// Rendezvous data being streamed, served last.
+    streams: VecDeque<Stream>,
+    in_ready: bool,
+}
+
+impl Peer {
+    fn has_output(&self) -> bool {
+        !(self.control.is_empty() && self.ordered.is_empty() && self.streams.is_empty())
+    }
+}
+
+pub struct Core<S, R> {
+    config: CoreConfig,
+    requests: Requests<Request<S, R>>,
+    matched_messages: Requests<(Envelope, Pending)>,
+    matcher: Matcher<Handle, Pending>,
+    sequencer: Sequencer<Vec<u8>>,
+    peers: Vec<Peer>,
+    ready: VecDeque<Rank>,
+    actions: VecDeque<Action>,
+}
+
+fn protocol(peer: Rank, what: impl Into<String>) -> PmlError {
+    PmlError::Protocol {
+        peer,
+        what: what.into(),
+    }
+}
+
+fn receive_result(status: Status, capacity: usize) -> Result<Status, PmlError> {
+    if status.len > capacity {
+        Err(PmlError::Truncated {
+            message_len: status.len,
+            buffer_len: capacity,
+            status,
+        })
+    } else {
+        Ok(status)
+    }
+}
+
+impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
+    pub fn new(peers: usize, config: CoreConfig) -> Self {
+        Core {
+            config,
+            requests: Requests::default(),
+            matched_messages: Requests::default(),
+            matcher: Matcher::default(),
+            sequencer: Sequencer::default(),
+            peers: (0..peers).map(|_| Peer::default()).collect(),
+            ready: VecDeque::new(),
+            actions: VecDeque::new(),
+        }
+    }
+
+    /// Declares how `peer` is reached. Must precede any traffic with it.
+    pub fn set_peer(&mut self, peer: Rank, caps: PeerCaps) {
+        assert!(
+            caps.max_frame > MAX_HEADER_LEN,
+            "a transport's frames must hold a header and some data"
+        );
+        let budget = self.config.unexpected_budget;
+        let p = &mut self.peers[peer as usize];
+        p.caps = Some(caps);
+        p.credit = budget;
+    }
+
+    fn peer(&mut self, peer: Rank) -> Result<(&mut Peer, PeerCaps), PmlError> {
+        let p = self
+            .peers
+            .get_mut(peer as usize)
+            .ok_or(PmlError::UnknownPeer(peer))?;
+        let caps = p.caps.ok_or(PmlError::UnknownPeer(peer))?;
+        Ok((p, caps))
+    }
+
+    fn mark_ready(&mut self, peer: Rank) {
+        let p = &mut self.peers[peer as usize];
+        if !p.in_ready {
+            p.in_ready = true;
+            self.ready.push_back(peer);
+        }
+    }
+
+    fn push_control(&mut self, peer: Rank, c: Control) {
+        self.peers[peer as usize].control.push_back(c);
+        self.mark_ready(peer);
+    }
+
+    // ---- sends ----
+
+    pub fn post_send(&mut self, args: SendArgs<S>) -> Result<Handle, PmlError> {
+        let len = args.buf.as_ref().len();
+        let (p, caps) = self.peer(args.peer)?;
+        let eager_max = caps
+            .eager_limit
+            .min(caps.max_frame - MATCH_HEADER_LEN);
+        let cost = len.saturating_add(EAGER_OVERHEAD);
+        let eager = len <= eager_max && p.credit >= cost;
+        if eager {
+            p.credit -= cost;
+        }
+        let sync = args.mode == SendMode::Synchronous;
+        let after = match (eager, sync) {
+            (true, false) => AfterTransmit::Done,
+            (true, true) => AfterTransmit::AwaitAck,
+            (false, _) => AfterTransmit::AwaitPull,
+        };
+        let envelope = WireEnvelope {
+            context: args.context,
+            source: args.source,
+            tag: args.tag,
+            seq: self.sequencer.next_outgoing(args.context, args.dest),
+        };
+        let send = self.requests.insert(Request::Send {
+            buf: args.buf,
+            peer: args.peer,
+            len,
+            remote: args.remote,
+            state: SendState::Transmitting(after),
+        });
+        let frame = if eager {
+            Ordered::Match {
+                send,
+                envelope,
+                sync,
+            }
+        } else {
+            Ordered::Rts { send, envelope }
+        };
+        self.peers[args.peer as usize].ordered.push_back(frame);
+        self.mark_ready(args.peer);
+        Ok(send)
+    }
+
+    // ---- receives ----
+
+    /// Posts a receive; it matches an already-arrived message at once if there is one.
+    pub fn post_recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: R,
+    ) -> Result<Handle, PmlError> {
+        let recv = self.requests.insert(Request::Recv {
+            buf,
+            state: RecvState::Done(Err(PmlError::Cancelled)),
+        });
+        let state = match self.matcher.take_unexpected(context, source, tag) {
+            Some((envelope, pending)) => {
+                self.deliver_pending(recv, envelope, pending)?;
+                return Ok(recv);
+            }
+            None => RecvState::Posted(self.matcher.post(context, source, tag, recv)),
+        };
+        self.set_recv_state(recv, state);
+        Ok(recv)
+    }
+
+    /// Looks for a message the selectors accept without taking it.
+    pub fn probe(&mut self, context: ContextId, source: SourceSel, tag: TagSel) -> Option<Status> {
+        self.matcher
+            .peek_unexpected(context, source, tag)
+            .map(|(e, p)| Status {
+                source: e.source,
+                tag: e.tag,
+                len: p.len(),
+            })
+    }
+
+    /// Takes a message the selectors accept out of the queue, so that no other receive can
+    /// have it; `matched_recv` delivers it later.
+    pub fn matched_probe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Option<(MessageHandle, Status)> {
+        let (envelope, pending) = self.matcher.take_unexpected(context, source, tag)?;
+        let status = Status {
+            source: envelope.source,
+            tag: envelope.tag,
+            len: pending.len(),
+        };
+        let handle = self.matched_messages.insert((envelope, pending));
+        Some((MessageHandle(handle), status))
+    }
+
+    pub fn matched_recv(&mut self, message: MessageHandle, buf: R) -> Result<Handle, PmlError> {
+        let (envelope, pending) = self
+            .matched_messages
+            .remove(message.0)
+            .map_err(|s| PmlError::StaleRequest(s.0))?;
+        let recv = self.requests.insert(Request::Recv {
+            buf,
+            state: RecvState::Done(Err(PmlError::Cancelled)),
+        });
+        self.deliver_pending(recv, envelope, pending)?;
+        Ok(recv)
+    }
+
+    /// Cancels a receive that has not matched; returns whether it was cancelled.
+    pub fn cancel(&mut self, h: Handle) -> Result<bool, PmlError> {
+        let Request::Recv { state, .. } = self.request_mut(h)? else {
+            return Ok(false);
+        };
+        let RecvState::Posted(id) = *state else {
+            return Ok(false);
+        };
+        if self.matcher.cancel(id).is_none() {
+            return Ok(false);
+        }
+        self.set_recv_state(h, RecvState::Done(Err(PmlError::Cancelled)));
+        Ok(true)
+    }
+
+    fn request_mut(&mut self, h: Handle) -> Result<&mut Request<S, R>, PmlError> {
+        self.requests
+            .get_mut(h)
+            .map_err(|s| PmlError::StaleRequest(s.0))
+    }
+
+    fn set_recv_state(&mut self, h: Handle, new: RecvState) {
+        if let Ok(Request::Recv { state, .. }) = self.requests.get_mut(h) {
+            *state = new;
+        }
+    }
+
+    fn deliver_pending(
+        &mut self,
+        recv: Handle,
+        envelope: Envelope,
+        pending: Pending,
+    ) -> Result<(), PmlError> {
+        match pending {
+            Pending::Eager {
+                peer,
+                payload,
+                sync_request,
+            } => self.deliver(
+                recv,
+                envelope,
+                peer,
+                Incoming::Eager {
+                    payload: &payload,
+                    sync_request,
+                },
+            ),
+            Pending::Rts {
+                peer,
+                len,
+                send_request,
+                remote,
+            } => self.deliver(
+                recv,
+                envelope,
+                peer,
+                Incoming::Rts {
+                    len,
+                    send_request,
+                    remote,
+                },
+            ),
+        }
+    }
+
+    /// Hands a matched message to its receive: copies an eager payload, or starts pulling a
+    /// rendezvous one.
+    fn deliver(
+        &mut self,
+        recv: Handle,
+        envelope: Envelope,
+        peer: Rank,
+        incoming: Incoming<'_>,
+    ) -> Result<(), PmlError> {
+        let (_, caps) = self.peer(peer)?;
+        let Ok(Request::Recv { buf, state }) = self.requests.get_mut(recv) else {
+            unreachable!("a matched receive handle is live until delivered");
+        };
+        let buf = buf.as_mut();
+        let capacity = buf.len();
+        match incoming {
+            Incoming::Eager {
+                payload,
+                sync_request,
+            } => {
+                let n = payload.len().min(capacity);
+                buf[..n].copy_from_slice(&payload[..n]);
+                let status = Status {
+                    source: envelope.source,
+                    tag: envelope.tag,
+                    len: payload.len(),
+                };
+                *state = RecvState::Done(receive_result(status, capacity));
+                if let Some(s) = sync_request {
+                    self.push_control(peer, Control::Ack(s));
+                }
+                self.return_credit(peer, payload.len() + EAGER_OVERHEAD);
+            }
+            Incoming::Rts {
+                len,
+                send_request,
+                remote,
+            } => {
+                let status = Status {
+                    source: envelope.source,
+                    tag: envelope.tag,
+                    len,
+                };
+                let deliver = len.min(capacity);
+                if caps.remote_read {
+                    if deliver == 0 {
+                        *state = RecvState::Done(receive_result(status, capacity));
+                        self.push_control(peer, Control::Fin(send_request));
+                    } else {
+                        *state = RecvState::Reading {
+                            status,
+                            deliver,
+                            peer,
+                            send_request,
+                        };
+                        self.actions.push_back(Action::Read {
+                            recv,
+                            peer,
+                            remote,
+                            len: deliver,
+                        });
+                    }
+                } else {
+                    *state = if deliver == 0 {
+                        RecvState::Done(receive_result(status, capacity))
+                    } else {
+                        RecvState::Pulling {
+                            status,
+                            deliver,
+                            received: 0,
+                            peer,
+                        }
+                    };
+                    self.push_control(
+                        peer,
+                        Control::Get {
+                            send_request,
+                            recv_request: recv.to_wire(),
+                            len: deliver as u64,
+                        },
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives eager budget back in batches, so that credit frames stay rare.
+    fn return_credit(&mut self, peer: Rank, bytes: usize) {
+        let p = &mut self.peers[peer as usize];
+        p.to_return += bytes;
+        if p.to_return >= self.config.unexpected_budget / 4 {
+            let n = std::mem::take(&mut p.to_return);
+            self.push_control(peer, Control::Credit(n as u64));
+        }
+    }
+
+    // ---- frames in ----
+
+    /// Feeds one whole frame that arrived from `peer`.
+    pub fn on_frame(&mut self, peer: Rank, bytes: &[u8]) -> Result<(), PmlError> {
+        self.peer(peer)?;
+        let frame = Frame::decode(bytes).map_err(|error| PmlError::Wire { peer, error })?;
+        match frame {
+            Frame::Match { envelope, .. } | Frame::Rts { envelope, .. } => {
+                let (c, s, seq) = (envelope.context, envelope.source, envelope.seq);
+                match self.sequencer.classify(c, s, seq) {
+                    Arrival::InOrder => {
+                        self.on_matching_frame(peer, frame)?;
+                        while let Some(held) = self.sequencer.advance(c, s) {
+                            let frame = Frame::decode(&held)
+                                .map_err(|error| PmlError::Wire { peer, error })?;
+                            self.on_matching_frame(peer, frame)?;
+                        }
+                        Ok(())
+                    }
+                    Arrival::Early => {
+                        self.sequencer.hold(c, s, seq, bytes.to_vec());
+                        Ok(())
+                    }
+                    Arrival::Invalid { expected } => Err(protocol(
+                        peer,
+                        format!(
+                            "message number {seq} from rank {s} in context {c} \
+                             when {expected} was next"
+                        ),
+                    )),
+                }
+            }
+            Frame::Fin { send_request } => {
+                self.send_step(peer, send_request, "FIN", |state| match state {
+                    SendState::AwaitPull => Some(SendState::Done(Ok(()))),
+                    _ => None,
+                })
+            }
+            Frame::Ack { send_request } => {
+                self.send_step(peer, send_request, "ACK", |state| match state {
+                    SendState::AwaitAck => Some(SendState::Done(Ok(()))),
+                    _ => None,
+                })
+            }
+            Frame::Get {
+                send_request,
+                recv_request,
+                len,
+            } => self.on_get(peer, send_request, recv_request, len),
+            Frame::Data {
+                recv_request,
+                offset,
+                payload,
+            } => self.on_data(peer, recv_request, offset, payload),
+            Frame::Credit { bytes } => {
+                let budget = self.config.unexpected_budget;
+                let (p, _) = self.peer(peer)?;
+                let credit = usize::try_from(bytes)
+                    .ok()
+                    .and_then(|b| p.credit.checked_add(b))
+                    .filter(|&c| c <= budget)
+                    .ok_or_else(|| protocol(peer, format!("credit of {bytes} bytes exceeds the budget")))?;
+                p.credit = credit;
+                Ok(())
+            }
+        }
+    }
+
+    fn on_matching_frame(&mut self, peer: Rank, frame: Frame<'_>) -> Result<(), PmlError> {
+        let (envelope, incoming) = match frame {
+            Frame::Match {
+                envelope,
+                sync_request,
+                payload,
+            } => (
+                envelope,
+                Incoming::Eager {
+                    payload,
+                    sync_request,
+                },
+            ),
+            Frame::Rts {
+                envelope,
+                send_request,
+                len,
+                remote,
+            } => {
+                let len = usize::try_from(len).map_err(|_| {
+                    protocol(peer, format!("a message of {len} bytes is beyond this machine"))
+                })?;
+                (
+                    envelope,
+                    Incoming::Rts {
+                        len,
+                        send_request,
+                        remote,
+                    },
+                )
+            }
+            _ => unreachable!("only MATCH and RTS are sequenced"),
+        };
+        let envelope = Envelope {
+            context: envelope.context,
+            source: envelope.source,
+            tag: envelope.tag,
+        };
+        if let Some(recv) = self.matcher.match_arrival(envelope) {
+            return self.deliver(recv, envelope, peer, incoming);
+        }
+        let pending = match incoming {
+            Incoming::Eager {
+                payload,
+                sync_request,
+            } => Pending::Eager {
+                peer,
+                payload: payload.to_vec(),
+                sync_request,
+            },
+            Incoming::Rts {
+                len,
+                send_request,
+                remote,
+            } => Pending::Rts {
+                peer,
+                len,
+                send_request,
+                remote,
+            },
+        };
+        self.matcher.queue_unexpected(envelope, pending);
+        Ok(())
+    }
+
+    /// Moves a send along on a control frame, after checking that the frame is one this send
+    /// can take from this peer.
+    fn send_step(
+        &mut self,
+        from: Rank,
+        send_request: u64,
+        kind: &str,
+        step: impl FnOnce(&SendState) -> Option<SendState>,
+    ) -> Result<(), PmlError> {
+        let h = Handle::from_wire(send_request);
+        match self.requests.get_mut(h) {
+            Ok(Request::Send { peer, state, .. }) if *peer == from => match step(state) {
+                Some(next) => {
+                    *state = next;
+                    Ok(())
+                }
+                None => Err(protocol(from, format!("{kind} for send {h} in the wrong state"))),
+            },
+            _ => Err(protocol(from, format!("{kind} for send {h}, which it was not sent"))),
+        }
+    }
+
+    fn on_get(
+        &mut self,
+        from: Rank,
+        send_request: u64,
+        recv_request: u64,
+        len: u64,
+    ) -> Result<(), PmlError> {
+        let h = Handle::from_wire(send_request);
+        let stream = match self.requests.get_mut(h) {
+            Ok(Request::Send {
+                peer,
+                state,
+                len: send_len,
+                ..
+            }) if *peer == from && matches!(state, SendState::AwaitPull) => {
+                let end = usize::try_from(len)
+                    .ok()
+                    .filter(|&n| n <= *send_len)
+                    .ok_or_else(|| {
+                        protocol(from, format!("GET of {len} bytes from a {send_len}-byte send"))
+                    })?;
+                if end == 0 {
+                    *state = SendState::Done(Ok(()));
+                    return Ok(());
+                }
+                *state = SendState::Streaming;
+                Stream {
+                    send: h,
+                    recv_request,
+                    offset: 0,
+                    end,
+                }
+            }
+            _ => return Err(protocol(from, format!("GET for send {h}, which is not waiting for one"))),
+        };
+        self.peers[from as usize].streams.push_back(stream);
+        self.mark_ready(from);
+        Ok(())
+    }
+
+    fn on_data(
+        &mut self,
+        from: Rank,
+        recv_request: u64,
+        offset: u64,
+        payload: &[u8],
+    ) -> Result<(), PmlError> {
+        let h = Handle::from_wire(recv_request);
+        let Ok(Request::Recv { buf, state }) = self.requests.get_mut(h) else {
+            return Err(protocol(from, format!("DATA for receive {h}, which does not exist")));
+        };
+        let RecvState::Pulling {
+            status,
+            deliver,
+            received,
+            peer,
+        } = state
+        else {
+            return Err(protocol(from, format!("DATA for receive {h}, which is not pulling")));
+        };
+        let in_place = *peer == from
+            && offset == *received as u64
+            && payload.len() <= *deliver - *received;
+        if !in_place {
+            return Err(protocol(
+                from,
+                format!(
+                    "DATA of {} bytes at offset {offset} for a receive expecting offset {} of {}",
+                    payload.len(),
+                    received,
+                    deliver
+                ),
+            ));
+        }
+        let buf = buf.as_mut();
+        buf[*received..*received + payload.len()].copy_from_slice(payload);
+        *received += payload.len();
+        if *received == *deliver {
+            let capacity = buf.len();
+            *state = RecvState::Done(receive_result(*status, capacity));
+        }
+        Ok(())
+    }
+
+    // ---- frames out ----
+
+    /// The next peer with frames to send, if any. The caller sends as many as its transport
+    /// takes; a peer it could not finish must be retried by the caller.
+    pub fn next_ready_peer(&mut self) -> Option<Rank> {
+        let peer = self.ready.pop_front()?;
+        self.peers[peer as usize].in_ready = false;
+        Some(peer)
+    }
+
+    pub fn has_output(&self, peer: Rank) -> bool {
+        self.peers
+            .get(peer as usize)
+            .is_some_and(Peer::has_output)
+    }
+
+    /// The next frame for `peer`; after the transport took it, call `transmitted(peer)`.
+    pub fn next_transmit(&self, peer: Rank) -> Option<Transmit<'_>> {
+        let p = self.peers.get(peer as usize)?;
+        let (frame, payload): (Frame<'_>, &[u8]) = if let Some(c) = p.control.front() {
+            let f = match *c {
+                Control::Fin(s) => Frame::Fin { send_request: s },
+                Control::Ack(s) => Frame::Ack { send_request: s },
+                Control::Credit(bytes) => Frame::Credit { bytes },
+                Control::Get {
+                    send_request,
+                    recv_request,
+                    len,
+                } => Frame::Get {
+                    send_request,
+                    recv_request,
+                    len,
+                },
+            };
+            (f, &[])
+        } else if let Some(o) = p.ordered.front() {
+            match *o {
+                Ordered::Match {
+                    send,
+                    envelope,
+                    sync,
+                } => {
+                    let payload = self.send_bytes(send);
+                    let frame = Frame::Match {
+                        envelope,
+                        sync_request: sync.then(|| send.to_wire()),
+                        payload,
+                    };
+                    (frame, payload)
+                }
+                Ordered::Rts { send, envelope } => {
+                    let Ok(Request::Send { len, remote, .. }) = self.requests.get(send) else {
+                        unreachable!("a queued RTS's send is live");
+                    };
+                    let frame = Frame::Rts {
+                        envelope,
+                        send_request: send.to_wire(),
+                        len: *len as u64,
+                        remote: *remote,
+                    };
+                    (frame, &[])
+                }
+            }
+        } else {
+            let s = p.streams.front()?;
+            let chunk = s.chunk(p.caps);
+            let payload = &self.send_bytes(s.send)[s.offset..s.offset + chunk];
+            let frame = Frame::Data {
+                recv_request: s.recv_request,
+                offset: s.offset as u64,
+                payload,
+            };
+            (frame, payload)
+        };
+        let mut header = [0u8; MAX_HEADER_LEN];
+        let header_len = frame.encode_header(&mut header);
+        Some(Transmit {
+            header,
+            header_len,
+            payload,
+        })
+    }
+
+    fn send_bytes(&self, send: Handle) -> &[u8] {
+        match self.requests.get(send) {
+            Ok(Request::Send { buf, .. }) => buf.as_ref(),
+            _ => unreachable!("a queued frame's send is live"),
+        }
+    }
+
+    /// The frame `next_transmit(peer)` returned is on its way: advance the state it belongs to.
+    pub fn transmitted(&mut self, peer: Rank) {
+        let p = &mut self.peers[peer as usize];
+        if p.control.pop_front().is_some() {
+            return;
+        }
+        if let Some(o) = p.ordered.pop_front() {
+            let send = match o {
+                Ordered::Match { send, .. } | Ordered::Rts { send, .. } => send,
+            };
+            if let Ok(Request::Send { state, .. }) = self.requests.get_mut(send) {
+                if let SendState::Transmitting(after) = *state {
+                    *state = match after {
+                        AfterTransmit::Done => SendState::Done(Ok(())),
+                        AfterTransmit::AwaitAck => SendState::AwaitAck,
+                        AfterTransmit::AwaitPull => SendState::AwaitPull,
+                    };
+                }
+            }
+            return;
+        }
+        let caps = p.caps;
+        let Some(s) = p.streams.front_mut() else {
+            return;
+        };
+        s.offset += s.chunk(caps);
+        if s.offset == s.end {
+            let send = s.send;
+            p.streams.pop_front();
+            if let Ok(Request::Send { state, .. }) = self.requests.get_mut(send) {
+                *state = SendState::Done(Ok(()));
+            }
+        }
+    }
+
+    // ---- remote reads ----
+
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// Where a `Read` action's bytes go: the first `len` bytes of the receive buffer.
+    pub fn read_target(&mut self, recv: Handle) -> Result<&mut [u8], PmlError> {
+        match self.request_mut(recv)? {
+            Request::Recv {
+                buf,
+                state: RecvState::Reading { deliver, .. },
+            } => {
+                let n = *deliver;
+                Ok(&mut buf.as_mut()[..n])
+            }
+            _ => Err(PmlError::StaleRequest(recv)),
+        }
+    }
+
+    pub fn read_done(&mut self, recv: Handle) -> Result<(), PmlError> {
+        self.finish_read(recv, None)
+    }
+
+    /// The read failed: the receive completes with the cause, and the sender is released
+    /// (its data is no longer wanted) rather than left waiting forever.
+    pub fn read_failed(&mut self, recv: Handle, cause: String) -> Result<(), PmlError> {
+        self.finish_read(recv, Some(cause))
+    }
+
+    fn finish_read(&mut self, recv: Handle, failure: Option<String>) -> Result<(), PmlError> {
+        let Request::Recv { buf, state } = self.request_mut(recv)? else {
+            return Err(PmlError::StaleRequest(recv));
+        };
+        let RecvState::Reading {
+            status,
+            peer,
+            send_request,
+            ..
+        } = *state
+        else {
+            return Err(PmlError::StaleRequest(recv));
+        };
+        let capacity = buf.as_mut().len();
+        *state = RecvState::Done(match failure {
+            None => receive_result(status, capacity),
+            Some(cause) => Err(PmlError::ReadFailed { peer, cause }),
+        });
+        self.push_control(peer, Control::Fin(send_request));
+        Ok(())
+    }
+
+    // ---- completion ----
+
+    pub fn is_complete(&self, h: Handle) -> Result<bool, PmlError> {
+        match self.requests.get(h).map_err(|s| PmlError::StaleRequest(s.0))? {
+            Request::Send { state, .. } => Ok(matches!(state, SendState::Done(_))),
+            Request::Recv { state, .. } => Ok(matches!(state, RecvState::Done(_))),
+        }
+    }
+
+    /// The request's outcome and buffer if it finished; the handle is spent after that.
+    pub fn take_completion(&mut self, h: Handle) -> Result<Option<Completion<S, R>>, PmlError> {
+        if !self.is_complete(h)? {
+            return Ok(None);
+        }
+        let completion = match self.requests.remove(h).map_err(|s| PmlError::StaleRequest(s.0))? {
+            Request::Send {
+                buf,
+                state: SendState::Done(result),
+                ..
+            } => Completion::Send { buf, result },
+            Request::Recv {
+                buf,
+                state: RecvState::Done(result),
+            } => Completion::Recv { buf, result },
+            _ => unreachable!("checked complete above"),
+        };
+        Ok(Some(completion))
+    }
+
+    /// Requests not yet collected (for leak checks and diagnostics).
+    pub fn live_requests(&self) -> usize {
+        self.requests.len()
+    }
+
+    pub fn unexpected_len(&self) -> usize {
+        self.matcher.unexpected_len()
+    }
+}

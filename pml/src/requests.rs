@@ -1,0 +1,119 @@
+//! Request storage: a slab whose handles carry a generation, so that a handle kept after its
+//! request completed is an error rather than a silent alias of whatever reused the slot.
+
+use std::fmt;
+
+use slab::Slab;
+
+/// Names one request. On the wire it travels as a `u64` that is never 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Handle {
+    index: u32,
+    generation: u32,
+}
+
+impl Handle {
+    pub fn to_wire(self) -> u64 {
+        (u64::from(self.generation) << 32) | u64::from(self.index)
+    }
+
+    pub fn from_wire(id: u64) -> Handle {
+        Handle {
+            index: id as u32,
+            generation: (id >> 32) as u32,
+        }
+    }
+}
+
+impl fmt::Display for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}.{}", self.index, self.generation)
+    }
+}
+
+/// A handle that names no live request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StaleHandle(pub Handle);
+
+pub struct Requests<T> {
+    slab: Slab<(u32, T)>,
+    /// Starts at 1 and skips 0 on wrap, so that no handle's wire form is 0.
+    next_generation: u32,
+}
+
+impl<T> Default for Requests<T> {
+    fn default() -> Self {
+        Requests {
+            slab: Slab::new(),
+            next_generation: 1,
+        }
+    }
+}
+
+impl<T> Requests<T> {
+    pub fn insert(&mut self, value: T) -> Handle {
+        let generation = self.next_generation;
+        self.next_generation = self.next_generation.checked_add(1).unwrap_or(1);
+        let index = self.slab.insert((generation, value));
+        Handle {
+            index: u32::try_from(index).expect("more than 2^32 live requests"),
+            generation,
+        }
+    }
+
+    pub fn get(&self, h: Handle) -> Result<&T, StaleHandle> {
+        match self.slab.get(h.index as usize) {
+            Some((g, v)) if *g == h.generation => Ok(v),
+            _ => Err(StaleHandle(h)),
+        }
+    }
+
+    pub fn get_mut(&mut self, h: Handle) -> Result<&mut T, StaleHandle> {
+        match self.slab.get_mut(h.index as usize) {
+            Some((g, v)) if *g == h.generation => Ok(v),
+            _ => Err(StaleHandle(h)),
+        }
+    }
+
+    pub fn remove(&mut self, h: Handle) -> Result<T, StaleHandle> {
+        self.get(h)?;
+        Ok(self.slab.remove(h.index as usize).1)
+    }
+
+    pub fn len(&self) -> usize {
+        self.slab.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slab.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_handle_never_reaches_the_new_occupant() {
+        let mut r: Requests<&str> = Requests::default();
+        let a = r.insert("a");
+        assert_eq!(r.remove(a), Ok("a"));
+        let b = r.insert("b");
+        assert_eq!(r.get(a), Err(StaleHandle(a)));
+        assert_eq!(r.get(b), Ok(&"b"));
+        assert_eq!(Handle::from_wire(b.to_wire()), b);
+        assert_ne!(b.to_wire(), 0);
+    }
+
+    #[test]
+    fn generation_skips_zero_on_wrap() {
+        let mut r: Requests<()> = Requests {
+            slab: Slab::new(),
+            next_generation: u32::MAX,
+        };
+        let last = r.insert(());
+        let wrapped = r.insert(());
+        assert_eq!(last.generation, u32::MAX);
+        assert_eq!(wrapped.generation, 1);
+    }
+}

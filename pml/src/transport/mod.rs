@@ -1,0 +1,1 @@
+//! Byte movers: each transport carries whole frames and, where it can, reads remote memory.

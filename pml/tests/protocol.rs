@@ -1,0 +1,468 @@
+//! Every protocol path, driven through two cores wired back to back by a harness that plays
+//! the transport: it carries frames, records their kinds, and serves remote reads.
+
+use std::collections::HashMap;
+
+use pml::protocol::{Action, Completion, Core, CoreConfig, PeerCaps, SendArgs, SendMode};
+use pml::wire::{Frame, RemoteKey, WireEnvelope, MAX_HEADER_LEN};
+use pml::{Handle, PmlError, SourceSel, Status, TagSel};
+
+type TestCore = Core<Vec<u8>, Vec<u8>>;
+
+const EAGER: usize = 1024;
+
+fn caps(remote_read: bool) -> PeerCaps {
+    PeerCaps {
+        eager_limit: EAGER,
+        max_frame: 4096,
+        remote_read,
+    }
+}
+
+struct Pair {
+    cores: [TestCore; 2],
+    /// What remote reads find: the sender's bytes, by the key its RTS carried.
+    exposed: HashMap<u64, Vec<u8>>,
+    next_key: u64,
+    /// Kinds of the frames carried, in order, as (from, kind name).
+    log: Vec<(u32, &'static str)>,
+}
+
+fn kind(frame: &Frame<'_>) -> &'static str {
+    match frame {
+        Frame::Match { sync_request: None, .. } => "MATCH",
+        Frame::Match { .. } => "MATCH+SYNC",
+        Frame::Rts { .. } => "RTS",
+        Frame::Fin { .. } => "FIN",
+        Frame::Ack { .. } => "ACK",
+        Frame::Get { .. } => "GET",
+        Frame::Data { .. } => "DATA",
+        Frame::Credit { .. } => "CREDIT",
+    }
+}
+
+impl Pair {
+    fn new(remote_read: bool, config: CoreConfig) -> Pair {
+        Pair::with_caps(caps(remote_read), config)
+    }
+
+    fn with_caps(c: PeerCaps, config: CoreConfig) -> Pair {
+        let mut cores = [Core::new(2, config), Core::new(2, config)];
+        cores[0].set_peer(1, c);
+        cores[1].set_peer(0, c);
+        Pair {
+            cores,
+            exposed: HashMap::new(),
+            next_key: 1,
+            log: Vec::new(),
+        }
+    }
+
+    fn send(&mut self, from: usize, tag: i32, data: Vec<u8>, mode: SendMode) -> Handle {
+        let key = self.next_key;
+        self.next_key += 1;
+        self.exposed.insert(key, data.clone());
+        self.cores[from]
+            .post_send(SendArgs {
+                context: 0,
+                source: from as u32,
+                dest: 1 - from as u32,
+                peer: 1 - from as u32,
+                tag,
+                mode,
+                buf: data,
+                remote: RemoteKey { addr: key, key: 0 },
+            })
+            .unwrap()
+    }
+
+    fn recv(&mut self, at: usize, source: SourceSel, tag: TagSel, capacity: usize) -> Handle {
+        self.cores[at]
+            .post_recv(0, source, tag, vec![0xEE; capacity])
+            .unwrap()
+    }
+
+    /// Carries at most one frame each way per round, and performs reads; returns whether
+    /// anything moved.
+    fn step(&mut self) -> bool {
+        let mut moved = false;
+        for from in 0..2 {
+            let to = 1 - from;
+            if let Some(t) = self.cores[from].next_transmit(to as u32) {
+                let mut bytes = t.header().to_vec();
+                bytes.extend_from_slice(t.payload);
+                self.cores[from].transmitted(to as u32);
+                self.log
+                    .push((from as u32, kind(&Frame::decode(&bytes).unwrap())));
+                self.cores[to].on_frame(from as u32, &bytes).unwrap();
+                moved = true;
+            }
+            while let Some(Action::Read {
+                recv, remote, len, ..
+            }) = self.cores[from].poll_action()
+            {
+                let src = self.exposed[&remote.addr][..len].to_vec();
+                self.cores[from]
+                    .read_target(recv)
+                    .unwrap()
+                    .copy_from_slice(&src);
+                self.cores[from].read_done(recv).unwrap();
+                moved = true;
+            }
+        }
+        moved
+    }
+
+    fn run(&mut self) {
+        while self.step() {}
+    }
+
+    fn kinds(&self) -> Vec<&'static str> {
+        self.log.iter().map(|(_, k)| *k).collect()
+    }
+
+    fn recv_result(&mut self, at: usize, h: Handle) -> (Vec<u8>, Result<Status, PmlError>) {
+        match self.cores[at].take_completion(h).unwrap() {
+            Some(Completion::Recv { buf, result }) => (buf, result),
+            other => panic!("receive not complete: {other:?}"),
+        }
+    }
+
+    fn send_done(&mut self, at: usize, h: Handle) -> bool {
+        self.cores[at].is_complete(h).unwrap()
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+#[test]
+fn threshold_boundaries_pick_the_protocol() {
+    for (len, expect) in [
+        (0, "MATCH"),
+        (1, "MATCH"),
+        (EAGER - 1, "MATCH"),
+        (EAGER, "MATCH"),
+        (EAGER + 1, "RTS"),
+    ] {
+        for remote_read in [true, false] {
+            let mut p = Pair::new(remote_read, CoreConfig::default());
+            let data = pattern(len, 3);
+            let s = p.send(0, 5, data.clone(), SendMode::Standard);
+            let r = p.recv(1, SourceSel::Rank(0), TagSel::Tag(5), len);
+            p.run();
+            assert_eq!(p.kinds()[0], expect, "len {len}");
+            let (buf, status) = p.recv_result(1, r);
+            assert_eq!(buf, data, "len {len}");
+            assert_eq!(
+                status.unwrap(),
+                Status {
+                    source: 0,
+                    tag: 5,
+                    len
+                }
+            );
+            assert!(p.send_done(0, s));
+        }
+    }
+}
+
+#[test]
+fn eager_limit_is_capped_by_the_frame_size() {
+    let c = PeerCaps {
+        eager_limit: 1 << 20,
+        max_frame: 256,
+        remote_read: true,
+    };
+    let mut p = Pair::with_caps(c, CoreConfig::default());
+    p.send(0, 1, pattern(256 - 32, 0), SendMode::Standard);
+    p.send(0, 1, pattern(256 - 31, 0), SendMode::Standard);
+    p.run();
+    assert_eq!(p.kinds(), ["MATCH", "RTS"]);
+}
+
+#[test]
+fn eager_send_completes_before_any_receive() {
+    let mut p = Pair::new(true, CoreConfig::default());
+    let s = p.send(0, 1, pattern(100, 1), SendMode::Standard);
+    p.run();
+    assert!(p.send_done(0, s));
+    assert_eq!(p.cores[1].unexpected_len(), 1);
+    let r = p.recv(1, SourceSel::Any, TagSel::Any, 100);
+    let (buf, status) = p.recv_result(1, r);
+    assert_eq!(buf, pattern(100, 1));
+    assert_eq!(status.unwrap().source, 0);
+}
+
+#[test]
+fn synchronous_eager_send_waits_for_the_match() {
+    let mut p = Pair::new(true, CoreConfig::default());
+    let s = p.send(0, 9, pattern(10, 2), SendMode::Synchronous);
+    p.run();
+    assert!(!p.send_done(0, s), "completed before the receiver matched");
+    let r = p.recv(1, SourceSel::Rank(0), TagSel::Tag(9), 10);
+    p.run();
+    assert!(p.send_done(0, s));
+    assert_eq!(p.kinds(), ["MATCH+SYNC", "ACK"]);
+    assert_eq!(p.recv_result(1, r).0, pattern(10, 2));
+}
+
+#[test]
+fn synchronous_rendezvous_send_waits_for_the_match() {
+    let mut p = Pair::new(true, CoreConfig::default());
+    let s = p.send(0, 9, pattern(5000, 2), SendMode::Synchronous);
+    p.run();
+    assert!(!p.send_done(0, s));
+    let r = p.recv(1, SourceSel::Rank(0), TagSel::Tag(9), 5000);
+    p.run();
+    assert!(p.send_done(0, s));
+    assert_eq!(p.recv_result(1, r).0, pattern(5000, 2));
+}
+
+#[test]
+fn rendezvous_by_remote_read() {
+    let mut p = Pair::new(true, CoreConfig::default());
+    let data = pattern(100_000, 7);
+    let s = p.send(0, 2, data.clone(), SendMode::Standard);
+    p.run();
+    assert_eq!(p.kinds(), ["RTS"], "an unmatched RTS carries no data");
+    assert!(!p.send_done(0, s), "the sender's buffer stays put until FIN");
+    let r = p.recv(1, SourceSel::Rank(0), TagSel::Any, 100_000);
+    p.run();
+    assert_eq!(p.kinds(), ["RTS", "FIN"]);
+    assert!(p.send_done(0, s));
+    assert_eq!(p.recv_result(1, r).0, data);
+}
+
+#[test]
+fn rendezvous_by_get_streams_data_frames() {
+    let mut p = Pair::new(false, CoreConfig::default());
+    let data = pattern(10_000, 9);
+    let r = p.recv(1, SourceSel::Any, TagSel::Tag(4), 10_000);
+    let s = p.send(0, 4, data.clone(), SendMode::Standard);
+    p.run();
+    let kinds = p.kinds();
+    assert_eq!(kinds[..2], ["RTS", "GET"]);
+    // 4096-byte frames carry 4072 bytes of data each: three frames for 10 000 bytes.
+    assert_eq!(kinds[2..], ["DATA", "DATA", "DATA"]);
+    assert!(p.send_done(0, s));
+    assert_eq!(p.recv_result(1, r).0, data);
+}
+
+#[test]
+fn truncation_names_both_lengths_and_writes_nothing_past_the_buffer() {
+    for (len, remote_read) in [(100, true), (5000, true), (5000, false)] {
+        let mut p = Pair::new(remote_read, CoreConfig::default());
+        let data = pattern(len, 4);
+        let s = p.send(0, 3, data.clone(), SendMode::Standard);
+        let r = p.recv(1, SourceSel::Rank(0), TagSel::Tag(3), 40);
+        p.run();
+        let (buf, result) = p.recv_result(1, r);
+        assert_eq!(buf.len(), 40);
+        assert_eq!(buf, data[..40], "the buffer holds the message's first bytes");
+        let err = result.unwrap_err();
+        assert!(matches!(
+            err,
+            PmlError::Truncated {
+                message_len,
+                buffer_len: 40,
+                ..
+            } if message_len == len
+        ));
+        let text = err.to_string();
+        assert!(text.contains(&len.to_string()) && text.contains("40"), "{text}");
+        assert!(p.send_done(0, s), "a truncated receive still releases the sender");
+    }
+}
+
+#[test]
+fn zero_length_messages_by_every_protocol() {
+    // Standard eager.
+    let mut p = Pair::new(true, CoreConfig::default());
+    let s = p.send(0, 0, vec![], SendMode::Standard);
+    let r = p.recv(1, SourceSel::Any, TagSel::Any, 0);
+    p.run();
+    assert!(p.send_done(0, s));
+    assert_eq!(p.recv_result(1, r).1.unwrap().len, 0);
+    // Rendezvous (no eager budget left), both read and GET: no read, no DATA.
+    for remote_read in [true, false] {
+        let tiny = CoreConfig {
+            unexpected_budget: 10,
+        };
+        let mut p = Pair::new(remote_read, tiny);
+        let s = p.send(0, 0, vec![], SendMode::Synchronous);
+        let r = p.recv(1, SourceSel::Any, TagSel::Any, 0);
+        p.run();
+        assert!(p.send_done(0, s));
+        assert_eq!(p.recv_result(1, r).1.unwrap().len, 0);
+        assert!(!p.kinds().contains(&"DATA"));
+    }
+}
+
+#[test]
+fn unexpected_budget_turns_eager_into_rendezvous_and_credit_restores_it() {
+    let config = CoreConfig {
+        unexpected_budget: 4 * (100 + pml::protocol::EAGER_OVERHEAD),
+    };
+    let mut p = Pair::new(true, config);
+    for _ in 0..6 {
+        p.send(0, 1, pattern(100, 0), SendMode::Standard);
+    }
+    p.run();
+    assert_eq!(p.kinds(), ["MATCH", "MATCH", "MATCH", "MATCH", "RTS", "RTS"]);
+    // Receiving gives the budget back in batches; the next message goes eagerly again.
+    let recvs: Vec<_> = (0..6)
+        .map(|_| p.recv(1, SourceSel::Rank(0), TagSel::Tag(1), 100))
+        .collect();
+    p.run();
+    assert!(p.kinds().contains(&"CREDIT"));
+    for r in recvs {
+        assert_eq!(p.recv_result(1, r).0, pattern(100, 0));
+    }
+    p.log.clear();
+    p.send(0, 1, pattern(100, 0), SendMode::Standard);
+    p.run();
+    assert_eq!(p.kinds(), ["MATCH"]);
+}
+
+#[test]
+fn stale_handle_is_an_error() {
+    let mut p = Pair::new(true, CoreConfig::default());
+    let s = p.send(0, 1, vec![1], SendMode::Standard);
+    p.run();
+    assert!(matches!(
+        p.cores[0].take_completion(s),
+        Ok(Some(Completion::Send { result: Ok(()), .. }))
+    ));
+    assert_eq!(p.cores[0].take_completion(s).unwrap_err(), PmlError::StaleRequest(s));
+    let s2 = p.send(0, 1, vec![1], SendMode::Standard);
+    assert_ne!(s, s2);
+    assert_eq!(p.cores[0].is_complete(s), Err(PmlError::StaleRequest(s)));
+}
+
+#[test]
+fn cancel_a_posted_receive() {
+    let mut p = Pair::new(true, CoreConfig::default());
+    let r = p.recv(1, SourceSel::Rank(0), TagSel::Tag(1), 8);
+    assert!(p.cores[1].cancel(r).unwrap());
+    let (_, result) = p.recv_result(1, r);
+    assert_eq!(result, Err(PmlError::Cancelled));
+    // A cancelled receive takes no message: the next one waits in the unexpected queue.
+    p.send(0, 1, vec![1], SendMode::Standard);
+    p.run();
+    assert_eq!(p.cores[1].unexpected_len(), 1);
+    // A matched receive cannot be cancelled.
+    let r = p.recv(1, SourceSel::Rank(0), TagSel::Tag(1), 8);
+    assert!(!p.cores[1].cancel(r).unwrap());
+}
+
+#[test]
+fn probe_leaves_and_matched_probe_takes() {
+    let mut p = Pair::new(true, CoreConfig::default());
+    p.send(0, 6, pattern(30, 1), SendMode::Standard);
+    p.send(0, 6, pattern(5000, 2), SendMode::Standard);
+    p.run();
+    let st = p.cores[1].probe(0, SourceSel::Any, TagSel::Tag(6)).unwrap();
+    assert_eq!(st.len, 30);
+    assert_eq!(p.cores[1].probe(0, SourceSel::Any, TagSel::Tag(6)), Some(st));
+    let (m, st) = p.cores[1].matched_probe(0, SourceSel::Rank(0), TagSel::Any).unwrap();
+    assert_eq!(st.len, 30);
+    // The probed message is no longer visible: the next probe sees the rendezvous one.
+    let (m2, st2) = p.cores[1].matched_probe(0, SourceSel::Any, TagSel::Any).unwrap();
+    assert_eq!(st2.len, 5000);
+    let r2 = p.cores[1].matched_recv(m2, vec![0; 5000]).unwrap();
+    let r = p.cores[1].matched_recv(m, vec![0; 30]).unwrap();
+    p.run();
+    assert_eq!(p.recv_result(1, r).0, pattern(30, 1));
+    assert_eq!(p.recv_result(1, r2).0, pattern(5000, 2));
+    assert!(p.cores[1].matched_recv(m, vec![]).is_err(), "a message is received once");
+}
+
+fn match_frame(seq: u32, tag: i32, payload: &[u8]) -> Vec<u8> {
+    let f = Frame::Match {
+        envelope: WireEnvelope {
+            context: 0,
+            source: 0,
+            tag,
+            seq,
+        },
+        sync_request: None,
+        payload,
+    };
+    let mut h = [0u8; MAX_HEADER_LEN];
+    let n = f.encode_header(&mut h);
+    let mut v = h[..n].to_vec();
+    v.extend_from_slice(payload);
+    v
+}
+
+#[test]
+fn early_arrivals_wait_for_their_turn() {
+    let mut core: TestCore = Core::new(1, CoreConfig::default());
+    core.set_peer(0, caps(true));
+    let r = core.post_recv(0, SourceSel::Rank(0), TagSel::Any, vec![0; 1]).unwrap();
+    core.on_frame(0, &match_frame(2, 1, b"c")).unwrap();
+    core.on_frame(0, &match_frame(1, 1, b"b")).unwrap();
+    assert!(!core.is_complete(r).unwrap(), "matched a message sent after an earlier one");
+    core.on_frame(0, &match_frame(0, 1, b"a")).unwrap();
+    let Some(Completion::Recv { buf, .. }) = core.take_completion(r).unwrap() else {
+        panic!("not complete");
+    };
+    assert_eq!(buf, b"a");
+    for want in [b"b", b"c"] {
+        let r = core.post_recv(0, SourceSel::Any, TagSel::Any, vec![0; 1]).unwrap();
+        let Some(Completion::Recv { buf, .. }) = core.take_completion(r).unwrap() else {
+            panic!("not complete");
+        };
+        assert_eq!(&buf, want);
+    }
+}
+
+#[test]
+fn bad_frames_are_errors_not_panics() {
+    let mut core: TestCore = Core::new(2, CoreConfig::default());
+    core.set_peer(0, caps(true));
+    assert!(matches!(core.on_frame(0, &[1, 2]), Err(PmlError::Wire { peer: 0, .. })));
+    // A duplicate sequence number.
+    core.on_frame(0, &match_frame(0, 1, b"")).unwrap();
+    let err = core.on_frame(0, &match_frame(0, 1, b"")).unwrap_err();
+    assert!(err.to_string().contains("when 1 was next"), "{err}");
+    // Control frames for requests that do not exist.
+    let mut h = [0u8; MAX_HEADER_LEN];
+    let n = Frame::Fin { send_request: 77 }.encode_header(&mut h);
+    assert!(matches!(core.on_frame(0, &h[..n]), Err(PmlError::Protocol { peer: 0, .. })));
+    let n = Frame::Data {
+        recv_request: 5,
+        offset: 0,
+        payload: b"",
+    }
+    .encode_header(&mut h);
+    assert!(matches!(core.on_frame(0, &h[..n]), Err(PmlError::Protocol { .. })));
+    let n = Frame::Credit { bytes: u64::MAX }.encode_header(&mut h);
+    assert!(matches!(core.on_frame(0, &h[..n]), Err(PmlError::Protocol { .. })));
+    // A peer with no transport.
+    assert_eq!(core.on_frame(1, &h[..n]), Err(PmlError::UnknownPeer(1)));
+}
+
+#[test]
+fn a_failed_read_completes_with_the_cause_and_releases_the_sender() {
+    let mut p = Pair::new(true, CoreConfig::default());
+    let s = p.send(0, 1, pattern(5000, 0), SendMode::Standard);
+    let r = p.recv(1, SourceSel::Any, TagSel::Any, 5000);
+    while p.cores[0].next_transmit(1).is_some() {
+        let t = p.cores[0].next_transmit(1).unwrap();
+        let mut bytes = t.header().to_vec();
+        bytes.extend_from_slice(t.payload);
+        p.cores[0].transmitted(1);
+        p.cores[1].on_frame(0, &bytes).unwrap();
+    }
+    let Some(Action::Read { recv, .. }) = p.cores[1].poll_action() else {
+        panic!("no read");
+    };
+    p.cores[1].read_failed(recv, "EPERM".into()).unwrap();
+    p.run();
+    assert!(p.send_done(0, s));
+    let err = p.recv_result(1, r).1.unwrap_err();
+    assert!(err.to_string().contains("EPERM"), "{err}");
+}
