@@ -30,7 +30,10 @@ const OUTPUT_DRAIN: Duration = Duration::from_millis(300);
 #[derive(Debug)]
 pub enum Event {
     /// A child was reaped; `status` is the raw wait status.
-    Exited { pid: libc::pid_t, status: libc::c_int },
+    Exited {
+        pid: libc::pid_t,
+        status: libc::c_int,
+    },
     /// A rank called abort through the key-value service.
     Abort {
         rank: u32,
@@ -84,7 +87,9 @@ impl Job {
         let kvs = KvsServer::start(cli.ranks, secret.as_bytes(), tx.clone())
             .map_err(|e| fail("cannot start the key-value service", e))?;
         let cpus = match cli.bind_to {
-            BindTo::Core => local::allowed_cpus().map_err(|e| fail("cannot read CPU affinity", e))?,
+            BindTo::Core => {
+                local::allowed_cpus().map_err(|e| fail("cannot read CPU affinity", e))?
+            }
             BindTo::None => Vec::new(),
         };
         let env = cli.rank_env(|name| std::env::var_os(name));
@@ -142,12 +147,17 @@ impl Job {
             // A rank whose output cannot be forwarded still runs; its output is lost, which
             // beats killing a job that may be nearly done.
             for (source, sink) in [
-                (Box::new(process.stdout) as Box<dyn Read + Send>, Sink::Stdout),
+                (
+                    Box::new(process.stdout) as Box<dyn Read + Send>,
+                    Sink::Stdout,
+                ),
                 (Box::new(process.stderr), Sink::Stderr),
             ] {
                 match output::forward(source, sink, process.rank, cli.tag_output, tx.clone()) {
                     Ok(()) => job.open_outputs += 1,
-                    Err(e) => eprintln!("rsrun: cannot forward rank {}'s output: {e}", process.rank),
+                    Err(e) => {
+                        eprintln!("rsrun: cannot forward rank {}'s output: {e}", process.rank)
+                    }
                 }
             }
             if let Some(mut stdin) = process.stdin {
@@ -172,7 +182,10 @@ impl Job {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             let event = match deadline {
-                None => self.events.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                None => self
+                    .events
+                    .recv()
+                    .map_err(|_| RecvTimeoutError::Disconnected),
                 Some(d) => self
                     .events
                     .recv_timeout(d.saturating_duration_since(Instant::now())),
@@ -294,18 +307,20 @@ impl Job {
 
 /// Reaps every child of rsrun as it exits and reports it; ends when no children are left.
 fn start_reaper(events: mpsc::Sender<Event>) -> io::Result<()> {
-    thread::Builder::new().name("reaper".into()).spawn(move || loop {
-        let mut status: libc::c_int = 0;
-        // SAFETY: `status` is a valid place for waitpid to store the wait status.
-        let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
-        if pid > 0 {
-            if events.send(Event::Exited { pid, status }).is_err() {
-                return;
+    thread::Builder::new()
+        .name("reaper".into())
+        .spawn(move || loop {
+            let mut status: libc::c_int = 0;
+            // SAFETY: `status` is a valid place for waitpid to store the wait status.
+            let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
+            if pid > 0 {
+                if events.send(Event::Exited { pid, status }).is_err() {
+                    return;
+                }
+            } else if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                return; // ECHILD: every rank has been reaped
             }
-        } else if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            return; // ECHILD: every rank has been reaped
-        }
-    })?;
+        })?;
     Ok(())
 }
 

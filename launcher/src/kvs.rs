@@ -116,7 +116,10 @@ impl KvsState {
 
     fn on_hello(&mut self, conn: ConnId, request: Request) -> Vec<Action> {
         let Request::Hello { rank, secret } = request else {
-            return refuse(conn, "the first message must be a hello with the job's secret");
+            return refuse(
+                conn,
+                "the first message must be a hello with the job's secret",
+            );
         };
         if !constant_time_eq(&secret, &self.secret) {
             return refuse(conn, "wrong job secret");
@@ -124,7 +127,10 @@ impl KvsState {
         match self.ranks.get(rank as usize) {
             None => refuse(
                 conn,
-                &format!("rank {rank} is out of range for a job of {}", self.ranks.len()),
+                &format!(
+                    "rank {rank} is out of range for a job of {}",
+                    self.ranks.len()
+                ),
             ),
             Some(Presence::Absent) => {
                 self.ranks[rank as usize] = Presence::Connected(conn);
@@ -227,13 +233,14 @@ fn accept_loop(listener: TcpListener, shared: Arc<Mutex<Shared>>, events: mpsc::
         // Replies are small and awaited; Nagle would only add latency.
         let _ = stream.set_nodelay(true);
         lock(&shared).writers.insert(conn, writer);
-        let shared = Arc::clone(&shared);
+        let thread_shared = Arc::clone(&shared);
         let events = events.clone();
         let spawned = thread::Builder::new()
             .name(format!("kvs-conn-{conn}"))
-            .spawn(move || serve_connection(conn, stream, shared, events));
+            .spawn(move || serve_connection(conn, stream, thread_shared, events));
         if spawned.is_err() {
-            continue;
+            // Dropping the writer closes the connection; that rank reports the error and exits.
+            lock(&shared).writers.remove(&conn);
         }
     }
 }
@@ -330,7 +337,10 @@ mod tests {
                 secret: b"guess".to_vec(),
             },
         );
-        assert!(matches!(&actions[..], [Action::Reply(9, Response::Error(_)), Action::Close(9)]));
+        assert!(matches!(
+            &actions[..],
+            [Action::Reply(9, Response::Error(_)), Action::Close(9)]
+        ));
         assert!(!s.is_authenticated(9));
         // The real rank 0 can still connect afterwards.
         assert_eq!(hello(&mut s, 1, 0), vec![Action::Reply(1, Response::Ok)]);
@@ -340,15 +350,24 @@ mod tests {
     fn requests_before_hello_are_refused() {
         let mut s = KvsState::new(1, b"sekrit");
         let actions = s.on_request(3, put("k", b"v"));
-        assert!(matches!(&actions[..], [Action::Reply(3, Response::Error(_)), Action::Close(3)]));
+        assert!(matches!(
+            &actions[..],
+            [Action::Reply(3, Response::Error(_)), Action::Close(3)]
+        ));
     }
 
     #[test]
     fn duplicate_and_out_of_range_ranks_are_refused() {
         let mut s = KvsState::new(2, b"sekrit");
         hello(&mut s, 1, 0);
-        assert!(matches!(hello(&mut s, 2, 0)[0], Action::Reply(2, Response::Error(_))));
-        assert!(matches!(hello(&mut s, 3, 2)[0], Action::Reply(3, Response::Error(_))));
+        assert!(matches!(
+            hello(&mut s, 2, 0)[0],
+            Action::Reply(2, Response::Error(_))
+        ));
+        assert!(matches!(
+            hello(&mut s, 3, 2)[0],
+            Action::Reply(3, Response::Error(_))
+        ));
     }
 
     #[test]

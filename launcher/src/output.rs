@@ -37,8 +37,9 @@ pub fn forward(
                 Sink::Stdout => copy_lines(source, &prefix, || io::stdout().lock()),
                 Sink::Stderr => copy_lines(source, &prefix, || io::stderr().lock()),
             };
-            // A write error means rsrun's own output is gone (closed pipe); the rank may still
-            // be useful, so keep waiting for its exit rather than killing the job.
+            // A write error means rsrun's own output is gone (e.g. `rsrun ... | head`). Returning
+            // drops our end of the rank's pipe, so the rank gets SIGPIPE on its next write, as it
+            // would writing to the closed pipe directly; its exit then decides the job.
             drop(result);
             let _ = events.send(Event::OutputDone);
         })?;

@@ -15,11 +15,22 @@ pub(crate) const MAX_HELLO_FRAME: u32 = 4 << 10;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     /// First message on a connection: which rank this is, proven by the job's secret.
-    Hello { rank: u32, secret: Vec<u8> },
-    Put { key: String, value: Vec<u8> },
+    Hello {
+        rank: u32,
+        secret: Vec<u8>,
+    },
+    Put {
+        key: String,
+        value: Vec<u8>,
+    },
     Fence,
-    Get { key: String },
-    Abort { code: i32, message: String },
+    Get {
+        key: String,
+    },
+    Abort {
+        code: i32,
+        message: String,
+    },
     Finalize,
 }
 

@@ -49,10 +49,15 @@ impl fmt::Display for PmlError {
             ),
             PmlError::Cancelled => write!(f, "the receive was cancelled"),
             PmlError::Wire { peer, error } => write!(f, "from rank {peer}: {error}"),
-            PmlError::Protocol { peer, what } => write!(f, "protocol error from rank {peer}: {what}"),
+            PmlError::Protocol { peer, what } => {
+                write!(f, "protocol error from rank {peer}: {what}")
+            }
             PmlError::UnknownPeer(peer) => write!(f, "rank {peer} has no transport"),
             PmlError::ReadFailed { peer, cause } => {
-                write!(f, "reading rendezvous data from rank {peer} failed: {cause}")
+                write!(
+                    f,
+                    "reading rendezvous data from rank {peer} failed: {cause}"
+                )
             }
         }
     }

@@ -128,7 +128,11 @@ mod tests {
             live.remove(&order);
             q.note_dead(7, |r| live.contains(&r.order));
         }
-        assert!(q.stored_refs() < 100, "dead references piled up: {}", q.stored_refs());
+        assert!(
+            q.stored_refs() < 100,
+            "dead references piled up: {}",
+            q.stored_refs()
+        );
         assert_eq!(q.front(7, |r| live.contains(&r.order)).unwrap().order, 0);
         live.remove(&0);
         q.note_dead(7, |r| live.contains(&r.order));

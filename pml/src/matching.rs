@@ -128,12 +128,21 @@ impl<P, U> Matcher<P, U> {
         }
     }
 
-    fn find_unexpected(&mut self, context: ContextId, source: SourceSel, tag: TagSel) -> Option<EntryRef> {
+    fn find_unexpected(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Option<EntryRef> {
         let unexpected = &self.unexpected;
         let live = |r| unexpected_live(unexpected, r);
         match (source, tag) {
-            (SourceSel::Rank(s), TagSel::Tag(t)) => self.unexpected_exact.front((context, s, t), live),
-            (SourceSel::Rank(s), TagSel::Any) => self.unexpected_by_source.front((context, s), live),
+            (SourceSel::Rank(s), TagSel::Tag(t)) => {
+                self.unexpected_exact.front((context, s, t), live)
+            }
+            (SourceSel::Rank(s), TagSel::Any) => {
+                self.unexpected_by_source.front((context, s), live)
+            }
             (SourceSel::Any, TagSel::Tag(t)) => self.unexpected_by_tag.front((context, t), live),
             (SourceSel::Any, TagSel::Any) => self.unexpected_any.front(context, live),
         }
@@ -178,7 +187,13 @@ impl<P, U> Matcher<P, U> {
     }
 
     /// Posts a receive that found no unexpected message (the caller tried `take_unexpected`).
-    pub fn post(&mut self, context: ContextId, source: SourceSel, tag: TagSel, item: P) -> PostedId {
+    pub fn post(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        item: P,
+    ) -> PostedId {
         let order = self.take_order();
         let slot = self.posted.insert(Posted {
             order,
@@ -255,8 +270,14 @@ mod tests {
         assert_eq!(m.match_arrival(env(1, -3)), None);
         m.queue_unexpected(env(1, -3), 9);
         assert!(m.peek_unexpected(0, SourceSel::Any, TagSel::Any).is_none());
-        assert!(m.peek_unexpected(0, SourceSel::Rank(1), TagSel::Any).is_none());
-        assert_eq!(m.take_unexpected(0, SourceSel::Any, TagSel::Tag(-3)).map(|x| x.1), Some(9));
+        assert!(m
+            .peek_unexpected(0, SourceSel::Rank(1), TagSel::Any)
+            .is_none());
+        assert_eq!(
+            m.take_unexpected(0, SourceSel::Any, TagSel::Tag(-3))
+                .map(|x| x.1),
+            Some(9)
+        );
     }
 
     #[test]

@@ -344,9 +344,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     pub fn post_send(&mut self, args: SendArgs<S>) -> Result<Handle, PmlError> {
         let len = args.buf.as_ref().len();
         let (p, caps) = self.peer(args.peer)?;
-        let eager_max = caps
-            .eager_limit
-            .min(caps.max_frame - MATCH_HEADER_LEN);
+        let eager_max = caps.eager_limit.min(caps.max_frame - MATCH_HEADER_LEN);
         let cost = len.saturating_add(EAGER_OVERHEAD);
         let eager = len <= eager_max && p.credit >= cost;
         if eager {
@@ -675,7 +673,9 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                     .ok()
                     .and_then(|b| p.credit.checked_add(b))
                     .filter(|&c| c <= budget)
-                    .ok_or_else(|| protocol(peer, format!("credit of {bytes} bytes exceeds the budget")))?;
+                    .ok_or_else(|| {
+                        protocol(peer, format!("credit of {bytes} bytes exceeds the budget"))
+                    })?;
                 p.credit = credit;
                 Ok(())
             }
@@ -702,7 +702,10 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                 remote,
             } => {
                 let len = usize::try_from(len).map_err(|_| {
-                    protocol(peer, format!("a message of {len} bytes is beyond this machine"))
+                    protocol(
+                        peer,
+                        format!("a message of {len} bytes is beyond this machine"),
+                    )
                 })?;
                 (
                     envelope,
@@ -763,9 +766,15 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                     *state = next;
                     Ok(())
                 }
-                None => Err(protocol(from, format!("{kind} for send {h} in the wrong state"))),
+                None => Err(protocol(
+                    from,
+                    format!("{kind} for send {h} in the wrong state"),
+                )),
             },
-            _ => Err(protocol(from, format!("{kind} for send {h}, which it was not sent"))),
+            _ => Err(protocol(
+                from,
+                format!("{kind} for send {h}, which it was not sent"),
+            )),
         }
     }
 
@@ -788,7 +797,10 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                     .ok()
                     .filter(|&n| n <= *send_len)
                     .ok_or_else(|| {
-                        protocol(from, format!("GET of {len} bytes from a {send_len}-byte send"))
+                        protocol(
+                            from,
+                            format!("GET of {len} bytes from a {send_len}-byte send"),
+                        )
                     })?;
                 if end == 0 {
                     *state = SendState::Done(Ok(()));
@@ -802,7 +814,12 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                     end,
                 }
             }
-            _ => return Err(protocol(from, format!("GET for send {h}, which is not waiting for one"))),
+            _ => {
+                return Err(protocol(
+                    from,
+                    format!("GET for send {h}, which is not waiting for one"),
+                ))
+            }
         };
         self.peers[from as usize].streams.push_back(stream);
         self.mark_ready(from);
@@ -818,7 +835,10 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     ) -> Result<(), PmlError> {
         let h = Handle::from_wire(recv_request);
         let Ok(Request::Recv { buf, state }) = self.requests.get_mut(h) else {
-            return Err(protocol(from, format!("DATA for receive {h}, which does not exist")));
+            return Err(protocol(
+                from,
+                format!("DATA for receive {h}, which does not exist"),
+            ));
         };
         let RecvState::Pulling {
             status,
@@ -827,11 +847,13 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
             peer,
         } = state
         else {
-            return Err(protocol(from, format!("DATA for receive {h}, which is not pulling")));
+            return Err(protocol(
+                from,
+                format!("DATA for receive {h}, which is not pulling"),
+            ));
         };
-        let in_place = *peer == from
-            && offset == *received as u64
-            && payload.len() <= *deliver - *received;
+        let in_place =
+            *peer == from && offset == *received as u64 && payload.len() <= *deliver - *received;
         if !in_place {
             return Err(protocol(
                 from,
@@ -864,9 +886,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     }
 
     pub fn has_output(&self, peer: Rank) -> bool {
-        self.peers
-            .get(peer as usize)
-            .is_some_and(Peer::has_output)
+        self.peers.get(peer as usize).is_some_and(Peer::has_output)
     }
 
     /// The next frame for `peer`; after the transport took it, call `transmitted(peer)`.
@@ -1033,7 +1053,11 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     // ---- completion ----
 
     pub fn is_complete(&self, h: Handle) -> Result<bool, PmlError> {
-        match self.requests.get(h).map_err(|s| PmlError::StaleRequest(s.0))? {
+        match self
+            .requests
+            .get(h)
+            .map_err(|s| PmlError::StaleRequest(s.0))?
+        {
             Request::Send { state, .. } => Ok(matches!(state, SendState::Done(_))),
             Request::Recv { state, .. } => Ok(matches!(state, RecvState::Done(_))),
         }
@@ -1044,7 +1068,11 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         if !self.is_complete(h)? {
             return Ok(None);
         }
-        let completion = match self.requests.remove(h).map_err(|s| PmlError::StaleRequest(s.0))? {
+        let completion = match self
+            .requests
+            .remove(h)
+            .map_err(|s| PmlError::StaleRequest(s.0))?
+        {
             Request::Send {
                 buf,
                 state: SendState::Done(result),

@@ -19,7 +19,9 @@ pub enum Arrival {
     InOrder,
     Early,
     /// Behind the expected number (a duplicate) or beyond the reorder window.
-    Invalid { expected: u32 },
+    Invalid {
+        expected: u32,
+    },
 }
 
 /// Numbers a sender's outgoing messages and orders a receiver's incoming ones.

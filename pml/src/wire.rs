@@ -86,30 +86,56 @@ pub enum Frame<'a> {
 /// Why bytes from the wire are not a frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WireError {
-    Short { len: usize, need: usize },
+    Short {
+        len: usize,
+        need: usize,
+    },
     Version(u8),
     Kind(u8),
-    Flags { kind: u8, flags: u8 },
-    Reserved { kind: u8 },
-    Length { kind: u8, len: usize, expected: usize },
-    ZeroRequest { kind: u8 },
+    Flags {
+        kind: u8,
+        flags: u8,
+    },
+    Reserved {
+        kind: u8,
+    },
+    Length {
+        kind: u8,
+        len: usize,
+        expected: usize,
+    },
+    ZeroRequest {
+        kind: u8,
+    },
 }
 
 impl fmt::Display for WireError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WireError::Short { len, need } => {
-                write!(f, "malformed frame: {len} bytes, a header needs at least {need}")
+                write!(
+                    f,
+                    "malformed frame: {len} bytes, a header needs at least {need}"
+                )
             }
             WireError::Version(v) => {
-                write!(f, "malformed frame: wire version {v}, this build speaks {VERSION}")
+                write!(
+                    f,
+                    "malformed frame: wire version {v}, this build speaks {VERSION}"
+                )
             }
             WireError::Kind(k) => write!(f, "malformed frame: unknown frame kind {k}"),
             WireError::Flags { kind, flags } => {
-                write!(f, "malformed frame: kind {kind} with unknown flags {flags:#04x}")
+                write!(
+                    f,
+                    "malformed frame: kind {kind} with unknown flags {flags:#04x}"
+                )
             }
             WireError::Reserved { kind } => {
-                write!(f, "malformed frame: kind {kind} with non-zero reserved bytes")
+                write!(
+                    f,
+                    "malformed frame: kind {kind} with non-zero reserved bytes"
+                )
             }
             WireError::Length {
                 kind,
@@ -120,7 +146,10 @@ impl fmt::Display for WireError {
                 "malformed frame: kind {kind} is {len} bytes, expected {expected}"
             ),
             WireError::ZeroRequest { kind } => {
-                write!(f, "malformed frame: kind {kind} names request 0, which never exists")
+                write!(
+                    f,
+                    "malformed frame: kind {kind} names request 0, which never exists"
+                )
             }
         }
     }
@@ -193,7 +222,10 @@ impl<'a> Frame<'a> {
     /// Decodes one whole frame (the transport delimits frames).
     pub fn decode(b: &'a [u8]) -> Result<Frame<'a>, WireError> {
         if b.len() < 4 {
-            return Err(WireError::Short { len: b.len(), need: 4 });
+            return Err(WireError::Short {
+                len: b.len(),
+                need: 4,
+            });
         }
         let (version, kind, flags) = (b[0], b[1], b[2]);
         if version != VERSION {
@@ -406,10 +438,15 @@ mod tests {
             envelope: ENV,
             send_request: 5,
             len: 1 << 40,
-            remote: RemoteKey { addr: 0xdead_beef, key: 42 },
+            remote: RemoteKey {
+                addr: 0xdead_beef,
+                key: 42,
+            },
         });
         roundtrip(Frame::Fin { send_request: 1 });
-        roundtrip(Frame::Ack { send_request: u64::MAX });
+        roundtrip(Frame::Ack {
+            send_request: u64::MAX,
+        });
         roundtrip(Frame::Credit { bytes: 0 });
         roundtrip(Frame::Get {
             send_request: 1,
@@ -438,9 +475,15 @@ mod tests {
 
     #[test]
     fn bad_bytes_are_named_errors() {
-        assert_eq!(Frame::decode(&[1, 3]), Err(WireError::Short { len: 2, need: 4 }));
+        assert_eq!(
+            Frame::decode(&[1, 3]),
+            Err(WireError::Short { len: 2, need: 4 })
+        );
         assert_eq!(Frame::decode(&[9, 3, 0, 0]), Err(WireError::Version(9)));
-        assert_eq!(Frame::decode(&[VERSION, 200, 0, 0]), Err(WireError::Kind(200)));
+        assert_eq!(
+            Frame::decode(&[VERSION, 200, 0, 0]),
+            Err(WireError::Kind(200))
+        );
         assert!(matches!(
             Frame::decode(&[VERSION, KIND_FIN, 0, 0]),
             Err(WireError::Length { expected: 16, .. })
@@ -452,7 +495,10 @@ mod tests {
         let mut fin = [0u8; 16];
         fin[0] = VERSION;
         fin[1] = KIND_FIN;
-        assert_eq!(Frame::decode(&fin), Err(WireError::ZeroRequest { kind: KIND_FIN }));
+        assert_eq!(
+            Frame::decode(&fin),
+            Err(WireError::ZeroRequest { kind: KIND_FIN })
+        );
         let msg = WireError::Length {
             kind: 2,
             len: 3,

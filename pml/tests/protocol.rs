@@ -30,7 +30,9 @@ struct Pair {
 
 fn kind(frame: &Frame<'_>) -> &'static str {
     match frame {
-        Frame::Match { sync_request: None, .. } => "MATCH",
+        Frame::Match {
+            sync_request: None, ..
+        } => "MATCH",
         Frame::Match { .. } => "MATCH+SYNC",
         Frame::Rts { .. } => "RTS",
         Frame::Fin { .. } => "FIN",
@@ -134,7 +136,9 @@ impl Pair {
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 #[test]
@@ -227,7 +231,10 @@ fn rendezvous_by_remote_read() {
     let s = p.send(0, 2, data.clone(), SendMode::Standard);
     p.run();
     assert_eq!(p.kinds(), ["RTS"], "an unmatched RTS carries no data");
-    assert!(!p.send_done(0, s), "the sender's buffer stays put until FIN");
+    assert!(
+        !p.send_done(0, s),
+        "the sender's buffer stays put until FIN"
+    );
     let r = p.recv(1, SourceSel::Rank(0), TagSel::Any, 100_000);
     p.run();
     assert_eq!(p.kinds(), ["RTS", "FIN"]);
@@ -260,7 +267,11 @@ fn truncation_names_both_lengths_and_writes_nothing_past_the_buffer() {
         p.run();
         let (buf, result) = p.recv_result(1, r);
         assert_eq!(buf.len(), 40);
-        assert_eq!(buf, data[..40], "the buffer holds the message's first bytes");
+        assert_eq!(
+            buf,
+            data[..40],
+            "the buffer holds the message's first bytes"
+        );
         let err = result.unwrap_err();
         assert!(matches!(
             err,
@@ -271,8 +282,14 @@ fn truncation_names_both_lengths_and_writes_nothing_past_the_buffer() {
             } if message_len == len
         ));
         let text = err.to_string();
-        assert!(text.contains(&len.to_string()) && text.contains("40"), "{text}");
-        assert!(p.send_done(0, s), "a truncated receive still releases the sender");
+        assert!(
+            text.contains(&len.to_string()) && text.contains("40"),
+            "{text}"
+        );
+        assert!(
+            p.send_done(0, s),
+            "a truncated receive still releases the sender"
+        );
     }
 }
 
@@ -310,7 +327,10 @@ fn unexpected_budget_turns_eager_into_rendezvous_and_credit_restores_it() {
         p.send(0, 1, pattern(100, 0), SendMode::Standard);
     }
     p.run();
-    assert_eq!(p.kinds(), ["MATCH", "MATCH", "MATCH", "MATCH", "RTS", "RTS"]);
+    assert_eq!(
+        p.kinds(),
+        ["MATCH", "MATCH", "MATCH", "MATCH", "RTS", "RTS"]
+    );
     // Receiving gives the budget back in batches; the next message goes eagerly again.
     let recvs: Vec<_> = (0..6)
         .map(|_| p.recv(1, SourceSel::Rank(0), TagSel::Tag(1), 100))
@@ -335,7 +355,10 @@ fn stale_handle_is_an_error() {
         p.cores[0].take_completion(s),
         Ok(Some(Completion::Send { result: Ok(()), .. }))
     ));
-    assert_eq!(p.cores[0].take_completion(s).unwrap_err(), PmlError::StaleRequest(s));
+    assert_eq!(
+        p.cores[0].take_completion(s).unwrap_err(),
+        PmlError::StaleRequest(s)
+    );
     let s2 = p.send(0, 1, vec![1], SendMode::Standard);
     assert_ne!(s, s2);
     assert_eq!(p.cores[0].is_complete(s), Err(PmlError::StaleRequest(s)));
@@ -365,18 +388,28 @@ fn probe_leaves_and_matched_probe_takes() {
     p.run();
     let st = p.cores[1].probe(0, SourceSel::Any, TagSel::Tag(6)).unwrap();
     assert_eq!(st.len, 30);
-    assert_eq!(p.cores[1].probe(0, SourceSel::Any, TagSel::Tag(6)), Some(st));
-    let (m, st) = p.cores[1].matched_probe(0, SourceSel::Rank(0), TagSel::Any).unwrap();
+    assert_eq!(
+        p.cores[1].probe(0, SourceSel::Any, TagSel::Tag(6)),
+        Some(st)
+    );
+    let (m, st) = p.cores[1]
+        .matched_probe(0, SourceSel::Rank(0), TagSel::Any)
+        .unwrap();
     assert_eq!(st.len, 30);
     // The probed message is no longer visible: the next probe sees the rendezvous one.
-    let (m2, st2) = p.cores[1].matched_probe(0, SourceSel::Any, TagSel::Any).unwrap();
+    let (m2, st2) = p.cores[1]
+        .matched_probe(0, SourceSel::Any, TagSel::Any)
+        .unwrap();
     assert_eq!(st2.len, 5000);
     let r2 = p.cores[1].matched_recv(m2, vec![0; 5000]).unwrap();
     let r = p.cores[1].matched_recv(m, vec![0; 30]).unwrap();
     p.run();
     assert_eq!(p.recv_result(1, r).0, pattern(30, 1));
     assert_eq!(p.recv_result(1, r2).0, pattern(5000, 2));
-    assert!(p.cores[1].matched_recv(m, vec![]).is_err(), "a message is received once");
+    assert!(
+        p.cores[1].matched_recv(m, vec![]).is_err(),
+        "a message is received once"
+    );
 }
 
 fn match_frame(seq: u32, tag: i32, payload: &[u8]) -> Vec<u8> {
@@ -401,17 +434,24 @@ fn match_frame(seq: u32, tag: i32, payload: &[u8]) -> Vec<u8> {
 fn early_arrivals_wait_for_their_turn() {
     let mut core: TestCore = Core::new(1, CoreConfig::default());
     core.set_peer(0, caps(true));
-    let r = core.post_recv(0, SourceSel::Rank(0), TagSel::Any, vec![0; 1]).unwrap();
+    let r = core
+        .post_recv(0, SourceSel::Rank(0), TagSel::Any, vec![0; 1])
+        .unwrap();
     core.on_frame(0, &match_frame(2, 1, b"c")).unwrap();
     core.on_frame(0, &match_frame(1, 1, b"b")).unwrap();
-    assert!(!core.is_complete(r).unwrap(), "matched a message sent after an earlier one");
+    assert!(
+        !core.is_complete(r).unwrap(),
+        "matched a message sent after an earlier one"
+    );
     core.on_frame(0, &match_frame(0, 1, b"a")).unwrap();
     let Some(Completion::Recv { buf, .. }) = core.take_completion(r).unwrap() else {
         panic!("not complete");
     };
     assert_eq!(buf, b"a");
     for want in [b"b", b"c"] {
-        let r = core.post_recv(0, SourceSel::Any, TagSel::Any, vec![0; 1]).unwrap();
+        let r = core
+            .post_recv(0, SourceSel::Any, TagSel::Any, vec![0; 1])
+            .unwrap();
         let Some(Completion::Recv { buf, .. }) = core.take_completion(r).unwrap() else {
             panic!("not complete");
         };
@@ -423,7 +463,10 @@ fn early_arrivals_wait_for_their_turn() {
 fn bad_frames_are_errors_not_panics() {
     let mut core: TestCore = Core::new(2, CoreConfig::default());
     core.set_peer(0, caps(true));
-    assert!(matches!(core.on_frame(0, &[1, 2]), Err(PmlError::Wire { peer: 0, .. })));
+    assert!(matches!(
+        core.on_frame(0, &[1, 2]),
+        Err(PmlError::Wire { peer: 0, .. })
+    ));
     // A duplicate sequence number.
     core.on_frame(0, &match_frame(0, 1, b"")).unwrap();
     let err = core.on_frame(0, &match_frame(0, 1, b"")).unwrap_err();
@@ -431,16 +474,25 @@ fn bad_frames_are_errors_not_panics() {
     // Control frames for requests that do not exist.
     let mut h = [0u8; MAX_HEADER_LEN];
     let n = Frame::Fin { send_request: 77 }.encode_header(&mut h);
-    assert!(matches!(core.on_frame(0, &h[..n]), Err(PmlError::Protocol { peer: 0, .. })));
+    assert!(matches!(
+        core.on_frame(0, &h[..n]),
+        Err(PmlError::Protocol { peer: 0, .. })
+    ));
     let n = Frame::Data {
         recv_request: 5,
         offset: 0,
         payload: b"",
     }
     .encode_header(&mut h);
-    assert!(matches!(core.on_frame(0, &h[..n]), Err(PmlError::Protocol { .. })));
+    assert!(matches!(
+        core.on_frame(0, &h[..n]),
+        Err(PmlError::Protocol { .. })
+    ));
     let n = Frame::Credit { bytes: u64::MAX }.encode_header(&mut h);
-    assert!(matches!(core.on_frame(0, &h[..n]), Err(PmlError::Protocol { .. })));
+    assert!(matches!(
+        core.on_frame(0, &h[..n]),
+        Err(PmlError::Protocol { .. })
+    ));
     // A peer with no transport.
     assert_eq!(core.on_frame(1, &h[..n]), Err(PmlError::UnknownPeer(1)));
 }

@@ -59,7 +59,8 @@ pub fn spawn_rank(spec: &LaunchSpec<'_>, rank: u32) -> io::Result<RankProcess> {
     // rsrun blocks SIGINT/SIGTERM/SIGHUP in all its threads (see `signals`), and a blocked mask
     // survives exec; std's posix_spawn path does not clear it, so the child does it here.
     let unblock = crate::signals::forwarded_set();
-    let cpu = (!spec.cpus.is_empty()).then(|| cpu_set_of(spec.cpus[rank as usize % spec.cpus.len()]));
+    let cpu =
+        (!spec.cpus.is_empty()).then(|| cpu_set_of(spec.cpus[rank as usize % spec.cpus.len()]));
     // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
     // calls are allowed. It makes two raw system calls (sigprocmask, sched_setaffinity) on
     // sets built in the parent, and neither allocates nor takes locks.

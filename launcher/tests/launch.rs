@@ -1,0 +1,348 @@
+//! rsrun end to end with real processes: environment, output forwarding, stdin, failures,
+//! signals, timeouts. Ranks are small shell scripts.
+
+mod common;
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use common::{alive, finish, rsrun, run, scratch_dir, start};
+
+fn sh(n: &str, script: &str) -> Vec<String> {
+    ["-n", n, "sh", "-c", script]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+fn run_sh(extra: &[&str], n: &str, script: &str) -> common::Run {
+    let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    args.extend(sh(n, script));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run(&mut rsrun(&args), b"")
+}
+
+fn is_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+#[test]
+fn ranks_see_their_place_in_the_job() {
+    let mut job_ids = HashSet::new();
+    for n in [1u32, 2, 4, 8] {
+        let r = run_sh(
+            &[],
+            &n.to_string(),
+            "echo $MPIRT_RANK $MPIRT_SIZE $MPIRT_LOCAL_RANK $MPIRT_LOCAL_SIZE \
+             $MPIRT_JOB_ID $MPIRT_KVS_ADDR $MPIRT_KVS_SECRET",
+        );
+        assert_eq!(r.code(), Some(0), "{}", r.stderr);
+        let rows: Vec<Vec<&str>> = r.stdout.lines().map(|l| l.split(' ').collect()).collect();
+        assert_eq!(rows.len(), n as usize, "{}", r.stdout);
+        let mut ranks: Vec<u32> = rows.iter().map(|f| f[0].parse().unwrap()).collect();
+        ranks.sort_unstable();
+        assert_eq!(ranks, (0..n).collect::<Vec<_>>());
+        for f in &rows {
+            assert_eq!(f.len(), 7, "{f:?}");
+            assert_eq!(f[1], n.to_string());
+            assert_eq!(f[2], f[0], "local rank equals rank on one host");
+            assert_eq!(f[3], n.to_string());
+            assert!(is_hex(f[4], 16), "job id {}", f[4]);
+            assert_eq!(f[4], rows[0][4], "one job id per job");
+            assert!(f[5].starts_with("127.0.0.1:"), "kvs addr {}", f[5]);
+            assert!(is_hex(f[6], 32), "secret {}", f[6]);
+        }
+        job_ids.insert(rows[0][4].to_string());
+    }
+    assert_eq!(job_ids.len(), 4, "job ids are unique per job");
+}
+
+#[test]
+fn tag_output_prefixes_every_line_with_the_rank() {
+    let r = run_sh(
+        &["--tag-output"],
+        "2",
+        "printf 'a\\nb\\nno-newline'; echo oops >&2",
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert_eq!(
+        r.sorted_lines(),
+        [
+            "[0] a",
+            "[0] b",
+            "[0] no-newline",
+            "[1] a",
+            "[1] b",
+            "[1] no-newline"
+        ]
+    );
+    let mut errs: Vec<&str> = r.stderr.lines().collect();
+    errs.sort_unstable();
+    assert_eq!(errs, ["[0] oops", "[1] oops"]);
+}
+
+#[test]
+fn lines_from_concurrent_ranks_are_never_split() {
+    // awk writes in 4 KiB blocks, so lines straddle writes; 8 ranks write at once.
+    let script = "awk -v r=$MPIRT_RANK 'BEGIN { for (i = 0; i < 2000; i++) \
+                  printf \"rank %d line %d %0200d\\n\", r, i, i }'";
+    let r = run_sh(&[], "8", script);
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    let mut next = [0u32; 8];
+    for line in r.stdout.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        assert_eq!(f.len(), 5, "split or merged line: {line:.80}");
+        let rank: usize = f[1].parse().unwrap();
+        let i: u32 = f[3].parse().unwrap();
+        assert_eq!(i, next[rank], "rank {rank}'s lines out of order");
+        assert_eq!(f[4], format!("{i:0200}"));
+        next[rank] += 1;
+    }
+    assert_eq!(next, [2000; 8]);
+}
+
+#[test]
+fn exported_and_set_variables_reach_every_rank() {
+    let mut cmd = rsrun(&[
+        "-x",
+        "RSRUN_TEST_FROM_PARENT",
+        "-x",
+        "RSRUN_TEST_ASSIGNED=x1",
+        "--env",
+        "RSRUN_TEST_ENV=a=b",
+        "--transport",
+        "tcp",
+        "--eager-limit",
+        "4096",
+        "--verbose",
+        "-n",
+        "2",
+        "sh",
+        "-c",
+        "echo $RSRUN_TEST_FROM_PARENT $RSRUN_TEST_ASSIGNED $RSRUN_TEST_ENV \
+         $MPIRT_TRANSPORT $MPIRT_EAGER_LIMIT $MPIRT_VERBOSE",
+    ]);
+    cmd.env("RSRUN_TEST_FROM_PARENT", "parent value");
+    let r = run(&mut cmd, b"");
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    let line = "parent value x1 a=b tcp 4096 1";
+    assert_eq!(r.sorted_lines(), [line, line]);
+    assert!(
+        r.stderr.contains("rsrun: job "),
+        "verbose says what it does"
+    );
+}
+
+#[test]
+fn stdin_goes_to_rank_zero_only() {
+    let mut cmd = rsrun(&[
+        "--tag-output",
+        "-n",
+        "3",
+        "sh",
+        "-c",
+        "read line; echo \"got:$line\"",
+    ]);
+    let r = run(&mut cmd, b"hello\n");
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert_eq!(r.sorted_lines(), ["[0] got:hello", "[1] got:", "[2] got:"]);
+}
+
+#[test]
+fn arguments_after_the_program_belong_to_it() {
+    let r = run(
+        &mut rsrun(&[
+            "-n",
+            "1",
+            "sh",
+            "-c",
+            "echo \"$@\"",
+            "sh",
+            "--foo",
+            "-n",
+            "5",
+        ]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert_eq!(r.stdout, "--foo -n 5\n");
+}
+
+#[test]
+fn a_failing_rank_ends_the_job_and_leaves_no_process_behind() {
+    let dir = scratch_dir("failing-rank");
+    let d = dir.display();
+    // Every rank records its pid and its background child's; rank 3 fails once all have.
+    let script = format!(
+        "sleep 100 & echo $! > {d}/child.$MPIRT_RANK; echo $$ > {d}/pid.$MPIRT_RANK; \
+         if [ $MPIRT_RANK = 3 ]; then \
+           while [ $(ls {d} | wc -l) -lt 8 ]; do sleep 0.02; done; exit 3; \
+         fi; wait"
+    );
+    let r = run_sh(&[], "4", &script);
+    assert_eq!(r.code(), Some(3), "exit code is the rank's status");
+    assert!(
+        r.stderr.contains("rsrun: rank 3 (pid ") && r.stderr.contains("exited with status 3"),
+        "{}",
+        r.stderr
+    );
+    let pids: Vec<u32> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| {
+            fs::read_to_string(e.unwrap().path())
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(pids.len(), 8);
+    // Orphaned grandchildren are reaped by init, which may take a moment.
+    for _ in 0..100 {
+        if !pids.iter().any(|&p| alive(p)) {
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_rank_killed_by_a_signal_is_reported_within_two_seconds() {
+    let r = run_sh(
+        &[],
+        "2",
+        "if [ $MPIRT_RANK = 1 ]; then kill -9 $$; fi; sleep 100",
+    );
+    assert_eq!(r.code(), Some(128 + 9));
+    assert!(
+        r.stderr.contains("rsrun: rank 1 (pid ")
+            && r.stderr.contains("killed by signal 9 (SIGKILL)"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.elapsed < Duration::from_secs(2), "took {:?}", r.elapsed);
+}
+
+#[test]
+fn ranks_ignoring_sigterm_are_killed_after_the_grace_period() {
+    let dir = scratch_dir("ignoring-sigterm");
+    let d = dir.display();
+    // Rank 0 fails only once the others have said they ignore SIGTERM.
+    let script = format!(
+        "trap '' TERM; if [ $MPIRT_RANK = 0 ]; then \
+           while [ $(ls {d} | wc -l) -lt 2 ]; do sleep 0.02; done; exit 1; \
+         fi; echo > {d}/ignoring.$MPIRT_RANK; sleep 100"
+    );
+    let r = run_sh(&["--grace", "0.5"], "3", &script);
+    assert_eq!(r.code(), Some(1));
+    assert!(
+        r.elapsed >= Duration::from_millis(500) && r.elapsed < Duration::from_secs(2),
+        "took {:?}",
+        r.elapsed
+    );
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn sigint_to_rsrun_reaches_every_rank() {
+    let dir = scratch_dir("sigint");
+    let d = dir.display();
+    let script = format!(
+        "trap 'echo > {d}/got-int.$MPIRT_RANK; exit 0' INT; echo ready; \
+         while true; do sleep 0.05; done"
+    );
+    let mut cmd = rsrun(&["-n", "2", "sh", "-c", &script]);
+    let (mut child, started) = start(&mut cmd, b"");
+    // Signal only once both ranks have set their trap and said so.
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let _ = tx.send(line.unwrap());
+        }
+    });
+    for _ in 0..2 {
+        let line = rx.recv_timeout(common::LIMIT).expect("ranks said ready");
+        assert_eq!(line, "ready");
+    }
+    // SAFETY: kill has no memory-safety preconditions; the pid is our live child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let r = finish(child, started);
+    assert_eq!(r.code(), Some(130), "{}", r.stderr);
+    assert!(r.stderr.contains("SIGINT"), "{}", r.stderr);
+    for rank in 0..2 {
+        assert!(
+            dir.join(format!("got-int.{rank}")).exists(),
+            "rank {rank} saw SIGINT"
+        );
+    }
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn timeout_ends_the_job() {
+    let r = run(
+        &mut rsrun(&["--timeout", "0.3", "-n", "2", "sleep", "100"]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(124));
+    assert!(r.stderr.contains("timed out"), "{}", r.stderr);
+    assert!(r.elapsed < Duration::from_secs(2), "took {:?}", r.elapsed);
+}
+
+#[test]
+fn a_missing_program_is_named_and_fails_fast() {
+    let r = run(
+        &mut rsrun(&["-n", "4", "/nonexistent/rsrun-test-program"]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(127));
+    assert!(
+        r.stderr
+            .contains("cannot start '/nonexistent/rsrun-test-program'"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.elapsed < Duration::from_secs(1), "took {:?}", r.elapsed);
+}
+
+#[test]
+fn a_crashed_job_leaves_nothing_in_dev_shm() {
+    let r = run_sh(
+        &[],
+        "2",
+        "echo x > /dev/shm/mpirt-$MPIRT_JOB_ID-seg.$MPIRT_RANK; echo $MPIRT_JOB_ID; \
+         kill -9 $$",
+    );
+    assert_eq!(r.code(), Some(137), "{}", r.stderr);
+    let job_id = r.stdout.lines().next().expect("rank printed the job id");
+    let left: Vec<String> = fs::read_dir("/dev/shm")
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains(job_id))
+        .collect();
+    assert!(left.is_empty(), "left in /dev/shm: {left:?}");
+}
+
+#[test]
+fn bind_to_core_pins_each_rank_to_one_cpu() {
+    let r = run_sh(
+        &["--bind-to", "core"],
+        "3",
+        "grep Cpus_allowed_list /proc/self/status",
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines.len(), 3);
+    for line in lines {
+        let cpus = line.split_whitespace().last().unwrap();
+        assert!(cpus.parse::<usize>().is_ok(), "pinned to one cpu: {line}");
+    }
+}

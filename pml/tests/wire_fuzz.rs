@@ -1,0 +1,51 @@
+//! Arbitrary bytes into the frame decoder and into a live core: errors, never panics.
+
+use pml::protocol::{Core, CoreConfig, PeerCaps};
+use pml::wire::{Frame, MAX_HEADER_LEN};
+use proptest::prelude::*;
+
+fn valid_prefix() -> impl Strategy<Value = Vec<u8>> {
+    // Start most inputs with a plausible version and kind so the fuzzing reaches past the
+    // first checks into every kind's field validation.
+    (
+        1u8..=1,
+        0u8..9,
+        0u8..3,
+        prop::collection::vec(any::<u8>(), 0..80),
+    )
+        .prop_map(|(v, k, f, rest)| {
+            let mut b = vec![v, k, f, 0];
+            b.extend(rest);
+            b
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 20_000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn decoding_never_panics(bytes in prop_oneof![prop::collection::vec(any::<u8>(), 0..128), valid_prefix()]) {
+        if let Ok(frame) = Frame::decode(&bytes) {
+            // Whatever decodes re-encodes to the same bytes.
+            let mut h = [0u8; MAX_HEADER_LEN];
+            let n = frame.encode_header(&mut h);
+            let mut again = h[..n].to_vec();
+            again.extend_from_slice(frame.payload());
+            prop_assert_eq!(again, bytes);
+        }
+    }
+
+    #[test]
+    fn a_core_survives_garbage(frames in prop::collection::vec(valid_prefix(), 1..20)) {
+        let mut core: Core<Vec<u8>, Vec<u8>> = Core::new(1, CoreConfig::default());
+        core.set_peer(0, PeerCaps { eager_limit: 64, max_frame: 256, remote_read: false });
+        for f in frames {
+            let _ = core.on_frame(0, &f);
+        }
+        while let Some(p) = core.next_ready_peer() {
+            while core.next_transmit(p).is_some() {
+                core.transmitted(p);
+            }
+        }
+    }
+}
