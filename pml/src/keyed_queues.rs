@@ -59,6 +59,12 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
         None
     }
 
+    /// True when no queue holds anything; lets a matcher skip a whole class of selectors
+    /// (most programs post no wildcard receives at all).
+    pub fn is_empty(&self) -> bool {
+        self.queues.is_empty()
+    }
+
     /// Records that one reference under `key` now points at a removed entry. Every removal
     /// must be reported to every queue holding the entry, exactly once.
     pub fn note_dead(&mut self, key: K, is_live: impl Fn(EntryRef) -> bool) {

@@ -3,6 +3,8 @@
 //! The matching ([`matching`]) and protocol ([`protocol`]) cores do no I/O: they take events
 //! and hand back frames to send and reads to perform. Transports ([`transport`]) move bytes.
 
+pub mod config;
+pub mod engine;
 pub mod envelope;
 pub mod error;
 mod keyed_queues;
@@ -13,8 +15,10 @@ pub mod sequence;
 pub mod transport;
 pub mod wire;
 
+pub use config::{EngineConfig, TransportChoice};
+pub use engine::{Done, Engine, EngineError, Wireup};
 pub use envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
 pub use error::PmlError;
-pub use protocol::{Action, Completion, Core, CoreConfig, PeerCaps, SendArgs, SendMode};
+pub use protocol::{Action, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, SendMode};
 pub use requests::Handle;
 pub use wire::RemoteKey;

@@ -97,10 +97,15 @@ impl<P, U> Matcher<P, U> {
         let user = is_user_tag(t);
         let candidates = [
             self.posted_exact.front((c, s, t), live),
-            user.then(|| self.posted_by_source.front((c, s), live))
+            (user && !self.posted_by_source.is_empty())
+                .then(|| self.posted_by_source.front((c, s), live))
                 .flatten(),
-            self.posted_by_tag.front((c, t), live),
-            user.then(|| self.posted_any.front(c, live)).flatten(),
+            (!self.posted_by_tag.is_empty())
+                .then(|| self.posted_by_tag.front((c, t), live))
+                .flatten(),
+            (user && !self.posted_any.is_empty())
+                .then(|| self.posted_any.front(c, live))
+                .flatten(),
         ];
         let earliest = candidates.into_iter().flatten().min_by_key(|r| r.order)?;
         Some(self.remove_posted(earliest))

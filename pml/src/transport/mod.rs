@@ -1,1 +1,3 @@
 //! Byte movers: each transport carries whole frames and, where it can, reads remote memory.
+
+pub mod shm;

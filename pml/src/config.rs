@@ -1,0 +1,97 @@
+//! Runtime settings of the point-to-point layer, read from `MPIRT_*` environment variables
+//! (which `rsrun`'s flags set).
+
+use std::env;
+
+/// Which transport carries traffic between ranks on one host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransportChoice {
+    /// Shared memory between ranks on one host, the network otherwise.
+    Auto,
+    Shm,
+    Tcp,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineConfig {
+    pub transport: TransportChoice,
+    /// Largest message sent eagerly over shared memory.
+    pub shm_eager_limit: usize,
+    /// Bytes of each (sender, receiver) ring in the shared-memory segment.
+    pub shm_ring_bytes: usize,
+    /// Eager bytes a peer may have outstanding here before it must use rendezvous.
+    pub unexpected_budget: usize,
+    /// Whether to print the transport choices at start-up.
+    pub verbose: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            transport: TransportChoice::Auto,
+            shm_eager_limit: 16 << 10,
+            shm_ring_bytes: 512 << 10,
+            unexpected_budget: 4 << 20,
+            verbose: false,
+        }
+    }
+}
+
+fn size_var(name: &str, default: usize) -> Result<usize, String> {
+    match env::var(name) {
+        Err(_) => Ok(default),
+        Ok(v) => parse_size(&v).ok_or_else(|| {
+            format!("{name}='{v}' is not a size (a number of bytes, optionally with k, m or g)")
+        }),
+    }
+}
+
+/// `4096`, `64k`, `1m`, `2g`: the forms users type for sizes.
+fn parse_size(v: &str) -> Option<usize> {
+    let v = v.trim();
+    let (digits, shift) = match v.chars().last()?.to_ascii_lowercase() {
+        'k' => (&v[..v.len() - 1], 10),
+        'm' => (&v[..v.len() - 1], 20),
+        'g' => (&v[..v.len() - 1], 30),
+        _ => (v, 0),
+    };
+    digits.parse::<usize>().ok()?.checked_mul(1 << shift)
+}
+
+impl EngineConfig {
+    pub fn from_env() -> Result<EngineConfig, String> {
+        let d = EngineConfig::default();
+        let transport = match env::var("MPIRT_TRANSPORT").as_deref() {
+            Err(_) | Ok("") | Ok("auto") => TransportChoice::Auto,
+            Ok("shm") => TransportChoice::Shm,
+            Ok("tcp") => TransportChoice::Tcp,
+            Ok(other) => {
+                return Err(format!(
+                    "MPIRT_TRANSPORT='{other}' is not a transport (auto, shm or tcp)"
+                ))
+            }
+        };
+        Ok(EngineConfig {
+            transport,
+            shm_eager_limit: size_var("MPIRT_EAGER_LIMIT", d.shm_eager_limit)?,
+            shm_ring_bytes: size_var("MPIRT_SHM_RING_BYTES", d.shm_ring_bytes)?,
+            unexpected_budget: size_var("MPIRT_UNEXPECTED_BUDGET", d.unexpected_budget)?,
+            verbose: matches!(env::var("MPIRT_VERBOSE").as_deref(), Ok(v) if !v.is_empty() && v != "0"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_suffixes() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("64k"), Some(65536));
+        assert_eq!(parse_size("1M"), Some(1 << 20));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("99999999999999999999g"), None);
+    }
+}

@@ -1,0 +1,622 @@
+//! Progress: drives the transports, feeds arriving frames to the protocol core, carries out
+//! its actions, and waits without burning a core when nothing moves.
+//!
+//! One engine per process. It owns the user buffers of in-flight requests only as raw
+//! pointers: the layer above (mpirt) guarantees, through blocking calls and request scopes,
+//! that a buffer outlives its request — the contract of `post_send` and `post_recv`.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+use std::{fmt, ptr, slice};
+
+use crate::config::{EngineConfig, TransportChoice};
+use crate::envelope::{ContextId, Rank, SourceSel, Status, Tag, TagSel};
+use crate::error::PmlError;
+use crate::protocol::{Action, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs};
+use crate::requests::Handle;
+use crate::transport::shm::{self, ShmConfig, ShmTransport};
+use crate::wire::RemoteKey;
+
+pub use crate::protocol::SendMode;
+
+/// How the engine learns about its peers: rank, size, and a key-value exchange with a fence
+/// (rsrun's service, PMI-2 under Slurm, or a local map for a singleton).
+pub trait Wireup {
+    fn rank(&self) -> u32;
+    fn size(&self) -> u32;
+    /// Unique per job, so that shared-memory names of two jobs never collide.
+    fn job_id(&self) -> String;
+    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String>;
+    fn fence(&mut self) -> Result<(), String>;
+    fn get(&mut self, key: &str) -> Result<Vec<u8>, String>;
+}
+
+/// A send buffer lent to the engine until the send completes.
+pub struct SendBuf {
+    ptr: *const u8,
+    len: usize,
+}
+
+impl AsRef<[u8]> for SendBuf {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `post_send`'s caller guarantees `ptr` is valid for `len` bytes and unchanged
+        // until the request completes, and the engine drops this `SendBuf` at completion.
+        unsafe { slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+/// A receive buffer lent to the engine until the receive completes.
+pub struct RecvBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl AsMut<[u8]> for RecvBuf {
+    fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `post_recv`'s caller guarantees `ptr` is valid for writes of `len` bytes and
+        // not otherwise accessed until the request completes; this `RecvBuf` is dropped then.
+        unsafe { slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+/// How a finished request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Done {
+    Sent,
+    Received(Status),
+}
+
+/// Failures of the engine as a whole, at start-up or from a transport.
+#[derive(Debug)]
+pub enum EngineError {
+    Config(String),
+    Wireup(String),
+    Transport(String),
+    Pml(PmlError),
+}
+
+impl fmt::Display for EngineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EngineError::Config(m) => write!(f, "bad setting: {m}"),
+            EngineError::Wireup(m) => write!(f, "wire-up failed: {m}"),
+            EngineError::Transport(m) => write!(f, "transport failed: {m}"),
+            EngineError::Pml(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+impl From<PmlError> for EngineError {
+    fn from(e: PmlError) -> Self {
+        EngineError::Pml(e)
+    }
+}
+
+/// How frames reach one peer.
+#[derive(Clone, Copy)]
+enum Link {
+    /// This process: frames loop back, reads are plain copies.
+    Loopback,
+    Shm { local: usize, pid: i32 },
+}
+
+/// Counts of what went which way, for tests and `--verbose`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub frames_sent: u64,
+    pub frames_received: u64,
+    pub remote_reads: u64,
+    pub remote_read_bytes: u64,
+}
+
+/// Busy-polls before yielding the core, and yields before sleeping: a message that is about to
+/// arrive is caught at once, while ranks that outnumber cores give theirs up.
+const SPIN_ROUNDS: u32 = 256;
+const YIELD_ROUNDS: u32 = 64;
+const SLEEP: Duration = Duration::from_millis(2);
+
+pub struct Engine {
+    rank: Rank,
+    size: u32,
+    core: Core<SendBuf, RecvBuf>,
+    links: Vec<Option<Link>>,
+    shm: Option<ShmTransport>,
+    /// World rank of each local rank index in the shared-memory segment.
+    local_ranks: Vec<Rank>,
+    loopback: VecDeque<Vec<u8>>,
+    /// Peers whose transport refused a frame; retried first on the next progress.
+    blocked: Vec<Rank>,
+    counters: Counters,
+    description: String,
+}
+
+/// The bytes a rank publishes so that peers can check they may read its memory.
+static CMA_PROBE: [u8; 8] = *b"mpirtcma";
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for writes of its length; gethostname NUL-terminates within
+    // it or truncates, and we stop at the first NUL or the end.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+fn wireup_err(e: String) -> EngineError {
+    EngineError::Wireup(e)
+}
+
+impl Engine {
+    /// Wires up with every peer: publishes this rank's host and process, fences, and opens the
+    /// host's shared-memory segment with the ranks that share the host.
+    pub fn new(wireup: &mut dyn Wireup, config: EngineConfig) -> Result<Engine, EngineError> {
+        let rank = wireup.rank();
+        let size = wireup.size();
+        if config.transport == TransportChoice::Tcp {
+            return Err(EngineError::Config(
+                "MPIRT_TRANSPORT=tcp: the TCP transport is not built yet; use shm or auto".into(),
+            ));
+        }
+        // Peers read our memory directly (single-copy rendezvous); Yama's ptrace_scope 1
+        // forbids that unless we allow it first. Failure only means the copy fallback.
+        let ptrace_allowed = shm::allow_ptrace_from_peers();
+        let host = hostname();
+        let pid = std::process::id() as i32;
+        let me = format!("{host}\n{pid}\n{}", CMA_PROBE.as_ptr() as u64);
+        wireup.put(&format!("pml.proc.{rank}"), me.as_bytes()).map_err(wireup_err)?;
+        wireup.fence().map_err(wireup_err)?;
+
+        let mut links = vec![None; size as usize];
+        let mut local_ranks = Vec::new();
+        let mut peer_pids = Vec::new();
+        let mut probe_addr = 0u64;
+        for r in 0..size {
+            let v = wireup.get(&format!("pml.proc.{r}")).map_err(wireup_err)?;
+            let v = String::from_utf8_lossy(&v).into_owned();
+            let mut parts = v.split('\n');
+            let (Some(h), Some(p), Some(a)) = (parts.next(), parts.next(), parts.next()) else {
+                return Err(EngineError::Wireup(format!("rank {r} published a malformed endpoint")));
+            };
+            if h == host {
+                local_ranks.push(r);
+                peer_pids.push(p.parse::<i32>().unwrap_or(0));
+                if r != rank && probe_addr == 0 {
+                    probe_addr = a.parse().unwrap_or(0);
+                }
+            } else {
+                return Err(EngineError::Config(format!(
+                    "rank {r} runs on host '{h}', and no network transport is built yet \
+                     (this rank runs on '{host}')"
+                )));
+            }
+        }
+        let my_local = local_ranks.iter().position(|&r| r == rank).expect("self is local");
+        let n_local = local_ranks.len();
+
+        let mut shm = None;
+        let leader = local_ranks[0];
+        let name = format!("mpirt-{}-{leader}", wireup.job_id());
+        let shm_config = ShmConfig {
+            ring_bytes: config.shm_ring_bytes,
+        };
+        if n_local > 1 && my_local == 0 {
+            shm = Some(
+                ShmTransport::create(&name, 0, n_local, &shm_config)
+                    .map_err(|e| EngineError::Transport(format!("creating {name}: {e}")))?,
+            );
+        }
+        wireup.fence().map_err(wireup_err)?;
+        if n_local > 1 && my_local != 0 {
+            shm = Some(
+                ShmTransport::attach(&name, my_local, n_local)
+                    .map_err(|e| EngineError::Transport(format!("attaching {name}: {e}")))?,
+            );
+        }
+
+        let mut core = Core::new(
+            size as usize,
+            CoreConfig {
+                unexpected_budget: config.unexpected_budget,
+            },
+        );
+        core.set_peer(
+            rank,
+            PeerCaps {
+                eager_limit: config.shm_eager_limit,
+                max_frame: usize::MAX / 2,
+                remote_read: true,
+            },
+        );
+        links[rank as usize] = Some(Link::Loopback);
+
+        let mut description = format!("rank {rank} of {size} on {host}");
+        if let Some(t) = &shm {
+            let cma = if probe_addr == 0 {
+                Err("no peer to probe".to_string())
+            } else {
+                let peer_pid = peer_pids[if my_local == 0 { 1 } else { 0 }];
+                let mut got = [0u8; 8];
+                shm::read_remote(peer_pid, probe_addr, &mut got)
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| {
+                        (got == CMA_PROBE)
+                            .then_some(())
+                            .ok_or_else(|| "probe read back wrong bytes".to_string())
+                    })
+            };
+            let caps = PeerCaps {
+                eager_limit: config.shm_eager_limit,
+                max_frame: t.max_frame(),
+                remote_read: cma.is_ok(),
+            };
+            for (local, &r) in local_ranks.iter().enumerate() {
+                if r != rank {
+                    core.set_peer(r, caps);
+                    links[r as usize] = Some(Link::Shm {
+                        local,
+                        pid: peer_pids[local],
+                    });
+                }
+            }
+            description += &format!(
+                "; {n_local} ranks on this host over shared memory, eager up to {} bytes; \
+                 rendezvous by {}",
+                caps.eager_limit.min(caps.max_frame),
+                match (&cma, &ptrace_allowed) {
+                    (Ok(()), _) => "single copy (process_vm_readv)".to_string(),
+                    (Err(e), Ok(())) => format!("pipelined copy through the segment ({e})"),
+                    (Err(e), Err(p)) => format!(
+                        "pipelined copy through the segment ({e}; PR_SET_PTRACER: {p})"
+                    ),
+                }
+            );
+        }
+        if config.verbose {
+            eprintln!("mpirt: {description}");
+        }
+        Ok(Engine {
+            rank,
+            size,
+            core,
+            links,
+            shm,
+            local_ranks,
+            loopback: VecDeque::new(),
+            blocked: Vec::new(),
+            counters: Counters::default(),
+            description,
+        })
+    }
+
+    pub fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// What transports and protocols are in use (what `--verbose` prints).
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    fn check_peer(&self, peer: Rank) -> Result<(), PmlError> {
+        match self.links.get(peer as usize) {
+            Some(Some(_)) => Ok(()),
+            _ => Err(PmlError::UnknownPeer(peer)),
+        }
+    }
+
+    /// Starts a send of `len` bytes at `buf` to world rank `peer`, whose rank in the
+    /// communicator `context` is `dest`; `source` is this rank's rank there.
+    ///
+    /// # Safety
+    /// `buf` must be valid for reads of `len` bytes and must not be written or freed until the
+    /// request completes (`test` or `wait` reported it).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn post_send(
+        &mut self,
+        context: ContextId,
+        source: Rank,
+        dest: Rank,
+        peer: Rank,
+        tag: Tag,
+        mode: SendMode,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<Handle, PmlError> {
+        self.check_peer(peer)?;
+        let h = self.core.post_send(SendArgs {
+            context,
+            source,
+            dest,
+            peer,
+            tag,
+            mode,
+            buf: SendBuf { ptr: buf, len },
+            remote: RemoteKey {
+                addr: buf as u64,
+                key: 0,
+            },
+        })?;
+        // Small sends go out now: the latency of the next progress call is not theirs to pay.
+        self.progress()?;
+        Ok(h)
+    }
+
+    /// Starts a receive into `len` bytes at `buf`.
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `len` bytes and must not be accessed otherwise until
+    /// the request completes.
+    pub unsafe fn post_recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Handle, PmlError> {
+        let h = self
+            .core
+            .post_recv(context, source, tag, RecvBuf { ptr: buf, len })?;
+        if !self.core.is_complete(h)? {
+            self.progress()?;
+        }
+        Ok(h)
+    }
+
+    /// Receives a message a matched probe took.
+    ///
+    /// # Safety
+    /// As for `post_recv`.
+    pub unsafe fn post_matched_recv(
+        &mut self,
+        message: MessageHandle,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Handle, PmlError> {
+        let h = self
+            .core
+            .matched_recv(message, RecvBuf { ptr: buf, len })?;
+        self.progress()?;
+        Ok(h)
+    }
+
+    /// Collects the request if it finished; the handle is spent once this returns `Some`.
+    pub fn test(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
+        if !self.core.is_complete(h)? {
+            self.progress()?;
+        }
+        match self.core.take_completion(h)? {
+            None => Ok(None),
+            Some(Completion::Send { result, .. }) => result.map(|()| Some(Done::Sent)),
+            Some(Completion::Recv { result, .. }) => result.map(|s| Some(Done::Received(s))),
+        }
+    }
+
+    /// Whether the request finished, without collecting it.
+    pub fn is_complete(&mut self, h: Handle) -> Result<bool, PmlError> {
+        self.core.is_complete(h)
+    }
+
+    pub fn wait(&mut self, h: Handle) -> Result<Done, PmlError> {
+        self.wait_until(|e| e.core.is_complete(h))?;
+        Ok(self.test(h)?.expect("complete"))
+    }
+
+    /// Waits until any of `handles` finished; returns its index (not yet collected).
+    pub fn wait_any(&mut self, handles: &[Handle]) -> Result<usize, PmlError> {
+        let mut found = None;
+        self.wait_until(|e| {
+            for (i, &h) in handles.iter().enumerate() {
+                if e.core.is_complete(h)? {
+                    found = Some(i);
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        })?;
+        Ok(found.expect("wait_until returned"))
+    }
+
+    /// Looks for a matching message without taking it.
+    pub fn iprobe(&mut self, context: ContextId, source: SourceSel, tag: TagSel) -> Result<Option<Status>, PmlError> {
+        if let Some(s) = self.core.probe(context, source, tag) {
+            return Ok(Some(s));
+        }
+        self.progress()?;
+        Ok(self.core.probe(context, source, tag))
+    }
+
+    pub fn probe(&mut self, context: ContextId, source: SourceSel, tag: TagSel) -> Result<Status, PmlError> {
+        let mut found = None;
+        self.wait_until(|e| {
+            found = e.core.probe(context, source, tag);
+            Ok(found.is_some())
+        })?;
+        Ok(found.expect("wait_until returned"))
+    }
+
+    pub fn improbe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<Option<(MessageHandle, Status)>, PmlError> {
+        if let Some(m) = self.core.matched_probe(context, source, tag) {
+            return Ok(Some(m));
+        }
+        self.progress()?;
+        Ok(self.core.matched_probe(context, source, tag))
+    }
+
+    pub fn mprobe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<(MessageHandle, Status), PmlError> {
+        let mut found = None;
+        self.wait_until(|e| {
+            found = e.core.matched_probe(context, source, tag);
+            Ok(found.is_some())
+        })?;
+        Ok(found.expect("wait_until returned"))
+    }
+
+    /// Cancels a receive that has not matched yet; returns whether it was cancelled (the
+    /// request then completes with `PmlError::Cancelled`).
+    pub fn cancel(&mut self, h: Handle) -> Result<bool, PmlError> {
+        self.core.cancel(h)
+    }
+
+    /// Progresses until `done` holds: spin, then yield, then sleep until a peer's frame
+    /// wakes this rank.
+    fn wait_until(
+        &mut self,
+        mut done: impl FnMut(&mut Engine) -> Result<bool, PmlError>,
+    ) -> Result<(), PmlError> {
+        let mut idle = 0u32;
+        loop {
+            if done(self)? {
+                return Ok(());
+            }
+            if self.progress()? {
+                idle = 0;
+                continue;
+            }
+            idle += 1;
+            if idle < SPIN_ROUNDS {
+                std::hint::spin_loop();
+            } else if idle < SPIN_ROUNDS + YIELD_ROUNDS {
+                std::thread::yield_now();
+            } else if !self.blocked.is_empty() {
+                // Our own frames wait for room in a peer's ring: that peer frees it as it
+                // reads, without waking us, so poll at a gentle pace.
+                std::thread::sleep(Duration::from_micros(50));
+            } else if let Some(shm) = &self.shm {
+                shm.wait(SLEEP);
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// One round of progress; returns whether anything moved.
+    pub fn progress(&mut self) -> Result<bool, PmlError> {
+        let mut moved = false;
+        if let Some(shm) = &mut self.shm {
+            let core = &mut self.core;
+            let local_ranks = &self.local_ranks;
+            let mut failure = None;
+            let n = shm.poll(|from, frame| {
+                if failure.is_none() {
+                    if let Err(e) = core.on_frame(local_ranks[from], frame) {
+                        failure = Some(e);
+                    }
+                }
+            });
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            self.counters.frames_received += n as u64;
+            moved |= n > 0;
+        }
+        while let Some(frame) = self.loopback.pop_front() {
+            self.core.on_frame(self.rank, &frame)?;
+            moved = true;
+        }
+        while let Some(action) = self.core.poll_action() {
+            self.perform(action)?;
+            moved = true;
+        }
+        for peer in std::mem::take(&mut self.blocked) {
+            moved |= self.flush(peer)?;
+        }
+        while let Some(peer) = self.core.next_ready_peer() {
+            moved |= self.flush(peer)?;
+        }
+        Ok(moved)
+    }
+
+    fn perform(&mut self, action: Action) -> Result<(), PmlError> {
+        let Action::Read {
+            recv,
+            peer,
+            remote,
+            len,
+        } = action;
+        let link = self.links[peer as usize].ok_or(PmlError::UnknownPeer(peer))?;
+        let target = self.core.read_target(recv)?;
+        let result = match link {
+            Link::Loopback => {
+                // SAFETY: the RTS came from this process, so `remote.addr` is the buffer of
+                // one of our own sends, valid for `len` bytes until its FIN, which follows
+                // this copy; a send buffer and a receive buffer never overlap (the caller
+                // borrows one shared and the other exclusively).
+                unsafe { ptr::copy_nonoverlapping(remote.addr as *const u8, target.as_mut_ptr(), len) };
+                Ok(())
+            }
+            Link::Shm { pid, .. } => shm::read_remote(pid, remote.addr, target),
+        };
+        match result {
+            Ok(()) => {
+                self.counters.remote_reads += 1;
+                self.counters.remote_read_bytes += len as u64;
+                self.core.read_done(recv)
+            }
+            Err(e) => self.core.read_failed(recv, e.to_string()),
+        }
+    }
+
+    /// Hands `peer`'s queued frames to its transport until it takes no more.
+    fn flush(&mut self, peer: Rank) -> Result<bool, PmlError> {
+        let mut sent_any = false;
+        let link = self.links[peer as usize].ok_or(PmlError::UnknownPeer(peer))?;
+        while let Some(t) = self.core.next_transmit(peer) {
+            let taken = match link {
+                Link::Loopback => {
+                    let mut frame = Vec::with_capacity(t.header().len() + t.payload.len());
+                    frame.extend_from_slice(t.header());
+                    frame.extend_from_slice(t.payload);
+                    self.loopback.push_back(frame);
+                    true
+                }
+                Link::Shm { local, .. } => {
+                    let shm = self.shm.as_mut().expect("a shm link has a segment");
+                    shm.try_send(local, &[t.header(), t.payload])
+                        .map_err(|e| PmlError::Protocol {
+                            peer,
+                            what: format!("shared-memory send failed: {e}"),
+                        })?
+                }
+            };
+            if !taken {
+                if !self.blocked.contains(&peer) {
+                    self.blocked.push(peer);
+                }
+                break;
+            }
+            self.core.transmitted(peer);
+            self.counters.frames_sent += 1;
+            sent_any = true;
+        }
+        Ok(sent_any)
+    }
+
+    /// Sends everything still queued (FINs, credits): peers may be waiting on them.
+    pub fn flush_all(&mut self) -> Result<(), PmlError> {
+        self.wait_until(|e| Ok(e.blocked.is_empty() && (0..e.size).all(|p| !e.core.has_output(p))))
+    }
+}

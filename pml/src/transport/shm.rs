@@ -1,0 +1,323 @@
+//! Shared-memory transport between ranks on one host.
+//!
+//! Frames travel through one single-producer, single-consumer ring per ordered pair of local
+//! ranks, inside one segment under /dev/shm (see [`segment`](self) for the layout). Sending and
+//! receiving a small frame takes no lock, no allocation and no syscall: the only syscall on the
+//! path is the futex wake, made only when the receiver has said it is asleep.
+//!
+//! Rendezvous data does not go through the rings: the receiver copies it straight out of the
+//! sender's memory with [`read_remote`] (Cross Memory Attach). Whether that works between two
+//! ranks is a property of the host (Yama, seccomp, containers); [`ShmTransport::probe_cma`]
+//! tells the PML, which otherwise streams the data through the rings.
+
+mod cma;
+mod futex;
+mod ring;
+mod segment;
+
+use std::cell::Cell;
+use std::io;
+use std::sync::atomic::{fence, Ordering};
+use std::time::Duration;
+
+pub use cma::{allow_ptrace_from_peers, read_remote};
+pub use segment::unlink_segment;
+
+use ring::{Consumer, Producer};
+use segment::{RankCtl, Segment};
+
+/// How many frames one [`ShmTransport::poll`] hands out at most, so that a flooding peer
+/// cannot keep the caller from its other work.
+const POLL_BATCH: usize = 64;
+
+/// Smallest and largest per-pair ring; the ring indexes by masking, so sizes are powers of two.
+const MIN_RING_BYTES: usize = 4096;
+const MAX_RING_BYTES: usize = 1 << 30;
+
+fn valid_ring_bytes(bytes: usize) -> bool {
+    bytes.is_power_of_two() && (MIN_RING_BYTES..=MAX_RING_BYTES).contains(&bytes)
+}
+
+/// A word with a known value whose address each rank publishes, so that a peer can check that
+/// [`read_remote`] really reads this process.
+static CMA_PROBE: u64 = u64::from_le_bytes(*b"cmaprobe");
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShmConfig {
+    /// Data bytes of each per-pair ring, a power of two from 4 KiB to 1 GiB. The segment holds
+    /// `local_size × (local_size − 1)` rings, but only the pages a ring has used take memory.
+    /// Frames much smaller than this (a quarter or less) keep sender and receiver overlapped.
+    pub ring_bytes: usize,
+}
+
+impl Default for ShmConfig {
+    fn default() -> Self {
+        ShmConfig {
+            ring_bytes: 256 << 10,
+        }
+    }
+}
+
+/// This process's end of the host's shared segment.
+pub struct ShmTransport {
+    seg: Segment,
+    local_rank: usize,
+    /// Indexed by peer slot: local ranks without ourselves (see `slot`).
+    tx: Box<[Producer]>,
+    rx: Box<[Consumer]>,
+    /// Slot whose ring `poll` reads first, rotating so every peer gets served.
+    next_rx: usize,
+    /// Futex value after our last wait: a change since means someone woke us in between.
+    seen_wakes: Cell<u32>,
+}
+
+impl ShmTransport {
+    /// Creates the segment `name` (a single path component, e.g. `mpirt-<jobid>-<node>`) as
+    /// local rank 0. The other ranks [`attach`](Self::attach) after a barrier with this call.
+    pub fn create(
+        name: &str,
+        local_rank: usize,
+        local_size: usize,
+        cfg: &ShmConfig,
+    ) -> io::Result<Self> {
+        check_rank(local_rank, local_size)?;
+        if !valid_ring_bytes(cfg.ring_bytes) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "shm ring size {} is not a power of two from {MIN_RING_BYTES} to {MAX_RING_BYTES}",
+                    cfg.ring_bytes
+                ),
+            ));
+        }
+        Self::open(
+            Segment::create(name, local_rank, local_size, cfg.ring_bytes)?,
+            local_rank,
+        )
+    }
+
+    /// Attaches to the segment `name` made by [`create`](Self::create). When every local rank
+    /// has attached, the name is removed from /dev/shm; the memory lives on in the mappings.
+    pub fn attach(name: &str, local_rank: usize, local_size: usize) -> io::Result<Self> {
+        check_rank(local_rank, local_size)?;
+        Self::open(Segment::attach(name, local_rank, local_size)?, local_rank)
+    }
+
+    fn open(seg: Segment, local_rank: usize) -> io::Result<Self> {
+        let n = seg.local_size();
+        let size = seg.ring_bytes();
+        let peers = || (0..n).filter(move |&r| r != local_rank);
+        let tx = peers()
+            .map(|to| {
+                let (ctl, data) = seg.ring(local_rank, to);
+                // SAFETY: the segment maps this ring for as long as the transport (which owns
+                // both) lives; ring memory was zeroed by ftruncate; and ring (me → to) is only
+                // ever produced by local rank `me`, which the segment's claim made unique.
+                unsafe { Producer::new(ctl, data, size) }
+            })
+            .collect();
+        let rx = peers()
+            .map(|from| {
+                let (ctl, data) = seg.ring(from, local_rank);
+                // SAFETY: as above; ring (from → me) is only consumed by local rank `me`.
+                unsafe { Consumer::new(ctl, data, size) }
+            })
+            .collect();
+        let me = seg.rank_ctl(local_rank);
+        me.probe_addr
+            .store(&CMA_PROBE as *const u64 as u64, Ordering::Release);
+        let seen = me.futex.load(Ordering::Acquire);
+        Ok(ShmTransport {
+            seg,
+            local_rank,
+            tx,
+            rx,
+            next_rx: 0,
+            seen_wakes: Cell::new(seen),
+        })
+    }
+
+    pub fn local_rank(&self) -> usize {
+        self.local_rank
+    }
+
+    pub fn local_size(&self) -> usize {
+        self.seg.local_size()
+    }
+
+    /// Largest frame [`try_send`](Self::try_send) accepts.
+    pub fn max_frame(&self) -> usize {
+        ring::max_frame(self.seg.ring_bytes())
+    }
+
+    fn slot(&self, peer: usize) -> usize {
+        peer - usize::from(peer > self.local_rank)
+    }
+
+    /// Sends the concatenation of `parts` as one frame to local rank `to`, copying each part
+    /// once, straight into the ring. `Ok(false)`: the ring is full; nothing was sent, so make
+    /// progress (drain our own rings) and try again.
+    pub fn try_send(&mut self, to: usize, parts: &[&[u8]]) -> io::Result<bool> {
+        if to >= self.local_size() || to == self.local_rank {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "shm send from local rank {} to {to} (local size {})",
+                    self.local_rank,
+                    self.local_size()
+                ),
+            ));
+        }
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > self.max_frame() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "shm frame of {len} bytes exceeds max_frame {}",
+                    self.max_frame()
+                ),
+            ));
+        }
+        let slot = self.slot(to);
+        if !self.tx[slot].try_write(parts, len) {
+            return Ok(false);
+        }
+        // Pairs with the fence in `wait`: either the receiver's ring check sees this frame, or
+        // we see its sleeping flag and wake it.
+        fence(Ordering::SeqCst);
+        let peer = self.seg.rank_ctl(to);
+        if peer.sleeping.load(Ordering::Relaxed) != 0 {
+            wake_ctl(peer);
+        }
+        Ok(true)
+    }
+
+    /// Hands received frames to `f(from_local_rank, frame)`, at most a bounded batch, in order
+    /// per sender; returns how many. The frame borrows the ring and is released after `f`.
+    pub fn poll(&mut self, mut f: impl FnMut(usize, &[u8])) -> usize {
+        let peers = self.rx.len();
+        let mut total = 0;
+        for k in 0..peers {
+            let mut slot = self.next_rx + k;
+            if slot >= peers {
+                slot -= peers;
+            }
+            let from = slot + usize::from(slot >= self.local_rank);
+            let got = self.rx[slot].drain(POLL_BATCH - total, |frame| f(from, frame));
+            if got > 0 {
+                // Pairs with the fence in `wait`: a sender that found this ring full either
+                // sees the room we just made, or we see it asleep and wake it.
+                fence(Ordering::SeqCst);
+                let sender = self.seg.rank_ctl(from);
+                if sender.sleeping.load(Ordering::Relaxed) != 0 {
+                    wake_ctl(sender);
+                }
+            }
+            total += got;
+            if total == POLL_BATCH {
+                self.next_rx = if slot + 1 == peers { 0 } else { slot + 1 };
+                return total;
+            }
+        }
+        if peers > 0 {
+            self.next_rx = if self.next_rx + 1 == peers {
+                0
+            } else {
+                self.next_rx + 1
+            };
+        }
+        total
+    }
+
+    /// Whether [`poll`](Self::poll) would find a frame now.
+    pub fn has_frames(&self) -> bool {
+        self.rx.iter().any(Consumer::has_frame)
+    }
+
+    /// Sleeps until a frame may have arrived, a ring that [`try_send`](Self::try_send) found full
+    /// may have room, [`wake`](Self::wake) was called for this rank (also before this call, since
+    /// the previous `wait`), or `timeout` passed. Spurious returns happen; callers poll, retry
+    /// and decide.
+    pub fn wait(&self, timeout: Duration) {
+        let me = self.seg.rank_ctl(self.local_rank);
+        let seen = me.futex.load(Ordering::Acquire);
+        if seen != self.seen_wakes.get() {
+            self.seen_wakes.set(seen);
+            return;
+        }
+        me.sleeping.store(1, Ordering::Relaxed);
+        // Pairs with the fences in `try_send` and `poll` (see there).
+        fence(Ordering::SeqCst);
+        if !self.has_frames() && !self.tx.iter().any(Producer::space_freed) {
+            // A wake after we read `seen` changed the word, so this returns at once.
+            futex::wait(&me.futex, seen, timeout);
+        }
+        me.sleeping.store(0, Ordering::Relaxed);
+        self.seen_wakes.set(me.futex.load(Ordering::Acquire));
+    }
+
+    /// Makes local rank `local_rank`'s current or next [`wait`](Self::wait) return.
+    pub fn wake(&self, local_rank: usize) {
+        let ctl = self.seg.rank_ctl(local_rank);
+        // SeqCst bump then SeqCst load: a waiter either has not read the futex word yet (and
+        // sees the bump), or set `sleeping` before our load (and we make the syscall).
+        ctl.futex.fetch_add(1, Ordering::SeqCst);
+        if ctl.sleeping.load(Ordering::SeqCst) != 0 {
+            futex::wake(&ctl.futex);
+        }
+    }
+
+    /// Process id of a local rank that has created or attached, for [`read_remote`].
+    pub fn peer_pid(&self, local_rank: usize) -> Option<i32> {
+        match self.seg.rank_ctl(local_rank).pid.load(Ordering::Acquire) {
+            0 => None,
+            pid => Some(pid),
+        }
+    }
+
+    /// Checks that [`read_remote`] can read `local_rank`'s memory, by reading a word whose
+    /// address and value that rank published. Call after every rank has attached; an error
+    /// says why single-copy reads are unavailable.
+    pub fn probe_cma(&self, local_rank: usize) -> io::Result<()> {
+        let ctl = self.seg.rank_ctl(local_rank);
+        // The pid is claimed before the probe address is published.
+        let addr = ctl.probe_addr.load(Ordering::Acquire);
+        let pid = self
+            .peer_pid(local_rank)
+            .filter(|_| addr != 0)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    format!("shm local rank {local_rank} has not attached"),
+                )
+            })?;
+        let mut word = [0u8; 8];
+        read_remote(pid, addr, &mut word)?;
+        if u64::from_ne_bytes(word) != CMA_PROBE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("remote read from pid {pid} returned the wrong bytes"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+// SAFETY: the transport owns its mapping and ring halves; nothing in it is tied to the thread
+// that made it (the futex and rings are process-shared anyway). `Cell` keeps it !Sync.
+unsafe impl Send for ShmTransport {}
+
+fn wake_ctl(ctl: &RankCtl) {
+    ctl.futex.fetch_add(1, Ordering::Release);
+    futex::wake(&ctl.futex);
+}
+
+fn check_rank(local_rank: usize, local_size: usize) -> io::Result<()> {
+    if local_size == 0 || local_rank >= local_size || local_size > u32::MAX as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("shm local rank {local_rank} of {local_size}"),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,38 @@
+//! Shared (cross-process) futex calls on words that live in the segment.
+//!
+//! Deliberately not FUTEX_PRIVATE_FLAG: waiter and waker are different processes that map the
+//! same tmpfs file, so the kernel must key the futex on the file page, not on one address space.
+
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+/// Sleeps while `*word == expected`, at most `timeout`. Any return (woken, value already
+/// changed, timeout, signal) is fine: callers re-check their condition.
+pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: `word` is a live, 4-byte aligned atomic (a reference guarantees both) and `ts`
+    // outlives the call; FUTEX_WAIT only reads them. The kernel compares the word atomically.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}
+
+/// Wakes the (single) process sleeping on `word`, if any.
+pub(crate) fn wake(word: &AtomicU32) {
+    // SAFETY: `word` is a live, aligned atomic; FUTEX_WAKE does not access user memory beyond
+    // using the address as a key.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, 1i32);
+    }
+}

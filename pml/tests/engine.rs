@@ -1,0 +1,235 @@
+//! The engine over real transports: a singleton looping back to itself, and several real
+//! processes on one host over shared memory, wired up through files (a stand-in for rsrun's
+//! key-value service that keeps this crate's tests free of the launcher).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use std::{env, fs};
+
+use pml::{Done, Engine, EngineConfig, SendMode, SourceSel, TagSel, Wireup};
+
+/// Key-value exchange through a directory: a put is a file, a fence waits for every rank's
+/// marker file of that round.
+struct DirWireup {
+    dir: PathBuf,
+    rank: u32,
+    size: u32,
+    round: u32,
+}
+
+impl Wireup for DirWireup {
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+    fn size(&self) -> u32 {
+        self.size
+    }
+    fn job_id(&self) -> String {
+        self.dir.file_name().unwrap().to_string_lossy().into_owned()
+    }
+    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String> {
+        let tmp = self.dir.join(format!(".{key}.tmp"));
+        fs::write(&tmp, value).map_err(|e| e.to_string())?;
+        fs::rename(&tmp, self.dir.join(key)).map_err(|e| e.to_string())
+    }
+    fn fence(&mut self) -> Result<(), String> {
+        self.round += 1;
+        fs::write(self.dir.join(format!("fence.{}.{}", self.round, self.rank)), b"")
+            .map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for r in 0..self.size {
+            while !self.dir.join(format!("fence.{}.{r}", self.round)).exists() {
+                if Instant::now() > deadline {
+                    return Err(format!("fence {} timed out waiting for rank {r}", self.round));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        Ok(())
+    }
+    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+        fs::read(self.dir.join(key)).map_err(|e| format!("{key}: {e}"))
+    }
+}
+
+fn checksum(b: &[u8]) -> u64 {
+    b.iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3))
+}
+
+fn pattern(len: usize, seed: usize) -> Vec<u8> {
+    (0..len).map(|i| ((i * 7 + seed * 13) % 251) as u8).collect()
+}
+
+fn send(e: &mut Engine, to: u32, tag: i32, data: &[u8], mode: SendMode) {
+    // SAFETY: `data` outlives the request: we wait for it before returning.
+    let h = unsafe { e.post_send(0, e.rank(), to, to, tag, mode, data.as_ptr(), data.len()) }.unwrap();
+    assert_eq!(e.wait(h).unwrap(), Done::Sent);
+}
+
+fn recv(e: &mut Engine, from: SourceSel, tag: TagSel, len: usize) -> (Vec<u8>, pml::Status) {
+    let mut buf = vec![0u8; len];
+    // SAFETY: `buf` outlives the request: we wait for it before returning.
+    let h = unsafe { e.post_recv(0, from, tag, buf.as_mut_ptr(), buf.len()) }.unwrap();
+    match e.wait(h).unwrap() {
+        Done::Received(s) => (buf, s),
+        Done::Sent => unreachable!(),
+    }
+}
+
+#[test]
+fn singleton_sends_to_itself_by_every_protocol() {
+    let dir = env::temp_dir().join(format!("pml-engine-self-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let mut w = DirWireup {
+        dir: dir.clone(),
+        rank: 0,
+        size: 1,
+        round: 0,
+    };
+    let mut e = Engine::new(&mut w, EngineConfig::default()).unwrap();
+    for len in [0, 1, 100, 16 << 10, (16 << 10) + 1, 1 << 20] {
+        let data = pattern(len, len);
+        let mut buf = vec![0u8; len];
+        // SAFETY: both buffers outlive their requests, waited for below.
+        let r = unsafe { e.post_recv(0, SourceSel::Rank(0), TagSel::Tag(3), buf.as_mut_ptr(), len) }.unwrap();
+        let s = unsafe { e.post_send(0, 0, 0, 0, 3, SendMode::Standard, data.as_ptr(), len) }.unwrap();
+        assert_eq!(e.wait(s).unwrap(), Done::Sent);
+        assert!(matches!(e.wait(r).unwrap(), Done::Received(st) if st.len == len));
+        assert_eq!(buf, data, "len {len}");
+    }
+    assert!(e.counters().remote_reads >= 2, "large self-sends go by rendezvous");
+    fs::remove_dir_all(dir).unwrap();
+}
+
+const CHILD_ENV: &str = "PML_ENGINE_TEST_RANK";
+
+/// What each rank of the multi-process test does; rank 0 checks.
+fn rank_main(dir: &Path, rank: u32, size: u32) {
+    let mut w = DirWireup {
+        dir: dir.to_path_buf(),
+        rank,
+        size,
+        round: 0,
+    };
+    let config = EngineConfig {
+        shm_eager_limit: 4096,
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(&mut w, config).unwrap();
+    let sizes = [0usize, 1, 4095, 4096, 4097, 1 << 20, 64 << 20];
+    if rank == 0 {
+        // Every size from every peer, received by wildcard, checked by checksum.
+        for _ in 1..size {
+            for &len in &sizes {
+                let (buf, st) = recv(&mut e, SourceSel::Any, TagSel::Tag(len as i32 % 1000), len);
+                assert_eq!(st.len, len);
+                assert_eq!(checksum(&buf), checksum(&pattern(len, st.source as usize)), "len {len} from {}", st.source);
+            }
+        }
+        // 10^4 small messages per sender arrive in order per sender.
+        let mut next = vec![0u32; size as usize];
+        for _ in 0..(size - 1) * 10_000 {
+            let (buf, st) = recv(&mut e, SourceSel::Any, TagSel::Tag(5), 4);
+            let n = u32::from_le_bytes(buf.try_into().unwrap());
+            assert_eq!(n, next[st.source as usize], "out of order from {}", st.source);
+            next[st.source as usize] += 1;
+        }
+        // A synchronous send is not complete before its receive is posted.
+        let (flag, _) = recv(&mut e, SourceSel::Rank(1), TagSel::Tag(77), 1);
+        assert_eq!(flag, [1]);
+        std::thread::sleep(Duration::from_millis(200));
+        let (buf, _) = recv(&mut e, SourceSel::Rank(1), TagSel::Tag(78), 8);
+        assert_eq!(buf, 200u64.to_le_bytes());
+        println!("remote reads: {}", e.counters().remote_reads);
+    } else {
+        for &len in &sizes {
+            send(&mut e, 0, len as i32 % 1000, &pattern(len, rank as usize), SendMode::Standard);
+        }
+        for i in 0..10_000u32 {
+            send(&mut e, 0, 5, &i.to_le_bytes(), SendMode::Standard);
+        }
+        if rank == 1 {
+            let data = 200u64.to_le_bytes();
+            // SAFETY: `data` outlives the request, waited for below.
+            let h = unsafe { e.post_send(0, 1, 0, 0, 78, SendMode::Synchronous, data.as_ptr(), 8) }.unwrap();
+            send(&mut e, 0, 77, &[1], SendMode::Standard);
+            let t = Instant::now();
+            e.wait(h).unwrap();
+            let waited = t.elapsed().as_millis() as u64;
+            assert!(waited >= 150, "synchronous send completed {waited} ms after the flag");
+        }
+    }
+    e.flush_all().unwrap();
+}
+
+#[test]
+fn ranks_over_shared_memory() {
+    if let Ok(spec) = env::var(CHILD_ENV) {
+        let mut it = spec.split(',');
+        let (dir, rank, size) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
+        rank_main(Path::new(dir), rank.parse().unwrap(), size.parse().unwrap());
+        return;
+    }
+    for size in [2u32, 4] {
+        let dir = env::temp_dir().join(format!("pml-engine-{}-{size}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let children: Vec<_> = (0..size)
+            .map(|r| {
+                Command::new(env::current_exe().unwrap())
+                    .args(["--exact", "ranks_over_shared_memory", "--nocapture"])
+                    .env(CHILD_ENV, format!("{},{r},{size}", dir.display()))
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let outputs = wait_all(children, Duration::from_secs(120));
+        for (r, o) in outputs.iter().enumerate() {
+            assert!(
+                o.status.success(),
+                "size {size} rank {r} failed:\n{}\n{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let out0 = String::from_utf8_lossy(&outputs[0].stdout);
+        assert!(out0.contains("remote reads: "), "{out0}");
+        let leftover: Vec<_> = fs::read_dir("/dev/shm")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(&*dir.file_name().unwrap().to_string_lossy()))
+            .collect();
+        assert!(leftover.is_empty(), "segment left in /dev/shm: {leftover:?}");
+        fs::remove_dir_all(dir).unwrap();
+    }
+}
+
+/// Waits for every rank; once one fails or the deadline passes, kills the rest, since they
+/// may wait forever on the one that is gone.
+fn wait_all(mut children: Vec<std::process::Child>, limit: Duration) -> Vec<std::process::Output> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let mut all_done = true;
+        let mut failed = false;
+        for c in &mut children {
+            match c.try_wait().unwrap() {
+                Some(st) => failed |= !st.success(),
+                None => all_done = false,
+            }
+        }
+        if all_done {
+            break;
+        }
+        if failed || Instant::now() > deadline {
+            for c in &mut children {
+                let _ = c.kill();
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    children.into_iter().map(|c| c.wait_with_output().unwrap()).collect()
+}

@@ -1,0 +1,159 @@
+//! The shm transport within one process: both ends mapped twice, driven from two threads.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use pml::transport::shm::{unlink_segment, ShmConfig, ShmTransport};
+
+struct Name(String);
+
+impl Name {
+    fn new(test: &str) -> Name {
+        Name(format!("mpirt-test-{}-{test}", std::process::id()))
+    }
+
+    fn exists(&self) -> bool {
+        Path::new("/dev/shm").join(&self.0).exists()
+    }
+}
+
+impl Drop for Name {
+    fn drop(&mut self) {
+        let _ = unlink_segment(&self.0);
+    }
+}
+
+#[test]
+fn attach_validates_and_the_last_attacher_unlinks() {
+    let name = Name::new("attach");
+    let cfg = ShmConfig { ring_bytes: 8192 };
+    let a = ShmTransport::create(&name.0, 0, 3, &cfg).unwrap();
+    assert!(ShmTransport::create(&name.0, 0, 3, &cfg).is_err(), "O_EXCL");
+    assert!(
+        ShmTransport::attach(&name.0, 1, 4).is_err(),
+        "wrong local size"
+    );
+    assert!(
+        ShmTransport::attach(&name.0, 0, 3).is_err(),
+        "rank 0 is taken"
+    );
+    assert!(
+        ShmTransport::attach(&name.0, 3, 3).is_err(),
+        "rank out of range"
+    );
+    let b = ShmTransport::attach(&name.0, 1, 3).unwrap();
+    assert!(name.exists());
+    let c = ShmTransport::attach(&name.0, 2, 3).unwrap();
+    assert!(!name.exists());
+    assert_eq!(a.max_frame(), 8192 - 16);
+    assert_eq!((b.local_rank(), c.local_size()), (1, 3));
+    assert!(ShmTransport::attach("mpirt-test-does-not-exist", 1, 2).is_err());
+    assert!(ShmTransport::create("bad/name", 0, 2, &cfg).is_err());
+    assert!(ShmTransport::create(&name.0, 0, 2, &ShmConfig { ring_bytes: 5000 }).is_err());
+}
+
+#[test]
+fn frames_full_rings_and_limits() {
+    let name = Name::new("limits");
+    let cfg = ShmConfig { ring_bytes: 4096 };
+    let mut a = ShmTransport::create(&name.0, 0, 3, &cfg).unwrap();
+    let mut b = ShmTransport::attach(&name.0, 1, 3).unwrap();
+    let mut c = ShmTransport::attach(&name.0, 2, 3).unwrap();
+    let max = vec![0x5a; a.max_frame()];
+    assert!(a.try_send(1, &[&max]).unwrap());
+    assert!(!a.try_send(1, &[b"full"]).unwrap(), "ring full");
+    assert!(
+        a.try_send(2, &[b"", b"to c"]).unwrap(),
+        "other rings unaffected"
+    );
+    assert!(a.try_send(1, &[&max, b"x"]).is_err(), "over max_frame");
+    assert!(a.try_send(0, &[b"self"]).is_err());
+    assert!(a.try_send(3, &[b"nobody"]).is_err());
+    assert!(c.try_send(1, &[]).unwrap(), "zero-length frame");
+
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        b.poll(|from, f| got.push((from, f.len(), f.iter().all(|&x| x == 0x5a))));
+    }
+    got.sort();
+    assert_eq!(got, vec![(0, max.len(), true), (2, 0, true)]);
+    assert!(a.try_send(1, &[b"room again"]).unwrap());
+    let mut frames = Vec::new();
+    c.poll(|from, f| frames.push((from, f.to_vec())));
+    assert_eq!(frames, vec![(0, b"to c".to_vec())]);
+}
+
+#[test]
+fn two_threads_exchange_with_checksums() {
+    const FRAMES: u64 = 100_000;
+    let name = Name::new("threads");
+    let cfg = ShmConfig {
+        ring_bytes: 16 << 10,
+    };
+    let mut a = ShmTransport::create(&name.0, 0, 2, &cfg).unwrap();
+    let mut b = ShmTransport::attach(&name.0, 1, 2).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let run = move |t: &mut ShmTransport| {
+        let me = t.local_rank() as u64;
+        let peer = 1 - t.local_rank();
+        let (mut sent, mut received, mut idle) = (0u64, 0u64, 0u32);
+        let mut body = Vec::new();
+        while sent < FRAMES || received < FRAMES {
+            let mut progress = false;
+            if sent < FRAMES {
+                body.clear();
+                body.extend((0..(sent * 11 % 500) as usize).map(|j| (sent + j as u64 + me) as u8));
+                let sum: u64 = body.iter().map(|&x| u64::from(x)).sum();
+                let meta = [sent.to_le_bytes(), sum.to_le_bytes()].concat();
+                if t.try_send(peer, &[&meta, &body]).unwrap() {
+                    sent += 1;
+                    progress = true;
+                }
+            }
+            let got = t.poll(|from, f| {
+                assert_eq!(from, peer);
+                let seq = u64::from_le_bytes(f[..8].try_into().unwrap());
+                let sum = u64::from_le_bytes(f[8..16].try_into().unwrap());
+                assert_eq!(seq, received);
+                assert_eq!(f.len() - 16, (seq * 11 % 500) as usize);
+                assert_eq!(f[16..].iter().map(|&x| u64::from(x)).sum::<u64>(), sum);
+                received += 1;
+            });
+            if progress || got > 0 {
+                idle = 0;
+            } else if idle > 100 {
+                t.wait(Duration::from_millis(1));
+                idle = 0;
+            } else {
+                idle += 1;
+            }
+            assert!(Instant::now() < deadline, "timed out");
+        }
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| run(&mut b));
+        run(&mut a);
+    });
+}
+
+#[test]
+fn wait_times_out_and_wake_is_remembered() {
+    let name = Name::new("alone");
+    let t = ShmTransport::create(&name.0, 0, 1, &ShmConfig::default()).unwrap();
+    assert!(!name.exists(), "a single rank is the last to attach");
+    let start = Instant::now();
+    t.wait(Duration::from_millis(50));
+    let slept = start.elapsed();
+    assert!(
+        slept >= Duration::from_millis(40),
+        "woke early after {slept:?}"
+    );
+    assert!(slept < Duration::from_secs(10));
+    t.wake(0);
+    let start = Instant::now();
+    t.wait(Duration::from_secs(10));
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "a wake before wait counts"
+    );
+}
