@@ -20,8 +20,8 @@ const SOURCES: u32 = 64;
 fn filler(i: usize, wild: bool) -> (SourceSel, TagSel) {
     let source = 1 + (i as u32 % (SOURCES - 1));
     let tag = 1 + (i / SOURCES as usize) as i32;
-    if wild && i % 10 == 0 {
-        if i % 20 == 0 {
+    if wild && i.is_multiple_of(10) {
+        if i.is_multiple_of(20) {
             (SourceSel::Any, TagSel::Tag(tag))
         } else {
             (SourceSel::Rank(source), TagSel::Tag(-1))

@@ -99,7 +99,10 @@ impl From<PmlError> for EngineError {
 enum Link {
     /// This process: frames loop back, reads are plain copies.
     Loopback,
-    Shm { local: usize, pid: i32 },
+    Shm {
+        local: usize,
+        pid: i32,
+    },
 }
 
 /// Counts of what went which way, for tests and `--verbose`.
@@ -132,9 +135,6 @@ pub struct Engine {
     description: String,
 }
 
-/// The bytes a rank publishes so that peers can check they may read its memory.
-static CMA_PROBE: [u8; 8] = *b"mpirtcma";
-
 fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for writes of its length; gethostname NUL-terminates within
@@ -166,41 +166,34 @@ impl Engine {
         // forbids that unless we allow it first. Failure only means the copy fallback.
         let ptrace_allowed = shm::allow_ptrace_from_peers();
         let host = hostname();
-        let pid = std::process::id() as i32;
-        let me = format!("{host}\n{pid}\n{}", CMA_PROBE.as_ptr() as u64);
-        wireup.put(&format!("pml.proc.{rank}"), me.as_bytes()).map_err(wireup_err)?;
+        wireup
+            .put(&format!("pml.host.{rank}"), host.as_bytes())
+            .map_err(wireup_err)?;
         wireup.fence().map_err(wireup_err)?;
 
         let mut links = vec![None; size as usize];
         let mut local_ranks = Vec::new();
-        let mut peer_pids = Vec::new();
-        let mut probe_addr = 0u64;
         for r in 0..size {
-            let v = wireup.get(&format!("pml.proc.{r}")).map_err(wireup_err)?;
-            let v = String::from_utf8_lossy(&v).into_owned();
-            let mut parts = v.split('\n');
-            let (Some(h), Some(p), Some(a)) = (parts.next(), parts.next(), parts.next()) else {
-                return Err(EngineError::Wireup(format!("rank {r} published a malformed endpoint")));
-            };
-            if h == host {
-                local_ranks.push(r);
-                peer_pids.push(p.parse::<i32>().unwrap_or(0));
-                if r != rank && probe_addr == 0 {
-                    probe_addr = a.parse().unwrap_or(0);
-                }
-            } else {
+            let h = wireup.get(&format!("pml.host.{r}")).map_err(wireup_err)?;
+            let h = String::from_utf8_lossy(&h);
+            if h != host {
                 return Err(EngineError::Config(format!(
                     "rank {r} runs on host '{h}', and no network transport is built yet \
                      (this rank runs on '{host}')"
                 )));
             }
+            local_ranks.push(r);
         }
-        let my_local = local_ranks.iter().position(|&r| r == rank).expect("self is local");
+        let my_local = local_ranks
+            .iter()
+            .position(|&r| r == rank)
+            .expect("self is local");
         let n_local = local_ranks.len();
 
+        // The leader creates the segment, the others attach once it exists, and a last fence
+        // makes sure every rank has attached (and so published its pid) before anyone probes.
         let mut shm = None;
-        let leader = local_ranks[0];
-        let name = format!("mpirt-{}-{leader}", wireup.job_id());
+        let name = format!("mpirt-{}-{}", wireup.job_id(), local_ranks[0]);
         let shm_config = ShmConfig {
             ring_bytes: config.shm_ring_bytes,
         };
@@ -217,6 +210,7 @@ impl Engine {
                     .map_err(|e| EngineError::Transport(format!("attaching {name}: {e}")))?,
             );
         }
+        wireup.fence().map_err(wireup_err)?;
 
         let mut core = Core::new(
             size as usize,
@@ -236,32 +230,23 @@ impl Engine {
 
         let mut description = format!("rank {rank} of {size} on {host}");
         if let Some(t) = &shm {
-            let cma = if probe_addr == 0 {
-                Err("no peer to probe".to_string())
-            } else {
-                let peer_pid = peer_pids[if my_local == 0 { 1 } else { 0 }];
-                let mut got = [0u8; 8];
-                shm::read_remote(peer_pid, probe_addr, &mut got)
-                    .map_err(|e| e.to_string())
-                    .and_then(|()| {
-                        (got == CMA_PROBE)
-                            .then_some(())
-                            .ok_or_else(|| "probe read back wrong bytes".to_string())
-                    })
-            };
+            // Whether a rank may read another's memory is a property of the host (Yama,
+            // seccomp, containers), so one neighbour speaks for all.
+            let cma = t.probe_cma(if my_local == 0 { 1 } else { 0 });
             let caps = PeerCaps {
                 eager_limit: config.shm_eager_limit,
                 max_frame: t.max_frame(),
                 remote_read: cma.is_ok(),
             };
             for (local, &r) in local_ranks.iter().enumerate() {
-                if r != rank {
-                    core.set_peer(r, caps);
-                    links[r as usize] = Some(Link::Shm {
-                        local,
-                        pid: peer_pids[local],
-                    });
+                if r == rank {
+                    continue;
                 }
+                let pid = t.peer_pid(local).ok_or_else(|| {
+                    EngineError::Transport(format!("rank {r} did not attach to {name}"))
+                })?;
+                core.set_peer(r, caps);
+                links[r as usize] = Some(Link::Shm { local, pid });
             }
             description += &format!(
                 "; {n_local} ranks on this host over shared memory, eager up to {} bytes; \
@@ -270,9 +255,9 @@ impl Engine {
                 match (&cma, &ptrace_allowed) {
                     (Ok(()), _) => "single copy (process_vm_readv)".to_string(),
                     (Err(e), Ok(())) => format!("pipelined copy through the segment ({e})"),
-                    (Err(e), Err(p)) => format!(
-                        "pipelined copy through the segment ({e}; PR_SET_PTRACER: {p})"
-                    ),
+                    (Err(e), Err(p)) => {
+                        format!("pipelined copy through the segment ({e}; PR_SET_PTRACER: {p})")
+                    }
                 }
             );
         }
@@ -386,9 +371,7 @@ impl Engine {
         buf: *mut u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
-        let h = self
-            .core
-            .matched_recv(message, RecvBuf { ptr: buf, len })?;
+        let h = self.core.matched_recv(message, RecvBuf { ptr: buf, len })?;
         self.progress()?;
         Ok(h)
     }
@@ -431,7 +414,12 @@ impl Engine {
     }
 
     /// Looks for a matching message without taking it.
-    pub fn iprobe(&mut self, context: ContextId, source: SourceSel, tag: TagSel) -> Result<Option<Status>, PmlError> {
+    pub fn iprobe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<Option<Status>, PmlError> {
         if let Some(s) = self.core.probe(context, source, tag) {
             return Ok(Some(s));
         }
@@ -439,7 +427,12 @@ impl Engine {
         Ok(self.core.probe(context, source, tag))
     }
 
-    pub fn probe(&mut self, context: ContextId, source: SourceSel, tag: TagSel) -> Result<Status, PmlError> {
+    pub fn probe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<Status, PmlError> {
         let mut found = None;
         self.wait_until(|e| {
             found = e.core.probe(context, source, tag);
@@ -501,11 +494,8 @@ impl Engine {
                 std::hint::spin_loop();
             } else if idle < SPIN_ROUNDS + YIELD_ROUNDS {
                 std::thread::yield_now();
-            } else if !self.blocked.is_empty() {
-                // Our own frames wait for room in a peer's ring: that peer frees it as it
-                // reads, without waking us, so poll at a gentle pace.
-                std::thread::sleep(Duration::from_micros(50));
             } else if let Some(shm) = &self.shm {
+                // Returns on a frame for us, and on room in a ring that refused our frame.
                 shm.wait(SLEEP);
             } else {
                 std::thread::yield_now();
@@ -565,7 +555,9 @@ impl Engine {
                 // one of our own sends, valid for `len` bytes until its FIN, which follows
                 // this copy; a send buffer and a receive buffer never overlap (the caller
                 // borrows one shared and the other exclusively).
-                unsafe { ptr::copy_nonoverlapping(remote.addr as *const u8, target.as_mut_ptr(), len) };
+                unsafe {
+                    ptr::copy_nonoverlapping(remote.addr as *const u8, target.as_mut_ptr(), len)
+                };
                 Ok(())
             }
             Link::Shm { pid, .. } => shm::read_remote(pid, remote.addr, target),
@@ -595,11 +587,12 @@ impl Engine {
                 }
                 Link::Shm { local, .. } => {
                     let shm = self.shm.as_mut().expect("a shm link has a segment");
-                    shm.try_send(local, &[t.header(), t.payload])
-                        .map_err(|e| PmlError::Protocol {
+                    shm.try_send(local, &[t.header(), t.payload]).map_err(|e| {
+                        PmlError::Protocol {
                             peer,
                             what: format!("shared-memory send failed: {e}"),
-                        })?
+                        }
+                    })?
                 }
             };
             if !taken {

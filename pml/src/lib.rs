@@ -19,6 +19,8 @@ pub use config::{EngineConfig, TransportChoice};
 pub use engine::{Done, Engine, EngineError, Wireup};
 pub use envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
 pub use error::PmlError;
-pub use protocol::{Action, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, SendMode};
+pub use protocol::{
+    Action, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, SendMode,
+};
 pub use requests::Handle;
 pub use wire::RemoteKey;

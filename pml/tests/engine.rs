@@ -35,13 +35,19 @@ impl Wireup for DirWireup {
     }
     fn fence(&mut self) -> Result<(), String> {
         self.round += 1;
-        fs::write(self.dir.join(format!("fence.{}.{}", self.round, self.rank)), b"")
-            .map_err(|e| e.to_string())?;
+        fs::write(
+            self.dir.join(format!("fence.{}.{}", self.round, self.rank)),
+            b"",
+        )
+        .map_err(|e| e.to_string())?;
         let deadline = Instant::now() + Duration::from_secs(30);
         for r in 0..self.size {
             while !self.dir.join(format!("fence.{}.{r}", self.round)).exists() {
                 if Instant::now() > deadline {
-                    return Err(format!("fence {} timed out waiting for rank {r}", self.round));
+                    return Err(format!(
+                        "fence {} timed out waiting for rank {r}",
+                        self.round
+                    ));
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -54,17 +60,21 @@ impl Wireup for DirWireup {
 }
 
 fn checksum(b: &[u8]) -> u64 {
-    b.iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3))
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+        (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 fn pattern(len: usize, seed: usize) -> Vec<u8> {
-    (0..len).map(|i| ((i * 7 + seed * 13) % 251) as u8).collect()
+    (0..len)
+        .map(|i| ((i * 7 + seed * 13) % 251) as u8)
+        .collect()
 }
 
 fn send(e: &mut Engine, to: u32, tag: i32, data: &[u8], mode: SendMode) {
     // SAFETY: `data` outlives the request: we wait for it before returning.
-    let h = unsafe { e.post_send(0, e.rank(), to, to, tag, mode, data.as_ptr(), data.len()) }.unwrap();
+    let h =
+        unsafe { e.post_send(0, e.rank(), to, to, tag, mode, data.as_ptr(), data.len()) }.unwrap();
     assert_eq!(e.wait(h).unwrap(), Done::Sent);
 }
 
@@ -93,13 +103,19 @@ fn singleton_sends_to_itself_by_every_protocol() {
         let data = pattern(len, len);
         let mut buf = vec![0u8; len];
         // SAFETY: both buffers outlive their requests, waited for below.
-        let r = unsafe { e.post_recv(0, SourceSel::Rank(0), TagSel::Tag(3), buf.as_mut_ptr(), len) }.unwrap();
-        let s = unsafe { e.post_send(0, 0, 0, 0, 3, SendMode::Standard, data.as_ptr(), len) }.unwrap();
+        let r =
+            unsafe { e.post_recv(0, SourceSel::Rank(0), TagSel::Tag(3), buf.as_mut_ptr(), len) }
+                .unwrap();
+        let s =
+            unsafe { e.post_send(0, 0, 0, 0, 3, SendMode::Standard, data.as_ptr(), len) }.unwrap();
         assert_eq!(e.wait(s).unwrap(), Done::Sent);
         assert!(matches!(e.wait(r).unwrap(), Done::Received(st) if st.len == len));
         assert_eq!(buf, data, "len {len}");
     }
-    assert!(e.counters().remote_reads >= 2, "large self-sends go by rendezvous");
+    assert!(
+        e.counters().remote_reads >= 2,
+        "large self-sends go by rendezvous"
+    );
     fs::remove_dir_all(dir).unwrap();
 }
 
@@ -125,7 +141,12 @@ fn rank_main(dir: &Path, rank: u32, size: u32) {
             for &len in &sizes {
                 let (buf, st) = recv(&mut e, SourceSel::Any, TagSel::Tag(len as i32 % 1000), len);
                 assert_eq!(st.len, len);
-                assert_eq!(checksum(&buf), checksum(&pattern(len, st.source as usize)), "len {len} from {}", st.source);
+                assert_eq!(
+                    checksum(&buf),
+                    checksum(&pattern(len, st.source as usize)),
+                    "len {len} from {}",
+                    st.source
+                );
             }
         }
         // 10^4 small messages per sender arrive in order per sender.
@@ -133,7 +154,11 @@ fn rank_main(dir: &Path, rank: u32, size: u32) {
         for _ in 0..(size - 1) * 10_000 {
             let (buf, st) = recv(&mut e, SourceSel::Any, TagSel::Tag(5), 4);
             let n = u32::from_le_bytes(buf.try_into().unwrap());
-            assert_eq!(n, next[st.source as usize], "out of order from {}", st.source);
+            assert_eq!(
+                n, next[st.source as usize],
+                "out of order from {}",
+                st.source
+            );
             next[st.source as usize] += 1;
         }
         // A synchronous send is not complete before its receive is posted.
@@ -145,7 +170,13 @@ fn rank_main(dir: &Path, rank: u32, size: u32) {
         println!("remote reads: {}", e.counters().remote_reads);
     } else {
         for &len in &sizes {
-            send(&mut e, 0, len as i32 % 1000, &pattern(len, rank as usize), SendMode::Standard);
+            send(
+                &mut e,
+                0,
+                len as i32 % 1000,
+                &pattern(len, rank as usize),
+                SendMode::Standard,
+            );
         }
         for i in 0..10_000u32 {
             send(&mut e, 0, 5, &i.to_le_bytes(), SendMode::Standard);
@@ -153,12 +184,16 @@ fn rank_main(dir: &Path, rank: u32, size: u32) {
         if rank == 1 {
             let data = 200u64.to_le_bytes();
             // SAFETY: `data` outlives the request, waited for below.
-            let h = unsafe { e.post_send(0, 1, 0, 0, 78, SendMode::Synchronous, data.as_ptr(), 8) }.unwrap();
+            let h = unsafe { e.post_send(0, 1, 0, 0, 78, SendMode::Synchronous, data.as_ptr(), 8) }
+                .unwrap();
             send(&mut e, 0, 77, &[1], SendMode::Standard);
             let t = Instant::now();
             e.wait(h).unwrap();
             let waited = t.elapsed().as_millis() as u64;
-            assert!(waited >= 150, "synchronous send completed {waited} ms after the flag");
+            assert!(
+                waited >= 150,
+                "synchronous send completed {waited} ms after the flag"
+            );
         }
     }
     e.flush_all().unwrap();
@@ -200,9 +235,16 @@ fn ranks_over_shared_memory() {
         let leftover: Vec<_> = fs::read_dir("/dev/shm")
             .unwrap()
             .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().contains(&*dir.file_name().unwrap().to_string_lossy()))
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .contains(&*dir.file_name().unwrap().to_string_lossy())
+            })
             .collect();
-        assert!(leftover.is_empty(), "segment left in /dev/shm: {leftover:?}");
+        assert!(
+            leftover.is_empty(),
+            "segment left in /dev/shm: {leftover:?}"
+        );
         fs::remove_dir_all(dir).unwrap();
     }
 }
@@ -231,5 +273,8 @@ fn wait_all(mut children: Vec<std::process::Child>, limit: Duration) -> Vec<std:
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    children.into_iter().map(|c| c.wait_with_output().unwrap()).collect()
+    children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect()
 }

@@ -157,3 +157,40 @@ fn wait_times_out_and_wake_is_remembered() {
         "a wake before wait counts"
     );
 }
+
+/// Both sides only ever sleep (no spinning, long timeouts): a lost wake-up, of a receiver by a
+/// frame or of a sender by the room its receiver made, shows up as a wait that ran out.
+#[test]
+fn sleeping_senders_and_receivers_are_always_woken() {
+    const FRAMES: u32 = 20_000;
+    const LONG: Duration = Duration::from_secs(10);
+    let name = Name::new("sleepers");
+    let cfg = ShmConfig { ring_bytes: 4096 };
+    let mut a = ShmTransport::create(&name.0, 0, 2, &cfg).unwrap();
+    let mut b = ShmTransport::attach(&name.0, 1, 2).unwrap();
+    let timed_wait = |t: &ShmTransport| {
+        let start = Instant::now();
+        t.wait(LONG);
+        assert!(start.elapsed() < LONG / 2, "a wake-up was lost");
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let frame = [0x33u8; 900];
+            for i in 0..FRAMES {
+                while !b.try_send(0, &[&i.to_le_bytes(), &frame]).unwrap() {
+                    timed_wait(&b);
+                }
+            }
+        });
+        let mut next = 0;
+        while next < FRAMES {
+            if a.poll(|_, f| {
+                assert_eq!(f[..4], next.to_le_bytes());
+                next += 1;
+            }) == 0
+            {
+                timed_wait(&a);
+            }
+        }
+    });
+}

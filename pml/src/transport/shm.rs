@@ -1,7 +1,7 @@
 //! Shared-memory transport between ranks on one host.
 //!
 //! Frames travel through one single-producer, single-consumer ring per ordered pair of local
-//! ranks, inside one segment under /dev/shm (see [`segment`](self) for the layout). Sending and
+//! ranks, inside one segment under /dev/shm (its layout is described in `shm/segment.rs`). Sending and
 //! receiving a small frame takes no lock, no allocation and no syscall: the only syscall on the
 //! path is the futex wake, made only when the receiver has said it is asleep.
 //!
@@ -60,7 +60,6 @@ impl Default for ShmConfig {
 
 /// This process's end of the host's shared segment.
 pub struct ShmTransport {
-    seg: Segment,
     local_rank: usize,
     /// Indexed by peer slot: local ranks without ourselves (see `slot`).
     tx: Box<[Producer]>,
@@ -69,11 +68,13 @@ pub struct ShmTransport {
     next_rx: usize,
     /// Futex value after our last wait: a change since means someone woke us in between.
     seen_wakes: Cell<u32>,
+    /// Last, so that it is unmapped after the rings that point into it are gone.
+    seg: Segment,
 }
 
 impl ShmTransport {
-    /// Creates the segment `name` (a single path component, e.g. `mpirt-<jobid>-<node>`) as
-    /// local rank 0. The other ranks [`attach`](Self::attach) after a barrier with this call.
+    /// Creates the segment `name` (a single path component, e.g. `mpirt-<jobid>-<node>`); by
+    /// convention local rank 0 does this. The other ranks [`attach`](Self::attach) after a barrier with this call.
     pub fn create(
         name: &str,
         local_rank: usize,
@@ -90,20 +91,19 @@ impl ShmTransport {
                 ),
             ));
         }
-        Self::open(
-            Segment::create(name, local_rank, local_size, cfg.ring_bytes)?,
-            local_rank,
-        )
+        let seg = Segment::create(name, local_rank, local_size, cfg.ring_bytes)?;
+        Ok(Self::open(seg, local_rank))
     }
 
     /// Attaches to the segment `name` made by [`create`](Self::create). When every local rank
     /// has attached, the name is removed from /dev/shm; the memory lives on in the mappings.
     pub fn attach(name: &str, local_rank: usize, local_size: usize) -> io::Result<Self> {
         check_rank(local_rank, local_size)?;
-        Self::open(Segment::attach(name, local_rank, local_size)?, local_rank)
+        let seg = Segment::attach(name, local_rank, local_size)?;
+        Ok(Self::open(seg, local_rank))
     }
 
-    fn open(seg: Segment, local_rank: usize) -> io::Result<Self> {
+    fn open(seg: Segment, local_rank: usize) -> Self {
         let n = seg.local_size();
         let size = seg.ring_bytes();
         let peers = || (0..n).filter(move |&r| r != local_rank);
@@ -127,14 +127,14 @@ impl ShmTransport {
         me.probe_addr
             .store(&CMA_PROBE as *const u64 as u64, Ordering::Release);
         let seen = me.futex.load(Ordering::Acquire);
-        Ok(ShmTransport {
-            seg,
+        ShmTransport {
             local_rank,
             tx,
             rx,
             next_rx: 0,
             seen_wakes: Cell::new(seen),
-        })
+            seg,
+        }
     }
 
     pub fn local_rank(&self) -> usize {
@@ -205,11 +205,13 @@ impl ShmTransport {
             let from = slot + usize::from(slot >= self.local_rank);
             let got = self.rx[slot].drain(POLL_BATCH - total, |frame| f(from, frame));
             if got > 0 {
-                // Pairs with the fence in `wait`: a sender that found this ring full either
-                // sees the room we just made, or we see it asleep and wake it.
+                // Pairs with the fence in `wait`: a sender that found this ring full (and said
+                // so before sleeping) either sees the room we just made, or we see it blocked
+                // and asleep and wake it.
                 fence(Ordering::SeqCst);
                 let sender = self.seg.rank_ctl(from);
-                if sender.sleeping.load(Ordering::Relaxed) != 0 {
+                if self.rx[slot].producer_blocked() && sender.sleeping.load(Ordering::Relaxed) != 0
+                {
                     wake_ctl(sender);
                 }
             }

@@ -11,7 +11,7 @@ use std::time::Duration;
 pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     let ts = libc::timespec {
         tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
     };
     // SAFETY: `word` is a live, 4-byte aligned atomic (a reference guarantees both) and `ts`
     // outlives the call; FUTEX_WAIT only reads them. The kernel compares the word atomically.

@@ -14,7 +14,7 @@
 //! Positions (`head`, `tail`) are byte counts since creation (u64, never wrap in practice); the
 //! offset in the data area is `position & (size - 1)`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 const EMPTY: u64 = 0;
 const WRAP: u64 = u64::MAX;
@@ -25,6 +25,9 @@ const HEADER: usize = 8;
 #[repr(C, align(128))]
 pub(crate) struct RingCtl {
     tail: AtomicU64,
+    /// Set by the producer while its last write found no room, so that the consumer wakes it
+    /// only then. Written on changes only, which are rare, so sharing the line is cheap.
+    blocked: AtomicU32,
 }
 
 /// Largest frame a ring of `size` data bytes carries: its record plus the zeroed next header
@@ -46,10 +49,10 @@ struct Raw {
 }
 
 impl Raw {
-    fn tail(&self) -> &AtomicU64 {
+    fn ctl(&self) -> &RingCtl {
         // SAFETY: `ctl` points to a live RingCtl for the life of the ring (contract of
-        // `Producer::new` / `Consumer::new`), and it is only accessed atomically.
-        unsafe { &(*self.ctl).tail }
+        // `Producer::new` / `Consumer::new`), and it holds only atomics.
+        unsafe { &*self.ctl }
     }
 
     fn word(&self, offset: usize) -> &AtomicU64 {
@@ -67,7 +70,7 @@ pub(crate) struct Producer {
     raw: Raw,
     head: u64,
     cached_tail: u64,
-    /// The last write failed for lack of room.
+    /// The last write failed for lack of room (our copy of `RingCtl::blocked`).
     blocked: bool,
 }
 
@@ -97,20 +100,27 @@ impl Producer {
             return true;
         }
         // Acquire: the consumer finished reading everything before `tail` before publishing it.
-        self.cached_tail = self.raw.tail().load(Ordering::Acquire);
+        self.cached_tail = self.raw.ctl().tail.load(Ordering::Acquire);
         self.head + bytes as u64 - self.cached_tail <= limit
     }
 
     /// Whether the last write failed for room and the consumer has freed some since.
     pub(crate) fn space_freed(&self) -> bool {
-        self.blocked && self.raw.tail().load(Ordering::Acquire) != self.cached_tail
+        self.blocked && self.raw.ctl().tail.load(Ordering::Acquire) != self.cached_tail
     }
 
     /// Writes the concatenation of `parts` (`len` bytes in all, at most `max_frame(size)`) as
     /// one record. Returns false, having written nothing visible, when the ring is too full.
     pub(crate) fn try_write(&mut self, parts: &[&[u8]], len: usize) -> bool {
-        self.blocked = !self.write(parts, len);
-        !self.blocked
+        let written = self.write(parts, len);
+        if written == self.blocked {
+            self.blocked = !written;
+            self.raw
+                .ctl()
+                .blocked
+                .store(u32::from(self.blocked), Ordering::Relaxed);
+        }
+        written
     }
 
     fn write(&mut self, parts: &[&[u8]], len: usize) -> bool {
@@ -138,7 +148,7 @@ impl Producer {
             // SAFETY: `at + part.len() <= offset + record <= size`, so the destination lies in
             // the ring; `room` guaranteed the consumer is done with these bytes (it published a
             // tail past them, acquired above) and will not read them until the header below is
-            // published. A `&[u8]` cannot overlap the shared mapping we own exclusively here.
+            // published. `part` cannot alias that free space: nothing hands out references to it.
             unsafe {
                 std::ptr::copy_nonoverlapping(part.as_ptr(), self.raw.data.add(at), part.len());
             }
@@ -172,6 +182,11 @@ impl Consumer {
             raw: Raw { ctl, data, size },
             tail: 0,
         }
+    }
+
+    /// Whether the producer's last write found the ring full.
+    pub(crate) fn producer_blocked(&self) -> bool {
+        self.raw.ctl().blocked.load(Ordering::Relaxed) != 0
     }
 
     /// Whether a frame is (or may soon be, behind a wrap marker) ready to read.
@@ -216,7 +231,7 @@ impl Consumer {
         }
         if self.tail != start {
             // Release: our reads of these records happen before the producer reuses the space.
-            self.raw.tail().store(self.tail, Ordering::Release);
+            self.raw.ctl().tail.store(self.tail, Ordering::Release);
         }
         count
     }
@@ -237,6 +252,7 @@ mod tests {
             HeapRing {
                 ctl: Box::new(RingCtl {
                     tail: AtomicU64::new(0),
+                    blocked: AtomicU32::new(0),
                 }),
                 data: vec![0; size / 8],
             }
@@ -296,8 +312,12 @@ mod tests {
         }
         // 8 records of 32 bytes fill 256, but the zeroed next header needs 8 more bytes.
         assert_eq!(written, 7);
+        assert!(c.producer_blocked());
+        assert!(!p.space_freed());
         assert_eq!(c.drain(1, |f| assert_eq!(f, frame)), 1);
+        assert!(p.space_freed());
         assert!(p.try_write(&[&frame], 24));
+        assert!(!c.producer_blocked());
         assert!(!p.try_write(&[&frame], 24));
         assert_eq!(drain_all(&mut c).len(), 7);
     }

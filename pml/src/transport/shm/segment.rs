@@ -298,8 +298,7 @@ impl Segment {
 
     /// Records our pid as `local_rank`'s, failing if another process (or mapping) has it.
     fn claim(&self, local_rank: usize) -> io::Result<()> {
-        // SAFETY: getpid has no preconditions.
-        let pid = unsafe { libc::getpid() };
+        let pid = std::process::id() as i32;
         let ctl = self.rank_ctl(local_rank);
         match ctl
             .pid
