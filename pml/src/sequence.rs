@@ -93,12 +93,12 @@ mod tests {
         assert_eq!(s.classify(0, 1, u32::MAX), Arrival::InOrder);
         assert_eq!(s.advance(0, 1), Some("after-wrap"));
         assert_eq!(s.advance(0, 1), None);
-        assert_eq!(s.classify(0, 1, 1), Arrival::Early);
-        assert_eq!(s.classify(0, 1, 2), Arrival::InOrder);
-        assert_eq!(s.classify(0, 1, 1), Arrival::Invalid { expected: 2 });
+        assert_eq!(s.classify(0, 1, 1), Arrival::InOrder);
+        assert_eq!(s.classify(0, 1, 2), Arrival::Early);
+        assert_eq!(s.classify(0, 1, 0), Arrival::Invalid { expected: 1 });
         assert_eq!(
-            s.classify(0, 1, 2 + REORDER_WINDOW),
-            Arrival::Invalid { expected: 2 }
+            s.classify(0, 1, 1 + REORDER_WINDOW),
+            Arrival::Invalid { expected: 1 }
         );
     }
 
