@@ -7,8 +7,10 @@
 //! reaches the front. A queue compacts itself once its dead references outnumber its live
 //! ones, which keeps both the memory and the amortised cost of every operation O(1).
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::collections::VecDeque;
+use std::hash::Hash;
+
+use crate::fast_hash::FastMap;
 
 /// A reference to a stored entry: its slot in the slab and the order stamp it was stored with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,13 +31,13 @@ struct Queue {
 /// Queues keyed by `K`; empty queues are dropped so that many distinct keys over a long run
 /// (tags are the user's to choose) do not accumulate.
 pub struct KeyedQueues<K> {
-    queues: HashMap<K, Queue, BuildHasherDefault<FastHasher>>,
+    queues: FastMap<K, Queue>,
 }
 
 impl<K: Hash + Eq + Copy> Default for KeyedQueues<K> {
     fn default() -> Self {
         KeyedQueues {
-            queues: HashMap::default(),
+            queues: FastMap::default(),
         }
     }
 }
@@ -84,35 +86,6 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
     #[cfg(test)]
     fn stored_refs(&self) -> usize {
         self.queues.values().map(|q| q.refs.len()).sum()
-    }
-}
-
-/// A multiplicative hasher for the small integer keys used here: SipHash's resistance to
-/// flooding buys nothing for keys that are ranks, tags and context ids, and costs a third of
-/// a match.
-#[derive(Default)]
-pub struct FastHasher(u64);
-
-impl Hasher for FastHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
-    fn write_i32(&mut self, n: i32) {
-        self.write_u64(u64::from(n as u32));
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
     }
 }
 

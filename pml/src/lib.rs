@@ -7,6 +7,7 @@ pub mod config;
 pub mod engine;
 pub mod envelope;
 pub mod error;
+mod fast_hash;
 mod keyed_queues;
 pub mod matching;
 pub mod protocol;

@@ -3,9 +3,8 @@
 //! Numbers are `u32` and wrap: order is decided by the wrapping distance from the expected
 //! number, so a long run never breaks it.
 
-use std::collections::HashMap;
-
 use crate::envelope::{ContextId, Rank};
+use crate::fast_hash::FastMap;
 
 /// How far ahead of the expected number an arrival may be. Further than that is not reordering
 /// but a corrupt or hostile peer, and holding it would let that peer consume unbounded memory.
@@ -26,17 +25,17 @@ pub enum Arrival {
 
 /// Numbers a sender's outgoing messages and orders a receiver's incoming ones.
 pub struct Sequencer<F> {
-    next_send: HashMap<Stream, u32>,
-    expected: HashMap<Stream, u32>,
-    held: HashMap<(Stream, u32), F>,
+    next_send: FastMap<Stream, u32>,
+    expected: FastMap<Stream, u32>,
+    held: FastMap<(Stream, u32), F>,
 }
 
 impl<F> Default for Sequencer<F> {
     fn default() -> Self {
         Sequencer {
-            next_send: HashMap::new(),
-            expected: HashMap::new(),
-            held: HashMap::new(),
+            next_send: FastMap::default(),
+            expected: FastMap::default(),
+            held: FastMap::default(),
         }
     }
 }
