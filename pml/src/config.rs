@@ -2,6 +2,7 @@
 //! (which `rsrun`'s flags set).
 
 use std::env;
+use std::time::Duration;
 
 /// Which transport carries traffic between ranks on one host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,6 +22,9 @@ pub struct EngineConfig {
     pub shm_ring_bytes: usize,
     /// Eager bytes a peer may have outstanding here before it must use rendezvous.
     pub unexpected_budget: usize,
+    /// How long a waiting rank busy-polls before it yields its core, when ranks do not
+    /// outnumber cores (then it yields at once).
+    pub spin: Duration,
     /// Whether to print the transport choices at start-up.
     pub verbose: bool,
 }
@@ -32,6 +36,7 @@ impl Default for EngineConfig {
             shm_eager_limit: 16 << 10,
             shm_ring_bytes: 512 << 10,
             unexpected_budget: 4 << 20,
+            spin: Duration::from_micros(100),
             verbose: false,
         }
     }
@@ -76,6 +81,14 @@ impl EngineConfig {
             shm_eager_limit: size_var("MPIRT_EAGER_LIMIT", d.shm_eager_limit)?,
             shm_ring_bytes: size_var("MPIRT_SHM_RING_BYTES", d.shm_ring_bytes)?,
             unexpected_budget: size_var("MPIRT_UNEXPECTED_BUDGET", d.unexpected_budget)?,
+            spin: match env::var("MPIRT_SPIN_US") {
+                Err(_) => d.spin,
+                Ok(v) => {
+                    Duration::from_micros(v.trim().parse().map_err(|_| {
+                        format!("MPIRT_SPIN_US='{v}' is not a number of microseconds")
+                    })?)
+                }
+            },
             verbose: matches!(env::var("MPIRT_VERBOSE").as_deref(), Ok(v) if !v.is_empty() && v != "0"),
         })
     }

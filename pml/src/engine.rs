@@ -6,7 +6,7 @@
 //! that a buffer outlives its request — the contract of `post_send` and `post_recv`.
 
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use std::{fmt, ptr, slice};
 
 use crate::config::{EngineConfig, TransportChoice};
@@ -114,10 +114,11 @@ pub struct Counters {
     pub remote_read_bytes: u64,
 }
 
-/// Busy-polls before yielding the core, and yields before sleeping: a message that is about to
-/// arrive is caught at once, while ranks that outnumber cores give theirs up.
-const SPIN_ROUNDS: u32 = 256;
-const YIELD_ROUNDS: u32 = 64;
+/// A waiting rank busy-polls for a while (a message about to arrive is caught at once), then
+/// yields its core for a while (ranks that outnumber cores let their peers run), then sleeps
+/// until a peer's frame wakes it. Rounds are counted first so the clock is read rarely.
+const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
+const YIELD_FOR: Duration = Duration::from_millis(1);
 const SLEEP: Duration = Duration::from_millis(2);
 
 pub struct Engine {
@@ -133,6 +134,8 @@ pub struct Engine {
     blocked: Vec<Rank>,
     counters: Counters,
     description: String,
+    /// Busy-poll budget of a wait: none when ranks outnumber the cores they may use.
+    spin: Duration,
 }
 
 fn hostname() -> String {
@@ -261,6 +264,13 @@ impl Engine {
                 }
             );
         }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let spin = if n_local > cores {
+            description += &format!("; {n_local} ranks on {cores} cores: waits yield at once");
+            Duration::ZERO
+        } else {
+            config.spin
+        };
         if config.verbose {
             eprintln!("mpirt: {description}");
         }
@@ -275,6 +285,7 @@ impl Engine {
             blocked: Vec::new(),
             counters: Counters::default(),
             description,
+            spin,
         })
     }
 
@@ -334,8 +345,8 @@ impl Engine {
                 key: 0,
             },
         })?;
-        // Small sends go out now: the latency of the next progress call is not theirs to pay.
-        self.progress()?;
+        // The frame goes out now: the latency of the next progress call is not its to pay.
+        self.flush(peer)?;
         Ok(h)
     }
 
@@ -352,13 +363,9 @@ impl Engine {
         buf: *mut u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
-        let h = self
-            .core
-            .post_recv(context, source, tag, RecvBuf { ptr: buf, len })?;
-        if !self.core.is_complete(h)? {
-            self.progress()?;
-        }
-        Ok(h)
+        // No progress here: whoever waits or tests on the receive makes it.
+        self.core
+            .post_recv(context, source, tag, RecvBuf { ptr: buf, len })
     }
 
     /// Receives a message a matched probe took.
@@ -480,19 +487,26 @@ impl Engine {
         &mut self,
         mut done: impl FnMut(&mut Engine) -> Result<bool, PmlError>,
     ) -> Result<(), PmlError> {
-        let mut idle = 0u32;
+        let mut idle_rounds = 0u32;
+        let mut idle_since = None;
         loop {
             if done(self)? {
                 return Ok(());
             }
             if self.progress()? {
-                idle = 0;
+                idle_rounds = 0;
+                idle_since = None;
                 continue;
             }
-            idle += 1;
-            if idle < SPIN_ROUNDS {
+            idle_rounds += 1;
+            if idle_rounds < SPIN_ROUNDS_BEFORE_CLOCK {
                 std::hint::spin_loop();
-            } else if idle < SPIN_ROUNDS + YIELD_ROUNDS {
+                continue;
+            }
+            let idle = idle_since.get_or_insert_with(Instant::now).elapsed();
+            if idle < self.spin {
+                std::hint::spin_loop();
+            } else if idle < self.spin + YIELD_FOR {
                 std::thread::yield_now();
             } else if let Some(shm) = &self.shm {
                 // Returns on a frame for us, and on room in a ring that refused our frame.

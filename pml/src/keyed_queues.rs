@@ -22,22 +22,29 @@ pub struct EntryRef {
 /// Dead references tolerated in a queue before a compaction is even considered.
 const COMPACT_MIN_DEAD: usize = 32;
 
+/// Empty queues kept for reuse: a ping-pong empties and refills the same key every message,
+/// and dropping the queue each time would cost an allocation per message. Past this many
+/// keys, empty queues are dropped so that a run over many distinct tags stays bounded.
+const KEEP_EMPTY_KEYS: usize = 64;
+
 #[derive(Default)]
 struct Queue {
     refs: VecDeque<EntryRef>,
     dead: usize,
 }
 
-/// Queues keyed by `K`; empty queues are dropped so that many distinct keys over a long run
-/// (tags are the user's to choose) do not accumulate.
+/// Queues keyed by `K`.
 pub struct KeyedQueues<K> {
     queues: FastMap<K, Queue>,
+    /// References held across all queues, live or dead.
+    stored: usize,
 }
 
 impl<K: Hash + Eq + Copy> Default for KeyedQueues<K> {
     fn default() -> Self {
         KeyedQueues {
             queues: FastMap::default(),
+            stored: 0,
         }
     }
 }
@@ -45,6 +52,15 @@ impl<K: Hash + Eq + Copy> Default for KeyedQueues<K> {
 impl<K: Hash + Eq + Copy> KeyedQueues<K> {
     pub fn push(&mut self, key: K, entry: EntryRef) {
         self.queues.entry(key).or_default().refs.push_back(entry);
+        self.stored += 1;
+    }
+
+    fn drop_if_empty(&mut self, key: K) {
+        if self.queues.len() > KEEP_EMPTY_KEYS
+            && self.queues.get(&key).is_some_and(|q| q.refs.is_empty())
+        {
+            self.queues.remove(&key);
+        }
     }
 
     /// The oldest live entry under `key`, dropping the dead references in front of it.
@@ -56,15 +72,16 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
             }
             queue.refs.pop_front();
             queue.dead -= 1;
+            self.stored -= 1;
         }
-        self.queues.remove(&key);
+        self.drop_if_empty(key);
         None
     }
 
     /// True when no queue holds anything; lets a matcher skip a whole class of selectors
     /// (most programs post no wildcard receives at all).
     pub fn is_empty(&self) -> bool {
-        self.queues.is_empty()
+        self.stored == 0
     }
 
     /// Records that one reference under `key` now points at a removed entry. Every removal
@@ -75,12 +92,12 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
         };
         queue.dead += 1;
         if queue.dead >= COMPACT_MIN_DEAD && queue.dead * 2 > queue.refs.len() {
+            let before = queue.refs.len();
             queue.refs.retain(|r| is_live(*r));
             queue.dead = 0;
+            self.stored -= before - queue.refs.len();
         }
-        if queue.refs.is_empty() {
-            self.queues.remove(&key);
-        }
+        self.drop_if_empty(key);
     }
 
     #[cfg(test)]
@@ -117,5 +134,6 @@ mod tests {
         q.note_dead(7, |r| live.contains(&r.order));
         assert!(q.front(7, |r| live.contains(&r.order)).is_none());
         assert_eq!(q.stored_refs(), 0);
+        assert!(q.is_empty());
     }
 }
