@@ -1,1 +1,95 @@
-//! mpirt: the library MPI-model programs link.
+//! mpirt: the library MPI-model programs link. Its API follows rsmpi (the `mpi` crate, 0.8):
+//! a program ports by renaming the crate.
+//!
+//! ```no_run
+//! use mpirt::traits::*;
+//!
+//! let universe = mpirt::initialize().unwrap();
+//! let world = universe.world();
+//! let next = (world.rank() + 1) % world.size();
+//! let previous = (world.rank() + world.size() - 1) % world.size();
+//! let (got, _status): (i32, _) = mpirt::point_to_point::send_receive(
+//!     &world.rank(),
+//!     &world.process_at_rank(next),
+//!     &world.process_at_rank(previous),
+//! );
+//! assert_eq!(got, previous);
+//! ```
+//!
+//! Threading: [`Threading::Funneled`] at most. The runtime lives in the thread that called
+//! [`initialize`]; communicators and requests are `!Send`.
+//!
+//! Errors end the job with a message naming the rank, the operation and the cause; the
+//! `try_` variants return an [`Error`] instead.
+
+// Lets `#[derive(Equivalence)]`'s `::mpirt::` paths resolve inside this crate's own tests.
+extern crate self as mpirt;
+
+pub mod collective;
+pub mod communicator;
+pub mod datatype;
+pub mod environment;
+pub mod error;
+pub mod point_to_point;
+pub mod request;
+pub mod traits;
+
+/// rsmpi's name for the communicator module.
+pub use communicator as topology;
+pub use communicator::Rank;
+pub use environment::{initialize, initialize_with_threading, time, Threading, Universe};
+pub use error::Error;
+pub use point_to_point::{Count, Tag};
+
+/// `#[derive(Equivalence)]` for `#[repr(C)]` structs of `Equivalence` fields without padding.
+///
+/// ```
+/// use mpirt::traits::*;
+///
+/// #[derive(Equivalence, Clone, Copy)]
+/// #[repr(C)]
+/// struct Particle {
+///     position: [f64; 3],
+///     id: u64,
+/// }
+/// assert_eq!(Particle::equivalent_datatype().size(), 32);
+/// ```
+///
+/// A struct with padding would send uninitialized bytes, so it does not compile:
+///
+/// ```compile_fail,E0080
+/// use mpirt::traits::*;
+///
+/// #[derive(Equivalence)]
+/// #[repr(C)]
+/// struct Padded {
+///     small: u8,
+///     large: u64,
+/// }
+/// ```
+///
+/// Nor does one without `#[repr(C)]`, whose layout Rust may change:
+///
+/// ```compile_fail
+/// use mpirt::traits::*;
+///
+/// #[derive(Equivalence)]
+/// struct Unordered {
+///     a: u64,
+///     b: u64,
+/// }
+/// ```
+///
+/// Generic structs are refused too (implement `Equivalence` by hand for those):
+///
+/// ```compile_fail
+/// use mpirt::traits::*;
+///
+/// #[derive(Equivalence)]
+/// #[repr(C)]
+/// struct Pair<T> {
+///     a: T,
+///     b: T,
+/// }
+/// ```
+pub use mpirt_derive::Equivalence;

@@ -1,0 +1,272 @@
+//! Which Rust types travel as messages, and how buffers of them are seen as bytes.
+//!
+//! A message is the bytes of its elements. [`Equivalence`] says a type is plain data whose
+//! bytes may be sent (no padding, no pointers); types whose bytes are not all valid values
+//! (`bool`, `char`, structs holding them) carry a check, and a receive of such a type lands
+//! in a staging buffer and is checked before the user's buffer sees it.
+
+use std::mem::size_of;
+
+/// The element type of a message: its size and, where not every byte pattern is a value,
+/// the check a received element must pass.
+#[derive(Clone, Copy, Debug)]
+pub struct Datatype {
+    size: usize,
+    name: &'static str,
+    check: Option<fn(&[u8]) -> bool>,
+}
+
+impl PartialEq for Datatype {
+    fn eq(&self, other: &Datatype) -> bool {
+        self.size == other.size && self.name == other.name
+    }
+}
+
+impl Eq for Datatype {}
+
+impl Datatype {
+    /// A type every byte pattern of which is a value.
+    pub const fn plain(size: usize, name: &'static str) -> Datatype {
+        Datatype {
+            size,
+            name,
+            check: None,
+        }
+    }
+
+    /// A type whose received elements must pass `check` (given one element's bytes).
+    pub const fn checked(size: usize, name: &'static str, check: fn(&[u8]) -> bool) -> Datatype {
+        Datatype {
+            size,
+            name,
+            check: Some(check),
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Whether a received element must be checked before it becomes a value.
+    pub fn needs_check(&self) -> bool {
+        self.check.is_some()
+    }
+
+    /// Whether every element in `bytes` (a whole number of them) is a valid value.
+    pub fn is_valid(&self, bytes: &[u8]) -> bool {
+        match self.check {
+            None => true,
+            Some(check) if self.size == 0 => bytes.is_empty() || check(bytes),
+            Some(check) => bytes.chunks_exact(self.size).all(check),
+        }
+    }
+
+    /// Whether `bytes` at `offset` hold a valid `T`: what derived structs check field by field.
+    #[doc(hidden)]
+    pub fn field_is_valid<T: Equivalence>(bytes: &[u8], offset: usize) -> bool {
+        let datatype = T::equivalent_datatype();
+        !datatype.needs_check() || datatype.is_valid(&bytes[offset..offset + size_of::<T>()])
+    }
+}
+
+/// A type whose values are sent as their bytes: `MPI_Datatype` equivalence.
+///
+/// # Safety
+/// The type must be plain data: every byte of a value is initialized (no padding), it holds
+/// no pointers or references, it needs no drop, and a value made from bytes that pass
+/// `equivalent_datatype()`'s check is valid. `equivalent_datatype().size()` must be
+/// `size_of::<Self>()`. `#[derive(Equivalence)]` checks all of this at compile time for
+/// `#[repr(C)]` structs.
+pub unsafe trait Equivalence: Sized {
+    fn equivalent_datatype() -> Datatype;
+}
+
+macro_rules! plain_equivalence {
+    ($($t:ty),*) => {$(
+        // SAFETY: primitive numbers have no padding, no pointers, and every bit pattern is a
+        // value.
+        unsafe impl Equivalence for $t {
+            fn equivalent_datatype() -> Datatype {
+                Datatype::plain(size_of::<$t>(), stringify!($t))
+            }
+        }
+    )*};
+}
+
+plain_equivalence!(i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize, f32, f64);
+
+fn bool_is_valid(bytes: &[u8]) -> bool {
+    bytes[0] <= 1
+}
+
+fn char_is_valid(bytes: &[u8]) -> bool {
+    let code = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+    char::from_u32(code).is_some()
+}
+
+// SAFETY: a bool is one initialized byte; received bytes other than 0 and 1 are refused.
+unsafe impl Equivalence for bool {
+    fn equivalent_datatype() -> Datatype {
+        Datatype::checked(1, "bool", bool_is_valid)
+    }
+}
+
+// SAFETY: a char is four initialized bytes; received values that are not Unicode scalar
+// values are refused.
+unsafe impl Equivalence for char {
+    fn equivalent_datatype() -> Datatype {
+        Datatype::checked(4, "char", char_is_valid)
+    }
+}
+
+fn array_is_valid<T: Equivalence>(bytes: &[u8]) -> bool {
+    T::equivalent_datatype().is_valid(bytes)
+}
+
+// SAFETY: an array has no padding between or around its elements, so it is plain data when
+// its element type is; each element is checked as the element type says.
+unsafe impl<T: Equivalence, const N: usize> Equivalence for [T; N] {
+    fn equivalent_datatype() -> Datatype {
+        let element = T::equivalent_datatype();
+        let size = size_of::<[T; N]>();
+        if element.needs_check() {
+            Datatype::checked(size, "array", array_is_valid::<T>)
+        } else {
+            Datatype::plain(size, "array")
+        }
+    }
+}
+
+/// Something that can be sent: a run of `Equivalence` elements in memory.
+///
+/// # Safety
+/// `pointer()` must be valid for reads of `count() * datatype().size()` bytes for as long as
+/// `self` is borrowed, and those bytes must be initialized.
+pub unsafe trait Buffer {
+    fn pointer(&self) -> *const u8;
+    /// Number of elements.
+    fn count(&self) -> usize;
+    fn datatype(&self) -> Datatype;
+    fn byte_len(&self) -> usize {
+        self.count() * self.datatype().size()
+    }
+}
+
+/// Something that can be received into.
+///
+/// # Safety
+/// `pointer_mut()` must be valid for writes of `count() * datatype().size()` bytes for as
+/// long as `self` is mutably borrowed, and any bytes that pass the datatype's check written
+/// there must leave valid values.
+pub unsafe trait BufferMut {
+    fn pointer_mut(&mut self) -> *mut u8;
+    fn count(&self) -> usize;
+    fn datatype(&self) -> Datatype;
+    fn byte_len(&self) -> usize {
+        self.count() * self.datatype().size()
+    }
+}
+
+// SAFETY: one value, borrowed for the borrow of `self`; `Equivalence` says its bytes are
+// initialized.
+unsafe impl<T: Equivalence> Buffer for T {
+    fn pointer(&self) -> *const u8 {
+        (self as *const T).cast()
+    }
+    fn count(&self) -> usize {
+        1
+    }
+    fn datatype(&self) -> Datatype {
+        T::equivalent_datatype()
+    }
+}
+
+// SAFETY: the slice's elements are contiguous and initialized.
+unsafe impl<T: Equivalence> Buffer for [T] {
+    fn pointer(&self) -> *const u8 {
+        self.as_ptr().cast()
+    }
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn datatype(&self) -> Datatype {
+        T::equivalent_datatype()
+    }
+}
+
+// SAFETY: as for the slice of the vector's initialized elements.
+unsafe impl<T: Equivalence> Buffer for Vec<T> {
+    fn pointer(&self) -> *const u8 {
+        self.as_ptr().cast()
+    }
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn datatype(&self) -> Datatype {
+        T::equivalent_datatype()
+    }
+}
+
+// SAFETY: one value, exclusively borrowed; `Equivalence` says checked bytes make a value.
+unsafe impl<T: Equivalence> BufferMut for T {
+    fn pointer_mut(&mut self) -> *mut u8 {
+        (self as *mut T).cast()
+    }
+    fn count(&self) -> usize {
+        1
+    }
+    fn datatype(&self) -> Datatype {
+        T::equivalent_datatype()
+    }
+}
+
+// SAFETY: the slice is exclusively borrowed and its elements are contiguous.
+unsafe impl<T: Equivalence> BufferMut for [T] {
+    fn pointer_mut(&mut self) -> *mut u8 {
+        self.as_mut_ptr().cast()
+    }
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn datatype(&self) -> Datatype {
+        T::equivalent_datatype()
+    }
+}
+
+// SAFETY: as for the slice of the vector's elements (its length, not its capacity).
+unsafe impl<T: Equivalence> BufferMut for Vec<T> {
+    fn pointer_mut(&mut self) -> *mut u8 {
+        self.as_mut_ptr().cast()
+    }
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn datatype(&self) -> Datatype {
+        T::equivalent_datatype()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checked_types_refuse_invalid_bytes() {
+        let b = bool::equivalent_datatype();
+        assert!(b.is_valid(&[0, 1, 1]));
+        assert!(!b.is_valid(&[0, 2]));
+        let c = char::equivalent_datatype();
+        assert!(c.is_valid(&('x' as u32).to_ne_bytes()));
+        assert!(!c.is_valid(&0xD800u32.to_ne_bytes()));
+        let a = <[bool; 2]>::equivalent_datatype();
+        assert_eq!(a.size(), 2);
+        assert!(a.is_valid(&[1, 0, 0, 1]));
+        assert!(!a.is_valid(&[1, 0, 0, 7]));
+        assert!(!<[u8; 4]>::equivalent_datatype().needs_check());
+    }
+}

@@ -1,0 +1,199 @@
+//! Start-up and shut-down, and the one place the engine lives.
+//!
+//! The engine and the bootstrap client live in a thread-local slot of the thread that called
+//! [`initialize`]: mpirt provides [`Threading::Funneled`], and the engine holds raw pointers to
+//! user buffers, so it must never be reached from two threads. Communicators, requests and the
+//! universe are `!Send` for the same reason; a call from another thread is an error
+//! ([`Cause::NotInitialized`]).
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use launcher::Bootstrap;
+use pml::{Engine, EngineConfig, PmlError, Wireup};
+
+use crate::communicator::{Communicator, Rank, SimpleCommunicator};
+use crate::error::{fatal, Cause, Error};
+
+/// How much concurrency the program asks for and the runtime provides (`MPI_THREAD_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Threading {
+    Single,
+    Funneled,
+    Serialized,
+    Multiple,
+}
+
+/// The engine and the launcher link of this process.
+struct Runtime {
+    engine: Engine,
+    bootstrap: Bootstrap,
+}
+
+thread_local! {
+    static RUNTIME: RefCell<Option<Runtime>> = const { RefCell::new(None) };
+}
+
+/// Whether `initialize` ran in this process, on any thread: it runs once.
+static INITIALIZED: AtomicBool = AtomicBool::new(false);
+/// This process's world rank once known (-1 before), for error messages on any thread.
+static WORLD_RANK: AtomicI32 = AtomicI32::new(-1);
+/// The origin of [`time`].
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+
+/// The running job, from `initialize` to its drop (which finalizes).
+pub struct Universe {
+    world: SimpleCommunicator,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Universe {
+    /// The communicator of every rank in the job (`MPI_COMM_WORLD`).
+    pub fn world(&self) -> SimpleCommunicator {
+        self.world.clone()
+    }
+
+    /// The transports and protocols in use, as `rsrun --verbose` prints them.
+    pub fn description(&self) -> String {
+        with_engine(|e| Ok(e.description().to_string())).unwrap_or_default()
+    }
+}
+
+impl Drop for Universe {
+    /// Finalizes: sends what is still queued, waits at a barrier so that no rank exits while a
+    /// peer may still read its memory, then says goodbye to the launcher.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // A panicking rank ends the job; waiting for peers at a barrier could hang it.
+            abort_job(101, "a rank panicked");
+        }
+        let flushed = with_engine(|e| e.flush_all()).map_err(|c| Error::new("finalize", c));
+        if let Err(e) = flushed {
+            fatal(e);
+        }
+        if let Err(e) = self.world.try_barrier() {
+            fatal(e);
+        }
+        let runtime = RUNTIME.with(|slot| slot.borrow_mut().take());
+        if let Some(mut runtime) = runtime {
+            let flushed = runtime.engine.flush_all();
+            drop(runtime.engine);
+            if let Err(e) = flushed {
+                eprintln!("mpirt: rank {}: finalize: {e}", runtime.bootstrap.rank());
+                runtime.bootstrap.abort(1, "finalize failed");
+            }
+            if let Err(e) = runtime.bootstrap.finalize() {
+                eprintln!("mpirt: rank {}: finalize: {e}", runtime.bootstrap.rank());
+            }
+        }
+    }
+}
+
+/// Lets the engine wire up over the launcher's key-value service.
+struct BootstrapWireup<'a>(&'a mut Bootstrap);
+
+impl Wireup for BootstrapWireup<'_> {
+    fn rank(&self) -> u32 {
+        self.0.rank()
+    }
+    fn size(&self) -> u32 {
+        self.0.size()
+    }
+    fn job_id(&self) -> String {
+        self.0.job_id().to_string()
+    }
+    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String> {
+        self.0.put(key, value).map_err(|e| e.to_string())
+    }
+    fn fence(&mut self) -> Result<(), String> {
+        self.0.fence().map_err(|e| e.to_string())
+    }
+    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+        self.0.get(key).map_err(|e| e.to_string())
+    }
+}
+
+/// Starts the runtime: `MPI_Init`. `None` if it was already initialized in this process.
+pub fn initialize() -> Option<Universe> {
+    initialize_with_threading(Threading::Single).map(|(universe, _)| universe)
+}
+
+/// Starts the runtime asking for `threading`; returns the level provided, which is at most
+/// [`Threading::Funneled`]: only the initializing thread may communicate.
+pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Threading)> {
+    if INITIALIZED.swap(true, Ordering::SeqCst) {
+        return None;
+    }
+    EPOCH.get_or_init(Instant::now);
+    let startup = |why: String| fatal(Error::new("initialize", Cause::Startup(why)));
+    let mut bootstrap = Bootstrap::from_env().unwrap_or_else(|e| startup(e.to_string()));
+    WORLD_RANK.store(bootstrap.rank() as i32, Ordering::SeqCst);
+    let config = match EngineConfig::from_env() {
+        Ok(config) => config,
+        Err(why) => startup_abort(&mut bootstrap, why),
+    };
+    let engine = match Engine::new(&mut BootstrapWireup(&mut bootstrap), config) {
+        Ok(engine) => engine,
+        Err(e) => startup_abort(&mut bootstrap, e.to_string()),
+    };
+    let (rank, size) = (bootstrap.rank(), bootstrap.size());
+    RUNTIME.with(|slot| *slot.borrow_mut() = Some(Runtime { engine, bootstrap }));
+    let universe = Universe {
+        world: SimpleCommunicator::world(rank, size),
+        _not_send: PhantomData,
+    };
+    Some((universe, threading.min(Threading::Funneled)))
+}
+
+/// Whether `initialize` has run in this process.
+pub fn is_initialized() -> bool {
+    INITIALIZED.load(Ordering::SeqCst)
+}
+
+fn startup_abort(bootstrap: &mut Bootstrap, why: String) -> ! {
+    let message = format!("mpirt: {}", Error::new("initialize", Cause::Startup(why)));
+    eprintln!("{message}");
+    bootstrap.abort(1, &message)
+}
+
+/// Seconds since an arbitrary moment fixed at start-up (`MPI_Wtime`).
+pub fn time() -> f64 {
+    EPOCH.get_or_init(Instant::now).elapsed().as_secs_f64()
+}
+
+/// The resolution of [`time`] in seconds (`MPI_Wtick`).
+pub fn time_resolution() -> f64 {
+    1e-9
+}
+
+pub(crate) fn world_rank() -> Option<Rank> {
+    let rank = WORLD_RANK.load(Ordering::SeqCst);
+    (rank >= 0).then_some(rank)
+}
+
+/// Runs `f` on the engine of this thread.
+pub(crate) fn with_engine<R>(
+    f: impl FnOnce(&mut Engine) -> Result<R, PmlError>,
+) -> Result<R, Cause> {
+    RUNTIME.with(|slot| {
+        let mut slot = slot.try_borrow_mut().map_err(|_| Cause::NotInitialized)?;
+        let runtime = slot.as_mut().ok_or(Cause::NotInitialized)?;
+        f(&mut runtime.engine).map_err(Cause::from)
+    })
+}
+
+/// Ends the whole job through the launcher (or exits, when there is no runtime to go through).
+pub(crate) fn abort_job(code: i32, message: &str) -> ! {
+    let code = if code == 0 { 1 } else { code };
+    RUNTIME.with(|slot| {
+        if let Ok(mut slot) = slot.try_borrow_mut() {
+            if let Some(runtime) = slot.as_mut() {
+                runtime.bootstrap.abort(code, message);
+            }
+        }
+    });
+    std::process::exit(code)
+}

@@ -1,0 +1,170 @@
+//! Errors: fatal by default, returned by the `try_` variants.
+//!
+//! Every message names the rank, the operation and the cause, so that a failing job says which
+//! process did what and why: `mpirt: rank 1: receive from rank 0 (tag 7): message truncated: ...`.
+
+use std::fmt;
+
+use pml::PmlError;
+
+use crate::communicator::Rank;
+use crate::environment;
+use crate::point_to_point::Tag;
+
+/// Why an operation failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Cause {
+    /// The messaging layer failed (truncation, a broken peer, ...).
+    Messaging(PmlError),
+    /// Negative tags belong to the runtime.
+    NegativeTag(Tag),
+    /// A rank outside the communicator.
+    RankOutOfRange { rank: Rank, size: Rank },
+    /// A message whose length is not a whole number of elements of the receive type.
+    PartialElement {
+        bytes: usize,
+        element: usize,
+        type_name: &'static str,
+    },
+    /// `receive::<T>()` takes exactly one `T`.
+    NotOneElement {
+        bytes: usize,
+        element: usize,
+        type_name: &'static str,
+    },
+    /// The bytes that arrived are not a valid value of the receive type (a `bool` other
+    /// than 0 or 1, a `char` that is not a Unicode scalar value).
+    InvalidValue { type_name: &'static str },
+    /// The call came before `initialize`, after the universe was dropped, or from a thread
+    /// other than the one that initialized (mpirt provides `Threading::Funneled`).
+    NotInitialized,
+    /// A request was forgotten (`mem::forget`) inside its scope: its buffer may be freed
+    /// while the messaging layer still uses it, so the job cannot go on.
+    LeakedRequest { pending: usize },
+    /// A request was dropped before it completed.
+    DroppedRequest,
+    /// Start-up failed (the launcher's environment, wire-up, the transports).
+    Startup(String),
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Cause::Messaging(e) => e.fmt(f),
+            Cause::NegativeTag(tag) => write!(
+                f,
+                "tag {tag} is negative; negative tags are reserved for the runtime"
+            ),
+            Cause::RankOutOfRange { rank, size } => write!(
+                f,
+                "rank {rank} is out of range: the communicator has {size} ranks (0 to {})",
+                size - 1
+            ),
+            Cause::PartialElement {
+                bytes,
+                element,
+                type_name,
+            } => write!(
+                f,
+                "the message is {bytes} bytes, not a whole number of {type_name} elements of \
+                 {element} bytes"
+            ),
+            Cause::NotOneElement {
+                bytes,
+                element,
+                type_name,
+            } => write!(
+                f,
+                "the message is {bytes} bytes but one {type_name} is {element} bytes"
+            ),
+            Cause::InvalidValue { type_name } => {
+                write!(f, "the message's bytes are not a valid {type_name}")
+            }
+            Cause::NotInitialized => write!(
+                f,
+                "mpirt is not initialized on this thread (call mpirt::initialize() first; \
+                 only the thread that initialized may communicate: Threading::Funneled)"
+            ),
+            Cause::LeakedRequest { pending } => write!(
+                f,
+                "{pending} request(s) did not complete before their scope ended (forgotten \
+                 with mem::forget?); their buffers are no longer safe to use"
+            ),
+            Cause::DroppedRequest => write!(
+                f,
+                "a request was dropped before it completed; wait on it, test it to \
+                 completion, or wrap it in a WaitGuard or CancelGuard"
+            ),
+            Cause::Startup(why) => f.write_str(why),
+        }
+    }
+}
+
+/// A failed operation: which rank, doing what, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    rank: Option<Rank>,
+    operation: String,
+    cause: Cause,
+}
+
+impl Error {
+    pub(crate) fn new(operation: impl Into<String>, cause: Cause) -> Error {
+        Error {
+            rank: environment::world_rank(),
+            operation: operation.into(),
+            cause,
+        }
+    }
+
+    /// This process's rank in the world, if it got far enough to have one.
+    pub fn rank(&self) -> Option<Rank> {
+        self.rank
+    }
+
+    /// What was being done, e.g. `receive from rank 0 (tag 7)`.
+    pub fn operation(&self) -> &str {
+        &self.operation
+    }
+
+    pub fn cause(&self) -> &Cause {
+        &self.cause
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.rank {
+            Some(rank) => write!(f, "rank {rank}: {}: {}", self.operation, self.cause),
+            None => write!(f, "{}: {}", self.operation, self.cause),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.cause {
+            Cause::Messaging(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<PmlError> for Cause {
+    fn from(e: PmlError) -> Cause {
+        Cause::Messaging(e)
+    }
+}
+
+/// Prints the error and ends the whole job with a non-zero exit.
+pub fn fatal(error: Error) -> ! {
+    let message = format!("mpirt: {error}");
+    eprintln!("{message}");
+    environment::abort_job(1, &message)
+}
+
+/// The value, or the error made fatal: how the non-`try_` operations report failure.
+pub(crate) fn or_fatal<T>(result: Result<T, Error>) -> T {
+    result.unwrap_or_else(|e| fatal(e))
+}

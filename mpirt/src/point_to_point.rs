@@ -1,0 +1,705 @@
+//! Point-to-point messaging: sends to a [`Destination`], receives from a [`Source`], probes,
+//! matched probes and the combined send-receive.
+//!
+//! Sends without a tag use tag 0; receives without a tag take any (user) tag. Every operation
+//! has a `try_` twin that returns the error instead of ending the job.
+
+use std::mem::{size_of, MaybeUninit};
+
+use pml::{Done, Handle, MessageHandle, SendMode, SourceSel, TagSel};
+
+use crate::communicator::{AnyProcess, CommData, Process, Rank};
+use crate::datatype::{Buffer, BufferMut, Datatype, Equivalence};
+use crate::environment::with_engine;
+use crate::error::{or_fatal, Cause, Error};
+use crate::request::{Request, Scope};
+
+mod exchange;
+mod message;
+
+pub use exchange::{
+    send_receive, send_receive_into, send_receive_into_with_tags, send_receive_replace_into,
+    send_receive_replace_into_with_tags, send_receive_with_tags,
+};
+pub use message::Message;
+
+/// A message tag. Non-negative tags are the user's; negative ones belong to the runtime.
+pub type Tag = i32;
+/// A number of elements.
+pub type Count = i32;
+
+/// What a receive or a probe found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Status {
+    source: Rank,
+    tag: Tag,
+    bytes: usize,
+    cancelled: bool,
+}
+
+impl Status {
+    pub(crate) fn from_pml(s: pml::Status) -> Status {
+        Status {
+            source: s.source as Rank,
+            tag: s.tag,
+            bytes: s.len,
+            cancelled: false,
+        }
+    }
+
+    /// The status of a completed send (MPI leaves it undefined; this names the destination).
+    pub(crate) fn of_send(dest: Rank, tag: Tag) -> Status {
+        Status {
+            source: dest,
+            tag,
+            bytes: 0,
+            cancelled: false,
+        }
+    }
+
+    pub(crate) fn cancelled() -> Status {
+        Status {
+            source: -1,
+            tag: -1,
+            bytes: 0,
+            cancelled: true,
+        }
+    }
+
+    /// The rank the message came from, in the communicator it was received on.
+    pub fn source_rank(&self) -> Rank {
+        self.source
+    }
+
+    pub fn tag(&self) -> Tag {
+        self.tag
+    }
+
+    /// How many elements of `datatype` the message holds (`MPI_Get_count`).
+    pub fn count(&self, datatype: Datatype) -> Count {
+        match datatype.size() {
+            0 => 0,
+            size => (self.bytes / size) as Count,
+        }
+    }
+
+    /// The message's length in bytes.
+    pub fn byte_count(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether the request this status completes was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled
+    }
+}
+
+pub(crate) fn check_tag(tag: Tag) -> Result<Tag, Cause> {
+    if tag < 0 {
+        Err(Cause::NegativeTag(tag))
+    } else {
+        Ok(tag)
+    }
+}
+
+pub(crate) fn tag_selector(tag: Option<Tag>) -> Result<TagSel, Cause> {
+    match tag {
+        None => Ok(TagSel::Any),
+        Some(tag) => check_tag(tag).map(TagSel::Tag),
+    }
+}
+
+/// How many whole elements of `datatype` `bytes` make; an error if they do not divide.
+fn whole_elements(bytes: usize, datatype: Datatype) -> Result<usize, Cause> {
+    if !bytes.is_multiple_of(datatype.size()) {
+        return Err(Cause::PartialElement {
+            bytes,
+            element: datatype.size(),
+            type_name: datatype.name(),
+        });
+    }
+    Ok(bytes.checked_div(datatype.size()).unwrap_or(0))
+}
+
+fn describe_tag(tag: Option<Tag>) -> String {
+    match tag {
+        None => "any tag".to_string(),
+        Some(tag) => format!("tag {tag}"),
+    }
+}
+
+/// Where an incoming message lands: the user's buffer, or a staging buffer when the element
+/// type must be checked before its bytes become values.
+pub(crate) struct RecvSlot {
+    ptr: *mut u8,
+    len: usize,
+    datatype: Datatype,
+    staging: Option<Vec<u8>>,
+}
+
+impl RecvSlot {
+    /// # Safety
+    /// `ptr` must be valid for writes of `len` bytes until the slot is finished or dropped,
+    /// and bytes that pass `datatype`'s check must make valid values there.
+    pub(crate) unsafe fn new(ptr: *mut u8, len: usize, datatype: Datatype) -> RecvSlot {
+        let staging = datatype.needs_check().then(|| vec![0u8; len]);
+        RecvSlot {
+            ptr,
+            len,
+            datatype,
+            staging,
+        }
+    }
+
+    fn for_buffer<B: BufferMut + ?Sized>(buf: &mut B) -> RecvSlot {
+        let (len, datatype) = (buf.byte_len(), buf.datatype());
+        // SAFETY: `BufferMut` promises the pointer is valid for writes of `byte_len()` bytes
+        // while `buf` is borrowed, and callers finish the slot within that borrow.
+        unsafe { RecvSlot::new(buf.pointer_mut(), len, datatype) }
+    }
+
+    /// Where the engine should write: stable while the slot moves (a heap buffer or the
+    /// user's).
+    pub(crate) fn target(&mut self) -> (*mut u8, usize) {
+        match &mut self.staging {
+            Some(staging) => (staging.as_mut_ptr(), self.len),
+            None => (self.ptr, self.len),
+        }
+    }
+
+    /// Checks what arrived and moves it into the user's buffer.
+    pub(crate) fn finish(self, status: pml::Status) -> Result<Status, Cause> {
+        whole_elements(status.len, self.datatype)?;
+        if let Some(staging) = &self.staging {
+            let arrived = &staging[..status.len];
+            if !self.datatype.is_valid(arrived) {
+                return Err(Cause::InvalidValue {
+                    type_name: self.datatype.name(),
+                });
+            }
+            // SAFETY: `new`'s caller made `ptr` valid for `len` bytes, `status.len <= len`
+            // (longer messages fail as truncated), and the staging buffer is a separate
+            // allocation.
+            unsafe { std::ptr::copy_nonoverlapping(arrived.as_ptr(), self.ptr, arrived.len()) };
+        }
+        Ok(Status::from_pml(status))
+    }
+}
+
+/// Posts a receive into `slot`.
+///
+/// # Safety
+/// The slot's buffer must stay valid until the returned request completes.
+pub(crate) unsafe fn post_receive(
+    comm: &CommData,
+    source: SourceSel,
+    tag: TagSel,
+    slot: &mut RecvSlot,
+) -> Result<Handle, Cause> {
+    let (ptr, len) = slot.target();
+    // SAFETY: forwarded from this function's contract.
+    with_engine(|e| unsafe { e.post_recv(comm.context, source, tag, ptr, len) })
+}
+
+/// Posts a send of `buf` to `dest`.
+///
+/// # Safety
+/// `buf` must stay borrowed (unchanged, not freed) until the returned request completes.
+pub(crate) unsafe fn post_send<B: Buffer + ?Sized>(
+    comm: &CommData,
+    dest: Rank,
+    tag: Tag,
+    mode: SendMode,
+    buf: &B,
+) -> Result<Handle, Cause> {
+    let dest = comm.check_rank(dest)?;
+    let tag = check_tag(tag)?;
+    let peer = comm.world_rank(dest);
+    let (ptr, len) = (buf.pointer(), buf.byte_len());
+    // SAFETY: `Buffer` makes `ptr` valid for `len` bytes; this function's caller keeps it so
+    // until completion.
+    with_engine(|e| unsafe {
+        e.post_send(comm.context, comm.rank, dest, peer, tag, mode, ptr, len)
+    })
+}
+
+/// Waits for a request and returns how it ended.
+pub(crate) fn wait_handle(handle: Handle) -> Result<Done, Cause> {
+    with_engine(|e| e.wait(handle))
+}
+
+/// Receives one message into `slot`, blocking.
+fn receive_slot(
+    comm: &CommData,
+    source: SourceSel,
+    tag: TagSel,
+    mut slot: RecvSlot,
+) -> Result<Status, Cause> {
+    // SAFETY: the slot's buffer outlives this call, which waits for the request to complete.
+    let handle = unsafe { post_receive(comm, source, tag, &mut slot)? };
+    finish_receive(handle, slot)
+}
+
+pub(crate) fn finish_receive(handle: Handle, slot: RecvSlot) -> Result<Status, Cause> {
+    match wait_handle(handle)? {
+        Done::Received(status) => slot.finish(status),
+        Done::Sent => unreachable!("a receive completed as a send"),
+    }
+}
+
+fn receive_one<T: Equivalence>(
+    comm: &CommData,
+    source: SourceSel,
+    tag: TagSel,
+) -> Result<(T, Status), Cause> {
+    let mut value = MaybeUninit::<T>::uninit();
+    // SAFETY: `value` is valid for writes of `size_of::<T>()` bytes and outlives the
+    // blocking receive; `Equivalence` says checked bytes make a valid `T`.
+    let slot = unsafe {
+        RecvSlot::new(
+            value.as_mut_ptr().cast(),
+            size_of::<T>(),
+            T::equivalent_datatype(),
+        )
+    };
+    let status = receive_slot(comm, source, tag, slot)?;
+    if status.bytes != size_of::<T>() {
+        return Err(one_element::<T>(status.bytes));
+    }
+    // SAFETY: exactly `size_of::<T>()` bytes arrived and passed `T`'s check.
+    Ok((unsafe { value.assume_init() }, status))
+}
+
+pub(crate) fn one_element<T: Equivalence>(bytes: usize) -> Cause {
+    Cause::NotOneElement {
+        bytes,
+        element: size_of::<T>(),
+        type_name: T::equivalent_datatype().name(),
+    }
+}
+
+/// Receives a message of any length into a new vector, after a matched probe fixed which
+/// message it is.
+pub(crate) fn receive_matched_vec<T: Equivalence>(
+    message: MessageHandle,
+    status: pml::Status,
+) -> Result<(Vec<T>, Status), Cause> {
+    let datatype = T::equivalent_datatype();
+    let size = size_of::<T>();
+    let count = whole_elements(status.len, datatype)?;
+    let mut vec = Vec::<T>::with_capacity(count);
+    // SAFETY: the vector's capacity holds `count` elements, `count * size` bytes, and it
+    // outlives the blocking receive below.
+    let mut slot = unsafe { RecvSlot::new(vec.as_mut_ptr().cast(), count * size, datatype) };
+    let (ptr, len) = slot.target();
+    // SAFETY: as above; the receive completes before this function returns.
+    let handle = with_engine(|e| unsafe { e.post_matched_recv(message, ptr, len) })?;
+    let status = finish_receive(handle, slot)?;
+    // SAFETY: all `count` elements arrived and passed `T`'s check.
+    unsafe { vec.set_len(count) };
+    Ok((vec, status))
+}
+
+pub(crate) fn receive_matched_into<B: BufferMut + ?Sized>(
+    message: MessageHandle,
+    buf: &mut B,
+) -> Result<Status, Cause> {
+    let mut slot = RecvSlot::for_buffer(buf);
+    let (ptr, len) = slot.target();
+    // SAFETY: `buf` is borrowed for this whole call, which waits for completion.
+    let handle = with_engine(|e| unsafe { e.post_matched_recv(message, ptr, len) })?;
+    finish_receive(handle, slot)
+}
+
+/// A source of messages: a [`Process`] or [`AnyProcess`].
+pub trait Source {
+    #[doc(hidden)]
+    fn source_comm(&self) -> &CommData;
+    #[doc(hidden)]
+    fn source_selector(&self) -> SourceSel;
+
+    #[doc(hidden)]
+    fn describe(&self, what: &str, tag: Option<Tag>) -> String {
+        let from = match self.source_selector() {
+            SourceSel::Any => "any rank".to_string(),
+            SourceSel::Rank(r) => format!("rank {r}"),
+        };
+        format!("{what} from {from} ({})", describe_tag(tag))
+    }
+
+    #[doc(hidden)]
+    fn try_receive_tagged<T: Equivalence>(&self, tag: Option<Tag>) -> Result<(T, Status), Error> {
+        tag_selector(tag)
+            .and_then(|t| receive_one(self.source_comm(), self.source_selector(), t))
+            .map_err(|c| Error::new(self.describe("receive", tag), c))
+    }
+
+    #[doc(hidden)]
+    fn try_receive_into_tagged<B: BufferMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        tag: Option<Tag>,
+    ) -> Result<Status, Error> {
+        tag_selector(tag)
+            .and_then(|t| {
+                receive_slot(
+                    self.source_comm(),
+                    self.source_selector(),
+                    t,
+                    RecvSlot::for_buffer(buf),
+                )
+            })
+            .map_err(|c| Error::new(self.describe("receive", tag), c))
+    }
+
+    #[doc(hidden)]
+    fn try_matched_probe_tagged(&self, tag: Option<Tag>) -> Result<(Message, Status), Error> {
+        let comm = self.source_comm();
+        tag_selector(tag)
+            .and_then(|t| with_engine(|e| e.mprobe(comm.context, self.source_selector(), t)))
+            .map(|(handle, status)| Message::new(handle, status))
+            .map_err(|c| Error::new(self.describe("matched probe", tag), c))
+    }
+
+    #[doc(hidden)]
+    fn try_receive_vec_tagged<T: Equivalence>(
+        &self,
+        tag: Option<Tag>,
+    ) -> Result<(Vec<T>, Status), Error> {
+        let (message, _) = self.try_matched_probe_tagged(tag)?;
+        receive_matched_vec(message.handle, message.status)
+            .map_err(|c| Error::new(self.describe("receive", tag), c))
+    }
+
+    #[doc(hidden)]
+    fn try_probe_tagged(&self, tag: Option<Tag>) -> Result<Status, Error> {
+        let comm = self.source_comm();
+        tag_selector(tag)
+            .and_then(|t| with_engine(|e| e.probe(comm.context, self.source_selector(), t)))
+            .map(Status::from_pml)
+            .map_err(|c| Error::new(self.describe("probe", tag), c))
+    }
+
+    #[doc(hidden)]
+    fn try_immediate_probe_tagged(&self, tag: Option<Tag>) -> Result<Option<Status>, Error> {
+        let comm = self.source_comm();
+        tag_selector(tag)
+            .and_then(|t| with_engine(|e| e.iprobe(comm.context, self.source_selector(), t)))
+            .map(|found| found.map(Status::from_pml))
+            .map_err(|c| Error::new(self.describe("immediate probe", tag), c))
+    }
+
+    #[doc(hidden)]
+    fn try_immediate_matched_probe_tagged(
+        &self,
+        tag: Option<Tag>,
+    ) -> Result<Option<(Message, Status)>, Error> {
+        let comm = self.source_comm();
+        tag_selector(tag)
+            .and_then(|t| with_engine(|e| e.improbe(comm.context, self.source_selector(), t)))
+            .map(|found| found.map(|(handle, status)| Message::new(handle, status)))
+            .map_err(|c| Error::new(self.describe("immediate matched probe", tag), c))
+    }
+
+    #[doc(hidden)]
+    fn try_immediate_receive_into_tagged<'a, S: Scope<'a>, B: BufferMut + ?Sized>(
+        &self,
+        scope: S,
+        buf: &'a mut B,
+        tag: Option<Tag>,
+    ) -> Result<Request<'a, S>, Error> {
+        let tag_option = tag;
+        let operation = || self.describe("immediate receive", tag_option);
+        let tag = tag_selector(tag).map_err(|c| Error::new(operation(), c))?;
+        let mut slot = RecvSlot::for_buffer(buf);
+        // SAFETY: the request borrows `buf` for `'a`, and the scope does not end before the
+        // request completes.
+        let handle =
+            unsafe { post_receive(self.source_comm(), self.source_selector(), tag, &mut slot) }
+                .map_err(|c| Error::new(operation(), c))?;
+        Ok(Request::receive(
+            handle,
+            slot,
+            scope,
+            self.source_selector(),
+            tag_option,
+        ))
+    }
+
+    /// Receives one value (`MPI_Recv` of one element); the message must hold exactly one.
+    fn receive<T: Equivalence>(&self) -> (T, Status) {
+        or_fatal(self.try_receive_tagged(None))
+    }
+    fn receive_with_tag<T: Equivalence>(&self, tag: Tag) -> (T, Status) {
+        or_fatal(self.try_receive_tagged(Some(tag)))
+    }
+    fn try_receive<T: Equivalence>(&self) -> Result<(T, Status), Error> {
+        self.try_receive_tagged(None)
+    }
+    fn try_receive_with_tag<T: Equivalence>(&self, tag: Tag) -> Result<(T, Status), Error> {
+        self.try_receive_tagged(Some(tag))
+    }
+
+    /// Receives into `buf`; a longer message is an error (truncation), a shorter one fills
+    /// the front of `buf` (see the status for how much arrived).
+    fn receive_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Status {
+        or_fatal(self.try_receive_into_tagged(buf, None))
+    }
+    fn receive_into_with_tag<B: BufferMut + ?Sized>(&self, buf: &mut B, tag: Tag) -> Status {
+        or_fatal(self.try_receive_into_tagged(buf, Some(tag)))
+    }
+    fn try_receive_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<Status, Error> {
+        self.try_receive_into_tagged(buf, None)
+    }
+    fn try_receive_into_with_tag<B: BufferMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        tag: Tag,
+    ) -> Result<Status, Error> {
+        self.try_receive_into_tagged(buf, Some(tag))
+    }
+
+    /// Receives a message of any length into a new vector.
+    fn receive_vec<T: Equivalence>(&self) -> (Vec<T>, Status) {
+        or_fatal(self.try_receive_vec_tagged(None))
+    }
+    fn receive_vec_with_tag<T: Equivalence>(&self, tag: Tag) -> (Vec<T>, Status) {
+        or_fatal(self.try_receive_vec_tagged(Some(tag)))
+    }
+    fn try_receive_vec<T: Equivalence>(&self) -> Result<(Vec<T>, Status), Error> {
+        self.try_receive_vec_tagged(None)
+    }
+    fn try_receive_vec_with_tag<T: Equivalence>(
+        &self,
+        tag: Tag,
+    ) -> Result<(Vec<T>, Status), Error> {
+        self.try_receive_vec_tagged(Some(tag))
+    }
+
+    /// Waits for a message and describes it without receiving it (`MPI_Probe`).
+    fn probe(&self) -> Status {
+        or_fatal(self.try_probe_tagged(None))
+    }
+    fn probe_with_tag(&self, tag: Tag) -> Status {
+        or_fatal(self.try_probe_tagged(Some(tag)))
+    }
+    fn try_probe(&self) -> Result<Status, Error> {
+        self.try_probe_tagged(None)
+    }
+
+    /// Describes a waiting message, if there is one (`MPI_Iprobe`).
+    fn immediate_probe(&self) -> Option<Status> {
+        or_fatal(self.try_immediate_probe_tagged(None))
+    }
+    fn immediate_probe_with_tag(&self, tag: Tag) -> Option<Status> {
+        or_fatal(self.try_immediate_probe_tagged(Some(tag)))
+    }
+
+    /// Waits for a message and takes it out of matching, so that exactly it is received
+    /// by the returned [`Message`] (`MPI_Mprobe`).
+    fn matched_probe(&self) -> (Message, Status) {
+        or_fatal(self.try_matched_probe_tagged(None))
+    }
+    fn matched_probe_with_tag(&self, tag: Tag) -> (Message, Status) {
+        or_fatal(self.try_matched_probe_tagged(Some(tag)))
+    }
+    fn try_matched_probe(&self) -> Result<(Message, Status), Error> {
+        self.try_matched_probe_tagged(None)
+    }
+
+    /// `MPI_Improbe`.
+    fn immediate_matched_probe(&self) -> Option<(Message, Status)> {
+        or_fatal(self.try_immediate_matched_probe_tagged(None))
+    }
+    fn immediate_matched_probe_with_tag(&self, tag: Tag) -> Option<(Message, Status)> {
+        or_fatal(self.try_immediate_matched_probe_tagged(Some(tag)))
+    }
+
+    /// Starts a receive into `buf`, which stays borrowed until the request completes
+    /// (`MPI_Irecv`).
+    fn immediate_receive_into<'a, S: Scope<'a>, B: BufferMut + ?Sized>(
+        &self,
+        scope: S,
+        buf: &'a mut B,
+    ) -> Request<'a, S> {
+        or_fatal(self.try_immediate_receive_into_tagged(scope, buf, None))
+    }
+    fn immediate_receive_into_with_tag<'a, S: Scope<'a>, B: BufferMut + ?Sized>(
+        &self,
+        scope: S,
+        buf: &'a mut B,
+        tag: Tag,
+    ) -> Request<'a, S> {
+        or_fatal(self.try_immediate_receive_into_tagged(scope, buf, Some(tag)))
+    }
+    fn try_immediate_receive_into<'a, S: Scope<'a>, B: BufferMut + ?Sized>(
+        &self,
+        scope: S,
+        buf: &'a mut B,
+    ) -> Result<Request<'a, S>, Error> {
+        self.try_immediate_receive_into_tagged(scope, buf, None)
+    }
+}
+
+impl Source for Process<'_> {
+    fn source_comm(&self) -> &CommData {
+        self.comm
+    }
+    fn source_selector(&self) -> SourceSel {
+        match self.comm.check_rank(self.rank) {
+            Ok(rank) => SourceSel::Rank(rank),
+            Err(_) => unreachable!("a Process is made only for ranks in range"),
+        }
+    }
+}
+
+impl Source for AnyProcess<'_> {
+    fn source_comm(&self) -> &CommData {
+        self.comm
+    }
+    fn source_selector(&self) -> SourceSel {
+        SourceSel::Any
+    }
+}
+
+/// A destination of messages: a [`Process`].
+pub trait Destination {
+    #[doc(hidden)]
+    fn destination_comm(&self) -> &CommData;
+    /// The destination's rank in its communicator.
+    fn destination_rank(&self) -> Rank;
+
+    #[doc(hidden)]
+    fn describe_send(&self, what: &str, tag: Tag) -> String {
+        format!("{what} to rank {} (tag {tag})", self.destination_rank())
+    }
+
+    #[doc(hidden)]
+    fn try_send_mode<B: Buffer + ?Sized>(
+        &self,
+        buf: &B,
+        tag: Tag,
+        mode: SendMode,
+    ) -> Result<(), Error> {
+        let what = match mode {
+            SendMode::Standard => "send",
+            SendMode::Synchronous => "synchronous send",
+        };
+        // SAFETY: `buf` is borrowed for this whole call, which waits for completion.
+        unsafe {
+            post_send(
+                self.destination_comm(),
+                self.destination_rank(),
+                tag,
+                mode,
+                buf,
+            )
+        }
+        .and_then(wait_handle)
+        .map(drop)
+        .map_err(|c| Error::new(self.describe_send(what, tag), c))
+    }
+
+    #[doc(hidden)]
+    fn try_immediate_send_mode<'a, S: Scope<'a>, B: Buffer + ?Sized>(
+        &self,
+        scope: S,
+        buf: &'a B,
+        tag: Tag,
+        mode: SendMode,
+    ) -> Result<Request<'a, S>, Error> {
+        let what = match mode {
+            SendMode::Standard => "immediate send",
+            SendMode::Synchronous => "immediate synchronous send",
+        };
+        let dest = self.destination_rank();
+        // SAFETY: the request borrows `buf` for `'a`, and the scope does not end before the
+        // request completes.
+        match unsafe { post_send(self.destination_comm(), dest, tag, mode, buf) } {
+            Ok(handle) => Ok(Request::send(handle, scope, what, dest, tag)),
+            Err(c) => Err(Error::new(self.describe_send(what, tag), c)),
+        }
+    }
+
+    /// Sends `buf` with tag 0 (`MPI_Send`).
+    fn send<B: Buffer + ?Sized>(&self, buf: &B) {
+        or_fatal(self.try_send_mode(buf, 0, SendMode::Standard))
+    }
+    fn send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) {
+        or_fatal(self.try_send_mode(buf, tag, SendMode::Standard))
+    }
+    fn try_send<B: Buffer + ?Sized>(&self, buf: &B) -> Result<(), Error> {
+        self.try_send_mode(buf, 0, SendMode::Standard)
+    }
+    fn try_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) -> Result<(), Error> {
+        self.try_send_mode(buf, tag, SendMode::Standard)
+    }
+
+    /// Sends `buf` and returns only once the receiver has matched it (`MPI_Ssend`).
+    fn synchronous_send<B: Buffer + ?Sized>(&self, buf: &B) {
+        or_fatal(self.try_send_mode(buf, 0, SendMode::Synchronous))
+    }
+    fn synchronous_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) {
+        or_fatal(self.try_send_mode(buf, tag, SendMode::Synchronous))
+    }
+    fn try_synchronous_send<B: Buffer + ?Sized>(&self, buf: &B) -> Result<(), Error> {
+        self.try_send_mode(buf, 0, SendMode::Synchronous)
+    }
+    fn try_synchronous_send_with_tag<B: Buffer + ?Sized>(
+        &self,
+        buf: &B,
+        tag: Tag,
+    ) -> Result<(), Error> {
+        self.try_send_mode(buf, tag, SendMode::Synchronous)
+    }
+
+    /// Starts a send of `buf`, which stays borrowed until the request completes (`MPI_Isend`).
+    fn immediate_send<'a, S: Scope<'a>, B: Buffer + ?Sized>(
+        &self,
+        scope: S,
+        buf: &'a B,
+    ) -> Request<'a, S> {
+        or_fatal(self.try_immediate_send_mode(scope, buf, 0, SendMode::Standard))
+    }
+    fn immediate_send_with_tag<'a, S: Scope<'a>, B: Buffer + ?Sized>(
+        &self,
+        scope: S,
+        buf: &'a B,
+        tag: Tag,
+    ) -> Request<'a, S> {
+        or_fatal(self.try_immediate_send_mode(scope, buf, tag, SendMode::Standard))
+    }
+    fn try_immediate_send<'a, S: Scope<'a>, B: Buffer + ?Sized>(
+        &self,
+        scope: S,
+        buf: &'a B,
+    ) -> Result<Request<'a, S>, Error> {
+        self.try_immediate_send_mode(scope, buf, 0, SendMode::Standard)
+    }
+
+    /// `MPI_Issend`.
+    fn immediate_synchronous_send<'a, S: Scope<'a>, B: Buffer + ?Sized>(
+        &self,
+        scope: S,
+        buf: &'a B,
+    ) -> Request<'a, S> {
+        or_fatal(self.try_immediate_send_mode(scope, buf, 0, SendMode::Synchronous))
+    }
+    fn immediate_synchronous_send_with_tag<'a, S: Scope<'a>, B: Buffer + ?Sized>(
+        &self,
+        scope: S,
+        buf: &'a B,
+        tag: Tag,
+    ) -> Request<'a, S> {
+        or_fatal(self.try_immediate_send_mode(scope, buf, tag, SendMode::Synchronous))
+    }
+}
+
+impl Destination for Process<'_> {
+    fn destination_comm(&self) -> &CommData {
+        self.comm
+    }
+    fn destination_rank(&self) -> Rank {
+        self.rank
+    }
+}

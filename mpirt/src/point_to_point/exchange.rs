@@ -1,0 +1,235 @@
+//! The combined send-receive (`MPI_Sendrecv`, `MPI_Sendrecv_replace`).
+
+use std::mem::{size_of, MaybeUninit};
+
+use pml::SendMode;
+
+use super::{
+    finish_receive, one_element, post_receive, post_send, tag_selector, wait_handle, Destination,
+    RecvSlot, Source, Status, Tag,
+};
+use crate::datatype::{Buffer, BufferMut, Equivalence};
+use crate::environment::with_engine;
+use crate::error::{or_fatal, Error};
+
+/// A receive posted before the send of a send-receive, so that two ranks exchanging with each
+/// other never wait on each other's send.
+fn exchange<M, D, S>(
+    msg: &M,
+    destination: &D,
+    sendtag: Tag,
+    source: &S,
+    receivetag: Option<Tag>,
+    mut slot: RecvSlot,
+) -> Result<Status, Error>
+where
+    M: Buffer + ?Sized,
+    D: Destination,
+    S: Source,
+{
+    let operation = || {
+        format!(
+            "{}, {}",
+            destination.describe_send("send-receive", sendtag),
+            source.describe("receive", receivetag)
+        )
+    };
+    let fail = |c| Error::new(operation(), c);
+    let tag = tag_selector(receivetag).map_err(fail)?;
+    // SAFETY: the slot's buffer is borrowed by the caller for this whole call, and the receive
+    // completes (or is cancelled and collected) before it returns.
+    let recv = unsafe {
+        post_receive(
+            source.source_comm(),
+            source.source_selector(),
+            tag,
+            &mut slot,
+        )
+    }
+    .map_err(fail)?;
+    // SAFETY: `msg` is borrowed for this whole call, which waits for the send.
+    let sent = unsafe {
+        post_send(
+            destination.destination_comm(),
+            destination.destination_rank(),
+            sendtag,
+            SendMode::Standard,
+            msg,
+        )
+    }
+    .and_then(wait_handle);
+    if let Err(c) = sent {
+        // The receive must not outlive the caller's buffer.
+        let _ = with_engine(|e| e.cancel(recv).and_then(|_| e.wait(recv)));
+        return Err(fail(c));
+    }
+    finish_receive(recv, slot).map_err(fail)
+}
+
+/// Sends `msg` to `destination` and receives one value from `source` (`MPI_Sendrecv`).
+pub fn send_receive<R, M, D, S>(msg: &M, destination: &D, source: &S) -> (R, Status)
+where
+    R: Equivalence,
+    M: Buffer + ?Sized,
+    D: Destination,
+    S: Source,
+{
+    exchange_one(msg, destination, 0, source, None)
+}
+
+/// As [`send_receive`], with tags.
+pub fn send_receive_with_tags<R, M, D, S>(
+    msg: &M,
+    destination: &D,
+    sendtag: Tag,
+    source: &S,
+    receivetag: Tag,
+) -> (R, Status)
+where
+    R: Equivalence,
+    M: Buffer + ?Sized,
+    D: Destination,
+    S: Source,
+{
+    exchange_one(msg, destination, sendtag, source, Some(receivetag))
+}
+
+fn exchange_one<R, M, D, S>(
+    msg: &M,
+    destination: &D,
+    sendtag: Tag,
+    source: &S,
+    receivetag: Option<Tag>,
+) -> (R, Status)
+where
+    R: Equivalence,
+    M: Buffer + ?Sized,
+    D: Destination,
+    S: Source,
+{
+    let mut value = MaybeUninit::<R>::uninit();
+    // SAFETY: `value` is valid for writes of `size_of::<R>()` bytes and outlives the
+    // blocking exchange.
+    let slot = unsafe {
+        RecvSlot::new(
+            value.as_mut_ptr().cast(),
+            size_of::<R>(),
+            R::equivalent_datatype(),
+        )
+    };
+    let status = or_fatal(exchange(
+        msg,
+        destination,
+        sendtag,
+        source,
+        receivetag,
+        slot,
+    ));
+    if status.bytes != size_of::<R>() {
+        or_fatal(Err(Error::new(
+            source.describe("send-receive", receivetag),
+            one_element::<R>(status.bytes),
+        )))
+    }
+    // SAFETY: exactly `size_of::<R>()` bytes arrived and passed `R`'s check.
+    (unsafe { value.assume_init() }, status)
+}
+
+/// Sends `msg` to `destination` and receives into `buf` from `source`.
+pub fn send_receive_into<M, D, B, S>(msg: &M, destination: &D, buf: &mut B, source: &S) -> Status
+where
+    M: Buffer + ?Sized,
+    D: Destination,
+    B: BufferMut + ?Sized,
+    S: Source,
+{
+    or_fatal(exchange(
+        msg,
+        destination,
+        0,
+        source,
+        None,
+        RecvSlot::for_buffer(buf),
+    ))
+}
+
+/// As [`send_receive_into`], with tags.
+pub fn send_receive_into_with_tags<M, D, B, S>(
+    msg: &M,
+    destination: &D,
+    sendtag: Tag,
+    buf: &mut B,
+    source: &S,
+    receivetag: Tag,
+) -> Status
+where
+    M: Buffer + ?Sized,
+    D: Destination,
+    B: BufferMut + ?Sized,
+    S: Source,
+{
+    let slot = RecvSlot::for_buffer(buf);
+    or_fatal(exchange(
+        msg,
+        destination,
+        sendtag,
+        source,
+        Some(receivetag),
+        slot,
+    ))
+}
+
+/// Sends the contents of `buf` to `destination` and replaces them with a message from
+/// `source` (`MPI_Sendrecv_replace`).
+pub fn send_receive_replace_into<B, D, S>(buf: &mut B, destination: &D, source: &S) -> Status
+where
+    B: Buffer + BufferMut + ?Sized,
+    D: Destination,
+    S: Source,
+{
+    replace(buf, destination, 0, source, None)
+}
+
+/// As [`send_receive_replace_into`], with tags.
+pub fn send_receive_replace_into_with_tags<B, D, S>(
+    buf: &mut B,
+    destination: &D,
+    sendtag: Tag,
+    source: &S,
+    receivetag: Tag,
+) -> Status
+where
+    B: Buffer + BufferMut + ?Sized,
+    D: Destination,
+    S: Source,
+{
+    replace(buf, destination, sendtag, source, Some(receivetag))
+}
+
+fn replace<B, D, S>(
+    buf: &mut B,
+    destination: &D,
+    sendtag: Tag,
+    source: &S,
+    receivetag: Option<Tag>,
+) -> Status
+where
+    B: Buffer + BufferMut + ?Sized,
+    D: Destination,
+    S: Source,
+{
+    let outgoing: Vec<u8> = {
+        let (ptr, len) = (Buffer::pointer(buf), Buffer::byte_len(buf));
+        // SAFETY: `Buffer` makes `ptr` valid for reads of `len` initialized bytes while `buf`
+        // is borrowed, and the copy ends before `buf` is borrowed mutably.
+        unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec()
+    };
+    or_fatal(exchange(
+        &outgoing[..],
+        destination,
+        sendtag,
+        source,
+        receivetag,
+        RecvSlot::for_buffer(buf),
+    ))
+}

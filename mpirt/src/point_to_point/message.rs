@@ -1,0 +1,93 @@
+//! Messages taken by a matched probe, and their receives (`MPI_Mprobe` / `MPI_Mrecv`).
+
+use std::marker::PhantomData;
+use std::mem::{size_of, MaybeUninit};
+
+use pml::MessageHandle;
+
+use super::{
+    finish_receive, one_element, receive_matched_into, receive_matched_vec, RecvSlot, Status,
+};
+use crate::datatype::{BufferMut, Equivalence};
+use crate::environment::with_engine;
+use crate::error::{or_fatal, Error};
+
+/// A message taken out of matching by a matched probe: only this handle can receive it.
+/// Dropping it unreceived leaves the message queued forever (as `MPI_Mprobe` does).
+#[derive(Debug)]
+pub struct Message {
+    pub(super) handle: MessageHandle,
+    pub(super) status: pml::Status,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Message {
+    pub(super) fn new(handle: MessageHandle, status: pml::Status) -> (Message, Status) {
+        let message = Message {
+            handle,
+            status,
+            _not_send: PhantomData,
+        };
+        (message, Status::from_pml(status))
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "matched receive from rank {} (tag {})",
+            self.status.source, self.status.tag
+        )
+    }
+
+    /// Receives the message as one value (`MPI_Mrecv`).
+    pub fn matched_receive<T: Equivalence>(self) -> (T, Status) {
+        or_fatal(self.try_matched_receive())
+    }
+
+    pub fn try_matched_receive<T: Equivalence>(self) -> Result<(T, Status), Error> {
+        let operation = self.describe();
+        if self.status.len != size_of::<T>() {
+            return Err(Error::new(operation, one_element::<T>(self.status.len)));
+        }
+        let mut value = MaybeUninit::<T>::uninit();
+        // SAFETY: `value` is valid for writes of `size_of::<T>()` bytes and outlives the
+        // blocking receive.
+        let mut slot = unsafe {
+            RecvSlot::new(
+                value.as_mut_ptr().cast(),
+                size_of::<T>(),
+                T::equivalent_datatype(),
+            )
+        };
+        let (ptr, len) = slot.target();
+        let handle = self.handle;
+        // SAFETY: as above; the receive completes before this function returns.
+        let status = with_engine(|e| unsafe { e.post_matched_recv(handle, ptr, len) })
+            .and_then(|h| finish_receive(h, slot))
+            .map_err(|c| Error::new(operation, c))?;
+        // SAFETY: exactly `size_of::<T>()` bytes arrived and passed `T`'s check.
+        Ok((unsafe { value.assume_init() }, status))
+    }
+
+    /// Receives the message into `buf`.
+    pub fn matched_receive_into<B: BufferMut + ?Sized>(self, buf: &mut B) -> Status {
+        or_fatal(self.try_matched_receive_into(buf))
+    }
+
+    pub fn try_matched_receive_into<B: BufferMut + ?Sized>(
+        self,
+        buf: &mut B,
+    ) -> Result<Status, Error> {
+        let operation = self.describe();
+        receive_matched_into(self.handle, buf).map_err(|c| Error::new(operation, c))
+    }
+
+    /// Receives the message into a new vector of the right length.
+    pub fn matched_receive_vec<T: Equivalence>(self) -> (Vec<T>, Status) {
+        or_fatal(self.try_matched_receive_vec())
+    }
+
+    pub fn try_matched_receive_vec<T: Equivalence>(self) -> Result<(Vec<T>, Status), Error> {
+        let operation = self.describe();
+        receive_matched_vec(self.handle, self.status).map_err(|c| Error::new(operation, c))
+    }
+}

@@ -1,0 +1,400 @@
+//! Requests of non-blocking operations, and the scopes that keep their buffers alive.
+//!
+//! A request borrows its buffer for `'a`, the lifetime of a scope: [`scope`] and
+//! [`multiple_scope`] run a closure and do not return while a request of theirs is unfinished,
+//! so the messaging layer never writes into, or reads from, a freed buffer. A request must be
+//! completed (`wait`, `test` until it succeeds) or handed to a [`WaitGuard`] or [`CancelGuard`];
+//! dropping an unfinished one, or leaking it out of its scope with `mem::forget`, ends the job
+//! with a message, since carrying on could corrupt memory.
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+
+use pml::{Done, Handle, PmlError, SourceSel};
+
+use crate::communicator::Rank;
+use crate::environment::{abort_job, with_engine};
+use crate::error::{fatal, or_fatal, Cause, Error};
+use crate::point_to_point::{RecvSlot, Status, Tag};
+
+/// Where requests are registered for as long as they are unfinished.
+///
+/// # Safety
+/// An implementation must not let `'a` end (the buffers its requests borrow be freed) while
+/// more requests are registered than unregistered.
+pub unsafe trait Scope<'a> {
+    #[doc(hidden)]
+    fn register(&self);
+    #[doc(hidden)]
+    fn unregister(&self);
+}
+
+/// The scope of requests whose buffers are `'static`: nothing can free them.
+#[derive(Clone, Copy, Debug)]
+pub struct StaticScope;
+
+// SAFETY: `'static` buffers are never freed, so there is nothing to track.
+unsafe impl Scope<'static> for StaticScope {
+    fn register(&self) {}
+    fn unregister(&self) {}
+}
+
+/// The scope [`scope`] hands its closure.
+#[derive(Debug)]
+pub struct LocalScope<'a> {
+    pending: Cell<usize>,
+    /// `'a` is invariant, so requests cannot shorten it to fit a shorter-lived buffer.
+    _invariant: PhantomData<Cell<&'a ()>>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl LocalScope<'_> {
+    fn new() -> Self {
+        LocalScope {
+            pending: Cell::new(0),
+            _invariant: PhantomData,
+            _not_send: PhantomData,
+        }
+    }
+}
+
+// SAFETY: the scope counts its unfinished requests, and its drop (which comes before `'a`
+// ends, as `scope` owns it) ends the process if any is left.
+unsafe impl<'a> Scope<'a> for &LocalScope<'a> {
+    fn register(&self) {
+        self.pending.set(self.pending.get() + 1);
+    }
+    fn unregister(&self) {
+        self.pending.set(self.pending.get() - 1);
+    }
+}
+
+impl Drop for LocalScope<'_> {
+    fn drop(&mut self) {
+        let pending = self.pending.get();
+        if pending != 0 {
+            fatal(Error::new(
+                "end of request scope",
+                Cause::LeakedRequest { pending },
+            ));
+        }
+    }
+}
+
+/// Runs `f` with a scope for requests; buffers borrowed by them must outlive this call.
+pub fn scope<'a, F, R>(f: F) -> R
+where
+    F: FnOnce(&LocalScope<'a>) -> R,
+{
+    let scope = LocalScope::new();
+    f(&scope)
+}
+
+/// What a request is doing, for error messages (built only when one is needed).
+pub(crate) enum Operation {
+    Send {
+        what: &'static str,
+        dest: Rank,
+        tag: Tag,
+    },
+    Receive {
+        source: SourceSel,
+        tag: Option<Tag>,
+    },
+}
+
+impl Operation {
+    fn describe(&self) -> String {
+        match self {
+            Operation::Send { what, dest, tag } => format!("{what} to rank {dest} (tag {tag})"),
+            Operation::Receive { source, tag } => {
+                let from = match source {
+                    SourceSel::Any => "any rank".to_string(),
+                    SourceSel::Rank(r) => format!("rank {r}"),
+                };
+                let tag = match tag {
+                    None => "any tag".to_string(),
+                    Some(t) => format!("tag {t}"),
+                };
+                format!("immediate receive from {from} ({tag})")
+            }
+        }
+    }
+}
+
+struct Pending {
+    handle: Handle,
+    slot: Option<RecvSlot>,
+    operation: Operation,
+}
+
+/// An unfinished non-blocking operation that borrows its buffer for `'a` (`MPI_Request`).
+#[must_use = "a request must be waited on, tested to completion, or put in a guard"]
+pub struct Request<'a, S: Scope<'a> = StaticScope> {
+    pending: Option<Pending>,
+    scope: S,
+    _borrow: PhantomData<&'a mut ()>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<'a, S: Scope<'a>> Request<'a, S> {
+    fn new(handle: Handle, slot: Option<RecvSlot>, scope: S, operation: Operation) -> Self {
+        scope.register();
+        Request {
+            pending: Some(Pending {
+                handle,
+                slot,
+                operation,
+            }),
+            scope,
+            _borrow: PhantomData,
+            _not_send: PhantomData,
+        }
+    }
+
+    pub(crate) fn send(handle: Handle, scope: S, what: &'static str, dest: Rank, tag: Tag) -> Self {
+        Request::new(handle, None, scope, Operation::Send { what, dest, tag })
+    }
+
+    pub(crate) fn receive(
+        handle: Handle,
+        slot: RecvSlot,
+        scope: S,
+        source: SourceSel,
+        tag: Option<Tag>,
+    ) -> Self {
+        Request::new(
+            handle,
+            Some(slot),
+            scope,
+            Operation::Receive { source, tag },
+        )
+    }
+
+    fn handle(&self) -> Handle {
+        self.pending.as_ref().expect("an unfinished request").handle
+    }
+
+    /// Turns the engine's report of a finished request into a status, releasing the buffer.
+    fn complete(&mut self, done: Result<Done, Cause>) -> Result<Status, Error> {
+        let pending = self.pending.take().expect("an unfinished request");
+        self.scope.unregister();
+        let operation = &pending.operation;
+        let status = match (done, pending.slot) {
+            (Ok(Done::Sent), _) => match operation {
+                Operation::Send { dest, tag, .. } => Ok(Status::of_send(*dest, *tag)),
+                Operation::Receive { .. } => unreachable!("a receive completed as a send"),
+            },
+            (Ok(Done::Received(status)), Some(slot)) => slot.finish(status),
+            (Ok(Done::Received(_)), None) => unreachable!("a send completed as a receive"),
+            (Err(Cause::Messaging(PmlError::Cancelled)), _) => Ok(Status::cancelled()),
+            (Err(cause), _) => Err(cause),
+        };
+        status.map_err(|cause| Error::new(operation.describe(), cause))
+    }
+
+    /// Waits for the operation to finish (`MPI_Wait`).
+    pub fn wait(self) -> Status {
+        or_fatal(self.try_wait())
+    }
+
+    pub fn try_wait(mut self) -> Result<Status, Error> {
+        let handle = self.handle();
+        let done = with_engine(|e| e.wait(handle));
+        self.complete(done)
+    }
+
+    /// Waits without looking at the status.
+    pub fn wait_without_status(self) {
+        self.wait();
+    }
+
+    /// The status if the operation finished, else the request back (`MPI_Test`).
+    pub fn test(mut self) -> Result<Status, Self> {
+        let handle = self.handle();
+        match with_engine(|e| e.test(handle)) {
+            Ok(None) => Err(self),
+            Ok(Some(done)) => Ok(or_fatal(self.complete(Ok(done)))),
+            Err(cause) => Ok(or_fatal(self.complete(Err(cause)))),
+        }
+    }
+
+    /// Asks for the operation to be cancelled (`MPI_Cancel`); it must still be waited on, and
+    /// its status then says whether the cancel took. Only unmatched receives can be cancelled.
+    pub fn cancel(&self) {
+        let handle = self.handle();
+        let operation = || {
+            self.pending
+                .as_ref()
+                .expect("unfinished")
+                .operation
+                .describe()
+        };
+        or_fatal(
+            with_engine(|e| e.cancel(handle))
+                .map(drop)
+                .map_err(|c| Error::new(operation(), c)),
+        )
+    }
+
+    fn is_complete(&self) -> bool {
+        let handle = self.handle();
+        with_engine(|e| e.is_complete(handle)).unwrap_or(true)
+    }
+}
+
+impl<'a, S: Scope<'a>> Drop for Request<'a, S> {
+    fn drop(&mut self) {
+        if self.pending.is_some() {
+            if std::thread::panicking() {
+                abort_job(101, "a rank panicked with requests in flight");
+            }
+            fatal(Error::new("drop of a request", Cause::DroppedRequest));
+        }
+    }
+}
+
+/// Waits for its request when dropped.
+pub struct WaitGuard<'a, S: Scope<'a> = StaticScope>(Option<Request<'a, S>>);
+
+impl<'a, S: Scope<'a>> From<Request<'a, S>> for WaitGuard<'a, S> {
+    fn from(request: Request<'a, S>) -> Self {
+        WaitGuard(Some(request))
+    }
+}
+
+impl<'a, S: Scope<'a>> Drop for WaitGuard<'a, S> {
+    fn drop(&mut self) {
+        if let Some(request) = self.0.take() {
+            request.wait();
+        }
+    }
+}
+
+/// Cancels its request, then waits for it, when dropped.
+pub struct CancelGuard<'a, S: Scope<'a> = StaticScope>(Option<Request<'a, S>>);
+
+impl<'a, S: Scope<'a>> From<Request<'a, S>> for CancelGuard<'a, S> {
+    fn from(request: Request<'a, S>) -> Self {
+        CancelGuard(Some(request))
+    }
+}
+
+impl<'a, S: Scope<'a>> Drop for CancelGuard<'a, S> {
+    fn drop(&mut self) {
+        if let Some(request) = self.0.take() {
+            request.cancel();
+            request.wait();
+        }
+    }
+}
+
+/// Waits until one of `requests` finishes; returns the index it had and its status, and
+/// removes it. `None` if `requests` is empty (`MPI_Waitany`).
+pub fn wait_any<'a, S: Scope<'a>>(requests: &mut Vec<Request<'a, S>>) -> Option<(usize, Status)> {
+    if requests.is_empty() {
+        return None;
+    }
+    let handles: Vec<Handle> = requests.iter().map(Request::handle).collect();
+    let index =
+        or_fatal(with_engine(|e| e.wait_any(&handles)).map_err(|c| Error::new("wait_any", c)));
+    Some((index, requests.remove(index).wait()))
+}
+
+/// Returns the index and status of a finished request, removing it, if any has finished
+/// (`MPI_Testany`).
+pub fn test_any<'a, S: Scope<'a>>(requests: &mut Vec<Request<'a, S>>) -> Option<(usize, Status)> {
+    or_fatal(with_engine(|e| e.progress()).map_err(|c| Error::new("test_any", c)));
+    let index = requests.iter().position(Request::is_complete)?;
+    Some((index, requests.remove(index).wait()))
+}
+
+/// Waits for every request, in order, and returns their statuses (`MPI_Waitall`).
+pub fn wait_all<'a, S: Scope<'a>>(requests: &mut Vec<Request<'a, S>>) -> Vec<Status> {
+    requests.drain(..).map(Request::wait).collect()
+}
+
+/// A set of requests completed together, as [`multiple_scope`] hands out.
+pub struct RequestCollection<'a, S: Scope<'a>> {
+    requests: Vec<Option<Request<'a, S>>>,
+}
+
+impl<'a, S: Scope<'a>> RequestCollection<'a, S> {
+    fn with_capacity(capacity: usize) -> Self {
+        RequestCollection {
+            requests: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Adds a request; returns its index in the collection.
+    pub fn add(&mut self, request: Request<'a, S>) -> usize {
+        self.requests.push(Some(request));
+        self.requests.len() - 1
+    }
+
+    /// Number of requests added.
+    pub fn len(&self) -> usize {
+        self.requests.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_empty()
+    }
+
+    /// Number of requests not yet finished.
+    pub fn incomplete(&self) -> usize {
+        self.requests.iter().filter(|r| r.is_some()).count()
+    }
+
+    fn finish(&mut self, index: usize) -> (usize, Status) {
+        let request = self.requests[index].take().expect("an unfinished request");
+        (index, request.wait())
+    }
+
+    /// Waits until one unfinished request finishes; its index and status, or `None` if none
+    /// is left (`MPI_Waitany`).
+    pub fn wait_any(&mut self) -> Option<(usize, Status)> {
+        let live: Vec<(usize, Handle)> = self
+            .requests
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.as_ref().map(|r| (i, r.handle())))
+            .collect();
+        if live.is_empty() {
+            return None;
+        }
+        let handles: Vec<Handle> = live.iter().map(|&(_, h)| h).collect();
+        let found = with_engine(|e| e.wait_any(&handles)).map_err(|c| Error::new("wait_any", c));
+        Some(self.finish(live[or_fatal(found)].0))
+    }
+
+    /// The index and status of a finished request, if one has finished (`MPI_Testany`).
+    pub fn test_any(&mut self) -> Option<(usize, Status)> {
+        or_fatal(with_engine(|e| e.progress()).map_err(|c| Error::new("test_any", c)));
+        let index = self
+            .requests
+            .iter()
+            .position(|r| r.as_ref().is_some_and(Request::is_complete))?;
+        Some(self.finish(index))
+    }
+
+    /// Waits for every unfinished request; returns (index, status) of each, by index
+    /// (`MPI_Waitall`).
+    pub fn wait_all(&mut self) -> Vec<(usize, Status)> {
+        let live: Vec<usize> = (0..self.requests.len())
+            .filter(|&i| self.requests[i].is_some())
+            .collect();
+        live.into_iter().map(|i| self.finish(i)).collect()
+    }
+}
+
+/// Runs `f` with a scope and an empty collection of up to about `capacity` requests
+/// (rsmpi's `multiple_scope`). Requests left unfinished in the collection end the job.
+pub fn multiple_scope<'a, F, R>(capacity: usize, f: F) -> R
+where
+    F: for<'s> FnOnce(&'s LocalScope<'a>, &mut RequestCollection<'a, &'s LocalScope<'a>>) -> R,
+{
+    let scope = LocalScope::new();
+    let mut collection = RequestCollection::with_capacity(capacity);
+    f(&scope, &mut collection)
+}

@@ -1,0 +1,8 @@
+//! The traits a program needs in scope: `use mpirt::traits::*;`.
+
+pub use crate::communicator::Communicator;
+pub use crate::datatype::{Buffer, BufferMut, Equivalence};
+pub use crate::point_to_point::{Destination, Source};
+pub use crate::request::Scope;
+/// `#[derive(Equivalence)]`, in the macro namespace beside the trait of the same name.
+pub use mpirt_derive::Equivalence;

@@ -1,0 +1,726 @@
+//! Point-to-point, requests and errors, with real ranks under rsrun.
+//!
+//! The ranks are this test binary itself: each test starts rsrun on `current_exe()` with only
+//! `rank_mode` selected and `RANK_MODE` naming what the ranks do. rsrun is found next to the
+//! test binary's directory (`target/<profile>/rsrun`): build it first with
+//! `cargo build -p launcher` (tools/test-all.sh builds the workspace before testing).
+
+use std::collections::HashSet;
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use mpirt::point_to_point as p2p;
+use mpirt::request::{self, WaitGuard};
+use mpirt::traits::*;
+
+const RANK_MODE: &str = "MPIRT_TEST_RANK_MODE";
+const SIDE_DIR: &str = "MPIRT_TEST_SIDE_DIR";
+const EAGER: usize = 4096;
+/// Generous: the machine may be shared and slow; a hang is what this guards against.
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// The rank side of the tests below, selected by `RANK_MODE`.
+#[test]
+fn rank_mode() {
+    let Ok(mode) = env::var(RANK_MODE) else {
+        return;
+    };
+    let universe = mpirt::initialize().expect("first initialize");
+    assert!(
+        mpirt::initialize().is_none(),
+        "a second initialize is refused"
+    );
+    let world = universe.world();
+    match mode.as_str() {
+        "sizes" => sizes(&world),
+        "wildcard" => wildcard(&world),
+        "order" => order(&world),
+        "probe" => probe(&world),
+        "ssend" => ssend(&world),
+        "truncate" => truncate(&world),
+        "try-errors" => try_errors(&world),
+        "fatal-rank" => {
+            world.process_at_rank(world.size() + 3);
+        }
+        "negative-tag" => world.process_at_rank(0).send_with_tag(&1u8, -3),
+        "singleton" => singleton(&world),
+        "ring" => ring(&world),
+        "immediate" => immediate(&world),
+        "panic" => panic_rank(&world),
+        "derive" => derive(&world),
+        "leak" => {
+            let mut slot = 0u8;
+            request::scope(|scope| {
+                let pending = world
+                    .this_process()
+                    .immediate_receive_into(scope, &mut slot);
+                std::mem::forget(pending);
+            });
+        }
+        "drop" => {
+            let mut slot = 0u8;
+            request::scope(|scope| {
+                drop(
+                    world
+                        .this_process()
+                        .immediate_receive_into(scope, &mut slot),
+                );
+            });
+        }
+        other => panic!("unknown rank mode {other}"),
+    }
+    println!("rank {} done", world.rank());
+}
+
+/// Byte `i` of a test message of `len` bytes: differs per position and per length.
+fn pattern(len: usize, i: usize) -> u8 {
+    (i.wrapping_mul(31) ^ len.wrapping_mul(7) ^ (i >> 11)) as u8
+}
+
+fn sizes(world: &mpirt::topology::SimpleCommunicator) {
+    let lens = [0, 1, EAGER - 1, EAGER, EAGER + 1, 1 << 20, 64 << 20];
+    if world.rank() == 0 {
+        let peer = world.process_at_rank(1);
+        for &len in &lens {
+            let msg: Vec<u8> = (0..len).map(|i| pattern(len, i)).collect();
+            peer.send_with_tag(&msg[..], 1);
+            // The same again, received into a fixed buffer on the other side.
+            peer.send_with_tag(&msg, 2);
+        }
+    } else if world.rank() == 1 {
+        let peer = world.process_at_rank(0);
+        for &len in &lens {
+            let (got, status) = peer.receive_vec_with_tag::<u8>(1);
+            assert_eq!(got.len(), len);
+            assert_eq!(status.count(u8::equivalent_datatype()), len as i32);
+            assert!(
+                got.iter().enumerate().all(|(i, &b)| b == pattern(len, i)),
+                "len {len}"
+            );
+            let mut buf = vec![0u8; len + 16];
+            let status = peer.receive_into_with_tag(&mut buf[..], 2);
+            assert_eq!((status.source_rank(), status.tag()), (0, 2));
+            assert_eq!(status.byte_count(), len);
+            assert!(buf[..len]
+                .iter()
+                .enumerate()
+                .all(|(i, &b)| b == pattern(len, i)));
+            assert!(
+                buf[len..].iter().all(|&b| b == 0),
+                "nothing past the message"
+            );
+            println!("size {len} ok");
+        }
+    }
+}
+
+fn wildcard(world: &mpirt::topology::SimpleCommunicator) {
+    if world.rank() == 0 {
+        let mut seen = HashSet::new();
+        for _ in 1..world.size() {
+            let (value, status) = world.any_process().receive::<i32>();
+            assert_eq!(value, status.source_rank() * 10);
+            assert_eq!(status.tag(), status.source_rank() + 100);
+            assert!(seen.insert(status.source_rank()));
+        }
+        assert_eq!(seen.len() as i32, world.size() - 1);
+        println!("wildcard ok");
+    } else {
+        world
+            .process_at_rank(0)
+            .send_with_tag(&(world.rank() * 10), world.rank() + 100);
+    }
+}
+
+const ORDER_COUNT: u32 = 10_000;
+
+fn order(world: &mpirt::topology::SimpleCommunicator) {
+    if world.rank() == 0 {
+        let mut next = vec![0u32; world.size() as usize];
+        for _ in 0..ORDER_COUNT * (world.size() as u32 - 1) {
+            let (seq, status) = world.any_process().receive::<u32>();
+            let from = status.source_rank() as usize;
+            assert_eq!(seq, next[from], "message from rank {from} out of order");
+            assert_eq!(status.tag(), (seq % 3) as i32);
+            next[from] += 1;
+        }
+        assert!(next[1..].iter().all(|&n| n == ORDER_COUNT));
+        println!("order ok");
+    } else {
+        let root = world.process_at_rank(0);
+        for seq in 0..ORDER_COUNT {
+            root.send_with_tag(&seq, (seq % 3) as i32);
+        }
+    }
+}
+
+fn probe(world: &mpirt::topology::SimpleCommunicator) {
+    if world.rank() == 0 {
+        let peer = world.process_at_rank(1);
+        let values: Vec<f64> = (0..100).map(|i| i as f64 * 0.5).collect();
+        peer.send_with_tag(&values[..], 5);
+        peer.send_with_tag(&values[..10], 6);
+        peer.send_with_tag(&[7u16; 3000][..], 8);
+    } else if world.rank() == 1 {
+        let peer = world.process_at_rank(0);
+        let status = peer.probe_with_tag(5);
+        assert_eq!(status.count(f64::equivalent_datatype()), 100);
+        let mut buf = vec![0f64; status.count(f64::equivalent_datatype()) as usize];
+        peer.receive_into_with_tag(&mut buf[..], 5);
+        assert_eq!(buf[99], 49.5);
+
+        let status = loop {
+            if let Some(status) = world.any_process().immediate_probe() {
+                break status;
+            }
+        };
+        assert_eq!((status.source_rank(), status.tag()), (0, 6));
+        let (message, status) = world.any_process().matched_probe_with_tag(6);
+        assert_eq!(status.count(f64::equivalent_datatype()), 10);
+        let (got, _) = message.matched_receive_vec::<f64>();
+        assert_eq!(got[9], 4.5);
+
+        // Above the eager limit: the matched receive pulls rendezvous data.
+        let (message, status) = peer.matched_probe();
+        assert_eq!(status.tag(), 8);
+        let mut big = vec![0u16; 3000];
+        message.matched_receive_into(&mut big[..]);
+        assert!(big.iter().all(|&v| v == 7));
+        println!("probe ok");
+    }
+}
+
+fn side_file(name: &str) -> PathBuf {
+    Path::new(&env::var(SIDE_DIR).expect("side directory")).join(name)
+}
+
+fn ssend(world: &mpirt::topology::SimpleCommunicator) {
+    if world.rank() == 0 {
+        world.process_at_rank(1).synchronous_send(&42u64);
+        // The receiver creates the file just before posting its receive, so a synchronous
+        // send that completed early finds no file.
+        assert!(
+            side_file("posted").exists(),
+            "synchronous send completed before the receive was posted"
+        );
+        println!("ssend ok");
+    } else if world.rank() == 1 {
+        thread::sleep(Duration::from_millis(300));
+        std::fs::write(side_file("posted"), b"").unwrap();
+        let (v, _) = world.process_at_rank(0).receive::<u64>();
+        assert_eq!(v, 42);
+    }
+}
+
+fn truncate(world: &mpirt::topology::SimpleCommunicator) {
+    if world.rank() == 0 {
+        world.process_at_rank(1).send_with_tag(&[1u8; 64][..], 7);
+        world.barrier();
+    } else {
+        let mut small = [0u8; 8];
+        world
+            .process_at_rank(0)
+            .receive_into_with_tag(&mut small[..], 7);
+        unreachable!("the truncated receive is fatal");
+    }
+}
+
+fn try_errors(world: &mpirt::topology::SimpleCommunicator) {
+    let size = world.size();
+    let e = world.try_process_at_rank(size).unwrap_err();
+    println!("error: {e}");
+    assert_eq!(e.rank(), Some(world.rank()));
+    let e = world.try_process_at_rank(-1).unwrap_err();
+    println!("error: {e}");
+    let peer = world.process_at_rank(1 - world.rank());
+    let e = peer.try_send_with_tag(&1u8, -3).unwrap_err();
+    println!("error: {e}");
+    assert!(matches!(e.cause(), mpirt::error::Cause::NegativeTag(-3)));
+    let e = peer.try_receive_with_tag::<u8>(-1).unwrap_err();
+    println!("error: {e}");
+    if world.rank() == 0 {
+        peer.send_with_tag(&[1u8, 2, 3, 4, 5, 6][..], 1);
+        peer.send_with_tag(&7u8, 2);
+        peer.send_with_tag(&[0u8; 0][..], 3);
+    } else {
+        let mut words = [0u32; 4];
+        let e = peer
+            .try_receive_into_with_tag(&mut words[..], 1)
+            .unwrap_err();
+        println!("error: {e}");
+        let e = peer.try_receive_with_tag::<bool>(2).unwrap_err();
+        println!("error: {e}");
+        let e = peer.try_receive_with_tag::<u32>(3).unwrap_err();
+        println!("error: {e}");
+    }
+    world.barrier();
+}
+
+fn singleton(world: &mpirt::topology::SimpleCommunicator) {
+    assert_eq!((world.rank(), world.size()), (0, 1));
+    let me = world.this_process();
+    me.send_with_tag(&[3i64; 10][..], 4);
+    let (got, status) = me.receive_vec::<i64>();
+    assert_eq!((got, status.tag()), (vec![3i64; 10], 4));
+    // Above the eager limit a blocking send to self would wait for a receive: post it first.
+    let big: Vec<u32> = (0..100_000).collect();
+    let mut back = vec![0u32; big.len()];
+    request::scope(|scope| {
+        let recv = me.immediate_receive_into(scope, &mut back[..]);
+        me.send(&big[..]);
+        recv.wait();
+    });
+    assert_eq!(back, big);
+    world.barrier();
+    assert!(mpirt::time() > 0.0);
+    println!("singleton ok");
+}
+
+fn ring(world: &mpirt::topology::SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    let next = world.process_at_rank((rank + 1) % size);
+    let previous = world.process_at_rank((rank + size - 1) % size);
+    let (got, status): (i32, _) = p2p::send_receive(&rank, &next, &previous);
+    assert_eq!(
+        (got, status.source_rank()),
+        ((rank + size - 1) % size, (rank + size - 1) % size)
+    );
+    // A token goes round once, each rank adding its rank.
+    let mut token = vec![0i64; 1000];
+    if rank == 0 {
+        // Receive posted first: on one rank, `next` is this rank, and a rendezvous-sized
+        // blocking send to self would wait for a receive not yet posted.
+        let start = token.clone();
+        request::scope(|scope| {
+            let back = previous.immediate_receive_into(scope, &mut token[..]);
+            next.send(&start[..]);
+            back.wait();
+        });
+        assert!(token.iter().all(|&t| t == (size * (size - 1) / 2) as i64));
+    } else {
+        previous.receive_into(&mut token[..]);
+        token.iter_mut().for_each(|t| *t += rank as i64);
+        next.send(&token[..]);
+    }
+    let mut value = [rank; 5];
+    p2p::send_receive_replace_into(&mut value[..], &next, &previous);
+    assert_eq!(value, [(rank + size - 1) % size; 5]);
+    world.barrier();
+    println!("ring ok");
+}
+
+fn immediate(world: &mpirt::topology::SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    let next = world.process_at_rank((rank + 1) % size);
+    let previous = world.process_at_rank((rank + size - 1) % size);
+    // Small and rendezvous-sized messages, waited on with wait_all.
+    let small = [rank as u64; 4];
+    let large: Vec<u64> = (0..10_000).map(|i| i + rank as u64).collect();
+    let mut got_small = [0u64; 4];
+    let mut got_large = vec![0u64; 10_000];
+    request::scope(|scope| {
+        let mut requests = vec![
+            previous.immediate_receive_into_with_tag(scope, &mut got_small[..], 1),
+            previous.immediate_receive_into_with_tag(scope, &mut got_large[..], 2),
+            next.immediate_send_with_tag(scope, &small[..], 1),
+            next.immediate_synchronous_send_with_tag(scope, &large[..], 2),
+        ];
+        let statuses = request::wait_all(&mut requests);
+        assert_eq!(statuses.len(), 4);
+        assert!(requests.is_empty());
+    });
+    let from = ((rank + size - 1) % size) as u64;
+    assert_eq!(got_small, [from; 4]);
+    assert!(got_large
+        .iter()
+        .enumerate()
+        .all(|(i, &v)| v == i as u64 + from));
+
+    // wait_any and test_any over a collection.
+    let mut slots = [0i32; 8];
+    let values: Vec<i32> = (0..8).map(|i| rank * 100 + i).collect();
+    request::multiple_scope(16, |scope, coll| {
+        for (i, slot) in slots.iter_mut().enumerate() {
+            coll.add(previous.immediate_receive_into_with_tag(scope, slot, i as i32));
+        }
+        for (i, value) in values.iter().enumerate().rev() {
+            coll.add(next.immediate_send_with_tag(scope, value, i as i32));
+        }
+        let mut finished = 0;
+        while finished < 8 {
+            if coll.test_any().is_some() {
+                finished += 1;
+            }
+        }
+        while let Some((index, status)) = coll.wait_any() {
+            if index < 8 {
+                assert_eq!(status.tag(), index as i32);
+            }
+            finished += 1;
+        }
+        assert_eq!((finished, coll.incomplete(), coll.len()), (16, 0, 16));
+    });
+    assert_eq!(
+        slots.to_vec(),
+        (0..8).map(|i| from as i32 * 100 + i).collect::<Vec<_>>()
+    );
+
+    // The free wait_any, and a guard.
+    let mut a = 0u8;
+    let mut b = 0u8;
+    request::scope(|scope| {
+        let _sent = WaitGuard::from(next.immediate_send_with_tag(scope, &9u8, 30));
+        let mut requests = vec![
+            previous.immediate_receive_into_with_tag(scope, &mut a, 31),
+            previous.immediate_receive_into_with_tag(scope, &mut b, 30),
+        ];
+        let (index, status) = request::wait_any(&mut requests).unwrap();
+        assert_eq!((index, status.tag()), (1, 30));
+        let pending = requests.pop().unwrap();
+        pending.cancel();
+        assert!(pending.wait().is_cancelled());
+    });
+    assert_eq!((a, b), (0, 9));
+    world.barrier();
+    println!("immediate ok");
+}
+
+fn unix_millis() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+fn panic_rank(world: &mpirt::topology::SimpleCommunicator) {
+    println!(
+        "job {} pid {}",
+        env::var("MPIRT_JOB_ID").unwrap(),
+        std::process::id()
+    );
+    world.barrier();
+    if world.rank() == 1 {
+        println!("panic at {}", unix_millis());
+        panic!("rank 1 gives up");
+    }
+    world.process_at_rank(1).receive::<u8>();
+}
+
+#[derive(Equivalence, Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+struct Particle {
+    position: [f64; 3],
+    id: u32,
+    charge: i16,
+    alive: bool,
+    kind: u8,
+}
+
+fn derive(world: &mpirt::topology::SimpleCommunicator) {
+    let particles: Vec<Particle> = (0..50)
+        .map(|i| Particle {
+            position: [i as f64, -1.5, 2.25],
+            id: i,
+            charge: -(i as i16),
+            alive: i % 2 == 0,
+            kind: 3,
+        })
+        .collect();
+    if world.rank() == 0 {
+        let peer = world.process_at_rank(1);
+        peer.send(&particles[..]);
+        peer.send(&particles[7]);
+        // A bool field holding 2 is refused on receipt.
+        let mut bytes = [0u8; 32];
+        bytes[30] = 2;
+        peer.send(&bytes[..]);
+    } else if world.rank() == 1 {
+        let peer = world.process_at_rank(0);
+        let (got, _) = peer.receive_vec::<Particle>();
+        assert_eq!(got, particles);
+        let (one, _) = peer.receive::<Particle>();
+        assert_eq!(one, particles[7]);
+        let e = peer.try_receive::<Particle>().unwrap_err();
+        println!("error: {e}");
+        println!("derive ok");
+    }
+}
+
+// ---- the test side ----
+
+fn rsrun_path() -> PathBuf {
+    let exe = env::current_exe().unwrap();
+    let path = exe.parent().unwrap().parent().unwrap().join("rsrun");
+    assert!(
+        path.exists(),
+        "{} is missing: build it first with `cargo build -p launcher`",
+        path.display()
+    );
+    path
+}
+
+/// Runs `command` with a hard time limit.
+fn run_limited(mut command: Command) -> Output {
+    let started = Instant::now();
+    let child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let watchdog = thread::spawn(move || child.wait_with_output().expect("wait"));
+    while !watchdog.is_finished() {
+        if started.elapsed() > LIMIT {
+            // SAFETY: kill(2) with a pid of a child this test spawned; the watchdog thread
+            // has not reaped it yet, since it is still waiting.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("the job did not finish within {LIMIT:?}");
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    watchdog.join().unwrap()
+}
+
+fn job(n: u32, mode: &str, envs: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(rsrun_path());
+    command
+        .arg("-n")
+        .arg(n.to_string())
+        .arg(env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "rank_mode",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env(RANK_MODE, mode)
+        .env("MPIRT_EAGER_LIMIT", EAGER.to_string());
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    run_limited(command)
+}
+
+fn text(output: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Runs a job that must succeed and returns its stdout.
+fn ok_job(n: u32, mode: &str) -> String {
+    let output = job(n, mode, &[]);
+    let (stdout, stderr) = text(&output);
+    assert!(
+        output.status.success(),
+        "{mode} on {n} ranks failed\n{stdout}\n{stderr}"
+    );
+    for rank in 0..n {
+        assert!(
+            stdout.contains(&format!("rank {rank} done")),
+            "{stdout}\n{stderr}"
+        );
+    }
+    stdout
+}
+
+#[test]
+fn message_sizes_around_the_eager_limit_and_large() {
+    let out = ok_job(2, "sizes");
+    for len in [0, 1, EAGER - 1, EAGER, EAGER + 1, 1 << 20, 64 << 20] {
+        assert!(out.contains(&format!("size {len} ok")), "{out}");
+    }
+}
+
+#[test]
+fn wildcard_receives_take_every_sender() {
+    assert!(ok_job(4, "wildcard").contains("wildcard ok"));
+}
+
+#[test]
+fn messages_from_each_sender_arrive_in_order() {
+    assert!(ok_job(4, "order").contains("order ok"));
+}
+
+#[test]
+fn probe_and_matched_probe() {
+    assert!(ok_job(2, "probe").contains("probe ok"));
+}
+
+#[test]
+fn synchronous_send_waits_for_the_match() {
+    let dir = env::temp_dir().join(format!("mpirt-ssend-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let output = job(2, "ssend", &[(SIDE_DIR, dir.to_str().unwrap())]);
+    let (stdout, stderr) = text(&output);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("ssend ok"));
+}
+
+#[test]
+fn truncation_is_fatal_and_names_both_lengths() {
+    let output = job(2, "truncate", &[]);
+    let (stdout, stderr) = text(&output);
+    assert!(!output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(
+            "mpirt: rank 1: receive from rank 0 (tag 7): message truncated: the message from \
+             rank 0 with tag 7 is 64 bytes but the receive buffer holds only 8 bytes"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn try_variants_return_errors() {
+    let out = ok_job(2, "try-errors");
+    for expected in [
+        "error: rank 0: process_at_rank(2): rank 2 is out of range: the communicator has 2 ranks",
+        "error: rank 1: process_at_rank(-1): rank -1 is out of range",
+        "error: rank 0: send to rank 1 (tag -3): tag -3 is negative; negative tags are reserved \
+         for the runtime",
+        "error: rank 1: receive from rank 0 (tag -1): tag -1 is negative",
+        "error: rank 1: receive from rank 0 (tag 1): the message is 6 bytes, not a whole number \
+         of u32 elements of 4 bytes",
+        "error: rank 1: receive from rank 0 (tag 2): the message's bytes are not a valid bool",
+        "error: rank 1: receive from rank 0 (tag 3): the message is 0 bytes but one u32 is 4 bytes",
+    ] {
+        assert!(out.contains(expected), "missing '{expected}' in\n{out}");
+    }
+}
+
+#[test]
+fn rank_out_of_range_is_fatal() {
+    let output = job(2, "fatal-rank", &[]);
+    let (stdout, stderr) = text(&output);
+    assert!(!output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("process_at_rank(5): rank 5 is out of range: the communicator has 2 ranks"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn negative_tag_is_fatal() {
+    let output = job(1, "negative-tag", &[]);
+    let (stdout, stderr) = text(&output);
+    assert!(!output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(
+            "mpirt: rank 0: send to rank 0 (tag -3): tag -3 is negative; negative tags are \
+             reserved for the runtime"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn unfinished_requests_end_the_job() {
+    for (mode, expected) in [
+        (
+            "leak",
+            "mpirt: rank 0: end of request scope: 1 request(s) did not complete before their \
+             scope ended",
+        ),
+        (
+            "drop",
+            "mpirt: rank 0: drop of a request: a request was dropped before it completed",
+        ),
+    ] {
+        let output = job(1, mode, &[]);
+        let (stdout, stderr) = text(&output);
+        assert!(!output.status.success(), "{stdout}\n{stderr}");
+        assert!(stderr.contains(expected), "{mode}: {stderr}");
+    }
+}
+
+#[test]
+fn singleton_without_rsrun() {
+    let mut command = Command::new(env::current_exe().unwrap());
+    command
+        .args([
+            "--exact",
+            "rank_mode",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env(RANK_MODE, "singleton");
+    for var in ["MPIRT_RANK", "MPIRT_SIZE", "MPIRT_KVS_ADDR", "MPIRT_JOB_ID"] {
+        command.env_remove(var);
+    }
+    let output = run_limited(command);
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("singleton ok"), "{stdout}");
+}
+
+#[test]
+fn ring_on_1_2_4_and_8_ranks() {
+    for n in [1, 2, 4, 8] {
+        assert!(ok_job(n, "ring").contains("ring ok"));
+    }
+}
+
+#[test]
+fn immediate_operations_in_scopes() {
+    for n in [1, 3] {
+        assert!(ok_job(n, "immediate").contains("immediate ok"));
+    }
+}
+
+#[test]
+fn derived_struct_round_trips() {
+    let out = ok_job(2, "derive");
+    assert!(out.contains("derive ok"));
+    assert!(
+        out.contains("error: rank 1: receive from rank 0 (any tag): the message's bytes are not a valid Particle"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_panicking_rank_ends_the_job() {
+    let output = job(2, "panic", &[]);
+    let (stdout, stderr) = text(&output);
+    assert!(!output.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("rank 1 gives up"), "{stderr}");
+    // Rank 0 waits forever for a message: only the abort ends the job, within 2 s of the
+    // panic (wall clock, which both processes share).
+    let ended = unix_millis();
+    let panicked: u128 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("panic at "))
+        .expect("rank 1 prints when it panics")
+        .parse()
+        .unwrap();
+    assert!(
+        ended - panicked < 2000,
+        "the job ended {} ms after the panic",
+        ended - panicked
+    );
+    let job_id = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("job "))
+        .and_then(|l| l.split(' ').next())
+        .expect("the ranks print the job id");
+    for pid in stdout.lines().filter_map(|l| l.split(" pid ").nth(1)) {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "rank pid {pid} is left behind"
+        );
+    }
+    let prefix = format!("mpirt-{job_id}");
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .collect();
+    assert!(left.is_empty(), "left in /dev/shm: {left:?}");
+}
