@@ -52,8 +52,14 @@ fn one_message(a: &mut TestCore, b: &mut TestCore, frame: &mut Vec<u8>, recv_fir
         }
     }
     let r = r.unwrap_or_else(|| post(b));
-    assert!(matches!(a.take_completion(s), Ok(Some(Completion::Send { .. }))));
-    assert!(matches!(b.take_completion(r), Ok(Some(Completion::Recv { .. }))));
+    assert!(matches!(
+        a.take_completion(s),
+        Ok(Some(Completion::Send { .. }))
+    ));
+    assert!(matches!(
+        b.take_completion(r),
+        Ok(Some(Completion::Recv { .. }))
+    ));
     // Credit frames go back, or the sender's eager budget runs dry.
     while let Some(p) = b.next_ready_peer() {
         while let Some(t) = b.next_transmit(p) {
@@ -70,7 +76,11 @@ fn eager(c: &mut Criterion) {
     for recv_first in [true, false] {
         let (mut a, mut b) = pair();
         let mut frame = Vec::with_capacity(256);
-        let name = if recv_first { "receive-posted-first" } else { "unexpected" };
+        let name = if recv_first {
+            "receive-posted-first"
+        } else {
+            "unexpected"
+        };
         g.bench_function(name, |bench| {
             bench.iter(|| one_message(&mut a, &mut b, &mut frame, recv_first))
         });

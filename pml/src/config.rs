@@ -22,6 +22,10 @@ pub struct EngineConfig {
     pub shm_ring_bytes: usize,
     /// Eager bytes a peer may have outstanding here before it must use rendezvous.
     pub unexpected_budget: usize,
+    /// Whether rendezvous data between ranks on a host may be read single-copy with
+    /// process_vm_readv; off (or forbidden by the kernel) means a pipelined copy through the
+    /// segment's rings.
+    pub single_copy: bool,
     /// How long a waiting rank busy-polls before it yields its core, when ranks do not
     /// outnumber cores (then it yields at once).
     pub spin: Duration,
@@ -36,6 +40,7 @@ impl Default for EngineConfig {
             shm_eager_limit: 16 << 10,
             shm_ring_bytes: 512 << 10,
             unexpected_budget: 4 << 20,
+            single_copy: true,
             spin: Duration::from_micros(100),
             verbose: false,
         }
@@ -81,6 +86,7 @@ impl EngineConfig {
             shm_eager_limit: size_var("MPIRT_EAGER_LIMIT", d.shm_eager_limit)?,
             shm_ring_bytes: size_var("MPIRT_SHM_RING_BYTES", d.shm_ring_bytes)?,
             unexpected_budget: size_var("MPIRT_UNEXPECTED_BUDGET", d.unexpected_budget)?,
+            single_copy: !matches!(env::var("MPIRT_SHM_SINGLE_COPY").as_deref(), Ok("0")),
             spin: match env::var("MPIRT_SPIN_US") {
                 Err(_) => d.spin,
                 Ok(v) => {

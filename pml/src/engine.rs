@@ -235,7 +235,13 @@ impl Engine {
         if let Some(t) = &shm {
             // Whether a rank may read another's memory is a property of the host (Yama,
             // seccomp, containers), so one neighbour speaks for all.
-            let cma = t.probe_cma(if my_local == 0 { 1 } else { 0 });
+            let cma = if config.single_copy {
+                t.probe_cma(if my_local == 0 { 1 } else { 0 })
+            } else {
+                Err(std::io::Error::other(
+                    "turned off by MPIRT_SHM_SINGLE_COPY=0",
+                ))
+            };
             let caps = PeerCaps {
                 eager_limit: config.shm_eager_limit,
                 max_frame: t.max_frame(),

@@ -122,7 +122,7 @@ fn singleton_sends_to_itself_by_every_protocol() {
 const CHILD_ENV: &str = "PML_ENGINE_TEST_RANK";
 
 /// What each rank of the multi-process test does; rank 0 checks.
-fn rank_main(dir: &Path, rank: u32, size: u32) {
+fn rank_main(dir: &Path, rank: u32, size: u32, single_copy: bool) {
     let mut w = DirWireup {
         dir: dir.to_path_buf(),
         rank,
@@ -131,6 +131,7 @@ fn rank_main(dir: &Path, rank: u32, size: u32) {
     };
     let config = EngineConfig {
         shm_eager_limit: 4096,
+        single_copy,
         ..EngineConfig::default()
     };
     let mut e = Engine::new(&mut w, config).unwrap();
@@ -167,7 +168,18 @@ fn rank_main(dir: &Path, rank: u32, size: u32) {
         std::thread::sleep(Duration::from_millis(200));
         let (buf, _) = recv(&mut e, SourceSel::Rank(1), TagSel::Tag(78), 8);
         assert_eq!(buf, 200u64.to_le_bytes());
-        println!("remote reads: {}", e.counters().remote_reads);
+        let reads = e.counters().remote_reads;
+        // Each peer's 4097-byte, 1 MiB and 64 MiB messages go by rendezvous: read single-copy,
+        // or streamed through the rings when single copy is off.
+        if single_copy {
+            assert!(
+                reads >= 3 * u64::from(size - 1),
+                "only {reads} remote reads"
+            );
+        } else {
+            assert_eq!(reads, 0, "single copy was off");
+        }
+        println!("remote reads: {reads}");
     } else {
         for &len in &sizes {
             send(
@@ -204,17 +216,23 @@ fn ranks_over_shared_memory() {
     if let Ok(spec) = env::var(CHILD_ENV) {
         let mut it = spec.split(',');
         let (dir, rank, size) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
-        rank_main(Path::new(dir), rank.parse().unwrap(), size.parse().unwrap());
+        let single_copy = it.next() != Some("copy");
+        rank_main(
+            Path::new(dir),
+            rank.parse().unwrap(),
+            size.parse().unwrap(),
+            single_copy,
+        );
         return;
     }
-    for size in [2u32, 4] {
-        let dir = env::temp_dir().join(format!("pml-engine-{}-{size}", std::process::id()));
+    for (size, mode) in [(2u32, "read"), (4, "read"), (2, "copy")] {
+        let dir = env::temp_dir().join(format!("pml-engine-{}-{size}-{mode}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         let children: Vec<_> = (0..size)
             .map(|r| {
                 Command::new(env::current_exe().unwrap())
                     .args(["--exact", "ranks_over_shared_memory", "--nocapture"])
-                    .env(CHILD_ENV, format!("{},{r},{size}", dir.display()))
+                    .env(CHILD_ENV, format!("{},{r},{size},{mode}", dir.display()))
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .spawn()
