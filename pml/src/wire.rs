@@ -176,20 +176,15 @@ fn envelope_at(b: &[u8]) -> WireEnvelope {
     }
 }
 
-fn exact(kind: u8, b: &[u8], expected: usize) -> Result<(), WireError> {
-    if b.len() == expected {
-        Ok(())
+/// Checks a frame's length against its kind's layout: `exactly` for fixed-size frames,
+/// otherwise at least the header.
+fn check_len(kind: u8, b: &[u8], expected: usize, exactly: bool) -> Result<(), WireError> {
+    let fits = if exactly {
+        b.len() == expected
     } else {
-        Err(WireError::Length {
-            kind,
-            len: b.len(),
-            expected,
-        })
-    }
-}
-
-fn at_least(kind: u8, b: &[u8], expected: usize) -> Result<(), WireError> {
-    if b.len() >= expected {
+        b.len() >= expected
+    };
+    if fits {
         Ok(())
     } else {
         Err(WireError::Length {
@@ -238,7 +233,7 @@ impl<'a> Frame<'a> {
         zero(kind, b, 3..4)?;
         match kind {
             KIND_MATCH => {
-                at_least(kind, b, MATCH_HEADER_LEN)?;
+                check_len(kind, b, MATCH_HEADER_LEN, false)?;
                 zero(kind, b, 20..24)?;
                 let sreq = u64_at(b, 24);
                 let sync_request = if flags & FLAG_SYNC != 0 {
@@ -256,7 +251,7 @@ impl<'a> Frame<'a> {
                 })
             }
             KIND_RTS => {
-                exact(kind, b, RTS_LEN)?;
+                check_len(kind, b, RTS_LEN, true)?;
                 zero(kind, b, 20..24)?;
                 Ok(Frame::Rts {
                     envelope: envelope_at(b),
@@ -269,7 +264,7 @@ impl<'a> Frame<'a> {
                 })
             }
             KIND_FIN | KIND_ACK | KIND_CREDIT => {
-                exact(kind, b, SHORT_CONTROL_LEN)?;
+                check_len(kind, b, SHORT_CONTROL_LEN, true)?;
                 zero(kind, b, 4..8)?;
                 let value = u64_at(b, 8);
                 Ok(match kind {
@@ -283,7 +278,7 @@ impl<'a> Frame<'a> {
                 })
             }
             KIND_GET => {
-                exact(kind, b, GET_LEN)?;
+                check_len(kind, b, GET_LEN, true)?;
                 zero(kind, b, 4..8)?;
                 Ok(Frame::Get {
                     send_request: request(kind, u64_at(b, 8))?,
@@ -292,7 +287,7 @@ impl<'a> Frame<'a> {
                 })
             }
             KIND_DATA => {
-                at_least(kind, b, DATA_HEADER_LEN)?;
+                check_len(kind, b, DATA_HEADER_LEN, false)?;
                 zero(kind, b, 4..8)?;
                 Ok(Frame::Data {
                     recv_request: request(kind, u64_at(b, 8))?,

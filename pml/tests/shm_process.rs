@@ -3,13 +3,13 @@
 //! threaded test harness. Every loop has a deadline and every child is killed on failure.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pml::transport::shm::{
-    allow_ptrace_from_peers, read_remote, unlink_segment, ShmConfig, ShmTransport,
-};
+use pml::transport::shm::{allow_ptrace_from_peers, read_remote, ShmConfig, ShmTransport};
+
+mod shm_common;
+use shm_common::Name;
 
 const MODE: &str = "MPIRT_SHM_TEST_CHILD";
 const NAME: &str = "MPIRT_SHM_TEST_NAME";
@@ -106,25 +106,6 @@ impl Drop for Peer {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-/// Removes the segment's name if a test fails before every rank attached.
-struct Name(String);
-
-impl Name {
-    fn new(test: &str) -> Name {
-        Name(format!("mpirt-test-{}-{test}", std::process::id()))
-    }
-
-    fn exists(&self) -> bool {
-        Path::new("/dev/shm").join(&self.0).exists()
-    }
-}
-
-impl Drop for Name {
-    fn drop(&mut self) {
-        let _ = unlink_segment(&self.0);
     }
 }
 

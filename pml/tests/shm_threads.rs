@@ -1,27 +1,11 @@
 //! The shm transport within one process: both ends mapped twice, driven from two threads.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use pml::transport::shm::{unlink_segment, ShmConfig, ShmTransport};
+use pml::transport::shm::{ShmConfig, ShmTransport};
 
-struct Name(String);
-
-impl Name {
-    fn new(test: &str) -> Name {
-        Name(format!("mpirt-test-{}-{test}", std::process::id()))
-    }
-
-    fn exists(&self) -> bool {
-        Path::new("/dev/shm").join(&self.0).exists()
-    }
-}
-
-impl Drop for Name {
-    fn drop(&mut self) {
-        let _ = unlink_segment(&self.0);
-    }
-}
+mod shm_common;
+use shm_common::Name;
 
 #[test]
 fn attach_validates_and_the_last_attacher_unlinks() {
