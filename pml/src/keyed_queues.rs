@@ -78,6 +78,23 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
         None
     }
 
+    /// Removes and returns the oldest live entry under `key`, in one lookup: for the caller
+    /// that takes the front right away, so it need not report the removal with `note_dead`.
+    pub fn pop_front(&mut self, key: K, is_live: impl Fn(EntryRef) -> bool) -> Option<EntryRef> {
+        let queue = self.queues.get_mut(&key)?;
+        let mut found = None;
+        while let Some(head) = queue.refs.pop_front() {
+            self.stored -= 1;
+            if is_live(head) {
+                found = Some(head);
+                break;
+            }
+            queue.dead -= 1;
+        }
+        self.drop_if_empty(key);
+        found
+    }
+
     /// True when no queue holds anything; lets a matcher skip a whole class of selectors
     /// (most programs post no wildcard receives at all).
     pub fn is_empty(&self) -> bool {

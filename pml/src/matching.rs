@@ -92,20 +92,27 @@ impl<P, U> Matcher<P, U> {
             source: s,
             tag: t,
         } = envelope;
+        let user = is_user_tag(t);
+        let by_source = user && !self.posted_by_source.is_empty();
+        let by_tag = !self.posted_by_tag.is_empty();
+        let any = user && !self.posted_any.is_empty();
         let posted = &self.posted;
         let live = |r| posted_live(posted, r);
-        let user = is_user_tag(t);
+        if !(by_source || by_tag || any) {
+            // No wildcard receive anywhere: the exact queue's front is the match, taken in
+            // one lookup.
+            let r = self.posted_exact.pop_front((c, s, t), live)?;
+            return Some(self.posted.remove(r.slot).item);
+        }
         let candidates = [
             self.posted_exact.front((c, s, t), live),
-            (user && !self.posted_by_source.is_empty())
+            by_source
                 .then(|| self.posted_by_source.front((c, s), live))
                 .flatten(),
-            (!self.posted_by_tag.is_empty())
+            by_tag
                 .then(|| self.posted_by_tag.front((c, t), live))
                 .flatten(),
-            (user && !self.posted_any.is_empty())
-                .then(|| self.posted_any.front(c, live))
-                .flatten(),
+            any.then(|| self.posted_any.front(c, live)).flatten(),
         ];
         let earliest = candidates.into_iter().flatten().min_by_key(|r| r.order)?;
         Some(self.remove_posted(earliest))
@@ -139,6 +146,9 @@ impl<P, U> Matcher<P, U> {
         source: SourceSel,
         tag: TagSel,
     ) -> Option<EntryRef> {
+        if self.unexpected.is_empty() {
+            return None;
+        }
         let unexpected = &self.unexpected;
         let live = |r| unexpected_live(unexpected, r);
         match (source, tag) {

@@ -393,19 +393,19 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         tag: TagSel,
         buf: R,
     ) -> Result<Handle, PmlError> {
-        let recv = self.requests.insert(Request::Recv {
+        if let Some((envelope, pending)) = self.matcher.take_unexpected(context, source, tag) {
+            let recv = self.requests.insert(Request::Recv {
+                buf,
+                state: RecvState::Done(Err(PmlError::Cancelled)),
+            });
+            self.deliver_pending(recv, envelope, pending)?;
+            return Ok(recv);
+        }
+        let matcher = &mut self.matcher;
+        Ok(self.requests.insert_with(|recv| Request::Recv {
             buf,
-            state: RecvState::Done(Err(PmlError::Cancelled)),
-        });
-        let state = match self.matcher.take_unexpected(context, source, tag) {
-            Some((envelope, pending)) => {
-                self.deliver_pending(recv, envelope, pending)?;
-                return Ok(recv);
-            }
-            None => RecvState::Posted(self.matcher.post(context, source, tag, recv)),
-        };
-        self.set_recv_state(recv, state);
-        Ok(recv)
+            state: RecvState::Posted(matcher.post(context, source, tag, recv)),
+        }))
     }
 
     /// Looks for a message the selectors accept without taking it.
@@ -621,10 +621,10 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         match frame {
             Frame::Match { envelope, .. } | Frame::Rts { envelope, .. } => {
                 let (c, s, seq) = (envelope.context, envelope.source, envelope.seq);
-                match self.sequencer.classify(c, s, seq) {
+                match self.sequencer.arrive(c, s, seq) {
                     Arrival::InOrder => {
                         self.on_matching_frame(peer, frame)?;
-                        while let Some(held) = self.sequencer.advance(c, s) {
+                        while let Some(held) = self.sequencer.release_next(c, s) {
                             let frame = Frame::decode(&held)
                                 .map_err(|error| PmlError::Wire { peer, error })?;
                             self.on_matching_frame(peer, frame)?;

@@ -52,13 +52,20 @@ impl<T> Default for Requests<T> {
 
 impl<T> Requests<T> {
     pub fn insert(&mut self, value: T) -> Handle {
+        self.insert_with(|_| value)
+    }
+
+    /// Inserts a value that needs its own handle (a receive posted under it, say).
+    pub fn insert_with(&mut self, make: impl FnOnce(Handle) -> T) -> Handle {
         let generation = self.next_generation;
         self.next_generation = self.next_generation.checked_add(1).unwrap_or(1);
-        let index = self.slab.insert((generation, value));
-        Handle {
-            index: u32::try_from(index).expect("more than 2^32 live requests"),
+        let entry = self.slab.vacant_entry();
+        let h = Handle {
+            index: u32::try_from(entry.key()).expect("more than 2^32 live requests"),
             generation,
-        }
+        };
+        entry.insert((generation, make(h)));
+        h
     }
 
     pub fn get(&self, h: Handle) -> Result<&T, StaleHandle> {

@@ -49,12 +49,19 @@ impl<F> Sequencer<F> {
         seq
     }
 
-    pub fn classify(&self, context: ContextId, source: Rank, seq: u32) -> Arrival {
-        let expected = self.expected.get(&(context, source)).copied().unwrap_or(0);
-        match seq.wrapping_sub(expected) {
-            0 => Arrival::InOrder,
+    /// Where `seq` stands in its stream. An in-order arrival is accepted at once: the stream
+    /// then expects the next number (one lookup on the hot path).
+    pub fn arrive(&mut self, context: ContextId, source: Rank, seq: u32) -> Arrival {
+        let expected = self.expected.entry((context, source)).or_insert(0);
+        match seq.wrapping_sub(*expected) {
+            0 => {
+                *expected = expected.wrapping_add(1);
+                Arrival::InOrder
+            }
             d if d < REORDER_WINDOW => Arrival::Early,
-            _ => Arrival::Invalid { expected },
+            _ => Arrival::Invalid {
+                expected: *expected,
+            },
         }
     }
 
@@ -63,15 +70,16 @@ impl<F> Sequencer<F> {
         self.held.insert(((context, source), seq), frame);
     }
 
-    /// Marks the expected message as processed and returns the next one if it already arrived.
-    pub fn advance(&mut self, context: ContextId, source: Rank) -> Option<F> {
-        let e = self.expected.entry((context, source)).or_insert(0);
-        *e = e.wrapping_add(1);
-        let next = *e;
+    /// The held frame whose turn it now is, if it already arrived; it is accepted as it is
+    /// returned.
+    pub fn release_next(&mut self, context: ContextId, source: Rank) -> Option<F> {
         if self.held.is_empty() {
             return None;
         }
-        self.held.remove(&((context, source), next))
+        let expected = self.expected.entry((context, source)).or_insert(0);
+        let frame = self.held.remove(&((context, source), *expected))?;
+        *expected = expected.wrapping_add(1);
+        Some(frame)
     }
 
     pub fn held_len(&self) -> usize {
@@ -87,18 +95,19 @@ mod tests {
     fn early_frames_wait_and_release_in_order_across_wrap() {
         let mut s: Sequencer<&str> = Sequencer::default();
         s.expected.insert((0, 1), u32::MAX);
-        assert_eq!(s.classify(0, 1, 0), Arrival::Early);
+        assert_eq!(s.arrive(0, 1, 0), Arrival::Early);
         s.hold(0, 1, 0, "after-wrap");
-        assert_eq!(s.classify(0, 1, u32::MAX), Arrival::InOrder);
-        assert_eq!(s.advance(0, 1), Some("after-wrap"));
-        assert_eq!(s.advance(0, 1), None);
-        assert_eq!(s.classify(0, 1, 1), Arrival::InOrder);
-        assert_eq!(s.classify(0, 1, 2), Arrival::Early);
-        assert_eq!(s.classify(0, 1, 0), Arrival::Invalid { expected: 1 });
+        assert_eq!(s.release_next(0, 1), None, "its predecessor is missing");
+        assert_eq!(s.arrive(0, 1, u32::MAX), Arrival::InOrder);
+        assert_eq!(s.release_next(0, 1), Some("after-wrap"));
+        assert_eq!(s.release_next(0, 1), None);
+        assert_eq!(s.arrive(0, 1, 2), Arrival::Early);
+        assert_eq!(s.arrive(0, 1, 0), Arrival::Invalid { expected: 1 });
         assert_eq!(
-            s.classify(0, 1, 1 + REORDER_WINDOW),
+            s.arrive(0, 1, 1 + REORDER_WINDOW),
             Arrival::Invalid { expected: 1 }
         );
+        assert_eq!(s.arrive(0, 1, 1), Arrival::InOrder);
     }
 
     #[test]
