@@ -1,1 +1,10 @@
-//! OSU micro-benchmark options and output format.
+//! What the OSU micro-benchmark ports share, written once: OSU's command-line options, its
+//! loop counts, and its output format to the character (OSU 7.4).
+
+mod options;
+mod output;
+mod start;
+
+pub use options::{parse, Benchmark, Options, Parsed};
+pub use output::{header, row};
+pub use start::start;

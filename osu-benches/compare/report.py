@@ -1,0 +1,40 @@
+"""Medians of the interleaved runs: a CSV per benchmark and a table with ratios."""
+import statistics
+import sys
+from pathlib import Path
+
+out, repeats = Path(sys.argv[1]), int(sys.argv[2])
+
+
+def rows(path):
+    return {int(l.split()[0]): float(l.split()[1])
+            for l in path.read_text().splitlines() if l and not l.startswith("#")}
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+for bench, unit in [("latency", "us"), ("bw", "MB/s"), ("bibw", "MB/s")]:
+    runs = {who: [rows(out / f"{bench}.{who}.{r}") for r in range(1, repeats + 1)]
+            for who in ("mpirt", "ompi", "mpich")}
+    sizes = sorted(runs["mpirt"][0])
+    print(f"\n{bench} ({unit}), median of {repeats}")
+    print(f"{'size':>9} {'mpirt':>10} {'OpenMPI':>10} {'MPICH':>10} {'/OMPI':>7} {'/MPICH':>7}")
+    with open(out / f"{bench}.csv", "w") as csv:
+        csv.write("size,mpirt,openmpi,mpich\n")
+        for s in sizes:
+            m = {who: median([r[s] for r in runs[who] if s in r]) for who in runs}
+            csv.write(f"{s},{m['mpirt']},{m['ompi']},{m['mpich']}\n")
+            print(f"{s:>9} {m['mpirt']:>10.2f} {m['ompi']:>10.2f} {m['mpich']:>10.2f} "
+                  f"{m['mpirt'] / m['ompi']:>7.2f} {m['mpirt'] / m['mpich']:>7.2f}")
+
+def durations(path):
+    return [float(b) - float(a) for a, b in (l.split() for l in path.read_text().splitlines())]
+
+
+launch = {who: median(durations(out / f"launch.{who}")) for who in ("mpirt", "mpich")}
+memcpy = median([float(x) for x in (out / "memcpy").read_text().split()])
+print(f"\nlaunch, 8 ranks hello (s): mpirt {launch['mpirt']:.3f}  MPICH {launch['mpich']:.3f}  "
+      f"ratio {launch['mpirt'] / launch['mpich']:.2f}")
+print(f"memcpy of 4 MiB on one core: {memcpy:.0f} MB/s")

@@ -1,0 +1,255 @@
+//! OSU's options for the point-to-point tests: `-m [MIN:]MAX`, `-i ITER`, `-x WARMUP`,
+//! `-W WINDOW`, `-h`, `-v`, with OSU's defaults and its small/large message loop counts.
+
+/// Messages above this many bytes use the "large" loop counts, as in OSU.
+pub const LARGE_MESSAGE_SIZE: usize = 8192;
+const MAX_MESSAGE_SIZE: usize = 1 << 22;
+const WINDOW_SIZE: usize = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Benchmark {
+    Latency,
+    Bandwidth,
+    BiBandwidth,
+}
+
+impl Benchmark {
+    pub fn title(self) -> &'static str {
+        match self {
+            Benchmark::Latency => "OSU MPI Latency Test",
+            Benchmark::Bandwidth => "OSU MPI Bandwidth Test",
+            Benchmark::BiBandwidth => "OSU MPI Bi-Directional Bandwidth Test",
+        }
+    }
+
+    pub fn column(self) -> &'static str {
+        match self {
+            Benchmark::Latency => "Avg Latency(us)",
+            Benchmark::Bandwidth | Benchmark::BiBandwidth => "Bandwidth (MB/s)",
+        }
+    }
+
+    fn program(self) -> &'static str {
+        match self {
+            Benchmark::Latency => "osu_latency",
+            Benchmark::Bandwidth => "osu_bw",
+            Benchmark::BiBandwidth => "osu_bibw",
+        }
+    }
+
+    fn has_window(self) -> bool {
+        self != Benchmark::Latency
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    pub min_size: usize,
+    pub max_size: usize,
+    pub iterations: usize,
+    pub skip: usize,
+    pub iterations_large: usize,
+    pub skip_large: usize,
+    pub window: usize,
+}
+
+impl Options {
+    pub fn defaults(b: Benchmark) -> Options {
+        match b {
+            Benchmark::Latency => Options {
+                min_size: 0,
+                max_size: MAX_MESSAGE_SIZE,
+                iterations: 10_000,
+                skip: 100,
+                iterations_large: 1_000,
+                skip_large: 10,
+                window: 1,
+            },
+            Benchmark::Bandwidth | Benchmark::BiBandwidth => Options {
+                min_size: 1,
+                max_size: MAX_MESSAGE_SIZE,
+                iterations: 100,
+                skip: 10,
+                iterations_large: 20,
+                skip_large: 2,
+                window: WINDOW_SIZE,
+            },
+        }
+    }
+
+    /// The message sizes OSU walks: the minimum, then doubling (0 is followed by 1).
+    pub fn sizes(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::successors(Some(self.min_size), |&s| Some(if s == 0 { 1 } else { s * 2 }))
+            .take_while(move |&s| s <= self.max_size)
+    }
+
+    /// (timed iterations, warm-up iterations) for one message size.
+    pub fn loops(&self, size: usize) -> (usize, usize) {
+        if size > LARGE_MESSAGE_SIZE {
+            (self.iterations_large, self.skip_large)
+        } else {
+            (self.iterations, self.skip)
+        }
+    }
+}
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed {
+    Run(Options),
+    /// Print this and exit successfully.
+    Help(String),
+    Version(String),
+}
+
+fn number(flag: &str, v: &str) -> Result<usize, String> {
+    v.trim()
+        .parse()
+        .map_err(|_| format!("{flag} needs a non-negative number, got '{v}'"))
+}
+
+fn help(b: Benchmark) -> String {
+    let mut h = format!(
+        "Usage: {} [options]\n\
+         Options:\n  \
+         -m, --message-size [MIN:]MAX  set the minimum and/or the maximum message size to MIN and/or MAX bytes\n  \
+         -i, --iterations ITER         set iterations per message size to ITER\n  \
+         -x, --warmup WARMUP           set number of warmup iterations to skip before timing\n",
+        b.program()
+    );
+    if b.has_window() {
+        h += "  -W, --window-size SIZE        set number of messages sent before synchronization\n";
+    }
+    h += "  -h, --help                    print this help\n  -v, --version                 print version info\n";
+    h
+}
+
+/// Parses OSU's options (the arguments after the program name).
+pub fn parse(b: Benchmark, args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
+    let mut o = Options::defaults(b);
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        // `-m16` and `--message-size=16` as well as `-m 16`.
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ if arg.len() > 2 && !arg.starts_with("--") => {
+                (arg[..2].to_string(), Some(arg[2..].to_string()))
+            }
+            _ => (arg.clone(), None),
+        };
+        let mut value = |name: &str| {
+            inline
+                .clone()
+                .or_else(|| args.next())
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match flag.as_str() {
+            "-h" | "--help" => return Ok(Parsed::Help(help(b))),
+            "-v" | "--version" => return Ok(Parsed::Version(format!("# {} v7.4\n", b.title()))),
+            "-m" | "--message-size" => {
+                let v = value("-m")?;
+                match v.split_once(':') {
+                    Some((min, max)) => {
+                        if !min.is_empty() {
+                            o.min_size = number("-m", min)?;
+                        }
+                        if !max.is_empty() {
+                            o.max_size = number("-m", max)?;
+                        }
+                    }
+                    None => o.max_size = number("-m", &v)?,
+                }
+                if o.min_size > o.max_size {
+                    return Err(format!(
+                        "-m {v}: the minimum size {} is above the maximum {}",
+                        o.min_size, o.max_size
+                    ));
+                }
+            }
+            "-i" | "--iterations" => {
+                let n = number("-i", &value("-i")?)?;
+                if n == 0 {
+                    return Err("-i needs at least one iteration".into());
+                }
+                o.iterations = n;
+                o.iterations_large = n;
+            }
+            "-x" | "--warmup" => {
+                let n = number("-x", &value("-x")?)?;
+                o.skip = n;
+                o.skip_large = n;
+            }
+            "-W" | "--window-size" if b.has_window() => {
+                let n = number("-W", &value("-W")?)?;
+                if n == 0 {
+                    return Err("-W needs a window of at least one message".into());
+                }
+                o.window = n;
+            }
+            other => return Err(format!("unknown option '{other}'\n{}", help(b))),
+        }
+    }
+    Ok(Parsed::Run(o))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(b: Benchmark, args: &[&str]) -> Options {
+        match parse(b, args.iter().map(|s| s.to_string())).unwrap() {
+            Parsed::Run(o) => o,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_follow_osu() {
+        let l = run(Benchmark::Latency, &[]);
+        assert_eq!((l.min_size, l.max_size), (0, 1 << 22));
+        assert_eq!(l.loops(8192), (10_000, 100));
+        assert_eq!(l.loops(8193), (1_000, 10));
+        let bw = run(Benchmark::Bandwidth, &[]);
+        assert_eq!((bw.min_size, bw.window), (1, 64));
+        assert_eq!(bw.loops(1), (100, 10));
+        assert_eq!(bw.loops(1 << 20), (20, 2));
+    }
+
+    #[test]
+    fn sizes_double_from_zero() {
+        let l = run(Benchmark::Latency, &["-m", "0:16"]);
+        assert_eq!(l.sizes().collect::<Vec<_>>(), [0, 1, 2, 4, 8, 16]);
+        let l = run(Benchmark::Latency, &["-m", "3:20"]);
+        assert_eq!(l.sizes().collect::<Vec<_>>(), [3, 6, 12]);
+    }
+
+    #[test]
+    fn every_option_form() {
+        let o = run(Benchmark::Bandwidth, &["-m", "8", "-i", "5", "-x", "1", "-W", "16"]);
+        assert_eq!((o.min_size, o.max_size, o.iterations, o.iterations_large), (1, 8, 5, 5));
+        assert_eq!((o.skip, o.skip_large, o.window), (1, 1, 16));
+        let o = run(Benchmark::Bandwidth, &["-m4:", "--iterations=7", "-W2"]);
+        assert_eq!((o.min_size, o.max_size, o.iterations, o.window), (4, 1 << 22, 7, 2));
+        let o = run(Benchmark::Latency, &["--message-size", ":64"]);
+        assert_eq!((o.min_size, o.max_size), (0, 64));
+    }
+
+    #[test]
+    fn bad_input_says_what_is_wrong() {
+        let err = |b, a: &[&str]| parse(b, a.iter().map(|s| s.to_string())).unwrap_err();
+        assert!(err(Benchmark::Latency, &["-m", "x"]).contains("'x'"));
+        assert!(err(Benchmark::Latency, &["-m", "9:3"]).contains("above the maximum"));
+        assert!(err(Benchmark::Latency, &["-i"]).contains("needs a value"));
+        assert!(err(Benchmark::Latency, &["-W", "4"]).contains("unknown option '-W'"));
+        assert!(err(Benchmark::Bandwidth, &["-W", "0"]).contains("at least one"));
+        assert!(err(Benchmark::Bandwidth, &["--bogus"]).contains("unknown option"));
+    }
+
+    #[test]
+    fn help_and_version() {
+        let p = parse(Benchmark::BiBandwidth, ["-h".to_string()]).unwrap();
+        assert!(matches!(p, Parsed::Help(h) if h.contains("osu_bibw") && h.contains("-W")));
+        let p = parse(Benchmark::Latency, ["-v".to_string()]).unwrap();
+        assert_eq!(p, Parsed::Version("# OSU MPI Latency Test v7.4\n".into()));
+    }
+}

@@ -1,0 +1,48 @@
+//! What every point-to-point test does before measuring: start the runtime, read the options,
+//! insist on two ranks, and have rank 0 print the header. Like OSU, only rank 0 speaks.
+
+use std::io::Write;
+use std::process::exit;
+
+use mpirt::traits::*;
+use mpirt::Universe;
+
+use crate::options::{parse, Benchmark, Options, Parsed};
+use crate::output::header;
+
+/// Returns the runtime and the options, or ends the process (help, version, bad options,
+/// wrong number of ranks) the way OSU does.
+pub fn start(b: Benchmark) -> (Universe, Options) {
+    let universe = mpirt::initialize().expect("mpirt is initialized once");
+    let world = universe.world();
+    let rank0 = world.rank() == 0;
+    let options = match parse(b, std::env::args().skip(1)) {
+        Ok(Parsed::Run(o)) => o,
+        Ok(Parsed::Help(text)) | Ok(Parsed::Version(text)) => {
+            if rank0 {
+                print!("{text}");
+            }
+            drop(universe);
+            exit(0);
+        }
+        Err(e) => {
+            if rank0 {
+                eprintln!("{e}");
+            }
+            drop(universe);
+            exit(1);
+        }
+    };
+    if world.size() != 2 {
+        if rank0 {
+            eprintln!("This test requires exactly two processes");
+        }
+        drop(universe);
+        exit(1);
+    }
+    if rank0 {
+        print!("{}", header(b));
+        let _ = std::io::stdout().flush();
+    }
+    (universe, options)
+}
