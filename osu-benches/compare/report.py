@@ -34,7 +34,7 @@ def durations(path):
 
 
 launch = {who: median(durations(out / f"launch.{who}")) for who in ("mpirt", "mpich")}
-memcpy = median([float(x) for x in (out / "memcpy").read_text().split()])
+memcpy = median([float(x) for x in (out / "memcpy.txt").read_text().split()])
 print(f"\nlaunch, 8 ranks hello (s): mpirt {launch['mpirt']:.3f}  MPICH {launch['mpich']:.3f}  "
       f"ratio {launch['mpirt'] / launch['mpich']:.2f}")
 print(f"memcpy of 4 MiB on one core: {memcpy:.0f} MB/s")

@@ -25,7 +25,7 @@ c=osu-benches/compare
 mpicc.openmpi -O2 -Wno-stringop-overflow -o "$out/osu_p2p.ompi" $c/osu_p2p.c
 mpicc.mpich -O2 -Wno-stringop-overflow -o "$out/osu_p2p.mpich" $c/osu_p2p.c
 mpicc.mpich -O2 -o "$out/hello.mpich" $c/hello.c
-cc -O2 -o "$out/memcpy" $c/memcpy.c
+cc -O2 -o "$out/memcpy.bin" $c/memcpy.c
 
 ompi=(mpirun.openmpi --allow-run-as-root --oversubscribe -n)
 mpich=(mpiexec.mpich -n)
@@ -48,6 +48,6 @@ for ((r = 1; r <= repeats; r++)); do
         fi
         echo "$start $EPOCHREALTIME" >> "$out/launch.$who"
     done
-    "$out/memcpy" >> "$out/memcpy"
+    "$out/memcpy.bin" >> "$out/memcpy.txt"
 done
 python3 $c/report.py "$out" "$repeats"

@@ -79,8 +79,10 @@ impl Options {
 
     /// The message sizes OSU walks: the minimum, then doubling (0 is followed by 1).
     pub fn sizes(&self) -> impl Iterator<Item = usize> + '_ {
-        std::iter::successors(Some(self.min_size), |&s| Some(if s == 0 { 1 } else { s * 2 }))
-            .take_while(move |&s| s <= self.max_size)
+        std::iter::successors(Some(self.min_size), |&s| {
+            Some(if s == 0 { 1 } else { s * 2 })
+        })
+        .take_while(move |&s| s <= self.max_size)
     }
 
     /// (timed iterations, warm-up iterations) for one message size.
@@ -225,11 +227,20 @@ mod tests {
 
     #[test]
     fn every_option_form() {
-        let o = run(Benchmark::Bandwidth, &["-m", "8", "-i", "5", "-x", "1", "-W", "16"]);
-        assert_eq!((o.min_size, o.max_size, o.iterations, o.iterations_large), (1, 8, 5, 5));
+        let o = run(
+            Benchmark::Bandwidth,
+            &["-m", "8", "-i", "5", "-x", "1", "-W", "16"],
+        );
+        assert_eq!(
+            (o.min_size, o.max_size, o.iterations, o.iterations_large),
+            (1, 8, 5, 5)
+        );
         assert_eq!((o.skip, o.skip_large, o.window), (1, 1, 16));
         let o = run(Benchmark::Bandwidth, &["-m4:", "--iterations=7", "-W2"]);
-        assert_eq!((o.min_size, o.max_size, o.iterations, o.window), (4, 1 << 22, 7, 2));
+        assert_eq!(
+            (o.min_size, o.max_size, o.iterations, o.window),
+            (4, 1 << 22, 7, 2)
+        );
         let o = run(Benchmark::Latency, &["--message-size", ":64"]);
         assert_eq!((o.min_size, o.max_size), (0, 64));
     }

@@ -9,7 +9,11 @@ use std::time::{Duration, Instant};
 fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let path = exe.parent().unwrap().parent().unwrap().join(name);
-    assert!(path.exists(), "{} is missing: run `cargo build --workspace` first", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace` first",
+        path.display()
+    );
     path
 }
 
@@ -37,7 +41,11 @@ fn rsrun(n: u32, program: &str, args: &[&str]) -> Output {
 /// with the size left-aligned in 10 columns and a positive value right-aligned in 18.
 fn check(program: &str, args: &[&str], title: &str, column: &str, sizes: &[usize]) {
     let out = rsrun(2, program, args);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "");
@@ -49,7 +57,10 @@ fn check(program: &str, args: &[&str], title: &str, column: &str, sizes: &[usize
     for (line, &size) in rows.iter().zip(sizes) {
         assert_eq!(line.len(), 28, "row width: '{line}'");
         assert_eq!(line[..10].trim_end(), size.to_string());
-        assert!(line[..10].starts_with(&size.to_string()), "size left-aligned: '{line}'");
+        assert!(
+            line[..10].starts_with(&size.to_string()),
+            "size left-aligned: '{line}'"
+        );
         let value: f64 = line[10..].trim().parse().unwrap();
         assert!(value > 0.0, "'{line}'");
         let decimals = line.rsplit('.').next().unwrap();
@@ -75,7 +86,9 @@ fn bandwidth_format_including_rendezvous_sizes() {
         &["-m", "1:65536", "-i", "3", "-x", "1", "-W", "8"],
         "OSU MPI Bandwidth Test",
         "Bandwidth (MB/s)",
-        &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
+        &[
+            1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536,
+        ],
     );
 }
 
