@@ -24,7 +24,7 @@ fn filler(i: usize, wild: bool) -> (SourceSel, TagSel) {
         if i.is_multiple_of(20) {
             (SourceSel::Any, TagSel::Tag(tag))
         } else {
-            (SourceSel::Rank(source), TagSel::Tag(-1))
+            (SourceSel::Rank(source), TagSel::Any)
         }
     } else {
         (SourceSel::Rank(source), TagSel::Tag(tag))

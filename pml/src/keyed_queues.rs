@@ -27,10 +27,45 @@ const COMPACT_MIN_DEAD: usize = 32;
 /// keys, empty queues are dropped so that a run over many distinct tags stays bounded.
 const KEEP_EMPTY_KEYS: usize = 64;
 
+/// One key's queue: its front entry kept inline, so that the common queue of one entry costs
+/// no allocation and a lookup touches no second cache line.
 #[derive(Default)]
 struct Queue {
-    refs: VecDeque<EntryRef>,
+    head: Option<EntryRef>,
+    rest: VecDeque<EntryRef>,
     dead: usize,
+}
+
+impl Queue {
+    fn len(&self) -> usize {
+        usize::from(self.head.is_some()) + self.rest.len()
+    }
+
+    fn push(&mut self, entry: EntryRef) {
+        if self.head.is_none() {
+            self.head = Some(entry);
+        } else {
+            self.rest.push_back(entry);
+        }
+    }
+
+    fn take_head(&mut self) -> Option<EntryRef> {
+        let head = self.head.take();
+        self.head = self.rest.pop_front();
+        head
+    }
+
+    fn retain(&mut self, keep: impl Fn(EntryRef) -> bool) {
+        let all: Vec<EntryRef> = self
+            .head
+            .take()
+            .into_iter()
+            .chain(self.rest.drain(..))
+            .collect();
+        for e in all.into_iter().filter(|e| keep(*e)) {
+            self.push(e);
+        }
+    }
 }
 
 /// Queues keyed by `K`.
@@ -51,13 +86,13 @@ impl<K: Hash + Eq + Copy> Default for KeyedQueues<K> {
 
 impl<K: Hash + Eq + Copy> KeyedQueues<K> {
     pub fn push(&mut self, key: K, entry: EntryRef) {
-        self.queues.entry(key).or_default().refs.push_back(entry);
+        self.queues.entry(key).or_default().push(entry);
         self.stored += 1;
     }
 
     fn drop_if_empty(&mut self, key: K) {
         if self.queues.len() > KEEP_EMPTY_KEYS
-            && self.queues.get(&key).is_some_and(|q| q.refs.is_empty())
+            && self.queues.get(&key).is_some_and(|q| q.len() == 0)
         {
             self.queues.remove(&key);
         }
@@ -66,11 +101,11 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
     /// The oldest live entry under `key`, dropping the dead references in front of it.
     pub fn front(&mut self, key: K, is_live: impl Fn(EntryRef) -> bool) -> Option<EntryRef> {
         let queue = self.queues.get_mut(&key)?;
-        while let Some(&head) = queue.refs.front() {
+        while let Some(head) = queue.head {
             if is_live(head) {
                 return Some(head);
             }
-            queue.refs.pop_front();
+            queue.take_head();
             queue.dead -= 1;
             self.stored -= 1;
         }
@@ -83,7 +118,7 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
     pub fn pop_front(&mut self, key: K, is_live: impl Fn(EntryRef) -> bool) -> Option<EntryRef> {
         let queue = self.queues.get_mut(&key)?;
         let mut found = None;
-        while let Some(head) = queue.refs.pop_front() {
+        while let Some(head) = queue.take_head() {
             self.stored -= 1;
             if is_live(head) {
                 found = Some(head);
@@ -108,18 +143,18 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
             return;
         };
         queue.dead += 1;
-        if queue.dead >= COMPACT_MIN_DEAD && queue.dead * 2 > queue.refs.len() {
-            let before = queue.refs.len();
-            queue.refs.retain(|r| is_live(*r));
+        if queue.dead >= COMPACT_MIN_DEAD && queue.dead * 2 > queue.len() {
+            let before = queue.len();
+            queue.retain(is_live);
             queue.dead = 0;
-            self.stored -= before - queue.refs.len();
+            self.stored -= before - queue.len();
         }
         self.drop_if_empty(key);
     }
 
     #[cfg(test)]
     fn stored_refs(&self) -> usize {
-        self.queues.values().map(|q| q.refs.len()).sum()
+        self.queues.values().map(Queue::len).sum()
     }
 }
 

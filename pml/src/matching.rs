@@ -114,8 +114,20 @@ impl<P, U> Matcher<P, U> {
                 .flatten(),
             any.then(|| self.posted_any.front(c, live)).flatten(),
         ];
-        let earliest = candidates.into_iter().flatten().min_by_key(|r| r.order)?;
-        Some(self.remove_posted(earliest))
+        let (class, _) = candidates
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.map(|r| (i, r.order)))
+            .min_by_key(|&(_, order)| order)?;
+        // The winner is the live front of its class queue: pop it there, no second search.
+        let r = match class {
+            0 => self.posted_exact.pop_front((c, s, t), live),
+            1 => self.posted_by_source.pop_front((c, s), live),
+            2 => self.posted_by_tag.pop_front((c, t), live),
+            _ => self.posted_any.pop_front(c, live),
+        }
+        .expect("the front found above is still there");
+        Some(self.posted.remove(r.slot).item)
     }
 
     /// Queues a message no posted receive accepted.
