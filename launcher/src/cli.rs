@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 
 use crate::bootstrap::vars;
+use crate::hosts::MapBy;
 
 /// Where each rank may run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -16,14 +17,44 @@ pub enum BindTo {
     None,
 }
 
-/// Start N ranks of an mpirt program on this host.
+/// Start N ranks of an mpirt program on this host, or across hosts over ssh.
+///
+/// Remote hosts are reached with `ssh HOST /path/to/rsrun --agent ...`, using the absolute path
+/// of this rsrun, so rsrun must be installed at the same path on every host. Only ranks on
+/// rsrun's own host read rsrun's stdin (rank 0, if it runs here).
 #[derive(Debug, Parser)]
 #[command(name = "rsrun", version, about)]
 pub struct Cli {
-    /// Number of ranks to start (`-np` works too).
+    /// Number of ranks to start (`-np` works too). With hosts given, defaults to their slots.
     #[arg(short = 'n', long = "np", value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..))]
-    pub ranks: u32,
+    pub ranks: Option<u32>,
+
+    /// Hosts to run on, as `host[:slots],...` (repeatable). Names of this machine (localhost,
+    /// 127.x, its host name) start ranks directly; others go through the launch agent.
+    #[arg(short = 'H', long = "host", value_name = "HOSTS")]
+    pub hosts: Vec<String>,
+
+    /// File listing hosts: `host slots=N` (Open MPI) or `host:N` (MPICH) lines, `#` comments.
+    #[arg(long, visible_alias = "machinefile", value_name = "FILE")]
+    pub hostfile: Option<std::path::PathBuf>,
+
+    /// Lay ranks out by filling each host's slots in turn, or round-robin over the hosts.
+    #[arg(long, value_enum, default_value_t = MapBy::Slot)]
+    pub map_by: MapBy,
+
+    /// Allow more ranks than the hosts have slots.
+    #[arg(long)]
+    pub oversubscribe: bool,
+
+    /// Command that runs a command on a remote host [env: MPIRT_SSH; default: ssh].
+    #[arg(long, visible_alias = "ssh", value_name = "CMD")]
+    pub launch_agent: Option<String>,
+
+    /// Extra arguments for the launch agent, split at spaces, e.g. "-F /path/ssh_config"
+    /// [env: MPIRT_SSH_ARGS].
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+    pub ssh_args: Option<String>,
 
     /// Export VAR from rsrun's environment to every rank, or set it with VAR=VALUE (repeatable).
     #[arg(short = 'x', value_name = "VAR")]
@@ -74,7 +105,30 @@ impl Cli {
         I: IntoIterator<Item = T>,
         T: Into<OsString>,
     {
-        Cli::try_parse_from(rewrite_np(args.into_iter().map(Into::into).collect()))
+        let cli = Cli::try_parse_from(rewrite_np(args.into_iter().map(Into::into).collect()))?;
+        if cli.ranks.is_none() && cli.hosts.is_empty() && cli.hostfile.is_none() {
+            return Err(clap::Error::raw(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "-n N is required unless hosts are given with -H or --hostfile\n",
+            ));
+        }
+        Ok(cli)
+    }
+
+    /// The launch agent command and its arguments: the flags, else `MPIRT_SSH` and
+    /// `MPIRT_SSH_ARGS`, else plain `ssh`. Words are split at whitespace.
+    pub fn launch_command(&self, lookup: impl Fn(&str) -> Option<String>) -> Vec<String> {
+        let agent = self
+            .launch_agent
+            .clone()
+            .or_else(|| lookup("MPIRT_SSH"))
+            .unwrap_or_else(|| "ssh".into());
+        let args = self.ssh_args.clone().or_else(|| lookup("MPIRT_SSH_ARGS"));
+        agent
+            .split_whitespace()
+            .chain(args.as_deref().unwrap_or("").split_whitespace())
+            .map(String::from)
+            .collect()
     }
 
     /// The environment every rank gets on top of rsrun's own, in the order to apply it:
@@ -110,8 +164,16 @@ impl Cli {
 /// clap reads `-np 4` as `-n p`, so `-np` (mpirun's spelling) becomes `--np` — but only among
 /// rsrun's own options, never in the program's arguments.
 fn rewrite_np(mut args: Vec<OsString>) -> Vec<OsString> {
-    const TAKES_VALUE: [&str; 9] = [
+    const TAKES_VALUE: [&str; 17] = [
         "-n",
+        "-H",
+        "--host",
+        "--hostfile",
+        "--machinefile",
+        "--map-by",
+        "--launch-agent",
+        "--ssh",
+        "--ssh-args",
         "--np",
         "-x",
         "--env",
@@ -163,14 +225,14 @@ mod tests {
     #[test]
     fn program_arguments_pass_through_untouched() {
         let cli = parse(&["-n", "2", "prog", "--foo", "-n", "7", "-np", "3"]).unwrap();
-        assert_eq!(cli.ranks, 2);
+        assert_eq!(cli.ranks, Some(2));
         assert_eq!(cli.command, ["prog", "--foo", "-n", "7", "-np", "3"]);
     }
 
     #[test]
     fn np_is_accepted() {
-        assert_eq!(parse(&["-np", "4", "prog"]).unwrap().ranks, 4);
-        assert_eq!(parse(&["--np", "5", "prog"]).unwrap().ranks, 5);
+        assert_eq!(parse(&["-np", "4", "prog"]).unwrap().ranks, Some(4));
+        assert_eq!(parse(&["--np", "5", "prog"]).unwrap().ranks, Some(5));
     }
 
     #[test]
@@ -216,6 +278,43 @@ mod tests {
                 "MPIRT_EAGER_LIMIT=\"4096\""
             ]
         );
+    }
+
+    #[test]
+    fn host_options_parse() {
+        let cli = parse(&[
+            "-H",
+            "a:2,b",
+            "--host",
+            "c",
+            "--map-by",
+            "node",
+            "--oversubscribe",
+            "--ssh",
+            "/usr/bin/ssh -q",
+            "--ssh-args",
+            "-F /x/cfg",
+            "prog",
+            "-H",
+        ])
+        .unwrap();
+        assert_eq!(cli.ranks, None);
+        assert_eq!(cli.hosts, ["a:2,b", "c"]);
+        assert_eq!(cli.map_by, MapBy::Node);
+        assert!(cli.oversubscribe);
+        assert_eq!(cli.command, ["prog", "-H"]);
+        assert_eq!(
+            cli.launch_command(|_| None),
+            ["/usr/bin/ssh", "-q", "-F", "/x/cfg"]
+        );
+        let from_env = parse(&["--hostfile", "f", "prog"]).unwrap();
+        let env = |name: &str| match name {
+            "MPIRT_SSH" => Some("myssh".to_string()),
+            "MPIRT_SSH_ARGS" => Some(" -p  22 ".to_string()),
+            _ => None,
+        };
+        assert_eq!(from_env.launch_command(env), ["myssh", "-p", "22"]);
+        assert_eq!(from_env.launch_command(|_| None), ["ssh"]);
     }
 
     #[test]

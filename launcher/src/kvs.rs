@@ -3,11 +3,11 @@
 //!
 //! [`KvsState`] is the whole protocol as a state machine that does no I/O: feed it connection
 //! events, carry out the [`Action`]s it returns. [`KvsServer`] is the thin I/O shell around it:
-//! a TCP listener on 127.0.0.1 and one thread per connection, all sharing the state under a lock.
+//! a TCP listener and one thread per connection, all sharing the state under a lock.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 
@@ -202,10 +202,16 @@ pub struct KvsServer {
 }
 
 impl KvsServer {
-    /// Binds an ephemeral port on 127.0.0.1 and serves in background threads. Aborts are
-    /// reported to the job supervisor through `events`.
-    pub fn start(size: u32, secret: &[u8], events: mpsc::Sender<Event>) -> io::Result<KvsServer> {
-        let listener = TcpListener::bind("127.0.0.1:0")?;
+    /// Binds an ephemeral port on `ip` (127.0.0.1 for a one-host job, the unspecified address
+    /// when ranks on other hosts must reach it; the job secret keeps strangers out) and serves in
+    /// background threads. Aborts are reported to the job supervisor through `events`.
+    pub fn start(
+        size: u32,
+        secret: &[u8],
+        ip: IpAddr,
+        events: mpsc::Sender<Event>,
+    ) -> io::Result<KvsServer> {
+        let listener = TcpListener::bind((ip, 0))?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Mutex::new(Shared {
             state: KvsState::new(size, secret),

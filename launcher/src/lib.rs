@@ -1,8 +1,10 @@
 //! rsrun's library half: the bootstrap client every mpirt rank uses to find its peers
 //! ([`bootstrap`]), and the pieces of the `rsrun` launcher itself.
 
+pub mod agent;
 pub mod bootstrap;
 pub mod cli;
+pub mod hosts;
 pub mod job;
 pub mod kvs;
 pub mod output;

@@ -8,7 +8,7 @@ use std::fs;
 use std::io::{BufRead, BufReader};
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{alive, finish, rsrun, run, scratch_dir, start};
 
@@ -345,4 +345,43 @@ fn bind_to_core_pins_each_rank_to_one_cpu() {
         let cpus = line.split_whitespace().last().unwrap();
         assert!(cpus.parse::<usize>().is_ok(), "pinned to one cpu: {line}");
     }
+}
+
+#[test]
+fn ranks_die_with_a_killed_rsrun() {
+    let dir = scratch_dir("killed-rsrun");
+    let d = dir.display();
+    let script = format!("echo $$ > {d}/pid.$MPIRT_RANK; exec sleep 100");
+    let (mut child, _) = start(
+        rsrun(&["-n", "3", "sh", "-c", &script]).current_dir(&dir),
+        b"",
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fs::read_dir(&dir).unwrap().count() < 3 {
+        assert!(Instant::now() < deadline, "ranks did not start");
+        thread::sleep(Duration::from_millis(10));
+    }
+    thread::sleep(Duration::from_millis(50));
+    let pids: Vec<u32> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| {
+            fs::read_to_string(e.unwrap().path())
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    // SIGKILL: rsrun gets no chance to clean up; the kernel must end the ranks.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    for _ in 0..200 {
+        if !pids.iter().any(|&p| alive(p)) {
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+    assert!(left.is_empty(), "ranks outlived rsrun: {left:?}");
+    fs::remove_dir_all(&dir).unwrap();
 }

@@ -1,7 +1,8 @@
-//! `rsrun -n N [options] PROGRAM [ARGS...]`: start N ranks of an mpirt program on this host.
+//! `rsrun -n N [options] PROGRAM [ARGS...]`: start N ranks of an mpirt program on this host or
+//! across hosts; `rsrun --agent ...` is the per-host agent rsrun itself starts over ssh.
 
 use launcher::cli::Cli;
-use launcher::{job, signals};
+use launcher::{agent, job, signals};
 
 fn main() {
     // Before any thread exists, so that no thread can take SIGINT/SIGTERM/SIGHUP itself.
@@ -9,7 +10,11 @@ fn main() {
         eprintln!("rsrun: cannot block signals: {e}");
         std::process::exit(1);
     }
-    let cli = Cli::parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    let args: Vec<_> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == agent::FLAG) {
+        std::process::exit(agent::main(&args[2..]));
+    }
+    let cli = Cli::parse_args(args).unwrap_or_else(|e| e.exit());
     let code = job::run(&cli);
     std::process::exit(code);
 }

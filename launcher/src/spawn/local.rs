@@ -21,15 +21,25 @@ pub struct LaunchSpec<'a> {
     pub job_id: &'a str,
     pub kvs_addr: String,
     pub kvs_secret: &'a str,
-    /// CPUs rank i is pinned to: `cpus[i % cpus.len()]`; empty means no pinning.
+    /// CPUs the rank with local rank i is pinned to: `cpus[i % cpus.len()]`; empty means none.
     pub cpus: &'a [usize],
+}
+
+/// Where one rank sits: its rank in the job, its place among the ranks on its host, and whether
+/// it reads rsrun's stdin (rank 0 on rsrun's own host only; the others get /dev/null).
+#[derive(Debug, Clone, Copy)]
+pub struct Slot {
+    pub rank: u32,
+    pub local_rank: u32,
+    pub local_size: u32,
+    pub stdin: bool,
 }
 
 /// A started rank: its pid (also its process group id) and the ends of its stdio pipes.
 pub struct RankProcess {
     pub rank: u32,
     pub pid: libc::pid_t,
-    /// Only rank 0 reads rsrun's stdin; the others get /dev/null.
+    /// Set when the slot asked for stdin.
     pub stdin: Option<ChildStdin>,
     pub stdout: ChildStdout,
     pub stderr: ChildStderr,
@@ -37,18 +47,19 @@ pub struct RankProcess {
 
 /// Starts one rank. Fails (with the exec error, e.g. "No such file or directory") if the
 /// program cannot be run; std reports exec failures back to the parent.
-pub fn spawn_rank(spec: &LaunchSpec<'_>, rank: u32) -> io::Result<RankProcess> {
+pub fn spawn_rank(spec: &LaunchSpec<'_>, slot: Slot) -> io::Result<RankProcess> {
+    let rank = slot.rank;
     let mut cmd = Command::new(spec.program);
     cmd.args(spec.args)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .env(vars::RANK, rank.to_string())
         .env(vars::SIZE, spec.size.to_string())
-        .env(vars::LOCAL_RANK, rank.to_string())
-        .env(vars::LOCAL_SIZE, spec.size.to_string())
+        .env(vars::LOCAL_RANK, slot.local_rank.to_string())
+        .env(vars::LOCAL_SIZE, slot.local_size.to_string())
         .env(vars::JOB_ID, spec.job_id)
         .env(vars::KVS_ADDR, &spec.kvs_addr)
         .env(vars::KVS_SECRET, spec.kvs_secret)
-        .stdin(if rank == 0 {
+        .stdin(if slot.stdin {
             Stdio::piped()
         } else {
             Stdio::null()
@@ -59,16 +70,29 @@ pub fn spawn_rank(spec: &LaunchSpec<'_>, rank: u32) -> io::Result<RankProcess> {
     // rsrun blocks SIGINT/SIGTERM/SIGHUP in all its threads (see `signals`), and a blocked mask
     // survives exec; std's posix_spawn path does not clear it, so the child does it here.
     let unblock = crate::signals::forwarded_set();
-    let cpu =
-        (!spec.cpus.is_empty()).then(|| cpu_set_of(spec.cpus[rank as usize % spec.cpus.len()]));
+    let cpu = (!spec.cpus.is_empty())
+        .then(|| cpu_set_of(spec.cpus[slot.local_rank as usize % spec.cpus.len()]));
+    // A rank must not outlive rsrun (or the agent) when that is SIGKILLed and cannot clean up:
+    // the kernel kills it when the spawning thread dies. Ranks are spawned from the thread that
+    // supervises the job for its whole life, so this fires only when the launcher is gone.
+    let launcher_pid = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
-    // calls are allowed. It makes two raw system calls (sigprocmask, sched_setaffinity) on
-    // sets built in the parent, and neither allocates nor takes locks.
+    // calls are allowed. It makes raw system calls (sigprocmask, prctl, getppid,
+    // sched_setaffinity) on values built in the parent, and none allocates or takes locks.
     unsafe {
         cmd.pre_exec(move || {
             let rc = libc::pthread_sigmask(libc::SIG_UNBLOCK, &unblock, std::ptr::null_mut());
             if rc != 0 {
                 return Err(io::Error::from_raw_os_error(rc));
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The launcher may have died between fork and prctl: then nobody would tell us.
+            if libc::getppid() != launcher_pid {
+                return Err(io::Error::other(
+                    "rsrun exited while this rank was starting",
+                ));
             }
             if let Some(set) = &cpu {
                 if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0 {

@@ -1,4 +1,5 @@
-//! Starting ranks. Only local (fork/exec on this host) exists so far; remote spawners (ssh,
-//! Slurm) would sit beside it and produce the same [`local::RankProcess`] handles.
+//! Starting ranks: on this host with fork/exec ([`local`]), on other hosts through an agent
+//! reached over ssh ([`ssh`]).
 
 pub mod local;
+pub mod ssh;

@@ -1,0 +1,441 @@
+//! `rsrun --agent`: the small process rsrun starts on each remote host over ssh.
+//!
+//! It starts that host's ranks, sends everything rsrun needs to know back over its stdout (the
+//! ssh session's stdout) as [`Report`]s, and takes commands on its stdin: first the job's
+//! secret (kept off every command line), then `signal N` lines. At end of file on stdin, which
+//! is what the remote side sees when rsrun or its ssh client dies (plain ssh does not kill remote
+//! processes), it kills its ranks with SIGKILL and exits.
+//!
+//! rsrun runs the agent as the absolute path of its own executable, so rsrun must be installed
+//! at the same path on every host (as mpirun's `--prefix` assumes).
+
+use std::ffi::{OsStr, OsString};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::cli::BindTo;
+use crate::spawn::local::{self, LaunchSpec, Slot};
+
+/// The flag that selects agent mode; it must be rsrun's first argument.
+pub const FLAG: &str = "--agent";
+
+/// How long the agent waits for its ranks' last output once they have all exited.
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+
+/// One message from an agent to rsrun.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Report {
+    /// A rank is running, as this pid on the remote host.
+    Started { rank: u32, pid: i32 },
+    /// One line (or the unterminated last piece) of a rank's stdout or stderr.
+    Output {
+        rank: u32,
+        stderr: bool,
+        bytes: Vec<u8>,
+    },
+    /// A rank ended with this raw wait status.
+    Exited { rank: u32, status: i32 },
+    /// The ranks could not be started; rsrun exits with `code`.
+    Failed { code: i32, message: String },
+}
+
+/// Writes one report with a single `write_all`, so reports from different threads sharing the
+/// writer under a lock never interleave. Text header line, then a byte payload where there is one.
+pub fn write_report(out: &mut impl Write, report: &Report) -> io::Result<()> {
+    let mut buf = Vec::new();
+    match report {
+        Report::Started { rank, pid } => buf.extend(format!("S {rank} {pid}\n").bytes()),
+        Report::Output {
+            rank,
+            stderr,
+            bytes,
+        } => {
+            let kind = if *stderr { 'E' } else { 'O' };
+            buf.extend(format!("{kind} {rank} {}\n", bytes.len()).bytes());
+            buf.extend_from_slice(bytes);
+        }
+        Report::Exited { rank, status } => buf.extend(format!("X {rank} {status}\n").bytes()),
+        Report::Failed { code, message } => {
+            buf.extend(format!("F {code} {}\n", message.len()).bytes());
+            buf.extend(message.bytes());
+        }
+    }
+    out.write_all(&buf)?;
+    out.flush()
+}
+
+/// Reads the next report; None at end of stream.
+pub fn read_report(input: &mut impl BufRead) -> io::Result<Option<Report>> {
+    let mut header = Vec::new();
+    if input.read_until(b'\n', &mut header)? == 0 {
+        return Ok(None);
+    }
+    let bad = || {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "malformed report from the agent",
+        )
+    };
+    let text = std::str::from_utf8(&header).map_err(|_| bad())?.trim_end();
+    let mut words = text.split(' ');
+    let kind = words.next().ok_or_else(bad)?;
+    let mut number =
+        || -> io::Result<i64> { words.next().and_then(|w| w.parse().ok()).ok_or_else(bad) };
+    let (a, b) = (number()?, number()?);
+    let rank = u32::try_from(a).map_err(|_| bad());
+    let int = |v: i64| i32::try_from(v).map_err(|_| bad());
+    let mut payload = |len: i64| -> io::Result<Vec<u8>> {
+        let mut bytes = vec![0; usize::try_from(len).map_err(|_| bad())?];
+        input.read_exact(&mut bytes)?;
+        Ok(bytes)
+    };
+    Ok(Some(match kind {
+        "S" => Report::Started {
+            rank: rank?,
+            pid: int(b)?,
+        },
+        "O" | "E" => Report::Output {
+            rank: rank?,
+            stderr: kind == "E",
+            bytes: payload(b)?,
+        },
+        "X" => Report::Exited {
+            rank: rank?,
+            status: int(b)?,
+        },
+        "F" => Report::Failed {
+            code: int(a)?,
+            message: String::from_utf8_lossy(&payload(b)?).into_owned(),
+        },
+        _ => return Err(bad()),
+    }))
+}
+
+/// What rsrun tells the agent on its command line (after `--agent`, in this order).
+#[derive(Debug, PartialEq, Eq)]
+pub struct AgentArgs {
+    pub job_id: String,
+    pub size: u32,
+    pub kvs_port: u16,
+    pub bind_to: BindTo,
+    /// The ranks this host runs, in local-rank order.
+    pub ranks: Vec<u32>,
+    pub program: OsString,
+    pub args: Vec<OsString>,
+}
+
+impl AgentArgs {
+    /// The words that follow `--agent` on the remote command line.
+    pub fn to_words(&self) -> Vec<OsString> {
+        let ranks: Vec<String> = self.ranks.iter().map(u32::to_string).collect();
+        let bind = match self.bind_to {
+            BindTo::Core => "core",
+            BindTo::None => "none",
+        };
+        let mut words: Vec<OsString> = vec![
+            self.job_id.clone().into(),
+            self.size.to_string().into(),
+            self.kvs_port.to_string().into(),
+            bind.into(),
+            ranks.join(",").into(),
+            self.program.clone(),
+        ];
+        words.extend(self.args.iter().cloned());
+        words
+    }
+
+    pub fn parse(words: &[OsString]) -> Result<AgentArgs, String> {
+        let text = |i: usize| {
+            words
+                .get(i)
+                .and_then(|w| w.to_str())
+                .ok_or_else(|| format!("agent argument {i} is missing or not UTF-8"))
+        };
+        let num = |i: usize| text(i)?.parse::<u32>().map_err(|e| format!("arg {i}: {e}"));
+        let bind_to = match text(3)? {
+            "core" => BindTo::Core,
+            "none" => BindTo::None,
+            other => return Err(format!("unknown binding '{other}'")),
+        };
+        let ranks = text(4)?
+            .split(',')
+            .map(|r| r.parse::<u32>().map_err(|e| format!("rank '{r}': {e}")))
+            .collect::<Result<_, _>>()?;
+        Ok(AgentArgs {
+            job_id: text(0)?.to_string(),
+            size: num(1)?,
+            kvs_port: u16::try_from(num(2)?).map_err(|e| e.to_string())?,
+            bind_to,
+            ranks,
+            program: words.get(5).ok_or("the program is missing")?.clone(),
+            args: words[6..].to_vec(),
+        })
+    }
+}
+
+/// The key-value service's address as seen from this host: rsrun's end of the ssh connection
+/// (`$SSH_CONNECTION` is "client-ip client-port server-ip server-port"), which is by
+/// construction an address of rsrun's machine that routes here.
+pub fn kvs_addr(ssh_connection: Option<&OsStr>, port: u16) -> Result<SocketAddr, String> {
+    let conn = ssh_connection
+        .and_then(OsStr::to_str)
+        .ok_or("SSH_CONNECTION is not set; the agent must be started by ssh")?;
+    let client = conn.split_whitespace().next().unwrap_or("");
+    let ip: IpAddr = client
+        .parse()
+        .map_err(|_| format!("SSH_CONNECTION '{conn}' does not start with an IP address"))?;
+    Ok(SocketAddr::new(ip, port))
+}
+
+/// Runs the agent with the words after `--agent`; returns its exit code.
+pub fn main(words: &[OsString]) -> i32 {
+    let out = Arc::new(Mutex::new(io::stdout()));
+    let fail = |code: i32, message: String| {
+        let _ = write_report(&mut *lock(&out), &Report::Failed { code, message });
+        code
+    };
+    let args = match AgentArgs::parse(words) {
+        Ok(args) => args,
+        Err(e) => return fail(1, format!("bad agent arguments: {e}")),
+    };
+    let mut stdin = BufReader::new(io::stdin());
+    let mut secret = String::new();
+    if stdin.read_line(&mut secret).is_err() || !secret.ends_with('\n') {
+        return fail(1, "no job secret on the agent's stdin".into());
+    }
+    let kvs = match kvs_addr(std::env::var_os("SSH_CONNECTION").as_deref(), args.kvs_port) {
+        Ok(addr) => addr,
+        Err(e) => return fail(1, e),
+    };
+    let cpus = match args.bind_to {
+        BindTo::Core => match local::allowed_cpus() {
+            Ok(cpus) => cpus,
+            Err(e) => return fail(1, format!("cannot read CPU affinity: {e}")),
+        },
+        BindTo::None => Vec::new(),
+    };
+    let spec = LaunchSpec {
+        program: &args.program,
+        args: &args.args,
+        // The rank environment came with the agent's own (`env VAR=VALUE rsrun --agent`).
+        env: &[],
+        size: args.size,
+        job_id: &args.job_id,
+        kvs_addr: kvs.to_string(),
+        kvs_secret: secret.trim_end(),
+        cpus: &cpus,
+    };
+    let local_size = u32::try_from(args.ranks.len()).unwrap_or(u32::MAX);
+    let mut pids = Vec::new();
+    let (done_tx, done_rx) = mpsc::channel();
+    let mut streams = 0;
+    for (local_rank, &rank) in (0..).zip(&args.ranks) {
+        let slot = Slot {
+            rank,
+            local_rank,
+            local_size,
+            stdin: false,
+        };
+        let process = match local::spawn_rank(&spec, slot) {
+            Ok(process) => process,
+            Err(e) => {
+                kill_all(pids.iter().map(|&(pid, _)| pid), libc::SIGKILL);
+                let code = if e.kind() == io::ErrorKind::NotFound {
+                    127
+                } else {
+                    1
+                };
+                return fail(code, e.to_string());
+            }
+        };
+        pids.push((process.pid, rank));
+        let started = Report::Started {
+            rank,
+            pid: process.pid,
+        };
+        if write_report(&mut *lock(&out), &started).is_err() {
+            kill_all(pids.iter().map(|&(pid, _)| pid), libc::SIGKILL);
+            return 1;
+        }
+        for (source, stderr) in [
+            (Box::new(process.stdout) as Box<dyn Read + Send>, false),
+            (Box::new(process.stderr), true),
+        ] {
+            let (out, done) = (Arc::clone(&out), done_tx.clone());
+            let spawned = thread::Builder::new()
+                .name(format!("output-{rank}"))
+                .spawn(move || {
+                    forward_output(source, rank, stderr, &out);
+                    let _ = done.send(());
+                });
+            // Without the thread the rank's output is lost, but the rank still runs.
+            if spawned.is_ok() {
+                streams += 1;
+            }
+        }
+    }
+    let rank_pids: Vec<i32> = pids.iter().map(|&(pid, _)| pid).collect();
+    if let Err(e) = thread::Builder::new()
+        .name("commands".into())
+        .spawn(move || obey(stdin, &rank_pids))
+    {
+        kill_all(pids.iter().map(|&(pid, _)| pid), libc::SIGKILL);
+        return fail(1, format!("cannot start a thread: {e}"));
+    }
+    reap(&pids, &out);
+    let drain_end = Instant::now() + OUTPUT_DRAIN;
+    for _ in 0..streams {
+        if done_rx
+            .recv_timeout(drain_end.saturating_duration_since(Instant::now()))
+            .is_err()
+        {
+            break;
+        }
+    }
+    0
+}
+
+/// Sends each line of a rank stream as a report.
+fn forward_output(source: impl Read, rank: u32, stderr: bool, out: &Mutex<io::Stdout>) {
+    let mut reader = BufReader::with_capacity(64 * 1024, source);
+    loop {
+        let mut bytes = Vec::new();
+        match reader.read_until(b'\n', &mut bytes) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let report = Report::Output {
+                    rank,
+                    stderr,
+                    bytes,
+                };
+                // rsrun is gone; the stdin watcher is about to kill the ranks.
+                if write_report(&mut *lock(out), &report).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Carries out rsrun's commands until its stdin ends, then kills the ranks and exits.
+fn obey(mut stdin: impl BufRead, pids: &[i32]) {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match stdin.read_line(&mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {
+                if let Some(sig) = line
+                    .trim_end()
+                    .strip_prefix("signal ")
+                    .and_then(|s| s.parse().ok())
+                {
+                    kill_all(pids.iter().copied(), sig);
+                }
+            }
+        }
+    }
+    kill_all(pids.iter().copied(), libc::SIGKILL);
+    std::process::exit(1);
+}
+
+/// Reports each rank's exit until all have exited.
+fn reap(pids: &[(i32, u32)], out: &Mutex<io::Stdout>) {
+    let mut left = pids.len();
+    while left > 0 {
+        let mut status: libc::c_int = 0;
+        // SAFETY: `status` is a valid place for waitpid to store the wait status.
+        let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if pid < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return; // ECHILD: nothing left to wait for
+        }
+        if let Some(&(_, rank)) = pids.iter().find(|(p, _)| *p == pid) {
+            left -= 1;
+            let _ = write_report(&mut *lock(out), &Report::Exited { rank, status });
+        }
+    }
+}
+
+/// Signals each rank's process group (each rank leads one, see `spawn::local`).
+fn kill_all(pids: impl IntoIterator<Item = i32>, sig: libc::c_int) {
+    for pid in pids {
+        // SAFETY: kill has no memory-safety preconditions; a vanished group gives ESRCH.
+        unsafe {
+            libc::kill(-pid, sig);
+        }
+    }
+}
+
+/// Locks the report writer; a thread that panicked mid-report cannot have left it half-written
+/// in a way the lock could repair, so poisoning is ignored.
+fn lock(out: &Mutex<io::Stdout>) -> std::sync::MutexGuard<'_, io::Stdout> {
+    out.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_round_trip() {
+        let reports = [
+            Report::Started { rank: 5, pid: 1234 },
+            Report::Output {
+                rank: 5,
+                stderr: false,
+                bytes: b"a line\n".to_vec(),
+            },
+            Report::Output {
+                rank: 0,
+                stderr: true,
+                bytes: b"X 1 2\nno newline \xff".to_vec(),
+            },
+            Report::Exited { rank: 5, status: 9 },
+            Report::Failed {
+                code: 127,
+                message: "No such file\nor directory".into(),
+            },
+        ];
+        let mut buf = Vec::new();
+        for r in &reports {
+            write_report(&mut buf, r).unwrap();
+        }
+        let mut input = &buf[..];
+        for r in &reports {
+            assert_eq!(read_report(&mut input).unwrap().as_ref(), Some(r));
+        }
+        assert_eq!(read_report(&mut input).unwrap(), None);
+        assert!(read_report(&mut &b"Q 1 2\n"[..]).is_err());
+    }
+
+    #[test]
+    fn agent_arguments_round_trip() {
+        let args = AgentArgs {
+            job_id: "abc".into(),
+            size: 8,
+            kvs_port: 4000,
+            bind_to: BindTo::Core,
+            ranks: vec![1, 5],
+            program: "/bin/prog".into(),
+            args: vec!["-n".into(), "".into()],
+        };
+        assert_eq!(AgentArgs::parse(&args.to_words()).unwrap(), args);
+        assert!(AgentArgs::parse(&[]).is_err());
+    }
+
+    #[test]
+    fn kvs_address_comes_from_the_ssh_connection() {
+        let v4 = kvs_addr(Some(OsStr::new("10.77.0.1 5555 10.77.0.12 22")), 7).unwrap();
+        assert_eq!(v4.to_string(), "10.77.0.1:7");
+        let v6 = kvs_addr(Some(OsStr::new("fe80::1 5555 fe80::2 22")), 7).unwrap();
+        assert_eq!(v6.to_string(), "[fe80::1]:7");
+        assert!(kvs_addr(None, 7).is_err());
+        assert!(kvs_addr(Some(OsStr::new("garbage")), 7).is_err());
+    }
+}

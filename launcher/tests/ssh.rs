@@ -1,0 +1,323 @@
+//! rsrun across real ssh hosts: the test hosts of `ssh-hosts` (network namespaces host1..host4,
+//! each with its own sshd, sharing this filesystem), brought up once for this binary.
+//!
+//! Everything runs in the one test function `across_ssh_hosts`, case after case, because the
+//! hosts are shared machine-wide state. `rank_mode` is the rank side of the key-value case (the
+//! self-re-exec trick of tests/kvs.rs); run normally, it does nothing.
+
+mod common;
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use launcher::Bootstrap;
+
+use common::{rsrun, run};
+
+const RANK_MODE: &str = "LAUNCHER_TEST_RANK_MODE";
+
+#[test]
+fn rank_mode() {
+    let Ok(mode) = env::var(RANK_MODE) else {
+        return;
+    };
+    assert_eq!(mode, "exchange");
+    let mut b = Bootstrap::from_env().unwrap();
+    let (rank, size) = (b.rank(), b.size());
+    b.put(&format!("host.{rank}"), hostname().as_bytes())
+        .unwrap();
+    b.fence().unwrap();
+    let hosts: Vec<String> = (0..size)
+        .map(|peer| String::from_utf8(b.get(&format!("host.{peer}")).unwrap()).unwrap())
+        .collect();
+    b.finalize().unwrap();
+    println!("rank {rank} saw {}", hosts.join(","));
+}
+
+fn hostname() -> String {
+    let out = Command::new("hostname").output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The test hosts, up for as long as this lives.
+struct Hosts {
+    script: PathBuf,
+    /// Whether this test brought them up, and so takes them down.
+    owned: bool,
+    ssh_config: PathBuf,
+}
+
+impl Hosts {
+    /// Brings up 4 hosts, or says why it cannot and returns None.
+    fn up() -> Option<Hosts> {
+        let script = env::var_os("MPIRT_SSH_HOSTS")
+            .map_or_else(|| "/work/shared/testhosts/ssh-hosts".into(), PathBuf::from);
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("skipped: ssh-hosts needs root for its network namespaces");
+            return None;
+        }
+        if !script.exists() {
+            println!(
+                "skipped: {} not found (set MPIRT_SSH_HOSTS)",
+                script.display()
+            );
+            return None;
+        }
+        let out = Command::new(&script).args(["up", "4"]).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).into_owned()
+            + &String::from_utf8_lossy(&out.stdout);
+        // Hosts someone else brought up are used as they are and left up.
+        let owned = out.status.success();
+        assert!(
+            owned || said.contains("already up (mode=netns n=4"),
+            "ssh-hosts up 4 failed: {said}"
+        );
+        let dir = env::var_os("SSH_HOSTS_DIR").map_or_else(
+            || {
+                let tmp = env::var_os("TMPDIR").unwrap_or_else(|| "/tmp".into());
+                Path::new(&tmp).join("mpirt-testhosts/ssh")
+            },
+            PathBuf::from,
+        );
+        Some(Hosts {
+            script,
+            owned,
+            ssh_config: dir.join("ssh_config"),
+        })
+    }
+
+    fn ssh_args(&self) -> String {
+        format!("-F {}", self.ssh_config.display())
+    }
+
+    /// rsrun with this setup's ssh config and `args`.
+    fn rsrun(&self, args: &[&str]) -> Command {
+        let ssh_args = self.ssh_args();
+        let mut all = vec!["--ssh-args", &ssh_args];
+        all.extend(args);
+        rsrun(&all)
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
+        let _ = Command::new(&self.script).arg("down").status();
+    }
+}
+
+const EIGHT: &str = "host1:2,host2:2,host3:2,host4:2";
+const WHO: &str = "echo $MPIRT_RANK $(hostname) $MPIRT_LOCAL_RANK/$MPIRT_LOCAL_SIZE";
+
+/// One sub-case, run against the hosts.
+type Case = fn(&Hosts);
+
+#[test]
+fn across_ssh_hosts() {
+    let Some(hosts) = Hosts::up() else { return };
+    let cases: [(&str, Case); 9] = [
+        ("map by slot", map_by_slot),
+        ("map by node from a hostfile", map_by_node_from_hostfile),
+        ("tagged output", tagged_output),
+        ("key-value service across hosts", kvs_across_hosts),
+        ("remote rank killed", remote_rank_killed),
+        ("rsrun killed", rsrun_killed),
+        ("unreachable host", unreachable_host),
+        ("unknown host", unknown_host),
+        ("authentication failure", auth_failure),
+    ];
+    for (name, case) in cases {
+        let started = Instant::now();
+        case(&hosts);
+        println!("ok: {name} ({:.2} s)", started.elapsed().as_secs_f64());
+    }
+}
+
+fn map_by_slot(hosts: &Hosts) {
+    let r = run(&mut hosts.rsrun(&["-H", EIGHT, "sh", "-c", WHO]), b"");
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    let expected: Vec<String> = (0..8)
+        .map(|rank| format!("{rank} host{} {}/2", rank / 2 + 1, rank % 2))
+        .collect();
+    assert_eq!(r.sorted_lines(), expected);
+}
+
+fn map_by_node_from_hostfile(hosts: &Hosts) {
+    let dir = common::scratch_dir("hostfile");
+    let file = dir.join("hosts");
+    let text =
+        "# Open MPI and MPICH lines mixed\nhost1 slots=2\nhost2:2\n\nhost3 slots=2 \nhost4:2\n";
+    std::fs::write(&file, text).unwrap();
+    let file = file.to_str().unwrap();
+    let r = run(
+        &mut hosts.rsrun(&["--hostfile", file, "--map-by", "node", "sh", "-c", WHO]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    let expected: Vec<String> = (0..8)
+        .map(|rank| format!("{rank} host{} {}/2", rank % 4 + 1, rank / 4))
+        .collect();
+    assert_eq!(r.sorted_lines(), expected);
+    // -n below the slot count uses the first slots.
+    let r = run(
+        &mut hosts.rsrun(&["--hostfile", file, "-n", "3", "sh", "-c", WHO]),
+        b"",
+    );
+    assert_eq!(
+        r.sorted_lines(),
+        ["0 host1 0/2", "1 host1 1/2", "2 host2 0/1"]
+    );
+}
+
+fn tagged_output(hosts: &Hosts) {
+    let script = "echo out $(hostname); echo err >&2; printf 'no newline'";
+    let r = run(
+        &mut hosts.rsrun(&["-H", EIGHT, "--tag-output", "sh", "-c", script]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    let mut expected: Vec<String> = (0..8)
+        .flat_map(|rank| {
+            [
+                format!("[{rank}] out host{}", rank / 2 + 1),
+                format!("[{rank}] no newline"),
+            ]
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(r.sorted_lines(), expected);
+    assert_eq!(r.stderr.lines().filter(|l| l.ends_with("] err")).count(), 8);
+}
+
+fn kvs_across_hosts(hosts: &Hosts) {
+    let exe = env::current_exe().unwrap();
+    let mut cmd = hosts.rsrun(&[
+        "-H",
+        EIGHT,
+        "-x",
+        RANK_MODE,
+        exe.to_str().unwrap(),
+        "--exact",
+        "rank_mode",
+        "--nocapture",
+        "--test-threads=1",
+        "-q",
+    ]);
+    cmd.env(RANK_MODE, "exchange");
+    let r = run(&mut cmd, b"");
+    assert_eq!(r.code(), Some(0), "{}\n{}", r.stdout, r.stderr);
+    let all = "host1,host1,host2,host2,host3,host3,host4,host4";
+    let saw: Vec<&str> = r
+        .sorted_lines()
+        .into_iter()
+        .filter(|l| l.starts_with("rank "))
+        .collect();
+    let expected: Vec<String> = (0..8)
+        .map(|rank| format!("rank {rank} saw {all}"))
+        .collect();
+    assert_eq!(saw, expected, "{}", r.stderr);
+}
+
+fn remote_rank_killed(hosts: &Hosts) {
+    let script = "if [ \"$MPIRT_RANK\" = 5 ]; then sleep 1; kill -9 $$; fi; exec sleep 60";
+    let r = run(&mut hosts.rsrun(&["-H", EIGHT, "sh", "-c", script]), b"");
+    assert_eq!(r.code(), Some(137), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("rsrun: rank 5 on host3 (pid ")
+            && r.stderr.contains(") killed by signal 9 (SIGKILL)"),
+        "{}",
+        r.stderr
+    );
+    // Startup (about a second), the rank's second, then at most a few seconds to end the job.
+    assert!(r.elapsed < Duration::from_secs(7), "took {:?}", r.elapsed);
+    println!(
+        "  remote SIGKILL: job ended {:.2} s after start",
+        r.elapsed.as_secs_f64()
+    );
+}
+
+/// Processes whose whole command line is `sleep MARKER`, on any host (they share /proc).
+fn sleepers(marker: &str) -> usize {
+    let wanted = format!("sleep\0{marker}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == wanted.as_bytes()))
+        .count()
+}
+
+fn rsrun_killed(hosts: &Hosts) {
+    let marker = format!("600.{}", std::process::id());
+    let (mut child, _) = common::start(&mut hosts.rsrun(&["-H", EIGHT, "sleep", &marker]), b"");
+    let until = Instant::now() + Duration::from_secs(15);
+    while sleepers(&marker) < 8 {
+        assert!(Instant::now() < until, "the 8 ranks did not start");
+        thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let killed = Instant::now();
+    while sleepers(&marker) > 0 {
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "{} ranks outlived rsrun by 5 s",
+            sleepers(&marker)
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    println!(
+        "  rsrun SIGKILL: ranks gone after {:.2} s",
+        killed.elapsed().as_secs_f64()
+    );
+}
+
+/// rsrun on `host_list` with `ssh_args` fails within 10 s with a message naming `name`.
+fn fails_naming(host_list: &str, ssh_args: &str, name: &str) -> common::Run {
+    let args = ["--ssh-args", ssh_args, "-H", host_list, "sleep", "30"];
+    let r = run(&mut rsrun(&args), b"");
+    assert_ne!(r.code(), Some(0), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains(&format!("cannot start ranks on host {name}: ")),
+        "{}",
+        r.stderr
+    );
+    assert!(r.elapsed < Duration::from_secs(10), "took {:?}", r.elapsed);
+    println!(
+        "  {name}: failed after {:.2} s: {}",
+        r.elapsed.as_secs_f64(),
+        r.stderr.trim()
+    );
+    r
+}
+
+fn unreachable_host(hosts: &Hosts) {
+    fails_naming("host1,10.77.0.99", &hosts.ssh_args(), "10.77.0.99");
+}
+
+fn unknown_host(hosts: &Hosts) {
+    let r = fails_naming(
+        "host1,no-such-host.invalid",
+        &hosts.ssh_args(),
+        "no-such-host.invalid",
+    );
+    assert!(
+        r.stderr.contains("Could not resolve hostname"),
+        "{}",
+        r.stderr
+    );
+}
+
+fn auth_failure(hosts: &Hosts) {
+    // `-o IdentityFile=/dev/null` would not do: identity files add up, and the config's key
+    // still works. Turning public-key authentication off leaves sshd no method to accept.
+    let ssh_args = format!("{} -o PubkeyAuthentication=no", hosts.ssh_args());
+    let r = fails_naming("host2", &ssh_args, "host2");
+    assert!(r.stderr.contains("Permission denied"), "{}", r.stderr);
+}
