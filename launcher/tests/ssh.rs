@@ -53,8 +53,11 @@ struct Hosts {
 impl Hosts {
     /// Brings up 4 hosts, or says why it cannot and returns None.
     fn up() -> Option<Hosts> {
-        let script = env::var_os("MPIRT_SSH_HOSTS")
-            .map_or_else(|| "/work/shared/testhosts/ssh-hosts".into(), PathBuf::from);
+        // The team's shared/ folder sits beside the repository, in a checkout as in CI.
+        let script = env::var_os("MPIRT_SSH_HOSTS").map_or_else(
+            || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/testhosts/ssh-hosts"),
+            PathBuf::from,
+        );
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             println!("skipped: ssh-hosts needs root for its network namespaces");
