@@ -64,6 +64,12 @@ impl Hosts {
             return None;
         }
         if !script.exists() {
+            // Named explicitly (tools/test-all.sh does): a missing script is a broken setup.
+            assert!(
+                env::var_os("MPIRT_SSH_HOSTS").is_none(),
+                "MPIRT_SSH_HOSTS={} does not exist",
+                script.display()
+            );
             println!(
                 "skipped: {} not found (set MPIRT_SSH_HOSTS)",
                 script.display()
