@@ -1,41 +1,10 @@
 //! The examples run under rsrun as a user would run them. `cargo build --workspace` must come
 //! first: the test finds rsrun and the example binaries beside its own executable's directory.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::process::Output;
 
-fn bin(name: &str) -> PathBuf {
-    // target/<profile>/deps/run-<hash> -> target/<profile>/<name>
-    let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().unwrap().parent().unwrap().join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build --workspace` (same profile) first",
-        path.display()
-    );
-    path
-}
-
-/// Runs `rsrun -n N program`, killing it if it takes more than a minute.
-fn rsrun(n: u32, program: &str) -> Output {
-    let mut child = Command::new(bin("rsrun"))
-        .args(["-n", &n.to_string()])
-        .arg(bin(program))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("rsrun -n {n} {program} did not finish within a minute");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
-}
+mod support;
+use support::rsrun;
 
 fn stdout(o: &Output) -> String {
     assert!(
@@ -49,7 +18,7 @@ fn stdout(o: &Output) -> String {
 
 #[test]
 fn hello_from_every_rank() {
-    let out = stdout(&rsrun(8, "hello"));
+    let out = stdout(&rsrun(8, "hello", &[]));
     let mut lines: Vec<&str> = out.lines().collect();
     lines.sort();
     let mut expected: Vec<String> = (0..8)
@@ -62,7 +31,7 @@ fn hello_from_every_rank() {
 #[test]
 fn ring_on_1_2_4_and_8_ranks() {
     for n in [1u32, 2, 4, 8] {
-        let out = stdout(&rsrun(n, "ring"));
+        let out = stdout(&rsrun(n, "ring", &[]));
         let total = n * (n - 1) / 2;
         assert_eq!(
             out.trim(),
@@ -73,7 +42,7 @@ fn ring_on_1_2_4_and_8_ranks() {
 
 #[test]
 fn pingpong_checks_every_size() {
-    let out = stdout(&rsrun(2, "pingpong"));
+    let out = stdout(&rsrun(2, "pingpong", &[]));
     let sizes: Vec<u64> = out
         .lines()
         .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
@@ -84,7 +53,7 @@ fn pingpong_checks_every_size() {
 
 #[test]
 fn pingpong_refuses_the_wrong_size() {
-    let o = rsrun(3, "pingpong");
+    let o = rsrun(3, "pingpong", &[]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("pingpong needs exactly 2 ranks, got 3"));
 }

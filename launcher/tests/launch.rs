@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{alive, finish, rsrun, run, scratch_dir, start};
+use common::{finish, pids_in, rsrun, run, scratch_dir, start, survivors};
 
 fn sh(n: &str, script: &str) -> Vec<String> {
     ["-n", n, "sh", "-c", script]
@@ -190,25 +190,9 @@ fn a_failing_rank_ends_the_job_and_leaves_no_process_behind() {
         "{}",
         r.stderr
     );
-    let pids: Vec<u32> = fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| {
-            fs::read_to_string(e.unwrap().path())
-                .unwrap()
-                .trim()
-                .parse()
-                .unwrap()
-        })
-        .collect();
+    let pids = pids_in(&dir);
     assert_eq!(pids.len(), 8);
-    // Orphaned grandchildren are reaped by init, which may take a moment.
-    for _ in 0..100 {
-        if !pids.iter().any(|&p| alive(p)) {
-            break;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+    let left = survivors(&pids);
     assert!(left.is_empty(), "processes left behind: {left:?}");
     fs::remove_dir_all(&dir).unwrap();
 }
@@ -362,26 +346,11 @@ fn ranks_die_with_a_killed_rsrun() {
         thread::sleep(Duration::from_millis(10));
     }
     thread::sleep(Duration::from_millis(50));
-    let pids: Vec<u32> = fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| {
-            fs::read_to_string(e.unwrap().path())
-                .unwrap()
-                .trim()
-                .parse()
-                .unwrap()
-        })
-        .collect();
+    let pids = pids_in(&dir);
     // SIGKILL: rsrun gets no chance to clean up; the kernel must end the ranks.
     child.kill().unwrap();
     child.wait().unwrap();
-    for _ in 0..200 {
-        if !pids.iter().any(|&p| alive(p)) {
-            break;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+    let left = survivors(&pids);
     assert!(left.is_empty(), "ranks outlived rsrun: {left:?}");
     fs::remove_dir_all(&dir).unwrap();
 }

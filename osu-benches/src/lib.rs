@@ -1,10 +1,12 @@
 //! What the OSU micro-benchmark ports share, written once: OSU's command-line options, its
 //! loop counts, and its output format to the character (OSU 7.4).
 
+mod measure;
 mod options;
 mod output;
 mod start;
 
+pub use measure::measure;
 pub use options::{parse, Benchmark, Options, Parsed};
 pub use output::{header, row};
 pub use start::start;

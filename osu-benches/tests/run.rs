@@ -2,40 +2,9 @@
 //! `cargo build --workspace` must come first: the binaries are found beside this test's
 //! directory.
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
-
-fn bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().unwrap().parent().unwrap().join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build --workspace` first",
-        path.display()
-    );
-    path
-}
-
-fn rsrun(n: u32, program: &str, args: &[&str]) -> Output {
-    let mut child = Command::new(bin("rsrun"))
-        .args(["-n", &n.to_string()])
-        .arg(bin(program))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("{program} did not finish within a minute");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
-}
+#[path = "../../examples/tests/support/mod.rs"]
+mod support;
+use support::rsrun;
 
 /// Checks OSU's layout: blank line, title, datatype, column header, then one row per size
 /// with the size left-aligned in 10 columns and a positive value right-aligned in 18.

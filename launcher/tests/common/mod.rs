@@ -128,3 +128,29 @@ pub fn alive(pid: u32) -> bool {
         }
     }
 }
+
+/// The pids that ranks wrote, one file each, into `dir`.
+pub fn pids_in(dir: &std::path::Path) -> Vec<u32> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            std::fs::read_to_string(e.unwrap().path())
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// The processes of `pids` still alive after up to two seconds (orphans are reaped by init,
+/// which may take a moment).
+pub fn survivors(pids: &[u32]) -> Vec<u32> {
+    for _ in 0..200 {
+        if !pids.iter().any(|&p| alive(p)) {
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    pids.iter().copied().filter(|&p| alive(p)).collect()
+}

@@ -1,11 +1,9 @@
 //! osu_bw: rank 0 sends a window of non-blocking messages, rank 1 receives them and answers
 //! with a short acknowledgement; bandwidth is bytes over the time of all windows.
 
-use std::io::Write;
-
 use mpirt::request::{scope, wait_all};
 use mpirt::traits::*;
-use osu_benches::{row, start, Benchmark};
+use osu_benches::{measure, start, Benchmark};
 
 const DATA_TAG: i32 = 100;
 const ACK_TAG: i32 = 101;
@@ -21,14 +19,10 @@ fn main() {
     let slot = options.max_size.max(1);
     let mut r_buf = vec![b'b'; slot * window];
     let mut ack = [0u8; 4];
-    for size in options.sizes() {
-        let (iterations, skip) = options.loops(size);
-        world.barrier();
-        let mut start = 0.0;
-        for i in 0..iterations + skip {
-            if i == skip {
-                start = mpirt::time();
-            }
+    measure(
+        &world,
+        &options,
+        |size| {
             if rank == 0 {
                 scope(|sc| {
                     let mut requests: Vec<_> = (0..window)
@@ -47,12 +41,7 @@ fn main() {
                 });
                 peer.send_with_tag(&ack[..], ACK_TAG);
             }
-        }
-        if rank == 0 {
-            let seconds = mpirt::time() - start;
-            let bandwidth = size as f64 / 1e6 * (iterations * window) as f64 / seconds;
-            print!("{}", row(size, bandwidth));
-            let _ = std::io::stdout().flush();
-        }
-    }
+        },
+        |size, iterations, seconds| size as f64 / 1e6 * (iterations * window) as f64 / seconds,
+    );
 }

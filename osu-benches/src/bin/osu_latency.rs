@@ -1,9 +1,7 @@
 //! osu_latency: ping-pong between two ranks; half the round trip, averaged.
 
-use std::io::Write;
-
 use mpirt::traits::*;
-use osu_benches::{row, start, Benchmark};
+use osu_benches::{measure, start, Benchmark};
 
 fn main() {
     let (universe, options) = start(Benchmark::Latency);
@@ -12,14 +10,10 @@ fn main() {
     let peer = world.process_at_rank(1 - rank);
     let s_buf = vec![b'a'; options.max_size];
     let mut r_buf = vec![b'b'; options.max_size];
-    for size in options.sizes() {
-        let (iterations, skip) = options.loops(size);
-        world.barrier();
-        let mut start = 0.0;
-        for i in 0..iterations + skip {
-            if i == skip {
-                start = mpirt::time();
-            }
+    measure(
+        &world,
+        &options,
+        |size| {
             if rank == 0 {
                 peer.send_with_tag(&s_buf[..size], 1);
                 peer.receive_into_with_tag(&mut r_buf[..size], 1);
@@ -27,11 +21,7 @@ fn main() {
                 peer.receive_into_with_tag(&mut r_buf[..size], 1);
                 peer.send_with_tag(&s_buf[..size], 1);
             }
-        }
-        if rank == 0 {
-            let latency = (mpirt::time() - start) * 1e6 / (2.0 * iterations as f64);
-            print!("{}", row(size, latency));
-            let _ = std::io::stdout().flush();
-        }
-    }
+        },
+        |_, iterations, seconds| seconds * 1e6 / (2.0 * iterations as f64),
+    );
 }

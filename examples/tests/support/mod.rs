@@ -1,0 +1,40 @@
+//! Running the workspace's programs under rsrun from integration tests, shared by the crates
+//! whose binaries users launch (examples, osu-benches). `cargo build --workspace` (same profile)
+//! must come first: the binaries are found beside the test executable's directory.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn bin(name: &str) -> PathBuf {
+    // target/<profile>/deps/<test>-<hash> -> target/<profile>/<name>
+    let exe = std::env::current_exe().unwrap();
+    let path = exe.parent().unwrap().parent().unwrap().join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace` (same profile) first",
+        path.display()
+    );
+    path
+}
+
+/// Runs `rsrun -n N program args`, killing it if it takes more than a minute.
+pub fn rsrun(n: u32, program: &str, args: &[&str]) -> Output {
+    let mut child = Command::new(bin("rsrun"))
+        .args(["-n", &n.to_string()])
+        .arg(bin(program))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("rsrun -n {n} {program} did not finish within a minute");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
