@@ -26,6 +26,7 @@ pub mod vars {
     pub const VERBOSE: &str = "MPIRT_VERBOSE";
     pub const TRANSPORT: &str = "MPIRT_TRANSPORT";
     pub const EAGER_LIMIT: &str = "MPIRT_EAGER_LIMIT";
+    pub const TCP_IF: &str = "MPIRT_TCP_IF";
 }
 
 /// How long an aborting rank waits for rsrun to acknowledge before exiting on its own.

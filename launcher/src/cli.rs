@@ -84,9 +84,15 @@ pub struct Cli {
     #[arg(short, long)]
     pub verbose: bool,
 
-    /// Transport for the ranks to use (sets MPIRT_TRANSPORT).
-    #[arg(long, value_name = "NAME")]
+    /// Transport between ranks (sets MPIRT_TRANSPORT): auto (shared memory on a host, TCP
+    /// between hosts), shm, or tcp (TCP between every pair, local ones too).
+    #[arg(long, value_name = "NAME", value_parser = ["auto", "shm", "tcp"])]
     pub transport: Option<String>,
+
+    /// Interfaces or subnets TCP uses, comma-separated (`eth0`, `10.0.0.0/8`, `::1/128`;
+    /// sets MPIRT_TCP_IF). Default: every interface but loopback.
+    #[arg(long, value_name = "LIST")]
+    pub tcp_if: Option<String>,
 
     /// Largest message sent eagerly, in bytes (sets MPIRT_EAGER_LIMIT).
     #[arg(long, value_name = "BYTES")]
@@ -154,6 +160,9 @@ impl Cli {
         if let Some(transport) = &self.transport {
             env.push((vars::TRANSPORT.into(), transport.into()));
         }
+        if let Some(list) = &self.tcp_if {
+            env.push((vars::TCP_IF.into(), list.into()));
+        }
         if let Some(limit) = self.eager_limit {
             env.push((vars::EAGER_LIMIT.into(), limit.to_string().into()));
         }
@@ -164,7 +173,7 @@ impl Cli {
 /// clap reads `-np 4` as `-n p`, so `-np` (mpirun's spelling) becomes `--np` — but only among
 /// rsrun's own options, never in the program's arguments.
 fn rewrite_np(mut args: Vec<OsString>) -> Vec<OsString> {
-    const TAKES_VALUE: [&str; 17] = [
+    const TAKES_VALUE: [&str; 18] = [
         "-n",
         "-H",
         "--host",
@@ -181,6 +190,7 @@ fn rewrite_np(mut args: Vec<OsString>) -> Vec<OsString> {
         "--timeout",
         "--grace",
         "--transport",
+        "--tcp-if",
         "--eager-limit",
     ];
     let mut i = 1;
@@ -254,6 +264,8 @@ mod tests {
             "--verbose",
             "--transport",
             "tcp",
+            "--tcp-if",
+            "lo,10.0.0.0/8",
             "--eager-limit",
             "4096",
             "prog",
@@ -275,6 +287,7 @@ mod tests {
                 "K=\"v=w\"",
                 "MPIRT_VERBOSE=\"1\"",
                 "MPIRT_TRANSPORT=\"tcp\"",
+                "MPIRT_TCP_IF=\"lo,10.0.0.0/8\"",
                 "MPIRT_EAGER_LIMIT=\"4096\""
             ]
         );

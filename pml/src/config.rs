@@ -18,6 +18,11 @@ pub struct EngineConfig {
     pub transport: TransportChoice,
     /// Largest message sent eagerly over shared memory.
     pub shm_eager_limit: usize,
+    /// Largest message sent eagerly over TCP.
+    pub tcp_eager_limit: usize,
+    /// Which interfaces or subnets TCP uses (`--tcp-if`): names and subnets, comma-separated;
+    /// empty for every interface but loopback.
+    pub tcp_interfaces: String,
     /// Bytes of each (sender, receiver) ring in the shared-memory segment.
     pub shm_ring_bytes: usize,
     /// Eager bytes a peer may have outstanding here before it must use rendezvous.
@@ -38,6 +43,8 @@ impl Default for EngineConfig {
         EngineConfig {
             transport: TransportChoice::Auto,
             shm_eager_limit: 16 << 10,
+            tcp_eager_limit: 64 << 10,
+            tcp_interfaces: String::new(),
             shm_ring_bytes: 512 << 10,
             unexpected_budget: 4 << 20,
             single_copy: true,
@@ -84,6 +91,8 @@ impl EngineConfig {
         Ok(EngineConfig {
             transport,
             shm_eager_limit: size_var("MPIRT_EAGER_LIMIT", d.shm_eager_limit)?,
+            tcp_eager_limit: size_var("MPIRT_TCP_EAGER_LIMIT", d.tcp_eager_limit)?,
+            tcp_interfaces: env::var("MPIRT_TCP_IF").unwrap_or_default(),
             shm_ring_bytes: size_var("MPIRT_SHM_RING_BYTES", d.shm_ring_bytes)?,
             unexpected_budget: size_var("MPIRT_UNEXPECTED_BUDGET", d.unexpected_budget)?,
             single_copy: !matches!(env::var("MPIRT_SHM_SINGLE_COPY").as_deref(), Ok("0")),

@@ -15,7 +15,8 @@ use crate::error::PmlError;
 use crate::protocol::{Action, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs};
 use crate::requests::Handle;
 use crate::transport::shm::{self, ShmConfig, ShmTransport};
-use crate::wire::RemoteKey;
+use crate::transport::tcp::{self, Sent, TcpConfig, TcpTransport};
+use crate::wire::{RemoteKey, DATA_HEADER_LEN};
 
 pub use crate::protocol::SendMode;
 
@@ -103,6 +104,7 @@ enum Link {
         local: usize,
         pid: i32,
     },
+    Tcp,
 }
 
 /// Counts of what went which way, for tests and `--verbose`.
@@ -120,13 +122,22 @@ pub struct Counters {
 const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
 const YIELD_FOR: Duration = Duration::from_millis(1);
 const SLEEP: Duration = Duration::from_millis(2);
+/// A rank with peers on both shared memory and TCP sleeps on the segment's futex, which TCP
+/// cannot wake, so it sleeps in short stretches and polls its sockets in between.
+const MIXED_SLEEP: Duration = Duration::from_micros(250);
 
+/// Largest TCP frame: rendezvous data is streamed in DATA frames of up to this size, each
+/// read in place by the receiver, so it bounds only how long control frames wait behind one.
+const TCP_MAX_FRAME: usize = 4 << 20;
+/// How long dialling one of a peer's addresses may take before the next is tried.
+const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Engine {
     rank: Rank,
     size: u32,
     core: Core<SendBuf, RecvBuf>,
     links: Vec<Option<Link>>,
     shm: Option<ShmTransport>,
+    tcp: Option<TcpTransport>,
     /// World rank of each local rank index in the shared-memory segment.
     local_ranks: Vec<Rank>,
     loopback: VecDeque<Vec<u8>>,
@@ -160,11 +171,8 @@ impl Engine {
     pub fn new(wireup: &mut dyn Wireup, config: EngineConfig) -> Result<Engine, EngineError> {
         let rank = wireup.rank();
         let size = wireup.size();
-        if config.transport == TransportChoice::Tcp {
-            return Err(EngineError::Config(
-                "MPIRT_TRANSPORT=tcp: the TCP transport is not built yet; use shm or auto".into(),
-            ));
-        }
+        let tcp_interfaces = tcp::parse_selectors(&config.tcp_interfaces)
+            .map_err(|e| EngineError::Config(format!("MPIRT_TCP_IF (--tcp-if): {e}")))?;
         // Peers read our memory directly (single-copy rendezvous); Yama's ptrace_scope 1
         // forbids that unless we allow it first. Failure only means the copy fallback.
         let ptrace_allowed = shm::allow_ptrace_from_peers();
@@ -174,18 +182,47 @@ impl Engine {
             .map_err(wireup_err)?;
         wireup.fence().map_err(wireup_err)?;
 
-        let mut links = vec![None; size as usize];
-        let mut local_ranks = Vec::new();
+        let mut hosts = Vec::with_capacity(size as usize);
         for r in 0..size {
             let h = wireup.get(&format!("pml.host.{r}")).map_err(wireup_err)?;
-            let h = String::from_utf8_lossy(&h);
-            if h != host {
-                return Err(EngineError::Config(format!(
-                    "rank {r} runs on host '{h}', and no network transport is built yet \
-                     (this rank runs on '{host}')"
-                )));
-            }
-            local_ranks.push(r);
+            hosts.push(String::from_utf8_lossy(&h).into_owned());
+        }
+        let several_hosts = hosts.iter().any(|h| *h != hosts[0]);
+        if config.transport == TransportChoice::Shm && several_hosts {
+            let elsewhere = hosts.iter().position(|h| *h != host).unwrap_or(0);
+            return Err(EngineError::Config(format!(
+                "MPIRT_TRANSPORT=shm, but rank {elsewhere} runs on host '{}' and this rank on \
+                 '{host}': shared memory reaches only ranks on one host (use auto or tcp)",
+                hosts[elsewhere]
+            )));
+        }
+        // Shared memory between the ranks of a host unless TCP is forced; TCP for the rest.
+        let local_ranks: Vec<Rank> = (0..size)
+            .filter(|&r| {
+                r == rank || (config.transport != TransportChoice::Tcp && hosts[r as usize] == host)
+            })
+            .collect();
+        let mut links = vec![None; size as usize];
+        let mut tcp = None;
+        if local_ranks.len() < size as usize {
+            let t = TcpTransport::new(
+                rank,
+                size,
+                &wireup.job_id(),
+                TcpConfig {
+                    interfaces: tcp_interfaces,
+                    max_staged_payload: config.tcp_eager_limit,
+                    connect_timeout: TCP_CONNECT_TIMEOUT,
+                },
+            )
+            .map_err(|e| EngineError::Transport(format!("TCP: {e}")))?;
+            let endpoint = t
+                .endpoint()
+                .map_err(|e| EngineError::Transport(format!("TCP: {e}")))?;
+            wireup
+                .put(&format!("pml.tcp.{rank}"), endpoint.as_bytes())
+                .map_err(wireup_err)?;
+            tcp = Some(t);
         }
         let my_local = local_ranks
             .iter()
@@ -230,6 +267,24 @@ impl Engine {
             },
         );
         links[rank as usize] = Some(Link::Loopback);
+        if let Some(t) = &mut tcp {
+            let caps = PeerCaps {
+                eager_limit: config.tcp_eager_limit,
+                max_frame: TCP_MAX_FRAME,
+                remote_read: false,
+            };
+            for r in (0..size).filter(|r| !local_ranks.contains(r)) {
+                let endpoint = wireup.get(&format!("pml.tcp.{r}")).map_err(wireup_err)?;
+                t.add_peer(
+                    r,
+                    &String::from_utf8_lossy(&endpoint),
+                    hosts[r as usize] == host,
+                )
+                .map_err(|e| EngineError::Transport(format!("TCP: {e}")))?;
+                core.set_peer(r, caps);
+                links[r as usize] = Some(Link::Tcp);
+            }
+        }
 
         let mut description = format!("rank {rank} of {size} on {host}");
         if let Some(t) = &shm {
@@ -270,6 +325,15 @@ impl Engine {
                 }
             );
         }
+        if let Some(t) = &tcp {
+            description += &format!(
+                "; {} ranks over tcp from {}, eager up to {} bytes, rendezvous by GET with the \
+                 data read in place",
+                size as usize - local_ranks.len(),
+                t.offered(),
+                config.tcp_eager_limit.min(TCP_MAX_FRAME - DATA_HEADER_LEN)
+            );
+        }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let spin = if n_local > cores {
             description += &format!("; {n_local} ranks on {cores} cores: waits yield at once");
@@ -286,6 +350,7 @@ impl Engine {
             core,
             links,
             shm,
+            tcp,
             local_ranks,
             loopback: VecDeque::new(),
             blocked: Vec::new(),
@@ -514,11 +579,14 @@ impl Engine {
                 std::hint::spin_loop();
             } else if idle < self.spin + YIELD_FOR {
                 std::thread::yield_now();
-            } else if let Some(shm) = &self.shm {
-                // Returns on a frame for us, and on room in a ring that refused our frame.
-                shm.wait(SLEEP);
             } else {
-                std::thread::yield_now();
+                // Each returns on a frame for us, and on room where our frame was refused.
+                match (&self.shm, &mut self.tcp) {
+                    (Some(shm), None) => shm.wait(SLEEP),
+                    (None, Some(tcp)) => tcp.wait(SLEEP),
+                    (Some(shm), Some(_)) => shm.wait(MIXED_SLEEP),
+                    (None, None) => std::thread::yield_now(),
+                }
             }
         }
     }
@@ -540,6 +608,11 @@ impl Engine {
             if let Some(e) = failure {
                 return Err(e);
             }
+            self.counters.frames_received += n as u64;
+            moved |= n > 0;
+        }
+        if let Some(tcp) = &mut self.tcp {
+            let n = tcp.poll(&mut self.core)?;
             self.counters.frames_received += n as u64;
             moved |= n > 0;
         }
@@ -581,6 +654,7 @@ impl Engine {
                 Ok(())
             }
             Link::Shm { pid, .. } => shm::read_remote(pid, remote.addr, target),
+            Link::Tcp => unreachable!("TCP peers are set up without remote reads"),
         };
         match result {
             Ok(()) => {
@@ -597,6 +671,7 @@ impl Engine {
         let mut sent_any = false;
         let link = self.links[peer as usize].ok_or(PmlError::UnknownPeer(peer))?;
         while let Some(t) = self.core.next_transmit(peer) {
+            let mut part_sent = false;
             let taken = match link {
                 Link::Loopback => {
                     let mut frame = Vec::with_capacity(t.header().len() + t.payload.len());
@@ -614,7 +689,21 @@ impl Engine {
                         }
                     })?
                 }
+                Link::Tcp => {
+                    let tcp = self.tcp.as_mut().expect("a tcp link has a transport");
+                    match tcp.send(peer, t.header(), t.payload)? {
+                        Sent::Whole => true,
+                        Sent::Part => {
+                            part_sent = true;
+                            false
+                        }
+                        Sent::Nothing => false,
+                    }
+                }
             };
+            if part_sent {
+                self.core.hold_front(peer);
+            }
             if !taken {
                 if !self.blocked.contains(&peer) {
                     self.blocked.push(peer);
@@ -631,5 +720,25 @@ impl Engine {
     /// Sends everything still queued (FINs, credits): peers may be waiting on them.
     pub fn flush_all(&mut self) -> Result<(), PmlError> {
         self.wait_until(|e| Ok(e.blocked.is_empty() && (0..e.size).all(|p| !e.core.has_output(p))))
+    }
+}
+
+impl<S: AsRef<[u8]>, R: AsMut<[u8]>> tcp::Sink for Core<S, R> {
+    fn frame(&mut self, peer: Rank, frame: &[u8]) -> Result<(), PmlError> {
+        self.on_frame(peer, frame)
+    }
+
+    fn data_target(
+        &mut self,
+        peer: Rank,
+        recv_request: u64,
+        offset: u64,
+        len: usize,
+    ) -> Result<&mut [u8], PmlError> {
+        Core::data_target(self, peer, recv_request, offset, len)
+    }
+
+    fn data_landed(&mut self, peer: Rank, recv_request: u64, len: usize) -> Result<(), PmlError> {
+        Core::data_landed(self, peer, recv_request, len)
     }
 }

@@ -28,6 +28,8 @@ pub enum PmlError {
     UnknownPeer(Rank),
     /// Pulling rendezvous data out of a peer failed.
     ReadFailed { peer: Rank, cause: String },
+    /// The connection to a peer failed or broke.
+    Transport { peer: Rank, cause: String },
 }
 
 impl fmt::Display for PmlError {
@@ -58,6 +60,9 @@ impl fmt::Display for PmlError {
                     f,
                     "reading rendezvous data from rank {peer} failed: {cause}"
                 )
+            }
+            PmlError::Transport { peer, cause } => {
+                write!(f, "the connection with rank {peer} failed: {cause}")
             }
         }
     }

@@ -253,11 +253,36 @@ struct Peer {
     /// Rendezvous data being streamed, served last.
     streams: VecDeque<Stream>,
     in_ready: bool,
+    /// The queue whose front frame a stream transport has partly sent (`hold_front`).
+    held: Option<OutQueue>,
+}
+
+/// The three queues of a peer's frames, in the order they are served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OutQueue {
+    Control,
+    Ordered,
+    Streams,
 }
 
 impl Peer {
     fn has_output(&self) -> bool {
         !(self.control.is_empty() && self.ordered.is_empty() && self.streams.is_empty())
+    }
+
+    /// Where the next frame comes from: the held queue, else the first non-empty one.
+    fn front_queue(&self) -> Option<OutQueue> {
+        if self.held.is_some() {
+            self.held
+        } else if !self.control.is_empty() {
+            Some(OutQueue::Control)
+        } else if !self.ordered.is_empty() {
+            Some(OutQueue::Ordered)
+        } else if !self.streams.is_empty() {
+            Some(OutQueue::Streams)
+        } else {
+            None
+        }
     }
 }
 
@@ -833,6 +858,17 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         offset: u64,
         payload: &[u8],
     ) -> Result<(), PmlError> {
+        self.data_target(from, recv_request, offset, payload.len())?
+            .copy_from_slice(payload);
+        self.data_landed(from, recv_request, payload.len())
+    }
+
+    /// The pulling receive `recv_request` and its progress, if `from` may send it DATA.
+    fn pulling(
+        &mut self,
+        from: Rank,
+        recv_request: u64,
+    ) -> Result<(&mut R, &mut RecvState, usize, usize), PmlError> {
         let h = Handle::from_wire(recv_request);
         let Ok(Request::Recv { buf, state }) = self.requests.get_mut(h) else {
             return Err(protocol(
@@ -840,36 +876,70 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                 format!("DATA for receive {h}, which does not exist"),
             ));
         };
-        let RecvState::Pulling {
-            status,
-            deliver,
-            received,
-            peer,
-        } = state
-        else {
-            return Err(protocol(
+        match state {
+            RecvState::Pulling {
+                deliver,
+                received,
+                peer,
+                ..
+            } if *peer == from => {
+                let (deliver, received) = (*deliver, *received);
+                Ok((buf, state, deliver, received))
+            }
+            _ => Err(protocol(
                 from,
-                format!("DATA for receive {h}, which is not pulling"),
-            ));
-        };
-        let in_place =
-            *peer == from && offset == *received as u64 && payload.len() <= *deliver - *received;
-        if !in_place {
+                format!("DATA for receive {h}, which is not pulling from rank {from}"),
+            )),
+        }
+    }
+
+    /// Where `len` bytes of DATA at `offset` for `recv_request` go: the transport writes them
+    /// there (a stream transport reads them from its socket straight into the user's buffer),
+    /// then reports `data_landed`. The frame's place and length are checked first, so no
+    /// frame writes outside the part of the buffer the receive still expects.
+    pub fn data_target(
+        &mut self,
+        from: Rank,
+        recv_request: u64,
+        offset: u64,
+        len: usize,
+    ) -> Result<&mut [u8], PmlError> {
+        let (buf, _, deliver, received) = self.pulling(from, recv_request)?;
+        if offset != received as u64 || len > deliver - received {
             return Err(protocol(
                 from,
                 format!(
-                    "DATA of {} bytes at offset {offset} for a receive expecting offset {} of {}",
-                    payload.len(),
-                    received,
-                    deliver
+                    "DATA of {len} bytes at offset {offset} for a receive expecting offset \
+                     {received} of {deliver}"
                 ),
             ));
         }
-        let buf = buf.as_mut();
-        buf[*received..*received + payload.len()].copy_from_slice(payload);
-        *received += payload.len();
-        if *received == *deliver {
-            let capacity = buf.len();
+        Ok(&mut buf.as_mut()[received..received + len])
+    }
+
+    /// The `len` bytes `data_target` lent were written.
+    pub fn data_landed(
+        &mut self,
+        from: Rank,
+        recv_request: u64,
+        len: usize,
+    ) -> Result<(), PmlError> {
+        let (buf, state, deliver, received) = self.pulling(from, recv_request)?;
+        if len > deliver - received {
+            return Err(protocol(
+                from,
+                format!("{len} DATA bytes landed past the {deliver} the receive expects"),
+            ));
+        }
+        let capacity = buf.as_mut().len();
+        let RecvState::Pulling {
+            status, received, ..
+        } = state
+        else {
+            unreachable!("checked by pulling");
+        };
+        *received += len;
+        if *received == deliver {
             *state = RecvState::Done(receive_result(*status, capacity));
         }
         Ok(())
@@ -892,7 +962,9 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     /// The next frame for `peer`; after the transport took it, call `transmitted(peer)`.
     pub fn next_transmit(&self, peer: Rank) -> Option<Transmit<'_>> {
         let p = self.peers.get(peer as usize)?;
-        let (frame, payload): (Frame<'_>, &[u8]) = if let Some(c) = p.control.front() {
+        let queue = p.front_queue()?;
+        let (frame, payload): (Frame<'_>, &[u8]) = if queue == OutQueue::Control {
+            let c = p.control.front().expect("the front queue has a frame");
             let f = match *c {
                 Control::Fin(s) => Frame::Fin { send_request: s },
                 Control::Ack(s) => Frame::Ack { send_request: s },
@@ -908,7 +980,8 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                 },
             };
             (f, &[])
-        } else if let Some(o) = p.ordered.front() {
+        } else if queue == OutQueue::Ordered {
+            let o = p.ordered.front().expect("the front queue has a frame");
             match *o {
                 Ordered::Match {
                     send,
@@ -937,7 +1010,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                 }
             }
         } else {
-            let s = p.streams.front()?;
+            let s = p.streams.front().expect("the front queue has a frame");
             let chunk = s.chunk(p.caps);
             let payload = &self.send_bytes(s.send)[s.offset..s.offset + chunk];
             let frame = Frame::Data {
@@ -963,13 +1036,25 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         }
     }
 
+    /// A stream transport wrote part of the frame `next_transmit(peer)` returned and must
+    /// finish it before any other: until `transmitted(peer)`, `next_transmit(peer)` returns
+    /// that same frame, whatever is queued for the peer meanwhile.
+    pub fn hold_front(&mut self, peer: Rank) {
+        let p = &mut self.peers[peer as usize];
+        p.held = p.front_queue();
+    }
+
     /// The frame `next_transmit(peer)` returned is on its way: advance the state it belongs to.
     pub fn transmitted(&mut self, peer: Rank) {
         let p = &mut self.peers[peer as usize];
-        if p.control.pop_front().is_some() {
+        let queue = p.front_queue();
+        p.held = None;
+        if queue == Some(OutQueue::Control) {
+            p.control.pop_front();
             return;
         }
-        if let Some(o) = p.ordered.pop_front() {
+        if queue == Some(OutQueue::Ordered) {
+            let o = p.ordered.pop_front().expect("the front queue has a frame");
             let send = match o {
                 Ordered::Match { send, .. } | Ordered::Rts { send, .. } => send,
             };

@@ -213,6 +213,24 @@ fn zero(kind: u8, b: &[u8], range: std::ops::Range<usize>) -> Result<(), WireErr
     }
 }
 
+/// Whether `b`, the start of a frame, is a DATA frame: a transport that reads rendezvous data
+/// in place must know before the whole frame is in.
+pub fn is_data_frame(b: &[u8]) -> bool {
+    b.len() >= 2 && b[1] == KIND_DATA
+}
+
+/// A DATA frame's header alone (`DATA_HEADER_LEN` bytes): the receive request and offset.
+pub fn decode_data_header(b: &[u8]) -> Result<(u64, u64), WireError> {
+    match Frame::decode(b)? {
+        Frame::Data {
+            recv_request,
+            offset,
+            ..
+        } => Ok((recv_request, offset)),
+        _ => Err(WireError::Kind(b[1])),
+    }
+}
+
 impl<'a> Frame<'a> {
     /// Decodes one whole frame (the transport delimits frames).
     pub fn decode(b: &'a [u8]) -> Result<Frame<'a>, WireError> {

@@ -1,0 +1,332 @@
+//! One established connection: frames in and out of a non-blocking stream socket.
+//!
+//! On the wire each frame is a little-endian `u32` length and then the frame; a length of zero
+//! is the goodbye a finalizing rank sends before it closes, so that its end of file is not
+//! taken for a crash. Small frames are read through a staging buffer. The payload of a DATA
+//! frame (rendezvous data) is read straight into the receive buffer it belongs to: once its
+//! header is in, the rest of the frame is `read` into the user's memory, and after one DATA
+//! frame only the next header is read ahead, so a stream of them is never staged.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use super::Sink;
+use crate::envelope::Rank;
+use crate::error::PmlError;
+use crate::wire::{self, DATA_HEADER_LEN};
+
+/// Bytes of the length before every frame.
+pub const PREFIX_LEN: usize = 4;
+const GOODBYE: [u8; PREFIX_LEN] = [0; PREFIX_LEN];
+
+/// How much of a frame `send` put on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sent {
+    Whole,
+    /// Some of it: the rest must follow before any other frame, on the next `send`.
+    Part,
+    Nothing,
+}
+
+/// What a `receive` found besides frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Received {
+    Open,
+    /// The peer said goodbye and closed.
+    Closed,
+}
+
+/// The payload of a DATA frame landing in a receive buffer.
+struct Direct {
+    ptr: *mut u8,
+    len: usize,
+    filled: usize,
+    recv_request: u64,
+}
+
+pub struct Conn {
+    pub sock: TcpStream,
+    rx: Box<[u8]>,
+    start: usize,
+    end: usize,
+    /// Longest frame other than DATA accepted: the staging buffer holds one whole.
+    max_staged_frame: usize,
+    direct: Option<Direct>,
+    /// The last frame was a DATA frame read in place: read only the next header, since the
+    /// next frame is probably DATA too.
+    header_first: bool,
+    /// Bytes of the frame being sent that are already on the wire.
+    sent_of_frame: usize,
+    pub writable: bool,
+    goodbye_received: bool,
+}
+
+fn peer_error(peer: Rank, cause: impl Into<String>) -> PmlError {
+    PmlError::Transport {
+        peer,
+        cause: cause.into(),
+    }
+}
+
+/// One read: `Some(n)` bytes (0 at end of stream), `None` when the socket has nothing.
+fn read_some(sock: &mut TcpStream, peer: Rank, buf: &mut [u8]) -> Result<Option<usize>, PmlError> {
+    loop {
+        match sock.read(buf) {
+            Ok(n) => return Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) => {
+                return Err(peer_error(
+                    peer,
+                    format!("connection lost while receiving: {e} (did rank {peer} die?)"),
+                ))
+            }
+        }
+    }
+}
+
+impl Conn {
+    pub fn new(sock: TcpStream, max_staged_frame: usize) -> Conn {
+        Conn {
+            sock,
+            rx: vec![0; (max_staged_frame + PREFIX_LEN).max(256 << 10)].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            max_staged_frame,
+            direct: None,
+            header_first: false,
+            sent_of_frame: 0,
+            writable: true,
+            goodbye_received: false,
+        }
+    }
+
+    /// Writes what the socket takes of the frame `header` + `payload`, resuming after the part
+    /// a previous call wrote. The caller passes the same frame until it went out whole.
+    pub fn send(&mut self, header: &[u8], payload: &[u8]) -> io::Result<Sent> {
+        let total = header.len() + payload.len();
+        let prefix = u32::try_from(total)
+            .map_err(|_| io::Error::other(format!("a frame of {total} bytes is too long")))?
+            .to_le_bytes();
+        let parts: [&[u8]; 3] = [&prefix, header, payload];
+        let whole = PREFIX_LEN + total;
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; 3];
+        let mut n_iov = 0;
+        let mut skip = self.sent_of_frame;
+        for part in parts {
+            if skip >= part.len() {
+                skip -= part.len();
+                continue;
+            }
+            let rest = &part[skip..];
+            skip = 0;
+            iov[n_iov] = libc::iovec {
+                iov_base: rest.as_ptr() as *mut libc::c_void,
+                iov_len: rest.len(),
+            };
+            n_iov += 1;
+        }
+        // SAFETY: a zeroed msghdr is valid (no name, no control data); it points at `iov`,
+        // whose first `n_iov` entries describe live slices borrowed for this call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = n_iov;
+        loop {
+            // SAFETY: `msg` describes readable memory only; MSG_NOSIGNAL turns a broken
+            // connection into EPIPE instead of a signal.
+            let n = unsafe {
+                libc::sendmsg(
+                    self.sock.as_raw_fd(),
+                    &msg,
+                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                )
+            };
+            if n >= 0 {
+                self.sent_of_frame += n as usize;
+                break;
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => break,
+                _ => return Err(e),
+            }
+        }
+        if self.sent_of_frame == whole {
+            self.sent_of_frame = 0;
+            return Ok(Sent::Whole);
+        }
+        self.writable = false;
+        Ok(if self.sent_of_frame > 0 {
+            Sent::Part
+        } else {
+            Sent::Nothing
+        })
+    }
+
+    /// Reads what the socket has and hands the frames in it to `sink`; returns how many.
+    pub fn receive(
+        &mut self,
+        peer: Rank,
+        sink: &mut impl Sink,
+    ) -> Result<(usize, Received), PmlError> {
+        let mut frames = 0;
+        loop {
+            if let Some(d) = &mut self.direct {
+                // SAFETY: `ptr` is the target `sink.data_target` lent for `len` bytes; the
+                // receive it belongs to cannot complete, and nothing else writes the buffer,
+                // until `data_landed` accounts for all of them.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(d.ptr.add(d.filled), d.len - d.filled)
+                };
+                let want = dst.len();
+                let Some(n) = read_some(&mut self.sock, peer, dst)? else {
+                    return Ok((frames, Received::Open));
+                };
+                let d = self.direct.as_mut().expect("reading in place");
+                d.filled += n;
+                if d.filled == d.len {
+                    let d = self.direct.take().expect("reading in place");
+                    sink.data_landed(peer, d.recv_request, d.len)?;
+                    frames += 1;
+                    self.header_first = true;
+                } else if n < want {
+                    return Ok((frames, Received::Open));
+                }
+                continue;
+            }
+            frames += self.deliver_staged(peer, sink)?;
+            if self.direct.is_some() {
+                continue;
+            }
+            if self.start > 0 {
+                self.rx.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            let want = if self.header_first {
+                (PREFIX_LEN + DATA_HEADER_LEN)
+                    .saturating_sub(self.end)
+                    .max(1)
+            } else {
+                self.rx.len() - self.end
+            };
+            let end = self.end;
+            match read_some(&mut self.sock, peer, &mut self.rx[end..end + want])? {
+                None => return Ok((frames, Received::Open)),
+                Some(0) => return self.end_of_stream(peer).map(|r| (frames, r)),
+                Some(n) => {
+                    self.end += n;
+                    if n < want {
+                        frames += self.deliver_staged(peer, sink)?;
+                        if self.direct.is_none() {
+                            return Ok((frames, Received::Open));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn end_of_stream(&mut self, peer: Rank) -> Result<Received, PmlError> {
+        if self.goodbye_received && self.start == self.end && self.direct.is_none() {
+            return Ok(Received::Closed);
+        }
+        Err(peer_error(
+            peer,
+            if self.goodbye_received {
+                "the connection closed in the middle of a frame".to_string()
+            } else {
+                format!(
+                    "rank {peer} closed its connection without finalizing (it died, or exited \
+                     before MPI finalize)"
+                )
+            },
+        ))
+    }
+
+    /// Hands every whole staged frame to `sink`, and starts reading a DATA payload in place
+    /// once its header is staged.
+    fn deliver_staged(&mut self, peer: Rank, sink: &mut impl Sink) -> Result<usize, PmlError> {
+        let mut frames = 0;
+        while self.end - self.start >= PREFIX_LEN {
+            let at = self.start;
+            let len = u32::from_le_bytes(self.rx[at..at + PREFIX_LEN].try_into().expect("4 bytes"))
+                as usize;
+            let body = at + PREFIX_LEN;
+            if len == 0 {
+                self.goodbye_received = true;
+                self.start = body;
+                continue;
+            }
+            let staged = self.end - body;
+            if staged < 2 {
+                break;
+            }
+            let is_data = wire::is_data_frame(&self.rx[body..self.end]);
+            self.header_first &= is_data;
+            if !is_data && len > self.max_staged_frame {
+                return Err(PmlError::Transport {
+                    peer,
+                    cause: format!(
+                        "malformed frame: {len} bytes, more than the {} this rank accepts \
+                         (do the ranks' MPIRT_TCP_EAGER_LIMIT settings differ?)",
+                        self.max_staged_frame
+                    ),
+                });
+            }
+            if staged >= len {
+                sink.frame(peer, &self.rx[body..body + len])?;
+                self.start = body + len;
+                self.header_first = false;
+                frames += 1;
+                continue;
+            }
+            if is_data && staged >= DATA_HEADER_LEN && len > DATA_HEADER_LEN {
+                let (recv_request, offset) =
+                    wire::decode_data_header(&self.rx[body..body + DATA_HEADER_LEN])
+                        .map_err(|error| PmlError::Wire { peer, error })?;
+                let payload_len = len - DATA_HEADER_LEN;
+                let target = sink.data_target(peer, recv_request, offset, payload_len)?;
+                let have = staged - DATA_HEADER_LEN;
+                target[..have].copy_from_slice(&self.rx[body + DATA_HEADER_LEN..self.end]);
+                self.direct = Some(Direct {
+                    ptr: target.as_mut_ptr(),
+                    len: payload_len,
+                    filled: have,
+                    recv_request,
+                });
+                self.start = 0;
+                self.end = 0;
+            }
+            break;
+        }
+        Ok(frames)
+    }
+
+    /// Says goodbye and stops sending; the peer's remaining bytes are read by `drain`.
+    pub fn say_goodbye(&mut self) -> io::Result<()> {
+        if self.sent_of_frame != 0 {
+            return Err(io::Error::other("a frame is half sent"));
+        }
+        self.sock.set_nonblocking(false)?;
+        self.sock.set_write_timeout(Some(Duration::from_secs(10)))?;
+        self.sock.write_all(&GOODBYE)?;
+        self.sock.shutdown(Shutdown::Write)
+    }
+
+    /// Reads until the peer closes too, so that closing never resets a connection whose last
+    /// frames the peer has not read yet (a reset may discard them).
+    pub fn drain(&mut self, limit: Duration) -> io::Result<()> {
+        self.sock.set_nonblocking(false)?;
+        self.sock.set_read_timeout(Some(limit))?;
+        let mut sink = [0u8; 64 << 10];
+        while self.sock.read(&mut sink)? > 0 {}
+        Ok(())
+    }
+}

@@ -1,0 +1,106 @@
+//! A level-triggered epoll set: what the TCP transport polls in its progress round and sleeps
+//! on when a rank waits.
+//!
+//! Level-triggered on purpose: a socket that still has bytes (or room) is reported again, so a
+//! wait that only sleeps and discards its events loses nothing.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+pub struct Epoll {
+    fd: OwnedFd,
+    events: Vec<libc::epoll_event>,
+}
+
+/// One readiness report: the token the fd was registered with and what it is ready for.
+#[derive(Clone, Copy, Debug)]
+pub struct Ready {
+    pub token: u64,
+    pub readable: bool,
+    pub writable: bool,
+}
+
+/// Interest in reading, and in writing while a frame waits for room.
+pub fn interest(write: bool) -> u32 {
+    let mut bits = libc::EPOLLIN | libc::EPOLLRDHUP;
+    if write {
+        bits |= libc::EPOLLOUT;
+    }
+    bits as u32
+}
+
+impl Epoll {
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: epoll_create1 takes no pointers; a non-negative result is a new fd we own.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Epoll {
+            // SAFETY: `fd` was just returned by epoll_create1 and nothing else owns it.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; 64],
+        })
+    }
+
+    fn ctl(&self, op: i32, fd: RawFd, token: u64, bits: u32) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: bits,
+            u64: token,
+        };
+        // SAFETY: `ev` is a valid epoll_event for the duration of the call; the kernel copies it.
+        let rc = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    pub fn add(&self, fd: &impl AsRawFd, token: u64, bits: u32) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd.as_raw_fd(), token, bits)
+    }
+
+    pub fn modify(&self, fd: &impl AsRawFd, token: u64, bits: u32) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd.as_raw_fd(), token, bits)
+    }
+
+    pub fn remove(&self, fd: &impl AsRawFd) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd.as_raw_fd(), 0, 0)
+    }
+
+    /// Puts the ready fds in `out` (emptied first), waiting at most `timeout` (zero: just
+    /// look). `out` is the caller's so that a progress round allocates nothing.
+    pub fn wait(&mut self, timeout: Duration, out: &mut Vec<Ready>) -> io::Result<()> {
+        out.clear();
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: `events` is a valid, writable array of `events.len()` epoll_event structs,
+        // and the kernel writes at most that many.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                self.events.as_mut_ptr(),
+                self.events.len() as i32,
+                ms,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(())
+            } else {
+                Err(e)
+            };
+        }
+        out.extend(self.events[..n as usize].iter().map(|ev| {
+            let bits = ev.events as i32;
+            let hangup = bits & (libc::EPOLLHUP | libc::EPOLLERR | libc::EPOLLRDHUP) != 0;
+            Ready {
+                token: ev.u64,
+                readable: bits & libc::EPOLLIN != 0 || hangup,
+                writable: bits & libc::EPOLLOUT != 0 || hangup,
+            }
+        }));
+        Ok(())
+    }
+}
