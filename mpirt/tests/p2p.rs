@@ -512,19 +512,30 @@ impl Wire {
         }
     }
 
-    /// Checks, once a job has got past wire-up, that each of its `n` ranks said it uses TCP.
+    /// Checks, once a job has got past wire-up, that each of its `n` ranks said (under
+    /// MPIRT_VERBOSE) that it reaches every other rank over TCP, with the tests' eager limit,
+    /// and over the IPv6 loopback where asked.
     fn assert_used(self, n: u32, stderr: &str) {
-        if matches!(self, Wire::Shm) {
-            return;
+        let from = match self {
+            Wire::Shm => return,
+            Wire::Tcp => "",
+            Wire::Tcp6 => " from [::1]:",
+        };
+        for rank in 0..n {
+            let head = format!("mpirt: rank {rank} of {n} ");
+            let line = stderr
+                .lines()
+                .find(|l| l.starts_with(&head))
+                .unwrap_or_else(|| panic!("{self:?}: rank {rank} did not report\n{stderr}"));
+            // A lone rank has no peer, so no transport to report.
+            if n > 1 {
+                assert!(
+                    line.contains(&format!("{} ranks over tcp{from}", n - 1))
+                        && line.contains(&format!("eager up to {EAGER} bytes")),
+                    "{self:?}: {line}"
+                );
+            }
         }
-        let said_tcp = stderr
-            .lines()
-            .filter(|l| l.starts_with("mpirt") && l.contains("tcp"))
-            .count();
-        assert!(
-            said_tcp >= n as usize,
-            "{self:?}: expected each of the {n} ranks to report tcp\n{stderr}"
-        );
     }
 }
 
