@@ -139,14 +139,14 @@ fn across_ssh_hosts() {
         ("all-to-all across hosts", all_to_all_across_hosts),
         ("1 GiB message across hosts", gigabyte_across_hosts),
         ("remote rank killed", remote_rank_killed),
-        (
-            "remote rank killed during a TCP exchange",
-            killed_during_tcp_exchange,
-        ),
         ("rsrun killed", rsrun_killed),
         ("unreachable host", unreachable_host),
         ("unknown host", unknown_host),
         ("authentication failure", auth_failure),
+        (
+            "remote rank killed during a TCP exchange",
+            killed_during_tcp_exchange,
+        ),
     ];
     for (name, case) in cases {
         let started = Instant::now();
