@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use std::{env, fs};
 
-use pml::{Done, Engine, EngineConfig, SendMode, SourceSel, TagSel, Wireup};
+use pml::{Done, Engine, EngineConfig, SendMode, SourceSel, TagSel, TransportChoice, Wireup};
 
 /// Key-value exchange through a directory: a put is a file, a fence waits for every rank's
 /// marker file of that round.
@@ -121,8 +121,61 @@ fn singleton_sends_to_itself_by_every_protocol() {
 
 const CHILD_ENV: &str = "PML_ENGINE_TEST_RANK";
 
+/// How the ranks of the multi-process test reach each other.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Shared memory, rendezvous by single copy.
+    Read,
+    /// Shared memory, rendezvous streamed through the rings.
+    Copy,
+    Tcp,
+}
+
+/// Every rank sends to every other at once: over TCP, the dials of each pair cross.
+fn everyone_to_everyone(e: &mut Engine) {
+    let (rank, size) = (e.rank(), e.size());
+    let mut inbox = vec![[0u8; 4]; size as usize];
+    let outgoing: Vec<[u8; 4]> = (0..size)
+        .map(|to| (rank * 100 + to).to_le_bytes())
+        .collect();
+    let mut handles = Vec::new();
+    for (from, slot) in inbox
+        .iter_mut()
+        .enumerate()
+        .filter(|(f, _)| *f as u32 != rank)
+    {
+        // SAFETY: `inbox` outlives the requests, all waited for below.
+        handles.push(
+            unsafe {
+                e.post_recv(
+                    0,
+                    SourceSel::Rank(from as u32),
+                    TagSel::Tag(9),
+                    slot.as_mut_ptr(),
+                    4,
+                )
+            }
+            .unwrap(),
+        );
+    }
+    for to in (0..size).filter(|&to| to != rank) {
+        let out = &outgoing[to as usize];
+        // SAFETY: `outgoing` outlives the requests, all waited for below.
+        handles.push(
+            unsafe { e.post_send(0, rank, to, to, 9, SendMode::Standard, out.as_ptr(), 4) }
+                .unwrap(),
+        );
+    }
+    for h in handles {
+        e.wait(h).unwrap();
+    }
+    for from in (0..size).filter(|&f| f != rank) {
+        assert_eq!(inbox[from as usize], (from * 100 + rank).to_le_bytes());
+    }
+}
+
 /// What each rank of the multi-process test does; rank 0 checks.
-fn rank_main(dir: &Path, rank: u32, size: u32, single_copy: bool) {
+fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
     let mut w = DirWireup {
         dir: dir.to_path_buf(),
         rank,
@@ -131,10 +184,17 @@ fn rank_main(dir: &Path, rank: u32, size: u32, single_copy: bool) {
     };
     let config = EngineConfig {
         shm_eager_limit: 4096,
-        single_copy,
+        tcp_eager_limit: 4096,
+        single_copy: mode == Mode::Read,
+        transport: if mode == Mode::Tcp {
+            TransportChoice::Tcp
+        } else {
+            TransportChoice::Auto
+        },
         ..EngineConfig::default()
     };
     let mut e = Engine::new(&mut w, config).unwrap();
+    everyone_to_everyone(&mut e);
     let sizes = [0usize, 1, 4095, 4096, 4097, 1 << 20, 64 << 20];
     if rank == 0 {
         // Every size from every peer, received by wildcard, checked by checksum.
@@ -170,14 +230,14 @@ fn rank_main(dir: &Path, rank: u32, size: u32, single_copy: bool) {
         assert_eq!(buf, 200u64.to_le_bytes());
         let reads = e.counters().remote_reads;
         // Each peer's 4097-byte, 1 MiB and 64 MiB messages go by rendezvous: read single-copy,
-        // or streamed through the rings when single copy is off.
-        if single_copy {
+        // or streamed (through the rings when single copy is off, over the socket on TCP).
+        if mode == Mode::Read {
             assert!(
                 reads >= 3 * u64::from(size - 1),
                 "only {reads} remote reads"
             );
         } else {
-            assert_eq!(reads, 0, "single copy was off");
+            assert_eq!(reads, 0, "single copy was off or impossible");
         }
         println!("remote reads: {reads}");
     } else {
@@ -212,26 +272,30 @@ fn rank_main(dir: &Path, rank: u32, size: u32, single_copy: bool) {
 }
 
 #[test]
-fn ranks_over_shared_memory() {
+fn ranks_over_shared_memory_and_tcp() {
     if let Ok(spec) = env::var(CHILD_ENV) {
         let mut it = spec.split(',');
         let (dir, rank, size) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
-        let single_copy = it.next() != Some("copy");
+        let mode = match it.next() {
+            Some("read") => Mode::Read,
+            Some("copy") => Mode::Copy,
+            _ => Mode::Tcp,
+        };
         rank_main(
             Path::new(dir),
             rank.parse().unwrap(),
             size.parse().unwrap(),
-            single_copy,
+            mode,
         );
         return;
     }
-    for (size, mode) in [(2u32, "read"), (4, "read"), (2, "copy")] {
+    for (size, mode) in [(2u32, "read"), (4, "read"), (2, "copy"), (4, "tcp")] {
         let dir = env::temp_dir().join(format!("pml-engine-{}-{size}-{mode}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         let children: Vec<_> = (0..size)
             .map(|r| {
                 Command::new(env::current_exe().unwrap())
-                    .args(["--exact", "ranks_over_shared_memory", "--nocapture"])
+                    .args(["--exact", "ranks_over_shared_memory_and_tcp", "--nocapture"])
                     .env(CHILD_ENV, format!("{},{r},{size},{mode}", dir.display()))
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())

@@ -518,3 +518,70 @@ fn a_failed_read_completes_with_the_cause_and_releases_the_sender() {
     let err = p.recv_result(1, r).1.unwrap_err();
     assert!(err.to_string().contains("EPERM"), "{err}");
 }
+
+#[test]
+fn a_held_frame_stays_in_front_of_control_frames_queued_meanwhile() {
+    let mut p = Pair::new(false, CoreConfig::default());
+    // Rank 1 has a GET for rank 0 in flight and rank 0 then streams DATA to it.
+    let data = pattern(10_000, 3);
+    let r = p.recv(1, SourceSel::Any, TagSel::Tag(1), 10_000);
+    let s = p.send(0, 1, data.clone(), SendMode::Standard);
+    p.step(); // RTS to rank 1, and its GET back
+    let first = p.cores[0].next_transmit(1).unwrap();
+    let (header, payload) = (first.header().to_vec(), first.payload.to_vec());
+    assert_eq!(
+        kind(&Frame::decode(&[&header[..], &payload[..]].concat()).unwrap()),
+        "DATA"
+    );
+    // A stream transport wrote part of it; then a synchronous send queues a frame for rank 1,
+    // and a control frame (FIN for a rendezvous rank 1 reads) would go first if not held.
+    p.cores[0].hold_front(1);
+    let sync = p.send(0, 2, vec![1, 2, 3], SendMode::Synchronous);
+    let again = p.cores[0].next_transmit(1).unwrap();
+    assert_eq!((again.header(), again.payload), (&header[..], &payload[..]));
+    p.cores[0].transmitted(1);
+    p.cores[1]
+        .on_frame(0, &[&header[..], &payload[..]].concat())
+        .unwrap();
+    p.log.push((0, "DATA"));
+    let r2 = p.recv(1, SourceSel::Any, TagSel::Tag(2), 3);
+    p.run();
+    assert!(p.send_done(0, s) && p.send_done(0, sync));
+    assert_eq!(p.recv_result(1, r).0, data);
+    assert_eq!(p.recv_result(1, r2).0, [1, 2, 3]);
+}
+
+#[test]
+fn data_lands_in_place_only_where_the_receive_expects_it() {
+    let mut p = Pair::new(false, CoreConfig::default());
+    let data = pattern(6000, 5);
+    let r = p.recv(1, SourceSel::Any, TagSel::Tag(7), 6000);
+    let s = p.send(0, 7, data.clone(), SendMode::Standard);
+    p.step(); // RTS to rank 1, and its GET back
+    let t = p.cores[0].next_transmit(1).unwrap();
+    let Frame::Data { recv_request, .. } = Frame::decode(t.header()).unwrap() else {
+        panic!("not DATA");
+    };
+    // Wrong offset, too long, and another peer are refused before anything is written.
+    let c = &mut p.cores[1];
+    assert!(c.data_target(0, recv_request, 8, 10).is_err());
+    assert!(c.data_target(0, recv_request, 0, 6001).is_err());
+    assert!(c.data_target(1, recv_request, 0, 10).is_err());
+    assert!(c.data_target(0, recv_request + 1, 0, 10).is_err());
+    // The whole message in two pieces, written straight into the lent bytes.
+    c.data_target(0, recv_request, 0, 4000)
+        .unwrap()
+        .copy_from_slice(&data[..4000]);
+    c.data_landed(0, recv_request, 4000).unwrap();
+    assert!(!c.is_complete(r).unwrap());
+    let rest = c.data_target(0, recv_request, 4000, 2000).unwrap();
+    assert_eq!(rest.len(), 2000);
+    rest.copy_from_slice(&data[4000..]);
+    assert!(
+        c.data_landed(0, recv_request, 2001).is_err(),
+        "more than expected"
+    );
+    c.data_landed(0, recv_request, 2000).unwrap();
+    assert_eq!(p.recv_result(1, r).0, data);
+    assert!(!p.send_done(0, s), "the sender still streams its own copy");
+}

@@ -13,6 +13,8 @@
 mod addrs;
 mod conn;
 mod epoll;
+#[cfg(test)]
+mod tests;
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -102,6 +104,7 @@ pub struct TcpTransport {
     epoll: Epoll,
     ready: Vec<Ready>,
     config: TcpConfig,
+    said_goodbye: bool,
 }
 
 fn io_error(what: &str, e: io::Error) -> String {
@@ -169,6 +172,7 @@ impl TcpTransport {
             epoll,
             ready: Vec::with_capacity(64),
             config,
+            said_goodbye: false,
         })
     }
 
@@ -487,20 +491,33 @@ fn epoll_failed(peer: Rank, e: io::Error) -> PmlError {
     }
 }
 
-impl Drop for TcpTransport {
-    /// Says goodbye on every connection, then waits for each peer to close its side, so that
-    /// no peer mistakes this rank's exit for a crash or loses frames to a reset.
-    fn drop(&mut self) {
-        let mut closing = Vec::new();
+impl TcpTransport {
+    /// Says goodbye on every connection and stops sending: a peer that sees this rank's end
+    /// of file then knows it finalized rather than crashed. Dropping the transport does this
+    /// first if it was not done.
+    pub fn say_goodbye(&mut self) {
         for p in &mut self.peers {
             if let Link::Connected(conn) = &mut p.link {
-                if conn.say_goodbye().is_ok() {
-                    closing.push(conn);
+                if conn.say_goodbye().is_err() {
+                    p.link = Link::Closed;
                 }
             }
         }
-        for conn in closing {
-            let _ = conn.drain(DRAIN_LIMIT);
+        self.said_goodbye = true;
+    }
+}
+
+impl Drop for TcpTransport {
+    /// Waits for each peer to close its side too, so that no frame this rank sent last is
+    /// lost to a reset (closing with unread bytes resets the connection).
+    fn drop(&mut self) {
+        if !self.said_goodbye {
+            self.say_goodbye();
+        }
+        for p in &mut self.peers {
+            if let Link::Connected(conn) = &mut p.link {
+                let _ = conn.drain(DRAIN_LIMIT);
+            }
         }
     }
 }
