@@ -79,7 +79,7 @@ fn size_var(name: &str, default: usize) -> Result<usize, String> {
 }
 
 /// `4096`, `64k`, `1m`, `2g`: the forms users type for sizes.
-fn parse_size(v: &str) -> Option<usize> {
+pub fn parse_size(v: &str) -> Option<usize> {
     let v = v.trim();
     let (digits, shift) = match v.chars().last()?.to_ascii_lowercase() {
         'k' => (&v[..v.len() - 1], 10),

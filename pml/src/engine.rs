@@ -152,6 +152,8 @@ pub struct Engine {
     tcp: Option<TcpTransport>,
     #[cfg(feature = "verbs")]
     verbs: Option<VerbsTransport>,
+    /// Host of each rank, for errors that name where a failed peer runs.
+    hosts: Vec<String>,
     /// Reads verbs finished, handed from its poll to the core (kept to reuse its memory).
     #[cfg(feature = "verbs")]
     reads_done: Vec<verbs::ReadDone>,
@@ -438,6 +440,7 @@ impl Engine {
             verbs,
             #[cfg(feature = "verbs")]
             reads_done: Vec::new(),
+            hosts,
             local_ranks,
             loopback: VecDeque::new(),
             blocked: Vec::new(),
@@ -502,12 +505,9 @@ impl Engine {
             && !self.core.sends_eagerly(peer, len)
         {
             let v = self.verbs.as_mut().expect("a verbs link has a transport");
-            let (rkey, id) = v
-                .expose(buf as usize, len)
-                .map_err(|cause| PmlError::Transport {
-                    peer,
-                    cause: format!("exposing a {len}-byte send buffer: {cause}"),
-                })?;
+            let (rkey, id) = v.expose(buf as usize, len).map_err(|cause| {
+                PmlError::transport(peer, format!("exposing a {len}-byte send buffer: {cause}"))
+            })?;
             remote.key = u64::from(rkey);
             exposure = Some(id);
         }
@@ -763,17 +763,21 @@ impl Engine {
             moved |= n > 0;
         }
         if let Some(tcp) = &mut self.tcp {
-            let n = tcp.poll(&mut self.core)?;
+            let n = tcp
+                .poll(&mut self.core)
+                .map_err(|e| e.on_host(&self.hosts))?;
             self.counters.frames_received += n as u64;
             moved |= n > 0;
         }
         #[cfg(feature = "verbs")]
         if let Some(v) = &mut self.verbs {
             let core = &mut self.core;
-            let n = v.poll(
-                |peer, frame| core.on_frame(peer, frame),
-                &mut self.reads_done,
-            )?;
+            let n = v
+                .poll(
+                    |peer, frame| core.on_frame(peer, frame),
+                    &mut self.reads_done,
+                )
+                .map_err(|e| e.on_host(&self.hosts))?;
             self.counters.frames_received += n as u64;
             moved |= n > 0;
             for (token, result) in self.reads_done.drain(..) {
@@ -815,7 +819,8 @@ impl Engine {
         if let Link::Verbs = link {
             // Asynchronous: `progress` reports it done when the last piece completes.
             let v = self.verbs.as_mut().expect("a verbs link has a transport");
-            v.read(peer, remote, target, recv.to_wire())?;
+            v.read(peer, remote, target, recv.to_wire())
+                .map_err(|e| e.on_host(&self.hosts))?;
             self.counters.remote_reads += 1;
             self.counters.remote_read_bytes += len as u64;
             return Ok(());
@@ -872,11 +877,15 @@ impl Engine {
                 #[cfg(feature = "verbs")]
                 Link::Verbs => {
                     let v = self.verbs.as_mut().expect("a verbs link has a transport");
-                    v.send(peer, t.header(), t.payload)?
+                    v.send(peer, t.header(), t.payload)
+                        .map_err(|e| e.on_host(&self.hosts))?
                 }
                 Link::Tcp => {
                     let tcp = self.tcp.as_mut().expect("a tcp link has a transport");
-                    match tcp.send(peer, t.header(), t.payload)? {
+                    match tcp
+                        .send(peer, t.header(), t.payload)
+                        .map_err(|e| e.on_host(&self.hosts))?
+                    {
                         Sent::Whole => true,
                         Sent::Part => {
                             part_sent = true;

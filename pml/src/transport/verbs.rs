@@ -176,10 +176,7 @@ fn status_text(status: ibv_wc_status::Type) -> String {
 }
 
 fn transport(peer: Rank, cause: impl Into<String>) -> PmlError {
-    PmlError::Transport {
-        peer,
-        cause: cause.into(),
-    }
+    PmlError::transport(peer, cause.into())
 }
 
 impl VerbsTransport {
