@@ -39,6 +39,15 @@ pub use communicator as topology;
 pub use communicator::Rank;
 pub use environment::{initialize, initialize_with_threading, time, Threading, Universe};
 pub use error::Error;
+/// The global allocator that lets the runtime keep RDMA registrations of buffers between
+/// messages (see `pml::freed_memory`); programs that send large messages over verbs from the
+/// same buffers again and again install it:
+///
+/// ```
+/// #[global_allocator]
+/// static ALLOCATOR: mpirt::TrackingAllocator = mpirt::TrackingAllocator;
+/// ```
+pub use pml::TrackingAllocator;
 pub use point_to_point::{Count, Tag};
 
 /// `#[derive(Equivalence)]` for `#[repr(C)]` structs of `Equivalence` fields without padding.

@@ -16,6 +16,10 @@ use mpirt::point_to_point as p2p;
 use mpirt::request::{self, WaitGuard};
 use mpirt::traits::*;
 
+// The ranks run this binary: keep RDMA registrations between messages, as programs should.
+#[global_allocator]
+static ALLOCATOR: mpirt::TrackingAllocator = mpirt::TrackingAllocator;
+
 const RANK_MODE: &str = "MPIRT_TEST_RANK_MODE";
 const SIDE_DIR: &str = "MPIRT_TEST_SIDE_DIR";
 const EAGER: usize = 4096;
@@ -494,6 +498,16 @@ enum Wire {
     Tcp,
     /// TCP over the IPv6 loopback only.
     Tcp6,
+    /// RDMA verbs between every pair (in the Soft-RoCE guest), eager limit EAGER too.
+    #[cfg(feature = "verbs")]
+    Verbs,
+}
+
+/// Whether this machine has an RDMA device; tests over verbs say they skip where it has none
+/// (tools/test-all.sh runs them again in the Soft-RoCE guest).
+#[cfg(feature = "verbs")]
+fn rdma_device_present() -> bool {
+    std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
 }
 
 impl Wire {
@@ -509,6 +523,12 @@ impl Wire {
             Wire::Shm => vec![],
             Wire::Tcp => tcp,
             Wire::Tcp6 => [tcp, vec![("MPIRT_TCP_IF", "::1/128".to_string())]].concat(),
+            #[cfg(feature = "verbs")]
+            Wire::Verbs => vec![
+                ("MPIRT_TRANSPORT", "verbs".to_string()),
+                ("MPIRT_VERBS_EAGER_LIMIT", EAGER.to_string()),
+                ("MPIRT_VERBOSE", "1".to_string()),
+            ],
         }
     }
 
@@ -516,10 +536,12 @@ impl Wire {
     /// MPIRT_VERBOSE) that it reaches every other rank over TCP, with the tests' eager limit,
     /// and over the IPv6 loopback where asked.
     fn assert_used(self, n: u32, stderr: &str) {
-        let from = match self {
+        let (over, from) = match self {
             Wire::Shm => return,
-            Wire::Tcp => "",
-            Wire::Tcp6 => " from [::1]:",
+            Wire::Tcp => ("tcp", ""),
+            Wire::Tcp6 => ("tcp", " from [::1]:"),
+            #[cfg(feature = "verbs")]
+            Wire::Verbs => ("verbs", ""),
         };
         for rank in 0..n {
             let head = format!("mpirt: rank {rank} of {n} ");
@@ -530,8 +552,8 @@ impl Wire {
             // A lone rank has no peer, so no transport to report.
             if n > 1 {
                 assert!(
-                    line.contains(&format!("{} ranks over tcp{from}", n - 1))
-                        && line.contains(&format!("eager up to {EAGER} bytes")),
+                    line.contains(&format!("{} ranks over {over}{from}", n - 1))
+                        && line.contains(&format!("up to {EAGER} bytes")),
                     "{self:?}: {line}"
                 );
             }
@@ -556,6 +578,16 @@ macro_rules! on_each_wire {
             #[test]
             fn tcp() {
                 body(Wire::Tcp)
+            }
+
+            #[cfg(feature = "verbs")]
+            #[test]
+            fn verbs() {
+                if !rdma_device_present() {
+                    println!("skipped: no RDMA device here (tools/test-all.sh runs this in the Soft-RoCE guest)");
+                    return;
+                }
+                body(Wire::Verbs)
             }
         }
     };

@@ -10,3 +10,7 @@ pub use measure::measure;
 pub use options::{parse, Benchmark, Options, Parsed};
 pub use output::{header, row};
 pub use start::start;
+
+/// The benchmarks send from the same buffers again and again: keep their RDMA registrations.
+#[global_allocator]
+static ALLOCATOR: mpirt::TrackingAllocator = mpirt::TrackingAllocator;

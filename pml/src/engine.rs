@@ -126,6 +126,8 @@ pub struct Counters {
     pub frames_received: u64,
     pub remote_reads: u64,
     pub remote_read_bytes: u64,
+    /// Memory registrations made (RDMA): a buffer sent from again is not registered again.
+    pub registrations: u64,
 }
 
 /// A waiting rank busy-polls for a while (a message about to arrive is caught at once), then
@@ -400,9 +402,16 @@ impl Engine {
                 .count();
             description += &format!(
                 "; {n} ranks over verbs on {}, eager (SEND) up to {} bytes, rendezvous by RDMA \
-                 READ",
+                 READ, registration cache {}",
                 v.device_name(),
-                config.verbs_eager_limit.min(v.frame_size())
+                config.verbs_eager_limit.min(v.frame_size()),
+                if v.caching() {
+                    "on"
+                } else if config.verbs_reg_cache {
+                    "off (install mpirt::TrackingAllocator as the global allocator to turn it on)"
+                } else {
+                    "off (MPIRT_VERBS_REG_CACHE=0)"
+                }
             );
         }
         #[cfg(feature = "verbs")]
@@ -464,6 +473,13 @@ impl Engine {
     }
 
     pub fn counters(&self) -> Counters {
+        #[cfg(feature = "verbs")]
+        if let Some(v) = &self.verbs {
+            return Counters {
+                registrations: v.registrations(),
+                ..self.counters
+            };
+        }
         self.counters
     }
 

@@ -8,6 +8,7 @@ pub mod engine;
 pub mod envelope;
 pub mod error;
 mod fast_hash;
+pub mod freed_memory;
 mod keyed_queues;
 pub mod matching;
 pub mod protocol;
@@ -20,6 +21,7 @@ pub use config::{EngineConfig, TransportChoice};
 pub use engine::{Done, Engine, EngineError, Wireup};
 pub use envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
 pub use error::PmlError;
+pub use freed_memory::TrackingAllocator;
 pub use protocol::{
     Action, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, SendMode,
 };

@@ -9,6 +9,10 @@ use std::{env, fs};
 
 use pml::{Done, Engine, EngineConfig, SendMode, SourceSel, TagSel, TransportChoice, Wireup};
 
+// Lets the verbs test check that the registration cache works.
+#[global_allocator]
+static ALLOCATOR: pml::TrackingAllocator = pml::TrackingAllocator;
+
 /// Key-value exchange through a directory: a put is a file, a fence waits for every rank's
 /// marker file of that round.
 struct DirWireup {
@@ -129,6 +133,20 @@ enum Mode {
     /// Shared memory, rendezvous streamed through the rings.
     Copy,
     Tcp,
+    /// RDMA verbs between every pair: SEND for eager, RDMA READ for rendezvous.
+    Verbs,
+}
+
+impl Mode {
+    fn parse(name: &str) -> Mode {
+        match name {
+            "read" => Mode::Read,
+            "copy" => Mode::Copy,
+            "tcp" => Mode::Tcp,
+            "verbs" => Mode::Verbs,
+            other => panic!("unknown mode {other}"),
+        }
+    }
 }
 
 /// Every rank sends to every other at once: over TCP, the dials of each pair cross.
@@ -185,11 +203,14 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
     let config = EngineConfig {
         shm_eager_limit: 4096,
         tcp_eager_limit: 4096,
+        verbs_eager_limit: 4096,
+        // In the RDMA test guest: one device per rank, round robin, so frames cross a link.
+        verbs_devices: env::var("MPIRT_VERBS_DEV").unwrap_or_default(),
         single_copy: mode == Mode::Read,
-        transport: if mode == Mode::Tcp {
-            TransportChoice::Tcp
-        } else {
-            TransportChoice::Auto
+        transport: match mode {
+            Mode::Tcp => TransportChoice::Tcp,
+            Mode::Verbs => TransportChoice::Verbs,
+            Mode::Read | Mode::Copy => TransportChoice::Auto,
         },
         ..EngineConfig::default()
     };
@@ -222,6 +243,13 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
             );
             next[st.source as usize] += 1;
         }
+        if mode == Mode::Verbs {
+            let again = pattern(1 << 20, 9);
+            for _ in 0..5 {
+                let (buf, _) = recv(&mut e, SourceSel::Rank(1), TagSel::Tag(40), 1 << 20);
+                assert!(buf == again, "a re-sent buffer arrived wrong");
+            }
+        }
         // A synchronous send is not complete before its receive is posted.
         let (flag, _) = recv(&mut e, SourceSel::Rank(1), TagSel::Tag(77), 1);
         assert_eq!(flag, [1]);
@@ -229,9 +257,10 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
         let (buf, _) = recv(&mut e, SourceSel::Rank(1), TagSel::Tag(78), 8);
         assert_eq!(buf, 200u64.to_le_bytes());
         let reads = e.counters().remote_reads;
-        // Each peer's 4097-byte, 1 MiB and 64 MiB messages go by rendezvous: read single-copy,
-        // or streamed (through the rings when single copy is off, over the socket on TCP).
-        if mode == Mode::Read {
+        // Each peer's 4097-byte, 1 MiB and 64 MiB messages go by rendezvous: read single-copy
+        // or by RDMA READ, or streamed (through the rings when single copy is off, over the
+        // socket on TCP).
+        if matches!(mode, Mode::Read | Mode::Verbs) {
             assert!(
                 reads >= 3 * u64::from(size - 1),
                 "only {reads} remote reads"
@@ -239,7 +268,12 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
         } else {
             assert_eq!(reads, 0, "single copy was off or impossible");
         }
-        println!("remote reads: {reads}");
+        let frames = e.counters().frames_received;
+        assert!(
+            frames >= 10_000 * u64::from(size - 1),
+            "only {frames} frames arrived"
+        );
+        println!("remote reads: {reads}, frames received: {frames}");
     } else {
         for &len in &sizes {
             send(
@@ -252,6 +286,19 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
         }
         for i in 0..10_000u32 {
             send(&mut e, 0, 5, &i.to_le_bytes(), SendMode::Standard);
+        }
+        if mode == Mode::Verbs && rank == 1 {
+            // Sending again from one buffer registers it once (the registration cache).
+            let again = pattern(1 << 20, 9);
+            let before = e.counters().registrations;
+            for _ in 0..5 {
+                send(&mut e, 0, 40, &again, SendMode::Standard);
+            }
+            let made = e.counters().registrations - before;
+            assert!(
+                made <= 1,
+                "{made} registrations for one buffer sent 5 times"
+            );
         }
         if rank == 1 {
             let data = 200u64.to_le_bytes();
@@ -273,29 +320,44 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
 
 #[test]
 fn ranks_over_shared_memory_and_tcp() {
+    run_ranks(
+        "ranks_over_shared_memory_and_tcp",
+        &[(2, "read"), (4, "read"), (2, "copy"), (4, "tcp")],
+    );
+}
+
+/// Needs an RDMA device: `.ci/run` runs it in the Soft-RoCE guest (../shared/rdma-vm).
+#[cfg(feature = "verbs")]
+#[test]
+fn ranks_over_verbs() {
+    if env::var(CHILD_ENV).is_err() && pml::transport::verbs::device_names().is_empty() {
+        println!("skipped: no RDMA device on this machine (tools/test-all.sh runs this in the Soft-RoCE guest)");
+        return;
+    }
+    run_ranks("ranks_over_verbs", &[(2, "verbs"), (4, "verbs")]);
+}
+
+/// Runs each (size, mode) case as that many processes of this test binary; in a child, runs
+/// its rank instead.
+fn run_ranks(test: &str, cases: &[(u32, &str)]) {
     if let Ok(spec) = env::var(CHILD_ENV) {
         let mut it = spec.split(',');
         let (dir, rank, size) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
-        let mode = match it.next() {
-            Some("read") => Mode::Read,
-            Some("copy") => Mode::Copy,
-            _ => Mode::Tcp,
-        };
         rank_main(
             Path::new(dir),
             rank.parse().unwrap(),
             size.parse().unwrap(),
-            mode,
+            Mode::parse(it.next().unwrap()),
         );
         return;
     }
-    for (size, mode) in [(2u32, "read"), (4, "read"), (2, "copy"), (4, "tcp")] {
+    for &(size, mode) in cases {
         let dir = env::temp_dir().join(format!("pml-engine-{}-{size}-{mode}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         let children: Vec<_> = (0..size)
             .map(|r| {
                 Command::new(env::current_exe().unwrap())
-                    .args(["--exact", "ranks_over_shared_memory_and_tcp", "--nocapture"])
+                    .args(["--exact", test, "--nocapture"])
                     .env(CHILD_ENV, format!("{},{r},{size},{mode}", dir.display()))
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())

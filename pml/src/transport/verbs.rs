@@ -296,6 +296,11 @@ impl VerbsTransport {
         &self.dev.name
     }
 
+    /// Whether registrations are kept between messages (see `registry.rs`).
+    pub fn caching(&self) -> bool {
+        self.registry.caching()
+    }
+
     /// What peers need to connect to this rank: addressing, the credit slots, and the queue
     /// pair number meant for each rank (0 where there is none).
     pub fn endpoint(&self) -> String {
@@ -481,7 +486,7 @@ impl VerbsTransport {
     pub fn expose(&mut self, addr: usize, len: usize) -> Result<(u32, MrId), String> {
         let keys = self
             .registry
-            .acquire(addr, len)
+            .acquire(addr, len, false)
             .map_err(|e| e.to_string())?;
         Ok((keys.rkey, keys.id))
     }
@@ -501,7 +506,7 @@ impl VerbsTransport {
     ) -> Result<(), PmlError> {
         let keys = self
             .registry
-            .acquire(target.as_ptr() as usize, target.len())
+            .acquire(target.as_ptr() as usize, target.len(), true)
             .map_err(|e| transport(peer, e.to_string()))?;
         let piece_max = self.dev.max_msg.max(1 << 16) as usize;
         let pieces = target.len().div_ceil(piece_max);

@@ -1,21 +1,21 @@
 //! Memory registrations, cached: sending again from the same buffer (or reading into it)
 //! finds the registration that covers it instead of pinning the pages again.
 //!
-//! A cached registration pins the physical pages its virtual range had when it was made. If
-//! the program freed that memory and the allocator gave the range back to the kernel, a new
-//! allocation at the same address would get other pages and the cached registration would
-//! read stale ones. So while the cache is on, the transport tells glibc's malloc never to
-//! return memory to the kernel (the MVAPICH approach); `MPIRT_VERBS_REG_CACHE=0` turns the
-//! cache off for programs that unmap memory themselves, and every registration is then
-//! dropped as soon as its message is done.
+//! Registrations are kept after their message only while the program's global allocator is
+//! [`crate::TrackingAllocator`], which logs the blocks it frees: before each look-up the cache
+//! drops the registrations over freed blocks, whose pages the allocator may have given back
+//! to the kernel (see `freed_memory.rs`). Only blocks of at least a page are kept: a block
+//! that small may share its pages with others. `MPIRT_VERBS_REG_CACHE=0` turns caching off.
 //!
 //! Registrations in use (by a rendezvous send a peer may still read, or a read under way) are
-//! counted and never evicted; idle ones are evicted oldest first past a bound on entries.
+//! counted and never dropped; idle ones are dropped oldest first past a bound on entries.
 
 use std::collections::BTreeMap;
 use std::io;
 
 use rdma_sys::*;
+
+use crate::freed_memory;
 
 /// A registration handed out by [`Registry::acquire`], to give back with `release`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +35,9 @@ struct Entry {
     mr: *mut ibv_mr,
     users: u32,
     last_use: u64,
+    /// Whether the entry may outlive its users (see the module comment).
+    keep: bool,
+    writable: bool,
 }
 
 pub struct Registry {
@@ -45,42 +48,67 @@ pub struct Registry {
     cache: bool,
     max_idle: usize,
     clock: u64,
+    /// The allocator's free log as of our last look.
+    freed_seen: u64,
     pub registrations: u64,
 }
 
 const PAGE: usize = 4096;
-const ACCESS: u32 = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
-    | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0
-    | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+/// Send buffers are only read (by peers), and may be read-only memory (a constant), which a
+/// registration that allows writing cannot pin; receive buffers are written (by our reads).
+const READ_ONLY: u32 = ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
+const WRITABLE: u32 =
+    ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
 
 impl Registry {
+    /// A registry that caches when asked to and when the allocator makes that safe.
     pub fn new(pd: *mut ibv_pd, cache: bool, max_idle: usize) -> Registry {
-        if cache {
-            // SAFETY: mallopt only changes malloc's tuning; see the module comment for why.
-            unsafe {
-                libc::mallopt(libc::M_MMAP_MAX, 0);
-                libc::mallopt(libc::M_TRIM_THRESHOLD, -1);
-            }
-        }
         Registry {
             pd,
             entries: BTreeMap::new(),
-            cache,
+            cache: cache && freed_memory::installed(),
             max_idle,
             clock: 0,
+            freed_seen: 0,
             registrations: 0,
         }
     }
 
-    /// Keys for `len` bytes at `addr`, registering (whole pages) if no entry covers them.
-    pub fn acquire(&mut self, addr: usize, len: usize) -> io::Result<Keys> {
+    /// Whether registrations outlive their messages.
+    pub fn caching(&self) -> bool {
+        self.cache
+    }
+
+    /// Drops idle registrations over memory freed since the last look.
+    fn forget_freed(&mut self) {
+        let mut freed = Vec::new();
+        let complete = freed_memory::freed_since(&mut self.freed_seen, |s, e| freed.push((s, e)));
+        let stale: Vec<(usize, u64)> = self
+            .entries
+            .iter()
+            .filter(|(&(start, _), e)| {
+                !complete || freed.iter().any(|&(s, end)| s < e.end && start < end)
+            })
+            .map(|(&k, _)| k)
+            .collect();
+        for key in stale {
+            self.evict_if_idle(key);
+        }
+    }
+
+    /// Keys for `len` bytes at `addr`, registering (whole pages) if no entry covers them;
+    /// `writable` for memory the local device writes into.
+    pub fn acquire(&mut self, addr: usize, len: usize, writable: bool) -> io::Result<Keys> {
         self.clock += 1;
+        if self.cache {
+            self.forget_freed();
+        }
         let end = addr + len.max(1);
         let covering = self
             .entries
             .range_mut(..=(addr, u64::MAX))
             .rev()
-            .find(|(_, e)| e.end >= end);
+            .find(|(_, e)| e.end >= end && (e.writable || !writable));
         if let Some((&key, e)) = covering {
             e.users += 1;
             e.last_use = self.clock;
@@ -96,15 +124,20 @@ impl Registry {
         let end = end.next_multiple_of(PAGE);
         // SAFETY: the range is mapped memory of this process (the caller's buffer rounded out
         // to its pages); the registration is deregistered when its entry goes.
-        let mr = unsafe { ibv_reg_mr(self.pd, start as *mut _, end - start, ACCESS as i32) };
+        let access = if writable { WRITABLE } else { READ_ONLY };
+        let mr = unsafe { ibv_reg_mr(self.pd, start as *mut _, end - start, access as i32) };
         if mr.is_null() {
             let e = io::Error::last_os_error();
             return Err(io::Error::new(
                 e.kind(),
                 format!(
-                    "registering {} bytes at {addr:#x} failed: {e} (is the locked-memory limit, \
-                     ulimit -l, too low?)",
-                    end - start
+                    "registering {} bytes at {addr:#x} failed: {e}{}",
+                    end - start,
+                    if e.raw_os_error() == Some(libc::ENOMEM) {
+                        " (is the locked-memory limit, ulimit -l, too low?)"
+                    } else {
+                        ""
+                    }
                 ),
             ));
         }
@@ -117,6 +150,8 @@ impl Registry {
                 mr,
                 users: 1,
                 last_use: self.clock,
+                keep: self.cache && len >= PAGE,
+                writable,
             },
         );
         self.trim();
@@ -134,7 +169,7 @@ impl Registry {
             return;
         };
         e.users = e.users.saturating_sub(1);
-        if e.users == 0 && !self.cache {
+        if e.users == 0 && !e.keep {
             self.evict_if_idle(id.key);
         }
     }
