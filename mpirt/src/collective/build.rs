@@ -64,24 +64,40 @@ pub(crate) fn all_reduce(
     Ok(p)
 }
 
-pub(crate) fn reduce_scatter_block(
+/// Reduce-scatter: rank r ends with part r (offset, length in bytes) of the reduction of
+/// every rank's send vector of `total` bytes.
+pub(crate) fn reduce_scatter(
     ranks: Ranks,
-    block: usize,
+    total: usize,
+    parts: &[(usize, usize)],
     commutative: bool,
 ) -> Result<Plan, Cause> {
     let mut p = Plan::default();
-    let total = block * ranks.size as usize;
+    let own = parts[ranks.rank as usize].1;
     match select::reduce_scatter(commutative)? {
         ReduceScatter::Ring => {
             let acc = p.scratch(total);
             p.copy(send(total), acc);
-            allreduce::ring_reduce_scatter(&mut p, ranks, acc);
-            p.copy(acc.sub(ranks.rank as usize * block, block), recv(block));
+            let spans: Vec<Span> = parts.iter().map(|&(at, len)| acc.sub(at, len)).collect();
+            allreduce::ring_reduce_scatter(&mut p, ranks, &spans);
+            p.copy(spans[ranks.rank as usize], recv(own));
         }
         ReduceScatter::ReduceThenScatter => {
             let whole = (ranks.rank == 0).then(|| p.scratch(total));
             tree::reduce(&mut p, ranks, 0, commutative, send(total), whole);
-            tree::scatter(&mut p, ranks, 0, whole, recv(block));
+            if parts.iter().all(|part| part.1 == own) {
+                tree::scatter(
+                    &mut p,
+                    ranks,
+                    0,
+                    whole.map(|w| w.sub(0, own * parts.len())),
+                    recv(own),
+                );
+            } else {
+                let outgoing: Option<Vec<Span>> =
+                    whole.map(|w| parts.iter().map(|&(at, len)| w.sub(at, len)).collect());
+                exchange::linear_scatter(&mut p, 0, outgoing.as_deref(), recv(own));
+            }
         }
     }
     Ok(p)

@@ -11,7 +11,8 @@
 use crate::communicator::{CommData, Communicator, Process, Rank};
 use crate::datatype::{Buffer, BufferMut, Datatype};
 use crate::error::{or_fatal, Cause, Error};
-use crate::partition::{parts, Partitioned, PartitionedBuffer, PartitionedBufferMut};
+use crate::partition::{parts, Partition, Partitioned, PartitionedBuffer, PartitionedBufferMut};
+use crate::point_to_point::Count;
 use crate::request::{Scope, StaticScope};
 
 mod algorithms;
@@ -346,8 +347,58 @@ pub trait CommunicatorCollectives: Communicator {
             op.check(datatype)?;
             let n = comm.size as usize;
             expect_count("the send buffer", recv.count() * n, send.count())?;
+            let parts = build::equal_parts(recv.byte_len(), comm.size);
             let plan =
-                build::reduce_scatter_block(ranks(comm), recv.byte_len(), op.is_commutative())?;
+                build::reduce_scatter(ranks(comm), send.byte_len(), &parts, op.is_commutative())?;
+            Ok(Call::new(plan, both(send, recv), datatype).reducing(&op))
+        })
+    }
+
+    /// Part r of the reduction of every process's `send` in process r's `recv`, the parts cut
+    /// by `counts` (`MPI_Reduce_scatter`; not in rsmpi).
+    fn reduce_scatter_into<S, R, O>(&self, send: &S, recv: &mut R, counts: &[Count], op: O)
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        or_fatal(self.try_reduce_scatter_into(send, recv, counts, op))
+    }
+    fn try_reduce_scatter_into<S, R, O>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        counts: &[Count],
+        op: O,
+    ) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let comm = self.data();
+        blocking(comm, "reduce_scatter_into", || {
+            let datatype = same_type(send.datatype(), recv.datatype())?;
+            op.check(datatype)?;
+            let displs: Vec<Count> = counts
+                .iter()
+                .scan(0, |at, &c| {
+                    let d = *at;
+                    *at += c.max(0);
+                    Some(d)
+                })
+                .collect();
+            let cut = Partition::new(send, counts, &displs[..]);
+            let parts = byte_parts("counts", &cut, send.count(), datatype, comm.size)?;
+            let total: usize = parts.iter().map(|p| p.1).sum();
+            expect_count(
+                "the send buffer",
+                total / datatype.size().max(1),
+                send.count(),
+            )?;
+            let own = parts[comm.rank as usize].1 / datatype.size().max(1);
+            expect_count("the receive buffer", own, recv.count())?;
+            let plan = build::reduce_scatter(ranks(comm), total, &parts, op.is_commutative())?;
             Ok(Call::new(plan, both(send, recv), datatype).reducing(&op))
         })
     }

@@ -115,17 +115,19 @@ pub(crate) fn ring(p: &mut Plan, ranks: Ranks, acc: Span, element: usize) {
     }
 }
 
-/// Reduce-scatter of equal blocks around the ring: rank r ends with block r of the reduction
-/// in `acc`. Commutative operations only, as for [`ring`].
-pub(crate) fn ring_reduce_scatter(p: &mut Plan, ranks: Ranks, acc: Span) {
+/// Reduce-scatter around the ring: rank r ends with the reduction of `parts[r]` (spans of
+/// the vector in `acc`, of any lengths) in that part. Commutative operations only, as for
+/// [`ring`].
+pub(crate) fn ring_reduce_scatter(p: &mut Plan, ranks: Ranks, parts: &[Span]) {
     let (rank, n) = (ranks.rank as usize, ranks.size as usize);
-    let block = acc.len / n;
-    let part = |c: usize| acc.sub((c % n) * block, block);
-    let tmp = p.scratch(block);
+    let longest = parts.iter().map(|s| s.len).max().unwrap_or(0);
+    let tmp = p.scratch(longest);
     let (right, left) = (((rank + 1) % n) as u32, ((rank + n - 1) % n) as u32);
     for step in 0..n - 1 {
-        let (out, into) = (part(rank + 2 * n - step - 1), part(rank + 2 * n - step - 2));
-        p.round().send(right, out).recv(left, tmp);
-        p.reduce(tmp, into, false);
+        let out = parts[(rank + 2 * n - step - 1) % n];
+        let into = parts[(rank + 2 * n - step - 2) % n];
+        let landing = tmp.sub(0, into.len);
+        p.round().send(right, out).recv(left, landing);
+        p.reduce(landing, into, false);
     }
 }
