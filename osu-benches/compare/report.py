@@ -7,15 +7,19 @@ out, repeats = Path(sys.argv[1]), int(sys.argv[2])
 
 
 def rows(path):
-    return {int(l.split()[0]): float(l.split()[1])
-            for l in path.read_text().splitlines() if l and not l.startswith("#")}
+    """Size -> value; the barrier's one value (no size column in OSU's format) is size 0."""
+    values = [l.split() for l in path.read_text().splitlines() if l and not l.startswith("#")]
+    return {int(v[0]) if len(v) > 1 else 0: float(v[-1]) for v in values}
 
 
 def median(values):
     return statistics.median(values) if values else float("nan")
 
 
-for bench, unit in [("latency", "us"), ("bw", "MB/s"), ("bibw", "MB/s")]:
+collectives = ["barrier", "bcast", "reduce", "allreduce", "allgather", "alltoall", "gather",
+               "scatter", "reduce_scatter"]
+for bench, unit in [("latency", "us"), ("bw", "MB/s"), ("bibw", "MB/s")] + \
+        [(c, "us") for c in collectives]:
     runs = {who: [rows(out / f"{bench}.{who}.{r}") for r in range(1, repeats + 1)]
             for who in ("mpirt", "ompi", "mpich")}
     sizes = sorted(runs["mpirt"][0])

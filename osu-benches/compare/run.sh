@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Side by side, in one run: mpirt's OSU ports against the same OSU method in C on Open MPI
 # and on MPICH (Debian's packages), interleaved and repeated; medians per message size.
-#   osu-benches/compare/run.sh [-r REPEATS] [-o OUTDIR]
+# The collective tests run on RANKS ranks.
+#   osu-benches/compare/run.sh [-r REPEATS] [-n RANKS] [-o OUTDIR]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repeats=5
+ranks=4
 out=target/compare
-while getopts "r:o:" opt; do
+while getopts "r:n:o:" opt; do
     case $opt in
         r) repeats=$OPTARG ;;
+        n) ranks=$OPTARG ;;
         o) out=$OPTARG ;;
-        *) echo "usage: $0 [-r REPEATS] [-o OUTDIR]" >&2; exit 2 ;;
+        *) echo "usage: $0 [-r REPEATS] [-n RANKS] [-o OUTDIR]" >&2; exit 2 ;;
     esac
 done
 mkdir -p "$out"
@@ -24,6 +27,8 @@ bin=${CARGO_TARGET_DIR:-target}/release
 c=osu-benches/compare
 mpicc.openmpi -O2 -Wno-stringop-overflow -o "$out/osu_p2p.ompi" $c/osu_p2p.c
 mpicc.mpich -O2 -Wno-stringop-overflow -o "$out/osu_p2p.mpich" $c/osu_p2p.c
+mpicc.openmpi -O2 -o "$out/osu_coll.ompi" $c/osu_coll.c
+mpicc.mpich -O2 -o "$out/osu_coll.mpich" $c/osu_coll.c
 mpicc.mpich -O2 -o "$out/hello.mpich" $c/hello.c
 cc -O2 -o "$out/memcpy.bin" $c/memcpy.c
 
@@ -35,6 +40,13 @@ for bench in latency bw bibw; do
         "${rsrun[@]}" 2 "$bin"/osu_$bench > "$out/$bench.mpirt.$r"
         "${ompi[@]}" 2 "$out/osu_p2p.ompi" $bench > "$out/$bench.ompi.$r"
         "${mpich[@]}" 2 "$out/osu_p2p.mpich" $bench > "$out/$bench.mpich.$r"
+    done
+done
+for bench in barrier bcast reduce allreduce allgather alltoall gather scatter reduce_scatter; do
+    for ((r = 1; r <= repeats; r++)); do
+        "${rsrun[@]}" "$ranks" "$bin"/osu_$bench > "$out/$bench.mpirt.$r"
+        "${ompi[@]}" "$ranks" "$out/osu_coll.ompi" $bench > "$out/$bench.ompi.$r"
+        "${mpich[@]}" "$ranks" "$out/osu_coll.mpich" $bench > "$out/$bench.mpich.$r"
     done
 done
 for ((r = 1; r <= repeats; r++)); do
