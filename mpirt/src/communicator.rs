@@ -7,7 +7,8 @@ use crate::collective::CommunicatorCollectives;
 use crate::context::{self, ContextLease};
 use crate::environment::with_engine;
 use crate::error::{or_fatal, Cause, Error};
-use crate::group::{Group, UserGroup};
+use crate::group::Group;
+pub use crate::group::{GroupRelation, UserGroup};
 
 /// A process's rank in a communicator.
 pub type Rank = i32;

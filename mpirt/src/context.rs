@@ -39,7 +39,8 @@ impl ContextLease {
 impl Drop for ContextLease {
     fn drop(&mut self) {
         let id = self.0 as usize;
-        IN_USE.with(|bits| bits.borrow_mut()[id / 64] &= !(1 << (id % 64)));
+        // A communicator kept in a thread-local may drop after this map: nothing to free then.
+        let _ = IN_USE.try_with(|bits| bits.borrow_mut()[id / 64] &= !(1 << (id % 64)));
     }
 }
 

@@ -692,6 +692,7 @@ fn every_algorithm_forced() {
         ("MPIRT_COLL_GATHER", "binomial"),
         ("MPIRT_COLL_SCATTER", "binomial"),
         ("MPIRT_COLL_REDUCE_SCATTER", "ring"),
+        ("MPIRT_COLL_BCAST", "binomial"),
     ];
     let second = [
         ("MPIRT_COLL_ALLREDUCE", "rabenseifner"),
@@ -700,10 +701,12 @@ fn every_algorithm_forced() {
         ("MPIRT_COLL_GATHER", "linear"),
         ("MPIRT_COLL_SCATTER", "linear"),
         ("MPIRT_COLL_REDUCE_SCATTER", "reduce_scatter"),
+        ("MPIRT_COLL_BCAST", "scatter_allgather"),
     ];
     let third = [
         ("MPIRT_COLL_ALLREDUCE", "ring"),
         ("MPIRT_COLL_ALLGATHER", "ring"),
+        ("MPIRT_COLL_BCAST", "scatter_allgather"),
     ];
     ok_job(6, &first);
     ok_job(7, &second);

@@ -3,7 +3,7 @@
 
 use super::algorithms::{allgather, allreduce, exchange, tree, Ranks};
 use super::schedule::{Plan, Region, Span};
-use super::select::{self, Allgather, Allreduce, Alltoall, ReduceScatter, Rooted};
+use super::select::{self, Allgather, Allreduce, Alltoall, Broadcast, ReduceScatter, Rooted};
 use crate::error::Cause;
 
 fn send(len: usize) -> Span {
@@ -33,10 +33,20 @@ pub(crate) fn barrier(ranks: Ranks) -> Plan {
     p
 }
 
-pub(crate) fn broadcast(ranks: Ranks, root: u32, len: usize) -> Plan {
+pub(crate) fn broadcast(
+    ranks: Ranks,
+    root: u32,
+    len: usize,
+    element: usize,
+) -> Result<Plan, Cause> {
     let mut p = Plan::default();
-    tree::broadcast(&mut p, ranks, root, recv(len));
-    p
+    match select::broadcast(len, ranks.size)? {
+        Broadcast::Binomial => tree::broadcast(&mut p, ranks, root, recv(len)),
+        Broadcast::ScatterAllgather => {
+            tree::broadcast_scatter_allgather(&mut p, ranks, root, recv(len), element.max(1))
+        }
+    }
+    Ok(p)
 }
 
 pub(crate) fn reduce(ranks: Ranks, root: u32, len: usize, commutative: bool) -> Plan {

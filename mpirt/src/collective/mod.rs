@@ -552,7 +552,7 @@ pub trait Root {
     fn try_broadcast_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<(), Error> {
         let (comm, root) = (self.root_comm(), self.root_rank() as u32);
         blocking(comm, "broadcast_into", || {
-            let plan = build::broadcast(ranks(comm), root, buf.byte_len());
+            let plan = build::broadcast(ranks(comm), root, buf.byte_len(), buf.datatype().size())?;
             Ok(Call::new(plan, receiving(buf), buf.datatype()))
         })
     }
@@ -569,7 +569,7 @@ pub trait Root {
     {
         let (comm, root) = (self.root_comm(), self.root_rank() as u32);
         or_fatal(immediate(comm, scope, "immediate_broadcast_into", || {
-            let plan = build::broadcast(ranks(comm), root, buf.byte_len());
+            let plan = build::broadcast(ranks(comm), root, buf.byte_len(), buf.datatype().size())?;
             Ok(Call::new(plan, receiving(buf), buf.datatype()))
         }))
     }

@@ -6,6 +6,11 @@ use std::sync::OnceLock;
 
 use crate::error::Cause;
 
+/// Broadcasts up to this many bytes (or on up to `BROADCAST_FEW` ranks) go down a binomial
+/// tree; longer ones are scattered, then all-gathered (MPICH's long-message thresholds: the
+/// ring's n-1 steps pay off only for long messages on many ranks).
+const BROADCAST_SHORT: usize = 512 << 10;
+const BROADCAST_FEW: u32 = 7;
 /// All-reduce vectors up to this many bytes go by recursive doubling (latency-bound).
 const ALLREDUCE_SHORT: usize = 8 << 10;
 /// Longer ones by Rabenseifner up to this many bytes, then by ring.
@@ -25,6 +30,10 @@ struct Choice {
     choices: &'static [&'static str],
 }
 
+const BROADCAST: Choice = Choice {
+    variable: "MPIRT_COLL_BCAST",
+    choices: &["binomial", "scatter_allgather"],
+};
 const ALLREDUCE: Choice = Choice {
     variable: "MPIRT_COLL_ALLREDUCE",
     choices: &["recursive_doubling", "rabenseifner", "ring"],
@@ -50,7 +59,8 @@ const REDUCE_SCATTER: Choice = Choice {
     choices: &["ring", "reduce_scatter"],
 };
 
-const ALL: [&Choice; 6] = [
+const ALL: [&Choice; 7] = [
+    &BROADCAST,
     &ALLREDUCE,
     &ALLGATHER,
     &ALLTOALL,
@@ -86,6 +96,21 @@ impl Choice {
                 }),
         }
     }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Broadcast {
+    Binomial,
+    ScatterAllgather,
+}
+
+pub(crate) fn broadcast(bytes: usize, size: u32) -> Result<Broadcast, Cause> {
+    Ok(match BROADCAST.forced()? {
+        Some("binomial") => Broadcast::Binomial,
+        Some(_) => Broadcast::ScatterAllgather,
+        None if bytes <= BROADCAST_SHORT || size <= BROADCAST_FEW => Broadcast::Binomial,
+        None => Broadcast::ScatterAllgather,
+    })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

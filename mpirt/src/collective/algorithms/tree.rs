@@ -54,6 +54,44 @@ pub(crate) fn broadcast(p: &mut Plan, ranks: Ranks, root: u32, data: Span) {
     }
 }
 
+/// Every rank ends with the root's `data`, for long messages (van de Geijn): a binomial scatter
+/// hands relative rank v its part `part(v)` of the data, then a ring all-gather passes the
+/// parts round. Each rank moves about twice the message instead of log2 n times it. Parts are
+/// cut in relative order, so a subtree's parts are one contiguous run of `data`.
+pub(crate) fn broadcast_scatter_allgather(
+    p: &mut Plan,
+    ranks: Ranks,
+    root: u32,
+    data: Span,
+    element: usize,
+) {
+    let (v, size) = (relative(ranks, root), ranks.size);
+    let count = data.len / element;
+    // Relative ranks [from, to) hold this run of `data`.
+    let run = |from: u32, to: u32| {
+        let start = super::chunk(count, size as usize, from as usize).0;
+        let end = super::chunk(count, size as usize, to as usize - 1);
+        data.sub(start * element, (end.0 + end.1 - start) * element)
+    };
+    if v != 0 {
+        let parent = v - child_limit(v, size);
+        p.round()
+            .recv(absolute(parent, root, size), run(v, v + subtree(v, size)));
+    }
+    let kids: Vec<_> = children(v, size).collect();
+    p.round();
+    for (child, count) in kids.into_iter().rev() {
+        p.send(absolute(child, root, size), run(child, child + count));
+    }
+    let parts: Vec<Span> = (0..size)
+        .map(|r| {
+            let v = (r + size - root) % size;
+            run(v, v + 1)
+        })
+        .collect();
+    super::allgather::ring(p, ranks, &parts);
+}
+
 /// The root ends with the reduction of every rank's `input` in `output`. A non-commutative
 /// operation reduces up a tree rooted at rank 0, where subtrees are runs of ranks in order,
 /// and rank 0 hands the result to the root.
