@@ -57,3 +57,33 @@ fn pingpong_refuses_the_wrong_size() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("pingpong needs exactly 2 ranks, got 3"));
 }
+
+#[test]
+fn alltoall_verifies_every_block() {
+    let out = stdout(&rsrun(4, "alltoall", &["256k", "3"]));
+    let expected: Vec<String> = (1..=3)
+        .map(|round| {
+            format!(
+                "alltoall: 4 ranks, round {round} of 3: 12 blocks of 4096 to 262144 bytes verified"
+            )
+        })
+        .collect();
+    assert_eq!(out.lines().collect::<Vec<_>>(), expected);
+}
+
+#[test]
+fn bigmsg_checks_its_checksum() {
+    let out = stdout(&rsrun(3, "bigmsg", &["64m"]));
+    assert!(
+        out.starts_with("bigmsg: 67108864 bytes from rank 0 to rank 2 in ")
+            && out.trim_end().ends_with(" ok"),
+        "{out}"
+    );
+}
+
+#[test]
+fn bigmsg_refuses_a_bad_size() {
+    let o = rsrun(2, "bigmsg", &["lots"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("usage: bigmsg SIZE"));
+}

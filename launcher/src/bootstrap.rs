@@ -27,6 +27,7 @@ pub mod vars {
     pub const TRANSPORT: &str = "MPIRT_TRANSPORT";
     pub const EAGER_LIMIT: &str = "MPIRT_EAGER_LIMIT";
     pub const TCP_IF: &str = "MPIRT_TCP_IF";
+    pub const VERBS_DEV: &str = "MPIRT_VERBS_DEV";
 }
 
 /// How long an aborting rank waits for rsrun to acknowledge before exiting on its own.

@@ -84,10 +84,15 @@ pub struct Cli {
     #[arg(short, long)]
     pub verbose: bool,
 
-    /// Transport between ranks (sets MPIRT_TRANSPORT): auto (shared memory on a host, TCP
-    /// between hosts), shm, or tcp (TCP between every pair, local ones too).
-    #[arg(long, value_name = "NAME", value_parser = ["auto", "shm", "tcp"])]
+    /// Transport between ranks (sets MPIRT_TRANSPORT): auto (shared memory on a host, verbs
+    /// or TCP between hosts), shm, tcp or verbs (that one between every pair, local ones too).
+    #[arg(long, value_name = "NAME", value_parser = ["auto", "shm", "tcp", "verbs"])]
     pub transport: Option<String>,
+
+    /// RDMA devices, comma-separated; local rank i takes the i-th, round robin (sets
+    /// MPIRT_VERBS_DEV). Default: the first device.
+    #[arg(long, value_name = "LIST")]
+    pub verbs_dev: Option<String>,
 
     /// Interfaces or subnets TCP uses, comma-separated (`eth0`, `10.0.0.0/8`, `::1/128`;
     /// sets MPIRT_TCP_IF). Default: every interface but loopback.
@@ -163,6 +168,9 @@ impl Cli {
         if let Some(list) = &self.tcp_if {
             env.push((vars::TCP_IF.into(), list.into()));
         }
+        if let Some(list) = &self.verbs_dev {
+            env.push((vars::VERBS_DEV.into(), list.into()));
+        }
         if let Some(limit) = self.eager_limit {
             env.push((vars::EAGER_LIMIT.into(), limit.to_string().into()));
         }
@@ -173,7 +181,7 @@ impl Cli {
 /// clap reads `-np 4` as `-n p`, so `-np` (mpirun's spelling) becomes `--np` — but only among
 /// rsrun's own options, never in the program's arguments.
 fn rewrite_np(mut args: Vec<OsString>) -> Vec<OsString> {
-    const TAKES_VALUE: [&str; 18] = [
+    const TAKES_VALUE: [&str; 19] = [
         "-n",
         "-H",
         "--host",
@@ -191,6 +199,7 @@ fn rewrite_np(mut args: Vec<OsString>) -> Vec<OsString> {
         "--grace",
         "--transport",
         "--tcp-if",
+        "--verbs-dev",
         "--eager-limit",
     ];
     let mut i = 1;

@@ -130,16 +130,23 @@ type Case = fn(&Hosts);
 #[test]
 fn across_ssh_hosts() {
     let Some(hosts) = Hosts::up() else { return };
-    let cases: [(&str, Case); 9] = [
+    let cases: [(&str, Case); 13] = [
         ("map by slot", map_by_slot),
         ("map by node from a hostfile", map_by_node_from_hostfile),
         ("tagged output", tagged_output),
         ("key-value service across hosts", kvs_across_hosts),
+        ("ring across hosts", ring_across_hosts),
+        ("all-to-all across hosts", all_to_all_across_hosts),
+        ("1 GiB message across hosts", gigabyte_across_hosts),
         ("remote rank killed", remote_rank_killed),
         ("rsrun killed", rsrun_killed),
         ("unreachable host", unreachable_host),
         ("unknown host", unknown_host),
         ("authentication failure", auth_failure),
+        (
+            "remote rank killed during a TCP exchange",
+            killed_during_tcp_exchange,
+        ),
     ];
     for (name, case) in cases {
         let started = Instant::now();
@@ -233,6 +240,75 @@ fn kvs_across_hosts(hosts: &Hosts) {
     assert_eq!(saw, expected, "{}", r.stderr);
 }
 
+/// A program of the examples crate, built beside rsrun by `cargo build --workspace`.
+fn example(name: &str) -> String {
+    let path = Path::new(env!("CARGO_BIN_EXE_rsrun")).with_file_name(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace` (same profile) first",
+        path.display()
+    );
+    path.to_str().unwrap().to_string()
+}
+
+/// The `mpirt: ...` lines ranks print under `--verbose` that name TCP.
+fn tcp_reports(stderr: &str) -> usize {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("mpirt") && l.contains("tcp"))
+        .count()
+}
+
+fn ring_across_hosts(hosts: &Hosts) {
+    let r = run(
+        &mut hosts.rsrun(&["-H", EIGHT, "--verbose", &example("ring")]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(0), "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.stdout.trim(),
+        "ring of 8 ranks: token total 28, expected 28"
+    );
+    // Two ranks a host: every rank has peers on other hosts, reached over TCP.
+    assert_eq!(tcp_reports(&r.stderr), 8, "{}", r.stderr);
+}
+
+fn all_to_all_across_hosts(hosts: &Hosts) {
+    // Blocks of 16 KiB to 1 MiB: eager and rendezvous, over shared memory within a host and
+    // TCP between hosts, all at once.
+    let r = run(
+        &mut hosts.rsrun(&["-H", EIGHT, &example("alltoall"), "1m", "3"]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(0), "{}\n{}", r.stdout, r.stderr);
+    let expected: Vec<String> = (1..=3)
+        .map(|round| {
+            format!(
+                "alltoall: 8 ranks, round {round} of 3: 56 blocks of 16384 to 1048576 bytes \
+                 verified"
+            )
+        })
+        .collect();
+    assert_eq!(r.stdout.lines().collect::<Vec<_>>(), expected);
+}
+
+fn gigabyte_across_hosts(hosts: &Hosts) {
+    // Rank 0 is on host1, rank 7 on host4.
+    let r = run(
+        &mut hosts.rsrun(&["-H", EIGHT, &example("bigmsg"), "1g"]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(0), "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout
+            .starts_with("bigmsg: 1073741824 bytes from rank 0 to rank 7 in ")
+            && r.stdout.trim_end().ends_with(" ok"),
+        "{}",
+        r.stdout
+    );
+    println!("  {}", r.stdout.trim());
+}
+
 fn remote_rank_killed(hosts: &Hosts) {
     let script = "if [ \"$MPIRT_RANK\" = 5 ]; then sleep 1; kill -9 $$; fi; exec sleep 60";
     let r = run(&mut hosts.rsrun(&["-H", EIGHT, "sh", "-c", script]), b"");
@@ -251,14 +327,86 @@ fn remote_rank_killed(hosts: &Hosts) {
     );
 }
 
-/// Processes whose whole command line is `sleep MARKER`, on any host (they share /proc).
-fn sleepers(marker: &str) -> usize {
-    let wanted = format!("sleep\0{marker}\0");
+fn killed_during_tcp_exchange(hosts: &Hosts) {
+    // Ranks of this job carry the marker, so the test finds rank 5 and nothing else.
+    let marker = format!("MPIRT_TEST_KILL_MARKER={}", std::process::id());
+    let (mut child, started) = common::start(
+        &mut hosts.rsrun(&[
+            "-H",
+            EIGHT,
+            "--transport",
+            "tcp",
+            "--env",
+            &marker,
+            &example("alltoall"),
+            "64k",
+            "1000000000",
+        ]),
+        b"",
+    );
+    // Rank 0 prints once every rank has finished the first round: all are wired up and
+    // exchanging from then on. The pipe is drained to the end, so no rank blocks on output.
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            // Once the first line is taken nobody listens; the rest is drained all the same.
+            let _ = tx.send(line);
+        }
+    });
+    let first = rx.recv_timeout(common::LIMIT).expect("no round finished");
+    assert!(
+        first.starts_with("alltoall: 8 ranks, round 1 of"),
+        "{first}"
+    );
+    let wanted = [marker.as_bytes(), b"MPIRT_RANK=5"];
+    let rank5 = processes(|dir| {
+        std::fs::read(dir.join("environ")).is_ok_and(|env| {
+            wanted
+                .iter()
+                .all(|w| env.split(|&b| b == 0).any(|v| v == *w))
+        })
+    });
+    assert_eq!(rank5.len(), 1, "rank 5's process: {rank5:?}");
+    // SAFETY: kill(2) has no memory-safety preconditions; the pid is rank 5 of this job.
+    unsafe { libc::kill(rank5[0] as i32, libc::SIGKILL) };
+    let killed_at = started.elapsed();
+    let r = common::finish(child, started);
+    let took = r.elapsed - killed_at;
+    assert_ne!(r.code(), Some(0), "{}", r.stderr);
+    assert!(took < Duration::from_secs(5), "took {took:?}\n{}", r.stderr);
+    // Whichever report comes first (rsrun's of the death, or a peer's of the broken
+    // connection), the user learns which rank died and where.
+    assert!(
+        r.stderr.contains("rank 5 on host3"),
+        "ended {took:?} after the kill, without naming rank 5's host:\n{}",
+        r.stderr
+    );
+    println!(
+        "  SIGKILL during a TCP exchange: job ended {:.2} s after, exit {:?}: {}",
+        took.as_secs_f64(),
+        r.code(),
+        r.stderr
+            .lines()
+            .find(|l| l.contains("rank 5"))
+            .unwrap_or("")
+    );
+}
+
+/// The pids of processes on any host (they share /proc) whose /proc directory passes `test`.
+fn processes(test: impl Fn(&Path) -> bool) -> Vec<u32> {
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
-        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == wanted.as_bytes()))
-        .count()
+        .filter(|e| test(&e.path()))
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// Processes whose whole command line is `sleep MARKER`.
+fn sleepers(marker: &str) -> usize {
+    let wanted = format!("sleep\0{marker}\0");
+    processes(|dir| std::fs::read(dir.join("cmdline")).is_ok_and(|c| c == wanted.as_bytes())).len()
 }
 
 fn rsrun_killed(hosts: &Hosts) {

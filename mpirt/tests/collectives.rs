@@ -647,7 +647,7 @@ fn errors(world: &SimpleCommunicator) {
 // ---- the test side ----
 
 fn ok_job(n: u32, envs: &[(&str, &str)]) {
-    let out = ok_job_with(n, "all", envs);
+    let (out, _) = ok_job_with(n, "all", envs);
     for part in [
         "collectives",
         "communicators",
@@ -716,7 +716,7 @@ fn every_algorithm_forced() {
 
 #[test]
 fn bad_input_is_an_error_naming_rank_operation_and_cause() {
-    let out = ok_job_with(3, "errors", &[]);
+    let (out, _) = ok_job_with(3, "errors", &[]);
     for expected in [
         "rank 1: all_reduce_into: the receive buffer holds 3 elements where 4 are needed",
         "all_reduce_into: the operation bitwise_or is not defined for f64",

@@ -447,87 +447,198 @@ fn derive(world: &mpirt::topology::SimpleCommunicator) {
 
 // ---- the test side ----
 
-fn job(n: u32, mode: &str, envs: &[(&str, &str)]) -> Output {
-    let eager = EAGER.to_string();
-    let mut all = vec![("MPIRT_EAGER_LIMIT", eager.as_str())];
+/// What the ranks of a job talk over on this one host.
+#[derive(Clone, Copy, Debug)]
+enum Wire {
+    /// The default: shared memory.
+    Shm,
+    /// TCP between every pair, with its own eager limit set to the tests' EAGER so the size
+    /// boundaries fall where they do on shared memory.
+    Tcp,
+    /// TCP over the IPv6 loopback only.
+    Tcp6,
+}
+
+impl Wire {
+    fn settings(self) -> Vec<(&'static str, String)> {
+        let tcp = vec![
+            ("MPIRT_TRANSPORT", "tcp".to_string()),
+            ("MPIRT_TCP_EAGER_LIMIT", EAGER.to_string()),
+            // Each rank then names its transports, which `assert_used` checks: a TCP test that ran
+            // over shared memory would prove nothing.
+            ("MPIRT_VERBOSE", "1".to_string()),
+        ];
+        match self {
+            Wire::Shm => vec![],
+            Wire::Tcp => tcp,
+            Wire::Tcp6 => [tcp, vec![("MPIRT_TCP_IF", "::1/128".to_string())]].concat(),
+        }
+    }
+
+    /// Checks, once a job has got past wire-up, that each of its `n` ranks said (under
+    /// MPIRT_VERBOSE) that it reaches every other rank over TCP, with the tests' eager limit,
+    /// and over the IPv6 loopback where asked.
+    fn assert_used(self, n: u32, stderr: &str) {
+        let from = match self {
+            Wire::Shm => return,
+            Wire::Tcp => "",
+            Wire::Tcp6 => " from [::1]:",
+        };
+        for rank in 0..n {
+            let head = format!("mpirt: rank {rank} of {n} ");
+            let line = stderr
+                .lines()
+                .find(|l| l.starts_with(&head))
+                .unwrap_or_else(|| panic!("{self:?}: rank {rank} did not report\n{stderr}"));
+            // A lone rank has no peer, so no transport to report.
+            if n > 1 {
+                assert!(
+                    line.contains(&format!("{} ranks over tcp{from}", n - 1))
+                        && line.contains(&format!("eager up to {EAGER} bytes")),
+                    "{self:?}: {line}"
+                );
+            }
+        }
+    }
+}
+
+/// Defines a module `$name` holding the test `$body` once per wire, as tests `$name::shm` and
+/// `$name::tcp`, with `$wire` naming the wire inside the body.
+macro_rules! on_each_wire {
+    (fn $name:ident($wire:ident: Wire) $body:block) => {
+        mod $name {
+            use super::*;
+
+            fn body($wire: Wire) $body
+
+            #[test]
+            fn shm() {
+                body(Wire::Shm)
+            }
+
+            #[test]
+            fn tcp() {
+                body(Wire::Tcp)
+            }
+        }
+    };
+}
+
+/// The settings of a job over `wire`, with the tests' eager limit.
+fn settings(wire: Wire) -> Vec<(&'static str, String)> {
+    let mut all = vec![("MPIRT_EAGER_LIMIT", EAGER.to_string())];
+    all.extend(wire.settings());
+    all
+}
+
+fn job(wire: Wire, n: u32, mode: &str, envs: &[(&str, &str)]) -> Output {
+    let owned = settings(wire);
+    let mut all: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
     all.extend_from_slice(envs);
     common::job(n, mode, &all)
 }
 
 /// Runs a job that must succeed and returns its stdout.
-fn ok_job(n: u32, mode: &str) -> String {
-    ok_job_with(n, mode, &[("MPIRT_EAGER_LIMIT", &EAGER.to_string())])
+fn ok_job(wire: Wire, n: u32, mode: &str) -> String {
+    let owned = settings(wire);
+    let all: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (stdout, stderr) = ok_job_with(n, mode, &all);
+    wire.assert_used(n, &stderr);
+    stdout
 }
 
-#[test]
-fn message_sizes_around_the_eager_limit_and_large() {
-    let out = ok_job(2, "sizes");
+fn message_sizes(wire: Wire) {
+    let out = ok_job(wire, 2, "sizes");
     for len in [0, 1, EAGER - 1, EAGER, EAGER + 1, 1 << 20, 64 << 20] {
         assert!(out.contains(&format!("size {len} ok")), "{out}");
     }
 }
 
-#[test]
-fn wildcard_receives_take_every_sender() {
-    assert!(ok_job(4, "wildcard").contains("wildcard ok"));
+on_each_wire! {
+    fn message_sizes_around_the_eager_limit_and_large(wire: Wire) {
+        message_sizes(wire);
+    }
 }
 
 #[test]
-fn messages_from_each_sender_arrive_in_order() {
-    assert!(ok_job(4, "order").contains("order ok"));
+fn message_sizes_over_ipv6_loopback() {
+    // The IPv6 loopback is missing where IPv6 is disabled (some containers): nothing to test.
+    if let Err(e) = std::net::TcpListener::bind("[::1]:0") {
+        println!("skipped: this machine has no IPv6 loopback (binding [::1]: {e})");
+        return;
+    }
+    message_sizes(Wire::Tcp6);
 }
 
-#[test]
-fn probe_and_matched_probe() {
-    assert!(ok_job(2, "probe").contains("probe ok"));
+on_each_wire! {
+    fn wildcard_receives_take_every_sender(wire: Wire) {
+        assert!(ok_job(wire, 4, "wildcard").contains("wildcard ok"));
+    }
 }
 
-#[test]
-fn synchronous_send_waits_for_the_match() {
-    let dir = env::temp_dir().join(format!("mpirt-ssend-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let output = job(2, "ssend", &[(SIDE_DIR, dir.to_str().unwrap())]);
-    let (stdout, stderr) = text(&output);
-    std::fs::remove_dir_all(&dir).unwrap();
-    assert!(output.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("ssend ok"));
+on_each_wire! {
+    fn messages_from_each_sender_arrive_in_order(wire: Wire) {
+        assert!(ok_job(wire, 4, "order").contains("order ok"));
+    }
 }
 
-#[test]
-fn truncation_is_fatal_and_names_both_lengths() {
-    let output = job(2, "truncate", &[]);
-    let (stdout, stderr) = text(&output);
-    assert!(!output.status.success(), "{stdout}\n{stderr}");
-    assert!(
-        stderr.contains(
-            "mpirt: rank 1: receive from rank 0 (tag 7): message truncated: the message from \
-             rank 0 with tag 7 is 64 bytes but the receive buffer holds only 8 bytes"
-        ),
-        "{stderr}"
-    );
+on_each_wire! {
+    fn probe_and_matched_probe(wire: Wire) {
+        assert!(ok_job(wire, 2, "probe").contains("probe ok"));
+    }
 }
 
-#[test]
-fn try_variants_return_errors() {
-    let out = ok_job(2, "try-errors");
-    for expected in [
-        "error: rank 0: process_at_rank(2): rank 2 is out of range: the communicator has 2 ranks",
-        "error: rank 1: process_at_rank(-1): rank -1 is out of range",
-        "error: rank 0: send to rank 1 (tag -3): tag -3 is negative; negative tags are reserved \
-         for the runtime",
-        "error: rank 1: receive from rank 0 (tag -1): tag -1 is negative",
-        "error: rank 1: receive from rank 0 (tag 1): the message is 6 bytes, not a whole number \
-         of u32 elements of 4 bytes",
-        "error: rank 1: receive from rank 0 (tag 2): the message's bytes are not a valid bool",
-        "error: rank 1: receive from rank 0 (tag 3): the message is 0 bytes but one u32 is 4 bytes",
-    ] {
-        assert!(out.contains(expected), "missing '{expected}' in\n{out}");
+on_each_wire! {
+    fn synchronous_send_waits_for_the_match(wire: Wire) {
+        let dir = env::temp_dir().join(format!("mpirt-ssend-{}-{wire:?}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let output = job(wire, 2, "ssend", &[(SIDE_DIR, dir.to_str().unwrap())]);
+        let (stdout, stderr) = text(&output);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(output.status.success(), "{stdout}\n{stderr}");
+        assert!(stdout.contains("ssend ok"));
+        wire.assert_used(2, &stderr);
+    }
+}
+
+on_each_wire! {
+    fn truncation_is_fatal_and_names_both_lengths(wire: Wire) {
+        let output = job(wire, 2, "truncate", &[]);
+        let (stdout, stderr) = text(&output);
+        assert!(!output.status.success(), "{stdout}\n{stderr}");
+        assert!(
+            stderr.contains(
+                "mpirt: rank 1: receive from rank 0 (tag 7): message truncated: the message from \
+                 rank 0 with tag 7 is 64 bytes but the receive buffer holds only 8 bytes"
+            ),
+            "{stderr}"
+        );
+        wire.assert_used(2, &stderr);
+    }
+}
+
+on_each_wire! {
+    fn try_variants_return_errors(wire: Wire) {
+        let out = ok_job(wire, 2, "try-errors");
+        for expected in [
+            "error: rank 0: process_at_rank(2): rank 2 is out of range: the communicator has 2 ranks",
+            "error: rank 1: process_at_rank(-1): rank -1 is out of range",
+            "error: rank 0: send to rank 1 (tag -3): tag -3 is negative; negative tags are reserved \
+             for the runtime",
+            "error: rank 1: receive from rank 0 (tag -1): tag -1 is negative",
+            "error: rank 1: receive from rank 0 (tag 1): the message is 6 bytes, not a whole number \
+             of u32 elements of 4 bytes",
+            "error: rank 1: receive from rank 0 (tag 2): the message's bytes are not a valid bool",
+            "error: rank 1: receive from rank 0 (tag 3): the message is 0 bytes but one u32 is 4 bytes",
+        ] {
+            assert!(out.contains(expected), "missing '{expected}' in\n{out}");
+        }
     }
 }
 
 #[test]
 fn rank_out_of_range_is_fatal() {
-    let output = job(2, "fatal-rank", &[]);
+    let output = job(Wire::Shm, 2, "fatal-rank", &[]);
     let (stdout, stderr) = text(&output);
     assert!(!output.status.success(), "{stdout}\n{stderr}");
     assert!(
@@ -538,7 +649,7 @@ fn rank_out_of_range_is_fatal() {
 
 #[test]
 fn negative_tag_is_fatal() {
-    let output = job(1, "negative-tag", &[]);
+    let output = job(Wire::Shm, 1, "negative-tag", &[]);
     let (stdout, stderr) = text(&output);
     assert!(!output.status.success(), "{stdout}\n{stderr}");
     assert!(
@@ -563,7 +674,7 @@ fn unfinished_requests_end_the_job() {
             "mpirt: rank 0: drop of a request: a request was dropped before it completed",
         ),
     ] {
-        let output = job(1, mode, &[]);
+        let output = job(Wire::Shm, 1, mode, &[]);
         let (stdout, stderr) = text(&output);
         assert!(!output.status.success(), "{stdout}\n{stderr}");
         assert!(stderr.contains(expected), "{mode}: {stderr}");
@@ -591,66 +702,71 @@ fn singleton_without_rsrun() {
     assert!(stdout.contains("singleton ok"), "{stdout}");
 }
 
-#[test]
-fn ring_on_1_2_4_and_8_ranks() {
-    for n in [1, 2, 4, 8] {
-        assert!(ok_job(n, "ring").contains("ring ok"));
+on_each_wire! {
+    fn ring_on_1_2_4_and_8_ranks(wire: Wire) {
+        for n in [1, 2, 4, 8] {
+            assert!(ok_job(wire, n, "ring").contains("ring ok"));
+        }
     }
 }
 
-#[test]
-fn immediate_operations_in_scopes() {
-    for n in [1, 3] {
-        assert!(ok_job(n, "immediate").contains("immediate ok"));
+on_each_wire! {
+    fn immediate_operations_in_scopes(wire: Wire) {
+        for n in [1, 3] {
+            assert!(ok_job(wire, n, "immediate").contains("immediate ok"));
+        }
     }
 }
 
-#[test]
-fn derived_struct_round_trips() {
-    let out = ok_job(2, "derive");
-    assert!(out.contains("derive ok"));
-    assert!(
-        out.contains("error: rank 1: receive from rank 0 (any tag): the message's bytes are not a valid Particle"),
-        "{out}"
-    );
-}
-
-#[test]
-fn a_panicking_rank_ends_the_job() {
-    let output = job(2, "panic", &[]);
-    let (stdout, stderr) = text(&output);
-    assert!(!output.status.success(), "{stdout}\n{stderr}");
-    assert!(stderr.contains("rank 1 gives up"), "{stderr}");
-    // Rank 0 waits forever for a message: only the abort ends the job, within 2 s of the
-    // panic (wall clock, which both processes share).
-    let ended = unix_millis();
-    let panicked: u128 = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("panic at "))
-        .expect("rank 1 prints when it panics")
-        .parse()
-        .unwrap();
-    assert!(
-        ended - panicked < 2000,
-        "the job ended {} ms after the panic",
-        ended - panicked
-    );
-    let job_id = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("job "))
-        .and_then(|l| l.split(' ').next())
-        .expect("the ranks print the job id");
-    for pid in stdout.lines().filter_map(|l| l.split(" pid ").nth(1)) {
+on_each_wire! {
+    fn derived_struct_round_trips(wire: Wire) {
+        let out = ok_job(wire, 2, "derive");
+        assert!(out.contains("derive ok"));
         assert!(
-            !Path::new(&format!("/proc/{pid}")).exists(),
-            "rank pid {pid} is left behind"
+            out.contains("error: rank 1: receive from rank 0 (any tag): the message's bytes are not a valid Particle"),
+            "{out}"
         );
     }
-    let prefix = format!("mpirt-{job_id}");
-    let left: Vec<_> = std::fs::read_dir("/dev/shm")
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-        .collect();
-    assert!(left.is_empty(), "left in /dev/shm: {left:?}");
+}
+
+on_each_wire! {
+    fn a_panicking_rank_ends_the_job(wire: Wire) {
+        let output = job(wire, 2, "panic", &[]);
+        let (stdout, stderr) = text(&output);
+        assert!(!output.status.success(), "{stdout}\n{stderr}");
+        assert!(stderr.contains("rank 1 gives up"), "{stderr}");
+        wire.assert_used(2, &stderr);
+        // Rank 0 waits forever for a message: only the abort ends the job, within 2 s of the
+        // panic (wall clock, which both processes share).
+        let ended = unix_millis();
+        let panicked: u128 = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("panic at "))
+            .expect("rank 1 prints when it panics")
+            .parse()
+            .unwrap();
+        assert!(
+            ended - panicked < 2000,
+            "the job ended {} ms after the panic",
+            ended - panicked
+        );
+        let job_id = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("job "))
+            .and_then(|l| l.split(' ').next())
+            .expect("the ranks print the job id");
+        for pid in stdout.lines().filter_map(|l| l.split(" pid ").nth(1)) {
+            assert!(
+                !Path::new(&format!("/proc/{pid}")).exists(),
+                "rank pid {pid} is left behind"
+            );
+        }
+        let prefix = format!("mpirt-{job_id}");
+        let left: Vec<_> = std::fs::read_dir("/dev/shm")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .collect();
+        assert!(left.is_empty(), "left in /dev/shm: {left:?}");
+    }
 }

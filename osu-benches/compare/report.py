@@ -1,9 +1,12 @@
-"""Medians of the interleaved runs: a CSV per benchmark and a table with ratios."""
+"""Medians of the interleaved runs: a CSV per benchmark and a table with ratios.
+   report.py OUTDIR REPEATS BENCHMARK..."""
 import statistics
 import sys
 from pathlib import Path
 
 out, repeats = Path(sys.argv[1]), int(sys.argv[2])
+benches = sys.argv[3:]
+units = {"bw": "MB/s", "bibw": "MB/s"}
 
 
 def rows(path):
@@ -16,10 +19,8 @@ def median(values):
     return statistics.median(values) if values else float("nan")
 
 
-collectives = ["barrier", "bcast", "reduce", "allreduce", "allgather", "alltoall", "gather",
-               "scatter", "reduce_scatter"]
-for bench, unit in [("latency", "us"), ("bw", "MB/s"), ("bibw", "MB/s")] + \
-        [(c, "us") for c in collectives]:
+for bench in benches:
+    unit = units.get(bench, "us")
     runs = {who: [rows(out / f"{bench}.{who}.{r}") for r in range(1, repeats + 1)]
             for who in ("mpirt", "ompi", "mpich")}
     sizes = sorted(runs["mpirt"][0])
@@ -37,6 +38,9 @@ def durations(path):
     return [float(b) - float(a) for a, b in (l.split() for l in path.read_text().splitlines())]
 
 
+# Launch times and memcpy are measured on one host only.
+if not (out / "memcpy.txt").exists():
+    sys.exit()
 launch = {who: median(durations(out / f"launch.{who}")) for who in ("mpirt", "mpich")}
 memcpy = median([float(x) for x in (out / "memcpy.txt").read_text().split()])
 print(f"\nlaunch, 8 ranks hello (s): mpirt {launch['mpirt']:.3f}  MPICH {launch['mpich']:.3f}  "

@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
 # Side by side, in one run: mpirt's OSU ports against the same OSU method in C on Open MPI
 # and on MPICH (Debian's packages), interleaved and repeated; medians per message size.
-# The collective tests run on RANKS ranks.
-#   osu-benches/compare/run.sh [-r REPEATS] [-n RANKS] [-o OUTDIR]
+#   osu-benches/compare/run.sh [-r REPEATS] [-n RANKS] [-o OUTDIR] [-t]
+# -n: ranks of the collective tests (4), which run on this host only.
+# -t: between two test hosts over TCP instead of two ranks on this host: the network
+# namespaces host1 and host2 of ../shared/testhosts/ssh-hosts (or $MPIRT_SSH_HOSTS), started
+# over ssh; osu_latency and osu_bw only.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repeats=5
 ranks=4
-out=target/compare
-while getopts "r:n:o:" opt; do
+out=
+tcp=
+while getopts "r:n:o:t" opt; do
     case $opt in
         r) repeats=$OPTARG ;;
         n) ranks=$OPTARG ;;
         o) out=$OPTARG ;;
-        *) echo "usage: $0 [-r REPEATS] [-n RANKS] [-o OUTDIR]" >&2; exit 2 ;;
+        t) tcp=1 ;;
+        *) echo "usage: $0 [-r REPEATS] [-n RANKS] [-o OUTDIR] [-t]" >&2; exit 2 ;;
     esac
 done
+out=${out:-target/compare${tcp:+-tcp}}
 mkdir -p "$out"
 
 if ! command -v mpicc.openmpi >/dev/null || ! command -v mpicc.mpich >/dev/null; then
@@ -27,39 +33,73 @@ bin=${CARGO_TARGET_DIR:-target}/release
 c=osu-benches/compare
 mpicc.openmpi -O2 -Wno-stringop-overflow -o "$out/osu_p2p.ompi" $c/osu_p2p.c
 mpicc.mpich -O2 -Wno-stringop-overflow -o "$out/osu_p2p.mpich" $c/osu_p2p.c
-mpicc.openmpi -O2 -o "$out/osu_coll.ompi" $c/osu_coll.c
-mpicc.mpich -O2 -o "$out/osu_coll.mpich" $c/osu_coll.c
-mpicc.mpich -O2 -o "$out/hello.mpich" $c/hello.c
-cc -O2 -o "$out/memcpy.bin" $c/memcpy.c
 
-ompi=(mpirun.openmpi --allow-run-as-root --oversubscribe -n)
-mpich=(mpiexec.mpich -n)
-rsrun=("$bin/rsrun" -n)
-for bench in latency bw bibw; do
+if [ -n "$tcp" ]; then
+    hosts=${MPIRT_SSH_HOSTS:-$(cd .. && pwd)/shared/testhosts/ssh-hosts}
+    if "$hosts" up 2; then
+        trap '"$hosts" down' EXIT
+    else
+        echo "using the test hosts already up (left up)"
+    fi
+    cfg=${SSH_HOSTS_DIR:-${TMPDIR:-/tmp}/mpirt-testhosts/ssh}/ssh_config
+    # Open MPI's and MPICH's launchers take a program, not a command line; Open MPI's remote
+    # daemons run it too (tree spawn), so its path is absolute.
+    ssh=$(realpath "$out")/ssh
+    printf '#!/bin/sh\nexec ssh -F %s "$@"\n' "$cfg" > "$ssh"
+    chmod +x "$ssh"
+    # Open MPI: TCP and self only, on the hosts' network (their eth0 also has an IPv6
+    # link-local address, which it would try too). The hosts share this machine's cores, so
+    # a rank spinning on its socket starves the kernel's network processing (8 B latency
+    # ~4 ms): it is told to yield, as it does by itself when oversubscribed.
+    ompi=(mpirun.openmpi --allow-run-as-root -H host1:1,host2:1 --mca plm_rsh_agent "$ssh"
+        --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24
+        --mca oob_tcp_if_include 10.77.0.0/24 --mca btl_tcp_disable_family 6
+        --mca mpi_yield_when_idle 1 -n)
+    # MPICH (ch4:ucx): its proxies call back to mpiexec on the bridge; UCX must be held to
+    # TCP, or it finds the hosts share memory and uses that.
+    mpich=(mpiexec.mpich -launcher ssh -launcher-exec "$ssh" -iface rsbr0
+        -hosts host1:1,host2:1 -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES eth0 -n)
+    rsrun=("$bin/rsrun" -H host1:1,host2:1 --ssh-args "-F $cfg" --transport tcp -n)
+    benches=(latency bw)
+    collectives=()
+else
+    mpicc.openmpi -O2 -o "$out/osu_coll.ompi" $c/osu_coll.c
+    mpicc.mpich -O2 -o "$out/osu_coll.mpich" $c/osu_coll.c
+    mpicc.mpich -O2 -o "$out/hello.mpich" $c/hello.c
+    cc -O2 -o "$out/memcpy.bin" $c/memcpy.c
+    ompi=(mpirun.openmpi --allow-run-as-root --oversubscribe -n)
+    mpich=(mpiexec.mpich -n)
+    rsrun=("$bin/rsrun" -n)
+    benches=(latency bw bibw)
+    collectives=(barrier bcast reduce allreduce allgather alltoall gather scatter reduce_scatter)
+fi
+for bench in "${benches[@]}"; do
     for ((r = 1; r <= repeats; r++)); do
         "${rsrun[@]}" 2 "$bin"/osu_$bench > "$out/$bench.mpirt.$r"
         "${ompi[@]}" 2 "$out/osu_p2p.ompi" $bench > "$out/$bench.ompi.$r"
         "${mpich[@]}" 2 "$out/osu_p2p.mpich" $bench > "$out/$bench.mpich.$r"
     done
 done
-for bench in barrier bcast reduce allreduce allgather alltoall gather scatter reduce_scatter; do
+for bench in "${collectives[@]}"; do
     for ((r = 1; r <= repeats; r++)); do
         "${rsrun[@]}" "$ranks" "$bin"/osu_$bench > "$out/$bench.mpirt.$r"
         "${ompi[@]}" "$ranks" "$out/osu_coll.ompi" $bench > "$out/$bench.ompi.$r"
         "${mpich[@]}" "$ranks" "$out/osu_coll.mpich" $bench > "$out/$bench.mpich.$r"
     done
 done
-for ((r = 1; r <= repeats; r++)); do
-    for who in mpirt mpich; do
-        # Seconds with microseconds, start and end, one launch a line.
-        start=$EPOCHREALTIME
-        if [ $who = mpirt ]; then
-            "${rsrun[@]}" 8 "$bin"/hello > /dev/null
-        else
-            "${mpich[@]}" 8 "$out/hello.mpich" > /dev/null
-        fi
-        echo "$start $EPOCHREALTIME" >> "$out/launch.$who"
+if [ -z "$tcp" ]; then
+    for ((r = 1; r <= repeats; r++)); do
+        for who in mpirt mpich; do
+            # Seconds with microseconds, start and end, one launch a line.
+            start=$EPOCHREALTIME
+            if [ $who = mpirt ]; then
+                "${rsrun[@]}" 8 "$bin"/hello > /dev/null
+            else
+                "${mpich[@]}" 8 "$out/hello.mpich" > /dev/null
+            fi
+            echo "$start $EPOCHREALTIME" >> "$out/launch.$who"
+        done
+        "$out/memcpy.bin" >> "$out/memcpy.txt"
     done
-    "$out/memcpy.bin" >> "$out/memcpy.txt"
-done
-python3 $c/report.py "$out" "$repeats"
+fi
+python3 $c/report.py "$out" "$repeats" "${benches[@]}" "${collectives[@]}"

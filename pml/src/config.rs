@@ -11,6 +11,8 @@ pub enum TransportChoice {
     Auto,
     Shm,
     Tcp,
+    /// RDMA verbs between every pair (needs the `verbs` feature and a device).
+    Verbs,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,6 +25,15 @@ pub struct EngineConfig {
     /// Which interfaces or subnets TCP uses (`--tcp-if`): names and subnets, comma-separated;
     /// empty for every interface but loopback.
     pub tcp_interfaces: String,
+    /// RDMA devices to use, comma-separated (local rank i takes the i-th, round robin); empty
+    /// for the first; `none` keeps `auto` off verbs.
+    pub verbs_devices: String,
+    /// GID index to address the port by; default: the first RoCE v2 IPv4 GID.
+    pub verbs_gid_index: Option<u8>,
+    /// Largest message sent eagerly (by SEND) over verbs.
+    pub verbs_eager_limit: usize,
+    /// Whether registrations of user buffers are cached for reuse.
+    pub verbs_reg_cache: bool,
     /// Bytes of each (sender, receiver) ring in the shared-memory segment.
     pub shm_ring_bytes: usize,
     /// Eager bytes a peer may have outstanding here before it must use rendezvous.
@@ -45,6 +56,10 @@ impl Default for EngineConfig {
             shm_eager_limit: 16 << 10,
             tcp_eager_limit: 64 << 10,
             tcp_interfaces: String::new(),
+            verbs_devices: String::new(),
+            verbs_gid_index: None,
+            verbs_eager_limit: 8 << 10,
+            verbs_reg_cache: true,
             shm_ring_bytes: 512 << 10,
             unexpected_budget: 4 << 20,
             single_copy: true,
@@ -64,7 +79,7 @@ fn size_var(name: &str, default: usize) -> Result<usize, String> {
 }
 
 /// `4096`, `64k`, `1m`, `2g`: the forms users type for sizes.
-fn parse_size(v: &str) -> Option<usize> {
+pub fn parse_size(v: &str) -> Option<usize> {
     let v = v.trim();
     let (digits, shift) = match v.chars().last()?.to_ascii_lowercase() {
         'k' => (&v[..v.len() - 1], 10),
@@ -82,9 +97,10 @@ impl EngineConfig {
             Err(_) | Ok("") | Ok("auto") => TransportChoice::Auto,
             Ok("shm") => TransportChoice::Shm,
             Ok("tcp") => TransportChoice::Tcp,
+            Ok("verbs") => TransportChoice::Verbs,
             Ok(other) => {
                 return Err(format!(
-                    "MPIRT_TRANSPORT='{other}' is not a transport (auto, shm or tcp)"
+                    "MPIRT_TRANSPORT='{other}' is not a transport (auto, shm, tcp or verbs)"
                 ))
             }
         };
@@ -93,6 +109,15 @@ impl EngineConfig {
             shm_eager_limit: size_var("MPIRT_EAGER_LIMIT", d.shm_eager_limit)?,
             tcp_eager_limit: size_var("MPIRT_TCP_EAGER_LIMIT", d.tcp_eager_limit)?,
             tcp_interfaces: env::var("MPIRT_TCP_IF").unwrap_or_default(),
+            verbs_devices: env::var("MPIRT_VERBS_DEV").unwrap_or_default(),
+            verbs_gid_index: match env::var("MPIRT_VERBS_GID_INDEX") {
+                Err(_) => None,
+                Ok(v) => Some(v.trim().parse().map_err(|_| {
+                    format!("MPIRT_VERBS_GID_INDEX='{v}' is not a GID index (0 to 255)")
+                })?),
+            },
+            verbs_eager_limit: size_var("MPIRT_VERBS_EAGER_LIMIT", d.verbs_eager_limit)?,
+            verbs_reg_cache: !matches!(env::var("MPIRT_VERBS_REG_CACHE").as_deref(), Ok("0")),
             shm_ring_bytes: size_var("MPIRT_SHM_RING_BYTES", d.shm_ring_bytes)?,
             unexpected_budget: size_var("MPIRT_UNEXPECTED_BUDGET", d.unexpected_budget)?,
             single_copy: !matches!(env::var("MPIRT_SHM_SINGLE_COPY").as_deref(), Ok("0")),

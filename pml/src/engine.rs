@@ -16,6 +16,8 @@ use crate::protocol::{Action, Completion, Core, CoreConfig, MessageHandle, PeerC
 use crate::requests::Handle;
 use crate::transport::shm::{self, ShmConfig, ShmTransport};
 use crate::transport::tcp::{self, Sent, TcpConfig, TcpTransport};
+#[cfg(feature = "verbs")]
+use crate::transport::verbs::{self, VerbsConfig, VerbsTransport};
 use crate::wire::{RemoteKey, DATA_HEADER_LEN};
 
 pub use crate::protocol::SendMode;
@@ -32,10 +34,18 @@ pub trait Wireup {
     fn get(&mut self, key: &str) -> Result<Vec<u8>, String>;
 }
 
+/// What a transport did to let peers read a send buffer (a verbs registration), undone when
+/// the send completes.
+#[cfg(feature = "verbs")]
+type Exposure = verbs::MrId;
+#[cfg(not(feature = "verbs"))]
+type Exposure = std::convert::Infallible;
+
 /// A send buffer lent to the engine until the send completes.
 pub struct SendBuf {
     ptr: *const u8,
     len: usize,
+    exposure: Option<Exposure>,
 }
 
 impl AsRef<[u8]> for SendBuf {
@@ -105,6 +115,8 @@ enum Link {
         pid: i32,
     },
     Tcp,
+    #[cfg(feature = "verbs")]
+    Verbs,
 }
 
 /// Counts of what went which way, for tests and `--verbose`.
@@ -138,6 +150,13 @@ pub struct Engine {
     links: Vec<Option<Link>>,
     shm: Option<ShmTransport>,
     tcp: Option<TcpTransport>,
+    #[cfg(feature = "verbs")]
+    verbs: Option<VerbsTransport>,
+    /// Host of each rank, for errors that name where a failed peer runs.
+    hosts: Vec<String>,
+    /// Reads verbs finished, handed from its poll to the core (kept to reuse its memory).
+    #[cfg(feature = "verbs")]
+    reads_done: Vec<verbs::ReadDone>,
     /// World rank of each local rank index in the shared-memory segment.
     local_ranks: Vec<Rank>,
     loopback: VecDeque<Vec<u8>>,
@@ -197,14 +216,38 @@ impl Engine {
             )));
         }
         // Shared memory between the ranks of a host unless TCP is forced; TCP for the rest.
+        let network_only = matches!(
+            config.transport,
+            TransportChoice::Tcp | TransportChoice::Verbs
+        );
         let local_ranks: Vec<Rank> = (0..size)
-            .filter(|&r| {
-                r == rank || (config.transport != TransportChoice::Tcp && hosts[r as usize] == host)
-            })
+            .filter(|&r| r == rank || (!network_only && hosts[r as usize] == host))
             .collect();
         let mut links = vec![None; size as usize];
+        let remote: Vec<Rank> = (0..size).filter(|r| !local_ranks.contains(r)).collect();
+        #[cfg(not(feature = "verbs"))]
+        if config.transport == TransportChoice::Verbs {
+            return Err(EngineError::Config(
+                "MPIRT_TRANSPORT=verbs, but this program was built without RDMA verbs \
+                 (build it with the cargo feature `verbs`)"
+                    .into(),
+            ));
+        }
+        #[cfg(feature = "verbs")]
+        let (verbs, verbs_note) = open_verbs(rank, &hosts, &remote, &config)?;
+        #[cfg(feature = "verbs")]
+        wireup
+            .put(
+                &format!("pml.verbs.{rank}"),
+                verbs
+                    .as_ref()
+                    .map(|v| v.endpoint())
+                    .unwrap_or_default()
+                    .as_bytes(),
+            )
+            .map_err(wireup_err)?;
         let mut tcp = None;
-        if local_ranks.len() < size as usize {
+        if !remote.is_empty() && config.transport != TransportChoice::Verbs {
             let t = TcpTransport::new(
                 rank,
                 size,
@@ -267,13 +310,37 @@ impl Engine {
             },
         );
         links[rank as usize] = Some(Link::Loopback);
+        #[cfg(feature = "verbs")]
+        let mut verbs = verbs;
+        #[cfg(feature = "verbs")]
+        if let Some(v) = &mut verbs {
+            let caps = PeerCaps {
+                eager_limit: config.verbs_eager_limit,
+                max_frame: v.frame_size(),
+                remote_read: true,
+            };
+            for &r in &remote {
+                let endpoint = wireup.get(&format!("pml.verbs.{r}")).map_err(wireup_err)?;
+                if endpoint.is_empty() {
+                    // The peer has no device: TCP carries this pair.
+                    continue;
+                }
+                v.connect(r, &String::from_utf8_lossy(&endpoint))
+                    .map_err(|e| EngineError::Transport(format!("verbs: {e}")))?;
+                core.set_peer(r, caps);
+                links[r as usize] = Some(Link::Verbs);
+            }
+        }
         if let Some(t) = &mut tcp {
             let caps = PeerCaps {
                 eager_limit: config.tcp_eager_limit,
                 max_frame: TCP_MAX_FRAME,
                 remote_read: false,
             };
-            for r in (0..size).filter(|r| !local_ranks.contains(r)) {
+            for &r in &remote {
+                if links[r as usize].is_some() {
+                    continue;
+                }
                 let endpoint = wireup.get(&format!("pml.tcp.{r}")).map_err(wireup_err)?;
                 t.add_peer(
                     r,
@@ -325,11 +392,29 @@ impl Engine {
                 }
             );
         }
-        if let Some(t) = &tcp {
+        #[cfg(feature = "verbs")]
+        if let Some(v) = &verbs {
+            let n = links
+                .iter()
+                .filter(|l| matches!(l, Some(Link::Verbs)))
+                .count();
             description += &format!(
+                "; {n} ranks over verbs on {}, eager (SEND) up to {} bytes, rendezvous by RDMA \
+                 READ",
+                v.device_name(),
+                config.verbs_eager_limit.min(v.frame_size())
+            );
+        }
+        #[cfg(feature = "verbs")]
+        if let Some(note) = verbs_note {
+            description += &format!("; no verbs: {note}");
+        }
+        if let Some(t) = &tcp {
+            description +=
+                &format!(
                 "; {} ranks over tcp from {}, eager up to {} bytes, rendezvous by GET with the \
                  data read in place",
-                size as usize - local_ranks.len(),
+                links.iter().filter(|l| matches!(l, Some(Link::Tcp))).count(),
                 t.offered(),
                 config.tcp_eager_limit.min(TCP_MAX_FRAME - DATA_HEADER_LEN)
             );
@@ -351,6 +436,11 @@ impl Engine {
             links,
             shm,
             tcp,
+            #[cfg(feature = "verbs")]
+            verbs,
+            #[cfg(feature = "verbs")]
+            reads_done: Vec::new(),
+            hosts,
             local_ranks,
             loopback: VecDeque::new(),
             blocked: Vec::new(),
@@ -403,6 +493,24 @@ impl Engine {
         len: usize,
     ) -> Result<Handle, PmlError> {
         self.check_peer(peer)?;
+        #[cfg_attr(not(feature = "verbs"), allow(unused_mut))]
+        let mut remote = RemoteKey {
+            addr: buf as u64,
+            key: 0,
+        };
+        #[cfg_attr(not(feature = "verbs"), allow(unused_mut))]
+        let mut exposure = None;
+        #[cfg(feature = "verbs")]
+        if matches!(self.links[peer as usize], Some(Link::Verbs))
+            && !self.core.sends_eagerly(peer, len)
+        {
+            let v = self.verbs.as_mut().expect("a verbs link has a transport");
+            let (rkey, id) = v.expose(buf as usize, len).map_err(|cause| {
+                PmlError::transport(peer, format!("exposing a {len}-byte send buffer: {cause}"))
+            })?;
+            remote.key = u64::from(rkey);
+            exposure = Some(id);
+        }
         let h = self.core.post_send(SendArgs {
             context,
             source,
@@ -410,11 +518,12 @@ impl Engine {
             peer,
             tag,
             mode,
-            buf: SendBuf { ptr: buf, len },
-            remote: RemoteKey {
-                addr: buf as u64,
-                key: 0,
+            buf: SendBuf {
+                ptr: buf,
+                len,
+                exposure,
             },
+            remote,
         })?;
         // The frame goes out now: the latency of the next progress call is not its to pay.
         self.flush(peer)?;
@@ -461,9 +570,26 @@ impl Engine {
         }
         match self.core.take_completion(h)? {
             None => Ok(None),
-            Some(Completion::Send { result, .. }) => result.map(|()| Some(Done::Sent)),
+            Some(Completion::Send { buf, result }) => {
+                if let Some(exposure) = buf.exposure {
+                    self.unexpose(exposure);
+                }
+                result.map(|()| Some(Done::Sent))
+            }
             Some(Completion::Recv { result, .. }) => result.map(|s| Some(Done::Received(s))),
         }
+    }
+
+    #[cfg(feature = "verbs")]
+    fn unexpose(&mut self, exposure: Exposure) {
+        if let Some(v) = &mut self.verbs {
+            v.release(exposure);
+        }
+    }
+
+    #[cfg(not(feature = "verbs"))]
+    fn unexpose(&mut self, exposure: Exposure) {
+        match exposure {}
     }
 
     /// Whether the request finished, without collecting it.
@@ -580,15 +706,40 @@ impl Engine {
             } else if idle < self.spin + YIELD_FOR {
                 std::thread::yield_now();
             } else {
-                // Each returns on a frame for us, and on room where our frame was refused.
-                match (&self.shm, &mut self.tcp) {
-                    (Some(shm), None) => shm.wait(SLEEP),
-                    (None, Some(tcp)) => tcp.wait(SLEEP),
-                    (Some(shm), Some(_)) => shm.wait(MIXED_SLEEP),
-                    (None, None) => std::thread::yield_now(),
-                }
+                self.sleep()?;
             }
         }
+    }
+
+    /// Sleeps until a transport may have something for us: each wait returns on a frame for
+    /// us, and on room where our frame was refused.
+    fn sleep(&mut self) -> Result<(), PmlError> {
+        #[cfg(feature = "verbs")]
+        if let Some(v) = &mut self.verbs {
+            v.arm();
+            // Completions that came before arming wake nobody: take them first.
+            if self.progress()? {
+                return Ok(());
+            }
+            let v = self.verbs.as_mut().expect("checked above");
+            if let Some(shm) = &self.shm {
+                shm.wait(MIXED_SLEEP);
+            } else {
+                v.sleep(if self.tcp.is_some() {
+                    MIXED_SLEEP
+                } else {
+                    SLEEP
+                });
+            }
+            return Ok(());
+        }
+        match (&self.shm, &mut self.tcp) {
+            (Some(shm), None) => shm.wait(SLEEP),
+            (None, Some(tcp)) => tcp.wait(SLEEP),
+            (Some(shm), Some(_)) => shm.wait(MIXED_SLEEP),
+            (None, None) => std::thread::yield_now(),
+        }
+        Ok(())
     }
 
     /// One round of progress; returns whether anything moved.
@@ -612,9 +763,31 @@ impl Engine {
             moved |= n > 0;
         }
         if let Some(tcp) = &mut self.tcp {
-            let n = tcp.poll(&mut self.core)?;
+            let n = tcp
+                .poll(&mut self.core)
+                .map_err(|e| e.on_host(&self.hosts))?;
             self.counters.frames_received += n as u64;
             moved |= n > 0;
+        }
+        #[cfg(feature = "verbs")]
+        if let Some(v) = &mut self.verbs {
+            let core = &mut self.core;
+            let n = v
+                .poll(
+                    |peer, frame| core.on_frame(peer, frame),
+                    &mut self.reads_done,
+                )
+                .map_err(|e| e.on_host(&self.hosts))?;
+            self.counters.frames_received += n as u64;
+            moved |= n > 0;
+            for (token, result) in self.reads_done.drain(..) {
+                let recv = Handle::from_wire(token);
+                match result {
+                    Ok(()) => core.read_done(recv)?,
+                    Err(cause) => core.read_failed(recv, cause)?,
+                }
+                moved = true;
+            }
         }
         while let Some(frame) = self.loopback.pop_front() {
             self.core.on_frame(self.rank, &frame)?;
@@ -642,6 +815,16 @@ impl Engine {
         } = action;
         let link = self.links[peer as usize].ok_or(PmlError::UnknownPeer(peer))?;
         let target = self.core.read_target(recv)?;
+        #[cfg(feature = "verbs")]
+        if let Link::Verbs = link {
+            // Asynchronous: `progress` reports it done when the last piece completes.
+            let v = self.verbs.as_mut().expect("a verbs link has a transport");
+            v.read(peer, remote, target, recv.to_wire())
+                .map_err(|e| e.on_host(&self.hosts))?;
+            self.counters.remote_reads += 1;
+            self.counters.remote_read_bytes += len as u64;
+            return Ok(());
+        }
         let result = match link {
             Link::Loopback => {
                 // SAFETY: the RTS came from this process, so `remote.addr` is the buffer of
@@ -655,6 +838,8 @@ impl Engine {
             }
             Link::Shm { pid, .. } => shm::read_remote(pid, remote.addr, target),
             Link::Tcp => unreachable!("TCP peers are set up without remote reads"),
+            #[cfg(feature = "verbs")]
+            Link::Verbs => unreachable!("handled above"),
         };
         match result {
             Ok(()) => {
@@ -689,9 +874,18 @@ impl Engine {
                         }
                     })?
                 }
+                #[cfg(feature = "verbs")]
+                Link::Verbs => {
+                    let v = self.verbs.as_mut().expect("a verbs link has a transport");
+                    v.send(peer, t.header(), t.payload)
+                        .map_err(|e| e.on_host(&self.hosts))?
+                }
                 Link::Tcp => {
                     let tcp = self.tcp.as_mut().expect("a tcp link has a transport");
-                    match tcp.send(peer, t.header(), t.payload)? {
+                    match tcp
+                        .send(peer, t.header(), t.payload)
+                        .map_err(|e| e.on_host(&self.hosts))?
+                    {
                         Sent::Whole => true,
                         Sent::Part => {
                             part_sent = true;
@@ -720,6 +914,40 @@ impl Engine {
     /// Sends everything still queued (FINs, credits): peers may be waiting on them.
     pub fn flush_all(&mut self) -> Result<(), PmlError> {
         self.wait_until(|e| Ok(e.blocked.is_empty() && (0..e.size).all(|p| !e.core.has_output(p))))
+    }
+}
+
+/// Opens the RDMA device when verbs is asked for, or (`auto`) when ranks span hosts and a
+/// device is there; with `auto`, a missing device is a note for `--verbose`, not an error.
+#[cfg(feature = "verbs")]
+fn open_verbs(
+    rank: Rank,
+    hosts: &[String],
+    remote: &[Rank],
+    config: &EngineConfig,
+) -> Result<(Option<VerbsTransport>, Option<String>), EngineError> {
+    let wanted = match config.transport {
+        TransportChoice::Verbs => true,
+        TransportChoice::Auto => !remote.is_empty() && config.verbs_devices != "none",
+        _ => false,
+    };
+    if !wanted {
+        return Ok((None, None));
+    }
+    let host = &hosts[rank as usize];
+    let local_rank = hosts[..rank as usize].iter().filter(|h| *h == host).count();
+    let verbs_config = VerbsConfig {
+        devices: config.verbs_devices.clone(),
+        gid_index: config.verbs_gid_index,
+        frame_size: config.verbs_eager_limit + crate::wire::MAX_HEADER_LEN,
+        reg_cache: config.verbs_reg_cache,
+    };
+    match VerbsTransport::new(rank, hosts.len() as u32, local_rank, remote, &verbs_config) {
+        Ok(v) => Ok((Some(v), None)),
+        Err(e) if config.transport == TransportChoice::Verbs => {
+            Err(EngineError::Transport(format!("verbs: {e}")))
+        }
+        Err(e) => Ok((None, Some(e))),
     }
 }
 

@@ -28,8 +28,36 @@ pub enum PmlError {
     UnknownPeer(Rank),
     /// Pulling rendezvous data out of a peer failed.
     ReadFailed { peer: Rank, cause: String },
-    /// The connection to a peer failed or broke.
-    Transport { peer: Rank, cause: String },
+    /// The connection to a peer failed or broke; `host` is where the peer runs, when known.
+    Transport {
+        peer: Rank,
+        host: String,
+        cause: String,
+    },
+}
+
+impl PmlError {
+    /// A transport failure with `peer`, whose host the engine adds (see `on_host`).
+    pub fn transport(peer: Rank, cause: impl Into<String>) -> PmlError {
+        PmlError::Transport {
+            peer,
+            host: String::new(),
+            cause: cause.into(),
+        }
+    }
+
+    /// Names the host of the peer of a transport failure, so that a job whose rank died
+    /// says where to look even when a peer's error reaches the launcher first.
+    pub fn on_host(self, hosts: &[String]) -> PmlError {
+        match self {
+            PmlError::Transport { peer, cause, .. } => PmlError::Transport {
+                peer,
+                host: hosts.get(peer as usize).cloned().unwrap_or_default(),
+                cause,
+            },
+            other => other,
+        }
+    }
 }
 
 impl fmt::Display for PmlError {
@@ -61,8 +89,14 @@ impl fmt::Display for PmlError {
                     "reading rendezvous data from rank {peer} failed: {cause}"
                 )
             }
-            PmlError::Transport { peer, cause } => {
+            PmlError::Transport { peer, host, cause } if host.is_empty() => {
                 write!(f, "the connection with rank {peer} failed: {cause}")
+            }
+            PmlError::Transport { peer, host, cause } => {
+                write!(
+                    f,
+                    "the connection with rank {peer} on {host} failed: {cause}"
+                )
             }
         }
     }

@@ -304,6 +304,12 @@ fn protocol(peer: Rank, what: impl Into<String>) -> PmlError {
     }
 }
 
+/// Eager when the message fits the peer's eager limit and the peer still has budget for it.
+fn eager_now(p: &Peer, caps: PeerCaps, len: usize) -> bool {
+    let eager_max = caps.eager_limit.min(caps.max_frame - MATCH_HEADER_LEN);
+    len <= eager_max && p.credit >= len.saturating_add(EAGER_OVERHEAD)
+}
+
 fn receive_result(status: Status, capacity: usize) -> Result<Status, PmlError> {
     if status.len > capacity {
         Err(PmlError::Truncated {
@@ -366,14 +372,20 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
 
     // ---- sends ----
 
+    /// Whether a send of `len` bytes to `peer` posted now goes eagerly; otherwise a transport
+    /// that reads remote memory must expose the buffer (register it) before posting.
+    pub fn sends_eagerly(&self, peer: Rank, len: usize) -> bool {
+        self.peers
+            .get(peer as usize)
+            .is_some_and(|p| p.caps.is_some_and(|caps| eager_now(p, caps, len)))
+    }
+
     pub fn post_send(&mut self, args: SendArgs<S>) -> Result<Handle, PmlError> {
         let len = args.buf.as_ref().len();
         let (p, caps) = self.peer(args.peer)?;
-        let eager_max = caps.eager_limit.min(caps.max_frame - MATCH_HEADER_LEN);
-        let cost = len.saturating_add(EAGER_OVERHEAD);
-        let eager = len <= eager_max && p.credit >= cost;
+        let eager = eager_now(p, caps, len);
         if eager {
-            p.credit -= cost;
+            p.credit -= len + EAGER_OVERHEAD;
         }
         let sync = args.mode == SendMode::Synchronous;
         let after = match (eager, sync) {

@@ -76,8 +76,9 @@ pub fn text(output: &Output) -> (String, String) {
     )
 }
 
-/// Runs a job that must succeed, each rank printing `rank <r> done`; returns its stdout.
-pub fn ok_job_with(n: u32, mode: &str, envs: &[(&str, &str)]) -> String {
+/// Runs a job that must succeed, each rank printing `rank <r> done`; returns its stdout and
+/// stderr.
+pub fn ok_job_with(n: u32, mode: &str, envs: &[(&str, &str)]) -> (String, String) {
     let output = job(n, mode, envs);
     let (stdout, stderr) = text(&output);
     assert!(
@@ -90,5 +91,5 @@ pub fn ok_job_with(n: u32, mode: &str, envs: &[(&str, &str)]) -> String {
             "{stdout}\n{stderr}"
         );
     }
-    stdout
+    (stdout, stderr)
 }

@@ -2,3 +2,5 @@
 
 pub mod shm;
 pub mod tcp;
+#[cfg(feature = "verbs")]
+pub mod verbs;

@@ -220,12 +220,12 @@ impl TcpTransport {
                 if !conn.writable {
                     return Ok(Sent::Nothing);
                 }
-                let sent = conn
-                    .send(header, payload)
-                    .map_err(|e| PmlError::Transport {
+                let sent = conn.send(header, payload).map_err(|e| {
+                    PmlError::transport(
                         peer,
-                        cause: format!("connection lost while sending: {e} (did rank {peer} die?)"),
-                    })?;
+                        format!("connection lost while sending: {e} (did rank {peer} die?)"),
+                    )
+                })?;
                 if !conn.writable {
                     // Wake when there is room again.
                     self.epoll
@@ -239,10 +239,10 @@ impl TcpTransport {
                 Ok(Sent::Nothing)
             }
             Link::Dialled(_) | Link::AwaitingPeer => Ok(Sent::Nothing),
-            Link::Closed => Err(PmlError::Transport {
+            Link::Closed => Err(PmlError::transport(
                 peer,
-                cause: format!("rank {peer} has finalized and closed its connection"),
-            }),
+                format!("rank {peer} has finalized and closed its connection"),
+            )),
         }
     }
 
@@ -273,10 +273,10 @@ impl TcpTransport {
                 Err(e) => failures.push(format!("{addr}: {e}")),
             }
         }
-        Err(PmlError::Transport {
+        Err(PmlError::transport(
             peer,
-            cause: format!("cannot connect to rank {peer} ({})", failures.join("; ")),
-        })
+            format!("cannot connect to rank {peer} ({})", failures.join("; ")),
+        ))
     }
 
     /// Accepts, answers and reads whatever is ready; returns how many frames reached `sink`.
@@ -330,10 +330,10 @@ impl TcpTransport {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 // Out of descriptors and the like: the dialler retries nothing, so say so.
                 Err(e) => {
-                    return Err(PmlError::Transport {
-                        peer: self.rank,
-                        cause: format!("accepting a peer's connection failed: {e}"),
-                    })
+                    return Err(PmlError::transport(
+                        self.rank,
+                        format!("accepting a peer's connection failed: {e}"),
+                    ))
                 }
             }
         }
@@ -391,9 +391,11 @@ impl TcpTransport {
         if let Link::Dialled(ours) = &self.peers[from as usize].link {
             let _ = self.epoll.remove(ours);
         }
-        sock.write_all(&[TAKEN]).map_err(|e| PmlError::Transport {
-            peer: from,
-            cause: format!("answering rank {from}'s connection failed: {e}"),
+        sock.write_all(&[TAKEN]).map_err(|e| {
+            PmlError::transport(
+                from,
+                format!("answering rank {from}'s connection failed: {e}"),
+            )
         })?;
         self.epoll
             .modify(&sock, u64::from(from), interest(false))
@@ -485,10 +487,7 @@ impl TcpTransport {
 }
 
 fn epoll_failed(peer: Rank, e: io::Error) -> PmlError {
-    PmlError::Transport {
-        peer,
-        cause: format!("epoll failed: {e}"),
-    }
+    PmlError::transport(peer, format!("epoll failed: {e}"))
 }
 
 impl TcpTransport {

@@ -64,10 +64,7 @@ pub struct Conn {
 }
 
 fn peer_error(peer: Rank, cause: impl Into<String>) -> PmlError {
-    PmlError::Transport {
-        peer,
-        cause: cause.into(),
-    }
+    PmlError::transport(peer, cause.into())
 }
 
 /// One read: `Some(n)` bytes (0 at end of stream), `None` when the socket has nothing.
@@ -271,14 +268,14 @@ impl Conn {
             let is_data = wire::is_data_frame(&self.rx[body..self.end]);
             self.header_first &= is_data;
             if !is_data && len > self.max_staged_frame {
-                return Err(PmlError::Transport {
+                return Err(PmlError::transport(
                     peer,
-                    cause: format!(
+                    format!(
                         "malformed frame: {len} bytes, more than the {} this rank accepts \
                          (do the ranks' MPIRT_TCP_EAGER_LIMIT settings differ?)",
                         self.max_staged_frame
                     ),
-                });
+                ));
             }
             if staged >= len {
                 sink.frame(peer, &self.rx[body..body + len])?;

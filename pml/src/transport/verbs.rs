@@ -1,0 +1,722 @@
+//! RDMA verbs transport (feature `verbs`): one reliable-connected queue pair per peer, eager
+//! frames by SEND into receive buffers on a shared receive queue, rendezvous by RDMA READ.
+//!
+//! Flow control: a rank may have `initial_credits` SENDs outstanding to a peer beyond what the
+//! peer has consumed. Each receiver counts the frames it consumed from each peer and, every
+//! few frames, RDMA-WRITEs that count into the sender's credit slot for it. Credit updates so
+//! take no receive buffer, which keeps them from ever waiting on credits themselves.
+//!
+//! Rendezvous: the sender registers its buffer (through the registration cache) and the RTS
+//! carries address and rkey; the receiver registers the receive buffer and posts RDMA READs
+//! (split at the port's largest message) and reports the read done when the last completes.
+//! A completion with an error status becomes a named error on the request (reads) or on the
+//! transport (sends); the queue pairs give up on a dead peer after a few seconds.
+
+mod device;
+mod qp;
+mod registry;
+
+use std::collections::VecDeque;
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use std::{io, ptr};
+
+use rdma_sys::*;
+use slab::Slab;
+
+pub use device::device_names;
+pub use registry::MrId;
+
+use crate::envelope::Rank;
+use crate::error::PmlError;
+use crate::wire::RemoteKey;
+use device::Device;
+use qp::{QpAddress, QueuePair, SEND_DEPTH};
+use registry::Registry;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerbsConfig {
+    /// Device names, comma-separated; local rank `i` takes the `i % n`-th. Empty: the first.
+    pub devices: String,
+    pub gid_index: Option<u8>,
+    /// Largest frame (header and payload) sent by SEND.
+    pub frame_size: usize,
+    pub reg_cache: bool,
+}
+
+/// Receive buffers on the shared receive queue, and send buffers to copy frames into.
+const RECV_BUFFERS: usize = 512;
+const SEND_BUFFERS: usize = 128;
+const COMPLETIONS_PER_POLL: usize = 32;
+/// Idle registrations kept for reuse.
+const CACHED_REGISTRATIONS: usize = 256;
+/// Frames no longer than this go inline in the work request (no DMA read of the buffer).
+const INLINE: usize = 64;
+
+/// What a work request was, in the top byte of its id; the rest is an index.
+const WR_RECV: u64 = 1 << 56;
+const WR_SEND: u64 = 2 << 56;
+const WR_READ: u64 = 3 << 56;
+const WR_CREDIT: u64 = 4 << 56;
+const WR_INDEX: u64 = (1 << 56) - 1;
+
+/// Registered memory owned by the transport: receive and send buffers, credit slots.
+struct Region {
+    buf: Vec<u8>,
+    mr: *mut ibv_mr,
+}
+
+impl Region {
+    fn new(dev: &Device, len: usize) -> Result<Region, String> {
+        let mut buf = vec![0u8; len];
+        // SAFETY: `buf` is a live allocation of `len` bytes that outlives the registration
+        // (deregistered in `Drop`, before `buf` is freed).
+        let mr = unsafe {
+            ibv_reg_mr(
+                dev.pd,
+                buf.as_mut_ptr().cast(),
+                len,
+                (ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+                    | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0) as i32,
+            )
+        };
+        if mr.is_null() {
+            return Err(format!(
+                "registering {len} bytes of buffers: {}",
+                io::Error::last_os_error()
+            ));
+        }
+        Ok(Region { buf, mr })
+    }
+
+    fn lkey(&self) -> u32 {
+        // SAFETY: `mr` is live while the region is.
+        unsafe { (*self.mr).lkey }
+    }
+
+    fn rkey(&self) -> u32 {
+        // SAFETY: as above.
+        unsafe { (*self.mr).rkey }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: registered once in `new`; the transport destroys its queue pairs first.
+        unsafe { ibv_dereg_mr(self.mr) };
+    }
+}
+
+/// A peer reached over verbs.
+struct Peer {
+    qp: QueuePair,
+    /// Frames sent to the peer, and what it consumed (its writes to our credit slot).
+    sent: u64,
+    /// Frames consumed from the peer, and how many of those it has been told about.
+    consumed: u64,
+    reported: u64,
+    /// Where in the peer our credit slot is.
+    credit_addr: u64,
+    credit_rkey: u32,
+    /// Work requests on the send queue not yet completed.
+    in_flight: u32,
+}
+
+/// An RDMA READ of one receive, possibly in several pieces.
+struct Read {
+    token: u64,
+    pieces_left: usize,
+    mr: MrId,
+    error: Option<String>,
+}
+
+struct Piece {
+    peer: Rank,
+    read: usize,
+    local: u64,
+    lkey: u32,
+    remote: u64,
+    rkey: u32,
+    len: u32,
+}
+
+/// A finished read: the token `read` was given, and the error if it failed.
+pub type ReadDone = (u64, Result<(), String>);
+
+pub struct VerbsTransport {
+    rank: Rank,
+    local_psn: u32,
+    initial_credits: u64,
+    credit_batch: u64,
+    frame_size: usize,
+    /// By rank; `None` for peers reached another way.
+    peers: Vec<Option<Peer>>,
+    /// Queue pair number -> rank, for receive completions.
+    by_qpn: Vec<(u32, Rank)>,
+    reads: Slab<Read>,
+    waiting_pieces: VecDeque<Piece>,
+    free_send: Vec<usize>,
+    srq: *mut ibv_srq,
+    cq: *mut ibv_cq,
+    channel: *mut ibv_comp_channel,
+    recv_region: Region,
+    send_region: Region,
+    /// Slot `r` holds how many of our frames rank `r` has consumed (written by `r`).
+    credit_slots: Region,
+    registry: Registry,
+    dev: Device,
+    pub reads_posted: u64,
+}
+
+fn status_text(status: ibv_wc_status::Type) -> String {
+    // SAFETY: ibv_wc_status_str returns a static string for any value.
+    let name = unsafe { CStr::from_ptr(ibv_wc_status_str(status)) };
+    format!("{} (status {status})", name.to_string_lossy())
+}
+
+fn transport(peer: Rank, cause: impl Into<String>) -> PmlError {
+    PmlError::transport(peer, cause.into())
+}
+
+impl VerbsTransport {
+    /// Opens this rank's device and creates a queue pair for each rank in `peers`.
+    pub fn new(
+        rank: Rank,
+        size: u32,
+        local_rank: usize,
+        peers: &[Rank],
+        config: &VerbsConfig,
+    ) -> Result<VerbsTransport, String> {
+        let names: Vec<&str> = config
+            .devices
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .collect();
+        let wanted = if names.is_empty() {
+            ""
+        } else {
+            names[local_rank % names.len()]
+        };
+        let dev = Device::open(wanted, config.gid_index)?;
+        let frame_size = config.frame_size.min(dev.max_msg as usize);
+        // SAFETY: the context is open; each object is destroyed in `Drop`, in reverse order.
+        let (channel, cq, srq) = unsafe {
+            let channel = ibv_create_comp_channel(dev.ctx);
+            if channel.is_null() {
+                return Err(format!(
+                    "creating a completion channel: {}",
+                    io::Error::last_os_error()
+                ));
+            }
+            let depth = (RECV_BUFFERS + peers.len() * SEND_DEPTH as usize) as i32;
+            let cq = ibv_create_cq(dev.ctx, depth, ptr::null_mut(), channel, 0);
+            if cq.is_null() {
+                ibv_destroy_comp_channel(channel);
+                return Err(format!(
+                    "creating a completion queue of {depth}: {}",
+                    io::Error::last_os_error()
+                ));
+            }
+            let mut attr = ibv_srq_init_attr {
+                srq_context: ptr::null_mut(),
+                attr: ibv_srq_attr {
+                    max_wr: RECV_BUFFERS as u32,
+                    max_sge: 1,
+                    srq_limit: 0,
+                },
+            };
+            let srq = ibv_create_srq(dev.pd, &mut attr);
+            if srq.is_null() {
+                ibv_destroy_cq(cq);
+                ibv_destroy_comp_channel(channel);
+                return Err(format!(
+                    "creating a shared receive queue: {}",
+                    io::Error::last_os_error()
+                ));
+            }
+            // Waiting reads the channel's fd after poll() says it is ready; never block.
+            let fd = (*channel).fd;
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+            (channel, cq, srq)
+        };
+        let recv_region = Region::new(&dev, RECV_BUFFERS * frame_size)?;
+        let send_region = Region::new(&dev, SEND_BUFFERS * frame_size)?;
+        let credit_slots = Region::new(&dev, size as usize * 8)?;
+        let registry = Registry::new(dev.pd, config.reg_cache, CACHED_REGISTRATIONS);
+        let initial_credits = (RECV_BUFFERS / peers.len().max(1)).clamp(4, 64) as u64;
+        let mut t = VerbsTransport {
+            rank,
+            local_psn: (u32::from(rank as u16) << 8 | 0x5a) & 0xff_ffff,
+            initial_credits,
+            credit_batch: (initial_credits / 4).max(1),
+            frame_size,
+            peers: (0..size).map(|_| None).collect(),
+            by_qpn: Vec::new(),
+            reads: Slab::new(),
+            waiting_pieces: VecDeque::new(),
+            free_send: (0..SEND_BUFFERS).rev().collect(),
+            srq,
+            cq,
+            channel,
+            recv_region,
+            send_region,
+            credit_slots,
+            registry,
+            dev,
+            reads_posted: 0,
+        };
+        for i in 0..RECV_BUFFERS {
+            t.post_receive(i).map_err(|e| e.to_string())?;
+        }
+        for &p in peers {
+            let qp = QueuePair::new(&t.dev, cq, srq)?;
+            t.by_qpn.push((qp.qpn(), p));
+            t.peers[p as usize] = Some(Peer {
+                qp,
+                sent: 0,
+                consumed: 0,
+                reported: 0,
+                credit_addr: 0,
+                credit_rkey: 0,
+                in_flight: 0,
+            });
+        }
+        Ok(t)
+    }
+
+    /// Largest frame SEND carries.
+    pub fn frame_size(&self) -> usize {
+        self.frame_size
+    }
+
+    pub fn device_name(&self) -> &str {
+        &self.dev.name
+    }
+
+    /// What peers need to connect to this rank: addressing, the credit slots, and the queue
+    /// pair number meant for each rank (0 where there is none).
+    pub fn endpoint(&self) -> String {
+        let gid: String = self.dev.gid.iter().map(|b| format!("{b:02x}")).collect();
+        let qpns: Vec<String> = self
+            .peers
+            .iter()
+            .map(|p| p.as_ref().map_or(0, |p| p.qp.qpn()).to_string())
+            .collect();
+        format!(
+            "{} {gid} {} {} {} {} {}",
+            self.dev.lid,
+            self.dev.mtu,
+            self.local_psn,
+            self.credit_slots.buf.as_ptr() as u64,
+            self.credit_slots.rkey(),
+            qpns.join(",")
+        )
+    }
+
+    /// Connects the queue pair for `peer` to the one the peer made for this rank.
+    pub fn connect(&mut self, peer: Rank, endpoint: &str) -> Result<(), String> {
+        let bad = || format!("rank {peer}'s verbs endpoint '{endpoint}' is malformed");
+        let w: Vec<&str> = endpoint.split_ascii_whitespace().collect();
+        if w.len() != 7 || w[1].len() != 32 {
+            return Err(bad());
+        }
+        let mut gid = [0u8; 16];
+        for (i, b) in gid.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&w[1][2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        let qpn: u32 = w[6]
+            .split(',')
+            .nth(self.rank as usize)
+            .and_then(|q| q.parse().ok())
+            .filter(|&q| q != 0)
+            .ok_or_else(bad)?;
+        let address = QpAddress {
+            qpn,
+            psn: w[3].parse().map_err(|_| bad())?,
+            lid: w[0].parse().map_err(|_| bad())?,
+            gid,
+            mtu: w[2].parse().map_err(|_| bad())?,
+        };
+        let credit_addr: u64 = w[4].parse().map_err(|_| bad())?;
+        let credit_rkey: u32 = w[5].parse().map_err(|_| bad())?;
+        let p = self.peers[peer as usize]
+            .as_mut()
+            .ok_or_else(|| format!("rank {peer} has no queue pair here"))?;
+        p.qp.connect(&self.dev, self.local_psn, &address)
+            .map_err(|e| format!("connecting to rank {peer}: {e}"))?;
+        p.credit_addr = credit_addr + 8 * u64::from(self.rank);
+        p.credit_rkey = credit_rkey;
+        Ok(())
+    }
+
+    fn post_receive(&mut self, slot: usize) -> Result<(), PmlError> {
+        let mut sge = ibv_sge {
+            addr: self.recv_region.buf.as_ptr() as u64 + (slot * self.frame_size) as u64,
+            length: self.frame_size as u32,
+            lkey: self.recv_region.lkey(),
+        };
+        let mut wr = ibv_recv_wr {
+            wr_id: WR_RECV | slot as u64,
+            next: ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: `wr` and `sge` are valid for the call; the buffer slot is registered and
+        // stays ours until its completion comes back.
+        let rc = unsafe { ibv_post_srq_recv(self.srq, &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(transport(
+                self.rank,
+                format!(
+                    "posting a receive buffer failed: {}",
+                    io::Error::from_raw_os_error(rc)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Posts one send-queue work request to `peer`.
+    #[allow(clippy::too_many_arguments)]
+    fn post(
+        &mut self,
+        peer: Rank,
+        wr_id: u64,
+        opcode: ibv_wr_opcode::Type,
+        local: u64,
+        len: u32,
+        lkey: u32,
+        remote: Option<(u64, u32)>,
+    ) -> Result<(), i32> {
+        let p = self.peers[peer as usize].as_mut().expect("a verbs peer");
+        let mut sge = ibv_sge {
+            addr: local,
+            length: len,
+            lkey,
+        };
+        // SAFETY: all-zero is a valid ibv_send_wr (null pointers, no flags).
+        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = opcode;
+        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        if len as usize <= INLINE && opcode != ibv_wr_opcode::IBV_WR_RDMA_READ {
+            wr.send_flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+        }
+        if let Some((addr, rkey)) = remote {
+            wr.wr.rdma = rdma_t {
+                remote_addr: addr,
+                rkey,
+            };
+        }
+        let mut bad = ptr::null_mut();
+        // SAFETY: `wr` and `sge` are valid for the call; the local memory is registered
+        // under `lkey` and stays untouched until the completion (or was copied, if inline).
+        let rc = unsafe { ibv_post_send(p.qp.qp, &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(rc);
+        }
+        p.in_flight += 1;
+        Ok(())
+    }
+
+    /// Sends one frame if the peer has credit and a send buffer is free; `Ok(false)` if not
+    /// now (the caller retries after progress).
+    pub fn send(&mut self, peer: Rank, header: &[u8], payload: &[u8]) -> Result<bool, PmlError> {
+        let len = header.len() + payload.len();
+        let p = self.peers[peer as usize].as_ref().expect("a verbs peer");
+        let consumed = self.credit_slot(peer).load(Ordering::Acquire);
+        if p.sent >= self.initial_credits + consumed || p.in_flight >= SEND_DEPTH - 8 {
+            return Ok(false);
+        }
+        let Some(slot) = self.free_send.pop() else {
+            return Ok(false);
+        };
+        let at = slot * self.frame_size;
+        let buf = &mut self.send_region.buf[at..at + len];
+        buf[..header.len()].copy_from_slice(header);
+        buf[header.len()..].copy_from_slice(payload);
+        let local = buf.as_ptr() as u64;
+        let lkey = self.send_region.lkey();
+        if let Err(rc) = self.post(
+            peer,
+            WR_SEND | slot as u64,
+            ibv_wr_opcode::IBV_WR_SEND,
+            local,
+            len as u32,
+            lkey,
+            None,
+        ) {
+            self.free_send.push(slot);
+            return Err(transport(
+                peer,
+                format!(
+                    "posting a SEND failed: {}",
+                    io::Error::from_raw_os_error(rc)
+                ),
+            ));
+        }
+        self.peers[peer as usize]
+            .as_mut()
+            .expect("a verbs peer")
+            .sent += 1;
+        Ok(true)
+    }
+
+    fn credit_slot(&self, peer: Rank) -> &AtomicU64 {
+        let at = peer as usize * 8;
+        // SAFETY: the slot is 8 aligned bytes inside the region (Vec<u8> of a multiple of 8
+        // from the allocator, which aligns it to 8 or more); the NIC writes it with RDMA
+        // WRITE, and we only read it atomically.
+        unsafe { &*(self.credit_slots.buf.as_ptr().add(at) as *const AtomicU64) }
+    }
+
+    /// Exposes `len` bytes at `addr` for a peer's RDMA READ; returns the rkey and the
+    /// registration to release once the send completes.
+    pub fn expose(&mut self, addr: usize, len: usize) -> Result<(u32, MrId), String> {
+        let keys = self
+            .registry
+            .acquire(addr, len)
+            .map_err(|e| e.to_string())?;
+        Ok((keys.rkey, keys.id))
+    }
+
+    pub fn release(&mut self, id: MrId) {
+        self.registry.release(id);
+    }
+
+    /// Starts reading `target.len()` bytes at `remote` in `peer` into `target`; `token` comes
+    /// back in a [`ReadDone`] from `poll` when the data is in.
+    pub fn read(
+        &mut self,
+        peer: Rank,
+        remote: RemoteKey,
+        target: &mut [u8],
+        token: u64,
+    ) -> Result<(), PmlError> {
+        let keys = self
+            .registry
+            .acquire(target.as_ptr() as usize, target.len())
+            .map_err(|e| transport(peer, e.to_string()))?;
+        let piece_max = self.dev.max_msg.max(1 << 16) as usize;
+        let pieces = target.len().div_ceil(piece_max);
+        let read = self.reads.insert(Read {
+            token,
+            pieces_left: pieces,
+            mr: keys.id,
+            error: None,
+        });
+        for i in 0..pieces {
+            let off = i * piece_max;
+            let len = piece_max.min(target.len() - off);
+            self.waiting_pieces.push_back(Piece {
+                peer,
+                read,
+                local: target.as_ptr() as u64 + off as u64,
+                lkey: keys.lkey,
+                remote: remote.addr + off as u64,
+                rkey: remote.key as u32,
+                len: len as u32,
+            });
+        }
+        self.reads_posted += 1;
+        self.post_waiting_pieces()
+    }
+
+    /// Posts waiting read pieces while their queue pairs have room.
+    fn post_waiting_pieces(&mut self) -> Result<(), PmlError> {
+        while let Some(piece) = self.waiting_pieces.front() {
+            let p = self.peers[piece.peer as usize]
+                .as_ref()
+                .expect("a verbs peer");
+            if p.in_flight >= SEND_DEPTH - 4 {
+                return Ok(());
+            }
+            let piece = self.waiting_pieces.pop_front().expect("front");
+            self.post(
+                piece.peer,
+                WR_READ | piece.read as u64,
+                ibv_wr_opcode::IBV_WR_RDMA_READ,
+                piece.local,
+                piece.len,
+                piece.lkey,
+                Some((piece.remote, piece.rkey)),
+            )
+            .map_err(|rc| {
+                transport(
+                    piece.peer,
+                    format!(
+                        "posting an RDMA READ failed: {}",
+                        io::Error::from_raw_os_error(rc)
+                    ),
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Tells `peer` how many of its frames this rank consumed, once enough have piled up.
+    fn return_credits(&mut self, peer: Rank) -> Result<(), PmlError> {
+        let p = self.peers[peer as usize].as_mut().expect("a verbs peer");
+        if p.consumed - p.reported < self.credit_batch || p.in_flight >= SEND_DEPTH - 2 {
+            return Ok(());
+        }
+        p.reported = p.consumed;
+        let (value, addr, rkey) = (p.consumed, p.credit_addr, p.credit_rkey);
+        // Inline: the value is copied at posting, so later updates cannot tear it.
+        let bytes = value.to_le_bytes();
+        self.post(
+            peer,
+            WR_CREDIT,
+            ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+            bytes.as_ptr() as u64,
+            8,
+            0,
+            Some((addr, rkey)),
+        )
+        .map_err(|rc| {
+            transport(
+                peer,
+                format!(
+                    "posting a credit update failed: {}",
+                    io::Error::from_raw_os_error(rc)
+                ),
+            )
+        })
+    }
+
+    fn peer_of_qpn(&self, qpn: u32) -> Option<Rank> {
+        self.by_qpn.iter().find(|(q, _)| *q == qpn).map(|(_, r)| *r)
+    }
+
+    /// Takes completions: frames go to `on_frame`, finished reads into `done`. Returns how
+    /// many frames arrived.
+    pub fn poll(
+        &mut self,
+        mut on_frame: impl FnMut(Rank, &[u8]) -> Result<(), PmlError>,
+        done: &mut Vec<ReadDone>,
+    ) -> Result<usize, PmlError> {
+        // SAFETY: all-zero is a valid ibv_wc; poll_cq overwrites the entries it reports.
+        let mut wcs: [ibv_wc; COMPLETIONS_PER_POLL] = unsafe { std::mem::zeroed() };
+        // SAFETY: `wcs` has room for COMPLETIONS_PER_POLL entries.
+        let n = unsafe { ibv_poll_cq(self.cq, COMPLETIONS_PER_POLL as i32, wcs.as_mut_ptr()) };
+        if n < 0 {
+            return Err(transport(self.rank, "polling the completion queue failed"));
+        }
+        let mut frames = 0;
+        for wc in &wcs[..n as usize] {
+            let peer = self.peer_of_qpn(wc.qp_num).unwrap_or(self.rank);
+            let index = (wc.wr_id & WR_INDEX) as usize;
+            let kind = wc.wr_id & !WR_INDEX;
+            if kind != WR_RECV {
+                if let Some(p) = self.peers.get_mut(peer as usize).and_then(Option::as_mut) {
+                    p.in_flight -= 1;
+                }
+            }
+            let ok = wc.status == ibv_wc_status::IBV_WC_SUCCESS;
+            match kind {
+                WR_RECV => {
+                    if !ok {
+                        return Err(transport(
+                            peer,
+                            format!("a receive failed: {}", status_text(wc.status)),
+                        ));
+                    }
+                    let at = index * self.frame_size;
+                    let frame = &self.recv_region.buf[at..at + wc.byte_len as usize];
+                    on_frame(peer, frame)?;
+                    frames += 1;
+                    self.post_receive(index)?;
+                    if let Some(p) = self.peers[peer as usize].as_mut() {
+                        p.consumed += 1;
+                    }
+                    self.return_credits(peer)?;
+                }
+                WR_SEND => {
+                    self.free_send.push(index);
+                    if !ok {
+                        return Err(transport(
+                            peer,
+                            format!(
+                                "a SEND to rank {peer} failed: {} (did it die?)",
+                                status_text(wc.status)
+                            ),
+                        ));
+                    }
+                }
+                WR_READ => {
+                    let r = &mut self.reads[index];
+                    r.pieces_left -= 1;
+                    if !ok && r.error.is_none() {
+                        r.error = Some(format!("RDMA READ failed: {}", status_text(wc.status)));
+                    }
+                    if r.pieces_left == 0 {
+                        let r = self.reads.remove(index);
+                        self.registry.release(r.mr);
+                        done.push((r.token, r.error.map_or(Ok(()), Err)));
+                    }
+                }
+                _ => {
+                    if !ok {
+                        return Err(transport(
+                            peer,
+                            format!("a credit update failed: {}", status_text(wc.status)),
+                        ));
+                    }
+                }
+            }
+        }
+        self.post_waiting_pieces()?;
+        Ok(frames)
+    }
+
+    /// Asks for a wake-up on the next completion; poll once more afterwards before sleeping,
+    /// since completions that came before arming wake nobody.
+    pub fn arm(&mut self) {
+        // SAFETY: the CQ is live.
+        unsafe { ibv_req_notify_cq(self.cq, 0) };
+    }
+
+    /// Sleeps until a completion arrives (after `arm`) or `timeout` passes.
+    pub fn sleep(&mut self, timeout: Duration) {
+        // SAFETY: the channel is live; `pfd` is valid for the call.
+        unsafe {
+            let mut pfd = libc::pollfd {
+                fd: (*self.channel).fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            if libc::poll(&mut pfd, 1, timeout.as_millis() as i32) > 0 {
+                let mut cq = ptr::null_mut();
+                let mut ctx = ptr::null_mut();
+                if ibv_get_cq_event(self.channel, &mut cq, &mut ctx) == 0 {
+                    ibv_ack_cq_events(cq, 1);
+                }
+            }
+        }
+    }
+
+    /// Registrations made so far (for tests: a repeated send from one buffer makes one).
+    pub fn registrations(&self) -> u64 {
+        self.registry.registrations
+    }
+}
+
+impl Drop for VerbsTransport {
+    fn drop(&mut self) {
+        // Queue pairs first: they use the SRQ, the CQ and every registration.
+        self.peers.clear();
+        // SAFETY: nothing uses the SRQ, CQ or channel any more; each is destroyed once.
+        // The regions, registry and device drop after this, in field order.
+        unsafe {
+            ibv_destroy_srq(self.srq);
+            ibv_destroy_cq(self.cq);
+            ibv_destroy_comp_channel(self.channel);
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! Memory registrations, cached: sending again from the same buffer (or reading into it)
+//! finds the registration that covers it instead of pinning the pages again.
+//!
+//! A cached registration pins the physical pages its virtual range had when it was made. If
+//! the program freed that memory and the allocator gave the range back to the kernel, a new
+//! allocation at the same address would get other pages and the cached registration would
+//! read stale ones. So while the cache is on, the transport tells glibc's malloc never to
+//! return memory to the kernel (the MVAPICH approach); `MPIRT_VERBS_REG_CACHE=0` turns the
+//! cache off for programs that unmap memory themselves, and every registration is then
+//! dropped as soon as its message is done.
+//!
+//! Registrations in use (by a rendezvous send a peer may still read, or a read under way) are
+//! counted and never evicted; idle ones are evicted oldest first past a bound on entries.
+
+use std::collections::BTreeMap;
+use std::io;
+
+use rdma_sys::*;
+
+/// A registration handed out by [`Registry::acquire`], to give back with `release`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrId {
+    key: (usize, u64),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Keys {
+    pub id: MrId,
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+struct Entry {
+    end: usize,
+    mr: *mut ibv_mr,
+    users: u32,
+    last_use: u64,
+}
+
+pub struct Registry {
+    pd: *mut ibv_pd,
+    /// By start address, then by when registered: ranges may overlap (a larger range
+    /// registered over a smaller one still in use).
+    entries: BTreeMap<(usize, u64), Entry>,
+    cache: bool,
+    max_idle: usize,
+    clock: u64,
+    pub registrations: u64,
+}
+
+const PAGE: usize = 4096;
+const ACCESS: u32 = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+    | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0
+    | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+
+impl Registry {
+    pub fn new(pd: *mut ibv_pd, cache: bool, max_idle: usize) -> Registry {
+        if cache {
+            // SAFETY: mallopt only changes malloc's tuning; see the module comment for why.
+            unsafe {
+                libc::mallopt(libc::M_MMAP_MAX, 0);
+                libc::mallopt(libc::M_TRIM_THRESHOLD, -1);
+            }
+        }
+        Registry {
+            pd,
+            entries: BTreeMap::new(),
+            cache,
+            max_idle,
+            clock: 0,
+            registrations: 0,
+        }
+    }
+
+    /// Keys for `len` bytes at `addr`, registering (whole pages) if no entry covers them.
+    pub fn acquire(&mut self, addr: usize, len: usize) -> io::Result<Keys> {
+        self.clock += 1;
+        let end = addr + len.max(1);
+        let covering = self
+            .entries
+            .range_mut(..=(addr, u64::MAX))
+            .rev()
+            .find(|(_, e)| e.end >= end);
+        if let Some((&key, e)) = covering {
+            e.users += 1;
+            e.last_use = self.clock;
+            // SAFETY: `mr` is a live registration owned by this entry.
+            let (lkey, rkey) = unsafe { ((*e.mr).lkey, (*e.mr).rkey) };
+            return Ok(Keys {
+                id: MrId { key },
+                lkey,
+                rkey,
+            });
+        }
+        let start = addr & !(PAGE - 1);
+        let end = end.next_multiple_of(PAGE);
+        // SAFETY: the range is mapped memory of this process (the caller's buffer rounded out
+        // to its pages); the registration is deregistered when its entry goes.
+        let mr = unsafe { ibv_reg_mr(self.pd, start as *mut _, end - start, ACCESS as i32) };
+        if mr.is_null() {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!(
+                    "registering {} bytes at {addr:#x} failed: {e} (is the locked-memory limit, \
+                     ulimit -l, too low?)",
+                    end - start
+                ),
+            ));
+        }
+        self.registrations += 1;
+        let key = (start, self.clock);
+        self.entries.insert(
+            key,
+            Entry {
+                end,
+                mr,
+                users: 1,
+                last_use: self.clock,
+            },
+        );
+        self.trim();
+        // SAFETY: `mr` was just registered.
+        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+        Ok(Keys {
+            id: MrId { key },
+            lkey,
+            rkey,
+        })
+    }
+
+    pub fn release(&mut self, id: MrId) {
+        let Some(e) = self.entries.get_mut(&id.key) else {
+            return;
+        };
+        e.users = e.users.saturating_sub(1);
+        if e.users == 0 && !self.cache {
+            self.evict_if_idle(id.key);
+        }
+    }
+
+    fn evict_if_idle(&mut self, key: (usize, u64)) {
+        if self.entries.get(&key).is_some_and(|e| e.users == 0) {
+            let e = self.entries.remove(&key).expect("present");
+            // SAFETY: no work request uses an idle registration.
+            unsafe { ibv_dereg_mr(e.mr) };
+        }
+    }
+
+    /// Evicts the least recently used idle registrations past the bound.
+    fn trim(&mut self) {
+        let idle = self.entries.values().filter(|e| e.users == 0).count();
+        if idle <= self.max_idle {
+            return;
+        }
+        let mut by_age: Vec<(u64, (usize, u64))> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.users == 0)
+            .map(|(&k, e)| (e.last_use, k))
+            .collect();
+        by_age.sort_unstable();
+        for (_, key) in by_age.into_iter().take(idle - self.max_idle) {
+            self.evict_if_idle(key);
+        }
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        for e in self.entries.values() {
+            // SAFETY: the transport drops the registry after its queue pairs, so no work
+            // request can still use these registrations.
+            unsafe { ibv_dereg_mr(e.mr) };
+        }
+    }
+}
