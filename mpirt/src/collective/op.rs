@@ -326,17 +326,6 @@ impl<'b> DynBuffer<'b> {
             )
         })
     }
-
-    pub fn len(&self) -> usize {
-        self.bytes
-            .len()
-            .checked_div(self.datatype.size())
-            .unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
-    }
 }
 
 /// The accumulating operand of a [`UserOperation`].
@@ -355,17 +344,6 @@ impl<'b> DynBufferMut<'b> {
         // SAFETY: as in `DynBuffer::downcast`; the bytes are exclusively borrowed for 'b, and
         // whatever `T` values the closure stores there are valid bytes of the datatype.
         Some(unsafe { std::slice::from_raw_parts_mut(self.bytes.as_mut_ptr().cast(), len) })
-    }
-
-    pub fn len(&self) -> usize {
-        self.bytes
-            .len()
-            .checked_div(self.datatype.size())
-            .unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
     }
 }
 
