@@ -682,6 +682,18 @@ fn every_collective_on_8_and_9_ranks() {
     }
 }
 
+/// Over TCP, with a small eager limit so that long parts go by rendezvous there too.
+#[test]
+fn every_collective_over_tcp() {
+    ok_job(
+        5,
+        &[
+            ("MPIRT_TRANSPORT", "tcp"),
+            ("MPIRT_TCP_EAGER_LIMIT", "4096"),
+        ],
+    );
+}
+
 /// Each algorithm of each collective, forced on sizes that are not powers of two.
 #[test]
 fn every_algorithm_forced() {
