@@ -597,6 +597,67 @@ fn immediates(world: &SimpleCommunicator) {
             .wait();
     });
     assert_eq!(everyone, (0..n).collect::<Vec<_>>());
+
+    // Every other immediate collective in flight at once, waited on in reverse order.
+    let nu = n as usize;
+    let outgoing: Vec<i32> = (0..n).map(|r| me * 100 + r).collect();
+    let blocks = contribution(me, 3 * nu, int);
+    let mine = contribution(me, 3, int);
+    let op = affine_op();
+    let ordered = contribution(me, 4, affine);
+    let (mut swapped, mut block, mut prefix, mut before) = (
+        vec![0; nu],
+        vec![0; 3],
+        vec![Affine::default(); 4],
+        vec![Affine::default(); 4],
+    );
+    let (mut reduced, mut gathered, mut scattered) = (vec![0; 3], vec![0; 3 * nu], vec![0; 3]);
+    let root = world.process_at_rank(n / 2);
+    let is_root = me == n / 2;
+    request::scope(|scope| {
+        let mut pending = vec![
+            world.immediate_all_to_all_into(scope, &outgoing[..], &mut swapped[..]),
+            world.immediate_reduce_scatter_block_into(
+                scope,
+                &blocks[..],
+                &mut block[..],
+                SystemOperation::sum(),
+            ),
+            world.immediate_scan_into(scope, &ordered[..], &mut prefix[..], &op),
+            world.immediate_exclusive_scan_into(scope, &ordered[..], &mut before[..], &op),
+        ];
+        if is_root {
+            pending.push(root.immediate_reduce_into_root(
+                scope,
+                &mine[..],
+                &mut reduced[..],
+                SystemOperation::max(),
+            ));
+            pending.push(root.immediate_gather_into_root(scope, &mine[..], &mut gathered[..]));
+            pending.push(root.immediate_scatter_into_root(scope, &blocks[..], &mut scattered[..]));
+        } else {
+            pending.push(root.immediate_reduce_into(scope, &mine[..], SystemOperation::max()));
+            pending.push(root.immediate_gather_into(scope, &mine[..]));
+            pending.push(root.immediate_scatter_into(scope, &mut scattered[..]));
+        }
+        while let Some(request) = pending.pop() {
+            request.wait();
+        }
+    });
+    assert_eq!(swapped, (0..n).map(|s| s * 100 + me).collect::<Vec<_>>());
+    let whole = serial(0..n, 3 * nu, int, i32::wrapping_add);
+    assert_eq!(block, whole[3 * me as usize..3 * me as usize + 3]);
+    assert_eq!(prefix, serial(0..me + 1, 4, affine, compose));
+    if me > 0 {
+        assert_eq!(before, serial(0..me, 4, affine, compose));
+    }
+    let root_blocks = contribution(n / 2, 3 * nu, int);
+    assert_eq!(scattered, root_blocks[3 * me as usize..3 * me as usize + 3]);
+    if is_root {
+        assert_eq!(reduced, serial(0..n, 3, int, i32::max));
+        let all: Vec<i32> = (0..n).flat_map(|r| contribution(r, 3, int)).collect();
+        assert_eq!(gathered, all);
+    }
     println!("immediates ok");
 }
 
@@ -733,8 +794,10 @@ fn bad_input_is_an_error_naming_rank_operation_and_cause() {
         "rank 1: all_reduce_into: the receive buffer holds 3 elements where 4 are needed",
         "all_reduce_into: the operation bitwise_or is not defined for f64",
         "all_gather_into: the send buffer holds u8 elements but the receive buffer i8",
-        "rank 0: gather_into: the root is rank 0: gather_into is for the other ranks",
-        "rank 2: scatter_into_root: the root is rank 0: scatter_into_root is for the root",
+        "rank 0: gather_into: the root is rank 0: the root calls gather_into_root, the others \
+         gather_into",
+        "rank 2: scatter_into_root: the root is rank 0: the root calls scatter_into_root, the \
+         others scatter_into",
         "all_gather_varcount_into: invalid partition: receive: rank 2's part (elements 9 to 10) \
          runs past the buffer's 4 elements",
         "rank 2: all_gather_into: rank 0 sent 1 bytes where this rank expected 3",

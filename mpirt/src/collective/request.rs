@@ -10,6 +10,11 @@ use super::schedule::Execution;
 
 /// An unfinished immediate collective (`MPI_Request` of `MPI_Ibarrier`, `MPI_Iallreduce`, ...).
 /// Like a point-to-point request it must be waited on or tested to completion.
+///
+/// A collective moves to its next round only inside its own `test` or `wait` (messages keep
+/// arriving meanwhile, but nothing is sent on): when several are in flight, every rank must
+/// complete them in the same order, or test them in turn, lest one rank wait on a round that
+/// another has not yet sent.
 #[must_use = "a request must be waited on or tested to completion"]
 pub struct CollectiveRequest<'a, S: Scope<'a> = StaticScope> {
     /// Boxed: the request moves through every `test`, the schedule need not.
