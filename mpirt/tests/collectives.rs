@@ -658,7 +658,46 @@ fn immediates(world: &SimpleCommunicator) {
         let all: Vec<i32> = (0..n).flat_map(|r| contribution(r, 3, int)).collect();
         assert_eq!(gathered, all);
     }
+    in_any_order(world);
     println!("immediates ok");
+}
+
+/// Ranks complete their immediate collectives in different orders, and one rank runs a
+/// blocking collective while its immediate barrier is unfinished: waiting on any collective
+/// moves the others on, so none of this can deadlock (the barrier has several rounds from 3
+/// ranks up).
+fn in_any_order(world: &SimpleCommunicator) {
+    let (n, me) = (world.size(), world.rank());
+    let mut sum = 0;
+    let mut token = if me == 0 { 42u64 } else { 0 };
+    request::scope(|scope| {
+        let barrier = world.immediate_barrier();
+        let reduce = world.immediate_all_reduce_into(scope, &me, &mut sum, SystemOperation::sum());
+        let bcast = world
+            .process_at_rank(0)
+            .immediate_broadcast_into(scope, &mut token);
+        if me % 2 == 1 {
+            bcast.wait();
+            reduce.wait();
+            barrier.wait();
+        } else {
+            barrier.wait();
+            reduce.wait();
+            bcast.wait();
+        }
+    });
+    assert_eq!((sum, token), (n * (n - 1) / 2, 42));
+
+    let mut total = 0;
+    if me == 0 {
+        let barrier = world.immediate_barrier();
+        world.all_reduce_into(&1, &mut total, SystemOperation::sum());
+        barrier.wait();
+    } else {
+        world.immediate_barrier().wait();
+        world.all_reduce_into(&1, &mut total, SystemOperation::sum());
+    }
+    assert_eq!(total, n);
 }
 
 fn errors(world: &SimpleCommunicator) {

@@ -17,6 +17,7 @@ mod all;
 mod build;
 mod calls;
 mod op;
+mod progress;
 mod request;
 mod root;
 mod schedule;

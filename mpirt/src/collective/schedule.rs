@@ -16,6 +16,7 @@ use crate::environment::with_engine;
 use crate::error::Cause;
 
 use super::op::Operation;
+use super::progress;
 use crate::communicator::CommData;
 
 /// Which buffer a span lies in.
@@ -166,6 +167,20 @@ impl Buffers {
 /// bytes as slices of `T`.
 type Aligned = u128;
 
+/// A receive must fill its span exactly: the ranks' counts agree.
+fn check_length(done: Done, recv: Option<(u32, Span)>) -> Result<(), Cause> {
+    match (done, recv) {
+        (Done::Received(status), Some((from, span))) if status.len != span.len => {
+            Err(Cause::LengthDisagrees {
+                peer: from as i32,
+                expected: span.len,
+                got: status.len,
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// A plan in progress over its buffers.
 pub(crate) struct Execution<'a> {
     comm: CommData,
@@ -179,6 +194,8 @@ pub(crate) struct Execution<'a> {
     op: Option<Box<dyn Operation + 'a>>,
     next_round: usize,
     in_flight: Vec<(Handle, Option<(u32, Span)>)>,
+    /// Why the execution stopped, once it failed: its own step reports it again.
+    failed: Option<Cause>,
 }
 
 impl<'a> Execution<'a> {
@@ -222,6 +239,7 @@ impl<'a> Execution<'a> {
             op,
             next_round: 0,
             in_flight: Vec::new(),
+            failed: None,
         };
         execution.check_spans();
         execution
@@ -275,14 +293,50 @@ impl<'a> Execution<'a> {
         self.step(true).map(drop)
     }
 
-    /// Advances as far as possible: to the end with `block`, else until a transfer is still
-    /// in flight; `true` once the schedule is done.
+    /// Advances this schedule, and the immediate collectives in flight beside it, as far as
+    /// possible: to this one's end with `block`, else until its transfers are in flight;
+    /// `true` once it is done.
     pub fn step(&mut self, block: bool) -> Result<bool, Cause> {
+        let me: *const Execution<'_> = self;
+        if !progress::others_in_flight(me) {
+            return self.step_alone(block);
+        }
+        loop {
+            if self.step_alone(false)? {
+                return Ok(true);
+            }
+            progress::advance_others(me);
+            if !block {
+                return Ok(false);
+            }
+            let mut handles = self.in_flight_handles();
+            handles.extend(progress::handles_of_others(me));
+            if let Err(cause) = with_engine(|e| e.wait_any(&handles)) {
+                self.fail(cause.clone());
+                return Err(cause);
+            }
+        }
+    }
+
+    /// Advances this schedule alone; a failure is kept and reported again.
+    pub fn step_alone(&mut self, block: bool) -> Result<bool, Cause> {
+        if let Some(cause) = &self.failed {
+            return Err(cause.clone());
+        }
         let result = self.advance(block);
-        if result.is_err() {
-            self.abandon();
+        if let Err(cause) = &result {
+            self.fail(cause.clone());
         }
         result
+    }
+
+    fn fail(&mut self, cause: Cause) {
+        self.abandon();
+        self.failed = Some(cause);
+    }
+
+    pub fn in_flight_handles(&self) -> Vec<Handle> {
+        self.in_flight.iter().map(|&(handle, _)| handle).collect()
     }
 
     fn advance(&mut self, block: bool) -> Result<bool, Cause> {
@@ -294,24 +348,28 @@ impl<'a> Execution<'a> {
                 }
                 self.post_round()?;
             }
-            while let Some(&(handle, recv)) = self.in_flight.last() {
-                let done = if block {
-                    with_engine(|e| e.wait(handle))?
-                } else {
+            if block {
+                while let Some(&(handle, recv)) = self.in_flight.last() {
+                    let done = with_engine(|e| e.wait(handle))?;
+                    self.in_flight.pop();
+                    check_length(done, recv)?;
+                }
+            } else {
+                // Collect whatever finished, so that a wait on the rest sleeps until one more
+                // does rather than finding a finished one at once.
+                let mut i = 0;
+                while i < self.in_flight.len() {
+                    let (handle, recv) = self.in_flight[i];
                     match with_engine(|e| e.test(handle))? {
-                        Some(done) => done,
-                        None => return Ok(false),
+                        Some(done) => {
+                            self.in_flight.swap_remove(i);
+                            check_length(done, recv)?;
+                        }
+                        None => i += 1,
                     }
-                };
-                self.in_flight.pop();
-                if let (Done::Received(status), Some((from, span))) = (done, recv) {
-                    if status.len != span.len {
-                        return Err(Cause::LengthDisagrees {
-                            peer: from as i32,
-                            expected: span.len,
-                            got: status.len,
-                        });
-                    }
+                }
+                if !self.in_flight.is_empty() {
+                    return Ok(false);
                 }
             }
             self.run_locals()?;
