@@ -181,6 +181,43 @@ fn check_length(done: Done, recv: Option<(u32, Span)>) -> Result<(), Cause> {
     }
 }
 
+/// No receive of a round lands on bytes another transfer of the round reads or writes: the
+/// engine holds all of them at once.
+fn check_no_overlap(transfers: &[Transfer]) {
+    let key = |region: Region| match region {
+        Region::Send => (0, 0),
+        Region::Recv => (1, 0),
+        Region::Scratch(i) => (2, i),
+    };
+    let mut spans: Vec<((u8, usize), usize, usize, bool)> = transfers
+        .iter()
+        .map(|t| match *t {
+            Transfer::Send { span, .. } => (span, false),
+            Transfer::Recv { span, .. } => (span, true),
+        })
+        .filter(|(span, _)| span.len > 0)
+        .map(|(s, recv)| (key(s.region), s.offset, s.offset + s.len, recv))
+        .collect();
+    spans.sort_unstable();
+    // Per region, the furthest end of any span so far and of any receive so far.
+    let mut ends = ((u8::MAX, 0), 0, 0);
+    for (region, start, end, recv) in spans {
+        if ends.0 != region {
+            ends = (region, 0, 0);
+        }
+        let (_, any_end, recv_end) = ends;
+        assert!(
+            start >= recv_end && !(recv && start < any_end),
+            "collective schedule: a receive overlaps another transfer of its round"
+        );
+        ends = (
+            region,
+            any_end.max(end),
+            if recv { recv_end.max(end) } else { recv_end },
+        );
+    }
+}
+
 /// A plan in progress over its buffers.
 pub(crate) struct Execution<'a> {
     comm: CommData,
@@ -264,6 +301,9 @@ impl<'a> Execution<'a> {
                 span.offset + span.len <= len && !(written && span.region == Region::Send),
                 "collective schedule: {span:?} does not fit its buffer of {len} bytes"
             );
+        }
+        for round in &self.plan.rounds {
+            check_no_overlap(&round.transfers);
         }
     }
 
@@ -404,8 +444,8 @@ impl<'a> Execution<'a> {
             if let Transfer::Send { to, span } = *transfer {
                 let ptr = self.pointer(span);
                 let peer = self.comm.world_rank(to);
-                // SAFETY: as for receives; nothing writes a span that a send of the same round
-                // reads (plans write only after their round's transfers completed).
+                // SAFETY: as for receives; no receive of the round writes what a send reads
+                // (`check_no_overlap`), and locals run only once the round's transfers are done.
                 let handle = with_engine(|e| unsafe {
                     e.post_send(
                         context,
