@@ -7,6 +7,10 @@
 
 use std::mem::size_of;
 
+pub use crate::partition::{
+    Partition, PartitionMut, Partitioned, PartitionedBuffer, PartitionedBufferMut,
+};
+
 /// The element type of a message: its size and, where not every byte pattern is a value,
 /// the check a received element must pass.
 #[derive(Clone, Copy, Debug)]

@@ -15,7 +15,8 @@ use std::time::Instant;
 use launcher::Bootstrap;
 use pml::{Engine, EngineConfig, PmlError, Wireup};
 
-use crate::communicator::{Communicator, Rank, SimpleCommunicator};
+use crate::collective::CommunicatorCollectives;
+use crate::communicator::{Rank, SimpleCommunicator};
 use crate::error::{fatal, Cause, Error};
 
 /// How much concurrency the program asks for and the runtime provides (`MPI_THREAD_*`).

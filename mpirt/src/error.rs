@@ -46,6 +46,44 @@ pub enum Cause {
     DroppedRequest,
     /// Start-up failed (the launcher's environment, wire-up, the transports).
     Startup(String),
+    /// A buffer of a collective holds the wrong number of elements for what the others hold.
+    CountMismatch {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
+    /// A peer's part of a collective was not as long as this rank's buffers say.
+    LengthDisagrees {
+        peer: Rank,
+        expected: usize,
+        got: usize,
+    },
+    /// The send and receive buffers of a collective hold different element types.
+    TypeMismatch {
+        send: &'static str,
+        receive: &'static str,
+    },
+    /// A built-in reduction that is not defined for the element type (`sum` of `bool`, ...).
+    UnsupportedOperation {
+        operation: &'static str,
+        type_name: &'static str,
+    },
+    /// The counts and displacements of a partitioned buffer do not fit it or the communicator.
+    InvalidPartition(String),
+    /// The root-only form of a collective called on a non-root, or the other way round.
+    WrongRootCall { root: Rank, call: &'static str },
+    /// An `MPIRT_COLL_*` variable names no algorithm of its collective.
+    UnknownAlgorithm {
+        variable: String,
+        value: String,
+        choices: &'static [&'static str],
+    },
+    /// Every context id is in use by some member of the communicator.
+    ContextIdsExhausted,
+    /// A group operation was given the same rank twice.
+    DuplicateRank(Rank),
+    /// A group names a process outside the communicator it is to be made from.
+    NotInCommunicator { world_rank: Rank },
 }
 
 impl fmt::Display for Cause {
@@ -97,6 +135,52 @@ impl fmt::Display for Cause {
                  completion, or wrap it in a WaitGuard or CancelGuard"
             ),
             Cause::Startup(why) => f.write_str(why),
+            Cause::CountMismatch {
+                what,
+                expected,
+                got,
+            } => write!(f, "{what} holds {got} elements where {expected} are needed"),
+            Cause::LengthDisagrees {
+                peer,
+                expected,
+                got,
+            } => write!(
+                f,
+                "rank {peer} sent {got} bytes where this rank expected {expected}: the ranks' \
+                 counts disagree"
+            ),
+            Cause::TypeMismatch { send, receive } => write!(
+                f,
+                "the send buffer holds {send} elements but the receive buffer {receive}"
+            ),
+            Cause::UnsupportedOperation {
+                operation,
+                type_name,
+            } => write!(
+                f,
+                "the operation {operation} is not defined for {type_name}"
+            ),
+            Cause::InvalidPartition(why) => write!(f, "invalid partition: {why}"),
+            Cause::WrongRootCall { root, call } => write!(f, "the root is rank {root}: {call}"),
+            Cause::UnknownAlgorithm {
+                variable,
+                value,
+                choices,
+            } => write!(
+                f,
+                "{variable}={value} names no algorithm (choose one of: {})",
+                choices.join(", ")
+            ),
+            Cause::ContextIdsExhausted => write!(
+                f,
+                "every communicator context id is in use (free communicators that are no \
+                 longer needed)"
+            ),
+            Cause::DuplicateRank(rank) => write!(f, "rank {rank} is given more than once"),
+            Cause::NotInCommunicator { world_rank } => write!(
+                f,
+                "the group holds world rank {world_rank}, which is not in the communicator"
+            ),
         }
     }
 }

@@ -27,9 +27,12 @@ extern crate self as mpirt;
 
 pub mod collective;
 pub mod communicator;
+mod context;
 pub mod datatype;
 pub mod environment;
 pub mod error;
+pub mod group;
+mod partition;
 pub mod point_to_point;
 pub mod request;
 pub mod traits;

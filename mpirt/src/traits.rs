@@ -1,7 +1,11 @@
 //! The traits a program needs in scope: `use mpirt::traits::*;`.
 
+pub use crate::collective::{CommunicatorCollectives, Operation, Root};
 pub use crate::communicator::Communicator;
-pub use crate::datatype::{Buffer, BufferMut, Equivalence};
+pub use crate::datatype::{
+    Buffer, BufferMut, Equivalence, Partitioned, PartitionedBuffer, PartitionedBufferMut,
+};
+pub use crate::group::Group;
 pub use crate::point_to_point::{Destination, Source};
 pub use crate::request::Scope;
 /// `#[derive(Equivalence)]`, in the macro namespace beside the trait of the same name.

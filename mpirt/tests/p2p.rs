@@ -1,30 +1,26 @@
-//! Point-to-point, requests and errors, with real ranks under rsrun.
-//!
-//! The ranks are this test binary itself: each test starts rsrun on `current_exe()` with only
-//! `rank_mode` selected and `RANK_MODE` naming what the ranks do. rsrun is found next to the
-//! test binary's directory (`target/<profile>/rsrun`): build it first with
-//! `cargo build -p launcher` (tools/test-all.sh builds the workspace before testing).
+//! Point-to-point, requests and errors, with real ranks under rsrun (see `common`).
 
 use std::collections::HashSet;
 use std::env;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mpirt::point_to_point as p2p;
 use mpirt::request::{self, WaitGuard};
 use mpirt::traits::*;
 
+mod common;
+
+use common::{ok_job_with, run_limited, text, RANK_MODE};
+
 // The ranks run this binary: keep RDMA registrations between messages, as programs should.
 #[global_allocator]
 static ALLOCATOR: mpirt::TrackingAllocator = mpirt::TrackingAllocator;
 
-const RANK_MODE: &str = "MPIRT_TEST_RANK_MODE";
 const SIDE_DIR: &str = "MPIRT_TEST_SIDE_DIR";
 const EAGER: usize = 4096;
-/// Generous: the machine may be shared and slow; a hang is what this guards against.
-const LIMIT: Duration = Duration::from_secs(120);
 
 /// The rank side of the tests below, selected by `RANK_MODE`.
 #[test]
@@ -455,39 +451,6 @@ fn derive(world: &mpirt::topology::SimpleCommunicator) {
 
 // ---- the test side ----
 
-fn rsrun_path() -> PathBuf {
-    let exe = env::current_exe().unwrap();
-    let path = exe.parent().unwrap().parent().unwrap().join("rsrun");
-    assert!(
-        path.exists(),
-        "{} is missing: build it first with `cargo build -p launcher`",
-        path.display()
-    );
-    path
-}
-
-/// Runs `command` with a hard time limit.
-fn run_limited(mut command: Command) -> Output {
-    let started = Instant::now();
-    let child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let pid = child.id();
-    let watchdog = thread::spawn(move || child.wait_with_output().expect("wait"));
-    while !watchdog.is_finished() {
-        if started.elapsed() > LIMIT {
-            // SAFETY: kill(2) with a pid of a child this test spawned; the watchdog thread
-            // has not reaped it yet, since it is still waiting.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            panic!("the job did not finish within {LIMIT:?}");
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    watchdog.join().unwrap()
-}
-
 /// What the ranks of a job talk over on this one host.
 #[derive(Clone, Copy, Debug)]
 enum Wire {
@@ -593,52 +556,26 @@ macro_rules! on_each_wire {
     };
 }
 
-fn job(wire: Wire, n: u32, mode: &str, envs: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(rsrun_path());
-    command
-        .arg("-n")
-        .arg(n.to_string())
-        .arg(env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "rank_mode",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
-        .env(RANK_MODE, mode)
-        .env("MPIRT_EAGER_LIMIT", EAGER.to_string());
-    for (k, v) in wire.settings() {
-        command.env(k, v);
-    }
-    for (k, v) in envs {
-        command.env(k, v);
-    }
-    run_limited(command)
+/// The settings of a job over `wire`, with the tests' eager limit.
+fn settings(wire: Wire) -> Vec<(&'static str, String)> {
+    let mut all = vec![("MPIRT_EAGER_LIMIT", EAGER.to_string())];
+    all.extend(wire.settings());
+    all
 }
 
-fn text(output: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+fn job(wire: Wire, n: u32, mode: &str, envs: &[(&str, &str)]) -> Output {
+    let owned = settings(wire);
+    let mut all: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    all.extend_from_slice(envs);
+    common::job(n, mode, &all)
 }
 
 /// Runs a job that must succeed and returns its stdout.
 fn ok_job(wire: Wire, n: u32, mode: &str) -> String {
-    let output = job(wire, n, mode, &[]);
-    let (stdout, stderr) = text(&output);
-    assert!(
-        output.status.success(),
-        "{mode} on {n} ranks over {wire:?} failed\n{stdout}\n{stderr}"
-    );
+    let owned = settings(wire);
+    let all: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (stdout, stderr) = ok_job_with(n, mode, &all);
     wire.assert_used(n, &stderr);
-    for rank in 0..n {
-        assert!(
-            stdout.contains(&format!("rank {rank} done")),
-            "{stdout}\n{stderr}"
-        );
-    }
     stdout
 }
 

@@ -6,12 +6,13 @@ from pathlib import Path
 
 out, repeats = Path(sys.argv[1]), int(sys.argv[2])
 benches = sys.argv[3:]
-units = {"latency": "us", "bw": "MB/s", "bibw": "MB/s"}
+units = {"bw": "MB/s", "bibw": "MB/s"}
 
 
 def rows(path):
-    return {int(l.split()[0]): float(l.split()[1])
-            for l in path.read_text().splitlines() if l and not l.startswith("#")}
+    """Size -> value; the barrier's one value (no size column in OSU's format) is size 0."""
+    values = [l.split() for l in path.read_text().splitlines() if l and not l.startswith("#")]
+    return {int(v[0]) if len(v) > 1 else 0: float(v[-1]) for v in values}
 
 
 def median(values):
@@ -19,7 +20,7 @@ def median(values):
 
 
 for bench in benches:
-    unit = units[bench]
+    unit = units.get(bench, "us")
     runs = {who: [rows(out / f"{bench}.{who}.{r}") for r in range(1, repeats + 1)]
             for who in ("mpirt", "ompi", "mpich")}
     sizes = sorted(runs["mpirt"][0])

@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # Side by side, in one run: mpirt's OSU ports against the same OSU method in C on Open MPI
 # and on MPICH (Debian's packages), interleaved and repeated; medians per message size.
-#   osu-benches/compare/run.sh [-r REPEATS] [-o OUTDIR] [-t]
+#   osu-benches/compare/run.sh [-r REPEATS] [-n RANKS] [-o OUTDIR] [-t]
+# -n: ranks of the collective tests (4), which run on this host only.
 # -t: between two test hosts over TCP instead of two ranks on this host: the network
 # namespaces host1 and host2 of ../shared/testhosts/ssh-hosts (or $MPIRT_SSH_HOSTS), started
 # over ssh; osu_latency and osu_bw only.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repeats=5
+ranks=4
 out=
 tcp=
-while getopts "r:o:t" opt; do
+while getopts "r:n:o:t" opt; do
     case $opt in
         r) repeats=$OPTARG ;;
+        n) ranks=$OPTARG ;;
         o) out=$OPTARG ;;
         t) tcp=1 ;;
-        *) echo "usage: $0 [-r REPEATS] [-o OUTDIR] [-t]" >&2; exit 2 ;;
+        *) echo "usage: $0 [-r REPEATS] [-n RANKS] [-o OUTDIR] [-t]" >&2; exit 2 ;;
     esac
 done
 out=${out:-target/compare${tcp:+-tcp}}
@@ -58,19 +61,30 @@ if [ -n "$tcp" ]; then
         -hosts host1:1,host2:1 -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES eth0 -n)
     rsrun=("$bin/rsrun" -H host1:1,host2:1 --ssh-args "-F $cfg" --transport tcp -n)
     benches=(latency bw)
+    collectives=()
 else
+    mpicc.openmpi -O2 -o "$out/osu_coll.ompi" $c/osu_coll.c
+    mpicc.mpich -O2 -o "$out/osu_coll.mpich" $c/osu_coll.c
     mpicc.mpich -O2 -o "$out/hello.mpich" $c/hello.c
     cc -O2 -o "$out/memcpy.bin" $c/memcpy.c
     ompi=(mpirun.openmpi --allow-run-as-root --oversubscribe -n)
     mpich=(mpiexec.mpich -n)
     rsrun=("$bin/rsrun" -n)
     benches=(latency bw bibw)
+    collectives=(barrier bcast reduce allreduce allgather alltoall gather scatter reduce_scatter)
 fi
 for bench in "${benches[@]}"; do
     for ((r = 1; r <= repeats; r++)); do
         "${rsrun[@]}" 2 "$bin"/osu_$bench > "$out/$bench.mpirt.$r"
         "${ompi[@]}" 2 "$out/osu_p2p.ompi" $bench > "$out/$bench.ompi.$r"
         "${mpich[@]}" 2 "$out/osu_p2p.mpich" $bench > "$out/$bench.mpich.$r"
+    done
+done
+for bench in "${collectives[@]}"; do
+    for ((r = 1; r <= repeats; r++)); do
+        "${rsrun[@]}" "$ranks" "$bin"/osu_$bench > "$out/$bench.mpirt.$r"
+        "${ompi[@]}" "$ranks" "$out/osu_coll.ompi" $bench > "$out/$bench.ompi.$r"
+        "${mpich[@]}" "$ranks" "$out/osu_coll.mpich" $bench > "$out/$bench.mpich.$r"
     done
 done
 if [ -z "$tcp" ]; then
@@ -88,4 +102,4 @@ if [ -z "$tcp" ]; then
         "$out/memcpy.bin" >> "$out/memcpy.txt"
     done
 fi
-python3 $c/report.py "$out" "$repeats" "${benches[@]}"
+python3 $c/report.py "$out" "$repeats" "${benches[@]}" "${collectives[@]}"

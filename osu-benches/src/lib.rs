@@ -6,9 +6,9 @@ mod options;
 mod output;
 mod start;
 
-pub use measure::measure;
+pub use measure::{measure, measure_collective};
 pub use options::{parse, Benchmark, Options, Parsed};
-pub use output::{header, row};
+pub use output::{collective_header, collective_row, header, row, Latencies};
 pub use start::start;
 
 /// The benchmarks send from the same buffers again and again: keep their RDMA registrations.

@@ -1,9 +1,11 @@
-//! OSU's options for the point-to-point tests: `-m [MIN:]MAX`, `-i ITER`, `-x WARMUP`,
-//! `-W WINDOW`, `-h`, `-v`, with OSU's defaults and its small/large message loop counts.
+//! OSU's options: `-m [MIN:]MAX`, `-i ITER`, `-x WARMUP`, `-h`, `-v`, with `-W WINDOW` for the
+//! bandwidth tests and `-f` (full statistics) for the collective ones, with OSU's defaults and
+//! its small/large message loop counts.
 
 /// Messages above this many bytes use the "large" loop counts, as in OSU.
 pub const LARGE_MESSAGE_SIZE: usize = 8192;
 const MAX_MESSAGE_SIZE: usize = 1 << 22;
+const MAX_MESSAGE_SIZE_COLLECTIVE: usize = 1 << 20;
 const WINDOW_SIZE: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -11,6 +13,15 @@ pub enum Benchmark {
     Latency,
     Bandwidth,
     BiBandwidth,
+    Barrier,
+    Broadcast,
+    Reduce,
+    Allreduce,
+    Allgather,
+    Alltoall,
+    Gather,
+    Scatter,
+    ReduceScatter,
 }
 
 impl Benchmark {
@@ -19,13 +30,22 @@ impl Benchmark {
             Benchmark::Latency => "OSU MPI Latency Test",
             Benchmark::Bandwidth => "OSU MPI Bandwidth Test",
             Benchmark::BiBandwidth => "OSU MPI Bi-Directional Bandwidth Test",
+            Benchmark::Barrier => "OSU MPI Barrier Latency Test",
+            Benchmark::Broadcast => "OSU MPI Broadcast Latency Test",
+            Benchmark::Reduce => "OSU MPI Reduce Latency Test",
+            Benchmark::Allreduce => "OSU MPI Allreduce Latency Test",
+            Benchmark::Allgather => "OSU MPI Allgather Latency Test",
+            Benchmark::Alltoall => "OSU MPI All-to-All Personalized Exchange Latency Test",
+            Benchmark::Gather => "OSU MPI Gather Latency Test",
+            Benchmark::Scatter => "OSU MPI Scatter Latency Test",
+            Benchmark::ReduceScatter => "OSU MPI Reduce_scatter Latency Test",
         }
     }
 
     pub fn column(self) -> &'static str {
         match self {
-            Benchmark::Latency => "Avg Latency(us)",
             Benchmark::Bandwidth | Benchmark::BiBandwidth => "Bandwidth (MB/s)",
+            _ => "Avg Latency(us)",
         }
     }
 
@@ -34,11 +54,33 @@ impl Benchmark {
             Benchmark::Latency => "osu_latency",
             Benchmark::Bandwidth => "osu_bw",
             Benchmark::BiBandwidth => "osu_bibw",
+            Benchmark::Barrier => "osu_barrier",
+            Benchmark::Broadcast => "osu_bcast",
+            Benchmark::Reduce => "osu_reduce",
+            Benchmark::Allreduce => "osu_allreduce",
+            Benchmark::Allgather => "osu_allgather",
+            Benchmark::Alltoall => "osu_alltoall",
+            Benchmark::Gather => "osu_gather",
+            Benchmark::Scatter => "osu_scatter",
+            Benchmark::ReduceScatter => "osu_reduce_scatter",
         }
     }
 
     fn has_window(self) -> bool {
-        self != Benchmark::Latency
+        matches!(self, Benchmark::Bandwidth | Benchmark::BiBandwidth)
+    }
+
+    /// Whether this is one of the collective tests (any number of ranks from two, `-f`).
+    pub fn is_collective(self) -> bool {
+        !matches!(
+            self,
+            Benchmark::Latency | Benchmark::Bandwidth | Benchmark::BiBandwidth
+        )
+    }
+
+    /// Whether rows carry a message size (all but the barrier's single row).
+    pub fn has_sizes(self) -> bool {
+        self != Benchmark::Barrier
     }
 }
 
@@ -51,6 +93,8 @@ pub struct Options {
     pub iterations_large: usize,
     pub skip_large: usize,
     pub window: usize,
+    /// `-f`: minimum and maximum over the ranks, and the iteration count, beside the average.
+    pub full: bool,
 }
 
 impl Options {
@@ -64,6 +108,7 @@ impl Options {
                 iterations_large: 1_000,
                 skip_large: 10,
                 window: 1,
+                full: false,
             },
             Benchmark::Bandwidth | Benchmark::BiBandwidth => Options {
                 min_size: 1,
@@ -73,6 +118,17 @@ impl Options {
                 iterations_large: 20,
                 skip_large: 2,
                 window: WINDOW_SIZE,
+                full: false,
+            },
+            _ => Options {
+                min_size: 1,
+                max_size: MAX_MESSAGE_SIZE_COLLECTIVE,
+                iterations: 1_000,
+                skip: 100,
+                iterations_large: 100,
+                skip_large: 10,
+                window: 1,
+                full: false,
             },
         }
     }
@@ -121,6 +177,9 @@ fn help(b: Benchmark) -> String {
     );
     if b.has_window() {
         h += "  -W, --window-size SIZE        set number of messages sent before synchronization\n";
+    }
+    if b.is_collective() {
+        h += "  -f, --full                    print full format listing (MIN/MAX latency and ITERATIONS\n                                displayed in addition to AVERAGE latency)\n";
     }
     h += "  -h, --help                    print this help\n  -v, --version                 print version info\n";
     h
@@ -188,6 +247,7 @@ pub fn parse(b: Benchmark, args: impl IntoIterator<Item = String>) -> Result<Par
                 }
                 o.window = n;
             }
+            "-f" | "--full" if b.is_collective() && inline.is_none() => o.full = true,
             other => return Err(format!("unknown option '{other}'\n{}", help(b))),
         }
     }
@@ -215,6 +275,17 @@ mod tests {
         assert_eq!((bw.min_size, bw.window), (1, 64));
         assert_eq!(bw.loops(1), (100, 10));
         assert_eq!(bw.loops(1 << 20), (20, 2));
+    }
+
+    #[test]
+    fn collective_defaults_and_full() {
+        let c = run(Benchmark::Allreduce, &[]);
+        assert_eq!((c.min_size, c.max_size, c.full), (1, 1 << 20, false));
+        assert_eq!(c.loops(8192), (1_000, 100));
+        assert_eq!(c.loops(16384), (100, 10));
+        assert!(run(Benchmark::Barrier, &["-f"]).full);
+        let err = parse(Benchmark::Latency, ["-f".to_string()]).unwrap_err();
+        assert!(err.contains("unknown option '-f'"));
     }
 
     #[test]

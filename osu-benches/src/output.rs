@@ -1,11 +1,16 @@
 //! OSU 7.4's output, to the character: a blank line, the title with the version, the datatype,
-//! then a column header and rows of `%-10d%18.2f`.
+//! then a column header and rows of `%-10d%18.2f`. The collective tests add, with `-f`, the
+//! minimum and maximum (`%18.2f`) and the iterations (`%12lu`); the barrier has no size column
+//! and prints its one value as `%17.2f`.
 
 use crate::options::Benchmark;
 
 const SIZE_WIDTH: usize = 10;
 const FIELD_WIDTH: usize = 18;
 const FLOAT_PRECISION: usize = 2;
+const ITERATIONS_WIDTH: usize = 12;
+/// The barrier's value column, without a size before it.
+const SIZELESS_WIDTH: usize = 17;
 
 pub fn header(b: Benchmark) -> String {
     format!(
@@ -18,6 +23,52 @@ pub fn header(b: Benchmark) -> String {
 
 pub fn row(size: usize, value: f64) -> String {
     format!("{size:<SIZE_WIDTH$}{value:>FIELD_WIDTH$.FLOAT_PRECISION$}\n")
+}
+
+/// A collective test's header; `full` for `-f`.
+pub fn collective_header(b: Benchmark, full: bool) -> String {
+    let mut h = format!("\n# {} v7.4\n", b.title());
+    if b.has_sizes() {
+        h += &format!(
+            "# Datatype: MPI_CHAR.\n{:<SIZE_WIDTH$}{:>FIELD_WIDTH$}",
+            "# Size",
+            b.column()
+        );
+    } else {
+        h += &format!("# {}", b.column());
+    }
+    if full {
+        h += &format!(
+            "{:>FIELD_WIDTH$}{:>FIELD_WIDTH$}{:>ITERATIONS_WIDTH$}",
+            "Min Latency(us)", "Max Latency(us)", "Iterations"
+        );
+    }
+    h + "\n"
+}
+
+/// Latencies over the ranks of one collective measurement, in microseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Latencies {
+    pub avg: f64,
+    pub min: f64,
+    pub max: f64,
+    pub iterations: usize,
+}
+
+/// A collective test's row: the size (none for the barrier), the average, and with `full` the
+/// minimum, maximum and iterations.
+pub fn collective_row(size: Option<usize>, l: Latencies, full: bool) -> String {
+    let mut r = match size {
+        Some(size) => row(size, l.avg).trim_end().to_string(),
+        None => format!("{:>SIZELESS_WIDTH$.FLOAT_PRECISION$}", l.avg),
+    };
+    if full {
+        r += &format!(
+            "{:>FIELD_WIDTH$.FLOAT_PRECISION$}{:>FIELD_WIDTH$.FLOAT_PRECISION$}{:>ITERATIONS_WIDTH$}",
+            l.min, l.max, l.iterations
+        );
+    }
+    r + "\n"
 }
 
 #[cfg(test)]
@@ -38,6 +89,33 @@ mod tests {
             header(Benchmark::BiBandwidth),
             "\n# OSU MPI Bi-Directional Bandwidth Test v7.4\n# Datatype: MPI_CHAR.\n# Size      Bandwidth (MB/s)\n"
         );
+    }
+
+    #[test]
+    fn collective_headers_and_rows_match_osu() {
+        assert_eq!(
+            collective_header(Benchmark::Allreduce, false),
+            "\n# OSU MPI Allreduce Latency Test v7.4\n# Datatype: MPI_CHAR.\n# Size       Avg Latency(us)\n"
+        );
+        assert_eq!(
+            collective_header(Benchmark::Broadcast, true),
+            "\n# OSU MPI Broadcast Latency Test v7.4\n# Datatype: MPI_CHAR.\n# Size       Avg Latency(us)   Min Latency(us)   Max Latency(us)  Iterations\n"
+        );
+        assert_eq!(
+            collective_header(Benchmark::Barrier, true),
+            "\n# OSU MPI Barrier Latency Test v7.4\n# Avg Latency(us)   Min Latency(us)   Max Latency(us)  Iterations\n"
+        );
+        let l = Latencies {
+            avg: 1.234,
+            min: 0.5,
+            max: 2.0,
+            iterations: 1000,
+        };
+        assert_eq!(
+            collective_row(Some(4), l, true),
+            "4                       1.23              0.50              2.00        1000\n"
+        );
+        assert_eq!(collective_row(None, l, false), "             1.23\n");
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! What every point-to-point test does before measuring: start the runtime, read the options,
-//! insist on two ranks, and have rank 0 print the header. Like OSU, only rank 0 speaks.
+//! What every test does before measuring: start the runtime, read the options, insist on two
+//! ranks (at least two for the collective tests), and have rank 0 print the header. Like OSU,
+//! only rank 0 speaks.
 
 use std::io::Write;
 use std::process::exit;
@@ -8,7 +9,7 @@ use mpirt::traits::*;
 use mpirt::Universe;
 
 use crate::options::{parse, Benchmark, Options, Parsed};
-use crate::output::header;
+use crate::output::{collective_header, header};
 
 /// Returns the runtime and the options, or ends the process (help, version, bad options,
 /// wrong number of ranks) the way OSU does.
@@ -33,15 +34,24 @@ pub fn start(b: Benchmark) -> (Universe, Options) {
             exit(1);
         }
     };
-    if world.size() != 2 {
+    let (enough, requirement) = if b.is_collective() {
+        (world.size() >= 2, "at least two processes")
+    } else {
+        (world.size() == 2, "exactly two processes")
+    };
+    if !enough {
         if rank0 {
-            eprintln!("This test requires exactly two processes");
+            eprintln!("This test requires {requirement}");
         }
         drop(universe);
         exit(1);
     }
     if rank0 {
-        print!("{}", header(b));
+        if b.is_collective() {
+            print!("{}", collective_header(b, options.full));
+        } else {
+            print!("{}", header(b));
+        }
         let _ = std::io::stdout().flush();
     }
     (universe, options)

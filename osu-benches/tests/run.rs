@@ -6,19 +6,26 @@
 mod support;
 use support::rsrun;
 
-/// Checks OSU's layout: blank line, title, datatype, column header, then one row per size
-/// with the size left-aligned in 10 columns and a positive value right-aligned in 18.
-fn check(program: &str, args: &[&str], title: &str, column: &str, sizes: &[usize]) {
-    let out = rsrun(2, program, args);
+/// Runs `program` on `n` ranks, which must succeed and print OSU's blank line and `title`.
+fn titled_output(n: u32, program: &str, args: &[&str], title: &str) -> String {
+    let out = rsrun(n, program, args);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some(""));
+    assert_eq!(lines.next(), Some(format!("# {title} v7.4").as_str()));
+    text
+}
+
+/// Checks OSU's layout: blank line, title, datatype, column header, then one row per size
+/// with the size left-aligned in 10 columns and a positive value right-aligned in 18.
+fn check(program: &str, args: &[&str], title: &str, column: &str, sizes: &[usize]) {
+    let text = titled_output(2, program, args, title);
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines[0], "");
-    assert_eq!(lines[1], format!("# {title} v7.4"));
     assert_eq!(lines[2], "# Datatype: MPI_CHAR.");
     assert_eq!(lines[3], format!("{:<10}{:>18}", "# Size", column));
     let rows = &lines[4..];
@@ -83,4 +90,78 @@ fn wrong_rank_count_and_bad_options_fail_clearly() {
     let out = rsrun(2, "osu_bibw", &["-h"]);
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("Usage: osu_bibw"));
+}
+
+/// A collective test's layout: title, datatype (not for the barrier), the column header with
+/// `-f`'s columns, then one row per size with the average, minimum, maximum and iterations.
+fn check_collective(program: &str, title: &str, sizes: &[usize]) {
+    let args = ["-m", "1:8", "-i", "5", "-x", "1", "-f"];
+    let text = titled_output(3, program, &args, title);
+    let lines: Vec<&str> = text.lines().collect();
+    let full = format!(
+        "{:>18}{:>18}{:>12}",
+        "Min Latency(us)", "Max Latency(us)", "Iterations"
+    );
+    let (rows, width) = if sizes.is_empty() {
+        assert_eq!(lines[2], format!("# Avg Latency(us){full}"));
+        (&lines[3..], 17)
+    } else {
+        assert_eq!(lines[2], "# Datatype: MPI_CHAR.");
+        assert_eq!(
+            lines[3],
+            format!("{:<10}{:>18}{full}", "# Size", "Avg Latency(us)")
+        );
+        (&lines[4..], 28)
+    };
+    assert_eq!(rows.len(), sizes.len().max(1), "{text}");
+    for (i, line) in rows.iter().enumerate() {
+        assert_eq!(line.len(), width + 48, "row width: '{line}'");
+        if let Some(size) = sizes.get(i) {
+            assert_eq!(line[..10].trim_end(), size.to_string(), "'{line}'");
+        }
+        let values: Vec<f64> = line[width - 17..]
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect();
+        let [avg, min, max, iterations] = values[..] else {
+            panic!("four values in '{line}'")
+        };
+        assert!(min <= avg && avg <= max && min > 0.0, "'{line}'");
+        assert_eq!(iterations, 5.0);
+    }
+}
+
+#[test]
+fn collective_formats_with_full_statistics() {
+    let sizes = [1, 2, 4, 8];
+    check_collective("osu_barrier", "OSU MPI Barrier Latency Test", &[]);
+    for (program, title) in [
+        ("osu_bcast", "OSU MPI Broadcast Latency Test"),
+        ("osu_reduce", "OSU MPI Reduce Latency Test"),
+        ("osu_allreduce", "OSU MPI Allreduce Latency Test"),
+        ("osu_allgather", "OSU MPI Allgather Latency Test"),
+        (
+            "osu_alltoall",
+            "OSU MPI All-to-All Personalized Exchange Latency Test",
+        ),
+        ("osu_gather", "OSU MPI Gather Latency Test"),
+        ("osu_scatter", "OSU MPI Scatter Latency Test"),
+        ("osu_reduce_scatter", "OSU MPI Reduce_scatter Latency Test"),
+    ] {
+        check_collective(program, title, &sizes);
+    }
+}
+
+#[test]
+fn collective_tests_need_two_ranks_and_print_plain_rows_without_f() {
+    let out = rsrun(1, "osu_allreduce", &[]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("requires at least two processes"));
+    check(
+        "osu_allreduce",
+        &["-m", "4:16", "-i", "5", "-x", "1"],
+        "OSU MPI Allreduce Latency Test",
+        "Avg Latency(us)",
+        &[4, 8, 16],
+    );
 }

@@ -397,7 +397,10 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
             context: args.context,
             source: args.source,
             tag: args.tag,
-            seq: self.sequencer.next_outgoing(args.context, args.dest),
+            // Numbered per (context, world peer), not per communicator rank: a context id
+            // that is freed and reused by a communicator with other members keeps each
+            // pair's numbering in step on both sides.
+            seq: self.sequencer.next_outgoing(args.context, args.peer),
         };
         let send = self.requests.insert(Request::Send {
             buf: args.buf,
@@ -657,7 +660,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         let frame = Frame::decode(bytes).map_err(|error| PmlError::Wire { peer, error })?;
         match frame {
             Frame::Match { envelope, .. } | Frame::Rts { envelope, .. } => {
-                let (c, s, seq) = (envelope.context, envelope.source, envelope.seq);
+                let (c, s, seq) = (envelope.context, peer, envelope.seq);
                 match self.sequencer.arrive(c, s, seq) {
                     Arrival::InOrder => {
                         self.on_matching_frame(peer, frame)?;

@@ -1,0 +1,217 @@
+//! Binomial trees: broadcast, reduce, gather and scatter in ceil(log2 n) rounds.
+//!
+//! Ranks are numbered relative to the root, so the root is 0 and the subtree under relative
+//! rank `v` is the run `[v, v + lowbit(v))`: gather and scatter move whole subtrees as one
+//! contiguous message.
+
+use super::Ranks;
+use crate::collective::schedule::{Plan, Span};
+
+fn relative(ranks: Ranks, root: u32) -> u32 {
+    (ranks.rank + ranks.size - root) % ranks.size
+}
+
+fn absolute(v: u32, root: u32, size: u32) -> u32 {
+    (v + root) % size
+}
+
+/// The lowest set bit of `v`, or the first power of two at or above `size` for the root: the
+/// children of `v` are `v + m` for the powers of two `m` below it.
+fn child_limit(v: u32, size: u32) -> u32 {
+    if v == 0 {
+        size.next_power_of_two()
+    } else {
+        v & v.wrapping_neg()
+    }
+}
+
+/// Number of relative ranks in the subtree under `v`.
+fn subtree(v: u32, size: u32) -> u32 {
+    child_limit(v, size).min(size - v)
+}
+
+/// The children of `v`, nearest first: (relative rank, subtree size).
+fn children(v: u32, size: u32) -> impl Iterator<Item = (u32, u32)> {
+    let limit = child_limit(v, size);
+    std::iter::successors(Some(1u32), |m| m.checked_mul(2))
+        .take_while(move |&m| m < limit)
+        .filter(move |&m| v + m < size)
+        .map(move |m| (v + m, subtree(v + m, size)))
+}
+
+/// Every rank ends with the root's `data`.
+pub(crate) fn broadcast(p: &mut Plan, ranks: Ranks, root: u32, data: Span) {
+    let (v, size) = (relative(ranks, root), ranks.size);
+    if v != 0 {
+        let parent = v - child_limit(v, size);
+        p.round().recv(absolute(parent, root, size), data);
+    }
+    // Farthest child first: its subtree is the largest and has the most forwarding to do.
+    let kids: Vec<_> = children(v, size).collect();
+    p.round();
+    for (child, _) in kids.into_iter().rev() {
+        p.send(absolute(child, root, size), data);
+    }
+}
+
+/// Every rank ends with the root's `data`, for long messages (van de Geijn): a binomial scatter
+/// hands relative rank v its part `part(v)` of the data, then a ring all-gather passes the
+/// parts round. Each rank moves about twice the message instead of log2 n times it. Parts are
+/// cut in relative order, so a subtree's parts are one contiguous run of `data`.
+pub(crate) fn broadcast_scatter_allgather(
+    p: &mut Plan,
+    ranks: Ranks,
+    root: u32,
+    data: Span,
+    element: usize,
+) {
+    let (v, size) = (relative(ranks, root), ranks.size);
+    let count = data.len / element;
+    // Relative ranks [from, to) hold this run of `data`.
+    let run = |from: u32, to: u32| {
+        let start = super::chunk(count, size as usize, from as usize).0;
+        let end = super::chunk(count, size as usize, to as usize - 1);
+        data.sub(start * element, (end.0 + end.1 - start) * element)
+    };
+    if v != 0 {
+        let parent = v - child_limit(v, size);
+        p.round()
+            .recv(absolute(parent, root, size), run(v, v + subtree(v, size)));
+    }
+    let kids: Vec<_> = children(v, size).collect();
+    p.round();
+    for (child, count) in kids.into_iter().rev() {
+        p.send(absolute(child, root, size), run(child, child + count));
+    }
+    let parts: Vec<Span> = (0..size)
+        .map(|r| {
+            let v = (r + size - root) % size;
+            run(v, v + 1)
+        })
+        .collect();
+    super::allgather::ring(p, ranks, &parts);
+}
+
+/// The root ends with the reduction of every rank's `input` in `output`. A non-commutative
+/// operation reduces up a tree rooted at rank 0, where subtrees are runs of ranks in order,
+/// and rank 0 hands the result to the root.
+pub(crate) fn reduce(
+    p: &mut Plan,
+    ranks: Ranks,
+    root: u32,
+    commutative: bool,
+    input: Span,
+    output: Option<Span>,
+) {
+    let size = ranks.size;
+    let tree_root = if commutative { root } else { 0 };
+    let v = relative(ranks, tree_root);
+    let acc = match output {
+        Some(output) if ranks.rank == tree_root => output,
+        _ => p.scratch(input.len),
+    };
+    p.copy(input, acc);
+    let mut incoming = None;
+    for (child, _) in children(v, size) {
+        let tmp = *incoming.get_or_insert_with(|| p.scratch(input.len));
+        p.round().recv(absolute(child, tree_root, size), tmp);
+        p.reduce(tmp, acc, false);
+    }
+    if v != 0 {
+        let parent = v - child_limit(v, size);
+        p.round().send(absolute(parent, tree_root, size), acc);
+    }
+    if tree_root != root {
+        if ranks.rank == tree_root {
+            p.round().send(root, acc);
+        } else if let Some(output) = output {
+            p.round().recv(tree_root, output);
+        }
+    }
+}
+
+/// Copies blocks held in relative order (block `i` of rank `root + i`) to rank order, or back.
+fn rotate(p: &mut Plan, from: Span, to: Span, root: u32, size: u32, to_rank_order: bool) {
+    let block = from.len / size as usize;
+    let (head, tail) = ((size - root) as usize * block, root as usize * block);
+    if to_rank_order {
+        p.copy(from.sub(0, head), to.sub(tail, head));
+        p.copy(from.sub(head, tail), to.sub(0, tail));
+    } else {
+        p.copy(from.sub(tail, head), to.sub(0, head));
+        p.copy(from.sub(0, tail), to.sub(head, tail));
+    }
+}
+
+/// The root's `output` ends with every rank's `input` block, in rank order.
+pub(crate) fn gather(p: &mut Plan, ranks: Ranks, root: u32, input: Span, output: Option<Span>) {
+    let (v, size, block) = (relative(ranks, root), ranks.size, input.len);
+    let held = subtree(v, size) as usize * block;
+    let tmp = match output {
+        Some(output) if root == 0 => output,
+        _ => p.scratch(held),
+    };
+    p.copy(input, tmp.sub(0, block));
+    p.round();
+    for (child, count) in children(v, size) {
+        let at = (child - v) as usize * block;
+        p.recv(
+            absolute(child, root, size),
+            tmp.sub(at, count as usize * block),
+        );
+    }
+    if v != 0 {
+        let parent = v - child_limit(v, size);
+        p.round()
+            .send(absolute(parent, root, size), tmp.sub(0, held));
+    } else if root != 0 {
+        let output = output.expect("the root has a receive buffer");
+        rotate(p, tmp, output, root, size, true);
+    }
+}
+
+/// Every rank's `output` ends with its block of the root's `input`.
+pub(crate) fn scatter(p: &mut Plan, ranks: Ranks, root: u32, input: Option<Span>, output: Span) {
+    let (v, size, block) = (relative(ranks, root), ranks.size, output.len);
+    let held = subtree(v, size) as usize * block;
+    let tmp = match input {
+        Some(input) if root == 0 => input,
+        Some(input) => {
+            let tmp = p.scratch(held);
+            rotate(p, input, tmp, root, size, false);
+            tmp
+        }
+        None => p.scratch(held),
+    };
+    if v != 0 {
+        let parent = v - child_limit(v, size);
+        p.round()
+            .recv(absolute(parent, root, size), tmp.sub(0, held));
+    }
+    let kids: Vec<_> = children(v, size).collect();
+    p.round();
+    for (child, count) in kids.into_iter().rev() {
+        let at = (child - v) as usize * block;
+        p.send(
+            absolute(child, root, size),
+            tmp.sub(at, count as usize * block),
+        );
+    }
+    p.copy(tmp.sub(0, block), output);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subtrees_partition_the_ranks() {
+        for size in 1..40u32 {
+            assert_eq!(subtree(0, size), size);
+            for v in 0..size {
+                let below: u32 = children(v, size).map(|(_, n)| n).sum();
+                assert_eq!(below + 1, subtree(v, size), "size {size} rank {v}");
+            }
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! [`CommunicatorCollectives`]: the collectives every process of a communicator takes part in
+//! alike (rsmpi's trait of that name).
+
+use crate::communicator::Communicator;
+use crate::datatype::{Buffer, BufferMut};
+use crate::error::{or_fatal, Error};
+use crate::partition::{PartitionedBuffer, PartitionedBufferMut};
+use crate::point_to_point::Count;
+use crate::request::{Scope, StaticScope};
+
+use super::op::Operation;
+use super::{blocking, calls, immediate, CollectiveRequest};
+
+/// Collectives over every process of a communicator. Each has a `try_` form that returns the
+/// error (a buffer that does not fit, an operation not defined for the type, ...) instead of
+/// ending the job, and the common ones an immediate form, a request that progresses when
+/// tested or waited on.
+pub trait CommunicatorCollectives: Communicator {
+    /// Waits until every process of the communicator has called `barrier`.
+    fn barrier(&self) {
+        or_fatal(self.try_barrier())
+    }
+    fn try_barrier(&self) -> Result<(), Error> {
+        let comm = self.data();
+        blocking(comm, "barrier", || calls::barrier(comm))
+    }
+
+    /// Every process's `send` in rank order, in every process's `recv` (`MPI_Allgather`).
+    fn all_gather_into<S: Buffer + ?Sized, R: BufferMut + ?Sized>(&self, send: &S, recv: &mut R) {
+        or_fatal(self.try_all_gather_into(send, recv))
+    }
+    fn try_all_gather_into<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &S,
+        recv: &mut R,
+    ) -> Result<(), Error> {
+        let comm = self.data();
+        blocking(comm, "all_gather_into", || {
+            calls::all_gather(comm, send, recv)
+        })
+    }
+
+    /// Like [`all_gather_into`](Self::all_gather_into) with parts of any length, placed as
+    /// `recv`'s counts and displacements say (`MPI_Allgatherv`).
+    fn all_gather_varcount_into<S, R>(&self, send: &S, recv: &mut R)
+    where
+        S: Buffer + ?Sized,
+        R: PartitionedBufferMut + ?Sized,
+    {
+        or_fatal(self.try_all_gather_varcount_into(send, recv))
+    }
+    fn try_all_gather_varcount_into<S, R>(&self, send: &S, recv: &mut R) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: PartitionedBufferMut + ?Sized,
+    {
+        let comm = self.data();
+        blocking(comm, "all_gather_varcount_into", || {
+            calls::all_gather_varcount(comm, send, recv)
+        })
+    }
+
+    /// Block r of every process's `send` goes to process r, which keeps it as block s of its
+    /// `recv` for the sender s (`MPI_Alltoall`).
+    fn all_to_all_into<S: Buffer + ?Sized, R: BufferMut + ?Sized>(&self, send: &S, recv: &mut R) {
+        or_fatal(self.try_all_to_all_into(send, recv))
+    }
+    fn try_all_to_all_into<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &S,
+        recv: &mut R,
+    ) -> Result<(), Error> {
+        let comm = self.data();
+        blocking(comm, "all_to_all_into", || {
+            calls::all_to_all(comm, send, recv)
+        })
+    }
+
+    /// All-to-all with parts of any length (`MPI_Alltoallv`).
+    fn all_to_all_varcount_into<S, R>(&self, send: &S, recv: &mut R)
+    where
+        S: PartitionedBuffer + ?Sized,
+        R: PartitionedBufferMut + ?Sized,
+    {
+        or_fatal(self.try_all_to_all_varcount_into(send, recv))
+    }
+    fn try_all_to_all_varcount_into<S, R>(&self, send: &S, recv: &mut R) -> Result<(), Error>
+    where
+        S: PartitionedBuffer + ?Sized,
+        R: PartitionedBufferMut + ?Sized,
+    {
+        let comm = self.data();
+        blocking(comm, "all_to_all_varcount_into", || {
+            calls::all_to_all_varcount(comm, send, recv)
+        })
+    }
+
+    /// The reduction under `op` of every process's `send`, in every process's `recv`
+    /// (`MPI_Allreduce`).
+    fn all_reduce_into<S, R, O>(&self, send: &S, recv: &mut R, op: O)
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        or_fatal(self.try_all_reduce_into(send, recv, op))
+    }
+    fn try_all_reduce_into<S, R, O>(&self, send: &S, recv: &mut R, op: O) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let comm = self.data();
+        blocking(comm, "all_reduce_into", || {
+            calls::all_reduce(comm, send, recv, &op)
+        })
+    }
+
+    /// Block r of the reduction of every process's `send` in process r's `recv`
+    /// (`MPI_Reduce_scatter_block`).
+    fn reduce_scatter_block_into<S, R, O>(&self, send: &S, recv: &mut R, op: O)
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        or_fatal(self.try_reduce_scatter_block_into(send, recv, op))
+    }
+    fn try_reduce_scatter_block_into<S, R, O>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        op: O,
+    ) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let comm = self.data();
+        blocking(comm, "reduce_scatter_block_into", || {
+            calls::reduce_scatter(comm, send, recv, None, &op)
+        })
+    }
+
+    /// Part r of the reduction of every process's `send` in process r's `recv`, the parts cut
+    /// by `counts` (`MPI_Reduce_scatter`; not in rsmpi).
+    fn reduce_scatter_into<S, R, O>(&self, send: &S, recv: &mut R, counts: &[Count], op: O)
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        or_fatal(self.try_reduce_scatter_into(send, recv, counts, op))
+    }
+    fn try_reduce_scatter_into<S, R, O>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        counts: &[Count],
+        op: O,
+    ) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let comm = self.data();
+        blocking(comm, "reduce_scatter_into", || {
+            calls::reduce_scatter(comm, send, recv, Some(counts), &op)
+        })
+    }
+
+    /// The reduction of the `send` of processes 0 to this one, in `recv` (`MPI_Scan`).
+    fn scan_into<S, R, O>(&self, send: &S, recv: &mut R, op: O)
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        or_fatal(self.try_scan_into(send, recv, op))
+    }
+    fn try_scan_into<S, R, O>(&self, send: &S, recv: &mut R, op: O) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let comm = self.data();
+        blocking(comm, "scan_into", || {
+            calls::scan(comm, send, recv, &op, true)
+        })
+    }
+
+    /// The reduction of the `send` of the processes before this one, in `recv`; process 0's
+    /// `recv` is left as it was (`MPI_Exscan`).
+    fn exclusive_scan_into<S, R, O>(&self, send: &S, recv: &mut R, op: O)
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        or_fatal(self.try_exclusive_scan_into(send, recv, op))
+    }
+    fn try_exclusive_scan_into<S, R, O>(&self, send: &S, recv: &mut R, op: O) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let comm = self.data();
+        blocking(comm, "exclusive_scan_into", || {
+            calls::scan(comm, send, recv, &op, false)
+        })
+    }
+
+    /// A barrier that completes when waited on or tested (`MPI_Ibarrier`).
+    fn immediate_barrier(&self) -> CollectiveRequest<'static> {
+        let comm = self.data();
+        or_fatal(immediate(comm, StaticScope, "immediate_barrier", || {
+            calls::barrier(comm)
+        }))
+    }
+
+    /// [`all_gather_into`](Self::all_gather_into) as a request (`MPI_Iallgather`).
+    fn immediate_all_gather_into<'a, Sc, S, R>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let comm = self.data();
+        or_fatal(immediate(comm, scope, "immediate_all_gather_into", || {
+            calls::all_gather(comm, send, recv)
+        }))
+    }
+
+    /// [`all_to_all_into`](Self::all_to_all_into) as a request (`MPI_Ialltoall`).
+    fn immediate_all_to_all_into<'a, Sc, S, R>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let comm = self.data();
+        or_fatal(immediate(comm, scope, "immediate_all_to_all_into", || {
+            calls::all_to_all(comm, send, recv)
+        }))
+    }
+
+    /// [`all_reduce_into`](Self::all_reduce_into) as a request (`MPI_Iallreduce`).
+    fn immediate_all_reduce_into<'a, Sc, S, R, O>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+        recv: &'a mut R,
+        op: O,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation + 'a,
+    {
+        let comm = self.data();
+        or_fatal(immediate(comm, scope, "immediate_all_reduce_into", || {
+            calls::all_reduce(comm, send, recv, op)
+        }))
+    }
+
+    /// [`reduce_scatter_block_into`](Self::reduce_scatter_block_into) as a request
+    /// (`MPI_Ireduce_scatter_block`).
+    fn immediate_reduce_scatter_block_into<'a, Sc, S, R, O>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+        recv: &'a mut R,
+        op: O,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation + 'a,
+    {
+        let comm = self.data();
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_reduce_scatter_block_into",
+            || calls::reduce_scatter(comm, send, recv, None, op),
+        ))
+    }
+
+    /// [`scan_into`](Self::scan_into) as a request (`MPI_Iscan`).
+    fn immediate_scan_into<'a, Sc, S, R, O>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+        recv: &'a mut R,
+        op: O,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation + 'a,
+    {
+        let comm = self.data();
+        or_fatal(immediate(comm, scope, "immediate_scan_into", || {
+            calls::scan(comm, send, recv, op, true)
+        }))
+    }
+
+    /// [`exclusive_scan_into`](Self::exclusive_scan_into) as a request (`MPI_Iexscan`).
+    fn immediate_exclusive_scan_into<'a, Sc, S, R, O>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+        recv: &'a mut R,
+        op: O,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation + 'a,
+    {
+        let comm = self.data();
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_exclusive_scan_into",
+            || calls::scan(comm, send, recv, op, false),
+        ))
+    }
+}
+
+impl<C: Communicator + ?Sized> CommunicatorCollectives for C {}

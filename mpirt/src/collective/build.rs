@@ -1,0 +1,213 @@
+//! From a collective call to its plan: where the data starts and ends (the send and receive
+//! buffers), which algorithm runs, and how the call's buffers are cut into per-rank parts.
+
+use super::algorithms::{allgather, allreduce, exchange, tree, Ranks};
+use super::schedule::{Plan, Region, Span};
+use super::select::{self, Allgather, Allreduce, Alltoall, Broadcast, ReduceScatter, Rooted};
+use crate::error::Cause;
+
+fn send(len: usize) -> Span {
+    Span::new(Region::Send, 0, len)
+}
+
+fn recv(len: usize) -> Span {
+    Span::new(Region::Recv, 0, len)
+}
+
+/// Per-rank parts of `region`, from (offset, length) pairs in bytes.
+fn parts(region: Region, parts: &[(usize, usize)]) -> Vec<Span> {
+    parts
+        .iter()
+        .map(|&(offset, len)| Span::new(region, offset, len))
+        .collect()
+}
+
+/// `size` equal blocks of `block` bytes.
+fn blocks(region: Region, block: usize, size: u32) -> Vec<Span> {
+    parts(region, &equal_parts(block, size))
+}
+
+pub(crate) fn barrier(ranks: Ranks) -> Plan {
+    let mut p = Plan::default();
+    exchange::dissemination_barrier(&mut p, ranks);
+    p
+}
+
+pub(crate) fn broadcast(
+    ranks: Ranks,
+    root: u32,
+    len: usize,
+    element: usize,
+) -> Result<Plan, Cause> {
+    let mut p = Plan::default();
+    match select::broadcast(len, ranks.size)? {
+        Broadcast::Binomial => tree::broadcast(&mut p, ranks, root, recv(len)),
+        Broadcast::ScatterAllgather => {
+            tree::broadcast_scatter_allgather(&mut p, ranks, root, recv(len), element.max(1))
+        }
+    }
+    Ok(p)
+}
+
+pub(crate) fn reduce(ranks: Ranks, root: u32, len: usize, commutative: bool) -> Plan {
+    let mut p = Plan::default();
+    let output = (ranks.rank == root).then(|| recv(len));
+    tree::reduce(&mut p, ranks, root, commutative, send(len), output);
+    p
+}
+
+pub(crate) fn all_reduce(
+    ranks: Ranks,
+    len: usize,
+    element: usize,
+    commutative: bool,
+) -> Result<Plan, Cause> {
+    let mut p = Plan::default();
+    let acc = recv(len);
+    p.copy(send(len), acc);
+    let element = element.max(1);
+    match select::allreduce(len, commutative)? {
+        Allreduce::RecursiveDoubling => allreduce::recursive_doubling(&mut p, ranks, acc),
+        Allreduce::Rabenseifner => allreduce::rabenseifner(&mut p, ranks, acc, element),
+        Allreduce::Ring => allreduce::ring(&mut p, ranks, acc, element),
+    }
+    Ok(p)
+}
+
+/// Reduce-scatter: rank r ends with part r (offset, length in bytes) of the reduction of
+/// every rank's send vector of `total` bytes.
+pub(crate) fn reduce_scatter(
+    ranks: Ranks,
+    total: usize,
+    parts: &[(usize, usize)],
+    commutative: bool,
+) -> Result<Plan, Cause> {
+    let mut p = Plan::default();
+    let own = parts[ranks.rank as usize].1;
+    match select::reduce_scatter(commutative)? {
+        ReduceScatter::Ring => {
+            let acc = p.scratch(total);
+            p.copy(send(total), acc);
+            let spans: Vec<Span> = parts.iter().map(|&(at, len)| acc.sub(at, len)).collect();
+            allreduce::ring_reduce_scatter(&mut p, ranks, &spans);
+            p.copy(spans[ranks.rank as usize], recv(own));
+        }
+        ReduceScatter::ReduceThenScatter => {
+            let whole = (ranks.rank == 0).then(|| p.scratch(total));
+            tree::reduce(&mut p, ranks, 0, commutative, send(total), whole);
+            if parts.iter().all(|part| part.1 == own) {
+                tree::scatter(
+                    &mut p,
+                    ranks,
+                    0,
+                    whole.map(|w| w.sub(0, own * parts.len())),
+                    recv(own),
+                );
+            } else {
+                let outgoing: Option<Vec<Span>> =
+                    whole.map(|w| parts.iter().map(|&(at, len)| w.sub(at, len)).collect());
+                exchange::linear_scatter(&mut p, 0, outgoing.as_deref(), recv(own));
+            }
+        }
+    }
+    Ok(p)
+}
+
+pub(crate) fn scan(ranks: Ranks, len: usize, inclusive: bool) -> Plan {
+    let mut p = Plan::default();
+    exchange::scan(&mut p, ranks, send(len), recv(len), inclusive);
+    p
+}
+
+/// Gather of `block` bytes from every rank; `is_root` ranks have the receive buffer.
+pub(crate) fn gather(ranks: Ranks, root: u32, block: usize) -> Result<Plan, Cause> {
+    let mut p = Plan::default();
+    let is_root = ranks.rank == root;
+    let total = block * ranks.size as usize;
+    match select::gather(total)? {
+        Rooted::Binomial => {
+            let output = is_root.then(|| recv(total));
+            tree::gather(&mut p, ranks, root, send(block), output);
+        }
+        Rooted::Linear => {
+            let incoming = is_root.then(|| blocks(Region::Recv, block, ranks.size));
+            exchange::linear_gather(&mut p, root, send(block), incoming.as_deref());
+        }
+    }
+    Ok(p)
+}
+
+/// Gather of parts of any length: `incoming` (on the root) places each rank's part.
+pub(crate) fn gather_varcount(root: u32, own: usize, incoming: Option<&[(usize, usize)]>) -> Plan {
+    let mut p = Plan::default();
+    let incoming = incoming.map(|i| parts(Region::Recv, i));
+    exchange::linear_gather(&mut p, root, send(own), incoming.as_deref());
+    p
+}
+
+pub(crate) fn scatter(ranks: Ranks, root: u32, block: usize) -> Result<Plan, Cause> {
+    let mut p = Plan::default();
+    let is_root = ranks.rank == root;
+    let total = block * ranks.size as usize;
+    match select::scatter(total)? {
+        Rooted::Binomial => {
+            let input = is_root.then(|| send(total));
+            tree::scatter(&mut p, ranks, root, input, recv(block));
+        }
+        Rooted::Linear => {
+            let outgoing = is_root.then(|| blocks(Region::Send, block, ranks.size));
+            exchange::linear_scatter(&mut p, root, outgoing.as_deref(), recv(block));
+        }
+    }
+    Ok(p)
+}
+
+pub(crate) fn scatter_varcount(root: u32, outgoing: Option<&[(usize, usize)]>, own: usize) -> Plan {
+    let mut p = Plan::default();
+    let outgoing = outgoing.map(|o| parts(Region::Send, o));
+    exchange::linear_scatter(&mut p, root, outgoing.as_deref(), recv(own));
+    p
+}
+
+pub(crate) fn all_gather(ranks: Ranks, block: usize) -> Result<Plan, Cause> {
+    let mut p = Plan::default();
+    let total = block * ranks.size as usize;
+    let output = recv(total);
+    p.copy(send(block), output.sub(ranks.rank as usize * block, block));
+    match select::allgather(total, ranks.size)? {
+        Allgather::RecursiveDoubling => allgather::recursive_doubling(&mut p, ranks, output),
+        Allgather::Bruck => allgather::bruck(&mut p, ranks, output),
+        Allgather::Ring => allgather::ring(&mut p, ranks, &blocks(Region::Recv, block, ranks.size)),
+    }
+    Ok(p)
+}
+
+/// All-gather of parts of any length, placed by `incoming` (offset, length in bytes).
+pub(crate) fn all_gather_varcount(ranks: Ranks, incoming: &[(usize, usize)]) -> Plan {
+    let mut p = Plan::default();
+    let incoming = parts(Region::Recv, incoming);
+    let own = incoming[ranks.rank as usize];
+    p.copy(send(own.len), own);
+    allgather::ring(&mut p, ranks, &incoming);
+    p
+}
+
+pub(crate) fn all_to_all(
+    ranks: Ranks,
+    outgoing: &[(usize, usize)],
+    incoming: &[(usize, usize)],
+    largest: usize,
+) -> Result<Plan, Cause> {
+    let mut p = Plan::default();
+    let (outgoing, incoming) = (parts(Region::Send, outgoing), parts(Region::Recv, incoming));
+    match select::alltoall(largest)? {
+        Alltoall::Pairwise => exchange::pairwise(&mut p, ranks, &outgoing, &incoming),
+        Alltoall::Linear => exchange::linear(&mut p, ranks, &outgoing, &incoming),
+    }
+    Ok(p)
+}
+
+/// `size` equal parts of `block` bytes, as (offset, length) pairs.
+pub(crate) fn equal_parts(block: usize, size: u32) -> Vec<(usize, usize)> {
+    (0..size as usize).map(|r| (r * block, block)).collect()
+}

@@ -1,0 +1,468 @@
+//! Each collective call before it runs: its buffers checked against each other and the
+//! communicator, the plan of the chosen algorithm, and the buffers the plan runs over. One
+//! function per collective, shared by the blocking and the immediate form.
+
+use crate::communicator::{CommData, Rank};
+use crate::datatype::{Buffer, BufferMut, Datatype};
+use crate::error::Cause;
+use crate::partition::{parts, Partition, Partitioned};
+use crate::point_to_point::Count;
+
+use super::algorithms::Ranks;
+use super::build;
+use super::op::Operation;
+use super::schedule::{Buffers, Execution, Plan};
+
+/// What a collective call runs: its plan over its buffers.
+pub(crate) struct Call<'a> {
+    plan: Plan,
+    buffers: Buffers,
+    datatype: Datatype,
+    op: Option<Box<dyn Operation + 'a>>,
+}
+
+impl<'a> Call<'a> {
+    fn new(plan: Plan, buffers: Buffers, datatype: Datatype) -> Self {
+        Call {
+            plan,
+            buffers,
+            datatype,
+            op: None,
+        }
+    }
+
+    fn reducing(mut self, op: impl Operation + 'a) -> Self {
+        self.op = Some(Box::new(op));
+        self
+    }
+
+    /// # Safety
+    /// The buffers must stay valid (and the receive buffer otherwise untouched) until the
+    /// execution is finished or dropped.
+    pub unsafe fn start(self, comm: &CommData) -> Execution<'a> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe {
+            Execution::new(
+                comm.clone(),
+                self.plan,
+                self.buffers,
+                self.datatype,
+                self.op,
+            )
+        }
+    }
+}
+
+fn ranks(comm: &CommData) -> Ranks {
+    Ranks {
+        rank: comm.rank,
+        size: comm.size,
+    }
+}
+
+fn sending<S: Buffer + ?Sized>(send: &S) -> Buffers {
+    Buffers {
+        send: send.pointer(),
+        send_len: send.byte_len(),
+        ..Buffers::none()
+    }
+}
+
+fn receiving<R: BufferMut + ?Sized>(recv: &mut R) -> Buffers {
+    Buffers {
+        recv_len: recv.byte_len(),
+        recv: recv.pointer_mut(),
+        ..Buffers::none()
+    }
+}
+
+fn both<S: Buffer + ?Sized, R: BufferMut + ?Sized>(send: &S, recv: &mut R) -> Buffers {
+    Buffers {
+        recv_len: recv.byte_len(),
+        recv: recv.pointer_mut(),
+        ..sending(send)
+    }
+}
+
+/// The element type of a send and a receive buffer, which must agree.
+fn same_type(send: Datatype, recv: Datatype) -> Result<Datatype, Cause> {
+    if send == recv {
+        Ok(send)
+    } else {
+        Err(Cause::TypeMismatch {
+            send: send.name(),
+            receive: recv.name(),
+        })
+    }
+}
+
+fn expect_count(what: &'static str, expected: usize, got: usize) -> Result<(), Cause> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(Cause::CountMismatch {
+            what,
+            expected,
+            got,
+        })
+    }
+}
+
+/// Elements of `datatype` in `bytes`.
+fn elements(bytes: usize, datatype: Datatype) -> usize {
+    bytes / datatype.size().max(1)
+}
+
+/// Each part of a partitioned buffer, as (offset, length) in bytes.
+fn byte_parts<P: Partitioned + ?Sized>(
+    what: &'static str,
+    partition: &P,
+    count: usize,
+    datatype: Datatype,
+    size: u32,
+) -> Result<Vec<(usize, usize)>, Cause> {
+    let element = datatype.size();
+    Ok(parts(what, partition, count, size as usize)?
+        .into_iter()
+        .map(|(displ, count)| (displ * element, count * element))
+        .collect())
+}
+
+/// Whether this rank is `root`, which must be in range; `call` says what is wrong when the
+/// root-only form and the rank disagree.
+fn check_root(
+    comm: &CommData,
+    root: Rank,
+    root_form: bool,
+    call: &'static str,
+) -> Result<u32, Cause> {
+    let root = comm.check_rank(root)?;
+    if (comm.rank == root) == root_form {
+        Ok(root)
+    } else {
+        Err(Cause::WrongRootCall {
+            root: root as Rank,
+            call,
+        })
+    }
+}
+
+pub(crate) fn barrier<'a>(comm: &CommData) -> Result<Call<'a>, Cause> {
+    Ok(Call::new(
+        build::barrier(ranks(comm)),
+        Buffers::none(),
+        Datatype::plain(0, "none"),
+    ))
+}
+
+pub(crate) fn broadcast<'a, B: BufferMut + ?Sized>(
+    comm: &CommData,
+    root: Rank,
+    buf: &mut B,
+) -> Result<Call<'a>, Cause> {
+    let root = comm.check_rank(root)?;
+    let datatype = buf.datatype();
+    let plan = build::broadcast(ranks(comm), root, buf.byte_len(), datatype.size())?;
+    Ok(Call::new(plan, receiving(buf), datatype))
+}
+
+pub(crate) fn all_gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+    comm: &CommData,
+    send: &S,
+    recv: &mut R,
+) -> Result<Call<'a>, Cause> {
+    let datatype = same_type(send.datatype(), recv.datatype())?;
+    let n = comm.size as usize;
+    expect_count("the receive buffer", send.count() * n, recv.count())?;
+    let plan = build::all_gather(ranks(comm), send.byte_len())?;
+    Ok(Call::new(plan, both(send, recv), datatype))
+}
+
+pub(crate) fn all_gather_varcount<'a, S, R>(
+    comm: &CommData,
+    send: &S,
+    recv: &mut R,
+) -> Result<Call<'a>, Cause>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + Partitioned + ?Sized,
+{
+    let datatype = same_type(send.datatype(), recv.datatype())?;
+    let incoming = byte_parts("receive", recv, recv.count(), datatype, comm.size)?;
+    let own = incoming[comm.rank as usize].1;
+    expect_count("the send buffer", elements(own, datatype), send.count())?;
+    let plan = build::all_gather_varcount(ranks(comm), &incoming);
+    Ok(Call::new(plan, both(send, recv), datatype))
+}
+
+pub(crate) fn all_to_all<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+    comm: &CommData,
+    send: &S,
+    recv: &mut R,
+) -> Result<Call<'a>, Cause> {
+    let datatype = same_type(send.datatype(), recv.datatype())?;
+    expect_count("the receive buffer", send.count(), recv.count())?;
+    let n = comm.size as usize;
+    expect_count(
+        "the send buffer (a whole block per rank)",
+        send.count().next_multiple_of(n),
+        send.count(),
+    )?;
+    let block = send.byte_len() / n;
+    let equal = build::equal_parts(block, comm.size);
+    let plan = build::all_to_all(ranks(comm), &equal, &equal, block)?;
+    Ok(Call::new(plan, both(send, recv), datatype))
+}
+
+pub(crate) fn all_to_all_varcount<'a, S, R>(
+    comm: &CommData,
+    send: &S,
+    recv: &mut R,
+) -> Result<Call<'a>, Cause>
+where
+    S: Buffer + Partitioned + ?Sized,
+    R: BufferMut + Partitioned + ?Sized,
+{
+    let datatype = same_type(send.datatype(), recv.datatype())?;
+    let outgoing = byte_parts("send", send, send.count(), datatype, comm.size)?;
+    let incoming = byte_parts("receive", recv, recv.count(), datatype, comm.size)?;
+    let me = comm.rank as usize;
+    expect_count(
+        "this rank's receive part from itself",
+        elements(outgoing[me].1, datatype),
+        elements(incoming[me].1, datatype),
+    )?;
+    let largest = outgoing.iter().map(|p| p.1).max().unwrap_or(0);
+    let plan = build::all_to_all(ranks(comm), &outgoing, &incoming, largest)?;
+    Ok(Call::new(plan, both(send, recv), datatype))
+}
+
+pub(crate) fn all_reduce<'a, S, R, O>(
+    comm: &CommData,
+    send: &S,
+    recv: &mut R,
+    op: O,
+) -> Result<Call<'a>, Cause>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation + 'a,
+{
+    let datatype = same_type(send.datatype(), recv.datatype())?;
+    op.check(datatype)?;
+    expect_count("the receive buffer", send.count(), recv.count())?;
+    let (len, commutative) = (send.byte_len(), op.is_commutative());
+    let plan = build::all_reduce(ranks(comm), len, datatype.size(), commutative)?;
+    Ok(Call::new(plan, both(send, recv), datatype).reducing(op))
+}
+
+/// Reduce-scatter into parts of `counts[r]` elements (equal blocks when `counts` is `None`).
+pub(crate) fn reduce_scatter<'a, S, R, O>(
+    comm: &CommData,
+    send: &S,
+    recv: &mut R,
+    counts: Option<&[Count]>,
+    op: O,
+) -> Result<Call<'a>, Cause>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation + 'a,
+{
+    let datatype = same_type(send.datatype(), recv.datatype())?;
+    op.check(datatype)?;
+    let parts = match counts {
+        None => {
+            let n = comm.size as usize;
+            expect_count("the send buffer", recv.count() * n, send.count())?;
+            build::equal_parts(recv.byte_len(), comm.size)
+        }
+        Some(counts) => {
+            let displs: Vec<Count> = counts
+                .iter()
+                .scan(0, |at, &c| {
+                    let d = *at;
+                    *at += c.max(0);
+                    Some(d)
+                })
+                .collect();
+            let cut = Partition::new(send, counts, &displs[..]);
+            let parts = byte_parts("counts", &cut, send.count(), datatype, comm.size)?;
+            let total: usize = parts.iter().map(|p| p.1).sum();
+            expect_count("the send buffer", elements(total, datatype), send.count())?;
+            let own = elements(parts[comm.rank as usize].1, datatype);
+            expect_count("the receive buffer", own, recv.count())?;
+            parts
+        }
+    };
+    let (len, commutative) = (send.byte_len(), op.is_commutative());
+    let plan = build::reduce_scatter(ranks(comm), len, &parts, commutative)?;
+    Ok(Call::new(plan, both(send, recv), datatype).reducing(op))
+}
+
+pub(crate) fn scan<'a, S, R, O>(
+    comm: &CommData,
+    send: &S,
+    recv: &mut R,
+    op: O,
+    inclusive: bool,
+) -> Result<Call<'a>, Cause>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation + 'a,
+{
+    let datatype = same_type(send.datatype(), recv.datatype())?;
+    op.check(datatype)?;
+    expect_count("the receive buffer", send.count(), recv.count())?;
+    let plan = build::scan(ranks(comm), send.byte_len(), inclusive);
+    Ok(Call::new(plan, both(send, recv), datatype).reducing(op))
+}
+
+/// A reduction to `root`; `recv` is the root's and only the root's.
+pub(crate) fn reduce<'a, S, R, O>(
+    comm: &CommData,
+    root: Rank,
+    send: &S,
+    recv: Option<&mut R>,
+    op: O,
+) -> Result<Call<'a>, Cause>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation + 'a,
+{
+    let root = check_root(
+        comm,
+        root,
+        recv.is_some(),
+        "the root calls reduce_into_root, the others reduce_into",
+    )?;
+    op.check(send.datatype())?;
+    let plan = build::reduce(ranks(comm), root, send.byte_len(), op.is_commutative());
+    let call = match recv {
+        Some(recv) => {
+            let datatype = same_type(send.datatype(), recv.datatype())?;
+            expect_count("the receive buffer", send.count(), recv.count())?;
+            Call::new(plan, both(send, recv), datatype)
+        }
+        None => Call::new(plan, sending(send), send.datatype()),
+    };
+    Ok(call.reducing(op))
+}
+
+/// A gather to `root`; `recv` is the root's and only the root's.
+pub(crate) fn gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+    comm: &CommData,
+    root: Rank,
+    send: &S,
+    recv: Option<&mut R>,
+) -> Result<Call<'a>, Cause> {
+    let root = check_root(
+        comm,
+        root,
+        recv.is_some(),
+        "the root calls gather_into_root, the others gather_into",
+    )?;
+    let plan = build::gather(ranks(comm), root, send.byte_len())?;
+    Ok(match recv {
+        Some(recv) => {
+            let datatype = same_type(send.datatype(), recv.datatype())?;
+            let n = comm.size as usize;
+            expect_count("the receive buffer", send.count() * n, recv.count())?;
+            Call::new(plan, both(send, recv), datatype)
+        }
+        None => Call::new(plan, sending(send), send.datatype()),
+    })
+}
+
+/// A gather of parts of any length to `root`, placed as the root's `recv` says.
+pub(crate) fn gather_varcount<'a, S, R>(
+    comm: &CommData,
+    root: Rank,
+    send: &S,
+    recv: Option<&mut R>,
+) -> Result<Call<'a>, Cause>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + Partitioned + ?Sized,
+{
+    let root = check_root(
+        comm,
+        root,
+        recv.is_some(),
+        "the root calls gather_varcount_into_root, the others gather_varcount_into",
+    )?;
+    Ok(match recv {
+        Some(recv) => {
+            let datatype = same_type(send.datatype(), recv.datatype())?;
+            let incoming = byte_parts("receive", recv, recv.count(), datatype, comm.size)?;
+            let own = elements(incoming[root as usize].1, datatype);
+            expect_count("the send buffer", own, send.count())?;
+            let plan = build::gather_varcount(root, send.byte_len(), Some(&incoming));
+            Call::new(plan, both(send, recv), datatype)
+        }
+        None => {
+            let plan = build::gather_varcount(root, send.byte_len(), None);
+            Call::new(plan, sending(send), send.datatype())
+        }
+    })
+}
+
+/// A scatter from `root`; `send` is the root's and only the root's.
+pub(crate) fn scatter<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+    comm: &CommData,
+    root: Rank,
+    send: Option<&S>,
+    recv: &mut R,
+) -> Result<Call<'a>, Cause> {
+    let root = check_root(
+        comm,
+        root,
+        send.is_some(),
+        "the root calls scatter_into_root, the others scatter_into",
+    )?;
+    let plan = build::scatter(ranks(comm), root, recv.byte_len())?;
+    Ok(match send {
+        Some(send) => {
+            let datatype = same_type(send.datatype(), recv.datatype())?;
+            let n = comm.size as usize;
+            expect_count("the send buffer", recv.count() * n, send.count())?;
+            Call::new(plan, both(send, recv), datatype)
+        }
+        None => Call::new(plan, receiving(recv), recv.datatype()),
+    })
+}
+
+/// A scatter of parts of any length from `root`, cut as the root's `send` says.
+pub(crate) fn scatter_varcount<'a, S, R>(
+    comm: &CommData,
+    root: Rank,
+    send: Option<&S>,
+    recv: &mut R,
+) -> Result<Call<'a>, Cause>
+where
+    S: Buffer + Partitioned + ?Sized,
+    R: BufferMut + ?Sized,
+{
+    let root = check_root(
+        comm,
+        root,
+        send.is_some(),
+        "the root calls scatter_varcount_into_root, the others scatter_varcount_into",
+    )?;
+    Ok(match send {
+        Some(send) => {
+            let datatype = same_type(send.datatype(), recv.datatype())?;
+            let outgoing = byte_parts("send", send, send.count(), datatype, comm.size)?;
+            let own = elements(outgoing[root as usize].1, datatype);
+            expect_count("the receive buffer", own, recv.count())?;
+            let plan = build::scatter_varcount(root, Some(&outgoing), recv.byte_len());
+            Call::new(plan, both(send, recv), datatype)
+        }
+        None => {
+            let plan = build::scatter_varcount(root, None, recv.byte_len());
+            Call::new(plan, receiving(recv), recv.datatype())
+        }
+    })
+}

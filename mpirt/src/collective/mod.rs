@@ -1,0 +1,67 @@
+//! Collective operations, shaped like rsmpi's: [`CommunicatorCollectives`] on every
+//! communicator, [`Root`] on the process that roots a rooted collective.
+//!
+//! Each call checks its buffers, plans this rank's part of the chosen algorithm (see
+//! `select` for the choices and `MPIRT_COLL_*` to force one) and runs the plan. Collective
+//! traffic uses negative tags, which no user receive can match, and each call on a
+//! communicator takes the next tag of a per-communicator sequence: successive (or overlapping
+//! immediate) collectives never take each other's messages, since every rank calls the
+//! collectives of a communicator in the same order.
+
+use crate::communicator::CommData;
+use crate::error::{Cause, Error};
+use crate::request::Scope;
+
+mod algorithms;
+mod all;
+mod build;
+mod calls;
+mod op;
+mod progress;
+mod request;
+mod root;
+mod schedule;
+mod select;
+
+pub use all::CommunicatorCollectives;
+pub use op::{DynBuffer, DynBufferMut, Operation, SystemOperation, UserOperation};
+pub use request::CollectiveRequest;
+pub use root::Root;
+
+use calls::Call;
+
+/// The collective traits: `use mpirt::collective::traits::*;`.
+pub mod traits {
+    pub use super::{CommunicatorCollectives, Operation, Root};
+}
+
+/// Plans a collective with `prepare` and runs it to the end; errors name `operation`.
+fn blocking<'a>(
+    comm: &CommData,
+    operation: &'static str,
+    prepare: impl FnOnce() -> Result<Call<'a>, Cause>,
+) -> Result<(), Error> {
+    let run = || {
+        let call = prepare()?;
+        // SAFETY: the buffers are borrowed by the caller for this whole call, which runs the
+        // execution to its end (or abandons it, taking back what is in flight) before
+        // returning.
+        let mut execution = unsafe { call.start(comm) };
+        execution.run()
+    };
+    run().map_err(|cause| Error::new(operation, cause))
+}
+
+/// Plans a collective with `prepare` and starts it as a request of `scope`.
+fn immediate<'a, Sc: Scope<'a>>(
+    comm: &CommData,
+    scope: Sc,
+    operation: &'static str,
+    prepare: impl FnOnce() -> Result<Call<'a>, Cause>,
+) -> Result<CollectiveRequest<'a, Sc>, Error> {
+    let call = prepare().map_err(|cause| Error::new(operation, cause))?;
+    // SAFETY: the buffers are borrowed for 'a, and the scope does not let 'a end before the
+    // request completes.
+    let execution = unsafe { call.start(comm) };
+    Ok(CollectiveRequest::new(execution, scope, operation))
+}

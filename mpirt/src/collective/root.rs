@@ -1,0 +1,315 @@
+//! [`Root`]: the collectives with a root process, called on that process's handle
+//! (`world.process_at_rank(root).broadcast_into(...)`), with rsmpi's split between the root's
+//! `_root` form and the others' form.
+
+use crate::communicator::{CommData, Process, Rank};
+use crate::datatype::{Buffer, BufferMut};
+use crate::error::{or_fatal, Error};
+use crate::partition::{Partition, PartitionMut, PartitionedBuffer, PartitionedBufferMut};
+use crate::point_to_point::Count;
+use crate::request::Scope;
+
+use super::op::Operation;
+use super::{blocking, calls, immediate, CollectiveRequest};
+
+/// The others' side of a rooted call has no buffer of the root's; these name its type.
+type NoBuffer = [u8];
+type NoParts<'b> = Partition<'b, NoBuffer, Vec<Count>, Vec<Count>>;
+type NoPartsMut<'b> = PartitionMut<'b, NoBuffer, Vec<Count>, Vec<Count>>;
+
+/// Something that roots a rooted collective: a [`Process`] of a communicator.
+pub trait Root {
+    /// The root's rank.
+    fn root_rank(&self) -> Rank;
+
+    #[doc(hidden)]
+    fn root_comm(&self) -> &CommData;
+
+    /// The root's `buf` in every process's `buf` (`MPI_Bcast`).
+    fn broadcast_into<B: BufferMut + ?Sized>(&self, buf: &mut B) {
+        or_fatal(self.try_broadcast_into(buf))
+    }
+    fn try_broadcast_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<(), Error> {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        blocking(comm, "broadcast_into", || calls::broadcast(comm, root, buf))
+    }
+
+    /// A non-root's part of a reduction to the root (`MPI_Reduce`).
+    fn reduce_into<S: Buffer + ?Sized, O: Operation>(&self, send: &S, op: O) {
+        or_fatal(self.try_reduce_into(send, op))
+    }
+    fn try_reduce_into<S: Buffer + ?Sized, O: Operation>(
+        &self,
+        send: &S,
+        op: O,
+    ) -> Result<(), Error> {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        blocking(comm, "reduce_into", || {
+            calls::reduce(comm, root, send, None::<&mut NoBuffer>, &op)
+        })
+    }
+
+    /// The root's part of a reduction: the reduction of every process's `send` in `recv`.
+    fn reduce_into_root<S, R, O>(&self, send: &S, recv: &mut R, op: O)
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        or_fatal(self.try_reduce_into_root(send, recv, op))
+    }
+    fn try_reduce_into_root<S, R, O>(&self, send: &S, recv: &mut R, op: O) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        blocking(comm, "reduce_into_root", || {
+            calls::reduce(comm, root, send, Some(recv), &op)
+        })
+    }
+
+    /// A non-root's part of a gather (`MPI_Gather`).
+    fn gather_into<S: Buffer + ?Sized>(&self, send: &S) {
+        or_fatal(self.try_gather_into(send))
+    }
+    fn try_gather_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<(), Error> {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        blocking(comm, "gather_into", || {
+            calls::gather(comm, root, send, None::<&mut NoBuffer>)
+        })
+    }
+
+    /// The root's part of a gather: every process's `send`, in rank order, in `recv`.
+    fn gather_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized>(&self, send: &S, recv: &mut R) {
+        or_fatal(self.try_gather_into_root(send, recv))
+    }
+    fn try_gather_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &S,
+        recv: &mut R,
+    ) -> Result<(), Error> {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        blocking(comm, "gather_into_root", || {
+            calls::gather(comm, root, send, Some(recv))
+        })
+    }
+
+    /// A non-root's part of a gather of parts of any length (`MPI_Gatherv`).
+    fn gather_varcount_into<S: Buffer + ?Sized>(&self, send: &S) {
+        or_fatal(self.try_gather_varcount_into(send))
+    }
+    fn try_gather_varcount_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<(), Error> {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        blocking(comm, "gather_varcount_into", || {
+            calls::gather_varcount(comm, root, send, None::<&mut NoPartsMut>)
+        })
+    }
+
+    /// The root's part of a gather of parts of any length, placed as `recv` says.
+    fn gather_varcount_into_root<S, R>(&self, send: &S, recv: &mut R)
+    where
+        S: Buffer + ?Sized,
+        R: PartitionedBufferMut + ?Sized,
+    {
+        or_fatal(self.try_gather_varcount_into_root(send, recv))
+    }
+    fn try_gather_varcount_into_root<S, R>(&self, send: &S, recv: &mut R) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: PartitionedBufferMut + ?Sized,
+    {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        blocking(comm, "gather_varcount_into_root", || {
+            calls::gather_varcount(comm, root, send, Some(recv))
+        })
+    }
+
+    /// A non-root's part of a scatter: its block of the root's buffer in `recv`
+    /// (`MPI_Scatter`).
+    fn scatter_into<R: BufferMut + ?Sized>(&self, recv: &mut R) {
+        or_fatal(self.try_scatter_into(recv))
+    }
+    fn try_scatter_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<(), Error> {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        blocking(comm, "scatter_into", || {
+            calls::scatter(comm, root, None::<&NoBuffer>, recv)
+        })
+    }
+
+    /// The root's part of a scatter: block r of `send` goes to process r.
+    fn scatter_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized>(&self, send: &S, recv: &mut R) {
+        or_fatal(self.try_scatter_into_root(send, recv))
+    }
+    fn try_scatter_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &S,
+        recv: &mut R,
+    ) -> Result<(), Error> {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        blocking(comm, "scatter_into_root", || {
+            calls::scatter(comm, root, Some(send), recv)
+        })
+    }
+
+    /// A non-root's part of a scatter of parts of any length (`MPI_Scatterv`).
+    fn scatter_varcount_into<R: BufferMut + ?Sized>(&self, recv: &mut R) {
+        or_fatal(self.try_scatter_varcount_into(recv))
+    }
+    fn try_scatter_varcount_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<(), Error> {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        blocking(comm, "scatter_varcount_into", || {
+            calls::scatter_varcount(comm, root, None::<&NoParts>, recv)
+        })
+    }
+
+    /// The root's part of a scatter of parts of any length, cut as `send` says.
+    fn scatter_varcount_into_root<S, R>(&self, send: &S, recv: &mut R)
+    where
+        S: PartitionedBuffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        or_fatal(self.try_scatter_varcount_into_root(send, recv))
+    }
+    fn try_scatter_varcount_into_root<S, R>(&self, send: &S, recv: &mut R) -> Result<(), Error>
+    where
+        S: PartitionedBuffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        blocking(comm, "scatter_varcount_into_root", || {
+            calls::scatter_varcount(comm, root, Some(send), recv)
+        })
+    }
+
+    /// [`broadcast_into`](Self::broadcast_into) as a request (`MPI_Ibcast`).
+    fn immediate_broadcast_into<'a, Sc, B>(
+        &self,
+        scope: Sc,
+        buf: &'a mut B,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        B: BufferMut + ?Sized,
+    {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        or_fatal(immediate(comm, scope, "immediate_broadcast_into", || {
+            calls::broadcast(comm, root, buf)
+        }))
+    }
+
+    /// [`reduce_into`](Self::reduce_into) as a request (`MPI_Ireduce`).
+    fn immediate_reduce_into<'a, Sc, S, O>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+        op: O,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        S: Buffer + ?Sized,
+        O: Operation + 'a,
+    {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        or_fatal(immediate(comm, scope, "immediate_reduce_into", || {
+            calls::reduce(comm, root, send, None::<&mut NoBuffer>, op)
+        }))
+    }
+
+    /// [`reduce_into_root`](Self::reduce_into_root) as a request (`MPI_Ireduce`).
+    fn immediate_reduce_into_root<'a, Sc, S, R, O>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+        recv: &'a mut R,
+        op: O,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation + 'a,
+    {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        or_fatal(immediate(comm, scope, "immediate_reduce_into_root", || {
+            calls::reduce(comm, root, send, Some(recv), op)
+        }))
+    }
+
+    /// [`gather_into`](Self::gather_into) as a request (`MPI_Igather`).
+    fn immediate_gather_into<'a, Sc, S>(&self, scope: Sc, send: &'a S) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        S: Buffer + ?Sized,
+    {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        or_fatal(immediate(comm, scope, "immediate_gather_into", || {
+            calls::gather(comm, root, send, None::<&mut NoBuffer>)
+        }))
+    }
+
+    /// [`gather_into_root`](Self::gather_into_root) as a request (`MPI_Igather`).
+    fn immediate_gather_into_root<'a, Sc, S, R>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        or_fatal(immediate(comm, scope, "immediate_gather_into_root", || {
+            calls::gather(comm, root, send, Some(recv))
+        }))
+    }
+
+    /// [`scatter_into`](Self::scatter_into) as a request (`MPI_Iscatter`).
+    fn immediate_scatter_into<'a, Sc, R>(
+        &self,
+        scope: Sc,
+        recv: &'a mut R,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        R: BufferMut + ?Sized,
+    {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        or_fatal(immediate(comm, scope, "immediate_scatter_into", || {
+            calls::scatter(comm, root, None::<&NoBuffer>, recv)
+        }))
+    }
+
+    /// [`scatter_into_root`](Self::scatter_into_root) as a request (`MPI_Iscatter`).
+    fn immediate_scatter_into_root<'a, Sc, S, R>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_scatter_into_root",
+            || calls::scatter(comm, root, Some(send), recv),
+        ))
+    }
+}
+
+impl Root for Process<'_> {
+    fn root_rank(&self) -> Rank {
+        self.rank
+    }
+    fn root_comm(&self) -> &CommData {
+        self.comm
+    }
+}

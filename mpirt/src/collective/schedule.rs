@@ -1,0 +1,560 @@
+//! Collectives as schedules: every algorithm is written once as a list of rounds (messages to
+//! post, then local copies and reductions once they complete), and one executor runs a
+//! schedule either to the end (blocking calls) or a step per test (immediate calls).
+//!
+//! Spans name bytes in one of the call's buffers (the send buffer, the receive buffer, or a
+//! scratch buffer of the schedule), so a schedule holds no pointers and is checked against its
+//! buffers once, when it starts.
+
+use std::mem::size_of;
+use std::ptr::NonNull;
+
+use pml::{Done, Handle, SendMode, SourceSel, TagSel};
+
+use crate::datatype::Datatype;
+use crate::environment::with_engine;
+use crate::error::Cause;
+
+use super::op::Operation;
+use super::progress;
+use crate::communicator::CommData;
+
+/// Which buffer a span lies in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Region {
+    /// The caller's send buffer: read only.
+    Send,
+    /// The caller's receive buffer.
+    Recv,
+    /// A buffer the schedule allocates.
+    Scratch(usize),
+}
+
+/// `len` bytes at `offset` in `region`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Span {
+    pub region: Region,
+    pub offset: usize,
+    pub len: usize,
+}
+
+impl Span {
+    pub fn new(region: Region, offset: usize, len: usize) -> Span {
+        Span {
+            region,
+            offset,
+            len,
+        }
+    }
+
+    /// The part `[from, from + len)` of this span.
+    pub fn sub(self, from: usize, len: usize) -> Span {
+        debug_assert!(from + len <= self.len);
+        Span::new(self.region, self.offset + from, len)
+    }
+}
+
+#[derive(Debug)]
+enum Transfer {
+    Send { to: u32, span: Span },
+    Recv { from: u32, span: Span },
+}
+
+#[derive(Debug)]
+enum Local {
+    Copy {
+        from: Span,
+        to: Span,
+    },
+    /// `acc = incoming ∘ acc` if the incoming part comes from lower ranks, else
+    /// `acc = acc ∘ incoming`.
+    Reduce {
+        incoming: Span,
+        acc: Span,
+        incoming_lower: bool,
+    },
+}
+
+#[derive(Debug, Default)]
+struct Round {
+    transfers: Vec<Transfer>,
+    locals: Vec<Local>,
+}
+
+/// An algorithm's plan for this rank: what to send and receive, round by round.
+#[derive(Debug, Default)]
+pub(crate) struct Plan {
+    rounds: Vec<Round>,
+    scratch: Vec<usize>,
+}
+
+impl Plan {
+    /// A scratch buffer of `len` bytes.
+    pub fn scratch(&mut self, len: usize) -> Span {
+        self.scratch.push(len);
+        Span::new(Region::Scratch(self.scratch.len() - 1), 0, len)
+    }
+
+    /// Starts a round: the transfers added next are in flight together.
+    pub fn round(&mut self) -> &mut Self {
+        self.rounds.push(Round::default());
+        self
+    }
+
+    fn current(&mut self) -> &mut Round {
+        if self.rounds.is_empty() {
+            self.rounds.push(Round::default());
+        }
+        self.rounds.last_mut().expect("a round")
+    }
+
+    pub fn send(&mut self, to: u32, span: Span) -> &mut Self {
+        self.current().transfers.push(Transfer::Send { to, span });
+        self
+    }
+
+    pub fn recv(&mut self, from: u32, span: Span) -> &mut Self {
+        self.current().transfers.push(Transfer::Recv { from, span });
+        self
+    }
+
+    /// Sends `out` to `peer` and receives `into` from it, in one round.
+    pub fn exchange(&mut self, peer: u32, out: Span, into: Span) -> &mut Self {
+        self.round().send(peer, out).recv(peer, into)
+    }
+
+    /// A copy done after the current round's transfers (at once in a plan's first round).
+    pub fn copy(&mut self, from: Span, to: Span) -> &mut Self {
+        debug_assert_eq!(from.len, to.len);
+        if from.len > 0 {
+            self.current().locals.push(Local::Copy { from, to });
+        }
+        self
+    }
+
+    /// A reduction done after the current round's transfers.
+    pub fn reduce(&mut self, incoming: Span, acc: Span, incoming_lower: bool) -> &mut Self {
+        debug_assert_eq!(incoming.len, acc.len);
+        self.current().locals.push(Local::Reduce {
+            incoming,
+            acc,
+            incoming_lower,
+        });
+        self
+    }
+}
+
+/// The caller's buffers, as the engine needs them: raw pointers valid for the whole run.
+pub(crate) struct Buffers {
+    pub send: *const u8,
+    pub send_len: usize,
+    pub recv: *mut u8,
+    pub recv_len: usize,
+}
+
+impl Buffers {
+    pub fn none() -> Buffers {
+        Buffers {
+            send: NonNull::dangling().as_ptr(),
+            send_len: 0,
+            recv: NonNull::dangling().as_ptr(),
+            recv_len: 0,
+        }
+    }
+}
+
+/// Storage aligned for any element type the runtime sends, so that reductions may view scratch
+/// bytes as slices of `T`.
+type Aligned = u128;
+
+/// A receive must fill its span exactly: the ranks' counts agree.
+fn check_length(done: Done, recv: Option<(u32, Span)>) -> Result<(), Cause> {
+    match (done, recv) {
+        (Done::Received(status), Some((from, span))) if status.len != span.len => {
+            Err(Cause::LengthDisagrees {
+                peer: from as i32,
+                expected: span.len,
+                got: status.len,
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// No receive of a round lands on bytes another transfer of the round reads or writes: the
+/// engine holds all of them at once.
+fn check_no_overlap(transfers: &[Transfer]) {
+    let key = |region: Region| match region {
+        Region::Send => (0, 0),
+        Region::Recv => (1, 0),
+        Region::Scratch(i) => (2, i),
+    };
+    let mut spans: Vec<((u8, usize), usize, usize, bool)> = transfers
+        .iter()
+        .map(|t| match *t {
+            Transfer::Send { span, .. } => (span, false),
+            Transfer::Recv { span, .. } => (span, true),
+        })
+        .filter(|(span, _)| span.len > 0)
+        .map(|(s, recv)| (key(s.region), s.offset, s.offset + s.len, recv))
+        .collect();
+    spans.sort_unstable();
+    // Per region, the furthest end of any span so far and of any receive so far.
+    let mut ends = ((u8::MAX, 0), 0, 0);
+    for (region, start, end, recv) in spans {
+        if ends.0 != region {
+            ends = (region, 0, 0);
+        }
+        let (_, any_end, recv_end) = ends;
+        assert!(
+            start >= recv_end && !(recv && start < any_end),
+            "collective schedule: a receive overlaps another transfer of its round"
+        );
+        ends = (
+            region,
+            any_end.max(end),
+            if recv { recv_end.max(end) } else { recv_end },
+        );
+    }
+}
+
+/// A plan in progress over its buffers.
+pub(crate) struct Execution<'a> {
+    comm: CommData,
+    tag: i32,
+    plan: Plan,
+    buffers: Buffers,
+    /// Where the receive buffer's bytes go while they may not be valid values yet.
+    staging: Option<Vec<u8>>,
+    scratch: Vec<Vec<Aligned>>,
+    datatype: Datatype,
+    op: Option<Box<dyn Operation + 'a>>,
+    next_round: usize,
+    in_flight: Vec<(Handle, Option<(u32, Span)>)>,
+    /// Why the execution stopped, once it failed: its own step reports it again.
+    failed: Option<Cause>,
+}
+
+impl<'a> Execution<'a> {
+    /// Prepares `plan` over `buffers`.
+    ///
+    /// # Safety
+    /// `buffers.send` must be valid for reads of `send_len` bytes, and `buffers.recv` for
+    /// writes of `recv_len` bytes (and not otherwise accessed), until the execution is finished
+    /// or dropped; bytes that pass `datatype`'s check must be valid values in the receive
+    /// buffer.
+    pub unsafe fn new(
+        comm: CommData,
+        plan: Plan,
+        buffers: Buffers,
+        datatype: Datatype,
+        op: Option<Box<dyn Operation + 'a>>,
+    ) -> Execution<'a> {
+        let staging = datatype.needs_check().then(|| {
+            let mut staging = vec![0u8; buffers.recv_len];
+            // SAFETY: the caller made `recv` valid for `recv_len` bytes; a collective may read
+            // what the receive buffer holds (a broadcast root sends from it).
+            unsafe {
+                std::ptr::copy_nonoverlapping(buffers.recv, staging.as_mut_ptr(), buffers.recv_len)
+            };
+            staging
+        });
+        let scratch = plan
+            .scratch
+            .iter()
+            .map(|&len| vec![0; len.div_ceil(size_of::<Aligned>())])
+            .collect();
+        let tag = comm.next_tag();
+        let execution = Execution {
+            comm,
+            tag,
+            plan,
+            buffers,
+            staging,
+            scratch,
+            datatype,
+            op,
+            next_round: 0,
+            in_flight: Vec::new(),
+            failed: None,
+        };
+        execution.check_spans();
+        execution
+    }
+
+    /// Every span lies inside its buffer: what makes the pointers below valid.
+    fn check_spans(&self) {
+        let spans = self.plan.rounds.iter().flat_map(|round| {
+            let transfers = round.transfers.iter().map(|t| match t {
+                Transfer::Send { span, .. } => (*span, false),
+                Transfer::Recv { span, .. } => (*span, true),
+            });
+            let locals = round.locals.iter().flat_map(|l| match l {
+                Local::Copy { from, to } => [(*from, false), (*to, true)],
+                Local::Reduce { incoming, acc, .. } => [(*incoming, true), (*acc, true)],
+            });
+            transfers.chain(locals)
+        });
+        for (span, written) in spans {
+            let (_, len) = self.region(span.region);
+            assert!(
+                span.offset + span.len <= len && !(written && span.region == Region::Send),
+                "collective schedule: {span:?} does not fit its buffer of {len} bytes"
+            );
+        }
+        for round in &self.plan.rounds {
+            check_no_overlap(&round.transfers);
+        }
+    }
+
+    /// The base pointer and length of a region.
+    fn region(&self, region: Region) -> (*mut u8, usize) {
+        match region {
+            Region::Send => (self.buffers.send.cast_mut(), self.buffers.send_len),
+            Region::Recv => match &self.staging {
+                Some(staging) => (staging.as_ptr().cast_mut(), staging.len()),
+                None => (self.buffers.recv, self.buffers.recv_len),
+            },
+            Region::Scratch(i) => (
+                self.scratch[i].as_ptr().cast::<u8>().cast_mut(),
+                self.plan.scratch[i],
+            ),
+        }
+    }
+
+    fn pointer(&self, span: Span) -> *mut u8 {
+        let (base, _) = self.region(span.region);
+        // SAFETY: `check_spans` placed the span inside its region's allocation.
+        unsafe { base.add(span.offset) }
+    }
+
+    /// Runs the schedule to the end.
+    pub fn run(&mut self) -> Result<(), Cause> {
+        self.step(true).map(drop)
+    }
+
+    /// Advances this schedule, and the immediate collectives in flight beside it, as far as
+    /// possible: to this one's end with `block`, else until its transfers are in flight;
+    /// `true` once it is done.
+    pub fn step(&mut self, block: bool) -> Result<bool, Cause> {
+        let me: *const Execution<'_> = self;
+        if !progress::others_in_flight(me) {
+            return self.step_alone(block);
+        }
+        loop {
+            if self.step_alone(false)? {
+                return Ok(true);
+            }
+            progress::advance_others(me);
+            if !block {
+                return Ok(false);
+            }
+            let mut handles = self.in_flight_handles();
+            handles.extend(progress::handles_of_others(me));
+            if let Err(cause) = with_engine(|e| e.wait_any(&handles)) {
+                self.fail(cause.clone());
+                return Err(cause);
+            }
+        }
+    }
+
+    /// Advances this schedule alone; a failure is kept and reported again.
+    pub fn step_alone(&mut self, block: bool) -> Result<bool, Cause> {
+        if let Some(cause) = &self.failed {
+            return Err(cause.clone());
+        }
+        let result = self.advance(block);
+        if let Err(cause) = &result {
+            self.fail(cause.clone());
+        }
+        result
+    }
+
+    fn fail(&mut self, cause: Cause) {
+        self.abandon();
+        self.failed = Some(cause);
+    }
+
+    pub fn in_flight_handles(&self) -> Vec<Handle> {
+        self.in_flight.iter().map(|&(handle, _)| handle).collect()
+    }
+
+    fn advance(&mut self, block: bool) -> Result<bool, Cause> {
+        loop {
+            if self.in_flight.is_empty() {
+                if self.next_round == self.plan.rounds.len() {
+                    self.finish()?;
+                    return Ok(true);
+                }
+                self.post_round()?;
+            }
+            if block {
+                while let Some(&(handle, recv)) = self.in_flight.last() {
+                    let done = with_engine(|e| e.wait(handle))?;
+                    self.in_flight.pop();
+                    check_length(done, recv)?;
+                }
+            } else {
+                // Collect whatever finished, so that a wait on the rest sleeps until one more
+                // does rather than finding a finished one at once.
+                let mut i = 0;
+                while i < self.in_flight.len() {
+                    let (handle, recv) = self.in_flight[i];
+                    match with_engine(|e| e.test(handle))? {
+                        Some(done) => {
+                            self.in_flight.swap_remove(i);
+                            check_length(done, recv)?;
+                        }
+                        None => i += 1,
+                    }
+                }
+                if !self.in_flight.is_empty() {
+                    return Ok(false);
+                }
+            }
+            self.run_locals()?;
+            self.next_round += 1;
+        }
+    }
+
+    /// Posts the next round's receives, then its sends. In flight they are kept so that the
+    /// first posted is collected last: a blocking wait then sees the sends finish first.
+    fn post_round(&mut self) -> Result<(), Cause> {
+        let round = &self.plan.rounds[self.next_round];
+        let (context, rank, tag) = (self.comm.context, self.comm.rank, self.tag);
+        for transfer in &round.transfers {
+            if let Transfer::Recv { from, span } = *transfer {
+                let ptr = self.pointer(span);
+                // SAFETY: the span lies in a buffer that stays valid and untouched until the
+                // receive completes: this execution waits for it, or cancels and waits for it
+                // when abandoned.
+                let handle = with_engine(|e| unsafe {
+                    e.post_recv(
+                        context,
+                        SourceSel::Rank(from),
+                        TagSel::Tag(tag),
+                        ptr,
+                        span.len,
+                    )
+                })?;
+                self.in_flight.push((handle, Some((from, span))));
+            }
+        }
+        for transfer in &round.transfers {
+            if let Transfer::Send { to, span } = *transfer {
+                let ptr = self.pointer(span);
+                let peer = self.comm.world_rank(to);
+                // SAFETY: as for receives; no receive of the round writes what a send reads
+                // (`check_no_overlap`), and locals run only once the round's transfers are done.
+                let handle = with_engine(|e| unsafe {
+                    e.post_send(
+                        context,
+                        rank,
+                        to,
+                        peer,
+                        tag,
+                        SendMode::Standard,
+                        ptr,
+                        span.len,
+                    )
+                })?;
+                self.in_flight.push((handle, None));
+            }
+        }
+        Ok(())
+    }
+
+    fn run_locals(&mut self) -> Result<(), Cause> {
+        let round = &self.plan.rounds[self.next_round];
+        if self.datatype.needs_check() {
+            for transfer in &round.transfers {
+                if let Transfer::Recv { span, .. } = *transfer {
+                    // SAFETY: the span is inside its buffer and its receive completed.
+                    let bytes = unsafe { std::slice::from_raw_parts(self.pointer(span), span.len) };
+                    if !self.datatype.is_valid(bytes) {
+                        return Err(Cause::InvalidValue {
+                            type_name: self.datatype.name(),
+                        });
+                    }
+                }
+            }
+        }
+        for local in &round.locals {
+            match *local {
+                Local::Copy { from, to } => {
+                    // SAFETY: both spans are inside their buffers (`check_spans`), `to` is
+                    // writable, and plans never copy between overlapping spans.
+                    unsafe { std::ptr::copy(self.pointer(from), self.pointer(to), from.len) }
+                }
+                Local::Reduce {
+                    incoming,
+                    acc,
+                    incoming_lower,
+                } => self.reduce(incoming, acc, incoming_lower),
+            }
+        }
+        Ok(())
+    }
+
+    fn reduce(&self, incoming: Span, acc: Span, incoming_lower: bool) {
+        let op = self.op.as_ref().expect("a reduction plan has an operation");
+        assert!(
+            incoming.region != acc.region
+                || incoming.offset + incoming.len <= acc.offset
+                || acc.offset + acc.len <= incoming.offset,
+            "collective schedule: overlapping reduction operands"
+        );
+        // SAFETY: both spans are inside their buffers, writable (`check_spans`), and disjoint
+        // (asserted above), so the two slices do not alias.
+        let (inc, accumulated) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(self.pointer(incoming), incoming.len),
+                std::slice::from_raw_parts_mut(self.pointer(acc), acc.len),
+            )
+        };
+        if incoming_lower || op.is_commutative() {
+            op.apply(self.datatype, inc, accumulated);
+        } else {
+            op.apply(self.datatype, accumulated, inc);
+            accumulated.copy_from_slice(inc);
+        }
+    }
+
+    /// Moves checked staging bytes into the caller's receive buffer.
+    fn finish(&mut self) -> Result<(), Cause> {
+        if let Some(staging) = self.staging.take() {
+            if !self.datatype.is_valid(&staging) {
+                return Err(Cause::InvalidValue {
+                    type_name: self.datatype.name(),
+                });
+            }
+            // SAFETY: `new`'s caller made `recv` valid for `recv_len` bytes, the staging
+            // buffer's length.
+            unsafe {
+                std::ptr::copy_nonoverlapping(staging.as_ptr(), self.buffers.recv, staging.len())
+            };
+        }
+        Ok(())
+    }
+
+    /// After an error: takes back what is in flight, so no transfer outlives the buffers.
+    fn abandon(&mut self) {
+        for (handle, recv) in self.in_flight.drain(..) {
+            let _ = with_engine(|e| {
+                if recv.is_some() {
+                    e.cancel(handle)?;
+                }
+                e.wait(handle)
+            });
+        }
+        self.next_round = self.plan.rounds.len();
+    }
+}
+
+impl Drop for Execution<'_> {
+    fn drop(&mut self) {
+        // Only an abandoned or finished execution is dropped by the API; anything else in
+        // flight is taken back before its buffers go.
+        self.abandon();
+    }
+}

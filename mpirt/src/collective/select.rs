@@ -1,0 +1,211 @@
+//! Which algorithm a collective uses: chosen by message and communicator size, or forced with
+//! `MPIRT_COLL_<COLLECTIVE>=<algorithm>` (read once per process).
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use crate::error::Cause;
+
+/// Broadcasts up to this many bytes (or on up to `BROADCAST_FEW` ranks) go down a binomial
+/// tree; longer ones are scattered, then all-gathered (MPICH's long-message thresholds: the
+/// ring's n-1 steps pay off only for long messages on many ranks).
+const BROADCAST_SHORT: usize = 512 << 10;
+const BROADCAST_FEW: u32 = 7;
+/// All-reduce vectors up to this many bytes go by recursive doubling (latency-bound).
+const ALLREDUCE_SHORT: usize = 8 << 10;
+/// Longer ones by Rabenseifner up to this many bytes, then by ring.
+const ALLREDUCE_RING: usize = 1 << 20;
+/// All-gathers whose result is up to this many bytes go by recursive doubling (powers of two)
+/// or Bruck; longer ones by ring.
+const ALLGATHER_SHORT: usize = 64 << 10;
+/// All-to-all blocks up to this many bytes all go at once; longer ones pairwise.
+const ALLTOALL_SHORT: usize = 256;
+/// Gather and scatter results up to this many bytes go through a binomial tree; beyond that
+/// the tree's extra copies cost more than its fewer rounds save, so they go linearly.
+const ROOTED_SHORT: usize = 256 << 10;
+
+/// One collective's algorithms and how its variable is named.
+struct Choice {
+    variable: &'static str,
+    choices: &'static [&'static str],
+}
+
+const BROADCAST: Choice = Choice {
+    variable: "MPIRT_COLL_BCAST",
+    choices: &["binomial", "scatter_allgather"],
+};
+const ALLREDUCE: Choice = Choice {
+    variable: "MPIRT_COLL_ALLREDUCE",
+    choices: &["recursive_doubling", "rabenseifner", "ring"],
+};
+const ALLGATHER: Choice = Choice {
+    variable: "MPIRT_COLL_ALLGATHER",
+    choices: &["recursive_doubling", "bruck", "ring"],
+};
+const ALLTOALL: Choice = Choice {
+    variable: "MPIRT_COLL_ALLTOALL",
+    choices: &["pairwise", "linear"],
+};
+const GATHER: Choice = Choice {
+    variable: "MPIRT_COLL_GATHER",
+    choices: &["binomial", "linear"],
+};
+const SCATTER: Choice = Choice {
+    variable: "MPIRT_COLL_SCATTER",
+    choices: &["binomial", "linear"],
+};
+const REDUCE_SCATTER: Choice = Choice {
+    variable: "MPIRT_COLL_REDUCE_SCATTER",
+    choices: &["ring", "reduce_scatter"],
+};
+
+const ALL: [&Choice; 7] = [
+    &BROADCAST,
+    &ALLREDUCE,
+    &ALLGATHER,
+    &ALLTOALL,
+    &GATHER,
+    &SCATTER,
+    &REDUCE_SCATTER,
+];
+
+/// The `MPIRT_COLL_*` settings of this process.
+fn overrides() -> &'static HashMap<&'static str, String> {
+    static OVERRIDES: OnceLock<HashMap<&'static str, String>> = OnceLock::new();
+    OVERRIDES.get_or_init(|| {
+        ALL.iter()
+            .filter_map(|c| std::env::var(c.variable).ok().map(|v| (c.variable, v)))
+            .collect()
+    })
+}
+
+impl Choice {
+    /// The forced algorithm, if any (an error if it is not one of this collective's).
+    fn forced(&self) -> Result<Option<&'static str>, Cause> {
+        match overrides().get(self.variable) {
+            None => Ok(None),
+            Some(value) => self
+                .choices
+                .iter()
+                .find(|c| **c == value.as_str())
+                .map(|c| Some(*c))
+                .ok_or_else(|| Cause::UnknownAlgorithm {
+                    variable: self.variable.to_string(),
+                    value: value.clone(),
+                    choices: self.choices,
+                }),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Broadcast {
+    Binomial,
+    ScatterAllgather,
+}
+
+pub(crate) fn broadcast(bytes: usize, size: u32) -> Result<Broadcast, Cause> {
+    Ok(match BROADCAST.forced()? {
+        Some("binomial") => Broadcast::Binomial,
+        Some(_) => Broadcast::ScatterAllgather,
+        None if bytes <= BROADCAST_SHORT || size <= BROADCAST_FEW => Broadcast::Binomial,
+        None => Broadcast::ScatterAllgather,
+    })
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Allreduce {
+    RecursiveDoubling,
+    Rabenseifner,
+    Ring,
+}
+
+/// A forced ring falls back to Rabenseifner for a non-commutative operation, whose partial
+/// results must stay in rank order.
+pub(crate) fn allreduce(bytes: usize, commutative: bool) -> Result<Allreduce, Cause> {
+    let chosen = match ALLREDUCE.forced()? {
+        Some("recursive_doubling") => Allreduce::RecursiveDoubling,
+        Some("rabenseifner") => Allreduce::Rabenseifner,
+        Some(_) => Allreduce::Ring,
+        None if bytes <= ALLREDUCE_SHORT => Allreduce::RecursiveDoubling,
+        None if bytes <= ALLREDUCE_RING => Allreduce::Rabenseifner,
+        None => Allreduce::Ring,
+    };
+    Ok(match chosen {
+        Allreduce::Ring if !commutative => Allreduce::Rabenseifner,
+        other => other,
+    })
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Allgather {
+    RecursiveDoubling,
+    Bruck,
+    Ring,
+}
+
+pub(crate) fn allgather(total_bytes: usize, size: u32) -> Result<Allgather, Cause> {
+    Ok(match ALLGATHER.forced()? {
+        Some("recursive_doubling") => Allgather::RecursiveDoubling,
+        Some("bruck") => Allgather::Bruck,
+        Some(_) => Allgather::Ring,
+        None if total_bytes <= ALLGATHER_SHORT && size.is_power_of_two() => {
+            Allgather::RecursiveDoubling
+        }
+        None if total_bytes <= ALLGATHER_SHORT => Allgather::Bruck,
+        None => Allgather::Ring,
+    })
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Alltoall {
+    Pairwise,
+    Linear,
+}
+
+pub(crate) fn alltoall(block_bytes: usize) -> Result<Alltoall, Cause> {
+    Ok(match ALLTOALL.forced()? {
+        Some("pairwise") => Alltoall::Pairwise,
+        Some(_) => Alltoall::Linear,
+        None if block_bytes <= ALLTOALL_SHORT => Alltoall::Linear,
+        None => Alltoall::Pairwise,
+    })
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rooted {
+    Binomial,
+    Linear,
+}
+
+fn rooted(choice: &Choice, total_bytes: usize) -> Result<Rooted, Cause> {
+    Ok(match choice.forced()? {
+        Some("binomial") => Rooted::Binomial,
+        Some(_) => Rooted::Linear,
+        None if total_bytes <= ROOTED_SHORT => Rooted::Binomial,
+        None => Rooted::Linear,
+    })
+}
+
+pub(crate) fn gather(total_bytes: usize) -> Result<Rooted, Cause> {
+    rooted(&GATHER, total_bytes)
+}
+
+pub(crate) fn scatter(total_bytes: usize) -> Result<Rooted, Cause> {
+    rooted(&SCATTER, total_bytes)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReduceScatter {
+    /// Around the ring (commutative operations).
+    Ring,
+    /// A reduction to rank 0, then a scatter: any operation.
+    ReduceThenScatter,
+}
+
+pub(crate) fn reduce_scatter(commutative: bool) -> Result<ReduceScatter, Cause> {
+    Ok(match REDUCE_SCATTER.forced()? {
+        Some("ring") | None if commutative => ReduceScatter::Ring,
+        _ => ReduceScatter::ReduceThenScatter,
+    })
+}

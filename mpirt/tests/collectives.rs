@@ -1,0 +1,860 @@
+//! Collectives, communicators and groups with real ranks under rsrun (see `common`).
+//!
+//! Every rank checks every result against a serial reference it computes itself from the
+//! deterministic contributions of all ranks. One job per rank count runs every check; the
+//! forced-algorithm jobs run them again with each `MPIRT_COLL_*` algorithm on sizes that are
+//! not powers of two.
+
+use std::env;
+use std::fmt::Debug;
+
+use mpirt::collective::{SystemOperation, UserOperation};
+use mpirt::datatype::{Partition, PartitionMut};
+use mpirt::request;
+use mpirt::topology::{Color, SimpleCommunicator};
+use mpirt::traits::*;
+use mpirt::Count;
+
+mod common;
+
+use common::{job, ok_job_with, text, RANK_MODE};
+
+/// 1 MiB, the large size every collective is checked at.
+const MIB: usize = 1 << 20;
+
+/// The rank side of the tests below, selected by `RANK_MODE`.
+#[test]
+fn rank_mode() {
+    let Ok(mode) = env::var(RANK_MODE) else {
+        return;
+    };
+    let universe = mpirt::initialize().expect("initialize");
+    let world = universe.world();
+    match mode.as_str() {
+        "all" => {
+            collectives(&world);
+            communicators(&world);
+            alongside_user_messages(&world);
+            immediates(&world);
+        }
+        "errors" => errors(&world),
+        "bad-algorithm" => {
+            let e = world
+                .try_all_reduce_into(
+                    &[1u8; 100000][..],
+                    &mut [0u8; 100000][..],
+                    SystemOperation::sum(),
+                )
+                .unwrap_err();
+            println!("error: {e}");
+        }
+        "context-reuse" => {
+            // More communicators than there are context ids, one at a time: ids must be
+            // given back.
+            for _ in 0..4200 {
+                let dup = world.duplicate();
+                assert_eq!(dup.size(), world.size());
+            }
+        }
+        other => panic!("unknown rank mode {other}"),
+    }
+    println!("rank {} done", world.rank());
+}
+
+/// An affine map `x -> a*x + b` (mod 2^64): composing them is associative but not
+/// commutative, so it shows whether a reduction kept rank order.
+#[derive(Equivalence, Clone, Copy, Debug, Default, PartialEq)]
+#[repr(C)]
+struct Affine {
+    a: u64,
+    b: u64,
+}
+
+/// `higher ∘ lower`: apply the lower rank's map first.
+fn compose(lower: Affine, higher: Affine) -> Affine {
+    Affine {
+        a: higher.a.wrapping_mul(lower.a),
+        b: higher.a.wrapping_mul(lower.b).wrapping_add(higher.b),
+    }
+}
+
+fn affine(r: i32, i: usize) -> Affine {
+    Affine {
+        a: 2 * (r as u64 * 5 + i as u64) + 1,
+        b: r as u64 * 1000 + i as u64,
+    }
+}
+
+fn affine_op() -> UserOperation<'static> {
+    UserOperation::associative(|incoming, acc| {
+        let incoming: &[Affine] = incoming.downcast().unwrap();
+        let acc: &mut [Affine] = acc.downcast().unwrap();
+        for (x, y) in incoming.iter().zip(acc) {
+            *y = compose(*x, *y);
+        }
+    })
+}
+
+fn int(r: i32, i: usize) -> i32 {
+    ((r as i64 * 7919 + i as i64 * 31) % 2001 - 1000) as i32
+}
+
+fn float(r: i32, i: usize) -> f64 {
+    ((r as usize * 13 + i * 7) % 101) as f64 - 50.0
+}
+
+fn byte(r: i32, i: usize) -> u8 {
+    (r as usize * 37 + i * 11) as u8
+}
+
+fn contribution<T>(r: i32, len: usize, value: fn(i32, usize) -> T) -> Vec<T> {
+    (0..len).map(|i| value(r, i)).collect()
+}
+
+/// The reduction of ranks `ranks` in order, element by element.
+fn serial<T: Copy>(
+    ranks: std::ops::Range<i32>,
+    len: usize,
+    value: fn(i32, usize) -> T,
+    combine: fn(T, T) -> T,
+) -> Vec<T> {
+    (0..len)
+        .map(|i| {
+            ranks
+                .clone()
+                .map(|r| value(r, i))
+                .reduce(combine)
+                .expect("at least one rank")
+        })
+        .collect()
+}
+
+/// Every element type and operation checked by the reductions: (name, check).
+struct Reduction<T> {
+    name: &'static str,
+    value: fn(i32, usize) -> T,
+    combine: fn(T, T) -> T,
+}
+
+fn check_reductions<T, O>(world: &SimpleCommunicator, lens: &[usize], red: &Reduction<T>, op: O)
+where
+    T: Equivalence + Copy + Default + PartialEq + Debug,
+    O: Operation + Copy,
+{
+    let (n, me) = (world.size(), world.rank());
+    for &len in lens {
+        let mine = contribution(me, len, red.value);
+        let expected = serial(0..n, len, red.value, red.combine);
+        let what = format!("{} of {len} on {n} ranks", red.name);
+
+        let mut got = vec![T::default(); len];
+        world.all_reduce_into(&mine[..], &mut got[..], op);
+        assert!(got == expected, "all_reduce {what}");
+
+        for root in [0, n - 1, n / 2] {
+            let root_process = world.process_at_rank(root);
+            if me == root {
+                let mut got = vec![T::default(); len];
+                root_process.reduce_into_root(&mine[..], &mut got[..], op);
+                assert!(got == expected, "reduce to {root}: {what}");
+            } else {
+                root_process.reduce_into(&mine[..], op);
+            }
+        }
+
+        let mut got = vec![T::default(); len];
+        world.scan_into(&mine[..], &mut got[..], op);
+        assert!(
+            got == serial(0..me + 1, len, red.value, red.combine),
+            "scan {what}"
+        );
+        let sentinel = vec![T::default(); len];
+        let mut got = sentinel.clone();
+        world.exclusive_scan_into(&mine[..], &mut got[..], op);
+        if me > 0 {
+            assert!(
+                got == serial(0..me, len, red.value, red.combine),
+                "exscan {what}"
+            );
+        } else {
+            assert!(got == sentinel, "exscan leaves rank 0 alone: {what}");
+        }
+
+        let block = len / n as usize;
+        let send = contribution(me, block * n as usize, red.value);
+        let whole = serial(0..n, block * n as usize, red.value, red.combine);
+        let mut got = vec![T::default(); block];
+        world.reduce_scatter_block_into(&send[..], &mut got[..], op);
+        let start = me as usize * block;
+        assert!(
+            got == whole[start..start + block],
+            "reduce_scatter_block {what}"
+        );
+    }
+}
+
+fn reductions(world: &SimpleCommunicator) {
+    let n = world.size() as usize;
+    let lens = [0, 1, 7, 1000];
+    let sum = Reduction {
+        name: "i32 sum",
+        value: int,
+        combine: |a: i32, b| a.wrapping_add(b),
+    };
+    check_reductions(
+        world,
+        &[0, 1, 7, 1000, MIB / 4],
+        &sum,
+        SystemOperation::sum(),
+    );
+    type Case = (&'static str, SystemOperation, fn(i32, i32) -> i32);
+    let ops: [Case; 7] = [
+        ("i32 product", SystemOperation::product(), |a, b| {
+            a.wrapping_mul(b)
+        }),
+        ("i32 min", SystemOperation::min(), |a, b| a.min(b)),
+        ("i32 max", SystemOperation::max(), |a, b| a.max(b)),
+        ("i32 band", SystemOperation::bitwise_and(), |a, b| a & b),
+        ("i32 bor", SystemOperation::bitwise_or(), |a, b| a | b),
+        ("i32 bxor", SystemOperation::bitwise_xor(), |a, b| a ^ b),
+        ("i32 lxor", SystemOperation::logical_xor(), |a, b| {
+            ((a != 0) != (b != 0)) as i32
+        }),
+    ];
+    for (name, op, combine) in ops {
+        let red = Reduction {
+            name,
+            value: int,
+            combine,
+        };
+        check_reductions(world, &[n + 3], &red, op);
+    }
+    let fmax = Reduction {
+        name: "f64 max",
+        value: float,
+        combine: f64::max,
+    };
+    check_reductions(world, &lens, &fmax, SystemOperation::max());
+    let fsum = Reduction {
+        name: "f64 sum",
+        value: float,
+        combine: |a, b| a + b,
+    };
+    check_reductions(world, &[3 * n], &fsum, SystemOperation::sum());
+    let bytes = Reduction {
+        name: "u8 sum",
+        value: byte,
+        combine: u8::wrapping_add,
+    };
+    check_reductions(world, &[5 * n], &bytes, SystemOperation::sum());
+    let land = Reduction {
+        name: "bool and",
+        value: |r, i| !(r as usize + i).is_multiple_of(5),
+        combine: |a, b| a && b,
+    };
+    check_reductions(world, &[2 * n], &land, SystemOperation::logical_and());
+    let lor = Reduction {
+        name: "bool or",
+        value: |r, i| (r as usize * 3 + i).is_multiple_of(7),
+        combine: |a, b| a || b,
+    };
+    check_reductions(world, &[2 * n], &lor, SystemOperation::logical_or());
+    let op = affine_op();
+    let ordered = Reduction {
+        name: "affine composition (non-commutative)",
+        value: affine,
+        combine: compose,
+    };
+    check_reductions(world, &[0, 1, 7, 1000, MIB / 16], &ordered, &op);
+    let commutative_sum = UserOperation::commutative(|incoming, acc| {
+        let incoming: &[i64] = incoming.downcast().unwrap();
+        for (x, y) in incoming.iter().zip(acc.downcast::<i64>().unwrap()) {
+            *y += x;
+        }
+    });
+    let long_sum = Reduction {
+        name: "i64 closure sum",
+        value: |r, i| r as i64 * 100 + i as i64,
+        combine: |a, b| a + b,
+    };
+    check_reductions(world, &lens, &long_sum, &commutative_sum);
+}
+
+fn check_data_movement<T>(world: &SimpleCommunicator, block: usize, value: fn(i32, usize) -> T)
+where
+    T: Equivalence + Copy + Default + PartialEq + Debug,
+{
+    let (n, me) = (world.size(), world.rank());
+    let nu = n as usize;
+    let mine = contribution(me, block, value);
+    let everyone: Vec<T> = (0..n).flat_map(|r| contribution(r, block, value)).collect();
+    let what = format!("{} blocks of {block}", std::any::type_name::<T>());
+
+    for root in [0, n - 1, n / 2] {
+        let root_process = world.process_at_rank(root);
+        let mut buf = if me == root {
+            mine.clone()
+        } else {
+            vec![T::default(); block]
+        };
+        root_process.broadcast_into(&mut buf[..]);
+        assert!(
+            buf == contribution(root, block, value),
+            "broadcast from {root}: {what}"
+        );
+
+        if me == root {
+            let mut got = vec![T::default(); block * nu];
+            root_process.gather_into_root(&mine[..], &mut got[..]);
+            assert!(got == everyone, "gather to {root}: {what}");
+        } else {
+            root_process.gather_into(&mine[..]);
+        }
+
+        let mut got = vec![T::default(); block];
+        if me == root {
+            let all: Vec<T> = (0..n)
+                .flat_map(|r| contribution(r + root, block, value))
+                .collect();
+            root_process.scatter_into_root(&all[..], &mut got[..]);
+        } else {
+            root_process.scatter_into(&mut got[..]);
+        }
+        assert!(
+            got == contribution(me + root, block, value),
+            "scatter from {root}: {what}"
+        );
+    }
+
+    let mut got = vec![T::default(); block * nu];
+    world.all_gather_into(&mine[..], &mut got[..]);
+    assert!(got == everyone, "all_gather {what}");
+
+    // Block r of rank s's send buffer holds value(s * n + r, ...).
+    let outgoing: Vec<T> = (0..n)
+        .flat_map(|r| contribution(me * n + r, block, value))
+        .collect();
+    let mut got = vec![T::default(); block * nu];
+    world.all_to_all_into(&outgoing[..], &mut got[..]);
+    let expected: Vec<T> = (0..n)
+        .flat_map(|s| contribution(s * n + me, block, value))
+        .collect();
+    assert!(got == expected, "all_to_all {what}");
+}
+
+/// Rank r contributes `r % 3 + extra` elements; parts are laid out with a gap of one element.
+fn varcount(world: &SimpleCommunicator, extra: usize) {
+    let (n, me) = (world.size(), world.rank());
+    let count = |r: i32| (r as usize % 3) + extra;
+    let counts: Vec<Count> = (0..n).map(|r| count(r) as Count).collect();
+    let displs: Vec<Count> = (0..n)
+        .scan(0, |at, r| {
+            let d = *at;
+            *at += count(r) as Count + 1;
+            Some(d)
+        })
+        .collect();
+    let total = (displs[n as usize - 1] + counts[n as usize - 1]) as usize;
+    let mine = contribution(me, count(me), int);
+    let laid_out = |value: fn(i32, usize) -> i32| {
+        let mut v = vec![-1i32; total];
+        for r in 0..n {
+            let d = displs[r as usize] as usize;
+            v[d..d + count(r)].copy_from_slice(&contribution(r, count(r), value));
+        }
+        v
+    };
+    let expected = laid_out(int);
+
+    let mut got = vec![-1i32; total];
+    world.all_gather_varcount_into(
+        &mine[..],
+        &mut PartitionMut::new(&mut got[..], &counts[..], &displs[..]),
+    );
+    assert_eq!(got, expected, "all_gather_varcount +{extra}");
+
+    for root in [0, n - 1] {
+        let root_process = world.process_at_rank(root);
+        if me == root {
+            let mut got = vec![-1i32; total];
+            let mut partition = PartitionMut::new(&mut got[..], &counts[..], &displs[..]);
+            root_process.gather_varcount_into_root(&mine[..], &mut partition);
+            assert_eq!(got, expected, "gather_varcount to {root}");
+            let mut own = vec![0i32; count(me)];
+            let source = Partition::new(&expected[..], counts.clone(), displs.clone());
+            root_process.scatter_varcount_into_root(&source, &mut own[..]);
+            assert_eq!(own, mine, "scatter_varcount from {root}");
+        } else {
+            root_process.gather_varcount_into(&mine[..]);
+            let mut own = vec![0i32; count(me)];
+            root_process.scatter_varcount_into(&mut own[..]);
+            assert_eq!(own, mine, "scatter_varcount from {root}");
+        }
+    }
+
+    // All-to-all: rank s sends (s + r) % 3 + extra elements to rank r.
+    let pair = |s: i32, r: i32| ((s + r) as usize % 3) + extra;
+    let layout = |counts: Vec<Count>| {
+        let displs: Vec<Count> = counts
+            .iter()
+            .scan(0, |at, &c| {
+                let d = *at;
+                *at += c + 2;
+                Some(d)
+            })
+            .collect();
+        let total = (displs[n as usize - 1] + counts[n as usize - 1]) as usize;
+        (counts, displs, total)
+    };
+    let (send_counts, send_displs, send_total) =
+        layout((0..n).map(|r| pair(me, r) as Count).collect());
+    let (recv_counts, recv_displs, recv_total) =
+        layout((0..n).map(|s| pair(s, me) as Count).collect());
+    let message = |s: i32, r: i32| contribution(s * 100 + r, pair(s, r), int);
+    let mut send = vec![0i32; send_total];
+    for r in 0..n {
+        let d = send_displs[r as usize] as usize;
+        send[d..d + pair(me, r)].copy_from_slice(&message(me, r));
+    }
+    let mut got = vec![-1i32; recv_total];
+    world.all_to_all_varcount_into(
+        &Partition::new(&send[..], &send_counts[..], &send_displs[..]),
+        &mut PartitionMut::new(&mut got[..], &recv_counts[..], &recv_displs[..]),
+    );
+    for s in 0..n {
+        let d = recv_displs[s as usize] as usize;
+        assert_eq!(
+            got[d..d + pair(s, me)],
+            message(s, me)[..],
+            "all_to_all_varcount from {s}"
+        );
+    }
+}
+
+fn collectives(world: &SimpleCommunicator) {
+    for _ in 0..3 {
+        world.barrier();
+    }
+    reductions(world);
+    let n = world.size() as usize;
+    for block in [0, 1, 7, 100] {
+        check_data_movement(world, block, int);
+        check_data_movement(world, block, float);
+        check_data_movement(world, block, affine);
+    }
+    check_data_movement(world, MIB / n, byte);
+    for extra in [0, 1, 50] {
+        varcount(world, extra);
+    }
+    println!("collectives ok");
+}
+
+fn sum_of_ranks(comm: &SimpleCommunicator) -> i32 {
+    let mut sum = 0;
+    comm.all_reduce_into(&comm.rank(), &mut sum, SystemOperation::sum());
+    sum
+}
+
+fn communicators(world: &SimpleCommunicator) {
+    let (n, me) = (world.size(), world.rank());
+    // Two duplicates with collectives interleaved: an immediate one on the first stays in
+    // flight while blocking ones run on the second and on the world.
+    let (a, b) = (world.duplicate(), world.duplicate());
+    let mine = contribution(me, 300, int);
+    let (mut on_a, mut on_b, mut on_world) = (vec![0; 300], vec![0; 300], vec![0; 300]);
+    request::scope(|scope| {
+        let pending =
+            a.immediate_all_reduce_into(scope, &mine[..], &mut on_a[..], SystemOperation::max());
+        b.all_reduce_into(&mine[..], &mut on_b[..], SystemOperation::sum());
+        world.all_reduce_into(&mine[..], &mut on_world[..], SystemOperation::min());
+        pending.wait();
+    });
+    assert_eq!(on_a, serial(0..n, 300, int, i32::max));
+    assert_eq!(on_b, serial(0..n, 300, int, i32::wrapping_add));
+    assert_eq!(on_world, serial(0..n, 300, int, i32::min));
+    drop((a, b));
+
+    // Even and odd ranks, each ordered by descending world rank.
+    let half = world
+        .split_by_color_with_key(Color::with_value(me % 2), -me)
+        .expect("a color");
+    let members: Vec<i32> = (0..n).filter(|r| r % 2 == me % 2).rev().collect();
+    assert_eq!(half.size() as usize, members.len());
+    assert_eq!(members[half.rank() as usize], me);
+    assert_eq!(sum_of_ranks(&half) * 2, half.size() * (half.size() - 1));
+    let mut world_ranks = vec![0; members.len()];
+    half.all_gather_into(&me, &mut world_ranks[..]);
+    assert_eq!(world_ranks, members);
+    assert!(world.split_by_color(Color::undefined()).is_none());
+    // The freed context id comes back for other members: their messages must still match.
+    drop(half);
+    let low = world
+        .split_by_color(Color::with_value((me < n / 2) as i32))
+        .expect("a color");
+    let (size, rank) = (low.size(), low.rank());
+    assert_eq!(sum_of_ranks(&low) * 2, size * (size - 1));
+    let (got, _): (i32, _) = mpirt::point_to_point::send_receive(
+        &rank,
+        &low.process_at_rank((rank + 1) % size),
+        &low.process_at_rank((rank + size - 1) % size),
+    );
+    assert_eq!(got, (rank + size - 1) % size);
+    drop(low);
+
+    let shared = world.split_shared(0);
+    assert_eq!((shared.size(), shared.rank()), (n, me), "one host");
+
+    let group = world.group();
+    assert_eq!((group.size(), group.rank()), (n, Some(me)));
+    let evens: Vec<i32> = (0..n).step_by(2).collect();
+    let even_group = group.include(&evens);
+    let odd_group = group.exclude(&evens);
+    assert_eq!(even_group.union(&odd_group).size(), n);
+    assert_eq!(even_group.intersection(&odd_group).size(), 0);
+    assert_eq!(group.difference(&odd_group), even_group);
+    assert_eq!(
+        group.translate_rank(me, &even_group),
+        (me % 2 == 0).then_some(me / 2)
+    );
+    match world.split_by_subgroup_collective(&even_group) {
+        Some(evens_comm) => {
+            assert_eq!(me % 2, 0);
+            assert_eq!(evens_comm.rank(), me / 2);
+            let expected: i32 = (0..evens_comm.size()).sum();
+            assert_eq!(sum_of_ranks(&evens_comm), expected);
+            let nested = evens_comm.duplicate();
+            assert_eq!(sum_of_ranks(&nested), expected);
+        }
+        None => assert_eq!(me % 2, 1),
+    }
+    println!("communicators ok");
+}
+
+/// User messages on the same tags as nothing else, sent before the collectives and received
+/// after them, arrive intact and in order, even to `ANY_TAG` receives.
+fn alongside_user_messages(world: &SimpleCommunicator) {
+    let (n, me) = (world.size(), world.rank());
+    let next = world.process_at_rank((me + 1) % n);
+    let previous = world.process_at_rank((me + n - 1) % n);
+    let mut got = Vec::new();
+    let values = [0i32, 1, 2, 3];
+    request::scope(|scope| {
+        let sends: Vec<_> = values
+            .iter()
+            .map(|tag| next.immediate_send_with_tag(scope, tag, *tag))
+            .collect();
+        world.barrier();
+        let mut sum = 0;
+        world.all_reduce_into(&1i32, &mut sum, SystemOperation::sum());
+        assert_eq!(sum, n);
+        let mut buf = [0u8; 64];
+        world.process_at_rank(0).broadcast_into(&mut buf[..]);
+        for _ in 0..4 {
+            got.push(previous.receive::<i32>());
+        }
+        for send in sends {
+            send.wait();
+        }
+    });
+    for (i, (value, status)) in got.into_iter().enumerate() {
+        assert_eq!((value, status.tag()), (i as i32, i as i32));
+    }
+    println!("user messages ok");
+}
+
+fn immediates(world: &SimpleCommunicator) {
+    let (n, me) = (world.size(), world.rank());
+    let mut data = if me == n - 1 {
+        vec![7u16; 5000]
+    } else {
+        vec![0u16; 5000]
+    };
+    let mine = contribution(me, 1000, float);
+    let mut sum = vec![0.0; 1000];
+    request::scope(|scope| {
+        let barrier = world.immediate_barrier();
+        let bcast = world
+            .process_at_rank(n - 1)
+            .immediate_broadcast_into(scope, &mut data[..]);
+        let mut reduce =
+            world.immediate_all_reduce_into(scope, &mine[..], &mut sum[..], SystemOperation::sum());
+        // Test until done: the requests progress when tested, whatever order they finish in.
+        loop {
+            match reduce.test() {
+                Ok(()) => break,
+                Err(pending) => reduce = pending,
+            }
+        }
+        bcast.wait();
+        barrier.wait();
+    });
+    assert!(data.iter().all(|&x| x == 7));
+    assert_eq!(sum, serial(0..n, 1000, float, |a, b| a + b));
+    let mut everyone = vec![0i32; n as usize];
+    request::scope(|scope| {
+        world
+            .immediate_all_gather_into(scope, &me, &mut everyone[..])
+            .wait();
+    });
+    assert_eq!(everyone, (0..n).collect::<Vec<_>>());
+
+    // Every other immediate collective in flight at once, waited on in reverse order.
+    let nu = n as usize;
+    let outgoing: Vec<i32> = (0..n).map(|r| me * 100 + r).collect();
+    let blocks = contribution(me, 3 * nu, int);
+    let mine = contribution(me, 3, int);
+    let op = affine_op();
+    let ordered = contribution(me, 4, affine);
+    let (mut swapped, mut block, mut prefix, mut before) = (
+        vec![0; nu],
+        vec![0; 3],
+        vec![Affine::default(); 4],
+        vec![Affine::default(); 4],
+    );
+    let (mut reduced, mut gathered, mut scattered) = (vec![0; 3], vec![0; 3 * nu], vec![0; 3]);
+    let root = world.process_at_rank(n / 2);
+    let is_root = me == n / 2;
+    request::scope(|scope| {
+        let mut pending = vec![
+            world.immediate_all_to_all_into(scope, &outgoing[..], &mut swapped[..]),
+            world.immediate_reduce_scatter_block_into(
+                scope,
+                &blocks[..],
+                &mut block[..],
+                SystemOperation::sum(),
+            ),
+            world.immediate_scan_into(scope, &ordered[..], &mut prefix[..], &op),
+            world.immediate_exclusive_scan_into(scope, &ordered[..], &mut before[..], &op),
+        ];
+        if is_root {
+            pending.push(root.immediate_reduce_into_root(
+                scope,
+                &mine[..],
+                &mut reduced[..],
+                SystemOperation::max(),
+            ));
+            pending.push(root.immediate_gather_into_root(scope, &mine[..], &mut gathered[..]));
+            pending.push(root.immediate_scatter_into_root(scope, &blocks[..], &mut scattered[..]));
+        } else {
+            pending.push(root.immediate_reduce_into(scope, &mine[..], SystemOperation::max()));
+            pending.push(root.immediate_gather_into(scope, &mine[..]));
+            pending.push(root.immediate_scatter_into(scope, &mut scattered[..]));
+        }
+        while let Some(request) = pending.pop() {
+            request.wait();
+        }
+    });
+    assert_eq!(swapped, (0..n).map(|s| s * 100 + me).collect::<Vec<_>>());
+    let whole = serial(0..n, 3 * nu, int, i32::wrapping_add);
+    assert_eq!(block, whole[3 * me as usize..3 * me as usize + 3]);
+    assert_eq!(prefix, serial(0..me + 1, 4, affine, compose));
+    if me > 0 {
+        assert_eq!(before, serial(0..me, 4, affine, compose));
+    }
+    let root_blocks = contribution(n / 2, 3 * nu, int);
+    assert_eq!(scattered, root_blocks[3 * me as usize..3 * me as usize + 3]);
+    if is_root {
+        assert_eq!(reduced, serial(0..n, 3, int, i32::max));
+        let all: Vec<i32> = (0..n).flat_map(|r| contribution(r, 3, int)).collect();
+        assert_eq!(gathered, all);
+    }
+    in_any_order(world);
+    println!("immediates ok");
+}
+
+/// Ranks complete their immediate collectives in different orders, and one rank runs a
+/// blocking collective while its immediate barrier is unfinished: waiting on any collective
+/// moves the others on, so none of this can deadlock (the barrier has several rounds from 3
+/// ranks up).
+fn in_any_order(world: &SimpleCommunicator) {
+    let (n, me) = (world.size(), world.rank());
+    let mut sum = 0;
+    let mut token = if me == 0 { 42u64 } else { 0 };
+    request::scope(|scope| {
+        let barrier = world.immediate_barrier();
+        let reduce = world.immediate_all_reduce_into(scope, &me, &mut sum, SystemOperation::sum());
+        let bcast = world
+            .process_at_rank(0)
+            .immediate_broadcast_into(scope, &mut token);
+        if me % 2 == 1 {
+            bcast.wait();
+            reduce.wait();
+            barrier.wait();
+        } else {
+            barrier.wait();
+            reduce.wait();
+            bcast.wait();
+        }
+    });
+    assert_eq!((sum, token), (n * (n - 1) / 2, 42));
+
+    let mut total = 0;
+    if me == 0 {
+        let barrier = world.immediate_barrier();
+        world.all_reduce_into(&1, &mut total, SystemOperation::sum());
+        barrier.wait();
+    } else {
+        world.immediate_barrier().wait();
+        world.all_reduce_into(&1, &mut total, SystemOperation::sum());
+    }
+    assert_eq!(total, n);
+}
+
+fn errors(world: &SimpleCommunicator) {
+    let e = world
+        .try_all_reduce_into(&[1i32; 4][..], &mut [0i32; 3][..], SystemOperation::sum())
+        .unwrap_err();
+    println!("error: {e}");
+    let e = world
+        .try_all_reduce_into(
+            &[1.5f64; 4][..],
+            &mut [0f64; 4][..],
+            SystemOperation::bitwise_or(),
+        )
+        .unwrap_err();
+    println!("error: {e}");
+    let e = world
+        .try_all_gather_into(&[1u8; 2][..], &mut [0i8; 4][..])
+        .unwrap_err();
+    println!("error: {e}");
+    let root = world.process_at_rank(0);
+    if world.rank() == 0 {
+        let e = root.try_gather_into(&1u8).unwrap_err();
+        println!("error: {e}");
+    } else {
+        let e = root
+            .try_scatter_into_root(&[0u8; 2][..], &mut 0u8)
+            .unwrap_err();
+        println!("error: {e}");
+    }
+    let mut got = [0i32; 4];
+    let e = world
+        .try_all_gather_varcount_into(
+            &[1i32][..],
+            &mut PartitionMut::new(&mut got[..], vec![1; 3], vec![0, 1, 9]),
+        )
+        .unwrap_err();
+    println!("error: {e}");
+    // A length the ranks disagree on is the receiving rank's error, not a hang.
+    let mine = vec![0u8; 1 + world.rank() as usize];
+    let mut all = vec![0u8; world.size() as usize * mine.len()];
+    let e = world
+        .try_all_gather_into(&mine[..], &mut all[..])
+        .unwrap_err();
+    println!("error: {e}");
+}
+
+// ---- the test side ----
+
+fn ok_job(n: u32, envs: &[(&str, &str)]) {
+    let (out, _) = ok_job_with(n, "all", envs);
+    for part in [
+        "collectives",
+        "communicators",
+        "user messages",
+        "immediates",
+    ] {
+        assert!(
+            out.contains(&format!("{part} ok")),
+            "{part} on {n} ranks: {out}"
+        );
+    }
+}
+
+#[test]
+fn every_collective_on_1_to_4_ranks() {
+    for n in 1..=4 {
+        ok_job(n, &[]);
+    }
+}
+
+#[test]
+fn every_collective_on_5_to_7_ranks() {
+    for n in 5..=7 {
+        ok_job(n, &[]);
+    }
+}
+
+#[test]
+fn every_collective_on_8_and_9_ranks() {
+    for n in 8..=9 {
+        ok_job(n, &[]);
+    }
+}
+
+/// Over TCP, with a small eager limit so that long parts go by rendezvous there too.
+#[test]
+fn every_collective_over_tcp() {
+    ok_job(
+        5,
+        &[
+            ("MPIRT_TRANSPORT", "tcp"),
+            ("MPIRT_TCP_EAGER_LIMIT", "4096"),
+        ],
+    );
+}
+
+/// Each algorithm of each collective, forced on sizes that are not powers of two.
+#[test]
+fn every_algorithm_forced() {
+    let first = [
+        ("MPIRT_COLL_ALLREDUCE", "recursive_doubling"),
+        ("MPIRT_COLL_ALLGATHER", "recursive_doubling"),
+        ("MPIRT_COLL_ALLTOALL", "pairwise"),
+        ("MPIRT_COLL_GATHER", "binomial"),
+        ("MPIRT_COLL_SCATTER", "binomial"),
+        ("MPIRT_COLL_REDUCE_SCATTER", "ring"),
+        ("MPIRT_COLL_BCAST", "binomial"),
+    ];
+    let second = [
+        ("MPIRT_COLL_ALLREDUCE", "rabenseifner"),
+        ("MPIRT_COLL_ALLGATHER", "bruck"),
+        ("MPIRT_COLL_ALLTOALL", "linear"),
+        ("MPIRT_COLL_GATHER", "linear"),
+        ("MPIRT_COLL_SCATTER", "linear"),
+        ("MPIRT_COLL_REDUCE_SCATTER", "reduce_scatter"),
+        ("MPIRT_COLL_BCAST", "scatter_allgather"),
+    ];
+    let third = [
+        ("MPIRT_COLL_ALLREDUCE", "ring"),
+        ("MPIRT_COLL_ALLGATHER", "ring"),
+        ("MPIRT_COLL_BCAST", "scatter_allgather"),
+    ];
+    ok_job(6, &first);
+    ok_job(7, &second);
+    ok_job(5, &third);
+    ok_job(7, &first);
+}
+
+#[test]
+fn bad_input_is_an_error_naming_rank_operation_and_cause() {
+    let (out, _) = ok_job_with(3, "errors", &[]);
+    for expected in [
+        "rank 1: all_reduce_into: the receive buffer holds 3 elements where 4 are needed",
+        "all_reduce_into: the operation bitwise_or is not defined for f64",
+        "all_gather_into: the send buffer holds u8 elements but the receive buffer i8",
+        "rank 0: gather_into: the root is rank 0: the root calls gather_into_root, the others \
+         gather_into",
+        "rank 2: scatter_into_root: the root is rank 0: the root calls scatter_into_root, the \
+         others scatter_into",
+        "all_gather_varcount_into: invalid partition: receive: rank 2's part (elements 9 to 10) \
+         runs past the buffer's 4 elements",
+        "rank 2: all_gather_into: rank 0 sent 1 bytes where this rank expected 3",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in\n{out}");
+    }
+    let output = job(2, "bad-algorithm", &[("MPIRT_COLL_ALLREDUCE", "fastest")]);
+    let (stdout, stderr) = text(&output);
+    assert!(
+        stdout.contains(
+            "all_reduce_into: MPIRT_COLL_ALLREDUCE=fastest names no algorithm (choose one of: \
+             recursive_doubling, rabenseifner, ring)"
+        ),
+        "{stdout}\n{stderr}"
+    );
+}
+
+#[test]
+fn context_ids_are_given_back() {
+    ok_job_with(2, "context-reuse", &[]);
+}

@@ -1,0 +1,95 @@
+//! Running this test binary as the ranks of an rsrun job.
+//!
+//! Each test starts rsrun on `current_exe()` with only the `rank_mode` test selected and
+//! `RANK_MODE` naming what the ranks do. rsrun is found next to the test binary's directory
+//! (`target/<profile>/rsrun`): build it first with `cargo build -p launcher`
+//! (tools/test-all.sh builds the workspace before testing).
+
+use std::env;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+pub const RANK_MODE: &str = "MPIRT_TEST_RANK_MODE";
+/// Generous: the machine may be shared and slow; a hang is what this guards against.
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn rsrun_path() -> PathBuf {
+    let exe = env::current_exe().unwrap();
+    let path = exe.parent().unwrap().parent().unwrap().join("rsrun");
+    assert!(
+        path.exists(),
+        "{} is missing: build it first with `cargo build -p launcher`",
+        path.display()
+    );
+    path
+}
+
+/// Runs `command` with a hard time limit.
+pub fn run_limited(mut command: Command) -> Output {
+    let started = Instant::now();
+    let child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let watchdog = thread::spawn(move || child.wait_with_output().expect("wait"));
+    while !watchdog.is_finished() {
+        if started.elapsed() > LIMIT {
+            // SAFETY: kill(2) with a pid of a child this test spawned; the watchdog thread
+            // has not reaped it yet, since it is still waiting.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("the job did not finish within {LIMIT:?}");
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    watchdog.join().unwrap()
+}
+
+/// Runs `n` ranks of this binary in rank mode `mode`, with `envs` set.
+pub fn job(n: u32, mode: &str, envs: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(rsrun_path());
+    command
+        .arg("-n")
+        .arg(n.to_string())
+        .arg(env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "rank_mode",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env(RANK_MODE, mode);
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    run_limited(command)
+}
+
+pub fn text(output: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Runs a job that must succeed, each rank printing `rank <r> done`; returns its stdout and
+/// stderr.
+pub fn ok_job_with(n: u32, mode: &str, envs: &[(&str, &str)]) -> (String, String) {
+    let output = job(n, mode, envs);
+    let (stdout, stderr) = text(&output);
+    assert!(
+        output.status.success(),
+        "{mode} on {n} ranks ({envs:?}) failed\n{stdout}\n{stderr}"
+    );
+    for rank in 0..n {
+        assert!(
+            stdout.contains(&format!("rank {rank} done")),
+            "{stdout}\n{stderr}"
+        );
+    }
+    (stdout, stderr)
+}

@@ -1,0 +1,28 @@
+//! osu_reduce_scatter: a sum of MPI_CHAR elements, cut into nearly equal parts, one per rank
+//! (the first `size % n` ranks get one element more; with fewer elements than ranks, the
+//! first ranks get one each), as OSU cuts them.
+
+use mpirt::collective::SystemOperation;
+use mpirt::traits::*;
+use mpirt::Count;
+use osu_benches::{measure_collective, start, Benchmark};
+
+fn main() {
+    let (universe, options) = start(Benchmark::ReduceScatter);
+    let world = universe.world();
+    let (n, me) = (world.size() as usize, world.rank() as usize);
+    let send = vec![1i8; options.max_size];
+    let mut recv = vec![0i8; options.max_size];
+    measure_collective(&world, &options, Benchmark::ReduceScatter, |size| {
+        let counts: Vec<Count> = (0..n)
+            .map(|r| (size / n + usize::from(r < size % n)) as Count)
+            .collect();
+        let own = counts[me] as usize;
+        world.reduce_scatter_into(
+            &send[..size],
+            &mut recv[..own],
+            &counts,
+            SystemOperation::sum(),
+        );
+    });
+}
