@@ -20,8 +20,15 @@ pub fn bin(name: &str) -> PathBuf {
 
 /// Runs `rsrun -n N program args`, killing it if it takes more than a minute.
 pub fn rsrun(n: u32, program: &str, args: &[&str]) -> Output {
+    rsrun_with(n, &[], program, args)
+}
+
+/// Runs `rsrun -n N options program args` (`options` are rsrun's own, such as
+/// `--transport tcp`), killing it if it takes more than a minute.
+pub fn rsrun_with(n: u32, options: &[&str], program: &str, args: &[&str]) -> Output {
     let mut child = Command::new(bin("rsrun"))
         .args(["-n", &n.to_string()])
+        .args(options)
         .arg(bin(program))
         .args(args)
         .stdout(Stdio::piped())
@@ -32,7 +39,7 @@ pub fn rsrun(n: u32, program: &str, args: &[&str]) -> Output {
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
             child.kill().unwrap();
-            panic!("rsrun -n {n} {program} did not finish within a minute");
+            panic!("rsrun -n {n} {options:?} {program} did not finish within a minute");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
