@@ -1,4 +1,4 @@
-//! The NPB kernels and heat2d verify their answers on several rank counts, over shared memory
+//! The NPB kernels (EP, IS, CG, MG) and heat2d verify their answers on several rank counts, over shared memory
 //! and over TCP. `cargo build --release --workspace` must come first (see `support`).
 
 use std::process::Output;
@@ -60,6 +60,11 @@ fn npb_cg_class_s_verifies() {
 }
 
 #[test]
+fn npb_mg_class_s_verifies() {
+    verifies_class_s("npb_mg", &[1, 2, 4, 8]);
+}
+
+#[test]
 fn npb_kernels_refuse_what_npb_does_not_allow() {
     for (program, n, args, message) in [
         (
@@ -73,6 +78,12 @@ fn npb_kernels_refuse_what_npb_does_not_allow() {
             6,
             &["S"][..],
             "npb_is needs a power-of-two number of processes (1, 2, 4, 8, ...), got 6",
+        ),
+        (
+            "npb_mg",
+            5,
+            &["S"][..],
+            "npb_mg needs a power-of-two number of processes (1, 2, 4, 8, ...), got 5",
         ),
         ("npb_ep", 1, &["Q"][..], "usage: npb_ep CLASS"),
         ("npb_cg", 1, &[][..], "usage: npb_cg CLASS"),
