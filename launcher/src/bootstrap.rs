@@ -399,19 +399,7 @@ impl Bootstrap {
 
 /// How many tasks Slurm put on node `node` (counting from 0), from a list like `2(x3),1`.
 fn tasks_on_node(list: &str, node: usize) -> Option<u32> {
-    let mut index = 0;
-    for item in list.split(',') {
-        let (count, repeat) = match item.split_once("(x") {
-            Some((c, r)) => (c, r.strip_suffix(')')?.parse::<usize>().ok()?),
-            None => (item, 1),
-        };
-        let count: u32 = count.trim().parse().ok()?;
-        if node < index + repeat {
-            return Some(count);
-        }
-        index += repeat;
-    }
-    None
+    crate::hosts::expand_counts(list).ok()?.get(node).copied()
 }
 
 fn unexpected(response: Response) -> BootstrapError {
