@@ -96,7 +96,7 @@ pub fn expand_counts(list: &str) -> Result<Vec<u32>, String> {
             None => (item, 1),
         };
         let count: u32 = count.trim().parse().map_err(|_| bad())?;
-        counts.extend(std::iter::repeat(count).take(repeat));
+        counts.resize(counts.len() + repeat, count);
     }
     Ok(counts)
 }
