@@ -39,6 +39,23 @@ fi
 echo "== cargo test"
 cargo test --workspace --release
 
+# Slurm: ranks started by srun --mpi=pmi2 across four test hosts, with a real Slurm
+# (../shared/testhosts/slurm-local; it installs Debian's slurm packages if missing).
+testhosts="$shared/testhosts"
+if [ "$(id -u)" = 0 ] && [ -x "$testhosts/slurm-local" ]; then
+    echo "== Slurm tests: srun --mpi=pmi2 on 4 test hosts, rsrun inside salloc"
+    "$testhosts/ssh-hosts" up 4
+    trap '"$testhosts/slurm-local" down; "$testhosts/ssh-hosts" down' EXIT
+    "$testhosts/slurm-local" up 4 --mode netns
+    MPIRT_TEST_SLURM=1 cargo test --release -p mpirt --test p2p --test collectives srun_with_pmi2
+    MPIRT_TEST_SLURM=1 cargo test --release -p launcher --test slurm
+    "$testhosts/slurm-local" down
+    "$testhosts/ssh-hosts" down
+    trap - EXIT
+else
+    echo "== Slurm tests: SKIPPED (they need root and $testhosts/slurm-local)"
+fi
+
 # RDMA verbs: built with the feature in its own target directory, linted, then proven in a QEMU
 # guest with two Soft-RoCE devices (../shared/rdma-vm), since this machine has no RDMA.
 rdma_vm="$shared/rdma-vm"

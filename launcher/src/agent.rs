@@ -176,13 +176,27 @@ impl AgentArgs {
     }
 }
 
-/// The key-value service's address as seen from this host: rsrun's end of the ssh connection
-/// (`$SSH_CONNECTION` is "client-ip client-port server-ip server-port"), which is by
-/// construction an address of rsrun's machine that routes here.
-pub fn kvs_addr(ssh_connection: Option<&OsStr>, port: u16) -> Result<SocketAddr, String> {
-    let conn = ssh_connection
+/// rsrun's address on the route to this host, set in the agent's environment by rsrun.
+pub const KVS_HOST: &str = "MPIRT_KVS_HOST";
+
+/// The key-value service's address as seen from this host: the address rsrun gave in
+/// `MPIRT_KVS_HOST`, else rsrun's end of the ssh connection (`$SSH_CONNECTION` is
+/// "client-ip client-port server-ip server-port"), by construction an address of rsrun's
+/// machine that routes here.
+pub fn kvs_addr(
+    kvs_host: Option<&OsStr>,
+    ssh_connection: Option<&OsStr>,
+    port: u16,
+) -> Result<SocketAddr, String> {
+    if let Some(ip) = kvs_host
         .and_then(OsStr::to_str)
-        .ok_or("SSH_CONNECTION is not set; the agent must be started by ssh")?;
+        .and_then(|s| s.parse::<IpAddr>().ok())
+    {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    let conn = ssh_connection.and_then(OsStr::to_str).ok_or(
+        "neither MPIRT_KVS_HOST nor SSH_CONNECTION is set: was the agent started by rsrun?",
+    )?;
     let client = conn.split_whitespace().next().unwrap_or("");
     let ip: IpAddr = client
         .parse()
@@ -206,7 +220,11 @@ pub fn main(words: &[OsString]) -> i32 {
     if stdin.read_line(&mut secret).is_err() || !secret.ends_with('\n') {
         return fail(1, "no job secret on the agent's stdin".into());
     }
-    let kvs = match kvs_addr(std::env::var_os("SSH_CONNECTION").as_deref(), args.kvs_port) {
+    let kvs = match kvs_addr(
+        std::env::var_os(KVS_HOST).as_deref(),
+        std::env::var_os("SSH_CONNECTION").as_deref(),
+        args.kvs_port,
+    ) {
         Ok(addr) => addr,
         Err(e) => return fail(1, e),
     };
@@ -431,11 +449,13 @@ mod tests {
 
     #[test]
     fn kvs_address_comes_from_the_ssh_connection() {
-        let v4 = kvs_addr(Some(OsStr::new("10.77.0.1 5555 10.77.0.12 22")), 7).unwrap();
+        let v4 = kvs_addr(None, Some(OsStr::new("10.77.0.1 5555 10.77.0.12 22")), 7).unwrap();
         assert_eq!(v4.to_string(), "10.77.0.1:7");
-        let v6 = kvs_addr(Some(OsStr::new("fe80::1 5555 fe80::2 22")), 7).unwrap();
+        let v6 = kvs_addr(None, Some(OsStr::new("fe80::1 5555 fe80::2 22")), 7).unwrap();
         assert_eq!(v6.to_string(), "[fe80::1]:7");
-        assert!(kvs_addr(None, 7).is_err());
-        assert!(kvs_addr(Some(OsStr::new("garbage")), 7).is_err());
+        assert!(kvs_addr(None, None, 7).is_err());
+        assert!(kvs_addr(None, Some(OsStr::new("garbage")), 7).is_err());
+        let given = kvs_addr(Some(OsStr::new("10.77.0.1")), None, 7).unwrap();
+        assert_eq!(given.to_string(), "10.77.0.1:7");
     }
 }

@@ -2,16 +2,20 @@
 //!
 //! Under rsrun, the environment names the rank, the job and rsrun's key-value service; the client
 //! connects, proves it belongs to the job with the per-job secret, and then does put / fence /
-//! get over that one connection. Started without a launcher (no `MPIRT_RANK`), the program is a
-//! singleton: rank 0 of 1, with a local map standing in for the service.
+//! get over that one connection. Under `srun --mpi=pmi2` (`PMI_FD` set), the same three steps go
+//! over PMI-2 to Slurm (see `pmi2.rs`). Started without a launcher, the program is a singleton:
+//! rank 0 of 1, with a local map standing in for the service.
 
 use std::collections::HashMap;
 use std::env;
 use std::fmt;
 use std::io;
 use std::net::TcpStream;
+use std::os::fd::FromRawFd;
+use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use crate::pmi2::{self, Message};
 use crate::wire::{self, Request, Response, MAX_FRAME};
 
 /// Environment variable names rsrun sets for every rank.
@@ -104,6 +108,8 @@ impl std::error::Error for BootstrapError {
 enum Backend {
     /// Connected to rsrun's key-value service.
     Kvs(TcpStream),
+    /// Started by Slurm's srun --mpi=pmi2: its socket, and the job id gets name.
+    Pmi2 { stream: UnixStream, job: String },
     /// Started alone: our own puts are all there is to get.
     Singleton(HashMap<String, Vec<u8>>),
     /// After finalize: nothing more to exchange.
@@ -125,6 +131,9 @@ impl Bootstrap {
     /// program was started alone and becomes a singleton.
     pub fn from_env() -> Result<Bootstrap, BootstrapError> {
         if env::var_os(vars::RANK).is_none() {
+            if env::var_os("PMI_FD").is_some() {
+                return Bootstrap::pmi2();
+            }
             return Ok(Bootstrap::singleton());
         }
         let rank = number_var(vars::RANK)?;
@@ -171,6 +180,37 @@ impl Bootstrap {
         }
     }
 
+    /// Wires up over the PMI-2 socket Slurm passed in `PMI_FD`.
+    fn pmi2() -> Result<Bootstrap, BootstrapError> {
+        let fd = number_var("PMI_FD")?;
+        let job = env::var("PMI_JOBID").unwrap_or_default();
+        let rank_var = env::var("PMI_RANK").unwrap_or_default();
+        // SAFETY: Slurm opened this descriptor for this process's PMI-2 traffic alone, and
+        // nothing else in the process owns it.
+        let mut stream = unsafe { UnixStream::from_raw_fd(fd as i32) };
+        let init =
+            pmi2::fullinit(&mut stream, &job, &rank_var).map_err(BootstrapError::Protocol)?;
+        let local_rank = env::var("SLURM_LOCALID")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let local_size = env::var("SLURM_STEP_TASKS_PER_NODE")
+            .ok()
+            .zip(env::var("SLURM_NODEID").ok().and_then(|v| v.parse().ok()))
+            .and_then(|(list, node)| tasks_on_node(&list, node))
+            .unwrap_or(1);
+        // Slurm's step id keeps shared-memory names of two steps apart.
+        let step = env::var("SLURM_STEP_ID").unwrap_or_default();
+        Ok(Bootstrap {
+            rank: init.rank,
+            size: init.size,
+            local_rank,
+            local_size,
+            job_id: format!("slurm-{job}-{step}").replace(['/', ' '], "_"),
+            backend: Backend::Pmi2 { stream, job },
+        })
+    }
+
     fn singleton() -> Bootstrap {
         Bootstrap {
             rank: 0,
@@ -213,6 +253,17 @@ impl Bootstrap {
             map.insert(key.to_string(), value.to_vec());
             return Ok(());
         }
+        if let Backend::Pmi2 { stream, .. } = &mut self.backend {
+            let value = std::str::from_utf8(value).map_err(|_| {
+                BootstrapError::Protocol(format!("PMI-2 values are text; '{key}' is not"))
+            })?;
+            return pmi2::call(
+                stream,
+                &Message::new("kvs-put", &[("key", key), ("value", value)]),
+            )
+            .map(drop)
+            .map_err(BootstrapError::Protocol);
+        }
         let request = Request::Put {
             key: key.to_string(),
             value: value.to_vec(),
@@ -228,6 +279,11 @@ impl Bootstrap {
         if let Backend::Singleton(_) = self.backend {
             return Ok(());
         }
+        if let Backend::Pmi2 { stream, .. } = &mut self.backend {
+            return pmi2::call(stream, &Message::new("kvs-fence", &[]))
+                .map(drop)
+                .map_err(BootstrapError::Protocol);
+        }
         match self.call(&Request::Fence, "fence")? {
             Response::Ok => Ok(()),
             other => Err(unexpected(other)),
@@ -241,6 +297,17 @@ impl Bootstrap {
                 .get(key)
                 .cloned()
                 .ok_or_else(|| BootstrapError::NotFound(key.to_string()));
+        }
+        if let Backend::Pmi2 { stream, job } = &mut self.backend {
+            let response = pmi2::call(
+                stream,
+                &Message::new("kvs-get", &[("jobid", job), ("srcid", "-1"), ("key", key)]),
+            )
+            .map_err(BootstrapError::Protocol)?;
+            return match (response.get("found"), response.get("value")) {
+                (Some("TRUE"), Some(v)) => Ok(v.as_bytes().to_vec()),
+                _ => Err(BootstrapError::NotFound(key.to_string())),
+            };
         }
         let request = Request::Get {
             key: key.to_string(),
@@ -267,6 +334,13 @@ impl Bootstrap {
             if self.call(&request, "abort").is_err() {
                 eprintln!("rank {} called abort (code {code}): {message}", self.rank);
             }
+        } else if let Backend::Pmi2 { stream, .. } = &mut self.backend {
+            // Slurm ends the step on an abort, naming this rank; no answer comes.
+            eprintln!("rank {} called abort (code {code}): {message}", self.rank);
+            let _ = pmi2::send(
+                stream,
+                &Message::new("abort", &[("isworldabort", "TRUE"), ("msg", message)]),
+            );
         } else {
             eprintln!("rank {} called abort (code {code}): {message}", self.rank);
         }
@@ -275,6 +349,13 @@ impl Bootstrap {
 
     /// Says goodbye to rsrun. Later puts, fences and gets are errors.
     pub fn finalize(&mut self) -> Result<(), BootstrapError> {
+        if let Backend::Pmi2 { stream, .. } = &mut self.backend {
+            let result = pmi2::call(stream, &Message::new("finalize", &[]))
+                .map(drop)
+                .map_err(BootstrapError::Protocol);
+            self.backend = Backend::Finalized;
+            return result;
+        }
         if !matches!(self.backend, Backend::Kvs(_)) {
             return Ok(());
         }
@@ -314,6 +395,11 @@ impl Bootstrap {
             response => Ok(response),
         }
     }
+}
+
+/// How many tasks Slurm put on node `node` (counting from 0), from a list like `2(x3),1`.
+fn tasks_on_node(list: &str, node: usize) -> Option<u32> {
+    crate::hosts::expand_counts(list).ok()?.get(node).copied()
 }
 
 fn unexpected(response: Response) -> BootstrapError {
@@ -356,6 +442,16 @@ mod tests {
         let missing = b.get("tcp.0").unwrap_err();
         assert!(missing.to_string().contains("'tcp.0'"), "{missing}");
         b.finalize().unwrap();
+    }
+
+    #[test]
+    fn slurm_task_lists_expand() {
+        assert_eq!(tasks_on_node("2(x3),1", 0), Some(2));
+        assert_eq!(tasks_on_node("2(x3),1", 2), Some(2));
+        assert_eq!(tasks_on_node("2(x3),1", 3), Some(1));
+        assert_eq!(tasks_on_node("2(x3),1", 4), None);
+        assert_eq!(tasks_on_node("4", 0), Some(4));
+        assert_eq!(tasks_on_node("x", 0), None);
     }
 
     #[test]

@@ -47,6 +47,11 @@ pub struct Cli {
     #[arg(long)]
     pub oversubscribe: bool,
 
+    /// How agents reach remote hosts: ssh, or Slurm's srun (the default inside an allocation
+    /// when no hosts are given: rsrun then runs on the allocation's nodes).
+    #[arg(long, value_enum)]
+    pub launcher: Option<Launcher>,
+
     /// Command that runs a command on a remote host [env: MPIRT_SSH; default: ssh].
     #[arg(long, visible_alias = "ssh", value_name = "CMD")]
     pub launch_agent: Option<String>,
@@ -117,18 +122,43 @@ impl Cli {
         T: Into<OsString>,
     {
         let cli = Cli::try_parse_from(rewrite_np(args.into_iter().map(Into::into).collect()))?;
-        if cli.ranks.is_none() && cli.hosts.is_empty() && cli.hostfile.is_none() {
+        let allocated = std::env::var_os("SLURM_JOB_NODELIST").is_some();
+        if cli.ranks.is_none() && cli.hosts.is_empty() && cli.hostfile.is_none() && !allocated {
             return Err(clap::Error::raw(
                 clap::error::ErrorKind::MissingRequiredArgument,
-                "-n N is required unless hosts are given with -H or --hostfile\n",
+                "-n N is required unless hosts are given with -H or --hostfile, or by a Slurm \
+                 allocation\n",
             ));
         }
         Ok(cli)
     }
 
-    /// The launch agent command and its arguments: the flags, else `MPIRT_SSH` and
+    /// Whether the hosts come from the Slurm allocation rsrun runs in.
+    pub fn in_allocation(&self, lookup: impl Fn(&str) -> Option<String>) -> bool {
+        self.hosts.is_empty() && self.hostfile.is_none() && lookup("SLURM_JOB_NODELIST").is_some()
+    }
+
+    /// The launch agent command and its arguments, before the host name: srun's when asked
+    /// for (or by default in an allocation); else the flags, else `MPIRT_SSH` and
     /// `MPIRT_SSH_ARGS`, else plain `ssh`. Words are split at whitespace.
     pub fn launch_command(&self, lookup: impl Fn(&str) -> Option<String>) -> Vec<String> {
+        let srun = match self.launcher {
+            Some(l) => l == Launcher::Srun,
+            None => self.in_allocation(&lookup),
+        };
+        if srun {
+            // One task on the named node, its output passed on as it comes.
+            return [
+                "srun",
+                "--nodes=1",
+                "--ntasks=1",
+                "--unbuffered",
+                "--kill-on-bad-exit=1",
+                "--nodelist",
+            ]
+            .map(String::from)
+            .to_vec();
+        }
         let agent = self
             .launch_agent
             .clone()
@@ -178,10 +208,17 @@ impl Cli {
     }
 }
 
+/// What starts rsrun's agents on remote hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Launcher {
+    Ssh,
+    Srun,
+}
+
 /// clap reads `-np 4` as `-n p`, so `-np` (mpirun's spelling) becomes `--np` — but only among
 /// rsrun's own options, never in the program's arguments.
 fn rewrite_np(mut args: Vec<OsString>) -> Vec<OsString> {
-    const TAKES_VALUE: [&str; 19] = [
+    const TAKES_VALUE: [&str; 20] = [
         "-n",
         "-H",
         "--host",
@@ -200,6 +237,7 @@ fn rewrite_np(mut args: Vec<OsString>) -> Vec<OsString> {
         "--transport",
         "--tcp-if",
         "--verbs-dev",
+        "--launcher",
         "--eager-limit",
     ];
     let mut i = 1;

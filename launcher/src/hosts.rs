@@ -1,4 +1,4 @@
-//! Host lists (`-H`, `--hostfile`) and the mapping of ranks onto them.
+//! Host lists (`-H`, `--hostfile`, a Slurm allocation) and the mapping of ranks onto them.
 
 use std::net::IpAddr;
 
@@ -29,6 +29,98 @@ pub fn parse_host_list(list: &str) -> Result<Vec<Host>, String> {
         add(&mut hosts, parse_host_colon(item)?);
     }
     Ok(hosts)
+}
+
+/// Expands a Slurm hostlist: `node[1-3,07],gpu5` is node1, node2, node3, node07, gpu5
+/// (ranges keep their zero padding).
+pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
+    let mut names = Vec::new();
+    let mut rest = list.trim();
+    while !rest.is_empty() {
+        // One item: up to the next comma outside brackets.
+        let mut depth = 0;
+        let end = rest
+            .char_indices()
+            .find(|&(_, c)| {
+                match c {
+                    '[' => depth += 1,
+                    ']' => depth -= 1,
+                    _ => {}
+                }
+                c == ',' && depth == 0
+            })
+            .map_or(rest.len(), |(i, _)| i);
+        let item = &rest[..end];
+        rest = rest[end..].trim_start_matches(',');
+        match item.split_once('[') {
+            None => names.push(item.to_string()),
+            Some((prefix, tail)) => {
+                let (ranges, suffix) = tail
+                    .split_once(']')
+                    .ok_or_else(|| format!("'{item}' has no closing ']'"))?;
+                for range in ranges.split(',') {
+                    let (lo, hi) = range.split_once('-').unwrap_or((range, range));
+                    let bad = || format!("'{range}' in '{item}' is not a number or a range");
+                    let (a, b): (u64, u64) = (
+                        lo.parse().map_err(|_| bad())?,
+                        hi.parse().map_err(|_| bad())?,
+                    );
+                    if a > b {
+                        return Err(bad());
+                    }
+                    for n in a..=b {
+                        names.push(format!("{prefix}{n:0width$}{suffix}", width = lo.len()));
+                    }
+                }
+            }
+        }
+    }
+    if names.is_empty() {
+        return Err("empty hostlist".into());
+    }
+    Ok(names)
+}
+
+/// Expands Slurm's per-node counts: `2(x3),1` is 2, 2, 2, 1.
+pub fn expand_counts(list: &str) -> Result<Vec<u32>, String> {
+    let mut counts = Vec::new();
+    for item in list.split(',') {
+        let bad = || format!("'{item}' in '{list}' is not a count");
+        let (count, repeat) = match item.split_once("(x") {
+            Some((c, r)) => (
+                c,
+                r.strip_suffix(')')
+                    .and_then(|r| r.parse::<usize>().ok())
+                    .ok_or_else(bad)?,
+            ),
+            None => (item, 1),
+        };
+        let count: u32 = count.trim().parse().map_err(|_| bad())?;
+        counts.resize(counts.len() + repeat, count);
+    }
+    Ok(counts)
+}
+
+/// The hosts of the Slurm allocation rsrun runs in (`SLURM_JOB_NODELIST`), each with its
+/// share of tasks (`SLURM_TASKS_PER_NODE`, one each if unset) as slots.
+pub fn slurm_allocation(nodelist: &str, tasks: Option<&str>) -> Result<Vec<Host>, String> {
+    let names = expand_hostlist(nodelist).map_err(|e| format!("SLURM_JOB_NODELIST: {e}"))?;
+    let counts = match tasks {
+        Some(t) => expand_counts(t).map_err(|e| format!("SLURM_TASKS_PER_NODE: {e}"))?,
+        None => vec![1; names.len()],
+    };
+    if counts.len() != names.len() {
+        return Err(format!(
+            "SLURM_TASKS_PER_NODE gives {} counts for {} nodes",
+            counts.len(),
+            names.len()
+        ));
+    }
+    Ok(names
+        .into_iter()
+        .zip(counts)
+        .map(|(name, slots)| Host { name, slots })
+        .collect())
 }
 
 /// Parses a hostfile: Open MPI's `host slots=N` lines, MPICH's `host:N` lines, `#` comments and
@@ -179,6 +271,26 @@ pub fn own_hostname() -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn slurm_hostlists_and_counts_expand() {
+        assert_eq!(
+            expand_hostlist("node[1-3,07],gpu5").unwrap(),
+            ["node1", "node2", "node3", "node07", "gpu5"]
+        );
+        assert_eq!(
+            expand_hostlist("a[08-10]-ib").unwrap(),
+            ["a08-ib", "a09-ib", "a10-ib"]
+        );
+        assert!(expand_hostlist("n[3-1]").is_err());
+        assert!(expand_hostlist("n[1-2").is_err());
+        assert_eq!(expand_counts("2(x3),1").unwrap(), [2, 2, 2, 1]);
+        assert!(expand_counts("2(x)").is_err());
+        let hosts = slurm_allocation("host[1-3]", Some("2,1(x2)")).unwrap();
+        assert_eq!(hosts.iter().map(|h| h.slots).collect::<Vec<_>>(), [2, 1, 1]);
+        assert!(slurm_allocation("host[1-3]", Some("2")).is_err());
+    }
+
     use super::*;
 
     fn h(name: &str, slots: u32) -> Host {

@@ -117,6 +117,11 @@ impl Placement {
         for list in &cli.hosts {
             hosts.extend(hosts::parse_host_list(list).map_err(|e| format!("-H {list}: {e}"))?);
         }
+        let var = |name: &str| std::env::var(name).ok();
+        if cli.in_allocation(var) {
+            let nodes = var("SLURM_JOB_NODELIST").unwrap_or_default();
+            hosts = hosts::slurm_allocation(&nodes, var("SLURM_TASKS_PER_NODE").as_deref())?;
+        }
         if hosts.is_empty() {
             let size = cli
                 .ranks

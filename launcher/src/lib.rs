@@ -8,6 +8,7 @@ pub mod hosts;
 pub mod job;
 pub mod kvs;
 pub mod output;
+pub mod pmi2;
 pub mod signals;
 pub mod spawn;
 mod wire;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use launcher::Bootstrap;
 
-use common::{rsrun, run};
+use common::{example, rsrun, run, testhosts_ssh_config};
 
 const RANK_MODE: &str = "LAUNCHER_TEST_RANK_MODE";
 
@@ -85,17 +85,10 @@ impl Hosts {
             owned || said.contains("already up (mode=netns n=4"),
             "ssh-hosts up 4 failed: {said}"
         );
-        let dir = env::var_os("SSH_HOSTS_DIR").map_or_else(
-            || {
-                let tmp = env::var_os("TMPDIR").unwrap_or_else(|| "/tmp".into());
-                Path::new(&tmp).join("mpirt-testhosts/ssh")
-            },
-            PathBuf::from,
-        );
         Some(Hosts {
             script,
             owned,
-            ssh_config: dir.join("ssh_config"),
+            ssh_config: testhosts_ssh_config(),
         })
     }
 
@@ -238,17 +231,6 @@ fn kvs_across_hosts(hosts: &Hosts) {
         .map(|rank| format!("rank {rank} saw {all}"))
         .collect();
     assert_eq!(saw, expected, "{}", r.stderr);
-}
-
-/// A program of the examples crate, built beside rsrun by `cargo build --workspace`.
-fn example(name: &str) -> String {
-    let path = Path::new(env!("CARGO_BIN_EXE_rsrun")).with_file_name(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build --workspace` (same profile) first",
-        path.display()
-    );
-    path.to_str().unwrap().to_string()
 }
 
 /// The `mpirt: ...` lines ranks print under `--verbose` that name TCP.

@@ -17,7 +17,7 @@ use mpirt::Count;
 
 mod common;
 
-use common::{job, ok_job_with, text, RANK_MODE};
+use common::{job, ok_job_on, ok_job_with, slurm_available, text, Launch, RANK_MODE};
 
 /// 1 MiB, the large size every collective is checked at.
 const MIB: usize = 1 << 20;
@@ -501,8 +501,25 @@ fn communicators(world: &SimpleCommunicator) {
     assert_eq!(got, (rank + size - 1) % size);
     drop(low);
 
+    // split_shared takes exactly the ranks on this host (all of them under rsrun; a node's
+    // under srun across nodes): count those by an all-gather of host fingerprints.
     let shared = world.split_shared(0);
-    assert_eq!((shared.size(), shared.rank()), (n, me), "one host");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let fingerprint = host.trim().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    let mut hosts = vec![0u64; n as usize];
+    world.all_gather_into(&fingerprint, &mut hosts[..]);
+    let here = hosts.iter().filter(|&&h| h == fingerprint).count() as i32;
+    let before_me = hosts[..me as usize]
+        .iter()
+        .filter(|&&h| h == fingerprint)
+        .count() as i32;
+    assert_eq!(
+        (shared.size(), shared.rank()),
+        (here, before_me),
+        "split_shared"
+    );
 
     let group = world.group();
     assert_eq!((group.size(), group.rank()), (n, Some(me)));
@@ -747,7 +764,11 @@ fn errors(world: &SimpleCommunicator) {
 // ---- the test side ----
 
 fn ok_job(n: u32, envs: &[(&str, &str)]) {
-    let (out, _) = ok_job_with(n, "all", envs);
+    ok_job_launched(Launch::Rsrun, n, envs);
+}
+
+fn ok_job_launched(launch: Launch, n: u32, envs: &[(&str, &str)]) {
+    let (out, _) = ok_job_on(launch, n, "all", envs);
     for part in [
         "collectives",
         "communicators",
@@ -758,6 +779,13 @@ fn ok_job(n: u32, envs: &[(&str, &str)]) {
             out.contains(&format!("{part} ok")),
             "{part} on {n} ranks: {out}"
         );
+    }
+}
+
+#[test]
+fn every_collective_under_srun_with_pmi2() {
+    if slurm_available() {
+        ok_job_launched(Launch::Srun { nodes: 4 }, 8, &[]);
     }
 }
 

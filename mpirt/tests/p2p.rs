@@ -13,7 +13,9 @@ use mpirt::traits::*;
 
 mod common;
 
-use common::{ok_job_with, run_limited, text, RANK_MODE};
+use common::{
+    job_on, ok_job_on, ok_job_with, run_limited, slurm_available, text, Launch, RANK_MODE,
+};
 
 // The ranks run this binary: keep RDMA registrations between messages, as programs should.
 #[global_allocator]
@@ -807,4 +809,27 @@ on_each_wire! {
             .collect();
         assert!(left.is_empty(), "left in /dev/shm: {left:?}");
     }
+}
+
+#[test]
+fn under_srun_with_pmi2() {
+    if !slurm_available() {
+        return;
+    }
+    // 8 ranks on 4 nodes: shared memory within a node, TCP between, wired up over PMI-2.
+    let srun = Launch::Srun { nodes: 4 };
+    for (mode, done) in [
+        ("ring", "ring ok"),
+        ("wildcard", "wildcard ok"),
+        ("order", "order ok"),
+        ("immediate", "immediate ok"),
+    ] {
+        let (out, _) = ok_job_on(srun, 8, mode, &[]);
+        assert!(out.contains(done), "{mode}: {out}");
+    }
+    // A failed rank ends the step with a non-zero exit and says which rank.
+    let output = job_on(Launch::Srun { nodes: 2 }, 2, "panic", &[]);
+    let (stdout, stderr) = text(&output);
+    assert!(!output.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("rank 1"), "{stderr}");
 }

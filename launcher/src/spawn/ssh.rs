@@ -60,8 +60,17 @@ pub fn start_agent(
         cmd.args(["-o", "BatchMode=yes", "-T", "-x", "-o"])
             .arg(format!("ConnectTimeout={CONNECT_TIMEOUT_S}"));
     }
-    cmd.arg(name)
-        .arg(remote_command(spec.rsrun, spec.env, args))
+    cmd.arg(name);
+    if Path::new(program).file_name() == Some(OsStr::new("srun")) {
+        // srun runs a program, not a shell command line.
+        cmd.args(["sh", "-c"]);
+    }
+    let mut env = spec.env.to_vec();
+    if let Some(ip) = route_from_here(name) {
+        // The agent's end of an srun has no SSH_CONNECTION to find rsrun by.
+        env.push((agent::KVS_HOST.to_string(), ip.to_string().into()));
+    }
+    cmd.arg(remote_command(spec.rsrun, &env, args))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -158,6 +167,21 @@ fn print_line(rank: u32, stderr: bool, tag: bool, mut line: Vec<u8>) {
 
 /// The command line the remote login shell runs, every word quoted for it:
 /// `env VAR=VALUE... /path/to/rsrun --agent AGENT-ARGS...`.
+/// This machine's address on the route to `host`: connecting a UDP socket sends nothing, but
+/// makes the kernel choose the source address it would use.
+fn route_from_here(host: &str) -> Option<std::net::IpAddr> {
+    use std::net::{ToSocketAddrs, UdpSocket};
+    let target = (host, 9).to_socket_addrs().ok()?.next()?;
+    let any = if target.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    };
+    let socket = UdpSocket::bind(any).ok()?;
+    socket.connect(target).ok()?;
+    Some(socket.local_addr().ok()?.ip())
+}
+
 pub fn remote_command(rsrun: &Path, env: &[(String, OsString)], args: &AgentArgs) -> OsString {
     let mut words: Vec<OsString> = vec!["env".into()];
     for (name, value) in env {

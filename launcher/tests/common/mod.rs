@@ -154,3 +154,26 @@ pub fn survivors(pids: &[u32]) -> Vec<u32> {
     }
     pids.iter().copied().filter(|&p| alive(p)).collect()
 }
+
+/// A program of the examples crate, built beside rsrun by `cargo build --workspace`.
+pub fn example(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_BIN_EXE_rsrun")).with_file_name(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace` (same profile) first",
+        path.display()
+    );
+    path.to_str().unwrap().to_string()
+}
+
+/// The ssh config `ssh-hosts up` writes for its test hosts.
+pub fn testhosts_ssh_config() -> PathBuf {
+    let dir = std::env::var_os("SSH_HOSTS_DIR").map_or_else(
+        || {
+            let tmp = std::env::var_os("TMPDIR").unwrap_or_else(|| "/tmp".into());
+            std::path::Path::new(&tmp).join("mpirt-testhosts/ssh")
+        },
+        PathBuf::from,
+    );
+    dir.join("ssh_config")
+}

@@ -48,12 +48,52 @@ pub fn run_limited(mut command: Command) -> Output {
     watchdog.join().unwrap()
 }
 
+/// What starts the ranks.
+#[derive(Clone, Copy, Debug)]
+pub enum Launch {
+    Rsrun,
+    /// Slurm's `srun --mpi=pmi2` across this many nodes (see [`slurm_available`]).
+    Srun {
+        nodes: u32,
+    },
+}
+
+/// Whether a Slurm is up for the srun tests: tools/test-all.sh starts one across the test
+/// hosts (../shared/testhosts/slurm-local) and sets MPIRT_TEST_SLURM for them.
+pub fn slurm_available() -> bool {
+    let up = env::var_os("MPIRT_TEST_SLURM").is_some();
+    if !up {
+        println!(
+            "skipped: no Slurm here (tools/test-all.sh starts one on the test hosts and sets \
+             MPIRT_TEST_SLURM)"
+        );
+    }
+    up
+}
+
 /// Runs `n` ranks of this binary in rank mode `mode`, with `envs` set.
 pub fn job(n: u32, mode: &str, envs: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(rsrun_path());
+    job_on(Launch::Rsrun, n, mode, envs)
+}
+
+/// Runs `n` ranks of this binary in rank mode `mode` started by `launch`, with `envs` set.
+pub fn job_on(launch: Launch, n: u32, mode: &str, envs: &[(&str, &str)]) -> Output {
+    let mut command = match launch {
+        Launch::Rsrun => {
+            let mut c = Command::new(rsrun_path());
+            c.arg("-n").arg(n.to_string());
+            c
+        }
+        Launch::Srun { nodes } => {
+            let mut c = Command::new("srun");
+            c.args(["--mpi=pmi2", "--kill-on-bad-exit=1", "-n"])
+                .arg(n.to_string())
+                .arg("-N")
+                .arg(nodes.to_string());
+            c
+        }
+    };
     command
-        .arg("-n")
-        .arg(n.to_string())
         .arg(env::current_exe().unwrap())
         .args([
             "--exact",
@@ -79,11 +119,16 @@ pub fn text(output: &Output) -> (String, String) {
 /// Runs a job that must succeed, each rank printing `rank <r> done`; returns its stdout and
 /// stderr.
 pub fn ok_job_with(n: u32, mode: &str, envs: &[(&str, &str)]) -> (String, String) {
-    let output = job(n, mode, envs);
+    ok_job_on(Launch::Rsrun, n, mode, envs)
+}
+
+/// As [`ok_job_with`], with the ranks started by `launch`.
+pub fn ok_job_on(launch: Launch, n: u32, mode: &str, envs: &[(&str, &str)]) -> (String, String) {
+    let output = job_on(launch, n, mode, envs);
     let (stdout, stderr) = text(&output);
     assert!(
         output.status.success(),
-        "{mode} on {n} ranks ({envs:?}) failed\n{stdout}\n{stderr}"
+        "{mode} on {n} ranks ({launch:?}, {envs:?}) failed\n{stdout}\n{stderr}"
     );
     for rank in 0..n {
         assert!(
