@@ -338,7 +338,7 @@ impl Engine {
         len: usize,
     ) -> Result<Handle, PmlError> {
         self.check_peer(peer)?;
-        let h = self.core.post_send(SendArgs {
+        let args = SendArgs {
             context,
             source,
             dest,
@@ -350,7 +350,24 @@ impl Engine {
                 addr: buf as u64,
                 key: 0,
             },
-        })?;
+        };
+        let h = match self.links[peer as usize] {
+            Some(Link::Shm { local, .. }) => {
+                let shm = self.shm.as_mut().expect("a shm link has a segment");
+                self.core.post_send_direct(args, |header, payload| {
+                    shm.try_send(local, &[header, payload])
+                        .map_err(|e| PmlError::Protocol {
+                            peer,
+                            what: format!("shared-memory send failed: {e}"),
+                        })
+                })?
+            }
+            _ => self.core.post_send(args)?,
+        };
+        if h == Handle::SENT {
+            self.counters.frames_sent += 1;
+            return Ok(h);
+        }
         // The frame goes out now: the latency of the next progress call is not its to pay.
         self.flush(peer)?;
         Ok(h)
@@ -391,8 +408,17 @@ impl Engine {
 
     /// Collects the request if it finished; the handle is spent once this returns `Some`.
     pub fn test(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
-        if !self.core.is_complete(h)? {
-            self.progress()?;
+        if let Some(done) = self.collect(h)? {
+            return Ok(Some(done));
+        }
+        self.progress()?;
+        self.collect(h)
+    }
+
+    /// Takes the request's outcome if it finished, looking it up once.
+    fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
+        if h == Handle::SENT {
+            return Ok(Some(Done::Sent));
         }
         match self.core.take_completion(h)? {
             None => Ok(None),
@@ -403,12 +429,19 @@ impl Engine {
 
     /// Whether the request finished, without collecting it.
     pub fn is_complete(&mut self, h: Handle) -> Result<bool, PmlError> {
+        if h == Handle::SENT {
+            return Ok(true);
+        }
         self.core.is_complete(h)
     }
 
     pub fn wait(&mut self, h: Handle) -> Result<Done, PmlError> {
-        self.wait_until(|e| e.core.is_complete(h))?;
-        Ok(self.test(h)?.expect("complete"))
+        let mut done = None;
+        self.wait_until(|e| {
+            done = e.collect(h)?;
+            Ok(done.is_some())
+        })?;
+        Ok(done.expect("wait_until returned"))
     }
 
     /// Waits until any of `handles` finished; returns its index (not yet collected).
@@ -416,7 +449,7 @@ impl Engine {
         let mut found = None;
         self.wait_until(|e| {
             for (i, &h) in handles.iter().enumerate() {
-                if e.core.is_complete(h)? {
+                if e.is_complete(h)? {
                     found = Some(i);
                     return Ok(true);
                 }
@@ -484,6 +517,9 @@ impl Engine {
     /// Cancels a receive that has not matched yet; returns whether it was cancelled (the
     /// request then completes with `PmlError::Cancelled`).
     pub fn cancel(&mut self, h: Handle) -> Result<bool, PmlError> {
+        if h == Handle::SENT {
+            return Ok(false);
+        }
         self.core.cancel(h)
     }
 

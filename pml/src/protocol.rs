@@ -10,6 +10,8 @@
 //! (RTS with no payload; once matched the receiver reads the data, or asks for it with GET
 //! when the transport cannot read remote memory). A synchronous eager send waits for an ACK.
 
+mod direct;
+
 use std::collections::VecDeque;
 
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};

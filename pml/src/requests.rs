@@ -13,6 +13,13 @@ pub struct Handle {
 }
 
 impl Handle {
+    /// A send that completed as it was posted and left no request behind. No slab handle
+    /// equals it: their generations are never 0.
+    pub const SENT: Handle = Handle {
+        index: u32::MAX,
+        generation: 0,
+    };
+
     pub fn to_wire(self) -> u64 {
         (u64::from(self.generation) << 32) | u64::from(self.index)
     }
