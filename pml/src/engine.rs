@@ -116,7 +116,8 @@ pub struct Counters {
 
 /// A waiting rank busy-polls for a while (a message about to arrive is caught at once), then
 /// yields its core for a while (ranks that outnumber cores let their peers run), then sleeps
-/// until a peer's frame wakes it. Rounds are counted first so the clock is read rarely.
+/// until a peer's frame wakes it. Rounds are counted first so the clock is read rarely; while
+/// spinning, only every so many rounds read it (a read costs as much as a round).
 const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
 const YIELD_FOR: Duration = Duration::from_millis(1);
 const SLEEP: Duration = Duration::from_millis(2);
@@ -531,6 +532,7 @@ impl Engine {
     ) -> Result<(), PmlError> {
         let mut idle_rounds = 0u32;
         let mut idle_since = None;
+        let mut spinning = true;
         loop {
             if done(self)? {
                 return Ok(());
@@ -540,12 +542,15 @@ impl Engine {
                 idle_since = None;
                 continue;
             }
-            idle_rounds += 1;
-            if idle_rounds < SPIN_ROUNDS_BEFORE_CLOCK {
+            idle_rounds = idle_rounds.wrapping_add(1);
+            if idle_rounds < SPIN_ROUNDS_BEFORE_CLOCK
+                || (spinning && idle_rounds % SPIN_ROUNDS_BEFORE_CLOCK != 0)
+            {
                 std::hint::spin_loop();
                 continue;
             }
             let idle = idle_since.get_or_insert_with(Instant::now).elapsed();
+            spinning = idle < self.spin;
             if idle < self.spin {
                 std::hint::spin_loop();
             } else if idle < self.spin + YIELD_FOR {
