@@ -26,6 +26,7 @@ mpicc.openmpi -O2 -Wno-stringop-overflow -o "$out/osu_p2p.ompi" $c/osu_p2p.c
 mpicc.mpich -O2 -Wno-stringop-overflow -o "$out/osu_p2p.mpich" $c/osu_p2p.c
 mpicc.mpich -O2 -o "$out/hello.mpich" $c/hello.c
 cc -O2 -o "$out/memcpy.bin" $c/memcpy.c
+cc -O2 -o "$out/cma.bin" $c/cma.c
 
 ompi=(mpirun.openmpi --allow-run-as-root --oversubscribe -n)
 mpich=(mpiexec.mpich -n)
@@ -49,5 +50,6 @@ for ((r = 1; r <= repeats; r++)); do
         echo "$start $EPOCHREALTIME" >> "$out/launch.$who"
     done
     "$out/memcpy.bin" >> "$out/memcpy.txt"
+    "$out/cma.bin" >> "$out/cma.txt"
 done
 python3 $c/report.py "$out" "$repeats"

@@ -544,7 +544,7 @@ impl Engine {
             }
             idle_rounds = idle_rounds.wrapping_add(1);
             if idle_rounds < SPIN_ROUNDS_BEFORE_CLOCK
-                || (spinning && idle_rounds % SPIN_ROUNDS_BEFORE_CLOCK != 0)
+                || (spinning && !idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_CLOCK))
             {
                 std::hint::spin_loop();
                 continue;

@@ -78,6 +78,7 @@ impl<F> Sequencer<F> {
 
     /// The held frame whose turn it now is, if it already arrived; it is accepted as it is
     /// returned.
+    #[inline]
     pub fn release_next(&mut self, context: ContextId, source: Rank) -> Option<F> {
         if self.held.is_empty() {
             return None;
