@@ -321,7 +321,8 @@ impl Engine {
     }
 
     /// Starts a send of `len` bytes at `buf` to world rank `peer`, whose rank in the
-    /// communicator `context` is `dest`; `source` is this rank's rank there.
+    /// communicator `context` is `dest`; `source` is this rank's rank there. A small standard
+    /// send that a shared-memory ring took at once returns [`Handle::SENT`], already complete.
     ///
     /// # Safety
     /// `buf` must be valid for reads of `len` bytes and must not be written or freed until the
