@@ -30,7 +30,10 @@ cc -O2 -o "$out/cma.bin" $c/cma.c
 
 ompi=(mpirun.openmpi --allow-run-as-root --oversubscribe -n)
 mpich=(mpiexec.mpich -n)
-rsrun=("$bin/rsrun" -n)
+# Open MPI binds each rank to its own core by default (see mpirun --report-bindings); rsrun
+# does not unless asked. Unbound, a busy host's scheduler may stack both ranks on one CPU,
+# where every wait spins its MPIRT_SPIN_US out before the peer can run (100 us a message).
+rsrun=("$bin/rsrun" --bind-to core -n)
 for bench in latency bw bibw; do
     for ((r = 1; r <= repeats; r++)); do
         "${rsrun[@]}" 2 "$bin"/osu_$bench > "$out/$bench.mpirt.$r"
