@@ -46,3 +46,7 @@ memcpy = median([float(x) for x in (out / "memcpy.txt").read_text().split()])
 print(f"\nlaunch, 8 ranks hello (s): mpirt {launch['mpirt']:.3f}  MPICH {launch['mpich']:.3f}  "
       f"ratio {launch['mpirt'] / launch['mpich']:.2f}")
 print(f"memcpy of 4 MiB on one core: {memcpy:.0f} MB/s")
+cma = [[float(x) for x in line.split()] for line in (out / "cma.txt").read_text().splitlines()]
+whole, chunked = (median(c) for c in zip(*cma))
+print(f"process_vm_readv of 4 MiB on one core (the single-copy ceiling): {whole:.0f} MB/s "
+      f"({whole / memcpy:.0%} of memcpy); in 256 KiB calls {chunked:.0f} MB/s")

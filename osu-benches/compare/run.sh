@@ -67,9 +67,13 @@ else
     mpicc.mpich -O2 -o "$out/osu_coll.mpich" $c/osu_coll.c
     mpicc.mpich -O2 -o "$out/hello.mpich" $c/hello.c
     cc -O2 -o "$out/memcpy.bin" $c/memcpy.c
+    cc -O2 -o "$out/cma.bin" $c/cma.c
     ompi=(mpirun.openmpi --allow-run-as-root --oversubscribe -n)
     mpich=(mpiexec.mpich -n)
-    rsrun=("$bin/rsrun" -n)
+    # Open MPI binds each rank to its own core by default (see mpirun --report-bindings);
+    # rsrun does not unless asked. Unbound, a busy host's scheduler may stack both ranks on
+    # one CPU, where every wait spins its MPIRT_SPIN_US out before the peer can run.
+    rsrun=("$bin/rsrun" --bind-to core -n)
     benches=(latency bw bibw)
     collectives=(barrier bcast reduce allreduce allgather alltoall gather scatter reduce_scatter)
 fi
@@ -100,6 +104,7 @@ if [ -z "$tcp" ]; then
             echo "$start $EPOCHREALTIME" >> "$out/launch.$who"
         done
         "$out/memcpy.bin" >> "$out/memcpy.txt"
+        "$out/cma.bin" >> "$out/cma.txt"
     done
 fi
 python3 $c/report.py "$out" "$repeats" "${benches[@]}" "${collectives[@]}"

@@ -132,7 +132,8 @@ pub struct Counters {
 
 /// A waiting rank busy-polls for a while (a message about to arrive is caught at once), then
 /// yields its core for a while (ranks that outnumber cores let their peers run), then sleeps
-/// until a peer's frame wakes it. Rounds are counted first so the clock is read rarely.
+/// until a peer's frame wakes it. Rounds are counted first so the clock is read rarely; while
+/// spinning, only every so many rounds read it (a read costs as much as a round).
 const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
 const YIELD_FOR: Duration = Duration::from_millis(1);
 const SLEEP: Duration = Duration::from_millis(2);
@@ -180,6 +181,13 @@ fn hostname() -> String {
     }
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+fn shm_send_failed(peer: Rank, e: std::io::Error) -> PmlError {
+    PmlError::Protocol {
+        peer,
+        what: format!("shared-memory send failed: {e}"),
+    }
 }
 
 fn wireup_err(e: String) -> EngineError {
@@ -491,7 +499,8 @@ impl Engine {
     }
 
     /// Starts a send of `len` bytes at `buf` to world rank `peer`, whose rank in the
-    /// communicator `context` is `dest`; `source` is this rank's rank there.
+    /// communicator `context` is `dest`; `source` is this rank's rank there. A small standard
+    /// send that a shared-memory ring took at once returns [`Handle::SENT`], already complete.
     ///
     /// # Safety
     /// `buf` must be valid for reads of `len` bytes and must not be written or freed until the
@@ -527,7 +536,7 @@ impl Engine {
             remote.key = u64::from(rkey);
             exposure = Some(id);
         }
-        let h = self.core.post_send(SendArgs {
+        let args = SendArgs {
             context,
             source,
             dest,
@@ -540,7 +549,21 @@ impl Engine {
                 exposure,
             },
             remote,
-        })?;
+        };
+        let h = match self.links[peer as usize] {
+            Some(Link::Shm { local, .. }) => {
+                let shm = self.shm.as_mut().expect("a shm link has a segment");
+                self.core.post_send_direct(args, |header, payload| {
+                    shm.try_send(local, &[header, payload])
+                        .map_err(|e| shm_send_failed(peer, e))
+                })?
+            }
+            _ => self.core.post_send(args)?,
+        };
+        if h == Handle::SENT {
+            self.counters.frames_sent += 1;
+            return Ok(h);
+        }
         // The frame goes out now: the latency of the next progress call is not its to pay.
         self.flush(peer)?;
         Ok(h)
@@ -581,8 +604,17 @@ impl Engine {
 
     /// Collects the request if it finished; the handle is spent once this returns `Some`.
     pub fn test(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
-        if !self.core.is_complete(h)? {
-            self.progress()?;
+        if let Some(done) = self.collect(h)? {
+            return Ok(Some(done));
+        }
+        self.progress()?;
+        self.collect(h)
+    }
+
+    /// Takes the request's outcome if it finished, looking it up once.
+    fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
+        if h == Handle::SENT {
+            return Ok(Some(Done::Sent));
         }
         match self.core.take_completion(h)? {
             None => Ok(None),
@@ -610,12 +642,19 @@ impl Engine {
 
     /// Whether the request finished, without collecting it.
     pub fn is_complete(&mut self, h: Handle) -> Result<bool, PmlError> {
+        if h == Handle::SENT {
+            return Ok(true);
+        }
         self.core.is_complete(h)
     }
 
     pub fn wait(&mut self, h: Handle) -> Result<Done, PmlError> {
-        self.wait_until(|e| e.core.is_complete(h))?;
-        Ok(self.test(h)?.expect("complete"))
+        let mut done = None;
+        self.wait_until(|e| {
+            done = e.collect(h)?;
+            Ok(done.is_some())
+        })?;
+        Ok(done.expect("wait_until returned"))
     }
 
     /// Waits until any of `handles` finished; returns its index (not yet collected).
@@ -623,7 +662,7 @@ impl Engine {
         let mut found = None;
         self.wait_until(|e| {
             for (i, &h) in handles.iter().enumerate() {
-                if e.core.is_complete(h)? {
+                if e.is_complete(h)? {
                     found = Some(i);
                     return Ok(true);
                 }
@@ -691,6 +730,9 @@ impl Engine {
     /// Cancels a receive that has not matched yet; returns whether it was cancelled (the
     /// request then completes with `PmlError::Cancelled`).
     pub fn cancel(&mut self, h: Handle) -> Result<bool, PmlError> {
+        if h == Handle::SENT {
+            return Ok(false);
+        }
         self.core.cancel(h)
     }
 
@@ -702,6 +744,7 @@ impl Engine {
     ) -> Result<(), PmlError> {
         let mut idle_rounds = 0u32;
         let mut idle_since = None;
+        let mut spinning = true;
         loop {
             if done(self)? {
                 return Ok(());
@@ -711,12 +754,15 @@ impl Engine {
                 idle_since = None;
                 continue;
             }
-            idle_rounds += 1;
-            if idle_rounds < SPIN_ROUNDS_BEFORE_CLOCK {
+            idle_rounds = idle_rounds.wrapping_add(1);
+            if idle_rounds < SPIN_ROUNDS_BEFORE_CLOCK
+                || (spinning && !idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_CLOCK))
+            {
                 std::hint::spin_loop();
                 continue;
             }
             let idle = idle_since.get_or_insert_with(Instant::now).elapsed();
+            spinning = idle < self.spin;
             if idle < self.spin {
                 std::hint::spin_loop();
             } else if idle < self.spin + YIELD_FOR {
@@ -883,12 +929,8 @@ impl Engine {
                 }
                 Link::Shm { local, .. } => {
                     let shm = self.shm.as_mut().expect("a shm link has a segment");
-                    shm.try_send(local, &[t.header(), t.payload]).map_err(|e| {
-                        PmlError::Protocol {
-                            peer,
-                            what: format!("shared-memory send failed: {e}"),
-                        }
-                    })?
+                    shm.try_send(local, &[t.header(), t.payload])
+                        .map_err(|e| shm_send_failed(peer, e))?
                 }
                 #[cfg(feature = "verbs")]
                 Link::Verbs => {

@@ -10,6 +10,8 @@
 //! (RTS with no payload; once matched the receiver reads the data, or asks for it with GET
 //! when the transport cannot read remote memory). A synchronous eager send waits for an ACK.
 
+mod direct;
+
 use std::collections::VecDeque;
 
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
@@ -162,6 +164,15 @@ enum Request<S, R> {
         buf: R,
         state: RecvState,
     },
+}
+
+impl<S, R> Request<S, R> {
+    fn is_done(&self) -> bool {
+        match self {
+            Request::Send { state, .. } => matches!(state, SendState::Done(_)),
+            Request::Recv { state, .. } => matches!(state, RecvState::Done(_)),
+        }
+    }
 }
 
 /// A message waiting for its receive: an eager payload, or a rendezvous offer with no data.
@@ -1153,26 +1164,22 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     // ---- completion ----
 
     pub fn is_complete(&self, h: Handle) -> Result<bool, PmlError> {
-        match self
-            .requests
+        self.requests
             .get(h)
-            .map_err(|s| PmlError::StaleRequest(s.0))?
-        {
-            Request::Send { state, .. } => Ok(matches!(state, SendState::Done(_))),
-            Request::Recv { state, .. } => Ok(matches!(state, RecvState::Done(_))),
-        }
+            .map(Request::is_done)
+            .map_err(|s| PmlError::StaleRequest(s.0))
     }
 
     /// The request's outcome and buffer if it finished; the handle is spent after that.
     pub fn take_completion(&mut self, h: Handle) -> Result<Option<Completion<S, R>>, PmlError> {
-        if !self.is_complete(h)? {
-            return Ok(None);
-        }
-        let completion = match self
+        let Some(request) = self
             .requests
-            .remove(h)
+            .remove_if(h, Request::is_done)
             .map_err(|s| PmlError::StaleRequest(s.0))?
-        {
+        else {
+            return Ok(None);
+        };
+        let completion = match request {
             Request::Send {
                 buf,
                 state: SendState::Done(result),

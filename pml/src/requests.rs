@@ -13,6 +13,13 @@ pub struct Handle {
 }
 
 impl Handle {
+    /// A send that completed as it was posted and left no request behind. No slab handle
+    /// equals it: their generations are never 0.
+    pub const SENT: Handle = Handle {
+        index: u32::MAX,
+        generation: 0,
+    };
+
     pub fn to_wire(self) -> u64 {
         (u64::from(self.generation) << 32) | u64::from(self.index)
     }
@@ -82,6 +89,23 @@ impl<T> Requests<T> {
         }
     }
 
+    /// Removes the value if `ready` accepts it, finding it once either way.
+    pub fn remove_if(
+        &mut self,
+        h: Handle,
+        ready: impl FnOnce(&T) -> bool,
+    ) -> Result<Option<T>, StaleHandle> {
+        match self.slab.get(h.index as usize) {
+            Some((g, v)) if *g == h.generation => {
+                if !ready(v) {
+                    return Ok(None);
+                }
+            }
+            _ => return Err(StaleHandle(h)),
+        }
+        Ok(Some(self.slab.remove(h.index as usize).1))
+    }
+
     pub fn remove(&mut self, h: Handle) -> Result<T, StaleHandle> {
         self.get(h)?;
         Ok(self.slab.remove(h.index as usize).1)
@@ -110,6 +134,16 @@ mod tests {
         assert_eq!(r.get(b), Ok(&"b"));
         assert_eq!(Handle::from_wire(b.to_wire()), b);
         assert_ne!(b.to_wire(), 0);
+    }
+
+    #[test]
+    fn remove_if_takes_only_what_is_ready() {
+        let mut r: Requests<u32> = Requests::default();
+        let h = r.insert(7);
+        assert_eq!(r.remove_if(h, |&v| v > 7), Ok(None));
+        assert_eq!(r.get(h), Ok(&7));
+        assert_eq!(r.remove_if(h, |&v| v == 7), Ok(Some(7)));
+        assert_eq!(r.remove_if(h, |_| true), Err(StaleHandle(h)));
     }
 
     #[test]

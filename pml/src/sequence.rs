@@ -43,10 +43,16 @@ impl<F> Default for Sequencer<F> {
 impl<F> Sequencer<F> {
     /// The number for the next message to `dest` in `context`.
     pub fn next_outgoing(&mut self, context: ContextId, dest: Rank) -> u32 {
-        let n = self.next_send.entry((context, dest)).or_insert(0);
+        let n = self.outgoing(context, dest);
         let seq = *n;
         *n = n.wrapping_add(1);
         seq
+    }
+
+    /// The number the next message to `dest` in `context` will take, for a sender that
+    /// advances it only once the message is really on its way.
+    pub fn outgoing(&mut self, context: ContextId, dest: Rank) -> &mut u32 {
+        self.next_send.entry((context, dest)).or_insert(0)
     }
 
     /// Where `seq` stands in its stream. An in-order arrival is accepted at once: the stream
@@ -72,6 +78,7 @@ impl<F> Sequencer<F> {
 
     /// The held frame whose turn it now is, if it already arrived; it is accepted as it is
     /// returned.
+    #[inline]
     pub fn release_next(&mut self, context: ContextId, source: Rank) -> Option<F> {
         if self.held.is_empty() {
             return None;

@@ -78,6 +78,53 @@ impl Pair {
             .unwrap()
     }
 
+    /// Offers a send to `post_send_direct`, with a transport that takes the frame (and
+    /// delivers it at once, logged as "DIRECT") only when `room` says so.
+    fn send_direct(
+        &mut self,
+        from: usize,
+        tag: i32,
+        data: Vec<u8>,
+        mode: SendMode,
+        room: bool,
+    ) -> Handle {
+        let to = 1 - from;
+        let key = self.next_key;
+        self.next_key += 1;
+        self.exposed.insert(key, data.clone());
+        let [a, b] = &mut self.cores;
+        let (sender, receiver) = if from == 0 { (a, b) } else { (b, a) };
+        let mut delivered = false;
+        let h = sender
+            .post_send_direct(
+                SendArgs {
+                    context: 0,
+                    source: from as u32,
+                    dest: to as u32,
+                    peer: to as u32,
+                    tag,
+                    mode,
+                    buf: data,
+                    remote: RemoteKey { addr: key, key: 0 },
+                },
+                |header, payload| {
+                    if room {
+                        let mut bytes = header.to_vec();
+                        bytes.extend_from_slice(payload);
+                        receiver.on_frame(from as u32, &bytes)?;
+                        delivered = true;
+                    }
+                    Ok(room)
+                },
+            )
+            .unwrap();
+        assert_eq!(delivered, h == Handle::SENT);
+        if delivered {
+            self.log.push((from as u32, "DIRECT"));
+        }
+        h
+    }
+
     fn recv(&mut self, at: usize, source: SourceSel, tag: TagSel, capacity: usize) -> Handle {
         self.cores[at]
             .post_recv(0, source, tag, vec![0xEE; capacity])
@@ -344,6 +391,81 @@ fn unexpected_budget_turns_eager_into_rendezvous_and_credit_restores_it() {
     p.send(0, 1, pattern(100, 0), SendMode::Standard);
     p.run();
     assert_eq!(p.kinds(), ["MATCH"]);
+}
+
+#[test]
+fn direct_sends_are_charged_to_the_budget_like_queued_ones() {
+    let config = CoreConfig {
+        unexpected_budget: 4 * (100 + pml::protocol::EAGER_OVERHEAD),
+    };
+    let mut p = Pair::new(true, config);
+    let sends: Vec<_> = (0..6)
+        .map(|i| p.send_direct(0, i, pattern(100, i as u8), SendMode::Standard, true))
+        .collect();
+    p.run();
+    assert_eq!(
+        p.kinds(),
+        ["DIRECT", "DIRECT", "DIRECT", "DIRECT", "RTS", "RTS"]
+    );
+    assert!(sends[..4].iter().all(|&h| h == Handle::SENT));
+    assert_eq!(p.cores[1].unexpected_len(), 6);
+    let recvs: Vec<_> = (0..6)
+        .map(|_| p.recv(1, SourceSel::Rank(0), TagSel::Any, 100))
+        .collect();
+    p.run();
+    for (i, r) in recvs.into_iter().enumerate() {
+        let (buf, status) = p.recv_result(1, r);
+        assert_eq!(buf, pattern(100, i as u8));
+        assert_eq!(status.unwrap().tag, i as i32);
+    }
+    for &h in &sends[4..] {
+        assert!(p.send_done(0, h));
+    }
+}
+
+#[test]
+fn direct_sends_never_overtake_queued_ones() {
+    let mut p = Pair::new(true, CoreConfig::default());
+    // A full transport queues the first send, with the number it would have had.
+    let first = p.send_direct(0, 1, pattern(10, 1), SendMode::Standard, false);
+    assert_ne!(first, Handle::SENT);
+    // Room again, but the queued send must go first: the second queues behind it.
+    let second = p.send_direct(0, 2, pattern(10, 2), SendMode::Standard, true);
+    assert_ne!(second, Handle::SENT);
+    p.run();
+    assert_eq!(p.kinds(), ["MATCH", "MATCH"]);
+    // Now nothing is queued: the third goes straight out, numbered after the other two.
+    assert_eq!(
+        p.send_direct(0, 3, pattern(10, 3), SendMode::Standard, true),
+        Handle::SENT
+    );
+    for tag in 1..=3 {
+        let r = p.recv(1, SourceSel::Rank(0), TagSel::Any, 10);
+        let (buf, status) = p.recv_result(1, r);
+        assert_eq!((buf, status.unwrap().tag), (pattern(10, tag as u8), tag));
+    }
+    assert_eq!(p.cores[1].unexpected_len(), 0);
+}
+
+#[test]
+fn synchronous_and_large_sends_are_never_direct() {
+    let mut p = Pair::new(true, CoreConfig::default());
+    let sync = p.send_direct(0, 1, pattern(10, 1), SendMode::Synchronous, true);
+    let large = p.send_direct(0, 2, pattern(EAGER + 1, 2), SendMode::Standard, true);
+    assert_ne!(sync, Handle::SENT);
+    assert_ne!(large, Handle::SENT);
+    p.run();
+    assert!(
+        !p.send_done(0, sync),
+        "a synchronous send waits for the match"
+    );
+    let r1 = p.recv(1, SourceSel::Rank(0), TagSel::Tag(1), 10);
+    let r2 = p.recv(1, SourceSel::Rank(0), TagSel::Tag(2), EAGER + 1);
+    p.run();
+    assert_eq!(p.kinds(), ["MATCH+SYNC", "RTS", "ACK", "FIN"]);
+    assert!(p.send_done(0, sync) && p.send_done(0, large));
+    assert_eq!(p.recv_result(1, r1).0, pattern(10, 1));
+    assert_eq!(p.recv_result(1, r2).0, pattern(EAGER + 1, 2));
 }
 
 #[test]
