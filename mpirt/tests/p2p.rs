@@ -52,6 +52,14 @@ fn rank_mode() {
         "ring" => ring(&world),
         "immediate" => immediate(&world),
         "panic" => panic_rank(&world),
+        "killed" => {
+            world.barrier();
+            if world.rank() == 1 {
+                // SAFETY: raise(2) with a valid signal number; SIGKILL ends this process.
+                unsafe { libc::raise(libc::SIGKILL) };
+            }
+            world.process_at_rank(1).receive::<u8>();
+        }
         "derive" => derive(&world),
         "leak" => {
             let mut slot = 0u8;
@@ -827,9 +835,10 @@ fn under_srun_with_pmi2() {
         let (out, _) = ok_job_on(srun, 8, mode, &[]);
         assert!(out.contains(done), "{mode}: {out}");
     }
-    // A failed rank ends the step with a non-zero exit and says which rank.
-    let output = job_on(Launch::Srun { nodes: 2 }, 2, "panic", &[]);
+    // A rank killed with SIGKILL ends the step with a non-zero exit, and the peer waiting for
+    // it says which rank it lost.
+    let output = job_on(Launch::Srun { nodes: 2 }, 2, "killed", &[]);
     let (stdout, stderr) = text(&output);
     assert!(!output.status.success(), "{stdout}\n{stderr}");
-    assert!(stderr.contains("rank 1"), "{stderr}");
+    assert!(stderr.contains("task 1: Killed"), "{stderr}");
 }

@@ -34,7 +34,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         if !direct {
             return self.post_send(args);
         }
-        let seq = self.sequencer.outgoing(args.context, args.dest);
+        let seq = self.sequencer.outgoing(args.context, args.peer);
         let frame = Frame::Match {
             envelope: WireEnvelope {
                 context: args.context,
