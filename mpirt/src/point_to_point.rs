@@ -218,9 +218,7 @@ pub(crate) unsafe fn post_send<B: Buffer + ?Sized>(
     let (ptr, len) = (buf.pointer(), buf.byte_len());
     // SAFETY: `Buffer` makes `ptr` valid for `len` bytes; this function's caller keeps it so
     // until completion.
-    with_engine(|e| unsafe {
-        e.post_send(comm.context, comm.rank, dest, peer, tag, mode, ptr, len)
-    })
+    with_engine(|e| unsafe { e.post_send(comm.context, comm.rank, peer, tag, mode, ptr, len) })
 }
 
 /// Waits for a request and returns how it ended.

@@ -34,7 +34,6 @@ fn one_message(a: &mut TestCore, b: &mut TestCore, frame: &mut Vec<u8>, recv_fir
         .post_send(SendArgs {
             context: 0,
             source: 0,
-            dest: 1,
             peer: 1,
             tag: 1,
             mode: SendMode::Standard,

@@ -498,8 +498,8 @@ impl Engine {
         }
     }
 
-    /// Starts a send of `len` bytes at `buf` to world rank `peer`, whose rank in the
-    /// communicator `context` is `dest`; `source` is this rank's rank there. A small standard
+    /// Starts a send of `len` bytes at `buf` to world rank `peer` in the communicator
+    /// `context`; `source` is this rank's rank there. A small standard
     /// send that a shared-memory ring took at once returns [`Handle::SENT`], already complete.
     ///
     /// # Safety
@@ -510,7 +510,6 @@ impl Engine {
         &mut self,
         context: ContextId,
         source: Rank,
-        dest: Rank,
         peer: Rank,
         tag: Tag,
         mode: SendMode,
@@ -539,7 +538,6 @@ impl Engine {
         let args = SendArgs {
             context,
             source,
-            dest,
             peer,
             tag,
             mode,

@@ -61,12 +61,11 @@ pub enum SendMode {
     Synchronous,
 }
 
-/// Everything a send needs. `source` is the sender's rank in the communicator; `peer` names
-/// the receiver for the transport and `dest` is its rank in the communicator.
+/// Everything a send needs. `source` is the sender's rank in the communicator; `peer` is the
+/// receiver's world rank, which names it for the transport and numbers the messages to it.
 pub struct SendArgs<S> {
     pub context: ContextId,
     pub source: Rank,
-    pub dest: Rank,
     pub peer: Rank,
     pub tag: Tag,
     pub mode: SendMode,

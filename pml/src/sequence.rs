@@ -41,18 +41,18 @@ impl<F> Default for Sequencer<F> {
 }
 
 impl<F> Sequencer<F> {
-    /// The number for the next message to `dest` in `context`.
-    pub fn next_outgoing(&mut self, context: ContextId, dest: Rank) -> u32 {
-        let n = self.outgoing(context, dest);
+    /// The number for the next message to `peer` in `context`.
+    pub fn next_outgoing(&mut self, context: ContextId, peer: Rank) -> u32 {
+        let n = self.outgoing(context, peer);
         let seq = *n;
         *n = n.wrapping_add(1);
         seq
     }
 
-    /// The number the next message to `dest` in `context` will take, for a sender that
+    /// The number the next message to `peer` in `context` will take, for a sender that
     /// advances it only once the message is really on its way.
-    pub fn outgoing(&mut self, context: ContextId, dest: Rank) -> &mut u32 {
-        self.next_send.entry((context, dest)).or_insert(0)
+    pub fn outgoing(&mut self, context: ContextId, peer: Rank) -> &mut u32 {
+        self.next_send.entry((context, peer)).or_insert(0)
     }
 
     /// Where `seq` stands in its stream. An in-order arrival is accepted at once: the stream

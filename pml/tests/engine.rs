@@ -77,8 +77,7 @@ fn pattern(len: usize, seed: usize) -> Vec<u8> {
 
 fn send(e: &mut Engine, to: u32, tag: i32, data: &[u8], mode: SendMode) {
     // SAFETY: `data` outlives the request: we wait for it before returning.
-    let h =
-        unsafe { e.post_send(0, e.rank(), to, to, tag, mode, data.as_ptr(), data.len()) }.unwrap();
+    let h = unsafe { e.post_send(0, e.rank(), to, tag, mode, data.as_ptr(), data.len()) }.unwrap();
     assert_eq!(e.wait(h).unwrap(), Done::Sent);
 }
 
@@ -110,8 +109,7 @@ fn singleton_sends_to_itself_by_every_protocol() {
         let r =
             unsafe { e.post_recv(0, SourceSel::Rank(0), TagSel::Tag(3), buf.as_mut_ptr(), len) }
                 .unwrap();
-        let s =
-            unsafe { e.post_send(0, 0, 0, 0, 3, SendMode::Standard, data.as_ptr(), len) }.unwrap();
+        let s = unsafe { e.post_send(0, 0, 0, 3, SendMode::Standard, data.as_ptr(), len) }.unwrap();
         assert_eq!(e.wait(s).unwrap(), Done::Sent);
         assert!(matches!(e.wait(r).unwrap(), Done::Received(st) if st.len == len));
         assert_eq!(buf, data, "len {len}");
@@ -180,8 +178,7 @@ fn everyone_to_everyone(e: &mut Engine) {
         let out = &outgoing[to as usize];
         // SAFETY: `outgoing` outlives the requests, all waited for below.
         handles.push(
-            unsafe { e.post_send(0, rank, to, to, 9, SendMode::Standard, out.as_ptr(), 4) }
-                .unwrap(),
+            unsafe { e.post_send(0, rank, to, 9, SendMode::Standard, out.as_ptr(), 4) }.unwrap(),
         );
     }
     for h in handles {
@@ -303,7 +300,7 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
         if rank == 1 {
             let data = 200u64.to_le_bytes();
             // SAFETY: `data` outlives the request, waited for below.
-            let h = unsafe { e.post_send(0, 1, 0, 0, 78, SendMode::Synchronous, data.as_ptr(), 8) }
+            let h = unsafe { e.post_send(0, 1, 0, 78, SendMode::Synchronous, data.as_ptr(), 8) }
                 .unwrap();
             send(&mut e, 0, 77, &[1], SendMode::Standard);
             let t = Instant::now();

@@ -10,9 +10,6 @@ use pml::{Handle, PmlError, SourceSel, Status, TagSel};
 type TestCore = Core<Vec<u8>, Vec<u8>>;
 
 const EAGER: usize = 1024;
-/// The receiver's rank in the communicator differs from its world rank (as in any split
-/// communicator): message numbering must follow the world peer, on every send path.
-const COMM_DEST_OFFSET: u32 = 10;
 
 fn caps(remote_read: bool) -> PeerCaps {
     PeerCaps {
@@ -71,7 +68,6 @@ impl Pair {
             .post_send(SendArgs {
                 context: 0,
                 source: from as u32,
-                dest: COMM_DEST_OFFSET + 1 - from as u32,
                 peer: 1 - from as u32,
                 tag,
                 mode,
@@ -103,7 +99,6 @@ impl Pair {
                 SendArgs {
                     context: 0,
                     source: from as u32,
-                    dest: COMM_DEST_OFFSET + to as u32,
                     peer: to as u32,
                     tag,
                     mode,

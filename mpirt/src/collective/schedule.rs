@@ -447,16 +447,7 @@ impl<'a> Execution<'a> {
                 // SAFETY: as for receives; no receive of the round writes what a send reads
                 // (`check_no_overlap`), and locals run only once the round's transfers are done.
                 let handle = with_engine(|e| unsafe {
-                    e.post_send(
-                        context,
-                        rank,
-                        to,
-                        peer,
-                        tag,
-                        SendMode::Standard,
-                        ptr,
-                        span.len,
-                    )
+                    e.post_send(context, rank, peer, tag, SendMode::Standard, ptr, span.len)
                 })?;
                 self.in_flight.push((handle, None));
             }
