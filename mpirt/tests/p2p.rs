@@ -835,6 +835,12 @@ fn under_srun_with_pmi2() {
         let (out, _) = ok_job_on(srun, 8, mode, &[]);
         assert!(out.contains(done), "{mode}: {out}");
     }
+    // Two ranks on two nodes: every size to 64 MiB, and probes, over TCP between the nodes.
+    let pair = Launch::Srun { nodes: 2 };
+    let (out, _) = ok_job_on(pair, 2, "sizes", &[]);
+    assert!(out.contains(&format!("size {} ok", 64 << 20)), "{out}");
+    let (out, _) = ok_job_on(pair, 2, "probe", &[]);
+    assert!(out.contains("probe ok"), "{out}");
     // A rank killed with SIGKILL ends the step with a non-zero exit, and the peer waiting for
     // it says which rank it lost.
     let output = job_on(Launch::Srun { nodes: 2 }, 2, "killed", &[]);
