@@ -92,20 +92,49 @@ pub fn installed() -> bool {
     INSTALLED.load(Ordering::Relaxed)
 }
 
-/// What was freed since `seen` (updated): `Some(ranges)` to drop registrations over, or
-/// `None` when the log overflowed and every idle registration must go.
+/// Calls `each` with every range freed since `seen` (which is updated); returns false when
+/// the log overflowed, so that every idle registration must go.
 pub fn freed_since(seen: &mut u64, mut each: impl FnMut(usize, usize)) -> bool {
     let now = GENERATION.load(Ordering::Acquire);
     if now == *seen {
         return true;
     }
-    let mut log = LOG.lock().unwrap_or_else(|e| e.into_inner());
-    *seen = GENERATION.load(Ordering::Acquire);
-    let complete = !log.overflowed;
-    for &(start, end) in &log.ranges[..log.len] {
+    // Copied out so that `each` runs without the lock: if it allocated and freed a large
+    // block, the allocator would take the lock again.
+    let (ranges, len, complete) = {
+        let mut log = LOG.lock().unwrap_or_else(|e| e.into_inner());
+        *seen = GENERATION.load(Ordering::Acquire);
+        let taken = (log.ranges, log.len, !log.overflowed);
+        log.len = 0;
+        log.overflowed = false;
+        taken
+    };
+    for &(start, end) in &ranges[..len] {
         each(start, end);
     }
-    log.len = 0;
-    log.overflowed = false;
     complete
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[global_allocator]
+    static ALLOCATOR: TrackingAllocator = TrackingAllocator;
+
+    #[test]
+    fn large_frees_are_logged_and_small_ones_not() {
+        assert!(installed());
+        let mut seen = 0;
+        freed_since(&mut seen, |_, _| {});
+        let big = vec![1u8; 64 << 10];
+        let at = big.as_ptr() as usize;
+        drop(big);
+        drop(vec![2u8; 100]);
+        let mut freed = Vec::with_capacity(LOG_SLOTS);
+        // Other tests may free memory meanwhile: look for ours among whatever was logged.
+        assert!(freed_since(&mut seen, |s, e| freed.push((s, e))));
+        assert!(freed.contains(&(at, at + (64 << 10))), "{freed:x?}");
+        assert!(freed.iter().all(|&(s, e)| e - s >= TRACKED_BYTES));
+    }
 }
