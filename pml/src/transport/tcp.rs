@@ -351,14 +351,7 @@ impl TcpTransport {
                 return Ok(());
             }
             Ok(n) => a.got += n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) =>
-            {
-                return Ok(())
-            }
+            Err(e) if not_yet(&e) => return Ok(()),
             Err(_) => {
                 self.forget_accepted(key);
                 return Ok(());
@@ -424,14 +417,7 @@ impl TcpTransport {
         let taken = match sock.read(&mut answer) {
             Ok(1) if answer[0] == TAKEN => true,
             Ok(_) => false,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) =>
-            {
-                return Ok(())
-            }
+            Err(e) if not_yet(&e) => return Ok(()),
             Err(_) => false,
         };
         let Link::Dialled(sock) = std::mem::replace(&mut p.link, Link::AwaitingPeer) else {
@@ -484,6 +470,14 @@ impl TcpTransport {
             .filter(|p| matches!(p.link, Link::Connected(_)))
             .count()
     }
+}
+
+/// A non-blocking read that found nothing yet (or was interrupted): try again when ready.
+fn not_yet(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
 }
 
 fn epoll_failed(peer: Rank, e: io::Error) -> PmlError {
