@@ -52,7 +52,7 @@ impl Randlc {
 
 /// The class named by the program's only argument, if it is one of `classes`; otherwise the
 /// usage line to print.
-pub fn class_argument(program: &str, classes: &[char]) -> Result<char, String> {
+fn class_argument(program: &str, classes: &[char]) -> Result<char, String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = || {
         let names: Vec<String> = classes.iter().map(char::to_string).collect();
@@ -67,6 +67,28 @@ pub fn class_argument(program: &str, classes: &[char]) -> Result<char, String> {
             }
         }
         _ => Err(usage()),
+    }
+}
+
+/// The class named by the program's only argument (S, W, A or B); otherwise prints the usage
+/// line and gives `None`.
+pub fn class_or_usage(program: &str) -> Option<char> {
+    class_argument(program, &['S', 'W', 'A', 'B'])
+        .map_err(|usage| eprintln!("{usage}"))
+        .ok()
+}
+
+/// Whether the job has a power-of-two number of processes, as NPB's IS, CG and MG require;
+/// every process refuses otherwise, and rank 0 says why.
+pub fn power_of_two_or_refuse<C: Communicator>(program: &str, comm: &C) -> bool {
+    match power_of_two_processes(program, comm.size()) {
+        Ok(()) => true,
+        Err(message) => {
+            if comm.rank() == 0 {
+                eprintln!("{message}");
+            }
+            false
+        }
     }
 }
 
@@ -127,7 +149,7 @@ impl Summary<'_> {
 }
 
 /// Checks that `size` is a power of two, as NPB's IS and CG require; the error says so.
-pub fn power_of_two_processes(program: &str, size: i32) -> Result<(), String> {
+fn power_of_two_processes(program: &str, size: i32) -> Result<(), String> {
     if size > 0 && (size as u32).is_power_of_two() {
         Ok(())
     } else {

@@ -277,21 +277,14 @@ fn inverse_power_step(
 }
 
 fn main() -> ExitCode {
-    let class = match npb::class_argument("npb_cg", &['S', 'W', 'A', 'B']) {
-        Ok(name) => Class::new(name),
-        Err(usage) => {
-            eprintln!("{usage}");
-            return ExitCode::FAILURE;
-        }
+    let Some(name) = npb::class_or_usage("npb_cg") else {
+        return ExitCode::FAILURE;
     };
+    let class = Class::new(name);
     let universe = mpirt::initialize().expect("mpirt is initialized once");
     let world = universe.world();
     let (rank, size) = (world.rank(), world.size());
-    if let Err(message) = npb::power_of_two_processes("npb_cg", size) {
-        // Every process refuses; one says why.
-        if rank == 0 {
-            eprintln!("{message}");
-        }
+    if !npb::power_of_two_or_refuse("npb_cg", &world) {
         return ExitCode::FAILURE;
     }
     let grid = Grid::new(&world, &class);

@@ -21,12 +21,8 @@ const SEED: u64 = 271_828_183;
 const EPSILON: f64 = 1e-8;
 
 fn main() -> ExitCode {
-    let class = match npb::class_argument("npb_ep", &['S', 'W', 'A', 'B']) {
-        Ok(class) => class,
-        Err(usage) => {
-            eprintln!("{usage}");
-            return ExitCode::FAILURE;
-        }
+    let Some(class) = npb::class_or_usage("npb_ep") else {
+        return ExitCode::FAILURE;
     };
     // log2 of the number of pairs, and NPB's sums of the X and Y deviates.
     let (m, sx_reference, sy_reference) = match class {

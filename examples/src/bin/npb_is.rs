@@ -284,21 +284,14 @@ fn full_verify<C: Communicator>(world: &C, ranked: Ranked) -> bool {
 }
 
 fn main() -> ExitCode {
-    let class = match npb::class_argument("npb_is", &['S', 'W', 'A', 'B']) {
-        Ok(name) => Class::new(name),
-        Err(usage) => {
-            eprintln!("{usage}");
-            return ExitCode::FAILURE;
-        }
+    let Some(name) = npb::class_or_usage("npb_is") else {
+        return ExitCode::FAILURE;
     };
+    let class = Class::new(name);
     let universe = mpirt::initialize().expect("mpirt is initialized once");
     let world = universe.world();
     let size = world.size();
-    if let Err(message) = npb::power_of_two_processes("npb_is", size) {
-        // Every process refuses; one says why.
-        if world.rank() == 0 {
-            eprintln!("{message}");
-        }
+    if !npb::power_of_two_or_refuse("npb_is", &world) {
         return ExitCode::FAILURE;
     }
     let per_process = class.total_keys() / size as usize;

@@ -355,12 +355,8 @@ impl Multigrid<'_> {
 }
 
 fn main() -> ExitCode {
-    let class = match npb::class_argument("npb_mg", &['S', 'W', 'A', 'B']) {
-        Ok(class) => class,
-        Err(usage) => {
-            eprintln!("{usage}");
-            return ExitCode::FAILURE;
-        }
+    let Some(class) = npb::class_or_usage("npb_mg") else {
+        return ExitCode::FAILURE;
     };
     let (n, iterations, reference) = match class {
         'S' => (32usize, 4, 0.5307707005734e-04),
@@ -371,11 +367,7 @@ fn main() -> ExitCode {
     let universe = mpirt::initialize().expect("mpirt is initialized once");
     let world = universe.world();
     let (rank, size) = (world.rank() as usize, world.size());
-    if let Err(message) = npb::power_of_two_processes("npb_mg", size) {
-        // Every process refuses; one says why.
-        if rank == 0 {
-            eprintln!("{message}");
-        }
+    if !npb::power_of_two_or_refuse("npb_mg", &world) {
         return ExitCode::FAILURE;
     }
     let size = size as usize;
