@@ -144,6 +144,8 @@ const MIXED_SLEEP: Duration = Duration::from_micros(250);
 /// Largest TCP frame: rendezvous data is streamed in DATA frames of up to this size, each
 /// read in place by the receiver, so it bounds only how long control frames wait behind one.
 const TCP_MAX_FRAME: usize = 4 << 20;
+/// Progress rounds a rank with shared-memory peers skips polling quiet TCP sockets.
+const TCP_QUIET_ROUNDS: u32 = 16;
 /// How long dialling one of a peer's addresses may take before the next is tried.
 const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Engine {
@@ -153,6 +155,8 @@ pub struct Engine {
     links: Vec<Option<Link>>,
     shm: Option<ShmTransport>,
     tcp: Option<TcpTransport>,
+    /// Rounds left before quiet TCP sockets are polled again (see `progress`).
+    tcp_rounds_to_skip: u32,
     #[cfg(feature = "verbs")]
     verbs: Option<VerbsTransport>,
     /// Host of each rank, for errors that name where a failed peer runs.
@@ -453,6 +457,7 @@ impl Engine {
             links,
             shm,
             tcp,
+            tcp_rounds_to_skip: 0,
             #[cfg(feature = "verbs")]
             verbs,
             #[cfg(feature = "verbs")]
@@ -774,6 +779,13 @@ impl Engine {
     /// Sleeps until a transport may have something for us: each wait returns on a frame for
     /// us, and on room where our frame was refused.
     fn sleep(&mut self) -> Result<(), PmlError> {
+        self.sleep_on_transports()?;
+        // Whatever woke us may have come over TCP: look there on the next round.
+        self.tcp_rounds_to_skip = 0;
+        Ok(())
+    }
+
+    fn sleep_on_transports(&mut self) -> Result<(), PmlError> {
         #[cfg(feature = "verbs")]
         if let Some(v) = &mut self.verbs {
             v.arm();
@@ -823,11 +835,20 @@ impl Engine {
             moved |= n > 0;
         }
         if let Some(tcp) = &mut self.tcp {
-            let n = tcp
-                .poll(&mut self.core)
-                .map_err(|e| e.on_host(&self.hosts))?;
-            self.counters.frames_received += n as u64;
-            moved |= n > 0;
+            if self.tcp_rounds_to_skip == 0 {
+                let n = tcp
+                    .poll(&mut self.core)
+                    .map_err(|e| e.on_host(&self.hosts))?;
+                self.counters.frames_received += n as u64;
+                moved |= n > 0;
+                // Polling sockets is a syscall; a rank that also has shared-memory peers
+                // looks at them only every few rounds while nothing comes over TCP.
+                if n == 0 && self.shm.is_some() {
+                    self.tcp_rounds_to_skip = TCP_QUIET_ROUNDS;
+                }
+            } else {
+                self.tcp_rounds_to_skip -= 1;
+            }
         }
         #[cfg(feature = "verbs")]
         if let Some(v) = &mut self.verbs {
