@@ -1,0 +1,3 @@
+//! A PML on UCX's tag-matching API.
+
+mod ffi;
