@@ -141,14 +141,14 @@ fn everyone_to_everyone(p: &mut UcxPml) {
 
 /// Rank 0 checks; the others send. Each step ends before the next starts, since every
 /// sender finishes its sends in order and rank 0 takes them in order.
-fn rank_main(dir: &Path, rank: u32, size: u32) {
+fn rank_main(dir: &Path, rank: u32, size: u32, spin: Duration) {
     let mut w = DirWireup {
         dir: dir.to_path_buf(),
         rank,
         size,
         round: 0,
     };
-    let mut p = UcxPml::new(&mut w, Duration::from_micros(100)).unwrap();
+    let mut p = UcxPml::new(&mut w, spin).unwrap();
     everyone_to_everyone(&mut p);
     if rank == 0 {
         // Every size from every peer, received by ANY_SOURCE, checked by checksum.
@@ -251,6 +251,8 @@ fn rank_main(dir: &Path, rank: u32, size: u32) {
             Err(PmlError::OutOfRange(_))
         ));
 
+        sleeps_until_woken(&mut p);
+
         // Everyone is done: release the senders.
         for peer in 1..size {
             recv(&mut p, SourceSel::Rank(peer), TagSel::Tag(100), 0);
@@ -288,11 +290,59 @@ fn rank_main(dir: &Path, rank: u32, size: u32) {
 
             send(&mut p, 0, 90, &pattern(1000, 90), SendMode::Standard);
             send(&mut p, 0, 91, &pattern(1 << 20, 91), SendMode::Standard);
+
+            // The other side of `sleeps_until_woken`.
+            std::thread::sleep(Duration::from_millis(300));
+            send(&mut p, 0, 110, &[], SendMode::Standard);
+            for _ in 0..PING_PONGS {
+                recv(&mut p, SourceSel::Rank(0), TagSel::Tag(111), 8);
+                send(&mut p, 0, 112, &[0; 8], SendMode::Standard);
+            }
         }
         send(&mut p, 0, 100, &[], SendMode::Standard);
         recv(&mut p, SourceSel::Rank(0), TagSel::Tag(101), 0);
     }
     p.flush_all().unwrap();
+}
+
+fn thread_cpu_time() -> Duration {
+    // SAFETY: all-zero is a valid rusage, which getrusage fills.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid rusage to write; RUSAGE_THREAD asks for this thread only,
+    // leaving out UCX's own threads.
+    assert_eq!(
+        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) },
+        0
+    );
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+const PING_PONGS: usize = 200;
+
+/// A rank blocked in a wait sleeps (it does not burn its core while rank 1 dawdles), and a
+/// peer's message wakes it through the worker's event fd: a wake-up missed would cost the
+/// 10 ms sleep bound each time, 2 s over the ping-pongs, and with no spin every wait sleeps.
+fn sleeps_until_woken(p: &mut UcxPml) {
+    let (wall, cpu) = (Instant::now(), thread_cpu_time());
+    recv(p, SourceSel::Rank(1), TagSel::Tag(110), 0);
+    let (wall, cpu) = (wall.elapsed(), thread_cpu_time() - cpu);
+    assert!(
+        wall >= Duration::from_millis(250),
+        "rank 1 sent after only {wall:?}"
+    );
+    assert!(cpu < wall / 2, "a {wall:?} wait used {cpu:?} of CPU");
+    let t = Instant::now();
+    for _ in 0..PING_PONGS {
+        send(p, 1, 111, &[0; 8], SendMode::Standard);
+        recv(p, SourceSel::Rank(1), TagSel::Tag(112), 8);
+    }
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "{PING_PONGS} ping-pongs took {took:?}"
+    );
+    println!("{PING_PONGS} ping-pongs in {took:?}; a {wall:?} wait used {cpu:?} of CPU");
 }
 
 const CHILD_ENV: &str = "PML_UCX_TEST_RANK";
@@ -302,10 +352,22 @@ fn ranks_over_ucx_tcp_and_shared_memory() {
     if let Ok(spec) = env::var(CHILD_ENV) {
         let mut it = spec.split(',');
         let (dir, rank, size) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
-        rank_main(Path::new(dir), rank.parse().unwrap(), size.parse().unwrap());
+        let spin = Duration::from_micros(it.next().unwrap().parse().unwrap());
+        rank_main(
+            Path::new(dir),
+            rank.parse().unwrap(),
+            size.parse().unwrap(),
+            spin,
+        );
         return;
     }
-    for (size, transports) in [(2, "tcp"), (3, "tcp"), (2, "sm,self"), (3, "sm,self")] {
+    // A spin of 0 makes every wait sleep on the worker's event fd.
+    for (size, transports, spin_us) in [
+        (2, "tcp", 100),
+        (3, "tcp", 0),
+        (2, "sm,self", 100),
+        (3, "sm,self", 0),
+    ] {
         let name = format!(
             "pml-ucx-{}-{size}-{}",
             std::process::id(),
@@ -321,7 +383,7 @@ fn ranks_over_ucx_tcp_and_shared_memory() {
                         "ranks_over_ucx_tcp_and_shared_memory",
                         "--nocapture",
                     ])
-                    .env(CHILD_ENV, format!("{},{r},{size}", dir.display()))
+                    .env(CHILD_ENV, format!("{},{r},{size},{spin_us}", dir.display()))
                     .env("UCX_TLS", transports)
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
@@ -343,7 +405,12 @@ fn ranks_over_ucx_tcp_and_shared_memory() {
             out0.contains(&format!("rank 0 checked {} peers", size - 1)),
             "{out0}"
         );
-        println!("UCX_TLS={transports}, {size} ranks: passed");
+        println!(
+            "UCX_TLS={transports}, {size} ranks, spin {spin_us} us: passed; {}",
+            out0.lines()
+                .find(|l| l.contains("ping-pongs"))
+                .unwrap_or_default()
+        );
         fs::remove_dir_all(dir).unwrap();
     }
 }
