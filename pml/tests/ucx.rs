@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use std::{env, fs};
 
-use pml::ucx::{tag, UcxPml};
+use pml::ucx::{tag, UcxConfig, UcxPml};
 use pml::{Done, PmlError, SendMode, SourceSel, Status, TagSel, Wireup};
 
 /// Key-value exchange through a directory: a put is a file, a fence waits for every rank's
@@ -141,14 +141,14 @@ fn everyone_to_everyone(p: &mut UcxPml) {
 
 /// Rank 0 checks; the others send. Each step ends before the next starts, since every
 /// sender finishes its sends in order and rank 0 takes them in order.
-fn rank_main(dir: &Path, rank: u32, size: u32, spin: Duration) {
+fn rank_main(dir: &Path, rank: u32, size: u32, config: &UcxConfig) {
     let mut w = DirWireup {
         dir: dir.to_path_buf(),
         rank,
         size,
         round: 0,
     };
-    let mut p = UcxPml::new(&mut w, spin).unwrap();
+    let mut p = UcxPml::new(&mut w, config).unwrap();
     everyone_to_everyone(&mut p);
     if rank == 0 {
         // Every size from every peer, received by ANY_SOURCE, checked by checksum.
@@ -352,24 +352,29 @@ fn ranks_over_ucx_tcp_and_shared_memory() {
     if let Ok(spec) = env::var(CHILD_ENV) {
         let mut it = spec.split(',');
         let (dir, rank, size) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
-        let spin = Duration::from_micros(it.next().unwrap().parse().unwrap());
+        let config = UcxConfig {
+            spin: Duration::from_micros(it.next().unwrap().parse().unwrap()),
+            detect_peer_failure: it.next() == Some("detect"),
+        };
         rank_main(
             Path::new(dir),
             rank.parse().unwrap(),
             size.parse().unwrap(),
-            spin,
+            &config,
         );
         return;
     }
-    // A spin of 0 makes every wait sleep on the worker's event fd.
-    for (size, transports, spin_us) in [
-        (2, "tcp", 100),
-        (3, "tcp", 0),
-        (2, "sm,self", 100),
-        (3, "sm,self", 0),
+    // A spin of 0 makes every wait sleep on the worker's event fd. UCX's shared-memory
+    // transports cannot detect dead peers, so only TCP runs with detection (see UcxConfig).
+    for (size, transports, spin_us, failures) in [
+        (2, "tcp", 100, "detect"),
+        (3, "tcp", 0, "detect"),
+        (3, "tcp", 0, "ignore"),
+        (2, "sm,self", 100, "ignore"),
+        (3, "sm,self", 0, "ignore"),
     ] {
         let name = format!(
-            "pml-ucx-{}-{size}-{}",
+            "pml-ucx-{}-{size}-{}-{failures}",
             std::process::id(),
             transports.replace(',', "-")
         );
@@ -383,7 +388,10 @@ fn ranks_over_ucx_tcp_and_shared_memory() {
                         "ranks_over_ucx_tcp_and_shared_memory",
                         "--nocapture",
                     ])
-                    .env(CHILD_ENV, format!("{},{r},{size},{spin_us}", dir.display()))
+                    .env(
+                        CHILD_ENV,
+                        format!("{},{r},{size},{spin_us},{failures}", dir.display()),
+                    )
                     .env("UCX_TLS", transports)
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
@@ -406,13 +414,89 @@ fn ranks_over_ucx_tcp_and_shared_memory() {
             "{out0}"
         );
         println!(
-            "UCX_TLS={transports}, {size} ranks, spin {spin_us} us: passed; {}",
+            "UCX_TLS={transports}, {size} ranks, spin {spin_us} us, peer failures: {failures}: \
+             passed; {}",
             out0.lines()
                 .find(|l| l.contains("ping-pongs"))
                 .unwrap_or_default()
         );
         fs::remove_dir_all(dir).unwrap();
     }
+}
+
+const DEATH_ENV: &str = "PML_UCX_TEST_DEATH";
+
+/// Rank 1 dies (exits without a word, as a crash would) while rank 0 waits for a message
+/// from it: rank 0's wait fails naming rank 1 instead of hanging, and a send to it fails too.
+#[test]
+fn a_dead_peer_is_an_error_not_a_hang() {
+    if let Ok(spec) = env::var(DEATH_ENV) {
+        let mut it = spec.split(',');
+        let (dir, rank) = (it.next().unwrap(), it.next().unwrap().parse().unwrap());
+        let mut w = DirWireup {
+            dir: PathBuf::from(dir),
+            rank,
+            size: 2,
+            round: 0,
+        };
+        let config = UcxConfig {
+            spin: Duration::from_micros(100),
+            detect_peer_failure: true,
+        };
+        let mut p = UcxPml::new(&mut w, &config).unwrap();
+        everyone_to_everyone(&mut p);
+        if rank == 1 {
+            // SAFETY: _exit ends the process at once, closing nothing: a crash, to the peer.
+            unsafe { libc::_exit(0) };
+        }
+        let t = Instant::now();
+        match try_recv(&mut p, SourceSel::Rank(1), TagSel::Tag(5), 4) {
+            Err(PmlError::Transport { peer: 1, cause, .. }) => {
+                println!("after {:?}: {cause}", t.elapsed())
+            }
+            other => panic!("a receive from a dead rank gave {other:?}"),
+        }
+        // SAFETY: refused before UCX sees the buffer.
+        let sent = unsafe { p.post_send(0, 0, 1, 5, SendMode::Standard, [0u8].as_ptr(), 1) };
+        assert!(
+            matches!(sent, Err(PmlError::Transport { peer: 1, .. })),
+            "{sent:?}"
+        );
+        println!("rank 0 saw rank 1 die");
+        return;
+    }
+    let dir = env::temp_dir().join(format!("pml-ucx-death-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let children: Vec<_> = (0..2)
+        .map(|r| {
+            Command::new(env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "a_dead_peer_is_an_error_not_a_hang",
+                    "--nocapture",
+                ])
+                .env(DEATH_ENV, format!("{},{r}", dir.display()))
+                .env("UCX_TLS", "tcp")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outputs = wait_all(children, Duration::from_secs(60));
+    let out0 = String::from_utf8_lossy(&outputs[0].stdout);
+    assert!(
+        outputs[0].status.success() && out0.contains("rank 0 saw rank 1 die"),
+        "rank 0:\n{out0}\n{}",
+        String::from_utf8_lossy(&outputs[0].stderr)
+    );
+    println!(
+        "{}",
+        out0.lines()
+            .find(|l| l.starts_with("after"))
+            .unwrap_or_default()
+    );
+    fs::remove_dir_all(dir).unwrap();
 }
 
 /// Waits for every rank; once one fails or the deadline passes, kills the rest, since they

@@ -4,11 +4,13 @@
 //!
 //! - [`tag`]: the envelope's layout in the 64-bit UCX tag, and the wildcard masks.
 //! - `worker`: the UCP context and worker, endpoints, progress and sleeping.
+//! - `failure`: which peers' connections broke, as UCX reports them.
 //! - `wireup`: worker addresses through the launcher's key-value service.
 //! - `request`: an operation's outcome, kept inside the UCX request itself.
 //! - `status`: UCX status codes as results.
 //! - `pml`: [`UcxPml`], the calls the layer above makes.
 
+mod failure;
 mod ffi;
 mod pml;
 mod request;
@@ -17,4 +19,4 @@ pub mod tag;
 mod wireup;
 mod worker;
 
-pub use pml::{UcxMessage, UcxPml};
+pub use pml::{UcxConfig, UcxMessage, UcxPml};

@@ -6,6 +6,7 @@
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
+use super::failure::PeerFailures;
 use super::ffi;
 use super::request::{self, peek};
 use super::status::{self, Started};
@@ -38,6 +39,18 @@ enum Kind {
 /// the worker goes).
 pub struct UcxMessage(ffi::ucp_tag_message_h);
 
+/// Settings of the UCX PML; UCX's own (`UCX_TLS`, ...) come from the environment.
+#[derive(Clone, Debug)]
+pub struct UcxConfig {
+    /// How long a wait spins on progress before it sleeps on the worker's event fd.
+    pub spin: Duration,
+    /// Endpoints in UCX's peer error mode: a peer that dies makes the waits on it fail
+    /// naming it, instead of hanging. UCX 1.13 then cannot use its shared-memory transports
+    /// (they cannot detect a dead peer): same-host peers go over TCP or the network, and with
+    /// `UCX_TLS=sm,self` no peer is reachable. Open MPI's pml/ucx leaves this off too.
+    pub detect_peer_failure: bool,
+}
+
 pub struct UcxPml {
     rank: Rank,
     size: u32,
@@ -46,12 +59,24 @@ pub struct UcxPml {
     ops: Requests<Op>,
     /// One per world rank, this one's included.
     endpoints: Vec<Endpoint>,
-    /// Declared last: dropped after `Drop` closed the endpoints.
+    /// Dropped after `Drop` closed the endpoints.
     worker: Worker,
+    /// Declared after the worker: its error callbacks write here until the worker is gone.
+    failures: PeerFailures,
 }
 
 fn out_of_range(e: tag::TagError) -> PmlError {
     PmlError::OutOfRange(e.to_string())
+}
+
+fn peer_failed(peer: Rank, status: ffi::ucs_status_t) -> PmlError {
+    PmlError::transport(
+        peer,
+        format!(
+            "UCX found the connection broken ({})",
+            status::describe(status)
+        ),
+    )
 }
 
 /// A receive's outcome, from the status and information its callback left.
@@ -89,9 +114,8 @@ fn probed(info: ffi::ucp_tag_recv_info_t) -> Status {
 
 impl UcxPml {
     /// Opens UCX (which reads its own settings, such as UCX_TLS, from the environment) and
-    /// connects to every rank through `wireup`'s key-value exchange. `spin` is how long a
-    /// wait polls before it sleeps.
-    pub fn new(wireup: &mut dyn Wireup, spin: Duration) -> Result<UcxPml, EngineError> {
+    /// connects to every rank through `wireup`'s key-value exchange.
+    pub fn new(wireup: &mut dyn Wireup, config: &UcxConfig) -> Result<UcxPml, EngineError> {
         let (rank, size) = (wireup.rank(), wireup.size());
         if size > tag::MAX_RANK + 1 {
             return Err(EngineError::Config(format!(
@@ -101,14 +125,17 @@ impl UcxPml {
         }
         let worker =
             Worker::new(size as usize).map_err(|e| EngineError::Transport(e.to_string()))?;
-        let endpoints = wireup::connect_all(&worker, wireup)?;
+        let failures = PeerFailures::new(size as usize);
+        let detecting = config.detect_peer_failure.then_some(&failures);
+        let endpoints = wireup::connect_all(&worker, wireup, detecting)?;
         Ok(UcxPml {
             rank,
             size,
-            spin,
+            spin: config.spin,
             ops: Requests::default(),
             endpoints,
             worker,
+            failures,
         })
     }
 
@@ -144,6 +171,9 @@ impl UcxPml {
             .get(peer as usize)
             .ok_or(PmlError::UnknownPeer(peer))?
             .handle();
+        if let Some(status) = self.failures.of(peer) {
+            return Err(peer_failed(peer, status));
+        }
         let ucx_tag = tag::pack(Envelope {
             context,
             source,
@@ -418,7 +448,8 @@ impl UcxPml {
     }
 
     /// Progresses until `done` holds: spin for `spin`, then sleep on the worker's event fd
-    /// so that oversubscribed ranks give their cores away.
+    /// so that oversubscribed ranks give their cores away. Once a peer's connection broke,
+    /// a wait that cannot finish fails naming that peer rather than hang on it.
     fn wait_until(
         &mut self,
         mut done: impl FnMut(&mut UcxPml) -> Result<bool, PmlError>,
@@ -432,6 +463,9 @@ impl UcxPml {
                 idle_since = None;
                 continue;
             }
+            if let Some((peer, status)) = self.failures.first() {
+                return Err(peer_failed(peer, status));
+            }
             if idle_since.get_or_insert_with(Instant::now).elapsed() < self.spin {
                 std::hint::spin_loop();
             } else {
@@ -443,6 +477,12 @@ impl UcxPml {
 
 impl Drop for UcxPml {
     fn drop(&mut self) {
-        self.worker.close(self.endpoints.drain(..));
+        let failures = &self.failures;
+        self.worker.close(
+            self.endpoints
+                .drain(..)
+                .enumerate()
+                .map(|(peer, ep)| (ep, failures.of(peer as Rank).is_some())),
+        );
     }
 }

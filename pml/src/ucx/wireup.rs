@@ -1,6 +1,7 @@
 //! Worker addresses through the launcher's key-value service: each rank puts its own, all
 //! fence, each connects an endpoint to every rank (itself included, for self-sends).
 
+use super::failure::PeerFailures;
 use super::worker::{Endpoint, Worker};
 use crate::engine::{EngineError, Wireup};
 
@@ -22,8 +23,13 @@ fn decode(text: &[u8]) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// Publishes this worker's address, then connects to every rank's.
-pub fn connect_all(worker: &Worker, wireup: &mut dyn Wireup) -> Result<Vec<Endpoint>, EngineError> {
+/// Publishes this worker's address, then connects to every rank's. With `failures`,
+/// endpoints detect broken connections and record them there (it must outlive the worker).
+pub fn connect_all(
+    worker: &Worker,
+    wireup: &mut dyn Wireup,
+    failures: Option<&PeerFailures>,
+) -> Result<Vec<Endpoint>, EngineError> {
     let rank = wireup.rank();
     let address = worker
         .address()
@@ -39,7 +45,7 @@ pub fn connect_all(worker: &Worker, wireup: &mut dyn Wireup) -> Result<Vec<Endpo
                 EngineError::Wireup(format!("rank {peer}'s UCX worker address is not hex"))
             })?;
             worker
-                .connect(&address)
+                .connect(&address, failures.map(|f| f.callback_arg(peer)))
                 .map_err(|e| EngineError::Transport(format!("connecting to rank {peer}: {e}")))
         })
         .collect()

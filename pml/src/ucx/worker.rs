@@ -1,10 +1,12 @@
 //! A UCP context and its one worker, owned together, and endpoints to peers' workers.
 
+use std::ffi::c_void;
 use std::mem::{self, MaybeUninit};
 use std::os::fd::RawFd;
 use std::ptr;
 use std::time::{Duration, Instant};
 
+use super::failure;
 use super::ffi;
 use super::request::{self, RequestState};
 use super::status::{self, check, Started};
@@ -111,12 +113,29 @@ impl Worker {
     }
 
     /// An endpoint to the worker whose address is `address` (another worker's `address()`).
-    pub fn connect(&self, address: &[u8]) -> Result<Endpoint, PmlError> {
-        // SAFETY: an all-zero ucp_ep_params_t is valid; only the remote address is set and
+    /// With `on_failure`, the endpoint is in UCX's peer error mode: if the connection breaks,
+    /// UCX fails its operations and calls `failure::on_error` with `on_failure`, which must
+    /// stay valid while this worker lives.
+    pub fn connect(
+        &self,
+        address: &[u8],
+        on_failure: Option<*mut c_void>,
+    ) -> Result<Endpoint, PmlError> {
+        // SAFETY: an all-zero ucp_ep_params_t is valid; the fields set below are the ones
         // named in the field mask.
         let mut params: ffi::ucp_ep_params_t = unsafe { mem::zeroed() };
         params.field_mask = u64::from(ffi::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS);
         params.address = address.as_ptr().cast();
+        if let Some(arg) = on_failure {
+            params.field_mask |= u64::from(
+                ffi::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | ffi::UCP_EP_PARAM_FIELD_ERR_HANDLER,
+            );
+            params.err_mode = ffi::UCP_ERR_HANDLING_MODE_PEER;
+            params.err_handler = ffi::ucp_err_handler_t {
+                cb: Some(failure::on_error),
+                arg,
+            };
+        }
         let mut ep = ptr::null_mut();
         // SAFETY: the worker is live; `address` is a worker address's bytes, which UCX
         // parses (and copies what it needs from) during the call.
@@ -166,12 +185,17 @@ impl Worker {
         })
     }
 
-    /// Closes endpoints, flushing what they still carry; progresses until they are closed
-    /// or `CLOSE_LIMIT` passes.
-    pub fn close(&self, endpoints: impl IntoIterator<Item = Endpoint>) {
-        let param = request::send_param();
+    /// Closes endpoints, flushing what the sound ones still carry (a broken one, `true`
+    /// beside it, is released at once, as UCX requires); progresses until they are closed or
+    /// `CLOSE_LIMIT` passes.
+    pub fn close(&self, endpoints: impl IntoIterator<Item = (Endpoint, bool)>) {
         let mut pending = Vec::new();
-        for Endpoint(ep) in endpoints {
+        for (Endpoint(ep), broken) in endpoints {
+            let mut param = request::send_param();
+            if broken {
+                param.op_attr_mask |= ffi::UCP_OP_ATTR_FIELD_FLAGS;
+                param.flags = ffi::UCP_EP_CLOSE_FLAG_FORCE;
+            }
             // SAFETY: `ep` is a live endpoint of this worker, closed once (it was moved in).
             let closing = unsafe { ffi::ucp_ep_close_nbx(ep, &param) };
             // A close that failed at once has nothing left to wait for.
