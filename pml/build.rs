@@ -36,6 +36,8 @@ mod ucx {
         "ucp_request_cancel",
         "ucp_request_free",
         "ucs_status_string",
+        "ucp_get_version_string",
+        "ucp_ep_print_info",
     ];
 
     const TYPES: &[&str] = &[

@@ -151,6 +151,24 @@ fn rank_main(dir: &Path, rank: u32, size: u32, config: &UcxConfig) {
     let mut p = UcxPml::new(&mut w, config).unwrap();
     everyone_to_everyone(&mut p);
     if rank == 0 {
+        println!("{}", p.description());
+        // UCX_TLS is obeyed: TCP only, or shared memory only, between the ranks.
+        let to_peers = p
+            .description()
+            .split("to peers by ")
+            .nth(1)
+            .unwrap_or_default();
+        let to_peers = to_peers.split(',').next().unwrap_or_default();
+        let by_tcp = to_peers.split('+').all(|t| t.starts_with("tcp/"));
+        let by_shm = to_peers.split('+').all(|t| {
+            ["posix/", "sysv/", "cma/", "knem/", "xpmem/"]
+                .iter()
+                .any(|s| t.starts_with(s))
+        });
+        match env::var("UCX_TLS").as_deref() {
+            Ok("tcp") => assert!(by_tcp, "{}", p.description()),
+            _ => assert!(by_shm, "{}", p.description()),
+        }
         // Every size from every peer, received by ANY_SOURCE, checked by checksum.
         for _ in 1..size {
             for (i, &len) in SIZES.iter().enumerate() {
@@ -412,6 +430,12 @@ fn ranks_over_ucx_tcp_and_shared_memory() {
         assert!(
             out0.contains(&format!("rank 0 checked {} peers", size - 1)),
             "{out0}"
+        );
+        println!(
+            "{}",
+            out0.lines()
+                .find(|l| l.contains("over UCX"))
+                .unwrap_or_default()
         );
         println!(
             "UCX_TLS={transports}, {size} ranks, spin {spin_us} us, peer failures: {failures}: \

@@ -12,7 +12,7 @@ use super::request::{self, peek};
 use super::status::{self, Started};
 use super::tag;
 use super::wireup;
-use super::worker::{Endpoint, Worker};
+use super::worker::{self, Endpoint, Worker};
 use crate::engine::{Done, EngineError, SendMode, Wireup};
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
@@ -63,6 +63,7 @@ pub struct UcxPml {
     worker: Worker,
     /// Declared after the worker: its error callbacks write here until the worker is gone.
     failures: PeerFailures,
+    description: String,
 }
 
 fn out_of_range(e: tag::TagError) -> PmlError {
@@ -112,6 +113,40 @@ fn probed(info: ffi::ucp_tag_recv_info_t) -> Status {
     }
 }
 
+/// "rank 1 of 4 over UCX 1.13.1, to peers by tcp/eth0.0, to itself by self/memory0; peer
+/// failure detection off"
+fn describe(rank: Rank, size: u32, endpoints: &[Endpoint], config: &UcxConfig) -> String {
+    let mut to_peers: Vec<String> = Vec::new();
+    for (_, ep) in endpoints
+        .iter()
+        .enumerate()
+        .filter(|&(p, _)| p as Rank != rank)
+    {
+        for t in ep.transports() {
+            if !to_peers.contains(&t) {
+                to_peers.push(t);
+            }
+        }
+    }
+    let to_self = endpoints
+        .get(rank as usize)
+        .map(|ep| ep.transports().join("+"))
+        .unwrap_or_default();
+    let mut d = format!("rank {rank} of {size} over UCX {}", worker::version());
+    if !to_peers.is_empty() {
+        d += &format!(", to peers by {}", to_peers.join("+"));
+    }
+    d += &format!(
+        ", to itself by {to_self}; peer failure detection {}",
+        if config.detect_peer_failure {
+            "on"
+        } else {
+            "off"
+        }
+    );
+    d
+}
+
 impl UcxPml {
     /// Opens UCX (which reads its own settings, such as UCX_TLS, from the environment) and
     /// connects to every rank through `wireup`'s key-value exchange.
@@ -128,6 +163,7 @@ impl UcxPml {
         let failures = PeerFailures::new(size as usize);
         let detecting = config.detect_peer_failure.then_some(&failures);
         let endpoints = wireup::connect_all(&worker, wireup, detecting)?;
+        let description = describe(rank, size, &endpoints, config);
         Ok(UcxPml {
             rank,
             size,
@@ -136,7 +172,13 @@ impl UcxPml {
             endpoints,
             worker,
             failures,
+            description,
         })
+    }
+
+    /// What this rank runs on, for `--verbose`: UCX's version and the transports it chose.
+    pub fn description(&self) -> &str {
+        &self.description
     }
 
     pub fn rank(&self) -> Rank {

@@ -242,6 +242,14 @@ impl Worker {
     }
 }
 
+/// The version of the UCX library loaded, such as "1.13.1".
+pub fn version() -> String {
+    // SAFETY: ucp_get_version_string returns a static NUL-terminated string.
+    unsafe { std::ffi::CStr::from_ptr(ffi::ucp_get_version_string()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
 impl Drop for Worker {
     fn drop(&mut self) {
         // SAFETY: both handles are live and dropped once, worker first (UCX's order).
@@ -255,5 +263,63 @@ impl Drop for Worker {
 impl Endpoint {
     pub fn handle(&self) -> ffi::ucp_ep_h {
         self.0
+    }
+
+    /// The transports and devices UCX chose for this endpoint, as `tcp/eth0` or
+    /// `posix/memory`, read from UCX's printout of its lanes (UCX 1.13 has no query for them).
+    pub fn transports(&self) -> Vec<String> {
+        let mut text: *mut libc::c_char = ptr::null_mut();
+        let mut len: libc::size_t = 0;
+        // SAFETY: open_memstream gets two valid out-locations, filled at fclose.
+        let stream = unsafe { libc::open_memstream(&mut text, &mut len) };
+        if stream.is_null() {
+            return Vec::new();
+        }
+        // SAFETY: the endpoint is live; `stream` is an open FILE, which bindgen's FILE and
+        // libc's name alike (glibc's struct _IO_FILE); it is closed once, below, after which
+        // `text` holds `len` bytes that we own and free once.
+        let printout = unsafe {
+            ffi::ucp_ep_print_info(self.0, stream.cast());
+            libc::fclose(stream);
+            let bytes = std::slice::from_raw_parts(text.cast::<u8>(), len).to_vec();
+            libc::free(text.cast());
+            bytes
+        };
+        lanes(&String::from_utf8_lossy(&printout))
+    }
+}
+
+/// The `transport/device` of each lane in a `ucp_ep_print_info` printout, whose lane lines
+/// read `#  lane[0]:  1:tcp/eth0.0 md[1] ...`; each named once.
+fn lanes(printout: &str) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
+    for line in printout.lines().filter(|l| l.contains("lane[")) {
+        let resource = line.split_whitespace().find_map(|word| {
+            word.split_once(':')
+                .map(|(_, r)| r)
+                .filter(|r| r.contains('/'))
+        });
+        if let Some(r) = resource {
+            let r = r.to_string();
+            if !found.contains(&r) {
+                found.push(r);
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_are_read_from_the_printout() {
+        let printout = "#\n# UCP endpoint\n#\n#               peer: <no debug data>\n\
+            #                 lane[0]:  8:tcp/eth0.0 md[2]      -> md[2]/tcp/sysdev[255] am am_bw#0\n\
+            #                 lane[1]:  3:posix/memory.0 md[1] -> md[1]/posix rma_bw#0\n\
+            #                 lane[2]:  8:tcp/eth0.0 md[2]      -> md[2]/tcp rma_bw#1\n";
+        assert_eq!(lanes(printout), ["tcp/eth0.0", "posix/memory.0"]);
+        assert!(lanes("# nothing here").is_empty());
     }
 }
