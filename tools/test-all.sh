@@ -6,8 +6,9 @@ cd "$(dirname "$0")/.."
 
 need_pkgs=()
 command -v cc >/dev/null || need_pkgs+=(gcc)
-# The verbs transport's build needs rdma-core's headers and libclang (for rdma-sys's bindgen).
-for pkg in libibverbs-dev librdmacm-dev libclang-dev python3; do
+# The verbs transport's build needs rdma-core's headers and libclang (for rdma-sys's bindgen);
+# the UCX PML's needs UCX's headers and pkg-config.
+for pkg in libibverbs-dev librdmacm-dev libclang-dev libucx-dev pkg-config python3; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$pkg")
 done
 if ((${#need_pkgs[@]})); then
@@ -38,6 +39,12 @@ else
 fi
 echo "== cargo test"
 cargo test --workspace --release
+
+# The UCX PML (pml's `ucx` feature), in its own target directory so that the default build's
+# artifacts stay as they are: its tests run ranks over UCX's TCP and shared-memory transports.
+echo "== UCX PML: clippy and tests with --features ucx"
+CARGO_TARGET_DIR=target/ucx cargo clippy -p pml --all-targets --release --features ucx -- -D warnings
+CARGO_TARGET_DIR=target/ucx cargo test --release -p pml --features ucx --lib --test ucx
 
 # Slurm: ranks started by srun --mpi=pmi2 across four test hosts, with a real Slurm
 # (../shared/testhosts/slurm-local; it installs Debian's slurm packages if missing).

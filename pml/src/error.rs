@@ -34,6 +34,14 @@ pub enum PmlError {
         host: String,
         cause: String,
     },
+    /// An envelope value that the PML in use cannot carry (the UCX PML's tag has room for
+    /// fewer bits than the envelope's types); the text names the value and the limit.
+    OutOfRange(String),
+    /// A UCX call failed (the UCX PML): which operation, and UCX's own words.
+    Ucx {
+        operation: &'static str,
+        cause: String,
+    },
 }
 
 impl PmlError {
@@ -98,6 +106,8 @@ impl fmt::Display for PmlError {
                     "the connection with rank {peer} on {host} failed: {cause}"
                 )
             }
+            PmlError::OutOfRange(what) => f.write_str(what),
+            PmlError::Ucx { operation, cause } => write!(f, "UCX {operation} failed: {cause}"),
         }
     }
 }

@@ -15,6 +15,8 @@ pub mod protocol;
 pub mod requests;
 pub mod sequence;
 pub mod transport;
+#[cfg(feature = "ucx")]
+pub mod ucx;
 pub mod wire;
 
 pub use config::{EngineConfig, TransportChoice};

@@ -1,0 +1,89 @@
+//! With the `ucx` feature, generates Rust bindings for the part of UCX's UCP API that
+//! `pml::ucx` uses, from the system's headers, and links libucp and libucs. Without the
+//! feature this does nothing, so the default build needs no C library and no libclang.
+
+fn main() {
+    #[cfg(feature = "ucx")]
+    ucx::generate();
+}
+
+#[cfg(feature = "ucx")]
+mod ucx {
+    use std::env;
+    use std::path::PathBuf;
+
+    /// The UCP functions `pml::ucx` calls; their types and constants come with them, plus
+    /// the enums listed below. Everything else in ucp.h stays out of the bindings.
+    const FUNCTIONS: &[&str] = &[
+        "ucp_init_version",
+        "ucp_cleanup",
+        "ucp_worker_create",
+        "ucp_worker_destroy",
+        "ucp_worker_get_address",
+        "ucp_worker_release_address",
+        "ucp_worker_progress",
+        "ucp_worker_get_efd",
+        "ucp_worker_arm",
+        "ucp_worker_flush_nbx",
+        "ucp_ep_create",
+        "ucp_ep_close_nbx",
+        "ucp_tag_send_nbx",
+        "ucp_tag_send_sync_nbx",
+        "ucp_tag_recv_nbx",
+        "ucp_tag_probe_nb",
+        "ucp_tag_msg_recv_nbx",
+        "ucp_request_check_status",
+        "ucp_request_cancel",
+        "ucp_request_free",
+        "ucs_status_string",
+        "ucp_get_version_string",
+        "ucp_ep_print_info",
+    ];
+
+    const TYPES: &[&str] = &[
+        "ucp_feature",
+        "ucp_params_field",
+        "ucp_worker_params_field",
+        "ucp_ep_params_field",
+        "ucp_op_attr_t",
+        "ucp_ep_close_flags_t",
+        "ucs_thread_mode_t",
+        "ucp_err_handling_mode_t",
+        "ucs_status_t",
+    ];
+
+    const CONSTANTS: &[&str] = &["UCP_API_MAJOR", "UCP_API_MINOR"];
+
+    pub fn generate() {
+        let ucx = pkg_config::Config::new()
+            .atleast_version("1.13")
+            .probe("ucx")
+            .expect("the `ucx` feature needs UCX's headers and libraries (Debian: libucx-dev)");
+        let mut builder = bindgen::Builder::default()
+            .header_contents("ucx.h", "#include <ucp/api/ucp.h>\n")
+            .clang_args(
+                ucx.include_paths
+                    .iter()
+                    .map(|p| format!("-I{}", p.display())),
+            )
+            .default_enum_style(bindgen::EnumVariation::Consts)
+            .prepend_enum_name(false)
+            .layout_tests(false)
+            .parse_callbacks(Box::new(bindgen::CargoCallbacks));
+        for f in FUNCTIONS {
+            builder = builder.allowlist_function(f);
+        }
+        for t in TYPES {
+            builder = builder.allowlist_type(t);
+        }
+        for c in CONSTANTS {
+            builder = builder.allowlist_var(c);
+        }
+        let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+        builder
+            .generate()
+            .expect("bindgen could not read UCX's headers (is libclang-dev installed?)")
+            .write_to_file(out.join("ucx_bindings.rs"))
+            .expect("writing the UCX bindings");
+    }
+}

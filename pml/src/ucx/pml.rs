@@ -1,0 +1,530 @@
+//! `UcxPml`: MPI point-to-point on UCX's tag matching, with the native engine's calls
+//! (post, test, wait, probe, matched probe, cancel) so that the layer above can hold either.
+//! UCX does the matching, the protocols (eager, rendezvous, synchronous acks) and the
+//! transports; this maps envelopes to UCX tags and outcomes to `Done` and `PmlError`.
+
+use std::ffi::c_void;
+use std::time::{Duration, Instant};
+
+use super::failure::PeerFailures;
+use super::ffi;
+use super::request::{self, peek};
+use super::status::{self, Started};
+use super::tag;
+use super::wireup;
+use super::worker::{self, Endpoint, Worker};
+use crate::engine::{Done, EngineError, SendMode, Wireup};
+use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
+use crate::error::PmlError;
+use crate::requests::{Handle, Requests};
+
+/// The longest one sleep on the worker's event fd lasts: a bound, in case a transport
+/// fails to signal, not the expected wake-up (a peer's message wakes it sooner).
+const SLEEP: Duration = Duration::from_millis(10);
+
+/// An operation in flight: its UCX request (whose state the callback fills) and what kind
+/// it is.
+struct Op {
+    request: *mut c_void,
+    kind: Kind,
+}
+
+enum Kind {
+    Send { peer: Rank },
+    Recv { buffer_len: usize },
+}
+
+/// A message a matched probe took out of UCX's unexpected queue; receive it with
+/// `post_matched_recv` (MPI requires it; one dropped unreceived stays in UCX's memory until
+/// the worker goes).
+pub struct UcxMessage(ffi::ucp_tag_message_h);
+
+/// Settings of the UCX PML; UCX's own (`UCX_TLS`, ...) come from the environment.
+#[derive(Clone, Debug)]
+pub struct UcxConfig {
+    /// How long a wait spins on progress before it sleeps on the worker's event fd.
+    pub spin: Duration,
+    /// Endpoints in UCX's peer error mode: a peer that dies makes the waits on it fail
+    /// naming it, instead of hanging. UCX 1.13 then cannot use its shared-memory transports
+    /// (they cannot detect a dead peer): same-host peers go over TCP or the network, and with
+    /// `UCX_TLS=sm,self` no peer is reachable. Open MPI's pml/ucx leaves this off too.
+    pub detect_peer_failure: bool,
+}
+
+pub struct UcxPml {
+    rank: Rank,
+    size: u32,
+    /// How long a wait spins on progress before it sleeps on the worker's event fd.
+    spin: Duration,
+    ops: Requests<Op>,
+    /// One per world rank, this one's included.
+    endpoints: Vec<Endpoint>,
+    /// Dropped after `Drop` closed the endpoints.
+    worker: Worker,
+    /// Declared after the worker: its error callbacks write here until the worker is gone.
+    failures: PeerFailures,
+    description: String,
+}
+
+fn out_of_range(e: tag::TagError) -> PmlError {
+    PmlError::OutOfRange(e.to_string())
+}
+
+fn peer_failed(peer: Rank, status: ffi::ucs_status_t) -> PmlError {
+    PmlError::transport(
+        peer,
+        format!(
+            "UCX found the connection broken ({})",
+            status::describe(status)
+        ),
+    )
+}
+
+/// A receive's outcome, from the status and information its callback left.
+fn received(
+    status: ffi::ucs_status_t,
+    info: ffi::ucp_tag_recv_info_t,
+    buffer_len: usize,
+) -> Result<Done, PmlError> {
+    let envelope = tag::unpack(info.sender_tag);
+    let found = Status {
+        source: envelope.source,
+        tag: envelope.tag,
+        len: info.length as usize,
+    };
+    match status {
+        ffi::UCS_OK => Ok(Done::Received(found)),
+        ffi::UCS_ERR_MESSAGE_TRUNCATED => Err(PmlError::Truncated {
+            message_len: found.len,
+            buffer_len,
+            status: found,
+        }),
+        ffi::UCS_ERR_CANCELED => Err(PmlError::Cancelled),
+        other => Err(status::failed("tag receive", other)),
+    }
+}
+
+fn probed(info: ffi::ucp_tag_recv_info_t) -> Status {
+    let envelope = tag::unpack(info.sender_tag);
+    Status {
+        source: envelope.source,
+        tag: envelope.tag,
+        len: info.length as usize,
+    }
+}
+
+/// "rank 1 of 4 over UCX 1.13.1, to peers by tcp/eth0.0, to itself by self/memory0; peer
+/// failure detection off"
+fn describe(rank: Rank, size: u32, endpoints: &[Endpoint], config: &UcxConfig) -> String {
+    let mut to_peers: Vec<String> = Vec::new();
+    for (_, ep) in endpoints
+        .iter()
+        .enumerate()
+        .filter(|&(p, _)| p as Rank != rank)
+    {
+        for t in ep.transports() {
+            if !to_peers.contains(&t) {
+                to_peers.push(t);
+            }
+        }
+    }
+    let to_self = endpoints
+        .get(rank as usize)
+        .map(|ep| ep.transports().join("+"))
+        .unwrap_or_default();
+    let mut d = format!("rank {rank} of {size} over UCX {}", worker::version());
+    if !to_peers.is_empty() {
+        d += &format!(", to peers by {}", to_peers.join("+"));
+    }
+    d += &format!(
+        ", to itself by {to_self}; peer failure detection {}",
+        if config.detect_peer_failure {
+            "on"
+        } else {
+            "off"
+        }
+    );
+    d
+}
+
+impl UcxPml {
+    /// Opens UCX (which reads its own settings, such as UCX_TLS, from the environment) and
+    /// connects to every rank through `wireup`'s key-value exchange.
+    pub fn new(wireup: &mut dyn Wireup, config: &UcxConfig) -> Result<UcxPml, EngineError> {
+        let (rank, size) = (wireup.rank(), wireup.size());
+        if size > tag::MAX_RANK + 1 {
+            return Err(EngineError::Config(format!(
+                "the UCX PML carries ranks below {}; this job has {size}",
+                tag::MAX_RANK + 1
+            )));
+        }
+        let worker =
+            Worker::new(size as usize).map_err(|e| EngineError::Transport(e.to_string()))?;
+        let failures = PeerFailures::new(size as usize);
+        let detecting = config.detect_peer_failure.then_some(&failures);
+        let endpoints = wireup::connect_all(&worker, wireup, detecting)?;
+        let description = describe(rank, size, &endpoints, config);
+        Ok(UcxPml {
+            rank,
+            size,
+            spin: config.spin,
+            ops: Requests::default(),
+            endpoints,
+            worker,
+            failures,
+            description,
+        })
+    }
+
+    /// What this rank runs on, for `--verbose`: UCX's version and the transports it chose.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    pub fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// Starts a send of `len` bytes at `buf` to world rank `peer` in the communicator
+    /// `context`, where this rank is `source`. A send UCX finished at once (a small eager
+    /// message) returns [`Handle::SENT`]. Synchronous sends complete once the receiver
+    /// matched the message (`ucp_tag_send_sync_nbx`).
+    ///
+    /// # Safety
+    /// `buf` must be valid for reads of `len` bytes and must not be written or freed until the
+    /// request completes (`test` or `wait` reported it).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn post_send(
+        &mut self,
+        context: ContextId,
+        source: Rank,
+        peer: Rank,
+        tag: Tag,
+        mode: SendMode,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<Handle, PmlError> {
+        let ep = self
+            .endpoints
+            .get(peer as usize)
+            .ok_or(PmlError::UnknownPeer(peer))?
+            .handle();
+        if let Some(status) = self.failures.of(peer) {
+            return Err(peer_failed(peer, status));
+        }
+        let ucx_tag = tag::pack(Envelope {
+            context,
+            source,
+            tag,
+        })
+        .map_err(out_of_range)?;
+        let param = request::send_param();
+        let (buf, count) = (buf.cast::<c_void>(), len as ffi::size_t);
+        // SAFETY: `ep` is a live endpoint of this worker; the caller keeps `buf` readable
+        // and unchanged until the request completes; `param`'s callback is the send kind.
+        let started = unsafe {
+            match mode {
+                SendMode::Standard => ffi::ucp_tag_send_nbx(ep, buf, count, ucx_tag, &param),
+                SendMode::Synchronous => {
+                    ffi::ucp_tag_send_sync_nbx(ep, buf, count, ucx_tag, &param)
+                }
+            }
+        };
+        match status::started("tag send", started)
+            .map_err(|e| PmlError::transport(peer, e.to_string()))?
+        {
+            Started::Done => Ok(Handle::SENT),
+            Started::Pending(request) => Ok(self.ops.insert(Op {
+                request,
+                kind: Kind::Send { peer },
+            })),
+        }
+    }
+
+    /// Starts a receive into `len` bytes at `buf`.
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `len` bytes and must not be accessed otherwise until
+    /// the request completes.
+    pub unsafe fn post_recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Handle, PmlError> {
+        let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
+        let param = request::recv_param();
+        // SAFETY: the worker is live; the caller lends `buf` for `len` bytes until the
+        // request completes; `param`'s callback is the tag-receive kind.
+        let started = unsafe {
+            ffi::ucp_tag_recv_nbx(
+                self.worker.handle(),
+                buf.cast(),
+                len as ffi::size_t,
+                wanted,
+                mask,
+                &param,
+            )
+        };
+        self.track_recv("ucp_tag_recv_nbx", started, len)
+    }
+
+    /// Receives the message a matched probe took.
+    ///
+    /// # Safety
+    /// As for `post_recv`.
+    pub unsafe fn post_matched_recv(
+        &mut self,
+        message: UcxMessage,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Handle, PmlError> {
+        let param = request::recv_param();
+        // SAFETY: as in `post_recv`; `message` came from a removing probe on this worker and
+        // is consumed here, so it is received once.
+        let started = unsafe {
+            ffi::ucp_tag_msg_recv_nbx(
+                self.worker.handle(),
+                buf.cast(),
+                len as ffi::size_t,
+                message.0,
+                &param,
+            )
+        };
+        self.track_recv("ucp_tag_msg_recv_nbx", started, len)
+    }
+
+    fn track_recv(
+        &mut self,
+        operation: &'static str,
+        started: ffi::ucs_status_ptr_t,
+        buffer_len: usize,
+    ) -> Result<Handle, PmlError> {
+        match status::started(operation, started)? {
+            Started::Pending(request) => Ok(self.ops.insert(Op {
+                request,
+                kind: Kind::Recv { buffer_len },
+            })),
+            // recv_param refuses immediate completion, so UCX always hands back a request.
+            Started::Done => Err(PmlError::Ucx {
+                operation,
+                cause: "completed without a request despite UCP_OP_ATTR_FLAG_NO_IMM_CMPL".into(),
+            }),
+        }
+    }
+
+    /// Takes the request's outcome if it finished.
+    fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
+        if h == Handle::SENT {
+            return Ok(Some(Done::Sent));
+        }
+        let op = self.ops.get(h).map_err(|_| PmlError::StaleRequest(h))?;
+        // SAFETY: requests in `ops` are live: they leave it only when freed, just below.
+        if unsafe { peek(op.request) }.is_none() {
+            return Ok(None);
+        }
+        let op = self.ops.remove(h).map_err(|_| PmlError::StaleRequest(h))?;
+        // SAFETY: the request is live and finished (peeked above), and leaves `ops` here.
+        let (status, info) = unsafe { request::take_and_free(op.request) };
+        match op.kind {
+            Kind::Send { peer } => match status {
+                ffi::UCS_OK => Ok(Some(Done::Sent)),
+                other => Err(PmlError::transport(peer, status::describe(other))),
+            },
+            Kind::Recv { buffer_len } => received(status, info, buffer_len).map(Some),
+        }
+    }
+
+    /// Collects the request if it finished; the handle is spent once this returns `Some`
+    /// (or an error).
+    pub fn test(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
+        if let Some(done) = self.collect(h)? {
+            return Ok(Some(done));
+        }
+        self.progress();
+        self.collect(h)
+    }
+
+    /// Whether the request finished, without collecting it.
+    pub fn is_complete(&self, h: Handle) -> Result<bool, PmlError> {
+        if h == Handle::SENT {
+            return Ok(true);
+        }
+        let op = self.ops.get(h).map_err(|_| PmlError::StaleRequest(h))?;
+        // SAFETY: requests in `ops` are live.
+        Ok(unsafe { peek(op.request) }.is_some())
+    }
+
+    pub fn wait(&mut self, h: Handle) -> Result<Done, PmlError> {
+        let mut done = None;
+        self.wait_until(|p| {
+            done = p.collect(h)?;
+            Ok(done.is_some())
+        })?;
+        Ok(done.expect("wait_until returned"))
+    }
+
+    /// Waits until any of `handles` finished; returns its index (not yet collected).
+    pub fn wait_any(&mut self, handles: &[Handle]) -> Result<usize, PmlError> {
+        let mut found = None;
+        self.wait_until(|p| {
+            for (i, &h) in handles.iter().enumerate() {
+                if p.is_complete(h)? {
+                    found = Some(i);
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        })?;
+        Ok(found.expect("wait_until returned"))
+    }
+
+    /// Looks for a matching message without taking it.
+    pub fn iprobe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<Option<Status>, PmlError> {
+        let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
+        self.progress();
+        Ok(self
+            .worker
+            .probe(wanted, mask, false)
+            .map(|(_, info)| probed(info)))
+    }
+
+    pub fn probe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<Status, PmlError> {
+        let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
+        let mut found = None;
+        self.wait_until(|p| {
+            found = p
+                .worker
+                .probe(wanted, mask, false)
+                .map(|(_, info)| probed(info));
+            Ok(found.is_some())
+        })?;
+        Ok(found.expect("wait_until returned"))
+    }
+
+    /// Takes a matching message, if there is one, for `post_matched_recv`.
+    pub fn improbe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<Option<(UcxMessage, Status)>, PmlError> {
+        let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
+        self.progress();
+        Ok(self
+            .worker
+            .probe(wanted, mask, true)
+            .map(|(message, info)| (UcxMessage(message), probed(info))))
+    }
+
+    pub fn mprobe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<(UcxMessage, Status), PmlError> {
+        let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
+        let mut found = None;
+        self.wait_until(|p| {
+            found = p
+                .worker
+                .probe(wanted, mask, true)
+                .map(|(message, info)| (UcxMessage(message), probed(info)));
+            Ok(found.is_some())
+        })?;
+        Ok(found.expect("wait_until returned"))
+    }
+
+    /// Cancels a receive that has not matched yet; returns whether it was cancelled (the
+    /// request then completes with `PmlError::Cancelled`). Sends are not cancelled.
+    pub fn cancel(&mut self, h: Handle) -> Result<bool, PmlError> {
+        if h == Handle::SENT {
+            return Ok(false);
+        }
+        let op = self.ops.get(h).map_err(|_| PmlError::StaleRequest(h))?;
+        if matches!(op.kind, Kind::Send { .. }) {
+            return Ok(false);
+        }
+        // SAFETY: requests in `ops` are live.
+        if unsafe { peek(op.request) }.is_none() {
+            // SAFETY: a live receive request of this worker. UCX completes an unmatched
+            // receive at once with UCS_ERR_CANCELED and leaves a matched one alone.
+            unsafe { ffi::ucp_request_cancel(self.worker.handle(), op.request) };
+        }
+        // SAFETY: still live: cancelling completes a request but does not free it.
+        Ok(unsafe { peek(op.request) } == Some(ffi::UCS_ERR_CANCELED))
+    }
+
+    /// One round of progress; returns whether anything moved.
+    pub fn progress(&mut self) -> bool {
+        self.worker.progress()
+    }
+
+    /// Waits until everything this rank sent has left (UCX's worker flush).
+    pub fn flush_all(&mut self) -> Result<(), PmlError> {
+        let request = match self.worker.start_flush()? {
+            Started::Done => return Ok(()),
+            Started::Pending(request) => request,
+        };
+        // SAFETY: the flush request stays live until freed below, after it finished.
+        self.wait_until(|_| Ok(unsafe { peek(request) }.is_some()))?;
+        // SAFETY: finished (waited for above), freed once.
+        let (status, _) = unsafe { request::take_and_free(request) };
+        status::check("ucp_worker_flush_nbx", status)
+    }
+
+    /// Progresses until `done` holds: spin for `spin`, then sleep on the worker's event fd
+    /// so that oversubscribed ranks give their cores away. Once a peer's connection broke,
+    /// a wait that cannot finish fails naming that peer rather than hang on it.
+    fn wait_until(
+        &mut self,
+        mut done: impl FnMut(&mut UcxPml) -> Result<bool, PmlError>,
+    ) -> Result<(), PmlError> {
+        let mut idle_since = None;
+        loop {
+            if done(self)? {
+                return Ok(());
+            }
+            if self.worker.progress() {
+                idle_since = None;
+                continue;
+            }
+            if let Some((peer, status)) = self.failures.first() {
+                return Err(peer_failed(peer, status));
+            }
+            if idle_since.get_or_insert_with(Instant::now).elapsed() < self.spin {
+                std::hint::spin_loop();
+            } else {
+                self.worker.sleep(SLEEP)?;
+            }
+        }
+    }
+}
+
+impl Drop for UcxPml {
+    fn drop(&mut self) {
+        let failures = &self.failures;
+        self.worker.close(
+            self.endpoints
+                .drain(..)
+                .enumerate()
+                .map(|(peer, ep)| (ep, failures.of(peer as Rank).is_some())),
+        );
+    }
+}

@@ -1,0 +1,554 @@
+//! The UCX PML between real processes of this test binary, wired up through files (a
+//! stand-in for rsrun's key-value service), once over UCX's TCP transport and once over its
+//! shared-memory transports.
+#![cfg(feature = "ucx")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use std::{env, fs};
+
+use pml::ucx::{tag, UcxConfig, UcxPml};
+use pml::{Done, PmlError, SendMode, SourceSel, Status, TagSel, Wireup};
+
+/// Key-value exchange through a directory: a put is a file, a fence waits for every rank's
+/// marker file of that round.
+struct DirWireup {
+    dir: PathBuf,
+    rank: u32,
+    size: u32,
+    round: u32,
+}
+
+impl Wireup for DirWireup {
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+    fn size(&self) -> u32 {
+        self.size
+    }
+    fn job_id(&self) -> String {
+        self.dir.file_name().unwrap().to_string_lossy().into_owned()
+    }
+    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String> {
+        let tmp = self.dir.join(format!(".{key}.tmp"));
+        fs::write(&tmp, value).map_err(|e| e.to_string())?;
+        fs::rename(&tmp, self.dir.join(key)).map_err(|e| e.to_string())
+    }
+    fn fence(&mut self) -> Result<(), String> {
+        self.round += 1;
+        fs::write(
+            self.dir.join(format!("fence.{}.{}", self.round, self.rank)),
+            b"",
+        )
+        .map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for r in 0..self.size {
+            while !self.dir.join(format!("fence.{}.{r}", self.round)).exists() {
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "fence {} timed out waiting for rank {r}",
+                        self.round
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        Ok(())
+    }
+    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+        fs::read(self.dir.join(key)).map_err(|e| format!("{key}: {e}"))
+    }
+}
+
+fn checksum(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+        (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+fn pattern(len: usize, seed: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i * 7 + seed * 13) % 251) as u8)
+        .collect()
+}
+
+fn send(p: &mut UcxPml, to: u32, tag: i32, data: &[u8], mode: SendMode) {
+    // SAFETY: `data` outlives the request: we wait for it before returning.
+    let h = unsafe { p.post_send(0, p.rank(), to, tag, mode, data.as_ptr(), data.len()) }.unwrap();
+    assert_eq!(p.wait(h).unwrap(), Done::Sent);
+}
+
+fn try_recv(
+    p: &mut UcxPml,
+    from: SourceSel,
+    tag: TagSel,
+    len: usize,
+) -> Result<(Vec<u8>, Status), PmlError> {
+    let mut buf = vec![0u8; len];
+    // SAFETY: `buf` outlives the request: we wait for it before returning.
+    let h = unsafe { p.post_recv(0, from, tag, buf.as_mut_ptr(), buf.len()) }?;
+    match p.wait(h)? {
+        Done::Received(s) => Ok((buf, s)),
+        Done::Sent => panic!("a receive completed as a send"),
+    }
+}
+
+fn recv(p: &mut UcxPml, from: SourceSel, tag: TagSel, len: usize) -> (Vec<u8>, Status) {
+    try_recv(p, from, tag, len).unwrap()
+}
+
+const SIZES: [usize; 5] = [0, 1, 8 << 10, 1 << 20, 16 << 20];
+
+/// Every rank sends to every rank, itself included, collected with `wait_any`.
+fn everyone_to_everyone(p: &mut UcxPml) {
+    let (rank, size) = (p.rank(), p.size());
+    let mut inbox = vec![[0u8; 4]; size as usize];
+    let outgoing: Vec<[u8; 4]> = (0..size)
+        .map(|to| (rank * 100 + to).to_le_bytes())
+        .collect();
+    let mut handles = Vec::new();
+    for (from, slot) in inbox.iter_mut().enumerate() {
+        // SAFETY: `inbox` outlives the requests, all waited for below.
+        handles.push(
+            unsafe {
+                p.post_recv(
+                    0,
+                    SourceSel::Rank(from as u32),
+                    TagSel::Tag(9),
+                    slot.as_mut_ptr(),
+                    4,
+                )
+            }
+            .unwrap(),
+        );
+    }
+    for to in 0..size {
+        let out = &outgoing[to as usize];
+        // SAFETY: `outgoing` outlives the requests, all waited for below.
+        handles.push(
+            unsafe { p.post_send(0, rank, to, 9, SendMode::Standard, out.as_ptr(), 4) }.unwrap(),
+        );
+    }
+    while !handles.is_empty() {
+        let i = p.wait_any(&handles).unwrap();
+        assert!(p.test(handles.swap_remove(i)).unwrap().is_some());
+    }
+    for from in 0..size {
+        assert_eq!(inbox[from as usize], (from * 100 + rank).to_le_bytes());
+    }
+}
+
+/// Rank 0 checks; the others send. Each step ends before the next starts, since every
+/// sender finishes its sends in order and rank 0 takes them in order.
+fn rank_main(dir: &Path, rank: u32, size: u32, config: &UcxConfig) {
+    let mut w = DirWireup {
+        dir: dir.to_path_buf(),
+        rank,
+        size,
+        round: 0,
+    };
+    let mut p = UcxPml::new(&mut w, config).unwrap();
+    everyone_to_everyone(&mut p);
+    if rank == 0 {
+        println!("{}", p.description());
+        // UCX_TLS is obeyed: TCP only, or shared memory only, between the ranks.
+        let to_peers = p
+            .description()
+            .split("to peers by ")
+            .nth(1)
+            .unwrap_or_default();
+        let to_peers = to_peers.split(',').next().unwrap_or_default();
+        let by_tcp = to_peers.split('+').all(|t| t.starts_with("tcp/"));
+        let by_shm = to_peers.split('+').all(|t| {
+            ["posix/", "sysv/", "cma/", "knem/", "xpmem/"]
+                .iter()
+                .any(|s| t.starts_with(s))
+        });
+        match env::var("UCX_TLS").as_deref() {
+            Ok("tcp") => assert!(by_tcp, "{}", p.description()),
+            _ => assert!(by_shm, "{}", p.description()),
+        }
+        // Every size from every peer, received by ANY_SOURCE, checked by checksum.
+        for _ in 1..size {
+            for (i, &len) in SIZES.iter().enumerate() {
+                let (buf, st) = recv(&mut p, SourceSel::Any, TagSel::Tag(i as i32), len);
+                assert_eq!(st.len, len);
+                assert_eq!(st.tag, i as i32);
+                assert_eq!(
+                    checksum(&buf),
+                    checksum(&pattern(len, st.source as usize)),
+                    "len {len} from {}",
+                    st.source
+                );
+            }
+        }
+        // ANY_TAG passes over a runtime (negative-tag) message that came first.
+        let st = p.probe(0, SourceSel::Rank(1), TagSel::Tag(60)).unwrap();
+        assert_eq!((st.source, st.tag, st.len), (1, 60, 3));
+        let (buf, st) = recv(&mut p, SourceSel::Rank(1), TagSel::Any, 3);
+        assert_eq!((buf.as_slice(), st.tag), (&b"usr"[..], 60));
+        let (buf, st) = recv(&mut p, SourceSel::Rank(1), TagSel::Tag(-5), 3);
+        assert_eq!((buf.as_slice(), st.tag), (&b"rt!"[..], -5));
+
+        // Probe leaves the message; matched probe takes it, so no one else can.
+        let st = p.probe(0, SourceSel::Any, TagSel::Tag(50)).unwrap();
+        assert_eq!((st.source, st.len), (1, 100));
+        assert_eq!(
+            p.iprobe(0, SourceSel::Rank(1), TagSel::Tag(50)).unwrap(),
+            Some(st)
+        );
+        let (message, mst) = p.mprobe(0, SourceSel::Rank(1), TagSel::Tag(50)).unwrap();
+        assert_eq!(mst, st);
+        assert_eq!(p.iprobe(0, SourceSel::Any, TagSel::Tag(50)).unwrap(), None);
+        assert!(p
+            .improbe(0, SourceSel::Any, TagSel::Tag(50))
+            .unwrap()
+            .is_none());
+        let mut buf = vec![0u8; 100];
+        // SAFETY: `buf` outlives the request, waited for below.
+        let h = unsafe { p.post_matched_recv(message, buf.as_mut_ptr(), 100) }.unwrap();
+        assert_eq!(p.wait(h).unwrap(), Done::Received(st));
+        assert_eq!(buf, pattern(100, 50));
+        let (message, st) = loop {
+            if let Some(found) = p.improbe(0, SourceSel::Any, TagSel::Tag(51)).unwrap() {
+                break found;
+            }
+        };
+        assert_eq!((st.source, st.len), (1, 1 << 20));
+        let mut buf = vec![0u8; 1 << 20];
+        // SAFETY: `buf` outlives the request, waited for below.
+        let h = unsafe { p.post_matched_recv(message, buf.as_mut_ptr(), 1 << 20) }.unwrap();
+        assert_eq!(p.wait(h).unwrap(), Done::Received(st));
+        assert!(
+            buf == pattern(1 << 20, 51),
+            "a matched 1 MiB receive arrived wrong"
+        );
+
+        // A synchronous send is not complete before its receive is posted.
+        let (flag, _) = recv(&mut p, SourceSel::Rank(1), TagSel::Tag(77), 1);
+        assert_eq!(flag, [1]);
+        std::thread::sleep(Duration::from_millis(200));
+        let (buf, _) = recv(&mut p, SourceSel::Rank(1), TagSel::Tag(78), 8);
+        assert_eq!(buf, 200u64.to_le_bytes());
+
+        // Messages longer than the buffer: the native PML's truncation error, both lengths.
+        for (tag, len, room) in [(90, 1000, 10), (91, 1 << 20, 4096)] {
+            match try_recv(&mut p, SourceSel::Rank(1), TagSel::Tag(tag), room) {
+                Err(PmlError::Truncated {
+                    message_len,
+                    buffer_len,
+                    status,
+                }) => {
+                    assert_eq!((message_len, buffer_len), (len, room));
+                    assert_eq!((status.source, status.tag), (1, tag));
+                }
+                other => panic!("a {len}-byte message into {room} bytes gave {other:?}"),
+            }
+        }
+
+        // A receive nothing matches can be cancelled.
+        let mut buf = [0u8; 4];
+        // SAFETY: `buf` outlives the request, waited for below.
+        let h = unsafe { p.post_recv(0, SourceSel::Any, TagSel::Tag(999), buf.as_mut_ptr(), 4) }
+            .unwrap();
+        assert!(p.cancel(h).unwrap());
+        assert_eq!(p.wait(h), Err(PmlError::Cancelled));
+
+        // Envelopes that do not fit the UCX tag are refused, not cut short.
+        let data = [0u8; 1];
+        // SAFETY: refused before UCX sees the buffer.
+        let refused =
+            unsafe { p.post_send(0, 0, 1, -(1 << 30), SendMode::Standard, data.as_ptr(), 1) };
+        match refused {
+            Err(PmlError::OutOfRange(what)) => assert!(what.contains("-1073741824"), "{what}"),
+            other => panic!("a tag of -2^30 gave {other:?}"),
+        }
+        assert!(matches!(
+            p.iprobe(tag::MAX_CONTEXT + 1, SourceSel::Any, TagSel::Any),
+            Err(PmlError::OutOfRange(_))
+        ));
+
+        sleeps_until_woken(&mut p);
+
+        // Everyone is done: release the senders.
+        for peer in 1..size {
+            recv(&mut p, SourceSel::Rank(peer), TagSel::Tag(100), 0);
+            send(&mut p, peer, 101, &[], SendMode::Standard);
+        }
+        println!("rank 0 checked {} peers", size - 1);
+    } else {
+        for (i, &len) in SIZES.iter().enumerate() {
+            send(
+                &mut p,
+                0,
+                i as i32,
+                &pattern(len, rank as usize),
+                SendMode::Standard,
+            );
+        }
+        if rank == 1 {
+            send(&mut p, 0, -5, b"rt!", SendMode::Standard);
+            send(&mut p, 0, 60, b"usr", SendMode::Standard);
+            send(&mut p, 0, 50, &pattern(100, 50), SendMode::Standard);
+            send(&mut p, 0, 51, &pattern(1 << 20, 51), SendMode::Standard);
+
+            let data = 200u64.to_le_bytes();
+            // SAFETY: `data` outlives the request, waited for below.
+            let h = unsafe { p.post_send(0, 1, 0, 78, SendMode::Synchronous, data.as_ptr(), 8) }
+                .unwrap();
+            send(&mut p, 0, 77, &[1], SendMode::Standard);
+            let t = Instant::now();
+            assert_eq!(p.wait(h).unwrap(), Done::Sent);
+            let waited = t.elapsed().as_millis();
+            assert!(
+                waited >= 150,
+                "synchronous send completed {waited} ms after the flag"
+            );
+
+            send(&mut p, 0, 90, &pattern(1000, 90), SendMode::Standard);
+            send(&mut p, 0, 91, &pattern(1 << 20, 91), SendMode::Standard);
+
+            // The other side of `sleeps_until_woken`.
+            std::thread::sleep(Duration::from_millis(300));
+            send(&mut p, 0, 110, &[], SendMode::Standard);
+            for _ in 0..PING_PONGS {
+                recv(&mut p, SourceSel::Rank(0), TagSel::Tag(111), 8);
+                send(&mut p, 0, 112, &[0; 8], SendMode::Standard);
+            }
+        }
+        send(&mut p, 0, 100, &[], SendMode::Standard);
+        recv(&mut p, SourceSel::Rank(0), TagSel::Tag(101), 0);
+    }
+    p.flush_all().unwrap();
+}
+
+fn thread_cpu_time() -> Duration {
+    // SAFETY: all-zero is a valid rusage, which getrusage fills.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid rusage to write; RUSAGE_THREAD asks for this thread only,
+    // leaving out UCX's own threads.
+    assert_eq!(
+        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) },
+        0
+    );
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+const PING_PONGS: usize = 200;
+
+/// A rank blocked in a wait sleeps (it does not burn its core while rank 1 dawdles), and a
+/// peer's message wakes it through the worker's event fd: a wake-up missed would cost the
+/// 10 ms sleep bound each time, 2 s over the ping-pongs, and with no spin every wait sleeps.
+fn sleeps_until_woken(p: &mut UcxPml) {
+    let (wall, cpu) = (Instant::now(), thread_cpu_time());
+    recv(p, SourceSel::Rank(1), TagSel::Tag(110), 0);
+    let (wall, cpu) = (wall.elapsed(), thread_cpu_time() - cpu);
+    assert!(
+        wall >= Duration::from_millis(250),
+        "rank 1 sent after only {wall:?}"
+    );
+    assert!(cpu < wall / 2, "a {wall:?} wait used {cpu:?} of CPU");
+    let t = Instant::now();
+    for _ in 0..PING_PONGS {
+        send(p, 1, 111, &[0; 8], SendMode::Standard);
+        recv(p, SourceSel::Rank(1), TagSel::Tag(112), 8);
+    }
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "{PING_PONGS} ping-pongs took {took:?}"
+    );
+    println!("{PING_PONGS} ping-pongs in {took:?}; a {wall:?} wait used {cpu:?} of CPU");
+}
+
+const CHILD_ENV: &str = "PML_UCX_TEST_RANK";
+
+#[test]
+fn ranks_over_ucx_tcp_and_shared_memory() {
+    if let Ok(spec) = env::var(CHILD_ENV) {
+        let mut it = spec.split(',');
+        let (dir, rank, size) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
+        let config = UcxConfig {
+            spin: Duration::from_micros(it.next().unwrap().parse().unwrap()),
+            detect_peer_failure: it.next() == Some("detect"),
+        };
+        rank_main(
+            Path::new(dir),
+            rank.parse().unwrap(),
+            size.parse().unwrap(),
+            &config,
+        );
+        return;
+    }
+    // A spin of 0 makes every wait sleep on the worker's event fd. UCX's shared-memory
+    // transports cannot detect dead peers, so only TCP runs with detection (see UcxConfig).
+    for (size, transports, spin_us, failures) in [
+        (2, "tcp", 100, "detect"),
+        (3, "tcp", 0, "detect"),
+        (3, "tcp", 0, "ignore"),
+        (2, "sm,self", 100, "ignore"),
+        (3, "sm,self", 0, "ignore"),
+    ] {
+        let name = format!(
+            "pml-ucx-{}-{size}-{}-{failures}",
+            std::process::id(),
+            transports.replace(',', "-")
+        );
+        let dir = env::temp_dir().join(name);
+        fs::create_dir_all(&dir).unwrap();
+        let children: Vec<_> = (0..size)
+            .map(|r| {
+                Command::new(env::current_exe().unwrap())
+                    .args([
+                        "--exact",
+                        "ranks_over_ucx_tcp_and_shared_memory",
+                        "--nocapture",
+                    ])
+                    .env(
+                        CHILD_ENV,
+                        format!("{},{r},{size},{spin_us},{failures}", dir.display()),
+                    )
+                    .env("UCX_TLS", transports)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let outputs = wait_all(children, Duration::from_secs(120));
+        for (r, o) in outputs.iter().enumerate() {
+            assert!(
+                o.status.success(),
+                "UCX_TLS={transports} size {size} rank {r} failed:\n{}\n{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let out0 = String::from_utf8_lossy(&outputs[0].stdout);
+        assert!(
+            out0.contains(&format!("rank 0 checked {} peers", size - 1)),
+            "{out0}"
+        );
+        println!(
+            "{}",
+            out0.lines()
+                .find(|l| l.contains("over UCX"))
+                .unwrap_or_default()
+        );
+        println!(
+            "UCX_TLS={transports}, {size} ranks, spin {spin_us} us, peer failures: {failures}: \
+             passed; {}",
+            out0.lines()
+                .find(|l| l.contains("ping-pongs"))
+                .unwrap_or_default()
+        );
+        fs::remove_dir_all(dir).unwrap();
+    }
+}
+
+const DEATH_ENV: &str = "PML_UCX_TEST_DEATH";
+
+/// Rank 1 dies (exits without a word, as a crash would) while rank 0 waits for a message
+/// from it: rank 0's wait fails naming rank 1 instead of hanging, and a send to it fails too.
+#[test]
+fn a_dead_peer_is_an_error_not_a_hang() {
+    if let Ok(spec) = env::var(DEATH_ENV) {
+        let mut it = spec.split(',');
+        let (dir, rank) = (it.next().unwrap(), it.next().unwrap().parse().unwrap());
+        let mut w = DirWireup {
+            dir: PathBuf::from(dir),
+            rank,
+            size: 2,
+            round: 0,
+        };
+        let config = UcxConfig {
+            spin: Duration::from_micros(100),
+            detect_peer_failure: true,
+        };
+        let mut p = UcxPml::new(&mut w, &config).unwrap();
+        everyone_to_everyone(&mut p);
+        if rank == 1 {
+            // SAFETY: _exit ends the process at once, closing nothing: a crash, to the peer.
+            unsafe { libc::_exit(0) };
+        }
+        let t = Instant::now();
+        match try_recv(&mut p, SourceSel::Rank(1), TagSel::Tag(5), 4) {
+            Err(PmlError::Transport { peer: 1, cause, .. }) => {
+                println!("after {:?}: {cause}", t.elapsed())
+            }
+            other => panic!("a receive from a dead rank gave {other:?}"),
+        }
+        // SAFETY: refused before UCX sees the buffer.
+        let sent = unsafe { p.post_send(0, 0, 1, 5, SendMode::Standard, [0u8].as_ptr(), 1) };
+        assert!(
+            matches!(sent, Err(PmlError::Transport { peer: 1, .. })),
+            "{sent:?}"
+        );
+        println!("rank 0 saw rank 1 die");
+        return;
+    }
+    let dir = env::temp_dir().join(format!("pml-ucx-death-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let children: Vec<_> = (0..2)
+        .map(|r| {
+            Command::new(env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "a_dead_peer_is_an_error_not_a_hang",
+                    "--nocapture",
+                ])
+                .env(DEATH_ENV, format!("{},{r}", dir.display()))
+                .env("UCX_TLS", "tcp")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outputs = wait_all(children, Duration::from_secs(60));
+    let out0 = String::from_utf8_lossy(&outputs[0].stdout);
+    assert!(
+        outputs[0].status.success() && out0.contains("rank 0 saw rank 1 die"),
+        "rank 0:\n{out0}\n{}",
+        String::from_utf8_lossy(&outputs[0].stderr)
+    );
+    println!(
+        "{}",
+        out0.lines()
+            .find(|l| l.starts_with("after"))
+            .unwrap_or_default()
+    );
+    fs::remove_dir_all(dir).unwrap();
+}
+
+/// Waits for every rank; once one fails or the deadline passes, kills the rest, since they
+/// may wait forever on the one that is gone.
+fn wait_all(mut children: Vec<std::process::Child>, limit: Duration) -> Vec<std::process::Output> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let mut all_done = true;
+        let mut failed = false;
+        for c in &mut children {
+            match c.try_wait().unwrap() {
+                Some(st) => failed |= !st.success(),
+                None => all_done = false,
+            }
+        }
+        if all_done {
+            break;
+        }
+        if failed || Instant::now() > deadline {
+            for c in &mut children {
+                let _ = c.kill();
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect()
+}
