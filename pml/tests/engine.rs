@@ -2,78 +2,20 @@
 //! processes on one host over shared memory, wired up through files (a stand-in for rsrun's
 //! key-value service that keeps this crate's tests free of the launcher).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use std::{env, fs};
 
-use pml::{Done, Engine, EngineConfig, SendMode, SourceSel, TagSel, TransportChoice, Wireup};
+use pml::{Done, Engine, EngineConfig, SendMode, SourceSel, TagSel, TransportChoice};
+
+mod ranks_common;
+
+use ranks_common::{checksum, pattern, wait_all, DirWireup};
 
 // Lets the verbs test check that the registration cache works.
 #[global_allocator]
 static ALLOCATOR: pml::TrackingAllocator = pml::TrackingAllocator;
-
-/// Key-value exchange through a directory: a put is a file, a fence waits for every rank's
-/// marker file of that round.
-struct DirWireup {
-    dir: PathBuf,
-    rank: u32,
-    size: u32,
-    round: u32,
-}
-
-impl Wireup for DirWireup {
-    fn rank(&self) -> u32 {
-        self.rank
-    }
-    fn size(&self) -> u32 {
-        self.size
-    }
-    fn job_id(&self) -> String {
-        self.dir.file_name().unwrap().to_string_lossy().into_owned()
-    }
-    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String> {
-        let tmp = self.dir.join(format!(".{key}.tmp"));
-        fs::write(&tmp, value).map_err(|e| e.to_string())?;
-        fs::rename(&tmp, self.dir.join(key)).map_err(|e| e.to_string())
-    }
-    fn fence(&mut self) -> Result<(), String> {
-        self.round += 1;
-        fs::write(
-            self.dir.join(format!("fence.{}.{}", self.round, self.rank)),
-            b"",
-        )
-        .map_err(|e| e.to_string())?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        for r in 0..self.size {
-            while !self.dir.join(format!("fence.{}.{r}", self.round)).exists() {
-                if Instant::now() > deadline {
-                    return Err(format!(
-                        "fence {} timed out waiting for rank {r}",
-                        self.round
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-        Ok(())
-    }
-    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
-        fs::read(self.dir.join(key)).map_err(|e| format!("{key}: {e}"))
-    }
-}
-
-fn checksum(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
-        (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3)
-    })
-}
-
-fn pattern(len: usize, seed: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| ((i * 7 + seed * 13) % 251) as u8)
-        .collect()
-}
 
 fn send(e: &mut Engine, to: u32, tag: i32, data: &[u8], mode: SendMode) {
     // SAFETY: `data` outlives the request: we wait for it before returning.
@@ -388,34 +330,4 @@ fn run_ranks(test: &str, cases: &[(u32, &str)]) {
         );
         fs::remove_dir_all(dir).unwrap();
     }
-}
-
-/// Waits for every rank; once one fails or the deadline passes, kills the rest, since they
-/// may wait forever on the one that is gone.
-fn wait_all(mut children: Vec<std::process::Child>, limit: Duration) -> Vec<std::process::Output> {
-    let deadline = Instant::now() + limit;
-    loop {
-        let mut all_done = true;
-        let mut failed = false;
-        for c in &mut children {
-            match c.try_wait().unwrap() {
-                Some(st) => failed |= !st.success(),
-                None => all_done = false,
-            }
-        }
-        if all_done {
-            break;
-        }
-        if failed || Instant::now() > deadline {
-            for c in &mut children {
-                let _ = c.kill();
-            }
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    children
-        .into_iter()
-        .map(|c| c.wait_with_output().unwrap())
-        .collect()
 }
