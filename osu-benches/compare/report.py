@@ -1,16 +1,43 @@
-"""Medians of the interleaved runs: a CSV per benchmark and a table with ratios.
-   report.py OUTDIR REPEATS BENCHMARK..."""
+"""Medians of run.sh's interleaved runs.
+   report.py OUTDIR REPEATS BENCHMARK...
+       prints a table per benchmark with ratios, and writes OUTDIR/results.csv (one row per
+       benchmark, size, runtime and repeat) and a chart per benchmark (PNG, with matplotlib) in OUTDIR.
+   report.py --markdown FILE COMMANDS SHM_OUTDIR TCP_OUTDIR
+       from those results.csv files, writes FILE: the issue-8 report (medians, ratios, the
+       targets met and missed, the machine, COMMANDS: the lines that ran) with its charts and
+       the CSV files in FILE's folder report/. Without TCP_OUTDIR/results.csv, TCP goes
+       unmeasured, for the reason in TCP_OUTDIR-failed if there is one."""
+import csv
+import shutil
 import statistics
+import subprocess
 import sys
+from collections import defaultdict
 from pathlib import Path
 
-out, repeats = Path(sys.argv[1]), int(sys.argv[2])
-benches = sys.argv[3:]
-units = {"bw": "MB/s", "bibw": "MB/s"}
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402 (after choosing the backend)
+
+RUNTIMES = {"mpirt": "mpirt", "ompi": "Open MPI", "mpich": "MPICH"}
+COLORS = {"mpirt": "#d62728", "ompi": "#1f77b4", "mpich": "#2ca02c"}
+UNITS = {"bw": "MB/s", "bibw": "MB/s", "mbw_mr": "messages/s", "launch": "s", "memcpy": "MB/s",
+         "cma": "MB/s"}
+FIELDS = ["benchmark", "size", "runtime", "repeat", "value", "unit"]
+
+
+def unit(bench):
+    return UNITS.get(bench, "us")
+
+
+def higher_is_better(bench):
+    return unit(bench) in ("MB/s", "messages/s")
 
 
 def rows(path):
-    """Size -> value; the barrier's one value (no size column in OSU's format) is size 0."""
+    """Size -> value (the last column: osu_mbw_mr's message rate); the barrier's one value
+    (no size column in OSU's format) is size 0."""
     values = [l.split() for l in path.read_text().splitlines() if l and not l.startswith("#")]
     return {int(v[0]) if len(v) > 1 else 0: float(v[-1]) for v in values}
 
@@ -19,34 +46,236 @@ def median(values):
     return statistics.median(values) if values else float("nan")
 
 
-for bench in benches:
-    unit = units.get(bench, "us")
-    runs = {who: [rows(out / f"{bench}.{who}.{r}") for r in range(1, repeats + 1)]
-            for who in ("mpirt", "ompi", "mpich")}
-    sizes = sorted(runs["mpirt"][0])
-    print(f"\n{bench} ({unit}), median of {repeats}")
-    print(f"{'size':>9} {'mpirt':>10} {'OpenMPI':>10} {'MPICH':>10} {'/OMPI':>7} {'/MPICH':>7}")
-    with open(out / f"{bench}.csv", "w") as csv:
-        csv.write("size,mpirt,openmpi,mpich\n")
-        for s in sizes:
-            m = {who: median([r[s] for r in runs[who] if s in r]) for who in runs}
-            csv.write(f"{s},{m['mpirt']},{m['ompi']},{m['mpich']}\n")
-            print(f"{s:>9} {m['mpirt']:>10.2f} {m['ompi']:>10.2f} {m['mpich']:>10.2f} "
-                  f"{m['mpirt'] / m['ompi']:>7.2f} {m['mpirt'] / m['mpich']:>7.2f}")
+def collect(out, repeats, benches):
+    """Every measurement of OUTDIR as results.csv rows."""
+    records = []
+    for bench in benches:
+        for who in RUNTIMES:
+            for r in range(1, repeats + 1):
+                for size, value in rows(out / f"{bench}.{who}.{r}").items():
+                    records.append([bench, size, who, r, value, unit(bench)])
+    # Launch times and memcpy are measured on one host only; one line per repeat.
+    for who in ("mpirt", "mpich"):
+        path = out / f"launch.{who}"
+        if path.exists():
+            for r, line in enumerate(path.read_text().splitlines(), 1):
+                start, end = map(float, line.split())
+                records.append(["launch", 8, who, r, end - start, "s"])
+    for bench in ("memcpy", "cma"):
+        path = out / f"{bench}.txt"
+        if path.exists():
+            # cma.txt: whole-message then 256 KiB calls; the first is the single-copy ceiling.
+            for r, line in enumerate(path.read_text().splitlines(), 1):
+                records.append([bench, 1 << 22, bench, r, float(line.split()[0]), "MB/s"])
+    return records
 
-def durations(path):
-    return [float(b) - float(a) for a, b in (l.split() for l in path.read_text().splitlines())]
+
+def medians(records):
+    """(benchmark, size, runtime) -> median over the repeats."""
+    groups = defaultdict(list)
+    for bench, size, who, _, value, _ in records:
+        groups[bench, int(size), who].append(float(value))
+    return {key: median(values) for key, values in groups.items()}
 
 
-# Launch times and memcpy are measured on one host only.
-if not (out / "memcpy.txt").exists():
-    sys.exit()
-launch = {who: median(durations(out / f"launch.{who}")) for who in ("mpirt", "mpich")}
-memcpy = median([float(x) for x in (out / "memcpy.txt").read_text().split()])
-print(f"\nlaunch, 8 ranks hello (s): mpirt {launch['mpirt']:.3f}  MPICH {launch['mpich']:.3f}  "
-      f"ratio {launch['mpirt'] / launch['mpich']:.2f}")
-print(f"memcpy of 4 MiB on one core: {memcpy:.0f} MB/s")
-cma = [[float(x) for x in line.split()] for line in (out / "cma.txt").read_text().splitlines()]
-whole, chunked = (median(c) for c in zip(*cma))
-print(f"process_vm_readv of 4 MiB on one core (the single-copy ceiling): {whole:.0f} MB/s "
-      f"({whole / memcpy:.0%} of memcpy); in 256 KiB calls {chunked:.0f} MB/s")
+def table(m, bench):
+    """Lines of a per-size table: medians and mpirt's ratios to Open MPI and MPICH."""
+    sizes = sorted({s for b, s, w in m if b == bench and w == "mpirt"})
+    yield f"{'size':>9} {'mpirt':>12} {'Open MPI':>12} {'MPICH':>12} {'/OMPI':>7} {'/MPICH':>7}"
+    for s in sizes:
+        v = {who: m.get((bench, s, who), float("nan")) for who in RUNTIMES}
+        yield (f"{s:>9} {v['mpirt']:>12.2f} {v['ompi']:>12.2f} {v['mpich']:>12.2f} "
+               f"{v['mpirt'] / v['ompi']:>7.2f} {v['mpirt'] / v['mpich']:>7.2f}")
+
+
+def line_chart(path, title, ylabel, series):
+    """Log-log lines, one per runtime: series is runtime -> [(size, value)]."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for who, points in series.items():
+        points = sorted((x, y) for x, y in points if x > 0 and y > 0)
+        if points:
+            ax.plot(*zip(*points), marker=".", color=COLORS[who], label=RUNTIMES[who])
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set(title=title, xlabel="message size (bytes)", ylabel=ylabel)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def bar_chart(path, title, ylabel, bars):
+    """One bar per (label, value, color)."""
+    fig, ax = plt.subplots(figsize=(5, 4))
+    labels, values, colors = zip(*bars)
+    ax.bar(labels, values, color=colors)
+    ax.bar_label(ax.containers[0], fmt="%.3g")
+    ax.set(title=title, ylabel=ylabel)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def charts(m, folder, prefix="", where="shared memory"):
+    """A chart per benchmark (PNG) in `folder`; returns (file name, caption) of each."""
+    made = []
+    ylabels = {"us": "latency (us)", "MB/s": "bandwidth (MB/s)", "messages/s": "messages/s"}
+    for bench in sorted({b for b, _, _ in m} - {"launch", "memcpy", "cma", "barrier"}):
+        name = f"{prefix}{bench}.png"
+        series = {who: [(s, v) for (b, s, w), v in m.items() if b == bench and w == who]
+                  for who in RUNTIMES}
+        line_chart(folder / name, f"osu_{bench}, {where}", ylabels[unit(bench)], series)
+        made.append((name, f"osu_{bench} ({where})"))
+    launch = [(RUNTIMES[w], m[("launch", 8, w)], COLORS[w]) for w in ("mpirt", "mpich")
+              if ("launch", 8, w) in m]
+    if launch:
+        name = f"{prefix}launch.png"
+        bar_chart(folder / name, "8 ranks of hello: launch to exit", "seconds", launch)
+        made.append((name, "launch time, 8 ranks"))
+    return made
+
+
+def write_csv(path, records):
+    with open(path, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(FIELDS)
+        out.writerows(records)
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return [[r["benchmark"], int(r["size"]), r["runtime"], int(r["repeat"]),
+                 float(r["value"]), r["unit"]] for r in csv.DictReader(f)]
+
+
+def summary(out, repeats, benches):
+    records = collect(out, repeats, benches)
+    write_csv(out / "results.csv", records)
+    m = medians(records)
+    for bench in benches:
+        print(f"\n{bench} ({unit(bench)}), median of {repeats}")
+        print("\n".join(table(m, bench)))
+    charts(m, out)
+    if ("memcpy", 1 << 22, "memcpy") not in m:
+        return
+    mpirt, mpich = m[("launch", 8, "mpirt")], m[("launch", 8, "mpich")]
+    memcpy = m[("memcpy", 1 << 22, "memcpy")]
+    cma = m[("cma", 1 << 22, "cma")]
+    print(f"\nlaunch, 8 ranks hello (s): mpirt {mpirt:.3f}  MPICH {mpich:.3f}  "
+          f"ratio {mpirt / mpich:.2f}")
+    print(f"memcpy of 4 MiB on one core: {memcpy:.0f} MB/s")
+    print(f"process_vm_readv of 4 MiB on one core (the single-copy ceiling): {cma:.0f} MB/s "
+          f"({cma / memcpy:.0%} of memcpy)")
+
+
+# Issue 8's targets: (what, benchmark, size, reference, factor), the reference a runtime
+# measured alike or memcpy; mpirt must be at most factor times the reference where lower is
+# better, at least where higher is.
+TARGETS = [
+    ("shm latency, 8 B", "latency", 8, "ompi", 0.8),
+    ("shm message rate, 8 B", "mbw_mr", 8, "ompi", 1.2),
+    ("shm bandwidth, 4 MiB", "bw", 1 << 22, "ompi", 1.0),
+    ("shm bandwidth, 4 MiB, vs memcpy", "bw", 1 << 22, "memcpy", 0.85),
+    ("allreduce 8 B, 4 ranks on 2 cores", "allreduce", 8, "ompi", 1.0),
+    ("launch, rsrun -n 8 hello", "launch", 8, "mpich", 0.5),
+    ("TCP latency, 8 B", "tcp latency", 8, "ompi", 1.0),
+    ("TCP bandwidth, 4 MiB", "tcp bw", 1 << 22, "ompi", 1.0),
+]
+
+
+def figure(v):
+    return f"{v:,.0f}" if v >= 1000 else f"{v:.3g}"
+
+
+def verdict(bench, mine, ref, factor):
+    """Met or missed, and by how much."""
+    goal = ref * factor
+    if higher_is_better(bench.split()[-1]):
+        return ("met" if mine >= goal else
+                f"**missed**: {1 - mine / goal:.0%} short of {figure(goal)}")
+    return "met" if mine <= goal else f"**missed**: {mine / goal - 1:.0%} over {figure(goal)}"
+
+
+def markdown(file, commands, shm, tcp_out):
+    tcp = tcp_out if (tcp_out / "results.csv").exists() else None
+    folder = file.parent / "report"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    records = read_csv(shm / "results.csv")
+    repeats = max(r[3] for r in records)
+    m = medians(records)
+    made = charts(m, folder)
+    if tcp:
+        tm = medians(read_csv(tcp / "results.csv"))
+        made += charts(tm, folder, "tcp_", "TCP between two hosts")
+        m.update({(f"tcp {b}", s, w): v for (b, s, w), v in tm.items()})
+    shutil.copy(shm / "results.csv", folder / "results.csv")
+    if tcp:
+        shutil.copy(tcp / "results.csv", folder / "results-tcp.csv")
+    sh = lambda c: subprocess.run(c, shell=True, capture_output=True, text=True).stdout.strip()
+    lines = [
+        "# mpirt against Open MPI and MPICH (issue 8)", "",
+        "Written by `osu-benches/compare/report.sh` (the commands it ran are at the end) on "
+        f"{sh('date -u +%Y-%m-%d')} at commit "
+        f"`{sh('git rev-parse --short HEAD')}`: medians of {repeats} interleaved repeats (mpirt, "
+        "Open MPI, MPICH, mpirt, ...), each runtime running the same OSU 7.4 loops "
+        "(mpirt's ports; `compare/osu_p2p.c` and `compare/osu_coll.c` on the others). "
+        "Ratios are mpirt's figure over the other's.", "",
+        "**The machine was shared**: its two cores also ran other engineers' builds during the "
+        "run, so single figures can be off by a wide margin; read the ratios, and the charts' "
+        "shapes, rather than the absolute numbers.", "",
+        "The collective tests run 4 ranks on the 2 cores. Open MPI is started with "
+        "`--oversubscribe`, under which it yields the CPU while it waits; MPICH's ranks poll "
+        "without yielding, so a rank waiting for one that is not running burns the time slice "
+        "that rank needs.", "",
+        "## Issue 8's targets", "",
+        "| target | mpirt | reference | ratio | goal | verdict |", "|---|---|---|---|---|---|",
+    ]
+    for what, bench, size, ref, factor in TARGETS:
+        mine = m.get((bench, size, "mpirt"))
+        other = m.get((ref, size, ref) if ref == "memcpy" else (bench, size, ref))
+        refname = RUNTIMES.get(ref, ref)
+        u = unit(bench.split()[-1])
+        if mine is None or other is None:
+            lines.append(f"| {what} | | | | | not measured (see below) |")
+            continue
+        sign = "≥" if higher_is_better(bench.split()[-1]) else "≤"
+        lines.append(f"| {what} | {figure(mine)} {u} | {refname} {figure(other)} {u} | "
+                     f"{mine / other:.2f} | {sign} {factor:g}× {refname} | "
+                     f"{verdict(bench, mine, other, factor)} |")
+    failed = tcp_out.parent / f"{tcp_out.name}-failed"
+    if failed.exists():
+        lines += ["", "TCP was not measured: the run between the test hosts (shared with other "
+                  "engineers, who had them up) failed with", "", "```",
+                  failed.read_text().strip(), "```"]
+    elif not tcp:
+        lines += ["", "TCP was not measured: it needs root and the test hosts "
+                  "(`../shared/testhosts/ssh-hosts`)."]
+    for bench in sorted({b for b, _, w in m if w == "mpirt"} - {"launch"}):
+        lines += ["", f"## {bench} ({unit(bench.split()[-1])}), medians", "", "```"]
+        lines += list(table(m, bench)) + ["```"]
+    if ("launch", 8, "mpich") in m:
+        mpirt, mpich = m[("launch", 8, "mpirt")], m[("launch", 8, "mpich")]
+        lines += ["", "## Launch and copy ceilings", "",
+                  f"- 8 ranks of `hello`, launch to exit: rsrun {mpirt:.3f} s, mpiexec.mpich "
+                  f"{mpich:.3f} s (ratio {mpirt / mpich:.2f}).",
+                  f"- memcpy of 4 MiB on one core: {m[('memcpy', 1 << 22, 'memcpy')]:.0f} MB/s; "
+                  f"process_vm_readv of 4 MiB: {m[('cma', 1 << 22, 'cma')]:.0f} MB/s."]
+    lines += ["", "## Charts", ""] + [f"![{caption}](report/{name})" for name, caption in made]
+    lines += ["", "Every measurement: `report/results.csv`"
+              + (" and `report/results-tcp.csv`" if tcp else "")
+              + " (benchmark, size, runtime, repeat, value, unit).", "",
+              "## Machine", "", "```",
+              f"$ nproc\n{sh('nproc')}", f"$ lscpu | head\n{sh('lscpu | head')}",
+              f"$ uname -r\n{sh('uname -r')}",
+              f"$ mpirun.openmpi --version | head -1\n{sh('mpirun.openmpi --version | head -1')}",
+              f"$ mpichversion | head -1\n{sh('mpichversion | head -1')}", "```", "",
+              "## Commands", "", "```", commands, "```", ""]
+    file.write_text("\n".join(lines))
+
+
+if sys.argv[1] == "--markdown":
+    markdown(Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), Path(sys.argv[5]))
+else:
+    summary(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Side by side, in one run: mpirt's OSU ports against the same OSU method in C on Open MPI
 # and on MPICH (Debian's packages), interleaved and repeated; medians per message size.
-#   osu-benches/compare/run.sh [-r REPEATS] [-n RANKS] [-o OUTDIR] [-t]
+#   osu-benches/compare/run.sh [-r REPEATS] [-n RANKS] [-o OUTDIR] [-b "BENCH..."] [-t]
 # -n: ranks of the collective tests (4), which run on this host only.
+# -b: only these benchmarks (names without osu_, such as "latency mbw_mr allreduce").
 # -t: between two test hosts over TCP instead of two ranks on this host: the network
 # namespaces host1 and host2 of ../shared/testhosts/ssh-hosts (or $MPIRT_SSH_HOSTS), started
 # over ssh; osu_latency and osu_bw only.
@@ -12,13 +13,15 @@ repeats=5
 ranks=4
 out=
 tcp=
-while getopts "r:n:o:t" opt; do
+only=
+while getopts "r:n:o:b:t" opt; do
     case $opt in
         r) repeats=$OPTARG ;;
         n) ranks=$OPTARG ;;
         o) out=$OPTARG ;;
+        b) only=" $OPTARG " ;;
         t) tcp=1 ;;
-        *) echo "usage: $0 [-r REPEATS] [-n RANKS] [-o OUTDIR] [-t]" >&2; exit 2 ;;
+        *) echo "usage: $0 [-r REPEATS] [-n RANKS] [-o OUTDIR] [-b \"BENCH...\"] [-t]" >&2; exit 2 ;;
     esac
 done
 out=${out:-target/compare${tcp:+-tcp}}
@@ -28,6 +31,8 @@ if ! command -v mpicc.openmpi >/dev/null || ! command -v mpicc.mpich >/dev/null;
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev mpich libmpich-dev
 fi
+# report.py draws its charts with matplotlib.
+python3 -c "import matplotlib" 2>/dev/null || pip install -q matplotlib
 cargo build --release --workspace -q
 bin=${CARGO_TARGET_DIR:-target}/release
 c=osu-benches/compare
@@ -74,9 +79,19 @@ else
     # rsrun does not unless asked. Unbound, a busy host's scheduler may stack both ranks on
     # one CPU, where every wait spins its MPIRT_SPIN_US out before the peer can run.
     rsrun=("$bin/rsrun" --bind-to core -n)
-    benches=(latency bw bibw)
+    benches=(latency bw bibw mbw_mr multi_lat)
     collectives=(barrier bcast reduce allreduce allgather alltoall gather scatter reduce_scatter)
 fi
+# Keeps the benchmarks of "$@" that -b names (all without -b).
+selected() {
+    for bench in "$@"; do
+        if [ -z "$only" ] || [[ $only == *" $bench "* ]]; then
+            echo "$bench"
+        fi
+    done
+}
+mapfile -t benches < <(selected "${benches[@]}")
+mapfile -t collectives < <(selected "${collectives[@]}")
 for bench in "${benches[@]}"; do
     for ((r = 1; r <= repeats; r++)); do
         "${rsrun[@]}" 2 "$bin"/osu_$bench > "$out/$bench.mpirt.$r"

@@ -5,11 +5,15 @@ mod measure;
 mod options;
 mod output;
 mod start;
+mod window;
 
-pub use measure::{measure, measure_collective};
+pub use measure::{measure, measure_collective, measure_summed};
 pub use options::{parse, Benchmark, Options, Parsed};
-pub use output::{collective_header, collective_row, header, row, Latencies};
+pub use output::{
+    collective_header, collective_row, header, multi_bandwidth_header, rate_row, row, Latencies,
+};
 pub use start::start;
+pub use window::{send_window, Slots};
 
 /// The benchmarks send from the same buffers again and again: keep their RDMA registrations.
 #[global_allocator]

@@ -1,5 +1,6 @@
 //! The loops the tests share, as OSU runs them. Point-to-point: for each message size, a
-//! barrier, warm-up iterations, then timed ones; rank 0 prints one row. Collective: each call
+//! barrier, warm-up iterations, then timed ones; rank 0 prints one row (the multi-pair tests
+//! first sum each rank's share of it over the ranks). Collective: each call
 //! timed on its own and followed by an untimed barrier; rank 0 prints the average over the
 //! ranks (and with `-f` the minimum and maximum).
 
@@ -13,13 +14,13 @@ use mpirt::collective::SystemOperation;
 use crate::options::{Benchmark, Options};
 use crate::output::{collective_row, row, Latencies};
 
-/// Runs `iteration(size)` over OSU's sizes and loop counts; `value(size, iterations, seconds)`
-/// turns the timed part into the number rank 0 prints.
-pub fn measure(
+/// Runs `iteration(size)` over OSU's sizes and loop counts, after a barrier for each size;
+/// `done(size, iterations, seconds)` gets the time of the timed iterations.
+fn over_sizes(
     world: &SimpleCommunicator,
     options: &Options,
     mut iteration: impl FnMut(usize),
-    value: impl Fn(usize, usize, f64) -> f64,
+    mut done: impl FnMut(usize, usize, f64),
 ) {
     for size in options.sizes() {
         let (iterations, skip) = options.loops(size);
@@ -31,14 +32,63 @@ pub fn measure(
             }
             iteration(size);
         }
-        if world.rank() == 0 {
-            print!(
-                "{}",
-                row(size, value(size, iterations, mpirt::time() - start))
-            );
-            let _ = std::io::stdout().flush();
-        }
+        done(size, iterations, mpirt::time() - start);
     }
+}
+
+/// Prints a row at once, so that a run cut short still shows the sizes it finished.
+fn say(text: &str) {
+    print!("{text}");
+    let _ = std::io::stdout().flush();
+}
+
+/// `x` combined over the ranks by `op`: the result on rank 0, 0 elsewhere.
+fn at_root(world: &SimpleCommunicator, x: f64, op: SystemOperation) -> f64 {
+    let root = world.process_at_rank(0);
+    let mut result = 0.0;
+    if world.rank() == 0 {
+        root.reduce_into_root(&x, &mut result, op);
+    } else {
+        root.reduce_into(&x, op);
+    }
+    result
+}
+
+/// Runs `iteration(size)` over OSU's sizes and loop counts; `value(size, iterations, seconds)`
+/// turns rank 0's timed part into the number it prints.
+pub fn measure(
+    world: &SimpleCommunicator,
+    options: &Options,
+    iteration: impl FnMut(usize),
+    value: impl Fn(usize, usize, f64) -> f64,
+) {
+    over_sizes(world, options, iteration, |size, iterations, seconds| {
+        if world.rank() == 0 {
+            say(&row(size, value(size, iterations, seconds)));
+        }
+    });
+}
+
+/// Like `measure` for the tests where every pair counts: each rank's
+/// `share(size, iterations, seconds)` is summed over the ranks and rank 0 prints
+/// `line(size, iterations, sum)`.
+pub fn measure_summed(
+    world: &SimpleCommunicator,
+    options: &Options,
+    iteration: impl FnMut(usize),
+    share: impl Fn(usize, usize, f64) -> f64,
+    line: impl Fn(usize, usize, f64) -> String,
+) {
+    over_sizes(world, options, iteration, |size, iterations, seconds| {
+        let sum = at_root(
+            world,
+            share(size, iterations, seconds),
+            SystemOperation::sum(),
+        );
+        if world.rank() == 0 {
+            say(&line(size, iterations, sum));
+        }
+    });
 }
 
 /// Runs the collective `call(size)` over OSU's sizes (without a size for the barrier, which
@@ -73,16 +123,7 @@ pub fn measure_collective(
             world.barrier();
         }
         let latency = timer * 1e6 / iterations as f64;
-        let root = world.process_at_rank(0);
-        let over_ranks = |op: SystemOperation| {
-            let mut result = 0.0;
-            if world.rank() == 0 {
-                root.reduce_into_root(&latency, &mut result, op);
-            } else {
-                root.reduce_into(&latency, op);
-            }
-            result
-        };
+        let over_ranks = |op| at_root(world, latency, op);
         let (min, max) = (
             over_ranks(SystemOperation::min()),
             over_ranks(SystemOperation::max()),
@@ -95,8 +136,7 @@ pub fn measure_collective(
                 max,
                 iterations,
             };
-            print!("{}", collective_row(size, latencies, options.full));
-            let _ = std::io::stdout().flush();
+            say(&collective_row(size, latencies, options.full));
         }
         world.barrier();
     }

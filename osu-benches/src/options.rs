@@ -1,6 +1,7 @@
 //! OSU's options: `-m [MIN:]MAX`, `-i ITER`, `-x WARMUP`, `-h`, `-v`, with `-W WINDOW` for the
 //! bandwidth tests and `-f` (full statistics) for the collective ones, with OSU's defaults and
-//! its small/large message loop counts.
+//! its small/large message loop counts. OSU 7.4's `osu_mbw_mr` has no `-p`: it always pairs
+//! half the ranks with the other half, and so do the ports.
 
 /// Messages above this many bytes use the "large" loop counts, as in OSU.
 pub const LARGE_MESSAGE_SIZE: usize = 8192;
@@ -13,6 +14,8 @@ pub enum Benchmark {
     Latency,
     Bandwidth,
     BiBandwidth,
+    MultiLatency,
+    MultiBandwidth,
     Barrier,
     Broadcast,
     Reduce,
@@ -30,6 +33,8 @@ impl Benchmark {
             Benchmark::Latency => "OSU MPI Latency Test",
             Benchmark::Bandwidth => "OSU MPI Bandwidth Test",
             Benchmark::BiBandwidth => "OSU MPI Bi-Directional Bandwidth Test",
+            Benchmark::MultiLatency => "OSU MPI Multi Latency Test",
+            Benchmark::MultiBandwidth => "OSU MPI Multiple Bandwidth / Message Rate Test",
             Benchmark::Barrier => "OSU MPI Barrier Latency Test",
             Benchmark::Broadcast => "OSU MPI Broadcast Latency Test",
             Benchmark::Reduce => "OSU MPI Reduce Latency Test",
@@ -45,6 +50,7 @@ impl Benchmark {
     pub fn column(self) -> &'static str {
         match self {
             Benchmark::Bandwidth | Benchmark::BiBandwidth => "Bandwidth (MB/s)",
+            Benchmark::MultiBandwidth => "MB/s",
             _ => "Avg Latency(us)",
         }
     }
@@ -54,6 +60,8 @@ impl Benchmark {
             Benchmark::Latency => "osu_latency",
             Benchmark::Bandwidth => "osu_bw",
             Benchmark::BiBandwidth => "osu_bibw",
+            Benchmark::MultiLatency => "osu_multi_lat",
+            Benchmark::MultiBandwidth => "osu_mbw_mr",
             Benchmark::Barrier => "osu_barrier",
             Benchmark::Broadcast => "osu_bcast",
             Benchmark::Reduce => "osu_reduce",
@@ -67,15 +75,28 @@ impl Benchmark {
     }
 
     fn has_window(self) -> bool {
-        matches!(self, Benchmark::Bandwidth | Benchmark::BiBandwidth)
+        matches!(
+            self,
+            Benchmark::Bandwidth | Benchmark::BiBandwidth | Benchmark::MultiBandwidth
+        )
     }
 
     /// Whether this is one of the collective tests (any number of ranks from two, `-f`).
     pub fn is_collective(self) -> bool {
         !matches!(
             self,
-            Benchmark::Latency | Benchmark::Bandwidth | Benchmark::BiBandwidth
+            Benchmark::Latency
+                | Benchmark::Bandwidth
+                | Benchmark::BiBandwidth
+                | Benchmark::MultiLatency
+                | Benchmark::MultiBandwidth
         )
+    }
+
+    /// Whether any number of ranks from two takes part (the collective tests, and the pairs of
+    /// the multi-pair tests: the first half of the ranks each pairs with one of the second).
+    pub fn takes_many_ranks(self) -> bool {
+        self.is_collective() || matches!(self, Benchmark::MultiLatency | Benchmark::MultiBandwidth)
     }
 
     /// Whether rows carry a message size (all but the barrier's single row).
@@ -100,8 +121,9 @@ pub struct Options {
 impl Options {
     pub fn defaults(b: Benchmark) -> Options {
         match b {
-            Benchmark::Latency => Options {
-                min_size: 0,
+            // OSU 7.4's multi-pair latency skips the empty message.
+            Benchmark::Latency | Benchmark::MultiLatency => Options {
+                min_size: if b == Benchmark::Latency { 0 } else { 1 },
                 max_size: MAX_MESSAGE_SIZE,
                 iterations: 10_000,
                 skip: 100,
@@ -119,6 +141,12 @@ impl Options {
                 skip_large: 2,
                 window: WINDOW_SIZE,
                 full: false,
+            },
+            // OSU 7.4's osu_mbw_mr keeps the small-message loop counts at every size.
+            Benchmark::MultiBandwidth => Options {
+                iterations_large: 100,
+                skip_large: 10,
+                ..Options::defaults(Benchmark::Bandwidth)
             },
             _ => Options {
                 min_size: 1,
@@ -275,6 +303,13 @@ mod tests {
         assert_eq!((bw.min_size, bw.window), (1, 64));
         assert_eq!(bw.loops(1), (100, 10));
         assert_eq!(bw.loops(1 << 20), (20, 2));
+        let mbw = run(Benchmark::MultiBandwidth, &["-W", "8"]);
+        assert_eq!((mbw.min_size, mbw.window), (1, 8));
+        assert_eq!(mbw.loops(1 << 22), (100, 10));
+        let ml = run(Benchmark::MultiLatency, &[]);
+        assert_eq!((ml.min_size, ml.window), (1, 1));
+        assert_eq!(ml.loops(8193), (1_000, 10));
+        assert!(parse(Benchmark::MultiLatency, ["-W".into(), "2".into()]).is_err());
     }
 
     #[test]

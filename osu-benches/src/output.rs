@@ -1,7 +1,8 @@
 //! OSU 7.4's output, to the character: a blank line, the title with the version, the datatype,
 //! then a column header and rows of `%-10d%18.2f`. The collective tests add, with `-f`, the
 //! minimum and maximum (`%18.2f`) and the iterations (`%12lu`); the barrier has no size column
-//! and prints its one value as `%17.2f`.
+//! and prints its one value as `%17.2f`. `osu_mbw_mr` prints its own header, without the blank
+//! line, naming the pairs and the window, and adds the message rate to each row.
 
 use crate::options::Benchmark;
 
@@ -23,6 +24,27 @@ pub fn header(b: Benchmark) -> String {
 
 pub fn row(size: usize, value: f64) -> String {
     format!("{size:<SIZE_WIDTH$}{value:>FIELD_WIDTH$.FLOAT_PRECISION$}\n")
+}
+
+/// `osu_mbw_mr`'s header for `pairs` pairs sending windows of `window` messages.
+pub fn multi_bandwidth_header(pairs: usize, window: usize) -> String {
+    let b = Benchmark::MultiBandwidth;
+    format!(
+        "# {} v7.4\n# [ pairs: {pairs} ] [ window size: {window} ]\n# Datatype: MPI_CHAR.\n\
+         {:<SIZE_WIDTH$}{:>FIELD_WIDTH$}{:>FIELD_WIDTH$}\n",
+        b.title(),
+        "# Size",
+        b.column(),
+        "Messages/s"
+    )
+}
+
+/// `osu_mbw_mr`'s row: the bandwidth of all pairs together, then messages per second.
+pub fn rate_row(size: usize, mb_per_s: f64, messages_per_s: f64) -> String {
+    format!(
+        "{}{messages_per_s:>FIELD_WIDTH$.FLOAT_PRECISION$}\n",
+        row(size, mb_per_s).trim_end()
+    )
 }
 
 /// A collective test's header; `full` for `-f`.
@@ -88,6 +110,24 @@ mod tests {
         assert_eq!(
             header(Benchmark::BiBandwidth),
             "\n# OSU MPI Bi-Directional Bandwidth Test v7.4\n# Datatype: MPI_CHAR.\n# Size      Bandwidth (MB/s)\n"
+        );
+    }
+
+    #[test]
+    fn multi_pair_headers_and_rows_match_osu() {
+        assert_eq!(
+            header(Benchmark::MultiLatency),
+            "\n# OSU MPI Multi Latency Test v7.4\n# Datatype: MPI_CHAR.\n# Size       Avg Latency(us)\n"
+        );
+        assert_eq!(
+            multi_bandwidth_header(2, 64),
+            "# OSU MPI Multiple Bandwidth / Message Rate Test v7.4\n\
+             # [ pairs: 2 ] [ window size: 64 ]\n# Datatype: MPI_CHAR.\n\
+             # Size                  MB/s        Messages/s\n"
+        );
+        assert_eq!(
+            rate_row(8, 12.345, 1543125.0),
+            "8                      12.35        1543125.00\n"
         );
     }
 

@@ -1,6 +1,6 @@
 //! What every test does before measuring: start the runtime, read the options, insist on two
-//! ranks (at least two for the collective tests), and have rank 0 print the header. Like OSU,
-//! only rank 0 speaks.
+//! ranks (at least two for the collective and multi-pair tests), and have rank 0 print the
+//! header. Like OSU, only rank 0 speaks.
 
 use std::io::Write;
 use std::process::exit;
@@ -9,7 +9,7 @@ use mpirt::traits::*;
 use mpirt::Universe;
 
 use crate::options::{parse, Benchmark, Options, Parsed};
-use crate::output::{collective_header, header};
+use crate::output::{collective_header, header, multi_bandwidth_header};
 
 /// Returns the runtime and the options, or ends the process (help, version, bad options,
 /// wrong number of ranks) the way OSU does.
@@ -34,7 +34,7 @@ pub fn start(b: Benchmark) -> (Universe, Options) {
             exit(1);
         }
     };
-    let (enough, requirement) = if b.is_collective() {
+    let (enough, requirement) = if b.takes_many_ranks() {
         (world.size() >= 2, "at least two processes")
     } else {
         (world.size() == 2, "exactly two processes")
@@ -47,11 +47,14 @@ pub fn start(b: Benchmark) -> (Universe, Options) {
         exit(1);
     }
     if rank0 {
-        if b.is_collective() {
-            print!("{}", collective_header(b, options.full));
-        } else {
-            print!("{}", header(b));
-        }
+        let text = match b {
+            _ if b.is_collective() => collective_header(b, options.full),
+            Benchmark::MultiBandwidth => {
+                multi_bandwidth_header(world.size() as usize / 2, options.window)
+            }
+            _ => header(b),
+        };
+        print!("{text}");
         let _ = std::io::stdout().flush();
     }
     (universe, options)

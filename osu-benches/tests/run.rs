@@ -21,27 +21,45 @@ fn titled_output(n: u32, program: &str, args: &[&str], title: &str) -> String {
     text
 }
 
-/// Checks OSU's layout: blank line, title, datatype, column header, then one row per size
-/// with the size left-aligned in 10 columns and a positive value right-aligned in 18.
+/// Checks OSU's layout on two ranks: blank line, title, datatype, column header, then one row
+/// per size.
 fn check(program: &str, args: &[&str], title: &str, column: &str, sizes: &[usize]) {
-    let text = titled_output(2, program, args, title);
+    check_on(2, program, args, title, column, sizes);
+}
+
+/// `check` on `n` ranks.
+fn check_on(n: u32, program: &str, args: &[&str], title: &str, column: &str, sizes: &[usize]) {
+    let text = titled_output(n, program, args, title);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[2], "# Datatype: MPI_CHAR.");
     assert_eq!(lines[3], format!("{:<10}{:>18}", "# Size", column));
-    let rows = &lines[4..];
+    check_rows(&text, &lines[4..], sizes, 1);
+}
+
+/// One row per size with the size left-aligned in 10 columns and `values` positive values with
+/// two decimals right-aligned in 18 columns each; returns the values.
+fn check_rows(text: &str, rows: &[&str], sizes: &[usize], values: usize) -> Vec<Vec<f64>> {
     assert_eq!(rows.len(), sizes.len(), "{text}");
+    let mut all = Vec::new();
     for (line, &size) in rows.iter().zip(sizes) {
-        assert_eq!(line.len(), 28, "row width: '{line}'");
+        assert_eq!(line.len(), 10 + 18 * values, "row width: '{line}'");
         assert_eq!(line[..10].trim_end(), size.to_string());
         assert!(
             line[..10].starts_with(&size.to_string()),
             "size left-aligned: '{line}'"
         );
-        let value: f64 = line[10..].trim().parse().unwrap();
-        assert!(value > 0.0, "'{line}'");
-        let decimals = line.rsplit('.').next().unwrap();
-        assert_eq!(decimals.len(), 2, "two decimals: '{line}'");
+        let fields: Vec<&str> = (0..values)
+            .map(|i| &line[10 + 18 * i..28 + 18 * i])
+            .collect();
+        for field in &fields {
+            let decimals = field.rsplit('.').next().unwrap();
+            assert_eq!(decimals.len(), 2, "two decimals: '{line}'");
+        }
+        let parsed: Vec<f64> = fields.iter().map(|f| f.trim().parse().unwrap()).collect();
+        assert!(parsed.iter().all(|&v| v > 0.0), "'{line}'");
+        all.push(parsed);
     }
+    all
 }
 
 #[test]
@@ -80,6 +98,58 @@ fn bi_bandwidth_format() {
 }
 
 #[test]
+fn multi_latency_format_with_two_pairs_and_an_odd_rank_out() {
+    for n in [4, 5] {
+        check_on(
+            n,
+            "osu_multi_lat",
+            &["-m", "16", "-i", "50", "-x", "5"],
+            "OSU MPI Multi Latency Test",
+            "Avg Latency(us)",
+            &[1, 2, 4, 8, 16],
+        );
+    }
+}
+
+/// osu_mbw_mr's own header (no blank line; the pairs and the window), then the bandwidth of
+/// all pairs and the message rate, which is that bandwidth over the size.
+#[test]
+fn multi_bandwidth_format() {
+    for (n, pairs) in [(2, 1), (4, 2)] {
+        let args = ["-m", "4:32768", "-i", "3", "-x", "1", "-W", "8"];
+        let out = rsrun(n, "osu_mbw_mr", &args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[..4],
+            [
+                "# OSU MPI Multiple Bandwidth / Message Rate Test v7.4".to_string(),
+                format!("# [ pairs: {pairs} ] [ window size: 8 ]"),
+                "# Datatype: MPI_CHAR.".to_string(),
+                "# Size                  MB/s        Messages/s".to_string(),
+            ]
+        );
+        let sizes = [
+            4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768,
+        ];
+        let rows = check_rows(&text, &lines[4..], &sizes, 2);
+        for (values, size) in rows.iter().zip(sizes) {
+            // Both printed to two decimals: the bandwidth's rounding, scaled, bounds the gap.
+            let rate = values[0] * 1e6 / size as f64;
+            assert!(
+                (values[1] - rate).abs() <= 0.005e6 / size as f64 + 0.01,
+                "rate = MB/s / size: {values:?} at {size}"
+            );
+        }
+    }
+}
+
+#[test]
 fn wrong_rank_count_and_bad_options_fail_clearly() {
     let out = rsrun(3, "osu_latency", &[]);
     assert!(!out.status.success());
@@ -90,6 +160,12 @@ fn wrong_rank_count_and_bad_options_fail_clearly() {
     let out = rsrun(2, "osu_bibw", &["-h"]);
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("Usage: osu_bibw"));
+    let out = rsrun(1, "osu_mbw_mr", &[]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("requires at least two processes"));
+    let out = rsrun(2, "osu_multi_lat", &["-W", "4"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown option '-W'"));
 }
 
 /// A collective test's layout: title, datatype (not for the barrier), the column header with
