@@ -211,6 +211,22 @@ mod tests {
     }
 
     #[test]
+    fn a_server_without_pmi2_is_a_named_error() {
+        let (mut client, mut server) = UnixStream::pair().unwrap();
+        let fake = thread::spawn(move || {
+            let mut hello = [0u8; 40];
+            server.read_exact(&mut hello).unwrap();
+            server
+                .write_all(b"cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=-1\n")
+                .unwrap();
+        });
+        let e = fullinit(&mut client, "1.0", "0").err().unwrap();
+        assert!(e.contains("does not speak PMI-2"), "{e}");
+        assert!(e.contains("pmi_version=1"), "{e}");
+        fake.join().unwrap();
+    }
+
+    #[test]
     fn a_session_against_a_fake_server() {
         let (mut client, mut server) = UnixStream::pair().unwrap();
         let fake = thread::spawn(move || {

@@ -123,7 +123,7 @@ type Case = fn(&Hosts);
 #[test]
 fn across_ssh_hosts() {
     let Some(hosts) = Hosts::up() else { return };
-    let cases: [(&str, Case); 13] = [
+    let cases: [(&str, Case); 14] = [
         ("map by slot", map_by_slot),
         ("map by node from a hostfile", map_by_node_from_hostfile),
         ("tagged output", tagged_output),
@@ -131,6 +131,10 @@ fn across_ssh_hosts() {
         ("ring across hosts", ring_across_hosts),
         ("all-to-all across hosts", all_to_all_across_hosts),
         ("1 GiB message across hosts", gigabyte_across_hosts),
+        (
+            "shared memory refused across hosts",
+            shm_refused_across_hosts,
+        ),
         ("remote rank killed", remote_rank_killed),
         ("rsrun killed", rsrun_killed),
         ("unreachable host", unreachable_host),
@@ -146,6 +150,28 @@ fn across_ssh_hosts() {
         case(&hosts);
         println!("ok: {name} ({:.2} s)", started.elapsed().as_secs_f64());
     }
+}
+
+fn shm_refused_across_hosts(hosts: &Hosts) {
+    let r = run(
+        &mut hosts.rsrun(&[
+            "-H",
+            "host1:1,host2:1",
+            "--transport",
+            "shm",
+            &example("ring"),
+        ]),
+        b"",
+    );
+    assert_ne!(r.code(), Some(0), "{}", r.stdout);
+    assert!(
+        r.stderr
+            .contains("MPIRT_TRANSPORT=shm, but rank 1 runs on host 'host2'")
+            && r.stderr
+                .contains("shared memory reaches only ranks on one host"),
+        "{}",
+        r.stderr
+    );
 }
 
 fn map_by_slot(hosts: &Hosts) {

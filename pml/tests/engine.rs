@@ -33,16 +33,22 @@ fn recv(e: &mut Engine, from: SourceSel, tag: TagSel, len: usize) -> (Vec<u8>, p
     }
 }
 
-#[test]
-fn singleton_sends_to_itself_by_every_protocol() {
-    let dir = env::temp_dir().join(format!("pml-engine-self-{}", std::process::id()));
+/// A singleton's wire-up, in a fresh directory named after `name`.
+fn singleton_wireup(name: &str) -> DirWireup {
+    let dir = env::temp_dir().join(format!("pml-engine-{name}-{}", std::process::id()));
     fs::create_dir_all(&dir).unwrap();
-    let mut w = DirWireup {
-        dir: dir.clone(),
+    DirWireup {
+        dir,
         rank: 0,
         size: 1,
         round: 0,
-    };
+    }
+}
+
+#[test]
+fn singleton_sends_to_itself_by_every_protocol() {
+    let mut w = singleton_wireup("self");
+    let dir = w.dir.clone();
     let mut e = Engine::new(&mut w, EngineConfig::default()).unwrap();
     for len in [0, 1, 100, 16 << 10, (16 << 10) + 1, 1 << 20] {
         let data = pattern(len, len);
@@ -61,6 +67,34 @@ fn singleton_sends_to_itself_by_every_protocol() {
         "large self-sends go by rendezvous"
     );
     fs::remove_dir_all(dir).unwrap();
+}
+
+#[cfg(not(feature = "verbs"))]
+#[test]
+fn verbs_without_the_feature_is_a_named_error() {
+    let mut w = singleton_wireup("no-verbs");
+    let config = EngineConfig {
+        transport: TransportChoice::Verbs,
+        ..EngineConfig::default()
+    };
+    let e = Engine::new(&mut w, config).err().unwrap().to_string();
+    assert!(e.contains("built without RDMA verbs"), "{e}");
+    fs::remove_dir_all(w.dir).unwrap();
+}
+
+/// Runs wherever the feature is built, device or not: an unknown device is named.
+#[cfg(feature = "verbs")]
+#[test]
+fn ranks_over_verbs_refuse_an_unknown_device() {
+    let mut w = singleton_wireup("bad-device");
+    let config = EngineConfig {
+        transport: TransportChoice::Verbs,
+        verbs_devices: "no-such-hca".into(),
+        ..EngineConfig::default()
+    };
+    let e = Engine::new(&mut w, config).err().unwrap().to_string();
+    assert!(e.contains("no RDMA device 'no-such-hca'"), "{e}");
+    fs::remove_dir_all(w.dir).unwrap();
 }
 
 const CHILD_ENV: &str = "PML_ENGINE_TEST_RANK";

@@ -291,3 +291,39 @@ fn strangers_are_turned_away_and_ranks_still_connect() {
     assert_eq!(ts[0].connections(), 1);
     close(ts);
 }
+
+#[test]
+fn an_unreachable_peer_is_a_named_error() {
+    let mut t = TcpTransport::new(0, 2, JOB, config()).unwrap();
+    // A port nobody listens on: bind one, note it, close it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    t.add_peer(1, &format!("{port} 127.0.0.1/8"), true).unwrap();
+    let e = t.send(1, &opaque(1, 8), &[]).unwrap_err().to_string();
+    assert!(
+        e.contains("cannot connect to rank 1") && e.contains(&format!("127.0.0.1:{port}")),
+        "{e}"
+    );
+}
+
+#[test]
+fn addresses_that_cannot_serve_are_refused_at_wire_up() {
+    let none = TcpConfig {
+        interfaces: parse_selectors("no-such-interface0").unwrap(),
+        ..config()
+    };
+    let e = TcpTransport::new(0, 2, JOB, none).err().unwrap();
+    assert!(e.contains("no network address matches MPIRT_TCP_IF"), "{e}");
+    // A peer on another host that offers only loopback cannot be reached from here.
+    let mut t = TcpTransport::new(0, 2, JOB, config()).unwrap();
+    let e = t.add_peer(1, "4242 127.0.0.1/8", false).unwrap_err();
+    assert!(
+        e.contains("rank 1 offers no address this rank can reach"),
+        "{e}"
+    );
+    let e = t.add_peer(1, "not an endpoint", true).unwrap_err();
+    assert!(e.contains("is not a TCP endpoint"), "{e}");
+}
