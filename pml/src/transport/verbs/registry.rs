@@ -83,6 +83,9 @@ impl Registry {
     fn forget_freed(&mut self) {
         let mut freed = Vec::new();
         let complete = freed_memory::freed_since(&mut self.freed_seen, |s, e| freed.push((s, e)));
+        if complete && freed.is_empty() {
+            return;
+        }
         let stale: Vec<(usize, u64)> = self
             .entries
             .iter()
