@@ -11,6 +11,7 @@
 //! when the transport cannot read remote memory). A synchronous eager send waits for an ACK.
 
 mod direct;
+mod stored_payload;
 
 use std::collections::VecDeque;
 
@@ -22,6 +23,7 @@ use crate::sequence::{Arrival, Sequencer};
 use crate::wire::{
     Frame, RemoteKey, WireEnvelope, DATA_HEADER_LEN, MATCH_HEADER_LEN, MAX_HEADER_LEN,
 };
+use stored_payload::StoredPayload;
 
 /// What the protocol needs to know about the transport that reaches one peer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,7 +180,7 @@ impl<S, R> Request<S, R> {
 enum Pending {
     Eager {
         peer: Rank,
-        payload: Vec<u8>,
+        payload: StoredPayload,
         sync_request: Option<u64>,
     },
     Rts {
@@ -192,7 +194,7 @@ enum Pending {
 impl Pending {
     fn len(&self) -> usize {
         match self {
-            Pending::Eager { payload, .. } => payload.len(),
+            Pending::Eager { payload, .. } => payload.as_slice().len(),
             Pending::Rts { len, .. } => *len,
         }
     }
@@ -543,7 +545,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                 envelope,
                 peer,
                 Incoming::Eager {
-                    payload: &payload,
+                    payload: payload.as_slice(),
                     sync_request,
                 },
             ),
@@ -782,7 +784,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                 sync_request,
             } => Pending::Eager {
                 peer,
-                payload: payload.to_vec(),
+                payload: StoredPayload::copy_of(payload),
                 sync_request,
             },
             Incoming::Rts {
