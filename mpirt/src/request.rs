@@ -15,7 +15,7 @@ use pml::{Done, Handle, PmlError, SourceSel};
 use crate::communicator::Rank;
 use crate::environment::{abort_job, with_engine};
 use crate::error::{fatal, or_fatal, Cause, Error};
-use crate::point_to_point::{RecvSlot, Status, Tag};
+use crate::point_to_point::{wait_handle, RecvSlot, Status, Tag};
 
 /// Where requests are registered for as long as they are unfinished.
 ///
@@ -199,14 +199,7 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
     }
 
     pub fn try_wait(mut self) -> Result<Status, Error> {
-        let handle = self.handle();
-        // A send the transport took as it was posted left nothing in the engine: a window of
-        // such sends is waited on without a trip through the engine per request.
-        let done = if handle == Handle::SENT {
-            Ok(Done::Sent)
-        } else {
-            with_engine(|e| e.wait(handle))
-        };
+        let done = wait_handle(self.handle());
         self.complete(done)
     }
 

@@ -189,6 +189,14 @@ impl Consumer {
         self.raw.ctl().blocked.load(Ordering::Relaxed) != 0
     }
 
+    /// Whether `drain` has anything to do: a frame, or a wrap marker to step over (which a
+    /// producer waiting for room needs passed even while no frame follows it yet).
+    #[inline]
+    pub(crate) fn has_record(&self) -> bool {
+        let offset = (self.tail as usize) & (self.raw.size - 1);
+        self.raw.word(offset).load(Ordering::Acquire) != EMPTY
+    }
+
     /// Whether a frame is (or may soon be, behind a wrap marker) ready to read.
     pub(crate) fn has_frame(&self) -> bool {
         let offset = (self.tail as usize) & (self.raw.size - 1);
