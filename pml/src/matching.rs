@@ -192,6 +192,9 @@ impl<P, U> Matcher<P, U> {
         }
     }
 
+    /// Inlined so that a receive posted with nothing queued (the common case of a
+    /// latency-bound exchange) pays one comparison for the look.
+    #[inline]
     fn find_unexpected(
         &mut self,
         context: ContextId,
@@ -201,6 +204,15 @@ impl<P, U> Matcher<P, U> {
         if self.unexpected.is_empty() {
             return None;
         }
+        self.find_queued(context, source, tag)
+    }
+
+    fn find_queued(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Option<EntryRef> {
         let wildcard = !matches!((source, tag), (SourceSel::Rank(_), TagSel::Tag(_)));
         if wildcard && !self.wildcard_index {
             self.start_wildcard_index();

@@ -361,12 +361,14 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     }
 
     fn peer(&mut self, peer: Rank) -> Result<(&mut Peer, PeerCaps), PmlError> {
-        let p = self
-            .peers
-            .get_mut(peer as usize)
-            .ok_or(PmlError::UnknownPeer(peer))?;
-        let caps = p.caps.ok_or(PmlError::UnknownPeer(peer))?;
-        Ok((p, caps))
+        // The error is built only on the way out: one built eagerly (`ok_or`) would be
+        // dropped on every call of the hot path.
+        if let Some(p) = self.peers.get_mut(peer as usize) {
+            if let Some(caps) = p.caps {
+                return Ok((p, caps));
+            }
+        }
+        Err(PmlError::UnknownPeer(peer))
     }
 
     fn mark_ready(&mut self, peer: Rank) {
@@ -577,6 +579,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         incoming: Incoming<'_>,
     ) -> Result<(), PmlError> {
         let (_, caps) = self.peer(peer)?;
+        let remote_read = caps.remote_read;
         let Ok(Request::Recv { buf, state }) = self.requests.get_mut(recv) else {
             unreachable!("a matched receive handle is live until delivered");
         };
@@ -611,7 +614,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                     len,
                 };
                 let deliver = len.min(capacity);
-                if caps.remote_read {
+                if remote_read {
                     if deliver == 0 {
                         *state = RecvState::Done(receive_result(status, capacity));
                         self.push_control(peer, Control::Fin(send_request));
