@@ -39,10 +39,12 @@ struct Queue {
 }
 
 impl Queue {
+    #[inline]
     fn len(&self) -> usize {
         usize::from(self.head.is_some()) + self.rest.len()
     }
 
+    #[inline]
     fn push(&mut self, entry: EntryRef) {
         if self.head.is_none() {
             self.head = Some(entry);
@@ -51,6 +53,7 @@ impl Queue {
         }
     }
 
+    #[inline]
     fn take_head(&mut self) -> Option<EntryRef> {
         let head = self.head.take();
         self.head = self.rest.pop_front();
@@ -95,6 +98,7 @@ impl<K: Hash + Eq + Copy> Default for KeyedQueues<K> {
 
 impl<K: Hash + Eq + Copy> KeyedQueues<K> {
     /// Where `key`'s queue lives, if it has one.
+    #[inline]
     fn find(&mut self, key: K) -> Option<usize> {
         if let Some((last, at)) = self.last {
             if last == key {
@@ -106,6 +110,7 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
         Some(at)
     }
 
+    #[inline]
     pub fn push(&mut self, key: K, entry: EntryRef) {
         let at = match self.find(key) {
             Some(at) => at,
@@ -120,6 +125,7 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
         self.stored += 1;
     }
 
+    #[inline]
     fn drop_if_empty(&mut self, key: K, at: usize) {
         if self.index.len() > KEEP_EMPTY_KEYS && self.queues[at].len() == 0 {
             self.index.remove(&key);
@@ -148,6 +154,7 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
 
     /// Removes and returns the oldest live entry under `key`, in one lookup: for the caller
     /// that takes the front right away, so it need not report the removal with `remove`.
+    #[inline]
     pub fn pop_front(&mut self, key: K, is_live: impl Fn(EntryRef) -> bool) -> Option<EntryRef> {
         let at = self.find(key)?;
         let queue = &mut self.queues[at];
@@ -166,6 +173,7 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
 
     /// True when no queue holds anything; lets a matcher skip a whole class of selectors
     /// (most programs post no wildcard receives at all).
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.stored == 0
     }

@@ -33,6 +33,7 @@ struct Numbers {
 }
 
 impl Numbers {
+    #[inline]
     fn of(&mut self, stream: Stream) -> &mut u32 {
         let at = match self.last {
             Some((last, at)) if last == stream => at,
@@ -78,12 +79,14 @@ impl<F> Sequencer<F> {
 
     /// The number the next message to `peer` in `context` will take, for a sender that
     /// advances it only once the message is really on its way.
+    #[inline]
     pub fn outgoing(&mut self, context: ContextId, peer: Rank) -> &mut u32 {
         self.next_send.of((context, peer))
     }
 
     /// Where `seq` stands in its stream. An in-order arrival is accepted at once: the stream
     /// then expects the next number (one lookup on the hot path).
+    #[inline]
     pub fn arrive(&mut self, context: ContextId, source: Rank, seq: u32) -> Arrival {
         let expected = self.expected.of((context, source));
         match seq.wrapping_sub(*expected) {

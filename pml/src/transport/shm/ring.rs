@@ -331,6 +331,27 @@ mod tests {
     }
 
     #[test]
+    fn a_wrap_marker_with_no_frame_after_it_still_needs_draining() {
+        let mut ring = HeapRing::new(256);
+        let (mut p, mut c) = ring.halves();
+        assert!(p.try_write(&[&[1u8; 120]], 120));
+        assert!(p.try_write(&[&[2u8; 56]], 56));
+        assert_eq!(c.drain(1, |f| assert_eq!(f.len(), 120)), 1);
+        // Room for the wrap marker at the end of the lap, not for the frame after it.
+        assert!(!p.try_write(&[&[3u8; 184]], 184));
+        assert_eq!(c.drain(1, |f| assert_eq!(f.len(), 56)), 1);
+        assert!(!c.has_frame());
+        assert!(
+            c.has_record(),
+            "the producer waits for the marker to be passed"
+        );
+        assert_eq!(c.drain(1, |_| panic!("no frame yet")), 0);
+        assert!(!c.has_record());
+        assert!(p.try_write(&[&[3u8; 184]], 184));
+        assert_eq!(drain_all(&mut c), vec![vec![3u8; 184]]);
+    }
+
+    #[test]
     fn max_frame_fits_only_an_empty_ring_at_any_offset() {
         let size = 256;
         let max = max_frame(size);
