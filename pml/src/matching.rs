@@ -6,7 +6,10 @@
 //! posted receive that accepts a message is the oldest of at most four queue fronts, compared by
 //! posting order. Unexpected messages are reachable the same four ways (exact, by source, by
 //! tag, all), so a receive finds the earliest-arrived message it accepts at one queue front.
-//! Neither side's cost grows with unrelated queued entries.
+//! Neither side's cost grows with unrelated queued entries. The three wildcard ways are built
+//! only once a wildcard receive or probe first looks (from the queued messages, in arrival
+//! order) and kept from then on, so a program that never uses wildcards indexes each
+//! unexpected message once.
 //!
 //! Sequencing (MPI's non-overtaking rule) happens before this: messages are handed to the
 //! matcher in the order their sender sent them.
