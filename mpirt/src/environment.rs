@@ -181,7 +181,11 @@ pub(crate) fn with_engine<R>(
 ) -> Result<R, Cause> {
     RUNTIME.with(|slot| {
         let mut slot = slot.try_borrow_mut().map_err(|_| Cause::NotInitialized)?;
-        let runtime = slot.as_mut().ok_or(Cause::NotInitialized)?;
+        // The error is built only on the way out: one built eagerly (`ok_or`) would be
+        // dropped on every call.
+        let Some(runtime) = slot.as_mut() else {
+            return Err(Cause::NotInitialized);
+        };
         f(&mut runtime.engine).map_err(Cause::from)
     })
 }

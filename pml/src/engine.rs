@@ -752,27 +752,29 @@ impl Engine {
             if done(self)? {
                 return Ok(());
             }
-            if self.progress()? {
-                idle_rounds = 0;
-                idle_since = None;
-                continue;
+            // Requests, queues and probes change only when progress moves something: until
+            // then a round is one look at the transports, which keeps the spin short and a
+            // frame's arrival noticed sooner.
+            while !self.progress()? {
+                idle_rounds = idle_rounds.wrapping_add(1);
+                if idle_rounds < SPIN_ROUNDS_BEFORE_CLOCK
+                    || (spinning && !idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_CLOCK))
+                {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                let idle = idle_since.get_or_insert_with(Instant::now).elapsed();
+                spinning = idle < self.spin;
+                if idle < self.spin {
+                    std::hint::spin_loop();
+                } else if idle < self.spin + YIELD_FOR {
+                    std::thread::yield_now();
+                } else {
+                    self.sleep()?;
+                }
             }
-            idle_rounds = idle_rounds.wrapping_add(1);
-            if idle_rounds < SPIN_ROUNDS_BEFORE_CLOCK
-                || (spinning && !idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_CLOCK))
-            {
-                std::hint::spin_loop();
-                continue;
-            }
-            let idle = idle_since.get_or_insert_with(Instant::now).elapsed();
-            spinning = idle < self.spin;
-            if idle < self.spin {
-                std::hint::spin_loop();
-            } else if idle < self.spin + YIELD_FOR {
-                std::thread::yield_now();
-            } else {
-                self.sleep()?;
-            }
+            idle_rounds = 0;
+            idle_since = None;
         }
     }
 
@@ -817,7 +819,8 @@ impl Engine {
     /// One round of progress; returns whether anything moved.
     pub fn progress(&mut self) -> Result<bool, PmlError> {
         let mut moved = false;
-        if let Some(shm) = &mut self.shm {
+        // An idle round only looks at the rings' next header words.
+        if let Some(shm) = self.shm.as_mut().filter(|shm| shm.has_records()) {
             let core = &mut self.core;
             let local_ranks = &self.local_ranks;
             let mut failure = None;
@@ -878,8 +881,10 @@ impl Engine {
             self.perform(action)?;
             moved = true;
         }
-        for peer in std::mem::take(&mut self.blocked) {
-            moved |= self.flush(peer)?;
+        if !self.blocked.is_empty() {
+            for peer in std::mem::take(&mut self.blocked) {
+                moved |= self.flush(peer)?;
+            }
         }
         while let Some(peer) = self.core.next_ready_peer() {
             moved |= self.flush(peer)?;

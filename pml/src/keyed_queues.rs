@@ -10,6 +10,8 @@
 use std::collections::VecDeque;
 use std::hash::Hash;
 
+use slab::Slab;
+
 use crate::fast_hash::FastMap;
 
 /// A reference to a stored entry: its slot in the slab and the order stamp it was stored with.
@@ -37,10 +39,12 @@ struct Queue {
 }
 
 impl Queue {
+    #[inline]
     fn len(&self) -> usize {
         usize::from(self.head.is_some()) + self.rest.len()
     }
 
+    #[inline]
     fn push(&mut self, entry: EntryRef) {
         if self.head.is_none() {
             self.head = Some(entry);
@@ -49,6 +53,7 @@ impl Queue {
         }
     }
 
+    #[inline]
     fn take_head(&mut self) -> Option<EntryRef> {
         let head = self.head.take();
         self.head = self.rest.pop_front();
@@ -70,7 +75,12 @@ impl Queue {
 
 /// Queues keyed by `K`.
 pub struct KeyedQueues<K> {
-    queues: FastMap<K, Queue>,
+    /// Where each key's queue lives in `queues`.
+    index: FastMap<K, usize>,
+    queues: Slab<Queue>,
+    /// The key looked up last and where its queue lives: a stream of messages on one
+    /// (context, source, tag) finds its queue without hashing. Cleared when that queue goes.
+    last: Option<(K, usize)>,
     /// References held across all queues, live or dead.
     stored: usize,
 }
@@ -78,29 +88,58 @@ pub struct KeyedQueues<K> {
 impl<K: Hash + Eq + Copy> Default for KeyedQueues<K> {
     fn default() -> Self {
         KeyedQueues {
-            queues: FastMap::default(),
+            index: FastMap::default(),
+            queues: Slab::new(),
+            last: None,
             stored: 0,
         }
     }
 }
 
 impl<K: Hash + Eq + Copy> KeyedQueues<K> {
+    /// Where `key`'s queue lives, if it has one.
+    #[inline]
+    fn find(&mut self, key: K) -> Option<usize> {
+        if let Some((last, at)) = self.last {
+            if last == key {
+                return Some(at);
+            }
+        }
+        let at = *self.index.get(&key)?;
+        self.last = Some((key, at));
+        Some(at)
+    }
+
+    #[inline]
     pub fn push(&mut self, key: K, entry: EntryRef) {
-        self.queues.entry(key).or_default().push(entry);
+        let at = match self.find(key) {
+            Some(at) => at,
+            None => {
+                let at = self.queues.insert(Queue::default());
+                self.index.insert(key, at);
+                self.last = Some((key, at));
+                at
+            }
+        };
+        self.queues[at].push(entry);
         self.stored += 1;
     }
 
-    fn drop_if_empty(&mut self, key: K) {
-        if self.queues.len() > KEEP_EMPTY_KEYS
-            && self.queues.get(&key).is_some_and(|q| q.len() == 0)
-        {
-            self.queues.remove(&key);
+    #[inline]
+    fn drop_if_empty(&mut self, key: K, at: usize) {
+        if self.index.len() > KEEP_EMPTY_KEYS && self.queues[at].len() == 0 {
+            self.index.remove(&key);
+            self.queues.remove(at);
+            if self.last.is_some_and(|(last, _)| last == key) {
+                self.last = None;
+            }
         }
     }
 
     /// The oldest live entry under `key`, dropping the dead references in front of it.
     pub fn front(&mut self, key: K, is_live: impl Fn(EntryRef) -> bool) -> Option<EntryRef> {
-        let queue = self.queues.get_mut(&key)?;
+        let at = self.find(key)?;
+        let queue = &mut self.queues[at];
         while let Some(head) = queue.head {
             if is_live(head) {
                 return Some(head);
@@ -109,14 +148,16 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
             queue.dead -= 1;
             self.stored -= 1;
         }
-        self.drop_if_empty(key);
+        self.drop_if_empty(key, at);
         None
     }
 
     /// Removes and returns the oldest live entry under `key`, in one lookup: for the caller
-    /// that takes the front right away, so it need not report the removal with `note_dead`.
+    /// that takes the front right away, so it need not report the removal with `remove`.
+    #[inline]
     pub fn pop_front(&mut self, key: K, is_live: impl Fn(EntryRef) -> bool) -> Option<EntryRef> {
-        let queue = self.queues.get_mut(&key)?;
+        let at = self.find(key)?;
+        let queue = &mut self.queues[at];
         let mut found = None;
         while let Some(head) = queue.take_head() {
             self.stored -= 1;
@@ -126,22 +167,32 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
             }
             queue.dead -= 1;
         }
-        self.drop_if_empty(key);
+        self.drop_if_empty(key, at);
         found
     }
 
     /// True when no queue holds anything; lets a matcher skip a whole class of selectors
     /// (most programs post no wildcard receives at all).
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.stored == 0
     }
 
-    /// Records that one reference under `key` now points at a removed entry. Every removal
-    /// must be reported to every queue holding the entry, exactly once.
-    pub fn note_dead(&mut self, key: K, is_live: impl Fn(EntryRef) -> bool) {
-        let Some(queue) = self.queues.get_mut(&key) else {
+    /// Records that `entry`, queued under `key`, was removed from the store. Every removal
+    /// must be reported to every queue holding the entry, exactly once. The front entry (the
+    /// common case: messages are mostly taken in arrival order) is unlinked at once; any other
+    /// is left as a dead reference.
+    pub fn remove(&mut self, key: K, entry: EntryRef, is_live: impl Fn(EntryRef) -> bool) {
+        let Some(at) = self.find(key) else {
             return;
         };
+        let queue = &mut self.queues[at];
+        if queue.head == Some(entry) {
+            queue.take_head();
+            self.stored -= 1;
+            self.drop_if_empty(key, at);
+            return;
+        }
         queue.dead += 1;
         if queue.dead >= COMPACT_MIN_DEAD && queue.dead * 2 > queue.len() {
             let before = queue.len();
@@ -149,12 +200,12 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
             queue.dead = 0;
             self.stored -= before - queue.len();
         }
-        self.drop_if_empty(key);
+        self.drop_if_empty(key, at);
     }
 
     #[cfg(test)]
     fn stored_refs(&self) -> usize {
-        self.queues.values().map(Queue::len).sum()
+        self.queues.iter().map(|(_, q)| q.len()).sum()
     }
 }
 
@@ -174,7 +225,7 @@ mod tests {
             q.push(7, EntryRef { slot: 1, order });
             live.insert(order);
             live.remove(&order);
-            q.note_dead(7, |r| live.contains(&r.order));
+            q.remove(7, EntryRef { slot: 1, order }, |r| live.contains(&r.order));
         }
         assert!(
             q.stored_refs() < 100,
@@ -183,9 +234,28 @@ mod tests {
         );
         assert_eq!(q.front(7, |r| live.contains(&r.order)).unwrap().order, 0);
         live.remove(&0);
-        q.note_dead(7, |r| live.contains(&r.order));
+        q.remove(7, EntryRef { slot: 0, order: 0 }, |r| {
+            live.contains(&r.order)
+        });
         assert!(q.front(7, |r| live.contains(&r.order)).is_none());
         assert_eq!(q.stored_refs(), 0);
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn removing_fronts_in_order_leaves_no_dead_references() {
+        let mut q: KeyedQueues<u32> = KeyedQueues::default();
+        let entries: Vec<EntryRef> = (0..100u64)
+            .map(|order| EntryRef { slot: 0, order })
+            .collect();
+        for &e in &entries {
+            q.push(3, e);
+        }
+        for (i, &e) in entries.iter().enumerate() {
+            q.remove(3, e, |r| r.order > e.order);
+            assert_eq!(q.stored_refs(), entries.len() - i - 1);
+        }
+        assert!(q.is_empty());
+        assert!(q.front(3, |_| true).is_none());
     }
 }

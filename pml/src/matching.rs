@@ -6,7 +6,10 @@
 //! posted receive that accepts a message is the oldest of at most four queue fronts, compared by
 //! posting order. Unexpected messages are reachable the same four ways (exact, by source, by
 //! tag, all), so a receive finds the earliest-arrived message it accepts at one queue front.
-//! Neither side's cost grows with unrelated queued entries.
+//! Neither side's cost grows with unrelated queued entries. The three wildcard ways are built
+//! only once a wildcard receive or probe first looks (from the queued messages, in arrival
+//! order) and kept from then on, so a program that never uses wildcards indexes each
+//! unexpected message once.
 //!
 //! Sequencing (MPI's non-overtaking rule) happens before this: messages are handed to the
 //! matcher in the order their sender sent them.
@@ -45,6 +48,11 @@ pub struct Matcher<P, U> {
     posted_any: KeyedQueues<ContextId>,
     unexpected: Slab<Unexpected<U>>,
     unexpected_exact: KeyedQueues<(ContextId, Rank, Tag)>,
+    /// Whether the three indexes below are kept. They serve only wildcard receives and
+    /// probes, which many programs never make: until the first one, a message is indexed
+    /// only by (context, source, tag), and that first lookup builds them from the queued
+    /// messages in arrival order.
+    wildcard_index: bool,
     /// Only user-tagged messages: those are the ones an ANY_TAG receive may take.
     unexpected_by_source: KeyedQueues<(ContextId, Rank)>,
     unexpected_by_tag: KeyedQueues<(ContextId, Tag)>,
@@ -63,6 +71,7 @@ impl<P, U> Default for Matcher<P, U> {
             posted_any: KeyedQueues::default(),
             unexpected: Slab::new(),
             unexpected_exact: KeyedQueues::default(),
+            wildcard_index: false,
             unexpected_by_source: KeyedQueues::default(),
             unexpected_by_tag: KeyedQueues::default(),
             unexpected_any: KeyedQueues::default(),
@@ -145,6 +154,17 @@ impl<P, U> Matcher<P, U> {
             tag: t,
         } = envelope;
         self.unexpected_exact.push((c, s, t), r);
+        if self.wildcard_index {
+            self.index_for_wildcards(envelope, r);
+        }
+    }
+
+    fn index_for_wildcards(&mut self, envelope: Envelope, r: EntryRef) {
+        let Envelope {
+            context: c,
+            source: s,
+            tag: t,
+        } = envelope;
         self.unexpected_by_tag.push((c, t), r);
         if is_user_tag(t) {
             self.unexpected_by_source.push((c, s), r);
@@ -152,6 +172,32 @@ impl<P, U> Matcher<P, U> {
         }
     }
 
+    /// Starts keeping the wildcard indexes, indexing the messages already queued in the
+    /// order they arrived.
+    fn start_wildcard_index(&mut self) {
+        self.wildcard_index = true;
+        let mut queued: Vec<(Envelope, EntryRef)> = self
+            .unexpected
+            .iter()
+            .map(|(slot, u)| {
+                (
+                    u.envelope,
+                    EntryRef {
+                        slot,
+                        order: u.order,
+                    },
+                )
+            })
+            .collect();
+        queued.sort_unstable_by_key(|&(_, r)| r.order);
+        for (envelope, r) in queued {
+            self.index_for_wildcards(envelope, r);
+        }
+    }
+
+    /// Inlined so that a receive posted with nothing queued (the common case of a
+    /// latency-bound exchange) pays one comparison for the look.
+    #[inline]
     fn find_unexpected(
         &mut self,
         context: ContextId,
@@ -160,6 +206,19 @@ impl<P, U> Matcher<P, U> {
     ) -> Option<EntryRef> {
         if self.unexpected.is_empty() {
             return None;
+        }
+        self.find_queued(context, source, tag)
+    }
+
+    fn find_queued(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Option<EntryRef> {
+        let wildcard = !matches!((source, tag), (SourceSel::Rank(_), TagSel::Tag(_)));
+        if wildcard && !self.wildcard_index {
+            self.start_wildcard_index();
         }
         let unexpected = &self.unexpected;
         let live = |r| unexpected_live(unexpected, r);
@@ -204,11 +263,14 @@ impl<P, U> Matcher<P, U> {
         } = u.envelope;
         let unexpected = &self.unexpected;
         let live = |r| unexpected_live(unexpected, r);
-        self.unexpected_exact.note_dead((c, s, t), live);
-        self.unexpected_by_tag.note_dead((c, t), live);
+        self.unexpected_exact.remove((c, s, t), r, live);
+        if !self.wildcard_index {
+            return Some((u.envelope, u.item));
+        }
+        self.unexpected_by_tag.remove((c, t), r, live);
         if is_user_tag(t) {
-            self.unexpected_by_source.note_dead((c, s), live);
-            self.unexpected_any.note_dead(c, live);
+            self.unexpected_by_source.remove((c, s), r, live);
+            self.unexpected_any.remove(c, r, live);
         }
         Some((u.envelope, u.item))
     }
@@ -250,10 +312,10 @@ impl<P, U> Matcher<P, U> {
         let live = |r| posted_live(posted, r);
         let c = p.context;
         match (p.source, p.tag) {
-            (SourceSel::Rank(s), TagSel::Tag(t)) => self.posted_exact.note_dead((c, s, t), live),
-            (SourceSel::Rank(s), TagSel::Any) => self.posted_by_source.note_dead((c, s), live),
-            (SourceSel::Any, TagSel::Tag(t)) => self.posted_by_tag.note_dead((c, t), live),
-            (SourceSel::Any, TagSel::Any) => self.posted_any.note_dead(c, live),
+            (SourceSel::Rank(s), TagSel::Tag(t)) => self.posted_exact.remove((c, s, t), r, live),
+            (SourceSel::Rank(s), TagSel::Any) => self.posted_by_source.remove((c, s), r, live),
+            (SourceSel::Any, TagSel::Tag(t)) => self.posted_by_tag.remove((c, t), r, live),
+            (SourceSel::Any, TagSel::Any) => self.posted_any.remove(c, r, live),
         }
         p.item
     }
@@ -320,6 +382,32 @@ mod tests {
             }),
             Some(1)
         );
+    }
+
+    #[test]
+    fn first_wildcard_lookup_sees_earlier_messages_in_arrival_order() {
+        let mut m: Matcher<(), u8> = Matcher::default();
+        m.queue_unexpected(env(2, 7), 1);
+        m.queue_unexpected(env(1, 5), 2);
+        m.queue_unexpected(env(2, 5), 3);
+        m.queue_unexpected(env(1, -4), 4);
+        // Exact takes before any wildcard: the wildcard indexes do not exist yet.
+        assert_eq!(
+            m.take_unexpected(0, SourceSel::Rank(1), TagSel::Tag(5))
+                .map(|x| x.1),
+            Some(2)
+        );
+        m.queue_unexpected(env(1, 7), 5);
+        let take = |m: &mut Matcher<(), u8>, s, t| m.take_unexpected(0, s, t).map(|x| x.1);
+        assert_eq!(take(&mut m, SourceSel::Any, TagSel::Tag(5)), Some(3));
+        assert_eq!(take(&mut m, SourceSel::Rank(1), TagSel::Any), Some(5));
+        // Indexed from now on: a later arrival joins every index.
+        m.queue_unexpected(env(2, 9), 6);
+        assert_eq!(take(&mut m, SourceSel::Any, TagSel::Any), Some(1));
+        assert_eq!(take(&mut m, SourceSel::Any, TagSel::Any), Some(6));
+        assert_eq!(take(&mut m, SourceSel::Any, TagSel::Any), None);
+        assert_eq!(take(&mut m, SourceSel::Any, TagSel::Tag(-4)), Some(4));
+        assert_eq!(m.unexpected_len(), 0);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! when the transport cannot read remote memory). A synchronous eager send waits for an ACK.
 
 mod direct;
+mod stored_payload;
 
 use std::collections::VecDeque;
 
@@ -22,6 +23,7 @@ use crate::sequence::{Arrival, Sequencer};
 use crate::wire::{
     Frame, RemoteKey, WireEnvelope, DATA_HEADER_LEN, MATCH_HEADER_LEN, MAX_HEADER_LEN,
 };
+use stored_payload::StoredPayload;
 
 /// What the protocol needs to know about the transport that reaches one peer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,7 +180,7 @@ impl<S, R> Request<S, R> {
 enum Pending {
     Eager {
         peer: Rank,
-        payload: Vec<u8>,
+        payload: StoredPayload,
         sync_request: Option<u64>,
     },
     Rts {
@@ -192,7 +194,7 @@ enum Pending {
 impl Pending {
     fn len(&self) -> usize {
         match self {
-            Pending::Eager { payload, .. } => payload.len(),
+            Pending::Eager { payload, .. } => payload.as_slice().len(),
             Pending::Rts { len, .. } => *len,
         }
     }
@@ -359,12 +361,14 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     }
 
     fn peer(&mut self, peer: Rank) -> Result<(&mut Peer, PeerCaps), PmlError> {
-        let p = self
-            .peers
-            .get_mut(peer as usize)
-            .ok_or(PmlError::UnknownPeer(peer))?;
-        let caps = p.caps.ok_or(PmlError::UnknownPeer(peer))?;
-        Ok((p, caps))
+        // The error is built only on the way out: one built eagerly (`ok_or`) would be
+        // dropped on every call of the hot path.
+        if let Some(p) = self.peers.get_mut(peer as usize) {
+            if let Some(caps) = p.caps {
+                return Ok((p, caps));
+            }
+        }
+        Err(PmlError::UnknownPeer(peer))
     }
 
     fn mark_ready(&mut self, peer: Rank) {
@@ -543,7 +547,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                 envelope,
                 peer,
                 Incoming::Eager {
-                    payload: &payload,
+                    payload: payload.as_slice(),
                     sync_request,
                 },
             ),
@@ -575,6 +579,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         incoming: Incoming<'_>,
     ) -> Result<(), PmlError> {
         let (_, caps) = self.peer(peer)?;
+        let remote_read = caps.remote_read;
         let Ok(Request::Recv { buf, state }) = self.requests.get_mut(recv) else {
             unreachable!("a matched receive handle is live until delivered");
         };
@@ -609,7 +614,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                     len,
                 };
                 let deliver = len.min(capacity);
-                if caps.remote_read {
+                if remote_read {
                     if deliver == 0 {
                         *state = RecvState::Done(receive_result(status, capacity));
                         self.push_control(peer, Control::Fin(send_request));
@@ -782,7 +787,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                 sync_request,
             } => Pending::Eager {
                 peer,
-                payload: payload.to_vec(),
+                payload: StoredPayload::copy_of(payload),
                 sync_request,
             },
             Incoming::Rts {

@@ -63,6 +63,7 @@ impl<T> Requests<T> {
     }
 
     /// Inserts a value that needs its own handle (a receive posted under it, say).
+    #[inline]
     pub fn insert_with(&mut self, make: impl FnOnce(Handle) -> T) -> Handle {
         let generation = self.next_generation;
         self.next_generation = self.next_generation.checked_add(1).unwrap_or(1);
@@ -75,6 +76,7 @@ impl<T> Requests<T> {
         h
     }
 
+    #[inline]
     pub fn get(&self, h: Handle) -> Result<&T, StaleHandle> {
         match self.slab.get(h.index as usize) {
             Some((g, v)) if *g == h.generation => Ok(v),
@@ -82,6 +84,7 @@ impl<T> Requests<T> {
         }
     }
 
+    #[inline]
     pub fn get_mut(&mut self, h: Handle) -> Result<&mut T, StaleHandle> {
         match self.slab.get_mut(h.index as usize) {
             Some((g, v)) if *g == h.generation => Ok(v),
@@ -90,6 +93,7 @@ impl<T> Requests<T> {
     }
 
     /// Removes the value if `ready` accepts it, finding it once either way.
+    #[inline]
     pub fn remove_if(
         &mut self,
         h: Handle,

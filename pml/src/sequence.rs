@@ -23,18 +23,46 @@ pub enum Arrival {
     },
 }
 
+/// One number per stream, starting at 0. The stream used last is remembered with where its
+/// number lives, so that a run of messages on one stream finds it without hashing.
+#[derive(Default)]
+struct Numbers {
+    index: FastMap<Stream, usize>,
+    values: Vec<u32>,
+    last: Option<(Stream, usize)>,
+}
+
+impl Numbers {
+    #[inline]
+    fn of(&mut self, stream: Stream) -> &mut u32 {
+        let at = match self.last {
+            Some((last, at)) if last == stream => at,
+            _ => {
+                let values = &mut self.values;
+                let at = *self.index.entry(stream).or_insert_with(|| {
+                    values.push(0);
+                    values.len() - 1
+                });
+                self.last = Some((stream, at));
+                at
+            }
+        };
+        &mut self.values[at]
+    }
+}
+
 /// Numbers a sender's outgoing messages and orders a receiver's incoming ones.
 pub struct Sequencer<F> {
-    next_send: FastMap<Stream, u32>,
-    expected: FastMap<Stream, u32>,
+    next_send: Numbers,
+    expected: Numbers,
     held: FastMap<(Stream, u32), F>,
 }
 
 impl<F> Default for Sequencer<F> {
     fn default() -> Self {
         Sequencer {
-            next_send: FastMap::default(),
-            expected: FastMap::default(),
+            next_send: Numbers::default(),
+            expected: Numbers::default(),
             held: FastMap::default(),
         }
     }
@@ -51,14 +79,16 @@ impl<F> Sequencer<F> {
 
     /// The number the next message to `peer` in `context` will take, for a sender that
     /// advances it only once the message is really on its way.
+    #[inline]
     pub fn outgoing(&mut self, context: ContextId, peer: Rank) -> &mut u32 {
-        self.next_send.entry((context, peer)).or_insert(0)
+        self.next_send.of((context, peer))
     }
 
     /// Where `seq` stands in its stream. An in-order arrival is accepted at once: the stream
     /// then expects the next number (one lookup on the hot path).
+    #[inline]
     pub fn arrive(&mut self, context: ContextId, source: Rank, seq: u32) -> Arrival {
-        let expected = self.expected.entry((context, source)).or_insert(0);
+        let expected = self.expected.of((context, source));
         match seq.wrapping_sub(*expected) {
             0 => {
                 *expected = expected.wrapping_add(1);
@@ -83,7 +113,7 @@ impl<F> Sequencer<F> {
         if self.held.is_empty() {
             return None;
         }
-        let expected = self.expected.entry((context, source)).or_insert(0);
+        let expected = self.expected.of((context, source));
         let frame = self.held.remove(&((context, source), *expected))?;
         *expected = expected.wrapping_add(1);
         Some(frame)
@@ -101,7 +131,7 @@ mod tests {
     #[test]
     fn early_frames_wait_and_release_in_order_across_wrap() {
         let mut s: Sequencer<&str> = Sequencer::default();
-        s.expected.insert((0, 1), u32::MAX);
+        *s.expected.of((0, 1)) = u32::MAX;
         assert_eq!(s.arrive(0, 1, 0), Arrival::Early);
         s.hold(0, 1, 0, "after-wrap");
         assert_eq!(s.release_next(0, 1), None, "its predecessor is missing");
@@ -120,7 +150,7 @@ mod tests {
     #[test]
     fn outgoing_numbers_per_stream_wrap() {
         let mut s: Sequencer<()> = Sequencer::default();
-        s.next_send.insert((1, 2), u32::MAX);
+        *s.next_send.of((1, 2)) = u32::MAX;
         assert_eq!(s.next_outgoing(1, 2), u32::MAX);
         assert_eq!(s.next_outgoing(1, 2), 0);
         assert_eq!(s.next_outgoing(1, 3), 0);

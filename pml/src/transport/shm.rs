@@ -231,6 +231,13 @@ impl ShmTransport {
         total
     }
 
+    /// Whether [`poll`](Self::poll) has anything to do now; cheaper than calling it, for a
+    /// rank that spins waiting.
+    #[inline]
+    pub fn has_records(&self) -> bool {
+        self.rx.iter().any(Consumer::has_record)
+    }
+
     /// Whether [`poll`](Self::poll) would find a frame now.
     pub fn has_frames(&self) -> bool {
         self.rx.iter().any(Consumer::has_frame)

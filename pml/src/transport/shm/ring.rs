@@ -189,6 +189,14 @@ impl Consumer {
         self.raw.ctl().blocked.load(Ordering::Relaxed) != 0
     }
 
+    /// Whether `drain` has anything to do: a frame, or a wrap marker to step over (which a
+    /// producer waiting for room needs passed even while no frame follows it yet).
+    #[inline]
+    pub(crate) fn has_record(&self) -> bool {
+        let offset = (self.tail as usize) & (self.raw.size - 1);
+        self.raw.word(offset).load(Ordering::Acquire) != EMPTY
+    }
+
     /// Whether a frame is (or may soon be, behind a wrap marker) ready to read.
     pub(crate) fn has_frame(&self) -> bool {
         let offset = (self.tail as usize) & (self.raw.size - 1);
@@ -320,6 +328,27 @@ mod tests {
         assert!(!c.producer_blocked());
         assert!(!p.try_write(&[&frame], 24));
         assert_eq!(drain_all(&mut c).len(), 7);
+    }
+
+    #[test]
+    fn a_wrap_marker_with_no_frame_after_it_still_needs_draining() {
+        let mut ring = HeapRing::new(256);
+        let (mut p, mut c) = ring.halves();
+        assert!(p.try_write(&[&[1u8; 120]], 120));
+        assert!(p.try_write(&[&[2u8; 56]], 56));
+        assert_eq!(c.drain(1, |f| assert_eq!(f.len(), 120)), 1);
+        // Room for the wrap marker at the end of the lap, not for the frame after it.
+        assert!(!p.try_write(&[&[3u8; 184]], 184));
+        assert_eq!(c.drain(1, |f| assert_eq!(f.len(), 56)), 1);
+        assert!(!c.has_frame());
+        assert!(
+            c.has_record(),
+            "the producer waits for the marker to be passed"
+        );
+        assert_eq!(c.drain(1, |_| panic!("no frame yet")), 0);
+        assert!(!c.has_record());
+        assert!(p.try_write(&[&[3u8; 184]], 184));
+        assert_eq!(drain_all(&mut c), vec![vec![3u8; 184]]);
     }
 
     #[test]
