@@ -17,7 +17,7 @@ pub use start::start;
 pub use window::{send_window, Slots};
 
 /// The benchmarks send from the same buffers again and again: keep their RDMA registrations.
-/// (A C MPI keeps its own, behind the allocator it hooks.)
+/// On rsmpi the C MPI keeps whatever registrations it makes itself: the system allocator.
 #[cfg(not(feature = "rsmpi"))]
 #[global_allocator]
 static ALLOCATOR: mpirt::TrackingAllocator = mpirt::TrackingAllocator;

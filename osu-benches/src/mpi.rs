@@ -4,6 +4,11 @@
 //! so this is a re-export; `rsmpi_gaps` adds, for rsmpi, the two mpirt calls the benchmarks
 //! make that rsmpi 0.8 does not have.
 
+#[cfg(not(any(feature = "mpirt", feature = "rsmpi")))]
+compile_error!(
+    "osu-benches runs on mpirt (feature mpirt, the default) or on rsmpi (feature rsmpi)"
+);
+
 #[cfg(not(feature = "rsmpi"))]
 pub use mpirt::*;
 
