@@ -7,8 +7,10 @@ cd "$(dirname "$0")/.."
 need_pkgs=()
 command -v cc >/dev/null || need_pkgs+=(gcc)
 # The verbs transport's build needs rdma-core's headers and libclang (for rdma-sys's bindgen);
-# the UCX PML's needs UCX's headers and pkg-config.
-for pkg in libibverbs-dev librdmacm-dev libclang-dev libucx-dev pkg-config python3; do
+# the UCX PML's needs UCX's headers and pkg-config; osu-benches' rsmpi build needs an MPI
+# (Open MPI) and libclang.
+for pkg in libibverbs-dev librdmacm-dev libclang-dev libucx-dev pkg-config python3 \
+    libopenmpi-dev openmpi-bin; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$pkg")
 done
 if ((${#need_pkgs[@]})); then
@@ -45,6 +47,14 @@ cargo test --workspace --release
 echo "== UCX PML: clippy and tests with --features ucx"
 CARGO_TARGET_DIR=target/ucx cargo clippy -p pml --all-targets --release --features ucx -- -D warnings
 CARGO_TARGET_DIR=target/ucx cargo test --release -p pml --features ucx --lib --test ucx
+
+# osu-benches on rsmpi over Open MPI (feature rsmpi), in its own target directory: the same
+# format tests as the mpirt build's, their ranks started by Open MPI's mpirun.
+echo "== osu-benches on rsmpi (Open MPI): clippy and tests with --features rsmpi"
+rsmpi=(env CARGO_TARGET_DIR=target/rsmpi-ompi MPICC=mpicc.openmpi OSU_MPIRUN=mpirun.openmpi)
+"${rsmpi[@]}" cargo clippy -p osu-benches --all-targets --release --no-default-features \
+    --features rsmpi -- -D warnings
+"${rsmpi[@]}" cargo test --release -p osu-benches --no-default-features --features rsmpi
 
 # Slurm: ranks started by srun --mpi=pmi2 across four test hosts, with a real Slurm
 # (../shared/testhosts/slurm-local; it installs Debian's slurm packages if missing).

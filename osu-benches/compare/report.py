@@ -20,8 +20,12 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402 (after choosing the backend)
 
-RUNTIMES = {"mpirt": "mpirt", "ompi": "Open MPI", "mpich": "MPICH"}
-COLORS = {"mpirt": "#d62728", "ompi": "#1f77b4", "mpich": "#2ca02c"}
+# "-rs": mpirt's benchmark source built on rsmpi over that C MPI (run.sh -s rsmpi or both).
+RUNTIMES = {"mpirt": "mpirt", "ompi": "Open MPI", "mpich": "MPICH",
+            "ompi-rs": "Open MPI (rsmpi)", "mpich-rs": "MPICH (rsmpi)"}
+RATIO_LABELS = {"ompi": "/OMPI", "mpich": "/MPICH", "ompi-rs": "/OMPI-rs", "mpich-rs": "/MPICH-rs"}
+COLORS = {"mpirt": "#d62728", "ompi": "#1f77b4", "mpich": "#2ca02c", "ompi-rs": "#1f77b4",
+          "mpich-rs": "#2ca02c"}
 UNITS = {"bw": "MB/s", "bibw": "MB/s", "mbw_mr": "messages/s", "launch": "s", "memcpy": "MB/s",
          "cma": "MB/s"}
 FIELDS = ["benchmark", "size", "runtime", "repeat", "value", "unit"]
@@ -50,7 +54,9 @@ def collect(out, repeats, benches):
     """Every measurement of OUTDIR as results.csv rows."""
     records = []
     for bench in benches:
-        for who in RUNTIMES:
+        # mpirt always runs; the others as run.sh's -s chose.
+        ran = [w for w in RUNTIMES if w == "mpirt" or (out / f"{bench}.{w}.1").exists()]
+        for who in ran:
             for r in range(1, repeats + 1):
                 for size, value in rows(out / f"{bench}.{who}.{r}").items():
                     records.append([bench, size, who, r, value, unit(bench)])
@@ -79,13 +85,21 @@ def medians(records):
 
 
 def table(m, bench):
-    """Lines of a per-size table: medians and mpirt's ratios to Open MPI and MPICH."""
+    """Lines of a per-size table: the medians of every runtime measured, then mpirt's ratio to
+    each of the others."""
     sizes = sorted({s for b, s, w in m if b == bench and w == "mpirt"})
-    yield f"{'size':>9} {'mpirt':>12} {'Open MPI':>12} {'MPICH':>12} {'/OMPI':>7} {'/MPICH':>7}"
+    ran = [w for w in RUNTIMES if any(b == bench and x == w for b, _, x in m)]
+    others = [w for w in ran if w != "mpirt"]
+    widths = {w: max(7, len(RATIO_LABELS[w])) for w in others}
+    names = {"ompi-rs": "OMPI (rs)", "mpich-rs": "MPICH (rs)"}
+    yield " ".join([f"{'size':>9}"] + [f"{names.get(w, RUNTIMES[w]):>12}" for w in ran]
+                   + [f"{RATIO_LABELS[w]:>{widths[w]}}" for w in others])
     for s in sizes:
-        v = {who: m.get((bench, s, who), float("nan")) for who in RUNTIMES}
-        yield (f"{s:>9} {v['mpirt']:>12.2f} {v['ompi']:>12.2f} {v['mpich']:>12.2f} "
-               f"{v['mpirt'] / v['ompi']:>7.2f} {v['mpirt'] / v['mpich']:>7.2f}")
+        v = {who: m.get((bench, s, who), float("nan")) for who in ran}
+        # A bandwidth too small for OSU's two decimals prints as 0.00: no ratio to it.
+        ratios = [v["mpirt"] / v[w] if v[w] else float("nan") for w in others]
+        yield " ".join([f"{s:>9}"] + [f"{v[w]:>12.2f}" for w in ran]
+                       + [f"{r:>{widths[w]}.2f}" for r, w in zip(ratios, others)])
 
 
 def line_chart(path, title, ylabel, series):
@@ -94,7 +108,8 @@ def line_chart(path, title, ylabel, series):
     for who, points in series.items():
         points = sorted((x, y) for x, y in points if x > 0 and y > 0)
         if points:
-            ax.plot(*zip(*points), marker=".", color=COLORS[who], label=RUNTIMES[who])
+            ax.plot(*zip(*points), marker=".", color=COLORS[who], label=RUNTIMES[who],
+                    linestyle="--" if who.endswith("-rs") else "-")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set(title=title, xlabel="message size (bytes)", ylabel=ylabel)
@@ -221,7 +236,10 @@ def markdown(file, commands, shm, tcp_out):
         f"`{sh('git rev-parse --short HEAD')}`: medians of {repeats} interleaved repeats (mpirt, "
         "Open MPI, MPICH, mpirt, ...), each runtime running the same OSU 7.4 loops "
         "(mpirt's ports; `compare/osu_p2p.c` and `compare/osu_coll.c` on the others). "
-        "Ratios are mpirt's figure over the other's.", "",
+        + ("The columns marked rs (rsmpi) run mpirt's own benchmark source, built on rsmpi "
+           "over that C MPI (`osu-benches` feature `rsmpi`). "
+           if any(w.endswith("-rs") for _, _, w in m) else "")
+        + "Ratios are mpirt's figure over the other's.", "",
         "**The machine was shared**: its two cores also ran other engineers' builds during the "
         "run, so single figures can be off by a wide margin; read the ratios, and the charts' "
         "shapes, rather than the absolute numbers.", "",

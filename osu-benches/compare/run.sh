@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Side by side, in one run: mpirt's OSU ports against the same OSU method in C on Open MPI
 # and on MPICH (Debian's packages), interleaved and repeated; medians per message size.
-#   osu-benches/compare/run.sh [-r REPEATS] [-n RANKS] [-o OUTDIR] [-b "BENCH..."] [-t]
+#   osu-benches/compare/run.sh [-r REPEATS] [-n RANKS] [-o OUTDIR] [-b "BENCH..."] [-s WHAT] [-t]
 # -n: ranks of the collective tests (4), which run on this host only.
 # -b: only these benchmarks (names without osu_, such as "latency mbw_mr allreduce").
+# -s: what runs on Open MPI and MPICH: "c", OSU's method in C (compare/osu_p2p.c and
+# osu_coll.c; the default), "rsmpi", mpirt's own benchmark source built on rsmpi (feature
+# rsmpi, one build per MPI in target/rsmpi-ompi and target/rsmpi-mpich), or "both".
 # -t: between two test hosts over TCP instead of two ranks on this host: the network
 # namespaces host1 and host2 of ../shared/testhosts/ssh-hosts (or $MPIRT_SSH_HOSTS), started
 # over ssh; osu_latency and osu_bw only.
@@ -14,16 +17,25 @@ ranks=4
 out=
 tcp=
 only=
-while getopts "r:n:o:b:t" opt; do
+what=c
+while getopts "r:n:o:b:s:t" opt; do
     case $opt in
         r) repeats=$OPTARG ;;
         n) ranks=$OPTARG ;;
         o) out=$OPTARG ;;
         b) only=" $OPTARG " ;;
+        s) what=$OPTARG ;;
         t) tcp=1 ;;
-        *) echo "usage: $0 [-r REPEATS] [-n RANKS] [-o OUTDIR] [-b \"BENCH...\"] [-t]" >&2; exit 2 ;;
+        *) echo "usage: $0 [-r REPEATS] [-n RANKS] [-o OUTDIR] [-b \"BENCH...\"] [-s c|rsmpi|both] [-t]" >&2; exit 2 ;;
     esac
 done
+# Which programs run on the C MPIs: the C ports, the rsmpi builds.
+case $what in
+    c) c_ports=1 rs_builds= ;;
+    rsmpi) c_ports= rs_builds=1 ;;
+    both) c_ports=1 rs_builds=1 ;;
+    *) echo "$0: -s takes c, rsmpi or both, not '$what'" >&2; exit 2 ;;
+esac
 out=${out:-target/compare${tcp:+-tcp}}
 mkdir -p "$out"
 
@@ -35,6 +47,19 @@ fi
 python3 -c "import matplotlib" 2>/dev/null || pip install -q matplotlib
 cargo build --release --workspace -q
 bin=${CARGO_TARGET_DIR:-target}/release
+if [ -n "$rs_builds" ]; then
+    # rsmpi's build (bindgen) needs libclang; MPICC picks the MPI it links. Its build script
+    # does not look again when MPICC changes: one target directory per MPI.
+    if ! dpkg-query -W -f='${Status}' libclang-dev 2>/dev/null | grep -q 'install ok installed'; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libclang-dev
+    fi
+    rs_build=(cargo build --release -q -p osu-benches --no-default-features --features rsmpi)
+    CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}/rsmpi-ompi MPICC=mpicc.openmpi "${rs_build[@]}"
+    CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}/rsmpi-mpich MPICC=mpicc.mpich "${rs_build[@]}"
+fi
+rs_ompi=${CARGO_TARGET_DIR:-target}/rsmpi-ompi/release
+rs_mpich=${CARGO_TARGET_DIR:-target}/rsmpi-mpich/release
 c=osu-benches/compare
 mpicc.openmpi -O2 -Wno-stringop-overflow -o "$out/osu_p2p.ompi" $c/osu_p2p.c
 mpicc.mpich -O2 -Wno-stringop-overflow -o "$out/osu_p2p.mpich" $c/osu_p2p.c
@@ -95,15 +120,27 @@ mapfile -t collectives < <(selected "${collectives[@]}")
 for bench in "${benches[@]}"; do
     for ((r = 1; r <= repeats; r++)); do
         "${rsrun[@]}" 2 "$bin"/osu_$bench > "$out/$bench.mpirt.$r"
-        "${ompi[@]}" 2 "$out/osu_p2p.ompi" $bench > "$out/$bench.ompi.$r"
-        "${mpich[@]}" 2 "$out/osu_p2p.mpich" $bench > "$out/$bench.mpich.$r"
+        if [ -n "$c_ports" ]; then
+            "${ompi[@]}" 2 "$out/osu_p2p.ompi" $bench > "$out/$bench.ompi.$r"
+            "${mpich[@]}" 2 "$out/osu_p2p.mpich" $bench > "$out/$bench.mpich.$r"
+        fi
+        if [ -n "$rs_builds" ]; then
+            "${ompi[@]}" 2 "$rs_ompi"/osu_$bench > "$out/$bench.ompi-rs.$r"
+            "${mpich[@]}" 2 "$rs_mpich"/osu_$bench > "$out/$bench.mpich-rs.$r"
+        fi
     done
 done
 for bench in "${collectives[@]}"; do
     for ((r = 1; r <= repeats; r++)); do
         "${rsrun[@]}" "$ranks" "$bin"/osu_$bench > "$out/$bench.mpirt.$r"
-        "${ompi[@]}" "$ranks" "$out/osu_coll.ompi" $bench > "$out/$bench.ompi.$r"
-        "${mpich[@]}" "$ranks" "$out/osu_coll.mpich" $bench > "$out/$bench.mpich.$r"
+        if [ -n "$c_ports" ]; then
+            "${ompi[@]}" "$ranks" "$out/osu_coll.ompi" $bench > "$out/$bench.ompi.$r"
+            "${mpich[@]}" "$ranks" "$out/osu_coll.mpich" $bench > "$out/$bench.mpich.$r"
+        fi
+        if [ -n "$rs_builds" ]; then
+            "${ompi[@]}" "$ranks" "$rs_ompi"/osu_$bench > "$out/$bench.ompi-rs.$r"
+            "${mpich[@]}" "$ranks" "$rs_mpich"/osu_$bench > "$out/$bench.mpich-rs.$r"
+        fi
     done
 done
 if [ -z "$tcp" ]; then

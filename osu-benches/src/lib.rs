@@ -2,6 +2,7 @@
 //! loop counts, and its output format to the character (OSU 7.4).
 
 mod measure;
+pub mod mpi;
 mod options;
 mod output;
 mod start;
@@ -16,5 +17,7 @@ pub use start::start;
 pub use window::{send_window, Slots};
 
 /// The benchmarks send from the same buffers again and again: keep their RDMA registrations.
+/// On rsmpi the C MPI keeps whatever registrations it makes itself: the system allocator.
+#[cfg(not(feature = "rsmpi"))]
 #[global_allocator]
 static ALLOCATOR: mpirt::TrackingAllocator = mpirt::TrackingAllocator;

@@ -6,10 +6,11 @@
 
 use std::io::Write;
 
-use mpirt::topology::SimpleCommunicator;
-use mpirt::traits::*;
+use crate::mpi;
+use crate::mpi::topology::SimpleCommunicator;
+use crate::mpi::traits::*;
 
-use mpirt::collective::SystemOperation;
+use crate::mpi::collective::SystemOperation;
 
 use crate::options::{Benchmark, Options};
 use crate::output::{collective_row, row, Latencies};
@@ -28,11 +29,11 @@ fn over_sizes(
         let mut start = 0.0;
         for i in 0..iterations + skip {
             if i == skip {
-                start = mpirt::time();
+                start = mpi::time();
             }
             iteration(size);
         }
-        done(size, iterations, mpirt::time() - start);
+        done(size, iterations, mpi::time() - start);
     }
 }
 
@@ -109,9 +110,9 @@ pub fn measure_collective(
         world.barrier();
         let mut timer = 0.0;
         for i in 0..iterations + skip {
-            let start = mpirt::time();
+            let start = mpi::time();
             call(size.unwrap_or(0));
-            let elapsed = mpirt::time() - start;
+            let elapsed = mpi::time() - start;
             if size.is_some() {
                 world.barrier();
             }

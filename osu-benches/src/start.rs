@@ -5,8 +5,9 @@
 use std::io::Write;
 use std::process::exit;
 
-use mpirt::traits::*;
-use mpirt::Universe;
+use crate::mpi;
+use crate::mpi::environment::Universe;
+use crate::mpi::traits::*;
 
 use crate::options::{parse, Benchmark, Options, Parsed};
 use crate::output::{collective_header, header, multi_bandwidth_header};
@@ -14,7 +15,7 @@ use crate::output::{collective_header, header, multi_bandwidth_header};
 /// Returns the runtime and the options, or ends the process (help, version, bad options,
 /// wrong number of ranks) the way OSU does.
 pub fn start(b: Benchmark) -> (Universe, Options) {
-    let universe = mpirt::initialize().expect("mpirt is initialized once");
+    let universe = mpi::initialize().expect("MPI is initialized once");
     let world = universe.world();
     let rank0 = world.rank() == 0;
     let options = match parse(b, std::env::args().skip(1)) {

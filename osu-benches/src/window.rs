@@ -2,9 +2,9 @@
 //! non-blocking sends and waits for them; the receiver posts as many receives, waits, and
 //! answers with a short acknowledgement that ends the sender's round.
 
-use mpirt::request::{scope, wait_all};
-use mpirt::topology::Process;
-use mpirt::traits::*;
+use crate::mpi::request::{scope, wait_all};
+use crate::mpi::topology::Process;
+use crate::mpi::traits::*;
 
 const DATA_TAG: i32 = 100;
 const ACK_TAG: i32 = 101;

@@ -1,14 +1,38 @@
 //! The OSU ports run under rsrun as a user runs them, and print OSU's format line by line.
 //! `cargo build --workspace` must come first: the binaries are found beside this test's
-//! directory.
+//! directory. Built with the feature `rsmpi`, the same tests run the rsmpi build under its C
+//! MPI's launcher, which proves it prints the same format.
 
+// The rsmpi build launches with mpirun, not rsrun.
+#[cfg_attr(feature = "rsmpi", allow(dead_code))]
 #[path = "../../examples/tests/support/mod.rs"]
 mod support;
-use support::rsrun;
+#[cfg(not(feature = "rsmpi"))]
+use support::rsrun as launch;
+
+/// Runs `program` on `n` ranks under `$OSU_MPIRUN` (a command line, such as
+/// `mpiexec.mpich`), or else `mpirun`: Debian points it at the same MPI as `mpicc`, which
+/// rsmpi's build links unless told otherwise.
+#[cfg(feature = "rsmpi")]
+fn launch(n: u32, program: &str, args: &[&str]) -> std::process::Output {
+    let launcher = std::env::var("OSU_MPIRUN").unwrap_or_else(|_| "mpirun".to_string());
+    let mut words = launcher.split_whitespace();
+    let mut command = std::process::Command::new(words.next().expect("OSU_MPIRUN is empty"));
+    command
+        .args(words)
+        .args(["-n", &n.to_string()])
+        .arg(support::bin(program))
+        .args(args)
+        // Open MPI's (MPICH ignores them): run as root, and more ranks than cores.
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1");
+    support::output_within_a_minute(command)
+}
 
 /// Runs `program` on `n` ranks, which must succeed and print OSU's blank line and `title`.
 fn titled_output(n: u32, program: &str, args: &[&str], title: &str) -> String {
-    let out = rsrun(n, program, args);
+    let out = launch(n, program, args);
     assert!(
         out.status.success(),
         "{}",
@@ -117,7 +141,7 @@ fn multi_latency_format_with_two_pairs_and_an_odd_rank_out() {
 fn multi_bandwidth_format() {
     for (n, pairs) in [(2, 1), (4, 2)] {
         let args = ["-m", "4:32768", "-i", "3", "-x", "1", "-W", "8"];
-        let out = rsrun(n, "osu_mbw_mr", &args);
+        let out = launch(n, "osu_mbw_mr", &args);
         assert!(
             out.status.success(),
             "{}",
@@ -151,19 +175,19 @@ fn multi_bandwidth_format() {
 
 #[test]
 fn wrong_rank_count_and_bad_options_fail_clearly() {
-    let out = rsrun(3, "osu_latency", &[]);
+    let out = launch(3, "osu_latency", &[]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("requires exactly two processes"));
-    let out = rsrun(2, "osu_bw", &["-m", "9:3"]);
+    let out = launch(2, "osu_bw", &["-m", "9:3"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("above the maximum"));
-    let out = rsrun(2, "osu_bibw", &["-h"]);
+    let out = launch(2, "osu_bibw", &["-h"]);
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("Usage: osu_bibw"));
-    let out = rsrun(1, "osu_mbw_mr", &[]);
+    let out = launch(1, "osu_mbw_mr", &[]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("requires at least two processes"));
-    let out = rsrun(2, "osu_multi_lat", &["-W", "4"]);
+    let out = launch(2, "osu_multi_lat", &["-W", "4"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown option '-W'"));
 }
@@ -230,7 +254,7 @@ fn collective_formats_with_full_statistics() {
 
 #[test]
 fn collective_tests_need_two_ranks_and_print_plain_rows_without_f() {
-    let out = rsrun(1, "osu_allreduce", &[]);
+    let out = launch(1, "osu_allreduce", &[]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("requires at least two processes"));
     check(

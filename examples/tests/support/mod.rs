@@ -26,11 +26,18 @@ pub fn rsrun(n: u32, program: &str, args: &[&str]) -> Output {
 /// Runs `rsrun -n N options program args` (`options` are rsrun's own, such as
 /// `--transport tcp`), killing it if it takes more than a minute.
 pub fn rsrun_with(n: u32, options: &[&str], program: &str, args: &[&str]) -> Output {
-    let mut child = Command::new(bin("rsrun"))
+    let mut command = Command::new(bin("rsrun"));
+    command
         .args(["-n", &n.to_string()])
         .args(options)
         .arg(bin(program))
-        .args(args)
+        .args(args);
+    output_within_a_minute(command)
+}
+
+/// Runs `command` with its output captured, killing it if it takes more than a minute.
+pub fn output_within_a_minute(mut command: Command) -> Output {
+    let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -39,7 +46,7 @@ pub fn rsrun_with(n: u32, options: &[&str], program: &str, args: &[&str]) -> Out
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
             child.kill().unwrap();
-            panic!("rsrun -n {n} {options:?} {program} did not finish within a minute");
+            panic!("{command:?} did not finish within a minute");
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -1,6 +1,6 @@
 //! osu_allgather: each rank's message of each size, gathered on every rank.
 
-use mpirt::traits::*;
+use osu_benches::mpi::traits::*;
 use osu_benches::{measure_collective, start, Benchmark};
 
 fn main() {

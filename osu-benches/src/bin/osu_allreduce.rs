@@ -1,7 +1,7 @@
 //! osu_allreduce: a sum of MPI_CHAR elements, the result on every rank.
 
-use mpirt::collective::SystemOperation;
-use mpirt::traits::*;
+use osu_benches::mpi::collective::SystemOperation;
+use osu_benches::mpi::traits::*;
 use osu_benches::{measure_collective, start, Benchmark};
 
 fn main() {

@@ -1,6 +1,6 @@
 //! osu_alltoall: every rank sends a message of each size to every rank.
 
-use mpirt::traits::*;
+use osu_benches::mpi::traits::*;
 use osu_benches::{measure_collective, start, Benchmark};
 
 fn main() {

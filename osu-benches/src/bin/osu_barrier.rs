@@ -1,6 +1,6 @@
 //! osu_barrier: the average time of a barrier over the ranks.
 
-use mpirt::traits::*;
+use osu_benches::mpi::traits::*;
 use osu_benches::{measure_collective, start, Benchmark};
 
 fn main() {

@@ -1,6 +1,6 @@
 //! osu_bcast: broadcast from rank 0 of each message size.
 
-use mpirt::traits::*;
+use osu_benches::mpi::traits::*;
 use osu_benches::{measure_collective, start, Benchmark};
 
 fn main() {

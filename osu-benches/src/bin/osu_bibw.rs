@@ -1,8 +1,8 @@
 //! osu_bibw: both ranks send a window of non-blocking messages to each other at once;
 //! bandwidth counts both directions.
 
-use mpirt::request::{scope, wait_all};
-use mpirt::traits::*;
+use osu_benches::mpi::request::{scope, wait_all};
+use osu_benches::mpi::traits::*;
 use osu_benches::{measure, start, Benchmark};
 
 const DATA_TAG: i32 = 100;

@@ -1,7 +1,7 @@
 //! osu_bw: rank 0 sends a window of non-blocking messages, rank 1 receives them and answers
 //! with a short acknowledgement; bandwidth is bytes over the time of all windows.
 
-use mpirt::traits::*;
+use osu_benches::mpi::traits::*;
 use osu_benches::{measure, send_window, start, Benchmark, Slots};
 
 fn main() {

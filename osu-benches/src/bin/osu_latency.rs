@@ -1,6 +1,6 @@
 //! osu_latency: ping-pong between two ranks; half the round trip, averaged.
 
-use mpirt::traits::*;
+use osu_benches::mpi::traits::*;
 use osu_benches::{measure, start, Benchmark};
 
 fn main() {

@@ -5,7 +5,8 @@
 
 use std::cell::RefCell;
 
-use mpirt::traits::*;
+use osu_benches::mpi;
+use osu_benches::mpi::traits::*;
 use osu_benches::{measure_summed, rate_row, send_window, start, Benchmark, Slots};
 
 fn main() {
@@ -27,9 +28,9 @@ fn main() {
         |size| {
             world.barrier();
             if sender {
-                let start = mpirt::time();
+                let start = mpi::time();
                 send_window(&peer, &s_buf[..size], window);
-                rounds.borrow_mut().push(mpirt::time() - start);
+                rounds.borrow_mut().push(mpi::time() - start);
             } else if receiver {
                 slots.receive_window(&peer, size);
             }

@@ -2,7 +2,7 @@
 //! pairs at once; the latency is half the round trip averaged over the ranks of every pair
 //! (an odd rank out idles).
 
-use mpirt::traits::*;
+use osu_benches::mpi::traits::*;
 use osu_benches::{measure_summed, row, start, Benchmark};
 
 fn main() {

@@ -1,7 +1,7 @@
 //! osu_reduce: a sum of MPI_CHAR elements to rank 0.
 
-use mpirt::collective::SystemOperation;
-use mpirt::traits::*;
+use osu_benches::mpi::collective::SystemOperation;
+use osu_benches::mpi::traits::*;
 use osu_benches::{measure_collective, start, Benchmark};
 
 fn main() {

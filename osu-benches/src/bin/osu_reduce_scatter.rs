@@ -2,9 +2,9 @@
 //! (the first `size % n` ranks get one element more; with fewer elements than ranks, the
 //! first ranks get one each), as OSU cuts them.
 
-use mpirt::collective::SystemOperation;
-use mpirt::traits::*;
-use mpirt::Count;
+use osu_benches::mpi::collective::SystemOperation;
+use osu_benches::mpi::traits::*;
+use osu_benches::mpi::Count;
 use osu_benches::{measure_collective, start, Benchmark};
 
 fn main() {
