@@ -12,6 +12,7 @@
 
 mod cma;
 mod futex;
+mod peer_arena;
 mod ring;
 mod segment;
 
@@ -21,6 +22,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
 pub use cma::{allow_ptrace_from_peers, read_remote};
+pub use peer_arena::PeerArena;
 pub use segment::unlink_segment;
 
 use ring::{Consumer, Producer};
