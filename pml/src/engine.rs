@@ -430,7 +430,8 @@ impl Engine {
                         None => "memcpy from the sender's shared arena for heap blocks of \
                                  64 KiB or more, else single copy (process_vm_readv)"
                             .to_string(),
-                        Some(why) => format!("single copy (process_vm_readv); no shared arena: {why}"),
+                        Some(why) =>
+                            format!("single copy (process_vm_readv); no shared arena: {why}"),
                     },
                     (Err(e), Ok(())) => format!("pipelined copy through the segment ({e})"),
                     (Err(e), Err(p)) => {

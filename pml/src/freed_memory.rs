@@ -213,7 +213,10 @@ mod tests {
         let layout = Layout::from_size_align(ARENA_MIN_BYTES, 1 << 21).unwrap();
         // SAFETY: a non-zero size; freed below with the same layout.
         let p = unsafe { TrackingAllocator.alloc(layout) };
-        assert!(ARENA.contains(p) && p as usize % (1 << 21) == 0, "{p:?}");
+        assert!(
+            ARENA.contains(p) && (p as usize).is_multiple_of(1 << 21),
+            "{p:?}"
+        );
         // SAFETY: allocated above with this layout.
         unsafe { TrackingAllocator.dealloc(p, layout) };
         drop(small);

@@ -76,7 +76,9 @@ impl ArenaInfo {
         let fd = it.next()?.parse().ok()?;
         let base = usize::from_str_radix(it.next()?.strip_prefix("0x")?, 16).ok()?;
         let len = it.next()?.parse().ok()?;
-        it.next().is_none().then_some(ArenaInfo { pid, fd, base, len })
+        it.next()
+            .is_none()
+            .then_some(ArenaInfo { pid, fd, base, len })
     }
 }
 
@@ -388,7 +390,7 @@ mod tests {
         let sizes = [1, PAGE, PAGE + 1, 3 * PAGE, 5000];
         let blocks: Vec<_> = sizes.iter().map(|&s| (a.alloc(s, 8), s)).collect();
         for (i, &(p, s)) in blocks.iter().enumerate() {
-            assert!(a.contains(p) && p as usize % PAGE == 0, "{p:?}");
+            assert!(a.contains(p) && (p as usize).is_multiple_of(PAGE), "{p:?}");
             // SAFETY: `p` is a fresh block of `s` bytes.
             let bytes = unsafe { std::slice::from_raw_parts_mut(p, s) };
             assert!(bytes.iter().all(|&b| b == 0));
@@ -397,13 +399,20 @@ mod tests {
         for (i, &(p, s)) in blocks.iter().enumerate() {
             // SAFETY: as above; every block was filled with its own byte.
             let bytes = unsafe { std::slice::from_raw_parts(p, s) };
-            assert!(bytes.iter().all(|&b| b == i as u8 + 1), "block {i} overwritten");
+            assert!(
+                bytes.iter().all(|&b| b == i as u8 + 1),
+                "block {i} overwritten"
+            );
         }
         for &(p, s) in &blocks {
             // SAFETY: allocated above with this size, no longer used.
             unsafe { a.free(p, s) };
         }
-        assert_eq!(free_list(&a), (vec![], PAGE), "everything merged back into top");
+        assert_eq!(
+            free_list(&a),
+            (vec![], PAGE),
+            "everything merged back into top"
+        );
     }
 
     #[test]
@@ -444,7 +453,7 @@ mod tests {
         let small = a.alloc(PAGE, 1);
         let big_align = 64 * PAGE;
         let p = a.alloc(PAGE, big_align);
-        assert_eq!(p as usize % big_align, 0, "{p:?}");
+        assert!((p as usize).is_multiple_of(big_align), "{p:?}");
         let gap = a.alloc(PAGE, 1);
         assert!(
             p as usize == small as usize + PAGE || gap < p,
@@ -491,9 +500,7 @@ mod tests {
     #[test]
     fn the_free_table_survives_fragmentation() {
         let a = arena(4 * FREE_SLOTS + 8);
-        let blocks: Vec<_> = (0..2 * FREE_SLOTS + 2)
-            .map(|_| a.alloc(PAGE, 1))
-            .collect();
+        let blocks: Vec<_> = (0..2 * FREE_SLOTS + 2).map(|_| a.alloc(PAGE, 1)).collect();
         assert!(blocks.iter().all(|p| !p.is_null()));
         // Every other block: more holes than the table holds; the excess is lost space only.
         for p in blocks.iter().step_by(2) {

@@ -6,7 +6,8 @@
 //! path is the futex wake, made only when the receiver has said it is asleep.
 //!
 //! Rendezvous data does not go through the rings: the receiver copies it straight out of the
-//! sender's memory with [`read_remote`] (Cross Memory Attach). Whether that works between two
+//! sender's memory, with `memcpy` from the sender's [`PeerArena`] mapped here when the buffer
+//! lies in it, else with [`read_remote`] (Cross Memory Attach). Whether CMA works between two
 //! ranks is a property of the host (Yama, seccomp, containers); [`ShmTransport::probe_cma`]
 //! tells the PML, which otherwise streams the data through the rings.
 

@@ -21,7 +21,8 @@ impl PeerArena {
     /// access to the peer, like CMA), and checks that the file is an arena.
     pub fn map(info: &ArenaInfo) -> io::Result<PeerArena> {
         let path = format!("/proc/{}/fd/{}", info.pid, info.fd);
-        let context = |what: &str, e: io::Error| io::Error::new(e.kind(), format!("{what} {path}: {e}"));
+        let context =
+            |what: &str, e: io::Error| io::Error::new(e.kind(), format!("{what} {path}: {e}"));
         let c_path = CString::new(path.clone()).expect("no NUL in a /proc path");
         // SAFETY: a NUL-terminated path; flags are plain integers.
         let fd = unsafe { libc::open(c_path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
@@ -81,7 +82,11 @@ impl PeerArena {
         let Some(offset) = (remote_addr as usize).checked_sub(self.base) else {
             return false;
         };
-        if offset < PAGE || offset.checked_add(dst.len()).is_none_or(|end| end > self.len) {
+        if offset < PAGE
+            || offset
+                .checked_add(dst.len())
+                .is_none_or(|end| end > self.len)
+        {
             return false;
         }
         // SAFETY: `offset..offset+len` lies inside our read-only mapping of a file at least
@@ -90,7 +95,11 @@ impl PeerArena {
         // alone until our FIN (MPI's rule); if a faulty program wrote to it anyway, we would
         // copy unspecified bytes, never fault.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.map.as_ptr().add(offset), dst.as_mut_ptr(), dst.len())
+            std::ptr::copy_nonoverlapping(
+                self.map.as_ptr().add(offset),
+                dst.as_mut_ptr(),
+                dst.len(),
+            )
         };
         true
     }
@@ -133,8 +142,14 @@ mod tests {
         // SAFETY: a fresh block of `len` bytes.
         unsafe { again.write_bytes(9, PAGE) };
         assert!(peer.copy_out(p as u64, &mut got));
-        assert!(got[..PAGE].iter().all(|&b| b == 9), "new contents, not stale ones");
-        assert!(got[PAGE..].iter().all(|&b| b == 0), "the punched pages read as zeros");
+        assert!(
+            got[..PAGE].iter().all(|&b| b == 9),
+            "new contents, not stale ones"
+        );
+        assert!(
+            got[PAGE..].iter().all(|&b| b == 0),
+            "the punched pages read as zeros"
+        );
     }
 
     #[test]
@@ -146,7 +161,10 @@ mod tests {
         let base = info.base as u64;
         assert!(!peer.copy_out(base, &mut buf), "the header page");
         assert!(!peer.copy_out(base - 4096, &mut buf));
-        assert!(!peer.copy_out(base + 8 * PAGE as u64 - 8, &mut buf), "runs past the end");
+        assert!(
+            !peer.copy_out(base + 8 * PAGE as u64 - 8, &mut buf),
+            "runs past the end"
+        );
         assert!(!peer.copy_out(u64::MAX - 4, &mut buf));
         assert!(peer.copy_out(base + PAGE as u64, &mut buf));
     }
