@@ -427,9 +427,11 @@ impl Engine {
                 caps.eager_limit.min(caps.max_frame),
                 match (&cma, &ptrace_allowed) {
                     (Ok(()), _) => match arena_note {
-                        None => "memcpy from the sender's shared arena for heap blocks of \
-                                 64 KiB or more, else single copy (process_vm_readv)"
-                            .to_string(),
+                        None => format!(
+                            "memcpy from the sender's shared arena for heap blocks of {} KiB \
+                             or more, else single copy (process_vm_readv)",
+                            shared_arena::ARENA_MIN_BYTES >> 10
+                        ),
                         Some(why) =>
                             format!("single copy (process_vm_readv); no shared arena: {why}"),
                     },

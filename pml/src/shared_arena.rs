@@ -28,7 +28,13 @@
 //! - A rank that dies leaves its peers' mappings valid: the file lives until the last mapping
 //!   goes, so a late copy reads stale bytes, never a fault.
 //! - Security: a peer opens `/proc/<pid>/fd/<n>`, which the kernel allows only with ptrace read
-//!   access to this process (same user, and dumpable): the rule that already governs CMA.
+//!   access to this process (same user, and dumpable), as for CMA. Such a process could also
+//!   open the file for writing; that grants nothing the runtime does not grant already, since
+//!   it lets every process of the user attach (`PR_SET_PTRACER_ANY`, for CMA under Yama).
+//!   Peers map it read-only. Sealing it against writes is not an option: seals also forbid
+//!   the hole punching that returns freed memory.
+//! - The verbs registration cache is unaffected: [`crate::TrackingAllocator`] logs arena frees
+//!   like any other, so registrations over punched pages are dropped before their next use.
 
 use std::io;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
@@ -541,6 +547,41 @@ mod tests {
             }
         });
         assert_eq!(free_list(&a), (vec![], PAGE));
+    }
+
+    #[test]
+    fn a_forked_child_neither_allocates_from_nor_punches_the_parents_arena() {
+        let a = arena(64);
+        let size = 4 * PAGE;
+        let p = a.alloc(size, 1);
+        // SAFETY: a fresh block of `size` bytes.
+        unsafe { p.write_bytes(3, size) };
+        // SAFETY: the child only calls the arena (no allocation, no locks another thread of
+        // this test process could hold: the arena's lock is free here) and _exit.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            let refused = a.alloc(PAGE, 1).is_null();
+            // SAFETY: the parent's block; in the child this must leave the file alone.
+            unsafe { a.free(p, size) };
+            // SAFETY: ends the child without running the parent's exit handlers.
+            unsafe { libc::_exit(if refused { 0 } else { 1 }) };
+        }
+        assert!(child > 0, "fork failed");
+        let mut status = 0;
+        // SAFETY: waits for our own child, writing only `status`.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child allocated from the parent's arena"
+        );
+        // SAFETY: our block, still allocated.
+        let bytes = unsafe { std::slice::from_raw_parts(p, size) };
+        assert!(
+            bytes.iter().all(|&b| b == 3),
+            "the child punched the parent's pages"
+        );
+        // SAFETY: allocated above, no longer used.
+        unsafe { a.free(p, size) };
     }
 
     #[test]
