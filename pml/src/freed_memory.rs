@@ -71,20 +71,23 @@ fn note_installed() {
 }
 
 /// A large block from the shared arena when it is active and has room, else null.
-fn arena_alloc(layout: Layout) -> *mut u8 {
+fn arena_alloc(layout: Layout, zeroed: bool) -> *mut u8 {
     if layout.size() < ARENA_MIN_BYTES {
-        return std::ptr::null_mut();
+        std::ptr::null_mut()
+    } else if zeroed {
+        ARENA.alloc(layout.size(), layout.align())
+    } else {
+        ARENA.alloc_uninit(layout.size(), layout.align())
     }
-    ARENA.alloc(layout.size(), layout.align())
 }
 
 // SAFETY: blocks come either from `System` or from the shared arena, which hands out disjoint,
-// zeroed, suitably aligned ranges of its own mapping; `contains` tells which on the way back,
+// suitably aligned (and, from `alloc`, zeroed) ranges of its own mapping; `contains` tells which on the way back,
 // so each block is returned to the allocator that made it. The logging allocates nothing.
 unsafe impl GlobalAlloc for TrackingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         note_installed();
-        let p = arena_alloc(layout);
+        let p = arena_alloc(layout, false);
         if !p.is_null() {
             return p;
         }
@@ -93,8 +96,7 @@ unsafe impl GlobalAlloc for TrackingAllocator {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         note_installed();
-        // Arena blocks are always zero: free ranges are holes punched in the file.
-        let p = arena_alloc(layout);
+        let p = arena_alloc(layout, true);
         if !p.is_null() {
             return p;
         }
