@@ -45,9 +45,10 @@ use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Blocks at least this large come from the arena. Rendezvous starts at the eager limit
-/// (16 KiB on shm), but each arena block costs a rounding to whole pages (at most 6% here)
-/// and a `fallocate` when freed (about a microsecond, next to the 3 µs it takes to even write
-/// 64 KiB), so smaller blocks stay with the system allocator and go by `process_vm_readv`.
+/// (16 KiB on shm), but each arena block costs a rounding to whole pages (at most 6% here),
+/// a lock and a `getpid`, and once evicted from the reuse list a `fallocate`: small next to
+/// filling 64 KiB, not next to a few KiB. Smaller blocks stay with the system allocator and
+/// go by `process_vm_readv`.
 pub const ARENA_MIN_BYTES: usize = 64 << 10;
 /// Address space of the global arena: live large blocks beyond it come from the system.
 pub const ARENA_BYTES: usize = 64 << 30;
@@ -58,8 +59,9 @@ pub const ARENA_MAGIC: u64 = u64::from_le_bytes(*b"mpirtarn");
 const FREE_SLOTS: usize = 1024;
 /// Freed blocks the global arena keeps, unpunched, for a new block of the same size: a
 /// collective's scratch buffer allocated and freed on every call would otherwise take a page
-/// fault per page per call (1.5x slower `osu_allreduce` at 1 MiB). glibc keeps freed heap
-/// memory in the same way; this bounds what the arena keeps back from the kernel.
+/// fault per page per call (`osu_allreduce` 1–4 MiB, 2 ranks: 100k page faults a rank instead
+/// of 3k). glibc keeps freed heap memory in the same way; this bounds what the arena keeps
+/// back from the kernel.
 pub const REUSE_BYTES: usize = 64 << 20;
 const REUSE_SLOTS: usize = 16;
 
