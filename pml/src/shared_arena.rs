@@ -607,28 +607,38 @@ mod tests {
 
     #[test]
     fn threads_allocate_and_free_concurrently() {
-        let a = arena(4096);
-        std::thread::scope(|s| {
-            for t in 0..4u8 {
-                let a = &a;
-                s.spawn(move || {
-                    for round in 0..500usize {
-                        let size = (1 + (round + t as usize) % 7) * PAGE;
-                        let p = a.alloc(size, 1);
-                        assert!(!p.is_null());
-                        // SAFETY: a fresh block of `size` bytes, ours alone.
-                        let bytes = unsafe { std::slice::from_raw_parts_mut(p, size) };
-                        assert!(bytes.iter().all(|&b| b == 0), "a block in use elsewhere");
-                        bytes.fill(t + 1);
-                        std::thread::yield_now();
-                        assert!(bytes.iter().all(|&b| b == t + 1), "overlapping blocks");
-                        // SAFETY: allocated above, no longer used.
-                        unsafe { a.free(p, size) };
-                    }
-                });
+        // Without and with the reuse list, whose blocks come back dirty.
+        for reuse in [0, 16 * PAGE] {
+            let a = Arena::with_reuse(reuse);
+            a.activate(4096 * PAGE).unwrap();
+            std::thread::scope(|s| {
+                for t in 0..4u8 {
+                    let a = &a;
+                    s.spawn(move || {
+                        for round in 0..500usize {
+                            let size = (1 + (round + t as usize) % 7) * PAGE;
+                            let p = a.alloc(size, 1);
+                            assert!(!p.is_null());
+                            // SAFETY: a fresh block of `size` bytes, ours alone.
+                            let bytes = unsafe { std::slice::from_raw_parts_mut(p, size) };
+                            assert!(bytes.iter().all(|&b| b == 0), "a block in use elsewhere");
+                            bytes.fill(t + 1);
+                            std::thread::yield_now();
+                            assert!(bytes.iter().all(|&b| b == t + 1), "overlapping blocks");
+                            // SAFETY: allocated above, no longer used.
+                            unsafe { a.free(p, size) };
+                        }
+                    });
+                }
+            });
+            let e = a.extents.lock().unwrap();
+            assert!(e.kept_bytes <= reuse);
+            let kept: usize = e.kept[..e.n_kept].iter().map(|k| k.1).sum();
+            assert_eq!(kept, e.kept_bytes);
+            if reuse == 0 {
+                assert_eq!((e.n, e.top), (0, PAGE), "everything merged back into top");
             }
-        });
-        assert_eq!(free_list(&a), (vec![], PAGE));
+        }
     }
 
     #[test]
