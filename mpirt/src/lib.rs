@@ -43,8 +43,9 @@ pub use communicator::Rank;
 pub use environment::{initialize, initialize_with_threading, time, Threading, Universe};
 pub use error::Error;
 /// The global allocator that lets the runtime keep RDMA registrations of buffers between
-/// messages (see `pml::freed_memory`); programs that send large messages over verbs from the
-/// same buffers again and again install it:
+/// messages (see `pml::freed_memory`), and that puts large blocks where same-host peers copy
+/// them with a plain memcpy (see `pml::shared_arena`); programs that send large messages
+/// install it:
 ///
 /// ```
 /// #[global_allocator]

@@ -38,6 +38,7 @@ fn rank_mode() {
     let world = universe.world();
     match mode.as_str() {
         "sizes" => sizes(&world),
+        "arena" => arena_buffers(&world),
         "wildcard" => wildcard(&world),
         "order" => order(&world),
         "probe" => probe(&world),
@@ -124,6 +125,35 @@ fn sizes(world: &mpirt::topology::SimpleCommunicator) {
             );
             println!("size {len} ok");
         }
+    }
+}
+
+/// Large messages from heap buffers (in the sender's shared arena when it is on), each checked
+/// whole; then one buffer freed and another allocated in its place, several times, so that a
+/// receiver reading through a stale mapping would see the previous message.
+fn arena_buffers(world: &mpirt::topology::SimpleCommunicator) {
+    let lens = [64 << 20, 1 << 20, 1 << 20, 1 << 20, 64 << 20, 1 << 20];
+    let seeded = |len: usize, round: usize| -> Vec<u8> {
+        (0..len).map(|i| pattern(len, i + round * 977)).collect()
+    };
+    if world.rank() == 0 {
+        let peer = world.process_at_rank(1);
+        for (round, &len) in lens.iter().enumerate() {
+            peer.send_with_tag(&seeded(len, round)[..], 3);
+        }
+    } else if world.rank() == 1 {
+        let peer = world.process_at_rank(0);
+        let mut buf = vec![0u8; 64 << 20];
+        for (round, &len) in lens.iter().enumerate() {
+            let status = peer.receive_into_with_tag(&mut buf[..len], 3);
+            assert_eq!(status.byte_count(), len);
+            let want = seeded(len, round);
+            assert!(
+                buf[..len] == want[..],
+                "round {round}, {len} bytes: wrong or stale data"
+            );
+        }
+        println!("arena ok");
     }
 }
 
@@ -610,6 +640,34 @@ fn message_sizes_over_ipv6_loopback() {
         return;
     }
     message_sizes(Wire::Tcp6);
+}
+
+/// Over shared memory, large heap buffers go by memcpy from the sender's shared arena (the
+/// ranks install TrackingAllocator), or by process_vm_readv when it is turned off: both deliver
+/// every byte, and `--verbose` says which path is in use.
+#[test]
+fn large_messages_from_shared_arenas() {
+    let verbose = ("MPIRT_VERBOSE", "1");
+    for (envs, path) in [
+        (
+            vec![verbose],
+            "rendezvous by memcpy from the sender's shared arena",
+        ),
+        (
+            vec![verbose, ("MPIRT_SHM_ARENA", "0")],
+            "single copy (process_vm_readv); no shared arena: turned off",
+        ),
+    ] {
+        let (out, err) = ok_job_with(2, "arena", &envs);
+        assert!(out.contains("arena ok"), "{out}");
+        for rank in 0..2 {
+            let line = err
+                .lines()
+                .find(|l| l.starts_with(&format!("mpirt: rank {rank} of 2 ")))
+                .unwrap_or_else(|| panic!("rank {rank} did not report\n{err}"));
+            assert!(line.contains(path), "{line}");
+        }
+    }
 }
 
 on_each_wire! {

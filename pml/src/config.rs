@@ -42,6 +42,9 @@ pub struct EngineConfig {
     /// process_vm_readv; off (or forbidden by the kernel) means a pipelined copy through the
     /// segment's rings.
     pub single_copy: bool,
+    /// Whether large heap blocks (under `TrackingAllocator`) go to a shared arena that
+    /// same-host peers map, so that their rendezvous is a plain memcpy (needs `single_copy`).
+    pub shared_arena: bool,
     /// How long a waiting rank busy-polls before it yields its core, when ranks do not
     /// outnumber cores (then it yields at once).
     pub spin: Duration,
@@ -63,6 +66,7 @@ impl Default for EngineConfig {
             shm_ring_bytes: 512 << 10,
             unexpected_budget: 4 << 20,
             single_copy: true,
+            shared_arena: true,
             spin: Duration::from_micros(100),
             verbose: false,
         }
@@ -121,6 +125,7 @@ impl EngineConfig {
             shm_ring_bytes: size_var("MPIRT_SHM_RING_BYTES", d.shm_ring_bytes)?,
             unexpected_budget: size_var("MPIRT_UNEXPECTED_BUDGET", d.unexpected_budget)?,
             single_copy: !matches!(env::var("MPIRT_SHM_SINGLE_COPY").as_deref(), Ok("0")),
+            shared_arena: !matches!(env::var("MPIRT_SHM_ARENA").as_deref(), Ok("0")),
             spin: match env::var("MPIRT_SPIN_US") {
                 Err(_) => d.spin,
                 Ok(v) => {

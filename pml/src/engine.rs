@@ -12,9 +12,11 @@ use std::{fmt, ptr, slice};
 use crate::config::{EngineConfig, TransportChoice};
 use crate::envelope::{ContextId, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
+use crate::freed_memory;
 use crate::protocol::{Action, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs};
 use crate::requests::Handle;
-use crate::transport::shm::{self, ShmConfig, ShmTransport};
+use crate::shared_arena::{self, ArenaInfo};
+use crate::transport::shm::{self, PeerArena, ShmConfig, ShmTransport};
 use crate::transport::tcp::{self, Sent, TcpConfig, TcpTransport};
 #[cfg(feature = "verbs")]
 use crate::transport::verbs::{self, VerbsConfig, VerbsTransport};
@@ -126,6 +128,9 @@ pub struct Counters {
     pub frames_received: u64,
     pub remote_reads: u64,
     pub remote_read_bytes: u64,
+    /// Remote reads served by memcpy from a same-host peer's mapped shared arena (the other
+    /// shm reads went by process_vm_readv).
+    pub mapped_reads: u64,
     /// Memory registrations made (RDMA): a buffer sent from again is not registered again.
     pub registrations: u64,
 }
@@ -170,6 +175,8 @@ pub struct Engine {
     /// Peers whose transport refused a frame; retried first on the next progress.
     blocked: Vec<Rank>,
     counters: Counters,
+    /// Same-host peers' shared arenas, mapped at wire-up, by world rank.
+    peer_arenas: Vec<Option<PeerArena>>,
     description: String,
     /// Busy-poll budget of a wait: none when ranks outnumber the cores they may use.
     spin: Duration,
@@ -287,6 +294,18 @@ impl Engine {
             .expect("self is local");
         let n_local = local_ranks.len();
 
+        // Published before the fences below, read once every rank has passed them.
+        let own_arena = if n_local > 1 {
+            let arena = activate_arena(&config);
+            let wire = arena.as_ref().map(|a| a.to_wire()).unwrap_or_default();
+            wireup
+                .put(&format!("pml.arena.{rank}"), wire.as_bytes())
+                .map_err(wireup_err)?;
+            Some(arena)
+        } else {
+            None
+        };
+
         // The leader creates the segment, the others attach once it exists, and a last fence
         // makes sure every rank has attached (and so published its pid) before anyone probes.
         let mut shm = None;
@@ -368,6 +387,7 @@ impl Engine {
         }
 
         let mut description = format!("rank {rank} of {size} on {host}");
+        let mut peer_arenas: Vec<Option<PeerArena>> = (0..size).map(|_| None).collect();
         if let Some(t) = &shm {
             // Whether a rank may read another's memory is a property of the host (Yama,
             // seccomp, containers), so one neighbour speaks for all.
@@ -382,6 +402,14 @@ impl Engine {
                 eager_limit: config.shm_eager_limit,
                 max_frame: t.max_frame(),
                 remote_read: cma.is_ok(),
+            };
+            // The arena path sits on top of CMA: buffers outside arenas still need it.
+            let arena_note = match &cma {
+                Ok(()) => {
+                    let mapped = map_peer_arenas(wireup, rank, &local_ranks, &mut peer_arenas)?;
+                    own_arena.and_then(Result::err).or(mapped)
+                }
+                Err(_) => None,
             };
             for (local, &r) in local_ranks.iter().enumerate() {
                 if r == rank {
@@ -398,7 +426,15 @@ impl Engine {
                  rendezvous by {}",
                 caps.eager_limit.min(caps.max_frame),
                 match (&cma, &ptrace_allowed) {
-                    (Ok(()), _) => "single copy (process_vm_readv)".to_string(),
+                    (Ok(()), _) => match arena_note {
+                        None => format!(
+                            "memcpy from the sender's shared arena for heap blocks of {} KiB \
+                             or more, else single copy (process_vm_readv)",
+                            shared_arena::ARENA_MIN_BYTES >> 10
+                        ),
+                        Some(why) =>
+                            format!("single copy (process_vm_readv); no shared arena: {why}"),
+                    },
                     (Err(e), Ok(())) => format!("pipelined copy through the segment ({e})"),
                     (Err(e), Err(p)) => {
                         format!("pipelined copy through the segment ({e}; PR_SET_PTRACER: {p})")
@@ -467,6 +503,7 @@ impl Engine {
             loopback: VecDeque::new(),
             blocked: Vec::new(),
             counters: Counters::default(),
+            peer_arenas,
             description,
             spin,
         })
@@ -922,7 +959,15 @@ impl Engine {
                 };
                 Ok(())
             }
-            Link::Shm { pid, .. } => shm::read_remote(pid, remote.addr, target),
+            Link::Shm { pid, .. } => {
+                let arena = self.peer_arenas[peer as usize].as_ref();
+                if arena.is_some_and(|a| a.copy_out(remote.addr, target)) {
+                    self.counters.mapped_reads += 1;
+                    Ok(())
+                } else {
+                    shm::read_remote(pid, remote.addr, target)
+                }
+            }
             Link::Tcp => unreachable!("TCP peers are set up without remote reads"),
             #[cfg(feature = "verbs")]
             Link::Verbs => unreachable!("handled above"),
@@ -997,6 +1042,44 @@ impl Engine {
     pub fn flush_all(&mut self) -> Result<(), PmlError> {
         self.wait_until(|e| Ok(e.blocked.is_empty() && (0..e.size).all(|p| !e.core.has_output(p))))
     }
+}
+
+/// Activates this process's shared arena (see `shared_arena`) when the configuration and the
+/// global allocator allow; the error says why not, for `--verbose`.
+fn activate_arena(config: &EngineConfig) -> Result<ArenaInfo, String> {
+    if !config.single_copy || !config.shared_arena {
+        return Err("turned off by MPIRT_SHM_SINGLE_COPY=0 or MPIRT_SHM_ARENA=0".into());
+    }
+    if !freed_memory::installed() {
+        return Err("the global allocator is not mpirt::TrackingAllocator".into());
+    }
+    shared_arena::GLOBAL
+        .activate(shared_arena::ARENA_BYTES)
+        .map_err(|e| e.to_string())
+}
+
+/// Maps the arena of every other local rank that published one; says why when one is missing
+/// (its messages then go by process_vm_readv).
+fn map_peer_arenas(
+    wireup: &mut dyn Wireup,
+    rank: Rank,
+    local_ranks: &[Rank],
+    arenas: &mut [Option<PeerArena>],
+) -> Result<Option<String>, EngineError> {
+    let mut note = None;
+    for &r in local_ranks.iter().filter(|&&r| r != rank) {
+        let wire = wireup.get(&format!("pml.arena.{r}")).map_err(wireup_err)?;
+        let wire = String::from_utf8_lossy(&wire);
+        let mapped = match ArenaInfo::from_wire(&wire) {
+            Some(info) => PeerArena::map(&info).map_err(|e| format!("rank {r}: {e}")),
+            None => Err(format!("rank {r} has none")),
+        };
+        match mapped {
+            Ok(a) => arenas[r as usize] = Some(a),
+            Err(why) => note = note.or(Some(why)),
+        }
+    }
+    Ok(note)
 }
 
 /// Opens the RDMA device when verbs is asked for, or (`auto`) when ranks span hosts and a

@@ -9,6 +9,9 @@
 //! registrations over those ranges before its next look-up. Without it, registrations are
 //! dropped as soon as their message is done.
 //!
+//! It also serves large blocks from the [shared arena](crate::shared_arena) once the engine has
+//! activated it, so that same-host peers copy rendezvous data straight out of them.
+//!
 //! ```
 //! #[global_allocator]
 //! static ALLOCATOR: pml::TrackingAllocator = pml::TrackingAllocator;
@@ -17,6 +20,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
+
+use crate::shared_arena::{ARENA_MIN_BYTES, GLOBAL as ARENA, PAGE};
 
 /// Blocks smaller than this are never registered on their own (they go eagerly), and are
 /// not logged. A registration still covers whole pages, so a small block freed inside a
@@ -59,31 +64,73 @@ fn log_free(start: usize, len: usize) {
     GENERATION.fetch_add(1, Ordering::Release);
 }
 
-// SAFETY: every call is forwarded to `System` with the same arguments; the logging around it
-// allocates nothing and does not touch the memory.
+fn note_installed() {
+    if !INSTALLED.load(Ordering::Relaxed) {
+        INSTALLED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A large block from the shared arena when it is active and has room, else null.
+fn arena_alloc(layout: Layout, zeroed: bool) -> *mut u8 {
+    if layout.size() < ARENA_MIN_BYTES {
+        std::ptr::null_mut()
+    } else if zeroed {
+        ARENA.alloc(layout.size(), layout.align())
+    } else {
+        ARENA.alloc_uninit(layout.size(), layout.align())
+    }
+}
+
+// SAFETY: blocks come either from `System` or from the shared arena, which hands out disjoint,
+// suitably aligned (and, from `alloc`, zeroed) ranges of its own mapping; `contains` tells which on the way back,
+// so each block is returned to the allocator that made it. The logging allocates nothing.
 unsafe impl GlobalAlloc for TrackingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if !INSTALLED.load(Ordering::Relaxed) {
-            INSTALLED.store(true, Ordering::Relaxed);
+        note_installed();
+        let p = arena_alloc(layout, false);
+        if !p.is_null() {
+            return p;
         }
         System.alloc(layout)
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if !INSTALLED.load(Ordering::Relaxed) {
-            INSTALLED.store(true, Ordering::Relaxed);
+        note_installed();
+        let p = arena_alloc(layout, true);
+        if !p.is_null() {
+            return p;
         }
         System.alloc_zeroed(layout)
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         log_free(ptr as usize, layout.size());
-        System.dealloc(ptr, layout)
+        if ARENA.contains(ptr) {
+            ARENA.free(ptr, layout.size());
+        } else {
+            System.dealloc(ptr, layout)
+        }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        log_free(ptr as usize, layout.size());
-        System.realloc(ptr, layout, new_size)
+        let in_arena = ARENA.contains(ptr);
+        if !in_arena && (new_size < ARENA_MIN_BYTES || ARENA.info().is_none()) {
+            log_free(ptr as usize, layout.size());
+            return System.realloc(ptr, layout, new_size);
+        }
+        // Same pages either way: the block stays where it is.
+        if in_arena && new_size.next_multiple_of(PAGE) == layout.size().next_multiple_of(PAGE) {
+            return ptr;
+        }
+        // Moving into, out of or within the arena: a fresh block, a copy, then the old one
+        // freed (and logged). Growing a vector doubles it, so copies stay amortised.
+        let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
+        let fresh = self.alloc(new_layout);
+        if !fresh.is_null() {
+            std::ptr::copy_nonoverlapping(ptr, fresh, layout.size().min(new_size));
+            self.dealloc(ptr, layout);
+        }
+        fresh
     }
 }
 
@@ -136,5 +183,44 @@ mod tests {
         assert!(freed_since(&mut seen, |s, e| freed.push((s, e))));
         assert!(freed.contains(&(at, at + (64 << 10))), "{freed:x?}");
         assert!(freed.iter().all(|&(s, e)| e - s >= TRACKED_BYTES));
+    }
+
+    #[test]
+    fn large_blocks_come_from_the_active_arena_and_their_frees_are_logged() {
+        ARENA.activate(crate::shared_arena::ARENA_BYTES).unwrap();
+        let mut seen = 0;
+        freed_since(&mut seen, |_, _| {});
+        let small = vec![1u8; ARENA_MIN_BYTES - 1];
+        assert!(!ARENA.contains(small.as_ptr()));
+        let zeroed = vec![0u8; 1 << 20];
+        assert!(ARENA.contains(zeroed.as_ptr()) && zeroed.iter().all(|&b| b == 0));
+        // A vector grown by pushes moves into the arena once it is large, keeping its bytes.
+        let mut grown = Vec::new();
+        for i in 0..(ARENA_MIN_BYTES * 3) {
+            grown.push(i as u8);
+        }
+        assert!(ARENA.contains(grown.as_ptr()));
+        assert!(grown.iter().enumerate().all(|(i, &b)| b == i as u8));
+        // Shrinking far moves it back out, still intact.
+        grown.truncate(100);
+        grown.shrink_to_fit();
+        assert!(!ARENA.contains(grown.as_ptr()));
+        assert!(grown.iter().enumerate().all(|(i, &b)| b == i as u8));
+        let at = zeroed.as_ptr() as usize;
+        drop(zeroed);
+        let mut freed = Vec::with_capacity(LOG_SLOTS);
+        freed_since(&mut seen, |s, e| freed.push((s, e)));
+        assert!(freed.contains(&(at, at + (1 << 20))), "{freed:x?}");
+        // Over-aligned large blocks keep their alignment.
+        let layout = Layout::from_size_align(ARENA_MIN_BYTES, 1 << 21).unwrap();
+        // SAFETY: a non-zero size; freed below with the same layout.
+        let p = unsafe { TrackingAllocator.alloc(layout) };
+        assert!(
+            ARENA.contains(p) && (p as usize).is_multiple_of(1 << 21),
+            "{p:?}"
+        );
+        // SAFETY: allocated above with this layout.
+        unsafe { TrackingAllocator.dealloc(p, layout) };
+        drop(small);
     }
 }

@@ -14,6 +14,7 @@ pub mod matching;
 pub mod protocol;
 pub mod requests;
 pub mod sequence;
+pub mod shared_arena;
 pub mod transport;
 #[cfg(feature = "ucx")]
 pub mod ucx;

@@ -241,6 +241,17 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
         } else {
             assert_eq!(reads, 0, "single copy was off or impossible");
         }
+        // The 1 MiB and 64 MiB messages come from the senders' shared arenas (this binary
+        // installs TrackingAllocator), the 4097-byte one by process_vm_readv.
+        let mapped = e.counters().mapped_reads;
+        if mode == Mode::Read {
+            assert!(
+                mapped >= 2 * u64::from(size - 1) && mapped < reads,
+                "{mapped} of {reads} remote reads from mapped arenas"
+            );
+        } else {
+            assert_eq!(mapped, 0);
+        }
         let frames = e.counters().frames_received;
         assert!(
             frames >= 10_000 * u64::from(size - 1),
@@ -288,7 +299,46 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
             );
         }
     }
+    if mode == Mode::Read {
+        arena_buffers_reused(&mut e);
+    }
     e.flush_all().unwrap();
+}
+
+/// Rank 1 sends from a heap buffer, frees it and sends from a fresh one that the arena places
+/// at the same address: rank 0 must see the new bytes each time, never the old pages. A stack
+/// buffer (outside any arena) goes by process_vm_readv.
+fn arena_buffers_reused(e: &mut Engine) {
+    const ROUNDS: usize = 4;
+    let len = 1 << 20;
+    if e.rank() == 0 {
+        let before = e.counters();
+        for round in 0..ROUNDS {
+            let (buf, _) = recv(e, SourceSel::Rank(1), TagSel::Tag(60), len);
+            assert!(
+                checksum(&buf) == checksum(&pattern(len, 100 + round)),
+                "round {round}: stale or wrong data from a reused arena block"
+            );
+        }
+        let (buf, _) = recv(e, SourceSel::Rank(1), TagSel::Tag(61), 32 << 10);
+        assert!(buf.iter().all(|&b| b == 0x5a));
+        let after = e.counters();
+        assert_eq!(after.mapped_reads - before.mapped_reads, ROUNDS as u64);
+        assert_eq!(after.remote_reads - before.remote_reads, ROUNDS as u64 + 1);
+    } else if e.rank() == 1 {
+        let mut addresses = Vec::new();
+        for round in 0..ROUNDS {
+            let data = pattern(len, 100 + round);
+            addresses.push(data.as_ptr() as usize);
+            send(e, 0, 60, &data, SendMode::Standard);
+        }
+        assert!(
+            addresses.windows(2).any(|w| w[0] == w[1]),
+            "the arena never reused a block: {addresses:x?}"
+        );
+        let on_stack = [0x5au8; 32 << 10];
+        send(e, 0, 61, &on_stack, SendMode::Standard);
+    }
 }
 
 #[test]

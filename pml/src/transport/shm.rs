@@ -6,12 +6,14 @@
 //! path is the futex wake, made only when the receiver has said it is asleep.
 //!
 //! Rendezvous data does not go through the rings: the receiver copies it straight out of the
-//! sender's memory with [`read_remote`] (Cross Memory Attach). Whether that works between two
+//! sender's memory, with `memcpy` from the sender's [`PeerArena`] mapped here when the buffer
+//! lies in it, else with [`read_remote`] (Cross Memory Attach). Whether CMA works between two
 //! ranks is a property of the host (Yama, seccomp, containers); [`ShmTransport::probe_cma`]
 //! tells the PML, which otherwise streams the data through the rings.
 
 mod cma;
 mod futex;
+mod peer_arena;
 mod ring;
 mod segment;
 
@@ -21,6 +23,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
 pub use cma::{allow_ptrace_from_peers, read_remote};
+pub use peer_arena::PeerArena;
 pub use segment::unlink_segment;
 
 use ring::{Consumer, Producer};
