@@ -10,7 +10,7 @@
 //! carries address and rkey; the receiver registers the receive buffer and posts RDMA READs
 //! (split at the port's largest message) and reports the read done when the last completes.
 //! A completion with an error status becomes a named error on the request (reads) or on the
-//! transport (sends); the queue pairs give up on a dead peer within a second of sending to it.
+//! transport (sends); the queue pairs give up on a dead peer about 8 s after sending to it.
 //! A rank that only waits sends nothing, so a wait idle for [`PROBE_AFTER`] probes its peers
 //! (see [`VerbsTransport::probe_idle_peers`]). Once a peer's queue pair fails, the peer is
 //! broken: later sends and reads to it fail at once with the first cause.
@@ -59,11 +59,12 @@ const INLINE: usize = 64;
 /// How long a wait goes without progress before it probes its peers, and how often it probes
 /// again while it stays idle. A probe costs each peer one 8-byte RDMA WRITE and its ACK, so a
 /// healthy job that waits a long time pays microseconds a second; a dead peer is named about
-/// this long plus the queue pair's retries (under a second) after the wait began. Waits that
-/// make progress never look at the clock for it (the engine passes how long it was idle).
+/// this long plus the queue pair's retries (about 8 s, see `qp.rs`) after the wait began.
+/// Waits that make progress never look at the clock for it (the engine passes how long it
+/// was idle).
 pub const PROBE_AFTER: Duration = Duration::from_secs(1);
-/// How long a rank that leaves waits for its peers to take its goodbye. A dead peer leaves
-/// the write unanswered; the queue pair gives up on it well within this.
+/// How long a rank that leaves waits for its peers to take its goodbye: live peers answer at
+/// once, a dead one never does, and this bounds what that costs a finalizing rank.
 const GOODBYE_DRAIN: Duration = Duration::from_secs(2);
 
 /// What a work request was, in the top byte of its id; the rest is an index.
