@@ -906,3 +906,28 @@ fn under_srun_with_pmi2() {
     assert!(!output.status.success(), "{stdout}\n{stderr}");
     assert!(stderr.contains("task 1: Killed"), "{stderr}");
 }
+
+/// A verbs setting the port cannot honour (a GID index with no GID behind it) stops the job at
+/// start-up, and the message names the rank, the operation and the cause.
+#[cfg(feature = "verbs")]
+#[test]
+fn verbs_with_an_empty_gid_index_is_named() {
+    if !rdma_device_present() {
+        println!(
+            "skipped: no RDMA device here (tools/test-all.sh runs this in the Soft-RoCE guest)"
+        );
+        return;
+    }
+    let output = job(Wire::Verbs, 2, "probe", &[("MPIRT_VERBS_GID_INDEX", "200")]);
+    let (stdout, stderr) = text(&output);
+    assert!(!output.status.success(), "{stdout}\n{stderr}");
+    let named = (0..2).any(|r| {
+        stderr.contains(&format!(
+            "mpirt: rank {r}: initialize: transport failed: verbs: GID 200 of rxe"
+        ))
+    });
+    assert!(
+        named && stderr.contains("MPIRT_VERBS_GID_INDEX"),
+        "{stderr}"
+    );
+}

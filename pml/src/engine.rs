@@ -326,6 +326,26 @@ impl Engine {
                     .map_err(|e| EngineError::Transport(format!("attaching {name}: {e}")))?,
             );
         }
+        // Queue pairs connect before the last fence, so that no rank sends to one not yet
+        // ready to receive: its packets would be dropped, and once the retries ran out the
+        // sender would take the peer for dead.
+        #[cfg(feature = "verbs")]
+        let mut verbs = verbs;
+        #[cfg(feature = "verbs")]
+        let mut verbs_peers = Vec::new();
+        #[cfg(feature = "verbs")]
+        if let Some(v) = &mut verbs {
+            for &r in &remote {
+                let endpoint = wireup.get(&format!("pml.verbs.{r}")).map_err(wireup_err)?;
+                if endpoint.is_empty() {
+                    // The peer has no device: TCP carries this pair.
+                    continue;
+                }
+                v.connect(r, &String::from_utf8_lossy(&endpoint))
+                    .map_err(|e| EngineError::Transport(format!("verbs: {e}")))?;
+                verbs_peers.push(r);
+            }
+        }
         wireup.fence().map_err(wireup_err)?;
 
         let mut core = Core::new(
@@ -344,22 +364,13 @@ impl Engine {
         );
         links[rank as usize] = Some(Link::Loopback);
         #[cfg(feature = "verbs")]
-        let mut verbs = verbs;
-        #[cfg(feature = "verbs")]
-        if let Some(v) = &mut verbs {
+        if let Some(v) = &verbs {
             let caps = PeerCaps {
                 eager_limit: config.verbs_eager_limit,
                 max_frame: v.frame_size(),
                 remote_read: true,
             };
-            for &r in &remote {
-                let endpoint = wireup.get(&format!("pml.verbs.{r}")).map_err(wireup_err)?;
-                if endpoint.is_empty() {
-                    // The peer has no device: TCP carries this pair.
-                    continue;
-                }
-                v.connect(r, &String::from_utf8_lossy(&endpoint))
-                    .map_err(|e| EngineError::Transport(format!("verbs: {e}")))?;
+            for &r in &verbs_peers {
                 core.set_peer(r, caps);
                 links[r as usize] = Some(Link::Verbs);
             }
@@ -807,7 +818,7 @@ impl Engine {
                 } else if idle < self.spin + YIELD_FOR {
                     std::thread::yield_now();
                 } else {
-                    self.sleep()?;
+                    self.sleep(idle)?;
                 }
             }
             idle_rounds = 0;
@@ -816,17 +827,21 @@ impl Engine {
     }
 
     /// Sleeps until a transport may have something for us: each wait returns on a frame for
-    /// us, and on room where our frame was refused.
-    fn sleep(&mut self) -> Result<(), PmlError> {
-        self.sleep_on_transports()?;
+    /// us, and on room where our frame was refused. `idle`: how long the wait made no progress.
+    fn sleep(&mut self, idle: Duration) -> Result<(), PmlError> {
+        self.sleep_on_transports(idle)?;
         // Whatever woke us may have come over TCP: look there on the next round.
         self.tcp_rounds_to_skip = 0;
         Ok(())
     }
 
-    fn sleep_on_transports(&mut self) -> Result<(), PmlError> {
+    #[cfg_attr(not(feature = "verbs"), allow(unused_variables))]
+    fn sleep_on_transports(&mut self, idle: Duration) -> Result<(), PmlError> {
         #[cfg(feature = "verbs")]
         if let Some(v) = &mut self.verbs {
+            // A peer that died completes nothing: probe, so the wait fails instead of hanging.
+            v.probe_idle_peers(idle)
+                .map_err(|e| e.on_host(&self.hosts))?;
             v.arm();
             // Completions that came before arming wake nobody: take them first.
             if self.progress()? {

@@ -3,7 +3,6 @@
 //! key-value service that keeps this crate's tests free of the launcher).
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use std::{env, fs};
 
@@ -11,7 +10,7 @@ use pml::{Done, Engine, EngineConfig, SendMode, SourceSel, TagSel, TransportChoi
 
 mod ranks_common;
 
-use ranks_common::{checksum, pattern, wait_all, DirWireup};
+use ranks_common::{checksum, pattern, run_children, singleton_wireup, DirWireup};
 
 // Lets the verbs test check that the registration cache works.
 #[global_allocator]
@@ -33,21 +32,9 @@ fn recv(e: &mut Engine, from: SourceSel, tag: TagSel, len: usize) -> (Vec<u8>, p
     }
 }
 
-/// A singleton's wire-up, in a fresh directory named after `name`.
-fn singleton_wireup(name: &str) -> DirWireup {
-    let dir = env::temp_dir().join(format!("pml-engine-{name}-{}", std::process::id()));
-    fs::create_dir_all(&dir).unwrap();
-    DirWireup {
-        dir,
-        rank: 0,
-        size: 1,
-        round: 0,
-    }
-}
-
 #[test]
 fn singleton_sends_to_itself_by_every_protocol() {
-    let mut w = singleton_wireup("self");
+    let mut w = singleton_wireup("engine-self");
     let dir = w.dir.clone();
     let mut e = Engine::new(&mut w, EngineConfig::default()).unwrap();
     for len in [0, 1, 100, 16 << 10, (16 << 10) + 1, 1 << 20] {
@@ -72,7 +59,7 @@ fn singleton_sends_to_itself_by_every_protocol() {
 #[cfg(not(feature = "verbs"))]
 #[test]
 fn verbs_without_the_feature_is_a_named_error() {
-    let mut w = singleton_wireup("no-verbs");
+    let mut w = singleton_wireup("engine-no-verbs");
     let config = EngineConfig {
         transport: TransportChoice::Verbs,
         ..EngineConfig::default()
@@ -86,7 +73,7 @@ fn verbs_without_the_feature_is_a_named_error() {
 #[cfg(feature = "verbs")]
 #[test]
 fn ranks_over_verbs_refuse_an_unknown_device() {
-    let mut w = singleton_wireup("bad-device");
+    let mut w = singleton_wireup("engine-bad-device");
     let config = EngineConfig {
         transport: TransportChoice::Verbs,
         verbs_devices: "no-such-hca".into(),
@@ -377,18 +364,14 @@ fn run_ranks(test: &str, cases: &[(u32, &str)]) {
     for &(size, mode) in cases {
         let dir = env::temp_dir().join(format!("pml-engine-{}-{size}-{mode}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
-        let children: Vec<_> = (0..size)
-            .map(|r| {
-                Command::new(env::current_exe().unwrap())
-                    .args(["--exact", test, "--nocapture"])
-                    .env(CHILD_ENV, format!("{},{r},{size},{mode}", dir.display()))
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
-        let outputs = wait_all(children, Duration::from_secs(120));
+        let outputs = run_children(
+            test,
+            size,
+            CHILD_ENV,
+            |r| format!("{},{r},{size},{mode}", dir.display()),
+            &[],
+            Duration::from_secs(120),
+        );
         for (r, o) in outputs.iter().enumerate() {
             assert!(
                 o.status.success(),

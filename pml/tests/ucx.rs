@@ -4,7 +4,6 @@
 #![cfg(feature = "ucx")]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use std::{env, fs};
 
@@ -13,7 +12,7 @@ use pml::{Done, PmlError, SendMode, SourceSel, Status, TagSel};
 
 mod ranks_common;
 
-use ranks_common::{checksum, pattern, wait_all, DirWireup};
+use ranks_common::{checksum, pattern, rank0_saw_rank1_die, run_children, DirWireup};
 
 fn send(p: &mut UcxPml, to: u32, tag: i32, data: &[u8], mode: SendMode) {
     // SAFETY: `data` outlives the request: we wait for it before returning.
@@ -340,26 +339,14 @@ fn ranks_over_ucx_tcp_and_shared_memory() {
         );
         let dir = env::temp_dir().join(name);
         fs::create_dir_all(&dir).unwrap();
-        let children: Vec<_> = (0..size)
-            .map(|r| {
-                Command::new(env::current_exe().unwrap())
-                    .args([
-                        "--exact",
-                        "ranks_over_ucx_tcp_and_shared_memory",
-                        "--nocapture",
-                    ])
-                    .env(
-                        CHILD_ENV,
-                        format!("{},{r},{size},{spin_us},{failures}", dir.display()),
-                    )
-                    .env("UCX_TLS", transports)
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
-        let outputs = wait_all(children, Duration::from_secs(120));
+        let outputs = run_children(
+            "ranks_over_ucx_tcp_and_shared_memory",
+            size,
+            CHILD_ENV,
+            |r| format!("{},{r},{size},{spin_us},{failures}", dir.display()),
+            &[("UCX_TLS", transports)],
+            Duration::from_secs(120),
+        );
         for (r, o) in outputs.iter().enumerate() {
             assert!(
                 o.status.success(),
@@ -433,34 +420,14 @@ fn a_dead_peer_is_an_error_not_a_hang() {
     }
     let dir = env::temp_dir().join(format!("pml-ucx-death-{}", std::process::id()));
     fs::create_dir_all(&dir).unwrap();
-    let children: Vec<_> = (0..2)
-        .map(|r| {
-            Command::new(env::current_exe().unwrap())
-                .args([
-                    "--exact",
-                    "a_dead_peer_is_an_error_not_a_hang",
-                    "--nocapture",
-                ])
-                .env(DEATH_ENV, format!("{},{r}", dir.display()))
-                .env("UCX_TLS", "tcp")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let outputs = wait_all(children, Duration::from_secs(60));
-    let out0 = String::from_utf8_lossy(&outputs[0].stdout);
-    assert!(
-        outputs[0].status.success() && out0.contains("rank 0 saw rank 1 die"),
-        "rank 0:\n{out0}\n{}",
-        String::from_utf8_lossy(&outputs[0].stderr)
+    let outputs = run_children(
+        "a_dead_peer_is_an_error_not_a_hang",
+        2,
+        DEATH_ENV,
+        |r| format!("{},{r}", dir.display()),
+        &[("UCX_TLS", "tcp")],
+        Duration::from_secs(60),
     );
-    println!(
-        "{}",
-        out0.lines()
-            .find(|l| l.starts_with("after"))
-            .unwrap_or_default()
-    );
+    println!("{}", rank0_saw_rank1_die(&outputs, "UCX_TLS=tcp"));
     fs::remove_dir_all(dir).unwrap();
 }

@@ -10,7 +10,10 @@
 //! carries address and rkey; the receiver registers the receive buffer and posts RDMA READs
 //! (split at the port's largest message) and reports the read done when the last completes.
 //! A completion with an error status becomes a named error on the request (reads) or on the
-//! transport (sends); the queue pairs give up on a dead peer after a few seconds.
+//! transport (sends); the queue pairs give up on a dead peer about 8 s after sending to it.
+//! A rank that only waits sends nothing, so a wait idle for [`PROBE_AFTER`] probes its peers
+//! (see [`VerbsTransport::probe_idle_peers`]). Once a peer's queue pair fails, the peer is
+//! broken: later sends and reads to it fail at once with the first cause.
 
 mod device;
 mod qp;
@@ -19,7 +22,7 @@ mod registry;
 use std::collections::VecDeque;
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use std::{io, ptr};
 
 use rdma_sys::*;
@@ -53,12 +56,24 @@ const COMPLETIONS_PER_POLL: usize = 32;
 const CACHED_REGISTRATIONS: usize = 256;
 /// Frames no longer than this go inline in the work request (no DMA read of the buffer).
 const INLINE: usize = 64;
+/// How long a wait goes without progress before it probes its peers, and how often it probes
+/// again while it stays idle. A probe costs each peer one 8-byte RDMA WRITE and its ACK, so a
+/// healthy job that waits a long time pays microseconds a second; a dead peer is named about
+/// this long plus the queue pair's retries (about 8 s, see `qp.rs`) after the wait began.
+/// Waits that make progress never look at the clock for it (the engine passes how long it
+/// was idle).
+pub const PROBE_AFTER: Duration = Duration::from_secs(1);
+/// How long a rank that leaves waits for its peers to take its goodbye: live peers answer at
+/// once, a dead one never does, and this bounds what that costs a finalizing rank.
+const GOODBYE_DRAIN: Duration = Duration::from_secs(2);
 
 /// What a work request was, in the top byte of its id; the rest is an index.
 const WR_RECV: u64 = 1 << 56;
 const WR_SEND: u64 = 2 << 56;
 const WR_READ: u64 = 3 << 56;
 const WR_CREDIT: u64 = 4 << 56;
+const WR_PROBE: u64 = 5 << 56;
+const WR_GOODBYE: u64 = 6 << 56;
 const WR_INDEX: u64 = (1 << 56) - 1;
 
 /// Registered memory owned by the transport: receive and send buffers, credit slots.
@@ -116,11 +131,16 @@ struct Peer {
     /// Frames consumed from the peer, and how many of those it has been told about.
     consumed: u64,
     reported: u64,
-    /// Where in the peer our credit slot is.
+    /// Where in the peer our credit slot and our goodbye slot are (0 until connected).
     credit_addr: u64,
+    goodbye_addr: u64,
     credit_rkey: u32,
     /// Work requests on the send queue not yet completed.
     in_flight: u32,
+    /// Whether a liveness probe is on the send queue.
+    probing: bool,
+    /// Why the queue pair failed, once it has: it then completes nothing more.
+    broken: Option<String>,
 }
 
 /// An RDMA READ of one receive, possibly in several pieces.
@@ -162,11 +182,14 @@ pub struct VerbsTransport {
     channel: *mut ibv_comp_channel,
     recv_region: Region,
     send_region: Region,
-    /// Slot `r` holds how many of our frames rank `r` has consumed (written by `r`).
+    /// Slot `r` holds how many of our frames rank `r` has consumed, and slot `size + r` is set
+    /// once rank `r` has finalized (both written by `r`).
     credit_slots: Region,
     registry: Registry,
     dev: Device,
     pub reads_posted: u64,
+    /// When idle waits last probed the peers.
+    last_probe: Option<Instant>,
 }
 
 fn status_text(status: ibv_wc_status::Type) -> String {
@@ -177,6 +200,14 @@ fn status_text(status: ibv_wc_status::Type) -> String {
 
 fn transport(peer: Rank, cause: impl Into<String>) -> PmlError {
     PmlError::transport(peer, cause.into())
+}
+
+/// The error for work that `peer`'s broken queue pair would never complete.
+fn refused(peer: Rank, work: &str, cause: &str) -> PmlError {
+    transport(
+        peer,
+        format!("a {work} to rank {peer} was refused: the connection broke earlier ({cause})"),
+    )
 }
 
 impl VerbsTransport {
@@ -244,7 +275,7 @@ impl VerbsTransport {
         };
         let recv_region = Region::new(&dev, RECV_BUFFERS * frame_size)?;
         let send_region = Region::new(&dev, SEND_BUFFERS * frame_size)?;
-        let credit_slots = Region::new(&dev, size as usize * 8)?;
+        let credit_slots = Region::new(&dev, size as usize * 16)?;
         let registry = Registry::new(dev.pd, config.reg_cache, CACHED_REGISTRATIONS);
         let initial_credits = (RECV_BUFFERS / peers.len().max(1)).clamp(4, 64) as u64;
         let mut t = VerbsTransport {
@@ -267,6 +298,7 @@ impl VerbsTransport {
             registry,
             dev,
             reads_posted: 0,
+            last_probe: None,
         };
         for i in 0..RECV_BUFFERS {
             t.post_receive(i).map_err(|e| e.to_string())?;
@@ -280,8 +312,11 @@ impl VerbsTransport {
                 consumed: 0,
                 reported: 0,
                 credit_addr: 0,
+                goodbye_addr: 0,
                 credit_rkey: 0,
                 in_flight: 0,
+                probing: false,
+                broken: None,
             });
         }
         Ok(t)
@@ -347,12 +382,14 @@ impl VerbsTransport {
         };
         let credit_addr: u64 = w[4].parse().map_err(|_| bad())?;
         let credit_rkey: u32 = w[5].parse().map_err(|_| bad())?;
+        let size = self.peers.len() as u64;
         let p = self.peers[peer as usize]
             .as_mut()
             .ok_or_else(|| format!("rank {peer} has no queue pair here"))?;
         p.qp.connect(&self.dev, self.local_psn, &address)
             .map_err(|e| format!("connecting to rank {peer}: {e}"))?;
         p.credit_addr = credit_addr + 8 * u64::from(self.rank);
+        p.goodbye_addr = credit_addr + 8 * (size + u64::from(self.rank));
         p.credit_rkey = credit_rkey;
         Ok(())
     }
@@ -435,6 +472,9 @@ impl VerbsTransport {
     pub fn send(&mut self, peer: Rank, header: &[u8], payload: &[u8]) -> Result<bool, PmlError> {
         let len = header.len() + payload.len();
         let p = self.peers[peer as usize].as_ref().expect("a verbs peer");
+        if let Some(cause) = &p.broken {
+            return Err(refused(peer, "SEND", cause));
+        }
         let consumed = self.credit_slot(peer).load(Ordering::Acquire);
         if p.sent >= self.initial_credits + consumed || p.in_flight >= SEND_DEPTH - 8 {
             return Ok(false);
@@ -474,7 +514,18 @@ impl VerbsTransport {
     }
 
     fn credit_slot(&self, peer: Rank) -> &AtomicU64 {
-        let at = peer as usize * 8;
+        self.slot(peer as usize)
+    }
+
+    /// Whether `peer` said goodbye: it finalized, and its queue pair is gone or going.
+    fn said_goodbye(&self, peer: Rank) -> bool {
+        self.slot(self.peers.len() + peer as usize)
+            .load(Ordering::Acquire)
+            != 0
+    }
+
+    fn slot(&self, index: usize) -> &AtomicU64 {
+        let at = index * 8;
         // SAFETY: the slot is 8 aligned bytes inside the region (Vec<u8> of a multiple of 8
         // from the allocator, which aligns it to 8 or more); the NIC writes it with RDMA
         // WRITE, and we only read it atomically.
@@ -504,6 +555,13 @@ impl VerbsTransport {
         target: &mut [u8],
         token: u64,
     ) -> Result<(), PmlError> {
+        if let Some(cause) = &self.peers[peer as usize]
+            .as_ref()
+            .expect("a verbs peer")
+            .broken
+        {
+            return Err(refused(peer, "RDMA READ", cause));
+        }
         let keys = self
             .registry
             .acquire(target.as_ptr() as usize, target.len(), true)
@@ -568,23 +626,23 @@ impl VerbsTransport {
     /// Tells `peer` how many of its frames this rank consumed, once enough have piled up.
     fn return_credits(&mut self, peer: Rank) -> Result<(), PmlError> {
         let p = self.peers[peer as usize].as_mut().expect("a verbs peer");
-        if p.consumed - p.reported < self.credit_batch || p.in_flight >= SEND_DEPTH - 2 {
+        if p.consumed - p.reported < self.credit_batch
+            || p.in_flight >= SEND_DEPTH - 2
+            || p.broken.is_some()
+        {
             return Ok(());
         }
+        self.write_credits(peer, WR_CREDIT)
+    }
+
+    /// RDMA-WRITEs into `peer`'s credit slot for this rank how many of its frames this rank
+    /// consumed. The count only grows, so writing it again early is harmless, which is what
+    /// lets a liveness probe be one of these.
+    fn write_credits(&mut self, peer: Rank, wr_id: u64) -> Result<(), PmlError> {
+        let p = self.peers[peer as usize].as_mut().expect("a verbs peer");
         p.reported = p.consumed;
-        let (value, addr, rkey) = (p.consumed, p.credit_addr, p.credit_rkey);
-        // Inline: the value is copied at posting, so later updates cannot tear it.
-        let bytes = value.to_le_bytes();
-        self.post(
-            peer,
-            WR_CREDIT,
-            ibv_wr_opcode::IBV_WR_RDMA_WRITE,
-            bytes.as_ptr() as u64,
-            8,
-            0,
-            Some((addr, rkey)),
-        )
-        .map_err(|rc| {
+        let (value, addr) = (p.consumed, p.credit_addr);
+        self.write_word(peer, wr_id, value, addr).map_err(|rc| {
             transport(
                 peer,
                 format!(
@@ -595,12 +653,69 @@ impl VerbsTransport {
         })
     }
 
+    /// RDMA-WRITEs `value` to `addr` in `peer`'s slots.
+    fn write_word(&mut self, peer: Rank, wr_id: u64, value: u64, addr: u64) -> Result<(), i32> {
+        let rkey = self.peers[peer as usize]
+            .as_ref()
+            .expect("a verbs peer")
+            .credit_rkey;
+        // Inline: the value is copied at posting, so later updates cannot tear it.
+        let bytes = value.to_le_bytes();
+        self.post(
+            peer,
+            wr_id,
+            ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+            bytes.as_ptr() as u64,
+            8,
+            0,
+            Some((addr, rkey)),
+        )
+    }
+
+    /// Probes the peers when a wait has been idle for `idle` (at least [`PROBE_AFTER`], and
+    /// no round in the last `PROBE_AFTER`): a rank that only waits for a peer sends it
+    /// nothing, so without a probe its queue pair never learns that the peer died. The probe
+    /// is a credit update sent early; one that is not acknowledged fails after the queue
+    /// pair's retries, and `poll` names the peer. Peers with work already on the send queue
+    /// are skipped: that work fails the same way if the peer is gone.
+    pub fn probe_idle_peers(&mut self, idle: Duration) -> Result<(), PmlError> {
+        if idle < PROBE_AFTER || self.last_probe.is_some_and(|t| t.elapsed() < PROBE_AFTER) {
+            return Ok(());
+        }
+        self.last_probe = Some(Instant::now());
+        for peer in 0..self.peers.len() {
+            let Some(p) = &self.peers[peer] else {
+                continue;
+            };
+            if p.probing || p.broken.is_some() || p.in_flight > 0 || self.said_goodbye(peer as Rank)
+            {
+                continue;
+            }
+            self.write_credits(peer as Rank, WR_PROBE)?;
+            self.peers[peer].as_mut().expect("checked above").probing = true;
+        }
+        Ok(())
+    }
+
+    /// Marks `peer` broken by `cause`; returns the error to report, the first time only: the
+    /// work requests that fail after the first do so because the queue pair already had.
+    fn peer_failed(&mut self, peer: Rank, cause: String) -> Option<PmlError> {
+        if let Some(p) = self.peers.get_mut(peer as usize).and_then(Option::as_mut) {
+            if p.broken.is_some() {
+                return None;
+            }
+            p.broken = Some(cause.clone());
+        }
+        Some(transport(peer, cause))
+    }
+
     fn peer_of_qpn(&self, qpn: u32) -> Option<Rank> {
         self.by_qpn.iter().find(|(q, _)| *q == qpn).map(|(_, r)| *r)
     }
 
     /// Takes completions: frames go to `on_frame`, finished reads into `done`. Returns how
-    /// many frames arrived.
+    /// many frames arrived, or the first failure of a peer's queue pair; the rest of the
+    /// batch is still taken, so that buffers and reads of other peers are not lost.
     pub fn poll(
         &mut self,
         mut on_frame: impl FnMut(Rank, &[u8]) -> Result<(), PmlError>,
@@ -614,6 +729,7 @@ impl VerbsTransport {
             return Err(transport(self.rank, "polling the completion queue failed"));
         }
         let mut frames = 0;
+        let mut failure = None;
         for wc in &wcs[..n as usize] {
             let peer = self.peer_of_qpn(wc.qp_num).unwrap_or(self.rank);
             let index = (wc.wr_id & WR_INDEX) as usize;
@@ -621,63 +737,75 @@ impl VerbsTransport {
             if kind != WR_RECV {
                 if let Some(p) = self.peers.get_mut(peer as usize).and_then(Option::as_mut) {
                     p.in_flight -= 1;
+                    p.probing &= kind != WR_PROBE;
                 }
             }
-            let ok = wc.status == ibv_wc_status::IBV_WC_SUCCESS;
-            match kind {
+            let status =
+                (wc.status != ibv_wc_status::IBV_WC_SUCCESS).then(|| status_text(wc.status));
+            let cause = match kind {
                 WR_RECV => {
-                    if !ok {
-                        return Err(transport(
-                            peer,
-                            format!("a receive failed: {}", status_text(wc.status)),
-                        ));
+                    if status.is_none() {
+                        let at = index * self.frame_size;
+                        let frame = &self.recv_region.buf[at..at + wc.byte_len as usize];
+                        on_frame(peer, frame)?;
+                        frames += 1;
+                        if let Some(p) = self.peers[peer as usize].as_mut() {
+                            p.consumed += 1;
+                        }
                     }
-                    let at = index * self.frame_size;
-                    let frame = &self.recv_region.buf[at..at + wc.byte_len as usize];
-                    on_frame(peer, frame)?;
-                    frames += 1;
                     self.post_receive(index)?;
-                    if let Some(p) = self.peers[peer as usize].as_mut() {
-                        p.consumed += 1;
+                    if status.is_none() {
+                        self.return_credits(peer)?;
                     }
-                    self.return_credits(peer)?;
+                    status.map(|s| format!("a receive from rank {peer} failed: {s}"))
                 }
                 WR_SEND => {
                     self.free_send.push(index);
-                    if !ok {
-                        return Err(transport(
-                            peer,
-                            format!(
-                                "a SEND to rank {peer} failed: {} (did it die?)",
-                                status_text(wc.status)
-                            ),
-                        ));
-                    }
+                    status.map(|s| format!("a SEND to rank {peer} failed: {s} (did it die?)"))
                 }
                 WR_READ => {
+                    let cause = status.map(|s| format!("RDMA READ failed: {s}"));
                     let r = &mut self.reads[index];
                     r.pieces_left -= 1;
-                    if !ok && r.error.is_none() {
-                        r.error = Some(format!("RDMA READ failed: {}", status_text(wc.status)));
+                    if r.error.is_none() {
+                        r.error.clone_from(&cause);
                     }
                     if r.pieces_left == 0 {
                         let r = self.reads.remove(index);
                         self.registry.release(r.mr);
                         done.push((r.token, r.error.map_or(Ok(()), Err)));
                     }
-                }
-                _ => {
-                    if !ok {
-                        return Err(transport(
-                            peer,
-                            format!("a credit update failed: {}", status_text(wc.status)),
-                        ));
+                    // The read's request carries the error; the peer is broken all the same.
+                    if let Some(cause) = cause {
+                        self.peer_failed(peer, cause);
                     }
+                    None
+                }
+                WR_PROBE => status.map(|s| {
+                    format!(
+                        "rank {peer} did not answer a liveness probe (an RDMA WRITE sent after a \
+                         wait made no progress for {PROBE_AFTER:?}): {s}; it has exited, or its \
+                         host or port is down"
+                    )
+                }),
+                _ => status.map(|s| format!("a credit update to rank {peer} failed: {s}")),
+            };
+            if let Some(cause) = cause {
+                // A peer that finalized took its queue pair along: writes to it fail, and
+                // are moot. Anything else that fails is a broken connection.
+                if matches!(kind, WR_CREDIT | WR_PROBE) && self.said_goodbye(peer) {
+                    self.peer_failed(peer, format!("rank {peer} has finalized"));
+                } else {
+                    let error = self.peer_failed(peer, cause);
+                    failure = failure.or(error);
                 }
             }
         }
         self.post_waiting_pieces()?;
-        Ok(frames)
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(frames),
+        }
     }
 
     /// Asks for a wake-up on the next completion; poll once more afterwards before sleeping,
@@ -712,8 +840,48 @@ impl VerbsTransport {
     }
 }
 
+impl VerbsTransport {
+    /// Tells each connected peer that this rank is leaving, and waits (at most
+    /// [`GOODBYE_DRAIN`]) until they have it, and so everything sent before it on each queue
+    /// pair: a peer whose writes to this rank then fail knows it finalized rather than died.
+    fn say_goodbye(&mut self) {
+        let mut unanswered = 0;
+        for peer in 0..self.peers.len() {
+            let Some(p) = &self.peers[peer] else {
+                continue;
+            };
+            if p.goodbye_addr == 0 || p.broken.is_some() || self.said_goodbye(peer as Rank) {
+                continue;
+            }
+            let addr = p.goodbye_addr;
+            if self.write_word(peer as Rank, WR_GOODBYE, 1, addr).is_ok() {
+                unanswered += 1;
+            }
+        }
+        let deadline = Instant::now() + GOODBYE_DRAIN;
+        // SAFETY: all-zero is a valid ibv_wc; poll_cq overwrites the entries it reports.
+        let mut wcs: [ibv_wc; COMPLETIONS_PER_POLL] = unsafe { std::mem::zeroed() };
+        while unanswered > 0 && Instant::now() < deadline {
+            // SAFETY: `wcs` has room for COMPLETIONS_PER_POLL entries.
+            let n = unsafe { ibv_poll_cq(self.cq, COMPLETIONS_PER_POLL as i32, wcs.as_mut_ptr()) };
+            if n < 0 {
+                return;
+            }
+            // Completions in order per queue pair: the goodbye's comes after all before it.
+            unanswered -= wcs[..n as usize]
+                .iter()
+                .filter(|wc| wc.wr_id & !WR_INDEX == WR_GOODBYE)
+                .count();
+            if n == 0 {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+    }
+}
+
 impl Drop for VerbsTransport {
     fn drop(&mut self) {
+        self.say_goodbye();
         // Queue pairs first: they use the SRQ, the CQ and every registration.
         self.peers.clear();
         // SAFETY: nothing uses the SRQ, CQ or channel any more; each is destroyed once.

@@ -7,6 +7,7 @@
 
 use std::fs;
 use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use pml::Wireup;
@@ -61,6 +62,18 @@ impl Wireup for DirWireup {
     }
 }
 
+/// A singleton's wire-up, in a fresh directory named after `name`.
+pub fn singleton_wireup(name: &str) -> DirWireup {
+    let dir = std::env::temp_dir().join(format!("pml-{name}-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    DirWireup {
+        dir,
+        rank: 0,
+        size: 1,
+        round: 0,
+    }
+}
+
 pub fn checksum(b: &[u8]) -> u64 {
     b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
         (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3)
@@ -104,4 +117,44 @@ pub fn wait_all(
         .into_iter()
         .map(|c| c.wait_with_output().unwrap())
         .collect()
+}
+
+/// Runs `size` processes of this test binary as the ranks of a job, each running only `test`
+/// with `key` set to `spec(rank)` and `envs` set, and waits for them as [`wait_all`] does.
+pub fn run_children(
+    test: &str,
+    size: u32,
+    key: &str,
+    spec: impl Fn(u32) -> String,
+    envs: &[(&str, &str)],
+    limit: Duration,
+) -> Vec<Output> {
+    let children = (0..size)
+        .map(|r| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", test, "--nocapture"])
+                .env(key, spec(r))
+                .envs(envs.iter().copied())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    wait_all(children, limit)
+}
+
+/// Checks that rank 0 of a job whose rank 1 died said "rank 0 saw rank 1 die", and returns
+/// its line that says after how long it noticed ("after ...").
+pub fn rank0_saw_rank1_die(outputs: &[Output], what: &str) -> String {
+    let out0 = String::from_utf8_lossy(&outputs[0].stdout);
+    assert!(
+        outputs[0].status.success() && out0.contains("rank 0 saw rank 1 die"),
+        "{what}, rank 0:\n{out0}\n{}",
+        String::from_utf8_lossy(&outputs[0].stderr)
+    );
+    out0.lines()
+        .find(|l| l.starts_with("after"))
+        .unwrap_or_default()
+        .to_string()
 }

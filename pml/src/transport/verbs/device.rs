@@ -142,9 +142,12 @@ impl Device {
             return Err(os_error(&format!("querying port {PORT} of {}", dev.name)));
         }
         if port.state != ibv_port_state::IBV_PORT_ACTIVE {
+            // SAFETY: ibv_port_state_str returns a static string for any value.
+            let state = unsafe { CStr::from_ptr(ibv_port_state_str(port.state)) };
             return Err(format!(
-                "port {PORT} of RDMA device {} is not active (state {})",
-                dev.name, port.state
+                "port {PORT} of RDMA device {} is not active (state {}): is its link down?",
+                dev.name,
+                state.to_string_lossy()
             ));
         }
         dev.lid = port.lid;

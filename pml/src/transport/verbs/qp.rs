@@ -121,11 +121,15 @@ impl QueuePair {
         let mut attr = zeroed_attr();
         attr.qp_state = ibv_qp_state::IBV_QPS_RTS;
         attr.sq_psn = local_psn;
-        // About 67 ms per try (4.096 us * 2^14), 7 tries: a lost packet costs little and a
-        // dead peer is an error within a second.
-        attr.timeout = 14;
-        attr.retry_cnt = 7;
-        // 7: retry forever while the peer has no receive posted; credits make that rare.
+        // About 1.07 s per try (4.096 us * 2^18), 7 tries: a dead peer is an error within
+        // about 8 s. Shorter tries (67 ms at 14) ran out on a live peer in the Soft-RoCE
+        // guest, whose emulated CPU can answer an RDMA READ that late under osu_bw; UCX waits
+        // 1 s a try too, Open MPI 4 s. 6, not 7 retries: the spec counts 7 as 7, but Soft-RoCE
+        // (rxe) retries forever at 7, so a peer that died was never noticed there.
+        attr.timeout = 18;
+        attr.retry_cnt = 6;
+        // 7: retry forever while the peer has no receive posted; credits make that rare, and a
+        // dead peer sends no RNR NAK (its queue pair is gone), so this never hides one.
         attr.rnr_retry = 7;
         attr.max_rd_atomic = READS_IN_FLIGHT;
         let mask = ibv_qp_attr_mask::IBV_QP_STATE

@@ -1,0 +1,340 @@
+//! The verbs transport's failure paths, each provoked for real: a peer that dies, a port that
+//! is down, a GID that cannot be used, a queue pair that cannot connect, memory that cannot be
+//! registered. Each must be an error that names the peer or device, the operation and the
+//! cause, never a hang. They need an RDMA device: tools/test-all.sh runs them in the Soft-RoCE
+//! guest (../shared/rdma-vm), with `MPIRT_VERBS_DEV=rxe0,rxe1`.
+#![cfg(feature = "verbs")]
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use std::{env, fs, thread};
+
+use pml::transport::verbs::{device_names, VerbsConfig, VerbsTransport};
+use pml::{Engine, EngineConfig, PmlError, SendMode, SourceSel, TagSel, TransportChoice, Wireup};
+
+mod ranks_common;
+
+use ranks_common::{rank0_saw_rank1_die, run_children, singleton_wireup, DirWireup};
+
+/// Whether the tests can run; says why not where they cannot.
+fn have_device() -> bool {
+    let present = !device_names().is_empty();
+    if !present {
+        println!(
+            "skipped: no RDMA device on this machine (tools/test-all.sh runs this in the \
+             Soft-RoCE guest)"
+        );
+    }
+    present
+}
+
+/// The devices to use, one per rank, as the guest's test run names them.
+fn devices() -> Vec<String> {
+    let listed = env::var("MPIRT_VERBS_DEV").unwrap_or_default();
+    let named: Vec<String> = listed
+        .split(',')
+        .filter(|d| !d.is_empty())
+        .map(String::from)
+        .collect();
+    if named.is_empty() {
+        device_names()
+    } else {
+        named
+    }
+}
+
+fn verbs_config(gid_index: Option<u8>) -> EngineConfig {
+    EngineConfig {
+        transport: TransportChoice::Verbs,
+        verbs_devices: env::var("MPIRT_VERBS_DEV").unwrap_or_default(),
+        verbs_gid_index: gid_index,
+        ..EngineConfig::default()
+    }
+}
+
+/// One 4-byte message each way between ranks 0 and 1, so both queue pairs have worked.
+fn exchange(e: &mut Engine) {
+    let peer = 1 - e.rank();
+    let out = e.rank().to_le_bytes();
+    let mut inbox = [0u8; 4];
+    // SAFETY: both buffers outlive their requests, waited for below.
+    let r = unsafe {
+        e.post_recv(
+            0,
+            SourceSel::Rank(peer),
+            TagSel::Tag(1),
+            inbox.as_mut_ptr(),
+            4,
+        )
+    }
+    .unwrap();
+    let s =
+        unsafe { e.post_send(0, e.rank(), peer, 1, SendMode::Standard, out.as_ptr(), 4) }.unwrap();
+    e.wait(s).unwrap();
+    e.wait(r).unwrap();
+    assert_eq!(inbox, peer.to_le_bytes());
+}
+
+const DEATH_ENV: &str = "PML_VERBS_TEST_DEATH";
+
+/// Rank 1 exits without a word right after wire-up. Case `idle`: rank 0 only waits for a
+/// message from it, sending nothing, so only the liveness probe can notice. Case `sending`:
+/// rank 0 also sends it 8 bytes every 200 ms, and the SEND's retries run out. Either way rank
+/// 0's operation fails naming rank 1, and later work for rank 1 is refused at once.
+#[test]
+fn a_dead_peer_is_an_error_not_a_hang() {
+    if let Ok(spec) = env::var(DEATH_ENV) {
+        let it: Vec<&str> = spec.split(',').collect();
+        dead_peer_rank(PathBuf::from(it[0]), it[1].parse().unwrap(), it[2]);
+        return;
+    }
+    if !have_device() {
+        return;
+    }
+    for case in ["idle", "sending"] {
+        let dir = env::temp_dir().join(format!("pml-verbs-death-{case}-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        // Generous: the guest's CPU is emulated. A hang is what this bounds.
+        let outputs = run_children(
+            "a_dead_peer_is_an_error_not_a_hang",
+            2,
+            DEATH_ENV,
+            |r| format!("{},{r},{case}", dir.display()),
+            &[],
+            Duration::from_secs(120),
+        );
+        println!("{case}: {}", rank0_saw_rank1_die(&outputs, case));
+        fs::remove_dir_all(dir).unwrap();
+    }
+}
+
+fn dead_peer_rank(dir: PathBuf, rank: u32, case: &str) {
+    let mut w = DirWireup {
+        dir,
+        rank,
+        size: 2,
+        round: 0,
+    };
+    let mut e = Engine::new(&mut w, verbs_config(None)).unwrap();
+    exchange(&mut e);
+    // Rank 1 leaves only once both ranks have seen the exchange through: had it left at
+    // once, its acknowledgement of rank 0's message could have gone with it, and rank 0's
+    // SEND fails then, although the message arrived.
+    w.fence().unwrap();
+    if rank == 1 {
+        // Ends the process without dropping the engine: to rank 0, a crash.
+        std::process::exit(0);
+    }
+    let t = Instant::now();
+    let mut inbox = [0u8; 8];
+    // SAFETY: `inbox` lives until the process ends; the request never completes (the
+    // sender is dead), so the engine never writes it after this function.
+    let recv = unsafe { e.post_recv(0, SourceSel::Rank(1), TagSel::Tag(5), inbox.as_mut_ptr(), 8) }
+        .unwrap();
+    let data = [7u8; 8];
+    let error = match case {
+        "idle" => e.wait(recv).unwrap_err(),
+        _ => loop {
+            assert!(t.elapsed() < Duration::from_secs(60), "no error in 60 s");
+            // SAFETY: `data` outlives the request, waited for below.
+            let sent = unsafe { e.post_send(0, 0, 1, 5, SendMode::Standard, data.as_ptr(), 8) }
+                .and_then(|h| e.wait(h));
+            if let Err(error) = sent {
+                break error;
+            }
+            let until = Instant::now() + Duration::from_millis(200);
+            let mut failed = None;
+            while failed.is_none() && Instant::now() < until {
+                failed = e.progress().err();
+                thread::sleep(Duration::from_millis(1));
+            }
+            if let Some(error) = failed {
+                break error;
+            }
+        },
+    };
+    println!("after {:?}: {error}", t.elapsed());
+    let expected = if case == "idle" {
+        "rank 1 did not answer a liveness probe"
+    } else {
+        "a SEND to rank 1 failed"
+    };
+    match &error {
+        PmlError::Transport { peer: 1, cause, .. } if cause.contains(expected) => {}
+        other => panic!("expected a transport error with rank 1 ({expected}), got {other:?}"),
+    }
+    assert!(
+        error
+            .to_string()
+            .starts_with("the connection with rank 1 on "),
+        "the host is not named: {error}"
+    );
+    // Later work for rank 1 is refused at once, with the first cause.
+    let again = unsafe { e.post_send(0, 0, 1, 6, SendMode::Standard, data.as_ptr(), 8) }
+        .and_then(|h| e.wait(h));
+    match again {
+        Err(PmlError::Transport { peer: 1, cause, .. })
+            if cause.contains("refused") && cause.contains(expected) => {}
+        other => panic!("a send to a dead rank gave {other:?}"),
+    }
+    println!("rank 0 saw rank 1 die");
+}
+
+/// A GID index that names no GID of the port is refused when the device opens, naming it.
+#[test]
+fn an_empty_gid_index_is_named() {
+    if !have_device() {
+        return;
+    }
+    let dev = &devices()[0];
+    let mut w = singleton_wireup("verbs-empty-gid");
+    let config = EngineConfig {
+        verbs_devices: dev.clone(),
+        ..verbs_config(Some(200))
+    };
+    let e = Engine::new(&mut w, config).err().unwrap().to_string();
+    assert!(
+        e.contains(&format!("GID 200 of {dev}")) && e.contains("MPIRT_VERBS_GID_INDEX"),
+        "{e}"
+    );
+    println!("{e}");
+    fs::remove_dir_all(w.dir).unwrap();
+}
+
+/// A transport of one rank on `dev`, ready to connect to rank `peer`.
+fn transport(rank: u32, peer: u32, dev: &str) -> VerbsTransport {
+    let config = VerbsConfig {
+        devices: dev.to_string(),
+        gid_index: None,
+        frame_size: 4096,
+        reg_cache: false,
+    };
+    VerbsTransport::new(rank, 2, 0, &[peer], &config).unwrap()
+}
+
+/// A queue pair that cannot reach the peer's address fails its INIT -> RTR transition, and
+/// the error names the peer, the transition and the kernel's reason.
+#[test]
+fn a_queue_pair_that_cannot_connect_is_named() {
+    if !have_device() {
+        return;
+    }
+    let devs = devices();
+    let mut a = transport(0, 1, &devs[0]);
+    let b = transport(1, 0, &devs[devs.len() - 1]);
+    // An endpoint is "lid gid mtu psn credit-address credit-rkey qpns"; the GID becomes
+    // 192.0.2.1 (TEST-NET-1, IPv4-mapped), which no route leads to.
+    let mut fields: Vec<String> = b
+        .endpoint()
+        .split_ascii_whitespace()
+        .map(String::from)
+        .collect();
+    fields[1] = "00000000000000000000ffffc0000201".into();
+    let e = a.connect(1, &fields.join(" ")).unwrap_err();
+    println!("{e}");
+    assert!(
+        e.contains("connecting to rank 1: queue pair INIT -> RTR failed: "),
+        "{e}"
+    );
+}
+
+/// Registering memory that is not mapped fails, naming the range and the kernel's reason (a
+/// buffer pointer gone bad looks like this to the transport).
+#[test]
+fn registering_unmapped_memory_is_named() {
+    if !have_device() {
+        return;
+    }
+    let mut t = transport(0, 1, &devices()[0]);
+    // Below vm.mmap_min_addr (64 KiB by default), where nothing can be mapped. Not a range
+    // unmapped by the test: another thread could map something there meanwhile. Nor one
+    // mapped PROT_NONE: the kernel pins that for a read-only registration (FOLL_FORCE).
+    let (addr, len) = (4096, 8192);
+    let e = t.expose(addr, len).unwrap_err();
+    println!("{e}");
+    assert!(
+        e.contains(&format!(
+            "registering {len} bytes at {addr:#x} failed: Bad address"
+        )),
+        "{e}"
+    );
+}
+
+const PORT_DOWN_ENV: &str = "MPIRT_TEST_VERBS_PORT_DOWN";
+
+/// The network device under an RDMA device's port 1, and that port's state.
+fn port_netdev(dev: &str) -> String {
+    let path = format!("/sys/class/infiniband/{dev}/ports/1/gid_attrs/ndevs/0");
+    fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .trim()
+        .to_string()
+}
+
+fn port_state(dev: &str) -> String {
+    fs::read_to_string(format!("/sys/class/infiniband/{dev}/ports/1/state"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn set_link(netdev: &str, dev: &str, up: bool) {
+    let how = if up { "up" } else { "down" };
+    let st = Command::new("ip")
+        .args(["link", "set", netdev, how])
+        .status()
+        .unwrap();
+    assert!(st.success(), "ip link set {netdev} {how}: {st}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while port_state(dev).contains("ACTIVE") != up {
+        assert!(
+            Instant::now() < deadline,
+            "{dev} stayed {}",
+            port_state(dev)
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Puts the link back up even when the test fails.
+struct LinkDown<'a> {
+    netdev: String,
+    dev: &'a str,
+}
+
+impl Drop for LinkDown<'_> {
+    fn drop(&mut self) {
+        set_link(&self.netdev, self.dev, true);
+    }
+}
+
+/// A port that is not active is refused when the device opens, naming device, port and
+/// state. Takes a network link down, so it runs only where asked to, by naming the RDMA
+/// device in MPIRT_TEST_VERBS_PORT_DOWN (the Soft-RoCE guest does; never a shared host).
+#[test]
+fn a_port_that_is_down_is_named() {
+    let Ok(dev) = env::var(PORT_DOWN_ENV) else {
+        println!(
+            "skipped: it takes a link down, so it runs only with {PORT_DOWN_ENV}=<rdma device> \
+             (tools/test-all.sh sets it in the Soft-RoCE guest)"
+        );
+        return;
+    };
+    let netdev = port_netdev(&dev);
+    set_link(&netdev, &dev, false);
+    let _restore = LinkDown { netdev, dev: &dev };
+    let mut w = singleton_wireup("verbs-port-down");
+    let config = EngineConfig {
+        verbs_devices: dev.clone(),
+        ..verbs_config(None)
+    };
+    let e = Engine::new(&mut w, config).err().unwrap().to_string();
+    println!("{e}");
+    assert!(
+        e.contains(&format!("port 1 of RDMA device {dev} is not active"))
+            && e.contains("(state down)"),
+        "{e}"
+    );
+    fs::remove_dir_all(w.dir).unwrap();
+}
