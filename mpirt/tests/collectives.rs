@@ -544,7 +544,40 @@ fn communicators(world: &SimpleCommunicator) {
         }
         None => assert_eq!(me % 2, 1),
     }
+    shared_areas_do_not_cross(world);
     println!("communicators ok");
+}
+
+/// Short all-reductions go through a shared-memory area per communicator (when its ranks
+/// share a host): the world, a duplicate, and halves that run at once on disjoint ranks, one
+/// call after another on each, alternating the two cells of each rank's area, with a
+/// non-commutative operation that shows any vector taken from the wrong call or out of order.
+fn shared_areas_do_not_cross(world: &SimpleCommunicator) {
+    let me = world.rank();
+    let dup = world.duplicate();
+    let half = world
+        .split_by_color(Color::with_value(me % 2))
+        .expect("a color");
+    let op = affine_op();
+    let value = |comm: &SimpleCommunicator, call: usize, r: i32| {
+        affine(r, call * 10 + comm.size() as usize)
+    };
+    for call in 0..40 {
+        for comm in [world, &half, &dup, &half] {
+            let mine = [value(comm, call, comm.rank()); 3];
+            let mut got = [Affine::default(); 3];
+            comm.all_reduce_into(&mine[..], &mut got[..], &op);
+            let expected = (1..comm.size()).fold(value(comm, call, 0), |acc, r| {
+                compose(acc, value(comm, call, r))
+            });
+            assert_eq!(
+                got,
+                [expected; 3],
+                "call {call} on a communicator of {}",
+                comm.size()
+            );
+        }
+    }
 }
 
 /// User messages on the same tags as nothing else, sent before the collectives and received
@@ -843,6 +876,7 @@ fn every_algorithm_forced() {
         ("MPIRT_COLL_REDUCE_SCATTER", "reduce_scatter"),
         ("MPIRT_COLL_BCAST", "scatter_allgather"),
     ];
+    let fourth = [("MPIRT_COLL_ALLREDUCE", "shared_memory")];
     let third = [
         ("MPIRT_COLL_ALLREDUCE", "ring"),
         ("MPIRT_COLL_ALLGATHER", "ring"),
@@ -852,6 +886,7 @@ fn every_algorithm_forced() {
     ok_job(7, &second);
     ok_job(5, &third);
     ok_job(7, &first);
+    ok_job(9, &fourth);
 }
 
 #[test]
@@ -876,7 +911,7 @@ fn bad_input_is_an_error_naming_rank_operation_and_cause() {
     assert!(
         stdout.contains(
             "all_reduce_into: MPIRT_COLL_ALLREDUCE=fastest names no algorithm (choose one of: \
-             recursive_doubling, rabenseifner, ring)"
+             shared_memory, recursive_doubling, rabenseifner, ring)"
         ),
         "{stdout}\n{stderr}"
     );

@@ -9,7 +9,7 @@ use crate::point_to_point::Count;
 use crate::request::{Scope, StaticScope};
 
 use super::op::Operation;
-use super::{blocking, calls, immediate, CollectiveRequest};
+use super::{blocking, calls, immediate, shared, CollectiveRequest};
 
 /// Collectives over every process of a communicator. Each has a `try_` form that returns the
 /// error (a buffer that does not fit, an operation not defined for the type, ...) instead of
@@ -112,6 +112,19 @@ pub trait CommunicatorCollectives: Communicator {
         O: Operation,
     {
         let comm = self.data();
+        let datatype = calls::check_all_reduce(send, recv, &op)
+            .map_err(|c| Error::new("all_reduce_into", c))?;
+        // SAFETY: the buffers hold `byte_len` bytes of their elements, borrowed (the receive
+        // buffer mutably) for this whole call, and are distinct borrows.
+        let (send_bytes, recv_bytes) = unsafe {
+            (
+                std::slice::from_raw_parts(send.pointer(), send.byte_len()),
+                std::slice::from_raw_parts_mut(recv.pointer_mut(), recv.byte_len()),
+            )
+        };
+        if shared::try_all_reduce(comm, send_bytes, recv_bytes, datatype, &op)? {
+            return Ok(());
+        }
         blocking(comm, "all_reduce_into", || {
             calls::all_reduce(comm, send, recv, &op)
         })

@@ -63,13 +63,20 @@ pub(crate) fn all_reduce(
     commutative: bool,
 ) -> Result<Plan, Cause> {
     let mut p = Plan::default();
-    let acc = recv(len);
-    p.copy(send(len), acc);
+    let (own, acc) = (send(len), recv(len));
     let element = element.max(1);
     match select::allreduce(len, commutative)? {
-        Allreduce::RecursiveDoubling => allreduce::recursive_doubling(&mut p, ranks, acc),
-        Allreduce::Rabenseifner => allreduce::rabenseifner(&mut p, ranks, acc, element),
-        Allreduce::Ring => allreduce::ring(&mut p, ranks, acc, element),
+        Allreduce::RecursiveDoubling => {
+            p.copy(own, acc);
+            allreduce::recursive_doubling(&mut p, ranks, acc)
+        }
+        Allreduce::Rabenseifner => {
+            allreduce::rabenseifner(&mut p, ranks, own, acc, element, commutative)
+        }
+        Allreduce::Ring => {
+            p.copy(own, acc);
+            allreduce::ring(&mut p, ranks, acc, element)
+        }
     }
     Ok(p)
 }

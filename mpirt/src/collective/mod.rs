@@ -22,6 +22,7 @@ mod request;
 mod root;
 mod schedule;
 mod select;
+mod shared;
 
 pub use all::CommunicatorCollectives;
 pub use op::{DynBuffer, DynBufferMut, Operation, SystemOperation, UserOperation};
@@ -29,6 +30,7 @@ pub use request::CollectiveRequest;
 pub use root::Root;
 
 use calls::Call;
+pub(crate) use shared::AreaSlot;
 
 /// The collective traits: `use mpirt::collective::traits::*;`.
 pub mod traits {

@@ -65,6 +65,11 @@ pub(crate) fn advance_others(me: *const Execution<'_>) {
     }
 }
 
+/// Steps every registered execution, for a wait that is not one of them.
+pub(crate) fn advance_all() {
+    advance_others(std::ptr::null());
+}
+
 /// The transfers in flight of every other registered execution.
 pub(crate) fn handles_of_others(me: *const Execution<'_>) -> Vec<Handle> {
     others(me)

@@ -36,7 +36,12 @@ const BROADCAST: Choice = Choice {
 };
 const ALLREDUCE: Choice = Choice {
     variable: "MPIRT_COLL_ALLREDUCE",
-    choices: &["recursive_doubling", "rabenseifner", "ring"],
+    choices: &[
+        "shared_memory",
+        "recursive_doubling",
+        "rabenseifner",
+        "ring",
+    ],
 };
 const ALLGATHER: Choice = Choice {
     variable: "MPIRT_COLL_ALLGATHER",
@@ -120,11 +125,18 @@ pub(crate) enum Allreduce {
     Ring,
 }
 
+/// Whether a blocking all-reduce of `bytes` goes through the communicator's shared-memory
+/// area (when it has one): by default whenever it fits in `fits` bytes, forced or not,
+/// never when another algorithm is forced.
+pub(crate) fn allreduce_in_shared_memory(bytes: usize, fits: usize) -> Result<bool, Cause> {
+    Ok(matches!(ALLREDUCE.forced()?, None | Some("shared_memory")) && bytes <= fits)
+}
+
 /// A forced ring falls back to Rabenseifner for a non-commutative operation, whose partial
 /// results must stay in rank order.
 pub(crate) fn allreduce(bytes: usize, commutative: bool) -> Result<Allreduce, Cause> {
     let chosen = match ALLREDUCE.forced()? {
-        Some("recursive_doubling") => Allreduce::RecursiveDoubling,
+        Some("recursive_doubling" | "shared_memory") => Allreduce::RecursiveDoubling,
         Some("rabenseifner") => Allreduce::Rabenseifner,
         Some(_) => Allreduce::Ring,
         None if bytes <= ALLREDUCE_SHORT => Allreduce::RecursiveDoubling,

@@ -39,10 +39,28 @@ pub(crate) fn recursive_doubling(p: &mut Plan, ranks: Ranks, acc: Span) {
 /// Rabenseifner: a reduce-scatter by recursive halving, then an all-gather by recursive
 /// doubling, each moving half as much as the round before. Best for long vectors; the halving
 /// pairs nearest ranks first so that each partial result covers a run of ranks in order.
-pub(crate) fn rabenseifner(p: &mut Plan, ranks: Ranks, acc: Span, element: usize) {
+///
+/// Starts from this rank's vector in `own` and leaves the result in `acc`. For a commutative
+/// operation on a rank that folds in no other, the first halving sends from `own` and
+/// receives straight into `acc`, reducing `own`'s kept half into it: the vector is never
+/// copied whole (with two ranks, nothing is copied but by the transfers).
+pub(crate) fn rabenseifner(
+    p: &mut Plan,
+    ranks: Ranks,
+    own: Span,
+    acc: Span,
+    element: usize,
+    commutative: bool,
+) {
     let fold = Fold::new(ranks.size);
+    let role = fold.role(ranks.rank);
+    let mut direct =
+        commutative && fold.p2 > 1 && matches!(role, FoldRole::Doubling { folded: None, .. });
+    if !direct {
+        p.copy(own, acc);
+    }
     let tmp = p.scratch(acc.len);
-    let (v, folded) = match fold.role(ranks.rank) {
+    let (v, folded) = match role {
         FoldRole::Folded { partner } => {
             p.round().send(partner, acc);
             p.round().recv(partner, acc);
@@ -57,8 +75,8 @@ pub(crate) fn rabenseifner(p: &mut Plan, ranks: Ranks, acc: Span, element: usize
         p.round().recv(folded, tmp);
         p.reduce(tmp, acc, true);
     }
-    let elements = |(lo, hi): (usize, usize)| acc.sub(lo * element, (hi - lo) * element);
-    let scratch_of = |(lo, hi): (usize, usize)| tmp.sub(lo * element, (hi - lo) * element);
+    let within = |span: Span, (lo, hi): (usize, usize)| span.sub(lo * element, (hi - lo) * element);
+    let elements = |range| within(acc, range);
     let (mut lo, mut hi) = (0, acc.len / element);
     let mut halvings = Vec::new();
     let mut mask = 1;
@@ -71,10 +89,18 @@ pub(crate) fn rabenseifner(p: &mut Plan, ranks: Ranks, acc: Span, element: usize
             ((mid, hi), (lo, mid))
         };
         let peer = fold.real(partner);
-        p.round()
-            .send(peer, elements(given))
-            .recv(peer, scratch_of(kept));
-        p.reduce(scratch_of(kept), elements(kept), partner < v);
+        if direct {
+            p.round()
+                .send(peer, within(own, given))
+                .recv(peer, elements(kept));
+            p.reduce(within(own, kept), elements(kept), v < partner);
+            direct = false;
+        } else {
+            p.round()
+                .send(peer, elements(given))
+                .recv(peer, within(tmp, kept));
+            p.reduce(within(tmp, kept), elements(kept), partner < v);
+        }
         halvings.push((peer, kept, given));
         (lo, hi) = kept;
         mask <<= 1;
