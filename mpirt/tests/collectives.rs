@@ -709,7 +709,96 @@ fn immediates(world: &SimpleCommunicator) {
         assert_eq!(gathered, all);
     }
     in_any_order(world);
+    varcount_immediates(world);
     println!("immediates ok");
+}
+
+/// The immediate forms of the varcount collectives, all in flight at once and waited on in
+/// an order that differs between ranks.
+fn varcount_immediates(world: &SimpleCommunicator) {
+    let (n, me) = (world.size(), world.rank());
+    let nu = n as usize;
+    let count = |r: i32| r as usize % 3 + 1;
+    let counts: Vec<Count> = (0..n).map(|r| count(r) as Count).collect();
+    // A gap of one element after each part, which must stay untouched.
+    let displs: Vec<Count> = (0..n)
+        .scan(0, |at, r| {
+            let d = *at;
+            *at += count(r) as Count + 1;
+            Some(d)
+        })
+        .collect();
+    let total = (displs[nu - 1] + counts[nu - 1]) as usize + 1;
+    let laid_out = |value: &dyn Fn(i32) -> Vec<i32>| {
+        let mut v = vec![-1i32; total];
+        for r in 0..n {
+            let d = displs[r as usize] as usize;
+            v[d..d + count(r)].copy_from_slice(&value(r));
+        }
+        v
+    };
+    let mine = contribution(me, count(me), int);
+    let everyone = laid_out(&|r| contribution(r, count(r), int));
+    // All-to-all: rank s sends rank r `count(r)` elements of value s * 100 + r, so that every
+    // rank receives `count(me)` elements from each.
+    let to_each = laid_out(&|r| vec![me * 100 + r; count(r)]);
+    let recv_counts: Vec<Count> = vec![count(me) as Count; nu];
+    let recv_displs: Vec<Count> = (0..n).map(|s| s * (count(me) as Count + 1)).collect();
+    let from_each: Vec<i32> = (0..n)
+        .flat_map(|s| {
+            let mut part = vec![s * 100 + me; count(me)];
+            part.push(-1);
+            part
+        })
+        .collect();
+
+    let root = world.process_at_rank(n / 2);
+    let is_root = me == n / 2;
+    let mut gathered_all = vec![-1i32; total];
+    let mut swapped = vec![-1i32; from_each.len()];
+    let mut gathered = vec![-1i32; total];
+    let mut scattered = vec![0i32; count(me)];
+    let source = Partition::new(&everyone[..], counts.clone(), displs.clone());
+    {
+        let mut all_parts = PartitionMut::new(&mut gathered_all[..], &counts[..], &displs[..]);
+        let mut swapped_parts =
+            PartitionMut::new(&mut swapped[..], &recv_counts[..], &recv_displs[..]);
+        let mut gathered_parts = PartitionMut::new(&mut gathered[..], &counts[..], &displs[..]);
+        let outgoing = Partition::new(&to_each[..], &counts[..], &displs[..]);
+        request::scope(|scope| {
+            let mut pending = vec![
+                world.immediate_all_gather_varcount_into(scope, &mine[..], &mut all_parts),
+                world.immediate_all_to_all_varcount_into(scope, &outgoing, &mut swapped_parts),
+            ];
+            if is_root {
+                pending.push(root.immediate_gather_varcount_into_root(
+                    scope,
+                    &mine[..],
+                    &mut gathered_parts,
+                ));
+                pending.push(root.immediate_scatter_varcount_into_root(
+                    scope,
+                    &source,
+                    &mut scattered[..],
+                ));
+            } else {
+                pending.push(root.immediate_gather_varcount_into(scope, &mine[..]));
+                pending.push(root.immediate_scatter_varcount_into(scope, &mut scattered[..]));
+            }
+            if me % 2 == 0 {
+                pending.reverse();
+            }
+            for request in pending {
+                request.wait();
+            }
+        });
+    }
+    assert_eq!(gathered_all, everyone, "immediate_all_gather_varcount");
+    assert_eq!(swapped, from_each, "immediate_all_to_all_varcount");
+    assert_eq!(scattered, mine, "immediate_scatter_varcount");
+    if is_root {
+        assert_eq!(gathered, everyone, "immediate_gather_varcount");
+    }
 }
 
 /// Ranks complete their immediate collectives in different orders, and one rank runs a

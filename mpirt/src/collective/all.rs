@@ -272,6 +272,50 @@ pub trait CommunicatorCollectives: Communicator {
         }))
     }
 
+    /// [`all_gather_varcount_into`](Self::all_gather_varcount_into) as a request
+    /// (`MPI_Iallgatherv`).
+    fn immediate_all_gather_varcount_into<'a, Sc, S, R>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        S: Buffer + ?Sized,
+        R: PartitionedBufferMut + ?Sized,
+    {
+        let comm = self.data();
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_all_gather_varcount_into",
+            || calls::all_gather_varcount(comm, send, recv),
+        ))
+    }
+
+    /// [`all_to_all_varcount_into`](Self::all_to_all_varcount_into) as a request
+    /// (`MPI_Ialltoallv`).
+    fn immediate_all_to_all_varcount_into<'a, Sc, S, R>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        S: PartitionedBuffer + ?Sized,
+        R: PartitionedBufferMut + ?Sized,
+    {
+        let comm = self.data();
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_all_to_all_varcount_into",
+            || calls::all_to_all_varcount(comm, send, recv),
+        ))
+    }
+
     /// [`all_reduce_into`](Self::all_reduce_into) as a request (`MPI_Iallreduce`).
     fn immediate_all_reduce_into<'a, Sc, S, R, O>(
         &self,
