@@ -631,7 +631,7 @@ fn immediates(world: &SimpleCommunicator) {
         // Test until done: the requests progress when tested, whatever order they finish in.
         loop {
             match reduce.test() {
-                Ok(()) => break,
+                Ok(_) => break,
                 Err(pending) => reduce = pending,
             }
         }
@@ -710,7 +710,92 @@ fn immediates(world: &SimpleCommunicator) {
     }
     in_any_order(world);
     varcount_immediates(world);
+    mixed_requests(world);
     println!("immediates ok");
+}
+
+/// Collective and point-to-point requests in one `wait_any`, `test_any` and collection, and a
+/// point-to-point wait that only ends if it moves an immediate collective on: rank 0 waits
+/// for a message that rank 2 sends only once its barrier is done, and from 3 ranks up rank
+/// 2's barrier needs rank 0's second round, which rank 0 posts only when its barrier is
+/// stepped (with fewer ranks, rank 1 sends, and nothing depends on the stepping).
+fn mixed_requests(world: &SimpleCommunicator) {
+    let (n, me) = (world.size(), world.rank());
+    let (next, previous) = (
+        world.process_at_rank((me + 1) % n),
+        world.process_at_rank((me + n - 1) % n),
+    );
+    let mine = contribution(me, 5, int);
+    let (mut sum, mut token) = (vec![0; 5], -1i32);
+    let mut word = if me == 0 { 77u64 } else { 0 };
+    let mut kinds = Vec::new();
+    request::scope(|scope| {
+        let mut requests = vec![
+            previous.immediate_receive_into_with_tag(scope, &mut token, 5),
+            world.immediate_all_reduce_into(scope, &mine[..], &mut sum[..], SystemOperation::sum()),
+            world
+                .process_at_rank(0)
+                .immediate_broadcast_into(scope, &mut word),
+            next.immediate_send_with_tag(scope, &me, 5),
+        ];
+        let mut finished = Vec::new();
+        while let Some((index, status)) = request::wait_any(&mut requests) {
+            finished.push(index);
+            kinds.push(status.tag());
+        }
+        assert_eq!(finished.len(), 4);
+    });
+    assert_eq!(
+        sum,
+        serial(0..n, 5, int, i32::wrapping_add),
+        "mixed wait_any"
+    );
+    assert_eq!((token, word), ((me + n - 1) % n, 77), "mixed wait_any");
+    assert!(kinds.contains(&5), "the receive's status: {kinds:?}");
+
+    let (mut total, mut everyone, mut from_previous) = (0, vec![-1; n as usize], -1);
+    request::multiple_scope(4, |scope, collection| {
+        collection.add(world.immediate_all_reduce_into(
+            scope,
+            &me,
+            &mut total,
+            SystemOperation::sum(),
+        ));
+        collection.add(world.immediate_all_gather_into(scope, &me, &mut everyone[..]));
+        collection.add(next.immediate_send_with_tag(scope, &me, 7));
+        collection.add(previous.immediate_receive_into_with_tag(scope, &mut from_previous, 7));
+        let mut done = 0;
+        while done < 4 {
+            if collection.test_any().is_some() {
+                done += 1;
+            }
+        }
+        assert!(collection.wait_any().is_none());
+    });
+    assert_eq!(total, n * (n - 1) / 2, "mixed test_any");
+    assert_eq!(everyone, (0..n).collect::<Vec<_>>(), "mixed test_any");
+    assert_eq!(from_previous, (me + n - 1) % n, "mixed test_any");
+
+    let mut got = -1;
+    let sender = 2.min(n - 1);
+    request::scope(|scope| {
+        let barrier = world.immediate_barrier();
+        if n > 1 && me == 0 {
+            world
+                .process_at_rank(sender)
+                .immediate_receive_into_with_tag(scope, &mut got, 6)
+                .wait();
+            barrier.wait();
+        } else {
+            barrier.wait();
+            if n > 1 && me == sender {
+                world.process_at_rank(0).send_with_tag(&41, 6);
+            }
+        }
+    });
+    if n > 1 && me == 0 {
+        assert_eq!(got, 41, "a point-to-point wait moves collectives on");
+    }
 }
 
 /// The immediate forms of the varcount collectives, all in flight at once and waited on in

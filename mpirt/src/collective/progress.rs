@@ -1,7 +1,7 @@
 //! Immediate collectives in flight advance one another. A collective posts its next round only
 //! when it is stepped; MPI lets ranks complete their requests in any order, so whoever waits
-//! (an immediate collective's `wait` or `test`, or a blocking collective) also steps every
-//! other immediate collective of this thread, and wakes when any of their transfers finishes.
+//! (any request's `wait` or `test`, a blocking collective) also steps every immediate
+//! collective of this thread, and wakes when any of their transfers finishes.
 
 use std::cell::RefCell;
 use std::ptr::NonNull;
@@ -65,9 +65,20 @@ pub(crate) fn advance_others(me: *const Execution<'_>) {
     }
 }
 
+/// Whether any immediate collective is in flight: then a wait on anything else must keep
+/// stepping it.
+pub(crate) fn any_in_flight() -> bool {
+    others_in_flight(std::ptr::null())
+}
+
 /// Steps every registered execution, for a wait that is not one of them.
 pub(crate) fn advance_all() {
     advance_others(std::ptr::null());
+}
+
+/// The transfers in flight of every registered execution.
+pub(crate) fn handles_of_all() -> Vec<Handle> {
+    handles_of_others(std::ptr::null())
 }
 
 /// The transfers in flight of every other registered execution.
