@@ -1040,6 +1040,7 @@ fn every_algorithm_forced() {
         ("MPIRT_COLL_SCATTER", "binomial"),
         ("MPIRT_COLL_REDUCE_SCATTER", "ring"),
         ("MPIRT_COLL_BCAST", "binomial"),
+        ("MPIRT_COLL_REDUCE", "reduce_scatter_gather"),
     ];
     let second = [
         ("MPIRT_COLL_ALLREDUCE", "rabenseifner"),
@@ -1052,6 +1053,7 @@ fn every_algorithm_forced() {
     ];
     let fourth = [("MPIRT_COLL_ALLREDUCE", "shared_memory")];
     let third = [
+        ("MPIRT_COLL_REDUCE", "reduce_scatter_gather"),
         ("MPIRT_COLL_ALLREDUCE", "ring"),
         ("MPIRT_COLL_ALLGATHER", "ring"),
         ("MPIRT_COLL_BCAST", "scatter_allgather"),

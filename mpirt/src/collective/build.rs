@@ -3,7 +3,9 @@
 
 use super::algorithms::{allgather, allreduce, exchange, tree, Ranks};
 use super::schedule::{Plan, Region, Span};
-use super::select::{self, Allgather, Allreduce, Alltoall, Broadcast, ReduceScatter, Rooted};
+use super::select::{
+    self, Allgather, Allreduce, Alltoall, Broadcast, Reduce, ReduceScatter, Rooted,
+};
 use crate::error::Cause;
 
 fn send(len: usize) -> Span {
@@ -49,11 +51,31 @@ pub(crate) fn broadcast(
     Ok(p)
 }
 
-pub(crate) fn reduce(ranks: Ranks, root: u32, len: usize, commutative: bool) -> Plan {
+pub(crate) fn reduce(
+    ranks: Ranks,
+    root: u32,
+    len: usize,
+    element: usize,
+    commutative: bool,
+) -> Result<Plan, Cause> {
     let mut p = Plan::default();
     let output = (ranks.rank == root).then(|| recv(len));
-    tree::reduce(&mut p, ranks, root, commutative, send(len), output);
-    p
+    match select::reduce(len)? {
+        Reduce::Binomial => tree::reduce(&mut p, ranks, root, commutative, send(len), output),
+        Reduce::ReduceScatterGather => {
+            let element = element.max(1);
+            allreduce::reduce_scatter_gather(
+                &mut p,
+                ranks,
+                root,
+                send(len),
+                output,
+                element,
+                commutative,
+            )
+        }
+    }
+    Ok(p)
 }
 
 pub(crate) fn all_reduce(

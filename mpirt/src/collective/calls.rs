@@ -350,7 +350,8 @@ where
         "the root calls reduce_into_root, the others reduce_into",
     )?;
     op.check(send.datatype())?;
-    let plan = build::reduce(ranks(comm), root, send.byte_len(), op.is_commutative());
+    let (len, element) = (send.byte_len(), send.datatype().size());
+    let plan = build::reduce(ranks(comm), root, len, element, op.is_commutative())?;
     let call = match recv {
         Some(recv) => {
             let datatype = same_type(send.datatype(), recv.datatype())?;

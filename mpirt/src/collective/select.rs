@@ -15,6 +15,9 @@ const BROADCAST_FEW: u32 = 7;
 const ALLREDUCE_SHORT: usize = 8 << 10;
 /// Longer ones by Rabenseifner up to this many bytes, then by ring.
 const ALLREDUCE_RING: usize = 1 << 20;
+/// Reductions to a root of more than this many bytes go by reduce-scatter then gather
+/// (Rabenseifner), shorter ones up a binomial tree.
+const REDUCE_LONG: usize = 64 << 10;
 /// All-gathers whose result is up to this many bytes go by recursive doubling (powers of two)
 /// or Bruck; longer ones by ring.
 const ALLGATHER_SHORT: usize = 64 << 10;
@@ -59,13 +62,18 @@ const SCATTER: Choice = Choice {
     variable: "MPIRT_COLL_SCATTER",
     choices: &["binomial", "linear"],
 };
+const REDUCE: Choice = Choice {
+    variable: "MPIRT_COLL_REDUCE",
+    choices: &["binomial", "reduce_scatter_gather"],
+};
 const REDUCE_SCATTER: Choice = Choice {
     variable: "MPIRT_COLL_REDUCE_SCATTER",
     choices: &["ring", "reduce_scatter"],
 };
 
-const ALL: [&Choice; 7] = [
+const ALL: [&Choice; 8] = [
     &BROADCAST,
+    &REDUCE,
     &ALLREDUCE,
     &ALLGATHER,
     &ALLTOALL,
@@ -115,6 +123,21 @@ pub(crate) fn broadcast(bytes: usize, size: u32) -> Result<Broadcast, Cause> {
         Some(_) => Broadcast::ScatterAllgather,
         None if bytes <= BROADCAST_SHORT || size <= BROADCAST_FEW => Broadcast::Binomial,
         None => Broadcast::ScatterAllgather,
+    })
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reduce {
+    Binomial,
+    ReduceScatterGather,
+}
+
+pub(crate) fn reduce(bytes: usize) -> Result<Reduce, Cause> {
+    Ok(match REDUCE.forced()? {
+        Some("binomial") => Reduce::Binomial,
+        Some(_) => Reduce::ReduceScatterGather,
+        None if bytes <= REDUCE_LONG => Reduce::Binomial,
+        None => Reduce::ReduceScatterGather,
     })
 }
 
