@@ -43,11 +43,15 @@ const NAME_BYTES: usize = 64;
 /// Polls of a flag between two rounds of message progress, which a rank waiting here still
 /// owes its peers (their sends to it, its immediate collectives).
 const PROGRESS_EVERY: u32 = 64;
-/// Polls spent spinning before yielding the core, when every rank has a core of its own.
-const SPIN_POLLS: u32 = 1 << 14;
-/// How long a waiting rank yields before it naps, and how long a nap is.
+/// How long a waiting rank spins when every rank has a core of its own: a rank that waits
+/// here is usually waiting for a peer that was preempted, and yielding would not run that
+/// peer (it is on another core) but could hand this core to another process for a whole
+/// time slice. Then it yields, then it naps.
+const SPIN_FOR: Duration = Duration::from_millis(10);
 const YIELD_FOR: Duration = Duration::from_millis(10);
 const NAP: Duration = Duration::from_micros(50);
+/// Polls between two readings of the clock.
+const POLLS_PER_CLOCK: u32 = 256;
 
 /// A cell's header, shared with the other ranks' processes.
 #[repr(C)]
@@ -271,17 +275,29 @@ impl Area {
 
     /// Waits until `flag` says `call`, moving messages on meanwhile.
     fn wait_for(&self, flag: &AtomicU64, call: u64) -> Result<(), Cause> {
+        let spin = if self.oversubscribed {
+            Duration::ZERO
+        } else {
+            SPIN_FOR
+        };
         let mut polls = 0u32;
-        let mut idle_since = None;
+        let mut idle = Duration::ZERO;
+        let mut since = None;
         while flag.load(Ordering::Acquire) != call {
             polls = polls.wrapping_add(1);
             if polls.is_multiple_of(PROGRESS_EVERY) {
                 with_engine(|e| e.progress())?;
                 progress::advance_all();
             }
-            if !self.oversubscribed && polls < SPIN_POLLS {
+            if idle < spin {
+                if polls.is_multiple_of(POLLS_PER_CLOCK) {
+                    idle = since.get_or_insert_with(Instant::now).elapsed();
+                }
                 std::hint::spin_loop();
-            } else if idle_since.get_or_insert_with(Instant::now).elapsed() < YIELD_FOR {
+                continue;
+            }
+            idle = since.get_or_insert_with(Instant::now).elapsed();
+            if idle < spin + YIELD_FOR {
                 std::thread::yield_now();
             } else {
                 std::thread::sleep(NAP);
