@@ -58,8 +58,8 @@ pub(crate) fn others_in_flight(me: *const Execution<'_>) -> bool {
 pub(crate) fn advance_others(me: *const Execution<'_>) {
     for other in others(me) {
         // SAFETY: registered executions are valid until unregistered (`register`'s contract),
-        // this thread is inside `me`'s step, so no other access to `other` is live, and `me`
-        // is never in the list.
+        // this thread is inside `me`'s step or (with `me` null) in a wait outside every
+        // execution, so no other access to `other` is live, and `me` is never in the list.
         let other = unsafe { &mut *other.as_ptr() };
         let _ = other.step_alone(false);
     }
