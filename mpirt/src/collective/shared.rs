@@ -46,8 +46,10 @@ const PROGRESS_EVERY: u32 = 64;
 /// How long a waiting rank spins when every rank has a core of its own: a rank that waits
 /// here is usually waiting for a peer that was preempted, and yielding would not run that
 /// peer (it is on another core) but could hand this core to another process for a whole
-/// time slice. Then it yields, then it naps.
-const SPIN_FOR: Duration = Duration::from_millis(10);
+/// time slice (on a busy host, 10 ms here instead of 1 s left 8-byte latencies spread
+/// further). Only a wait for a peer that is computing lasts longer: then it yields, then it
+/// naps.
+const SPIN_FOR: Duration = Duration::from_secs(1);
 const YIELD_FOR: Duration = Duration::from_millis(10);
 const NAP: Duration = Duration::from_micros(50);
 /// Polls between two readings of the clock.
