@@ -315,19 +315,46 @@ fn a_crashed_job_leaves_nothing_in_dev_shm() {
     assert!(left.is_empty(), "left in /dev/shm: {left:?}");
 }
 
-#[test]
-fn bind_to_core_pins_each_rank_to_one_cpu() {
+/// The CPUs each rank of a `--bind-to core` job of `ranks` ranks may run on.
+fn allowed_cpus_of_ranks(ranks: usize) -> Vec<String> {
     let r = run_sh(
         &["--bind-to", "core"],
-        "3",
+        &ranks.to_string(),
         "grep Cpus_allowed_list /proc/self/status",
     );
     assert_eq!(r.code(), Some(0), "{}", r.stderr);
-    let lines: Vec<&str> = r.stdout.lines().collect();
-    assert_eq!(lines.len(), 3);
-    for line in lines {
-        let cpus = line.split_whitespace().last().unwrap();
-        assert!(cpus.parse::<usize>().is_ok(), "pinned to one cpu: {line}");
+    let lists: Vec<String> = r
+        .stdout
+        .lines()
+        .map(|line| line.split_whitespace().last().unwrap().to_string())
+        .collect();
+    assert_eq!(lists.len(), ranks);
+    lists
+}
+
+fn cpu_count() -> usize {
+    thread::available_parallelism().unwrap().get()
+}
+
+#[test]
+fn bind_to_core_pins_each_rank_to_one_cpu() {
+    for cpus in allowed_cpus_of_ranks(cpu_count()) {
+        assert!(cpus.parse::<usize>().is_ok(), "pinned to one cpu: {cpus}");
+    }
+}
+
+/// As with Open MPI, ranks that outnumber the CPUs are not bound: they keep rsrun's CPUs.
+#[test]
+fn bind_to_core_leaves_ranks_that_outnumber_the_cpus_unbound() {
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    let own = status
+        .lines()
+        .find(|line| line.starts_with("Cpus_allowed_list"))
+        .and_then(|line| line.split_whitespace().last())
+        .unwrap()
+        .to_string();
+    for cpus in allowed_cpus_of_ranks(cpu_count() + 1) {
+        assert_eq!(cpus, own, "an oversubscribed rank is left unbound");
     }
 }
 

@@ -3,7 +3,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use crate::collective::CommunicatorCollectives;
+use crate::collective::{AreaSlot, CommunicatorCollectives};
 use crate::context::{self, ContextLease};
 use crate::environment::with_engine;
 use crate::error::{or_fatal, Cause, Error};
@@ -30,6 +30,8 @@ struct Shared {
     group: Vec<u32>,
     /// Collectives started on the communicator: each takes the next tag (see `next_tag`).
     collectives: Cell<u32>,
+    /// The shared-memory area of short all-reductions, once the first one set it up.
+    area: AreaSlot,
     /// The context id, given back when the last handle drops; `None` for the world's.
     _lease: Option<ContextLease>,
 }
@@ -47,6 +49,7 @@ impl CommData {
             shared: Rc::new(Shared {
                 group,
                 collectives: Cell::new(0),
+                area: AreaSlot::default(),
                 _lease: lease,
             }),
         }
@@ -66,6 +69,10 @@ impl CommData {
                 size: self.size as Rank,
             })
         }
+    }
+
+    pub(crate) fn area_slot(&self) -> &AreaSlot {
+        &self.shared.area
     }
 
     /// The tag of the next collective on this communicator. Every rank starts the

@@ -44,6 +44,8 @@ pub enum Cause {
     LeakedRequest { pending: usize },
     /// A request was dropped before it completed.
     DroppedRequest,
+    /// A cancel of an immediate collective's request, which MPI does not allow.
+    NotCancellable,
     /// Start-up failed (the launcher's environment, wire-up, the transports).
     Startup(String),
     /// A buffer of a collective holds the wrong number of elements for what the others hold.
@@ -128,6 +130,11 @@ impl fmt::Display for Cause {
                 f,
                 "{pending} request(s) did not complete before their scope ended (forgotten \
                  with mem::forget?); their buffers are no longer safe to use"
+            ),
+            Cause::NotCancellable => write!(
+                f,
+                "the request of an immediate collective cannot be cancelled; wait on it or \
+                 test it to completion"
             ),
             Cause::DroppedRequest => write!(
                 f,

@@ -57,6 +57,17 @@ impl Status {
         }
     }
 
+    /// The status of a finished immediate collective (MPI's empty status: no source, no tag,
+    /// no bytes).
+    pub(crate) fn of_collective() -> Status {
+        Status {
+            source: -1,
+            tag: -1,
+            bytes: 0,
+            cancelled: false,
+        }
+    }
+
     pub(crate) fn cancelled() -> Status {
         Status {
             source: -1,

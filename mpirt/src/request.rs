@@ -12,6 +12,8 @@ use std::marker::PhantomData;
 
 use pml::{Done, Handle, PmlError, SourceSel};
 
+use crate::collective::progress;
+use crate::collective::request::Running;
 use crate::communicator::Rank;
 use crate::environment::{abort_job, with_engine};
 use crate::error::{fatal, or_fatal, Cause, Error};
@@ -122,38 +124,56 @@ impl Operation {
     }
 }
 
-struct Pending {
+/// A point-to-point operation in flight.
+struct Message {
     handle: Handle,
     slot: Option<RecvSlot>,
     operation: Operation,
 }
 
-/// An unfinished non-blocking operation that borrows its buffer for `'a` (`MPI_Request`).
+enum Pending<'a> {
+    Message(Message),
+    Collective(Running<'a>),
+}
+
+/// An unfinished non-blocking operation that borrows its buffers for `'a` (`MPI_Request`): a
+/// point-to-point operation or an immediate collective. Waiting on or testing any request
+/// also moves this thread's immediate collectives on, so ranks may complete their requests in
+/// any order.
 #[must_use = "a request must be waited on, tested to completion, or put in a guard"]
 pub struct Request<'a, S: Scope<'a> = StaticScope> {
-    pending: Option<Pending>,
+    pending: Option<Pending<'a>>,
     scope: S,
     _borrow: PhantomData<&'a mut ()>,
     _not_send: PhantomData<*const ()>,
 }
 
 impl<'a, S: Scope<'a>> Request<'a, S> {
-    fn new(handle: Handle, slot: Option<RecvSlot>, scope: S, operation: Operation) -> Self {
+    fn new(pending: Pending<'a>, scope: S) -> Self {
         scope.register();
         Request {
-            pending: Some(Pending {
-                handle,
-                slot,
-                operation,
-            }),
+            pending: Some(pending),
             scope,
             _borrow: PhantomData,
             _not_send: PhantomData,
         }
     }
 
+    fn message(handle: Handle, slot: Option<RecvSlot>, scope: S, operation: Operation) -> Self {
+        let message = Message {
+            handle,
+            slot,
+            operation,
+        };
+        Request::new(Pending::Message(message), scope)
+    }
+
+    pub(crate) fn collective(running: Running<'a>, scope: S) -> Self {
+        Request::new(Pending::Collective(running), scope)
+    }
+
     pub(crate) fn send(handle: Handle, scope: S, what: &'static str, dest: Rank, tag: Tag) -> Self {
-        Request::new(handle, None, scope, Operation::Send { what, dest, tag })
+        Request::message(handle, None, scope, Operation::Send { what, dest, tag })
     }
 
     pub(crate) fn receive(
@@ -163,7 +183,7 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
         source: SourceSel,
         tag: Option<Tag>,
     ) -> Self {
-        Request::new(
+        Request::message(
             handle,
             Some(slot),
             scope,
@@ -171,16 +191,31 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
         )
     }
 
-    fn handle(&self) -> Handle {
-        self.pending.as_ref().expect("an unfinished request").handle
+    fn pending(&mut self) -> &mut Pending<'a> {
+        self.pending.as_mut().expect("an unfinished request")
     }
 
-    /// Turns the engine's report of a finished request into a status, releasing the buffer.
+    /// The engine's handle of a point-to-point request.
+    fn handle(&self) -> Option<Handle> {
+        match self.pending.as_ref().expect("an unfinished request") {
+            Pending::Message(message) => Some(message.handle),
+            Pending::Collective(_) => None,
+        }
+    }
+
+    /// Turns the end of the operation into a status, releasing the buffers; for a message,
+    /// `done` is the engine's report.
     fn complete(&mut self, done: Result<Done, Cause>) -> Result<Status, Error> {
         let pending = self.pending.take().expect("an unfinished request");
         self.scope.unregister();
-        let operation = &pending.operation;
-        let status = match (done, pending.slot) {
+        let message = match pending {
+            Pending::Message(message) => message,
+            Pending::Collective(mut running) => {
+                return running.outcome().map(|()| Status::of_collective())
+            }
+        };
+        let operation = &message.operation;
+        let status = match (done, message.slot) {
             (Ok(Done::Sent), _) => match operation {
                 Operation::Send { dest, tag, .. } => Ok(Status::of_send(*dest, *tag)),
                 Operation::Receive { .. } => unreachable!("a receive completed as a send"),
@@ -199,7 +234,13 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
     }
 
     pub fn try_wait(mut self) -> Result<Status, Error> {
-        let done = wait_handle(self.handle());
+        let done = match self.pending() {
+            Pending::Message(message) => wait_for_message(message.handle),
+            Pending::Collective(running) => {
+                running.poll(true);
+                Ok(Done::Sent)
+            }
+        };
         self.complete(done)
     }
 
@@ -210,44 +251,104 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
 
     /// The status if the operation finished, else the request back (`MPI_Test`).
     pub fn test(mut self) -> Result<Status, Self> {
-        let handle = self.handle();
-        if handle == Handle::SENT {
-            return Ok(or_fatal(self.complete(Ok(Done::Sent))));
-        }
-        match with_engine(|e| e.test(handle)) {
-            Ok(None) => Err(self),
-            Ok(Some(done)) => Ok(or_fatal(self.complete(Ok(done)))),
-            Err(cause) => Ok(or_fatal(self.complete(Err(cause)))),
-        }
+        let done = match self.pending() {
+            Pending::Message(message) => {
+                let handle = message.handle;
+                if handle == Handle::SENT {
+                    return Ok(or_fatal(self.complete(Ok(Done::Sent))));
+                }
+                if progress::any_in_flight() {
+                    progress::advance_all();
+                }
+                match with_engine(|e| e.test(handle)) {
+                    Ok(None) => return Err(self),
+                    Ok(Some(done)) => Ok(done),
+                    Err(cause) => Err(cause),
+                }
+            }
+            Pending::Collective(running) => {
+                if !running.poll(false) {
+                    return Err(self);
+                }
+                Ok(Done::Sent)
+            }
+        };
+        Ok(or_fatal(self.complete(done)))
     }
 
     /// Asks for the operation to be cancelled (`MPI_Cancel`); it must still be waited on, and
-    /// its status then says whether the cancel took. Only unmatched receives can be cancelled.
+    /// its status then says whether the cancel took. Only unmatched receives can be cancelled;
+    /// an immediate collective cannot, and asking is an error.
     pub fn cancel(&self) {
-        let handle = self.handle();
-        let operation = || {
-            self.pending
-                .as_ref()
-                .expect("unfinished")
-                .operation
-                .describe()
+        let message = match self.pending.as_ref().expect("an unfinished request") {
+            Pending::Message(message) => message,
+            Pending::Collective(running) => return or_fatal(running.cancel()),
         };
+        let handle = message.handle;
         or_fatal(
             with_engine(|e| e.cancel(handle))
                 .map(drop)
-                .map_err(|c| Error::new(operation(), c)),
+                .map_err(|c| Error::new(message.operation.describe(), c)),
         )
     }
 
-    fn is_complete(&self) -> bool {
-        let handle = self.handle();
-        with_engine(|e| e.is_complete(handle)).unwrap_or(true)
+    /// Whether the operation finished; a collective's is moved on to find out.
+    fn is_complete(&mut self) -> bool {
+        match self.pending() {
+            Pending::Message(message) => {
+                let handle = message.handle;
+                with_engine(|e| e.is_complete(handle)).unwrap_or(true)
+            }
+            Pending::Collective(running) => running.poll(false),
+        }
+    }
+}
+
+/// Waits for one point-to-point operation, stepping the immediate collectives in flight
+/// meanwhile (a peer may wait for their next round before it sends what this one waits for).
+fn wait_for_message(handle: Handle) -> Result<Done, Cause> {
+    if handle == Handle::SENT || !progress::any_in_flight() {
+        return wait_handle(handle);
+    }
+    loop {
+        if let Some(done) = with_engine(|e| e.test(handle))? {
+            return Ok(done);
+        }
+        progress::advance_all();
+        let mut handles = vec![handle];
+        handles.extend(progress::handles_of_all());
+        with_engine(|e| e.wait_any(&handles))?;
+    }
+}
+
+/// Waits until one of `requests` has finished; returns its position. Immediate collectives
+/// among them, and every other one in flight, move on meanwhile.
+fn wait_for_one<'a, S: Scope<'a>>(
+    requests: &mut [&mut Request<'a, S>],
+    operation: &'static str,
+) -> usize {
+    loop {
+        if let Some(i) = requests.iter_mut().position(|r| r.is_complete()) {
+            return i;
+        }
+        let mut handles: Vec<Handle> = requests.iter().filter_map(|r| r.handle()).collect();
+        handles.extend(progress::handles_of_all());
+        // With nothing in flight to wait for, the next round of the loop steps the
+        // collectives again (each posts its next round when stepped).
+        if !handles.is_empty() {
+            let woken = with_engine(|e| e.wait_any(&handles));
+            or_fatal(woken.map(drop).map_err(|c| Error::new(operation, c)));
+        }
     }
 }
 
 impl<'a, S: Scope<'a>> Drop for Request<'a, S> {
     fn drop(&mut self) {
-        if self.pending.is_some() {
+        if let Some(pending) = &mut self.pending {
+            if let Pending::Collective(running) = pending {
+                // The job ends here; what the collective has in flight is not waited for.
+                running.abandon();
+            }
             if std::thread::panicking() {
                 abort_job(101, "a rank panicked with requests in flight");
             }
@@ -297,9 +398,8 @@ pub fn wait_any<'a, S: Scope<'a>>(requests: &mut Vec<Request<'a, S>>) -> Option<
     if requests.is_empty() {
         return None;
     }
-    let handles: Vec<Handle> = requests.iter().map(Request::handle).collect();
-    let index =
-        or_fatal(with_engine(|e| e.wait_any(&handles)).map_err(|c| Error::new("wait_any", c)));
+    let mut live: Vec<&mut Request<'a, S>> = requests.iter_mut().collect();
+    let index = wait_for_one(&mut live, "wait_any");
     Some((index, requests.remove(index).wait()))
 }
 
@@ -307,7 +407,7 @@ pub fn wait_any<'a, S: Scope<'a>>(requests: &mut Vec<Request<'a, S>>) -> Option<
 /// (`MPI_Testany`).
 pub fn test_any<'a, S: Scope<'a>>(requests: &mut Vec<Request<'a, S>>) -> Option<(usize, Status)> {
     or_fatal(with_engine(|e| e.progress()).map_err(|c| Error::new("test_any", c)));
-    let index = requests.iter().position(Request::is_complete)?;
+    let index = requests.iter_mut().position(|r| r.is_complete())?;
     Some((index, requests.remove(index).wait()))
 }
 
@@ -356,18 +456,17 @@ impl<'a, S: Scope<'a>> RequestCollection<'a, S> {
     /// Waits until one unfinished request finishes; its index and status, or `None` if none
     /// is left (`MPI_Waitany`).
     pub fn wait_any(&mut self) -> Option<(usize, Status)> {
-        let live: Vec<(usize, Handle)> = self
+        let (indices, mut live): (Vec<usize>, Vec<&mut Request<'a, S>>) = self
             .requests
-            .iter()
+            .iter_mut()
             .enumerate()
-            .filter_map(|(i, r)| r.as_ref().map(|r| (i, r.handle())))
-            .collect();
+            .filter_map(|(i, r)| r.as_mut().map(|r| (i, r)))
+            .unzip();
         if live.is_empty() {
             return None;
         }
-        let handles: Vec<Handle> = live.iter().map(|&(_, h)| h).collect();
-        let found = with_engine(|e| e.wait_any(&handles)).map_err(|c| Error::new("wait_any", c));
-        Some(self.finish(live[or_fatal(found)].0))
+        let found = wait_for_one(&mut live, "wait_any");
+        Some(self.finish(indices[found]))
     }
 
     /// The index and status of a finished request, if one has finished (`MPI_Testany`).
@@ -375,8 +474,8 @@ impl<'a, S: Scope<'a>> RequestCollection<'a, S> {
         or_fatal(with_engine(|e| e.progress()).map_err(|c| Error::new("test_any", c)));
         let index = self
             .requests
-            .iter()
-            .position(|r| r.as_ref().is_some_and(Request::is_complete))?;
+            .iter_mut()
+            .position(|r| r.as_mut().is_some_and(Request::is_complete))?;
         Some(self.finish(index))
     }
 

@@ -544,7 +544,40 @@ fn communicators(world: &SimpleCommunicator) {
         }
         None => assert_eq!(me % 2, 1),
     }
+    shared_areas_do_not_cross(world);
     println!("communicators ok");
+}
+
+/// Short all-reductions go through a shared-memory area per communicator (when its ranks
+/// share a host): the world, a duplicate, and halves that run at once on disjoint ranks, one
+/// call after another on each, alternating the two cells of each rank's area, with a
+/// non-commutative operation that shows any vector taken from the wrong call or out of order.
+fn shared_areas_do_not_cross(world: &SimpleCommunicator) {
+    let me = world.rank();
+    let dup = world.duplicate();
+    let half = world
+        .split_by_color(Color::with_value(me % 2))
+        .expect("a color");
+    let op = affine_op();
+    let value = |comm: &SimpleCommunicator, call: usize, r: i32| {
+        affine(r, call * 10 + comm.size() as usize)
+    };
+    for call in 0..40 {
+        for comm in [world, &half, &dup, &half] {
+            let mine = [value(comm, call, comm.rank()); 3];
+            let mut got = [Affine::default(); 3];
+            comm.all_reduce_into(&mine[..], &mut got[..], &op);
+            let expected = (1..comm.size()).fold(value(comm, call, 0), |acc, r| {
+                compose(acc, value(comm, call, r))
+            });
+            assert_eq!(
+                got,
+                [expected; 3],
+                "call {call} on a communicator of {}",
+                comm.size()
+            );
+        }
+    }
 }
 
 /// User messages on the same tags as nothing else, sent before the collectives and received
@@ -598,7 +631,7 @@ fn immediates(world: &SimpleCommunicator) {
         // Test until done: the requests progress when tested, whatever order they finish in.
         loop {
             match reduce.test() {
-                Ok(()) => break,
+                Ok(_) => break,
                 Err(pending) => reduce = pending,
             }
         }
@@ -676,7 +709,181 @@ fn immediates(world: &SimpleCommunicator) {
         assert_eq!(gathered, all);
     }
     in_any_order(world);
+    varcount_immediates(world);
+    mixed_requests(world);
     println!("immediates ok");
+}
+
+/// Collective and point-to-point requests in one `wait_any`, `test_any` and collection, and a
+/// point-to-point wait that only ends if it moves an immediate collective on: rank 0 waits
+/// for a message that rank 2 sends only once its barrier is done, and from 3 ranks up rank
+/// 2's barrier needs rank 0's second round, which rank 0 posts only when its barrier is
+/// stepped (with fewer ranks, rank 1 sends, and nothing depends on the stepping).
+fn mixed_requests(world: &SimpleCommunicator) {
+    let (n, me) = (world.size(), world.rank());
+    let (next, previous) = (
+        world.process_at_rank((me + 1) % n),
+        world.process_at_rank((me + n - 1) % n),
+    );
+    let mine = contribution(me, 5, int);
+    let (mut sum, mut token) = (vec![0; 5], -1i32);
+    let mut word = if me == 0 { 77u64 } else { 0 };
+    let mut kinds = Vec::new();
+    request::scope(|scope| {
+        let mut requests = vec![
+            previous.immediate_receive_into_with_tag(scope, &mut token, 5),
+            world.immediate_all_reduce_into(scope, &mine[..], &mut sum[..], SystemOperation::sum()),
+            world
+                .process_at_rank(0)
+                .immediate_broadcast_into(scope, &mut word),
+            next.immediate_send_with_tag(scope, &me, 5),
+        ];
+        let mut finished = Vec::new();
+        while let Some((index, status)) = request::wait_any(&mut requests) {
+            finished.push(index);
+            kinds.push(status.tag());
+        }
+        assert_eq!(finished.len(), 4);
+    });
+    assert_eq!(
+        sum,
+        serial(0..n, 5, int, i32::wrapping_add),
+        "mixed wait_any"
+    );
+    assert_eq!((token, word), ((me + n - 1) % n, 77), "mixed wait_any");
+    assert!(kinds.contains(&5), "the receive's status: {kinds:?}");
+
+    let (mut total, mut everyone, mut from_previous) = (0, vec![-1; n as usize], -1);
+    request::multiple_scope(4, |scope, collection| {
+        collection.add(world.immediate_all_reduce_into(
+            scope,
+            &me,
+            &mut total,
+            SystemOperation::sum(),
+        ));
+        collection.add(world.immediate_all_gather_into(scope, &me, &mut everyone[..]));
+        collection.add(next.immediate_send_with_tag(scope, &me, 7));
+        collection.add(previous.immediate_receive_into_with_tag(scope, &mut from_previous, 7));
+        let mut done = 0;
+        while done < 4 {
+            if collection.test_any().is_some() {
+                done += 1;
+            }
+        }
+        assert!(collection.wait_any().is_none());
+    });
+    assert_eq!(total, n * (n - 1) / 2, "mixed test_any");
+    assert_eq!(everyone, (0..n).collect::<Vec<_>>(), "mixed test_any");
+    assert_eq!(from_previous, (me + n - 1) % n, "mixed test_any");
+
+    let mut got = -1;
+    let sender = 2.min(n - 1);
+    request::scope(|scope| {
+        let barrier = world.immediate_barrier();
+        if n > 1 && me == 0 {
+            world
+                .process_at_rank(sender)
+                .immediate_receive_into_with_tag(scope, &mut got, 6)
+                .wait();
+            barrier.wait();
+        } else {
+            barrier.wait();
+            if n > 1 && me == sender {
+                world.process_at_rank(0).send_with_tag(&41, 6);
+            }
+        }
+    });
+    if n > 1 && me == 0 {
+        assert_eq!(got, 41, "a point-to-point wait moves collectives on");
+    }
+}
+
+/// The immediate forms of the varcount collectives, all in flight at once and waited on in
+/// an order that differs between ranks.
+fn varcount_immediates(world: &SimpleCommunicator) {
+    let (n, me) = (world.size(), world.rank());
+    let nu = n as usize;
+    let count = |r: i32| r as usize % 3 + 1;
+    let counts: Vec<Count> = (0..n).map(|r| count(r) as Count).collect();
+    // A gap of one element after each part, which must stay untouched.
+    let displs: Vec<Count> = (0..n)
+        .scan(0, |at, r| {
+            let d = *at;
+            *at += count(r) as Count + 1;
+            Some(d)
+        })
+        .collect();
+    let total = (displs[nu - 1] + counts[nu - 1]) as usize + 1;
+    let laid_out = |value: &dyn Fn(i32) -> Vec<i32>| {
+        let mut v = vec![-1i32; total];
+        for r in 0..n {
+            let d = displs[r as usize] as usize;
+            v[d..d + count(r)].copy_from_slice(&value(r));
+        }
+        v
+    };
+    let mine = contribution(me, count(me), int);
+    let everyone = laid_out(&|r| contribution(r, count(r), int));
+    // All-to-all: rank s sends rank r `count(r)` elements of value s * 100 + r, so that every
+    // rank receives `count(me)` elements from each.
+    let to_each = laid_out(&|r| vec![me * 100 + r; count(r)]);
+    let recv_counts: Vec<Count> = vec![count(me) as Count; nu];
+    let recv_displs: Vec<Count> = (0..n).map(|s| s * (count(me) as Count + 1)).collect();
+    let from_each: Vec<i32> = (0..n)
+        .flat_map(|s| {
+            let mut part = vec![s * 100 + me; count(me)];
+            part.push(-1);
+            part
+        })
+        .collect();
+
+    let root = world.process_at_rank(n / 2);
+    let is_root = me == n / 2;
+    let mut gathered_all = vec![-1i32; total];
+    let mut swapped = vec![-1i32; from_each.len()];
+    let mut gathered = vec![-1i32; total];
+    let mut scattered = vec![0i32; count(me)];
+    let source = Partition::new(&everyone[..], counts.clone(), displs.clone());
+    {
+        let mut all_parts = PartitionMut::new(&mut gathered_all[..], &counts[..], &displs[..]);
+        let mut swapped_parts =
+            PartitionMut::new(&mut swapped[..], &recv_counts[..], &recv_displs[..]);
+        let mut gathered_parts = PartitionMut::new(&mut gathered[..], &counts[..], &displs[..]);
+        let outgoing = Partition::new(&to_each[..], &counts[..], &displs[..]);
+        request::scope(|scope| {
+            let mut pending = vec![
+                world.immediate_all_gather_varcount_into(scope, &mine[..], &mut all_parts),
+                world.immediate_all_to_all_varcount_into(scope, &outgoing, &mut swapped_parts),
+            ];
+            if is_root {
+                pending.push(root.immediate_gather_varcount_into_root(
+                    scope,
+                    &mine[..],
+                    &mut gathered_parts,
+                ));
+                pending.push(root.immediate_scatter_varcount_into_root(
+                    scope,
+                    &source,
+                    &mut scattered[..],
+                ));
+            } else {
+                pending.push(root.immediate_gather_varcount_into(scope, &mine[..]));
+                pending.push(root.immediate_scatter_varcount_into(scope, &mut scattered[..]));
+            }
+            if me % 2 == 0 {
+                pending.reverse();
+            }
+            for request in pending {
+                request.wait();
+            }
+        });
+    }
+    assert_eq!(gathered_all, everyone, "immediate_all_gather_varcount");
+    assert_eq!(swapped, from_each, "immediate_all_to_all_varcount");
+    assert_eq!(scattered, mine, "immediate_scatter_varcount");
+    if is_root {
+        assert_eq!(gathered, everyone, "immediate_gather_varcount");
+    }
 }
 
 /// Ranks complete their immediate collectives in different orders, and one rank runs a
@@ -833,6 +1040,7 @@ fn every_algorithm_forced() {
         ("MPIRT_COLL_SCATTER", "binomial"),
         ("MPIRT_COLL_REDUCE_SCATTER", "ring"),
         ("MPIRT_COLL_BCAST", "binomial"),
+        ("MPIRT_COLL_REDUCE", "reduce_scatter_gather"),
     ];
     let second = [
         ("MPIRT_COLL_ALLREDUCE", "rabenseifner"),
@@ -843,7 +1051,9 @@ fn every_algorithm_forced() {
         ("MPIRT_COLL_REDUCE_SCATTER", "reduce_scatter"),
         ("MPIRT_COLL_BCAST", "scatter_allgather"),
     ];
+    let fourth = [("MPIRT_COLL_ALLREDUCE", "shared_memory")];
     let third = [
+        ("MPIRT_COLL_REDUCE", "reduce_scatter_gather"),
         ("MPIRT_COLL_ALLREDUCE", "ring"),
         ("MPIRT_COLL_ALLGATHER", "ring"),
         ("MPIRT_COLL_BCAST", "scatter_allgather"),
@@ -852,6 +1062,7 @@ fn every_algorithm_forced() {
     ok_job(7, &second);
     ok_job(5, &third);
     ok_job(7, &first);
+    ok_job(9, &fourth);
 }
 
 #[test]
@@ -876,7 +1087,7 @@ fn bad_input_is_an_error_naming_rank_operation_and_cause() {
     assert!(
         stdout.contains(
             "all_reduce_into: MPIRT_COLL_ALLREDUCE=fastest names no algorithm (choose one of: \
-             recursive_doubling, rabenseifner, ring)"
+             shared_memory, recursive_doubling, rabenseifner, ring)"
         ),
         "{stdout}\n{stderr}"
     );

@@ -488,7 +488,13 @@ impl Engine {
             );
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let spin = if n_local > cores {
+        // A rank pinned to one CPU of a larger host was given a CPU of its own by its launcher
+        // (rsrun binds only ranks that do not outnumber the CPUs): it sees one CPU, yet it is
+        // not oversubscribed, and yielding at once would hand its CPU to other processes.
+        // SAFETY: sysconf only reads a system setting.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        let pinned = cores == 1 && online > 1;
+        let spin = if n_local > cores && !pinned {
             description += &format!("; {n_local} ranks on {cores} cores: waits yield at once");
             Duration::ZERO
         } else {

@@ -22,6 +22,7 @@ pub struct LaunchSpec<'a> {
     pub kvs_addr: String,
     pub kvs_secret: &'a str,
     /// CPUs the rank with local rank i is pinned to: `cpus[i % cpus.len()]`; empty means none.
+    /// Ranks that outnumber them are not pinned (see `spawn_rank`).
     pub cpus: &'a [usize],
 }
 
@@ -70,7 +71,12 @@ pub fn spawn_rank(spec: &LaunchSpec<'_>, slot: Slot) -> io::Result<RankProcess> 
     // rsrun blocks SIGINT/SIGTERM/SIGHUP in all its threads (see `signals`), and a blocked mask
     // survives exec; std's posix_spawn path does not clear it, so the child does it here.
     let unblock = crate::signals::forwarded_set();
-    let cpu = (!spec.cpus.is_empty())
+    // As Open MPI does, ranks that outnumber the CPUs are left unbound: two ranks pinned to one
+    // CPU can only take turns on it while another CPU may be free, whereas the scheduler runs
+    // unbound ones wherever a CPU frees up first (4 ranks on 2 busy cores: all-reduce latency
+    // halves).
+    let oversubscribed = slot.local_size as usize > spec.cpus.len();
+    let cpu = (!oversubscribed)
         .then(|| cpu_set_of(spec.cpus[slot.local_rank as usize % spec.cpus.len()]));
     // A rank must not outlive rsrun (or the agent) when that is SIGKILLed and cannot clean up:
     // the kernel kills it when the spawning thread dies. Ranks are spawned from the thread that

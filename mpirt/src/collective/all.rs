@@ -9,7 +9,7 @@ use crate::point_to_point::Count;
 use crate::request::{Scope, StaticScope};
 
 use super::op::Operation;
-use super::{blocking, calls, immediate, CollectiveRequest};
+use super::{blocking, calls, immediate, shared, CollectiveRequest};
 
 /// Collectives over every process of a communicator. Each has a `try_` form that returns the
 /// error (a buffer that does not fit, an operation not defined for the type, ...) instead of
@@ -112,6 +112,19 @@ pub trait CommunicatorCollectives: Communicator {
         O: Operation,
     {
         let comm = self.data();
+        let datatype = calls::check_all_reduce(send, recv, &op)
+            .map_err(|c| Error::new("all_reduce_into", c))?;
+        // SAFETY: the buffers hold `byte_len` bytes of their elements, borrowed (the receive
+        // buffer mutably) for this whole call, and are distinct borrows.
+        let (send_bytes, recv_bytes) = unsafe {
+            (
+                std::slice::from_raw_parts(send.pointer(), send.byte_len()),
+                std::slice::from_raw_parts_mut(recv.pointer_mut(), recv.byte_len()),
+            )
+        };
+        if shared::try_all_reduce(comm, send_bytes, recv_bytes, datatype, &op)? {
+            return Ok(());
+        }
         blocking(comm, "all_reduce_into", || {
             calls::all_reduce(comm, send, recv, &op)
         })
@@ -257,6 +270,50 @@ pub trait CommunicatorCollectives: Communicator {
         or_fatal(immediate(comm, scope, "immediate_all_to_all_into", || {
             calls::all_to_all(comm, send, recv)
         }))
+    }
+
+    /// [`all_gather_varcount_into`](Self::all_gather_varcount_into) as a request
+    /// (`MPI_Iallgatherv`).
+    fn immediate_all_gather_varcount_into<'a, Sc, S, R>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        S: Buffer + ?Sized,
+        R: PartitionedBufferMut + ?Sized,
+    {
+        let comm = self.data();
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_all_gather_varcount_into",
+            || calls::all_gather_varcount(comm, send, recv),
+        ))
+    }
+
+    /// [`all_to_all_varcount_into`](Self::all_to_all_varcount_into) as a request
+    /// (`MPI_Ialltoallv`).
+    fn immediate_all_to_all_varcount_into<'a, Sc, S, R>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        S: PartitionedBuffer + ?Sized,
+        R: PartitionedBufferMut + ?Sized,
+    {
+        let comm = self.data();
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_all_to_all_varcount_into",
+            || calls::all_to_all_varcount(comm, send, recv),
+        ))
     }
 
     /// [`all_reduce_into`](Self::all_reduce_into) as a request (`MPI_Iallreduce`).

@@ -3,7 +3,9 @@
 
 use super::algorithms::{allgather, allreduce, exchange, tree, Ranks};
 use super::schedule::{Plan, Region, Span};
-use super::select::{self, Allgather, Allreduce, Alltoall, Broadcast, ReduceScatter, Rooted};
+use super::select::{
+    self, Allgather, Allreduce, Alltoall, Broadcast, Reduce, ReduceScatter, Rooted,
+};
 use crate::error::Cause;
 
 fn send(len: usize) -> Span {
@@ -49,11 +51,31 @@ pub(crate) fn broadcast(
     Ok(p)
 }
 
-pub(crate) fn reduce(ranks: Ranks, root: u32, len: usize, commutative: bool) -> Plan {
+pub(crate) fn reduce(
+    ranks: Ranks,
+    root: u32,
+    len: usize,
+    element: usize,
+    commutative: bool,
+) -> Result<Plan, Cause> {
     let mut p = Plan::default();
     let output = (ranks.rank == root).then(|| recv(len));
-    tree::reduce(&mut p, ranks, root, commutative, send(len), output);
-    p
+    match select::reduce(len)? {
+        Reduce::Binomial => tree::reduce(&mut p, ranks, root, commutative, send(len), output),
+        Reduce::ReduceScatterGather => {
+            let element = element.max(1);
+            allreduce::reduce_scatter_gather(
+                &mut p,
+                ranks,
+                root,
+                send(len),
+                output,
+                element,
+                commutative,
+            )
+        }
+    }
+    Ok(p)
 }
 
 pub(crate) fn all_reduce(
@@ -63,13 +85,20 @@ pub(crate) fn all_reduce(
     commutative: bool,
 ) -> Result<Plan, Cause> {
     let mut p = Plan::default();
-    let acc = recv(len);
-    p.copy(send(len), acc);
+    let (own, acc) = (send(len), recv(len));
     let element = element.max(1);
     match select::allreduce(len, commutative)? {
-        Allreduce::RecursiveDoubling => allreduce::recursive_doubling(&mut p, ranks, acc),
-        Allreduce::Rabenseifner => allreduce::rabenseifner(&mut p, ranks, acc, element),
-        Allreduce::Ring => allreduce::ring(&mut p, ranks, acc, element),
+        Allreduce::RecursiveDoubling => {
+            p.copy(own, acc);
+            allreduce::recursive_doubling(&mut p, ranks, acc)
+        }
+        Allreduce::Rabenseifner => {
+            allreduce::rabenseifner(&mut p, ranks, own, acc, element, commutative)
+        }
+        Allreduce::Ring => {
+            p.copy(own, acc);
+            allreduce::ring(&mut p, ranks, acc, element)
+        }
     }
     Ok(p)
 }

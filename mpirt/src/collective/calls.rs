@@ -237,6 +237,19 @@ where
     Ok(Call::new(plan, both(send, recv), datatype))
 }
 
+/// The element type of an all-reduce's buffers, once they and the operation agree.
+pub(crate) fn check_all_reduce<S, R, O>(send: &S, recv: &R, op: &O) -> Result<Datatype, Cause>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    let datatype = same_type(send.datatype(), recv.datatype())?;
+    op.check(datatype)?;
+    expect_count("the receive buffer", send.count(), recv.count())?;
+    Ok(datatype)
+}
+
 pub(crate) fn all_reduce<'a, S, R, O>(
     comm: &CommData,
     send: &S,
@@ -248,9 +261,7 @@ where
     R: BufferMut + ?Sized,
     O: Operation + 'a,
 {
-    let datatype = same_type(send.datatype(), recv.datatype())?;
-    op.check(datatype)?;
-    expect_count("the receive buffer", send.count(), recv.count())?;
+    let datatype = check_all_reduce(send, recv, &op)?;
     let (len, commutative) = (send.byte_len(), op.is_commutative());
     let plan = build::all_reduce(ranks(comm), len, datatype.size(), commutative)?;
     Ok(Call::new(plan, both(send, recv), datatype).reducing(op))
@@ -339,7 +350,8 @@ where
         "the root calls reduce_into_root, the others reduce_into",
     )?;
     op.check(send.datatype())?;
-    let plan = build::reduce(ranks(comm), root, send.byte_len(), op.is_commutative());
+    let (len, element) = (send.byte_len(), send.datatype().size());
+    let plan = build::reduce(ranks(comm), root, len, element, op.is_commutative())?;
     let call = match recv {
         Some(recv) => {
             let datatype = same_type(send.datatype(), recv.datatype())?;

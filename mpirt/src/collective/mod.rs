@@ -2,33 +2,40 @@
 //! communicator, [`Root`] on the process that roots a rooted collective.
 //!
 //! Each call checks its buffers, plans this rank's part of the chosen algorithm (see
-//! `select` for the choices and `MPIRT_COLL_*` to force one) and runs the plan. Collective
-//! traffic uses negative tags, which no user receive can match, and each call on a
-//! communicator takes the next tag of a per-communicator sequence: successive (or overlapping
-//! immediate) collectives never take each other's messages, since every rank calls the
-//! collectives of a communicator in the same order.
+//! `select` for the choices and `MPIRT_COLL_*` to force one) and runs the plan; short
+//! blocking all-reductions among ranks of one host go through a shared-memory area instead
+//! (`shared`). Collective traffic uses negative tags, which no user receive can match, and
+//! each call on a communicator takes the next tag of a per-communicator sequence: successive
+//! (or overlapping immediate) collectives never take each other's messages, since every rank
+//! calls the collectives of a communicator in the same order.
 
 use crate::communicator::CommData;
 use crate::error::{Cause, Error};
-use crate::request::Scope;
+use crate::request::{Request, Scope, StaticScope};
 
 mod algorithms;
 mod all;
 mod build;
 mod calls;
 mod op;
-mod progress;
-mod request;
+pub(crate) mod progress;
+pub(crate) mod request;
 mod root;
 mod schedule;
 mod select;
+mod shared;
 
 pub use all::CommunicatorCollectives;
 pub use op::{DynBuffer, DynBufferMut, Operation, SystemOperation, UserOperation};
-pub use request::CollectiveRequest;
 pub use root::Root;
 
 use calls::Call;
+pub(crate) use shared::AreaSlot;
+
+/// The request of an immediate collective: a [`Request`](crate::request::Request) like those
+/// of point-to-point operations, so that both kinds go into the same `wait_any`, `wait_all`
+/// and `test_any`.
+pub type CollectiveRequest<'a, S = StaticScope> = crate::request::Request<'a, S>;
 
 /// The collective traits: `use mpirt::collective::traits::*;`.
 pub mod traits {
@@ -63,5 +70,8 @@ fn immediate<'a, Sc: Scope<'a>>(
     // SAFETY: the buffers are borrowed for 'a, and the scope does not let 'a end before the
     // request completes.
     let execution = unsafe { call.start(comm) };
-    Ok(CollectiveRequest::new(execution, scope, operation))
+    Ok(Request::collective(
+        request::Running::new(execution, operation),
+        scope,
+    ))
 }

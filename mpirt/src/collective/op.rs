@@ -105,6 +105,9 @@ impl SystemOperation {
 /// A primitive element that built-in operations know: its bytes in and out, and each
 /// operation, `None` where the operation is not defined for it.
 trait Element: Copy + Equivalence {
+    /// Whether every bit pattern of its size is a value, so that aligned bytes may be viewed
+    /// as a slice of it.
+    const ANY_BITS: bool = true;
     fn load(bytes: &[u8]) -> Self;
     fn store(self, bytes: &mut [u8]);
     fn combine(op: Builtin, a: Self, b: Self) -> Option<Self>;
@@ -167,6 +170,7 @@ macro_rules! float_element {
 float_element!(f32, f64);
 
 impl Element for bool {
+    const ANY_BITS: bool = false;
     fn load(bytes: &[u8]) -> Self {
         bytes[0] != 0
     }
@@ -183,11 +187,41 @@ impl Element for bool {
     }
 }
 
+/// `acc = incoming ∘ acc`, element by element. Each operation gets a loop of its own, with
+/// the operation known inside it, so that the compiler can vectorize it.
 fn combine_all<T: Element>(op: Builtin, incoming: &[u8], acc: &mut [u8]) {
+    macro_rules! each {
+        ($($op:ident),*) => {
+            match op {
+                $(Builtin::$op => combine_with::<T>(incoming, acc, |a, b| {
+                    T::combine(Builtin::$op, a, b)
+                }),)*
+            }
+        };
+    }
+    each!(
+        Sum, Product, Min, Max, LogicalAnd, LogicalOr, LogicalXor, BitwiseAnd, BitwiseOr,
+        BitwiseXor
+    )
+}
+
+#[inline(always)]
+fn combine_with<T: Element>(incoming: &[u8], acc: &mut [u8], f: impl Fn(T, T) -> Option<T>) {
+    let apply = |a, b| f(a, b).expect("checked before the call");
+    if T::ANY_BITS {
+        // SAFETY: every bit pattern is a `T` (`ANY_BITS`), and only the aligned middle is used.
+        let ((pre_in, inc, post_in), (pre_acc, accs, post_acc)) =
+            unsafe { (incoming.align_to::<T>(), acc.align_to_mut::<T>()) };
+        if pre_in.is_empty() && post_in.is_empty() && pre_acc.is_empty() && post_acc.is_empty() {
+            for (a, b) in inc.iter().zip(accs) {
+                *b = apply(*a, *b);
+            }
+            return;
+        }
+    }
     let size = size_of::<T>();
     for (a, b) in incoming.chunks_exact(size).zip(acc.chunks_exact_mut(size)) {
-        let result = T::combine(op, T::load(a), T::load(b)).expect("checked before the call");
-        result.store(b);
+        apply(T::load(a), T::load(b)).store(b);
     }
 }
 

@@ -1,7 +1,7 @@
 //! Immediate collectives in flight advance one another. A collective posts its next round only
 //! when it is stepped; MPI lets ranks complete their requests in any order, so whoever waits
-//! (an immediate collective's `wait` or `test`, or a blocking collective) also steps every
-//! other immediate collective of this thread, and wakes when any of their transfers finishes.
+//! (any request's `wait` or `test`, a blocking collective) also steps every immediate
+//! collective of this thread, and wakes when any of their transfers finishes.
 
 use std::cell::RefCell;
 use std::ptr::NonNull;
@@ -58,11 +58,27 @@ pub(crate) fn others_in_flight(me: *const Execution<'_>) -> bool {
 pub(crate) fn advance_others(me: *const Execution<'_>) {
     for other in others(me) {
         // SAFETY: registered executions are valid until unregistered (`register`'s contract),
-        // this thread is inside `me`'s step, so no other access to `other` is live, and `me`
-        // is never in the list.
+        // this thread is inside `me`'s step or (with `me` null) in a wait outside every
+        // execution, so no other access to `other` is live, and `me` is never in the list.
         let other = unsafe { &mut *other.as_ptr() };
         let _ = other.step_alone(false);
     }
+}
+
+/// Whether any immediate collective is in flight: then a wait on anything else must keep
+/// stepping it.
+pub(crate) fn any_in_flight() -> bool {
+    others_in_flight(std::ptr::null())
+}
+
+/// Steps every registered execution, for a wait that is not one of them.
+pub(crate) fn advance_all() {
+    advance_others(std::ptr::null());
+}
+
+/// The transfers in flight of every registered execution.
+pub(crate) fn handles_of_all() -> Vec<Handle> {
+    handles_of_others(std::ptr::null())
 }
 
 /// The transfers in flight of every other registered execution.

@@ -303,6 +303,87 @@ pub trait Root {
             || calls::scatter(comm, root, Some(send), recv),
         ))
     }
+    /// [`gather_varcount_into`](Self::gather_varcount_into) as a request (`MPI_Igatherv`).
+    fn immediate_gather_varcount_into<'a, Sc, S>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        S: Buffer + ?Sized,
+    {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_gather_varcount_into",
+            || calls::gather_varcount(comm, root, send, None::<&mut NoPartsMut>),
+        ))
+    }
+
+    /// [`gather_varcount_into_root`](Self::gather_varcount_into_root) as a request
+    /// (`MPI_Igatherv`).
+    fn immediate_gather_varcount_into_root<'a, Sc, S, R>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        S: Buffer + ?Sized,
+        R: PartitionedBufferMut + ?Sized,
+    {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_gather_varcount_into_root",
+            || calls::gather_varcount(comm, root, send, Some(recv)),
+        ))
+    }
+
+    /// [`scatter_varcount_into`](Self::scatter_varcount_into) as a request (`MPI_Iscatterv`).
+    fn immediate_scatter_varcount_into<'a, Sc, R>(
+        &self,
+        scope: Sc,
+        recv: &'a mut R,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        R: BufferMut + ?Sized,
+    {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_scatter_varcount_into",
+            || calls::scatter_varcount(comm, root, None::<&NoParts>, recv),
+        ))
+    }
+
+    /// [`scatter_varcount_into_root`](Self::scatter_varcount_into_root) as a request
+    /// (`MPI_Iscatterv`).
+    fn immediate_scatter_varcount_into_root<'a, Sc, S, R>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> CollectiveRequest<'a, Sc>
+    where
+        Sc: Scope<'a>,
+        S: PartitionedBuffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_scatter_varcount_into_root",
+            || calls::scatter_varcount(comm, root, Some(send), recv),
+        ))
+    }
 }
 
 impl Root for Process<'_> {

@@ -6,7 +6,6 @@
 //! scratch buffer of the schedule), so a schedule holds no pointers and is checked against its
 //! buffers once, when it starts.
 
-use std::mem::size_of;
 use std::ptr::NonNull;
 
 use pml::{Done, Handle, SendMode, SourceSel, TagSel};
@@ -259,11 +258,7 @@ impl<'a> Execution<'a> {
             };
             staging
         });
-        let scratch = plan
-            .scratch
-            .iter()
-            .map(|&len| vec![0; len.div_ceil(size_of::<Aligned>())])
-            .collect();
+        let scratch = plan.scratch.iter().map(|&len| scratch::take(len)).collect();
         let tag = comm.next_tag();
         let execution = Execution {
             comm,
@@ -284,6 +279,8 @@ impl<'a> Execution<'a> {
 
     /// Every span lies inside its buffer: what makes the pointers below valid.
     fn check_spans(&self) {
+        // A non-commutative reduction may use its incoming span as room for the result.
+        let commutative = self.op.as_ref().is_none_or(|op| op.is_commutative());
         let spans = self.plan.rounds.iter().flat_map(|round| {
             let transfers = round.transfers.iter().map(|t| match t {
                 Transfer::Send { span, .. } => (*span, false),
@@ -291,7 +288,7 @@ impl<'a> Execution<'a> {
             });
             let locals = round.locals.iter().flat_map(|l| match l {
                 Local::Copy { from, to } => [(*from, false), (*to, true)],
-                Local::Reduce { incoming, acc, .. } => [(*incoming, true), (*acc, true)],
+                Local::Reduce { incoming, acc, .. } => [(*incoming, !commutative), (*acc, true)],
             });
             transfers.chain(locals)
         });
@@ -495,17 +492,18 @@ impl<'a> Execution<'a> {
                 || acc.offset + acc.len <= incoming.offset,
             "collective schedule: overlapping reduction operands"
         );
-        // SAFETY: both spans are inside their buffers, writable (`check_spans`), and disjoint
-        // (asserted above), so the two slices do not alias.
-        let (inc, accumulated) = unsafe {
-            (
-                std::slice::from_raw_parts_mut(self.pointer(incoming), incoming.len),
-                std::slice::from_raw_parts_mut(self.pointer(acc), acc.len),
-            )
-        };
+        // SAFETY: both spans are inside their buffers (`check_spans`) and disjoint (asserted
+        // above), so the slices do not alias; `acc` is writable.
+        let accumulated = unsafe { std::slice::from_raw_parts_mut(self.pointer(acc), acc.len) };
         if incoming_lower || op.is_commutative() {
+            // SAFETY: as above; the incoming span is only read.
+            let inc = unsafe { std::slice::from_raw_parts(self.pointer(incoming), incoming.len) };
             op.apply(self.datatype, inc, accumulated);
         } else {
+            // SAFETY: as above; `check_spans` let non-commutative reductions write the
+            // incoming span.
+            let inc =
+                unsafe { std::slice::from_raw_parts_mut(self.pointer(incoming), incoming.len) };
             op.apply(self.datatype, accumulated, inc);
             accumulated.copy_from_slice(inc);
         }
@@ -547,5 +545,52 @@ impl Drop for Execution<'_> {
         // Only an abandoned or finished execution is dropped by the API; anything else in
         // flight is taken back before its buffers go.
         self.abandon();
+        for buffer in self.scratch.drain(..) {
+            scratch::give_back(buffer);
+        }
+    }
+}
+
+/// Scratch buffers kept from one collective for the next: a fresh long buffer costs a page
+/// fault per page (or zeroing), which for a 1 MiB all-reduce is a good part of the call.
+mod scratch {
+    use std::cell::RefCell;
+    use std::mem::size_of;
+
+    use super::Aligned;
+
+    /// Buffers kept per thread; more are freed.
+    const KEPT: usize = 8;
+
+    thread_local! {
+        static FREE: RefCell<Vec<Vec<Aligned>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// A buffer of at least `len` bytes; its bytes are whatever the last user left (any
+    /// bytes are valid `Aligned` values, and plans write scratch before reading it).
+    pub fn take(len: usize) -> Vec<Aligned> {
+        let words = len.div_ceil(size_of::<Aligned>());
+        let reused = FREE.with(|free| {
+            let mut free = free.borrow_mut();
+            let fit = free.iter().position(|b| b.len() >= words)?;
+            Some(free.swap_remove(fit))
+        });
+        reused.unwrap_or_else(|| vec![0; words])
+    }
+
+    pub fn give_back(buffer: Vec<Aligned>) {
+        // During thread-local teardown the buffer is simply freed.
+        let _ = FREE.try_with(|free| {
+            let mut free = free.borrow_mut();
+            if free.len() == KEPT {
+                // The shortest goes: the long ones are the costly ones to make again.
+                let shortest = (0..KEPT).min_by_key(|&i| free[i].len()).expect("KEPT > 0");
+                if free[shortest].len() >= buffer.len() {
+                    return;
+                }
+                free.swap_remove(shortest);
+            }
+            free.push(buffer);
+        });
     }
 }

@@ -15,6 +15,9 @@ const BROADCAST_FEW: u32 = 7;
 const ALLREDUCE_SHORT: usize = 8 << 10;
 /// Longer ones by Rabenseifner up to this many bytes, then by ring.
 const ALLREDUCE_RING: usize = 1 << 20;
+/// Reductions to a root of more than this many bytes go by reduce-scatter then gather
+/// (Rabenseifner), shorter ones up a binomial tree.
+const REDUCE_LONG: usize = 64 << 10;
 /// All-gathers whose result is up to this many bytes go by recursive doubling (powers of two)
 /// or Bruck; longer ones by ring.
 const ALLGATHER_SHORT: usize = 64 << 10;
@@ -36,7 +39,12 @@ const BROADCAST: Choice = Choice {
 };
 const ALLREDUCE: Choice = Choice {
     variable: "MPIRT_COLL_ALLREDUCE",
-    choices: &["recursive_doubling", "rabenseifner", "ring"],
+    choices: &[
+        "shared_memory",
+        "recursive_doubling",
+        "rabenseifner",
+        "ring",
+    ],
 };
 const ALLGATHER: Choice = Choice {
     variable: "MPIRT_COLL_ALLGATHER",
@@ -54,13 +62,18 @@ const SCATTER: Choice = Choice {
     variable: "MPIRT_COLL_SCATTER",
     choices: &["binomial", "linear"],
 };
+const REDUCE: Choice = Choice {
+    variable: "MPIRT_COLL_REDUCE",
+    choices: &["binomial", "reduce_scatter_gather"],
+};
 const REDUCE_SCATTER: Choice = Choice {
     variable: "MPIRT_COLL_REDUCE_SCATTER",
     choices: &["ring", "reduce_scatter"],
 };
 
-const ALL: [&Choice; 7] = [
+const ALL: [&Choice; 8] = [
     &BROADCAST,
+    &REDUCE,
     &ALLREDUCE,
     &ALLGATHER,
     &ALLTOALL,
@@ -114,17 +127,39 @@ pub(crate) fn broadcast(bytes: usize, size: u32) -> Result<Broadcast, Cause> {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reduce {
+    Binomial,
+    ReduceScatterGather,
+}
+
+pub(crate) fn reduce(bytes: usize) -> Result<Reduce, Cause> {
+    Ok(match REDUCE.forced()? {
+        Some("binomial") => Reduce::Binomial,
+        Some(_) => Reduce::ReduceScatterGather,
+        None if bytes <= REDUCE_LONG => Reduce::Binomial,
+        None => Reduce::ReduceScatterGather,
+    })
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Allreduce {
     RecursiveDoubling,
     Rabenseifner,
     Ring,
 }
 
+/// Whether a blocking all-reduce of `bytes` goes through the communicator's shared-memory
+/// area (when it has one): by default whenever it fits in `fits` bytes, forced or not,
+/// never when another algorithm is forced.
+pub(crate) fn allreduce_in_shared_memory(bytes: usize, fits: usize) -> Result<bool, Cause> {
+    Ok(matches!(ALLREDUCE.forced()?, None | Some("shared_memory")) && bytes <= fits)
+}
+
 /// A forced ring falls back to Rabenseifner for a non-commutative operation, whose partial
 /// results must stay in rank order.
 pub(crate) fn allreduce(bytes: usize, commutative: bool) -> Result<Allreduce, Cause> {
     let chosen = match ALLREDUCE.forced()? {
-        Some("recursive_doubling") => Allreduce::RecursiveDoubling,
+        Some("recursive_doubling" | "shared_memory") => Allreduce::RecursiveDoubling,
         Some("rabenseifner") => Allreduce::Rabenseifner,
         Some(_) => Allreduce::Ring,
         None if bytes <= ALLREDUCE_SHORT => Allreduce::RecursiveDoubling,

@@ -1,6 +1,8 @@
-//! All-reduce: every rank ends with the reduction of every rank's vector.
+//! All-reduce: every rank ends with the reduction of every rank's vector; and the reduce that
+//! shares Rabenseifner's halving.
 //!
-//! Each function starts from `acc` holding this rank's own vector and leaves the result there.
+//! Recursive doubling and ring start from `acc` holding this rank's own vector and leave the
+//! result there; the Rabenseifner forms take the vector in `own`.
 
 use super::{chunk, Fold, FoldRole, Ranks};
 use crate::collective::schedule::{Plan, Span};
@@ -37,30 +39,142 @@ pub(crate) fn recursive_doubling(p: &mut Plan, ranks: Ranks, acc: Span) {
 }
 
 /// Rabenseifner: a reduce-scatter by recursive halving, then an all-gather by recursive
-/// doubling, each moving half as much as the round before. Best for long vectors; the halving
-/// pairs nearest ranks first so that each partial result covers a run of ranks in order.
-pub(crate) fn rabenseifner(p: &mut Plan, ranks: Ranks, acc: Span, element: usize) {
+/// doubling, each moving half as much as the round before. Best for long vectors.
+///
+/// Starts from this rank's vector in `own` and leaves the result in `acc`.
+pub(crate) fn rabenseifner(
+    p: &mut Plan,
+    ranks: Ranks,
+    own: Span,
+    acc: Span,
+    element: usize,
+    commutative: bool,
+) {
+    let Some(halved) = halving(p, ranks, own, acc, element, commutative) else {
+        // A folded rank gets the whole result from the partner it handed its vector to.
+        p.round().recv(ranks.rank + 1, acc);
+        return;
+    };
+    for step in halved.steps.iter().rev() {
+        p.round()
+            .send(step.peer, halved.elements(step.kept))
+            .recv(step.peer, halved.elements(step.given));
+    }
+    if let Some(folded) = halved.folded {
+        p.round().send(folded, acc);
+    }
+}
+
+/// Reduce by reduce-scatter then gather (Rabenseifner's reduce): the halving of
+/// [`rabenseifner`], then the parts travel back up the halving's pairs toward the rank that
+/// collects them (the root, or its partner if the root is folded into it). Each rank moves
+/// about its vector once instead of log2 n times. The root ends with the result in `output`.
+pub(crate) fn reduce_scatter_gather(
+    p: &mut Plan,
+    ranks: Ranks,
+    root: u32,
+    own: Span,
+    output: Option<Span>,
+    element: usize,
+    commutative: bool,
+) {
     let fold = Fold::new(ranks.size);
-    let tmp = p.scratch(acc.len);
+    let collector = match fold.role(root) {
+        FoldRole::Folded { partner } => partner,
+        FoldRole::Doubling { .. } => root,
+    };
+    let acc = match output {
+        Some(output) => output,
+        None => p.scratch(own.len),
+    };
+    let Some(halved) = halving(p, ranks, own, acc, element, commutative) else {
+        if ranks.rank == root {
+            p.round().recv(collector, acc);
+        }
+        return;
+    };
+    let target = match fold.role(collector) {
+        FoldRole::Doubling { virtual_rank, .. } => virtual_rank,
+        FoldRole::Folded { .. } => unreachable!("the collector doubles"),
+    };
+    for step in halved.steps.iter().rev() {
+        if halved.v & step.mask != target & step.mask {
+            // This rank's part goes to the side of the collector; it is done.
+            p.round().send(step.peer, halved.elements(step.kept));
+            return;
+        }
+        p.round().recv(step.peer, halved.elements(step.given));
+    }
+    if ranks.rank != root {
+        p.round().send(root, acc);
+    }
+}
+
+/// One round of recursive halving: the ranges (in elements) this rank kept and gave away.
+struct Halving {
+    mask: u32,
+    peer: u32,
+    kept: (usize, usize),
+    given: (usize, usize),
+}
+
+/// Where a rank stands after [`halving`].
+struct Halved {
+    /// Its virtual rank, and the rank folded into it if any.
+    v: u32,
+    folded: Option<u32>,
+    steps: Vec<Halving>,
+    acc: Span,
+    element: usize,
+}
+
+impl Halved {
+    /// The span of `acc` that holds elements `[lo, hi)`.
+    fn elements(&self, (lo, hi): (usize, usize)) -> Span {
+        self.acc.sub(lo * self.element, (hi - lo) * self.element)
+    }
+}
+
+/// A reduce-scatter by recursive halving, from `own` into `acc`: each round, the pair
+/// exchanges half of what it still holds and reduces the half it keeps, so virtual rank v ends
+/// with the reduction of its last kept range. The halving pairs nearest ranks first so that
+/// each partial result covers a run of ranks in order (non-commutative operations keep rank
+/// order). `None` on a folded rank, which only hands its vector to its partner.
+///
+/// For a commutative operation on a rank that folds in no other, the first round sends from
+/// `own` and receives straight into `acc`, reducing `own`'s kept half into it: the vector is
+/// never copied whole (with two ranks, nothing is copied but by the transfers).
+fn halving(
+    p: &mut Plan,
+    ranks: Ranks,
+    own: Span,
+    acc: Span,
+    element: usize,
+    commutative: bool,
+) -> Option<Halved> {
+    let fold = Fold::new(ranks.size);
     let (v, folded) = match fold.role(ranks.rank) {
         FoldRole::Folded { partner } => {
-            p.round().send(partner, acc);
-            p.round().recv(partner, acc);
-            return;
+            p.round().send(partner, own);
+            return None;
         }
         FoldRole::Doubling {
             virtual_rank,
             folded,
         } => (virtual_rank, folded),
     };
+    let mut direct = commutative && fold.p2 > 1 && folded.is_none();
+    if !direct {
+        p.copy(own, acc);
+    }
+    let tmp = p.scratch(acc.len);
     if let Some(folded) = folded {
         p.round().recv(folded, tmp);
         p.reduce(tmp, acc, true);
     }
-    let elements = |(lo, hi): (usize, usize)| acc.sub(lo * element, (hi - lo) * element);
-    let scratch_of = |(lo, hi): (usize, usize)| tmp.sub(lo * element, (hi - lo) * element);
+    let within = |span: Span, (lo, hi): (usize, usize)| span.sub(lo * element, (hi - lo) * element);
     let (mut lo, mut hi) = (0, acc.len / element);
-    let mut halvings = Vec::new();
+    let mut steps = Vec::new();
     let mut mask = 1;
     while mask < fold.p2 {
         let partner = v ^ mask;
@@ -71,22 +185,34 @@ pub(crate) fn rabenseifner(p: &mut Plan, ranks: Ranks, acc: Span, element: usize
             ((mid, hi), (lo, mid))
         };
         let peer = fold.real(partner);
-        p.round()
-            .send(peer, elements(given))
-            .recv(peer, scratch_of(kept));
-        p.reduce(scratch_of(kept), elements(kept), partner < v);
-        halvings.push((peer, kept, given));
+        if direct {
+            p.round()
+                .send(peer, within(own, given))
+                .recv(peer, within(acc, kept));
+            p.reduce(within(own, kept), within(acc, kept), v < partner);
+            direct = false;
+        } else {
+            p.round()
+                .send(peer, within(acc, given))
+                .recv(peer, within(tmp, kept));
+            p.reduce(within(tmp, kept), within(acc, kept), partner < v);
+        }
+        steps.push(Halving {
+            mask,
+            peer,
+            kept,
+            given,
+        });
         (lo, hi) = kept;
         mask <<= 1;
     }
-    for (peer, kept, given) in halvings.into_iter().rev() {
-        p.round()
-            .send(peer, elements(kept))
-            .recv(peer, elements(given));
-    }
-    if let Some(folded) = folded {
-        p.round().send(folded, acc);
-    }
+    Some(Halved {
+        v,
+        folded,
+        steps,
+        acc,
+        element,
+    })
 }
 
 /// Ring: a reduce-scatter then an all-gather around the ring, n-1 steps each, every step

@@ -1,0 +1,350 @@
+//! All-reductions of short vectors among ranks of one host, through a memory area that every
+//! rank of the communicator maps: no messages, no matching, one flag per rank and call.
+//!
+//! Each rank owns two cells of the area and uses them by turns: for call k it writes its
+//! vector into cell k % 2, then publishes k in the cell's flag. Every rank waits for each flag
+//! of call k and reduces the vectors in rank order, so all ranks get the same result, in rank
+//! order for non-commutative operations. A rank writes call k + 2 over call k only once it has
+//! finished call k + 1, which needed every rank to have entered k + 1, hence to have finished
+//! reading call k: two cells per rank need no other handshake. That argument holds for
+//! blocking calls only (an immediate call may still be reading when its rank starts the
+//! next), so immediate all-reductions go by messages.
+//!
+//! The area is set up by the communicator's first call that fits: rank 0 creates a file under
+//! /dev/shm, broadcasts its name, every rank maps it, and all agree whether every rank could
+//! (ranks on other hosts cannot); the name is removed once agreed. Calls go by messages from
+//! then on if not every rank mapped it.
+
+use std::cell::{Cell, RefCell};
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::ptr::NonNull;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::communicator::CommData;
+use crate::datatype::Datatype;
+use crate::environment::with_engine;
+use crate::error::{Cause, Error};
+
+use super::op::{Operation, SystemOperation};
+use super::{blocking, calls, progress, select};
+
+/// Longest vector, in bytes, an all-reduce sends through the area.
+pub(crate) const SHARED_MAX: usize = 4096;
+/// A cell's flag and length, on a cache line of their own ahead of the vector.
+const HEADER: usize = 64;
+const CELL: usize = HEADER + SHARED_MAX;
+/// Room for the area's name in the broadcast that shares it.
+const NAME_BYTES: usize = 64;
+
+/// Polls of a flag between two rounds of message progress, which a rank waiting here still
+/// owes its peers (their sends to it, its immediate collectives).
+const PROGRESS_EVERY: u32 = 64;
+/// How long a waiting rank spins when every rank has a core of its own: a rank that waits
+/// here is usually waiting for a peer that was preempted, and yielding would not run that
+/// peer (it is on another core) but could hand this core to another process for a whole
+/// time slice (on a busy host, 10 ms here instead of 1 s left 8-byte latencies spread
+/// further). Only a wait for a peer that is computing lasts longer: then it yields, then it
+/// naps.
+const SPIN_FOR: Duration = Duration::from_secs(1);
+const YIELD_FOR: Duration = Duration::from_millis(10);
+const NAP: Duration = Duration::from_micros(50);
+/// Polls between two readings of the clock.
+const POLLS_PER_CLOCK: u32 = 256;
+
+/// A cell's header, shared with the other ranks' processes.
+#[repr(C)]
+struct Flag {
+    /// The call whose vector the cell holds (0 before the first).
+    call: AtomicU64,
+    len: AtomicU64,
+}
+
+/// A shared mapping of the area's file, unmapped on drop.
+struct Mapping {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+impl Mapping {
+    fn of(file: &File, len: usize) -> Option<Mapping> {
+        // SAFETY: a fresh shared mapping of an open file, at an address the kernel picks, so
+        // it aliases no Rust object; the callers made the file `len` bytes long, so every
+        // mapped page is backed.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        (p != libc::MAP_FAILED).then(|| Mapping {
+            base: NonNull::new(p.cast()).expect("mmap never returns null on success"),
+            len,
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: exactly the range mapped in `of`; the area that owns this mapping hands out
+        // no reference into it that outlives a call.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+/// This rank's view of a communicator's area.
+pub(crate) struct Area {
+    map: Mapping,
+    rank: u32,
+    size: u32,
+    /// All-reductions run through the area so far.
+    calls: Cell<u64>,
+    /// More ranks than cores: a waiting rank yields at once so that the one it waits for runs.
+    oversubscribed: bool,
+}
+
+/// Whether a communicator has an area, as its first fitting call found out.
+#[derive(Default)]
+pub(crate) enum AreaState {
+    #[default]
+    Untried,
+    Unavailable,
+    Ready(Rc<Area>),
+}
+
+/// Where a communicator keeps its [`AreaState`], shared by its handles.
+#[derive(Default)]
+pub(crate) struct AreaSlot(RefCell<AreaState>);
+
+impl std::fmt::Debug for AreaSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &*self.0.borrow() {
+            AreaState::Untried => "untried",
+            AreaState::Unavailable => "unavailable",
+            AreaState::Ready(_) => "ready",
+        };
+        f.write_str(state)
+    }
+}
+
+fn area_bytes(size: u32) -> usize {
+    2 * CELL * size as usize
+}
+
+fn path(name: &str) -> String {
+    format!("/dev/shm/{name}")
+}
+
+/// A name no other area of this host has: this process, the communicator's context, and a
+/// count of the areas this process made (context ids are reused).
+fn unique_name(context: u32) -> String {
+    static MADE: AtomicU32 = AtomicU32::new(0);
+    let n = MADE.fetch_add(1, Ordering::Relaxed);
+    format!("mpirt-coll-{}-{context}-{n}", std::process::id())
+}
+
+fn create(name: &str, len: usize) -> Option<Mapping> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path(name))
+        .ok()?;
+    file.set_len(len as u64).ok()?;
+    Mapping::of(&file, len)
+}
+
+fn open(name: &str, len: usize) -> Option<Mapping> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path(name))
+        .ok()?;
+    (file.metadata().ok()?.len() == len as u64).then_some(())?;
+    Mapping::of(&file, len)
+}
+
+/// Sets up the communicator's area (collective; see the module's notes).
+fn set_up(comm: &CommData, operation: &'static str) -> Result<Option<Area>, Error> {
+    let len = area_bytes(comm.size);
+    let mut name = [0u8; NAME_BYTES];
+    let mut mapping = None;
+    if comm.rank == 0 {
+        let made = unique_name(comm.context);
+        mapping = create(&made, len);
+        if mapping.is_some() {
+            name[..made.len()].copy_from_slice(made.as_bytes());
+        }
+    }
+    blocking(comm, operation, || calls::broadcast(comm, 0, &mut name[..]))?;
+    let end = name.iter().position(|&b| b == 0).unwrap_or(NAME_BYTES);
+    let shared = std::str::from_utf8(&name[..end]).unwrap_or("");
+    if comm.rank != 0 && !shared.is_empty() {
+        mapping = open(shared, len);
+    }
+    let mapped = [i32::from(mapping.is_some())];
+    let mut everyone = [0i32];
+    blocking(comm, operation, || {
+        calls::all_reduce(comm, &mapped[..], &mut everyone[..], SystemOperation::min())
+    })?;
+    if comm.rank == 0 && !shared.is_empty() {
+        // Every rank has mapped it or given up: the name is no longer needed.
+        let _ = std::fs::remove_file(path(shared));
+    }
+    Ok((everyone[0] == 1).then(|| Area {
+        map: mapping.expect("every rank mapped the area"),
+        rank: comm.rank,
+        size: comm.size,
+        calls: Cell::new(0),
+        oversubscribed: online_cores().is_some_and(|cores| cores < comm.size as usize),
+    }))
+}
+
+/// The host's online cores: ranks bound to one core each see only that one as available.
+fn online_cores() -> Option<usize> {
+    // SAFETY: sysconf only reads a system setting.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).ok().filter(|&n| n > 0)
+}
+
+impl Area {
+    /// The flag and the vector bytes of `rank`'s cell for calls of parity `phase`.
+    fn cell(&self, rank: u32, phase: usize) -> (&Flag, *mut u8) {
+        let offset = (rank as usize * 2 + phase) * CELL;
+        debug_assert!(offset + CELL <= self.map.len);
+        // SAFETY: the cell lies inside the mapping (asserted), which is page aligned, so the
+        // header is aligned for its atomics; other processes touch it only atomically.
+        unsafe {
+            let base = self.map.base.as_ptr().add(offset);
+            (&*base.cast::<Flag>(), base.add(HEADER))
+        }
+    }
+
+    /// `recv = send_0 ∘ send_1 ∘ … ∘ send_(n-1)` over every rank's `send`.
+    fn all_reduce(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        datatype: Datatype,
+        op: &dyn Operation,
+    ) -> Result<(), Cause> {
+        debug_assert!(send.len() <= SHARED_MAX && send.len() == recv.len());
+        let call = self.calls.get() + 1;
+        self.calls.set(call);
+        let phase = (call % 2) as usize;
+        let (flag, data) = self.cell(self.rank, phase);
+        // SAFETY: this rank alone writes its cells, and no rank reads this one before its flag
+        // says `call` (see the module's notes); the vector fits the cell.
+        unsafe { std::ptr::copy_nonoverlapping(send.as_ptr(), data, send.len()) };
+        flag.len.store(send.len() as u64, Ordering::Relaxed);
+        flag.call.store(call, Ordering::Release);
+        // From the last rank down, each vector applied from the left keeps rank order.
+        for r in (0..self.size).rev() {
+            let incoming = if r == self.rank {
+                send
+            } else {
+                let (flag, data) = self.cell(r, phase);
+                self.wait_for(&flag.call, call)?;
+                let len = flag.len.load(Ordering::Relaxed) as usize;
+                if len != send.len() {
+                    return Err(Cause::LengthDisagrees {
+                        peer: r as i32,
+                        expected: send.len(),
+                        got: len,
+                    });
+                }
+                // SAFETY: rank r published these `len` bytes for this call (the acquire load
+                // in `wait_for` orders them before this read) and does not write the cell
+                // again before this rank has finished this call.
+                unsafe { std::slice::from_raw_parts(data, len) }
+            };
+            if r == self.size - 1 {
+                recv.copy_from_slice(incoming);
+            } else {
+                op.apply(datatype, incoming, recv);
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until `flag` says `call`, moving messages on meanwhile.
+    fn wait_for(&self, flag: &AtomicU64, call: u64) -> Result<(), Cause> {
+        let spin = if self.oversubscribed {
+            Duration::ZERO
+        } else {
+            SPIN_FOR
+        };
+        let mut polls = 0u32;
+        let mut idle = Duration::ZERO;
+        let mut since = None;
+        while flag.load(Ordering::Acquire) != call {
+            polls = polls.wrapping_add(1);
+            if polls.is_multiple_of(PROGRESS_EVERY) {
+                with_engine(|e| e.progress())?;
+                progress::advance_all();
+            }
+            if idle < spin {
+                if polls.is_multiple_of(POLLS_PER_CLOCK) {
+                    idle = since.get_or_insert_with(Instant::now).elapsed();
+                }
+                std::hint::spin_loop();
+                continue;
+            }
+            idle = since.get_or_insert_with(Instant::now).elapsed();
+            if idle < spin + YIELD_FOR {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(NAP);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The communicator's area, set up by this call if it is the first to ask.
+fn area(comm: &CommData, operation: &'static str) -> Result<Option<Rc<Area>>, Error> {
+    let slot = &comm.area_slot().0;
+    let untried = matches!(*slot.borrow(), AreaState::Untried);
+    if untried {
+        let state = match set_up(comm, operation)? {
+            Some(area) => AreaState::Ready(Rc::new(area)),
+            None => AreaState::Unavailable,
+        };
+        *slot.borrow_mut() = state;
+    }
+    Ok(match &*slot.borrow() {
+        AreaState::Ready(area) => Some(Rc::clone(area)),
+        _ => None,
+    })
+}
+
+/// Runs a blocking all-reduce through the area if it fits there; `false` if it must go by
+/// messages instead. The buffers were checked against each other by the caller.
+pub(crate) fn try_all_reduce(
+    comm: &CommData,
+    send: &[u8],
+    recv: &mut [u8],
+    datatype: Datatype,
+    op: &dyn Operation,
+) -> Result<bool, Error> {
+    const OPERATION: &str = "all_reduce_into";
+    let wanted = select::allreduce_in_shared_memory(send.len(), SHARED_MAX)
+        .map_err(|cause| Error::new(OPERATION, cause))?;
+    if !wanted || comm.size == 1 || datatype.needs_check() {
+        return Ok(false);
+    }
+    let Some(area) = area(comm, OPERATION)? else {
+        return Ok(false);
+    };
+    area.all_reduce(send, recv, datatype, op)
+        .map_err(|cause| Error::new(OPERATION, cause))?;
+    Ok(true)
+}
