@@ -27,7 +27,7 @@ RATIO_LABELS = {"ompi": "/OMPI", "mpich": "/MPICH", "ompi-rs": "/OMPI-rs", "mpic
 COLORS = {"mpirt": "#d62728", "ompi": "#1f77b4", "mpich": "#2ca02c", "ompi-rs": "#1f77b4",
           "mpich-rs": "#2ca02c"}
 UNITS = {"bw": "MB/s", "bibw": "MB/s", "mbw_mr": "messages/s", "launch": "s", "memcpy": "MB/s",
-         "cma": "MB/s"}
+         "memcpy-slots": "MB/s", "cma": "MB/s"}
 FIELDS = ["benchmark", "size", "runtime", "repeat", "value", "unit"]
 
 
@@ -42,6 +42,8 @@ def higher_is_better(bench):
 def rows(path):
     """Size -> value (the last column: osu_mbw_mr's message rate); the barrier's one value
     (no size column in OSU's format) is size 0."""
+    if not path.exists():
+        return {}  # a run cut short by run.sh's time limit (see its "limits" file)
     values = [l.split() for l in path.read_text().splitlines() if l and not l.startswith("#")]
     return {int(v[0]) if len(v) > 1 else 0: float(v[-1]) for v in values}
 
@@ -67,12 +69,14 @@ def collect(out, repeats, benches):
             for r, line in enumerate(path.read_text().splitlines(), 1):
                 start, end = map(float, line.split())
                 records.append(["launch", 8, who, r, end - start, "s"])
-    for bench in ("memcpy", "cma"):
-        path = out / f"{bench}.txt"
+    # memcpy.txt: between two warm buffers, then into osu_bw's 64 receive slots; cma.txt:
+    # whole-message then 256 KiB calls, the first being the single-copy ceiling.
+    for file, columns in (("memcpy", ("memcpy", "memcpy-slots")), ("cma", ("cma",))):
+        path = out / f"{file}.txt"
         if path.exists():
-            # cma.txt: whole-message then 256 KiB calls; the first is the single-copy ceiling.
             for r, line in enumerate(path.read_text().splitlines(), 1):
-                records.append([bench, 1 << 22, bench, r, float(line.split()[0]), "MB/s"])
+                for bench, value in zip(columns, line.split()):
+                    records.append([bench, 1 << 22, bench, r, float(value), "MB/s"])
     return records
 
 
@@ -136,7 +140,8 @@ def charts(m, folder, prefix="", where="shared memory"):
     """A chart per benchmark (PNG) in `folder`; returns (file name, caption) of each."""
     made = []
     ylabels = {"us": "latency (us)", "MB/s": "bandwidth (MB/s)", "messages/s": "messages/s"}
-    for bench in sorted({b for b, _, _ in m} - {"launch", "memcpy", "cma", "barrier"}):
+    for bench in sorted({b for b, _, _ in m} - {"launch", "memcpy", "memcpy-slots", "cma",
+                                                 "barrier"}):
         name = f"{prefix}{bench}.png"
         series = {who: [(s, v) for (b, s, w), v in m.items() if b == bench and w == who]
                   for who in RUNTIMES}
@@ -180,6 +185,9 @@ def summary(out, repeats, benches):
     print(f"\nlaunch, 8 ranks hello (s): mpirt {mpirt:.3f}  MPICH {mpich:.3f}  "
           f"ratio {mpirt / mpich:.2f}")
     print(f"memcpy of 4 MiB on one core: {memcpy:.0f} MB/s")
+    if ("memcpy-slots", 1 << 22, "memcpy-slots") in m:
+        slots = m[("memcpy-slots", 1 << 22, "memcpy-slots")]
+        print(f"memcpy of 4 MiB into osu_bw's 64 receive slots: {slots:.0f} MB/s")
     print(f"process_vm_readv of 4 MiB on one core (the single-copy ceiling): {cma:.0f} MB/s "
           f"({cma / memcpy:.0%} of memcpy)")
 
@@ -192,6 +200,8 @@ TARGETS = [
     ("shm message rate, 8 B", "mbw_mr", 8, "ompi", 1.2),
     ("shm bandwidth, 4 MiB", "bw", 1 << 22, "ompi", 1.0),
     ("shm bandwidth, 4 MiB, vs memcpy", "bw", 1 << 22, "memcpy", 0.85),
+    ("shm bandwidth, 4 MiB, vs memcpy into osu_bw's 64 slots", "bw", 1 << 22, "memcpy-slots",
+     0.85),
     ("allreduce 8 B, 4 ranks on 2 cores", "allreduce", 8, "ompi", 1.0),
     ("launch, rsrun -n 8 hello", "launch", 8, "mpich", 0.5),
     ("TCP latency, 8 B", "tcp latency", 8, "ompi", 1.0),
@@ -210,6 +220,25 @@ def verdict(bench, mine, ref, factor):
         return ("met" if mine >= goal else
                 f"**missed**: {1 - mine / goal:.0%} short of {figure(goal)}")
     return "met" if mine <= goal else f"**missed**: {mine / goal - 1:.0%} over {figure(goal)}"
+
+
+def machine_load(*outs):
+    """What the load average was around each run (run.sh writes it), so that a reader knows
+    whether other work shared the cores."""
+    said = []
+    for out in outs:
+        path = out / "load.txt"
+        if path.exists():
+            said.append(f"`{out.name}`: " + "; ".join(path.read_text().strip().splitlines()))
+    return ("The 1-minute load average on the host (`/proc/loadavg`) before and after each run "
+            "(a load well above 0 means other work shared the cores, and single figures can "
+            "then be off by a wide margin): " + ". ".join(said) + ".") if said else ""
+
+
+def time_limits(out):
+    """The runs run.sh stopped at its time limit, one line each."""
+    path = out / "limits"
+    return path.read_text().strip().splitlines() if path.exists() else []
 
 
 def markdown(file, commands, shm, tcp_out):
@@ -240,9 +269,7 @@ def markdown(file, commands, shm, tcp_out):
            "over that C MPI (`osu-benches` feature `rsmpi`). "
            if any(w.endswith("-rs") for _, _, w in m) else "")
         + "Ratios are mpirt's figure over the other's.", "",
-        "**The machine was shared**: its two cores also ran other engineers' builds during the "
-        "run, so single figures can be off by a wide margin; read the ratios, and the charts' "
-        "shapes, rather than the absolute numbers.", "",
+        machine_load(shm, tcp_out), "",
         "The collective tests run 4 ranks on the 2 cores. Open MPI is started with "
         "`--oversubscribe`, under which it yields the CPU while it waits; MPICH's ranks poll "
         "without yielding, so a rank waiting for one that is not running burns the time slice "
@@ -252,7 +279,7 @@ def markdown(file, commands, shm, tcp_out):
     ]
     for what, bench, size, ref, factor in TARGETS:
         mine = m.get((bench, size, "mpirt"))
-        other = m.get((ref, size, ref) if ref == "memcpy" else (bench, size, ref))
+        other = m.get((ref, size, ref) if ref.startswith("memcpy") else (bench, size, ref))
         refname = RUNTIMES.get(ref, ref)
         u = unit(bench.split()[-1])
         if mine is None or other is None:
@@ -270,6 +297,10 @@ def markdown(file, commands, shm, tcp_out):
     elif not tcp:
         lines += ["", "TCP was not measured: it needs root and the test hosts "
                   "(`../shared/testhosts/ssh-hosts`)."]
+    limited = time_limits(shm)
+    if limited:
+        lines += ["", "Runs stopped at run.sh's time limit (their figures are missing below):",
+                  ""] + [f"- {line}" for line in limited]
     for bench in sorted({b for b, _, w in m if w == "mpirt"} - {"launch"}):
         lines += ["", f"## {bench} ({unit(bench.split()[-1])}), medians", "", "```"]
         lines += list(table(m, bench)) + ["```"]
@@ -278,8 +309,13 @@ def markdown(file, commands, shm, tcp_out):
         lines += ["", "## Launch and copy ceilings", "",
                   f"- 8 ranks of `hello`, launch to exit: rsrun {mpirt:.3f} s, mpiexec.mpich "
                   f"{mpich:.3f} s (ratio {mpirt / mpich:.2f}).",
-                  f"- memcpy of 4 MiB on one core: {m[('memcpy', 1 << 22, 'memcpy')]:.0f} MB/s; "
-                  f"process_vm_readv of 4 MiB: {m[('cma', 1 << 22, 'cma')]:.0f} MB/s."]
+                  f"- memcpy of 4 MiB on one core: {m[('memcpy', 1 << 22, 'memcpy')]:.0f} MB/s "
+                  "between two cache-warm buffers, "
+                  f"{m[('memcpy-slots', 1 << 22, 'memcpy-slots')]:.0f} MB/s into 64 distinct "
+                  "4 MiB slots (where osu_bw's window lands, in mpirt's port and in "
+                  "`compare/osu_p2p.c` alike: safe Rust cannot lend one buffer to 64 receives "
+                  "in flight, so both give each receive its own); process_vm_readv of 4 MiB: "
+                  f"{m[('cma', 1 << 22, 'cma')]:.0f} MB/s."]
     lines += ["", "## Charts", ""] + [f"![{caption}](report/{name})" for name, caption in made]
     lines += ["", "Every measurement: `report/results.csv`"
               + (" and `report/results-tcp.csv`" if tcp else "")
