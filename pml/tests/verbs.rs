@@ -171,6 +171,7 @@ fn dead_peer_rank(dir: PathBuf, rank: u32, case: &str) {
         "the host is not named: {error}"
     );
     // Later work for rank 1 is refused at once, with the first cause.
+    // SAFETY: `data` outlives the request, which is waited on before this function returns.
     let again = unsafe { e.post_send(0, 0, 1, 6, SendMode::Standard, data.as_ptr(), 8) }
         .and_then(|h| e.wait(h));
     match again {
