@@ -81,6 +81,10 @@ pub(crate) enum Pml {
     Ucx(UcxPml),
 }
 
+// Without `ucx` the enum is the engine itself: no discriminant to store or to test.
+#[cfg(not(feature = "ucx"))]
+const _: () = assert!(std::mem::size_of::<Pml>() == std::mem::size_of::<Engine>());
+
 /// Runs `$call` on whichever PML `$pml` holds, bound to `$p`.
 macro_rules! on_pml {
     ($pml:expr, $p:ident => $call:expr) => {

@@ -42,9 +42,12 @@ pick() { awk -v s="$1" '$1 == s {print $2}'; }
 mpirt() {
     "$bin/rsrun" --bind-to core --pml ucx -n 2 "$bin/osu_$1" -m "$max"
 }
+# Open MPI 4.1's pml ucx turns itself down unless UCX offers an RDMA transport
+# (pml_ucx_tls, pml_ucx_devices): told to take any, it runs on UCX_TLS like mpirt does.
 ompi() {
     mpirun.openmpi --allow-run-as-root -n 2 --bind-to core --mca pml ucx --mca osc ^ucx \
-        -x UCX_TLS "$out/osu_p2p.ompi" "$1" "$max"
+        --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS \
+        "$out/osu_p2p.ompi" "$1" "$max"
 }
 # ucx_perftest: a server and a client on one port of this host, each on its own core; prints
 # the client's overall figure (latency in us, or bandwidth in MB/s of 2^20 bytes).
