@@ -22,6 +22,8 @@ use crate::waiting::Waiting;
 /// The longest one sleep on the worker's event fd lasts: a bound, in case a transport
 /// fails to signal, not the expected wake-up (a peer's message wakes it sooner).
 const SLEEP: Duration = Duration::from_millis(10);
+/// Idle rounds of progress between two looks at the clock and at failed peers.
+const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
 
 /// An operation in flight: its UCX request (whose state the callback fills) and what kind
 /// it is.
@@ -508,12 +510,21 @@ impl UcxPml {
         mut done: impl FnMut(&mut UcxPml) -> Result<bool, PmlError>,
     ) -> Result<(), PmlError> {
         let mut idle_since = None;
+        let mut idle_rounds = 0u32;
         loop {
             if done(self)? {
                 return Ok(());
             }
             if self.worker.progress() {
                 idle_since = None;
+                idle_rounds = 0;
+                continue;
+            }
+            // Idle rounds are counted first: reading the clock and scanning every peer for a
+            // failure cost more than a round, and would delay seeing a message that arrives.
+            idle_rounds = idle_rounds.wrapping_add(1);
+            if !idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_CLOCK) {
+                std::hint::spin_loop();
                 continue;
             }
             if let Some((peer, status)) = self.failures.first() {
