@@ -42,11 +42,34 @@ fi
 echo "== cargo test"
 cargo test --workspace --release
 
-# The UCX PML (pml's `ucx` feature), in its own target directory so that the default build's
-# artifacts stay as they are: its tests run ranks over UCX's TCP and shared-memory transports.
+# The UCX PML (the `ucx` feature), in its own target directory so that the default build's
+# artifacts stay as they are: pml's own tests, then mpirt's point-to-point and collectives
+# suites again on `rsrun --pml ucx`, over UCX's TCP and its shared memory on this host, and over
+# TCP across the test hosts.
 echo "== UCX PML: clippy and tests with --features ucx"
-CARGO_TARGET_DIR=target/ucx cargo clippy -p pml --all-targets --release --features ucx -- -D warnings
-CARGO_TARGET_DIR=target/ucx cargo test --release -p pml --features ucx --lib --test ucx
+export CARGO_TARGET_DIR=target/ucx
+cargo clippy --workspace --all-targets --release --features pml/ucx,mpirt/ucx -- -D warnings
+cargo build --release --workspace --features mpirt/ucx
+cargo test --release -p pml --features ucx --lib --test ucx
+cargo test --release -p mpirt --features ucx --lib
+for tls in tcp sm,self; do
+    echo "== UCX PML: mpirt's p2p and collectives suites on --pml ucx, UCX_TLS=$tls"
+    UCX_TLS=$tls MPIRT_TEST_PML=ucx cargo test --release -p mpirt --features ucx \
+        --test p2p --test collectives
+done
+if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
+    echo "== UCX PML: the suites across 4 test hosts, UCX_TLS=tcp"
+    # Hosts someone else brought up are used as they are and left up.
+    ucx_hosts_owned=
+    if "$MPIRT_SSH_HOSTS" up 4; then ucx_hosts_owned=1; fi
+    UCX_TLS=tcp MPIRT_TEST_PML=ucx MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 \
+        MPIRT_SSH_ARGS="-F ${SSH_HOSTS_DIR:-${TMPDIR:-/tmp}/mpirt-testhosts/ssh}/ssh_config" \
+        cargo test --release -p mpirt --features ucx --test p2p --test collectives
+    if [ -n "$ucx_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
+else
+    echo "== UCX PML: the suites across test hosts SKIPPED (they need root and ssh-hosts)"
+fi
+unset CARGO_TARGET_DIR
 
 # osu-benches on rsmpi over Open MPI (feature rsmpi), in its own target directory: the same
 # format tests as the mpirt build's, their ranks started by Open MPI's mpirun.

@@ -32,6 +32,7 @@ pub mod vars {
     pub const EAGER_LIMIT: &str = "MPIRT_EAGER_LIMIT";
     pub const TCP_IF: &str = "MPIRT_TCP_IF";
     pub const VERBS_DEV: &str = "MPIRT_VERBS_DEV";
+    pub const PML: &str = "MPIRT_PML";
 }
 
 /// How long an aborting rank waits for rsrun to acknowledge before exiting on its own.

@@ -104,6 +104,16 @@ pub struct Cli {
     #[arg(long, value_name = "LIST")]
     pub tcp_if: Option<String>,
 
+    /// Point-to-point layer (sets MPIRT_PML for every rank): native (mpirt's own engine and
+    /// transports) or ucx (UCX's tag matching; programs built with the cargo feature `ucx`).
+    #[arg(long, value_name = "NAME", value_parser = ["native", "ucx"])]
+    pub pml: Option<String>,
+
+    /// Let the NIC match tags (UCX's tag-matching offload on ConnectX-5 and later: sets
+    /// UCX_RC_MLX5_TM_ENABLE=y and UCX_DC_MLX5_TM_ENABLE=y); needs --pml ucx.
+    #[arg(long)]
+    pub hw_tag_matching: bool,
+
     /// Largest message sent eagerly, in bytes (sets MPIRT_EAGER_LIMIT).
     #[arg(long, value_name = "BYTES")]
     pub eager_limit: Option<u64>,
@@ -122,6 +132,12 @@ impl Cli {
         T: Into<OsString>,
     {
         let cli = Cli::try_parse_from(rewrite_np(args.into_iter().map(Into::into).collect()))?;
+        if cli.hw_tag_matching && cli.pml.as_deref() != Some("ucx") {
+            return Err(clap::Error::raw(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--hw-tag-matching turns on UCX's offload, so it needs --pml ucx\n",
+            ));
+        }
         let allocated = std::env::var_os("SLURM_JOB_NODELIST").is_some();
         if cli.ranks.is_none() && cli.hosts.is_empty() && cli.hostfile.is_none() && !allocated {
             return Err(clap::Error::raw(
@@ -204,6 +220,14 @@ impl Cli {
         if let Some(limit) = self.eager_limit {
             env.push((vars::EAGER_LIMIT.into(), limit.to_string().into()));
         }
+        if let Some(pml) = &self.pml {
+            env.push((vars::PML.into(), pml.into()));
+        }
+        if self.hw_tag_matching {
+            for var in ["UCX_RC_MLX5_TM_ENABLE", "UCX_DC_MLX5_TM_ENABLE"] {
+                env.push((var.into(), "y".into()));
+            }
+        }
         env
     }
 }
@@ -218,7 +242,7 @@ pub enum Launcher {
 /// clap reads `-np 4` as `-n p`, so `-np` (mpirun's spelling) becomes `--np` — but only among
 /// rsrun's own options, never in the program's arguments.
 fn rewrite_np(mut args: Vec<OsString>) -> Vec<OsString> {
-    const TAKES_VALUE: [&str; 20] = [
+    const TAKES_VALUE: [&str; 21] = [
         "-n",
         "-H",
         "--host",
@@ -239,6 +263,7 @@ fn rewrite_np(mut args: Vec<OsString>) -> Vec<OsString> {
         "--verbs-dev",
         "--launcher",
         "--eager-limit",
+        "--pml",
     ];
     let mut i = 1;
     while i < args.len() {
@@ -315,6 +340,9 @@ mod tests {
             "lo,10.0.0.0/8",
             "--eager-limit",
             "4096",
+            "--pml",
+            "ucx",
+            "--hw-tag-matching",
             "prog",
         ])
         .unwrap();
@@ -335,7 +363,10 @@ mod tests {
                 "MPIRT_VERBOSE=\"1\"",
                 "MPIRT_TRANSPORT=\"tcp\"",
                 "MPIRT_TCP_IF=\"lo,10.0.0.0/8\"",
-                "MPIRT_EAGER_LIMIT=\"4096\""
+                "MPIRT_EAGER_LIMIT=\"4096\"",
+                "MPIRT_PML=\"ucx\"",
+                "UCX_RC_MLX5_TM_ENABLE=\"y\"",
+                "UCX_DC_MLX5_TM_ENABLE=\"y\""
             ]
         );
     }
@@ -386,5 +417,8 @@ mod tests {
         assert!(parse(&["-n", "1", "--env", "NOEQUALS", "prog"]).is_err());
         assert!(parse(&["-n", "1", "--timeout", "soon", "prog"]).is_err());
         assert!(parse(&["-n", "1", "--bind-to", "socket", "prog"]).is_err());
+        assert!(parse(&["-n", "1", "--pml", "ob2", "prog"]).is_err());
+        let tm = parse(&["-n", "1", "--hw-tag-matching", "prog"]).unwrap_err();
+        assert!(tm.to_string().contains("needs --pml ucx"), "{tm}");
     }
 }

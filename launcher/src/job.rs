@@ -340,12 +340,15 @@ impl Job {
     ) -> io::Result<()> {
         let rsrun = std::env::current_exe()?;
         let command = cli.launch_command(|name| std::env::var(name).ok());
-        // rsrun's own MPIRT_* settings reach local ranks by inheritance; remote ones get them
-        // explicitly, before the command line's, which win. The per-rank variables the agent
-        // sets itself are left out.
+        // rsrun's own MPIRT_* and UCX_* settings (UCX_TLS, ... for --pml ucx) reach local
+        // ranks by inheritance; remote ones get them explicitly, before the command line's,
+        // which win. The per-rank variables the agent sets itself are left out.
         let mut env: Vec<(String, OsString)> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v)))
-            .filter(|(k, _)| k.starts_with("MPIRT_") && !PER_RANK_VARS.contains(&k.as_str()))
+            .filter(|(k, _)| {
+                (k.starts_with("MPIRT_") || k.starts_with("UCX_"))
+                    && !PER_RANK_VARS.contains(&k.as_str())
+            })
             .collect();
         env.sort();
         env.extend(rank_env.iter().cloned());

@@ -36,9 +36,14 @@ struct Shared {
     _lease: Option<ContextLease>,
 }
 
-/// Collective tags count down from here; the tags between -1 and this stay free for other
-/// runtime traffic.
-const FIRST_COLLECTIVE_TAG: i32 = -(1 << 30);
+/// Collective tags count down from here to `pml::MIN_RUNTIME_TAG`, the lowest tag every PML
+/// carries (UCX's has 24 bits for it); -1 to -15 stay free for other runtime traffic.
+const FIRST_COLLECTIVE_TAG: i32 = -16;
+/// How many tags collectives take turns on. Each communicator's counter wraps here rather
+/// than at `u32::MAX`, so the tags wrap without a jump: a tag comes back only after this
+/// many later collectives on the communicator, far more than can be in flight at once.
+const COLLECTIVE_TAGS: u32 = (FIRST_COLLECTIVE_TAG - pml::MIN_RUNTIME_TAG + 1) as u32;
+const _: () = assert!(pml::MIN_RUNTIME_TAG < FIRST_COLLECTIVE_TAG && FIRST_COLLECTIVE_TAG < 0);
 
 impl CommData {
     fn new(rank: u32, group: Vec<u32>, lease: Option<ContextLease>) -> CommData {
@@ -80,8 +85,8 @@ impl CommData {
     /// messages of two collectives in flight at once can never match each other's receives.
     pub(crate) fn next_tag(&self) -> i32 {
         let n = self.shared.collectives.get();
-        self.shared.collectives.set(n.wrapping_add(1));
-        FIRST_COLLECTIVE_TAG - (n % (1 << 30)) as i32
+        self.shared.collectives.set((n + 1) % COLLECTIVE_TAGS);
+        FIRST_COLLECTIVE_TAG - n as i32
     }
 
     /// A communicator of `members` (world ranks, in rank order) on a context agreed over
@@ -332,4 +337,19 @@ impl Process<'_> {
 #[derive(Clone, Copy, Debug)]
 pub struct AnyProcess<'a> {
     pub(crate) comm: &'a CommData,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collective_tags_stay_in_the_runtime_range_and_wrap_without_a_jump() {
+        let comm = CommData::new(0, vec![0], None);
+        assert_eq!(comm.next_tag(), FIRST_COLLECTIVE_TAG);
+        assert_eq!(comm.next_tag(), FIRST_COLLECTIVE_TAG - 1);
+        comm.shared.collectives.set(COLLECTIVE_TAGS - 1);
+        assert_eq!(comm.next_tag(), pml::MIN_RUNTIME_TAG);
+        assert_eq!(comm.next_tag(), FIRST_COLLECTIVE_TAG);
+    }
 }

@@ -13,8 +13,9 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use launcher::Bootstrap;
-use pml::{Engine, EngineConfig, PmlError, Wireup};
+use pml::{EngineConfig, PmlError, Wireup};
 
+use crate::backend::{self, Pml, PmlChoice};
 use crate::collective::CommunicatorCollectives;
 use crate::communicator::{Rank, SimpleCommunicator};
 use crate::error::{fatal, Cause, Error};
@@ -28,9 +29,9 @@ pub enum Threading {
     Multiple,
 }
 
-/// The engine and the launcher link of this process.
+/// The PML and the launcher link of this process.
 struct Runtime {
-    engine: Engine,
+    engine: Pml,
     bootstrap: Bootstrap,
 }
 
@@ -136,7 +137,14 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         Ok(config) => config,
         Err(why) => startup_abort(&mut bootstrap, why),
     };
-    let engine = match Engine::new(&mut BootstrapWireup(&mut bootstrap), config) {
+    let choice = match PmlChoice::from_env() {
+        Ok(choice) => choice,
+        Err(why) => startup_abort(&mut bootstrap, why),
+    };
+    if let Err(why) = backend::agree(&mut BootstrapWireup(&mut bootstrap), choice) {
+        startup_abort(&mut bootstrap, why);
+    }
+    let engine = match Pml::new(choice, &mut BootstrapWireup(&mut bootstrap), config) {
         Ok(engine) => engine,
         Err(e) => startup_abort(&mut bootstrap, e.to_string()),
     };
@@ -175,10 +183,8 @@ pub(crate) fn world_rank() -> Option<Rank> {
     (rank >= 0).then_some(rank)
 }
 
-/// Runs `f` on the engine of this thread.
-pub(crate) fn with_engine<R>(
-    f: impl FnOnce(&mut Engine) -> Result<R, PmlError>,
-) -> Result<R, Cause> {
+/// Runs `f` on the PML of this thread.
+pub(crate) fn with_engine<R>(f: impl FnOnce(&mut Pml) -> Result<R, PmlError>) -> Result<R, Cause> {
     RUNTIME.with(|slot| {
         let mut slot = slot.try_borrow_mut().map_err(|_| Cause::NotInitialized)?;
         // The error is built only on the way out: one built eagerly (`ok_or`) would be

@@ -25,6 +25,7 @@
 // Lets `#[derive(Equivalence)]`'s `::mpirt::` paths resolve inside this crate's own tests.
 extern crate self as mpirt;
 
+mod backend;
 pub mod collective;
 pub mod communicator;
 mod context;

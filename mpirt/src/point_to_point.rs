@@ -6,8 +6,9 @@
 
 use std::mem::{size_of, MaybeUninit};
 
-use pml::{Done, Handle, MessageHandle, SendMode, SourceSel, TagSel};
+use pml::{Done, Handle, SendMode, SourceSel, TagSel};
 
+use crate::backend::MessageHandle;
 use crate::communicator::{AnyProcess, CommData, Process, Rank};
 use crate::datatype::{Buffer, BufferMut, Datatype, Equivalence};
 use crate::environment::with_engine;

@@ -14,7 +14,8 @@ use mpirt::traits::*;
 mod common;
 
 use common::{
-    job_on, ok_job_on, ok_job_with, run_limited, slurm_available, text, Launch, RANK_MODE,
+    job_on, ok_job_on, ok_job_with, rsrun_path, run_limited, slurm_available, text, Launch,
+    RANK_MODE,
 };
 
 // The ranks run this binary: keep RDMA registrations between messages, as programs should.
@@ -523,6 +524,8 @@ impl Wire {
             ("MPIRT_VERBOSE", "1".to_string()),
         ];
         match self {
+            // On UCX, each rank names the transports UCX chose, which `assert_used` checks.
+            Wire::Shm if on_ucx() => vec![("MPIRT_VERBOSE", "1".to_string())],
             Wire::Shm => vec![],
             Wire::Tcp => tcp,
             Wire::Tcp6 => [tcp, vec![("MPIRT_TCP_IF", "::1/128".to_string())]].concat(),
@@ -539,6 +542,10 @@ impl Wire {
     /// MPIRT_VERBOSE) that it reaches every other rank over TCP, with the tests' eager limit,
     /// and over the IPv6 loopback where asked.
     fn assert_used(self, n: u32, stderr: &str) {
+        if on_ucx() {
+            assert_over_ucx(n, stderr);
+            return;
+        }
         let (over, from) = match self {
             Wire::Shm => return,
             Wire::Tcp => ("tcp", ""),
@@ -564,6 +571,38 @@ impl Wire {
     }
 }
 
+/// Whether this run's jobs go over UCX (see `common::test_pml`).
+fn on_ucx() -> bool {
+    common::test_pml() == "ucx"
+}
+
+/// Checks that each of a job's `n` ranks said (under MPIRT_VERBOSE) that it runs over UCX, on
+/// a transport UCX_TLS allows where it names one.
+fn assert_over_ucx(n: u32, stderr: &str) {
+    let allowed = env::var("UCX_TLS").unwrap_or_default();
+    for rank in 0..n {
+        let head = format!("mpirt: rank {rank} of {n} over UCX ");
+        let line = stderr
+            .lines()
+            .find(|l| l.starts_with(&head))
+            .unwrap_or_else(|| panic!("rank {rank} did not report UCX\n{stderr}"));
+        if allowed == "tcp" && n > 1 {
+            assert!(line.contains("to peers by tcp/"), "{line}");
+        }
+    }
+}
+
+/// Skips a test of mpirt's own transports on the UCX PML, saying why.
+fn native_transports_only() -> bool {
+    if on_ucx() {
+        println!(
+            "skipped: this picks one of mpirt's own transports; on the UCX PML UCX_TLS picks \
+             the transport, and the test's `shm` variant (the default wire) runs on it"
+        );
+    }
+    on_ucx()
+}
+
 /// Defines a module `$name` holding the test `$body` once per wire, as tests `$name::shm` and
 /// `$name::tcp`, with `$wire` naming the wire inside the body.
 macro_rules! on_each_wire {
@@ -580,6 +619,9 @@ macro_rules! on_each_wire {
 
             #[test]
             fn tcp() {
+                if native_transports_only() {
+                    return;
+                }
                 body(Wire::Tcp)
             }
 
@@ -634,6 +676,9 @@ on_each_wire! {
 
 #[test]
 fn message_sizes_over_ipv6_loopback() {
+    if native_transports_only() {
+        return;
+    }
     // The IPv6 loopback is missing where IPv6 is disabled (some containers): nothing to test.
     if let Err(e) = std::net::TcpListener::bind("[::1]:0") {
         println!("skipped: this machine has no IPv6 loopback (binding [::1]: {e})");
@@ -759,6 +804,58 @@ fn negative_tag_is_fatal() {
         ),
         "{stderr}"
     );
+}
+
+/// Ranks that disagree on the PML would wire up with different keys and fences and wait on
+/// each other forever: they stop at start-up instead, naming the ranks and the PMLs.
+#[test]
+fn ranks_that_disagree_on_the_pml_stop_with_an_error() {
+    let script = "export MPIRT_PML=native; [ \"$MPIRT_RANK\" = 1 ] && export MPIRT_PML=ucx; \
+                  exec \"$0\" --exact rank_mode --nocapture --test-threads=1 -q";
+    let mut command = Command::new(rsrun_path());
+    command
+        .args(["-n", "2", "sh", "-c", script])
+        .arg(env::current_exe().unwrap())
+        .env(RANK_MODE, "ring");
+    let output = run_limited(command);
+    let (stdout, stderr) = text(&output);
+    assert!(!output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(
+            "rank 0 runs the native PML but rank 1 runs 'ucx': every rank must use the same \
+             one (set it for all with rsrun --pml or MPIRT_PML)"
+        ) || stderr.contains("rank 1 runs the ucx PML but rank 0 runs 'native'"),
+        "{stderr}"
+    );
+}
+
+/// On UCX, `--verbose` says whether the NIC can match tags once `--hw-tag-matching` (the two
+/// variables it sets) asks for it: where no ConnectX-5 or later carries the traffic, each rank
+/// says matching stays in software.
+#[test]
+fn hardware_tag_matching_is_reported() {
+    if !on_ucx() {
+        println!("skipped: hardware tag matching is UCX's (MPIRT_TEST_PML=ucx runs this)");
+        return;
+    }
+    let envs = [
+        ("MPIRT_VERBOSE", "1"),
+        ("UCX_RC_MLX5_TM_ENABLE", "y"),
+        ("UCX_DC_MLX5_TM_ENABLE", "y"),
+    ];
+    let (_, stderr) = ok_job_with(2, "ring", &envs);
+    for rank in 0..2 {
+        let line = stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("mpirt: rank {rank} of 2 over UCX ")))
+            .unwrap_or_else(|| panic!("rank {rank} did not report\n{stderr}"));
+        assert!(
+            line.contains("hardware tag matching on ")
+                || line
+                    .contains("hardware tag matching asked for, but no offload-capable interface"),
+            "{line}"
+        );
+    }
 }
 
 #[test]

@@ -20,6 +20,7 @@ use crate::transport::shm::{self, PeerArena, ShmConfig, ShmTransport};
 use crate::transport::tcp::{self, Sent, TcpConfig, TcpTransport};
 #[cfg(feature = "verbs")]
 use crate::transport::verbs::{self, VerbsConfig, VerbsTransport};
+use crate::waiting::Waiting;
 use crate::wire::{RemoteKey, DATA_HEADER_LEN};
 
 pub use crate::protocol::SendMode;
@@ -706,27 +707,12 @@ impl Engine {
     }
 
     pub fn wait(&mut self, h: Handle) -> Result<Done, PmlError> {
-        let mut done = None;
-        self.wait_until(|e| {
-            done = e.collect(h)?;
-            Ok(done.is_some())
-        })?;
-        Ok(done.expect("wait_until returned"))
+        self.wait_collect(h)
     }
 
     /// Waits until any of `handles` finished; returns its index (not yet collected).
     pub fn wait_any(&mut self, handles: &[Handle]) -> Result<usize, PmlError> {
-        let mut found = None;
-        self.wait_until(|e| {
-            for (i, &h) in handles.iter().enumerate() {
-                if e.is_complete(h)? {
-                    found = Some(i);
-                    return Ok(true);
-                }
-            }
-            Ok(false)
-        })?;
-        Ok(found.expect("wait_until returned"))
+        self.wait_first(handles)
     }
 
     /// Looks for a matching message without taking it.
@@ -749,12 +735,7 @@ impl Engine {
         source: SourceSel,
         tag: TagSel,
     ) -> Result<Status, PmlError> {
-        let mut found = None;
-        self.wait_until(|e| {
-            found = e.core.probe(context, source, tag);
-            Ok(found.is_some())
-        })?;
-        Ok(found.expect("wait_until returned"))
+        self.wait_for(|e| Ok(e.core.probe(context, source, tag)))
     }
 
     pub fn improbe(
@@ -776,12 +757,7 @@ impl Engine {
         source: SourceSel,
         tag: TagSel,
     ) -> Result<(MessageHandle, Status), PmlError> {
-        let mut found = None;
-        self.wait_until(|e| {
-            found = e.core.matched_probe(context, source, tag);
-            Ok(found.is_some())
-        })?;
-        Ok(found.expect("wait_until returned"))
+        self.wait_for(|e| Ok(e.core.matched_probe(context, source, tag)))
     }
 
     /// Cancels a receive that has not matched yet; returns whether it was cancelled (the
@@ -1101,6 +1077,23 @@ fn map_peer_arenas(
         }
     }
     Ok(note)
+}
+
+impl Waiting for Engine {
+    fn wait_until(
+        &mut self,
+        done: impl FnMut(&mut Engine) -> Result<bool, PmlError>,
+    ) -> Result<(), PmlError> {
+        Engine::wait_until(self, done)
+    }
+
+    fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
+        Engine::collect(self, h)
+    }
+
+    fn finished(&mut self, h: Handle) -> Result<bool, PmlError> {
+        self.is_complete(h)
+    }
 }
 
 /// Opens the RDMA device when verbs is asked for, or (`auto`) when ranks span hosts and a

@@ -48,6 +48,10 @@ impl TagSel {
     }
 }
 
+/// The lowest tag the runtime uses, so that every PML can carry its tags: the UCX PML has 24
+/// bits for a tag in UCX's 64-bit tag (see `ucx::tag`).
+pub const MIN_RUNTIME_TAG: Tag = -(1 << 23);
+
 /// User tags are the non-negative ones; the runtime keeps the negative ones for itself.
 pub fn is_user_tag(tag: Tag) -> bool {
     tag >= 0

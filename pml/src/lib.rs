@@ -18,11 +18,12 @@ pub mod shared_arena;
 pub mod transport;
 #[cfg(feature = "ucx")]
 pub mod ucx;
+mod waiting;
 pub mod wire;
 
 pub use config::{EngineConfig, TransportChoice};
 pub use engine::{Done, Engine, EngineError, Wireup};
-pub use envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
+pub use envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel, MIN_RUNTIME_TAG};
 pub use error::PmlError;
 pub use freed_memory::TrackingAllocator;
 pub use protocol::{

@@ -3,11 +3,10 @@
 use std::marker::PhantomData;
 use std::mem::{size_of, MaybeUninit};
 
-use pml::MessageHandle;
-
 use super::{
     finish_receive, one_element, receive_matched_into, receive_matched_vec, RecvSlot, Status,
 };
+use crate::backend::MessageHandle;
 use crate::datatype::{BufferMut, Equivalence};
 use crate::environment::with_engine;
 use crate::error::{or_fatal, Error};

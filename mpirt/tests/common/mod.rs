@@ -15,7 +15,7 @@ pub const RANK_MODE: &str = "MPIRT_TEST_RANK_MODE";
 /// Generous: the machine may be shared and slow; a hang is what this guards against.
 const LIMIT: Duration = Duration::from_secs(120);
 
-fn rsrun_path() -> PathBuf {
+pub fn rsrun_path() -> PathBuf {
     let exe = env::current_exe().unwrap();
     let path = exe.parent().unwrap().parent().unwrap().join("rsrun");
     assert!(
@@ -71,6 +71,22 @@ pub fn slurm_available() -> bool {
     up
 }
 
+/// The PML the rsrun jobs of this run use: tools/test-all.sh's UCX phase sets
+/// MPIRT_TEST_PML=ucx to run the suites again on `rsrun --pml ucx`.
+pub fn test_pml() -> String {
+    env::var("MPIRT_TEST_PML").unwrap_or_else(|_| "native".into())
+}
+
+/// rsrun's arguments for this run: `--pml` (MPIRT_TEST_PML) and, where MPIRT_TEST_HOSTS names
+/// hosts (`host1:2,host2:2`), ranks spread over them round-robin, as many as a job asks for.
+fn rsrun_args() -> Vec<String> {
+    let mut args = vec!["--pml".to_string(), test_pml()];
+    if let Ok(hosts) = env::var("MPIRT_TEST_HOSTS") {
+        args.extend(["-H", &hosts, "--map-by", "node", "--oversubscribe"].map(String::from));
+    }
+    args
+}
+
 /// Runs `n` ranks of this binary in rank mode `mode`, with `envs` set.
 pub fn job(n: u32, mode: &str, envs: &[(&str, &str)]) -> Output {
     job_on(Launch::Rsrun, n, mode, envs)
@@ -81,7 +97,7 @@ pub fn job_on(launch: Launch, n: u32, mode: &str, envs: &[(&str, &str)]) -> Outp
     let mut command = match launch {
         Launch::Rsrun => {
             let mut c = Command::new(rsrun_path());
-            c.arg("-n").arg(n.to_string());
+            c.args(rsrun_args()).arg("-n").arg(n.to_string());
             c
         }
         Launch::Srun { nodes } => {

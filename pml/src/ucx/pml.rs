@@ -17,10 +17,13 @@ use crate::engine::{Done, EngineError, SendMode, Wireup};
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
 use crate::requests::{Handle, Requests};
+use crate::waiting::Waiting;
 
 /// The longest one sleep on the worker's event fd lasts: a bound, in case a transport
 /// fails to signal, not the expected wake-up (a peer's message wakes it sooner).
 const SLEEP: Duration = Duration::from_millis(10);
+/// Idle rounds of progress between two looks at the clock and at failed peers.
+const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
 
 /// An operation in flight: its UCX request (whose state the callback fills) and what kind
 /// it is.
@@ -37,6 +40,7 @@ enum Kind {
 /// A message a matched probe took out of UCX's unexpected queue; receive it with
 /// `post_matched_recv` (MPI requires it; one dropped unreceived stays in UCX's memory until
 /// the worker goes).
+#[derive(Debug)]
 pub struct UcxMessage(ffi::ucp_tag_message_h);
 
 /// Settings of the UCX PML; UCX's own (`UCX_TLS`, ...) come from the environment.
@@ -137,14 +141,46 @@ fn describe(rank: Rank, size: u32, endpoints: &[Endpoint], config: &UcxConfig) -
         d += &format!(", to peers by {}", to_peers.join("+"));
     }
     d += &format!(
-        ", to itself by {to_self}; peer failure detection {}",
+        ", to itself by {to_self}; peer failure detection {}; {}",
         if config.detect_peer_failure {
             "on"
         } else {
             "off"
-        }
+        },
+        tag_offload(&to_peers, offload_requested())
     );
     d
+}
+
+/// Whether `rsrun --hw-tag-matching` (or the user) asked UCX to offload tag matching.
+fn offload_requested() -> bool {
+    ["UCX_RC_MLX5_TM_ENABLE", "UCX_DC_MLX5_TM_ENABLE"]
+        .iter()
+        .any(|var| std::env::var(var).is_ok_and(|v| matches!(v.as_str(), "y" | "yes" | "1")))
+}
+
+/// What `--verbose` says about hardware tag matching: only UCX's accelerated RC and DC
+/// transports on a ConnectX-5 or later (`rc_mlx5`, `dc_mlx5`) offload it.
+fn tag_offload(to_peers: &[String], requested: bool) -> String {
+    let capable: Vec<&str> = to_peers
+        .iter()
+        .map(String::as_str)
+        .filter(|t| t.starts_with("rc_mlx5/") || t.starts_with("dc_mlx5/"))
+        .collect();
+    match (capable.is_empty(), requested) {
+        (true, true) => "hardware tag matching asked for, but no offload-capable interface \
+                         (rc_mlx5 or dc_mlx5 on a ConnectX-5 or later) carries this rank's \
+                         traffic: matching stays in software"
+            .into(),
+        (true, false) => "no offload-capable interface for hardware tag matching \
+                          (rc_mlx5 or dc_mlx5 on a ConnectX-5 or later)"
+            .into(),
+        (false, true) => format!("hardware tag matching on {}", capable.join("+")),
+        (false, false) => format!(
+            "hardware tag matching off, though {} could offload it (rsrun --hw-tag-matching)",
+            capable.join("+")
+        ),
+    }
 }
 
 impl UcxPml {
@@ -362,27 +398,12 @@ impl UcxPml {
     }
 
     pub fn wait(&mut self, h: Handle) -> Result<Done, PmlError> {
-        let mut done = None;
-        self.wait_until(|p| {
-            done = p.collect(h)?;
-            Ok(done.is_some())
-        })?;
-        Ok(done.expect("wait_until returned"))
+        self.wait_collect(h)
     }
 
     /// Waits until any of `handles` finished; returns its index (not yet collected).
     pub fn wait_any(&mut self, handles: &[Handle]) -> Result<usize, PmlError> {
-        let mut found = None;
-        self.wait_until(|p| {
-            for (i, &h) in handles.iter().enumerate() {
-                if p.is_complete(h)? {
-                    found = Some(i);
-                    return Ok(true);
-                }
-            }
-            Ok(false)
-        })?;
-        Ok(found.expect("wait_until returned"))
+        self.wait_first(handles)
     }
 
     /// Looks for a matching message without taking it.
@@ -407,15 +428,11 @@ impl UcxPml {
         tag: TagSel,
     ) -> Result<Status, PmlError> {
         let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
-        let mut found = None;
-        self.wait_until(|p| {
-            found = p
-                .worker
+        self.wait_for(|p| {
+            Ok(p.worker
                 .probe(wanted, mask, false)
-                .map(|(_, info)| probed(info));
-            Ok(found.is_some())
-        })?;
-        Ok(found.expect("wait_until returned"))
+                .map(|(_, info)| probed(info)))
+        })
     }
 
     /// Takes a matching message, if there is one, for `post_matched_recv`.
@@ -440,15 +457,11 @@ impl UcxPml {
         tag: TagSel,
     ) -> Result<(UcxMessage, Status), PmlError> {
         let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
-        let mut found = None;
-        self.wait_until(|p| {
-            found = p
-                .worker
+        self.wait_for(|p| {
+            Ok(p.worker
                 .probe(wanted, mask, true)
-                .map(|(message, info)| (UcxMessage(message), probed(info)));
-            Ok(found.is_some())
-        })?;
-        Ok(found.expect("wait_until returned"))
+                .map(|(message, info)| (UcxMessage(message), probed(info))))
+        })
     }
 
     /// Cancels a receive that has not matched yet; returns whether it was cancelled (the
@@ -497,12 +510,21 @@ impl UcxPml {
         mut done: impl FnMut(&mut UcxPml) -> Result<bool, PmlError>,
     ) -> Result<(), PmlError> {
         let mut idle_since = None;
+        let mut idle_rounds = 0u32;
         loop {
             if done(self)? {
                 return Ok(());
             }
             if self.worker.progress() {
                 idle_since = None;
+                idle_rounds = 0;
+                continue;
+            }
+            // Idle rounds are counted first: reading the clock and scanning every peer for a
+            // failure cost more than a round, and would delay seeing a message that arrives.
+            idle_rounds = idle_rounds.wrapping_add(1);
+            if !idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_CLOCK) {
+                std::hint::spin_loop();
                 continue;
             }
             if let Some((peer, status)) = self.failures.first() {
@@ -517,6 +539,23 @@ impl UcxPml {
     }
 }
 
+impl Waiting for UcxPml {
+    fn wait_until(
+        &mut self,
+        done: impl FnMut(&mut UcxPml) -> Result<bool, PmlError>,
+    ) -> Result<(), PmlError> {
+        UcxPml::wait_until(self, done)
+    }
+
+    fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
+        UcxPml::collect(self, h)
+    }
+
+    fn finished(&mut self, h: Handle) -> Result<bool, PmlError> {
+        self.is_complete(h)
+    }
+}
+
 impl Drop for UcxPml {
     fn drop(&mut self) {
         let failures = &self.failures;
@@ -526,5 +565,23 @@ impl Drop for UcxPml {
                 .enumerate()
                 .map(|(peer, ep)| (ep, failures.of(peer as Rank).is_some())),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_offload_is_reported_only_for_mlx5_rc_and_dc() {
+        let tcp = vec!["tcp/eth0".to_string()];
+        assert!(tag_offload(&tcp, false).starts_with("no offload-capable interface"));
+        assert!(tag_offload(&tcp, true).contains("matching stays in software"));
+        let rc = vec!["tcp/eth0".to_string(), "rc_mlx5/mlx5_0:1".to_string()];
+        assert_eq!(
+            tag_offload(&rc, true),
+            "hardware tag matching on rc_mlx5/mlx5_0:1"
+        );
+        assert!(tag_offload(&rc, false).contains("rsrun --hw-tag-matching"));
     }
 }

@@ -38,6 +38,8 @@ const SOURCE_FIELD: u64 = ((1 << SOURCE_BITS) - 1) << SOURCE_SHIFT;
 pub const MAX_USER_TAG: Tag = (1 << (TAG_BITS - 1)) - 1;
 /// The most negative runtime tag that fits.
 pub const MIN_RUNTIME_TAG: Tag = -(1 << (TAG_BITS - 1));
+// Every tag the layers above use as a runtime tag fits this PML's field.
+const _: () = assert!(MIN_RUNTIME_TAG <= crate::envelope::MIN_RUNTIME_TAG);
 pub const MAX_CONTEXT: ContextId = (1 << CONTEXT_BITS) - 1;
 pub const MAX_RANK: Rank = (1 << SOURCE_BITS) - 1;
 

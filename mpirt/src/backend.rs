@@ -1,0 +1,292 @@
+//! The point-to-point layer (PML) this process runs on: mpirt's own engine (`native`) or,
+//! with the cargo feature `ucx`, UCX's tag matching (`MPIRT_PML=ucx`, `rsrun --pml ucx`).
+//!
+//! An enum rather than a trait object: each call is one match on a value that never changes,
+//! which the branch predictor learns at once, and a build without `ucx` has a one-variant
+//! enum whose matches compile away, so the native path pays nothing for the choice.
+
+use std::env;
+
+#[cfg(feature = "ucx")]
+use pml::ucx::{UcxConfig, UcxMessage, UcxPml};
+use pml::{
+    ContextId, Done, Engine, EngineConfig, EngineError, Handle, PmlError, Rank, SendMode,
+    SourceSel, Status, Tag, TagSel, Wireup,
+};
+
+/// Which PML the ranks run on; every rank of a job must name the same one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PmlChoice {
+    Native,
+    Ucx,
+}
+
+impl PmlChoice {
+    /// From `MPIRT_PML` (which `rsrun --pml` sets): unset or `native` is the native engine.
+    pub fn from_env() -> Result<PmlChoice, String> {
+        match env::var("MPIRT_PML").as_deref() {
+            Err(_) | Ok("") | Ok("native") => Ok(PmlChoice::Native),
+            Ok("ucx") => Ok(PmlChoice::Ucx),
+            Ok(other) => Err(format!("MPIRT_PML='{other}' is not a PML (native or ucx)")),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PmlChoice::Native => "native",
+            PmlChoice::Ucx => "ucx",
+        }
+    }
+}
+
+fn pml_key(rank: u32) -> String {
+    format!("mpirt.pml.{rank}")
+}
+
+/// Each rank publishes its PML and checks every other's before either PML wires up: the
+/// two wire up differently (different keys, different fences), so ranks that disagree would
+/// otherwise wait on each other forever. One fence more at start-up buys a clear error.
+pub(crate) fn agree(wireup: &mut dyn Wireup, mine: PmlChoice) -> Result<(), String> {
+    let rank = wireup.rank();
+    wireup.put(&pml_key(rank), mine.name().as_bytes())?;
+    wireup.fence()?;
+    for peer in 0..wireup.size() {
+        let theirs = wireup.get(&pml_key(peer))?;
+        if theirs != mine.name().as_bytes() {
+            return Err(format!(
+                "rank {rank} runs the {} PML but rank {peer} runs '{}': every rank must use \
+                 the same one (set it for all with rsrun --pml or MPIRT_PML)",
+                mine.name(),
+                String::from_utf8_lossy(&theirs)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A message a matched probe took, for the PML that took it.
+#[derive(Debug)]
+pub(crate) enum MessageHandle {
+    Native(pml::MessageHandle),
+    #[cfg(feature = "ucx")]
+    Ucx(UcxMessage),
+}
+
+// One per process, in a thread-local: boxing the engine to shrink the smaller variant would
+// cost an indirection per call and save memory that is never multiplied.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Pml {
+    Native(Engine),
+    #[cfg(feature = "ucx")]
+    Ucx(UcxPml),
+}
+
+// Without `ucx` the enum is the engine itself: no discriminant to store or to test.
+#[cfg(not(feature = "ucx"))]
+const _: () = assert!(std::mem::size_of::<Pml>() == std::mem::size_of::<Engine>());
+
+/// Runs `$call` on whichever PML `$pml` holds, bound to `$p`.
+macro_rules! on_pml {
+    ($pml:expr, $p:ident => $call:expr) => {
+        match $pml {
+            Pml::Native($p) => $call,
+            #[cfg(feature = "ucx")]
+            Pml::Ucx($p) => $call,
+        }
+    };
+}
+
+impl Pml {
+    /// Opens the chosen PML and wires it up with every rank.
+    pub fn new(
+        choice: PmlChoice,
+        wireup: &mut dyn Wireup,
+        config: EngineConfig,
+    ) -> Result<Pml, EngineError> {
+        match choice {
+            PmlChoice::Native => Engine::new(wireup, config).map(Pml::Native),
+            #[cfg(feature = "ucx")]
+            PmlChoice::Ucx => open_ucx(wireup, &config).map(Pml::Ucx),
+            #[cfg(not(feature = "ucx"))]
+            PmlChoice::Ucx => Err(EngineError::Config(
+                "MPIRT_PML=ucx, but this program was built without UCX (build it with mpirt's \
+                 cargo feature `ucx`)"
+                    .into(),
+            )),
+        }
+    }
+
+    pub fn description(&self) -> &str {
+        on_pml!(self, p => p.description())
+    }
+
+    /// # Safety
+    /// As for [`Engine::post_send`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub unsafe fn post_send(
+        &mut self,
+        context: ContextId,
+        source: Rank,
+        peer: Rank,
+        tag: Tag,
+        mode: SendMode,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<Handle, PmlError> {
+        // SAFETY: the caller's guarantees are passed on unchanged.
+        on_pml!(self, p => unsafe { p.post_send(context, source, peer, tag, mode, buf, len) })
+    }
+
+    /// # Safety
+    /// As for [`Engine::post_recv`].
+    #[inline]
+    pub unsafe fn post_recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Handle, PmlError> {
+        // SAFETY: the caller's guarantees are passed on unchanged.
+        on_pml!(self, p => unsafe { p.post_recv(context, source, tag, buf, len) })
+    }
+
+    /// # Safety
+    /// As for [`Engine::post_matched_recv`].
+    pub unsafe fn post_matched_recv(
+        &mut self,
+        message: MessageHandle,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Handle, PmlError> {
+        // SAFETY (both arms): the caller's guarantees are passed on unchanged.
+        match (self, message) {
+            (Pml::Native(p), MessageHandle::Native(m)) => unsafe {
+                p.post_matched_recv(m, buf, len)
+            },
+            #[cfg(feature = "ucx")]
+            (Pml::Ucx(p), MessageHandle::Ucx(m)) => unsafe { p.post_matched_recv(m, buf, len) },
+            #[cfg(feature = "ucx")]
+            _ => unreachable!("a process runs one PML, so its messages come from that PML"),
+        }
+    }
+
+    #[inline]
+    pub fn test(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
+        on_pml!(self, p => p.test(h))
+    }
+
+    #[inline]
+    pub fn is_complete(&mut self, h: Handle) -> Result<bool, PmlError> {
+        on_pml!(self, p => p.is_complete(h))
+    }
+
+    #[inline]
+    pub fn wait(&mut self, h: Handle) -> Result<Done, PmlError> {
+        on_pml!(self, p => p.wait(h))
+    }
+
+    pub fn wait_any(&mut self, handles: &[Handle]) -> Result<usize, PmlError> {
+        on_pml!(self, p => p.wait_any(handles))
+    }
+
+    pub fn iprobe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<Option<Status>, PmlError> {
+        on_pml!(self, p => p.iprobe(context, source, tag))
+    }
+
+    pub fn probe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<Status, PmlError> {
+        on_pml!(self, p => p.probe(context, source, tag))
+    }
+
+    pub fn improbe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<Option<(MessageHandle, Status)>, PmlError> {
+        match self {
+            Pml::Native(p) => Ok(p
+                .improbe(context, source, tag)?
+                .map(|(m, s)| (MessageHandle::Native(m), s))),
+            #[cfg(feature = "ucx")]
+            Pml::Ucx(p) => Ok(p
+                .improbe(context, source, tag)?
+                .map(|(m, s)| (MessageHandle::Ucx(m), s))),
+        }
+    }
+
+    pub fn mprobe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<(MessageHandle, Status), PmlError> {
+        match self {
+            Pml::Native(p) => {
+                let (m, s) = p.mprobe(context, source, tag)?;
+                Ok((MessageHandle::Native(m), s))
+            }
+            #[cfg(feature = "ucx")]
+            Pml::Ucx(p) => {
+                let (m, s) = p.mprobe(context, source, tag)?;
+                Ok((MessageHandle::Ucx(m), s))
+            }
+        }
+    }
+
+    pub fn cancel(&mut self, h: Handle) -> Result<bool, PmlError> {
+        on_pml!(self, p => p.cancel(h))
+    }
+
+    pub fn progress(&mut self) -> Result<bool, PmlError> {
+        match self {
+            Pml::Native(p) => p.progress(),
+            #[cfg(feature = "ucx")]
+            Pml::Ucx(p) => Ok(p.progress()),
+        }
+    }
+
+    pub fn flush_all(&mut self) -> Result<(), PmlError> {
+        on_pml!(self, p => p.flush_all())
+    }
+}
+
+/// The UCX PML, with the spin budget and verbosity of the native settings. Peer-failure
+/// detection stays off unless `MPIRT_UCX_PEER_FAILURE=1`: with it, UCX 1.13 cannot use its
+/// shared-memory transports (see `UcxConfig`); a rank that dies still ends the job, because
+/// rsrun ends every rank then.
+#[cfg(feature = "ucx")]
+fn open_ucx(wireup: &mut dyn Wireup, config: &EngineConfig) -> Result<UcxPml, EngineError> {
+    let detect_peer_failure = match env::var("MPIRT_UCX_PEER_FAILURE").as_deref() {
+        Err(_) | Ok("") | Ok("0") => false,
+        Ok("1") => true,
+        Ok(other) => {
+            return Err(EngineError::Config(format!(
+                "MPIRT_UCX_PEER_FAILURE='{other}' is neither 0 nor 1"
+            )))
+        }
+    };
+    let ucx = UcxPml::new(
+        wireup,
+        &UcxConfig {
+            spin: config.spin,
+            detect_peer_failure,
+        },
+    )?;
+    if config.verbose {
+        eprintln!("mpirt: {}", ucx.description());
+    }
+    Ok(ucx)
+}
