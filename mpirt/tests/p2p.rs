@@ -692,6 +692,13 @@ fn message_sizes_over_ipv6_loopback() {
 /// every byte, and `--verbose` says which path is in use.
 #[test]
 fn large_messages_from_shared_arenas() {
+    if on_ucx() {
+        // UCX moves the data its own way: only the bytes can be checked there.
+        let (out, _) = ok_job_with(2, "arena", &[]);
+        assert!(out.contains("arena ok"), "{out}");
+        println!("the path check is skipped: the shared arena is the native PML's");
+        return;
+    }
     let verbose = ("MPIRT_VERBOSE", "1");
     for (envs, path) in [
         (
