@@ -25,10 +25,19 @@
 //! - Exhaustion (the table or the address space) is not an error: the block comes from the
 //!   system allocator and is sent by `process_vm_readv`.
 //! - fork: the mapping is `MADV_DONTFORK` and the fd `MFD_CLOEXEC`. A forked child does not
-//!   share the parent's large blocks (a write there would otherwise change the parent's data);
-//!   it must not touch them (as with memory registered for RDMA), its own large allocations go
-//!   to the system allocator, and its frees of arena blocks leave the file alone. exec'd
-//!   programs never see the fd.
+//!   share the parent's large blocks: with the mapping inherited, `MAP_SHARED`, a child's
+//!   write to a block it believes its own copy would change the parent's data. The child
+//!   would find the range unmapped, though, and the system allocator would place the child's
+//!   own large blocks there (a 1 MiB `malloc` does), which the allocator would then take for
+//!   arena blocks: a leak on free, and on a same-page-count `realloc` a block returned
+//!   unchanged that glibc made smaller than the pages it spans. So a `pthread_atfork` child
+//!   handler, registered at activation, maps the range again as `PROT_NONE` anonymous
+//!   address space: nothing else can land there, so `contains` stays true only for the
+//!   parent's blocks, and a child touching one of those faults at once (as with memory
+//!   registered for RDMA) instead of reading or writing the wrong memory. Its own large
+//!   blocks come from the system allocator, and its frees of the parent's blocks are no-ops.
+//!   exec'd programs never see the fd; `posix_spawn` and `vfork` share the parent's memory
+//!   and run no fork handlers.
 //! - A rank that dies leaves its peers' mappings valid: the file lives until the last mapping
 //!   goes, so a late copy reads stale bytes, never a fault.
 //! - Security: a peer opens `/proc/<pid>/fd/<n>`, which the kernel allows only with ptrace read
@@ -202,6 +211,19 @@ impl Arena {
             // SAFETY: unmapping the mapping made above, which nothing uses yet.
             unsafe { libc::munmap(base, len) };
             return Err(close_on_err(e));
+        }
+        // Only the global arena: its handler needs no context, and the allocator's `contains`
+        // is asked only about it.
+        let rc = if std::ptr::eq(self, &GLOBAL) {
+            // SAFETY: registers a function pointer; the handler only makes system calls.
+            unsafe { libc::pthread_atfork(None, None, Some(reserve_global_range_in_child)) }
+        } else {
+            0
+        };
+        if rc != 0 {
+            // SAFETY: unmapping the mapping made above, which nothing uses yet.
+            unsafe { libc::munmap(base, len) };
+            return Err(close_on_err(io::Error::from_raw_os_error(rc)));
         }
         // SAFETY: the header page is inside the mapping, writable, and no block overlaps it.
         unsafe { (base as *mut u64).write(ARENA_MAGIC) };
@@ -449,6 +471,35 @@ impl Extents {
         self.free.copy_within(i..self.n, i + 1);
         self.free[i] = extent;
         self.n += 1;
+    }
+}
+
+/// The `pthread_atfork` child handler of [`GLOBAL`] (see the module notes on fork): the range
+/// the child lost to `MADV_DONTFORK` becomes inaccessible address space of its own.
+extern "C" fn reserve_global_range_in_child() {
+    let base = GLOBAL.base.load(Ordering::Acquire);
+    let len = GLOBAL.len.load(Ordering::Relaxed);
+    // SAFETY: the range is the parent's arena, which `MADV_DONTFORK` left unmapped here, so
+    // `MAP_FIXED` replaces nothing; no memory is reserved for it.
+    let got = unsafe {
+        libc::mmap(
+            base as *mut libc::c_void,
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if got == libc::MAP_FAILED {
+        // The system allocator could then place blocks the allocator takes for arena blocks:
+        // stop the child (async-signal-safe calls only) rather than corrupt its heap.
+        let msg = b"mpirt: a forked child could not reserve the shared arena's range\n";
+        // SAFETY: writes a static buffer to stderr, then ends the child.
+        unsafe {
+            libc::write(2, msg.as_ptr().cast(), msg.len());
+            libc::abort();
+        }
     }
 }
 
