@@ -81,9 +81,10 @@ fn arena_alloc(layout: Layout, zeroed: bool) -> *mut u8 {
     }
 }
 
-// SAFETY: blocks come either from `System` or from the shared arena, which hands out disjoint,
-// suitably aligned (and, from `alloc`, zeroed) ranges of its own mapping; `contains` tells which on the way back,
-// so each block is returned to the allocator that made it. The logging allocates nothing.
+// SAFETY: blocks come either from `System` or from the shared arena, which hands out
+// disjoint, suitably aligned (and, from `alloc`, zeroed) ranges of its own mapping;
+// `contains` tells which on the way back (in a forked child too, see `shared_arena`), so each
+// block is returned to the allocator that made it. The logging allocates nothing.
 unsafe impl GlobalAlloc for TrackingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         note_installed();
