@@ -296,7 +296,7 @@ impl Engine {
 
         // Published before the fences below, read once every rank has passed them.
         let own_arena = if n_local > 1 {
-            let arena = activate_arena(&config);
+            let arena = activate_arena(&config, n_local);
             let wire = arena.as_ref().map(|a| a.to_wire()).unwrap_or_default();
             wireup
                 .put(&format!("pml.arena.{rank}"), wire.as_bytes())
@@ -418,7 +418,7 @@ impl Engine {
             let arena_note = match &cma {
                 Ok(()) => {
                     let mapped = map_peer_arenas(wireup, rank, &local_ranks, &mut peer_arenas)?;
-                    own_arena.and_then(Result::err).or(mapped)
+                    own_arena.as_ref().and_then(|a| a.clone().err()).or(mapped)
                 }
                 Err(_) => None,
             };
@@ -439,8 +439,13 @@ impl Engine {
                 match (&cma, &ptrace_allowed) {
                     (Ok(()), _) => match arena_note {
                         None => format!(
-                            "memcpy from the sender's shared arena for heap blocks of {} KiB \
-                             or more, else single copy (process_vm_readv)",
+                            "memcpy from the sender's shared arena ({} MiB of address space) \
+                             for heap blocks of {} KiB or more, else single copy \
+                             (process_vm_readv)",
+                            own_arena
+                                .as_ref()
+                                .and_then(|a| a.as_ref().ok())
+                                .map_or(0, |a| a.len >> 20),
                             shared_arena::ARENA_MIN_BYTES >> 10
                         ),
                         Some(why) =>
@@ -1067,15 +1072,16 @@ impl Engine {
 
 /// Activates this process's shared arena (see `shared_arena`) when the configuration and the
 /// global allocator allow; the error says why not, for `--verbose`.
-fn activate_arena(config: &EngineConfig) -> Result<ArenaInfo, String> {
+fn activate_arena(config: &EngineConfig, n_local: usize) -> Result<ArenaInfo, String> {
     if !config.single_copy || !config.shared_arena {
         return Err("turned off by MPIRT_SHM_SINGLE_COPY=0 or MPIRT_SHM_ARENA=0".into());
     }
     if !freed_memory::installed() {
         return Err("the global allocator is not mpirt::TrackingAllocator".into());
     }
+    let len = shared_arena::arena_bytes(shared_arena::address_space_limit(), n_local)?;
     shared_arena::GLOBAL
-        .activate(shared_arena::ARENA_BYTES)
+        .activate(len)
         .map_err(|e| e.to_string())
 }
 

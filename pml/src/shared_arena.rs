@@ -22,6 +22,10 @@
 //! - Up to [`REUSE_BYTES`] of freed blocks are kept with their pages for a new block of the
 //!   same size (scratch buffers freed and allocated again on every call), like glibc keeps its
 //!   heap; only zeroed allocations then pay a `memset`.
+//! - Under an address-space limit (`RLIMIT_AS`: `ulimit -v`, Slurm's `VSizeFactor`), every
+//!   rank's own arena and its mappings of its local peers' arenas count against it, sparse
+//!   or not: [`arena_bytes`] gives them a quarter of the limit, or none when that is too
+//!   little, so that the program's own allocations still fit.
 //! - Exhaustion (the table or the address space) is not an error: the block comes from the
 //!   system allocator and is sent by `process_vm_readv`.
 //! - fork: the mapping is `MADV_DONTFORK` and the fd `MFD_CLOEXEC`. A forked child does not
@@ -61,6 +65,8 @@ use std::sync::Mutex;
 pub const ARENA_MIN_BYTES: usize = 64 << 10;
 /// Address space of the global arena: live large blocks beyond it come from the system.
 pub const ARENA_BYTES: usize = 64 << 30;
+/// Below this an arena sized under an address-space limit is not worth having.
+pub const ARENA_MIN_LEN: usize = 64 << 20;
 pub const PAGE: usize = 4096;
 /// First page of the file: a peer that maps it checks this word to know it has the right file.
 pub const ARENA_MAGIC: u64 = u64::from_le_bytes(*b"mpirtarn");
@@ -474,6 +480,37 @@ impl Extents {
     }
 }
 
+/// The length of each arena when `n_local` ranks share a host under the address-space limit
+/// `limit` (`None`: unlimited): each rank maps its own and its peers', `n_local` in all, and
+/// they get a quarter of the limit. An error says why there is none.
+pub fn arena_bytes(limit: Option<u64>, n_local: usize) -> Result<usize, String> {
+    let Some(limit) = limit else {
+        return Ok(ARENA_BYTES);
+    };
+    let share = usize::try_from(limit / 4 / n_local.max(1) as u64).unwrap_or(usize::MAX);
+    let len = share.min(ARENA_BYTES) / PAGE * PAGE;
+    if len < ARENA_MIN_LEN {
+        return Err(format!(
+            "an address-space limit (RLIMIT_AS) of {} MiB leaves too little for {n_local} \
+             arenas of {} MiB",
+            limit >> 20,
+            ARENA_MIN_LEN >> 20
+        ));
+    }
+    Ok(len)
+}
+
+/// This process's address-space limit (`RLIMIT_AS`), `None` when unlimited.
+pub fn address_space_limit() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only into `lim`.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) };
+    (rc == 0 && lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
+}
+
 /// The `pthread_atfork` child handler of [`GLOBAL`] (see the module notes on fork): the range
 /// the child lost to `MADV_DONTFORK` becomes inaccessible address space of its own.
 extern "C" fn reserve_global_range_in_child() {
@@ -773,6 +810,19 @@ mod tests {
         // SAFETY: allocated above, no longer used.
         unsafe { a.free(big, 9 * PAGE) };
         assert_eq!(a.extents.lock().unwrap().kept_bytes, 6 * PAGE);
+    }
+
+    #[test]
+    fn an_address_space_limit_sizes_the_arenas_to_a_quarter_of_it() {
+        assert_eq!(arena_bytes(None, 8), Ok(ARENA_BYTES));
+        assert_eq!(arena_bytes(Some(u64::MAX), 8), Ok(ARENA_BYTES));
+        assert_eq!(arena_bytes(Some(80 << 30), 2), Ok(10 << 30));
+        assert_eq!(arena_bytes(Some((1 << 30) + 5), 1), Ok(256 << 20));
+        let e = arena_bytes(Some(1 << 30), 8).unwrap_err();
+        assert!(
+            e.contains("(RLIMIT_AS) of 1024 MiB") && e.contains("8 arenas"),
+            "{e}"
+        );
     }
 
     #[test]
