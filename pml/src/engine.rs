@@ -415,13 +415,22 @@ impl Engine {
                 remote_read: cma.is_ok(),
             };
             // The arena path sits on top of CMA: buffers outside arenas still need it.
-            let arena_note = match &cma {
+            let (arena_note, unreadable) = match &cma {
                 Ok(()) => {
-                    let mapped = map_peer_arenas(wireup, rank, &local_ranks, &mut peer_arenas)?;
-                    own_arena.as_ref().and_then(|a| a.clone().err()).or(mapped)
+                    let (mapped, unreadable) =
+                        map_peer_arenas(wireup, rank, &local_ranks, &mut peer_arenas)?;
+                    let own = own_arena.as_ref().and_then(|a| a.clone().err());
+                    (own.or(mapped), unreadable)
                 }
-                Err(_) => None,
+                Err(_) => (None, true),
             };
+            // Per host, like CMA: when this rank cannot read its peers' arenas (a peer that
+            // has none may still read ours), they cannot read its own either, and its large
+            // blocks would pay the arena's costs for nothing.
+            let arena_stopped = matches!(own_arena, Some(Ok(_))) && unreadable;
+            if arena_stopped {
+                shared_arena::GLOBAL.stop_serving();
+            }
             for (local, &r) in local_ranks.iter().enumerate() {
                 if r == rank {
                     continue;
@@ -457,6 +466,10 @@ impl Engine {
                     }
                 }
             );
+            if arena_stopped {
+                description += "; large heap blocks stay with the system allocator (shared \
+                                 arena stopped: peers cannot read it)";
+            }
         }
         #[cfg(feature = "verbs")]
         if let Some(v) = &verbs {
@@ -1086,19 +1099,23 @@ fn activate_arena(config: &EngineConfig, n_local: usize) -> Result<ArenaInfo, St
 }
 
 /// Maps the arena of every other local rank that published one; says why when one is missing
-/// (its messages then go by process_vm_readv).
+/// (its messages then go by process_vm_readv), and whether one published could not be mapped.
 fn map_peer_arenas(
     wireup: &mut dyn Wireup,
     rank: Rank,
     local_ranks: &[Rank],
     arenas: &mut [Option<PeerArena>],
-) -> Result<Option<String>, EngineError> {
+) -> Result<(Option<String>, bool), EngineError> {
     let mut note = None;
+    let mut unreadable = false;
     for &r in local_ranks.iter().filter(|&&r| r != rank) {
         let wire = wireup.get(&format!("pml.arena.{r}")).map_err(wireup_err)?;
         let wire = String::from_utf8_lossy(&wire);
         let mapped = match ArenaInfo::from_wire(&wire) {
-            Some(info) => PeerArena::map(&info).map_err(|e| format!("rank {r}: {e}")),
+            Some(info) => PeerArena::map(&info).map_err(|e| {
+                unreadable = true;
+                format!("rank {r}: {e}")
+            }),
             None => Err(format!("rank {r} has none")),
         };
         match mapped {
@@ -1106,7 +1123,7 @@ fn map_peer_arenas(
             Err(why) => note = note.or(Some(why)),
         }
     }
-    Ok(note)
+    Ok((note, unreadable))
 }
 
 /// Opens the RDMA device when verbs is asked for, or (`auto`) when ranks span hosts and a

@@ -26,6 +26,9 @@
 //!   rank's own arena and its mappings of its local peers' arenas count against it, sparse
 //!   or not: [`arena_bytes`] gives them a quarter of the limit, or none when that is too
 //!   little, so that the program's own allocations still fit.
+//! - The engine stops the arena serving new blocks ([`Arena::stop_serving`]) when the host's
+//!   peers cannot read from it (no single copy, or an arena that could not be mapped): the
+//!   blocks would pay its costs for nothing. Blocks already handed out stay valid.
 //! - Exhaustion (the table or the address space) is not an error: the block comes from the
 //!   system allocator and is sent by `process_vm_readv`.
 //! - fork: the mapping is `MADV_DONTFORK` and the fd `MFD_CLOEXEC`. A forked child does not
@@ -54,7 +57,7 @@
 //!   like any other, so registrations over punched pages are dropped before their next use.
 
 use std::io;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Blocks at least this large come from the arena. Rendezvous starts at the eager limit
@@ -128,6 +131,8 @@ pub struct Arena {
     fd: AtomicI32,
     /// The process that activated it: a forked child is another (see the module notes).
     owner: AtomicI32,
+    /// Set when the engine finds the arena of no use; only frees run afterwards.
+    stopped: AtomicBool,
     /// Bytes of freed blocks kept for reuse instead of punched (see [`REUSE_BYTES`]).
     reuse_bytes: usize,
     extents: Mutex<Extents>,
@@ -155,6 +160,7 @@ impl Arena {
             len: AtomicUsize::new(0),
             fd: AtomicI32::new(-1),
             owner: AtomicI32::new(0),
+            stopped: AtomicBool::new(false),
             reuse_bytes,
             extents: Mutex::new(Extents {
                 free: [(0, 0); FREE_SLOTS],
@@ -271,6 +277,12 @@ impl Arena {
             && self.owner.load(Ordering::Relaxed) == unsafe { libc::getpid() }
     }
 
+    /// Hands out no more blocks (for good: the decision is the host's, see the module notes);
+    /// frees of blocks already handed out still return them.
+    pub fn stop_serving(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+    }
+
     /// A block of `size` bytes aligned to `align` (a power of two), zeroed; null when the
     /// arena is inactive or full, and the caller goes to the system allocator.
     pub fn alloc(&self, size: usize, align: usize) -> *mut u8 {
@@ -294,7 +306,7 @@ impl Arena {
 
     /// A block and whether it was kept from a free (so not zeroed).
     fn block(&self, size: usize, align: usize) -> Option<(*mut u8, bool)> {
-        if size == 0 || !self.usable() {
+        if size == 0 || !self.usable() || self.stopped.load(Ordering::Relaxed) {
             return None;
         }
         let size = size.checked_next_multiple_of(PAGE)?;
@@ -823,6 +835,18 @@ mod tests {
             e.contains("(RLIMIT_AS) of 1024 MiB") && e.contains("8 arenas"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_stopped_arena_hands_out_nothing_but_takes_its_blocks_back() {
+        let a = arena(64);
+        let p = a.alloc(2 * PAGE, 1);
+        assert!(!p.is_null());
+        a.stop_serving();
+        assert!(a.alloc(PAGE, 1).is_null() && a.alloc_uninit(PAGE, 1).is_null());
+        // SAFETY: allocated above, no longer used.
+        unsafe { a.free(p, 2 * PAGE) };
+        assert_eq!(free_list(&a), (vec![], PAGE), "the block came back");
     }
 
     #[test]

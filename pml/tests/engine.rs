@@ -489,3 +489,84 @@ fn an_address_space_limit_leaves_room_beside_the_arenas() {
     assert!(out0.contains("MiB of address space"), "{out0}");
     fs::remove_dir_all(dir).unwrap();
 }
+
+const UNREADABLE_ENV: &str = "PML_ENGINE_TEST_UNREADABLE_RANK";
+
+/// Publishes rank 0's arena at a descriptor that does not exist, so rank 1 cannot map it.
+struct BadArenaWireup(DirWireup);
+
+impl pml::Wireup for BadArenaWireup {
+    fn rank(&self) -> u32 {
+        self.0.rank()
+    }
+    fn size(&self) -> u32 {
+        self.0.size()
+    }
+    fn job_id(&self) -> String {
+        self.0.job_id()
+    }
+    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String> {
+        let wire = String::from_utf8_lossy(value);
+        match pml::shared_arena::ArenaInfo::from_wire(&wire) {
+            Some(info) if key == "pml.arena.0" => {
+                let bad = pml::shared_arena::ArenaInfo { fd: 99_999, ..info };
+                self.0.put(key, bad.to_wire().as_bytes())
+            }
+            _ => self.0.put(key, value),
+        }
+    }
+    fn fence(&mut self) -> Result<(), String> {
+        self.0.fence()
+    }
+    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+        self.0.get(key)
+    }
+}
+
+/// A rank that cannot map its peer's arena takes the host for one where peers cannot read
+/// arenas, and stops serving large blocks from its own.
+#[test]
+fn an_arena_peers_cannot_read_stops_serving() {
+    if let Ok(spec) = env::var(UNREADABLE_ENV) {
+        let (dir, rank) = spec.split_once(',').unwrap();
+        let mut w = BadArenaWireup(DirWireup {
+            dir: dir.into(),
+            rank: rank.parse().unwrap(),
+            size: 2,
+            round: 0,
+        });
+        let e = Engine::new(&mut w, EngineConfig::default()).unwrap();
+        let block = vec![1u8; 1 << 20];
+        let in_arena = pml::shared_arena::GLOBAL.contains(block.as_ptr());
+        if e.rank() == 1 {
+            assert!(!in_arena, "a large block still came from the arena");
+            assert!(
+                e.description().contains("shared arena stopped"),
+                "{}",
+                e.description()
+            );
+        } else {
+            assert!(in_arena, "rank 0 reads rank 1's arena, so keeps its own");
+        }
+        return;
+    }
+    let dir = env::temp_dir().join(format!("pml-engine-unreadable-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let outputs = run_children(
+        "an_arena_peers_cannot_read_stops_serving",
+        2,
+        UNREADABLE_ENV,
+        |r| format!("{},{r}", dir.display()),
+        &[],
+        Duration::from_secs(120),
+    );
+    for (r, o) in outputs.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "rank {r} failed:\n{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    fs::remove_dir_all(dir).unwrap();
+}
