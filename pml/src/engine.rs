@@ -297,7 +297,7 @@ impl Engine {
 
         // Published before the fences below, read once every rank has passed them.
         let own_arena = if n_local > 1 {
-            let arena = activate_arena(&config);
+            let arena = activate_arena(&config, n_local);
             let wire = arena.as_ref().map(|a| a.to_wire()).unwrap_or_default();
             wireup
                 .put(&format!("pml.arena.{rank}"), wire.as_bytes())
@@ -416,13 +416,22 @@ impl Engine {
                 remote_read: cma.is_ok(),
             };
             // The arena path sits on top of CMA: buffers outside arenas still need it.
-            let arena_note = match &cma {
+            let (arena_note, unreadable) = match &cma {
                 Ok(()) => {
-                    let mapped = map_peer_arenas(wireup, rank, &local_ranks, &mut peer_arenas)?;
-                    own_arena.and_then(Result::err).or(mapped)
+                    let (mapped, unreadable) =
+                        map_peer_arenas(wireup, rank, &local_ranks, &mut peer_arenas)?;
+                    let own = own_arena.as_ref().and_then(|a| a.clone().err());
+                    (own.or(mapped), unreadable)
                 }
-                Err(_) => None,
+                Err(_) => (None, true),
             };
+            // Per host, like CMA: when this rank cannot read its peers' arenas (a peer that
+            // has none may still read ours), they cannot read its own either, and its large
+            // blocks would pay the arena's costs for nothing.
+            let arena_stopped = matches!(own_arena, Some(Ok(_))) && unreadable;
+            if arena_stopped {
+                shared_arena::GLOBAL.stop_serving();
+            }
             for (local, &r) in local_ranks.iter().enumerate() {
                 if r == rank {
                     continue;
@@ -440,8 +449,13 @@ impl Engine {
                 match (&cma, &ptrace_allowed) {
                     (Ok(()), _) => match arena_note {
                         None => format!(
-                            "memcpy from the sender's shared arena for heap blocks of {} KiB \
-                             or more, else single copy (process_vm_readv)",
+                            "memcpy from the sender's shared arena ({} MiB of address space) \
+                             for heap blocks of {} KiB or more, else single copy \
+                             (process_vm_readv)",
+                            own_arena
+                                .as_ref()
+                                .and_then(|a| a.as_ref().ok())
+                                .map_or(0, |a| a.len >> 20),
                             shared_arena::ARENA_MIN_BYTES >> 10
                         ),
                         Some(why) =>
@@ -453,6 +467,10 @@ impl Engine {
                     }
                 }
             );
+            if arena_stopped {
+                description += "; large heap blocks stay with the system allocator (shared \
+                                 arena stopped: peers cannot read it)";
+            }
         }
         #[cfg(feature = "verbs")]
         if let Some(v) = &verbs {
@@ -1043,32 +1061,37 @@ impl Engine {
 
 /// Activates this process's shared arena (see `shared_arena`) when the configuration and the
 /// global allocator allow; the error says why not, for `--verbose`.
-fn activate_arena(config: &EngineConfig) -> Result<ArenaInfo, String> {
+fn activate_arena(config: &EngineConfig, n_local: usize) -> Result<ArenaInfo, String> {
     if !config.single_copy || !config.shared_arena {
         return Err("turned off by MPIRT_SHM_SINGLE_COPY=0 or MPIRT_SHM_ARENA=0".into());
     }
     if !freed_memory::installed() {
         return Err("the global allocator is not mpirt::TrackingAllocator".into());
     }
+    let len = shared_arena::arena_bytes(shared_arena::address_space_limit(), n_local)?;
     shared_arena::GLOBAL
-        .activate(shared_arena::ARENA_BYTES)
+        .activate(len)
         .map_err(|e| e.to_string())
 }
 
 /// Maps the arena of every other local rank that published one; says why when one is missing
-/// (its messages then go by process_vm_readv).
+/// (its messages then go by process_vm_readv), and whether one published could not be mapped.
 fn map_peer_arenas(
     wireup: &mut dyn Wireup,
     rank: Rank,
     local_ranks: &[Rank],
     arenas: &mut [Option<PeerArena>],
-) -> Result<Option<String>, EngineError> {
+) -> Result<(Option<String>, bool), EngineError> {
     let mut note = None;
+    let mut unreadable = false;
     for &r in local_ranks.iter().filter(|&&r| r != rank) {
         let wire = wireup.get(&format!("pml.arena.{r}")).map_err(wireup_err)?;
         let wire = String::from_utf8_lossy(&wire);
         let mapped = match ArenaInfo::from_wire(&wire) {
-            Some(info) => PeerArena::map(&info).map_err(|e| format!("rank {r}: {e}")),
+            Some(info) => PeerArena::map(&info).map_err(|e| {
+                unreadable = true;
+                format!("rank {r}: {e}")
+            }),
             None => Err(format!("rank {r} has none")),
         };
         match mapped {
@@ -1076,7 +1099,7 @@ fn map_peer_arenas(
             Err(why) => note = note.or(Some(why)),
         }
     }
-    Ok(note)
+    Ok((note, unreadable))
 }
 
 impl Waiting for Engine {

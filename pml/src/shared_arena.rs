@@ -22,13 +22,29 @@
 //! - Up to [`REUSE_BYTES`] of freed blocks are kept with their pages for a new block of the
 //!   same size (scratch buffers freed and allocated again on every call), like glibc keeps its
 //!   heap; only zeroed allocations then pay a `memset`.
+//! - Under an address-space limit (`RLIMIT_AS`: `ulimit -v`, Slurm's `VSizeFactor`), every
+//!   rank's own arena and its mappings of its local peers' arenas count against it, sparse
+//!   or not: [`arena_bytes`] gives them a quarter of the limit, or none when that is too
+//!   little, so that the program's own allocations still fit.
+//! - The engine stops the arena serving new blocks ([`Arena::stop_serving`]) when the host's
+//!   peers cannot read from it (no single copy, or an arena that could not be mapped): the
+//!   blocks would pay its costs for nothing. Blocks already handed out stay valid.
 //! - Exhaustion (the table or the address space) is not an error: the block comes from the
 //!   system allocator and is sent by `process_vm_readv`.
 //! - fork: the mapping is `MADV_DONTFORK` and the fd `MFD_CLOEXEC`. A forked child does not
-//!   share the parent's large blocks (a write there would otherwise change the parent's data);
-//!   it must not touch them (as with memory registered for RDMA), its own large allocations go
-//!   to the system allocator, and its frees of arena blocks leave the file alone. exec'd
-//!   programs never see the fd.
+//!   share the parent's large blocks: with the mapping inherited, `MAP_SHARED`, a child's
+//!   write to a block it believes its own copy would change the parent's data. The child
+//!   would find the range unmapped, though, and the system allocator would place the child's
+//!   own large blocks there (a 1 MiB `malloc` does), which the allocator would then take for
+//!   arena blocks: a leak on free, and on a same-page-count `realloc` a block returned
+//!   unchanged that glibc made smaller than the pages it spans. So a `pthread_atfork` child
+//!   handler, registered at activation, maps the range again as `PROT_NONE` anonymous
+//!   address space: nothing else can land there, so `contains` stays true only for the
+//!   parent's blocks, and a child touching one of those faults at once (as with memory
+//!   registered for RDMA) instead of reading or writing the wrong memory. Its own large
+//!   blocks come from the system allocator, and its frees of the parent's blocks are no-ops.
+//!   exec'd programs never see the fd; `posix_spawn` and `vfork` share the parent's memory
+//!   and run no fork handlers.
 //! - A rank that dies leaves its peers' mappings valid: the file lives until the last mapping
 //!   goes, so a late copy reads stale bytes, never a fault.
 //! - Security: a peer opens `/proc/<pid>/fd/<n>`, which the kernel allows only with ptrace read
@@ -41,7 +57,7 @@
 //!   like any other, so registrations over punched pages are dropped before their next use.
 
 use std::io;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Blocks at least this large come from the arena. Rendezvous starts at the eager limit
@@ -52,6 +68,8 @@ use std::sync::Mutex;
 pub const ARENA_MIN_BYTES: usize = 64 << 10;
 /// Address space of the global arena: live large blocks beyond it come from the system.
 pub const ARENA_BYTES: usize = 64 << 30;
+/// Below this an arena sized under an address-space limit is not worth having.
+pub const ARENA_MIN_LEN: usize = 64 << 20;
 pub const PAGE: usize = 4096;
 /// First page of the file: a peer that maps it checks this word to know it has the right file.
 pub const ARENA_MAGIC: u64 = u64::from_le_bytes(*b"mpirtarn");
@@ -113,6 +131,8 @@ pub struct Arena {
     fd: AtomicI32,
     /// The process that activated it: a forked child is another (see the module notes).
     owner: AtomicI32,
+    /// Set when the engine finds the arena of no use; only frees run afterwards.
+    stopped: AtomicBool,
     /// Bytes of freed blocks kept for reuse instead of punched (see [`REUSE_BYTES`]).
     reuse_bytes: usize,
     extents: Mutex<Extents>,
@@ -140,6 +160,7 @@ impl Arena {
             len: AtomicUsize::new(0),
             fd: AtomicI32::new(-1),
             owner: AtomicI32::new(0),
+            stopped: AtomicBool::new(false),
             reuse_bytes,
             extents: Mutex::new(Extents {
                 free: [(0, 0); FREE_SLOTS],
@@ -203,6 +224,19 @@ impl Arena {
             unsafe { libc::munmap(base, len) };
             return Err(close_on_err(e));
         }
+        // Only the global arena: its handler needs no context, and the allocator's `contains`
+        // is asked only about it.
+        let rc = if std::ptr::eq(self, &GLOBAL) {
+            // SAFETY: registers a function pointer; the handler only makes system calls.
+            unsafe { libc::pthread_atfork(None, None, Some(reserve_global_range_in_child)) }
+        } else {
+            0
+        };
+        if rc != 0 {
+            // SAFETY: unmapping the mapping made above, which nothing uses yet.
+            unsafe { libc::munmap(base, len) };
+            return Err(close_on_err(io::Error::from_raw_os_error(rc)));
+        }
         // SAFETY: the header page is inside the mapping, writable, and no block overlaps it.
         unsafe { (base as *mut u64).write(ARENA_MAGIC) };
         // SAFETY: getpid cannot fail.
@@ -243,6 +277,12 @@ impl Arena {
             && self.owner.load(Ordering::Relaxed) == unsafe { libc::getpid() }
     }
 
+    /// Hands out no more blocks (for good: the decision is the host's, see the module notes);
+    /// frees of blocks already handed out still return them.
+    pub fn stop_serving(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+    }
+
     /// A block of `size` bytes aligned to `align` (a power of two), zeroed; null when the
     /// arena is inactive or full, and the caller goes to the system allocator.
     pub fn alloc(&self, size: usize, align: usize) -> *mut u8 {
@@ -266,7 +306,7 @@ impl Arena {
 
     /// A block and whether it was kept from a free (so not zeroed).
     fn block(&self, size: usize, align: usize) -> Option<(*mut u8, bool)> {
-        if size == 0 || !self.usable() {
+        if size == 0 || !self.usable() || self.stopped.load(Ordering::Relaxed) {
             return None;
         }
         let size = size.checked_next_multiple_of(PAGE)?;
@@ -449,6 +489,66 @@ impl Extents {
         self.free.copy_within(i..self.n, i + 1);
         self.free[i] = extent;
         self.n += 1;
+    }
+}
+
+/// The length of each arena when `n_local` ranks share a host under the address-space limit
+/// `limit` (`None`: unlimited): each rank maps its own and its peers', `n_local` in all, and
+/// they get a quarter of the limit. An error says why there is none.
+pub fn arena_bytes(limit: Option<u64>, n_local: usize) -> Result<usize, String> {
+    let Some(limit) = limit else {
+        return Ok(ARENA_BYTES);
+    };
+    let share = usize::try_from(limit / 4 / n_local.max(1) as u64).unwrap_or(usize::MAX);
+    let len = share.min(ARENA_BYTES) / PAGE * PAGE;
+    if len < ARENA_MIN_LEN {
+        return Err(format!(
+            "an address-space limit (RLIMIT_AS) of {} MiB leaves too little for {n_local} \
+             arenas of {} MiB",
+            limit >> 20,
+            ARENA_MIN_LEN >> 20
+        ));
+    }
+    Ok(len)
+}
+
+/// This process's address-space limit (`RLIMIT_AS`), `None` when unlimited.
+pub fn address_space_limit() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only into `lim`.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) };
+    (rc == 0 && lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
+}
+
+/// The `pthread_atfork` child handler of [`GLOBAL`] (see the module notes on fork): the range
+/// the child lost to `MADV_DONTFORK` becomes inaccessible address space of its own.
+extern "C" fn reserve_global_range_in_child() {
+    let base = GLOBAL.base.load(Ordering::Acquire);
+    let len = GLOBAL.len.load(Ordering::Relaxed);
+    // SAFETY: the range is the parent's arena, which `MADV_DONTFORK` left unmapped here, so
+    // `MAP_FIXED` replaces nothing; no memory is reserved for it.
+    let got = unsafe {
+        libc::mmap(
+            base as *mut libc::c_void,
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if got == libc::MAP_FAILED {
+        // The system allocator could then place blocks the allocator takes for arena blocks:
+        // stop the child (async-signal-safe calls only) rather than corrupt its heap.
+        let msg = b"mpirt: a forked child could not reserve the shared arena's range\n";
+        // SAFETY: writes a static buffer to stderr, then ends the child.
+        unsafe {
+            libc::write(2, msg.as_ptr().cast(), msg.len());
+            libc::abort();
+        }
     }
 }
 
@@ -722,6 +822,31 @@ mod tests {
         // SAFETY: allocated above, no longer used.
         unsafe { a.free(big, 9 * PAGE) };
         assert_eq!(a.extents.lock().unwrap().kept_bytes, 6 * PAGE);
+    }
+
+    #[test]
+    fn an_address_space_limit_sizes_the_arenas_to_a_quarter_of_it() {
+        assert_eq!(arena_bytes(None, 8), Ok(ARENA_BYTES));
+        assert_eq!(arena_bytes(Some(u64::MAX), 8), Ok(ARENA_BYTES));
+        assert_eq!(arena_bytes(Some(80 << 30), 2), Ok(10 << 30));
+        assert_eq!(arena_bytes(Some((1 << 30) + 5), 1), Ok(256 << 20));
+        let e = arena_bytes(Some(1 << 30), 8).unwrap_err();
+        assert!(
+            e.contains("(RLIMIT_AS) of 1024 MiB") && e.contains("8 arenas"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_stopped_arena_hands_out_nothing_but_takes_its_blocks_back() {
+        let a = arena(64);
+        let p = a.alloc(2 * PAGE, 1);
+        assert!(!p.is_null());
+        a.stop_serving();
+        assert!(a.alloc(PAGE, 1).is_null() && a.alloc_uninit(PAGE, 1).is_null());
+        // SAFETY: allocated above, no longer used.
+        unsafe { a.free(p, 2 * PAGE) };
+        assert_eq!(free_list(&a), (vec![], PAGE), "the block came back");
     }
 
     #[test]

@@ -398,3 +398,175 @@ fn run_ranks(test: &str, cases: &[(u32, &str)]) {
         fs::remove_dir_all(dir).unwrap();
     }
 }
+
+const LIMITED_ENV: &str = "PML_ENGINE_TEST_LIMITED_RANK";
+/// Address space the limited ranks get beyond what they use before the engine starts.
+const HEADROOM: u64 = 80 << 30;
+
+/// Bytes of address space this process uses now (`VmSize`).
+fn address_space_used() -> u64 {
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .map(|v| v.trim().parse::<u64>().unwrap())
+        .unwrap();
+    kib << 10
+}
+
+/// Under `ulimit -v` (RLIMIT_AS), a rank's arena and its mappings of its peers' arenas must
+/// leave room for the program's own allocations, and still carry large messages.
+#[test]
+fn an_address_space_limit_leaves_room_beside_the_arenas() {
+    if let Ok(spec) = env::var(LIMITED_ENV) {
+        let (dir, rank) = spec.split_once(',').unwrap();
+        let limit = address_space_used() + HEADROOM;
+        let lim = libc::rlimit {
+            rlim_cur: limit,
+            rlim_max: limit,
+        };
+        // SAFETY: setrlimit reads only `lim`; this process is a rank of this test alone.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) }, 0);
+        let mut w = DirWireup {
+            dir: dir.into(),
+            rank: rank.parse().unwrap(),
+            size: 2,
+            round: 0,
+        };
+        let mut e = Engine::new(&mut w, EngineConfig::default()).unwrap();
+        println!("{}", e.description());
+        let arena = pml::shared_arena::GLOBAL
+            .info()
+            .expect("an arena under the limit");
+        assert!(arena.len as u64 <= limit / 8, "{} bytes", arena.len);
+        // Half the headroom, as address space only: it fits beside both arenas.
+        let half = (HEADROOM / 2) as usize;
+        // SAFETY: a fresh inaccessible mapping chosen by the kernel, unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                half,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED, "the arenas left no room for 40 GiB");
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(p, half) };
+        let data = pattern(1 << 20, 4);
+        if e.rank() == 1 {
+            send(&mut e, 0, 9, &data, SendMode::Standard);
+        } else {
+            let (buf, _) = recv(&mut e, SourceSel::Rank(1), TagSel::Tag(9), 1 << 20);
+            assert!(buf == data, "1 MiB arrived wrong");
+            assert_eq!(e.counters().mapped_reads, 1, "not from the peer's arena");
+        }
+        e.flush_all().unwrap();
+        return;
+    }
+    let dir = env::temp_dir().join(format!("pml-engine-limited-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let outputs = run_children(
+        "an_address_space_limit_leaves_room_beside_the_arenas",
+        2,
+        LIMITED_ENV,
+        |r| format!("{},{r}", dir.display()),
+        &[],
+        Duration::from_secs(120),
+    );
+    for (r, o) in outputs.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "rank {r} failed:\n{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let out0 = String::from_utf8_lossy(&outputs[0].stdout);
+    assert!(out0.contains("MiB of address space"), "{out0}");
+    fs::remove_dir_all(dir).unwrap();
+}
+
+const UNREADABLE_ENV: &str = "PML_ENGINE_TEST_UNREADABLE_RANK";
+
+/// Publishes rank 0's arena at a descriptor that does not exist, so rank 1 cannot map it.
+struct BadArenaWireup(DirWireup);
+
+impl pml::Wireup for BadArenaWireup {
+    fn rank(&self) -> u32 {
+        self.0.rank()
+    }
+    fn size(&self) -> u32 {
+        self.0.size()
+    }
+    fn job_id(&self) -> String {
+        self.0.job_id()
+    }
+    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String> {
+        let wire = String::from_utf8_lossy(value);
+        match pml::shared_arena::ArenaInfo::from_wire(&wire) {
+            Some(info) if key == "pml.arena.0" => {
+                let bad = pml::shared_arena::ArenaInfo { fd: 99_999, ..info };
+                self.0.put(key, bad.to_wire().as_bytes())
+            }
+            _ => self.0.put(key, value),
+        }
+    }
+    fn fence(&mut self) -> Result<(), String> {
+        self.0.fence()
+    }
+    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+        self.0.get(key)
+    }
+}
+
+/// A rank that cannot map its peer's arena takes the host for one where peers cannot read
+/// arenas, and stops serving large blocks from its own.
+#[test]
+fn an_arena_peers_cannot_read_stops_serving() {
+    if let Ok(spec) = env::var(UNREADABLE_ENV) {
+        let (dir, rank) = spec.split_once(',').unwrap();
+        let mut w = BadArenaWireup(DirWireup {
+            dir: dir.into(),
+            rank: rank.parse().unwrap(),
+            size: 2,
+            round: 0,
+        });
+        let e = Engine::new(&mut w, EngineConfig::default()).unwrap();
+        let block = vec![1u8; 1 << 20];
+        let in_arena = pml::shared_arena::GLOBAL.contains(block.as_ptr());
+        if e.rank() == 1 {
+            assert!(!in_arena, "a large block still came from the arena");
+            assert!(
+                e.description().contains("shared arena stopped"),
+                "{}",
+                e.description()
+            );
+        } else {
+            assert!(in_arena, "rank 0 reads rank 1's arena, so keeps its own");
+        }
+        return;
+    }
+    let dir = env::temp_dir().join(format!("pml-engine-unreadable-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let outputs = run_children(
+        "an_arena_peers_cannot_read_stops_serving",
+        2,
+        UNREADABLE_ENV,
+        |r| format!("{},{r}", dir.display()),
+        &[],
+        Duration::from_secs(120),
+    );
+    for (r, o) in outputs.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "rank {r} failed:\n{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    fs::remove_dir_all(dir).unwrap();
+}
