@@ -48,6 +48,7 @@ fn rank_mode() {
                 .unwrap_err();
             println!("error: {e}");
         }
+        "mismatched-allreduce" => mismatched_all_reduce(&world),
         "context-reuse" => {
             // More communicators than there are context ids, one at a time: ids must be
             // given back.
@@ -968,6 +969,36 @@ fn errors(world: &SimpleCommunicator) {
     println!("error: {e}");
 }
 
+/// Rank 0 all-reduces 512 f64 (they fit the shared area), the others 513 (they do not), as
+/// the communicator's first call and again once the area is set up; then rank 0 counts the
+/// area files its process left under /dev/shm.
+fn mismatched_all_reduce(world: &SimpleCommunicator) {
+    let n = if world.rank() == 0 { 512 } else { 513 };
+    let mismatch = |when: &str| {
+        let send = vec![1.0f64; n];
+        let mut recv = vec![0.0f64; n];
+        let e = world
+            .try_all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum())
+            .unwrap_err();
+        println!("{when}: {e}");
+    };
+    mismatch("first call");
+    let mut sum = 0.0f64;
+    world.all_reduce_into(&1.0f64, &mut sum, SystemOperation::sum());
+    assert_eq!(sum, f64::from(world.size()));
+    mismatch("after a warm-up");
+    world.barrier();
+    if world.rank() == 0 {
+        let mine = format!("-coll-{}-", std::process::id());
+        let left = std::fs::read_dir("/dev/shm")
+            .expect("/dev/shm")
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().contains(&mine))
+            .count();
+        println!("area files left: {left}");
+    }
+}
+
 // ---- the test side ----
 
 fn ok_job(n: u32, envs: &[(&str, &str)]) {
@@ -1091,6 +1122,21 @@ fn bad_input_is_an_error_naming_rank_operation_and_cause() {
         ),
         "{stdout}\n{stderr}"
     );
+}
+
+#[test]
+fn all_reduce_lengths_disagreeing_across_the_shared_area_limit_are_an_error() {
+    let (out, _) = ok_job_with(2, "mismatched-allreduce", &[]);
+    for when in ["first call", "after a warm-up"] {
+        for expected in [
+            "rank 0: all_reduce_into: rank 1 sent 4104 bytes where this rank expected 4096",
+            "rank 1: all_reduce_into: rank 0 sent 4096 bytes where this rank expected 4104",
+        ] {
+            let line = format!("{when}: {expected}");
+            assert!(out.contains(&line), "missing {line:?} in\n{out}");
+        }
+    }
+    assert!(out.contains("area files left: 0"), "{out}");
 }
 
 #[test]
