@@ -49,6 +49,7 @@ fn rank_mode() {
             println!("error: {e}");
         }
         "mismatched-allreduce" => mismatched_all_reduce(&world),
+        "describe" => println!("rank {}: {}", world.rank(), universe.description()),
         "context-reuse" => {
             // More communicators than there are context ids, one at a time: ids must be
             // given back.
@@ -1137,6 +1138,33 @@ fn all_reduce_lengths_disagreeing_across_the_shared_area_limit_are_an_error() {
         }
     }
     assert!(out.contains("area files left: 0"), "{out}");
+}
+
+/// Two ranks that inherited one CPU between them yield at once when they wait (spinning
+/// would keep the peer they wait for off that CPU), although each sees one CPU just as a
+/// rank bound to a CPU of its own does, which spins.
+#[test]
+fn ranks_sharing_one_cpu_yield_and_bound_ranks_spin() {
+    const YIELD: &str = "2 ranks on 1 cores: waits yield at once";
+    let shared = Launch::RsrunOn {
+        cpus: "0",
+        args: &["--bind-to", "core"],
+    };
+    let (out, _) = ok_job_on(shared, 2, "describe", &[]);
+    assert_eq!(out.matches(YIELD).count(), 2, "{out}");
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        println!("skipped the bound half: this process may run on fewer than 2 CPUs");
+        return;
+    }
+    let own = Launch::RsrunOn {
+        cpus: "0,1",
+        args: &["--bind-to", "core"],
+    };
+    let (out, _) = ok_job_on(own, 2, "describe", &[]);
+    assert!(
+        out.contains("rank 1: ") && !out.contains("waits yield"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -122,8 +122,9 @@ pub(crate) struct Area {
     size: u32,
     /// All-reductions run through the area so far.
     calls: Cell<u64>,
-    /// More ranks than cores: a waiting rank yields at once so that the one it waits for runs.
-    oversubscribed: bool,
+    /// The engine's choice: when ranks share CPUs, a waiting rank yields at once so that the
+    /// one it waits for runs.
+    spins: bool,
 }
 
 /// Whether a communicator has an area, as its first fitting call found out.
@@ -237,12 +238,13 @@ fn set_up(
         let _ = std::fs::remove_file(path(&name));
     }
     let (everyone_mapped, disagreement) = agreed?;
+    let spins = with_engine(|e| Ok(e.waits_spin())).map_err(|c| Error::new(operation, c))?;
     let area = everyone_mapped.then(|| Area {
         map: mapping.expect("every rank mapped the area"),
         rank: comm.rank,
         size: comm.size,
         calls: Cell::new(0),
-        oversubscribed: online_cores().is_some_and(|cores| cores < comm.size as usize),
+        spins,
     });
     Ok((area, disagreement))
 }
@@ -292,13 +294,6 @@ fn agree(
         }
     });
     Ok((everyone[0] == 0, disagreement))
-}
-
-/// The host's online cores: ranks bound to one core each see only that one as available.
-fn online_cores() -> Option<usize> {
-    // SAFETY: sysconf only reads a system setting.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    usize::try_from(n).ok().filter(|&n| n > 0)
 }
 
 impl Area {
@@ -380,11 +375,7 @@ impl Area {
 
     /// Waits until `flag` says `call`, moving messages on meanwhile.
     fn wait_for(&self, flag: &AtomicU64, call: u64) -> Result<(), Cause> {
-        let spin = if self.oversubscribed {
-            Duration::ZERO
-        } else {
-            SPIN_FOR
-        };
+        let spin = if self.spins { SPIN_FOR } else { Duration::ZERO };
         let mut polls = 0u32;
         let mut idle = Duration::ZERO;
         let mut since = None;
