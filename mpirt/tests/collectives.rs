@@ -1002,12 +1002,13 @@ fn mismatched_all_reduce(world: &SimpleCommunicator) {
 
 // ---- the test side ----
 
-fn ok_job(n: u32, envs: &[(&str, &str)]) {
-    ok_job_launched(Launch::Rsrun, n, envs);
+fn ok_job(n: u32, envs: &[(&str, &str)]) -> String {
+    ok_job_launched(Launch::Rsrun, n, envs)
 }
 
-fn ok_job_launched(launch: Launch, n: u32, envs: &[(&str, &str)]) {
-    let (out, _) = ok_job_on(launch, n, "all", envs);
+/// Runs every collective on `n` ranks; returns the job's stderr.
+fn ok_job_launched(launch: Launch, n: u32, envs: &[(&str, &str)]) -> String {
+    let (out, err) = ok_job_on(launch, n, "all", envs);
     for part in [
         "collectives",
         "communicators",
@@ -1019,6 +1020,7 @@ fn ok_job_launched(launch: Launch, n: u32, envs: &[(&str, &str)]) {
             "{part} on {n} ranks: {out}"
         );
     }
+    err
 }
 
 #[test]
@@ -1094,7 +1096,22 @@ fn every_algorithm_forced() {
     ok_job(7, &second);
     ok_job(5, &third);
     ok_job(7, &first);
-    ok_job(9, &fourth);
+    // The areas are really used (a failed set-up would pass silently by messages): the
+    // world's, and those of the halves in `shared_areas_do_not_cross`.
+    let stderr = ok_job(9, &[fourth[0], ("MPIRT_VERBOSE", "1")]);
+    for rank in 0..9 {
+        let line = format!("mpirt: rank {rank}: all-reduce area of 9 ranks ready");
+        assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
+    }
+    assert!(
+        stderr.matches("area of 5 ranks ready").count() >= 5,
+        "{stderr}"
+    );
+    assert!(
+        stderr.matches("area of 4 ranks ready").count() >= 4,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("unavailable"), "{stderr}");
 }
 
 #[test]

@@ -410,6 +410,20 @@ fn area(comm: &CommData, operation: &'static str, bytes: usize) -> Result<Option
     let untried = matches!(*slot.borrow(), AreaState::Untried);
     if untried {
         let (area, disagreement) = set_up(comm, operation, bytes)?;
+        // The evidence that areas are used: without it a broken set-up would pass unseen,
+        // every call going by messages.
+        if verbose() {
+            eprintln!(
+                "mpirt: rank {}: all-reduce area of {} ranks {}",
+                comm.world_rank(comm.rank),
+                comm.size,
+                if area.is_some() {
+                    "ready"
+                } else {
+                    "unavailable: all-reduces go by messages"
+                }
+            );
+        }
         *slot.borrow_mut() = match area {
             Some(area) => AreaState::Ready(Rc::new(area)),
             None => AreaState::Unavailable,
@@ -422,6 +436,12 @@ fn area(comm: &CommData, operation: &'static str, bytes: usize) -> Result<Option
         AreaState::Ready(area) => Some(Rc::clone(area)),
         _ => None,
     })
+}
+
+/// Whether `rsrun --verbose` (MPIRT_VERBOSE, read as the engine reads it) asked for the
+/// set-up choices.
+fn verbose() -> bool {
+    matches!(std::env::var("MPIRT_VERBOSE").as_deref(), Ok(v) if !v.is_empty() && v != "0")
 }
 
 /// Runs a blocking all-reduce through the area; `false` if it must go by messages instead.
