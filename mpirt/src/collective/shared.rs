@@ -24,14 +24,15 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map::RandomState;
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::hash::BuildHasher;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::ptr::NonNull;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use pml::transport::shm::mapping::SharedMapping;
 
 use crate::communicator::CommData;
 use crate::datatype::Datatype;
@@ -79,45 +80,9 @@ struct Flag {
     len: AtomicU64,
 }
 
-/// A shared mapping of the area's file, unmapped on drop.
-struct Mapping {
-    base: NonNull<u8>,
-    len: usize,
-}
-
-impl Mapping {
-    fn of(file: &File, len: usize) -> Option<Mapping> {
-        // SAFETY: a fresh shared mapping of an open file, at an address the kernel picks, so
-        // it aliases no Rust object; the callers made the file `len` bytes long, so every
-        // mapped page is backed.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        (p != libc::MAP_FAILED).then(|| Mapping {
-            base: NonNull::new(p.cast()).expect("mmap never returns null on success"),
-            len,
-        })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: exactly the range mapped in `of`; the area that owns this mapping hands out
-        // no reference into it that outlives a call.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
-    }
-}
-
 /// This rank's view of a communicator's area.
 pub(crate) struct Area {
-    map: Mapping,
+    map: SharedMapping,
     rank: u32,
     size: u32,
     /// All-reductions run through the area so far.
@@ -156,10 +121,10 @@ fn area_bytes(size: u32) -> usize {
 }
 
 /// The area's token, in its first line.
-fn token_of(map: &Mapping) -> &AtomicU64 {
+fn token_of(map: &SharedMapping) -> &AtomicU64 {
     // SAFETY: the mapping is page aligned and at least HEADER bytes long; other processes
     // touch the token only atomically.
-    unsafe { &*map.base.as_ptr().cast::<AtomicU64>() }
+    unsafe { &*map.base().as_ptr().cast::<AtomicU64>() }
 }
 
 fn path(name: &str) -> String {
@@ -176,7 +141,7 @@ fn unique_name(job_id: &str, context: u32) -> String {
 }
 
 /// A new area file, mapped and stamped with `token`; no file is left if that fails.
-fn create(name: &str, len: usize, token: u64) -> Option<Mapping> {
+fn create(name: &str, len: usize, token: u64) -> Option<SharedMapping> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -187,7 +152,7 @@ fn create(name: &str, len: usize, token: u64) -> Option<Mapping> {
     let mapping = file
         .set_len(len as u64)
         .ok()
-        .and_then(|()| Mapping::of(&file, len));
+        .and_then(|()| SharedMapping::new(file.as_raw_fd(), len).ok());
     match &mapping {
         Some(map) => token_of(map).store(token, Ordering::Release),
         None => {
@@ -198,14 +163,16 @@ fn create(name: &str, len: usize, token: u64) -> Option<Mapping> {
 }
 
 /// The area rank 0 made, if this file is it: of its length and with its token.
-fn open(name: &str, len: usize, token: u64) -> Option<Mapping> {
+fn open(name: &str, len: usize, token: u64) -> Option<SharedMapping> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .open(path(name))
         .ok()?;
     (file.metadata().ok()?.len() == len as u64).then_some(())?;
-    Mapping::of(&file, len).filter(|map| token_of(map).load(Ordering::Acquire) == token)
+    SharedMapping::new(file.as_raw_fd(), len)
+        .ok()
+        .filter(|map| token_of(map).load(Ordering::Acquire) == token)
 }
 
 /// Sets up the communicator's area (collective; see the module's notes) during a call whose
@@ -255,7 +222,7 @@ fn agree(
     comm: &CommData,
     operation: &'static str,
     shared_id: &mut [u8; NAME_BYTES + TOKEN_BYTES],
-    mapping: &mut Option<Mapping>,
+    mapping: &mut Option<SharedMapping>,
     len: usize,
     bytes: usize,
 ) -> Result<(bool, Option<Cause>), Error> {
@@ -300,11 +267,11 @@ impl Area {
     /// The flag and the vector bytes of `rank`'s cell for calls of parity `phase`.
     fn cell(&self, rank: u32, phase: usize) -> (&Flag, *mut u8) {
         let offset = (rank as usize * 2 + phase) * CELL;
-        debug_assert!(HEADER + offset + CELL <= self.map.len);
+        debug_assert!(HEADER + offset + CELL <= self.map.len());
         // SAFETY: the cell lies inside the mapping (asserted), which is page aligned, so the
         // header is aligned for its atomics; other processes touch it only atomically.
         unsafe {
-            let base = self.map.base.as_ptr().add(HEADER + offset);
+            let base = self.map.base().as_ptr().add(HEADER + offset);
             (&*base.cast::<Flag>(), base.add(HEADER))
         }
     }
