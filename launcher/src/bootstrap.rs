@@ -33,6 +33,10 @@ pub mod vars {
     pub const TCP_IF: &str = "MPIRT_TCP_IF";
     pub const VERBS_DEV: &str = "MPIRT_VERBS_DEV";
     pub const PML: &str = "MPIRT_PML";
+    /// Set (to the CPU) only for a rank rsrun bound to a CPU of its own, which is then not
+    /// oversubscribed even though it sees one CPU: it cannot tell that from ranks that all
+    /// inherited one CPU (`taskset -c 0 rsrun ...`, a Slurm cpuset).
+    pub const BOUND_CPU: &str = "MPIRT_BOUND_CPU";
 }
 
 /// How long an aborting rank waits for rsrun to acknowledge before exiting on its own.

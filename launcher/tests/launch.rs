@@ -315,18 +315,22 @@ fn a_crashed_job_leaves_nothing_in_dev_shm() {
     assert!(left.is_empty(), "left in /dev/shm: {left:?}");
 }
 
-/// The CPUs each rank of a `--bind-to core` job of `ranks` ranks may run on.
-fn allowed_cpus_of_ranks(ranks: usize) -> Vec<String> {
+/// The CPUs each rank of a `--bind-to core` job of `ranks` ranks may run on, each with the
+/// CPU its MPIRT_BOUND_CPU names (`none` when unset).
+fn allowed_cpus_of_ranks(ranks: usize) -> Vec<(String, String)> {
     let r = run_sh(
         &["--bind-to", "core"],
         &ranks.to_string(),
-        "grep Cpus_allowed_list /proc/self/status",
+        "echo $(grep Cpus_allowed_list /proc/self/status | cut -f2) ${MPIRT_BOUND_CPU:-none}",
     );
     assert_eq!(r.code(), Some(0), "{}", r.stderr);
-    let lists: Vec<String> = r
+    let lists: Vec<(String, String)> = r
         .stdout
         .lines()
-        .map(|line| line.split_whitespace().last().unwrap().to_string())
+        .map(|line| {
+            let (cpus, marker) = line.split_once(' ').unwrap();
+            (cpus.to_string(), marker.to_string())
+        })
         .collect();
     assert_eq!(lists.len(), ranks);
     lists
@@ -338,8 +342,9 @@ fn cpu_count() -> usize {
 
 #[test]
 fn bind_to_core_pins_each_rank_to_one_cpu() {
-    for cpus in allowed_cpus_of_ranks(cpu_count()) {
+    for (cpus, marker) in allowed_cpus_of_ranks(cpu_count()) {
         assert!(cpus.parse::<usize>().is_ok(), "pinned to one cpu: {cpus}");
+        assert_eq!(marker, cpus, "a bound rank is told its CPU");
     }
 }
 
@@ -353,8 +358,9 @@ fn bind_to_core_leaves_ranks_that_outnumber_the_cpus_unbound() {
         .and_then(|line| line.split_whitespace().last())
         .unwrap()
         .to_string();
-    for cpus in allowed_cpus_of_ranks(cpu_count() + 1) {
+    for (cpus, marker) in allowed_cpus_of_ranks(cpu_count() + 1) {
         assert_eq!(cpus, own, "an oversubscribed rank is left unbound");
+        assert_eq!(marker, "none", "an unbound rank is not told it is bound");
     }
 }
 

@@ -258,6 +258,11 @@ impl Pml {
         }
     }
 
+    /// Whether waits may spin before yielding (see `Engine::waits_spin`).
+    pub fn waits_spin(&self) -> bool {
+        on_pml!(self, p => p.waits_spin())
+    }
+
     pub fn flush_all(&mut self) -> Result<(), PmlError> {
         on_pml!(self, p => p.flush_all())
     }

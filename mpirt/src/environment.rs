@@ -196,6 +196,18 @@ pub(crate) fn with_engine<R>(f: impl FnOnce(&mut Pml) -> Result<R, PmlError>) ->
     })
 }
 
+/// The job's id, which starts the names of the job's files under /dev/shm (rsrun removes
+/// them by it if the job dies).
+pub(crate) fn job_id() -> Result<String, Cause> {
+    RUNTIME.with(|slot| {
+        let slot = slot.try_borrow().map_err(|_| Cause::NotInitialized)?;
+        let Some(runtime) = slot.as_ref() else {
+            return Err(Cause::NotInitialized);
+        };
+        Ok(runtime.bootstrap.job_id().to_string())
+    })
+}
+
 /// Ends the whole job through the launcher (or exits, when there is no runtime to go through).
 pub(crate) fn abort_job(code: i32, message: &str) -> ! {
     let code = if code == 0 { 1 } else { code };

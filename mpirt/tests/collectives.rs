@@ -48,6 +48,8 @@ fn rank_mode() {
                 .unwrap_err();
             println!("error: {e}");
         }
+        "mismatched-allreduce" => mismatched_all_reduce(&world),
+        "describe" => println!("rank {}: {}", world.rank(), universe.description()),
         "context-reuse" => {
             // More communicators than there are context ids, one at a time: ids must be
             // given back.
@@ -968,14 +970,45 @@ fn errors(world: &SimpleCommunicator) {
     println!("error: {e}");
 }
 
-// ---- the test side ----
-
-fn ok_job(n: u32, envs: &[(&str, &str)]) {
-    ok_job_launched(Launch::Rsrun, n, envs);
+/// Rank 0 all-reduces 512 f64 (they fit the shared area), the others 513 (they do not), as
+/// the communicator's first call and again once the area is set up; then rank 0 counts the
+/// area files its process left under /dev/shm.
+fn mismatched_all_reduce(world: &SimpleCommunicator) {
+    let n = if world.rank() == 0 { 512 } else { 513 };
+    let mismatch = |when: &str| {
+        let send = vec![1.0f64; n];
+        let mut recv = vec![0.0f64; n];
+        let e = world
+            .try_all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum())
+            .unwrap_err();
+        println!("{when}: {e}");
+    };
+    mismatch("first call");
+    let mut sum = 0.0f64;
+    world.all_reduce_into(&1.0f64, &mut sum, SystemOperation::sum());
+    assert_eq!(sum, f64::from(world.size()));
+    mismatch("after a warm-up");
+    world.barrier();
+    if world.rank() == 0 {
+        let mine = format!("-coll-{}-", std::process::id());
+        let left = std::fs::read_dir("/dev/shm")
+            .expect("/dev/shm")
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().contains(&mine))
+            .count();
+        println!("area files left: {left}");
+    }
 }
 
-fn ok_job_launched(launch: Launch, n: u32, envs: &[(&str, &str)]) {
-    let (out, _) = ok_job_on(launch, n, "all", envs);
+// ---- the test side ----
+
+fn ok_job(n: u32, envs: &[(&str, &str)]) -> String {
+    ok_job_launched(Launch::Rsrun, n, envs)
+}
+
+/// Runs every collective on `n` ranks; returns the job's stderr.
+fn ok_job_launched(launch: Launch, n: u32, envs: &[(&str, &str)]) -> String {
+    let (out, err) = ok_job_on(launch, n, "all", envs);
     for part in [
         "collectives",
         "communicators",
@@ -987,6 +1020,7 @@ fn ok_job_launched(launch: Launch, n: u32, envs: &[(&str, &str)]) {
             "{part} on {n} ranks: {out}"
         );
     }
+    err
 }
 
 #[test]
@@ -1062,7 +1096,22 @@ fn every_algorithm_forced() {
     ok_job(7, &second);
     ok_job(5, &third);
     ok_job(7, &first);
-    ok_job(9, &fourth);
+    // The areas are really used (a failed set-up would pass silently by messages): the
+    // world's, and those of the halves in `shared_areas_do_not_cross`.
+    let stderr = ok_job(9, &[fourth[0], ("MPIRT_VERBOSE", "1")]);
+    for rank in 0..9 {
+        let line = format!("mpirt: rank {rank}: all-reduce area of 9 ranks ready");
+        assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
+    }
+    assert!(
+        stderr.matches("area of 5 ranks ready").count() >= 5,
+        "{stderr}"
+    );
+    assert!(
+        stderr.matches("area of 4 ranks ready").count() >= 4,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("unavailable"), "{stderr}");
 }
 
 #[test]
@@ -1090,6 +1139,48 @@ fn bad_input_is_an_error_naming_rank_operation_and_cause() {
              shared_memory, recursive_doubling, rabenseifner, ring)"
         ),
         "{stdout}\n{stderr}"
+    );
+}
+
+#[test]
+fn all_reduce_lengths_disagreeing_across_the_shared_area_limit_are_an_error() {
+    let (out, _) = ok_job_with(2, "mismatched-allreduce", &[]);
+    for when in ["first call", "after a warm-up"] {
+        for expected in [
+            "rank 0: all_reduce_into: rank 1 sent 4104 bytes where this rank expected 4096",
+            "rank 1: all_reduce_into: rank 0 sent 4096 bytes where this rank expected 4104",
+        ] {
+            let line = format!("{when}: {expected}");
+            assert!(out.contains(&line), "missing {line:?} in\n{out}");
+        }
+    }
+    assert!(out.contains("area files left: 0"), "{out}");
+}
+
+/// Two ranks that inherited one CPU between them yield at once when they wait (spinning
+/// would keep the peer they wait for off that CPU), although each sees one CPU just as a
+/// rank bound to a CPU of its own does, which spins.
+#[test]
+fn ranks_sharing_one_cpu_yield_and_bound_ranks_spin() {
+    const YIELD: &str = "2 ranks on 1 cores: waits yield at once";
+    let shared = Launch::RsrunOn {
+        cpus: "0",
+        args: &["--bind-to", "core"],
+    };
+    let (out, _) = ok_job_on(shared, 2, "describe", &[]);
+    assert_eq!(out.matches(YIELD).count(), 2, "{out}");
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        println!("skipped the bound half: this process may run on fewer than 2 CPUs");
+        return;
+    }
+    let own = Launch::RsrunOn {
+        cpus: "0,1",
+        args: &["--bind-to", "core"],
+    };
+    let (out, _) = ok_job_on(own, 2, "describe", &[]);
+    assert!(
+        out.contains("rank 1: ") && !out.contains("waits yield"),
+        "{out}"
     );
 }
 

@@ -507,13 +507,12 @@ impl Engine {
             );
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // A rank pinned to one CPU of a larger host was given a CPU of its own by its launcher
-        // (rsrun binds only ranks that do not outnumber the CPUs): it sees one CPU, yet it is
-        // not oversubscribed, and yielding at once would hand its CPU to other processes.
-        // SAFETY: sysconf only reads a system setting.
-        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-        let pinned = cores == 1 && online > 1;
-        let spin = if n_local > cores && !pinned {
+        // A rank rsrun bound to a CPU of its own (it says so in MPIRT_BOUND_CPU) sees one CPU,
+        // yet it is not oversubscribed, and yielding at once would hand its CPU to other
+        // processes. Ranks that merely inherited one CPU between them see the same, and must
+        // yield: a spinning rank keeps the peer it waits for off their CPU.
+        let bound = std::env::var_os("MPIRT_BOUND_CPU").is_some();
+        let spin = if n_local > cores && !bound {
             description += &format!("; {n_local} ranks on {cores} cores: waits yield at once");
             Duration::ZERO
         } else {
@@ -543,6 +542,12 @@ impl Engine {
             description,
             spin,
         })
+    }
+
+    /// Whether this rank's waits may spin before yielding: not when it shares its CPUs with
+    /// more local ranks than they hold, or when spinning was turned off.
+    pub fn waits_spin(&self) -> bool {
+        !self.spin.is_zero()
     }
 
     pub fn rank(&self) -> Rank {

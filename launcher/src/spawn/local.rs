@@ -21,8 +21,8 @@ pub struct LaunchSpec<'a> {
     pub job_id: &'a str,
     pub kvs_addr: String,
     pub kvs_secret: &'a str,
-    /// CPUs the rank with local rank i is pinned to: `cpus[i % cpus.len()]`; empty means none.
-    /// Ranks that outnumber them are not pinned (see `spawn_rank`).
+    /// CPUs to pin ranks to, the rank with local rank i to `cpus[i]`; empty means none. When
+    /// this host's ranks outnumber them, none is pinned (see `spawn_rank`).
     pub cpus: &'a [usize],
 }
 
@@ -76,8 +76,12 @@ pub fn spawn_rank(spec: &LaunchSpec<'_>, slot: Slot) -> io::Result<RankProcess> 
     // unbound ones wherever a CPU frees up first (4 ranks on 2 busy cores: all-reduce latency
     // halves).
     let oversubscribed = slot.local_size as usize > spec.cpus.len();
-    let cpu = (!oversubscribed)
-        .then(|| cpu_set_of(spec.cpus[slot.local_rank as usize % spec.cpus.len()]));
+    let bound = (!oversubscribed).then(|| spec.cpus[slot.local_rank as usize]);
+    match bound {
+        Some(cpu) => cmd.env(vars::BOUND_CPU, cpu.to_string()),
+        None => cmd.env_remove(vars::BOUND_CPU),
+    };
+    let cpu = bound.map(cpu_set_of);
     // A rank must not outlive rsrun (or the agent) when that is SIGKILLed and cannot clean up:
     // the kernel kills it when the spawning thread dies. Ranks are spawned from the thread that
     // supervises the job for its whole life, so this fires only when the launcher is gone.

@@ -126,7 +126,7 @@ pub trait CommunicatorCollectives: Communicator {
             return Ok(());
         }
         blocking(comm, "all_reduce_into", || {
-            calls::all_reduce(comm, send, recv, &op)
+            calls::all_reduce_checked(comm, send, recv, &op, datatype)
         })
     }
 

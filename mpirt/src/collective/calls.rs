@@ -262,6 +262,22 @@ where
     O: Operation + 'a,
 {
     let datatype = check_all_reduce(send, recv, &op)?;
+    all_reduce_checked(comm, send, recv, op, datatype)
+}
+
+/// [`all_reduce`] of buffers [`check_all_reduce`] found to hold `datatype`.
+pub(crate) fn all_reduce_checked<'a, S, R, O>(
+    comm: &CommData,
+    send: &S,
+    recv: &mut R,
+    op: O,
+    datatype: Datatype,
+) -> Result<Call<'a>, Cause>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation + 'a,
+{
     let (len, commutative) = (send.byte_len(), op.is_commutative());
     let plan = build::all_reduce(ranks(comm), len, datatype.size(), commutative)?;
     Ok(Call::new(plan, both(send, recv), datatype).reducing(op))

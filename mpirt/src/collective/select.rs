@@ -148,11 +148,12 @@ pub(crate) enum Allreduce {
     Ring,
 }
 
-/// Whether a blocking all-reduce of `bytes` goes through the communicator's shared-memory
-/// area (when it has one): by default whenever it fits in `fits` bytes, forced or not,
-/// never when another algorithm is forced.
-pub(crate) fn allreduce_in_shared_memory(bytes: usize, fits: usize) -> Result<bool, Cause> {
-    Ok(matches!(ALLREDUCE.forced()?, None | Some("shared_memory")) && bytes <= fits)
+/// Whether blocking all-reduces go through the communicator's shared-memory area (when it
+/// has one), as they do by default or forced, never when another algorithm is forced. The
+/// choice must not depend on a rank's vector length: ranks that disagree on it must meet in
+/// the same place to find out.
+pub(crate) fn allreduce_in_shared_memory() -> Result<bool, Cause> {
+    Ok(matches!(ALLREDUCE.forced()?, None | Some("shared_memory")))
 }
 
 /// A forced ring falls back to Rabenseifner for a non-commutative operation, whose partial

@@ -10,19 +10,29 @@
 //! blocking calls only (an immediate call may still be reading when its rank starts the
 //! next), so immediate all-reductions go by messages.
 //!
-//! The area is set up by the communicator's first call that fits: rank 0 creates a file under
-//! /dev/shm, broadcasts its name, every rank maps it, and all agree whether every rank could
-//! (ranks on other hosts cannot); the name is removed once agreed. Calls go by messages from
-//! then on if not every rank mapped it.
+//! The area is set up by the communicator's first blocking all-reduce, whatever its length:
+//! rank 0 creates a file under /dev/shm (named after the job, so that rsrun removes it if the
+//! job dies), writes a random token in it and broadcasts its name and the token; every rank
+//! maps it and checks the token (a rank on another host may find a file of that name that is
+//! not this one), and all agree whether every rank could, and on the call's length; the name
+//! is removed once agreed. Calls go by messages from then on if not every rank mapped it.
+//!
+//! Every later blocking all-reduce meets in the area, even one too long for it: such a rank
+//! publishes its length with no data, so that ranks whose lengths disagree across the
+//! area's limit all get the same error instead of waiting for each other in two places;
+//! when every rank's vector is too long they go on by messages together.
 
 use std::cell::{Cell, RefCell};
-use std::fs::{File, OpenOptions};
+use std::collections::hash_map::RandomState;
+use std::fs::OpenOptions;
+use std::hash::BuildHasher;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::ptr::NonNull;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use pml::transport::shm::mapping::SharedMapping;
 
 use crate::communicator::CommData;
 use crate::datatype::Datatype;
@@ -34,11 +44,18 @@ use super::{blocking, calls, progress, select};
 
 /// Longest vector, in bytes, an all-reduce sends through the area.
 pub(crate) const SHARED_MAX: usize = 4096;
-/// A cell's flag and length, on a cache line of their own ahead of the vector.
+/// A cell's flag and length, on a cache line of their own ahead of the vector; the area's
+/// token takes one such line ahead of the cells.
 const HEADER: usize = 64;
+/// Most ranks a communicator may have to use the area: every rank reads every rank's vector,
+/// so a call's work grows with the ranks, where recursive doubling's grows with their
+/// logarithm; 16 is a bound chosen to keep that read within a few cache lines per rank for
+/// the short vectors that come here, not a measured crossover.
+const MAX_RANKS: u32 = 16;
 const CELL: usize = HEADER + SHARED_MAX;
 /// Room for the area's name in the broadcast that shares it.
 const NAME_BYTES: usize = 64;
+const TOKEN_BYTES: usize = 8;
 
 /// Polls of a flag between two rounds of message progress, which a rank waiting here still
 /// owes its peers (their sends to it, its immediate collectives).
@@ -63,51 +80,16 @@ struct Flag {
     len: AtomicU64,
 }
 
-/// A shared mapping of the area's file, unmapped on drop.
-struct Mapping {
-    base: NonNull<u8>,
-    len: usize,
-}
-
-impl Mapping {
-    fn of(file: &File, len: usize) -> Option<Mapping> {
-        // SAFETY: a fresh shared mapping of an open file, at an address the kernel picks, so
-        // it aliases no Rust object; the callers made the file `len` bytes long, so every
-        // mapped page is backed.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        (p != libc::MAP_FAILED).then(|| Mapping {
-            base: NonNull::new(p.cast()).expect("mmap never returns null on success"),
-            len,
-        })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: exactly the range mapped in `of`; the area that owns this mapping hands out
-        // no reference into it that outlives a call.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
-    }
-}
-
 /// This rank's view of a communicator's area.
 pub(crate) struct Area {
-    map: Mapping,
+    map: SharedMapping,
     rank: u32,
     size: u32,
     /// All-reductions run through the area so far.
     calls: Cell<u64>,
-    /// More ranks than cores: a waiting rank yields at once so that the one it waits for runs.
-    oversubscribed: bool,
+    /// The engine's choice: when ranks share CPUs, a waiting rank yields at once so that the
+    /// one it waits for runs.
+    spins: bool,
 }
 
 /// Whether a communicator has an area, as its first fitting call found out.
@@ -135,22 +117,31 @@ impl std::fmt::Debug for AreaSlot {
 }
 
 fn area_bytes(size: u32) -> usize {
-    2 * CELL * size as usize
+    HEADER + 2 * CELL * size as usize
+}
+
+/// The area's token, in its first line.
+fn token_of(map: &SharedMapping) -> &AtomicU64 {
+    // SAFETY: the mapping is page aligned and at least HEADER bytes long; other processes
+    // touch the token only atomically.
+    unsafe { &*map.base().as_ptr().cast::<AtomicU64>() }
 }
 
 fn path(name: &str) -> String {
     format!("/dev/shm/{name}")
 }
 
-/// A name no other area of this host has: this process, the communicator's context, and a
-/// count of the areas this process made (context ids are reused).
-fn unique_name(context: u32) -> String {
+/// A name no other area of this host has: the job (first, as rsrun's clean-up of a dead
+/// job expects), this process, the communicator's context, and a count of the areas this
+/// process made (context ids are reused).
+fn unique_name(job_id: &str, context: u32) -> String {
     static MADE: AtomicU32 = AtomicU32::new(0);
     let n = MADE.fetch_add(1, Ordering::Relaxed);
-    format!("mpirt-coll-{}-{context}-{n}", std::process::id())
+    format!("mpirt-{job_id}-coll-{}-{context}-{n}", std::process::id())
 }
 
-fn create(name: &str, len: usize) -> Option<Mapping> {
+/// A new area file, mapped and stamped with `token`; no file is left if that fails.
+fn create(name: &str, len: usize, token: u64) -> Option<SharedMapping> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -158,94 +149,158 @@ fn create(name: &str, len: usize) -> Option<Mapping> {
         .mode(0o600)
         .open(path(name))
         .ok()?;
-    file.set_len(len as u64).ok()?;
-    Mapping::of(&file, len)
+    let mapping = file
+        .set_len(len as u64)
+        .ok()
+        .and_then(|()| SharedMapping::new(file.as_raw_fd(), len).ok());
+    match &mapping {
+        Some(map) => token_of(map).store(token, Ordering::Release),
+        None => {
+            let _ = std::fs::remove_file(path(name));
+        }
+    }
+    mapping
 }
 
-fn open(name: &str, len: usize) -> Option<Mapping> {
+/// The area rank 0 made, if this file is it: of its length and with its token.
+fn open(name: &str, len: usize, token: u64) -> Option<SharedMapping> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .open(path(name))
         .ok()?;
     (file.metadata().ok()?.len() == len as u64).then_some(())?;
-    Mapping::of(&file, len)
+    SharedMapping::new(file.as_raw_fd(), len)
+        .ok()
+        .filter(|map| token_of(map).load(Ordering::Acquire) == token)
 }
 
-/// Sets up the communicator's area (collective; see the module's notes).
-fn set_up(comm: &CommData, operation: &'static str) -> Result<Option<Area>, Error> {
+/// Sets up the communicator's area (collective; see the module's notes) during a call whose
+/// vector on this rank is `bytes` long; the error is the ranks' disagreement on that length,
+/// found while agreeing on the area, after the area's state is settled.
+fn set_up(
+    comm: &CommData,
+    operation: &'static str,
+    bytes: usize,
+) -> Result<(Option<Area>, Option<Cause>), Error> {
     let len = area_bytes(comm.size);
-    let mut name = [0u8; NAME_BYTES];
+    let mut shared_id = [0u8; NAME_BYTES + TOKEN_BYTES];
     let mut mapping = None;
+    let mut made = None;
     if comm.rank == 0 {
-        let made = unique_name(comm.context);
-        mapping = create(&made, len);
-        if mapping.is_some() {
-            name[..made.len()].copy_from_slice(made.as_bytes());
+        let job_id = crate::environment::job_id().map_err(|c| Error::new(operation, c))?;
+        let name = unique_name(&job_id, comm.context);
+        let token = RandomState::new().hash_one(&name);
+        mapping = create(&name, len, token);
+        if mapping.is_some() && name.len() < NAME_BYTES {
+            shared_id[..name.len()].copy_from_slice(name.as_bytes());
+            shared_id[NAME_BYTES..].copy_from_slice(&token.to_le_bytes());
+            made = Some(name);
         }
     }
-    blocking(comm, operation, || calls::broadcast(comm, 0, &mut name[..]))?;
-    let end = name.iter().position(|&b| b == 0).unwrap_or(NAME_BYTES);
-    let shared = std::str::from_utf8(&name[..end]).unwrap_or("");
-    if comm.rank != 0 && !shared.is_empty() {
-        mapping = open(shared, len);
+    let agreed = agree(comm, operation, &mut shared_id, &mut mapping, len, bytes);
+    if let Some(name) = made {
+        // Every rank has mapped it or given up (or the set-up failed): the name is no
+        // longer needed.
+        let _ = std::fs::remove_file(path(&name));
     }
-    let mapped = [i32::from(mapping.is_some())];
-    let mut everyone = [0i32];
-    blocking(comm, operation, || {
-        calls::all_reduce(comm, &mapped[..], &mut everyone[..], SystemOperation::min())
-    })?;
-    if comm.rank == 0 && !shared.is_empty() {
-        // Every rank has mapped it or given up: the name is no longer needed.
-        let _ = std::fs::remove_file(path(shared));
-    }
-    Ok((everyone[0] == 1).then(|| Area {
+    let (everyone_mapped, disagreement) = agreed?;
+    let spins = with_engine(|e| Ok(e.waits_spin())).map_err(|c| Error::new(operation, c))?;
+    let area = everyone_mapped.then(|| Area {
         map: mapping.expect("every rank mapped the area"),
         rank: comm.rank,
         size: comm.size,
         calls: Cell::new(0),
-        oversubscribed: online_cores().is_some_and(|cores| cores < comm.size as usize),
-    }))
+        spins,
+    });
+    Ok((area, disagreement))
 }
 
-/// The host's online cores: ranks bound to one core each see only that one as available.
-fn online_cores() -> Option<usize> {
-    // SAFETY: sysconf only reads a system setting.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    usize::try_from(n).ok().filter(|&n| n > 0)
+/// The collective part of [`set_up`]: shares rank 0's area, maps it on the other ranks, and
+/// finds out whether every rank did and whether the ranks' call lengths agree.
+fn agree(
+    comm: &CommData,
+    operation: &'static str,
+    shared_id: &mut [u8; NAME_BYTES + TOKEN_BYTES],
+    mapping: &mut Option<SharedMapping>,
+    len: usize,
+    bytes: usize,
+) -> Result<(bool, Option<Cause>), Error> {
+    blocking(comm, operation, || {
+        calls::broadcast(comm, 0, &mut shared_id[..])
+    })?;
+    let end = shared_id[..NAME_BYTES]
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(NAME_BYTES);
+    let shared = std::str::from_utf8(&shared_id[..end]).unwrap_or("");
+    let token = u64::from_le_bytes(shared_id[NAME_BYTES..].try_into().expect("8 bytes"));
+    if comm.rank != 0 && !shared.is_empty() {
+        *mapping = open(shared, len, token);
+    }
+    // One minimum finds all three: whether any rank failed to map, and the shortest and
+    // longest lengths with a rank holding each (length * size + rank orders by length).
+    let key = bytes as i64 * i64::from(comm.size) + i64::from(comm.rank);
+    let mine = [i64::from(mapping.is_none()), key, -key];
+    let mut everyone = [0i64; 3];
+    blocking(comm, operation, || {
+        calls::all_reduce(comm, &mine[..], &mut everyone[..], SystemOperation::min())
+    })?;
+    let size = i64::from(comm.size);
+    let (shortest, longest) = (everyone[1], -everyone[2]);
+    let disagreement = (shortest / size != longest / size).then(|| {
+        let other = if bytes as i64 == shortest / size {
+            longest
+        } else {
+            shortest
+        };
+        Cause::LengthDisagrees {
+            peer: (other % size) as i32,
+            expected: bytes,
+            got: (other / size) as usize,
+        }
+    });
+    Ok((everyone[0] == 0, disagreement))
 }
 
 impl Area {
     /// The flag and the vector bytes of `rank`'s cell for calls of parity `phase`.
     fn cell(&self, rank: u32, phase: usize) -> (&Flag, *mut u8) {
         let offset = (rank as usize * 2 + phase) * CELL;
-        debug_assert!(offset + CELL <= self.map.len);
+        debug_assert!(HEADER + offset + CELL <= self.map.len());
         // SAFETY: the cell lies inside the mapping (asserted), which is page aligned, so the
         // header is aligned for its atomics; other processes touch it only atomically.
         unsafe {
-            let base = self.map.base.as_ptr().add(offset);
+            let base = self.map.base().as_ptr().add(HEADER + offset);
             (&*base.cast::<Flag>(), base.add(HEADER))
         }
     }
 
-    /// `recv = send_0 ∘ send_1 ∘ … ∘ send_(n-1)` over every rank's `send`.
+    /// `recv = send_0 ∘ send_1 ∘ … ∘ send_(n-1)` over every rank's `send`; `false`, with
+    /// nothing reduced, when every rank's vector is too long for the area.
     fn all_reduce(
         &self,
         send: &[u8],
         recv: &mut [u8],
         datatype: Datatype,
         op: &dyn Operation,
-    ) -> Result<(), Cause> {
-        debug_assert!(send.len() <= SHARED_MAX && send.len() == recv.len());
+    ) -> Result<bool, Cause> {
+        debug_assert!(send.len() == recv.len());
+        let fits = send.len() <= SHARED_MAX;
         let call = self.calls.get() + 1;
         self.calls.set(call);
         let phase = (call % 2) as usize;
         let (flag, data) = self.cell(self.rank, phase);
-        // SAFETY: this rank alone writes its cells, and no rank reads this one before its flag
-        // says `call` (see the module's notes); the vector fits the cell.
-        unsafe { std::ptr::copy_nonoverlapping(send.as_ptr(), data, send.len()) };
+        if fits {
+            // SAFETY: this rank alone writes its cells, and no rank reads this one before its
+            // flag says `call` (see the module's notes); the vector fits the cell.
+            unsafe { std::ptr::copy_nonoverlapping(send.as_ptr(), data, send.len()) };
+        }
         flag.len.store(send.len() as u64, Ordering::Relaxed);
         flag.call.store(call, Ordering::Release);
+        // Every flag is awaited even after a disagreement, so that every rank leaves the call
+        // having seen every length: then all of them report it, and none is still waiting.
+        let mut disagreement = None;
         // From the last rank down, each vector applied from the left keeps rank order.
         for r in (0..self.size).rev() {
             let incoming = if r == self.rank {
@@ -255,33 +310,39 @@ impl Area {
                 self.wait_for(&flag.call, call)?;
                 let len = flag.len.load(Ordering::Relaxed) as usize;
                 if len != send.len() {
-                    return Err(Cause::LengthDisagrees {
+                    disagreement.get_or_insert(Cause::LengthDisagrees {
                         peer: r as i32,
                         expected: send.len(),
                         got: len,
                     });
                 }
-                // SAFETY: rank r published these `len` bytes for this call (the acquire load
-                // in `wait_for` orders them before this read) and does not write the cell
+                if disagreement.is_some() || !fits {
+                    continue;
+                }
+                // SAFETY: rank r published these `len` bytes (no more than the cell holds,
+                // as they equal this rank's, which fit) for this call (the acquire load in
+                // `wait_for` orders them before this read), and does not write the cell
                 // again before this rank has finished this call.
                 unsafe { std::slice::from_raw_parts(data, len) }
             };
+            if disagreement.is_some() || !fits {
+                continue;
+            }
             if r == self.size - 1 {
                 recv.copy_from_slice(incoming);
             } else {
                 op.apply(datatype, incoming, recv);
             }
         }
-        Ok(())
+        match disagreement {
+            Some(cause) => Err(cause),
+            None => Ok(fits),
+        }
     }
 
     /// Waits until `flag` says `call`, moving messages on meanwhile.
     fn wait_for(&self, flag: &AtomicU64, call: u64) -> Result<(), Cause> {
-        let spin = if self.oversubscribed {
-            Duration::ZERO
-        } else {
-            SPIN_FOR
-        };
+        let spin = if self.spins { SPIN_FOR } else { Duration::ZERO };
         let mut polls = 0u32;
         let mut idle = Duration::ZERO;
         let mut since = None;
@@ -309,16 +370,34 @@ impl Area {
     }
 }
 
-/// The communicator's area, set up by this call if it is the first to ask.
-fn area(comm: &CommData, operation: &'static str) -> Result<Option<Rc<Area>>, Error> {
+/// The communicator's area, set up by this call (of `bytes` on this rank) if it is the first
+/// to ask.
+fn area(comm: &CommData, operation: &'static str, bytes: usize) -> Result<Option<Rc<Area>>, Error> {
     let slot = &comm.area_slot().0;
     let untried = matches!(*slot.borrow(), AreaState::Untried);
     if untried {
-        let state = match set_up(comm, operation)? {
+        let (area, disagreement) = set_up(comm, operation, bytes)?;
+        // The evidence that areas are used: without it a broken set-up would pass unseen,
+        // every call going by messages.
+        if verbose() {
+            eprintln!(
+                "mpirt: rank {}: all-reduce area of {} ranks {}",
+                comm.world_rank(comm.rank),
+                comm.size,
+                if area.is_some() {
+                    "ready"
+                } else {
+                    "unavailable: all-reduces go by messages"
+                }
+            );
+        }
+        *slot.borrow_mut() = match area {
             Some(area) => AreaState::Ready(Rc::new(area)),
             None => AreaState::Unavailable,
         };
-        *slot.borrow_mut() = state;
+        if let Some(cause) = disagreement {
+            return Err(Error::new(operation, cause));
+        }
     }
     Ok(match &*slot.borrow() {
         AreaState::Ready(area) => Some(Rc::clone(area)),
@@ -326,8 +405,14 @@ fn area(comm: &CommData, operation: &'static str) -> Result<Option<Rc<Area>>, Er
     })
 }
 
-/// Runs a blocking all-reduce through the area if it fits there; `false` if it must go by
-/// messages instead. The buffers were checked against each other by the caller.
+/// Whether `rsrun --verbose` (MPIRT_VERBOSE, read as the engine reads it) asked for the
+/// set-up choices.
+fn verbose() -> bool {
+    matches!(std::env::var("MPIRT_VERBOSE").as_deref(), Ok(v) if !v.is_empty() && v != "0")
+}
+
+/// Runs a blocking all-reduce through the area; `false` if it must go by messages instead.
+/// The buffers were checked against each other by the caller.
 pub(crate) fn try_all_reduce(
     comm: &CommData,
     send: &[u8],
@@ -336,15 +421,14 @@ pub(crate) fn try_all_reduce(
     op: &dyn Operation,
 ) -> Result<bool, Error> {
     const OPERATION: &str = "all_reduce_into";
-    let wanted = select::allreduce_in_shared_memory(send.len(), SHARED_MAX)
-        .map_err(|cause| Error::new(OPERATION, cause))?;
-    if !wanted || comm.size == 1 || datatype.needs_check() {
+    let wanted =
+        select::allreduce_in_shared_memory().map_err(|cause| Error::new(OPERATION, cause))?;
+    if !wanted || comm.size == 1 || comm.size > MAX_RANKS || datatype.needs_check() {
         return Ok(false);
     }
-    let Some(area) = area(comm, OPERATION)? else {
+    let Some(area) = area(comm, OPERATION, send.len())? else {
         return Ok(false);
     };
     area.all_reduce(send, recv, datatype, op)
-        .map_err(|cause| Error::new(OPERATION, cause))?;
-    Ok(true)
+        .map_err(|cause| Error::new(OPERATION, cause))
 }

@@ -56,6 +56,13 @@ pub enum Launch {
     Srun {
         nodes: u32,
     },
+    /// rsrun with `args` before the program, itself under `taskset -c cpus`, so that its
+    /// ranks inherit those CPUs.
+    #[allow(dead_code)] // each test binary compiles this module; only collectives.rs uses it
+    RsrunOn {
+        cpus: &'static str,
+        args: &'static [&'static str],
+    },
 }
 
 /// Whether a Slurm is up for the srun tests: tools/test-all.sh starts one across the test
@@ -106,6 +113,15 @@ pub fn job_on(launch: Launch, n: u32, mode: &str, envs: &[(&str, &str)]) -> Outp
                 .arg(n.to_string())
                 .arg("-N")
                 .arg(nodes.to_string());
+            c
+        }
+        Launch::RsrunOn { cpus, args } => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", cpus])
+                .arg(rsrun_path())
+                .args(args)
+                .arg("-n")
+                .arg(n.to_string());
             c
         }
     };

@@ -13,6 +13,7 @@
 
 mod cma;
 mod futex;
+pub mod mapping;
 mod peer_arena;
 mod ring;
 mod segment;

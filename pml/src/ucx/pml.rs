@@ -502,6 +502,11 @@ impl UcxPml {
         status::check("ucp_worker_flush_nbx", status)
     }
 
+    /// Whether this rank's waits spin before they sleep (not when spinning was turned off).
+    pub fn waits_spin(&self) -> bool {
+        !self.spin.is_zero()
+    }
+
     /// Progresses until `done` holds: spin for `spin`, then sleep on the worker's event fd
     /// so that oversubscribed ranks give their cores away. Once a peer's connection broke,
     /// a wait that cannot finish fails naming that peer rather than hang on it.

@@ -50,10 +50,13 @@ pub(crate) fn rabenseifner(
     element: usize,
     commutative: bool,
 ) {
-    let Some(halved) = halving(p, ranks, own, acc, element, commutative) else {
-        // A folded rank gets the whole result from the partner it handed its vector to.
-        p.round().recv(ranks.rank + 1, acc);
-        return;
+    let halved = match halving(p, ranks, own, acc, element, commutative) {
+        Ok(halved) => halved,
+        Err(Folded { partner }) => {
+            // A folded rank gets the whole result from the partner it handed its vector to.
+            p.round().recv(partner, acc);
+            return;
+        }
     };
     for step in halved.steps.iter().rev() {
         p.round()
@@ -87,7 +90,7 @@ pub(crate) fn reduce_scatter_gather(
         Some(output) => output,
         None => p.scratch(own.len),
     };
-    let Some(halved) = halving(p, ranks, own, acc, element, commutative) else {
+    let Ok(halved) = halving(p, ranks, own, acc, element, commutative) else {
         if ranks.rank == root {
             p.round().recv(collector, acc);
         }
@@ -135,11 +138,16 @@ impl Halved {
     }
 }
 
+/// A rank the halving folded into `partner`, which did its part.
+struct Folded {
+    partner: u32,
+}
+
 /// A reduce-scatter by recursive halving, from `own` into `acc`: each round, the pair
 /// exchanges half of what it still holds and reduces the half it keeps, so virtual rank v ends
 /// with the reduction of its last kept range. The halving pairs nearest ranks first so that
 /// each partial result covers a run of ranks in order (non-commutative operations keep rank
-/// order). `None` on a folded rank, which only hands its vector to its partner.
+/// order). [`Folded`] on a folded rank, which only hands its vector to its partner.
 ///
 /// For a commutative operation on a rank that folds in no other, the first round sends from
 /// `own` and receives straight into `acc`, reducing `own`'s kept half into it: the vector is
@@ -151,12 +159,12 @@ fn halving(
     acc: Span,
     element: usize,
     commutative: bool,
-) -> Option<Halved> {
+) -> Result<Halved, Folded> {
     let fold = Fold::new(ranks.size);
     let (v, folded) = match fold.role(ranks.rank) {
         FoldRole::Folded { partner } => {
             p.round().send(partner, own);
-            return None;
+            return Err(Folded { partner });
         }
         FoldRole::Doubling {
             virtual_rank,
@@ -206,7 +214,7 @@ fn halving(
         (lo, hi) = kept;
         mask <<= 1;
     }
-    Some(Halved {
+    Ok(Halved {
         v,
         folded,
         steps,

@@ -18,6 +18,7 @@ use std::mem::size_of;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
+use super::mapping::SharedMapping;
 use super::ring::RingCtl;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"mpirtshm");
@@ -122,49 +123,26 @@ impl Drop for Fd {
     }
 }
 
-/// A shared mapping of the segment file; unmapped on drop.
-struct Mapping {
-    base: NonNull<u8>,
-    len: usize,
-}
+/// A shared mapping of the segment file.
+struct Mapping(SharedMapping);
 
 impl Mapping {
     fn new(fd: &Fd, len: usize, name: &str) -> io::Result<Self> {
-        // SAFETY: a fresh shared mapping of an open descriptor at an address the kernel picks;
-        // it aliases no Rust object. Callers checked (or set) that the file is at least `len`
-        // bytes long, so every mapped page is backed.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.0,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(os_error("mmap", name));
-        }
-        Ok(Mapping {
-            base: NonNull::new(p.cast()).expect("mmap never returns null on success"),
-            len,
-        })
+        SharedMapping::new(fd.0, len)
+            .map(Mapping)
+            .map_err(|e| io::Error::new(e.kind(), format!("mmap /dev/shm/{name}: {e}")))
+    }
+
+    fn base(&self) -> NonNull<u8> {
+        self.0.base()
     }
 
     fn header(&self) -> &Header {
         // SAFETY: the mapping is page aligned and at least a page long, and Header is
-        // atomics only, so any concurrent access by other ranks is race-free.
-        unsafe { &*self.base.as_ptr().cast::<Header>() }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: we mapped exactly this range. Everything that points into it (rings, control
-        // block references) is owned by or borrowed from the owner of this mapping, so nothing
-        // touches it after this.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+        // atomics only, so any concurrent access by other ranks is race-free. Everything
+        // that points into the mapping (rings, control block references) is owned by or
+        // borrowed from its owner, so nothing touches it after it is dropped.
+        unsafe { &*self.base().as_ptr().cast::<Header>() }
     }
 }
 
@@ -330,7 +308,7 @@ impl Segment {
         unsafe {
             &*self
                 .map
-                .base
+                .base()
                 .as_ptr()
                 .add(RANK_CTL + rank * size_of::<RankCtl>())
                 .cast::<RankCtl>()
@@ -345,12 +323,12 @@ impl Segment {
         unsafe {
             let ctl = self
                 .map
-                .base
+                .base()
                 .as_ptr()
                 .add(self.layout.ring_ctl + i * size_of::<RingCtl>());
             let data = self
                 .map
-                .base
+                .base()
                 .as_ptr()
                 .add(self.layout.data + i * self.layout.ring_bytes);
             (ctl.cast::<RingCtl>(), data)
