@@ -57,11 +57,20 @@ for tls in tcp sm,self; do
     UCX_TLS=$tls MPIRT_TEST_PML=ucx cargo test --release -p mpirt --features ucx \
         --test p2p --test collectives
 done
+# Brings the 4 test hosts up with ssh-hosts $1; prints 1 when this did (the caller then takes
+# them down again), nothing when someone else had them up (used as they are, left up).
+hosts_up() {
+    local said
+    if said=$("$1" up 4 2>&1); then
+        echo 1
+    elif ! grep -q "already up (mode=netns n=4" <<< "$said"; then
+        echo "$said" >&2
+        return 1
+    fi
+}
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     echo "== UCX PML: the suites across 4 test hosts, UCX_TLS=tcp"
-    # Hosts someone else brought up are used as they are and left up.
-    ucx_hosts_owned=
-    if "$MPIRT_SSH_HOSTS" up 4; then ucx_hosts_owned=1; fi
+    ucx_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
     UCX_TLS=tcp MPIRT_TEST_PML=ucx MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 \
         MPIRT_SSH_ARGS="-F ${SSH_HOSTS_DIR:-${TMPDIR:-/tmp}/mpirt-testhosts/ssh}/ssh_config" \
         cargo test --release -p mpirt --features ucx --test p2p --test collectives
@@ -84,13 +93,16 @@ rsmpi=(env CARGO_TARGET_DIR=target/rsmpi-ompi MPICC=mpicc.openmpi OSU_MPIRUN=mpi
 testhosts="$shared/testhosts"
 if [ "$(id -u)" = 0 ] && [ -x "$testhosts/slurm-local" ]; then
     echo "== Slurm tests: srun --mpi=pmi2 on 4 test hosts, rsrun inside salloc"
-    "$testhosts/ssh-hosts" up 4
-    trap '"$testhosts/slurm-local" down; "$testhosts/ssh-hosts" down' EXIT
+    slurm_hosts_owned=$(hosts_up "$testhosts/ssh-hosts")
+    hosts_down() {
+        "$testhosts/slurm-local" down
+        if [ -n "$slurm_hosts_owned" ]; then "$testhosts/ssh-hosts" down; fi
+    }
+    trap hosts_down EXIT
     "$testhosts/slurm-local" up 4 --mode netns
     MPIRT_TEST_SLURM=1 cargo test --release -p mpirt --test p2p --test collectives srun_with_pmi2
     MPIRT_TEST_SLURM=1 cargo test --release -p launcher --test slurm
-    "$testhosts/slurm-local" down
-    "$testhosts/ssh-hosts" down
+    hosts_down
     trap - EXIT
 else
     echo "== Slurm tests: SKIPPED (they need root and $testhosts/slurm-local)"
