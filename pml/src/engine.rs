@@ -822,8 +822,9 @@ impl Engine {
                     std::hint::spin_loop();
                 } else if idle < self.spin + YIELD_FOR {
                     std::thread::yield_now();
-                } else {
-                    self.sleep(idle)?;
+                } else if self.sleep(idle)? {
+                    // The sleep's own progress moved something: `done` may hold now.
+                    break;
                 }
             }
             idle_rounds = 0;
@@ -833,15 +834,17 @@ impl Engine {
 
     /// Sleeps until a transport may have something for us: each wait returns on a frame for
     /// us, and on room where our frame was refused. `idle`: how long the wait made no progress.
-    fn sleep(&mut self, idle: Duration) -> Result<(), PmlError> {
-        self.sleep_on_transports(idle)?;
+    /// Returns whether it made progress itself instead of sleeping, which the caller must not
+    /// miss: the next round may find nothing new, though a request finished.
+    fn sleep(&mut self, idle: Duration) -> Result<bool, PmlError> {
+        let moved = self.sleep_on_transports(idle)?;
         // Whatever woke us may have come over TCP: look there on the next round.
         self.tcp_rounds_to_skip = 0;
-        Ok(())
+        Ok(moved)
     }
 
     #[cfg_attr(not(feature = "verbs"), allow(unused_variables))]
-    fn sleep_on_transports(&mut self, idle: Duration) -> Result<(), PmlError> {
+    fn sleep_on_transports(&mut self, idle: Duration) -> Result<bool, PmlError> {
         #[cfg(feature = "verbs")]
         if let Some(v) = &mut self.verbs {
             // A peer that died completes nothing: probe, so the wait fails instead of hanging.
@@ -850,7 +853,7 @@ impl Engine {
             v.arm();
             // Completions that came before arming wake nobody: take them first.
             if self.progress()? {
-                return Ok(());
+                return Ok(true);
             }
             let v = self.verbs.as_mut().expect("checked above");
             if let Some(shm) = &self.shm {
@@ -862,7 +865,7 @@ impl Engine {
                     SLEEP
                 });
             }
-            return Ok(());
+            return Ok(false);
         }
         match (&self.shm, &mut self.tcp) {
             (Some(shm), None) => shm.wait(SLEEP),
@@ -870,7 +873,7 @@ impl Engine {
             (Some(shm), Some(_)) => shm.wait(MIXED_SLEEP),
             (None, None) => std::thread::yield_now(),
         }
-        Ok(())
+        Ok(false)
     }
 
     /// One round of progress; returns whether anything moved.
