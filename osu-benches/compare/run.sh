@@ -46,7 +46,8 @@ fi
 # report.py draws its charts with matplotlib.
 python3 -c "import matplotlib" 2>/dev/null || pip install -q matplotlib
 cargo build --release --workspace -q
-bin=${CARGO_TARGET_DIR:-target}/release
+# Absolute: ranks on the test hosts start in their own working directory.
+bin=$(realpath "${CARGO_TARGET_DIR:-target}")/release
 if [ -n "$rs_builds" ]; then
     # rsmpi's build (bindgen) needs libclang; MPICC picks the MPI it links. Its build script
     # does not look again when MPICC changes: one target directory per MPI.
