@@ -39,22 +39,26 @@ esac
 out=${out:-target/compare${tcp:+-tcp}}
 mkdir -p "$out"
 
-if ! command -v mpicc.openmpi >/dev/null || ! command -v mpicc.mpich >/dev/null; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev mpich libmpich-dev
+# The comparison needs the C MPIs, matplotlib and (for -s rsmpi) libclang; it says what is
+# missing rather than installing system packages itself.
+missing=()
+command -v mpicc.openmpi >/dev/null || missing+=(openmpi-bin libopenmpi-dev)
+command -v mpicc.mpich >/dev/null || missing+=(mpich libmpich-dev)
+python3 -c "import matplotlib" 2>/dev/null || missing+=(python3-matplotlib)
+if [ -n "$rs_builds" ] &&
+    ! dpkg-query -W -f='${Status}' libclang-dev 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=(libclang-dev)
 fi
-# report.py draws its charts with matplotlib.
-python3 -c "import matplotlib" 2>/dev/null || pip install -q matplotlib
+if ((${#missing[@]})); then
+    echo "$0: missing packages: ${missing[*]} (apt-get install -y ${missing[*]})" >&2
+    exit 1
+fi
 cargo build --release --workspace -q
 # Absolute: ranks on the test hosts start in their own working directory.
 bin=$(realpath "${CARGO_TARGET_DIR:-target}")/release
 if [ -n "$rs_builds" ]; then
-    # rsmpi's build (bindgen) needs libclang; MPICC picks the MPI it links. Its build script
-    # does not look again when MPICC changes: one target directory per MPI.
-    if ! dpkg-query -W -f='${Status}' libclang-dev 2>/dev/null | grep -q 'install ok installed'; then
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libclang-dev
-    fi
+    # MPICC picks the MPI rsmpi links. Its build script does not look again when MPICC
+    # changes: one target directory per MPI.
     rs_build=(cargo build --release -q -p osu-benches --no-default-features --features rsmpi)
     CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}/rsmpi-ompi MPICC=mpicc.openmpi "${rs_build[@]}"
     CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}/rsmpi-mpich MPICC=mpicc.mpich "${rs_build[@]}"

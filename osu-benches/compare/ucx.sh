@@ -20,7 +20,8 @@ while getopts "r:T:" opt; do
     esac
 done
 if ! command -v ucx_perftest >/dev/null; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ucx-utils
+    echo "$0: ucx_perftest is missing (apt-get install -y ucx-utils)" >&2
+    exit 1
 fi
 if ! ompi_info | grep -q 'pml: ucx'; then
     echo "this Open MPI has no pml ucx (ompi_info | grep ucx): nothing to compare with" >&2
