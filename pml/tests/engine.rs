@@ -374,14 +374,7 @@ fn run_ranks(test: &str, cases: &[(u32, &str)]) {
             // queue pair's 1 s retransmission timeout: 4 ranks over verbs have taken 70-150 s.
             Duration::from_secs(if mode == "verbs" { 400 } else { 120 }),
         );
-        for (r, o) in outputs.iter().enumerate() {
-            assert!(
-                o.status.success(),
-                "size {size} rank {r} failed:\n{}\n{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
+        assert_all_succeeded(&outputs, &format!("size {size} "));
         let out0 = String::from_utf8_lossy(&outputs[0].stdout);
         assert!(out0.contains("remote reads: "), "{out0}");
         let leftover: Vec<_> = fs::read_dir("/dev/shm")
@@ -479,14 +472,7 @@ fn an_address_space_limit_leaves_room_beside_the_arenas() {
         &[],
         Duration::from_secs(120),
     );
-    for (r, o) in outputs.iter().enumerate() {
-        assert!(
-            o.status.success(),
-            "rank {r} failed:\n{}\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
+    assert_all_succeeded(&outputs, "");
     let out0 = String::from_utf8_lossy(&outputs[0].stdout);
     assert!(out0.contains("MiB of address space"), "{out0}");
     fs::remove_dir_all(dir).unwrap();
@@ -562,13 +548,18 @@ fn an_arena_peers_cannot_read_stops_serving() {
         &[],
         Duration::from_secs(120),
     );
+    assert_all_succeeded(&outputs, "");
+    fs::remove_dir_all(dir).unwrap();
+}
+
+/// Asserts that every child rank exited successfully, showing a failed one's output.
+fn assert_all_succeeded(outputs: &[std::process::Output], case: &str) {
     for (r, o) in outputs.iter().enumerate() {
         assert!(
             o.status.success(),
-            "rank {r} failed:\n{}\n{}",
+            "{case}rank {r} failed:\n{}\n{}",
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         );
     }
-    fs::remove_dir_all(dir).unwrap();
 }
