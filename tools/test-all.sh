@@ -58,15 +58,26 @@ for tls in tcp sm,self; do
         --test p2p --test collectives
 done
 # Brings the 4 test hosts up with ssh-hosts $1; prints 1 when this did (the caller then takes
-# them down again), nothing when someone else had them up (used as they are, left up).
+# them down again), nothing when someone else had them up (used as they are, left up). Hosts
+# said to be up whose sshd does not answer (gone with a run that crashed) are made anew.
 hosts_up() {
-    local said
+    local said k
     if said=$("$1" up 4 2>&1); then
         echo 1
+        return
     elif ! grep -q "already up (mode=netns n=4" <<< "$said"; then
         echo "$said" >&2
         return 1
     fi
+    for k in 1 2 3 4; do
+        if ! timeout 5 bash -c "exec 3<>/dev/tcp/host$k/22" 2>/dev/null; then
+            echo "== sshd on test host host$k does not answer: making the hosts anew" >&2
+            "$1" down >&2
+            "$1" up 4 >&2
+            echo 1
+            return
+        fi
+    done
 }
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     echo "== UCX PML: the suites across 4 test hosts, UCX_TLS=tcp"

@@ -8,6 +8,7 @@
 mod common;
 
 use std::env;
+use std::net::{TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::thread;
@@ -76,15 +77,18 @@ impl Hosts {
             );
             return None;
         }
-        let out = Command::new(&script).args(["up", "4"]).output().unwrap();
-        let said = String::from_utf8_lossy(&out.stderr).into_owned()
-            + &String::from_utf8_lossy(&out.stdout);
-        // Hosts someone else brought up are used as they are and left up.
-        let owned = out.status.success();
-        assert!(
-            owned || said.contains("already up (mode=netns n=4"),
-            "ssh-hosts up 4 failed: {said}"
-        );
+        // Hosts someone else brought up are used as they are and left up, unless one of them
+        // does not answer (say an sshd gone with a run that crashed): then they are made anew.
+        let mut owned = hosts_up(&script);
+        if let Some(host) = unanswering_host() {
+            println!("sshd on test host {host} does not answer: making the hosts anew");
+            let _ = Command::new(&script).arg("down").status();
+            owned = hosts_up(&script);
+            assert!(owned, "ssh-hosts up 4 after down found them still up");
+            if let Some(host) = unanswering_host() {
+                panic!("ssh-hosts up 4 made the hosts anew, but sshd on {host} does not answer");
+            }
+        }
         Some(Hosts {
             script,
             owned,
@@ -103,6 +107,30 @@ impl Hosts {
         all.extend(args);
         rsrun(&all)
     }
+}
+
+/// `ssh-hosts up 4`: true when this brought the hosts up, false when they already were.
+fn hosts_up(script: &Path) -> bool {
+    let out = Command::new(script).args(["up", "4"]).output().unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() || said.contains("already up (mode=netns n=4"),
+        "ssh-hosts up 4 failed: {said}"
+    );
+    out.status.success()
+}
+
+/// The first of host1..host4 whose sshd does not accept a connection within 5 s.
+fn unanswering_host() -> Option<String> {
+    (1..=4).map(|k| format!("host{k}")).find(|host| {
+        let answers = (host.as_str(), 22)
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut addrs| addrs.next())
+            .is_some_and(|addr| TcpStream::connect_timeout(&addr, Duration::from_secs(5)).is_ok());
+        !answers
+    })
 }
 
 impl Drop for Hosts {
