@@ -17,6 +17,7 @@ mod ucx {
     const FUNCTIONS: &[&str] = &[
         "ucp_init_version",
         "ucp_cleanup",
+        "ucp_context_query",
         "ucp_worker_create",
         "ucp_worker_destroy",
         "ucp_worker_get_address",
@@ -33,6 +34,7 @@ mod ucx {
         "ucp_tag_probe_nb",
         "ucp_tag_msg_recv_nbx",
         "ucp_request_check_status",
+        "ucp_tag_recv_request_test",
         "ucp_request_cancel",
         "ucp_request_free",
         "ucs_status_string",
@@ -43,6 +45,7 @@ mod ucx {
     const TYPES: &[&str] = &[
         "ucp_feature",
         "ucp_params_field",
+        "ucp_context_attr_field",
         "ucp_worker_params_field",
         "ucp_ep_params_field",
         "ucp_op_attr_t",

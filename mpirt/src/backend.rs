@@ -153,6 +153,36 @@ impl Pml {
         on_pml!(self, p => unsafe { p.post_recv(context, source, tag, buf, len) })
     }
 
+    /// A blocking receive. UCX's runs in request memory the PML owns, with no handle to
+    /// keep; the native engine's is a posted receive, waited for.
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `len` bytes for the duration of the call.
+    #[inline]
+    pub unsafe fn receive(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Status, PmlError> {
+        match self {
+            Pml::Native(p) => {
+                // SAFETY: the receive is waited for before this returns, within the caller's
+                // guarantee for `buf`.
+                let h = unsafe { p.post_recv(context, source, tag, buf, len)? };
+                match p.wait(h)? {
+                    Done::Received(status) => Ok(status),
+                    Done::Sent => unreachable!("a receive completed as a send"),
+                }
+            }
+            // SAFETY: the caller's guarantees are passed on unchanged.
+            #[cfg(feature = "ucx")]
+            Pml::Ucx(p) => unsafe { p.receive(context, source, tag, buf, len) },
+        }
+    }
+
     /// # Safety
     /// As for [`Engine::post_matched_recv`].
     pub unsafe fn post_matched_recv(

@@ -61,10 +61,12 @@ impl CommData {
     }
 
     /// The world rank of `rank`, which the caller has checked is in range.
+    #[inline]
     pub(crate) fn world_rank(&self, rank: u32) -> u32 {
         self.shared.group[rank as usize]
     }
 
+    #[inline]
     pub(crate) fn check_rank(&self, rank: Rank) -> Result<u32, Cause> {
         if rank >= 0 && (rank as u32) < self.size {
             Ok(rank as u32)

@@ -39,6 +39,7 @@ pub struct Status {
 }
 
 impl Status {
+    #[inline]
     pub(crate) fn from_pml(s: pml::Status) -> Status {
         Status {
             source: s.source as Rank,
@@ -106,6 +107,7 @@ impl Status {
     }
 }
 
+#[inline]
 pub(crate) fn check_tag(tag: Tag) -> Result<Tag, Cause> {
     if tag < 0 {
         Err(Cause::NegativeTag(tag))
@@ -114,6 +116,7 @@ pub(crate) fn check_tag(tag: Tag) -> Result<Tag, Cause> {
     }
 }
 
+#[inline]
 pub(crate) fn tag_selector(tag: Option<Tag>) -> Result<TagSel, Cause> {
     match tag {
         None => Ok(TagSel::Any),
@@ -122,6 +125,7 @@ pub(crate) fn tag_selector(tag: Option<Tag>) -> Result<TagSel, Cause> {
 }
 
 /// How many whole elements of `datatype` `bytes` make; an error if they do not divide.
+#[inline]
 fn whole_elements(bytes: usize, datatype: Datatype) -> Result<usize, Cause> {
     // Bytes are elements: no division (tens of cycles) on every receive of bytes.
     if datatype.size() == 1 {
@@ -157,6 +161,7 @@ impl RecvSlot {
     /// # Safety
     /// `ptr` must be valid for writes of `len` bytes until the slot is finished or dropped,
     /// and bytes that pass `datatype`'s check must make valid values there.
+    #[inline]
     pub(crate) unsafe fn new(ptr: *mut u8, len: usize, datatype: Datatype) -> RecvSlot {
         let staging = datatype.needs_check().then(|| vec![0u8; len]);
         RecvSlot {
@@ -167,6 +172,7 @@ impl RecvSlot {
         }
     }
 
+    #[inline]
     fn for_buffer<B: BufferMut + ?Sized>(buf: &mut B) -> RecvSlot {
         let (len, datatype) = (buf.byte_len(), buf.datatype());
         // SAFETY: `BufferMut` promises the pointer is valid for writes of `byte_len()` bytes
@@ -176,6 +182,7 @@ impl RecvSlot {
 
     /// Where the engine should write: stable while the slot moves (a heap buffer or the
     /// user's).
+    #[inline]
     pub(crate) fn target(&mut self) -> (*mut u8, usize) {
         match &mut self.staging {
             Some(staging) => (staging.as_mut_ptr(), self.len),
@@ -184,6 +191,7 @@ impl RecvSlot {
     }
 
     /// Checks what arrived and moves it into the user's buffer.
+    #[inline]
     pub(crate) fn finish(self, status: pml::Status) -> Result<Status, Cause> {
         whole_elements(status.len, self.datatype)?;
         if let Some(staging) = &self.staging {
@@ -221,6 +229,7 @@ pub(crate) unsafe fn post_receive(
 ///
 /// # Safety
 /// `buf` must stay borrowed (unchanged, not freed) until the returned request completes.
+#[inline]
 pub(crate) unsafe fn post_send<B: Buffer + ?Sized>(
     comm: &CommData,
     dest: Rank,
@@ -238,6 +247,7 @@ pub(crate) unsafe fn post_send<B: Buffer + ?Sized>(
 }
 
 /// Waits for a request and returns how it ended.
+#[inline]
 pub(crate) fn wait_handle(handle: Handle) -> Result<Done, Cause> {
     // A send the transport took as it was posted left nothing in the engine to wait for.
     if handle == Handle::SENT {
@@ -247,15 +257,17 @@ pub(crate) fn wait_handle(handle: Handle) -> Result<Done, Cause> {
 }
 
 /// Receives one message into `slot`, blocking.
+#[inline]
 fn receive_slot(
     comm: &CommData,
     source: SourceSel,
     tag: TagSel,
     mut slot: RecvSlot,
 ) -> Result<Status, Cause> {
-    // SAFETY: the slot's buffer outlives this call, which waits for the request to complete.
-    let handle = unsafe { post_receive(comm, source, tag, &mut slot)? };
-    finish_receive(handle, slot)
+    let (ptr, len) = slot.target();
+    // SAFETY: the slot's buffer outlives this call, which returns once the receive is done.
+    let status = with_engine(|e| unsafe { e.receive(comm.context, source, tag, ptr, len) })?;
+    slot.finish(status)
 }
 
 pub(crate) fn finish_receive(handle: Handle, slot: RecvSlot) -> Result<Status, Cause> {
@@ -560,9 +572,11 @@ pub trait Source {
 }
 
 impl Source for Process<'_> {
+    #[inline]
     fn source_comm(&self) -> &CommData {
         self.comm
     }
+    #[inline]
     fn source_selector(&self) -> SourceSel {
         match self.comm.check_rank(self.rank) {
             Ok(rank) => SourceSel::Rank(rank),
@@ -714,9 +728,11 @@ pub trait Destination {
 }
 
 impl Destination for Process<'_> {
+    #[inline]
     fn destination_comm(&self) -> &CommData {
         self.comm
     }
+    #[inline]
     fn destination_rank(&self) -> Rank {
         self.rank
     }

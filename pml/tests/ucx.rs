@@ -39,6 +39,19 @@ fn recv(p: &mut UcxPml, from: SourceSel, tag: TagSel, len: usize) -> (Vec<u8>, S
     try_recv(p, from, tag, len).unwrap()
 }
 
+/// The blocking receive (`UcxPml::receive`, in the PML's own request memory).
+fn try_receive(
+    p: &mut UcxPml,
+    from: SourceSel,
+    tag: TagSel,
+    len: usize,
+) -> Result<(Vec<u8>, Status), PmlError> {
+    let mut buf = vec![0u8; len];
+    // SAFETY: `buf` outlives the call, which returns once the receive is done.
+    let status = unsafe { p.receive(0, from, tag, buf.as_mut_ptr(), buf.len()) }?;
+    Ok((buf, status))
+}
+
 const SIZES: [usize; 5] = [0, 1, 8 << 10, 1 << 20, 16 << 20];
 
 /// Every rank sends to every rank, itself included, collected with `wait_any`.
@@ -110,10 +123,16 @@ fn rank_main(dir: &Path, rank: u32, size: u32, config: &UcxConfig) {
             Ok("tcp") => assert!(by_tcp, "{}", p.description()),
             _ => assert!(by_shm, "{}", p.description()),
         }
-        // Every size from every peer, received by ANY_SOURCE, checked by checksum.
+        // Every size from every peer, received by ANY_SOURCE, checked by checksum; every
+        // other size by the blocking receive.
         for _ in 1..size {
             for (i, &len) in SIZES.iter().enumerate() {
-                let (buf, st) = recv(&mut p, SourceSel::Any, TagSel::Tag(i as i32), len);
+                let (from, tag) = (SourceSel::Any, TagSel::Tag(i as i32));
+                let (buf, st) = if i % 2 == 0 {
+                    recv(&mut p, from, tag, len)
+                } else {
+                    try_receive(&mut p, from, tag, len).unwrap()
+                };
                 assert_eq!(st.len, len);
                 assert_eq!(st.tag, i as i32);
                 assert_eq!(
@@ -173,9 +192,17 @@ fn rank_main(dir: &Path, rank: u32, size: u32, config: &UcxConfig) {
         let (buf, _) = recv(&mut p, SourceSel::Rank(1), TagSel::Tag(78), 8);
         assert_eq!(buf, 200u64.to_le_bytes());
 
-        // Messages longer than the buffer: the native PML's truncation error, both lengths.
-        for (tag, len, room) in [(90, 1000, 10), (91, 1 << 20, 4096)] {
-            match try_recv(&mut p, SourceSel::Rank(1), TagSel::Tag(tag), room) {
+        // Messages longer than the buffer: the native PML's truncation error, both lengths,
+        // from the posted receive and from the blocking one; the blocking receive's request
+        // memory serves again after a failed receive.
+        for (tag, len, room) in [(90, 1000, 10), (91, 1 << 20, 4096), (92, 1000, 10)] {
+            let from = (SourceSel::Rank(1), TagSel::Tag(tag));
+            let outcome = if tag == 92 {
+                try_receive(&mut p, from.0, from.1, room)
+            } else {
+                try_recv(&mut p, from.0, from.1, room)
+            };
+            match outcome {
                 Err(PmlError::Truncated {
                     message_len,
                     buffer_len,
@@ -249,12 +276,13 @@ fn rank_main(dir: &Path, rank: u32, size: u32, config: &UcxConfig) {
 
             send(&mut p, 0, 90, &pattern(1000, 90), SendMode::Standard);
             send(&mut p, 0, 91, &pattern(1 << 20, 91), SendMode::Standard);
+            send(&mut p, 0, 92, &pattern(1000, 92), SendMode::Standard);
 
             // The other side of `sleeps_until_woken`.
             std::thread::sleep(Duration::from_millis(300));
             send(&mut p, 0, 110, &[], SendMode::Standard);
             for _ in 0..PING_PONGS {
-                recv(&mut p, SourceSel::Rank(0), TagSel::Tag(111), 8);
+                try_receive(&mut p, SourceSel::Rank(0), TagSel::Tag(111), 8).unwrap();
                 send(&mut p, 0, 112, &[0; 8], SendMode::Standard);
             }
         }
@@ -284,7 +312,8 @@ const PING_PONGS: usize = 200;
 /// 10 ms sleep bound each time, 2 s over the ping-pongs, and with no spin every wait sleeps.
 fn sleeps_until_woken(p: &mut UcxPml) {
     let (wall, cpu) = (Instant::now(), thread_cpu_time());
-    recv(p, SourceSel::Rank(1), TagSel::Tag(110), 0);
+    // The blocking receive sleeps on the worker's event fd as a posted receive's wait does.
+    try_receive(p, SourceSel::Rank(1), TagSel::Tag(110), 0).unwrap();
     let (wall, cpu) = (wall.elapsed(), thread_cpu_time() - cpu);
     assert!(
         wall >= Duration::from_millis(250),
@@ -408,6 +437,13 @@ fn a_dead_peer_is_an_error_not_a_hang() {
                 println!("after {:?}: {cause}", t.elapsed())
             }
             other => panic!("a receive from a dead rank gave {other:?}"),
+        }
+        // The blocking receive fails alike, twice: its request memory, cancelled, serves again.
+        for _ in 0..2 {
+            match try_receive(&mut p, SourceSel::Rank(1), TagSel::Tag(6), 4) {
+                Err(PmlError::Transport { peer: 1, .. }) => {}
+                other => panic!("a blocking receive from a dead rank gave {other:?}"),
+            }
         }
         // SAFETY: refused before UCX sees the buffer.
         let sent = unsafe { p.post_send(0, 0, 1, 5, SendMode::Standard, [0u8].as_ptr(), 1) };

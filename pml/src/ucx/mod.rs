@@ -7,11 +7,13 @@
 //! - `failure`: which peers' connections broke, as UCX reports them.
 //! - `wireup`: worker addresses through the launcher's key-value service.
 //! - `request`: an operation's outcome, kept inside the UCX request itself.
+//! - `owned_request`: request memory lent to UCX, for blocking receives.
 //! - `status`: UCX status codes as results.
 //! - `pml`: [`UcxPml`], the calls the layer above makes.
 
 mod failure;
 mod ffi;
+mod owned_request;
 mod pml;
 mod request;
 mod status;

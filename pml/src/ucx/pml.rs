@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::failure::PeerFailures;
 use super::ffi;
+use super::owned_request::OwnedRequest;
 use super::request::{self, peek};
 use super::status::{self, Started};
 use super::tag;
@@ -61,6 +62,8 @@ pub struct UcxPml {
     /// How long a wait spins on progress before it sleeps on the worker's event fd.
     spin: Duration,
     ops: Requests<Op>,
+    /// Where blocking receives build their UCX request: one at a time is in flight.
+    blocking: OwnedRequest,
     /// One per world rank, this one's included.
     endpoints: Vec<Endpoint>,
     /// Dropped after `Drop` closed the endpoints.
@@ -84,12 +87,12 @@ fn peer_failed(peer: Rank, status: ffi::ucs_status_t) -> PmlError {
     )
 }
 
-/// A receive's outcome, from the status and information its callback left.
+/// A receive's outcome, from the status and information UCX left in its request.
 fn received(
     status: ffi::ucs_status_t,
     info: ffi::ucp_tag_recv_info_t,
     buffer_len: usize,
-) -> Result<Done, PmlError> {
+) -> Result<Status, PmlError> {
     let envelope = tag::unpack(info.sender_tag);
     let found = Status {
         source: envelope.source,
@@ -97,7 +100,7 @@ fn received(
         len: info.length as usize,
     };
     match status {
-        ffi::UCS_OK => Ok(Done::Received(found)),
+        ffi::UCS_OK => Ok(found),
         ffi::UCS_ERR_MESSAGE_TRUNCATED => Err(PmlError::Truncated {
             message_len: found.len,
             buffer_len,
@@ -205,6 +208,7 @@ impl UcxPml {
             size,
             spin: config.spin,
             ops: Requests::default(),
+            blocking: OwnedRequest::new(worker.request_size()),
             endpoints,
             worker,
             failures,
@@ -373,7 +377,9 @@ impl UcxPml {
                 ffi::UCS_OK => Ok(Some(Done::Sent)),
                 other => Err(PmlError::transport(peer, status::describe(other))),
             },
-            Kind::Recv { buffer_len } => received(status, info, buffer_len).map(Some),
+            Kind::Recv { buffer_len } => {
+                received(status, info, buffer_len).map(|s| Some(Done::Received(s)))
+            }
         }
     }
 
@@ -398,7 +404,93 @@ impl UcxPml {
     }
 
     pub fn wait(&mut self, h: Handle) -> Result<Done, PmlError> {
-        self.wait_collect(h)
+        if h != Handle::SENT {
+            let request = self
+                .ops
+                .get(h)
+                .map_err(|_| PmlError::StaleRequest(h))?
+                .request;
+            // The request is found once, not on every round: while this waits only UCX's
+            // progress runs, which writes its state but neither moves nor frees it.
+            // SAFETY: requests in `ops` are live until collected, which is after this wait.
+            self.wait_until(|_| Ok(unsafe { peek(request) }.is_some()))?;
+        }
+        Ok(self
+            .collect(h)?
+            .expect("a request that was waited for has finished"))
+    }
+
+    /// Receives into `len` bytes at `buf` and returns once the message is there: a blocking
+    /// receive in request memory this PML owns (no pool, no callback, no handle), as Open
+    /// MPI's pml ucx does it.
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `len` bytes for the duration of the call.
+    pub unsafe fn receive(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Status, PmlError> {
+        let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
+        let param = request::owned_recv_param(self.blocking.pointer());
+        // SAFETY: the worker is live; `buf` is writable for `len` bytes until this returns,
+        // and the receive is finished (or cancelled and abandoned) before it does; the
+        // request memory is `self.blocking`, which no other operation uses meanwhile.
+        let started = unsafe {
+            ffi::ucp_tag_recv_nbx(
+                self.worker.handle(),
+                buf.cast(),
+                len as ffi::size_t,
+                wanted,
+                mask,
+                &param,
+            )
+        };
+        let request = match status::started("ucp_tag_recv_nbx", started)? {
+            Started::Pending(request) => request,
+            Started::Done => {
+                return Err(PmlError::Ucx {
+                    operation: "ucp_tag_recv_nbx",
+                    cause: "completed without a request despite UCP_OP_ATTR_FLAG_NO_IMM_CMPL"
+                        .into(),
+                })
+            }
+        };
+        // Each round asks only whether it finished (a few instructions); the sender's tag
+        // and the length are read once, after.
+        let waited = self.wait_until(|_| {
+            // SAFETY: `request` is the receive just started in `self.blocking`.
+            Ok(unsafe { ffi::ucp_request_check_status(request) } != ffi::UCS_INPROGRESS)
+        });
+        if let Err(e) = waited {
+            self.abandon_blocking(request);
+            return Err(e);
+        }
+        let mut info = ffi::ucp_tag_recv_info_t {
+            sender_tag: 0,
+            length: 0,
+        };
+        // SAFETY: `request` is a finished receive in `self.blocking`; UCX fills `info`.
+        let outcome = unsafe { ffi::ucp_tag_recv_request_test(request, &mut info) };
+        received(outcome, info, len)
+    }
+
+    /// After a blocking receive's wait failed: cancels the receive, and if UCX still holds
+    /// its request memory (a message already matched), leaves that memory to UCX for good
+    /// rather than reuse what it may yet write.
+    fn abandon_blocking(&mut self, request: *mut c_void) {
+        // SAFETY: `request` is a live receive of this worker, in `self.blocking`.
+        let finished = unsafe {
+            ffi::ucp_request_cancel(self.worker.handle(), request);
+            ffi::ucp_request_check_status(request) != ffi::UCS_INPROGRESS
+        };
+        if !finished {
+            let fresh = OwnedRequest::new(self.worker.request_size());
+            std::mem::forget(std::mem::replace(&mut self.blocking, fresh));
+        }
     }
 
     /// Waits until any of `handles` finished; returns its index (not yet collected).
@@ -527,17 +619,16 @@ impl UcxPml {
             }
             // Idle rounds are counted first: reading the clock and scanning every peer for a
             // failure cost more than a round, and would delay seeing a message that arrives.
+            // No pause instruction between rounds: a round reads what the peer writes, so
+            // a pause only delays seeing its message (Open MPI's pml ucx polls the same way).
             idle_rounds = idle_rounds.wrapping_add(1);
             if !idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_CLOCK) {
-                std::hint::spin_loop();
                 continue;
             }
             if let Some((peer, status)) = self.failures.first() {
                 return Err(peer_failed(peer, status));
             }
-            if idle_since.get_or_insert_with(Instant::now).elapsed() < self.spin {
-                std::hint::spin_loop();
-            } else {
+            if idle_since.get_or_insert_with(Instant::now).elapsed() >= self.spin {
                 self.worker.sleep(SLEEP)?;
             }
         }

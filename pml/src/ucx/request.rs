@@ -98,6 +98,17 @@ pub fn recv_param() -> ffi::ucp_request_param_t {
     param
 }
 
+/// Parameters for a receive into request memory we own (`OwnedRequest::pointer`): no
+/// callback, the caller polls with `ucp_tag_recv_request_test`. Immediate completion is
+/// refused, so that the outcome (status, sender's tag, length) is read the same way always.
+pub fn owned_recv_param(request: *mut c_void) -> ffi::ucp_request_param_t {
+    // SAFETY: as in `send_param`.
+    let mut param: ffi::ucp_request_param_t = unsafe { mem::zeroed() };
+    param.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_REQUEST | ffi::UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.request = request;
+    param
+}
+
 /// Reads the outcome of a finished request, resets its state and hands it back to UCX.
 ///
 /// # Safety

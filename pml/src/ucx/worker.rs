@@ -21,6 +21,9 @@ pub struct Worker {
     /// The fd that becomes readable when the armed worker has something; `None` when the
     /// transports UCX chose cannot wake a sleeper.
     event_fd: Option<RawFd>,
+    /// The bytes UCX's own request header takes: what memory lent to UCX as a request
+    /// (`OwnedRequest`) must leave before the request's address.
+    request_size: usize,
 }
 
 /// A connection to one peer's worker. Closed by `Worker::close`, which needs the worker
@@ -72,15 +75,21 @@ impl Worker {
         worker_params.field_mask = u64::from(ffi::UCP_WORKER_PARAM_FIELD_THREAD_MODE);
         worker_params.thread_mode = ffi::UCS_THREAD_MODE_SINGLE;
         let mut handle = ptr::null_mut();
-        // SAFETY: `context` is the live context made above; `handle` receives the worker.
-        let created = check("ucp_worker_create", unsafe {
-            ffi::ucp_worker_create(context, &worker_params, &mut handle)
+        let made = request_size(context).and_then(|size| {
+            // SAFETY: `context` is the live context made above; `handle` receives the worker.
+            check("ucp_worker_create", unsafe {
+                ffi::ucp_worker_create(context, &worker_params, &mut handle)
+            })
+            .map(|()| size)
         });
-        if let Err(e) = created {
-            // SAFETY: the context has no workers and is not used again.
-            unsafe { ffi::ucp_cleanup(context) };
-            return Err(e);
-        }
+        let request_size = match made {
+            Ok(size) => size,
+            Err(e) => {
+                // SAFETY: the context has no workers and is not used again.
+                unsafe { ffi::ucp_cleanup(context) };
+                return Err(e);
+            }
+        };
         let mut fd = -1;
         // SAFETY: the worker is live and was made with UCP_FEATURE_WAKEUP; `fd` receives it.
         let event_fd =
@@ -89,11 +98,16 @@ impl Worker {
             context,
             handle,
             event_fd,
+            request_size,
         })
     }
 
     pub fn handle(&self) -> ffi::ucp_worker_h {
         self.handle
+    }
+
+    pub fn request_size(&self) -> usize {
+        self.request_size
     }
 
     /// This worker's address, to publish so that peers can connect.
@@ -240,6 +254,19 @@ impl Worker {
         // SAFETY: a non-null message means UCX filled `info`.
         (!message.is_null()).then(|| (message, unsafe { info.assume_init() }))
     }
+}
+
+/// The size of UCX's request header in this context (`ucp_context_query`).
+fn request_size(context: ffi::ucp_context_h) -> Result<usize, PmlError> {
+    // SAFETY: an all-zero ucp_context_attr_t is valid; only the field named in the mask is
+    // asked for, and UCX fills it.
+    let mut attr: ffi::ucp_context_attr_t = unsafe { mem::zeroed() };
+    attr.field_mask = u64::from(ffi::UCP_ATTR_FIELD_REQUEST_SIZE);
+    // SAFETY: `context` is live; `attr` is a valid ucp_context_attr_t to fill.
+    check("ucp_context_query", unsafe {
+        ffi::ucp_context_query(context, &mut attr)
+    })?;
+    Ok(attr.request_size as usize)
 }
 
 /// The version of the UCX library loaded, such as "1.13.1".
