@@ -2,7 +2,8 @@
  * and MPICH run the same loops as mpirt's Rust ports: same loop counts, window, tags, pairing
  * and output format. The first half of the ranks each pair with one of the second half (with
  * two ranks: rank 0 with rank 1); an odd rank out idles.
- * Usage: osu_p2p latency|bw|bibw|multi_lat|mbw_mr [MAX_SIZE] */
+ * Usage: osu_p2p latency|bw|bibw|multi_lat|mbw_mr [MAX_SIZE [MIN_SIZE]]
+ * MIN_SIZE (a power of two) starts the sweep there: ucx-callgrind.sh profiles one size. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
     const char *mode = argc > 1 ? argv[1] : "latency";
     long max = argc > 2 ? atol(argv[2]) : (1L << 22);
+    long min = argc > 3 ? atol(argv[3]) : -1;
     int multi_lat = strcmp(mode, "multi_lat") == 0, mbw = strcmp(mode, "mbw_mr") == 0;
     int lat = multi_lat || strcmp(mode, "latency") == 0, bibw = strcmp(mode, "bibw") == 0;
     int window = WINDOW, pairs = nprocs / 2;
@@ -39,7 +41,8 @@ int main(int argc, char **argv) {
                : bibw    ? "OSU MPI Bi-Directional Bandwidth Test"
                          : "OSU MPI Bandwidth Test",
                "# Size", lat ? "Avg Latency(us)" : "Bandwidth (MB/s)");
-    for (long size = lat && !multi_lat ? 0 : 1; size <= max; size = size ? size * 2 : 1) {
+    for (long size = min >= 0 ? min : lat && !multi_lat ? 0 : 1; size <= max;
+         size = size ? size * 2 : 1) {
         int large = size > LARGE && !mbw; /* OSU 7.4's osu_mbw_mr keeps the small counts */
         int iters = lat ? (large ? 1000 : 10000) : (large ? 20 : 100);
         int skip = lat ? (large ? 10 : 100) : (large ? 2 : 10);
