@@ -2,11 +2,13 @@
    report.py OUTDIR REPEATS BENCHMARK...
        prints a table per benchmark with ratios, and writes OUTDIR/results.csv (one row per
        benchmark, size, runtime and repeat) and a chart per benchmark (PNG, with matplotlib) in OUTDIR.
-   report.py --markdown FILE COMMANDS SHM_OUTDIR TCP_OUTDIR
+   report.py --markdown FILE COMMANDS SHM_OUTDIR TCP_OUTDIR [UCX_OUTDIR]
        from those results.csv files, writes FILE: the issue-8 report (medians, ratios, the
        targets met and missed, the machine, COMMANDS: the lines that ran) with its charts and
        the CSV files in FILE's folder report/. Without TCP_OUTDIR/results.csv, TCP goes
-       unmeasured, for the reason in TCP_OUTDIR-failed if there is one."""
+       unmeasured, for the reason in TCP_OUTDIR-failed if there is one. UCX_OUTDIR (ucx.sh -o)
+       adds issue 6's part: mpirt --pml ucx against Open MPI's pml ucx, one folder per
+       UCX_TLS; without measurements there, the reason in UCX_OUTDIR-failed."""
 import csv
 import shutil
 import statistics
@@ -21,11 +23,13 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402 (after choosing the backend)
 
 # "-rs": mpirt's benchmark source built on rsmpi over that C MPI (run.sh -s rsmpi or both).
+# "perftest": UCX's ucx_perftest (tag_lat, tag_bw) at a few sizes, in ucx.sh's runs.
 RUNTIMES = {"mpirt": "mpirt", "ompi": "Open MPI", "mpich": "MPICH",
-            "ompi-rs": "Open MPI (rsmpi)", "mpich-rs": "MPICH (rsmpi)"}
-RATIO_LABELS = {"ompi": "/OMPI", "mpich": "/MPICH", "ompi-rs": "/OMPI-rs", "mpich-rs": "/MPICH-rs"}
+            "ompi-rs": "Open MPI (rsmpi)", "mpich-rs": "MPICH (rsmpi)", "perftest": "ucx_perftest"}
+RATIO_LABELS = {"ompi": "/OMPI", "mpich": "/MPICH", "ompi-rs": "/OMPI-rs", "mpich-rs": "/MPICH-rs",
+                "perftest": "/perftest"}
 COLORS = {"mpirt": "#d62728", "ompi": "#1f77b4", "mpich": "#2ca02c", "ompi-rs": "#1f77b4",
-          "mpich-rs": "#2ca02c"}
+          "mpich-rs": "#2ca02c", "perftest": "#7f7f7f"}
 UNITS = {"bw": "MB/s", "bibw": "MB/s", "mbw_mr": "messages/s", "launch": "s", "memcpy": "MB/s",
          "memcpy-slots": "MB/s", "cma": "MB/s"}
 FIELDS = ["benchmark", "size", "runtime", "repeat", "value", "unit"]
@@ -112,8 +116,10 @@ def line_chart(path, title, ylabel, series):
     for who, points in series.items():
         points = sorted((x, y) for x, y in points if x > 0 and y > 0)
         if points:
-            ax.plot(*zip(*points), marker=".", color=COLORS[who], label=RUNTIMES[who],
-                    linestyle="--" if who.endswith("-rs") else "-")
+            # ucx_perftest ran at a few sizes only: points, not a line between them.
+            style = {"marker": "o", "linestyle": "none"} if who == "perftest" else {
+                "marker": ".", "linestyle": "--" if who.endswith("-rs") else "-"}
+            ax.plot(*zip(*points), color=COLORS[who], label=RUNTIMES[who], **style)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set(title=title, xlabel="message size (bytes)", ylabel=ylabel)
@@ -241,7 +247,68 @@ def time_limits(out):
     return path.read_text().strip().splitlines() if path.exists() else []
 
 
-def markdown(file, commands, shm, tcp_out):
+# Issue 6's targets, on every UCX_TLS measured: mpirt --pml ucx within 10% of Open MPI's
+# pml ucx, at the sizes ucx.sh also runs ucx_perftest at.
+UCX_TARGETS = [("latency", 8, 1.1), ("latency", 8192, 1.1), ("bw", 1 << 16, 0.9),
+               ("bw", 1 << 20, 0.9)]
+
+
+def ucx_part(ucx_out, folder):
+    """Issue 6's section (lines) and its charts, from ucx.sh -o UCX_OUTDIR: one folder per
+    UCX_TLS, named as the setting with "_" for ","."""
+    runs = sorted(d for d in ucx_out.iterdir() if (d / "latency.mpirt.1").exists()) \
+        if ucx_out.is_dir() else []
+    lines = ["", "## mpirt on UCX (issue 6)", ""]
+    if not runs:
+        failed = ucx_out.parent / f"{ucx_out.name}-failed"
+        why = failed.read_text().strip() if failed.exists() else "no measurements were made"
+        return lines + ["UCX was not measured:", "", "```", why, "```"], []
+    lines += ["`rsrun --pml ucx` against Open MPI's `--mca pml ucx` (told to take any "
+              "transport: `pml_ucx_tls any`, `pml_ucx_devices any`), both on the same "
+              "`UCX_TLS`, two ranks on this host bound to a core each, beside UCX's own "
+              "`ucx_perftest` (`tag_lat`, `tag_bw`: UCX without any MPI above it). Written by "
+              "`ucx.sh`; medians of its interleaved repeats.", "",
+              machine_load(*runs), "",
+              "| target | mpirt | Open MPI pml ucx | ucx_perftest | ratio | goal | verdict |",
+              "|---|---|---|---|---|---|---|"]
+    tables, made = [], []
+    for run in runs:
+        tls = run.name.replace("_", ",")
+        repeats = len(list(run.glob("latency.mpirt.*")))
+        records = collect(run, repeats, ["latency", "bw"])
+        write_csv(folder / f"results-ucx-{run.name}.csv", records)
+        m = medians(records)
+        for bench, size, factor in UCX_TARGETS:
+            mine, other = m.get((bench, size, "mpirt")), m.get((bench, size, "ompi"))
+            what = f"UCX_TLS={tls}, {'latency' if bench == 'latency' else 'bandwidth'}, " \
+                   f"{size_name(size)}"
+            if mine is None or other is None:
+                lines.append(f"| {what} | | | | | | not measured |")
+                continue
+            floor = m.get((bench, size, "perftest"))
+            u = unit(bench)
+            sign = "≥" if higher_is_better(bench) else "≤"
+            lines.append(f"| {what} | {figure(mine)} {u} | {figure(other)} {u} | "
+                         + (f"{figure(floor)} {u}" if floor else "") + " | "
+                         f"{mine / other:.2f} | {sign} {factor:g}× Open MPI | "
+                         f"{verdict(bench, mine, other, factor)} |")
+        # The per-size tables leave ucx_perftest out: it ran at the target sizes only.
+        osu = {k: v for k, v in m.items() if k[2] != "perftest"}
+        for bench in ("latency", "bw"):
+            tables += ["", f"### UCX_TLS={tls}: {bench} ({unit(bench)}), medians", "", "```"]
+            tables += list(table(osu, bench)) + ["```"]
+        made += charts(m, folder, f"ucx_{run.name}_", f"UCX_TLS={tls}, --pml ucx / pml ucx")
+    return lines + tables, made
+
+
+def size_name(size):
+    for shift, suffix in ((20, "MiB"), (10, "KiB")):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {suffix}"
+    return f"{size} B"
+
+
+def markdown(file, commands, shm, tcp_out, ucx_out=None):
     tcp = tcp_out if (tcp_out / "results.csv").exists() else None
     folder = file.parent / "report"
     shutil.rmtree(folder, ignore_errors=True)
@@ -316,20 +383,28 @@ def markdown(file, commands, shm, tcp_out):
                   "`compare/osu_p2p.c` alike: safe Rust cannot lend one buffer to 64 receives "
                   "in flight, so both give each receive its own); process_vm_readv of 4 MiB: "
                   f"{m[('cma', 1 << 22, 'cma')]:.0f} MB/s."]
+    if ucx_out:
+        ucx_lines, ucx_charts = ucx_part(ucx_out, folder)
+        lines += ucx_lines
+        made += ucx_charts
     lines += ["", "## Charts", ""] + [f"![{caption}](report/{name})" for name, caption in made]
     lines += ["", "Every measurement: `report/results.csv`"
               + (" and `report/results-tcp.csv`" if tcp else "")
+              + (", UCX's in `report/results-ucx-*.csv`" if ucx_out and any(
+                  folder.glob("results-ucx-*.csv")) else "")
               + " (benchmark, size, runtime, repeat, value, unit).", "",
               "## Machine", "", "```",
               f"$ nproc\n{sh('nproc')}", f"$ lscpu | head\n{sh('lscpu | head')}",
               f"$ uname -r\n{sh('uname -r')}",
               f"$ mpirun.openmpi --version | head -1\n{sh('mpirun.openmpi --version | head -1')}",
-              f"$ mpichversion | head -1\n{sh('mpichversion | head -1')}", "```", "",
+              f"$ mpichversion | head -1\n{sh('mpichversion | head -1')}",
+              f"$ ucx_info -v | head -1\n{sh('ucx_info -v 2>/dev/null | head -1')}", "```", "",
               "## Commands", "", "```", commands, "```", ""]
     file.write_text("\n".join(lines))
 
 
 if sys.argv[1] == "--markdown":
-    markdown(Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), Path(sys.argv[5]))
+    markdown(Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), Path(sys.argv[5]),
+             Path(sys.argv[6]) if len(sys.argv) > 6 else None)
 else:
     summary(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])

@@ -3,8 +3,10 @@
 # over shared memory osu_latency, osu_bw and osu_mbw_mr on 2 ranks, osu_allreduce on 4, and
 # the launch time; over TCP between two test hosts osu_latency and osu_bw, when run as root
 # with ../shared/testhosts/ssh-hosts. Open MPI and MPICH run both OSU's C method and mpirt's
-# benchmark source built on rsmpi (run.sh -s both). Writes osu-benches/REPORT.md, with the
-# charts and every measurement (CSV) in osu-benches/report/.
+# benchmark source built on rsmpi (run.sh -s both). Then issue 6's part: ucx.sh, mpirt's UCX
+# PML against Open MPI's pml ucx on UCX_TLS=tcp and sm,self (a few minutes; where UCX,
+# ucx_perftest or Open MPI's pml ucx is missing, the report says so). Writes
+# osu-benches/REPORT.md, with the charts and every measurement (CSV) in osu-benches/report/.
 #   osu-benches/compare/report.sh [-r REPEATS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,6 +31,12 @@ eval "${commands[0]}"
 if [ ${#commands[@]} -gt 1 ] && ! eval "${commands[1]}" 2> >(tee "$out/tcp-errors" >&2); then
     tail -3 "$out/tcp-errors" > "$out/tcp-failed"
 fi
+# Likewise a UCX run that cannot run here (no UCX, no ucx_perftest, no pml ucx in Open MPI).
+ucx="$c/ucx.sh -r $repeats -o $out/ucx"
+commands+=("$ucx")
+if ! eval "$ucx" 2> >(tee "$out/ucx-errors" >&2); then
+    tail -3 "$out/ucx-errors" > "$out/ucx-failed"
+fi
 python3 $c/report.py --markdown osu-benches/REPORT.md "$(printf '%s\n' "${commands[@]}")" \
-    "$out/shm" "$out/tcp"
+    "$out/shm" "$out/tcp" "$out/ucx"
 echo "wrote osu-benches/REPORT.md"

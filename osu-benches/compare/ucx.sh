@@ -4,19 +4,24 @@
 # osu_bw at 64 KiB and 1 MiB against tag_bw; medians of interleaved repeats. Open MPI and
 # mpirt run the same OSU loops (osu_p2p.c and mpirt's ports); ucx_perftest is UCX without
 # any MPI above it, the floor both stand on.
-#   osu-benches/compare/ucx.sh [-r REPEATS] [-T "TLS..."]
+#   osu-benches/compare/ucx.sh [-r REPEATS] [-T "TLS..."] [-o OUTDIR]
 # -T: the UCX_TLS settings to compare on, space-separated (default: "tcp sm,self").
+# -o: keeps every measurement in OUTDIR/<TLS, comma as _>/, named as run.sh names its own
+#     (BENCH.RUNTIME.REPEAT in OSU's format, ucx_perftest's as runtime "perftest", and
+#     load.txt), for report.py (report.sh's UCX part); without it they are thrown away.
 # Builds mpirt with the ucx feature into target/ucx first; needs ucx-utils (ucx_perftest) and
 # an Open MPI with pml ucx (Debian's has it: ompi_info | grep 'pml: ucx').
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repeats=5
 tls_list="tcp sm,self"
-while getopts "r:T:" opt; do
+keep=
+while getopts "r:T:o:" opt; do
     case $opt in
         r) repeats=$OPTARG ;;
         T) tls_list=$OPTARG ;;
-        *) echo "usage: $0 [-r REPEATS] [-T \"TLS...\"]" >&2; exit 2 ;;
+        o) keep=$OPTARG ;;
+        *) echo "usage: $0 [-r REPEATS] [-T \"TLS...\"] [-o OUTDIR]" >&2; exit 2 ;;
     esac
 done
 if ! command -v ucx_perftest >/dev/null; then
@@ -65,25 +70,36 @@ perftest() {
 for tls in $tls_list; do
     export UCX_TLS=$tls
     key=${tls//,/_}
+    runs=$out/runs/$key
+    mkdir -p "$runs"
+    echo "before: $(cut -d' ' -f1 /proc/loadavg)" > "$runs/load.txt"
     for ((r = 1; r <= repeats; r++)); do
-        mpirt latency > "$out/lat.mpirt"
-        ompi latency > "$out/lat.ompi"
-        mpirt bw > "$out/bw.mpirt"
-        ompi bw > "$out/bw.ompi"
+        mpirt latency > "$runs/latency.mpirt.$r"
+        ompi latency > "$runs/latency.ompi.$r"
+        mpirt bw > "$runs/bw.mpirt.$r"
+        ompi bw > "$runs/bw.ompi.$r"
         for size in "${lat_sizes[@]}"; do
-            pick "$size" < "$out/lat.mpirt" >> "$out/$key.lat$size.mpirt"
-            pick "$size" < "$out/lat.ompi" >> "$out/$key.lat$size.ompi"
-            perftest tag_lat "$size" 10000 5 >> "$out/$key.lat$size.perftest"
+            pick "$size" < "$runs/latency.mpirt.$r" >> "$out/$key.lat$size.mpirt"
+            pick "$size" < "$runs/latency.ompi.$r" >> "$out/$key.lat$size.ompi"
+            perftest tag_lat "$size" 10000 5 | tee -a "$out/$key.lat$size.perftest" |
+                awk -v s="$size" '{print s, $1}' >> "$runs/latency.perftest.$r"
         done
         for size in "${bw_sizes[@]}"; do
-            pick "$size" < "$out/bw.mpirt" >> "$out/$key.bw$size.mpirt"
-            pick "$size" < "$out/bw.ompi" >> "$out/$key.bw$size.ompi"
+            pick "$size" < "$runs/bw.mpirt.$r" >> "$out/$key.bw$size.mpirt"
+            pick "$size" < "$runs/bw.ompi.$r" >> "$out/$key.bw$size.ompi"
             # OSU reports MB/s of 10^6 bytes.
-            perftest tag_bw "$size" 2000 7 | awk '{print $1 * 1.048576}' \
-                >> "$out/$key.bw$size.perftest"
+            perftest tag_bw "$size" 2000 7 | awk '{print $1 * 1.048576}' |
+                tee -a "$out/$key.bw$size.perftest" |
+                awk -v s="$size" '{print s, $1}' >> "$runs/bw.perftest.$r"
         done
     done
+    echo "after: $(cut -d' ' -f1 /proc/loadavg)" >> "$runs/load.txt"
 done
+if [ -n "$keep" ]; then
+    rm -rf "$keep"
+    mkdir -p "$keep"
+    cp -r "$out/runs/." "$keep/"
+fi
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}'; }
 row() {
