@@ -34,7 +34,6 @@ mod ucx {
         "ucp_tag_probe_nb",
         "ucp_tag_msg_recv_nbx",
         "ucp_request_check_status",
-        "ucp_tag_recv_request_test",
         "ucp_request_cancel",
         "ucp_request_free",
         "ucs_status_string",

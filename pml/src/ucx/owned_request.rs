@@ -1,10 +1,13 @@
 //! Request memory this process owns and lends to UCX (`UCP_OP_ATTR_FIELD_REQUEST`), for
-//! blocking calls: UCX builds its request header in it instead of taking a request from its
-//! pool, so a blocking receive allocates nothing, runs no completion callback and frees
-//! nothing; the caller polls the request itself. Open MPI's pml ucx receives the same way,
-//! on stack memory.
+//! blocking receives: UCX builds its request header in it instead of taking a request from
+//! its pool, and the completion callback writes the outcome into the `RequestState` after
+//! it, as in UCX's own requests. A blocking receive so allocates nothing and frees nothing,
+//! as Open MPI's pml ucx receives on stack memory.
 
 use std::ffi::c_void;
+use std::mem;
+
+use super::request::{self, RequestState};
 
 /// Cache-line units, so that UCX's header starts on a line like the requests of its pool.
 #[repr(C, align(64))]
@@ -12,26 +15,36 @@ use std::ffi::c_void;
 struct Line([u8; 64]);
 
 pub struct OwnedRequest {
-    /// UCX's header from the first line on, then a spare line that the address UCX gets
-    /// points into.
+    /// UCX's header from the first line on, then the `RequestState`.
     storage: Box<[Line]>,
     request_size: usize,
 }
 
 impl OwnedRequest {
     /// Room for one request of a context whose header takes `request_size` bytes
-    /// (`Worker::request_size`).
+    /// (`Worker::request_size`), with a fresh state.
     pub fn new(request_size: usize) -> OwnedRequest {
-        OwnedRequest {
-            storage: vec![Line([0; 64]); request_size.div_ceil(64) + 1].into_boxed_slice(),
+        // UCX's own requests put the state right after the header too (`request.rs`).
+        assert!(
+            request_size.is_multiple_of(mem::align_of::<RequestState>()),
+            "UCX's request header ({request_size} bytes) leaves the state after it unaligned"
+        );
+        let bytes = request_size + mem::size_of::<RequestState>();
+        let mut owned = OwnedRequest {
+            storage: vec![Line([0; 64]); bytes.div_ceil(64)].into_boxed_slice(),
             request_size,
-        }
+        };
+        // SAFETY: `pointer()` is followed by room for a RequestState, aligned (asserted above;
+        // the storage itself is line-aligned).
+        unsafe { request::init(owned.pointer()) };
+        owned
     }
 
     /// The address to give UCX as `ucp_request_param_t::request`: UCX puts its header in
-    /// the `request_size` bytes before it. The memory does not move while `self` lives.
+    /// the `request_size` bytes before it, the `RequestState` follows it. The memory does not
+    /// move while `self` lives.
     pub fn pointer(&mut self) -> *mut c_void {
-        // In bounds: the storage holds `request_size` bytes and at least one more.
+        // In bounds: the storage holds the header and a RequestState after it.
         self.storage
             .as_mut_ptr()
             .cast::<u8>()
@@ -45,14 +58,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_header_fills_whole_lines_before_the_address() {
-        for request_size in [1, 63, 64, 65, 200, 256] {
+    fn the_header_goes_before_the_address_and_a_fresh_state_after() {
+        for request_size in [8, 56, 64, 72, 200, 256] {
             let mut r = OwnedRequest::new(request_size);
             let base = r.storage.as_ptr() as usize;
-            let address = r.pointer() as usize;
+            let address = r.pointer();
             assert_eq!(base % 64, 0);
-            assert_eq!(address - base, request_size);
-            assert!(address < base + r.storage.len() * 64);
+            assert_eq!(address as usize - base, request_size);
+            let end = address as usize + mem::size_of::<RequestState>();
+            assert!(end <= base + r.storage.len() * 64);
+            // SAFETY: `new` set up the state after the address.
+            assert_eq!(unsafe { request::peek(address) }, None);
         }
     }
 }

@@ -111,6 +111,21 @@ fn received(
     }
 }
 
+/// The request of a receive started with `recv_param` or `owned_recv_param`: both refuse
+/// immediate completion, so UCX always hands one back.
+fn started_recv(
+    operation: &'static str,
+    started: ffi::ucs_status_ptr_t,
+) -> Result<*mut c_void, PmlError> {
+    match status::started(operation, started)? {
+        Started::Pending(request) => Ok(request),
+        Started::Done => Err(PmlError::Ucx {
+            operation,
+            cause: "completed without a request despite UCP_OP_ATTR_FLAG_NO_IMM_CMPL".into(),
+        }),
+    }
+}
+
 fn probed(info: ffi::ucp_tag_recv_info_t) -> Status {
     let envelope = tag::unpack(info.sender_tag);
     Status {
@@ -346,17 +361,11 @@ impl UcxPml {
         started: ffi::ucs_status_ptr_t,
         buffer_len: usize,
     ) -> Result<Handle, PmlError> {
-        match status::started(operation, started)? {
-            Started::Pending(request) => Ok(self.ops.insert(Op {
-                request,
-                kind: Kind::Recv { buffer_len },
-            })),
-            // recv_param refuses immediate completion, so UCX always hands back a request.
-            Started::Done => Err(PmlError::Ucx {
-                operation,
-                cause: "completed without a request despite UCP_OP_ATTR_FLAG_NO_IMM_CMPL".into(),
-            }),
-        }
+        let request = started_recv(operation, started)?;
+        Ok(self.ops.insert(Op {
+            request,
+            kind: Kind::Recv { buffer_len },
+        }))
     }
 
     /// Takes the request's outcome if it finished.
@@ -449,32 +458,15 @@ impl UcxPml {
                 &param,
             )
         };
-        let request = match status::started("ucp_tag_recv_nbx", started)? {
-            Started::Pending(request) => request,
-            Started::Done => {
-                return Err(PmlError::Ucx {
-                    operation: "ucp_tag_recv_nbx",
-                    cause: "completed without a request despite UCP_OP_ATTR_FLAG_NO_IMM_CMPL"
-                        .into(),
-                })
-            }
-        };
-        // Each round asks only whether it finished (a few instructions); the sender's tag
-        // and the length are read once, after.
-        let waited = self.wait_until(|_| {
-            // SAFETY: `request` is the receive just started in `self.blocking`.
-            Ok(unsafe { ffi::ucp_request_check_status(request) } != ffi::UCS_INPROGRESS)
-        });
-        if let Err(e) = waited {
+        let request = started_recv("ucp_tag_recv_nbx", started)?;
+        // SAFETY: `request` is the receive just started in `self.blocking`, whose state the
+        // callback writes.
+        if let Err(e) = self.wait_until(|_| Ok(unsafe { peek(request) }.is_some())) {
             self.abandon_blocking(request);
             return Err(e);
         }
-        let mut info = ffi::ucp_tag_recv_info_t {
-            sender_tag: 0,
-            length: 0,
-        };
-        // SAFETY: `request` is a finished receive in `self.blocking`; UCX fills `info`.
-        let outcome = unsafe { ffi::ucp_tag_recv_request_test(request, &mut info) };
+        // SAFETY: finished (waited for above); its state is read and made fresh again.
+        let (outcome, info) = unsafe { request::take(request) };
         received(outcome, info, len)
     }
 
@@ -482,12 +474,14 @@ impl UcxPml {
     /// its request memory (a message already matched), leaves that memory to UCX for good
     /// rather than reuse what it may yet write.
     fn abandon_blocking(&mut self, request: *mut c_void) {
-        // SAFETY: `request` is a live receive of this worker, in `self.blocking`.
-        let finished = unsafe {
-            ffi::ucp_request_cancel(self.worker.handle(), request);
-            ffi::ucp_request_check_status(request) != ffi::UCS_INPROGRESS
-        };
-        if !finished {
+        // SAFETY: `request` is a live receive of this worker, in `self.blocking`; cancelling
+        // an unmatched receive completes it at once, through its callback.
+        unsafe { ffi::ucp_request_cancel(self.worker.handle(), request) };
+        // SAFETY: as above.
+        if unsafe { peek(request) }.is_some() {
+            // SAFETY: finished, so its state is read and made fresh for the next receive.
+            unsafe { request::take(request) };
+        } else {
             let fresh = OwnedRequest::new(self.worker.request_size());
             std::mem::forget(std::mem::replace(&mut self.blocking, fresh));
         }

@@ -98,15 +98,27 @@ pub fn recv_param() -> ffi::ucp_request_param_t {
     param
 }
 
-/// Parameters for a receive into request memory we own (`OwnedRequest::pointer`): no
-/// callback, the caller polls with `ucp_tag_recv_request_test`. Immediate completion is
-/// refused, so that the outcome (status, sender's tag, length) is read the same way always.
+/// Parameters for a receive in request memory we own (`OwnedRequest`): as `recv_param`,
+/// so the callback writes the outcome into the `RequestState` that follows the address, as
+/// in UCX's own requests.
 pub fn owned_recv_param(request: *mut c_void) -> ffi::ucp_request_param_t {
-    // SAFETY: as in `send_param`.
-    let mut param: ffi::ucp_request_param_t = unsafe { mem::zeroed() };
-    param.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_REQUEST | ffi::UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    let mut param = recv_param();
+    param.op_attr_mask |= ffi::UCP_OP_ATTR_FIELD_REQUEST;
     param.request = request;
     param
+}
+
+/// Reads the outcome of a finished request and resets its state for the next operation.
+///
+/// # Safety
+/// `request` must be a request (UCX's, or `OwnedRequest`'s) whose operation finished
+/// (`peek`), so that UCX no longer writes its state.
+pub unsafe fn take(request: *mut c_void) -> (ffi::ucs_status_t, ffi::ucp_tag_recv_info_t) {
+    // SAFETY: the caller guarantees the request is live; its user area is a RequestState.
+    let state = unsafe { &mut *request.cast::<RequestState>() };
+    let outcome = (state.status, state.info);
+    *state = RequestState::FRESH;
+    outcome
 }
 
 /// Reads the outcome of a finished request, resets its state and hands it back to UCX.
@@ -115,10 +127,8 @@ pub fn owned_recv_param(request: *mut c_void) -> ffi::ucp_request_param_t {
 /// `request` must be a live request UCX returned whose operation finished (`peek`); it is
 /// freed here and must not be used again.
 pub unsafe fn take_and_free(request: *mut c_void) -> (ffi::ucs_status_t, ffi::ucp_tag_recv_info_t) {
-    // SAFETY: the caller guarantees the request is live; its user area is a RequestState.
-    let state = unsafe { &mut *request.cast::<RequestState>() };
-    let outcome = (state.status, state.info);
-    *state = RequestState::FRESH;
+    // SAFETY: forwarded from this function's contract.
+    let outcome = unsafe { take(request) };
     // SAFETY: the request is finished, so UCX no longer touches it; nothing here keeps it.
     unsafe { ffi::ucp_request_free(request) };
     outcome
