@@ -430,8 +430,8 @@ impl UcxPml {
     }
 
     /// Receives into `len` bytes at `buf` and returns once the message is there: a blocking
-    /// receive in request memory this PML owns (no pool, no callback, no handle), as Open
-    /// MPI's pml ucx does it.
+    /// receive in request memory this PML owns (no pool to take from and give back, no
+    /// handle), as Open MPI's pml ucx does it.
     ///
     /// # Safety
     /// `buf` must be valid for writes of `len` bytes for the duration of the call.
