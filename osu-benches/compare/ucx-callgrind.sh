@@ -5,15 +5,18 @@
 # the instructions per message and per polling round, by group of functions (its header says
 # how polling is told apart from message work). Instruction counts repeat under load, unlike
 # timings.
-#   osu-benches/compare/ucx-callgrind.sh [-T "TLS..."]
+#   osu-benches/compare/ucx-callgrind.sh [-T "TLS..."] [-k DIR]
 # -T: the UCX_TLS settings to profile on, space-separated (default: "sm,self tcp").
+# -k: keeps the profiles in DIR (for callgrind_annotate, or ucx_callgrind.py again).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 tls_list="sm,self tcp"
-while getopts "T:" opt; do
+keep=
+while getopts "T:k:" opt; do
     case $opt in
         T) tls_list=$OPTARG ;;
-        *) echo "usage: $0 [-T \"TLS...\"]" >&2; exit 2 ;;
+        k) keep=$OPTARG ;;
+        *) echo "usage: $0 [-T \"TLS...\"] [-k DIR]" >&2; exit 2 ;;
     esac
 done
 if ! command -v valgrind >/dev/null; then
@@ -22,13 +25,19 @@ if ! command -v valgrind >/dev/null; then
 fi
 CARGO_TARGET_DIR=target/ucx cargo build --release --workspace --features mpirt/ucx -q
 bin=$PWD/target/ucx/release
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+if [ -n "$keep" ]; then
+    mkdir -p "$keep"
+    out=$(cd "$keep" && pwd)
+else
+    out=$(mktemp -d)
+    trap 'rm -rf "$out"' EXIT
+fi
 mpicc.openmpi -O2 -Wno-stringop-overflow -o "$out/osu_p2p.ompi" osu-benches/compare/osu_p2p.c
 callgrind="valgrind --tool=callgrind --dump-instr=yes"
 for tls in $tls_list; do
     export UCX_TLS=$tls
     key=${tls//,/_}
+    rm -f "$out/$key".*.[0-9]*
     # A wait that outlasts the spin budget sleeps, and under callgrind (tens of times slower)
     # many would: spin for the whole run, as Open MPI does.
     MPIRT_SPIN_US=100000000 "$bin/rsrun" --pml ucx -n 2 $callgrind \

@@ -6,9 +6,11 @@ inside the send and receive calls (ucx-callgrind.sh takes them).
 A waiting rank polls: rounds of ucp_worker_progress that find nothing, as many as the peer
 takes to answer, which under callgrind depends on scheduling, not on either runtime. So each
 instruction is counted by how often it ran: the work of a message runs the same instructions
-for every message, so one that ran a whole multiple of the message count is message work
-(counted per message); any other is polling or bookkeeping every so many rounds (counted per
-polling round, i.e. per ucp_worker_progress call). The table gives both, per group of
+for every message, once or a few times, so one that ran 1 to 4 times the message count (give
+or take 0.5% of it, for the odd message that took another path) is message work (counted per
+message); any other is polling or bookkeeping every so many rounds (counted per polling
+round, i.e. per ucp_worker_progress call). A profile whose rounds per message come within 1%
+of 1 to 4 cannot be split so, and is refused: take it again. The table gives both, per group of
 functions, averaged over the profiles (one per rank); "per message" covers one send and one
 receive. Both profiles must hold one message size (ucx-callgrind.sh runs 8 B only)."""
 import re
@@ -85,15 +87,24 @@ def executions(path):
     return ran, calls
 
 
+def message_work(count, messages):
+    """Whether an instruction that ran `count` times ran a few times per message."""
+    times = round(count / messages)
+    return 1 <= times <= 4 and abs(count - times * messages) <= 0.005 * messages
+
+
 def split(path, entry):
     """Per message and per polling round, by group, for one rank's profile."""
     ran, calls = executions(path)
     messages, rounds = calls[entry], calls[PROGRESS]
     if not messages or not rounds:
         sys.exit(f"{path}: no calls of {entry} or {PROGRESS}: not a ping-pong profile")
+    if message_work(rounds, messages):
+        sys.exit(f"{path}: {rounds / messages:.3f} polling rounds per message: too close to a "
+                 "whole number to tell polling from message work; profile again")
     per_message, per_round = Counter(), Counter()
     for (function, _), count in ran.items():
-        if count % messages == 0:
+        if message_work(count, messages):
             per_message[group(function)] += count / messages
         else:
             per_round[group(function)] += count / rounds
