@@ -6,7 +6,8 @@
 
 use std::mem::{size_of, MaybeUninit};
 
-use pml::{Done, Handle, SendMode, SourceSel, TagSel};
+use pml::engine::RecvBuf;
+use pml::{Done, Handle, SendMode, SourceSel, Started, TagSel};
 
 use crate::backend::MessageHandle;
 use crate::communicator::{AnyProcess, CommData, Process, Rank};
@@ -217,6 +218,21 @@ pub(crate) unsafe fn post_receive(
     with_engine(|e| unsafe { e.post_recv(comm.context, source, tag, ptr, len) })
 }
 
+/// Starts a receive into `slot` that finishes at once if its eager message is waiting.
+///
+/// # Safety
+/// As for [`post_receive`].
+pub(crate) unsafe fn start_receive(
+    comm: &CommData,
+    source: SourceSel,
+    tag: TagSel,
+    slot: &mut RecvSlot,
+) -> Result<Started<RecvBuf>, Cause> {
+    let (ptr, len) = slot.target();
+    // SAFETY: forwarded from this function's contract.
+    with_engine(|e| unsafe { e.start_recv(comm.context, source, tag, ptr, len) })
+}
+
 /// Posts a send of `buf` to `dest`.
 ///
 /// # Safety
@@ -253,9 +269,10 @@ fn receive_slot(
     tag: TagSel,
     mut slot: RecvSlot,
 ) -> Result<Status, Cause> {
-    // SAFETY: the slot's buffer outlives this call, which waits for the request to complete.
-    let handle = unsafe { post_receive(comm, source, tag, &mut slot)? };
-    finish_receive(handle, slot)
+    let (ptr, len) = slot.target();
+    // SAFETY: the slot's buffer outlives this call, which returns once the receive is done.
+    let status = with_engine(|e| unsafe { e.recv(comm.context, source, tag, ptr, len) })?;
+    slot.finish(status)
 }
 
 pub(crate) fn finish_receive(handle: Handle, slot: RecvSlot) -> Result<Status, Cause> {
@@ -432,11 +449,11 @@ pub trait Source {
         let mut slot = RecvSlot::for_buffer(buf);
         // SAFETY: the request borrows `buf` for `'a`, and the scope does not end before the
         // request completes.
-        let handle =
-            unsafe { post_receive(self.source_comm(), self.source_selector(), tag, &mut slot) }
+        let started =
+            unsafe { start_receive(self.source_comm(), self.source_selector(), tag, &mut slot) }
                 .map_err(|c| Error::new(operation(), c))?;
         Ok(Request::receive(
-            handle,
+            started,
             slot,
             scope,
             self.source_selector(),

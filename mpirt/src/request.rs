@@ -10,7 +10,8 @@
 use std::cell::Cell;
 use std::marker::PhantomData;
 
-use pml::{Done, Handle, PmlError, SourceSel};
+use pml::engine::RecvBuf;
+use pml::{Done, Handle, PmlError, SourceSel, Started};
 
 use crate::collective::progress;
 use crate::collective::request::Running;
@@ -124,9 +125,19 @@ impl Operation {
     }
 }
 
+/// Where a point-to-point operation's outcome comes from.
+enum Outcome {
+    /// The engine's request.
+    Engine(Handle),
+    /// A receive that found its message waiting finished as it started.
+    Received(pml::Status),
+    /// ... or failed as it started (boxed: every request pays for the largest variant).
+    Failed(Box<PmlError>),
+}
+
 /// A point-to-point operation in flight.
 struct Message {
-    handle: Handle,
+    outcome: Outcome,
     slot: Option<RecvSlot>,
     operation: Operation,
 }
@@ -159,9 +170,9 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
         }
     }
 
-    fn message(handle: Handle, slot: Option<RecvSlot>, scope: S, operation: Operation) -> Self {
+    fn message(outcome: Outcome, slot: Option<RecvSlot>, scope: S, operation: Operation) -> Self {
         let message = Message {
-            handle,
+            outcome,
             slot,
             operation,
         };
@@ -173,18 +184,27 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
     }
 
     pub(crate) fn send(handle: Handle, scope: S, what: &'static str, dest: Rank, tag: Tag) -> Self {
-        Request::message(handle, None, scope, Operation::Send { what, dest, tag })
+        let operation = Operation::Send { what, dest, tag };
+        Request::message(Outcome::Engine(handle), None, scope, operation)
     }
 
     pub(crate) fn receive(
-        handle: Handle,
+        started: Started<RecvBuf>,
         slot: RecvSlot,
         scope: S,
         source: SourceSel,
         tag: Option<Tag>,
     ) -> Self {
+        let outcome = match started {
+            Started::Done { result, .. } => match result {
+                Ok(status) => Outcome::Received(status),
+                Err(e) => Outcome::Failed(Box::new(e)),
+            },
+            Started::Posted(handle) => Outcome::Engine(handle),
+            Started::Claimed => unreachable!("only blocking receives claim"),
+        };
         Request::message(
-            handle,
+            outcome,
             Some(slot),
             scope,
             Operation::Receive { source, tag },
@@ -195,11 +215,14 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
         self.pending.as_mut().expect("an unfinished request")
     }
 
-    /// The engine's handle of a point-to-point request.
+    /// The engine's handle of a point-to-point request still in the engine.
     fn handle(&self) -> Option<Handle> {
         match self.pending.as_ref().expect("an unfinished request") {
-            Pending::Message(message) => Some(message.handle),
-            Pending::Collective(_) => None,
+            Pending::Message(Message {
+                outcome: Outcome::Engine(handle),
+                ..
+            }) => Some(*handle),
+            _ => None,
         }
     }
 
@@ -235,7 +258,10 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
 
     pub fn try_wait(mut self) -> Result<Status, Error> {
         let done = match self.pending() {
-            Pending::Message(message) => wait_for_message(message.handle),
+            Pending::Message(message) => match message.outcome {
+                Outcome::Engine(handle) => wait_for_message(handle),
+                _ => message.outcome.finished(),
+            },
             Pending::Collective(running) => {
                 running.poll(true);
                 Ok(Done::Sent)
@@ -250,10 +276,18 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
     }
 
     /// The status if the operation finished, else the request back (`MPI_Test`).
+    // rsmpi's shape: the unfinished request comes back by value, with no allocation.
+    #[allow(clippy::result_large_err)]
     pub fn test(mut self) -> Result<Status, Self> {
         let done = match self.pending() {
             Pending::Message(message) => {
-                let handle = message.handle;
+                let handle = match message.outcome {
+                    Outcome::Engine(handle) => handle,
+                    _ => {
+                        let done = message.outcome.finished();
+                        return Ok(or_fatal(self.complete(done)));
+                    }
+                };
                 if handle == Handle::SENT {
                     return Ok(or_fatal(self.complete(Ok(Done::Sent))));
                 }
@@ -284,7 +318,10 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
             Pending::Message(message) => message,
             Pending::Collective(running) => return or_fatal(running.cancel()),
         };
-        let handle = message.handle;
+        let Outcome::Engine(handle) = message.outcome else {
+            // Finished as it started: too late to cancel, which MPI allows.
+            return;
+        };
         or_fatal(
             with_engine(|e| e.cancel(handle))
                 .map(drop)
@@ -295,11 +332,22 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
     /// Whether the operation finished; a collective's is moved on to find out.
     fn is_complete(&mut self) -> bool {
         match self.pending() {
-            Pending::Message(message) => {
-                let handle = message.handle;
-                with_engine(|e| e.is_complete(handle)).unwrap_or(true)
-            }
+            Pending::Message(message) => match message.outcome {
+                Outcome::Engine(handle) => with_engine(|e| e.is_complete(handle)).unwrap_or(true),
+                Outcome::Received(_) | Outcome::Failed(_) => true,
+            },
             Pending::Collective(running) => running.poll(false),
+        }
+    }
+}
+
+impl Outcome {
+    /// How an operation that finished as it started ended.
+    fn finished(&self) -> Result<Done, Cause> {
+        match self {
+            Outcome::Engine(_) => unreachable!("the engine's requests finish in the engine"),
+            Outcome::Received(status) => Ok(Done::Received(*status)),
+            Outcome::Failed(e) => Err(Cause::from(PmlError::clone(e))),
         }
     }
 }

@@ -425,6 +425,28 @@ fn immediate(world: &mpirt::topology::SimpleCommunicator) {
         assert!(pending.wait().is_cancelled());
     });
     assert_eq!((a, b), (0, 9));
+
+    // Messages already here (the probe waits for them): an immediate receive finishes as it
+    // starts, too late to cancel, and a truncated one fails when waited on.
+    next.send_with_tag(&[5u16, 6, 7][..], 40);
+    next.send_with_tag(&[8u16; 4][..], 41);
+    previous.probe_with_tag(40);
+    previous.probe_with_tag(41);
+    let mut three = [0u16; 3];
+    let mut two = [0u16; 2];
+    request::scope(|scope| {
+        let r = previous.immediate_receive_into_with_tag(scope, &mut three[..], 40);
+        r.cancel();
+        let status = r.wait();
+        assert!(!status.is_cancelled());
+        assert_eq!((status.tag(), status.byte_count()), (40, 6));
+        let e = previous
+            .immediate_receive_into_with_tag(scope, &mut two[..], 41)
+            .try_wait()
+            .unwrap_err();
+        assert!(e.to_string().contains("truncated"), "{e}");
+    });
+    assert_eq!(three, [5, 6, 7]);
     world.barrier();
     println!("immediate ok");
 }

@@ -13,7 +13,9 @@ use crate::config::{EngineConfig, TransportChoice};
 use crate::envelope::{ContextId, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
 use crate::freed_memory;
-use crate::protocol::{Action, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs};
+use crate::protocol::{
+    Action, ClaimEnd, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, Started,
+};
 use crate::requests::Handle;
 use crate::shared_arena::{self, ArenaInfo};
 use crate::transport::shm::{self, PeerArena, ShmConfig, ShmTransport};
@@ -666,6 +668,62 @@ impl Engine {
         // No progress here: whoever waits or tests on the receive makes it.
         self.core
             .post_recv(context, source, tag, RecvBuf { ptr: buf, len })
+    }
+
+    /// Starts a receive into `len` bytes at `buf` that finishes at once when its eager
+    /// message is already here ([`Started::Done`]: no request to wait for), else is posted
+    /// ([`Started::Posted`]). Never [`Started::Claimed`].
+    ///
+    /// # Safety
+    /// As for `post_recv`.
+    pub unsafe fn start_recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Started<RecvBuf>, PmlError> {
+        self.core
+            .start_recv(context, source, tag, RecvBuf { ptr: buf, len })
+    }
+
+    /// Receives into `len` bytes at `buf`, blocking. An eager message is copied from the
+    /// transport's frame straight into `buf`, with no request (see `protocol::claim`).
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `len` bytes and not otherwise accessed during the
+    /// call.
+    pub unsafe fn recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Status, PmlError> {
+        let started = self
+            .core
+            .claim_recv(context, source, tag, RecvBuf { ptr: buf, len })?;
+        let h = match started {
+            Started::Done { result, .. } => return result,
+            Started::Posted(h) => h,
+            Started::Claimed => {
+                let waited = self.wait_until(|e| Ok(e.core.claim_ended()));
+                // Taken on every path: a claim left waiting would have a later message
+                // written into a buffer this call no longer owns.
+                let end = self.core.take_claim();
+                waited?;
+                match end.expect("the wait returns once the claim ended") {
+                    ClaimEnd::Done { result, .. } => return result,
+                    ClaimEnd::Request(h) => h,
+                }
+            }
+        };
+        match self.wait(h)? {
+            Done::Received(status) => Ok(status),
+            Done::Sent => unreachable!("a receive completed as a send"),
+        }
     }
 
     /// Receives a message a matched probe took.

@@ -27,7 +27,8 @@ pub use envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel, MI
 pub use error::PmlError;
 pub use freed_memory::TrackingAllocator;
 pub use protocol::{
-    Action, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, SendMode,
+    Action, ClaimEnd, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, SendMode,
+    Started,
 };
 pub use requests::Handle;
 pub use wire::RemoteKey;

@@ -96,6 +96,10 @@ impl<P, U> Matcher<P, U> {
 
     /// Finds and removes the earliest posted receive that accepts a message with `envelope`.
     pub fn match_arrival(&mut self, envelope: Envelope) -> Option<P> {
+        // The common case of a message that arrives before its receive: nothing to look up.
+        if self.posted.is_empty() {
+            return None;
+        }
         let Envelope {
             context: c,
             source: s,

@@ -10,6 +10,7 @@
 //! (RTS with no payload; once matched the receiver reads the data, or asks for it with GET
 //! when the transport cannot read remote memory). A synchronous eager send waits for an ACK.
 
+mod claim;
 mod direct;
 mod stored_payload;
 
@@ -23,6 +24,8 @@ use crate::sequence::{Arrival, Sequencer};
 use crate::wire::{
     Frame, RemoteKey, WireEnvelope, DATA_HEADER_LEN, MATCH_HEADER_LEN, MAX_HEADER_LEN,
 };
+use claim::Claim;
+pub use claim::{ClaimEnd, Started};
 use stored_payload::StoredPayload;
 
 /// What the protocol needs to know about the transport that reaches one peer.
@@ -307,6 +310,10 @@ pub struct Core<S, R> {
     peers: Vec<Peer>,
     ready: VecDeque<Rank>,
     actions: VecDeque<Action>,
+    /// The blocking receive waiting without a request, if any (see `claim`).
+    claim: Option<Claim<R>>,
+    /// How the last claim ended, until its receive takes it.
+    claim_end: Option<ClaimEnd<R>>,
 }
 
 fn protocol(peer: Rank, what: impl Into<String>) -> PmlError {
@@ -320,6 +327,20 @@ fn protocol(peer: Rank, what: impl Into<String>) -> PmlError {
 fn eager_now(p: &Peer, caps: PeerCaps, len: usize) -> bool {
     let eager_max = caps.eager_limit.min(caps.max_frame - MATCH_HEADER_LEN);
     len <= eager_max && p.credit >= len.saturating_add(EAGER_OVERHEAD)
+}
+
+/// Copies a matched eager payload into a receive buffer, as much as fits: a longer message
+/// completes the receive as truncated.
+fn copy_eager(buf: &mut [u8], envelope: Envelope, payload: &[u8]) -> Result<Status, PmlError> {
+    let capacity = buf.len();
+    let n = payload.len().min(capacity);
+    buf[..n].copy_from_slice(&payload[..n]);
+    let status = Status {
+        source: envelope.source,
+        tag: envelope.tag,
+        len: payload.len(),
+    };
+    receive_result(status, capacity)
 }
 
 fn receive_result(status: Status, capacity: usize) -> Result<Status, PmlError> {
@@ -345,6 +366,8 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
             peers: (0..peers).map(|_| Peer::default()).collect(),
             ready: VecDeque::new(),
             actions: VecDeque::new(),
+            claim: None,
+            claim_end: None,
         }
     }
 
@@ -448,10 +471,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         buf: R,
     ) -> Result<Handle, PmlError> {
         if let Some((envelope, pending)) = self.matcher.take_unexpected(context, source, tag) {
-            let recv = self.requests.insert(Request::Recv {
-                buf,
-                state: RecvState::Done(Err(PmlError::Cancelled)),
-            });
+            let recv = self.unmatched_request(buf);
             self.deliver_pending(recv, envelope, pending)?;
             return Ok(recv);
         }
@@ -496,10 +516,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
             .matched_messages
             .remove(message.0)
             .map_err(|s| PmlError::StaleRequest(s.0))?;
-        let recv = self.requests.insert(Request::Recv {
-            buf,
-            state: RecvState::Done(Err(PmlError::Cancelled)),
-        });
+        let recv = self.unmatched_request(buf);
         self.deliver_pending(recv, envelope, pending)?;
         Ok(recv)
     }
@@ -590,18 +607,8 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                 payload,
                 sync_request,
             } => {
-                let n = payload.len().min(capacity);
-                buf[..n].copy_from_slice(&payload[..n]);
-                let status = Status {
-                    source: envelope.source,
-                    tag: envelope.tag,
-                    len: payload.len(),
-                };
-                *state = RecvState::Done(receive_result(status, capacity));
-                if let Some(s) = sync_request {
-                    self.push_control(peer, Control::Ack(s));
-                }
-                self.return_credit(peer, payload.len() + EAGER_OVERHEAD);
+                *state = RecvState::Done(copy_eager(buf, envelope, payload));
+                self.eager_consumed(peer, payload.len(), sync_request);
             }
             Incoming::Rts {
                 len,
@@ -655,6 +662,15 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
             }
         }
         Ok(())
+    }
+
+    /// An eager message of `len` bytes from `peer` reached its receive: a synchronous sender
+    /// learns it matched, and the budget it took goes back.
+    fn eager_consumed(&mut self, peer: Rank, len: usize, sync_request: Option<u64>) {
+        if let Some(s) = sync_request {
+            self.push_control(peer, Control::Ack(s));
+        }
+        self.return_credit(peer, len + EAGER_OVERHEAD);
     }
 
     /// Gives eager budget back in batches, so that credit frames stay rare.
@@ -780,6 +796,10 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         };
         if let Some(recv) = self.matcher.match_arrival(envelope) {
             return self.deliver(recv, envelope, peer, incoming);
+        }
+        // Every posted receive came before the claim's, so it may have the message only now.
+        if self.claim.as_ref().is_some_and(|c| c.accepts(envelope)) {
+            return self.deliver_to_claim(envelope, peer, incoming);
         }
         let pending = match incoming {
             Incoming::Eager {
