@@ -866,7 +866,7 @@ impl Engine {
             // Requests, queues and probes change only when progress moves something: until
             // then a round is one look at the transports, which keeps the spin short and a
             // frame's arrival noticed sooner.
-            while !self.progress()? {
+            while !(self.may_move() && self.progress()?) {
                 idle_rounds = idle_rounds.wrapping_add(1);
                 if idle_rounds < SPIN_ROUNDS_BEFORE_CLOCK
                     || (spinning && !idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_CLOCK))
@@ -932,6 +932,21 @@ impl Engine {
             (None, None) => std::thread::yield_now(),
         }
         Ok(false)
+    }
+
+    /// Whether a round of progress could move anything. Cheaper than the round itself: a
+    /// rank whose peers are all on shared memory spins on this alone while nothing comes.
+    /// Sockets and verbs must be polled to know.
+    #[inline]
+    fn may_move(&self) -> bool {
+        #[cfg(feature = "verbs")]
+        if self.verbs.is_some() {
+            return true;
+        }
+        self.tcp.is_some()
+            || self.shm.as_ref().is_some_and(ShmTransport::has_records)
+            || !(self.loopback.is_empty() && self.blocked.is_empty())
+            || self.core.has_work()
     }
 
     /// One round of progress; returns whether anything moved.

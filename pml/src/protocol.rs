@@ -314,6 +314,9 @@ pub struct Core<S, R> {
     claim: Option<Claim<R>>,
     /// How the last claim ended, until its receive takes it.
     claim_end: Option<ClaimEnd<R>>,
+    /// Eager bytes given back to a peer at once (a quarter of the budget), computed once: the
+    /// division is not for every message.
+    credit_batch: usize,
 }
 
 fn protocol(peer: Rank, what: impl Into<String>) -> PmlError {
@@ -368,6 +371,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
             actions: VecDeque::new(),
             claim: None,
             claim_end: None,
+            credit_batch: config.unexpected_budget / 4,
         }
     }
 
@@ -677,7 +681,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     fn return_credit(&mut self, peer: Rank, bytes: usize) {
         let p = &mut self.peers[peer as usize];
         p.to_return += bytes;
-        if p.to_return >= self.config.unexpected_budget / 4 {
+        if p.to_return >= self.credit_batch {
             let n = std::mem::take(&mut p.to_return);
             self.push_control(peer, Control::Credit(n as u64));
         }
@@ -1003,6 +1007,13 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         let peer = self.ready.pop_front()?;
         self.peers[peer as usize].in_ready = false;
         Some(peer)
+    }
+
+    /// Whether frames wait to go out or remote reads to be made (the caller's work after
+    /// frames came in).
+    #[inline]
+    pub fn has_work(&self) -> bool {
+        !(self.ready.is_empty() && self.actions.is_empty())
     }
 
     pub fn has_output(&self, peer: Rank) -> bool {
