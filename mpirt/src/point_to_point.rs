@@ -446,19 +446,13 @@ pub trait Source {
         let tag_option = tag;
         let operation = || self.describe("immediate receive", tag_option);
         let tag = tag_selector(tag).map_err(|c| Error::new(operation(), c))?;
+        let source = self.source_selector();
         let mut slot = RecvSlot::for_buffer(buf);
         // SAFETY: the request borrows `buf` for `'a`, and the scope does not end before the
         // request completes.
-        let started =
-            unsafe { start_receive(self.source_comm(), self.source_selector(), tag, &mut slot) }
-                .map_err(|c| Error::new(operation(), c))?;
-        Ok(Request::receive(
-            started,
-            slot,
-            scope,
-            self.source_selector(),
-            tag_option,
-        ))
+        let started = unsafe { start_receive(self.source_comm(), source, tag, &mut slot) }
+            .map_err(|c| Error::new(operation(), c))?;
+        Ok(Request::receive(started, slot, scope, source, tag_option))
     }
 
     /// Receives one value (`MPI_Recv` of one element); the message must hold exactly one.
@@ -581,10 +575,8 @@ impl Source for Process<'_> {
         self.comm
     }
     fn source_selector(&self) -> SourceSel {
-        match self.comm.check_rank(self.rank) {
-            Ok(rank) => SourceSel::Rank(rank),
-            Err(_) => unreachable!("a Process is made only for ranks in range"),
-        }
+        // Not checked again on every receive: a Process is made only for ranks in range.
+        SourceSel::Rank(self.rank as u32)
     }
 }
 

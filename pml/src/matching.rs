@@ -95,11 +95,16 @@ impl<P, U> Matcher<P, U> {
     }
 
     /// Finds and removes the earliest posted receive that accepts a message with `envelope`.
+    #[inline]
     pub fn match_arrival(&mut self, envelope: Envelope) -> Option<P> {
         // The common case of a message that arrives before its receive: nothing to look up.
         if self.posted.is_empty() {
             return None;
         }
+        self.match_posted(envelope)
+    }
+
+    fn match_posted(&mut self, envelope: Envelope) -> Option<P> {
         let Envelope {
             context: c,
             source: s,

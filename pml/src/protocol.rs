@@ -670,6 +670,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
 
     /// An eager message of `len` bytes from `peer` reached its receive: a synchronous sender
     /// learns it matched, and the budget it took goes back.
+    #[inline]
     fn eager_consumed(&mut self, peer: Rank, len: usize, sync_request: Option<u64>) {
         if let Some(s) = sync_request {
             self.push_control(peer, Control::Ack(s));
