@@ -229,26 +229,29 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
     /// Turns the end of the operation into a status, releasing the buffers; for a message,
     /// `done` is the engine's report.
     fn complete(&mut self, done: Result<Done, Cause>) -> Result<Status, Error> {
-        let pending = self.pending.take().expect("an unfinished request");
-        self.scope.unregister();
-        let message = match pending {
-            Pending::Message(message) => message,
-            Pending::Collective(mut running) => {
-                return running.outcome().map(|()| Status::of_collective())
+        // Worked out in place: moving the request out first copies it whole, on every
+        // message.
+        let status = match self.pending.as_mut().expect("an unfinished request") {
+            Pending::Collective(running) => running.outcome().map(|()| Status::of_collective()),
+            Pending::Message(message) => {
+                let status = match done {
+                    Ok(Done::Sent) => match message.operation {
+                        Operation::Send { dest, tag, .. } => Ok(Status::of_send(dest, tag)),
+                        Operation::Receive { .. } => unreachable!("a receive completed as a send"),
+                    },
+                    Ok(Done::Received(status)) => match message.slot.take() {
+                        Some(slot) => slot.finish(status),
+                        None => unreachable!("a send completed as a receive"),
+                    },
+                    Err(Cause::Messaging(PmlError::Cancelled)) => Ok(Status::cancelled()),
+                    Err(cause) => Err(cause),
+                };
+                status.map_err(|cause| Error::new(message.operation.describe(), cause))
             }
         };
-        let operation = &message.operation;
-        let status = match (done, message.slot) {
-            (Ok(Done::Sent), _) => match operation {
-                Operation::Send { dest, tag, .. } => Ok(Status::of_send(*dest, *tag)),
-                Operation::Receive { .. } => unreachable!("a receive completed as a send"),
-            },
-            (Ok(Done::Received(status)), Some(slot)) => slot.finish(status),
-            (Ok(Done::Received(_)), None) => unreachable!("a send completed as a receive"),
-            (Err(Cause::Messaging(PmlError::Cancelled)), _) => Ok(Status::cancelled()),
-            (Err(cause), _) => Err(cause),
-        };
-        status.map_err(|cause| Error::new(operation.describe(), cause))
+        self.pending = None;
+        self.scope.unregister();
+        status
     }
 
     /// Waits for the operation to finish (`MPI_Wait`).

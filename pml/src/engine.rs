@@ -197,6 +197,16 @@ fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
+/// Withdraws the core's claim when dropped, also when a wait fails or unwinds: a claim left
+/// waiting would have a later message written into a buffer its receive no longer owns.
+struct ClaimGuard<'e>(&'e mut Engine);
+
+impl Drop for ClaimGuard<'_> {
+    fn drop(&mut self) {
+        self.0.core.take_claim();
+    }
+}
+
 fn shm_send_failed(peer: Rank, e: std::io::Error) -> PmlError {
     PmlError::Protocol {
         peer,
@@ -709,11 +719,10 @@ impl Engine {
             Started::Done { result, .. } => return result,
             Started::Posted(h) => h,
             Started::Claimed => {
-                let waited = self.wait_until(|e| Ok(e.core.claim_ended()));
-                // Taken on every path: a claim left waiting would have a later message
-                // written into a buffer this call no longer owns.
-                let end = self.core.take_claim();
-                waited?;
+                let claim = ClaimGuard(self);
+                claim.0.wait_until(|e| Ok(e.core.claim_ended()))?;
+                let end = claim.0.core.take_claim();
+                drop(claim);
                 match end.expect("the wait returns once the claim ended") {
                     ClaimEnd::Done { result, .. } => return result,
                     ClaimEnd::Request(h) => h,
