@@ -601,6 +601,7 @@ impl Engine {
     /// `buf` must be valid for reads of `len` bytes and must not be written or freed until the
     /// request completes (`test` or `wait` reported it).
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub unsafe fn post_send(
         &mut self,
         context: ContextId,
@@ -686,6 +687,7 @@ impl Engine {
     ///
     /// # Safety
     /// As for `post_recv`.
+    #[inline]
     pub unsafe fn start_recv(
         &mut self,
         context: ContextId,
