@@ -524,6 +524,9 @@ fn an_arena_peers_cannot_read_stops_serving() {
             round: 0,
         });
         let e = Engine::new(&mut w, EngineConfig::default()).unwrap();
+        // Each rank maps its peer's arena after the engine's last fence: without this one,
+        // rank 1 could exit first, and rank 0 then fails to map it and stops serving too.
+        pml::Wireup::fence(&mut w).unwrap();
         let block = vec![1u8; 1 << 20];
         let in_arena = pml::shared_arena::GLOBAL.contains(block.as_ptr());
         if e.rank() == 1 {
