@@ -74,6 +74,10 @@ pub struct SendArgs<S> {
     pub buf: S,
     /// How a receiver reaches `buf` if the send goes by rendezvous.
     pub remote: RemoteKey,
+    /// A lower eager limit for this send than the peer's, where the caller knows that a
+    /// rendezvous is cheap (the buffer lies in memory the receiver has mapped, so reading it
+    /// is one memcpy); `None` keeps the peer's.
+    pub eager_limit: Option<usize>,
 }
 
 /// Work for the caller besides transmitting frames.
@@ -316,10 +320,16 @@ fn protocol(peer: Rank, what: impl Into<String>) -> PmlError {
     }
 }
 
-/// Eager when the message fits the peer's eager limit and the peer still has budget for it.
-fn eager_now(p: &Peer, caps: PeerCaps, len: usize) -> bool {
-    let eager_max = caps.eager_limit.min(caps.max_frame - MATCH_HEADER_LEN);
-    len <= eager_max && p.credit >= len.saturating_add(EAGER_OVERHEAD)
+/// The largest payload a send goes eagerly with: the peer's eager limit (or the send's own,
+/// if lower), as far as one frame holds.
+fn eager_max(caps: PeerCaps, send_limit: Option<usize>) -> usize {
+    let limit = send_limit.map_or(caps.eager_limit, |l| l.min(caps.eager_limit));
+    limit.min(caps.max_frame - MATCH_HEADER_LEN)
+}
+
+/// Eager when the message fits the eager limit and the peer still has budget for it.
+fn eager_now(p: &Peer, caps: PeerCaps, len: usize, send_limit: Option<usize>) -> bool {
+    len <= eager_max(caps, send_limit) && p.credit >= len.saturating_add(EAGER_OVERHEAD)
 }
 
 fn receive_result(status: Status, capacity: usize) -> Result<Status, PmlError> {
@@ -391,13 +401,13 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     pub fn sends_eagerly(&self, peer: Rank, len: usize) -> bool {
         self.peers
             .get(peer as usize)
-            .is_some_and(|p| p.caps.is_some_and(|caps| eager_now(p, caps, len)))
+            .is_some_and(|p| p.caps.is_some_and(|caps| eager_now(p, caps, len, None)))
     }
 
     pub fn post_send(&mut self, args: SendArgs<S>) -> Result<Handle, PmlError> {
         let len = args.buf.as_ref().len();
         let (p, caps) = self.peer(args.peer)?;
-        let eager = eager_now(p, caps, len);
+        let eager = eager_now(p, caps, len, args.eager_limit);
         if eager {
             p.credit -= len + EAGER_OVERHEAD;
         }

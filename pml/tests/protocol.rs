@@ -73,6 +73,7 @@ impl Pair {
                 mode,
                 buf: data,
                 remote: RemoteKey { addr: key, key: 0 },
+                eager_limit: None,
             })
             .unwrap()
     }
@@ -104,6 +105,7 @@ impl Pair {
                     mode,
                     buf: data,
                     remote: RemoteKey { addr: key, key: 0 },
+                    eager_limit: None,
                 },
                 |header, payload| {
                     if room {
