@@ -474,19 +474,11 @@ fn shm_eager_limit_depends_on_where_the_send_buffer_lies() {
         println!("limits ok");
         return;
     }
-    let dir = env::temp_dir().join(format!("pml-engine-arena-limit-{}", std::process::id()));
-    fs::create_dir_all(&dir).unwrap();
-    let outputs = run_children(
+    let outputs = run_two_ranks(
         "shm_eager_limit_depends_on_where_the_send_buffer_lies",
-        2,
         ARENA_LIMIT_ENV,
-        |r| format!("{},{r}", dir.display()),
-        &[],
-        Duration::from_secs(120),
     );
-    assert_all_succeeded(&outputs, "");
     assert!(String::from_utf8_lossy(&outputs[0].stdout).contains("limits ok"));
-    fs::remove_dir_all(dir).unwrap();
 }
 
 const LIMITED_ENV: &str = "PML_ENGINE_TEST_LIMITED_RANK";
@@ -557,20 +549,12 @@ fn an_address_space_limit_leaves_room_beside_the_arenas() {
         e.flush_all().unwrap();
         return;
     }
-    let dir = env::temp_dir().join(format!("pml-engine-limited-{}", std::process::id()));
-    fs::create_dir_all(&dir).unwrap();
-    let outputs = run_children(
+    let outputs = run_two_ranks(
         "an_address_space_limit_leaves_room_beside_the_arenas",
-        2,
         LIMITED_ENV,
-        |r| format!("{},{r}", dir.display()),
-        &[],
-        Duration::from_secs(120),
     );
-    assert_all_succeeded(&outputs, "");
     let out0 = String::from_utf8_lossy(&outputs[0].stdout);
     assert!(out0.contains("MiB of address space"), "{out0}");
-    fs::remove_dir_all(dir).unwrap();
 }
 
 const UNREADABLE_ENV: &str = "PML_ENGINE_TEST_UNREADABLE_RANK";
@@ -633,18 +617,25 @@ fn an_arena_peers_cannot_read_stops_serving() {
         }
         return;
     }
-    let dir = env::temp_dir().join(format!("pml-engine-unreadable-{}", std::process::id()));
+    run_two_ranks("an_arena_peers_cannot_read_stops_serving", UNREADABLE_ENV);
+}
+
+/// Runs `test` as two child ranks (`key` tells each its meeting directory and rank, as
+/// `dir,rank`), asserts that both succeeded, and returns their outputs.
+fn run_two_ranks(test: &str, key: &str) -> Vec<std::process::Output> {
+    let dir = env::temp_dir().join(format!("pml-engine-{test}-{}", std::process::id()));
     fs::create_dir_all(&dir).unwrap();
     let outputs = run_children(
-        "an_arena_peers_cannot_read_stops_serving",
+        test,
         2,
-        UNREADABLE_ENV,
+        key,
         |r| format!("{},{r}", dir.display()),
         &[],
         Duration::from_secs(120),
     );
     assert_all_succeeded(&outputs, "");
     fs::remove_dir_all(dir).unwrap();
+    outputs
 }
 
 /// Asserts that every child rank exited successfully, showing a failed one's output.
