@@ -7,8 +7,9 @@
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
-use std::{fmt, ptr, slice};
+use std::{fmt, slice};
 
+use crate::bulk_copy;
 use crate::config::{EngineConfig, TransportChoice};
 use crate::envelope::{ContextId, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
@@ -994,7 +995,11 @@ impl Engine {
                 // this copy; a send buffer and a receive buffer never overlap (the caller
                 // borrows one shared and the other exclusively).
                 unsafe {
-                    ptr::copy_nonoverlapping(remote.addr as *const u8, target.as_mut_ptr(), len)
+                    bulk_copy::copy_nonoverlapping(
+                        remote.addr as *const u8,
+                        target.as_mut_ptr(),
+                        len,
+                    )
                 };
                 Ok(())
             }

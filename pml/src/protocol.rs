@@ -15,6 +15,7 @@ mod stored_payload;
 
 use std::collections::VecDeque;
 
+use crate::bulk_copy;
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
 use crate::matching::{Matcher, PostedId};
@@ -601,7 +602,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                 sync_request,
             } => {
                 let n = payload.len().min(capacity);
-                buf[..n].copy_from_slice(&payload[..n]);
+                bulk_copy::copy_from_slice(&mut buf[..n], &payload[..n]);
                 let status = Status {
                     source: envelope.source,
                     tag: envelope.tag,
@@ -898,8 +899,8 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         offset: u64,
         payload: &[u8],
     ) -> Result<(), PmlError> {
-        self.data_target(from, recv_request, offset, payload.len())?
-            .copy_from_slice(payload);
+        let target = self.data_target(from, recv_request, offset, payload.len())?;
+        bulk_copy::copy_from_slice(target, payload);
         self.data_landed(from, recv_request, payload.len())
     }
 
