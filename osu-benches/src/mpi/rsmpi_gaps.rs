@@ -100,7 +100,7 @@ impl ReduceScatterInto for SimpleCommunicator {
 }
 
 /// mpirt's `immediate_receive_into_raw_with_tag`, on rsmpi's sources.
-pub trait ImmediateReceiveRaw {
+pub trait ImmediateReceiveRaw: Source {
     /// Starts a receive of up to `count` elements of `T` from this source with tag `tag` into
     /// the memory at `ptr` (`MPI_Irecv`), with no borrow, so that several receives in flight
     /// may share one buffer.
@@ -115,20 +115,13 @@ pub trait ImmediateReceiveRaw {
         ptr: *mut T,
         count: usize,
         tag: Tag,
-    ) -> Request<'a, [T], S>;
-}
-
-impl<P: Source> ImmediateReceiveRaw for P {
-    unsafe fn immediate_receive_into_raw_with_tag<'a, S: Scope<'a>, T: Equivalence>(
-        &self,
-        scope: S,
-        ptr: *mut T,
-        count: usize,
-        tag: Tag,
     ) -> Request<'a, [T], S> {
         let rank = self.as_communicator().rank();
         let Ok(count) = Count::try_from(count) else {
-            panic!("rank {rank}: immediate receive into a raw buffer: {count} elements exceed MPI's int count");
+            panic!(
+                "rank {rank}: immediate receive into a raw buffer: {count} elements exceed \
+                 MPI's int count"
+            );
         };
         let mut request = MaybeUninit::uninit();
         // SAFETY: the caller keeps `count` elements at `ptr` writable and otherwise untouched
@@ -151,3 +144,5 @@ impl<P: Source> ImmediateReceiveRaw for P {
         unsafe { Request::from_raw(request.assume_init(), &[], scope) }
     }
 }
+
+impl<P: Source> ImmediateReceiveRaw for P {}
