@@ -18,12 +18,14 @@ use crate::request::{Request, Scope};
 
 mod exchange;
 mod message;
+mod raw;
 
 pub use exchange::{
     send_receive, send_receive_into, send_receive_into_with_tags, send_receive_replace_into,
     send_receive_replace_into_with_tags, send_receive_with_tags,
 };
 pub use message::Message;
+pub use raw::ImmediateReceiveRaw;
 
 /// A message tag. Non-negative tags are the user's; negative ones belong to the runtime.
 pub type Tag = i32;

@@ -7,8 +7,9 @@
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
-use std::{fmt, ptr, slice};
+use std::{fmt, slice};
 
+use crate::bulk_copy;
 use crate::config::{EngineConfig, TransportChoice};
 use crate::envelope::{ContextId, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
@@ -180,6 +181,10 @@ pub struct Engine {
     counters: Counters,
     /// Same-host peers' shared arenas, mapped at wire-up, by world rank.
     peer_arenas: Vec<Option<PeerArena>>,
+    /// The eager limit of shared-memory sends from our own shared arena, while the peers read
+    /// it: a rendezvous from there is one memcpy by the receiver, cheaper than eager's two
+    /// copies for all but small messages (see `EngineConfig::shm_arena_eager_limit`).
+    arena_eager_limit: Option<usize>,
     description: String,
     /// Busy-poll budget of a wait: none when ranks outnumber the cores they may use.
     spin: Duration,
@@ -411,6 +416,7 @@ impl Engine {
         }
 
         let mut description = format!("rank {rank} of {size} on {host}");
+        let mut arena_eager_limit = None;
         let mut peer_arenas: Vec<Option<PeerArena>> = (0..size).map(|_| None).collect();
         if let Some(t) = &shm {
             // Whether a rank may read another's memory is a property of the host (Yama,
@@ -482,6 +488,11 @@ impl Engine {
             if arena_stopped {
                 description += "; large heap blocks stay with the system allocator (shared \
                                  arena stopped: peers cannot read it)";
+            } else if matches!(own_arena, Some(Ok(_))) && cma.is_ok() {
+                let limit = config.shm_arena_eager_limit.min(config.shm_eager_limit);
+                arena_eager_limit = Some(limit);
+                description +=
+                    &format!("; eager from the shared arena up to {limit} bytes (then one memcpy)");
             }
         }
         #[cfg(feature = "verbs")]
@@ -551,6 +562,7 @@ impl Engine {
             blocked: Vec::new(),
             counters: Counters::default(),
             peer_arenas,
+            arena_eager_limit,
             description,
             spin,
         })
@@ -631,7 +643,7 @@ impl Engine {
             remote.key = u64::from(rkey);
             exposure = Some(id);
         }
-        let args = SendArgs {
+        let mut args = SendArgs {
             context,
             source,
             peer,
@@ -643,9 +655,14 @@ impl Engine {
                 exposure,
             },
             remote,
+            eager_limit: None,
         };
         let h = match self.links[peer as usize] {
             Some(Link::Shm { local, .. }) => {
+                // Only a message past the limit pays for the range check.
+                args.eager_limit = self
+                    .arena_eager_limit
+                    .filter(|&limit| len > limit && shared_arena::GLOBAL.contains(buf));
                 let shm = self.shm.as_mut().expect("a shm link has a segment");
                 self.core.post_send_direct(args, |header, payload| {
                     shm.try_send(local, &[header, payload])
@@ -1062,7 +1079,11 @@ impl Engine {
                 // this copy; a send buffer and a receive buffer never overlap (the caller
                 // borrows one shared and the other exclusively).
                 unsafe {
-                    ptr::copy_nonoverlapping(remote.addr as *const u8, target.as_mut_ptr(), len)
+                    bulk_copy::copy_nonoverlapping(
+                        remote.addr as *const u8,
+                        target.as_mut_ptr(),
+                        len,
+                    )
                 };
                 Ok(())
             }

@@ -3,6 +3,7 @@
 //! The matching ([`matching`]) and protocol ([`protocol`]) cores do no I/O: they take events
 //! and hand back frames to send and reads to perform. Transports ([`transport`]) move bytes.
 
+mod bulk_copy;
 pub mod config;
 pub mod engine;
 pub mod envelope;

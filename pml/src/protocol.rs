@@ -16,6 +16,7 @@ mod stored_payload;
 
 use std::collections::VecDeque;
 
+use crate::bulk_copy;
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
 use crate::matching::{Matcher, PostedId};
@@ -77,6 +78,10 @@ pub struct SendArgs<S> {
     pub buf: S,
     /// How a receiver reaches `buf` if the send goes by rendezvous.
     pub remote: RemoteKey,
+    /// A lower eager limit for this send than the peer's, where the caller knows that a
+    /// rendezvous is cheap (the buffer lies in memory the receiver has mapped, so reading it
+    /// is one memcpy); `None` keeps the peer's.
+    pub eager_limit: Option<usize>,
 }
 
 /// Work for the caller besides transmitting frames.
@@ -326,10 +331,16 @@ fn protocol(peer: Rank, what: impl Into<String>) -> PmlError {
     }
 }
 
-/// Eager when the message fits the peer's eager limit and the peer still has budget for it.
-fn eager_now(p: &Peer, caps: PeerCaps, len: usize) -> bool {
-    let eager_max = caps.eager_limit.min(caps.max_frame - MATCH_HEADER_LEN);
-    len <= eager_max && p.credit >= len.saturating_add(EAGER_OVERHEAD)
+/// The largest payload a send goes eagerly with: the peer's eager limit (or the send's own,
+/// if lower), as far as one frame holds.
+fn eager_max(caps: PeerCaps, send_limit: Option<usize>) -> usize {
+    let limit = send_limit.map_or(caps.eager_limit, |l| l.min(caps.eager_limit));
+    limit.min(caps.max_frame - MATCH_HEADER_LEN)
+}
+
+/// Eager when the message fits the eager limit and the peer still has budget for it.
+fn eager_now(p: &Peer, caps: PeerCaps, len: usize, send_limit: Option<usize>) -> bool {
+    len <= eager_max(caps, send_limit) && p.credit >= len.saturating_add(EAGER_OVERHEAD)
 }
 
 /// Copies a matched eager payload into a receive buffer, as much as fits: a longer message
@@ -337,7 +348,7 @@ fn eager_now(p: &Peer, caps: PeerCaps, len: usize) -> bool {
 fn copy_eager(buf: &mut [u8], envelope: Envelope, payload: &[u8]) -> Result<Status, PmlError> {
     let capacity = buf.len();
     let n = payload.len().min(capacity);
-    buf[..n].copy_from_slice(&payload[..n]);
+    bulk_copy::copy_from_slice(&mut buf[..n], &payload[..n]);
     let status = Status {
         source: envelope.source,
         tag: envelope.tag,
@@ -418,13 +429,13 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     pub fn sends_eagerly(&self, peer: Rank, len: usize) -> bool {
         self.peers
             .get(peer as usize)
-            .is_some_and(|p| p.caps.is_some_and(|caps| eager_now(p, caps, len)))
+            .is_some_and(|p| p.caps.is_some_and(|caps| eager_now(p, caps, len, None)))
     }
 
     pub fn post_send(&mut self, args: SendArgs<S>) -> Result<Handle, PmlError> {
         let len = args.buf.as_ref().len();
         let (p, caps) = self.peer(args.peer)?;
-        let eager = eager_now(p, caps, len);
+        let eager = eager_now(p, caps, len, args.eager_limit);
         if eager {
             p.credit -= len + EAGER_OVERHEAD;
         }
@@ -913,8 +924,8 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         offset: u64,
         payload: &[u8],
     ) -> Result<(), PmlError> {
-        self.data_target(from, recv_request, offset, payload.len())?
-            .copy_from_slice(payload);
+        let target = self.data_target(from, recv_request, offset, payload.len())?;
+        bulk_copy::copy_from_slice(target, payload);
         self.data_landed(from, recv_request, payload.len())
     }
 

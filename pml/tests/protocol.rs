@@ -28,6 +28,8 @@ struct Pair {
     next_key: u64,
     /// Kinds of the frames carried, in order, as (from, kind name).
     log: Vec<(u32, &'static str)>,
+    /// The eager limit the sends carry of their own (`SendArgs::eager_limit`).
+    send_eager_limit: Option<usize>,
 }
 
 fn kind(frame: &Frame<'_>) -> &'static str {
@@ -59,6 +61,7 @@ impl Pair {
             exposed: HashMap::new(),
             next_key: 1,
             log: Vec::new(),
+            send_eager_limit: None,
         }
     }
 
@@ -75,6 +78,7 @@ impl Pair {
                 mode,
                 buf: data,
                 remote: RemoteKey { addr: key, key: 0 },
+                eager_limit: self.send_eager_limit,
             })
             .unwrap()
     }
@@ -106,6 +110,7 @@ impl Pair {
                     mode,
                     buf: data,
                     remote: RemoteKey { addr: key, key: 0 },
+                    eager_limit: self.send_eager_limit,
                 },
                 |header, payload| {
                     if room {
@@ -467,6 +472,45 @@ fn direct_sends_never_overtake_queued_ones() {
         assert_eq!((buf, status.unwrap().tag), (pattern(10, tag as u8), tag));
     }
     assert_eq!(p.cores[1].unexpected_len(), 0);
+}
+
+#[test]
+fn a_send_s_own_eager_limit_lowers_the_peer_s_on_both_paths() {
+    let cases = [(1, 100), (2, 101), (3, EAGER + 1)];
+    for direct in [false, true] {
+        let mut p = Pair::new(true, CoreConfig::default());
+        p.send_eager_limit = Some(100);
+        let mut handles = Vec::new();
+        for &(tag, len) in &cases[..2] {
+            let data = pattern(len, tag as u8);
+            handles.push(if direct {
+                p.send_direct(0, tag, data, SendMode::Standard, true)
+            } else {
+                p.send(0, tag, data, SendMode::Standard)
+            });
+        }
+        // A limit above the peer's does not raise it.
+        p.send_eager_limit = Some(10 * EAGER);
+        handles.push(p.send(0, 3, pattern(EAGER + 1, 3), SendMode::Standard));
+        let recvs: Vec<_> = cases
+            .iter()
+            .map(|&(tag, len)| p.recv(1, SourceSel::Rank(0), TagSel::Tag(tag), len))
+            .collect();
+        p.run();
+        let first = if direct { "DIRECT" } else { "MATCH" };
+        assert_eq!(
+            p.kinds(),
+            [first, "RTS", "RTS", "FIN", "FIN"],
+            "direct: {direct}"
+        );
+        for (r, &(tag, len)) in recvs.into_iter().zip(&cases) {
+            assert_eq!(p.recv_result(1, r).0, pattern(len, tag as u8));
+        }
+        // A direct send completed as it went (`Handle::SENT`): nothing to ask the core.
+        assert!(handles
+            .iter()
+            .all(|&h| h == Handle::SENT || p.send_done(0, h)));
+    }
 }
 
 #[test]
