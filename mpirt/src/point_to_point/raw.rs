@@ -17,7 +17,7 @@ use std::mem::{align_of, size_of};
 use std::ptr::NonNull;
 
 use crate::error::{Cause, Error};
-use crate::point_to_point::{post_receive, tag_selector, RecvSlot, Source, Tag};
+use crate::point_to_point::{start_receive, tag_selector, RecvSlot, Source, Tag};
 use crate::request::{Request, Scope};
 use crate::traits::Equivalence;
 
@@ -115,8 +115,8 @@ unsafe fn raw_receive<'a, P: Source + ?Sized, S: Scope<'a>, T: Equivalence>(
     // untouched until the request completes; `Equivalence` says checked bytes make valid `T`s.
     let mut slot = unsafe { RecvSlot::new(ptr, bytes, T::equivalent_datatype()) };
     // SAFETY: as above: the memory outlives the request (the caller's contract).
-    let handle = unsafe {
-        post_receive(
+    let started = unsafe {
+        start_receive(
             source.source_comm(),
             source.source_selector(),
             tag_sel,
@@ -125,7 +125,7 @@ unsafe fn raw_receive<'a, P: Source + ?Sized, S: Scope<'a>, T: Equivalence>(
     }
     .map_err(|cause| Error::new(operation(), cause))?;
     Ok(Request::receive(
-        handle,
+        started,
         slot,
         scope,
         source.source_selector(),
