@@ -7,11 +7,12 @@
 
 use std::env;
 
+use pml::engine::RecvBuf;
 #[cfg(feature = "ucx")]
 use pml::ucx::{UcxConfig, UcxMessage, UcxPml};
 use pml::{
     ContextId, Done, Engine, EngineConfig, EngineError, Handle, PmlError, Rank, SendMode,
-    SourceSel, Status, Tag, TagSel, Wireup,
+    SourceSel, Started, Status, Tag, TagSel, Wireup,
 };
 
 /// Which PML the ranks run on; every rank of a job must name the same one.
@@ -153,13 +154,31 @@ impl Pml {
         on_pml!(self, p => unsafe { p.post_recv(context, source, tag, buf, len) })
     }
 
-    /// A blocking receive. UCX's runs in request memory the PML owns, with no handle to
-    /// keep; the native engine's is a posted receive, waited for.
-    ///
     /// # Safety
-    /// `buf` must be valid for writes of `len` bytes for the duration of the call.
+    /// As for [`Engine::start_recv`].
     #[inline]
-    pub unsafe fn receive(
+    pub unsafe fn start_recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Started<RecvBuf>, PmlError> {
+        // SAFETY (both arms): the caller's guarantees are passed on unchanged.
+        match self {
+            Pml::Native(p) => unsafe { p.start_recv(context, source, tag, buf, len) },
+            #[cfg(feature = "ucx")]
+            Pml::Ucx(p) => {
+                unsafe { p.post_recv(context, source, tag, buf, len) }.map(Started::Posted)
+            }
+        }
+    }
+
+    /// # Safety
+    /// As for [`Engine::recv`].
+    #[inline]
+    pub unsafe fn recv(
         &mut self,
         context: ContextId,
         source: SourceSel,
@@ -167,19 +186,11 @@ impl Pml {
         buf: *mut u8,
         len: usize,
     ) -> Result<Status, PmlError> {
+        // SAFETY (both arms): the caller's guarantees are passed on unchanged.
         match self {
-            Pml::Native(p) => {
-                // SAFETY: the receive is waited for before this returns, within the caller's
-                // guarantee for `buf`.
-                let h = unsafe { p.post_recv(context, source, tag, buf, len)? };
-                match p.wait(h)? {
-                    Done::Received(status) => Ok(status),
-                    Done::Sent => unreachable!("a receive completed as a send"),
-                }
-            }
-            // SAFETY: the caller's guarantees are passed on unchanged.
+            Pml::Native(p) => unsafe { p.recv(context, source, tag, buf, len) },
             #[cfg(feature = "ucx")]
-            Pml::Ucx(p) => unsafe { p.receive(context, source, tag, buf, len) },
+            Pml::Ucx(p) => unsafe { p.recv(context, source, tag, buf, len) },
         }
     }
 

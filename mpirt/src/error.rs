@@ -86,6 +86,8 @@ pub enum Cause {
     DuplicateRank(Rank),
     /// A group names a process outside the communicator it is to be made from.
     NotInCommunicator { world_rank: Rank },
+    /// A raw-pointer buffer that cannot be one (null, misaligned, too long).
+    InvalidRawBuffer(String),
 }
 
 impl fmt::Display for Cause {
@@ -188,6 +190,7 @@ impl fmt::Display for Cause {
                 f,
                 "the group holds world rank {world_rank}, which is not in the communicator"
             ),
+            Cause::InvalidRawBuffer(why) => write!(f, "invalid buffer: {why}"),
         }
     }
 }

@@ -6,7 +6,8 @@
 
 use std::mem::{size_of, MaybeUninit};
 
-use pml::{Done, Handle, SendMode, SourceSel, TagSel};
+use pml::engine::RecvBuf;
+use pml::{Done, Handle, SendMode, SourceSel, Started, TagSel};
 
 use crate::backend::MessageHandle;
 use crate::communicator::{AnyProcess, CommData, Process, Rank};
@@ -17,12 +18,14 @@ use crate::request::{Request, Scope};
 
 mod exchange;
 mod message;
+mod raw;
 
 pub use exchange::{
     send_receive, send_receive_into, send_receive_into_with_tags, send_receive_replace_into,
     send_receive_replace_into_with_tags, send_receive_with_tags,
 };
 pub use message::Message;
+pub use raw::ImmediateReceiveRaw;
 
 /// A message tag. Non-negative tags are the user's; negative ones belong to the runtime.
 pub type Tag = i32;
@@ -225,6 +228,21 @@ pub(crate) unsafe fn post_receive(
     with_engine(|e| unsafe { e.post_recv(comm.context, source, tag, ptr, len) })
 }
 
+/// Starts a receive into `slot` that finishes at once if its eager message is waiting.
+///
+/// # Safety
+/// As for [`post_receive`].
+pub(crate) unsafe fn start_receive(
+    comm: &CommData,
+    source: SourceSel,
+    tag: TagSel,
+    slot: &mut RecvSlot,
+) -> Result<Started<RecvBuf>, Cause> {
+    let (ptr, len) = slot.target();
+    // SAFETY: forwarded from this function's contract.
+    with_engine(|e| unsafe { e.start_recv(comm.context, source, tag, ptr, len) })
+}
+
 /// Posts a send of `buf` to `dest`.
 ///
 /// # Safety
@@ -266,7 +284,7 @@ fn receive_slot(
 ) -> Result<Status, Cause> {
     let (ptr, len) = slot.target();
     // SAFETY: the slot's buffer outlives this call, which returns once the receive is done.
-    let status = with_engine(|e| unsafe { e.receive(comm.context, source, tag, ptr, len) })?;
+    let status = with_engine(|e| unsafe { e.recv(comm.context, source, tag, ptr, len) })?;
     slot.finish(status)
 }
 
@@ -441,19 +459,13 @@ pub trait Source {
         let tag_option = tag;
         let operation = || self.describe("immediate receive", tag_option);
         let tag = tag_selector(tag).map_err(|c| Error::new(operation(), c))?;
+        let source = self.source_selector();
         let mut slot = RecvSlot::for_buffer(buf);
         // SAFETY: the request borrows `buf` for `'a`, and the scope does not end before the
         // request completes.
-        let handle =
-            unsafe { post_receive(self.source_comm(), self.source_selector(), tag, &mut slot) }
-                .map_err(|c| Error::new(operation(), c))?;
-        Ok(Request::receive(
-            handle,
-            slot,
-            scope,
-            self.source_selector(),
-            tag_option,
-        ))
+        let started = unsafe { start_receive(self.source_comm(), source, tag, &mut slot) }
+            .map_err(|c| Error::new(operation(), c))?;
+        Ok(Request::receive(started, slot, scope, source, tag_option))
     }
 
     /// Receives one value (`MPI_Recv` of one element); the message must hold exactly one.
@@ -578,10 +590,8 @@ impl Source for Process<'_> {
     }
     #[inline]
     fn source_selector(&self) -> SourceSel {
-        match self.comm.check_rank(self.rank) {
-            Ok(rank) => SourceSel::Rank(rank),
-            Err(_) => unreachable!("a Process is made only for ranks in range"),
-        }
+        // Not checked again on every receive: a Process is made only for ranks in range.
+        SourceSel::Rank(self.rank as u32)
     }
 }
 

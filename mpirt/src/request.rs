@@ -10,7 +10,8 @@
 use std::cell::Cell;
 use std::marker::PhantomData;
 
-use pml::{Done, Handle, PmlError, SourceSel};
+use pml::engine::RecvBuf;
+use pml::{Done, Handle, PmlError, SourceSel, Started};
 
 use crate::collective::progress;
 use crate::collective::request::Running;
@@ -124,9 +125,19 @@ impl Operation {
     }
 }
 
+/// Where a point-to-point operation's outcome comes from.
+enum Outcome {
+    /// The engine's request.
+    Engine(Handle),
+    /// A receive that found its message waiting finished as it started.
+    Received(pml::Status),
+    /// ... or failed as it started (boxed: every request pays for the largest variant).
+    Failed(Box<PmlError>),
+}
+
 /// A point-to-point operation in flight.
 struct Message {
-    handle: Handle,
+    outcome: Outcome,
     slot: Option<RecvSlot>,
     operation: Operation,
 }
@@ -159,9 +170,9 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
         }
     }
 
-    fn message(handle: Handle, slot: Option<RecvSlot>, scope: S, operation: Operation) -> Self {
+    fn message(outcome: Outcome, slot: Option<RecvSlot>, scope: S, operation: Operation) -> Self {
         let message = Message {
-            handle,
+            outcome,
             slot,
             operation,
         };
@@ -173,18 +184,27 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
     }
 
     pub(crate) fn send(handle: Handle, scope: S, what: &'static str, dest: Rank, tag: Tag) -> Self {
-        Request::message(handle, None, scope, Operation::Send { what, dest, tag })
+        let operation = Operation::Send { what, dest, tag };
+        Request::message(Outcome::Engine(handle), None, scope, operation)
     }
 
     pub(crate) fn receive(
-        handle: Handle,
+        started: Started<RecvBuf>,
         slot: RecvSlot,
         scope: S,
         source: SourceSel,
         tag: Option<Tag>,
     ) -> Self {
+        let outcome = match started {
+            Started::Done { result, .. } => match result {
+                Ok(status) => Outcome::Received(status),
+                Err(e) => Outcome::Failed(Box::new(e)),
+            },
+            Started::Posted(handle) => Outcome::Engine(handle),
+            Started::Claimed => unreachable!("only blocking receives claim"),
+        };
         Request::message(
-            handle,
+            outcome,
             Some(slot),
             scope,
             Operation::Receive { source, tag },
@@ -195,37 +215,43 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
         self.pending.as_mut().expect("an unfinished request")
     }
 
-    /// The engine's handle of a point-to-point request.
+    /// The engine's handle of a point-to-point request still in the engine.
     fn handle(&self) -> Option<Handle> {
         match self.pending.as_ref().expect("an unfinished request") {
-            Pending::Message(message) => Some(message.handle),
-            Pending::Collective(_) => None,
+            Pending::Message(Message {
+                outcome: Outcome::Engine(handle),
+                ..
+            }) => Some(*handle),
+            _ => None,
         }
     }
 
     /// Turns the end of the operation into a status, releasing the buffers; for a message,
     /// `done` is the engine's report.
     fn complete(&mut self, done: Result<Done, Cause>) -> Result<Status, Error> {
-        let pending = self.pending.take().expect("an unfinished request");
-        self.scope.unregister();
-        let message = match pending {
-            Pending::Message(message) => message,
-            Pending::Collective(mut running) => {
-                return running.outcome().map(|()| Status::of_collective())
+        // Worked out in place: moving the request out first copies it whole, on every
+        // message.
+        let status = match self.pending.as_mut().expect("an unfinished request") {
+            Pending::Collective(running) => running.outcome().map(|()| Status::of_collective()),
+            Pending::Message(message) => {
+                let status = match done {
+                    Ok(Done::Sent) => match message.operation {
+                        Operation::Send { dest, tag, .. } => Ok(Status::of_send(dest, tag)),
+                        Operation::Receive { .. } => unreachable!("a receive completed as a send"),
+                    },
+                    Ok(Done::Received(status)) => match message.slot.take() {
+                        Some(slot) => slot.finish(status),
+                        None => unreachable!("a send completed as a receive"),
+                    },
+                    Err(Cause::Messaging(PmlError::Cancelled)) => Ok(Status::cancelled()),
+                    Err(cause) => Err(cause),
+                };
+                status.map_err(|cause| Error::new(message.operation.describe(), cause))
             }
         };
-        let operation = &message.operation;
-        let status = match (done, message.slot) {
-            (Ok(Done::Sent), _) => match operation {
-                Operation::Send { dest, tag, .. } => Ok(Status::of_send(*dest, *tag)),
-                Operation::Receive { .. } => unreachable!("a receive completed as a send"),
-            },
-            (Ok(Done::Received(status)), Some(slot)) => slot.finish(status),
-            (Ok(Done::Received(_)), None) => unreachable!("a send completed as a receive"),
-            (Err(Cause::Messaging(PmlError::Cancelled)), _) => Ok(Status::cancelled()),
-            (Err(cause), _) => Err(cause),
-        };
-        status.map_err(|cause| Error::new(operation.describe(), cause))
+        self.pending = None;
+        self.scope.unregister();
+        status
     }
 
     /// Waits for the operation to finish (`MPI_Wait`).
@@ -235,7 +261,10 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
 
     pub fn try_wait(mut self) -> Result<Status, Error> {
         let done = match self.pending() {
-            Pending::Message(message) => wait_for_message(message.handle),
+            Pending::Message(message) => match message.outcome {
+                Outcome::Engine(handle) => wait_for_message(handle),
+                _ => message.outcome.finished(),
+            },
             Pending::Collective(running) => {
                 running.poll(true);
                 Ok(Done::Sent)
@@ -250,10 +279,18 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
     }
 
     /// The status if the operation finished, else the request back (`MPI_Test`).
+    // rsmpi's shape: the unfinished request comes back by value, with no allocation.
+    #[allow(clippy::result_large_err)]
     pub fn test(mut self) -> Result<Status, Self> {
         let done = match self.pending() {
             Pending::Message(message) => {
-                let handle = message.handle;
+                let handle = match message.outcome {
+                    Outcome::Engine(handle) => handle,
+                    _ => {
+                        let done = message.outcome.finished();
+                        return Ok(or_fatal(self.complete(done)));
+                    }
+                };
                 if handle == Handle::SENT {
                     return Ok(or_fatal(self.complete(Ok(Done::Sent))));
                 }
@@ -284,7 +321,10 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
             Pending::Message(message) => message,
             Pending::Collective(running) => return or_fatal(running.cancel()),
         };
-        let handle = message.handle;
+        let Outcome::Engine(handle) = message.outcome else {
+            // Finished as it started: too late to cancel, which MPI allows.
+            return;
+        };
         or_fatal(
             with_engine(|e| e.cancel(handle))
                 .map(drop)
@@ -295,11 +335,22 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
     /// Whether the operation finished; a collective's is moved on to find out.
     fn is_complete(&mut self) -> bool {
         match self.pending() {
-            Pending::Message(message) => {
-                let handle = message.handle;
-                with_engine(|e| e.is_complete(handle)).unwrap_or(true)
-            }
+            Pending::Message(message) => match message.outcome {
+                Outcome::Engine(handle) => with_engine(|e| e.is_complete(handle)).unwrap_or(true),
+                Outcome::Received(_) | Outcome::Failed(_) => true,
+            },
             Pending::Collective(running) => running.poll(false),
+        }
+    }
+}
+
+impl Outcome {
+    /// How an operation that finished as it started ended.
+    fn finished(&self) -> Result<Done, Cause> {
+        match self {
+            Outcome::Engine(_) => unreachable!("the engine's requests finish in the engine"),
+            Outcome::Received(status) => Ok(Done::Received(*status)),
+            Outcome::Failed(e) => Err(Cause::from(PmlError::clone(e))),
         }
     }
 }

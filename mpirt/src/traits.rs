@@ -6,7 +6,7 @@ pub use crate::datatype::{
     Buffer, BufferMut, Equivalence, Partitioned, PartitionedBuffer, PartitionedBufferMut,
 };
 pub use crate::group::Group;
-pub use crate::point_to_point::{Destination, Source};
+pub use crate::point_to_point::{Destination, ImmediateReceiveRaw, Source};
 pub use crate::request::Scope;
 /// `#[derive(Equivalence)]`, in the macro namespace beside the trait of the same name.
 pub use mpirt_derive::Equivalence;

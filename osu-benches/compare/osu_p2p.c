@@ -25,9 +25,10 @@ int main(int argc, char **argv) {
     int window = WINDOW, pairs = nprocs / 2;
     int sender = rank < pairs, paired = rank < 2 * pairs;
     int peer = sender ? rank + pairs : rank - pairs;
-    long slot = max > 0 ? max : 1;
-    char *s_buf = malloc(slot), *r_buf = malloc(slot * (lat ? 1 : window));
-    memset(s_buf, 'a', slot);
+    long len = max > 0 ? max : 1;
+    /* As in OSU's source, a window's receives all land in one r_buf. */
+    char *s_buf = malloc(len), *r_buf = malloc(len);
+    memset(s_buf, 'a', len);
     MPI_Request req[2 * WINDOW];
     char ack[4];
     if (rank == 0 && mbw)
@@ -63,7 +64,7 @@ int main(int argc, char **argv) {
                 }
             } else if (bibw) {
                 for (int w = 0; w < window; w++)
-                    MPI_Irecv(r_buf + w * slot, size, MPI_CHAR, peer, 100, MPI_COMM_WORLD, &req[w]);
+                    MPI_Irecv(r_buf, size, MPI_CHAR, peer, 100, MPI_COMM_WORLD, &req[w]);
                 for (int w = 0; w < window; w++)
                     MPI_Isend(s_buf, size, MPI_CHAR, peer, 100, MPI_COMM_WORLD, &req[window + w]);
                 MPI_Waitall(2 * window, req, MPI_STATUSES_IGNORE);
@@ -75,7 +76,7 @@ int main(int argc, char **argv) {
                 if (i >= skip) timed += MPI_Wtime() - round;
             } else {
                 for (int w = 0; w < window; w++)
-                    MPI_Irecv(r_buf + w * slot, size, MPI_CHAR, peer, 100, MPI_COMM_WORLD, &req[w]);
+                    MPI_Irecv(r_buf, size, MPI_CHAR, peer, 100, MPI_COMM_WORLD, &req[w]);
                 MPI_Waitall(window, req, MPI_STATUSES_IGNORE);
                 MPI_Send(ack, 4, MPI_CHAR, peer, 101, MPI_COMM_WORLD);
             }

@@ -31,7 +31,7 @@ RATIO_LABELS = {"ompi": "/OMPI", "mpich": "/MPICH", "ompi-rs": "/OMPI-rs", "mpic
 COLORS = {"mpirt": "#d62728", "ompi": "#1f77b4", "mpich": "#2ca02c", "ompi-rs": "#1f77b4",
           "mpich-rs": "#2ca02c", "perftest": "#7f7f7f"}
 UNITS = {"bw": "MB/s", "bibw": "MB/s", "mbw_mr": "messages/s", "launch": "s", "memcpy": "MB/s",
-         "memcpy-slots": "MB/s", "cma": "MB/s"}
+         "cma": "MB/s"}
 FIELDS = ["benchmark", "size", "runtime", "repeat", "value", "unit"]
 
 
@@ -73,9 +73,9 @@ def collect(out, repeats, benches):
             for r, line in enumerate(path.read_text().splitlines(), 1):
                 start, end = map(float, line.split())
                 records.append(["launch", 8, who, r, end - start, "s"])
-    # memcpy.txt: between two warm buffers, then into osu_bw's 64 receive slots; cma.txt:
+    # memcpy.txt: between two warm buffers (osu_bw's window lands in one); cma.txt:
     # whole-message then 256 KiB calls, the first being the single-copy ceiling.
-    for file, columns in (("memcpy", ("memcpy", "memcpy-slots")), ("cma", ("cma",))):
+    for file, columns in (("memcpy", ("memcpy",)), ("cma", ("cma",))):
         path = out / f"{file}.txt"
         if path.exists():
             for r, line in enumerate(path.read_text().splitlines(), 1):
@@ -146,7 +146,7 @@ def charts(m, folder, prefix="", where="shared memory"):
     """A chart per benchmark (PNG) in `folder`; returns (file name, caption) of each."""
     made = []
     ylabels = {"us": "latency (us)", "MB/s": "bandwidth (MB/s)", "messages/s": "messages/s"}
-    for bench in sorted({b for b, _, _ in m} - {"launch", "memcpy", "memcpy-slots", "cma",
+    for bench in sorted({b for b, _, _ in m} - {"launch", "memcpy", "cma",
                                                  "barrier"}):
         name = f"{prefix}{bench}.png"
         series = {who: [(s, v) for (b, s, w), v in m.items() if b == bench and w == who]
@@ -191,9 +191,6 @@ def summary(out, repeats, benches):
     print(f"\nlaunch, 8 ranks hello (s): mpirt {mpirt:.3f}  MPICH {mpich:.3f}  "
           f"ratio {mpirt / mpich:.2f}")
     print(f"memcpy of 4 MiB on one core: {memcpy:.0f} MB/s")
-    if ("memcpy-slots", 1 << 22, "memcpy-slots") in m:
-        slots = m[("memcpy-slots", 1 << 22, "memcpy-slots")]
-        print(f"memcpy of 4 MiB into osu_bw's 64 receive slots: {slots:.0f} MB/s")
     print(f"process_vm_readv of 4 MiB on one core (the single-copy ceiling): {cma:.0f} MB/s "
           f"({cma / memcpy:.0%} of memcpy)")
 
@@ -206,8 +203,6 @@ TARGETS = [
     ("shm message rate, 8 B", "mbw_mr", 8, "ompi", 1.2),
     ("shm bandwidth, 4 MiB", "bw", 1 << 22, "ompi", 1.0),
     ("shm bandwidth, 4 MiB, vs memcpy", "bw", 1 << 22, "memcpy", 0.85),
-    ("shm bandwidth, 4 MiB, vs memcpy into osu_bw's 64 slots", "bw", 1 << 22, "memcpy-slots",
-     0.85),
     ("allreduce 8 B, 4 ranks on 2 cores", "allreduce", 8, "ompi", 1.0),
     ("launch, rsrun -n 8 hello", "launch", 8, "mpich", 0.5),
     ("TCP latency, 8 B", "tcp latency", 8, "ompi", 1.0),
@@ -377,11 +372,9 @@ def markdown(file, commands, shm, tcp_out, ucx_out=None):
                   f"- 8 ranks of `hello`, launch to exit: rsrun {mpirt:.3f} s, mpiexec.mpich "
                   f"{mpich:.3f} s (ratio {mpirt / mpich:.2f}).",
                   f"- memcpy of 4 MiB on one core: {m[('memcpy', 1 << 22, 'memcpy')]:.0f} MB/s "
-                  "between two cache-warm buffers, "
-                  f"{m[('memcpy-slots', 1 << 22, 'memcpy-slots')]:.0f} MB/s into 64 distinct "
-                  "4 MiB slots (where osu_bw's window lands, in mpirt's port and in "
-                  "`compare/osu_p2p.c` alike: safe Rust cannot lend one buffer to 64 receives "
-                  "in flight, so both give each receive its own); process_vm_readv of 4 MiB: "
+                  "between two cache-warm buffers (osu_bw's window lands in one receive "
+                  "buffer, in OSU's source and in every port here, mpirt's through its raw "
+                  "immediate receive); process_vm_readv of 4 MiB: "
                   f"{m[('cma', 1 << 22, 'cma')]:.0f} MB/s."]
     if ucx_out:
         ucx_lines, ucx_charts = ucx_part(ucx_out, folder)

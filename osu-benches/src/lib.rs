@@ -14,7 +14,7 @@ pub use output::{
     collective_header, collective_row, header, multi_bandwidth_header, rate_row, row, Latencies,
 };
 pub use start::start;
-pub use window::{send_window, Slots};
+pub use window::{receive_window, send_window};
 
 /// The benchmarks send from the same buffers again and again: keep their RDMA registrations.
 /// On rsmpi the C MPI keeps whatever registrations it makes itself: the system allocator.

@@ -22,32 +22,20 @@ pub fn send_window(peer: &Process, data: &[u8], window: usize) {
     peer.receive_into_with_tag(&mut ack[..], ACK_TAG);
 }
 
-/// Where a window of messages of up to `max_size` bytes lands. OSU receives a whole window
-/// into one buffer; safe Rust lends each receive a slot of its own.
-pub struct Slots {
-    buffer: Vec<u8>,
-    slot: usize,
-}
-
-impl Slots {
-    pub fn new(max_size: usize, window: usize) -> Slots {
-        let slot = max_size.max(1);
-        Slots {
-            buffer: vec![b'b'; slot * window],
-            slot,
-        }
-    }
-
-    /// Receives a window of `size`-byte messages from `peer`, then acknowledges them.
-    pub fn receive_window(&mut self, peer: &Process, size: usize) {
-        scope(|sc| {
-            let mut requests: Vec<_> = self
-                .buffer
-                .chunks_mut(self.slot)
-                .map(|c| peer.immediate_receive_into_with_tag(sc, &mut c[..size], DATA_TAG))
-                .collect();
-            wait_all(&mut requests);
-        });
-        peer.send_with_tag(&[0u8; ACK_BYTES][..], ACK_TAG);
-    }
+/// Receives a window of `window` messages of up to `buf.len()` bytes from `peer`, every one
+/// into all of `buf`, as OSU's C source does (so the buffer stays cache-warm whatever its
+/// size), then acknowledges them.
+pub fn receive_window(peer: &Process, buf: &mut [u8], window: usize) {
+    let (ptr, len) = (buf.as_mut_ptr(), buf.len());
+    scope(|sc| {
+        let mut requests: Vec<_> = (0..window)
+            // SAFETY: `buf` is borrowed mutably for this whole call, so only these receives
+            // touch it, and the scope ends only once every one of them has completed. They
+            // all write `buf`; what it holds afterwards is one of the messages, which is all
+            // a bandwidth test needs (and what C's MPI_Irecv gives OSU).
+            .map(|_| unsafe { peer.immediate_receive_into_raw_with_tag(sc, ptr, len, DATA_TAG) })
+            .collect();
+        wait_all(&mut requests);
+    });
+    peer.send_with_tag(&[0u8; ACK_BYTES][..], ACK_TAG);
 }

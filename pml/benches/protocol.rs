@@ -39,6 +39,7 @@ fn one_message(a: &mut TestCore, b: &mut TestCore, frame: &mut Vec<u8>, recv_fir
             mode: SendMode::Standard,
             buf: vec![7u8; 8],
             remote: RemoteKey::default(),
+            eager_limit: None,
         })
         .unwrap();
     while let Some(p) = a.next_ready_peer() {

@@ -20,6 +20,10 @@ pub struct EngineConfig {
     pub transport: TransportChoice,
     /// Largest message sent eagerly over shared memory.
     pub shm_eager_limit: usize,
+    /// Largest message sent eagerly over shared memory from a buffer in this rank's shared
+    /// arena, which the receiver copies with one memcpy by rendezvous (at most
+    /// `shm_eager_limit`).
+    pub shm_arena_eager_limit: usize,
     /// Largest message sent eagerly over TCP.
     pub tcp_eager_limit: usize,
     /// Which interfaces or subnets TCP uses (`--tcp-if`): names and subnets, comma-separated;
@@ -56,7 +60,8 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             transport: TransportChoice::Auto,
-            shm_eager_limit: 16 << 10,
+            shm_eager_limit: 64 << 10,
+            shm_arena_eager_limit: 4 << 10,
             tcp_eager_limit: 64 << 10,
             tcp_interfaces: String::new(),
             verbs_devices: String::new(),
@@ -111,6 +116,10 @@ impl EngineConfig {
         Ok(EngineConfig {
             transport,
             shm_eager_limit: size_var("MPIRT_EAGER_LIMIT", d.shm_eager_limit)?,
+            shm_arena_eager_limit: size_var(
+                "MPIRT_SHM_ARENA_EAGER_LIMIT",
+                d.shm_arena_eager_limit,
+            )?,
             tcp_eager_limit: size_var("MPIRT_TCP_EAGER_LIMIT", d.tcp_eager_limit)?,
             tcp_interfaces: env::var("MPIRT_TCP_IF").unwrap_or_default(),
             verbs_devices: env::var("MPIRT_VERBS_DEV").unwrap_or_default(),

@@ -7,13 +7,16 @@
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
-use std::{fmt, ptr, slice};
+use std::{fmt, slice};
 
+use crate::bulk_copy;
 use crate::config::{EngineConfig, TransportChoice};
 use crate::envelope::{ContextId, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
 use crate::freed_memory;
-use crate::protocol::{Action, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs};
+use crate::protocol::{
+    Action, ClaimEnd, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, Started,
+};
 use crate::requests::Handle;
 use crate::shared_arena::{self, ArenaInfo};
 use crate::transport::shm::{self, PeerArena, ShmConfig, ShmTransport};
@@ -178,6 +181,10 @@ pub struct Engine {
     counters: Counters,
     /// Same-host peers' shared arenas, mapped at wire-up, by world rank.
     peer_arenas: Vec<Option<PeerArena>>,
+    /// The eager limit of shared-memory sends from our own shared arena, while the peers read
+    /// it: a rendezvous from there is one memcpy by the receiver, cheaper than eager's two
+    /// copies for all but small messages (see `EngineConfig::shm_arena_eager_limit`).
+    arena_eager_limit: Option<usize>,
     description: String,
     /// Busy-poll budget of a wait: none when ranks outnumber the cores they may use.
     spin: Duration,
@@ -193,6 +200,16 @@ fn hostname() -> String {
     }
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Withdraws the core's claim when dropped, also when a wait fails or unwinds: a claim left
+/// waiting would have a later message written into a buffer its receive no longer owns.
+struct ClaimGuard<'e>(&'e mut Engine);
+
+impl Drop for ClaimGuard<'_> {
+    fn drop(&mut self) {
+        self.0.core.take_claim();
+    }
 }
 
 fn shm_send_failed(peer: Rank, e: std::io::Error) -> PmlError {
@@ -399,6 +416,7 @@ impl Engine {
         }
 
         let mut description = format!("rank {rank} of {size} on {host}");
+        let mut arena_eager_limit = None;
         let mut peer_arenas: Vec<Option<PeerArena>> = (0..size).map(|_| None).collect();
         if let Some(t) = &shm {
             // Whether a rank may read another's memory is a property of the host (Yama,
@@ -470,6 +488,11 @@ impl Engine {
             if arena_stopped {
                 description += "; large heap blocks stay with the system allocator (shared \
                                  arena stopped: peers cannot read it)";
+            } else if matches!(own_arena, Some(Ok(_))) && cma.is_ok() {
+                let limit = config.shm_arena_eager_limit.min(config.shm_eager_limit);
+                arena_eager_limit = Some(limit);
+                description +=
+                    &format!("; eager from the shared arena up to {limit} bytes (then one memcpy)");
             }
         }
         #[cfg(feature = "verbs")]
@@ -539,6 +562,7 @@ impl Engine {
             blocked: Vec::new(),
             counters: Counters::default(),
             peer_arenas,
+            arena_eager_limit,
             description,
             spin,
         })
@@ -589,6 +613,7 @@ impl Engine {
     /// `buf` must be valid for reads of `len` bytes and must not be written or freed until the
     /// request completes (`test` or `wait` reported it).
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub unsafe fn post_send(
         &mut self,
         context: ContextId,
@@ -618,7 +643,7 @@ impl Engine {
             remote.key = u64::from(rkey);
             exposure = Some(id);
         }
-        let args = SendArgs {
+        let mut args = SendArgs {
             context,
             source,
             peer,
@@ -630,9 +655,14 @@ impl Engine {
                 exposure,
             },
             remote,
+            eager_limit: None,
         };
         let h = match self.links[peer as usize] {
             Some(Link::Shm { local, .. }) => {
+                // Only a message past the limit pays for the range check.
+                args.eager_limit = self
+                    .arena_eager_limit
+                    .filter(|&limit| len > limit && shared_arena::GLOBAL.contains(buf));
                 let shm = self.shm.as_mut().expect("a shm link has a segment");
                 self.core.post_send_direct(args, |header, payload| {
                     shm.try_send(local, &[header, payload])
@@ -666,6 +696,62 @@ impl Engine {
         // No progress here: whoever waits or tests on the receive makes it.
         self.core
             .post_recv(context, source, tag, RecvBuf { ptr: buf, len })
+    }
+
+    /// Starts a receive into `len` bytes at `buf` that finishes at once when its eager
+    /// message is already here ([`Started::Done`]: no request to wait for), else is posted
+    /// ([`Started::Posted`]). Never [`Started::Claimed`].
+    ///
+    /// # Safety
+    /// As for `post_recv`.
+    #[inline]
+    pub unsafe fn start_recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Started<RecvBuf>, PmlError> {
+        self.core
+            .start_recv(context, source, tag, RecvBuf { ptr: buf, len })
+    }
+
+    /// Receives into `len` bytes at `buf`, blocking. An eager message is copied from the
+    /// transport's frame straight into `buf`, with no request (see `protocol::claim`).
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `len` bytes and not otherwise accessed during the
+    /// call.
+    pub unsafe fn recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Status, PmlError> {
+        let started = self
+            .core
+            .claim_recv(context, source, tag, RecvBuf { ptr: buf, len })?;
+        let h = match started {
+            Started::Done { result, .. } => return result,
+            Started::Posted(h) => h,
+            Started::Claimed => {
+                let claim = ClaimGuard(self);
+                claim.0.wait_until(|e| Ok(e.core.claim_ended()))?;
+                let end = claim.0.core.take_claim();
+                drop(claim);
+                match end.expect("the wait returns once the claim ended") {
+                    ClaimEnd::Done { result, .. } => return result,
+                    ClaimEnd::Request(h) => h,
+                }
+            }
+        };
+        match self.wait(h)? {
+            Done::Received(status) => Ok(status),
+            Done::Sent => unreachable!("a receive completed as a send"),
+        }
     }
 
     /// Receives a message a matched probe took.
@@ -808,7 +894,7 @@ impl Engine {
             // Requests, queues and probes change only when progress moves something: until
             // then a round is one look at the transports, which keeps the spin short and a
             // frame's arrival noticed sooner.
-            while !self.progress()? {
+            while !(self.may_move() && self.progress()?) {
                 idle_rounds = idle_rounds.wrapping_add(1);
                 if idle_rounds < SPIN_ROUNDS_BEFORE_CLOCK
                     || (spinning && !idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_CLOCK))
@@ -874,6 +960,21 @@ impl Engine {
             (None, None) => std::thread::yield_now(),
         }
         Ok(false)
+    }
+
+    /// Whether a round of progress could move anything. Cheaper than the round itself: a
+    /// rank whose peers are all on shared memory spins on this alone while nothing comes.
+    /// Sockets and verbs must be polled to know.
+    #[inline]
+    fn may_move(&self) -> bool {
+        #[cfg(feature = "verbs")]
+        if self.verbs.is_some() {
+            return true;
+        }
+        self.tcp.is_some()
+            || self.shm.as_ref().is_some_and(ShmTransport::has_records)
+            || !(self.loopback.is_empty() && self.blocked.is_empty())
+            || self.core.has_work()
     }
 
     /// One round of progress; returns whether anything moved.
@@ -978,7 +1079,11 @@ impl Engine {
                 // this copy; a send buffer and a receive buffer never overlap (the caller
                 // borrows one shared and the other exclusively).
                 unsafe {
-                    ptr::copy_nonoverlapping(remote.addr as *const u8, target.as_mut_ptr(), len)
+                    bulk_copy::copy_nonoverlapping(
+                        remote.addr as *const u8,
+                        target.as_mut_ptr(),
+                        len,
+                    )
                 };
                 Ok(())
             }

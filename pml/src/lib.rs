@@ -3,6 +3,7 @@
 //! The matching ([`matching`]) and protocol ([`protocol`]) cores do no I/O: they take events
 //! and hand back frames to send and reads to perform. Transports ([`transport`]) move bytes.
 
+mod bulk_copy;
 pub mod config;
 pub mod engine;
 pub mod envelope;
@@ -27,7 +28,8 @@ pub use envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel, MI
 pub use error::PmlError;
 pub use freed_memory::TrackingAllocator;
 pub use protocol::{
-    Action, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, SendMode,
+    Action, ClaimEnd, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, SendMode,
+    Started,
 };
 pub use requests::Handle;
 pub use wire::RemoteKey;

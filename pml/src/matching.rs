@@ -95,7 +95,16 @@ impl<P, U> Matcher<P, U> {
     }
 
     /// Finds and removes the earliest posted receive that accepts a message with `envelope`.
+    #[inline]
     pub fn match_arrival(&mut self, envelope: Envelope) -> Option<P> {
+        // The common case of a message that arrives before its receive: nothing to look up.
+        if self.posted.is_empty() {
+            return None;
+        }
+        self.match_posted(envelope)
+    }
+
+    fn match_posted(&mut self, envelope: Envelope) -> Option<P> {
         let Envelope {
             context: c,
             source: s,
@@ -248,12 +257,35 @@ impl<P, U> Matcher<P, U> {
 
     /// Removes and returns the earliest-arrived unexpected message the selectors accept (a
     /// receive being posted, or a matched probe).
+    #[inline]
     pub fn take_unexpected(
         &mut self,
         context: ContextId,
         source: SourceSel,
         tag: TagSel,
     ) -> Option<(Envelope, U)> {
+        // The common case of a receive posted before its message: nothing to look up.
+        if self.unexpected.is_empty() {
+            return None;
+        }
+        self.take_queued(context, source, tag)
+    }
+
+    fn take_queued(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Option<(Envelope, U)> {
+        if let (SourceSel::Rank(s), TagSel::Tag(t), false) = (source, tag, self.wildcard_index) {
+            // An exact receive while no wildcard has looked: the entry is in one queue only,
+            // and one lookup finds and unlinks it.
+            let unexpected = &self.unexpected;
+            let live = |r| unexpected_live(unexpected, r);
+            let r = self.unexpected_exact.pop_front((context, s, t), live)?;
+            let u = self.unexpected.remove(r.slot);
+            return Some((u.envelope, u.item));
+        }
         let r = self.find_unexpected(context, source, tag)?;
         let u = self.unexpected.remove(r.slot);
         let Envelope {

@@ -10,11 +10,13 @@
 //! (RTS with no payload; once matched the receiver reads the data, or asks for it with GET
 //! when the transport cannot read remote memory). A synchronous eager send waits for an ACK.
 
+mod claim;
 mod direct;
 mod stored_payload;
 
 use std::collections::VecDeque;
 
+use crate::bulk_copy;
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
 use crate::matching::{Matcher, PostedId};
@@ -23,6 +25,8 @@ use crate::sequence::{Arrival, Sequencer};
 use crate::wire::{
     Frame, RemoteKey, WireEnvelope, DATA_HEADER_LEN, MATCH_HEADER_LEN, MAX_HEADER_LEN,
 };
+use claim::Claim;
+pub use claim::{ClaimEnd, Started};
 use stored_payload::StoredPayload;
 
 /// What the protocol needs to know about the transport that reaches one peer.
@@ -74,6 +78,10 @@ pub struct SendArgs<S> {
     pub buf: S,
     /// How a receiver reaches `buf` if the send goes by rendezvous.
     pub remote: RemoteKey,
+    /// A lower eager limit for this send than the peer's, where the caller knows that a
+    /// rendezvous is cheap (the buffer lies in memory the receiver has mapped, so reading it
+    /// is one memcpy); `None` keeps the peer's.
+    pub eager_limit: Option<usize>,
 }
 
 /// Work for the caller besides transmitting frames.
@@ -307,6 +315,13 @@ pub struct Core<S, R> {
     peers: Vec<Peer>,
     ready: VecDeque<Rank>,
     actions: VecDeque<Action>,
+    /// The blocking receive waiting without a request, if any (see `claim`).
+    claim: Option<Claim<R>>,
+    /// How the last claim ended, until its receive takes it.
+    claim_end: Option<ClaimEnd<R>>,
+    /// Eager bytes given back to a peer at once (a quarter of the budget), computed once: the
+    /// division is not for every message.
+    credit_batch: usize,
 }
 
 fn protocol(peer: Rank, what: impl Into<String>) -> PmlError {
@@ -316,10 +331,30 @@ fn protocol(peer: Rank, what: impl Into<String>) -> PmlError {
     }
 }
 
-/// Eager when the message fits the peer's eager limit and the peer still has budget for it.
-fn eager_now(p: &Peer, caps: PeerCaps, len: usize) -> bool {
-    let eager_max = caps.eager_limit.min(caps.max_frame - MATCH_HEADER_LEN);
-    len <= eager_max && p.credit >= len.saturating_add(EAGER_OVERHEAD)
+/// The largest payload a send goes eagerly with: the peer's eager limit (or the send's own,
+/// if lower), as far as one frame holds.
+fn eager_max(caps: PeerCaps, send_limit: Option<usize>) -> usize {
+    let limit = send_limit.map_or(caps.eager_limit, |l| l.min(caps.eager_limit));
+    limit.min(caps.max_frame - MATCH_HEADER_LEN)
+}
+
+/// Eager when the message fits the eager limit and the peer still has budget for it.
+fn eager_now(p: &Peer, caps: PeerCaps, len: usize, send_limit: Option<usize>) -> bool {
+    len <= eager_max(caps, send_limit) && p.credit >= len.saturating_add(EAGER_OVERHEAD)
+}
+
+/// Copies a matched eager payload into a receive buffer, as much as fits: a longer message
+/// completes the receive as truncated.
+fn copy_eager(buf: &mut [u8], envelope: Envelope, payload: &[u8]) -> Result<Status, PmlError> {
+    let capacity = buf.len();
+    let n = payload.len().min(capacity);
+    bulk_copy::copy_from_slice(&mut buf[..n], &payload[..n]);
+    let status = Status {
+        source: envelope.source,
+        tag: envelope.tag,
+        len: payload.len(),
+    };
+    receive_result(status, capacity)
 }
 
 fn receive_result(status: Status, capacity: usize) -> Result<Status, PmlError> {
@@ -345,6 +380,9 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
             peers: (0..peers).map(|_| Peer::default()).collect(),
             ready: VecDeque::new(),
             actions: VecDeque::new(),
+            claim: None,
+            claim_end: None,
+            credit_batch: config.unexpected_budget / 4,
         }
     }
 
@@ -391,13 +429,13 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     pub fn sends_eagerly(&self, peer: Rank, len: usize) -> bool {
         self.peers
             .get(peer as usize)
-            .is_some_and(|p| p.caps.is_some_and(|caps| eager_now(p, caps, len)))
+            .is_some_and(|p| p.caps.is_some_and(|caps| eager_now(p, caps, len, None)))
     }
 
     pub fn post_send(&mut self, args: SendArgs<S>) -> Result<Handle, PmlError> {
         let len = args.buf.as_ref().len();
         let (p, caps) = self.peer(args.peer)?;
-        let eager = eager_now(p, caps, len);
+        let eager = eager_now(p, caps, len, args.eager_limit);
         if eager {
             p.credit -= len + EAGER_OVERHEAD;
         }
@@ -448,10 +486,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         buf: R,
     ) -> Result<Handle, PmlError> {
         if let Some((envelope, pending)) = self.matcher.take_unexpected(context, source, tag) {
-            let recv = self.requests.insert(Request::Recv {
-                buf,
-                state: RecvState::Done(Err(PmlError::Cancelled)),
-            });
+            let recv = self.unmatched_request(buf);
             self.deliver_pending(recv, envelope, pending)?;
             return Ok(recv);
         }
@@ -496,10 +531,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
             .matched_messages
             .remove(message.0)
             .map_err(|s| PmlError::StaleRequest(s.0))?;
-        let recv = self.requests.insert(Request::Recv {
-            buf,
-            state: RecvState::Done(Err(PmlError::Cancelled)),
-        });
+        let recv = self.unmatched_request(buf);
         self.deliver_pending(recv, envelope, pending)?;
         Ok(recv)
     }
@@ -590,18 +622,8 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                 payload,
                 sync_request,
             } => {
-                let n = payload.len().min(capacity);
-                buf[..n].copy_from_slice(&payload[..n]);
-                let status = Status {
-                    source: envelope.source,
-                    tag: envelope.tag,
-                    len: payload.len(),
-                };
-                *state = RecvState::Done(receive_result(status, capacity));
-                if let Some(s) = sync_request {
-                    self.push_control(peer, Control::Ack(s));
-                }
-                self.return_credit(peer, payload.len() + EAGER_OVERHEAD);
+                *state = RecvState::Done(copy_eager(buf, envelope, payload));
+                self.eager_consumed(peer, payload.len(), sync_request);
             }
             Incoming::Rts {
                 len,
@@ -657,11 +679,21 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         Ok(())
     }
 
+    /// An eager message of `len` bytes from `peer` reached its receive: a synchronous sender
+    /// learns it matched, and the budget it took goes back.
+    #[inline]
+    fn eager_consumed(&mut self, peer: Rank, len: usize, sync_request: Option<u64>) {
+        if let Some(s) = sync_request {
+            self.push_control(peer, Control::Ack(s));
+        }
+        self.return_credit(peer, len + EAGER_OVERHEAD);
+    }
+
     /// Gives eager budget back in batches, so that credit frames stay rare.
     fn return_credit(&mut self, peer: Rank, bytes: usize) {
         let p = &mut self.peers[peer as usize];
         p.to_return += bytes;
-        if p.to_return >= self.config.unexpected_budget / 4 {
+        if p.to_return >= self.credit_batch {
             let n = std::mem::take(&mut p.to_return);
             self.push_control(peer, Control::Credit(n as u64));
         }
@@ -781,6 +813,10 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         if let Some(recv) = self.matcher.match_arrival(envelope) {
             return self.deliver(recv, envelope, peer, incoming);
         }
+        // Every posted receive came before the claim's, so it may have the message only now.
+        if self.claim.as_ref().is_some_and(|c| c.accepts(envelope)) {
+            return self.deliver_to_claim(envelope, peer, incoming);
+        }
         let pending = match incoming {
             Incoming::Eager {
                 payload,
@@ -888,8 +924,8 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         offset: u64,
         payload: &[u8],
     ) -> Result<(), PmlError> {
-        self.data_target(from, recv_request, offset, payload.len())?
-            .copy_from_slice(payload);
+        let target = self.data_target(from, recv_request, offset, payload.len())?;
+        bulk_copy::copy_from_slice(target, payload);
         self.data_landed(from, recv_request, payload.len())
     }
 
@@ -983,6 +1019,13 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         let peer = self.ready.pop_front()?;
         self.peers[peer as usize].in_ready = false;
         Some(peer)
+    }
+
+    /// Whether frames wait to go out or remote reads to be made (the caller's work after
+    /// frames came in).
+    #[inline]
+    pub fn has_work(&self) -> bool {
+        !(self.ready.is_empty() && self.actions.is_empty())
     }
 
     pub fn has_output(&self, peer: Rank) -> bool {

@@ -37,17 +37,22 @@ impl Numbers {
     fn of(&mut self, stream: Stream) -> &mut u32 {
         let at = match self.last {
             Some((last, at)) if last == stream => at,
-            _ => {
-                let values = &mut self.values;
-                let at = *self.index.entry(stream).or_insert_with(|| {
-                    values.push(0);
-                    values.len() - 1
-                });
-                self.last = Some((stream, at));
-                at
-            }
+            _ => self.look_up(stream),
         };
         &mut self.values[at]
+    }
+
+    /// Where `stream`'s number lives, made on first use; out of line, so that the hit of
+    /// `of` above inlines into every message's path.
+    #[inline(never)]
+    fn look_up(&mut self, stream: Stream) -> usize {
+        let values = &mut self.values;
+        let at = *self.index.entry(stream).or_insert_with(|| {
+            values.push(0);
+            values.len() - 1
+        });
+        self.last = Some((stream, at));
+        at
     }
 }
 

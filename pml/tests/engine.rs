@@ -36,8 +36,10 @@ fn recv(e: &mut Engine, from: SourceSel, tag: TagSel, len: usize) -> (Vec<u8>, p
 fn singleton_sends_to_itself_by_every_protocol() {
     let mut w = singleton_wireup("engine-self");
     let dir = w.dir.clone();
-    let mut e = Engine::new(&mut w, EngineConfig::default()).unwrap();
-    for len in [0, 1, 100, 16 << 10, (16 << 10) + 1, 1 << 20] {
+    let config = EngineConfig::default();
+    let limit = config.shm_eager_limit;
+    let mut e = Engine::new(&mut w, config).unwrap();
+    for len in [0, 1, 100, limit, limit + 1, 1 << 20] {
         let data = pattern(len, len);
         let mut buf = vec![0u8; len];
         // SAFETY: both buffers outlive their requests, waited for below.
@@ -394,6 +396,91 @@ fn run_ranks(test: &str, cases: &[(u32, &str)]) {
     }
 }
 
+const ARENA_LIMIT_ENV: &str = "PML_ENGINE_TEST_ARENA_LIMIT_RANK";
+
+/// Over shared memory, a message from the sender's shared arena goes by rendezvous past the
+/// arena's eager limit (the receiver's one memcpy beats eager's two copies), while one from
+/// elsewhere stays eager up to the shm eager limit (process_vm_readv costs more than two
+/// copies); every message, on each side of each limit, arrives whole.
+#[test]
+fn shm_eager_limit_depends_on_where_the_send_buffer_lies() {
+    const ARENA_LIMIT: usize = 4096;
+    const SHM_LIMIT: usize = 32 << 10;
+    // (length, from the arena?, how it goes: 0 eager, 1 mapped read, 2 process_vm_readv)
+    let cases = [
+        (ARENA_LIMIT - 1, true, 0),
+        (ARENA_LIMIT, true, 0),
+        (ARENA_LIMIT + 1, true, 1),
+        (SHM_LIMIT, true, 1),
+        (SHM_LIMIT + 1, true, 1),
+        (ARENA_LIMIT + 1, false, 0),
+        (SHM_LIMIT, false, 0),
+        (SHM_LIMIT + 1, false, 2),
+    ];
+    if let Ok(spec) = env::var(ARENA_LIMIT_ENV) {
+        let (dir, rank) = spec.split_once(',').unwrap();
+        let mut w = DirWireup {
+            dir: dir.into(),
+            rank: rank.parse().unwrap(),
+            size: 2,
+            round: 0,
+        };
+        let config = EngineConfig {
+            shm_eager_limit: SHM_LIMIT,
+            shm_arena_eager_limit: ARENA_LIMIT,
+            ..EngineConfig::default()
+        };
+        let mut e = Engine::new(&mut w, config).unwrap();
+        // A block this large comes from the arena; the others (small heap blocks, the
+        // stack) do not.
+        let mut arena_block = vec![0u8; 1 << 20];
+        let mut on_stack = [0u8; SHM_LIMIT + 1];
+        for (i, &(len, from_arena, path)) in cases.iter().enumerate() {
+            let data = pattern(len, i);
+            if e.rank() == 1 {
+                if from_arena {
+                    arena_block[..len].copy_from_slice(&data);
+                    send(&mut e, 0, i as i32, &arena_block[..len], SendMode::Standard);
+                } else if len > SHM_LIMIT {
+                    on_stack[..len].copy_from_slice(&data);
+                    send(&mut e, 0, i as i32, &on_stack[..len], SendMode::Standard);
+                } else {
+                    send(&mut e, 0, i as i32, &data, SendMode::Standard);
+                }
+                continue;
+            }
+            let before = e.counters();
+            let (buf, st) = recv(&mut e, SourceSel::Rank(1), TagSel::Tag(i as i32), len);
+            assert_eq!(st.len, len);
+            assert!(
+                checksum(&buf) == checksum(&data),
+                "case {i}: {len} bytes arrived wrong"
+            );
+            let after = e.counters();
+            let reads = after.remote_reads - before.remote_reads;
+            let mapped = after.mapped_reads - before.mapped_reads;
+            let how = match (reads, mapped) {
+                (0, 0) => 0,
+                (1, 1) => 1,
+                (1, 0) => 2,
+                other => panic!("case {i}: remote and mapped reads {other:?}"),
+            };
+            assert_eq!(
+                how, path,
+                "case {i}: {len} bytes, from the arena: {from_arena}"
+            );
+        }
+        e.flush_all().unwrap();
+        println!("limits ok");
+        return;
+    }
+    let outputs = run_two_ranks(
+        "shm_eager_limit_depends_on_where_the_send_buffer_lies",
+        ARENA_LIMIT_ENV,
+    );
+    assert!(String::from_utf8_lossy(&outputs[0].stdout).contains("limits ok"));
+}
+
 const LIMITED_ENV: &str = "PML_ENGINE_TEST_LIMITED_RANK";
 /// Address space the limited ranks get beyond what they use before the engine starts.
 const HEADROOM: u64 = 80 << 30;
@@ -462,20 +549,12 @@ fn an_address_space_limit_leaves_room_beside_the_arenas() {
         e.flush_all().unwrap();
         return;
     }
-    let dir = env::temp_dir().join(format!("pml-engine-limited-{}", std::process::id()));
-    fs::create_dir_all(&dir).unwrap();
-    let outputs = run_children(
+    let outputs = run_two_ranks(
         "an_address_space_limit_leaves_room_beside_the_arenas",
-        2,
         LIMITED_ENV,
-        |r| format!("{},{r}", dir.display()),
-        &[],
-        Duration::from_secs(120),
     );
-    assert_all_succeeded(&outputs, "");
     let out0 = String::from_utf8_lossy(&outputs[0].stdout);
     assert!(out0.contains("MiB of address space"), "{out0}");
-    fs::remove_dir_all(dir).unwrap();
 }
 
 const UNREADABLE_ENV: &str = "PML_ENGINE_TEST_UNREADABLE_RANK";
@@ -524,6 +603,9 @@ fn an_arena_peers_cannot_read_stops_serving() {
             round: 0,
         });
         let e = Engine::new(&mut w, EngineConfig::default()).unwrap();
+        // Each rank maps its peer's arena after the engine's last fence: without this one,
+        // rank 1 could exit first, and rank 0 then fails to map it and stops serving too.
+        pml::Wireup::fence(&mut w).unwrap();
         let block = vec![1u8; 1 << 20];
         let in_arena = pml::shared_arena::GLOBAL.contains(block.as_ptr());
         if e.rank() == 1 {
@@ -538,18 +620,25 @@ fn an_arena_peers_cannot_read_stops_serving() {
         }
         return;
     }
-    let dir = env::temp_dir().join(format!("pml-engine-unreadable-{}", std::process::id()));
+    run_two_ranks("an_arena_peers_cannot_read_stops_serving", UNREADABLE_ENV);
+}
+
+/// Runs `test` as two child ranks (`key` tells each its meeting directory and rank, as
+/// `dir,rank`), asserts that both succeeded, and returns their outputs.
+fn run_two_ranks(test: &str, key: &str) -> Vec<std::process::Output> {
+    let dir = env::temp_dir().join(format!("pml-engine-{test}-{}", std::process::id()));
     fs::create_dir_all(&dir).unwrap();
     let outputs = run_children(
-        "an_arena_peers_cannot_read_stops_serving",
+        test,
         2,
-        UNREADABLE_ENV,
+        key,
         |r| format!("{},{r}", dir.display()),
         &[],
         Duration::from_secs(120),
     );
     assert_all_succeeded(&outputs, "");
     fs::remove_dir_all(dir).unwrap();
+    outputs
 }
 
 /// Asserts that every child rank exited successfully, showing a failed one's output.

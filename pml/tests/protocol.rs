@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use pml::protocol::{Action, Completion, Core, CoreConfig, PeerCaps, SendArgs, SendMode};
+use pml::protocol::{
+    Action, ClaimEnd, Completion, Core, CoreConfig, PeerCaps, SendArgs, SendMode, Started,
+};
 use pml::wire::{Frame, RemoteKey, WireEnvelope, MAX_HEADER_LEN};
 use pml::{Handle, PmlError, SourceSel, Status, TagSel};
 
@@ -26,6 +28,8 @@ struct Pair {
     next_key: u64,
     /// Kinds of the frames carried, in order, as (from, kind name).
     log: Vec<(u32, &'static str)>,
+    /// The eager limit the sends carry of their own (`SendArgs::eager_limit`).
+    send_eager_limit: Option<usize>,
 }
 
 fn kind(frame: &Frame<'_>) -> &'static str {
@@ -57,6 +61,7 @@ impl Pair {
             exposed: HashMap::new(),
             next_key: 1,
             log: Vec::new(),
+            send_eager_limit: None,
         }
     }
 
@@ -73,6 +78,7 @@ impl Pair {
                 mode,
                 buf: data,
                 remote: RemoteKey { addr: key, key: 0 },
+                eager_limit: self.send_eager_limit,
             })
             .unwrap()
     }
@@ -104,6 +110,7 @@ impl Pair {
                     mode,
                     buf: data,
                     remote: RemoteKey { addr: key, key: 0 },
+                    eager_limit: self.send_eager_limit,
                 },
                 |header, payload| {
                     if room {
@@ -172,6 +179,28 @@ impl Pair {
         match self.cores[at].take_completion(h).unwrap() {
             Some(Completion::Recv { buf, result }) => (buf, result),
             other => panic!("receive not complete: {other:?}"),
+        }
+    }
+
+    /// Starts a blocking receive at `at` as the core's claim.
+    fn claim(
+        &mut self,
+        at: usize,
+        source: SourceSel,
+        tag: TagSel,
+        capacity: usize,
+    ) -> Started<Vec<u8>> {
+        self.cores[at]
+            .claim_recv(0, source, tag, vec![0xEE; capacity])
+            .unwrap()
+    }
+
+    /// The claim's bytes and outcome, once an eager message ended it.
+    fn claim_result(&mut self, at: usize) -> (Vec<u8>, Result<Status, PmlError>) {
+        assert!(self.cores[at].claim_ended(), "the claim is still waiting");
+        match self.cores[at].take_claim() {
+            Some(ClaimEnd::Done { buf, result }) => (buf, result),
+            other => panic!("the claim did not end with a copy: {other:?}"),
         }
     }
 
@@ -446,6 +475,45 @@ fn direct_sends_never_overtake_queued_ones() {
 }
 
 #[test]
+fn a_send_s_own_eager_limit_lowers_the_peer_s_on_both_paths() {
+    let cases = [(1, 100), (2, 101), (3, EAGER + 1)];
+    for direct in [false, true] {
+        let mut p = Pair::new(true, CoreConfig::default());
+        p.send_eager_limit = Some(100);
+        let mut handles = Vec::new();
+        for &(tag, len) in &cases[..2] {
+            let data = pattern(len, tag as u8);
+            handles.push(if direct {
+                p.send_direct(0, tag, data, SendMode::Standard, true)
+            } else {
+                p.send(0, tag, data, SendMode::Standard)
+            });
+        }
+        // A limit above the peer's does not raise it.
+        p.send_eager_limit = Some(10 * EAGER);
+        handles.push(p.send(0, 3, pattern(EAGER + 1, 3), SendMode::Standard));
+        let recvs: Vec<_> = cases
+            .iter()
+            .map(|&(tag, len)| p.recv(1, SourceSel::Rank(0), TagSel::Tag(tag), len))
+            .collect();
+        p.run();
+        let first = if direct { "DIRECT" } else { "MATCH" };
+        assert_eq!(
+            p.kinds(),
+            [first, "RTS", "RTS", "FIN", "FIN"],
+            "direct: {direct}"
+        );
+        for (r, &(tag, len)) in recvs.into_iter().zip(&cases) {
+            assert_eq!(p.recv_result(1, r).0, pattern(len, tag as u8));
+        }
+        // A direct send completed as it went (`Handle::SENT`): nothing to ask the core.
+        assert!(handles
+            .iter()
+            .all(|&h| h == Handle::SENT || p.send_done(0, h)));
+    }
+}
+
+#[test]
 fn synchronous_and_large_sends_are_never_direct() {
     let mut p = Pair::new(true, CoreConfig::default());
     let sync = p.send_direct(0, 1, pattern(10, 1), SendMode::Synchronous, true);
@@ -704,4 +772,202 @@ fn data_lands_in_place_only_where_the_receive_expects_it() {
     c.data_landed(0, recv_request, 2000).unwrap();
     assert_eq!(p.recv_result(1, r).0, data);
     assert!(!p.send_done(0, s), "the sender still streams its own copy");
+}
+
+#[test]
+fn a_receive_that_finds_its_eager_message_waiting_is_done_at_once() {
+    let mut p = Pair::new(true, CoreConfig::default());
+    p.send(0, 4, pattern(40, 4), SendMode::Standard);
+    p.send(0, 5, pattern(40, 5), SendMode::Standard);
+    p.run();
+    let started = p.cores[1]
+        .start_recv(0, SourceSel::Rank(0), TagSel::Tag(5), vec![0; 40])
+        .unwrap();
+    let status = Status {
+        source: 0,
+        tag: 5,
+        len: 40,
+    };
+    assert_eq!(
+        started,
+        Started::Done {
+            buf: pattern(40, 5),
+            result: Ok(status)
+        }
+    );
+    // Too short a buffer: done at once too, truncated, nothing written past it.
+    let Started::Done { buf, result } = p.cores[1]
+        .start_recv(0, SourceSel::Any, TagSel::Any, vec![0; 8])
+        .unwrap()
+    else {
+        panic!("the waiting message was not taken");
+    };
+    assert_eq!(buf, pattern(40, 4)[..8]);
+    assert!(matches!(
+        result,
+        Err(PmlError::Truncated {
+            message_len: 40,
+            buffer_len: 8,
+            ..
+        })
+    ));
+    assert_eq!(p.cores[1].live_requests(), 0, "no request was made");
+    assert_eq!(p.cores[1].unexpected_len(), 0);
+    // Nothing waiting: posted as a request, which the next message completes.
+    let Started::Posted(r) = p.cores[1]
+        .start_recv(0, SourceSel::Rank(0), TagSel::Any, vec![0; 40])
+        .unwrap()
+    else {
+        panic!("a receive with nothing waiting must be posted");
+    };
+    p.send(0, 6, pattern(40, 6), SendMode::Standard);
+    p.run();
+    assert_eq!(p.recv_result(1, r).0, pattern(40, 6));
+}
+
+#[test]
+fn a_claim_takes_an_arriving_message_with_no_request_or_queue_entry() {
+    let mut p = Pair::new(true, CoreConfig::default());
+    assert_eq!(
+        p.claim(1, SourceSel::Rank(0), TagSel::Tag(3), 64),
+        Started::Claimed
+    );
+    assert!(!p.cores[1].claim_ended());
+    p.send_direct(0, 3, pattern(64, 3), SendMode::Standard, true);
+    let (buf, status) = p.claim_result(1);
+    assert_eq!(buf, pattern(64, 3));
+    assert_eq!(
+        status.unwrap(),
+        Status {
+            source: 0,
+            tag: 3,
+            len: 64
+        }
+    );
+    assert_eq!(p.cores[1].live_requests(), 0);
+    assert_eq!(p.cores[1].unexpected_len(), 0);
+    assert_eq!(p.cores[1].take_claim(), None, "a claim ends once");
+}
+
+#[test]
+fn earlier_posted_receives_and_earlier_messages_come_before_the_claim() {
+    let mut p = Pair::new(true, CoreConfig::default());
+    // A message already waiting is the claim's at once, in arrival order.
+    p.send(0, 7, pattern(8, 1), SendMode::Standard);
+    p.run();
+    let Started::Done { buf, .. } = p.claim(1, SourceSel::Any, TagSel::Any, 8) else {
+        panic!("a waiting message must end the claim at once");
+    };
+    assert_eq!(buf, pattern(8, 1));
+    // An earlier posted receive that accepts the message has it first.
+    let posted = p.recv(1, SourceSel::Rank(0), TagSel::Any, 8);
+    assert_eq!(
+        p.claim(1, SourceSel::Any, TagSel::Tag(7), 8),
+        Started::Claimed
+    );
+    p.send(0, 7, pattern(8, 2), SendMode::Standard);
+    p.run();
+    assert!(!p.cores[1].claim_ended());
+    assert_eq!(p.recv_result(1, posted).0, pattern(8, 2));
+    // A message the claim does not accept waits as unexpected; the next one it accepts.
+    p.send(0, 8, pattern(8, 3), SendMode::Standard);
+    p.send(0, 7, pattern(8, 4), SendMode::Standard);
+    p.run();
+    assert_eq!(p.claim_result(1).0, pattern(8, 4));
+    assert_eq!(p.cores[1].unexpected_len(), 1);
+    let Started::Done { buf, .. } = p.claim(1, SourceSel::Any, TagSel::Any, 8) else {
+        panic!("the waiting message must end the claim at once");
+    };
+    assert_eq!(buf, pattern(8, 3));
+    // Runtime (negative) tags never reach an any-tag claim.
+    assert_eq!(p.claim(1, SourceSel::Any, TagSel::Any, 8), Started::Claimed);
+    p.send(0, -5, pattern(8, 5), SendMode::Standard);
+    p.run();
+    assert!(!p.cores[1].claim_ended());
+    assert_eq!(p.cores[1].take_claim(), None);
+}
+
+#[test]
+fn a_claim_takes_early_arrivals_in_sequence_order() {
+    let mut core: TestCore = Core::new(1, CoreConfig::default());
+    core.set_peer(0, caps(true));
+    assert_eq!(
+        core.claim_recv(0, SourceSel::Rank(0), TagSel::Any, vec![0; 1])
+            .unwrap(),
+        Started::Claimed
+    );
+    core.on_frame(0, &match_frame(1, 1, b"b")).unwrap();
+    assert!(
+        !core.claim_ended(),
+        "took a message sent after an earlier one"
+    );
+    core.on_frame(0, &match_frame(0, 1, b"a")).unwrap();
+    let Some(ClaimEnd::Done { buf, .. }) = core.take_claim() else {
+        panic!("the claim did not end");
+    };
+    assert_eq!(buf, b"a");
+    assert_eq!(core.unexpected_len(), 1);
+}
+
+#[test]
+fn a_rendezvous_offer_turns_the_claim_into_a_request() {
+    for remote_read in [true, false] {
+        let mut p = Pair::new(remote_read, CoreConfig::default());
+        assert_eq!(
+            p.claim(1, SourceSel::Rank(0), TagSel::Any, EAGER + 10),
+            Started::Claimed
+        );
+        let s = p.send(0, 1, pattern(EAGER + 10, 9), SendMode::Standard);
+        p.run();
+        let Some(ClaimEnd::Request(r)) = p.cores[1].take_claim() else {
+            panic!("an RTS must turn the claim into a request");
+        };
+        assert_eq!(p.recv_result(1, r).0, pattern(EAGER + 10, 9));
+        assert!(p.send_done(0, s));
+    }
+}
+
+#[test]
+fn a_synchronous_send_to_a_claim_is_acknowledged() {
+    let mut p = Pair::new(true, CoreConfig::default());
+    assert_eq!(
+        p.claim(1, SourceSel::Rank(0), TagSel::Tag(2), 10),
+        Started::Claimed
+    );
+    let s = p.send(0, 2, pattern(10, 2), SendMode::Synchronous);
+    p.run();
+    assert_eq!(p.kinds(), ["MATCH+SYNC", "ACK"]);
+    assert!(p.send_done(0, s));
+    assert_eq!(p.claim_result(1).0, pattern(10, 2));
+}
+
+#[test]
+fn claims_give_the_unexpected_budget_back() {
+    let config = CoreConfig {
+        unexpected_budget: 4 * (100 + pml::protocol::EAGER_OVERHEAD),
+    };
+    let mut p = Pair::new(true, config);
+    // Far more eager bytes than the budget, each taken by a claim: credit keeps them eager.
+    for i in 0..20u8 {
+        assert_eq!(
+            p.claim(1, SourceSel::Rank(0), TagSel::Any, 100),
+            Started::Claimed
+        );
+        p.send(0, 1, pattern(100, i), SendMode::Standard);
+        p.run();
+        assert_eq!(p.claim_result(1).0, pattern(100, i));
+    }
+    assert!(!p.kinds().contains(&"RTS"), "{:?}", p.kinds());
+    assert!(p.kinds().contains(&"CREDIT"));
+}
+
+#[test]
+fn a_withdrawn_claim_takes_nothing() {
+    let mut p = Pair::new(true, CoreConfig::default());
+    assert_eq!(p.claim(1, SourceSel::Any, TagSel::Any, 8), Started::Claimed);
+    assert_eq!(p.cores[1].take_claim(), None);
+    p.send(0, 1, pattern(8, 1), SendMode::Standard);
+    p.run();
+    assert!(!p.cores[1].claim_ended());
+    assert_eq!(p.cores[1].unexpected_len(), 1);
 }

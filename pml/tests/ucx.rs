@@ -39,7 +39,7 @@ fn recv(p: &mut UcxPml, from: SourceSel, tag: TagSel, len: usize) -> (Vec<u8>, S
     try_recv(p, from, tag, len).unwrap()
 }
 
-/// The blocking receive (`UcxPml::receive`, in the PML's own request memory).
+/// The blocking receive (`UcxPml::recv`, in the PML's own request memory).
 fn try_receive(
     p: &mut UcxPml,
     from: SourceSel,
@@ -48,7 +48,7 @@ fn try_receive(
 ) -> Result<(Vec<u8>, Status), PmlError> {
     let mut buf = vec![0u8; len];
     // SAFETY: `buf` outlives the call, which returns once the receive is done.
-    let status = unsafe { p.receive(0, from, tag, buf.as_mut_ptr(), buf.len()) }?;
+    let status = unsafe { p.recv(0, from, tag, buf.as_mut_ptr(), buf.len()) }?;
     Ok((buf, status))
 }
 

@@ -1,8 +1,9 @@
-//! osu_bw: rank 0 sends a window of non-blocking messages, rank 1 receives them and answers
-//! with a short acknowledgement; bandwidth is bytes over the time of all windows.
+//! osu_bw: rank 0 sends a window of non-blocking messages, rank 1 receives them (all into one
+//! buffer, as OSU does) and answers with a short acknowledgement; bandwidth is bytes over the
+//! time of all windows.
 
 use osu_benches::mpi::traits::*;
-use osu_benches::{measure, send_window, start, Benchmark, Slots};
+use osu_benches::{measure, receive_window, send_window, start, Benchmark};
 
 fn main() {
     let (universe, options) = start(Benchmark::Bandwidth);
@@ -11,7 +12,7 @@ fn main() {
     let peer = world.process_at_rank(1 - rank);
     let window = options.window;
     let s_buf = vec![b'a'; options.max_size];
-    let mut slots = Slots::new(options.max_size, window);
+    let mut r_buf = vec![b'b'; options.max_size];
     measure(
         &world,
         &options,
@@ -19,7 +20,7 @@ fn main() {
             if rank == 0 {
                 send_window(&peer, &s_buf[..size], window);
             } else {
-                slots.receive_window(&peer, size);
+                receive_window(&peer, &mut r_buf[..size], window);
             }
         },
         |size, iterations, seconds| size as f64 / 1e6 * (iterations * window) as f64 / seconds,

@@ -5,7 +5,7 @@
 use super::{Core, SendArgs, SendMode, EAGER_OVERHEAD};
 use crate::error::PmlError;
 use crate::requests::Handle;
-use crate::wire::{Frame, WireEnvelope, MATCH_HEADER_LEN, MAX_HEADER_LEN};
+use crate::wire::{Frame, WireEnvelope, MAX_HEADER_LEN};
 
 impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     /// Posts a send, first offering it to `write(header, payload)` when it may bypass the
@@ -23,7 +23,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         let payload = args.buf.as_ref();
         let len = payload.len();
         let (p, caps) = self.peer(args.peer)?;
-        let eager_max = caps.eager_limit.min(caps.max_frame - MATCH_HEADER_LEN);
+        let eager_max = super::eager_max(caps, args.eager_limit);
         let cost = len.saturating_add(EAGER_OVERHEAD);
         // Anything queued for this peer goes first: its MATCH/RTS frames carry earlier
         // sequence numbers, and its control frames unblock the peer.

@@ -435,7 +435,7 @@ impl UcxPml {
     ///
     /// # Safety
     /// `buf` must be valid for writes of `len` bytes for the duration of the call.
-    pub unsafe fn receive(
+    pub unsafe fn recv(
         &mut self,
         context: ContextId,
         source: SourceSel,

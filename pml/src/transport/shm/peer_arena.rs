@@ -5,6 +5,7 @@ use std::ffi::CString;
 use std::io;
 use std::ptr::NonNull;
 
+use crate::bulk_copy;
 use crate::shared_arena::{ArenaInfo, ARENA_MAGIC, PAGE};
 
 /// The mapping lasts as long as this value (for the job): page tables filled by one message
@@ -95,7 +96,7 @@ impl PeerArena {
         // alone until our FIN (MPI's rule); if a faulty program wrote to it anyway, we would
         // copy unspecified bytes, never fault.
         unsafe {
-            std::ptr::copy_nonoverlapping(
+            bulk_copy::copy_nonoverlapping(
                 self.map.as_ptr().add(offset),
                 dst.as_mut_ptr(),
                 dst.len(),

@@ -16,6 +16,8 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use crate::bulk_copy;
+
 const EMPTY: u64 = 0;
 const WRAP: u64 = u64::MAX;
 const HEADER: usize = 8;
@@ -150,7 +152,7 @@ impl Producer {
             // tail past them, acquired above) and will not read them until the header below is
             // published. `part` cannot alias that free space: nothing hands out references to it.
             unsafe {
-                std::ptr::copy_nonoverlapping(part.as_ptr(), self.raw.data.add(at), part.len());
+                bulk_copy::copy_nonoverlapping(part.as_ptr(), self.raw.data.add(at), part.len());
             }
             at += part.len();
         }

@@ -1,0 +1,195 @@
+//! Immediate receives into raw memory, with C's contract: the escape hatch for programs that,
+//! like OSU's bandwidth tests, post a window of receives into one buffer.
+//!
+//! Safe receives lend each request a `&mut` borrow, so two outstanding receives can never
+//! target the same bytes. MPI allows it (the buffer then holds whichever message landed last),
+//! and OSU's `osu_bw` relies on it: all 64 receives of a window land in one cache-warm buffer.
+//! A safe form over `&[Cell<T>]` is not sound on every transport: an RDMA READ (verbs, UCX)
+//! writes the buffer while the program runs, so a `Cell::get` in between would race with the
+//! device. Hence an `unsafe` call whose contract is C's.
+//!
+//! Overlapping targets are harmless to the runtime itself: it only ever writes a receive
+//! buffer (eager copies, remote reads, socket reads), never reads it back, so which message's
+//! bytes end up there changes nothing it does. Types whose bytes must be checked (`bool`,
+//! `char`) land in a staging buffer per request and are copied in when the request completes.
+
+use std::mem::{align_of, size_of};
+use std::ptr::NonNull;
+
+use crate::error::{Cause, Error};
+use crate::point_to_point::{start_receive, tag_selector, RecvSlot, Source, Tag};
+use crate::request::{Request, Scope};
+use crate::traits::Equivalence;
+
+/// Immediate receives into raw pointers (`MPI_Irecv` on a C buffer), for every [`Source`].
+pub trait ImmediateReceiveRaw: Source {
+    /// Starts a receive of up to `count` elements of `T` into the memory at `ptr`, like
+    /// [`immediate_receive_into`](Source::immediate_receive_into) but without a borrow, so
+    /// that several outstanding receives may share a buffer. A longer message completes the
+    /// request with a truncation error and writes nothing past `count` elements.
+    ///
+    /// # Safety
+    /// From this call until the request completes (`wait`, a `test` that succeeds, or the
+    /// end of its scope):
+    /// - `ptr` is valid for writes of `count` elements of `T` (it may be null, or dangling,
+    ///   only when `count` is 0), and that memory is neither freed nor reused;
+    /// - the program neither reads nor writes those bytes, nor holds a reference to them; the
+    ///   one exception is other receives started by this trait, which may target the same
+    ///   bytes: once all have completed, each overlapping byte holds the value from one of
+    ///   the messages, which one unspecified (as in MPI).
+    unsafe fn immediate_receive_into_raw<'a, S: Scope<'a>, T: Equivalence>(
+        &self,
+        scope: S,
+        ptr: *mut T,
+        count: usize,
+    ) -> Request<'a, S> {
+        // SAFETY: forwarded from this function's contract.
+        crate::error::or_fatal(unsafe { self.try_immediate_receive_into_raw(scope, ptr, count) })
+    }
+
+    /// [`immediate_receive_into_raw`](Self::immediate_receive_into_raw) of messages with tag
+    /// `tag` only.
+    ///
+    /// # Safety
+    /// As for [`immediate_receive_into_raw`](Self::immediate_receive_into_raw).
+    unsafe fn immediate_receive_into_raw_with_tag<'a, S: Scope<'a>, T: Equivalence>(
+        &self,
+        scope: S,
+        ptr: *mut T,
+        count: usize,
+        tag: Tag,
+    ) -> Request<'a, S> {
+        // SAFETY: forwarded from this function's contract.
+        crate::error::or_fatal(unsafe { raw_receive(self, scope, ptr, count, Some(tag)) })
+    }
+
+    /// [`immediate_receive_into_raw`](Self::immediate_receive_into_raw), returning the error
+    /// (a negative tag, a null or misaligned pointer, a length past `isize::MAX` bytes)
+    /// instead of ending the job.
+    ///
+    /// # Safety
+    /// As for [`immediate_receive_into_raw`](Self::immediate_receive_into_raw).
+    unsafe fn try_immediate_receive_into_raw<'a, S: Scope<'a>, T: Equivalence>(
+        &self,
+        scope: S,
+        ptr: *mut T,
+        count: usize,
+    ) -> Result<Request<'a, S>, Error> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { raw_receive(self, scope, ptr, count, None) }
+    }
+
+    /// [`try_immediate_receive_into_raw`](Self::try_immediate_receive_into_raw) of messages
+    /// with tag `tag` only.
+    ///
+    /// # Safety
+    /// As for [`immediate_receive_into_raw`](Self::immediate_receive_into_raw).
+    unsafe fn try_immediate_receive_into_raw_with_tag<'a, S: Scope<'a>, T: Equivalence>(
+        &self,
+        scope: S,
+        ptr: *mut T,
+        count: usize,
+        tag: Tag,
+    ) -> Result<Request<'a, S>, Error> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { raw_receive(self, scope, ptr, count, Some(tag)) }
+    }
+}
+
+impl<P: Source + ?Sized> ImmediateReceiveRaw for P {}
+
+/// # Safety
+/// As for [`ImmediateReceiveRaw::immediate_receive_into_raw`].
+unsafe fn raw_receive<'a, P: Source + ?Sized, S: Scope<'a>, T: Equivalence>(
+    source: &P,
+    scope: S,
+    ptr: *mut T,
+    count: usize,
+    tag: Option<Tag>,
+) -> Result<Request<'a, S>, Error> {
+    let operation = || source.describe("immediate receive into a raw buffer", tag);
+    let (ptr, bytes) = raw_target(ptr, count).map_err(|cause| Error::new(operation(), cause))?;
+    let tag_sel = tag_selector(tag).map_err(|cause| Error::new(operation(), cause))?;
+    // SAFETY: `raw_target` checked that `ptr` is non-null and aligned (or the length is 0)
+    // and that `bytes` fits an allocation; the caller keeps the memory writable and otherwise
+    // untouched until the request completes; `Equivalence` says checked bytes make valid `T`s.
+    let mut slot = unsafe { RecvSlot::new(ptr, bytes, T::equivalent_datatype()) };
+    // SAFETY: as above: the memory outlives the request (the caller's contract).
+    let started = unsafe {
+        start_receive(
+            source.source_comm(),
+            source.source_selector(),
+            tag_sel,
+            &mut slot,
+        )
+    }
+    .map_err(|cause| Error::new(operation(), cause))?;
+    Ok(Request::receive(
+        started,
+        slot,
+        scope,
+        source.source_selector(),
+        tag,
+    ))
+}
+
+/// The byte pointer and length of `count` elements at `ptr`, or why they cannot be a buffer.
+fn raw_target<T>(ptr: *mut T, count: usize) -> Result<(*mut u8, usize), Cause> {
+    let type_name = std::any::type_name::<T>();
+    let bytes = count
+        .checked_mul(size_of::<T>())
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(|| {
+            Cause::InvalidRawBuffer(format!(
+                "{count} elements of {type_name} exceed the largest possible buffer"
+            ))
+        })?;
+    if bytes == 0 {
+        // Nothing is written through it; a null pointer is fine, as in C.
+        return Ok((NonNull::<u8>::dangling().as_ptr(), 0));
+    }
+    if ptr.is_null() {
+        return Err(Cause::InvalidRawBuffer(format!(
+            "null pointer for {count} elements of {type_name}"
+        )));
+    }
+    if !(ptr as usize).is_multiple_of(align_of::<T>()) {
+        return Err(Cause::InvalidRawBuffer(format!(
+            "pointer {ptr:p} is not aligned to {} bytes for {type_name}",
+            align_of::<T>()
+        )));
+    }
+    Ok((ptr.cast(), bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_targets_are_checked() {
+        let mut words = [0u64; 4];
+        assert_eq!(raw_target(words.as_mut_ptr(), 4).map(|(_, n)| n), Ok(32));
+        assert_eq!(
+            raw_target(std::ptr::null_mut::<u64>(), 0).map(|(_, n)| n),
+            Ok(0)
+        );
+        let null = raw_target(std::ptr::null_mut::<u64>(), 1).unwrap_err();
+        assert!(null.to_string().contains("null pointer"), "{null}");
+        let misaligned = words
+            .as_mut_ptr()
+            .cast::<u8>()
+            .wrapping_add(1)
+            .cast::<u64>();
+        let cause = raw_target(misaligned, 1).unwrap_err();
+        assert!(
+            cause.to_string().contains("not aligned to 8 bytes"),
+            "{cause}"
+        );
+        let huge = raw_target(words.as_mut_ptr(), usize::MAX / 4).unwrap_err();
+        assert!(
+            huge.to_string().contains("largest possible buffer"),
+            "{huge}"
+        );
+    }
+}
