@@ -184,16 +184,22 @@ pub(crate) fn world_rank() -> Option<Rank> {
 }
 
 /// Runs `f` on the PML of this thread.
+#[inline]
 pub(crate) fn with_engine<R>(f: impl FnOnce(&mut Pml) -> Result<R, PmlError>) -> Result<R, Cause> {
-    RUNTIME.with(|slot| {
-        let mut slot = slot.try_borrow_mut().map_err(|_| Cause::NotInitialized)?;
-        // The error is built only on the way out: one built eagerly (`ok_or`) would be
-        // dropped on every call.
-        let Some(runtime) = slot.as_mut() else {
-            return Err(Cause::NotInitialized);
-        };
-        f(&mut runtime.engine).map_err(Cause::from)
-    })
+    // `f` runs outside `LocalKey::with`'s closure: holding a whole inlined PML call, that
+    // closure grew past what the compiler inlines, and every call then paid for an
+    // out-of-line frame, the thread-local's accessor called through a pointer, and the
+    // result copied through the stack (75 instructions a call under callgrind).
+    let slot = RUNTIME.with(|slot| slot as *const RefCell<Option<Runtime>>);
+    // SAFETY: a thread-local lives until its thread ends, and this thread is using it.
+    let slot = unsafe { &*slot };
+    let mut slot = slot.try_borrow_mut().map_err(|_| Cause::NotInitialized)?;
+    // The error is built only on the way out: one built eagerly (`ok_or`) would be dropped
+    // on every call.
+    let Some(runtime) = slot.as_mut() else {
+        return Err(Cause::NotInitialized);
+    };
+    f(&mut runtime.engine).map_err(Cause::from)
 }
 
 /// The job's id, which starts the names of the job's files under /dev/shm (rsrun removes
