@@ -262,7 +262,7 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
     pub fn try_wait(mut self) -> Result<Status, Error> {
         let done = match self.pending() {
             Pending::Message(message) => match message.outcome {
-                Outcome::Engine(handle) => wait_for_message(handle),
+                Outcome::Engine(handle) => wait_handle(handle),
                 _ => message.outcome.finished(),
             },
             Pending::Collective(running) => {
@@ -352,23 +352,6 @@ impl Outcome {
             Outcome::Received(status) => Ok(Done::Received(*status)),
             Outcome::Failed(e) => Err(Cause::from(PmlError::clone(e))),
         }
-    }
-}
-
-/// Waits for one point-to-point operation, stepping the immediate collectives in flight
-/// meanwhile (a peer may wait for their next round before it sends what this one waits for).
-fn wait_for_message(handle: Handle) -> Result<Done, Cause> {
-    if handle == Handle::SENT || !progress::any_in_flight() {
-        return wait_handle(handle);
-    }
-    loop {
-        if let Some(done) = with_engine(|e| e.test(handle))? {
-            return Ok(done);
-        }
-        progress::advance_all();
-        let mut handles = vec![handle];
-        handles.extend(progress::handles_of_all());
-        with_engine(|e| e.wait_any(&handles))?;
     }
 }
 

@@ -924,6 +924,42 @@ fn in_any_order(world: &SimpleCommunicator) {
         world.all_reduce_into(&1, &mut total, SystemOperation::sum());
     }
     assert_eq!(total, n);
+
+    // Blocking point-to-point calls move the immediate collectives on too: rank 0 receives
+    // (then rank 1 sends synchronously) while its own barrier waits on the other's, which from
+    // 3 ranks up has rounds that need every rank to step it.
+    if n < 2 {
+        return;
+    }
+    let (first, second) = (world.process_at_rank(0), world.process_at_rank(1));
+    let barrier = world.immediate_barrier();
+    match me {
+        0 => {
+            assert_eq!(second.receive::<u64>().0, 7);
+            barrier.wait();
+        }
+        1 => {
+            barrier.wait();
+            first.send(&7u64);
+        }
+        _ => {
+            barrier.wait();
+        }
+    }
+    let barrier = world.immediate_barrier();
+    match me {
+        0 => {
+            barrier.wait();
+            assert_eq!(second.receive::<u64>().0, 8);
+        }
+        1 => {
+            first.synchronous_send(&8u64);
+            barrier.wait();
+        }
+        _ => {
+            barrier.wait();
+        }
+    }
 }
 
 fn errors(world: &SimpleCommunicator) {

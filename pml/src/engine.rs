@@ -72,6 +72,8 @@ impl AsMut<[u8]> for RecvBuf {
     fn as_mut(&mut self) -> &mut [u8] {
         // SAFETY: `post_recv`'s caller guarantees `ptr` is valid for writes of `len` bytes and
         // not otherwise accessed until the request completes; this `RecvBuf` is dropped then.
+        // Raw receives may share bytes with each other, but the engine is one thread and this
+        // slice lives for one copy into it, so no two of them are ever alive at once.
         unsafe { slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 }
@@ -203,7 +205,9 @@ fn hostname() -> String {
 }
 
 /// Withdraws the core's claim when dropped, also when a wait fails or unwinds: a claim left
-/// waiting would have a later message written into a buffer its receive no longer owns.
+/// waiting would have a later message written into a buffer its receive no longer owns. A
+/// claim a rendezvous offer already turned into a request is not stopped by this: like any
+/// request whose wait failed, it stays in the engine (a gap of every request path).
 struct ClaimGuard<'e>(&'e mut Engine);
 
 impl Drop for ClaimGuard<'_> {
@@ -1077,7 +1081,8 @@ impl Engine {
                 // SAFETY: the RTS came from this process, so `remote.addr` is the buffer of
                 // one of our own sends, valid for `len` bytes until its FIN, which follows
                 // this copy; a send buffer and a receive buffer never overlap (the caller
-                // borrows one shared and the other exclusively).
+                // borrows one shared and the other exclusively, or for a raw receive promised
+                // that nothing else, a send included, uses its memory until it completes).
                 unsafe {
                     bulk_copy::copy_nonoverlapping(
                         remote.addr as *const u8,

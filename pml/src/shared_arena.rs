@@ -60,8 +60,8 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-/// Blocks at least this large come from the arena. Rendezvous starts at the eager limit
-/// (16 KiB on shm), but each arena block costs a rounding to whole pages (at most 6% here),
+/// Blocks at least this large come from the arena. Rendezvous from an arena block starts
+/// past 4 KiB on shm (`MPIRT_SHM_ARENA_EAGER_LIMIT`), but each arena block costs a rounding to whole pages (at most 6% here),
 /// a lock and a `getpid`, and once evicted from the reuse list a `fallocate`: small next to
 /// filling 64 KiB, not next to a few KiB. Smaller blocks stay with the system allocator and
 /// go by `process_vm_readv`.

@@ -110,27 +110,15 @@ unsafe fn raw_receive<'a, P: Source + ?Sized, S: Scope<'a>, T: Equivalence>(
     let operation = || source.describe("immediate receive into a raw buffer", tag);
     let (ptr, bytes) = raw_target(ptr, count).map_err(|cause| Error::new(operation(), cause))?;
     let tag_sel = tag_selector(tag).map_err(|cause| Error::new(operation(), cause))?;
+    let source_sel = source.source_selector();
     // SAFETY: `raw_target` checked that `ptr` is non-null and aligned (or the length is 0)
     // and that `bytes` fits an allocation; the caller keeps the memory writable and otherwise
     // untouched until the request completes; `Equivalence` says checked bytes make valid `T`s.
     let mut slot = unsafe { RecvSlot::new(ptr, bytes, T::equivalent_datatype()) };
     // SAFETY: as above: the memory outlives the request (the caller's contract).
-    let started = unsafe {
-        start_receive(
-            source.source_comm(),
-            source.source_selector(),
-            tag_sel,
-            &mut slot,
-        )
-    }
-    .map_err(|cause| Error::new(operation(), cause))?;
-    Ok(Request::receive(
-        started,
-        slot,
-        scope,
-        source.source_selector(),
-        tag,
-    ))
+    let started = unsafe { start_receive(source.source_comm(), source_sel, tag_sel, &mut slot) }
+        .map_err(|cause| Error::new(operation(), cause))?;
+    Ok(Request::receive(started, slot, scope, source_sel, tag))
 }
 
 /// The byte pointer and length of `count` elements at `ptr`, or why they cannot be a buffer.
