@@ -22,14 +22,13 @@ fn send(e: &mut Engine, to: u32, tag: i32, data: &[u8], mode: SendMode) {
     assert_eq!(e.wait(h).unwrap(), Done::Sent);
 }
 
+/// A blocking receive, as mpirt's: the engine's claim, which takes an eager frame straight
+/// from the transport and turns into a request for a rendezvous.
 fn recv(e: &mut Engine, from: SourceSel, tag: TagSel, len: usize) -> (Vec<u8>, pml::Status) {
     let mut buf = vec![0u8; len];
-    // SAFETY: `buf` outlives the request: we wait for it before returning.
-    let h = unsafe { e.post_recv(0, from, tag, buf.as_mut_ptr(), buf.len()) }.unwrap();
-    match e.wait(h).unwrap() {
-        Done::Received(s) => (buf, s),
-        Done::Sent => unreachable!(),
-    }
+    // SAFETY: `buf` outlives the call, which returns once the receive is done.
+    let status = unsafe { e.recv(0, from, tag, buf.as_mut_ptr(), buf.len()) }.unwrap();
+    (buf, status)
 }
 
 #[test]
