@@ -478,6 +478,8 @@ fn raw_receives(world: &mpirt::topology::SimpleCommunicator) {
         peer.send_with_tag(&[7u32; 64][..], 7);
         let long: Vec<u8> = (0..4 * EAGER).map(|i| pattern(3, i)).collect();
         peer.send_with_tag(&long[..], 8);
+        peer.send_with_tag(&[1u8, 0, 1][..], 9);
+        peer.send_with_tag(&[2u8][..], 10);
     } else {
         let mut buf = vec![GUARD; (1 << 20) + 64];
         for &len in &lens {
@@ -587,6 +589,26 @@ fn raw_receives(world: &mpirt::topology::SimpleCommunicator) {
             let e = negative.err().expect("a negative tag is refused");
             assert!(matches!(e.cause(), mpirt::error::Cause::NegativeTag(-2)));
         });
+
+        // Types with invalid bit patterns land through a staging buffer, checked: a byte that
+        // is no `bool` is an error and never reaches the program's memory.
+        let mut flags = [false; 3];
+        request::scope(|scope| {
+            // SAFETY: `flags` outlives the scope; only this receive writes it.
+            unsafe { peer.immediate_receive_into_raw_with_tag(scope, flags.as_mut_ptr(), 3, 9) }
+                .wait();
+        });
+        assert_eq!(flags, [true, false, true]);
+        let mut flag = false;
+        let e = request::scope(|scope| {
+            // SAFETY: as above.
+            unsafe { peer.immediate_receive_into_raw_with_tag(scope, &mut flag, 1, 10) }
+                .try_wait()
+                .unwrap_err()
+        });
+        println!("error: {e}");
+        assert!(e.to_string().contains("bool"), "{e}");
+        assert!(!flag);
     }
     world.barrier();
     println!("raw ok");
