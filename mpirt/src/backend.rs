@@ -186,12 +186,8 @@ impl Pml {
         buf: *mut u8,
         len: usize,
     ) -> Result<Status, PmlError> {
-        // SAFETY (both arms): the caller's guarantees are passed on unchanged.
-        match self {
-            Pml::Native(p) => unsafe { p.recv(context, source, tag, buf, len) },
-            #[cfg(feature = "ucx")]
-            Pml::Ucx(p) => unsafe { p.recv(context, source, tag, buf, len) },
-        }
+        // SAFETY: the caller's guarantees are passed on unchanged.
+        on_pml!(self, p => unsafe { p.recv(context, source, tag, buf, len) })
     }
 
     /// # Safety

@@ -191,7 +191,9 @@ pub(crate) fn with_engine<R>(f: impl FnOnce(&mut Pml) -> Result<R, PmlError>) ->
     // out-of-line frame, the thread-local's accessor called through a pointer, and the
     // result copied through the stack (75 instructions a call under callgrind).
     let slot = RUNTIME.with(|slot| slot as *const RefCell<Option<Runtime>>);
-    // SAFETY: a thread-local lives until its thread ends, and this thread is using it.
+    // SAFETY: `with` returned, so the thread-local is alive (it panics on one being torn
+    // down); it lives until this thread ends, which cannot happen during this call, and the
+    // reference does not leave the call.
     let slot = unsafe { &*slot };
     let mut slot = slot.try_borrow_mut().map_err(|_| Cause::NotInitialized)?;
     // The error is built only on the way out: one built eagerly (`ok_or`) would be dropped

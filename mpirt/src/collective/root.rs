@@ -303,6 +303,7 @@ pub trait Root {
             || calls::scatter(comm, root, Some(send), recv),
         ))
     }
+
     /// [`gather_varcount_into`](Self::gather_varcount_into) as a request (`MPI_Igatherv`).
     fn immediate_gather_varcount_into<'a, Sc, S>(
         &self,
