@@ -20,7 +20,9 @@
 //! [`initialize`]; communicators and requests are `!Send`.
 //!
 //! Errors end the job with a message naming the rank, the operation and the cause; the
-//! `try_` variants return an [`Error`] instead.
+//! `try_` variants return an [`Error`] instead. A failure of messaging itself (a peer died,
+//! a connection broke, a malformed frame) stops the runtime: every later call returns it, and
+//! nothing writes into the buffers of requests left unfinished.
 
 // Lets `#[derive(Equivalence)]`'s `::mpirt::` paths resolve inside this crate's own tests.
 extern crate self as mpirt;

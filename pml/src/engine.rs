@@ -190,6 +190,9 @@ pub struct Engine {
     description: String,
     /// Busy-poll budget of a wait: none when ranks outnumber the cores they may use.
     spin: Duration,
+    /// The failure that stopped the engine (see `stop`); every later call that would move
+    /// data returns it.
+    failure: Option<PmlError>,
 }
 
 fn hostname() -> String {
@@ -206,8 +209,8 @@ fn hostname() -> String {
 
 /// Withdraws the core's claim when dropped, also when a wait fails or unwinds: a claim left
 /// waiting would have a later message written into a buffer its receive no longer owns. A
-/// claim a rendezvous offer already turned into a request is not stopped by this: like any
-/// request whose wait failed, it stays in the engine (a gap of every request path).
+/// claim a rendezvous offer already turned into a request stays in the engine when its wait
+/// fails, like any request; the failure stopped the engine, so nothing writes it any more.
 struct ClaimGuard<'e>(&'e mut Engine);
 
 impl Drop for ClaimGuard<'_> {
@@ -569,6 +572,7 @@ impl Engine {
             arena_eager_limit,
             description,
             spin,
+            failure: None,
         })
     }
 
@@ -629,6 +633,7 @@ impl Engine {
         len: usize,
     ) -> Result<Handle, PmlError> {
         self.check_peer(peer)?;
+        self.check_running()?;
         #[cfg_attr(not(feature = "verbs"), allow(unused_mut))]
         let mut remote = RemoteKey {
             addr: buf as u64,
@@ -668,10 +673,11 @@ impl Engine {
                     .arena_eager_limit
                     .filter(|&limit| len > limit && shared_arena::GLOBAL.contains(buf));
                 let shm = self.shm.as_mut().expect("a shm link has a segment");
-                self.core.post_send_direct(args, |header, payload| {
+                let posted = self.core.post_send_direct(args, |header, payload| {
                     shm.try_send(local, &[header, payload])
                         .map_err(|e| shm_send_failed(peer, e))
-                })?
+                });
+                posted.map_err(|e| self.stop(e))?
             }
             _ => self.core.post_send(args)?,
         };
@@ -680,7 +686,7 @@ impl Engine {
             return Ok(h);
         }
         // The frame goes out now: the latency of the next progress call is not its to pay.
-        self.flush(peer)?;
+        self.flush(peer).map_err(|e| self.stop(e))?;
         Ok(h)
     }
 
@@ -891,6 +897,8 @@ impl Engine {
         let mut idle_rounds = 0u32;
         let mut idle_since = None;
         let mut spinning = true;
+        // A stopped engine moves nothing, so `done` could never come to hold.
+        self.check_running()?;
         loop {
             if done(self)? {
                 return Ok(());
@@ -912,7 +920,7 @@ impl Engine {
                     std::hint::spin_loop();
                 } else if idle < self.spin + YIELD_FOR {
                     std::thread::yield_now();
-                } else if self.sleep(idle)? {
+                } else if self.sleep(idle).map_err(|e| self.stop(e))? {
                     // The sleep's own progress moved something: `done` may hold now.
                     break;
                 }
@@ -982,7 +990,38 @@ impl Engine {
     }
 
     /// One round of progress; returns whether anything moved.
+    #[inline]
     pub fn progress(&mut self) -> Result<bool, PmlError> {
+        self.check_running()?;
+        self.progress_round().map_err(|e| self.stop(e))
+    }
+
+    /// Fails with the failure that stopped the engine, if one did.
+    #[inline]
+    fn check_running(&self) -> Result<(), PmlError> {
+        match &self.failure {
+            None => Ok(()),
+            Some(failure) => Err(failure.clone()),
+        }
+    }
+
+    /// Stops the engine after a failure of messaging itself (a connection broke, a peer sent
+    /// a malformed frame): the requests whose waits fail now stay in the engine, and their
+    /// owners take their buffers back, so nothing may move data into or out of those buffers
+    /// any more. MPI, too, leaves a library that reported such an error unusable. Returns
+    /// `failure`, which every later call then returns.
+    #[cold]
+    fn stop(&mut self, failure: PmlError) -> PmlError {
+        // The device may still be writing RDMA READs into receive buffers: it stops first.
+        #[cfg(feature = "verbs")]
+        if let Some(v) = &mut self.verbs {
+            v.stop();
+        }
+        self.failure = Some(failure.clone());
+        failure
+    }
+
+    fn progress_round(&mut self) -> Result<bool, PmlError> {
         let mut moved = false;
         // An idle round only looks at the rings' next header words.
         if let Some(shm) = self.shm.as_mut().filter(|shm| shm.has_records()) {

@@ -651,3 +651,67 @@ fn assert_all_succeeded(outputs: &[std::process::Output], case: &str) {
         );
     }
 }
+
+const FAILED_PEER_ENV: &str = "PML_ENGINE_TEST_FAILED_PEER_RANK";
+
+/// A failure of messaging itself stops the engine: a receive whose wait failed keeps its
+/// buffer pointer in the engine, and its owner takes the buffer back, so no later message
+/// may land there. Rank 1 dies (exits without finalizing) while rank 0 waits on a wildcard
+/// receive; rank 0 then sends to itself a message that would match it.
+#[test]
+fn a_failure_stops_the_engine() {
+    let Ok(spec) = env::var(FAILED_PEER_ENV) else {
+        run_two_ranks("a_failure_stops_the_engine", FAILED_PEER_ENV);
+        return;
+    };
+    let (dir, rank) = spec.split_once(',').unwrap();
+    let mut w = DirWireup {
+        dir: dir.into(),
+        rank: rank.parse().unwrap(),
+        size: 2,
+        round: 0,
+    };
+    let config = EngineConfig {
+        transport: TransportChoice::Tcp,
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(&mut w, config).unwrap();
+    if e.rank() == 1 {
+        // Connects, and learns that rank 0 has its message before dying.
+        send(&mut e, 0, 1, b"hello", SendMode::Standard);
+        recv(&mut e, SourceSel::Rank(0), TagSel::Tag(2), 0);
+        std::process::exit(0);
+    }
+    recv(&mut e, SourceSel::Rank(1), TagSel::Tag(1), 5);
+    send(&mut e, 1, 2, b"", SendMode::Standard);
+    let mut inbox = [0u8; 8];
+    // SAFETY: `inbox` outlives the engine, dropped at the end of this function.
+    let waiting =
+        unsafe { e.post_recv(0, SourceSel::Any, TagSel::Tag(7), inbox.as_mut_ptr(), 8) }.unwrap();
+    let failure = e.wait(waiting).unwrap_err();
+    assert!(
+        matches!(&failure, pml::PmlError::Transport { peer: 1, cause, .. }
+            if cause.contains("without finalizing")),
+        "{failure:?}"
+    );
+    let data = [9u8; 8];
+    // SAFETY: `data` outlives the engine.
+    let sent = unsafe { e.post_send(0, 0, 0, 7, SendMode::Standard, data.as_ptr(), 8) };
+    assert_eq!(sent, Err(failure.clone()), "a send after the failure");
+    assert_eq!(
+        e.progress(),
+        Err(failure.clone()),
+        "progress after the failure"
+    );
+    assert_eq!(
+        e.wait(waiting),
+        Err(failure.clone()),
+        "a wait after the failure"
+    );
+    assert_eq!(e.flush_all(), Err(failure), "flush after the failure");
+    assert_eq!(
+        inbox, [0; 8],
+        "a message landed in a receive whose wait failed"
+    );
+    println!("rank 0 stopped on rank 1's failure");
+}

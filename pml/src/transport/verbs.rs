@@ -672,6 +672,17 @@ impl VerbsTransport {
         )
     }
 
+    /// Destroys every queue pair, for an engine that stopped on a failure: the device drops
+    /// the work still on them (RDMA READs into receive buffers whose owners stopped waiting)
+    /// and writes no more into this process; peers reading our send buffers fail. Nothing
+    /// may use the transport afterwards but its drop.
+    pub fn stop(&mut self) {
+        self.waiting_pieces.clear();
+        for peer in &mut self.peers {
+            *peer = None;
+        }
+    }
+
     /// Probes the peers when a wait has been idle for `idle` (at least [`PROBE_AFTER`], and
     /// no round in the last `PROBE_AFTER`): a rank that only waits for a peer sends it
     /// nothing, so without a probe its queue pair never learns that the peer died. The probe
