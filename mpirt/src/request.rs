@@ -11,7 +11,7 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 
 use pml::engine::RecvBuf;
-use pml::{Done, Handle, PmlError, SourceSel, Started};
+use pml::{Done, Handle, PmlError, SendMode, SourceSel, Started};
 
 use crate::collective::progress;
 use crate::collective::request::Running;
@@ -96,7 +96,7 @@ where
 /// What a request is doing, for error messages (built only when one is needed).
 pub(crate) enum Operation {
     Send {
-        what: &'static str,
+        synchronous: bool,
         dest: Rank,
         tag: Tag,
     },
@@ -109,7 +109,18 @@ pub(crate) enum Operation {
 impl Operation {
     fn describe(&self) -> String {
         match self {
-            Operation::Send { what, dest, tag } => format!("{what} to rank {dest} (tag {tag})"),
+            Operation::Send {
+                synchronous,
+                dest,
+                tag,
+            } => {
+                let what = if *synchronous {
+                    "immediate synchronous send"
+                } else {
+                    "immediate send"
+                };
+                format!("{what} to rank {dest} (tag {tag})")
+            }
             Operation::Receive { source, tag } => {
                 let from = match source {
                     SourceSel::Any => "any rank".to_string(),
@@ -142,10 +153,16 @@ struct Message {
     operation: Operation,
 }
 
+// Every request moves at least once (into the program's vector of them), so its size is paid
+// per message: the rarer collective is boxed to keep it to a message's.
 enum Pending<'a> {
     Message(Message),
-    Collective(Running<'a>),
+    Collective(Box<Running<'a>>),
 }
+
+// Programs keep requests in vectors and move each at least twice (in, then out to be waited
+// on): a receive's request is kept well under the 128 bytes it once had.
+const _: () = assert!(std::mem::size_of::<Request<'static, &LocalScope<'static>>>() <= 96);
 
 /// An unfinished non-blocking operation that borrows its buffers for `'a` (`MPI_Request`): a
 /// point-to-point operation or an immediate collective. Waiting on or testing any request
@@ -180,11 +197,15 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
     }
 
     pub(crate) fn collective(running: Running<'a>, scope: S) -> Self {
-        Request::new(Pending::Collective(running), scope)
+        Request::new(Pending::Collective(Box::new(running)), scope)
     }
 
-    pub(crate) fn send(handle: Handle, scope: S, what: &'static str, dest: Rank, tag: Tag) -> Self {
-        let operation = Operation::Send { what, dest, tag };
+    pub(crate) fn send(handle: Handle, scope: S, mode: SendMode, dest: Rank, tag: Tag) -> Self {
+        let operation = Operation::Send {
+            synchronous: mode == SendMode::Synchronous,
+            dest,
+            tag,
+        };
         Request::message(Outcome::Engine(handle), None, scope, operation)
     }
 
