@@ -9,6 +9,7 @@
 
 use std::cell::Cell;
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 
 use pml::engine::RecvBuf;
 use pml::{Done, Handle, PmlError, SendMode, SourceSel, Started};
@@ -170,7 +171,10 @@ const _: () = assert!(std::mem::size_of::<Request<'static, &LocalScope<'static>>
 /// any order.
 #[must_use = "a request must be waited on, tested to completion, or put in a guard"]
 pub struct Request<'a, S: Scope<'a> = StaticScope> {
-    pending: Option<Pending<'a>>,
+    /// `None` once finished. Not dropped as a field: a finished request has nothing in it,
+    /// and the drop of an unfinished one ends the process, so the drop glue that would look
+    /// at it again after every request's `drop` has nothing to do.
+    pending: ManuallyDrop<Option<Pending<'a>>>,
     scope: S,
     _borrow: PhantomData<&'a mut ()>,
     _not_send: PhantomData<*const ()>,
@@ -181,7 +185,7 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
     fn new(pending: Pending<'a>, scope: S) -> Self {
         scope.register();
         Request {
-            pending: Some(pending),
+            pending: ManuallyDrop::new(Some(pending)),
             scope,
             _borrow: PhantomData,
             _not_send: PhantomData,
@@ -274,7 +278,7 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
                 status.map_err(|cause| Error::new(message.operation.describe(), cause))
             }
         };
-        self.pending = None;
+        *self.pending = None;
         self.scope.unregister();
         status
     }
@@ -288,7 +292,7 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
             outcome: Outcome::Engine(handle),
             operation: Operation::Send { dest, tag, .. },
             ..
-        })) = &self.pending
+        })) = &*self.pending
         else {
             return None;
         };
@@ -307,7 +311,7 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
     /// same shortcut as [`take_sent`](Self::take_sent), with the checks of what arrived.
     #[inline]
     fn take_received(&mut self) -> Option<Result<Status, Error>> {
-        let Some(Pending::Message(message)) = &mut self.pending else {
+        let Some(Pending::Message(message)) = &mut *self.pending else {
             return None;
         };
         let Outcome::Received(status) = message.outcome else {
@@ -331,7 +335,7 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
         if let Some(result) = self.take_received() {
             return or_fatal(result);
         }
-        or_fatal(self.try_wait())
+        or_fatal(self.wait_in_engine())
     }
 
     pub fn try_wait(mut self) -> Result<Status, Error> {
@@ -341,6 +345,11 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
         if let Some(result) = self.take_received() {
             return result;
         }
+        self.wait_in_engine()
+    }
+
+    /// Waits for an operation that did not finish as it started.
+    fn wait_in_engine(mut self) -> Result<Status, Error> {
         let done = match self.pending() {
             Pending::Message(message) => match message.outcome {
                 Outcome::Engine(handle) => wait_handle(handle),
@@ -473,8 +482,8 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
     /// freed.
     #[cold]
     #[inline(never)]
-    fn drop_unfinished(&mut self) {
-        if let Some(Pending::Collective(running)) = &mut self.pending {
+    fn drop_unfinished(&mut self) -> ! {
+        if let Some(Pending::Collective(running)) = &mut *self.pending {
             // The job ends here; what the collective has in flight is not waited for.
             running.abandon();
         }
