@@ -9,9 +9,10 @@
 
 use std::cell::Cell;
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 
 use pml::engine::RecvBuf;
-use pml::{Done, Handle, PmlError, SourceSel, Started};
+use pml::{Done, Handle, PmlError, SendMode, SourceSel, Started};
 
 use crate::collective::progress;
 use crate::collective::request::Running;
@@ -96,7 +97,7 @@ where
 /// What a request is doing, for error messages (built only when one is needed).
 pub(crate) enum Operation {
     Send {
-        what: &'static str,
+        synchronous: bool,
         dest: Rank,
         tag: Tag,
     },
@@ -109,7 +110,18 @@ pub(crate) enum Operation {
 impl Operation {
     fn describe(&self) -> String {
         match self {
-            Operation::Send { what, dest, tag } => format!("{what} to rank {dest} (tag {tag})"),
+            Operation::Send {
+                synchronous,
+                dest,
+                tag,
+            } => {
+                let what = if *synchronous {
+                    "immediate synchronous send"
+                } else {
+                    "immediate send"
+                };
+                format!("{what} to rank {dest} (tag {tag})")
+            }
             Operation::Receive { source, tag } => {
                 let from = match source {
                     SourceSel::Any => "any rank".to_string(),
@@ -142,10 +154,16 @@ struct Message {
     operation: Operation,
 }
 
+// Every request moves at least once (into the program's vector of them), so its size is paid
+// per message: the rarer collective is boxed to keep it to a message's.
 enum Pending<'a> {
     Message(Message),
-    Collective(Running<'a>),
+    Collective(Box<Running<'a>>),
 }
+
+// Programs keep requests in vectors and move each at least twice (in, then out to be waited
+// on): a receive's request is kept well under the 128 bytes it once had.
+const _: () = assert!(std::mem::size_of::<Request<'static, &LocalScope<'static>>>() <= 96);
 
 /// An unfinished non-blocking operation that borrows its buffers for `'a` (`MPI_Request`): a
 /// point-to-point operation or an immediate collective. Waiting on or testing any request
@@ -153,23 +171,28 @@ enum Pending<'a> {
 /// any order.
 #[must_use = "a request must be waited on, tested to completion, or put in a guard"]
 pub struct Request<'a, S: Scope<'a> = StaticScope> {
-    pending: Option<Pending<'a>>,
+    /// `None` once finished. Not dropped as a field: a finished request has nothing in it,
+    /// and the drop of an unfinished one ends the process, so the drop glue that would look
+    /// at it again after every request's `drop` has nothing to do.
+    pending: ManuallyDrop<Option<Pending<'a>>>,
     scope: S,
     _borrow: PhantomData<&'a mut ()>,
     _not_send: PhantomData<*const ()>,
 }
 
 impl<'a, S: Scope<'a>> Request<'a, S> {
+    #[inline]
     fn new(pending: Pending<'a>, scope: S) -> Self {
         scope.register();
         Request {
-            pending: Some(pending),
+            pending: ManuallyDrop::new(Some(pending)),
             scope,
             _borrow: PhantomData,
             _not_send: PhantomData,
         }
     }
 
+    #[inline]
     fn message(outcome: Outcome, slot: Option<RecvSlot>, scope: S, operation: Operation) -> Self {
         let message = Message {
             outcome,
@@ -180,14 +203,20 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
     }
 
     pub(crate) fn collective(running: Running<'a>, scope: S) -> Self {
-        Request::new(Pending::Collective(running), scope)
+        Request::new(Pending::Collective(Box::new(running)), scope)
     }
 
-    pub(crate) fn send(handle: Handle, scope: S, what: &'static str, dest: Rank, tag: Tag) -> Self {
-        let operation = Operation::Send { what, dest, tag };
+    #[inline]
+    pub(crate) fn send(handle: Handle, scope: S, mode: SendMode, dest: Rank, tag: Tag) -> Self {
+        let operation = Operation::Send {
+            synchronous: mode == SendMode::Synchronous,
+            dest,
+            tag,
+        };
         Request::message(Outcome::Engine(handle), None, scope, operation)
     }
 
+    #[inline]
     pub(crate) fn receive(
         started: Started<RecvBuf>,
         slot: RecvSlot,
@@ -249,17 +278,78 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
                 status.map_err(|cause| Error::new(message.operation.describe(), cause))
             }
         };
-        self.pending = None;
+        *self.pending = None;
         self.scope.unregister();
         status
     }
 
+    /// Completes a send that the transport took as it started, if this is one: it needs
+    /// neither the engine nor an error path, so that a window of small sends is waited for
+    /// at a few instructions each. `None`, the request untouched, for any other operation.
+    #[inline]
+    fn take_sent(&mut self) -> Option<Status> {
+        let Some(Pending::Message(Message {
+            outcome: Outcome::Engine(handle),
+            operation: Operation::Send { dest, tag, .. },
+            ..
+        })) = &*self.pending
+        else {
+            return None;
+        };
+        if *handle != Handle::SENT {
+            return None;
+        }
+        let status = Status::of_send(*dest, *tag);
+        // A send has no slot and its outcome is a handle: nothing in it owns memory, so
+        // forgetting it frees all that dropping it would, without the drop glue's call.
+        std::mem::forget(self.pending.take());
+        self.scope.unregister();
+        Some(status)
+    }
+
+    /// Completes a receive whose message was waiting when it started, if this is one: the
+    /// same shortcut as [`take_sent`](Self::take_sent), with the checks of what arrived.
+    #[inline]
+    fn take_received(&mut self) -> Option<Result<Status, Error>> {
+        let Some(Pending::Message(message)) = &mut *self.pending else {
+            return None;
+        };
+        let Outcome::Received(status) = message.outcome else {
+            return None;
+        };
+        let slot = message.slot.take().expect("a receive has a slot");
+        let result = slot
+            .finish(status)
+            .map_err(|cause| Error::new(message.operation.describe(), cause));
+        // Its slot is taken and its outcome a status: nothing left in it owns memory.
+        std::mem::forget(self.pending.take());
+        self.scope.unregister();
+        Some(result)
+    }
+
     /// Waits for the operation to finish (`MPI_Wait`).
-    pub fn wait(self) -> Status {
-        or_fatal(self.try_wait())
+    pub fn wait(mut self) -> Status {
+        if let Some(status) = self.take_sent() {
+            return status;
+        }
+        if let Some(result) = self.take_received() {
+            return or_fatal(result);
+        }
+        or_fatal(self.wait_in_engine())
     }
 
     pub fn try_wait(mut self) -> Result<Status, Error> {
+        if let Some(status) = self.take_sent() {
+            return Ok(status);
+        }
+        if let Some(result) = self.take_received() {
+            return result;
+        }
+        self.wait_in_engine()
+    }
+
+    /// Waits for an operation that did not finish as it started.
+    fn wait_in_engine(mut self) -> Result<Status, Error> {
         let done = match self.pending() {
             Pending::Message(message) => match message.outcome {
                 Outcome::Engine(handle) => wait_handle(handle),
@@ -282,6 +372,9 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
     // rsmpi's shape: the unfinished request comes back by value, with no allocation.
     #[allow(clippy::result_large_err)]
     pub fn test(mut self) -> Result<Status, Self> {
+        if let Some(status) = self.take_sent() {
+            return Ok(status);
+        }
         let done = match self.pending() {
             Pending::Message(message) => {
                 let handle = match message.outcome {
@@ -291,9 +384,6 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
                         return Ok(or_fatal(self.complete(done)));
                     }
                 };
-                if handle == Handle::SENT {
-                    return Ok(or_fatal(self.complete(Ok(Done::Sent))));
-                }
                 if progress::any_in_flight() {
                     progress::advance_all();
                 }
@@ -346,6 +436,7 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
 
 impl Outcome {
     /// How an operation that finished as it started ended.
+    #[inline]
     fn finished(&self) -> Result<Done, Cause> {
         match self {
             Outcome::Engine(_) => unreachable!("the engine's requests finish in the engine"),
@@ -377,17 +468,29 @@ fn wait_for_one<'a, S: Scope<'a>>(
 }
 
 impl<'a, S: Scope<'a>> Drop for Request<'a, S> {
+    // Inline: every finished request is dropped, and for those the drop is one test.
+    #[inline]
     fn drop(&mut self) {
-        if let Some(pending) = &mut self.pending {
-            if let Pending::Collective(running) = pending {
-                // The job ends here; what the collective has in flight is not waited for.
-                running.abandon();
-            }
-            if std::thread::panicking() {
-                abort_job(101, "a rank panicked with requests in flight");
-            }
-            fatal(Error::new("drop of a request", Cause::DroppedRequest));
+        if self.pending.is_some() {
+            self.drop_unfinished();
         }
+    }
+}
+
+impl<'a, S: Scope<'a>> Request<'a, S> {
+    /// Ends the job: the operation may still read or write a buffer that is about to be
+    /// freed.
+    #[cold]
+    #[inline(never)]
+    fn drop_unfinished(&mut self) -> ! {
+        if let Some(Pending::Collective(running)) = &mut *self.pending {
+            // The job ends here; what the collective has in flight is not waited for.
+            running.abandon();
+        }
+        if std::thread::panicking() {
+            abort_job(101, "a rank panicked with requests in flight");
+        }
+        fatal(Error::new("drop of a request", Cause::DroppedRequest));
     }
 }
 

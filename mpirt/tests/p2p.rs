@@ -448,6 +448,38 @@ fn immediate(world: &mpirt::topology::SimpleCommunicator) {
         assert!(e.to_string().contains("truncated"), "{e}");
     });
     assert_eq!(three, [5, 6, 7]);
+
+    // ... and the checks of what arrived hold for them too: a partial element and an invalid
+    // value fail when waited on, naming the receive; a valid checked value lands.
+    next.send_with_tag(&[1u8; 6][..], 42);
+    next.send_with_tag(&2u8, 43);
+    next.send_with_tag(&1u8, 44);
+    previous.probe_with_tag(42);
+    previous.probe_with_tag(43);
+    previous.probe_with_tag(44);
+    let mut words = [0u32; 4];
+    let mut invalid = false;
+    let mut valid = false;
+    request::scope(|scope| {
+        let e = previous
+            .immediate_receive_into_with_tag(scope, &mut words[..], 42)
+            .try_wait()
+            .unwrap_err();
+        assert!(e.to_string().contains("not a whole number of u32"), "{e}");
+        assert!(e.to_string().contains("immediate receive"), "{e}");
+        let e = previous
+            .immediate_receive_into_with_tag(scope, &mut invalid, 43)
+            .try_wait()
+            .unwrap_err();
+        assert!(e.to_string().contains("not a valid bool"), "{e}");
+        let status = previous
+            .immediate_receive_into_with_tag(scope, &mut valid, 44)
+            .wait();
+        assert_eq!((status.tag(), status.byte_count()), (44, 1));
+    });
+    // The invalid byte never reached the program's bool (plain words land where they are
+    // received, so theirs hold what came).
+    assert_eq!((invalid, valid), (false, true));
     world.barrier();
     println!("immediate ok");
 }
