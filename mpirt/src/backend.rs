@@ -169,9 +169,7 @@ impl Pml {
         match self {
             Pml::Native(p) => unsafe { p.start_recv(context, source, tag, buf, len) },
             #[cfg(feature = "ucx")]
-            Pml::Ucx(p) => {
-                unsafe { p.post_recv(context, source, tag, buf, len) }.map(Started::Posted)
-            }
+            Pml::Ucx(p) => unsafe { p.start_recv(context, source, tag, buf, len) },
         }
     }
 

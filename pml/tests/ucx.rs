@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use std::{env, fs};
 
 use pml::ucx::{tag, UcxConfig, UcxPml};
-use pml::{Done, PmlError, SendMode, SourceSel, Status, TagSel};
+use pml::{Done, PmlError, SendMode, SourceSel, Started, Status, TagSel};
 
 mod ranks_common;
 
@@ -50,6 +50,16 @@ fn try_receive(
     // SAFETY: `buf` outlives the call, which returns once the receive is done.
     let status = unsafe { p.recv(0, from, tag, buf.as_mut_ptr(), buf.len()) }?;
     Ok((buf, status))
+}
+
+/// How a started receive began, for failure messages (its buffer has no `Debug`).
+fn summary<R>(started: &Result<Started<R>, PmlError>) -> String {
+    match started {
+        Ok(Started::Done { result, .. }) => format!("finished at once: {result:?}"),
+        Ok(Started::Posted(h)) => format!("posted as {h}"),
+        Ok(Started::Claimed) => "claimed".into(),
+        Err(e) => format!("failed: {e}"),
+    }
 }
 
 const SIZES: [usize; 5] = [0, 1, 8 << 10, 1 << 20, 16 << 20];
@@ -215,6 +225,41 @@ fn rank_main(dir: &Path, rank: u32, size: u32, config: &UcxConfig) {
             }
         }
 
+        // A receive whose message waits finishes as it starts, with no request left (the
+        // immediate receive's fast path), a too-long one with the truncation error; one
+        // whose message has not come is a request.
+        p.probe(0, SourceSel::Rank(1), TagSel::Tag(94)).unwrap();
+        let mut buf = [0u8; 10];
+        // SAFETY: `buf` outlives the receive, which finished inside the call.
+        match unsafe { p.start_recv(0, SourceSel::Rank(1), TagSel::Tag(93), buf.as_mut_ptr(), 10) }
+        {
+            Ok(Started::Done {
+                result: Err(PmlError::Truncated { message_len, .. }),
+                ..
+            }) => assert_eq!(message_len, 1000),
+            other => panic!(
+                "a waiting 1000-byte message into 10 bytes: {}",
+                summary(&other)
+            ),
+        }
+        // SAFETY: as above.
+        match unsafe { p.start_recv(0, SourceSel::Any, TagSel::Tag(94), buf.as_mut_ptr(), 10) } {
+            Ok(Started::Done { result: Ok(st), .. }) => {
+                assert_eq!((st.source, st.tag, st.len), (1, 94, 8));
+                assert_eq!(buf[..8], pattern(8, 94)[..]);
+            }
+            other => panic!("a waiting 8-byte message: {}", summary(&other)),
+        }
+        // SAFETY: `buf` outlives the request, cancelled and waited for below.
+        let h = match unsafe {
+            p.start_recv(0, SourceSel::Any, TagSel::Tag(95), buf.as_mut_ptr(), 4)
+        } {
+            Ok(Started::Posted(h)) => h,
+            other => panic!("a receive with no message yet: {}", summary(&other)),
+        };
+        assert!(p.cancel(h).unwrap());
+        assert_eq!(p.wait(h), Err(PmlError::Cancelled));
+
         // A receive nothing matches can be cancelled.
         let mut buf = [0u8; 4];
         // SAFETY: `buf` outlives the request, waited for below.
@@ -277,6 +322,8 @@ fn rank_main(dir: &Path, rank: u32, size: u32, config: &UcxConfig) {
             send(&mut p, 0, 90, &pattern(1000, 90), SendMode::Standard);
             send(&mut p, 0, 91, &pattern(1 << 20, 91), SendMode::Standard);
             send(&mut p, 0, 92, &pattern(1000, 92), SendMode::Standard);
+            send(&mut p, 0, 93, &pattern(1000, 93), SendMode::Standard);
+            send(&mut p, 0, 94, &pattern(8, 94), SendMode::Standard);
 
             // The other side of `sleeps_until_woken`.
             std::thread::sleep(Duration::from_millis(300));

@@ -8,15 +8,16 @@ use std::time::{Duration, Instant};
 
 use super::failure::PeerFailures;
 use super::ffi;
-use super::owned_request::OwnedRequest;
+use super::owned_request::{OwnedRequest, SpareRequests};
 use super::request::{self, peek};
-use super::status::{self, Started};
+use super::status;
 use super::tag;
 use super::wireup;
 use super::worker::{self, Endpoint, Worker};
-use crate::engine::{Done, EngineError, SendMode, Wireup};
+use crate::engine::{Done, EngineError, RecvBuf, SendMode, Wireup};
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
+use crate::protocol::Started;
 use crate::requests::{Handle, Requests};
 use crate::waiting::Waiting;
 
@@ -26,10 +27,10 @@ const SLEEP: Duration = Duration::from_millis(10);
 /// Idle rounds of progress between two looks at the clock and at failed peers.
 const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
 
-/// An operation in flight: its UCX request (whose state the callback fills) and what kind
-/// it is.
+/// An operation in flight: the request memory UCX runs it in (whose state the callback
+/// fills) and what kind it is.
 struct Op {
-    request: *mut c_void,
+    request: OwnedRequest,
     kind: Kind,
 }
 
@@ -61,15 +62,19 @@ pub struct UcxPml {
     size: u32,
     /// How long a wait spins on progress before it sleeps on the worker's event fd.
     spin: Duration,
-    ops: Requests<Op>,
-    /// Where blocking receives build their UCX request: one at a time is in flight.
-    blocking: OwnedRequest,
     /// One per world rank, this one's included.
     endpoints: Vec<Endpoint>,
     /// Dropped after `Drop` closed the endpoints.
     worker: Worker,
     /// Declared after the worker: its error callbacks write here until the worker is gone.
     failures: PeerFailures,
+    /// The operations in flight, in request memory of ours. Declared after the worker, as
+    /// the memory below: destroying the worker may still complete what is in flight.
+    ops: Requests<Op>,
+    /// Request memory for the next operations.
+    spare: SpareRequests,
+    /// Where blocking receives build their UCX request: one at a time is in flight.
+    blocking: OwnedRequest,
     description: String,
 }
 
@@ -111,15 +116,12 @@ fn received(
     }
 }
 
-/// The request of a receive started with `recv_param` or `owned_recv_param`: both refuse
-/// immediate completion, so UCX always hands one back.
-fn started_recv(
-    operation: &'static str,
-    started: ffi::ucs_status_ptr_t,
-) -> Result<*mut c_void, PmlError> {
+/// Checks that a receive started: with `UCP_OP_ATTR_FLAG_NO_IMM_CMPL` UCX hands back its
+/// request even when the message was waiting (it then finished inside the call).
+fn started_recv(operation: &'static str, started: ffi::ucs_status_ptr_t) -> Result<(), PmlError> {
     match status::started(operation, started)? {
-        Started::Pending(request) => Ok(request),
-        Started::Done => Err(PmlError::Ucx {
+        status::Started::Pending(_) => Ok(()),
+        status::Started::Done => Err(PmlError::Ucx {
             operation,
             cause: "completed without a request despite UCP_OP_ATTR_FLAG_NO_IMM_CMPL".into(),
         }),
@@ -218,15 +220,17 @@ impl UcxPml {
         let detecting = config.detect_peer_failure.then_some(&failures);
         let endpoints = wireup::connect_all(&worker, wireup, detecting)?;
         let description = describe(rank, size, &endpoints, config);
+        let spare = SpareRequests::new(worker.request_size());
         Ok(UcxPml {
             rank,
             size,
             spin: config.spin,
-            ops: Requests::default(),
-            blocking: OwnedRequest::new(worker.request_size()),
             endpoints,
             worker,
             failures,
+            ops: Requests::default(),
+            blocking: spare.fresh(),
+            spare,
             description,
         })
     }
@@ -277,10 +281,11 @@ impl UcxPml {
             tag,
         })
         .map_err(out_of_range)?;
-        let param = request::send_param();
+        let param = request::owned_send_param(self.spare.next());
         let (buf, count) = (buf.cast::<c_void>(), len as ffi::size_t);
         // SAFETY: `ep` is a live endpoint of this worker; the caller keeps `buf` readable
-        // and unchanged until the request completes; `param`'s callback is the send kind.
+        // and unchanged until the request completes; `param`'s callback is the send kind and
+        // its request memory is the spare one, which no operation in flight uses.
         let started = unsafe {
             match mode {
                 SendMode::Standard => ffi::ucp_tag_send_nbx(ep, buf, count, ucx_tag, &param),
@@ -292,9 +297,9 @@ impl UcxPml {
         match status::started("tag send", started)
             .map_err(|e| PmlError::transport(peer, e.to_string()))?
         {
-            Started::Done => Ok(Handle::SENT),
-            Started::Pending(request) => Ok(self.ops.insert(Op {
-                request,
+            status::Started::Done => Ok(Handle::SENT),
+            status::Started::Pending(_) => Ok(self.ops.insert(Op {
+                request: self.spare.take_next(),
                 kind: Kind::Send { peer },
             })),
         }
@@ -313,10 +318,59 @@ impl UcxPml {
         buf: *mut u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.start_tag_recv(context, source, tag, buf, len) }?;
+        Ok(self.track_recv(len))
+    }
+
+    /// Starts a receive that finishes at once when its message was waiting: then no
+    /// request is left to wait on or collect (`Started::Done`).
+    ///
+    /// # Safety
+    /// As for `post_recv`.
+    #[inline]
+    pub unsafe fn start_recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Started<RecvBuf>, PmlError> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.start_tag_recv(context, source, tag, buf, len) }?;
+        let request = self.spare.next();
+        // SAFETY: the spare memory the receive runs in, whose state the callback writes.
+        if unsafe { peek(request) }.is_none() {
+            return Ok(Started::Posted(self.track_recv(len)));
+        }
+        // Finished inside the call: UCX is done with the memory, which stays spare.
+        // SAFETY: finished (peeked above).
+        let (outcome, info) = unsafe { request::take(request) };
+        Ok(Started::Done {
+            buf: RecvBuf::new(buf, len),
+            result: received(outcome, info, len),
+        })
+    }
+
+    /// `ucp_tag_recv_nbx` into `len` bytes at `buf`, in the spare request memory.
+    ///
+    /// # Safety
+    /// As for `post_recv`.
+    #[inline]
+    unsafe fn start_tag_recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<(), PmlError> {
         let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
-        let param = request::recv_param();
+        let param = request::owned_recv_param(self.spare.next());
         // SAFETY: the worker is live; the caller lends `buf` for `len` bytes until the
-        // request completes; `param`'s callback is the tag-receive kind.
+        // request completes; `param`'s callback is the tag-receive kind and its request
+        // memory is the spare one, which no operation in flight uses.
         let started = unsafe {
             ffi::ucp_tag_recv_nbx(
                 self.worker.handle(),
@@ -327,7 +381,7 @@ impl UcxPml {
                 &param,
             )
         };
-        self.track_recv("ucp_tag_recv_nbx", started, len)
+        started_recv("ucp_tag_recv_nbx", started)
     }
 
     /// Receives the message a matched probe took.
@@ -340,9 +394,9 @@ impl UcxPml {
         buf: *mut u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
-        let param = request::recv_param();
-        // SAFETY: as in `post_recv`; `message` came from a removing probe on this worker and
-        // is consumed here, so it is received once.
+        let param = request::owned_recv_param(self.spare.next());
+        // SAFETY: as in `start_tag_recv`; `message` came from a removing probe on this
+        // worker and is consumed here, so it is received once.
         let started = unsafe {
             ffi::ucp_tag_msg_recv_nbx(
                 self.worker.handle(),
@@ -352,20 +406,16 @@ impl UcxPml {
                 &param,
             )
         };
-        self.track_recv("ucp_tag_msg_recv_nbx", started, len)
+        started_recv("ucp_tag_msg_recv_nbx", started)?;
+        Ok(self.track_recv(len))
     }
 
-    fn track_recv(
-        &mut self,
-        operation: &'static str,
-        started: ffi::ucs_status_ptr_t,
-        buffer_len: usize,
-    ) -> Result<Handle, PmlError> {
-        let request = started_recv(operation, started)?;
-        Ok(self.ops.insert(Op {
-            request,
+    /// A handle for the receive just started in the spare request memory.
+    fn track_recv(&mut self, buffer_len: usize) -> Handle {
+        self.ops.insert(Op {
+            request: self.spare.take_next(),
             kind: Kind::Recv { buffer_len },
-        }))
+        })
     }
 
     /// Takes the request's outcome if it finished.
@@ -373,14 +423,18 @@ impl UcxPml {
         if h == Handle::SENT {
             return Ok(Some(Done::Sent));
         }
-        let op = self.ops.get(h).map_err(|_| PmlError::StaleRequest(h))?;
-        // SAFETY: requests in `ops` are live: they leave it only when freed, just below.
-        if unsafe { peek(op.request) }.is_none() {
+        // SAFETY: the memory of requests in `ops` lives as long as they are there.
+        let finished = |op: &Op| unsafe { peek(op.request.address()) }.is_some();
+        let Some(op) = self
+            .ops
+            .remove_if(h, finished)
+            .map_err(|_| PmlError::StaleRequest(h))?
+        else {
             return Ok(None);
-        }
-        let op = self.ops.remove(h).map_err(|_| PmlError::StaleRequest(h))?;
-        // SAFETY: the request is live and finished (peeked above), and leaves `ops` here.
-        let (status, info) = unsafe { request::take_and_free(op.request) };
+        };
+        // SAFETY: finished (checked above), so UCX no longer writes the state.
+        let (status, info) = unsafe { request::take(op.request.address()) };
+        self.spare.give_back(op.request);
         match op.kind {
             Kind::Send { peer } => match status {
                 ffi::UCS_OK => Ok(Some(Done::Sent)),
@@ -408,8 +462,8 @@ impl UcxPml {
             return Ok(true);
         }
         let op = self.ops.get(h).map_err(|_| PmlError::StaleRequest(h))?;
-        // SAFETY: requests in `ops` are live.
-        Ok(unsafe { peek(op.request) }.is_some())
+        // SAFETY: the memory of requests in `ops` lives as long as they are there.
+        Ok(unsafe { peek(op.request.address()) }.is_some())
     }
 
     pub fn wait(&mut self, h: Handle) -> Result<Done, PmlError> {
@@ -418,10 +472,12 @@ impl UcxPml {
                 .ops
                 .get(h)
                 .map_err(|_| PmlError::StaleRequest(h))?
-                .request;
+                .request
+                .address();
             // The request is found once, not on every round: while this waits only UCX's
             // progress runs, which writes its state but neither moves nor frees it.
-            // SAFETY: requests in `ops` are live until collected, which is after this wait.
+            // SAFETY: the memory of requests in `ops` lives until they are collected, which
+            // is after this wait.
             self.wait_until(|_| Ok(unsafe { peek(request) }.is_some()))?;
         }
         Ok(self
@@ -444,7 +500,8 @@ impl UcxPml {
         len: usize,
     ) -> Result<Status, PmlError> {
         let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
-        let param = request::owned_recv_param(self.blocking.pointer());
+        let request = self.blocking.address();
+        let param = request::owned_recv_param(request);
         // SAFETY: the worker is live; `buf` is writable for `len` bytes until this returns,
         // and the receive is finished (or cancelled and abandoned) before it does; the
         // request memory is `self.blocking`, which no other operation uses meanwhile.
@@ -458,9 +515,8 @@ impl UcxPml {
                 &param,
             )
         };
-        let request = started_recv("ucp_tag_recv_nbx", started)?;
-        // SAFETY: `request` is the receive just started in `self.blocking`, whose state the
-        // callback writes.
+        started_recv("ucp_tag_recv_nbx", started)?;
+        // SAFETY: the receive runs in `self.blocking`, whose state the callback writes.
         if let Err(e) = self.wait_until(|_| Ok(unsafe { peek(request) }.is_some())) {
             self.abandon_blocking(request);
             return Err(e);
@@ -482,7 +538,7 @@ impl UcxPml {
             // SAFETY: finished, so its state is read and made fresh for the next receive.
             unsafe { request::take(request) };
         } else {
-            let fresh = OwnedRequest::new(self.worker.request_size());
+            let fresh = self.spare.fresh();
             std::mem::forget(std::mem::replace(&mut self.blocking, fresh));
         }
     }
@@ -560,14 +616,15 @@ impl UcxPml {
         if matches!(op.kind, Kind::Send { .. }) {
             return Ok(false);
         }
-        // SAFETY: requests in `ops` are live.
-        if unsafe { peek(op.request) }.is_none() {
-            // SAFETY: a live receive request of this worker. UCX completes an unmatched
+        let request = op.request.address();
+        // SAFETY: the memory of requests in `ops` lives as long as they are there.
+        if unsafe { peek(request) }.is_none() {
+            // SAFETY: a receive of this worker in flight. UCX completes an unmatched
             // receive at once with UCS_ERR_CANCELED and leaves a matched one alone.
-            unsafe { ffi::ucp_request_cancel(self.worker.handle(), op.request) };
+            unsafe { ffi::ucp_request_cancel(self.worker.handle(), request) };
         }
-        // SAFETY: still live: cancelling completes a request but does not free it.
-        Ok(unsafe { peek(op.request) } == Some(ffi::UCS_ERR_CANCELED))
+        // SAFETY: as above; cancelling completes a request but does not free its memory.
+        Ok(unsafe { peek(request) } == Some(ffi::UCS_ERR_CANCELED))
     }
 
     /// One round of progress; returns whether anything moved.
@@ -578,8 +635,8 @@ impl UcxPml {
     /// Waits until everything this rank sent has left (UCX's worker flush).
     pub fn flush_all(&mut self) -> Result<(), PmlError> {
         let request = match self.worker.start_flush()? {
-            Started::Done => return Ok(()),
-            Started::Pending(request) => request,
+            status::Started::Done => return Ok(()),
+            status::Started::Pending(request) => request,
         };
         // SAFETY: the flush request stays live until freed below, after it finished.
         self.wait_until(|_| Ok(unsafe { peek(request) }.is_some()))?;
