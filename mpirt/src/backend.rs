@@ -139,6 +139,38 @@ impl Pml {
         on_pml!(self, p => unsafe { p.post_send(context, source, peer, tag, mode, buf, len) })
     }
 
+    /// A blocking send. The UCX PML sends as Open MPI's does for `MPI_Send` (see
+    /// `UcxPml::send`); the native engine posts and waits as for any request.
+    ///
+    /// # Safety
+    /// `buf` must be valid for reads of `len` bytes for the duration of the call.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub unsafe fn send(
+        &mut self,
+        context: ContextId,
+        source: Rank,
+        peer: Rank,
+        tag: Tag,
+        mode: SendMode,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<(), PmlError> {
+        match self {
+            Pml::Native(p) => {
+                // SAFETY: `buf` is readable until this returns, after the wait.
+                let h = unsafe { p.post_send(context, source, peer, tag, mode, buf, len) }?;
+                if h != Handle::SENT {
+                    p.wait(h)?;
+                }
+                Ok(())
+            }
+            // SAFETY: the caller's guarantees are passed on unchanged.
+            #[cfg(feature = "ucx")]
+            Pml::Ucx(p) => unsafe { p.send(context, source, peer, tag, mode, buf, len) },
+        }
+    }
+
     /// # Safety
     /// As for [`Engine::post_recv`].
     #[inline]

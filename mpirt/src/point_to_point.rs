@@ -265,6 +265,35 @@ pub(crate) unsafe fn post_send<B: Buffer + ?Sized>(
     with_engine(|e| unsafe { e.post_send(comm.context, comm.rank, peer, tag, mode, ptr, len) })
 }
 
+/// Sends `buf` to `dest` and returns once it may be reused: through the PML's own blocking
+/// send, unless immediate collectives are in flight (the PML's wait cannot step them, and a
+/// peer may wait for their next round before it receives).
+///
+/// # Safety
+/// `buf` must stay borrowed (unchanged, not freed) for the duration of the call.
+#[inline]
+unsafe fn send_blocking<B: Buffer + ?Sized>(
+    comm: &CommData,
+    dest: Rank,
+    tag: Tag,
+    mode: SendMode,
+    buf: &B,
+) -> Result<(), Cause> {
+    if progress::any_in_flight() {
+        // SAFETY: forwarded from this function's contract; the wait ends the request.
+        return unsafe { post_send(comm, dest, tag, mode, buf) }
+            .and_then(wait_handle)
+            .map(drop);
+    }
+    let dest = comm.check_rank(dest)?;
+    let tag = check_tag(tag)?;
+    let peer = comm.world_rank(dest);
+    let (ptr, len) = (buf.pointer(), buf.byte_len());
+    // SAFETY: `Buffer` makes `ptr` valid for `len` bytes; this function's caller keeps it so
+    // for the call, which returns once the send is done.
+    with_engine(|e| unsafe { e.send(comm.context, comm.rank, peer, tag, mode, ptr, len) })
+}
+
 /// Waits for a request and returns how it ended.
 #[inline]
 pub(crate) fn wait_handle(handle: Handle) -> Result<Done, Cause> {
@@ -656,7 +685,7 @@ pub trait Destination {
         };
         // SAFETY: `buf` is borrowed for this whole call, which waits for completion.
         unsafe {
-            post_send(
+            send_blocking(
                 self.destination_comm(),
                 self.destination_rank(),
                 tag,
@@ -664,8 +693,6 @@ pub trait Destination {
                 buf,
             )
         }
-        .and_then(wait_handle)
-        .map(drop)
         .map_err(|c| Error::new(self.describe_send(what, tag), c))
     }
 

@@ -60,8 +60,11 @@ impl Drop for OwnedRequest {
 }
 
 /// Request memory not lent to an operation in flight, reused so that an operation
-/// allocates only when more are in flight than ever before.
+/// allocates only when more are in flight than ever before. The memory the next operation
+/// starts in is kept apart, so that starting one costs a load and one that finishes at once
+/// (most small sends) costs nothing more.
 pub struct SpareRequests {
+    next: OwnedRequest,
     spare: Vec<OwnedRequest>,
     request_size: usize,
 }
@@ -69,6 +72,7 @@ pub struct SpareRequests {
 impl SpareRequests {
     pub fn new(request_size: usize) -> SpareRequests {
         SpareRequests {
+            next: OwnedRequest::new(request_size),
             spare: Vec::new(),
             request_size,
         }
@@ -77,19 +81,15 @@ impl SpareRequests {
     /// The address of the memory the next operation starts in, without taking it: an
     /// operation that finishes at once leaves it here for the one after.
     #[inline]
-    pub fn next(&mut self) -> *mut c_void {
-        if self.spare.is_empty() {
-            self.spare.push(OwnedRequest::new(self.request_size));
-        }
-        self.spare[self.spare.len() - 1].address()
+    pub fn next(&self) -> *mut c_void {
+        self.next.address()
     }
 
     /// Takes the memory `next` named, for an operation that stays in flight.
     #[inline]
     pub fn take_next(&mut self) -> OwnedRequest {
-        self.spare
-            .pop()
-            .expect("next() put a spare request in before it was taken")
+        let after = self.spare.pop().unwrap_or_else(|| self.fresh());
+        std::mem::replace(&mut self.next, after)
     }
 
     /// Memory whose operation finished and whose state was taken (made fresh again).
@@ -98,7 +98,8 @@ impl SpareRequests {
         self.spare.push(request);
     }
 
-    /// A fresh request of this context's size (for the blocking receive's own memory).
+    /// A fresh request of this context's size, outside the spares (for the blocking
+    /// operations' own memory).
     pub fn fresh(&self) -> OwnedRequest {
         OwnedRequest::new(self.request_size)
     }
@@ -135,6 +136,8 @@ mod tests {
         let second = spare.next();
         assert_ne!(second, first, "memory in flight is not handed out twice");
         spare.give_back(taken);
-        assert_eq!(spare.next(), first, "given back, it serves next");
+        assert_eq!(spare.next(), second);
+        assert_eq!(spare.take_next().address(), second);
+        assert_eq!(spare.next(), first, "memory given back serves again");
     }
 }

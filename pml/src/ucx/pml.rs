@@ -267,6 +267,84 @@ impl UcxPml {
         buf: *const u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
+        let envelope = Envelope {
+            context,
+            source,
+            tag,
+        };
+        // SAFETY: forwarded from this function's contract.
+        match unsafe { self.start_send(envelope, peer, mode, buf, len, 0) }? {
+            status::Started::Done => Ok(Handle::SENT),
+            status::Started::Pending(_) => Ok(self.ops.insert(Op {
+                request: self.spare.take_next(),
+                kind: Kind::Send { peer },
+            })),
+        }
+    }
+
+    /// Sends and returns once `buf` may be reused (`MPI_Send`), as Open MPI's pml ucx does:
+    /// in request memory of ours, and telling UCX that only local completion is awaited
+    /// (`UCP_OP_ATTR_FLAG_FAST_CMPL`). UCX then keeps messages eager up to its larger
+    /// threshold for such sends (`tag_send_nbr` in `ucx_info -e`: 256 KiB on shared memory,
+    /// where other sends go rendezvous from 8 KiB), which halves a 16 KiB exchange.
+    ///
+    /// # Safety
+    /// `buf` must be valid for reads of `len` bytes for the duration of the call.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn send(
+        &mut self,
+        context: ContextId,
+        source: Rank,
+        peer: Rank,
+        tag: Tag,
+        mode: SendMode,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<(), PmlError> {
+        let envelope = Envelope {
+            context,
+            source,
+            tag,
+        };
+        let fast = match mode {
+            SendMode::Standard => ffi::UCP_OP_ATTR_FLAG_FAST_CMPL,
+            SendMode::Synchronous => 0,
+        };
+        // SAFETY: forwarded from this function's contract: the send is finished, or its
+        // request memory abandoned, before this returns.
+        let request = match unsafe { self.start_send(envelope, peer, mode, buf, len, fast) }? {
+            status::Started::Done => return Ok(()),
+            status::Started::Pending(request) => request,
+        };
+        // SAFETY: the send runs in the spare memory, whose state the callback writes; no
+        // other operation starts while this waits.
+        if let Err(e) = self.wait_until(|_| Ok(unsafe { peek(request) }.is_some())) {
+            // UCX cannot take a send back: its request memory stays UCX's for good.
+            std::mem::forget(self.spare.take_next());
+            return Err(e);
+        }
+        // SAFETY: finished (waited for above); the memory stays spare for the next operation.
+        match unsafe { request::take(request) }.0 {
+            ffi::UCS_OK => Ok(()),
+            other => Err(PmlError::transport(peer, status::describe(other))),
+        }
+    }
+
+    /// `ucp_tag_send_nbx` (or its synchronous kind) of `envelope` to `peer`, in the spare
+    /// request memory, with `flags` added to the operation's attributes.
+    ///
+    /// # Safety
+    /// `buf` must be valid for reads of `len` bytes and unchanged until the send completes.
+    #[inline]
+    unsafe fn start_send(
+        &mut self,
+        envelope: Envelope,
+        peer: Rank,
+        mode: SendMode,
+        buf: *const u8,
+        len: usize,
+        flags: u32,
+    ) -> Result<status::Started, PmlError> {
         let ep = self
             .endpoints
             .get(peer as usize)
@@ -275,13 +353,9 @@ impl UcxPml {
         if let Some(status) = self.failures.of(peer) {
             return Err(peer_failed(peer, status));
         }
-        let ucx_tag = tag::pack(Envelope {
-            context,
-            source,
-            tag,
-        })
-        .map_err(out_of_range)?;
-        let param = request::owned_send_param(self.spare.next());
+        let ucx_tag = tag::pack(envelope).map_err(out_of_range)?;
+        let mut param = request::owned_send_param(self.spare.next());
+        param.op_attr_mask |= flags;
         let (buf, count) = (buf.cast::<c_void>(), len as ffi::size_t);
         // SAFETY: `ep` is a live endpoint of this worker; the caller keeps `buf` readable
         // and unchanged until the request completes; `param`'s callback is the send kind and
@@ -294,15 +368,7 @@ impl UcxPml {
                 }
             }
         };
-        match status::started("tag send", started)
-            .map_err(|e| PmlError::transport(peer, e.to_string()))?
-        {
-            status::Started::Done => Ok(Handle::SENT),
-            status::Started::Pending(_) => Ok(self.ops.insert(Op {
-                request: self.spare.take_next(),
-                kind: Kind::Send { peer },
-            })),
-        }
+        status::started("tag send", started).map_err(|e| PmlError::transport(peer, e.to_string()))
     }
 
     /// Starts a receive into `len` bytes at `buf`.
