@@ -147,6 +147,18 @@ fn probed(info: ffi::ucp_tag_recv_info_t) -> Status {
     }
 }
 
+/// How long a wait spins on idle progress before it sleeps: the configured `spin`, or
+/// longer while many bytes are in flight (`SLOWEST_BYTES_PER_NS`). No spin stays none: that
+/// is the setting for ranks that share cores, which must not spin at all.
+fn spin_budget(spin: Duration, bytes_in_flight: usize) -> Duration {
+    if spin.is_zero() {
+        return Duration::ZERO;
+    }
+    spin.max(Duration::from_nanos(
+        (bytes_in_flight / SLOWEST_BYTES_PER_NS) as u64,
+    ))
+}
+
 /// "rank 1 of 4 over UCX 1.13.1, to peers by tcp/eth0.0, to itself by self/memory0; peer
 /// failure detection off"
 fn describe(rank: Rank, size: u32, endpoints: &[Endpoint], config: &UcxConfig) -> String {
@@ -733,17 +745,6 @@ impl UcxPml {
         !self.spin.is_zero()
     }
 
-    /// How long a wait spins on idle progress before it sleeps: the configured spin, or
-    /// longer while many bytes are in flight (`SLOWEST_BYTES_PER_NS`). No spin stays none:
-    /// that is the setting for ranks that share cores, which must not spin at all.
-    fn spin_budget(&self) -> Duration {
-        if self.spin.is_zero() {
-            return Duration::ZERO;
-        }
-        let moving = (self.bytes_in_flight / SLOWEST_BYTES_PER_NS) as u64;
-        self.spin.max(Duration::from_nanos(moving))
-    }
-
     /// `wait_until` for a blocking operation of `len` bytes, counted in flight meanwhile.
     fn wait_moving(
         &mut self,
@@ -756,7 +757,7 @@ impl UcxPml {
         waited
     }
 
-    /// Progresses until `done` holds: spin for `spin_budget()`, then sleep on the worker's
+    /// Progresses until `done` holds: spin for `spin_budget`, then sleep on the worker's
     /// event fd so that oversubscribed ranks give their cores away. Once a peer's connection broke,
     /// a wait that cannot finish fails naming that peer rather than hang on it.
     fn wait_until(
@@ -785,7 +786,9 @@ impl UcxPml {
             if let Some((peer, status)) = self.failures.first() {
                 return Err(peer_failed(peer, status));
             }
-            if idle_since.get_or_insert_with(Instant::now).elapsed() >= self.spin_budget() {
+            if idle_since.get_or_insert_with(Instant::now).elapsed()
+                >= spin_budget(self.spin, self.bytes_in_flight)
+            {
                 self.worker.sleep(SLEEP)?;
             }
         }
@@ -824,6 +827,19 @@ impl Drop for UcxPml {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn waits_spin_longer_while_many_bytes_are_in_flight() {
+        let spin = Duration::from_micros(100);
+        assert_eq!(spin_budget(spin, 0), spin);
+        assert_eq!(
+            spin_budget(spin, 16 << 10),
+            spin,
+            "small messages keep the spin"
+        );
+        assert_eq!(spin_budget(spin, 1 << 20), Duration::from_nanos(1 << 20));
+        assert_eq!(spin_budget(Duration::ZERO, 1 << 30), Duration::ZERO);
+    }
 
     #[test]
     fn tag_offload_is_reported_only_for_mlx5_rc_and_dc() {
