@@ -139,14 +139,15 @@ impl Pml {
         on_pml!(self, p => unsafe { p.post_send(context, source, peer, tag, mode, buf, len) })
     }
 
-    /// A blocking send. The UCX PML sends as Open MPI's does for `MPI_Send` (see
-    /// `UcxPml::send`); the native engine posts and waits as for any request.
+    /// A send its caller waits for at once (a blocking send): the UCX PML then asks UCX for
+    /// fast local completion, as Open MPI's pml ucx does for `MPI_Send` (see
+    /// `UcxPml::post_awaited_send`); the native engine posts it as any other.
     ///
     /// # Safety
-    /// `buf` must be valid for reads of `len` bytes for the duration of the call.
+    /// As for [`Engine::post_send`].
     #[allow(clippy::too_many_arguments)]
     #[inline]
-    pub unsafe fn send(
+    pub unsafe fn post_awaited_send(
         &mut self,
         context: ContextId,
         source: Rank,
@@ -155,19 +156,14 @@ impl Pml {
         mode: SendMode,
         buf: *const u8,
         len: usize,
-    ) -> Result<(), PmlError> {
+    ) -> Result<Handle, PmlError> {
+        // SAFETY (both arms): the caller's guarantees are passed on unchanged.
         match self {
-            Pml::Native(p) => {
-                // SAFETY: `buf` is readable until this returns, after the wait.
-                let h = unsafe { p.post_send(context, source, peer, tag, mode, buf, len) }?;
-                if h != Handle::SENT {
-                    p.wait(h)?;
-                }
-                Ok(())
-            }
-            // SAFETY: the caller's guarantees are passed on unchanged.
+            Pml::Native(p) => unsafe { p.post_send(context, source, peer, tag, mode, buf, len) },
             #[cfg(feature = "ucx")]
-            Pml::Ucx(p) => unsafe { p.send(context, source, peer, tag, mode, buf, len) },
+            Pml::Ucx(p) => unsafe {
+                p.post_awaited_send(context, source, peer, tag, mode, buf, len)
+            },
         }
     }
 

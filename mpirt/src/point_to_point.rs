@@ -256,42 +256,52 @@ pub(crate) unsafe fn post_send<B: Buffer + ?Sized>(
     mode: SendMode,
     buf: &B,
 ) -> Result<Handle, Cause> {
-    let dest = comm.check_rank(dest)?;
-    let tag = check_tag(tag)?;
-    let peer = comm.world_rank(dest);
-    let (ptr, len) = (buf.pointer(), buf.byte_len());
-    // SAFETY: `Buffer` makes `ptr` valid for `len` bytes; this function's caller keeps it so
-    // until completion.
-    with_engine(|e| unsafe { e.post_send(comm.context, comm.rank, peer, tag, mode, ptr, len) })
+    // SAFETY: forwarded from this function's contract.
+    unsafe { post_send_as(comm, dest, tag, mode, buf, false) }
 }
 
-/// Sends `buf` to `dest` and returns once it may be reused: through the PML's own blocking
-/// send, unless immediate collectives are in flight (the PML's wait cannot step them, and a
-/// peer may wait for their next round before it receives).
+/// Posts a send of `buf` to `dest` that the caller waits for at once (a blocking send),
+/// which lets the PML favour local completion (see `Pml::post_awaited_send`).
 ///
 /// # Safety
-/// `buf` must stay borrowed (unchanged, not freed) for the duration of the call.
+/// As for [`post_send`].
 #[inline]
-unsafe fn send_blocking<B: Buffer + ?Sized>(
+pub(crate) unsafe fn post_awaited_send<B: Buffer + ?Sized>(
     comm: &CommData,
     dest: Rank,
     tag: Tag,
     mode: SendMode,
     buf: &B,
-) -> Result<(), Cause> {
-    if progress::any_in_flight() {
-        // SAFETY: forwarded from this function's contract; the wait ends the request.
-        return unsafe { post_send(comm, dest, tag, mode, buf) }
-            .and_then(wait_handle)
-            .map(drop);
-    }
+) -> Result<Handle, Cause> {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { post_send_as(comm, dest, tag, mode, buf, true) }
+}
+
+/// # Safety
+/// As for [`post_send`].
+#[inline]
+unsafe fn post_send_as<B: Buffer + ?Sized>(
+    comm: &CommData,
+    dest: Rank,
+    tag: Tag,
+    mode: SendMode,
+    buf: &B,
+    awaited: bool,
+) -> Result<Handle, Cause> {
     let dest = comm.check_rank(dest)?;
     let tag = check_tag(tag)?;
     let peer = comm.world_rank(dest);
     let (ptr, len) = (buf.pointer(), buf.byte_len());
+    let (context, source) = (comm.context, comm.rank);
     // SAFETY: `Buffer` makes `ptr` valid for `len` bytes; this function's caller keeps it so
-    // for the call, which returns once the send is done.
-    with_engine(|e| unsafe { e.send(comm.context, comm.rank, peer, tag, mode, ptr, len) })
+    // until completion.
+    with_engine(|e| unsafe {
+        if awaited {
+            e.post_awaited_send(context, source, peer, tag, mode, ptr, len)
+        } else {
+            e.post_send(context, source, peer, tag, mode, ptr, len)
+        }
+    })
 }
 
 /// Waits for a request and returns how it ended.
@@ -685,7 +695,7 @@ pub trait Destination {
         };
         // SAFETY: `buf` is borrowed for this whole call, which waits for completion.
         unsafe {
-            send_blocking(
+            post_awaited_send(
                 self.destination_comm(),
                 self.destination_rank(),
                 tag,
@@ -693,6 +703,8 @@ pub trait Destination {
                 buf,
             )
         }
+        .and_then(wait_handle)
+        .map(drop)
         .map_err(|c| Error::new(self.describe_send(what, tag), c))
     }
 

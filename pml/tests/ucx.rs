@@ -20,10 +20,12 @@ fn send(p: &mut UcxPml, to: u32, tag: i32, data: &[u8], mode: SendMode) {
     assert_eq!(p.wait(h).unwrap(), Done::Sent);
 }
 
-/// The blocking send (`UcxPml::send`, in the PML's own request memory, fast completion).
+/// A send waited for at once (`UcxPml::post_awaited_send`: UCX's fast local completion).
 fn send_blocking(p: &mut UcxPml, to: u32, tag: i32, data: &[u8], mode: SendMode) {
-    // SAFETY: `data` outlives the call, which returns once the send is done.
-    unsafe { p.send(0, p.rank(), to, tag, mode, data.as_ptr(), data.len()) }.unwrap();
+    // SAFETY: `data` outlives the request: we wait for it before returning.
+    let h = unsafe { p.post_awaited_send(0, p.rank(), to, tag, mode, data.as_ptr(), data.len()) }
+        .unwrap();
+    assert_eq!(p.wait(h).unwrap(), Done::Sent);
 }
 
 fn try_recv(

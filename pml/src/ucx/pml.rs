@@ -92,6 +92,12 @@ fn out_of_range(e: tag::TagError) -> PmlError {
     PmlError::OutOfRange(e.to_string())
 }
 
+/// A send UCX refused to start, as a failure of the connection to `peer`.
+#[cold]
+fn send_failed(peer: Rank, e: PmlError) -> PmlError {
+    PmlError::transport(peer, e.to_string())
+}
+
 fn peer_failed(peer: Rank, status: ffi::ucs_status_t) -> PmlError {
     PmlError::transport(
         peer,
@@ -280,6 +286,7 @@ impl UcxPml {
     /// `buf` must be valid for reads of `len` bytes and must not be written or freed until the
     /// request completes (`test` or `wait` reported it).
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub unsafe fn post_send(
         &mut self,
         context: ContextId,
@@ -296,23 +303,20 @@ impl UcxPml {
             tag,
         };
         // SAFETY: forwarded from this function's contract.
-        match unsafe { self.start_send(envelope, peer, mode, buf, len, 0) }? {
-            status::Started::Done => Ok(Handle::SENT),
-            status::Started::Pending(_) => Ok(self.track(Kind::Send { peer }, len)),
-        }
+        unsafe { self.start_send(envelope, peer, mode, buf, len, 0) }
     }
 
-    /// Sends and returns once `buf` may be reused (`MPI_Send`), as Open MPI's pml ucx does:
-    /// in request memory of ours, and telling UCX that only local completion is awaited
-    /// (`UCP_OP_ATTR_FLAG_FAST_CMPL`). UCX then keeps messages eager up to its larger
+    /// `post_send` for a send its caller waits for at once (`MPI_Send`), as Open MPI's pml
+    /// ucx sends it: UCX is told that only local completion is awaited
+    /// (`UCP_OP_ATTR_FLAG_FAST_CMPL`), and then keeps messages eager up to its larger
     /// threshold for such sends (`tag_send_nbr` in `ucx_info -e`: 256 KiB on shared memory,
     /// where other sends go rendezvous from 8 KiB), which halves a 16 KiB exchange.
     ///
     /// # Safety
-    /// `buf` must be valid for reads of `len` bytes for the duration of the call.
+    /// As for `post_send`.
     #[allow(clippy::too_many_arguments)]
     #[inline]
-    pub unsafe fn send(
+    pub unsafe fn post_awaited_send(
         &mut self,
         context: ContextId,
         source: Rank,
@@ -321,7 +325,7 @@ impl UcxPml {
         mode: SendMode,
         buf: *const u8,
         len: usize,
-    ) -> Result<(), PmlError> {
+    ) -> Result<Handle, PmlError> {
         let envelope = Envelope {
             context,
             source,
@@ -331,28 +335,13 @@ impl UcxPml {
             SendMode::Standard => ffi::UCP_OP_ATTR_FLAG_FAST_CMPL,
             SendMode::Synchronous => 0,
         };
-        // SAFETY: forwarded from this function's contract: the send is finished, or its
-        // request memory abandoned, before this returns.
-        let request = match unsafe { self.start_send(envelope, peer, mode, buf, len, fast) }? {
-            status::Started::Done => return Ok(()),
-            status::Started::Pending(request) => request,
-        };
-        // SAFETY: the send runs in the spare memory, whose state the callback writes; no
-        // other operation starts while this waits.
-        if let Err(e) = self.wait_moving(len, |_| Ok(unsafe { peek(request) }.is_some())) {
-            // UCX cannot take a send back: its request memory stays UCX's for good.
-            std::mem::forget(self.spare.take_next());
-            return Err(e);
-        }
-        // SAFETY: finished (waited for above); the memory stays spare for the next operation.
-        match unsafe { request::take(request) }.0 {
-            ffi::UCS_OK => Ok(()),
-            other => Err(PmlError::transport(peer, status::describe(other))),
-        }
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.start_send(envelope, peer, mode, buf, len, fast) }
     }
 
     /// `ucp_tag_send_nbx` (or its synchronous kind) of `envelope` to `peer`, in the spare
-    /// request memory, with `flags` added to the operation's attributes.
+    /// request memory, with `flags` added to the operation's attributes; a handle unless it
+    /// finished at once.
     ///
     /// # Safety
     /// `buf` must be valid for reads of `len` bytes and unchanged until the send completes.
@@ -365,12 +354,12 @@ impl UcxPml {
         buf: *const u8,
         len: usize,
         flags: u32,
-    ) -> Result<status::Started, PmlError> {
-        let ep = self
-            .endpoints
-            .get(peer as usize)
-            .ok_or(PmlError::UnknownPeer(peer))?
-            .handle();
+    ) -> Result<Handle, PmlError> {
+        // The error is built only on the way out: `ok_or` built and dropped one per send.
+        let Some(ep) = self.endpoints.get(peer as usize) else {
+            return Err(PmlError::UnknownPeer(peer));
+        };
+        let ep = ep.handle();
         if let Some(status) = self.failures.of(peer) {
             return Err(peer_failed(peer, status));
         }
@@ -389,7 +378,11 @@ impl UcxPml {
                 }
             }
         };
-        status::started("tag send", started).map_err(|e| PmlError::transport(peer, e.to_string()))
+        match status::started("tag send", started) {
+            Ok(status::Started::Done) => Ok(Handle::SENT),
+            Ok(status::Started::Pending(_)) => Ok(self.track(Kind::Send { peer }, len)),
+            Err(e) => Err(send_failed(peer, e)),
+        }
     }
 
     /// Starts a receive into `len` bytes at `buf`.

@@ -101,6 +101,7 @@ fn tag_bits(tag: Tag) -> Result<u64, TagError> {
 }
 
 /// The UCX tag a message with this envelope is sent with.
+#[inline]
 pub fn pack(envelope: Envelope) -> Result<u64, TagError> {
     Ok(context_bits(envelope.context)? | source_bits(envelope.source)? | tag_bits(envelope.tag)?)
 }
@@ -118,6 +119,7 @@ pub fn unpack(tag: u64) -> Envelope {
 }
 
 /// The (tag, mask) pair a receive or probe with these selectors matches with.
+#[inline]
 pub fn selector(
     context: ContextId,
     source: SourceSel,
