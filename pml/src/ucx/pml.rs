@@ -738,23 +738,22 @@ impl UcxPml {
         !self.spin.is_zero()
     }
 
-    /// `wait_until` for a blocking operation of `len` bytes, counted in flight meanwhile.
+    /// Progresses until `done` holds: spin for `spin_budget`, then sleep on the worker's
+    /// event fd so that oversubscribed ranks give their cores away. Once a peer's connection
+    /// broke, a wait that cannot finish fails naming that peer rather than hang on it.
+    fn wait_until(
+        &mut self,
+        done: impl FnMut(&mut UcxPml) -> Result<bool, PmlError>,
+    ) -> Result<(), PmlError> {
+        self.wait_moving(0, done)
+    }
+
+    /// `wait_until` for a blocking operation of `len` bytes, which count as in flight (for
+    /// the spin budget) besides those of the requests.
+    #[inline]
     fn wait_moving(
         &mut self,
         len: usize,
-        done: impl FnMut(&mut UcxPml) -> Result<bool, PmlError>,
-    ) -> Result<(), PmlError> {
-        self.bytes_in_flight += len;
-        let waited = self.wait_until(done);
-        self.bytes_in_flight -= len;
-        waited
-    }
-
-    /// Progresses until `done` holds: spin for `spin_budget`, then sleep on the worker's
-    /// event fd so that oversubscribed ranks give their cores away. Once a peer's connection broke,
-    /// a wait that cannot finish fails naming that peer rather than hang on it.
-    fn wait_until(
-        &mut self,
         mut done: impl FnMut(&mut UcxPml) -> Result<bool, PmlError>,
     ) -> Result<(), PmlError> {
         let mut idle_since = None;
@@ -780,7 +779,7 @@ impl UcxPml {
                 return Err(peer_failed(peer, status));
             }
             if idle_since.get_or_insert_with(Instant::now).elapsed()
-                >= spin_budget(self.spin, self.bytes_in_flight)
+                >= spin_budget(self.spin, self.bytes_in_flight + len)
             {
                 self.worker.sleep(SLEEP)?;
             }

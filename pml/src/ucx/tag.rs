@@ -92,6 +92,7 @@ fn source_bits(source: Rank) -> Result<u64, TagError> {
     Ok(u64::from(source) << SOURCE_SHIFT)
 }
 
+#[inline]
 fn tag_bits(tag: Tag) -> Result<u64, TagError> {
     if !(MIN_RUNTIME_TAG..=MAX_USER_TAG).contains(&tag) {
         return Err(TagError::Tag(tag));
