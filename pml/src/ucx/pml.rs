@@ -32,6 +32,11 @@ const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
 /// more, past the spin budget; sleeping then cost 8% of shared-memory bandwidth at 1 MiB
 /// (10.0 GB/s against 10.9 spinning throughout), and Open MPI's pml ucx never sleeps.
 const SLOWEST_BYTES_PER_NS: usize = 1;
+/// The longest spin the bytes in flight stretch a wait to: the gap to cover is one message's
+/// transfer (the idle clock restarts whenever progress moves anything), and on a host shared
+/// with other work a rank that spins long, rather than sleeping until woken, answers later
+/// (osu_bw at 64 KiB to 1 MiB lost 20-30% spinning for all 64 MiB of its window, load 8).
+const MAX_SPIN_FOR_BYTES: Duration = Duration::from_millis(1);
 
 /// An operation in flight: the request memory UCX runs it in (whose state the callback
 /// fills), what kind it is and how many bytes it moves.
@@ -154,15 +159,15 @@ fn probed(info: ffi::ucp_tag_recv_info_t) -> Status {
 }
 
 /// How long a wait spins on idle progress before it sleeps: the configured `spin`, or
-/// longer while many bytes are in flight (`SLOWEST_BYTES_PER_NS`). No spin stays none: that
-/// is the setting for ranks that share cores, which must not spin at all.
+/// longer while many bytes are in flight (`SLOWEST_BYTES_PER_NS`, up to
+/// `MAX_SPIN_FOR_BYTES`). No spin stays none: that is the setting for ranks that share
+/// cores, which must not spin at all.
 fn spin_budget(spin: Duration, bytes_in_flight: usize) -> Duration {
     if spin.is_zero() {
         return Duration::ZERO;
     }
-    spin.max(Duration::from_nanos(
-        (bytes_in_flight / SLOWEST_BYTES_PER_NS) as u64,
-    ))
+    let moving = Duration::from_nanos((bytes_in_flight / SLOWEST_BYTES_PER_NS) as u64);
+    spin.max(moving.min(MAX_SPIN_FOR_BYTES))
 }
 
 /// "rank 1 of 4 over UCX 1.13.1, to peers by tcp/eth0.0, to itself by self/memory0; peer
@@ -829,7 +834,15 @@ mod tests {
             spin,
             "small messages keep the spin"
         );
-        assert_eq!(spin_budget(spin, 1 << 20), Duration::from_nanos(1 << 20));
+        assert_eq!(
+            spin_budget(spin, 512 << 10),
+            Duration::from_nanos(512 << 10)
+        );
+        assert_eq!(spin_budget(spin, 64 << 20), MAX_SPIN_FOR_BYTES, "capped");
+        assert_eq!(
+            spin_budget(Duration::from_secs(1), 1 << 20),
+            Duration::from_secs(1)
+        );
         assert_eq!(spin_budget(Duration::ZERO, 1 << 30), Duration::ZERO);
     }
 
