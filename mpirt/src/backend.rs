@@ -139,6 +139,34 @@ impl Pml {
         on_pml!(self, p => unsafe { p.post_send(context, source, peer, tag, mode, buf, len) })
     }
 
+    /// A send its caller waits for at once (a blocking send): the UCX PML then asks UCX for
+    /// fast local completion, as Open MPI's pml ucx does for `MPI_Send` (see
+    /// `UcxPml::post_awaited_send`); the native engine posts it as any other.
+    ///
+    /// # Safety
+    /// As for [`Engine::post_send`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub unsafe fn post_awaited_send(
+        &mut self,
+        context: ContextId,
+        source: Rank,
+        peer: Rank,
+        tag: Tag,
+        mode: SendMode,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<Handle, PmlError> {
+        // SAFETY (both arms): the caller's guarantees are passed on unchanged.
+        match self {
+            Pml::Native(p) => unsafe { p.post_send(context, source, peer, tag, mode, buf, len) },
+            #[cfg(feature = "ucx")]
+            Pml::Ucx(p) => unsafe {
+                p.post_awaited_send(context, source, peer, tag, mode, buf, len)
+            },
+        }
+    }
+
     /// # Safety
     /// As for [`Engine::post_recv`].
     #[inline]
@@ -169,9 +197,7 @@ impl Pml {
         match self {
             Pml::Native(p) => unsafe { p.start_recv(context, source, tag, buf, len) },
             #[cfg(feature = "ucx")]
-            Pml::Ucx(p) => {
-                unsafe { p.post_recv(context, source, tag, buf, len) }.map(Started::Posted)
-            }
+            Pml::Ucx(p) => unsafe { p.start_recv(context, source, tag, buf, len) },
         }
     }
 

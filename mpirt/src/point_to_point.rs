@@ -289,13 +289,52 @@ pub(crate) unsafe fn post_send<B: Buffer + ?Sized>(
     mode: SendMode,
     buf: &B,
 ) -> Result<Handle, Cause> {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { post_send_as(comm, dest, tag, mode, buf, false) }
+}
+
+/// Posts a send of `buf` to `dest` that the caller waits for at once (a blocking send),
+/// which lets the PML favour local completion (see `Pml::post_awaited_send`).
+///
+/// # Safety
+/// As for [`post_send`].
+#[inline]
+pub(crate) unsafe fn post_awaited_send<B: Buffer + ?Sized>(
+    comm: &CommData,
+    dest: Rank,
+    tag: Tag,
+    mode: SendMode,
+    buf: &B,
+) -> Result<Handle, Cause> {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { post_send_as(comm, dest, tag, mode, buf, true) }
+}
+
+/// # Safety
+/// As for [`post_send`].
+#[inline]
+unsafe fn post_send_as<B: Buffer + ?Sized>(
+    comm: &CommData,
+    dest: Rank,
+    tag: Tag,
+    mode: SendMode,
+    buf: &B,
+    awaited: bool,
+) -> Result<Handle, Cause> {
     let dest = comm.check_rank(dest)?;
     let tag = check_tag(tag)?;
     let peer = comm.world_rank(dest);
     let (ptr, len) = (buf.pointer(), buf.byte_len());
+    let (context, source) = (comm.context, comm.rank);
     // SAFETY: `Buffer` makes `ptr` valid for `len` bytes; this function's caller keeps it so
     // until completion.
-    with_engine(|e| unsafe { e.post_send(comm.context, comm.rank, peer, tag, mode, ptr, len) })
+    with_engine(|e| unsafe {
+        if awaited {
+            e.post_awaited_send(context, source, peer, tag, mode, ptr, len)
+        } else {
+            e.post_send(context, source, peer, tag, mode, ptr, len)
+        }
+    })
 }
 
 /// Waits for a request and returns how it ended.
@@ -689,7 +728,7 @@ pub trait Destination {
         };
         // SAFETY: `buf` is borrowed for this whole call, which waits for completion.
         unsafe {
-            post_send(
+            post_awaited_send(
                 self.destination_comm(),
                 self.destination_rank(),
                 tag,

@@ -68,6 +68,15 @@ pub struct RecvBuf {
     len: usize,
 }
 
+impl RecvBuf {
+    /// The buffer a receive that another PML finished at once hands back
+    /// (`Started::Done`), under the same contract as `post_recv`'s.
+    #[cfg(feature = "ucx")]
+    pub(crate) fn new(ptr: *mut u8, len: usize) -> RecvBuf {
+        RecvBuf { ptr, len }
+    }
+}
+
 impl AsMut<[u8]> for RecvBuf {
     fn as_mut(&mut self) -> &mut [u8] {
         // SAFETY: `post_recv`'s caller guarantees `ptr` is valid for writes of `len` bytes and

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use std::{env, fs};
 
 use pml::ucx::{tag, UcxConfig, UcxPml};
-use pml::{Done, PmlError, SendMode, SourceSel, Status, TagSel};
+use pml::{Done, PmlError, SendMode, SourceSel, Started, Status, TagSel};
 
 mod ranks_common;
 
@@ -17,6 +17,14 @@ use ranks_common::{checksum, pattern, rank0_saw_rank1_die, run_children, DirWire
 fn send(p: &mut UcxPml, to: u32, tag: i32, data: &[u8], mode: SendMode) {
     // SAFETY: `data` outlives the request: we wait for it before returning.
     let h = unsafe { p.post_send(0, p.rank(), to, tag, mode, data.as_ptr(), data.len()) }.unwrap();
+    assert_eq!(p.wait(h).unwrap(), Done::Sent);
+}
+
+/// A send waited for at once (`UcxPml::post_awaited_send`: UCX's fast local completion).
+fn send_blocking(p: &mut UcxPml, to: u32, tag: i32, data: &[u8], mode: SendMode) {
+    // SAFETY: `data` outlives the request: we wait for it before returning.
+    let h = unsafe { p.post_awaited_send(0, p.rank(), to, tag, mode, data.as_ptr(), data.len()) }
+        .unwrap();
     assert_eq!(p.wait(h).unwrap(), Done::Sent);
 }
 
@@ -50,6 +58,16 @@ fn try_receive(
     // SAFETY: `buf` outlives the call, which returns once the receive is done.
     let status = unsafe { p.recv(0, from, tag, buf.as_mut_ptr(), buf.len()) }?;
     Ok((buf, status))
+}
+
+/// How a started receive began, for failure messages (its buffer has no `Debug`).
+fn summary<R>(started: &Result<Started<R>, PmlError>) -> String {
+    match started {
+        Ok(Started::Done { result, .. }) => format!("finished at once: {result:?}"),
+        Ok(Started::Posted(h)) => format!("posted as {h}"),
+        Ok(Started::Claimed) => "claimed".into(),
+        Err(e) => format!("failed: {e}"),
+    }
 }
 
 const SIZES: [usize; 5] = [0, 1, 8 << 10, 1 << 20, 16 << 20];
@@ -215,6 +233,41 @@ fn rank_main(dir: &Path, rank: u32, size: u32, config: &UcxConfig) {
             }
         }
 
+        // A receive whose message waits finishes as it starts, with no request left (the
+        // immediate receive's fast path), a too-long one with the truncation error; one
+        // whose message has not come is a request.
+        p.probe(0, SourceSel::Rank(1), TagSel::Tag(94)).unwrap();
+        let mut buf = [0u8; 10];
+        // SAFETY: `buf` outlives the receive, which finished inside the call.
+        match unsafe { p.start_recv(0, SourceSel::Rank(1), TagSel::Tag(93), buf.as_mut_ptr(), 10) }
+        {
+            Ok(Started::Done {
+                result: Err(PmlError::Truncated { message_len, .. }),
+                ..
+            }) => assert_eq!(message_len, 1000),
+            other => panic!(
+                "a waiting 1000-byte message into 10 bytes: {}",
+                summary(&other)
+            ),
+        }
+        // SAFETY: as above.
+        match unsafe { p.start_recv(0, SourceSel::Any, TagSel::Tag(94), buf.as_mut_ptr(), 10) } {
+            Ok(Started::Done { result: Ok(st), .. }) => {
+                assert_eq!((st.source, st.tag, st.len), (1, 94, 8));
+                assert_eq!(buf[..8], pattern(8, 94)[..]);
+            }
+            other => panic!("a waiting 8-byte message: {}", summary(&other)),
+        }
+        // SAFETY: `buf` outlives the request, cancelled and waited for below.
+        let h = match unsafe {
+            p.start_recv(0, SourceSel::Any, TagSel::Tag(95), buf.as_mut_ptr(), 4)
+        } {
+            Ok(Started::Posted(h)) => h,
+            other => panic!("a receive with no message yet: {}", summary(&other)),
+        };
+        assert!(p.cancel(h).unwrap());
+        assert_eq!(p.wait(h), Err(PmlError::Cancelled));
+
         // A receive nothing matches can be cancelled.
         let mut buf = [0u8; 4];
         // SAFETY: `buf` outlives the request, waited for below.
@@ -246,8 +299,10 @@ fn rank_main(dir: &Path, rank: u32, size: u32, config: &UcxConfig) {
         }
         println!("rank 0 checked {} peers", size - 1);
     } else {
+        // Every other size by the blocking send, in the other order than rank 0 receives.
         for (i, &len) in SIZES.iter().enumerate() {
-            send(
+            let sender = if i % 2 == 0 { send_blocking } else { send };
+            sender(
                 &mut p,
                 0,
                 i as i32,
@@ -259,7 +314,7 @@ fn rank_main(dir: &Path, rank: u32, size: u32, config: &UcxConfig) {
             send(&mut p, 0, -5, b"rt!", SendMode::Standard);
             send(&mut p, 0, 60, b"usr", SendMode::Standard);
             send(&mut p, 0, 50, &pattern(100, 50), SendMode::Standard);
-            send(&mut p, 0, 51, &pattern(1 << 20, 51), SendMode::Standard);
+            send_blocking(&mut p, 0, 51, &pattern(1 << 20, 51), SendMode::Standard);
 
             let data = 200u64.to_le_bytes();
             // SAFETY: `data` outlives the request, waited for below.
@@ -277,6 +332,8 @@ fn rank_main(dir: &Path, rank: u32, size: u32, config: &UcxConfig) {
             send(&mut p, 0, 90, &pattern(1000, 90), SendMode::Standard);
             send(&mut p, 0, 91, &pattern(1 << 20, 91), SendMode::Standard);
             send(&mut p, 0, 92, &pattern(1000, 92), SendMode::Standard);
+            send(&mut p, 0, 93, &pattern(1000, 93), SendMode::Standard);
+            send(&mut p, 0, 94, &pattern(8, 94), SendMode::Standard);
 
             // The other side of `sleeps_until_woken`.
             std::thread::sleep(Duration::from_millis(300));

@@ -7,7 +7,7 @@
 //! - `failure`: which peers' connections broke, as UCX reports them.
 //! - `wireup`: worker addresses through the launcher's key-value service.
 //! - `request`: an operation's outcome, kept inside the UCX request itself.
-//! - `owned_request`: request memory lent to UCX, for blocking receives.
+//! - `owned_request`: request memory lent to UCX, for every message.
 //! - `status`: UCX status codes as results.
 //! - `pml`: [`UcxPml`], the calls the layer above makes.
 

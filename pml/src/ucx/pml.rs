@@ -8,15 +8,16 @@ use std::time::{Duration, Instant};
 
 use super::failure::PeerFailures;
 use super::ffi;
-use super::owned_request::OwnedRequest;
+use super::owned_request::{OwnedRequest, SpareRequests};
 use super::request::{self, peek};
-use super::status::{self, Started};
+use super::status;
 use super::tag;
 use super::wireup;
 use super::worker::{self, Endpoint, Worker};
-use crate::engine::{Done, EngineError, SendMode, Wireup};
+use crate::engine::{Done, EngineError, RecvBuf, SendMode, Wireup};
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
+use crate::protocol::Started;
 use crate::requests::{Handle, Requests};
 use crate::waiting::Waiting;
 
@@ -25,12 +26,24 @@ use crate::waiting::Waiting;
 const SLEEP: Duration = Duration::from_millis(10);
 /// Idle rounds of progress between two looks at the clock and at failed peers.
 const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
+/// The slowest rate (bytes per nanosecond: 1 GB/s) at which messages in flight are expected
+/// to move: a wait spins at least as long as its bytes take at this rate before it sleeps.
+/// A rendezvous of 1 MiB leaves the waiting side idle for about the peer's copy, 100 us and
+/// more, past the spin budget; sleeping then cost 8% of shared-memory bandwidth at 1 MiB
+/// (10.0 GB/s against 10.9 spinning throughout), and Open MPI's pml ucx never sleeps.
+const SLOWEST_BYTES_PER_NS: usize = 1;
+/// The longest spin the bytes in flight stretch a wait to: the gap to cover is one message's
+/// transfer (the idle clock restarts whenever progress moves anything), and on a host shared
+/// with other work a rank that spins long, rather than sleeping until woken, answers later
+/// (osu_bw at 64 KiB to 1 MiB lost 20-30% spinning for all 64 MiB of its window, load 8).
+const MAX_SPIN_FOR_BYTES: Duration = Duration::from_millis(1);
 
-/// An operation in flight: its UCX request (whose state the callback fills) and what kind
-/// it is.
+/// An operation in flight: the request memory UCX runs it in (whose state the callback
+/// fills), what kind it is and how many bytes it moves.
 struct Op {
-    request: *mut c_void,
+    request: OwnedRequest,
     kind: Kind,
+    len: usize,
 }
 
 enum Kind {
@@ -61,20 +74,37 @@ pub struct UcxPml {
     size: u32,
     /// How long a wait spins on progress before it sleeps on the worker's event fd.
     spin: Duration,
-    ops: Requests<Op>,
-    /// Where blocking receives build their UCX request: one at a time is in flight.
-    blocking: OwnedRequest,
     /// One per world rank, this one's included.
     endpoints: Vec<Endpoint>,
     /// Dropped after `Drop` closed the endpoints.
     worker: Worker,
     /// Declared after the worker: its error callbacks write here until the worker is gone.
     failures: PeerFailures,
+    /// The operations in flight, in request memory of ours. Declared after the worker, as
+    /// the memory below: destroying the worker may still complete what is in flight.
+    ops: Requests<Op>,
+    /// Request memory for the next operations.
+    spare: SpareRequests,
+    /// Where blocking receives build their UCX request: one at a time is in flight.
+    blocking: OwnedRequest,
+    /// The bytes of the operations in flight (`ops` and a blocking one being waited for),
+    /// which stretch the spin before a wait sleeps (`spin_budget`).
+    bytes_in_flight: usize,
+    /// Per world rank: whether sends there that the caller waits for at once ask UCX for
+    /// fast local completion (`post_awaited_send`), i.e. whether every lane to it is shared
+    /// memory.
+    fast_awaited_sends: Vec<bool>,
     description: String,
 }
 
 fn out_of_range(e: tag::TagError) -> PmlError {
     PmlError::OutOfRange(e.to_string())
+}
+
+/// A send UCX refused to start, as a failure of the connection to `peer`.
+#[cold]
+fn send_failed(peer: Rank, e: PmlError) -> PmlError {
+    PmlError::transport(peer, e.to_string())
 }
 
 fn peer_failed(peer: Rank, status: ffi::ucs_status_t) -> PmlError {
@@ -111,15 +141,12 @@ fn received(
     }
 }
 
-/// The request of a receive started with `recv_param` or `owned_recv_param`: both refuse
-/// immediate completion, so UCX always hands one back.
-fn started_recv(
-    operation: &'static str,
-    started: ffi::ucs_status_ptr_t,
-) -> Result<*mut c_void, PmlError> {
+/// Checks that a receive started: with `UCP_OP_ATTR_FLAG_NO_IMM_CMPL` UCX hands back its
+/// request even when the message was waiting (it then finished inside the call).
+fn started_recv(operation: &'static str, started: ffi::ucs_status_ptr_t) -> Result<(), PmlError> {
     match status::started(operation, started)? {
-        Started::Pending(request) => Ok(request),
-        Started::Done => Err(PmlError::Ucx {
+        status::Started::Pending(_) => Ok(()),
+        status::Started::Done => Err(PmlError::Ucx {
             operation,
             cause: "completed without a request despite UCP_OP_ATTR_FLAG_NO_IMM_CMPL".into(),
         }),
@@ -133,6 +160,31 @@ fn probed(info: ffi::ucp_tag_recv_info_t) -> Status {
         tag: envelope.tag,
         len: info.length as usize,
     }
+}
+
+/// How long a wait spins on idle progress before it sleeps: the configured `spin`, or
+/// longer while many bytes are in flight (`SLOWEST_BYTES_PER_NS`, up to
+/// `MAX_SPIN_FOR_BYTES`). No spin stays none: that is the setting for ranks that share
+/// cores, which must not spin at all.
+fn spin_budget(spin: Duration, bytes_in_flight: usize) -> Duration {
+    if spin.is_zero() {
+        return Duration::ZERO;
+    }
+    let moving = Duration::from_nanos((bytes_in_flight / SLOWEST_BYTES_PER_NS) as u64);
+    spin.max(moving.min(MAX_SPIN_FOR_BYTES))
+}
+
+/// Whether blocking sends to a peer reached by these transports (`Endpoint::transports`)
+/// should ask for fast local completion: on shared memory it keeps 8-256 KiB messages
+/// eager, copied as they are sent, and halves a 16 KiB ping-pong; over TCP those sizes go
+/// eager by zero copy (to 19 KiB) or rendezvous without it, and a 16 KiB ping-pong took
+/// twice as long with it.
+fn fast_completion_helps(transports: &[String]) -> bool {
+    const SHARED_MEMORY: [&str; 6] = ["posix/", "sysv/", "cma/", "knem/", "xpmem/", "self/"];
+    !transports.is_empty()
+        && transports
+            .iter()
+            .all(|t| SHARED_MEMORY.iter().any(|shm| t.starts_with(shm)))
 }
 
 /// "rank 1 of 4 over UCX 1.13.1, to peers by tcp/eth0.0, to itself by self/memory0; peer
@@ -218,15 +270,23 @@ impl UcxPml {
         let detecting = config.detect_peer_failure.then_some(&failures);
         let endpoints = wireup::connect_all(&worker, wireup, detecting)?;
         let description = describe(rank, size, &endpoints, config);
+        let fast_awaited_sends = endpoints
+            .iter()
+            .map(|ep| fast_completion_helps(&ep.transports()))
+            .collect();
+        let spare = SpareRequests::new(worker.request_size());
         Ok(UcxPml {
             rank,
             size,
             spin: config.spin,
-            ops: Requests::default(),
-            blocking: OwnedRequest::new(worker.request_size()),
             endpoints,
             worker,
             failures,
+            ops: Requests::default(),
+            blocking: spare.fresh(),
+            spare,
+            bytes_in_flight: 0,
+            fast_awaited_sends,
             description,
         })
     }
@@ -253,6 +313,7 @@ impl UcxPml {
     /// `buf` must be valid for reads of `len` bytes and must not be written or freed until the
     /// request completes (`test` or `wait` reported it).
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub unsafe fn post_send(
         &mut self,
         context: ContextId,
@@ -263,24 +324,81 @@ impl UcxPml {
         buf: *const u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
-        let ep = self
-            .endpoints
-            .get(peer as usize)
-            .ok_or(PmlError::UnknownPeer(peer))?
-            .handle();
-        if let Some(status) = self.failures.of(peer) {
-            return Err(peer_failed(peer, status));
-        }
-        let ucx_tag = tag::pack(Envelope {
+        let envelope = Envelope {
             context,
             source,
             tag,
-        })
-        .map_err(out_of_range)?;
-        let param = request::send_param();
+        };
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.start_send(envelope, peer, mode, buf, len, 0) }
+    }
+
+    /// `post_send` for a send its caller waits for at once (`MPI_Send`), as Open MPI's pml
+    /// ucx sends it to peers over shared memory: UCX is told that only local completion is
+    /// awaited (`UCP_OP_ATTR_FLAG_FAST_CMPL`), and then keeps messages eager up to its larger
+    /// threshold for such sends (`tag_send_nbr` in `ucx_info -e`: 256 KiB, where other sends
+    /// go rendezvous from 8 KiB), which halves a 16 KiB exchange. Other peers get a plain
+    /// send (see `fast_completion_helps`).
+    ///
+    /// # Safety
+    /// As for `post_send`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub unsafe fn post_awaited_send(
+        &mut self,
+        context: ContextId,
+        source: Rank,
+        peer: Rank,
+        tag: Tag,
+        mode: SendMode,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<Handle, PmlError> {
+        let envelope = Envelope {
+            context,
+            source,
+            tag,
+        };
+        let helps = self.fast_awaited_sends.get(peer as usize) == Some(&true);
+        let fast = match mode {
+            SendMode::Standard if helps => ffi::UCP_OP_ATTR_FLAG_FAST_CMPL,
+            _ => 0,
+        };
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.start_send(envelope, peer, mode, buf, len, fast) }
+    }
+
+    /// `ucp_tag_send_nbx` (or its synchronous kind) of `envelope` to `peer`, in the spare
+    /// request memory, with `flags` added to the operation's attributes; a handle unless it
+    /// finished at once.
+    ///
+    /// # Safety
+    /// `buf` must be valid for reads of `len` bytes and unchanged until the send completes.
+    #[inline(always)]
+    unsafe fn start_send(
+        &mut self,
+        envelope: Envelope,
+        peer: Rank,
+        mode: SendMode,
+        buf: *const u8,
+        len: usize,
+        flags: u32,
+    ) -> Result<Handle, PmlError> {
+        // The error is built only on the way out: `ok_or` built and dropped one per send.
+        let Some(ep) = self.endpoints.get(peer as usize) else {
+            return Err(PmlError::UnknownPeer(peer));
+        };
+        let ep = ep.handle();
+        if let Some(status) = self.failures.of(peer) {
+            return Err(peer_failed(peer, status));
+        }
+        let ucx_tag = tag::pack(envelope).map_err(out_of_range)?;
+        let mut param = request::owned_send_param(self.spare.next());
+        param.op_attr_mask |= flags;
         let (buf, count) = (buf.cast::<c_void>(), len as ffi::size_t);
         // SAFETY: `ep` is a live endpoint of this worker; the caller keeps `buf` readable
-        // and unchanged until the request completes; `param`'s callback is the send kind.
+        // and unchanged until the request completes; `param`'s callback is the send kind and
+        // its request memory is the spare one, which no operation in flight uses.
         let started = unsafe {
             match mode {
                 SendMode::Standard => ffi::ucp_tag_send_nbx(ep, buf, count, ucx_tag, &param),
@@ -289,14 +407,10 @@ impl UcxPml {
                 }
             }
         };
-        match status::started("tag send", started)
-            .map_err(|e| PmlError::transport(peer, e.to_string()))?
-        {
-            Started::Done => Ok(Handle::SENT),
-            Started::Pending(request) => Ok(self.ops.insert(Op {
-                request,
-                kind: Kind::Send { peer },
-            })),
+        match status::started("tag send", started) {
+            Ok(status::Started::Done) => Ok(Handle::SENT),
+            Ok(status::Started::Pending(_)) => Ok(self.track(Kind::Send { peer }, len)),
+            Err(e) => Err(send_failed(peer, e)),
         }
     }
 
@@ -313,10 +427,59 @@ impl UcxPml {
         buf: *mut u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.start_tag_recv(context, source, tag, buf, len) }?;
+        Ok(self.track_recv(len))
+    }
+
+    /// Starts a receive that finishes at once when its message was waiting: then no
+    /// request is left to wait on or collect (`Started::Done`).
+    ///
+    /// # Safety
+    /// As for `post_recv`.
+    #[inline]
+    pub unsafe fn start_recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Started<RecvBuf>, PmlError> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.start_tag_recv(context, source, tag, buf, len) }?;
+        let request = self.spare.next();
+        // SAFETY: the spare memory the receive runs in, whose state the callback writes.
+        if unsafe { peek(request) }.is_none() {
+            return Ok(Started::Posted(self.track_recv(len)));
+        }
+        // Finished inside the call: UCX is done with the memory, which stays spare.
+        // SAFETY: finished (peeked above).
+        let (outcome, info) = unsafe { request::take(request) };
+        Ok(Started::Done {
+            buf: RecvBuf::new(buf, len),
+            result: received(outcome, info, len),
+        })
+    }
+
+    /// `ucp_tag_recv_nbx` into `len` bytes at `buf`, in the spare request memory.
+    ///
+    /// # Safety
+    /// As for `post_recv`.
+    #[inline]
+    unsafe fn start_tag_recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<(), PmlError> {
         let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
-        let param = request::recv_param();
+        let param = request::owned_recv_param(self.spare.next());
         // SAFETY: the worker is live; the caller lends `buf` for `len` bytes until the
-        // request completes; `param`'s callback is the tag-receive kind.
+        // request completes; `param`'s callback is the tag-receive kind and its request
+        // memory is the spare one, which no operation in flight uses.
         let started = unsafe {
             ffi::ucp_tag_recv_nbx(
                 self.worker.handle(),
@@ -327,7 +490,7 @@ impl UcxPml {
                 &param,
             )
         };
-        self.track_recv("ucp_tag_recv_nbx", started, len)
+        started_recv("ucp_tag_recv_nbx", started)
     }
 
     /// Receives the message a matched probe took.
@@ -340,9 +503,9 @@ impl UcxPml {
         buf: *mut u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
-        let param = request::recv_param();
-        // SAFETY: as in `post_recv`; `message` came from a removing probe on this worker and
-        // is consumed here, so it is received once.
+        let param = request::owned_recv_param(self.spare.next());
+        // SAFETY: as in `start_tag_recv`; `message` came from a removing probe on this
+        // worker and is consumed here, so it is received once.
         let started = unsafe {
             ffi::ucp_tag_msg_recv_nbx(
                 self.worker.handle(),
@@ -352,20 +515,23 @@ impl UcxPml {
                 &param,
             )
         };
-        self.track_recv("ucp_tag_msg_recv_nbx", started, len)
+        started_recv("ucp_tag_msg_recv_nbx", started)?;
+        Ok(self.track_recv(len))
     }
 
-    fn track_recv(
-        &mut self,
-        operation: &'static str,
-        started: ffi::ucs_status_ptr_t,
-        buffer_len: usize,
-    ) -> Result<Handle, PmlError> {
-        let request = started_recv(operation, started)?;
-        Ok(self.ops.insert(Op {
-            request,
-            kind: Kind::Recv { buffer_len },
-        }))
+    /// A handle for the receive just started in the spare request memory.
+    fn track_recv(&mut self, buffer_len: usize) -> Handle {
+        self.track(Kind::Recv { buffer_len }, buffer_len)
+    }
+
+    /// A handle for the operation just started in the spare request memory.
+    fn track(&mut self, kind: Kind, len: usize) -> Handle {
+        self.bytes_in_flight += len;
+        self.ops.insert(Op {
+            request: self.spare.take_next(),
+            kind,
+            len,
+        })
     }
 
     /// Takes the request's outcome if it finished.
@@ -373,14 +539,19 @@ impl UcxPml {
         if h == Handle::SENT {
             return Ok(Some(Done::Sent));
         }
-        let op = self.ops.get(h).map_err(|_| PmlError::StaleRequest(h))?;
-        // SAFETY: requests in `ops` are live: they leave it only when freed, just below.
-        if unsafe { peek(op.request) }.is_none() {
+        // SAFETY: the memory of requests in `ops` lives as long as they are there.
+        let finished = |op: &Op| unsafe { peek(op.request.address()) }.is_some();
+        let Some(op) = self
+            .ops
+            .remove_if(h, finished)
+            .map_err(|_| PmlError::StaleRequest(h))?
+        else {
             return Ok(None);
-        }
-        let op = self.ops.remove(h).map_err(|_| PmlError::StaleRequest(h))?;
-        // SAFETY: the request is live and finished (peeked above), and leaves `ops` here.
-        let (status, info) = unsafe { request::take_and_free(op.request) };
+        };
+        // SAFETY: finished (checked above), so UCX no longer writes the state.
+        let (status, info) = unsafe { request::take(op.request.address()) };
+        self.spare.give_back(op.request);
+        self.bytes_in_flight -= op.len;
         match op.kind {
             Kind::Send { peer } => match status {
                 ffi::UCS_OK => Ok(Some(Done::Sent)),
@@ -408,8 +579,8 @@ impl UcxPml {
             return Ok(true);
         }
         let op = self.ops.get(h).map_err(|_| PmlError::StaleRequest(h))?;
-        // SAFETY: requests in `ops` are live.
-        Ok(unsafe { peek(op.request) }.is_some())
+        // SAFETY: the memory of requests in `ops` lives as long as they are there.
+        Ok(unsafe { peek(op.request.address()) }.is_some())
     }
 
     pub fn wait(&mut self, h: Handle) -> Result<Done, PmlError> {
@@ -418,10 +589,12 @@ impl UcxPml {
                 .ops
                 .get(h)
                 .map_err(|_| PmlError::StaleRequest(h))?
-                .request;
+                .request
+                .address();
             // The request is found once, not on every round: while this waits only UCX's
             // progress runs, which writes its state but neither moves nor frees it.
-            // SAFETY: requests in `ops` are live until collected, which is after this wait.
+            // SAFETY: the memory of requests in `ops` lives until they are collected, which
+            // is after this wait.
             self.wait_until(|_| Ok(unsafe { peek(request) }.is_some()))?;
         }
         Ok(self
@@ -444,7 +617,8 @@ impl UcxPml {
         len: usize,
     ) -> Result<Status, PmlError> {
         let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
-        let param = request::owned_recv_param(self.blocking.pointer());
+        let request = self.blocking.address();
+        let param = request::owned_recv_param(request);
         // SAFETY: the worker is live; `buf` is writable for `len` bytes until this returns,
         // and the receive is finished (or cancelled and abandoned) before it does; the
         // request memory is `self.blocking`, which no other operation uses meanwhile.
@@ -458,10 +632,9 @@ impl UcxPml {
                 &param,
             )
         };
-        let request = started_recv("ucp_tag_recv_nbx", started)?;
-        // SAFETY: `request` is the receive just started in `self.blocking`, whose state the
-        // callback writes.
-        if let Err(e) = self.wait_until(|_| Ok(unsafe { peek(request) }.is_some())) {
+        started_recv("ucp_tag_recv_nbx", started)?;
+        // SAFETY: the receive runs in `self.blocking`, whose state the callback writes.
+        if let Err(e) = self.wait_moving(len, |_| Ok(unsafe { peek(request) }.is_some())) {
             self.abandon_blocking(request);
             return Err(e);
         }
@@ -482,7 +655,7 @@ impl UcxPml {
             // SAFETY: finished, so its state is read and made fresh for the next receive.
             unsafe { request::take(request) };
         } else {
-            let fresh = OwnedRequest::new(self.worker.request_size());
+            let fresh = self.spare.fresh();
             std::mem::forget(std::mem::replace(&mut self.blocking, fresh));
         }
     }
@@ -560,14 +733,15 @@ impl UcxPml {
         if matches!(op.kind, Kind::Send { .. }) {
             return Ok(false);
         }
-        // SAFETY: requests in `ops` are live.
-        if unsafe { peek(op.request) }.is_none() {
-            // SAFETY: a live receive request of this worker. UCX completes an unmatched
+        let request = op.request.address();
+        // SAFETY: the memory of requests in `ops` lives as long as they are there.
+        if unsafe { peek(request) }.is_none() {
+            // SAFETY: a receive of this worker in flight. UCX completes an unmatched
             // receive at once with UCS_ERR_CANCELED and leaves a matched one alone.
-            unsafe { ffi::ucp_request_cancel(self.worker.handle(), op.request) };
+            unsafe { ffi::ucp_request_cancel(self.worker.handle(), request) };
         }
-        // SAFETY: still live: cancelling completes a request but does not free it.
-        Ok(unsafe { peek(op.request) } == Some(ffi::UCS_ERR_CANCELED))
+        // SAFETY: as above; cancelling completes a request but does not free its memory.
+        Ok(unsafe { peek(request) } == Some(ffi::UCS_ERR_CANCELED))
     }
 
     /// One round of progress; returns whether anything moved.
@@ -578,8 +752,8 @@ impl UcxPml {
     /// Waits until everything this rank sent has left (UCX's worker flush).
     pub fn flush_all(&mut self) -> Result<(), PmlError> {
         let request = match self.worker.start_flush()? {
-            Started::Done => return Ok(()),
-            Started::Pending(request) => request,
+            status::Started::Done => return Ok(()),
+            status::Started::Pending(request) => request,
         };
         // SAFETY: the flush request stays live until freed below, after it finished.
         self.wait_until(|_| Ok(unsafe { peek(request) }.is_some()))?;
@@ -593,11 +767,22 @@ impl UcxPml {
         !self.spin.is_zero()
     }
 
-    /// Progresses until `done` holds: spin for `spin`, then sleep on the worker's event fd
-    /// so that oversubscribed ranks give their cores away. Once a peer's connection broke,
-    /// a wait that cannot finish fails naming that peer rather than hang on it.
+    /// Progresses until `done` holds: spin for `spin_budget`, then sleep on the worker's
+    /// event fd so that oversubscribed ranks give their cores away. Once a peer's connection
+    /// broke, a wait that cannot finish fails naming that peer rather than hang on it.
     fn wait_until(
         &mut self,
+        done: impl FnMut(&mut UcxPml) -> Result<bool, PmlError>,
+    ) -> Result<(), PmlError> {
+        self.wait_moving(0, done)
+    }
+
+    /// `wait_until` for a blocking operation of `len` bytes, which count as in flight (for
+    /// the spin budget) besides those of the requests.
+    #[inline]
+    fn wait_moving(
+        &mut self,
+        len: usize,
         mut done: impl FnMut(&mut UcxPml) -> Result<bool, PmlError>,
     ) -> Result<(), PmlError> {
         let mut idle_since = None;
@@ -622,7 +807,9 @@ impl UcxPml {
             if let Some((peer, status)) = self.failures.first() {
                 return Err(peer_failed(peer, status));
             }
-            if idle_since.get_or_insert_with(Instant::now).elapsed() >= self.spin {
+            if idle_since.get_or_insert_with(Instant::now).elapsed()
+                >= spin_budget(self.spin, self.bytes_in_flight + len)
+            {
                 self.worker.sleep(SLEEP)?;
             }
         }
@@ -661,6 +848,43 @@ impl Drop for UcxPml {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fast_completion_is_asked_for_shared_memory_peers_only() {
+        let names = |ts: &[&str]| ts.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+        assert!(fast_completion_helps(&names(&[
+            "sysv/memory",
+            "cma/memory"
+        ])));
+        assert!(fast_completion_helps(&names(&["self/memory0"])));
+        assert!(!fast_completion_helps(&names(&["tcp/eth0.0"])));
+        assert!(!fast_completion_helps(&names(&[
+            "posix/memory",
+            "tcp/eth0.0"
+        ])));
+        assert!(!fast_completion_helps(&[]), "unknown lanes get plain sends");
+    }
+
+    #[test]
+    fn waits_spin_longer_while_many_bytes_are_in_flight() {
+        let spin = Duration::from_micros(100);
+        assert_eq!(spin_budget(spin, 0), spin);
+        assert_eq!(
+            spin_budget(spin, 16 << 10),
+            spin,
+            "small messages keep the spin"
+        );
+        assert_eq!(
+            spin_budget(spin, 512 << 10),
+            Duration::from_nanos(512 << 10)
+        );
+        assert_eq!(spin_budget(spin, 64 << 20), MAX_SPIN_FOR_BYTES, "capped");
+        assert_eq!(
+            spin_budget(Duration::from_secs(1), 1 << 20),
+            Duration::from_secs(1)
+        );
+        assert_eq!(spin_budget(Duration::ZERO, 1 << 30), Duration::ZERO);
+    }
 
     #[test]
     fn tag_offload_is_reported_only_for_mlx5_rc_and_dc() {

@@ -1,7 +1,8 @@
-//! Where an operation's outcome lands: a `RequestState` inside each UCX request. UCX
-//! allocates requests from its own pools with room for it (`ucp_params_t::request_size`), so
-//! a message costs no allocation here, and its completion callback writes straight into
-//! the request it completes.
+//! Where an operation's outcome lands: a `RequestState` inside each UCX request, right
+//! after UCX's own header. Messages run in request memory of ours (`OwnedRequest`) with the
+//! state after it; the rare operations on UCX's pooled requests (flushes, closes) find it in
+//! the room UCX leaves for it (`ucp_params_t::request_size`). Either way a completion
+//! callback writes straight into the request it completes, with no lookup.
 
 use std::ffi::c_void;
 use std::{mem, ptr};
@@ -88,22 +89,28 @@ pub fn send_param() -> ffi::ucp_request_param_t {
     param
 }
 
-/// Parameters for receives. Immediate completion is refused, so that every receive has a
-/// request whose state holds the sender's tag and the length, whichever way it finished.
-pub fn recv_param() -> ffi::ucp_request_param_t {
-    // SAFETY: as in `send_param`.
-    let mut param: ffi::ucp_request_param_t = unsafe { mem::zeroed() };
-    param.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_CALLBACK | ffi::UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    param.cb.recv = Some(recv_done);
+/// Parameters for a send in request memory we own (`OwnedRequest`) at `request`: a send
+/// that finishes at once touches nothing; one that stays in flight has UCX's header before
+/// `request` and its outcome lands in the `RequestState` after it.
+pub fn owned_send_param(request: *mut c_void) -> ffi::ucp_request_param_t {
+    let mut param = send_param();
+    param.op_attr_mask |= ffi::UCP_OP_ATTR_FIELD_REQUEST;
+    param.request = request;
     param
 }
 
-/// Parameters for a receive in request memory we own (`OwnedRequest`): as `recv_param`,
-/// so the callback writes the outcome into the `RequestState` that follows the address, as
-/// in UCX's own requests.
+/// Parameters for a receive in request memory we own at `request`. Immediate completion
+/// is refused: a receive whose message was waiting finishes inside the call all the same,
+/// through the callback, so that its state holds the sender's tag and the length whichever
+/// way it finished (UCX 1.13 leaves `UCP_OP_ATTR_FIELD_RECV_INFO` unwritten when the
+/// request memory is the caller's).
 pub fn owned_recv_param(request: *mut c_void) -> ffi::ucp_request_param_t {
-    let mut param = recv_param();
-    param.op_attr_mask |= ffi::UCP_OP_ATTR_FIELD_REQUEST;
+    // SAFETY: as in `send_param`.
+    let mut param: ffi::ucp_request_param_t = unsafe { mem::zeroed() };
+    param.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_CALLBACK
+        | ffi::UCP_OP_ATTR_FIELD_REQUEST
+        | ffi::UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.cb.recv = Some(recv_done);
     param.request = request;
     param
 }

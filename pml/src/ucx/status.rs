@@ -24,6 +24,7 @@ pub fn check(operation: &'static str, status: ffi::ucs_status_t) -> Result<(), P
     }
 }
 
+#[cold]
 pub fn failed(operation: &'static str, status: ffi::ucs_status_t) -> PmlError {
     PmlError::Ucx {
         operation,
@@ -39,6 +40,7 @@ pub enum Started {
     Pending(*mut c_void),
 }
 
+#[inline]
 pub fn started(operation: &'static str, ptr: ffi::ucs_status_ptr_t) -> Result<Started, PmlError> {
     if ptr.is_null() {
         return Ok(Started::Done);

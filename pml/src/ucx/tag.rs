@@ -92,6 +92,7 @@ fn source_bits(source: Rank) -> Result<u64, TagError> {
     Ok(u64::from(source) << SOURCE_SHIFT)
 }
 
+#[inline]
 fn tag_bits(tag: Tag) -> Result<u64, TagError> {
     if !(MIN_RUNTIME_TAG..=MAX_USER_TAG).contains(&tag) {
         return Err(TagError::Tag(tag));
@@ -101,6 +102,7 @@ fn tag_bits(tag: Tag) -> Result<u64, TagError> {
 }
 
 /// The UCX tag a message with this envelope is sent with.
+#[inline]
 pub fn pack(envelope: Envelope) -> Result<u64, TagError> {
     Ok(context_bits(envelope.context)? | source_bits(envelope.source)? | tag_bits(envelope.tag)?)
 }
@@ -118,6 +120,7 @@ pub fn unpack(tag: u64) -> Envelope {
 }
 
 /// The (tag, mask) pair a receive or probe with these selectors matches with.
+#[inline]
 pub fn selector(
     context: ContextId,
     source: SourceSel,
