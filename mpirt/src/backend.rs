@@ -317,7 +317,7 @@ impl Pml {
         match self {
             Pml::Native(p) => p.progress(),
             #[cfg(feature = "ucx")]
-            Pml::Ucx(p) => Ok(p.progress()),
+            Pml::Ucx(p) => p.progress(),
         }
     }
 

@@ -466,7 +466,8 @@ fn ranks_over_ucx_tcp_and_shared_memory() {
 const DEATH_ENV: &str = "PML_UCX_TEST_DEATH";
 
 /// Rank 1 dies (exits without a word, as a crash would) while rank 0 waits for a message
-/// from it: rank 0's wait fails naming rank 1 instead of hanging, and a send to it fails too.
+/// from it: rank 0's wait fails naming rank 1 instead of hanging, and the failure stops the
+/// PML: later sends, waits and progress fail with it, and nothing lands in a posted receive.
 #[test]
 fn a_dead_peer_is_an_error_not_a_hang() {
     if let Ok(spec) = env::var(DEATH_ENV) {
@@ -488,13 +489,17 @@ fn a_dead_peer_is_an_error_not_a_hang() {
             // SAFETY: _exit ends the process at once, closing nothing: a crash, to the peer.
             unsafe { libc::_exit(0) };
         }
+        let mut inbox = [0u8; 8];
+        // SAFETY: `inbox` outlives `p`, dropped at the end of this function.
+        let waiting =
+            unsafe { p.post_recv(0, SourceSel::Any, TagSel::Tag(7), inbox.as_mut_ptr(), 8) }
+                .unwrap();
         let t = Instant::now();
-        match try_recv(&mut p, SourceSel::Rank(1), TagSel::Tag(5), 4) {
-            Err(PmlError::Transport { peer: 1, cause, .. }) => {
-                println!("after {:?}: {cause}", t.elapsed())
-            }
+        let failure = match try_recv(&mut p, SourceSel::Rank(1), TagSel::Tag(5), 4) {
+            Err(e @ PmlError::Transport { peer: 1, .. }) => e,
             other => panic!("a receive from a dead rank gave {other:?}"),
-        }
+        };
+        println!("after {:?}: {failure}", t.elapsed());
         // The blocking receive fails alike, twice: its request memory, cancelled, serves again.
         for _ in 0..2 {
             match try_receive(&mut p, SourceSel::Rank(1), TagSel::Tag(6), 4) {
@@ -507,6 +512,26 @@ fn a_dead_peer_is_an_error_not_a_hang() {
         assert!(
             matches!(sent, Err(PmlError::Transport { peer: 1, .. })),
             "{sent:?}"
+        );
+        // The failure stopped the PML: a message that would match the wildcard receive
+        // posted before it must not land in `inbox`, whose wait fails.
+        let data = [9u8; 8];
+        // SAFETY: `data` outlives `p`.
+        let to_self = unsafe { p.post_send(0, 0, 0, 7, SendMode::Standard, data.as_ptr(), 8) };
+        assert_eq!(
+            to_self.err(),
+            Some(failure.clone()),
+            "a send after the failure"
+        );
+        assert_eq!(
+            p.progress(),
+            Err(failure.clone()),
+            "progress after the failure"
+        );
+        assert_eq!(p.wait(waiting), Err(failure), "a wait after the failure");
+        assert_eq!(
+            inbox, [0; 8],
+            "a message landed in a receive whose wait failed"
         );
         println!("rank 0 saw rank 1 die");
         return;

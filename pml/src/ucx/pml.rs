@@ -95,6 +95,9 @@ pub struct UcxPml {
     /// memory.
     fast_awaited_sends: Vec<bool>,
     description: String,
+    /// The failure a wait stopped on (see `stop`); every later call that would move data
+    /// returns it.
+    failure: Option<PmlError>,
 }
 
 fn out_of_range(e: tag::TagError) -> PmlError {
@@ -288,6 +291,7 @@ impl UcxPml {
             bytes_in_flight: 0,
             fast_awaited_sends,
             description,
+            failure: None,
         })
     }
 
@@ -389,6 +393,7 @@ impl UcxPml {
             return Err(PmlError::UnknownPeer(peer));
         };
         let ep = ep.handle();
+        self.check_running()?;
         if let Some(status) = self.failures.of(peer) {
             return Err(peer_failed(peer, status));
         }
@@ -475,6 +480,7 @@ impl UcxPml {
         buf: *mut u8,
         len: usize,
     ) -> Result<(), PmlError> {
+        self.check_running()?;
         let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
         let param = request::owned_recv_param(self.spare.next());
         // SAFETY: the worker is live; the caller lends `buf` for `len` bytes until the
@@ -569,7 +575,7 @@ impl UcxPml {
         if let Some(done) = self.collect(h)? {
             return Ok(Some(done));
         }
-        self.progress();
+        self.progress()?;
         self.collect(h)
     }
 
@@ -673,7 +679,7 @@ impl UcxPml {
         tag: TagSel,
     ) -> Result<Option<Status>, PmlError> {
         let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
-        self.progress();
+        self.progress()?;
         Ok(self
             .worker
             .probe(wanted, mask, false)
@@ -702,7 +708,7 @@ impl UcxPml {
         tag: TagSel,
     ) -> Result<Option<(UcxMessage, Status)>, PmlError> {
         let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
-        self.progress();
+        self.progress()?;
         Ok(self
             .worker
             .probe(wanted, mask, true)
@@ -745,8 +751,37 @@ impl UcxPml {
     }
 
     /// One round of progress; returns whether anything moved.
-    pub fn progress(&mut self) -> bool {
-        self.worker.progress()
+    #[inline]
+    pub fn progress(&mut self) -> Result<bool, PmlError> {
+        self.check_running()?;
+        Ok(self.worker.progress())
+    }
+
+    /// Fails with the failure that stopped this PML, if one did.
+    #[inline]
+    fn check_running(&self) -> Result<(), PmlError> {
+        match &self.failure {
+            None => Ok(()),
+            Some(failure) => Err(failure.clone()),
+        }
+    }
+
+    /// Stops this PML once a wait failed on a broken peer: the requests whose waits fail
+    /// stay in UCX, and their owners take their buffers back, so UCX must not write those
+    /// buffers any more. Receives not matched yet are cancelled (UCX then never matches
+    /// them), and the worker is not progressed again, which is where UCX moves data on
+    /// shared memory and TCP. Returns `failure`, which every later call then returns.
+    #[cold]
+    fn stop(&mut self, failure: PmlError) -> PmlError {
+        for op in self.ops.iter() {
+            if matches!(op.kind, Kind::Recv { .. }) {
+                // SAFETY: a receive of this worker in flight, its memory live while in
+                // `ops`; cancelling a matched one does nothing.
+                unsafe { ffi::ucp_request_cancel(self.worker.handle(), op.request.address()) };
+            }
+        }
+        self.failure = Some(failure.clone());
+        failure
     }
 
     /// Waits until everything this rank sent has left (UCX's worker flush).
@@ -787,6 +822,8 @@ impl UcxPml {
     ) -> Result<(), PmlError> {
         let mut idle_since = None;
         let mut idle_rounds = 0u32;
+        // A stopped PML moves nothing, so `done` could never come to hold.
+        self.check_running()?;
         loop {
             if done(self)? {
                 return Ok(());
@@ -805,12 +842,12 @@ impl UcxPml {
                 continue;
             }
             if let Some((peer, status)) = self.failures.first() {
-                return Err(peer_failed(peer, status));
+                return Err(self.stop(peer_failed(peer, status)));
             }
             if idle_since.get_or_insert_with(Instant::now).elapsed()
                 >= spin_budget(self.spin, self.bytes_in_flight + len)
             {
-                self.worker.sleep(SLEEP)?;
+                self.worker.sleep(SLEEP).map_err(|e| self.stop(e))?;
             }
         }
     }
