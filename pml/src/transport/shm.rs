@@ -161,6 +161,8 @@ impl ShmTransport {
     /// Sends the concatenation of `parts` as one frame to local rank `to`, copying each part
     /// once, straight into the ring. `Ok(false)`: the ring is full; nothing was sent, so make
     /// progress (drain our own rings) and try again.
+    // Inline: see `Core::post_send_direct`, which calls it on every small send.
+    #[inline]
     pub fn try_send(&mut self, to: usize, parts: &[&[u8]]) -> io::Result<bool> {
         if to >= self.local_size() || to == self.local_rank {
             return Err(io::Error::new(
@@ -213,10 +215,11 @@ impl ShmTransport {
                 // so before sleeping) either sees the room we just made, or we see it blocked
                 // and asleep and wake it.
                 fence(Ordering::SeqCst);
-                let sender = self.seg.rank_ctl(from);
-                if self.rx[slot].producer_blocked() && sender.sleeping.load(Ordering::Relaxed) != 0
-                {
-                    wake_ctl(sender);
+                if self.rx[slot].producer_blocked() {
+                    let sender = self.seg.rank_ctl(from);
+                    if sender.sleeping.load(Ordering::Relaxed) != 0 {
+                        wake_ctl(sender);
+                    }
                 }
             }
             total += got;
