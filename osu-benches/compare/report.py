@@ -10,6 +10,7 @@
        adds issue 6's part: mpirt --pml ucx against Open MPI's pml ucx, one folder per
        UCX_TLS; without measurements there, the reason in UCX_OUTDIR-failed."""
 import csv
+import math
 import shutil
 import statistics
 import subprocess
@@ -234,6 +235,8 @@ def figure(v):
 
 def verdict(bench, ratio, factor):
     """Met or missed by the paired ratio, and by how much."""
+    if math.isnan(ratio):
+        return "no repeat ran both: not judged"
     if higher_is_better(bench.split()[-1]):
         return "met" if ratio >= factor else f"**missed**: {1 - ratio / factor:.0%} short"
     return "met" if ratio <= factor else f"**missed**: {ratio / factor - 1:.0%} over"
@@ -289,7 +292,7 @@ def ucx_part(ucx_out, folder):
         repeats = len(list(run.glob("latency.mpirt.*")))
         records = collect(run, repeats, ["latency", "bw"])
         write_csv(folder / f"results-ucx-{run.name}.csv", records)
-        m, runs = medians(records), paired(records)
+        m, pairs = medians(records), paired(records)
         for bench, size, factor in UCX_TARGETS:
             mine, other = m.get((bench, size, "mpirt")), m.get((bench, size, "ompi"))
             what = f"UCX_TLS={tls}, {'latency' if bench == 'latency' else 'bandwidth'}, " \
@@ -300,7 +303,7 @@ def ucx_part(ucx_out, folder):
             floor = m.get((bench, size, "perftest"))
             u = unit(bench)
             sign = "≥" if higher_is_better(bench) else "≤"
-            ratio = paired_ratio(runs, (bench, size, "mpirt"), (bench, size, "ompi"))
+            ratio = paired_ratio(pairs, (bench, size, "mpirt"), (bench, size, "ompi"))
             lines.append(f"| {what} | {figure(mine)} {u} | {figure(other)} {u} | "
                          + (f"{figure(floor)} {u}" if floor else "") + " | "
                          f"{mine / other:.2f} | {ratio:.2f} | {sign} {factor:g}× Open MPI | "

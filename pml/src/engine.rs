@@ -712,6 +712,7 @@ impl Engine {
         buf: *mut u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
+        self.check_running()?;
         // No progress here: whoever waits or tests on the receive makes it.
         self.core
             .post_recv(context, source, tag, RecvBuf { ptr: buf, len })
@@ -732,6 +733,7 @@ impl Engine {
         buf: *mut u8,
         len: usize,
     ) -> Result<Started<RecvBuf>, PmlError> {
+        self.check_running()?;
         self.core
             .start_recv(context, source, tag, RecvBuf { ptr: buf, len })
     }
@@ -753,6 +755,7 @@ impl Engine {
         buf: *mut u8,
         len: usize,
     ) -> Result<Status, PmlError> {
+        self.check_running()?;
         let started = self
             .core
             .claim_recv(context, source, tag, RecvBuf { ptr: buf, len })?;
@@ -786,6 +789,7 @@ impl Engine {
         buf: *mut u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
+        self.check_running()?;
         let h = self.core.matched_recv(message, RecvBuf { ptr: buf, len })?;
         self.progress()?;
         Ok(h)
@@ -1008,12 +1012,12 @@ impl Engine {
         self.progress_round().map_err(|e| self.stop(e))
     }
 
-    /// Fails with the failure that stopped the engine, if one did.
+    /// Fails, naming the failure that stopped the engine, if one did.
     #[inline]
     fn check_running(&self) -> Result<(), PmlError> {
         match &self.failure {
             None => Ok(()),
-            Some(failure) => Err(failure.clone()),
+            Some(failure) => Err(PmlError::Stopped(Box::new(failure.clone()))),
         }
     }
 
@@ -1021,15 +1025,18 @@ impl Engine {
     /// a malformed frame): the requests whose waits fail now stay in the engine, and their
     /// owners take their buffers back, so nothing may move data into or out of those buffers
     /// any more. MPI, too, leaves a library that reported such an error unusable. Returns
-    /// `failure`, which every later call then returns.
+    /// `failure`; every later call fails naming the first one (`PmlError::Stopped`).
     #[cold]
     fn stop(&mut self, failure: PmlError) -> PmlError {
-        // The device may still be writing RDMA READs into receive buffers: it stops first.
-        #[cfg(feature = "verbs")]
-        if let Some(v) = &mut self.verbs {
-            v.stop();
+        if self.failure.is_none() {
+            // The device may still be writing RDMA READs into receive buffers: it stops
+            // first.
+            #[cfg(feature = "verbs")]
+            if let Some(v) = &mut self.verbs {
+                v.stop();
+            }
+            self.failure = Some(failure.clone());
         }
-        self.failure = Some(failure.clone());
         failure
     }
 

@@ -42,6 +42,8 @@ pub enum PmlError {
         operation: &'static str,
         cause: String,
     },
+    /// Messaging stopped on this earlier failure, and moves no data any more.
+    Stopped(Box<PmlError>),
 }
 
 impl PmlError {
@@ -108,6 +110,9 @@ impl fmt::Display for PmlError {
             }
             PmlError::OutOfRange(what) => f.write_str(what),
             PmlError::Ucx { operation, cause } => write!(f, "UCX {operation} failed: {cause}"),
+            PmlError::Stopped(first) => {
+                write!(f, "messaging stopped after an earlier failure: {first}")
+            }
         }
     }
 }

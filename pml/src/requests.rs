@@ -115,11 +115,6 @@ impl<T> Requests<T> {
         Ok(self.slab.remove(h.index as usize).1)
     }
 
-    /// The live values, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = &T> {
-        self.slab.iter().map(|(_, (_, v))| v)
-    }
-
     pub fn len(&self) -> usize {
         self.slab.len()
     }

@@ -694,21 +694,31 @@ fn a_failure_stops_the_engine() {
             if cause.contains("without finalizing")),
         "{failure:?}"
     );
+    let stopped = Err(pml::PmlError::Stopped(Box::new(failure)));
     let data = [9u8; 8];
     // SAFETY: `data` outlives the engine.
     let sent = unsafe { e.post_send(0, 0, 0, 7, SendMode::Standard, data.as_ptr(), 8) };
-    assert_eq!(sent, Err(failure.clone()), "a send after the failure");
+    assert_eq!(sent.map(drop), stopped, "a send after the failure");
     assert_eq!(
-        e.progress(),
-        Err(failure.clone()),
+        e.progress().map(drop),
+        stopped,
         "progress after the failure"
     );
     assert_eq!(
-        e.wait(waiting),
-        Err(failure.clone()),
+        e.test(waiting).map(drop),
+        stopped,
+        "a test after the failure"
+    );
+    assert_eq!(
+        e.wait(waiting).map(drop),
+        stopped,
         "a wait after the failure"
     );
-    assert_eq!(e.flush_all(), Err(failure), "flush after the failure");
+    assert_eq!(e.flush_all(), stopped, "flush after the failure");
+    let mut other = [0u8; 8];
+    // SAFETY: `other` outlives the engine.
+    let received = unsafe { e.recv(0, SourceSel::Any, TagSel::Any, other.as_mut_ptr(), 8) };
+    assert_eq!(received.map(drop), stopped, "a receive after the failure");
     assert_eq!(
         inbox, [0; 8],
         "a message landed in a receive whose wait failed"

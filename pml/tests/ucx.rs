@@ -486,49 +486,69 @@ fn a_dead_peer_is_an_error_not_a_hang() {
         let mut p = UcxPml::new(&mut w, &config).unwrap();
         everyone_to_everyone(&mut p);
         if rank == 1 {
+            // Dies once rank 0 holds "late" unreceived and has answered: a rank that died
+            // at once could take messages of the exchange along with it.
+            send(&mut p, 0, 8, b"late", SendMode::Standard);
+            recv(&mut p, SourceSel::Rank(0), TagSel::Tag(9), 0);
             // SAFETY: _exit ends the process at once, closing nothing: a crash, to the peer.
             unsafe { libc::_exit(0) };
         }
+        p.probe(0, SourceSel::Rank(1), TagSel::Tag(8)).unwrap();
+        send(&mut p, 1, 9, b"", SendMode::Standard);
         let mut inbox = [0u8; 8];
         // SAFETY: `inbox` outlives `p`, dropped at the end of this function.
         let waiting =
             unsafe { p.post_recv(0, SourceSel::Any, TagSel::Tag(7), inbox.as_mut_ptr(), 8) }
                 .unwrap();
         let t = Instant::now();
-        let failure = match try_recv(&mut p, SourceSel::Rank(1), TagSel::Tag(5), 4) {
+        // The blocking receive, in the PML's own request memory, cancelled when it fails.
+        let failure = match try_receive(&mut p, SourceSel::Rank(1), TagSel::Tag(6), 4) {
             Err(e @ PmlError::Transport { peer: 1, .. }) => e,
-            other => panic!("a receive from a dead rank gave {other:?}"),
+            other => panic!("a blocking receive from a dead rank gave {other:?}"),
         };
         println!("after {:?}: {failure}", t.elapsed());
-        // The blocking receive fails alike, twice: its request memory, cancelled, serves again.
-        for _ in 0..2 {
-            match try_receive(&mut p, SourceSel::Rank(1), TagSel::Tag(6), 4) {
-                Err(PmlError::Transport { peer: 1, .. }) => {}
-                other => panic!("a blocking receive from a dead rank gave {other:?}"),
-            }
+        // The failure stopped the PML: every later call fails naming it, and nothing lands
+        // in a buffer, neither the waiting "late" nor, in the wildcard receive posted before
+        // the failure, a message sent to itself.
+        let stopped = Err(PmlError::Stopped(Box::new(failure)));
+        let mut late = [0u8; 4];
+        // SAFETY: `late` outlives the call.
+        let received =
+            unsafe { p.recv(0, SourceSel::Rank(1), TagSel::Tag(8), late.as_mut_ptr(), 4) };
+        assert_eq!(
+            received.map(drop),
+            stopped,
+            "a blocking receive after the failure"
+        );
+        assert_eq!(late, [0; 4], "a waiting message landed after the failure");
+        let immediate = try_recv(&mut p, SourceSel::Rank(1), TagSel::Tag(5), 4);
+        assert_eq!(immediate.map(drop), stopped, "a receive after the failure");
+        for to in [1, 0] {
+            let data = [9u8; 8];
+            // SAFETY: refused before UCX sees the buffer.
+            let sent = unsafe { p.post_send(0, 0, to, 7, SendMode::Standard, data.as_ptr(), 8) };
+            assert_eq!(
+                sent.map(drop),
+                stopped,
+                "a send to rank {to} after the failure"
+            );
         }
-        // SAFETY: refused before UCX sees the buffer.
-        let sent = unsafe { p.post_send(0, 0, 1, 5, SendMode::Standard, [0u8].as_ptr(), 1) };
-        assert!(
-            matches!(sent, Err(PmlError::Transport { peer: 1, .. })),
-            "{sent:?}"
-        );
-        // The failure stopped the PML: a message that would match the wildcard receive
-        // posted before it must not land in `inbox`, whose wait fails.
-        let data = [9u8; 8];
-        // SAFETY: `data` outlives `p`.
-        let to_self = unsafe { p.post_send(0, 0, 0, 7, SendMode::Standard, data.as_ptr(), 8) };
         assert_eq!(
-            to_self.err(),
-            Some(failure.clone()),
-            "a send after the failure"
-        );
-        assert_eq!(
-            p.progress(),
-            Err(failure.clone()),
+            p.progress().map(drop),
+            stopped,
             "progress after the failure"
         );
-        assert_eq!(p.wait(waiting), Err(failure), "a wait after the failure");
+        assert_eq!(
+            p.test(waiting).map(drop),
+            stopped,
+            "a test after the failure"
+        );
+        assert_eq!(
+            p.wait(waiting).map(drop),
+            stopped,
+            "a wait after the failure"
+        );
+        assert_eq!(p.flush_all(), stopped, "flush after the failure");
         assert_eq!(
             inbox, [0; 8],
             "a message landed in a receive whose wait failed"

@@ -395,7 +395,7 @@ impl UcxPml {
         let ep = ep.handle();
         self.check_running()?;
         if let Some(status) = self.failures.of(peer) {
-            return Err(peer_failed(peer, status));
+            return Err(self.stop(peer_failed(peer, status)));
         }
         let ucx_tag = tag::pack(envelope).map_err(out_of_range)?;
         let mut param = request::owned_send_param(self.spare.next());
@@ -415,7 +415,7 @@ impl UcxPml {
         match status::started("tag send", started) {
             Ok(status::Started::Done) => Ok(Handle::SENT),
             Ok(status::Started::Pending(_)) => Ok(self.track(Kind::Send { peer }, len)),
-            Err(e) => Err(send_failed(peer, e)),
+            Err(e) => Err(self.stop(send_failed(peer, e))),
         }
     }
 
@@ -509,6 +509,7 @@ impl UcxPml {
         buf: *mut u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
+        self.check_running()?;
         let param = request::owned_recv_param(self.spare.next());
         // SAFETY: as in `start_tag_recv`; `message` came from a removing probe on this
         // worker and is consumed here, so it is received once.
@@ -561,7 +562,7 @@ impl UcxPml {
         match op.kind {
             Kind::Send { peer } => match status {
                 ffi::UCS_OK => Ok(Some(Done::Sent)),
-                other => Err(PmlError::transport(peer, status::describe(other))),
+                other => Err(self.stop(PmlError::transport(peer, status::describe(other)))),
             },
             Kind::Recv { buffer_len } => {
                 received(status, info, buffer_len).map(|s| Some(Done::Received(s)))
@@ -622,6 +623,7 @@ impl UcxPml {
         buf: *mut u8,
         len: usize,
     ) -> Result<Status, PmlError> {
+        self.check_running()?;
         let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
         let request = self.blocking.address();
         let param = request::owned_recv_param(request);
@@ -757,35 +759,29 @@ impl UcxPml {
         Ok(self.worker.progress())
     }
 
-    /// Fails with the failure that stopped this PML, if one did.
+    /// Fails, naming the failure that stopped this PML, if one did.
     #[inline]
     fn check_running(&self) -> Result<(), PmlError> {
         match &self.failure {
             None => Ok(()),
-            Some(failure) => Err(failure.clone()),
+            Some(failure) => Err(PmlError::Stopped(Box::new(failure.clone()))),
         }
     }
 
-    /// Stops this PML once a wait failed on a broken peer: the requests whose waits fail
-    /// stay in UCX, and their owners take their buffers back, so UCX must not write those
-    /// buffers any more. Receives not matched yet are cancelled (UCX then never matches
-    /// them), and the worker is not progressed again, which is where UCX moves data on
-    /// shared memory and TCP. Returns `failure`, which every later call then returns.
+    /// Stops this PML on a broken peer: the requests whose waits fail stay in UCX, and their
+    /// owners take their buffers back, so UCX must not write those buffers any more. UCX
+    /// moves data (on shared memory and TCP) and matches messages only when the worker is
+    /// progressed, which a stopped PML no longer does, not even to close its endpoints.
+    /// Returns `failure`; every later call fails naming the first one (`PmlError::Stopped`).
     #[cold]
     fn stop(&mut self, failure: PmlError) -> PmlError {
-        for op in self.ops.iter() {
-            if matches!(op.kind, Kind::Recv { .. }) {
-                // SAFETY: a receive of this worker in flight, its memory live while in
-                // `ops`; cancelling a matched one does nothing.
-                unsafe { ffi::ucp_request_cancel(self.worker.handle(), op.request.address()) };
-            }
-        }
-        self.failure = Some(failure.clone());
+        self.failure.get_or_insert_with(|| failure.clone());
         failure
     }
 
     /// Waits until everything this rank sent has left (UCX's worker flush).
     pub fn flush_all(&mut self) -> Result<(), PmlError> {
+        self.check_running()?;
         let request = match self.worker.start_flush()? {
             status::Started::Done => return Ok(()),
             status::Started::Pending(request) => request,
@@ -873,11 +869,15 @@ impl Waiting for UcxPml {
 impl Drop for UcxPml {
     fn drop(&mut self) {
         let failures = &self.failures;
+        // A stopped PML closes every endpoint at once, without progress, which could still
+        // deliver data into the buffers of receives whose waits failed.
+        let stopped = self.failure.is_some();
         self.worker.close(
+            !stopped,
             self.endpoints
                 .drain(..)
                 .enumerate()
-                .map(|(peer, ep)| (ep, failures.of(peer as Rank).is_some())),
+                .map(|(peer, ep)| (ep, stopped || failures.of(peer as Rank).is_some())),
         );
     }
 }

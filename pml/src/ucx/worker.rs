@@ -200,9 +200,9 @@ impl Worker {
     }
 
     /// Closes endpoints, flushing what the sound ones still carry (a broken one, `true`
-    /// beside it, is released at once, as UCX requires); progresses until they are closed or
-    /// `CLOSE_LIMIT` passes.
-    pub fn close(&self, endpoints: impl IntoIterator<Item = (Endpoint, bool)>) {
+    /// beside it, is released at once, as UCX requires); with `settle`, progresses until they
+    /// are closed or `CLOSE_LIMIT` passes.
+    pub fn close(&self, settle: bool, endpoints: impl IntoIterator<Item = (Endpoint, bool)>) {
         let mut pending = Vec::new();
         for (Endpoint(ep), broken) in endpoints {
             let mut param = request::send_param();
@@ -218,7 +218,7 @@ impl Worker {
             }
         }
         let deadline = Instant::now() + CLOSE_LIMIT;
-        while !pending.is_empty() && Instant::now() < deadline {
+        while settle && !pending.is_empty() && Instant::now() < deadline {
             self.progress();
             pending.retain(|&r| {
                 // SAFETY: `r` is a live close request; freed once, when it is done.
