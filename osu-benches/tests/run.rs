@@ -101,7 +101,9 @@ fn latency_format() {
 fn bandwidth_format_including_rendezvous_sizes() {
     check(
         "osu_bw",
-        &["-m", "1:65536", "-i", "3", "-x", "1", "-W", "8"],
+        // Enough bytes a size that even the 1-byte row stays above OSU's 0.00 MB/s on a
+        // busy machine (640 bytes in under 128 ms).
+        &["-m", "1:65536", "-i", "10", "-x", "2", "-W", "64"],
         "OSU MPI Bandwidth Test",
         "Bandwidth (MB/s)",
         &[
@@ -140,7 +142,8 @@ fn multi_latency_format_with_two_pairs_and_an_odd_rank_out() {
 #[test]
 fn multi_bandwidth_format() {
     for (n, pairs) in [(2, 1), (4, 2)] {
-        let args = ["-m", "4:32768", "-i", "3", "-x", "1", "-W", "8"];
+        // 1,600 bytes a size: the 4-byte row stays above 0.00 MB/s unless it took 320 ms.
+        let args = ["-m", "4:32768", "-i", "50", "-x", "2", "-W", "8"];
         let out = launch(n, "osu_mbw_mr", &args);
         assert!(
             out.status.success(),
