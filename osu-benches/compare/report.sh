@@ -37,6 +37,7 @@ commands+=("$ucx")
 if ! eval "$ucx" 2> >(tee "$out/ucx-errors" >&2); then
     tail -3 "$out/ucx-errors" > "$out/ucx-failed"
 fi
-python3 $c/report.py --markdown osu-benches/REPORT.md "$(printf '%s\n' "${commands[@]}")" \
+source "$c/python.sh"
+$python $c/report.py --markdown osu-benches/REPORT.md "$(printf '%s\n' "${commands[@]}")" \
     "$out/shm" "$out/tcp" "$out/ucx"
 echo "wrote osu-benches/REPORT.md"

@@ -44,7 +44,8 @@ mkdir -p "$out"
 missing=()
 command -v mpicc.openmpi >/dev/null || missing+=(openmpi-bin libopenmpi-dev)
 command -v mpicc.mpich >/dev/null || missing+=(mpich libmpich-dev)
-python3 -c "import matplotlib" 2>/dev/null || missing+=(python3-matplotlib)
+source osu-benches/compare/python.sh
+$python -c "import matplotlib" 2>/dev/null || missing+=(python3-matplotlib)
 if [ -n "$rs_builds" ] &&
     ! dpkg-query -W -f='${Status}' libclang-dev 2>/dev/null | grep -q 'install ok installed'; then
     missing+=(libclang-dev)
@@ -183,4 +184,4 @@ if [ -z "$tcp" ]; then
     done
 fi
 echo "after: $(cut -d' ' -f1 /proc/loadavg)" >> "$out/load.txt"
-python3 $c/report.py "$out" "$repeats" "${benches[@]}" "${collectives[@]}"
+$python $c/report.py "$out" "$repeats" "${benches[@]}" "${collectives[@]}"
