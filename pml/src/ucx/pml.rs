@@ -90,10 +90,6 @@ pub struct UcxPml {
     /// The bytes of the operations in flight (`ops` and a blocking one being waited for),
     /// which stretch the spin before a wait sleeps (`spin_budget`).
     bytes_in_flight: usize,
-    /// Per world rank: whether sends there that the caller waits for at once ask UCX for
-    /// fast local completion (`post_awaited_send`), i.e. whether every lane to it is shared
-    /// memory.
-    fast_awaited_sends: Vec<bool>,
     description: String,
     /// The failure a wait stopped on (see `stop`); every later call that would move data
     /// returns it.
@@ -175,19 +171,6 @@ fn spin_budget(spin: Duration, bytes_in_flight: usize) -> Duration {
     }
     let moving = Duration::from_nanos((bytes_in_flight / SLOWEST_BYTES_PER_NS) as u64);
     spin.max(moving.min(MAX_SPIN_FOR_BYTES))
-}
-
-/// Whether blocking sends to a peer reached by these transports (`Endpoint::transports`)
-/// should ask for fast local completion: on shared memory it keeps 8-256 KiB messages
-/// eager, copied as they are sent, and halves a 16 KiB ping-pong; over TCP those sizes go
-/// eager by zero copy (to 19 KiB) or rendezvous without it, and a 16 KiB ping-pong took
-/// twice as long with it.
-fn fast_completion_helps(transports: &[String]) -> bool {
-    const SHARED_MEMORY: [&str; 6] = ["posix/", "sysv/", "cma/", "knem/", "xpmem/", "self/"];
-    !transports.is_empty()
-        && transports
-            .iter()
-            .all(|t| SHARED_MEMORY.iter().any(|shm| t.starts_with(shm)))
 }
 
 /// "rank 1 of 4 over UCX 1.13.1, to peers by tcp/eth0.0, to itself by self/memory0; peer
@@ -273,10 +256,6 @@ impl UcxPml {
         let detecting = config.detect_peer_failure.then_some(&failures);
         let endpoints = wireup::connect_all(&worker, wireup, detecting)?;
         let description = describe(rank, size, &endpoints, config);
-        let fast_awaited_sends = endpoints
-            .iter()
-            .map(|ep| fast_completion_helps(&ep.transports()))
-            .collect();
         let spare = SpareRequests::new(worker.request_size());
         Ok(UcxPml {
             rank,
@@ -289,7 +268,6 @@ impl UcxPml {
             blocking: spare.fresh(),
             spare,
             bytes_in_flight: 0,
-            fast_awaited_sends,
             description,
             failure: None,
         })
@@ -338,11 +316,11 @@ impl UcxPml {
     }
 
     /// `post_send` for a send its caller waits for at once (`MPI_Send`), as Open MPI's pml
-    /// ucx sends it to peers over shared memory: UCX is told that only local completion is
-    /// awaited (`UCP_OP_ATTR_FLAG_FAST_CMPL`), and then keeps messages eager up to its larger
-    /// threshold for such sends (`tag_send_nbr` in `ucx_info -e`: 256 KiB, where other sends
-    /// go rendezvous from 8 KiB), which halves a 16 KiB exchange. Other peers get a plain
-    /// send (see `fast_completion_helps`).
+    /// ucx sends it: UCX is told that only local completion is awaited
+    /// (`UCP_OP_ATTR_FLAG_FAST_CMPL`), and then keeps messages eager up to its larger
+    /// threshold for such sends (`tag_send_nbr` in `ucx_info -e`: 256 KiB on shared memory
+    /// and on TCP, where other sends go rendezvous from 8 KiB). A 16 KiB ping-pong takes half
+    /// the time on shared memory, and a third on TCP, whose rendezvous costs some 30 us.
     ///
     /// # Safety
     /// As for `post_send`.
@@ -363,9 +341,8 @@ impl UcxPml {
             source,
             tag,
         };
-        let helps = self.fast_awaited_sends.get(peer as usize) == Some(&true);
         let fast = match mode {
-            SendMode::Standard if helps => ffi::UCP_OP_ATTR_FLAG_FAST_CMPL,
+            SendMode::Standard => ffi::UCP_OP_ATTR_FLAG_FAST_CMPL,
             _ => 0,
         };
         // SAFETY: forwarded from this function's contract.
@@ -885,22 +862,6 @@ impl Drop for UcxPml {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fast_completion_is_asked_for_shared_memory_peers_only() {
-        let names = |ts: &[&str]| ts.iter().map(|t| t.to_string()).collect::<Vec<_>>();
-        assert!(fast_completion_helps(&names(&[
-            "sysv/memory",
-            "cma/memory"
-        ])));
-        assert!(fast_completion_helps(&names(&["self/memory0"])));
-        assert!(!fast_completion_helps(&names(&["tcp/eth0.0"])));
-        assert!(!fast_completion_helps(&names(&[
-            "posix/memory",
-            "tcp/eth0.0"
-        ])));
-        assert!(!fast_completion_helps(&[]), "unknown lanes get plain sends");
-    }
 
     #[test]
     fn waits_spin_longer_while_many_bytes_are_in_flight() {
