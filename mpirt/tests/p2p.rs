@@ -397,7 +397,7 @@ fn immediate(world: &mpirt::topology::SimpleCommunicator) {
                 finished += 1;
             }
         }
-        while let Some((index, status)) = coll.wait_any() {
+        while let Some((index, status, _)) = coll.wait_any() {
             if index < 8 {
                 assert_eq!(status.tag(), index as i32);
             }
@@ -612,13 +612,13 @@ fn raw_receives(world: &mpirt::topology::SimpleCommunicator) {
             let null = unsafe {
                 peer.try_immediate_receive_into_raw(scope, std::ptr::null_mut::<u64>(), 3)
             };
-            let e = null.err().expect("a null buffer is refused");
+            let e = null.expect_err("a null buffer is refused");
             println!("error: {e}");
             assert!(e.to_string().contains("null pointer"), "{e}");
             let negative = unsafe {
                 peer.try_immediate_receive_into_raw_with_tag(scope, words.as_mut_ptr(), 1, -2)
             };
-            let e = negative.err().expect("a negative tag is refused");
+            let e = negative.expect_err("a negative tag is refused");
             assert!(matches!(e.cause(), mpirt::error::Cause::NegativeTag(-2)));
         });
 
