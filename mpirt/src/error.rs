@@ -42,6 +42,8 @@ pub enum Cause {
     /// A request was forgotten (`mem::forget`) inside its scope: its buffer may be freed
     /// while the messaging layer still uses it, so the job cannot go on.
     LeakedRequest { pending: usize },
+    /// A `multiple_scope` closure returned with requests of its collection unfinished.
+    UnfinishedCollection { pending: usize },
     /// A request was dropped before it completed.
     DroppedRequest,
     /// A cancel of an immediate collective's request, which MPI does not allow.
@@ -132,6 +134,11 @@ impl fmt::Display for Cause {
                 f,
                 "{pending} request(s) did not complete before their scope ended (forgotten \
                  with mem::forget?); their buffers are no longer safe to use"
+            ),
+            Cause::UnfinishedCollection { pending } => write!(
+                f,
+                "{pending} request(s) of its collection were unfinished when the closure \
+                 returned; complete them first (wait_all, or test_all until it returns true)"
             ),
             Cause::NotCancellable => write!(
                 f,

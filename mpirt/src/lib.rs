@@ -16,6 +16,39 @@
 //! assert_eq!(got, previous);
 //! ```
 //!
+//! Non-blocking operations return a [`request::Request`] that borrows its buffer within a
+//! scope and, as in rsmpi, hands it back when it finishes; a [`request::RequestCollection`]
+//! completes many at once, each reporting its index, status and buffer:
+//!
+//! ```no_run
+//! use mpirt::traits::*;
+//!
+//! let universe = mpirt::initialize().unwrap();
+//! let world = universe.world();
+//! let me = world.this_process();
+//! let (sent, mut received) = ([1u32, 2, 3], [0u32; 3]);
+//! mpirt::request::scope(|scope| {
+//!     let receive = me.immediate_receive_into(scope, &mut received[..]);
+//!     let send = me.immediate_send(scope, &sent[..]);
+//!     assert_eq!(receive.wait_for_data(), [1, 2, 3]);
+//!     send.wait();
+//! });
+//! let mut slots = [0u32; 3];
+//! mpirt::request::multiple_scope(6, |scope, requests| {
+//!     for slot in slots.iter_mut() {
+//!         requests.add(me.immediate_receive_into(scope, slot));
+//!     }
+//!     for value in &sent {
+//!         requests.add(me.immediate_send(scope, value));
+//!     }
+//!     let mut finished = Vec::new();
+//!     requests.wait_all(&mut finished);
+//!     for (index, _status, data) in finished {
+//!         println!("request {index} lent {data}");
+//!     }
+//! });
+//! ```
+//!
 //! Threading: [`Threading::Funneled`] at most. The runtime lives in the thread that called
 //! [`initialize`]; communicators and requests are `!Send`.
 //!

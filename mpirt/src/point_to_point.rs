@@ -15,7 +15,7 @@ use crate::communicator::{AnyProcess, CommData, Process, Rank};
 use crate::datatype::{Buffer, BufferMut, Datatype, Equivalence};
 use crate::environment::with_engine;
 use crate::error::{or_fatal, Cause, Error};
-use crate::request::{Request, Scope};
+use crate::request::{Lent, Request, Scope};
 
 mod exchange;
 mod message;
@@ -160,9 +160,10 @@ pub(crate) struct RecvSlot {
     landing: Landing,
 }
 
-/// How arrived bytes become the user's elements. Every immediate receive's request carries
-/// its slot, so the common case is kept to what it needs: the element's size and name.
-enum Landing {
+/// How arrived bytes become the user's elements: all a receive keeps of its slot once posted.
+/// Every immediate receive's request carries it, so the common case is kept to what it needs:
+/// the element's size and name.
+pub(crate) enum Landing {
     /// Straight into the user's buffer: every byte pattern is a value.
     Direct {
         element: usize,
@@ -173,21 +174,25 @@ enum Landing {
     Staged(Box<Staging>),
 }
 
-struct Staging {
+pub(crate) struct Staging {
     datatype: Datatype,
     bytes: Vec<u8>,
+    /// The user's buffer, where checked bytes go.
+    destination: *mut u8,
 }
 
 impl RecvSlot {
     /// # Safety
-    /// `ptr` must be valid for writes of `len` bytes until the slot is finished or dropped,
-    /// and bytes that pass `datatype`'s check must make valid values there.
+    /// `ptr` must be valid for writes of `len` bytes until the slot (or the [`Landing`] it
+    /// becomes) is finished or dropped, and bytes that pass `datatype`'s check must make
+    /// valid values there.
     #[inline]
     pub(crate) unsafe fn new(ptr: *mut u8, len: usize, datatype: Datatype) -> RecvSlot {
         let landing = if datatype.needs_check() {
             Landing::Staged(Box::new(Staging {
                 datatype,
                 bytes: vec![0u8; len],
+                destination: ptr,
             }))
         } else {
             Landing::Direct {
@@ -217,11 +222,25 @@ impl RecvSlot {
     }
 
     /// Checks what arrived and moves it into the user's buffer.
+    #[inline(always)]
+    pub(crate) fn finish(self, status: pml::Status) -> Result<Status, Cause> {
+        self.landing.finish(status)
+    }
+
+    /// What finishing the receive takes, once it is posted.
+    #[inline]
+    pub(crate) fn into_landing(self) -> Landing {
+        self.landing
+    }
+}
+
+impl Landing {
+    /// Checks what arrived and moves it into the user's buffer.
     // Always: a receive whose message was waiting is finished in a few instructions around
     // this call, which the compiler otherwise leaves out of line.
     #[inline(always)]
     pub(crate) fn finish(self, status: pml::Status) -> Result<Status, Cause> {
-        match &self.landing {
+        match &self {
             Landing::Direct { element, type_name } => {
                 whole_elements(status.len, Datatype::plain(*element, type_name))?;
             }
@@ -234,10 +253,16 @@ impl RecvSlot {
                         type_name: datatype.name(),
                     });
                 }
-                // SAFETY: `new`'s caller made `ptr` valid for `len` bytes, `status.len <= len`
-                // (longer messages fail as truncated), and the staging buffer is a separate
-                // allocation.
-                unsafe { std::ptr::copy_nonoverlapping(arrived.as_ptr(), self.ptr, arrived.len()) };
+                // SAFETY: `RecvSlot::new`'s caller made `destination` valid for as many bytes
+                // as the staging buffer holds, `status.len` is at most that (longer messages
+                // fail as truncated), and the staging buffer is a separate allocation.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        arrived.as_ptr(),
+                        staging.destination,
+                        arrived.len(),
+                    )
+                };
             }
         }
         Ok(Status::from_pml(status))
@@ -554,17 +579,19 @@ pub trait Source {
         scope: S,
         buf: &'a mut B,
         tag: Option<Tag>,
-    ) -> Result<Request<'a, S>, Error> {
+    ) -> Result<Request<'a, B, S>, Error> {
         let tag_option = tag;
         let operation = || self.describe("immediate receive", tag_option);
         let tag = tag_selector(tag).map_err(|c| Error::new(operation(), c))?;
         let source = self.source_selector();
-        let mut slot = RecvSlot::for_buffer(buf);
-        // SAFETY: the request borrows `buf` for `'a`, and the scope does not end before the
+        let (data, mut slot) = Lent::exclusive(buf, |buf| RecvSlot::for_buffer(buf));
+        // SAFETY: the request keeps `buf` lent for `'a`, and the scope does not end before the
         // request completes.
         let started = unsafe { start_receive(self.source_comm(), source, tag, &mut slot) }
             .map_err(|c| Error::new(operation(), c))?;
-        Ok(Request::receive(started, slot, scope, source, tag_option))
+        Ok(Request::receive(
+            started, slot, data, scope, source, tag_option,
+        ))
     }
 
     /// Receives one value (`MPI_Recv` of one element); the message must hold exactly one.
@@ -662,7 +689,7 @@ pub trait Source {
         &self,
         scope: S,
         buf: &'a mut B,
-    ) -> Request<'a, S> {
+    ) -> Request<'a, B, S> {
         or_fatal(self.try_immediate_receive_into_tagged(scope, buf, None))
     }
     fn immediate_receive_into_with_tag<'a, S: Scope<'a>, B: BufferMut + ?Sized>(
@@ -670,14 +697,14 @@ pub trait Source {
         scope: S,
         buf: &'a mut B,
         tag: Tag,
-    ) -> Request<'a, S> {
+    ) -> Request<'a, B, S> {
         or_fatal(self.try_immediate_receive_into_tagged(scope, buf, Some(tag)))
     }
     fn try_immediate_receive_into<'a, S: Scope<'a>, B: BufferMut + ?Sized>(
         &self,
         scope: S,
         buf: &'a mut B,
-    ) -> Result<Request<'a, S>, Error> {
+    ) -> Result<Request<'a, B, S>, Error> {
         self.try_immediate_receive_into_tagged(scope, buf, None)
     }
 }
@@ -748,16 +775,23 @@ pub trait Destination {
         buf: &'a B,
         tag: Tag,
         mode: SendMode,
-    ) -> Result<Request<'a, S>, Error> {
+    ) -> Result<Request<'a, B, S>, Error> {
         let what = match mode {
             SendMode::Standard => "immediate send",
             SendMode::Synchronous => "immediate synchronous send",
         };
         let dest = self.destination_rank();
-        // SAFETY: the request borrows `buf` for `'a`, and the scope does not end before the
+        // SAFETY: the request keeps `buf` lent for `'a`, and the scope does not end before the
         // request completes.
         match unsafe { post_send(self.destination_comm(), dest, tag, mode, buf) } {
-            Ok(handle) => Ok(Request::send(handle, scope, mode, dest, tag)),
+            Ok(handle) => Ok(Request::send(
+                handle,
+                Lent::shared(buf),
+                scope,
+                mode,
+                dest,
+                tag,
+            )),
             Err(c) => Err(Error::new(self.describe_send(what, tag), c)),
         }
     }
@@ -799,7 +833,7 @@ pub trait Destination {
         &self,
         scope: S,
         buf: &'a B,
-    ) -> Request<'a, S> {
+    ) -> Request<'a, B, S> {
         or_fatal(self.try_immediate_send_mode(scope, buf, 0, SendMode::Standard))
     }
     fn immediate_send_with_tag<'a, S: Scope<'a>, B: Buffer + ?Sized>(
@@ -807,14 +841,14 @@ pub trait Destination {
         scope: S,
         buf: &'a B,
         tag: Tag,
-    ) -> Request<'a, S> {
+    ) -> Request<'a, B, S> {
         or_fatal(self.try_immediate_send_mode(scope, buf, tag, SendMode::Standard))
     }
     fn try_immediate_send<'a, S: Scope<'a>, B: Buffer + ?Sized>(
         &self,
         scope: S,
         buf: &'a B,
-    ) -> Result<Request<'a, S>, Error> {
+    ) -> Result<Request<'a, B, S>, Error> {
         self.try_immediate_send_mode(scope, buf, 0, SendMode::Standard)
     }
 
@@ -823,7 +857,7 @@ pub trait Destination {
         &self,
         scope: S,
         buf: &'a B,
-    ) -> Request<'a, S> {
+    ) -> Request<'a, B, S> {
         or_fatal(self.try_immediate_send_mode(scope, buf, 0, SendMode::Synchronous))
     }
     fn immediate_synchronous_send_with_tag<'a, S: Scope<'a>, B: Buffer + ?Sized>(
@@ -831,7 +865,7 @@ pub trait Destination {
         scope: S,
         buf: &'a B,
         tag: Tag,
-    ) -> Request<'a, S> {
+    ) -> Request<'a, B, S> {
         or_fatal(self.try_immediate_send_mode(scope, buf, tag, SendMode::Synchronous))
     }
 }

@@ -1,14 +1,15 @@
-//! Requests of non-blocking operations, and the scopes that keep their buffers alive.
+//! Requests of non-blocking operations, and the scopes that keep their buffers alive, shaped
+//! like rsmpi's: a `Request<'a, D, S>` borrows its buffer, of type `D`, for `'a`, and hands it
+//! back when it finishes ([`Request::wait_for_data`], [`Request::test_with_data`], and each
+//! finished request of a [`RequestCollection`]).
 //!
-//! A request borrows its buffer for `'a`, the lifetime of a scope: [`scope`] and
-//! [`multiple_scope`] run a closure and do not return while a request of theirs is unfinished,
-//! so the messaging layer never writes into, or reads from, a freed buffer. A request must be
-//! completed (`wait`, `test` until it succeeds) or handed to a [`WaitGuard`] or [`CancelGuard`];
-//! dropping an unfinished one, or leaking it out of its scope with `mem::forget`, ends the job
-//! with a message, since carrying on could corrupt memory.
+//! [`scope`] and [`multiple_scope`] run a closure and do not return while a request of theirs is
+//! unfinished, so the messaging layer never writes into, or reads from, a freed buffer. A
+//! request must be completed (`wait`, `test` until it succeeds) or handed to a [`WaitGuard`] or
+//! [`CancelGuard`]; dropping an unfinished one, or leaking it out of its scope with
+//! `mem::forget`, ends the job with a message, since carrying on could corrupt memory.
 
-use std::cell::Cell;
-use std::marker::PhantomData;
+use std::fmt;
 use std::mem::ManuallyDrop;
 
 use pml::engine::RecvBuf;
@@ -19,80 +20,17 @@ use crate::collective::request::Running;
 use crate::communicator::Rank;
 use crate::environment::{abort_job, with_engine};
 use crate::error::{fatal, or_fatal, Cause, Error};
-use crate::point_to_point::{wait_handle, RecvSlot, Status, Tag};
+use crate::point_to_point::{wait_handle, Landing, RecvSlot, Status, Tag};
 
-/// Where requests are registered for as long as they are unfinished.
-///
-/// # Safety
-/// An implementation must not let `'a` end (the buffers its requests borrow be freed) while
-/// more requests are registered than unregistered.
-pub unsafe trait Scope<'a> {
-    #[doc(hidden)]
-    fn register(&self);
-    #[doc(hidden)]
-    fn unregister(&self);
-}
+mod collection;
+mod guard;
+mod lent;
+mod scope;
 
-/// The scope of requests whose buffers are `'static`: nothing can free them.
-#[derive(Clone, Copy, Debug)]
-pub struct StaticScope;
-
-// SAFETY: `'static` buffers are never freed, so there is nothing to track.
-unsafe impl Scope<'static> for StaticScope {
-    fn register(&self) {}
-    fn unregister(&self) {}
-}
-
-/// The scope [`scope`] hands its closure.
-#[derive(Debug)]
-pub struct LocalScope<'a> {
-    pending: Cell<usize>,
-    /// `'a` is invariant, so requests cannot shorten it to fit a shorter-lived buffer.
-    _invariant: PhantomData<Cell<&'a ()>>,
-    _not_send: PhantomData<*const ()>,
-}
-
-impl LocalScope<'_> {
-    fn new() -> Self {
-        LocalScope {
-            pending: Cell::new(0),
-            _invariant: PhantomData,
-            _not_send: PhantomData,
-        }
-    }
-}
-
-// SAFETY: the scope counts its unfinished requests, and its drop (which comes before `'a`
-// ends, as `scope` owns it) ends the process if any is left.
-unsafe impl<'a> Scope<'a> for &LocalScope<'a> {
-    fn register(&self) {
-        self.pending.set(self.pending.get() + 1);
-    }
-    fn unregister(&self) {
-        self.pending.set(self.pending.get() - 1);
-    }
-}
-
-impl Drop for LocalScope<'_> {
-    fn drop(&mut self) {
-        let pending = self.pending.get();
-        if pending != 0 {
-            fatal(Error::new(
-                "end of request scope",
-                Cause::LeakedRequest { pending },
-            ));
-        }
-    }
-}
-
-/// Runs `f` with a scope for requests; buffers borrowed by them must outlive this call.
-pub fn scope<'a, F, R>(f: F) -> R
-where
-    F: FnOnce(&LocalScope<'a>) -> R,
-{
-    let scope = LocalScope::new();
-    f(&scope)
-}
+pub use collection::{multiple_scope, RequestCollection};
+pub use guard::{CancelGuard, WaitGuard};
+pub(crate) use lent::Lent;
+pub use scope::{scope, LocalScope, Scope, StaticScope};
 
 /// What a request is doing, for error messages (built only when one is needed).
 pub(crate) enum Operation {
@@ -150,7 +88,8 @@ enum Outcome {
 /// A point-to-point operation in flight.
 struct Message {
     outcome: Outcome,
-    slot: Option<RecvSlot>,
+    /// A receive's, until it finishes: how what arrives becomes the buffer's elements.
+    landing: Option<Landing>,
     operation: Operation,
 }
 
@@ -162,64 +101,78 @@ enum Pending<'a> {
 }
 
 // Programs keep requests in vectors and move each at least twice (in, then out to be waited
-// on): a receive's request is kept well under the 128 bytes it once had.
-const _: () = assert!(std::mem::size_of::<Request<'static, &LocalScope<'static>>>() <= 96);
+// on): a receive's request is kept well under the 128 bytes it once had, its buffer (a slice,
+// the largest kind) included.
+const _: () = assert!(std::mem::size_of::<Request<'static, [u8], &LocalScope<'static>>>() <= 96);
 
-/// An unfinished non-blocking operation that borrows its buffers for `'a` (`MPI_Request`): a
-/// point-to-point operation or an immediate collective. Waiting on or testing any request
-/// also moves this thread's immediate collectives on, so ranks may complete their requests in
-/// any order.
+/// An unfinished non-blocking operation that borrows its buffer, a `D`, for `'a`
+/// (`MPI_Request`): a point-to-point operation or an immediate collective. Waiting on or
+/// testing any request also moves this thread's immediate collectives on, so ranks may
+/// complete their requests in any order.
 #[must_use = "a request must be waited on, tested to completion, or put in a guard"]
-pub struct Request<'a, S: Scope<'a> = StaticScope> {
+pub struct Request<'a, D: ?Sized, S: Scope<'a> = StaticScope> {
     /// `None` once finished. Not dropped as a field: a finished request has nothing in it,
     /// and the drop of an unfinished one ends the process, so the drop glue that would look
     /// at it again after every request's `drop` has nothing to do.
     pending: ManuallyDrop<Option<Pending<'a>>>,
+    /// Also what makes requests `!Send`: it holds a pointer.
+    data: Lent<'a, D>,
     scope: S,
-    _borrow: PhantomData<&'a mut ()>,
-    _not_send: PhantomData<*const ()>,
 }
 
-impl<'a, S: Scope<'a>> Request<'a, S> {
+impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     #[inline]
-    fn new(pending: Pending<'a>, scope: S) -> Self {
+    fn new(pending: Pending<'a>, data: Lent<'a, D>, scope: S) -> Self {
         scope.register();
         Request {
             pending: ManuallyDrop::new(Some(pending)),
+            data,
             scope,
-            _borrow: PhantomData,
-            _not_send: PhantomData,
         }
     }
 
     #[inline]
-    fn message(outcome: Outcome, slot: Option<RecvSlot>, scope: S, operation: Operation) -> Self {
+    fn message(
+        outcome: Outcome,
+        landing: Option<Landing>,
+        data: Lent<'a, D>,
+        scope: S,
+        operation: Operation,
+    ) -> Self {
         let message = Message {
             outcome,
-            slot,
+            landing,
             operation,
         };
-        Request::new(Pending::Message(message), scope)
+        Request::new(Pending::Message(message), data, scope)
     }
 
-    pub(crate) fn collective(running: Running<'a>, scope: S) -> Self {
-        Request::new(Pending::Collective(Box::new(running)), scope)
+    pub(crate) fn collective(running: Running<'a>, data: Lent<'a, D>, scope: S) -> Self {
+        Request::new(Pending::Collective(Box::new(running)), data, scope)
     }
 
     #[inline]
-    pub(crate) fn send(handle: Handle, scope: S, mode: SendMode, dest: Rank, tag: Tag) -> Self {
+    pub(crate) fn send(
+        handle: Handle,
+        data: Lent<'a, D>,
+        scope: S,
+        mode: SendMode,
+        dest: Rank,
+        tag: Tag,
+    ) -> Self {
         let operation = Operation::Send {
             synchronous: mode == SendMode::Synchronous,
             dest,
             tag,
         };
-        Request::message(Outcome::Engine(handle), None, scope, operation)
+        Request::message(Outcome::Engine(handle), None, data, scope, operation)
     }
 
     #[inline]
     pub(crate) fn receive(
         started: Started<RecvBuf>,
         slot: RecvSlot,
+        data: Lent<'a, D>,
         scope: S,
         source: SourceSel,
         tag: Option<Tag>,
@@ -234,7 +187,8 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
         };
         Request::message(
             outcome,
-            Some(slot),
+            Some(slot.into_landing()),
+            data,
             scope,
             Operation::Receive { source, tag },
         )
@@ -268,8 +222,8 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
                         Operation::Send { dest, tag, .. } => Ok(Status::of_send(dest, tag)),
                         Operation::Receive { .. } => unreachable!("a receive completed as a send"),
                     },
-                    Ok(Done::Received(status)) => match message.slot.take() {
-                        Some(slot) => slot.finish(status),
+                    Ok(Done::Received(status)) => match message.landing.take() {
+                        Some(landing) => landing.finish(status),
                         None => unreachable!("a send completed as a receive"),
                     },
                     Err(Cause::Messaging(PmlError::Cancelled)) => Ok(Status::cancelled()),
@@ -300,7 +254,7 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
             return None;
         }
         let status = Status::of_send(*dest, *tag);
-        // A send has no slot and its outcome is a handle: nothing in it owns memory, so
+        // A send has no landing and its outcome is a handle: nothing in it owns memory, so
         // forgetting it frees all that dropping it would, without the drop glue's call.
         std::mem::forget(self.pending.take());
         self.scope.unregister();
@@ -317,11 +271,11 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
         let Outcome::Received(status) = message.outcome else {
             return None;
         };
-        let slot = message.slot.take().expect("a receive has a slot");
-        let result = slot
+        let landing = message.landing.take().expect("a receive has a landing");
+        let result = landing
             .finish(status)
             .map_err(|cause| Error::new(message.operation.describe(), cause));
-        // Its slot is taken and its outcome a status: nothing left in it owns memory.
+        // Its landing is taken and its outcome a status: nothing left in it owns memory.
         std::mem::forget(self.pending.take());
         self.scope.unregister();
         Some(result)
@@ -338,6 +292,20 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
         or_fatal(self.wait_in_engine())
     }
 
+    /// Waits for the operation to finish and hands its buffer back.
+    pub fn wait_for_data(self) -> &'a D {
+        self.wait_with_data().1
+    }
+
+    /// [`wait`](Self::wait) that also hands the buffer back.
+    pub(crate) fn wait_with_data(self) -> (Status, &'a D) {
+        let data = self.data;
+        let status = self.wait();
+        // SAFETY: `wait` returned, so the operation is over (a failed one ended the job).
+        (status, unsafe { data.get() })
+    }
+
+    /// [`wait`](Self::wait) that returns how the operation failed instead of ending the job.
     pub fn try_wait(mut self) -> Result<Status, Error> {
         if let Some(status) = self.take_sent() {
             return Ok(status);
@@ -403,6 +371,27 @@ impl<'a, S: Scope<'a>> Request<'a, S> {
         Ok(or_fatal(self.complete(done)))
     }
 
+    /// The status and the buffer if the operation finished, else the request back.
+    #[allow(clippy::result_large_err)]
+    pub fn test_with_data(self) -> Result<(Status, &'a D), Self> {
+        let data = self.data;
+        let status = self.test()?;
+        // SAFETY: the test found the operation over (a failed one ended the job).
+        Ok((status, unsafe { data.get() }))
+    }
+
+    /// The same request, registered with `scope` instead, whose lifetime may be shorter.
+    pub fn shrink_scope_to<'b, S2>(mut self, scope: S2) -> Request<'b, D, S2>
+    where
+        'a: 'b,
+        S2: Scope<'b>,
+    {
+        // Taken, not copied: the emptied request's drop then has nothing to do.
+        let pending = self.pending.take().expect("an unfinished request");
+        self.scope.unregister();
+        Request::new(pending, self.data, scope)
+    }
+
     /// Asks for the operation to be cancelled (`MPI_Cancel`); it must still be waited on, and
     /// its status then says whether the cancel took. Only unmatched receives can be cancelled;
     /// an immediate collective cannot, and asking is an error.
@@ -448,8 +437,8 @@ impl Outcome {
 
 /// Waits until one of `requests` has finished; returns its position. Immediate collectives
 /// among them, and every other one in flight, move on meanwhile.
-fn wait_for_one<'a, S: Scope<'a>>(
-    requests: &mut [&mut Request<'a, S>],
+fn wait_for_one<'a, D: ?Sized, S: Scope<'a>>(
+    requests: &mut [&mut Request<'a, D, S>],
     operation: &'static str,
 ) -> usize {
     loop {
@@ -467,7 +456,7 @@ fn wait_for_one<'a, S: Scope<'a>>(
     }
 }
 
-impl<'a, S: Scope<'a>> Drop for Request<'a, S> {
+impl<'a, D: ?Sized, S: Scope<'a>> Drop for Request<'a, D, S> {
     // Inline: every finished request is dropped, and for those the drop is one test.
     #[inline]
     fn drop(&mut self) {
@@ -477,162 +466,71 @@ impl<'a, S: Scope<'a>> Drop for Request<'a, S> {
     }
 }
 
-impl<'a, S: Scope<'a>> Request<'a, S> {
+impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     /// Ends the job: the operation may still read or write a buffer that is about to be
     /// freed.
     #[cold]
     #[inline(never)]
     fn drop_unfinished(&mut self) -> ! {
-        if let Some(Pending::Collective(running)) = &mut *self.pending {
-            // The job ends here; what the collective has in flight is not waited for.
-            running.abandon();
-        }
+        self.abandon();
         if std::thread::panicking() {
             abort_job(101, "a rank panicked with requests in flight");
         }
         fatal(Error::new("drop of a request", Cause::DroppedRequest));
     }
-}
 
-/// Waits for its request when dropped.
-pub struct WaitGuard<'a, S: Scope<'a> = StaticScope>(Option<Request<'a, S>>);
-
-impl<'a, S: Scope<'a>> From<Request<'a, S>> for WaitGuard<'a, S> {
-    fn from(request: Request<'a, S>) -> Self {
-        WaitGuard(Some(request))
-    }
-}
-
-impl<'a, S: Scope<'a>> Drop for WaitGuard<'a, S> {
-    fn drop(&mut self) {
-        if let Some(request) = self.0.take() {
-            request.wait();
+    /// For an unfinished request as the job ends: a collective's execution is no longer
+    /// stepped, and what it has in flight not waited for.
+    fn abandon(&mut self) {
+        if let Some(Pending::Collective(running)) = &mut *self.pending {
+            running.abandon();
         }
     }
 }
 
-/// Cancels its request, then waits for it, when dropped.
-pub struct CancelGuard<'a, S: Scope<'a> = StaticScope>(Option<Request<'a, S>>);
-
-impl<'a, S: Scope<'a>> From<Request<'a, S>> for CancelGuard<'a, S> {
-    fn from(request: Request<'a, S>) -> Self {
-        CancelGuard(Some(request))
+impl<'a, D: ?Sized, S: Scope<'a>> fmt::Debug for Request<'a, D, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The operation, not the buffer: the messaging layer may be writing it.
+        let operation = match self.pending.as_ref() {
+            Some(Pending::Message(message)) => message.operation.describe(),
+            Some(Pending::Collective(running)) => running.operation().to_string(),
+            None => "finished".to_string(),
+        };
+        f.debug_struct("Request")
+            .field("operation", &operation)
+            .finish_non_exhaustive()
     }
 }
 
-impl<'a, S: Scope<'a>> Drop for CancelGuard<'a, S> {
-    fn drop(&mut self) {
-        if let Some(request) = self.0.take() {
-            request.cancel();
-            request.wait();
-        }
-    }
+/// Moves the messaging layer on, for the calls that test without blocking.
+fn progress_engine(operation: &'static str) {
+    or_fatal(with_engine(|e| e.progress()).map_err(|c| Error::new(operation, c)));
 }
 
 /// Waits until one of `requests` finishes; returns the index it had and its status, and
 /// removes it. `None` if `requests` is empty (`MPI_Waitany`).
-pub fn wait_any<'a, S: Scope<'a>>(requests: &mut Vec<Request<'a, S>>) -> Option<(usize, Status)> {
+pub fn wait_any<'a, D: ?Sized, S: Scope<'a>>(
+    requests: &mut Vec<Request<'a, D, S>>,
+) -> Option<(usize, Status)> {
     if requests.is_empty() {
         return None;
     }
-    let mut live: Vec<&mut Request<'a, S>> = requests.iter_mut().collect();
+    let mut live: Vec<&mut Request<'a, D, S>> = requests.iter_mut().collect();
     let index = wait_for_one(&mut live, "wait_any");
     Some((index, requests.remove(index).wait()))
 }
 
 /// Returns the index and status of a finished request, removing it, if any has finished
 /// (`MPI_Testany`).
-pub fn test_any<'a, S: Scope<'a>>(requests: &mut Vec<Request<'a, S>>) -> Option<(usize, Status)> {
-    or_fatal(with_engine(|e| e.progress()).map_err(|c| Error::new("test_any", c)));
+pub fn test_any<'a, D: ?Sized, S: Scope<'a>>(
+    requests: &mut Vec<Request<'a, D, S>>,
+) -> Option<(usize, Status)> {
+    progress_engine("test_any");
     let index = requests.iter_mut().position(|r| r.is_complete())?;
     Some((index, requests.remove(index).wait()))
 }
 
 /// Waits for every request, in order, and returns their statuses (`MPI_Waitall`).
-pub fn wait_all<'a, S: Scope<'a>>(requests: &mut Vec<Request<'a, S>>) -> Vec<Status> {
+pub fn wait_all<'a, D: ?Sized, S: Scope<'a>>(requests: &mut Vec<Request<'a, D, S>>) -> Vec<Status> {
     requests.drain(..).map(Request::wait).collect()
-}
-
-/// A set of requests completed together, as [`multiple_scope`] hands out.
-pub struct RequestCollection<'a, S: Scope<'a>> {
-    requests: Vec<Option<Request<'a, S>>>,
-}
-
-impl<'a, S: Scope<'a>> RequestCollection<'a, S> {
-    fn with_capacity(capacity: usize) -> Self {
-        RequestCollection {
-            requests: Vec::with_capacity(capacity),
-        }
-    }
-
-    /// Adds a request; returns its index in the collection.
-    pub fn add(&mut self, request: Request<'a, S>) -> usize {
-        self.requests.push(Some(request));
-        self.requests.len() - 1
-    }
-
-    /// Number of requests added.
-    pub fn len(&self) -> usize {
-        self.requests.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.requests.is_empty()
-    }
-
-    /// Number of requests not yet finished.
-    pub fn incomplete(&self) -> usize {
-        self.requests.iter().filter(|r| r.is_some()).count()
-    }
-
-    fn finish(&mut self, index: usize) -> (usize, Status) {
-        let request = self.requests[index].take().expect("an unfinished request");
-        (index, request.wait())
-    }
-
-    /// Waits until one unfinished request finishes; its index and status, or `None` if none
-    /// is left (`MPI_Waitany`).
-    pub fn wait_any(&mut self) -> Option<(usize, Status)> {
-        let (indices, mut live): (Vec<usize>, Vec<&mut Request<'a, S>>) = self
-            .requests
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, r)| r.as_mut().map(|r| (i, r)))
-            .unzip();
-        if live.is_empty() {
-            return None;
-        }
-        let found = wait_for_one(&mut live, "wait_any");
-        Some(self.finish(indices[found]))
-    }
-
-    /// The index and status of a finished request, if one has finished (`MPI_Testany`).
-    pub fn test_any(&mut self) -> Option<(usize, Status)> {
-        or_fatal(with_engine(|e| e.progress()).map_err(|c| Error::new("test_any", c)));
-        let index = self
-            .requests
-            .iter_mut()
-            .position(|r| r.as_mut().is_some_and(Request::is_complete))?;
-        Some(self.finish(index))
-    }
-
-    /// Waits for every unfinished request; returns (index, status) of each, by index
-    /// (`MPI_Waitall`).
-    pub fn wait_all(&mut self) -> Vec<(usize, Status)> {
-        let live: Vec<usize> = (0..self.requests.len())
-            .filter(|&i| self.requests[i].is_some())
-            .collect();
-        live.into_iter().map(|i| self.finish(i)).collect()
-    }
-}
-
-/// Runs `f` with a scope and an empty collection of up to about `capacity` requests
-/// (rsmpi's `multiple_scope`). Requests left unfinished in the collection end the job.
-pub fn multiple_scope<'a, F, R>(capacity: usize, f: F) -> R
-where
-    F: for<'s> FnOnce(&'s LocalScope<'a>, &mut RequestCollection<'a, &'s LocalScope<'a>>) -> R,
-{
-    let scope = LocalScope::new();
-    let mut collection = RequestCollection::with_capacity(capacity);
-    f(&scope, &mut collection)
 }

@@ -667,6 +667,7 @@ fn immediates(world: &SimpleCommunicator) {
     let root = world.process_at_rank(n / 2);
     let is_root = me == n / 2;
     request::scope(|scope| {
+        // A vector of requests holds one type of buffer: the scans' go in a second one.
         let mut pending = vec![
             world.immediate_all_to_all_into(scope, &outgoing[..], &mut swapped[..]),
             world.immediate_reduce_scatter_block_into(
@@ -675,6 +676,8 @@ fn immediates(world: &SimpleCommunicator) {
                 &mut block[..],
                 SystemOperation::sum(),
             ),
+        ];
+        let mut scans = vec![
             world.immediate_scan_into(scope, &ordered[..], &mut prefix[..], &op),
             world.immediate_exclusive_scan_into(scope, &ordered[..], &mut before[..], &op),
         ];
@@ -691,6 +694,13 @@ fn immediates(world: &SimpleCommunicator) {
             pending.push(root.immediate_reduce_into(scope, &mine[..], SystemOperation::max()));
             pending.push(root.immediate_gather_into(scope, &mine[..]));
             pending.push(root.immediate_scatter_into(scope, &mut scattered[..]));
+        }
+        // Last started, first waited for: the rooted ones, the scans, then the first two.
+        for request in pending.drain(2..).rev() {
+            request.wait();
+        }
+        while let Some(request) = scans.pop() {
+            request.wait();
         }
         while let Some(request) = pending.pop() {
             request.wait();
@@ -728,17 +738,18 @@ fn mixed_requests(world: &SimpleCommunicator) {
         world.process_at_rank((me + n - 1) % n),
     );
     let mine = contribution(me, 5, int);
-    let (mut sum, mut token) = (vec![0; 5], -1i32);
-    let mut word = if me == 0 { 77u64 } else { 0 };
+    // One vector holds requests of one buffer type: every buffer here is an [i32].
+    let (mut sum, mut token) = (vec![0; 5], [-1i32]);
+    let mut word = if me == 0 { [77i32] } else { [0] };
     let mut kinds = Vec::new();
     request::scope(|scope| {
         let mut requests = vec![
-            previous.immediate_receive_into_with_tag(scope, &mut token, 5),
+            previous.immediate_receive_into_with_tag(scope, &mut token[..], 5),
             world.immediate_all_reduce_into(scope, &mine[..], &mut sum[..], SystemOperation::sum()),
             world
                 .process_at_rank(0)
-                .immediate_broadcast_into(scope, &mut word),
-            next.immediate_send_with_tag(scope, &me, 5),
+                .immediate_broadcast_into(scope, &mut word[..]),
+            next.immediate_send_with_tag(scope, std::slice::from_ref(&me), 5),
         ];
         let mut finished = Vec::new();
         while let Some((index, status)) = request::wait_any(&mut requests) {
@@ -752,31 +763,43 @@ fn mixed_requests(world: &SimpleCommunicator) {
         serial(0..n, 5, int, i32::wrapping_add),
         "mixed wait_any"
     );
-    assert_eq!((token, word), ((me + n - 1) % n, 77), "mixed wait_any");
+    assert_eq!((token, word), ([(me + n - 1) % n], [77]), "mixed wait_any");
     assert!(kinds.contains(&5), "the receive's status: {kinds:?}");
 
-    let (mut total, mut everyone, mut from_previous) = (0, vec![-1; n as usize], -1);
+    let (mut total, mut everyone, mut from_previous) = ([0], vec![-1; n as usize], [-1]);
     request::multiple_scope(4, |scope, collection| {
         collection.add(world.immediate_all_reduce_into(
             scope,
             &me,
-            &mut total,
+            &mut total[..],
             SystemOperation::sum(),
         ));
         collection.add(world.immediate_all_gather_into(scope, &me, &mut everyone[..]));
-        collection.add(next.immediate_send_with_tag(scope, &me, 7));
-        collection.add(previous.immediate_receive_into_with_tag(scope, &mut from_previous, 7));
-        let mut done = 0;
-        while done < 4 {
-            if collection.test_any().is_some() {
-                done += 1;
+        collection.add(next.immediate_send_with_tag(scope, std::slice::from_ref(&me), 7));
+        collection.add(previous.immediate_receive_into_with_tag(scope, &mut from_previous[..], 7));
+        let mut done = Vec::new();
+        while done.len() < 4 {
+            if let Some((index, _, data)) = collection.test_any() {
+                done.push((index, data.to_vec()));
             }
         }
         assert!(collection.wait_any().is_none());
+        // Each request reports once, with the buffer it was given.
+        done.sort();
+        assert_eq!(
+            done,
+            [
+                (0, vec![n * (n - 1) / 2]),
+                (1, (0..n).collect()),
+                (2, vec![me]),
+                (3, vec![(me + n - 1) % n]),
+            ],
+            "mixed test_any"
+        );
     });
-    assert_eq!(total, n * (n - 1) / 2, "mixed test_any");
+    assert_eq!(total, [n * (n - 1) / 2], "mixed test_any");
     assert_eq!(everyone, (0..n).collect::<Vec<_>>(), "mixed test_any");
-    assert_eq!(from_previous, (me + n - 1) % n, "mixed test_any");
+    assert_eq!(from_previous, [(me + n - 1) % n], "mixed test_any");
 
     let mut got = -1;
     let sender = 2.min(n - 1);
@@ -853,30 +876,41 @@ fn varcount_immediates(world: &SimpleCommunicator) {
         let mut gathered_parts = PartitionMut::new(&mut gathered[..], &counts[..], &displs[..]);
         let outgoing = Partition::new(&to_each[..], &counts[..], &displs[..]);
         request::scope(|scope| {
-            let mut pending = vec![
+            // A vector of requests holds one type of buffer: partitioned ones, then slices,
+            // in the order started.
+            let mut parted = vec![
                 world.immediate_all_gather_varcount_into(scope, &mine[..], &mut all_parts),
                 world.immediate_all_to_all_varcount_into(scope, &outgoing, &mut swapped_parts),
             ];
+            let mut plain = Vec::new();
             if is_root {
-                pending.push(root.immediate_gather_varcount_into_root(
+                parted.push(root.immediate_gather_varcount_into_root(
                     scope,
                     &mine[..],
                     &mut gathered_parts,
                 ));
-                pending.push(root.immediate_scatter_varcount_into_root(
+                plain.push(root.immediate_scatter_varcount_into_root(
                     scope,
                     &source,
                     &mut scattered[..],
                 ));
             } else {
-                pending.push(root.immediate_gather_varcount_into(scope, &mine[..]));
-                pending.push(root.immediate_scatter_varcount_into(scope, &mut scattered[..]));
+                plain.push(root.immediate_gather_varcount_into(scope, &mine[..]));
+                plain.push(root.immediate_scatter_varcount_into(scope, &mut scattered[..]));
             }
+            // Odd ranks wait in the order started, even ones in reverse.
             if me % 2 == 0 {
-                pending.reverse();
-            }
-            for request in pending {
-                request.wait();
+                plain
+                    .into_iter()
+                    .rev()
+                    .for_each(|r| r.wait_without_status());
+                parted
+                    .into_iter()
+                    .rev()
+                    .for_each(|r| r.wait_without_status());
+            } else {
+                parted.into_iter().for_each(|r| r.wait_without_status());
+                plain.into_iter().for_each(|r| r.wait_without_status());
             }
         });
     }

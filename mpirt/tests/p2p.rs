@@ -8,7 +8,7 @@ use std::thread;
 use std::time::Duration;
 
 use mpirt::point_to_point as p2p;
-use mpirt::request::{self, WaitGuard};
+use mpirt::request::{self, CancelGuard, Request, RequestCollection, Scope, WaitGuard};
 use mpirt::traits::*;
 
 mod common;
@@ -54,6 +54,9 @@ fn rank_mode() {
         "ring" => ring(&world),
         "immediate" => immediate(&world),
         "raw" => raw_receives(&world),
+        "request-data" => request_data(&world),
+        "collection" => collections(&world),
+        "guards" => guards(&world),
         "panic" => panic_rank(&world),
         "killed" => {
             world.barrier();
@@ -77,6 +80,16 @@ fn rank_mode() {
             let mut slot = 0u8;
             request::scope(|scope| {
                 drop(
+                    world
+                        .this_process()
+                        .immediate_receive_into(scope, &mut slot),
+                );
+            });
+        }
+        "unfinished-collection" => {
+            let mut slot = 0u8;
+            request::multiple_scope(1, |scope, coll| {
+                coll.add(
                     world
                         .this_process()
                         .immediate_receive_into(scope, &mut slot),
@@ -397,7 +410,7 @@ fn immediate(world: &mpirt::topology::SimpleCommunicator) {
                 finished += 1;
             }
         }
-        while let Some((index, status)) = coll.wait_any() {
+        while let Some((index, status, _)) = coll.wait_any() {
             if index < 8 {
                 assert_eq!(status.tag(), index as i32);
             }
@@ -482,6 +495,271 @@ fn immediate(world: &mpirt::topology::SimpleCommunicator) {
     assert_eq!((invalid, valid), (false, true));
     world.barrier();
     println!("immediate ok");
+}
+
+/// Requests hand back their buffers once finished: `wait_for_data` and `test_with_data` give
+/// a receive's buffer holding the message (eager and rendezvous-sized) and a send's own
+/// buffer; a request moves into a shorter scope.
+fn request_data(world: &mpirt::topology::SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    let next = world.process_at_rank((rank + 1) % size);
+    let previous = world.process_at_rank((rank + size - 1) % size);
+    let from = (rank + size - 1) % size;
+    let small = [rank, rank * 10, rank * 100];
+    let large: Vec<u64> = (0..10_000).map(|i| i * 3 + rank as u64).collect();
+    let mut got_small = [0i32; 3];
+    let mut got_large = vec![0u64; large.len()];
+    request::scope(|scope| {
+        let receive_small = previous.immediate_receive_into_with_tag(scope, &mut got_small[..], 50);
+        let receive_large = previous.immediate_receive_into_with_tag(scope, &mut got_large[..], 51);
+        let send_small = next.immediate_send_with_tag(scope, &small[..], 50);
+        let send_large = next.immediate_synchronous_send_with_tag(scope, &large[..], 51);
+        let data: &[i32] = receive_small.wait_for_data();
+        assert_eq!(data, [from, from * 10, from * 100]);
+        let data: &[u64] = receive_large.wait_for_data();
+        assert!(data
+            .iter()
+            .enumerate()
+            .all(|(i, &v)| v == i as u64 * 3 + from as u64));
+        assert!(std::ptr::eq(send_small.wait_for_data(), &small[..]));
+        assert!(std::ptr::eq(send_large.wait_for_data(), &large[..]));
+    });
+
+    // test_with_data, until done, on a rendezvous-sized receive and its send.
+    let mut got_large = vec![0u64; large.len()];
+    let mut tests = 0;
+    request::scope(|scope| {
+        let mut receive = previous.immediate_receive_into_with_tag(scope, &mut got_large[..], 52);
+        let mut send = next.immediate_send_with_tag(scope, &large[..], 52);
+        let (status, data) = loop {
+            match receive.test_with_data() {
+                Ok(done) => break done,
+                Err(pending) => receive = pending,
+            }
+            tests += 1;
+        };
+        assert_eq!((status.source_rank(), status.tag()), (from, 52));
+        assert_eq!(status.byte_count(), 8 * large.len());
+        assert!(data
+            .iter()
+            .enumerate()
+            .all(|(i, &v)| v == i as u64 * 3 + from as u64));
+        let sent = loop {
+            match send.test_with_data() {
+                Ok((_, sent)) => break sent,
+                Err(pending) => send = pending,
+            }
+        };
+        assert!(std::ptr::eq(sent, &large[..]));
+    });
+    println!("rank {rank}: test_with_data tested {tests} time(s) before the data was there");
+
+    // A request of an outer scope, and a static one, finished in an inner scope.
+    let mut word = 0u16;
+    let one = rank as u16 + 7;
+    request::scope(|outer| {
+        let receive = previous.immediate_receive_into_with_tag(outer, &mut word, 53);
+        let send = next.immediate_send_with_tag(outer, &one, 53);
+        let barrier = world.immediate_barrier();
+        request::scope(|inner| {
+            let receive = receive.shrink_scope_to(inner);
+            assert_eq!(*receive.wait_for_data(), from as u16 + 7);
+            let barrier: Request<'_, (), _> = barrier.shrink_scope_to(inner);
+            barrier.wait();
+        });
+        send.wait();
+    });
+
+    // A message taken by a matched probe, received by an immediate request.
+    next.send_with_tag(&[rank as u8; 5][..], 54);
+    let (message, status) = previous.matched_probe_with_tag(54);
+    assert_eq!(status.byte_count(), 5);
+    let mut five = [0u8; 5];
+    request::scope(|scope| {
+        let receive = message.immediate_matched_receive_into(scope, &mut five[..]);
+        assert_eq!(receive.wait_for_data(), [from as u8; 5]);
+    });
+    world.barrier();
+    println!("request data ok");
+}
+
+/// The receive from rank `from` of this rank's collection test `round`: each rank sends every
+/// rank one such message.
+fn collection_message(from: i32, to: i32, round: u32) -> [u32; 4] {
+    [from as u32, to as u32, round, 0xC0FFEE]
+}
+
+/// Posts a receive from every rank into `slots` (collection index `r` for rank `r`), and sends
+/// every rank its message, waited for by the caller.
+fn receive_from_every_rank<'a, S: Scope<'a> + Copy>(
+    world: &mpirt::topology::SimpleCommunicator,
+    scope: S,
+    coll: &mut RequestCollection<'a, [u32; 4]>,
+    slots: &'a mut [[u32; 4]],
+    outgoing: &'a [[u32; 4]],
+    round: u32,
+) -> Vec<Request<'a, [u32; 4], S>> {
+    let tag = 60 + round as i32;
+    for (r, slot) in slots.iter_mut().enumerate() {
+        let index = coll.add(
+            world
+                .process_at_rank(r as i32)
+                .immediate_receive_into_with_tag(scope, slot, tag),
+        );
+        assert_eq!(index, r);
+    }
+    outgoing
+        .iter()
+        .enumerate()
+        .map(|(r, message)| {
+            world
+                .process_at_rank(r as i32)
+                .immediate_send_with_tag(scope, message, tag)
+        })
+        .collect()
+}
+
+/// Every finished request reported once: indices 0..n, each with the message from that rank,
+/// in the buffer that receive was given.
+fn check_reported(
+    me: i32,
+    round: u32,
+    mut finished: Vec<(usize, i32, [u32; 4], *const [u32; 4])>,
+    slots: &[*const [u32; 4]],
+) {
+    finished.sort_by_key(|f| f.0);
+    let indices: Vec<usize> = finished.iter().map(|f| f.0).collect();
+    assert_eq!(
+        indices,
+        (0..slots.len()).collect::<Vec<_>>(),
+        "round {round}"
+    );
+    for (index, source, data, address) in finished {
+        assert_eq!(source, index as i32, "round {round}");
+        assert_eq!(
+            data,
+            collection_message(index as i32, me, round),
+            "round {round}"
+        );
+        assert_eq!(
+            address, slots[index],
+            "round {round}: the buffer of receive {index}"
+        );
+    }
+}
+
+/// Collections of receives from every rank, completed by each of `wait_any`, `wait_some`,
+/// `wait_all`, `test_any`, `test_some` and `test_all`.
+fn collections(world: &mpirt::topology::SimpleCommunicator) {
+    let (me, n) = (world.rank(), world.size());
+    for round in 0..6u32 {
+        let outgoing: Vec<[u32; 4]> = (0..n).map(|to| collection_message(me, to, round)).collect();
+        let mut slots = vec![[0u32; 4]; n as usize];
+        let addresses: Vec<*const [u32; 4]> = slots.iter().map(|s| s as *const _).collect();
+        let mut finished = Vec::new();
+        request::multiple_scope(n as usize, |scope, coll| {
+            let mut sends =
+                receive_from_every_rank(world, scope, coll, &mut slots, &outgoing, round);
+            let mut batch = Vec::new();
+            let mut record = |batch: &[(usize, mpirt::point_to_point::Status, &[u32; 4])]| {
+                for &(index, status, data) in batch {
+                    finished.push((index, status.source_rank(), *data, data as *const _));
+                }
+            };
+            match round {
+                0 => {
+                    while let Some(one) = coll.wait_any() {
+                        record(&[one]);
+                    }
+                }
+                1 => {
+                    while coll.incomplete() > 0 {
+                        coll.wait_some(&mut batch);
+                        assert!(!batch.is_empty(), "wait_some returns at least one");
+                        record(&batch);
+                    }
+                    coll.wait_some(&mut batch);
+                    assert!(batch.is_empty(), "nothing left for wait_some");
+                }
+                2 => {
+                    coll.wait_all(&mut batch);
+                    assert_eq!(batch.len(), n as usize);
+                    record(&batch);
+                }
+                3 => {
+                    while coll.incomplete() > 0 {
+                        if let Some(one) = coll.test_any() {
+                            record(&[one]);
+                        }
+                    }
+                    assert!(coll.test_any().is_none());
+                }
+                4 => {
+                    while coll.incomplete() > 0 {
+                        coll.test_some(&mut batch);
+                        record(&batch);
+                    }
+                }
+                _ => {
+                    while !coll.test_all(&mut batch) {
+                        assert!(batch.is_empty(), "test_all reports all or nothing");
+                    }
+                    assert_eq!(batch.len(), n as usize);
+                    record(&batch);
+                    assert!(
+                        coll.test_all(&mut batch) && batch.is_empty(),
+                        "reported once"
+                    );
+                }
+            }
+            assert_eq!((coll.incomplete(), coll.len()), (0, n as usize));
+            request::wait_all(&mut sends);
+        });
+        check_reported(me, round, finished, &addresses);
+    }
+    world.barrier();
+    println!("collections ok");
+}
+
+/// Guards wait for (or cancel, then wait for) their request when dropped, and convert to and
+/// from requests and each other.
+fn guards(world: &mpirt::topology::SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    let next = world.process_at_rank((rank + 1) % size);
+    let previous = world.process_at_rank((rank + size - 1) % size);
+    let from = (rank + size - 1) % size;
+    let (mut waited, mut converted, mut cancelled, mut unguarded) = (0i64, 0i64, -1i64, 0i64);
+    let values = [rank as i64 + 1, rank as i64 + 2];
+    request::scope(|scope| {
+        let _sent = WaitGuard::from(next.immediate_send_with_tag(scope, &values[0], 80));
+        let _received =
+            WaitGuard::from(previous.immediate_receive_into_with_tag(scope, &mut waited, 80));
+        // No message has tag 82: the guard's cancel takes, and nothing is written.
+        let _never =
+            CancelGuard::from(previous.immediate_receive_into_with_tag(scope, &mut cancelled, 82));
+        // Request -> WaitGuard -> CancelGuard -> WaitGuard -> Request: still the same receive.
+        let guard: WaitGuard<'_, i64, _> = previous
+            .immediate_receive_into_with_tag(scope, &mut converted, 81)
+            .into();
+        let guard: CancelGuard<'_, i64, _> = guard.into();
+        let guard: WaitGuard<'_, i64, _> = guard.into();
+        let receive: Request<'_, i64, _> = guard.into();
+        next.send_with_tag(&values[1], 81);
+        assert_eq!(*receive.wait_for_data(), from as i64 + 2);
+        // A guard turned back into a request before its message arrives is not waited for
+        // twice: the request then completes normally.
+        let pending: Request<'_, i64, _> =
+            WaitGuard::from(previous.immediate_receive_into_with_tag(scope, &mut unguarded, 83))
+                .into();
+        next.send_with_tag(&values[0], 83);
+        pending.wait();
+    });
+    assert_eq!(
+        (waited, converted, cancelled, unguarded),
+        (from as i64 + 1, from as i64 + 2, -1, from as i64 + 1)
+    );
+    world.barrier();
+    println!("guards ok");
 }
 
 /// Immediate receives into raw memory (C's contract): windows of receives into one buffer, as
@@ -612,13 +890,13 @@ fn raw_receives(world: &mpirt::topology::SimpleCommunicator) {
             let null = unsafe {
                 peer.try_immediate_receive_into_raw(scope, std::ptr::null_mut::<u64>(), 3)
             };
-            let e = null.err().expect("a null buffer is refused");
+            let e = null.expect_err("a null buffer is refused");
             println!("error: {e}");
             assert!(e.to_string().contains("null pointer"), "{e}");
             let negative = unsafe {
                 peer.try_immediate_receive_into_raw_with_tag(scope, words.as_mut_ptr(), 1, -2)
             };
-            let e = negative.err().expect("a negative tag is refused");
+            let e = negative.expect_err("a negative tag is refused");
             assert!(matches!(e.cause(), mpirt::error::Cause::NegativeTag(-2)));
         });
 
@@ -1094,6 +1372,11 @@ fn unfinished_requests_end_the_job() {
             "drop",
             "mpirt: rank 0: drop of a request: a request was dropped before it completed",
         ),
+        (
+            "unfinished-collection",
+            "mpirt: rank 0: end of multiple_scope: 1 request(s) of its collection were \
+             unfinished when the closure returned",
+        ),
     ] {
         let output = job(Wire::Shm, 1, mode, &[]);
         let (stdout, stderr) = text(&output);
@@ -1135,6 +1418,51 @@ on_each_wire! {
     fn immediate_operations_in_scopes(wire: Wire) {
         for n in [1, 3] {
             assert!(ok_job(wire, n, "immediate").contains("immediate ok"));
+        }
+    }
+}
+
+on_each_wire! {
+    fn requests_hand_back_their_data(wire: Wire) {
+        for n in [1, 3] {
+            assert!(ok_job(wire, n, "request-data").contains("request data ok"));
+            assert!(ok_job(wire, n, "guards").contains("guards ok"));
+        }
+        for n in [1, 2, 5] {
+            assert!(ok_job(wire, n, "collection").contains("collections ok"));
+        }
+    }
+}
+
+/// The rsmpi-shaped example (`mpirt/examples/immediate_multiple.rs`) runs, as well as
+/// compiles; `cargo test -p mpirt` builds it, a run of only this suite may not have.
+#[test]
+fn rsmpi_shaped_collection_example_runs() {
+    let exe = env::current_exe().unwrap();
+    let release = exe.parent().unwrap().parent().unwrap();
+    let example = release.join("examples").join("immediate_multiple");
+    if !example.exists() {
+        println!("skipped: {} is not built", example.display());
+        return;
+    }
+    let mut command = Command::new(rsrun_path());
+    command.args(["-n", "3"]).arg(&example);
+    let output = run_limited(command);
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    for rank in 0..3 {
+        for style in [
+            "wait_any",
+            "wait_some",
+            "wait_all",
+            "test_any",
+            "test_some",
+            "test_all",
+        ] {
+            assert!(
+                stdout.contains(&format!("rank {rank}: {style} ok")),
+                "{stdout}"
+            );
         }
     }
 }

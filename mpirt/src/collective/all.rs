@@ -6,7 +6,7 @@ use crate::datatype::{Buffer, BufferMut};
 use crate::error::{or_fatal, Error};
 use crate::partition::{PartitionedBuffer, PartitionedBufferMut};
 use crate::point_to_point::Count;
-use crate::request::{Scope, StaticScope};
+use crate::request::{Lent, Scope, StaticScope};
 
 use super::op::Operation;
 use super::{blocking, calls, immediate, shared, CollectiveRequest};
@@ -229,11 +229,15 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// A barrier that completes when waited on or tested (`MPI_Ibarrier`).
-    fn immediate_barrier(&self) -> CollectiveRequest<'static> {
+    fn immediate_barrier(&self) -> CollectiveRequest<'static, ()> {
         let comm = self.data();
-        or_fatal(immediate(comm, StaticScope, "immediate_barrier", || {
-            calls::barrier(comm)
-        }))
+        or_fatal(immediate(
+            comm,
+            StaticScope,
+            "immediate_barrier",
+            Lent::shared(&()),
+            calls::barrier(comm),
+        ))
     }
 
     /// [`all_gather_into`](Self::all_gather_into) as a request (`MPI_Iallgather`).
@@ -242,16 +246,21 @@ pub trait CommunicatorCollectives: Communicator {
         scope: Sc,
         send: &'a S,
         recv: &'a mut R,
-    ) -> CollectiveRequest<'a, Sc>
+    ) -> CollectiveRequest<'a, R, Sc>
     where
         Sc: Scope<'a>,
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
         let comm = self.data();
-        or_fatal(immediate(comm, scope, "immediate_all_gather_into", || {
-            calls::all_gather(comm, send, recv)
-        }))
+        let (data, call) = Lent::exclusive(recv, |recv| calls::all_gather(comm, send, recv));
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_all_gather_into",
+            data,
+            call,
+        ))
     }
 
     /// [`all_to_all_into`](Self::all_to_all_into) as a request (`MPI_Ialltoall`).
@@ -260,16 +269,21 @@ pub trait CommunicatorCollectives: Communicator {
         scope: Sc,
         send: &'a S,
         recv: &'a mut R,
-    ) -> CollectiveRequest<'a, Sc>
+    ) -> CollectiveRequest<'a, R, Sc>
     where
         Sc: Scope<'a>,
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
         let comm = self.data();
-        or_fatal(immediate(comm, scope, "immediate_all_to_all_into", || {
-            calls::all_to_all(comm, send, recv)
-        }))
+        let (data, call) = Lent::exclusive(recv, |recv| calls::all_to_all(comm, send, recv));
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_all_to_all_into",
+            data,
+            call,
+        ))
     }
 
     /// [`all_gather_varcount_into`](Self::all_gather_varcount_into) as a request
@@ -279,18 +293,21 @@ pub trait CommunicatorCollectives: Communicator {
         scope: Sc,
         send: &'a S,
         recv: &'a mut R,
-    ) -> CollectiveRequest<'a, Sc>
+    ) -> CollectiveRequest<'a, R, Sc>
     where
         Sc: Scope<'a>,
         S: Buffer + ?Sized,
         R: PartitionedBufferMut + ?Sized,
     {
         let comm = self.data();
+        let (data, call) =
+            Lent::exclusive(recv, |recv| calls::all_gather_varcount(comm, send, recv));
         or_fatal(immediate(
             comm,
             scope,
             "immediate_all_gather_varcount_into",
-            || calls::all_gather_varcount(comm, send, recv),
+            data,
+            call,
         ))
     }
 
@@ -301,18 +318,21 @@ pub trait CommunicatorCollectives: Communicator {
         scope: Sc,
         send: &'a S,
         recv: &'a mut R,
-    ) -> CollectiveRequest<'a, Sc>
+    ) -> CollectiveRequest<'a, R, Sc>
     where
         Sc: Scope<'a>,
         S: PartitionedBuffer + ?Sized,
         R: PartitionedBufferMut + ?Sized,
     {
         let comm = self.data();
+        let (data, call) =
+            Lent::exclusive(recv, |recv| calls::all_to_all_varcount(comm, send, recv));
         or_fatal(immediate(
             comm,
             scope,
             "immediate_all_to_all_varcount_into",
-            || calls::all_to_all_varcount(comm, send, recv),
+            data,
+            call,
         ))
     }
 
@@ -323,7 +343,7 @@ pub trait CommunicatorCollectives: Communicator {
         send: &'a S,
         recv: &'a mut R,
         op: O,
-    ) -> CollectiveRequest<'a, Sc>
+    ) -> CollectiveRequest<'a, R, Sc>
     where
         Sc: Scope<'a>,
         S: Buffer + ?Sized,
@@ -331,9 +351,14 @@ pub trait CommunicatorCollectives: Communicator {
         O: Operation + 'a,
     {
         let comm = self.data();
-        or_fatal(immediate(comm, scope, "immediate_all_reduce_into", || {
-            calls::all_reduce(comm, send, recv, op)
-        }))
+        let (data, call) = Lent::exclusive(recv, |recv| calls::all_reduce(comm, send, recv, op));
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_all_reduce_into",
+            data,
+            call,
+        ))
     }
 
     /// [`reduce_scatter_block_into`](Self::reduce_scatter_block_into) as a request
@@ -344,7 +369,7 @@ pub trait CommunicatorCollectives: Communicator {
         send: &'a S,
         recv: &'a mut R,
         op: O,
-    ) -> CollectiveRequest<'a, Sc>
+    ) -> CollectiveRequest<'a, R, Sc>
     where
         Sc: Scope<'a>,
         S: Buffer + ?Sized,
@@ -352,11 +377,15 @@ pub trait CommunicatorCollectives: Communicator {
         O: Operation + 'a,
     {
         let comm = self.data();
+        let (data, call) = Lent::exclusive(recv, |recv| {
+            calls::reduce_scatter(comm, send, recv, None, op)
+        });
         or_fatal(immediate(
             comm,
             scope,
             "immediate_reduce_scatter_block_into",
-            || calls::reduce_scatter(comm, send, recv, None, op),
+            data,
+            call,
         ))
     }
 
@@ -367,7 +396,7 @@ pub trait CommunicatorCollectives: Communicator {
         send: &'a S,
         recv: &'a mut R,
         op: O,
-    ) -> CollectiveRequest<'a, Sc>
+    ) -> CollectiveRequest<'a, R, Sc>
     where
         Sc: Scope<'a>,
         S: Buffer + ?Sized,
@@ -375,9 +404,8 @@ pub trait CommunicatorCollectives: Communicator {
         O: Operation + 'a,
     {
         let comm = self.data();
-        or_fatal(immediate(comm, scope, "immediate_scan_into", || {
-            calls::scan(comm, send, recv, op, true)
-        }))
+        let (data, call) = Lent::exclusive(recv, |recv| calls::scan(comm, send, recv, op, true));
+        or_fatal(immediate(comm, scope, "immediate_scan_into", data, call))
     }
 
     /// [`exclusive_scan_into`](Self::exclusive_scan_into) as a request (`MPI_Iexscan`).
@@ -387,7 +415,7 @@ pub trait CommunicatorCollectives: Communicator {
         send: &'a S,
         recv: &'a mut R,
         op: O,
-    ) -> CollectiveRequest<'a, Sc>
+    ) -> CollectiveRequest<'a, R, Sc>
     where
         Sc: Scope<'a>,
         S: Buffer + ?Sized,
@@ -395,11 +423,13 @@ pub trait CommunicatorCollectives: Communicator {
         O: Operation + 'a,
     {
         let comm = self.data();
+        let (data, call) = Lent::exclusive(recv, |recv| calls::scan(comm, send, recv, op, false));
         or_fatal(immediate(
             comm,
             scope,
             "immediate_exclusive_scan_into",
-            || calls::scan(comm, send, recv, op, false),
+            data,
+            call,
         ))
     }
 }

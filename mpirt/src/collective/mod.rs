@@ -11,7 +11,7 @@
 
 use crate::communicator::CommData;
 use crate::error::{Cause, Error};
-use crate::request::{Request, Scope, StaticScope};
+use crate::request::{Lent, Request, Scope, StaticScope};
 
 mod algorithms;
 mod all;
@@ -34,8 +34,8 @@ pub(crate) use shared::AreaSlot;
 
 /// The request of an immediate collective: a [`Request`](crate::request::Request) like those
 /// of point-to-point operations, so that both kinds go into the same `wait_any`, `wait_all`
-/// and `test_any`.
-pub type CollectiveRequest<'a, S = StaticScope> = crate::request::Request<'a, S>;
+/// and `test_any` (and collections) when their buffers have the same type.
+pub type CollectiveRequest<'a, D, S = StaticScope> = crate::request::Request<'a, D, S>;
 
 /// The collective traits: `use mpirt::collective::traits::*;`.
 pub mod traits {
@@ -59,19 +59,22 @@ fn blocking<'a>(
     run().map_err(|cause| Error::new(operation, cause))
 }
 
-/// Plans a collective with `prepare` and starts it as a request of `scope`.
-fn immediate<'a, Sc: Scope<'a>>(
+/// Starts a planned collective as a request of `scope` that lends `data`; errors name
+/// `operation`.
+fn immediate<'a, D: ?Sized, Sc: Scope<'a>>(
     comm: &CommData,
     scope: Sc,
     operation: &'static str,
-    prepare: impl FnOnce() -> Result<Call<'a>, Cause>,
-) -> Result<CollectiveRequest<'a, Sc>, Error> {
-    let call = prepare().map_err(|cause| Error::new(operation, cause))?;
-    // SAFETY: the buffers are borrowed for 'a, and the scope does not let 'a end before the
-    // request completes.
+    data: Lent<'a, D>,
+    call: Result<Call<'a>, Cause>,
+) -> Result<CollectiveRequest<'a, D, Sc>, Error> {
+    let call = call.map_err(|cause| Error::new(operation, cause))?;
+    // SAFETY: the buffers are borrowed for 'a (the one the request hands back lent to it),
+    // and the scope does not let 'a end before the request completes.
     let execution = unsafe { call.start(comm) };
     Ok(Request::collective(
         request::Running::new(execution, operation),
+        data,
         scope,
     ))
 }

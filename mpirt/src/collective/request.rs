@@ -72,6 +72,11 @@ impl<'a> Running<'a> {
         }
     }
 
+    /// The collective's name, for messages.
+    pub fn operation(&self) -> &'static str {
+        self.operation
+    }
+
     /// Collective requests cannot be cancelled (MPI forbids it).
     pub fn cancel(&self) -> Result<(), Error> {
         Err(Error::new(self.operation, Cause::NotCancellable))

@@ -7,7 +7,7 @@ use crate::datatype::{Buffer, BufferMut};
 use crate::error::{or_fatal, Error};
 use crate::partition::{Partition, PartitionMut, PartitionedBuffer, PartitionedBufferMut};
 use crate::point_to_point::Count;
-use crate::request::Scope;
+use crate::request::{Lent, Scope};
 
 use super::op::Operation;
 use super::{blocking, calls, immediate, CollectiveRequest};
@@ -188,15 +188,20 @@ pub trait Root {
         &self,
         scope: Sc,
         buf: &'a mut B,
-    ) -> CollectiveRequest<'a, Sc>
+    ) -> CollectiveRequest<'a, B, Sc>
     where
         Sc: Scope<'a>,
         B: BufferMut + ?Sized,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
-        or_fatal(immediate(comm, scope, "immediate_broadcast_into", || {
-            calls::broadcast(comm, root, buf)
-        }))
+        let (data, call) = Lent::exclusive(buf, |buf| calls::broadcast(comm, root, buf));
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_broadcast_into",
+            data,
+            call,
+        ))
     }
 
     /// [`reduce_into`](Self::reduce_into) as a request (`MPI_Ireduce`).
@@ -205,16 +210,20 @@ pub trait Root {
         scope: Sc,
         send: &'a S,
         op: O,
-    ) -> CollectiveRequest<'a, Sc>
+    ) -> CollectiveRequest<'a, S, Sc>
     where
         Sc: Scope<'a>,
         S: Buffer + ?Sized,
         O: Operation + 'a,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
-        or_fatal(immediate(comm, scope, "immediate_reduce_into", || {
-            calls::reduce(comm, root, send, None::<&mut NoBuffer>, op)
-        }))
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_reduce_into",
+            Lent::shared(send),
+            calls::reduce(comm, root, send, None::<&mut NoBuffer>, op),
+        ))
     }
 
     /// [`reduce_into_root`](Self::reduce_into_root) as a request (`MPI_Ireduce`).
@@ -224,7 +233,7 @@ pub trait Root {
         send: &'a S,
         recv: &'a mut R,
         op: O,
-    ) -> CollectiveRequest<'a, Sc>
+    ) -> CollectiveRequest<'a, R, Sc>
     where
         Sc: Scope<'a>,
         S: Buffer + ?Sized,
@@ -232,21 +241,35 @@ pub trait Root {
         O: Operation + 'a,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
-        or_fatal(immediate(comm, scope, "immediate_reduce_into_root", || {
-            calls::reduce(comm, root, send, Some(recv), op)
-        }))
+        let (data, call) =
+            Lent::exclusive(recv, |recv| calls::reduce(comm, root, send, Some(recv), op));
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_reduce_into_root",
+            data,
+            call,
+        ))
     }
 
     /// [`gather_into`](Self::gather_into) as a request (`MPI_Igather`).
-    fn immediate_gather_into<'a, Sc, S>(&self, scope: Sc, send: &'a S) -> CollectiveRequest<'a, Sc>
+    fn immediate_gather_into<'a, Sc, S>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+    ) -> CollectiveRequest<'a, S, Sc>
     where
         Sc: Scope<'a>,
         S: Buffer + ?Sized,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
-        or_fatal(immediate(comm, scope, "immediate_gather_into", || {
-            calls::gather(comm, root, send, None::<&mut NoBuffer>)
-        }))
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_gather_into",
+            Lent::shared(send),
+            calls::gather(comm, root, send, None::<&mut NoBuffer>),
+        ))
     }
 
     /// [`gather_into_root`](Self::gather_into_root) as a request (`MPI_Igather`).
@@ -255,16 +278,22 @@ pub trait Root {
         scope: Sc,
         send: &'a S,
         recv: &'a mut R,
-    ) -> CollectiveRequest<'a, Sc>
+    ) -> CollectiveRequest<'a, R, Sc>
     where
         Sc: Scope<'a>,
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
-        or_fatal(immediate(comm, scope, "immediate_gather_into_root", || {
-            calls::gather(comm, root, send, Some(recv))
-        }))
+        let (data, call) =
+            Lent::exclusive(recv, |recv| calls::gather(comm, root, send, Some(recv)));
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_gather_into_root",
+            data,
+            call,
+        ))
     }
 
     /// [`scatter_into`](Self::scatter_into) as a request (`MPI_Iscatter`).
@@ -272,15 +301,16 @@ pub trait Root {
         &self,
         scope: Sc,
         recv: &'a mut R,
-    ) -> CollectiveRequest<'a, Sc>
+    ) -> CollectiveRequest<'a, R, Sc>
     where
         Sc: Scope<'a>,
         R: BufferMut + ?Sized,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
-        or_fatal(immediate(comm, scope, "immediate_scatter_into", || {
+        let (data, call) = Lent::exclusive(recv, |recv| {
             calls::scatter(comm, root, None::<&NoBuffer>, recv)
-        }))
+        });
+        or_fatal(immediate(comm, scope, "immediate_scatter_into", data, call))
     }
 
     /// [`scatter_into_root`](Self::scatter_into_root) as a request (`MPI_Iscatter`).
@@ -289,18 +319,21 @@ pub trait Root {
         scope: Sc,
         send: &'a S,
         recv: &'a mut R,
-    ) -> CollectiveRequest<'a, Sc>
+    ) -> CollectiveRequest<'a, R, Sc>
     where
         Sc: Scope<'a>,
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        let (data, call) =
+            Lent::exclusive(recv, |recv| calls::scatter(comm, root, Some(send), recv));
         or_fatal(immediate(
             comm,
             scope,
             "immediate_scatter_into_root",
-            || calls::scatter(comm, root, Some(send), recv),
+            data,
+            call,
         ))
     }
 
@@ -309,7 +342,7 @@ pub trait Root {
         &self,
         scope: Sc,
         send: &'a S,
-    ) -> CollectiveRequest<'a, Sc>
+    ) -> CollectiveRequest<'a, S, Sc>
     where
         Sc: Scope<'a>,
         S: Buffer + ?Sized,
@@ -319,7 +352,8 @@ pub trait Root {
             comm,
             scope,
             "immediate_gather_varcount_into",
-            || calls::gather_varcount(comm, root, send, None::<&mut NoPartsMut>),
+            Lent::shared(send),
+            calls::gather_varcount(comm, root, send, None::<&mut NoPartsMut>),
         ))
     }
 
@@ -330,18 +364,22 @@ pub trait Root {
         scope: Sc,
         send: &'a S,
         recv: &'a mut R,
-    ) -> CollectiveRequest<'a, Sc>
+    ) -> CollectiveRequest<'a, R, Sc>
     where
         Sc: Scope<'a>,
         S: Buffer + ?Sized,
         R: PartitionedBufferMut + ?Sized,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        let (data, call) = Lent::exclusive(recv, |recv| {
+            calls::gather_varcount(comm, root, send, Some(recv))
+        });
         or_fatal(immediate(
             comm,
             scope,
             "immediate_gather_varcount_into_root",
-            || calls::gather_varcount(comm, root, send, Some(recv)),
+            data,
+            call,
         ))
     }
 
@@ -350,17 +388,21 @@ pub trait Root {
         &self,
         scope: Sc,
         recv: &'a mut R,
-    ) -> CollectiveRequest<'a, Sc>
+    ) -> CollectiveRequest<'a, R, Sc>
     where
         Sc: Scope<'a>,
         R: BufferMut + ?Sized,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        let (data, call) = Lent::exclusive(recv, |recv| {
+            calls::scatter_varcount(comm, root, None::<&NoParts>, recv)
+        });
         or_fatal(immediate(
             comm,
             scope,
             "immediate_scatter_varcount_into",
-            || calls::scatter_varcount(comm, root, None::<&NoParts>, recv),
+            data,
+            call,
         ))
     }
 
@@ -371,18 +413,22 @@ pub trait Root {
         scope: Sc,
         send: &'a S,
         recv: &'a mut R,
-    ) -> CollectiveRequest<'a, Sc>
+    ) -> CollectiveRequest<'a, R, Sc>
     where
         Sc: Scope<'a>,
         S: PartitionedBuffer + ?Sized,
         R: BufferMut + ?Sized,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        let (data, call) = Lent::exclusive(recv, |recv| {
+            calls::scatter_varcount(comm, root, Some(send), recv)
+        });
         or_fatal(immediate(
             comm,
             scope,
             "immediate_scatter_varcount_into_root",
-            || calls::scatter_varcount(comm, root, Some(send), recv),
+            data,
+            call,
         ))
     }
 }

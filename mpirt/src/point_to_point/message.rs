@@ -3,6 +3,8 @@
 use std::marker::PhantomData;
 use std::mem::{size_of, MaybeUninit};
 
+use pml::{SourceSel, Started};
+
 use super::{
     finish_receive, one_element, receive_matched_into, receive_matched_vec, RecvSlot, Status,
 };
@@ -10,6 +12,7 @@ use crate::backend::MessageHandle;
 use crate::datatype::{BufferMut, Equivalence};
 use crate::environment::with_engine;
 use crate::error::{or_fatal, Error};
+use crate::request::{Lent, Request, Scope};
 
 /// A message taken out of matching by a matched probe: only this handle can receive it.
 /// Dropping it unreceived leaves the message queued forever (as `MPI_Mprobe` does).
@@ -78,6 +81,39 @@ impl Message {
     ) -> Result<Status, Error> {
         let operation = self.describe();
         receive_matched_into(self.handle, buf).map_err(|c| Error::new(operation, c))
+    }
+
+    /// Starts receiving the message into `buf`, which stays lent to the request until it
+    /// completes (`MPI_Imrecv`).
+    pub fn immediate_matched_receive_into<'a, S: Scope<'a>, B: BufferMut + ?Sized>(
+        self,
+        scope: S,
+        buf: &'a mut B,
+    ) -> Request<'a, B, S> {
+        or_fatal(self.try_immediate_matched_receive_into(scope, buf))
+    }
+
+    pub fn try_immediate_matched_receive_into<'a, S: Scope<'a>, B: BufferMut + ?Sized>(
+        self,
+        scope: S,
+        buf: &'a mut B,
+    ) -> Result<Request<'a, B, S>, Error> {
+        let operation = self.describe();
+        let (handle, status) = (self.handle, self.status);
+        let (data, mut slot) = Lent::exclusive(buf, |buf| RecvSlot::for_buffer(buf));
+        let (ptr, len) = slot.target();
+        // SAFETY: the request keeps `buf` lent for `'a`, and the scope does not end before the
+        // request completes.
+        let posted = with_engine(|e| unsafe { e.post_matched_recv(handle, ptr, len) })
+            .map_err(|c| Error::new(operation, c))?;
+        Ok(Request::receive(
+            Started::Posted(posted),
+            slot,
+            data,
+            scope,
+            SourceSel::Rank(status.source),
+            Some(status.tag),
+        ))
     }
 
     /// Receives the message into a new vector of the right length.

@@ -18,7 +18,7 @@ use std::ptr::NonNull;
 
 use crate::error::{Cause, Error};
 use crate::point_to_point::{start_receive, tag_selector, RecvSlot, Source, Tag};
-use crate::request::{Request, Scope};
+use crate::request::{Lent, Request, Scope};
 use crate::traits::Equivalence;
 
 /// Immediate receives into raw pointers (`MPI_Irecv` on a C buffer), for every [`Source`].
@@ -26,7 +26,9 @@ pub trait ImmediateReceiveRaw: Source {
     /// Starts a receive of up to `count` elements of `T` into the memory at `ptr`, like
     /// [`immediate_receive_into`](Source::immediate_receive_into) but without a borrow, so
     /// that several outstanding receives may share a buffer. A longer message completes the
-    /// request with a truncation error and writes nothing past `count` elements.
+    /// request with a truncation error and writes nothing past `count` elements. The request
+    /// borrows no data ([`wait_for_data`](crate::request::Request::wait_for_data) gives an
+    /// empty slice): the memory stays the caller's.
     ///
     /// # Safety
     /// From this call until the request completes (`wait`, a `test` that succeeds, or the
@@ -42,7 +44,7 @@ pub trait ImmediateReceiveRaw: Source {
         scope: S,
         ptr: *mut T,
         count: usize,
-    ) -> Request<'a, S> {
+    ) -> Request<'a, [T], S> {
         // SAFETY: forwarded from this function's contract.
         crate::error::or_fatal(unsafe { self.try_immediate_receive_into_raw(scope, ptr, count) })
     }
@@ -58,7 +60,7 @@ pub trait ImmediateReceiveRaw: Source {
         ptr: *mut T,
         count: usize,
         tag: Tag,
-    ) -> Request<'a, S> {
+    ) -> Request<'a, [T], S> {
         // SAFETY: forwarded from this function's contract.
         crate::error::or_fatal(unsafe { raw_receive(self, scope, ptr, count, Some(tag)) })
     }
@@ -74,7 +76,7 @@ pub trait ImmediateReceiveRaw: Source {
         scope: S,
         ptr: *mut T,
         count: usize,
-    ) -> Result<Request<'a, S>, Error> {
+    ) -> Result<Request<'a, [T], S>, Error> {
         // SAFETY: forwarded from this function's contract.
         unsafe { raw_receive(self, scope, ptr, count, None) }
     }
@@ -90,7 +92,7 @@ pub trait ImmediateReceiveRaw: Source {
         ptr: *mut T,
         count: usize,
         tag: Tag,
-    ) -> Result<Request<'a, S>, Error> {
+    ) -> Result<Request<'a, [T], S>, Error> {
         // SAFETY: forwarded from this function's contract.
         unsafe { raw_receive(self, scope, ptr, count, Some(tag)) }
     }
@@ -106,7 +108,7 @@ unsafe fn raw_receive<'a, P: Source + ?Sized, S: Scope<'a>, T: Equivalence>(
     ptr: *mut T,
     count: usize,
     tag: Option<Tag>,
-) -> Result<Request<'a, S>, Error> {
+) -> Result<Request<'a, [T], S>, Error> {
     let operation = || source.describe("immediate receive into a raw buffer", tag);
     let (ptr, bytes) = raw_target(ptr, count).map_err(|cause| Error::new(operation(), cause))?;
     let tag_sel = tag_selector(tag).map_err(|cause| Error::new(operation(), cause))?;
@@ -118,7 +120,15 @@ unsafe fn raw_receive<'a, P: Source + ?Sized, S: Scope<'a>, T: Equivalence>(
     // SAFETY: as above: the memory outlives the request (the caller's contract).
     let started = unsafe { start_receive(source.source_comm(), source_sel, tag_sel, &mut slot) }
         .map_err(|cause| Error::new(operation(), cause))?;
-    Ok(Request::receive(started, slot, scope, source_sel, tag))
+    // The memory is the caller's, not lent: the request hands back an empty slice.
+    Ok(Request::receive(
+        started,
+        slot,
+        Lent::shared(&[]),
+        scope,
+        source_sel,
+        tag,
+    ))
 }
 
 /// The byte pointer and length of `count` elements at `ptr`, or why they cannot be a buffer.

@@ -1,0 +1,80 @@
+//! Scopes: where requests are registered while unfinished, so that the buffers they borrow
+//! outlive them.
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+
+use crate::error::{fatal, Cause, Error};
+
+/// Where requests are registered for as long as they are unfinished.
+///
+/// # Safety
+/// An implementation must not let `'a` end (the buffers its requests borrow be freed) while
+/// more requests are registered than unregistered.
+pub unsafe trait Scope<'a> {
+    #[doc(hidden)]
+    fn register(&self);
+    #[doc(hidden)]
+    fn unregister(&self);
+}
+
+/// The scope of requests whose buffers are `'static`: nothing can free them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StaticScope;
+
+// SAFETY: `'static` buffers are never freed, so there is nothing to track.
+unsafe impl Scope<'static> for StaticScope {
+    fn register(&self) {}
+    fn unregister(&self) {}
+}
+
+/// The scope [`scope`] hands its closure.
+#[derive(Debug)]
+pub struct LocalScope<'a> {
+    pending: Cell<usize>,
+    /// `'a` is invariant, so requests cannot shorten it to fit a shorter-lived buffer.
+    _invariant: PhantomData<Cell<&'a ()>>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl LocalScope<'_> {
+    pub(super) fn new() -> Self {
+        LocalScope {
+            pending: Cell::new(0),
+            _invariant: PhantomData,
+            _not_send: PhantomData,
+        }
+    }
+}
+
+// SAFETY: the scope counts its unfinished requests, and its drop (which comes before `'a`
+// ends, as `scope` owns it) ends the process if any is left.
+unsafe impl<'a> Scope<'a> for &LocalScope<'a> {
+    fn register(&self) {
+        self.pending.set(self.pending.get() + 1);
+    }
+    fn unregister(&self) {
+        self.pending.set(self.pending.get() - 1);
+    }
+}
+
+impl Drop for LocalScope<'_> {
+    fn drop(&mut self) {
+        let pending = self.pending.get();
+        if pending != 0 {
+            fatal(Error::new(
+                "end of request scope",
+                Cause::LeakedRequest { pending },
+            ));
+        }
+    }
+}
+
+/// Runs `f` with a scope for requests; buffers borrowed by them must outlive this call.
+pub fn scope<'a, F, R>(f: F) -> R
+where
+    F: FnOnce(&LocalScope<'a>) -> R,
+{
+    let scope = LocalScope::new();
+    f(&scope)
+}
