@@ -18,6 +18,7 @@ use crate::error::{or_fatal, Cause, Error};
 use crate::request::{Lent, Request, Scope};
 
 mod exchange;
+mod future;
 mod message;
 mod raw;
 
@@ -25,6 +26,7 @@ pub use exchange::{
     send_receive, send_receive_into, send_receive_into_with_tags, send_receive_replace_into,
     send_receive_replace_into_with_tags, send_receive_with_tags,
 };
+pub use future::ReceiveFuture;
 pub use message::Message;
 pub use raw::ImmediateReceiveRaw;
 
@@ -681,6 +683,24 @@ pub trait Source {
     }
     fn immediate_matched_probe_with_tag(&self, tag: Tag) -> Option<(Message, Status)> {
         or_fatal(self.try_immediate_matched_probe_tagged(Some(tag)))
+    }
+
+    /// Starts a receive of one value into memory the returned future owns (`MPI_Irecv` of
+    /// one element); [`ReceiveFuture::get`] waits for it.
+    fn immediate_receive<T: Equivalence>(&self) -> ReceiveFuture<T> {
+        or_fatal(ReceiveFuture::start(self, None))
+    }
+    fn immediate_receive_with_tag<T: Equivalence>(&self, tag: Tag) -> ReceiveFuture<T> {
+        or_fatal(ReceiveFuture::start(self, Some(tag)))
+    }
+    fn try_immediate_receive<T: Equivalence>(&self) -> Result<ReceiveFuture<T>, Error> {
+        ReceiveFuture::start(self, None)
+    }
+    fn try_immediate_receive_with_tag<T: Equivalence>(
+        &self,
+        tag: Tag,
+    ) -> Result<ReceiveFuture<T>, Error> {
+        ReceiveFuture::start(self, Some(tag))
     }
 
     /// Starts a receive into `buf`, which stays borrowed until the request completes

@@ -57,6 +57,18 @@ fn rank_mode() {
         "request-data" => request_data(&world),
         "collection" => collections(&world),
         "guards" => guards(&world),
+        "receive-future" => receive_futures(&world),
+        "receive-future-short" => {
+            if world.rank() == 0 {
+                world.process_at_rank(1).send_with_tag(&[0u8; 0][..], 9);
+            } else {
+                world
+                    .process_at_rank(0)
+                    .immediate_receive_with_tag::<u64>(9)
+                    .get();
+                unreachable!("an empty message for one value is fatal");
+            }
+        }
         "panic" => panic_rank(&world),
         "killed" => {
             world.barrier();
@@ -495,6 +507,47 @@ fn immediate(world: &mpirt::topology::SimpleCommunicator) {
     assert_eq!((invalid, valid), (false, true));
     world.barrier();
     println!("immediate ok");
+}
+
+/// `immediate_receive` (rsmpi's `ReceiveFuture`): one value from the previous rank by `get` (a derived
+/// struct), and, with a tag, by `try` until it arrives.
+fn receive_futures(world: &mpirt::topology::SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    let next = world.process_at_rank((rank + 1) % size);
+    let previous = world.process_at_rank((rank + size - 1) % size);
+    let from = (rank + size - 1) % size;
+    let particle = |r: i32| Particle {
+        position: [f64::from(r) / 4.0, 0.5, -1.0],
+        id: r as u32,
+        charge: -2,
+        alive: r % 2 == 0,
+        kind: 3,
+    };
+    let pending = previous.immediate_receive::<Particle>();
+    next.send(&particle(rank));
+    let (got, status) = pending.get();
+    assert_eq!((got, status.source_rank()), (particle(from), from));
+
+    let mut pending = previous.immediate_receive_with_tag::<u64>(31);
+    // No rank sends with tag 31 before it has passed the barrier below.
+    pending = pending.r#try().expect_err("no message with tag 31 yet");
+    world.barrier();
+    next.send_with_tag(&(u64::from(rank as u32) << 40), 31);
+    let mut tries = 1;
+    let (value, status) = loop {
+        match pending.r#try() {
+            Ok(done) => break done,
+            Err(again) => pending = again,
+        }
+        tries += 1;
+    };
+    assert_eq!((value, status.tag()), (u64::from(from as u32) << 40, 31));
+    let pending = previous.immediate_receive_with_tag::<u8>(32);
+    let shown = format!("{pending:?}");
+    assert!(shown.contains("finished: false"), "{shown}");
+    next.send_with_tag(&9u8, 32);
+    assert_eq!(pending.get().0, 9);
+    println!("rank {rank}: receive futures ok after {tries} tries");
 }
 
 /// Requests hand back their buffers once finished: `wait_for_data` and `test_with_data` give
@@ -1419,6 +1472,24 @@ on_each_wire! {
         for n in [1, 3] {
             assert!(ok_job(wire, n, "immediate").contains("immediate ok"));
         }
+    }
+}
+
+on_each_wire! {
+    fn receive_futures_get_one_value(wire: Wire) {
+        for n in [1, 3] {
+            assert!(ok_job(wire, n, "receive-future").contains("receive futures ok"));
+        }
+        let output = job(wire, 2, "receive-future-short", &[]);
+        let (stdout, stderr) = text(&output);
+        assert!(!output.status.success(), "{stdout}\n{stderr}");
+        assert!(
+            stderr.contains(
+                "mpirt: rank 1: immediate receive of one value from rank 0 (tag 9): the message is \
+                 0 bytes but one u64 is 8 bytes"
+            ),
+            "{stderr}"
+        );
     }
 }
 

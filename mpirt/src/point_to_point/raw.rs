@@ -62,7 +62,9 @@ pub trait ImmediateReceiveRaw: Source {
         tag: Tag,
     ) -> Request<'a, [T], S> {
         // SAFETY: forwarded from this function's contract.
-        crate::error::or_fatal(unsafe { raw_receive(self, scope, ptr, count, Some(tag)) })
+        crate::error::or_fatal(unsafe {
+            raw_receive(self, scope, ptr, count, Some(tag), RAW, not_lent())
+        })
     }
 
     /// [`immediate_receive_into_raw`](Self::immediate_receive_into_raw), returning the error
@@ -78,7 +80,7 @@ pub trait ImmediateReceiveRaw: Source {
         count: usize,
     ) -> Result<Request<'a, [T], S>, Error> {
         // SAFETY: forwarded from this function's contract.
-        unsafe { raw_receive(self, scope, ptr, count, None) }
+        unsafe { raw_receive(self, scope, ptr, count, None, RAW, not_lent()) }
     }
 
     /// [`try_immediate_receive_into_raw`](Self::try_immediate_receive_into_raw) of messages
@@ -94,22 +96,38 @@ pub trait ImmediateReceiveRaw: Source {
         tag: Tag,
     ) -> Result<Request<'a, [T], S>, Error> {
         // SAFETY: forwarded from this function's contract.
-        unsafe { raw_receive(self, scope, ptr, count, Some(tag)) }
+        unsafe { raw_receive(self, scope, ptr, count, Some(tag), RAW, not_lent()) }
     }
 }
 
 impl<P: Source + ?Sized> ImmediateReceiveRaw for P {}
 
+const RAW: &str = "immediate receive into a raw buffer";
+
+/// The memory of a raw receive is the caller's, not lent: the request hands back an empty
+/// slice.
+fn not_lent<'a, T>() -> Lent<'a, [T]> {
+    Lent::shared(&[])
+}
+
 /// # Safety
 /// As for [`ImmediateReceiveRaw::immediate_receive_into_raw`].
-unsafe fn raw_receive<'a, P: Source + ?Sized, S: Scope<'a>, T: Equivalence>(
+pub(super) unsafe fn raw_receive<'a, P, S, T, D>(
     source: &P,
     scope: S,
     ptr: *mut T,
     count: usize,
     tag: Option<Tag>,
-) -> Result<Request<'a, [T], S>, Error> {
-    let operation = || source.describe("immediate receive into a raw buffer", tag);
+    what: &str,
+    data: Lent<'a, D>,
+) -> Result<Request<'a, D, S>, Error>
+where
+    P: Source + ?Sized,
+    S: Scope<'a>,
+    T: Equivalence,
+    D: ?Sized,
+{
+    let operation = || source.describe(what, tag);
     let (ptr, bytes) = raw_target(ptr, count).map_err(|cause| Error::new(operation(), cause))?;
     let tag_sel = tag_selector(tag).map_err(|cause| Error::new(operation(), cause))?;
     let source_sel = source.source_selector();
@@ -120,14 +138,8 @@ unsafe fn raw_receive<'a, P: Source + ?Sized, S: Scope<'a>, T: Equivalence>(
     // SAFETY: as above: the memory outlives the request (the caller's contract).
     let started = unsafe { start_receive(source.source_comm(), source_sel, tag_sel, &mut slot) }
         .map_err(|cause| Error::new(operation(), cause))?;
-    // The memory is the caller's, not lent: the request hands back an empty slice.
     Ok(Request::receive(
-        started,
-        slot,
-        Lent::shared(&[]),
-        scope,
-        source_sel,
-        tag,
+        started, slot, data, scope, source_sel, tag,
     ))
 }
 
