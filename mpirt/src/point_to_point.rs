@@ -209,7 +209,10 @@ impl RecvSlot {
     fn for_buffer<B: BufferMut + ?Sized>(buf: &mut B) -> RecvSlot {
         let (len, datatype) = (buf.byte_len(), buf.datatype());
         // SAFETY: `BufferMut` promises the pointer is valid for writes of `byte_len()` bytes
-        // while `buf` is borrowed, and callers finish the slot within that borrow.
+        // while the buffer is borrowed. Blocking receives finish the slot within their borrow
+        // of it; immediate ones make it inside `Lent::exclusive`, which keeps the caller's
+        // `&'a mut` for the request, so nothing else touches the buffer until the request is
+        // over, within `'a`.
         unsafe { RecvSlot::new(buf.pointer_mut(), len, datatype) }
     }
 

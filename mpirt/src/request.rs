@@ -233,7 +233,9 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
             }
         };
         *self.pending = None;
-        self.scope.unregister();
+        // SAFETY: the request registered with this scope when it was made, and its operation
+        // is over (or, in `shrink_scope_to`, now registered with the new scope instead).
+        unsafe { self.scope.unregister() };
         status
     }
 
@@ -257,7 +259,9 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
         // A send has no landing and its outcome is a handle: nothing in it owns memory, so
         // forgetting it frees all that dropping it would, without the drop glue's call.
         std::mem::forget(self.pending.take());
-        self.scope.unregister();
+        // SAFETY: the request registered with this scope when it was made, and its operation
+        // is over (or, in `shrink_scope_to`, now registered with the new scope instead).
+        unsafe { self.scope.unregister() };
         Some(status)
     }
 
@@ -277,7 +281,9 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
             .map_err(|cause| Error::new(message.operation.describe(), cause));
         // Its landing is taken and its outcome a status: nothing left in it owns memory.
         std::mem::forget(self.pending.take());
-        self.scope.unregister();
+        // SAFETY: the request registered with this scope when it was made, and its operation
+        // is over (or, in `shrink_scope_to`, now registered with the new scope instead).
+        unsafe { self.scope.unregister() };
         Some(result)
     }
 
@@ -388,7 +394,9 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     {
         // Taken, not copied: the emptied request's drop then has nothing to do.
         let pending = self.pending.take().expect("an unfinished request");
-        self.scope.unregister();
+        // SAFETY: the request registered with this scope when it was made, and its operation
+        // is over (or, in `shrink_scope_to`, now registered with the new scope instead).
+        unsafe { self.scope.unregister() };
         Request::new(pending, self.data, scope)
     }
 
@@ -442,6 +450,11 @@ fn wait_for_one<'a, D: ?Sized, S: Scope<'a>>(
     operation: &'static str,
 ) -> usize {
     loop {
+        // Collectives outside the set too: a peer may wait for their next round before it
+        // sends what one of these waits for.
+        if progress::any_in_flight() {
+            progress::advance_all();
+        }
         if let Some(i) = requests.iter_mut().position(|r| r.is_complete()) {
             return i;
         }
@@ -473,10 +486,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     #[inline(never)]
     fn drop_unfinished(&mut self) -> ! {
         self.abandon();
-        if std::thread::panicking() {
-            abort_job(101, "a rank panicked with requests in flight");
-        }
-        fatal(Error::new("drop of a request", Cause::DroppedRequest));
+        end_job_over_unfinished(Error::new("drop of a request", Cause::DroppedRequest));
     }
 
     /// For an unfinished request as the job ends: a collective's execution is no longer
@@ -486,6 +496,16 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
             running.abandon();
         }
     }
+}
+
+/// Ends the job over requests left unfinished, whose buffers may be about to be freed: with
+/// `error`, or, while a panic unwinds (its message is already out), as a panicked rank.
+#[cold]
+fn end_job_over_unfinished(error: Error) -> ! {
+    if std::thread::panicking() {
+        abort_job(101, "a rank panicked with requests in flight");
+    }
+    fatal(error)
 }
 
 impl<'a, D: ?Sized, S: Scope<'a>> fmt::Debug for Request<'a, D, S> {
@@ -502,9 +522,13 @@ impl<'a, D: ?Sized, S: Scope<'a>> fmt::Debug for Request<'a, D, S> {
     }
 }
 
-/// Moves the messaging layer on, for the calls that test without blocking.
+/// Moves the messaging layer and this thread's immediate collectives on, for the calls that
+/// test without blocking.
 fn progress_engine(operation: &'static str) {
     or_fatal(with_engine(|e| e.progress()).map_err(|c| Error::new(operation, c)));
+    if progress::any_in_flight() {
+        progress::advance_all();
+    }
 }
 
 /// Waits until one of `requests` finishes; returns the index it had and its status, and

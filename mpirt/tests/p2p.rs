@@ -770,6 +770,38 @@ fn collections(world: &mpirt::topology::SimpleCommunicator) {
         });
         check_reported(me, round, finished, &addresses);
     }
+
+    // An immediate collective outside the set moves on while a collection waits or tests:
+    // rank 0 sends to the last rank only after the barrier, which the last rank enters
+    // before its collection waits for that message (once by wait_any, once by test_some). A
+    // rank alone would wait for its own send.
+    let last = n - 1;
+    for round in (0..2).filter(|_| n > 1) {
+        let barrier = world.immediate_barrier();
+        if me == last {
+            let mut got = 0u32;
+            request::multiple_scope(1, |scope, coll| {
+                coll.add(
+                    world
+                        .process_at_rank(0)
+                        .immediate_receive_into_with_tag(scope, &mut got, 70),
+                );
+                let mut batch = Vec::new();
+                if round == 0 {
+                    assert!(coll.wait_any().is_some());
+                } else {
+                    while coll.incomplete() > 0 {
+                        coll.test_some(&mut batch);
+                    }
+                }
+            });
+            assert_eq!(got, 42 + round);
+        }
+        barrier.wait();
+        if me == 0 {
+            world.process_at_rank(last).send_with_tag(&(42 + round), 70);
+        }
+    }
     world.barrier();
     println!("collections ok");
 }

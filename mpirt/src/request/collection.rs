@@ -1,11 +1,10 @@
 //! Requests completed together (rsmpi's `RequestCollection`): each finished one reports its
 //! index, status and buffer.
 
-use crate::environment::abort_job;
-use crate::error::{fatal, Cause, Error};
+use crate::error::{Cause, Error};
 use crate::point_to_point::Status;
 
-use super::{progress_engine, wait_for_one, LocalScope, Request, Scope};
+use super::{end_job_over_unfinished, progress_engine, wait_for_one, LocalScope, Request, Scope};
 
 /// The scope of the requests in a [`RequestCollection`], which answers for them itself.
 struct Collected;
@@ -16,7 +15,7 @@ struct Collected;
 // request in it is unfinished.
 unsafe impl<'a> Scope<'a> for Collected {
     fn register(&self) {}
-    fn unregister(&self) {}
+    unsafe fn unregister(&self) {}
 }
 
 /// What a finished request of a collection reports: its index, its status and its buffer.
@@ -156,10 +155,7 @@ impl<D: ?Sized> Drop for RequestCollection<'_, D> {
         for request in self.requests.iter_mut().flatten() {
             request.abandon();
         }
-        if std::thread::panicking() {
-            abort_job(101, "a rank panicked with requests in flight");
-        }
-        fatal(Error::new(
+        end_job_over_unfinished(Error::new(
             "end of multiple_scope",
             Cause::UnfinishedCollection { pending },
         ));

@@ -29,7 +29,10 @@ impl<'a, D: ?Sized> Lent<'a, D> {
     pub fn exclusive<R>(data: &'a mut D, set_up: impl FnOnce(&mut D) -> R) -> (Self, R) {
         let mut ptr = NonNull::from(data);
         // SAFETY: `ptr` comes from the `&'a mut` this call took, so the reference made here
-        // is the only one to the buffer, and it ends when `set_up` returns.
+        // is the only one to the buffer; it ends when `set_up` returns, but what `set_up`
+        // derived from it (where the messaging layer writes) stays in use until the request
+        // is over: the `&'a mut` stays lent to the request meanwhile, and nothing makes a
+        // reference to the buffer before `get`.
         let made = set_up(unsafe { ptr.as_mut() });
         let lent = Lent {
             ptr,

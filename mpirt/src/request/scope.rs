@@ -14,8 +14,13 @@ use crate::error::{fatal, Cause, Error};
 pub unsafe trait Scope<'a> {
     #[doc(hidden)]
     fn register(&self);
+    /// # Safety
+    /// Only for a request registered here that is over, or that a scope ending no later
+    /// than this one answers for from now on: this scope may then let its buffers go.
+    /// Unsafe (as in rsmpi) because a scope's guarantee rests on its count: code that could
+    /// lower it at will could free a buffer the messaging layer still writes.
     #[doc(hidden)]
-    fn unregister(&self);
+    unsafe fn unregister(&self);
 }
 
 /// The scope of requests whose buffers are `'static`: nothing can free them.
@@ -25,7 +30,7 @@ pub struct StaticScope;
 // SAFETY: `'static` buffers are never freed, so there is nothing to track.
 unsafe impl Scope<'static> for StaticScope {
     fn register(&self) {}
-    fn unregister(&self) {}
+    unsafe fn unregister(&self) {}
 }
 
 /// The scope [`scope`] hands its closure.
@@ -53,8 +58,10 @@ unsafe impl<'a> Scope<'a> for &LocalScope<'a> {
     fn register(&self) {
         self.pending.set(self.pending.get() + 1);
     }
-    fn unregister(&self) {
-        self.pending.set(self.pending.get() - 1);
+    unsafe fn unregister(&self) {
+        let pending = self.pending.get().checked_sub(1);
+        self.pending
+            .set(pending.expect("a request scope unregistered more than it registered"));
     }
 }
 
