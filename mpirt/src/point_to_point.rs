@@ -891,6 +891,45 @@ pub trait Destination {
     ) -> Request<'a, B, S> {
         or_fatal(self.try_immediate_send_mode(scope, buf, tag, SendMode::Synchronous))
     }
+
+    /// Sends `buf` in ready mode (`MPI_Rsend`), which mpirt sends as a standard send, as MPI
+    /// allows (ready mode lets an implementation skip a handshake; mpirt's eager sends have
+    /// none to skip). Its errors name it a send.
+    ///
+    /// # Safety
+    /// As in rsmpi: MPI calls a ready send erroneous unless the matching receive has already
+    /// been started. mpirt delivers such a message all the same.
+    unsafe fn ready_send<B: Buffer + ?Sized>(&self, buf: &B) {
+        or_fatal(self.try_send_mode(buf, 0, SendMode::Standard))
+    }
+    /// # Safety
+    /// As for [`ready_send`](Self::ready_send).
+    unsafe fn ready_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) {
+        or_fatal(self.try_send_mode(buf, tag, SendMode::Standard))
+    }
+
+    /// Starts a ready-mode send (`MPI_Irsend`), as a standard one (see
+    /// [`ready_send`](Self::ready_send)).
+    ///
+    /// # Safety
+    /// As for [`ready_send`](Self::ready_send).
+    unsafe fn immediate_ready_send<'a, S: Scope<'a>, B: Buffer + ?Sized>(
+        &self,
+        scope: S,
+        buf: &'a B,
+    ) -> Request<'a, B, S> {
+        or_fatal(self.try_immediate_send_mode(scope, buf, 0, SendMode::Standard))
+    }
+    /// # Safety
+    /// As for [`ready_send`](Self::ready_send).
+    unsafe fn immediate_ready_send_with_tag<'a, S: Scope<'a>, B: Buffer + ?Sized>(
+        &self,
+        scope: S,
+        buf: &'a B,
+        tag: Tag,
+    ) -> Request<'a, B, S> {
+        or_fatal(self.try_immediate_send_mode(scope, buf, tag, SendMode::Standard))
+    }
 }
 
 impl Destination for Process<'_> {

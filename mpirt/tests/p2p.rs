@@ -547,6 +547,19 @@ fn receive_futures(world: &mpirt::topology::SimpleCommunicator) {
     assert!(shown.contains("finished: false"), "{shown}");
     next.send_with_tag(&9u8, 32);
     assert_eq!(pending.get().0, 9);
+
+    // Ready sends, each after every rank has posted its receive (the barrier).
+    let first = previous.immediate_receive_with_tag::<i32>(33);
+    let second = previous.immediate_receive_with_tag::<i32>(34);
+    world.barrier();
+    // SAFETY: the matching receives were posted before the barrier.
+    unsafe { next.ready_send_with_tag(&(rank * 3), 33) };
+    let value = rank * 5;
+    request::scope(|scope| {
+        // SAFETY: as above.
+        unsafe { next.immediate_ready_send_with_tag(scope, &value, 34) }.wait();
+    });
+    assert_eq!((first.get().0, second.get().0), (from * 3, from * 5));
     println!("rank {rank}: receive futures ok after {tries} tries");
 }
 
