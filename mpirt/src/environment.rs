@@ -19,6 +19,7 @@ use crate::backend::{self, Pml, PmlChoice};
 use crate::collective::CommunicatorCollectives;
 use crate::communicator::{Rank, SimpleCommunicator};
 use crate::error::{fatal, Cause, Error};
+use crate::point_to_point::{buffer_capacity, reattach_buffer};
 
 /// How much concurrency the program asks for and the runtime provides (`MPI_THREAD_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -58,6 +59,22 @@ impl Universe {
         self.world.clone()
     }
 
+    /// The bytes attached for buffered sends (`Destination::buffered_send`).
+    pub fn buffer_size(&self) -> usize {
+        buffer_capacity()
+    }
+
+    /// Attaches `size` bytes for buffered sends (`MPI_Buffer_attach`), after waiting for the
+    /// buffered sends in flight, as a detach does.
+    pub fn set_buffer_size(&mut self, size: usize) {
+        reattach_buffer(size);
+    }
+
+    /// Waits for the buffered sends in flight and attaches nothing (`MPI_Buffer_detach`).
+    pub fn detach_buffer(&mut self) {
+        reattach_buffer(0);
+    }
+
     /// The transports and protocols in use, as `rsrun --verbose` prints them.
     pub fn description(&self) -> String {
         with_engine(|e| Ok(e.description().to_string())).unwrap_or_default()
@@ -72,6 +89,8 @@ impl Drop for Universe {
             // A panicking rank ends the job; waiting for peers at a barrier could hang it.
             abort_job(101, "a rank panicked");
         }
+        // Buffered sends must arrive, though nothing waits for them (as `MPI_Finalize`).
+        reattach_buffer(0);
         let flushed = with_engine(|e| e.flush_all()).map_err(|c| Error::new("finalize", c));
         if let Err(e) = flushed {
             fatal(e);

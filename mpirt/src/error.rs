@@ -90,6 +90,12 @@ pub enum Cause {
     NotInCommunicator { world_rank: Rank },
     /// A raw-pointer buffer that cannot be one (null, misaligned, too long).
     InvalidRawBuffer(String),
+    /// A buffered send that does not fit in the space attached for buffered sends.
+    BufferFull {
+        needed: usize,
+        free: usize,
+        capacity: usize,
+    },
 }
 
 impl fmt::Display for Cause {
@@ -198,6 +204,15 @@ impl fmt::Display for Cause {
                 "the group holds world rank {world_rank}, which is not in the communicator"
             ),
             Cause::InvalidRawBuffer(why) => write!(f, "invalid buffer: {why}"),
+            Cause::BufferFull {
+                needed,
+                free,
+                capacity,
+            } => write!(
+                f,
+                "the message needs {needed} bytes of the space attached for buffered sends, \
+                 which has {free} of {capacity} bytes free (Universe::set_buffer_size)"
+            ),
         }
     }
 }

@@ -17,11 +17,13 @@ use crate::environment::with_engine;
 use crate::error::{or_fatal, Cause, Error};
 use crate::request::{Lent, Request, Scope};
 
+mod buffered;
 mod exchange;
 mod future;
 mod message;
 mod raw;
 
+pub(crate) use buffered::{capacity as buffer_capacity, reattach as reattach_buffer};
 pub use exchange::{
     send_receive, send_receive_into, send_receive_into_with_tags, send_receive_replace_into,
     send_receive_replace_into_with_tags, send_receive_with_tags,
@@ -890,6 +892,49 @@ pub trait Destination {
         tag: Tag,
     ) -> Request<'a, B, S> {
         or_fatal(self.try_immediate_send_mode(scope, buf, tag, SendMode::Synchronous))
+    }
+
+    /// Copies `buf` out and sends the copy (`MPI_Bsend`): returns at once, whether or not a
+    /// receive matches it yet. The copy counts against the space attached with
+    /// [`Universe::set_buffer_size`](crate::Universe::set_buffer_size) until its send
+    /// completes; a message that does not fit is an error, as in MPI.
+    fn buffered_send<B: Buffer + ?Sized>(&self, buf: &B) {
+        or_fatal(self.try_buffered_send_with_tag(buf, 0))
+    }
+    fn buffered_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) {
+        or_fatal(self.try_buffered_send_with_tag(buf, tag))
+    }
+    fn try_buffered_send<B: Buffer + ?Sized>(&self, buf: &B) -> Result<(), Error> {
+        self.try_buffered_send_with_tag(buf, 0)
+    }
+    fn try_buffered_send_with_tag<B: Buffer + ?Sized>(
+        &self,
+        buf: &B,
+        tag: Tag,
+    ) -> Result<(), Error> {
+        buffered::send(self.destination_comm(), self.destination_rank(), tag, buf)
+            .map_err(|c| Error::new(self.describe_send("buffered send", tag), c))
+    }
+
+    /// `MPI_Ibsend`: as [`buffered_send`](Self::buffered_send), whose copy is made at once,
+    /// so the request is finished as it starts.
+    fn immediate_buffered_send<'a, S: Scope<'a>, B: Buffer + ?Sized>(
+        &self,
+        scope: S,
+        buf: &'a B,
+    ) -> Request<'a, B, S> {
+        self.immediate_buffered_send_with_tag(scope, buf, 0)
+    }
+    fn immediate_buffered_send_with_tag<'a, S: Scope<'a>, B: Buffer + ?Sized>(
+        &self,
+        scope: S,
+        buf: &'a B,
+        tag: Tag,
+    ) -> Request<'a, B, S> {
+        self.buffered_send_with_tag(buf, tag);
+        let dest = self.destination_rank();
+        let data = Lent::shared(buf);
+        Request::send(Handle::SENT, data, scope, SendMode::Standard, dest, tag)
     }
 
     /// Sends `buf` in ready mode (`MPI_Rsend`), which mpirt sends as a standard send, as MPI

@@ -31,7 +31,7 @@ fn rank_mode() {
     let Ok(mode) = env::var(RANK_MODE) else {
         return;
     };
-    let universe = mpirt::initialize().expect("first initialize");
+    let mut universe = mpirt::initialize().expect("first initialize");
     assert!(
         mpirt::initialize().is_none(),
         "a second initialize is refused"
@@ -58,6 +58,7 @@ fn rank_mode() {
         "collection" => collections(&world),
         "guards" => guards(&world),
         "receive-future" => receive_futures(&world),
+        "buffered" => buffered(&mut universe),
         "receive-future-short" => {
             if world.rank() == 0 {
                 world.process_at_rank(1).send_with_tag(&[0u8; 0][..], 9);
@@ -561,6 +562,48 @@ fn receive_futures(world: &mpirt::topology::SimpleCommunicator) {
     });
     assert_eq!((first.get().0, second.get().0), (from * 3, from * 5));
     println!("rank {rank}: receive futures ok after {tries} tries");
+}
+
+/// Buffered sends: with nothing attached, an error; a rendezvous-sized buffered send returns
+/// before its receive is posted (a standard one would wait for the match); a second that does
+/// not fit the space left is an error naming both sizes; an immediate one is finished as it
+/// starts; detaching waits for what is in flight. Two ranks.
+fn buffered(universe: &mut mpirt::Universe) {
+    let world = universe.world();
+    let rank = world.rank();
+    let large: Vec<u64> = (0..20_000).map(|i| i * 7 + 1).collect();
+    if rank == 0 {
+        let peer = world.process_at_rank(1);
+        let e = peer.try_buffered_send_with_tag(&1u8, 5).unwrap_err();
+        println!("error: {e}");
+        universe.set_buffer_size(200_000);
+        assert_eq!(universe.buffer_size(), 200_000);
+        peer.buffered_send_with_tag(&large[..], 6);
+        let e = peer.try_buffered_send_with_tag(&large[..], 7).unwrap_err();
+        println!("error: {e}");
+        let small = [rank; 4];
+        request::scope(|scope| {
+            let sent = peer.immediate_buffered_send_with_tag(scope, &small, 8);
+            assert!(
+                sent.test().is_ok(),
+                "an immediate buffered send is finished at once"
+            );
+        });
+        // The receiver posts its receives only after this barrier.
+        world.barrier();
+        universe.detach_buffer();
+        assert_eq!(universe.buffer_size(), 0);
+    } else {
+        world.barrier();
+        let peer = world.process_at_rank(0);
+        let mut got = vec![0u64; large.len()];
+        peer.receive_into_with_tag(&mut got[..], 6);
+        assert_eq!(got, large);
+        let (small, _) = peer.receive_vec_with_tag::<i32>(8);
+        assert_eq!(small, [0; 4]);
+    }
+    world.barrier();
+    println!("buffered ok");
 }
 
 /// Requests hand back their buffers once finished: `wait_for_data` and `test_with_data` give
@@ -1516,6 +1559,21 @@ on_each_wire! {
     fn immediate_operations_in_scopes(wire: Wire) {
         for n in [1, 3] {
             assert!(ok_job(wire, n, "immediate").contains("immediate ok"));
+        }
+    }
+}
+
+on_each_wire! {
+    fn buffered_sends_return_before_their_match(wire: Wire) {
+        let out = ok_job(wire, 2, "buffered");
+        assert!(out.contains("buffered ok"), "{out}");
+        for expected in [
+            "error: rank 0: buffered send to rank 1 (tag 5): the message needs 1 bytes of the \
+             space attached for buffered sends, which has 0 of 0 bytes free",
+            "error: rank 0: buffered send to rank 1 (tag 7): the message needs 160000 bytes of \
+             the space attached for buffered sends, which has 40000 of 200000 bytes free",
+        ] {
+            assert!(out.contains(expected), "{expected}\n{out}");
         }
     }
 }
