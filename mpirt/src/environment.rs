@@ -19,7 +19,9 @@ use crate::backend::{self, Pml, PmlChoice};
 use crate::collective::CommunicatorCollectives;
 use crate::communicator::{Rank, SimpleCommunicator};
 use crate::error::{fatal, Cause, Error};
-use crate::point_to_point::{buffer_capacity, reattach_buffer};
+use crate::point_to_point::{
+    buffer_capacity, buffered_in_flight, finish_buffered_at_finalize, reattach_buffer,
+};
 
 /// How much concurrency the program asks for and the runtime provides (`MPI_THREAD_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -89,13 +91,15 @@ impl Drop for Universe {
             // A panicking rank ends the job; waiting for peers at a barrier could hang it.
             abort_job(101, "a rank panicked");
         }
-        // Buffered sends must arrive, though nothing waits for them (as `MPI_Finalize`).
-        reattach_buffer(0);
         let flushed = with_engine(|e| e.flush_all()).map_err(|c| Error::new("finalize", c));
         if let Err(e) = flushed {
             fatal(e);
         }
-        if let Err(e) = self.world.try_barrier() {
+        if buffered_in_flight() {
+            // They must arrive though nothing waits for them (as `MPI_Finalize`), and one
+            // that no rank received must not keep the job waiting for ever.
+            finish_buffered_at_finalize(self.world.immediate_barrier());
+        } else if let Err(e) = self.world.try_barrier() {
             fatal(e);
         }
         let runtime = RUNTIME.with(|slot| slot.borrow_mut().take());

@@ -46,6 +46,8 @@ pub enum Cause {
     UnfinishedCollection { pending: usize },
     /// A request was dropped before it completed.
     DroppedRequest,
+    /// A `ReceiveFuture` was dropped before its value arrived.
+    DroppedFuture,
     /// A cancel of an immediate collective's request, which MPI does not allow.
     NotCancellable,
     /// Start-up failed (the launcher's environment, wire-up, the transports).
@@ -90,6 +92,8 @@ pub enum Cause {
     NotInCommunicator { world_rank: Rank },
     /// A raw-pointer buffer that cannot be one (null, misaligned, too long).
     InvalidRawBuffer(String),
+    /// Buffered sends that no rank received before the job finalized.
+    Unreceived(String),
     /// A buffered send that does not fit in the space attached for buffered sends.
     BufferFull {
         needed: usize,
@@ -156,6 +160,11 @@ impl fmt::Display for Cause {
                 "a request was dropped before it completed; wait on it, test it to \
                  completion, or wrap it in a WaitGuard or CancelGuard"
             ),
+            Cause::DroppedFuture => write!(
+                f,
+                "the future was dropped before its value arrived; finish it with get, or with \
+                 try until it succeeds"
+            ),
             Cause::Startup(why) => f.write_str(why),
             Cause::CountMismatch {
                 what,
@@ -204,6 +213,7 @@ impl fmt::Display for Cause {
                 "the group holds world rank {world_rank}, which is not in the communicator"
             ),
             Cause::InvalidRawBuffer(why) => write!(f, "invalid buffer: {why}"),
+            Cause::Unreceived(what) => write!(f, "{what}"),
             Cause::BufferFull {
                 needed,
                 free,

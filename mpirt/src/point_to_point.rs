@@ -23,7 +23,10 @@ mod future;
 mod message;
 mod raw;
 
-pub(crate) use buffered::{capacity as buffer_capacity, reattach as reattach_buffer};
+pub(crate) use buffered::{
+    any_in_flight as buffered_in_flight, capacity as buffer_capacity,
+    finish_at_finalize as finish_buffered_at_finalize, reattach as reattach_buffer,
+};
 pub use exchange::{
     send_receive, send_receive_into, send_receive_into_with_tags, send_receive_replace_into,
     send_receive_replace_into_with_tags, send_receive_with_tags,
@@ -755,6 +758,11 @@ impl Source for AnyProcess<'_> {
     }
 }
 
+/// "send to rank 3 (tag 7)", for errors.
+fn send_description(what: &str, dest: Rank, tag: Tag) -> String {
+    format!("{what} to rank {dest} (tag {tag})")
+}
+
 /// A destination of messages: a [`Process`].
 pub trait Destination {
     #[doc(hidden)]
@@ -764,7 +772,7 @@ pub trait Destination {
 
     #[doc(hidden)]
     fn describe_send(&self, what: &str, tag: Tag) -> String {
-        format!("{what} to rank {} (tag {tag})", self.destination_rank())
+        send_description(what, self.destination_rank(), tag)
     }
 
     #[doc(hidden)]
@@ -912,8 +920,8 @@ pub trait Destination {
         buf: &B,
         tag: Tag,
     ) -> Result<(), Error> {
-        buffered::send(self.destination_comm(), self.destination_rank(), tag, buf)
-            .map_err(|c| Error::new(self.describe_send("buffered send", tag), c))
+        let (comm, dest) = (self.destination_comm(), self.destination_rank());
+        buffered::send(comm, dest, tag, buf, "buffered send")
     }
 
     /// `MPI_Ibsend`: as [`buffered_send`](Self::buffered_send), whose copy is made at once,
@@ -931,10 +939,32 @@ pub trait Destination {
         buf: &'a B,
         tag: Tag,
     ) -> Request<'a, B, S> {
-        self.buffered_send_with_tag(buf, tag);
-        let dest = self.destination_rank();
+        or_fatal(self.try_immediate_buffered_send_with_tag(scope, buf, tag))
+    }
+    fn try_immediate_buffered_send<'a, S: Scope<'a>, B: Buffer + ?Sized>(
+        &self,
+        scope: S,
+        buf: &'a B,
+    ) -> Result<Request<'a, B, S>, Error> {
+        self.try_immediate_buffered_send_with_tag(scope, buf, 0)
+    }
+    fn try_immediate_buffered_send_with_tag<'a, S: Scope<'a>, B: Buffer + ?Sized>(
+        &self,
+        scope: S,
+        buf: &'a B,
+        tag: Tag,
+    ) -> Result<Request<'a, B, S>, Error> {
+        let (comm, dest) = (self.destination_comm(), self.destination_rank());
+        buffered::send(comm, dest, tag, buf, "immediate buffered send")?;
         let data = Lent::shared(buf);
-        Request::send(Handle::SENT, data, scope, SendMode::Standard, dest, tag)
+        Ok(Request::send(
+            Handle::SENT,
+            data,
+            scope,
+            SendMode::Standard,
+            dest,
+            tag,
+        ))
     }
 
     /// Sends `buf` in ready mode (`MPI_Rsend`), which mpirt sends as a standard send, as MPI

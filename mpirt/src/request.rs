@@ -233,8 +233,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
             }
         };
         *self.pending = None;
-        // SAFETY: the request registered with this scope when it was made, and its operation
-        // is over (or, in `shrink_scope_to`, now registered with the new scope instead).
+        // SAFETY: registered in `new`; the operation is over (just completed above).
         unsafe { self.scope.unregister() };
         status
     }
@@ -259,8 +258,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
         // A send has no landing and its outcome is a handle: nothing in it owns memory, so
         // forgetting it frees all that dropping it would, without the drop glue's call.
         std::mem::forget(self.pending.take());
-        // SAFETY: the request registered with this scope when it was made, and its operation
-        // is over (or, in `shrink_scope_to`, now registered with the new scope instead).
+        // SAFETY: registered in `new`; the send is over (the transport took it as it started).
         unsafe { self.scope.unregister() };
         Some(status)
     }
@@ -281,8 +279,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
             .map_err(|cause| Error::new(message.operation.describe(), cause));
         // Its landing is taken and its outcome a status: nothing left in it owns memory.
         std::mem::forget(self.pending.take());
-        // SAFETY: the request registered with this scope when it was made, and its operation
-        // is over (or, in `shrink_scope_to`, now registered with the new scope instead).
+        // SAFETY: registered in `new`; the receive is over (its message was waiting).
         unsafe { self.scope.unregister() };
         Some(result)
     }
@@ -394,8 +391,8 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     {
         // Taken, not copied: the emptied request's drop then has nothing to do.
         let pending = self.pending.take().expect("an unfinished request");
-        // SAFETY: the request registered with this scope when it was made, and its operation
-        // is over (or, in `shrink_scope_to`, now registered with the new scope instead).
+        // SAFETY: registered in `new`; the operation is not over, but `Request::new` below
+        // registers it with `scope`, which ends no later (`'a: 'b`) and answers for it now.
         unsafe { self.scope.unregister() };
         Request::new(pending, self.data, scope)
     }
@@ -501,7 +498,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
 /// Ends the job over requests left unfinished, whose buffers may be about to be freed: with
 /// `error`, or, while a panic unwinds (its message is already out), as a panicked rank.
 #[cold]
-fn end_job_over_unfinished(error: Error) -> ! {
+pub(crate) fn end_job_over_unfinished(error: Error) -> ! {
     if std::thread::panicking() {
         abort_job(101, "a rank panicked with requests in flight");
     }

@@ -59,6 +59,22 @@ fn rank_mode() {
         "guards" => guards(&world),
         "receive-future" => receive_futures(&world),
         "buffered" => buffered(&mut universe),
+        "buffered-finalize" | "buffered-unreceived" => {
+            // Rank 0 leaves a rendezvous-sized buffered send in flight at finalize; rank 1
+            // receives it late, or never.
+            let large = vec![3u64; 20_000];
+            if world.rank() == 0 {
+                universe.set_buffer_size(1 << 20);
+                world
+                    .process_at_rank(1)
+                    .buffered_send_with_tag(&large[..], 6);
+            } else if mode == "buffered-finalize" {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                let (got, _) = world.process_at_rank(0).receive_vec_with_tag::<u64>(6);
+                assert_eq!(got, large);
+            }
+        }
+        "future-dropped" => drop(world.this_process().immediate_receive::<u32>()),
         "receive-future-short" => {
             if world.rank() == 0 {
                 world.process_at_rank(1).send_with_tag(&[0u8; 0][..], 9);
@@ -583,11 +599,8 @@ fn buffered(universe: &mut mpirt::Universe) {
         println!("error: {e}");
         let small = [rank; 4];
         request::scope(|scope| {
-            let sent = peer.immediate_buffered_send_with_tag(scope, &small, 8);
-            assert!(
-                sent.test().is_ok(),
-                "an immediate buffered send is finished at once"
-            );
+            peer.immediate_buffered_send_with_tag(scope, &small, 8)
+                .wait();
         });
         // The receiver posts its receives only after this barrier.
         world.barrier();
@@ -1576,6 +1589,33 @@ on_each_wire! {
             assert!(out.contains(expected), "{expected}\n{out}");
         }
     }
+}
+
+on_each_wire! {
+    fn buffered_sends_in_flight_at_finalize_arrive_or_are_an_error(wire: Wire) {
+        ok_job(wire, 2, "buffered-finalize");
+        let output = job(wire, 2, "buffered-unreceived", &[]);
+        let (stdout, stderr) = text(&output);
+        assert!(!output.status.success(), "{stdout}\n{stderr}");
+        assert!(
+            stderr.contains("mpirt: rank 0: ") && stderr.contains("buffered send to rank 1 (tag 6)"),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_dropped_receive_future_ends_the_job() {
+    let output = job(Wire::Shm, 1, "future-dropped", &[]);
+    let (stdout, stderr) = text(&output);
+    assert!(!output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(
+            "mpirt: rank 0: immediate receive of one value from rank 0 (any tag): the future was \
+             dropped before its value arrived"
+        ),
+        "{stderr}"
+    );
 }
 
 on_each_wire! {

@@ -5,14 +5,21 @@
 //! out instead of growing without bound.
 
 use std::cell::RefCell;
+use std::time::{Duration, Instant};
 
 use pml::{Handle, SendMode};
 
-use super::{post_send, wait_handle, Rank, Tag};
+use super::{post_send, send_description, wait_handle, Rank, Tag};
 use crate::communicator::CommData;
 use crate::datatype::Buffer;
 use crate::environment::with_engine;
-use crate::error::{or_fatal, Cause, Error};
+use crate::error::{fatal, or_fatal, Cause, Error};
+use crate::request::Request;
+
+/// How long finalize waits, once every rank has reached it, for buffered sends still in
+/// flight: a receive posted before finalize completes its send within microseconds (its
+/// acknowledgement is on the way); after that no receive can be posted any more.
+const FINALIZE_GRACE: Duration = Duration::from_secs(2);
 
 /// A copy in flight, freed (and its space given back) when its send completes.
 struct InFlight {
@@ -21,6 +28,12 @@ struct InFlight {
     copy: Box<[u8]>,
     dest: Rank,
     tag: Tag,
+}
+
+impl InFlight {
+    fn describe(&self) -> String {
+        send_description("buffered send", self.dest, self.tag)
+    }
 }
 
 #[derive(Default)]
@@ -35,31 +48,39 @@ thread_local! {
 }
 
 /// Copies `buf` out and sends the copy to `dest`; returns once it is copied. A send that
-/// completes at once (a small one the transport took) gives its space back at once.
+/// completes at once (a small one the transport took) gives its space back at once. The
+/// error of an earlier buffered send that failed comes back here, naming that send.
 pub(super) fn send<B: Buffer + ?Sized>(
     comm: &CommData,
     dest: Rank,
     tag: Tag,
     buf: &B,
-) -> Result<(), Cause> {
+    what: &str,
+) -> Result<(), Error> {
+    let own_error = |cause| Error::new(send_description(what, dest, tag), cause);
+    // The engine is this thread's, like the attached space: on another thread this says so
+    // rather than that nothing is attached.
+    with_engine(|_| Ok(())).map_err(own_error)?;
     let bytes = buf.byte_len();
     ATTACHED.with(|attached| {
         let mut attached = attached.borrow_mut();
         reap(&mut attached)?;
         let free = attached.capacity - attached.used;
         if bytes > free {
-            return Err(Cause::BufferFull {
+            return Err(own_error(Cause::BufferFull {
                 needed: bytes,
                 free,
                 capacity: attached.capacity,
-            });
+            }));
         }
         // SAFETY: `Buffer` makes the pointer valid for `byte_len()` bytes while `buf` is
         // borrowed, which it is for this call.
         let copy: Box<[u8]> = unsafe { std::slice::from_raw_parts(buf.pointer(), bytes) }.into();
         // SAFETY: the copy lives on the heap, where moving its box does not move it, and it
-        // is kept in `in_flight` until its send completes (`reap`, `detach`).
-        let handle = unsafe { post_send(comm, dest, tag, SendMode::Standard, &copy[..]) }?;
+        // is kept in `in_flight` until its send completes (`reap`, `reattach`,
+        // `finish_at_finalize`). If posting fails, no send was left reading it.
+        let handle = unsafe { post_send(comm, dest, tag, SendMode::Standard, &copy[..]) }
+            .map_err(own_error)?;
         if handle != Handle::SENT {
             attached.used += bytes;
             attached.in_flight.push(InFlight {
@@ -73,16 +94,19 @@ pub(super) fn send<B: Buffer + ?Sized>(
     })
 }
 
-/// Frees the copies whose sends completed. A send that failed is that send's error.
-fn reap(attached: &mut Attached) -> Result<(), Cause> {
+/// Frees the copies whose sends completed. A send that failed is taken out (the engine no
+/// longer reads its copy once it reported it) and its error returned.
+fn reap(attached: &mut Attached) -> Result<(), Error> {
     let mut i = 0;
     while i < attached.in_flight.len() {
         let handle = attached.in_flight[i].handle;
-        if with_engine(|e| e.test(handle))?.is_some() {
-            let done = attached.in_flight.swap_remove(i);
-            attached.used -= done.copy.len();
-        } else {
-            i += 1;
+        match with_engine(|e| e.test(handle)) {
+            Ok(None) => i += 1,
+            finished => {
+                let done = attached.in_flight.swap_remove(i);
+                attached.used -= done.copy.len();
+                finished.map_err(|cause| Error::new(done.describe(), cause))?;
+            }
         }
     }
     Ok(())
@@ -94,12 +118,11 @@ pub(crate) fn reattach(capacity: usize) {
     ATTACHED.with(|attached| {
         let mut attached = attached.borrow_mut();
         for sent in std::mem::take(&mut attached.in_flight) {
-            or_fatal(wait_handle(sent.handle).map(drop).map_err(|cause| {
-                Error::new(
-                    format!("buffered send to rank {} (tag {})", sent.dest, sent.tag),
-                    cause,
-                )
-            }));
+            or_fatal(
+                wait_handle(sent.handle)
+                    .map(drop)
+                    .map_err(|cause| Error::new(sent.describe(), cause)),
+            );
         }
         *attached = Attached {
             capacity,
@@ -111,4 +134,52 @@ pub(crate) fn reattach(capacity: usize) {
 /// The bytes attached for buffered sends.
 pub(crate) fn capacity() -> usize {
     ATTACHED.with(|attached| attached.borrow().capacity)
+}
+
+/// Whether buffered sends are in flight.
+pub(crate) fn any_in_flight() -> bool {
+    ATTACHED.with(|attached| {
+        let mut attached = attached.borrow_mut();
+        // A failure ends the job here: finalize has nobody else to report it to.
+        or_fatal(reap(&mut attached));
+        !attached.in_flight.is_empty()
+    })
+}
+
+/// Finalize's wait for the buffered sends in flight, alongside `barrier` (the world's), which
+/// finishes once every rank has reached finalize. A send still unfinished
+/// [`FINALIZE_GRACE`] after that was never received (MPI calls such a program erroneous):
+/// the job ends naming it rather than waiting for ever.
+pub(crate) fn finish_at_finalize(barrier: Request<'static, ()>) {
+    let mut barrier = Some(barrier);
+    let mut everyone_since = None;
+    while any_in_flight() {
+        if let Some(pending) = barrier.take() {
+            match pending.test() {
+                Ok(_) => everyone_since = Some(Instant::now()),
+                Err(pending) => barrier = Some(pending),
+            }
+        }
+        if everyone_since.is_some_and(|since: Instant| since.elapsed() > FINALIZE_GRACE) {
+            fatal(Error::new("finalize", Cause::Unreceived(unreceived())));
+        }
+        std::thread::yield_now();
+    }
+    if let Some(pending) = barrier {
+        pending.wait();
+    }
+}
+
+/// What is still in flight, for the error of a finalize that cannot finish it.
+fn unreceived() -> String {
+    ATTACHED.with(|attached| {
+        let attached = attached.borrow();
+        format!(
+            "{} buffered send(s) of {} bytes in all never received (the first: {}); every rank \
+             has reached finalize, so none can be",
+            attached.in_flight.len(),
+            attached.used,
+            attached.in_flight[0].describe()
+        )
+    })
 }

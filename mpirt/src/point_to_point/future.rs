@@ -1,13 +1,13 @@
 //! Immediate receives of one value into memory the request owns (rsmpi's `ReceiveFuture`).
 
-use std::mem::{size_of, MaybeUninit};
+use std::mem::{size_of, ManuallyDrop};
 use std::ptr::NonNull;
 
 use super::raw::raw_receive;
 use super::{one_element, Source, Status, Tag};
 use crate::datatype::Equivalence;
-use crate::error::{fatal, Error};
-use crate::request::{Lent, Request, StaticScope};
+use crate::error::{fatal, Cause, Error};
+use crate::request::{end_job_over_unfinished, Lent, Request, StaticScope};
 
 /// A receive of one `T` in flight (`MPI_Irecv` of one element), made by
 /// [`immediate_receive`](Source::immediate_receive): the value lands in memory the future
@@ -15,13 +15,11 @@ use crate::request::{Lent, Request, StaticScope};
 /// or `try` until it succeeds); dropping it unfinished ends the job.
 #[must_use = "a receive future must be finished with get or try"]
 pub struct ReceiveFuture<T: Equivalence> {
-    /// Taken when the receive finishes. While it is here the messaging layer may write
-    /// `value`, so the memory must not be freed: dropping an unfinished request ends the job.
+    /// Taken when the receive finishes. While it is here the messaging layer may write into
+    /// `room`, so the room must not be freed: dropping the future then ends the job.
     request: Option<Request<'static, ()>>,
-    /// A `Box<MaybeUninit<T>>` turned into a pointer, since the messaging layer writes it
-    /// through a pointer of its own while the future moves around.
-    value: NonNull<MaybeUninit<T>>,
-    /// What the receive was, for the error of a message that is not one `T`.
+    room: Room<T>,
+    /// What the receive was, for its errors.
     operation: String,
 }
 
@@ -32,32 +30,26 @@ impl<T: Equivalence> ReceiveFuture<T> {
     ) -> Result<ReceiveFuture<T>, Error> {
         const WHAT: &str = "immediate receive of one value";
         let operation = source.describe(WHAT, tag);
-        let value = NonNull::from(Box::leak(Box::new(MaybeUninit::<T>::uninit())));
-        // SAFETY: `value` is a live allocation of one `T`, which this future frees only after
-        // the request is taken out finished (see `Drop`); nothing else refers to it meanwhile.
-        let started = unsafe {
+        let room = Room::new();
+        // SAFETY: the room holds one `T` and is freed only after the request is taken out
+        // finished (see `Drop`); nothing else refers to it meanwhile. If the receive does not
+        // start, nothing was left writing it.
+        let request = unsafe {
             raw_receive(
                 source,
                 StaticScope,
-                value.as_ptr().cast::<T>(),
+                room.ptr.as_ptr(),
                 1,
                 tag,
                 WHAT,
                 Lent::shared(&()),
             )
-        };
-        match started {
-            Ok(request) => Ok(ReceiveFuture {
-                request: Some(request),
-                value,
-                operation,
-            }),
-            Err(e) => {
-                // SAFETY: the receive never started, so the box is ours alone again.
-                drop(unsafe { Box::from_raw(value.as_ptr()) });
-                Err(e)
-            }
-        }
+        }?;
+        Ok(ReceiveFuture {
+            request: Some(request),
+            room,
+            operation,
+        })
     }
 
     /// Waits for the value (rsmpi's `get`). A message that does not hold exactly one `T`
@@ -90,23 +82,44 @@ impl<T: Equivalence> ReceiveFuture<T> {
                 one_element::<T>(status.byte_count()),
             ));
         }
-        // SAFETY: the request finished, so nothing writes `value` any more; exactly
+        // SAFETY: the request finished, so nothing writes the room any more; exactly
         // `size_of::<T>()` bytes arrived and passed `T`'s check, so they make a valid `T`.
-        // Read once: the future is consumed by both callers.
-        unsafe { self.value.as_ref().assume_init_read() }
+        // Read once: both callers consume the future.
+        unsafe { self.room.ptr.as_ptr().read() }
     }
 }
 
 impl<T: Equivalence> Drop for ReceiveFuture<T> {
     fn drop(&mut self) {
-        if let Some(unfinished) = self.request.take() {
-            // Ends the job (the messaging layer may still write the value), so the memory
-            // below is never freed under it.
-            drop(unfinished);
+        if self.request.is_some() {
+            // The messaging layer may still write the room, which is freed after this.
+            end_job_over_unfinished(Error::new(self.operation.as_str(), Cause::DroppedFuture));
         }
-        // SAFETY: `value` came from `Box::leak` in `start`, and the receive is over (its
-        // request was taken out finished, or its drop above did not return).
-        drop(unsafe { Box::from_raw(self.value.as_ptr()) });
+    }
+}
+
+/// Heap room for one `T`, made without building a `T` anywhere first (a large `T` built on
+/// the stack could overflow it). Freeing it drops no `T`: a value read out is its reader's.
+struct Room<T> {
+    ptr: NonNull<T>,
+    capacity: usize,
+}
+
+impl<T> Room<T> {
+    fn new() -> Room<T> {
+        let mut vec = ManuallyDrop::new(Vec::<T>::with_capacity(1));
+        Room {
+            ptr: NonNull::new(vec.as_mut_ptr()).expect("a Vec's pointer is never null"),
+            capacity: vec.capacity(),
+        }
+    }
+}
+
+impl<T> Drop for Room<T> {
+    fn drop(&mut self) {
+        // SAFETY: pointer and capacity are those of the `Vec` that `new` kept from dropping,
+        // and length 0 holds: no `T` in the room belongs to it.
+        drop(unsafe { Vec::from_raw_parts(self.ptr.as_ptr(), 0, self.capacity) });
     }
 }
 
