@@ -28,6 +28,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --release -- -D warnings
+echo "== cargo doc (broken intra-doc links are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --quiet
 echo "== cargo build --release --workspace"
 cargo build --release --workspace
 # The multi-host tests use the team's test hosts (../shared/testhosts, beside this checkout);

@@ -4,7 +4,7 @@
 //! Rank 0 prints a line after rounds 1, 2, 4, 8, ... and the last, once every rank has checked
 //! its blocks of that round; a wrong block fails the job, naming the pair and the offset.
 //!
-//!   alltoall [BYTES [ROUNDS]]     (defaults: 1m, 1; BYTES takes k, m and g suffixes)
+//! `alltoall [BYTES [ROUNDS]]` (defaults: 1m, 1; BYTES takes k, m and g suffixes)
 
 use std::process::ExitCode;
 

@@ -32,7 +32,7 @@ pub use root::Root;
 use calls::Call;
 pub(crate) use shared::AreaSlot;
 
-/// The request of an immediate collective: a [`Request`](crate::request::Request) like those
+/// The request of an immediate collective: a [`Request`] like those
 /// of point-to-point operations, so that both kinds go into the same `wait_any`, `wait_all`
 /// and `test_any` (and collections) when their buffers have the same type.
 pub type CollectiveRequest<'a, D, S = StaticScope> = crate::request::Request<'a, D, S>;
