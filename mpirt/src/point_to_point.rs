@@ -759,7 +759,7 @@ impl Source for AnyProcess<'_> {
 }
 
 /// "send to rank 3 (tag 7)", for errors.
-fn send_description(what: &str, dest: Rank, tag: Tag) -> String {
+pub(crate) fn send_description(what: &str, dest: Rank, tag: Tag) -> String {
     format!("{what} to rank {dest} (tag {tag})")
 }
 
@@ -975,12 +975,12 @@ pub trait Destination {
     /// As in rsmpi: MPI calls a ready send erroneous unless the matching receive has already
     /// been started. mpirt delivers such a message all the same.
     unsafe fn ready_send<B: Buffer + ?Sized>(&self, buf: &B) {
-        or_fatal(self.try_send_mode(buf, 0, SendMode::Standard))
+        self.send(buf)
     }
     /// # Safety
     /// As for [`ready_send`](Self::ready_send).
     unsafe fn ready_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) {
-        or_fatal(self.try_send_mode(buf, tag, SendMode::Standard))
+        self.send_with_tag(buf, tag)
     }
 
     /// Starts a ready-mode send (`MPI_Irsend`), as a standard one (see
@@ -993,7 +993,7 @@ pub trait Destination {
         scope: S,
         buf: &'a B,
     ) -> Request<'a, B, S> {
-        or_fatal(self.try_immediate_send_mode(scope, buf, 0, SendMode::Standard))
+        self.immediate_send(scope, buf)
     }
     /// # Safety
     /// As for [`ready_send`](Self::ready_send).
@@ -1003,7 +1003,7 @@ pub trait Destination {
         buf: &'a B,
         tag: Tag,
     ) -> Request<'a, B, S> {
-        or_fatal(self.try_immediate_send_mode(scope, buf, tag, SendMode::Standard))
+        self.immediate_send_with_tag(scope, buf, tag)
     }
 }
 

@@ -20,7 +20,7 @@ use crate::collective::request::Running;
 use crate::communicator::Rank;
 use crate::environment::{abort_job, with_engine};
 use crate::error::{fatal, or_fatal, Cause, Error};
-use crate::point_to_point::{wait_handle, Landing, RecvSlot, Status, Tag};
+use crate::point_to_point::{send_description, wait_handle, Landing, RecvSlot, Status, Tag};
 
 mod collection;
 mod guard;
@@ -58,7 +58,7 @@ impl Operation {
                 } else {
                     "immediate send"
                 };
-                format!("{what} to rank {dest} (tag {tag})")
+                send_description(what, *dest, *tag)
             }
             Operation::Receive { source, tag } => {
                 let from = match source {
@@ -355,9 +355,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
                         return Ok(or_fatal(self.complete(done)));
                     }
                 };
-                if progress::any_in_flight() {
-                    progress::advance_all();
-                }
+                progress::advance_all();
                 match with_engine(|e| e.test(handle)) {
                     Ok(None) => return Err(self),
                     Ok(Some(done)) => Ok(done),
@@ -449,9 +447,7 @@ fn wait_for_one<'a, D: ?Sized, S: Scope<'a>>(
     loop {
         // Collectives outside the set too: a peer may wait for their next round before it
         // sends what one of these waits for.
-        if progress::any_in_flight() {
-            progress::advance_all();
-        }
+        progress::advance_all();
         if let Some(i) = requests.iter_mut().position(|r| r.is_complete()) {
             return i;
         }
@@ -523,9 +519,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> fmt::Debug for Request<'a, D, S> {
 /// test without blocking.
 fn progress_engine(operation: &'static str) {
     or_fatal(with_engine(|e| e.progress()).map_err(|c| Error::new(operation, c)));
-    if progress::any_in_flight() {
-        progress::advance_all();
-    }
+    progress::advance_all();
 }
 
 /// Waits until one of `requests` finishes; returns the index it had and its status, and

@@ -71,9 +71,12 @@ pub(crate) fn any_in_flight() -> bool {
     others_in_flight(std::ptr::null())
 }
 
-/// Steps every registered execution, for a wait that is not one of them.
+/// Steps every registered execution, if there is any, for a wait that is not one of them.
+#[inline]
 pub(crate) fn advance_all() {
-    advance_others(std::ptr::null());
+    if any_in_flight() {
+        advance_others(std::ptr::null());
+    }
 }
 
 /// The transfers in flight of every registered execution.
