@@ -540,6 +540,10 @@ fn receive_futures(world: &mpirt::topology::SimpleCommunicator) {
         alive: r % 2 == 0,
         kind: 3,
     };
+    let e = previous
+        .try_immediate_receive_with_tag::<u8>(-2)
+        .unwrap_err();
+    println!("error: {e}");
     let pending = previous.immediate_receive::<Particle>();
     next.send(&particle(rank));
     let (got, status) = pending.get();
@@ -592,12 +596,18 @@ fn buffered(universe: &mut mpirt::Universe) {
         let peer = world.process_at_rank(1);
         let e = peer.try_buffered_send_with_tag(&1u8, 5).unwrap_err();
         println!("error: {e}");
+        let small = [rank; 4];
+        request::scope(|scope| {
+            let e = peer
+                .try_immediate_buffered_send_with_tag(scope, &small, 9)
+                .unwrap_err();
+            println!("error: {e}");
+        });
         universe.set_buffer_size(200_000);
         assert_eq!(universe.buffer_size(), 200_000);
         peer.buffered_send_with_tag(&large[..], 6);
         let e = peer.try_buffered_send_with_tag(&large[..], 7).unwrap_err();
         println!("error: {e}");
-        let small = [rank; 4];
         request::scope(|scope| {
             peer.immediate_buffered_send_with_tag(scope, &small, 8)
                 .wait();
@@ -1585,6 +1595,8 @@ on_each_wire! {
              space attached for buffered sends, which has 0 of 0 bytes free",
             "error: rank 0: buffered send to rank 1 (tag 7): the message needs 160000 bytes of \
              the space attached for buffered sends, which has 40000 of 200000 bytes free",
+            "error: rank 0: immediate buffered send to rank 1 (tag 9): the message needs 16 \
+             bytes of the space attached for buffered sends, which has 0 of 0 bytes free",
         ] {
             assert!(out.contains(expected), "{expected}\n{out}");
         }
@@ -1621,7 +1633,16 @@ fn a_dropped_receive_future_ends_the_job() {
 on_each_wire! {
     fn receive_futures_get_one_value(wire: Wire) {
         for n in [1, 3] {
-            assert!(ok_job(wire, n, "receive-future").contains("receive futures ok"));
+            let out = ok_job(wire, n, "receive-future");
+            assert!(out.contains("receive futures ok"), "{out}");
+            let previous = n - 1;
+            assert!(
+                out.contains(&format!(
+                    "error: rank 0: immediate receive of one value from rank {previous} (tag -2): \
+                     tag -2 is negative"
+                )),
+                "{out}"
+            );
         }
         let output = job(wire, 2, "receive-future-short", &[]);
         let (stdout, stderr) = text(&output);

@@ -7,7 +7,7 @@
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
-use pml::{Handle, SendMode};
+use pml::{Done, Handle, SendMode};
 
 use super::{post_send, send_description, wait_handle, Rank, Tag};
 use crate::communicator::CommData;
@@ -58,9 +58,6 @@ pub(super) fn send<B: Buffer + ?Sized>(
     what: &str,
 ) -> Result<(), Error> {
     let own_error = |cause| Error::new(send_description(what, dest, tag), cause);
-    // The engine is this thread's, like the attached space: on another thread this says so
-    // rather than that nothing is attached.
-    with_engine(|_| Ok(())).map_err(own_error)?;
     let bytes = buf.byte_len();
     ATTACHED.with(|attached| {
         let mut attached = attached.borrow_mut();
@@ -97,10 +94,18 @@ pub(super) fn send<B: Buffer + ?Sized>(
 /// Frees the copies whose sends completed. A send that failed is taken out (the engine no
 /// longer reads its copy once it reported it) and its error returned.
 fn reap(attached: &mut Attached) -> Result<(), Error> {
+    reap_by(attached, |handle| with_engine(|e| e.test(handle)))
+}
+
+/// [`reap`], with `test` telling whether a send finished (the engine's `test`).
+fn reap_by(
+    attached: &mut Attached,
+    mut test: impl FnMut(Handle) -> Result<Option<Done>, Cause>,
+) -> Result<(), Error> {
     let mut i = 0;
     while i < attached.in_flight.len() {
         let handle = attached.in_flight[i].handle;
-        match with_engine(|e| e.test(handle)) {
+        match test(handle) {
             Ok(None) => i += 1,
             finished => {
                 let done = attached.in_flight.swap_remove(i);
@@ -182,4 +187,44 @@ fn unreceived() -> String {
             attached.in_flight[0].describe()
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_send_is_its_own_error_and_gives_its_space_back() {
+        let copy = |bytes: usize, dest: Rank, tag: Tag| InFlight {
+            handle: Handle::SENT,
+            copy: vec![0u8; bytes].into(),
+            dest,
+            tag,
+        };
+        let mut attached = Attached {
+            capacity: 1000,
+            used: 300,
+            in_flight: vec![copy(100, 1, 6), copy(200, 2, 7)],
+        };
+        let mut tests = 0;
+        let e = reap_by(&mut attached, |_| {
+            tests += 1;
+            if tests == 1 {
+                Err(Cause::NotInitialized)
+            } else {
+                Ok(None)
+            }
+        })
+        .unwrap_err();
+        assert_eq!(e.operation(), "buffered send to rank 1 (tag 6)");
+        assert!(matches!(e.cause(), Cause::NotInitialized));
+        assert_eq!(attached.used, 200);
+        assert_eq!(attached.in_flight.len(), 1);
+        assert_eq!(
+            (attached.in_flight[0].dest, attached.in_flight[0].tag),
+            (2, 7)
+        );
+        reap_by(&mut attached, |_| Ok(Some(Done::Sent))).unwrap();
+        assert_eq!((attached.used, attached.in_flight.len()), (0, 0));
+    }
 }
