@@ -241,6 +241,12 @@ impl Pml {
         on_pml!(self, p => p.test(h))
     }
 
+    /// The request's outcome if it already finished, without moving anything on.
+    #[inline]
+    pub fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
+        on_pml!(self, p => p.collect(h))
+    }
+
     #[inline]
     pub fn is_complete(&mut self, h: Handle) -> Result<bool, PmlError> {
         on_pml!(self, p => p.is_complete(h))

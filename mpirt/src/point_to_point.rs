@@ -379,6 +379,11 @@ pub(crate) fn wait_handle(handle: Handle) -> Result<Done, Cause> {
     if handle == Handle::SENT {
         return Ok(Done::Sent);
     }
+    // Finished already (a window of receives: the first wait's progress delivered them
+    // all): collected without entering a wait.
+    if let Some(done) = with_engine(|e| e.collect(handle))? {
+        return Ok(done);
+    }
     if progress::any_in_flight() {
         return wait_stepping_collectives(handle);
     }

@@ -286,13 +286,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
 
     /// Waits for the operation to finish (`MPI_Wait`).
     pub fn wait(mut self) -> Status {
-        if let Some(status) = self.take_sent() {
-            return status;
-        }
-        if let Some(result) = self.take_received() {
-            return or_fatal(result);
-        }
-        or_fatal(self.wait_in_engine())
+        or_fatal(self.finish())
     }
 
     /// Waits for the operation to finish and hands its buffer back.
@@ -310,6 +304,13 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
 
     /// [`wait`](Self::wait) that returns how the operation failed instead of ending the job.
     pub fn try_wait(mut self) -> Result<Status, Error> {
+        self.finish()
+    }
+
+    /// Waits for the operation to finish and leaves the request empty, its drop a no-op.
+    /// In place: a request is 96 bytes, and every move of it is paid per message.
+    #[inline]
+    fn finish(&mut self) -> Result<Status, Error> {
         if let Some(status) = self.take_sent() {
             return Ok(status);
         }
@@ -320,7 +321,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     }
 
     /// Waits for an operation that did not finish as it started.
-    fn wait_in_engine(mut self) -> Result<Status, Error> {
+    fn wait_in_engine(&mut self) -> Result<Status, Error> {
         let done = match self.pending() {
             Pending::Message(message) => match message.outcome {
                 Outcome::Engine(handle) => wait_handle(handle),
@@ -547,5 +548,8 @@ pub fn test_any<'a, D: ?Sized, S: Scope<'a>>(
 
 /// Waits for every request, in order, and returns their statuses (`MPI_Waitall`).
 pub fn wait_all<'a, D: ?Sized, S: Scope<'a>>(requests: &mut Vec<Request<'a, D, S>>) -> Vec<Status> {
-    requests.drain(..).map(Request::wait).collect()
+    // Each finished where it lies, then the emptied requests cleared: no request is moved.
+    let statuses = requests.iter_mut().map(|r| or_fatal(r.finish())).collect();
+    requests.clear();
+    statuses
 }

@@ -804,8 +804,9 @@ impl Engine {
         self.collect(h)
     }
 
-    /// Takes the request's outcome if it finished, looking it up once.
-    fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
+    /// Takes the request's outcome if it finished, looking it up once; makes no progress.
+    #[inline]
+    pub fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
         if h == Handle::SENT {
             return Ok(Some(Done::Sent));
         }

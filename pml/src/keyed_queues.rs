@@ -1,11 +1,14 @@
-//! FIFO queues, one per key, over entries stored once elsewhere (a slab).
+//! FIFO queues, one per key.
 //!
-//! One entry may sit in several queues at once (an unexpected message is reachable by exact
-//! (source, tag), by source, by tag and in arrival order), so removing it cannot cheaply unlink
-//! it from all of them. Instead each queue holds references stamped with the entry's order
-//! number; a reference whose slot no longer holds that order is dead and is dropped when it
-//! reaches the front. A queue compacts itself once its dead references outnumber its live
-//! ones, which keeps both the memory and the amortised cost of every operation O(1).
+//! An entry that sits in one queue only (a posted receive: it belongs to exactly one selector
+//! class) is stored in the queue itself and taken out of it directly. An entry that sits in
+//! several queues at once (an unexpected message is reachable by exact (source, tag), by
+//! source, by tag and in arrival order) is stored once elsewhere (a slab), and removing it
+//! cannot cheaply unlink it from all of them. Instead each queue holds references stamped with
+//! the entry's order number; a reference whose slot no longer holds that order is dead and is
+//! dropped when it reaches the front. A queue compacts itself once its dead references
+//! outnumber its live ones, which keeps both the memory and the amortised cost of every
+//! operation O(1).
 
 use std::collections::VecDeque;
 use std::hash::Hash;
@@ -31,21 +34,31 @@ const KEEP_EMPTY_KEYS: usize = 64;
 
 /// One key's queue: its front entry kept inline, so that the common queue of one entry costs
 /// no allocation and a lookup touches no second cache line.
-#[derive(Default)]
-struct Queue {
-    head: Option<EntryRef>,
-    rest: VecDeque<EntryRef>,
+struct Queue<E> {
+    head: Option<E>,
+    rest: VecDeque<E>,
+    /// Dead references behind the front (always 0 for entries stored in the queue).
     dead: usize,
 }
 
-impl Queue {
+impl<E> Default for Queue<E> {
+    fn default() -> Self {
+        Queue {
+            head: None,
+            rest: VecDeque::new(),
+            dead: 0,
+        }
+    }
+}
+
+impl<E> Queue<E> {
     #[inline]
     fn len(&self) -> usize {
         usize::from(self.head.is_some()) + self.rest.len()
     }
 
     #[inline]
-    fn push(&mut self, entry: EntryRef) {
+    fn push(&mut self, entry: E) {
         if self.head.is_none() {
             self.head = Some(entry);
         } else {
@@ -54,30 +67,39 @@ impl Queue {
     }
 
     #[inline]
-    fn take_head(&mut self) -> Option<EntryRef> {
+    fn take_head(&mut self) -> Option<E> {
         let head = self.head.take();
         self.head = self.rest.pop_front();
         head
     }
 
-    fn retain(&mut self, keep: impl Fn(EntryRef) -> bool) {
-        let all: Vec<EntryRef> = self
+    fn retain(&mut self, keep: impl Fn(&E) -> bool) {
+        let all: Vec<E> = self
             .head
             .take()
             .into_iter()
             .chain(self.rest.drain(..))
             .collect();
-        for e in all.into_iter().filter(|e| keep(*e)) {
+        for e in all.into_iter().filter(|e| keep(e)) {
             self.push(e);
         }
     }
+
+    /// Removes the first entry `pick` chooses, wherever it stands.
+    fn take_where(&mut self, pick: impl Fn(&E) -> bool) -> Option<E> {
+        if self.head.as_ref().is_some_and(&pick) {
+            return self.take_head();
+        }
+        let at = self.rest.iter().position(pick)?;
+        self.rest.remove(at)
+    }
 }
 
-/// Queues keyed by `K`.
-pub struct KeyedQueues<K> {
+/// Queues of entries `E` keyed by `K`: by default references to entries stored elsewhere.
+pub struct KeyedQueues<K, E = EntryRef> {
     /// Where each key's queue lives in `queues`.
     index: FastMap<K, usize>,
-    queues: Slab<Queue>,
+    queues: Slab<Queue<E>>,
     /// The key looked up last and where its queue lives: a stream of messages on one
     /// (context, source, tag) finds its queue without hashing. Cleared when that queue goes.
     last: Option<(K, usize)>,
@@ -85,7 +107,7 @@ pub struct KeyedQueues<K> {
     stored: usize,
 }
 
-impl<K: Hash + Eq + Copy> Default for KeyedQueues<K> {
+impl<K: Hash + Eq + Copy, E> Default for KeyedQueues<K, E> {
     fn default() -> Self {
         KeyedQueues {
             index: FastMap::default(),
@@ -96,7 +118,7 @@ impl<K: Hash + Eq + Copy> Default for KeyedQueues<K> {
     }
 }
 
-impl<K: Hash + Eq + Copy> KeyedQueues<K> {
+impl<K: Hash + Eq + Copy, E> KeyedQueues<K, E> {
     /// Where `key`'s queue lives, if it has one.
     #[inline]
     fn find(&mut self, key: K) -> Option<usize> {
@@ -111,7 +133,7 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
     }
 
     #[inline]
-    pub fn push(&mut self, key: K, entry: EntryRef) {
+    pub fn push(&mut self, key: K, entry: E) {
         let at = match self.find(key) {
             Some(at) => at,
             None => {
@@ -137,12 +159,12 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
     }
 
     /// The oldest live entry under `key`, dropping the dead references in front of it.
-    pub fn front(&mut self, key: K, is_live: impl Fn(EntryRef) -> bool) -> Option<EntryRef> {
+    pub fn front(&mut self, key: K, is_live: impl Fn(&E) -> bool) -> Option<&E> {
         let at = self.find(key)?;
         let queue = &mut self.queues[at];
-        while let Some(head) = queue.head {
+        while let Some(head) = &queue.head {
             if is_live(head) {
-                return Some(head);
+                return self.queues[at].head.as_ref();
             }
             queue.take_head();
             queue.dead -= 1;
@@ -155,13 +177,13 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
     /// Removes and returns the oldest live entry under `key`, in one lookup: for the caller
     /// that takes the front right away, so it need not report the removal with `remove`.
     #[inline]
-    pub fn pop_front(&mut self, key: K, is_live: impl Fn(EntryRef) -> bool) -> Option<EntryRef> {
+    pub fn pop_front(&mut self, key: K, is_live: impl Fn(&E) -> bool) -> Option<E> {
         let at = self.find(key)?;
         let queue = &mut self.queues[at];
         let mut found = None;
         while let Some(head) = queue.take_head() {
             self.stored -= 1;
-            if is_live(head) {
+            if is_live(&head) {
                 found = Some(head);
                 break;
             }
@@ -178,11 +200,29 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
         self.stored == 0
     }
 
+    /// Removes the first entry under `key` that `pick` chooses, wherever it stands: for entries
+    /// stored in the queue (a cancelled receive), so O(queue length), which only a rare
+    /// operation may pay.
+    pub fn take_where(&mut self, key: K, pick: impl Fn(&E) -> bool) -> Option<E> {
+        let at = self.find(key)?;
+        let taken = self.queues[at].take_where(pick)?;
+        self.stored -= 1;
+        self.drop_if_empty(key, at);
+        Some(taken)
+    }
+
+    #[cfg(test)]
+    fn stored_refs(&self) -> usize {
+        self.queues.iter().map(|(_, q)| q.len()).sum()
+    }
+}
+
+impl<K: Hash + Eq + Copy> KeyedQueues<K, EntryRef> {
     /// Records that `entry`, queued under `key`, was removed from the store. Every removal
     /// must be reported to every queue holding the entry, exactly once. The front entry (the
     /// common case: messages are mostly taken in arrival order) is unlinked at once; any other
     /// is left as a dead reference.
-    pub fn remove(&mut self, key: K, entry: EntryRef, is_live: impl Fn(EntryRef) -> bool) {
+    pub fn remove(&mut self, key: K, entry: EntryRef, is_live: impl Fn(&EntryRef) -> bool) {
         let Some(at) = self.find(key) else {
             return;
         };
@@ -201,11 +241,6 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K> {
             self.stored -= before - queue.len();
         }
         self.drop_if_empty(key, at);
-    }
-
-    #[cfg(test)]
-    fn stored_refs(&self) -> usize {
-        self.queues.iter().map(|(_, q)| q.len()).sum()
     }
 }
 
@@ -257,5 +292,22 @@ mod tests {
         }
         assert!(q.is_empty());
         assert!(q.front(3, |_| true).is_none());
+    }
+
+    #[test]
+    fn take_where_finds_an_entry_anywhere_in_its_queue() {
+        let mut q: KeyedQueues<u8, u32> = KeyedQueues::default();
+        for v in 0..6 {
+            q.push(1, v);
+        }
+        q.push(2, 100);
+        assert_eq!(q.take_where(1, |&v| v == 0), Some(0));
+        assert_eq!(q.take_where(1, |&v| v == 4), Some(4));
+        assert_eq!(q.take_where(1, |&v| v == 4), None);
+        assert_eq!(q.take_where(3, |_| true), None);
+        let rest: Vec<u32> = std::iter::from_fn(|| q.pop_front(1, |_| true)).collect();
+        assert_eq!(rest, [1, 2, 3, 5]);
+        assert_eq!(q.pop_front(2, |_| true), Some(100));
+        assert!(q.is_empty());
     }
 }

@@ -4,7 +4,8 @@
 //! (ANY_SOURCE, tag) and (ANY_SOURCE, ANY_TAG), each a FIFO keyed by what it fixes. Every
 //! receive in one class queue accepts every message that reaches that queue, so the earliest
 //! posted receive that accepts a message is the oldest of at most four queue fronts, compared by
-//! posting order. Unexpected messages are reachable the same four ways (exact, by source, by
+//! posting order. A receive sits in one queue only, so it is stored there and taken out there:
+//! while no wildcard receive is posted, matching a message is one pop from its exact queue. Unexpected messages are reachable the same four ways (exact, by source, by
 //! tag, all), so a receive finds the earliest-arrived message it accepts at one queue front.
 //! Neither side's cost grows with unrelated queued entries. The three wildcard ways are built
 //! only once a wildcard receive or probe first looks (from the queued messages, in arrival
@@ -19,15 +20,19 @@ use slab::Slab;
 use crate::envelope::{is_user_tag, ContextId, Envelope, Rank, SourceSel, Tag, TagSel};
 use crate::keyed_queues::{EntryRef, KeyedQueues};
 
-/// Names a posted receive so it can be cancelled; stale once it matched or was cancelled.
+/// Names a posted receive so it can be cancelled: its posting order, unique for the
+/// matcher's life, and its selectors, which name its queue. Stale once it matched or was
+/// cancelled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PostedId(EntryRef);
-
-struct Posted<P> {
+pub struct PostedId {
     order: u64,
     context: ContextId,
     source: SourceSel,
     tag: TagSel,
+}
+
+struct Posted<P> {
+    order: u64,
     item: P,
 }
 
@@ -41,11 +46,12 @@ struct Unexpected<U> {
 /// unexpected message carries (its payload or rendezvous key).
 pub struct Matcher<P, U> {
     next_order: u64,
-    posted: Slab<Posted<P>>,
-    posted_exact: KeyedQueues<(ContextId, Rank, Tag)>,
-    posted_by_source: KeyedQueues<(ContextId, Rank)>,
-    posted_by_tag: KeyedQueues<(ContextId, Tag)>,
-    posted_any: KeyedQueues<ContextId>,
+    /// Receives posted and not yet matched or cancelled, across the four queues.
+    posted: usize,
+    posted_exact: KeyedQueues<(ContextId, Rank, Tag), Posted<P>>,
+    posted_by_source: KeyedQueues<(ContextId, Rank), Posted<P>>,
+    posted_by_tag: KeyedQueues<(ContextId, Tag), Posted<P>>,
+    posted_any: KeyedQueues<ContextId, Posted<P>>,
     unexpected: Slab<Unexpected<U>>,
     unexpected_exact: KeyedQueues<(ContextId, Rank, Tag)>,
     /// Whether the three indexes below are kept. They serve only wildcard receives and
@@ -64,7 +70,7 @@ impl<P, U> Default for Matcher<P, U> {
     fn default() -> Self {
         Matcher {
             next_order: 0,
-            posted: Slab::new(),
+            posted: 0,
             posted_exact: KeyedQueues::default(),
             posted_by_source: KeyedQueues::default(),
             posted_by_tag: KeyedQueues::default(),
@@ -79,11 +85,12 @@ impl<P, U> Default for Matcher<P, U> {
     }
 }
 
-fn posted_live<P>(slab: &Slab<Posted<P>>, r: EntryRef) -> bool {
-    slab.get(r.slot).is_some_and(|p| p.order == r.order)
+/// Posted receives live in their queue until taken out of it: none is ever dead.
+fn stored<P>(_: &Posted<P>) -> bool {
+    true
 }
 
-fn unexpected_live<U>(slab: &Slab<Unexpected<U>>, r: EntryRef) -> bool {
+fn unexpected_live<U>(slab: &Slab<Unexpected<U>>, r: &EntryRef) -> bool {
     slab.get(r.slot).is_some_and(|u| u.order == r.order)
 }
 
@@ -98,13 +105,16 @@ impl<P, U> Matcher<P, U> {
     #[inline]
     pub fn match_arrival(&mut self, envelope: Envelope) -> Option<P> {
         // The common case of a message that arrives before its receive: nothing to look up.
-        if self.posted.is_empty() {
+        if self.posted == 0 {
             return None;
         }
-        self.match_posted(envelope)
+        let matched = self.match_posted(envelope)?;
+        self.posted -= 1;
+        Some(matched.item)
     }
 
-    fn match_posted(&mut self, envelope: Envelope) -> Option<P> {
+    #[inline]
+    fn match_posted(&mut self, envelope: Envelope) -> Option<Posted<P>> {
         let Envelope {
             context: c,
             source: s,
@@ -114,38 +124,35 @@ impl<P, U> Matcher<P, U> {
         let by_source = user && !self.posted_by_source.is_empty();
         let by_tag = !self.posted_by_tag.is_empty();
         let any = user && !self.posted_any.is_empty();
-        let posted = &self.posted;
-        let live = |r| posted_live(posted, r);
         if !(by_source || by_tag || any) {
-            // No wildcard receive anywhere: the exact queue's front is the match, taken in
-            // one lookup.
-            let r = self.posted_exact.pop_front((c, s, t), live)?;
-            return Some(self.posted.remove(r.slot).item);
+            // No wildcard receive anywhere: the exact queue's front is the match.
+            return self.posted_exact.pop_front((c, s, t), stored);
         }
+        let order = |p: Option<&Posted<P>>| p.map(|p| p.order);
         let candidates = [
-            self.posted_exact.front((c, s, t), live),
+            order(self.posted_exact.front((c, s, t), stored)),
             by_source
-                .then(|| self.posted_by_source.front((c, s), live))
+                .then(|| order(self.posted_by_source.front((c, s), stored)))
                 .flatten(),
             by_tag
-                .then(|| self.posted_by_tag.front((c, t), live))
+                .then(|| order(self.posted_by_tag.front((c, t), stored)))
                 .flatten(),
-            any.then(|| self.posted_any.front(c, live)).flatten(),
+            any.then(|| order(self.posted_any.front(c, stored)))
+                .flatten(),
         ];
         let (class, _) = candidates
             .iter()
             .enumerate()
-            .filter_map(|(i, r)| r.map(|r| (i, r.order)))
+            .filter_map(|(i, order)| order.map(|order| (i, order)))
             .min_by_key(|&(_, order)| order)?;
-        // The winner is the live front of its class queue: pop it there, no second search.
-        let r = match class {
-            0 => self.posted_exact.pop_front((c, s, t), live),
-            1 => self.posted_by_source.pop_front((c, s), live),
-            2 => self.posted_by_tag.pop_front((c, t), live),
-            _ => self.posted_any.pop_front(c, live),
-        }
-        .expect("the front found above is still there");
-        Some(self.posted.remove(r.slot).item)
+        // The winner is the front of its class queue: pop it there.
+        let taken = match class {
+            0 => self.posted_exact.pop_front((c, s, t), stored),
+            1 => self.posted_by_source.pop_front((c, s), stored),
+            2 => self.posted_by_tag.pop_front((c, t), stored),
+            _ => self.posted_any.pop_front(c, stored),
+        };
+        Some(taken.expect("the front found above is still there"))
     }
 
     /// Queues a message no posted receive accepted.
@@ -230,7 +237,7 @@ impl<P, U> Matcher<P, U> {
             self.start_wildcard_index();
         }
         let unexpected = &self.unexpected;
-        let live = |r| unexpected_live(unexpected, r);
+        let live = |r: &EntryRef| unexpected_live(unexpected, r);
         match (source, tag) {
             (SourceSel::Rank(s), TagSel::Tag(t)) => {
                 self.unexpected_exact.front((context, s, t), live)
@@ -241,6 +248,7 @@ impl<P, U> Matcher<P, U> {
             (SourceSel::Any, TagSel::Tag(t)) => self.unexpected_by_tag.front((context, t), live),
             (SourceSel::Any, TagSel::Any) => self.unexpected_any.front(context, live),
         }
+        .copied()
     }
 
     /// The earliest-arrived unexpected message the selectors accept, left in the queue (probe).
@@ -281,7 +289,7 @@ impl<P, U> Matcher<P, U> {
             // An exact receive while no wildcard has looked: the entry is in one queue only,
             // and one lookup finds and unlinks it.
             let unexpected = &self.unexpected;
-            let live = |r| unexpected_live(unexpected, r);
+            let live = |r: &EntryRef| unexpected_live(unexpected, r);
             let r = self.unexpected_exact.pop_front((context, s, t), live)?;
             let u = self.unexpected.remove(r.slot);
             return Some((u.envelope, u.item));
@@ -294,7 +302,7 @@ impl<P, U> Matcher<P, U> {
             tag: t,
         } = u.envelope;
         let unexpected = &self.unexpected;
-        let live = |r| unexpected_live(unexpected, r);
+        let live = |r: &EntryRef| unexpected_live(unexpected, r);
         self.unexpected_exact.remove((c, s, t), r, live);
         if !self.wildcard_index {
             return Some((u.envelope, u.item));
@@ -316,44 +324,45 @@ impl<P, U> Matcher<P, U> {
         item: P,
     ) -> PostedId {
         let order = self.take_order();
-        let slot = self.posted.insert(Posted {
+        let posted = Posted { order, item };
+        match (source, tag) {
+            (SourceSel::Rank(s), TagSel::Tag(t)) => {
+                self.posted_exact.push((context, s, t), posted);
+            }
+            (SourceSel::Rank(s), TagSel::Any) => self.posted_by_source.push((context, s), posted),
+            (SourceSel::Any, TagSel::Tag(t)) => self.posted_by_tag.push((context, t), posted),
+            (SourceSel::Any, TagSel::Any) => self.posted_any.push(context, posted),
+        }
+        self.posted += 1;
+        PostedId {
             order,
             context,
             source,
             tag,
-            item,
-        });
-        let r = EntryRef { slot, order };
-        match (source, tag) {
-            (SourceSel::Rank(s), TagSel::Tag(t)) => self.posted_exact.push((context, s, t), r),
-            (SourceSel::Rank(s), TagSel::Any) => self.posted_by_source.push((context, s), r),
-            (SourceSel::Any, TagSel::Tag(t)) => self.posted_by_tag.push((context, t), r),
-            (SourceSel::Any, TagSel::Any) => self.posted_any.push(context, r),
         }
-        PostedId(r)
     }
 
     /// Removes a posted receive that has not matched yet; `None` if it already matched.
     pub fn cancel(&mut self, id: PostedId) -> Option<P> {
-        posted_live(&self.posted, id.0).then(|| self.remove_posted(id.0))
-    }
-
-    fn remove_posted(&mut self, r: EntryRef) -> P {
-        let p = self.posted.remove(r.slot);
-        let posted = &self.posted;
-        let live = |r| posted_live(posted, r);
-        let c = p.context;
-        match (p.source, p.tag) {
-            (SourceSel::Rank(s), TagSel::Tag(t)) => self.posted_exact.remove((c, s, t), r, live),
-            (SourceSel::Rank(s), TagSel::Any) => self.posted_by_source.remove((c, s), r, live),
-            (SourceSel::Any, TagSel::Tag(t)) => self.posted_by_tag.remove((c, t), r, live),
-            (SourceSel::Any, TagSel::Any) => self.posted_any.remove(c, r, live),
-        }
-        p.item
+        let PostedId {
+            order,
+            context: c,
+            source,
+            tag,
+        } = id;
+        let this = |p: &Posted<P>| p.order == order;
+        let taken = match (source, tag) {
+            (SourceSel::Rank(s), TagSel::Tag(t)) => self.posted_exact.take_where((c, s, t), this),
+            (SourceSel::Rank(s), TagSel::Any) => self.posted_by_source.take_where((c, s), this),
+            (SourceSel::Any, TagSel::Tag(t)) => self.posted_by_tag.take_where((c, t), this),
+            (SourceSel::Any, TagSel::Any) => self.posted_any.take_where(c, this),
+        }?;
+        self.posted -= 1;
+        Some(taken.item)
     }
 
     pub fn posted_len(&self) -> usize {
-        self.posted.len()
+        self.posted
     }
 
     pub fn unexpected_len(&self) -> usize {
@@ -451,6 +460,22 @@ mod tests {
         assert_eq!(m.cancel(a), None);
         assert_eq!(m.match_arrival(env(0, 1)), Some(2));
         assert_eq!(m.cancel(b), None);
+        assert_eq!(m.posted_len(), 0);
+    }
+
+    #[test]
+    fn cancel_from_the_middle_keeps_the_others_in_order() {
+        let mut m: Matcher<u8, ()> = Matcher::default();
+        let ids: Vec<PostedId> = (0..5)
+            .map(|i| m.post(0, SourceSel::Rank(2), TagSel::Tag(9), i))
+            .collect();
+        let wildcard = m.post(0, SourceSel::Any, TagSel::Tag(9), 5);
+        assert_eq!(m.cancel(ids[2]), Some(2));
+        assert_eq!(m.cancel(ids[2]), None);
+        assert_eq!(m.cancel(wildcard), Some(5));
+        assert_eq!(m.posted_len(), 4);
+        let matched: Vec<u8> = (0..5).filter_map(|_| m.match_arrival(env(2, 9))).collect();
+        assert_eq!(matched, [0, 1, 3, 4]);
         assert_eq!(m.posted_len(), 0);
     }
 }

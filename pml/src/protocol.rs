@@ -603,6 +603,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
 
     /// Hands a matched message to its receive: copies an eager payload, or starts pulling a
     /// rendezvous one.
+    #[inline]
     fn deliver(
         &mut self,
         recv: Handle,
@@ -610,8 +611,11 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         peer: Rank,
         incoming: Incoming<'_>,
     ) -> Result<(), PmlError> {
-        let (_, caps) = self.peer(peer)?;
-        let remote_read = caps.remote_read;
+        // Only a rendezvous offer needs to know how the peer's data is reached.
+        let remote_read = match incoming {
+            Incoming::Eager { .. } => false,
+            Incoming::Rts { .. } => self.peer(peer)?.1.remote_read,
+        };
         let Ok(Request::Recv { buf, state }) = self.requests.get_mut(recv) else {
             unreachable!("a matched receive handle is live until delivered");
         };
@@ -769,6 +773,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         }
     }
 
+    #[inline]
     fn on_matching_frame(&mut self, peer: Rank, frame: Frame<'_>) -> Result<(), PmlError> {
         let (envelope, incoming) = match frame {
             Frame::Match {

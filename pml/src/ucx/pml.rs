@@ -518,8 +518,8 @@ impl UcxPml {
         })
     }
 
-    /// Takes the request's outcome if it finished.
-    fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
+    /// Takes the request's outcome if it finished; makes no progress.
+    pub fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
         if h == Handle::SENT {
             return Ok(Some(Done::Sent));
         }
