@@ -9,7 +9,8 @@
 //! hit this on every message (a receive buffer 8 bytes into a page-aligned block suffices).
 //! Copies at such a distance go in pieces below glibc's `rep movsb` threshold, which it copies
 //! with vector loads and stores, near full speed (18.5 bytes per cycle in the case above);
-//! copies too long for `rep movsb` go whole.
+//! copies too long for `rep movsb` go whole. Copies of a few dozen bytes (a small message, a
+//! frame header) go inline, without the call.
 
 const PAGE: usize = 4096;
 /// Distances (destination minus source, modulo the page size) below this take pieces.
@@ -25,7 +26,64 @@ const REP_MOVSB_STOP: usize = 1 << 20;
 /// # Safety
 /// As for [`std::ptr::copy_nonoverlapping`]: `src` valid for reads and `dst` for writes of
 /// `len` bytes, the two ranges not overlapping.
+#[inline]
 pub(crate) unsafe fn copy_nonoverlapping(src: *const u8, dst: *mut u8, len: usize) {
+    if len <= SMALL {
+        // SAFETY: the caller's contract.
+        unsafe { copy_small(src, dst, len) };
+        return;
+    }
+    // SAFETY: the caller's contract.
+    unsafe { copy_large(src, dst, len) }
+}
+
+/// Copies of at most this many bytes (a small message, a frame header) go inline: a call
+/// to `memcpy` costs more than the copy.
+const SMALL: usize = 32;
+
+/// Copies `len <= SMALL` bytes as two possibly overlapping loads and stores of the widest
+/// size that fits, as `memcpy` does for short lengths, without the call.
+///
+/// # Safety
+/// As for [`copy_nonoverlapping`], and `len <= SMALL`.
+#[inline(always)]
+unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY (every block below): the two accesses cover `[0, n)` and `[len - n, len)` with
+    // `n <= len`, inside both of the caller's ranges; unaligned accesses are allowed, and
+    // the ranges do not overlap, so both loads may come before both stores.
+    unsafe {
+        if len >= 16 {
+            let (a, b) = (
+                src.cast::<u128>().read_unaligned(),
+                src.add(len - 16).cast::<u128>().read_unaligned(),
+            );
+            dst.cast::<u128>().write_unaligned(a);
+            dst.add(len - 16).cast::<u128>().write_unaligned(b);
+        } else if len >= 8 {
+            let (a, b) = (
+                src.cast::<u64>().read_unaligned(),
+                src.add(len - 8).cast::<u64>().read_unaligned(),
+            );
+            dst.cast::<u64>().write_unaligned(a);
+            dst.add(len - 8).cast::<u64>().write_unaligned(b);
+        } else if len >= 4 {
+            let (a, b) = (
+                src.cast::<u32>().read_unaligned(),
+                src.add(len - 4).cast::<u32>().read_unaligned(),
+            );
+            dst.cast::<u32>().write_unaligned(a);
+            dst.add(len - 4).cast::<u32>().write_unaligned(b);
+        } else {
+            for i in 0..len {
+                *dst.add(i) = *src.add(i);
+            }
+        }
+    }
+}
+
+/// # Safety
+/// As for [`copy_nonoverlapping`].
+unsafe fn copy_large(src: *const u8, dst: *mut u8, len: usize) {
     let distance = (dst as usize).wrapping_sub(src as usize) % PAGE;
     if len <= PIECE || len >= REP_MOVSB_STOP || !(1..SHORT_DISTANCE).contains(&distance) {
         // SAFETY: the caller's contract.
@@ -42,6 +100,7 @@ pub(crate) unsafe fn copy_nonoverlapping(src: *const u8, dst: *mut u8, len: usiz
 }
 
 /// Copies `src` into `dst`, which must be as long.
+#[inline]
 pub(crate) fn copy_from_slice(dst: &mut [u8], src: &[u8]) {
     assert_eq!(
         dst.len(),
@@ -68,7 +127,9 @@ mod tests {
         let base = area.as_ptr() as usize;
         let page_start = base.next_multiple_of(PAGE) - base;
         for distance in [0, 1, 8, 16, 24, 63, 64, 100, PAGE - 8] {
-            for len in [0, 1, PIECE - 1, PIECE, PIECE + 1, 2 * PIECE + 7, src.len()] {
+            let small = 0..=SMALL + 1;
+            let pieces = [PIECE - 1, PIECE, PIECE + 1, 2 * PIECE + 7, src.len()];
+            for len in small.chain(pieces) {
                 area.fill(0xEE);
                 let at = page_start + distance;
                 let offset_in_page = (src.as_ptr() as usize) % PAGE;

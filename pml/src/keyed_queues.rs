@@ -32,20 +32,18 @@ const COMPACT_MIN_DEAD: usize = 32;
 /// keys, empty queues are dropped so that a run over many distinct tags stays bounded.
 const KEEP_EMPTY_KEYS: usize = 64;
 
-/// One key's queue: its front entry kept inline, so that the common queue of one entry costs
-/// no allocation and a lookup touches no second cache line.
+/// One key's queue. Its memory stays with it while it is empty (see `KEEP_EMPTY_KEYS`), so
+/// a queue that fills and empties every message allocates only the first time.
 struct Queue<E> {
-    head: Option<E>,
-    rest: VecDeque<E>,
-    /// Dead references behind the front (always 0 for entries stored in the queue).
+    entries: VecDeque<E>,
+    /// Dead references among `entries` (always 0 for entries stored in the queue).
     dead: usize,
 }
 
 impl<E> Default for Queue<E> {
     fn default() -> Self {
         Queue {
-            head: None,
-            rest: VecDeque::new(),
+            entries: VecDeque::new(),
             dead: 0,
         }
     }
@@ -54,44 +52,27 @@ impl<E> Default for Queue<E> {
 impl<E> Queue<E> {
     #[inline]
     fn len(&self) -> usize {
-        usize::from(self.head.is_some()) + self.rest.len()
+        self.entries.len()
     }
 
     #[inline]
     fn push(&mut self, entry: E) {
-        if self.head.is_none() {
-            self.head = Some(entry);
-        } else {
-            self.rest.push_back(entry);
-        }
+        self.entries.push_back(entry);
     }
 
     #[inline]
     fn take_head(&mut self) -> Option<E> {
-        let head = self.head.take();
-        self.head = self.rest.pop_front();
-        head
+        self.entries.pop_front()
     }
 
     fn retain(&mut self, keep: impl Fn(&E) -> bool) {
-        let all: Vec<E> = self
-            .head
-            .take()
-            .into_iter()
-            .chain(self.rest.drain(..))
-            .collect();
-        for e in all.into_iter().filter(|e| keep(e)) {
-            self.push(e);
-        }
+        self.entries.retain(keep);
     }
 
     /// Removes the first entry `pick` chooses, wherever it stands.
     fn take_where(&mut self, pick: impl Fn(&E) -> bool) -> Option<E> {
-        if self.head.as_ref().is_some_and(&pick) {
-            return self.take_head();
-        }
-        let at = self.rest.iter().position(pick)?;
-        self.rest.remove(at)
+        let at = self.entries.iter().position(pick)?;
+        self.entries.remove(at)
     }
 }
 
@@ -162,9 +143,9 @@ impl<K: Hash + Eq + Copy, E> KeyedQueues<K, E> {
     pub fn front(&mut self, key: K, is_live: impl Fn(&E) -> bool) -> Option<&E> {
         let at = self.find(key)?;
         let queue = &mut self.queues[at];
-        while let Some(head) = &queue.head {
+        while let Some(head) = queue.entries.front() {
             if is_live(head) {
-                return self.queues[at].head.as_ref();
+                return self.queues[at].entries.front();
             }
             queue.take_head();
             queue.dead -= 1;
@@ -227,7 +208,7 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K, EntryRef> {
             return;
         };
         let queue = &mut self.queues[at];
-        if queue.head == Some(entry) {
+        if queue.entries.front() == Some(&entry) {
             queue.take_head();
             self.stored -= 1;
             self.drop_if_empty(key, at);

@@ -108,12 +108,26 @@ impl<P, U> Matcher<P, U> {
         if self.posted == 0 {
             return None;
         }
-        let matched = self.match_posted(envelope)?;
+        let Envelope {
+            context: c,
+            source: s,
+            tag: t,
+        } = envelope;
+        let matched = if self.posted_by_source.is_empty()
+            && self.posted_by_tag.is_empty()
+            && self.posted_any.is_empty()
+        {
+            // No wildcard receive anywhere: the exact queue's front is the match.
+            self.posted_exact.pop_front((c, s, t), stored)
+        } else {
+            self.match_posted(envelope)
+        }?;
         self.posted -= 1;
         Some(matched.item)
     }
 
-    #[inline]
+    /// The earliest posted receive that accepts the message, among the fronts of the queues
+    /// of each class, when a wildcard receive is posted.
     fn match_posted(&mut self, envelope: Envelope) -> Option<Posted<P>> {
         let Envelope {
             context: c,
@@ -125,7 +139,6 @@ impl<P, U> Matcher<P, U> {
         let by_tag = !self.posted_by_tag.is_empty();
         let any = user && !self.posted_any.is_empty();
         if !(by_source || by_tag || any) {
-            // No wildcard receive anywhere: the exact queue's front is the match.
             return self.posted_exact.pop_front((c, s, t), stored);
         }
         let order = |p: Option<&Posted<P>>| p.map(|p| p.order);

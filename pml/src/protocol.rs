@@ -23,7 +23,7 @@ use crate::matching::{Matcher, PostedId};
 use crate::requests::{Handle, Requests};
 use crate::sequence::{Arrival, Sequencer};
 use crate::wire::{
-    Frame, RemoteKey, WireEnvelope, DATA_HEADER_LEN, MATCH_HEADER_LEN, MAX_HEADER_LEN,
+    self, Frame, RemoteKey, WireEnvelope, DATA_HEADER_LEN, MATCH_HEADER_LEN, MAX_HEADER_LEN,
 };
 use claim::Claim;
 pub use claim::{ClaimEnd, Started};
@@ -490,11 +490,23 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
             self.deliver_pending(recv, envelope, pending)?;
             return Ok(recv);
         }
+        Ok(self.post_unmatched(context, source, tag, buf))
+    }
+
+    /// Posts a receive that no waiting message matches (the caller looked).
+    #[inline]
+    fn post_unmatched(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: R,
+    ) -> Handle {
         let matcher = &mut self.matcher;
-        Ok(self.requests.insert_with(|recv| Request::Recv {
+        self.requests.insert_with(|recv| Request::Recv {
             buf,
             state: RecvState::Posted(matcher.post(context, source, tag, recv)),
-        }))
+        })
     }
 
     /// Looks for a message the selectors accept without taking it.
@@ -601,9 +613,25 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         }
     }
 
+    /// Copies a matched eager message into its receive, which is done then.
+    #[inline(always)]
+    fn deliver_eager(
+        &mut self,
+        recv: Handle,
+        envelope: Envelope,
+        peer: Rank,
+        payload: &[u8],
+        sync_request: Option<u64>,
+    ) {
+        let Ok(Request::Recv { buf, state }) = self.requests.get_mut(recv) else {
+            unreachable!("a matched receive handle is live until delivered");
+        };
+        *state = RecvState::Done(copy_eager(buf.as_mut(), envelope, payload));
+        self.eager_consumed(peer, payload.len(), sync_request);
+    }
+
     /// Hands a matched message to its receive: copies an eager payload, or starts pulling a
     /// rendezvous one.
-    #[inline]
     fn deliver(
         &mut self,
         recv: Handle,
@@ -611,74 +639,68 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         peer: Rank,
         incoming: Incoming<'_>,
     ) -> Result<(), PmlError> {
-        // Only a rendezvous offer needs to know how the peer's data is reached.
-        let remote_read = match incoming {
-            Incoming::Eager { .. } => false,
-            Incoming::Rts { .. } => self.peer(peer)?.1.remote_read,
-        };
-        let Ok(Request::Recv { buf, state }) = self.requests.get_mut(recv) else {
-            unreachable!("a matched receive handle is live until delivered");
-        };
-        let buf = buf.as_mut();
-        let capacity = buf.len();
-        match incoming {
+        let (len, send_request, remote) = match incoming {
             Incoming::Eager {
                 payload,
                 sync_request,
             } => {
-                *state = RecvState::Done(copy_eager(buf, envelope, payload));
-                self.eager_consumed(peer, payload.len(), sync_request);
+                self.deliver_eager(recv, envelope, peer, payload, sync_request);
+                return Ok(());
             }
             Incoming::Rts {
                 len,
                 send_request,
                 remote,
-            } => {
-                let status = Status {
-                    source: envelope.source,
-                    tag: envelope.tag,
-                    len,
+            } => (len, send_request, remote),
+        };
+        let remote_read = self.peer(peer)?.1.remote_read;
+        let Ok(Request::Recv { buf, state }) = self.requests.get_mut(recv) else {
+            unreachable!("a matched receive handle is live until delivered");
+        };
+        let capacity = buf.as_mut().len();
+        let status = Status {
+            source: envelope.source,
+            tag: envelope.tag,
+            len,
+        };
+        let deliver = len.min(capacity);
+        if remote_read {
+            if deliver == 0 {
+                *state = RecvState::Done(receive_result(status, capacity));
+                self.push_control(peer, Control::Fin(send_request));
+            } else {
+                *state = RecvState::Reading {
+                    status,
+                    deliver,
+                    peer,
+                    send_request,
                 };
-                let deliver = len.min(capacity);
-                if remote_read {
-                    if deliver == 0 {
-                        *state = RecvState::Done(receive_result(status, capacity));
-                        self.push_control(peer, Control::Fin(send_request));
-                    } else {
-                        *state = RecvState::Reading {
-                            status,
-                            deliver,
-                            peer,
-                            send_request,
-                        };
-                        self.actions.push_back(Action::Read {
-                            recv,
-                            peer,
-                            remote,
-                            len: deliver,
-                        });
-                    }
-                } else {
-                    *state = if deliver == 0 {
-                        RecvState::Done(receive_result(status, capacity))
-                    } else {
-                        RecvState::Pulling {
-                            status,
-                            deliver,
-                            received: 0,
-                            peer,
-                        }
-                    };
-                    self.push_control(
-                        peer,
-                        Control::Get {
-                            send_request,
-                            recv_request: recv.to_wire(),
-                            len: deliver as u64,
-                        },
-                    );
-                }
+                self.actions.push_back(Action::Read {
+                    recv,
+                    peer,
+                    remote,
+                    len: deliver,
+                });
             }
+        } else {
+            *state = if deliver == 0 {
+                RecvState::Done(receive_result(status, capacity))
+            } else {
+                RecvState::Pulling {
+                    status,
+                    deliver,
+                    received: 0,
+                    peer,
+                }
+            };
+            self.push_control(
+                peer,
+                Control::Get {
+                    send_request,
+                    recv_request: recv.to_wire(),
+                    len: deliver as u64,
+                },
+            );
         }
         Ok(())
     }
@@ -708,6 +730,35 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     /// Feeds one whole frame that arrived from `peer`.
     pub fn on_frame(&mut self, peer: Rank, bytes: &[u8]) -> Result<(), PmlError> {
         self.peer(peer)?;
+        // The common frame, an eager message in order, takes a path of its own, kept small
+        // so that what it carries stays in registers; every other frame goes out of line.
+        if let Some((envelope, payload)) = wire::plain_match(bytes) {
+            let (c, seq) = (envelope.context, envelope.seq);
+            if self.sequencer.arrive_in_order(c, peer, seq) {
+                self.on_eager(peer, envelope, None, payload)?;
+                if self.sequencer.holds_any() {
+                    return self.release_held(peer, c);
+                }
+                return Ok(());
+            }
+        }
+        self.on_other_frame(peer, bytes)
+    }
+
+    /// Hands on the frames held for arriving early whose turn has come.
+    #[inline]
+    fn release_held(&mut self, peer: Rank, context: ContextId) -> Result<(), PmlError> {
+        while let Some(held) = self.sequencer.release_next(context, peer) {
+            let frame = Frame::decode(&held).map_err(|error| PmlError::Wire { peer, error })?;
+            self.on_matching_frame(peer, frame)?;
+        }
+        Ok(())
+    }
+
+    /// Every frame but an eager message in order: rendezvous offers, early or invalid
+    /// sequence numbers, and the control frames.
+    #[inline(never)]
+    fn on_other_frame(&mut self, peer: Rank, bytes: &[u8]) -> Result<(), PmlError> {
         let frame = Frame::decode(bytes).map_err(|error| PmlError::Wire { peer, error })?;
         match frame {
             Frame::Match { envelope, .. } | Frame::Rts { envelope, .. } => {
@@ -715,12 +766,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                 match self.sequencer.arrive(c, s, seq) {
                     Arrival::InOrder => {
                         self.on_matching_frame(peer, frame)?;
-                        while let Some(held) = self.sequencer.release_next(c, s) {
-                            let frame = Frame::decode(&held)
-                                .map_err(|error| PmlError::Wire { peer, error })?;
-                            self.on_matching_frame(peer, frame)?;
-                        }
-                        Ok(())
+                        self.release_held(peer, c)
                     }
                     Arrival::Early => {
                         self.sequencer.hold(c, s, seq, bytes.to_vec());
@@ -773,20 +819,42 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         }
     }
 
+    /// An eager message whose turn it is: to the earliest posted receive that accepts it,
+    /// else to the claim, else to the unexpected queue.
     #[inline]
+    fn on_eager(
+        &mut self,
+        peer: Rank,
+        envelope: WireEnvelope,
+        sync_request: Option<u64>,
+        payload: &[u8],
+    ) -> Result<(), PmlError> {
+        let envelope = Envelope {
+            context: envelope.context,
+            source: envelope.source,
+            tag: envelope.tag,
+        };
+        if let Some(recv) = self.matcher.match_arrival(envelope) {
+            self.deliver_eager(recv, envelope, peer, payload, sync_request);
+            return Ok(());
+        }
+        self.unmatched(
+            envelope,
+            peer,
+            Incoming::Eager {
+                payload,
+                sync_request,
+            },
+        )
+    }
+
     fn on_matching_frame(&mut self, peer: Rank, frame: Frame<'_>) -> Result<(), PmlError> {
         let (envelope, incoming) = match frame {
             Frame::Match {
                 envelope,
                 sync_request,
                 payload,
-            } => (
-                envelope,
-                Incoming::Eager {
-                    payload,
-                    sync_request,
-                },
-            ),
+            } => return self.on_eager(peer, envelope, sync_request, payload),
             Frame::Rts {
                 envelope,
                 send_request,
@@ -818,6 +886,17 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         if let Some(recv) = self.matcher.match_arrival(envelope) {
             return self.deliver(recv, envelope, peer, incoming);
         }
+        self.unmatched(envelope, peer, incoming)
+    }
+
+    /// A message no posted receive accepted: to the claim if it accepts it, else to the
+    /// unexpected queue.
+    fn unmatched(
+        &mut self,
+        envelope: Envelope,
+        peer: Rank,
+        incoming: Incoming<'_>,
+    ) -> Result<(), PmlError> {
         // Every posted receive came before the claim's, so it may have the message only now.
         if self.claim.as_ref().is_some_and(|c| c.accepts(envelope)) {
             return self.deliver_to_claim(envelope, peer, incoming);

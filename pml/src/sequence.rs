@@ -106,6 +106,18 @@ impl<F> Sequencer<F> {
         }
     }
 
+    /// Accepts `seq` if it is the stream's expected number; otherwise changes nothing, and
+    /// [`arrive`](Self::arrive) says where it stands.
+    #[inline]
+    pub fn arrive_in_order(&mut self, context: ContextId, source: Rank, seq: u32) -> bool {
+        let expected = self.expected.of((context, source));
+        let in_order = *expected == seq;
+        if in_order {
+            *expected = expected.wrapping_add(1);
+        }
+        in_order
+    }
+
     /// Keeps an early arrival until its predecessors are through.
     pub fn hold(&mut self, context: ContextId, source: Rank, seq: u32, frame: F) {
         self.held.insert(((context, source), seq), frame);
@@ -122,6 +134,12 @@ impl<F> Sequencer<F> {
         let frame = self.held.remove(&((context, source), *expected))?;
         *expected = expected.wrapping_add(1);
         Some(frame)
+    }
+
+    /// Whether any stream has an early arrival held.
+    #[inline]
+    pub fn holds_any(&self) -> bool {
+        !self.held.is_empty()
     }
 
     pub fn held_len(&self) -> usize {

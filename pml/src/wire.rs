@@ -157,16 +157,22 @@ impl fmt::Display for WireError {
 
 impl std::error::Error for WireError {}
 
+// Inlined: with the frame's length checked before, each read is one load.
+#[inline(always)]
 fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    let mut le = [0u8; 4];
+    le.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(le)
 }
 
+#[inline(always)]
 fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut le = [0u8; 8];
     le.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(le)
 }
 
+#[inline(always)]
 fn envelope_at(b: &[u8]) -> WireEnvelope {
     WireEnvelope {
         context: u32_at(b, 4),
@@ -231,9 +237,28 @@ pub fn decode_data_header(b: &[u8]) -> Result<(u64, u64), WireError> {
     }
 }
 
+/// The envelope and payload of `b` if it is a well-formed MATCH frame of an asynchronous
+/// send, the common frame, else `None` (and [`Frame::decode`] says what it is). Every check
+/// `decode` makes of such a frame, made at once: first word, reserved word, no request.
+#[inline(always)]
+pub fn plain_match(b: &[u8]) -> Option<(WireEnvelope, &[u8])> {
+    (b.len() >= MATCH_HEADER_LEN
+        && u32_at(b, 0) == u32::from_le_bytes([VERSION, KIND_MATCH, 0, 0])
+        && u32_at(b, 20) == 0
+        && u64_at(b, 24) == 0)
+        .then(|| (envelope_at(b), &b[MATCH_HEADER_LEN..]))
+}
+
 impl<'a> Frame<'a> {
     /// Decodes one whole frame (the transport delimits frames).
     pub fn decode(b: &'a [u8]) -> Result<Frame<'a>, WireError> {
+        if let Some((envelope, payload)) = plain_match(b) {
+            return Ok(Frame::Match {
+                envelope,
+                sync_request: None,
+                payload,
+            });
+        }
         if b.len() < 4 {
             return Err(WireError::Short {
                 len: b.len(),
@@ -479,6 +504,35 @@ mod tests {
             offset: 1 << 33,
             payload: &[1, 2, 3],
         });
+    }
+
+    #[test]
+    fn plain_match_takes_only_what_decode_reads_as_an_asynchronous_match() {
+        let mut hdr = [0u8; MAX_HEADER_LEN];
+        let plain = Frame::Match {
+            envelope: ENV,
+            sync_request: None,
+            payload: b"xy",
+        };
+        let n = plain.encode_header(&mut hdr);
+        let mut bytes = hdr[..n].to_vec();
+        bytes.extend_from_slice(b"xy");
+        assert_eq!(plain_match(&bytes), Some((ENV, &b"xy"[..])));
+        let sync = Frame::Match {
+            envelope: ENV,
+            sync_request: Some(3),
+            payload: b"",
+        };
+        let n = sync.encode_header(&mut hdr);
+        assert_eq!(plain_match(&hdr[..n]), None, "a synchronous MATCH");
+        assert_eq!(Frame::decode(&hdr[..n]), Ok(sync));
+        for broken_at in [0, 2, 3, 20, 27] {
+            let mut b = bytes.clone();
+            b[broken_at] ^= 0x40;
+            assert_eq!(plain_match(&b), None, "byte {broken_at} changed");
+            assert!(Frame::decode(&b).is_err(), "byte {broken_at} changed");
+        }
+        assert_eq!(plain_match(&bytes[..MATCH_HEADER_LEN - 1]), None);
     }
 
     #[test]

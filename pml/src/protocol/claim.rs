@@ -67,11 +67,18 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         tag: TagSel,
         buf: R,
     ) -> Result<Started<R>, PmlError> {
+        // Nothing waiting (the common case of a receive posted ahead of its message): no
+        // look, so no result carrying the buffer back and forth.
+        if self.matcher.unexpected_len() == 0 {
+            return Ok(Started::Posted(
+                self.post_unmatched(context, source, tag, buf),
+            ));
+        }
         match self.take_waiting(context, source, tag, buf)? {
             Ok(started) => Ok(started),
-            Err(buf) => self
-                .post_recv(context, source, tag, buf)
-                .map(Started::Posted),
+            Err(buf) => Ok(Started::Posted(
+                self.post_unmatched(context, source, tag, buf),
+            )),
         }
     }
 
