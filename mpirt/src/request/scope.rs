@@ -54,10 +54,14 @@ impl LocalScope<'_> {
 
 // SAFETY: the scope counts its unfinished requests, and its drop (which comes before `'a`
 // ends, as `scope` owns it) ends the process if any is left.
+// Inline: called twice per request, from the program's crate, where a call of a function
+// that is not generic is not inlined without these.
 unsafe impl<'a> Scope<'a> for &LocalScope<'a> {
+    #[inline]
     fn register(&self) {
         self.pending.set(self.pending.get() + 1);
     }
+    #[inline]
     unsafe fn unregister(&self) {
         let pending = self.pending.get().checked_sub(1);
         self.pending
