@@ -134,7 +134,7 @@ enum SendState {
     /// An RTS is out: the receiver will FIN after reading, or GET to have the data streamed.
     AwaitPull,
     Streaming,
-    Done(Result<(), PmlError>),
+    Done(Outcome<()>),
 }
 
 #[derive(Clone, Copy)]
@@ -158,8 +158,13 @@ enum RecvState {
         received: usize,
         peer: Rank,
     },
-    Done(Result<Status, PmlError>),
+    Done(Outcome<Status>),
 }
+
+/// How a request ended, as it waits to be collected: the error boxed, so that every
+/// request, which is moved in and out of its slab on every message, is not the size of the
+/// rare failure.
+type Outcome<T> = Result<T, Box<PmlError>>;
 
 enum Request<S, R> {
     Send {
@@ -559,7 +564,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         if self.matcher.cancel(id).is_none() {
             return Ok(false);
         }
-        self.set_recv_state(h, RecvState::Done(Err(PmlError::Cancelled)));
+        self.set_recv_state(h, RecvState::Done(Err(Box::new(PmlError::Cancelled))));
         Ok(true)
     }
 
@@ -626,7 +631,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         let Ok(Request::Recv { buf, state }) = self.requests.get_mut(recv) else {
             unreachable!("a matched receive handle is live until delivered");
         };
-        *state = RecvState::Done(copy_eager(buf.as_mut(), envelope, payload));
+        *state = RecvState::Done(copy_eager(buf.as_mut(), envelope, payload).map_err(Box::new));
         self.eager_consumed(peer, payload.len(), sync_request);
     }
 
@@ -666,7 +671,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         let deliver = len.min(capacity);
         if remote_read {
             if deliver == 0 {
-                *state = RecvState::Done(receive_result(status, capacity));
+                *state = RecvState::Done(receive_result(status, capacity).map_err(Box::new));
                 self.push_control(peer, Control::Fin(send_request));
             } else {
                 *state = RecvState::Reading {
@@ -684,7 +689,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
             }
         } else {
             *state = if deliver == 0 {
-                RecvState::Done(receive_result(status, capacity))
+                RecvState::Done(receive_result(status, capacity).map_err(Box::new))
             } else {
                 RecvState::Pulling {
                     status,
@@ -1090,7 +1095,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         };
         *received += len;
         if *received == deliver {
-            *state = RecvState::Done(receive_result(*status, capacity));
+            *state = RecvState::Done(receive_result(*status, capacity).map_err(Box::new));
         }
         Ok(())
     }
@@ -1285,8 +1290,8 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         };
         let capacity = buf.as_mut().len();
         *state = RecvState::Done(match failure {
-            None => receive_result(status, capacity),
-            Some(cause) => Err(PmlError::ReadFailed { peer, cause }),
+            None => receive_result(status, capacity).map_err(Box::new),
+            Some(cause) => Err(Box::new(PmlError::ReadFailed { peer, cause })),
         });
         self.push_control(peer, Control::Fin(send_request));
         Ok(())
@@ -1315,11 +1320,17 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                 buf,
                 state: SendState::Done(result),
                 ..
-            } => Completion::Send { buf, result },
+            } => Completion::Send {
+                buf,
+                result: result.map_err(|e| *e),
+            },
             Request::Recv {
                 buf,
                 state: RecvState::Done(result),
-            } => Completion::Recv { buf, result },
+            } => Completion::Recv {
+                buf,
+                result: result.map_err(|e| *e),
+            },
             _ => unreachable!("checked complete above"),
         };
         Ok(Some(completion))

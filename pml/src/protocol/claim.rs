@@ -154,7 +154,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     pub(super) fn unmatched_request(&mut self, buf: R) -> Handle {
         self.requests.insert(Request::Recv {
             buf,
-            state: RecvState::Done(Err(PmlError::Cancelled)),
+            state: RecvState::Done(Err(Box::new(PmlError::Cancelled))),
         })
     }
 
