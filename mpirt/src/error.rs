@@ -228,8 +228,13 @@ impl fmt::Display for Cause {
 }
 
 /// A failed operation: which rank, doing what, and why.
+// Boxed: every `Result<_, Error>` of the message path is moved through a few calls, and
+// would otherwise be the size of the rare error.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Error {
+pub struct Error(Box<Failure>);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Failure {
     rank: Option<Rank>,
     operation: String,
     cause: Cause,
@@ -237,40 +242,40 @@ pub struct Error {
 
 impl Error {
     pub(crate) fn new(operation: impl Into<String>, cause: Cause) -> Error {
-        Error {
+        Error(Box::new(Failure {
             rank: environment::world_rank(),
             operation: operation.into(),
             cause,
-        }
+        }))
     }
 
     /// This process's rank in the world, if it got far enough to have one.
     pub fn rank(&self) -> Option<Rank> {
-        self.rank
+        self.0.rank
     }
 
     /// What was being done, e.g. `receive from rank 0 (tag 7)`.
     pub fn operation(&self) -> &str {
-        &self.operation
+        &self.0.operation
     }
 
     pub fn cause(&self) -> &Cause {
-        &self.cause
+        &self.0.cause
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.rank {
-            Some(rank) => write!(f, "rank {rank}: {}: {}", self.operation, self.cause),
-            None => write!(f, "{}: {}", self.operation, self.cause),
+        match self.0.rank {
+            Some(rank) => write!(f, "rank {rank}: {}: {}", self.0.operation, self.0.cause),
+            None => write!(f, "{}: {}", self.0.operation, self.0.cause),
         }
     }
 }
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.cause {
+        match &self.0.cause {
             Cause::Messaging(e) => Some(e),
             _ => None,
         }
