@@ -128,14 +128,19 @@ impl<K: Hash + Eq + Copy, E> KeyedQueues<K, E> {
         self.stored += 1;
     }
 
-    #[inline]
+    #[inline(always)]
     fn drop_if_empty(&mut self, key: K, at: usize) {
         if self.index.len() > KEEP_EMPTY_KEYS && self.queues[at].len() == 0 {
-            self.index.remove(&key);
-            self.queues.remove(at);
-            if self.last.is_some_and(|(last, _)| last == key) {
-                self.last = None;
-            }
+            self.drop_queue(key, at);
+        }
+    }
+
+    #[inline(never)]
+    fn drop_queue(&mut self, key: K, at: usize) {
+        self.index.remove(&key);
+        self.queues.remove(at);
+        if self.last.is_some_and(|(last, _)| last == key) {
+            self.last = None;
         }
     }
 

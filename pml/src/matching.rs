@@ -127,7 +127,9 @@ impl<P, U> Matcher<P, U> {
     }
 
     /// The earliest posted receive that accepts the message, among the fronts of the queues
-    /// of each class, when a wildcard receive is posted.
+    /// of each class, when a wildcard receive is posted. Out of line, so that the common
+    /// case above stays small enough to inline where messages arrive.
+    #[inline(never)]
     fn match_posted(&mut self, envelope: Envelope) -> Option<Posted<P>> {
         let Envelope {
             context: c,
