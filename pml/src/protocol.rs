@@ -338,6 +338,7 @@ fn protocol(peer: Rank, what: impl Into<String>) -> PmlError {
 
 /// The largest payload a send goes eagerly with: the peer's eager limit (or the send's own,
 /// if lower), as far as one frame holds.
+#[inline]
 fn eager_max(caps: PeerCaps, send_limit: Option<usize>) -> usize {
     let limit = send_limit.map_or(caps.eager_limit, |l| l.min(caps.eager_limit));
     limit.min(caps.max_frame - MATCH_HEADER_LEN)

@@ -33,7 +33,7 @@ struct Numbers {
 }
 
 impl Numbers {
-    #[inline]
+    #[inline(always)]
     fn of(&mut self, stream: Stream) -> &mut u32 {
         let at = match self.last {
             Some((last, at)) if last == stream => at,

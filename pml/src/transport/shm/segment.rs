@@ -298,6 +298,7 @@ impl Segment {
         self.layout.ring_bytes
     }
 
+    #[inline]
     pub(crate) fn rank_ctl(&self, rank: usize) -> &RankCtl {
         assert!(
             rank < self.layout.local_size,
