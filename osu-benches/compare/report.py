@@ -229,6 +229,11 @@ TARGETS = [
 ]
 
 
+# The shared-memory targets whose work per message shm-callgrind.sh measures: the target's
+# benchmark -> the loop that shows its work.
+WORK_MEASURED = {"latency": "latency", "mbw_mr": "bw"}
+
+
 def figure(v):
     return f"{v:,.0f}" if v >= 1000 else f"{v:.3g}"
 
@@ -317,6 +322,48 @@ def ucx_part(ucx_out, folder):
     return lines + tables, made
 
 
+def work_part(callgrind_out, missed):
+    """The instructions each runtime spends per 8-byte message over shared memory
+    (shm-callgrind.sh -o CALLGRIND_OUTDIR), and what they say about the shared-memory latency
+    and rate targets in `missed`."""
+    lines = ["", "## Work per message (callgrind)", ""]
+    table = callgrind_out / "callgrind.csv"
+    if not table.exists():
+        failed = callgrind_out.parent / f"{callgrind_out.name}-failed"
+        why = failed.read_text().strip() if failed.exists() else "no profile was made"
+        return lines + ["Not measured:", "", "```", why, "```"]
+    n = {(b, r, int(k)): float(v) for b, r, k, v in
+         (row.split(",") for row in table.read_text().split()[1:])}
+    work = [
+        ("receiving one message of a window of 64 (`osu_bw`, rank 1)", "bw", 1),
+        ("sending one message of a window of 64 (`osu_bw`, rank 0)", "bw", 0),
+        ("one round trip of `osu_latency`, each rank", "latency", 0),
+    ]
+    lines += ["Instructions run once per 8-byte message (`compare/shm-callgrind.sh`: the same "
+              "OSU loops as above under callgrind; `tools/callgrind-busy.py` keeps the "
+              "instructions run a whole multiple of the message count, so that spinning, "
+              "start-up and per-window work drop out). Counts repeat under load, unlike "
+              "timings.", "",
+              "| work | mpirt | Open MPI | ratio |", "|---|---|---|---|"]
+    for what, bench, rank in work:
+        mine, other = n[(bench, "mpirt", rank)], n[(bench, "ompi", rank)]
+        lines.append(f"| {what} | {mine:,.0f} | {other:,.0f} | {mine / other:.2f} |")
+    for what, bench in missed:
+        # The message rate is bound by the busier side of the window; latency by both ranks.
+        ranks = [0, 1] if bench == "bw" else [0]
+        ratio = max(n[(bench, "mpirt", k)] / n[(bench, "ompi", k)] for k in ranks)
+        if ratio <= 1:
+            lines += ["", f"{what}: missed although mpirt runs no more instructions per "
+                      f"message than Open MPI (at most {ratio:.2f} of its count above), so the "
+                      "gap is in how long those instructions take here, not in how many there "
+                      "are: callgrind counts neither the cache lines each message moves "
+                      "between the two cores nor the waits on them."]
+        else:
+            lines += ["", f"{what}: missed, and mpirt runs {ratio:.2f} times Open MPI's "
+                      "instructions per message: the work per message is a gap of its own."]
+    return lines
+
+
 def size_name(size):
     for shift, suffix in ((20, "MiB"), (10, "KiB")):
         if size >= 1 << shift and size % (1 << shift) == 0:
@@ -324,7 +371,7 @@ def size_name(size):
     return f"{size} B"
 
 
-def markdown(file, commands, shm, tcp_out, ucx_out=None):
+def markdown(file, commands, shm, tcp_out, ucx_out=None, callgrind_out=None):
     tcp = tcp_out if (tcp_out / "results.csv").exists() else None
     folder = file.parent / "report"
     shutil.rmtree(folder, ignore_errors=True)
@@ -367,6 +414,7 @@ def markdown(file, commands, shm, tcp_out, ucx_out=None):
         "| target | mpirt | reference | ratio of medians | paired ratio | goal | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
+    missed = []
     for what, bench, size, ref, factor in TARGETS:
         ref_key = (ref, size, ref) if ref.startswith("memcpy") else (bench, size, ref)
         mine, other = m.get((bench, size, "mpirt")), m.get(ref_key)
@@ -377,9 +425,13 @@ def markdown(file, commands, shm, tcp_out, ucx_out=None):
             continue
         ratio = paired_ratio(runs, (bench, size, "mpirt"), ref_key)
         sign = "≥" if higher_is_better(bench.split()[-1]) else "≤"
+        judged = verdict(bench, ratio, factor)
+        if judged.startswith("**missed**") and bench in WORK_MEASURED:
+            missed.append((what, WORK_MEASURED[bench]))
+            judged += " (why: see Work per message)"
         lines.append(f"| {what} | {figure(mine)} {u} | {refname} {figure(other)} {u} | "
                      f"{mine / other:.2f} | {ratio:.2f} | {sign} {factor:g}× {refname} | "
-                     f"{verdict(bench, ratio, factor)} |")
+                     f"{judged} |")
     failed = tcp_out.parent / f"{tcp_out.name}-failed"
     if failed.exists():
         lines += ["", "TCP was not measured: the run between the test hosts (shared with other "
@@ -388,6 +440,8 @@ def markdown(file, commands, shm, tcp_out, ucx_out=None):
     elif not tcp:
         lines += ["", "TCP was not measured: it needs root and the test hosts "
                   "(`../shared/testhosts/ssh-hosts`)."]
+    if callgrind_out:
+        lines += work_part(callgrind_out, missed)
     limited = time_limits(shm)
     if limited:
         lines += ["", "Runs stopped at run.sh's time limit (their figures are missing below):",
@@ -427,6 +481,7 @@ def markdown(file, commands, shm, tcp_out, ucx_out=None):
 
 if sys.argv[1] == "--markdown":
     markdown(Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), Path(sys.argv[5]),
-             Path(sys.argv[6]) if len(sys.argv) > 6 else None)
+             Path(sys.argv[6]) if len(sys.argv) > 6 else None,
+             Path(sys.argv[7]) if len(sys.argv) > 7 else None)
 else:
     summary(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])

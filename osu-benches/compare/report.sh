@@ -5,7 +5,9 @@
 # with ../shared/testhosts/ssh-hosts. Open MPI and MPICH run both OSU's C method and mpirt's
 # benchmark source built on rsmpi (run.sh -s both). Then issue 6's part: ucx.sh, mpirt's UCX
 # PML against Open MPI's pml ucx on UCX_TLS=tcp and sm,self (a few minutes; where UCX,
-# ucx_perftest or Open MPI's pml ucx is missing, the report says so). Writes
+# ucx_perftest or Open MPI's pml ucx is missing, the report says so). And shm-callgrind.sh:
+# the instructions each runtime spends per 8-byte message, which say why a shared-memory
+# latency or rate target is missed (valgrind; without it, the report says so). Writes
 # osu-benches/REPORT.md, with the charts and every measurement (CSV) in osu-benches/report/.
 #   osu-benches/compare/report.sh [-r REPEATS]
 set -euo pipefail
@@ -31,6 +33,12 @@ eval "${commands[0]}"
 if [ ${#commands[@]} -gt 1 ] && ! eval "${commands[1]}" 2> >(tee "$out/tcp-errors" >&2); then
     tail -3 "$out/tcp-errors" > "$out/tcp-failed"
 fi
+# The work per message behind the shared-memory figures: instruction counts (valgrind).
+work="$c/shm-callgrind.sh -o $out/callgrind"
+commands+=("$work")
+if ! eval "$work" 2> >(tee "$out/callgrind-errors" >&2); then
+    tail -3 "$out/callgrind-errors" > "$out/callgrind-failed"
+fi
 # Likewise a UCX run that cannot run here (no UCX, no ucx_perftest, no pml ucx in Open MPI).
 ucx="$c/ucx.sh -r $repeats -o $out/ucx"
 commands+=("$ucx")
@@ -39,5 +47,5 @@ if ! eval "$ucx" 2> >(tee "$out/ucx-errors" >&2); then
 fi
 source "$c/python.sh"
 $python $c/report.py --markdown osu-benches/REPORT.md "$(printf '%s\n' "${commands[@]}")" \
-    "$out/shm" "$out/tcp" "$out/ucx"
+    "$out/shm" "$out/tcp" "$out/ucx" "$out/callgrind"
 echo "wrote osu-benches/REPORT.md"
