@@ -548,8 +548,23 @@ pub fn test_any<'a, D: ?Sized, S: Scope<'a>>(
 
 /// Waits for every request, in order, and returns their statuses (`MPI_Waitall`).
 pub fn wait_all<'a, D: ?Sized, S: Scope<'a>>(requests: &mut Vec<Request<'a, D, S>>) -> Vec<Status> {
-    // Each finished where it lies, then the emptied requests cleared: no request is moved.
-    let statuses = requests.iter_mut().map(|r| or_fatal(r.finish())).collect();
-    requests.clear();
+    // Each is finished where it lies and the emptied ones are taken out at the end, by the
+    // guard's drop: no request is moved, and a panic part-way (caught by the program) leaves
+    // the vector holding only the unfinished ones, which can be waited for again.
+    struct Finished<'v, T> {
+        requests: &'v mut Vec<T>,
+        count: usize,
+    }
+    impl<T> Drop for Finished<'_, T> {
+        fn drop(&mut self) {
+            self.requests.drain(..self.count);
+        }
+    }
+    let mut finished = Finished { requests, count: 0 };
+    let mut statuses = Vec::with_capacity(finished.requests.len());
+    while let Some(request) = finished.requests.get_mut(finished.count) {
+        statuses.push(or_fatal(request.finish()));
+        finished.count += 1;
+    }
     statuses
 }

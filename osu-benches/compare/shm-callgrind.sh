@@ -18,21 +18,9 @@ while getopts "o:" opt; do
         *) echo "usage: $0 [-o OUTDIR]" >&2; exit 2 ;;
     esac
 done
-if ! command -v valgrind >/dev/null; then
-    echo "$0: valgrind is missing (apt-get install -y valgrind)" >&2
-    exit 1
-fi
+source osu-benches/compare/callgrind-setup.sh
 cargo build --release -q -p launcher -p osu-benches
 bin=$PWD/target/release
-if [ -n "$keep" ]; then
-    mkdir -p "$keep"
-    out=$(cd "$keep" && pwd)
-else
-    out=$(mktemp -d)
-    trap 'rm -rf "$out"' EXIT
-fi
-mpicc.openmpi -O2 -Wno-stringop-overflow -o "$out/osu_p2p.ompi" osu-benches/compare/osu_p2p.c
-callgrind="valgrind --tool=callgrind --dump-instr=yes"
 # osu_p2p.c runs 100 timed windows after 10 warm-up ones, and 10,000 round trips after 100.
 windows=110
 round_trips=10100

@@ -19,21 +19,9 @@ while getopts "T:k:" opt; do
         *) echo "usage: $0 [-T \"TLS...\"] [-k DIR]" >&2; exit 2 ;;
     esac
 done
-if ! command -v valgrind >/dev/null; then
-    echo "$0: valgrind is missing (apt-get install -y valgrind)" >&2
-    exit 1
-fi
+source osu-benches/compare/callgrind-setup.sh
 CARGO_TARGET_DIR=target/ucx cargo build --release --workspace --features mpirt/ucx -q
 bin=$PWD/target/ucx/release
-if [ -n "$keep" ]; then
-    mkdir -p "$keep"
-    out=$(cd "$keep" && pwd)
-else
-    out=$(mktemp -d)
-    trap 'rm -rf "$out"' EXIT
-fi
-mpicc.openmpi -O2 -Wno-stringop-overflow -o "$out/osu_p2p.ompi" osu-benches/compare/osu_p2p.c
-callgrind="valgrind --tool=callgrind --dump-instr=yes"
 for tls in $tls_list; do
     export UCX_TLS=$tls
     key=${tls//,/_}

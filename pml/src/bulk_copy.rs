@@ -48,36 +48,39 @@ const SMALL: usize = 32;
 /// As for [`copy_nonoverlapping`], and `len <= SMALL`.
 #[inline(always)]
 unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY (every block below): the two accesses cover `[0, n)` and `[len - n, len)` with
-    // `n <= len`, inside both of the caller's ranges; unaligned accesses are allowed, and
-    // the ranges do not overlap, so both loads may come before both stores.
+    // SAFETY (each arm): the arm's width `n` satisfies `n <= len <= 2n` (`len <= SMALL` is
+    // 2 × 16), which `copy_halves` needs; the rest is the caller's contract.
     unsafe {
-        if len >= 16 {
-            let (a, b) = (
-                src.cast::<u128>().read_unaligned(),
-                src.add(len - 16).cast::<u128>().read_unaligned(),
-            );
-            dst.cast::<u128>().write_unaligned(a);
-            dst.add(len - 16).cast::<u128>().write_unaligned(b);
-        } else if len >= 8 {
-            let (a, b) = (
-                src.cast::<u64>().read_unaligned(),
-                src.add(len - 8).cast::<u64>().read_unaligned(),
-            );
-            dst.cast::<u64>().write_unaligned(a);
-            dst.add(len - 8).cast::<u64>().write_unaligned(b);
-        } else if len >= 4 {
-            let (a, b) = (
-                src.cast::<u32>().read_unaligned(),
-                src.add(len - 4).cast::<u32>().read_unaligned(),
-            );
-            dst.cast::<u32>().write_unaligned(a);
-            dst.add(len - 4).cast::<u32>().write_unaligned(b);
-        } else {
-            for i in 0..len {
-                *dst.add(i) = *src.add(i);
+        match len {
+            16.. => copy_halves::<u128>(src, dst, len),
+            8.. => copy_halves::<u64>(src, dst, len),
+            4.. => copy_halves::<u32>(src, dst, len),
+            _ => {
+                for i in 0..len {
+                    *dst.add(i) = *src.add(i);
+                }
             }
         }
+    }
+}
+
+/// Copies `len` bytes as the first and the last `W` of them (overlapping when `len < 2W`).
+///
+/// # Safety
+/// As for [`copy_nonoverlapping`], and `size_of::<W>() <= len <= 2 * size_of::<W>()`.
+#[inline(always)]
+unsafe fn copy_halves<W: Copy>(src: *const u8, dst: *mut u8, len: usize) {
+    let last = len - std::mem::size_of::<W>();
+    // SAFETY: the accesses cover `[0, W)` and `[last, len)`, inside both of the caller's
+    // ranges; unaligned accesses are allowed, and the ranges do not overlap, so both loads
+    // may come before both stores.
+    unsafe {
+        let (first, end) = (
+            src.cast::<W>().read_unaligned(),
+            src.add(last).cast::<W>().read_unaligned(),
+        );
+        dst.cast::<W>().write_unaligned(first);
+        dst.add(last).cast::<W>().write_unaligned(end);
     }
 }
 

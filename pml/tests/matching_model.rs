@@ -159,7 +159,7 @@ fn frame(m: &Msg) -> Vec<u8> {
             tag: m.tag,
             seq: m.seq,
         },
-        sync_request: (m.id % 3 == 0).then_some(u64::from(m.id) + 1),
+        sync_request: m.id.is_multiple_of(3).then_some(u64::from(m.id) + 1),
         payload: &payload,
     };
     let mut h = [0u8; MAX_HEADER_LEN];
