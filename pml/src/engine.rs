@@ -153,7 +153,11 @@ pub struct Counters {
 /// A waiting rank busy-polls for a while (a message about to arrive is caught at once), then
 /// yields its core for a while (ranks that outnumber cores let their peers run), then sleeps
 /// until a peer's frame wakes it. Rounds are counted first so the clock is read rarely; while
-/// spinning, only every so many rounds read it (a read costs as much as a round).
+/// spinning, only every so many rounds read it (a read costs as much as a round). Rounds follow
+/// each other at once, as in Open MPI's progress loop: a `pause` instruction between them
+/// (about 12 ns here) delayed seeing a message that had landed, and the 8-byte shared-memory
+/// latency went from 0.23-0.24 us with it to 0.21-0.22 without (alternated osu_latency runs).
+/// The spin is short (`MPIRT_SPIN_US`) and only for ranks with a CPU each.
 const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
 const YIELD_FOR: Duration = Duration::from_millis(1);
 const SLEEP: Duration = Duration::from_millis(2);
@@ -928,14 +932,14 @@ impl Engine {
                 if idle_rounds < SPIN_ROUNDS_BEFORE_CLOCK
                     || (spinning && !idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_CLOCK))
                 {
-                    std::hint::spin_loop();
                     continue;
                 }
                 let idle = idle_since.get_or_insert_with(Instant::now).elapsed();
                 spinning = idle < self.spin;
-                if idle < self.spin {
-                    std::hint::spin_loop();
-                } else if idle < self.spin + YIELD_FOR {
+                if spinning {
+                    continue;
+                }
+                if idle < self.spin + YIELD_FOR {
                     std::thread::yield_now();
                 } else if self.sleep(idle).map_err(|e| self.stop(e))? {
                     // The sleep's own progress moved something: `done` may hold now.
