@@ -96,18 +96,22 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
             self.claim.is_none() && self.claim_end.is_none(),
             "a claim was left behind: take_claim must follow every claim_recv"
         );
-        match self.take_waiting(context, source, tag, buf)? {
-            Ok(started) => Ok(started),
-            Err(buf) => {
-                self.claim = Some(Claim {
-                    context,
-                    source,
-                    tag,
-                    buf,
-                });
-                Ok(Started::Claimed)
+        // As in `start_recv`: with nothing waiting, no look.
+        let buf = if self.matcher.unexpected_len() == 0 {
+            buf
+        } else {
+            match self.take_waiting(context, source, tag, buf)? {
+                Ok(started) => return Ok(started),
+                Err(buf) => buf,
             }
-        }
+        };
+        self.claim = Some(Claim {
+            context,
+            source,
+            tag,
+            buf,
+        });
+        Ok(Started::Claimed)
     }
 
     /// Whether the claim has a message (an outcome to take).
