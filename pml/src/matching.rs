@@ -5,8 +5,9 @@
 //! receive in one class queue accepts every message that reaches that queue, so the earliest
 //! posted receive that accepts a message is the oldest of at most four queue fronts, compared by
 //! posting order. A receive sits in one queue only, so it is stored there and taken out there:
-//! while no wildcard receive is posted, matching a message is one pop from its exact queue. Unexpected messages are reachable the same four ways (exact, by source, by
-//! tag, all), so a receive finds the earliest-arrived message it accepts at one queue front.
+//! while no wildcard receive is posted, matching a message is one pop from its exact queue.
+//! Unexpected messages are reachable the same four ways (exact, by source, by tag, all), so a
+//! receive finds the earliest-arrived message it accepts at one queue front.
 //! Neither side's cost grows with unrelated queued entries. The three wildcard ways are built
 //! only once a wildcard receive or probe first looks (from the queued messages, in arrival
 //! order) and kept from then on, so a program that never uses wildcards indexes each
