@@ -49,33 +49,6 @@ impl<E> Default for Queue<E> {
     }
 }
 
-impl<E> Queue<E> {
-    #[inline]
-    fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    #[inline]
-    fn push(&mut self, entry: E) {
-        self.entries.push_back(entry);
-    }
-
-    #[inline]
-    fn take_head(&mut self) -> Option<E> {
-        self.entries.pop_front()
-    }
-
-    fn retain(&mut self, keep: impl Fn(&E) -> bool) {
-        self.entries.retain(keep);
-    }
-
-    /// Removes the first entry `pick` chooses, wherever it stands.
-    fn take_where(&mut self, pick: impl Fn(&E) -> bool) -> Option<E> {
-        let at = self.entries.iter().position(pick)?;
-        self.entries.remove(at)
-    }
-}
-
 /// Queues of entries `E` keyed by `K`: by default references to entries stored elsewhere.
 pub struct KeyedQueues<K, E = EntryRef> {
     /// Where each key's queue lives in `queues`.
@@ -124,13 +97,13 @@ impl<K: Hash + Eq + Copy, E> KeyedQueues<K, E> {
                 at
             }
         };
-        self.queues[at].push(entry);
+        self.queues[at].entries.push_back(entry);
         self.stored += 1;
     }
 
     #[inline(always)]
     fn drop_if_empty(&mut self, key: K, at: usize) {
-        if self.index.len() > KEEP_EMPTY_KEYS && self.queues[at].len() == 0 {
+        if self.index.len() > KEEP_EMPTY_KEYS && self.queues[at].entries.is_empty() {
             self.drop_queue(key, at);
         }
     }
@@ -152,7 +125,7 @@ impl<K: Hash + Eq + Copy, E> KeyedQueues<K, E> {
             if is_live(head) {
                 return self.queues[at].entries.front();
             }
-            queue.take_head();
+            queue.entries.pop_front();
             queue.dead -= 1;
             self.stored -= 1;
         }
@@ -167,7 +140,7 @@ impl<K: Hash + Eq + Copy, E> KeyedQueues<K, E> {
         let at = self.find(key)?;
         let queue = &mut self.queues[at];
         let mut found = None;
-        while let Some(head) = queue.take_head() {
+        while let Some(head) = queue.entries.pop_front() {
             self.stored -= 1;
             if is_live(&head) {
                 found = Some(head);
@@ -191,7 +164,8 @@ impl<K: Hash + Eq + Copy, E> KeyedQueues<K, E> {
     /// operation may pay.
     pub fn take_where(&mut self, key: K, pick: impl Fn(&E) -> bool) -> Option<E> {
         let at = self.find(key)?;
-        let taken = self.queues[at].take_where(pick)?;
+        let entries = &mut self.queues[at].entries;
+        let taken = entries.remove(entries.iter().position(pick)?)?;
         self.stored -= 1;
         self.drop_if_empty(key, at);
         Some(taken)
@@ -199,7 +173,7 @@ impl<K: Hash + Eq + Copy, E> KeyedQueues<K, E> {
 
     #[cfg(test)]
     fn stored_refs(&self) -> usize {
-        self.queues.iter().map(|(_, q)| q.len()).sum()
+        self.queues.iter().map(|(_, q)| q.entries.len()).sum()
     }
 }
 
@@ -214,17 +188,17 @@ impl<K: Hash + Eq + Copy> KeyedQueues<K, EntryRef> {
         };
         let queue = &mut self.queues[at];
         if queue.entries.front() == Some(&entry) {
-            queue.take_head();
+            queue.entries.pop_front();
             self.stored -= 1;
             self.drop_if_empty(key, at);
             return;
         }
         queue.dead += 1;
-        if queue.dead >= COMPACT_MIN_DEAD && queue.dead * 2 > queue.len() {
-            let before = queue.len();
-            queue.retain(is_live);
+        if queue.dead >= COMPACT_MIN_DEAD && queue.dead * 2 > queue.entries.len() {
+            let before = queue.entries.len();
+            queue.entries.retain(is_live);
             queue.dead = 0;
-            self.stored -= before - queue.len();
+            self.stored -= before - queue.entries.len();
         }
         self.drop_if_empty(key, at);
     }

@@ -6,9 +6,12 @@
 use std::collections::HashMap;
 
 use pml::protocol::{Completion, Core, CoreConfig, MessageHandle, PeerCaps};
-use pml::wire::{Frame, WireEnvelope, MAX_HEADER_LEN};
+use pml::wire::{Frame, WireEnvelope};
 use pml::{ContextId, Handle, Rank, SourceSel, Status, Tag, TagSel};
 use proptest::prelude::*;
+
+mod frames_common;
+use frames_common::frame_bytes;
 
 const PEERS: u32 = 3;
 const CONTEXTS: u32 = 2;
@@ -162,11 +165,7 @@ fn frame(m: &Msg) -> Vec<u8> {
         sync_request: m.id.is_multiple_of(3).then_some(u64::from(m.id) + 1),
         payload: &payload,
     };
-    let mut h = [0u8; MAX_HEADER_LEN];
-    let n = f.encode_header(&mut h);
-    let mut v = h[..n].to_vec();
-    v.extend_from_slice(&payload);
-    v
+    frame_bytes(&f)
 }
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {

@@ -9,6 +9,9 @@ use pml::protocol::{
 use pml::wire::{Frame, RemoteKey, WireEnvelope, MAX_HEADER_LEN};
 use pml::{Handle, PmlError, SourceSel, Status, TagSel};
 
+mod frames_common;
+use frames_common::frame_bytes;
+
 type TestCore = Core<Vec<u8>, Vec<u8>>;
 
 const EAGER: usize = 1024;
@@ -611,11 +614,7 @@ fn match_frame(seq: u32, tag: i32, payload: &[u8]) -> Vec<u8> {
         sync_request: None,
         payload,
     };
-    let mut h = [0u8; MAX_HEADER_LEN];
-    let n = f.encode_header(&mut h);
-    let mut v = h[..n].to_vec();
-    v.extend_from_slice(payload);
-    v
+    frame_bytes(&f)
 }
 
 #[test]

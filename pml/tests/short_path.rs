@@ -2,7 +2,10 @@
 //! frame is sequenced in, and the bytes and lengths an eager copy delivers.
 
 use pml::protocol::{Completion, Core, CoreConfig, PeerCaps};
-use pml::wire::{Frame, WireEnvelope, MAX_HEADER_LEN};
+use pml::wire::{Frame, WireEnvelope};
+
+mod frames_common;
+use frames_common::frame_bytes;
 use pml::{PmlError, SourceSel, TagSel};
 
 fn caps() -> PeerCaps {
@@ -24,11 +27,7 @@ fn frame(context: u32, source: u32, tag: i32, seq: u32, sync: Option<u64>, p: &[
         sync_request: sync,
         payload: p,
     };
-    let mut h = [0u8; MAX_HEADER_LEN];
-    let n = f.encode_header(&mut h);
-    let mut v = h[..n].to_vec();
-    v.extend_from_slice(p);
-    v
+    frame_bytes(&f)
 }
 
 /// In a sub-communicator the envelope's source (a communicator rank) is not the transport

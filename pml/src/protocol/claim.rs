@@ -67,13 +67,6 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         tag: TagSel,
         buf: R,
     ) -> Result<Started<R>, PmlError> {
-        // Nothing waiting (the common case of a receive posted ahead of its message): no
-        // look, so no result carrying the buffer back and forth.
-        if self.matcher.unexpected_len() == 0 {
-            return Ok(Started::Posted(
-                self.post_unmatched(context, source, tag, buf),
-            ));
-        }
         match self.take_waiting(context, source, tag, buf)? {
             Ok(started) => Ok(started),
             Err(buf) => Ok(Started::Posted(
@@ -96,14 +89,9 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
             self.claim.is_none() && self.claim_end.is_none(),
             "a claim was left behind: take_claim must follow every claim_recv"
         );
-        // As in `start_recv`: with nothing waiting, no look.
-        let buf = if self.matcher.unexpected_len() == 0 {
-            buf
-        } else {
-            match self.take_waiting(context, source, tag, buf)? {
-                Ok(started) => return Ok(started),
-                Err(buf) => buf,
-            }
+        let buf = match self.take_waiting(context, source, tag, buf)? {
+            Ok(started) => return Ok(started),
+            Err(buf) => buf,
         };
         self.claim = Some(Claim {
             context,
@@ -129,7 +117,24 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
 
     /// Takes a waiting message the selectors accept: an eager one is copied into `buf` and
     /// done; a rendezvous offer becomes a request. `Err(buf)` when none is waiting.
+    // Inline, with the look out of line: in the common case of a receive posted ahead of its
+    // message nothing is queued, and the buffer then never travels through a call's result.
+    #[inline]
     fn take_waiting(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: R,
+    ) -> Result<Result<Started<R>, R>, PmlError> {
+        if self.matcher.unexpected_len() == 0 {
+            return Ok(Err(buf));
+        }
+        self.take_queued(context, source, tag, buf)
+    }
+
+    #[inline(never)]
+    fn take_queued(
         &mut self,
         context: ContextId,
         source: SourceSel,
