@@ -38,6 +38,11 @@ const POLL_BATCH: usize = 64;
 const MIN_RING_BYTES: usize = 4096;
 const MAX_RING_BYTES: usize = 1 << 30;
 
+/// Rings are made resident when the job starts while all of a host's rings together take at
+/// most this much (up to 11 local ranks with the engine's 512 KiB rings); with more, only the
+/// pages a ring has reached take memory, and its first lap pays the page faults.
+const RESIDENT_RINGS_MAX: usize = 64 << 20;
+
 fn valid_ring_bytes(bytes: usize) -> bool {
     bytes.is_power_of_two() && (MIN_RING_BYTES..=MAX_RING_BYTES).contains(&bytes)
 }
@@ -49,7 +54,8 @@ static CMA_PROBE: u64 = u64::from_le_bytes(*b"cmaprobe");
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ShmConfig {
     /// Data bytes of each per-pair ring, a power of two from 4 KiB to 1 GiB. The segment holds
-    /// `local_size × (local_size − 1)` rings, but only the pages a ring has used take memory.
+    /// `local_size × (local_size − 1)` rings; past `RESIDENT_RINGS_MAX` in all, only the pages
+    /// a ring has used take memory.
     /// Frames much smaller than this (a quarter or less) keep sender and receiver overlapped.
     pub ring_bytes: usize,
 }
@@ -111,13 +117,18 @@ impl ShmTransport {
         let n = seg.local_size();
         let size = seg.ring_bytes();
         let peers = || (0..n).filter(move |&r| r != local_rank);
+        let resident = n * (n - 1) * size <= RESIDENT_RINGS_MAX;
         let tx = peers()
             .map(|to| {
                 let (ctl, data) = seg.ring(local_rank, to);
                 // SAFETY: the segment maps this ring for as long as the transport (which owns
                 // both) lives; ring memory was zeroed by ftruncate; and ring (me → to) is only
                 // ever produced by local rank `me`, which the segment's claim made unique.
-                unsafe { Producer::new(ctl, data, size) }
+                let producer = unsafe { Producer::new(ctl, data, size) };
+                if resident {
+                    producer.make_resident();
+                }
+                producer
             })
             .collect();
         let rx = peers()

@@ -10,7 +10,9 @@
 //! data (page aligned)    n(n-1) × ring_bytes    (ring data, sender-major)
 //! ```
 //!
-//! Pages are touched lazily, so rings that carry no traffic cost no memory.
+//! Creating the file allocates nothing: each rank makes its outgoing rings resident when it
+//! opens the segment, unless the rings are too many (see `ShmTransport::open`), in which case
+//! they take memory page by page as traffic reaches them.
 
 use std::ffi::CString;
 use std::io;
@@ -22,7 +24,7 @@ use super::mapping::SharedMapping;
 use super::ring::RingCtl;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"mpirtshm");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const PAGE: usize = 4096;
 const RANK_CTL: usize = 128;
 
