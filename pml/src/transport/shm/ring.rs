@@ -53,7 +53,7 @@ pub(crate) const fn max_frame(size: usize) -> usize {
 }
 
 const fn record_len(len: usize) -> usize {
-    (HEADER + len).next_multiple_of(SLOT)
+    (HEADER + len + SLOT - 1) & !(SLOT - 1)
 }
 
 /// The memory of one ring; shared by its producer and consumer halves.
@@ -221,7 +221,7 @@ impl Consumer {
     fn stamp_at(&self, position: u64) -> Option<u64> {
         let offset = (position as usize) & (self.raw.size - 1);
         let word = self.raw.word(offset).load(Ordering::Acquire);
-        (word & STAMPED != 0 && word & ODD_LAP == self.raw.lap_parity(position)).then_some(word)
+        (word & (STAMPED | ODD_LAP) == STAMPED | self.raw.lap_parity(position)).then_some(word)
     }
 
     /// Whether `drain` has anything to do: a frame, or a wrap marker to step over (which a
@@ -290,8 +290,11 @@ impl Consumer {
     /// the consumer could read as a stamp one lap on (see the module comment).
     #[inline]
     fn clear_slot_starts(&self, from: usize, to: usize) {
-        for slot in (from..to).step_by(SLOT) {
+        // A plain loop: `step_by` ran 30 instructions a record.
+        let mut slot = from;
+        while slot < to {
             self.raw.word(slot).store(0, Ordering::Relaxed);
+            slot += SLOT;
         }
     }
 }
