@@ -416,7 +416,7 @@ fn receive_slot(
         // The engine's own blocking receive cannot step mpirt's immediate collectives.
         // SAFETY: the slot's buffer outlives this call, which returns once the receive is done.
         return match unsafe { start_receive(comm, source, tag, &mut slot) }? {
-            Started::Done { result, .. } => slot.finish(result?),
+            Started::Done { result, .. } => slot.finish(result.map_err(|e| Cause::from(*e))?),
             Started::Posted(handle) => finish_receive(handle, slot),
             Started::Claimed => unreachable!("only the engine's blocking receive claims"),
         };

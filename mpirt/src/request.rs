@@ -180,7 +180,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
         let outcome = match started {
             Started::Done { result, .. } => match result {
                 Ok(status) => Outcome::Received(status),
-                Err(e) => Outcome::Failed(Box::new(e)),
+                Err(e) => Outcome::Failed(e),
             },
             Started::Posted(handle) => Outcome::Engine(handle),
             Started::Claimed => unreachable!("only blocking receives claim"),

@@ -764,7 +764,7 @@ impl Engine {
             .core
             .claim_recv(context, source, tag, RecvBuf { ptr: buf, len })?;
         let h = match started {
-            Started::Done { result, .. } => return result,
+            Started::Done { result, .. } => return result.map_err(|e| *e),
             Started::Posted(h) => h,
             Started::Claimed => {
                 let claim = ClaimGuard(self);
@@ -772,7 +772,7 @@ impl Engine {
                 let end = claim.0.core.take_claim();
                 drop(claim);
                 match end.expect("the wait returns once the claim ended") {
-                    ClaimEnd::Done { result, .. } => return result,
+                    ClaimEnd::Done { result, .. } => return result.map_err(|e| *e),
                     ClaimEnd::Request(h) => h,
                 }
             }

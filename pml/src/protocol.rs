@@ -164,7 +164,7 @@ enum RecvState {
 /// How a request ended, as it waits to be collected: the error boxed, so that every
 /// request, which is moved in and out of its slab on every message, is not the size of the
 /// rare failure.
-type Outcome<T> = Result<T, Box<PmlError>>;
+pub type Outcome<T> = Result<T, Box<PmlError>>;
 
 enum Request<S, R> {
     Send {

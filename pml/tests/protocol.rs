@@ -202,7 +202,7 @@ impl Pair {
     fn claim_result(&mut self, at: usize) -> (Vec<u8>, Result<Status, PmlError>) {
         assert!(self.cores[at].claim_ended(), "the claim is still waiting");
         match self.cores[at].take_claim() {
-            Some(ClaimEnd::Done { buf, result }) => (buf, result),
+            Some(ClaimEnd::Done { buf, result }) => (buf, result.map_err(|e| *e)),
             other => panic!("the claim did not end with a copy: {other:?}"),
         }
     }
@@ -803,7 +803,7 @@ fn a_receive_that_finds_its_eager_message_waiting_is_done_at_once() {
     };
     assert_eq!(buf, pattern(40, 4)[..8]);
     assert!(matches!(
-        result,
+        result.map_err(|e| *e),
         Err(PmlError::Truncated {
             message_len: 40,
             buffer_len: 8,

@@ -10,7 +10,7 @@
 //! any posted receive does. A rendezvous offer, which needs a request to read the data into,
 //! turns the claim into an ordinary request at the moment it matches.
 
-use super::{copy_eager, Core, Incoming, Pending, RecvState, Request};
+use super::{copy_eager, Core, Incoming, Outcome, Pending, RecvState, Request};
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, TagSel};
 use crate::error::PmlError;
 use crate::requests::Handle;
@@ -21,7 +21,9 @@ pub enum Started<R> {
     /// Its message was waiting: it is finished, with its buffer handed back.
     Done {
         buf: R,
-        result: Result<Status, PmlError>,
+        /// Boxed: the enum is moved through every receive call, and the rare error made it
+        /// 72 bytes.
+        result: Outcome<Status>,
     },
     /// It is a request, to be waited on or tested.
     Posted(Handle),
@@ -35,7 +37,9 @@ pub enum ClaimEnd<R> {
     /// An eager message was copied into its buffer, handed back.
     Done {
         buf: R,
-        result: Result<Status, PmlError>,
+        /// Boxed: the enum is moved through every receive call, and the rare error made it
+        /// 72 bytes.
+        result: Outcome<Status>,
     },
     /// A rendezvous offer matched: the receive goes on as this request.
     Request(Handle),
@@ -150,7 +154,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
             sync_request,
         } = &pending
         {
-            let result = copy_eager(buf.as_mut(), envelope, payload.as_slice());
+            let result = copy_eager(buf.as_mut(), envelope, payload.as_slice()).map_err(Box::new);
             self.eager_consumed(*peer, payload.as_slice().len(), *sync_request);
             return Ok(Ok(Started::Done { buf, result }));
         }
@@ -180,7 +184,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                 payload,
                 sync_request,
             } => {
-                let result = copy_eager(buf.as_mut(), envelope, payload);
+                let result = copy_eager(buf.as_mut(), envelope, payload).map_err(Box::new);
                 self.eager_consumed(peer, payload.len(), sync_request);
                 ClaimEnd::Done { buf, result }
             }

@@ -440,7 +440,7 @@ impl UcxPml {
         let (outcome, info) = unsafe { request::take(request) };
         Ok(Started::Done {
             buf: RecvBuf::new(buf, len),
-            result: received(outcome, info, len),
+            result: received(outcome, info, len).map_err(Box::new),
         })
     }
 
