@@ -348,3 +348,43 @@ fn check_rank(local_rank: usize, local_size: usize) -> io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PAGE: usize = 4096;
+
+    /// How many of the pages of the `len` bytes at `addr` (page aligned) are in memory.
+    fn resident_pages(addr: *mut u8, len: usize) -> usize {
+        let mut pages = vec![0u8; len.div_ceil(PAGE)];
+        // SAFETY: `addr..addr + len` lies in a live mapping (a ring of the caller's segment),
+        // and `pages` holds the one byte per page that mincore writes.
+        let rc = unsafe { libc::mincore(addr.cast(), len, pages.as_mut_ptr()) };
+        assert_eq!(rc, 0, "mincore: {}", io::Error::last_os_error());
+        pages.iter().filter(|&&p| p & 1 != 0).count()
+    }
+
+    #[test]
+    fn outgoing_rings_are_resident_only_while_a_hosts_rings_are_few() {
+        // 6 rings of 64 KiB, then 72 of 1 MiB (past the 64 MiB the host's rings may take).
+        for (local_size, ring_bytes) in [(3, 64 << 10), (9, 1 << 20)] {
+            let name = format!("mpirt-unit-{}-resident-{local_size}", std::process::id());
+            let t = ShmTransport::create(&name, 0, local_size, &ShmConfig { ring_bytes });
+            unlink_segment(&name).unwrap();
+            let t = t.unwrap();
+            let expected = if local_size * (local_size - 1) * ring_bytes <= RESIDENT_RINGS_MAX {
+                ring_bytes / PAGE
+            } else {
+                0
+            };
+            for peer in 1..local_size {
+                let (_, outgoing) = t.seg.ring(0, peer);
+                assert_eq!(resident_pages(outgoing, ring_bytes), expected, "to {peer}");
+                // The peer makes its own outgoing rings resident; it never attached.
+                let (_, incoming) = t.seg.ring(peer, 0);
+                assert_eq!(resident_pages(incoming, ring_bytes), 0, "from {peer}");
+            }
+        }
+    }
+}
