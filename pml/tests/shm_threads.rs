@@ -1,5 +1,6 @@
 //! The shm transport within one process: both ends mapped twice, driven from two threads.
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use pml::transport::shm::{ShmConfig, ShmTransport};
@@ -177,4 +178,98 @@ fn sleeping_senders_and_receivers_are_always_woken() {
             }
         }
     });
+}
+
+/// A drain that only steps over a wrap marker hands out no frame but frees the room a blocked
+/// sender waits for: the sender, asleep, must be woken then, not at its timeout.
+#[test]
+fn stepping_over_a_wrap_marker_wakes_a_blocked_sender() {
+    let name = Name::new("wrapwake");
+    let cfg = ShmConfig { ring_bytes: 4096 };
+    let mut a = ShmTransport::create(&name.0, 0, 2, &cfg).unwrap();
+    let mut b = ShmTransport::attach(&name.0, 1, 2).unwrap();
+    // The consumer's position at 1008, inside the lap.
+    assert!(a.try_send(1, &[&[1u8; 1000]]).unwrap());
+    assert_eq!(b.poll(|_, _| {}), 1);
+    // A largest frame fits only from the lap's start: its wrap marker is written, the record
+    // is refused until the consumer has passed the marker.
+    let max = vec![7u8; a.max_frame()];
+    assert!(!a.try_send(1, &[&max]).unwrap());
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            assert_eq!(b.poll(|_, _| panic!("no frame yet")), 0);
+        });
+        let start = Instant::now();
+        a.wait(Duration::from_secs(3));
+        let waited = start.elapsed();
+        assert!(
+            waited < Duration::from_secs(1),
+            "the blocked sender slept {waited:?}, though the consumer made room at 200 ms"
+        );
+    });
+    assert!(a.try_send(1, &[&max]).unwrap());
+}
+
+// A host whose /dev/shm cannot hold every ring: making the rings resident at start must not
+// kill the ranks (a page that tmpfs cannot back is SIGBUS when touched). The test runs itself
+// again in a private mount namespace with a 16 MiB /dev/shm, which needs root (`unshare -m`).
+
+const INNER: &str = "MPIRT_TEST_INSIDE_SMALL_DEV_SHM";
+const TEST: &str = "rings_larger_than_dev_shm_do_not_kill_the_ranks";
+
+#[test]
+fn rings_larger_than_dev_shm_do_not_kill_the_ranks() {
+    if std::env::var_os(INNER).is_some() {
+        eight_ranks_with_56_mib_of_rings();
+        return;
+    }
+    let unshare_works = Command::new("unshare")
+        .args(["-m", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !unshare_works {
+        eprintln!("skipped: `unshare -m` is not available or not permitted here (needs root)");
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let status = Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            "mount -t tmpfs -o size=16m tmpfs /dev/shm && exec \"$0\" --exact \"$1\" --nocapture",
+        ])
+        .arg(exe)
+        .arg(TEST)
+        .env(INNER, "1")
+        .status()
+        .unwrap();
+    assert!(status.success(), "under a 16 MiB /dev/shm: {status}");
+}
+
+/// 8 local ranks with 1 MiB rings: 56 MiB of rings, under the size made resident at start
+/// but past what this /dev/shm holds.
+fn eight_ranks_with_56_mib_of_rings() {
+    let name = Name::new("small-dev-shm");
+    let cfg = ShmConfig {
+        ring_bytes: 1 << 20,
+    };
+    let mut first = ShmTransport::create(&name.0, 0, 8, &cfg).unwrap();
+    let mut others: Vec<_> = (1..8)
+        .map(|r| ShmTransport::attach(&name.0, r, 8).unwrap())
+        .collect();
+    // The rings still carry frames where pages could be had.
+    assert!(first.try_send(7, &[b"small"]).unwrap());
+    let mut got = Vec::new();
+    while got.is_empty() {
+        others[6].poll(|from, f| got.push((from, f.to_vec())));
+    }
+    assert_eq!(got, vec![(0, b"small".to_vec())]);
+    assert!(others[6].try_send(0, &[b"back"]).unwrap());
+    let mut back = Vec::new();
+    while back.is_empty() {
+        first.poll(|from, f| back.push((from, f.to_vec())));
+    }
+    assert_eq!(back, vec![(7, b"back".to_vec())]);
 }

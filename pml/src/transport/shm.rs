@@ -38,11 +38,6 @@ const POLL_BATCH: usize = 64;
 const MIN_RING_BYTES: usize = 4096;
 const MAX_RING_BYTES: usize = 1 << 30;
 
-/// Rings are made resident when the job starts while all of a host's rings together take at
-/// most this much (up to 11 local ranks with the engine's 512 KiB rings); with more, only the
-/// pages a ring has reached take memory, and its first lap pays the page faults.
-const RESIDENT_RINGS_MAX: usize = 64 << 20;
-
 fn valid_ring_bytes(bytes: usize) -> bool {
     bytes.is_power_of_two() && (MIN_RING_BYTES..=MAX_RING_BYTES).contains(&bytes)
 }
@@ -54,8 +49,8 @@ static CMA_PROBE: u64 = u64::from_le_bytes(*b"cmaprobe");
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ShmConfig {
     /// Data bytes of each per-pair ring, a power of two from 4 KiB to 1 GiB. The segment holds
-    /// `local_size × (local_size − 1)` rings; past `RESIDENT_RINGS_MAX` in all, only the pages
-    /// a ring has used take memory.
+    /// `local_size × (local_size − 1)` rings; past 64 MiB in all (or what /dev/shm has free),
+    /// only the pages a ring has used take memory.
     /// Frames much smaller than this (a quarter or less) keep sender and receiver overlapped.
     pub ring_bytes: usize,
 }
@@ -117,7 +112,7 @@ impl ShmTransport {
         let n = seg.local_size();
         let size = seg.ring_bytes();
         let peers = || (0..n).filter(move |&r| r != local_rank);
-        let resident = n * (n - 1) * size <= RESIDENT_RINGS_MAX;
+        let resident = seg.rings_resident();
         let tx = peers()
             .map(|to| {
                 let (ctl, data) = seg.ring(local_rank, to);
@@ -126,6 +121,7 @@ impl ShmTransport {
                 // ever produced by local rank `me`, which the segment's claim made unique.
                 let producer = unsafe { Producer::new(ctl, data, size) };
                 if resident {
+                    // Where it cannot, the ring works as it would past the limit.
                     producer.make_resident();
                 }
                 producer
@@ -220,8 +216,12 @@ impl ShmTransport {
                 slot -= peers;
             }
             let from = slot + usize::from(slot >= self.local_rank);
+            let before = self.rx[slot].position();
             let got = self.rx[slot].drain(POLL_BATCH - total, |frame| f(from, frame));
-            if got > 0 {
+            // Room was made whenever the position moved, also by stepping over a wrap marker
+            // alone (no frame), which is what a sender blocked on a record too long for the
+            // lap's end waits for.
+            if self.rx[slot].position() != before {
                 // Pairs with the fence in `wait`: a sender that found this ring full (and said
                 // so before sleeping) either sees the room we just made, or we see it blocked
                 // and asleep and wake it.
@@ -373,11 +373,13 @@ mod tests {
             let t = ShmTransport::create(&name, 0, local_size, &ShmConfig { ring_bytes });
             unlink_segment(&name).unwrap();
             let t = t.unwrap();
-            let expected = if local_size * (local_size - 1) * ring_bytes <= RESIDENT_RINGS_MAX {
+            // The first fits the 64 MiB limit (and this host's /dev/shm), the second not.
+            let expected = if local_size == 3 {
                 ring_bytes / PAGE
             } else {
                 0
             };
+            assert_eq!(t.seg.rings_resident(), expected > 0);
             for peer in 1..local_size {
                 let (_, outgoing) = t.seg.ring(0, peer);
                 assert_eq!(resident_pages(outgoing, ring_bytes), expected, "to {peer}");

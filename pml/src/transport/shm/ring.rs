@@ -29,7 +29,6 @@ use crate::bulk_copy;
 /// line, cost the message rate 8% for 0.01 us of latency).
 const SLOT: usize = 16;
 const HEADER: usize = 8;
-const PAGE: usize = 4096;
 /// Stamp bits: the lap's parity, the wrap marker, one always set (so that no stamp is zero),
 /// then the frame's length.
 const ODD_LAP: u64 = 1;
@@ -116,11 +115,21 @@ impl Producer {
 
     /// Backs the whole ring with memory now, so that the first lap's frames do not each stop
     /// for a page fault that allocates and zeroes their page (about 1 us a page here; the
-    /// first lap of 8-byte messages ran at half their later rate). Call before the first
-    /// write: it stores zero, which every word of an unused ring already holds.
-    pub(crate) fn make_resident(&self) {
-        for page in (0..self.raw.size).step_by(PAGE) {
-            self.raw.word(page).store(0, Ordering::Relaxed);
+    /// first lap of 8-byte messages ran at half their later rate). Returns whether it could:
+    /// where /dev/shm has no room left for the ring the kernel says so (touching the pages
+    /// instead would kill the process with SIGBUS), and kernels before 5.14 cannot do it; the
+    /// pages are then taken as traffic reaches them.
+    pub(crate) fn make_resident(&self) -> bool {
+        // SAFETY: the range is this ring's memory, mapped for as long as the producer lives
+        // (contract of `new`; a segment's rings are also page aligned, and an unaligned start
+        // only makes the call fail); populating allocates zeroed pages where there are none
+        // and changes no byte a reader can see.
+        unsafe {
+            libc::madvise(
+                self.raw.data.cast(),
+                self.raw.size,
+                libc::MADV_POPULATE_WRITE,
+            ) == 0
         }
     }
 
@@ -142,7 +151,8 @@ impl Producer {
     }
 
     /// Writes the concatenation of `parts` (`len` bytes in all, at most `max_frame(size)`) as
-    /// one record. Returns false, having written nothing visible, when the ring is too full.
+    /// one record. Returns false when the ring is too full, having written at most a wrap
+    /// marker (the record did not fit at the lap's end, nor yet at its start).
     pub(crate) fn try_write(&mut self, parts: &[&[u8]], len: usize) -> bool {
         let written = self.write(parts, len);
         if written == self.blocked {
@@ -209,6 +219,11 @@ impl Consumer {
             raw: Raw { ctl, data, size },
             tail: 0,
         }
+    }
+
+    /// How far the consumer has read: moves with every record drained, wrap markers too.
+    pub(crate) fn position(&self) -> u64 {
+        self.tail
     }
 
     /// Whether the producer's last write found the ring full.

@@ -10,9 +10,9 @@
 //! data (page aligned)    n(n-1) × ring_bytes    (ring data, sender-major)
 //! ```
 //!
-//! Creating the file allocates nothing: each rank makes its outgoing rings resident when it
-//! opens the segment, unless the rings are too many (see `ShmTransport::open`), in which case
-//! they take memory page by page as traffic reaches them.
+//! Creating the file allocates nothing. While all the rings take at most `RESIDENT_RINGS_MAX`
+//! and /dev/shm has room for them, each rank makes its outgoing rings resident when it opens
+//! the segment; otherwise they take memory page by page as traffic reaches them.
 
 use std::ffi::CString;
 use std::io;
@@ -28,6 +28,12 @@ const VERSION: u32 = 2;
 const PAGE: usize = 4096;
 const RANK_CTL: usize = 128;
 
+/// Rings are made resident when the job starts while all of a host's rings together take at
+/// most this much (up to 11 local ranks with the engine's 512 KiB rings) and /dev/shm has room
+/// for all of them: where it has not, the pages taken at start would leave none for the rings
+/// that traffic reaches later, and a page tmpfs cannot back is SIGBUS when touched.
+const RESIDENT_RINGS_MAX: usize = 64 << 20;
+
 /// Every field is atomic so that an attacher can read the header while it is being written
 /// without undefined behaviour; `magic` is stored last, with Release, by the creator.
 #[repr(C)]
@@ -38,6 +44,9 @@ struct Header {
     ring_bytes: AtomicU64,
     total_bytes: AtomicU64,
     attached: AtomicU32,
+    /// Non-zero when every rank makes its outgoing rings resident as it opens the segment
+    /// (decided once, by the creator, so that all ranks agree).
+    rings_resident: AtomicU32,
 }
 
 /// Per-rank wait state and identity, one per 128 bytes (see `RingCtl` for why 128).
@@ -106,6 +115,17 @@ fn shm_path(name: &str) -> io::Result<CString> {
 }
 
 /// Removes the segment's name, e.g. when a job failed before every rank attached.
+/// Bytes still free on the file system of `fd` (/dev/shm), if it says.
+fn free_bytes(fd: &Fd) -> Option<usize> {
+    // SAFETY: `statvfs` is plain old data, so all-zero is a valid value to overwrite.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is open and `st` is a writable statvfs buffer.
+    if unsafe { libc::fstatvfs(fd.0, &mut st) } != 0 {
+        return None;
+    }
+    usize::try_from(st.f_bavail.saturating_mul(st.f_frsize)).ok()
+}
+
 pub fn unlink_segment(name: &str) -> io::Result<()> {
     let path = shm_path(name)?;
     // SAFETY: `path` is a valid NUL-terminated string that outlives the call.
@@ -195,9 +215,13 @@ impl Segment {
         };
         // A fresh tmpfs file reads as zeros, which is the initial state of every ring and
         // control block; only the header needs values.
+        let rings = layout.total - layout.data;
+        let resident = rings <= RESIDENT_RINGS_MAX && free_bytes(&fd).is_some_and(|f| f >= rings);
         let segment = Segment { map, layout };
         segment.claim(local_rank)?;
         let h = segment.map.header();
+        h.rings_resident
+            .store(u32::from(resident), Ordering::Relaxed);
         h.version.store(VERSION, Ordering::Relaxed);
         h.local_size.store(local_size as u32, Ordering::Relaxed);
         h.ring_bytes.store(ring_bytes as u64, Ordering::Relaxed);
@@ -294,6 +318,11 @@ impl Segment {
 
     pub(crate) fn local_size(&self) -> usize {
         self.layout.local_size
+    }
+
+    /// Whether each rank makes its outgoing rings resident as it opens the segment.
+    pub(crate) fn rings_resident(&self) -> bool {
+        self.map.header().rings_resident.load(Ordering::Relaxed) != 0
     }
 
     pub(crate) fn ring_bytes(&self) -> usize {
