@@ -438,6 +438,41 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 300,
+            ..Default::default()
+        })]
+
+        /// The ring against a queue: frames of every length up to the largest, made of stamp
+        /// look-alikes, written while there is room and read in batches of every size, come
+        /// out whole and in order, and nothing else does.
+        #[test]
+        fn ring_delivers_like_a_queue(
+            size_log in 6u32..11,
+            ops in proptest::collection::vec((0usize..2048, 0usize..4), 1..400),
+        ) {
+            let size = 1usize << size_log;
+            let mut ring = HeapRing::new(size);
+            let (mut p, mut c) = ring.halves();
+            let mut queued = std::collections::VecDeque::new();
+            for (at, (len_seed, batch)) in ops.into_iter().enumerate() {
+                // A quarter of the frames are the largest, which wrap at almost any offset.
+                let len = if len_seed % 4 == 0 { max_frame(size) } else { len_seed % size.min(200) };
+                let frame: Vec<u8> = (0..len).map(|i| stamp_lookalike(at + i / 8)[i % 8]).collect();
+                if p.try_write(&[&frame], len) {
+                    queued.push_back(frame);
+                    continue;
+                }
+                let max = if batch == 0 { usize::MAX } else { batch };
+                c.drain(max, |f| assert_eq!(Some(f.to_vec()), queued.pop_front()));
+            }
+            c.drain(usize::MAX, |f| assert_eq!(Some(f.to_vec()), queued.pop_front()));
+            proptest::prop_assert!(queued.is_empty(), "{} frames never came out", queued.len());
+            proptest::prop_assert!(!c.has_record() && !c.has_frame());
+        }
+    }
+
     #[test]
     #[should_panic(expected = "corrupt shm ring record: length")]
     fn a_length_past_the_ring_is_refused() {
