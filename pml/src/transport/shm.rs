@@ -121,7 +121,6 @@ impl ShmTransport {
                 // ever produced by local rank `me`, which the segment's claim made unique.
                 let producer = unsafe { Producer::new(ctl, data, size) };
                 if resident {
-                    // Where it cannot, the ring works as it would past the limit.
                     producer.make_resident();
                 }
                 producer

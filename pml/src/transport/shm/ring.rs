@@ -115,11 +115,10 @@ impl Producer {
 
     /// Backs the whole ring with memory now, so that the first lap's frames do not each stop
     /// for a page fault that allocates and zeroes their page (about 1 us a page here; the
-    /// first lap of 8-byte messages ran at half their later rate). Returns whether it could:
-    /// where /dev/shm has no room left for the ring the kernel says so (touching the pages
-    /// instead would kill the process with SIGBUS), and kernels before 5.14 cannot do it; the
-    /// pages are then taken as traffic reaches them.
-    pub(crate) fn make_resident(&self) -> bool {
+    /// first lap of 8-byte messages ran at half their later rate). Where the kernel cannot
+    /// (before 5.14, or no room left in /dev/shm, which it reports where touching the pages
+    /// would be SIGBUS), the call fails and the pages are taken as traffic reaches them.
+    pub(crate) fn make_resident(&self) {
         // SAFETY: the range is this ring's memory, mapped for as long as the producer lives
         // (contract of `new`; a segment's rings are also page aligned, and an unaligned start
         // only makes the call fail); populating allocates zeroed pages where there are none
@@ -129,7 +128,7 @@ impl Producer {
                 self.raw.data.cast(),
                 self.raw.size,
                 libc::MADV_POPULATE_WRITE,
-            ) == 0
+            );
         }
     }
 

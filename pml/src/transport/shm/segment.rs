@@ -114,7 +114,6 @@ fn shm_path(name: &str) -> io::Result<CString> {
     Ok(CString::new(format!("/{name}")).expect("NUL rejected above"))
 }
 
-/// Removes the segment's name, e.g. when a job failed before every rank attached.
 /// Bytes still free on the file system of `fd` (/dev/shm), if it says.
 fn free_bytes(fd: &Fd) -> Option<usize> {
     // SAFETY: `statvfs` is plain old data, so all-zero is a valid value to overwrite.
@@ -126,6 +125,7 @@ fn free_bytes(fd: &Fd) -> Option<usize> {
     usize::try_from(st.f_bavail.saturating_mul(st.f_frsize)).ok()
 }
 
+/// Removes the segment's name, e.g. when a job failed before every rank attached.
 pub fn unlink_segment(name: &str) -> io::Result<()> {
     let path = shm_path(name)?;
     // SAFETY: `path` is a valid NUL-terminated string that outlives the call.
