@@ -23,7 +23,7 @@ use crate::matching::{Matcher, PostedId};
 use crate::requests::{Handle, Requests};
 use crate::sequence::{Arrival, Sequencer};
 use crate::wire::{
-    self, Frame, RemoteKey, WireEnvelope, DATA_HEADER_LEN, MATCH_HEADER_LEN, MAX_HEADER_LEN,
+    self, Frame, RemoteKey, WireEnvelope, DATA_HEADER_LEN, MAX_HEADER_LEN, SYNC_MATCH_HEADER_LEN,
 };
 use claim::Claim;
 pub use claim::{ClaimEnd, Started};
@@ -341,7 +341,7 @@ fn protocol(peer: Rank, what: impl Into<String>) -> PmlError {
 #[inline]
 fn eager_max(caps: PeerCaps, send_limit: Option<usize>) -> usize {
     let limit = send_limit.map_or(caps.eager_limit, |l| l.min(caps.eager_limit));
-    limit.min(caps.max_frame - MATCH_HEADER_LEN)
+    limit.min(caps.max_frame - SYNC_MATCH_HEADER_LEN)
 }
 
 /// Eager when the message fits the eager limit and the peer still has budget for it.

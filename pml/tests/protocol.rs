@@ -257,8 +257,10 @@ fn eager_limit_is_capped_by_the_frame_size() {
         remote_read: true,
     };
     let mut p = Pair::with_caps(c, CoreConfig::default());
-    p.send(0, 1, pattern(256 - 32, 0), SendMode::Standard);
-    p.send(0, 1, pattern(256 - 31, 0), SendMode::Standard);
+    // Room for the larger MATCH header, a synchronous send's.
+    let largest_eager = 256 - pml::wire::SYNC_MATCH_HEADER_LEN;
+    p.send(0, 1, pattern(largest_eager, 0), SendMode::Standard);
+    p.send(0, 1, pattern(largest_eager + 1, 0), SendMode::Standard);
     p.run();
     assert_eq!(p.kinds(), ["MATCH", "RTS"]);
 }

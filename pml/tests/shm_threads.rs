@@ -30,7 +30,7 @@ fn attach_validates_and_the_last_attacher_unlinks() {
     assert!(name.exists());
     let c = ShmTransport::attach(&name.0, 2, 3).unwrap();
     assert!(!name.exists());
-    assert_eq!(a.max_frame(), 8192 - 8);
+    assert_eq!(a.max_frame(), 8192 - 4);
     assert_eq!((b.local_rank(), c.local_size()), (1, 3));
     assert!(ShmTransport::attach("mpirt-test-does-not-exist", 1, 2).is_err());
     assert!(ShmTransport::create("bad/name", 0, 2, &cfg).is_err());

@@ -24,7 +24,7 @@ use super::mapping::SharedMapping;
 use super::ring::RingCtl;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"mpirtshm");
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 const PAGE: usize = 4096;
 const RANK_CTL: usize = 128;
 
