@@ -103,7 +103,8 @@ unsafe fn copy_large(src: *const u8, dst: *mut u8, len: usize) {
 }
 
 /// Copies `src` into `dst`, which must be as long.
-#[inline]
+// Inline: called for every received message, whose copy is a few instructions.
+#[inline(always)]
 pub(crate) fn copy_from_slice(dst: &mut [u8], src: &[u8]) {
     assert_eq!(
         dst.len(),

@@ -351,7 +351,10 @@ fn eager_now(p: &Peer, caps: PeerCaps, len: usize, send_limit: Option<usize>) ->
 
 /// Copies a matched eager payload into a receive buffer, as much as fits: a longer message
 /// completes the receive as truncated.
-fn copy_eager(buf: &mut [u8], envelope: Envelope, payload: &[u8]) -> Result<Status, PmlError> {
+// Inline: it runs once a received message, and a call's result, the size of an error,
+// comes back through memory.
+#[inline(always)]
+fn copy_eager(buf: &mut [u8], envelope: Envelope, payload: &[u8]) -> Outcome<Status> {
     let capacity = buf.len();
     let n = payload.len().min(capacity);
     bulk_copy::copy_from_slice(&mut buf[..n], &payload[..n]);
@@ -363,16 +366,22 @@ fn copy_eager(buf: &mut [u8], envelope: Envelope, payload: &[u8]) -> Result<Stat
     receive_result(status, capacity)
 }
 
-fn receive_result(status: Status, capacity: usize) -> Result<Status, PmlError> {
+#[inline(always)]
+fn receive_result(status: Status, capacity: usize) -> Outcome<Status> {
     if status.len > capacity {
-        Err(PmlError::Truncated {
-            message_len: status.len,
-            buffer_len: capacity,
-            status,
-        })
+        Err(truncated(status, capacity))
     } else {
         Ok(status)
     }
+}
+
+#[cold]
+fn truncated(status: Status, capacity: usize) -> Box<PmlError> {
+    Box::new(PmlError::Truncated {
+        message_len: status.len,
+        buffer_len: capacity,
+        status,
+    })
 }
 
 impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
@@ -632,7 +641,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         let Ok(Request::Recv { buf, state }) = self.requests.get_mut(recv) else {
             unreachable!("a matched receive handle is live until delivered");
         };
-        *state = RecvState::Done(copy_eager(buf.as_mut(), envelope, payload).map_err(Box::new));
+        *state = RecvState::Done(copy_eager(buf.as_mut(), envelope, payload));
         self.eager_consumed(peer, payload.len(), sync_request);
     }
 
@@ -672,7 +681,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         let deliver = len.min(capacity);
         if remote_read {
             if deliver == 0 {
-                *state = RecvState::Done(receive_result(status, capacity).map_err(Box::new));
+                *state = RecvState::Done(receive_result(status, capacity));
                 self.push_control(peer, Control::Fin(send_request));
             } else {
                 *state = RecvState::Reading {
@@ -690,7 +699,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
             }
         } else {
             *state = if deliver == 0 {
-                RecvState::Done(receive_result(status, capacity).map_err(Box::new))
+                RecvState::Done(receive_result(status, capacity))
             } else {
                 RecvState::Pulling {
                     status,
@@ -722,13 +731,20 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     }
 
     /// Gives eager budget back in batches, so that credit frames stay rare.
+    // Inline, the batch's frame out of line: it runs for every received message.
+    #[inline(always)]
     fn return_credit(&mut self, peer: Rank, bytes: usize) {
         let p = &mut self.peers[peer as usize];
         p.to_return += bytes;
         if p.to_return >= self.credit_batch {
-            let n = std::mem::take(&mut p.to_return);
-            self.push_control(peer, Control::Credit(n as u64));
+            self.send_credit(peer);
         }
+    }
+
+    #[inline(never)]
+    fn send_credit(&mut self, peer: Rank) {
+        let n = std::mem::take(&mut self.peers[peer as usize].to_return);
+        self.push_control(peer, Control::Credit(n as u64));
     }
 
     // ---- frames in ----
@@ -827,7 +843,9 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
 
     /// An eager message whose turn it is: to the earliest posted receive that accepts it,
     /// else to the claim, else to the unexpected queue.
-    #[inline]
+    // Inline into `on_frame`, even though the compiler would call it: 30 instructions fewer
+    // a received message, 8-byte ping-pong and window alike (callgrind).
+    #[inline(always)]
     fn on_eager(
         &mut self,
         peer: Rank,
@@ -1096,7 +1114,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         };
         *received += len;
         if *received == deliver {
-            *state = RecvState::Done(receive_result(*status, capacity).map_err(Box::new));
+            *state = RecvState::Done(receive_result(*status, capacity));
         }
         Ok(())
     }
@@ -1291,7 +1309,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         };
         let capacity = buf.as_mut().len();
         *state = RecvState::Done(match failure {
-            None => receive_result(status, capacity).map_err(Box::new),
+            None => receive_result(status, capacity),
             Some(cause) => Err(Box::new(PmlError::ReadFailed { peer, cause })),
         });
         self.push_control(peer, Control::Fin(send_request));

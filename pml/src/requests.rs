@@ -67,12 +67,11 @@ impl<T> Requests<T> {
     pub fn insert_with(&mut self, make: impl FnOnce(Handle) -> T) -> Handle {
         let generation = self.next_generation;
         self.next_generation = self.next_generation.checked_add(1).unwrap_or(1);
-        let entry = self.slab.vacant_entry();
         let h = Handle {
-            index: u32::try_from(entry.key()).expect("more than 2^32 live requests"),
+            index: u32::try_from(self.slab.vacant_key()).expect("more than 2^32 live requests"),
             generation,
         };
-        entry.insert((generation, make(h)));
+        self.slab.insert((generation, make(h)));
         h
     }
 

@@ -154,7 +154,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
             sync_request,
         } = &pending
         {
-            let result = copy_eager(buf.as_mut(), envelope, payload.as_slice()).map_err(Box::new);
+            let result = copy_eager(buf.as_mut(), envelope, payload.as_slice());
             self.eager_consumed(*peer, payload.as_slice().len(), *sync_request);
             return Ok(Ok(Started::Done { buf, result }));
         }
@@ -184,7 +184,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                 payload,
                 sync_request,
             } => {
-                let result = copy_eager(buf.as_mut(), envelope, payload).map_err(Box::new);
+                let result = copy_eager(buf.as_mut(), envelope, payload);
                 self.eager_consumed(peer, payload.len(), sync_request);
                 ClaimEnd::Done { buf, result }
             }
