@@ -687,7 +687,7 @@ impl Engine {
                     .filter(|&limit| len > limit && shared_arena::GLOBAL.contains(buf));
                 let shm = self.shm.as_mut().expect("a shm link has a segment");
                 let posted = self.core.post_send_direct(args, |header, payload| {
-                    shm.try_send(local, &[header, payload])
+                    shm.try_send(local, header, payload)
                         .map_err(|e| shm_send_failed(peer, e))
                 });
                 posted.map_err(|e| self.stop(e))?
@@ -1194,7 +1194,7 @@ impl Engine {
                 }
                 Link::Shm { local, .. } => {
                     let shm = self.shm.as_mut().expect("a shm link has a segment");
-                    shm.try_send(local, &[t.header(), t.payload])
+                    shm.try_send(local, t.header(), t.payload)
                         .map_err(|e| shm_send_failed(peer, e))?
                 }
                 #[cfg(feature = "verbs")]

@@ -34,7 +34,7 @@ fn child() {
             let deadline = Instant::now() + TIMEOUT;
             loop {
                 recv_one(&mut t, &mut buf, deadline);
-                send(&mut t, 0, &[&buf], deadline);
+                send(&mut t, 0, &buf, &[], deadline);
                 if buf == [0xff; 8] {
                     break;
                 }
@@ -48,12 +48,12 @@ fn child() {
                 Ok(()) => "ok".to_string(),
                 Err(e) => e.to_string(),
             };
-            send(&mut t, 0, &[b"ready:", probe.as_bytes()], deadline);
+            send(&mut t, 0, b"ready:", probe.as_bytes(), deadline);
             // The parent wakes us once it has our frame; without that this would take 30 s.
             let start = Instant::now();
             t.wait(Duration::from_secs(30));
             let waited = start.elapsed().as_millis() as u64;
-            send(&mut t, 0, &[&waited.to_le_bytes()], deadline);
+            send(&mut t, 0, &waited.to_le_bytes(), &[], deadline);
         }
         "memory" => {
             allow_ptrace_from_peers().unwrap();
@@ -154,7 +154,7 @@ fn exchange(t: &mut ShmTransport, peer: usize) {
         if sent < FRAMES {
             payload(me, sent, &mut out);
             let meta = [sent.to_le_bytes(), checksum(&out).to_le_bytes()].concat();
-            if t.try_send(peer, &[&meta, &out]).unwrap() {
+            if t.try_send(peer, &meta, &out).unwrap() {
                 sent += 1;
                 progress = true;
             }
@@ -177,9 +177,9 @@ fn exchange(t: &mut ShmTransport, peer: usize) {
     }
 }
 
-fn send(t: &mut ShmTransport, to: usize, parts: &[&[u8]], deadline: Instant) {
+fn send(t: &mut ShmTransport, to: usize, header: &[u8], payload: &[u8], deadline: Instant) {
     let mut rounds = 0;
-    while !t.try_send(to, parts).unwrap() {
+    while !t.try_send(to, header, payload).unwrap() {
         t.poll(|_, _| panic!("unexpected frame while sending"));
         idle(t, &mut rounds, deadline);
     }
@@ -240,13 +240,13 @@ fn pingpong_latency() {
             start = Instant::now();
         }
         let msg = u64::from(i).to_le_bytes();
-        send(&mut t, 1, &[&msg], deadline);
+        send(&mut t, 1, &msg, &[], deadline);
         assert_eq!(recv_one(&mut t, &mut buf, deadline), 8);
         assert_eq!(buf, msg);
     }
     let one_way = start.elapsed() / iters / 2;
     println!("shm pingpong: 8-byte frames, one-way latency {one_way:?} over {iters} round trips");
-    send(&mut t, 1, &[&[0xff; 8]], deadline);
+    send(&mut t, 1, &[0xff; 8], &[], deadline);
     recv_one(&mut t, &mut buf, deadline);
     peer.finish();
 }

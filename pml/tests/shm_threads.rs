@@ -45,16 +45,16 @@ fn frames_full_rings_and_limits() {
     let mut b = ShmTransport::attach(&name.0, 1, 3).unwrap();
     let mut c = ShmTransport::attach(&name.0, 2, 3).unwrap();
     let max = vec![0x5a; a.max_frame()];
-    assert!(a.try_send(1, &[&max]).unwrap());
-    assert!(!a.try_send(1, &[b"full"]).unwrap(), "ring full");
+    assert!(a.try_send(1, &max, &[]).unwrap());
+    assert!(!a.try_send(1, b"full", &[]).unwrap(), "ring full");
     assert!(
-        a.try_send(2, &[b"", b"to c"]).unwrap(),
+        a.try_send(2, b"", b"to c").unwrap(),
         "other rings unaffected"
     );
-    assert!(a.try_send(1, &[&max, b"x"]).is_err(), "over max_frame");
-    assert!(a.try_send(0, &[b"self"]).is_err());
-    assert!(a.try_send(3, &[b"nobody"]).is_err());
-    assert!(c.try_send(1, &[]).unwrap(), "zero-length frame");
+    assert!(a.try_send(1, &max, b"x").is_err(), "over max_frame");
+    assert!(a.try_send(0, b"self", &[]).is_err());
+    assert!(a.try_send(3, b"nobody", &[]).is_err());
+    assert!(c.try_send(1, &[], &[]).unwrap(), "zero-length frame");
 
     let mut got = Vec::new();
     while got.len() < 2 {
@@ -62,7 +62,7 @@ fn frames_full_rings_and_limits() {
     }
     got.sort();
     assert_eq!(got, vec![(0, max.len(), true), (2, 0, true)]);
-    assert!(a.try_send(1, &[b"room again"]).unwrap());
+    assert!(a.try_send(1, b"room again", &[]).unwrap());
     let mut frames = Vec::new();
     c.poll(|from, f| frames.push((from, f.to_vec())));
     assert_eq!(frames, vec![(0, b"to c".to_vec())]);
@@ -90,7 +90,7 @@ fn two_threads_exchange_with_checksums() {
                 body.extend((0..(sent * 11 % 500) as usize).map(|j| (sent + j as u64 + me) as u8));
                 let sum: u64 = body.iter().map(|&x| u64::from(x)).sum();
                 let meta = [sent.to_le_bytes(), sum.to_le_bytes()].concat();
-                if t.try_send(peer, &[&meta, &body]).unwrap() {
+                if t.try_send(peer, &meta, &body).unwrap() {
                     sent += 1;
                     progress = true;
                 }
@@ -162,7 +162,7 @@ fn sleeping_senders_and_receivers_are_always_woken() {
         s.spawn(|| {
             let frame = [0x33u8; 900];
             for i in 0..FRAMES {
-                while !b.try_send(0, &[&i.to_le_bytes(), &frame]).unwrap() {
+                while !b.try_send(0, &i.to_le_bytes(), &frame).unwrap() {
                     timed_wait(&b);
                 }
             }
@@ -189,12 +189,12 @@ fn stepping_over_a_wrap_marker_wakes_a_blocked_sender() {
     let mut a = ShmTransport::create(&name.0, 0, 2, &cfg).unwrap();
     let mut b = ShmTransport::attach(&name.0, 1, 2).unwrap();
     // The consumer's position at 1008, inside the lap.
-    assert!(a.try_send(1, &[&[1u8; 1000]]).unwrap());
+    assert!(a.try_send(1, &[1u8; 1000], &[]).unwrap());
     assert_eq!(b.poll(|_, _| {}), 1);
     // A largest frame fits only from the lap's start: its wrap marker is written, the record
     // is refused until the consumer has passed the marker.
     let max = vec![7u8; a.max_frame()];
-    assert!(!a.try_send(1, &[&max]).unwrap());
+    assert!(!a.try_send(1, &max, &[]).unwrap());
     std::thread::scope(|s| {
         s.spawn(move || {
             std::thread::sleep(Duration::from_millis(200));
@@ -208,7 +208,7 @@ fn stepping_over_a_wrap_marker_wakes_a_blocked_sender() {
             "the blocked sender slept {waited:?}, though the consumer made room at 200 ms"
         );
     });
-    assert!(a.try_send(1, &[&max]).unwrap());
+    assert!(a.try_send(1, &max, &[]).unwrap());
 }
 
 // A host whose /dev/shm cannot hold every ring: making the rings resident at start must not
@@ -260,13 +260,13 @@ fn eight_ranks_with_56_mib_of_rings() {
         .map(|r| ShmTransport::attach(&name.0, r, 8).unwrap())
         .collect();
     // The rings still carry frames where pages could be had.
-    assert!(first.try_send(7, &[b"small"]).unwrap());
+    assert!(first.try_send(7, b"small", &[]).unwrap());
     let mut got = Vec::new();
     while got.is_empty() {
         others[6].poll(|from, f| got.push((from, f.to_vec())));
     }
     assert_eq!(got, vec![(0, b"small".to_vec())]);
-    assert!(others[6].try_send(0, &[b"back"]).unwrap());
+    assert!(others[6].try_send(0, b"back", &[]).unwrap());
     let mut back = Vec::new();
     while back.is_empty() {
         first.poll(|from, f| back.push((from, f.to_vec())));

@@ -164,12 +164,12 @@ impl ShmTransport {
         peer - usize::from(peer > self.local_rank)
     }
 
-    /// Sends the concatenation of `parts` as one frame to local rank `to`, copying each part
-    /// once, straight into the ring. `Ok(false)`: the ring is full; nothing was sent, so make
+    /// Sends `header` then `payload` as one frame to local rank `to`, copying each once,
+    /// straight into the ring. `Ok(false)`: the ring is full; nothing was sent, so make
     /// progress (drain our own rings) and try again.
     // Inline: see `Core::post_send_direct`, which calls it on every small send.
     #[inline]
-    pub fn try_send(&mut self, to: usize, parts: &[&[u8]]) -> io::Result<bool> {
+    pub fn try_send(&mut self, to: usize, header: &[u8], payload: &[u8]) -> io::Result<bool> {
         if to >= self.local_size() || to == self.local_rank {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -180,7 +180,7 @@ impl ShmTransport {
                 ),
             ));
         }
-        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let len = header.len() + payload.len();
         if len > self.max_frame() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -191,7 +191,7 @@ impl ShmTransport {
             ));
         }
         let slot = self.slot(to);
-        if !self.tx[slot].try_write(parts, len) {
+        if !self.tx[slot].try_write(header, payload) {
             return Ok(false);
         }
         // Pairs with the fence in `wait`: either the receiver's ring check sees this frame, or

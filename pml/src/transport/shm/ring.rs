@@ -159,11 +159,12 @@ impl Producer {
         self.blocked && self.raw.ctl().tail.load(Ordering::Acquire) != self.cached_tail
     }
 
-    /// Writes the concatenation of `parts` (`len` bytes in all, at most `max_frame(size)`) as
-    /// one record. Returns false when the ring is too full, having written at most a wrap
-    /// marker (the record did not fit at the lap's end, nor yet at its start).
-    pub(crate) fn try_write(&mut self, parts: &[&[u8]], len: usize) -> bool {
-        let written = self.write(parts, len);
+    /// Writes `header` then `payload` (at most `max_frame(size)` bytes together) as one
+    /// record: a frame's two parts, each copied once, straight into the ring. Returns false
+    /// when the ring is too full, having written at most a wrap marker (the record did not
+    /// fit at the lap's end, nor yet at its start).
+    pub(crate) fn try_write(&mut self, header: &[u8], payload: &[u8]) -> bool {
+        let written = self.write(header, payload);
         if written == self.blocked {
             self.blocked = !written;
             self.raw
@@ -174,9 +175,9 @@ impl Producer {
         written
     }
 
-    fn write(&mut self, parts: &[&[u8]], len: usize) -> bool {
+    fn write(&mut self, header: &[u8], payload: &[u8]) -> bool {
+        let len = header.len() + payload.len();
         debug_assert!(len <= max_frame(self.raw.size));
-        debug_assert_eq!(len, parts.iter().map(|p| p.len()).sum::<usize>());
         let size = self.raw.size;
         let record = record_len(len);
         let mut offset = (self.head as usize) & (size - 1);
@@ -193,16 +194,18 @@ impl Producer {
         if !self.room(record) {
             return false;
         }
-        let mut at = offset + HEADER;
-        for part in parts {
-            // SAFETY: `at + part.len() <= offset + record <= size`, so the destination lies in
-            // the ring; `room` guaranteed the consumer is done with these bytes (it published a
-            // tail past them, acquired above) and will not read them until the stamp below is
-            // published. `part` cannot alias that free space: nothing hands out references to it.
-            unsafe {
-                bulk_copy::copy_nonoverlapping(part.as_ptr(), self.raw.data.add(at), part.len());
-            }
-            at += part.len();
+        let at = offset + HEADER;
+        // SAFETY: `at + len <= offset + record <= size`, so both destinations lie in the
+        // ring; `room` guaranteed the consumer is done with these bytes (it published a tail
+        // past them, acquired above) and will not read them until the stamp below is
+        // published. The parts cannot alias that free space: nothing hands out references to it.
+        unsafe {
+            bulk_copy::copy_nonoverlapping(header.as_ptr(), self.raw.data.add(at), header.len());
+            bulk_copy::copy_nonoverlapping(
+                payload.as_ptr(),
+                self.raw.data.add(at + header.len()),
+                payload.len(),
+            );
         }
         let stamp = (len as u32) << LEN_SHIFT | STAMPED | self.raw.lap_parity(self.head);
         // Release: the payload becomes visible with the stamp.
@@ -374,11 +377,11 @@ mod tests {
     }
 
     #[test]
-    fn zero_length_and_multi_part_frames() {
+    fn zero_length_and_two_part_frames() {
         let mut ring = HeapRing::new(256);
         let (mut p, mut c) = ring.halves();
-        assert!(p.try_write(&[], 0));
-        assert!(p.try_write(&[b"head", b"", b"er+payload"], 14));
+        assert!(p.try_write(&[], &[]));
+        assert!(p.try_write(b"header", b"+payload"));
         assert!(c.has_frame());
         assert_eq!(
             drain_all(&mut c),
@@ -393,7 +396,7 @@ mod tests {
         let (mut p, mut c) = ring.halves();
         let frame = [7u8; 24]; // 32-byte records
         let mut written = 0;
-        while p.try_write(&[&frame], 24) {
+        while p.try_write(&frame, &[]) {
             written += 1;
         }
         // 8 records of 32 bytes fill 256.
@@ -402,9 +405,9 @@ mod tests {
         assert!(!p.space_freed());
         assert_eq!(c.drain(1, |f| assert_eq!(f, frame)), 1);
         assert!(p.space_freed());
-        assert!(p.try_write(&[&frame], 24));
+        assert!(p.try_write(&frame, &[]));
         assert!(!c.producer_blocked());
-        assert!(!p.try_write(&[&frame], 24));
+        assert!(!p.try_write(&frame, &[]));
         assert_eq!(drain_all(&mut c).len(), 8);
     }
 
@@ -434,7 +437,7 @@ mod tests {
         for round in 0..3000usize {
             let len = 8 + (round * 53) % 240;
             let frame = lookalike_frame(round, len);
-            while !p.try_write(&[&frame], len) {
+            while !p.try_write(&frame[..len / 2], &frame[len / 2..]) {
                 let batch = 1 + round % 3;
                 c.drain(batch, |f| assert_eq!(Some(f.to_vec()), sent.pop_front()));
             }
@@ -474,7 +477,7 @@ mod tests {
                 // A quarter of the frames are the largest, which wrap at almost any offset.
                 let len = if len_seed % 4 == 0 { max_frame(size) } else { len_seed % size.min(200) };
                 let frame = lookalike_frame(at, len);
-                if p.try_write(&[&frame], len) {
+                if p.try_write(&frame[..len / 3], &frame[len / 3..]) {
                     queued.push_back(frame);
                     continue;
                 }
@@ -501,11 +504,11 @@ mod tests {
     fn a_wrap_marker_with_no_frame_after_it_still_needs_draining() {
         let mut ring = HeapRing::new(256);
         let (mut p, mut c) = ring.halves();
-        assert!(p.try_write(&[&[1u8; 120]], 120));
-        assert!(p.try_write(&[&[2u8; 56]], 56));
+        assert!(p.try_write(&[1u8; 120], &[]));
+        assert!(p.try_write(&[2u8; 56], &[]));
         assert_eq!(c.drain(1, |f| assert_eq!(f.len(), 120)), 1);
         // Room for the wrap marker at the end of the lap, not for the frame after it.
-        assert!(!p.try_write(&[&[3u8; 184]], 184));
+        assert!(!p.try_write(&[3u8; 184], &[]));
         assert_eq!(c.drain(1, |f| assert_eq!(f.len(), 56)), 1);
         assert!(!c.has_frame());
         assert!(
@@ -514,7 +517,7 @@ mod tests {
         );
         assert_eq!(c.drain(1, |_| panic!("no frame yet")), 0);
         assert!(!c.has_record());
-        assert!(p.try_write(&[&[3u8; 184]], 184));
+        assert!(p.try_write(&[3u8; 184], &[]));
         assert_eq!(drain_all(&mut c), vec![vec![3u8; 184]]);
     }
 
@@ -527,20 +530,20 @@ mod tests {
             let (mut p, mut c) = ring.halves();
             if shift > 0 {
                 let len = shift - HEADER;
-                assert!(p.try_write(&[&vec![1u8; len]], len));
+                assert!(p.try_write(&vec![1u8; len], &[]));
                 assert_eq!(drain_all(&mut c).len(), 1);
             }
             let frame: Vec<u8> = (0..max).map(|i| i as u8).collect();
             // Wrapping may take a second attempt once the consumer has skipped the marker.
-            let mut sent = p.try_write(&[&frame], max);
+            let mut sent = p.try_write(&[], &frame);
             if !sent {
                 assert!(drain_all(&mut c).is_empty());
-                sent = p.try_write(&[&frame], max);
+                sent = p.try_write(&[], &frame);
             }
             assert!(sent, "max frame at offset {shift}");
-            assert!(!p.try_write(&[], 0));
+            assert!(!p.try_write(&[], &[]));
             assert_eq!(drain_all(&mut c), vec![frame]);
-            assert!(p.try_write(&[b"x"], 1));
+            assert!(p.try_write(b"x", &[]));
             assert_eq!(drain_all(&mut c), vec![b"x".to_vec()]);
         }
     }
@@ -554,7 +557,7 @@ mod tests {
         for round in 0..2000usize {
             let len = (round * 37) % 100;
             let frame: Vec<u8> = (0..len).map(|i| (next_in as usize + i) as u8).collect();
-            while !p.try_write(&[&next_in.to_le_bytes(), &frame], 4 + len) {
+            while !p.try_write(&next_in.to_le_bytes(), &frame) {
                 c.drain(3, |f| {
                     assert_eq!(f[..4], next_out.to_le_bytes());
                     let body = &f[4..];
@@ -586,7 +589,7 @@ mod tests {
                     }
                     let sum: u64 = buf[..len].iter().map(|&b| u64::from(b)).sum();
                     let meta = [i.to_le_bytes(), sum.to_le_bytes()].concat();
-                    while !p.try_write(&[&meta, &buf[..len]], 16 + len) {
+                    while !p.try_write(&meta, &buf[..len]) {
                         std::hint::spin_loop();
                     }
                 }
