@@ -340,6 +340,24 @@ fn try_errors(world: &mpirt::topology::SimpleCommunicator) {
         let e = peer.try_receive_with_tag::<u32>(3).unwrap_err();
         println!("error: {e}");
     }
+    // A truncated immediate receive that the engine finished before it was waited for (the
+    // wait for the one sent after it delivered it): collected, it says so.
+    if world.rank() == 0 {
+        world.barrier();
+        peer.send_with_tag(&[1u8; 64][..], 5);
+        peer.send_with_tag(&9u8, 4);
+    } else {
+        let (mut later, mut small) = (0u8, [0u8; 8]);
+        request::scope(|scope| {
+            let truncated = peer.immediate_receive_into_with_tag(scope, &mut small[..], 5);
+            let after = peer.immediate_receive_into_with_tag(scope, &mut later, 4);
+            world.barrier();
+            after.wait();
+            let e = truncated.try_wait().unwrap_err();
+            println!("error: {e}");
+        });
+        assert_eq!(later, 9);
+    }
     world.barrier();
 }
 
@@ -1441,6 +1459,8 @@ on_each_wire! {
              of u32 elements of 4 bytes",
             "error: rank 1: receive from rank 0 (tag 2): the message's bytes are not a valid bool",
             "error: rank 1: receive from rank 0 (tag 3): the message is 0 bytes but one u32 is 4 bytes",
+            "error: rank 1: immediate receive from rank 0 (tag 5): message truncated: the message from \
+             rank 0 with tag 5 is 64 bytes but the receive buffer holds only 8 bytes",
         ] {
             assert!(out.contains(expected), "missing '{expected}' in\n{out}");
         }
