@@ -47,6 +47,15 @@ pub enum PmlError {
 }
 
 impl PmlError {
+    /// A message of `status.len` bytes that arrived for a receive buffer of `buffer_len`.
+    pub fn truncated(status: Status, buffer_len: usize) -> PmlError {
+        PmlError::Truncated {
+            message_len: status.len,
+            buffer_len,
+            status,
+        }
+    }
+
     /// A transport failure with `peer`, whose host the engine adds (see `on_host`).
     pub fn transport(peer: Rank, cause: impl Into<String>) -> PmlError {
         PmlError::Transport {

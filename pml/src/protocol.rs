@@ -377,11 +377,7 @@ fn receive_result(status: Status, capacity: usize) -> Outcome<Status> {
 
 #[cold]
 fn truncated(status: Status, capacity: usize) -> Box<PmlError> {
-    Box::new(PmlError::Truncated {
-        message_len: status.len,
-        buffer_len: capacity,
-        status,
-    })
+    Box::new(PmlError::truncated(status, capacity))
 }
 
 impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {

@@ -71,7 +71,10 @@ impl<T> Requests<T> {
             index: u32::try_from(self.slab.vacant_key()).expect("more than 2^32 live requests"),
             generation,
         };
-        self.slab.insert((generation, make(h)));
+        // The slab fills the key it reported vacant; its `VacantEntry`, which says so in the
+        // types, cost a posted receive 24 instructions more (callgrind).
+        let key = self.slab.insert((generation, make(h)));
+        debug_assert_eq!(key, h.index as usize);
         h
     }
 

@@ -130,11 +130,7 @@ fn received(
     };
     match status {
         ffi::UCS_OK => Ok(found),
-        ffi::UCS_ERR_MESSAGE_TRUNCATED => Err(PmlError::Truncated {
-            message_len: found.len,
-            buffer_len,
-            status: found,
-        }),
+        ffi::UCS_ERR_MESSAGE_TRUNCATED => Err(PmlError::truncated(found, buffer_len)),
         ffi::UCS_ERR_CANCELED => Err(PmlError::Cancelled),
         other => Err(status::failed("tag receive", other)),
     }
