@@ -60,6 +60,10 @@ cargo test -p pml --tests
 cargo test -p launcher --test launch --test kvs
 cargo test -p mpirt --test p2p --test collectives
 
+# The README's quick start, in a new crate outside the workspace (see the script).
+echo "== README quick start"
+bash tools/quickstart-check.sh
+
 # The UCX PML (the `ucx` feature), in its own target directory so that the default build's
 # artifacts stay as they are: pml's own tests, then mpirt's point-to-point and collectives
 # suites again on `rsrun --pml ucx`, over UCX's TCP and its shared memory on this host, and over
