@@ -177,3 +177,9 @@ pub fn testhosts_ssh_config() -> PathBuf {
     );
     dir.join("ssh_config")
 }
+
+/// This machine's host name, as `hostname` prints it (a test host's own, run on one).
+pub fn hostname() -> String {
+    let out = Command::new("hostname").output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
