@@ -539,16 +539,9 @@ fn ranks_get_the_variables_open_mpi_and_mpich_scripts_read() {
 
 #[test]
 fn wdir_sets_where_ranks_run_and_relative_programs_are_found_there() {
-    let dir = scratch_dir("wdir");
-    let script = dir.join("job.sh");
-    fs::write(
-        &script,
-        "#!/bin/sh\necho $MPIRT_RANK $(pwd) $(cat input.txt)\n",
-    )
-    .unwrap();
-    fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    fs::write(dir.join("input.txt"), "data").unwrap();
+    let dir = common::job_dir("wdir");
     let d = dir.to_str().unwrap();
+    let host = common::hostname();
     for flag in ["--wdir", "-wdir"] {
         // rsrun runs in /, the ranks in the directory.
         let r = run(
@@ -558,12 +551,20 @@ fn wdir_sets_where_ranks_run_and_relative_programs_are_found_there() {
         assert_eq!(r.code(), Some(0), "{flag}: {}", r.stderr);
         assert_eq!(
             r.sorted_lines(),
-            [format!("0 {d} data"), format!("1 {d} data")]
+            [
+                format!("0 {host} {d} input-data"),
+                format!("1 {host} {d} input-data")
+            ]
         );
     }
     // Without --wdir: rsrun's own directory.
     let r = run(rsrun(&["-n", "1", "./job.sh"]).current_dir(&dir), b"");
-    assert_eq!(r.stdout, format!("0 {d} data\n"), "{}", r.stderr);
+    assert_eq!(
+        r.stdout,
+        format!("0 {host} {d} input-data\n"),
+        "{}",
+        r.stderr
+    );
     // A --wdir that does not exist is an error naming it, before anything starts.
     let missing = dir.join("missing");
     let m = missing.to_str().unwrap();
@@ -583,9 +584,8 @@ fn wdir_sets_where_ranks_run_and_relative_programs_are_found_there() {
     assert_eq!(r.code(), Some(127));
     assert!(
         r.stderr.contains(&format!(
-            "cannot start './no-such-script' on {}: No such file or directory (os error 2) \
-             (tried {d}/no-such-script, in directory {d})",
-            common::hostname()
+            "cannot start './no-such-script' on {host}: No such file or directory (os error 2) \
+             (tried {d}/no-such-script, in directory {d})"
         )),
         "{}",
         r.stderr
@@ -597,11 +597,9 @@ fn wdir_sets_where_ranks_run_and_relative_programs_are_found_there() {
     );
     assert_eq!(r.code(), Some(127));
     assert!(
-        r.stderr.contains(
-            "cannot start 'rsrun-no-such-program' on {}: not found in PATH=/nonexistent-bin"
-                .replace("{}", &common::hostname())
-                .as_str()
-        ),
+        r.stderr.contains(&format!(
+            "cannot start 'rsrun-no-such-program' on {host}: not found in PATH=/nonexistent-bin"
+        )),
         "{}",
         r.stderr
     );

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use launcher::Bootstrap;
 
-use common::{example, hostname, rsrun, run, testhosts_ssh_config};
+use common::{example, hostname, job_dir, rsrun, run, testhosts_ssh_config};
 
 const RANK_MODE: &str = "LAUNCHER_TEST_RANK_MODE";
 
@@ -528,21 +528,6 @@ fn auth_failure(hosts: &Hosts) {
     let ssh_args = format!("{} -o PubkeyAuthentication=no", hosts.ssh_args());
     let r = fails_naming("host2", &ssh_args, "host2");
     assert!(r.stderr.contains("Permission denied"), "{}", r.stderr);
-}
-
-/// A directory every host sees (they share the filesystem) holding `job.sh`, which prints the
-/// rank, the host, the directory and the contents of `input.txt`, all relative to it.
-fn job_dir(name: &str) -> PathBuf {
-    let dir = common::scratch_dir(name);
-    let script = dir.join("job.sh");
-    std::fs::write(
-        &script,
-        "#!/bin/sh\necho $MPIRT_RANK $(hostname) $(pwd) $(cat input.txt)\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    std::fs::write(dir.join("input.txt"), "input-data").unwrap();
-    dir
 }
 
 /// What `job.sh` prints for each rank of EIGHT run in `dir`.
