@@ -528,13 +528,8 @@ fn ranks_get_the_variables_open_mpi_and_mpich_scripts_read() {
         .map(|i| format!("{i} 3 {i} 3 {i} {i} 3 unset unset"))
         .collect();
     assert_eq!(r.sorted_lines(), expected);
-    // An mpirt program seeing them still wires up through rsrun.
-    let r = run(&mut rsrun(&["-n", "2", &common::example("hello")]), b"");
-    assert_eq!(r.code(), Some(0), "{}", r.stderr);
-    assert_eq!(
-        r.sorted_lines(),
-        ["Hello from rank 0 of 2", "Hello from rank 1 of 2"]
-    );
+    // mpirt's own programs see them too and still wire up through rsrun, not as started by
+    // another launcher: every example run under rsrun (examples/tests) shows that.
 }
 
 #[test]
