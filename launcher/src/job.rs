@@ -203,6 +203,69 @@ impl Placement {
     }
 }
 
+/// This machine's part of the job, checked before anything starts as an agent checks its
+/// host's: the working directory, the program and the CPUs.
+struct LocalPlan {
+    /// The name messages give this machine.
+    name: String,
+    dir: PathBuf,
+    /// The program, resolved against `dir` or `PATH`.
+    program: PathBuf,
+    /// The local hosts with ranks (indexes into the placement) and how each binds them.
+    hosts: Vec<(usize, Binding)>,
+}
+
+impl LocalPlan {
+    /// None when no rank runs here; an error is rsrun's exit code and what to say.
+    fn check(
+        cli: &Cli,
+        placement: &Placement,
+        (wdir, wdir_named): (&Path, bool),
+        rank_env: &[(String, OsString)],
+        own: &str,
+    ) -> Result<Option<LocalPlan>, (i32, String)> {
+        let local: Vec<usize> = (0..placement.hosts.len())
+            .filter(|&h| placement.hosts[h].local && !placement.hosts[h].ranks.is_empty())
+            .collect();
+        let Some(&first) = local.first() else {
+            return Ok(None);
+        };
+        let name = placement.names.as_ref().map_or(own, |n| &n[first]);
+        let on_host = |e: String| (1, format!("{name}: {e}"));
+        let allowed =
+            binding::allowed_cpus().map_err(|e| (1, format!("cannot read CPU affinity: {e}")))?;
+        let home = std::env::var_os("HOME");
+        let place = workdir::choose(wdir, wdir_named, home.as_deref()).map_err(on_host)?;
+        if let Some(warning) = &place.fallback {
+            eprintln!("rsrun: warning: {name}: {warning}");
+        }
+        let program = &cli.command[0];
+        let path = workdir::rank_path(rank_env);
+        let resolved = workdir::resolve(program, &place.dir, path.as_deref()).map_err(|e| {
+            let why = workdir::start_error(&e, None, &place.dir);
+            let said = format!(
+                "cannot start '{}' on {name}: {why}",
+                program.to_string_lossy()
+            );
+            (NOT_FOUND_EXIT, said)
+        })?;
+        let mut hosts = Vec::new();
+        for host in local {
+            let binding = placement.binding(host, cli.bind_to, &allowed);
+            binding
+                .check(&placement.hosts[host].ranks, &allowed)
+                .map_err(on_host)?;
+            hosts.push((host, binding));
+        }
+        Ok(Some(LocalPlan {
+            name: name.to_string(),
+            dir: place.dir,
+            program: resolved,
+            hosts,
+        }))
+    }
+}
+
 /// Where the ranks should run: `--wdir` (relative to rsrun's working directory), else rsrun's
 /// working directory; and whether the user named it.
 fn wanted_dir(cli: &Cli) -> io::Result<(PathBuf, bool)> {
@@ -273,6 +336,14 @@ impl Job {
         };
         let (wdir, wdir_named) =
             wanted_dir(cli).map_err(|e| fail("cannot read the working directory", &e))?;
+        let env = cli.rank_env(|name| std::env::var_os(name));
+        let (program, args) = cli.command.split_first().expect("clap requires PROGRAM");
+        let own = hosts::own_hostname();
+        let local_plan = LocalPlan::check(cli, &placement, (&wdir, wdir_named), &env, &own)
+            .map_err(|(code, e)| {
+                eprintln!("rsrun: {e}");
+                code
+            })?;
         let outputs = Outputs::new(
             cli.tag_output,
             cli.timestamp_output,
@@ -281,43 +352,6 @@ impl Job {
         )
         .map_err(|e| fail("cannot create the output files", &e))?;
         let outputs = Arc::new(outputs);
-        let env = cli.rank_env(|name| std::env::var_os(name));
-        let (program, args) = cli.command.split_first().expect("clap requires PROGRAM");
-        let own = hosts::own_hostname();
-        let local_hosts: Vec<usize> = (0..placement.hosts.len())
-            .filter(|&h| placement.hosts[h].local && !placement.hosts[h].ranks.is_empty())
-            .collect();
-        // This machine's part, checked as an agent checks its host's.
-        let mut local_plan = None;
-        if let Some(&first) = local_hosts.first() {
-            let name = placement.names.as_ref().map_or(own.as_str(), |n| &n[first]);
-            let on_host = |e: String| said(format!("{name}: {e}"));
-            let allowed =
-                binding::allowed_cpus().map_err(|e| fail("cannot read CPU affinity", &e))?;
-            let home = std::env::var_os("HOME");
-            let place = workdir::choose(&wdir, wdir_named, home.as_deref()).map_err(on_host)?;
-            if let Some(warning) = &place.fallback {
-                eprintln!("rsrun: warning: {name}: {warning}");
-            }
-            let path = workdir::rank_path(&env);
-            let resolved = workdir::resolve(program, &place.dir, path.as_deref()).map_err(|e| {
-                eprintln!(
-                    "rsrun: cannot start '{}' on {name}: {}",
-                    program.to_string_lossy(),
-                    workdir::start_error(&e, None, &place.dir)
-                );
-                NOT_FOUND_EXIT
-            })?;
-            let mut bindings = Vec::new();
-            for &host in &local_hosts {
-                let binding = placement.binding(host, cli.bind_to, &allowed);
-                binding
-                    .check(&placement.hosts[host].ranks, &allowed)
-                    .map_err(&on_host)?;
-                bindings.push(binding);
-            }
-            local_plan = Some((place.dir, resolved, bindings, name.to_string()));
-        }
         let id = random_hex(8).map_err(|e| fail("cannot read /dev/urandom", &e))?;
         let secret = random_hex(16).map_err(|e| fail("cannot read /dev/urandom", &e))?;
         let (tx, events) = mpsc::channel();
@@ -348,10 +382,10 @@ impl Job {
         }
 
         let mut ranks: Vec<RankProcess> = Vec::new();
-        if let Some((dir, resolved, bindings, name)) = &local_plan {
-            for (&host, binding) in local_hosts.iter().zip(bindings) {
+        if let Some(plan) = &local_plan {
+            for (host, binding) in &plan.hosts {
                 let spec = LaunchSpec {
-                    program: resolved,
+                    program: &plan.program,
                     arg0: program,
                     args,
                     env: &env,
@@ -359,10 +393,10 @@ impl Job {
                     job_id: &id,
                     kvs_addr: kvs_local.to_string(),
                     kvs_secret: &secret,
-                    dir,
+                    dir: &plan.dir,
                     binding,
                 };
-                let on_host = &placement.hosts[host].ranks;
+                let on_host = &placement.hosts[*host].ranks;
                 let local_size = on_host.len() as u32;
                 for (local_rank, &rank) in (0..).zip(on_host) {
                     let slot = Slot {
@@ -375,9 +409,10 @@ impl Job {
                         Ok(process) => ranks.push(process),
                         Err(e) => {
                             eprintln!(
-                                "rsrun: cannot start '{}' on {name}: {}",
+                                "rsrun: cannot start '{}' on {}: {}",
                                 program.to_string_lossy(),
-                                workdir::start_error(&e, Some(resolved), dir)
+                                plan.name,
+                                workdir::start_error(&e, Some(&plan.program), &plan.dir)
                             );
                             kill_and_reap(&ranks);
                             remove_shm_segments(&id);
