@@ -26,7 +26,8 @@ pub enum BindTo {
 #[derive(Debug, Parser)]
 #[command(name = "rsrun", version, about)]
 pub struct Cli {
-    /// Number of ranks to start (`-np` works too). With hosts given, defaults to their slots.
+    /// Number of ranks to start (`-np` works too). With hosts given, defaults to their slots;
+    /// with a rankfile, to the ranks it places.
     #[arg(short = 'n', long = "np", value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub ranks: Option<u32>,
