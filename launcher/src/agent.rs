@@ -49,6 +49,10 @@ pub enum Report {
     Warning { message: String },
     /// A line rsrun prints on its stderr as it is (`--report-bindings`).
     Note { line: String },
+    /// Rank 0 took this many more bytes of the stdin rsrun forwards: rsrun may send more.
+    InputTaken { bytes: u32 },
+    /// Rank 0 no longer reads its stdin: rsrun stops forwarding it.
+    InputClosed,
 }
 
 /// Writes one report with a single `write_all`, so reports from different threads sharing the
@@ -67,6 +71,8 @@ pub fn write_report(out: &mut impl Write, report: &Report) -> io::Result<()> {
             buf.extend_from_slice(bytes);
         }
         Report::Exited { rank, status } => buf.extend(format!("X {rank} {status}\n").bytes()),
+        Report::InputTaken { bytes } => buf.extend(format!("T {bytes} 0\n").bytes()),
+        Report::InputClosed => buf.extend(b"C 0 0\n"),
         Report::Failed { code, message } => {
             buf.extend(format!("F {code} {}\n", message.len()).bytes());
             buf.extend(message.bytes());
@@ -134,6 +140,8 @@ pub fn read_report(input: &mut impl BufRead) -> io::Result<Option<Report>> {
         "N" => Report::Note {
             line: String::from_utf8_lossy(&payload(b)?).into_owned(),
         },
+        "T" => Report::InputTaken { bytes: rank? },
+        "C" => Report::InputClosed,
         _ => return Err(bad()),
     }))
 }
@@ -398,7 +406,7 @@ pub fn main(words: &[OsString]) -> i32 {
             return 1;
         }
         if let Some(pipe) = process.stdin {
-            match feed_stdin(pipe) {
+            match feed_stdin(pipe, Arc::clone(&out)) {
                 Ok(input) => rank0_input = Some(input),
                 // Rank 0 then reads end of file at once; its output still counts.
                 Err(e) => {
@@ -447,14 +455,25 @@ pub fn main(words: &[OsString]) -> i32 {
 
 /// Starts the thread that writes rsrun's stdin into rank 0's, so that a rank 0 slow to read
 /// never holds up the commands (a signal must get through even then); returns its queue.
-/// Dropping the queue closes rank 0's stdin. What rank 0 has not read yet waits in the queue,
-/// as it would in rsrun's own buffer were rank 0 local.
-fn feed_stdin(mut pipe: ChildStdin) -> io::Result<mpsc::Sender<Vec<u8>>> {
+/// Dropping the queue closes rank 0's stdin. Each write is acknowledged to rsrun, which keeps
+/// only a window of bytes unacknowledged, so the queue stays small however much input there is.
+fn feed_stdin(
+    mut pipe: ChildStdin,
+    out: Arc<Mutex<io::Stdout>>,
+) -> io::Result<mpsc::Sender<Vec<u8>>> {
     let (tx, rx) = mpsc::channel::<Vec<u8>>();
     thread::Builder::new().name("stdin".into()).spawn(move || {
         for bytes in rx {
-            // Rank 0 closed its stdin or exited; the rest of the input has no reader.
-            if pipe.write_all(&bytes).is_err() {
+            let report = if pipe.write_all(&bytes).is_ok() {
+                Report::InputTaken {
+                    bytes: u32::try_from(bytes.len()).unwrap_or(u32::MAX),
+                }
+            } else {
+                // Rank 0 closed its stdin or exited; the rest of the input has no reader.
+                Report::InputClosed
+            };
+            let closed = report == Report::InputClosed;
+            if write_report(&mut *lock(&out), &report).is_err() || closed {
                 return;
             }
         }
@@ -569,6 +588,8 @@ mod tests {
             Report::Note {
                 line: "[h:1] MCW rank 0 bound to CPU 0: [B]".into(),
             },
+            Report::InputTaken { bytes: 65536 },
+            Report::InputClosed,
         ];
         let mut buf = Vec::new();
         for r in &reports {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::agent::{AgentArgs, Command as AgentCommand};
+use crate::agent::{AgentArgs, Command as AgentCommand, Report};
 use crate::bootstrap::vars;
 use crate::cli::{BindTo, Cli};
 use crate::hosts::{self, MapBy};
@@ -41,6 +41,10 @@ const REMOTE_DRAIN: Duration = Duration::from_secs(3);
 /// How long an agent may take to report its ranks started: a hung login or sshd must end the
 /// job with a message, not hang it. ssh's own connect timeout is shorter (see `spawn::ssh`).
 const AGENT_START_LIMIT: Duration = Duration::from_secs(8);
+/// How much of rsrun's stdin one read takes, and how much may be on its way to a remote rank 0
+/// before the agent acknowledges it (see `forward_stdin`).
+const STDIN_CHUNK: usize = 64 * 1024;
+const STDIN_WINDOW: usize = 1 << 20;
 /// Variables the agent sets for each rank itself, so rsrun's own values are not forwarded.
 const PER_RANK_VARS: [&str; 7] = [
     vars::RANK,
@@ -282,6 +286,8 @@ struct AgentLink {
     pid: libc::pid_t,
     /// Signals and stdin for the agent; hanging up tells it to kill its ranks.
     link: mpsc::Sender<ToAgent>,
+    /// The agent's acknowledgements of stdin passed on to rank 0 (taken by the stdin thread).
+    input_acks: Option<mpsc::Receiver<Report>>,
     ranks: Vec<u32>,
     gone: bool,
 }
@@ -490,9 +496,12 @@ impl Job {
                     .spawn(move || io::copy(&mut io::stdin().lock(), &mut stdin));
             }
         }
-        if let Some(Some(agent)) = job.agents.get(job.host_of[0]) {
-            if let Err(e) = forward_stdin(agent.link.clone()) {
-                eprintln!("rsrun: warning: cannot pass stdin on to rank 0: {e}");
+        let rank0_host = job.host_of[0];
+        if let Some(Some(agent)) = job.agents.get_mut(rank0_host) {
+            if let Some(acks) = agent.input_acks.take() {
+                if let Err(e) = forward_stdin(agent.link.clone(), acks) {
+                    eprintln!("rsrun: warning: cannot pass stdin on to rank 0: {e}");
+                }
             }
         }
         // Started only now: a reaper waiting on any child could otherwise take a child that
@@ -565,6 +574,7 @@ impl Job {
             self.agents.push(Some(AgentLink {
                 pid: agent.pid,
                 link: agent.link,
+                input_acks: Some(agent.input_acks),
                 ranks: plan.ranks.clone(),
                 gone: false,
             }));
@@ -890,15 +900,41 @@ struct AgentSetup<'a> {
 }
 
 /// Sends rsrun's stdin to rank 0's agent, which writes it into rank 0's, from a thread of its
-/// own; the end of it closes rank 0's stdin. It ends early when the agent is gone.
-fn forward_stdin(link: mpsc::Sender<ToAgent>) -> io::Result<()> {
+/// own; the end of it closes rank 0's stdin. At most `STDIN_WINDOW` bytes are on their way at
+/// once: more is read only as the agent reports rank 0 took what came before (`acks`), so a
+/// rank 0 that reads slowly holds back rsrun's stdin as a local one would, instead of piling it
+/// up in the agent's memory. Ends early when rank 0 stops reading or the agent is gone.
+fn forward_stdin(link: mpsc::Sender<ToAgent>, acks: mpsc::Receiver<Report>) -> io::Result<()> {
     thread::Builder::new().name("stdin".into()).spawn(move || {
         let mut stdin = io::stdin().lock();
-        let mut buf = vec![0; 64 * 1024];
+        let mut buf = vec![0; STDIN_CHUNK];
+        let mut in_flight = 0;
         loop {
+            // Blocks only while the window is full; otherwise takes what has come.
+            while in_flight > 0 {
+                let ack = if in_flight + STDIN_CHUNK > STDIN_WINDOW {
+                    acks.recv().ok()
+                } else {
+                    match acks.try_recv() {
+                        Ok(ack) => Some(ack),
+                        Err(mpsc::TryRecvError::Empty) => break,
+                        Err(mpsc::TryRecvError::Disconnected) => None,
+                    }
+                };
+                match ack {
+                    Some(Report::InputTaken { bytes }) => {
+                        in_flight = in_flight.saturating_sub(bytes as usize)
+                    }
+                    // Rank 0 closed its stdin, or the agent is gone.
+                    _ => return,
+                }
+            }
             let command = match stdin.read(&mut buf) {
                 Ok(0) | Err(_) => AgentCommand::InputEnd,
-                Ok(n) => AgentCommand::Input(buf[..n].to_vec()),
+                Ok(n) => {
+                    in_flight += n;
+                    AgentCommand::Input(buf[..n].to_vec())
+                }
             };
             let end = command == AgentCommand::InputEnd;
             if link.send(ToAgent::Command(command)).is_err() || end {

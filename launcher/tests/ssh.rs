@@ -643,8 +643,9 @@ fn wdir_on_every_host(hosts: &Hosts) {
 }
 
 fn stdin_to_a_remote_rank_zero(hosts: &Hosts) {
-    // More than one read's worth, with every byte value, so chunks and binary data both count.
-    let input: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 256) as u8).collect();
+    // Three times rsrun's window of unacknowledged input, with every byte value: the input
+    // only gets through if the agent's acknowledgements do, and binary data must too.
+    let input: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 256) as u8).collect();
     let script = "if [ $MPIRT_RANK = 0 ]; then echo $(hostname) $(cksum); \
                   else echo $(hostname) $(wc -c); fi";
     let r = run(
@@ -667,6 +668,14 @@ fn stdin_to_a_remote_rank_zero(hosts: &Hosts) {
         r.sorted_lines(),
         [format!("host2 {}", expected.trim()), "host3 0".to_string()]
     );
+    // A rank 0 that stops reading early: the rest of the input is dropped, the job ends.
+    let script = "if [ $MPIRT_RANK = 0 ]; then head -c 100 | wc -c; exec sleep 1; fi";
+    let r = run(
+        &mut hosts.rsrun(&["-H", "host2:1,host3:1", "sh", "-c", script]),
+        &input,
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert_eq!(r.stdout.trim(), "100");
 }
 
 fn per_rank_output_files(hosts: &Hosts) {

@@ -48,6 +48,9 @@ pub enum ToAgent {
 pub struct Agent {
     pub pid: libc::pid_t,
     pub link: mpsc::Sender<ToAgent>,
+    /// What the agent says of the stdin it passes on to rank 0, if rank 0 runs there:
+    /// `InputTaken` and `InputClosed` reports. Ends when the agent does.
+    pub input_acks: mpsc::Receiver<Report>,
 }
 
 /// Starts the agent for host number `host` (named `name`), which runs the ranks `args.ranks`.
@@ -120,6 +123,7 @@ pub fn start_agent(
         })?;
     let outputs = Arc::clone(spec.outputs);
     let host_name = name.to_string();
+    let (acks, input_acks) = mpsc::channel();
     thread::Builder::new()
         .name(format!("ssh-{host}"))
         .spawn(move || {
@@ -145,6 +149,11 @@ pub fn start_agent(
                         eprintln!("{line}");
                         continue;
                     }
+                    Report::InputTaken { .. } | Report::InputClosed => {
+                        // Nobody listens unless rank 0 runs there and rsrun forwards stdin.
+                        let _ = acks.send(report);
+                        continue;
+                    }
                     Report::Exited { rank, status } => Event::RemoteExited { rank, status },
                     Report::Failed { code, message } => Event::AgentFailed {
                         host,
@@ -162,7 +171,11 @@ pub fn start_agent(
                 .unwrap_or_default();
             let _ = events.send(Event::AgentGone { host, stderr });
         })?;
-    Ok(Agent { pid, link })
+    Ok(Agent {
+        pid,
+        link,
+        input_acks,
+    })
 }
 
 /// Starts the thread that writes what is queued for an agent into its ssh client's stdin, and
