@@ -7,6 +7,7 @@ use clap::{CommandFactory, Parser, ValueEnum};
 
 use crate::bootstrap::vars;
 use crate::hosts::MapBy;
+use crate::output::OutputFiles;
 use crate::words;
 
 /// Where each rank may run.
@@ -94,10 +95,11 @@ pub struct Cli {
     #[arg(long)]
     pub timestamp_output: bool,
 
-    /// Write each rank's stdout and stderr to DIR/1/rank.N/stdout and .../stderr (as Open MPI
-    /// does) instead of rsrun's; a relative DIR is taken from rsrun's working directory.
-    #[arg(long, value_name = "DIR")]
-    pub output_filename: Option<std::path::PathBuf>,
+    /// Write each rank's stdout and stderr to DIR/1/rank.N/stdout and .../stderr too, as Open
+    /// MPI does; a relative DIR is taken from rsrun's working directory. Qualifiers after a
+    /// colon, comma-separated: `nocopy` (the files only), `nojobid` (DIR/rank.N).
+    #[arg(long, value_name = "DIR[:nocopy,nojobid]", value_parser = OutputFiles::parse)]
+    pub output_filename: Option<OutputFiles>,
 
     /// Say on stderr which CPUs each rank is bound to, one line per rank.
     #[arg(long)]
@@ -522,8 +524,8 @@ mod tests {
         assert_eq!(cli.wdir.as_deref(), Some(std::path::Path::new("/w")));
         assert_eq!(cli.mapping(), MapBy::PerNode(2));
         assert_eq!(
-            cli.output_filename.as_deref(),
-            Some(std::path::Path::new("out"))
+            cli.output_filename,
+            Some(OutputFiles::parse("out").unwrap())
         );
         assert!(cli.timestamp_output && cli.report_bindings);
         assert_eq!(cli.command, ["prog", "-wdir"]);

@@ -353,7 +353,7 @@ impl Job {
         let outputs = Outputs::new(
             cli.tag_output,
             cli.timestamp_output,
-            cli.output_filename.as_deref(),
+            cli.output_filename.as_ref(),
             size,
         )
         .map_err(|e| fail("cannot create the output files", &e))?;

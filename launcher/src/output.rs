@@ -1,4 +1,4 @@
-//! Where the ranks' stdout and stderr go, one whole line at a time: rsrun's own streams, or with
+//! Where the ranks' stdout and stderr go, one whole line at a time: rsrun's own streams, and with
 //! `--output-filename` one file per rank and stream; each line optionally prefixed with the time
 //! and the rank.
 //!
@@ -22,26 +22,89 @@ pub enum Sink {
     Stderr,
 }
 
+/// `--output-filename DIR[:QUALIFIERS]`, as Open MPI takes it: the directory, and the
+/// comma-separated qualifiers `nocopy` (the files only, not rsrun's streams too) and `nojobid`
+/// (no `1/` level in the path).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputFiles {
+    pub dir: PathBuf,
+    /// Whether lines also go to rsrun's stdout and stderr.
+    pub copy: bool,
+    /// Whether the path has the job's level, `DIR/1/rank.N`.
+    pub job_level: bool,
+}
+
+impl OutputFiles {
+    pub fn parse(text: &str) -> Result<OutputFiles, String> {
+        let (dir, qualifiers) = text.rsplit_once(':').unwrap_or((text, ""));
+        let mut files = OutputFiles {
+            dir: PathBuf::from(dir),
+            copy: true,
+            job_level: true,
+        };
+        for word in qualifiers.split(',').filter(|w| !w.is_empty()) {
+            match word {
+                "nocopy" => files.copy = false,
+                "nojobid" => files.job_level = false,
+                _ => {
+                    return Err(format!(
+                        "unknown qualifier '{word}' (known: nocopy, nojobid)"
+                    ))
+                }
+            }
+        }
+        if dir.is_empty() {
+            return Err(format!("'{text}' names no directory"));
+        }
+        Ok(files)
+    }
+
+    /// `DIR/1/rank.N` (`1` stands for the job, as Open MPI's first job in an mpirun), or
+    /// `DIR/rank.N` with `nojobid`. `N` has Open MPI's zero padding (one digit more than
+    /// `size / 10` has), so that the directories sort in rank order.
+    pub fn rank_dir(&self, rank: u32, size: u32) -> PathBuf {
+        let mut digits = 1;
+        let mut rest = size / 10;
+        while rest > 0 {
+            digits += 1;
+            rest /= 10;
+        }
+        let job = if self.job_level {
+            self.dir.join("1")
+        } else {
+            self.dir.clone()
+        };
+        job.join(format!("rank.{rank:0digits$}"))
+    }
+}
+
 /// How the job's output lines are written, shared by every thread that writes them.
 pub struct Outputs {
     tag: bool,
     timestamp: bool,
     /// With `--output-filename`: each rank's stdout and stderr file, by rank.
     files: Option<Vec<[Mutex<File>; 2]>>,
+    /// Whether lines go to rsrun's own streams (always, unless the files take them alone).
+    to_rsrun: bool,
 }
 
 impl Outputs {
-    /// Sets up the job's output; with `dir`, creates `dir/1/rank.N/stdout` and `.../stderr` for
-    /// each of the `size` ranks now, so that a directory that cannot be written fails the job
-    /// before anything starts. `N` has Open MPI's zero padding (one digit more than
-    /// `size / 10` has), so that the directories sort in rank order.
-    pub fn new(tag: bool, timestamp: bool, dir: Option<&Path>, size: u32) -> io::Result<Outputs> {
-        let files = match dir {
+    /// Sets up the job's output; with `files`, creates each of the `size` ranks' stdout and
+    /// stderr file now, so that a directory that cannot be written fails the job before
+    /// anything starts.
+    pub fn new(
+        tag: bool,
+        timestamp: bool,
+        files: Option<&OutputFiles>,
+        size: u32,
+    ) -> io::Result<Outputs> {
+        let to_rsrun = !matches!(files, Some(f) if !f.copy);
+        let files = match files {
             None => None,
-            Some(dir) => {
+            Some(layout) => {
                 let files = (0..size)
                     .map(|rank| {
-                        let rank_dir = rank_dir(dir, rank, size);
+                        let rank_dir = layout.rank_dir(rank, size);
                         fs::create_dir_all(&rank_dir).map_err(|e| in_path(e, &rank_dir))?;
                         let open = |name: &str| {
                             let path = rank_dir.join(name);
@@ -59,6 +122,7 @@ impl Outputs {
             tag,
             timestamp,
             files,
+            to_rsrun,
         })
     }
 
@@ -81,30 +145,21 @@ impl Outputs {
             Sink::Stdout => 0,
             Sink::Stderr => 1,
         };
-        match self.files.as_ref().and_then(|f| f.get(rank as usize)) {
-            Some(files) => {
-                let mut file = files[stream].lock().unwrap_or_else(|e| e.into_inner());
-                file.write_all(&text)
-            }
-            None if sink == Sink::Stdout => {
-                let mut out = io::stdout().lock();
-                out.write_all(&text)?;
-                out.flush()
-            }
-            None => io::stderr().lock().write_all(&text),
+        if let Some(files) = self.files.as_ref().and_then(|f| f.get(rank as usize)) {
+            let mut file = files[stream].lock().unwrap_or_else(|e| e.into_inner());
+            file.write_all(&text)?;
+        }
+        if !self.to_rsrun {
+            return Ok(());
+        }
+        if sink == Sink::Stdout {
+            let mut out = io::stdout().lock();
+            out.write_all(&text)?;
+            out.flush()
+        } else {
+            io::stderr().lock().write_all(&text)
         }
     }
-}
-
-/// `dir/1/rank.N`: `1` stands for the job, as Open MPI's first job in an mpirun.
-pub fn rank_dir(dir: &Path, rank: u32, size: u32) -> PathBuf {
-    let mut digits = 1;
-    let mut rest = size / 10;
-    while rest > 0 {
-        digits += 1;
-        rest /= 10;
-    }
-    dir.join("1").join(format!("rank.{rank:0digits$}"))
 }
 
 fn in_path(e: io::Error, path: &Path) -> io::Error {
@@ -209,22 +264,32 @@ mod tests {
     }
 
     #[test]
-    fn rank_directories_are_padded_as_open_mpi_pads_them() {
-        let dir = Path::new("/o");
-        assert_eq!(rank_dir(dir, 3, 9), Path::new("/o/1/rank.3"));
-        assert_eq!(rank_dir(dir, 3, 10), Path::new("/o/1/rank.03"));
-        assert_eq!(rank_dir(dir, 42, 100), Path::new("/o/1/rank.042"));
+    fn rank_directories_are_laid_out_and_padded_as_open_mpis() {
+        let o = OutputFiles::parse("/o").unwrap();
+        assert!(o.copy && o.job_level);
+        assert_eq!(o.rank_dir(3, 9), Path::new("/o/1/rank.3"));
+        assert_eq!(o.rank_dir(3, 10), Path::new("/o/1/rank.03"));
+        assert_eq!(o.rank_dir(42, 100), Path::new("/o/1/rank.042"));
+        let bare = OutputFiles::parse("out:nocopy,nojobid").unwrap();
+        assert!(!bare.copy);
+        assert_eq!(bare.rank_dir(0, 2), Path::new("out/rank.0"));
+        assert!(OutputFiles::parse("out:nocopy").is_ok_and(|f| !f.copy && f.job_level));
+        let e = OutputFiles::parse("out:nocpy").unwrap_err();
+        assert_eq!(e, "unknown qualifier 'nocpy' (known: nocopy, nojobid)");
+        assert!(OutputFiles::parse(":nocopy").is_err());
     }
 
     #[test]
     fn files_get_each_rank_stream_with_prefixes() {
         let dir = std::env::temp_dir().join(format!("rsrun-output-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
-        let outputs = Outputs::new(true, true, Some(&dir), 2).unwrap();
+        let layout = OutputFiles::parse(&format!("{}:nocopy", dir.display())).unwrap();
+        let outputs = Outputs::new(true, true, Some(&layout), 2).unwrap();
         outputs.write(1, Sink::Stderr, b"oops").unwrap();
         outputs.write(1, Sink::Stdout, b"one\n").unwrap();
-        let read =
-            |rank: u32, name: &str| fs::read_to_string(rank_dir(&dir, rank, 2).join(name)).unwrap();
+        let read = |rank: u32, name: &str| {
+            fs::read_to_string(layout.rank_dir(rank, 2).join(name)).unwrap()
+        };
         assert_eq!(read(0, "stdout"), "");
         let err = read(1, "stderr");
         // "[2026-...Z] [1] oops\n"

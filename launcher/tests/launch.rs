@@ -417,23 +417,31 @@ fn version_is_printed() {
 #[test]
 fn output_filename_writes_each_ranks_streams_to_files() {
     let dir = scratch_dir("output-files");
-    let out = dir.join("out");
-    let r = run_sh(
-        &["--output-filename", out.to_str().unwrap()],
-        "2",
-        "echo out $MPIRT_RANK; echo err $MPIRT_RANK >&2; printf 'last'",
-    );
-    assert_eq!(r.code(), Some(0), "{}", r.stderr);
-    assert_eq!(
-        r.stdout, "",
-        "output went to the files, not to rsrun's stdout"
-    );
-    assert_eq!(r.stderr, "");
-    for rank in 0..2 {
-        let read =
-            |name: &str| fs::read_to_string(out.join(format!("1/rank.{rank}/{name}"))).unwrap();
-        assert_eq!(read("stdout"), format!("out {rank}\nlast"));
-        assert_eq!(read("stderr"), format!("err {rank}\n"));
+    let script = "echo out $MPIRT_RANK; echo err $MPIRT_RANK >&2; printf 'last'";
+    // As Open MPI: to the files and rsrun's streams, or with `nocopy` to the files alone;
+    // `nojobid` leaves out the job's level.
+    for (qualifiers, level, copied) in [("", "1/", true), (":nocopy,nojobid", "", false)] {
+        let out = dir.join(format!("out{}", qualifiers.len()));
+        let arg = format!("{}{qualifiers}", out.display());
+        let r = run_sh(&["--output-filename", &arg], "2", script);
+        assert_eq!(r.code(), Some(0), "{}", r.stderr);
+        if copied {
+            // Untagged, a last line without its newline runs into the next rank's line.
+            assert_eq!(r.stdout.matches("last").count(), 2, "{}", r.stdout);
+            assert!(r.stdout.contains("out 0\n") && r.stdout.contains("out 1\n"));
+            let mut err: Vec<&str> = r.stderr.lines().collect();
+            err.sort_unstable();
+            assert_eq!(err, ["err 0", "err 1"], "{arg}");
+        } else {
+            assert_eq!((r.stdout.as_str(), r.stderr.as_str()), ("", ""), "{arg}");
+        }
+        for rank in 0..2 {
+            let read = |name: &str| {
+                fs::read_to_string(out.join(format!("{level}rank.{rank}/{name}"))).unwrap()
+            };
+            assert_eq!(read("stdout"), format!("out {rank}\nlast"), "{arg}");
+            assert_eq!(read("stderr"), format!("err {rank}\n"), "{arg}");
+        }
     }
     // A directory that cannot be made is an error before anything starts.
     let blocked = dir.join("file");
