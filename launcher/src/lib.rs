@@ -9,9 +9,11 @@ pub mod job;
 pub mod kvs;
 pub mod output;
 pub mod pmi2;
+pub mod rankfile;
 pub mod signals;
 pub mod spawn;
 mod wire;
+pub mod words;
 
 pub use bootstrap::{Bootstrap, BootstrapError};
 pub use wire::{Request, Response};
