@@ -151,7 +151,7 @@ type Case = fn(&Hosts);
 #[test]
 fn across_ssh_hosts() {
     let Some(hosts) = Hosts::up() else { return };
-    let cases: [(&str, Case); 14] = [
+    let cases: [(&str, Case); 15] = [
         ("map by slot", map_by_slot),
         ("map by node from a hostfile", map_by_node_from_hostfile),
         ("tagged output", tagged_output),
@@ -172,6 +172,7 @@ fn across_ssh_hosts() {
             "remote rank killed during a TCP exchange",
             killed_during_tcp_exchange,
         ),
+        ("a stranger to a TCP job", stranger_refused),
     ];
     for (name, case) in cases {
         let started = Instant::now();
@@ -510,6 +511,21 @@ fn unknown_host(hosts: &Hosts) {
         "{}",
         r.stderr
     );
+}
+
+/// The stranger dials rank 1 on host2 from this host, and records rank 0's dial on host1.
+fn stranger_refused(hosts: &Hosts) {
+    let dir = common::scratch_dir("stranger");
+    let mut job = hosts.rsrun(&[
+        "-H",
+        "host1:1,host2:1",
+        "--verbose",
+        &example("stepwise"),
+        dir.to_str().unwrap(),
+        "2",
+    ]);
+    common::stranger::play_against(&mut job, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn auth_failure(hosts: &Hosts) {
