@@ -69,6 +69,9 @@ pub struct TcpConfig {
 /// How many times in a row a peer may drop our dial during the handshake although we
 /// answered promptly, before that is an error rather than bad luck.
 const MAX_DROPPED_DIALS: u32 = 3;
+/// Connections in the handshake at once, beyond one per peer, before the oldest is dropped:
+/// a stranger opening connections by the thousand must not run the rank out of descriptors.
+const SPARE_HANDSHAKES: usize = 64;
 /// Refused connections named one by one under `--verbose`; after that, one line each time
 /// the count doubles, so that a flood of them cannot flood the log.
 const REFUSALS_NAMED: u64 = 8;
@@ -84,7 +87,7 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 enum Link {
     /// No connection yet: the first frame dials.
     Idle,
-    /// We dialled and said hello; the peer has not taken the connection yet.
+    /// We dialled and are in the handshake; the peer has not taken the connection yet.
     Dialled(Dialling),
     /// The peer refused our dial because its own dial to us wins: it is on its way.
     AwaitingPeer,
@@ -372,6 +375,9 @@ impl TcpTransport {
                         turn_since: Instant::now(),
                         stage: AcceptStage::Hello(Incoming::new()),
                     });
+                    if self.accepted.len() > self.peers.len() + SPARE_HANDSHAKES {
+                        self.drop_oldest();
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -507,6 +513,18 @@ impl TcpTransport {
             .collect();
         for key in silent {
             self.refuse(key, Refusal::Silent);
+        }
+    }
+
+    /// Refuses the connection that has waited longest for its dialler.
+    fn drop_oldest(&mut self) {
+        let oldest = self
+            .accepted
+            .iter()
+            .min_by_key(|(_, a)| a.turn_since)
+            .map(|(key, _)| key);
+        if let Some(key) = oldest {
+            self.refuse(key, Refusal::Crowded);
         }
     }
 

@@ -60,6 +60,8 @@ pub enum Refusal {
     Silent,
     /// The other side closed the connection before the handshake ended.
     Closed,
+    /// It was the oldest of too many connections in the handshake at once.
+    Crowded,
 }
 
 impl fmt::Display for Refusal {
@@ -74,6 +76,10 @@ impl fmt::Display for Refusal {
             ),
             Refusal::Silent => write!(f, "said nothing within the handshake deadline"),
             Refusal::Closed => write!(f, "closed in the middle of the handshake"),
+            Refusal::Crowded => write!(
+                f,
+                "the oldest of too many connections in the handshake at once"
+            ),
         }
     }
 }

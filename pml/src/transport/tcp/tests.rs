@@ -413,6 +413,26 @@ fn silent_and_truncated_handshakes_are_dropped_and_hold_no_slot() {
     close(ts);
 }
 
+#[test]
+fn a_flood_of_strangers_is_bounded_and_ranks_still_connect() {
+    let mut ts = ranks(2);
+    let mut sinks = [Recorder::default(), Recorder::default()];
+    let flood = 2 + SPARE_HANDSHAKES + 10;
+    let mut strangers: Vec<TcpStream> = (0..flood).map(|_| dial_rank_0(&ts)).collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ts[0].refused() < 10 {
+        ts[0].poll(&mut sinks[0]).unwrap();
+        assert!(Instant::now() < deadline, "the flood was never bounded");
+    }
+    assert!(ts[0].accepted.len() <= 2 + SPARE_HANDSHAKES);
+    // The oldest went first.
+    closed_unanswered(&mut ts, &mut strangers[0]);
+    send_whole(&mut ts, &mut sinks, 1, 0, &opaque(1, 100));
+    poll_until(&mut ts, &mut sinks, |s| s[0].frames.len() == 1);
+    assert_eq!(ts[0].connections(), 1);
+    close(ts);
+}
+
 /// A listener that plays rank 1 for rank 0's dials: it answers each hello with `answer`.
 fn fake_acceptor(
     answer: impl Fn(&[u8; handshake::HELLO_LEN]) -> Vec<u8> + Send + 'static,
