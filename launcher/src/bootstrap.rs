@@ -274,7 +274,13 @@ impl Bootstrap {
     /// The job's secret for the ranks' own connections, as hex text (see [`JOB_SECRET_KEY`]):
     /// valid after the first fence.
     pub fn job_secret(&mut self) -> Result<Vec<u8>, BootstrapError> {
-        self.get(JOB_SECRET_KEY)
+        self.get(JOB_SECRET_KEY).map_err(|e| match e {
+            BootstrapError::NotFound(_) => BootstrapError::Protocol(format!(
+                "the job's key-value space holds no '{JOB_SECRET_KEY}' (is rsrun older than \
+                 this program? use the rsrun of the same mpirt)"
+            )),
+            other => other,
+        })
     }
 
     /// Publishes `value` under `key`. Peers are only sure to see it after the next fence.
@@ -471,6 +477,12 @@ mod tests {
         assert_eq!(b.get("shm.0").unwrap(), b"\0abc");
         let missing = b.get("tcp.0").unwrap_err();
         assert!(missing.to_string().contains("'tcp.0'"), "{missing}");
+        // A launcher that gives no job secret (an older rsrun) is named as the cause.
+        let no_secret = b.job_secret().unwrap_err().to_string();
+        assert!(
+            no_secret.contains("holds no 'mpirt.job-secret' (is rsrun older"),
+            "{no_secret}"
+        );
         b.finalize().unwrap();
     }
 
