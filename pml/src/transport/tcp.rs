@@ -330,9 +330,6 @@ impl TcpTransport {
         self.epoll
             .wait(Duration::ZERO, &mut self.ready)
             .map_err(|e| epoll_failed(self.rank, e))?;
-        if !self.accepted.is_empty() {
-            self.drop_silent();
-        }
         let ready = std::mem::take(&mut self.ready);
         let mut frames = 0;
         let mut result = Ok(());
@@ -349,6 +346,9 @@ impl TcpTransport {
             }
         }
         self.ready = ready;
+        if result.is_ok() && !self.accepted.is_empty() {
+            result = self.drop_silent();
+        }
         result.map(|()| frames)
     }
 
@@ -503,17 +503,26 @@ impl TcpTransport {
     }
 
     /// Refuses the connections whose dialler let its turn pass the handshake deadline.
-    fn drop_silent(&mut self) {
+    fn drop_silent(&mut self) -> Result<(), PmlError> {
         let limit = self.config.handshake_limit;
-        let silent: Vec<usize> = self
+        let expired: Vec<usize> = self
             .accepted
             .iter()
             .filter(|(_, a)| a.turn_since.elapsed() > limit)
             .map(|(key, _)| key)
             .collect();
-        for key in silent {
-            self.refuse(key, Refusal::Silent);
+        for key in expired {
+            // What arrived while this rank was busy elsewhere still counts.
+            self.on_accepted(key)?;
+            if self
+                .accepted
+                .get(key)
+                .is_some_and(|a| a.turn_since.elapsed() > limit)
+            {
+                self.refuse(key, Refusal::Silent);
+            }
         }
+        Ok(())
     }
 
     /// Refuses the connection that has waited longest for its dialler.

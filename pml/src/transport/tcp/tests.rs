@@ -41,7 +41,7 @@ impl Sink for Recorder {
 
 const SECRET: JobSecret = [0x42; 32];
 /// How long a test rank lets a dialler take over a turn of the handshake.
-const HANDSHAKE_LIMIT: Duration = Duration::from_millis(300);
+const HANDSHAKE_LIMIT: Duration = Duration::from_secs(1);
 
 fn config() -> TcpConfig {
     TcpConfig {
@@ -411,6 +411,23 @@ fn silent_and_truncated_handshakes_are_dropped_and_hold_no_slot() {
     // A stranger still waiting when the ranks finalize keeps neither waiting.
     let _waiting = dial_rank_0(&ts);
     close(ts);
+}
+
+#[test]
+fn a_proof_that_came_while_the_rank_was_busy_is_still_taken() {
+    let mut ts = ranks(2);
+    let mut s = dial_rank_0(&ts);
+    let (dialler, hello) = Dialler::new(&SECRET, 1, 0, handshake::nonce().unwrap());
+    s.write_all(&hello).unwrap();
+    let mut challenge = [0u8; CHALLENGE_LEN];
+    assert!(read_polling(&mut ts, &mut s, &mut challenge));
+    s.write_all(&dialler.answer(&challenge).unwrap()).unwrap();
+    // Rank 0 computes past the deadline before it polls again: the proof waits for it.
+    std::thread::sleep(HANDSHAKE_LIMIT * 2);
+    let mut verdict = [0u8];
+    assert!(read_polling(&mut ts, &mut s, &mut verdict));
+    assert_eq!(verdict, [handshake::TAKEN]);
+    assert_eq!((ts[0].connections(), ts[0].refused()), (1, 0));
 }
 
 #[test]
