@@ -360,6 +360,9 @@ impl Job {
         let outputs = Arc::new(outputs);
         let id = random_hex(8).map_err(|e| fail("cannot read /dev/urandom", &e))?;
         let secret = random_hex(16).map_err(|e| fail("cannot read /dev/urandom", &e))?;
+        // The ranks' own connections prove they know another secret, which they get from
+        // the key-value service (so it crosses no command line, environment or file).
+        let job_secret = random_hex(32).map_err(|e| fail("cannot read /dev/urandom", &e))?;
         let (tx, events) = mpsc::channel();
         signals::forward_to(tx.clone()).map_err(|e| fail("cannot start a thread", &e))?;
         let bind_ip = if any_remote {
@@ -367,7 +370,7 @@ impl Job {
         } else {
             IpAddr::V4(Ipv4Addr::LOCALHOST)
         };
-        let kvs = KvsServer::start(size, secret.as_bytes(), bind_ip, tx.clone())
+        let kvs = KvsServer::start(size, secret.as_bytes(), &job_secret, bind_ip, tx.clone())
             .map_err(|e| fail("cannot start the key-value service", &e))?;
         let kvs_local = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), kvs.addr().port());
         if cli.verbose {
@@ -1013,7 +1016,7 @@ fn describe(status: libc::c_int) -> String {
 }
 
 /// `bytes` random bytes from the kernel, as lowercase hex.
-fn random_hex(bytes: usize) -> io::Result<String> {
+pub(crate) fn random_hex(bytes: usize) -> io::Result<String> {
     let mut buf = vec![0u8; bytes];
     fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())

@@ -6,7 +6,7 @@ mod common;
 use std::env;
 use std::process::Command;
 
-use common::{example, job_dir, run, testhosts_ssh_config};
+use common::{example, job_dir, run, scratch_dir, stranger, testhosts_ssh_config};
 
 /// `salloc -N NODES rsrun ARGS...`: rsrun runs here, inside the allocation it is given.
 fn salloc(nodes: &str, args: &[&str]) -> Command {
@@ -16,13 +16,21 @@ fn salloc(nodes: &str, args: &[&str]) -> Command {
     cmd
 }
 
-#[test]
-fn rsrun_inside_an_allocation_uses_its_nodes() {
-    if env::var_os("MPIRT_TEST_SLURM").is_none() {
+/// Whether a Slurm is up; says why the test is skipped when not.
+fn slurm_up() -> bool {
+    let up = env::var_os("MPIRT_TEST_SLURM").is_some();
+    if !up {
         println!(
             "skipped: no Slurm here (tools/test-all.sh starts one on the test hosts and sets \
              MPIRT_TEST_SLURM)"
         );
+    }
+    up
+}
+
+#[test]
+fn rsrun_inside_an_allocation_uses_its_nodes() {
+    if !slurm_up() {
         return;
     }
     // No hosts and no -n: the allocation's three nodes, one task each, agents started by srun.
@@ -130,4 +138,22 @@ fn srun_started_agents_honour_the_working_directory_and_stdin() {
     assert!(lines.iter().all(|l| l.starts_with("1 host")), "{lines:?}");
     assert_ne!(lines[0], lines[1]);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Under `srun --mpi=pmi2` rank 0 makes the job's secret: a stranger who knows the job id
+/// (`squeue` shows it) still cannot join.
+#[test]
+fn a_stranger_cannot_join_a_job_under_srun_with_pmi2() {
+    if !slurm_up() {
+        return;
+    }
+    let dir = scratch_dir("stranger-srun");
+    let mut job = Command::new("srun");
+    job.args(["--mpi=pmi2", "-N", "2", "-n", "2", &example("stepwise")])
+        .arg(&dir)
+        .arg("2")
+        .env("MPIRT_TRANSPORT", "tcp")
+        .env("MPIRT_VERBOSE", "1");
+    stranger::play_against(&mut job, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -146,7 +146,7 @@ type Case = fn(&Hosts);
 #[test]
 fn across_ssh_hosts() {
     let Some(hosts) = Hosts::up() else { return };
-    let cases: [(&str, Case); 23] = [
+    let cases: [(&str, Case); 24] = [
         ("map by slot", map_by_slot),
         ("map by node from a hostfile", map_by_node_from_hostfile),
         ("tagged output", tagged_output),
@@ -185,6 +185,7 @@ fn across_ssh_hosts() {
         ("--rankfile placement", rankfile_placement),
         ("--npernode placement", npernode_placement),
         ("impossible placements", impossible_placements),
+        ("a stranger to a TCP job", stranger_refused),
     ];
     for (name, case) in cases {
         let started = Instant::now();
@@ -530,6 +531,21 @@ fn unknown_host(hosts: &Hosts) {
         "{}",
         r.stderr
     );
+}
+
+/// The stranger dials rank 1 on host2 from this host, and records rank 0's dial on host1.
+fn stranger_refused(hosts: &Hosts) {
+    let dir = common::scratch_dir("stranger");
+    let mut job = hosts.rsrun(&[
+        "-H",
+        "host1:1,host2:1",
+        "--verbose",
+        &example("stepwise"),
+        dir.to_str().unwrap(),
+        "2",
+    ]);
+    common::stranger::play_against(&mut job, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn auth_failure(hosts: &Hosts) {

@@ -3,6 +3,8 @@
 // Each test crate compiles this module and uses only part of it.
 #![allow(dead_code)]
 
+pub mod stranger;
+
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
