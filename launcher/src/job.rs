@@ -27,6 +27,7 @@ use crate::spawn::binding::{self, Binding};
 use crate::spawn::local::{self, LaunchSpec, RankProcess, Slot};
 use crate::spawn::ssh::{self, SshSpec, ToAgent};
 use crate::spawn::workdir;
+use crate::stdin::ForegroundStdin;
 
 /// Exit code when `--timeout` ends the job, as timeout(1) uses.
 const TIMEOUT_EXIT: i32 = 124;
@@ -493,7 +494,7 @@ impl Job {
                 // rsrun's stdin goes to rank 0; when rank 0 stops reading, the copy ends.
                 let _ = thread::Builder::new()
                     .name("stdin".into())
-                    .spawn(move || io::copy(&mut io::stdin().lock(), &mut stdin));
+                    .spawn(move || io::copy(&mut ForegroundStdin::for_this_thread()?, &mut stdin));
             }
         }
         let rank0_host = job.host_of[0];
@@ -906,7 +907,10 @@ struct AgentSetup<'a> {
 /// up in the agent's memory. Ends early when rank 0 stops reading or the agent is gone.
 fn forward_stdin(link: mpsc::Sender<ToAgent>, acks: mpsc::Receiver<Report>) -> io::Result<()> {
     thread::Builder::new().name("stdin".into()).spawn(move || {
-        let mut stdin = io::stdin().lock();
+        let Ok(mut stdin) = ForegroundStdin::for_this_thread() else {
+            let _ = link.send(ToAgent::Command(AgentCommand::InputEnd));
+            return;
+        };
         let mut buf = vec![0; STDIN_CHUNK];
         let mut in_flight = 0;
         loop {
@@ -929,6 +933,7 @@ fn forward_stdin(link: mpsc::Sender<ToAgent>, acks: mpsc::Receiver<Report>) -> i
                     _ => return,
                 }
             }
+            // ForegroundStdin retries an interrupted read, so an error here is a real one.
             let command = match stdin.read(&mut buf) {
                 Ok(0) | Err(_) => AgentCommand::InputEnd,
                 Ok(n) => {

@@ -12,6 +12,7 @@ pub mod pmi2;
 pub mod rankfile;
 pub mod signals;
 pub mod spawn;
+pub mod stdin;
 mod wire;
 pub mod words;
 

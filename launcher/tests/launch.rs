@@ -153,6 +153,31 @@ fn stdin_goes_to_rank_zero_only() {
 }
 
 #[test]
+fn a_background_rsrun_is_not_stopped_by_its_terminal() {
+    // `rsrun ... > out &` in an interactive shell: rsrun must not read the terminal, which
+    // the kernel answers with SIGTTIN ("Stopped (tty input)"). Each rank shows its signal
+    // masks: SIGTTIN must be neither blocked nor ignored in a rank.
+    let dir = scratch_dir("background");
+    let out = dir.join("out");
+    let script = "echo rank $MPIRT_RANK done; grep -E '^Sig(Blk|Ign)' /proc/self/status";
+    let r = common::in_terminal(&common::background_rsrun(
+        &["-n", "2", "sh", "-c", script],
+        &out,
+    ));
+    let said = fs::read_to_string(&out).unwrap_or_default();
+    assert_eq!(r.stdout, "wait 0\n", "{}\n{said}", r.stderr);
+    let mut done: Vec<&str> = said.lines().filter(|l| l.starts_with("rank")).collect();
+    done.sort_unstable();
+    assert_eq!(done, ["rank 0 done", "rank 1 done"], "{said}");
+    let masks: Vec<&str> = said.lines().filter(|l| l.starts_with("Sig")).collect();
+    assert_eq!(masks.len(), 4, "{said}");
+    for line in masks {
+        assert!(!common::mask_has(line, libc::SIGTTIN), "{line}");
+    }
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn arguments_after_the_program_belong_to_it() {
     let r = run(
         &mut rsrun(&[
@@ -401,6 +426,45 @@ fn an_unknown_option_is_an_error_naming_it_and_nothing_starts() {
     assert!(
         r.stderr.contains("'--no-such-option'") && !r.stderr.contains("cannot start"),
         "{}",
+        r.stderr
+    );
+    assert!(!marker.exists(), "a rank started");
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn mpirun_single_dash_options_work_and_unknown_ones_are_named() {
+    let dir = scratch_dir("single-dash");
+    let hostfile = dir.join("nodes");
+    fs::write(&hostfile, "localhost slots=2\n").unwrap();
+    let script = "echo rank $MPIRT_RANK of $MPIRT_SIZE";
+    let h = hostfile.to_str().unwrap();
+    for args in [
+        &["-np", "2", "-hostfile", h][..],
+        &["-np", "2", "-host", "localhost:2"][..],
+    ] {
+        let mut all = args.to_vec();
+        all.extend(["sh", "-c", script]);
+        let r = run(&mut rsrun(&all), b"");
+        assert_eq!(r.code(), Some(0), "{args:?}: {}", r.stderr);
+        assert_eq!(
+            r.sorted_lines(),
+            ["rank 0 of 2", "rank 1 of 2"],
+            "{args:?}: {}",
+            r.stderr
+        );
+    }
+    let marker = dir.join("started");
+    let touch = format!("touch {}", marker.display());
+    let r = run(
+        &mut rsrun(&["-np", "2", "-hostfiel", h, "sh", "-c", &touch]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("unknown option '-hostfiel'") && !r.stdout.contains("Usage"),
+        "{}\n{}",
+        r.stdout,
         r.stderr
     );
     assert!(!marker.exists(), "a rank started");

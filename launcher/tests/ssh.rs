@@ -146,7 +146,7 @@ type Case = fn(&Hosts);
 #[test]
 fn across_ssh_hosts() {
     let Some(hosts) = Hosts::up() else { return };
-    let cases: [(&str, Case); 23] = [
+    let cases: [(&str, Case); 24] = [
         ("map by slot", map_by_slot),
         ("map by node from a hostfile", map_by_node_from_hostfile),
         ("tagged output", tagged_output),
@@ -180,6 +180,7 @@ fn across_ssh_hosts() {
         ),
         ("--wdir", wdir_on_every_host),
         ("stdin to a remote rank 0", stdin_to_a_remote_rank_zero),
+        ("rsrun in a terminal's background", background_in_a_terminal),
         ("per-rank output files", per_rank_output_files),
         ("--ssh-args with a quoted argument", ssh_args_with_quotes),
         ("--rankfile placement", rankfile_placement),
@@ -678,14 +679,44 @@ fn stdin_to_a_remote_rank_zero(hosts: &Hosts) {
         r.sorted_lines(),
         [format!("host2 {}", expected.trim()), "host3 0".to_string()]
     );
-    // A rank 0 that stops reading early: the rest of the input is dropped, the job ends.
-    let script = "if [ $MPIRT_RANK = 0 ]; then head -c 100 | wc -c; exec sleep 1; fi";
-    let r = run(
-        &mut hosts.rsrun(&["-H", "host2:1,host3:1", "sh", "-c", script]),
-        &input,
-    );
-    assert_eq!(r.code(), Some(0), "{}", r.stderr);
-    assert_eq!(r.stdout.trim(), "100");
+    // A rank 0 that reads part of its input, then leaves its stdin open but unread (the agent's
+    // writes to it block) or closes it (they fail with EPIPE): either way the job ends when the
+    // ranks do, normally and without a word about the input left over.
+    for rest in ["exec sleep 1", "exec sleep 1 <&-"] {
+        let script = format!("if [ $MPIRT_RANK = 0 ]; then head -c 100 | wc -c; {rest}; fi");
+        let r = run(
+            &mut hosts.rsrun(&["-H", "host2:1,host3:1", "sh", "-c", &script]),
+            &input,
+        );
+        assert_eq!(r.code(), Some(0), "{rest}: {}", r.stderr);
+        assert_eq!(r.stdout.trim(), "100", "{rest}");
+        assert_eq!(r.stderr, "", "{rest}");
+    }
+}
+
+fn background_in_a_terminal(hosts: &Hosts) {
+    // `rsrun -H host2:1,host3:1 ... > out &` from an interactive shell: rsrun must not read
+    // the terminal for the remote rank 0, or the kernel stops it ("Stopped (tty input)").
+    let dir = common::scratch_dir("background-remote");
+    let out = dir.join("out");
+    let ssh_args = hosts.ssh_args();
+    let script = "echo rank $MPIRT_RANK done";
+    let args = [
+        "--ssh-args",
+        &ssh_args,
+        "-H",
+        "host2:1,host3:1",
+        "sh",
+        "-c",
+        script,
+    ];
+    let r = common::in_terminal(&common::background_rsrun(&args, &out));
+    let said = std::fs::read_to_string(&out).unwrap_or_default();
+    assert_eq!(r.stdout, "wait 0\n", "{}\n{said}", r.stderr);
+    let mut lines: Vec<&str> = said.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["rank 0 done", "rank 1 done"], "{said}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 fn per_rank_output_files(hosts: &Hosts) {
