@@ -272,9 +272,10 @@ impl LocalPlan {
 }
 
 /// Where the ranks should run: `--wdir` (relative to rsrun's working directory), else rsrun's
-/// working directory; and whether the user named it.
+/// working directory, as the shell names it (see `workdir::logical_cwd`); and whether the user
+/// named it.
 fn wanted_dir(cli: &Cli) -> io::Result<(PathBuf, bool)> {
-    let cwd = std::env::current_dir()?;
+    let cwd = workdir::logical_cwd()?;
     Ok(match &cli.wdir {
         Some(dir) => (cwd.join(dir), true),
         None => (cwd, false),

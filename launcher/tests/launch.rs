@@ -674,6 +674,60 @@ fn wdir_sets_where_ranks_run_and_relative_programs_are_found_there() {
 }
 
 #[test]
+fn ranks_start_in_the_logical_working_directory_and_pwd_names_theirs() {
+    // rsrun runs in `link`, a symlink to `real`, as a shell that `cd`ed through it would: PWD
+    // is the logical path. That is the path ranks must get (on other hosts it may be the only
+    // one), and each rank's PWD must name its own directory, --wdir included.
+    let dir = common::job_dir("logical-cwd");
+    let real = dir.join("real");
+    fs::create_dir_all(real.join("sub")).unwrap();
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let l = link.to_str().unwrap();
+    let script = "printenv PWD";
+    for (wdir, expected) in [
+        (None, l.to_string()),
+        (Some("sub"), format!("{l}/sub")),
+        (
+            Some(dir.to_str().unwrap()),
+            dir.to_str().unwrap().to_string(),
+        ),
+    ] {
+        let mut args = vec!["-n", "2"];
+        if let Some(w) = wdir {
+            args.extend(["--wdir", w]);
+        }
+        args.extend(["sh", "-c", script]);
+        let r = run(rsrun(&args).current_dir(&link).env("PWD", &link), b"");
+        assert_eq!(r.code(), Some(0), "{wdir:?}: {}", r.stderr);
+        assert_eq!(r.sorted_lines(), [&expected, &expected], "{wdir:?}");
+    }
+    // A program that is not there is reported by the logical path too.
+    let r = run(
+        rsrun(&["-n", "1", "./no-such-script"])
+            .current_dir(&link)
+            .env("PWD", &link),
+        b"",
+    );
+    assert_eq!(r.code(), Some(127));
+    assert!(
+        r.stderr
+            .contains(&format!("(tried {l}/no-such-script, in directory {l})")),
+        "{}",
+        r.stderr
+    );
+    // A PWD that names another directory is not believed.
+    let r = run(
+        rsrun(&["-n", "1", "sh", "-c", script])
+            .current_dir(&real)
+            .env("PWD", &dir),
+        b"",
+    );
+    assert_eq!(r.stdout, format!("{}\n", real.display()), "{}", r.stderr);
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn npernode_beyond_one_host_is_an_error_before_anything_starts() {
     let r = run_sh(&["--npernode", "2"], "3", "echo started");
     assert_eq!(r.code(), Some(1));

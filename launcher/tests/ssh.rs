@@ -650,6 +650,27 @@ fn wdir_on_every_host(hosts: &Hosts) {
         "{}",
         r.stderr
     );
+    // From a directory reached through a symlink (PWD the logical path, as a shell sets it),
+    // remote ranks start in the logical path and their PWD names their own directory.
+    let real = dir.join("real");
+    std::fs::create_dir_all(real.join("sub")).unwrap();
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let l = link.to_str().unwrap();
+    for (wdir, expected) in [(None, l.to_string()), (Some("sub"), format!("{l}/sub"))] {
+        let mut args = vec!["-H", "host2:1,host3:1"];
+        if let Some(w) = wdir {
+            args.extend(["--wdir", w]);
+        }
+        args.extend(["sh", "-c", "echo $(hostname) $(printenv PWD)"]);
+        let r = run(hosts.rsrun(&args).current_dir(&link).env("PWD", &link), b"");
+        assert_eq!(r.code(), Some(0), "{wdir:?}: {}", r.stderr);
+        assert_eq!(
+            r.sorted_lines(),
+            [format!("host2 {expected}"), format!("host3 {expected}")],
+            "{wdir:?}"
+        );
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
