@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod bootstrap;
 pub mod cli;
+pub mod fd_limit;
 pub mod hosts;
 pub mod job;
 pub mod kvs;

@@ -6,6 +6,7 @@ mod common;
 use std::collections::HashSet;
 use std::fs;
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -521,6 +522,49 @@ fn output_filename_writes_each_ranks_streams_to_files() {
         "{}",
         r.stderr
     );
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn output_files_for_many_ranks_fit_a_low_soft_open_file_limit() {
+    // 40 ranks need 80 output files and about as many pipes in rsrun: more than a soft limit
+    // of 64, which rsrun raises to the hard limit as mpirun does.
+    let dir = scratch_dir("output-files-limit");
+    let out = dir.join("out");
+    let spec = format!("{}:nocopy", out.display());
+    let mut cmd = rsrun(&[
+        "-n",
+        "40",
+        "--output-filename",
+        &spec,
+        "sh",
+        "-c",
+        "echo out $MPIRT_RANK",
+    ]);
+    // SAFETY: runs in the child between fork and exec; getrlimit and setrlimit are system
+    // calls on a local struct.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut limit = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            limit.rlim_cur = 64;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let r = run(&mut cmd, b"");
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    for rank in 0..40 {
+        let file = out.join(format!("1/rank.{rank:02}/stdout"));
+        assert_eq!(fs::read_to_string(&file).unwrap(), format!("out {rank}\n"));
+    }
     fs::remove_dir_all(&dir).unwrap();
 }
 
