@@ -97,7 +97,8 @@ pub struct Cli {
 
     /// Write each rank's stdout and stderr to DIR/1/rank.N/stdout and .../stderr too, as Open
     /// MPI does; a relative DIR is taken from rsrun's working directory. Qualifiers after a
-    /// colon, comma-separated: `nocopy` (the files only), `nojobid` (DIR/rank.N).
+    /// colon (the last one: `a:b:` is the directory `a:b`), comma-separated, in any case:
+    /// `nocopy` (the files only), `nojobid` (DIR/rank.N).
     #[arg(long, value_name = "DIR[:nocopy,nojobid]", value_parser = OutputFiles::parse)]
     pub output_filename: Option<OutputFiles>,
 
