@@ -917,22 +917,34 @@ fn impossible_placements(hosts: &Hosts) {
         "{}",
         r.stderr
     );
-    // A CPU host2 lacks is refused by its agent before any of its ranks runs.
+    // A CPU host2 lacks is refused by its agent before any rank runs, on any host: the ranks
+    // of this machine and host3 would start at once, but every host must be ready first.
     let dir = common::scratch_dir("rankfile-cpu");
     let file = dir.join("rankfile");
-    std::fs::write(&file, "rank 0=host2 slot=1000\n").unwrap();
+    std::fs::write(
+        &file,
+        "rank 0=localhost slot=0\nrank 1=host3 slot=0\nrank 2=host2 slot=1000\n",
+    )
+    .unwrap();
+    let touch = format!("touch {}/started.$MPIRT_RANK", dir.display());
     let r = run(
-        &mut hosts.rsrun(&["--rankfile", file.to_str().unwrap(), "sh", "-c", WHO]),
+        &mut hosts.rsrun(&["--rankfile", file.to_str().unwrap(), "sh", "-c", &touch]),
         b"",
     );
     assert_eq!(r.code(), Some(1), "{}", r.stderr);
     assert!(
         r.stderr.contains(
-            "cannot start 'sh' on host2: the rankfile binds rank 0 to CPU 1000, but rsrun may \
+            "cannot start 'sh' on host2: the rankfile binds rank 2 to CPU 1000, but rsrun may \
              use only CPUs "
         ) && r.stdout.is_empty(),
         "{}",
         r.stderr
     );
+    let started: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|name| name.to_string_lossy().starts_with("started."))
+        .collect();
+    assert!(started.is_empty(), "ranks started: {started:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
