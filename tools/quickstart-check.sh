@@ -57,8 +57,13 @@ fi
 # The README's two-host line, on the team's test hosts when the suite has them up (they share
 # this filesystem, so the crate's relative program path is there too).
 ssh_config="${SSH_HOSTS_DIR:-${TMPDIR:-/tmp}/mpirt-testhosts/ssh}/ssh_config"
-two_hosts=$(grep -o 'rsrun -H host1:2,host2:2 [^`]*' "$readme" | head -n1)
-if [ -n "${MPIRT_SSH_HOSTS:-}" ] && [ -f "$ssh_config" ] && [ -n "$two_hosts" ] &&
+# `|| true`: under pipefail a README without the line would end the script here, silently.
+two_hosts=$(grep -o 'rsrun -H host1:2,host2:2 [^`]*' "$readme" | head -n1 || true)
+if [ -z "$two_hosts" ]; then
+    echo "quickstart-check: the README has no 'rsrun -H host1:2,host2:2 ...' line to run" >&2
+    exit 1
+fi
+if [ -n "${MPIRT_SSH_HOSTS:-}" ] && [ -f "$ssh_config" ] &&
     timeout 5 bash -c "exec 3<>/dev/tcp/host1/22" 2>/dev/null; then
     echo "== quickstart-check: $two_hosts"
     PATH="$(dirname "$rsrun"):$PATH" MPIRT_SSH_ARGS="-F $ssh_config" bash -c "$two_hosts" \

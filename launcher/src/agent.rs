@@ -1,8 +1,11 @@
 //! `rsrun --agent`: the small process rsrun starts on each remote host over ssh.
 //!
-//! It starts that host's ranks, sends everything rsrun needs to know back over its stdout (the
-//! ssh session's stdout) as [`Report`]s, and takes [`Command`]s on its stdin: first the job's
-//! secret (kept off every command line), then signals to pass on and rsrun's stdin for rank 0.
+//! It checks what only this host can (the CPUs, the working directory, the program) and reports
+//! `Ready`; it starts that host's ranks only at rsrun's `Go`, which comes once every host is
+//! ready, so a job that cannot start anywhere starts nowhere. It sends everything rsrun needs
+//! to know back over its stdout (the ssh session's stdout) as [`Report`]s, and takes
+//! [`Command`]s on its stdin: first the job's secret (kept off every command line), then `Go`,
+//! then signals to pass on and rsrun's stdin for rank 0.
 //! At end of file on stdin, which is what the remote side sees when rsrun or its ssh client dies
 //! (plain ssh does not kill remote processes), it kills its ranks with SIGKILL and exits.
 //!
@@ -32,6 +35,8 @@ const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
 /// One message from an agent to rsrun.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Report {
+    /// Everything this host can check passed; the agent waits for `Command::Go`.
+    Ready,
     /// A rank is running, as this pid on the remote host.
     Started { rank: u32, pid: i32 },
     /// One line (or the unterminated last piece) of a rank's stdout or stderr.
@@ -60,6 +65,7 @@ pub enum Report {
 pub fn write_report(out: &mut impl Write, report: &Report) -> io::Result<()> {
     let mut buf = Vec::new();
     match report {
+        Report::Ready => buf.extend(b"R 0 0\n"),
         Report::Started { rank, pid } => buf.extend(format!("S {rank} {pid}\n").bytes()),
         Report::Output {
             rank,
@@ -117,6 +123,7 @@ pub fn read_report(input: &mut impl BufRead) -> io::Result<Option<Report>> {
         Ok(bytes)
     };
     Ok(Some(match kind {
+        "R" => Report::Ready,
         "S" => Report::Started {
             rank: rank?,
             pid: int(b)?,
@@ -149,6 +156,8 @@ pub fn read_report(input: &mut impl BufRead) -> io::Result<Option<Report>> {
 /// One instruction from rsrun to an agent, after the secret line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
+    /// Every host is ready: start the ranks.
+    Go,
     /// Send this signal to every rank.
     Signal(i32),
     /// The next bytes of rsrun's stdin, for rank 0.
@@ -157,11 +166,12 @@ pub enum Command {
     InputEnd,
 }
 
-/// Writes one command with a single `write_all`: `signal N` or `input-end` lines, or an
+/// Writes one command with a single `write_all`: `go`, `signal N` or `input-end` lines, or an
 /// `input LEN` line followed by the bytes.
 pub fn write_command(out: &mut impl Write, command: &Command) -> io::Result<()> {
     let mut buf = Vec::new();
     match command {
+        Command::Go => buf.extend(b"go\n"),
         Command::Signal(sig) => buf.extend(format!("signal {sig}\n").bytes()),
         Command::Input(bytes) => {
             buf.extend(format!("input {}\n", bytes.len()).bytes());
@@ -181,8 +191,10 @@ pub fn read_command(input: &mut impl BufRead) -> io::Result<Option<Command>> {
     }
     let bad = || io::Error::new(io::ErrorKind::InvalidData, format!("bad command '{line}'"));
     let line = line.trim_end();
-    if line == "input-end" {
-        return Ok(Some(Command::InputEnd));
+    match line {
+        "go" => return Ok(Some(Command::Go)),
+        "input-end" => return Ok(Some(Command::InputEnd)),
+        _ => {}
     }
     let (word, number) = line.split_once(' ').ok_or_else(bad)?;
     match word {
@@ -352,6 +364,9 @@ pub fn main(words: &[OsString]) -> i32 {
         Ok(program) => program,
         Err(e) => return fail(127, workdir::start_error(&e, None, &place.dir)),
     };
+    if write_report(&mut *lock(&out), &Report::Ready).is_err() || !go_ahead(&mut stdin) {
+        return 1; // rsrun gave up on the job: another host could not start its ranks
+    }
     let spec = LaunchSpec {
         program: &program,
         arg0: &args.program,
@@ -503,11 +518,25 @@ fn forward_output(source: impl Read, rank: u32, stderr: bool, out: &Mutex<io::St
     }
 }
 
+/// Waits for rsrun's `Go`; false when rsrun closes the link (or sends what is not its)
+/// instead. Nothing else comes before `Go`: stdin and signals are for ranks, which do not
+/// exist yet.
+fn go_ahead(stdin: &mut impl BufRead) -> bool {
+    loop {
+        match read_command(stdin) {
+            Ok(Some(Command::Go)) => return true,
+            Ok(Some(_)) => continue,
+            Ok(None) | Err(_) => return false,
+        }
+    }
+}
+
 /// Carries out rsrun's commands until its stdin ends, then kills the ranks and exits.
 fn obey(mut stdin: impl BufRead, pids: &[i32], mut rank0_input: Option<mpsc::Sender<Vec<u8>>>) {
     // A malformed command means the stream is not rsrun's: treated as the end of it.
     while let Ok(Some(command)) = read_command(&mut stdin) {
         match command {
+            Command::Go => {}
             Command::Signal(sig) => kill_all(pids.iter().copied(), sig),
             Command::Input(bytes) => {
                 // A send fails once rank 0 stopped reading; the bytes are dropped, as a pipe
@@ -566,6 +595,7 @@ mod tests {
     #[test]
     fn reports_round_trip() {
         let reports = [
+            Report::Ready,
             Report::Started { rank: 5, pid: 1234 },
             Report::Output {
                 rank: 5,
@@ -632,6 +662,7 @@ mod tests {
     #[test]
     fn commands_round_trip() {
         let commands = [
+            Command::Go,
             Command::Signal(15),
             Command::Input(b"line\ninput 3\n\xff".to_vec()),
             Command::Input(Vec::new()),

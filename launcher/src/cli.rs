@@ -97,7 +97,8 @@ pub struct Cli {
 
     /// Write each rank's stdout and stderr to DIR/1/rank.N/stdout and .../stderr too, as Open
     /// MPI does; a relative DIR is taken from rsrun's working directory. Qualifiers after a
-    /// colon, comma-separated: `nocopy` (the files only), `nojobid` (DIR/rank.N).
+    /// colon (the last one: `a:b:` is the directory `a:b`), comma-separated, in any case:
+    /// `nocopy` (the files only), `nojobid` (DIR/rank.N).
     #[arg(long, value_name = "DIR[:nocopy,nojobid]", value_parser = OutputFiles::parse)]
     pub output_filename: Option<OutputFiles>,
 
@@ -160,8 +161,8 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// Parses rsrun's arguments (the first item is the program name), accepting `-np` and
-    /// `-wdir`.
+    /// Parses rsrun's arguments (the first item is the program name), accepting mpirun's
+    /// single-dash long options (`-np`, `-hostfile`, `-wdir`, ...).
     pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
     where
         I: IntoIterator<Item = T>,
@@ -169,7 +170,7 @@ impl Cli {
     {
         let cli = Cli::try_parse_from(rewrite_single_dash(
             args.into_iter().map(Into::into).collect(),
-        ))?;
+        )?)?;
         let conflict = |text: &str| {
             Err(clap::Error::raw(
                 clap::error::ErrorKind::ArgumentConflict,
@@ -321,12 +322,26 @@ pub enum Launcher {
     Srun,
 }
 
-/// clap reads `-np 4` as `-n p`, so `-np` and `-wdir` (mpirun's spellings) become `--np` and
-/// `--wdir` — but only among rsrun's own options, never in the program's arguments.
-fn rewrite_single_dash(mut args: Vec<OsString>) -> Vec<OsString> {
-    let takes_value: Vec<String> = Cli::command()
+/// mpirun accepts its long options with one dash (`-np 4`, `-hostfile FILE`, `-host a,b`,
+/// `-oversubscribe`), which clap would read as clustered short flags (`-hostfile` as `-h`, i.e.
+/// help). So among rsrun's own words (never the program's) a single-dash `-word` or
+/// `-word=VALUE` whose `--word` is an option or an alias becomes `--word`; any other
+/// single-dash word longer than one letter is an error naming it, except a number attached to
+/// `-n` or `-N` (`-n4`), which clap reads as the value.
+fn rewrite_single_dash(mut args: Vec<OsString>) -> Result<Vec<OsString>, clap::Error> {
+    let command = Cli::command();
+    let options: Vec<_> = command
         .get_arguments()
-        .filter(|a| a.get_action().takes_values() && !a.is_positional())
+        .filter(|a| !a.is_positional())
+        .collect();
+    let longs: Vec<String> = options
+        .iter()
+        .flat_map(|a| a.get_long_and_visible_aliases().unwrap_or_default())
+        .map(|l| format!("--{l}"))
+        .collect();
+    let takes_value: Vec<String> = options
+        .iter()
+        .filter(|a| a.get_action().takes_values())
         .flat_map(|a| {
             let short = a.get_short_and_visible_aliases().unwrap_or_default();
             let long = a.get_long_and_visible_aliases().unwrap_or_default();
@@ -337,10 +352,32 @@ fn rewrite_single_dash(mut args: Vec<OsString>) -> Vec<OsString> {
     let mut i = 1;
     while i < args.len() {
         let Some(arg) = args[i].to_str() else { break };
-        if arg == "-np" || arg == "-wdir" {
-            args[i] = format!("-{arg}").into();
-            i += 2;
-        } else if takes_value.iter().any(|t| t == arg) {
+        let mut arg = arg.to_string();
+        if arg.len() > 2 && arg.starts_with('-') && !arg.starts_with("--") {
+            let (name, value) = arg.split_once('=').unwrap_or((&arg, ""));
+            let long = format!("-{name}");
+            let attached_count = ["-n", "-N"].iter().any(|s| {
+                arg.strip_prefix(s)
+                    .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            });
+            if longs.contains(&long) {
+                arg = if arg.contains('=') {
+                    format!("{long}={value}")
+                } else {
+                    long
+                };
+                args[i] = arg.clone().into();
+            } else if !attached_count {
+                return Err(clap::Error::raw(
+                    clap::error::ErrorKind::UnknownArgument,
+                    format!(
+                        "unknown option '{arg}' (rsrun takes long options with one dash or two, \
+                         e.g. -hostfile or --hostfile; see --help)\n"
+                    ),
+                ));
+            }
+        }
+        if takes_value.contains(&arg) {
             i += 2;
         } else if arg.starts_with('-') && arg != "-" && arg != "--" {
             i += 1;
@@ -348,7 +385,7 @@ fn rewrite_single_dash(mut args: Vec<OsString>) -> Vec<OsString> {
             break; // the program: everything from here on is its own
         }
     }
-    args
+    Ok(args)
 }
 
 fn parse_assignment(s: &str) -> Result<(String, String), String> {
@@ -502,6 +539,46 @@ mod tests {
         // After the program, every word is the program's.
         let cli = parse(&["-n", "2", "./app", "--no-such-option"]).unwrap();
         assert_eq!(cli.command, ["./app", "--no-such-option"]);
+    }
+
+    #[test]
+    fn single_dash_long_options_are_mpiruns() {
+        let cli = parse(&[
+            "-np",
+            "4",
+            "-hostfile",
+            "nodes",
+            "-host",
+            "a:2",
+            "-oversubscribe",
+            "-report-bindings",
+            "-tag-output",
+            "-npernode",
+            "2",
+            "-output-filename=out",
+            "-bind-to",
+            "core",
+            "prog",
+            "-hostfile",
+        ])
+        .unwrap();
+        assert_eq!(cli.ranks, Some(4));
+        assert_eq!(cli.hostfile.as_deref(), Some(std::path::Path::new("nodes")));
+        assert_eq!(cli.hosts, ["a:2"]);
+        assert!(cli.oversubscribe && cli.report_bindings && cli.tag_output);
+        assert_eq!(cli.mapping(), MapBy::PerNode(2));
+        assert!(cli.output_filename.is_some());
+        assert_eq!(cli.bind_to, BindTo::Core);
+        assert_eq!(cli.command, ["prog", "-hostfile"]);
+        let machine = parse(&["-machinefile", "m", "-rankfile", "r", "p"]).unwrap();
+        assert_eq!(machine.hostfile.as_deref(), Some(std::path::Path::new("m")));
+        assert_eq!(machine.rankfile.as_deref(), Some(std::path::Path::new("r")));
+        assert_eq!(parse(&["-n4", "p"]).unwrap().ranks, Some(4));
+        for word in ["-hosts", "-nolocal", "-vV", "-xFOO"] {
+            let e = parse(&["-n", "2", word, "p"]).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument);
+            assert!(e.to_string().contains(&format!("'{word}'")), "{e}");
+        }
     }
 
     #[test]

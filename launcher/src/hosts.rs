@@ -235,9 +235,11 @@ pub fn map_ranks(
     map_by: MapBy,
     oversubscribe: bool,
 ) -> Result<Vec<Vec<u32>>, String> {
-    if let MapBy::PerNode(per) = map_by {
-        return map_per_node(hosts, ranks, per, oversubscribe);
-    }
+    let round_robin = match map_by {
+        MapBy::PerNode(per) => return map_per_node(hosts, ranks, per, oversubscribe),
+        MapBy::Slot => false,
+        MapBy::Node => true,
+    };
     let slots: u64 = hosts.iter().map(|h| u64::from(h.slots)).sum();
     let n = ranks.map_or(slots, u64::from);
     if n > slots && !oversubscribe {
@@ -251,25 +253,22 @@ pub fn map_ranks(
     let mut rank = 0;
     // Each pass places at most one host's worth of slots; passes after the first oversubscribe.
     while rank < n {
-        match map_by {
-            MapBy::Slot | MapBy::PerNode(_) => {
-                for (host, placed) in hosts.iter().zip(layout.iter_mut()) {
-                    for _ in 0..host.slots {
-                        if rank < n {
-                            placed.push(rank);
-                            rank += 1;
-                        }
+        if round_robin {
+            let most = hosts.iter().map(|h| h.slots).max().unwrap_or(0);
+            for round in 0..most {
+                for (i, host) in hosts.iter().enumerate() {
+                    if round < host.slots && rank < n {
+                        layout[i].push(rank);
+                        rank += 1;
                     }
                 }
             }
-            MapBy::Node => {
-                let most = hosts.iter().map(|h| h.slots).max().unwrap_or(0);
-                for round in 0..most {
-                    for (i, host) in hosts.iter().enumerate() {
-                        if round < host.slots && rank < n {
-                            layout[i].push(rank);
-                            rank += 1;
-                        }
+        } else {
+            for (host, placed) in hosts.iter().zip(layout.iter_mut()) {
+                for _ in 0..host.slots {
+                    if rank < n {
+                        placed.push(rank);
+                        rank += 1;
                     }
                 }
             }
@@ -295,20 +294,28 @@ fn map_per_node(
             hosts.len()
         ));
     }
-    if let Some(small) = hosts.iter().find(|h| h.slots < per) {
+    let mut next = 0..n as u32;
+    let layout: Vec<Vec<u32>> = hosts
+        .iter()
+        .map(|_| next.by_ref().take(per as usize).collect())
+        .collect();
+    // Only hosts that get ranks count: the last ones may get fewer than `per`, or none.
+    let crowded = hosts
+        .iter()
+        .zip(&layout)
+        .find(|(h, placed)| placed.len() > h.slots as usize);
+    if let Some((small, placed)) = crowded {
         if !oversubscribe {
             return Err(format!(
-                "{per} ranks per node, but host {} has only {} slot(s); give it more slots \
-                 (host:N) or pass --oversubscribe",
-                small.name, small.slots
+                "{per} ranks per node puts {} on host {}, which has only {} slot(s); give it \
+                 more slots (host:N) or pass --oversubscribe",
+                placed.len(),
+                small.name,
+                small.slots
             ));
         }
     }
-    let mut next = 0..n as u32;
-    Ok(hosts
-        .iter()
-        .map(|_| next.by_ref().take(per as usize).collect())
-        .collect())
+    Ok(layout)
 }
 
 /// Whether `name` is this machine, so its ranks start with fork/exec instead of ssh.
@@ -434,7 +441,19 @@ mod tests {
         let err = map_ranks(&hosts, Some(7), per2, false).unwrap_err();
         assert!(err.contains("places only 6"), "{err}");
         let err = map_ranks(&hosts, None, MapBy::PerNode(3), false).unwrap_err();
-        assert!(err.contains("host b has only 2"), "{err}");
+        assert!(err.contains("puts 3 on host b, which has only 2"), "{err}");
+        // Hosts that get no ranks, or fewer than N, need no room for N.
+        let small = [h("a", 4), h("b", 1)];
+        assert_eq!(
+            map_ranks(&small, Some(2), per2, false).unwrap(),
+            [vec![0, 1], vec![]]
+        );
+        assert_eq!(
+            map_ranks(&small, Some(3), per2, false).unwrap(),
+            [vec![0, 1], vec![2]]
+        );
+        let err = map_ranks(&small, Some(4), per2, false).unwrap_err();
+        assert!(err.contains("puts 2 on host b, which has only 1"), "{err}");
         assert_eq!(
             map_ranks(&hosts, None, MapBy::PerNode(3), true).unwrap(),
             [vec![0, 1, 2], vec![3, 4, 5], vec![6, 7, 8]]

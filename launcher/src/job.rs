@@ -27,6 +27,7 @@ use crate::spawn::binding::{self, Binding};
 use crate::spawn::local::{self, LaunchSpec, RankProcess, Slot};
 use crate::spawn::ssh::{self, SshSpec, ToAgent};
 use crate::spawn::workdir;
+use crate::stdin::ForegroundStdin;
 
 /// Exit code when `--timeout` ends the job, as timeout(1) uses.
 const TIMEOUT_EXIT: i32 = 124;
@@ -72,6 +73,8 @@ pub enum Event {
     },
     /// rsrun received SIGINT, SIGTERM or SIGHUP.
     Signal(libc::c_int),
+    /// The agent on host number `host` checked what it can and waits for the word to start.
+    AgentReady { host: usize },
     /// A remote agent started a rank, as `pid` on its host.
     RemoteStarted { rank: u32, pid: libc::pid_t },
     /// A remote rank ended; `status` is the raw wait status on its host.
@@ -271,9 +274,10 @@ impl LocalPlan {
 }
 
 /// Where the ranks should run: `--wdir` (relative to rsrun's working directory), else rsrun's
-/// working directory; and whether the user named it.
+/// working directory, as the shell names it (see `workdir::logical_cwd`); and whether the user
+/// named it.
 fn wanted_dir(cli: &Cli) -> io::Result<(PathBuf, bool)> {
-    let cwd = std::env::current_dir()?;
+    let cwd = workdir::logical_cwd()?;
     Ok(match &cli.wdir {
         Some(dir) => (cwd.join(dir), true),
         None => (cwd, false),
@@ -317,8 +321,9 @@ struct Job {
 
 impl Job {
     /// Starts the service and every rank. On failure, reports it, cleans up and returns the
-    /// exit code. Everything that can be checked here (placement, the launch command, the
-    /// working directory, the program, the CPUs, the output files) is, before any rank starts.
+    /// exit code. Everything that can be checked (placement, the launch command, the output
+    /// files, and on every host the working directory, the program and the CPUs) is, before
+    /// any rank starts anywhere: agents check their hosts and wait for the word to start.
     fn start(cli: &Cli) -> Result<Job, i32> {
         let fail = |what: &str, e: &dyn std::fmt::Display| {
             eprintln!("rsrun: {what}: {e}");
@@ -390,6 +395,38 @@ impl Job {
             }
         }
 
+        let mut job = Job {
+            id: id.clone(),
+            verbose: cli.verbose,
+            grace: cli.grace,
+            program: program.to_string_lossy().into_owned(),
+            host_names: placement.names.clone(),
+            host_of,
+            pids: Vec::new(),
+            running: HashMap::new(),
+            remote: HashMap::new(),
+            agents: Vec::new(),
+            start_deadline: None,
+            open_outputs: 0,
+            events,
+        };
+        if any_remote {
+            let how = AgentSetup {
+                command: &launch_command,
+                rank_env: &env,
+                secret: &secret,
+                kvs_port: kvs.addr().port(),
+                wdir: &wdir,
+                wdir_named,
+                outputs: &outputs,
+            };
+            if let Err(e) = job.start_agents(cli, &placement, &how, &tx) {
+                eprintln!("rsrun: cannot start the launch agent: {e}");
+                job.kill_all_now();
+                return Err(1);
+            }
+            job.wait_until_ready()?;
+        }
         let mut ranks: Vec<RankProcess> = Vec::new();
         if let Some(plan) = &local_plan {
             for (host, binding) in &plan.hosts {
@@ -424,6 +461,7 @@ impl Job {
                                 workdir::start_error(&e, Some(&plan.program), &plan.dir)
                             );
                             kill_and_reap(&ranks);
+                            job.kill_all_now();
                             remove_shm_segments(&id);
                             return Err(if e.kind() == io::ErrorKind::NotFound {
                                 NOT_FOUND_EXIT
@@ -435,37 +473,14 @@ impl Job {
                 }
             }
         }
-
-        let mut job = Job {
-            id,
-            verbose: cli.verbose,
-            grace: cli.grace,
-            program: program.to_string_lossy().into_owned(),
-            host_names: placement.names.clone(),
-            host_of,
-            pids: ranks.iter().map(|r| r.pid).collect(),
-            running: ranks.iter().map(|r| (r.pid, r.rank)).collect(),
-            remote: HashMap::new(),
-            agents: Vec::new(),
-            start_deadline: None,
-            open_outputs: 0,
-            events,
-        };
+        job.pids = ranks.iter().map(|r| r.pid).collect();
+        job.running = ranks.iter().map(|r| (r.pid, r.rank)).collect();
+        // Every host is ready and this one's ranks run: the agents start theirs.
+        for agent in job.agents.iter().flatten() {
+            let _ = agent.link.send(ToAgent::Command(AgentCommand::Go));
+        }
         if any_remote {
-            let how = AgentSetup {
-                command: &launch_command,
-                rank_env: &env,
-                secret: &secret,
-                kvs_port: kvs.addr().port(),
-                wdir: &wdir,
-                wdir_named,
-                outputs: &outputs,
-            };
-            if let Err(e) = job.start_agents(cli, &placement, &how, &tx) {
-                eprintln!("rsrun: cannot start the launch agent: {e}");
-                job.kill_all_now();
-                return Err(1);
-            }
+            job.start_deadline = Some(Instant::now() + AGENT_START_LIMIT);
         }
         for process in ranks {
             if job.verbose {
@@ -496,7 +511,7 @@ impl Job {
                 // rsrun's stdin goes to rank 0; when rank 0 stops reading, the copy ends.
                 let _ = thread::Builder::new()
                     .name("stdin".into())
-                    .spawn(move || io::copy(&mut io::stdin().lock(), &mut stdin));
+                    .spawn(move || io::copy(&mut ForegroundStdin::for_this_thread()?, &mut stdin));
             }
         }
         let rank0_host = job.host_of[0];
@@ -582,7 +597,67 @@ impl Job {
                 gone: false,
             }));
         }
-        self.start_deadline = Some(Instant::now() + AGENT_START_LIMIT);
+        Ok(())
+    }
+
+    /// Waits until every agent has reported its host ready (CPUs, working directory and
+    /// program checked there), so that no rank starts anywhere in a job that cannot start
+    /// everywhere. On a failure, says why, stops the agents and returns rsrun's exit code.
+    fn wait_until_ready(&mut self) -> Result<(), i32> {
+        let mut waiting: Vec<usize> = (0..self.agents.len())
+            .filter(|&h| self.agents[h].is_some())
+            .collect();
+        let deadline = Instant::now() + AGENT_START_LIMIT;
+        while let Some(&first) = waiting.first() {
+            let code = match self
+                .events
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(Event::AgentReady { host }) => {
+                    waiting.retain(|&h| h != host);
+                    continue;
+                }
+                Ok(Event::AgentFailed {
+                    host,
+                    code,
+                    message,
+                }) => {
+                    eprintln!(
+                        "rsrun: cannot start '{}' on {}: {message}",
+                        self.program,
+                        self.host_name(host)
+                    );
+                    code
+                }
+                Ok(Event::AgentGone { host, stderr }) => {
+                    self.agent_gone(host);
+                    if let Some(message) = self.lost_ranks_message(host, &stderr) {
+                        eprintln!("rsrun: {message}");
+                    }
+                    1
+                }
+                Ok(Event::Signal(sig)) => {
+                    eprintln!(
+                        "rsrun: received {} before the ranks started; ending the job",
+                        signals::name(sig)
+                    );
+                    128 + sig
+                }
+                // Nothing else happens before a rank runs: the reaper is not started yet.
+                Ok(_) => continue,
+                Err(_) => {
+                    eprintln!(
+                        "rsrun: host {} did not report its ranks started within {} s; ending \
+                         the job",
+                        self.host_name(first),
+                        AGENT_START_LIMIT.as_secs()
+                    );
+                    1
+                }
+            };
+            self.kill_all_now();
+            return Err(code);
+        }
         Ok(())
     }
 
@@ -620,6 +695,8 @@ impl Job {
                 // signal thread lives, but ending is the only sensible answer.
                 Err(RecvTimeoutError::Disconnected) => return 1,
                 Ok(Event::OutputDone) => self.open_outputs -= 1,
+                // Every agent was ready before any rank started (see `wait_until_ready`).
+                Ok(Event::AgentReady { .. }) => {}
                 Ok(Event::RemoteStarted { rank, pid }) => {
                     if let Some(slot) = self.remote.get_mut(&rank) {
                         *slot = Some(pid);
@@ -870,6 +947,7 @@ impl Job {
             }
             Event::OutputDone => self.open_outputs -= 1,
             Event::RemoteStarted { .. }
+            | Event::AgentReady { .. }
             | Event::AgentFailed { .. }
             | Event::Abort { .. }
             | Event::Signal(_) => {}
@@ -909,7 +987,10 @@ struct AgentSetup<'a> {
 /// up in the agent's memory. Ends early when rank 0 stops reading or the agent is gone.
 fn forward_stdin(link: mpsc::Sender<ToAgent>, acks: mpsc::Receiver<Report>) -> io::Result<()> {
     thread::Builder::new().name("stdin".into()).spawn(move || {
-        let mut stdin = io::stdin().lock();
+        let Ok(mut stdin) = ForegroundStdin::for_this_thread() else {
+            let _ = link.send(ToAgent::Command(AgentCommand::InputEnd));
+            return;
+        };
         let mut buf = vec![0; STDIN_CHUNK];
         let mut in_flight = 0;
         loop {
@@ -932,6 +1013,7 @@ fn forward_stdin(link: mpsc::Sender<ToAgent>, acks: mpsc::Receiver<Report>) -> i
                     _ => return,
                 }
             }
+            // ForegroundStdin retries an interrupted read, so an error here is a real one.
             let command = match stdin.read(&mut buf) {
                 Ok(0) | Err(_) => AgentCommand::InputEnd,
                 Ok(n) => {

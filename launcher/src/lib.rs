@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod bootstrap;
 pub mod cli;
+pub mod fd_limit;
 pub mod hosts;
 pub mod job;
 pub mod kvs;
@@ -12,6 +13,7 @@ pub mod pmi2;
 pub mod rankfile;
 pub mod signals;
 pub mod spawn;
+pub mod stdin;
 mod wire;
 pub mod words;
 

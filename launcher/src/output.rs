@@ -24,7 +24,9 @@ pub enum Sink {
 
 /// `--output-filename DIR[:QUALIFIERS]`, as Open MPI takes it: the directory, and the
 /// comma-separated qualifiers `nocopy` (the files only, not rsrun's streams too) and `nojobid`
-/// (no `1/` level in the path).
+/// (no `1/` level in the path), in any case (`NOCOPY` too, as Open MPI documents). What follows
+/// the last colon is read as qualifiers, so a directory with a colon in its name takes a
+/// trailing colon: `a:b:` is the directory `a:b`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutputFiles {
     pub dir: PathBuf,
@@ -43,7 +45,7 @@ impl OutputFiles {
             job_level: true,
         };
         for word in qualifiers.split(',').filter(|w| !w.is_empty()) {
-            match word {
+            match word.to_ascii_lowercase().as_str() {
                 "nocopy" => files.copy = false,
                 "nojobid" => files.job_level = false,
                 _ => {
@@ -277,6 +279,11 @@ mod tests {
         let e = OutputFiles::parse("out:nocpy").unwrap_err();
         assert_eq!(e, "unknown qualifier 'nocpy' (known: nocopy, nojobid)");
         assert!(OutputFiles::parse(":nocopy").is_err());
+        let upper = OutputFiles::parse("out:NoCopy,NOJOBID").unwrap();
+        assert!(!upper.copy && !upper.job_level);
+        let colon = OutputFiles::parse("a:b:").unwrap();
+        assert_eq!(colon.dir, PathBuf::from("a:b"));
+        assert!(colon.copy && colon.job_level);
     }
 
     #[test]

@@ -56,23 +56,31 @@ pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
     Ok(entries)
 }
 
-/// `rank N=HOST slot=CPUS`, spaces allowed around the `=` signs.
+/// `rank N=HOST slot=CPUS`, spaces allowed around the `=` signs and in the CPU list. Read by
+/// whitespace-separated words, so a host may have "slot" or "rank" in its name (`slotbox`).
 fn parse_line(content: &str) -> Result<(u32, String, Vec<usize>), String> {
     let expected = || format!("expected 'rank N=HOST slot=CPUS', got '{content}'");
-    let rest = content.strip_prefix("rank").ok_or_else(expected)?;
-    let (rank, rest) = rest.split_once('=').ok_or_else(expected)?;
+    // `=` glues its neighbours into one word: `rank 0 = h slot= 1` is `rank`, `0=h`, `slot=1`.
+    let mut words: Vec<String> = Vec::new();
+    for token in content.split_whitespace() {
+        match words.last_mut() {
+            Some(last) if last.ends_with('=') || token.starts_with('=') => last.push_str(token),
+            _ => words.push(token.to_string()),
+        }
+    }
+    let mut words = words.iter().map(String::as_str);
+    let placed = match words.next().and_then(|w| w.strip_prefix("rank")) {
+        Some("") => words.next().ok_or_else(expected)?,
+        Some(glued) => glued,
+        None => return Err(expected()),
+    };
+    let (rank, host) = placed.split_once('=').ok_or_else(expected)?;
     let rank: u32 = rank
-        .trim()
         .parse()
-        .map_err(|_| format!("'{}' is not a rank number", rank.trim()))?;
-    let (host, slot) = rest.split_once("slot").ok_or_else(expected)?;
-    let host = host.trim();
-    let cpus = slot
-        .trim_start()
-        .strip_prefix('=')
-        .ok_or_else(expected)?
-        .trim();
-    if host.is_empty() || host.contains(char::is_whitespace) {
+        .map_err(|_| format!("'{rank}' is not a rank number"))?;
+    let slot = words.collect::<Vec<_>>().concat();
+    let cpus = slot.strip_prefix("slot=").ok_or_else(expected)?;
+    if host.is_empty() || host.contains('=') {
         return Err(expected());
     }
     if host.starts_with('+') {
@@ -198,6 +206,33 @@ mod tests {
             ]
         );
         assert_eq!(parse_cpus("4-5,1,5").unwrap(), [4, 5, 1]);
+    }
+
+    #[test]
+    fn hosts_named_like_the_keywords_and_spaced_lines_parse() {
+        let text = "rank 0=slotbox slot=0\nrank 1 = myslot slot = 1, 3\nrank2=ranker slot=2\n";
+        let got: Vec<(u32, String, Vec<usize>)> = parse(text)
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.rank, e.host, e.cpus))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, "slotbox".to_string(), vec![0]),
+                (1, "myslot".to_string(), vec![1, 3]),
+                (2, "ranker".to_string(), vec![2])
+            ]
+        );
+        for bad in [
+            "rank 0=a b slot=0",
+            "rank 0= slot=0",
+            "rank 0=slotbox",
+            "ranks 0=a slot=0",
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains("expected 'rank N=HOST slot=CPUS'"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@ mod common;
 use std::collections::HashSet;
 use std::fs;
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -150,6 +151,31 @@ fn stdin_goes_to_rank_zero_only() {
     let r = run(&mut cmd, b"hello\n");
     assert_eq!(r.code(), Some(0), "{}", r.stderr);
     assert_eq!(r.sorted_lines(), ["[0] got:hello", "[1] got:", "[2] got:"]);
+}
+
+#[test]
+fn a_background_rsrun_is_not_stopped_by_its_terminal() {
+    // `rsrun ... > out &` in an interactive shell: rsrun must not read the terminal, which
+    // the kernel answers with SIGTTIN ("Stopped (tty input)"). Each rank shows its signal
+    // masks: SIGTTIN must be neither blocked nor ignored in a rank.
+    let dir = scratch_dir("background");
+    let out = dir.join("out");
+    let script = "echo rank $MPIRT_RANK done; grep -E '^Sig(Blk|Ign)' /proc/self/status";
+    let r = common::in_terminal(&common::background_rsrun(
+        &["-n", "2", "sh", "-c", script],
+        &out,
+    ));
+    let said = fs::read_to_string(&out).unwrap_or_default();
+    assert_eq!(r.stdout, "wait 0\n", "{}\n{said}", r.stderr);
+    let mut done: Vec<&str> = said.lines().filter(|l| l.starts_with("rank")).collect();
+    done.sort_unstable();
+    assert_eq!(done, ["rank 0 done", "rank 1 done"], "{said}");
+    let masks: Vec<&str> = said.lines().filter(|l| l.starts_with("Sig")).collect();
+    assert_eq!(masks.len(), 4, "{said}");
+    for line in masks {
+        assert!(!common::mask_has(line, libc::SIGTTIN), "{line}");
+    }
+    fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -408,6 +434,45 @@ fn an_unknown_option_is_an_error_naming_it_and_nothing_starts() {
 }
 
 #[test]
+fn mpirun_single_dash_options_work_and_unknown_ones_are_named() {
+    let dir = scratch_dir("single-dash");
+    let hostfile = dir.join("nodes");
+    fs::write(&hostfile, "localhost slots=2\n").unwrap();
+    let script = "echo rank $MPIRT_RANK of $MPIRT_SIZE";
+    let h = hostfile.to_str().unwrap();
+    for args in [
+        &["-np", "2", "-hostfile", h][..],
+        &["-np", "2", "-host", "localhost:2"][..],
+    ] {
+        let mut all = args.to_vec();
+        all.extend(["sh", "-c", script]);
+        let r = run(&mut rsrun(&all), b"");
+        assert_eq!(r.code(), Some(0), "{args:?}: {}", r.stderr);
+        assert_eq!(
+            r.sorted_lines(),
+            ["rank 0 of 2", "rank 1 of 2"],
+            "{args:?}: {}",
+            r.stderr
+        );
+    }
+    let marker = dir.join("started");
+    let touch = format!("touch {}", marker.display());
+    let r = run(
+        &mut rsrun(&["-np", "2", "-hostfiel", h, "sh", "-c", &touch]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("unknown option '-hostfiel'") && !r.stdout.contains("Usage"),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(!marker.exists(), "a rank started");
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn version_is_printed() {
     let r = run(&mut rsrun(&["--version"]), b"");
     assert_eq!(r.code(), Some(0), "{}", r.stderr);
@@ -457,6 +522,49 @@ fn output_filename_writes_each_ranks_streams_to_files() {
         "{}",
         r.stderr
     );
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn output_files_for_many_ranks_fit_a_low_soft_open_file_limit() {
+    // 40 ranks need 80 output files and about as many pipes in rsrun: more than a soft limit
+    // of 64, which rsrun raises to the hard limit as mpirun does.
+    let dir = scratch_dir("output-files-limit");
+    let out = dir.join("out");
+    let spec = format!("{}:nocopy", out.display());
+    let mut cmd = rsrun(&[
+        "-n",
+        "40",
+        "--output-filename",
+        &spec,
+        "sh",
+        "-c",
+        "echo out $MPIRT_RANK",
+    ]);
+    // SAFETY: runs in the child between fork and exec; getrlimit and setrlimit are system
+    // calls on a local struct.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut limit = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            limit.rlim_cur = 64;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let r = run(&mut cmd, b"");
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    for rank in 0..40 {
+        let file = out.join(format!("1/rank.{rank:02}/stdout"));
+        assert_eq!(fs::read_to_string(&file).unwrap(), format!("out {rank}\n"));
+    }
     fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -606,6 +714,60 @@ fn wdir_sets_where_ranks_run_and_relative_programs_are_found_there() {
         "{}",
         r.stderr
     );
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn ranks_start_in_the_logical_working_directory_and_pwd_names_theirs() {
+    // rsrun runs in `link`, a symlink to `real`, as a shell that `cd`ed through it would: PWD
+    // is the logical path. That is the path ranks must get (on other hosts it may be the only
+    // one), and each rank's PWD must name its own directory, --wdir included.
+    let dir = common::job_dir("logical-cwd");
+    let real = dir.join("real");
+    fs::create_dir_all(real.join("sub")).unwrap();
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let l = link.to_str().unwrap();
+    let script = "printenv PWD";
+    for (wdir, expected) in [
+        (None, l.to_string()),
+        (Some("sub"), format!("{l}/sub")),
+        (
+            Some(dir.to_str().unwrap()),
+            dir.to_str().unwrap().to_string(),
+        ),
+    ] {
+        let mut args = vec!["-n", "2"];
+        if let Some(w) = wdir {
+            args.extend(["--wdir", w]);
+        }
+        args.extend(["sh", "-c", script]);
+        let r = run(rsrun(&args).current_dir(&link).env("PWD", &link), b"");
+        assert_eq!(r.code(), Some(0), "{wdir:?}: {}", r.stderr);
+        assert_eq!(r.sorted_lines(), [&expected, &expected], "{wdir:?}");
+    }
+    // A program that is not there is reported by the logical path too.
+    let r = run(
+        rsrun(&["-n", "1", "./no-such-script"])
+            .current_dir(&link)
+            .env("PWD", &link),
+        b"",
+    );
+    assert_eq!(r.code(), Some(127));
+    assert!(
+        r.stderr
+            .contains(&format!("(tried {l}/no-such-script, in directory {l})")),
+        "{}",
+        r.stderr
+    );
+    // A PWD that names another directory is not believed.
+    let r = run(
+        rsrun(&["-n", "1", "sh", "-c", script])
+            .current_dir(&real)
+            .env("PWD", &dir),
+        b"",
+    );
+    assert_eq!(r.stdout, format!("{}\n", real.display()), "{}", r.stderr);
     fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -180,6 +180,7 @@ fn across_ssh_hosts() {
         ),
         ("--wdir", wdir_on_every_host),
         ("stdin to a remote rank 0", stdin_to_a_remote_rank_zero),
+        ("rsrun in a terminal's background", background_in_a_terminal),
         ("per-rank output files", per_rank_output_files),
         ("--ssh-args with a quoted argument", ssh_args_with_quotes),
         ("--rankfile placement", rankfile_placement),
@@ -665,6 +666,27 @@ fn wdir_on_every_host(hosts: &Hosts) {
         "{}",
         r.stderr
     );
+    // From a directory reached through a symlink (PWD the logical path, as a shell sets it),
+    // remote ranks start in the logical path and their PWD names their own directory.
+    let real = dir.join("real");
+    std::fs::create_dir_all(real.join("sub")).unwrap();
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let l = link.to_str().unwrap();
+    for (wdir, expected) in [(None, l.to_string()), (Some("sub"), format!("{l}/sub"))] {
+        let mut args = vec!["-H", "host2:1,host3:1"];
+        if let Some(w) = wdir {
+            args.extend(["--wdir", w]);
+        }
+        args.extend(["sh", "-c", "echo $(hostname) $(printenv PWD)"]);
+        let r = run(hosts.rsrun(&args).current_dir(&link).env("PWD", &link), b"");
+        assert_eq!(r.code(), Some(0), "{wdir:?}: {}", r.stderr);
+        assert_eq!(
+            r.sorted_lines(),
+            [format!("host2 {expected}"), format!("host3 {expected}")],
+            "{wdir:?}"
+        );
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -694,14 +716,44 @@ fn stdin_to_a_remote_rank_zero(hosts: &Hosts) {
         r.sorted_lines(),
         [format!("host2 {}", expected.trim()), "host3 0".to_string()]
     );
-    // A rank 0 that stops reading early: the rest of the input is dropped, the job ends.
-    let script = "if [ $MPIRT_RANK = 0 ]; then head -c 100 | wc -c; exec sleep 1; fi";
-    let r = run(
-        &mut hosts.rsrun(&["-H", "host2:1,host3:1", "sh", "-c", script]),
-        &input,
-    );
-    assert_eq!(r.code(), Some(0), "{}", r.stderr);
-    assert_eq!(r.stdout.trim(), "100");
+    // A rank 0 that reads part of its input, then leaves its stdin open but unread (the agent's
+    // writes to it block) or closes it (they fail with EPIPE): either way the job ends when the
+    // ranks do, normally and without a word about the input left over.
+    for rest in ["exec sleep 1", "exec sleep 1 <&-"] {
+        let script = format!("if [ $MPIRT_RANK = 0 ]; then head -c 100 | wc -c; {rest}; fi");
+        let r = run(
+            &mut hosts.rsrun(&["-H", "host2:1,host3:1", "sh", "-c", &script]),
+            &input,
+        );
+        assert_eq!(r.code(), Some(0), "{rest}: {}", r.stderr);
+        assert_eq!(r.stdout.trim(), "100", "{rest}");
+        assert_eq!(r.stderr, "", "{rest}");
+    }
+}
+
+fn background_in_a_terminal(hosts: &Hosts) {
+    // `rsrun -H host2:1,host3:1 ... > out &` from an interactive shell: rsrun must not read
+    // the terminal for the remote rank 0, or the kernel stops it ("Stopped (tty input)").
+    let dir = common::scratch_dir("background-remote");
+    let out = dir.join("out");
+    let ssh_args = hosts.ssh_args();
+    let script = "echo rank $MPIRT_RANK done";
+    let args = [
+        "--ssh-args",
+        &ssh_args,
+        "-H",
+        "host2:1,host3:1",
+        "sh",
+        "-c",
+        script,
+    ];
+    let r = common::in_terminal(&common::background_rsrun(&args, &out));
+    let said = std::fs::read_to_string(&out).unwrap_or_default();
+    assert_eq!(r.stdout, "wait 0\n", "{}\n{said}", r.stderr);
+    let mut lines: Vec<&str> = said.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["rank 0 done", "rank 1 done"], "{said}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 fn per_rank_output_files(hosts: &Hosts) {
@@ -881,22 +933,34 @@ fn impossible_placements(hosts: &Hosts) {
         "{}",
         r.stderr
     );
-    // A CPU host2 lacks is refused by its agent before any of its ranks runs.
+    // A CPU host2 lacks is refused by its agent before any rank runs, on any host: the ranks
+    // of this machine and host3 would start at once, but every host must be ready first.
     let dir = common::scratch_dir("rankfile-cpu");
     let file = dir.join("rankfile");
-    std::fs::write(&file, "rank 0=host2 slot=1000\n").unwrap();
+    std::fs::write(
+        &file,
+        "rank 0=localhost slot=0\nrank 1=host3 slot=0\nrank 2=host2 slot=1000\n",
+    )
+    .unwrap();
+    let touch = format!("touch {}/started.$MPIRT_RANK", dir.display());
     let r = run(
-        &mut hosts.rsrun(&["--rankfile", file.to_str().unwrap(), "sh", "-c", WHO]),
+        &mut hosts.rsrun(&["--rankfile", file.to_str().unwrap(), "sh", "-c", &touch]),
         b"",
     );
     assert_eq!(r.code(), Some(1), "{}", r.stderr);
     assert!(
         r.stderr.contains(
-            "cannot start 'sh' on host2: the rankfile binds rank 0 to CPU 1000, but rsrun may \
+            "cannot start 'sh' on host2: the rankfile binds rank 2 to CPU 1000, but rsrun may \
              use only CPUs "
         ) && r.stdout.is_empty(),
         "{}",
         r.stderr
     );
+    let started: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|name| name.to_string_lossy().starts_with("started."))
+        .collect();
+    assert!(started.is_empty(), "ranks started: {started:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -2,13 +2,17 @@
 //! across hosts; `rsrun --agent ...` is the per-host agent rsrun itself starts over ssh.
 
 use launcher::cli::Cli;
-use launcher::{agent, job, signals};
+use launcher::{agent, fd_limit, job, signals};
 
 fn main() {
     // Before any thread exists, so that no thread can take SIGINT/SIGTERM/SIGHUP itself.
     if let Err(e) = signals::block() {
         eprintln!("rsrun: cannot block signals: {e}");
         std::process::exit(1);
+    }
+    // The agent needs the room as much as rsrun: a pipe or two for each rank on its host.
+    if let Err(e) = fd_limit::raise_to_hard() {
+        eprintln!("rsrun: warning: cannot raise the open-file limit: {e}");
     }
     let args: Vec<_> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == agent::FLAG) {

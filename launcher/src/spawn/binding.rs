@@ -123,13 +123,17 @@ fn affinity(pid: libc::pid_t) -> io::Result<Vec<usize>> {
         .collect())
 }
 
-/// A set holding `cpus`, each below the set's capacity (the rankfile parser and
-/// `allowed_cpus` make sure of that).
+/// A set holding `cpus`, each of which must be below the set's capacity. Every caller's CPUs
+/// come from a `Binding` that `Binding::check` has passed against `allowed_cpus` (read out of a
+/// cpu_set_t, so below its capacity), in rsrun (`LocalPlan::check`) and in the agent alike;
+/// `Binding::Core` lists are `allowed_cpus` themselves.
 pub fn cpu_set_of(cpus: &[usize]) -> libc::cpu_set_t {
     // SAFETY: an all-zero cpu_set_t is the valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for &cpu in cpus {
-        // SAFETY: `cpu` is below the set's capacity (see above), which CPU_SET indexes.
+        // SAFETY: `cpu` is below the set's capacity, as the callers guarantee (see above), so
+        // CPU_SET sets a bit inside `set`. (libc's CPU_SET indexes the set's bit array, so a CPU
+        // beyond it would panic rather than write outside the set.)
         unsafe { libc::CPU_SET(cpu, &mut set) };
     }
     set

@@ -83,6 +83,9 @@ pub fn spawn_rank(spec: &LaunchSpec<'_>, slot: Slot) -> io::Result<RankProcess> 
         .args(spec.args)
         .current_dir(spec.dir)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        // As Open MPI does: PWD is the rank's directory by the (logical) path it was given as,
+        // not the launcher's own; shells and `pwd` trust PWD when it names the directory.
+        .env("PWD", spec.dir)
         .env(vars::RANK, rank.to_string())
         .env(vars::SIZE, spec.size.to_string())
         .env(vars::LOCAL_RANK, slot.local_rank.to_string())

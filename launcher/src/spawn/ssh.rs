@@ -130,6 +130,7 @@ pub fn start_agent(
             let mut reports = BufReader::with_capacity(64 * 1024, stdout);
             while let Ok(Some(report)) = agent::read_report(&mut reports) {
                 let event = match report {
+                    Report::Ready => Event::AgentReady { host },
                     Report::Started { rank, pid } => Event::RemoteStarted { rank, pid },
                     Report::Output {
                         rank,

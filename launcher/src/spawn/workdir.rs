@@ -4,7 +4,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 /// The directory a host's ranks start in.
@@ -14,6 +14,24 @@ pub struct WorkDir {
     /// Set when the wanted directory does not exist here and the ranks run in `dir`, the home
     /// directory, instead; says so for a warning.
     pub fallback: Option<String>,
+}
+
+/// rsrun's working directory as the user's shell names it: `$PWD` when that is an absolute
+/// path to the very directory getcwd names (same device and inode), else getcwd's path. As Open
+/// MPI's opal_getcwd: where the directory is reached through a symlink or an automounter, the
+/// logical path is often the only one that exists on the other hosts too.
+pub fn logical_cwd() -> io::Result<PathBuf> {
+    let physical = std::env::current_dir()?;
+    let same_dir = |pwd: &Path| {
+        let (Ok(a), Ok(b)) = (std::fs::metadata(pwd), std::fs::metadata(&physical)) else {
+            return false;
+        };
+        (a.dev(), a.ino()) == (b.dev(), b.ino())
+    };
+    match std::env::var_os("PWD").map(PathBuf::from) {
+        Some(pwd) if pwd.is_absolute() && same_dir(&pwd) => Ok(pwd),
+        _ => Ok(physical),
+    }
 }
 
 /// Chooses the directory: `wanted` if it is one here; otherwise an error if the user named it

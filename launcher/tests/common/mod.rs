@@ -200,3 +200,81 @@ pub fn job_dir(name: &str) -> PathBuf {
     std::fs::write(dir.join("input.txt"), "input-data").unwrap();
     dir
 }
+
+/// Runs `bash -c SCRIPT` with job control on (`set -m`), as the leader of a new session whose
+/// controlling terminal (and stdin) is a fresh pseudo-terminal, as an interactive shell runs:
+/// a job started with `&` is then in the terminal's background. Returns what bash printed.
+pub fn in_terminal(script: &str) -> Run {
+    use std::ffi::CStr;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::fs::OpenOptionsExt;
+    // SAFETY: posix_openpt takes flags only; a non-negative result is a new descriptor this
+    // function then owns (and closes when `_master` drops, after bash is done).
+    let master = unsafe { libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY) };
+    assert!(
+        master >= 0,
+        "posix_openpt: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: `master` is the open descriptor from above.
+    let _master = unsafe { OwnedFd::from_raw_fd(master) };
+    let mut name = [0 as libc::c_char; 128];
+    // SAFETY: `master` is a pseudo-terminal master; `name` is writable for its whole length and
+    // ptsname_r writes a NUL-terminated name into it or fails.
+    unsafe {
+        assert_eq!(libc::grantpt(master), 0, "grantpt");
+        assert_eq!(libc::unlockpt(master), 0, "unlockpt");
+        assert_eq!(libc::ptsname_r(master, name.as_mut_ptr(), name.len()), 0);
+    }
+    // SAFETY: ptsname_r succeeded, so `name` holds a NUL-terminated string.
+    let path = unsafe { CStr::from_ptr(name.as_ptr()) }
+        .to_str()
+        .unwrap()
+        .to_string();
+    let terminal = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY)
+        .open(&path)
+        .unwrap();
+    let mut cmd = Command::new("bash");
+    cmd.args(["-c", &format!("set -m\n{script}")])
+        .stdin(terminal)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: runs in the child between fork and exec (after std has made the terminal fd 0);
+    // setsid and ioctl are async-signal-safe system calls on no shared data.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let started = Instant::now();
+    let child = cmd.spawn().expect("spawn bash");
+    finish(child, started)
+}
+
+/// The script for [`in_terminal`] that starts `rsrun ARGS... > OUT 2>&1 &` in the background
+/// and waits for it, then prints `wait STATUS` (149 = stopped by SIGTTIN) and kills it, should
+/// it be stopped.
+pub fn background_rsrun(args: &[&str], out: &std::path::Path) -> String {
+    let quoted: Vec<String> = args
+        .iter()
+        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+        .collect();
+    format!(
+        "'{}' {} > '{}' 2>&1 &\nwait $!\necho \"wait $?\"\nkill -9 %1 2>/dev/null\nexit 0\n",
+        env!("CARGO_BIN_EXE_rsrun"),
+        quoted.join(" "),
+        out.display()
+    )
+}
+
+/// Whether signal `sig` is set in a `/proc/PID/status` mask line such as `SigBlk:\t0000...`.
+pub fn mask_has(line: &str, sig: libc::c_int) -> bool {
+    let hex = line.split_whitespace().nth(1).unwrap();
+    u64::from_str_radix(hex, 16).unwrap() & (1 << (sig - 1)) != 0
+}

@@ -15,17 +15,37 @@ use std::path::{Path, PathBuf};
 
 const PACKAGE: &str = "mpirt";
 
-/// The crate name to start paths with: `mpirt`, or what the manifest renames it to.
+/// The crate name to start paths with: `mpirt`, or what the manifest renames it to. The
+/// `[dependencies]` name comes first, since the crate's own code sees only that one (tests
+/// see both): a rename there, else a plain `mpirt` there, else a rename among the
+/// dev-dependencies (or build-dependencies).
 pub fn mpirt_name() -> String {
     let Some(dir) = env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from) else {
         return PACKAGE.to_string();
     };
     let member = fs::read_to_string(dir.join("Cargo.toml")).unwrap_or_default();
-    let name = renamed(&member, false).or_else(|| {
-        let workspace = workspace_manifest(&dir)?;
-        renamed(&workspace, true).filter(|key| declares(&member, key))
-    });
+    let workspace = workspace_manifest(&dir);
+    let name = name_in(&member, workspace.as_deref());
     name.map_or_else(|| PACKAGE.to_string(), |key| key.replace('-', "_"))
+}
+
+/// The key naming mpirt, as [`mpirt_name`] chooses it from the crate's manifest and its
+/// workspace's; None for plain `mpirt`.
+fn name_in(member: &str, workspace: Option<&str>) -> Option<String> {
+    let inherited = workspace.and_then(|workspace| {
+        let (key, _) = renamed(workspace, true)?;
+        let normal = declares(member, &key)?;
+        Some((key, normal))
+    });
+    let renames: Vec<(String, bool)> = renamed(member, false)
+        .into_iter()
+        .chain(inherited)
+        .collect();
+    match renames.iter().find(|(_, normal)| *normal) {
+        Some((key, _)) => Some(key.clone()),
+        None if declares(member, PACKAGE) == Some(true) => None,
+        None => renames.into_iter().next().map(|(key, _)| key),
+    }
 }
 
 /// The text of the nearest manifest at or above `dir` that declares a workspace.
@@ -37,72 +57,89 @@ fn workspace_manifest(dir: &Path) -> Option<String> {
     })
 }
 
-/// The dependency key that names package mpirt in `manifest`: in a dependency table
-/// (`[dependencies]`, `[dev-dependencies]`, `[target.'cfg(..)'.dependencies]`, ...) or, with
-/// `workspace`, in `[workspace.dependencies]` only.
-fn renamed(manifest: &str, workspace: bool) -> Option<String> {
+/// The dependency key that names package mpirt in `manifest`, and whether it is in a
+/// `[dependencies]` table (plain or `[target.'cfg(..)'.dependencies]`) rather than among the
+/// dev- or build-dependencies, which count only when no `[dependencies]` table renames it;
+/// with `workspace`, in `[workspace.dependencies]` only (then "normal").
+fn renamed(manifest: &str, workspace: bool) -> Option<(String, bool)> {
     let mut table = "";
+    let mut found: Option<(String, bool)> = None;
     for line in lines(manifest) {
         match line {
             Line::Header(h) => table = h,
             Line::Entry(key, value) => {
-                let (dependency, attribute) = match dependency_table(table, workspace) {
-                    Some(Some(name)) => (name, key),
-                    Some(None) => match key.split_once('.') {
+                let Some((normal, name)) = dependency_table(table, workspace) else {
+                    continue;
+                };
+                let (dependency, attribute) = match name {
+                    Some(name) => (name, key),
+                    None => match key.split_once('.') {
                         Some((name, attribute)) => (name.trim(), attribute.trim()),
                         None if value.starts_with('{') => (key, ""),
                         None => continue,
                     },
-                    None => continue,
                 };
                 let names_mpirt = match attribute {
                     "package" => is_mpirt(value),
                     "" => inline_package(value).is_some_and(is_mpirt),
                     _ => false,
                 };
-                if names_mpirt {
-                    return Some(unquote(dependency).to_string());
+                if names_mpirt && !found.as_ref().is_some_and(|(_, n)| *n) {
+                    found = Some((unquote(dependency).to_string(), normal));
                 }
             }
         }
     }
-    None
+    found
 }
 
-/// Whether `manifest` declares a dependency called `key` (inherited or not).
-fn declares(manifest: &str, key: &str) -> bool {
+/// Whether `manifest` declares a dependency called `key` (inherited or not): None if not,
+/// else whether in a `[dependencies]` table (true when it is in one, whatever else).
+fn declares(manifest: &str, key: &str) -> Option<bool> {
     let mut table = "";
-    lines(manifest).any(|line| match line {
-        Line::Header(h) => {
-            table = h;
-            dependency_table(h, false) == Some(Some(key))
+    let mut found = None;
+    for line in lines(manifest) {
+        let here = match line {
+            Line::Header(h) => {
+                table = h;
+                dependency_table(h, false).filter(|&(_, name)| name == Some(key))
+            }
+            Line::Entry(k, _) => dependency_table(table, false).filter(|&(_, name)| {
+                name.is_none() && unquote(k.split('.').next().unwrap_or(k).trim()) == key
+            }),
+        };
+        if let Some((normal, _)) = here {
+            found = Some(normal || found == Some(true));
         }
-        Line::Entry(k, _) => {
-            dependency_table(table, false) == Some(None)
-                && unquote(k.split('.').next().unwrap_or(k).trim()) == key
-        }
-    })
+    }
+    found
 }
 
-/// For a table header: not a dependency table (None), a table of dependencies (Some(None)),
-/// or one dependency's own table, `[dependencies.NAME]` (Some(Some(NAME))).
-fn dependency_table(header: &str, workspace: bool) -> Option<Option<&str>> {
+/// For a table header: not a dependency table (None), or whether it is a `[dependencies]`
+/// one (not dev- or build-; `[workspace.dependencies]` counts as one) and either a table of
+/// dependencies (None) or one dependency's own table, `[dependencies.NAME]` (Some(NAME)).
+fn dependency_table(header: &str, workspace: bool) -> Option<(bool, Option<&str>)> {
     const KINDS: [&str; 3] = ["dependencies", "dev-dependencies", "build-dependencies"];
-    let rest = if workspace {
-        header.strip_prefix("workspace.dependencies")?
+    fn kind_and_rest(after: &str) -> Option<(bool, &str)> {
+        KINDS
+            .iter()
+            .find_map(|k| Some((*k == KINDS[0], after.strip_prefix(k)?)))
+    }
+    let (normal, rest) = if workspace {
+        (true, header.strip_prefix("workspace.dependencies")?)
     } else if let Some(target) = header.strip_prefix("target.") {
         // `target.'cfg(unix)'.dependencies`: the part after the quoted or dotted target.
         let after = match target.strip_prefix(['\'', '"']) {
             Some(quoted) => quoted.split_once(['\'', '"'])?.1.strip_prefix('.')?,
             None => target.split_once('.')?.1,
         };
-        KINDS.iter().find_map(|k| after.strip_prefix(k))?
+        kind_and_rest(after)?
     } else {
-        KINDS.iter().find_map(|k| header.strip_prefix(k))?
+        kind_and_rest(header)?
     };
     match rest.strip_prefix('.') {
-        Some(name) => Some(Some(unquote(name.trim()))),
-        None if rest.is_empty() => Some(None),
+        Some(name) => Some((normal, Some(unquote(name.trim())))),
+        None if rest.is_empty() => Some((normal, None)),
         None => None,
     }
 }
@@ -182,16 +219,26 @@ mod tests {
                 "[package]\nname = \"app\"  # package = \"mpirt\" in a comment is no rename\n\
                  [{table}]\nmpi = {{ package = \"mpirt\", path = \"/opt/mpirt/mpirt\" }}\n"
             );
-            assert_eq!(renamed(&manifest, false).as_deref(), Some("mpi"), "{table}");
+            assert_eq!(
+                renamed(&manifest, false).map(|(k, _)| k).as_deref(),
+                Some("mpi"),
+                "{table}"
+            );
         }
     }
 
     #[test]
     fn table_and_dotted_renames() {
         let table = "[dependencies.my-mpi]\npackage = 'mpirt'\ngit = \"https://x/mpirt\"\n";
-        assert_eq!(renamed(table, false).as_deref(), Some("my-mpi"));
+        assert_eq!(
+            renamed(table, false).map(|(k, _)| k).as_deref(),
+            Some("my-mpi")
+        );
         let dotted = "[dependencies]\nmpi.package = \"mpirt\"\nmpi.path = \"../mpirt\"\n";
-        assert_eq!(renamed(dotted, false).as_deref(), Some("mpi"));
+        assert_eq!(
+            renamed(dotted, false).map(|(k, _)| k).as_deref(),
+            Some("mpi")
+        );
     }
 
     #[test]
@@ -206,15 +253,41 @@ mod tests {
         let workspace = "[workspace]\nmembers = [\"app\"]\n\
                          [workspace.dependencies]\nmpi = { package = \"mpirt\", path = \"m\" }\n";
         assert_eq!(renamed(workspace, false), None);
-        assert_eq!(renamed(workspace, true).as_deref(), Some("mpi"));
+        assert_eq!(
+            renamed(workspace, true).map(|(k, _)| k).as_deref(),
+            Some("mpi")
+        );
         for inherits in [
             "[dependencies]\nmpi.workspace = true\n",
             "[dependencies]\nmpi = { workspace = true }\n",
             "[dev-dependencies.mpi]\nworkspace = true\n",
         ] {
-            assert!(declares(inherits, "mpi"), "{inherits}");
+            assert!(declares(inherits, "mpi").is_some(), "{inherits}");
         }
         let plain = "[dependencies]\nmpirt = { path = \"m\" }\n";
-        assert!(!declares(plain, "mpi"));
+        assert!(declares(plain, "mpi").is_none());
+    }
+
+    #[test]
+    fn the_dependencies_name_wins_over_a_dev_dependency_rename() {
+        // The crate's own code sees only [dependencies]: a plain mpirt there beats a rename
+        // among the dev-dependencies, which counts only when it is the only name.
+        let plain_and_dev = "[dependencies]\nmpirt = { path = \"m\" }\n\
+                             [dev-dependencies]\nmpi = { package = \"mpirt\", path = \"m\" }\n";
+        assert_eq!(name_in(plain_and_dev, None), None);
+        let dev_first = "[dev-dependencies]\nmpi = { package = \"mpirt\", path = \"m\" }\n\
+                         [dependencies]\nmy-mpi = { package = \"mpirt\", path = \"m\" }\n";
+        assert_eq!(name_in(dev_first, None).as_deref(), Some("my-mpi"));
+        let dev_only = "[dev-dependencies]\nmpi = { package = \"mpirt\", path = \"m\" }\n";
+        assert_eq!(name_in(dev_only, None).as_deref(), Some("mpi"));
+        // The same through a workspace: a dev-dependency inherited under a rename loses to a
+        // plain mpirt in [dependencies], and a [dependencies] one wins.
+        let workspace = "[workspace]\n[workspace.dependencies]\n\
+                         mpi = { package = \"mpirt\", path = \"m\" }\n";
+        let member = "[dependencies]\nmpirt = { path = \"m\" }\n\
+                      [dev-dependencies]\nmpi.workspace = true\n";
+        assert_eq!(name_in(member, Some(workspace)), None);
+        let member = "[dependencies]\nmpi.workspace = true\n";
+        assert_eq!(name_in(member, Some(workspace)).as_deref(), Some("mpi"));
     }
 }
