@@ -13,7 +13,6 @@
 
 mod cma;
 mod futex;
-pub mod mapping;
 mod peer_arena;
 mod ring;
 mod segment;

@@ -20,8 +20,8 @@ use std::mem::size_of;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
-use super::mapping::SharedMapping;
 use super::ring::RingCtl;
+use crate::shared_mapping::SharedMapping;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"mpirtshm");
 const VERSION: u32 = 3;
