@@ -12,7 +12,7 @@ use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use super::Sink;
+use super::{Sent, Sink};
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::wire::{self, DATA_HEADER_LEN};
@@ -20,15 +20,6 @@ use crate::wire::{self, DATA_HEADER_LEN};
 /// Bytes of the length before every frame.
 pub const PREFIX_LEN: usize = 4;
 const GOODBYE: [u8; PREFIX_LEN] = [0; PREFIX_LEN];
-
-/// How much of a frame `send` put on the wire.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sent {
-    Whole,
-    /// Some of it: the rest must follow before any other frame, on the next `send`.
-    Part,
-    Nothing,
-}
 
 /// What a `receive` found besides frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -37,6 +37,10 @@ impl Sink for Recorder {
         self.landed.push((recv_request, len));
         Ok(())
     }
+    /// TCP starts no reads: one finishing is a bug these tests must see.
+    fn read_done(&mut self, token: u64, _result: Result<(), String>) -> Result<(), PmlError> {
+        Err(PmlError::transport(0, format!("TCP finished read {token}")))
+    }
 }
 
 const JOB: &str = "tcp-unit";
