@@ -640,12 +640,12 @@ impl Engine {
     }
 
     fn progress_round(&mut self) -> Result<bool, PmlError> {
-        let mut moved = false;
+        let mut received = 0;
         for t in &mut self.transports {
-            let n = t.poll(&mut self.core).map_err(|e| e.on_host(&self.hosts))?;
-            self.counters.frames_received += n as u64;
-            moved |= n > 0;
+            received += t.poll(&mut self.core).map_err(|e| e.on_host(&self.hosts))?;
         }
+        self.counters.frames_received += received as u64;
+        let mut moved = received > 0;
         while let Some(action) = self.core.poll_action() {
             self.perform(action)?;
             moved = true;

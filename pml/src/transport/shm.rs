@@ -323,9 +323,9 @@ impl ShmTransport {
         }
     }
 
-    /// The fd a rank that waits on other transports too sleeps on ([`before_wait`]
-    /// (Self::before_wait) makes peers wake it there): this rank's wake pipe, made on the
-    /// first call. Peers open it by name when they first wake this rank there.
+    /// The fd a rank that waits on other transports too sleeps on: this rank's wake pipe,
+    /// made on the first call, where [`before_wait`](Self::before_wait) makes peers wake
+    /// it. Peers open it by name when they first wake this rank there.
     pub fn wake_fd(&mut self) -> io::Result<RawFd> {
         if self.own_pipe.is_none() {
             self.own_pipe = Some(WakePipe::create(&self.name, self.local_rank)?);
