@@ -24,6 +24,8 @@ pub type Registration = super::verbs::MrId;
 #[cfg(not(feature = "verbs"))]
 pub type Registration = std::convert::Infallible;
 
+/// A plain tag (no niche in a variant's fields): each match is one load and compare.
+#[repr(u8)]
 pub enum AnyTransport {
     Loopback(Loopback),
     Shm(ShmPeers),
