@@ -476,4 +476,43 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn a_rank_waiting_in_epoll_is_woken_through_its_wake_pipe() {
+        use crate::transport::epoll::{interest, Epoll};
+        let name = format!("mpirt-unit-{}-wake-pipe", std::process::id());
+        let mut sleeper = ShmTransport::create(&name, 0, 2, &ShmConfig::default()).unwrap();
+        // The last rank to attach removes the segment's name.
+        let mut waker = ShmTransport::attach(&name, 1, 2).unwrap();
+        let mut epoll = Epoll::new().unwrap();
+        epoll
+            .add(&sleeper.wake_fd().unwrap(), 7, interest(false))
+            .unwrap();
+        assert!(!sleeper.before_wait(), "nothing sent yet");
+        // The peer sends once the sleeper said it sleeps on its pipe (it may already be in
+        // epoll_wait or not yet: the pipe stays readable either way).
+        let sender = std::thread::spawn(move || {
+            assert!(waker.try_send(0, b"hello", &[]).unwrap());
+            waker
+        });
+        let mut ready = Vec::new();
+        epoll.wait(Duration::from_secs(60), &mut ready).unwrap();
+        sleeper.after_wait();
+        let _waker = sender.join().unwrap();
+        assert!(
+            ready.iter().any(|r| r.token == 7 && r.readable),
+            "the wait ended without the wake pipe being readable: {ready:?}"
+        );
+        let mut got = Vec::new();
+        sleeper.poll(|from, frame| got.push((from, frame.to_vec())));
+        assert_eq!(got, vec![(1, b"hello".to_vec())]);
+        // Drained: a second wait with nothing sent finds the pipe quiet.
+        assert!(!sleeper.before_wait());
+        epoll.wait(Duration::ZERO, &mut ready).unwrap();
+        sleeper.after_wait();
+        assert!(ready.is_empty(), "{ready:?}");
+        drop(sleeper);
+        let pipe = format!("/dev/shm/{name}-wake-0");
+        assert!(!std::path::Path::new(&pipe).exists(), "{pipe} left behind");
+    }
 }
