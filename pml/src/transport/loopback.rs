@@ -4,9 +4,9 @@ use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use super::{Caps, Exposure, Job, Reading, Registration, Sent, Sink, Transport};
+use super::{Caps, Job, Reading, Sent, Sink, Transport};
 use crate::bulk_copy;
-use crate::engine::{Counters, EngineError};
+use crate::engine::EngineError;
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::wire::RemoteKey;
@@ -30,10 +30,6 @@ impl Loopback {
 }
 
 impl Transport for Loopback {
-    fn finish(&mut self, _job: &mut Job) -> Result<(), EngineError> {
-        Ok(())
-    }
-
     fn caps(&self) -> Caps {
         Caps {
             eager_limit: self.eager_limit,
@@ -85,18 +81,6 @@ impl Transport for Loopback {
         Ok(Reading::Finished(Ok(())))
     }
 
-    fn expose(
-        &mut self,
-        _peer: Rank,
-        buf: *const u8,
-        _len: usize,
-        _sends_eagerly: impl FnOnce() -> bool,
-    ) -> Result<Exposure, PmlError> {
-        Ok(Exposure::plain(buf))
-    }
-
-    fn release(&mut self, _registration: Registration) {}
-
     /// Nothing but this rank sends here, and it is not sending while it sleeps.
     fn sleep(&mut self, _timeout: Duration) -> Result<(), PmlError> {
         std::thread::yield_now();
@@ -112,10 +96,6 @@ impl Transport for Loopback {
     }
 
     fn after_wait(&mut self) {}
-
-    fn stop(&mut self) {}
-
-    fn count(&self, _counters: &mut Counters) {}
 
     fn describe(&self, _peers: usize) -> String {
         String::new()

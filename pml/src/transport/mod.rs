@@ -187,7 +187,9 @@ impl<'w> Job<'w> {
 /// [`Opening`]), and `finish` runs once every rank has connected.
 pub trait Transport {
     /// Runs after every rank connected (probes that need the peers ready).
-    fn finish(&mut self, job: &mut Job) -> Result<(), EngineError>;
+    fn finish(&mut self, _job: &mut Job) -> Result<(), EngineError> {
+        Ok(())
+    }
 
     fn caps(&self) -> Caps;
 
@@ -213,17 +215,20 @@ pub trait Transport {
     ) -> Result<Reading, PmlError>;
 
     /// Lets `peer` read the `len` bytes at `buf` of a send; `sends_eagerly` says whether the
-    /// send goes eagerly anyway (and so needs no exposure), asked only where it costs.
+    /// send goes eagerly anyway (and so needs no exposure), asked only where it costs. By
+    /// default the buffer's address is all a reader needs.
     fn expose(
         &mut self,
-        peer: Rank,
+        _peer: Rank,
         buf: *const u8,
-        len: usize,
-        sends_eagerly: impl FnOnce() -> bool,
-    ) -> Result<Exposure, PmlError>;
+        _len: usize,
+        _sends_eagerly: impl FnOnce() -> bool,
+    ) -> Result<Exposure, PmlError> {
+        Ok(Exposure::plain(buf))
+    }
 
     /// Undoes an exposure once its send completed.
-    fn release(&mut self, registration: Registration);
+    fn release(&mut self, _registration: Registration) {}
 
     /// Sleeps until something may have arrived for this rank, room opened where a frame was
     /// refused, or `timeout` passed; spurious returns are fine.
@@ -240,11 +245,12 @@ pub trait Transport {
     /// After a wait on the wake fds (slept or not).
     fn after_wait(&mut self);
 
-    /// Stops moving data into this process, for an engine that stopped on a failure.
-    fn stop(&mut self);
+    /// Stops moving data into this process, for an engine that stopped on a failure (a
+    /// transport whose data moves only inside its own calls has nothing to stop).
+    fn stop(&mut self) {}
 
     /// Adds what this transport counts itself.
-    fn count(&self, counters: &mut Counters);
+    fn count(&self, _counters: &mut Counters) {}
 
     /// One clause of `--verbose`; `peers`: how many ranks this transport carries.
     fn describe(&self, peers: usize) -> String;

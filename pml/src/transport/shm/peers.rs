@@ -13,7 +13,7 @@ use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::freed_memory;
 use crate::shared_arena::{self, ArenaInfo};
-use crate::transport::{Caps, Exposure, Job, Reading, Registration, Sent, Sink, Transport};
+use crate::transport::{Caps, Exposure, Job, Reading, Sent, Sink, Transport};
 use crate::wire::RemoteKey;
 
 /// No local rank: a world rank this transport does not carry.
@@ -353,8 +353,6 @@ impl Transport for ShmPeers {
         Ok(exposure)
     }
 
-    fn release(&mut self, _registration: Registration) {}
-
     fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
         self.seg.wait(timeout);
         Ok(())
@@ -374,8 +372,6 @@ impl Transport for ShmPeers {
     fn after_wait(&mut self) {
         self.seg.after_wait();
     }
-
-    fn stop(&mut self) {}
 
     fn count(&self, counters: &mut Counters) {
         counters.mapped_reads += self.mapped_reads;

@@ -5,10 +5,10 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use super::{parse_selectors, TcpConfig, TcpTransport};
-use crate::engine::{Counters, EngineError};
+use crate::engine::EngineError;
 use crate::envelope::Rank;
 use crate::error::PmlError;
-use crate::transport::{Caps, Exposure, Job, Reading, Registration, Sent, Sink, Transport};
+use crate::transport::{Caps, Job, Reading, Sent, Sink, Transport};
 use crate::wire::{RemoteKey, DATA_HEADER_LEN};
 
 /// Largest TCP frame: rendezvous data is streamed in DATA frames of up to this size, each
@@ -66,10 +66,6 @@ impl TcpTransport {
 }
 
 impl Transport for TcpTransport {
-    fn finish(&mut self, _job: &mut Job) -> Result<(), EngineError> {
-        Ok(())
-    }
-
     fn caps(&self) -> Caps {
         Caps {
             eager_limit: self.config.max_staged_payload,
@@ -118,18 +114,6 @@ impl Transport for TcpTransport {
         ))
     }
 
-    fn expose(
-        &mut self,
-        _peer: Rank,
-        buf: *const u8,
-        _len: usize,
-        _sends_eagerly: impl FnOnce() -> bool,
-    ) -> Result<Exposure, PmlError> {
-        Ok(Exposure::plain(buf))
-    }
-
-    fn release(&mut self, _registration: Registration) {}
-
     fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
         self.wait(timeout);
         self.rounds_to_skip = 0;
@@ -149,10 +133,6 @@ impl Transport for TcpTransport {
     fn after_wait(&mut self) {
         self.rounds_to_skip = 0;
     }
-
-    fn stop(&mut self) {}
-
-    fn count(&self, _counters: &mut Counters) {}
 
     fn describe(&self, peers: usize) -> String {
         format!(

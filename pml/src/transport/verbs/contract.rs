@@ -82,10 +82,6 @@ impl VerbsTransport {
 }
 
 impl Transport for VerbsTransport {
-    fn finish(&mut self, _job: &mut Job) -> Result<(), EngineError> {
-        Ok(())
-    }
-
     fn caps(&self) -> Caps {
         Caps {
             eager_limit: self.eager_limit,
