@@ -289,8 +289,9 @@ impl Engine {
     }
 
     /// Starts a send of `len` bytes at `buf` to world rank `peer` in the communicator
-    /// `context`; `source` is this rank's rank there. A small standard
-    /// send that a shared-memory ring took at once returns [`Handle::SENT`], already complete.
+    /// `context`; `source` is this rank's rank there. A small standard send that a transport
+    /// which completes sends on return took at once returns [`Handle::SENT`], already
+    /// complete.
     ///
     /// # Safety
     /// `buf` must be valid for reads of `len` bytes and must not be written or freed until the
@@ -580,9 +581,8 @@ impl Engine {
 
     /// Sleeps until a transport may have something for this rank (a frame for it, room where
     /// its frame was refused, a finished read) or `timeout` passed; spurious returns happen.
-    /// With one transport that peers wake, that one sleeps its own way (the shared-memory
-    /// futex, say); with several, on one epoll wait over their wake fds, which any of them
-    /// wakes.
+    /// With one transport that peers wake, that one sleeps its own way; with several, on one
+    /// epoll wait over their wake fds, which any of them wakes.
     pub fn sleep_until_woken(&mut self, timeout: Duration) -> Result<(), PmlError> {
         self.check_running()?;
         let slept = match &mut self.wake {
@@ -599,7 +599,8 @@ impl Engine {
     }
 
     /// Whether a round of progress could move anything. Cheaper than the round itself: a
-    /// rank whose peers are all on shared memory spins on this alone while nothing comes.
+    /// rank whose transports can tell without a syscall spins on this alone while nothing
+    /// comes.
     #[inline]
     fn may_move(&self) -> bool {
         self.transports.iter().any(Transport::has_work)
