@@ -33,7 +33,7 @@ use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::protocol::{Core, PeerCaps};
 use crate::requests::Handle;
-use crate::wire::RemoteKey;
+use crate::wire::{self, RemoteKey, DATA_HEADER_LEN};
 
 /// What a transport can do, the same for every peer it reaches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,20 +112,36 @@ impl Exposure {
     }
 }
 
+/// Where the rest of a frame that is still arriving goes (see [`Sink::placement`]).
+pub enum Placement<'a> {
+    /// Not known from the bytes so far: ask again with more.
+    NeedMore,
+    /// Stage it whole, then hand it to `Sink::frame`.
+    Staged,
+    /// Its first `header_len` bytes (at most `Sink::PLACEMENT_HEAD`) are a header; the rest
+    /// (`target` is exactly as long) lands in `target`, lent to the transport until it
+    /// reports `Sink::data_landed` with `token`.
+    InPlace {
+        header_len: usize,
+        target: &'a mut [u8],
+        token: u64,
+    },
+}
+
 /// Where `poll` delivers (the protocol core, in the engine).
 pub trait Sink {
+    /// How many bytes of a frame's start `placement` needs to see.
+    const PLACEMENT_HEAD: usize;
+
     /// A whole frame from `peer`.
     fn frame(&mut self, peer: Rank, frame: &[u8]) -> Result<(), PmlError>;
-    /// The bytes of receive `recv_request`'s buffer that `len` DATA bytes at `offset` fill;
-    /// they stay lent to the transport until `data_landed`.
-    fn data_target(
-        &mut self,
-        peer: Rank,
-        recv_request: u64,
-        offset: u64,
-        len: usize,
-    ) -> Result<&mut [u8], PmlError>;
-    fn data_landed(&mut self, peer: Rank, recv_request: u64, len: usize) -> Result<(), PmlError>;
+    /// Where a `len`-byte frame from `peer` goes, whose first bytes (fewer than `len`) are
+    /// `head`: for a transport that reads a stream, so that bulk data lands in its buffer
+    /// instead of being staged (TCP's DATA frames). `PLACEMENT_HEAD` bytes always suffice.
+    fn placement(&mut self, peer: Rank, head: &[u8], len: usize)
+        -> Result<Placement<'_>, PmlError>;
+    /// The payload placed with `token` (`len` bytes) has all landed.
+    fn data_landed(&mut self, peer: Rank, token: u64, len: usize) -> Result<(), PmlError>;
     /// The read started with `token` finished (or failed, with the cause).
     fn read_done(&mut self, token: u64, result: Result<(), String>) -> Result<(), PmlError>;
 }
@@ -269,23 +285,35 @@ fn hostname() -> String {
 }
 
 impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Sink for Core<S, R> {
+    const PLACEMENT_HEAD: usize = DATA_HEADER_LEN;
+
     #[inline]
     fn frame(&mut self, peer: Rank, frame: &[u8]) -> Result<(), PmlError> {
         self.on_frame(peer, frame)
     }
 
-    fn data_target(
+    /// DATA frames (rendezvous data after a GET) land in their receive's buffer.
+    fn placement(
         &mut self,
         peer: Rank,
-        recv_request: u64,
-        offset: u64,
+        head: &[u8],
         len: usize,
-    ) -> Result<&mut [u8], PmlError> {
-        Core::data_target(self, peer, recv_request, offset, len)
+    ) -> Result<Placement<'_>, PmlError> {
+        if !(wire::is_data_frame(head) && head.len() >= DATA_HEADER_LEN && len > DATA_HEADER_LEN) {
+            return Ok(Placement::Staged);
+        }
+        let (recv_request, offset) = wire::decode_data_header(&head[..DATA_HEADER_LEN])
+            .map_err(|error| PmlError::Wire { peer, error })?;
+        let target = self.data_target(peer, recv_request, offset, len - DATA_HEADER_LEN)?;
+        Ok(Placement::InPlace {
+            header_len: DATA_HEADER_LEN,
+            target,
+            token: recv_request,
+        })
     }
 
-    fn data_landed(&mut self, peer: Rank, recv_request: u64, len: usize) -> Result<(), PmlError> {
-        Core::data_landed(self, peer, recv_request, len)
+    fn data_landed(&mut self, peer: Rank, token: u64, len: usize) -> Result<(), PmlError> {
+        Core::data_landed(self, peer, token, len)
     }
 
     fn read_done(&mut self, token: u64, result: Result<(), String>) -> Result<(), PmlError> {
