@@ -5,26 +5,20 @@
 //! pointers: the layer above (mpirt) guarantees, through blocking calls and request scopes,
 //! that a buffer outlives its request — the contract of `post_send` and `post_recv`.
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use std::{fmt, slice};
 
-use crate::bulk_copy;
-use crate::config::{EngineConfig, TransportChoice};
+use crate::config::EngineConfig;
 use crate::envelope::{ContextId, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
-use crate::freed_memory;
 use crate::protocol::{
-    Action, ClaimEnd, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, Started,
+    Action, ClaimEnd, Completion, Core, CoreConfig, MessageHandle, SendArgs, Started,
 };
 use crate::requests::Handle;
-use crate::shared_arena::{self, ArenaInfo};
-use crate::transport::shm::{self, PeerArena, ShmConfig, ShmTransport};
-use crate::transport::tcp::{self, Sent, TcpConfig, TcpTransport};
-#[cfg(feature = "verbs")]
-use crate::transport::verbs::{self, VerbsConfig, VerbsTransport};
+use crate::transport::{
+    AnyTransport, Job, Opening, Reading, Registration, Sent, Transport, WakeSet,
+};
 use crate::waiting::Waiting;
-use crate::wire::{RemoteKey, DATA_HEADER_LEN};
 
 pub use crate::protocol::SendMode;
 
@@ -44,18 +38,13 @@ pub trait Wireup {
     fn job_secret(&mut self) -> Result<[u8; 32], String>;
 }
 
-/// What a transport did to let peers read a send buffer (a verbs registration), undone when
-/// the send completes.
-#[cfg(feature = "verbs")]
-type Exposure = verbs::MrId;
-#[cfg(not(feature = "verbs"))]
-type Exposure = std::convert::Infallible;
-
 /// A send buffer lent to the engine until the send completes.
 pub struct SendBuf {
     ptr: *const u8,
     len: usize,
-    exposure: Option<Exposure>,
+    /// What the transport at this index into the engine's did to let the peer read the
+    /// buffer, undone when the send completes.
+    registration: Option<(usize, Registration)>,
 }
 
 impl AsRef<[u8]> for SendBuf {
@@ -126,20 +115,6 @@ impl From<PmlError> for EngineError {
     }
 }
 
-/// How frames reach one peer.
-#[derive(Clone, Copy)]
-enum Link {
-    /// This process: frames loop back, reads are plain copies.
-    Loopback,
-    Shm {
-        local: usize,
-        pid: i32,
-    },
-    Tcp,
-    #[cfg(feature = "verbs")]
-    Verbs,
-}
-
 /// Counts of what went which way, for tests and `--verbose`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -165,68 +140,35 @@ pub struct Counters {
 const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
 const YIELD_FOR: Duration = Duration::from_millis(1);
 const SLEEP: Duration = Duration::from_millis(2);
-/// A rank with peers on both shared memory and TCP sleeps on the segment's futex, which TCP
-/// cannot wake, so it sleeps in short stretches and polls its sockets in between.
-const MIXED_SLEEP: Duration = Duration::from_micros(250);
 
-/// Largest TCP frame: rendezvous data is streamed in DATA frames of up to this size, each
-/// read in place by the receiver, so it bounds only how long control frames wait behind one.
-const TCP_MAX_FRAME: usize = 4 << 20;
-/// Progress rounds a rank with shared-memory peers skips polling quiet TCP sockets.
-const TCP_QUIET_ROUNDS: u32 = 16;
-/// How long dialling one of a peer's addresses may take before the next is tried.
-const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a rank dialling over TCP may take over each of its turns in the handshake: a
-/// genuine rank answers within a progress round, and one busy outside the library longer
-/// than this only dials again; a stranger holds a socket no longer.
-const TCP_HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
+/// No transport carries the rank (see `Engine::routes`).
+const NO_ROUTE: u8 = u8::MAX;
 
 pub struct Engine {
     rank: Rank,
     size: u32,
     core: Core<SendBuf, RecvBuf>,
-    links: Vec<Option<Link>>,
-    shm: Option<ShmTransport>,
-    tcp: Option<TcpTransport>,
-    /// Rounds left before quiet TCP sockets are polled again (see `progress`).
-    tcp_rounds_to_skip: u32,
-    #[cfg(feature = "verbs")]
-    verbs: Option<VerbsTransport>,
+    /// Polled in this order each round.
+    transports: Vec<AnyTransport>,
+    /// Index into `transports` of the one that carries each rank, or `NO_ROUTE`.
+    routes: Vec<u8>,
+    /// Bit `i` set: `transports[i]` completes a send when it takes the frame (see
+    /// `Caps::sends_complete_on_return`), so small sends go the direct path. Kept here
+    /// because every send asks.
+    direct_send: u32,
+    /// The one wait on every transport's wake fd, when more than one has any.
+    wake: Option<WakeSet>,
     /// Host of each rank, for errors that name where a failed peer runs.
     hosts: Vec<String>,
-    /// Reads verbs finished, handed from its poll to the core (kept to reuse its memory).
-    #[cfg(feature = "verbs")]
-    reads_done: Vec<verbs::ReadDone>,
-    /// World rank of each local rank index in the shared-memory segment.
-    local_ranks: Vec<Rank>,
-    loopback: VecDeque<Vec<u8>>,
     /// Peers whose transport refused a frame; retried first on the next progress.
     blocked: Vec<Rank>,
     counters: Counters,
-    /// Same-host peers' shared arenas, mapped at wire-up, by world rank.
-    peer_arenas: Vec<Option<PeerArena>>,
-    /// The eager limit of shared-memory sends from our own shared arena, while the peers read
-    /// it: a rendezvous from there is one memcpy by the receiver, cheaper than eager's two
-    /// copies for all but small messages (see `EngineConfig::shm_arena_eager_limit`).
-    arena_eager_limit: Option<usize>,
     description: String,
     /// Busy-poll budget of a wait: none when ranks outnumber the cores they may use.
     spin: Duration,
     /// The failure that stopped the engine (see `stop`); every later call that would move
     /// data returns it.
     failure: Option<PmlError>,
-}
-
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for writes of its length; gethostname NUL-terminates within
-    // it or truncates, and we stop at the first NUL or the end.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "localhost".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 /// Withdraws the core's claim when dropped, also when a wait fails or unwinds: a claim left
@@ -241,360 +183,73 @@ impl Drop for ClaimGuard<'_> {
     }
 }
 
-fn shm_send_failed(peer: Rank, e: std::io::Error) -> PmlError {
-    PmlError::Protocol {
-        peer,
-        what: format!("shared-memory send failed: {e}"),
-    }
-}
-
-fn wireup_err(e: String) -> EngineError {
-    EngineError::Wireup(e)
-}
-
 impl Engine {
-    /// Wires up with every peer: publishes this rank's host and process, fences, and opens the
-    /// host's shared-memory segment with the ranks that share the host.
+    /// Wires up with every peer: learns the ranks' hosts, opens the transports they call for
+    /// (each publishes what its peers need), connects them, and gives the protocol core each
+    /// peer's limits. Two fences: after the transports published, and after they connected.
     pub fn new(wireup: &mut dyn Wireup, config: EngineConfig) -> Result<Engine, EngineError> {
-        let rank = wireup.rank();
-        let size = wireup.size();
-        let tcp_interfaces = tcp::parse_selectors(&config.tcp_interfaces)
-            .map_err(|e| EngineError::Config(format!("MPIRT_TCP_IF (--tcp-if): {e}")))?;
-        // Peers read our memory directly (single-copy rendezvous); Yama's ptrace_scope 1
-        // forbids that unless we allow it first. Failure only means the copy fallback.
-        let ptrace_allowed = shm::allow_ptrace_from_peers();
-        let host = hostname();
-        wireup
-            .put(&format!("pml.host.{rank}"), host.as_bytes())
-            .map_err(wireup_err)?;
-        wireup.fence().map_err(wireup_err)?;
-
-        let mut hosts = Vec::with_capacity(size as usize);
-        for r in 0..size {
-            let h = wireup.get(&format!("pml.host.{r}")).map_err(wireup_err)?;
-            hosts.push(String::from_utf8_lossy(&h).into_owned());
-        }
-        let several_hosts = hosts.iter().any(|h| *h != hosts[0]);
-        if config.transport == TransportChoice::Shm && several_hosts {
-            let elsewhere = hosts.iter().position(|h| *h != host).unwrap_or(0);
-            return Err(EngineError::Config(format!(
-                "MPIRT_TRANSPORT=shm, but rank {elsewhere} runs on host '{}' and this rank on \
-                 '{host}': shared memory reaches only ranks on one host (use auto or tcp)",
-                hosts[elsewhere]
-            )));
-        }
-        // Shared memory between the ranks of a host unless TCP is forced; TCP for the rest.
-        let network_only = matches!(
-            config.transport,
-            TransportChoice::Tcp | TransportChoice::Verbs
-        );
-        let local_ranks: Vec<Rank> = (0..size)
-            .filter(|&r| r == rank || (!network_only && hosts[r as usize] == host))
-            .collect();
-        let mut links = vec![None; size as usize];
-        let remote: Vec<Rank> = (0..size).filter(|r| !local_ranks.contains(r)).collect();
-        #[cfg(not(feature = "verbs"))]
-        if config.transport == TransportChoice::Verbs {
-            return Err(EngineError::Config(
-                "MPIRT_TRANSPORT=verbs, but this program was built without RDMA verbs \
-                 (build it with the cargo feature `verbs`)"
-                    .into(),
-            ));
-        }
-        #[cfg(feature = "verbs")]
-        let (verbs, verbs_note) = open_verbs(rank, &hosts, &remote, &config)?;
-        #[cfg(feature = "verbs")]
-        wireup
-            .put(
-                &format!("pml.verbs.{rank}"),
-                verbs
-                    .as_ref()
-                    .map(|v| v.endpoint())
-                    .unwrap_or_default()
-                    .as_bytes(),
-            )
-            .map_err(wireup_err)?;
-        let mut tcp = None;
-        if !remote.is_empty() && config.transport != TransportChoice::Verbs {
-            let secret = wireup.job_secret().map_err(wireup_err)?;
-            let t = TcpTransport::new(
-                rank,
-                size,
-                &secret,
-                TcpConfig {
-                    interfaces: tcp_interfaces,
-                    max_staged_payload: config.tcp_eager_limit,
-                    connect_timeout: TCP_CONNECT_TIMEOUT,
-                    handshake_limit: TCP_HANDSHAKE_LIMIT,
-                    verbose: config.verbose,
-                },
-            )
-            .map_err(|e| EngineError::Transport(format!("TCP: {e}")))?;
-            let endpoint = t
-                .endpoint()
-                .map_err(|e| EngineError::Transport(format!("TCP: {e}")))?;
-            wireup
-                .put(&format!("pml.tcp.{rank}"), endpoint.as_bytes())
-                .map_err(wireup_err)?;
-            tcp = Some(t);
-        }
-        let my_local = local_ranks
-            .iter()
-            .position(|&r| r == rank)
-            .expect("self is local");
-        let n_local = local_ranks.len();
-
-        // Published before the fences below, read once every rank has passed them.
-        let own_arena = if n_local > 1 {
-            let arena = activate_arena(&config, n_local);
-            let wire = arena.as_ref().map(|a| a.to_wire()).unwrap_or_default();
-            wireup
-                .put(&format!("pml.arena.{rank}"), wire.as_bytes())
-                .map_err(wireup_err)?;
-            Some(arena)
-        } else {
-            None
-        };
-
-        // The leader creates the segment, the others attach once it exists, and a last fence
-        // makes sure every rank has attached (and so published its pid) before anyone probes.
-        let mut shm = None;
-        let name = format!("mpirt-{}-{}", wireup.job_id(), local_ranks[0]);
-        let shm_config = ShmConfig {
-            ring_bytes: config.shm_ring_bytes,
-        };
-        if n_local > 1 && my_local == 0 {
-            shm = Some(
-                ShmTransport::create(&name, 0, n_local, &shm_config)
-                    .map_err(|e| EngineError::Transport(format!("creating {name}: {e}")))?,
-            );
-        }
-        wireup.fence().map_err(wireup_err)?;
-        if n_local > 1 && my_local != 0 {
-            shm = Some(
-                ShmTransport::attach(&name, my_local, n_local)
-                    .map_err(|e| EngineError::Transport(format!("attaching {name}: {e}")))?,
-            );
-        }
-        // Queue pairs connect before the last fence, so that no rank sends to one not yet
-        // ready to receive: its packets would be dropped, and once the retries ran out the
-        // sender would take the peer for dead.
-        #[cfg(feature = "verbs")]
-        let mut verbs = verbs;
-        #[cfg(feature = "verbs")]
-        let mut verbs_peers = Vec::new();
-        #[cfg(feature = "verbs")]
-        if let Some(v) = &mut verbs {
-            for &r in &remote {
-                let endpoint = wireup.get(&format!("pml.verbs.{r}")).map_err(wireup_err)?;
-                if endpoint.is_empty() {
-                    // The peer has no device: TCP carries this pair.
-                    continue;
-                }
-                v.connect(r, &String::from_utf8_lossy(&endpoint))
-                    .map_err(|e| EngineError::Transport(format!("verbs: {e}")))?;
-                verbs_peers.push(r);
-            }
-        }
-        wireup.fence().map_err(wireup_err)?;
-
+        let mut job = Job::new(wireup, config)?;
+        let opening = Opening::open(&mut job)?;
+        job.fence()?;
+        let connected = opening.connect(&mut job)?;
+        job.fence()?;
+        let (rank, size) = (job.rank, job.size);
         let mut core = Core::new(
             size as usize,
             CoreConfig {
-                unexpected_budget: config.unexpected_budget,
+                unexpected_budget: job.config.unexpected_budget,
             },
         );
-        core.set_peer(
-            rank,
-            PeerCaps {
-                eager_limit: config.shm_eager_limit,
-                max_frame: usize::MAX / 2,
-                remote_read: true,
-            },
-        );
-        links[rank as usize] = Some(Link::Loopback);
-        #[cfg(feature = "verbs")]
-        if let Some(v) = &verbs {
-            let caps = PeerCaps {
-                eager_limit: config.verbs_eager_limit,
-                max_frame: v.frame_size(),
-                remote_read: true,
-            };
-            for &r in &verbs_peers {
-                core.set_peer(r, caps);
-                links[r as usize] = Some(Link::Verbs);
+        let mut routes = vec![NO_ROUTE; size as usize];
+        let mut direct_send = 0;
+        let mut transports = Vec::new();
+        let mut description = format!("rank {rank} of {size} on {}", job.host());
+        for (index, (mut transport, carried)) in connected.transports.into_iter().enumerate() {
+            transport.finish(&mut job)?;
+            let caps = transport.caps();
+            for &r in &carried {
+                core.set_peer(r, caps.peer_caps());
+                routes[r as usize] = index as u8;
             }
-        }
-        if let Some(t) = &mut tcp {
-            let caps = PeerCaps {
-                eager_limit: config.tcp_eager_limit,
-                max_frame: TCP_MAX_FRAME,
-                remote_read: false,
-            };
-            for &r in &remote {
-                if links[r as usize].is_some() {
-                    continue;
-                }
-                let endpoint = wireup.get(&format!("pml.tcp.{r}")).map_err(wireup_err)?;
-                t.add_peer(
-                    r,
-                    &String::from_utf8_lossy(&endpoint),
-                    hosts[r as usize] == host,
-                )
-                .map_err(|e| EngineError::Transport(format!("TCP: {e}")))?;
-                core.set_peer(r, caps);
-                links[r as usize] = Some(Link::Tcp);
+            if caps.sends_complete_on_return {
+                direct_send |= 1 << index;
             }
-        }
-
-        let mut description = format!("rank {rank} of {size} on {host}");
-        let mut arena_eager_limit = None;
-        let mut peer_arenas: Vec<Option<PeerArena>> = (0..size).map(|_| None).collect();
-        if let Some(t) = &shm {
-            // Whether a rank may read another's memory is a property of the host (Yama,
-            // seccomp, containers), so one neighbour speaks for all.
-            let cma = if config.single_copy {
-                t.probe_cma(if my_local == 0 { 1 } else { 0 })
-            } else {
-                Err(std::io::Error::other(
-                    "turned off by MPIRT_SHM_SINGLE_COPY=0",
-                ))
-            };
-            let caps = PeerCaps {
-                eager_limit: config.shm_eager_limit,
-                max_frame: t.max_frame(),
-                remote_read: cma.is_ok(),
-            };
-            // The arena path sits on top of CMA: buffers outside arenas still need it.
-            let (arena_note, unreadable) = match &cma {
-                Ok(()) => {
-                    let (mapped, unreadable) =
-                        map_peer_arenas(wireup, rank, &local_ranks, &mut peer_arenas)?;
-                    let own = own_arena.as_ref().and_then(|a| a.clone().err());
-                    (own.or(mapped), unreadable)
-                }
-                Err(_) => (None, true),
-            };
-            // Per host, like CMA: when this rank cannot read its peers' arenas (a peer that
-            // has none may still read ours), they cannot read its own either, and its large
-            // blocks would pay the arena's costs for nothing.
-            let arena_stopped = matches!(own_arena, Some(Ok(_))) && unreadable;
-            if arena_stopped {
-                shared_arena::GLOBAL.stop_serving();
+            let clause = transport.describe(carried.len());
+            if !clause.is_empty() {
+                description += &format!("; {clause}");
             }
-            for (local, &r) in local_ranks.iter().enumerate() {
-                if r == rank {
-                    continue;
-                }
-                let pid = t.peer_pid(local).ok_or_else(|| {
-                    EngineError::Transport(format!("rank {r} did not attach to {name}"))
-                })?;
-                core.set_peer(r, caps);
-                links[r as usize] = Some(Link::Shm { local, pid });
-            }
-            description += &format!(
-                "; {n_local} ranks on this host over shared memory, eager up to {} bytes; \
-                 rendezvous by {}",
-                caps.eager_limit.min(caps.max_frame),
-                match (&cma, &ptrace_allowed) {
-                    (Ok(()), _) => match arena_note {
-                        None => format!(
-                            "memcpy from the sender's shared arena ({} MiB of address space) \
-                             for heap blocks of {} KiB or more, else single copy \
-                             (process_vm_readv)",
-                            own_arena
-                                .as_ref()
-                                .and_then(|a| a.as_ref().ok())
-                                .map_or(0, |a| a.len >> 20),
-                            shared_arena::ARENA_MIN_BYTES >> 10
-                        ),
-                        Some(why) =>
-                            format!("single copy (process_vm_readv); no shared arena: {why}"),
-                    },
-                    (Err(e), Ok(())) => format!("pipelined copy through the segment ({e})"),
-                    (Err(e), Err(p)) => {
-                        format!("pipelined copy through the segment ({e}; PR_SET_PTRACER: {p})")
-                    }
-                }
-            );
-            if arena_stopped {
-                description += "; large heap blocks stay with the system allocator (shared \
-                                 arena stopped: peers cannot read it)";
-            } else if matches!(own_arena, Some(Ok(_))) && cma.is_ok() {
-                let limit = config.shm_arena_eager_limit.min(config.shm_eager_limit);
-                arena_eager_limit = Some(limit);
-                description +=
-                    &format!("; eager from the shared arena up to {limit} bytes (then one memcpy)");
-            }
+            transports.push(transport);
         }
-        #[cfg(feature = "verbs")]
-        if let Some(v) = &verbs {
-            let n = links
-                .iter()
-                .filter(|l| matches!(l, Some(Link::Verbs)))
-                .count();
-            description += &format!(
-                "; {n} ranks over verbs on {}, eager (SEND) up to {} bytes, rendezvous by RDMA \
-                 READ, registration cache {}",
-                v.device_name(),
-                config.verbs_eager_limit.min(v.frame_size()),
-                if v.caching() {
-                    "on"
-                } else if config.verbs_reg_cache {
-                    "off (install mpirt::TrackingAllocator as the global allocator to turn it on)"
-                } else {
-                    "off (MPIRT_VERBS_REG_CACHE=0)"
-                }
-            );
-        }
-        #[cfg(feature = "verbs")]
-        if let Some(note) = verbs_note {
-            description += &format!("; no verbs: {note}");
-        }
-        if let Some(t) = &tcp {
-            description +=
-                &format!(
-                "; {} ranks over tcp from {}, eager up to {} bytes, rendezvous by GET with the \
-                 data read in place",
-                links.iter().filter(|l| matches!(l, Some(Link::Tcp))).count(),
-                t.offered(),
-                config.tcp_eager_limit.min(TCP_MAX_FRAME - DATA_HEADER_LEN)
-            );
+        for note in connected.notes {
+            description += &format!("; {note}");
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let on_host = job.hosts.iter().filter(|h| *h == job.host()).count();
         // A rank rsrun bound to a CPU of its own (it says so in MPIRT_BOUND_CPU) sees one CPU,
         // yet it is not oversubscribed, and yielding at once would hand its CPU to other
         // processes. Ranks that merely inherited one CPU between them see the same, and must
         // yield: a spinning rank keeps the peer it waits for off their CPU.
         let bound = std::env::var_os("MPIRT_BOUND_CPU").is_some();
-        let spin = if n_local > cores && !bound {
-            description += &format!("; {n_local} ranks on {cores} cores: waits yield at once");
+        let spin = if on_host > cores && !bound {
+            description += &format!("; {on_host} ranks on {cores} cores: waits yield at once");
             Duration::ZERO
         } else {
-            config.spin
+            job.config.spin
         };
-        if config.verbose {
+        if job.config.verbose {
             eprintln!("mpirt: {description}");
         }
         Ok(Engine {
             rank,
             size,
             core,
-            links,
-            shm,
-            tcp,
-            tcp_rounds_to_skip: 0,
-            #[cfg(feature = "verbs")]
-            verbs,
-            #[cfg(feature = "verbs")]
-            reads_done: Vec::new(),
-            hosts,
-            local_ranks,
-            loopback: VecDeque::new(),
+            wake: WakeSet::over(&mut transports)?,
+            transports,
+            routes,
+            direct_send,
+            hosts: job.hosts,
             blocked: Vec::new(),
             counters: Counters::default(),
-            peer_arenas,
-            arena_eager_limit,
             description,
             spin,
             failure: None,
@@ -621,26 +276,26 @@ impl Engine {
     }
 
     pub fn counters(&self) -> Counters {
-        #[cfg(feature = "verbs")]
-        if let Some(v) = &self.verbs {
-            return Counters {
-                registrations: v.registrations(),
-                ..self.counters
-            };
+        let mut counters = self.counters;
+        for t in &self.transports {
+            t.count(&mut counters);
         }
-        self.counters
+        counters
     }
 
-    fn check_peer(&self, peer: Rank) -> Result<(), PmlError> {
-        match self.links.get(peer as usize) {
-            Some(Some(_)) => Ok(()),
+    /// Index into `transports` of the one that carries `peer`.
+    #[inline]
+    fn route(&self, peer: Rank) -> Result<usize, PmlError> {
+        match self.routes.get(peer as usize) {
+            Some(&route) if route != NO_ROUTE => Ok(route as usize),
             _ => Err(PmlError::UnknownPeer(peer)),
         }
     }
 
     /// Starts a send of `len` bytes at `buf` to world rank `peer` in the communicator
-    /// `context`; `source` is this rank's rank there. A small standard
-    /// send that a shared-memory ring took at once returns [`Handle::SENT`], already complete.
+    /// `context`; `source` is this rank's rank there. A small standard send that a transport
+    /// which completes sends on return took at once returns [`Handle::SENT`], already
+    /// complete.
     ///
     /// # Safety
     /// `buf` must be valid for reads of `len` bytes and must not be written or freed until the
@@ -657,27 +312,12 @@ impl Engine {
         buf: *const u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
-        self.check_peer(peer)?;
+        let route = self.route(peer)?;
         self.check_running()?;
-        #[cfg_attr(not(feature = "verbs"), allow(unused_mut))]
-        let mut remote = RemoteKey {
-            addr: buf as u64,
-            key: 0,
-        };
-        #[cfg_attr(not(feature = "verbs"), allow(unused_mut))]
-        let mut exposure = None;
-        #[cfg(feature = "verbs")]
-        if matches!(self.links[peer as usize], Some(Link::Verbs))
-            && !self.core.sends_eagerly(peer, len)
-        {
-            let v = self.verbs.as_mut().expect("a verbs link has a transport");
-            let (rkey, id) = v.expose(buf as usize, len).map_err(|cause| {
-                PmlError::transport(peer, format!("exposing a {len}-byte send buffer: {cause}"))
-            })?;
-            remote.key = u64::from(rkey);
-            exposure = Some(id);
-        }
-        let mut args = SendArgs {
+        let transport = &mut self.transports[route];
+        let core = &mut self.core;
+        let exposure = transport.expose(peer, buf, len, || core.sends_eagerly(peer, len))?;
+        let args = SendArgs {
             context,
             source,
             peer,
@@ -686,25 +326,18 @@ impl Engine {
             buf: SendBuf {
                 ptr: buf,
                 len,
-                exposure,
+                registration: exposure.registration.map(|r| (route, r)),
             },
-            remote,
-            eager_limit: None,
+            remote: exposure.key,
+            eager_limit: exposure.eager_limit,
         };
-        let h = match self.links[peer as usize] {
-            Some(Link::Shm { local, .. }) => {
-                // Only a message past the limit pays for the range check.
-                args.eager_limit = self
-                    .arena_eager_limit
-                    .filter(|&limit| len > limit && shared_arena::GLOBAL.contains(buf));
-                let shm = self.shm.as_mut().expect("a shm link has a segment");
-                let posted = self.core.post_send_direct(args, |header, payload| {
-                    shm.try_send(local, header, payload)
-                        .map_err(|e| shm_send_failed(peer, e))
-                });
-                posted.map_err(|e| self.stop(e))?
-            }
-            _ => self.core.post_send(args)?,
+        let h = if self.direct_send & (1 << route) != 0 {
+            let posted = core.post_send_direct(args, |header, payload| {
+                Ok(transport.try_send(peer, header, payload)? == Sent::Whole)
+            });
+            posted.map_err(|e| self.stop(e))?
+        } else {
+            core.post_send(args)?
         };
         if h == Handle::SENT {
             self.counters.frames_sent += 1;
@@ -829,25 +462,13 @@ impl Engine {
         match self.core.take_completion(h)? {
             None => Ok(None),
             Some(Completion::Send { buf, result }) => {
-                if let Some(exposure) = buf.exposure {
-                    self.unexpose(exposure);
+                if let Some((route, registration)) = buf.registration {
+                    self.transports[route].release(registration);
                 }
                 result.map(|()| Some(Done::Sent))
             }
             Some(Completion::Recv { result, .. }) => result.map(|s| Some(Done::Received(s))),
         }
-    }
-
-    #[cfg(feature = "verbs")]
-    fn unexpose(&mut self, exposure: Exposure) {
-        if let Some(v) = &mut self.verbs {
-            v.release(exposure);
-        }
-    }
-
-    #[cfg(not(feature = "verbs"))]
-    fn unexpose(&mut self, exposure: Exposure) {
-        match exposure {}
     }
 
     /// Whether the request finished, without collecting it.
@@ -953,9 +574,8 @@ impl Engine {
                 }
                 if idle < self.spin + YIELD_FOR {
                     std::thread::yield_now();
-                } else if self.sleep(idle).map_err(|e| self.stop(e))? {
-                    // The sleep's own progress moved something: `done` may hold now.
-                    break;
+                } else {
+                    self.sleep_until_woken(SLEEP)?;
                 }
             }
             idle_rounds = 0;
@@ -963,62 +583,32 @@ impl Engine {
         }
     }
 
-    /// Sleeps until a transport may have something for us: each wait returns on a frame for
-    /// us, and on room where our frame was refused. `idle`: how long the wait made no progress.
-    /// Returns whether it made progress itself instead of sleeping, which the caller must not
-    /// miss: the next round may find nothing new, though a request finished.
-    fn sleep(&mut self, idle: Duration) -> Result<bool, PmlError> {
-        let moved = self.sleep_on_transports(idle)?;
-        // Whatever woke us may have come over TCP: look there on the next round.
-        self.tcp_rounds_to_skip = 0;
-        Ok(moved)
-    }
-
-    #[cfg_attr(not(feature = "verbs"), allow(unused_variables))]
-    fn sleep_on_transports(&mut self, idle: Duration) -> Result<bool, PmlError> {
-        #[cfg(feature = "verbs")]
-        if let Some(v) = &mut self.verbs {
-            // A peer that died completes nothing: probe, so the wait fails instead of hanging.
-            v.probe_idle_peers(idle)
-                .map_err(|e| e.on_host(&self.hosts))?;
-            v.arm();
-            // Completions that came before arming wake nobody: take them first.
-            if self.progress()? {
-                return Ok(true);
-            }
-            let v = self.verbs.as_mut().expect("checked above");
-            if let Some(shm) = &self.shm {
-                shm.wait(MIXED_SLEEP);
-            } else {
-                v.sleep(if self.tcp.is_some() {
-                    MIXED_SLEEP
-                } else {
-                    SLEEP
-                });
-            }
-            return Ok(false);
-        }
-        match (&self.shm, &mut self.tcp) {
-            (Some(shm), None) => shm.wait(SLEEP),
-            (None, Some(tcp)) => tcp.wait(SLEEP),
-            (Some(shm), Some(_)) => shm.wait(MIXED_SLEEP),
-            (None, None) => std::thread::yield_now(),
-        }
-        Ok(false)
+    /// Sleeps until a transport may have something for this rank (a frame for it, room where
+    /// its frame was refused, a finished read) or `timeout` passed; spurious returns happen.
+    /// With one transport that peers wake, that one sleeps its own way; with several, on one
+    /// epoll wait over their wake fds, which any of them wakes.
+    pub fn sleep_until_woken(&mut self, timeout: Duration) -> Result<(), PmlError> {
+        self.check_running()?;
+        let slept = match &mut self.wake {
+            Some(set) => set.sleep(&mut self.transports, timeout),
+            None => match self.transports.iter_mut().find(|t| t.wakes()) {
+                Some(t) => t.sleep(timeout),
+                None => {
+                    std::thread::yield_now();
+                    Ok(())
+                }
+            },
+        };
+        slept.map_err(|e| self.stop(e.on_host(&self.hosts)))
     }
 
     /// Whether a round of progress could move anything. Cheaper than the round itself: a
-    /// rank whose peers are all on shared memory spins on this alone while nothing comes.
-    /// Sockets and verbs must be polled to know.
+    /// rank whose transports can tell without a syscall spins on this alone while nothing
+    /// comes.
     #[inline]
     fn may_move(&self) -> bool {
-        #[cfg(feature = "verbs")]
-        if self.verbs.is_some() {
-            return true;
-        }
-        self.tcp.is_some()
-            || self.shm.as_ref().is_some_and(ShmTransport::has_records)
-            || !(self.loopback.is_empty() && self.blocked.is_empty())
+        self.transports.iter().any(Transport::has_work)
+            || !self.blocked.is_empty()
             || self.core.has_work()
     }
 
@@ -1046,11 +636,8 @@ impl Engine {
     #[cold]
     fn stop(&mut self, failure: PmlError) -> PmlError {
         if self.failure.is_none() {
-            // The device may still be writing RDMA READs into receive buffers: it stops
-            // first.
-            #[cfg(feature = "verbs")]
-            if let Some(v) = &mut self.verbs {
-                v.stop();
+            for t in &mut self.transports {
+                t.stop();
             }
             self.failure = Some(failure.clone());
         }
@@ -1058,65 +645,12 @@ impl Engine {
     }
 
     fn progress_round(&mut self) -> Result<bool, PmlError> {
-        let mut moved = false;
-        // An idle round only looks at the rings' next header words.
-        if let Some(shm) = self.shm.as_mut().filter(|shm| shm.has_records()) {
-            let core = &mut self.core;
-            let local_ranks = &self.local_ranks;
-            let mut failure = None;
-            let n = shm.poll(|from, frame| {
-                if failure.is_none() {
-                    if let Err(e) = core.on_frame(local_ranks[from], frame) {
-                        failure = Some(e);
-                    }
-                }
-            });
-            if let Some(e) = failure {
-                return Err(e);
-            }
-            self.counters.frames_received += n as u64;
-            moved |= n > 0;
+        let mut received = 0;
+        for t in &mut self.transports {
+            received += t.poll(&mut self.core).map_err(|e| e.on_host(&self.hosts))?;
         }
-        if let Some(tcp) = &mut self.tcp {
-            if self.tcp_rounds_to_skip == 0 {
-                let n = tcp
-                    .poll(&mut self.core)
-                    .map_err(|e| e.on_host(&self.hosts))?;
-                self.counters.frames_received += n as u64;
-                moved |= n > 0;
-                // Polling sockets is a syscall; a rank that also has shared-memory peers
-                // looks at them only every few rounds while nothing comes over TCP.
-                if n == 0 && self.shm.is_some() {
-                    self.tcp_rounds_to_skip = TCP_QUIET_ROUNDS;
-                }
-            } else {
-                self.tcp_rounds_to_skip -= 1;
-            }
-        }
-        #[cfg(feature = "verbs")]
-        if let Some(v) = &mut self.verbs {
-            let core = &mut self.core;
-            let n = v
-                .poll(
-                    |peer, frame| core.on_frame(peer, frame),
-                    &mut self.reads_done,
-                )
-                .map_err(|e| e.on_host(&self.hosts))?;
-            self.counters.frames_received += n as u64;
-            moved |= n > 0;
-            for (token, result) in self.reads_done.drain(..) {
-                let recv = Handle::from_wire(token);
-                match result {
-                    Ok(()) => core.read_done(recv)?,
-                    Err(cause) => core.read_failed(recv, cause)?,
-                }
-                moved = true;
-            }
-        }
-        while let Some(frame) = self.loopback.pop_front() {
-            self.core.on_frame(self.rank, &frame)?;
-            moved = true;
-        }
+        self.counters.frames_received += received as u64;
+        let mut moved = received > 0;
         while let Some(action) = self.core.poll_action() {
             self.perform(action)?;
             moved = true;
@@ -1139,101 +673,34 @@ impl Engine {
             remote,
             len,
         } = action;
-        let link = self.links[peer as usize].ok_or(PmlError::UnknownPeer(peer))?;
+        let route = self.route(peer)?;
         let target = self.core.read_target(recv)?;
-        #[cfg(feature = "verbs")]
-        if let Link::Verbs = link {
-            // Asynchronous: `progress` reports it done when the last piece completes.
-            let v = self.verbs.as_mut().expect("a verbs link has a transport");
-            v.read(peer, remote, target, recv.to_wire())
-                .map_err(|e| e.on_host(&self.hosts))?;
+        let reading = self.transports[route]
+            .read(peer, remote, target, recv.to_wire())
+            .map_err(|e| e.on_host(&self.hosts))?;
+        if !matches!(reading, Reading::Finished(Err(_))) {
             self.counters.remote_reads += 1;
             self.counters.remote_read_bytes += len as u64;
-            return Ok(());
         }
-        let result = match link {
-            Link::Loopback => {
-                // SAFETY: the RTS came from this process, so `remote.addr` is the buffer of
-                // one of our own sends, valid for `len` bytes until its FIN, which follows
-                // this copy; a send buffer and a receive buffer never overlap (the caller
-                // borrows one shared and the other exclusively, or for a raw receive promised
-                // that nothing else, a send included, uses its memory until it completes).
-                unsafe {
-                    bulk_copy::copy_nonoverlapping(
-                        remote.addr as *const u8,
-                        target.as_mut_ptr(),
-                        len,
-                    )
-                };
-                Ok(())
-            }
-            Link::Shm { pid, .. } => {
-                let arena = self.peer_arenas[peer as usize].as_ref();
-                if arena.is_some_and(|a| a.copy_out(remote.addr, target)) {
-                    self.counters.mapped_reads += 1;
-                    Ok(())
-                } else {
-                    shm::read_remote(pid, remote.addr, target)
-                }
-            }
-            Link::Tcp => unreachable!("TCP peers are set up without remote reads"),
-            #[cfg(feature = "verbs")]
-            Link::Verbs => unreachable!("handled above"),
-        };
-        match result {
-            Ok(()) => {
-                self.counters.remote_reads += 1;
-                self.counters.remote_read_bytes += len as u64;
-                self.core.read_done(recv)
-            }
-            Err(e) => self.core.read_failed(recv, e.to_string()),
+        match reading {
+            Reading::InFlight => Ok(()),
+            Reading::Finished(Ok(())) => self.core.read_done(recv),
+            Reading::Finished(Err(cause)) => self.core.read_failed(recv, cause),
         }
     }
 
     /// Hands `peer`'s queued frames to its transport until it takes no more.
     fn flush(&mut self, peer: Rank) -> Result<bool, PmlError> {
         let mut sent_any = false;
-        let link = self.links[peer as usize].ok_or(PmlError::UnknownPeer(peer))?;
+        let route = self.route(peer)?;
         while let Some(t) = self.core.next_transmit(peer) {
-            let mut part_sent = false;
-            let taken = match link {
-                Link::Loopback => {
-                    let mut frame = Vec::with_capacity(t.header().len() + t.payload.len());
-                    frame.extend_from_slice(t.header());
-                    frame.extend_from_slice(t.payload);
-                    self.loopback.push_back(frame);
-                    true
-                }
-                Link::Shm { local, .. } => {
-                    let shm = self.shm.as_mut().expect("a shm link has a segment");
-                    shm.try_send(local, t.header(), t.payload)
-                        .map_err(|e| shm_send_failed(peer, e))?
-                }
-                #[cfg(feature = "verbs")]
-                Link::Verbs => {
-                    let v = self.verbs.as_mut().expect("a verbs link has a transport");
-                    v.send(peer, t.header(), t.payload)
-                        .map_err(|e| e.on_host(&self.hosts))?
-                }
-                Link::Tcp => {
-                    let tcp = self.tcp.as_mut().expect("a tcp link has a transport");
-                    match tcp
-                        .send(peer, t.header(), t.payload)
-                        .map_err(|e| e.on_host(&self.hosts))?
-                    {
-                        Sent::Whole => true,
-                        Sent::Part => {
-                            part_sent = true;
-                            false
-                        }
-                        Sent::Nothing => false,
-                    }
-                }
-            };
-            if part_sent {
+            let sent = self.transports[route]
+                .try_send(peer, t.header(), t.payload)
+                .map_err(|e| e.on_host(&self.hosts))?;
+            if sent == Sent::Part {
                 self.core.hold_front(peer);
             }
-            if !taken {
+            if sent != Sent::Whole {
                 if !self.blocked.contains(&peer) {
                     self.blocked.push(peer);
                 }
@@ -1252,49 +719,6 @@ impl Engine {
     }
 }
 
-/// Activates this process's shared arena (see `shared_arena`) when the configuration and the
-/// global allocator allow; the error says why not, for `--verbose`.
-fn activate_arena(config: &EngineConfig, n_local: usize) -> Result<ArenaInfo, String> {
-    if !config.single_copy || !config.shared_arena {
-        return Err("turned off by MPIRT_SHM_SINGLE_COPY=0 or MPIRT_SHM_ARENA=0".into());
-    }
-    if !freed_memory::installed() {
-        return Err("the global allocator is not mpirt::TrackingAllocator".into());
-    }
-    let len = shared_arena::arena_bytes(shared_arena::address_space_limit(), n_local)?;
-    shared_arena::GLOBAL
-        .activate(len)
-        .map_err(|e| e.to_string())
-}
-
-/// Maps the arena of every other local rank that published one; says why when one is missing
-/// (its messages then go by process_vm_readv), and whether one published could not be mapped.
-fn map_peer_arenas(
-    wireup: &mut dyn Wireup,
-    rank: Rank,
-    local_ranks: &[Rank],
-    arenas: &mut [Option<PeerArena>],
-) -> Result<(Option<String>, bool), EngineError> {
-    let mut note = None;
-    let mut unreadable = false;
-    for &r in local_ranks.iter().filter(|&&r| r != rank) {
-        let wire = wireup.get(&format!("pml.arena.{r}")).map_err(wireup_err)?;
-        let wire = String::from_utf8_lossy(&wire);
-        let mapped = match ArenaInfo::from_wire(&wire) {
-            Some(info) => PeerArena::map(&info).map_err(|e| {
-                unreadable = true;
-                format!("rank {r}: {e}")
-            }),
-            None => Err(format!("rank {r} has none")),
-        };
-        match mapped {
-            Ok(a) => arenas[r as usize] = Some(a),
-            Err(why) => note = note.or(Some(why)),
-        }
-    }
-    Ok((note, unreadable))
-}
-
 impl Waiting for Engine {
     fn wait_until(
         &mut self,
@@ -1309,59 +733,5 @@ impl Waiting for Engine {
 
     fn finished(&mut self, h: Handle) -> Result<bool, PmlError> {
         self.is_complete(h)
-    }
-}
-
-/// Opens the RDMA device when verbs is asked for, or (`auto`) when ranks span hosts and a
-/// device is there; with `auto`, a missing device is a note for `--verbose`, not an error.
-#[cfg(feature = "verbs")]
-fn open_verbs(
-    rank: Rank,
-    hosts: &[String],
-    remote: &[Rank],
-    config: &EngineConfig,
-) -> Result<(Option<VerbsTransport>, Option<String>), EngineError> {
-    let wanted = match config.transport {
-        TransportChoice::Verbs => true,
-        TransportChoice::Auto => !remote.is_empty() && config.verbs_devices != "none",
-        _ => false,
-    };
-    if !wanted {
-        return Ok((None, None));
-    }
-    let host = &hosts[rank as usize];
-    let local_rank = hosts[..rank as usize].iter().filter(|h| *h == host).count();
-    let verbs_config = VerbsConfig {
-        devices: config.verbs_devices.clone(),
-        gid_index: config.verbs_gid_index,
-        frame_size: config.verbs_eager_limit + crate::wire::MAX_HEADER_LEN,
-        reg_cache: config.verbs_reg_cache,
-    };
-    match VerbsTransport::new(rank, hosts.len() as u32, local_rank, remote, &verbs_config) {
-        Ok(v) => Ok((Some(v), None)),
-        Err(e) if config.transport == TransportChoice::Verbs => {
-            Err(EngineError::Transport(format!("verbs: {e}")))
-        }
-        Err(e) => Ok((None, Some(e))),
-    }
-}
-
-impl<S: AsRef<[u8]>, R: AsMut<[u8]>> tcp::Sink for Core<S, R> {
-    fn frame(&mut self, peer: Rank, frame: &[u8]) -> Result<(), PmlError> {
-        self.on_frame(peer, frame)
-    }
-
-    fn data_target(
-        &mut self,
-        peer: Rank,
-        recv_request: u64,
-        offset: u64,
-        len: usize,
-    ) -> Result<&mut [u8], PmlError> {
-        Core::data_target(self, peer, recv_request, offset, len)
-    }
-
-    fn data_landed(&mut self, peer: Rank, recv_request: u64, len: usize) -> Result<(), PmlError> {
-        Core::data_landed(self, peer, recv_request, len)
     }
 }

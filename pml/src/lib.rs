@@ -17,6 +17,7 @@ pub mod protocol;
 pub mod requests;
 pub mod sequence;
 pub mod shared_arena;
+pub mod shared_mapping;
 pub mod transport;
 #[cfg(feature = "ucx")]
 pub mod ucx;

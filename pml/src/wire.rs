@@ -224,10 +224,13 @@ fn zero(kind: u8, b: &[u8], range: std::ops::Range<usize>) -> Result<(), WireErr
     }
 }
 
+/// Bytes at a frame's start that say its kind (the version, then the kind).
+pub const KIND_LEN: usize = 2;
+
 /// Whether `b`, the start of a frame, is a DATA frame: a transport that reads rendezvous data
 /// in place must know before the whole frame is in.
 pub fn is_data_frame(b: &[u8]) -> bool {
-    b.len() >= 2 && b[1] == KIND_DATA
+    b.len() >= KIND_LEN && b[1] == KIND_DATA
 }
 
 /// A DATA frame's header alone (`DATA_HEADER_LEN` bytes): the receive request and offset.

@@ -24,15 +24,12 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map::RandomState;
-use std::fs::OpenOptions;
 use std::hash::BuildHasher;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use pml::transport::shm::mapping::SharedMapping;
+use pml::shared_mapping::SharedMapping;
 
 use crate::communicator::CommData;
 use crate::datatype::Datatype;
@@ -127,10 +124,6 @@ fn token_of(map: &SharedMapping) -> &AtomicU64 {
     unsafe { &*map.base().as_ptr().cast::<AtomicU64>() }
 }
 
-fn path(name: &str) -> String {
-    format!("/dev/shm/{name}")
-}
-
 /// A name no other area of this host has: the job (first, as rsrun's clean-up of a dead
 /// job expects), this process, the communicator's context, and a count of the areas this
 /// process made (context ids are reused).
@@ -142,35 +135,14 @@ fn unique_name(job_id: &str, context: u32) -> String {
 
 /// A new area file, mapped and stamped with `token`; no file is left if that fails.
 fn create(name: &str, len: usize, token: u64) -> Option<SharedMapping> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path(name))
-        .ok()?;
-    let mapping = file
-        .set_len(len as u64)
-        .ok()
-        .and_then(|()| SharedMapping::new(file.as_raw_fd(), len).ok());
-    match &mapping {
-        Some(map) => token_of(map).store(token, Ordering::Release),
-        None => {
-            let _ = std::fs::remove_file(path(name));
-        }
-    }
-    mapping
+    let map = SharedMapping::create(name, len).ok()?;
+    token_of(&map).store(token, Ordering::Release);
+    Some(map)
 }
 
 /// The area rank 0 made, if this file is it: of its length and with its token.
 fn open(name: &str, len: usize, token: u64) -> Option<SharedMapping> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path(name))
-        .ok()?;
-    (file.metadata().ok()?.len() == len as u64).then_some(())?;
-    SharedMapping::new(file.as_raw_fd(), len)
+    SharedMapping::open(name, len)
         .ok()
         .filter(|map| token_of(map).load(Ordering::Acquire) == token)
 }
@@ -202,7 +174,7 @@ fn set_up(
     if let Some(name) = made {
         // Every rank has mapped it or given up (or the set-up failed): the name is no
         // longer needed.
-        let _ = std::fs::remove_file(path(&name));
+        let _ = SharedMapping::remove(&name);
     }
     let (everyone_mapped, disagreement) = agreed?;
     let spins = with_engine(|e| Ok(e.waits_spin())).map_err(|c| Error::new(operation, c))?;

@@ -1,6 +1,326 @@
-//! Byte movers: each transport carries whole frames and, where it can, reads remote memory.
+//! Byte movers, behind one contract: [`Transport`].
+//!
+//! A transport reaches some of the job's ranks. It says what it can do as data ([`Caps`]),
+//! takes whole frames (`try_send`), hands what arrived to one [`Sink`] (`poll`: frames,
+//! rendezvous data landed in place, finished remote reads), reads a peer's memory where it
+//! can (`read`), exposes send buffers to such reads (`expose`), and sleeps until something
+//! may have arrived (`sleep`, or a wake fd in the engine's one wait). Each transport opens
+//! itself from the bootstrap's key-value exchange ([`Job`]) and keeps its own limits.
+//!
+//! The engine sees the transports only through [`AnyTransport`], one enum with one `match`
+//! per method (in `dispatch.rs`): static dispatch, so the shared-memory send inlines into
+//! the engine's. Adding a transport is one module implementing [`Transport`], one variant
+//! there, and the place where its `open` runs.
 
+mod dispatch;
+pub(crate) mod epoll;
+mod loopback;
 pub mod shm;
 pub mod tcp;
 #[cfg(feature = "verbs")]
 pub mod verbs;
+mod wake;
+
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+pub use dispatch::{AnyTransport, Connected, Opening, Registration};
+pub(crate) use wake::WakeSet;
+
+use crate::config::EngineConfig;
+use crate::engine::{Counters, EngineError, Wireup};
+use crate::envelope::Rank;
+use crate::error::PmlError;
+use crate::protocol::{Core, PeerCaps};
+use crate::requests::Handle;
+use crate::wire::{self, RemoteKey, DATA_HEADER_LEN};
+
+/// What a transport can do, the same for every peer it reaches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caps {
+    /// Largest payload sent eagerly (the setting the transport was opened with).
+    pub eager_limit: usize,
+    /// Largest frame `try_send` takes, header included.
+    pub max_frame: usize,
+    /// Whether `read` can fetch a peer's memory (else rendezvous data comes in DATA frames).
+    pub remote_read: bool,
+    /// Whether a peer's memory can be written (one-sided puts; none does yet).
+    pub remote_write: bool,
+    /// Whether a peer's memory takes atomic operations (none does yet).
+    pub atomics: bool,
+    /// Whether a frame `try_send` took is on its way with nothing left for this rank to do
+    /// (copied into memory the peer reads): then a small send completes inside the call,
+    /// with no request (the engine's direct path).
+    pub sends_complete_on_return: bool,
+    /// How many separate pieces of memory one operation gathers (iovec or SGE entries).
+    pub max_pieces: usize,
+}
+
+impl Caps {
+    /// What the protocol core needs to know of a peer reached this way.
+    pub fn peer_caps(&self) -> PeerCaps {
+        PeerCaps {
+            eager_limit: self.eager_limit,
+            max_frame: self.max_frame,
+            remote_read: self.remote_read,
+        }
+    }
+}
+
+/// How much of a frame `try_send` put on its way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sent {
+    Whole,
+    /// Some of it: the rest must follow before any other frame to that peer, so the caller
+    /// passes the same frame again until it went out whole.
+    Part,
+    /// None of it: no room now; the caller makes progress and tries again.
+    Nothing,
+}
+
+/// How a `read` went: done inside the call, or finishing later through the sink.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reading {
+    Finished(Result<(), String>),
+    /// `Sink::read_done` gets the token from a later `poll`.
+    InFlight,
+}
+
+/// What a send buffer's exposure gives its rendezvous.
+#[derive(Clone, Copy, Debug)]
+pub struct Exposure {
+    /// How the receiver reaches the buffer.
+    pub key: RemoteKey,
+    /// A lower eager limit for this send, where reading the buffer is cheap (see
+    /// `protocol::SendArgs::eager_limit`).
+    pub eager_limit: Option<usize>,
+    /// What to `release` once the send completes.
+    pub registration: Option<Registration>,
+}
+
+impl Exposure {
+    /// The buffer at `addr` as it is: readable by its address alone.
+    pub fn plain(addr: *const u8) -> Exposure {
+        Exposure {
+            key: RemoteKey {
+                addr: addr as u64,
+                key: 0,
+            },
+            eager_limit: None,
+            registration: None,
+        }
+    }
+}
+
+/// Where the rest of a frame that is still arriving goes (see [`Sink::placement`]).
+pub enum Placement<'a> {
+    /// Not known from the bytes so far: ask again with more.
+    NeedMore,
+    /// Stage it whole, then hand it to `Sink::frame`.
+    Staged,
+    /// Its first `header_len` bytes (at most `Sink::PLACEMENT_HEAD`) are a header; the rest
+    /// (`target` is exactly as long) lands in `target`, lent to the transport until it
+    /// reports `Sink::data_landed` with `token`.
+    InPlace {
+        header_len: usize,
+        target: &'a mut [u8],
+        token: u64,
+    },
+}
+
+/// Where `poll` delivers (the protocol core, in the engine).
+pub trait Sink {
+    /// How many bytes of a frame's start `placement` needs to see.
+    const PLACEMENT_HEAD: usize;
+
+    /// A whole frame from `peer`.
+    fn frame(&mut self, peer: Rank, frame: &[u8]) -> Result<(), PmlError>;
+    /// Where a `len`-byte frame from `peer` goes, whose first bytes (fewer than `len`) are
+    /// `head`: for a transport that reads a stream, so that bulk data lands in its buffer
+    /// instead of being staged (TCP's DATA frames). `PLACEMENT_HEAD` bytes always suffice.
+    fn placement(&mut self, peer: Rank, head: &[u8], len: usize)
+        -> Result<Placement<'_>, PmlError>;
+    /// The payload placed with `token` (`len` bytes) has all landed.
+    fn data_landed(&mut self, peer: Rank, token: u64, len: usize) -> Result<(), PmlError>;
+    /// The read started with `token` finished (or failed, with the cause).
+    fn read_done(&mut self, token: u64, result: Result<(), String>) -> Result<(), PmlError>;
+}
+
+/// What every transport's wire-up gets: the job as the bootstrap knows it.
+pub struct Job<'w> {
+    pub rank: Rank,
+    pub size: u32,
+    /// Host of each rank.
+    pub hosts: Vec<String>,
+    pub job_id: String,
+    pub config: EngineConfig,
+    pub wireup: &'w mut dyn Wireup,
+}
+
+impl<'w> Job<'w> {
+    /// Publishes this rank's host and learns every rank's (a fence): what decides which
+    /// transport carries which pair of ranks.
+    pub fn new(wireup: &'w mut dyn Wireup, config: EngineConfig) -> Result<Job<'w>, EngineError> {
+        let rank = wireup.rank();
+        let size = wireup.size();
+        let mut job = Job {
+            rank,
+            size,
+            hosts: Vec::with_capacity(size as usize),
+            job_id: wireup.job_id(),
+            config,
+            wireup,
+        };
+        job.put(&format!("pml.host.{rank}"), hostname().as_bytes())?;
+        job.fence()?;
+        for r in 0..size {
+            let h = job.get(&format!("pml.host.{r}"))?;
+            job.hosts.push(String::from_utf8_lossy(&h).into_owned());
+        }
+        Ok(job)
+    }
+
+    pub fn host(&self) -> &str {
+        &self.hosts[self.rank as usize]
+    }
+
+    pub fn fence(&mut self) -> Result<(), EngineError> {
+        self.wireup.fence().map_err(EngineError::Wireup)
+    }
+
+    pub fn put(&mut self, key: &str, value: &[u8]) -> Result<(), EngineError> {
+        self.wireup.put(key, value).map_err(EngineError::Wireup)
+    }
+
+    pub fn get(&mut self, key: &str) -> Result<Vec<u8>, EngineError> {
+        self.wireup.get(key).map_err(EngineError::Wireup)
+    }
+}
+
+/// The contract every transport keeps once connected. Wire-up runs in three steps with a
+/// fence after each of the first two: each transport's `open` publishes what peers need,
+/// its connect step reads what they published and says which ranks it carries (see
+/// [`Opening`]), and `finish` runs once every rank has connected.
+pub trait Transport {
+    /// Runs after every rank connected (probes that need the peers ready).
+    fn finish(&mut self, _job: &mut Job) -> Result<(), EngineError> {
+        Ok(())
+    }
+
+    fn caps(&self) -> Caps;
+
+    /// Puts `header` then `payload` on the way to `peer` as one frame, or some or none of it.
+    fn try_send(&mut self, peer: Rank, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError>;
+
+    /// Hands what arrived to `sink`; returns how many deliveries (frames, landed DATA
+    /// payloads, finished reads) it made. Called every progress round: it returns at once,
+    /// as cheaply as `has_work` says so, when nothing is there.
+    fn poll(&mut self, sink: &mut impl Sink) -> Result<usize, PmlError>;
+
+    /// Whether `poll` may find anything; cheap, for a rank that spins waiting.
+    fn has_work(&self) -> bool;
+
+    /// Reads `target.len()` bytes at `key` in `peer` into `target`, which stays lent until
+    /// the read finished; `token` names the read in `Sink::read_done`.
+    fn read(
+        &mut self,
+        peer: Rank,
+        key: RemoteKey,
+        target: &mut [u8],
+        token: u64,
+    ) -> Result<Reading, PmlError>;
+
+    /// Lets `peer` read the `len` bytes at `buf` of a send; `sends_eagerly` says whether the
+    /// send goes eagerly anyway (and so needs no exposure), asked only where it costs. By
+    /// default the buffer's address is all a reader needs.
+    fn expose(
+        &mut self,
+        _peer: Rank,
+        buf: *const u8,
+        _len: usize,
+        _sends_eagerly: impl FnOnce() -> bool,
+    ) -> Result<Exposure, PmlError> {
+        Ok(Exposure::plain(buf))
+    }
+
+    /// Undoes an exposure once its send completed.
+    fn release(&mut self, _registration: Registration) {}
+
+    /// Sleeps until something may have arrived for this rank, room opened where a frame was
+    /// refused, or `timeout` passed; spurious returns are fine.
+    fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError>;
+
+    /// The fd that becomes readable when this transport's `sleep` would return, for a rank
+    /// that waits on several transports at once; `None`: nothing to wait for.
+    fn wake_fd(&mut self) -> Result<Option<RawFd>, EngineError>;
+
+    /// Before a wait on the wake fds: tells peers how to wake this rank; returns whether
+    /// something may already be there (then the caller does not sleep).
+    fn before_wait(&mut self) -> Result<bool, PmlError>;
+
+    /// After a wait on the wake fds (slept or not).
+    fn after_wait(&mut self);
+
+    /// Stops moving data into this process, for an engine that stopped on a failure (a
+    /// transport whose data moves only inside its own calls has nothing to stop).
+    fn stop(&mut self) {}
+
+    /// Adds what this transport counts itself.
+    fn count(&self, _counters: &mut Counters) {}
+
+    /// One clause of `--verbose`; `peers`: how many ranks this transport carries.
+    fn describe(&self, peers: usize) -> String;
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for writes of its length; gethostname NUL-terminates within
+    // it or truncates, and we stop at the first NUL or the end.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Sink for Core<S, R> {
+    const PLACEMENT_HEAD: usize = DATA_HEADER_LEN;
+
+    #[inline]
+    fn frame(&mut self, peer: Rank, frame: &[u8]) -> Result<(), PmlError> {
+        self.on_frame(peer, frame)
+    }
+
+    /// DATA frames (rendezvous data after a GET) land in their receive's buffer.
+    fn placement(
+        &mut self,
+        peer: Rank,
+        head: &[u8],
+        len: usize,
+    ) -> Result<Placement<'_>, PmlError> {
+        if !(wire::is_data_frame(head) && head.len() >= DATA_HEADER_LEN && len > DATA_HEADER_LEN) {
+            return Ok(Placement::Staged);
+        }
+        let (recv_request, offset) = wire::decode_data_header(&head[..DATA_HEADER_LEN])
+            .map_err(|error| PmlError::Wire { peer, error })?;
+        let target = self.data_target(peer, recv_request, offset, len - DATA_HEADER_LEN)?;
+        Ok(Placement::InPlace {
+            header_len: DATA_HEADER_LEN,
+            target,
+            token: recv_request,
+        })
+    }
+
+    fn data_landed(&mut self, peer: Rank, token: u64, len: usize) -> Result<(), PmlError> {
+        Core::data_landed(self, peer, token, len)
+    }
+
+    fn read_done(&mut self, token: u64, result: Result<(), String>) -> Result<(), PmlError> {
+        let recv = Handle::from_wire(token);
+        match result {
+            Ok(()) => Core::read_done(self, recv),
+            Err(cause) => self.read_failed(recv, cause),
+        }
+    }
+}

@@ -10,25 +10,39 @@
 //! lies in it, else with [`read_remote`] (Cross Memory Attach). Whether CMA works between two
 //! ranks is a property of the host (Yama, seccomp, containers); [`ShmTransport::probe_cma`]
 //! tells the PML, which otherwise streams the data through the rings.
+//!
+//! A sleeping rank says how it sleeps in its `sleeping` word: on its futex (shared memory is
+//! all it waits for), or in an epoll wait with other transports, where a futex cannot be
+//! watched: then on its wake pipe, a FIFO beside the segment that a waking peer writes a
+//! byte into (see [`ShmTransport::wake_fd`]).
 
 mod cma;
 mod futex;
-pub mod mapping;
 mod peer_arena;
+mod peers;
 mod ring;
 mod segment;
+mod wake_pipe;
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::io;
+use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
 pub use cma::{allow_ptrace_from_peers, read_remote};
 pub use peer_arena::PeerArena;
+pub use peers::{ShmOpening, ShmPeers};
 pub use segment::unlink_segment;
 
 use ring::{Consumer, Producer};
-use segment::{RankCtl, Segment};
+use segment::Segment;
+use wake_pipe::WakePipe;
+
+/// Values of a rank's `sleeping` word: how a peer wakes it.
+const AWAKE: u32 = 0;
+const ON_FUTEX: u32 = 1;
+const ON_PIPE: u32 = 2;
 
 /// How many frames one [`ShmTransport::poll`] hands out at most, so that a flooding peer
 /// cannot keep the caller from its other work.
@@ -73,6 +87,12 @@ pub struct ShmTransport {
     next_rx: usize,
     /// Futex value after our last wait: a change since means someone woke us in between.
     seen_wakes: Cell<u32>,
+    /// The segment's name, which the ranks' wake pipes are named after.
+    name: String,
+    /// This rank's wake pipe, once it sleeps in an epoll wait (see `wake_fd`).
+    own_pipe: Option<WakePipe>,
+    /// Peers' wake pipes, by local rank, opened the first time one needs waking there.
+    peer_pipes: RefCell<Box<[Option<WakePipe>]>>,
     /// Last, so that it is unmapped after the rings that point into it are gone.
     seg: Segment,
 }
@@ -97,7 +117,7 @@ impl ShmTransport {
             ));
         }
         let seg = Segment::create(name, local_rank, local_size, cfg.ring_bytes)?;
-        Ok(Self::open(seg, local_rank))
+        Ok(Self::open(seg, name, local_rank))
     }
 
     /// Attaches to the segment `name` made by [`create`](Self::create). When every local rank
@@ -105,10 +125,10 @@ impl ShmTransport {
     pub fn attach(name: &str, local_rank: usize, local_size: usize) -> io::Result<Self> {
         check_rank(local_rank, local_size)?;
         let seg = Segment::attach(name, local_rank, local_size)?;
-        Ok(Self::open(seg, local_rank))
+        Ok(Self::open(seg, name, local_rank))
     }
 
-    fn open(seg: Segment, local_rank: usize) -> Self {
+    fn open(seg: Segment, name: &str, local_rank: usize) -> Self {
         let n = seg.local_size();
         let size = seg.ring_bytes();
         let peers = || (0..n).filter(move |&r| r != local_rank);
@@ -143,6 +163,9 @@ impl ShmTransport {
             rx,
             next_rx: 0,
             seen_wakes: Cell::new(seen),
+            name: name.to_string(),
+            own_pipe: None,
+            peer_pipes: RefCell::new((0..n).map(|_| None).collect()),
             seg,
         }
     }
@@ -197,9 +220,9 @@ impl ShmTransport {
         // Pairs with the fence in `wait`: either the receiver's ring check sees this frame, or
         // we see its sleeping flag and wake it.
         fence(Ordering::SeqCst);
-        let peer = self.seg.rank_ctl(to);
-        if peer.sleeping.load(Ordering::Relaxed) != 0 {
-            wake_ctl(peer);
+        let sleeping = self.seg.rank_ctl(to).sleeping.load(Ordering::Relaxed);
+        if sleeping != AWAKE {
+            self.wake_sleeper(to, sleeping);
         }
         Ok(true)
     }
@@ -226,9 +249,9 @@ impl ShmTransport {
                 // and asleep and wake it.
                 fence(Ordering::SeqCst);
                 if self.rx[slot].producer_blocked() {
-                    let sender = self.seg.rank_ctl(from);
-                    if sender.sleeping.load(Ordering::Relaxed) != 0 {
-                        wake_ctl(sender);
+                    let sleeping = self.seg.rank_ctl(from).sleeping.load(Ordering::Relaxed);
+                    if sleeping != AWAKE {
+                        self.wake_sleeper(from, sleeping);
                     }
                 }
             }
@@ -265,21 +288,63 @@ impl ShmTransport {
     /// the previous `wait`), or `timeout` passed. Spurious returns happen; callers poll, retry
     /// and decide.
     pub fn wait(&self, timeout: Duration) {
-        let me = self.seg.rank_ctl(self.local_rank);
-        let seen = me.futex.load(Ordering::Acquire);
-        if seen != self.seen_wakes.get() {
-            self.seen_wakes.set(seen);
-            return;
+        let seen = self
+            .seg
+            .rank_ctl(self.local_rank)
+            .futex
+            .load(Ordering::Acquire);
+        if !self.announce_sleep(ON_FUTEX) {
+            // A wake after we read `seen` changed the word, so this returns at once.
+            futex::wait(&self.seg.rank_ctl(self.local_rank).futex, seen, timeout);
         }
-        me.sleeping.store(1, Ordering::Relaxed);
+        self.end_sleep();
+    }
+
+    /// Says that this rank is about to sleep `how` (so peers wake it), then looks once more;
+    /// returns whether something is there already (or a wake came since the last sleep): then
+    /// it must not sleep. Either way [`end_sleep`](Self::end_sleep) follows.
+    fn announce_sleep(&self, how: u32) -> bool {
+        let me = self.seg.rank_ctl(self.local_rank);
+        if me.futex.load(Ordering::Acquire) != self.seen_wakes.get() {
+            return true;
+        }
+        me.sleeping.store(how, Ordering::Relaxed);
         // Pairs with the fences in `try_send` and `poll` (see there).
         fence(Ordering::SeqCst);
-        if !self.has_frames() && !self.tx.iter().any(Producer::space_freed) {
-            // A wake after we read `seen` changed the word, so this returns at once.
-            futex::wait(&me.futex, seen, timeout);
-        }
-        me.sleeping.store(0, Ordering::Relaxed);
+        self.has_frames() || self.tx.iter().any(Producer::space_freed)
+    }
+
+    fn end_sleep(&self) {
+        let me = self.seg.rank_ctl(self.local_rank);
+        me.sleeping.store(AWAKE, Ordering::Relaxed);
         self.seen_wakes.set(me.futex.load(Ordering::Acquire));
+        if let Some(pipe) = &self.own_pipe {
+            pipe.drain();
+        }
+    }
+
+    /// The fd a rank that waits on other transports too sleeps on: this rank's wake pipe,
+    /// made on the first call, where [`before_wait`](Self::before_wait) makes peers wake
+    /// it. Peers open it by name when they first wake this rank there.
+    pub fn wake_fd(&mut self) -> io::Result<RawFd> {
+        if self.own_pipe.is_none() {
+            self.own_pipe = Some(WakePipe::create(&self.name, self.local_rank)?);
+        }
+        Ok(self.own_pipe.as_ref().map_or(-1, WakePipe::fd))
+    }
+
+    /// Before an epoll wait on [`wake_fd`](Self::wake_fd): returns whether something is there
+    /// already (then do not sleep). [`after_wait`](Self::after_wait) follows either way.
+    pub fn before_wait(&self) -> bool {
+        self.announce_sleep(if self.own_pipe.is_some() {
+            ON_PIPE
+        } else {
+            ON_FUTEX
+        })
+    }
+
+    pub fn after_wait(&self) {
+        self.end_sleep();
     }
 
     /// Makes local rank `local_rank`'s current or next [`wait`](Self::wait) return.
@@ -288,8 +353,36 @@ impl ShmTransport {
         // SeqCst bump then SeqCst load: a waiter either has not read the futex word yet (and
         // sees the bump), or set `sleeping` before our load (and we make the syscall).
         ctl.futex.fetch_add(1, Ordering::SeqCst);
-        if ctl.sleeping.load(Ordering::SeqCst) != 0 {
+        match ctl.sleeping.load(Ordering::SeqCst) {
+            ON_FUTEX => futex::wake(&ctl.futex),
+            ON_PIPE => self.write_pipe(local_rank),
+            _ => {}
+        }
+    }
+
+    /// Wakes local rank `local`, which said it sleeps `how`.
+    #[cold]
+    #[inline(never)]
+    fn wake_sleeper(&self, local: usize, how: u32) {
+        let ctl = self.seg.rank_ctl(local);
+        ctl.futex.fetch_add(1, Ordering::Release);
+        if how == ON_PIPE {
+            self.write_pipe(local);
+        } else {
             futex::wake(&ctl.futex);
+        }
+    }
+
+    /// Writes a byte into `local`'s wake pipe, opening it the first time. A pipe that cannot
+    /// be opened (its rank is gone) needs no waking; its sleep has a timeout anyway.
+    fn write_pipe(&self, local: usize) {
+        let mut pipes = self.peer_pipes.borrow_mut();
+        let pipe = &mut pipes[local];
+        if pipe.is_none() {
+            *pipe = WakePipe::open(&self.name, local).ok();
+        }
+        if let Some(pipe) = pipe {
+            pipe.signal();
         }
     }
 
@@ -332,11 +425,6 @@ impl ShmTransport {
 // SAFETY: the transport owns its mapping and ring halves; nothing in it is tied to the thread
 // that made it (the futex and rings are process-shared anyway). `Cell` keeps it !Sync.
 unsafe impl Send for ShmTransport {}
-
-fn wake_ctl(ctl: &RankCtl) {
-    ctl.futex.fetch_add(1, Ordering::Release);
-    futex::wake(&ctl.futex);
-}
 
 fn check_rank(local_rank: usize, local_size: usize) -> io::Result<()> {
     if local_size == 0 || local_rank >= local_size || local_size > u32::MAX as usize {
@@ -387,5 +475,44 @@ mod tests {
                 assert_eq!(resident_pages(incoming, ring_bytes), 0, "from {peer}");
             }
         }
+    }
+
+    #[test]
+    fn a_rank_waiting_in_epoll_is_woken_through_its_wake_pipe() {
+        use crate::transport::epoll::{interest, Epoll};
+        let name = format!("mpirt-unit-{}-wake-pipe", std::process::id());
+        let mut sleeper = ShmTransport::create(&name, 0, 2, &ShmConfig::default()).unwrap();
+        // The last rank to attach removes the segment's name.
+        let mut waker = ShmTransport::attach(&name, 1, 2).unwrap();
+        let mut epoll = Epoll::new().unwrap();
+        epoll
+            .add(&sleeper.wake_fd().unwrap(), 7, interest(false))
+            .unwrap();
+        assert!(!sleeper.before_wait(), "nothing sent yet");
+        // The peer sends once the sleeper said it sleeps on its pipe (it may already be in
+        // epoll_wait or not yet: the pipe stays readable either way).
+        let sender = std::thread::spawn(move || {
+            assert!(waker.try_send(0, b"hello", &[]).unwrap());
+            waker
+        });
+        let mut ready = Vec::new();
+        epoll.wait(Duration::from_secs(60), &mut ready).unwrap();
+        sleeper.after_wait();
+        let _waker = sender.join().unwrap();
+        assert!(
+            ready.iter().any(|r| r.token == 7 && r.readable),
+            "the wait ended without the wake pipe being readable: {ready:?}"
+        );
+        let mut got = Vec::new();
+        sleeper.poll(|from, frame| got.push((from, frame.to_vec())));
+        assert_eq!(got, vec![(1, b"hello".to_vec())]);
+        // Drained: a second wait with nothing sent finds the pipe quiet.
+        assert!(!sleeper.before_wait());
+        epoll.wait(Duration::ZERO, &mut ready).unwrap();
+        sleeper.after_wait();
+        assert!(ready.is_empty(), "{ready:?}");
+        drop(sleeper);
+        let pipe = format!("/dev/shm/{name}-wake-0");
+        assert!(!std::path::Path::new(&pipe).exists(), "{pipe} left behind");
     }
 }

@@ -14,7 +14,7 @@
 
 mod addrs;
 mod conn;
-mod epoll;
+mod contract;
 mod handshake;
 #[cfg(test)]
 mod tests;
@@ -26,30 +26,16 @@ use std::time::{Duration, Instant};
 use slab::Slab;
 
 pub use addrs::parse_selectors;
-pub use conn::Sent;
+pub use contract::TCP_MAX_FRAME;
 pub use handshake::JobSecret;
 
+use super::epoll::{interest, Epoll, Ready};
+use super::{Sent, Sink};
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use addrs::{IfAddr, Selector};
 use conn::{Conn, Received};
-use epoll::{interest, Epoll, Ready};
 use handshake::{Challenged, Dialler, Incoming, Refusal, CHALLENGE_LEN, HELLO_LEN, PROOF_LEN};
-
-/// Where arriving frames go (the protocol core, in the engine).
-pub trait Sink {
-    fn frame(&mut self, peer: Rank, frame: &[u8]) -> Result<(), PmlError>;
-    /// The bytes of receive `recv_request`'s buffer that `len` DATA bytes at `offset` fill;
-    /// they stay lent to the transport until `data_landed`.
-    fn data_target(
-        &mut self,
-        peer: Rank,
-        recv_request: u64,
-        offset: u64,
-        len: usize,
-    ) -> Result<&mut [u8], PmlError>;
-    fn data_landed(&mut self, peer: Rank, recv_request: u64, len: usize) -> Result<(), PmlError>;
-}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TcpConfig {
@@ -150,6 +136,10 @@ pub struct TcpTransport {
     said_goodbye: bool,
     /// Connections refused in the handshake, for tests and `--verbose`.
     refused: u64,
+    /// Polls left to skip while the sockets are quiet, and how many to skip each time (see
+    /// `contract.rs`).
+    rounds_to_skip: u32,
+    quiet_rounds: u32,
 }
 
 fn io_error(what: &str, e: io::Error) -> String {
@@ -213,6 +203,8 @@ impl TcpTransport {
             config,
             said_goodbye: false,
             refused: 0,
+            rounds_to_skip: 0,
+            quiet_rounds: 0,
         })
     }
 

@@ -15,6 +15,7 @@
 //! (see [`VerbsTransport::probe_idle_peers`]). Once a peer's queue pair fails, the peer is
 //! broken: later sends and reads to it fail at once with the first cause.
 
+mod contract;
 mod device;
 mod qp;
 mod registry;
@@ -31,6 +32,7 @@ use slab::Slab;
 pub use device::device_names;
 pub use registry::MrId;
 
+use super::Sink;
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::wire::RemoteKey;
@@ -162,7 +164,7 @@ struct Piece {
 }
 
 /// A finished read: the token `read` was given, and the error if it failed.
-pub type ReadDone = (u64, Result<(), String>);
+type ReadDone = (u64, Result<(), String>);
 
 pub struct VerbsTransport {
     rank: Rank,
@@ -190,6 +192,18 @@ pub struct VerbsTransport {
     pub reads_posted: u64,
     /// When idle waits last probed the peers.
     last_probe: Option<Instant>,
+    /// Since when polls found nothing, once a wait went to sleep (see `probe_idle_peers`).
+    idle_since: Option<Instant>,
+    /// Reads finished in a poll, handed to the sink at its end (kept to reuse its memory).
+    finished_reads: Vec<ReadDone>,
+    /// Completions taken by the look that follows arming (see `before_wait`), the first
+    /// `stashed` of them, for the next poll.
+    stash: Box<[ibv_wc; COMPLETIONS_PER_POLL]>,
+    stashed: usize,
+    /// Eager limit the engine was configured with (see `contract.rs`).
+    eager_limit: usize,
+    /// Whether the registration cache was asked for (`--verbose` says why it is off).
+    reg_cache_wanted: bool,
 }
 
 fn status_text(status: ibv_wc_status::Type) -> String {
@@ -299,6 +313,15 @@ impl VerbsTransport {
             dev,
             reads_posted: 0,
             last_probe: None,
+            idle_since: None,
+            finished_reads: Vec::new(),
+            // SAFETY: all-zero is a valid ibv_wc.
+            stash: Box::new(unsafe { std::mem::zeroed() }),
+            stashed: 0,
+            eager_limit: config
+                .frame_size
+                .saturating_sub(crate::wire::MAX_HEADER_LEN),
+            reg_cache_wanted: config.reg_cache,
         };
         for i in 0..RECV_BUFFERS {
             t.post_receive(i).map_err(|e| e.to_string())?;
@@ -547,7 +570,7 @@ impl VerbsTransport {
     }
 
     /// Starts reading `target.len()` bytes at `remote` in `peer` into `target`; `token` comes
-    /// back in a [`ReadDone`] from `poll` when the data is in.
+    /// back to the sink of a later `poll` when the data is in.
     pub fn read(
         &mut self,
         peer: Rank,
@@ -724,24 +747,26 @@ impl VerbsTransport {
         self.by_qpn.iter().find(|(q, _)| *q == qpn).map(|(_, r)| *r)
     }
 
-    /// Takes completions: frames go to `on_frame`, finished reads into `done`. Returns how
-    /// many frames arrived, or the first failure of a peer's queue pair; the rest of the
-    /// batch is still taken, so that buffers and reads of other peers are not lost.
-    pub fn poll(
-        &mut self,
-        mut on_frame: impl FnMut(Rank, &[u8]) -> Result<(), PmlError>,
-        done: &mut Vec<ReadDone>,
-    ) -> Result<usize, PmlError> {
+    /// Takes completions: frames and finished reads go to `sink`. Returns how many of them
+    /// arrived, or the first failure of a peer's queue pair; the rest of the batch is still
+    /// taken, so that buffers and reads of other peers are not lost.
+    pub fn poll(&mut self, sink: &mut impl Sink) -> Result<usize, PmlError> {
         // SAFETY: all-zero is a valid ibv_wc; poll_cq overwrites the entries it reports.
         let mut wcs: [ibv_wc; COMPLETIONS_PER_POLL] = unsafe { std::mem::zeroed() };
-        // SAFETY: `wcs` has room for COMPLETIONS_PER_POLL entries.
-        let n = unsafe { ibv_poll_cq(self.cq, COMPLETIONS_PER_POLL as i32, wcs.as_mut_ptr()) };
-        if n < 0 {
-            return Err(transport(self.rank, "polling the completion queue failed"));
-        }
+        let n = if self.stashed == 0 {
+            // SAFETY: `wcs` has room for COMPLETIONS_PER_POLL entries.
+            let n = unsafe { ibv_poll_cq(self.cq, COMPLETIONS_PER_POLL as i32, wcs.as_mut_ptr()) };
+            if n < 0 {
+                return Err(transport(self.rank, "polling the completion queue failed"));
+            }
+            n as usize
+        } else {
+            std::mem::swap(&mut wcs, &mut *self.stash);
+            std::mem::take(&mut self.stashed)
+        };
         let mut frames = 0;
         let mut failure = None;
-        for wc in &wcs[..n as usize] {
+        for wc in &wcs[..n] {
             let peer = self.peer_of_qpn(wc.qp_num).unwrap_or(self.rank);
             let index = (wc.wr_id & WR_INDEX) as usize;
             let kind = wc.wr_id & !WR_INDEX;
@@ -758,7 +783,7 @@ impl VerbsTransport {
                     if status.is_none() {
                         let at = index * self.frame_size;
                         let frame = &self.recv_region.buf[at..at + wc.byte_len as usize];
-                        on_frame(peer, frame)?;
+                        sink.frame(peer, frame)?;
                         frames += 1;
                         if let Some(p) = self.peers[peer as usize].as_mut() {
                             p.consumed += 1;
@@ -784,7 +809,8 @@ impl VerbsTransport {
                     if r.pieces_left == 0 {
                         let r = self.reads.remove(index);
                         self.registry.release(r.mr);
-                        done.push((r.token, r.error.map_or(Ok(()), Err)));
+                        self.finished_reads
+                            .push((r.token, r.error.map_or(Ok(()), Err)));
                     }
                     // The read's request carries the error; the peer is broken all the same.
                     if let Some(cause) = cause {
@@ -813,36 +839,76 @@ impl VerbsTransport {
             }
         }
         self.post_waiting_pieces()?;
+        for (token, result) in self.finished_reads.drain(..) {
+            sink.read_done(token, result)?;
+            frames += 1;
+        }
+        if frames > 0 {
+            self.idle_since = None;
+        }
         match failure {
             Some(e) => Err(e),
             None => Ok(frames),
         }
     }
 
-    /// Asks for a wake-up on the next completion; poll once more afterwards before sleeping,
-    /// since completions that came before arming wake nobody.
-    pub fn arm(&mut self) {
+    /// Prepares a sleep: probes idle peers, asks for a wake-up on the next completion, and
+    /// looks once more, since completions that came before arming wake nobody (those it finds
+    /// wait for the next poll). Returns whether it found any: then do not sleep.
+    pub fn before_wait(&mut self) -> Result<bool, PmlError> {
+        let idle = self.idle_since.get_or_insert_with(Instant::now).elapsed();
+        // A peer that died completes nothing: probe, so the wait fails instead of hanging.
+        self.probe_idle_peers(idle)?;
+        if self.stashed > 0 {
+            return Ok(true);
+        }
         // SAFETY: the CQ is live.
         unsafe { ibv_req_notify_cq(self.cq, 0) };
+        // SAFETY: the stash has room for COMPLETIONS_PER_POLL entries.
+        let n = unsafe {
+            ibv_poll_cq(
+                self.cq,
+                COMPLETIONS_PER_POLL as i32,
+                self.stash.as_mut_ptr(),
+            )
+        };
+        if n < 0 {
+            return Err(transport(self.rank, "polling the completion queue failed"));
+        }
+        self.stashed = n as usize;
+        Ok(n > 0)
     }
 
-    /// Sleeps until a completion arrives (after `arm`) or `timeout` passes.
-    pub fn sleep(&mut self, timeout: Duration) {
-        // SAFETY: the channel is live; `pfd` is valid for the call.
-        unsafe {
+    /// The completion channel's fd: readable once a completion came after `before_wait`.
+    pub fn wake_fd(&self) -> std::os::fd::RawFd {
+        // SAFETY: the channel is live for as long as the transport.
+        unsafe { (*self.channel).fd }
+    }
+
+    /// Takes the channel's event, if one came, so that its fd is not readable for it again.
+    pub fn after_wait(&mut self) {
+        let mut cq = ptr::null_mut();
+        let mut ctx = ptr::null_mut();
+        // SAFETY: the channel is live and its fd non-blocking, so this returns at once.
+        if unsafe { ibv_get_cq_event(self.channel, &mut cq, &mut ctx) } == 0 {
+            // SAFETY: `cq` is the CQ the event was for, ours.
+            unsafe { ibv_ack_cq_events(cq, 1) };
+        }
+    }
+
+    /// Sleeps until a completion arrives or `timeout` passes.
+    pub fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
+        if !self.before_wait()? {
             let mut pfd = libc::pollfd {
-                fd: (*self.channel).fd,
+                fd: self.wake_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             };
-            if libc::poll(&mut pfd, 1, timeout.as_millis() as i32) > 0 {
-                let mut cq = ptr::null_mut();
-                let mut ctx = ptr::null_mut();
-                if ibv_get_cq_event(self.channel, &mut cq, &mut ctx) == 0 {
-                    ibv_ack_cq_events(cq, 1);
-                }
-            }
+            // SAFETY: `pfd` is valid for the call.
+            unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) };
         }
+        self.after_wait();
+        Ok(())
     }
 
     /// Registrations made so far (for tests: a repeated send from one buffer makes one).

@@ -20,11 +20,11 @@ use std::mem::size_of;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
-use super::mapping::SharedMapping;
 use super::ring::RingCtl;
+use crate::shared_mapping::SharedMapping;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"mpirtshm");
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 const PAGE: usize = 4096;
 const RANK_CTL: usize = 128;
 
@@ -54,8 +54,9 @@ struct Header {
 pub(crate) struct RankCtl {
     /// Futex word: bumped by anyone who wakes this rank.
     pub(crate) futex: AtomicU32,
-    /// Non-zero while this rank is in (or entering) FUTEX_WAIT; senders skip the wake
-    /// syscall when it is zero.
+    /// Non-zero while this rank is in (or entering) a sleep, saying how to wake it: 1 on the
+    /// futex (FUTEX_WAKE), 2 in an epoll wait on its wake pipe (a byte written there);
+    /// senders skip the wake syscall when it is zero.
     pub(crate) sleeping: AtomicU32,
     /// This rank's pid once it has created or attached, else 0.
     pub(crate) pid: AtomicI32,

@@ -2,33 +2,25 @@
 //!
 //! On the wire each frame is a little-endian `u32` length and then the frame; a length of zero
 //! is the goodbye a finalizing rank sends before it closes, so that its end of file is not
-//! taken for a crash. Small frames are read through a staging buffer. The payload of a DATA
-//! frame (rendezvous data) is read straight into the receive buffer it belongs to: once its
-//! header is in, the rest of the frame is `read` into the user's memory, and after one DATA
-//! frame only the next header is read ahead, so a stream of them is never staged.
+//! taken for a crash. Small frames are read through a staging buffer. A frame the sink places
+//! in memory of its own (a DATA frame's rendezvous data, in the receive buffer it belongs to;
+//! see `Sink::placement`) is read straight there: once its head is in, the rest of the frame
+//! is `read` into that memory, and after one such frame only the next head is read ahead, so
+//! a stream of them is never staged.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use super::Sink;
+use super::{Sent, Sink};
 use crate::envelope::Rank;
 use crate::error::PmlError;
-use crate::wire::{self, DATA_HEADER_LEN};
+use crate::transport::Placement;
 
 /// Bytes of the length before every frame.
 pub const PREFIX_LEN: usize = 4;
 const GOODBYE: [u8; PREFIX_LEN] = [0; PREFIX_LEN];
-
-/// How much of a frame `send` put on the wire.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sent {
-    Whole,
-    /// Some of it: the rest must follow before any other frame, on the next `send`.
-    Part,
-    Nothing,
-}
 
 /// What a `receive` found besides frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,12 +30,12 @@ pub enum Received {
     Closed,
 }
 
-/// The payload of a DATA frame landing in a receive buffer.
+/// The rest of a frame landing where the sink placed it.
 struct Direct {
     ptr: *mut u8,
     len: usize,
     filled: usize,
-    recv_request: u64,
+    token: u64,
 }
 
 pub struct Conn {
@@ -51,11 +43,11 @@ pub struct Conn {
     rx: Box<[u8]>,
     start: usize,
     end: usize,
-    /// Longest frame other than DATA accepted: the staging buffer holds one whole.
+    /// Longest staged frame accepted: the staging buffer holds one whole.
     max_staged_frame: usize,
     direct: Option<Direct>,
-    /// The last frame was a DATA frame read in place: read only the next header, since the
-    /// next frame is probably DATA too.
+    /// The last frame was read in place: read only the next head, since the next frame
+    /// probably is read in place too.
     header_first: bool,
     /// Bytes of the frame being sent that are already on the wire.
     sent_of_frame: usize,
@@ -167,15 +159,15 @@ impl Conn {
     }
 
     /// Reads what the socket has and hands the frames in it to `sink`; returns how many.
-    pub fn receive(
+    pub fn receive<S: Sink>(
         &mut self,
         peer: Rank,
-        sink: &mut impl Sink,
+        sink: &mut S,
     ) -> Result<(usize, Received), PmlError> {
         let mut frames = 0;
         loop {
             if let Some(d) = &mut self.direct {
-                // SAFETY: `ptr` is the target `sink.data_target` lent for `len` bytes; the
+                // SAFETY: `ptr` is the target `sink.placement` lent for `len` bytes; the
                 // receive it belongs to cannot complete, and nothing else writes the buffer,
                 // until `data_landed` accounts for all of them.
                 let dst = unsafe {
@@ -189,7 +181,7 @@ impl Conn {
                 d.filled += n;
                 if d.filled == d.len {
                     let d = self.direct.take().expect("reading in place");
-                    sink.data_landed(peer, d.recv_request, d.len)?;
+                    sink.data_landed(peer, d.token, d.len)?;
                     frames += 1;
                     self.header_first = true;
                 } else if n < want {
@@ -207,7 +199,7 @@ impl Conn {
                 self.start = 0;
             }
             let want = if self.header_first {
-                (PREFIX_LEN + DATA_HEADER_LEN)
+                (PREFIX_LEN + S::PLACEMENT_HEAD)
                     .saturating_sub(self.end)
                     .max(1)
             } else {
@@ -247,9 +239,9 @@ impl Conn {
         ))
     }
 
-    /// Hands every whole staged frame to `sink`, and starts reading a DATA payload in place
-    /// once its header is staged.
-    fn deliver_staged(&mut self, peer: Rank, sink: &mut impl Sink) -> Result<usize, PmlError> {
+    /// Hands every whole staged frame to `sink`, and starts reading the rest of a frame in
+    /// place once its head is staged, where the sink places it so.
+    fn deliver_staged<S: Sink>(&mut self, peer: Rank, sink: &mut S) -> Result<usize, PmlError> {
         let mut frames = 0;
         while self.end - self.start >= PREFIX_LEN {
             let at = self.start;
@@ -262,21 +254,6 @@ impl Conn {
                 continue;
             }
             let staged = self.end - body;
-            if staged < 2 {
-                break;
-            }
-            let is_data = wire::is_data_frame(&self.rx[body..self.end]);
-            self.header_first &= is_data;
-            if !is_data && len > self.max_staged_frame {
-                return Err(PmlError::transport(
-                    peer,
-                    format!(
-                        "malformed frame: {len} bytes, more than the {} this rank accepts \
-                         (do the ranks' MPIRT_TCP_EAGER_LIMIT settings differ?)",
-                        self.max_staged_frame
-                    ),
-                ));
-            }
             if staged >= len {
                 sink.frame(peer, &self.rx[body..body + len])?;
                 self.start = body + len;
@@ -284,22 +261,37 @@ impl Conn {
                 frames += 1;
                 continue;
             }
-            if is_data && staged >= DATA_HEADER_LEN && len > DATA_HEADER_LEN {
-                let (recv_request, offset) =
-                    wire::decode_data_header(&self.rx[body..body + DATA_HEADER_LEN])
-                        .map_err(|error| PmlError::Wire { peer, error })?;
-                let payload_len = len - DATA_HEADER_LEN;
-                let target = sink.data_target(peer, recv_request, offset, payload_len)?;
-                let have = staged - DATA_HEADER_LEN;
-                target[..have].copy_from_slice(&self.rx[body + DATA_HEADER_LEN..self.end]);
-                self.direct = Some(Direct {
-                    ptr: target.as_mut_ptr(),
-                    len: payload_len,
-                    filled: have,
-                    recv_request,
-                });
-                self.start = 0;
-                self.end = 0;
+            match sink.placement(peer, &self.rx[body..self.end], len)? {
+                Placement::NeedMore => {}
+                Placement::Staged => {
+                    self.header_first = false;
+                    if len > self.max_staged_frame {
+                        return Err(PmlError::transport(
+                            peer,
+                            format!(
+                                "malformed frame: {len} bytes, more than the {} this rank \
+                                 accepts (do the ranks' MPIRT_TCP_EAGER_LIMIT settings differ?)",
+                                self.max_staged_frame
+                            ),
+                        ));
+                    }
+                }
+                Placement::InPlace {
+                    header_len,
+                    target,
+                    token,
+                } => {
+                    let have = staged - header_len;
+                    target[..have].copy_from_slice(&self.rx[body + header_len..self.end]);
+                    self.direct = Some(Direct {
+                        ptr: target.as_mut_ptr(),
+                        len: target.len(),
+                        filled: have,
+                        token,
+                    });
+                    self.start = 0;
+                    self.end = 0;
+                }
             }
             break;
         }

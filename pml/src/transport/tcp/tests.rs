@@ -6,7 +6,8 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::wire::{Frame, MAX_HEADER_LEN};
+use crate::transport::Placement;
+use crate::wire::{self, Frame, DATA_HEADER_LEN, MAX_HEADER_LEN};
 
 /// Records what arrives; DATA payloads land in `target`.
 #[derive(Default)]
@@ -18,24 +19,45 @@ struct Recorder {
 }
 
 impl Sink for Recorder {
+    const PLACEMENT_HEAD: usize = DATA_HEADER_LEN;
+
     fn frame(&mut self, peer: Rank, frame: &[u8]) -> Result<(), PmlError> {
         self.frames.push((peer, frame.to_vec()));
         Ok(())
     }
-    fn data_target(
+    /// DATA frames land in `target` at their offset, as the protocol core places them.
+    fn placement(
         &mut self,
         _peer: Rank,
-        recv_request: u64,
-        offset: u64,
+        head: &[u8],
         len: usize,
-    ) -> Result<&mut [u8], PmlError> {
-        self.lent.push((recv_request, len));
+    ) -> Result<Placement<'_>, PmlError> {
+        if head.len() < wire::KIND_LEN {
+            return Ok(Placement::NeedMore);
+        }
+        if !wire::is_data_frame(head) {
+            return Ok(Placement::Staged);
+        }
+        if head.len() < DATA_HEADER_LEN {
+            return Ok(Placement::NeedMore);
+        }
+        let (recv_request, offset) = wire::decode_data_header(&head[..DATA_HEADER_LEN]).unwrap();
+        let payload = len - DATA_HEADER_LEN;
+        self.lent.push((recv_request, payload));
         let at = offset as usize;
-        Ok(&mut self.target[at..at + len])
+        Ok(Placement::InPlace {
+            header_len: DATA_HEADER_LEN,
+            target: &mut self.target[at..at + payload],
+            token: recv_request,
+        })
     }
-    fn data_landed(&mut self, _peer: Rank, recv_request: u64, len: usize) -> Result<(), PmlError> {
-        self.landed.push((recv_request, len));
+    fn data_landed(&mut self, _peer: Rank, token: u64, len: usize) -> Result<(), PmlError> {
+        self.landed.push((token, len));
         Ok(())
+    }
+    /// TCP starts no reads: one finishing is a bug these tests must see.
+    fn read_done(&mut self, token: u64, _result: Result<(), String>) -> Result<(), PmlError> {
+        Err(PmlError::transport(0, format!("TCP finished read {token}")))
     }
 }
 

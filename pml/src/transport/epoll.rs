@@ -1,8 +1,8 @@
 //! A level-triggered epoll set: what the TCP transport polls in its progress round and sleeps
-//! on when a rank waits.
+//! on when a rank waits, and what a rank with several transports sleeps on (their wake fds).
 //!
-//! Level-triggered on purpose: a socket that still has bytes (or room) is reported again, so a
-//! wait that only sleeps and discards its events loses nothing.
+//! Level-triggered on purpose: a socket (or wake fd) that still has bytes (or room) is
+//! reported again, so a wait that only sleeps and discards its events loses nothing.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -102,5 +102,13 @@ impl Epoll {
             }
         }));
         Ok(())
+    }
+}
+
+/// The set's own fd: readable while a wait on the set would return at once, so that another
+/// epoll set can watch this one.
+impl AsRawFd for Epoll {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
     }
 }

@@ -1,0 +1,233 @@
+//! The one place that names every transport: the enum the engine holds them in (static
+//! dispatch, one `match` per method, so that a shared-memory send inlines into the engine's),
+//! and the order in which they are opened and claim the peers.
+
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use super::loopback::Loopback;
+use super::shm::{ShmOpening, ShmPeers};
+use super::tcp::TcpTransport;
+#[cfg(feature = "verbs")]
+use super::verbs::VerbsTransport;
+use super::{Caps, Exposure, Job, Reading, Sent, Sink, Transport};
+use crate::config::TransportChoice;
+use crate::engine::{Counters, EngineError};
+use crate::envelope::Rank;
+use crate::error::PmlError;
+use crate::wire::RemoteKey;
+
+/// What a transport did to let peers read a send buffer (a verbs registration), undone
+/// when the send completes; no other transport makes one.
+#[cfg(feature = "verbs")]
+pub type Registration = super::verbs::MrId;
+#[cfg(not(feature = "verbs"))]
+pub type Registration = std::convert::Infallible;
+
+/// A plain tag (no niche in a variant's fields): each match is one load and compare.
+#[repr(u8)]
+pub enum AnyTransport {
+    Loopback(Loopback),
+    Shm(ShmPeers),
+    Tcp(TcpTransport),
+    #[cfg(feature = "verbs")]
+    Verbs(VerbsTransport),
+}
+
+/// Calls `$call` on whichever transport `$any` holds, as `$t`.
+macro_rules! each {
+    ($any:expr, $t:ident => $call:expr) => {
+        match $any {
+            AnyTransport::Loopback($t) => $call,
+            AnyTransport::Shm($t) => $call,
+            AnyTransport::Tcp($t) => $call,
+            #[cfg(feature = "verbs")]
+            AnyTransport::Verbs($t) => $call,
+        }
+    };
+}
+
+/// The transports between the first fence of wire-up and the second: each published what
+/// its peers need (and the host's first rank made the shared-memory segment).
+pub struct Opening {
+    loopback: Loopback,
+    shm: Option<ShmOpening>,
+    #[cfg(feature = "verbs")]
+    verbs: Option<VerbsTransport>,
+    tcp: Option<TcpTransport>,
+    /// Why a transport that could have been used is not, for `--verbose`.
+    notes: Vec<String>,
+}
+
+/// The transports connected, each with the ranks it carries.
+pub struct Connected {
+    pub transports: Vec<(AnyTransport, Vec<Rank>)>,
+    pub notes: Vec<String>,
+}
+
+impl Opening {
+    /// Opens every transport the configuration and the job's hosts call for: loopback for
+    /// this rank, shared memory for the ranks of its host, verbs and TCP for the rest.
+    pub fn open(job: &mut Job) -> Result<Opening, EngineError> {
+        let loopback = Loopback::open(job);
+        let shm = ShmOpening::open(job)?;
+        let remote: Vec<Rank> = (0..job.size)
+            .filter(|&r| r != job.rank && !shm.as_ref().is_some_and(|s| s.carries(r)))
+            .collect();
+        #[cfg(not(feature = "verbs"))]
+        if job.config.transport == TransportChoice::Verbs {
+            return Err(EngineError::Config(
+                "MPIRT_TRANSPORT=verbs, but this program was built without RDMA verbs \
+                 (build it with the cargo feature `verbs`)"
+                    .into(),
+            ));
+        }
+        #[cfg(not(feature = "verbs"))]
+        let verbs_note: Option<String> = None;
+        #[cfg(feature = "verbs")]
+        let (verbs, verbs_note) = VerbsTransport::open(job, &remote)?;
+        let tcp = if !remote.is_empty() && job.config.transport != TransportChoice::Verbs {
+            Some(TcpTransport::open(job, shm.is_some())?)
+        } else {
+            None
+        };
+        Ok(Opening {
+            loopback,
+            shm,
+            #[cfg(feature = "verbs")]
+            verbs,
+            tcp,
+            notes: verbs_note
+                .map(|n| format!("no verbs: {n}"))
+                .into_iter()
+                .collect(),
+        })
+    }
+
+    /// Connects each transport (after the first fence), in order of preference: each
+    /// carries what it can of the ranks the ones before it left.
+    pub fn connect(self, job: &mut Job) -> Result<Connected, EngineError> {
+        let mut unclaimed: Vec<Rank> = (0..job.size).filter(|&r| r != job.rank).collect();
+        let mut transports = Vec::new();
+        let mut add = |t: AnyTransport, carried: Vec<Rank>, unclaimed: &mut Vec<Rank>| {
+            unclaimed.retain(|r| !carried.contains(r));
+            transports.push((t, carried));
+        };
+        if let Some(shm) = self.shm {
+            let shm = shm.connect(job)?;
+            let carried = shm
+                .ranks()
+                .iter()
+                .copied()
+                .filter(|&r| r != job.rank)
+                .collect();
+            add(AnyTransport::Shm(shm), carried, &mut unclaimed);
+        }
+        #[cfg(feature = "verbs")]
+        if let Some(mut verbs) = self.verbs {
+            let carried = verbs.connect_peers(job, &unclaimed)?;
+            add(AnyTransport::Verbs(verbs), carried, &mut unclaimed);
+        }
+        if let Some(mut tcp) = self.tcp {
+            let carried = tcp.connect_peers(job, &unclaimed)?;
+            add(AnyTransport::Tcp(tcp), carried, &mut unclaimed);
+        }
+        // Last: the engine polls its transports in this order, and this one rarely has work.
+        add(
+            AnyTransport::Loopback(self.loopback),
+            vec![job.rank],
+            &mut unclaimed,
+        );
+        Ok(Connected {
+            transports,
+            notes: self.notes,
+        })
+    }
+}
+
+impl AnyTransport {
+    /// Whether a peer can wake this transport's sleep (loopback's frames come from this
+    /// rank itself, never while it sleeps).
+    pub fn wakes(&self) -> bool {
+        !matches!(self, AnyTransport::Loopback(_))
+    }
+}
+
+impl Transport for AnyTransport {
+    fn finish(&mut self, job: &mut Job) -> Result<(), EngineError> {
+        each!(self, t => Transport::finish(t, job))
+    }
+
+    #[inline]
+    fn caps(&self) -> Caps {
+        each!(self, t => Transport::caps(t))
+    }
+
+    #[inline]
+    fn try_send(&mut self, peer: Rank, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError> {
+        each!(self, t => Transport::try_send(t, peer, header, payload))
+    }
+
+    #[inline]
+    fn poll(&mut self, sink: &mut impl Sink) -> Result<usize, PmlError> {
+        each!(self, t => Transport::poll(t, sink))
+    }
+
+    #[inline]
+    fn has_work(&self) -> bool {
+        each!(self, t => Transport::has_work(t))
+    }
+
+    fn read(
+        &mut self,
+        peer: Rank,
+        key: RemoteKey,
+        target: &mut [u8],
+        token: u64,
+    ) -> Result<Reading, PmlError> {
+        each!(self, t => Transport::read(t, peer, key, target, token))
+    }
+
+    #[inline]
+    fn expose(
+        &mut self,
+        peer: Rank,
+        buf: *const u8,
+        len: usize,
+        sends_eagerly: impl FnOnce() -> bool,
+    ) -> Result<Exposure, PmlError> {
+        each!(self, t => Transport::expose(t, peer, buf, len, sends_eagerly))
+    }
+
+    fn release(&mut self, registration: Registration) {
+        each!(self, t => Transport::release(t, registration))
+    }
+
+    fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
+        each!(self, t => Transport::sleep(t, timeout))
+    }
+
+    fn wake_fd(&mut self) -> Result<Option<RawFd>, EngineError> {
+        each!(self, t => Transport::wake_fd(t))
+    }
+
+    fn before_wait(&mut self) -> Result<bool, PmlError> {
+        each!(self, t => Transport::before_wait(t))
+    }
+
+    fn after_wait(&mut self) {
+        each!(self, t => Transport::after_wait(t))
+    }
+
+    fn stop(&mut self) {
+        each!(self, t => Transport::stop(t))
+    }
+
+    fn count(&self, counters: &mut Counters) {
+        each!(self, t => Transport::count(t, counters))
+    }
+
+    fn describe(&self, peers: usize) -> String {
+        each!(self, t => Transport::describe(t, peers))
+    }
+}

@@ -1,0 +1,154 @@
+//! TCP under the transport contract: its wire-up from the bootstrap, its limits, and how a
+//! rank with cheaper transports polls its sockets.
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
+
+use super::{parse_selectors, TcpConfig, TcpTransport};
+use crate::engine::EngineError;
+use crate::envelope::Rank;
+use crate::error::PmlError;
+use crate::transport::{Caps, Job, Reading, Sent, Sink, Transport};
+use crate::wire::{RemoteKey, DATA_HEADER_LEN};
+
+/// Largest TCP frame: rendezvous data is streamed in DATA frames of up to this size, each
+/// read in place by the receiver, so it bounds only how long control frames wait behind one.
+pub const TCP_MAX_FRAME: usize = 4 << 20;
+/// Progress rounds a rank with shared-memory peers skips polling quiet TCP sockets.
+const TCP_QUIET_ROUNDS: u32 = 16;
+/// How long dialling one of a peer's addresses may take before the next is tried.
+const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a rank dialling over TCP may take over each of its turns in the handshake: a
+/// genuine rank answers within a progress round, and one busy outside the library longer
+/// than this only dials again; a stranger holds a socket no longer.
+const TCP_HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
+
+fn failed(e: String) -> EngineError {
+    EngineError::Transport(format!("TCP: {e}"))
+}
+
+impl TcpTransport {
+    /// Listens and publishes this rank's endpoint. `polled_cheaply`: another transport is
+    /// polled every round at little cost (shared memory), so quiet sockets are polled only
+    /// every few rounds, a poll being a syscall.
+    pub fn open(job: &mut Job, polled_cheaply: bool) -> Result<TcpTransport, EngineError> {
+        let interfaces = parse_selectors(&job.config.tcp_interfaces)
+            .map_err(|e| EngineError::Config(format!("MPIRT_TCP_IF (--tcp-if): {e}")))?;
+        let config = TcpConfig {
+            interfaces,
+            max_staged_payload: job.config.tcp_eager_limit,
+            connect_timeout: TCP_CONNECT_TIMEOUT,
+            handshake_limit: TCP_HANDSHAKE_LIMIT,
+            verbose: job.config.verbose,
+        };
+        let secret = job.wireup.job_secret().map_err(EngineError::Wireup)?;
+        let mut t = TcpTransport::new(job.rank, job.size, &secret, config).map_err(failed)?;
+        let endpoint = t.endpoint().map_err(failed)?;
+        job.put(&format!("pml.tcp.{}", job.rank), endpoint.as_bytes())?;
+        if polled_cheaply {
+            t.quiet_rounds = TCP_QUIET_ROUNDS;
+        }
+        Ok(t)
+    }
+
+    /// Makes every rank of `unclaimed` but this one reachable; carries them.
+    pub fn connect_peers(
+        &mut self,
+        job: &mut Job,
+        unclaimed: &[Rank],
+    ) -> Result<Vec<Rank>, EngineError> {
+        let peers: Vec<Rank> = unclaimed
+            .iter()
+            .copied()
+            .filter(|&r| r != job.rank)
+            .collect();
+        for &r in &peers {
+            let endpoint = job.get(&format!("pml.tcp.{r}"))?;
+            let same_host = job.hosts[r as usize] == job.host();
+            self.add_peer(r, &String::from_utf8_lossy(&endpoint), same_host)
+                .map_err(failed)?;
+        }
+        Ok(peers)
+    }
+}
+
+impl Transport for TcpTransport {
+    fn caps(&self) -> Caps {
+        Caps {
+            eager_limit: self.config.max_staged_payload,
+            max_frame: TCP_MAX_FRAME,
+            remote_read: false,
+            remote_write: false,
+            atomics: false,
+            sends_complete_on_return: false,
+            max_pieces: 3,
+        }
+    }
+
+    fn try_send(&mut self, peer: Rank, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError> {
+        self.send(peer, header, payload)
+    }
+
+    fn poll(&mut self, sink: &mut impl Sink) -> Result<usize, PmlError> {
+        if self.rounds_to_skip > 0 {
+            self.rounds_to_skip -= 1;
+            return Ok(0);
+        }
+        let n = TcpTransport::poll(self, sink)?;
+        if n == 0 {
+            self.rounds_to_skip = self.quiet_rounds;
+        }
+        Ok(n)
+    }
+
+    /// Sockets must be polled to know.
+    fn has_work(&self) -> bool {
+        true
+    }
+
+    fn read(
+        &mut self,
+        peer: Rank,
+        _key: RemoteKey,
+        _target: &mut [u8],
+        _token: u64,
+    ) -> Result<Reading, PmlError> {
+        Err(PmlError::transport(
+            peer,
+            "a remote read over TCP, which cannot read a peer's memory (its rendezvous data \
+             comes in DATA frames)"
+                .to_string(),
+        ))
+    }
+
+    fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
+        self.wait(timeout);
+        self.rounds_to_skip = 0;
+        Ok(())
+    }
+
+    fn wake_fd(&mut self) -> Result<Option<RawFd>, EngineError> {
+        Ok(Some(self.epoll.as_raw_fd()))
+    }
+
+    /// Level-triggered: whatever is ready keeps the wake fd readable.
+    fn before_wait(&mut self) -> Result<bool, PmlError> {
+        Ok(false)
+    }
+
+    /// Whatever woke the rank may have come over TCP: look there on the next round.
+    fn after_wait(&mut self) {
+        self.rounds_to_skip = 0;
+    }
+
+    fn describe(&self, peers: usize) -> String {
+        format!(
+            "{peers} ranks over tcp from {}, eager up to {} bytes, rendezvous by GET with the \
+             data read in place",
+            self.offered(),
+            self.config
+                .max_staged_payload
+                .min(TCP_MAX_FRAME - DATA_HEADER_LEN)
+        )
+    }
+}

@@ -1,0 +1,189 @@
+//! Verbs under the transport contract: its wire-up from the bootstrap (device, queue pairs
+//! connected before the last fence), its limits and its `--verbose` clause.
+
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use super::{MrId, VerbsConfig, VerbsTransport};
+use crate::config::TransportChoice;
+use crate::engine::{Counters, EngineError};
+use crate::envelope::Rank;
+use crate::error::PmlError;
+use crate::transport::{Caps, Exposure, Job, Reading, Sent, Sink, Transport};
+use crate::wire::RemoteKey;
+
+impl VerbsTransport {
+    /// Opens the RDMA device when verbs is asked for, or (`auto`) when `remote` (ranks that
+    /// no same-host transport carries) is not empty and a device is there, and publishes
+    /// the endpoint (empty without a device: peers then use TCP for this pair). With `auto`,
+    /// a missing device is a note for `--verbose` (the second value), not an error.
+    pub fn open(
+        job: &mut Job,
+        remote: &[Rank],
+    ) -> Result<(Option<VerbsTransport>, Option<String>), EngineError> {
+        let config = &job.config;
+        let wanted = match config.transport {
+            TransportChoice::Verbs => true,
+            TransportChoice::Auto => !remote.is_empty() && config.verbs_devices != "none",
+            _ => false,
+        };
+        let (verbs, note) = if wanted {
+            let host = job.host();
+            let local_rank = job.hosts[..job.rank as usize]
+                .iter()
+                .filter(|h| *h == host)
+                .count();
+            let verbs_config = VerbsConfig {
+                devices: config.verbs_devices.clone(),
+                gid_index: config.verbs_gid_index,
+                frame_size: config.verbs_eager_limit + crate::wire::MAX_HEADER_LEN,
+                reg_cache: config.verbs_reg_cache,
+            };
+            match VerbsTransport::new(job.rank, job.size, local_rank, remote, &verbs_config) {
+                Ok(v) => (Some(v), None),
+                Err(e) if config.transport == TransportChoice::Verbs => {
+                    return Err(EngineError::Transport(format!("verbs: {e}")))
+                }
+                Err(e) => (None, Some(e)),
+            }
+        } else {
+            (None, None)
+        };
+        let endpoint = verbs.as_ref().map(|v| v.endpoint()).unwrap_or_default();
+        job.put(&format!("pml.verbs.{}", job.rank), endpoint.as_bytes())?;
+        Ok((verbs, note))
+    }
+
+    /// Connects a queue pair to each rank of `unclaimed` that has a device; carries those.
+    /// Queue pairs connect before the last fence, so that no rank sends to one not yet ready
+    /// to receive: its packets would be dropped, and once the retries ran out the sender
+    /// would take the peer for dead.
+    pub fn connect_peers(
+        &mut self,
+        job: &mut Job,
+        unclaimed: &[Rank],
+    ) -> Result<Vec<Rank>, EngineError> {
+        let mut carried = Vec::new();
+        for &r in unclaimed {
+            if self.peers[r as usize].is_none() {
+                continue;
+            }
+            let endpoint = job.get(&format!("pml.verbs.{r}"))?;
+            if endpoint.is_empty() {
+                // The peer has no device: TCP carries this pair.
+                continue;
+            }
+            self.connect(r, &String::from_utf8_lossy(&endpoint))
+                .map_err(|e| EngineError::Transport(format!("verbs: {e}")))?;
+            carried.push(r);
+        }
+        Ok(carried)
+    }
+}
+
+impl Transport for VerbsTransport {
+    fn caps(&self) -> Caps {
+        Caps {
+            eager_limit: self.eager_limit,
+            max_frame: self.frame_size(),
+            remote_read: true,
+            remote_write: false,
+            atomics: false,
+            sends_complete_on_return: false,
+            max_pieces: 1,
+        }
+    }
+
+    fn try_send(&mut self, peer: Rank, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError> {
+        Ok(if self.send(peer, header, payload)? {
+            Sent::Whole
+        } else {
+            Sent::Nothing
+        })
+    }
+
+    fn poll(&mut self, sink: &mut impl Sink) -> Result<usize, PmlError> {
+        VerbsTransport::poll(self, sink)
+    }
+
+    /// Completions must be polled to know.
+    fn has_work(&self) -> bool {
+        true
+    }
+
+    /// Asynchronous: `poll` reports it done when the last piece completes.
+    fn read(
+        &mut self,
+        peer: Rank,
+        key: RemoteKey,
+        target: &mut [u8],
+        token: u64,
+    ) -> Result<Reading, PmlError> {
+        VerbsTransport::read(self, peer, key, target, token)?;
+        Ok(Reading::InFlight)
+    }
+
+    /// Registers the buffer of a send that goes by rendezvous, for the receiver's RDMA READ.
+    fn expose(
+        &mut self,
+        peer: Rank,
+        buf: *const u8,
+        len: usize,
+        sends_eagerly: impl FnOnce() -> bool,
+    ) -> Result<Exposure, PmlError> {
+        let mut exposure = Exposure::plain(buf);
+        if !sends_eagerly() {
+            let (rkey, id) = VerbsTransport::expose(self, buf as usize, len).map_err(|cause| {
+                PmlError::transport(peer, format!("exposing a {len}-byte send buffer: {cause}"))
+            })?;
+            exposure.key.key = u64::from(rkey);
+            exposure.registration = Some(id);
+        }
+        Ok(exposure)
+    }
+
+    fn release(&mut self, registration: MrId) {
+        VerbsTransport::release(self, registration);
+    }
+
+    fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
+        VerbsTransport::sleep(self, timeout)
+    }
+
+    fn wake_fd(&mut self) -> Result<Option<RawFd>, EngineError> {
+        Ok(Some(VerbsTransport::wake_fd(self)))
+    }
+
+    fn before_wait(&mut self) -> Result<bool, PmlError> {
+        VerbsTransport::before_wait(self)
+    }
+
+    fn after_wait(&mut self) {
+        VerbsTransport::after_wait(self);
+    }
+
+    /// The device may still be writing RDMA READs into receive buffers: it stops first.
+    fn stop(&mut self) {
+        VerbsTransport::stop(self);
+    }
+
+    fn count(&self, counters: &mut Counters) {
+        counters.registrations += self.registrations();
+    }
+
+    fn describe(&self, peers: usize) -> String {
+        format!(
+            "{peers} ranks over verbs on {}, eager (SEND) up to {} bytes, rendezvous by RDMA \
+             READ, registration cache {}",
+            self.device_name(),
+            self.eager_limit.min(self.frame_size()),
+            if self.caching() {
+                "on"
+            } else if self.reg_cache_wanted {
+                "off (install mpirt::TrackingAllocator as the global allocator to turn it on)"
+            } else {
+                "off (MPIRT_VERBS_REG_CACHE=0)"
+            }
+        )
+    }
+}
