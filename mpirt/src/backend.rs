@@ -7,9 +7,9 @@
 
 use std::env;
 
-use pml::engine::RecvBuf;
 #[cfg(feature = "ucx")]
 use pml::ucx::{UcxConfig, UcxMessage, UcxPml};
+use pml::RecvBuf;
 use pml::{
     ContextId, Done, Engine, EngineConfig, EngineError, Handle, PmlError, Rank, SendMode,
     SourceSel, Started, Status, Tag, TagSel, Wireup,

@@ -6,7 +6,7 @@
 
 use std::mem::{size_of, MaybeUninit};
 
-use pml::engine::RecvBuf;
+use pml::RecvBuf;
 use pml::{Done, Handle, SendMode, SourceSel, Started, TagSel};
 
 use crate::backend::MessageHandle;

@@ -12,7 +12,7 @@
 use std::fmt;
 use std::mem::ManuallyDrop;
 
-use pml::engine::RecvBuf;
+use pml::RecvBuf;
 use pml::{Done, Handle, PmlError, SendMode, SourceSel, Started};
 
 use crate::collective::progress;

@@ -6,16 +6,18 @@
 //! that a buffer outlives its request — the contract of `post_send` and `post_recv`.
 
 use std::collections::VecDeque;
+use std::slice;
 use std::time::{Duration, Instant};
-use std::{fmt, slice};
 
 use crate::bulk_copy;
 use crate::config::{EngineConfig, TransportChoice};
 use crate::envelope::{ContextId, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
 use crate::freed_memory;
+use crate::pml_api::{Counters, Done, EngineError, RecvBuf, Wireup};
 use crate::protocol::{
-    Action, ClaimEnd, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, Started,
+    Action, ClaimEnd, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, SendMode,
+    Started,
 };
 use crate::requests::Handle;
 use crate::shared_arena::{self, ArenaInfo};
@@ -25,20 +27,6 @@ use crate::transport::tcp::{self, Sent, TcpConfig, TcpTransport};
 use crate::transport::verbs::{self, VerbsConfig, VerbsTransport};
 use crate::waiting::Waiting;
 use crate::wire::{RemoteKey, DATA_HEADER_LEN};
-
-pub use crate::protocol::SendMode;
-
-/// How the engine learns about its peers: rank, size, and a key-value exchange with a fence
-/// (rsrun's service, PMI-2 under Slurm, or a local map for a singleton).
-pub trait Wireup {
-    fn rank(&self) -> u32;
-    fn size(&self) -> u32;
-    /// Unique per job, so that shared-memory names of two jobs never collide.
-    fn job_id(&self) -> String;
-    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String>;
-    fn fence(&mut self) -> Result<(), String>;
-    fn get(&mut self, key: &str) -> Result<Vec<u8>, String>;
-}
 
 /// What a transport did to let peers read a send buffer (a verbs registration), undone when
 /// the send completes.
@@ -62,66 +50,6 @@ impl AsRef<[u8]> for SendBuf {
     }
 }
 
-/// A receive buffer lent to the engine until the receive completes.
-pub struct RecvBuf {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl RecvBuf {
-    /// The buffer a receive that another PML finished at once hands back
-    /// (`Started::Done`), under the same contract as `post_recv`'s.
-    #[cfg(feature = "ucx")]
-    pub(crate) fn new(ptr: *mut u8, len: usize) -> RecvBuf {
-        RecvBuf { ptr, len }
-    }
-}
-
-impl AsMut<[u8]> for RecvBuf {
-    fn as_mut(&mut self) -> &mut [u8] {
-        // SAFETY: `post_recv`'s caller guarantees `ptr` is valid for writes of `len` bytes and
-        // not otherwise accessed until the request completes; this `RecvBuf` is dropped then.
-        // Raw receives may share bytes with each other, but the engine is one thread and this
-        // slice lives for one copy into it, so no two of them are ever alive at once.
-        unsafe { slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-/// How a finished request ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Done {
-    Sent,
-    Received(Status),
-}
-
-/// Failures of the engine as a whole, at start-up or from a transport.
-#[derive(Debug)]
-pub enum EngineError {
-    Config(String),
-    Wireup(String),
-    Transport(String),
-    Pml(PmlError),
-}
-
-impl fmt::Display for EngineError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            EngineError::Config(m) => write!(f, "bad setting: {m}"),
-            EngineError::Wireup(m) => write!(f, "wire-up failed: {m}"),
-            EngineError::Transport(m) => write!(f, "transport failed: {m}"),
-            EngineError::Pml(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for EngineError {}
-
-impl From<PmlError> for EngineError {
-    fn from(e: PmlError) -> Self {
-        EngineError::Pml(e)
-    }
-}
-
 /// How frames reach one peer.
 #[derive(Clone, Copy)]
 enum Link {
@@ -134,20 +62,6 @@ enum Link {
     Tcp,
     #[cfg(feature = "verbs")]
     Verbs,
-}
-
-/// Counts of what went which way, for tests and `--verbose`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    pub frames_sent: u64,
-    pub frames_received: u64,
-    pub remote_reads: u64,
-    pub remote_read_bytes: u64,
-    /// Remote reads served by memcpy from a same-host peer's mapped shared arena (the other
-    /// shm reads went by process_vm_readv).
-    pub mapped_reads: u64,
-    /// Memory registrations made (RDMA): a buffer sent from again is not registered again.
-    pub registrations: u64,
 }
 
 /// A waiting rank busy-polls for a while (a message about to arrive is caught at once), then
@@ -719,7 +633,7 @@ impl Engine {
         self.check_running()?;
         // No progress here: whoever waits or tests on the receive makes it.
         self.core
-            .post_recv(context, source, tag, RecvBuf { ptr: buf, len })
+            .post_recv(context, source, tag, RecvBuf::new(buf, len))
     }
 
     /// Starts a receive into `len` bytes at `buf` that finishes at once when its eager
@@ -739,7 +653,7 @@ impl Engine {
     ) -> Result<Started<RecvBuf>, PmlError> {
         self.check_running()?;
         self.core
-            .start_recv(context, source, tag, RecvBuf { ptr: buf, len })
+            .start_recv(context, source, tag, RecvBuf::new(buf, len))
     }
 
     /// Receives into `len` bytes at `buf`, blocking. An eager message is copied from the
@@ -762,7 +676,7 @@ impl Engine {
         self.check_running()?;
         let started = self
             .core
-            .claim_recv(context, source, tag, RecvBuf { ptr: buf, len })?;
+            .claim_recv(context, source, tag, RecvBuf::new(buf, len))?;
         let h = match started {
             Started::Done { result, .. } => return result.map_err(|e| *e),
             Started::Posted(h) => h,
@@ -794,7 +708,7 @@ impl Engine {
         len: usize,
     ) -> Result<Handle, PmlError> {
         self.check_running()?;
-        let h = self.core.matched_recv(message, RecvBuf { ptr: buf, len })?;
+        let h = self.core.matched_recv(message, RecvBuf::new(buf, len))?;
         self.progress()?;
         Ok(h)
     }

@@ -12,6 +12,7 @@ mod fast_hash;
 pub mod freed_memory;
 mod keyed_queues;
 pub mod matching;
+pub mod pml_api;
 pub mod protocol;
 pub mod requests;
 pub mod sequence;
@@ -23,10 +24,11 @@ mod waiting;
 pub mod wire;
 
 pub use config::{EngineConfig, TransportChoice};
-pub use engine::{Done, Engine, EngineError, Wireup};
+pub use engine::Engine;
 pub use envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel, MIN_RUNTIME_TAG};
 pub use error::PmlError;
 pub use freed_memory::TrackingAllocator;
+pub use pml_api::{Counters, Done, EngineError, RecvBuf, Wireup};
 pub use protocol::{
     Action, ClaimEnd, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, SendMode,
     Started,

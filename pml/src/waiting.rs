@@ -2,8 +2,8 @@
 //! `wait_until` (how it spins, yields and sleeps between rounds of progress); `wait`,
 //! `wait_any` and the blocking probes are the same loop over different conditions.
 
-use crate::engine::Done;
 use crate::error::PmlError;
+use crate::pml_api::Done;
 use crate::requests::Handle;
 
 pub(crate) trait Waiting: Sized {

@@ -14,10 +14,10 @@ use super::status;
 use super::tag;
 use super::wireup;
 use super::worker::{self, Endpoint, Worker};
-use crate::engine::{Done, EngineError, RecvBuf, SendMode, Wireup};
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
-use crate::protocol::Started;
+use crate::pml_api::{Done, EngineError, RecvBuf, Wireup};
+use crate::protocol::{SendMode, Started};
 use crate::requests::{Handle, Requests};
 use crate::waiting::Waiting;
 

@@ -8,7 +8,7 @@
 
 use super::failure::PeerFailures;
 use super::worker::{Endpoint, Worker};
-use crate::engine::{EngineError, Wireup};
+use crate::pml_api::{EngineError, Wireup};
 
 fn key(rank: u32) -> String {
     format!("pml.ucx.{rank}")
