@@ -13,9 +13,9 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use launcher::Bootstrap;
-use pml::{EngineConfig, PmlError, Wireup};
+use pml::{EngineConfig, Pml, PmlError, Wireup};
 
-use crate::backend::{self, Pml, PmlChoice};
+use crate::backend::{self, AnyPml, PmlChoice};
 use crate::collective::CommunicatorCollectives;
 use crate::communicator::{Rank, SimpleCommunicator};
 use crate::error::{fatal, Cause, Error};
@@ -34,7 +34,7 @@ pub enum Threading {
 
 /// The PML and the launcher link of this process.
 struct Runtime {
-    engine: Pml,
+    engine: AnyPml,
     bootstrap: Bootstrap,
 }
 
@@ -167,7 +167,7 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
     if let Err(why) = backend::agree(&mut BootstrapWireup(&mut bootstrap), choice) {
         startup_abort(&mut bootstrap, why);
     }
-    let engine = match Pml::new(choice, &mut BootstrapWireup(&mut bootstrap), config) {
+    let engine = match AnyPml::new(choice, &mut BootstrapWireup(&mut bootstrap), config) {
         Ok(engine) => engine,
         Err(e) => startup_abort(&mut bootstrap, e.to_string()),
     };
@@ -208,7 +208,9 @@ pub(crate) fn world_rank() -> Option<Rank> {
 
 /// Runs `f` on the PML of this thread.
 #[inline]
-pub(crate) fn with_engine<R>(f: impl FnOnce(&mut Pml) -> Result<R, PmlError>) -> Result<R, Cause> {
+pub(crate) fn with_engine<R>(
+    f: impl FnOnce(&mut AnyPml) -> Result<R, PmlError>,
+) -> Result<R, Cause> {
     // `f` runs outside `LocalKey::with`'s closure: holding a whole inlined PML call, that
     // closure grew past what the compiler inlines, and every call then paid for an
     // out-of-line frame, the thread-local's accessor called through a pointer, and the

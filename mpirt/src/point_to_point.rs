@@ -7,7 +7,7 @@
 use std::mem::{size_of, MaybeUninit};
 
 use pml::RecvBuf;
-use pml::{Done, Handle, SendMode, SourceSel, Started, TagSel};
+use pml::{Done, Handle, Pml, SendMode, SourceSel, Started, TagSel};
 
 use crate::backend::MessageHandle;
 use crate::collective::progress;

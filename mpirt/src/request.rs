@@ -13,7 +13,7 @@ use std::fmt;
 use std::mem::ManuallyDrop;
 
 use pml::RecvBuf;
-use pml::{Done, Handle, PmlError, SendMode, SourceSel, Started};
+use pml::{Done, Handle, Pml, PmlError, SendMode, SourceSel, Started};
 
 use crate::collective::progress;
 use crate::collective::request::Running;

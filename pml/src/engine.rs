@@ -5,20 +5,19 @@
 //! pointers: the layer above (mpirt) guarantees, through blocking calls and request scopes,
 //! that a buffer outlives its request — the contract of `post_send` and `post_recv`.
 
+mod api;
+
 use std::collections::VecDeque;
 use std::slice;
 use std::time::{Duration, Instant};
 
 use crate::bulk_copy;
 use crate::config::{EngineConfig, TransportChoice};
-use crate::envelope::{ContextId, Rank, SourceSel, Status, Tag, TagSel};
+use crate::envelope::{ContextId, Rank, Tag};
 use crate::error::PmlError;
 use crate::freed_memory;
 use crate::pml_api::{Counters, Done, EngineError, RecvBuf, Wireup};
-use crate::protocol::{
-    Action, ClaimEnd, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, SendMode,
-    Started,
-};
+use crate::protocol::{Action, Completion, Core, CoreConfig, PeerCaps, SendArgs, SendMode};
 use crate::requests::Handle;
 use crate::shared_arena::{self, ArenaInfo};
 use crate::transport::shm::{self, PeerArena, ShmConfig, ShmTransport};
@@ -132,18 +131,6 @@ fn hostname() -> String {
     }
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
-/// Withdraws the core's claim when dropped, also when a wait fails or unwinds: a claim left
-/// waiting would have a later message written into a buffer its receive no longer owns. A
-/// claim a rendezvous offer already turned into a request stays in the engine when its wait
-/// fails, like any request; the failure stopped the engine, so nothing writes it any more.
-struct ClaimGuard<'e>(&'e mut Engine);
-
-impl Drop for ClaimGuard<'_> {
-    fn drop(&mut self) {
-        self.0.core.take_claim();
-    }
 }
 
 fn shm_send_failed(peer: Rank, e: std::io::Error) -> PmlError {
@@ -503,25 +490,6 @@ impl Engine {
         })
     }
 
-    /// Whether this rank's waits may spin before yielding: not when it shares its CPUs with
-    /// more local ranks than they hold, or when spinning was turned off.
-    pub fn waits_spin(&self) -> bool {
-        !self.spin.is_zero()
-    }
-
-    pub fn rank(&self) -> Rank {
-        self.rank
-    }
-
-    pub fn size(&self) -> u32 {
-        self.size
-    }
-
-    /// What transports and protocols are in use (what `--verbose` prints).
-    pub fn description(&self) -> &str {
-        &self.description
-    }
-
     pub fn counters(&self) -> Counters {
         #[cfg(feature = "verbs")]
         if let Some(v) = &self.verbs {
@@ -617,111 +585,6 @@ impl Engine {
         Ok(h)
     }
 
-    /// Starts a receive into `len` bytes at `buf`.
-    ///
-    /// # Safety
-    /// `buf` must be valid for writes of `len` bytes and must not be accessed otherwise until
-    /// the request completes.
-    pub unsafe fn post_recv(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-        buf: *mut u8,
-        len: usize,
-    ) -> Result<Handle, PmlError> {
-        self.check_running()?;
-        // No progress here: whoever waits or tests on the receive makes it.
-        self.core
-            .post_recv(context, source, tag, RecvBuf::new(buf, len))
-    }
-
-    /// Starts a receive into `len` bytes at `buf` that finishes at once when its eager
-    /// message is already here ([`Started::Done`]: no request to wait for), else is posted
-    /// ([`Started::Posted`]). Never [`Started::Claimed`].
-    ///
-    /// # Safety
-    /// As for `post_recv`.
-    #[inline]
-    pub unsafe fn start_recv(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-        buf: *mut u8,
-        len: usize,
-    ) -> Result<Started<RecvBuf>, PmlError> {
-        self.check_running()?;
-        self.core
-            .start_recv(context, source, tag, RecvBuf::new(buf, len))
-    }
-
-    /// Receives into `len` bytes at `buf`, blocking. An eager message is copied from the
-    /// transport's frame straight into `buf`, with no request (see `protocol::claim`).
-    ///
-    /// # Safety
-    /// `buf` must be valid for writes of `len` bytes and not otherwise accessed during the
-    /// call.
-    // Inline: mpirt's blocking receive calls this once, and as a call across the crate
-    // boundary it cost 42 instructions a receive more (callgrind, osu_latency 8 B).
-    #[inline]
-    pub unsafe fn recv(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-        buf: *mut u8,
-        len: usize,
-    ) -> Result<Status, PmlError> {
-        self.check_running()?;
-        let started = self
-            .core
-            .claim_recv(context, source, tag, RecvBuf::new(buf, len))?;
-        let h = match started {
-            Started::Done { result, .. } => return result.map_err(|e| *e),
-            Started::Posted(h) => h,
-            Started::Claimed => {
-                let claim = ClaimGuard(self);
-                claim.0.wait_until(|e| Ok(e.core.claim_ended()))?;
-                let end = claim.0.core.take_claim();
-                drop(claim);
-                match end.expect("the wait returns once the claim ended") {
-                    ClaimEnd::Done { result, .. } => return result.map_err(|e| *e),
-                    ClaimEnd::Request(h) => h,
-                }
-            }
-        };
-        match self.wait(h)? {
-            Done::Received(status) => Ok(status),
-            Done::Sent => unreachable!("a receive completed as a send"),
-        }
-    }
-
-    /// Receives a message a matched probe took.
-    ///
-    /// # Safety
-    /// As for `post_recv`.
-    pub unsafe fn post_matched_recv(
-        &mut self,
-        message: MessageHandle,
-        buf: *mut u8,
-        len: usize,
-    ) -> Result<Handle, PmlError> {
-        self.check_running()?;
-        let h = self.core.matched_recv(message, RecvBuf::new(buf, len))?;
-        self.progress()?;
-        Ok(h)
-    }
-
-    /// Collects the request if it finished; the handle is spent once this returns `Some`.
-    pub fn test(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
-        if let Some(done) = self.collect(h)? {
-            return Ok(Some(done));
-        }
-        self.progress()?;
-        self.collect(h)
-    }
-
     /// Takes the request's outcome if it finished, looking it up once; makes no progress.
     #[inline]
     pub fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
@@ -750,77 +613,6 @@ impl Engine {
     #[cfg(not(feature = "verbs"))]
     fn unexpose(&mut self, exposure: Exposure) {
         match exposure {}
-    }
-
-    /// Whether the request finished, without collecting it.
-    pub fn is_complete(&mut self, h: Handle) -> Result<bool, PmlError> {
-        if h == Handle::SENT {
-            return Ok(true);
-        }
-        self.core.is_complete(h)
-    }
-
-    pub fn wait(&mut self, h: Handle) -> Result<Done, PmlError> {
-        self.wait_collect(h)
-    }
-
-    /// Waits until any of `handles` finished; returns its index (not yet collected).
-    pub fn wait_any(&mut self, handles: &[Handle]) -> Result<usize, PmlError> {
-        self.wait_first(handles)
-    }
-
-    /// Looks for a matching message without taking it.
-    pub fn iprobe(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-    ) -> Result<Option<Status>, PmlError> {
-        if let Some(s) = self.core.probe(context, source, tag) {
-            return Ok(Some(s));
-        }
-        self.progress()?;
-        Ok(self.core.probe(context, source, tag))
-    }
-
-    pub fn probe(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-    ) -> Result<Status, PmlError> {
-        self.wait_for(|e| Ok(e.core.probe(context, source, tag)))
-    }
-
-    pub fn improbe(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-    ) -> Result<Option<(MessageHandle, Status)>, PmlError> {
-        if let Some(m) = self.core.matched_probe(context, source, tag) {
-            return Ok(Some(m));
-        }
-        self.progress()?;
-        Ok(self.core.matched_probe(context, source, tag))
-    }
-
-    pub fn mprobe(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-    ) -> Result<(MessageHandle, Status), PmlError> {
-        self.wait_for(|e| Ok(e.core.matched_probe(context, source, tag)))
-    }
-
-    /// Cancels a receive that has not matched yet; returns whether it was cancelled (the
-    /// request then completes with `PmlError::Cancelled`).
-    pub fn cancel(&mut self, h: Handle) -> Result<bool, PmlError> {
-        if h == Handle::SENT {
-            return Ok(false);
-        }
-        self.core.cancel(h)
     }
 
     /// Progresses until `done` holds: spin, then yield, then sleep until a peer's frame
@@ -1147,11 +939,6 @@ impl Engine {
         }
         Ok(sent_any)
     }
-
-    /// Sends everything still queued (FINs, credits): peers may be waiting on them.
-    pub fn flush_all(&mut self) -> Result<(), PmlError> {
-        self.wait_until(|e| Ok(e.blocked.is_empty() && (0..e.size).all(|p| !e.core.has_output(p))))
-    }
 }
 
 /// Activates this process's shared arena (see `shared_arena`) when the configuration and the
@@ -1203,14 +990,6 @@ impl Waiting for Engine {
         done: impl FnMut(&mut Engine) -> Result<bool, PmlError>,
     ) -> Result<(), PmlError> {
         Engine::wait_until(self, done)
-    }
-
-    fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
-        Engine::collect(self, h)
-    }
-
-    fn finished(&mut self, h: Handle) -> Result<bool, PmlError> {
-        self.is_complete(h)
     }
 }
 

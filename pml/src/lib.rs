@@ -28,7 +28,7 @@ pub use engine::Engine;
 pub use envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel, MIN_RUNTIME_TAG};
 pub use error::PmlError;
 pub use freed_memory::TrackingAllocator;
-pub use pml_api::{Counters, Done, EngineError, RecvBuf, Wireup};
+pub use pml_api::{Counters, Done, EngineError, Pml, RecvBuf, Wireup};
 pub use protocol::{
     Action, ClaimEnd, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, SendMode,
     Started,

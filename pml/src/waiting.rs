@@ -3,21 +3,15 @@
 //! `wait_any` and the blocking probes are the same loop over different conditions.
 
 use crate::error::PmlError;
-use crate::pml_api::Done;
+use crate::pml_api::{Done, Pml};
 use crate::requests::Handle;
 
-pub(crate) trait Waiting: Sized {
+pub(crate) trait Waiting: Pml + Sized {
     /// Progresses until `done` holds.
     fn wait_until(
         &mut self,
         done: impl FnMut(&mut Self) -> Result<bool, PmlError>,
     ) -> Result<(), PmlError>;
-
-    /// Takes the request's outcome if it finished.
-    fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError>;
-
-    /// Whether the request finished, without collecting it.
-    fn finished(&mut self, h: Handle) -> Result<bool, PmlError>;
 
     /// Progresses until `found` finds something, and returns that.
     fn wait_for<T>(
@@ -41,7 +35,7 @@ pub(crate) trait Waiting: Sized {
     fn wait_first(&mut self, handles: &[Handle]) -> Result<usize, PmlError> {
         self.wait_for(|p| {
             for (i, &h) in handles.iter().enumerate() {
-                if p.finished(h)? {
+                if p.is_complete(h)? {
                     return Ok(Some(i));
                 }
             }

@@ -8,7 +8,7 @@
 
 use std::ptr::NonNull;
 
-use pml::{Done, Handle, SendMode, SourceSel, TagSel};
+use pml::{Done, Handle, Pml, SendMode, SourceSel, TagSel};
 
 use crate::datatype::Datatype;
 use crate::environment::with_engine;

@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use pml::transport::shm::mapping::SharedMapping;
+use pml::Pml;
 
 use crate::communicator::CommData;
 use crate::datatype::Datatype;

@@ -1,5 +1,5 @@
-//! `UcxPml`: MPI point-to-point on UCX's tag matching, with the native engine's calls
-//! (post, test, wait, probe, matched probe, cancel) so that the layer above can hold either.
+//! `UcxPml`: MPI point-to-point on UCX's tag matching, behind the PML contract ([`Pml`]: post,
+//! test, wait, probe, matched probe, cancel) so that the layer above can hold either PML.
 //! UCX does the matching, the protocols (eager, rendezvous, synchronous acks) and the
 //! transports; this maps envelopes to UCX tags and outcomes to `Done` and `PmlError`.
 
@@ -16,7 +16,7 @@ use super::wireup;
 use super::worker::{self, Endpoint, Worker};
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
-use crate::pml_api::{Done, EngineError, RecvBuf, Wireup};
+use crate::pml_api::{Done, EngineError, Pml, RecvBuf, Wireup};
 use crate::protocol::{SendMode, Started};
 use crate::requests::{Handle, Requests};
 use crate::waiting::Waiting;
@@ -269,82 +269,6 @@ impl UcxPml {
         })
     }
 
-    /// What this rank runs on, for `--verbose`: UCX's version and the transports it chose.
-    pub fn description(&self) -> &str {
-        &self.description
-    }
-
-    pub fn rank(&self) -> Rank {
-        self.rank
-    }
-
-    pub fn size(&self) -> u32 {
-        self.size
-    }
-
-    /// Starts a send of `len` bytes at `buf` to world rank `peer` in the communicator
-    /// `context`, where this rank is `source`. A send UCX finished at once (a small eager
-    /// message) returns [`Handle::SENT`]. Synchronous sends complete once the receiver
-    /// matched the message (`ucp_tag_send_sync_nbx`).
-    ///
-    /// # Safety
-    /// `buf` must be valid for reads of `len` bytes and must not be written or freed until the
-    /// request completes (`test` or `wait` reported it).
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    pub unsafe fn post_send(
-        &mut self,
-        context: ContextId,
-        source: Rank,
-        peer: Rank,
-        tag: Tag,
-        mode: SendMode,
-        buf: *const u8,
-        len: usize,
-    ) -> Result<Handle, PmlError> {
-        let envelope = Envelope {
-            context,
-            source,
-            tag,
-        };
-        // SAFETY: forwarded from this function's contract.
-        unsafe { self.start_send(envelope, peer, mode, buf, len, 0) }
-    }
-
-    /// `post_send` for a send its caller waits for at once (`MPI_Send`), as Open MPI's pml
-    /// ucx sends it: UCX is told that only local completion is awaited
-    /// (`UCP_OP_ATTR_FLAG_FAST_CMPL`), and then keeps messages eager up to its larger
-    /// threshold for such sends (`tag_send_nbr` in `ucx_info -e`: 256 KiB on shared memory
-    /// and on TCP, where other sends go rendezvous from 8 KiB). A 16 KiB ping-pong takes half
-    /// the time on shared memory, and a third on TCP, whose rendezvous costs some 30 us.
-    ///
-    /// # Safety
-    /// As for `post_send`.
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    pub unsafe fn post_awaited_send(
-        &mut self,
-        context: ContextId,
-        source: Rank,
-        peer: Rank,
-        tag: Tag,
-        mode: SendMode,
-        buf: *const u8,
-        len: usize,
-    ) -> Result<Handle, PmlError> {
-        let envelope = Envelope {
-            context,
-            source,
-            tag,
-        };
-        let fast = match mode {
-            SendMode::Standard => ffi::UCP_OP_ATTR_FLAG_FAST_CMPL,
-            _ => 0,
-        };
-        // SAFETY: forwarded from this function's contract.
-        unsafe { self.start_send(envelope, peer, mode, buf, len, fast) }
-    }
-
     /// `ucp_tag_send_nbx` (or its synchronous kind) of `envelope` to `peer`, in the spare
     /// request memory, with `flags` added to the operation's attributes; a handle unless it
     /// finished at once.
@@ -392,54 +316,6 @@ impl UcxPml {
         }
     }
 
-    /// Starts a receive into `len` bytes at `buf`.
-    ///
-    /// # Safety
-    /// `buf` must be valid for writes of `len` bytes and must not be accessed otherwise until
-    /// the request completes.
-    pub unsafe fn post_recv(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-        buf: *mut u8,
-        len: usize,
-    ) -> Result<Handle, PmlError> {
-        // SAFETY: forwarded from this function's contract.
-        unsafe { self.start_tag_recv(context, source, tag, buf, len) }?;
-        Ok(self.track_recv(len))
-    }
-
-    /// Starts a receive that finishes at once when its message was waiting: then no
-    /// request is left to wait on or collect (`Started::Done`).
-    ///
-    /// # Safety
-    /// As for `post_recv`.
-    #[inline]
-    pub unsafe fn start_recv(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-        buf: *mut u8,
-        len: usize,
-    ) -> Result<Started<RecvBuf>, PmlError> {
-        // SAFETY: forwarded from this function's contract.
-        unsafe { self.start_tag_recv(context, source, tag, buf, len) }?;
-        let request = self.spare.next();
-        // SAFETY: the spare memory the receive runs in, whose state the callback writes.
-        if unsafe { peek(request) }.is_none() {
-            return Ok(Started::Posted(self.track_recv(len)));
-        }
-        // Finished inside the call: UCX is done with the memory, which stays spare.
-        // SAFETY: finished (peeked above).
-        let (outcome, info) = unsafe { request::take(request) };
-        Ok(Started::Done {
-            buf: RecvBuf::new(buf, len),
-            result: received(outcome, info, len).map_err(Box::new),
-        })
-    }
-
     /// `ucp_tag_recv_nbx` into `len` bytes at `buf`, in the spare request memory.
     ///
     /// # Safety
@@ -472,33 +348,6 @@ impl UcxPml {
         started_recv("ucp_tag_recv_nbx", started)
     }
 
-    /// Receives the message a matched probe took.
-    ///
-    /// # Safety
-    /// As for `post_recv`.
-    pub unsafe fn post_matched_recv(
-        &mut self,
-        message: UcxMessage,
-        buf: *mut u8,
-        len: usize,
-    ) -> Result<Handle, PmlError> {
-        self.check_running()?;
-        let param = request::owned_recv_param(self.spare.next());
-        // SAFETY: as in `start_tag_recv`; `message` came from a removing probe on this
-        // worker and is consumed here, so it is received once.
-        let started = unsafe {
-            ffi::ucp_tag_msg_recv_nbx(
-                self.worker.handle(),
-                buf.cast(),
-                len as ffi::size_t,
-                message.0,
-                &param,
-            )
-        };
-        started_recv("ucp_tag_msg_recv_nbx", started)?;
-        Ok(self.track_recv(len))
-    }
-
     /// A handle for the receive just started in the spare request memory.
     fn track_recv(&mut self, buffer_len: usize) -> Handle {
         self.track(Kind::Recv { buffer_len }, buffer_len)
@@ -512,116 +361,6 @@ impl UcxPml {
             kind,
             len,
         })
-    }
-
-    /// Takes the request's outcome if it finished; makes no progress.
-    pub fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
-        if h == Handle::SENT {
-            return Ok(Some(Done::Sent));
-        }
-        // SAFETY: the memory of requests in `ops` lives as long as they are there.
-        let finished = |op: &Op| unsafe { peek(op.request.address()) }.is_some();
-        let Some(op) = self
-            .ops
-            .remove_if(h, finished)
-            .map_err(|_| PmlError::StaleRequest(h))?
-        else {
-            return Ok(None);
-        };
-        // SAFETY: finished (checked above), so UCX no longer writes the state.
-        let (status, info) = unsafe { request::take(op.request.address()) };
-        self.spare.give_back(op.request);
-        self.bytes_in_flight -= op.len;
-        match op.kind {
-            Kind::Send { peer } => match status {
-                ffi::UCS_OK => Ok(Some(Done::Sent)),
-                other => Err(self.stop(PmlError::transport(peer, status::describe(other)))),
-            },
-            Kind::Recv { buffer_len } => {
-                received(status, info, buffer_len).map(|s| Some(Done::Received(s)))
-            }
-        }
-    }
-
-    /// Collects the request if it finished; the handle is spent once this returns `Some`
-    /// (or an error).
-    pub fn test(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
-        if let Some(done) = self.collect(h)? {
-            return Ok(Some(done));
-        }
-        self.progress()?;
-        self.collect(h)
-    }
-
-    /// Whether the request finished, without collecting it.
-    pub fn is_complete(&self, h: Handle) -> Result<bool, PmlError> {
-        if h == Handle::SENT {
-            return Ok(true);
-        }
-        let op = self.ops.get(h).map_err(|_| PmlError::StaleRequest(h))?;
-        // SAFETY: the memory of requests in `ops` lives as long as they are there.
-        Ok(unsafe { peek(op.request.address()) }.is_some())
-    }
-
-    pub fn wait(&mut self, h: Handle) -> Result<Done, PmlError> {
-        if h != Handle::SENT {
-            let request = self
-                .ops
-                .get(h)
-                .map_err(|_| PmlError::StaleRequest(h))?
-                .request
-                .address();
-            // The request is found once, not on every round: while this waits only UCX's
-            // progress runs, which writes its state but neither moves nor frees it.
-            // SAFETY: the memory of requests in `ops` lives until they are collected, which
-            // is after this wait.
-            self.wait_until(|_| Ok(unsafe { peek(request) }.is_some()))?;
-        }
-        Ok(self
-            .collect(h)?
-            .expect("a request that was waited for has finished"))
-    }
-
-    /// Receives into `len` bytes at `buf` and returns once the message is there: a blocking
-    /// receive in request memory this PML owns (no pool to take from and give back, no
-    /// handle), as Open MPI's pml ucx does it.
-    ///
-    /// # Safety
-    /// `buf` must be valid for writes of `len` bytes for the duration of the call.
-    pub unsafe fn recv(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-        buf: *mut u8,
-        len: usize,
-    ) -> Result<Status, PmlError> {
-        self.check_running()?;
-        let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
-        let request = self.blocking.address();
-        let param = request::owned_recv_param(request);
-        // SAFETY: the worker is live; `buf` is writable for `len` bytes until this returns,
-        // and the receive is finished (or cancelled and abandoned) before it does; the
-        // request memory is `self.blocking`, which no other operation uses meanwhile.
-        let started = unsafe {
-            ffi::ucp_tag_recv_nbx(
-                self.worker.handle(),
-                buf.cast(),
-                len as ffi::size_t,
-                wanted,
-                mask,
-                &param,
-            )
-        };
-        started_recv("ucp_tag_recv_nbx", started)?;
-        // SAFETY: the receive runs in `self.blocking`, whose state the callback writes.
-        if let Err(e) = self.wait_moving(len, |_| Ok(unsafe { peek(request) }.is_some())) {
-            self.abandon_blocking(request);
-            return Err(e);
-        }
-        // SAFETY: finished (waited for above); its state is read and made fresh again.
-        let (outcome, info) = unsafe { request::take(request) };
-        received(outcome, info, len)
     }
 
     /// After a blocking receive's wait failed: cancels the receive, and if UCX still holds
@@ -639,97 +378,6 @@ impl UcxPml {
             let fresh = self.spare.fresh();
             std::mem::forget(std::mem::replace(&mut self.blocking, fresh));
         }
-    }
-
-    /// Waits until any of `handles` finished; returns its index (not yet collected).
-    pub fn wait_any(&mut self, handles: &[Handle]) -> Result<usize, PmlError> {
-        self.wait_first(handles)
-    }
-
-    /// Looks for a matching message without taking it.
-    pub fn iprobe(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-    ) -> Result<Option<Status>, PmlError> {
-        let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
-        self.progress()?;
-        Ok(self
-            .worker
-            .probe(wanted, mask, false)
-            .map(|(_, info)| probed(info)))
-    }
-
-    pub fn probe(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-    ) -> Result<Status, PmlError> {
-        let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
-        self.wait_for(|p| {
-            Ok(p.worker
-                .probe(wanted, mask, false)
-                .map(|(_, info)| probed(info)))
-        })
-    }
-
-    /// Takes a matching message, if there is one, for `post_matched_recv`.
-    pub fn improbe(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-    ) -> Result<Option<(UcxMessage, Status)>, PmlError> {
-        let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
-        self.progress()?;
-        Ok(self
-            .worker
-            .probe(wanted, mask, true)
-            .map(|(message, info)| (UcxMessage(message), probed(info))))
-    }
-
-    pub fn mprobe(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-    ) -> Result<(UcxMessage, Status), PmlError> {
-        let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
-        self.wait_for(|p| {
-            Ok(p.worker
-                .probe(wanted, mask, true)
-                .map(|(message, info)| (UcxMessage(message), probed(info))))
-        })
-    }
-
-    /// Cancels a receive that has not matched yet; returns whether it was cancelled (the
-    /// request then completes with `PmlError::Cancelled`). Sends are not cancelled.
-    pub fn cancel(&mut self, h: Handle) -> Result<bool, PmlError> {
-        if h == Handle::SENT {
-            return Ok(false);
-        }
-        let op = self.ops.get(h).map_err(|_| PmlError::StaleRequest(h))?;
-        if matches!(op.kind, Kind::Send { .. }) {
-            return Ok(false);
-        }
-        let request = op.request.address();
-        // SAFETY: the memory of requests in `ops` lives as long as they are there.
-        if unsafe { peek(request) }.is_none() {
-            // SAFETY: a receive of this worker in flight. UCX completes an unmatched
-            // receive at once with UCS_ERR_CANCELED and leaves a matched one alone.
-            unsafe { ffi::ucp_request_cancel(self.worker.handle(), request) };
-        }
-        // SAFETY: as above; cancelling completes a request but does not free its memory.
-        Ok(unsafe { peek(request) } == Some(ffi::UCS_ERR_CANCELED))
-    }
-
-    /// One round of progress; returns whether anything moved.
-    #[inline]
-    pub fn progress(&mut self) -> Result<bool, PmlError> {
-        self.check_running()?;
-        Ok(self.worker.progress())
     }
 
     /// Fails, naming the failure that stopped this PML, if one did.
@@ -750,25 +398,6 @@ impl UcxPml {
     fn stop(&mut self, failure: PmlError) -> PmlError {
         self.failure.get_or_insert_with(|| failure.clone());
         failure
-    }
-
-    /// Waits until everything this rank sent has left (UCX's worker flush).
-    pub fn flush_all(&mut self) -> Result<(), PmlError> {
-        self.check_running()?;
-        let request = match self.worker.start_flush()? {
-            status::Started::Done => return Ok(()),
-            status::Started::Pending(request) => request,
-        };
-        // SAFETY: the flush request stays live until freed below, after it finished.
-        self.wait_until(|_| Ok(unsafe { peek(request) }.is_some()))?;
-        // SAFETY: finished (waited for above), freed once.
-        let (status, _) = unsafe { request::take_and_free(request) };
-        status::check("ucp_worker_flush_nbx", status)
-    }
-
-    /// Whether this rank's waits spin before they sleep (not when spinning was turned off).
-    pub fn waits_spin(&self) -> bool {
-        !self.spin.is_zero()
     }
 
     /// Progresses until `done` holds: spin for `spin_budget`, then sleep on the worker's
@@ -822,20 +451,387 @@ impl UcxPml {
     }
 }
 
+impl Pml for UcxPml {
+    type Message = UcxMessage;
+
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// What this rank runs on, for `--verbose`: UCX's version and the transports it chose.
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// Whether this rank's waits spin before they sleep (not when spinning was turned off).
+    fn waits_spin(&self) -> bool {
+        !self.spin.is_zero()
+    }
+
+    /// Starts a send of `len` bytes at `buf` to world rank `peer` in the communicator
+    /// `context`, where this rank is `source`. A send UCX finished at once (a small eager
+    /// message) returns [`Handle::SENT`]. Synchronous sends complete once the receiver
+    /// matched the message (`ucp_tag_send_sync_nbx`).
+    ///
+    /// # Safety
+    /// `buf` must be valid for reads of `len` bytes and must not be written or freed until the
+    /// request completes (`test` or `wait` reported it).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    unsafe fn post_send(
+        &mut self,
+        context: ContextId,
+        source: Rank,
+        peer: Rank,
+        tag: Tag,
+        mode: SendMode,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<Handle, PmlError> {
+        let envelope = Envelope {
+            context,
+            source,
+            tag,
+        };
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.start_send(envelope, peer, mode, buf, len, 0) }
+    }
+
+    /// `post_send` for a send its caller waits for at once (`MPI_Send`), as Open MPI's pml
+    /// ucx sends it: UCX is told that only local completion is awaited
+    /// (`UCP_OP_ATTR_FLAG_FAST_CMPL`), and then keeps messages eager up to its larger
+    /// threshold for such sends (`tag_send_nbr` in `ucx_info -e`: 256 KiB on shared memory
+    /// and on TCP, where other sends go rendezvous from 8 KiB). A 16 KiB ping-pong takes half
+    /// the time on shared memory, and a third on TCP, whose rendezvous costs some 30 us.
+    ///
+    /// # Safety
+    /// As for `post_send`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    unsafe fn post_awaited_send(
+        &mut self,
+        context: ContextId,
+        source: Rank,
+        peer: Rank,
+        tag: Tag,
+        mode: SendMode,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<Handle, PmlError> {
+        let envelope = Envelope {
+            context,
+            source,
+            tag,
+        };
+        let fast = match mode {
+            SendMode::Standard => ffi::UCP_OP_ATTR_FLAG_FAST_CMPL,
+            _ => 0,
+        };
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.start_send(envelope, peer, mode, buf, len, fast) }
+    }
+
+    /// Starts a receive into `len` bytes at `buf`.
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `len` bytes and must not be accessed otherwise until
+    /// the request completes.
+    unsafe fn post_recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Handle, PmlError> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.start_tag_recv(context, source, tag, buf, len) }?;
+        Ok(self.track_recv(len))
+    }
+
+    /// Starts a receive that finishes at once when its message was waiting: then no
+    /// request is left to wait on or collect (`Started::Done`).
+    ///
+    /// # Safety
+    /// As for `post_recv`.
+    #[inline]
+    unsafe fn start_recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Started<RecvBuf>, PmlError> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.start_tag_recv(context, source, tag, buf, len) }?;
+        let request = self.spare.next();
+        // SAFETY: the spare memory the receive runs in, whose state the callback writes.
+        if unsafe { peek(request) }.is_none() {
+            return Ok(Started::Posted(self.track_recv(len)));
+        }
+        // Finished inside the call: UCX is done with the memory, which stays spare.
+        // SAFETY: finished (peeked above).
+        let (outcome, info) = unsafe { request::take(request) };
+        Ok(Started::Done {
+            buf: RecvBuf::new(buf, len),
+            result: received(outcome, info, len).map_err(Box::new),
+        })
+    }
+
+    /// Receives into `len` bytes at `buf` and returns once the message is there: a blocking
+    /// receive in request memory this PML owns (no pool to take from and give back, no
+    /// handle), as Open MPI's pml ucx does it.
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `len` bytes for the duration of the call.
+    unsafe fn recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Status, PmlError> {
+        self.check_running()?;
+        let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
+        let request = self.blocking.address();
+        let param = request::owned_recv_param(request);
+        // SAFETY: the worker is live; `buf` is writable for `len` bytes until this returns,
+        // and the receive is finished (or cancelled and abandoned) before it does; the
+        // request memory is `self.blocking`, which no other operation uses meanwhile.
+        let started = unsafe {
+            ffi::ucp_tag_recv_nbx(
+                self.worker.handle(),
+                buf.cast(),
+                len as ffi::size_t,
+                wanted,
+                mask,
+                &param,
+            )
+        };
+        started_recv("ucp_tag_recv_nbx", started)?;
+        // SAFETY: the receive runs in `self.blocking`, whose state the callback writes.
+        if let Err(e) = self.wait_moving(len, |_| Ok(unsafe { peek(request) }.is_some())) {
+            self.abandon_blocking(request);
+            return Err(e);
+        }
+        // SAFETY: finished (waited for above); its state is read and made fresh again.
+        let (outcome, info) = unsafe { request::take(request) };
+        received(outcome, info, len)
+    }
+
+    /// Receives the message a matched probe took.
+    ///
+    /// # Safety
+    /// As for `post_recv`.
+    unsafe fn post_matched_recv(
+        &mut self,
+        message: UcxMessage,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Handle, PmlError> {
+        self.check_running()?;
+        let param = request::owned_recv_param(self.spare.next());
+        // SAFETY: as in `start_tag_recv`; `message` came from a removing probe on this
+        // worker and is consumed here, so it is received once.
+        let started = unsafe {
+            ffi::ucp_tag_msg_recv_nbx(
+                self.worker.handle(),
+                buf.cast(),
+                len as ffi::size_t,
+                message.0,
+                &param,
+            )
+        };
+        started_recv("ucp_tag_msg_recv_nbx", started)?;
+        Ok(self.track_recv(len))
+    }
+
+    /// Collects the request if it finished; the handle is spent once this returns `Some`
+    /// (or an error).
+    fn test(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
+        if let Some(done) = self.collect(h)? {
+            return Ok(Some(done));
+        }
+        self.progress()?;
+        self.collect(h)
+    }
+
+    /// Takes the request's outcome if it finished; makes no progress.
+    fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
+        if h == Handle::SENT {
+            return Ok(Some(Done::Sent));
+        }
+        // SAFETY: the memory of requests in `ops` lives as long as they are there.
+        let finished = |op: &Op| unsafe { peek(op.request.address()) }.is_some();
+        let Some(op) = self
+            .ops
+            .remove_if(h, finished)
+            .map_err(|_| PmlError::StaleRequest(h))?
+        else {
+            return Ok(None);
+        };
+        // SAFETY: finished (checked above), so UCX no longer writes the state.
+        let (status, info) = unsafe { request::take(op.request.address()) };
+        self.spare.give_back(op.request);
+        self.bytes_in_flight -= op.len;
+        match op.kind {
+            Kind::Send { peer } => match status {
+                ffi::UCS_OK => Ok(Some(Done::Sent)),
+                other => Err(self.stop(PmlError::transport(peer, status::describe(other)))),
+            },
+            Kind::Recv { buffer_len } => {
+                received(status, info, buffer_len).map(|s| Some(Done::Received(s)))
+            }
+        }
+    }
+
+    /// Whether the request finished, without collecting it.
+    fn is_complete(&mut self, h: Handle) -> Result<bool, PmlError> {
+        if h == Handle::SENT {
+            return Ok(true);
+        }
+        let op = self.ops.get(h).map_err(|_| PmlError::StaleRequest(h))?;
+        // SAFETY: the memory of requests in `ops` lives as long as they are there.
+        Ok(unsafe { peek(op.request.address()) }.is_some())
+    }
+
+    fn wait(&mut self, h: Handle) -> Result<Done, PmlError> {
+        if h != Handle::SENT {
+            let request = self
+                .ops
+                .get(h)
+                .map_err(|_| PmlError::StaleRequest(h))?
+                .request
+                .address();
+            // The request is found once, not on every round: while this waits only UCX's
+            // progress runs, which writes its state but neither moves nor frees it.
+            // SAFETY: the memory of requests in `ops` lives until they are collected, which
+            // is after this wait.
+            self.wait_until(|_| Ok(unsafe { peek(request) }.is_some()))?;
+        }
+        Ok(self
+            .collect(h)?
+            .expect("a request that was waited for has finished"))
+    }
+
+    /// Waits until any of `handles` finished; returns its index (not yet collected).
+    fn wait_any(&mut self, handles: &[Handle]) -> Result<usize, PmlError> {
+        self.wait_first(handles)
+    }
+
+    /// Looks for a matching message without taking it.
+    fn iprobe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<Option<Status>, PmlError> {
+        let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
+        self.progress()?;
+        Ok(self
+            .worker
+            .probe(wanted, mask, false)
+            .map(|(_, info)| probed(info)))
+    }
+
+    fn probe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<Status, PmlError> {
+        let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
+        self.wait_for(|p| {
+            Ok(p.worker
+                .probe(wanted, mask, false)
+                .map(|(_, info)| probed(info)))
+        })
+    }
+
+    /// Takes a matching message, if there is one, for `post_matched_recv`.
+    fn improbe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<Option<(UcxMessage, Status)>, PmlError> {
+        let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
+        self.progress()?;
+        Ok(self
+            .worker
+            .probe(wanted, mask, true)
+            .map(|(message, info)| (UcxMessage(message), probed(info))))
+    }
+
+    fn mprobe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<(UcxMessage, Status), PmlError> {
+        let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
+        self.wait_for(|p| {
+            Ok(p.worker
+                .probe(wanted, mask, true)
+                .map(|(message, info)| (UcxMessage(message), probed(info))))
+        })
+    }
+
+    /// Cancels a receive that has not matched yet; returns whether it was cancelled (the
+    /// request then completes with `PmlError::Cancelled`). Sends are not cancelled.
+    fn cancel(&mut self, h: Handle) -> Result<bool, PmlError> {
+        if h == Handle::SENT {
+            return Ok(false);
+        }
+        let op = self.ops.get(h).map_err(|_| PmlError::StaleRequest(h))?;
+        if matches!(op.kind, Kind::Send { .. }) {
+            return Ok(false);
+        }
+        let request = op.request.address();
+        // SAFETY: the memory of requests in `ops` lives as long as they are there.
+        if unsafe { peek(request) }.is_none() {
+            // SAFETY: a receive of this worker in flight. UCX completes an unmatched
+            // receive at once with UCS_ERR_CANCELED and leaves a matched one alone.
+            unsafe { ffi::ucp_request_cancel(self.worker.handle(), request) };
+        }
+        // SAFETY: as above; cancelling completes a request but does not free its memory.
+        Ok(unsafe { peek(request) } == Some(ffi::UCS_ERR_CANCELED))
+    }
+
+    /// One round of progress; returns whether anything moved.
+    #[inline]
+    fn progress(&mut self) -> Result<bool, PmlError> {
+        self.check_running()?;
+        Ok(self.worker.progress())
+    }
+
+    /// Waits until everything this rank sent has left (UCX's worker flush).
+    fn flush_all(&mut self) -> Result<(), PmlError> {
+        self.check_running()?;
+        let request = match self.worker.start_flush()? {
+            status::Started::Done => return Ok(()),
+            status::Started::Pending(request) => request,
+        };
+        // SAFETY: the flush request stays live until freed below, after it finished.
+        self.wait_until(|_| Ok(unsafe { peek(request) }.is_some()))?;
+        // SAFETY: finished (waited for above), freed once.
+        let (status, _) = unsafe { request::take_and_free(request) };
+        status::check("ucp_worker_flush_nbx", status)
+    }
+}
+
 impl Waiting for UcxPml {
     fn wait_until(
         &mut self,
         done: impl FnMut(&mut UcxPml) -> Result<bool, PmlError>,
     ) -> Result<(), PmlError> {
         UcxPml::wait_until(self, done)
-    }
-
-    fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
-        UcxPml::collect(self, h)
-    }
-
-    fn finished(&mut self, h: Handle) -> Result<bool, PmlError> {
-        self.is_complete(h)
     }
 }
 
