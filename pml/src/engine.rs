@@ -9,7 +9,7 @@ mod api;
 
 use std::collections::VecDeque;
 use std::slice;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::bulk_copy;
 use crate::config::{EngineConfig, TransportChoice};
@@ -24,7 +24,6 @@ use crate::transport::shm::{self, PeerArena, ShmConfig, ShmTransport};
 use crate::transport::tcp::{self, Sent, TcpConfig, TcpTransport};
 #[cfg(feature = "verbs")]
 use crate::transport::verbs::{self, VerbsConfig, VerbsTransport};
-use crate::waiting::Waiting;
 use crate::wire::{RemoteKey, DATA_HEADER_LEN};
 
 /// What a transport did to let peers read a send buffer (a verbs registration), undone when
@@ -63,17 +62,6 @@ enum Link {
     Verbs,
 }
 
-/// A waiting rank busy-polls for a while (a message about to arrive is caught at once), then
-/// yields its core for a while (ranks that outnumber cores let their peers run), then sleeps
-/// until a peer's frame wakes it. Rounds are counted first so the clock is read rarely; while
-/// spinning, only every so many rounds read it (a read costs as much as a round). Rounds follow
-/// each other at once, as in Open MPI's progress loop: a `pause` instruction between them
-/// (about 12 ns here) delayed seeing a message that had landed, and the 8-byte shared-memory
-/// latency went from 0.23-0.24 us with it to 0.21-0.22 without (alternated osu_latency runs).
-/// The spin is short (`MPIRT_SPIN_US`) and only for ranks with a CPU each.
-const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
-const YIELD_FOR: Duration = Duration::from_millis(1);
-const SLEEP: Duration = Duration::from_millis(2);
 /// A rank with peers on both shared memory and TCP sleeps on the segment's futex, which TCP
 /// cannot wake, so it sleeps in short stretches and polls its sockets in between.
 const MIXED_SLEEP: Duration = Duration::from_micros(250);
@@ -615,70 +603,22 @@ impl Engine {
         match exposure {}
     }
 
-    /// Progresses until `done` holds: spin, then yield, then sleep until a peer's frame
-    /// wakes this rank.
-    fn wait_until(
-        &mut self,
-        mut done: impl FnMut(&mut Engine) -> Result<bool, PmlError>,
-    ) -> Result<(), PmlError> {
-        let mut idle_rounds = 0u32;
-        let mut idle_since = None;
-        let mut spinning = true;
-        // A stopped engine moves nothing, so `done` could never come to hold.
-        self.check_running()?;
-        loop {
-            if done(self)? {
-                return Ok(());
-            }
-            // Requests, queues and probes change only when progress moves something: until
-            // then a round is one look at the transports, which keeps the spin short and a
-            // frame's arrival noticed sooner.
-            while !(self.may_move() && self.progress()?) {
-                idle_rounds = idle_rounds.wrapping_add(1);
-                if idle_rounds < SPIN_ROUNDS_BEFORE_CLOCK
-                    || (spinning && !idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_CLOCK))
-                {
-                    continue;
-                }
-                let idle = idle_since.get_or_insert_with(Instant::now).elapsed();
-                spinning = idle < self.spin;
-                if spinning {
-                    continue;
-                }
-                if idle < self.spin + YIELD_FOR {
-                    std::thread::yield_now();
-                } else if self.sleep(idle).map_err(|e| self.stop(e))? {
-                    // The sleep's own progress moved something: `done` may hold now.
-                    break;
-                }
-            }
-            idle_rounds = 0;
-            idle_since = None;
-        }
-    }
-
-    /// Sleeps until a transport may have something for us: each wait returns on a frame for
-    /// us, and on room where our frame was refused. `idle`: how long the wait made no progress.
-    /// Returns whether it made progress itself instead of sleeping, which the caller must not
-    /// miss: the next round may find nothing new, though a request finished.
-    fn sleep(&mut self, idle: Duration) -> Result<bool, PmlError> {
-        let moved = self.sleep_on_transports(idle)?;
+    /// Sleeps until a transport may have something for us, or `timeout` passes: each wait
+    /// returns on a frame for us, and on room where our frame was refused.
+    fn sleep_until_woken(&mut self, timeout: Duration) -> Result<(), PmlError> {
+        self.sleep_on_transports(timeout)?;
         // Whatever woke us may have come over TCP: look there on the next round.
         self.tcp_rounds_to_skip = 0;
-        Ok(moved)
+        Ok(())
     }
 
-    #[cfg_attr(not(feature = "verbs"), allow(unused_variables))]
-    fn sleep_on_transports(&mut self, idle: Duration) -> Result<bool, PmlError> {
+    fn sleep_on_transports(&mut self, timeout: Duration) -> Result<(), PmlError> {
         #[cfg(feature = "verbs")]
         if let Some(v) = &mut self.verbs {
-            // A peer that died completes nothing: probe, so the wait fails instead of hanging.
-            v.probe_idle_peers(idle)
-                .map_err(|e| e.on_host(&self.hosts))?;
             v.arm();
             // Completions that came before arming wake nobody: take them first.
             if self.progress()? {
-                return Ok(true);
+                return Ok(());
             }
             let v = self.verbs.as_mut().expect("checked above");
             if let Some(shm) = &self.shm {
@@ -687,18 +627,30 @@ impl Engine {
                 v.sleep(if self.tcp.is_some() {
                     MIXED_SLEEP
                 } else {
-                    SLEEP
+                    timeout
                 });
             }
-            return Ok(false);
+            return Ok(());
         }
         match (&self.shm, &mut self.tcp) {
-            (Some(shm), None) => shm.wait(SLEEP),
-            (None, Some(tcp)) => tcp.wait(SLEEP),
+            (Some(shm), None) => shm.wait(timeout),
+            (None, Some(tcp)) => tcp.wait(timeout),
             (Some(shm), Some(_)) => shm.wait(MIXED_SLEEP),
             (None, None) => std::thread::yield_now(),
         }
-        Ok(false)
+        Ok(())
+    }
+
+    /// Probes peers that have been quiet for `idle`: a peer that died completes nothing, so
+    /// a wait on it fails instead of hanging.
+    #[cfg_attr(not(feature = "verbs"), allow(unused_variables))]
+    fn probe_idle_peers(&mut self, idle: Duration) -> Result<(), PmlError> {
+        #[cfg(feature = "verbs")]
+        if let Some(v) = &mut self.verbs {
+            v.probe_idle_peers(idle)
+                .map_err(|e| e.on_host(&self.hosts))?;
+        }
+        Ok(())
     }
 
     /// Whether a round of progress could move anything. Cheaper than the round itself: a
@@ -982,15 +934,6 @@ fn map_peer_arenas(
         }
     }
     Ok((note, unreadable))
-}
-
-impl Waiting for Engine {
-    fn wait_until(
-        &mut self,
-        done: impl FnMut(&mut Engine) -> Result<bool, PmlError>,
-    ) -> Result<(), PmlError> {
-        Engine::wait_until(self, done)
-    }
 }
 
 /// Opens the RDMA device when verbs is asked for, or (`auto`) when ranks span hosts and a

@@ -1,6 +1,9 @@
 //! The engine's side of the PML contract ([`Pml`]): the calls mpirt makes, over the
-//! protocol core and the engine's progress. Sends, collection and progress themselves live
-//! with the transports, in the engine's own module.
+//! protocol core and the engine's progress, and its side of the waiting loop ([`Waiting`]).
+//! Sends, collection, progress and sleeping themselves live with the transports, in the
+//! engine's own module.
+
+use std::time::Duration;
 
 use super::{Engine, RecvBuf};
 use crate::envelope::{ContextId, Rank, SourceSel, Status, Tag, TagSel};
@@ -249,5 +252,30 @@ impl Pml for Engine {
     /// Sends everything still queued (FINs, credits): peers may be waiting on them.
     fn flush_all(&mut self) -> Result<(), PmlError> {
         self.wait_until(|e| Ok(e.blocked.is_empty() && (0..e.size).all(|p| !e.core.has_output(p))))
+    }
+}
+
+impl Waiting for Engine {
+    /// A round only when one could move anything (see `may_move`).
+    #[inline]
+    fn poll(&mut self) -> Result<bool, PmlError> {
+        Ok(self.may_move() && self.progress()?)
+    }
+
+    fn spin_budget(&self) -> Duration {
+        self.spin
+    }
+
+    fn check_peers(&mut self, idle: Duration) -> Result<(), PmlError> {
+        self.probe_idle_peers(idle).map_err(|e| self.stop(e))
+    }
+
+    fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
+        self.sleep_until_woken(timeout).map_err(|e| self.stop(e))
+    }
+
+    #[inline]
+    fn check_running(&self) -> Result<(), PmlError> {
+        Engine::check_running(self)
     }
 }

@@ -4,7 +4,7 @@
 //! transports; this maps envelopes to UCX tags and outcomes to `Done` and `PmlError`.
 
 use std::ffi::c_void;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::failure::PeerFailures;
 use super::ffi;
@@ -21,11 +21,6 @@ use crate::protocol::{SendMode, Started};
 use crate::requests::{Handle, Requests};
 use crate::waiting::Waiting;
 
-/// The longest one sleep on the worker's event fd lasts: a bound, in case a transport
-/// fails to signal, not the expected wake-up (a peer's message wakes it sooner).
-const SLEEP: Duration = Duration::from_millis(10);
-/// Idle rounds of progress between two looks at the clock and at failed peers.
-const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
 /// The slowest rate (bytes per nanosecond: 1 GB/s) at which messages in flight are expected
 /// to move: a wait spins at least as long as its bytes take at this rate before it sleeps.
 /// A rendezvous of 1 MiB leaves the waiting side idle for about the peer's copy, 100 us and
@@ -60,7 +55,7 @@ pub struct UcxMessage(ffi::ucp_tag_message_h);
 /// Settings of the UCX PML; UCX's own (`UCX_TLS`, ...) come from the environment.
 #[derive(Clone, Debug)]
 pub struct UcxConfig {
-    /// How long a wait spins on progress before it sleeps on the worker's event fd.
+    /// How long a wait spins on progress before it yields, then sleeps on the worker's event fd.
     pub spin: Duration,
     /// Endpoints in UCX's peer error mode: a peer that dies makes the waits on it fail
     /// naming it, instead of hanging. UCX 1.13 then cannot use its shared-memory transports
@@ -72,7 +67,7 @@ pub struct UcxConfig {
 pub struct UcxPml {
     rank: Rank,
     size: u32,
-    /// How long a wait spins on progress before it sleeps on the worker's event fd.
+    /// How long a wait spins on progress before it yields, then sleeps on the worker's event fd.
     spin: Duration,
     /// One per world rank, this one's included.
     endpoints: Vec<Endpoint>,
@@ -157,7 +152,7 @@ fn probed(info: ffi::ucp_tag_recv_info_t) -> Status {
     }
 }
 
-/// How long a wait spins on idle progress before it sleeps: the configured `spin`, or
+/// How long a wait spins on idle progress before it yields: the configured `spin`, or
 /// longer while many bytes are in flight (`SLOWEST_BYTES_PER_NS`, up to
 /// `MAX_SPIN_FOR_BYTES`). No spin stays none: that is the setting for ranks that share
 /// cores, which must not spin at all.
@@ -399,56 +394,6 @@ impl UcxPml {
         self.failure.get_or_insert_with(|| failure.clone());
         failure
     }
-
-    /// Progresses until `done` holds: spin for `spin_budget`, then sleep on the worker's
-    /// event fd so that oversubscribed ranks give their cores away. Once a peer's connection
-    /// broke, a wait that cannot finish fails naming that peer rather than hang on it.
-    fn wait_until(
-        &mut self,
-        done: impl FnMut(&mut UcxPml) -> Result<bool, PmlError>,
-    ) -> Result<(), PmlError> {
-        self.wait_moving(0, done)
-    }
-
-    /// `wait_until` for a blocking operation of `len` bytes, which count as in flight (for
-    /// the spin budget) besides those of the requests.
-    #[inline]
-    fn wait_moving(
-        &mut self,
-        len: usize,
-        mut done: impl FnMut(&mut UcxPml) -> Result<bool, PmlError>,
-    ) -> Result<(), PmlError> {
-        let mut idle_since = None;
-        let mut idle_rounds = 0u32;
-        // A stopped PML moves nothing, so `done` could never come to hold.
-        self.check_running()?;
-        loop {
-            if done(self)? {
-                return Ok(());
-            }
-            if self.worker.progress() {
-                idle_since = None;
-                idle_rounds = 0;
-                continue;
-            }
-            // Idle rounds are counted first: reading the clock and scanning every peer for a
-            // failure cost more than a round, and would delay seeing a message that arrives.
-            // No pause instruction between rounds: a round reads what the peer writes, so
-            // a pause only delays seeing its message (Open MPI's pml ucx polls the same way).
-            idle_rounds = idle_rounds.wrapping_add(1);
-            if !idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_CLOCK) {
-                continue;
-            }
-            if let Some((peer, status)) = self.failures.first() {
-                return Err(self.stop(peer_failed(peer, status)));
-            }
-            if idle_since.get_or_insert_with(Instant::now).elapsed()
-                >= spin_budget(self.spin, self.bytes_in_flight + len)
-            {
-                self.worker.sleep(SLEEP).map_err(|e| self.stop(e))?;
-            }
-        }
-    }
 }
 
 impl Pml for UcxPml {
@@ -615,8 +560,12 @@ impl Pml for UcxPml {
             )
         };
         started_recv("ucp_tag_recv_nbx", started)?;
+        // Its bytes count as in flight while it waits (for the spin budget), as a request's.
+        self.bytes_in_flight += len;
         // SAFETY: the receive runs in `self.blocking`, whose state the callback writes.
-        if let Err(e) = self.wait_moving(len, |_| Ok(unsafe { peek(request) }.is_some())) {
+        let waited = self.wait_until(|_| Ok(unsafe { peek(request) }.is_some()));
+        self.bytes_in_flight -= len;
+        if let Err(e) = waited {
             self.abandon_blocking(request);
             return Err(e);
         }
@@ -827,11 +776,33 @@ impl Pml for UcxPml {
 }
 
 impl Waiting for UcxPml {
-    fn wait_until(
-        &mut self,
-        done: impl FnMut(&mut UcxPml) -> Result<bool, PmlError>,
-    ) -> Result<(), PmlError> {
-        UcxPml::wait_until(self, done)
+    #[inline]
+    fn poll(&mut self) -> Result<bool, PmlError> {
+        Ok(self.worker.progress())
+    }
+
+    /// The configured spin, or longer while many bytes are in flight (see `spin_budget`).
+    fn spin_budget(&self) -> Duration {
+        spin_budget(self.spin, self.bytes_in_flight)
+    }
+
+    /// Once a peer's connection broke, a wait that cannot finish fails naming that peer
+    /// rather than hang on it.
+    fn check_peers(&mut self, _idle: Duration) -> Result<(), PmlError> {
+        match self.failures.first() {
+            Some((peer, status)) => Err(self.stop(peer_failed(peer, status))),
+            None => Ok(()),
+        }
+    }
+
+    /// Sleeps on the worker's event fd, so that oversubscribed ranks give their cores away.
+    fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
+        self.worker.sleep(timeout).map_err(|e| self.stop(e))
+    }
+
+    #[inline]
+    fn check_running(&self) -> Result<(), PmlError> {
+        UcxPml::check_running(self)
     }
 }
 
