@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
-use crate::bootstrap::vars;
 use crate::hosts::MapBy;
+use bootstrap::vars;
 
 /// Where each rank may run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

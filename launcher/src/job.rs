@@ -15,7 +15,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::agent::AgentArgs;
-use crate::bootstrap::vars;
 use crate::cli::{BindTo, Cli};
 use crate::hosts;
 use crate::kvs::KvsServer;
@@ -23,6 +22,7 @@ use crate::output::{self, Sink};
 use crate::signals;
 use crate::spawn::local::{self, LaunchSpec, RankProcess, Slot};
 use crate::spawn::ssh::{self, SshSpec};
+use bootstrap::vars;
 
 /// Exit code when `--timeout` ends the job, as timeout(1) uses.
 const TIMEOUT_EXIT: i32 = 124;

@@ -11,8 +11,9 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 
+use bootstrap::wire::{self, Request, Response, MAX_FRAME, MAX_HELLO_FRAME};
+
 use crate::job::Event;
-use crate::wire::{self, Request, Response, MAX_FRAME, MAX_HELLO_FRAME};
 
 /// Identifies one TCP connection to the service.
 pub type ConnId = u64;

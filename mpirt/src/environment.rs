@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use launcher::Bootstrap;
+use bootstrap::Bootstrap;
 use pml::{EngineConfig, Pml, PmlError, Wireup};
 
 use crate::backend::{self, AnyPml, PmlChoice};

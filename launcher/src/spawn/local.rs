@@ -9,7 +9,7 @@ use std::mem::MaybeUninit;
 use std::os::unix::process::CommandExt;
 use std::process::{ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
 
-use crate::bootstrap::vars;
+use bootstrap::vars;
 
 /// Everything the ranks of one job share.
 pub struct LaunchSpec<'a> {

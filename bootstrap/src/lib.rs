@@ -5,6 +5,12 @@
 //! get over that one connection. Under `srun --mpi=pmi2` (`PMI_FD` set), the same three steps go
 //! over PMI-2 to Slurm (see `pmi2.rs`). Started without a launcher, the program is a singleton:
 //! rank 0 of 1, with a local map standing in for the service.
+//!
+//! A crate of its own, so that ranks (mpirt) use it without the launcher's CLI; rsrun's
+//! server (launcher's `kvs`) speaks the same [`wire`] format and sets the same [`vars`].
+
+pub mod pmi2;
+pub mod wire;
 
 use std::collections::HashMap;
 use std::env;
@@ -15,8 +21,8 @@ use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use crate::pmi2::{self, Message};
-use crate::wire::{self, Request, Response, MAX_FRAME};
+use crate::pmi2::Message;
+use crate::wire::{Request, Response, MAX_FRAME};
 
 /// Environment variable names rsrun sets for every rank.
 pub mod vars {
@@ -404,7 +410,27 @@ impl Bootstrap {
 
 /// How many tasks Slurm put on node `node` (counting from 0), from a list like `2(x3),1`.
 fn tasks_on_node(list: &str, node: usize) -> Option<u32> {
-    crate::hosts::expand_counts(list).ok()?.get(node).copied()
+    expand_counts(list).ok()?.get(node).copied()
+}
+
+/// Expands Slurm's per-node counts: `2(x3),1` is 2, 2, 2, 1.
+pub fn expand_counts(list: &str) -> Result<Vec<u32>, String> {
+    let mut counts = Vec::new();
+    for item in list.split(',') {
+        let bad = || format!("'{item}' in '{list}' is not a count");
+        let (count, repeat) = match item.split_once("(x") {
+            Some((c, r)) => (
+                c,
+                r.strip_suffix(')')
+                    .and_then(|r| r.parse::<usize>().ok())
+                    .ok_or_else(bad)?,
+            ),
+            None => (item, 1),
+        };
+        let count: u32 = count.trim().parse().map_err(|_| bad())?;
+        counts.resize(counts.len() + repeat, count);
+    }
+    Ok(counts)
 }
 
 fn unexpected(response: Response) -> BootstrapError {
