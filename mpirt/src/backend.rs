@@ -6,15 +6,20 @@
 //! which the branch predictor learns at once, and a build without `ucx` has a one-variant
 //! enum whose matches compile away, so the native path pays nothing for the choice.
 
+pub(crate) mod hooks;
+
 use std::env;
+use std::time::Duration;
 
 #[cfg(feature = "ucx")]
 use pml::ucx::{UcxConfig, UcxMessage, UcxPml};
 use pml::RecvBuf;
 use pml::{
     ContextId, Done, Engine, EngineConfig, EngineError, Handle, Pml, PmlError, Rank, SendMode,
-    SourceSel, Started, Status, Tag, TagSel, Wireup,
+    SourceSel, Started, Status, Tag, TagSel, Waiting, Wireup,
 };
+
+use crate::environment;
 
 /// Which PML the ranks run on; every rank of a job must name the same one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,7 +156,7 @@ impl Pml for AnyPml {
         buf: *const u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
-        // SAFETY: the caller\'s guarantees are passed on unchanged.
+        // SAFETY: the caller's guarantees are passed on unchanged.
         on_pml!(self, p => unsafe { p.post_send(context, source, peer, tag, mode, buf, len) })
     }
 
@@ -166,7 +171,7 @@ impl Pml for AnyPml {
         buf: *const u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
-        // SAFETY: the caller\'s guarantees are passed on unchanged.
+        // SAFETY: the caller's guarantees are passed on unchanged.
         on_pml!(self, p => unsafe {
             p.post_awaited_send(context, source, peer, tag, mode, buf, len)
         })
@@ -181,7 +186,7 @@ impl Pml for AnyPml {
         buf: *mut u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
-        // SAFETY: the caller\'s guarantees are passed on unchanged.
+        // SAFETY: the caller's guarantees are passed on unchanged.
         on_pml!(self, p => unsafe { p.post_recv(context, source, tag, buf, len) })
     }
 
@@ -194,10 +199,12 @@ impl Pml for AnyPml {
         buf: *mut u8,
         len: usize,
     ) -> Result<Started<RecvBuf>, PmlError> {
-        // SAFETY: the caller\'s guarantees are passed on unchanged.
+        // SAFETY: the caller's guarantees are passed on unchanged.
         on_pml!(self, p => unsafe { p.start_recv(context, source, tag, buf, len) })
     }
 
+    /// The PML's own blocking receive, unless progress hooks are registered: that cannot
+    /// step them, so the receive is started and waited for here.
     #[inline]
     unsafe fn recv(
         &mut self,
@@ -207,7 +214,11 @@ impl Pml for AnyPml {
         buf: *mut u8,
         len: usize,
     ) -> Result<Status, PmlError> {
-        // SAFETY: the caller\'s guarantees are passed on unchanged.
+        if hooks::any() {
+            // SAFETY: the caller's guarantees are passed on unchanged.
+            return unsafe { self.recv_stepping_hooks(context, source, tag, buf, len) };
+        }
+        // SAFETY: the caller's guarantees are passed on unchanged.
         on_pml!(self, p => unsafe { p.recv(context, source, tag, buf, len) })
     }
 
@@ -229,9 +240,14 @@ impl Pml for AnyPml {
         }
     }
 
+    /// Steps the progress hooks too, if any are registered: a test moves things on.
     #[inline]
     fn test(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
-        on_pml!(self, p => p.test(h))
+        let done = on_pml!(self, p => p.test(h))?;
+        if hooks::any() {
+            self.step_hooks()?;
+        }
+        Ok(done)
     }
 
     #[inline]
@@ -244,12 +260,21 @@ impl Pml for AnyPml {
         on_pml!(self, p => p.is_complete(h))
     }
 
+    /// The PML's own wait, unless progress hooks are registered: then the waiting loop runs
+    /// here, where it can step them.
     #[inline]
     fn wait(&mut self, h: Handle) -> Result<Done, PmlError> {
+        if hooks::any() {
+            return self.wait_stepping_hooks(h);
+        }
         on_pml!(self, p => p.wait(h))
     }
 
     fn wait_any(&mut self, handles: &[Handle]) -> Result<usize, PmlError> {
+        if hooks::any() {
+            self.step_hooks()?;
+            return self.wait_first(handles);
+        }
         on_pml!(self, p => p.wait_any(handles))
     }
 
@@ -311,12 +336,89 @@ impl Pml for AnyPml {
         on_pml!(self, p => p.cancel(h))
     }
 
+    /// Steps the progress hooks too, if any are registered.
     fn progress(&mut self) -> Result<bool, PmlError> {
-        on_pml!(self, p => p.progress())
+        let moved = on_pml!(self, p => p.progress())?;
+        if hooks::any() {
+            self.step_hooks()?;
+        }
+        Ok(moved)
     }
 
     fn flush_all(&mut self) -> Result<(), PmlError> {
         on_pml!(self, p => p.flush_all())
+    }
+}
+
+/// The waits while progress hooks are registered, out of the way of the others: inlined into
+/// the message path, they made an 8-byte message cost the sender 50 instructions more.
+impl AnyPml {
+    #[cold]
+    #[inline(never)]
+    fn wait_stepping_hooks(&mut self, h: Handle) -> Result<Done, PmlError> {
+        self.step_hooks()?;
+        self.wait_collect(h)
+    }
+
+    /// A PML's own blocking receive cannot step the hooks: the receive is started and
+    /// waited for here.
+    ///
+    /// # Safety
+    /// As for `recv`.
+    #[cold]
+    #[inline(never)]
+    unsafe fn recv_stepping_hooks(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Status, PmlError> {
+        // SAFETY: the caller's guarantees, which cover the whole call, are passed on: the
+        // receive finishes (or fails) before this returns.
+        match unsafe { self.start_recv(context, source, tag, buf, len) }? {
+            Started::Done { result, .. } => result.map_err(|e| *e),
+            Started::Posted(h) => match self.wait_stepping_hooks(h)? {
+                Done::Received(status) => Ok(status),
+                Done::Sent => unreachable!("a receive completed as a send"),
+            },
+            Started::Claimed => unreachable!("only a PML's own blocking receive claims"),
+        }
+    }
+}
+
+/// The waiting loop of whichever PML runs, and the hooks: the loop runs here only while
+/// hooks are registered (see `wait`); otherwise the PML's own waits run.
+impl Waiting for AnyPml {
+    #[inline]
+    fn poll(&mut self) -> Result<bool, PmlError> {
+        on_pml!(self, p => p.poll())
+    }
+
+    fn spin_budget(&self) -> Duration {
+        on_pml!(self, p => p.spin_budget())
+    }
+
+    fn check_peers(&mut self, idle: Duration) -> Result<(), PmlError> {
+        on_pml!(self, p => p.check_peers(idle))
+    }
+
+    fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
+        on_pml!(self, p => p.sleep(timeout))
+    }
+
+    fn check_running(&self) -> Result<(), PmlError> {
+        on_pml!(self, p => p.check_running())
+    }
+
+    /// Runs the registered hooks with this PML lent to them: they call it through
+    /// `with_engine`, which this call already holds.
+    #[cold]
+    #[inline(never)]
+    fn step_hooks(&mut self) -> Result<(), PmlError> {
+        environment::lend(self, hooks::step_all);
+        Ok(())
     }
 }
 

@@ -20,7 +20,7 @@ pub mod shared_arena;
 pub mod transport;
 #[cfg(feature = "ucx")]
 pub mod ucx;
-mod waiting;
+pub mod waiting;
 pub mod wire;
 
 pub use config::{EngineConfig, TransportChoice};
@@ -34,4 +34,5 @@ pub use protocol::{
     Started,
 };
 pub use requests::Handle;
+pub use waiting::Waiting;
 pub use wire::RemoteKey;

@@ -2,7 +2,9 @@
 //! (`wait`, `wait_any`, the blocking probes and receives, `flush_all`) progresses until its
 //! condition holds; each PML supplies the steps ([`Waiting`]: a round of progress, its spin
 //! budget, what only time reveals, a sleep until woken), and the loop decides when to spin,
-//! yield and sleep.
+//! yield and sleep. Whenever something moved, the loop also steps the hooks the layer above
+//! registered ([`Waiting::step_hooks`]: mpirt's immediate collectives, which post their next
+//! round only when stepped), so that every blocking call moves them on.
 //!
 //! A waiting rank busy-polls for a while (a message about to arrive is caught at once), then
 //! yields its core for a while (ranks that outnumber cores let their peers run), then sleeps
@@ -25,10 +27,10 @@ const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
 const YIELD_FOR: Duration = Duration::from_millis(1);
 /// The longest one sleep lasts: a bound, in case a wake-up is missed, not the expected one
 /// (a peer's message wakes the rank sooner).
-pub(crate) const SLEEP: Duration = Duration::from_millis(2);
+const SLEEP: Duration = Duration::from_millis(2);
 
 /// A PML's side of the waiting loop; the loop itself and the waits built on it are provided.
-pub(crate) trait Waiting: Pml + Sized {
+pub trait Waiting: Pml + Sized {
     /// One round of progress, as cheap as it can be while nothing comes; whether anything
     /// moved. Requests, queues and probes change only when something moves, so the loop
     /// looks at its condition again only then.
@@ -50,6 +52,14 @@ pub(crate) trait Waiting: Pml + Sized {
     /// Fails, naming the failure that stopped the PML, if one did: a stopped PML moves
     /// nothing, so a wait on it could never end.
     fn check_running(&self) -> Result<(), PmlError>;
+
+    /// Steps the progress hooks registered with this PML, after a round that moved
+    /// something: their transfers may have finished. A PML alone has none (mpirt's, which
+    /// holds either PML, has its immediate collectives).
+    #[inline]
+    fn step_hooks(&mut self) -> Result<(), PmlError> {
+        Ok(())
+    }
 
     /// Progresses until `done` holds: spins while the PML's budget lasts, then yields for
     /// `YIELD_FOR`, then sleeps. The idle clock starts at the first idle round and again
@@ -90,6 +100,7 @@ pub(crate) trait Waiting: Pml + Sized {
                 // The sleep may have made progress itself: `done` may hold now.
                 continue 'wait;
             }
+            self.step_hooks()?;
             idle_rounds = 0;
             idle_since = None;
         }
