@@ -15,7 +15,8 @@ pub mod wire;
 use std::collections::HashMap;
 use std::env;
 use std::fmt;
-use std::io;
+use std::fs;
+use std::io::{self, Read};
 use std::net::TcpStream;
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
@@ -45,6 +46,12 @@ pub mod vars {
     pub const BOUND_CPU: &str = "MPIRT_BOUND_CPU";
 }
 
+/// The key under which the job's key-value space holds the secret the ranks' own connections
+/// prove they know (64 hex digits: 256 random bits). rsrun's service holds it from the start
+/// and gives it only to connections that proved to know the service's secret; under PMI-2,
+/// rank 0 makes it and puts it before the first fence, and only the job's tasks can get it.
+pub const JOB_SECRET_KEY: &str = "mpirt.job-secret";
+
 /// How long an aborting rank waits for rsrun to acknowledge before exiting on its own.
 const ABORT_ACK_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -72,6 +79,8 @@ pub enum BootstrapError {
     NotFound(String),
     /// rsrun answered something this client does not understand.
     Protocol(String),
+    /// Rank 0 under PMI-2 could not make the job's secret.
+    Random(io::Error),
 }
 
 impl fmt::Display for BootstrapError {
@@ -100,6 +109,9 @@ impl fmt::Display for BootstrapError {
             BootstrapError::Protocol(what) => {
                 write!(f, "unexpected answer from rsrun's key-value service: {what}")
             }
+            BootstrapError::Random(e) => {
+                write!(f, "cannot read /dev/urandom to make the job's secret: {e}")
+            }
         }
     }
 }
@@ -107,9 +119,9 @@ impl fmt::Display for BootstrapError {
 impl std::error::Error for BootstrapError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            BootstrapError::Connect { source, .. } | BootstrapError::Io { source, .. } => {
-                Some(source)
-            }
+            BootstrapError::Connect { source, .. }
+            | BootstrapError::Io { source, .. }
+            | BootstrapError::Random(source) => Some(source),
             _ => None,
         }
     }
@@ -212,6 +224,14 @@ impl Bootstrap {
             .unwrap_or(1);
         // Slurm's step id keeps shared-memory names of two steps apart.
         let step = env::var("SLURM_STEP_ID").unwrap_or_default();
+        if init.rank == 0 {
+            let secret = random_hex(32).map_err(BootstrapError::Random)?;
+            pmi2::call(
+                &mut stream,
+                &Message::new("kvs-put", &[("key", JOB_SECRET_KEY), ("value", &secret)]),
+            )
+            .map_err(BootstrapError::Protocol)?;
+        }
         Ok(Bootstrap {
             rank: init.rank,
             size: init.size,
@@ -256,6 +276,18 @@ impl Bootstrap {
 
     pub fn is_singleton(&self) -> bool {
         matches!(self.backend, Backend::Singleton(_))
+    }
+
+    /// The job's secret for the ranks' own connections, as hex text (see [`JOB_SECRET_KEY`]):
+    /// valid after the first fence.
+    pub fn job_secret(&mut self) -> Result<Vec<u8>, BootstrapError> {
+        self.get(JOB_SECRET_KEY).map_err(|e| match e {
+            BootstrapError::NotFound(_) => BootstrapError::Protocol(format!(
+                "the job's key-value space holds no '{JOB_SECRET_KEY}' (is rsrun older than \
+                 this program? use the rsrun of the same mpirt)"
+            )),
+            other => other,
+        })
     }
 
     /// Publishes `value` under `key`. Peers are only sure to see it after the next fence.
@@ -413,6 +445,14 @@ fn tasks_on_node(list: &str, node: usize) -> Option<u32> {
     expand_counts(list).ok()?.get(node).copied()
 }
 
+/// `bytes` random bytes from the kernel, as lowercase hex: rsrun's job ids and secrets, and
+/// the job's secret that rank 0 makes under PMI-2.
+pub fn random_hex(bytes: usize) -> io::Result<String> {
+    let mut buf = vec![0u8; bytes];
+    fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// Expands Slurm's per-node counts: `2(x3),1` is 2, 2, 2, 1.
 pub fn expand_counts(list: &str) -> Result<Vec<u32>, String> {
     let mut counts = Vec::new();
@@ -472,6 +512,12 @@ mod tests {
         assert_eq!(b.get("shm.0").unwrap(), b"\0abc");
         let missing = b.get("tcp.0").unwrap_err();
         assert!(missing.to_string().contains("'tcp.0'"), "{missing}");
+        // A launcher that gives no job secret (an older rsrun) is named as the cause.
+        let no_secret = b.job_secret().unwrap_err().to_string();
+        assert!(
+            no_secret.contains("holds no 'mpirt.job-secret' (is rsrun older"),
+            "{no_secret}"
+        );
         b.finalize().unwrap();
     }
 

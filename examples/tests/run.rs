@@ -4,7 +4,7 @@
 use std::process::Output;
 
 mod support;
-use support::rsrun;
+use support::{rsrun, rsrun_with};
 
 fn stdout(o: &Output) -> String {
     assert!(
@@ -86,4 +86,24 @@ fn bigmsg_refuses_a_bad_size() {
     let o = rsrun(2, "bigmsg", &["lots"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("usage: bigmsg SIZE"));
+}
+
+#[test]
+fn first_contact_times_both_round_trips_over_tcp() {
+    let out = stdout(&rsrun_with(
+        2,
+        &["--transport", "tcp"],
+        "first_contact",
+        &[],
+    ));
+    let times: Vec<f64> = out
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(
+        out.starts_with("first round trip ") && times.len() == 2 && times.iter().all(|&t| t > 0.0),
+        "{out}"
+    );
+    let o = rsrun(3, "first_contact", &[]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("first_contact needs exactly 2 ranks"));
 }

@@ -1,10 +1,10 @@
 //! `rsrun --agent`: the small process rsrun starts on each remote host over ssh.
 //!
 //! It starts that host's ranks, sends everything rsrun needs to know back over its stdout (the
-//! ssh session's stdout) as [`Report`]s, and takes commands on its stdin: first the job's
-//! secret (kept off every command line), then `signal N` lines. At end of file on stdin, which
-//! is what the remote side sees when rsrun or its ssh client dies (plain ssh does not kill remote
-//! processes), it kills its ranks with SIGKILL and exits.
+//! ssh session's stdout) as [`Report`]s, and takes [`Command`]s on its stdin: first the job's
+//! secret (kept off every command line), then signals to pass on and rsrun's stdin for rank 0.
+//! At end of file on stdin, which is what the remote side sees when rsrun or its ssh client dies
+//! (plain ssh does not kill remote processes), it kills its ranks with SIGKILL and exits.
 //!
 //! rsrun runs the agent as the absolute path of its own executable, so rsrun must be installed
 //! at the same path on every host (as mpirun's `--prefix` assumes).
@@ -12,12 +12,16 @@
 use std::ffi::{OsStr, OsString};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::process::ChildStdin;
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::cli::BindTo;
+use crate::hosts;
+use crate::spawn::binding::{self, Binding};
 use crate::spawn::local::{self, LaunchSpec, Slot};
+use crate::spawn::workdir;
 
 /// The flag that selects agent mode; it must be rsrun's first argument.
 pub const FLAG: &str = "--agent";
@@ -40,6 +44,15 @@ pub enum Report {
     Exited { rank: u32, status: i32 },
     /// The ranks could not be started; rsrun exits with `code`.
     Failed { code: i32, message: String },
+    /// Something the user should know about this host; rsrun prints it as a warning naming
+    /// the host.
+    Warning { message: String },
+    /// A line rsrun prints on its stderr as it is (`--report-bindings`).
+    Note { line: String },
+    /// Rank 0 took this many more bytes of the stdin rsrun forwards: rsrun may send more.
+    InputTaken { bytes: u32 },
+    /// Rank 0 no longer reads its stdin: rsrun stops forwarding it.
+    InputClosed,
 }
 
 /// Writes one report with a single `write_all`, so reports from different threads sharing the
@@ -58,9 +71,20 @@ pub fn write_report(out: &mut impl Write, report: &Report) -> io::Result<()> {
             buf.extend_from_slice(bytes);
         }
         Report::Exited { rank, status } => buf.extend(format!("X {rank} {status}\n").bytes()),
+        Report::InputTaken { bytes } => buf.extend(format!("T {bytes} 0\n").bytes()),
+        Report::InputClosed => buf.extend(b"C 0 0\n"),
         Report::Failed { code, message } => {
             buf.extend(format!("F {code} {}\n", message.len()).bytes());
             buf.extend(message.bytes());
+        }
+        Report::Warning { message: text } | Report::Note { line: text } => {
+            let kind = if matches!(report, Report::Warning { .. }) {
+                'W'
+            } else {
+                'N'
+            };
+            buf.extend(format!("{kind} 0 {}\n", text.len()).bytes());
+            buf.extend(text.bytes());
         }
     }
     out.write_all(&buf)?;
@@ -110,8 +134,66 @@ pub fn read_report(input: &mut impl BufRead) -> io::Result<Option<Report>> {
             code: int(a)?,
             message: String::from_utf8_lossy(&payload(b)?).into_owned(),
         },
+        "W" => Report::Warning {
+            message: String::from_utf8_lossy(&payload(b)?).into_owned(),
+        },
+        "N" => Report::Note {
+            line: String::from_utf8_lossy(&payload(b)?).into_owned(),
+        },
+        "T" => Report::InputTaken { bytes: rank? },
+        "C" => Report::InputClosed,
         _ => return Err(bad()),
     }))
+}
+
+/// One instruction from rsrun to an agent, after the secret line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Send this signal to every rank.
+    Signal(i32),
+    /// The next bytes of rsrun's stdin, for rank 0.
+    Input(Vec<u8>),
+    /// rsrun's stdin ended: close rank 0's.
+    InputEnd,
+}
+
+/// Writes one command with a single `write_all`: `signal N` or `input-end` lines, or an
+/// `input LEN` line followed by the bytes.
+pub fn write_command(out: &mut impl Write, command: &Command) -> io::Result<()> {
+    let mut buf = Vec::new();
+    match command {
+        Command::Signal(sig) => buf.extend(format!("signal {sig}\n").bytes()),
+        Command::Input(bytes) => {
+            buf.extend(format!("input {}\n", bytes.len()).bytes());
+            buf.extend_from_slice(bytes);
+        }
+        Command::InputEnd => buf.extend(b"input-end\n"),
+    }
+    out.write_all(&buf)?;
+    out.flush()
+}
+
+/// Reads the next command; None at end of stream.
+pub fn read_command(input: &mut impl BufRead) -> io::Result<Option<Command>> {
+    let mut line = String::new();
+    if input.read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, format!("bad command '{line}'"));
+    let line = line.trim_end();
+    if line == "input-end" {
+        return Ok(Some(Command::InputEnd));
+    }
+    let (word, number) = line.split_once(' ').ok_or_else(bad)?;
+    match word {
+        "signal" => Ok(Some(Command::Signal(number.parse().map_err(|_| bad())?))),
+        "input" => {
+            let mut bytes = vec![0; number.parse().map_err(|_| bad())?];
+            input.read_exact(&mut bytes)?;
+            Ok(Some(Command::Input(bytes)))
+        }
+        _ => Err(bad()),
+    }
 }
 
 /// What rsrun tells the agent on its command line (after `--agent`, in this order).
@@ -120,9 +202,15 @@ pub struct AgentArgs {
     pub job_id: String,
     pub size: u32,
     pub kvs_port: u16,
-    pub bind_to: BindTo,
+    /// How the ranks are pinned; `Binding::Core` travels as a word and takes the agent's CPUs.
+    pub binding: Binding,
     /// The ranks this host runs, in local-rank order.
     pub ranks: Vec<u32>,
+    /// The directory the ranks should run in, and whether the user named it (`--wdir`), which
+    /// makes its absence an error instead of a fallback to the home directory.
+    pub wdir: OsString,
+    pub wdir_named: bool,
+    pub report_bindings: bool,
     pub program: OsString,
     pub args: Vec<OsString>,
 }
@@ -131,16 +219,26 @@ impl AgentArgs {
     /// The words that follow `--agent` on the remote command line.
     pub fn to_words(&self) -> Vec<OsString> {
         let ranks: Vec<String> = self.ranks.iter().map(u32::to_string).collect();
-        let bind = match self.bind_to {
-            BindTo::Core => "core",
-            BindTo::None => "none",
+        let mut flags = Vec::new();
+        if self.wdir_named {
+            flags.push("wdir");
+        }
+        if self.report_bindings {
+            flags.push("report-bindings");
+        }
+        let flags = if flags.is_empty() {
+            "-".to_string()
+        } else {
+            flags.join(",")
         };
         let mut words: Vec<OsString> = vec![
             self.job_id.clone().into(),
             self.size.to_string().into(),
             self.kvs_port.to_string().into(),
-            bind.into(),
+            self.binding.to_word().into(),
             ranks.join(",").into(),
+            flags.into(),
+            self.wdir.clone(),
             self.program.clone(),
         ];
         words.extend(self.args.iter().cloned());
@@ -155,23 +253,28 @@ impl AgentArgs {
                 .ok_or_else(|| format!("agent argument {i} is missing or not UTF-8"))
         };
         let num = |i: usize| text(i)?.parse::<u32>().map_err(|e| format!("arg {i}: {e}"));
-        let bind_to = match text(3)? {
-            "core" => BindTo::Core,
-            "none" => BindTo::None,
-            other => return Err(format!("unknown binding '{other}'")),
-        };
         let ranks = text(4)?
             .split(',')
             .map(|r| r.parse::<u32>().map_err(|e| format!("rank '{r}': {e}")))
             .collect::<Result<_, _>>()?;
+        let flags: Vec<&str> = text(5)?.split(',').collect();
+        if let Some(unknown) = flags
+            .iter()
+            .find(|f| !["-", "wdir", "report-bindings"].contains(f))
+        {
+            return Err(format!("unknown agent flag '{unknown}'"));
+        }
         Ok(AgentArgs {
             job_id: text(0)?.to_string(),
             size: num(1)?,
             kvs_port: u16::try_from(num(2)?).map_err(|e| e.to_string())?,
-            bind_to,
+            binding: Binding::from_word(text(3)?)?,
             ranks,
-            program: words.get(5).ok_or("the program is missing")?.clone(),
-            args: words[6..].to_vec(),
+            wdir_named: flags.contains(&"wdir"),
+            report_bindings: flags.contains(&"report-bindings"),
+            wdir: words.get(6).ok_or("the directory is missing")?.clone(),
+            program: words.get(7).ok_or("the program is missing")?.clone(),
+            args: words[8..].to_vec(),
         })
     }
 }
@@ -228,26 +331,43 @@ pub fn main(words: &[OsString]) -> i32 {
         Ok(addr) => addr,
         Err(e) => return fail(1, e),
     };
-    let cpus = match args.bind_to {
-        BindTo::Core => match local::allowed_cpus() {
-            Ok(cpus) => cpus,
-            Err(e) => return fail(1, format!("cannot read CPU affinity: {e}")),
-        },
-        BindTo::None => Vec::new(),
+    let allowed = match binding::allowed_cpus() {
+        Ok(cpus) => cpus,
+        Err(e) => return fail(1, format!("cannot read CPU affinity: {e}")),
+    };
+    if let Err(e) = args.binding.check(&args.ranks, &allowed) {
+        return fail(1, e);
+    }
+    let home = std::env::var_os("HOME");
+    let place = match workdir::choose(Path::new(&args.wdir), args.wdir_named, home.as_deref()) {
+        Ok(place) => place,
+        Err(e) => return fail(1, e),
+    };
+    if let Some(message) = place.fallback {
+        let _ = write_report(&mut *lock(&out), &Report::Warning { message });
+    }
+    // The rank environment came with the agent's own (`env VAR=VALUE rsrun --agent`).
+    let path = std::env::var_os("PATH");
+    let program = match workdir::resolve(&args.program, &place.dir, path.as_deref()) {
+        Ok(program) => program,
+        Err(e) => return fail(127, workdir::start_error(&e, None, &place.dir)),
     };
     let spec = LaunchSpec {
-        program: &args.program,
+        program: &program,
+        arg0: &args.program,
         args: &args.args,
-        // The rank environment came with the agent's own (`env VAR=VALUE rsrun --agent`).
         env: &[],
         size: args.size,
         job_id: &args.job_id,
         kvs_addr: kvs.to_string(),
         kvs_secret: secret.trim_end(),
-        cpus: &cpus,
+        dir: &place.dir,
+        binding: &args.binding,
     };
+    let host = hosts::own_hostname();
     let local_size = u32::try_from(args.ranks.len()).unwrap_or(u32::MAX);
     let mut pids = Vec::new();
+    let mut rank0_input = None;
     let (done_tx, done_rx) = mpsc::channel();
     let mut streams = 0;
     for (local_rank, &rank) in (0..).zip(&args.ranks) {
@@ -255,7 +375,7 @@ pub fn main(words: &[OsString]) -> i32 {
             rank,
             local_rank,
             local_size,
-            stdin: false,
+            stdin: rank == 0,
         };
         let process = match local::spawn_rank(&spec, slot) {
             Ok(process) => process,
@@ -266,17 +386,34 @@ pub fn main(words: &[OsString]) -> i32 {
                 } else {
                     1
                 };
-                return fail(code, e.to_string());
+                return fail(code, workdir::start_error(&e, Some(&program), &place.dir));
             }
         };
         pids.push((process.pid, rank));
-        let started = Report::Started {
+        let mut reports = vec![Report::Started {
             rank,
             pid: process.pid,
-        };
-        if write_report(&mut *lock(&out), &started).is_err() {
+        }];
+        if args.report_bindings {
+            let line = binding::report(&host, rank, process.pid, process.pinned);
+            reports.push(Report::Note { line });
+        }
+        if reports
+            .iter()
+            .any(|report| write_report(&mut *lock(&out), report).is_err())
+        {
             kill_all(pids.iter().map(|&(pid, _)| pid), libc::SIGKILL);
             return 1;
+        }
+        if let Some(pipe) = process.stdin {
+            match feed_stdin(pipe, Arc::clone(&out)) {
+                Ok(input) => rank0_input = Some(input),
+                // Rank 0 then reads end of file at once; its output still counts.
+                Err(e) => {
+                    let message = format!("cannot pass stdin on to rank 0: {e}");
+                    let _ = write_report(&mut *lock(&out), &Report::Warning { message });
+                }
+            }
         }
         for (source, stderr) in [
             (Box::new(process.stdout) as Box<dyn Read + Send>, false),
@@ -298,7 +435,7 @@ pub fn main(words: &[OsString]) -> i32 {
     let rank_pids: Vec<i32> = pids.iter().map(|&(pid, _)| pid).collect();
     if let Err(e) = thread::Builder::new()
         .name("commands".into())
-        .spawn(move || obey(stdin, &rank_pids))
+        .spawn(move || obey(stdin, &rank_pids, rank0_input))
     {
         kill_all(pids.iter().map(|&(pid, _)| pid), libc::SIGKILL);
         return fail(1, format!("cannot start a thread: {e}"));
@@ -314,6 +451,34 @@ pub fn main(words: &[OsString]) -> i32 {
         }
     }
     0
+}
+
+/// Starts the thread that writes rsrun's stdin into rank 0's, so that a rank 0 slow to read
+/// never holds up the commands (a signal must get through even then); returns its queue.
+/// Dropping the queue closes rank 0's stdin. Each write is acknowledged to rsrun, which keeps
+/// only a window of bytes unacknowledged, so the queue stays small however much input there is.
+fn feed_stdin(
+    mut pipe: ChildStdin,
+    out: Arc<Mutex<io::Stdout>>,
+) -> io::Result<mpsc::Sender<Vec<u8>>> {
+    let (tx, rx) = mpsc::channel::<Vec<u8>>();
+    thread::Builder::new().name("stdin".into()).spawn(move || {
+        for bytes in rx {
+            let report = if pipe.write_all(&bytes).is_ok() {
+                Report::InputTaken {
+                    bytes: u32::try_from(bytes.len()).unwrap_or(u32::MAX),
+                }
+            } else {
+                // Rank 0 closed its stdin or exited; the rest of the input has no reader.
+                Report::InputClosed
+            };
+            let closed = report == Report::InputClosed;
+            if write_report(&mut *lock(&out), &report).is_err() || closed {
+                return;
+            }
+        }
+    })?;
+    Ok(tx)
 }
 
 /// Sends each line of a rank stream as a report.
@@ -339,21 +504,19 @@ fn forward_output(source: impl Read, rank: u32, stderr: bool, out: &Mutex<io::St
 }
 
 /// Carries out rsrun's commands until its stdin ends, then kills the ranks and exits.
-fn obey(mut stdin: impl BufRead, pids: &[i32]) {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        match stdin.read_line(&mut line) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {
-                if let Some(sig) = line
-                    .trim_end()
-                    .strip_prefix("signal ")
-                    .and_then(|s| s.parse().ok())
-                {
-                    kill_all(pids.iter().copied(), sig);
+fn obey(mut stdin: impl BufRead, pids: &[i32], mut rank0_input: Option<mpsc::Sender<Vec<u8>>>) {
+    // A malformed command means the stream is not rsrun's: treated as the end of it.
+    while let Ok(Some(command)) = read_command(&mut stdin) {
+        match command {
+            Command::Signal(sig) => kill_all(pids.iter().copied(), sig),
+            Command::Input(bytes) => {
+                // A send fails once rank 0 stopped reading; the bytes are dropped, as a pipe
+                // with no reader would.
+                if let Some(input) = &rank0_input {
+                    let _ = input.send(bytes);
                 }
             }
+            Command::InputEnd => rank0_input = None,
         }
     }
     kill_all(pids.iter().copied(), libc::SIGKILL);
@@ -419,6 +582,14 @@ mod tests {
                 code: 127,
                 message: "No such file\nor directory".into(),
             },
+            Report::Warning {
+                message: "dir /x\nis missing".into(),
+            },
+            Report::Note {
+                line: "[h:1] MCW rank 0 bound to CPU 0: [B]".into(),
+            },
+            Report::InputTaken { bytes: 65536 },
+            Report::InputClosed,
         ];
         let mut buf = Vec::new();
         for r in &reports {
@@ -438,13 +609,44 @@ mod tests {
             job_id: "abc".into(),
             size: 8,
             kvs_port: 4000,
-            bind_to: BindTo::Core,
+            binding: Binding::Cpus(vec![vec![0, 1], vec![3]]),
             ranks: vec![1, 5],
+            wdir: "/work/dir with space".into(),
+            wdir_named: true,
+            report_bindings: true,
             program: "/bin/prog".into(),
             args: vec!["-n".into(), "".into()],
         };
         assert_eq!(AgentArgs::parse(&args.to_words()).unwrap(), args);
+        let plain = AgentArgs {
+            binding: Binding::None,
+            wdir_named: false,
+            report_bindings: false,
+            ..args
+        };
+        assert_eq!(plain.to_words()[5], "-");
+        assert_eq!(AgentArgs::parse(&plain.to_words()).unwrap(), plain);
         assert!(AgentArgs::parse(&[]).is_err());
+    }
+
+    #[test]
+    fn commands_round_trip() {
+        let commands = [
+            Command::Signal(15),
+            Command::Input(b"line\ninput 3\n\xff".to_vec()),
+            Command::Input(Vec::new()),
+            Command::InputEnd,
+        ];
+        let mut buf = Vec::new();
+        for c in &commands {
+            write_command(&mut buf, c).unwrap();
+        }
+        let mut input = &buf[..];
+        for c in &commands {
+            assert_eq!(read_command(&mut input).unwrap().as_ref(), Some(c));
+        }
+        assert_eq!(read_command(&mut input).unwrap(), None);
+        assert!(read_command(&mut &b"reboot now\n"[..]).is_err());
     }
 
     #[test]

@@ -3,10 +3,12 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use bootstrap::vars;
+use clap::{CommandFactory, Parser, ValueEnum};
 
 use crate::hosts::MapBy;
-use bootstrap::vars;
+use crate::output::OutputFiles;
+use crate::words;
 
 /// Where each rank may run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -20,12 +22,13 @@ pub enum BindTo {
 /// Start N ranks of an mpirt program on this host, or across hosts over ssh.
 ///
 /// Remote hosts are reached with `ssh HOST /path/to/rsrun --agent ...`, using the absolute path
-/// of this rsrun, so rsrun must be installed at the same path on every host. Only ranks on
-/// rsrun's own host read rsrun's stdin (rank 0, if it runs here).
+/// of this rsrun, so rsrun must be installed at the same path on every host. rsrun's stdin goes
+/// to rank 0, wherever it runs.
 #[derive(Debug, Parser)]
 #[command(name = "rsrun", version, about)]
 pub struct Cli {
-    /// Number of ranks to start (`-np` works too). With hosts given, defaults to their slots.
+    /// Number of ranks to start (`-np` works too). With hosts given, defaults to their slots;
+    /// with a rankfile, to the ranks it places.
     #[arg(short = 'n', long = "np", value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub ranks: Option<u32>,
@@ -39,9 +42,20 @@ pub struct Cli {
     #[arg(long, visible_alias = "machinefile", value_name = "FILE")]
     pub hostfile: Option<std::path::PathBuf>,
 
-    /// Lay ranks out by filling each host's slots in turn, or round-robin over the hosts.
-    #[arg(long, value_enum, default_value_t = MapBy::Slot)]
-    pub map_by: MapBy,
+    /// Lay ranks out by filling each host's slots in turn (`slot`, the default), round-robin
+    /// over the hosts (`node`), or N ranks on each host in turn (`ppr:N:node`).
+    #[arg(long, value_name = "slot|node|ppr:N:node", value_parser = MapBy::parse)]
+    pub map_by: Option<MapBy>,
+
+    /// N ranks on each host in turn (the same as `--map-by ppr:N:node`).
+    #[arg(short = 'N', long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub npernode: Option<u32>,
+
+    /// Place and bind each rank as FILE says, in Open MPI's rankfile format:
+    /// `rank N=HOST slot=CPUS` lines, CPUS a CPU number, a range `0-3` or a list `0,2`.
+    #[arg(long, value_name = "FILE")]
+    pub rankfile: Option<std::path::PathBuf>,
 
     /// Allow more ranks than the hosts have slots.
     #[arg(long)]
@@ -56,8 +70,8 @@ pub struct Cli {
     #[arg(long, visible_alias = "ssh", value_name = "CMD")]
     pub launch_agent: Option<String>,
 
-    /// Extra arguments for the launch agent, split at spaces, e.g. "-F /path/ssh_config"
-    /// [env: MPIRT_SSH_ARGS].
+    /// Extra arguments for the launch agent, split into words as a shell would, e.g.
+    /// `-F /path/ssh_config -o "ProxyCommand ssh gw -W %h:%p"` [env: MPIRT_SSH_ARGS].
     #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
     pub ssh_args: Option<String>,
 
@@ -76,6 +90,26 @@ pub struct Cli {
     /// Prefix every output line with `[rank] `.
     #[arg(long)]
     pub tag_output: bool,
+
+    /// Prefix every output line with the time rsrun received it (UTC, microseconds).
+    #[arg(long)]
+    pub timestamp_output: bool,
+
+    /// Write each rank's stdout and stderr to DIR/1/rank.N/stdout and .../stderr too, as Open
+    /// MPI does; a relative DIR is taken from rsrun's working directory. Qualifiers after a
+    /// colon, comma-separated: `nocopy` (the files only), `nojobid` (DIR/rank.N).
+    #[arg(long, value_name = "DIR[:nocopy,nojobid]", value_parser = OutputFiles::parse)]
+    pub output_filename: Option<OutputFiles>,
+
+    /// Say on stderr which CPUs each rank is bound to, one line per rank.
+    #[arg(long)]
+    pub report_bindings: bool,
+
+    /// Run every rank in DIR (`-wdir` works too); a relative DIR is taken from rsrun's working
+    /// directory. Without it ranks run in rsrun's working directory, or where that does not exist
+    /// on a host, in the home directory there (with a warning).
+    #[arg(long, value_name = "DIR")]
+    pub wdir: Option<std::path::PathBuf>,
 
     /// Kill the job if it runs longer than SECS seconds.
     #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
@@ -119,34 +153,69 @@ pub struct Cli {
     pub eager_limit: Option<u64>,
 
     /// The program to run, then its arguments, passed through untouched.
-    #[arg(value_name = "PROGRAM", required = true, num_args = 1..,
-          trailing_var_arg = true, allow_hyphen_values = true)]
+    /// The first word that is neither an option nor an option's value starts it; an unknown
+    /// option before it is an error.
+    #[arg(value_name = "PROGRAM", required = true, num_args = 1.., trailing_var_arg = true)]
     pub command: Vec<OsString>,
 }
 
 impl Cli {
-    /// Parses rsrun's arguments (the first item is the program name), accepting `-np`.
+    /// Parses rsrun's arguments (the first item is the program name), accepting `-np` and
+    /// `-wdir`.
     pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
     where
         I: IntoIterator<Item = T>,
         T: Into<OsString>,
     {
-        let cli = Cli::try_parse_from(rewrite_np(args.into_iter().map(Into::into).collect()))?;
-        if cli.hw_tag_matching && cli.pml.as_deref() != Some("ucx") {
-            return Err(clap::Error::raw(
+        let cli = Cli::try_parse_from(rewrite_single_dash(
+            args.into_iter().map(Into::into).collect(),
+        ))?;
+        let conflict = |text: &str| {
+            Err(clap::Error::raw(
                 clap::error::ErrorKind::ArgumentConflict,
-                "--hw-tag-matching turns on UCX's offload, so it needs --pml ucx\n",
-            ));
+                format!("{text}\n"),
+            ))
+        };
+        if cli.hw_tag_matching && cli.pml.as_deref() != Some("ucx") {
+            return conflict("--hw-tag-matching turns on UCX's offload, so it needs --pml ucx");
+        }
+        if let (Some(n), Some(map)) = (cli.npernode, cli.map_by) {
+            if map != MapBy::PerNode(n) {
+                return conflict(&format!(
+                    "--npernode {n} and --map-by {map} ask for two different layouts"
+                ));
+            }
+        }
+        if cli.rankfile.is_some() {
+            if cli.npernode.is_some() || cli.map_by.is_some() {
+                return conflict("--rankfile places every rank itself: drop --map-by/--npernode");
+            }
+            if cli.bind_to == BindTo::Core {
+                return conflict("--rankfile binds every rank to its slot: drop --bind-to");
+            }
         }
         let allocated = std::env::var_os("SLURM_JOB_NODELIST").is_some();
-        if cli.ranks.is_none() && cli.hosts.is_empty() && cli.hostfile.is_none() && !allocated {
+        if cli.ranks.is_none()
+            && cli.hosts.is_empty()
+            && cli.hostfile.is_none()
+            && cli.rankfile.is_none()
+            && !allocated
+        {
             return Err(clap::Error::raw(
                 clap::error::ErrorKind::MissingRequiredArgument,
-                "-n N is required unless hosts are given with -H or --hostfile, or by a Slurm \
-                 allocation\n",
+                "-n N is required unless hosts are given with -H, --hostfile or --rankfile, or \
+                 by a Slurm allocation\n",
             ));
         }
         Ok(cli)
+    }
+
+    /// How ranks are laid out over the hosts.
+    pub fn mapping(&self) -> MapBy {
+        match (self.npernode, self.map_by) {
+            (Some(n), _) => MapBy::PerNode(n),
+            (None, map) => map.unwrap_or(MapBy::Slot),
+        }
     }
 
     /// Whether the hosts come from the Slurm allocation rsrun runs in.
@@ -156,15 +225,19 @@ impl Cli {
 
     /// The launch agent command and its arguments, before the host name: srun's when asked
     /// for (or by default in an allocation); else the flags, else `MPIRT_SSH` and
-    /// `MPIRT_SSH_ARGS`, else plain `ssh`. Words are split at whitespace.
-    pub fn launch_command(&self, lookup: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    /// `MPIRT_SSH_ARGS`, else plain `ssh`. Words are split as a shell splits them (quotes
+    /// group words); an unclosed quote is an error naming the setting.
+    pub fn launch_command(
+        &self,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Vec<String>, String> {
         let srun = match self.launcher {
             Some(l) => l == Launcher::Srun,
             None => self.in_allocation(&lookup),
         };
         if srun {
             // One task on the named node, its output passed on as it comes.
-            return [
+            return Ok([
                 "srun",
                 "--nodes=1",
                 "--ntasks=1",
@@ -173,19 +246,28 @@ impl Cli {
                 "--nodelist",
             ]
             .map(String::from)
-            .to_vec();
+            .to_vec());
         }
-        let agent = self
-            .launch_agent
-            .clone()
-            .or_else(|| lookup("MPIRT_SSH"))
-            .unwrap_or_else(|| "ssh".into());
-        let args = self.ssh_args.clone().or_else(|| lookup("MPIRT_SSH_ARGS"));
-        agent
-            .split_whitespace()
-            .chain(args.as_deref().unwrap_or("").split_whitespace())
-            .map(String::from)
-            .collect()
+        let (agent, agent_from) = match &self.launch_agent {
+            Some(agent) => (agent.clone(), "--launch-agent"),
+            None => match lookup("MPIRT_SSH") {
+                Some(agent) => (agent, "MPIRT_SSH"),
+                None => ("ssh".into(), ""),
+            },
+        };
+        let (args, args_from) = match &self.ssh_args {
+            Some(args) => (args.clone(), "--ssh-args"),
+            None => (
+                lookup("MPIRT_SSH_ARGS").unwrap_or_default(),
+                "MPIRT_SSH_ARGS",
+            ),
+        };
+        let mut command = words::split(&agent).map_err(|e| format!("{agent_from}: {e}"))?;
+        command.extend(words::split(&args).map_err(|e| format!("{args_from}: {e}"))?);
+        if command.is_empty() {
+            return Err(format!("{agent_from} names no command"));
+        }
+        Ok(command)
     }
 
     /// The environment every rank gets on top of rsrun's own, in the order to apply it:
@@ -239,39 +321,26 @@ pub enum Launcher {
     Srun,
 }
 
-/// clap reads `-np 4` as `-n p`, so `-np` (mpirun's spelling) becomes `--np` — but only among
-/// rsrun's own options, never in the program's arguments.
-fn rewrite_np(mut args: Vec<OsString>) -> Vec<OsString> {
-    const TAKES_VALUE: [&str; 21] = [
-        "-n",
-        "-H",
-        "--host",
-        "--hostfile",
-        "--machinefile",
-        "--map-by",
-        "--launch-agent",
-        "--ssh",
-        "--ssh-args",
-        "--np",
-        "-x",
-        "--env",
-        "--bind-to",
-        "--timeout",
-        "--grace",
-        "--transport",
-        "--tcp-if",
-        "--verbs-dev",
-        "--launcher",
-        "--eager-limit",
-        "--pml",
-    ];
+/// clap reads `-np 4` as `-n p`, so `-np` and `-wdir` (mpirun's spellings) become `--np` and
+/// `--wdir` — but only among rsrun's own options, never in the program's arguments.
+fn rewrite_single_dash(mut args: Vec<OsString>) -> Vec<OsString> {
+    let takes_value: Vec<String> = Cli::command()
+        .get_arguments()
+        .filter(|a| a.get_action().takes_values() && !a.is_positional())
+        .flat_map(|a| {
+            let short = a.get_short_and_visible_aliases().unwrap_or_default();
+            let long = a.get_long_and_visible_aliases().unwrap_or_default();
+            let short = short.into_iter().map(|c| format!("-{c}"));
+            short.chain(long.into_iter().map(|l| format!("--{l}")))
+        })
+        .collect();
     let mut i = 1;
     while i < args.len() {
         let Some(arg) = args[i].to_str() else { break };
-        if arg == "-np" {
-            args[i] = "--np".into();
+        if arg == "-np" || arg == "-wdir" {
+            args[i] = format!("-{arg}").into();
             i += 2;
-        } else if TAKES_VALUE.contains(&arg) {
+        } else if takes_value.iter().any(|t| t == arg) {
             i += 2;
         } else if arg.starts_with('-') && arg != "-" && arg != "--" {
             i += 1;
@@ -384,28 +453,107 @@ mod tests {
             "--ssh",
             "/usr/bin/ssh -q",
             "--ssh-args",
-            "-F /x/cfg",
+            "-F /x/cfg -o \"ProxyCommand ssh gw -W %h:%p\"",
             "prog",
             "-H",
         ])
         .unwrap();
         assert_eq!(cli.ranks, None);
         assert_eq!(cli.hosts, ["a:2,b", "c"]);
-        assert_eq!(cli.map_by, MapBy::Node);
+        assert_eq!(cli.mapping(), MapBy::Node);
         assert!(cli.oversubscribe);
         assert_eq!(cli.command, ["prog", "-H"]);
         assert_eq!(
-            cli.launch_command(|_| None),
-            ["/usr/bin/ssh", "-q", "-F", "/x/cfg"]
+            cli.launch_command(|_| None).unwrap(),
+            [
+                "/usr/bin/ssh",
+                "-q",
+                "-F",
+                "/x/cfg",
+                "-o",
+                "ProxyCommand ssh gw -W %h:%p"
+            ]
         );
         let from_env = parse(&["--hostfile", "f", "prog"]).unwrap();
         let env = |name: &str| match name {
             "MPIRT_SSH" => Some("myssh".to_string()),
-            "MPIRT_SSH_ARGS" => Some(" -p  22 ".to_string()),
+            "MPIRT_SSH_ARGS" => Some(" -p  22 -o 'User=a b'".to_string()),
             _ => None,
         };
-        assert_eq!(from_env.launch_command(env), ["myssh", "-p", "22"]);
-        assert_eq!(from_env.launch_command(|_| None), ["ssh"]);
+        assert_eq!(
+            from_env.launch_command(env).unwrap(),
+            ["myssh", "-p", "22", "-o", "User=a b"]
+        );
+        assert_eq!(from_env.launch_command(|_| None).unwrap(), ["ssh"]);
+        let bad = |name: &str| (name == "MPIRT_SSH_ARGS").then(|| "-o 'x".to_string());
+        let e = from_env.launch_command(bad).unwrap_err();
+        assert!(
+            e.starts_with("MPIRT_SSH_ARGS: unclosed single quote"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn unknown_options_are_errors_naming_them() {
+        let e = parse(&["-n", "2", "--no-such-option", "./app"]).unwrap_err();
+        assert!(e.to_string().contains("'--no-such-option'"), "{e}");
+        let e = parse(&["-n", "2", "-q", "./app"]).unwrap_err();
+        assert!(e.to_string().contains("'-q'"), "{e}");
+        // After the program, every word is the program's.
+        let cli = parse(&["-n", "2", "./app", "--no-such-option"]).unwrap();
+        assert_eq!(cli.command, ["./app", "--no-such-option"]);
+    }
+
+    #[test]
+    fn placement_and_output_options_parse() {
+        let cli = parse(&[
+            "-wdir",
+            "/w",
+            "--npernode",
+            "2",
+            "--output-filename",
+            "out",
+            "--timestamp-output",
+            "--report-bindings",
+            "-H",
+            "a:2",
+            "prog",
+            "-wdir",
+        ])
+        .unwrap();
+        assert_eq!(cli.wdir.as_deref(), Some(std::path::Path::new("/w")));
+        assert_eq!(cli.mapping(), MapBy::PerNode(2));
+        assert_eq!(
+            cli.output_filename,
+            Some(OutputFiles::parse("out").unwrap())
+        );
+        assert!(cli.timestamp_output && cli.report_bindings);
+        assert_eq!(cli.command, ["prog", "-wdir"]);
+        let ppr = parse(&["--map-by", "ppr:3:node", "-N", "3", "-H", "a", "p"]).unwrap();
+        assert_eq!(ppr.mapping(), MapBy::PerNode(3));
+        let ranked = parse(&["--rankfile", "rf", "prog"]).unwrap();
+        assert_eq!(
+            ranked.ranks, None,
+            "a rankfile alone gives the hosts and ranks"
+        );
+        for (args, said) in [
+            (
+                &["--npernode", "2", "--map-by", "node", "-H", "a", "p"][..],
+                "two different",
+            ),
+            (
+                &["--rankfile", "rf", "--npernode", "1", "p"],
+                "--rankfile places",
+            ),
+            (
+                &["--rankfile", "rf", "--bind-to", "core", "p"],
+                "--rankfile binds",
+            ),
+            (&["--map-by", "ppr:0:node", "-n", "1", "p"], "ppr:N:node"),
+        ] {
+            let e = parse(args).unwrap_err().to_string();
+            assert!(e.contains(said), "{args:?}: {e}");
+        }
     }
 
     #[test]

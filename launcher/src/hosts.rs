@@ -12,12 +12,43 @@ pub struct Host {
 }
 
 /// How ranks are laid out over the hosts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MapBy {
     /// Fill each host's slots before moving to the next host.
     Slot,
     /// One rank per host in turn, round-robin.
     Node,
+    /// N ranks on each host before moving to the next (`ppr:N:node`, `--npernode N`).
+    PerNode(u32),
+}
+
+impl MapBy {
+    /// `slot`, `node` or `ppr:N:node`, as `--map-by` takes them.
+    pub fn parse(text: &str) -> Result<MapBy, String> {
+        match text {
+            "slot" => Ok(MapBy::Slot),
+            "node" => Ok(MapBy::Node),
+            _ => text
+                .strip_prefix("ppr:")
+                .and_then(|rest| rest.strip_suffix(":node"))
+                .and_then(|n| n.parse().ok())
+                .filter(|&n| n > 0)
+                .map(MapBy::PerNode)
+                .ok_or_else(|| {
+                    format!("expected slot, node or ppr:N:node (N at least 1), got '{text}'")
+                }),
+        }
+    }
+}
+
+impl std::fmt::Display for MapBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MapBy::Slot => write!(f, "slot"),
+            MapBy::Node => write!(f, "node"),
+            MapBy::PerNode(n) => write!(f, "ppr:{n}:node"),
+        }
+    }
 }
 
 /// Parses `-H` values: `a:2,b,c:3` (a host with no count has one slot).
@@ -186,6 +217,9 @@ pub fn map_ranks(
     map_by: MapBy,
     oversubscribe: bool,
 ) -> Result<Vec<Vec<u32>>, String> {
+    if let MapBy::PerNode(per) = map_by {
+        return map_per_node(hosts, ranks, per, oversubscribe);
+    }
     let slots: u64 = hosts.iter().map(|h| u64::from(h.slots)).sum();
     let n = ranks.map_or(slots, u64::from);
     if n > slots && !oversubscribe {
@@ -200,7 +234,7 @@ pub fn map_ranks(
     // Each pass places at most one host's worth of slots; passes after the first oversubscribe.
     while rank < n {
         match map_by {
-            MapBy::Slot => {
+            MapBy::Slot | MapBy::PerNode(_) => {
                 for (host, placed) in hosts.iter().zip(layout.iter_mut()) {
                     for _ in 0..host.slots {
                         if rank < n {
@@ -224,6 +258,39 @@ pub fn map_ranks(
         }
     }
     Ok(layout)
+}
+
+/// `per` ranks on each host in turn (all hosts' worth when `ranks` is None), as Open MPI's
+/// `ppr:N:node`: more than a host's slots needs `oversubscribe`, more ranks than `per` times
+/// the hosts cannot be placed at all.
+fn map_per_node(
+    hosts: &[Host],
+    ranks: Option<u32>,
+    per: u32,
+    oversubscribe: bool,
+) -> Result<Vec<Vec<u32>>, String> {
+    let room = u64::from(per) * hosts.len() as u64;
+    let n = ranks.map_or(room, u64::from);
+    if n > room {
+        return Err(format!(
+            "{n} ranks requested, but {per} per node on {} host(s) places only {room}",
+            hosts.len()
+        ));
+    }
+    if let Some(small) = hosts.iter().find(|h| h.slots < per) {
+        if !oversubscribe {
+            return Err(format!(
+                "{per} ranks per node, but host {} has only {} slot(s); give it more slots \
+                 (host:N) or pass --oversubscribe",
+                small.name, small.slots
+            ));
+        }
+    }
+    let mut next = 0..n as u32;
+    Ok(hosts
+        .iter()
+        .map(|_| next.by_ref().take(per as usize).collect())
+        .collect())
 }
 
 /// Whether `name` is this machine, so its ranks start with fork/exec instead of ssh.
@@ -331,6 +398,32 @@ mod tests {
             map_ranks(&hosts, Some(2), MapBy::Node, false).unwrap(),
             [vec![0], vec![1], vec![]]
         );
+    }
+
+    #[test]
+    fn ranks_map_per_node() {
+        let hosts = [h("a", 4), h("b", 2), h("c", 2)];
+        let per2 = MapBy::parse("ppr:2:node").unwrap();
+        assert_eq!(per2, MapBy::PerNode(2));
+        assert_eq!(
+            map_ranks(&hosts, None, per2, false).unwrap(),
+            [vec![0, 1], vec![2, 3], vec![4, 5]]
+        );
+        assert_eq!(
+            map_ranks(&hosts, Some(3), per2, false).unwrap(),
+            [vec![0, 1], vec![2], vec![]]
+        );
+        let err = map_ranks(&hosts, Some(7), per2, false).unwrap_err();
+        assert!(err.contains("places only 6"), "{err}");
+        let err = map_ranks(&hosts, None, MapBy::PerNode(3), false).unwrap_err();
+        assert!(err.contains("host b has only 2"), "{err}");
+        assert_eq!(
+            map_ranks(&hosts, None, MapBy::PerNode(3), true).unwrap(),
+            [vec![0, 1, 2], vec![3, 4, 5], vec![6, 7, 8]]
+        );
+        for bad in ["ppr:0:node", "ppr:2:socket", "ppr:x:node", "core"] {
+            assert!(MapBy::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -7,22 +7,27 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::process::ChildStdin;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::agent::AgentArgs;
+use bootstrap::{random_hex, vars};
+
+use crate::agent::{AgentArgs, Command as AgentCommand, Report};
 use crate::cli::{BindTo, Cli};
-use crate::hosts;
+use crate::hosts::{self, MapBy};
 use crate::kvs::KvsServer;
-use crate::output::{self, Sink};
+use crate::output::{self, Outputs, Sink};
+use crate::rankfile;
 use crate::signals;
+use crate::spawn::binding::{self, Binding};
 use crate::spawn::local::{self, LaunchSpec, RankProcess, Slot};
-use crate::spawn::ssh::{self, SshSpec};
-use bootstrap::vars;
+use crate::spawn::ssh::{self, SshSpec, ToAgent};
+use crate::spawn::workdir;
 
 /// Exit code when `--timeout` ends the job, as timeout(1) uses.
 const TIMEOUT_EXIT: i32 = 124;
@@ -37,6 +42,10 @@ const REMOTE_DRAIN: Duration = Duration::from_secs(3);
 /// How long an agent may take to report its ranks started: a hung login or sshd must end the
 /// job with a message, not hang it. ssh's own connect timeout is shorter (see `spawn::ssh`).
 const AGENT_START_LIMIT: Duration = Duration::from_secs(8);
+/// How much of rsrun's stdin one read takes, and how much may be on its way to a remote rank 0
+/// before the agent acknowledges it (see `forward_stdin`).
+const STDIN_CHUNK: usize = 64 * 1024;
+const STDIN_WINDOW: usize = 1 << 20;
 /// Variables the agent sets for each rank itself, so rsrun's own values are not forwarded.
 const PER_RANK_VARS: [&str; 7] = [
     vars::RANK,
@@ -99,9 +108,18 @@ pub fn run(cli: &Cli) -> i32 {
 struct Placement {
     /// Host names, for messages; None for a job given no hosts (everything local, as before).
     names: Option<Vec<String>>,
-    /// Per host: whether it is this machine, and its ranks in local-rank order.
-    hosts: Vec<(bool, Vec<u32>)>,
+    hosts: Vec<HostPlan>,
     size: u32,
+}
+
+/// One host's part of the job.
+struct HostPlan {
+    /// Whether it is this machine.
+    local: bool,
+    /// Its ranks, in local-rank order.
+    ranks: Vec<u32>,
+    /// A rankfile's CPUs for each of them.
+    cpus: Option<Vec<Vec<usize>>>,
 }
 
 impl Placement {
@@ -122,37 +140,155 @@ impl Placement {
             let nodes = var("SLURM_JOB_NODELIST").unwrap_or_default();
             hosts = hosts::slurm_allocation(&nodes, var("SLURM_TASKS_PER_NODE").as_deref())?;
         }
-        if hosts.is_empty() {
+        let (layout, cpus) = if let Some(path) = &cli.rankfile {
+            let in_file = |e: String| format!("rankfile {}: {e}", path.display());
+            let text = fs::read_to_string(path)
+                .map_err(|e| format!("cannot read rankfile {}: {e}", path.display()))?;
+            let entries = rankfile::parse(&text).map_err(in_file)?;
+            let placed = rankfile::place(&entries, &hosts, cli.ranks).map_err(in_file)?;
+            hosts = placed.hosts;
+            placed
+                .ranks
+                .into_iter()
+                .map(|on_host| {
+                    let (ranks, cpus): (Vec<u32>, Vec<Vec<usize>>) = on_host.into_iter().unzip();
+                    (ranks, Some(cpus))
+                })
+                .unzip()
+        } else if hosts.is_empty() {
             let size = cli
                 .ranks
                 .expect("the command line requires -n without hosts");
+            if let MapBy::PerNode(per) = cli.mapping() {
+                if size > per {
+                    return Err(format!(
+                        "{size} ranks requested, but {per} per node on this one host places \
+                         only {per}; give hosts with -H or --hostfile"
+                    ));
+                }
+            }
             return Ok(Placement {
                 names: None,
-                hosts: vec![(true, (0..size).collect())],
+                hosts: vec![HostPlan {
+                    local: true,
+                    ranks: (0..size).collect(),
+                    cpus: None,
+                }],
                 size,
             });
-        }
-        let layout = hosts::map_ranks(&hosts, cli.ranks, cli.map_by, cli.oversubscribe)?;
+        } else {
+            let layout = hosts::map_ranks(&hosts, cli.ranks, cli.mapping(), cli.oversubscribe)?;
+            let cpus = vec![None; layout.len()];
+            (layout, cpus)
+        };
         let own = hosts::own_hostname();
-        let size = layout.iter().map(|r| r.len() as u32).sum();
+        let size = layout.iter().map(|r: &Vec<u32>| r.len() as u32).sum();
         Ok(Placement {
             names: Some(hosts.iter().map(|h| h.name.clone()).collect()),
             hosts: hosts
                 .iter()
-                .zip(layout)
-                .map(|(h, ranks)| (hosts::is_local(&h.name, &own), ranks))
+                .zip(layout.into_iter().zip(cpus))
+                .map(|(h, (ranks, cpus))| HostPlan {
+                    local: hosts::is_local(&h.name, &own),
+                    ranks,
+                    cpus,
+                })
                 .collect(),
             size,
         })
     }
+
+    /// How host `host`'s ranks are pinned; `allowed` are the CPUs the launcher there may use.
+    fn binding(&self, host: usize, bind_to: BindTo, allowed: &[usize]) -> Binding {
+        match (&self.hosts[host].cpus, bind_to) {
+            (Some(cpus), _) => Binding::Cpus(cpus.clone()),
+            (None, BindTo::Core) => Binding::Core(allowed.to_vec()),
+            (None, BindTo::None) => Binding::None,
+        }
+    }
+}
+
+/// This machine's part of the job, checked before anything starts as an agent checks its
+/// host's: the working directory, the program and the CPUs.
+struct LocalPlan {
+    /// The name messages give this machine.
+    name: String,
+    dir: PathBuf,
+    /// The program, resolved against `dir` or `PATH`.
+    program: PathBuf,
+    /// The local hosts with ranks (indexes into the placement) and how each binds them.
+    hosts: Vec<(usize, Binding)>,
+}
+
+impl LocalPlan {
+    /// None when no rank runs here; an error is rsrun's exit code and what to say.
+    fn check(
+        cli: &Cli,
+        placement: &Placement,
+        (wdir, wdir_named): (&Path, bool),
+        rank_env: &[(String, OsString)],
+        own: &str,
+    ) -> Result<Option<LocalPlan>, (i32, String)> {
+        let local: Vec<usize> = (0..placement.hosts.len())
+            .filter(|&h| placement.hosts[h].local && !placement.hosts[h].ranks.is_empty())
+            .collect();
+        let Some(&first) = local.first() else {
+            return Ok(None);
+        };
+        let name = placement.names.as_ref().map_or(own, |n| &n[first]);
+        let on_host = |e: String| (1, format!("{name}: {e}"));
+        let allowed =
+            binding::allowed_cpus().map_err(|e| (1, format!("cannot read CPU affinity: {e}")))?;
+        let home = std::env::var_os("HOME");
+        let place = workdir::choose(wdir, wdir_named, home.as_deref()).map_err(on_host)?;
+        if let Some(warning) = &place.fallback {
+            eprintln!("rsrun: warning: {name}: {warning}");
+        }
+        let program = &cli.command[0];
+        let path = workdir::rank_path(rank_env);
+        let resolved = workdir::resolve(program, &place.dir, path.as_deref()).map_err(|e| {
+            let why = workdir::start_error(&e, None, &place.dir);
+            let said = format!(
+                "cannot start '{}' on {name}: {why}",
+                program.to_string_lossy()
+            );
+            (NOT_FOUND_EXIT, said)
+        })?;
+        let mut hosts = Vec::new();
+        for host in local {
+            let binding = placement.binding(host, cli.bind_to, &allowed);
+            binding
+                .check(&placement.hosts[host].ranks, &allowed)
+                .map_err(on_host)?;
+            hosts.push((host, binding));
+        }
+        Ok(Some(LocalPlan {
+            name: name.to_string(),
+            dir: place.dir,
+            program: resolved,
+            hosts,
+        }))
+    }
+}
+
+/// Where the ranks should run: `--wdir` (relative to rsrun's working directory), else rsrun's
+/// working directory; and whether the user named it.
+fn wanted_dir(cli: &Cli) -> io::Result<(PathBuf, bool)> {
+    let cwd = std::env::current_dir()?;
+    Ok(match &cli.wdir {
+        Some(dir) => (cwd.join(dir), true),
+        None => (cwd, false),
+    })
 }
 
 /// rsrun's link to one remote host's agent.
 struct AgentLink {
     /// The ssh client, which leads its own process group.
     pid: libc::pid_t,
-    /// Closing it tells the agent to kill its ranks; None once closed.
-    stdin: Option<ChildStdin>,
+    /// Signals and stdin for the agent; hanging up tells it to kill its ranks.
+    link: mpsc::Sender<ToAgent>,
+    /// The agent's acknowledgements of stdin passed on to rank 0 (taken by the stdin thread).
+    input_acks: Option<mpsc::Receiver<Report>>,
     ranks: Vec<u32>,
     gone: bool,
 }
@@ -182,87 +318,120 @@ struct Job {
 
 impl Job {
     /// Starts the service and every rank. On failure, reports it, cleans up and returns the
-    /// exit code.
+    /// exit code. Everything that can be checked here (placement, the launch command, the
+    /// working directory, the program, the CPUs, the output files) is, before any rank starts.
     fn start(cli: &Cli) -> Result<Job, i32> {
-        let fail = |what: &str, e: io::Error| {
+        let fail = |what: &str, e: &dyn std::fmt::Display| {
             eprintln!("rsrun: {what}: {e}");
             1
         };
-        let placement = Placement::from_cli(cli).map_err(|e| {
+        let said = |e: String| {
             eprintln!("rsrun: {e}");
             1
-        })?;
+        };
+        let placement = Placement::from_cli(cli).map_err(said)?;
         let size = placement.size;
         let any_remote = placement
             .hosts
             .iter()
-            .any(|(local, ranks)| !local && !ranks.is_empty());
-        let id = random_hex(8).map_err(|e| fail("cannot read /dev/urandom", e))?;
-        let secret = random_hex(16).map_err(|e| fail("cannot read /dev/urandom", e))?;
+            .any(|h| !h.local && !h.ranks.is_empty());
+        let launch_command = if any_remote {
+            cli.launch_command(|name| std::env::var(name).ok())
+                .map_err(said)?
+        } else {
+            Vec::new()
+        };
+        let (wdir, wdir_named) =
+            wanted_dir(cli).map_err(|e| fail("cannot read the working directory", &e))?;
+        let env = cli.rank_env(|name| std::env::var_os(name));
+        let (program, args) = cli.command.split_first().expect("clap requires PROGRAM");
+        let own = hosts::own_hostname();
+        let local_plan = LocalPlan::check(cli, &placement, (&wdir, wdir_named), &env, &own)
+            .map_err(|(code, e)| {
+                eprintln!("rsrun: {e}");
+                code
+            })?;
+        let outputs = Outputs::new(
+            cli.tag_output,
+            cli.timestamp_output,
+            cli.output_filename.as_ref(),
+            size,
+        )
+        .map_err(|e| fail("cannot create the output files", &e))?;
+        let outputs = Arc::new(outputs);
+        let id = random_hex(8).map_err(|e| fail("cannot read /dev/urandom", &e))?;
+        let secret = random_hex(16).map_err(|e| fail("cannot read /dev/urandom", &e))?;
+        // The ranks' own connections prove they know another secret, which they get from
+        // the key-value service (so it crosses no command line, environment or file).
+        let job_secret = random_hex(32).map_err(|e| fail("cannot read /dev/urandom", &e))?;
         let (tx, events) = mpsc::channel();
-        signals::forward_to(tx.clone()).map_err(|e| fail("cannot start a thread", e))?;
+        signals::forward_to(tx.clone()).map_err(|e| fail("cannot start a thread", &e))?;
         let bind_ip = if any_remote {
             IpAddr::V4(Ipv4Addr::UNSPECIFIED)
         } else {
             IpAddr::V4(Ipv4Addr::LOCALHOST)
         };
-        let kvs = KvsServer::start(size, secret.as_bytes(), bind_ip, tx.clone())
-            .map_err(|e| fail("cannot start the key-value service", e))?;
+        let kvs = KvsServer::start(size, secret.as_bytes(), &job_secret, bind_ip, tx.clone())
+            .map_err(|e| fail("cannot start the key-value service", &e))?;
         let kvs_local = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), kvs.addr().port());
-        let cpus = match cli.bind_to {
-            BindTo::Core => {
-                local::allowed_cpus().map_err(|e| fail("cannot read CPU affinity", e))?
-            }
-            BindTo::None => Vec::new(),
-        };
-        let env = cli.rank_env(|name| std::env::var_os(name));
-        let (program, args) = cli.command.split_first().expect("clap requires PROGRAM");
-        let spec = LaunchSpec {
-            program,
-            args,
-            env: &env,
-            size,
-            job_id: &id,
-            kvs_addr: kvs_local.to_string(),
-            kvs_secret: &secret,
-            cpus: &cpus,
-        };
         if cli.verbose {
             eprintln!(
-                "rsrun: job {id}: {size} rank(s) of {}, key-value service at {}, binding {:?}",
+                "rsrun: job {id}: {size} rank(s) of {}, key-value service at {}, binding {:?}, \
+                 in {}",
                 program.to_string_lossy(),
                 kvs.addr(),
-                cli.bind_to
+                cli.bind_to,
+                wdir.display()
             );
         }
         let mut host_of = vec![0; size as usize];
-        for (host, (_, ranks)) in placement.hosts.iter().enumerate() {
-            for &rank in ranks {
+        for (host, plan) in placement.hosts.iter().enumerate() {
+            for &rank in &plan.ranks {
                 host_of[rank as usize] = host;
             }
         }
 
         let mut ranks: Vec<RankProcess> = Vec::new();
-        for (_, on_host) in placement.hosts.iter().filter(|(local, _)| *local) {
-            let local_size = on_host.len() as u32;
-            for (local_rank, &rank) in (0..).zip(on_host) {
-                let slot = Slot {
-                    rank,
-                    local_rank,
-                    local_size,
-                    stdin: rank == 0,
+        if let Some(plan) = &local_plan {
+            for (host, binding) in &plan.hosts {
+                let spec = LaunchSpec {
+                    program: &plan.program,
+                    arg0: program,
+                    args,
+                    env: &env,
+                    size,
+                    job_id: &id,
+                    kvs_addr: kvs_local.to_string(),
+                    kvs_secret: &secret,
+                    dir: &plan.dir,
+                    binding,
                 };
-                match local::spawn_rank(&spec, slot) {
-                    Ok(process) => ranks.push(process),
-                    Err(e) => {
-                        eprintln!("rsrun: cannot start '{}': {e}", program.to_string_lossy());
-                        kill_and_reap(&ranks);
-                        remove_shm_segments(&id);
-                        return Err(if e.kind() == io::ErrorKind::NotFound {
-                            NOT_FOUND_EXIT
-                        } else {
-                            1
-                        });
+                let on_host = &placement.hosts[*host].ranks;
+                let local_size = on_host.len() as u32;
+                for (local_rank, &rank) in (0..).zip(on_host) {
+                    let slot = Slot {
+                        rank,
+                        local_rank,
+                        local_size,
+                        stdin: rank == 0,
+                    };
+                    match local::spawn_rank(&spec, slot) {
+                        Ok(process) => ranks.push(process),
+                        Err(e) => {
+                            eprintln!(
+                                "rsrun: cannot start '{}' on {}: {}",
+                                program.to_string_lossy(),
+                                plan.name,
+                                workdir::start_error(&e, Some(&plan.program), &plan.dir)
+                            );
+                            kill_and_reap(&ranks);
+                            remove_shm_segments(&id);
+                            return Err(if e.kind() == io::ErrorKind::NotFound {
+                                NOT_FOUND_EXIT
+                            } else {
+                                1
+                            });
+                        }
                     }
                 }
             }
@@ -284,8 +453,16 @@ impl Job {
             events,
         };
         if any_remote {
-            if let Err(e) = job.start_agents(cli, &placement, &env, &secret, kvs.addr().port(), &tx)
-            {
+            let how = AgentSetup {
+                command: &launch_command,
+                rank_env: &env,
+                secret: &secret,
+                kvs_port: kvs.addr().port(),
+                wdir: &wdir,
+                wdir_named,
+                outputs: &outputs,
+            };
+            if let Err(e) = job.start_agents(cli, &placement, &how, &tx) {
                 eprintln!("rsrun: cannot start the launch agent: {e}");
                 job.kill_all_now();
                 return Err(1);
@@ -294,6 +471,10 @@ impl Job {
         for process in ranks {
             if job.verbose {
                 eprintln!("rsrun: rank {} is pid {}", process.rank, process.pid);
+            }
+            if cli.report_bindings {
+                let line = binding::report(&own, process.rank, process.pid, process.pinned);
+                eprintln!("{line}");
             }
             // A rank whose output cannot be forwarded still runs; its output is lost, which
             // beats killing a job that may be nearly done.
@@ -304,7 +485,8 @@ impl Job {
                 ),
                 (Box::new(process.stderr), Sink::Stderr),
             ] {
-                match output::forward(source, sink, process.rank, cli.tag_output, tx.clone()) {
+                let outputs = Arc::clone(&outputs);
+                match output::forward(source, sink, process.rank, outputs, tx.clone()) {
                     Ok(()) => job.open_outputs += 1,
                     Err(e) => {
                         eprintln!("rsrun: cannot forward rank {}'s output: {e}", process.rank)
@@ -316,6 +498,14 @@ impl Job {
                 let _ = thread::Builder::new()
                     .name("stdin".into())
                     .spawn(move || io::copy(&mut io::stdin().lock(), &mut stdin));
+            }
+        }
+        let rank0_host = job.host_of[0];
+        if let Some(Some(agent)) = job.agents.get_mut(rank0_host) {
+            if let Some(acks) = agent.input_acks.take() {
+                if let Err(e) = forward_stdin(agent.link.clone(), acks) {
+                    eprintln!("rsrun: warning: cannot pass stdin on to rank 0: {e}");
+                }
             }
         }
         // Started only now: a reaper waiting on any child could otherwise take a child that
@@ -333,13 +523,10 @@ impl Job {
         &mut self,
         cli: &Cli,
         placement: &Placement,
-        rank_env: &[(String, OsString)],
-        secret: &str,
-        kvs_port: u16,
+        how: &AgentSetup<'_>,
         events: &mpsc::Sender<Event>,
     ) -> io::Result<()> {
         let rsrun = std::env::current_exe()?;
-        let command = cli.launch_command(|name| std::env::var(name).ok());
         // rsrun's own MPIRT_* and UCX_* settings (UCX_TLS, ... for --pml ucx) reach local
         // ranks by inheritance; remote ones get them explicitly, before the command line's,
         // which win. The per-rank variables the agent sets itself are left out.
@@ -351,43 +538,48 @@ impl Job {
             })
             .collect();
         env.sort();
-        env.extend(rank_env.iter().cloned());
+        env.extend(how.rank_env.iter().cloned());
         let spec = SshSpec {
-            command: &command,
+            command: how.command,
             rsrun: &rsrun,
             env: &env,
-            secret,
-            tag_output: cli.tag_output,
+            secret: how.secret,
+            outputs: how.outputs,
         };
         let names = placement.names.as_deref().unwrap_or_default();
         let (program, args) = cli.command.split_first().expect("clap requires PROGRAM");
-        for (host, (local, ranks)) in placement.hosts.iter().enumerate() {
-            if *local || ranks.is_empty() {
+        for (host, plan) in placement.hosts.iter().enumerate() {
+            if plan.local || plan.ranks.is_empty() {
                 self.agents.push(None);
                 continue;
             }
             let agent_args = AgentArgs {
                 job_id: self.id.clone(),
                 size: placement.size,
-                kvs_port,
-                bind_to: cli.bind_to,
-                ranks: ranks.clone(),
+                kvs_port: how.kvs_port,
+                // `Core` travels as a word: the agent pins to its own host's CPUs.
+                binding: placement.binding(host, cli.bind_to, &[]),
+                ranks: plan.ranks.clone(),
+                wdir: how.wdir.as_os_str().to_owned(),
+                wdir_named: how.wdir_named,
+                report_bindings: cli.report_bindings,
                 program: program.clone(),
                 args: args.to_vec(),
             };
             let agent = ssh::start_agent(&spec, host, &names[host], &agent_args, events.clone())?;
             if self.verbose {
                 eprintln!(
-                    "rsrun: ranks {ranks:?} on {} through agent pid {}",
-                    names[host], agent.pid
+                    "rsrun: ranks {:?} on {} through agent pid {}",
+                    plan.ranks, names[host], agent.pid
                 );
             }
-            self.remote.extend(ranks.iter().map(|&r| (r, None)));
+            self.remote.extend(plan.ranks.iter().map(|&r| (r, None)));
             self.open_outputs += 1;
             self.agents.push(Some(AgentLink {
                 pid: agent.pid,
-                stdin: Some(agent.stdin),
-                ranks: ranks.clone(),
+                link: agent.link,
+                input_acks: Some(agent.input_acks),
+                ranks: plan.ranks.clone(),
                 gone: false,
             }));
         }
@@ -598,11 +790,11 @@ impl Job {
         for &pid in self.running.keys() {
             signal_group(pid, first);
         }
-        for agent in self.agents.iter_mut().flatten() {
-            if let Some(stdin) = &mut agent.stdin {
-                // A failed write means the agent is gone, and its ranks with it.
-                let _ = writeln!(stdin, "signal {first}");
-            }
+        for agent in self.agents.iter().flatten() {
+            // A failed send means the link's writer is gone with the agent and its ranks.
+            let _ = agent
+                .link
+                .send(ToAgent::Command(AgentCommand::Signal(first)));
         }
         let grace_end = Instant::now() + self.grace;
         while !self.running.is_empty() || !self.remote.is_empty() {
@@ -619,8 +811,8 @@ impl Job {
             signal_group(pid, libc::SIGKILL);
         }
         // End of file on its stdin makes an agent SIGKILL its ranks and exit.
-        for agent in self.agents.iter_mut().flatten() {
-            agent.stdin = None;
+        for agent in self.agents.iter().flatten() {
+            let _ = agent.link.send(ToAgent::HangUp);
         }
         let kill_end = Instant::now() + KILL_WAIT;
         while !self.running.is_empty() {
@@ -648,8 +840,8 @@ impl Job {
 
     /// Kills whatever started before the job failed to start, without waiting for news.
     fn kill_all_now(&mut self) {
-        for agent in self.agents.iter_mut().flatten() {
-            agent.stdin = None;
+        for agent in self.agents.iter().flatten() {
+            let _ = agent.link.send(ToAgent::HangUp);
             signal_group(agent.pid, libc::SIGKILL);
         }
         kill_and_reap_pids(&self.pids);
@@ -698,6 +890,63 @@ impl Job {
             }
         }
     }
+}
+
+/// What every agent of a job is started with, beside its host's ranks.
+struct AgentSetup<'a> {
+    command: &'a [String],
+    rank_env: &'a [(String, OsString)],
+    secret: &'a str,
+    kvs_port: u16,
+    wdir: &'a Path,
+    wdir_named: bool,
+    outputs: &'a Arc<Outputs>,
+}
+
+/// Sends rsrun's stdin to rank 0's agent, which writes it into rank 0's, from a thread of its
+/// own; the end of it closes rank 0's stdin. At most `STDIN_WINDOW` bytes are on their way at
+/// once: more is read only as the agent reports rank 0 took what came before (`acks`), so a
+/// rank 0 that reads slowly holds back rsrun's stdin as a local one would, instead of piling it
+/// up in the agent's memory. Ends early when rank 0 stops reading or the agent is gone.
+fn forward_stdin(link: mpsc::Sender<ToAgent>, acks: mpsc::Receiver<Report>) -> io::Result<()> {
+    thread::Builder::new().name("stdin".into()).spawn(move || {
+        let mut stdin = io::stdin().lock();
+        let mut buf = vec![0; STDIN_CHUNK];
+        let mut in_flight = 0;
+        loop {
+            // Blocks only while the window is full; otherwise takes what has come.
+            while in_flight > 0 {
+                let ack = if in_flight + STDIN_CHUNK > STDIN_WINDOW {
+                    acks.recv().ok()
+                } else {
+                    match acks.try_recv() {
+                        Ok(ack) => Some(ack),
+                        Err(mpsc::TryRecvError::Empty) => break,
+                        Err(mpsc::TryRecvError::Disconnected) => None,
+                    }
+                };
+                match ack {
+                    Some(Report::InputTaken { bytes }) => {
+                        in_flight = in_flight.saturating_sub(bytes as usize)
+                    }
+                    // Rank 0 closed its stdin, or the agent is gone.
+                    _ => return,
+                }
+            }
+            let command = match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => AgentCommand::InputEnd,
+                Ok(n) => {
+                    in_flight += n;
+                    AgentCommand::Input(buf[..n].to_vec())
+                }
+            };
+            let end = command == AgentCommand::InputEnd;
+            if link.send(ToAgent::Command(command)).is_err() || end {
+                return;
+            }
+        }
+    })?;
+    Ok(())
 }
 
 /// Reaps every child of rsrun as it exits and reports it; ends when no children are left.
@@ -765,13 +1014,6 @@ fn describe(status: libc::c_int) -> String {
     } else {
         format!("ended with wait status {status:#x}")
     }
-}
-
-/// `bytes` random bytes from the kernel, as lowercase hex.
-fn random_hex(bytes: usize) -> io::Result<String> {
-    let mut buf = vec![0u8; bytes];
-    fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Removes the job's shared-memory segments (`/dev/shm/mpirt-<job id>...`), which the shm

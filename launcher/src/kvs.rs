@@ -12,6 +12,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 
 use bootstrap::wire::{self, Request, Response, MAX_FRAME, MAX_HELLO_FRAME};
+use bootstrap::JOB_SECRET_KEY;
 
 use crate::job::Event;
 
@@ -64,6 +65,14 @@ impl KvsState {
             conn_rank: HashMap::new(),
             fenced: HashSet::new(),
         }
+    }
+
+    /// Holds the job's secret for the ranks' own connections (see [`JOB_SECRET_KEY`]), which
+    /// only connections that proved to know the service's secret can get.
+    pub fn with_job_secret(mut self, job_secret: &str) -> KvsState {
+        self.store
+            .insert(JOB_SECRET_KEY.to_string(), job_secret.as_bytes().to_vec());
+        self
     }
 
     /// Whether this connection has proven it belongs to the job.
@@ -209,13 +218,14 @@ impl KvsServer {
     pub fn start(
         size: u32,
         secret: &[u8],
+        job_secret: &str,
         ip: IpAddr,
         events: mpsc::Sender<Event>,
     ) -> io::Result<KvsServer> {
         let listener = TcpListener::bind((ip, 0))?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Mutex::new(Shared {
-            state: KvsState::new(size, secret),
+            state: KvsState::new(size, secret).with_job_secret(job_secret),
             writers: HashMap::new(),
         }));
         thread::Builder::new()
@@ -351,6 +361,23 @@ mod tests {
         assert!(!s.is_authenticated(9));
         // The real rank 0 can still connect afterwards.
         assert_eq!(hello(&mut s, 1, 0), vec![Action::Reply(1, Response::Ok)]);
+    }
+
+    #[test]
+    fn only_a_rank_that_proved_itself_gets_the_job_secret() {
+        let mut s = KvsState::new(2, b"sekrit").with_job_secret("00ff");
+        let get = || Request::Get {
+            key: JOB_SECRET_KEY.into(),
+        };
+        assert!(matches!(
+            &s.on_request(4, get())[..],
+            [Action::Reply(4, Response::Error(_)), Action::Close(4)]
+        ));
+        hello(&mut s, 5, 1);
+        assert_eq!(
+            s.on_request(5, get()),
+            vec![Action::Reply(5, Response::Value(b"00ff".to_vec()))]
+        );
     }
 
     #[test]

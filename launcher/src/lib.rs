@@ -8,8 +8,10 @@ pub mod hosts;
 pub mod job;
 pub mod kvs;
 pub mod output;
+pub mod rankfile;
 pub mod signals;
 pub mod spawn;
+pub mod words;
 
 pub use bootstrap::wire::{Request, Response};
 pub use bootstrap::{Bootstrap, BootstrapError};

@@ -387,3 +387,305 @@ fn ranks_die_with_a_killed_rsrun() {
     assert!(left.is_empty(), "ranks outlived rsrun: {left:?}");
     fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn an_unknown_option_is_an_error_naming_it_and_nothing_starts() {
+    let dir = scratch_dir("unknown-option");
+    let marker = dir.join("started");
+    let script = format!("touch {}", marker.display());
+    let r = run(
+        &mut rsrun(&["-n", "2", "--no-such-option", "sh", "-c", &script]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("'--no-such-option'") && !r.stderr.contains("cannot start"),
+        "{}",
+        r.stderr
+    );
+    assert!(!marker.exists(), "a rank started");
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn version_is_printed() {
+    let r = run(&mut rsrun(&["--version"]), b"");
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert_eq!(r.stdout, format!("rsrun {}\n", env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn output_filename_writes_each_ranks_streams_to_files() {
+    let dir = scratch_dir("output-files");
+    let script = "echo out $MPIRT_RANK; echo err $MPIRT_RANK >&2; printf 'last'";
+    // As Open MPI: to the files and rsrun's streams, or with `nocopy` to the files alone;
+    // `nojobid` leaves out the job's level.
+    for (qualifiers, level, copied) in [("", "1/", true), (":nocopy,nojobid", "", false)] {
+        let out = dir.join(format!("out{}", qualifiers.len()));
+        let arg = format!("{}{qualifiers}", out.display());
+        let r = run_sh(&["--output-filename", &arg], "2", script);
+        assert_eq!(r.code(), Some(0), "{}", r.stderr);
+        if copied {
+            // Untagged, a last line without its newline runs into the next rank's line.
+            assert_eq!(r.stdout.matches("last").count(), 2, "{}", r.stdout);
+            assert!(r.stdout.contains("out 0\n") && r.stdout.contains("out 1\n"));
+            let mut err: Vec<&str> = r.stderr.lines().collect();
+            err.sort_unstable();
+            assert_eq!(err, ["err 0", "err 1"], "{arg}");
+        } else {
+            assert_eq!((r.stdout.as_str(), r.stderr.as_str()), ("", ""), "{arg}");
+        }
+        for rank in 0..2 {
+            let read = |name: &str| {
+                fs::read_to_string(out.join(format!("{level}rank.{rank}/{name}"))).unwrap()
+            };
+            assert_eq!(read("stdout"), format!("out {rank}\nlast"), "{arg}");
+            assert_eq!(read("stderr"), format!("err {rank}\n"), "{arg}");
+        }
+    }
+    // A directory that cannot be made is an error before anything starts.
+    let blocked = dir.join("file");
+    fs::write(&blocked, "").unwrap();
+    let r = run_sh(
+        &["--output-filename", blocked.to_str().unwrap()],
+        "1",
+        "echo never",
+    );
+    assert_eq!(r.code(), Some(1));
+    assert!(
+        r.stderr.contains("cannot create the output files") && r.stdout.is_empty(),
+        "{}",
+        r.stderr
+    );
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `[2026-11-25T18:04:05.123456Z] `: the length and the fixed characters.
+fn starts_with_timestamp(line: &str) -> bool {
+    let b = line.as_bytes();
+    b.len() > 30
+        && b[0] == b'['
+        && b[5] == b'-'
+        && b[11] == b'T'
+        && b[20] == b'.'
+        && &line[27..30] == "Z] "
+        && line[1..5].parse::<u32>().is_ok_and(|year| year >= 2024)
+}
+
+#[test]
+fn timestamp_output_prefixes_every_line_with_the_time() {
+    let r = run_sh(
+        &["--timestamp-output", "--tag-output"],
+        "2",
+        "echo a; echo b >&2",
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    for line in r.stdout.lines().chain(r.stderr.lines()) {
+        assert!(starts_with_timestamp(line), "{line}");
+    }
+    let mut rest: Vec<&str> = r.stdout.lines().map(|l| &l[30..]).collect();
+    rest.sort_unstable();
+    assert_eq!(rest, ["[0] a", "[1] a"]);
+}
+
+#[test]
+fn report_bindings_says_which_cpus_each_rank_has() {
+    let n = cpu_count();
+    let r = run_sh(
+        &["--bind-to", "core", "--report-bindings"],
+        &n.to_string(),
+        "echo $MPIRT_RANK $(grep Cpus_allowed_list /proc/self/status | cut -f2)",
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    let host = common::hostname();
+    for line in r.stdout.lines() {
+        let (rank, cpu) = line.split_once(' ').unwrap();
+        let said = r
+            .stderr
+            .lines()
+            .find(|l| l.contains(&format!("] MCW rank {rank} ")))
+            .unwrap_or_else(|| panic!("no report for rank {rank}: {}", r.stderr));
+        assert!(said.starts_with(&format!("[{host}:")), "{said}");
+        assert!(said.contains(&format!(" bound to CPU {cpu}: [")), "{said}");
+        let map = said.rsplit_once('[').unwrap().1.trim_end_matches(']');
+        let marks: Vec<&str> = map.split('/').collect();
+        assert_eq!(marks[cpu.parse::<usize>().unwrap()], "B", "{said}");
+        assert_eq!(marks.iter().filter(|&&m| m == "B").count(), 1, "{said}");
+    }
+    assert_eq!(r.stdout.lines().count(), n);
+    let r = run_sh(&["--report-bindings"], "1", "true");
+    assert!(
+        r.stderr
+            .contains("MCW rank 0 is not bound (or bound to all available processors)"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn ranks_get_the_variables_open_mpi_and_mpich_scripts_read() {
+    let r = run_sh(
+        &[],
+        "3",
+        "echo $OMPI_COMM_WORLD_RANK $OMPI_COMM_WORLD_SIZE $OMPI_COMM_WORLD_LOCAL_RANK \
+         $OMPI_COMM_WORLD_LOCAL_SIZE $OMPI_COMM_WORLD_NODE_RANK $MPI_LOCALRANKID \
+         $MPI_LOCALNRANKS ${PMI_RANK-unset} ${PMI_SIZE-unset}",
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    let expected: Vec<String> = (0..3)
+        .map(|i| format!("{i} 3 {i} 3 {i} {i} 3 unset unset"))
+        .collect();
+    assert_eq!(r.sorted_lines(), expected);
+    // mpirt's own programs see them too and still wire up through rsrun, not as started by
+    // another launcher: every example run under rsrun (examples/tests) shows that.
+}
+
+#[test]
+fn wdir_sets_where_ranks_run_and_relative_programs_are_found_there() {
+    let dir = common::job_dir("wdir");
+    let d = dir.to_str().unwrap();
+    let host = common::hostname();
+    for flag in ["--wdir", "-wdir"] {
+        // rsrun runs in /, the ranks in the directory.
+        let r = run(
+            rsrun(&[flag, d, "-n", "2", "./job.sh"]).current_dir("/"),
+            b"",
+        );
+        assert_eq!(r.code(), Some(0), "{flag}: {}", r.stderr);
+        assert_eq!(
+            r.sorted_lines(),
+            [
+                format!("0 {host} {d} input-data"),
+                format!("1 {host} {d} input-data")
+            ]
+        );
+    }
+    // Without --wdir: rsrun's own directory.
+    let r = run(rsrun(&["-n", "1", "./job.sh"]).current_dir(&dir), b"");
+    assert_eq!(
+        r.stdout,
+        format!("0 {host} {d} input-data\n"),
+        "{}",
+        r.stderr
+    );
+    // A --wdir that does not exist is an error naming it, before anything starts.
+    let missing = dir.join("missing");
+    let m = missing.to_str().unwrap();
+    let r = run(&mut rsrun(&["--wdir", m, "-n", "1", "./job.sh"]), b"");
+    assert_eq!(r.code(), Some(1));
+    assert!(
+        r.stderr
+            .contains(&format!("--wdir {m}: No such file or directory")),
+        "{}",
+        r.stderr
+    );
+    // A relative program missing there names the path tried and the directory.
+    let r = run(
+        &mut rsrun(&["--wdir", d, "-n", "1", "./no-such-script"]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(127));
+    assert!(
+        r.stderr.contains(&format!(
+            "cannot start './no-such-script' on {host}: No such file or directory (os error 2) \
+             (tried {d}/no-such-script, in directory {d})"
+        )),
+        "{}",
+        r.stderr
+    );
+    // A bare name is looked up in PATH, and the error says which.
+    let r = run(
+        rsrun(&["-n", "1", "rsrun-no-such-program"]).env("PATH", "/nonexistent-bin"),
+        b"",
+    );
+    assert_eq!(r.code(), Some(127));
+    assert!(
+        r.stderr.contains(&format!(
+            "cannot start 'rsrun-no-such-program' on {host}: not found in PATH=/nonexistent-bin"
+        )),
+        "{}",
+        r.stderr
+    );
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn npernode_beyond_one_host_is_an_error_before_anything_starts() {
+    let r = run_sh(&["--npernode", "2"], "3", "echo started");
+    assert_eq!(r.code(), Some(1));
+    assert!(
+        r.stderr.contains("3 ranks requested, but 2 per node") && r.stdout.is_empty(),
+        "{}",
+        r.stderr
+    );
+}
+
+/// Runs `rsrun --rankfile FILE ARGS... sh -c SCRIPT` with `text` as the rankfile.
+fn with_rankfile(text: &str, args: &[&str], script: &str) -> common::Run {
+    static JOBS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let job = JOBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = scratch_dir(&format!("rankfile-{job}"));
+    let file = dir.join("rankfile");
+    fs::write(&file, text).unwrap();
+    let mut all = vec!["--rankfile", file.to_str().unwrap()];
+    all.extend(args);
+    all.extend(["sh", "-c", script]);
+    let r = run(&mut rsrun(&all), b"");
+    fs::remove_dir_all(&dir).unwrap();
+    r
+}
+
+#[test]
+fn a_rankfile_places_and_binds_each_rank() {
+    let last = cpu_count() - 1;
+    let text = format!("rank 1=localhost slot=0\nrank 0=localhost slot={last}\n");
+    let r = with_rankfile(
+        &text,
+        &["--report-bindings"],
+        "echo $MPIRT_RANK $(grep Cpus_allowed_list /proc/self/status | cut -f2) \
+         ${MPIRT_BOUND_CPU:-none}",
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert_eq!(
+        r.sorted_lines(),
+        [format!("0 {last} {last}"), "1 0 0".to_string()]
+    );
+    assert!(
+        r.stderr
+            .contains(&format!("MCW rank 0 bound to CPU {last}: ")),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn impossible_rankfiles_are_errors_before_anything_starts() {
+    let cpus = cpu_count();
+    for (text, args, said) in [
+        (
+            "rank 0=localhost slot=0\n".to_string(),
+            &["-n", "2"][..],
+            "the job has 2 ranks, but rank 1 is not in the rankfile".to_string(),
+        ),
+        (
+            "rank 0=localhost slot=0\nrank 1=elsewhere slot=0\n".to_string(),
+            &["-H", "localhost:2"][..],
+            "line 2: host 'elsewhere' is not among the job's hosts (localhost)".to_string(),
+        ),
+        (
+            format!("rank 0=localhost slot={cpus}\n"),
+            &[][..],
+            format!("the rankfile binds rank 0 to CPU {cpus}, but rsrun may use only CPUs "),
+        ),
+        (
+            "rank 0=localhost slot=0:1\n".to_string(),
+            &[][..],
+            "socket:core".to_string(),
+        ),
+    ] {
+        let r = with_rankfile(&text, args, "echo started");
+        assert_eq!(r.code(), Some(1), "{text}: {}", r.stderr);
+        assert!(r.stderr.contains(&said), "{text}: {}", r.stderr);
+        assert!(r.stdout.is_empty(), "{text}: a rank started");
+    }
+}

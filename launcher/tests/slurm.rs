@@ -6,7 +6,7 @@ mod common;
 use std::env;
 use std::process::Command;
 
-use common::{example, run, testhosts_ssh_config};
+use common::{example, job_dir, run, scratch_dir, stranger, testhosts_ssh_config};
 
 /// `salloc -N NODES rsrun ARGS...`: rsrun runs here, inside the allocation it is given.
 fn salloc(nodes: &str, args: &[&str]) -> Command {
@@ -16,13 +16,21 @@ fn salloc(nodes: &str, args: &[&str]) -> Command {
     cmd
 }
 
-#[test]
-fn rsrun_inside_an_allocation_uses_its_nodes() {
-    if env::var_os("MPIRT_TEST_SLURM").is_none() {
+/// Whether a Slurm is up; says why the test is skipped when not.
+fn slurm_up() -> bool {
+    let up = env::var_os("MPIRT_TEST_SLURM").is_some();
+    if !up {
         println!(
             "skipped: no Slurm here (tools/test-all.sh starts one on the test hosts and sets \
              MPIRT_TEST_SLURM)"
         );
+    }
+    up
+}
+
+#[test]
+fn rsrun_inside_an_allocation_uses_its_nodes() {
+    if !slurm_up() {
         return;
     }
     // No hosts and no -n: the allocation's three nodes, one task each, agents started by srun.
@@ -64,4 +72,88 @@ fn rsrun_inside_an_allocation_uses_its_nodes() {
         "{}",
         r.stdout
     );
+    srun_started_agents_honour_the_working_directory_and_stdin();
+}
+
+/// Agents started by srun put their ranks where ssh-started ones do: in rsrun's working
+/// directory or `--wdir`, with relative programs and inputs found there, stdin reaching rank 0,
+/// and `--npernode` placing within the allocation. (Part of the test above: two tests at once
+/// would wait for each other's nodes.)
+fn srun_started_agents_honour_the_working_directory_and_stdin() {
+    let dir = job_dir("slurm-wdir");
+    let d = dir.to_str().unwrap();
+    let hosts_and_dirs = |r: &common::Run| -> Vec<String> {
+        r.sorted_lines()
+            .iter()
+            .map(|line| line.split_once(' ').unwrap().1.to_string())
+            .collect()
+    };
+    for (args, from) in [
+        (&["./job.sh"][..], d),
+        (&["--wdir", d, "./job.sh"][..], "/"),
+        (&["-wdir", d, "./job.sh"][..], "/"),
+    ] {
+        let mut cmd = salloc("2", args);
+        cmd.current_dir(from);
+        let r = run(&mut cmd, b"");
+        assert_eq!(r.code(), Some(0), "{args:?}: {}\n{}", r.stdout, r.stderr);
+        let seen = hosts_and_dirs(&r);
+        assert_eq!(seen.len(), 2, "{args:?}: {}", r.stdout);
+        for line in &seen {
+            assert!(
+                line.starts_with("host") && line.ends_with(&format!(" {d} input-data")),
+                "{args:?}: {line}"
+            );
+        }
+        assert_ne!(seen[0], seen[1], "one rank a node: {seen:?}");
+    }
+    // Rank 0's stdin; the other rank reads nothing.
+    let script = "if [ $MPIRT_RANK = 0 ]; then echo 0 $(cat); else echo $MPIRT_RANK $(wc -c); fi";
+    let r = run(
+        &mut salloc("2", &["sh", "-c", script]),
+        b"line one\nline two\n",
+    );
+    assert_eq!(r.code(), Some(0), "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.sorted_lines(), ["0 line one line two", "1 0"]);
+    // Two tasks a node in the allocation, one rank a node asked for.
+    let mut cmd = Command::new("salloc");
+    cmd.args([
+        "-N",
+        "2",
+        "--ntasks-per-node",
+        "2",
+        env!("CARGO_BIN_EXE_rsrun"),
+    ])
+    .args([
+        "--npernode",
+        "1",
+        "sh",
+        "-c",
+        "echo $MPIRT_LOCAL_SIZE $(hostname)",
+    ]);
+    let r = run(&mut cmd, b"");
+    assert_eq!(r.code(), Some(0), "{}\n{}", r.stdout, r.stderr);
+    let lines = r.sorted_lines();
+    assert_eq!(lines.len(), 2, "{}", r.stdout);
+    assert!(lines.iter().all(|l| l.starts_with("1 host")), "{lines:?}");
+    assert_ne!(lines[0], lines[1]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Under `srun --mpi=pmi2` rank 0 makes the job's secret: a stranger who knows the job id
+/// (`squeue` shows it) still cannot join.
+#[test]
+fn a_stranger_cannot_join_a_job_under_srun_with_pmi2() {
+    if !slurm_up() {
+        return;
+    }
+    let dir = scratch_dir("stranger-srun");
+    let mut job = Command::new("srun");
+    job.args(["--mpi=pmi2", "-N", "2", "-n", "2", &example("stepwise")])
+        .arg(&dir)
+        .arg("2")
+        .env("MPIRT_TRANSPORT", "tcp")
+        .env("MPIRT_VERBOSE", "1");
+    stranger::play_against(&mut job, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
 }

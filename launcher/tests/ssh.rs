@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use launcher::Bootstrap;
 
-use common::{example, rsrun, run, testhosts_ssh_config};
+use common::{example, hostname, job_dir, rsrun, run, testhosts_ssh_config};
 
 const RANK_MODE: &str = "LAUNCHER_TEST_RANK_MODE";
 
@@ -36,11 +36,6 @@ fn rank_mode() {
         .collect();
     b.finalize().unwrap();
     println!("rank {rank} saw {}", hosts.join(","));
-}
-
-fn hostname() -> String {
-    let out = Command::new("hostname").output().unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
 /// The test hosts, up for as long as this lives.
@@ -151,14 +146,17 @@ type Case = fn(&Hosts);
 #[test]
 fn across_ssh_hosts() {
     let Some(hosts) = Hosts::up() else { return };
-    let cases: [(&str, Case); 14] = [
+    let cases: [(&str, Case); 24] = [
         ("map by slot", map_by_slot),
         ("map by node from a hostfile", map_by_node_from_hostfile),
         ("tagged output", tagged_output),
         ("key-value service across hosts", kvs_across_hosts),
         ("ring across hosts", ring_across_hosts),
         ("all-to-all across hosts", all_to_all_across_hosts),
-        ("1 GiB message across hosts", gigabyte_across_hosts),
+        (
+            "1 GiB message across hosts (256 MiB debug)",
+            gigabyte_across_hosts,
+        ),
         (
             "shared memory refused across hosts",
             shm_refused_across_hosts,
@@ -172,6 +170,22 @@ fn across_ssh_hosts() {
             "remote rank killed during a TCP exchange",
             killed_during_tcp_exchange,
         ),
+        (
+            "relative program and input from a shared directory",
+            relative_paths_from_a_shared_directory,
+        ),
+        (
+            "working directory the hosts lack",
+            working_directory_the_hosts_lack,
+        ),
+        ("--wdir", wdir_on_every_host),
+        ("stdin to a remote rank 0", stdin_to_a_remote_rank_zero),
+        ("per-rank output files", per_rank_output_files),
+        ("--ssh-args with a quoted argument", ssh_args_with_quotes),
+        ("--rankfile placement", rankfile_placement),
+        ("--npernode placement", npernode_placement),
+        ("impossible placements", impossible_placements),
+        ("a stranger to a TCP job", stranger_refused),
     ];
     for (name, case) in cases {
         let started = Instant::now();
@@ -334,15 +348,22 @@ fn all_to_all_across_hosts(hosts: &Hosts) {
 }
 
 fn gigabyte_across_hosts(hosts: &Hosts) {
+    // A debug build of bigmsg takes about 25 s to fill and check 1 GiB (the transfer itself about
+    // 1 s), too near the run limit; a quarter of it still crosses hosts in many pieces.
+    let (size, bytes) = if cfg!(debug_assertions) {
+        ("256m", 1 << 28)
+    } else {
+        ("1g", 1 << 30)
+    };
     // Rank 0 is on host1, rank 7 on host4.
     let r = run(
-        &mut hosts.rsrun(&["-H", EIGHT, &example("bigmsg"), "1g"]),
+        &mut hosts.rsrun(&["-H", EIGHT, &example("bigmsg"), size]),
         b"",
     );
     assert_eq!(r.code(), Some(0), "{}\n{}", r.stdout, r.stderr);
     assert!(
         r.stdout
-            .starts_with("bigmsg: 1073741824 bytes from rank 0 to rank 7 in ")
+            .starts_with(&format!("bigmsg: {bytes} bytes from rank 0 to rank 7 in "))
             && r.stdout.trim_end().ends_with(" ok"),
         "{}",
         r.stdout
@@ -512,10 +533,370 @@ fn unknown_host(hosts: &Hosts) {
     );
 }
 
+/// The stranger dials rank 1 on host2 from this host, and records rank 0's dial on host1.
+fn stranger_refused(hosts: &Hosts) {
+    let dir = common::scratch_dir("stranger");
+    let mut job = hosts.rsrun(&[
+        "-H",
+        "host1:1,host2:1",
+        "--verbose",
+        &example("stepwise"),
+        dir.to_str().unwrap(),
+        "2",
+    ]);
+    common::stranger::play_against(&mut job, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn auth_failure(hosts: &Hosts) {
     // `-o IdentityFile=/dev/null` would not do: identity files add up, and the config's key
     // still works. Turning public-key authentication off leaves sshd no method to accept.
     let ssh_args = format!("{} -o PubkeyAuthentication=no", hosts.ssh_args());
     let r = fails_naming("host2", &ssh_args, "host2");
     assert!(r.stderr.contains("Permission denied"), "{}", r.stderr);
+}
+
+/// What `job.sh` prints for each rank of EIGHT run in `dir`.
+fn job_lines(dir: &Path) -> Vec<String> {
+    (0..8)
+        .map(|rank| format!("{rank} host{} {} input-data", rank / 2 + 1, dir.display()))
+        .collect()
+}
+
+fn relative_paths_from_a_shared_directory(hosts: &Hosts) {
+    let dir = job_dir("relative");
+    let r = run(
+        hosts.rsrun(&["-H", EIGHT, "./job.sh"]).current_dir(&dir),
+        b"",
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert_eq!(r.sorted_lines(), job_lines(&dir));
+    assert_eq!(r.stderr, "", "no warning where the directory exists");
+    // A relative program missing there: the host, the path tried and the directory.
+    let r = run(
+        hosts
+            .rsrun(&["-H", "host2:1", "./missing.sh"])
+            .current_dir(&dir),
+        b"",
+    );
+    assert_eq!(r.code(), Some(127), "{}", r.stderr);
+    let d = dir.display();
+    assert!(
+        r.stderr.contains(&format!(
+            "cannot start './missing.sh' on host2: No such file or directory (os error 2) \
+             (tried {d}/missing.sh, in directory {d})"
+        )),
+        "{}",
+        r.stderr
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// rsrun runs in a directory that exists only in its own mount namespace (a tmpfs mounted
+/// over a scratch directory there), so the hosts' sshd, in the machine's namespace, lack it.
+fn working_directory_the_hosts_lack(hosts: &Hosts) {
+    let over = common::scratch_dir("hidden");
+    let only_here = over.join("only-here");
+    let ssh_args = hosts.ssh_args();
+    let script = format!(
+        "mount -t tmpfs rsrun-test {o} && mkdir {h} && cd {h} && \
+         exec {rsrun} --ssh-args '{ssh_args}' -H host1:2,host2:1 \
+         sh -c 'echo $MPIRT_RANK $(hostname) $(pwd) $HOME'",
+        o = over.display(),
+        h = only_here.display(),
+        rsrun = env!("CARGO_BIN_EXE_rsrun"),
+    );
+    let r = run(
+        Command::new("unshare").args(["-m", "sh", "-c", &script]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    let lines = r.sorted_lines();
+    assert_eq!(lines.len(), 3, "{}", r.stdout);
+    for (rank, line) in lines.iter().enumerate() {
+        let f: Vec<&str> = line.split(' ').collect();
+        assert_eq!(f[..2], [rank.to_string(), format!("host{}", rank / 2 + 1)]);
+        assert_eq!(f[2], f[3], "rank {rank} runs in its home directory: {line}");
+    }
+    let warnings: Vec<&str> = r.stderr.lines().collect();
+    let said = |host: &str| {
+        format!(
+            "rsrun: warning: {host}: working directory {} does not exist there; its ranks run \
+             in ",
+            only_here.display()
+        )
+    };
+    assert_eq!(warnings.len(), 2, "one warning a host: {}", r.stderr);
+    for host in ["host1", "host2"] {
+        assert!(
+            warnings.iter().any(|w| w.starts_with(&said(host))),
+            "{}",
+            r.stderr
+        );
+    }
+    std::fs::remove_dir_all(&over).unwrap();
+}
+
+fn wdir_on_every_host(hosts: &Hosts) {
+    let dir = job_dir("wdir");
+    let d = dir.to_str().unwrap();
+    for flag in ["--wdir", "-wdir"] {
+        let r = run(
+            hosts
+                .rsrun(&[flag, d, "-H", EIGHT, "./job.sh"])
+                .current_dir("/"),
+            b"",
+        );
+        assert_eq!(r.code(), Some(0), "{flag}: {}", r.stderr);
+        assert_eq!(r.sorted_lines(), job_lines(&dir));
+    }
+    // A --wdir missing on the hosts is an error naming the host and the directory.
+    let missing = dir.join("missing");
+    let m = missing.to_str().unwrap();
+    let r = run(
+        &mut hosts.rsrun(&["--wdir", m, "-H", "host3:1", "pwd"]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!(
+            "cannot start 'pwd' on host3: --wdir {m}: No such file or directory"
+        )),
+        "{}",
+        r.stderr
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn stdin_to_a_remote_rank_zero(hosts: &Hosts) {
+    // Three times rsrun's window of unacknowledged input, with every byte value: the input
+    // only gets through if the agent's acknowledgements do, and binary data must too.
+    let input: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 256) as u8).collect();
+    let script = "if [ $MPIRT_RANK = 0 ]; then echo $(hostname) $(cksum); \
+                  else echo $(hostname) $(wc -c); fi";
+    let r = run(
+        &mut hosts.rsrun(&["-H", "host2:1,host3:1", "sh", "-c", script]),
+        &input,
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    let mut cksum = Command::new("cksum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = cksum.stdin.take().unwrap();
+    let data = input.clone();
+    let writer = thread::spawn(move || std::io::Write::write_all(&mut pipe, &data));
+    let expected = cksum.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    let expected = String::from_utf8(expected.stdout).unwrap();
+    assert_eq!(
+        r.sorted_lines(),
+        [format!("host2 {}", expected.trim()), "host3 0".to_string()]
+    );
+    // A rank 0 that stops reading early: the rest of the input is dropped, the job ends.
+    let script = "if [ $MPIRT_RANK = 0 ]; then head -c 100 | wc -c; exec sleep 1; fi";
+    let r = run(
+        &mut hosts.rsrun(&["-H", "host2:1,host3:1", "sh", "-c", script]),
+        &input,
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert_eq!(r.stdout.trim(), "100");
+}
+
+fn per_rank_output_files(hosts: &Hosts) {
+    let dir = common::scratch_dir("output-files");
+    let out = dir.join("out");
+    let r = run(
+        &mut hosts.rsrun(&[
+            "-H",
+            EIGHT,
+            "--output-filename",
+            &format!("{}:nocopy", out.display()),
+            "sh",
+            "-c",
+            "echo out $MPIRT_RANK $(hostname); echo err $MPIRT_RANK >&2",
+        ]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert_eq!((r.stdout.as_str(), r.stderr.as_str()), ("", ""), "nocopy");
+    for rank in 0..8 {
+        let read = |name: &str| {
+            std::fs::read_to_string(out.join(format!("1/rank.{rank}/{name}"))).unwrap()
+        };
+        assert_eq!(read("stdout"), format!("out {rank} host{}\n", rank / 2 + 1));
+        assert_eq!(read("stderr"), format!("err {rank}\n"));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn ssh_args_with_quotes(hosts: &Hosts) {
+    // host2 and host3 reached through host1: their sshd then sees host1 as the client. Split
+    // at spaces, the ProxyCommand would be five words and ssh would fail.
+    let config = hosts.ssh_config.display();
+    let ssh_args = format!("-F {config} -o \"ProxyCommand ssh -F {config} -W %h:%p host1\"");
+    let r = run(
+        &mut rsrun(&[
+            "--ssh-args",
+            &ssh_args,
+            "-H",
+            "host2:1,host3:1",
+            "sh",
+            "-c",
+            "echo $(hostname) ${SSH_CONNECTION%% *}",
+        ]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    let host1 = ("host1", 22)
+        .to_socket_addrs()
+        .unwrap()
+        .next()
+        .unwrap()
+        .ip();
+    assert_eq!(
+        r.sorted_lines(),
+        [format!("host2 {host1}"), format!("host3 {host1}")]
+    );
+    // The same from MPIRT_SSH_ARGS; a whole job (the ring) wires up through the proxy.
+    let mut cmd = rsrun(&["-H", "host2:1,host3:1", &example("ring")]);
+    cmd.env("MPIRT_SSH_ARGS", &ssh_args);
+    let r = run(&mut cmd, b"");
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert_eq!(
+        r.stdout.trim(),
+        "ring of 2 ranks: token total 1, expected 1"
+    );
+}
+
+/// Each rank's `rank host cpus` (its Cpus_allowed_list), sorted by rank.
+const WHERE: &str = "echo $MPIRT_RANK $(hostname) $(grep Cpus_allowed_list /proc/self/status | \
+                     cut -f2)";
+
+fn rankfile_placement(hosts: &Hosts) {
+    let dir = common::scratch_dir("rankfile");
+    let file = dir.join("rankfile");
+    let text = "rank 0=host2 slot=1\nrank 1=host1 slot=0\nrank 2=host2 slot=0\n\
+                rank 3=host3 slot=0-1\n";
+    std::fs::write(&file, text).unwrap();
+    let f = file.to_str().unwrap();
+    let r = run(
+        &mut hosts.rsrun(&["--rankfile", f, "--report-bindings", "sh", "-c", WHERE]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert_eq!(
+        r.sorted_lines(),
+        ["0 host2 1", "1 host1 0", "2 host2 0", "3 host3 0-1"]
+    );
+    for said in [
+        "[host2:",
+        "] MCW rank 0 bound to CPU 1: [./B]",
+        "] MCW rank 3 bound to CPUs 0-1: [B/B]",
+    ] {
+        assert!(r.stderr.contains(said), "{said}: {}", r.stderr);
+    }
+    // Within -H's hosts it places as it says; a host outside them is an error.
+    let r = run(
+        &mut hosts.rsrun(&[
+            "-H",
+            "host1:2,host2:2,host3:2",
+            "--rankfile",
+            f,
+            "sh",
+            "-c",
+            WHERE,
+        ]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert_eq!(r.sorted_lines().len(), 4);
+    let r = run(
+        &mut hosts.rsrun(&["-H", "host1:2,host2:2", "--rankfile", f, "sh", "-c", WHERE]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("line 4: host 'host3' is not among the job's hosts (host1, host2)")
+            && r.stdout.is_empty(),
+        "{}",
+        r.stderr
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn npernode_placement(hosts: &Hosts) {
+    // Two a host, bound to a core each: local rank i on CPU i of its host.
+    let r = run(
+        &mut hosts.rsrun(&[
+            "-H",
+            "host1:4,host2:4,host3:4",
+            "--npernode",
+            "2",
+            "-n",
+            "5",
+            "--bind-to",
+            "core",
+            "sh",
+            "-c",
+            WHERE,
+        ]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert_eq!(
+        r.sorted_lines(),
+        [
+            "0 host1 0",
+            "1 host1 1",
+            "2 host2 0",
+            "3 host2 1",
+            "4 host3 0"
+        ]
+    );
+    // ppr:1:node: one a host, all hosts' worth without -n.
+    let r = run(
+        &mut hosts.rsrun(&["-H", EIGHT, "--map-by", "ppr:1:node", "sh", "-c", WHO]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    let expected: Vec<String> = (0..4)
+        .map(|rank| format!("{rank} host{} 0/1", rank + 1))
+        .collect();
+    assert_eq!(r.sorted_lines(), expected);
+}
+
+fn impossible_placements(hosts: &Hosts) {
+    let r = run(
+        &mut hosts.rsrun(&["-H", EIGHT, "--npernode", "2", "-n", "9", "sh", "-c", WHO]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("9 ranks requested, but 2 per node on 4 host(s) places only 8")
+            && r.stdout.is_empty(),
+        "{}",
+        r.stderr
+    );
+    // A CPU host2 lacks is refused by its agent before any of its ranks runs.
+    let dir = common::scratch_dir("rankfile-cpu");
+    let file = dir.join("rankfile");
+    std::fs::write(&file, "rank 0=host2 slot=1000\n").unwrap();
+    let r = run(
+        &mut hosts.rsrun(&["--rankfile", file.to_str().unwrap(), "sh", "-c", WHO]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(
+            "cannot start 'sh' on host2: the rankfile binds rank 0 to CPU 1000, but rsrun may \
+             use only CPUs "
+        ) && r.stdout.is_empty(),
+        "{}",
+        r.stderr
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

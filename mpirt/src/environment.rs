@@ -141,6 +141,12 @@ impl Wireup for BootstrapWireup<'_> {
     fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
         self.0.get(key).map_err(|e| e.to_string())
     }
+    fn job_secret(&mut self) -> Result<[u8; 32], String> {
+        let text = self.0.job_secret().map_err(|e| e.to_string())?;
+        pml::hex::decode(&text)
+            .and_then(|bytes| bytes.try_into().ok())
+            .ok_or_else(|| "the job's secret in the key-value space is not 64 hex digits".into())
+    }
 }
 
 /// Starts the runtime: `MPI_Init`. `None` if it was already initialized in this process.

@@ -91,6 +91,8 @@ pub use pml::TrackingAllocator;
 pub use point_to_point::{Count, Tag};
 
 /// `#[derive(Equivalence)]` for `#[repr(C)]` structs of `Equivalence` fields without padding.
+/// The code it generates names this crate as the deriving crate's manifest does: `mpi` in a
+/// program ported from rsmpi that depends on `mpi = { package = "mpirt", ... }`.
 ///
 /// ```
 /// use mpirt::traits::*;

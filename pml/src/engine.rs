@@ -73,6 +73,11 @@ const TCP_MAX_FRAME: usize = 4 << 20;
 const TCP_QUIET_ROUNDS: u32 = 16;
 /// How long dialling one of a peer's addresses may take before the next is tried.
 const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a rank dialling over TCP may take over each of its turns in the handshake: a
+/// genuine rank answers within a progress round, and one busy outside the library longer
+/// than this only dials again; a stranger holds a socket no longer.
+const TCP_HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
+
 pub struct Engine {
     rank: Rank,
     size: u32,
@@ -196,14 +201,17 @@ impl Engine {
             .map_err(wireup_err)?;
         let mut tcp = None;
         if !remote.is_empty() && config.transport != TransportChoice::Verbs {
+            let secret = wireup.job_secret().map_err(wireup_err)?;
             let t = TcpTransport::new(
                 rank,
                 size,
-                &wireup.job_id(),
+                &secret,
                 TcpConfig {
                     interfaces: tcp_interfaces,
                     max_staged_payload: config.tcp_eager_limit,
                     connect_timeout: TCP_CONNECT_TIMEOUT,
+                    handshake_limit: TCP_HANDSHAKE_LIMIT,
+                    verbose: config.verbose,
                 },
             )
             .map_err(|e| EngineError::Transport(format!("TCP: {e}")))?;

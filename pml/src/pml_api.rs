@@ -204,6 +204,10 @@ pub trait Wireup {
     fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String>;
     fn fence(&mut self) -> Result<(), String>;
     fn get(&mut self, key: &str) -> Result<Vec<u8>, String>;
+    /// The job's secret, at least 128 random bits that only the job's ranks know: a TCP
+    /// connection is a peer's only once it proved to know it. The launcher's key-value
+    /// space may hold it, so call this after the first fence.
+    fn job_secret(&mut self) -> Result<[u8; 32], String>;
 }
 
 /// A receive buffer lent to a PML until the receive completes.

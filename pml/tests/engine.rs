@@ -587,6 +587,9 @@ impl pml::Wireup for BadArenaWireup {
     fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
         self.0.get(key)
     }
+    fn job_secret(&mut self) -> Result<[u8; 32], String> {
+        self.0.job_secret()
+    }
 }
 
 /// A rank that cannot map its peer's arena takes the host for one where peers cannot read

@@ -5,15 +5,42 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::mem::MaybeUninit;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
 
 use bootstrap::vars;
 
-/// Everything the ranks of one job share.
+use crate::spawn::binding::{cpu_set_of, Binding};
+
+/// The variables Open MPI's and MPICH's (Hydra's) launchers give a rank, which wrapper scripts
+/// read (to pick a GPU by local rank, say), with this rank's values: rank and size in the job,
+/// then on its host. rsrun runs one job step, so Open MPI's node rank is the local rank.
+/// PMI_RANK and PMI_SIZE are left out on purpose: PMI clients (MPICH's, and mpirt's own once it
+/// speaks PMI-1) take them for "a PMI process manager started me", which rsrun is not.
+pub fn compat_vars(
+    rank: u32,
+    size: u32,
+    local_rank: u32,
+    local_size: u32,
+) -> [(&'static str, u32); 7] {
+    [
+        ("OMPI_COMM_WORLD_RANK", rank),
+        ("OMPI_COMM_WORLD_SIZE", size),
+        ("OMPI_COMM_WORLD_LOCAL_RANK", local_rank),
+        ("OMPI_COMM_WORLD_LOCAL_SIZE", local_size),
+        ("OMPI_COMM_WORLD_NODE_RANK", local_rank),
+        ("MPI_LOCALRANKID", local_rank),
+        ("MPI_LOCALNRANKS", local_size),
+    ]
+}
+
+/// Everything the ranks of one host share.
 pub struct LaunchSpec<'a> {
-    pub program: &'a OsStr,
+    /// The program's path, already resolved against `dir` or `PATH` (see `workdir::resolve`).
+    pub program: &'a Path,
+    /// The program as the user gave it, which ranks get as their `argv[0]`, as from a shell.
+    pub arg0: &'a OsStr,
     pub args: &'a [OsString],
     /// Set on top of rsrun's own environment, before the `MPIRT_*` variables.
     pub env: &'a [(String, OsString)],
@@ -21,13 +48,13 @@ pub struct LaunchSpec<'a> {
     pub job_id: &'a str,
     pub kvs_addr: String,
     pub kvs_secret: &'a str,
-    /// CPUs to pin ranks to, the rank with local rank i to `cpus[i]`; empty means none. When
-    /// this host's ranks outnumber them, none is pinned (see `spawn_rank`).
-    pub cpus: &'a [usize],
+    /// The directory ranks start in.
+    pub dir: &'a Path,
+    pub binding: &'a Binding,
 }
 
 /// Where one rank sits: its rank in the job, its place among the ranks on its host, and whether
-/// it reads rsrun's stdin (rank 0 on rsrun's own host only; the others get /dev/null).
+/// it reads rsrun's stdin (rank 0; the others get /dev/null).
 #[derive(Debug, Clone, Copy)]
 pub struct Slot {
     pub rank: u32,
@@ -44,6 +71,8 @@ pub struct RankProcess {
     pub stdin: Option<ChildStdin>,
     pub stdout: ChildStdout,
     pub stderr: ChildStderr,
+    /// Whether it was pinned to CPUs.
+    pub pinned: bool,
 }
 
 /// Starts one rank. Fails (with the exec error, e.g. "No such file or directory") if the
@@ -51,7 +80,9 @@ pub struct RankProcess {
 pub fn spawn_rank(spec: &LaunchSpec<'_>, slot: Slot) -> io::Result<RankProcess> {
     let rank = slot.rank;
     let mut cmd = Command::new(spec.program);
-    cmd.args(spec.args)
+    cmd.arg0(spec.arg0)
+        .args(spec.args)
+        .current_dir(spec.dir)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .env(vars::RANK, rank.to_string())
         .env(vars::SIZE, spec.size.to_string())
@@ -68,20 +99,18 @@ pub fn spawn_rank(spec: &LaunchSpec<'_>, slot: Slot) -> io::Result<RankProcess> 
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    for (name, value) in compat_vars(rank, spec.size, slot.local_rank, slot.local_size) {
+        cmd.env(name, value.to_string());
+    }
     // rsrun blocks SIGINT/SIGTERM/SIGHUP in all its threads (see `signals`), and a blocked mask
     // survives exec; std's posix_spawn path does not clear it, so the child does it here.
     let unblock = crate::signals::forwarded_set();
-    // As Open MPI does, ranks that outnumber the CPUs are left unbound: two ranks pinned to one
-    // CPU can only take turns on it while another CPU may be free, whereas the scheduler runs
-    // unbound ones wherever a CPU frees up first (4 ranks on 2 busy cores: all-reduce latency
-    // halves).
-    let oversubscribed = slot.local_size as usize > spec.cpus.len();
-    let bound = (!oversubscribed).then(|| spec.cpus[slot.local_rank as usize]);
-    match bound {
-        Some(cpu) => cmd.env(vars::BOUND_CPU, cpu.to_string()),
-        None => cmd.env_remove(vars::BOUND_CPU),
+    let pinned = spec.binding.cpus_of(slot.local_rank, slot.local_size);
+    match pinned {
+        Some([cpu]) => cmd.env(vars::BOUND_CPU, cpu.to_string()),
+        _ => cmd.env_remove(vars::BOUND_CPU),
     };
-    let cpu = bound.map(cpu_set_of);
+    let cpu = pinned.map(cpu_set_of);
     // A rank must not outlive rsrun (or the agent) when that is SIGKILLed and cannot clean up:
     // the kernel kills it when the spawning thread dies. Ranks are spawned from the thread that
     // supervises the job for its whole life, so this fires only when the launcher is gone.
@@ -125,47 +154,6 @@ pub fn spawn_rank(spec: &LaunchSpec<'_>, slot: Slot) -> io::Result<RankProcess> 
         stdin: child.stdin.take(),
         stdout,
         stderr,
+        pinned: pinned.is_some(),
     })
-}
-
-/// The CPUs rsrun itself may run on, in order; ranks bound to cores are spread over these.
-pub fn allowed_cpus() -> io::Result<Vec<usize>> {
-    let mut set = MaybeUninit::<libc::cpu_set_t>::zeroed();
-    // SAFETY: `set` is a zeroed (valid, empty) cpu_set_t of exactly the size passed, and
-    // sched_getaffinity writes at most that many bytes into it.
-    let rc = unsafe {
-        libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set.as_mut_ptr())
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: zeroed memory is a valid cpu_set_t, and the call above only filled it in.
-    let set = unsafe { set.assume_init() };
-    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: CPU_ISSET only reads `set`, and every index is below the set's capacity.
-    Ok((0..max)
-        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
-        .collect())
-}
-
-fn cpu_set_of(cpu: usize) -> libc::cpu_set_t {
-    // SAFETY: an all-zero cpu_set_t is the valid empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` came from allowed_cpus, so it is below the set's capacity.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    set
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn this_process_may_run_somewhere() {
-        let cpus = allowed_cpus().unwrap();
-        assert!(!cpus.is_empty());
-        let set = cpu_set_of(cpus[0]);
-        // SAFETY: CPU_ISSET only reads the set, and the index is in range.
-        assert!(unsafe { libc::CPU_ISSET(cpus[0], &set) });
-    }
 }

@@ -1,9 +1,9 @@
 //! Starting a remote host's ranks: `ssh HOST env VAR=VALUE... /path/to/rsrun --agent ...`.
 //!
 //! The agent (see [`crate::agent`]) reports over the ssh session's stdout; a reader thread here
-//! turns its reports into job events and prints the ranks' output lines. The ssh client's stdin
-//! stays open for the whole job: closing it (or rsrun dying) is how the agent learns to kill its
-//! ranks.
+//! turns its reports into job events and writes the ranks' output lines. The ssh client's stdin
+//! carries rsrun's commands (signals, stdin for rank 0) and stays open for the whole job:
+//! closing it (or rsrun dying) is how the agent learns to kill its ranks.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, BufReader, Read, Write};
@@ -11,12 +11,13 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
 
-use crate::agent::{self, AgentArgs, Report};
+use crate::agent::{self, AgentArgs, Command as AgentCommand, Report};
 use crate::job::Event;
+use crate::output::{Outputs, Sink};
 
 /// How long ssh may take to connect. Short, so that an unreachable host is reported quickly.
 const CONNECT_TIMEOUT_S: u32 = 5;
@@ -30,13 +31,26 @@ pub struct SshSpec<'a> {
     /// Set in the agent's environment, and so every remote rank's.
     pub env: &'a [(String, OsString)],
     pub secret: &'a str,
-    pub tag_output: bool,
+    pub outputs: &'a Arc<Outputs>,
 }
 
-/// A running agent: the ssh client's pid (it leads its own process group) and its stdin.
+/// What rsrun sends down an agent link.
+#[derive(Debug)]
+pub enum ToAgent {
+    Command(AgentCommand),
+    /// Close the link: the agent then kills its ranks and exits.
+    HangUp,
+}
+
+/// A running agent: the ssh client's pid (it leads its own process group) and the queue of
+/// what to send it. A thread of its own writes the queue into the ssh client's stdin, so that
+/// neither the job's supervisor nor the stdin reader ever blocks on a stalled connection.
 pub struct Agent {
     pub pid: libc::pid_t,
-    pub stdin: ChildStdin,
+    pub link: mpsc::Sender<ToAgent>,
+    /// What the agent says of the stdin it passes on to rank 0, if rank 0 runs there:
+    /// `InputTaken` and `InputClosed` reports. Ends when the agent does.
+    pub input_acks: mpsc::Receiver<Report>,
 }
 
 /// Starts the agent for host number `host` (named `name`), which runs the ranks `args.ranks`.
@@ -98,6 +112,7 @@ pub fn start_agent(
     // The secret goes over the session, never on a command line where `ps` shows it. A small
     // write to a fresh pipe does not block; if ssh already died, the reader reports it.
     let _ = stdin.write_all(format!("{}\n", spec.secret).as_bytes());
+    let link = start_writer(stdin, host)?;
     let (err_tx, err_rx) = mpsc::channel();
     thread::Builder::new()
         .name(format!("ssh-stderr-{host}"))
@@ -106,7 +121,9 @@ pub fn start_agent(
             let _ = BufReader::new(stderr).read_to_end(&mut text);
             let _ = err_tx.send(String::from_utf8_lossy(&text).trim().to_string());
         })?;
-    let tag = spec.tag_output;
+    let outputs = Arc::clone(spec.outputs);
+    let host_name = name.to_string();
+    let (acks, input_acks) = mpsc::channel();
     thread::Builder::new()
         .name(format!("ssh-{host}"))
         .spawn(move || {
@@ -119,7 +136,22 @@ pub fn start_agent(
                         stderr,
                         bytes,
                     } => {
-                        print_line(rank, stderr, tag, bytes);
+                        let sink = if stderr { Sink::Stderr } else { Sink::Stdout };
+                        // A write error means rsrun's own output is gone; the line is dropped.
+                        let _ = outputs.write(rank, sink, &bytes);
+                        continue;
+                    }
+                    Report::Warning { message } => {
+                        eprintln!("rsrun: warning: {host_name}: {message}");
+                        continue;
+                    }
+                    Report::Note { line } => {
+                        eprintln!("{line}");
+                        continue;
+                    }
+                    Report::InputTaken { .. } | Report::InputClosed => {
+                        // Nobody listens unless rank 0 runs there and rsrun forwards stdin.
+                        let _ = acks.send(report);
                         continue;
                     }
                     Report::Exited { rank, status } => Event::RemoteExited { rank, status },
@@ -139,34 +171,36 @@ pub fn start_agent(
                 .unwrap_or_default();
             let _ = events.send(Event::AgentGone { host, stderr });
         })?;
-    Ok(Agent { pid, stdin })
+    Ok(Agent {
+        pid,
+        link,
+        input_acks,
+    })
 }
 
-/// Prints one forwarded line the way local output is printed (see `output::copy_lines`).
-/// A write error means rsrun's own output is gone; the line is dropped.
-fn print_line(rank: u32, stderr: bool, tag: bool, mut line: Vec<u8>) {
-    let prefix = if tag {
-        format!("[{rank}] ")
-    } else {
-        String::new()
-    };
-    if tag && !line.ends_with(b"\n") {
-        line.push(b'\n');
-    }
-    let write = |out: &mut dyn Write| {
-        out.write_all(prefix.as_bytes())?;
-        out.write_all(&line)?;
-        out.flush()
-    };
-    let _ = if stderr {
-        write(&mut io::stderr().lock())
-    } else {
-        write(&mut io::stdout().lock())
-    };
+/// Starts the thread that writes what is queued for an agent into its ssh client's stdin, and
+/// closes that at `HangUp` or when every sender is gone.
+fn start_writer(mut stdin: ChildStdin, host: usize) -> io::Result<mpsc::Sender<ToAgent>> {
+    let (tx, rx) = mpsc::channel();
+    thread::Builder::new()
+        .name(format!("ssh-stdin-{host}"))
+        .spawn(move || {
+            for item in rx {
+                match item {
+                    // A failed write means the agent is gone, and its ranks with it; what is
+                    // still queued has nowhere to go.
+                    ToAgent::Command(command) => {
+                        if agent::write_command(&mut stdin, &command).is_err() {
+                            return;
+                        }
+                    }
+                    ToAgent::HangUp => return,
+                }
+            }
+        })?;
+    Ok(tx)
 }
 
-/// The command line the remote login shell runs, every word quoted for it:
-/// `env VAR=VALUE... /path/to/rsrun --agent AGENT-ARGS...`.
 /// This machine's address on the route to `host`: connecting a UDP socket sends nothing, but
 /// makes the kernel choose the source address it would use.
 fn route_from_here(host: &str) -> Option<std::net::IpAddr> {
@@ -182,6 +216,8 @@ fn route_from_here(host: &str) -> Option<std::net::IpAddr> {
     Some(socket.local_addr().ok()?.ip())
 }
 
+/// The command line the remote login shell runs, every word quoted for it:
+/// `env VAR=VALUE... /path/to/rsrun --agent AGENT-ARGS...`.
 pub fn remote_command(rsrun: &Path, env: &[(String, OsString)], args: &AgentArgs) -> OsString {
     let mut words: Vec<OsString> = vec!["env".into()];
     for (name, value) in env {
@@ -280,8 +316,11 @@ mod tests {
             job_id: "j".into(),
             size: 2,
             kvs_port: 9,
-            bind_to: crate::cli::BindTo::None,
+            binding: crate::spawn::binding::Binding::None,
             ranks: vec![0, 1],
+            wdir: "/w".into(),
+            wdir_named: false,
+            report_bindings: false,
             program: "/bin/echo".into(),
             args: vec!["a b".into(), "".into()],
         };
@@ -289,7 +328,7 @@ mod tests {
         let line = remote_command(Path::new("/opt/rs run"), &env, &args);
         assert_eq!(
             line,
-            "env 'V=x y'\\''z' '/opt/rs run' --agent j 2 9 none 0,1 /bin/echo 'a b' ''"
+            "env 'V=x y'\\''z' '/opt/rs run' --agent j 2 9 none 0,1 - /w /bin/echo 'a b' ''"
         );
     }
 }

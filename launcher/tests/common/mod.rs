@@ -3,6 +3,8 @@
 // Each test crate compiles this module and uses only part of it.
 #![allow(dead_code)]
 
+pub mod stranger;
+
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -176,4 +178,25 @@ pub fn testhosts_ssh_config() -> PathBuf {
         PathBuf::from,
     );
     dir.join("ssh_config")
+}
+
+/// This machine's host name, as `hostname` prints it (a test host's own, run on one).
+pub fn hostname() -> String {
+    let out = Command::new("hostname").output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// A fresh directory every test host sees (they share this filesystem) holding `job.sh`, which
+/// prints the rank, the host, its working directory and the contents of `input.txt` there.
+pub fn job_dir(name: &str) -> PathBuf {
+    let dir = scratch_dir(name);
+    let script = dir.join("job.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\necho $MPIRT_RANK $(hostname) $(pwd) $(cat input.txt)\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(dir.join("input.txt"), "input-data").unwrap();
+    dir
 }

@@ -5,6 +5,8 @@
 //! the struct's size (no padding, which would send uninitialized bytes), and that the struct
 //! needs no drop.
 
+mod crate_name;
+
 use proc_macro::{Delimiter, TokenStream, TokenTree};
 
 #[proc_macro_derive(Equivalence)]
@@ -140,6 +142,8 @@ fn parse_fields(body: TokenStream) -> Result<Vec<Field>, String> {
 
 fn generate(item: &Item) -> TokenStream {
     let name = &item.name;
+    // `mpirt`, or `mpi` in a program ported from rsmpi that renamed the dependency.
+    let krate = crate_name::mpirt_name();
     let sizes: String = item
         .fields
         .iter()
@@ -150,7 +154,7 @@ fn generate(item: &Item) -> TokenStream {
         .iter()
         .map(|f| {
             format!(
-                " || <{} as ::mpirt::datatype::Equivalence>::equivalent_datatype().needs_check()",
+                " || <{} as ::{krate}::datatype::Equivalence>::equivalent_datatype().needs_check()",
                 f.ty
             )
         })
@@ -160,7 +164,7 @@ fn generate(item: &Item) -> TokenStream {
         .iter()
         .map(|f| {
             format!(
-                " && ::mpirt::datatype::Datatype::field_is_valid::<{}>(bytes, \
+                " && ::{krate}::datatype::Datatype::field_is_valid::<{}>(bytes, \
                  ::core::mem::offset_of!({name}, {}))",
                 f.ty, f.name
             )
@@ -181,8 +185,8 @@ fn generate(item: &Item) -> TokenStream {
         }};
         // SAFETY: checked above and by the field types: #[repr(C)], no padding, no drop, and
         // every field is Equivalence; received bytes pass each field's check.
-        unsafe impl ::mpirt::datatype::Equivalence for {name} {{
-            fn equivalent_datatype() -> ::mpirt::datatype::Datatype {{
+        unsafe impl ::{krate}::datatype::Equivalence for {name} {{
+            fn equivalent_datatype() -> ::{krate}::datatype::Datatype {{
                 // A struct of unchecked fields leaves `bytes` unused.
                 #[allow(unused_variables)]
                 fn check(bytes: &[u8]) -> bool {{
@@ -190,9 +194,9 @@ fn generate(item: &Item) -> TokenStream {
                 }}
                 let size = ::core::mem::size_of::<{name}>();
                 if false{needs_check} {{
-                    ::mpirt::datatype::Datatype::checked(size, {name:?}, check)
+                    ::{krate}::datatype::Datatype::checked(size, {name:?}, check)
                 }} else {{
-                    ::mpirt::datatype::Datatype::plain(size, {name:?})
+                    ::{krate}::datatype::Datatype::plain(size, {name:?})
                 }}
             }}
         }}"

@@ -1,10 +1,12 @@
 //! TCP transport between ranks on different hosts (and between local ranks on request).
 //!
 //! One connection per pair of ranks, opened on the first frame either side sends. Both sides
-//! may dial at once; the dialler says who it is in a hello and waits for the other side to
-//! take the connection, and when two dials cross, the one from the lower rank wins on both
-//! sides (the other is refused, and its dialler waits for the winner to arrive). So exactly
-//! one connection carries each pair's frames, in order, in both directions.
+//! may dial at once; the dialler says who it is in a hello, both prove they know the job's
+//! secret (`handshake.rs`), and the dialler waits for the other side to take the connection;
+//! when two dials cross, the one from the lower rank wins on both sides (the other is refused,
+//! and its dialler waits for the winner to arrive). So exactly one connection carries each
+//! pair's frames, in order, in both directions. A connection that fails the handshake, or
+//! keeps silent past a short deadline, is closed and forgotten: it never becomes a peer's.
 //!
 //! Sockets are non-blocking and watched by one level-triggered epoll set, which a progress
 //! round polls and a waiting rank sleeps on. TCP cannot read a peer's memory, so rendezvous
@@ -13,23 +15,26 @@
 mod addrs;
 mod conn;
 mod epoll;
+mod handshake;
 #[cfg(test)]
 mod tests;
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use slab::Slab;
 
 pub use addrs::parse_selectors;
 pub use conn::Sent;
+pub use handshake::JobSecret;
 
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use addrs::{IfAddr, Selector};
 use conn::{Conn, Received};
 use epoll::{interest, Epoll, Ready};
+use handshake::{Challenged, Dialler, Incoming, Refusal, CHALLENGE_LEN, HELLO_LEN, PROOF_LEN};
 
 /// Where arriving frames go (the protocol core, in the engine).
 pub trait Sink {
@@ -53,14 +58,23 @@ pub struct TcpConfig {
     /// Largest payload of a frame other than DATA this rank accepts.
     pub max_staged_payload: usize,
     pub connect_timeout: Duration,
+    /// How long a dialler may take over each of its turns in the handshake before the
+    /// connection is dropped (a genuine one answers within a progress round; a silent
+    /// stranger must not hold a socket for long).
+    pub handshake_limit: Duration,
+    /// Name refused connections on stderr (`--verbose`).
+    pub verbose: bool,
 }
 
-/// The dialler's first 16 bytes: who it is, and of which job (a stray or stale connection
-/// from another job must not be taken for a peer).
-const HELLO_MAGIC: &[u8; 8] = b"mpirt-tc";
-const HELLO_LEN: usize = 16;
-/// The answer that takes a dialled connection; a refused one is closed instead.
-const TAKEN: u8 = 1;
+/// How many times in a row a peer may drop our dial during the handshake although we
+/// answered promptly, before that is an error rather than bad luck.
+const MAX_DROPPED_DIALS: u32 = 3;
+/// Connections in the handshake at once, beyond one per peer, before the oldest is dropped:
+/// a stranger opening connections by the thousand must not run the rank out of descriptors.
+const SPARE_HANDSHAKES: usize = 64;
+/// Refused connections named one by one under `--verbose`; after that, one line each time
+/// the count doubles, so that a flood of them cannot flood the log.
+const REFUSALS_NAMED: u64 = 8;
 
 /// Epoll tokens: a connected peer's token is its rank.
 const LISTENER: u64 = u64::MAX;
@@ -73,8 +87,8 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 enum Link {
     /// No connection yet: the first frame dials.
     Idle,
-    /// We dialled and said hello; the peer has not taken the connection yet.
-    Dialled(TcpStream),
+    /// We dialled and are in the handshake; the peer has not taken the connection yet.
+    Dialled(Dialling),
     /// The peer refused our dial because its own dial to us wins: it is on its way.
     AwaitingPeer,
     Connected(Conn),
@@ -82,21 +96,50 @@ enum Link {
     Closed,
 }
 
+/// Our dial, in the handshake.
+struct Dialling {
+    sock: TcpStream,
+    addr: SocketAddr,
+    hand: Dialler,
+    since: Instant,
+    /// `None` while the challenge arrives; then when our proof went out.
+    proved_at: Option<Instant>,
+    challenge: Incoming<CHALLENGE_LEN>,
+}
+
+/// A connection someone dialled to us, in the handshake: nothing it says reaches a peer's
+/// state until it proved it knows the job's secret.
 struct Accepted {
     sock: TcpStream,
-    hello: [u8; HELLO_LEN],
-    got: usize,
+    addr: SocketAddr,
+    /// When the dialler's turn to speak began.
+    turn_since: Instant,
+    stage: AcceptStage,
+}
+
+/// Where an accepted connection's handshake stands after reading from it.
+enum Step {
+    Wait,
+    Proved(Rank),
+    Refuse(Refusal),
+}
+
+enum AcceptStage {
+    Hello(Incoming<HELLO_LEN>),
+    Proof(Challenged, Incoming<PROOF_LEN>),
 }
 
 struct Peer {
     link: Link,
     /// Addresses to dial, best first; empty for peers reached another way.
     dial: Vec<SocketAddr>,
+    /// Our dials to this peer it dropped in a row during the handshake.
+    dropped_dials: u32,
 }
 
 pub struct TcpTransport {
     rank: Rank,
-    job_token: u32,
+    secret: JobSecret,
     listener: TcpListener,
     offered: Vec<IfAddr>,
     peers: Vec<Peer>,
@@ -105,25 +148,20 @@ pub struct TcpTransport {
     ready: Vec<Ready>,
     config: TcpConfig,
     said_goodbye: bool,
+    /// Connections refused in the handshake, for tests and `--verbose`.
+    refused: u64,
 }
 
 fn io_error(what: &str, e: io::Error) -> String {
     format!("{what}: {e}")
 }
 
-/// A short fingerprint of the job id (FNV-1a), enough to tell jobs apart on one port.
-fn job_token(job_id: &str) -> u32 {
-    job_id.bytes().fold(0x811c_9dc5u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    })
-}
-
 impl TcpTransport {
-    /// Listens on every address, for peers to dial.
+    /// Listens on every address, for peers to dial; only ranks that know `secret` get in.
     pub fn new(
         rank: Rank,
         size: u32,
-        job_id: &str,
+        secret: &JobSecret,
         config: TcpConfig,
     ) -> Result<TcpTransport, String> {
         let all = addrs::interfaces().map_err(|e| io_error("listing network interfaces", e))?;
@@ -160,11 +198,12 @@ impl TcpTransport {
             .map(|_| Peer {
                 link: Link::Idle,
                 dial: Vec::new(),
+                dropped_dials: 0,
             })
             .collect();
         Ok(TcpTransport {
             rank,
-            job_token: job_token(job_id),
+            secret: *secret,
             listener,
             offered,
             peers,
@@ -173,6 +212,7 @@ impl TcpTransport {
             ready: Vec::with_capacity(64),
             config,
             said_goodbye: false,
+            refused: 0,
         })
     }
 
@@ -252,10 +292,9 @@ impl TcpTransport {
         for addr in &p.dial {
             match TcpStream::connect_timeout(addr, self.config.connect_timeout) {
                 Ok(mut sock) => {
-                    let mut hello = [0u8; HELLO_LEN];
-                    hello[..8].copy_from_slice(HELLO_MAGIC);
-                    hello[8..12].copy_from_slice(&self.job_token.to_le_bytes());
-                    hello[12..].copy_from_slice(&self.rank.to_le_bytes());
+                    let nonce = handshake::nonce()
+                        .map_err(|e| PmlError::transport(peer, format!("getrandom: {e}")))?;
+                    let (hand, hello) = Dialler::new(&self.secret, self.rank, peer, nonce);
                     let ready = sock
                         .set_nodelay(true)
                         .and_then(|()| sock.write_all(&hello))
@@ -267,7 +306,14 @@ impl TcpTransport {
                     self.epoll
                         .add(&sock, DIALLED | u64::from(peer), interest(false))
                         .map_err(|e| epoll_failed(peer, e))?;
-                    p.link = Link::Dialled(sock);
+                    p.link = Link::Dialled(Dialling {
+                        sock,
+                        addr: *addr,
+                        hand,
+                        since: Instant::now(),
+                        proved_at: None,
+                        challenge: Incoming::new(),
+                    });
                     return Ok(());
                 }
                 Err(e) => failures.push(format!("{addr}: {e}")),
@@ -291,7 +337,7 @@ impl TcpTransport {
             let step = match r.token {
                 LISTENER => self.accept_all(),
                 t if t & DIALLED != 0 => self.on_dial_answer((t & !DIALLED) as Rank),
-                t if t & ACCEPTED != 0 => self.on_hello((t & !ACCEPTED) as usize),
+                t if t & ACCEPTED != 0 => self.on_accepted((t & !ACCEPTED) as usize),
                 t => self.on_connection(t as Rank, *r, sink).map(|n| frames += n),
             };
             if let Err(e) = step {
@@ -300,6 +346,9 @@ impl TcpTransport {
             }
         }
         self.ready = ready;
+        if result.is_ok() && !self.accepted.is_empty() {
+            result = self.drop_silent();
+        }
         result.map(|()| frames)
     }
 
@@ -312,7 +361,7 @@ impl TcpTransport {
     fn accept_all(&mut self) -> Result<(), PmlError> {
         loop {
             match self.listener.accept() {
-                Ok((sock, _)) => {
+                Ok((sock, addr)) => {
                     if sock.set_nonblocking(true).is_err() || sock.set_nodelay(true).is_err() {
                         continue;
                     }
@@ -322,9 +371,13 @@ impl TcpTransport {
                         .map_err(|e| epoll_failed(self.rank, e))?;
                     entry.insert(Accepted {
                         sock,
-                        hello: [0; HELLO_LEN],
-                        got: 0,
+                        addr,
+                        turn_since: Instant::now(),
+                        stage: AcceptStage::Hello(Incoming::new()),
                     });
+                    if self.accepted.len() > self.peers.len() + SPARE_HANDSHAKES {
+                        self.drop_oldest();
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -339,38 +392,74 @@ impl TcpTransport {
         }
     }
 
-    /// Reads a dialler's hello and takes or refuses its connection.
-    fn on_hello(&mut self, key: usize) -> Result<(), PmlError> {
+    /// Reads what a dialler sent so far and takes its handshake one step on: challenges a
+    /// hello, checks a proof, and takes or refuses a connection that proved itself.
+    fn on_accepted(&mut self, key: usize) -> Result<(), PmlError> {
+        match self.accepted_step(key)? {
+            Step::Wait => Ok(()),
+            Step::Proved(from) => self.take_or_refuse(key, from),
+            Step::Refuse(why) => {
+                self.refuse(key, why);
+                Ok(())
+            }
+        }
+    }
+
+    fn accepted_step(&mut self, key: usize) -> Result<Step, PmlError> {
         let Some(a) = self.accepted.get_mut(key) else {
-            return Ok(());
+            return Ok(Step::Wait);
         };
-        let got = a.got;
-        match a.sock.read(&mut a.hello[got..]) {
-            Ok(0) => {
-                self.forget_accepted(key);
-                return Ok(());
+        let rest = match &mut a.stage {
+            AcceptStage::Hello(hello) => hello.rest(),
+            AcceptStage::Proof(_, proof) => proof.rest(),
+        };
+        let n = match a.sock.read(rest) {
+            Ok(0) => return Ok(Step::Refuse(Refusal::Closed)),
+            Ok(n) => n,
+            Err(e) if not_yet(&e) => return Ok(Step::Wait),
+            Err(_) => return Ok(Step::Refuse(Refusal::Closed)),
+        };
+        match &mut a.stage {
+            AcceptStage::Hello(hello) => {
+                hello.got += n;
+                if handshake::not_a_hello(&hello.buf[..hello.got]) {
+                    return Ok(Step::Refuse(Refusal::NotAHandshake));
+                }
+                if !hello.complete() {
+                    return Ok(Step::Wait);
+                }
+                let nonce = handshake::nonce()
+                    .map_err(|e| PmlError::transport(self.rank, format!("getrandom: {e}")))?;
+                let size = self.peers.len() as u32;
+                match handshake::challenge(&self.secret, self.rank, size, &hello.buf, nonce) {
+                    Ok((challenged, message)) => {
+                        // A fresh socket's buffer takes these few bytes whole.
+                        if a.sock.write_all(&message).is_err() {
+                            return Ok(Step::Refuse(Refusal::Closed));
+                        }
+                        a.stage = AcceptStage::Proof(challenged, Incoming::new());
+                        a.turn_since = Instant::now();
+                        Ok(Step::Wait)
+                    }
+                    Err(why) => Ok(Step::Refuse(why)),
+                }
             }
-            Ok(n) => a.got += n,
-            Err(e) if not_yet(&e) => return Ok(()),
-            Err(_) => {
-                self.forget_accepted(key);
-                return Ok(());
+            AcceptStage::Proof(challenged, proof) => {
+                proof.got += n;
+                if !proof.complete() {
+                    return Ok(Step::Wait);
+                }
+                Ok(match challenged.check(&self.secret, &proof.buf) {
+                    Ok(from) => Step::Proved(from),
+                    Err(why) => Step::Refuse(why),
+                })
             }
         }
-        if a.got < HELLO_LEN {
-            return Ok(());
-        }
-        let hello = a.hello;
-        let from = u32::from_le_bytes(hello[12..].try_into().expect("4 bytes"));
-        let genuine = &hello[..8] == HELLO_MAGIC
-            && hello[8..12] == self.job_token.to_le_bytes()
-            && (from as usize) < self.peers.len()
-            && from != self.rank;
-        if !genuine {
-            // Not a rank of this job (a port scanner, a stale job): not ours to answer.
-            self.forget_accepted(key);
-            return Ok(());
-        }
+    }
+
+    /// A dialler that proved to be rank `from` is taken, unless the crossing-dials rule gives
+    /// the pair to another connection.
+    fn take_or_refuse(&mut self, key: usize, from: Rank) -> Result<(), PmlError> {
         let take = match self.peers[from as usize].link {
             Link::Idle | Link::AwaitingPeer => true,
             Link::Dialled(_) => from < self.rank,
@@ -379,12 +468,14 @@ impl TcpTransport {
         let Accepted { mut sock, .. } = self.accepted.remove(key);
         if !take {
             let _ = self.epoll.remove(&sock);
+            // Best effort: the dialler may have taken our own dial already and dropped this.
+            let _ = sock.write_all(&[handshake::REFUSED]);
             return Ok(());
         }
         if let Link::Dialled(ours) = &self.peers[from as usize].link {
-            let _ = self.epoll.remove(ours);
+            let _ = self.epoll.remove(&ours.sock);
         }
-        sock.write_all(&[TAKEN]).map_err(|e| {
+        sock.write_all(&[handshake::TAKEN]).map_err(|e| {
             PmlError::transport(
                 from,
                 format!("answering rank {from}'s connection failed: {e}"),
@@ -397,39 +488,144 @@ impl TcpTransport {
         Ok(())
     }
 
-    fn forget_accepted(&mut self, key: usize) {
+    /// Closes and forgets a connection that failed the handshake, and counts it.
+    fn refuse(&mut self, key: usize, why: Refusal) {
         let a = self.accepted.remove(key);
         let _ = self.epoll.remove(&a.sock);
+        self.refused += 1;
+        if self.config.verbose && (self.refused <= REFUSALS_NAMED || self.refused.is_power_of_two())
+        {
+            eprintln!(
+                "mpirt: rank {}: refused a connection from {}: {why} ({} refused so far)",
+                self.rank, a.addr, self.refused
+            );
+        }
+    }
+
+    /// Refuses the connections whose dialler let its turn pass the handshake deadline.
+    fn drop_silent(&mut self) -> Result<(), PmlError> {
+        let limit = self.config.handshake_limit;
+        let expired: Vec<usize> = self
+            .accepted
+            .iter()
+            .filter(|(_, a)| a.turn_since.elapsed() > limit)
+            .map(|(key, _)| key)
+            .collect();
+        for key in expired {
+            // What arrived while this rank was busy elsewhere still counts.
+            self.on_accepted(key)?;
+            if self
+                .accepted
+                .get(key)
+                .is_some_and(|a| a.turn_since.elapsed() > limit)
+            {
+                self.refuse(key, Refusal::Silent);
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses the connection that has waited longest for its dialler.
+    fn drop_oldest(&mut self) {
+        let oldest = self
+            .accepted
+            .iter()
+            .min_by_key(|(_, a)| a.turn_since)
+            .map(|(key, _)| key);
+        if let Some(key) = oldest {
+            self.refuse(key, Refusal::Crowded);
+        }
+    }
+
+    /// Connections refused in the handshake so far.
+    pub fn refused(&self) -> u64 {
+        self.refused
     }
 
     fn staged_frame(&self) -> usize {
         self.config.max_staged_payload + crate::wire::MAX_HEADER_LEN
     }
 
-    /// The peer took our dial (and frames may follow), or refused it because its own wins.
+    /// Takes our dial's handshake one step on: checks the peer's challenge and proves
+    /// ourselves, then reads whether the peer took the connection (frames may follow) or
+    /// refused it because its own dial wins.
     fn on_dial_answer(&mut self, peer: Rank) -> Result<(), PmlError> {
         let max_frame = self.staged_frame();
+        let limit = self.config.handshake_limit;
         let p = &mut self.peers[peer as usize];
-        let Link::Dialled(sock) = &mut p.link else {
+        let Link::Dialled(d) = &mut p.link else {
             return Ok(());
         };
-        let mut answer = [0u8; 1];
-        let taken = match sock.read(&mut answer) {
-            Ok(1) if answer[0] == TAKEN => true,
-            Ok(_) => false,
-            Err(e) if not_yet(&e) => return Ok(()),
-            Err(_) => false,
+        let verdict = if d.proved_at.is_none() {
+            match d.sock.read(d.challenge.rest()) {
+                Ok(0) => None,
+                Ok(n) => {
+                    d.challenge.got += n;
+                    if !d.challenge.complete() {
+                        return Ok(());
+                    }
+                    let proof = d.hand.answer(&d.challenge.buf).map_err(|why| {
+                        PmlError::transport(
+                            peer,
+                            format!(
+                                "what answers at {} for rank {peer} is not a rank of this job: \
+                                 {why}",
+                                d.addr
+                            ),
+                        )
+                    })?;
+                    if d.sock.write_all(&proof).is_ok() {
+                        d.proved_at = Some(Instant::now());
+                        return Ok(());
+                    }
+                    None
+                }
+                Err(e) if not_yet(&e) => return Ok(()),
+                Err(_) => None,
+            }
+        } else {
+            let mut answer = [0u8; 1];
+            match d.sock.read(&mut answer) {
+                Ok(1) => Some(answer[0]),
+                Err(e) if not_yet(&e) => return Ok(()),
+                Ok(_) | Err(_) => None,
+            }
         };
-        let Link::Dialled(sock) = std::mem::replace(&mut p.link, Link::AwaitingPeer) else {
+        let Link::Dialled(d) = std::mem::replace(&mut p.link, Link::AwaitingPeer) else {
             unreachable!("checked above");
         };
-        if taken {
-            self.epoll
-                .modify(&sock, u64::from(peer), interest(false))
-                .map_err(|e| epoll_failed(peer, e))?;
-            p.link = Link::Connected(Conn::new(sock, max_frame));
-        } else {
-            let _ = self.epoll.remove(&sock);
+        match verdict {
+            Some(handshake::TAKEN) => {
+                p.dropped_dials = 0;
+                self.epoll
+                    .modify(&d.sock, u64::from(peer), interest(false))
+                    .map_err(|e| epoll_failed(peer, e))?;
+                p.link = Link::Connected(Conn::new(d.sock, max_frame));
+            }
+            Some(handshake::REFUSED) => {
+                p.dropped_dials = 0;
+                let _ = self.epoll.remove(&d.sock);
+            }
+            _ => {
+                // Dropped without a verdict. The peer drops a dialler that let its turn pass
+                // the deadline (we were busy outside the library): then simply dial again.
+                let _ = self.epoll.remove(&d.sock);
+                let late = d.proved_at.is_some_and(|t| t - d.since > limit / 2);
+                if !late {
+                    p.dropped_dials += 1;
+                }
+                if p.dropped_dials >= MAX_DROPPED_DIALS {
+                    return Err(PmlError::transport(
+                        peer,
+                        format!(
+                            "rank {peer} at {} closed our connection during the handshake {} \
+                             times in a row (does it run with another job's secret?)",
+                            d.addr, MAX_DROPPED_DIALS
+                        ),
+                    ));
+                }
+                p.link = Link::Idle;
+            }
         }
         Ok(())
     }

@@ -474,8 +474,16 @@ mod tests {
             let (mut p, mut c) = ring.halves();
             let mut queued = std::collections::VecDeque::new();
             for (at, (len_seed, batch)) in ops.into_iter().enumerate() {
-                // A quarter of the frames are the largest, which wrap at almost any offset.
-                let len = if len_seed % 4 == 0 { max_frame(size) } else { len_seed % size.min(200) };
+                // A quarter of the frames are the largest, which wrap at almost any offset; the
+                // rest take every length up to 199 bytes that the ring carries (the seed's low
+                // bits picked the quarter, so the length comes from the others: every residue
+                // mod 4 occurs).
+                let largest = max_frame(size);
+                let len = if len_seed % 4 == 0 {
+                    largest
+                } else {
+                    len_seed / 4 % (largest.min(199) + 1)
+                };
                 let frame = lookalike_frame(at, len);
                 if p.try_write(&frame[..len / 3], &frame[len / 3..]) {
                     queued.push_back(frame);

@@ -39,20 +39,24 @@ impl Sink for Recorder {
     }
 }
 
-const JOB: &str = "tcp-unit";
+const SECRET: JobSecret = [0x42; 32];
+/// How long a test rank lets a dialler take over a turn of the handshake.
+const HANDSHAKE_LIMIT: Duration = Duration::from_secs(1);
 
 fn config() -> TcpConfig {
     TcpConfig {
         interfaces: parse_selectors("127.0.0.1").unwrap(),
         max_staged_payload: 4096,
         connect_timeout: Duration::from_secs(2),
+        handshake_limit: HANDSHAKE_LIMIT,
+        verbose: false,
     }
 }
 
 /// `n` ranks of one job, each knowing every other's endpoint.
 fn ranks(n: u32) -> Vec<TcpTransport> {
     let mut ts: Vec<TcpTransport> = (0..n)
-        .map(|r| TcpTransport::new(r, n, JOB, config()).unwrap())
+        .map(|r| TcpTransport::new(r, n, &SECRET, config()).unwrap())
         .collect();
     let endpoints: Vec<String> = ts.iter().map(|t| t.endpoint().unwrap()).collect();
     for (r, t) in ts.iter_mut().enumerate() {
@@ -199,16 +203,90 @@ fn data_payloads_land_in_place() {
     close(ts);
 }
 
-/// Dials rank 0 of `ts` by hand and says hello as `rank`.
-fn fake_peer(ts: &[TcpTransport], rank: u32, token: u32) -> TcpStream {
+/// Dials rank 0 of `ts` by hand.
+fn dial_rank_0(ts: &[TcpTransport]) -> TcpStream {
     let port = ts[0].listener.local_addr().unwrap().port();
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let mut hello = [0u8; HELLO_LEN];
-    hello[..8].copy_from_slice(HELLO_MAGIC);
-    hello[8..12].copy_from_slice(&token.to_le_bytes());
-    hello[12..].copy_from_slice(&rank.to_le_bytes());
-    s.write_all(&hello).unwrap();
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_nonblocking(true).unwrap();
     s
+}
+
+/// Reads `buf` whole from `s`, polling rank 0 meanwhile; `false` if `s` closed first.
+fn read_polling(ts: &mut [TcpTransport], s: &mut TcpStream, buf: &mut [u8]) -> bool {
+    let mut sink = Recorder::default();
+    let mut got = 0;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return false,
+            Ok(n) => got += n,
+            Err(e) if not_yet(&e) => {}
+            Err(_) => return false,
+        }
+        ts[0].poll(&mut sink).unwrap();
+        assert!(Instant::now() < deadline, "rank 0 never answered");
+    }
+    assert!(sink.frames.is_empty(), "a frame arrived during a handshake");
+    true
+}
+
+/// What a hand-made dial to rank 0 sent, and what came of it.
+struct HandDial {
+    sock: TcpStream,
+    hello: [u8; handshake::HELLO_LEN],
+    proof: [u8; handshake::PROOF_LEN],
+    /// The verdict byte, or `None` if rank 0 closed the connection instead.
+    verdict: Option<u8>,
+}
+
+/// Dials rank 0 of `ts` as rank `me` knowing `secret`, and sends `proof` (the right one
+/// when `None`).
+fn hand_dial(
+    ts: &mut [TcpTransport],
+    me: Rank,
+    secret: &JobSecret,
+    proof: Option<[u8; handshake::PROOF_LEN]>,
+) -> HandDial {
+    let mut sock = dial_rank_0(ts);
+    let (dialler, hello) = Dialler::new(secret, me, 0, handshake::nonce().unwrap());
+    sock.write_all(&hello).unwrap();
+    let mut challenge = [0u8; CHALLENGE_LEN];
+    assert!(
+        read_polling(ts, &mut sock, &mut challenge),
+        "rank 0 sent no challenge"
+    );
+    let proof = proof.unwrap_or_else(|| dialler.answer(&challenge).unwrap());
+    sock.write_all(&proof).unwrap();
+    let mut verdict = [0u8];
+    let verdict = read_polling(ts, &mut sock, &mut verdict).then_some(verdict[0]);
+    HandDial {
+        sock,
+        hello,
+        proof,
+        verdict,
+    }
+}
+
+/// Polls rank 0 until `s` sees its connection closed; panics if anything but the end of the
+/// stream arrives on it.
+fn closed_unanswered(ts: &mut [TcpTransport], s: &mut TcpStream) {
+    let mut sink = Recorder::default();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut byte = [0u8];
+        match s.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) => panic!("a stranger was answered beyond its challenge"),
+            Err(e) if not_yet(&e) => {}
+            Err(_) => break,
+        }
+        ts[0].poll(&mut sink).unwrap();
+        assert!(
+            Instant::now() < deadline,
+            "the stranger was never turned away"
+        );
+    }
+    assert!(sink.frames.is_empty(), "a stranger's frame arrived");
 }
 
 fn poll_for_error(t: &mut TcpTransport) -> PmlError {
@@ -225,17 +303,9 @@ fn poll_for_error(t: &mut TcpTransport) -> PmlError {
 #[test]
 fn a_peer_that_vanishes_without_goodbye_is_named() {
     let mut ts = ranks(2);
-    let mut s = fake_peer(&ts, 1, job_token(JOB));
-    let mut answer = [0u8; 1];
-    let mut sink = Recorder::default();
-    s.set_nonblocking(true).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while s.read(&mut answer).is_err() {
-        ts[0].poll(&mut sink).unwrap();
-        assert!(Instant::now() < deadline, "the hello was never answered");
-    }
-    assert_eq!(answer, [TAKEN]);
-    drop(s);
+    let dial = hand_dial(&mut ts, 1, &SECRET, None);
+    assert_eq!(dial.verdict, Some(handshake::TAKEN));
+    drop(dial);
     let e = poll_for_error(&mut ts[0]);
     assert!(
         e.to_string()
@@ -247,7 +317,8 @@ fn a_peer_that_vanishes_without_goodbye_is_named() {
 #[test]
 fn an_oversized_frame_is_a_named_error() {
     let mut ts = ranks(2);
-    let mut s = fake_peer(&ts, 1, job_token(JOB));
+    let mut s = hand_dial(&mut ts, 1, &SECRET, None).sock;
+    s.set_nonblocking(false).unwrap();
     let mut frame = 1_000_000u32.to_le_bytes().to_vec();
     frame.extend_from_slice(&[1, 1, 0, 0]);
     s.write_all(&frame).unwrap();
@@ -263,29 +334,24 @@ fn an_oversized_frame_is_a_named_error() {
 fn strangers_are_turned_away_and_ranks_still_connect() {
     let mut ts = ranks(2);
     let mut sinks = [Recorder::default(), Recorder::default()];
-    let other_job = fake_peer(&ts, 1, job_token("another job"));
-    let out_of_range = fake_peer(&ts, 9, job_token(JOB));
-    let itself = fake_peer(&ts, 0, job_token(JOB));
-    // Each is closed unanswered: its read sees end of stream, never the answer byte.
-    let mut strangers = [other_job, out_of_range, itself];
-    let mut open = [true; 3];
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while open.iter().any(|&o| o) {
-        poll_all(&mut ts, &mut sinks);
-        for (s, o) in strangers.iter_mut().zip(open.iter_mut()) {
-            s.set_nonblocking(true).unwrap();
-            let mut answer = [0u8; 1];
-            match s.read(&mut answer) {
-                Ok(0) => *o = false,
-                Ok(_) => panic!("a stranger's hello was answered"),
-                Err(_) => {}
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "strangers were never turned away"
-        );
+    // The hello of the earlier protocol, which a job id (as `ps` shows it) was enough for.
+    let mut old_hello = dial_rank_0(&ts);
+    old_hello
+        .write_all(b"mpirt-tc\x01\x02\x03\x04\x01\0\0\0")
+        .unwrap();
+    closed_unanswered(&mut ts, &mut old_hello);
+    // Hellos from no peer, or to another rank, are closed before any challenge.
+    for (from, to) in [(9u32, 0u32), (0, 0), (1, 1)] {
+        let mut s = dial_rank_0(&ts);
+        let (_, hello) = Dialler::new(&SECRET, from, to, [3; 16]);
+        s.write_all(&hello).unwrap();
+        closed_unanswered(&mut ts, &mut s);
     }
+    // Another job's rank (or a guess) fails its proof.
+    let other_job = hand_dial(&mut ts, 1, &[0x43; 32], Some([0; handshake::PROOF_LEN]));
+    assert_eq!(other_job.verdict, None);
+    assert_eq!(ts[0].connections(), 0);
+    assert_eq!(ts[0].refused(), 5);
     send_whole(&mut ts, &mut sinks, 1, 0, &opaque(1, 100));
     poll_until(&mut ts, &mut sinks, |s| s[0].frames.len() == 1);
     assert_eq!(ts[0].connections(), 1);
@@ -293,8 +359,162 @@ fn strangers_are_turned_away_and_ranks_still_connect() {
 }
 
 #[test]
+fn a_recorded_handshake_replayed_is_refused() {
+    // A genuine dial as rank 1, recorded.
+    let mut ts = ranks(2);
+    let genuine = hand_dial(&mut ts, 1, &SECRET, None);
+    assert_eq!(genuine.verdict, Some(handshake::TAKEN));
+    // Replayed to a rank 0 of the same job that has no connection from rank 1 yet, which
+    // would take a genuine one: its challenge is new, so the recorded proof fails.
+    let mut ts = ranks(2);
+    let mut s = dial_rank_0(&ts);
+    s.write_all(&genuine.hello).unwrap();
+    let mut challenge = [0u8; CHALLENGE_LEN];
+    assert!(read_polling(&mut ts, &mut s, &mut challenge));
+    s.write_all(&genuine.proof).unwrap();
+    closed_unanswered(&mut ts, &mut s);
+    assert_eq!((ts[0].connections(), ts[0].refused()), (0, 1));
+    // The pair still connects.
+    let mut sinks = [Recorder::default(), Recorder::default()];
+    send_whole(&mut ts, &mut sinks, 1, 0, &opaque(1, 100));
+    poll_until(&mut ts, &mut sinks, |s| s[0].frames.len() == 1);
+    close(ts);
+}
+
+#[test]
+fn silent_and_truncated_handshakes_are_dropped_and_hold_no_slot() {
+    let mut ts = ranks(2);
+    let mut sinks = [Recorder::default(), Recorder::default()];
+    // Says nothing; says half a hello; says a whole hello and then nothing.
+    let silent = dial_rank_0(&ts);
+    let mut half = dial_rank_0(&ts);
+    let (_, hello) = Dialler::new(&SECRET, 1, 0, [3; 16]);
+    half.write_all(&hello[..10]).unwrap();
+    let mut no_proof = dial_rank_0(&ts);
+    no_proof.write_all(&hello).unwrap();
+    // Meanwhile rank 1 connects and talks: the strangers hold no slot of its.
+    send_whole(&mut ts, &mut sinks, 1, 0, &opaque(1, 100));
+    poll_until(&mut ts, &mut sinks, |s| s[0].frames.len() == 1);
+    assert_eq!(ts[0].connections(), 1);
+    let mut challenge = [0u8; CHALLENGE_LEN];
+    assert!(read_polling(&mut ts, &mut no_proof, &mut challenge));
+    for mut s in [silent, half, no_proof] {
+        closed_unanswered(&mut ts, &mut s);
+    }
+    assert_eq!(ts[0].refused(), 3);
+    // A hello cut short by the close of its connection is refused at once.
+    let mut cut = dial_rank_0(&ts);
+    cut.write_all(&hello[..10]).unwrap();
+    cut.shutdown(std::net::Shutdown::Write).unwrap();
+    closed_unanswered(&mut ts, &mut cut);
+    assert_eq!(ts[0].refused(), 4);
+    // A stranger still waiting when the ranks finalize keeps neither waiting.
+    let _waiting = dial_rank_0(&ts);
+    close(ts);
+}
+
+#[test]
+fn a_proof_that_came_while_the_rank_was_busy_is_still_taken() {
+    let mut ts = ranks(2);
+    let mut s = dial_rank_0(&ts);
+    let (dialler, hello) = Dialler::new(&SECRET, 1, 0, handshake::nonce().unwrap());
+    s.write_all(&hello).unwrap();
+    let mut challenge = [0u8; CHALLENGE_LEN];
+    assert!(read_polling(&mut ts, &mut s, &mut challenge));
+    s.write_all(&dialler.answer(&challenge).unwrap()).unwrap();
+    // Rank 0 computes past the deadline before it polls again: the proof waits for it.
+    std::thread::sleep(HANDSHAKE_LIMIT * 2);
+    let mut verdict = [0u8];
+    assert!(read_polling(&mut ts, &mut s, &mut verdict));
+    assert_eq!(verdict, [handshake::TAKEN]);
+    assert_eq!((ts[0].connections(), ts[0].refused()), (1, 0));
+}
+
+#[test]
+fn a_flood_of_strangers_is_bounded_and_ranks_still_connect() {
+    let mut ts = ranks(2);
+    let mut sinks = [Recorder::default(), Recorder::default()];
+    let flood = 2 + SPARE_HANDSHAKES + 10;
+    let mut strangers: Vec<TcpStream> = (0..flood).map(|_| dial_rank_0(&ts)).collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ts[0].refused() < 10 {
+        ts[0].poll(&mut sinks[0]).unwrap();
+        assert!(Instant::now() < deadline, "the flood was never bounded");
+    }
+    assert!(ts[0].accepted.len() <= 2 + SPARE_HANDSHAKES);
+    // The oldest went first.
+    closed_unanswered(&mut ts, &mut strangers[0]);
+    send_whole(&mut ts, &mut sinks, 1, 0, &opaque(1, 100));
+    poll_until(&mut ts, &mut sinks, |s| s[0].frames.len() == 1);
+    assert_eq!(ts[0].connections(), 1);
+    close(ts);
+}
+
+/// A listener that plays rank 1 for rank 0's dials: it answers each hello with `answer`.
+fn fake_acceptor(
+    answer: impl Fn(&[u8; handshake::HELLO_LEN]) -> Vec<u8> + Send + 'static,
+) -> (String, std::thread::JoinHandle<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("{} 127.0.0.1/8", listener.local_addr().unwrap().port());
+    let serve = std::thread::spawn(move || {
+        for s in listener.incoming().take(MAX_DROPPED_DIALS as usize) {
+            let mut s = s.unwrap();
+            let mut hello = [0u8; handshake::HELLO_LEN];
+            if s.read_exact(&mut hello).is_err() {
+                return;
+            }
+            let _ = s.write_all(&answer(&hello));
+        }
+    });
+    (endpoint, serve)
+}
+
+fn dial_until_error(endpoint: &str) -> String {
+    let mut t = TcpTransport::new(0, 2, &SECRET, config()).unwrap();
+    t.add_peer(1, endpoint, true).unwrap();
+    let mut sink = Recorder::default();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Err(e) = t
+            .send(1, &opaque(1, 8), &[])
+            .and_then(|_| t.poll(&mut sink))
+        {
+            return e.to_string();
+        }
+        assert!(Instant::now() < deadline, "the dial never failed");
+    }
+}
+
+#[test]
+fn a_dialled_process_that_cannot_prove_the_secret_is_a_named_error() {
+    let (endpoint, serve) = fake_acceptor(|hello| {
+        let (challenged, challenge) =
+            handshake::challenge(&[0x43; 32], 1, 2, hello, [4; 16]).unwrap();
+        assert_eq!(challenged.from, 0);
+        challenge.to_vec()
+    });
+    let e = dial_until_error(&endpoint);
+    assert!(
+        e.contains("for rank 1 is not a rank of this job") && e.contains("wrong proof"),
+        "{e}"
+    );
+    drop(serve);
+}
+
+#[test]
+fn a_peer_that_keeps_dropping_our_dial_is_a_named_error() {
+    let (endpoint, serve) = fake_acceptor(|_| Vec::new());
+    let e = dial_until_error(&endpoint);
+    assert!(
+        e.contains("closed our connection during the handshake 3 times"),
+        "{e}"
+    );
+    serve.join().unwrap();
+}
+
+#[test]
 fn an_unreachable_peer_is_a_named_error() {
-    let mut t = TcpTransport::new(0, 2, JOB, config()).unwrap();
+    let mut t = TcpTransport::new(0, 2, &SECRET, config()).unwrap();
     // A port nobody listens on: bind one, note it, close it.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -315,10 +535,10 @@ fn addresses_that_cannot_serve_are_refused_at_wire_up() {
         interfaces: parse_selectors("no-such-interface0").unwrap(),
         ..config()
     };
-    let e = TcpTransport::new(0, 2, JOB, none).err().unwrap();
+    let e = TcpTransport::new(0, 2, &SECRET, none).err().unwrap();
     assert!(e.contains("no network address matches MPIRT_TCP_IF"), "{e}");
     // A peer on another host that offers only loopback cannot be reached from here.
-    let mut t = TcpTransport::new(0, 2, JOB, config()).unwrap();
+    let mut t = TcpTransport::new(0, 2, &SECRET, config()).unwrap();
     let e = t.add_peer(1, "4242 127.0.0.1/8", false).unwrap_err();
     assert!(
         e.contains("rank 1 offers no address this rank can reach"),
