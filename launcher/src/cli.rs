@@ -3,9 +3,9 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
+use bootstrap::vars;
 use clap::{CommandFactory, Parser, ValueEnum};
 
-use crate::bootstrap::vars;
 use crate::hosts::MapBy;
 use crate::output::OutputFiles;
 use crate::words;

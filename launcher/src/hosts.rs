@@ -2,6 +2,8 @@
 
 use std::net::IpAddr;
 
+use bootstrap::expand_counts;
+
 /// One host and how many ranks it takes before it counts as oversubscribed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Host {
@@ -110,26 +112,6 @@ pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
         return Err("empty hostlist".into());
     }
     Ok(names)
-}
-
-/// Expands Slurm's per-node counts: `2(x3),1` is 2, 2, 2, 1.
-pub fn expand_counts(list: &str) -> Result<Vec<u32>, String> {
-    let mut counts = Vec::new();
-    for item in list.split(',') {
-        let bad = || format!("'{item}' in '{list}' is not a count");
-        let (count, repeat) = match item.split_once("(x") {
-            Some((c, r)) => (
-                c,
-                r.strip_suffix(')')
-                    .and_then(|r| r.parse::<usize>().ok())
-                    .ok_or_else(bad)?,
-            ),
-            None => (item, 1),
-        };
-        let count: u32 = count.trim().parse().map_err(|_| bad())?;
-        counts.resize(counts.len() + repeat, count);
-    }
-    Ok(counts)
 }
 
 /// The hosts of the Slurm allocation rsrun runs in (`SLURM_JOB_NODELIST`), each with its

@@ -15,8 +15,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use bootstrap::{random_hex, vars};
+
 use crate::agent::{AgentArgs, Command as AgentCommand, Report};
-use crate::bootstrap::vars;
 use crate::cli::{BindTo, Cli};
 use crate::hosts::{self, MapBy};
 use crate::kvs::KvsServer;
@@ -1095,13 +1096,6 @@ fn describe(status: libc::c_int) -> String {
     } else {
         format!("ended with wait status {status:#x}")
     }
-}
-
-/// `bytes` random bytes from the kernel, as lowercase hex.
-pub(crate) fn random_hex(bytes: usize) -> io::Result<String> {
-    let mut buf = vec![0u8; bytes];
-    fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Removes the job's shared-memory segments (`/dev/shm/mpirt-<job id>...`), which the shm

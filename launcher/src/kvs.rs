@@ -11,9 +11,10 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 
-use crate::bootstrap::JOB_SECRET_KEY;
+use bootstrap::wire::{self, Request, Response, MAX_FRAME, MAX_HELLO_FRAME};
+use bootstrap::JOB_SECRET_KEY;
+
 use crate::job::Event;
-use crate::wire::{self, Request, Response, MAX_FRAME, MAX_HELLO_FRAME};
 
 /// Identifies one TCP connection to the service.
 pub type ConnId = u64;

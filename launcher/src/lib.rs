@@ -1,21 +1,19 @@
-//! rsrun's library half: the bootstrap client every mpirt rank uses to find its peers
-//! ([`bootstrap`]), and the pieces of the `rsrun` launcher itself.
+//! rsrun's library half: the pieces of the `rsrun` launcher. The bootstrap client every
+//! mpirt rank uses to find its peers is the `bootstrap` crate, whose wire format and
+//! variable names rsrun's side shares; its client is re-exported for rsrun's tests.
 
 pub mod agent;
-pub mod bootstrap;
 pub mod cli;
 pub mod fd_limit;
 pub mod hosts;
 pub mod job;
 pub mod kvs;
 pub mod output;
-pub mod pmi2;
 pub mod rankfile;
 pub mod signals;
 pub mod spawn;
 pub mod stdin;
-mod wire;
 pub mod words;
 
+pub use bootstrap::wire::{Request, Response};
 pub use bootstrap::{Bootstrap, BootstrapError};
-pub use wire::{Request, Response};

@@ -1,19 +1,25 @@
 //! The point-to-point layer (PML) this process runs on: mpirt's own engine (`native`) or,
 //! with the cargo feature `ucx`, UCX's tag matching (`MPIRT_PML=ucx`, `rsrun --pml ucx`).
 //!
-//! An enum rather than a trait object: each call is one match on a value that never changes,
+//! Both keep the PML contract ([`Pml`]), and so does [`AnyPml`], which holds either: an enum
+//! rather than a trait object, so that each call is one match on a value that never changes,
 //! which the branch predictor learns at once, and a build without `ucx` has a one-variant
 //! enum whose matches compile away, so the native path pays nothing for the choice.
 
-use std::env;
+pub(crate) mod hooks;
 
-use pml::engine::RecvBuf;
+use std::env;
+use std::time::Duration;
+
 #[cfg(feature = "ucx")]
 use pml::ucx::{UcxConfig, UcxMessage, UcxPml};
+use pml::RecvBuf;
 use pml::{
-    ContextId, Done, Engine, EngineConfig, EngineError, Handle, PmlError, Rank, SendMode,
-    SourceSel, Started, Status, Tag, TagSel, Wireup,
+    ContextId, Done, Engine, EngineConfig, EngineError, Handle, Pml, PmlError, Rank, SendMode,
+    SourceSel, Started, Status, Tag, TagSel, Waiting, Wireup,
 };
+
+use crate::environment;
 
 /// Which PML the ranks run on; every rank of a job must name the same one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,7 +82,7 @@ pub(crate) enum MessageHandle {
 // One per process, in a thread-local: boxing the engine to shrink the smaller variant would
 // cost an indirection per call and save memory that is never multiplied.
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum Pml {
+pub(crate) enum AnyPml {
     Native(Engine),
     #[cfg(feature = "ucx")]
     Ucx(UcxPml),
@@ -84,30 +90,30 @@ pub(crate) enum Pml {
 
 // Without `ucx` the enum is the engine itself: no discriminant to store or to test.
 #[cfg(not(feature = "ucx"))]
-const _: () = assert!(std::mem::size_of::<Pml>() == std::mem::size_of::<Engine>());
+const _: () = assert!(std::mem::size_of::<AnyPml>() == std::mem::size_of::<Engine>());
 
 /// Runs `$call` on whichever PML `$pml` holds, bound to `$p`.
 macro_rules! on_pml {
     ($pml:expr, $p:ident => $call:expr) => {
         match $pml {
-            Pml::Native($p) => $call,
+            AnyPml::Native($p) => $call,
             #[cfg(feature = "ucx")]
-            Pml::Ucx($p) => $call,
+            AnyPml::Ucx($p) => $call,
         }
     };
 }
 
-impl Pml {
+impl AnyPml {
     /// Opens the chosen PML and wires it up with every rank.
     pub fn new(
         choice: PmlChoice,
         wireup: &mut dyn Wireup,
         config: EngineConfig,
-    ) -> Result<Pml, EngineError> {
+    ) -> Result<AnyPml, EngineError> {
         match choice {
-            PmlChoice::Native => Engine::new(wireup, config).map(Pml::Native),
+            PmlChoice::Native => Engine::new(wireup, config).map(AnyPml::Native),
             #[cfg(feature = "ucx")]
-            PmlChoice::Ucx => open_ucx(wireup, &config).map(Pml::Ucx),
+            PmlChoice::Ucx => open_ucx(wireup, &config).map(AnyPml::Ucx),
             #[cfg(not(feature = "ucx"))]
             PmlChoice::Ucx => Err(EngineError::Config(
                 "MPIRT_PML=ucx, but this program was built without UCX (build it with mpirt's \
@@ -116,16 +122,31 @@ impl Pml {
             )),
         }
     }
+}
 
-    pub fn description(&self) -> &str {
+impl Pml for AnyPml {
+    type Message = MessageHandle;
+
+    #[inline]
+    fn rank(&self) -> Rank {
+        on_pml!(self, p => p.rank())
+    }
+
+    #[inline]
+    fn size(&self) -> u32 {
+        on_pml!(self, p => p.size())
+    }
+
+    fn description(&self) -> &str {
         on_pml!(self, p => p.description())
     }
 
-    /// # Safety
-    /// As for [`Engine::post_send`].
-    #[allow(clippy::too_many_arguments)]
+    fn waits_spin(&self) -> bool {
+        on_pml!(self, p => p.waits_spin())
+    }
+
     #[inline]
-    pub unsafe fn post_send(
+    unsafe fn post_send(
         &mut self,
         context: ContextId,
         source: Rank,
@@ -139,15 +160,8 @@ impl Pml {
         on_pml!(self, p => unsafe { p.post_send(context, source, peer, tag, mode, buf, len) })
     }
 
-    /// A send its caller waits for at once (a blocking send): the UCX PML then asks UCX for
-    /// fast local completion, as Open MPI's pml ucx does for `MPI_Send` (see
-    /// `UcxPml::post_awaited_send`); the native engine posts it as any other.
-    ///
-    /// # Safety
-    /// As for [`Engine::post_send`].
-    #[allow(clippy::too_many_arguments)]
     #[inline]
-    pub unsafe fn post_awaited_send(
+    unsafe fn post_awaited_send(
         &mut self,
         context: ContextId,
         source: Rank,
@@ -157,20 +171,14 @@ impl Pml {
         buf: *const u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
-        // SAFETY (both arms): the caller's guarantees are passed on unchanged.
-        match self {
-            Pml::Native(p) => unsafe { p.post_send(context, source, peer, tag, mode, buf, len) },
-            #[cfg(feature = "ucx")]
-            Pml::Ucx(p) => unsafe {
-                p.post_awaited_send(context, source, peer, tag, mode, buf, len)
-            },
-        }
+        // SAFETY: the caller's guarantees are passed on unchanged.
+        on_pml!(self, p => unsafe {
+            p.post_awaited_send(context, source, peer, tag, mode, buf, len)
+        })
     }
 
-    /// # Safety
-    /// As for [`Engine::post_recv`].
     #[inline]
-    pub unsafe fn post_recv(
+    unsafe fn post_recv(
         &mut self,
         context: ContextId,
         source: SourceSel,
@@ -182,10 +190,8 @@ impl Pml {
         on_pml!(self, p => unsafe { p.post_recv(context, source, tag, buf, len) })
     }
 
-    /// # Safety
-    /// As for [`Engine::start_recv`].
     #[inline]
-    pub unsafe fn start_recv(
+    unsafe fn start_recv(
         &mut self,
         context: ContextId,
         source: SourceSel,
@@ -193,18 +199,14 @@ impl Pml {
         buf: *mut u8,
         len: usize,
     ) -> Result<Started<RecvBuf>, PmlError> {
-        // SAFETY (both arms): the caller's guarantees are passed on unchanged.
-        match self {
-            Pml::Native(p) => unsafe { p.start_recv(context, source, tag, buf, len) },
-            #[cfg(feature = "ucx")]
-            Pml::Ucx(p) => unsafe { p.start_recv(context, source, tag, buf, len) },
-        }
+        // SAFETY: the caller's guarantees are passed on unchanged.
+        on_pml!(self, p => unsafe { p.start_recv(context, source, tag, buf, len) })
     }
 
-    /// # Safety
-    /// As for [`Engine::recv`].
+    /// The PML's own blocking receive, unless progress hooks are registered: that cannot
+    /// step them, so the receive is started and waited for here.
     #[inline]
-    pub unsafe fn recv(
+    unsafe fn recv(
         &mut self,
         context: ContextId,
         source: SourceSel,
@@ -212,13 +214,15 @@ impl Pml {
         buf: *mut u8,
         len: usize,
     ) -> Result<Status, PmlError> {
+        if hooks::any() {
+            // SAFETY: the caller's guarantees are passed on unchanged.
+            return unsafe { self.recv_stepping_hooks(context, source, tag, buf, len) };
+        }
         // SAFETY: the caller's guarantees are passed on unchanged.
         on_pml!(self, p => unsafe { p.recv(context, source, tag, buf, len) })
     }
 
-    /// # Safety
-    /// As for [`Engine::post_matched_recv`].
-    pub unsafe fn post_matched_recv(
+    unsafe fn post_matched_recv(
         &mut self,
         message: MessageHandle,
         buf: *mut u8,
@@ -226,42 +230,55 @@ impl Pml {
     ) -> Result<Handle, PmlError> {
         // SAFETY (both arms): the caller's guarantees are passed on unchanged.
         match (self, message) {
-            (Pml::Native(p), MessageHandle::Native(m)) => unsafe {
+            (AnyPml::Native(p), MessageHandle::Native(m)) => unsafe {
                 p.post_matched_recv(m, buf, len)
             },
             #[cfg(feature = "ucx")]
-            (Pml::Ucx(p), MessageHandle::Ucx(m)) => unsafe { p.post_matched_recv(m, buf, len) },
+            (AnyPml::Ucx(p), MessageHandle::Ucx(m)) => unsafe { p.post_matched_recv(m, buf, len) },
             #[cfg(feature = "ucx")]
             _ => unreachable!("a process runs one PML, so its messages come from that PML"),
         }
     }
 
+    /// Steps the progress hooks too, if any are registered: a test moves things on.
     #[inline]
-    pub fn test(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
-        on_pml!(self, p => p.test(h))
+    fn test(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
+        let done = on_pml!(self, p => p.test(h))?;
+        if hooks::any() {
+            self.step_hooks()?;
+        }
+        Ok(done)
     }
 
-    /// The request's outcome if it already finished, without moving anything on.
     #[inline]
-    pub fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
+    fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
         on_pml!(self, p => p.collect(h))
     }
 
     #[inline]
-    pub fn is_complete(&mut self, h: Handle) -> Result<bool, PmlError> {
+    fn is_complete(&mut self, h: Handle) -> Result<bool, PmlError> {
         on_pml!(self, p => p.is_complete(h))
     }
 
+    /// The PML's own wait, unless progress hooks are registered: then the waiting loop runs
+    /// here, where it can step them.
     #[inline]
-    pub fn wait(&mut self, h: Handle) -> Result<Done, PmlError> {
+    fn wait(&mut self, h: Handle) -> Result<Done, PmlError> {
+        if hooks::any() {
+            return self.wait_stepping_hooks(h);
+        }
         on_pml!(self, p => p.wait(h))
     }
 
-    pub fn wait_any(&mut self, handles: &[Handle]) -> Result<usize, PmlError> {
+    fn wait_any(&mut self, handles: &[Handle]) -> Result<usize, PmlError> {
+        if hooks::any() {
+            self.step_hooks()?;
+            return self.wait_first(handles);
+        }
         on_pml!(self, p => p.wait_any(handles))
     }
 
-    pub fn iprobe(
+    fn iprobe(
         &mut self,
         context: ContextId,
         source: SourceSel,
@@ -270,7 +287,7 @@ impl Pml {
         on_pml!(self, p => p.iprobe(context, source, tag))
     }
 
-    pub fn probe(
+    fn probe(
         &mut self,
         context: ContextId,
         source: SourceSel,
@@ -279,61 +296,129 @@ impl Pml {
         on_pml!(self, p => p.probe(context, source, tag))
     }
 
-    pub fn improbe(
+    fn improbe(
         &mut self,
         context: ContextId,
         source: SourceSel,
         tag: TagSel,
     ) -> Result<Option<(MessageHandle, Status)>, PmlError> {
         match self {
-            Pml::Native(p) => Ok(p
+            AnyPml::Native(p) => Ok(p
                 .improbe(context, source, tag)?
                 .map(|(m, s)| (MessageHandle::Native(m), s))),
             #[cfg(feature = "ucx")]
-            Pml::Ucx(p) => Ok(p
+            AnyPml::Ucx(p) => Ok(p
                 .improbe(context, source, tag)?
                 .map(|(m, s)| (MessageHandle::Ucx(m), s))),
         }
     }
 
-    pub fn mprobe(
+    fn mprobe(
         &mut self,
         context: ContextId,
         source: SourceSel,
         tag: TagSel,
     ) -> Result<(MessageHandle, Status), PmlError> {
         match self {
-            Pml::Native(p) => {
+            AnyPml::Native(p) => {
                 let (m, s) = p.mprobe(context, source, tag)?;
                 Ok((MessageHandle::Native(m), s))
             }
             #[cfg(feature = "ucx")]
-            Pml::Ucx(p) => {
+            AnyPml::Ucx(p) => {
                 let (m, s) = p.mprobe(context, source, tag)?;
                 Ok((MessageHandle::Ucx(m), s))
             }
         }
     }
 
-    pub fn cancel(&mut self, h: Handle) -> Result<bool, PmlError> {
+    fn cancel(&mut self, h: Handle) -> Result<bool, PmlError> {
         on_pml!(self, p => p.cancel(h))
     }
 
-    pub fn progress(&mut self) -> Result<bool, PmlError> {
-        match self {
-            Pml::Native(p) => p.progress(),
-            #[cfg(feature = "ucx")]
-            Pml::Ucx(p) => p.progress(),
+    /// Steps the progress hooks too, if any are registered.
+    fn progress(&mut self) -> Result<bool, PmlError> {
+        let moved = on_pml!(self, p => p.progress())?;
+        if hooks::any() {
+            self.step_hooks()?;
+        }
+        Ok(moved)
+    }
+
+    fn flush_all(&mut self) -> Result<(), PmlError> {
+        on_pml!(self, p => p.flush_all())
+    }
+}
+
+/// The waits while progress hooks are registered, out of the way of the others: inlined into
+/// the message path, they made an 8-byte message cost the sender 50 instructions more.
+impl AnyPml {
+    #[cold]
+    #[inline(never)]
+    fn wait_stepping_hooks(&mut self, h: Handle) -> Result<Done, PmlError> {
+        self.step_hooks()?;
+        self.wait_collect(h)
+    }
+
+    /// A PML's own blocking receive cannot step the hooks: the receive is started and
+    /// waited for here.
+    ///
+    /// # Safety
+    /// As for `recv`.
+    #[cold]
+    #[inline(never)]
+    unsafe fn recv_stepping_hooks(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Status, PmlError> {
+        // SAFETY: the caller's guarantees, which cover the whole call, are passed on: the
+        // receive finishes (or fails) before this returns.
+        match unsafe { self.start_recv(context, source, tag, buf, len) }? {
+            Started::Done { result, .. } => result.map_err(|e| *e),
+            Started::Posted(h) => match self.wait_stepping_hooks(h)? {
+                Done::Received(status) => Ok(status),
+                Done::Sent => unreachable!("a receive completed as a send"),
+            },
+            Started::Claimed => unreachable!("only a PML's own blocking receive claims"),
         }
     }
+}
 
-    /// Whether waits may spin before yielding (see `Engine::waits_spin`).
-    pub fn waits_spin(&self) -> bool {
-        on_pml!(self, p => p.waits_spin())
+/// The waiting loop of whichever PML runs, and the hooks: the loop runs here only while
+/// hooks are registered (see `wait`); otherwise the PML's own waits run.
+impl Waiting for AnyPml {
+    #[inline]
+    fn poll(&mut self) -> Result<bool, PmlError> {
+        on_pml!(self, p => p.poll())
     }
 
-    pub fn flush_all(&mut self) -> Result<(), PmlError> {
-        on_pml!(self, p => p.flush_all())
+    fn spin_budget(&self) -> Duration {
+        on_pml!(self, p => p.spin_budget())
+    }
+
+    fn check_peers(&mut self, idle: Duration) -> Result<(), PmlError> {
+        on_pml!(self, p => p.check_peers(idle))
+    }
+
+    fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
+        on_pml!(self, p => p.sleep(timeout))
+    }
+
+    fn check_running(&self) -> Result<(), PmlError> {
+        on_pml!(self, p => p.check_running())
+    }
+
+    /// Runs the registered hooks with this PML lent to them: they call it through
+    /// `with_engine`, which this call already holds.
+    #[cold]
+    #[inline(never)]
+    fn step_hooks(&mut self) -> Result<(), PmlError> {
+        environment::lend(self, hooks::step_all);
+        Ok(())
     }
 }
 

@@ -3,6 +3,8 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
+use pml::Pml;
+
 use crate::collective::{AreaSlot, CommunicatorCollectives};
 use crate::context::{self, ContextLease};
 use crate::environment::with_engine;

@@ -6,16 +6,16 @@
 //! universe are `!Send` for the same reason; a call from another thread is an error
 //! ([`Cause::NotInitialized`]).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use launcher::Bootstrap;
-use pml::{EngineConfig, PmlError, Wireup};
+use bootstrap::Bootstrap;
+use pml::{EngineConfig, Pml, PmlError, Wireup};
 
-use crate::backend::{self, Pml, PmlChoice};
+use crate::backend::{self, AnyPml, PmlChoice};
 use crate::collective::CommunicatorCollectives;
 use crate::communicator::{Rank, SimpleCommunicator};
 use crate::error::{fatal, Cause, Error};
@@ -34,12 +34,14 @@ pub enum Threading {
 
 /// The PML and the launcher link of this process.
 struct Runtime {
-    engine: Pml,
+    engine: AnyPml,
     bootstrap: Bootstrap,
 }
 
 thread_local! {
     static RUNTIME: RefCell<Option<Runtime>> = const { RefCell::new(None) };
+    /// The PML a call that holds it lent to its progress hooks (see `lend`), else null.
+    static LENT: Cell<*mut AnyPml> = const { Cell::new(std::ptr::null_mut()) };
 }
 
 /// Whether `initialize` ran in this process, on any thread: it runs once.
@@ -173,7 +175,7 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
     if let Err(why) = backend::agree(&mut BootstrapWireup(&mut bootstrap), choice) {
         startup_abort(&mut bootstrap, why);
     }
-    let engine = match Pml::new(choice, &mut BootstrapWireup(&mut bootstrap), config) {
+    let engine = match AnyPml::new(choice, &mut BootstrapWireup(&mut bootstrap), config) {
         Ok(engine) => engine,
         Err(e) => startup_abort(&mut bootstrap, e.to_string()),
     };
@@ -214,7 +216,9 @@ pub(crate) fn world_rank() -> Option<Rank> {
 
 /// Runs `f` on the PML of this thread.
 #[inline]
-pub(crate) fn with_engine<R>(f: impl FnOnce(&mut Pml) -> Result<R, PmlError>) -> Result<R, Cause> {
+pub(crate) fn with_engine<R>(
+    f: impl FnOnce(&mut AnyPml) -> Result<R, PmlError>,
+) -> Result<R, Cause> {
     // `f` runs outside `LocalKey::with`'s closure: holding a whole inlined PML call, that
     // closure grew past what the compiler inlines, and every call then paid for an
     // out-of-line frame, the thread-local's accessor called through a pointer, and the
@@ -231,6 +235,38 @@ pub(crate) fn with_engine<R>(f: impl FnOnce(&mut Pml) -> Result<R, PmlError>) ->
         return Err(Cause::NotInitialized);
     };
     f(&mut runtime.engine).map_err(Cause::from)
+}
+
+/// `with_engine` for code that runs as a progress hook too (an immediate collective's
+/// step): inside the PML call that runs the hooks, which holds the PML, on the PML it lent
+/// them (see `lend`). The message path's `with_engine` stays as it was: a second way in
+/// there made it larger than the compiler inlines (16 to 50 instructions more a message).
+pub(crate) fn with_engine_or_lent<R>(
+    f: impl FnOnce(&mut AnyPml) -> Result<R, PmlError>,
+) -> Result<R, Cause> {
+    let lent = LENT.with(Cell::get);
+    if lent.is_null() {
+        return with_engine(f);
+    }
+    // SAFETY: `lend` set the pointer from the `&mut` it holds for the duration of `run`,
+    // which is this call's caller, and uses that reference for nothing else meanwhile; no
+    // other reference made from the pointer is alive, since each lives for one `f`, and
+    // `f` (a PML call) does not call `with_engine_or_lent`.
+    f(unsafe { &mut *lent }).map_err(Cause::from)
+}
+
+/// Runs `run` (the progress hooks) with `pml`, which the caller holds inside
+/// `with_engine`, lent to the `with_engine` calls `run` makes.
+pub(crate) fn lend(pml: &mut AnyPml, run: impl FnOnce()) {
+    /// Takes the loan back when `run` returns or unwinds.
+    struct Loan(*mut AnyPml);
+    impl Drop for Loan {
+        fn drop(&mut self) {
+            LENT.with(|lent| lent.set(self.0));
+        }
+    }
+    let _loan = Loan(LENT.with(|lent| lent.replace(pml)));
+    run();
 }
 
 /// The job's id, which starts the names of the job's files under /dev/shm (rsrun removes

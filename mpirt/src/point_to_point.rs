@@ -6,11 +6,10 @@
 
 use std::mem::{size_of, MaybeUninit};
 
-use pml::engine::RecvBuf;
-use pml::{Done, Handle, SendMode, SourceSel, Started, TagSel};
+use pml::RecvBuf;
+use pml::{Done, Handle, Pml, SendMode, SourceSel, Started, TagSel};
 
 use crate::backend::MessageHandle;
-use crate::collective::progress;
 use crate::communicator::{AnyProcess, CommData, Process, Rank};
 use crate::datatype::{Buffer, BufferMut, Datatype, Equivalence};
 use crate::environment::with_engine;
@@ -384,24 +383,9 @@ pub(crate) fn wait_handle(handle: Handle) -> Result<Done, Cause> {
     if let Some(done) = with_engine(|e| e.collect(handle))? {
         return Ok(done);
     }
-    if progress::any_in_flight() {
-        return wait_stepping_collectives(handle);
-    }
+    // The wait steps the immediate collectives in flight, if any: a peer may wait for their
+    // next round before it sends what this one waits for.
     with_engine(|e| e.wait(handle))
-}
-
-/// Waits for one point-to-point operation, stepping the immediate collectives in flight
-/// meanwhile: a peer may wait for their next round before it sends what this one waits for.
-fn wait_stepping_collectives(handle: Handle) -> Result<Done, Cause> {
-    loop {
-        if let Some(done) = with_engine(|e| e.test(handle))? {
-            return Ok(done);
-        }
-        progress::advance_all();
-        let mut handles = vec![handle];
-        handles.extend(progress::handles_of_all());
-        with_engine(|e| e.wait_any(&handles))?;
-    }
 }
 
 /// Receives one message into `slot`, blocking.
@@ -412,15 +396,6 @@ fn receive_slot(
     tag: TagSel,
     mut slot: RecvSlot,
 ) -> Result<Status, Cause> {
-    if progress::any_in_flight() {
-        // The engine's own blocking receive cannot step mpirt's immediate collectives.
-        // SAFETY: the slot's buffer outlives this call, which returns once the receive is done.
-        return match unsafe { start_receive(comm, source, tag, &mut slot) }? {
-            Started::Done { result, .. } => slot.finish(result.map_err(|e| Cause::from(*e))?),
-            Started::Posted(handle) => finish_receive(handle, slot),
-            Started::Claimed => unreachable!("only the engine's blocking receive claims"),
-        };
-    }
     let (ptr, len) = slot.target();
     // SAFETY: the slot's buffer outlives this call, which returns once the receive is done.
     let status = with_engine(|e| unsafe { e.recv(comm.context, source, tag, ptr, len) })?;

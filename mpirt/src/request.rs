@@ -12,8 +12,8 @@
 use std::fmt;
 use std::mem::ManuallyDrop;
 
-use pml::engine::RecvBuf;
-use pml::{Done, Handle, PmlError, SendMode, SourceSel, Started};
+use pml::RecvBuf;
+use pml::{Done, Handle, Pml, PmlError, SendMode, SourceSel, Started, Waiting};
 
 use crate::collective::progress;
 use crate::collective::request::Running;
@@ -356,7 +356,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
                         return Ok(or_fatal(self.complete(done)));
                     }
                 };
-                progress::advance_all();
+                // The test steps the immediate collectives in flight too.
                 match with_engine(|e| e.test(handle)) {
                     Ok(None) => return Err(self),
                     Ok(Some(done)) => Ok(done),
@@ -446,20 +446,27 @@ fn wait_for_one<'a, D: ?Sized, S: Scope<'a>>(
     operation: &'static str,
 ) -> usize {
     loop {
-        // Collectives outside the set too: a peer may wait for their next round before it
-        // sends what one of these waits for.
-        progress::advance_all();
         if let Some(i) = requests.iter_mut().position(|r| r.is_complete()) {
             return i;
         }
-        let mut handles: Vec<Handle> = requests.iter().filter_map(|r| r.handle()).collect();
-        handles.extend(progress::handles_of_all());
-        // With nothing in flight to wait for, the next round of the loop steps the
-        // collectives again (each posts its next round when stepped).
-        if !handles.is_empty() {
-            let woken = with_engine(|e| e.wait_any(&handles));
-            or_fatal(woken.map(drop).map_err(|c| Error::new(operation, c)));
-        }
+        let handles: Vec<Handle> = requests.iter().filter_map(|r| r.handle()).collect();
+        // The wait steps every immediate collective in flight, those outside the set too (a
+        // peer may wait for their next round before it sends what one of these waits for),
+        // and returns once one of the messages finished or a collective did: the collective
+        // requests of the set then find theirs finished.
+        progress::take_finished();
+        let woken = with_engine(|e| {
+            e.step_hooks()?;
+            e.wait_until(|e| {
+                for &h in &handles {
+                    if e.is_complete(h)? {
+                        return Ok(true);
+                    }
+                }
+                Ok(progress::take_finished())
+            })
+        });
+        or_fatal(woken.map_err(|c| Error::new(operation, c)));
     }
 }
 
@@ -520,7 +527,6 @@ impl<'a, D: ?Sized, S: Scope<'a>> fmt::Debug for Request<'a, D, S> {
 /// test without blocking.
 fn progress_engine(operation: &'static str) {
     or_fatal(with_engine(|e| e.progress()).map_err(|c| Error::new(operation, c)));
-    progress::advance_all();
 }
 
 /// Waits until one of `requests` finishes; returns the index it had and its status, and

@@ -5,38 +5,22 @@
 //! pointers: the layer above (mpirt) guarantees, through blocking calls and request scopes,
 //! that a buffer outlives its request — the contract of `post_send` and `post_recv`.
 
-use std::time::{Duration, Instant};
-use std::{fmt, slice};
+mod api;
+
+use std::slice;
+use std::time::Duration;
 
 use crate::config::EngineConfig;
-use crate::envelope::{ContextId, Rank, SourceSel, Status, Tag, TagSel};
+use crate::envelope::{ContextId, Rank, Tag};
 use crate::error::PmlError;
-use crate::protocol::{
-    Action, ClaimEnd, Completion, Core, CoreConfig, MessageHandle, SendArgs, Started,
-};
+use crate::pml_api::{Counters, Done, EngineError, RecvBuf, Wireup};
+use crate::protocol::{Action, Completion, Core, CoreConfig, SendArgs};
 use crate::requests::Handle;
 use crate::transport::{
     AnyTransport, Job, Opening, Reading, Registration, Sent, Transport, WakeSet,
 };
-use crate::waiting::Waiting;
 
 pub use crate::protocol::SendMode;
-
-/// How the engine learns about its peers: rank, size, and a key-value exchange with a fence
-/// (rsrun's service, PMI-2 under Slurm, or a local map for a singleton).
-pub trait Wireup {
-    fn rank(&self) -> u32;
-    fn size(&self) -> u32;
-    /// Unique per job, so that shared-memory names of two jobs never collide.
-    fn job_id(&self) -> String;
-    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String>;
-    fn fence(&mut self) -> Result<(), String>;
-    fn get(&mut self, key: &str) -> Result<Vec<u8>, String>;
-    /// The job's secret, at least 128 random bits that only the job's ranks know: a TCP
-    /// connection is a peer's only once it proved to know it. The launcher's key-value
-    /// space may hold it, so call this after the first fence.
-    fn job_secret(&mut self) -> Result<[u8; 32], String>;
-}
 
 /// A send buffer lent to the engine until the send completes.
 pub struct SendBuf {
@@ -54,92 +38,6 @@ impl AsRef<[u8]> for SendBuf {
         unsafe { slice::from_raw_parts(self.ptr, self.len) }
     }
 }
-
-/// A receive buffer lent to the engine until the receive completes.
-pub struct RecvBuf {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl RecvBuf {
-    /// The buffer a receive that another PML finished at once hands back
-    /// (`Started::Done`), under the same contract as `post_recv`'s.
-    #[cfg(feature = "ucx")]
-    pub(crate) fn new(ptr: *mut u8, len: usize) -> RecvBuf {
-        RecvBuf { ptr, len }
-    }
-}
-
-impl AsMut<[u8]> for RecvBuf {
-    fn as_mut(&mut self) -> &mut [u8] {
-        // SAFETY: `post_recv`'s caller guarantees `ptr` is valid for writes of `len` bytes and
-        // not otherwise accessed until the request completes; this `RecvBuf` is dropped then.
-        // Raw receives may share bytes with each other, but the engine is one thread and this
-        // slice lives for one copy into it, so no two of them are ever alive at once.
-        unsafe { slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-/// How a finished request ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Done {
-    Sent,
-    Received(Status),
-}
-
-/// Failures of the engine as a whole, at start-up or from a transport.
-#[derive(Debug)]
-pub enum EngineError {
-    Config(String),
-    Wireup(String),
-    Transport(String),
-    Pml(PmlError),
-}
-
-impl fmt::Display for EngineError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            EngineError::Config(m) => write!(f, "bad setting: {m}"),
-            EngineError::Wireup(m) => write!(f, "wire-up failed: {m}"),
-            EngineError::Transport(m) => write!(f, "transport failed: {m}"),
-            EngineError::Pml(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for EngineError {}
-
-impl From<PmlError> for EngineError {
-    fn from(e: PmlError) -> Self {
-        EngineError::Pml(e)
-    }
-}
-
-/// Counts of what went which way, for tests and `--verbose`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    pub frames_sent: u64,
-    pub frames_received: u64,
-    pub remote_reads: u64,
-    pub remote_read_bytes: u64,
-    /// Remote reads served by memcpy from a same-host peer's mapped shared arena (the other
-    /// shm reads went by process_vm_readv).
-    pub mapped_reads: u64,
-    /// Memory registrations made (RDMA): a buffer sent from again is not registered again.
-    pub registrations: u64,
-}
-
-/// A waiting rank busy-polls for a while (a message about to arrive is caught at once), then
-/// yields its core for a while (ranks that outnumber cores let their peers run), then sleeps
-/// until a peer's frame wakes it. Rounds are counted first so the clock is read rarely; while
-/// spinning, only every so many rounds read it (a read costs as much as a round). Rounds follow
-/// each other at once, as in Open MPI's progress loop: a `pause` instruction between them
-/// (about 12 ns here) delayed seeing a message that had landed, and the 8-byte shared-memory
-/// latency went from 0.23-0.24 us with it to 0.21-0.22 without (alternated osu_latency runs).
-/// The spin is short (`MPIRT_SPIN_US`) and only for ranks with a CPU each.
-const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
-const YIELD_FOR: Duration = Duration::from_millis(1);
-const SLEEP: Duration = Duration::from_millis(2);
 
 /// No transport carries the rank (see `Engine::routes`).
 const NO_ROUTE: u8 = u8::MAX;
@@ -169,18 +67,6 @@ pub struct Engine {
     /// The failure that stopped the engine (see `stop`); every later call that would move
     /// data returns it.
     failure: Option<PmlError>,
-}
-
-/// Withdraws the core's claim when dropped, also when a wait fails or unwinds: a claim left
-/// waiting would have a later message written into a buffer its receive no longer owns. A
-/// claim a rendezvous offer already turned into a request stays in the engine when its wait
-/// fails, like any request; the failure stopped the engine, so nothing writes it any more.
-struct ClaimGuard<'e>(&'e mut Engine);
-
-impl Drop for ClaimGuard<'_> {
-    fn drop(&mut self) {
-        self.0.core.take_claim();
-    }
 }
 
 impl Engine {
@@ -256,25 +142,6 @@ impl Engine {
         })
     }
 
-    /// Whether this rank's waits may spin before yielding: not when it shares its CPUs with
-    /// more local ranks than they hold, or when spinning was turned off.
-    pub fn waits_spin(&self) -> bool {
-        !self.spin.is_zero()
-    }
-
-    pub fn rank(&self) -> Rank {
-        self.rank
-    }
-
-    pub fn size(&self) -> u32 {
-        self.size
-    }
-
-    /// What transports and protocols are in use (what `--verbose` prints).
-    pub fn description(&self) -> &str {
-        &self.description
-    }
-
     pub fn counters(&self) -> Counters {
         let mut counters = self.counters;
         for t in &self.transports {
@@ -348,111 +215,6 @@ impl Engine {
         Ok(h)
     }
 
-    /// Starts a receive into `len` bytes at `buf`.
-    ///
-    /// # Safety
-    /// `buf` must be valid for writes of `len` bytes and must not be accessed otherwise until
-    /// the request completes.
-    pub unsafe fn post_recv(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-        buf: *mut u8,
-        len: usize,
-    ) -> Result<Handle, PmlError> {
-        self.check_running()?;
-        // No progress here: whoever waits or tests on the receive makes it.
-        self.core
-            .post_recv(context, source, tag, RecvBuf { ptr: buf, len })
-    }
-
-    /// Starts a receive into `len` bytes at `buf` that finishes at once when its eager
-    /// message is already here ([`Started::Done`]: no request to wait for), else is posted
-    /// ([`Started::Posted`]). Never [`Started::Claimed`].
-    ///
-    /// # Safety
-    /// As for `post_recv`.
-    #[inline]
-    pub unsafe fn start_recv(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-        buf: *mut u8,
-        len: usize,
-    ) -> Result<Started<RecvBuf>, PmlError> {
-        self.check_running()?;
-        self.core
-            .start_recv(context, source, tag, RecvBuf { ptr: buf, len })
-    }
-
-    /// Receives into `len` bytes at `buf`, blocking. An eager message is copied from the
-    /// transport's frame straight into `buf`, with no request (see `protocol::claim`).
-    ///
-    /// # Safety
-    /// `buf` must be valid for writes of `len` bytes and not otherwise accessed during the
-    /// call.
-    // Inline: mpirt's blocking receive calls this once, and as a call across the crate
-    // boundary it cost 42 instructions a receive more (callgrind, osu_latency 8 B).
-    #[inline]
-    pub unsafe fn recv(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-        buf: *mut u8,
-        len: usize,
-    ) -> Result<Status, PmlError> {
-        self.check_running()?;
-        let started = self
-            .core
-            .claim_recv(context, source, tag, RecvBuf { ptr: buf, len })?;
-        let h = match started {
-            Started::Done { result, .. } => return result.map_err(|e| *e),
-            Started::Posted(h) => h,
-            Started::Claimed => {
-                let claim = ClaimGuard(self);
-                claim.0.wait_until(|e| Ok(e.core.claim_ended()))?;
-                let end = claim.0.core.take_claim();
-                drop(claim);
-                match end.expect("the wait returns once the claim ended") {
-                    ClaimEnd::Done { result, .. } => return result.map_err(|e| *e),
-                    ClaimEnd::Request(h) => h,
-                }
-            }
-        };
-        match self.wait(h)? {
-            Done::Received(status) => Ok(status),
-            Done::Sent => unreachable!("a receive completed as a send"),
-        }
-    }
-
-    /// Receives a message a matched probe took.
-    ///
-    /// # Safety
-    /// As for `post_recv`.
-    pub unsafe fn post_matched_recv(
-        &mut self,
-        message: MessageHandle,
-        buf: *mut u8,
-        len: usize,
-    ) -> Result<Handle, PmlError> {
-        self.check_running()?;
-        let h = self.core.matched_recv(message, RecvBuf { ptr: buf, len })?;
-        self.progress()?;
-        Ok(h)
-    }
-
-    /// Collects the request if it finished; the handle is spent once this returns `Some`.
-    pub fn test(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
-        if let Some(done) = self.collect(h)? {
-            return Ok(Some(done));
-        }
-        self.progress()?;
-        self.collect(h)
-    }
-
     /// Takes the request's outcome if it finished, looking it up once; makes no progress.
     #[inline]
     pub fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
@@ -468,118 +230,6 @@ impl Engine {
                 result.map(|()| Some(Done::Sent))
             }
             Some(Completion::Recv { result, .. }) => result.map(|s| Some(Done::Received(s))),
-        }
-    }
-
-    /// Whether the request finished, without collecting it.
-    pub fn is_complete(&mut self, h: Handle) -> Result<bool, PmlError> {
-        if h == Handle::SENT {
-            return Ok(true);
-        }
-        self.core.is_complete(h)
-    }
-
-    pub fn wait(&mut self, h: Handle) -> Result<Done, PmlError> {
-        self.wait_collect(h)
-    }
-
-    /// Waits until any of `handles` finished; returns its index (not yet collected).
-    pub fn wait_any(&mut self, handles: &[Handle]) -> Result<usize, PmlError> {
-        self.wait_first(handles)
-    }
-
-    /// Looks for a matching message without taking it.
-    pub fn iprobe(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-    ) -> Result<Option<Status>, PmlError> {
-        if let Some(s) = self.core.probe(context, source, tag) {
-            return Ok(Some(s));
-        }
-        self.progress()?;
-        Ok(self.core.probe(context, source, tag))
-    }
-
-    pub fn probe(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-    ) -> Result<Status, PmlError> {
-        self.wait_for(|e| Ok(e.core.probe(context, source, tag)))
-    }
-
-    pub fn improbe(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-    ) -> Result<Option<(MessageHandle, Status)>, PmlError> {
-        if let Some(m) = self.core.matched_probe(context, source, tag) {
-            return Ok(Some(m));
-        }
-        self.progress()?;
-        Ok(self.core.matched_probe(context, source, tag))
-    }
-
-    pub fn mprobe(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-    ) -> Result<(MessageHandle, Status), PmlError> {
-        self.wait_for(|e| Ok(e.core.matched_probe(context, source, tag)))
-    }
-
-    /// Cancels a receive that has not matched yet; returns whether it was cancelled (the
-    /// request then completes with `PmlError::Cancelled`).
-    pub fn cancel(&mut self, h: Handle) -> Result<bool, PmlError> {
-        if h == Handle::SENT {
-            return Ok(false);
-        }
-        self.core.cancel(h)
-    }
-
-    /// Progresses until `done` holds: spin, then yield, then sleep until a peer's frame
-    /// wakes this rank.
-    fn wait_until(
-        &mut self,
-        mut done: impl FnMut(&mut Engine) -> Result<bool, PmlError>,
-    ) -> Result<(), PmlError> {
-        let mut idle_rounds = 0u32;
-        let mut idle_since = None;
-        let mut spinning = true;
-        // A stopped engine moves nothing, so `done` could never come to hold.
-        self.check_running()?;
-        loop {
-            if done(self)? {
-                return Ok(());
-            }
-            // Requests, queues and probes change only when progress moves something: until
-            // then a round is one look at the transports, which keeps the spin short and a
-            // frame's arrival noticed sooner.
-            while !(self.may_move() && self.progress()?) {
-                idle_rounds = idle_rounds.wrapping_add(1);
-                if idle_rounds < SPIN_ROUNDS_BEFORE_CLOCK
-                    || (spinning && !idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_CLOCK))
-                {
-                    continue;
-                }
-                let idle = idle_since.get_or_insert_with(Instant::now).elapsed();
-                spinning = idle < self.spin;
-                if spinning {
-                    continue;
-                }
-                if idle < self.spin + YIELD_FOR {
-                    std::thread::yield_now();
-                } else {
-                    self.sleep_until_woken(SLEEP)?;
-                }
-            }
-            idle_rounds = 0;
-            idle_since = None;
         }
     }
 
@@ -711,27 +361,5 @@ impl Engine {
             sent_any = true;
         }
         Ok(sent_any)
-    }
-
-    /// Sends everything still queued (FINs, credits): peers may be waiting on them.
-    pub fn flush_all(&mut self) -> Result<(), PmlError> {
-        self.wait_until(|e| Ok(e.blocked.is_empty() && (0..e.size).all(|p| !e.core.has_output(p))))
-    }
-}
-
-impl Waiting for Engine {
-    fn wait_until(
-        &mut self,
-        done: impl FnMut(&mut Engine) -> Result<bool, PmlError>,
-    ) -> Result<(), PmlError> {
-        Engine::wait_until(self, done)
-    }
-
-    fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
-        Engine::collect(self, h)
-    }
-
-    fn finished(&mut self, h: Handle) -> Result<bool, PmlError> {
-        self.is_complete(h)
     }
 }

@@ -13,6 +13,7 @@ pub mod freed_memory;
 pub mod hex;
 mod keyed_queues;
 pub mod matching;
+pub mod pml_api;
 pub mod protocol;
 pub mod requests;
 pub mod sequence;
@@ -21,17 +22,19 @@ pub mod shared_mapping;
 pub mod transport;
 #[cfg(feature = "ucx")]
 pub mod ucx;
-mod waiting;
+pub mod waiting;
 pub mod wire;
 
 pub use config::{EngineConfig, TransportChoice};
-pub use engine::{Done, Engine, EngineError, Wireup};
+pub use engine::Engine;
 pub use envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel, MIN_RUNTIME_TAG};
 pub use error::PmlError;
 pub use freed_memory::TrackingAllocator;
+pub use pml_api::{Counters, Done, EngineError, Pml, RecvBuf, Wireup};
 pub use protocol::{
     Action, ClaimEnd, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, SendMode,
     Started,
 };
 pub use requests::Handle;
+pub use waiting::Waiting;
 pub use wire::RemoteKey;

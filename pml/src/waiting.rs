@@ -1,23 +1,110 @@
-//! What a blocking call waits for, written once for every PML. Each PML keeps its own
-//! `wait_until` (how it spins, yields and sleeps between rounds of progress); `wait`,
-//! `wait_any` and the blocking probes are the same loop over different conditions.
+//! How every PML waits: one loop, written once, with one set of constants. A blocking call
+//! (`wait`, `wait_any`, the blocking probes and receives, `flush_all`) progresses until its
+//! condition holds; each PML supplies the steps ([`Waiting`]: a round of progress, its spin
+//! budget, what only time reveals, a sleep until woken), and the loop decides when to spin,
+//! yield and sleep. Whenever something moved, the loop also steps the hooks the layer above
+//! registered ([`Waiting::step_hooks`]: mpirt's immediate collectives, which post their next
+//! round only when stepped), so that every blocking call moves them on.
+//!
+//! A waiting rank busy-polls for a while (a message about to arrive is caught at once), then
+//! yields its core for a while (ranks that outnumber cores let their peers run), then sleeps
+//! until a peer's message wakes it. Rounds are counted first so the clock is read rarely;
+//! while spinning, only every so many rounds read it (a read costs as much as a round). Rounds
+//! follow each other at once, as in Open MPI's progress loop: a `pause` instruction between
+//! them (about 12 ns here) delayed seeing a message that had landed, and the 8-byte
+//! shared-memory latency went from 0.23-0.24 us with it to 0.21-0.22 without (alternated
+//! osu_latency runs). The spin is short (`MPIRT_SPIN_US`) and only for ranks with a CPU each.
 
-use crate::engine::Done;
+use std::time::{Duration, Instant};
+
 use crate::error::PmlError;
+use crate::pml_api::{Done, Pml};
 use crate::requests::Handle;
 
-pub(crate) trait Waiting: Sized {
-    /// Progresses until `done` holds.
+/// Idle rounds of progress between two looks at the clock while spinning.
+const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
+/// How long a wait that stopped spinning yields its core before it sleeps.
+const YIELD_FOR: Duration = Duration::from_millis(1);
+/// The longest one sleep lasts: a bound, in case a wake-up is missed, not the expected one
+/// (a peer's message wakes the rank sooner).
+const SLEEP: Duration = Duration::from_millis(2);
+
+/// A PML's side of the waiting loop; the loop itself and the waits built on it are provided.
+pub trait Waiting: Pml + Sized {
+    /// One round of progress, as cheap as it can be while nothing comes; whether anything
+    /// moved. Requests, queues and probes change only when something moves, so the loop
+    /// looks at its condition again only then.
+    fn poll(&mut self) -> Result<bool, PmlError>;
+
+    /// How long a wait that sees nothing move busy-polls before it yields: zero for ranks
+    /// that must not spin.
+    fn spin_budget(&self) -> Duration;
+
+    /// At each look at the clock, `idle` after the last move: fails, naming the peer, if a
+    /// peer is found dead, so that a wait on it fails rather than hang.
+    fn check_peers(&mut self, idle: Duration) -> Result<(), PmlError>;
+
+    /// Sleeps until a peer may have woken this rank (a message for it, room where its
+    /// message was refused), or `timeout` passes. It may make progress itself: the loop
+    /// looks at its condition after every sleep.
+    fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError>;
+
+    /// Fails, naming the failure that stopped the PML, if one did: a stopped PML moves
+    /// nothing, so a wait on it could never end.
+    fn check_running(&self) -> Result<(), PmlError>;
+
+    /// Steps the progress hooks registered with this PML, after a round that moved
+    /// something: their transfers may have finished. A PML alone has none (mpirt's, which
+    /// holds either PML, has its immediate collectives).
+    #[inline]
+    fn step_hooks(&mut self) -> Result<(), PmlError> {
+        Ok(())
+    }
+
+    /// Progresses until `done` holds: spins while the PML's budget lasts, then yields for
+    /// `YIELD_FOR`, then sleeps. The idle clock starts at the first idle round and again
+    /// whenever something moved, but not after a sleep: a rank woken with nothing for it
+    /// sleeps again rather than spin anew.
+    #[inline]
     fn wait_until(
         &mut self,
-        done: impl FnMut(&mut Self) -> Result<bool, PmlError>,
-    ) -> Result<(), PmlError>;
-
-    /// Takes the request's outcome if it finished.
-    fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError>;
-
-    /// Whether the request finished, without collecting it.
-    fn finished(&mut self, h: Handle) -> Result<bool, PmlError>;
+        mut done: impl FnMut(&mut Self) -> Result<bool, PmlError>,
+    ) -> Result<(), PmlError> {
+        let mut idle_rounds = 0u32;
+        let mut idle_since = None;
+        let mut spinning = true;
+        self.check_running()?;
+        'wait: loop {
+            if done(self)? {
+                return Ok(());
+            }
+            while !self.poll()? {
+                idle_rounds = idle_rounds.wrapping_add(1);
+                if idle_rounds < SPIN_ROUNDS_BEFORE_CLOCK
+                    || (spinning && !idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_CLOCK))
+                {
+                    continue;
+                }
+                let idle = idle_since.get_or_insert_with(Instant::now).elapsed();
+                self.check_peers(idle)?;
+                let spin = self.spin_budget();
+                spinning = idle < spin;
+                if spinning {
+                    continue;
+                }
+                if idle < spin + YIELD_FOR {
+                    std::thread::yield_now();
+                    continue;
+                }
+                self.sleep(SLEEP)?;
+                // The sleep may have made progress itself: `done` may hold now.
+                continue 'wait;
+            }
+            self.step_hooks()?;
+            idle_rounds = 0;
+            idle_since = None;
+        }
+    }
 
     /// Progresses until `found` finds something, and returns that.
     fn wait_for<T>(
@@ -41,7 +128,7 @@ pub(crate) trait Waiting: Sized {
     fn wait_first(&mut self, handles: &[Handle]) -> Result<usize, PmlError> {
         self.wait_for(|p| {
             for (i, &h) in handles.iter().enumerate() {
-                if p.finished(h)? {
+                if p.is_complete(h)? {
                     return Ok(Some(i));
                 }
             }

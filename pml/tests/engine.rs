@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use std::{env, fs};
 
-use pml::{Done, Engine, EngineConfig, SendMode, SourceSel, TagSel, TransportChoice};
+use pml::{Done, Engine, EngineConfig, Pml, SendMode, SourceSel, TagSel, TransportChoice};
 
 mod ranks_common;
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use std::{env, fs};
 
 use pml::ucx::{tag, UcxConfig, UcxPml};
-use pml::{Done, PmlError, SendMode, SourceSel, Started, Status, TagSel};
+use pml::{Done, Pml, PmlError, SendMode, SourceSel, Started, Status, TagSel};
 
 mod ranks_common;
 

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use std::{env, fs, thread};
 
 use pml::transport::verbs::{device_names, VerbsConfig, VerbsTransport};
-use pml::{Engine, EngineConfig, PmlError, SendMode, SourceSel, TagSel, TransportChoice, Wireup};
+use pml::{
+    Engine, EngineConfig, Pml, PmlError, SendMode, SourceSel, TagSel, TransportChoice, Wireup,
+};
 
 mod ranks_common;
 

@@ -9,7 +9,8 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
 
-use crate::bootstrap::vars;
+use bootstrap::vars;
+
 use crate::spawn::binding::{cpu_set_of, Binding};
 
 /// The variables Open MPI's and MPICH's (Hydra's) launchers give a rank, which wrapper scripts

@@ -1,18 +1,24 @@
 //! Immediate collectives in flight advance one another. A collective posts its next round only
 //! when it is stepped; MPI lets ranks complete their requests in any order, so whoever waits
-//! (any request's `wait` or `test`, a blocking collective) also steps every immediate
-//! collective of this thread, and wakes when any of their transfers finishes.
+//! (any request's `wait` or `test`, a blocking collective, a blocking receive) also steps every
+//! immediate collective of this thread: while any is in flight, one progress hook (see
+//! `backend::hooks`) steps them all whenever the PML moves.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
 
-use pml::Handle;
-
 use super::schedule::Execution;
+use crate::backend::hooks::{self, HookId};
 
 thread_local! {
     /// The executions of unfinished immediate collectives, owned by their requests.
     static IN_FLIGHT: RefCell<Vec<NonNull<Execution<'static>>>> = const { RefCell::new(Vec::new()) };
+    /// The progress hook that steps them, while there is any.
+    static HOOK: Cell<Option<HookId>> = const { Cell::new(None) };
+    /// The execution its owner is stepping now, which the hook leaves alone.
+    static CURRENT: Cell<*const ()> = const { Cell::new(std::ptr::null()) };
+    /// Whether the hook saw an execution finish (or fail) since `take_finished`.
+    static FINISHED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Address of an execution, to tell it from the others.
@@ -20,7 +26,7 @@ fn address(execution: *const Execution<'_>) -> *const () {
     execution.cast()
 }
 
-/// Lets other executions' steps advance `execution` too.
+/// Lets other executions' steps, and every wait, advance `execution` too.
 ///
 /// # Safety
 /// `execution` must stay valid, at its address, and not be accessed but through this
@@ -28,69 +34,65 @@ fn address(execution: *const Execution<'_>) -> *const () {
 /// buffers must stay valid as long. The lifetime is erased here: the owner's scope keeps it.
 pub(crate) unsafe fn register(execution: NonNull<Execution<'_>>) {
     IN_FLIGHT.with(|list| list.borrow_mut().push(execution.cast()));
+    if HOOK.with(Cell::get).is_none() {
+        HOOK.with(|hook| hook.set(Some(hooks::register(advance_all))));
+    }
 }
 
 pub(crate) fn unregister(execution: NonNull<Execution<'_>>) {
     let gone = address(execution.as_ptr());
     // During thread-local teardown there is nothing left to step.
-    let _ = IN_FLIGHT.try_with(|list| list.borrow_mut().retain(|p| address(p.as_ptr()) != gone));
+    let _ = IN_FLIGHT.try_with(|list| {
+        let mut list = list.borrow_mut();
+        list.retain(|p| address(p.as_ptr()) != gone);
+        if list.is_empty() {
+            if let Some(id) = HOOK.with(Cell::take) {
+                hooks::unregister(id);
+            }
+        }
+    });
 }
 
-/// The registered executions other than `me`.
-fn others(me: *const Execution<'_>) -> Vec<NonNull<Execution<'static>>> {
-    let me = address(me);
-    IN_FLIGHT.with(|list| {
-        list.borrow()
-            .iter()
-            .copied()
-            .filter(|p| address(p.as_ptr()) != me)
-            .collect()
-    })
+/// Runs `step` as `me`'s owner stepping it: the hook then leaves `me` alone, whose only
+/// access is the owner's.
+pub(crate) fn stepping<R>(me: *const Execution<'_>, step: impl FnOnce() -> R) -> R {
+    /// Puts the execution stepped before back when `step` returns or unwinds.
+    struct Restore(*const ());
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CURRENT.with(|current| current.set(self.0));
+        }
+    }
+    let _restore = Restore(CURRENT.with(|current| current.replace(address(me))));
+    step()
 }
 
-pub(crate) fn others_in_flight(me: *const Execution<'_>) -> bool {
-    let me = address(me);
-    IN_FLIGHT.with(|list| list.borrow().iter().any(|p| address(p.as_ptr()) != me))
-}
-
-/// Steps every other registered execution as far as it goes without blocking; their errors
-/// stay with them, for their own `wait` or `test` to report.
-pub(crate) fn advance_others(me: *const Execution<'_>) {
-    for other in others(me) {
-        // SAFETY: registered executions are valid until unregistered (`register`'s contract),
-        // this thread is inside `me`'s step or (with `me` null) in a wait outside every
-        // execution, so no other access to `other` is live, and `me` is never in the list.
+/// The progress hook: steps every registered execution but the one its owner is stepping,
+/// as far as each goes without blocking; their errors stay with them, for their own `wait`
+/// or `test` to report. Each is looked up by position, without holding the list.
+fn advance_all() {
+    let current = CURRENT.with(Cell::get);
+    let mut i = 0;
+    while let Some(other) = IN_FLIGHT.with(|list| list.borrow().get(i).copied()) {
+        i += 1;
+        if address(other.as_ptr()) == current {
+            continue;
+        }
+        // SAFETY: registered executions are valid until unregistered (`register`'s
+        // contract); the one whose owner is stepping it is skipped, and the others' owners
+        // are not running (this thread is inside a PML call), so no other access is live.
         let other = unsafe { &mut *other.as_ptr() };
-        let _ = other.step_alone(false);
+        // One that is over waits for its owner: stepped again, it would report finishing
+        // again, and a wait for it would never sleep.
+        if !other.is_over() && !matches!(other.step_alone(false), Ok(false)) {
+            FINISHED.with(|finished| finished.set(true));
+        }
     }
 }
 
-/// Whether any immediate collective is in flight: then a wait on anything else must keep
-/// stepping it.
-pub(crate) fn any_in_flight() -> bool {
-    others_in_flight(std::ptr::null())
-}
-
-/// Steps every registered execution, if there is any, for a wait that is not one of them.
-#[inline]
-pub(crate) fn advance_all() {
-    if any_in_flight() {
-        advance_others(std::ptr::null());
-    }
-}
-
-/// The transfers in flight of every registered execution.
-pub(crate) fn handles_of_all() -> Vec<Handle> {
-    handles_of_others(std::ptr::null())
-}
-
-/// The transfers in flight of every other registered execution.
-pub(crate) fn handles_of_others(me: *const Execution<'_>) -> Vec<Handle> {
-    others(me)
-        .into_iter()
-        .flat_map(|other| {
-            // SAFETY: as in `advance_others`; only read.
-            unsafe { other.as_ref() }.in_flight_handles()
-        })
-        .collect()
+/// Whether the hook saw an immediate collective finish (or fail) since the last call: a
+/// wait on a set of requests with collectives among them returns then, for its owner to
+/// collect it.
+pub(crate) fn take_finished() -> bool {
+    FINISHED.with(Cell::take)
 }

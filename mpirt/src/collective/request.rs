@@ -10,8 +10,8 @@ use super::schedule::Execution;
 
 /// An immediate collective in progress, then its outcome.
 pub(crate) struct Running<'a> {
-    /// On the heap, where it stays put while registered with `progress` (which steps it
-    /// when others wait) and while the request moves; freed when it finishes.
+    /// On the heap, where it stays put while registered with `progress` (whose hook steps
+    /// it whenever the PML moves) and while the request moves; freed when it finishes.
     execution: Option<NonNull<Execution<'a>>>,
     outcome: Option<Result<(), Error>>,
     operation: &'static str,
@@ -37,7 +37,8 @@ impl<'a> Running<'a> {
             return true;
         };
         // SAFETY: the pointer is valid until `release` (see `new`), and no other reference to
-        // the execution is live: `progress` steps it only from another execution's step.
+        // the execution is live: `progress`'s hook steps it only inside PML calls, and
+        // leaves it alone while this step runs (`Execution::step` marks it as its owner's).
         let step = unsafe { &mut *execution.as_ptr() }.step(block);
         let outcome = match step {
             Ok(false) => return false,

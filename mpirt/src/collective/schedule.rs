@@ -8,10 +8,10 @@
 
 use std::ptr::NonNull;
 
-use pml::{Done, Handle, SendMode, SourceSel, TagSel};
+use pml::{Done, Handle, Pml, SendMode, SourceSel, TagSel};
 
 use crate::datatype::Datatype;
-use crate::environment::with_engine;
+use crate::environment::with_engine_or_lent;
 use crate::error::Cause;
 
 use super::op::Operation;
@@ -330,29 +330,19 @@ impl<'a> Execution<'a> {
         self.step(true).map(drop)
     }
 
-    /// Advances this schedule, and the immediate collectives in flight beside it, as far as
-    /// possible: to this one's end with `block`, else until its transfers are in flight;
-    /// `true` once it is done.
+    /// Advances this schedule as far as possible: to its end with `block`, else until its
+    /// transfers are in flight; `true` once it is done. The immediate collectives in flight
+    /// beside it move on meanwhile: each call this makes into the PML steps them (`progress`).
     pub fn step(&mut self, block: bool) -> Result<bool, Cause> {
         let me: *const Execution<'_> = self;
-        if !progress::others_in_flight(me) {
-            return self.step_alone(block);
-        }
-        loop {
-            if self.step_alone(false)? {
-                return Ok(true);
-            }
-            progress::advance_others(me);
-            if !block {
-                return Ok(false);
-            }
-            let mut handles = self.in_flight_handles();
-            handles.extend(progress::handles_of_others(me));
-            if let Err(cause) = with_engine(|e| e.wait_any(&handles)) {
-                self.fail(cause.clone());
-                return Err(cause);
-            }
-        }
+        progress::stepping(me, || self.step_alone(block))
+    }
+
+    /// Whether this schedule has nothing left to step: it failed, or its last round is done
+    /// (its owner's next step finishes it, if none did yet).
+    pub fn is_over(&self) -> bool {
+        self.failed.is_some()
+            || (self.in_flight.is_empty() && self.next_round == self.plan.rounds.len())
     }
 
     /// Advances this schedule alone; a failure is kept and reported again.
@@ -372,10 +362,6 @@ impl<'a> Execution<'a> {
         self.failed = Some(cause);
     }
 
-    pub fn in_flight_handles(&self) -> Vec<Handle> {
-        self.in_flight.iter().map(|&(handle, _)| handle).collect()
-    }
-
     fn advance(&mut self, block: bool) -> Result<bool, Cause> {
         loop {
             if self.in_flight.is_empty() {
@@ -387,7 +373,7 @@ impl<'a> Execution<'a> {
             }
             if block {
                 while let Some(&(handle, recv)) = self.in_flight.last() {
-                    let done = with_engine(|e| e.wait(handle))?;
+                    let done = with_engine_or_lent(|e| e.wait(handle))?;
                     self.in_flight.pop();
                     check_length(done, recv)?;
                 }
@@ -397,7 +383,7 @@ impl<'a> Execution<'a> {
                 let mut i = 0;
                 while i < self.in_flight.len() {
                     let (handle, recv) = self.in_flight[i];
-                    match with_engine(|e| e.test(handle))? {
+                    match with_engine_or_lent(|e| e.test(handle))? {
                         Some(done) => {
                             self.in_flight.swap_remove(i);
                             check_length(done, recv)?;
@@ -425,7 +411,7 @@ impl<'a> Execution<'a> {
                 // SAFETY: the span lies in a buffer that stays valid and untouched until the
                 // receive completes: this execution waits for it, or cancels and waits for it
                 // when abandoned.
-                let handle = with_engine(|e| unsafe {
+                let handle = with_engine_or_lent(|e| unsafe {
                     e.post_recv(
                         context,
                         SourceSel::Rank(from),
@@ -443,7 +429,7 @@ impl<'a> Execution<'a> {
                 let peer = self.comm.world_rank(to);
                 // SAFETY: as for receives; no receive of the round writes what a send reads
                 // (`check_no_overlap`), and locals run only once the round's transfers are done.
-                let handle = with_engine(|e| unsafe {
+                let handle = with_engine_or_lent(|e| unsafe {
                     e.post_send(context, rank, peer, tag, SendMode::Standard, ptr, span.len)
                 })?;
                 self.in_flight.push((handle, None));
@@ -529,7 +515,7 @@ impl<'a> Execution<'a> {
     /// After an error: takes back what is in flight, so no transfer outlives the buffers.
     fn abandon(&mut self) {
         for (handle, recv) in self.in_flight.drain(..) {
-            let _ = with_engine(|e| {
+            let _ = with_engine_or_lent(|e| {
                 if recv.is_some() {
                     e.cancel(handle)?;
                 }

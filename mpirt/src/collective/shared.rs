@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use pml::shared_mapping::SharedMapping;
+use pml::Pml;
 
 use crate::communicator::CommData;
 use crate::datatype::Datatype;
@@ -37,7 +38,7 @@ use crate::environment::with_engine;
 use crate::error::{Cause, Error};
 
 use super::op::{Operation, SystemOperation};
-use super::{blocking, calls, progress, select};
+use super::{blocking, calls, select};
 
 /// Longest vector, in bytes, an all-reduce sends through the area.
 pub(crate) const SHARED_MAX: usize = 4096;
@@ -321,8 +322,8 @@ impl Area {
         while flag.load(Ordering::Acquire) != call {
             polls = polls.wrapping_add(1);
             if polls.is_multiple_of(PROGRESS_EVERY) {
+                // Steps the immediate collectives in flight too.
                 with_engine(|e| e.progress())?;
-                progress::advance_all();
             }
             if idle < spin {
                 if polls.is_multiple_of(POLLS_PER_CLOCK) {

@@ -7,7 +7,7 @@
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
-use pml::{Done, Handle, SendMode};
+use pml::{Done, Handle, Pml, SendMode};
 
 use super::{post_send, send_description, wait_handle, Rank, Tag};
 use crate::communicator::CommData;

@@ -2,7 +2,7 @@
 
 use std::mem::{size_of, MaybeUninit};
 
-use pml::SendMode;
+use pml::{Pml, SendMode};
 
 use super::{
     finish_receive, one_element, post_receive, post_send, tag_selector, wait_handle, Destination,

@@ -3,7 +3,7 @@
 use std::marker::PhantomData;
 use std::mem::{size_of, MaybeUninit};
 
-use pml::{SourceSel, Started};
+use pml::{Pml, SourceSel, Started};
 
 use super::{
     finish_receive, one_element, receive_matched_into, receive_matched_vec, RecvSlot, Status,

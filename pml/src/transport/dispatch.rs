@@ -12,9 +12,9 @@ use super::tcp::TcpTransport;
 use super::verbs::VerbsTransport;
 use super::{Caps, Exposure, Job, Reading, Sent, Sink, Transport};
 use crate::config::TransportChoice;
-use crate::engine::{Counters, EngineError};
 use crate::envelope::Rank;
 use crate::error::PmlError;
+use crate::pml_api::{Counters, EngineError};
 use crate::wire::RemoteKey;
 
 /// What a transport did to let peers read a send buffer (a verbs registration), undone

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use super::{Caps, Job, Reading, Sent, Sink, Transport};
 use crate::bulk_copy;
-use crate::engine::EngineError;
 use crate::envelope::Rank;
 use crate::error::PmlError;
+use crate::pml_api::EngineError;
 use crate::wire::RemoteKey;
 
 pub struct Loopback {

@@ -28,9 +28,9 @@ pub use dispatch::{AnyTransport, Connected, Opening, Registration};
 pub(crate) use wake::WakeSet;
 
 use crate::config::EngineConfig;
-use crate::engine::{Counters, EngineError, Wireup};
 use crate::envelope::Rank;
 use crate::error::PmlError;
+use crate::pml_api::{Counters, EngineError, Wireup};
 use crate::protocol::{Core, PeerCaps};
 use crate::requests::Handle;
 use crate::wire::{self, RemoteKey, DATA_HEADER_LEN};

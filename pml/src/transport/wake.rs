@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::epoll::{interest, Epoll, Ready};
 use super::{AnyTransport, Transport};
-use crate::engine::EngineError;
 use crate::error::PmlError;
+use crate::pml_api::EngineError;
 
 pub(crate) struct WakeSet {
     epoll: Epoll,

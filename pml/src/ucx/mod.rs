@@ -1,6 +1,6 @@
 //! A PML on UCX's tag-matching API (feature `ucx`): UCX matches, picks protocols and moves
 //! the bytes; this module maps MPI envelopes onto UCX tags ([`tag`]) and UCX's outcomes onto
-//! the native engine's `Done` and `PmlError`.
+//! the PML vocabulary (`pml_api`: `Done`) and `PmlError`.
 //!
 //! - [`tag`]: the envelope's layout in the 64-bit UCX tag, and the wildcard masks.
 //! - `worker`: the UCP context and worker, endpoints, progress and sleeping.

@@ -1,10 +1,10 @@
-//! `UcxPml`: MPI point-to-point on UCX's tag matching, with the native engine's calls
-//! (post, test, wait, probe, matched probe, cancel) so that the layer above can hold either.
+//! `UcxPml`: MPI point-to-point on UCX's tag matching, behind the PML contract ([`Pml`]: post,
+//! test, wait, probe, matched probe, cancel) so that the layer above can hold either PML.
 //! UCX does the matching, the protocols (eager, rendezvous, synchronous acks) and the
 //! transports; this maps envelopes to UCX tags and outcomes to `Done` and `PmlError`.
 
 use std::ffi::c_void;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::failure::PeerFailures;
 use super::ffi;
@@ -14,18 +14,13 @@ use super::status;
 use super::tag;
 use super::wireup;
 use super::worker::{self, Endpoint, Worker};
-use crate::engine::{Done, EngineError, RecvBuf, SendMode, Wireup};
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
-use crate::protocol::Started;
+use crate::pml_api::{Done, EngineError, Pml, RecvBuf, Wireup};
+use crate::protocol::{SendMode, Started};
 use crate::requests::{Handle, Requests};
 use crate::waiting::Waiting;
 
-/// The longest one sleep on the worker's event fd lasts: a bound, in case a transport
-/// fails to signal, not the expected wake-up (a peer's message wakes it sooner).
-const SLEEP: Duration = Duration::from_millis(10);
-/// Idle rounds of progress between two looks at the clock and at failed peers.
-const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
 /// The slowest rate (bytes per nanosecond: 1 GB/s) at which messages in flight are expected
 /// to move: a wait spins at least as long as its bytes take at this rate before it sleeps.
 /// A rendezvous of 1 MiB leaves the waiting side idle for about the peer's copy, 100 us and
@@ -60,7 +55,7 @@ pub struct UcxMessage(ffi::ucp_tag_message_h);
 /// Settings of the UCX PML; UCX's own (`UCX_TLS`, ...) come from the environment.
 #[derive(Clone, Debug)]
 pub struct UcxConfig {
-    /// How long a wait spins on progress before it sleeps on the worker's event fd.
+    /// How long a wait spins on progress before it yields, then sleeps on the worker's event fd.
     pub spin: Duration,
     /// Endpoints in UCX's peer error mode: a peer that dies makes the waits on it fail
     /// naming it, instead of hanging. UCX 1.13 then cannot use its shared-memory transports
@@ -72,7 +67,7 @@ pub struct UcxConfig {
 pub struct UcxPml {
     rank: Rank,
     size: u32,
-    /// How long a wait spins on progress before it sleeps on the worker's event fd.
+    /// How long a wait spins on progress before it yields, then sleeps on the worker's event fd.
     spin: Duration,
     /// One per world rank, this one's included.
     endpoints: Vec<Endpoint>,
@@ -157,7 +152,7 @@ fn probed(info: ffi::ucp_tag_recv_info_t) -> Status {
     }
 }
 
-/// How long a wait spins on idle progress before it sleeps: the configured `spin`, or
+/// How long a wait spins on idle progress before it yields: the configured `spin`, or
 /// longer while many bytes are in flight (`SLOWEST_BYTES_PER_NS`, up to
 /// `MAX_SPIN_FOR_BYTES`). No spin stays none: that is the setting for ranks that share
 /// cores, which must not spin at all.
@@ -269,82 +264,6 @@ impl UcxPml {
         })
     }
 
-    /// What this rank runs on, for `--verbose`: UCX's version and the transports it chose.
-    pub fn description(&self) -> &str {
-        &self.description
-    }
-
-    pub fn rank(&self) -> Rank {
-        self.rank
-    }
-
-    pub fn size(&self) -> u32 {
-        self.size
-    }
-
-    /// Starts a send of `len` bytes at `buf` to world rank `peer` in the communicator
-    /// `context`, where this rank is `source`. A send UCX finished at once (a small eager
-    /// message) returns [`Handle::SENT`]. Synchronous sends complete once the receiver
-    /// matched the message (`ucp_tag_send_sync_nbx`).
-    ///
-    /// # Safety
-    /// `buf` must be valid for reads of `len` bytes and must not be written or freed until the
-    /// request completes (`test` or `wait` reported it).
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    pub unsafe fn post_send(
-        &mut self,
-        context: ContextId,
-        source: Rank,
-        peer: Rank,
-        tag: Tag,
-        mode: SendMode,
-        buf: *const u8,
-        len: usize,
-    ) -> Result<Handle, PmlError> {
-        let envelope = Envelope {
-            context,
-            source,
-            tag,
-        };
-        // SAFETY: forwarded from this function's contract.
-        unsafe { self.start_send(envelope, peer, mode, buf, len, 0) }
-    }
-
-    /// `post_send` for a send its caller waits for at once (`MPI_Send`), as Open MPI's pml
-    /// ucx sends it: UCX is told that only local completion is awaited
-    /// (`UCP_OP_ATTR_FLAG_FAST_CMPL`), and then keeps messages eager up to its larger
-    /// threshold for such sends (`tag_send_nbr` in `ucx_info -e`: 256 KiB on shared memory
-    /// and on TCP, where other sends go rendezvous from 8 KiB). A 16 KiB ping-pong takes half
-    /// the time on shared memory, and a third on TCP, whose rendezvous costs some 30 us.
-    ///
-    /// # Safety
-    /// As for `post_send`.
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    pub unsafe fn post_awaited_send(
-        &mut self,
-        context: ContextId,
-        source: Rank,
-        peer: Rank,
-        tag: Tag,
-        mode: SendMode,
-        buf: *const u8,
-        len: usize,
-    ) -> Result<Handle, PmlError> {
-        let envelope = Envelope {
-            context,
-            source,
-            tag,
-        };
-        let fast = match mode {
-            SendMode::Standard => ffi::UCP_OP_ATTR_FLAG_FAST_CMPL,
-            _ => 0,
-        };
-        // SAFETY: forwarded from this function's contract.
-        unsafe { self.start_send(envelope, peer, mode, buf, len, fast) }
-    }
-
     /// `ucp_tag_send_nbx` (or its synchronous kind) of `envelope` to `peer`, in the spare
     /// request memory, with `flags` added to the operation's attributes; a handle unless it
     /// finished at once.
@@ -392,54 +311,6 @@ impl UcxPml {
         }
     }
 
-    /// Starts a receive into `len` bytes at `buf`.
-    ///
-    /// # Safety
-    /// `buf` must be valid for writes of `len` bytes and must not be accessed otherwise until
-    /// the request completes.
-    pub unsafe fn post_recv(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-        buf: *mut u8,
-        len: usize,
-    ) -> Result<Handle, PmlError> {
-        // SAFETY: forwarded from this function's contract.
-        unsafe { self.start_tag_recv(context, source, tag, buf, len) }?;
-        Ok(self.track_recv(len))
-    }
-
-    /// Starts a receive that finishes at once when its message was waiting: then no
-    /// request is left to wait on or collect (`Started::Done`).
-    ///
-    /// # Safety
-    /// As for `post_recv`.
-    #[inline]
-    pub unsafe fn start_recv(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-        buf: *mut u8,
-        len: usize,
-    ) -> Result<Started<RecvBuf>, PmlError> {
-        // SAFETY: forwarded from this function's contract.
-        unsafe { self.start_tag_recv(context, source, tag, buf, len) }?;
-        let request = self.spare.next();
-        // SAFETY: the spare memory the receive runs in, whose state the callback writes.
-        if unsafe { peek(request) }.is_none() {
-            return Ok(Started::Posted(self.track_recv(len)));
-        }
-        // Finished inside the call: UCX is done with the memory, which stays spare.
-        // SAFETY: finished (peeked above).
-        let (outcome, info) = unsafe { request::take(request) };
-        Ok(Started::Done {
-            buf: RecvBuf::new(buf, len),
-            result: received(outcome, info, len).map_err(Box::new),
-        })
-    }
-
     /// `ucp_tag_recv_nbx` into `len` bytes at `buf`, in the spare request memory.
     ///
     /// # Safety
@@ -472,11 +343,242 @@ impl UcxPml {
         started_recv("ucp_tag_recv_nbx", started)
     }
 
+    /// A handle for the receive just started in the spare request memory.
+    fn track_recv(&mut self, buffer_len: usize) -> Handle {
+        self.track(Kind::Recv { buffer_len }, buffer_len)
+    }
+
+    /// A handle for the operation just started in the spare request memory.
+    fn track(&mut self, kind: Kind, len: usize) -> Handle {
+        self.bytes_in_flight += len;
+        self.ops.insert(Op {
+            request: self.spare.take_next(),
+            kind,
+            len,
+        })
+    }
+
+    /// After a blocking receive's wait failed: cancels the receive, and if UCX still holds
+    /// its request memory (a message already matched), leaves that memory to UCX for good
+    /// rather than reuse what it may yet write.
+    fn abandon_blocking(&mut self, request: *mut c_void) {
+        // SAFETY: `request` is a live receive of this worker, in `self.blocking`; cancelling
+        // an unmatched receive completes it at once, through its callback.
+        unsafe { ffi::ucp_request_cancel(self.worker.handle(), request) };
+        // SAFETY: as above.
+        if unsafe { peek(request) }.is_some() {
+            // SAFETY: finished, so its state is read and made fresh for the next receive.
+            unsafe { request::take(request) };
+        } else {
+            let fresh = self.spare.fresh();
+            std::mem::forget(std::mem::replace(&mut self.blocking, fresh));
+        }
+    }
+
+    /// Fails, naming the failure that stopped this PML, if one did.
+    #[inline]
+    fn check_running(&self) -> Result<(), PmlError> {
+        match &self.failure {
+            None => Ok(()),
+            Some(failure) => Err(PmlError::Stopped(Box::new(failure.clone()))),
+        }
+    }
+
+    /// Stops this PML on a broken peer: the requests whose waits fail stay in UCX, and their
+    /// owners take their buffers back, so UCX must not write those buffers any more. UCX
+    /// moves data (on shared memory and TCP) and matches messages only when the worker is
+    /// progressed, which a stopped PML no longer does, not even to close its endpoints.
+    /// Returns `failure`; every later call fails naming the first one (`PmlError::Stopped`).
+    #[cold]
+    fn stop(&mut self, failure: PmlError) -> PmlError {
+        self.failure.get_or_insert_with(|| failure.clone());
+        failure
+    }
+}
+
+impl Pml for UcxPml {
+    type Message = UcxMessage;
+
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// What this rank runs on, for `--verbose`: UCX's version and the transports it chose.
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// Whether this rank's waits spin before they sleep (not when spinning was turned off).
+    fn waits_spin(&self) -> bool {
+        !self.spin.is_zero()
+    }
+
+    /// Starts a send of `len` bytes at `buf` to world rank `peer` in the communicator
+    /// `context`, where this rank is `source`. A send UCX finished at once (a small eager
+    /// message) returns [`Handle::SENT`]. Synchronous sends complete once the receiver
+    /// matched the message (`ucp_tag_send_sync_nbx`).
+    ///
+    /// # Safety
+    /// `buf` must be valid for reads of `len` bytes and must not be written or freed until the
+    /// request completes (`test` or `wait` reported it).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    unsafe fn post_send(
+        &mut self,
+        context: ContextId,
+        source: Rank,
+        peer: Rank,
+        tag: Tag,
+        mode: SendMode,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<Handle, PmlError> {
+        let envelope = Envelope {
+            context,
+            source,
+            tag,
+        };
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.start_send(envelope, peer, mode, buf, len, 0) }
+    }
+
+    /// `post_send` for a send its caller waits for at once (`MPI_Send`), as Open MPI's pml
+    /// ucx sends it: UCX is told that only local completion is awaited
+    /// (`UCP_OP_ATTR_FLAG_FAST_CMPL`), and then keeps messages eager up to its larger
+    /// threshold for such sends (`tag_send_nbr` in `ucx_info -e`: 256 KiB on shared memory
+    /// and on TCP, where other sends go rendezvous from 8 KiB). A 16 KiB ping-pong takes half
+    /// the time on shared memory, and a third on TCP, whose rendezvous costs some 30 us.
+    ///
+    /// # Safety
+    /// As for `post_send`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    unsafe fn post_awaited_send(
+        &mut self,
+        context: ContextId,
+        source: Rank,
+        peer: Rank,
+        tag: Tag,
+        mode: SendMode,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<Handle, PmlError> {
+        let envelope = Envelope {
+            context,
+            source,
+            tag,
+        };
+        let fast = match mode {
+            SendMode::Standard => ffi::UCP_OP_ATTR_FLAG_FAST_CMPL,
+            _ => 0,
+        };
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.start_send(envelope, peer, mode, buf, len, fast) }
+    }
+
+    /// Starts a receive into `len` bytes at `buf`.
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `len` bytes and must not be accessed otherwise until
+    /// the request completes.
+    unsafe fn post_recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Handle, PmlError> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.start_tag_recv(context, source, tag, buf, len) }?;
+        Ok(self.track_recv(len))
+    }
+
+    /// Starts a receive that finishes at once when its message was waiting: then no
+    /// request is left to wait on or collect (`Started::Done`).
+    ///
+    /// # Safety
+    /// As for `post_recv`.
+    #[inline]
+    unsafe fn start_recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Started<RecvBuf>, PmlError> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.start_tag_recv(context, source, tag, buf, len) }?;
+        let request = self.spare.next();
+        // SAFETY: the spare memory the receive runs in, whose state the callback writes.
+        if unsafe { peek(request) }.is_none() {
+            return Ok(Started::Posted(self.track_recv(len)));
+        }
+        // Finished inside the call: UCX is done with the memory, which stays spare.
+        // SAFETY: finished (peeked above).
+        let (outcome, info) = unsafe { request::take(request) };
+        Ok(Started::Done {
+            buf: RecvBuf::new(buf, len),
+            result: received(outcome, info, len).map_err(Box::new),
+        })
+    }
+
+    /// Receives into `len` bytes at `buf` and returns once the message is there: a blocking
+    /// receive in request memory this PML owns (no pool to take from and give back, no
+    /// handle), as Open MPI's pml ucx does it.
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `len` bytes for the duration of the call.
+    unsafe fn recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Status, PmlError> {
+        self.check_running()?;
+        let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
+        let request = self.blocking.address();
+        let param = request::owned_recv_param(request);
+        // SAFETY: the worker is live; `buf` is writable for `len` bytes until this returns,
+        // and the receive is finished (or cancelled and abandoned) before it does; the
+        // request memory is `self.blocking`, which no other operation uses meanwhile.
+        let started = unsafe {
+            ffi::ucp_tag_recv_nbx(
+                self.worker.handle(),
+                buf.cast(),
+                len as ffi::size_t,
+                wanted,
+                mask,
+                &param,
+            )
+        };
+        started_recv("ucp_tag_recv_nbx", started)?;
+        // Its bytes count as in flight while it waits (for the spin budget), as a request's.
+        self.bytes_in_flight += len;
+        // SAFETY: the receive runs in `self.blocking`, whose state the callback writes.
+        let waited = self.wait_until(|_| Ok(unsafe { peek(request) }.is_some()));
+        self.bytes_in_flight -= len;
+        if let Err(e) = waited {
+            self.abandon_blocking(request);
+            return Err(e);
+        }
+        // SAFETY: finished (waited for above); its state is read and made fresh again.
+        let (outcome, info) = unsafe { request::take(request) };
+        received(outcome, info, len)
+    }
+
     /// Receives the message a matched probe took.
     ///
     /// # Safety
     /// As for `post_recv`.
-    pub unsafe fn post_matched_recv(
+    unsafe fn post_matched_recv(
         &mut self,
         message: UcxMessage,
         buf: *mut u8,
@@ -499,23 +601,18 @@ impl UcxPml {
         Ok(self.track_recv(len))
     }
 
-    /// A handle for the receive just started in the spare request memory.
-    fn track_recv(&mut self, buffer_len: usize) -> Handle {
-        self.track(Kind::Recv { buffer_len }, buffer_len)
-    }
-
-    /// A handle for the operation just started in the spare request memory.
-    fn track(&mut self, kind: Kind, len: usize) -> Handle {
-        self.bytes_in_flight += len;
-        self.ops.insert(Op {
-            request: self.spare.take_next(),
-            kind,
-            len,
-        })
+    /// Collects the request if it finished; the handle is spent once this returns `Some`
+    /// (or an error).
+    fn test(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
+        if let Some(done) = self.collect(h)? {
+            return Ok(Some(done));
+        }
+        self.progress()?;
+        self.collect(h)
     }
 
     /// Takes the request's outcome if it finished; makes no progress.
-    pub fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
+    fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
         if h == Handle::SENT {
             return Ok(Some(Done::Sent));
         }
@@ -543,18 +640,8 @@ impl UcxPml {
         }
     }
 
-    /// Collects the request if it finished; the handle is spent once this returns `Some`
-    /// (or an error).
-    pub fn test(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
-        if let Some(done) = self.collect(h)? {
-            return Ok(Some(done));
-        }
-        self.progress()?;
-        self.collect(h)
-    }
-
     /// Whether the request finished, without collecting it.
-    pub fn is_complete(&self, h: Handle) -> Result<bool, PmlError> {
+    fn is_complete(&mut self, h: Handle) -> Result<bool, PmlError> {
         if h == Handle::SENT {
             return Ok(true);
         }
@@ -563,7 +650,7 @@ impl UcxPml {
         Ok(unsafe { peek(op.request.address()) }.is_some())
     }
 
-    pub fn wait(&mut self, h: Handle) -> Result<Done, PmlError> {
+    fn wait(&mut self, h: Handle) -> Result<Done, PmlError> {
         if h != Handle::SENT {
             let request = self
                 .ops
@@ -582,72 +669,13 @@ impl UcxPml {
             .expect("a request that was waited for has finished"))
     }
 
-    /// Receives into `len` bytes at `buf` and returns once the message is there: a blocking
-    /// receive in request memory this PML owns (no pool to take from and give back, no
-    /// handle), as Open MPI's pml ucx does it.
-    ///
-    /// # Safety
-    /// `buf` must be valid for writes of `len` bytes for the duration of the call.
-    pub unsafe fn recv(
-        &mut self,
-        context: ContextId,
-        source: SourceSel,
-        tag: TagSel,
-        buf: *mut u8,
-        len: usize,
-    ) -> Result<Status, PmlError> {
-        self.check_running()?;
-        let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
-        let request = self.blocking.address();
-        let param = request::owned_recv_param(request);
-        // SAFETY: the worker is live; `buf` is writable for `len` bytes until this returns,
-        // and the receive is finished (or cancelled and abandoned) before it does; the
-        // request memory is `self.blocking`, which no other operation uses meanwhile.
-        let started = unsafe {
-            ffi::ucp_tag_recv_nbx(
-                self.worker.handle(),
-                buf.cast(),
-                len as ffi::size_t,
-                wanted,
-                mask,
-                &param,
-            )
-        };
-        started_recv("ucp_tag_recv_nbx", started)?;
-        // SAFETY: the receive runs in `self.blocking`, whose state the callback writes.
-        if let Err(e) = self.wait_moving(len, |_| Ok(unsafe { peek(request) }.is_some())) {
-            self.abandon_blocking(request);
-            return Err(e);
-        }
-        // SAFETY: finished (waited for above); its state is read and made fresh again.
-        let (outcome, info) = unsafe { request::take(request) };
-        received(outcome, info, len)
-    }
-
-    /// After a blocking receive's wait failed: cancels the receive, and if UCX still holds
-    /// its request memory (a message already matched), leaves that memory to UCX for good
-    /// rather than reuse what it may yet write.
-    fn abandon_blocking(&mut self, request: *mut c_void) {
-        // SAFETY: `request` is a live receive of this worker, in `self.blocking`; cancelling
-        // an unmatched receive completes it at once, through its callback.
-        unsafe { ffi::ucp_request_cancel(self.worker.handle(), request) };
-        // SAFETY: as above.
-        if unsafe { peek(request) }.is_some() {
-            // SAFETY: finished, so its state is read and made fresh for the next receive.
-            unsafe { request::take(request) };
-        } else {
-            let fresh = self.spare.fresh();
-            std::mem::forget(std::mem::replace(&mut self.blocking, fresh));
-        }
-    }
-
     /// Waits until any of `handles` finished; returns its index (not yet collected).
-    pub fn wait_any(&mut self, handles: &[Handle]) -> Result<usize, PmlError> {
+    fn wait_any(&mut self, handles: &[Handle]) -> Result<usize, PmlError> {
         self.wait_first(handles)
     }
 
     /// Looks for a matching message without taking it.
-    pub fn iprobe(
+    fn iprobe(
         &mut self,
         context: ContextId,
         source: SourceSel,
@@ -661,7 +689,7 @@ impl UcxPml {
             .map(|(_, info)| probed(info)))
     }
 
-    pub fn probe(
+    fn probe(
         &mut self,
         context: ContextId,
         source: SourceSel,
@@ -676,7 +704,7 @@ impl UcxPml {
     }
 
     /// Takes a matching message, if there is one, for `post_matched_recv`.
-    pub fn improbe(
+    fn improbe(
         &mut self,
         context: ContextId,
         source: SourceSel,
@@ -690,7 +718,7 @@ impl UcxPml {
             .map(|(message, info)| (UcxMessage(message), probed(info))))
     }
 
-    pub fn mprobe(
+    fn mprobe(
         &mut self,
         context: ContextId,
         source: SourceSel,
@@ -706,7 +734,7 @@ impl UcxPml {
 
     /// Cancels a receive that has not matched yet; returns whether it was cancelled (the
     /// request then completes with `PmlError::Cancelled`). Sends are not cancelled.
-    pub fn cancel(&mut self, h: Handle) -> Result<bool, PmlError> {
+    fn cancel(&mut self, h: Handle) -> Result<bool, PmlError> {
         if h == Handle::SENT {
             return Ok(false);
         }
@@ -727,33 +755,13 @@ impl UcxPml {
 
     /// One round of progress; returns whether anything moved.
     #[inline]
-    pub fn progress(&mut self) -> Result<bool, PmlError> {
+    fn progress(&mut self) -> Result<bool, PmlError> {
         self.check_running()?;
         Ok(self.worker.progress())
     }
 
-    /// Fails, naming the failure that stopped this PML, if one did.
-    #[inline]
-    fn check_running(&self) -> Result<(), PmlError> {
-        match &self.failure {
-            None => Ok(()),
-            Some(failure) => Err(PmlError::Stopped(Box::new(failure.clone()))),
-        }
-    }
-
-    /// Stops this PML on a broken peer: the requests whose waits fail stay in UCX, and their
-    /// owners take their buffers back, so UCX must not write those buffers any more. UCX
-    /// moves data (on shared memory and TCP) and matches messages only when the worker is
-    /// progressed, which a stopped PML no longer does, not even to close its endpoints.
-    /// Returns `failure`; every later call fails naming the first one (`PmlError::Stopped`).
-    #[cold]
-    fn stop(&mut self, failure: PmlError) -> PmlError {
-        self.failure.get_or_insert_with(|| failure.clone());
-        failure
-    }
-
     /// Waits until everything this rank sent has left (UCX's worker flush).
-    pub fn flush_all(&mut self) -> Result<(), PmlError> {
+    fn flush_all(&mut self) -> Result<(), PmlError> {
         self.check_running()?;
         let request = match self.worker.start_flush()? {
             status::Started::Done => return Ok(()),
@@ -765,77 +773,36 @@ impl UcxPml {
         let (status, _) = unsafe { request::take_and_free(request) };
         status::check("ucp_worker_flush_nbx", status)
     }
-
-    /// Whether this rank's waits spin before they sleep (not when spinning was turned off).
-    pub fn waits_spin(&self) -> bool {
-        !self.spin.is_zero()
-    }
-
-    /// Progresses until `done` holds: spin for `spin_budget`, then sleep on the worker's
-    /// event fd so that oversubscribed ranks give their cores away. Once a peer's connection
-    /// broke, a wait that cannot finish fails naming that peer rather than hang on it.
-    fn wait_until(
-        &mut self,
-        done: impl FnMut(&mut UcxPml) -> Result<bool, PmlError>,
-    ) -> Result<(), PmlError> {
-        self.wait_moving(0, done)
-    }
-
-    /// `wait_until` for a blocking operation of `len` bytes, which count as in flight (for
-    /// the spin budget) besides those of the requests.
-    #[inline]
-    fn wait_moving(
-        &mut self,
-        len: usize,
-        mut done: impl FnMut(&mut UcxPml) -> Result<bool, PmlError>,
-    ) -> Result<(), PmlError> {
-        let mut idle_since = None;
-        let mut idle_rounds = 0u32;
-        // A stopped PML moves nothing, so `done` could never come to hold.
-        self.check_running()?;
-        loop {
-            if done(self)? {
-                return Ok(());
-            }
-            if self.worker.progress() {
-                idle_since = None;
-                idle_rounds = 0;
-                continue;
-            }
-            // Idle rounds are counted first: reading the clock and scanning every peer for a
-            // failure cost more than a round, and would delay seeing a message that arrives.
-            // No pause instruction between rounds: a round reads what the peer writes, so
-            // a pause only delays seeing its message (Open MPI's pml ucx polls the same way).
-            idle_rounds = idle_rounds.wrapping_add(1);
-            if !idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_CLOCK) {
-                continue;
-            }
-            if let Some((peer, status)) = self.failures.first() {
-                return Err(self.stop(peer_failed(peer, status)));
-            }
-            if idle_since.get_or_insert_with(Instant::now).elapsed()
-                >= spin_budget(self.spin, self.bytes_in_flight + len)
-            {
-                self.worker.sleep(SLEEP).map_err(|e| self.stop(e))?;
-            }
-        }
-    }
 }
 
 impl Waiting for UcxPml {
-    fn wait_until(
-        &mut self,
-        done: impl FnMut(&mut UcxPml) -> Result<bool, PmlError>,
-    ) -> Result<(), PmlError> {
-        UcxPml::wait_until(self, done)
+    #[inline]
+    fn poll(&mut self) -> Result<bool, PmlError> {
+        Ok(self.worker.progress())
     }
 
-    fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
-        UcxPml::collect(self, h)
+    /// The configured spin, or longer while many bytes are in flight (see `spin_budget`).
+    fn spin_budget(&self) -> Duration {
+        spin_budget(self.spin, self.bytes_in_flight)
     }
 
-    fn finished(&mut self, h: Handle) -> Result<bool, PmlError> {
-        self.is_complete(h)
+    /// Once a peer's connection broke, a wait that cannot finish fails naming that peer
+    /// rather than hang on it.
+    fn check_peers(&mut self, _idle: Duration) -> Result<(), PmlError> {
+        match self.failures.first() {
+            Some((peer, status)) => Err(self.stop(peer_failed(peer, status))),
+            None => Ok(()),
+        }
+    }
+
+    /// Sleeps on the worker's event fd, so that oversubscribed ranks give their cores away.
+    fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
+        self.worker.sleep(timeout).map_err(|e| self.stop(e))
+    }
+
+    #[inline]
+    fn check_running(&self) -> Result<(), PmlError> {
+        UcxPml::check_running(self)
     }
 }
 

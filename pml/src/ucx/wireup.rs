@@ -8,7 +8,7 @@
 
 use super::failure::PeerFailures;
 use super::worker::{Endpoint, Worker};
-use crate::engine::{EngineError, Wireup};
+use crate::pml_api::{EngineError, Wireup};
 // Hex, because PMI-2 values must be text and worker addresses are binary.
 use crate::hex::{decode, encode};
 

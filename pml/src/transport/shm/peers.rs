@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use super::{allow_ptrace_from_peers, read_remote, PeerArena, ShmConfig, ShmTransport};
 use crate::config::TransportChoice;
-use crate::engine::{Counters, EngineError};
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::freed_memory;
+use crate::pml_api::{Counters, EngineError};
 use crate::shared_arena::{self, ArenaInfo};
 use crate::transport::{Caps, Exposure, Job, Reading, Sent, Sink, Transport};
 use crate::wire::RemoteKey;

@@ -5,9 +5,9 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use super::{parse_selectors, TcpConfig, TcpTransport};
-use crate::engine::EngineError;
 use crate::envelope::Rank;
 use crate::error::PmlError;
+use crate::pml_api::EngineError;
 use crate::transport::{Caps, Job, Reading, Sent, Sink, Transport};
 use crate::wire::{RemoteKey, DATA_HEADER_LEN};
 

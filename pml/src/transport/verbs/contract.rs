@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use super::{MrId, VerbsConfig, VerbsTransport};
 use crate::config::TransportChoice;
-use crate::engine::{Counters, EngineError};
 use crate::envelope::Rank;
 use crate::error::PmlError;
+use crate::pml_api::{Counters, EngineError};
 use crate::transport::{Caps, Exposure, Job, Reading, Sent, Sink, Transport};
 use crate::wire::RemoteKey;
 

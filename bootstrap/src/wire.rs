@@ -1,4 +1,4 @@
-//! The KVS wire format, shared by rsrun's server (`kvs`) and the ranks' client (`bootstrap`).
+//! The KVS wire format, shared by rsrun's server (launcher's `kvs`) and the ranks' client.
 //!
 //! Every message is a frame: a little-endian `u32` body length, then the body. A body starts with
 //! a one-byte tag; strings and byte strings inside it are a `u32` length and that many bytes, so
@@ -7,9 +7,9 @@
 use std::io::{self, Read, Write};
 
 /// Largest frame either side accepts, so a corrupt length cannot make us allocate gigabytes.
-pub(crate) const MAX_FRAME: u32 = 64 << 20;
+pub const MAX_FRAME: u32 = 64 << 20;
 /// Largest first frame (the hello) the server accepts from a not yet authenticated peer.
-pub(crate) const MAX_HELLO_FRAME: u32 = 4 << 10;
+pub const MAX_HELLO_FRAME: u32 = 4 << 10;
 
 /// What a rank asks of rsrun's key-value service.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +45,7 @@ pub enum Response {
 }
 
 impl Request {
-    pub(crate) fn encode(&self) -> Vec<u8> {
+    pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         match self {
             Request::Hello { rank, secret } => {
@@ -73,7 +73,7 @@ impl Request {
         out
     }
 
-    pub(crate) fn decode(body: &[u8]) -> Result<Request, String> {
+    pub fn decode(body: &[u8]) -> Result<Request, String> {
         let mut r = Reader(body);
         let request = match r.u8()? {
             1 => Request::Hello {
@@ -99,7 +99,7 @@ impl Request {
 }
 
 impl Response {
-    pub(crate) fn encode(&self) -> Vec<u8> {
+    pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         match self {
             Response::Ok => out.push(1),
@@ -116,7 +116,7 @@ impl Response {
         out
     }
 
-    pub(crate) fn decode(body: &[u8]) -> Result<Response, String> {
+    pub fn decode(body: &[u8]) -> Result<Response, String> {
         let mut r = Reader(body);
         let response = match r.u8()? {
             1 => Response::Ok,
@@ -132,7 +132,7 @@ impl Response {
 
 /// Writes one frame. The caller's stream should have Nagle off: frames are small and each
 /// one waits for its answer.
-pub(crate) fn write_frame(w: &mut impl Write, body: &[u8]) -> io::Result<()> {
+pub fn write_frame(w: &mut impl Write, body: &[u8]) -> io::Result<()> {
     let len = u32::try_from(body.len())
         .ok()
         .filter(|&len| len <= MAX_FRAME)
@@ -144,7 +144,7 @@ pub(crate) fn write_frame(w: &mut impl Write, body: &[u8]) -> io::Result<()> {
 }
 
 /// Reads one frame of at most `max` bytes. `Ok(None)` is a clean end of stream between frames.
-pub(crate) fn read_frame(r: &mut impl Read, max: u32) -> io::Result<Option<Vec<u8>>> {
+pub fn read_frame(r: &mut impl Read, max: u32) -> io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len) {
         Ok(()) => {}

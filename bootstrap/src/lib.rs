@@ -5,18 +5,25 @@
 //! get over that one connection. Under `srun --mpi=pmi2` (`PMI_FD` set), the same three steps go
 //! over PMI-2 to Slurm (see `pmi2.rs`). Started without a launcher, the program is a singleton:
 //! rank 0 of 1, with a local map standing in for the service.
+//!
+//! A crate of its own, so that ranks (mpirt) use it without the launcher's CLI; rsrun's
+//! server (launcher's `kvs`) speaks the same [`wire`] format and sets the same [`vars`].
+
+pub mod pmi2;
+pub mod wire;
 
 use std::collections::HashMap;
 use std::env;
 use std::fmt;
-use std::io;
+use std::fs;
+use std::io::{self, Read};
 use std::net::TcpStream;
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use crate::pmi2::{self, Message};
-use crate::wire::{self, Request, Response, MAX_FRAME};
+use crate::pmi2::Message;
+use crate::wire::{Request, Response, MAX_FRAME};
 
 /// Environment variable names rsrun sets for every rank.
 pub mod vars {
@@ -218,7 +225,7 @@ impl Bootstrap {
         // Slurm's step id keeps shared-memory names of two steps apart.
         let step = env::var("SLURM_STEP_ID").unwrap_or_default();
         if init.rank == 0 {
-            let secret = crate::job::random_hex(32).map_err(BootstrapError::Random)?;
+            let secret = random_hex(32).map_err(BootstrapError::Random)?;
             pmi2::call(
                 &mut stream,
                 &Message::new("kvs-put", &[("key", JOB_SECRET_KEY), ("value", &secret)]),
@@ -435,7 +442,35 @@ impl Bootstrap {
 
 /// How many tasks Slurm put on node `node` (counting from 0), from a list like `2(x3),1`.
 fn tasks_on_node(list: &str, node: usize) -> Option<u32> {
-    crate::hosts::expand_counts(list).ok()?.get(node).copied()
+    expand_counts(list).ok()?.get(node).copied()
+}
+
+/// `bytes` random bytes from the kernel, as lowercase hex: rsrun's job ids and secrets, and
+/// the job's secret that rank 0 makes under PMI-2.
+pub fn random_hex(bytes: usize) -> io::Result<String> {
+    let mut buf = vec![0u8; bytes];
+    fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Expands Slurm's per-node counts: `2(x3),1` is 2, 2, 2, 1.
+pub fn expand_counts(list: &str) -> Result<Vec<u32>, String> {
+    let mut counts = Vec::new();
+    for item in list.split(',') {
+        let bad = || format!("'{item}' in '{list}' is not a count");
+        let (count, repeat) = match item.split_once("(x") {
+            Some((c, r)) => (
+                c,
+                r.strip_suffix(')')
+                    .and_then(|r| r.parse::<usize>().ok())
+                    .ok_or_else(bad)?,
+            ),
+            None => (item, 1),
+        };
+        let count: u32 = count.trim().parse().map_err(|_| bad())?;
+        counts.resize(counts.len() + repeat, count);
+    }
+    Ok(counts)
 }
 
 fn unexpected(response: Response) -> BootstrapError {

@@ -1,0 +1,286 @@
+//! The contract every PML keeps, the native engine and UCX's alike: the calls the layer
+//! above makes ([`Pml`]) and their vocabulary: how ranks wire up ([`Wireup`]), how a request
+//! ended ([`Done`]), the buffers lent to a PML ([`RecvBuf`]), start-up failures
+//! ([`EngineError`]) and the counts a PML keeps ([`Counters`]). It lives apart from either PML
+//! so that neither imports the other's module.
+
+use std::{fmt, slice};
+
+use crate::envelope::{ContextId, Rank, SourceSel, Status, Tag, TagSel};
+use crate::error::PmlError;
+use crate::protocol::{SendMode, Started};
+use crate::requests::Handle;
+
+/// MPI point-to-point messaging for one process, as mpirt's layer above calls it.
+///
+/// Requests are [`Handle`]s: a send or receive posted returns one (or [`Handle::SENT`] for a
+/// send that finished as it was posted), and the handle is spent once `test`, `collect` or
+/// `wait` returned its outcome (`Some`, or an error). Matching follows MPI: messages between
+/// two ranks in one context are non-overtaking; wildcards are [`SourceSel::Any`] and
+/// [`TagSel::Any`]. A PML is one thread's: nothing here is called concurrently. A failure of
+/// messaging itself (a broken connection, a malformed frame) stops the PML, and every later
+/// call that would move data fails naming that first failure ([`PmlError::Stopped`]).
+///
+/// Buffers are lent as raw pointers: the caller keeps them valid, and does not touch them,
+/// until the request that holds them completes (the `# Safety` of each call says exactly).
+pub trait Pml {
+    /// A message a matched probe took out of the PML's unexpected messages, for the one
+    /// receive `post_matched_recv` makes of it.
+    type Message;
+
+    fn rank(&self) -> Rank;
+
+    fn size(&self) -> u32;
+
+    /// What this rank runs on, for `--verbose`.
+    fn description(&self) -> &str;
+
+    /// Whether this rank's waits may spin before they yield or sleep: not when ranks
+    /// outnumber the cores they may use, or when spinning was turned off.
+    fn waits_spin(&self) -> bool;
+
+    /// Starts a send of `len` bytes at `buf` to world rank `peer` in the communicator
+    /// `context`, where this rank is `source`. A send that finished at once returns
+    /// [`Handle::SENT`]. Synchronous sends complete once the receiver matched the message.
+    ///
+    /// # Safety
+    /// `buf` must be valid for reads of `len` bytes and must not be written or freed until
+    /// the request completes (`test`, `collect` or `wait` reported it).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn post_send(
+        &mut self,
+        context: ContextId,
+        source: Rank,
+        peer: Rank,
+        tag: Tag,
+        mode: SendMode,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<Handle, PmlError>;
+
+    /// `post_send` for a send its caller waits for at once (a blocking send): a PML may
+    /// then favour local completion (UCX's fast completion, as Open MPI's pml ucx asks for
+    /// `MPI_Send`). Its outcome is the same as `post_send`'s, which it is unless a PML has
+    /// a better way.
+    ///
+    /// # Safety
+    /// As for `post_send`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    unsafe fn post_awaited_send(
+        &mut self,
+        context: ContextId,
+        source: Rank,
+        peer: Rank,
+        tag: Tag,
+        mode: SendMode,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<Handle, PmlError> {
+        // SAFETY: forwarded from this function's contract, which is `post_send`'s.
+        unsafe { self.post_send(context, source, peer, tag, mode, buf, len) }
+    }
+
+    /// Starts a receive into `len` bytes at `buf`.
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `len` bytes and must not be accessed otherwise until
+    /// the request completes.
+    unsafe fn post_recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Handle, PmlError>;
+
+    /// Starts a receive that finishes at once when its message is already here
+    /// ([`Started::Done`]: no request to wait for or collect), else is posted
+    /// ([`Started::Posted`]). Never [`Started::Claimed`].
+    ///
+    /// # Safety
+    /// As for `post_recv`.
+    unsafe fn start_recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Started<RecvBuf>, PmlError>;
+
+    /// Receives into `len` bytes at `buf`, blocking, with no request left behind.
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `len` bytes and not otherwise accessed during the
+    /// call.
+    unsafe fn recv(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Status, PmlError>;
+
+    /// Receives the message a matched probe (`improbe`, `mprobe`) took.
+    ///
+    /// # Safety
+    /// As for `post_recv`.
+    unsafe fn post_matched_recv(
+        &mut self,
+        message: Self::Message,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Handle, PmlError>;
+
+    /// Collects the request if it finished, after one round of progress if it had not.
+    fn test(&mut self, h: Handle) -> Result<Option<Done>, PmlError>;
+
+    /// Takes the request's outcome if it finished; makes no progress.
+    fn collect(&mut self, h: Handle) -> Result<Option<Done>, PmlError>;
+
+    /// Whether the request finished, without collecting it.
+    fn is_complete(&mut self, h: Handle) -> Result<bool, PmlError>;
+
+    /// Waits for the request and collects it.
+    fn wait(&mut self, h: Handle) -> Result<Done, PmlError>;
+
+    /// Waits until any of `handles` finished; returns its index (not yet collected).
+    fn wait_any(&mut self, handles: &[Handle]) -> Result<usize, PmlError>;
+
+    /// Looks for a matching message without taking it.
+    fn iprobe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<Option<Status>, PmlError>;
+
+    /// Waits for a matching message without taking it.
+    fn probe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<Status, PmlError>;
+
+    /// Takes a matching message, if there is one, for `post_matched_recv`.
+    fn improbe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<Option<(Self::Message, Status)>, PmlError>;
+
+    /// Waits for a matching message and takes it, for `post_matched_recv`.
+    fn mprobe(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<(Self::Message, Status), PmlError>;
+
+    /// Cancels a receive that has not matched yet; returns whether it was cancelled (the
+    /// request then completes with [`PmlError::Cancelled`]). Sends are not cancelled.
+    fn cancel(&mut self, h: Handle) -> Result<bool, PmlError>;
+
+    /// One round of progress; returns whether anything moved.
+    fn progress(&mut self) -> Result<bool, PmlError>;
+
+    /// Waits until everything this rank sent has left (FINs and credits included): peers
+    /// may be waiting on them.
+    fn flush_all(&mut self) -> Result<(), PmlError>;
+}
+
+/// How a PML learns about its peers: rank, size, and a key-value exchange with a fence
+/// (rsrun's service, PMI-2 under Slurm, or a local map for a singleton).
+pub trait Wireup {
+    fn rank(&self) -> u32;
+    fn size(&self) -> u32;
+    /// Unique per job, so that shared-memory names of two jobs never collide.
+    fn job_id(&self) -> String;
+    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String>;
+    fn fence(&mut self) -> Result<(), String>;
+    fn get(&mut self, key: &str) -> Result<Vec<u8>, String>;
+    /// The job's secret, at least 128 random bits that only the job's ranks know: a TCP
+    /// connection is a peer's only once it proved to know it. The launcher's key-value
+    /// space may hold it, so call this after the first fence.
+    fn job_secret(&mut self) -> Result<[u8; 32], String>;
+}
+
+/// A receive buffer lent to a PML until the receive completes.
+pub struct RecvBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl RecvBuf {
+    /// The `len` bytes at `ptr` that a PML's `post_recv`, `start_recv` or `recv` was lent,
+    /// under that call's contract (valid for writes and not otherwise accessed until the
+    /// receive completes).
+    #[inline]
+    pub(crate) fn new(ptr: *mut u8, len: usize) -> RecvBuf {
+        RecvBuf { ptr, len }
+    }
+}
+
+impl AsMut<[u8]> for RecvBuf {
+    fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `post_recv`'s caller guarantees `ptr` is valid for writes of `len` bytes and
+        // not otherwise accessed until the request completes; this `RecvBuf` is dropped then.
+        // Raw receives may share bytes with each other, but a PML is one thread and this
+        // slice lives for one copy into it, so no two of them are ever alive at once.
+        unsafe { slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+/// How a finished request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Done {
+    Sent,
+    Received(Status),
+}
+
+/// Failures of the engine as a whole, at start-up or from a transport.
+#[derive(Debug)]
+pub enum EngineError {
+    Config(String),
+    Wireup(String),
+    Transport(String),
+    Pml(PmlError),
+}
+
+impl fmt::Display for EngineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EngineError::Config(m) => write!(f, "bad setting: {m}"),
+            EngineError::Wireup(m) => write!(f, "wire-up failed: {m}"),
+            EngineError::Transport(m) => write!(f, "transport failed: {m}"),
+            EngineError::Pml(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+impl From<PmlError> for EngineError {
+    fn from(e: PmlError) -> Self {
+        EngineError::Pml(e)
+    }
+}
+
+/// Counts of what went which way, for tests and `--verbose`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub frames_sent: u64,
+    pub frames_received: u64,
+    pub remote_reads: u64,
+    pub remote_read_bytes: u64,
+    /// Remote reads served by memcpy from a same-host peer's mapped shared arena (the other
+    /// shm reads went by process_vm_readv).
+    pub mapped_reads: u64,
+    /// Memory registrations made (RDMA): a buffer sent from again is not registered again.
+    pub registrations: u64,
+}
