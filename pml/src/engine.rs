@@ -14,7 +14,7 @@ use crate::config::EngineConfig;
 use crate::envelope::{ContextId, Rank, Tag};
 use crate::error::PmlError;
 use crate::pml_api::{Counters, Done, EngineError, RecvBuf, Wireup};
-use crate::protocol::{Action, Completion, Core, CoreConfig, SendArgs};
+use crate::protocol::{Action, Completion, Core, CoreConfig, DirectWrite, SendArgs};
 use crate::requests::Handle;
 use crate::transport::{
     AnyTransport, Job, Opening, Reading, Registration, Sent, Transport, WakeSet,
@@ -199,9 +199,7 @@ impl Engine {
             eager_limit: exposure.eager_limit,
         };
         let h = if self.direct_send & (1 << route) != 0 {
-            let posted = core.post_send_direct(args, |header, payload| {
-                Ok(transport.try_send(peer, header, payload)? == Sent::Whole)
-            });
+            let posted = core.post_send_direct(args, DirectTo { transport, peer });
             posted.map_err(|e| self.stop(e))?
         } else {
             core.post_send(args)?
@@ -361,5 +359,20 @@ impl Engine {
             sent_any = true;
         }
         Ok(sent_any)
+    }
+}
+
+/// The direct path's hand-over to the transport that carries `peer`.
+struct DirectTo<'t> {
+    transport: &'t mut AnyTransport,
+    peer: Rank,
+}
+
+impl DirectWrite for DirectTo<'_> {
+    // Always: as a closure this stayed a call of its own on every small send, 19 of its
+    // instructions spent passing arguments and saving registers (callgrind, osu_bw 8 B).
+    #[inline(always)]
+    fn write(self, header: &[u8], payload: &[u8]) -> Result<bool, PmlError> {
+        Ok(self.transport.try_send(self.peer, header, payload)? == Sent::Whole)
     }
 }

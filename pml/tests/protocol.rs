@@ -115,7 +115,7 @@ impl Pair {
                     remote: RemoteKey { addr: key, key: 0 },
                     eager_limit: self.send_eager_limit,
                 },
-                |header, payload| {
+                |header: &[u8], payload: &[u8]| {
                     if room {
                         let mut bytes = header.to_vec();
                         bytes.extend_from_slice(payload);

@@ -7,8 +7,22 @@ use crate::error::PmlError;
 use crate::requests::Handle;
 use crate::wire::{Frame, WireEnvelope, MAX_HEADER_LEN};
 
+/// What hands a direct send's frame (`header` then `payload`) to the transport; `Ok(false)`:
+/// it had no room. A closure is one; the engine's own is a type whose `write` is always
+/// inlined, as a closure cannot be asked to be (see `Engine::post_send`).
+pub trait DirectWrite {
+    fn write(self, header: &[u8], payload: &[u8]) -> Result<bool, PmlError>;
+}
+
+impl<F: FnOnce(&[u8], &[u8]) -> Result<bool, PmlError>> DirectWrite for F {
+    #[inline]
+    fn write(self, header: &[u8], payload: &[u8]) -> Result<bool, PmlError> {
+        self(header, payload)
+    }
+}
+
 impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
-    /// Posts a send, first offering it to `write(header, payload)` when it may bypass the
+    /// Posts a send, first offering it to `write` when it may bypass the
     /// queues; `write` returns whether the transport took the frame. Returns [`Handle::SENT`]
     /// when it did; otherwise the send is posted as by [`post_send`](Self::post_send).
     ///
@@ -22,7 +36,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     pub fn post_send_direct(
         &mut self,
         args: SendArgs<S>,
-        write: impl FnOnce(&[u8], &[u8]) -> Result<bool, PmlError>,
+        write: impl DirectWrite,
     ) -> Result<Handle, PmlError> {
         let payload = args.buf.as_ref();
         let len = payload.len();
@@ -51,7 +65,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         };
         let mut header = [0u8; MAX_HEADER_LEN];
         let header_len = frame.encode_header(&mut header);
-        if !write(&header[..header_len], payload)? {
+        if !write.write(&header[..header_len], payload)? {
             // The number was not taken: the queued send gets the same one.
             return self.post_send(args);
         }

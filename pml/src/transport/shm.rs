@@ -193,25 +193,9 @@ impl ShmTransport {
     // Inline: see `Core::post_send_direct`, which calls it on every small send.
     #[inline]
     pub fn try_send(&mut self, to: usize, header: &[u8], payload: &[u8]) -> io::Result<bool> {
-        if to >= self.local_size() || to == self.local_rank {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "shm send from local rank {} to {to} (local size {})",
-                    self.local_rank,
-                    self.local_size()
-                ),
-            ));
-        }
         let len = header.len() + payload.len();
-        if len > self.max_frame() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "shm frame of {len} bytes exceeds max_frame {}",
-                    self.max_frame()
-                ),
-            ));
+        if to >= self.local_size() || to == self.local_rank || len > self.max_frame() {
+            return Err(self.refused(to, len));
         }
         let slot = self.slot(to);
         if !self.tx[slot].try_write(header, payload) {
@@ -225,6 +209,26 @@ impl ShmTransport {
             self.wake_sleeper(to, sleeping);
         }
         Ok(true)
+    }
+
+    /// Why `try_send` refused a frame of `len` bytes to local rank `to`. Out of line, so that
+    /// the send inlined into the engine's stays small enough for its callers to inline.
+    #[cold]
+    #[inline(never)]
+    fn refused(&self, to: usize, len: usize) -> io::Error {
+        let what = if to >= self.local_size() || to == self.local_rank {
+            format!(
+                "shm send from local rank {} to {to} (local size {})",
+                self.local_rank,
+                self.local_size()
+            )
+        } else {
+            format!(
+                "shm frame of {len} bytes exceeds max_frame {}",
+                self.max_frame()
+            )
+        };
+        io::Error::new(io::ErrorKind::InvalidInput, what)
     }
 
     /// Hands received frames to `f(from_local_rank, frame)`, at most a bounded batch, in order
