@@ -17,7 +17,7 @@ use crate::pml_api::{Counters, Done, EngineError, RecvBuf, Wireup};
 use crate::protocol::{Action, Completion, Core, CoreConfig, DirectWrite, SendArgs};
 use crate::requests::Handle;
 use crate::transport::{
-    AnyTransport, Job, Opening, Reading, Registration, Sent, Transport, WakeSet,
+    AnyTransport, Job, Opening, Peer, Reading, Registration, Sent, Transport, WakeSet,
 };
 
 pub use crate::protocol::SendMode;
@@ -39,8 +39,19 @@ impl AsRef<[u8]> for SendBuf {
     }
 }
 
+/// How the engine reaches a rank: the transport that carries it, and that transport's own
+/// index of it (see `Transport::peer_index`).
+#[derive(Clone, Copy)]
+struct Route {
+    transport: u8,
+    index: u32,
+}
+
 /// No transport carries the rank (see `Engine::routes`).
-const NO_ROUTE: u8 = u8::MAX;
+const NO_ROUTE: Route = Route {
+    transport: u8::MAX,
+    index: u32::MAX,
+};
 
 pub struct Engine {
     rank: Rank,
@@ -48,8 +59,8 @@ pub struct Engine {
     core: Core<SendBuf, RecvBuf>,
     /// Polled in this order each round.
     transports: Vec<AnyTransport>,
-    /// Index into `transports` of the one that carries each rank, or `NO_ROUTE`.
-    routes: Vec<u8>,
+    /// How each rank is reached, or `NO_ROUTE`.
+    routes: Vec<Route>,
     /// Bit `i` set: `transports[i]` completes a send when it takes the frame (see
     /// `Caps::sends_complete_on_return`), so small sends go the direct path. Kept here
     /// because every send asks.
@@ -95,7 +106,10 @@ impl Engine {
             let caps = transport.caps();
             for &r in &carried {
                 core.set_peer(r, caps.peer_caps());
-                routes[r as usize] = index as u8;
+                routes[r as usize] = Route {
+                    transport: index as u8,
+                    index: transport.peer_index(r),
+                };
             }
             if caps.sends_complete_on_return {
                 direct_send |= 1 << index;
@@ -150,11 +164,17 @@ impl Engine {
         counters
     }
 
-    /// Index into `transports` of the one that carries `peer`.
+    /// Index into `transports` of the one that carries `peer`, and `peer` as it knows it.
     #[inline]
-    fn route(&self, peer: Rank) -> Result<usize, PmlError> {
+    fn route(&self, peer: Rank) -> Result<(usize, Peer), PmlError> {
         match self.routes.get(peer as usize) {
-            Some(&route) if route != NO_ROUTE => Ok(route as usize),
+            Some(route) if route.transport != NO_ROUTE.transport => Ok((
+                route.transport as usize,
+                Peer {
+                    rank: peer,
+                    index: route.index,
+                },
+            )),
             _ => Err(PmlError::UnknownPeer(peer)),
         }
     }
@@ -179,9 +199,11 @@ impl Engine {
         buf: *const u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
-        let route = self.route(peer)?;
+        let (route, to) = self.route(peer)?;
         self.check_running()?;
-        let transport = &mut self.transports[route];
+        // SAFETY: `routes` holds only indices into `transports` (both set in `new`, neither
+        // changed since); unchecked, as every send pays for this.
+        let transport = unsafe { self.transports.get_unchecked_mut(route) };
         let core = &mut self.core;
         let exposure = transport.expose(peer, buf, len, || core.sends_eagerly(peer, len))?;
         let args = SendArgs {
@@ -199,7 +221,7 @@ impl Engine {
             eager_limit: exposure.eager_limit,
         };
         let h = if self.direct_send & (1 << route) != 0 {
-            let posted = core.post_send_direct(args, DirectTo { transport, peer });
+            let posted = core.post_send_direct(args, DirectTo { transport, to });
             posted.map_err(|e| self.stop(e))?
         } else {
             core.post_send(args)?
@@ -321,7 +343,7 @@ impl Engine {
             remote,
             len,
         } = action;
-        let route = self.route(peer)?;
+        let (route, _) = self.route(peer)?;
         let target = self.core.read_target(recv)?;
         let reading = self.transports[route]
             .read(peer, remote, target, recv.to_wire())
@@ -340,10 +362,10 @@ impl Engine {
     /// Hands `peer`'s queued frames to its transport until it takes no more.
     fn flush(&mut self, peer: Rank) -> Result<bool, PmlError> {
         let mut sent_any = false;
-        let route = self.route(peer)?;
+        let (route, to) = self.route(peer)?;
         while let Some(t) = self.core.next_transmit(peer) {
             let sent = self.transports[route]
-                .try_send(peer, t.header(), t.payload)
+                .try_send(to, t.header(), t.payload)
                 .map_err(|e| e.on_host(&self.hosts))?;
             if sent == Sent::Part {
                 self.core.hold_front(peer);
@@ -362,10 +384,10 @@ impl Engine {
     }
 }
 
-/// The direct path's hand-over to the transport that carries `peer`.
+/// The direct path's hand-over to the transport that carries `to`.
 struct DirectTo<'t> {
     transport: &'t mut AnyTransport,
-    peer: Rank,
+    to: Peer,
 }
 
 impl DirectWrite for DirectTo<'_> {
@@ -373,6 +395,6 @@ impl DirectWrite for DirectTo<'_> {
     // instructions spent passing arguments and saving registers (callgrind, osu_bw 8 B).
     #[inline(always)]
     fn write(self, header: &[u8], payload: &[u8]) -> Result<bool, PmlError> {
-        Ok(self.transport.try_send(self.peer, header, payload)? == Sent::Whole)
+        Ok(self.transport.try_send(self.to, header, payload)? == Sent::Whole)
     }
 }

@@ -10,7 +10,7 @@ use super::shm::{ShmOpening, ShmPeers};
 use super::tcp::TcpTransport;
 #[cfg(feature = "verbs")]
 use super::verbs::VerbsTransport;
-use super::{Caps, Exposure, Job, Reading, Sent, Sink, Transport};
+use super::{Caps, Exposure, Job, Peer, Reading, Sent, Sink, Transport};
 use crate::config::TransportChoice;
 use crate::envelope::Rank;
 use crate::error::PmlError;
@@ -163,8 +163,12 @@ impl Transport for AnyTransport {
         each!(self, t => Transport::caps(t))
     }
 
+    fn peer_index(&self, peer: Rank) -> u32 {
+        each!(self, t => Transport::peer_index(t, peer))
+    }
+
     #[inline]
-    fn try_send(&mut self, peer: Rank, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError> {
+    fn try_send(&mut self, peer: Peer, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError> {
         each!(self, t => Transport::try_send(t, peer, header, payload))
     }
 

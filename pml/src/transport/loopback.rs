@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use super::{Caps, Job, Reading, Sent, Sink, Transport};
+use super::{Caps, Job, Peer, Reading, Sent, Sink, Transport};
 use crate::bulk_copy;
 use crate::envelope::Rank;
 use crate::error::PmlError;
@@ -42,7 +42,7 @@ impl Transport for Loopback {
         }
     }
 
-    fn try_send(&mut self, _peer: Rank, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError> {
+    fn try_send(&mut self, _peer: Peer, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError> {
         let mut frame = Vec::with_capacity(header.len() + payload.len());
         frame.extend_from_slice(header);
         frame.extend_from_slice(payload);

@@ -67,6 +67,15 @@ impl Caps {
     }
 }
 
+/// A peer as `try_send` is told it: its world rank, and the transport's own index of it
+/// (what [`Transport::peer_index`] said at start, kept in the engine's route table), so that
+/// a send looks nothing up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub rank: Rank,
+    pub index: u32,
+}
+
 /// How much of a frame `try_send` put on its way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sent {
@@ -209,8 +218,14 @@ pub trait Transport {
 
     fn caps(&self) -> Caps;
 
+    /// This transport's own index of `peer`, a rank it carries, which every `try_send` to
+    /// it is given back (see [`Peer`]); by default the world rank.
+    fn peer_index(&self, peer: Rank) -> u32 {
+        peer
+    }
+
     /// Puts `header` then `payload` on the way to `peer` as one frame, or some or none of it.
-    fn try_send(&mut self, peer: Rank, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError>;
+    fn try_send(&mut self, peer: Peer, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError>;
 
     /// Hands what arrived to `sink`; returns how many deliveries (frames, landed DATA
     /// payloads, finished reads) it made. Called every progress round: it returns at once,

@@ -13,7 +13,7 @@ use crate::error::PmlError;
 use crate::freed_memory;
 use crate::pml_api::{Counters, EngineError};
 use crate::shared_arena::{self, ArenaInfo};
-use crate::transport::{Caps, Exposure, Job, Reading, Sent, Sink, Transport};
+use crate::transport::{Caps, Exposure, Job, Peer, Reading, Sent, Sink, Transport};
 use crate::wire::RemoteKey;
 
 /// No local rank: a world rank this transport does not carry.
@@ -284,13 +284,17 @@ impl Transport for ShmPeers {
         }
     }
 
+    /// The peer's local rank.
+    fn peer_index(&self, peer: Rank) -> u32 {
+        self.local_of[peer as usize]
+    }
+
     #[inline]
-    fn try_send(&mut self, peer: Rank, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError> {
-        let local = self.local_of[peer as usize] as usize;
-        match self.seg.try_send(local, header, payload) {
+    fn try_send(&mut self, peer: Peer, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError> {
+        match self.seg.try_send(peer.index as usize, header, payload) {
             Ok(true) => Ok(Sent::Whole),
             Ok(false) => Ok(Sent::Nothing),
-            Err(e) => Err(send_failed(peer, e)),
+            Err(e) => Err(send_failed(peer.rank, e)),
         }
     }
 

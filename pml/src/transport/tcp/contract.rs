@@ -8,7 +8,7 @@ use super::{parse_selectors, TcpConfig, TcpTransport};
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::pml_api::EngineError;
-use crate::transport::{Caps, Job, Reading, Sent, Sink, Transport};
+use crate::transport::{Caps, Job, Peer, Reading, Sent, Sink, Transport};
 use crate::wire::{RemoteKey, DATA_HEADER_LEN};
 
 /// Largest TCP frame: rendezvous data is streamed in DATA frames of up to this size, each
@@ -85,8 +85,8 @@ impl Transport for TcpTransport {
         }
     }
 
-    fn try_send(&mut self, peer: Rank, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError> {
-        self.send(peer, header, payload)
+    fn try_send(&mut self, peer: Peer, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError> {
+        self.send(peer.rank, header, payload)
     }
 
     fn poll(&mut self, sink: &mut impl Sink) -> Result<usize, PmlError> {

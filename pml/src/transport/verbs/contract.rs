@@ -9,7 +9,7 @@ use crate::config::TransportChoice;
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::pml_api::{Counters, EngineError};
-use crate::transport::{Caps, Exposure, Job, Reading, Sent, Sink, Transport};
+use crate::transport::{Caps, Exposure, Job, Peer, Reading, Sent, Sink, Transport};
 use crate::wire::RemoteKey;
 
 impl VerbsTransport {
@@ -94,8 +94,8 @@ impl Transport for VerbsTransport {
         }
     }
 
-    fn try_send(&mut self, peer: Rank, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError> {
-        Ok(if self.send(peer, header, payload)? {
+    fn try_send(&mut self, peer: Peer, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError> {
+        Ok(if self.send(peer.rank, header, payload)? {
             Sent::Whole
         } else {
             Sent::Nothing
