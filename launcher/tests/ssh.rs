@@ -146,7 +146,7 @@ type Case = fn(&Hosts);
 #[test]
 fn across_ssh_hosts() {
     let Some(hosts) = Hosts::up() else { return };
-    let cases: [(&str, Case); 24] = [
+    let cases: [(&str, Case); 25] = [
         ("map by slot", map_by_slot),
         ("map by node from a hostfile", map_by_node_from_hostfile),
         ("tagged output", tagged_output),
