@@ -9,8 +9,9 @@ command -v cc >/dev/null || need_pkgs+=(gcc)
 # The verbs transport's build needs rdma-core's headers and libclang (for rdma-sys's bindgen);
 # the UCX PML's needs UCX's headers and pkg-config; osu-benches' rsmpi build needs an MPI
 # (Open MPI) and libclang.
+# strace: the stranger tests record a genuine rank's handshake with it, to replay it.
 for pkg in libibverbs-dev librdmacm-dev libclang-dev libucx-dev pkg-config python3 \
-    libopenmpi-dev openmpi-bin; do
+    libopenmpi-dev openmpi-bin strace; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$pkg")
 done
 if ((${#need_pkgs[@]})); then

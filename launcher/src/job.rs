@@ -623,11 +623,7 @@ impl Job {
                     code,
                     message,
                 }) => {
-                    eprintln!(
-                        "rsrun: cannot start '{}' on {}: {message}",
-                        self.program,
-                        self.host_name(host)
-                    );
+                    self.say_start_failed(host, &message);
                     code
                 }
                 Ok(Event::AgentGone { host, stderr }) => {
@@ -730,11 +726,7 @@ impl Job {
                     code,
                     message,
                 }) => {
-                    eprintln!(
-                        "rsrun: cannot start '{}' on {}: {message}",
-                        self.program,
-                        self.host_name(host)
-                    );
+                    self.say_start_failed(host, &message);
                     return self.shut_down(libc::SIGTERM, code);
                 }
                 Ok(Event::AgentGone { host, stderr }) => {
@@ -834,6 +826,15 @@ impl Job {
             .map(|(&rank, _)| rank)
             .min()?;
         Some(self.host_of[rank as usize])
+    }
+
+    /// Says that an agent could not start its host's ranks, and why.
+    fn say_start_failed(&self, host: usize, message: &str) {
+        eprintln!(
+            "rsrun: cannot start '{}' on {}: {message}",
+            self.program,
+            self.host_name(host)
+        );
     }
 
     fn host_name(&self, host: usize) -> &str {
