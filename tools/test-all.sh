@@ -122,6 +122,11 @@ rsmpi=(env CARGO_TARGET_DIR=target/rsmpi-ompi MPICC=mpicc.openmpi OSU_MPIRUN=mpi
     --features rsmpi -- -D warnings
 "${rsmpi[@]}" cargo test --release -p osu-benches --no-default-features --features rsmpi
 
+# The rsmpi-style conformance programs built from the same sources against rsmpi over Open MPI
+# and against mpirt renamed to `mpi`: both pass and print the same lines (see the script).
+echo "== conformance: the same programs on rsmpi (Open MPI's mpirun) and on mpirt (rsrun)"
+bash tools/conformance-rsmpi.sh
+
 # Slurm: ranks started by srun --mpi=pmi2 across four test hosts, with a real Slurm
 # (../shared/testhosts/slurm-local; it installs Debian's slurm packages if missing).
 testhosts="$shared/testhosts"
