@@ -1227,18 +1227,18 @@ fn all_reduce_lengths_disagreeing_across_the_shared_area_limit_are_an_error() {
     assert!(out.contains("area files left: 0"), "{out}");
 }
 
-/// Two ranks that inherited one CPU between them yield at once when they wait (spinning
+/// Two ranks that inherited one CPU between them sleep at once when they wait (spinning
 /// would keep the peer they wait for off that CPU), although each sees one CPU just as a
 /// rank bound to a CPU of its own does, which spins.
 #[test]
-fn ranks_sharing_one_cpu_yield_and_bound_ranks_spin() {
-    const YIELD: &str = "2 ranks on 1 cores: waits yield at once";
+fn ranks_sharing_one_cpu_sleep_and_bound_ranks_spin() {
+    const SLEEP: &str = "2 ranks on 1 cores: waits sleep at once";
     let shared = Launch::RsrunOn {
         cpus: "0",
         args: &["--bind-to", "core"],
     };
     let (out, _) = ok_job_on(shared, 2, "describe", &[]);
-    assert_eq!(out.matches(YIELD).count(), 2, "{out}");
+    assert_eq!(out.matches(SLEEP).count(), 2, "{out}");
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
         println!("skipped the bound half: this process may run on fewer than 2 CPUs");
         return;
@@ -1249,7 +1249,7 @@ fn ranks_sharing_one_cpu_yield_and_bound_ranks_spin() {
     };
     let (out, _) = ok_job_on(own, 2, "describe", &[]);
     assert!(
-        out.contains("rank 1: ") && !out.contains("waits yield"),
+        out.contains("rank 1: ") && !out.contains("waits sleep"),
         "{out}"
     );
 }

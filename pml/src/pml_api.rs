@@ -283,4 +283,12 @@ pub struct Counters {
     pub mapped_reads: u64,
     /// Memory registrations made (RDMA): a buffer sent from again is not registered again.
     pub registrations: u64,
+    /// Sleeps of this rank on its shared-memory futex (a wait that outlasted its spin).
+    pub shm_sleeps: u64,
+    /// Of those, the sleeps a peer ended by waking this rank.
+    pub shm_sleeps_woken: u64,
+    /// Of those, the sleeps that ran to their timeout while a frame for this rank, or the
+    /// room its refused frame waited for, was already there: wake-ups the protocol lost.
+    /// Always zero while the protocol holds.
+    pub shm_missed_wakes: u64,
 }

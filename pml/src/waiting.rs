@@ -1,14 +1,19 @@
 //! How every PML waits: one loop, written once, with one set of constants. A blocking call
 //! (`wait`, `wait_any`, the blocking probes and receives, `flush_all`) progresses until its
 //! condition holds; each PML supplies the steps ([`Waiting`]: a round of progress, its spin
-//! budget, what only time reveals, a sleep until woken), and the loop decides when to spin,
-//! yield and sleep. Whenever something moved, the loop also steps the hooks the layer above
+//! budget, what only time reveals, a sleep until woken), and the loop decides when to spin
+//! and when to sleep. Whenever something moved, the loop also steps the hooks the layer above
 //! registered ([`Waiting::step_hooks`]: mpirt's immediate collectives, which post their next
 //! round only when stepped), so that every blocking call moves them on.
 //!
 //! A waiting rank busy-polls for a while (a message about to arrive is caught at once), then
-//! yields its core for a while (ranks that outnumber cores let their peers run), then sleeps
-//! until a peer's message wakes it. Rounds are counted first so the clock is read rarely;
+//! sleeps until a peer's message wakes it. It never yields its core instead: a yielding rank
+//! is runnable, so a peer that sends to it sees it awake and wakes nothing, and the process it
+//! yielded to (any process on that core, the tail of a job that just ended) keeps the core
+//! for the rest of its time slice, milliseconds, while the message waits. A sleeping rank
+//! is woken by the send, and the scheduler runs a task just woken ahead of one that has been
+//! running; ranks that outnumber cores get the same from sleeping at once, as their peers
+//! then have the core. Rounds are counted first so the clock is read rarely;
 //! while spinning, only every so many rounds read it (a read costs as much as a round). Rounds
 //! follow each other at once, as in Open MPI's progress loop: a `pause` instruction between
 //! them (about 12 ns here) delayed seeing a message that had landed, and the 8-byte
@@ -23,8 +28,6 @@ use crate::requests::Handle;
 
 /// Idle rounds of progress between two looks at the clock while spinning.
 const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
-/// How long a wait that stopped spinning yields its core before it sleeps.
-const YIELD_FOR: Duration = Duration::from_millis(1);
 /// The longest one sleep lasts: a bound, in case a wake-up is missed, not the expected one
 /// (a peer's message wakes the rank sooner).
 const SLEEP: Duration = Duration::from_millis(2);
@@ -36,7 +39,7 @@ pub trait Waiting: Pml + Sized {
     /// looks at its condition again only then.
     fn poll(&mut self) -> Result<bool, PmlError>;
 
-    /// How long a wait that sees nothing move busy-polls before it yields: zero for ranks
+    /// How long a wait that sees nothing move busy-polls before it sleeps: zero for ranks
     /// that must not spin.
     fn spin_budget(&self) -> Duration;
 
@@ -61,8 +64,8 @@ pub trait Waiting: Pml + Sized {
         Ok(())
     }
 
-    /// Progresses until `done` holds: spins while the PML's budget lasts, then yields for
-    /// `YIELD_FOR`, then sleeps. The idle clock starts at the first idle round and again
+    /// Progresses until `done` holds: spins while the PML's budget lasts, then sleeps until
+    /// woken. The idle clock starts at the first idle round and again
     /// whenever something moved, but not after a sleep: a rank woken with nothing for it
     /// sleeps again rather than spin anew.
     #[inline]
@@ -90,10 +93,6 @@ pub trait Waiting: Pml + Sized {
                 let spin = self.spin_budget();
                 spinning = idle < spin;
                 if spinning {
-                    continue;
-                }
-                if idle < spin + YIELD_FOR {
-                    std::thread::yield_now();
                     continue;
                 }
                 self.sleep(SLEEP)?;

@@ -728,3 +728,54 @@ fn a_failure_stops_the_engine() {
     );
     println!("rank 0 stopped on rank 1's failure");
 }
+
+const WOKEN_ENV: &str = "PML_ENGINE_TEST_WOKEN_RANK";
+
+/// A rank that waits longer than its spin sleeps, and its peer's message wakes it: of rank
+/// 0's sleeps while rank 1 takes 3 ms over each reply, the one the reply came in ends by the
+/// reply's wake, and none runs to its timeout with the reply already there (a lost
+/// wake-up, which would cost the rest of the sleep). Counted, not timed: a wait resumes a
+/// wake-up after its peer is ready however busy the host.
+#[test]
+fn a_sleeping_rank_is_woken_by_its_peers_message() {
+    const ROUNDS: u64 = 50;
+    let Ok(spec) = env::var(WOKEN_ENV) else {
+        let outputs = run_two_ranks("a_sleeping_rank_is_woken_by_its_peers_message", WOKEN_ENV);
+        println!("{}", String::from_utf8_lossy(&outputs[0].stdout));
+        return;
+    };
+    let (dir, rank) = spec.split_once(',').unwrap();
+    let mut w = DirWireup {
+        dir: dir.into(),
+        rank: rank.parse().unwrap(),
+        size: 2,
+        round: 0,
+    };
+    let mut e = Engine::new(&mut w, EngineConfig::default()).unwrap();
+    for i in 0..ROUNDS {
+        if e.rank() == 0 {
+            send(&mut e, 1, 1, &i.to_le_bytes(), SendMode::Standard);
+            let (buf, _) = recv(&mut e, SourceSel::Rank(1), TagSel::Tag(2), 8);
+            assert_eq!(buf, (i + 1).to_le_bytes());
+        } else {
+            let (buf, _) = recv(&mut e, SourceSel::Rank(0), TagSel::Tag(1), 8);
+            std::thread::sleep(Duration::from_millis(3));
+            let next = u64::from_le_bytes(buf.try_into().unwrap()) + 1;
+            send(&mut e, 0, 2, &next.to_le_bytes(), SendMode::Standard);
+        }
+    }
+    e.flush_all().unwrap();
+    if e.rank() == 0 {
+        let c = e.counters();
+        println!(
+            "rank 0 slept {} times: {} woken by rank 1, {} lost wake-ups",
+            c.shm_sleeps, c.shm_sleeps_woken, c.shm_missed_wakes
+        );
+        assert!(c.shm_sleeps >= ROUNDS, "rank 0 waited without sleeping");
+        assert_eq!(c.shm_missed_wakes, 0, "sleeps outlived a reply: {c:?}");
+        assert!(
+            c.shm_sleeps_woken >= ROUNDS / 2,
+            "most replies came without waking rank 0: {c:?}"
+        );
+    }
+}

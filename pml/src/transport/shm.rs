@@ -39,6 +39,15 @@ use ring::{Consumer, Producer};
 use segment::Segment;
 use wake_pipe::WakePipe;
 
+/// How a rank's sleeps on its futex ended (see `Counters`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sleeps {
+    pub slept: u64,
+    pub woken: u64,
+    /// Run to their timeout with a frame, or room, already there.
+    pub missed: u64,
+}
+
 /// Values of a rank's `sleeping` word: how a peer wakes it.
 const AWAKE: u32 = 0;
 const ON_FUTEX: u32 = 1;
@@ -87,6 +96,8 @@ pub struct ShmTransport {
     next_rx: usize,
     /// Futex value after our last wait: a change since means someone woke us in between.
     seen_wakes: Cell<u32>,
+    /// How this rank's futex sleeps ended, for [`sleeps`](Self::sleeps).
+    sleeps: Cell<Sleeps>,
     /// The segment's name, which the ranks' wake pipes are named after.
     name: String,
     /// This rank's wake pipe, once it sleeps in an epoll wait (see `wake_fd`).
@@ -163,6 +174,7 @@ impl ShmTransport {
             rx,
             next_rx: 0,
             seen_wakes: Cell::new(seen),
+            sleeps: Cell::new(Sleeps::default()),
             name: name.to_string(),
             own_pipe: None,
             peer_pipes: RefCell::new((0..n).map(|_| None).collect()),
@@ -292,16 +304,36 @@ impl ShmTransport {
     /// the previous `wait`), or `timeout` passed. Spurious returns happen; callers poll, retry
     /// and decide.
     pub fn wait(&self, timeout: Duration) {
-        let seen = self
-            .seg
-            .rank_ctl(self.local_rank)
-            .futex
-            .load(Ordering::Acquire);
+        let futex = &self.seg.rank_ctl(self.local_rank).futex;
+        let seen = futex.load(Ordering::Acquire);
         if !self.announce_sleep(ON_FUTEX) {
             // A wake after we read `seen` changed the word, so this returns at once.
-            futex::wait(&self.seg.rank_ctl(self.local_rank).futex, seen, timeout);
+            let timed_out = futex::wait(futex, seen, timeout);
+            self.count_sleep(seen, timed_out);
         }
         self.end_sleep();
+    }
+
+    /// Counts a sleep on the futex that started at value `seen`: woken by a peer, or run to
+    /// its timeout with something already there that should have woken it. The second is
+    /// told from a wake in flight (a sender that saw this rank asleep and has yet to bump
+    /// the word) by the word, read after the frames.
+    fn count_sleep(&self, seen: u32, timed_out: bool) {
+        let mut sleeps = self.sleeps.get();
+        sleeps.slept += 1;
+        let waiting = timed_out && (self.has_frames() || self.tx.iter().any(Producer::space_freed));
+        let futex = &self.seg.rank_ctl(self.local_rank).futex;
+        if futex.load(Ordering::Acquire) != seen {
+            sleeps.woken += 1;
+        } else if waiting {
+            sleeps.missed += 1;
+        }
+        self.sleeps.set(sleeps);
+    }
+
+    /// How this rank's sleeps on its futex ended so far.
+    pub fn sleeps(&self) -> Sleeps {
+        self.sleeps.get()
     }
 
     /// Says that this rank is about to sleep `how` (so peers wake it), then looks once more;

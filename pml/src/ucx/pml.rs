@@ -55,7 +55,7 @@ pub struct UcxMessage(ffi::ucp_tag_message_h);
 /// Settings of the UCX PML; UCX's own (`UCX_TLS`, ...) come from the environment.
 #[derive(Clone, Debug)]
 pub struct UcxConfig {
-    /// How long a wait spins on progress before it yields, then sleeps on the worker's event fd.
+    /// How long a wait spins on progress before it sleeps on the worker's event fd.
     pub spin: Duration,
     /// Endpoints in UCX's peer error mode: a peer that dies makes the waits on it fail
     /// naming it, instead of hanging. UCX 1.13 then cannot use its shared-memory transports
@@ -67,7 +67,7 @@ pub struct UcxConfig {
 pub struct UcxPml {
     rank: Rank,
     size: u32,
-    /// How long a wait spins on progress before it yields, then sleeps on the worker's event fd.
+    /// How long a wait spins on progress before it sleeps on the worker's event fd.
     spin: Duration,
     /// One per world rank, this one's included.
     endpoints: Vec<Endpoint>,
@@ -152,7 +152,7 @@ fn probed(info: ffi::ucp_tag_recv_info_t) -> Status {
     }
 }
 
-/// How long a wait spins on idle progress before it yields: the configured `spin`, or
+/// How long a wait spins on idle progress before it sleeps: the configured `spin`, or
 /// longer while many bytes are in flight (`SLOWEST_BYTES_PER_NS`, up to
 /// `MAX_SPIN_FOR_BYTES`). No spin stays none: that is the setting for ranks that share
 /// cores, which must not spin at all.

@@ -7,15 +7,16 @@ use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 /// Sleeps while `*word == expected`, at most `timeout`. Any return (woken, value already
-/// changed, timeout, signal) is fine: callers re-check their condition.
-pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+/// changed, timeout, signal) is fine: callers re-check their condition. Returns whether the
+/// sleep ran to its timeout.
+pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> bool {
     let ts = libc::timespec {
         tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
     };
     // SAFETY: `word` is a live, 4-byte aligned atomic (a reference guarantees both) and `ts`
     // outlives the call; FUTEX_WAIT only reads them. The kernel compares the word atomically.
-    unsafe {
+    let slept = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
@@ -24,8 +25,9 @@ pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) {
             &ts as *const libc::timespec,
             std::ptr::null::<u32>(),
             0u32,
-        );
-    }
+        )
+    };
+    slept != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT)
 }
 
 /// Wakes the (single) process sleeping on `word`, if any.

@@ -379,6 +379,10 @@ impl Transport for ShmPeers {
 
     fn count(&self, counters: &mut Counters) {
         counters.mapped_reads += self.mapped_reads;
+        let sleeps = self.seg.sleeps();
+        counters.shm_sleeps += sleeps.slept;
+        counters.shm_sleeps_woken += sleeps.woken;
+        counters.shm_missed_wakes += sleeps.missed;
     }
 
     fn describe(&self, _peers: usize) -> String {
