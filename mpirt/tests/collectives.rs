@@ -578,6 +578,16 @@ fn shared_areas_do_not_cross(world: &SimpleCommunicator) {
                 "call {call} on a communicator of {}",
                 comm.size()
             );
+            let root = call as i32 % comm.size();
+            let sent = [value(comm, call, root); 3];
+            let mut buf = if comm.rank() == root {
+                sent
+            } else {
+                [Affine::default(); 3]
+            };
+            comm.process_at_rank(root).broadcast_into(&mut buf[..]);
+            assert_eq!(buf, sent, "broadcast {call} from {root} of {}", comm.size());
+            comm.barrier();
         }
     }
 }
@@ -1121,6 +1131,12 @@ fn every_collective_on_8_and_9_ranks() {
     }
 }
 
+/// 16 ranks: the most that share a collective area.
+#[test]
+fn every_collective_on_16_ranks() {
+    ok_job(16, &[]);
+}
+
 /// Over TCP, with a small eager limit so that long parts go by rendezvous there too.
 #[test]
 fn every_collective_over_tcp() {
@@ -1145,6 +1161,7 @@ fn every_algorithm_forced() {
         ("MPIRT_COLL_REDUCE_SCATTER", "ring"),
         ("MPIRT_COLL_BCAST", "binomial"),
         ("MPIRT_COLL_REDUCE", "reduce_scatter_gather"),
+        ("MPIRT_COLL_BARRIER", "dissemination"),
     ];
     let second = [
         ("MPIRT_COLL_ALLREDUCE", "rabenseifner"),
@@ -1155,7 +1172,11 @@ fn every_algorithm_forced() {
         ("MPIRT_COLL_REDUCE_SCATTER", "reduce_scatter"),
         ("MPIRT_COLL_BCAST", "scatter_allgather"),
     ];
-    let fourth = [("MPIRT_COLL_ALLREDUCE", "shared_memory")];
+    let fourth = [
+        ("MPIRT_COLL_ALLREDUCE", "shared_memory"),
+        ("MPIRT_COLL_BCAST", "shared_memory"),
+        ("MPIRT_COLL_BARRIER", "shared_memory"),
+    ];
     let third = [
         ("MPIRT_COLL_REDUCE", "reduce_scatter_gather"),
         ("MPIRT_COLL_ALLREDUCE", "ring"),
@@ -1168,9 +1189,12 @@ fn every_algorithm_forced() {
     ok_job(7, &first);
     // The areas are really used (a failed set-up would pass silently by messages): the
     // world's, and those of the halves in `shared_areas_do_not_cross`.
-    let stderr = ok_job(9, &[fourth[0], ("MPIRT_VERBOSE", "1")]);
+    let stderr = ok_job(
+        9,
+        &[fourth[0], fourth[1], fourth[2], ("MPIRT_VERBOSE", "1")],
+    );
     for rank in 0..9 {
-        let line = format!("mpirt: rank {rank}: all-reduce area of 9 ranks ready");
+        let line = format!("mpirt: rank {rank}: collective area of 9 ranks ready");
         assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
     }
     assert!(

@@ -22,6 +22,9 @@ pub trait CommunicatorCollectives: Communicator {
     }
     fn try_barrier(&self) -> Result<(), Error> {
         let comm = self.data();
+        if shared::try_barrier(comm)? {
+            return Ok(());
+        }
         blocking(comm, "barrier", || calls::barrier(comm))
     }
 

@@ -10,7 +10,7 @@ use crate::point_to_point::Count;
 use crate::request::{Lent, Scope};
 
 use super::op::Operation;
-use super::{blocking, calls, immediate, CollectiveRequest};
+use super::{blocking, calls, immediate, shared, CollectiveRequest};
 
 /// The others' side of a rooted call has no buffer of the root's; these name its type.
 type NoBuffer = [u8];
@@ -31,6 +31,15 @@ pub trait Root {
     }
     fn try_broadcast_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<(), Error> {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        let checked = comm
+            .check_rank(root)
+            .map_err(|c| Error::new("broadcast_into", c))?;
+        // SAFETY: the buffer holds `byte_len` bytes of its elements, borrowed mutably for
+        // this whole call.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(buf.pointer_mut(), buf.byte_len()) };
+        if shared::try_broadcast(comm, checked, bytes, buf.datatype())? {
+            return Ok(());
+        }
         blocking(comm, "broadcast_into", || calls::broadcast(comm, root, buf))
     }
 

@@ -35,7 +35,11 @@ struct Choice {
 
 const BROADCAST: Choice = Choice {
     variable: "MPIRT_COLL_BCAST",
-    choices: &["binomial", "scatter_allgather"],
+    choices: &["shared_memory", "binomial", "scatter_allgather"],
+};
+const BARRIER: Choice = Choice {
+    variable: "MPIRT_COLL_BARRIER",
+    choices: &["shared_memory", "dissemination"],
 };
 const ALLREDUCE: Choice = Choice {
     variable: "MPIRT_COLL_ALLREDUCE",
@@ -71,7 +75,8 @@ const REDUCE_SCATTER: Choice = Choice {
     choices: &["ring", "reduce_scatter"],
 };
 
-const ALL: [&Choice; 8] = [
+const ALL: [&Choice; 9] = [
+    &BARRIER,
     &BROADCAST,
     &REDUCE,
     &ALLREDUCE,
@@ -117,12 +122,26 @@ pub(crate) enum Broadcast {
     ScatterAllgather,
 }
 
+/// Whether blocking barriers meet in the communicator's shared-memory area (when it has
+/// one), as they do by default or forced.
+pub(crate) fn barrier_in_shared_memory() -> Result<bool, Cause> {
+    Ok(matches!(BARRIER.forced()?, None | Some("shared_memory")))
+}
+
+/// Whether blocking broadcasts go through the communicator's shared-memory area (when it has
+/// one and the root's buffer fits), as they do by default or forced, never when another
+/// algorithm is forced.
+pub(crate) fn broadcast_in_shared_memory() -> Result<bool, Cause> {
+    Ok(matches!(BROADCAST.forced()?, None | Some("shared_memory")))
+}
+
 pub(crate) fn broadcast(bytes: usize, size: u32) -> Result<Broadcast, Cause> {
     Ok(match BROADCAST.forced()? {
         Some("binomial") => Broadcast::Binomial,
-        Some(_) => Broadcast::ScatterAllgather,
-        None if bytes <= BROADCAST_SHORT || size <= BROADCAST_FEW => Broadcast::Binomial,
-        None => Broadcast::ScatterAllgather,
+        Some("scatter_allgather") => Broadcast::ScatterAllgather,
+        // "shared_memory": for buffers too long for the area.
+        _ if bytes <= BROADCAST_SHORT || size <= BROADCAST_FEW => Broadcast::Binomial,
+        _ => Broadcast::ScatterAllgather,
     })
 }
 

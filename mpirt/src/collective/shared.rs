@@ -1,36 +1,48 @@
-//! All-reductions of short vectors among ranks of one host, through a memory area that every
-//! rank of the communicator maps: no messages, no matching, one flag per rank and call.
+//! Barriers, broadcasts and all-reductions of short vectors among ranks of one host, through
+//! a memory area that every rank of the communicator maps: no messages, no matching, one flag
+//! per rank and call (MPICH's release-gather and Open MPI's xhc work this way).
 //!
-//! Each rank owns two cells of the area and uses them by turns: for call k it writes its
-//! vector into cell k % 2, then publishes k in the cell's flag. Every rank waits for each flag
-//! of call k and reduces the vectors in rank order, so all ranks get the same result, in rank
-//! order for non-commutative operations. A rank writes call k + 2 over call k only once it has
-//! finished call k + 1, which needed every rank to have entered k + 1, hence to have finished
-//! reading call k: two cells per rank need no other handshake. That argument holds for
-//! blocking calls only (an immediate call may still be reading when its rank starts the
-//! next), so immediate all-reductions go by messages.
+//! Each rank owns two cells of the area and uses them by turns: for call k (every barrier,
+//! broadcast and all-reduce of the communicator counts) it writes its data into cell k % 2,
+//! then publishes k in the cell's flag. An all-reduce waits for each flag of call k and
+//! reduces the vectors in rank order, so all ranks get the same result, in rank order for
+//! non-commutative operations; a barrier waits for each flag and writes nothing; a broadcast's
+//! root writes its buffer, and the others wait for the root's flag, copy, and publish theirs.
+//! Before a rank writes its cell for call k it makes sure that every rank has published call
+//! k - 1 (usually known already: an all-reduce or a barrier saw every flag): a rank publishes
+//! k - 1 only once it has finished call k - 2, the last to read that cell. A broadcast's root,
+//! which waits for no one, so runs at most one call ahead of its slowest reader. Immediate
+//! collectives, whose ranks may start the next call while still reading, go by messages.
 //!
-//! The area is set up by the communicator's first blocking all-reduce, whatever its length:
-//! rank 0 creates a file under /dev/shm (named after the job, so that rsrun removes it if the
-//! job dies), writes a random token in it and broadcasts its name and the token; every rank
-//! maps it and checks the token (a rank on another host may find a file of that name that is
-//! not this one), and all agree whether every rank could, and on the call's length; the name
-//! is removed once agreed. Calls go by messages from then on if not every rank mapped it.
+//! A rank that has waited long enough sleeps on its futex word in the area, having said so in
+//! its sleeping word; whoever publishes a flag wakes the sleepers (a fence on each side: either
+//! the publisher sees the sleeper, or the sleeper sees the flag), so a wait ends a wake-up after
+//! the flag it waits for, not after a timeout.
 //!
-//! Every later blocking all-reduce meets in the area, even one too long for it: such a rank
-//! publishes its length with no data, so that ranks whose lengths disagree across the
-//! area's limit all get the same error instead of waiting for each other in two places;
-//! when every rank's vector is too long they go on by messages together.
+//! The area is set up by the communicator's first blocking barrier, broadcast or all-reduce,
+//! whatever its length: rank 0 creates a file under /dev/shm (named after the job, so that
+//! rsrun removes it if the job dies), writes a random token in it and broadcasts its name and
+//! the token; every rank maps it and checks the token (a rank on another host may find a file
+//! of that name that is not this one), and all agree whether every rank could, and on the
+//! call's length; the name is removed once agreed. Calls go by messages from then on if not
+//! every rank mapped it.
+//!
+//! Every later blocking barrier, broadcast or all-reduce meets in the area, even one too long
+//! for it: such a rank publishes its length with no data, so that ranks whose lengths disagree
+//! across the area's limit all get the same error instead of waiting for each other in two
+//! places; when the vectors (the root's buffer, for a broadcast) are too long they go on by
+//! messages together.
 
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use pml::shared_mapping::SharedMapping;
-use pml::Pml;
+use pml::transport::shm::futex;
+use pml::{Pml, TransportChoice};
 
 use crate::communicator::CommData;
 use crate::datatype::Datatype;
@@ -40,11 +52,16 @@ use crate::error::{Cause, Error};
 use super::op::{Operation, SystemOperation};
 use super::{blocking, calls, select};
 
-/// Longest vector, in bytes, an all-reduce sends through the area.
+/// Longest vector, in bytes, an all-reduce or a broadcast sends through the area.
 pub(crate) const SHARED_MAX: usize = 4096;
 /// A cell's flag and length, on a cache line of their own ahead of the vector; the area's
-/// token takes one such line ahead of the cells.
+/// token takes one such line ahead of the cells, and so do the ranks' sleeping words and
+/// their futex words (one line each: written only by a rank going to sleep or waking one).
 const HEADER: usize = 64;
+/// Where the sleeping words and the futex words start, and the first cell.
+const SLEEPING_AT: usize = HEADER;
+const FUTEX_AT: usize = 2 * HEADER;
+const CELLS_AT: usize = 3 * HEADER;
 /// Most ranks a communicator may have to use the area: every rank reads every rank's vector,
 /// so a call's work grows with the ranks, where recursive doubling's grows with their
 /// logarithm; 16 is a bound chosen to keep that read within a few cache lines per rank for
@@ -59,14 +76,14 @@ const TOKEN_BYTES: usize = 8;
 /// owes its peers (their sends to it, its immediate collectives).
 const PROGRESS_EVERY: u32 = 64;
 /// How long a waiting rank spins when every rank has a core of its own: a rank that waits
-/// here is usually waiting for a peer that was preempted, and yielding would not run that
-/// peer (it is on another core) but could hand this core to another process for a whole
-/// time slice (on a busy host, 10 ms here instead of 1 s left 8-byte latencies spread
-/// further). Only a wait for a peer that is computing lasts longer: then it yields, then it
-/// naps.
+/// here is usually waiting for a peer that was preempted, and sleeping would cost it a
+/// wake-up (on a busy host, 10 ms here instead of 1 s left 8-byte latencies spread further).
+/// Only a wait for a peer that is computing lasts longer: then it sleeps until woken. Ranks
+/// that share cores sleep at once, so that the peer they wait for runs.
 const SPIN_FOR: Duration = Duration::from_secs(1);
-const YIELD_FOR: Duration = Duration::from_millis(10);
-const NAP: Duration = Duration::from_micros(50);
+/// The longest one sleep lasts: the publisher of the flag wakes the sleeper, but messages for
+/// it (which a peer may need moved before it reaches the call) do not.
+const SLEEP: Duration = Duration::from_millis(1);
 /// Polls between two readings of the clock.
 const POLLS_PER_CLOCK: u32 = 256;
 
@@ -83,8 +100,10 @@ pub(crate) struct Area {
     map: SharedMapping,
     rank: u32,
     size: u32,
-    /// All-reductions run through the area so far.
+    /// Calls run through the area so far.
     calls: Cell<u64>,
+    /// The last call every rank is known to have published (see [`Area::guard_write`]).
+    reached: Cell<u64>,
     /// The engine's choice: when ranks share CPUs, a waiting rank yields at once so that the
     /// one it waits for runs.
     spins: bool,
@@ -115,7 +134,7 @@ impl std::fmt::Debug for AreaSlot {
 }
 
 fn area_bytes(size: u32) -> usize {
-    HEADER + 2 * CELL * size as usize
+    CELLS_AT + 2 * CELL * size as usize
 }
 
 /// The area's token, in its first line.
@@ -184,6 +203,7 @@ fn set_up(
         rank: comm.rank,
         size: comm.size,
         calls: Cell::new(0),
+        reached: Cell::new(0),
         spins,
     });
     Ok((area, disagreement))
@@ -239,14 +259,121 @@ fn agree(
 impl Area {
     /// The flag and the vector bytes of `rank`'s cell for calls of parity `phase`.
     fn cell(&self, rank: u32, phase: usize) -> (&Flag, *mut u8) {
-        let offset = (rank as usize * 2 + phase) * CELL;
-        debug_assert!(HEADER + offset + CELL <= self.map.len());
+        let offset = CELLS_AT + (rank as usize * 2 + phase) * CELL;
+        debug_assert!(offset + CELL <= self.map.len());
         // SAFETY: the cell lies inside the mapping (asserted), which is page aligned, so the
         // header is aligned for its atomics; other processes touch it only atomically.
         unsafe {
-            let base = self.map.base().as_ptr().add(HEADER + offset);
+            let base = self.map.base().as_ptr().add(offset);
             (&*base.cast::<Flag>(), base.add(HEADER))
         }
+    }
+
+    /// `rank`'s word among the words that start at `at` (its sleeping or futex word).
+    fn word(&self, at: usize, rank: u32) -> &AtomicU32 {
+        debug_assert!(rank < MAX_RANKS);
+        // SAFETY: `MAX_RANKS` words of 4 bytes fill the line at `at`, inside the mapping and
+        // 4-aligned (the mapping is page aligned); other processes touch them only atomically.
+        unsafe {
+            &*self
+                .map
+                .base()
+                .as_ptr()
+                .add(at + 4 * rank as usize)
+                .cast::<AtomicU32>()
+        }
+    }
+
+    /// Numbers the next call; returns it and the parity of the cells it uses.
+    fn next_call(&self) -> (u64, usize) {
+        let call = self.calls.get() + 1;
+        self.calls.set(call);
+        (call, (call % 2) as usize)
+    }
+
+    /// Waits until this rank may write its cell for `call`: every rank has published
+    /// `call - 1`, so has finished `call - 2`, the last call that read the cell.
+    fn guard_write(&self, call: u64) -> Result<(), Cause> {
+        let before = call - 1;
+        if self.reached.get() < before {
+            let phase = (before % 2) as usize;
+            for r in (0..self.size).filter(|&r| r != self.rank) {
+                self.wait_for(&self.cell(r, phase).0.call, before)?;
+            }
+            self.reached.set(before);
+        }
+        Ok(())
+    }
+
+    /// Publishes `call` in `flag` (this rank's), and wakes the ranks asleep in the area.
+    fn publish(&self, flag: &Flag, call: u64) {
+        flag.call.store(call, Ordering::Release);
+        // Pairs with the fence in `sleep`: either the sleeper sees the flag, or this sees it
+        // asleep and wakes it.
+        fence(Ordering::SeqCst);
+        for r in (0..self.size).filter(|&r| r != self.rank) {
+            if self.word(SLEEPING_AT, r).load(Ordering::Relaxed) != 0 {
+                let futex = self.word(FUTEX_AT, r);
+                futex.fetch_add(1, Ordering::Release);
+                futex::wake(futex);
+            }
+        }
+    }
+
+    /// Waits until every other rank's flag for `call` says it.
+    fn wait_for_all(&self, call: u64, phase: usize) -> Result<(), Cause> {
+        for r in (0..self.size).filter(|&r| r != self.rank) {
+            self.wait_for(&self.cell(r, phase).0.call, call)?;
+        }
+        self.reached.set(call);
+        Ok(())
+    }
+
+    /// Meets every rank of the communicator.
+    fn barrier(&self) -> Result<(), Cause> {
+        let (call, phase) = self.next_call();
+        self.publish(self.cell(self.rank, phase).0, call);
+        self.wait_for_all(call, phase)
+    }
+
+    /// `root`'s `buf` in every rank's `buf`; `false`, with nothing copied, when the root's
+    /// buffer is too long for the area (then every rank goes on by messages).
+    fn broadcast(&self, root: u32, buf: &mut [u8]) -> Result<bool, Cause> {
+        let (call, phase) = self.next_call();
+        let (flag, data) = self.cell(self.rank, phase);
+        if self.rank == root {
+            let fits = buf.len() <= SHARED_MAX;
+            self.guard_write(call)?;
+            if fits {
+                // SAFETY: this rank alone writes its cells, and no rank reads this one for
+                // this call before its flag says so, nor still for call - 2 (`guard_write`);
+                // the buffer fits the cell.
+                unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), data, buf.len()) };
+            }
+            flag.len.store(buf.len() as u64, Ordering::Relaxed);
+            self.publish(flag, call);
+            return Ok(fits);
+        }
+        let (root_flag, root_data) = self.cell(root, phase);
+        self.wait_for(&root_flag.call, call)?;
+        let len = root_flag.len.load(Ordering::Relaxed) as usize;
+        let outcome = if len > SHARED_MAX {
+            Ok(false)
+        } else if len != buf.len() {
+            Err(Cause::LengthDisagrees {
+                peer: root as i32,
+                expected: buf.len(),
+                got: len,
+            })
+        } else {
+            // SAFETY: the root published these `len` bytes for this call (the acquire load in
+            // `wait_for` orders them before this read), and does not write the cell again
+            // before this rank has published this call, below.
+            unsafe { std::ptr::copy_nonoverlapping(root_data, buf.as_mut_ptr(), len) };
+            Ok(true)
+        };
+        self.publish(flag, call);
+        outcome
     }
 
     /// `recv = send_0 ∘ send_1 ∘ … ∘ send_(n-1)` over every rank's `send`; `false`, with
@@ -260,17 +387,17 @@ impl Area {
     ) -> Result<bool, Cause> {
         debug_assert!(send.len() == recv.len());
         let fits = send.len() <= SHARED_MAX;
-        let call = self.calls.get() + 1;
-        self.calls.set(call);
-        let phase = (call % 2) as usize;
+        let (call, phase) = self.next_call();
         let (flag, data) = self.cell(self.rank, phase);
+        self.guard_write(call)?;
         if fits {
-            // SAFETY: this rank alone writes its cells, and no rank reads this one before its
-            // flag says `call` (see the module's notes); the vector fits the cell.
+            // SAFETY: this rank alone writes its cells, and no rank reads this one for this
+            // call before its flag says so, nor still for call - 2 (`guard_write`); the
+            // vector fits the cell.
             unsafe { std::ptr::copy_nonoverlapping(send.as_ptr(), data, send.len()) };
         }
         flag.len.store(send.len() as u64, Ordering::Relaxed);
-        flag.call.store(call, Ordering::Release);
+        self.publish(flag, call);
         // Every flag is awaited even after a disagreement, so that every rank leaves the call
         // having seen every length: then all of them report it, and none is still waiting.
         let mut disagreement = None;
@@ -307,39 +434,52 @@ impl Area {
                 op.apply(datatype, incoming, recv);
             }
         }
+        self.reached.set(call);
         match disagreement {
             Some(cause) => Err(cause),
             None => Ok(fits),
         }
     }
 
-    /// Waits until `flag` says `call`, moving messages on meanwhile.
+    /// Waits until `flag` says `call` (or a later call of the same cell), moving messages on
+    /// meanwhile.
     fn wait_for(&self, flag: &AtomicU64, call: u64) -> Result<(), Cause> {
         let spin = if self.spins { SPIN_FOR } else { Duration::ZERO };
         let mut polls = 0u32;
-        let mut idle = Duration::ZERO;
         let mut since = None;
-        while flag.load(Ordering::Acquire) != call {
+        while flag.load(Ordering::Acquire) < call {
             polls = polls.wrapping_add(1);
             if polls.is_multiple_of(PROGRESS_EVERY) {
                 // Steps the immediate collectives in flight too.
                 with_engine(|e| e.progress())?;
             }
-            if idle < spin {
-                if polls.is_multiple_of(POLLS_PER_CLOCK) {
-                    idle = since.get_or_insert_with(Instant::now).elapsed();
+            if polls.is_multiple_of(POLLS_PER_CLOCK) || spin.is_zero() {
+                let idle = since.get_or_insert_with(Instant::now).elapsed();
+                if idle >= spin {
+                    self.sleep(flag, call);
+                    with_engine(|e| e.progress())?;
+                    continue;
                 }
-                std::hint::spin_loop();
-                continue;
             }
-            idle = since.get_or_insert_with(Instant::now).elapsed();
-            if idle < spin + YIELD_FOR {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(NAP);
-            }
+            std::hint::spin_loop();
         }
         Ok(())
+    }
+
+    /// Sleeps until a publisher wakes this rank (or `SLEEP` passes), unless `flag` says
+    /// `call` already.
+    fn sleep(&self, flag: &AtomicU64, call: u64) {
+        let sleeping = self.word(SLEEPING_AT, self.rank);
+        let futex = self.word(FUTEX_AT, self.rank);
+        sleeping.store(1, Ordering::Relaxed);
+        let seen = futex.load(Ordering::Acquire);
+        // Pairs with the fence in `publish` (see there).
+        fence(Ordering::SeqCst);
+        if flag.load(Ordering::Acquire) < call {
+            // A wake after `seen` was read changed the word: this returns at once.
+            futex::wait(futex, seen, SLEEP);
+        }
+        sleeping.store(0, Ordering::Relaxed);
     }
 }
 
@@ -348,19 +488,21 @@ impl Area {
 fn area(comm: &CommData, operation: &'static str, bytes: usize) -> Result<Option<Rc<Area>>, Error> {
     let slot = &comm.area_slot().0;
     let untried = matches!(*slot.borrow(), AreaState::Untried);
-    if untried {
+    if untried && !over_shared_memory() {
+        *slot.borrow_mut() = AreaState::Unavailable;
+    } else if untried {
         let (area, disagreement) = set_up(comm, operation, bytes)?;
         // The evidence that areas are used: without it a broken set-up would pass unseen,
         // every call going by messages.
         if verbose() {
             eprintln!(
-                "mpirt: rank {}: all-reduce area of {} ranks {}",
+                "mpirt: rank {}: collective area of {} ranks {}",
                 comm.world_rank(comm.rank),
                 comm.size,
                 if area.is_some() {
                     "ready"
                 } else {
-                    "unavailable: all-reduces go by messages"
+                    "unavailable: collectives go by messages"
                 }
             );
         }
@@ -378,10 +520,67 @@ fn area(comm: &CommData, operation: &'static str, bytes: usize) -> Result<Option
     })
 }
 
+/// Whether the job's ranks on a host reach each other by shared memory: not when the job
+/// forced another transport (`MPIRT_TRANSPORT`, the same on every rank), whose paths the
+/// collectives then take too.
+fn over_shared_memory() -> bool {
+    matches!(
+        pml::EngineConfig::from_env().map(|c| c.transport),
+        Ok(TransportChoice::Auto | TransportChoice::Shm)
+    )
+}
+
 /// Whether `rsrun --verbose` (MPIRT_VERBOSE, read as the engine reads it) asked for the
 /// set-up choices.
 fn verbose() -> bool {
     matches!(std::env::var("MPIRT_VERBOSE").as_deref(), Ok(v) if !v.is_empty() && v != "0")
+}
+
+/// The communicator's area for a blocking `operation` of `bytes` on this rank, if it has one
+/// and the area serves the communicator; `wanted` says whether `operation`'s algorithm is the
+/// area's (the same on every rank: it must not depend on a rank's length).
+fn usable_area(
+    comm: &CommData,
+    operation: &'static str,
+    wanted: Result<bool, Cause>,
+    bytes: usize,
+) -> Result<Option<Rc<Area>>, Error> {
+    let wanted = wanted.map_err(|cause| Error::new(operation, cause))?;
+    if !wanted || comm.size == 1 || comm.size > MAX_RANKS {
+        return Ok(None);
+    }
+    area(comm, operation, bytes)
+}
+
+/// Runs a blocking barrier through the area; `false` if it must go by messages instead.
+pub(crate) fn try_barrier(comm: &CommData) -> Result<bool, Error> {
+    const OPERATION: &str = "barrier";
+    let Some(area) = usable_area(comm, OPERATION, select::barrier_in_shared_memory(), 0)? else {
+        return Ok(false);
+    };
+    area.barrier()
+        .map_err(|cause| Error::new(OPERATION, cause))?;
+    Ok(true)
+}
+
+/// Runs a blocking broadcast from `root` (a rank of `comm`) through the area; `false` if it
+/// must go by messages instead.
+pub(crate) fn try_broadcast(
+    comm: &CommData,
+    root: u32,
+    buf: &mut [u8],
+    datatype: Datatype,
+) -> Result<bool, Error> {
+    const OPERATION: &str = "broadcast_into";
+    let wanted = select::broadcast_in_shared_memory();
+    if datatype.needs_check() {
+        return Ok(false);
+    }
+    let Some(area) = usable_area(comm, OPERATION, wanted, buf.len())? else {
+        return Ok(false);
+    };
+    area.broadcast(root, buf)
+        .map_err(|cause| Error::new(OPERATION, cause))
 }
 
 /// Runs a blocking all-reduce through the area; `false` if it must go by messages instead.
@@ -394,12 +593,11 @@ pub(crate) fn try_all_reduce(
     op: &dyn Operation,
 ) -> Result<bool, Error> {
     const OPERATION: &str = "all_reduce_into";
-    let wanted =
-        select::allreduce_in_shared_memory().map_err(|cause| Error::new(OPERATION, cause))?;
-    if !wanted || comm.size == 1 || comm.size > MAX_RANKS || datatype.needs_check() {
+    let wanted = select::allreduce_in_shared_memory();
+    if datatype.needs_check() {
         return Ok(false);
     }
-    let Some(area) = area(comm, OPERATION, send.len())? else {
+    let Some(area) = usable_area(comm, OPERATION, wanted, send.len())? else {
         return Ok(false);
     };
     area.all_reduce(send, recv, datatype, op)

@@ -17,7 +17,7 @@
 //! byte into (see [`ShmTransport::wake_fd`]).
 
 mod cma;
-mod futex;
+pub mod futex;
 mod peer_arena;
 mod peers;
 mod ring;

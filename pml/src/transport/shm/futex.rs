@@ -1,4 +1,5 @@
-//! Shared (cross-process) futex calls on words that live in the segment.
+//! Shared (cross-process) futex calls on words that live in memory that processes map from
+//! one file: the segment, and mpirt's shared-memory collective areas.
 //!
 //! Deliberately not FUTEX_PRIVATE_FLAG: waiter and waker are different processes that map the
 //! same tmpfs file, so the kernel must key the futex on the file page, not on one address space.
@@ -9,7 +10,7 @@ use std::time::Duration;
 /// Sleeps while `*word == expected`, at most `timeout`. Any return (woken, value already
 /// changed, timeout, signal) is fine: callers re-check their condition. Returns whether the
 /// sleep ran to its timeout.
-pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> bool {
+pub fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> bool {
     let ts = libc::timespec {
         tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
@@ -31,7 +32,7 @@ pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> bool {
 }
 
 /// Wakes the (single) process sleeping on `word`, if any.
-pub(crate) fn wake(word: &AtomicU32) {
+pub fn wake(word: &AtomicU32) {
     // SAFETY: `word` is a live, aligned atomic; FUTEX_WAKE does not access user memory beyond
     // using the address as a key.
     unsafe {
