@@ -97,12 +97,16 @@ impl Drop for Universe {
         if let Err(e) = flushed {
             fatal(e);
         }
+        // An immediate barrier on every rank, as the ranks with buffered sends in flight
+        // need one: a blocking barrier (which may meet in a shared-memory area) would not
+        // match theirs. Those sends must arrive though nothing waits for them (as
+        // `MPI_Finalize`), and one that no rank received must not keep the job waiting for
+        // ever.
+        let everyone = self.world.immediate_barrier();
         if buffered_in_flight() {
-            // They must arrive though nothing waits for them (as `MPI_Finalize`), and one
-            // that no rank received must not keep the job waiting for ever.
-            finish_buffered_at_finalize(self.world.immediate_barrier());
-        } else if let Err(e) = self.world.try_barrier() {
-            fatal(e);
+            finish_buffered_at_finalize(everyone);
+        } else {
+            everyone.wait();
         }
         let runtime = RUNTIME.with(|slot| slot.borrow_mut().take());
         if let Some(mut runtime) = runtime {
