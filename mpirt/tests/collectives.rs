@@ -585,8 +585,21 @@ fn shared_areas_do_not_cross(world: &SimpleCommunicator) {
             } else {
                 [Affine::default(); 3]
             };
-            comm.process_at_rank(root).broadcast_into(&mut buf[..]);
+            let root_process = comm.process_at_rank(root);
+            root_process.broadcast_into(&mut buf[..]);
             assert_eq!(buf, sent, "broadcast {call} from {root} of {}", comm.size());
+            if comm.rank() == root {
+                let mut got = [Affine::default(); 3];
+                root_process.reduce_into_root(&mine[..], &mut got[..], &op);
+                assert_eq!(
+                    got,
+                    [expected; 3],
+                    "reduce {call} to {root} of {}",
+                    comm.size()
+                );
+            } else {
+                root_process.reduce_into(&mine[..], &op);
+            }
             comm.barrier();
         }
     }
@@ -1068,6 +1081,23 @@ fn mismatched_all_reduce(world: &SimpleCommunicator) {
     world.all_reduce_into(&1.0f64, &mut sum, SystemOperation::sum());
     assert_eq!(sum, f64::from(world.size()));
     mismatch("after a warm-up");
+    // The rooted calls: the root's length fits the area, rank 1's does not.
+    let send = vec![1.0f64; n];
+    let root = world.process_at_rank(0);
+    let reduced = if world.rank() == 0 {
+        let mut recv = vec![0.0f64; n];
+        root.try_reduce_into_root(&send[..], &mut recv[..], SystemOperation::sum())
+    } else {
+        root.try_reduce_into(&send[..], SystemOperation::sum())
+    };
+    println!("reduce: {}", reduced.unwrap_err());
+    let mut buf = vec![2.0f64; n];
+    match root.try_broadcast_into(&mut buf[..]) {
+        Ok(()) => assert_eq!(world.rank(), 0, "only the root cannot tell"),
+        Err(e) => println!("broadcast: {e}"),
+    }
+    world.all_reduce_into(&1.0f64, &mut sum, SystemOperation::sum());
+    assert_eq!(sum, f64::from(world.size()), "the area still works");
     world.barrier();
     if world.rank() == 0 {
         let mine = format!("-coll-{}-", std::process::id());
@@ -1171,11 +1201,13 @@ fn every_algorithm_forced() {
         ("MPIRT_COLL_SCATTER", "linear"),
         ("MPIRT_COLL_REDUCE_SCATTER", "reduce_scatter"),
         ("MPIRT_COLL_BCAST", "scatter_allgather"),
+        ("MPIRT_COLL_REDUCE", "binomial"),
     ];
     let fourth = [
         ("MPIRT_COLL_ALLREDUCE", "shared_memory"),
         ("MPIRT_COLL_BCAST", "shared_memory"),
         ("MPIRT_COLL_BARRIER", "shared_memory"),
+        ("MPIRT_COLL_REDUCE", "shared_memory"),
     ];
     let third = [
         ("MPIRT_COLL_REDUCE", "reduce_scatter_gather"),
@@ -1237,7 +1269,7 @@ fn bad_input_is_an_error_naming_rank_operation_and_cause() {
 }
 
 #[test]
-fn all_reduce_lengths_disagreeing_across_the_shared_area_limit_are_an_error() {
+fn lengths_disagreeing_across_the_shared_area_limit_are_an_error() {
     let (out, _) = ok_job_with(2, "mismatched-allreduce", &[]);
     for when in ["first call", "after a warm-up"] {
         for expected in [
@@ -1247,6 +1279,13 @@ fn all_reduce_lengths_disagreeing_across_the_shared_area_limit_are_an_error() {
             let line = format!("{when}: {expected}");
             assert!(out.contains(&line), "missing {line:?} in\n{out}");
         }
+    }
+    for line in [
+        "reduce: rank 0: reduce_into_root: rank 1 sent 4104 bytes where this rank expected 4096",
+        "reduce: rank 1: reduce_into: rank 0 sent 4096 bytes where this rank expected 4104",
+        "broadcast: rank 1: broadcast_into: rank 0 sent 4096 bytes where this rank expected 4104",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in\n{out}");
     }
     assert!(out.contains("area files left: 0"), "{out}");
 }

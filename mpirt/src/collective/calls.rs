@@ -359,6 +359,30 @@ where
     R: BufferMut + ?Sized,
     O: Operation + 'a,
 {
+    let (root, datatype) = check_reduce(comm, root, send, recv.as_deref(), &op)?;
+    let (len, element) = (send.byte_len(), datatype.size());
+    let plan = build::reduce(ranks(comm), root, len, element, op.is_commutative())?;
+    let call = match recv {
+        Some(recv) => Call::new(plan, both(send, recv), datatype),
+        None => Call::new(plan, sending(send), datatype),
+    };
+    Ok(call.reducing(op))
+}
+
+/// Checks a reduction to `root` (`recv` is the root's and only the root's); returns the
+/// root's index and the elements' type.
+pub(crate) fn check_reduce<S, R, O>(
+    comm: &CommData,
+    root: Rank,
+    send: &S,
+    recv: Option<&R>,
+    op: &O,
+) -> Result<(u32, Datatype), Cause>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
     let root = check_root(
         comm,
         root,
@@ -366,17 +390,11 @@ where
         "the root calls reduce_into_root, the others reduce_into",
     )?;
     op.check(send.datatype())?;
-    let (len, element) = (send.byte_len(), send.datatype().size());
-    let plan = build::reduce(ranks(comm), root, len, element, op.is_commutative())?;
-    let call = match recv {
-        Some(recv) => {
-            let datatype = same_type(send.datatype(), recv.datatype())?;
-            expect_count("the receive buffer", send.count(), recv.count())?;
-            Call::new(plan, both(send, recv), datatype)
-        }
-        None => Call::new(plan, sending(send), send.datatype()),
-    };
-    Ok(call.reducing(op))
+    if let Some(recv) = recv {
+        same_type(send.datatype(), recv.datatype())?;
+        expect_count("the receive buffer", send.count(), recv.count())?;
+    }
+    Ok((root, send.datatype()))
 }
 
 /// A gather to `root`; `recv` is the root's and only the root's.

@@ -1,14 +1,14 @@
 //! Collective operations, shaped like rsmpi's: [`CommunicatorCollectives`] on every
 //! communicator, [`Root`] on the process that roots a rooted collective.
 //!
-//! Each call checks its buffers, plans this rank's part of the chosen algorithm (see
-//! `select` for the choices and `MPIRT_COLL_*` to force one) and runs the plan; blocking
-//! barriers, and short blocking broadcasts and all-reductions, among ranks of one host go
+//! Each call checks its buffers, plans this rank's part of the chosen algorithm (see `select`
+//! for the choices and `MPIRT_COLL_*` to force one) and runs the plan; blocking barriers, and
+//! short blocking broadcasts, reductions and all-reductions, among ranks of one host go
 //! through a shared-memory area instead (`shared`). Collective traffic uses negative tags,
 //! which no user receive can match, and each call on a communicator takes the next tag of a
 //! per-communicator sequence: successive (or overlapping immediate) collectives never take
-//! each other's messages, since every rank calls the collectives of a communicator in the
-//! same order.
+//! each other's messages, since every rank calls the collectives of a communicator in the same
+//! order.
 
 use crate::communicator::CommData;
 use crate::error::{Cause, Error};

@@ -53,6 +53,14 @@ pub trait Root {
         op: O,
     ) -> Result<(), Error> {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        let (checked, datatype) = calls::check_reduce(comm, root, send, None::<&NoBuffer>, &op)
+            .map_err(|c| Error::new("reduce_into", c))?;
+        // SAFETY: the buffer holds `byte_len` bytes of its elements, borrowed for this whole
+        // call.
+        let send_bytes = unsafe { std::slice::from_raw_parts(send.pointer(), send.byte_len()) };
+        if shared::try_reduce(comm, checked, send_bytes, None, datatype, &op)? {
+            return Ok(());
+        }
         blocking(comm, "reduce_into", || {
             calls::reduce(comm, root, send, None::<&mut NoBuffer>, &op)
         })
@@ -74,6 +82,19 @@ pub trait Root {
         O: Operation,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        let (checked, datatype) = calls::check_reduce(comm, root, send, Some(&*recv), &op)
+            .map_err(|c| Error::new("reduce_into_root", c))?;
+        // SAFETY: the buffers hold `byte_len` bytes of their elements, borrowed (the receive
+        // buffer mutably) for this whole call, and are distinct borrows.
+        let (send_bytes, recv_bytes) = unsafe {
+            (
+                std::slice::from_raw_parts(send.pointer(), send.byte_len()),
+                std::slice::from_raw_parts_mut(recv.pointer_mut(), recv.byte_len()),
+            )
+        };
+        if shared::try_reduce(comm, checked, send_bytes, Some(recv_bytes), datatype, &op)? {
+            return Ok(());
+        }
         blocking(comm, "reduce_into_root", || {
             calls::reduce(comm, root, send, Some(recv), &op)
         })

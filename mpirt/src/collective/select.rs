@@ -68,7 +68,7 @@ const SCATTER: Choice = Choice {
 };
 const REDUCE: Choice = Choice {
     variable: "MPIRT_COLL_REDUCE",
-    choices: &["binomial", "reduce_scatter_gather"],
+    choices: &["shared_memory", "binomial", "reduce_scatter_gather"],
 };
 const REDUCE_SCATTER: Choice = Choice {
     variable: "MPIRT_COLL_REDUCE_SCATTER",
@@ -151,12 +151,20 @@ pub(crate) enum Reduce {
     ReduceScatterGather,
 }
 
+/// Whether blocking reductions to a root go through the communicator's shared-memory area
+/// (when it has one and the vectors fit), as they do by default or forced, never when another
+/// algorithm is forced.
+pub(crate) fn reduce_in_shared_memory() -> Result<bool, Cause> {
+    Ok(matches!(REDUCE.forced()?, None | Some("shared_memory")))
+}
+
 pub(crate) fn reduce(bytes: usize) -> Result<Reduce, Cause> {
     Ok(match REDUCE.forced()? {
         Some("binomial") => Reduce::Binomial,
-        Some(_) => Reduce::ReduceScatterGather,
-        None if bytes <= REDUCE_LONG => Reduce::Binomial,
-        None => Reduce::ReduceScatterGather,
+        Some("reduce_scatter_gather") => Reduce::ReduceScatterGather,
+        // "shared_memory": for vectors too long for the area.
+        _ if bytes <= REDUCE_LONG => Reduce::Binomial,
+        _ => Reduce::ReduceScatterGather,
     })
 }
 

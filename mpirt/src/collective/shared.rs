@@ -1,37 +1,45 @@
-//! Barriers, broadcasts and all-reductions of short vectors among ranks of one host, through
-//! a memory area that every rank of the communicator maps: no messages, no matching, one flag
-//! per rank and call (MPICH's release-gather and Open MPI's xhc work this way).
+//! Barriers, and broadcasts, reductions and all-reductions of short vectors, among ranks of
+//! one host, through a memory area that every rank of the communicator maps: no messages, no
+//! matching, one flag per rank and call (MPICH's release-gather and Open MPI's xhc work this
+//! way).
 //!
 //! Each rank owns two cells of the area and uses them by turns: for call k (every barrier,
-//! broadcast and all-reduce of the communicator counts) it writes its data into cell k % 2,
-//! then publishes k in the cell's flag. An all-reduce waits for each flag of call k and
-//! reduces the vectors in rank order, so all ranks get the same result, in rank order for
-//! non-commutative operations; a barrier waits for each flag and writes nothing; a broadcast's
-//! root writes its buffer, and the others wait for the root's flag, copy, and publish theirs.
+//! broadcast, reduction and all-reduce of the communicator counts) it writes its data into
+//! cell k % 2, then publishes k in the cell's flag. An all-reduce waits for each flag of call
+//! k and reduces the vectors in rank order, so all ranks get the same result, in rank order
+//! for non-commutative operations; a reduction does the same on its root alone, the others
+//! leaving once they published; a barrier waits for each flag and writes nothing; a
+//! broadcast's root writes its buffer, and the others wait for the root's flag, copy, and
+//! publish theirs.
+//!
 //! Before a rank writes its cell for call k it makes sure that every rank has published call
-//! k - 1 (usually known already: an all-reduce or a barrier saw every flag): a rank publishes
-//! k - 1 only once it has finished call k - 2, the last to read that cell. A broadcast's root,
-//! which waits for no one, so runs at most one call ahead of its slowest reader. Immediate
+//! k-1 (usually known already: an all-reduce or a barrier saw every flag): a rank publishes
+//! k-1 only once it has finished call k-2, the last to read that cell. A broadcast's root,
+//! which waits for no one, thus runs at most one call ahead of its slowest reader. Immediate
 //! collectives, whose ranks may start the next call while still reading, go by messages.
 //!
+//! A reduction's ranks whose vectors are too long for the area wait for the root's verdict
+//! (published once it has seen every length): all too long, by messages together, or the
+//! lengths disagree, an error.
+//!
 //! A rank that has waited long enough sleeps on its futex word in the area, having said so in
-//! its sleeping word; whoever publishes a flag wakes the sleepers (a fence on each side: either
-//! the publisher sees the sleeper, or the sleeper sees the flag), so a wait ends a wake-up after
-//! the flag it waits for, not after a timeout.
+//! its sleeping word; whoever publishes a flag wakes the sleepers (a fence on each side:
+//! either the publisher sees the sleeper, or the sleeper sees the flag), so a wait ends a
+//! wake-up after the flag it waits for, not after a timeout.
 //!
-//! The area is set up by the communicator's first blocking barrier, broadcast or all-reduce,
-//! whatever its length: rank 0 creates a file under /dev/shm (named after the job, so that
-//! rsrun removes it if the job dies), writes a random token in it and broadcasts its name and
-//! the token; every rank maps it and checks the token (a rank on another host may find a file
-//! of that name that is not this one), and all agree whether every rank could, and on the
-//! call's length; the name is removed once agreed. Calls go by messages from then on if not
-//! every rank mapped it.
+//! The area is set up by the communicator's first blocking barrier, broadcast, reduction or
+//! all-reduce, whatever its length: rank 0 creates a file under /dev/shm (named after the job,
+//! so that rsrun removes it if the job dies), writes a random token in it and broadcasts its
+//! name and the token; every rank maps it and checks the token (a rank on another host may
+//! find a file of that name that is not this one), and all agree whether every rank could, and
+//! on the call's length; the name is removed once agreed. Calls go by messages from then on if
+//! not every rank mapped it.
 //!
-//! Every later blocking barrier, broadcast or all-reduce meets in the area, even one too long
-//! for it: such a rank publishes its length with no data, so that ranks whose lengths disagree
-//! across the area's limit all get the same error instead of waiting for each other in two
-//! places; when the vectors (the root's buffer, for a broadcast) are too long they go on by
-//! messages together.
+//! Every later blocking barrier, broadcast, reduction or all-reduce meets in the area, even
+//! one too long for it: such a rank publishes its length with no data, so that ranks whose
+//! lengths disagree across the area's limit all get the same error instead of waiting for each
+//! other in two places; when the vectors (the root's buffer, for a broadcast) are too long
+//! they go on by messages together.
 
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map::RandomState;
@@ -52,7 +60,7 @@ use crate::error::{Cause, Error};
 use super::op::{Operation, SystemOperation};
 use super::{blocking, calls, select};
 
-/// Longest vector, in bytes, an all-reduce or a broadcast sends through the area.
+/// Longest vector, in bytes, a broadcast, reduction or all-reduce sends through the area.
 pub(crate) const SHARED_MAX: usize = 4096;
 /// A cell's flag and length, on a cache line of their own ahead of the vector; the area's
 /// token takes one such line ahead of the cells, and so do the ranks' sleeping words and
@@ -93,7 +101,15 @@ struct Flag {
     /// The call whose vector the cell holds (0 before the first).
     call: AtomicU64,
     len: AtomicU64,
+    /// A reduction root's verdict on call k: `k * VERDICTS` plus one of the verdicts.
+    verdict: AtomicU64,
 }
+
+/// The verdicts a reduction's root publishes for the ranks whose vectors did not fit.
+const VERDICTS: u64 = 4;
+const REDUCED: u64 = 1;
+const BY_MESSAGES: u64 = 2;
+const DISAGREED: u64 = 3;
 
 /// This rank's view of a communicator's area.
 pub(crate) struct Area {
@@ -305,9 +321,10 @@ impl Area {
         Ok(())
     }
 
-    /// Publishes `call` in `flag` (this rank's), and wakes the ranks asleep in the area.
-    fn publish(&self, flag: &Flag, call: u64) {
-        flag.call.store(call, Ordering::Release);
+    /// Publishes `value` in `word` (one of this rank's), and wakes the ranks asleep in the
+    /// area.
+    fn publish(&self, word: &AtomicU64, value: u64) {
+        word.store(value, Ordering::Release);
         // Pairs with the fence in `sleep`: either the sleeper sees the flag, or this sees it
         // asleep and wakes it.
         fence(Ordering::SeqCst);
@@ -332,7 +349,7 @@ impl Area {
     /// Meets every rank of the communicator.
     fn barrier(&self) -> Result<(), Cause> {
         let (call, phase) = self.next_call();
-        self.publish(self.cell(self.rank, phase).0, call);
+        self.publish(&self.cell(self.rank, phase).0.call, call);
         self.wait_for_all(call, phase)
     }
 
@@ -351,7 +368,7 @@ impl Area {
                 unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), data, buf.len()) };
             }
             flag.len.store(buf.len() as u64, Ordering::Relaxed);
-            self.publish(flag, call);
+            self.publish(&flag.call, call);
             return Ok(fits);
         }
         let (root_flag, root_data) = self.cell(root, phase);
@@ -372,22 +389,14 @@ impl Area {
             unsafe { std::ptr::copy_nonoverlapping(root_data, buf.as_mut_ptr(), len) };
             Ok(true)
         };
-        self.publish(flag, call);
+        self.publish(&flag.call, call);
         outcome
     }
 
-    /// `recv = send_0 ∘ send_1 ∘ … ∘ send_(n-1)` over every rank's `send`; `false`, with
-    /// nothing reduced, when every rank's vector is too long for the area.
-    fn all_reduce(
-        &self,
-        send: &[u8],
-        recv: &mut [u8],
-        datatype: Datatype,
-        op: &dyn Operation,
-    ) -> Result<bool, Cause> {
-        debug_assert!(send.len() == recv.len());
+    /// Writes this rank's `send` for `call` into its cell (unless it is too long for it: then
+    /// the length alone) and publishes it; whether it fit.
+    fn contribute(&self, call: u64, phase: usize, send: &[u8]) -> Result<bool, Cause> {
         let fits = send.len() <= SHARED_MAX;
-        let (call, phase) = self.next_call();
         let (flag, data) = self.cell(self.rank, phase);
         self.guard_write(call)?;
         if fits {
@@ -397,48 +406,122 @@ impl Area {
             unsafe { std::ptr::copy_nonoverlapping(send.as_ptr(), data, send.len()) };
         }
         flag.len.store(send.len() as u64, Ordering::Relaxed);
-        self.publish(flag, call);
-        // Every flag is awaited even after a disagreement, so that every rank leaves the call
-        // having seen every length: then all of them report it, and none is still waiting.
-        let mut disagreement = None;
+        self.publish(&flag.call, call);
+        Ok(fits)
+    }
+
+    /// The first rank whose published length for the call in cells `phase` (which every
+    /// rank has published) is not `len`.
+    fn disagreement(&self, phase: usize, len: usize) -> Option<Cause> {
+        (0..self.size).filter(|&r| r != self.rank).find_map(|r| {
+            let got = self.cell(r, phase).0.len.load(Ordering::Relaxed) as usize;
+            (got != len).then_some(Cause::LengthDisagrees {
+                peer: r as i32,
+                expected: len,
+                got,
+            })
+        })
+    }
+
+    /// `recv = send_0 ∘ send_1 ∘ … ∘ send_(n-1)`, this rank's `send` and the others' cells
+    /// `phase`, which every rank has published, all of `send`'s length.
+    fn fold(
+        &self,
+        phase: usize,
+        send: &[u8],
+        recv: &mut [u8],
+        datatype: Datatype,
+        op: &dyn Operation,
+    ) {
         // From the last rank down, each vector applied from the left keeps rank order.
         for r in (0..self.size).rev() {
             let incoming = if r == self.rank {
                 send
             } else {
-                let (flag, data) = self.cell(r, phase);
-                self.wait_for(&flag.call, call)?;
-                let len = flag.len.load(Ordering::Relaxed) as usize;
-                if len != send.len() {
-                    disagreement.get_or_insert(Cause::LengthDisagrees {
-                        peer: r as i32,
-                        expected: send.len(),
-                        got: len,
-                    });
-                }
-                if disagreement.is_some() || !fits {
-                    continue;
-                }
-                // SAFETY: rank r published these `len` bytes (no more than the cell holds,
-                // as they equal this rank's, which fit) for this call (the acquire load in
-                // `wait_for` orders them before this read), and does not write the cell
-                // again before this rank has finished this call.
-                unsafe { std::slice::from_raw_parts(data, len) }
+                // SAFETY: rank r published `send.len()` bytes (its length equals this rank's,
+                // which fit the cell) for this call (the acquire load in `wait_for` ordered
+                // them before this read), and does not write the cell again before this rank
+                // has finished this call (`guard_write`).
+                unsafe { std::slice::from_raw_parts(self.cell(r, phase).1, send.len()) }
             };
-            if disagreement.is_some() || !fits {
-                continue;
-            }
             if r == self.size - 1 {
                 recv.copy_from_slice(incoming);
             } else {
                 op.apply(datatype, incoming, recv);
             }
         }
-        self.reached.set(call);
-        match disagreement {
-            Some(cause) => Err(cause),
-            None => Ok(fits),
+    }
+
+    /// `recv = send_0 ∘ send_1 ∘ … ∘ send_(n-1)` over every rank's `send`; `false`, with
+    /// nothing reduced, when every rank's vector is too long for the area. Every flag is
+    /// awaited even after a disagreement, so that every rank leaves the call having seen
+    /// every length: then all of them report it, and none is still waiting.
+    fn all_reduce(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        datatype: Datatype,
+        op: &dyn Operation,
+    ) -> Result<bool, Cause> {
+        debug_assert!(send.len() == recv.len());
+        let (call, phase) = self.next_call();
+        let fits = self.contribute(call, phase, send)?;
+        self.wait_for_all(call, phase)?;
+        if let Some(cause) = self.disagreement(phase, send.len()) {
+            return Err(cause);
         }
+        if fits {
+            self.fold(phase, send, recv, datatype, op);
+        }
+        Ok(fits)
+    }
+
+    /// The reduction of every rank's `send` in the root's `recv` (`Some` on the root only);
+    /// `false`, with nothing reduced, when every rank's vector is too long for the area. A
+    /// rank whose vector fit leaves once it is published; one whose vector did not waits
+    /// for the root's verdict (by messages together, or an error: the lengths disagree),
+    /// which the root gives once it has seen every length.
+    fn reduce(
+        &self,
+        root: u32,
+        send: &[u8],
+        recv: Option<&mut [u8]>,
+        datatype: Datatype,
+        op: &dyn Operation,
+    ) -> Result<bool, Cause> {
+        let (call, phase) = self.next_call();
+        let fits = self.contribute(call, phase, send)?;
+        let root_flag = self.cell(root, phase).0;
+        let Some(recv) = recv else {
+            if fits {
+                return Ok(true);
+            }
+            self.wait_for(&root_flag.verdict, call * VERDICTS)?;
+            return match root_flag.verdict.load(Ordering::Acquire) % VERDICTS {
+                BY_MESSAGES => Ok(false),
+                _ => Err(Cause::LengthDisagrees {
+                    peer: root as i32,
+                    expected: send.len(),
+                    got: root_flag.len.load(Ordering::Relaxed) as usize,
+                }),
+            };
+        };
+        debug_assert!(send.len() == recv.len());
+        self.wait_for_all(call, phase)?;
+        let disagreement = self.disagreement(phase, send.len());
+        let verdict = match (&disagreement, fits) {
+            (Some(_), _) => DISAGREED,
+            (None, false) => BY_MESSAGES,
+            (None, true) => REDUCED,
+        };
+        self.publish(&root_flag.verdict, call * VERDICTS + verdict);
+        if let Some(cause) = disagreement {
+            return Err(cause);
+        }
+        if fits {
+            self.fold(phase, send, recv, datatype, op);
+        }
+        Ok(fits)
     }
 
     /// Waits until `flag` says `call` (or a later call of the same cell), moving messages on
@@ -581,6 +664,33 @@ pub(crate) fn try_broadcast(
     };
     area.broadcast(root, buf)
         .map_err(|cause| Error::new(OPERATION, cause))
+}
+
+/// Runs a blocking reduction to `root` (a rank of `comm`) through the area; `recv` is the
+/// root's and only the root's, checked against `send` by the caller; `false` if it must go
+/// by messages instead.
+pub(crate) fn try_reduce(
+    comm: &CommData,
+    root: u32,
+    send: &[u8],
+    recv: Option<&mut [u8]>,
+    datatype: Datatype,
+    op: &dyn Operation,
+) -> Result<bool, Error> {
+    let operation = if recv.is_some() {
+        "reduce_into_root"
+    } else {
+        "reduce_into"
+    };
+    let wanted = select::reduce_in_shared_memory();
+    if datatype.needs_check() {
+        return Ok(false);
+    }
+    let Some(area) = usable_area(comm, operation, wanted, send.len())? else {
+        return Ok(false);
+    };
+    area.reduce(root, send, recv, datatype, op)
+        .map_err(|cause| Error::new(operation, cause))
 }
 
 /// Runs a blocking all-reduce through the area; `false` if it must go by messages instead.
