@@ -49,6 +49,17 @@ fn rank_mode() {
             println!("error: {e}");
         }
         "mismatched-allreduce" => mismatched_all_reduce(&world),
+        "area-wakes" => {
+            // Rank 1 comes late to each barrier, so rank 0 waits in the area; its counts
+            // are printed when the communicator, and its area, go.
+            let dup = world.duplicate();
+            for _ in 0..30 {
+                if dup.rank() == 1 {
+                    std::thread::sleep(std::time::Duration::from_millis(3));
+                }
+                dup.barrier();
+            }
+        }
         "describe" => println!("rank {}: {}", world.rank(), universe.description()),
         "context-reuse" => {
             // More communicators than there are context ids, one at a time: ids must be
@@ -1315,6 +1326,33 @@ fn ranks_sharing_one_cpu_sleep_and_bound_ranks_spin() {
         out.contains("rank 1: ") && !out.contains("waits sleep"),
         "{out}"
     );
+}
+
+/// A rank waiting in the shared-memory area sleeps (ranks sharing one CPU sleep at once),
+/// and the flag's publisher wakes it: while rank 1 takes 3 ms before each of 30 barriers,
+/// rank 0's sleeps end by the publisher's wake, and none runs to its timeout with the flag
+/// already published (a lost wake-up). Counted, not timed.
+#[test]
+fn a_rank_sleeping_in_the_area_is_woken_by_the_flag() {
+    let shared = Launch::RsrunOn {
+        cpus: "0",
+        args: &["--bind-to", "core"],
+    };
+    let (_, err) = ok_job_on(shared, 2, "area-wakes", &[("MPIRT_VERBOSE", "1")]);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("mpirt: collective area, rank 0 of 2: "))
+        .unwrap_or_else(|| panic!("no counts from rank 0 in\n{err}"));
+    let counts: Vec<u64> = line
+        .split([':', ','])
+        .filter_map(|part| part.split_whitespace().next()?.parse().ok())
+        .collect();
+    let [slept, woken, lost] = counts[..] else {
+        panic!("{line}");
+    };
+    println!("{line}");
+    assert_eq!(lost, 0, "{line}");
+    assert!(woken >= 15 && slept >= woken, "{line}");
 }
 
 #[test]

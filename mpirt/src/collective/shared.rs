@@ -75,6 +75,8 @@ const CELLS_AT: usize = 3 * HEADER;
 /// logarithm; 16 is a bound chosen to keep that read within a few cache lines per rank for
 /// the short vectors that come here, not a measured crossover.
 const MAX_RANKS: u32 = 16;
+// Every rank's sleeping word, and every rank's futex word, fit one line.
+const _: () = assert!(MAX_RANKS as usize * 4 <= HEADER);
 const CELL: usize = HEADER + SHARED_MAX;
 /// Room for the area's name in the broadcast that shares it.
 const NAME_BYTES: usize = 64;
@@ -85,7 +87,8 @@ const TOKEN_BYTES: usize = 8;
 const PROGRESS_EVERY: u32 = 64;
 /// How long a waiting rank spins when every rank has a core of its own: a rank that waits
 /// here is usually waiting for a peer that was preempted, and sleeping would cost it a
-/// wake-up (on a busy host, 10 ms here instead of 1 s left 8-byte latencies spread further).
+/// wake-up (a spin of 10 ms rather than 1 s left 8-byte latencies on a busy host spread
+/// further).
 /// Only a wait for a peer that is computing lasts longer: then it sleeps until woken. Ranks
 /// that share cores sleep at once, so that the peer they wait for runs.
 const SPIN_FOR: Duration = Duration::from_secs(1);
@@ -120,9 +123,22 @@ pub(crate) struct Area {
     calls: Cell<u64>,
     /// The last call every rank is known to have published (see [`Area::guard_write`]).
     reached: Cell<u64>,
-    /// The engine's choice: when ranks share CPUs, a waiting rank yields at once so that the
+    /// The engine's choice: when ranks share CPUs, a waiting rank sleeps at once so that the
     /// one it waits for runs.
     spins: bool,
+    /// How this rank's sleeps in the area ended, which `rsrun --verbose` reports when the
+    /// area goes.
+    sleeps: Cell<Sleeps>,
+}
+
+/// Sleeps in an area: how many, how many a publisher ended, and how many ran to their
+/// timeout with the flag they waited for already published (wake-ups lost, which the
+/// protocol rules out).
+#[derive(Clone, Copy, Default)]
+struct Sleeps {
+    slept: u64,
+    woken: u64,
+    missed: u64,
 }
 
 /// Whether a communicator has an area, as its first fitting call found out.
@@ -221,6 +237,7 @@ fn set_up(
         calls: Cell::new(0),
         reached: Cell::new(0),
         spins,
+        sleeps: Cell::new(Sleeps::default()),
     });
     Ok((area, disagreement))
 }
@@ -560,9 +577,33 @@ impl Area {
         fence(Ordering::SeqCst);
         if flag.load(Ordering::Acquire) < call {
             // A wake after `seen` was read changed the word: this returns at once.
-            futex::wait(futex, seen, SLEEP);
+            let timed_out = futex::wait(futex, seen, SLEEP);
+            // The flag first, then the word: a publisher that stored the flag and is about
+            // to wake this rank is not taken for a lost wake-up.
+            let published = flag.load(Ordering::Acquire) >= call;
+            let mut sleeps = self.sleeps.get();
+            sleeps.slept += 1;
+            if futex.load(Ordering::Acquire) != seen {
+                sleeps.woken += 1;
+            } else if timed_out && published {
+                sleeps.missed += 1;
+            }
+            self.sleeps.set(sleeps);
         }
         sleeping.store(0, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Area {
+    fn drop(&mut self) {
+        if verbose() {
+            let sleeps = self.sleeps.get();
+            eprintln!(
+                "mpirt: collective area, rank {} of {}: {} sleeps, {} woken by a publisher, {} \
+                 lost wake-ups",
+                self.rank, self.size, sleeps.slept, sleeps.woken, sleeps.missed
+            );
+        }
     }
 }
 
