@@ -78,6 +78,16 @@ impl Default for EngineConfig {
     }
 }
 
+/// Whether `ranks_on_host` ranks on this host outnumber the CPUs they may run on, so that a
+/// waiting rank must not spin: a spinning rank keeps the peer it waits for off their CPU. A
+/// rank rsrun bound to a CPU of its own (it says so in MPIRT_BOUND_CPU) sees one CPU, yet it
+/// is not oversubscribed, and not spinning would cost it a wake-up for every message; ranks
+/// that merely inherited one CPU between them see the same, and share it.
+pub fn shares_cores(ranks_on_host: usize) -> bool {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    ranks_on_host > cores && env::var_os("MPIRT_BOUND_CPU").is_none()
+}
+
 fn size_var(name: &str, default: usize) -> Result<usize, String> {
     match env::var(name) {
         Err(_) => Ok(default),

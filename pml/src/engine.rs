@@ -125,12 +125,7 @@ impl Engine {
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let on_host = job.hosts.iter().filter(|h| *h == job.host()).count();
-        // A rank rsrun bound to a CPU of its own (it says so in MPIRT_BOUND_CPU) sees one CPU,
-        // yet it is not oversubscribed, and sleeping at once would cost it a wake-up for every
-        // message. Ranks that merely inherited one CPU between them see the same, and must
-        // sleep at once: a spinning rank keeps the peer it waits for off their CPU.
-        let bound = std::env::var_os("MPIRT_BOUND_CPU").is_some();
-        let spin = if on_host > cores && !bound {
+        let spin = if crate::config::shares_cores(on_host) {
             description += &format!("; {on_host} ranks on {cores} cores: waits sleep at once");
             Duration::ZERO
         } else {

@@ -123,8 +123,9 @@ pub(crate) struct Area {
     calls: Cell<u64>,
     /// The last call every rank is known to have published (see [`Area::guard_write`]).
     reached: Cell<u64>,
-    /// The engine's choice: when ranks share CPUs, a waiting rank sleeps at once so that the
-    /// one it waits for runs.
+    /// Whether a waiting rank spins before it sleeps: as the PML's waits do, and never where
+    /// the area's ranks share CPUs (a waiting rank then sleeps at once, so that the one it
+    /// waits for runs).
     spins: bool,
     /// How this rank's sleeps in the area ended, which `rsrun --verbose` reports when the
     /// area goes.
@@ -229,7 +230,10 @@ fn set_up(
         let _ = SharedMapping::remove(&name);
     }
     let (everyone_mapped, disagreement) = agreed?;
-    let spins = with_engine(|e| Ok(e.waits_spin())).map_err(|c| Error::new(operation, c))?;
+    // The area's ranks are all on this host: they must not spin where they outnumber its
+    // CPUs, whatever the PML's own choice (UCX's spins then too).
+    let spins = with_engine(|e| Ok(e.waits_spin())).map_err(|c| Error::new(operation, c))?
+        && !pml::config::shares_cores(comm.size as usize);
     let area = everyone_mapped.then(|| Area {
         map: mapping.expect("every rank mapped the area"),
         rank: comm.rank,
