@@ -60,7 +60,8 @@ pub enum Refusal {
     Silent,
     /// The other side closed the connection before the handshake ended.
     Closed,
-    /// It was the oldest of too many connections in the handshake at once.
+    /// It was evicted from too many connections in the handshake at once (those that have
+    /// not said a whole hello go first).
     Crowded,
 }
 
@@ -78,7 +79,7 @@ impl fmt::Display for Refusal {
             Refusal::Closed => write!(f, "closed in the middle of the handshake"),
             Refusal::Crowded => write!(
                 f,
-                "the oldest of too many connections in the handshake at once"
+                "evicted from too many connections in the handshake at once"
             ),
         }
     }
@@ -206,19 +207,7 @@ impl Challenged {
 /// A fresh nonce from the kernel's random source.
 pub fn nonce() -> std::io::Result<Nonce> {
     let mut n = [0u8; 16];
-    let mut got = 0;
-    while got < n.len() {
-        // SAFETY: the buffer is valid for writes of the `n.len() - got` bytes from `got`.
-        let r = unsafe { libc::getrandom(n[got..].as_mut_ptr().cast(), n.len() - got, 0) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-            continue;
-        }
-        got += r as usize;
-    }
+    crate::random::fill(&mut n)?;
     Ok(n)
 }
 
