@@ -25,6 +25,7 @@ mod tests;
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use slab::Slab;
@@ -202,6 +203,13 @@ impl TcpTransport {
         listener
             .set_nonblocking(true)
             .map_err(|e| io_error("listening for peers", e))?;
+        // std listens with a backlog of 128, which strangers' connections made while this
+        // rank computes outside the library could fill, and a rank's dial would then time
+        // out; the kernel cuts a larger backlog to net.core.somaxconn (4096 by default).
+        // SAFETY: listen(2) on a socket this function owns, bound above; no memory is passed.
+        if unsafe { libc::listen(listener.as_raw_fd(), libc::c_int::MAX) } != 0 {
+            return Err(io_error("listening for peers", io::Error::last_os_error()));
+        }
         let epoll = Epoll::new().map_err(|e| io_error("epoll", e))?;
         epoll
             .add(&listener, LISTENER, interest(false))

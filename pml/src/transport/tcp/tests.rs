@@ -571,6 +571,33 @@ fn accept_errors_of_one_connection_are_passed_over_and_running_out_of_descriptor
     close(ts);
 }
 
+/// Connections made while a rank computes outside the library wait in its listener's queue,
+/// which takes more of them than a rank keeps in the handshake: strangers' connections made
+/// meanwhile do not make a rank's dial time out.
+#[test]
+fn a_rank_not_polling_queues_more_connections_than_std_would() {
+    let somaxconn: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    let want = 600.min(somaxconn);
+    if want <= 128 + 1 {
+        println!("SKIPPED: net.core.somaxconn is {somaxconn}, no more than std's backlog");
+        return;
+    }
+    let ts = ranks(2);
+    let port = ts[0].listener.local_addr().unwrap().port();
+    let target = SocketAddr::from(([127, 0, 0, 1], port));
+    let queued: Vec<TcpStream> = (0..want)
+        .map(|i| {
+            TcpStream::connect_timeout(&target, Duration::from_secs(2))
+                .unwrap_or_else(|e| panic!("connection {i} of {want}: {e}"))
+        })
+        .collect();
+    assert_eq!(queued.len(), want);
+    close(ts);
+}
+
 /// A listener that plays rank 1 for rank 0's dials: it reads each hello and answers the
 /// `n`th connection (from 0) as `answer` says, until dropped.
 struct FakeAcceptor {
