@@ -467,7 +467,7 @@ fn a_flood_of_strangers_is_bounded_and_ranks_still_connect() {
         assert!(Instant::now() < deadline, "the flood was never bounded");
     }
     assert!(ts[0].accepted.len() <= 2 + SPARE_HANDSHAKES);
-    // The oldest went first.
+    // The oldest of those that said no hello went first.
     closed_unanswered(&mut ts, &mut strangers[0]);
     send_whole(&mut ts, &mut sinks, 1, 0, &opaque(1, 100));
     poll_until(&mut ts, &mut sinks, |s| s[0].frames.len() == 1);
