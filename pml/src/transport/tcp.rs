@@ -605,6 +605,12 @@ impl TcpTransport {
     /// Closes and forgets a connection that failed the handshake, and counts it.
     fn refuse(&mut self, key: usize, why: Refusal) {
         let a = self.accepted.remove(key);
+        if why == Refusal::Crowded && matches!(a.stage, AcceptStage::Proof(..)) {
+            // A challenged dialler may be a rank of the job crowded out by strangers' hellos:
+            // it is told so, to dial again rather than count this as a refusal. Best effort:
+            // a stranger's full socket buffer must not hold the rank up.
+            let _ = (&a.sock).write(&[handshake::CROWDED]);
+        }
         let _ = self.epoll.remove(&a.sock);
         self.refused += 1;
         let kind = std::mem::discriminant(&why);
@@ -706,6 +712,7 @@ impl TcpTransport {
                 Ok(1) if answer[0] == handshake::TAKEN || answer[0] == handshake::REFUSED => {
                     Ok(answer[0])
                 }
+                Ok(1) if answer[0] == handshake::CROWDED => Err(DialEnd::Crowded),
                 Err(e) if not_yet(&e) => return Ok(()),
                 // Dropped without a verdict. The peer drops a dialler that let its turn pass
                 // the deadline (we were busy outside the library): then simply dial again.

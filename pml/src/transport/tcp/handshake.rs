@@ -40,6 +40,10 @@ pub const PROOF_LEN: usize = MAC_LEN;
 pub const TAKEN: u8 = 1;
 /// Or: the acceptor's own dial to the dialler wins (the lower rank's does), which it awaits.
 pub const REFUSED: u8 = 2;
+/// Or: the acceptor challenged this dial and then evicted it from too many connections in the
+/// handshake at once (strangers can say hellos: a hello holds no secret). The dialler dials
+/// again after a pause; it is not a refusal of the dialler.
+pub const CROWDED: u8 = 3;
 
 const ACCEPTOR_LABEL: &[u8] = b"mpirt tcp acceptor v1";
 const DIALLER_LABEL: &[u8] = b"mpirt tcp dialler v1";

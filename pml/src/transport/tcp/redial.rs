@@ -7,7 +7,9 @@
 //! that have not yet said their hello), or the address may be someone else's; so the next
 //! address is dialled, after a growing pause, until an overall deadline. Dropped after a
 //! right challenge: the peer knows the job's secret and closed on us anyway, which a few
-//! times in a row is an error. No I/O here: the transport dials and keeps the clock.
+//! times in a row is an error, unless it said it was crowded (strangers' hellos, which hold no
+//! secret, can crowd it after its challenge): then again after a growing pause, until the
+//! deadline. No I/O here: the transport dials and keeps the clock.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -34,6 +36,9 @@ pub(super) enum DialEnd {
     Impostor(String),
     /// Said nothing past the handshake deadline while the peer has other addresses to try.
     Silent,
+    /// The peer challenged us and then told us it evicted our dial from too many connections
+    /// in the handshake at once (strangers' hellos can crowd it after its challenge).
+    Crowded,
 }
 
 /// One peer's dials so far.
@@ -48,6 +53,9 @@ pub(super) struct Redial {
     /// Dials dropped before a challenge in the present series, and when the series began.
     dropped_before_challenge: u32,
     crowded_since: Option<Instant>,
+    /// Since when, and with what pause next, the peer has told us it was crowded after its
+    /// challenge: a series that only a verdict ends (each of its dials was challenged).
+    crowded_after_challenge: Option<(Instant, Duration)>,
     /// No dial before this; and the pause after the next drop.
     not_before: Option<Instant>,
     pause: Duration,
@@ -76,6 +84,7 @@ impl Redial {
     pub fn answered(&mut self) {
         self.challenged();
         self.dropped_after_challenge = 0;
+        self.crowded_after_challenge = None;
     }
 
     /// Takes a dial to `addrs[at]` that ended as `end` into account; `Err` gives up, saying
@@ -97,6 +106,25 @@ impl Redial {
                 self.next = self.after(at, addrs.len());
             }
             DialEnd::Silent => self.next = self.after(at, addrs.len()),
+            DialEnd::Crowded => {
+                let now = Instant::now();
+                let (since, pause) = self
+                    .crowded_after_challenge
+                    .get_or_insert((now, Duration::ZERO));
+                if now.duration_since(*since) > deadline {
+                    return Err(format!(
+                        "rank {peer} at {} challenged our connections and then turned them \
+                         away, crowded by other connections in the handshake, for {:.0} s (is \
+                         it flooded by connections that are not the job's?)",
+                        addrs[at],
+                        now.duration_since(*since).as_secs_f64()
+                    ));
+                }
+                *pause = (*pause * 2).clamp(FIRST_PAUSE, LONGEST_PAUSE);
+                self.not_before = Some(now + *pause);
+                // It knows the secret: the same address again, after the pause.
+                self.next = at;
+            }
             DialEnd::DroppedAfterChallenge { late } => {
                 if !late {
                     self.dropped_after_challenge += 1;
@@ -231,6 +259,35 @@ mod tests {
             e.contains("rank 2 at 127.0.0.1:4000 closed our connection before challenging us"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn crowded_after_a_challenge_pauses_and_counts_only_against_the_deadline() {
+        let a = addrs(2);
+        let mut r = Redial::default();
+        for _ in 0..10 {
+            r.ended(4, &a, 1, DialEnd::Crowded, LONG).unwrap();
+            assert_eq!(
+                r.next, 1,
+                "a peer that knows the secret is dialled at the same address"
+            );
+            assert!(!r.may_dial(), "no pause after a crowded dial");
+            // Each crowded dial was challenged first: that does not end the series.
+            r.challenged();
+        }
+        assert_eq!(r.crowded_after_challenge.unwrap().1, LONGEST_PAUSE);
+        std::thread::sleep(Duration::from_millis(2));
+        let e = r
+            .ended(4, &a, 1, DialEnd::Crowded, Duration::from_millis(1))
+            .unwrap_err();
+        assert!(
+            e.contains(
+                "rank 4 at 127.0.0.2:4000 challenged our connections and then turned them away"
+            ),
+            "{e}"
+        );
+        r.answered();
+        r.ended(4, &a, 1, DialEnd::Crowded, Duration::ZERO).unwrap();
     }
 
     #[test]

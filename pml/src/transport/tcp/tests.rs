@@ -475,6 +475,37 @@ fn a_flood_of_strangers_is_bounded_and_ranks_still_connect() {
     close(ts);
 }
 
+/// Strangers can say hellos that name a rank of the job (a hello holds no secret) and be
+/// challenged: past the handshakes a rank keeps, the oldest challenged dial is evicted, and it
+/// is told it was crowded out, so that a genuine rank dials again instead of taking it as a
+/// refusal.
+#[test]
+fn a_dial_evicted_after_its_challenge_is_told_it_was_crowded() {
+    let mut ts = ranks(2);
+    let mut genuine = dial_rank_0(&ts);
+    let (_, hello) = Dialler::new(&SECRET, 1, 0, handshake::nonce().unwrap());
+    genuine.write_all(&hello).unwrap();
+    let mut challenge = [0u8; CHALLENGE_LEN];
+    assert!(read_polling(&mut ts, &mut genuine, &mut challenge));
+    // It has not proved itself yet when strangers' hellos crowd in.
+    let mut strangers = Vec::new();
+    for _ in 0..2 + SPARE_HANDSHAKES {
+        let mut s = dial_rank_0(&ts);
+        let (_, hello) = Dialler::new(&[0x43; 32], 1, 0, handshake::nonce().unwrap());
+        s.write_all(&hello).unwrap();
+        strangers.push(s);
+    }
+    let mut verdict = [0u8];
+    assert!(
+        read_polling(&mut ts, &mut genuine, &mut verdict),
+        "the evicted dial was closed without a word"
+    );
+    assert_eq!(verdict[0], handshake::CROWDED);
+    assert!(ts[0].accepted.len() <= 2 + SPARE_HANDSHAKES);
+    drop(strangers);
+    close(ts);
+}
+
 /// A genuine dial among bursts of silent strangers, more of them than the handshakes a rank
 /// keeps, that arrive while the rank is not polling: it is challenged as soon as accepted, so
 /// the strangers are the ones evicted, and it connects at its first try.
