@@ -5,21 +5,34 @@
 mod common;
 
 use common::{example, rsrun, scratch_dir, stranger};
+use std::path::Path;
 
-#[test]
-fn a_stranger_cannot_join_a_tcp_job_on_this_host() {
-    let dir = scratch_dir("stranger");
-    let dir_arg = dir.to_str().unwrap();
-    let mut job = rsrun(&[
+/// `stepwise DIR 2` on two ranks over TCP on this host, saying what the ranks refuse.
+fn stepwise_over_tcp(dir: &Path) -> std::process::Command {
+    rsrun(&[
         "--transport",
         "tcp",
         "--verbose",
         "-n",
         "2",
         &example("stepwise"),
-        dir_arg,
+        dir.to_str().unwrap(),
         "2",
-    ]);
-    stranger::play_against(&mut job, &dir);
+    ])
+}
+
+#[test]
+fn a_stranger_cannot_join_a_tcp_job_on_this_host() {
+    let dir = scratch_dir("stranger");
+    stranger::play_against(&mut stepwise_over_tcp(&dir), &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A flood of connections, more than a rank keeps in the handshake, kept up while the ranks
+/// connect, does not stop the job: the ranks' own dials are the ones they keep.
+#[test]
+fn a_flood_of_strangers_does_not_stop_a_tcp_job_on_this_host() {
+    let dir = scratch_dir("flood");
+    stranger::flood_against(&mut stepwise_over_tcp(&dir), &dir);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -395,6 +395,11 @@ impl DirectWrite for DirectTo<'_> {
     // instructions spent passing arguments and saving registers (callgrind, osu_bw 8 B).
     #[inline(always)]
     fn write(self, header: &[u8], payload: &[u8]) -> Result<bool, PmlError> {
-        Ok(self.transport.try_send(self.to, header, payload)? == Sent::Whole)
+        let sent = self.transport.try_send(self.to, header, payload)?;
+        // Only transports whose sends complete on return take this path, and they take a
+        // frame whole or not at all (`Caps::sends_complete_on_return`). Part of one sent
+        // cannot be told "not taken": the queued send would send it again from its start.
+        debug_assert_ne!(sent, Sent::Part, "a direct send went out in part");
+        Ok(sent == Sent::Whole)
     }
 }

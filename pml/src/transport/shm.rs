@@ -312,7 +312,8 @@ impl ShmTransport {
         if me.futex.load(Ordering::Acquire) != self.seen_wakes.get() {
             return true;
         }
-        me.sleeping.store(how, Ordering::Relaxed);
+        // Release: a peer that sees ON_PIPE sees the wake pipe's tag, published before.
+        me.sleeping.store(how, Ordering::Release);
         // Pairs with the fences in `try_send` and `poll` (see there).
         fence(Ordering::SeqCst);
         self.has_frames() || self.tx.iter().any(Producer::space_freed)
@@ -332,7 +333,14 @@ impl ShmTransport {
     /// it. Peers open it by name when they first wake this rank there.
     pub fn wake_fd(&mut self) -> io::Result<RawFd> {
         if self.own_pipe.is_none() {
-            self.own_pipe = Some(WakePipe::create(&self.name, self.local_rank)?);
+            let (pipe, tag) = WakePipe::create(&self.name, self.local_rank)?;
+            // Published before this rank says it sleeps on the pipe, with a Release store
+            // (see `announce_sleep`): a peer that sees the one sees the other (`write_pipe`).
+            self.seg
+                .rank_ctl(self.local_rank)
+                .wake_tag
+                .store(tag, Ordering::Release);
+            self.own_pipe = Some(pipe);
         }
         Ok(self.own_pipe.as_ref().map_or(-1, WakePipe::fd))
     }
@@ -377,16 +385,23 @@ impl ShmTransport {
         }
     }
 
-    /// Writes a byte into `local`'s wake pipe, opening it the first time. A pipe that cannot
-    /// be opened (its rank is gone) needs no waking; its sleep has a timeout anyway.
+    /// Writes a byte into `local`'s wake pipe, opening it the first time under the tag that
+    /// rank published. A pipe that cannot be opened (its rank is gone, or it is not the job's)
+    /// is not written; its rank's sleep has a timeout anyway, and a write that fails only
+    /// means its rank needs no waking.
     fn write_pipe(&self, local: usize) {
         let mut pipes = self.peer_pipes.borrow_mut();
         let pipe = &mut pipes[local];
         if pipe.is_none() {
-            *pipe = WakePipe::open(&self.name, local).ok();
+            // After the load of `sleeping` that said ON_PIPE: pairs with its Release store.
+            fence(Ordering::Acquire);
+            let tag = self.seg.rank_ctl(local).wake_tag.load(Ordering::Relaxed);
+            if tag != 0 {
+                *pipe = WakePipe::open(&self.name, local, tag).ok();
+            }
         }
         if let Some(pipe) = pipe {
-            pipe.signal();
+            let _ = pipe.signal();
         }
     }
 
@@ -515,8 +530,9 @@ mod tests {
         epoll.wait(Duration::ZERO, &mut ready).unwrap();
         sleeper.after_wait();
         assert!(ready.is_empty(), "{ready:?}");
+        let tag = sleeper.seg.rank_ctl(0).wake_tag.load(Ordering::Relaxed);
         drop(sleeper);
-        let pipe = format!("/dev/shm/{name}-wake-0");
+        let pipe = format!("/dev/shm/{name}-wake-0-{tag:016x}");
         assert!(!std::path::Path::new(&pipe).exists(), "{pipe} left behind");
     }
 }
