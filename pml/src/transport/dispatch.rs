@@ -134,7 +134,8 @@ impl Opening {
             let carried = tcp.connect_peers(job, &unclaimed)?;
             add(AnyTransport::Tcp(tcp), carried, &mut unclaimed);
         }
-        // Last: the engine polls its transports in this order, and this one rarely has work.
+        // Last: the engine polls the transports that peers feed (`wakes`) every round, in
+        // this order, and the others only after it handed them frames.
         add(
             AnyTransport::Loopback(self.loopback),
             vec![job.rank],
@@ -148,8 +149,8 @@ impl Opening {
 }
 
 impl AnyTransport {
-    /// Whether a peer can wake this transport's sleep (loopback's frames come from this
-    /// rank itself, never while it sleeps).
+    /// Whether a peer can wake this transport's sleep, that is, send it anything: loopback's
+    /// frames come from this rank itself, never while it sleeps, and only after it sent them.
     pub fn wakes(&self) -> bool {
         !matches!(self, AnyTransport::Loopback(_))
     }
