@@ -83,6 +83,8 @@ pub struct ShmTransport {
     /// Indexed by peer slot: local ranks without ourselves (see `slot`).
     tx: Box<[Producer]>,
     rx: Box<[Consumer]>,
+    /// Largest frame a ring carries (kept, as every send checks it).
+    max_frame: usize,
     /// Slot whose ring `poll` reads first, rotating so every peer gets served.
     next_rx: usize,
     /// Futex value after our last wait: a change since means someone woke us in between.
@@ -161,6 +163,7 @@ impl ShmTransport {
             local_rank,
             tx,
             rx,
+            max_frame: ring::max_frame(size),
             next_rx: 0,
             seen_wakes: Cell::new(seen),
             name: name.to_string(),
@@ -180,7 +183,7 @@ impl ShmTransport {
 
     /// Largest frame [`try_send`](Self::try_send) accepts.
     pub fn max_frame(&self) -> usize {
-        ring::max_frame(self.seg.ring_bytes())
+        self.max_frame
     }
 
     fn slot(&self, peer: usize) -> usize {
@@ -193,10 +196,16 @@ impl ShmTransport {
     // Inline: see `Core::post_send_direct`, which calls it on every small send.
     #[inline]
     pub fn try_send(&mut self, to: usize, header: &[u8], payload: &[u8]) -> io::Result<bool> {
-        let len = header.len() + payload.len();
-        if to >= self.local_size() || to == self.local_rank || len > self.max_frame() {
-            return Err(self.refused(to, len));
+        if to >= self.local_size() || to == self.local_rank {
+            return Err(self.no_such_peer(to));
         }
+        let len = header.len() + payload.len();
+        if len > self.max_frame {
+            return Err(self.too_long(len));
+        }
+        // Looked up here, where the check above covers its range check: after the fence
+        // below, the segment's length would be read and checked again.
+        let peer = self.seg.rank_ctl(to);
         let slot = self.slot(to);
         if !self.tx[slot].try_write(header, payload) {
             return Ok(false);
@@ -204,31 +213,42 @@ impl ShmTransport {
         // Pairs with the fence in `wait`: either the receiver's ring check sees this frame, or
         // we see its sleeping flag and wake it.
         fence(Ordering::SeqCst);
-        let sleeping = self.seg.rank_ctl(to).sleeping.load(Ordering::Relaxed);
+        let sleeping = peer.sleeping.load(Ordering::Relaxed);
         if sleeping != AWAKE {
             self.wake_sleeper(to, sleeping);
         }
         Ok(true)
     }
 
-    /// Why `try_send` refused a frame of `len` bytes to local rank `to`. Out of line, so that
-    /// the send inlined into the engine's stays small enough for its callers to inline.
+    // `try_send`'s refusals are built out of line, so that the send inlined into the
+    // engine's stays small enough for its callers to inline; and by one function each, so
+    // that its checks stay branches instead of being merged into one condition.
+
+    /// Why `try_send` refused a frame to local rank `to`.
     #[cold]
     #[inline(never)]
-    fn refused(&self, to: usize, len: usize) -> io::Error {
-        let what = if to >= self.local_size() || to == self.local_rank {
+    fn no_such_peer(&self, to: usize) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
             format!(
                 "shm send from local rank {} to {to} (local size {})",
                 self.local_rank,
                 self.local_size()
-            )
-        } else {
+            ),
+        )
+    }
+
+    /// Why `try_send` refused a frame of `len` bytes.
+    #[cold]
+    #[inline(never)]
+    fn too_long(&self, len: usize) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
             format!(
                 "shm frame of {len} bytes exceeds max_frame {}",
-                self.max_frame()
-            )
-        };
-        io::Error::new(io::ErrorKind::InvalidInput, what)
+                self.max_frame
+            ),
+        )
     }
 
     /// Hands received frames to `f(from_local_rank, frame)`, at most a bounded batch, in order
