@@ -10,8 +10,11 @@ command -v cc >/dev/null || need_pkgs+=(gcc)
 # the UCX PML's needs UCX's headers and pkg-config; osu-benches' rsmpi build needs an MPI
 # (Open MPI) and libclang.
 # strace: the stranger tests record a genuine rank's handshake with it, to replay it.
+# mpich: its Hydra (mpiexec.hydra) starts the suites' ranks over PMI-1; the suite names Open
+# MPI's tools by their suffixed names (mpicc.openmpi, mpirun.openmpi), whichever MPI the
+# unsuffixed alternatives point at. libpmix-dev: the bootstrap's `pmix` feature.
 for pkg in libibverbs-dev librdmacm-dev libclang-dev libucx-dev pkg-config python3 \
-    libopenmpi-dev openmpi-bin strace; do
+    libopenmpi-dev openmpi-bin strace mpich libpmix-dev; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$pkg")
 done
 if ((${#need_pkgs[@]})); then
@@ -113,6 +116,22 @@ else
     echo "== UCX PML: the suites across test hosts SKIPPED (they need root and ssh-hosts)"
 fi
 unset CARGO_TARGET_DIR
+
+# The suites again with their ranks started by MPICH's Hydra (mpiexec.hydra, PMI-1 on PMI_FD):
+# on this host, then round-robin over the 4 test hosts with Hydra's ssh launcher (shared
+# memory between a host's ranks, TCP between hosts).
+echo "== launchers: mpirt's p2p and collectives suites under mpiexec.hydra"
+MPIRT_TEST_LAUNCHER=hydra cargo test --release -p mpirt --test p2p --test collectives
+if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
+    echo "== launchers: the suites under mpiexec.hydra across 4 test hosts"
+    hydra_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
+    MPIRT_TEST_LAUNCHER=hydra MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 \
+        MPIRT_SSH_ARGS="-F ${SSH_HOSTS_DIR:-${TMPDIR:-/tmp}/mpirt-testhosts/ssh}/ssh_config" \
+        cargo test --release -p mpirt --test p2p --test collectives
+    if [ -n "$hydra_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
+else
+    echo "== launchers: the suites under mpiexec.hydra across test hosts SKIPPED (they need root and ssh-hosts)"
+fi
 
 # osu-benches on rsmpi over Open MPI (feature rsmpi), in its own target directory: the same
 # format tests as the mpirt build's, their ranks started by Open MPI's mpirun.

@@ -11,6 +11,7 @@
 //! A crate of its own, so that ranks (mpirt) use it without the launcher's CLI; rsrun's
 //! server (launcher's `kvs`) speaks the same [`wire`] format and sets the same [`vars`].
 
+pub mod output;
 pub mod pmi1;
 pub mod pmi2;
 pub mod started_by;
@@ -449,21 +450,23 @@ impl Bootstrap {
                 message: message.to_string(),
             };
             if self.call(&request, "abort").is_err() {
-                eprintln!("rank {} called abort (code {code}): {message}", self.rank);
+                output::say(&format!("rank {} called abort (code {code}): {message}", self.rank));
             }
         } else if let Backend::Pmi1(client) = &mut self.backend {
             // The process manager ends the job on an abort; no answer comes.
-            eprintln!("rank {} called abort (code {code}): {message}", self.rank);
+            output::say(&format!("rank {} called abort (code {code}): {message}", self.rank));
+            output::let_drain(ABORT_ACK_TIMEOUT);
             client.abort(exit_code);
         } else if let Backend::Pmi2 { stream, .. } = &mut self.backend {
             // Slurm ends the step on an abort, naming this rank; no answer comes.
-            eprintln!("rank {} called abort (code {code}): {message}", self.rank);
+            output::say(&format!("rank {} called abort (code {code}): {message}", self.rank));
+            output::let_drain(ABORT_ACK_TIMEOUT);
             let _ = pmi2::send(
                 stream,
                 &Message::new("abort", &[("isworldabort", "TRUE"), ("msg", message)]),
             );
         } else {
-            eprintln!("rank {} called abort (code {code}): {message}", self.rank);
+            output::say(&format!("rank {} called abort (code {code}): {message}", self.rank));
         }
         std::process::exit(exit_code)
     }

@@ -195,7 +195,7 @@ pub fn is_initialized() -> bool {
 
 fn startup_abort(bootstrap: &mut Bootstrap, why: String) -> ! {
     let message = format!("mpirt: {}", Error::new("initialize", Cause::Startup(why)));
-    eprintln!("{message}");
+    bootstrap::output::say(&message);
     bootstrap.abort(1, &message)
 }
 

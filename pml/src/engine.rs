@@ -137,7 +137,9 @@ impl Engine {
             job.config.spin
         };
         if job.config.verbose {
-            eprintln!("mpirt: {description}");
+            // One write, so that a launcher passing output on as it comes keeps it one line.
+            let line = format!("mpirt: {description}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
         }
         Ok(Engine {
             rank,
