@@ -14,6 +14,8 @@
 pub mod output;
 pub mod pmi1;
 pub mod pmi2;
+#[cfg(feature = "pmix")]
+pub mod pmix;
 pub mod started_by;
 pub mod wire;
 
@@ -89,6 +91,8 @@ pub enum BootstrapError {
     NotFound(String),
     /// rsrun answered something this client does not understand.
     Protocol(String),
+    /// A PMI or PMIx exchange failed; the text names the protocol and the operation.
+    Launcher(String),
     /// Rank 0 under PMI-2 could not make the job's secret.
     Random(io::Error),
     /// A launcher started this process as one of several, in a way this build cannot join.
@@ -116,7 +120,7 @@ impl fmt::Display for BootstrapError {
             }
             BootstrapError::NotFound(key) => write!(
                 f,
-                "key '{key}' is not in rsrun's key-value service (was it put before the last fence?)"
+                "key '{key}' is not in the job's key-value space (was it put before the last fence?)"
             ),
             BootstrapError::Protocol(what) => {
                 write!(f, "unexpected answer from rsrun's key-value service: {what}")
@@ -125,6 +129,7 @@ impl fmt::Display for BootstrapError {
                 write!(f, "cannot read /dev/urandom to make the job's secret: {e}")
             }
             BootstrapError::Unsupported(why) => write!(f, "{why}"),
+            BootstrapError::Launcher(what) => write!(f, "{what}"),
         }
     }
 }
@@ -149,6 +154,9 @@ enum Backend {
     Pmi2 { stream: UnixStream, job: String },
     /// Started by a PMI-1 server (Hydra, Flux).
     Pmi1(pmi1::Client),
+    /// Started by a PMIx server (srun --mpi=pmix, Open MPI's mpirun).
+    #[cfg(feature = "pmix")]
+    Pmix(pmix::Client),
     /// Started alone: our own puts are all there is to get.
     Singleton(HashMap<String, Vec<u8>>),
     /// After finalize: nothing more to exchange.
@@ -177,6 +185,8 @@ impl Bootstrap {
         match started {
             StartedBy::Rsrun => Bootstrap::rsrun(),
             StartedBy::PmiFd => Bootstrap::pmi(),
+            #[cfg(feature = "pmix")]
+            StartedBy::Pmix { .. } => Bootstrap::pmix(),
             _ => Ok(Bootstrap::singleton()),
         }
     }
@@ -254,21 +264,21 @@ impl Bootstrap {
         // SAFETY: the launcher opened this descriptor for this process's PMI traffic alone,
         // and nothing else in the process owns it.
         let mut stream = unsafe { UnixStream::from_raw_fd(fd as i32) };
-        let version = pmi1::negotiate(&mut stream, ask).map_err(BootstrapError::Protocol)?;
+        let version = pmi1::negotiate(&mut stream, ask).map_err(BootstrapError::Launcher)?;
         let (rank, size, job_id, backend) = match version {
             pmi1::Version::Two => {
                 let job = slurm_job.clone().unwrap_or_default();
                 let rank_var = env::var("PMI_RANK").unwrap_or_default();
                 let init = pmi2::fullinit(&mut stream, &job, &rank_var)
-                    .map_err(BootstrapError::Protocol)?;
-                let space = pmi2::job_id(&mut stream).map_err(BootstrapError::Protocol)?;
+                    .map_err(BootstrapError::Launcher)?;
+                let space = pmi2::job_id(&mut stream).map_err(BootstrapError::Launcher)?;
                 let backend = Backend::Pmi2 { stream, job };
                 (init.rank, init.size, space, backend)
             }
             pmi1::Version::One => {
                 let rank = number_var("PMI_RANK")?;
                 let size = number_var("PMI_SIZE")?;
-                let client = pmi1::Client::new(stream).map_err(BootstrapError::Protocol)?;
+                let client = pmi1::Client::new(stream).map_err(BootstrapError::Launcher)?;
                 let space = client.kvsname().to_string();
                 (rank, size, space, Backend::Pmi1(client))
             }
@@ -290,6 +300,25 @@ impl Bootstrap {
             local_size,
             job_id: job_id.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"),
             backend,
+        };
+        bootstrap.put_job_secret()?;
+        Ok(bootstrap)
+    }
+
+    /// Wires up through the PMIx server named in the environment.
+    #[cfg(feature = "pmix")]
+    fn pmix() -> Result<Bootstrap, BootstrapError> {
+        let (client, place) = pmix::Client::init().map_err(BootstrapError::Launcher)?;
+        // The namespace is unique among the jobs a server runs; the scheduler's job id is
+        // not (two steps of one Slurm job share it), so both name the job's files.
+        let job_id = format!("pmix-{}-{}", place.job_id, client.namespace());
+        let mut bootstrap = Bootstrap {
+            rank: place.rank,
+            size: place.size,
+            local_rank: place.local_rank,
+            local_size: place.local_size,
+            job_id: job_id.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"),
+            backend: Backend::Pmix(client),
         };
         bootstrap.put_job_secret()?;
         Ok(bootstrap)
@@ -360,18 +389,22 @@ impl Bootstrap {
             return Ok(());
         }
         if let Backend::Pmi1(client) = &mut self.backend {
-            return client.put(key, value).map_err(BootstrapError::Protocol);
+            return client.put(key, value).map_err(BootstrapError::Launcher);
+        }
+        #[cfg(feature = "pmix")]
+        if let Backend::Pmix(client) = &mut self.backend {
+            return client.put(key, value).map_err(BootstrapError::Launcher);
         }
         if let Backend::Pmi2 { stream, .. } = &mut self.backend {
             let value = std::str::from_utf8(value).map_err(|_| {
-                BootstrapError::Protocol(format!("PMI-2 values are text; '{key}' is not"))
+                BootstrapError::Launcher(format!("PMI-2 values are text; '{key}' is not"))
             })?;
             return pmi2::call(
                 stream,
                 &Message::new("kvs-put", &[("key", key), ("value", value)]),
             )
             .map(drop)
-            .map_err(BootstrapError::Protocol);
+            .map_err(BootstrapError::Launcher);
         }
         let request = Request::Put {
             key: key.to_string(),
@@ -389,12 +422,16 @@ impl Bootstrap {
             return Ok(());
         }
         if let Backend::Pmi1(client) = &mut self.backend {
-            return client.fence().map_err(BootstrapError::Protocol);
+            return client.fence().map_err(BootstrapError::Launcher);
+        }
+        #[cfg(feature = "pmix")]
+        if let Backend::Pmix(client) = &mut self.backend {
+            return client.fence().map_err(BootstrapError::Launcher);
         }
         if let Backend::Pmi2 { stream, .. } = &mut self.backend {
             return pmi2::call(stream, &Message::new("kvs-fence", &[]))
                 .map(drop)
-                .map_err(BootstrapError::Protocol);
+                .map_err(BootstrapError::Launcher);
         }
         match self.call(&Request::Fence, "fence")? {
             Response::Ok => Ok(()),
@@ -413,7 +450,14 @@ impl Bootstrap {
         if let Backend::Pmi1(client) = &mut self.backend {
             return client
                 .get(key)
-                .map_err(BootstrapError::Protocol)?
+                .map_err(BootstrapError::Launcher)?
+                .ok_or_else(|| BootstrapError::NotFound(key.to_string()));
+        }
+        #[cfg(feature = "pmix")]
+        if let Backend::Pmix(client) = &mut self.backend {
+            return client
+                .get(key)
+                .map_err(BootstrapError::Launcher)?
                 .ok_or_else(|| BootstrapError::NotFound(key.to_string()));
         }
         if let Backend::Pmi2 { stream, job } = &mut self.backend {
@@ -421,7 +465,7 @@ impl Bootstrap {
                 stream,
                 &Message::new("kvs-get", &[("jobid", job), ("srcid", "-1"), ("key", key)]),
             )
-            .map_err(BootstrapError::Protocol)?;
+            .map_err(BootstrapError::Launcher)?;
             return match (response.get("found"), response.get("value")) {
                 (Some("TRUE"), Some(v)) => Ok(v.as_bytes().to_vec()),
                 _ => Err(BootstrapError::NotFound(key.to_string())),
@@ -441,32 +485,43 @@ impl Bootstrap {
     /// Exits this process with the same code if rsrun has not killed it first.
     pub fn abort(&mut self, code: i32, message: &str) -> ! {
         let exit_code = if code == 0 { 1 } else { code };
-        if let Backend::Kvs(stream) = &self.backend {
-            // Waiting for the acknowledgement means rsrun has recorded the abort before this
-            // process exits, so the job reports the abort rather than a plain non-zero exit.
-            let _ = stream.set_read_timeout(Some(ABORT_ACK_TIMEOUT));
-            let request = Request::Abort {
-                code,
-                message: message.to_string(),
-            };
-            if self.call(&request, "abort").is_err() {
-                output::say(&format!("rank {} called abort (code {code}): {message}", self.rank));
+        let last_words = format!("rank {} called abort (code {code}): {message}", self.rank);
+        match &mut self.backend {
+            Backend::Kvs(stream) => {
+                // Waiting for the acknowledgement means rsrun has recorded the abort before
+                // this process exits, so the job reports the abort rather than a plain
+                // non-zero exit.
+                let _ = stream.set_read_timeout(Some(ABORT_ACK_TIMEOUT));
+                let request = Request::Abort {
+                    code,
+                    message: message.to_string(),
+                };
+                if self.call(&request, "abort").is_err() {
+                    output::say(&last_words);
+                }
             }
-        } else if let Backend::Pmi1(client) = &mut self.backend {
-            // The process manager ends the job on an abort; no answer comes.
-            output::say(&format!("rank {} called abort (code {code}): {message}", self.rank));
-            output::let_drain(ABORT_ACK_TIMEOUT);
-            client.abort(exit_code);
-        } else if let Backend::Pmi2 { stream, .. } = &mut self.backend {
-            // Slurm ends the step on an abort, naming this rank; no answer comes.
-            output::say(&format!("rank {} called abort (code {code}): {message}", self.rank));
-            output::let_drain(ABORT_ACK_TIMEOUT);
-            let _ = pmi2::send(
-                stream,
-                &Message::new("abort", &[("isworldabort", "TRUE"), ("msg", message)]),
-            );
-        } else {
-            output::say(&format!("rank {} called abort (code {code}): {message}", self.rank));
+            // The process manager ends the job on an abort, at once; no answer comes.
+            Backend::Pmi1(client) => {
+                output::say(&last_words);
+                output::let_drain(ABORT_ACK_TIMEOUT);
+                client.abort(exit_code);
+            }
+            #[cfg(feature = "pmix")]
+            Backend::Pmix(client) => {
+                output::say(&last_words);
+                output::let_drain(ABORT_ACK_TIMEOUT);
+                client.abort(exit_code, message);
+            }
+            // Slurm ends the step on an abort, naming this rank.
+            Backend::Pmi2 { stream, .. } => {
+                output::say(&last_words);
+                output::let_drain(ABORT_ACK_TIMEOUT);
+                let _ = pmi2::send(
+                    stream,
+                    &Message::new("abort", &[("isworldabort", "TRUE"), ("msg", message)]),
+                );
+            }
+            Backend::Singleton(_) | Backend::Finalized => output::say(&last_words),
         }
         std::process::exit(exit_code)
     }
@@ -474,14 +529,20 @@ impl Bootstrap {
     /// Says goodbye to rsrun. Later puts, fences and gets are errors.
     pub fn finalize(&mut self) -> Result<(), BootstrapError> {
         if let Backend::Pmi1(client) = &mut self.backend {
-            let result = client.finalize().map_err(BootstrapError::Protocol);
+            let result = client.finalize().map_err(BootstrapError::Launcher);
+            self.backend = Backend::Finalized;
+            return result;
+        }
+        #[cfg(feature = "pmix")]
+        if let Backend::Pmix(client) = &mut self.backend {
+            let result = client.finalize().map_err(BootstrapError::Launcher);
             self.backend = Backend::Finalized;
             return result;
         }
         if let Backend::Pmi2 { stream, .. } = &mut self.backend {
             let result = pmi2::call(stream, &Message::new("finalize", &[]))
                 .map(drop)
-                .map_err(BootstrapError::Protocol);
+                .map_err(BootstrapError::Launcher);
             self.backend = Backend::Finalized;
             return result;
         }

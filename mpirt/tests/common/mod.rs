@@ -132,17 +132,28 @@ pub fn under_rsrun(what: &str) -> bool {
     launcher == TestLauncher::Rsrun
 }
 
-/// Whether MPIRT_TEST_HOSTS spreads the jobs' ranks over hosts, where a test that needs
-/// `what` between its ranks says it skips.
+/// Whether the jobs' ranks are spread over hosts (MPIRT_TEST_HOSTS, or srun over
+/// MPIRT_TEST_SLURM_NODES nodes), where a test that needs `what` between its ranks says it
+/// skips.
 #[allow(dead_code)] // each test binary compiles this module; only p2p.rs uses it
 pub fn across_hosts(what: &str) -> bool {
-    let spread = env::var_os("MPIRT_TEST_HOSTS").is_some();
+    let srun = matches!(
+        test_launcher(),
+        TestLauncher::SrunPmix | TestLauncher::SrunPmi2
+    );
+    let spread = env::var_os("MPIRT_TEST_HOSTS").is_some() || (srun && slurm_nodes() > 1);
     if spread {
-        println!(
-            "skipped: the ranks are on different hosts (MPIRT_TEST_HOSTS), which share no {what}"
-        );
+        println!("skipped: the ranks are on different hosts; this needs {what}");
     }
     spread
+}
+
+/// How many Slurm nodes the srun launchers spread a job over (MPIRT_TEST_SLURM_NODES).
+fn slurm_nodes() -> u32 {
+    env::var("MPIRT_TEST_SLURM_NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
 }
 
 /// A program that runs `ssh` with MPIRT_SSH_ARGS (the test hosts' config): Hydra and Open
@@ -217,11 +228,7 @@ fn launcher_command(launcher: TestLauncher, n: u32, envs: &[(&str, &str)]) -> Co
                 _ => "--mpi=pmi2",
             };
             // No more nodes than ranks: srun refuses a step with an idle node.
-            let nodes: u32 = env::var("MPIRT_TEST_SLURM_NODES")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(1);
-            let nodes = nodes.min(n.parse().unwrap()).to_string();
+            let nodes = slurm_nodes().min(n.parse().unwrap()).to_string();
             let mut c = Command::new("srun");
             c.args([mpi, "--kill-on-bad-exit=1", "-N", &nodes, "-n", &n]);
             c
