@@ -155,8 +155,9 @@ enum Backend {
     /// Started by a PMI-1 server (Hydra, Flux).
     Pmi1(pmi1::Client),
     /// Started by a PMIx server (srun --mpi=pmix, Open MPI's mpirun).
+    /// Boxed: its process name (namespace and rank) is larger than every other backend.
     #[cfg(feature = "pmix")]
-    Pmix(pmix::Client),
+    Pmix(Box<pmix::Client>),
     /// Started alone: our own puts are all there is to get.
     Singleton(HashMap<String, Vec<u8>>),
     /// After finalize: nothing more to exchange.
@@ -318,7 +319,7 @@ impl Bootstrap {
             local_rank: place.local_rank,
             local_size: place.local_size,
             job_id: job_id.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"),
-            backend: Backend::Pmix(client),
+            backend: Backend::Pmix(Box::new(client)),
         };
         bootstrap.put_job_secret()?;
         Ok(bootstrap)
@@ -503,19 +504,19 @@ impl Bootstrap {
             // The process manager ends the job on an abort, at once; no answer comes.
             Backend::Pmi1(client) => {
                 output::say(&last_words);
-                output::let_drain(ABORT_ACK_TIMEOUT);
+                output::hand_over(ABORT_ACK_TIMEOUT);
                 client.abort(exit_code);
             }
             #[cfg(feature = "pmix")]
             Backend::Pmix(client) => {
                 output::say(&last_words);
-                output::let_drain(ABORT_ACK_TIMEOUT);
+                output::hand_over(ABORT_ACK_TIMEOUT);
                 client.abort(exit_code, message);
             }
             // Slurm ends the step on an abort, naming this rank.
             Backend::Pmi2 { stream, .. } => {
                 output::say(&last_words);
-                output::let_drain(ABORT_ACK_TIMEOUT);
+                output::hand_over(ABORT_ACK_TIMEOUT);
                 let _ = pmi2::send(
                     stream,
                     &Message::new("abort", &[("isworldabort", "TRUE"), ("msg", message)]),

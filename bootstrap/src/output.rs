@@ -31,6 +31,30 @@ pub fn let_drain(limit: Duration) {
     }
 }
 
+/// How long the launcher is given to pass on what it read before it hears of the abort.
+const PASS_ON: Duration = Duration::from_millis(100);
+
+/// Lets the launcher take this process's last words before it is told of an abort: waits as
+/// [`let_drain`] does, then closes stdout and stderr (pointing them at /dev/null), so that the
+/// launcher sees their end and passes on what it holds (Slurm's step daemon forwards it to srun;
+/// an abort that reached srun first cancelled the step with the words unsent).
+pub fn hand_over(limit: Duration) {
+    let_drain(limit);
+    // SAFETY: open(2) with a NUL-terminated path; the descriptor it returns is ours alone.
+    let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY) };
+    if null < 0 {
+        return;
+    }
+    for fd in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
+        // SAFETY: dup2 onto the standard descriptors, which the process no longer writes
+        // through Rust's buffered stdout (flushed above) and which stay open, on /dev/null.
+        unsafe { libc::dup2(null, fd) };
+    }
+    // SAFETY: `null` was opened above and is not used again.
+    unsafe { libc::close(null) };
+    std::thread::sleep(PASS_ON);
+}
+
 fn is_pipe_or_socket(fd: libc::c_int) -> bool {
     // SAFETY: an all-zero stat is a valid value of the plain C struct, which fstat fills.
     let mut stat: libc::stat = unsafe { std::mem::zeroed() };

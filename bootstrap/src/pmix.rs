@@ -10,7 +10,13 @@ use std::ffi::{c_char, CStr, CString};
 use std::mem::MaybeUninit;
 use std::ptr;
 
-#[allow(non_camel_case_types, non_upper_case_globals, non_snake_case, dead_code)]
+#[allow(
+    non_camel_case_types,
+    non_upper_case_globals,
+    non_snake_case,
+    dead_code,
+    clippy::all
+)]
 mod sys {
     include!(concat!(env!("OUT_DIR"), "/pmix_bindings.rs"));
 }
@@ -146,8 +152,7 @@ impl Client {
         let mut value: *mut sys::pmix_value_t = ptr::null_mut();
         // SAFETY: proc and name are valid for the call; PMIx_Get stores a pointer to a
         // value it allocated in `value` on success, which `Value::take` releases.
-        let status =
-            unsafe { sys::PMIx_Get(proc, name.as_ptr(), ptr::null(), 0, &mut value) };
+        let status = unsafe { sys::PMIx_Get(proc, name.as_ptr(), ptr::null(), 0, &mut value) };
         if status == sys::PMIX_ERR_NOT_FOUND {
             return Ok(None);
         }

@@ -1848,6 +1848,92 @@ fn under_srun_with_pmi2() {
     assert!(stderr.contains("task 1: Killed"), "{stderr}");
 }
 
+/// Runs two ranks of this binary in rank mode `ring` under `launcher` (its arguments before the
+/// program), which must end at initialize with `refusal` from each rank, non-zero, and print
+/// nothing from the ranks (only the test harness's own preamble).
+fn refused_start(launcher: &[&str], refusal: impl Fn(u32) -> String) {
+    let mut command = Command::new(launcher[0]);
+    command
+        .args(&launcher[1..])
+        .arg(env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "rank_mode",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env(RANK_MODE, "ring");
+    let output = run_limited(command);
+    let (stdout, stderr) = text(&output);
+    assert!(!output.status.success(), "{launcher:?}: {stdout}\n{stderr}");
+    for task in 0..2 {
+        let expected = refusal(task);
+        assert!(
+            stderr.contains(&expected),
+            "{launcher:?}: {expected}\n{stderr}"
+        );
+    }
+    assert!(
+        stdout
+            .lines()
+            .all(|l| l.is_empty() || l == "running 1 test"),
+        "{launcher:?}: the ranks printed\n{stdout}"
+    );
+}
+
+/// Plain `srun -n 2` (the test Slurm's MpiDefault is none) and `srun --mpi=none` give the
+/// ranks no PMI: never two singletons, but the named error from each task.
+#[test]
+fn srun_without_pmi_is_a_named_error() {
+    if !slurm_available() {
+        return;
+    }
+    for mpi in [&[][..], &["--mpi=none"]] {
+        let launcher = [&["srun"], mpi, &["-N", "2", "-n", "2"]].concat();
+        refused_start(&launcher, |task| {
+            format!(
+                "mpirt: initialize: started by srun as task {task} of 2, but Slurm gave no PMI: \
+                 run srun --mpi=pmi2, or build mpirt with the `pmix` feature for --mpi=pmix"
+            )
+        });
+    }
+}
+
+/// Without the `pmix` feature, the PMIx launchers' ranks end with the named error.
+#[cfg(not(feature = "pmix"))]
+#[test]
+fn pmix_launchers_without_the_feature_are_a_named_error() {
+    let open_mpi = Command::new("mpirun.openmpi").arg("--version").output();
+    if open_mpi.is_ok_and(|o| o.status.success()) {
+        let launcher = [
+            "mpirun.openmpi",
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-n",
+            "2",
+        ];
+        refused_start(&launcher, |rank| {
+            format!(
+                "mpirt: initialize: started by Open MPI's mpirun as rank {rank} of 2 \
+                 (PMIX_NAMESPACE is set), but this build of mpirt has no PMIx client: use rsrun, \
+                 or build mpirt with the `pmix` feature"
+            )
+        });
+    } else {
+        println!("skipped Open MPI's part: no mpirun.openmpi here (tools/test-all.sh installs it)");
+    }
+    if slurm_available() {
+        refused_start(&["srun", "--mpi=pmix", "-N", "2", "-n", "2"], |task| {
+            format!(
+                "mpirt: initialize: started by srun --mpi=pmix as task {task} of 2 \
+                 (PMIX_NAMESPACE is set), but this build of mpirt has no PMIx client: run srun \
+                 --mpi=pmi2, or build mpirt with the `pmix` feature"
+            )
+        });
+    }
+}
+
 /// A verbs setting the port cannot honour (a GID index with no GID behind it) stops the job at
 /// start-up, and the message names the rank, the operation and the cause.
 #[cfg(feature = "verbs")]
