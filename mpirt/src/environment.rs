@@ -109,11 +109,17 @@ impl Drop for Universe {
             let flushed = runtime.engine.flush_all();
             drop(runtime.engine);
             if let Err(e) = flushed {
-                eprintln!("mpirt: rank {}: finalize: {e}", runtime.bootstrap.rank());
+                bootstrap::output::say(&format!(
+                    "mpirt: rank {}: finalize: {e}",
+                    runtime.bootstrap.rank()
+                ));
                 runtime.bootstrap.abort(1, "finalize failed");
             }
             if let Err(e) = runtime.bootstrap.finalize() {
-                eprintln!("mpirt: rank {}: finalize: {e}", runtime.bootstrap.rank());
+                bootstrap::output::say(&format!(
+                    "mpirt: rank {}: finalize: {e}",
+                    runtime.bootstrap.rank()
+                ));
             }
         }
     }

@@ -137,9 +137,11 @@ impl Engine {
             job.config.spin
         };
         if job.config.verbose {
-            // One write, so that a launcher passing output on as it comes keeps it one line.
+            // One write of the whole line (eprintln! writes each piece of its format on its
+            // own), so that a launcher passing output on as it comes (Hydra, mpirun) does not
+            // put another rank's words inside it.
             let line = format!("mpirt: {description}\n");
-            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+            eprint!("{line}");
         }
         Ok(Engine {
             rank,
