@@ -184,12 +184,12 @@ fn job_id_of(pid: u32) -> String {
     })
 }
 
-/// Where rank 1 listens for its peers: its one listening TCP socket (as `ss -ltnp` shows it),
-/// on its host's address.
-fn listening_address(rank: &Rank) -> SocketAddr {
-    let inodes: Vec<String> = fs::read_dir(format!("/proc/{}/fd", rank.pid))
-        .unwrap()
-        .filter_map(|fd| fs::read_link(fd.ok()?.path()).ok())
+/// The inodes of the sockets process `pid` holds open.
+fn socket_inodes(pid: u32) -> Vec<String> {
+    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    fds.filter_map(|fd| fs::read_link(fd.ok()?.path()).ok())
         .filter_map(|link| {
             let link = link.to_string_lossy().into_owned();
             Some(
@@ -198,6 +198,25 @@ fn listening_address(rank: &Rank) -> SocketAddr {
                     .to_string(),
             )
         })
+        .collect()
+}
+
+/// Where rank 1 listens for its peers: its one listening TCP socket (as `ss -ltnp` shows it),
+/// on its host's address. A socket its parent holds too is the launcher's, inherited (Hydra's
+/// proxy leaks its own listening socket into the ranks), not the rank's.
+fn listening_address(rank: &Rank) -> SocketAddr {
+    let stat = fs::read_to_string(format!("/proc/{}/stat", rank.pid)).unwrap();
+    // The parent's pid is the second field after the command's closing parenthesis.
+    let parent: u32 = stat[stat.rfind(')').unwrap() + 2..]
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let inherited = socket_inodes(parent);
+    let inodes: Vec<String> = socket_inodes(rank.pid)
+        .into_iter()
+        .filter(|inode| !inherited.contains(inode))
         .collect();
     let mut ports = Vec::new();
     for table in ["tcp", "tcp6"] {
