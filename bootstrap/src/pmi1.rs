@@ -10,6 +10,8 @@
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 
+use crate::pmi2::Message;
+
 /// Longest line accepted from the server.
 const MAX_LINE: usize = 64 << 10;
 
@@ -20,56 +22,31 @@ pub enum Version {
     Two,
 }
 
-/// One PMI-1 command or response: its `cmd` and its `key=value` words, in order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Line {
-    pub cmd: String,
-    pub attrs: Vec<(String, String)>,
+/// Writes `m` as one PMI-1 line: `cmd=...`, then its `key=value` words, space-separated.
+pub fn encode(m: &Message) -> Vec<u8> {
+    let mut line = format!("cmd={}", m.cmd);
+    for (k, v) in &m.attrs {
+        line += &format!(" {k}={v}");
+    }
+    line.push('\n');
+    line.into_bytes()
 }
 
-impl Line {
-    pub fn new(cmd: &str, attrs: &[(&str, &str)]) -> Line {
-        Line {
+/// Parses one PMI-1 line (without its newline). A word without `=` is an error; a value may
+/// hold `=` (the first one ends the key).
+pub fn decode(line: &str) -> Result<Message, String> {
+    let mut words = line.split_ascii_whitespace().map(|word| {
+        word.split_once('=')
+            .ok_or_else(|| format!("'{word}' has no '=' (in PMI-1 line '{line}')"))
+    });
+    match words.next() {
+        Some(Ok(("cmd", cmd))) => Ok(Message {
             cmd: cmd.to_string(),
-            attrs: attrs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        }
-    }
-
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.attrs
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-
-    pub fn encode(&self) -> Vec<u8> {
-        let mut line = format!("cmd={}", self.cmd);
-        for (k, v) in &self.attrs {
-            line += &format!(" {k}={v}");
-        }
-        line.push('\n');
-        line.into_bytes()
-    }
-
-    /// Parses one line (without its newline). A word without `=` is an error; a value may
-    /// hold `=` (the first one ends the key).
-    pub fn decode(line: &str) -> Result<Line, String> {
-        let mut words = line.split_ascii_whitespace().map(|word| {
-            word.split_once('=')
-                .ok_or_else(|| format!("'{word}' has no '=' (in PMI-1 line '{line}')"))
-        });
-        match words.next() {
-            Some(Ok(("cmd", cmd))) => Ok(Line {
-                cmd: cmd.to_string(),
-                attrs: words
-                    .map(|w| w.map(|(k, v)| (k.to_string(), v.to_string())))
-                    .collect::<Result<_, _>>()?,
-            }),
-            _ => Err(format!("PMI-1 line '{line}' does not start with cmd=")),
-        }
+            attrs: words
+                .map(|w| w.map(|(k, v)| (k.to_string(), v.to_string())))
+                .collect::<Result<_, _>>()?,
+        }),
+        _ => Err(format!("PMI-1 line '{line}' does not start with cmd=")),
     }
 }
 
@@ -99,13 +76,13 @@ fn read_line(r: &mut impl Read) -> io::Result<String> {
 /// `rc=0`.
 pub fn call(
     stream: &mut (impl Read + Write),
-    request: &Line,
+    request: &Message,
     answer: &str,
-) -> Result<Line, String> {
+) -> Result<Message, String> {
     let failed = |e: io::Error| format!("PMI-1 {}: {e}", request.cmd);
-    stream.write_all(&request.encode()).map_err(failed)?;
+    stream.write_all(&encode(request)).map_err(failed)?;
     let text = read_line(stream).map_err(failed)?;
-    let response = Line::decode(&text).map_err(|e| format!("PMI-1 {}: {e}", request.cmd))?;
+    let response = decode(&text).map_err(|e| format!("PMI-1 {}: {e}", request.cmd))?;
     if response.cmd != answer {
         return Err(format!(
             "PMI-1 {}: the server answered '{}'",
@@ -159,7 +136,7 @@ pub fn negotiate(stream: &mut (impl Read + Write), ask: Ask) -> Result<Version, 
         Ask::Prefer(v) => (v, false),
         Ask::Only(v) => (v, true),
     };
-    let refused = |answer: &Line, what: String| {
+    let refused = |answer: &Message, what: String| {
         format!(
             "the process manager on PMI_FD refused {what} (it answered rc={}{})",
             answer.get("rc").unwrap_or("?"),
@@ -192,17 +169,17 @@ pub fn negotiate(stream: &mut (impl Read + Write), ask: Ask) -> Result<Version, 
 }
 
 /// Sends `init` asking for `version`; returns the server's `response_to_init`.
-fn ask_for(stream: &mut (impl Read + Write), version: Version) -> Result<Line, String> {
+fn ask_for(stream: &mut (impl Read + Write), version: Version) -> Result<Message, String> {
     let (v, sub) = match version {
         Version::One => ("1", "1"),
         Version::Two => ("2", "0"),
     };
-    let init = Line::new("init", &[("pmi_version", v), ("pmi_subversion", sub)]);
+    let init = Message::new("init", &[("pmi_version", v), ("pmi_subversion", sub)]);
     stream
-        .write_all(&init.encode())
+        .write_all(&encode(&init))
         .map_err(|e| format!("PMI init: {e}"))?;
     let text = read_line(stream).map_err(|e| format!("PMI init: {e}"))?;
-    let answer = Line::decode(&text).map_err(|e| format!("PMI init: {e}"))?;
+    let answer = decode(&text).map_err(|e| format!("PMI init: {e}"))?;
     if answer.cmd != "response_to_init" {
         return Err(format!("PMI init: the server answered '{}'", text.trim()));
     }
@@ -219,7 +196,7 @@ pub struct Maxes {
 
 /// Asks for the server's limits.
 pub fn maxes(stream: &mut (impl Read + Write)) -> Result<Maxes, String> {
-    let answer = call(stream, &Line::new("get_maxes", &[]), "maxes")?;
+    let answer = call(stream, &Message::new("get_maxes", &[]), "maxes")?;
     let limit = |key: &str| {
         answer
             .get(key)
@@ -244,7 +221,11 @@ impl Client {
     /// Asks for the server's limits and the name of the job's key-value space.
     pub fn new(mut stream: UnixStream) -> Result<Client, String> {
         let maxes = maxes(&mut stream)?;
-        let answer = call(&mut stream, &Line::new("get_my_kvsname", &[]), "my_kvsname")?;
+        let answer = call(
+            &mut stream,
+            &Message::new("get_my_kvsname", &[]),
+            "my_kvsname",
+        )?;
         let kvsname = answer
             .get("kvsname")
             .ok_or("PMI-1 get_my_kvsname: no kvsname in the answer")?
@@ -277,7 +258,7 @@ impl Client {
                 self.maxes.value
             ));
         }
-        let put = Line::new(
+        let put = Message::new(
             "put",
             &[("kvsname", &self.kvsname), ("key", key), ("value", &word)],
         );
@@ -288,7 +269,7 @@ impl Client {
     pub fn fence(&mut self) -> Result<(), String> {
         call(
             &mut self.stream,
-            &Line::new("barrier_in", &[]),
+            &Message::new("barrier_in", &[]),
             "barrier_out",
         )
         .map(drop)
@@ -296,11 +277,11 @@ impl Client {
 
     /// The value some rank put under `key`, `None` where the server has none.
     pub fn get(&mut self, key: &str) -> Result<Option<Vec<u8>>, String> {
-        let get = Line::new("get", &[("kvsname", &self.kvsname), ("key", key)]);
+        let get = Message::new("get", &[("kvsname", &self.kvsname), ("key", key)]);
         let failed = |e: io::Error| format!("PMI-1 get: {e}");
-        self.stream.write_all(&get.encode()).map_err(failed)?;
+        self.stream.write_all(&encode(&get)).map_err(failed)?;
         let text = read_line(&mut self.stream).map_err(failed)?;
-        let answer = Line::decode(&text).map_err(|e| format!("PMI-1 get: {e}"))?;
+        let answer = decode(&text).map_err(|e| format!("PMI-1 get: {e}"))?;
         if answer.cmd != "get_result" {
             return Err(format!("PMI-1 get: the server answered '{}'", text.trim()));
         }
@@ -319,14 +300,14 @@ impl Client {
         let code = code.to_string();
         let _ = self
             .stream
-            .write_all(&Line::new("abort", &[("exitcode", &code)]).encode());
+            .write_all(&encode(&Message::new("abort", &[("exitcode", &code)])));
     }
 
     /// Says goodbye.
     pub fn finalize(&mut self) -> Result<(), String> {
         call(
             &mut self.stream,
-            &Line::new("finalize", &[]),
+            &Message::new("finalize", &[]),
             "finalize_ack",
         )
         .map(drop)
@@ -387,17 +368,15 @@ mod tests {
 
     #[test]
     fn lines_round_trip_and_values_may_hold_equals() {
-        let line = Line::new(
+        let line = Message::new(
             "put",
             &[("kvsname", "kvs_1"), ("key", "k"), ("value", "a=b")],
         );
-        assert_eq!(line.encode(), b"cmd=put kvsname=kvs_1 key=k value=a=b\n");
-        let text = String::from_utf8(line.encode()).unwrap();
-        assert_eq!(Line::decode(text.trim_end()).unwrap(), line);
-        assert!(Line::decode("key=1").unwrap_err().contains("cmd="));
-        assert!(Line::decode("cmd=x novalue")
-            .unwrap_err()
-            .contains("'novalue'"));
+        assert_eq!(encode(&line), b"cmd=put kvsname=kvs_1 key=k value=a=b\n");
+        let text = String::from_utf8(encode(&line)).unwrap();
+        assert_eq!(decode(text.trim_end()).unwrap(), line);
+        assert!(decode("key=1").unwrap_err().contains("cmd="));
+        assert!(decode("cmd=x novalue").unwrap_err().contains("'novalue'"));
     }
 
     #[test]
@@ -539,12 +518,17 @@ mod tests {
         );
         let e = call(
             &mut client,
-            &Line::new("get", &[("kvsname", "k"), ("key", "x")]),
+            &Message::new("get", &[("kvsname", "k"), ("key", "x")]),
             "get_result",
         )
         .unwrap_err();
         assert_eq!(e, "PMI-1 get failed (rc=-1: key_x_not_found)");
-        let e = call(&mut client, &Line::new("barrier_in", &[]), "finalize_ack").unwrap_err();
+        let e = call(
+            &mut client,
+            &Message::new("barrier_in", &[]),
+            "finalize_ack",
+        )
+        .unwrap_err();
         assert!(e.contains("answered 'cmd=barrier_out'"), "{e}");
         fake.join().unwrap();
     }

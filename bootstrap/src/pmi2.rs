@@ -13,7 +13,8 @@ use std::io::{self, Read, Write};
 /// Longest message accepted from the server (Slurm's own limit is far below).
 const MAX_MESSAGE: usize = 1 << 20;
 
-/// One PMI-2 command or response: its `cmd` and its attributes, in order.
+/// One PMI command or response: its `cmd` and its attributes, in order (PMI-1 writes it as a
+/// line, see `pmi1::encode`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
     pub cmd: String,

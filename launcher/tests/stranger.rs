@@ -36,13 +36,7 @@ fn a_stranger_cannot_join_a_job_under_hydra() {
         println!("skipped: no mpiexec.hydra here (tools/test-all.sh installs Debian's mpich)");
         return;
     }
-    let dir = scratch_dir("stranger-hydra");
-    let mut job = Command::new("mpiexec.hydra");
-    job.args(["-n", "2", &example("stepwise")])
-        .arg(&dir)
-        .arg("2")
-        .env("MPIRT_TRANSPORT", "tcp")
-        .env("MPIRT_VERBOSE", "1");
-    stranger::play_against(&mut job, &dir);
-    let _ = std::fs::remove_dir_all(&dir);
+    let mut hydra = Command::new("mpiexec.hydra");
+    hydra.args(["-n", "2"]);
+    stranger::play_against_launcher(hydra, "stranger-hydra");
 }

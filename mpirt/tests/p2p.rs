@@ -15,7 +15,7 @@ mod common;
 
 use common::{
     job_on, ok_job_on, ok_job_with, rsrun_path, run_limited, slurm_available, text, under_rsrun,
-    Launch, RANK_MODE,
+    Launch, RANK_MODE, RANK_MODE_ARGS,
 };
 
 // The ranks run this binary: keep RDMA registrations between messages, as programs should.
@@ -1593,15 +1593,7 @@ fn unfinished_requests_end_the_job() {
 #[test]
 fn singleton_without_rsrun() {
     let mut command = Command::new(env::current_exe().unwrap());
-    command
-        .args([
-            "--exact",
-            "rank_mode",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
-        .env(RANK_MODE, "singleton");
+    command.args(RANK_MODE_ARGS).env(RANK_MODE, "singleton");
     for var in ["MPIRT_RANK", "MPIRT_SIZE", "MPIRT_KVS_ADDR", "MPIRT_JOB_ID"] {
         command.env_remove(var);
     }
@@ -1858,13 +1850,7 @@ fn refused_start(launcher: &[&str], refusal: impl Fn(u32) -> String) {
     command
         .args(&launcher[1..])
         .arg(env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "rank_mode",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
+        .args(RANK_MODE_ARGS)
         .env(RANK_MODE, "ring");
     let output = run_limited(command);
     let (stdout, stderr) = text(&output);

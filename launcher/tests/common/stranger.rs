@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{finish, start, Run};
+use super::{example, finish, scratch_dir, start, Run};
 
 /// Generous: the machine may be shared and slow. The ranks drop a silent dialler after 10 s.
 const PATIENCE: Duration = Duration::from_secs(40);
@@ -25,6 +25,21 @@ const PROOF_LEN: usize = 32;
 struct Rank {
     pid: u32,
     host: String,
+}
+
+/// Plays the stranger against two ranks of `stepwise` over TCP started by `launcher` (a
+/// command with its arguments up to the program: srun, mpiexec.hydra), in a scratch directory
+/// named after `name`.
+pub fn play_against_launcher(mut launcher: Command, name: &str) {
+    let dir = scratch_dir(name);
+    launcher
+        .arg(example("stepwise"))
+        .arg(&dir)
+        .arg("2")
+        .env("MPIRT_TRANSPORT", "tcp")
+        .env("MPIRT_VERBOSE", "1");
+    play_against(&mut launcher, &dir);
+    let _ = fs::remove_dir_all(&dir);
 }
 
 /// Runs `job` (which starts `stepwise DIR 2` on two ranks over TCP, verbose) while playing the

@@ -12,6 +12,14 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 pub const RANK_MODE: &str = "MPIRT_TEST_RANK_MODE";
+/// The test binary's arguments that run only `rank_mode`, quietly, as a rank.
+pub const RANK_MODE_ARGS: [&str; 5] = [
+    "--exact",
+    "rank_mode",
+    "--nocapture",
+    "--test-threads=1",
+    "-q",
+];
 /// Generous: the machine may be shared and slow; a hang is what this guards against.
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -265,13 +273,7 @@ pub fn job_on(launch: Launch, n: u32, mode: &str, envs: &[(&str, &str)]) -> Outp
     };
     command
         .arg(env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "rank_mode",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
+        .args(RANK_MODE_ARGS)
         .env(RANK_MODE, mode);
     for (k, v) in envs {
         command.env(k, v);
