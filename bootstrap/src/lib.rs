@@ -277,8 +277,15 @@ impl Bootstrap {
                 (init.rank, init.size, space, backend)
             }
             pmi1::Version::One => {
-                let rank = number_var("PMI_RANK")?;
-                let size = number_var("PMI_SIZE")?;
+                // PMI-1 has no command for them: the process manager sets both.
+                let given = |name: &'static str| match number_var(name) {
+                    Err(BootstrapError::MissingVar(_)) => Err(BootstrapError::Launcher(format!(
+                        "the PMI-1 server on PMI_FD set no {name} (it must set PMI_RANK and \
+                         PMI_SIZE for each rank)"
+                    ))),
+                    other => other,
+                };
+                let (rank, size) = (given("PMI_RANK")?, given("PMI_SIZE")?);
                 let client = pmi1::Client::new(stream).map_err(BootstrapError::Launcher)?;
                 let space = client.kvsname().to_string();
                 (rank, size, space, Backend::Pmi1(client))
