@@ -165,17 +165,25 @@ fn slurm_nodes() -> u32 {
 }
 
 /// A program that runs `ssh` with MPIRT_SSH_ARGS (the test hosts' config): Hydra and Open
-/// MPI take the program to start their remote daemons with, not a command line.
+/// MPI take the program to start their remote daemons with, not a command line. Written once
+/// per test process beside the test binary (written whole under a name of this process's, then
+/// renamed, so that a test binary running beside never runs half a script).
 fn ssh_program() -> PathBuf {
-    let path = env::temp_dir().join(format!("mpirt-test-ssh-{}", std::process::id()));
-    if !path.exists() {
-        let args = env::var("MPIRT_SSH_ARGS").unwrap_or_default();
-        std::fs::write(&path, format!("#!/bin/sh\nexec ssh {args} \"$@\"\n")).unwrap();
-        let mut perms = std::fs::metadata(&path).unwrap().permissions();
-        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
-        std::fs::set_permissions(&path, perms).unwrap();
-    }
-    path
+    static PROGRAM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PROGRAM
+        .get_or_init(|| {
+            let dir = env::current_exe().unwrap().parent().unwrap().to_path_buf();
+            let path = dir.join("mpirt-test-ssh");
+            let written = dir.join(format!("mpirt-test-ssh.{}", std::process::id()));
+            let args = env::var("MPIRT_SSH_ARGS").unwrap_or_default();
+            std::fs::write(&written, format!("#!/bin/sh\nexec ssh {args} \"$@\"\n")).unwrap();
+            let mut perms = std::fs::metadata(&written).unwrap().permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+            std::fs::set_permissions(&written, perms).unwrap();
+            std::fs::rename(&written, &path).unwrap();
+            path
+        })
+        .clone()
 }
 
 /// The command that starts `n` ranks under `launcher`, spread over MPIRT_TEST_HOSTS where
