@@ -147,7 +147,11 @@ impl Engine {
             job.config.spin
         };
         if job.config.verbose {
-            eprintln!("mpirt: {description}");
+            // One write of the whole line (eprintln! writes each piece of its format on its
+            // own), so that a launcher passing output on as it comes (Hydra, mpirun) does not
+            // put another rank's words inside it.
+            let line = format!("mpirt: {description}\n");
+            eprint!("{line}");
         }
         Ok(Engine {
             rank,

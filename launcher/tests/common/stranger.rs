@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{finish, start, Run};
+use super::{example, finish, scratch_dir, start, Run};
 
 /// Generous: the machine may be shared and slow. The ranks drop a silent dialler after 10 s.
 const PATIENCE: Duration = Duration::from_secs(40);
@@ -28,6 +28,21 @@ const PROOF_LEN: usize = 32;
 struct Rank {
     pid: u32,
     host: String,
+}
+
+/// Plays the stranger against two ranks of `stepwise` over TCP started by `launcher` (a
+/// command with its arguments up to the program: srun, mpiexec.hydra), in a scratch directory
+/// named after `name`.
+pub fn play_against_launcher(mut launcher: Command, name: &str) {
+    let dir = scratch_dir(name);
+    launcher
+        .arg(example("stepwise"))
+        .arg(&dir)
+        .arg("2")
+        .env("MPIRT_TRANSPORT", "tcp")
+        .env("MPIRT_VERBOSE", "1");
+    play_against(&mut launcher, &dir);
+    let _ = fs::remove_dir_all(&dir);
 }
 
 /// Runs `job` (which starts `stepwise DIR 2` on two ranks over TCP, verbose) while playing the
@@ -256,12 +271,12 @@ fn job_id_of(pid: u32) -> String {
     })
 }
 
-/// Where rank 1 listens for its peers: its one listening TCP socket (as `ss -ltnp` shows it),
-/// on its host's address.
-fn listening_address(rank: &Rank) -> SocketAddr {
-    let inodes: Vec<String> = fs::read_dir(format!("/proc/{}/fd", rank.pid))
-        .unwrap()
-        .filter_map(|fd| fs::read_link(fd.ok()?.path()).ok())
+/// The inodes of the sockets process `pid` holds open.
+fn socket_inodes(pid: u32) -> Vec<String> {
+    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    fds.filter_map(|fd| fs::read_link(fd.ok()?.path()).ok())
         .filter_map(|link| {
             let link = link.to_string_lossy().into_owned();
             Some(
@@ -270,6 +285,25 @@ fn listening_address(rank: &Rank) -> SocketAddr {
                     .to_string(),
             )
         })
+        .collect()
+}
+
+/// Where rank 1 listens for its peers: its one listening TCP socket (as `ss -ltnp` shows it),
+/// on its host's address. A socket its parent holds too is the launcher's, inherited (Hydra's
+/// proxy leaks its own listening socket into the ranks), not the rank's.
+fn listening_address(rank: &Rank) -> SocketAddr {
+    let stat = fs::read_to_string(format!("/proc/{}/stat", rank.pid)).unwrap();
+    // The parent's pid is the second field after the command's closing parenthesis.
+    let parent: u32 = stat[stat.rfind(')').unwrap() + 2..]
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let inherited = socket_inodes(parent);
+    let inodes: Vec<String> = socket_inodes(rank.pid)
+        .into_iter()
+        .filter(|inode| !inherited.contains(inode))
         .collect();
     let mut ports = Vec::new();
     for table in ["tcp", "tcp6"] {

@@ -621,10 +621,12 @@ impl TcpTransport {
         if self.config.verbose
             && (self.refused <= REFUSALS_NAMED || self.refused.is_power_of_two() || new_kind)
         {
-            eprintln!(
-                "mpirt: rank {}: refused a connection from {}: {why} ({} refused so far)",
+            // One write (see Engine::new's report), so that the line stays whole.
+            let line = format!(
+                "mpirt: rank {}: refused a connection from {}: {why} ({} refused so far)\n",
                 self.rank, a.addr, self.refused
             );
+            eprint!("{line}");
         }
     }
 
