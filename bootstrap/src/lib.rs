@@ -145,6 +145,8 @@ pub struct Bootstrap {
     size: u32,
     local_rank: u32,
     local_size: u32,
+    /// Which application of an MPMD launch this rank runs (`MPI_APPNUM`).
+    appnum: u32,
     job_id: String,
     backend: Backend,
 }
@@ -190,6 +192,8 @@ impl Bootstrap {
             size,
             local_rank,
             local_size,
+            // rsrun starts one program.
+            appnum: 0,
             job_id,
             backend: Backend::Kvs(stream),
         };
@@ -237,6 +241,11 @@ impl Bootstrap {
             size: init.size,
             local_rank,
             local_size,
+            appnum: init
+                .attrs
+                .get("appnum")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
             job_id: format!("slurm-{job}-{step}").replace(['/', ' '], "_"),
             backend: Backend::Pmi2 { stream, job },
         })
@@ -248,6 +257,7 @@ impl Bootstrap {
             size: 1,
             local_rank: 0,
             local_size: 1,
+            appnum: 0,
             // Unique per process, so shared-memory names of two singletons never collide.
             job_id: format!("singleton-{}", std::process::id()),
             backend: Backend::Singleton(HashMap::new()),
@@ -268,6 +278,12 @@ impl Bootstrap {
 
     pub fn local_size(&self) -> u32 {
         self.local_size
+    }
+
+    /// Which application of an MPMD launch this rank runs: `appnum` of Slurm's PMI-2 answer
+    /// (`srun --multi-prog`), else 0.
+    pub fn appnum(&self) -> u32 {
+        self.appnum
     }
 
     pub fn job_id(&self) -> &str {

@@ -17,6 +17,7 @@ mod algorithms;
 mod all;
 mod build;
 mod calls;
+mod neighbor;
 mod op;
 pub(crate) mod progress;
 pub(crate) mod request;
@@ -26,6 +27,7 @@ mod select;
 mod shared;
 
 pub use all::CommunicatorCollectives;
+pub(crate) use all::{all_gather_on, all_reduce_on};
 pub use op::{DynBuffer, DynBufferMut, Operation, SystemOperation, UserOperation};
 pub use root::Root;
 
