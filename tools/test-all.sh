@@ -141,7 +141,8 @@ if [ "$(id -u)" = 0 ] && [ -x "$testhosts/slurm-local" ]; then
     # A Slurm left from a run that crashed would make `up` refuse; this phase owns Slurm anyway.
     "$testhosts/slurm-local" down >/dev/null
     "$testhosts/slurm-local" up 4 --mode netns
-    MPIRT_TEST_SLURM=1 cargo test --release -p mpirt --test p2p --test collectives srun_with_pmi2
+    MPIRT_TEST_SLURM=1 cargo test --release -p mpirt --test p2p --test collectives --test topology \
+        srun_with_pmi2
     MPIRT_TEST_SLURM=1 cargo test --release -p launcher --test slurm
     hosts_down
     trap - EXIT
