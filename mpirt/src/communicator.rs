@@ -601,6 +601,11 @@ impl Process<'_> {
     pub fn rank(&self) -> Rank {
         self.rank
     }
+
+    /// Whether this is the calling process.
+    pub fn is_self(&self) -> bool {
+        self.rank == self.comm.rank as Rank
+    }
 }
 
 /// Every process of a communicator, as the source of a receive (`MPI_ANY_SOURCE`).

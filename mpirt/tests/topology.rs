@@ -90,6 +90,8 @@ fn relations_names_and_self(universe: &mpirt::Universe, world: &SimpleCommunicat
     // Self: one process, its own context, usable for messages and collectives.
     let own = SimpleCommunicator::self_comm();
     assert_eq!((own.size(), own.rank()), (1, 0));
+    assert!(own.process_at_rank(0).is_self() && world.this_process().is_self());
+    assert_eq!(world.process_at_rank((me + 1) % n).is_self(), n == 1);
     assert_eq!(own.get_name(), "MPI_COMM_SELF");
     assert_eq!(own.group().translate_rank(0, &world.group()), Some(me));
     let expected = if n == 1 {
