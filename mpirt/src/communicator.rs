@@ -8,7 +8,7 @@ use pml::Pml;
 
 use crate::attribute::{Attributes, CommAttribute};
 use crate::collective::{self, AreaSlot};
-use crate::context::{self, ContextLease};
+use crate::context::{self, ContextLease, Proposal};
 use crate::environment::{self, with_engine};
 use crate::error::{or_fatal, Cause, Error};
 use crate::group::Group;
@@ -140,15 +140,24 @@ impl CommData {
         FIRST_COLLECTIVE_TAG - n as i32
     }
 
-    /// A communicator of `members` (world ranks, in rank order) with topology `grid`, on a
-    /// context agreed over this one, or `None` if this process is not a member. Collective
+    /// The communicator `made` describes (its members, world ranks in rank order, or `None`
+    /// if this process is not one of them, and its topology), on a context agreed over this
+    /// one, or `None` if this process is not a member. `made` is this process's reading of
+    /// its arguments: when it failed, the call fails here with its cause and on every other
+    /// member through the agreement, as it does when their `fingerprint`s differ. Collective
     /// over this communicator.
     fn derive(
         &self,
-        members: Option<Vec<u32>>,
-        grid: Option<Grid>,
-    ) -> Result<Option<SimpleCommunicator>, Error> {
-        let id = context::agree(self)?;
+        fingerprint: u64,
+        made: Result<(Option<Vec<u32>>, Option<Grid>), Cause>,
+    ) -> Result<Option<SimpleCommunicator>, Cause> {
+        let proposal = Proposal {
+            valid: made.is_ok(),
+            fingerprint,
+        };
+        let agreed = context::agree(self, proposal);
+        let (members, grid) = made?;
+        let id = agreed.map_err(|e| e.cause().clone())?;
         Ok(members.and_then(|group| self.made_of(group, context::lease(id), grid)))
     }
 
@@ -170,17 +179,18 @@ impl CommData {
         )))
     }
 
-    /// Splits by color, ordering each part by key then by rank here; every part gets `grid`
-    /// as its topology.
+    /// Splits by color, ordering each part by key then by rank here; every part gets the
+    /// topology `grid` says, where it and `fingerprint` are as for `derive`.
     fn split(
         &self,
         color: Color,
         key: Key,
-        grid: Option<Grid>,
-    ) -> Result<Option<SimpleCommunicator>, Error> {
+        fingerprint: u64,
+        grid: Result<Option<Grid>, Cause>,
+    ) -> Result<Option<SimpleCommunicator>, Cause> {
         let mine = [color.0.is_some() as i32, color.0.unwrap_or(0), key];
         let mut all = vec![[0i32; 3]; self.size as usize];
-        collective::all_gather_on(self, &mine, &mut all[..])?;
+        collective::all_gather_on(self, &mine, &mut all[..]).map_err(|e| e.cause().clone())?;
         let members = color.0.map(|_| {
             let mut same: Vec<(i32, u32)> = (0..self.size)
                 .filter(|&r| all[r as usize][..2] == mine[..2])
@@ -189,7 +199,7 @@ impl CommData {
             same.sort_unstable();
             same.into_iter().map(|(_, r)| self.world_rank(r)).collect()
         });
-        self.derive(members, grid)
+        self.derive(fingerprint, grid.map(|grid| (members, grid)))
     }
 
     /// Checks that every member of `group` is in this communicator.
@@ -374,9 +384,12 @@ pub trait Communicator {
     fn try_duplicate(&self) -> Result<SimpleCommunicator, Error> {
         let data = self.data();
         let mut duplicate = data
-            .derive(Some(data.shared.group.clone()), data.grid().cloned())
+            .derive(
+                0,
+                Ok((Some(data.shared.group.clone()), data.grid().cloned())),
+            )
             .map(|c| c.expect("every process is a member of its duplicate"))
-            .map_err(|e| Error::new("duplicate", e.cause().clone()))?;
+            .map_err(|cause| Error::new("duplicate", cause))?;
         duplicate.attributes = self.attributes().for_duplicate();
         Ok(duplicate)
     }
@@ -397,8 +410,8 @@ pub trait Communicator {
         key: Key,
     ) -> Result<Option<SimpleCommunicator>, Error> {
         self.data()
-            .split(color, key, None)
-            .map_err(|e| Error::new("split_by_color", e.cause().clone()))
+            .split(color, key, 0, Ok(None))
+            .map_err(|cause| Error::new("split_by_color", cause))
     }
 
     /// The processes of this one that share this process's host, ranked by `key` then by rank
@@ -419,9 +432,9 @@ pub trait Communicator {
             .iter()
             .position(|h| *h == mine)
             .expect("this process's own host");
-        data.split(Color::with_value(host as i32), key, None)
+        data.split(Color::with_value(host as i32), key, 0, Ok(None))
             .map(|c| c.expect("every process has a host"))
-            .map_err(fail)
+            .map_err(|cause| Error::new("split_shared", cause))
     }
 
     /// The communicator's group (`MPI_Comm_group`).
@@ -441,10 +454,12 @@ pub trait Communicator {
         group: &dyn Group,
     ) -> Result<Option<SimpleCommunicator>, Error> {
         let data = self.data();
-        let fail = |cause| Error::new("split_by_subgroup_collective", cause);
-        data.check_subgroup(group.members()).map_err(fail)?;
-        data.derive(Some(group.members().to_vec()), None)
-            .map_err(|e| fail(e.cause().clone()))
+        let members = group.members();
+        let made = data
+            .check_subgroup(members)
+            .map(|()| (Some(members.to_vec()), None));
+        data.derive(0, made)
+            .map_err(|cause| Error::new("split_by_subgroup_collective", cause))
     }
 
     /// A communicator of `group`'s members, ranked as in the group (`MPI_Comm_create_group`):
@@ -520,13 +535,19 @@ pub trait Communicator {
         _reorder: bool,
     ) -> Result<Option<CartesianCommunicator>, Error> {
         let data = self.data();
-        let fail = |cause| Error::new("create_cartesian_communicator", cause);
-        let grid = cartesian::fitting(data, dims, periods).map_err(fail)?;
-        let points = grid.size() as usize;
-        let members = ((data.rank as usize) < points).then(|| data.shared.group[..points].to_vec());
+        let made = cartesian::fitting(data, dims, periods).map(|grid| {
+            let points = grid.size() as usize;
+            let members = (data.rank as usize) < points;
+            (
+                members.then(|| data.shared.group[..points].to_vec()),
+                Some(grid),
+            )
+        });
+        let shape = dims.iter().map(|&d| i64::from(d));
+        let fingerprint = context::fingerprint(shape.chain(periods.iter().map(|&p| p as i64)));
         let made = data
-            .derive(members, Some(grid))
-            .map_err(|e| fail(e.cause().clone()))?;
+            .derive(fingerprint, made)
+            .map_err(|cause| Error::new("create_cartesian_communicator", cause))?;
         Ok(made.map(CartesianCommunicator::new))
     }
 

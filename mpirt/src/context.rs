@@ -60,17 +60,57 @@ impl Drop for ContextLease {
     }
 }
 
-/// The lowest id that no member of `parent` uses: a collective over `parent`.
-pub(crate) fn agree(parent: &CommData) -> Result<u32, Error> {
-    let mine = in_use();
-    let mut all = [0u64; WORDS];
+/// What a member brings to the agreement on a new communicator besides the ids it uses:
+/// whether its own arguments were valid, and a fingerprint of the arguments every member must
+/// pass alike (0 for calls whose arguments may differ, such as a split's colors). A member
+/// whose arguments are bad then fails the call with the others, rather than leaving them
+/// waiting, and members that pass different grids are told so.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Proposal {
+    pub valid: bool,
+    pub fingerprint: u64,
+}
+
+/// The lowest id that no member of `parent` uses, once every member's proposal holds: a
+/// collective over `parent`.
+pub(crate) fn agree(parent: &CommData, proposal: Proposal) -> Result<u32, Error> {
+    let fail = |cause| Error::new("context id agreement", cause);
+    let mut mine = [0u64; WORDS + 3];
+    mine[..WORDS].copy_from_slice(&in_use());
+    // With an OR alone: a set bit says some member was not valid; a fingerprint bit set both
+    // in some member's fingerprint and in another's complement says they differ.
+    mine[WORDS] = u64::from(!proposal.valid);
+    mine[WORDS + 1] = proposal.fingerprint;
+    mine[WORDS + 2] = !proposal.fingerprint;
+    let mut all = [0u64; WORDS + 3];
     collective::all_reduce_on(
         parent,
         &mine[..],
         &mut all[..],
         SystemOperation::bitwise_or(),
     )?;
-    lowest_free(&all).ok_or_else(|| Error::new("context id agreement", Cause::ContextIdsExhausted))
+    if all[WORDS] != 0 {
+        return Err(fail(Cause::PeerArguments(
+            "another rank passed arguments that are not valid (its own error says which)",
+        )));
+    }
+    if all[WORDS + 1] & all[WORDS + 2] != 0 {
+        return Err(fail(Cause::PeerArguments(
+            "the ranks passed different arguments where MPI needs the same on all",
+        )));
+    }
+    let used = all[..WORDS].try_into().expect("the bitmap's words");
+    lowest_free(&used).ok_or_else(|| fail(Cause::ContextIdsExhausted))
+}
+
+/// A fingerprint of `words` for [`Proposal`] (FNV-1a over their bytes).
+pub(crate) fn fingerprint(words: impl IntoIterator<Item = i64>) -> u64 {
+    words
+        .into_iter()
+        .flat_map(i64::to_ne_bytes)
+        .fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3)
+        })
 }
 
 /// Takes `id` (from [`agree`]) for a communicator of this process.

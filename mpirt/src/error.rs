@@ -113,6 +113,9 @@ pub enum Cause {
     GridTooLarge { points: Rank, size: Rank },
     /// The members of a group making a communicator of it passed different tags.
     TagsDisagree { tag: Tag, other: Tag, rank: Rank },
+    /// Other ranks of a collective call passed arguments that are not valid, or other than
+    /// this rank's where they must be the same.
+    PeerArguments(&'static str),
 }
 
 impl fmt::Display for Cause {
@@ -251,6 +254,7 @@ impl fmt::Display for Cause {
                 f,
                 "the grid has {points} points but the communicator only {size} ranks"
             ),
+            Cause::PeerArguments(why) => f.write_str(why),
             Cause::TagsDisagree { tag, other, rank } => write!(
                 f,
                 "this rank passed tag {tag} but group rank {rank} passed {other}: the members \

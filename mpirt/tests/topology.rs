@@ -591,6 +591,41 @@ fn errors(world: &SimpleCommunicator) {
         .try_neighbor_all_gather_into(&[1][..], &mut [0; 3][..])
         .unwrap_err();
     println!("error: {e}");
+
+    // One rank's bad arguments fail the call on every rank, and arguments that must agree
+    // but differ fail it everywhere: nobody waits for ever, nobody gets a wrong grid.
+    let me = world.rank();
+    let extent = if me == 0 { n + 1 } else { n };
+    let e = world
+        .try_create_cartesian_communicator(&[extent], &[false], false)
+        .unwrap_err();
+    match me {
+        0 => assert!(matches!(e.cause(), Cause::GridTooLarge { .. }), "{e}"),
+        _ => println!("peer error: {e}"),
+    }
+    let dims = if me == 0 { [1, n] } else { [n, 1] };
+    let e = world
+        .try_create_cartesian_communicator(&dims, &[false, false], false)
+        .unwrap_err();
+    println!("disagreement: {e}");
+    let retain: &[bool] = if me == 0 { &[true, true] } else { &[true] };
+    let e = cart.try_subgroup(retain).unwrap_err();
+    if me != 0 {
+        println!("peer error: {e}");
+    }
+    let half = world.split_by_color(Color::with_value(me % 2)).unwrap();
+    let group = if me == 0 { world.group() } else { half.group() };
+    let made = half.try_split_by_subgroup_collective(&group);
+    match (me % 2, made) {
+        (0, Err(e)) if me != 0 => println!("peer error: {e}"),
+        (0, Err(e)) => assert!(matches!(e.cause(), Cause::NotInCommunicator { .. }), "{e}"),
+        (_, made) => assert!(made.unwrap().is_some()),
+    }
+    // The runtime is fine afterwards.
+    let fine = world
+        .create_cartesian_communicator(&[n], &[true], false)
+        .unwrap();
+    assert_eq!(fine.shift(0, 1).1, Some((me + 1) % n));
     println!("errors ok");
 }
 
@@ -647,9 +682,28 @@ fn bad_topology_input_is_a_named_error() {
         "coordinates_to_rank([3]): coordinate 3 is outside dimension 0",
         "rank_to_coordinates(3): rank 3 is out of range",
         "shift(1, 1): invalid topology: dimension 1 does not exist",
-        "dims_create: invalid topology: dims_create: the set dimensions [2, 0] (product 2) do not make 7",
+        "dims_create: invalid topology: the set dimensions [2, 0] (product 2) do not make 7",
         "neighbor_all_gather_into: the receive buffer (a block per neighbour) holds 3 elements where 2 are needed",
+        "disagreement: rank", // on every rank, with the next line's text
+        "create_cartesian_communicator: the ranks passed different arguments where MPI needs the same on all",
+        "errors ok",
     ] {
         assert_eq!(out.matches(expected).count(), 3, "{expected}\n{out}\n{err}");
+    }
+    // Ranks 1 and 2 on the grid too large for rank 0's extent and on rank 0's wrong retain
+    // flags; rank 2 alone (rank 0's half) on rank 0's group with an outsider.
+    let peer = "another rank passed arguments that are not valid (its own error says which)";
+    for (operation, count) in [
+        ("create_cartesian_communicator", 2),
+        ("subgroup", 2),
+        ("split_by_subgroup_collective", 1),
+    ] {
+        let lines = out
+            .lines()
+            .filter(|l| {
+                l.starts_with("peer error: rank") && l.contains(&format!("{operation}: {peer}"))
+            })
+            .count();
+        assert_eq!(lines, count, "{operation}\n{out}\n{err}");
     }
 }

@@ -384,7 +384,9 @@ impl UnsafeUserOperation {
     }
 }
 
-impl Operation for UnsafeUserOperation {
+// As in rsmpi, a reference is the operation: the one that builds the operation says the
+// function is sound, and the reference keeps that promise tied to it.
+impl Operation for &UnsafeUserOperation {
     fn is_commutative(&self) -> bool {
         self.commutative
     }
@@ -580,6 +582,7 @@ mod tests {
     fn unsafe_user_operations_get_aligned_elements_and_their_datatype() {
         // SAFETY: `add_u32` reads `invec`, writes valid u32s to `inoutvec` and keeps nothing.
         let op = unsafe { UnsafeUserOperation::commutative(add_u32) };
+        let op = &op;
         assert!(op.is_commutative());
         let dt = u32::equivalent_datatype();
         let incoming = bytes(&[1u32, 2, 3]);

@@ -6,6 +6,7 @@ use super::grid::{self, Grid};
 use super::{CommData, Communicator, SimpleCommunicator};
 use crate::attribute::Attributes;
 use crate::communicator::{AsCommunicator, Color, Rank};
+use crate::context;
 use crate::error::{or_fatal, Cause, Error};
 use crate::point_to_point::Count;
 
@@ -237,13 +238,17 @@ impl CartesianCommunicator {
         or_fatal(self.try_subgroup(retain))
     }
     pub fn try_subgroup(&self, retain: &[bool]) -> Result<CartesianCommunicator, Error> {
-        let fail = |cause| Error::new("subgroup", cause);
-        let (grid, which, within) = self.grid().sub(self.rank(), retain).map_err(fail)?;
+        // A rank whose `retain` is wrong still takes part, so that the others fail with it.
+        let (color, key, grid) = match self.grid().sub(self.rank(), retain) {
+            Ok((grid, which, within)) => (Color::with_value(which), within, Ok(Some(grid))),
+            Err(cause) => (Color::undefined(), 0, Err(cause)),
+        };
+        let fingerprint = context::fingerprint(retain.iter().map(|&kept| kept as i64));
         let comm = self
             .comm
             .data
-            .split(Color::with_value(which), within, Some(grid))
-            .map_err(|e| fail(e.cause().clone()))?;
+            .split(color, key, fingerprint, grid)
+            .map_err(|cause| Error::new("subgroup", cause))?;
         Ok(CartesianCommunicator::new(
             comm.expect("every process has a color"),
         ))

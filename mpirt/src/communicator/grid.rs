@@ -202,12 +202,12 @@ impl Grid {
 pub(crate) fn dims_create(nodes: Count, dims: &mut [Count]) -> Result<(), Cause> {
     if nodes < 1 {
         return Err(invalid(format!(
-            "dims_create of {nodes} nodes: there must be at least one"
+            "{nodes} nodes: there must be at least one"
         )));
     }
     if let Some((d, &e)) = dims.iter().enumerate().find(|(_, &e)| e < 0) {
         return Err(invalid(format!(
-            "dims_create: dimension {d} is {e}; entries must be 0 (free) or positive"
+            "dimension {d} is {e}; entries must be 0 (free) or positive"
         )));
     }
     let fixed: i64 = dims
@@ -219,7 +219,7 @@ pub(crate) fn dims_create(nodes: Count, dims: &mut [Count]) -> Result<(), Cause>
     let nodes = i64::from(nodes);
     if nodes % fixed != 0 || (free.is_empty() && fixed != nodes) {
         return Err(invalid(format!(
-            "dims_create: the set dimensions {dims:?} (product {fixed}) do not make {nodes} \
+            "the set dimensions {dims:?} (product {fixed}) do not make {nodes} \
              nodes"
         )));
     }
