@@ -49,17 +49,17 @@ cargo test --workspace --release
 # debug_assert!s and integer overflow checks exist only there, so a test that breaks one (a
 # property test made frames longer than the ring's max_frame) passes in release and fails for
 # everyone else. Every library's unit tests, pml's integration tests (matching model, protocol,
-# wire fuzzing, shared memory, engine), rsrun's local launch tests, and mpirt's point-to-point
-# and collectives suites, whose jobs run the runtime's message paths through real ranks. Left
-# to the release run, to keep this phase to a few minutes: the NPB kernels (over a minute in
-# debug, on the paths the suites take) and the multi-host tests. The mpirt suites start their
-# jobs with target/debug/rsrun, hence the launcher's build first.
+# wire fuzzing, shared memory, engine), rsrun's local launch tests, and mpirt's point-to-point,
+# collectives and topology suites, whose jobs run the runtime's message paths through real
+# ranks. Left to the release run, to keep this phase to a few minutes: the NPB kernels (over a
+# minute in debug, on the paths the suites take) and the multi-host tests. The mpirt suites
+# start their jobs with target/debug/rsrun, hence the launcher's build first.
 echo "== cargo test (debug build: debug assertions and overflow checks)"
 cargo build -p launcher
 cargo test --workspace --lib
 cargo test -p pml --tests
 cargo test -p launcher --test launch --test kvs
-cargo test -p mpirt --test p2p --test collectives
+cargo test -p mpirt --test p2p --test collectives --test topology
 
 # The README's quick start, in a new crate outside the workspace (see the script).
 echo "== README quick start"
