@@ -45,6 +45,7 @@ mod pmix {
         "PMIX_LOCAL_RANK",
         "PMIX_LOCAL_SIZE",
         "PMIX_NODEID",
+        "PMIX_APPNUM",
         "PMIX_JOBID",
         "PMIX_COLLECT_DATA",
     ];

@@ -52,17 +52,17 @@ cargo test --workspace --release
 # debug_assert!s and integer overflow checks exist only there, so a test that breaks one (a
 # property test made frames longer than the ring's max_frame) passes in release and fails for
 # everyone else. Every library's unit tests, pml's integration tests (matching model, protocol,
-# wire fuzzing, shared memory, engine), rsrun's local launch tests, and mpirt's point-to-point
-# and collectives suites, whose jobs run the runtime's message paths through real ranks. Left
-# to the release run, to keep this phase to a few minutes: the NPB kernels (over a minute in
-# debug, on the paths the suites take) and the multi-host tests. The mpirt suites start their
-# jobs with target/debug/rsrun, hence the launcher's build first.
+# wire fuzzing, shared memory, engine), rsrun's local launch tests, and mpirt's point-to-point,
+# collectives and topology suites, whose jobs run the runtime's message paths through real
+# ranks. Left to the release run, to keep this phase to a few minutes: the NPB kernels (over a
+# minute in debug, on the paths the suites take) and the multi-host tests. The mpirt suites
+# start their jobs with target/debug/rsrun, hence the launcher's build first.
 echo "== cargo test (debug build: debug assertions and overflow checks)"
 cargo build -p launcher
 cargo test --workspace --lib
 cargo test -p pml --tests
 cargo test -p launcher --test launch --test kvs
-cargo test -p mpirt --test p2p --test collectives
+cargo test -p mpirt --test p2p --test collectives --test topology
 
 # The README's quick start, in a new crate outside the workspace (see the script).
 echo "== README quick start"
@@ -185,8 +185,8 @@ if [ "$(id -u)" = 0 ] && [ -x "$testhosts/slurm-local" ]; then
     "$testhosts/slurm-local" up 4 --mode netns
     # srun's own tests (PMI-2, and plain srun and --mpi=none refused by name), then both suites
     # under srun --mpi=pmi2 and, built with the `pmix` feature, --mpi=pmix, over the 4 nodes.
-    MPIRT_TEST_SLURM=1 cargo test --release -p mpirt --test p2p --test collectives -- srun \
-        pmix_launchers_without_the_feature
+    MPIRT_TEST_SLURM=1 cargo test --release -p mpirt --test p2p --test collectives \
+        --test topology -- srun pmix_launchers_without_the_feature
     MPIRT_TEST_SLURM=1 cargo test --release -p launcher --test slurm
     echo "== Slurm tests: the suites under srun --mpi=pmi2 and srun --mpi=pmix on 4 nodes"
     MPIRT_TEST_SLURM=1 MPIRT_TEST_LAUNCHER=srun-pmi2 MPIRT_TEST_SLURM_NODES=4 \

@@ -170,6 +170,8 @@ pub struct Bootstrap {
     size: u32,
     local_rank: u32,
     local_size: u32,
+    /// Which application of an MPMD launch this rank runs (`MPI_APPNUM`).
+    appnum: u32,
     job_id: String,
     backend: Backend,
 }
@@ -225,6 +227,8 @@ impl Bootstrap {
             size,
             local_rank,
             local_size,
+            // rsrun starts one program.
+            appnum: 0,
             job_id,
             backend: Backend::Kvs(stream),
         };
@@ -266,15 +270,20 @@ impl Bootstrap {
         // and nothing else in the process owns it.
         let mut stream = unsafe { UnixStream::from_raw_fd(fd as i32) };
         let version = pmi1::negotiate(&mut stream, ask).map_err(BootstrapError::Launcher)?;
-        let (rank, size, job_id, backend) = match version {
+        let (rank, size, job_id, appnum, backend) = match version {
             pmi1::Version::Two => {
                 let job = slurm_job.clone().unwrap_or_default();
                 let rank_var = env::var("PMI_RANK").unwrap_or_default();
                 let init = pmi2::fullinit(&mut stream, &job, &rank_var)
                     .map_err(BootstrapError::Launcher)?;
                 let space = pmi2::job_id(&mut stream).map_err(BootstrapError::Launcher)?;
+                let appnum = init
+                    .attrs
+                    .get("appnum")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
                 let backend = Backend::Pmi2 { stream, job };
-                (init.rank, init.size, space, backend)
+                (init.rank, init.size, space, appnum, backend)
             }
             pmi1::Version::One => {
                 // PMI-1 has no command for them: the process manager sets both.
@@ -288,7 +297,8 @@ impl Bootstrap {
                 let (rank, size) = (given("PMI_RANK")?, given("PMI_SIZE")?);
                 let client = pmi1::Client::new(stream).map_err(BootstrapError::Launcher)?;
                 let space = client.kvsname().to_string();
-                (rank, size, space, Backend::Pmi1(client))
+                let appnum = client.appnum();
+                (rank, size, space, appnum, Backend::Pmi1(client))
             }
         };
         // Slurm's step id keeps shared-memory names of two steps apart; other servers name
@@ -306,6 +316,7 @@ impl Bootstrap {
             size,
             local_rank,
             local_size,
+            appnum,
             job_id: job_id.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"),
             backend,
         };
@@ -325,6 +336,7 @@ impl Bootstrap {
             size: place.size,
             local_rank: place.local_rank,
             local_size: place.local_size,
+            appnum: place.appnum,
             job_id: job_id.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"),
             backend: Backend::Pmix(Box::new(client)),
         };
@@ -348,6 +360,7 @@ impl Bootstrap {
             size: 1,
             local_rank: 0,
             local_size: 1,
+            appnum: 0,
             // Unique per process, so shared-memory names of two singletons never collide.
             job_id: format!("singleton-{}", std::process::id()),
             backend: Backend::Singleton(HashMap::new()),
@@ -368,6 +381,12 @@ impl Bootstrap {
 
     pub fn local_size(&self) -> u32 {
         self.local_size
+    }
+
+    /// Which application of an MPMD launch this rank runs: `appnum` of Slurm's PMI-2 answer
+    /// (`srun --multi-prog`), else 0.
+    pub fn appnum(&self) -> u32 {
+        self.appnum
     }
 
     pub fn job_id(&self) -> &str {

@@ -214,6 +214,7 @@ pub fn maxes(stream: &mut (impl Read + Write)) -> Result<Maxes, String> {
 pub struct Client {
     stream: UnixStream,
     kvsname: String,
+    appnum: u32,
     maxes: Maxes,
 }
 
@@ -230,11 +231,22 @@ impl Client {
             .get("kvsname")
             .ok_or("PMI-1 get_my_kvsname: no kvsname in the answer")?
             .to_string();
+        let answer = call(&mut stream, &Message::new("get_appnum", &[]), "appnum")?;
+        let appnum = answer
+            .get("appnum")
+            .and_then(|n| n.parse().ok())
+            .ok_or("PMI-1 get_appnum: no appnum in the answer")?;
         Ok(Client {
             stream,
             kvsname,
+            appnum,
             maxes,
         })
+    }
+
+    /// Which application of an MPMD launch (`mpiexec -n 2 a : -n 2 b`) this rank runs.
+    pub fn appnum(&self) -> u32 {
+        self.appnum
     }
 
     /// The name of the job's key-value space: the job's, unique while it runs.
@@ -475,6 +487,7 @@ mod tests {
         let (client, fake) = serve(&[
             "cmd=maxes rc=0 kvsname_max=256 keylen_max=8 vallen_max=12\n",
             "cmd=my_kvsname kvsname=kvs_7_0 rc=0\n",
+            "cmd=appnum appnum=3 rc=0\n",
             "cmd=put_result rc=0 msg=success\n",
             "cmd=barrier_out\n",
             "cmd=get_result rc=0 msg=success value=a%20b\n",
@@ -483,6 +496,7 @@ mod tests {
         ]);
         let mut client = Client::new(client).unwrap();
         assert_eq!(client.kvsname(), "kvs_7_0");
+        assert_eq!(client.appnum(), 3);
         client.put("k", b"a b").unwrap();
         let e = client.put("k", b"0123456789abc").unwrap_err();
         assert!(
@@ -496,9 +510,10 @@ mod tests {
         assert_eq!(client.get("k2").unwrap(), None);
         client.finalize().unwrap();
         let heard = fake.join().unwrap();
-        assert_eq!(heard[2], "cmd=put kvsname=kvs_7_0 key=k value=a%20b");
-        assert_eq!(heard[3], "cmd=barrier_in");
-        assert_eq!(heard[4], "cmd=get kvsname=kvs_7_0 key=k");
+        assert_eq!(heard[2], "cmd=get_appnum");
+        assert_eq!(heard[3], "cmd=put kvsname=kvs_7_0 key=k value=a%20b");
+        assert_eq!(heard[4], "cmd=barrier_in");
+        assert_eq!(heard[5], "cmd=get kvsname=kvs_7_0 key=k");
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub struct Place {
     pub local_rank: u32,
     pub local_size: u32,
     pub node_id: u32,
+    /// Which application of an MPMD launch this rank runs (`PMIX_APPNUM`; 0 where unset).
+    pub appnum: u32,
     /// The scheduler's job id where the server gives one (`PMIX_JOBID`), else the namespace.
     pub job_id: String,
 }
@@ -95,6 +97,10 @@ impl Client {
         let local_size = client.number(&job, key(sys::PMIX_LOCAL_SIZE))?;
         let local_rank = client.number(&client.me, key(sys::PMIX_LOCAL_RANK))?;
         let node_id = client.number(&client.me, key(sys::PMIX_NODEID))?;
+        // Servers that launch one application may not publish it.
+        let appnum = client
+            .number(&client.me, key(sys::PMIX_APPNUM))
+            .unwrap_or(0);
         let job_id = match client.value(&job, key(sys::PMIX_JOBID)) {
             Ok(Some(Value::Text(id))) => id,
             _ => client.namespace(),
@@ -105,6 +111,7 @@ impl Client {
             local_rank,
             local_size,
             node_id,
+            appnum,
             job_id,
         };
         Ok((client, place))
