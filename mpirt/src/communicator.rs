@@ -1,16 +1,29 @@
-//! Communicators and the processes in them (rsmpi's `topology`).
+//! Communicators and the processes in them (rsmpi's `topology`), and the Cartesian
+//! topologies made over them.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use pml::Pml;
 
-use crate::collective::{AreaSlot, CommunicatorCollectives};
-use crate::context::{self, ContextLease};
-use crate::environment::with_engine;
+use crate::attribute::{Attributes, CommAttribute};
+use crate::collective::{self, AreaSlot};
+use crate::context::{self, ContextLease, Proposal};
+use crate::environment::{self, with_engine};
 use crate::error::{or_fatal, Cause, Error};
 use crate::group::Group;
-pub use crate::group::{GroupRelation, UserGroup};
+pub use crate::group::{GroupRelation, SystemGroup, UserGroup};
+use crate::point_to_point::{Count, Tag};
+
+mod cartesian;
+mod create_group;
+mod grid;
+
+pub use cartesian::{
+    dims_create, try_dims_create, CartesianCommunicator, CartesianLayout,
+    DistributedGraphCommunicator, GraphCommunicator, IntoTopology, Topology,
+};
+pub(crate) use grid::Grid;
 
 /// A process's rank in a communicator.
 pub type Rank = i32;
@@ -34,8 +47,20 @@ struct Shared {
     collectives: Cell<u32>,
     /// The shared-memory area of short all-reductions, once the first one set it up.
     area: AreaSlot,
-    /// The context id, given back when the last handle drops; `None` for the world's.
+    /// `MPI_Comm_set_name`'s name, which every handle of the communicator sees.
+    name: RefCell<String>,
+    /// The Cartesian topology, on a communicator made with one (or a duplicate of one).
+    grid: Option<Grid>,
+    /// The context id, given back when the last handle drops; `None` for the world's and
+    /// self's, which are fixed.
     _lease: Option<ContextLease>,
+}
+
+/// Where a communicator's context id comes from.
+enum Context {
+    World,
+    OfSelf,
+    Leased(ContextLease),
 }
 
 /// Collective tags count down from here to `pml::MIN_RUNTIME_TAG`, the lowest tag every PML
@@ -48,18 +73,36 @@ const COLLECTIVE_TAGS: u32 = (FIRST_COLLECTIVE_TAG - pml::MIN_RUNTIME_TAG + 1) a
 const _: () = assert!(pml::MIN_RUNTIME_TAG < FIRST_COLLECTIVE_TAG && FIRST_COLLECTIVE_TAG < 0);
 
 impl CommData {
-    fn new(rank: u32, group: Vec<u32>, lease: Option<ContextLease>) -> CommData {
+    fn new(rank: u32, group: Vec<u32>, context: Context, grid: Option<Grid>) -> CommData {
+        let (id, name, lease) = match context {
+            Context::World => (context::WORLD, "MPI_COMM_WORLD", None),
+            Context::OfSelf => (context::SELF, "MPI_COMM_SELF", None),
+            // MPI names a new communicator "": names are not inherited.
+            Context::Leased(lease) => (lease.id(), "", Some(lease)),
+        };
         CommData {
-            context: lease.as_ref().map_or(context::WORLD, ContextLease::id),
+            context: id,
             rank,
             size: group.len() as u32,
             shared: Rc::new(Shared {
                 group,
                 collectives: Cell::new(0),
                 area: AreaSlot::default(),
+                name: RefCell::new(name.to_string()),
+                grid,
                 _lease: lease,
             }),
         }
+    }
+
+    /// The world communicator of a job of `size` ranks, seen from `rank`.
+    pub(crate) fn world(rank: u32, size: u32) -> CommData {
+        CommData::new(rank, (0..size).collect(), Context::World, None)
+    }
+
+    /// `MPI_COMM_SELF` of the process at world rank `world_rank`.
+    pub(crate) fn of_self(world_rank: u32) -> CommData {
+        CommData::new(0, vec![world_rank], Context::OfSelf, None)
     }
 
     /// The world rank of `rank`, which the caller has checked is in range.
@@ -84,6 +127,10 @@ impl CommData {
         &self.shared.area
     }
 
+    pub(crate) fn grid(&self) -> Option<&Grid> {
+        self.shared.grid.as_ref()
+    }
+
     /// The tag of the next collective on this communicator. Every rank starts the
     /// communicator's collectives in the same order, so they agree on each one's tag, and
     /// messages of two collectives in flight at once can never match each other's receives.
@@ -93,24 +140,57 @@ impl CommData {
         FIRST_COLLECTIVE_TAG - n as i32
     }
 
-    /// A communicator of `members` (world ranks, in rank order) on a context agreed over
-    /// this one, or `None` if this process is not a member. Collective over this communicator.
-    fn derive(&self, members: Option<Vec<u32>>) -> Result<Option<SimpleCommunicator>, Error> {
-        let id = context::agree(self)?;
-        let me = self.world_rank(self.rank);
-        Ok(members.and_then(|group| {
-            let rank = group.iter().position(|&m| m == me)? as u32;
-            Some(SimpleCommunicator {
-                data: CommData::new(rank, group, Some(context::lease(id))),
-            })
-        }))
+    /// The communicator `made` describes (its members, world ranks in rank order, or `None`
+    /// if this process is not one of them, and its topology), on a context agreed over this
+    /// one, or `None` if this process is not a member. `made` is this process's reading of
+    /// its arguments: when it failed, the call fails here with its cause and on every other
+    /// member through the agreement, as it does when their `fingerprint`s differ. Collective
+    /// over this communicator.
+    fn derive(
+        &self,
+        fingerprint: u64,
+        made: Result<(Option<Vec<u32>>, Option<Grid>), Cause>,
+    ) -> Result<Option<SimpleCommunicator>, Cause> {
+        let proposal = Proposal {
+            valid: made.is_ok(),
+            fingerprint,
+        };
+        let agreed = context::agree(self, proposal);
+        let (members, grid) = made?;
+        let id = agreed.map_err(|e| e.cause().clone())?;
+        Ok(members.and_then(|group| self.made_of(group, context::lease(id), grid)))
     }
 
-    /// Splits by color, ordering each part by key then by rank here.
-    fn split(&self, color: Color, key: Key) -> Result<Option<SimpleCommunicator>, Error> {
+    /// The communicator of `group` on the context `lease` holds, or `None` if this process
+    /// is not in `group`.
+    fn made_of(
+        &self,
+        group: Vec<u32>,
+        lease: ContextLease,
+        grid: Option<Grid>,
+    ) -> Option<SimpleCommunicator> {
+        let me = self.world_rank(self.rank);
+        let rank = group.iter().position(|&m| m == me)? as u32;
+        Some(SimpleCommunicator::new(CommData::new(
+            rank,
+            group,
+            Context::Leased(lease),
+            grid,
+        )))
+    }
+
+    /// Splits by color, ordering each part by key then by rank here; every part gets the
+    /// topology `grid` says, where it and `fingerprint` are as for `derive`.
+    fn split(
+        &self,
+        color: Color,
+        key: Key,
+        fingerprint: u64,
+        grid: Result<Option<Grid>, Cause>,
+    ) -> Result<Option<SimpleCommunicator>, Cause> {
         let mine = [color.0.is_some() as i32, color.0.unwrap_or(0), key];
         let mut all = vec![[0i32; 3]; self.size as usize];
-        self.try_all_gather_into(&mine, &mut all[..])?;
+        collective::all_gather_on(self, &mine, &mut all[..]).map_err(|e| e.cause().clone())?;
         let members = color.0.map(|_| {
             let mut same: Vec<(i32, u32)> = (0..self.size)
                 .filter(|&r| all[r as usize][..2] == mine[..2])
@@ -119,13 +199,17 @@ impl CommData {
             same.sort_unstable();
             same.into_iter().map(|(_, r)| self.world_rank(r)).collect()
         });
-        self.derive(members)
+        self.derive(fingerprint, grid.map(|grid| (members, grid)))
     }
-}
 
-impl Communicator for CommData {
-    fn data(&self) -> &CommData {
-        self
+    /// Checks that every member of `group` is in this communicator.
+    fn check_subgroup(&self, group: &[u32]) -> Result<(), Cause> {
+        match group.iter().find(|m| !self.shared.group.contains(m)) {
+            Some(&outsider) => Err(Cause::NotInCommunicator {
+                world_rank: outsider as Rank,
+            }),
+            None => Ok(()),
+        }
     }
 }
 
@@ -148,7 +232,7 @@ impl Color {
 pub type Key = i32;
 
 /// The name of this process's host, as the processes of one host share it.
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|name| name.trim().to_string())
         .unwrap_or_else(|_| "localhost".to_string())
@@ -157,24 +241,76 @@ fn hostname() -> String {
 /// Longest host name the shared-memory split compares (Linux's `HOST_NAME_MAX`).
 const HOST_NAME_MAX: usize = 64;
 
+/// How two communicators compare (`MPI_Comm_compare`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommunicatorRelation {
+    /// Handles of one communicator.
+    Identical,
+    /// The same processes in the same order, with different contexts (a duplicate).
+    Congruent,
+    /// The same processes in another order.
+    Similar,
+    Unequal,
+}
+
 /// A communicator: a group of processes and a context for their messages (`MPI_Comm`).
+///
+/// Handles clone cheaply; every clone is the same communicator (it compares
+/// [`Identical`](CommunicatorRelation::Identical), shares the name and the collective
+/// sequence), and carries copies of the attributes set on the handle it was cloned from.
 #[derive(Clone, Debug)]
 pub struct SimpleCommunicator {
     data: CommData,
+    attributes: Attributes,
 }
 
 impl SimpleCommunicator {
-    pub(crate) fn world(rank: u32, size: u32) -> SimpleCommunicator {
+    pub(crate) fn new(data: CommData) -> SimpleCommunicator {
         SimpleCommunicator {
-            data: CommData::new(rank, (0..size).collect(), None),
+            data,
+            attributes: Attributes::default(),
+        }
+    }
+
+    /// The communicator of every rank in the job (`MPI_COMM_WORLD`), as
+    /// [`Universe::world`](crate::Universe::world) gives it; a fatal error before
+    /// [`initialize`](crate::initialize).
+    pub fn world() -> SimpleCommunicator {
+        or_fatal(environment::predefined(|world, _| world.clone()).map(SimpleCommunicator::new))
+    }
+
+    /// The communicator of this process alone (`MPI_COMM_SELF`).
+    pub fn self_comm() -> SimpleCommunicator {
+        or_fatal(environment::predefined(|_, own| own.clone()).map(SimpleCommunicator::new))
+    }
+
+    /// The topology the communicator was made with (`MPI_Topo_test`).
+    pub fn topology(&self) -> Topology {
+        match self.data.grid() {
+            Some(_) => Topology::Cartesian,
+            None => Topology::Undefined,
+        }
+    }
+
+    /// The communicator as the type of its topology.
+    pub fn into_topology(self) -> IntoTopology {
+        match self.data.grid() {
+            Some(_) => IntoTopology::Cartesian(CartesianCommunicator::new(self)),
+            None => IntoTopology::Undefined(self),
         }
     }
 }
 
-/// The operations of every communicator. Implemented by [`SimpleCommunicator`].
+/// The operations of every communicator. Implemented by [`SimpleCommunicator`] and
+/// [`CartesianCommunicator`]; usable as a trait object (`&dyn Communicator`), which the
+/// collectives take too.
 pub trait Communicator {
     #[doc(hidden)]
     fn data(&self) -> &CommData;
+    #[doc(hidden)]
+    fn attributes(&self) -> &Attributes;
+    #[doc(hidden)]
+    fn attributes_mut(&mut self) -> &mut Attributes;
 
     /// This process's rank in the communicator.
     fn rank(&self) -> Rank {
@@ -184,6 +320,17 @@ pub trait Communicator {
     /// Number of processes in the communicator.
     fn size(&self) -> Rank {
         self.data().size as Rank
+    }
+
+    /// The number of processes a rank names: the size, on the communicators mpirt has
+    /// (rsmpi's; an inter-communicator's remote size).
+    fn target_size(&self) -> Rank {
+        self.size()
+    }
+
+    /// Whether this is an inter-communicator (`MPI_Comm_test_inter`).
+    fn test_inter(&self) -> bool {
+        false
     }
 
     /// The process at `rank`; a rank outside the communicator is a fatal error.
@@ -212,16 +359,39 @@ pub trait Communicator {
         }
     }
 
-    /// A communicator of the same processes with a context of its own (`MPI_Comm_dup`).
-    /// Collective.
+    /// How this communicator and `other` compare (`MPI_Comm_compare`): handles of one
+    /// communicator are identical, communicators of the same processes in the same order
+    /// congruent, in another order similar.
+    fn compare(&self, other: &dyn Communicator) -> CommunicatorRelation {
+        let (a, b) = (self.data(), other.data());
+        if Rc::ptr_eq(&a.shared, &b.shared) {
+            return CommunicatorRelation::Identical;
+        }
+        let group = |c: &CommData| UserGroup::from_world_ranks(c.shared.group.clone());
+        match group(a).compare(&group(b)) {
+            GroupRelation::Identical => CommunicatorRelation::Congruent,
+            GroupRelation::Similar => CommunicatorRelation::Similar,
+            GroupRelation::Unequal => CommunicatorRelation::Unequal,
+        }
+    }
+
+    /// A communicator of the same processes with a context of its own (`MPI_Comm_dup`): it
+    /// keeps the topology, and gets clones of the attributes whose type says
+    /// [`CommAttribute::CLONE_ON_DUP`]. Collective.
     fn duplicate(&self) -> SimpleCommunicator {
         or_fatal(self.try_duplicate())
     }
     fn try_duplicate(&self) -> Result<SimpleCommunicator, Error> {
         let data = self.data();
-        data.derive(Some(data.shared.group.clone()))
+        let mut duplicate = data
+            .derive(
+                0,
+                Ok((Some(data.shared.group.clone()), data.grid().cloned())),
+            )
             .map(|c| c.expect("every process is a member of its duplicate"))
-            .map_err(|e| Error::new("duplicate", e.cause().clone()))
+            .map_err(|cause| Error::new("duplicate", cause))?;
+        duplicate.attributes = self.attributes().for_duplicate();
+        Ok(duplicate)
     }
 
     /// Splits the communicator: the processes of each color form a new one, ranked as here
@@ -240,8 +410,8 @@ pub trait Communicator {
         key: Key,
     ) -> Result<Option<SimpleCommunicator>, Error> {
         self.data()
-            .split(color, key)
-            .map_err(|e| Error::new("split_by_color", e.cause().clone()))
+            .split(color, key, 0, Ok(None))
+            .map_err(|cause| Error::new("split_by_color", cause))
     }
 
     /// The processes of this one that share this process's host, ranked by `key` then by rank
@@ -257,15 +427,14 @@ pub trait Communicator {
         let len = name.len().min(HOST_NAME_MAX);
         mine[..len].copy_from_slice(&name.as_bytes()[..len]);
         let mut all = vec![[0u8; HOST_NAME_MAX]; data.size as usize];
-        data.try_all_gather_into(&mine, &mut all[..])
-            .map_err(fail)?;
+        collective::all_gather_on(data, &mine, &mut all[..]).map_err(fail)?;
         let host = all
             .iter()
             .position(|h| *h == mine)
             .expect("this process's own host");
-        data.split(Color::with_value(host as i32), key)
+        data.split(Color::with_value(host as i32), key, 0, Ok(None))
             .map(|c| c.expect("every process has a host"))
-            .map_err(fail)
+            .map_err(|cause| Error::new("split_shared", cause))
     }
 
     /// The communicator's group (`MPI_Comm_group`).
@@ -274,31 +443,50 @@ pub trait Communicator {
     }
 
     /// A communicator of `group`'s members, ranked as in the group (`MPI_Comm_create`); `None`
-    /// on processes outside it. Collective over this communicator, whose processes must all
-    /// pass the same group, a subset of this one's.
-    fn split_by_subgroup_collective<G: Group + ?Sized>(
-        &self,
-        group: &G,
-    ) -> Option<SimpleCommunicator> {
+    /// on processes outside it. Collective over this communicator, whose processes pass
+    /// subgroups of it: the same one on all its members, the empty group or disjoint groups
+    /// elsewhere.
+    fn split_by_subgroup_collective(&self, group: &dyn Group) -> Option<SimpleCommunicator> {
         or_fatal(self.try_split_by_subgroup_collective(group))
     }
-    fn try_split_by_subgroup_collective<G: Group + ?Sized>(
+    fn try_split_by_subgroup_collective(
         &self,
-        group: &G,
+        group: &dyn Group,
     ) -> Result<Option<SimpleCommunicator>, Error> {
         let data = self.data();
-        let operation = "split_by_subgroup_collective";
         let members = group.members();
-        if let Some(&outsider) = members.iter().find(|m| !data.shared.group.contains(m)) {
-            return Err(Error::new(
-                operation,
-                Cause::NotInCommunicator {
-                    world_rank: outsider as Rank,
-                },
-            ));
-        }
-        data.derive(Some(members.to_vec()))
-            .map_err(|e| Error::new(operation, e.cause().clone()))
+        let made = data
+            .check_subgroup(members)
+            .map(|()| (Some(members.to_vec()), None));
+        data.derive(0, made)
+            .map_err(|cause| Error::new("split_by_subgroup_collective", cause))
+    }
+
+    /// A communicator of `group`'s members, ranked as in the group (`MPI_Comm_create_group`):
+    /// collective over the group's members only; `None` at once on a process outside it.
+    fn split_by_subgroup(&self, group: &dyn Group) -> Option<SimpleCommunicator> {
+        self.split_by_subgroup_with_tag(group, 0)
+    }
+
+    /// [`split_by_subgroup`](Self::split_by_subgroup) with a tag, which every member passes
+    /// alike (a member that passes another is an error on all of them). Members that make
+    /// several communicators this way must make them in the same order.
+    fn split_by_subgroup_with_tag(
+        &self,
+        group: &dyn Group,
+        tag: Tag,
+    ) -> Option<SimpleCommunicator> {
+        or_fatal(self.try_split_by_subgroup_with_tag(group, tag))
+    }
+    fn try_split_by_subgroup_with_tag(
+        &self,
+        group: &dyn Group,
+        tag: Tag,
+    ) -> Result<Option<SimpleCommunicator>, Error> {
+        let data = self.data();
+        let fail = |cause| Error::new("split_by_subgroup", cause);
+        data.check_subgroup(group.members()).map_err(fail)?;
+        create_group::create(data, group.members(), tag).map_err(fail)
     }
 
     /// Ends the whole job with exit code `errorcode` (1 if 0).
@@ -315,11 +503,110 @@ pub trait Communicator {
                 .map_err(|c| Error::new("progress", c)),
         )
     }
+
+    /// Names the communicator (`MPI_Comm_set_name`), for every handle of it on this process.
+    /// The name is kept whole (MPI implementations cut it at `MPI_MAX_OBJECT_NAME`).
+    fn set_name(&self, name: &str) {
+        *self.data().shared.name.borrow_mut() = name.to_string();
+    }
+
+    /// The communicator's name (`MPI_Comm_get_name`): `MPI_COMM_WORLD`, `MPI_COMM_SELF`, the
+    /// one set, or empty (names are not inherited by duplicates or splits).
+    fn get_name(&self) -> String {
+        self.data().shared.name.borrow().clone()
+    }
+
+    /// A communicator with the Cartesian topology `dims` (`MPI_Cart_create`), of the first
+    /// ranks of this one (as many as the grid has points), ranked as here: `reorder` is
+    /// allowed, never done. `None` on the ranks left over. More points than ranks, a
+    /// non-positive extent or `periods` of another length are fatal. Collective.
+    fn create_cartesian_communicator(
+        &self,
+        dims: &[Count],
+        periods: &[bool],
+        reorder: bool,
+    ) -> Option<CartesianCommunicator> {
+        or_fatal(self.try_create_cartesian_communicator(dims, periods, reorder))
+    }
+    fn try_create_cartesian_communicator(
+        &self,
+        dims: &[Count],
+        periods: &[bool],
+        _reorder: bool,
+    ) -> Result<Option<CartesianCommunicator>, Error> {
+        let data = self.data();
+        let made = cartesian::fitting(data, dims, periods).map(|grid| {
+            let points = grid.size() as usize;
+            let members = (data.rank as usize) < points;
+            (
+                members.then(|| data.shared.group[..points].to_vec()),
+                Some(grid),
+            )
+        });
+        let shape = dims.iter().map(|&d| i64::from(d));
+        let fingerprint = context::fingerprint(shape.chain(periods.iter().map(|&p| p as i64)));
+        let made = data
+            .derive(fingerprint, made)
+            .map_err(|cause| Error::new("create_cartesian_communicator", cause))?;
+        Ok(made.map(CartesianCommunicator::new))
+    }
+
+    /// This process's rank in the topology `dims` would give it (`MPI_Cart_map`), or `None`
+    /// if it would be left out; the same rule as
+    /// [`create_cartesian_communicator`](Self::create_cartesian_communicator). Local.
+    fn cartesian_map(&self, dims: &[Count], periods: &[bool]) -> Option<Rank> {
+        or_fatal(self.try_cartesian_map(dims, periods))
+    }
+    fn try_cartesian_map(&self, dims: &[Count], periods: &[bool]) -> Result<Option<Rank>, Error> {
+        let data = self.data();
+        let grid = cartesian::fitting(data, dims, periods)
+            .map_err(|cause| Error::new("cartesian_map", cause))?;
+        Ok((self.rank() < grid.size()).then(|| self.rank()))
+    }
 }
 
 impl Communicator for SimpleCommunicator {
     fn data(&self) -> &CommData {
         &self.data
+    }
+    fn attributes(&self) -> &Attributes {
+        &self.attributes
+    }
+    fn attributes_mut(&mut self) -> &mut Attributes {
+        &mut self.attributes
+    }
+}
+
+/// Attributes on every communicator, trait objects included (rsmpi's `AnyCommunicator`):
+/// see [`attribute`](crate::attribute).
+pub trait AnyCommunicator: Communicator {
+    /// The value of type `A` cached on this handle (`MPI_Comm_get_attr`).
+    fn get_attr<A: CommAttribute>(&self) -> Option<&A>;
+
+    /// Caches `value` on this handle, dropping the `A` it held (`MPI_Comm_set_attr`).
+    fn set_attr<A: CommAttribute>(&mut self, value: A);
+}
+
+impl<C: Communicator + ?Sized> AnyCommunicator for C {
+    fn get_attr<A: CommAttribute>(&self) -> Option<&A> {
+        self.attributes().get()
+    }
+
+    fn set_attr<A: CommAttribute>(&mut self, value: A) {
+        self.attributes_mut().set(value)
+    }
+}
+
+/// Something that holds a communicator (rsmpi's `AsCommunicator`).
+pub trait AsCommunicator {
+    type Out: Communicator;
+    fn as_communicator(&self) -> &Self::Out;
+}
+
+impl AsCommunicator for SimpleCommunicator {
+    type Out = SimpleCommunicator;
+    fn as_communicator(&self) -> &SimpleCommunicator {
+        self
     }
 }
 
@@ -335,6 +622,11 @@ impl Process<'_> {
     pub fn rank(&self) -> Rank {
         self.rank
     }
+
+    /// Whether this is the calling process.
+    pub fn is_self(&self) -> bool {
+        self.rank == self.comm.rank as Rank
+    }
 }
 
 /// Every process of a communicator, as the source of a receive (`MPI_ANY_SOURCE`).
@@ -349,7 +641,7 @@ mod tests {
 
     #[test]
     fn collective_tags_stay_in_the_runtime_range_and_wrap_without_a_jump() {
-        let comm = CommData::new(0, vec![0], None);
+        let comm = CommData::world(0, 1);
         assert_eq!(comm.next_tag(), FIRST_COLLECTIVE_TAG);
         assert_eq!(comm.next_tag(), FIRST_COLLECTIVE_TAG - 1);
         comm.shared.collectives.set(COLLECTIVE_TAGS - 1);

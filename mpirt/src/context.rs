@@ -8,22 +8,38 @@
 
 use std::cell::RefCell;
 
-use crate::collective::{CommunicatorCollectives, SystemOperation};
+use crate::collective::{self, SystemOperation};
 use crate::communicator::CommData;
 use crate::error::{Cause, Error};
 
 /// Words of the bitmap: 64 * 64 = 4096 context ids.
-const WORDS: usize = 64;
+pub(crate) const WORDS: usize = 64;
 
 /// The world communicator's id, held for the whole run.
 pub(crate) const WORLD: u32 = 0;
+/// `MPI_COMM_SELF`'s id, held for the whole run: no communicator of two or more processes
+/// takes it, so a process's messages to itself there match nothing else.
+pub(crate) const SELF: u32 = 1;
 
 thread_local! {
     static IN_USE: RefCell<[u64; WORDS]> = const {
         let mut bits = [0; WORDS];
-        bits[0] = 1 << WORLD;
+        bits[0] = 1 << WORLD | 1 << SELF;
         RefCell::new(bits)
     };
+}
+
+/// The ids this process's communicators use, as a bitmap.
+pub(crate) fn in_use() -> [u64; WORDS] {
+    IN_USE.with(|bits| *bits.borrow())
+}
+
+/// The lowest id not in `used`, if any.
+pub(crate) fn lowest_free(used: &[u64; WORDS]) -> Option<u32> {
+    used.iter()
+        .enumerate()
+        .find(|(_, word)| **word != u64::MAX)
+        .map(|(i, word)| (i * 64) as u32 + word.trailing_ones())
 }
 
 /// A context id in use by one communicator of this process; freed on drop.
@@ -44,16 +60,57 @@ impl Drop for ContextLease {
     }
 }
 
-/// The lowest id that no member of `parent` uses: a collective over `parent`.
-pub(crate) fn agree(parent: &CommData) -> Result<u32, Error> {
-    let mine = IN_USE.with(|bits| *bits.borrow());
-    let mut all = [0u64; WORDS];
-    parent.try_all_reduce_into(&mine[..], &mut all[..], SystemOperation::bitwise_or())?;
-    all.iter()
-        .enumerate()
-        .find(|(_, word)| **word != u64::MAX)
-        .map(|(i, word)| (i * 64) as u32 + word.trailing_ones())
-        .ok_or_else(|| Error::new("context id agreement", Cause::ContextIdsExhausted))
+/// What a member brings to the agreement on a new communicator besides the ids it uses:
+/// whether its own arguments were valid, and a fingerprint of the arguments every member must
+/// pass alike (0 for calls whose arguments may differ, such as a split's colors). A member
+/// whose arguments are bad then fails the call with the others, rather than leaving them
+/// waiting, and members that pass different grids are told so.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Proposal {
+    pub valid: bool,
+    pub fingerprint: u64,
+}
+
+/// The lowest id that no member of `parent` uses, once every member's proposal holds: a
+/// collective over `parent`.
+pub(crate) fn agree(parent: &CommData, proposal: Proposal) -> Result<u32, Error> {
+    let fail = |cause| Error::new("context id agreement", cause);
+    let mut mine = [0u64; WORDS + 3];
+    mine[..WORDS].copy_from_slice(&in_use());
+    // With an OR alone: a set bit says some member was not valid; a fingerprint bit set both
+    // in some member's fingerprint and in another's complement says they differ.
+    mine[WORDS] = u64::from(!proposal.valid);
+    mine[WORDS + 1] = proposal.fingerprint;
+    mine[WORDS + 2] = !proposal.fingerprint;
+    let mut all = [0u64; WORDS + 3];
+    collective::all_reduce_on(
+        parent,
+        &mine[..],
+        &mut all[..],
+        SystemOperation::bitwise_or(),
+    )?;
+    if all[WORDS] != 0 {
+        return Err(fail(Cause::PeerArguments(
+            "another rank passed arguments that are not valid (its own error says which)",
+        )));
+    }
+    if all[WORDS + 1] & all[WORDS + 2] != 0 {
+        return Err(fail(Cause::PeerArguments(
+            "the ranks passed different arguments where MPI needs the same on all",
+        )));
+    }
+    let used = all[..WORDS].try_into().expect("the bitmap's words");
+    lowest_free(&used).ok_or_else(|| fail(Cause::ContextIdsExhausted))
+}
+
+/// A fingerprint of `words` for [`Proposal`] (FNV-1a over their bytes).
+pub(crate) fn fingerprint(words: impl IntoIterator<Item = i64>) -> u64 {
+    words
+        .into_iter()
+        .flat_map(i64::to_ne_bytes)
+        .fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3)
+        })
 }
 
 /// Takes `id` (from [`agree`]) for a communicator of this process.

@@ -8,6 +8,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
+use std::string::FromUtf8Error;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -17,7 +18,8 @@ use pml::{EngineConfig, Pml, PmlError, Wireup};
 
 use crate::backend::{self, AnyPml, PmlChoice};
 use crate::collective::CommunicatorCollectives;
-use crate::communicator::{Rank, SimpleCommunicator};
+use crate::communicator::Communicator;
+use crate::communicator::{hostname, CommData, Rank, SimpleCommunicator};
 use crate::error::{fatal, Cause, Error};
 use crate::point_to_point::{
     buffer_capacity, buffered_in_flight, finish_buffered_at_finalize, reattach_buffer,
@@ -32,10 +34,13 @@ pub enum Threading {
     Multiple,
 }
 
-/// The PML and the launcher link of this process.
+/// The PML and the launcher link of this process, and its predefined communicators.
 struct Runtime {
     engine: AnyPml,
     bootstrap: Bootstrap,
+    /// `MPI_COMM_WORLD` and `MPI_COMM_SELF`, whose handles all share these.
+    world: CommData,
+    self_comm: CommData,
 }
 
 thread_local! {
@@ -46,10 +51,14 @@ thread_local! {
 
 /// Whether `initialize` ran in this process, on any thread: it runs once.
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
+/// Whether the universe was dropped.
+static FINALIZED: AtomicBool = AtomicBool::new(false);
 /// This process's world rank once known (-1 before), for error messages on any thread.
 static WORLD_RANK: AtomicI32 = AtomicI32::new(-1);
 /// The origin of [`time`].
 static EPOCH: OnceLock<Instant> = OnceLock::new();
+/// The threading level `initialize` provided, once it ran (see [`threading_support`]).
+static PROVIDED: OnceLock<Threading> = OnceLock::new();
 
 /// The running job, from `initialize` to its drop (which finalizes).
 pub struct Universe {
@@ -77,6 +86,21 @@ impl Universe {
     /// Waits for the buffered sends in flight and attaches nothing (`MPI_Buffer_detach`).
     pub fn detach_buffer(&mut self) {
         reattach_buffer(0);
+    }
+
+    /// The number of processes the job may hold (`MPI_UNIVERSE_SIZE`): the world's size, as
+    /// mpirt starts no processes after the job's own.
+    pub fn size(&self) -> Option<usize> {
+        Some(self.world.size() as usize)
+    }
+
+    /// Which program of a multi-program launch this process runs (`MPI_APPNUM`): 0 under
+    /// rsrun, which starts one; Slurm's number under `srun --mpi=pmi2`.
+    pub fn appnum(&self) -> Option<isize> {
+        RUNTIME.with(|slot| {
+            let slot = slot.try_borrow().ok()?;
+            Some(slot.as_ref()?.bootstrap.appnum() as isize)
+        })
     }
 
     /// The transports and protocols in use, as `rsrun --verbose` prints them.
@@ -113,13 +137,20 @@ impl Drop for Universe {
             let flushed = runtime.engine.flush_all();
             drop(runtime.engine);
             if let Err(e) = flushed {
-                eprintln!("mpirt: rank {}: finalize: {e}", runtime.bootstrap.rank());
+                bootstrap::output::say(&format!(
+                    "mpirt: rank {}: finalize: {e}",
+                    runtime.bootstrap.rank()
+                ));
                 runtime.bootstrap.abort(1, "finalize failed");
             }
             if let Err(e) = runtime.bootstrap.finalize() {
-                eprintln!("mpirt: rank {}: finalize: {e}", runtime.bootstrap.rank());
+                bootstrap::output::say(&format!(
+                    "mpirt: rank {}: finalize: {e}",
+                    runtime.bootstrap.rank()
+                ));
             }
         }
+        FINALIZED.store(true, Ordering::SeqCst);
     }
 }
 
@@ -183,13 +214,22 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         Ok(engine) => engine,
         Err(e) => startup_abort(&mut bootstrap, e.to_string()),
     };
-    let (rank, size) = (bootstrap.rank(), bootstrap.size());
-    RUNTIME.with(|slot| *slot.borrow_mut() = Some(Runtime { engine, bootstrap }));
+    let world = CommData::world(bootstrap.rank(), bootstrap.size());
+    let self_comm = CommData::of_self(bootstrap.rank());
     let universe = Universe {
-        world: SimpleCommunicator::world(rank, size),
+        world: SimpleCommunicator::new(world.clone()),
         _not_send: PhantomData,
     };
-    Some((universe, threading.min(Threading::Funneled)))
+    RUNTIME.with(|slot| {
+        *slot.borrow_mut() = Some(Runtime {
+            engine,
+            bootstrap,
+            world,
+            self_comm,
+        })
+    });
+    let provided = *PROVIDED.get_or_init(|| threading.min(Threading::Funneled));
+    Some((universe, provided))
 }
 
 /// Whether `initialize` has run in this process.
@@ -197,9 +237,51 @@ pub fn is_initialized() -> bool {
     INITIALIZED.load(Ordering::SeqCst)
 }
 
+/// Whether the universe was dropped, which finalizes (`MPI_Finalized`).
+pub fn is_finalized() -> bool {
+    FINALIZED.load(Ordering::SeqCst)
+}
+
+/// The threading level the runtime provides (`MPI_Query_thread`): what `initialize` returned,
+/// at most [`Threading::Funneled`]; [`Threading::Single`] before it ran.
+pub fn threading_support() -> Threading {
+    PROVIDED.get().copied().unwrap_or(Threading::Single)
+}
+
+/// The version of the MPI standard whose semantics mpirt follows (`MPI_Get_version`).
+pub fn version() -> (i32, i32) {
+    (3, 1)
+}
+
+/// The name and version of this library (`MPI_Get_library_version`); an `Err` never comes
+/// (rsmpi's shape, where the C library's text may not be UTF-8).
+pub fn library_version() -> Result<String, FromUtf8Error> {
+    Ok(format!("mpirt {}", env!("CARGO_PKG_VERSION")))
+}
+
+/// The name of this process's host (`MPI_Get_processor_name`), as `gethostname` gives it;
+/// an `Err` never comes.
+pub fn processor_name() -> Result<String, FromUtf8Error> {
+    Ok(hostname())
+}
+
+/// Runs `pick` on the world's and self's communicator data (`MPI_COMM_WORLD`,
+/// `MPI_COMM_SELF`), which exist from `initialize` to finalize.
+pub(crate) fn predefined(
+    pick: impl FnOnce(&CommData, &CommData) -> CommData,
+) -> Result<CommData, Error> {
+    RUNTIME.with(|slot| {
+        let runtime = slot.try_borrow().ok();
+        match runtime.as_ref().and_then(|r| r.as_ref()) {
+            Some(runtime) => Ok(pick(&runtime.world, &runtime.self_comm)),
+            None => Err(Error::new("predefined communicator", Cause::NotInitialized)),
+        }
+    })
+}
+
 fn startup_abort(bootstrap: &mut Bootstrap, why: String) -> ! {
     let message = format!("mpirt: {}", Error::new("initialize", Cause::Startup(why)));
-    eprintln!("{message}");
+    bootstrap::output::say(&message);
     bootstrap.abort(1, &message)
 }
 

@@ -9,7 +9,7 @@ use pml::PmlError;
 
 use crate::communicator::Rank;
 use crate::environment;
-use crate::point_to_point::Tag;
+use crate::point_to_point::{Count, Tag};
 
 /// Why an operation failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,6 +100,22 @@ pub enum Cause {
         free: usize,
         capacity: usize,
     },
+    /// A Cartesian topology's shape, or an argument about it, that cannot be (a negative
+    /// extent, a dimension that does not exist, one flag too few, ...).
+    InvalidTopology(String),
+    /// A coordinate outside its non-periodic dimension.
+    CoordinateOutOfRange {
+        dimension: usize,
+        coordinate: Count,
+        extent: Count,
+    },
+    /// A Cartesian grid with more points than the communicator has ranks.
+    GridTooLarge { points: Rank, size: Rank },
+    /// The members of a group making a communicator of it passed different tags.
+    TagsDisagree { tag: Tag, other: Tag, rank: Rank },
+    /// Other ranks of a collective call passed arguments that are not valid, or other than
+    /// this rank's where they must be the same.
+    PeerArguments(&'static str),
 }
 
 impl fmt::Display for Cause {
@@ -223,6 +239,27 @@ impl fmt::Display for Cause {
                 "the message needs {needed} bytes of the space attached for buffered sends, \
                  which has {free} of {capacity} bytes free (Universe::set_buffer_size)"
             ),
+            Cause::InvalidTopology(why) => write!(f, "invalid topology: {why}"),
+            Cause::CoordinateOutOfRange {
+                dimension,
+                coordinate,
+                extent,
+            } => write!(
+                f,
+                "coordinate {coordinate} is outside dimension {dimension}, which is not \
+                 periodic and has extent {extent} (0 to {})",
+                extent - 1
+            ),
+            Cause::GridTooLarge { points, size } => write!(
+                f,
+                "the grid has {points} points but the communicator only {size} ranks"
+            ),
+            Cause::PeerArguments(why) => f.write_str(why),
+            Cause::TagsDisagree { tag, other, rank } => write!(
+                f,
+                "this rank passed tag {tag} but group rank {rank} passed {other}: the members \
+                 must make the communicator with the same tag"
+            ),
         }
     }
 }
@@ -288,10 +325,45 @@ impl From<PmlError> for Cause {
     }
 }
 
+/// rsmpi's error type (`mpi::MpiError`), for the calls that return one rather than end the
+/// job: a spawn that started too few processes, a string with an interior 0 byte.
+#[derive(Debug)]
+pub enum MpiError {
+    /// Only the first count of the second's processes started.
+    Spawn(Rank, Rank),
+    StringNul(std::ffi::NulError),
+}
+
+impl fmt::Display for MpiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MpiError::Spawn(started, asked) => {
+                write!(f, "Failed to spawn {started} of {asked} processes")
+            }
+            MpiError::StringNul(_) => write!(f, "An interior 0 byte was found in string"),
+        }
+    }
+}
+
+impl std::error::Error for MpiError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            MpiError::StringNul(e) => Some(e),
+            MpiError::Spawn(..) => None,
+        }
+    }
+}
+
+impl From<std::ffi::NulError> for MpiError {
+    fn from(e: std::ffi::NulError) -> MpiError {
+        MpiError::StringNul(e)
+    }
+}
+
 /// Prints the error and ends the whole job with a non-zero exit.
 pub fn fatal(error: Error) -> ! {
     let message = format!("mpirt: {error}");
-    eprintln!("{message}");
+    bootstrap::output::say(&message);
     environment::abort_job(1, &message)
 }
 

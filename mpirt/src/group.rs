@@ -48,7 +48,9 @@ impl UserGroup {
     }
 }
 
-/// The operations of groups (rsmpi's `Group`).
+/// The operations of groups (rsmpi's `Group`). Usable as a trait object (`&dyn Group`), as
+/// [`Communicator::split_by_subgroup`](crate::communicator::Communicator::split_by_subgroup)
+/// takes it; the operations between two groups need a sized `self`, as in rsmpi.
 pub trait Group {
     #[doc(hidden)]
     fn members(&self) -> &[u32];
@@ -68,7 +70,10 @@ pub trait Group {
     }
 
     /// The members of this group, then those of `other` not in it (`MPI_Group_union`).
-    fn union<G: Group + ?Sized>(&self, other: &G) -> UserGroup {
+    fn union<G: Group + ?Sized>(&self, other: &G) -> UserGroup
+    where
+        Self: Sized,
+    {
         let mut members = self.members().to_vec();
         members.extend(
             other
@@ -80,7 +85,10 @@ pub trait Group {
     }
 
     /// The members of this group that are also in `other`, in this group's order.
-    fn intersection<G: Group + ?Sized>(&self, other: &G) -> UserGroup {
+    fn intersection<G: Group + ?Sized>(&self, other: &G) -> UserGroup
+    where
+        Self: Sized,
+    {
         let members = self.members().iter().copied();
         UserGroup {
             members: members.filter(|m| other.members().contains(m)).collect(),
@@ -88,7 +96,10 @@ pub trait Group {
     }
 
     /// The members of this group that are not in `other`, in this group's order.
-    fn difference<G: Group + ?Sized>(&self, other: &G) -> UserGroup {
+    fn difference<G: Group + ?Sized>(&self, other: &G) -> UserGroup
+    where
+        Self: Sized,
+    {
         let members = self.members().iter().copied();
         UserGroup {
             members: members.filter(|m| !other.members().contains(m)).collect(),
@@ -128,20 +139,30 @@ pub trait Group {
     }
 
     /// The rank in `other` of the process at `rank` here, if it is a member of `other`.
-    fn translate_rank<G: Group + ?Sized>(&self, rank: Rank, other: &G) -> Option<Rank> {
+    fn translate_rank<G: Group + ?Sized>(&self, rank: Rank, other: &G) -> Option<Rank>
+    where
+        Self: Sized,
+    {
         let member = *self.members().get(usize::try_from(rank).ok()?)?;
         UserGroup::from_world_ranks(other.members().to_vec()).position(member)
     }
 
     /// [`translate_rank`](Self::translate_rank) of each of `ranks`.
-    fn translate_ranks<G: Group + ?Sized>(&self, ranks: &[Rank], other: &G) -> Vec<Option<Rank>> {
+    fn translate_ranks<G: Group + ?Sized>(&self, ranks: &[Rank], other: &G) -> Vec<Option<Rank>>
+    where
+        Self: Sized,
+    {
         ranks
             .iter()
             .map(|&r| self.translate_rank(r, other))
             .collect()
     }
 
-    fn compare<G: Group + ?Sized>(&self, other: &G) -> GroupRelation {
+    /// How this group and `other` compare (`MPI_Group_compare`).
+    fn compare<G: Group + ?Sized>(&self, other: &G) -> GroupRelation
+    where
+        Self: Sized,
+    {
         let (a, b) = (self.members(), other.members());
         if a == b {
             GroupRelation::Identical
@@ -156,6 +177,23 @@ pub trait Group {
 impl Group for UserGroup {
     fn members(&self) -> &[u32] {
         &self.members
+    }
+}
+
+/// A group the runtime defines: [`SystemGroup::empty`] (`MPI_GROUP_EMPTY`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SystemGroup(());
+
+impl SystemGroup {
+    /// The group of no processes.
+    pub fn empty() -> SystemGroup {
+        SystemGroup(())
+    }
+}
+
+impl Group for SystemGroup {
+    fn members(&self) -> &[u32] {
+        &[]
     }
 }
 
@@ -182,6 +220,15 @@ mod tests {
         assert_eq!(a.compare(&group(&[1, 3, 5, 7])), GroupRelation::Similar);
         assert_eq!(a.compare(&a.clone()), GroupRelation::Identical);
         assert_eq!(a.compare(&b), GroupRelation::Unequal);
+        let empty = a.difference(&a);
+        assert_eq!(
+            SystemGroup::empty().compare(&empty),
+            GroupRelation::Identical
+        );
+        assert_eq!(SystemGroup::empty().size(), 0);
+        assert_eq!(a.intersection(&SystemGroup::empty()).size(), 0);
+        let as_object: &dyn Group = &a;
+        assert_eq!(as_object.size(), 4);
     }
 
     #[test]

@@ -60,6 +60,7 @@
 // Lets `#[derive(Equivalence)]`'s `::mpirt::` paths resolve inside this crate's own tests.
 extern crate self as mpirt;
 
+pub mod attribute;
 mod backend;
 pub mod collective;
 pub mod communicator;
@@ -76,8 +77,11 @@ pub mod traits;
 /// rsmpi's name for the communicator module.
 pub use communicator as topology;
 pub use communicator::Rank;
-pub use environment::{initialize, initialize_with_threading, time, Threading, Universe};
-pub use error::Error;
+pub use environment::{
+    initialize, initialize_with_threading, is_finalized, is_initialized, time, time_resolution,
+    Threading, Universe,
+};
+pub use error::{Error, MpiError};
 /// The global allocator that lets the runtime keep RDMA registrations of buffers between
 /// messages (see `pml::freed_memory`), and that puts large blocks where same-host peers copy
 /// them with a plain memcpy (see `pml::shared_arena`); programs that send large messages

@@ -1,7 +1,8 @@
 //! The traits a program needs in scope: `use mpirt::traits::*;`.
 
+pub use crate::attribute::CommAttribute;
 pub use crate::collective::{CommunicatorCollectives, Operation, Root};
-pub use crate::communicator::Communicator;
+pub use crate::communicator::{AnyCommunicator, AsCommunicator, Communicator};
 pub use crate::datatype::{
     Buffer, BufferMut, Equivalence, Partitioned, PartitionedBuffer, PartitionedBufferMut,
 };

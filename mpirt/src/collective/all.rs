@@ -1,7 +1,7 @@
 //! [`CommunicatorCollectives`]: the collectives every process of a communicator takes part in
 //! alike (rsmpi's trait of that name).
 
-use crate::communicator::Communicator;
+use crate::communicator::{CommData, Communicator};
 use crate::datatype::{Buffer, BufferMut};
 use crate::error::{or_fatal, Error};
 use crate::partition::{PartitionedBuffer, PartitionedBufferMut};
@@ -37,10 +37,7 @@ pub trait CommunicatorCollectives: Communicator {
         send: &S,
         recv: &mut R,
     ) -> Result<(), Error> {
-        let comm = self.data();
-        blocking(comm, "all_gather_into", || {
-            calls::all_gather(comm, send, recv)
-        })
+        all_gather_on(self.data(), send, recv)
     }
 
     /// Like [`all_gather_into`](Self::all_gather_into) with parts of any length, placed as
@@ -114,23 +111,7 @@ pub trait CommunicatorCollectives: Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let comm = self.data();
-        let datatype = calls::check_all_reduce(send, recv, &op)
-            .map_err(|c| Error::new("all_reduce_into", c))?;
-        // SAFETY: the buffers hold `byte_len` bytes of their elements, borrowed (the receive
-        // buffer mutably) for this whole call, and are distinct borrows.
-        let (send_bytes, recv_bytes) = unsafe {
-            (
-                std::slice::from_raw_parts(send.pointer(), send.byte_len()),
-                std::slice::from_raw_parts_mut(recv.pointer_mut(), recv.byte_len()),
-            )
-        };
-        if shared::try_all_reduce(comm, send_bytes, recv_bytes, datatype, &op)? {
-            return Ok(());
-        }
-        blocking(comm, "all_reduce_into", || {
-            calls::all_reduce_checked(comm, send, recv, &op, datatype)
-        })
+        all_reduce_on(self.data(), send, recv, op)
     }
 
     /// Block r of the reduction of every process's `send` in process r's `recv`
@@ -438,3 +419,45 @@ pub trait CommunicatorCollectives: Communicator {
 }
 
 impl<C: Communicator + ?Sized> CommunicatorCollectives for C {}
+
+/// [`CommunicatorCollectives::try_all_gather_into`] on a communicator's data: what the runtime
+/// itself runs while it makes communicators.
+pub(crate) fn all_gather_on<S, R>(comm: &CommData, send: &S, recv: &mut R) -> Result<(), Error>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+{
+    blocking(comm, "all_gather_into", || {
+        calls::all_gather(comm, send, recv)
+    })
+}
+
+/// [`CommunicatorCollectives::try_all_reduce_into`] on a communicator's data.
+pub(crate) fn all_reduce_on<S, R, O>(
+    comm: &CommData,
+    send: &S,
+    recv: &mut R,
+    op: O,
+) -> Result<(), Error>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    let datatype =
+        calls::check_all_reduce(send, recv, &op).map_err(|c| Error::new("all_reduce_into", c))?;
+    // SAFETY: the buffers hold `byte_len` bytes of their elements, borrowed (the receive
+    // buffer mutably) for this whole call, and are distinct borrows.
+    let (send_bytes, recv_bytes) = unsafe {
+        (
+            std::slice::from_raw_parts(send.pointer(), send.byte_len()),
+            std::slice::from_raw_parts_mut(recv.pointer_mut(), recv.byte_len()),
+        )
+    };
+    if shared::try_all_reduce(comm, send_bytes, recv_bytes, datatype, &op)? {
+        return Ok(());
+    }
+    blocking(comm, "all_reduce_into", || {
+        calls::all_reduce_checked(comm, send, recv, &op, datatype)
+    })
+}

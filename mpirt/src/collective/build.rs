@@ -17,7 +17,7 @@ fn recv(len: usize) -> Span {
 }
 
 /// Per-rank parts of `region`, from (offset, length) pairs in bytes.
-fn parts(region: Region, parts: &[(usize, usize)]) -> Vec<Span> {
+pub(crate) fn parts(region: Region, parts: &[(usize, usize)]) -> Vec<Span> {
     parts
         .iter()
         .map(|&(offset, len)| Span::new(region, offset, len))
@@ -239,4 +239,37 @@ pub(crate) fn all_to_all(
 /// `size` equal parts of `block` bytes, as (offset, length) pairs.
 pub(crate) fn equal_parts(block: usize, size: u32) -> Vec<(usize, usize)> {
     (0..size as usize).map(|r| (r * block, block)).collect()
+}
+
+/// MPI 3's neighbourhood exchange on a Cartesian grid: `outgoing[i]` goes to neighbour `i`
+/// and `incoming[i]` comes from it, in one round, where the neighbours are in
+/// `Grid::neighbours`' order (per dimension, the source then the destination of a shift by
+/// 1) and `None` is past a non-periodic edge (no transfer; the part is left as it was).
+///
+/// A peer may be a neighbour twice (both sides of a periodic dimension of extent 1 or 2):
+/// the messages between two ranks share a tag, so they match in the order they were posted.
+/// Receives go in neighbour order, the source's before the destination's of each
+/// dimension; sends, per dimension, to the destination first: what a rank sends towards its
+/// destination is what that rank receives from its source, so both ends order a pair's
+/// messages by (dimension, direction) alike.
+pub(crate) fn neighbor_exchange(
+    neighbours: &[Option<i32>],
+    outgoing: &[Span],
+    incoming: &[Span],
+) -> Plan {
+    let mut p = Plan::default();
+    p.round();
+    for (neighbour, &span) in neighbours.iter().zip(incoming) {
+        if let Some(from) = *neighbour {
+            p.recv(from as u32, span);
+        }
+    }
+    for pair in (0..neighbours.len()).step_by(2) {
+        for i in [pair + 1, pair] {
+            if let Some(to) = neighbours[i] {
+                p.send(to as u32, outgoing[i]);
+            }
+        }
+    }
+    p
 }

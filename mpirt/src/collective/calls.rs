@@ -2,7 +2,7 @@
 //! communicator, the plan of the chosen algorithm, and the buffers the plan runs over. One
 //! function per collective, shared by the blocking and the immediate form.
 
-use crate::communicator::{CommData, Rank};
+use crate::communicator::{CommData, Grid, Rank};
 use crate::datatype::{Buffer, BufferMut, Datatype};
 use crate::error::Cause;
 use crate::partition::{parts, Partition, Partitioned};
@@ -11,7 +11,7 @@ use crate::point_to_point::Count;
 use super::algorithms::Ranks;
 use super::build;
 use super::op::Operation;
-use super::schedule::{Buffers, Execution, Plan};
+use super::schedule::{Buffers, Execution, Plan, Region, Span};
 
 /// What a collective call runs: its plan over its buffers.
 pub(crate) struct Call<'a> {
@@ -511,4 +511,159 @@ where
             Call::new(plan, receiving(recv), recv.datatype())
         }
     })
+}
+
+/// The neighbourhood collectives' common step: `outgoing` and `incoming` are the parts of
+/// the send and receive buffers (offset, length in bytes) for each of `grid`'s neighbours of
+/// this rank, `None` for a send part meaning the whole send buffer.
+fn neighbor<'a>(
+    comm: &CommData,
+    grid: &Grid,
+    outgoing: Option<Vec<(usize, usize)>>,
+    incoming: Vec<(usize, usize)>,
+    buffers: Buffers,
+    datatype: Datatype,
+) -> Call<'a> {
+    let neighbours = grid.neighbours(comm.rank as Rank);
+    let outgoing = match outgoing {
+        Some(parts) => build::parts(Region::Send, &parts),
+        None => vec![Span::new(Region::Send, 0, buffers.send_len); neighbours.len()],
+    };
+    let incoming = build::parts(Region::Recv, &incoming);
+    let plan = build::neighbor_exchange(&neighbours, &outgoing, &incoming);
+    Call::new(plan, buffers, datatype)
+}
+
+/// The parts of a partitioned buffer of `count` elements, one per neighbour in `grid`
+/// (`what` says which buffer, for errors).
+fn per_neighbour<P: Partitioned + ?Sized>(
+    what: &'static str,
+    partition: &P,
+    count: usize,
+    datatype: Datatype,
+    grid: &Grid,
+) -> Result<Vec<(usize, usize)>, Cause> {
+    let neighbours = 2 * grid.num_dimensions() as u32;
+    byte_parts(what, partition, count, datatype, neighbours)
+}
+
+/// `MPI_Neighbor_allgather` on a Cartesian grid.
+pub(crate) fn neighbor_all_gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+    comm: &CommData,
+    grid: &Grid,
+    send: &S,
+    recv: &mut R,
+) -> Result<Call<'a>, Cause> {
+    let datatype = same_type(send.datatype(), recv.datatype())?;
+    let k = 2 * grid.num_dimensions();
+    expect_count(
+        "the receive buffer (a block per neighbour)",
+        send.count() * k,
+        recv.count(),
+    )?;
+    let incoming = build::equal_parts(send.byte_len(), k as u32);
+    Ok(neighbor(
+        comm,
+        grid,
+        None,
+        incoming,
+        both(send, recv),
+        datatype,
+    ))
+}
+
+/// `MPI_Neighbor_allgatherv` on a Cartesian grid.
+pub(crate) fn neighbor_all_gather_varcount<'a, S, R>(
+    comm: &CommData,
+    grid: &Grid,
+    send: &S,
+    recv: &mut R,
+) -> Result<Call<'a>, Cause>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + Partitioned + ?Sized,
+{
+    let datatype = same_type(send.datatype(), recv.datatype())?;
+    let incoming = per_neighbour(
+        "receive (a part per neighbour)",
+        recv,
+        recv.count(),
+        datatype,
+        grid,
+    )?;
+    Ok(neighbor(
+        comm,
+        grid,
+        None,
+        incoming,
+        both(send, recv),
+        datatype,
+    ))
+}
+
+/// `MPI_Neighbor_alltoall` on a Cartesian grid.
+pub(crate) fn neighbor_all_to_all<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+    comm: &CommData,
+    grid: &Grid,
+    send: &S,
+    recv: &mut R,
+) -> Result<Call<'a>, Cause> {
+    let datatype = same_type(send.datatype(), recv.datatype())?;
+    let k = 2 * grid.num_dimensions();
+    expect_count("the receive buffer", send.count(), recv.count())?;
+    let whole_blocks = if k == 0 {
+        0
+    } else {
+        send.count().next_multiple_of(k)
+    };
+    expect_count(
+        "the send buffer (a whole block per neighbour)",
+        whole_blocks,
+        send.count(),
+    )?;
+    let parts = build::equal_parts(send.byte_len() / k.max(1), k as u32);
+    Ok(neighbor(
+        comm,
+        grid,
+        Some(parts.clone()),
+        parts,
+        both(send, recv),
+        datatype,
+    ))
+}
+
+/// `MPI_Neighbor_alltoallv` on a Cartesian grid.
+pub(crate) fn neighbor_all_to_all_varcount<'a, S, R>(
+    comm: &CommData,
+    grid: &Grid,
+    send: &S,
+    recv: &mut R,
+) -> Result<Call<'a>, Cause>
+where
+    S: Buffer + Partitioned + ?Sized,
+    R: BufferMut + Partitioned + ?Sized,
+{
+    let datatype = same_type(send.datatype(), recv.datatype())?;
+    let outgoing = per_neighbour(
+        "send (a part per neighbour)",
+        send,
+        send.count(),
+        datatype,
+        grid,
+    )?;
+    let incoming = per_neighbour(
+        "receive (a part per neighbour)",
+        recv,
+        recv.count(),
+        datatype,
+        grid,
+    )?;
+    Ok(neighbor(
+        comm,
+        grid,
+        Some(outgoing),
+        incoming,
+        both(send, recv),
+        datatype,
+    ))
 }

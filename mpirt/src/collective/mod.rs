@@ -11,13 +11,15 @@
 //! order.
 
 use crate::communicator::CommData;
-use crate::error::{Cause, Error};
+use crate::datatype::{Buffer, BufferMut};
+use crate::error::{or_fatal, Cause, Error};
 use crate::request::{Lent, Request, Scope, StaticScope};
 
 mod algorithms;
 mod all;
 mod build;
 mod calls;
+mod neighbor;
 mod op;
 pub(crate) mod progress;
 pub(crate) mod request;
@@ -27,7 +29,11 @@ mod select;
 mod shared;
 
 pub use all::CommunicatorCollectives;
-pub use op::{DynBuffer, DynBufferMut, Operation, SystemOperation, UserOperation};
+pub(crate) use all::{all_gather_on, all_reduce_on};
+pub use op::{
+    DynBuffer, DynBufferMut, Operation, SystemOperation, UnsafeUserFunction, UnsafeUserOperation,
+    UserOperation,
+};
 pub use root::Root;
 
 use calls::Call;
@@ -41,6 +47,38 @@ pub type CollectiveRequest<'a, D, S = StaticScope> = crate::request::Request<'a,
 /// The collective traits: `use mpirt::collective::traits::*;`.
 pub mod traits {
     pub use super::{CommunicatorCollectives, Operation, Root};
+}
+
+/// `inoutbuf = inbuf ∘ inoutbuf`, element by element, on this process alone
+/// (`MPI_Reduce_local`); buffers of other types or lengths, or an operation not defined for
+/// their type, are fatal.
+pub fn reduce_local_into<S, R, O>(inbuf: &S, inoutbuf: &mut R, op: O)
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    or_fatal(try_reduce_local_into(inbuf, inoutbuf, op))
+}
+
+pub fn try_reduce_local_into<S, R, O>(inbuf: &S, inoutbuf: &mut R, op: O) -> Result<(), Error>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    let datatype = calls::check_all_reduce(inbuf, inoutbuf, &op)
+        .map_err(|cause| Error::new("reduce_local_into", cause))?;
+    // SAFETY: each buffer holds `byte_len` bytes of its elements, borrowed (the second
+    // mutably) for this whole call; they are distinct borrows.
+    let (incoming, acc) = unsafe {
+        (
+            std::slice::from_raw_parts(inbuf.pointer(), inbuf.byte_len()),
+            std::slice::from_raw_parts_mut(inoutbuf.pointer_mut(), inoutbuf.byte_len()),
+        )
+    };
+    op.apply(datatype, incoming, acc);
+    Ok(())
 }
 
 /// Plans a collective with `prepare` and runs it to the end; errors name `operation`.

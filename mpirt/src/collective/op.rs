@@ -1,16 +1,18 @@
-//! Reduction operations: the built-in ones (`MPI_SUM`, ...) and closures.
+//! Reduction operations: the built-in ones (`MPI_SUM`, ...), closures and C-style functions.
 //!
 //! An operation combines an incoming vector into an accumulating one, element by element:
 //! `acc[i] = incoming[i] ∘ acc[i]`, where `incoming` holds the contributions of lower ranks.
 //! That is MPI's `(invec, inoutvec)` convention, so a non-commutative operation is applied in
 //! rank order.
 
-use std::mem::{align_of, size_of};
+use std::ffi::{c_int, c_void};
+use std::mem::{align_of, size_of, size_of_val};
 
 use crate::datatype::{Datatype, Equivalence};
 use crate::error::Cause;
 
-/// An operation usable in reductions and scans: a [`SystemOperation`] or a `&`[`UserOperation`].
+/// An operation usable in reductions and scans: a [`SystemOperation`], a `&`[`UserOperation`]
+/// or a `&`[`UnsafeUserOperation`].
 pub trait Operation {
     /// Whether operands may be combined in any order.
     fn is_commutative(&self) -> bool;
@@ -286,7 +288,7 @@ impl<'a> UserOperation<'a> {
     where
         F: Fn(DynBuffer<'_>, DynBufferMut<'_>) + Sync + 'a,
     {
-        UserOperation::new(function, false)
+        UserOperation::new(false, function)
     }
 
     /// An operation that is associative and commutative.
@@ -294,10 +296,12 @@ impl<'a> UserOperation<'a> {
     where
         F: Fn(DynBuffer<'_>, DynBufferMut<'_>) + Sync + 'a,
     {
-        UserOperation::new(function, true)
+        UserOperation::new(true, function)
     }
 
-    pub fn new<F>(function: F, commutative: bool) -> Self
+    /// An associative operation, commutative if `commutative` says so (rsmpi's argument
+    /// order).
+    pub fn new<F>(commutative: bool, function: F) -> Self
     where
         F: Fn(DynBuffer<'_>, DynBufferMut<'_>) + Sync + 'a,
     {
@@ -327,6 +331,114 @@ impl Operation for UserOperation<'_> {
             },
         )
     }
+}
+
+/// The C signature of an [`UnsafeUserOperation`]'s function, `MPI_User_function`'s:
+/// `(invec, inoutvec, len, datatype)`. The one difference from rsmpi: the last argument
+/// points to mpirt's [`Datatype`] where rsmpi's points to a C `MPI_Datatype` handle.
+pub type UnsafeUserFunction =
+    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut Datatype);
+
+/// An operation defined by a C-style function (rsmpi's `UnsafeUserOperation`), for code
+/// written against MPI's C interface; [`UserOperation`] is the safe way. A reference to it
+/// is an [`Operation`].
+#[derive(Clone, Copy, Debug)]
+pub struct UnsafeUserOperation {
+    function: UnsafeUserFunction,
+    commutative: bool,
+}
+
+impl UnsafeUserOperation {
+    /// An associative operation that need not be commutative.
+    ///
+    /// # Safety
+    /// As for [`new`](Self::new).
+    pub unsafe fn associative(function: UnsafeUserFunction) -> Self {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { UnsafeUserOperation::new(false, function) }
+    }
+
+    /// An operation that is associative and commutative.
+    ///
+    /// # Safety
+    /// As for [`new`](Self::new).
+    pub unsafe fn commutative(function: UnsafeUserFunction) -> Self {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { UnsafeUserOperation::new(true, function) }
+    }
+
+    /// An associative operation, commutative if `commutative` says so. Each reduction step
+    /// calls `function(invec, inoutvec, &mut len, &mut datatype)`, which must leave
+    /// `invec[i] ∘ inoutvec[i]` in `inoutvec[i]` for the `len` elements of `datatype`.
+    ///
+    /// # Safety
+    /// `function` must be sound to call with two pointers to `len` valid, aligned elements of
+    /// the reduction's element type (the datatype says which): it may read both and write
+    /// valid elements to the second, but must not write through `invec`, which may be the
+    /// caller's send buffer; it must not keep the pointers past the call, nor unwind.
+    pub unsafe fn new(commutative: bool, function: UnsafeUserFunction) -> Self {
+        UnsafeUserOperation {
+            function,
+            commutative,
+        }
+    }
+}
+
+// As in rsmpi, a reference is the operation: the one that builds the operation says the
+// function is sound, and the reference keeps that promise tied to it.
+impl Operation for &UnsafeUserOperation {
+    fn is_commutative(&self) -> bool {
+        self.commutative
+    }
+    fn check(&self, _datatype: Datatype) -> Result<(), Cause> {
+        Ok(())
+    }
+    fn apply(&self, datatype: Datatype, incoming: &[u8], acc: &mut [u8]) {
+        let element = datatype.size();
+        if element == 0 || acc.is_empty() {
+            return;
+        }
+        // The C function casts the pointers to its element type, so they must be aligned
+        // for it: to the largest power of two dividing the element size (a type's alignment
+        // divides its size), at most 16. Operands that are not (parts of a collective's
+        // buffers at odd offsets) are copied to aligned scratch first.
+        let align = (1 << element.trailing_zeros()).min(16);
+        let aligned = |bytes: &[u8]| (bytes.as_ptr() as usize).is_multiple_of(align);
+        if !aligned(incoming) || !aligned(acc) {
+            let mut scratch_in = vec![0u128; incoming.len().div_ceil(16)];
+            let mut scratch_acc = vec![0u128; acc.len().div_ceil(16)];
+            let (scratch_in, scratch_acc) = (
+                &mut bytes_of_words(&mut scratch_in)[..incoming.len()],
+                &mut bytes_of_words(&mut scratch_acc)[..acc.len()],
+            );
+            scratch_in.copy_from_slice(incoming);
+            scratch_acc.copy_from_slice(acc);
+            self.apply(datatype, scratch_in, scratch_acc);
+            acc.copy_from_slice(scratch_acc);
+            return;
+        }
+        let mut len = (acc.len() / element) as c_int;
+        let mut datatype = datatype;
+        // SAFETY: both pointers hold `len` whole, aligned elements of `datatype` (the
+        // reduction's operands, each as long as the other); `new`'s caller promised that
+        // the function only reads `invec`, writes valid elements to `inoutvec`, and keeps
+        // nothing; `len` and `datatype` are locals that outlive the call.
+        unsafe {
+            (self.function)(
+                incoming.as_ptr().cast_mut().cast(),
+                acc.as_mut_ptr().cast(),
+                &mut len,
+                &mut datatype,
+            )
+        }
+    }
+}
+
+/// The bytes of a scratch buffer of `u128`s.
+fn bytes_of_words(words: &mut [u128]) -> &mut [u8] {
+    // SAFETY: u128 has no padding and every byte pattern is a u8; the slice borrows `words`
+    // exclusively for its whole length in bytes.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast(), size_of_val(words)) }
 }
 
 /// Whether `bytes` may be seen as a slice of `T`: the element type, the alignment, whole
@@ -443,5 +555,51 @@ mod tests {
         concat.apply(u64::equivalent_datatype(), inc, acc_bytes);
         assert_eq!(acc, [13, 24]);
         assert!(!concat.is_commutative());
+    }
+
+    /// `inoutvec[i] += invec[i]` over u32s, as a C program would write it; checks what it
+    /// is given.
+    unsafe extern "C" fn add_u32(
+        invec: *mut c_void,
+        inoutvec: *mut c_void,
+        len: *mut c_int,
+        datatype: *mut Datatype,
+    ) {
+        // SAFETY: the runtime passes `len` aligned u32s at both pointers and valid `len` and
+        // `datatype` (what `UnsafeUserOperation::apply` promises).
+        unsafe {
+            assert_eq!(*datatype, u32::equivalent_datatype());
+            assert!((invec as usize).is_multiple_of(4) && (inoutvec as usize).is_multiple_of(4));
+            let n = *len as usize;
+            let (a, b) = (invec as *const u32, inoutvec as *mut u32);
+            for i in 0..n {
+                *b.add(i) += *a.add(i);
+            }
+        }
+    }
+
+    #[test]
+    fn unsafe_user_operations_get_aligned_elements_and_their_datatype() {
+        // SAFETY: `add_u32` reads `invec`, writes valid u32s to `inoutvec` and keeps nothing.
+        let op = unsafe { UnsafeUserOperation::commutative(add_u32) };
+        let op = &op;
+        assert!(op.is_commutative());
+        let dt = u32::equivalent_datatype();
+        let incoming = bytes(&[1u32, 2, 3]);
+        // Operands at every offset of a byte buffer: misaligned ones go through scratch.
+        for offset in 0..4 {
+            let mut storage = vec![0u8; 12 + offset];
+            storage[offset..].copy_from_slice(&bytes(&[10u32, 20, 30]));
+            let mut shifted_in = vec![0u8; 12 + offset];
+            shifted_in[offset..].copy_from_slice(&incoming);
+            op.apply(dt, &shifted_in[offset..], &mut storage[offset..]);
+            assert_eq!(&storage[offset..], &bytes(&[11u32, 22, 33])[..]);
+        }
+        let mut acc = bytes(&[5u32]);
+        let mut total = 0u32;
+        crate::collective::reduce_local_into(&7u32, &mut total, op);
+        assert_eq!(total, 7);
+        op.apply(dt, &bytes(&[1u32]), &mut acc);
+        assert_eq!(acc, bytes(&[6u32]));
     }
 }

@@ -602,11 +602,11 @@ impl Drop for Area {
     fn drop(&mut self) {
         if verbose() {
             let sleeps = self.sleeps.get();
-            eprintln!(
+            bootstrap::output::say(&format!(
                 "mpirt: collective area, rank {} of {}: {} sleeps, {} woken by a publisher, {} \
                  lost wake-ups",
                 self.rank, self.size, sleeps.slept, sleeps.woken, sleeps.missed
-            );
+            ));
         }
     }
 }
@@ -623,7 +623,7 @@ fn area(comm: &CommData, operation: &'static str, bytes: usize) -> Result<Option
         // The evidence that areas are used: without it a broken set-up would pass unseen,
         // every call going by messages.
         if verbose() {
-            eprintln!(
+            bootstrap::output::say(&format!(
                 "mpirt: rank {}: collective area of {} ranks {}",
                 comm.world_rank(comm.rank),
                 comm.size,
@@ -632,7 +632,7 @@ fn area(comm: &CommData, operation: &'static str, bytes: usize) -> Result<Option
                 } else {
                     "unavailable: collectives go by messages"
                 }
-            );
+            ));
         }
         *slot.borrow_mut() = match area {
             Some(area) => AreaState::Ready(Rc::new(area)),
