@@ -11,39 +11,96 @@ pub use crate::partition::{
     Partition, PartitionMut, Partitioned, PartitionedBuffer, PartitionedBufferMut,
 };
 
-/// The element type of a message: its size and, where not every byte pattern is a value,
-/// the check a received element must pass.
+/// What one basic element is, as MPI's type matching sees it: Rust types of the same class and
+/// size are the same kind (`usize` and `u64` on a 64-bit target, `isize` and `i64`, and the
+/// C-named aliases such as `c_ulong`), as rsmpi maps them to the same MPI datatype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A signed integer of this many bytes.
+    Signed(u8),
+    /// An unsigned integer of this many bytes.
+    Unsigned(u8),
+    /// A floating-point number of this many bytes.
+    Float(u8),
+    /// A complex number of two floats, of this many bytes in all.
+    Complex(u8),
+    Bool,
+    Char,
+}
+
+/// What a datatype's elements are made of, for matching a send against a receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Signature {
+    /// `count` basic elements of one kind (a number, or an array of numbers).
+    Basic { kind: Kind, count: usize },
+    /// A type known only by its name (a struct implementing [`Equivalence`] by hand).
+    Named(&'static str),
+}
+
+/// The element type of a message: its size, what it is made of (its signature, which a
+/// matching send and receive share) and, where not every byte pattern is a value, the check a
+/// received element must pass.
 #[derive(Clone, Copy, Debug)]
 pub struct Datatype {
     size: usize,
     name: &'static str,
     check: Option<fn(&[u8]) -> bool>,
+    signature: Signature,
 }
 
+/// Two datatypes are equal when their elements are: `usize` equals `u64` on a 64-bit target.
 impl PartialEq for Datatype {
     fn eq(&self, other: &Datatype) -> bool {
-        self.size == other.size && self.name == other.name
+        self.size == other.size && self.signature == other.signature
     }
 }
 
 impl Eq for Datatype {}
 
 impl Datatype {
-    /// A type every byte pattern of which is a value.
+    /// A type every byte pattern of which is a value, known by its name: it matches only
+    /// a type of the same name and size.
     pub const fn plain(size: usize, name: &'static str) -> Datatype {
         Datatype {
             size,
             name,
             check: None,
+            signature: Signature::Named(name),
         }
     }
 
-    /// A type whose received elements must pass `check` (given one element's bytes).
+    /// A type whose received elements must pass `check` (given one element's bytes), known by
+    /// its name.
     pub const fn checked(size: usize, name: &'static str, check: fn(&[u8]) -> bool) -> Datatype {
         Datatype {
             size,
             name,
             check: Some(check),
+            signature: Signature::Named(name),
+        }
+    }
+
+    /// `count` basic elements of `kind` in `size` bytes, named `name` in errors.
+    const fn basic(
+        kind: Kind,
+        count: usize,
+        size: usize,
+        name: &'static str,
+        check: Option<fn(&[u8]) -> bool>,
+    ) -> Datatype {
+        Datatype {
+            size,
+            name,
+            check,
+            signature: Signature::Basic { kind, count },
+        }
+    }
+
+    /// The kind of this type's elements, when it is made of basic elements of one kind.
+    pub fn kind(&self) -> Option<Kind> {
+        match self.signature {
+            Signature::Basic { kind, .. } => Some(kind),
+            Signature::Named(_) => None,
         }
     }
 
@@ -91,18 +148,21 @@ pub unsafe trait Equivalence: Sized {
 }
 
 macro_rules! plain_equivalence {
-    ($($t:ty),*) => {$(
+    ($class:ident: $($t:ty),*) => {$(
         // SAFETY: primitive numbers have no padding, no pointers, and every bit pattern is a
         // value.
         unsafe impl Equivalence for $t {
             fn equivalent_datatype() -> Datatype {
-                Datatype::plain(size_of::<$t>(), stringify!($t))
+                let size = size_of::<$t>();
+                Datatype::basic(Kind::$class(size as u8), 1, size, stringify!($t), None)
             }
         }
     )*};
 }
 
-plain_equivalence!(i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize, f32, f64);
+plain_equivalence!(Signed: i8, i16, i32, i64, i128, isize);
+plain_equivalence!(Unsigned: u8, u16, u32, u64, u128, usize);
+plain_equivalence!(Float: f32, f64);
 
 fn bool_is_valid(bytes: &[u8]) -> bool {
     bytes[0] <= 1
@@ -116,7 +176,7 @@ fn char_is_valid(bytes: &[u8]) -> bool {
 // SAFETY: a bool is one initialized byte; received bytes other than 0 and 1 are refused.
 unsafe impl Equivalence for bool {
     fn equivalent_datatype() -> Datatype {
-        Datatype::checked(1, "bool", bool_is_valid)
+        Datatype::basic(Kind::Bool, 1, 1, "bool", Some(bool_is_valid))
     }
 }
 
@@ -124,7 +184,7 @@ unsafe impl Equivalence for bool {
 // values are refused.
 unsafe impl Equivalence for char {
     fn equivalent_datatype() -> Datatype {
-        Datatype::checked(4, "char", char_is_valid)
+        Datatype::basic(Kind::Char, 1, 4, "char", Some(char_is_valid))
     }
 }
 
@@ -138,10 +198,21 @@ unsafe impl<T: Equivalence, const N: usize> Equivalence for [T; N] {
     fn equivalent_datatype() -> Datatype {
         let element = T::equivalent_datatype();
         let size = size_of::<[T; N]>();
-        if element.needs_check() {
-            Datatype::checked(size, "array", array_is_valid::<T>)
-        } else {
-            Datatype::plain(size, "array")
+        let check = match element.needs_check() {
+            true => Some(array_is_valid::<T> as fn(&[u8]) -> bool),
+            false => None,
+        };
+        match element.signature {
+            // An array of numbers is that many numbers: `[u64; 4]` matches `[usize; 4]`.
+            Signature::Basic { kind, count } => {
+                Datatype::basic(kind, count * N, size, "array", check)
+            }
+            Signature::Named(_) => Datatype {
+                size,
+                name: "array",
+                check,
+                signature: Signature::Named(element.name),
+            },
         }
     }
 }
@@ -272,5 +343,27 @@ mod tests {
         assert!(a.is_valid(&[1, 0, 0, 1]));
         assert!(!a.is_valid(&[1, 0, 0, 7]));
         assert!(!<[u8; 4]>::equivalent_datatype().needs_check());
+    }
+
+    #[test]
+    fn same_size_integers_of_one_sign_match() {
+        assert_eq!(usize::equivalent_datatype(), u64::equivalent_datatype());
+        assert_eq!(isize::equivalent_datatype(), i64::equivalent_datatype());
+        assert_eq!(
+            std::ffi::c_ulong::equivalent_datatype(),
+            usize::equivalent_datatype()
+        );
+        assert_eq!(
+            <[usize; 3]>::equivalent_datatype(),
+            <[u64; 3]>::equivalent_datatype()
+        );
+        assert_ne!(u64::equivalent_datatype(), u32::equivalent_datatype());
+        assert_ne!(u64::equivalent_datatype(), i64::equivalent_datatype());
+        assert_ne!(u64::equivalent_datatype(), f64::equivalent_datatype());
+        assert_ne!(i32::equivalent_datatype(), f32::equivalent_datatype());
+        assert_ne!(
+            <[u64; 2]>::equivalent_datatype(),
+            <[u64; 3]>::equivalent_datatype()
+        );
     }
 }
