@@ -1,11 +1,32 @@
 //! Which Rust types travel as messages, and how buffers of them are seen as bytes.
 //!
 //! A message is the bytes of its elements. [`Equivalence`] says a type is plain data whose
-//! bytes may be sent (no padding, no pointers); types whose bytes are not all valid values
-//! (`bool`, `char`, structs holding them) carry a check, and a receive of such a type lands
-//! in a staging buffer and is checked before the user's buffer sees it.
+//! bytes may be sent (no pointers); types whose bytes are not all valid values (`bool`,
+//! `char`, structs holding them) carry a check, and a receive of such a type lands in a
+//! staging buffer and is checked before the user's buffer sees it.
+//!
+//! A datatype whose bytes are not one run from the buffer's start (a struct with padding, a
+//! [`UserDatatype`] such as a vector, seen through a [`View`]) has a layout: byte blocks in
+//! type-map order, an extent and a signature (see `layout.rs`). Its elements are packed into
+//! one contiguous message on the way out, and unpacked into the blocks on the way in; bytes
+//! outside the blocks (padding, the gaps of a vector) are never read or written.
 
+use std::any::TypeId;
 use std::mem::size_of;
+use std::sync::Arc;
+
+use crate::error::Cause;
+
+mod layout;
+pub(crate) mod pack;
+mod user;
+
+use layout::Element;
+pub(crate) use layout::Layout;
+pub use user::{
+    address_of, Address, DatatypeRef, DynBuffer, DynBufferMut, MutView, SystemDatatype,
+    UncommittedDatatype, UncommittedDatatypeRef, UncommittedUserDatatype, UserDatatype, View,
+};
 
 pub use crate::partition::{
     Partition, PartitionMut, Partitioned, PartitionedBuffer, PartitionedBufferMut,
@@ -35,6 +56,9 @@ enum Signature {
     Basic { kind: Kind, count: usize },
     /// A type known only by its name (a struct implementing [`Equivalence`] by hand).
     Named(&'static str),
+    /// A type with a layout, kept in the registry under this id (a derived struct, a user
+    /// datatype).
+    Layout(u64),
 }
 
 /// The element type of a message: its size, what it is made of (its signature, which a
@@ -42,16 +66,34 @@ enum Signature {
 /// received element must pass.
 #[derive(Clone, Copy, Debug)]
 pub struct Datatype {
+    /// Bytes of data per element: what one element is in a message.
     size: usize,
     name: &'static str,
     check: Option<fn(&[u8]) -> bool>,
     signature: Signature,
+    /// Whether elements lie as they are sent (one run of `size` bytes each, back to back):
+    /// every type without a layout, and layouts without gaps.
+    contiguous: bool,
+    /// Whether a layout's elements include checked ones (`bool`, `char`).
+    layout_checked: bool,
 }
 
-/// Two datatypes are equal when their elements are: `usize` equals `u64` on a 64-bit target.
+/// Two datatypes are equal when their elements are: `usize` equals `u64` on a 64-bit target,
+/// and two layouts are equal when their signatures are.
 impl PartialEq for Datatype {
     fn eq(&self, other: &Datatype) -> bool {
-        self.size == other.size && self.signature == other.signature
+        if self.size != other.size {
+            return false;
+        }
+        match (self.signature, other.signature) {
+            (Signature::Layout(a), Signature::Layout(b)) if a != b => {
+                match (layout::lookup(a), layout::lookup(b)) {
+                    (Some(a), Some(b)) => a.signature == b.signature,
+                    _ => false,
+                }
+            }
+            (a, b) => a == b,
+        }
     }
 }
 
@@ -66,6 +108,8 @@ impl Datatype {
             name,
             check: None,
             signature: Signature::Named(name),
+            contiguous: true,
+            layout_checked: false,
         }
     }
 
@@ -77,6 +121,8 @@ impl Datatype {
             name,
             check: Some(check),
             signature: Signature::Named(name),
+            contiguous: true,
+            layout_checked: false,
         }
     }
 
@@ -93,6 +139,30 @@ impl Datatype {
             name,
             check,
             signature: Signature::Basic { kind, count },
+            contiguous: true,
+            layout_checked: false,
+        }
+    }
+
+    /// The datatype of `layout`, kept under a new id until [`layout::unregister`].
+    pub(crate) fn of_layout(layout: Layout, name: &'static str) -> Datatype {
+        let (size, contiguous, checked) =
+            (layout.size, layout.is_contiguous(), layout.needs_check());
+        Datatype {
+            size,
+            name,
+            check: None,
+            signature: Signature::Layout(layout::register(Arc::new(layout))),
+            contiguous,
+            layout_checked: checked,
+        }
+    }
+
+    /// The registry id of this datatype's layout, if it has one.
+    pub(crate) fn layout_id(&self) -> Option<u64> {
+        match self.signature {
+            Signature::Layout(id) => Some(id),
+            _ => None,
         }
     }
 
@@ -100,11 +170,42 @@ impl Datatype {
     pub fn kind(&self) -> Option<Kind> {
         match self.signature {
             Signature::Basic { kind, .. } => Some(kind),
-            Signature::Named(_) => None,
+            _ => None,
         }
     }
 
-    /// Bytes per element.
+    /// Whether elements lie in memory as they are sent: one run of bytes each, back to back.
+    /// Others are packed and unpacked through their layout.
+    pub fn is_contiguous(&self) -> bool {
+        self.contiguous
+    }
+
+    /// This type's layout: its byte blocks, extent and signature.
+    pub(crate) fn layout(&self) -> Result<Arc<Layout>, Cause> {
+        match self.signature {
+            Signature::Basic { kind, count } => Ok(Arc::new(Layout::basic(
+                Element::Basic {
+                    kind,
+                    size: self.size / count.max(1),
+                },
+                count,
+            ))),
+            Signature::Named(name) => Ok(Arc::new(Layout::basic(
+                Element::Opaque {
+                    name,
+                    size: self.size,
+                    check: self.check,
+                },
+                1,
+            ))),
+            Signature::Layout(id) => layout::lookup(id).ok_or(Cause::FreedDatatype {
+                type_name: self.name,
+            }),
+        }
+    }
+
+    /// Bytes of data per element: one element's length in a message (for a type with gaps,
+    /// less than its extent in memory).
     pub fn size(&self) -> usize {
         self.size
     }
@@ -115,11 +216,14 @@ impl Datatype {
 
     /// Whether a received element must be checked before it becomes a value.
     pub fn needs_check(&self) -> bool {
-        self.check.is_some()
+        self.check.is_some() || self.layout_checked
     }
 
-    /// Whether every element in `bytes` (a whole number of them) is a valid value.
+    /// Whether every element in `bytes` (packed, a whole number of them) is a valid value.
     pub fn is_valid(&self, bytes: &[u8]) -> bool {
+        if self.layout_checked {
+            return self.layout().is_ok_and(|l| l.is_valid_packed(bytes));
+        }
         match self.check {
             None => true,
             Some(check) if self.size == 0 => bytes.is_empty() || check(bytes),
@@ -127,24 +231,47 @@ impl Datatype {
         }
     }
 
-    /// Whether `bytes` at `offset` hold a valid `T`: what derived structs check field by field.
+    /// The datatype of a struct `S` (`size_of::<S>()` bytes) whose fields are at the given
+    /// offsets, in declaration order: what `#[derive(Equivalence)]` builds, once per type.
+    /// Bytes between and after the fields (padding) are not part of it, so they are never
+    /// read or sent; a struct whose fields lie back to back in declaration order is sent as
+    /// it lies.
     #[doc(hidden)]
-    pub fn field_is_valid<T: Equivalence>(bytes: &[u8], offset: usize) -> bool {
-        let datatype = T::equivalent_datatype();
-        !datatype.needs_check() || datatype.is_valid(&bytes[offset..offset + size_of::<T>()])
+    pub fn derived<S: 'static>(name: &'static str, fields: &[(usize, Datatype)]) -> Datatype {
+        layout::for_type(TypeId::of::<S>(), || {
+            let mut layout = Layout::empty();
+            for (offset, field) in fields {
+                let field = field
+                    .layout()
+                    .unwrap_or_else(|cause| panic!("derive(Equivalence) of {name}: {cause}"));
+                layout.append(&field, 1, *offset, 0);
+            }
+            layout.set_extent(size_of::<S>());
+            Datatype::of_layout(layout, name)
+        })
     }
+}
+
+/// The datatype of `T`'s elements, whatever type its `Equivalence` gives (a [`Datatype`], or
+/// a [`UserDatatype`] built on each call, whose layout is then kept once for `T`).
+#[doc(hidden)]
+pub fn datatype_of<T: Equivalence>() -> Datatype {
+    T::equivalent_datatype().element_of::<T>()
 }
 
 /// A type whose values are sent as their bytes: `MPI_Datatype` equivalence.
 ///
 /// # Safety
-/// The type must be plain data: every byte of a value is initialized (no padding), it holds
-/// no pointers or references, it needs no drop, and a value made from bytes that pass
-/// `equivalent_datatype()`'s check is valid. `equivalent_datatype().size()` must be
-/// `size_of::<Self>()`. `#[derive(Equivalence)]` checks all of this at compile time for
-/// `#[repr(C)]` structs.
-pub unsafe trait Equivalence: Sized {
-    fn equivalent_datatype() -> Datatype;
+/// The type must be plain data: every byte its datatype's layout covers is initialized
+/// (padding outside the layout is never read), it holds no pointers or references, it needs
+/// no drop, and a value whose covered bytes pass the datatype's checks is valid. The
+/// datatype's extent must be `size_of::<Self>()`. `#[derive(Equivalence)]` checks all of this
+/// at compile time.
+pub unsafe trait Equivalence: Sized + 'static {
+    /// The datatype's type: [`Datatype`] for the types mpirt provides and derives, or
+    /// [`UserDatatype`] where a program builds one, as in rsmpi.
+    type Out: UncommittedDatatype;
+    fn equivalent_datatype() -> Self::Out;
 }
 
 macro_rules! plain_equivalence {
@@ -152,6 +279,7 @@ macro_rules! plain_equivalence {
         // SAFETY: primitive numbers have no padding, no pointers, and every bit pattern is a
         // value.
         unsafe impl Equivalence for $t {
+            type Out = Datatype;
             fn equivalent_datatype() -> Datatype {
                 let size = size_of::<$t>();
                 Datatype::basic(Kind::$class(size as u8), 1, size, stringify!($t), None)
@@ -175,6 +303,7 @@ fn char_is_valid(bytes: &[u8]) -> bool {
 
 // SAFETY: a bool is one initialized byte; received bytes other than 0 and 1 are refused.
 unsafe impl Equivalence for bool {
+    type Out = Datatype;
     fn equivalent_datatype() -> Datatype {
         Datatype::basic(Kind::Bool, 1, 1, "bool", Some(bool_is_valid))
     }
@@ -183,20 +312,22 @@ unsafe impl Equivalence for bool {
 // SAFETY: a char is four initialized bytes; received values that are not Unicode scalar
 // values are refused.
 unsafe impl Equivalence for char {
+    type Out = Datatype;
     fn equivalent_datatype() -> Datatype {
         Datatype::basic(Kind::Char, 1, 4, "char", Some(char_is_valid))
     }
 }
 
 fn array_is_valid<T: Equivalence>(bytes: &[u8]) -> bool {
-    T::equivalent_datatype().is_valid(bytes)
+    datatype_of::<T>().is_valid(bytes)
 }
 
 // SAFETY: an array has no padding between or around its elements, so it is plain data when
 // its element type is; each element is checked as the element type says.
 unsafe impl<T: Equivalence, const N: usize> Equivalence for [T; N] {
+    type Out = Datatype;
     fn equivalent_datatype() -> Datatype {
-        let element = T::equivalent_datatype();
+        let element = datatype_of::<T>();
         let size = size_of::<[T; N]>();
         let check = match element.needs_check() {
             true => Some(array_is_valid::<T> as fn(&[u8]) -> bool),
@@ -212,7 +343,18 @@ unsafe impl<T: Equivalence, const N: usize> Equivalence for [T; N] {
                 name: "array",
                 check,
                 signature: Signature::Named(element.name),
+                contiguous: true,
+                layout_checked: false,
             },
+            // An array of structs with a layout: N of them, a struct's extent apart.
+            Signature::Layout(_) => layout::for_type(TypeId::of::<[T; N]>(), || {
+                let mut layout = Layout::empty();
+                let piece = element
+                    .layout()
+                    .unwrap_or_else(|cause| panic!("the datatype of an array: {cause}"));
+                layout.append(&piece, N, 0, piece.extent);
+                Datatype::of_layout(layout, "array")
+            }),
         }
     }
 }
@@ -257,7 +399,7 @@ unsafe impl<T: Equivalence> Buffer for T {
         1
     }
     fn datatype(&self) -> Datatype {
-        T::equivalent_datatype()
+        datatype_of::<T>()
     }
 }
 
@@ -270,7 +412,7 @@ unsafe impl<T: Equivalence> Buffer for [T] {
         self.len()
     }
     fn datatype(&self) -> Datatype {
-        T::equivalent_datatype()
+        datatype_of::<T>()
     }
 }
 
@@ -283,7 +425,7 @@ unsafe impl<T: Equivalence> Buffer for Vec<T> {
         self.len()
     }
     fn datatype(&self) -> Datatype {
-        T::equivalent_datatype()
+        datatype_of::<T>()
     }
 }
 
@@ -296,7 +438,7 @@ unsafe impl<T: Equivalence> BufferMut for T {
         1
     }
     fn datatype(&self) -> Datatype {
-        T::equivalent_datatype()
+        datatype_of::<T>()
     }
 }
 
@@ -309,7 +451,7 @@ unsafe impl<T: Equivalence> BufferMut for [T] {
         self.len()
     }
     fn datatype(&self) -> Datatype {
-        T::equivalent_datatype()
+        datatype_of::<T>()
     }
 }
 
@@ -322,7 +464,7 @@ unsafe impl<T: Equivalence> BufferMut for Vec<T> {
         self.len()
     }
     fn datatype(&self) -> Datatype {
-        T::equivalent_datatype()
+        datatype_of::<T>()
     }
 }
 

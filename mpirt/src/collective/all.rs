@@ -114,16 +114,21 @@ pub trait CommunicatorCollectives: Communicator {
         let comm = self.data();
         let datatype = calls::check_all_reduce(send, recv, &op)
             .map_err(|c| Error::new("all_reduce_into", c))?;
-        // SAFETY: the buffers hold `byte_len` bytes of their elements, borrowed (the receive
-        // buffer mutably) for this whole call, and are distinct borrows.
-        let (send_bytes, recv_bytes) = unsafe {
-            (
-                std::slice::from_raw_parts(send.pointer(), send.byte_len()),
-                std::slice::from_raw_parts_mut(recv.pointer_mut(), recv.byte_len()),
-            )
-        };
-        if shared::try_all_reduce(comm, send_bytes, recv_bytes, datatype, &op)? {
-            return Ok(());
+        // Buffers with gaps (a view through a vector datatype) take the scheduled path, which
+        // packs and unpacks them.
+        if send.datatype().is_contiguous() && recv.datatype().is_contiguous() {
+            // SAFETY: the buffers hold `byte_len` bytes of their elements, one run each,
+            // borrowed (the receive buffer mutably) for this whole call, and are distinct
+            // borrows.
+            let (send_bytes, recv_bytes) = unsafe {
+                (
+                    std::slice::from_raw_parts(send.pointer(), send.byte_len()),
+                    std::slice::from_raw_parts_mut(recv.pointer_mut(), recv.byte_len()),
+                )
+            };
+            if shared::try_all_reduce(comm, send_bytes, recv_bytes, datatype, &op)? {
+                return Ok(());
+            }
         }
         blocking(comm, "all_reduce_into", || {
             calls::all_reduce_checked(comm, send, recv, &op, datatype)

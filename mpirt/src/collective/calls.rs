@@ -3,7 +3,9 @@
 //! function per collective, shared by the blocking and the immediate form.
 
 use crate::communicator::{CommData, Rank};
-use crate::datatype::{Buffer, BufferMut, Datatype};
+use std::sync::Arc;
+
+use crate::datatype::{Buffer, BufferMut, Datatype, Layout};
 use crate::error::Cause;
 use crate::partition::{parts, Partition, Partitioned};
 use crate::point_to_point::Count;
@@ -60,28 +62,43 @@ fn ranks(comm: &CommData) -> Ranks {
     }
 }
 
-fn sending<S: Buffer + ?Sized>(send: &S) -> Buffers {
-    Buffers {
+/// How a buffer's elements lie, when they are not one run of bytes: its datatype's layout and
+/// how many elements, which the execution packs and unpacks.
+fn layout_of(datatype: Datatype, count: usize) -> Result<Option<(Arc<Layout>, usize)>, Cause> {
+    match datatype.is_contiguous() {
+        true => Ok(None),
+        false => Ok(Some((datatype.layout()?, count))),
+    }
+}
+
+fn sending<S: Buffer + ?Sized>(send: &S) -> Result<Buffers, Cause> {
+    Ok(Buffers {
         send: send.pointer(),
         send_len: send.byte_len(),
+        send_layout: layout_of(send.datatype(), send.count())?,
         ..Buffers::none()
-    }
+    })
 }
 
-fn receiving<R: BufferMut + ?Sized>(recv: &mut R) -> Buffers {
-    Buffers {
+fn receiving<R: BufferMut + ?Sized>(recv: &mut R) -> Result<Buffers, Cause> {
+    Ok(Buffers {
         recv_len: recv.byte_len(),
+        recv_layout: layout_of(recv.datatype(), recv.count())?,
         recv: recv.pointer_mut(),
         ..Buffers::none()
-    }
+    })
 }
 
-fn both<S: Buffer + ?Sized, R: BufferMut + ?Sized>(send: &S, recv: &mut R) -> Buffers {
-    Buffers {
+fn both<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+    send: &S,
+    recv: &mut R,
+) -> Result<Buffers, Cause> {
+    Ok(Buffers {
         recv_len: recv.byte_len(),
+        recv_layout: layout_of(recv.datatype(), recv.count())?,
         recv: recv.pointer_mut(),
-        ..sending(send)
-    }
+        ..sending(send)?
+    })
 }
 
 /// The element type of a send and a receive buffer, which must agree.
@@ -163,7 +180,7 @@ pub(crate) fn broadcast<'a, B: BufferMut + ?Sized>(
     let root = comm.check_rank(root)?;
     let datatype = buf.datatype();
     let plan = build::broadcast(ranks(comm), root, buf.byte_len(), datatype.size())?;
-    Ok(Call::new(plan, receiving(buf), datatype))
+    Ok(Call::new(plan, receiving(buf)?, datatype))
 }
 
 pub(crate) fn all_gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
@@ -175,7 +192,7 @@ pub(crate) fn all_gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     let n = comm.size as usize;
     expect_count("the receive buffer", send.count() * n, recv.count())?;
     let plan = build::all_gather(ranks(comm), send.byte_len())?;
-    Ok(Call::new(plan, both(send, recv), datatype))
+    Ok(Call::new(plan, both(send, recv)?, datatype))
 }
 
 pub(crate) fn all_gather_varcount<'a, S, R>(
@@ -192,7 +209,7 @@ where
     let own = incoming[comm.rank as usize].1;
     expect_count("the send buffer", elements(own, datatype), send.count())?;
     let plan = build::all_gather_varcount(ranks(comm), &incoming);
-    Ok(Call::new(plan, both(send, recv), datatype))
+    Ok(Call::new(plan, both(send, recv)?, datatype))
 }
 
 pub(crate) fn all_to_all<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
@@ -211,7 +228,7 @@ pub(crate) fn all_to_all<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     let block = send.byte_len() / n;
     let equal = build::equal_parts(block, comm.size);
     let plan = build::all_to_all(ranks(comm), &equal, &equal, block)?;
-    Ok(Call::new(plan, both(send, recv), datatype))
+    Ok(Call::new(plan, both(send, recv)?, datatype))
 }
 
 pub(crate) fn all_to_all_varcount<'a, S, R>(
@@ -234,7 +251,7 @@ where
     )?;
     let largest = outgoing.iter().map(|p| p.1).max().unwrap_or(0);
     let plan = build::all_to_all(ranks(comm), &outgoing, &incoming, largest)?;
-    Ok(Call::new(plan, both(send, recv), datatype))
+    Ok(Call::new(plan, both(send, recv)?, datatype))
 }
 
 /// The element type of an all-reduce's buffers, once they and the operation agree.
@@ -280,7 +297,7 @@ where
 {
     let (len, commutative) = (send.byte_len(), op.is_commutative());
     let plan = build::all_reduce(ranks(comm), len, datatype.size(), commutative)?;
-    Ok(Call::new(plan, both(send, recv), datatype).reducing(op))
+    Ok(Call::new(plan, both(send, recv)?, datatype).reducing(op))
 }
 
 /// Reduce-scatter into parts of `counts[r]` elements (equal blocks when `counts` is `None`).
@@ -324,7 +341,7 @@ where
     };
     let (len, commutative) = (send.byte_len(), op.is_commutative());
     let plan = build::reduce_scatter(ranks(comm), len, &parts, commutative)?;
-    Ok(Call::new(plan, both(send, recv), datatype).reducing(op))
+    Ok(Call::new(plan, both(send, recv)?, datatype).reducing(op))
 }
 
 pub(crate) fn scan<'a, S, R, O>(
@@ -343,7 +360,7 @@ where
     op.check(datatype)?;
     expect_count("the receive buffer", send.count(), recv.count())?;
     let plan = build::scan(ranks(comm), send.byte_len(), inclusive);
-    Ok(Call::new(plan, both(send, recv), datatype).reducing(op))
+    Ok(Call::new(plan, both(send, recv)?, datatype).reducing(op))
 }
 
 /// A reduction to `root`; `recv` is the root's and only the root's.
@@ -372,9 +389,9 @@ where
         Some(recv) => {
             let datatype = same_type(send.datatype(), recv.datatype())?;
             expect_count("the receive buffer", send.count(), recv.count())?;
-            Call::new(plan, both(send, recv), datatype)
+            Call::new(plan, both(send, recv)?, datatype)
         }
-        None => Call::new(plan, sending(send), send.datatype()),
+        None => Call::new(plan, sending(send)?, send.datatype()),
     };
     Ok(call.reducing(op))
 }
@@ -398,9 +415,9 @@ pub(crate) fn gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
             let datatype = same_type(send.datatype(), recv.datatype())?;
             let n = comm.size as usize;
             expect_count("the receive buffer", send.count() * n, recv.count())?;
-            Call::new(plan, both(send, recv), datatype)
+            Call::new(plan, both(send, recv)?, datatype)
         }
-        None => Call::new(plan, sending(send), send.datatype()),
+        None => Call::new(plan, sending(send)?, send.datatype()),
     })
 }
 
@@ -428,11 +445,11 @@ where
             let own = elements(incoming[root as usize].1, datatype);
             expect_count("the send buffer", own, send.count())?;
             let plan = build::gather_varcount(root, send.byte_len(), Some(&incoming));
-            Call::new(plan, both(send, recv), datatype)
+            Call::new(plan, both(send, recv)?, datatype)
         }
         None => {
             let plan = build::gather_varcount(root, send.byte_len(), None);
-            Call::new(plan, sending(send), send.datatype())
+            Call::new(plan, sending(send)?, send.datatype())
         }
     })
 }
@@ -456,9 +473,9 @@ pub(crate) fn scatter<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
             let datatype = same_type(send.datatype(), recv.datatype())?;
             let n = comm.size as usize;
             expect_count("the send buffer", recv.count() * n, send.count())?;
-            Call::new(plan, both(send, recv), datatype)
+            Call::new(plan, both(send, recv)?, datatype)
         }
-        None => Call::new(plan, receiving(recv), recv.datatype()),
+        None => Call::new(plan, receiving(recv)?, recv.datatype()),
     })
 }
 
@@ -486,11 +503,11 @@ where
             let own = elements(outgoing[root as usize].1, datatype);
             expect_count("the receive buffer", own, recv.count())?;
             let plan = build::scatter_varcount(root, Some(&outgoing), recv.byte_len());
-            Call::new(plan, both(send, recv), datatype)
+            Call::new(plan, both(send, recv)?, datatype)
         }
         None => {
             let plan = build::scatter_varcount(root, None, recv.byte_len());
-            Call::new(plan, receiving(recv), recv.datatype())
+            Call::new(plan, receiving(recv)?, recv.datatype())
         }
     })
 }
