@@ -292,6 +292,25 @@ plain_equivalence!(Signed: i8, i16, i32, i64, i128, isize);
 plain_equivalence!(Unsigned: u8, u16, u32, u64, u128, usize);
 plain_equivalence!(Float: f32, f64);
 
+// SAFETY: a `Complex<T>` is `#[repr(C)]` of two `T`s, real then imaginary, with no padding;
+// every bit pattern of the floats is a value.
+#[cfg(feature = "complex")]
+unsafe impl Equivalence for num_complex::Complex<f32> {
+    type Out = Datatype;
+    fn equivalent_datatype() -> Datatype {
+        Datatype::basic(Kind::Complex(8), 1, 8, "Complex<f32>", None)
+    }
+}
+
+// SAFETY: as for `Complex<f32>`.
+#[cfg(feature = "complex")]
+unsafe impl Equivalence for num_complex::Complex<f64> {
+    type Out = Datatype;
+    fn equivalent_datatype() -> Datatype {
+        Datatype::basic(Kind::Complex(16), 1, 16, "Complex<f64>", None)
+    }
+}
+
 fn bool_is_valid(bytes: &[u8]) -> bool {
     bytes[0] <= 1
 }
@@ -485,6 +504,21 @@ mod tests {
         assert!(a.is_valid(&[1, 0, 0, 1]));
         assert!(!a.is_valid(&[1, 0, 0, 7]));
         assert!(!<[u8; 4]>::equivalent_datatype().needs_check());
+    }
+
+    #[cfg(feature = "complex")]
+    #[test]
+    fn complex_numbers_are_their_own_kind() {
+        use num_complex::Complex;
+        let c64 = Complex::<f64>::equivalent_datatype();
+        assert_eq!(c64.size(), 16);
+        assert_eq!(c64.kind(), Some(Kind::Complex(16)));
+        assert_ne!(c64, <[f64; 2]>::equivalent_datatype());
+        assert_ne!(c64, Complex::<f32>::equivalent_datatype());
+        assert_eq!(
+            <[Complex<f32>; 2]>::equivalent_datatype().kind(),
+            Some(Kind::Complex(8))
+        );
     }
 
     #[test]
