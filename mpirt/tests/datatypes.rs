@@ -222,6 +222,10 @@ fn layouts(world: &SimpleCommunicator) {
             let peer = world.process_at_rank(1);
             peer.send(&view);
             peer.send(&view);
+            // Immediate: the request keeps the packed copy until the send completes.
+            mpirt::request::scope(|scope| {
+                peer.immediate_send(scope, &view).wait();
+            });
             assert_eq!(world.pack(&view), packed, "case {case}: pack");
         } else if world.rank() == 1 {
             let peer = world.process_at_rank(0);
@@ -241,6 +245,17 @@ fn layouts(world: &SimpleCommunicator) {
                 into == expected,
                 "case {case} {spec:?}: received through a view"
             );
+            let mut immediate = vec![GUARD; len];
+            {
+                // SAFETY: as above.
+                let mut view = unsafe {
+                    MutView::with_count_and_datatype(&mut immediate[..], count as i32, &datatype)
+                };
+                mpirt::request::scope(|scope| {
+                    peer.immediate_receive_into(scope, &mut view).wait();
+                });
+            }
+            assert!(immediate == expected, "case {case}: an immediate receive");
             let mut unpacked = vec![GUARD; len];
             {
                 // SAFETY: as above.
@@ -347,6 +362,7 @@ fn padding(world: &SimpleCommunicator) {
             assert!(packed == fields, "the packed bytes are the fields' alone");
             world.process_at_rank(1).send(&values[..]);
             world.process_at_rank(1).send(&values[n / 2]);
+            world.process_at_rank(1).send(&values[..]);
         } else if world.rank() == 1 {
             let mut got = padded_values(n, 0x11);
             for v in got.iter_mut() {
@@ -357,6 +373,10 @@ fn padding(world: &SimpleCommunicator) {
             assert!(padding_holds(&got, 0x11), "a receive wrote padding");
             let (one, _) = world.process_at_rank(0).receive::<Padded>();
             assert_eq!(one, padded_values(n, 0)[n / 2]);
+            // A matched probe sizes the vector: n values of 11 bytes each, not 16.
+            let (all, status) = world.process_at_rank(0).receive_vec::<Padded>();
+            assert_eq!(status.byte_count(), n * 11);
+            assert_eq!(all, padded_values(n, 0));
         }
     }
     let nested: Vec<Nested> = (0..100)
