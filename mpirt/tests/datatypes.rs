@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
-use mpirt::datatype::{MutView, UserDatatype, View};
+use mpirt::datatype::{DynBuffer, DynBufferMut, MutView, UserDatatype, View};
 use mpirt::topology::SimpleCommunicator;
 use mpirt::traits::*;
 
@@ -391,6 +391,18 @@ fn padding(world: &SimpleCommunicator) {
     }
     world.process_at_rank(0).broadcast_into(&mut all[..]);
     assert_eq!(all, nested);
+    // Buffers whose type is known at run time send and receive as their elements.
+    if world.rank() == 0 {
+        let values = [5u32, 6, 7];
+        world.process_at_rank(1).send(&DynBuffer::new(&values[..]));
+    } else if world.rank() == 1 {
+        let mut values = [0u32; 3];
+        let mut buffer = DynBufferMut::new(&mut values[..]);
+        assert!(buffer.is::<u32>() && !buffer.is::<i32>());
+        assert_eq!(buffer.len(), 3);
+        world.process_at_rank(0).receive_into(&mut buffer);
+        assert_eq!(values, [5, 6, 7]);
+    }
     println!("rank {}: padding ok", world.rank());
 }
 

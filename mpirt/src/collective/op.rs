@@ -385,6 +385,14 @@ impl<'b> DynBufferMut<'b> {
         self.datatype
     }
 
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        self.bytes
+    }
+
+    pub(crate) fn byte_count(&self) -> usize {
+        self.bytes.len()
+    }
+
     /// The elements as `T`, or `None` if they are of another type.
     pub fn downcast<T: Equivalence>(self) -> Option<&'b mut [T]> {
         if !fits::<T>(self.datatype, self.bytes) {

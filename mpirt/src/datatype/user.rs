@@ -533,6 +533,30 @@ impl<'b> DynBufferMut<'b> {
     pub fn is<T: Equivalence>(&self) -> bool {
         self.datatype_of_parts() == datatype_of::<T>()
     }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        BufferMut::count(self)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+// SAFETY: the bytes are exclusively borrowed for the buffer's life; what a receive writes
+// there passes the datatype's checks, which `DynBufferMut::new`'s `T` makes valid values.
+unsafe impl BufferMut for DynBufferMut<'_> {
+    fn pointer_mut(&mut self) -> *mut u8 {
+        self.bytes_mut().as_mut_ptr()
+    }
+    fn count(&self) -> usize {
+        let datatype = self.datatype_of_parts();
+        self.byte_count() / datatype.size().max(1)
+    }
+    fn datatype(&self) -> Datatype {
+        self.datatype_of_parts()
+    }
 }
 
 // SAFETY: the bytes are borrowed for the buffer's life and initialized.
