@@ -204,6 +204,31 @@ impl Datatype {
         }
     }
 
+    /// The datatype and count that type matching and reductions see of `count` elements of
+    /// this one: a layout whose basic elements are all of one kind is that many of them (a
+    /// vector of `f64` is its `f64`s, as MPI matches by signature), any other type itself.
+    pub(crate) fn matched(self, count: usize) -> (Datatype, usize) {
+        if self.contiguous {
+            return (self, count);
+        }
+        let Ok(layout) = self.layout() else {
+            return (self, count);
+        };
+        match layout.signature.single() {
+            Some(Element::Basic { kind, size }) => {
+                let check = match kind {
+                    Kind::Bool => Some(bool_is_valid as fn(&[u8]) -> bool),
+                    Kind::Char => Some(char_is_valid as fn(&[u8]) -> bool),
+                    _ => None,
+                };
+                let per_element = layout.size / size.max(1);
+                let basic = Datatype::basic(kind, 1, size, kind_name(kind), check);
+                (basic, count * per_element)
+            }
+            _ => (self, count),
+        }
+    }
+
     /// Bytes of data per element: one element's length in a message (for a type with gaps,
     /// less than its extent in memory).
     pub fn size(&self) -> usize {
@@ -249,6 +274,27 @@ impl Datatype {
             layout.set_extent(size_of::<S>());
             Datatype::of_layout(layout, name)
         })
+    }
+}
+
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Signed(1) => "i8",
+        Kind::Signed(2) => "i16",
+        Kind::Signed(4) => "i32",
+        Kind::Signed(8) => "i64",
+        Kind::Signed(_) => "i128",
+        Kind::Unsigned(1) => "u8",
+        Kind::Unsigned(2) => "u16",
+        Kind::Unsigned(4) => "u32",
+        Kind::Unsigned(8) => "u64",
+        Kind::Unsigned(_) => "u128",
+        Kind::Float(4) => "f32",
+        Kind::Float(_) => "f64",
+        Kind::Complex(8) => "Complex<f32>",
+        Kind::Complex(_) => "Complex<f64>",
+        Kind::Bool => "bool",
+        Kind::Char => "char",
     }
 }
 
@@ -391,6 +437,11 @@ pub unsafe trait Buffer {
     fn byte_len(&self) -> usize {
         self.count() * self.datatype().size()
     }
+    /// The element type and count that collectives match and reduce (see `Datatype::matched`).
+    #[doc(hidden)]
+    fn matched(&self) -> (Datatype, usize) {
+        self.datatype().matched(self.count())
+    }
 }
 
 /// Something that can be received into.
@@ -405,6 +456,11 @@ pub unsafe trait BufferMut {
     fn datatype(&self) -> Datatype;
     fn byte_len(&self) -> usize {
         self.count() * self.datatype().size()
+    }
+    /// The element type and count that collectives match and reduce (see `Datatype::matched`).
+    #[doc(hidden)]
+    fn matched(&self) -> (Datatype, usize) {
+        self.datatype().matched(self.count())
     }
 }
 

@@ -286,7 +286,39 @@ fn layouts(world: &SimpleCommunicator) {
         };
         assert!(&all == want, "case {case}: broadcast through views");
     }
+    views_against_slices(world);
     println!("rank {}: layouts ok", world.rank());
+}
+
+/// A view and a slice match when their signatures do, as in MPI: a vector of `f64` is so many
+/// `f64`s, reduced element by element; other signatures are named errors.
+fn views_against_slices(world: &SimpleCommunicator) {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    // A 4 x 3 row-major matrix; column 1 is a vector of 4 f64, 3 apart.
+    let matrix: Vec<f64> = (0..12).map(|i| (i + 100 * rank) as f64).collect();
+    let column = UserDatatype::vector(4, 1, 3, &f64::equivalent_datatype());
+    // SAFETY: 4 elements 3 apart from element 1 lie within the 11 after it.
+    let view = unsafe { View::with_count_and_datatype(&matrix[1..], 1, &column) };
+    let mut sums = [0.0f64; 4];
+    world.all_reduce_into(
+        &view,
+        &mut sums[..],
+        mpirt::collective::SystemOperation::sum(),
+    );
+    let ranks: usize = (0..size).sum();
+    for (row, sum) in sums.iter().enumerate() {
+        assert_eq!(*sum, (size * (row * 3 + 1) + 100 * ranks) as f64);
+    }
+    let mut columns = vec![0.0f64; 4 * size];
+    world.all_gather_into(&view, &mut columns[..]);
+    for (r, got) in columns.chunks(4).enumerate() {
+        let want: Vec<f64> = (0..4).map(|row| (row * 3 + 1 + 100 * r) as f64).collect();
+        assert_eq!(got, want);
+    }
+    let e = world
+        .try_all_gather_into(&view, &mut vec![0i64; 4 * size][..])
+        .unwrap_err();
+    println!("error: {e}");
 }
 
 /// Not `#[repr(C)]`: Rust lays it out with padding (`size_of` 16, 11 bytes of data).
@@ -477,6 +509,12 @@ fn ok(n: u32, mode: &str, wire: &[(&'static str, String)]) -> String {
 fn random_layouts_match_the_serial_model_on_shared_memory() {
     let out = ok(3, "layouts", &[]);
     assert_eq!(out.matches("layouts ok").count(), 3, "{out}");
+    assert!(
+        out.contains(
+            "all_gather_into: the send buffer holds f64 elements but the receive buffer i64"
+        ),
+        "{out}"
+    );
 }
 
 #[test]

@@ -178,7 +178,7 @@ pub(crate) fn broadcast<'a, B: BufferMut + ?Sized>(
     buf: &mut B,
 ) -> Result<Call<'a>, Cause> {
     let root = comm.check_rank(root)?;
-    let datatype = buf.datatype();
+    let datatype = buf.matched().0;
     let plan = build::broadcast(ranks(comm), root, buf.byte_len(), datatype.size())?;
     Ok(Call::new(plan, receiving(buf)?, datatype))
 }
@@ -188,9 +188,9 @@ pub(crate) fn all_gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     send: &S,
     recv: &mut R,
 ) -> Result<Call<'a>, Cause> {
-    let datatype = same_type(send.datatype(), recv.datatype())?;
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
     let n = comm.size as usize;
-    expect_count("the receive buffer", send.count() * n, recv.count())?;
+    expect_count("the receive buffer", send.matched().1 * n, recv.matched().1)?;
     let plan = build::all_gather(ranks(comm), send.byte_len())?;
     Ok(Call::new(plan, both(send, recv)?, datatype))
 }
@@ -204,10 +204,10 @@ where
     S: Buffer + ?Sized,
     R: BufferMut + Partitioned + ?Sized,
 {
-    let datatype = same_type(send.datatype(), recv.datatype())?;
-    let incoming = byte_parts("receive", recv, recv.count(), datatype, comm.size)?;
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
+    let incoming = byte_parts("receive", recv, recv.matched().1, datatype, comm.size)?;
     let own = incoming[comm.rank as usize].1;
-    expect_count("the send buffer", elements(own, datatype), send.count())?;
+    expect_count("the send buffer", elements(own, datatype), send.matched().1)?;
     let plan = build::all_gather_varcount(ranks(comm), &incoming);
     Ok(Call::new(plan, both(send, recv)?, datatype))
 }
@@ -217,13 +217,13 @@ pub(crate) fn all_to_all<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     send: &S,
     recv: &mut R,
 ) -> Result<Call<'a>, Cause> {
-    let datatype = same_type(send.datatype(), recv.datatype())?;
-    expect_count("the receive buffer", send.count(), recv.count())?;
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
+    expect_count("the receive buffer", send.matched().1, recv.matched().1)?;
     let n = comm.size as usize;
     expect_count(
         "the send buffer (a whole block per rank)",
-        send.count().next_multiple_of(n),
-        send.count(),
+        send.matched().1.next_multiple_of(n),
+        send.matched().1,
     )?;
     let block = send.byte_len() / n;
     let equal = build::equal_parts(block, comm.size);
@@ -240,9 +240,9 @@ where
     S: Buffer + Partitioned + ?Sized,
     R: BufferMut + Partitioned + ?Sized,
 {
-    let datatype = same_type(send.datatype(), recv.datatype())?;
-    let outgoing = byte_parts("send", send, send.count(), datatype, comm.size)?;
-    let incoming = byte_parts("receive", recv, recv.count(), datatype, comm.size)?;
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
+    let outgoing = byte_parts("send", send, send.matched().1, datatype, comm.size)?;
+    let incoming = byte_parts("receive", recv, recv.matched().1, datatype, comm.size)?;
     let me = comm.rank as usize;
     expect_count(
         "this rank's receive part from itself",
@@ -261,9 +261,9 @@ where
     R: BufferMut + ?Sized,
     O: Operation,
 {
-    let datatype = same_type(send.datatype(), recv.datatype())?;
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
     op.check(datatype)?;
-    expect_count("the receive buffer", send.count(), recv.count())?;
+    expect_count("the receive buffer", send.matched().1, recv.matched().1)?;
     Ok(datatype)
 }
 
@@ -313,12 +313,12 @@ where
     R: BufferMut + ?Sized,
     O: Operation + 'a,
 {
-    let datatype = same_type(send.datatype(), recv.datatype())?;
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
     op.check(datatype)?;
     let parts = match counts {
         None => {
             let n = comm.size as usize;
-            expect_count("the send buffer", recv.count() * n, send.count())?;
+            expect_count("the send buffer", recv.matched().1 * n, send.matched().1)?;
             build::equal_parts(recv.byte_len(), comm.size)
         }
         Some(counts) => {
@@ -331,11 +331,15 @@ where
                 })
                 .collect();
             let cut = Partition::new(send, counts, &displs[..]);
-            let parts = byte_parts("counts", &cut, send.count(), datatype, comm.size)?;
+            let parts = byte_parts("counts", &cut, send.matched().1, datatype, comm.size)?;
             let total: usize = parts.iter().map(|p| p.1).sum();
-            expect_count("the send buffer", elements(total, datatype), send.count())?;
+            expect_count(
+                "the send buffer",
+                elements(total, datatype),
+                send.matched().1,
+            )?;
             let own = elements(parts[comm.rank as usize].1, datatype);
-            expect_count("the receive buffer", own, recv.count())?;
+            expect_count("the receive buffer", own, recv.matched().1)?;
             parts
         }
     };
@@ -356,9 +360,9 @@ where
     R: BufferMut + ?Sized,
     O: Operation + 'a,
 {
-    let datatype = same_type(send.datatype(), recv.datatype())?;
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
     op.check(datatype)?;
-    expect_count("the receive buffer", send.count(), recv.count())?;
+    expect_count("the receive buffer", send.matched().1, recv.matched().1)?;
     let plan = build::scan(ranks(comm), send.byte_len(), inclusive);
     Ok(Call::new(plan, both(send, recv)?, datatype).reducing(op))
 }
@@ -382,16 +386,16 @@ where
         recv.is_some(),
         "the root calls reduce_into_root, the others reduce_into",
     )?;
-    op.check(send.datatype())?;
-    let (len, element) = (send.byte_len(), send.datatype().size());
+    op.check(send.matched().0)?;
+    let (len, element) = (send.byte_len(), send.matched().0.size());
     let plan = build::reduce(ranks(comm), root, len, element, op.is_commutative())?;
     let call = match recv {
         Some(recv) => {
-            let datatype = same_type(send.datatype(), recv.datatype())?;
-            expect_count("the receive buffer", send.count(), recv.count())?;
+            let datatype = same_type(send.matched().0, recv.matched().0)?;
+            expect_count("the receive buffer", send.matched().1, recv.matched().1)?;
             Call::new(plan, both(send, recv)?, datatype)
         }
-        None => Call::new(plan, sending(send)?, send.datatype()),
+        None => Call::new(plan, sending(send)?, send.matched().0),
     };
     Ok(call.reducing(op))
 }
@@ -412,12 +416,12 @@ pub(crate) fn gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     let plan = build::gather(ranks(comm), root, send.byte_len())?;
     Ok(match recv {
         Some(recv) => {
-            let datatype = same_type(send.datatype(), recv.datatype())?;
+            let datatype = same_type(send.matched().0, recv.matched().0)?;
             let n = comm.size as usize;
-            expect_count("the receive buffer", send.count() * n, recv.count())?;
+            expect_count("the receive buffer", send.matched().1 * n, recv.matched().1)?;
             Call::new(plan, both(send, recv)?, datatype)
         }
-        None => Call::new(plan, sending(send)?, send.datatype()),
+        None => Call::new(plan, sending(send)?, send.matched().0),
     })
 }
 
@@ -440,16 +444,16 @@ where
     )?;
     Ok(match recv {
         Some(recv) => {
-            let datatype = same_type(send.datatype(), recv.datatype())?;
-            let incoming = byte_parts("receive", recv, recv.count(), datatype, comm.size)?;
+            let datatype = same_type(send.matched().0, recv.matched().0)?;
+            let incoming = byte_parts("receive", recv, recv.matched().1, datatype, comm.size)?;
             let own = elements(incoming[root as usize].1, datatype);
-            expect_count("the send buffer", own, send.count())?;
+            expect_count("the send buffer", own, send.matched().1)?;
             let plan = build::gather_varcount(root, send.byte_len(), Some(&incoming));
             Call::new(plan, both(send, recv)?, datatype)
         }
         None => {
             let plan = build::gather_varcount(root, send.byte_len(), None);
-            Call::new(plan, sending(send)?, send.datatype())
+            Call::new(plan, sending(send)?, send.matched().0)
         }
     })
 }
@@ -470,12 +474,12 @@ pub(crate) fn scatter<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     let plan = build::scatter(ranks(comm), root, recv.byte_len())?;
     Ok(match send {
         Some(send) => {
-            let datatype = same_type(send.datatype(), recv.datatype())?;
+            let datatype = same_type(send.matched().0, recv.matched().0)?;
             let n = comm.size as usize;
-            expect_count("the send buffer", recv.count() * n, send.count())?;
+            expect_count("the send buffer", recv.matched().1 * n, send.matched().1)?;
             Call::new(plan, both(send, recv)?, datatype)
         }
-        None => Call::new(plan, receiving(recv)?, recv.datatype()),
+        None => Call::new(plan, receiving(recv)?, recv.matched().0),
     })
 }
 
@@ -498,16 +502,16 @@ where
     )?;
     Ok(match send {
         Some(send) => {
-            let datatype = same_type(send.datatype(), recv.datatype())?;
-            let outgoing = byte_parts("send", send, send.count(), datatype, comm.size)?;
+            let datatype = same_type(send.matched().0, recv.matched().0)?;
+            let outgoing = byte_parts("send", send, send.matched().1, datatype, comm.size)?;
             let own = elements(outgoing[root as usize].1, datatype);
-            expect_count("the receive buffer", own, recv.count())?;
+            expect_count("the receive buffer", own, recv.matched().1)?;
             let plan = build::scatter_varcount(root, Some(&outgoing), recv.byte_len());
             Call::new(plan, both(send, recv)?, datatype)
         }
         None => {
             let plan = build::scatter_varcount(root, None, recv.byte_len());
-            Call::new(plan, receiving(recv)?, recv.datatype())
+            Call::new(plan, receiving(recv)?, recv.matched().0)
         }
     })
 }

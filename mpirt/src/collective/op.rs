@@ -332,7 +332,9 @@ impl Operation for UserOperation<'_> {
 /// Whether `bytes` may be seen as a slice of `T`: the element type, the alignment, whole
 /// elements, and (for types with a check) valid values.
 fn fits<T: Equivalence>(datatype: Datatype, bytes: &[u8]) -> bool {
-    datatype == crate::datatype::datatype_of::<T>()
+    // Packed elements with gaps are not `T`s as they lie in memory.
+    datatype.is_contiguous()
+        && datatype == crate::datatype::datatype_of::<T>()
         && size_of::<T>() != 0
         && (bytes.as_ptr() as usize).is_multiple_of(align_of::<T>())
         && bytes.len().is_multiple_of(size_of::<T>())

@@ -117,6 +117,14 @@ impl Signature {
         }
     }
 
+    /// The only element kind, when there is one.
+    pub fn single(&self) -> Option<Element> {
+        match self.0.as_slice() {
+            [run] => Some(run.element),
+            _ => None,
+        }
+    }
+
     pub fn runs(&self) -> &[Run] {
         &self.0
     }

@@ -392,8 +392,8 @@ pub struct MutView<'d, 'b, D: UncommittedDatatype, B: BufferMut + ?Sized> {
     buffer: &'b mut B,
 }
 
-/// Why `count` elements of `datatype` cannot lie in a buffer of `bytes` bytes at `base`, as a
-/// panic naming `view`; for a receive, overlapping blocks too.
+/// Checks that `count` elements of `datatype` lie within a buffer of `bytes` bytes (and, for a
+/// receive, that no two blocks overlap), else panics naming `view` and the cause.
 fn check_view(view: &str, datatype: &Datatype, count: Count, bytes: usize, receive: bool) {
     let count = non_negative(view, "the count", count as isize);
     let layout = datatype

@@ -72,11 +72,14 @@ pub(super) fn send<B: Buffer + ?Sized>(
             }));
         }
         let copy: Box<[u8]> = out.bytes().into();
-        // SAFETY: the copy lives on the heap, where moving its box does not move it, and it
-        // is kept in `in_flight` until its send completes (`reap`, `reattach`,
-        // `finish_at_finalize`). If posting fails, no send was left reading it.
         let handle = Outgoing::of(&copy[..])
-            .and_then(|out| unsafe { post_send(comm, dest, tag, SendMode::Standard, &out) })
+            .and_then(|out| {
+                // SAFETY: the copy lives on the heap, where moving its box does not move it,
+                // and it is kept in `in_flight` until its send completes (`reap`, `reattach`,
+                // `finish_at_finalize`); `out` only points into it. If posting fails, no send
+                // was left reading it.
+                unsafe { post_send(comm, dest, tag, SendMode::Standard, &out) }
+            })
             .map_err(own_error)?;
         if handle != Handle::SENT {
             attached.used += bytes;

@@ -48,8 +48,8 @@ where
         )
     }
     .map_err(fail)?;
-    // SAFETY: `msg` and `out` live for this whole call, which waits for the send.
     let sent = Outgoing::of(msg).and_then(|out| {
+        // SAFETY: `msg` and `out` live for this whole call, which waits for the send.
         unsafe {
             post_send(
                 destination.destination_comm(),
