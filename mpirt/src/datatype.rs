@@ -86,9 +86,12 @@ impl PartialEq for Datatype {
             return false;
         }
         match (self.signature, other.signature) {
-            (Signature::Layout(a), Signature::Layout(b)) if a != b => {
-                match (layout::lookup(a), layout::lookup(b)) {
-                    (Some(a), Some(b)) => a.signature == b.signature,
+            (Signature::Layout(a), Signature::Layout(b)) if a == b => true,
+            // A layout and another type (a duplicate of `i32`, a derived struct of one
+            // field) are equal when their signatures are.
+            (Signature::Layout(_), _) | (_, Signature::Layout(_)) => {
+                match (self.layout(), other.layout()) {
+                    (Ok(a), Ok(b)) => a.signature == b.signature,
                     _ => false,
                 }
             }
@@ -226,6 +229,25 @@ impl Datatype {
                 (basic, count * per_element)
             }
             _ => (self, count),
+        }
+    }
+
+    /// Why a send of this type does not match a receive of `other`: the two types' names, or,
+    /// between two layouts (whose names say little), the first basic element where their
+    /// signatures differ.
+    pub(crate) fn mismatch(&self, other: &Datatype) -> Cause {
+        let type_mismatch = Cause::TypeMismatch {
+            send: self.name,
+            receive: other.name,
+        };
+        let (Some(_), Some(_)) = (self.layout_id(), other.layout_id()) else {
+            return type_mismatch;
+        };
+        match (self.layout(), other.layout()) {
+            (Ok(send), Ok(receive)) => Cause::SignatureMismatch {
+                element: send.signature.first_difference(&receive.signature),
+            },
+            (Err(cause), _) | (_, Err(cause)) => cause,
         }
     }
 

@@ -106,10 +106,7 @@ fn same_type(send: Datatype, recv: Datatype) -> Result<Datatype, Cause> {
     if send == recv {
         Ok(send)
     } else {
-        Err(Cause::TypeMismatch {
-            send: send.name(),
-            receive: recv.name(),
-        })
+        Err(send.mismatch(&recv))
     }
 }
 

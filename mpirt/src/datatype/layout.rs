@@ -125,6 +125,22 @@ impl Signature {
         }
     }
 
+    /// The index of the first basic element where this signature and `other` differ (the
+    /// shorter one's length, where one is the other's start).
+    pub fn first_difference(&self, other: &Signature) -> usize {
+        let mut at = 0;
+        for (a, b) in self.0.iter().zip(&other.0) {
+            if a.element != b.element {
+                return at;
+            }
+            if a.count != b.count {
+                return at + a.count.min(b.count);
+            }
+            at += a.count;
+        }
+        at
+    }
+
     pub fn runs(&self) -> &[Run] {
         &self.0
     }
@@ -462,6 +478,25 @@ mod tests {
         contiguous.append(&int(), 3, 0, 4);
         assert!(contiguous.is_contiguous());
         assert_eq!(contiguous.blocks(), &[Block { offset: 0, len: 12 }]);
+    }
+
+    #[test]
+    fn signatures_differ_at_the_first_other_element() {
+        let float = Layout::basic(
+            Element::Basic {
+                kind: Kind::Float(8),
+                size: 8,
+            },
+            1,
+        );
+        let mut a = Layout::empty();
+        a.append(&int(), 3, 0, 4);
+        a.append(&float, 1, 12, 8);
+        let mut b = Layout::empty();
+        b.append(&int(), 2, 0, 4);
+        b.append(&float, 2, 8, 8);
+        assert_eq!(a.signature.first_difference(&b.signature), 2);
+        assert_eq!(a.signature.first_difference(&a.signature), 4);
     }
 
     #[test]

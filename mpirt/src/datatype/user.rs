@@ -25,6 +25,13 @@ pub fn address_of<T>(x: &T) -> Address {
 /// Something that describes a layout of elements: a basic type's [`Datatype`], a
 /// [`UserDatatype`] (committed or not), or a reference to one.
 pub trait UncommittedDatatype {
+    /// What [`dup`](Self::dup) makes: a `UserDatatype` from a committed type, an
+    /// `UncommittedUserDatatype` from an uncommitted one.
+    type DuplicatedDatatype;
+
+    /// A new datatype of the same layout, freed on its own (`MPI_Type_dup`).
+    fn dup(&self) -> Self::DuplicatedDatatype;
+
     /// The datatype mpirt works with.
     #[doc(hidden)]
     fn descriptor(&self) -> Datatype;
@@ -41,12 +48,20 @@ pub trait UncommittedDatatype {
 }
 
 impl UncommittedDatatype for Datatype {
+    type DuplicatedDatatype = UserDatatype;
+    fn dup(&self) -> UserDatatype {
+        UserDatatype(duplicate(*self))
+    }
     fn descriptor(&self) -> Datatype {
         *self
     }
 }
 
 impl<D: UncommittedDatatype + ?Sized> UncommittedDatatype for &D {
+    type DuplicatedDatatype = D::DuplicatedDatatype;
+    fn dup(&self) -> D::DuplicatedDatatype {
+        (**self).dup()
+    }
     fn descriptor(&self) -> Datatype {
         (**self).descriptor()
     }
@@ -325,6 +340,10 @@ impl UserDatatype {
 }
 
 impl UncommittedDatatype for UserDatatype {
+    type DuplicatedDatatype = UserDatatype;
+    fn dup(&self) -> UserDatatype {
+        self.clone()
+    }
     fn descriptor(&self) -> Datatype {
         self.0
     }
@@ -336,6 +355,10 @@ impl UncommittedDatatype for UserDatatype {
 }
 
 impl UncommittedDatatype for UncommittedUserDatatype {
+    type DuplicatedDatatype = UncommittedUserDatatype;
+    fn dup(&self) -> UncommittedUserDatatype {
+        self.clone()
+    }
     fn descriptor(&self) -> Datatype {
         self.0
     }
@@ -354,12 +377,20 @@ pub struct UncommittedDatatypeRef<'a>(Datatype, PhantomData<&'a UserDatatype>);
 pub type SystemDatatype = Datatype;
 
 impl UncommittedDatatype for DatatypeRef<'_> {
+    type DuplicatedDatatype = UserDatatype;
+    fn dup(&self) -> UserDatatype {
+        UserDatatype(duplicate(self.0))
+    }
     fn descriptor(&self) -> Datatype {
         self.0
     }
 }
 
 impl UncommittedDatatype for UncommittedDatatypeRef<'_> {
+    type DuplicatedDatatype = UncommittedUserDatatype;
+    fn dup(&self) -> UncommittedUserDatatype {
+        UncommittedUserDatatype(duplicate(self.0))
+    }
     fn descriptor(&self) -> Datatype {
         self.0
     }
