@@ -202,7 +202,8 @@ impl fmt::Display for Cause {
             ),
             Cause::SignatureMismatch { element } => write!(
                 f,
-                "the send and receive datatypes' signatures differ at basic element {element}                  (their element kinds in order must be the same)"
+                "the send and receive datatypes' signatures differ at basic element {element} \
+                 (their element kinds in order must be the same)"
             ),
             Cause::UnsupportedOperation {
                 operation,

@@ -319,6 +319,21 @@ fn views_against_slices(world: &SimpleCommunicator) {
         .try_all_gather_into(&view, &mut vec![0i64; 4 * size][..])
         .unwrap_err();
     println!("error: {e}");
+    // Two structs of an i32 then an f32 or an i32: they differ at basic element 1.
+    let int = i32::equivalent_datatype();
+    let mixed = UserDatatype::structured(&[1, 1], &[0, 4], &[int, f32::equivalent_datatype()]);
+    let ints = UserDatatype::structured(&[1, 1], &[0, 4], &[int, int]);
+    let out = [0u8; 8];
+    let mut into = vec![0u8; 8 * size];
+    // SAFETY: one element of each spans 8 bytes, which each buffer holds per rank.
+    let (send, mut receive) = unsafe {
+        (
+            View::with_count_and_datatype(&out[..], 1, &mixed),
+            MutView::with_count_and_datatype(&mut into[..], size as i32, &ints),
+        )
+    };
+    let e = world.try_all_gather_into(&send, &mut receive).unwrap_err();
+    println!("error: {e}");
 }
 
 /// Not `#[repr(C)]`: Rust lays it out with padding (`size_of` 16, 11 bytes of data).
@@ -509,12 +524,13 @@ fn ok(n: u32, mode: &str, wire: &[(&'static str, String)]) -> String {
 fn random_layouts_match_the_serial_model_on_shared_memory() {
     let out = ok(3, "layouts", &[]);
     assert_eq!(out.matches("layouts ok").count(), 3, "{out}");
-    assert!(
-        out.contains(
-            "all_gather_into: the send buffer holds f64 elements but the receive buffer i64"
-        ),
-        "{out}"
-    );
+    for expected in [
+        "all_gather_into: the send buffer holds f64 elements but the receive buffer i64",
+        "all_gather_into: the send and receive datatypes' signatures differ at basic element 1 \
+         (their element kinds in order must be the same)",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in\n{out}");
+    }
 }
 
 #[test]
