@@ -54,8 +54,9 @@ pub enum Kind {
 enum Signature {
     /// `count` basic elements of one kind (a number, or an array of numbers).
     Basic { kind: Kind, count: usize },
-    /// A type known only by its name (a struct implementing [`Equivalence`] by hand).
-    Named(&'static str),
+    /// A type known only by its name, the datatype's (a struct implementing [`Equivalence`]
+    /// by hand).
+    Named,
     /// A type with a layout, kept in the registry under this id (a derived struct, a user
     /// datatype).
     Layout(u64),
@@ -95,6 +96,7 @@ impl PartialEq for Datatype {
                     _ => false,
                 }
             }
+            (Signature::Named, Signature::Named) => self.name == other.name,
             (a, b) => a == b,
         }
     }
@@ -110,7 +112,7 @@ impl Datatype {
             size,
             name,
             check: None,
-            signature: Signature::Named(name),
+            signature: Signature::Named,
             contiguous: true,
             layout_checked: false,
         }
@@ -123,7 +125,7 @@ impl Datatype {
             size,
             name,
             check: Some(check),
-            signature: Signature::Named(name),
+            signature: Signature::Named,
             contiguous: true,
             layout_checked: false,
         }
@@ -179,6 +181,7 @@ impl Datatype {
 
     /// Whether elements lie in memory as they are sent: one run of bytes each, back to back.
     /// Others are packed and unpacked through their layout.
+    #[inline]
     pub fn is_contiguous(&self) -> bool {
         self.contiguous
     }
@@ -193,9 +196,9 @@ impl Datatype {
                 },
                 count,
             ))),
-            Signature::Named(name) => Ok(Arc::new(Layout::basic(
+            Signature::Named => Ok(Arc::new(Layout::basic(
                 Element::Opaque {
-                    name,
+                    name: self.name,
                     size: self.size,
                     check: self.check,
                 },
@@ -323,6 +326,7 @@ fn kind_name(kind: Kind) -> &'static str {
 /// The datatype of `T`'s elements, whatever type its `Equivalence` gives (a [`Datatype`], or
 /// a [`UserDatatype`] built on each call, whose layout is then kept once for `T`).
 #[doc(hidden)]
+#[inline]
 pub fn datatype_of<T: Equivalence>() -> Datatype {
     T::equivalent_datatype().element_of::<T>()
 }
@@ -425,11 +429,12 @@ unsafe impl<T: Equivalence, const N: usize> Equivalence for [T; N] {
             Signature::Basic { kind, count } => {
                 Datatype::basic(kind, count * N, size, "array", check)
             }
-            Signature::Named(_) => Datatype {
+            // Named after its element, which is what it matches.
+            Signature::Named => Datatype {
                 size,
-                name: "array",
+                name: element.name,
                 check,
-                signature: Signature::Named(element.name),
+                signature: Signature::Named,
                 contiguous: true,
                 layout_checked: false,
             },

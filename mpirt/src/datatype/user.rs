@@ -39,6 +39,7 @@ pub trait UncommittedDatatype {
     /// The datatype of the Rust type `T` whose `Equivalence` returned this: a user datatype
     /// made on every call keeps its layout once for `T`, which the buffers of `T` refer to.
     #[doc(hidden)]
+    #[inline]
     fn element_of<T: 'static>(self) -> Datatype
     where
         Self: Sized,
@@ -52,6 +53,7 @@ impl UncommittedDatatype for Datatype {
     fn dup(&self) -> UserDatatype {
         UserDatatype(duplicate(*self))
     }
+    #[inline]
     fn descriptor(&self) -> Datatype {
         *self
     }

@@ -132,11 +132,15 @@ where
     let (ptr, bytes) = raw_target(ptr, count).map_err(|cause| Error::new(operation(), cause))?;
     let tag_sel = tag_selector(tag).map_err(|cause| Error::new(operation(), cause))?;
     let source_sel = source.source_selector();
+    let datatype = datatype_of::<T>();
+    // What arrives for `count` elements: their bytes, or, with gaps, their packed data.
+    let packed = match datatype.is_contiguous() {
+        true => bytes,
+        false => count * datatype.size(),
+    };
     // SAFETY: `raw_target` checked that `ptr` is non-null and aligned (or the length is 0)
     // and that `bytes` fits an allocation; the caller keeps the memory writable and otherwise
     // untouched until the request completes; `Equivalence` says checked bytes make valid `T`s.
-    let datatype = datatype_of::<T>();
-    let packed = bytes / std::mem::size_of::<T>().max(1) * datatype.size();
     let mut slot = unsafe { RecvSlot::new(ptr, packed, datatype) }
         .map_err(|cause| Error::new(operation(), cause))?;
     // SAFETY: as above: the memory outlives the request (the caller's contract).
