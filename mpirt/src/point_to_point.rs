@@ -209,23 +209,34 @@ impl RecvSlot {
         len: usize,
         datatype: Datatype,
     ) -> Result<RecvSlot, Cause> {
-        let landing = if datatype.needs_check() || !datatype.is_contiguous() {
-            let layout = match datatype.is_contiguous() {
-                true => None,
-                false => Some(datatype.layout()?),
-            };
-            Landing::Staged(Box::new(Staging {
-                datatype,
-                bytes: vec![0u8; len],
-                destination: ptr,
-                layout,
-            }))
-        } else {
-            Landing::Direct {
-                element: datatype.size(),
-                type_name: datatype.name(),
-            }
+        if datatype.needs_check() || !datatype.is_contiguous() {
+            // SAFETY: forwarded from this function's contract.
+            return unsafe { RecvSlot::staged(ptr, len, datatype) };
+        }
+        let landing = Landing::Direct {
+            element: datatype.size(),
+            type_name: datatype.name(),
         };
+        Ok(RecvSlot { ptr, len, landing })
+    }
+
+    /// [`new`](Self::new) for a type that lands in a staging buffer: kept out of the way of
+    /// receives of plain contiguous types, which every message of numbers is.
+    ///
+    /// # Safety
+    /// As for [`new`](Self::new).
+    #[cold]
+    unsafe fn staged(ptr: *mut u8, len: usize, datatype: Datatype) -> Result<RecvSlot, Cause> {
+        let layout = match datatype.is_contiguous() {
+            true => None,
+            false => Some(datatype.layout()?),
+        };
+        let landing = Landing::Staged(Box::new(Staging {
+            datatype,
+            bytes: vec![0u8; len],
+            destination: ptr,
+            layout,
+        }));
         Ok(RecvSlot { ptr, len, landing })
     }
 
@@ -360,18 +371,30 @@ impl Outgoing {
     #[inline]
     pub(crate) fn of<B: Buffer + ?Sized>(buf: &B) -> Result<Outgoing, Cause> {
         let datatype = buf.datatype();
-        if datatype.is_contiguous() {
-            return Ok(Outgoing {
-                ptr: buf.pointer(),
-                len: buf.byte_len(),
-                packed: None,
-            });
+        if !datatype.is_contiguous() {
+            // SAFETY: `Buffer` makes the pointer valid for the span of `count()` elements of
+            // its datatype (checked where a view is made), initialized where the blocks lie.
+            return unsafe { Outgoing::packed(buf.pointer(), buf.count(), datatype) };
         }
+        Ok(Outgoing {
+            ptr: buf.pointer(),
+            len: buf.byte_len(),
+            packed: None,
+        })
+    }
+
+    /// `count` elements of `datatype` at `ptr`, packed: kept out of the way of sends of plain
+    /// contiguous types.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of the span of `count` elements of `datatype`,
+    /// initialized where its blocks lie.
+    #[cold]
+    unsafe fn packed(ptr: *const u8, count: usize, datatype: Datatype) -> Result<Outgoing, Cause> {
         let layout = datatype.layout()?;
-        let mut packed = vec![0u8; buf.byte_len()];
-        // SAFETY: `Buffer` makes the pointer valid for the span of `count()` elements of its
-        // datatype (checked where a view is made), initialized where the blocks lie.
-        unsafe { layout.pack(buf.count(), buf.pointer(), &mut packed) };
+        let mut packed = vec![0u8; count * datatype.size()];
+        // SAFETY: forwarded from this function's contract.
+        unsafe { layout.pack(count, ptr, &mut packed) };
         Ok(Outgoing {
             ptr: packed.as_ptr(),
             len: packed.len(),
