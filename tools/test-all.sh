@@ -10,8 +10,11 @@ command -v cc >/dev/null || need_pkgs+=(gcc)
 # the UCX PML's needs UCX's headers and pkg-config; osu-benches' rsmpi build needs an MPI
 # (Open MPI) and libclang.
 # strace: the stranger tests record a genuine rank's handshake with it, to replay it.
+# mpich: its Hydra (mpiexec.hydra) starts the suites' ranks over PMI-1; the suite names Open
+# MPI's tools by their suffixed names (mpicc.openmpi, mpirun.openmpi), whichever MPI the
+# unsuffixed alternatives point at. libpmix-dev: the bootstrap's `pmix` feature.
 for pkg in libibverbs-dev librdmacm-dev libclang-dev libucx-dev pkg-config python3 \
-    libopenmpi-dev openmpi-bin strace; do
+    libopenmpi-dev openmpi-bin strace mpich libpmix-dev; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$pkg")
 done
 if ((${#need_pkgs[@]})); then
@@ -116,6 +119,45 @@ else
 fi
 unset CARGO_TARGET_DIR
 
+# The suites again with their ranks started by MPICH's Hydra (mpiexec.hydra, PMI-1 on PMI_FD):
+# on this host, then round-robin over the 4 test hosts with Hydra's ssh launcher (shared
+# memory between a host's ranks, TCP between hosts).
+echo "== launchers: mpirt's p2p and collectives suites under mpiexec.hydra"
+MPIRT_TEST_LAUNCHER=hydra cargo test --release -p mpirt --test p2p --test collectives
+testhosts_ssh_args="-F ${SSH_HOSTS_DIR:-${TMPDIR:-/tmp}/mpirt-testhosts/ssh}/ssh_config"
+if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
+    echo "== launchers: the suites under mpiexec.hydra across 4 test hosts"
+    hydra_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
+    MPIRT_TEST_LAUNCHER=hydra MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 \
+        MPIRT_SSH_ARGS="$testhosts_ssh_args" \
+        cargo test --release -p mpirt --test p2p --test collectives
+    if [ -n "$hydra_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
+else
+    echo "== launchers: the suites under mpiexec.hydra across test hosts SKIPPED (they need root and ssh-hosts)"
+fi
+
+# The PMIx client (the `pmix` feature), in its own target directory: lints, the bootstrap's
+# tests, then the suites with their ranks started by Open MPI's mpirun, on this host and across
+# the 4 test hosts (its ssh launcher); the Slurm phase below runs them under srun --mpi=pmix.
+echo "== PMIx: clippy and tests with --features pmix"
+export CARGO_TARGET_DIR=target/pmix
+cargo clippy --workspace --all-targets --release --features bootstrap/pmix,mpirt/pmix -- -D warnings
+cargo build --release -p launcher
+cargo test --release -p bootstrap --features pmix
+echo "== launchers: the suites under Open MPI's mpirun (PMIx)"
+MPIRT_TEST_LAUNCHER=mpirun cargo test --release -p mpirt --features pmix --test p2p --test collectives
+if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
+    echo "== launchers: the suites under Open MPI's mpirun across 4 test hosts"
+    ompi_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
+    MPIRT_TEST_LAUNCHER=mpirun MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 \
+        MPIRT_SSH_ARGS="$testhosts_ssh_args" \
+        cargo test --release -p mpirt --features pmix --test p2p --test collectives
+    if [ -n "$ompi_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
+else
+    echo "== launchers: the suites under mpirun across test hosts SKIPPED (they need root and ssh-hosts)"
+fi
+unset CARGO_TARGET_DIR
+
 # osu-benches on rsmpi over Open MPI (feature rsmpi), in its own target directory: the same
 # format tests as the mpirt build's, their ranks started by Open MPI's mpirun.
 echo "== osu-benches on rsmpi (Open MPI): clippy and tests with --features rsmpi"
@@ -133,7 +175,7 @@ bash tools/conformance-rsmpi.sh
 # (../shared/testhosts/slurm-local; it installs Debian's slurm packages if missing).
 testhosts="$shared/testhosts"
 if [ "$(id -u)" = 0 ] && [ -x "$testhosts/slurm-local" ]; then
-    echo "== Slurm tests: srun --mpi=pmi2 on 4 test hosts, rsrun inside salloc"
+    echo "== Slurm tests: srun --mpi=pmi2 and --mpi=pmix on 4 test hosts, rsrun inside salloc"
     slurm_hosts_owned=$(hosts_up "$testhosts/ssh-hosts")
     hosts_down() {
         "$testhosts/slurm-local" down
@@ -143,8 +185,17 @@ if [ "$(id -u)" = 0 ] && [ -x "$testhosts/slurm-local" ]; then
     # A Slurm left from a run that crashed would make `up` refuse; this phase owns Slurm anyway.
     "$testhosts/slurm-local" down >/dev/null
     "$testhosts/slurm-local" up 4 --mode netns
-    MPIRT_TEST_SLURM=1 cargo test --release -p mpirt --test p2p --test collectives srun_with_pmi2
+    # srun's own tests (PMI-2, and plain srun and --mpi=none refused by name), then both suites
+    # under srun --mpi=pmi2 and, built with the `pmix` feature, --mpi=pmix, over the 4 nodes.
+    MPIRT_TEST_SLURM=1 cargo test --release -p mpirt --test p2p --test collectives -- srun \
+        pmix_launchers_without_the_feature
     MPIRT_TEST_SLURM=1 cargo test --release -p launcher --test slurm
+    echo "== Slurm tests: the suites under srun --mpi=pmi2 and srun --mpi=pmix on 4 nodes"
+    MPIRT_TEST_SLURM=1 MPIRT_TEST_LAUNCHER=srun-pmi2 MPIRT_TEST_SLURM_NODES=4 \
+        cargo test --release -p mpirt --test p2p --test collectives
+    MPIRT_TEST_SLURM=1 MPIRT_TEST_LAUNCHER=srun-pmix MPIRT_TEST_SLURM_NODES=4 \
+        CARGO_TARGET_DIR=target/pmix cargo test --release -p mpirt --features pmix --test p2p \
+        --test collectives
     hosts_down
     trap - EXIT
 else

@@ -2,14 +2,21 @@
 //!
 //! Under rsrun, the environment names the rank, the job and rsrun's key-value service; the client
 //! connects, proves it belongs to the job with the per-job secret, and then does put / fence /
-//! get over that one connection. Under `srun --mpi=pmi2` (`PMI_FD` set), the same three steps go
-//! over PMI-2 to Slurm (see `pmi2.rs`). Started without a launcher, the program is a singleton:
-//! rank 0 of 1, with a local map standing in for the service.
+//! get over that one connection. Where a PMI server handed it a socket (`PMI_FD`: Slurm's
+//! `srun --mpi=pmi2`, MPICH's Hydra, Flux), the same three steps go over PMI-2 or PMI-1 (see
+//! `pmi2.rs`, `pmi1.rs`). Started without a launcher, the program is a singleton: rank 0 of 1,
+//! with a local map standing in for the service; started as one of several tasks by a
+//! launcher this build cannot reach, it is an error (see `started_by.rs`).
 //!
 //! A crate of its own, so that ranks (mpirt) use it without the launcher's CLI; rsrun's
 //! server (launcher's `kvs`) speaks the same [`wire`] format and sets the same [`vars`].
 
+pub mod output;
+pub mod pmi1;
 pub mod pmi2;
+#[cfg(feature = "pmix")]
+pub mod pmix;
+pub mod started_by;
 pub mod wire;
 
 use std::collections::HashMap;
@@ -23,6 +30,7 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use crate::pmi2::Message;
+use crate::started_by::{StartedBy, Unsupported};
 use crate::wire::{Request, Response, MAX_FRAME};
 
 /// Environment variable names rsrun sets for every rank.
@@ -40,6 +48,10 @@ pub mod vars {
     pub const TCP_IF: &str = "MPIRT_TCP_IF";
     pub const VERBS_DEV: &str = "MPIRT_VERBS_DEV";
     pub const PML: &str = "MPIRT_PML";
+    /// `1` or `2`: the only PMI version to speak on `PMI_FD`, where otherwise Slurm is asked
+    /// for PMI-2 and other servers for PMI-1, each falling back to the other (as MPICH's
+    /// `MPIR_CVAR_PMI_VERSION` picks its own).
+    pub const PMI: &str = "MPIRT_PMI";
     /// Set (to the CPU) only for a rank rsrun bound to a CPU of its own, which is then not
     /// oversubscribed even though it sees one CPU: it cannot tell that from ranks that all
     /// inherited one CPU (`taskset -c 0 rsrun ...`, a Slurm cpuset).
@@ -79,8 +91,12 @@ pub enum BootstrapError {
     NotFound(String),
     /// rsrun answered something this client does not understand.
     Protocol(String),
+    /// A PMI or PMIx exchange failed; the text names the protocol and the operation.
+    Launcher(String),
     /// Rank 0 under PMI-2 could not make the job's secret.
     Random(io::Error),
+    /// A launcher started this process as one of several, in a way this build cannot join.
+    Unsupported(Unsupported),
 }
 
 impl fmt::Display for BootstrapError {
@@ -104,7 +120,7 @@ impl fmt::Display for BootstrapError {
             }
             BootstrapError::NotFound(key) => write!(
                 f,
-                "key '{key}' is not in rsrun's key-value service (was it put before the last fence?)"
+                "key '{key}' is not in the job's key-value space (was it put before the last fence?)"
             ),
             BootstrapError::Protocol(what) => {
                 write!(f, "unexpected answer from rsrun's key-value service: {what}")
@@ -112,6 +128,8 @@ impl fmt::Display for BootstrapError {
             BootstrapError::Random(e) => {
                 write!(f, "cannot read /dev/urandom to make the job's secret: {e}")
             }
+            BootstrapError::Unsupported(why) => write!(f, "{why}"),
+            BootstrapError::Launcher(what) => write!(f, "{what}"),
         }
     }
 }
@@ -131,8 +149,15 @@ impl std::error::Error for BootstrapError {
 enum Backend {
     /// Connected to rsrun's key-value service.
     Kvs(TcpStream),
-    /// Started by Slurm's srun --mpi=pmi2: its socket, and the job id gets name.
+    /// Started by a PMI-2 server (Slurm's srun --mpi=pmi2, Hydra): its socket, and the job
+    /// id gets name.
     Pmi2 { stream: UnixStream, job: String },
+    /// Started by a PMI-1 server (Hydra, Flux).
+    Pmi1(pmi1::Client),
+    /// Started by a PMIx server (srun --mpi=pmix, Open MPI's mpirun).
+    /// Boxed: its process name (namespace and rank) is larger than every other backend.
+    #[cfg(feature = "pmix")]
+    Pmix(Box<pmix::Client>),
     /// Started alone: our own puts are all there is to get.
     Singleton(HashMap<String, Vec<u8>>),
     /// After finalize: nothing more to exchange.
@@ -150,15 +175,25 @@ pub struct Bootstrap {
 }
 
 impl Bootstrap {
-    /// Reads the job from the environment and connects to rsrun. Without `MPIRT_RANK` the
-    /// program was started alone and becomes a singleton.
+    /// Reads the job from the environment and connects to its launcher (see [`StartedBy`]).
+    /// A program started alone becomes a singleton; one started as one of several tasks by
+    /// a launcher this build cannot reach is an error naming the launcher, never a singleton.
     pub fn from_env() -> Result<Bootstrap, BootstrapError> {
-        if env::var_os(vars::RANK).is_none() {
-            if env::var_os("PMI_FD").is_some() {
-                return Bootstrap::pmi2();
-            }
-            return Ok(Bootstrap::singleton());
+        let started = StartedBy::from_vars(|name| env::var(name).ok());
+        if let Some(why) = started.unsupported(cfg!(feature = "pmix")) {
+            return Err(BootstrapError::Unsupported(why));
         }
+        match started {
+            StartedBy::Rsrun => Bootstrap::rsrun(),
+            StartedBy::PmiFd => Bootstrap::pmi(),
+            #[cfg(feature = "pmix")]
+            StartedBy::Pmix { .. } => Bootstrap::pmix(),
+            _ => Ok(Bootstrap::singleton()),
+        }
+    }
+
+    /// Connects to rsrun's key-value service named in the environment.
+    fn rsrun() -> Result<Bootstrap, BootstrapError> {
         let rank = number_var(vars::RANK)?;
         let size = number_var(vars::SIZE)?;
         let local_rank = number_var(vars::LOCAL_RANK)?;
@@ -203,43 +238,108 @@ impl Bootstrap {
         }
     }
 
-    /// Wires up over the PMI-2 socket Slurm passed in `PMI_FD`.
-    fn pmi2() -> Result<Bootstrap, BootstrapError> {
+    /// Wires up over the PMI socket in `PMI_FD` (Slurm's `--mpi=pmi2`, MPICH's Hydra, Flux),
+    /// in PMI-2 or PMI-1 as the server answers, or as `MPIRT_PMI` asks.
+    fn pmi() -> Result<Bootstrap, BootstrapError> {
         let fd = number_var("PMI_FD")?;
-        let job = env::var("PMI_JOBID").unwrap_or_default();
-        let rank_var = env::var("PMI_RANK").unwrap_or_default();
-        // SAFETY: Slurm opened this descriptor for this process's PMI-2 traffic alone, and
-        // nothing else in the process owns it.
+        // Slurm names its job in PMI_JOBID, which PMI-2's fullinit wants, and its PMI-2 is
+        // the one tested; elsewhere PMI-1, as MPICH's own ranks speak it to Hydra, whose
+        // PMI-2 kvs-fence lets a rank through before its peers have reached it.
+        let slurm_job = env::var("PMI_JOBID").ok();
+        let preferred = match slurm_job {
+            Some(_) => pmi1::Version::Two,
+            None => pmi1::Version::One,
+        };
+        let ask = match env::var(vars::PMI).as_deref() {
+            Err(_) => pmi1::Ask::Prefer(preferred),
+            Ok("1") => pmi1::Ask::Only(pmi1::Version::One),
+            Ok("2") => pmi1::Ask::Only(pmi1::Version::Two),
+            Ok(other) => {
+                return Err(BootstrapError::BadVar {
+                    name: vars::PMI,
+                    value: other.to_string(),
+                    why: "is neither 1 nor 2 (the PMI version to speak on PMI_FD)",
+                })
+            }
+        };
+        // SAFETY: the launcher opened this descriptor for this process's PMI traffic alone,
+        // and nothing else in the process owns it.
         let mut stream = unsafe { UnixStream::from_raw_fd(fd as i32) };
-        let init =
-            pmi2::fullinit(&mut stream, &job, &rank_var).map_err(BootstrapError::Protocol)?;
-        let local_rank = env::var("SLURM_LOCALID")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let local_size = env::var("SLURM_STEP_TASKS_PER_NODE")
-            .ok()
-            .zip(env::var("SLURM_NODEID").ok().and_then(|v| v.parse().ok()))
-            .and_then(|(list, node)| tasks_on_node(&list, node))
-            .unwrap_or(1);
-        // Slurm's step id keeps shared-memory names of two steps apart.
-        let step = env::var("SLURM_STEP_ID").unwrap_or_default();
-        if init.rank == 0 {
-            let secret = random_hex(32).map_err(BootstrapError::Random)?;
-            pmi2::call(
-                &mut stream,
-                &Message::new("kvs-put", &[("key", JOB_SECRET_KEY), ("value", &secret)]),
-            )
-            .map_err(BootstrapError::Protocol)?;
-        }
-        Ok(Bootstrap {
-            rank: init.rank,
-            size: init.size,
+        let version = pmi1::negotiate(&mut stream, ask).map_err(BootstrapError::Launcher)?;
+        let (rank, size, job_id, backend) = match version {
+            pmi1::Version::Two => {
+                let job = slurm_job.clone().unwrap_or_default();
+                let rank_var = env::var("PMI_RANK").unwrap_or_default();
+                let init = pmi2::fullinit(&mut stream, &job, &rank_var)
+                    .map_err(BootstrapError::Launcher)?;
+                let space = pmi2::job_id(&mut stream).map_err(BootstrapError::Launcher)?;
+                let backend = Backend::Pmi2 { stream, job };
+                (init.rank, init.size, space, backend)
+            }
+            pmi1::Version::One => {
+                // PMI-1 has no command for them: the process manager sets both.
+                let given = |name: &'static str| match number_var(name) {
+                    Err(BootstrapError::MissingVar(_)) => Err(BootstrapError::Launcher(format!(
+                        "the PMI-1 server on PMI_FD set no {name} (it must set PMI_RANK and \
+                         PMI_SIZE for each rank)"
+                    ))),
+                    other => other,
+                };
+                let (rank, size) = (given("PMI_RANK")?, given("PMI_SIZE")?);
+                let client = pmi1::Client::new(stream).map_err(BootstrapError::Launcher)?;
+                let space = client.kvsname().to_string();
+                (rank, size, space, Backend::Pmi1(client))
+            }
+        };
+        // Slurm's step id keeps shared-memory names of two steps apart; other servers name
+        // their key-value space, which is the job's.
+        let job_id = match slurm_job {
+            Some(job) => format!(
+                "slurm-{job}-{}",
+                env::var("SLURM_STEP_ID").unwrap_or_default()
+            ),
+            None => format!("pmi-{job_id}"),
+        };
+        let (local_rank, local_size) = local_place();
+        let mut bootstrap = Bootstrap {
+            rank,
+            size,
             local_rank,
             local_size,
-            job_id: format!("slurm-{job}-{step}").replace(['/', ' '], "_"),
-            backend: Backend::Pmi2 { stream, job },
-        })
+            job_id: job_id.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"),
+            backend,
+        };
+        bootstrap.put_job_secret()?;
+        Ok(bootstrap)
+    }
+
+    /// Wires up through the PMIx server named in the environment.
+    #[cfg(feature = "pmix")]
+    fn pmix() -> Result<Bootstrap, BootstrapError> {
+        let (client, place) = pmix::Client::init().map_err(BootstrapError::Launcher)?;
+        // The namespace is unique among the jobs a server runs; the scheduler's job id is
+        // not (two steps of one Slurm job share it), so both name the job's files.
+        let job_id = format!("pmix-{}-{}", place.job_id, client.namespace());
+        let mut bootstrap = Bootstrap {
+            rank: place.rank,
+            size: place.size,
+            local_rank: place.local_rank,
+            local_size: place.local_size,
+            job_id: job_id.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"),
+            backend: Backend::Pmix(Box::new(client)),
+        };
+        bootstrap.put_job_secret()?;
+        Ok(bootstrap)
+    }
+
+    /// Rank 0 makes the job's secret and puts it before the first fence, where a launcher
+    /// has no secret of its own to give (PMI, PMIx): only the job's tasks can get it.
+    fn put_job_secret(&mut self) -> Result<(), BootstrapError> {
+        if self.rank != 0 {
+            return Ok(());
+        }
+        let secret = random_hex(32).map_err(BootstrapError::Random)?;
+        self.put(JOB_SECRET_KEY, secret.as_bytes())
     }
 
     fn singleton() -> Bootstrap {
@@ -296,16 +396,23 @@ impl Bootstrap {
             map.insert(key.to_string(), value.to_vec());
             return Ok(());
         }
+        if let Backend::Pmi1(client) = &mut self.backend {
+            return client.put(key, value).map_err(BootstrapError::Launcher);
+        }
+        #[cfg(feature = "pmix")]
+        if let Backend::Pmix(client) = &mut self.backend {
+            return client.put(key, value).map_err(BootstrapError::Launcher);
+        }
         if let Backend::Pmi2 { stream, .. } = &mut self.backend {
             let value = std::str::from_utf8(value).map_err(|_| {
-                BootstrapError::Protocol(format!("PMI-2 values are text; '{key}' is not"))
+                BootstrapError::Launcher(format!("PMI-2 values are text; '{key}' is not"))
             })?;
             return pmi2::call(
                 stream,
                 &Message::new("kvs-put", &[("key", key), ("value", value)]),
             )
             .map(drop)
-            .map_err(BootstrapError::Protocol);
+            .map_err(BootstrapError::Launcher);
         }
         let request = Request::Put {
             key: key.to_string(),
@@ -322,10 +429,17 @@ impl Bootstrap {
         if let Backend::Singleton(_) = self.backend {
             return Ok(());
         }
+        if let Backend::Pmi1(client) = &mut self.backend {
+            return client.fence().map_err(BootstrapError::Launcher);
+        }
+        #[cfg(feature = "pmix")]
+        if let Backend::Pmix(client) = &mut self.backend {
+            return client.fence().map_err(BootstrapError::Launcher);
+        }
         if let Backend::Pmi2 { stream, .. } = &mut self.backend {
             return pmi2::call(stream, &Message::new("kvs-fence", &[]))
                 .map(drop)
-                .map_err(BootstrapError::Protocol);
+                .map_err(BootstrapError::Launcher);
         }
         match self.call(&Request::Fence, "fence")? {
             Response::Ok => Ok(()),
@@ -341,12 +455,25 @@ impl Bootstrap {
                 .cloned()
                 .ok_or_else(|| BootstrapError::NotFound(key.to_string()));
         }
+        if let Backend::Pmi1(client) = &mut self.backend {
+            return client
+                .get(key)
+                .map_err(BootstrapError::Launcher)?
+                .ok_or_else(|| BootstrapError::NotFound(key.to_string()));
+        }
+        #[cfg(feature = "pmix")]
+        if let Backend::Pmix(client) = &mut self.backend {
+            return client
+                .get(key)
+                .map_err(BootstrapError::Launcher)?
+                .ok_or_else(|| BootstrapError::NotFound(key.to_string()));
+        }
         if let Backend::Pmi2 { stream, job } = &mut self.backend {
             let response = pmi2::call(
                 stream,
                 &Message::new("kvs-get", &[("jobid", job), ("srcid", "-1"), ("key", key)]),
             )
-            .map_err(BootstrapError::Protocol)?;
+            .map_err(BootstrapError::Launcher)?;
             return match (response.get("found"), response.get("value")) {
                 (Some("TRUE"), Some(v)) => Ok(v.as_bytes().to_vec()),
                 _ => Err(BootstrapError::NotFound(key.to_string())),
@@ -366,36 +493,64 @@ impl Bootstrap {
     /// Exits this process with the same code if rsrun has not killed it first.
     pub fn abort(&mut self, code: i32, message: &str) -> ! {
         let exit_code = if code == 0 { 1 } else { code };
-        if let Backend::Kvs(stream) = &self.backend {
-            // Waiting for the acknowledgement means rsrun has recorded the abort before this
-            // process exits, so the job reports the abort rather than a plain non-zero exit.
-            let _ = stream.set_read_timeout(Some(ABORT_ACK_TIMEOUT));
-            let request = Request::Abort {
-                code,
-                message: message.to_string(),
-            };
-            if self.call(&request, "abort").is_err() {
-                eprintln!("rank {} called abort (code {code}): {message}", self.rank);
+        let last_words = format!("rank {} called abort (code {code}): {message}", self.rank);
+        match &mut self.backend {
+            Backend::Kvs(stream) => {
+                // Waiting for the acknowledgement means rsrun has recorded the abort before
+                // this process exits, so the job reports the abort rather than a plain
+                // non-zero exit.
+                let _ = stream.set_read_timeout(Some(ABORT_ACK_TIMEOUT));
+                let request = Request::Abort {
+                    code,
+                    message: message.to_string(),
+                };
+                if self.call(&request, "abort").is_err() {
+                    output::say(&last_words);
+                }
             }
-        } else if let Backend::Pmi2 { stream, .. } = &mut self.backend {
-            // Slurm ends the step on an abort, naming this rank; no answer comes.
-            eprintln!("rank {} called abort (code {code}): {message}", self.rank);
-            let _ = pmi2::send(
-                stream,
-                &Message::new("abort", &[("isworldabort", "TRUE"), ("msg", message)]),
-            );
-        } else {
-            eprintln!("rank {} called abort (code {code}): {message}", self.rank);
+            // The process manager ends the job on an abort, at once; no answer comes.
+            Backend::Pmi1(client) => {
+                output::say(&last_words);
+                output::hand_over(ABORT_ACK_TIMEOUT);
+                client.abort(exit_code);
+            }
+            #[cfg(feature = "pmix")]
+            Backend::Pmix(client) => {
+                output::say(&last_words);
+                output::hand_over(ABORT_ACK_TIMEOUT);
+                client.abort(exit_code, message);
+            }
+            // Slurm ends the step on an abort, naming this rank.
+            Backend::Pmi2 { stream, .. } => {
+                output::say(&last_words);
+                output::hand_over(ABORT_ACK_TIMEOUT);
+                let _ = pmi2::send(
+                    stream,
+                    &Message::new("abort", &[("isworldabort", "TRUE"), ("msg", message)]),
+                );
+            }
+            Backend::Singleton(_) | Backend::Finalized => output::say(&last_words),
         }
         std::process::exit(exit_code)
     }
 
     /// Says goodbye to rsrun. Later puts, fences and gets are errors.
     pub fn finalize(&mut self) -> Result<(), BootstrapError> {
+        if let Backend::Pmi1(client) = &mut self.backend {
+            let result = client.finalize().map_err(BootstrapError::Launcher);
+            self.backend = Backend::Finalized;
+            return result;
+        }
+        #[cfg(feature = "pmix")]
+        if let Backend::Pmix(client) = &mut self.backend {
+            let result = client.finalize().map_err(BootstrapError::Launcher);
+            self.backend = Backend::Finalized;
+            return result;
+        }
         if let Backend::Pmi2 { stream, .. } = &mut self.backend {
             let result = pmi2::call(stream, &Message::new("finalize", &[]))
                 .map(drop)
-                .map_err(BootstrapError::Protocol);
+                .map_err(BootstrapError::Launcher);
             self.backend = Backend::Finalized;
             return result;
         }
@@ -438,6 +593,22 @@ impl Bootstrap {
             response => Ok(response),
         }
     }
+}
+
+/// This rank's place among the ranks on its host, as its launcher tells it: Hydra's
+/// `MPI_LOCALRANKID` and `MPI_LOCALNRANKS`, or Slurm's local id and tasks per node; (0, 1)
+/// where neither is set.
+fn local_place() -> (u32, u32) {
+    let number = |name: &str| env::var(name).ok().and_then(|v| v.parse::<u32>().ok());
+    if let (Some(rank), Some(size)) = (number("MPI_LOCALRANKID"), number("MPI_LOCALNRANKS")) {
+        return (rank, size);
+    }
+    let local_size = env::var("SLURM_STEP_TASKS_PER_NODE")
+        .ok()
+        .zip(number("SLURM_NODEID"))
+        .and_then(|(list, node)| tasks_on_node(&list, node as usize))
+        .unwrap_or(1);
+    (number("SLURM_LOCALID").unwrap_or(0), local_size)
 }
 
 /// How many tasks Slurm put on node `node` (counting from 0), from a list like `2(x3),1`.

@@ -2,8 +2,8 @@
 //! rank and size and exchange endpoints, with no libpmi.
 //!
 //! Slurm hands each rank a connected socket in `PMI_FD`. The first exchange is in PMI-1's
-//! line format (`cmd=init pmi_version=2 ...`), which tells the server to speak PMI-2 from then
-//! on: every message either way is a six-character, space-padded decimal length, then that
+//! line format (`cmd=init pmi_version=2 ...`, see `pmi1::negotiate`), which tells the server
+//! to speak PMI-2 from then on: every message either way is a six-character, space-padded decimal length, then that
 //! many bytes of `key=value;` pairs, the first of them `cmd=...`. A `;` inside a value is
 //! written twice.
 
@@ -13,7 +13,8 @@ use std::io::{self, Read, Write};
 /// Longest message accepted from the server (Slurm's own limit is far below).
 const MAX_MESSAGE: usize = 1 << 20;
 
-/// One PMI-2 command or response: its `cmd` and its attributes, in order.
+/// One PMI command or response: its `cmd` and its attributes, in order (PMI-1 writes it as a
+/// line, see `pmi1::encode`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
     pub cmd: String,
@@ -145,27 +146,9 @@ pub struct Init {
     pub attrs: HashMap<String, String>,
 }
 
-/// Asks for PMI-2 in PMI-1's line format, then introduces this rank (`pmijobid`, `pmirank`
-/// from Slurm's environment).
+/// Introduces this rank (`pmijobid`, `pmirank` from the environment) once the socket speaks
+/// PMI-2 (see `pmi1::negotiate`).
 pub fn fullinit(stream: &mut (impl Read + Write), job: &str, rank: &str) -> Result<Init, String> {
-    stream
-        .write_all(b"cmd=init pmi_version=2 pmi_subversion=0\n")
-        .map_err(|e| format!("PMI init: {e}"))?;
-    let mut line = Vec::new();
-    let mut byte = [0u8; 1];
-    while byte[0] != b'\n' && line.len() < 1024 {
-        stream
-            .read_exact(&mut byte)
-            .map_err(|e| format!("PMI init: {e}"))?;
-        line.push(byte[0]);
-    }
-    let line = String::from_utf8_lossy(&line);
-    if !line.contains("rc=0") || !line.contains("pmi_version=2") {
-        return Err(format!(
-            "the process manager does not speak PMI-2 (it answered '{}')",
-            line.trim()
-        ));
-    }
     let response = call(
         stream,
         &Message::new(
@@ -184,6 +167,15 @@ pub fn fullinit(stream: &mut (impl Read + Write), job: &str, rank: &str) -> Resu
         size: number("size")?,
         attrs: response.attrs.iter().cloned().collect(),
     })
+}
+
+/// The job's id as the server names it (`job-getid`): Hydra's key-value space.
+pub fn job_id(stream: &mut (impl Read + Write)) -> Result<String, String> {
+    let answer = call(stream, &Message::new("job-getid", &[]))?;
+    answer
+        .get("jobid")
+        .map(str::to_string)
+        .ok_or_else(|| "PMI-2 job-getid: no jobid in the answer".to_string())
 }
 
 #[cfg(test)]
@@ -211,31 +203,9 @@ mod tests {
     }
 
     #[test]
-    fn a_server_without_pmi2_is_a_named_error() {
-        let (mut client, mut server) = UnixStream::pair().unwrap();
-        let fake = thread::spawn(move || {
-            let mut hello = [0u8; 40];
-            server.read_exact(&mut hello).unwrap();
-            server
-                .write_all(b"cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=-1\n")
-                .unwrap();
-        });
-        let e = fullinit(&mut client, "1.0", "0").err().unwrap();
-        assert!(e.contains("does not speak PMI-2"), "{e}");
-        assert!(e.contains("pmi_version=1"), "{e}");
-        fake.join().unwrap();
-    }
-
-    #[test]
     fn a_session_against_a_fake_server() {
         let (mut client, mut server) = UnixStream::pair().unwrap();
         let fake = thread::spawn(move || {
-            let mut hello = [0u8; 40];
-            server.read_exact(&mut hello).unwrap();
-            assert_eq!(&hello[..], b"cmd=init pmi_version=2 pmi_subversion=0\n");
-            server
-                .write_all(b"cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0\n")
-                .unwrap();
             let init = receive(&mut server).unwrap();
             assert_eq!(init.cmd, "fullinit");
             assert_eq!(init.get("pmirank"), Some("3"));

@@ -6,7 +6,7 @@ mod common;
 use std::env;
 use std::process::Command;
 
-use common::{example, job_dir, run, scratch_dir, stranger, testhosts_ssh_config};
+use common::{example, job_dir, run, stranger, testhosts_ssh_config};
 
 /// `salloc -N NODES rsrun ARGS...`: rsrun runs here, inside the allocation it is given.
 fn salloc(nodes: &str, args: &[&str]) -> Command {
@@ -147,13 +147,7 @@ fn a_stranger_cannot_join_a_job_under_srun_with_pmi2() {
     if !slurm_up() {
         return;
     }
-    let dir = scratch_dir("stranger-srun");
-    let mut job = Command::new("srun");
-    job.args(["--mpi=pmi2", "-N", "2", "-n", "2", &example("stepwise")])
-        .arg(&dir)
-        .arg("2")
-        .env("MPIRT_TRANSPORT", "tcp")
-        .env("MPIRT_VERBOSE", "1");
-    stranger::play_against(&mut job, &dir);
-    let _ = std::fs::remove_dir_all(&dir);
+    let mut srun = Command::new("srun");
+    srun.args(["--mpi=pmi2", "-N", "2", "-n", "2"]);
+    stranger::play_against_launcher(srun, "stranger-srun");
 }

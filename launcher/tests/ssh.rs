@@ -146,7 +146,7 @@ type Case = fn(&Hosts);
 #[test]
 fn across_ssh_hosts() {
     let Some(hosts) = Hosts::up() else { return };
-    let cases: [(&str, Case); 25] = [
+    let cases: [(&str, Case); 26] = [
         ("map by slot", map_by_slot),
         ("map by node from a hostfile", map_by_node_from_hostfile),
         ("tagged output", tagged_output),
@@ -187,6 +187,7 @@ fn across_ssh_hosts() {
         ("--npernode placement", npernode_placement),
         ("impossible placements", impossible_placements),
         ("a stranger to a TCP job", stranger_refused),
+        ("a flood of strangers against a TCP job", stranger_flood),
     ];
     for (name, case) in cases {
         let started = Instant::now();
@@ -546,6 +547,22 @@ fn stranger_refused(hosts: &Hosts) {
         "2",
     ]);
     common::stranger::play_against(&mut job, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The stranger floods rank 0 on host1 and rank 1 on host2 with connections from this host
+/// while they connect to each other.
+fn stranger_flood(hosts: &Hosts) {
+    let dir = common::scratch_dir("flood");
+    let mut job = hosts.rsrun(&[
+        "-H",
+        "host1:1,host2:1",
+        "--verbose",
+        &example("stepwise"),
+        dir.to_str().unwrap(),
+        "2",
+    ]);
+    common::stranger::flood_against(&mut job, &dir);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

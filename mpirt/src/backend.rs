@@ -445,7 +445,7 @@ fn open_ucx(wireup: &mut dyn Wireup, config: &EngineConfig) -> Result<UcxPml, En
         },
     )?;
     if config.verbose {
-        eprintln!("mpirt: {}", ucx.description());
+        bootstrap::output::say(&format!("mpirt: {}", ucx.description()));
     }
     Ok(ucx)
 }

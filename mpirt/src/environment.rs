@@ -109,11 +109,17 @@ impl Drop for Universe {
             let flushed = runtime.engine.flush_all();
             drop(runtime.engine);
             if let Err(e) = flushed {
-                eprintln!("mpirt: rank {}: finalize: {e}", runtime.bootstrap.rank());
+                bootstrap::output::say(&format!(
+                    "mpirt: rank {}: finalize: {e}",
+                    runtime.bootstrap.rank()
+                ));
                 runtime.bootstrap.abort(1, "finalize failed");
             }
             if let Err(e) = runtime.bootstrap.finalize() {
-                eprintln!("mpirt: rank {}: finalize: {e}", runtime.bootstrap.rank());
+                bootstrap::output::say(&format!(
+                    "mpirt: rank {}: finalize: {e}",
+                    runtime.bootstrap.rank()
+                ));
             }
         }
     }
@@ -195,7 +201,7 @@ pub fn is_initialized() -> bool {
 
 fn startup_abort(bootstrap: &mut Bootstrap, why: String) -> ! {
     let message = format!("mpirt: {}", Error::new("initialize", Cause::Startup(why)));
-    eprintln!("{message}");
+    bootstrap::output::say(&message);
     bootstrap.abort(1, &message)
 }
 

@@ -312,7 +312,7 @@ impl From<PmlError> for Cause {
 /// Prints the error and ends the whole job with a non-zero exit.
 pub fn fatal(error: Error) -> ! {
     let message = format!("mpirt: {error}");
-    eprintln!("{message}");
+    bootstrap::output::say(&message);
     environment::abort_job(1, &message)
 }
 

@@ -57,8 +57,13 @@ pub struct Engine {
     rank: Rank,
     size: u32,
     core: Core<SendBuf, RecvBuf>,
-    /// Polled in this order each round.
+    /// Polled in this order: the first `peer_fed` every round; the rest, which no peer
+    /// feeds (`AnyTransport::wakes`), only after this rank handed them work (`own_frames`),
+    /// so that the round a message costs skips them.
     transports: Vec<AnyTransport>,
+    peer_fed: usize,
+    /// Whether a transport past `peer_fed` may have something for the next round.
+    own_frames: bool,
     /// How each rank is reached, or `NO_ROUTE`.
     routes: Vec<Route>,
     /// Bit `i` set: `transports[i]` completes a send when it takes the frame (see
@@ -120,6 +125,11 @@ impl Engine {
             }
             transports.push(transport);
         }
+        // `Opening::connect` puts the transports that peers feed first; the others get work
+        // only from `flush` and `perform`, which mark it (none takes direct sends).
+        let peer_fed = transports.iter().take_while(|t| t.wakes()).count();
+        debug_assert!(transports[peer_fed..].iter().all(|t| !t.wakes()));
+        debug_assert!(direct_send >> peer_fed == 0);
         for note in connected.notes {
             description += &format!("; {note}");
         }
@@ -137,7 +147,11 @@ impl Engine {
             job.config.spin
         };
         if job.config.verbose {
-            eprintln!("mpirt: {description}");
+            // One write of the whole line (eprintln! writes each piece of its format on its
+            // own), so that a launcher passing output on as it comes (Hydra, mpirun) does not
+            // put another rank's words inside it.
+            let line = format!("mpirt: {description}\n");
+            eprint!("{line}");
         }
         Ok(Engine {
             rank,
@@ -145,6 +159,8 @@ impl Engine {
             core,
             wake: WakeSet::over(&mut transports)?,
             transports,
+            peer_fed,
+            own_frames: false,
             routes,
             direct_send,
             hosts: job.hosts,
@@ -316,7 +332,13 @@ impl Engine {
 
     fn progress_round(&mut self) -> Result<bool, PmlError> {
         let mut received = 0;
-        for t in &mut self.transports {
+        let polled = if self.own_frames {
+            self.own_frames = false;
+            self.transports.len()
+        } else {
+            self.peer_fed
+        };
+        for t in &mut self.transports[..polled] {
             received += t.poll(&mut self.core).map_err(|e| e.on_host(&self.hosts))?;
         }
         self.counters.frames_received += received as u64;
@@ -353,7 +375,10 @@ impl Engine {
             self.counters.remote_read_bytes += len as u64;
         }
         match reading {
-            Reading::InFlight => Ok(()),
+            Reading::InFlight => {
+                self.own_frames |= route >= self.peer_fed;
+                Ok(())
+            }
             Reading::Finished(Ok(())) => self.core.read_done(recv),
             Reading::Finished(Err(cause)) => self.core.read_failed(recv, cause),
         }
@@ -363,6 +388,7 @@ impl Engine {
     fn flush(&mut self, peer: Rank) -> Result<bool, PmlError> {
         let mut sent_any = false;
         let (route, to) = self.route(peer)?;
+        self.own_frames |= route >= self.peer_fed;
         while let Some(t) = self.core.next_transmit(peer) {
             let sent = self.transports[route]
                 .try_send(to, t.header(), t.payload)
@@ -395,6 +421,11 @@ impl DirectWrite for DirectTo<'_> {
     // instructions spent passing arguments and saving registers (callgrind, osu_bw 8 B).
     #[inline(always)]
     fn write(self, header: &[u8], payload: &[u8]) -> Result<bool, PmlError> {
-        Ok(self.transport.try_send(self.to, header, payload)? == Sent::Whole)
+        let sent = self.transport.try_send(self.to, header, payload)?;
+        // Only transports whose sends complete on return take this path, and they take a
+        // frame whole or not at all (`Caps::sends_complete_on_return`). Part of one sent
+        // cannot be told "not taken": the queued send would send it again from its start.
+        debug_assert_ne!(sent, Sent::Part, "a direct send went out in part");
+        Ok(sent == Sent::Whole)
     }
 }

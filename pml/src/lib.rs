@@ -15,6 +15,7 @@ mod keyed_queues;
 pub mod matching;
 pub mod pml_api;
 pub mod protocol;
+mod random;
 pub mod requests;
 pub mod sequence;
 pub mod shared_arena;

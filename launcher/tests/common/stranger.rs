@@ -3,17 +3,20 @@
 //! be enough (magic, a hash of the job id, a rank), with a hello of the present protocol and a
 //! guessed proof, and with a hello and proof recorded (by strace) from rank 0's genuine dial,
 //! and it holds a connection open saying nothing. Each must be refused without a byte of
-//! answer past the challenge, and the job must end normally with the right answer.
+//! answer past the challenge, and the job must end normally with the right answer. Or it
+//! floods both ranks with connections while they connect to each other (`flood_against`).
 
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{finish, start, Run};
+use super::{example, finish, scratch_dir, start, Run};
 
 /// Generous: the machine may be shared and slow. The ranks drop a silent dialler after 10 s.
 const PATIENCE: Duration = Duration::from_secs(40);
@@ -25,6 +28,21 @@ const PROOF_LEN: usize = 32;
 struct Rank {
     pid: u32,
     host: String,
+}
+
+/// Plays the stranger against two ranks of `stepwise` over TCP started by `launcher` (a
+/// command with its arguments up to the program: srun, mpiexec.hydra), in a scratch directory
+/// named after `name`.
+pub fn play_against_launcher(mut launcher: Command, name: &str) {
+    let dir = scratch_dir(name);
+    launcher
+        .arg(example("stepwise"))
+        .arg(&dir)
+        .arg("2")
+        .env("MPIRT_TRANSPORT", "tcp")
+        .env("MPIRT_VERBOSE", "1");
+    play_against(&mut launcher, &dir);
+    let _ = fs::remove_dir_all(&dir);
 }
 
 /// Runs `job` (which starts `stepwise DIR 2` on two ranks over TCP, verbose) while playing the
@@ -77,16 +95,7 @@ pub fn play_against(job: &mut Command, dir: &Path) -> Run {
     fs::write(dir.join("go.1"), b"").unwrap();
     let r = finish(job.0.take().unwrap(), Instant::now());
     assert_eq!(r.code(), Some(0), "{}\n{}", r.stdout, r.stderr);
-    // What `stepwise` sends: byte i of round r is i * 7 + r, modulo 256.
-    let sum: u64 = (0..2u32)
-        .flat_map(|r| (0..4096u32).map(move |i| u64::from((i * 7 + r) as u8)))
-        .sum();
-    assert!(
-        r.stdout
-            .contains(&format!("stepwise: 2 rounds, sum {sum}, expected {sum}")),
-        "{}",
-        r.stdout
-    );
+    assert!(r.stdout.contains(&stepwise_result(2)), "{}", r.stdout);
     for why in [
         "not an mpirt handshake",
         "wrong proof of the job's secret",
@@ -99,6 +108,84 @@ pub fn play_against(job: &mut Command, dir: &Path) -> Run {
         assert!(named, "'{why}' not named:\n{}", r.stderr);
     }
     r
+}
+
+/// Connections a rank of two keeps in the handshake at once at most (one per peer and 64
+/// more); a flood makes more, so that the rank must evict some.
+const HANDSHAKES_KEPT: usize = 2 + 64;
+/// Connections a flooding stranger holds open at each rank at once.
+const FLOOD_HELD: usize = 200;
+
+/// Runs `job` (as for `play_against`) while a stranger floods both ranks with connections
+/// that stay silent or say something that is no hello, from before the ranks connect to each
+/// other until the job ends; checks that it ended well, and that the flood crowded rank 1.
+pub fn flood_against(job: &mut Command, dir: &Path) -> Run {
+    let (child, _) = start(job, b"");
+    let mut job = Running(Some(child));
+    let targets = [wait_for_rank(dir, 0), wait_for_rank(dir, 1)].map(|r| listening_address(&r));
+    let stop = Arc::new(AtomicBool::new(false));
+    let floods: Vec<_> = targets
+        .iter()
+        .map(|&target| {
+            let stop = stop.clone();
+            thread::spawn(move || flood(target, &stop))
+        })
+        .collect();
+    // Flooding before the ranks dial each other, and on while they do.
+    let flooding = |floods: &[thread::JoinHandle<usize>]| {
+        thread::sleep(Duration::from_millis(300));
+        assert!(floods.iter().all(|f| !f.is_finished()), "a flood stopped");
+    };
+    flooding(&floods);
+    fs::write(dir.join("go.0"), b"").unwrap();
+    flooding(&floods);
+    fs::write(dir.join("go.1"), b"").unwrap();
+    let r = finish(job.0.take().unwrap(), Instant::now());
+    stop.store(true, Ordering::Relaxed);
+    let dialled: Vec<usize> = floods.into_iter().map(|f| f.join().unwrap()).collect();
+    println!("stranger: {dialled:?} connections to ranks 0 and 1");
+    assert_eq!(r.code(), Some(0), "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains(&stepwise_result(2)), "{}", r.stdout);
+    // A rank outside the library meanwhile (rank 0 waits for the go-ahead files) takes no
+    // more than its listener's backlog.
+    assert!(dialled.iter().all(|&n| n > HANDSHAKES_KEPT), "{dialled:?}");
+    assert!(
+        r.stderr
+            .contains("evicted from too many connections in the handshake at once"),
+        "the flood never crowded a rank:\n{}",
+        r.stderr
+    );
+    r
+}
+
+/// Dials `target` until `stop`, holding the last `FLOOD_HELD` connections open; every
+/// tenth says something that is no hello. Returns how many it made.
+fn flood(target: SocketAddr, stop: &AtomicBool) -> usize {
+    let mut held = std::collections::VecDeque::new();
+    let mut made = 0;
+    while !stop.load(Ordering::Relaxed) {
+        // The rank may have ended already; the job's result says whether that was right.
+        if let Ok(mut s) = TcpStream::connect_timeout(&target, Duration::from_secs(1)) {
+            made += 1;
+            if made % 10 == 0 {
+                let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\n");
+            }
+            held.push_back(s);
+            if held.len() > FLOOD_HELD {
+                held.pop_front();
+            }
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+    made
+}
+
+/// What `stepwise` prints after `rounds` rounds: byte i of round r is i * 7 + r, modulo 256.
+fn stepwise_result(rounds: u32) -> String {
+    let sum: u64 = (0..rounds)
+        .flat_map(|r| (0..4096u32).map(move |i| u64::from((i * 7 + r) as u8)))
+        .sum();
+    format!("stepwise: {rounds} rounds, sum {sum}, expected {sum}")
 }
 
 /// The job, killed if the stranger's play fails before it ends.
@@ -184,12 +271,12 @@ fn job_id_of(pid: u32) -> String {
     })
 }
 
-/// Where rank 1 listens for its peers: its one listening TCP socket (as `ss -ltnp` shows it),
-/// on its host's address.
-fn listening_address(rank: &Rank) -> SocketAddr {
-    let inodes: Vec<String> = fs::read_dir(format!("/proc/{}/fd", rank.pid))
-        .unwrap()
-        .filter_map(|fd| fs::read_link(fd.ok()?.path()).ok())
+/// The inodes of the sockets process `pid` holds open.
+fn socket_inodes(pid: u32) -> Vec<String> {
+    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    fds.filter_map(|fd| fs::read_link(fd.ok()?.path()).ok())
         .filter_map(|link| {
             let link = link.to_string_lossy().into_owned();
             Some(
@@ -198,6 +285,25 @@ fn listening_address(rank: &Rank) -> SocketAddr {
                     .to_string(),
             )
         })
+        .collect()
+}
+
+/// Where rank 1 listens for its peers: its one listening TCP socket (as `ss -ltnp` shows it),
+/// on its host's address. A socket its parent holds too is the launcher's, inherited (Hydra's
+/// proxy leaks its own listening socket into the ranks), not the rank's.
+fn listening_address(rank: &Rank) -> SocketAddr {
+    let stat = fs::read_to_string(format!("/proc/{}/stat", rank.pid)).unwrap();
+    // The parent's pid is the second field after the command's closing parenthesis.
+    let parent: u32 = stat[stat.rfind(')').unwrap() + 2..]
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let inherited = socket_inodes(parent);
+    let inodes: Vec<String> = socket_inodes(rank.pid)
+        .into_iter()
+        .filter(|inode| !inherited.contains(inode))
         .collect();
     let mut ports = Vec::new();
     for table in ["tcp", "tcp6"] {

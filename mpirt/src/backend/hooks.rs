@@ -52,10 +52,54 @@ pub(crate) fn step_all() {
     if STEPPING.with(|s| s.replace(true)) {
         return;
     }
+    let _stepped = Stepped;
     let mut i = 0;
     while let Some(hook) = HOOKS.with(|hooks| hooks.borrow().get(i).map(|&(_, hook)| hook)) {
         hook();
         i += 1;
     }
-    STEPPING.with(|s| s.set(false));
+}
+
+/// Clears `STEPPING` when the hooks are done, also when one panics: a program that catches
+/// the panic must not find its hooks never stepped again.
+struct Stepped;
+
+impl Drop for Stepped {
+    fn drop(&mut self) {
+        // During thread-local teardown there is nothing left to step.
+        let _ = STEPPING.try_with(|s| s.set(false));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    thread_local! {
+        static STEPS: Cell<u32> = const { Cell::new(0) };
+    }
+
+    fn counts() {
+        STEPS.with(|n| n.set(n.get() + 1));
+    }
+
+    fn panics() {
+        panic!("a hook failed");
+    }
+
+    #[test]
+    fn a_hook_that_panicked_leaves_the_others_stepped_again() {
+        let panicking = register(panics);
+        let counting = register(counts);
+        assert!(std::panic::catch_unwind(step_all).is_err());
+        unregister(panicking);
+        step_all();
+        assert_eq!(
+            STEPS.with(Cell::get),
+            1,
+            "the hooks were not stepped after the panic"
+        );
+        unregister(counting);
+        assert!(!any());
+    }
 }

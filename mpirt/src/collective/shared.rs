@@ -353,7 +353,7 @@ fn area(comm: &CommData, operation: &'static str, bytes: usize) -> Result<Option
         // The evidence that areas are used: without it a broken set-up would pass unseen,
         // every call going by messages.
         if verbose() {
-            eprintln!(
+            bootstrap::output::say(&format!(
                 "mpirt: rank {}: all-reduce area of {} ranks {}",
                 comm.world_rank(comm.rank),
                 comm.size,
@@ -362,7 +362,7 @@ fn area(comm: &CommData, operation: &'static str, bytes: usize) -> Result<Option
                 } else {
                     "unavailable: all-reduces go by messages"
                 }
-            );
+            ));
         }
         *slot.borrow_mut() = match area {
             Some(area) => AreaState::Ready(Rc::new(area)),

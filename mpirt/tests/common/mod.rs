@@ -12,6 +12,14 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 pub const RANK_MODE: &str = "MPIRT_TEST_RANK_MODE";
+/// The test binary's arguments that run only `rank_mode`, quietly, as a rank.
+pub const RANK_MODE_ARGS: [&str; 5] = [
+    "--exact",
+    "rank_mode",
+    "--nocapture",
+    "--test-threads=1",
+    "-q",
+];
 /// Generous: the machine may be shared and slow; a hang is what this guards against.
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -51,11 +59,10 @@ pub fn run_limited(mut command: Command) -> Output {
 /// What starts the ranks.
 #[derive(Clone, Copy, Debug)]
 pub enum Launch {
+    /// rsrun, or the launcher MPIRT_TEST_LAUNCHER names (see [`test_launcher`]).
     Rsrun,
     /// Slurm's `srun --mpi=pmi2` across this many nodes (see [`slurm_available`]).
-    Srun {
-        nodes: u32,
-    },
+    Srun { nodes: u32 },
     /// rsrun with `args` before the program, itself under `taskset -c cpus`, so that its
     /// ranks inherit those CPUs.
     #[allow(dead_code)] // each test binary compiles this module; only collectives.rs uses it
@@ -94,6 +101,157 @@ fn rsrun_args() -> Vec<String> {
     args
 }
 
+/// What starts the suites' jobs: rsrun, or the launcher MPIRT_TEST_LAUNCHER names, which
+/// tools/test-all.sh sets to run the suites again under each launcher a cluster uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TestLauncher {
+    Rsrun,
+    /// MPICH's `mpiexec.hydra` (PMI-1 on PMI_FD).
+    Hydra,
+    /// Open MPI's `mpirun.openmpi` (PMIx: the `pmix` feature).
+    OpenMpi,
+    /// Slurm's `srun --mpi=pmix` (the `pmix` feature) or `srun --mpi=pmi2`, across
+    /// MPIRT_TEST_SLURM_NODES nodes.
+    SrunPmix,
+    SrunPmi2,
+}
+
+pub fn test_launcher() -> TestLauncher {
+    match env::var("MPIRT_TEST_LAUNCHER").as_deref() {
+        Err(_) | Ok("rsrun") => TestLauncher::Rsrun,
+        Ok("hydra") => TestLauncher::Hydra,
+        Ok("mpirun") => TestLauncher::OpenMpi,
+        Ok("srun-pmix") => TestLauncher::SrunPmix,
+        Ok("srun-pmi2") => TestLauncher::SrunPmi2,
+        Ok(other) => {
+            panic!("MPIRT_TEST_LAUNCHER={other}: not rsrun, hydra, mpirun, srun-pmix or srun-pmi2")
+        }
+    }
+}
+
+/// Whether this run's jobs are rsrun's; where not, a test of rsrun's own behaviour says it
+/// skips.
+#[allow(dead_code)] // each test binary compiles this module; only p2p.rs uses it
+pub fn under_rsrun(what: &str) -> bool {
+    let launcher = test_launcher();
+    if launcher != TestLauncher::Rsrun {
+        println!("skipped under {launcher:?}: {what} is rsrun's");
+    }
+    launcher == TestLauncher::Rsrun
+}
+
+/// Whether the jobs' ranks are spread over hosts (MPIRT_TEST_HOSTS, or srun over
+/// MPIRT_TEST_SLURM_NODES nodes), where a test that needs `what` between its ranks says it
+/// skips.
+#[allow(dead_code)] // each test binary compiles this module; only p2p.rs uses it
+pub fn across_hosts(what: &str) -> bool {
+    let srun = matches!(
+        test_launcher(),
+        TestLauncher::SrunPmix | TestLauncher::SrunPmi2
+    );
+    let spread = env::var_os("MPIRT_TEST_HOSTS").is_some() || (srun && slurm_nodes() > 1);
+    if spread {
+        println!("skipped: the ranks are on different hosts; this needs {what}");
+    }
+    spread
+}
+
+/// How many Slurm nodes the srun launchers spread a job over (MPIRT_TEST_SLURM_NODES).
+fn slurm_nodes() -> u32 {
+    env::var("MPIRT_TEST_SLURM_NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
+/// A program that runs `ssh` with MPIRT_SSH_ARGS (the test hosts' config): Hydra and Open
+/// MPI take the program to start their remote daemons with, not a command line. Written once
+/// per test process beside the test binary (written whole under a name of this process's, then
+/// renamed, so that a test binary running beside never runs half a script).
+fn ssh_program() -> PathBuf {
+    static PROGRAM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PROGRAM
+        .get_or_init(|| {
+            let dir = env::current_exe().unwrap().parent().unwrap().to_path_buf();
+            let path = dir.join("mpirt-test-ssh");
+            let written = dir.join(format!("mpirt-test-ssh.{}", std::process::id()));
+            let args = env::var("MPIRT_SSH_ARGS").unwrap_or_default();
+            std::fs::write(&written, format!("#!/bin/sh\nexec ssh {args} \"$@\"\n")).unwrap();
+            let mut perms = std::fs::metadata(&written).unwrap().permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+            std::fs::set_permissions(&written, perms).unwrap();
+            std::fs::rename(&written, &path).unwrap();
+            path
+        })
+        .clone()
+}
+
+/// The command that starts `n` ranks under `launcher`, spread over MPIRT_TEST_HOSTS where
+/// set; `envs` are the variables the ranks need (Open MPI forwards only those it is told).
+fn launcher_command(launcher: TestLauncher, n: u32, envs: &[(&str, &str)]) -> Command {
+    let hosts = env::var("MPIRT_TEST_HOSTS").ok();
+    let n = n.to_string();
+    match launcher {
+        TestLauncher::Rsrun => {
+            let mut c = Command::new(rsrun_path());
+            c.args(rsrun_args()).arg("-n").arg(n);
+            c
+        }
+        TestLauncher::Hydra => {
+            let mut c = Command::new("mpiexec.hydra");
+            if let Some(hosts) = hosts {
+                // Round-robin over the hosts, one rank at a time, as rsrun's --map-by node;
+                // the proxies call back to mpiexec over the hosts' bridge.
+                let one_each: Vec<String> = hosts
+                    .split(',')
+                    .map(|h| format!("{}:1", h.split(':').next().unwrap()))
+                    .collect();
+                c.args(["-hosts", &one_each.join(","), "-launcher", "ssh"])
+                    .arg("-launcher-exec")
+                    .arg(ssh_program())
+                    .args(["-iface", "rsbr0"]);
+            }
+            c.args(["-n", &n]);
+            c
+        }
+        TestLauncher::OpenMpi => {
+            let mut c = Command::new("mpirun.openmpi");
+            c.args([
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "--bind-to",
+                "none",
+            ]);
+            if let Some(hosts) = hosts {
+                c.args(["-H", &hosts, "--map-by", "node", "--mca", "plm_rsh_agent"])
+                    .arg(ssh_program())
+                    .args(["--mca", "oob_tcp_if_include", "10.77.0.0/24"]);
+            }
+            for name in envs.iter().map(|(k, _)| *k).chain([RANK_MODE]) {
+                c.args(["-x", name]);
+            }
+            for (name, _) in env::vars().filter(|(k, _)| k.starts_with("MPIRT_")) {
+                if !envs.iter().any(|(k, _)| *k == name) && name != RANK_MODE {
+                    c.args(["-x", &name]);
+                }
+            }
+            c.args(["-n", &n]);
+            c
+        }
+        TestLauncher::SrunPmix | TestLauncher::SrunPmi2 => {
+            let mpi = match launcher {
+                TestLauncher::SrunPmix => "--mpi=pmix",
+                _ => "--mpi=pmi2",
+            };
+            // No more nodes than ranks: srun refuses a step with an idle node.
+            let nodes = slurm_nodes().min(n.parse().unwrap()).to_string();
+            let mut c = Command::new("srun");
+            c.args([mpi, "--kill-on-bad-exit=1", "-N", &nodes, "-n", &n]);
+            c
+        }
+    }
+}
+
 /// Runs `n` ranks of this binary in rank mode `mode`, with `envs` set.
 pub fn job(n: u32, mode: &str, envs: &[(&str, &str)]) -> Output {
     job_on(Launch::Rsrun, n, mode, envs)
@@ -102,11 +260,7 @@ pub fn job(n: u32, mode: &str, envs: &[(&str, &str)]) -> Output {
 /// Runs `n` ranks of this binary in rank mode `mode` started by `launch`, with `envs` set.
 pub fn job_on(launch: Launch, n: u32, mode: &str, envs: &[(&str, &str)]) -> Output {
     let mut command = match launch {
-        Launch::Rsrun => {
-            let mut c = Command::new(rsrun_path());
-            c.args(rsrun_args()).arg("-n").arg(n.to_string());
-            c
-        }
+        Launch::Rsrun => launcher_command(test_launcher(), n, envs),
         Launch::Srun { nodes } => {
             let mut c = Command::new("srun");
             c.args(["--mpi=pmi2", "--kill-on-bad-exit=1", "-n"])
@@ -127,13 +281,7 @@ pub fn job_on(launch: Launch, n: u32, mode: &str, envs: &[(&str, &str)]) -> Outp
     };
     command
         .arg(env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "rank_mode",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
+        .args(RANK_MODE_ARGS)
         .env(RANK_MODE, mode);
     for (k, v) in envs {
         command.env(k, v);

@@ -24,11 +24,13 @@ pub type Registration = super::verbs::MrId;
 #[cfg(not(feature = "verbs"))]
 pub type Registration = std::convert::Infallible;
 
-/// A plain tag (no niche in a variant's fields): each match is one load and compare.
+/// A plain tag (no niche in a variant's fields): each match is one load and compare. Shared
+/// memory, the variant whose sends and polls run on every small message, is tag 0, which
+/// a match tests first (one compare fewer a send and a poll).
 #[repr(u8)]
 pub enum AnyTransport {
-    Loopback(Loopback),
     Shm(ShmPeers),
+    Loopback(Loopback),
     Tcp(TcpTransport),
     #[cfg(feature = "verbs")]
     Verbs(VerbsTransport),
@@ -38,8 +40,8 @@ pub enum AnyTransport {
 macro_rules! each {
     ($any:expr, $t:ident => $call:expr) => {
         match $any {
-            AnyTransport::Loopback($t) => $call,
             AnyTransport::Shm($t) => $call,
+            AnyTransport::Loopback($t) => $call,
             AnyTransport::Tcp($t) => $call,
             #[cfg(feature = "verbs")]
             AnyTransport::Verbs($t) => $call,
@@ -132,7 +134,8 @@ impl Opening {
             let carried = tcp.connect_peers(job, &unclaimed)?;
             add(AnyTransport::Tcp(tcp), carried, &mut unclaimed);
         }
-        // Last: the engine polls its transports in this order, and this one rarely has work.
+        // Last: the engine polls the transports that peers feed (`wakes`) every round, in
+        // this order, and the others only after it handed them frames.
         add(
             AnyTransport::Loopback(self.loopback),
             vec![job.rank],
@@ -146,8 +149,8 @@ impl Opening {
 }
 
 impl AnyTransport {
-    /// Whether a peer can wake this transport's sleep (loopback's frames come from this
-    /// rank itself, never while it sleeps).
+    /// Whether a peer can wake this transport's sleep, that is, send it anything: loopback's
+    /// frames come from this rank itself, never while it sleeps, and only after it sent them.
     pub fn wakes(&self) -> bool {
         !matches!(self, AnyTransport::Loopback(_))
     }

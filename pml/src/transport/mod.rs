@@ -50,7 +50,8 @@ pub struct Caps {
     pub atomics: bool,
     /// Whether a frame `try_send` took is on its way with nothing left for this rank to do
     /// (copied into memory the peer reads): then a small send completes inside the call,
-    /// with no request (the engine's direct path).
+    /// with no request (the engine's direct path). Such a transport takes a frame whole or
+    /// not at all: it never answers `Sent::Part`.
     pub sends_complete_on_return: bool,
     /// How many separate pieces of memory one operation gathers (iovec or SGE entries).
     pub max_pieces: usize,

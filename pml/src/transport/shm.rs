@@ -83,6 +83,8 @@ pub struct ShmTransport {
     /// Indexed by peer slot: local ranks without ourselves (see `slot`).
     tx: Box<[Producer]>,
     rx: Box<[Consumer]>,
+    /// Largest frame a ring carries (kept, as every send checks it).
+    max_frame: usize,
     /// Slot whose ring `poll` reads first, rotating so every peer gets served.
     next_rx: usize,
     /// Futex value after our last wait: a change since means someone woke us in between.
@@ -161,6 +163,7 @@ impl ShmTransport {
             local_rank,
             tx,
             rx,
+            max_frame: ring::max_frame(size),
             next_rx: 0,
             seen_wakes: Cell::new(seen),
             name: name.to_string(),
@@ -180,7 +183,7 @@ impl ShmTransport {
 
     /// Largest frame [`try_send`](Self::try_send) accepts.
     pub fn max_frame(&self) -> usize {
-        ring::max_frame(self.seg.ring_bytes())
+        self.max_frame
     }
 
     fn slot(&self, peer: usize) -> usize {
@@ -193,10 +196,16 @@ impl ShmTransport {
     // Inline: see `Core::post_send_direct`, which calls it on every small send.
     #[inline]
     pub fn try_send(&mut self, to: usize, header: &[u8], payload: &[u8]) -> io::Result<bool> {
-        let len = header.len() + payload.len();
-        if to >= self.local_size() || to == self.local_rank || len > self.max_frame() {
-            return Err(self.refused(to, len));
+        if to >= self.local_size() || to == self.local_rank {
+            return Err(self.no_such_peer(to));
         }
+        let len = header.len() + payload.len();
+        if len > self.max_frame {
+            return Err(self.too_long(len));
+        }
+        // Looked up here, where the check above covers its range check: after the fence
+        // below, the segment's length would be read and checked again.
+        let peer = self.seg.rank_ctl(to);
         let slot = self.slot(to);
         if !self.tx[slot].try_write(header, payload) {
             return Ok(false);
@@ -204,31 +213,42 @@ impl ShmTransport {
         // Pairs with the fence in `wait`: either the receiver's ring check sees this frame, or
         // we see its sleeping flag and wake it.
         fence(Ordering::SeqCst);
-        let sleeping = self.seg.rank_ctl(to).sleeping.load(Ordering::Relaxed);
+        let sleeping = peer.sleeping.load(Ordering::Relaxed);
         if sleeping != AWAKE {
             self.wake_sleeper(to, sleeping);
         }
         Ok(true)
     }
 
-    /// Why `try_send` refused a frame of `len` bytes to local rank `to`. Out of line, so that
-    /// the send inlined into the engine's stays small enough for its callers to inline.
+    // `try_send`'s refusals are built out of line, so that the send inlined into the
+    // engine's stays small enough for its callers to inline; and by one function each, so
+    // that its checks stay branches instead of being merged into one condition.
+
+    /// Why `try_send` refused a frame to local rank `to`.
     #[cold]
     #[inline(never)]
-    fn refused(&self, to: usize, len: usize) -> io::Error {
-        let what = if to >= self.local_size() || to == self.local_rank {
+    fn no_such_peer(&self, to: usize) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
             format!(
                 "shm send from local rank {} to {to} (local size {})",
                 self.local_rank,
                 self.local_size()
-            )
-        } else {
+            ),
+        )
+    }
+
+    /// Why `try_send` refused a frame of `len` bytes.
+    #[cold]
+    #[inline(never)]
+    fn too_long(&self, len: usize) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
             format!(
                 "shm frame of {len} bytes exceeds max_frame {}",
-                self.max_frame()
-            )
-        };
-        io::Error::new(io::ErrorKind::InvalidInput, what)
+                self.max_frame
+            ),
+        )
     }
 
     /// Hands received frames to `f(from_local_rank, frame)`, at most a bounded batch, in order
@@ -312,7 +332,8 @@ impl ShmTransport {
         if me.futex.load(Ordering::Acquire) != self.seen_wakes.get() {
             return true;
         }
-        me.sleeping.store(how, Ordering::Relaxed);
+        // Release: a peer that sees ON_PIPE sees the wake pipe's tag, published before.
+        me.sleeping.store(how, Ordering::Release);
         // Pairs with the fences in `try_send` and `poll` (see there).
         fence(Ordering::SeqCst);
         self.has_frames() || self.tx.iter().any(Producer::space_freed)
@@ -332,7 +353,14 @@ impl ShmTransport {
     /// it. Peers open it by name when they first wake this rank there.
     pub fn wake_fd(&mut self) -> io::Result<RawFd> {
         if self.own_pipe.is_none() {
-            self.own_pipe = Some(WakePipe::create(&self.name, self.local_rank)?);
+            let (pipe, tag) = WakePipe::create(&self.name, self.local_rank)?;
+            // Published before this rank says it sleeps on the pipe, with a Release store
+            // (see `announce_sleep`): a peer that sees the one sees the other (`write_pipe`).
+            self.seg
+                .rank_ctl(self.local_rank)
+                .wake_tag
+                .store(tag, Ordering::Release);
+            self.own_pipe = Some(pipe);
         }
         Ok(self.own_pipe.as_ref().map_or(-1, WakePipe::fd))
     }
@@ -377,16 +405,23 @@ impl ShmTransport {
         }
     }
 
-    /// Writes a byte into `local`'s wake pipe, opening it the first time. A pipe that cannot
-    /// be opened (its rank is gone) needs no waking; its sleep has a timeout anyway.
+    /// Writes a byte into `local`'s wake pipe, opening it the first time under the tag that
+    /// rank published. A pipe that cannot be opened (its rank is gone, or it is not the job's)
+    /// is not written; its rank's sleep has a timeout anyway, and a write that fails only
+    /// means its rank needs no waking.
     fn write_pipe(&self, local: usize) {
         let mut pipes = self.peer_pipes.borrow_mut();
         let pipe = &mut pipes[local];
         if pipe.is_none() {
-            *pipe = WakePipe::open(&self.name, local).ok();
+            // After the load of `sleeping` that said ON_PIPE: pairs with its Release store.
+            fence(Ordering::Acquire);
+            let tag = self.seg.rank_ctl(local).wake_tag.load(Ordering::Relaxed);
+            if tag != 0 {
+                *pipe = WakePipe::open(&self.name, local, tag).ok();
+            }
         }
         if let Some(pipe) = pipe {
-            pipe.signal();
+            let _ = pipe.signal();
         }
     }
 
@@ -515,8 +550,9 @@ mod tests {
         epoll.wait(Duration::ZERO, &mut ready).unwrap();
         sleeper.after_wait();
         assert!(ready.is_empty(), "{ready:?}");
+        let tag = sleeper.seg.rank_ctl(0).wake_tag.load(Ordering::Relaxed);
         drop(sleeper);
-        let pipe = format!("/dev/shm/{name}-wake-0");
+        let pipe = format!("/dev/shm/{name}-wake-0-{tag:016x}");
         assert!(!std::path::Path::new(&pipe).exists(), "{pipe} left behind");
     }
 }

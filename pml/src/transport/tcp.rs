@@ -7,6 +7,9 @@
 //! and its dialler waits for the winner to arrive). So exactly one connection carries each
 //! pair's frames, in order, in both directions. A connection that fails the handshake, or
 //! keeps silent past a short deadline, is closed and forgotten: it never becomes a peer's.
+//! A flood of such connections cannot crowd out a rank's: each hello is read as soon as its
+//! connection is accepted, and when too many are in the handshake, those that have not said a
+//! whole hello go first; a dial dropped before its challenge is dialled again (`redial.rs`).
 //!
 //! Sockets are non-blocking and watched by one level-triggered epoll set, which a progress
 //! round polls and a waiting rank sleeps on. TCP cannot read a peer's memory, so rendezvous
@@ -16,11 +19,13 @@ mod addrs;
 mod conn;
 mod contract;
 mod handshake;
+mod redial;
 #[cfg(test)]
 mod tests;
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use slab::Slab;
@@ -36,6 +41,7 @@ use crate::error::PmlError;
 use addrs::{IfAddr, Selector};
 use conn::{Conn, Received};
 use handshake::{Challenged, Dialler, Incoming, Refusal, CHALLENGE_LEN, HELLO_LEN, PROOF_LEN};
+use redial::{DialEnd, Redial};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TcpConfig {
@@ -48,18 +54,26 @@ pub struct TcpConfig {
     /// connection is dropped (a genuine one answers within a progress round; a silent
     /// stranger must not hold a socket for long).
     pub handshake_limit: Duration,
+    /// How long a peer may keep closing our dials before it challenged us (crowded by
+    /// strangers' connections, or something else listens at its address) before that is an
+    /// error naming it.
+    pub dial_deadline: Duration,
     /// Name refused connections on stderr (`--verbose`).
     pub verbose: bool,
 }
 
-/// How many times in a row a peer may drop our dial during the handshake although we
-/// answered promptly, before that is an error rather than bad luck.
-const MAX_DROPPED_DIALS: u32 = 3;
-/// Connections in the handshake at once, beyond one per peer, before the oldest is dropped:
-/// a stranger opening connections by the thousand must not run the rank out of descriptors.
+/// Connections in the handshake at once, beyond one per peer, before one is dropped: a
+/// stranger opening connections by the thousand must not run the rank out of descriptors.
 const SPARE_HANDSHAKES: usize = 64;
-/// Refused connections named one by one under `--verbose`; after that, one line each time
-/// the count doubles, so that a flood of them cannot flood the log.
+/// Connections accepted in one poll at most, so that a flood of them cannot keep a poll from
+/// the rank's own connections (the listener stays ready: the next poll takes more).
+const ACCEPTS_PER_POLL: usize = 16;
+/// How long the listener rests after accept(2) ran out of descriptors or memory: the pending
+/// connection stays ready, and retrying at once would only spin (nginx rests 500 ms).
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+/// Refused connections named one by one under `--verbose`; after that, the first refused for
+/// each reason and one line each time the count doubles, so that a flood of them cannot flood
+/// the log.
 const REFUSALS_NAMED: u64 = 8;
 
 /// Epoll tokens: a connected peer's token is its rank.
@@ -85,7 +99,8 @@ enum Link {
 /// Our dial, in the handshake.
 struct Dialling {
     sock: TcpStream,
-    addr: SocketAddr,
+    /// Index of the address dialled in the peer's `dial`.
+    at: usize,
     hand: Dialler,
     since: Instant,
     /// `None` while the challenge arrives; then when our proof went out.
@@ -119,8 +134,8 @@ struct Peer {
     link: Link,
     /// Addresses to dial, best first; empty for peers reached another way.
     dial: Vec<SocketAddr>,
-    /// Our dials to this peer it dropped in a row during the handshake.
-    dropped_dials: u32,
+    /// Where and when to dial next, and when to give up.
+    redial: Redial,
 }
 
 pub struct TcpTransport {
@@ -136,6 +151,14 @@ pub struct TcpTransport {
     said_goodbye: bool,
     /// Connections refused in the handshake, for tests and `--verbose`.
     refused: u64,
+    /// The reasons for refusals seen so far, for `--verbose`.
+    refusal_kinds: Vec<std::mem::Discriminant<Refusal>>,
+    /// Peers whose link is `Dialled`: while there are any, `poll` looks for silent ones.
+    dialling: usize,
+    /// Set while the listener rests after accept(2) ran out of resources (see `ACCEPT_PAUSE`).
+    accepts_paused_until: Option<Instant>,
+    /// Times it did, for `--verbose`.
+    accept_pauses: u64,
     /// Polls left to skip while the sockets are quiet, and how many to skip each time (see
     /// `contract.rs`).
     rounds_to_skip: u32,
@@ -180,6 +203,13 @@ impl TcpTransport {
         listener
             .set_nonblocking(true)
             .map_err(|e| io_error("listening for peers", e))?;
+        // std listens with a backlog of 128, which strangers' connections made while this
+        // rank computes outside the library could fill, and a rank's dial would then time
+        // out; the kernel cuts a larger backlog to net.core.somaxconn (4096 by default).
+        // SAFETY: listen(2) on a socket this function owns, bound above; no memory is passed.
+        if unsafe { libc::listen(listener.as_raw_fd(), libc::c_int::MAX) } != 0 {
+            return Err(io_error("listening for peers", io::Error::last_os_error()));
+        }
         let epoll = Epoll::new().map_err(|e| io_error("epoll", e))?;
         epoll
             .add(&listener, LISTENER, interest(false))
@@ -188,7 +218,7 @@ impl TcpTransport {
             .map(|_| Peer {
                 link: Link::Idle,
                 dial: Vec::new(),
-                dropped_dials: 0,
+                redial: Redial::default(),
             })
             .collect();
         Ok(TcpTransport {
@@ -203,6 +233,10 @@ impl TcpTransport {
             config,
             said_goodbye: false,
             refused: 0,
+            refusal_kinds: Vec::new(),
+            dialling: 0,
+            accepts_paused_until: None,
+            accept_pauses: 0,
             rounds_to_skip: 0,
             quiet_rounds: 0,
         })
@@ -267,7 +301,9 @@ impl TcpTransport {
                 Ok(sent)
             }
             Link::Idle => {
-                self.dial(peer)?;
+                if p.redial.may_dial() {
+                    self.dial(peer)?;
+                }
                 Ok(Sent::Nothing)
             }
             Link::Dialled(_) | Link::AwaitingPeer => Ok(Sent::Nothing),
@@ -278,11 +314,18 @@ impl TcpTransport {
         }
     }
 
+    /// Dials `peer`'s addresses from the one `redial` names, round all of them but those
+    /// found to be no rank of this job, until one connects.
     fn dial(&mut self, peer: Rank) -> Result<(), PmlError> {
         let p = &mut self.peers[peer as usize];
         let mut failures = Vec::new();
-        for addr in &p.dial {
-            match TcpStream::connect_timeout(addr, self.config.connect_timeout) {
+        let count = p.dial.len();
+        for at in (0..count).map(|k| (p.redial.next + k) % count) {
+            if p.redial.is_impostor(at) {
+                continue;
+            }
+            let addr = p.dial[at];
+            match TcpStream::connect_timeout(&addr, self.config.connect_timeout) {
                 Ok(mut sock) => {
                     let nonce = handshake::nonce()
                         .map_err(|e| PmlError::transport(peer, format!("getrandom: {e}")))?;
@@ -300,12 +343,13 @@ impl TcpTransport {
                         .map_err(|e| epoll_failed(peer, e))?;
                     p.link = Link::Dialled(Dialling {
                         sock,
-                        addr: *addr,
+                        at,
                         hand,
                         since: Instant::now(),
                         proved_at: None,
                         challenge: Incoming::new(),
                     });
+                    self.dialling += 1;
                     return Ok(());
                 }
                 Err(e) => failures.push(format!("{addr}: {e}")),
@@ -313,7 +357,11 @@ impl TcpTransport {
         }
         Err(PmlError::transport(
             peer,
-            format!("cannot connect to rank {peer} ({})", failures.join("; ")),
+            format!(
+                "cannot connect to rank {peer} ({}{})",
+                failures.join("; "),
+                p.redial.impostor_note()
+            ),
         ))
     }
 
@@ -327,7 +375,7 @@ impl TcpTransport {
         let mut result = Ok(());
         for r in &ready {
             let step = match r.token {
-                LISTENER => self.accept_all(),
+                LISTENER => self.accept_some(),
                 t if t & DIALLED != 0 => self.on_dial_answer((t & !DIALLED) as Rank),
                 t if t & ACCEPTED != 0 => self.on_accepted((t & !ACCEPTED) as usize),
                 t => self.on_connection(t as Rank, *r, sink).map(|n| frames += n),
@@ -341,6 +389,12 @@ impl TcpTransport {
         if result.is_ok() && !self.accepted.is_empty() {
             result = self.drop_silent();
         }
+        if result.is_ok() && self.dialling > 0 {
+            result = self.leave_silent_addresses();
+        }
+        if result.is_ok() {
+            result = self.resume_accepting();
+        }
         result.map(|()| frames)
     }
 
@@ -350,38 +404,105 @@ impl TcpTransport {
         let _ = self.epoll.wait(timeout, &mut self.ready);
     }
 
-    fn accept_all(&mut self) -> Result<(), PmlError> {
-        loop {
+    /// Accepts a bounded number of the connections waiting, reading each one's hello at once.
+    fn accept_some(&mut self) -> Result<(), PmlError> {
+        for _ in 0..ACCEPTS_PER_POLL {
             match self.listener.accept() {
-                Ok((sock, addr)) => {
-                    if sock.set_nonblocking(true).is_err() || sock.set_nodelay(true).is_err() {
-                        continue;
-                    }
-                    let entry = self.accepted.vacant_entry();
-                    self.epoll
-                        .add(&sock, ACCEPTED | entry.key() as u64, interest(false))
-                        .map_err(|e| epoll_failed(self.rank, e))?;
-                    entry.insert(Accepted {
-                        sock,
-                        addr,
-                        turn_since: Instant::now(),
-                        stage: AcceptStage::Hello(Incoming::new()),
-                    });
-                    if self.accepted.len() > self.peers.len() + SPARE_HANDSHAKES {
-                        self.drop_oldest();
-                    }
-                }
+                Ok((sock, addr)) => self.admit(sock, addr)?,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // Out of descriptors and the like: the dialler retries nothing, so say so.
                 Err(e) => {
-                    return Err(PmlError::transport(
-                        self.rank,
-                        format!("accepting a peer's connection failed: {e}"),
-                    ))
+                    if !self.accept_failed(&e)? {
+                        return Ok(());
+                    }
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Handles an accept(2) error other than "none waiting"; returns whether to accept on.
+    fn accept_failed(&mut self, e: &io::Error) -> Result<bool, PmlError> {
+        match e.raw_os_error() {
+            // What accept(2) says to treat like EAGAIN on Linux (a connection that broke,
+            // or a network error, already pending on it), and a firewall's refusal: that
+            // connection is lost, the others are not.
+            Some(
+                libc::EINTR
+                | libc::ECONNABORTED
+                | libc::EPROTO
+                | libc::ENETDOWN
+                | libc::EHOSTUNREACH
+                | libc::ENOPROTOOPT
+                | libc::EHOSTDOWN
+                | libc::ENONET
+                | libc::EOPNOTSUPP
+                | libc::ENETUNREACH
+                | libc::EPERM,
+            ) => Ok(true),
+            // Out of descriptors or memory: the connection stays pending and the listener
+            // ready, so rest instead of spinning (as nginx and libuv do), and say so.
+            Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+                self.epoll
+                    .remove(&self.listener)
+                    .map_err(|e| epoll_failed(self.rank, e))?;
+                self.accepts_paused_until = Some(Instant::now() + ACCEPT_PAUSE);
+                self.accept_pauses += 1;
+                if self.config.verbose && self.accept_pauses.is_power_of_two() {
+                    eprintln!(
+                        "mpirt: rank {}: cannot accept a peer's connection: {e}; trying again \
+                         in {} ms ({} times so far; raise the limit on open files, ulimit -n, \
+                         if this lasts)",
+                        self.rank,
+                        ACCEPT_PAUSE.as_millis(),
+                        self.accept_pauses
+                    );
+                }
+                Ok(false)
+            }
+            _ => Err(PmlError::transport(
+                self.rank,
+                format!("accepting a peer's connection failed: {e}"),
+            )),
+        }
+    }
+
+    /// Watches the listener again once its rest after running out of resources is over.
+    fn resume_accepting(&mut self) -> Result<(), PmlError> {
+        if self
+            .accepts_paused_until
+            .is_some_and(|t| Instant::now() >= t)
+        {
+            self.accepts_paused_until = None;
+            self.epoll
+                .add(&self.listener, LISTENER, interest(false))
+                .map_err(|e| epoll_failed(self.rank, e))?;
+        }
+        Ok(())
+    }
+
+    /// Starts the handshake on a connection just accepted.
+    fn admit(&mut self, sock: TcpStream, addr: SocketAddr) -> Result<(), PmlError> {
+        if sock.set_nonblocking(true).is_err() || sock.set_nodelay(true).is_err() {
+            return Ok(());
+        }
+        let entry = self.accepted.vacant_entry();
+        let key = entry.key();
+        self.epoll
+            .add(&sock, ACCEPTED | key as u64, interest(false))
+            .map_err(|e| epoll_failed(self.rank, e))?;
+        entry.insert(Accepted {
+            sock,
+            addr,
+            turn_since: Instant::now(),
+            stage: AcceptStage::Hello(Incoming::new()),
+        });
+        // A rank's hello usually came with its connection: read it now, so that a genuine
+        // dial is challenged, and safe from eviction, before more strangers crowd in.
+        self.on_accepted(key)?;
+        if self.accepted.len() > self.peers.len() + SPARE_HANDSHAKES {
+            self.evict();
+        }
+        Ok(())
     }
 
     /// Reads what a dialler sent so far and takes its handshake one step on: challenges a
@@ -466,6 +587,7 @@ impl TcpTransport {
         }
         if let Link::Dialled(ours) = &self.peers[from as usize].link {
             let _ = self.epoll.remove(&ours.sock);
+            self.dialling -= 1;
         }
         sock.write_all(&[handshake::TAKEN]).map_err(|e| {
             PmlError::transport(
@@ -483,14 +605,28 @@ impl TcpTransport {
     /// Closes and forgets a connection that failed the handshake, and counts it.
     fn refuse(&mut self, key: usize, why: Refusal) {
         let a = self.accepted.remove(key);
+        if why == Refusal::Crowded && matches!(a.stage, AcceptStage::Proof(..)) {
+            // A challenged dialler may be a rank of the job crowded out by strangers' hellos:
+            // it is told so, to dial again rather than count this as a refusal. Best effort:
+            // a stranger's full socket buffer must not hold the rank up.
+            let _ = (&a.sock).write(&[handshake::CROWDED]);
+        }
         let _ = self.epoll.remove(&a.sock);
         self.refused += 1;
-        if self.config.verbose && (self.refused <= REFUSALS_NAMED || self.refused.is_power_of_two())
+        let kind = std::mem::discriminant(&why);
+        let new_kind = !self.refusal_kinds.contains(&kind);
+        if new_kind {
+            self.refusal_kinds.push(kind);
+        }
+        if self.config.verbose
+            && (self.refused <= REFUSALS_NAMED || self.refused.is_power_of_two() || new_kind)
         {
-            eprintln!(
-                "mpirt: rank {}: refused a connection from {}: {why} ({} refused so far)",
+            // One write (see Engine::new's report), so that the line stays whole.
+            let line = format!(
+                "mpirt: rank {}: refused a connection from {}: {why} ({} refused so far)\n",
                 self.rank, a.addr, self.refused
             );
+            eprint!("{line}");
         }
     }
 
@@ -517,14 +653,16 @@ impl TcpTransport {
         Ok(())
     }
 
-    /// Refuses the connection that has waited longest for its dialler.
-    fn drop_oldest(&mut self) {
-        let oldest = self
+    /// Refuses one connection of too many in the handshake: the one that has waited longest
+    /// for a whole hello (a rank's hello comes with its dial, a silent stranger's never), and
+    /// only where every one has said its hello, the one that has waited longest for a proof.
+    fn evict(&mut self) {
+        let victim = self
             .accepted
             .iter()
-            .min_by_key(|(_, a)| a.turn_since)
+            .min_by_key(|(_, a)| (matches!(a.stage, AcceptStage::Proof(..)), a.turn_since))
             .map(|(key, _)| key);
-        if let Some(key) = oldest {
+        if let Some(key) = victim {
             self.refuse(key, Refusal::Crowded);
         }
     }
@@ -542,7 +680,6 @@ impl TcpTransport {
     /// ourselves, then reads whether the peer took the connection (frames may follow) or
     /// refused it because its own dial wins.
     fn on_dial_answer(&mut self, peer: Rank) -> Result<(), PmlError> {
-        let max_frame = self.staged_frame();
         let limit = self.config.handshake_limit;
         let p = &mut self.peers[peer as usize];
         let Link::Dialled(d) = &mut p.link else {
@@ -550,74 +687,94 @@ impl TcpTransport {
         };
         let verdict = if d.proved_at.is_none() {
             match d.sock.read(d.challenge.rest()) {
-                Ok(0) => None,
+                Ok(0) => Err(DialEnd::DroppedBeforeChallenge),
                 Ok(n) => {
                     d.challenge.got += n;
                     if !d.challenge.complete() {
                         return Ok(());
                     }
-                    let proof = d.hand.answer(&d.challenge.buf).map_err(|why| {
-                        PmlError::transport(
-                            peer,
-                            format!(
-                                "what answers at {} for rank {peer} is not a rank of this job: \
-                                 {why}",
-                                d.addr
-                            ),
-                        )
-                    })?;
-                    if d.sock.write_all(&proof).is_ok() {
-                        d.proved_at = Some(Instant::now());
-                        return Ok(());
+                    match d.hand.answer(&d.challenge.buf) {
+                        Ok(proof) => {
+                            p.redial.challenged();
+                            if d.sock.write_all(&proof).is_ok() {
+                                d.proved_at = Some(Instant::now());
+                                return Ok(());
+                            }
+                            Err(DialEnd::DroppedAfterChallenge { late: false })
+                        }
+                        Err(why) => Err(DialEnd::Impostor(why.to_string())),
                     }
-                    None
                 }
                 Err(e) if not_yet(&e) => return Ok(()),
-                Err(_) => None,
+                Err(_) => Err(DialEnd::DroppedBeforeChallenge),
             }
         } else {
             let mut answer = [0u8; 1];
             match d.sock.read(&mut answer) {
-                Ok(1) => Some(answer[0]),
+                Ok(1) if answer[0] == handshake::TAKEN || answer[0] == handshake::REFUSED => {
+                    Ok(answer[0])
+                }
+                Ok(1) if answer[0] == handshake::CROWDED => Err(DialEnd::Crowded),
                 Err(e) if not_yet(&e) => return Ok(()),
-                Ok(_) | Err(_) => None,
+                // Dropped without a verdict. The peer drops a dialler that let its turn pass
+                // the deadline (we were busy outside the library): then simply dial again.
+                Ok(_) | Err(_) => Err(DialEnd::DroppedAfterChallenge {
+                    late: d.proved_at.is_some_and(|t| t - d.since > limit / 2),
+                }),
             }
         };
+        self.dial_ended(peer, verdict)
+    }
+
+    /// Our dial to `peer` got its verdict, or ended without one.
+    fn dial_ended(&mut self, peer: Rank, verdict: Result<u8, DialEnd>) -> Result<(), PmlError> {
+        let max_frame = self.staged_frame();
+        let p = &mut self.peers[peer as usize];
         let Link::Dialled(d) = std::mem::replace(&mut p.link, Link::AwaitingPeer) else {
-            unreachable!("checked above");
+            unreachable!("only a dial in the handshake ends");
         };
+        self.dialling -= 1;
         match verdict {
-            Some(handshake::TAKEN) => {
-                p.dropped_dials = 0;
+            Ok(handshake::TAKEN) => {
+                p.redial.answered();
                 self.epoll
                     .modify(&d.sock, u64::from(peer), interest(false))
                     .map_err(|e| epoll_failed(peer, e))?;
                 p.link = Link::Connected(Conn::new(d.sock, max_frame));
             }
-            Some(handshake::REFUSED) => {
-                p.dropped_dials = 0;
+            Ok(_) => {
+                p.redial.answered();
                 let _ = self.epoll.remove(&d.sock);
             }
-            _ => {
-                // Dropped without a verdict. The peer drops a dialler that let its turn pass
-                // the deadline (we were busy outside the library): then simply dial again.
+            Err(end) => {
                 let _ = self.epoll.remove(&d.sock);
-                let late = d.proved_at.is_some_and(|t| t - d.since > limit / 2);
-                if !late {
-                    p.dropped_dials += 1;
-                }
-                if p.dropped_dials >= MAX_DROPPED_DIALS {
-                    return Err(PmlError::transport(
-                        peer,
-                        format!(
-                            "rank {peer} at {} closed our connection during the handshake {} \
-                             times in a row (does it run with another job's secret?)",
-                            d.addr, MAX_DROPPED_DIALS
-                        ),
-                    ));
-                }
+                p.redial
+                    .ended(peer, &p.dial, d.at, end, self.config.dial_deadline)
+                    .map_err(|e| PmlError::transport(peer, e))?;
                 p.link = Link::Idle;
             }
+        }
+        Ok(())
+    }
+
+    /// Gives up dials that got no challenge within the handshake deadline where the peer has
+    /// another address: what listens at this one may be silent and no rank of the job. (With
+    /// one address the dial waits: a rank busy outside the library answers when it is back.)
+    fn leave_silent_addresses(&mut self) -> Result<(), PmlError> {
+        let limit = self.config.handshake_limit;
+        let silent: Vec<Rank> = (0..self.peers.len() as Rank)
+            .filter(|&r| {
+                let p = &self.peers[r as usize];
+                let Link::Dialled(d) = &p.link else {
+                    return false;
+                };
+                !d.challenge.complete()
+                    && d.since.elapsed() > limit
+                    && (0..p.dial.len()).any(|i| i != d.at && !p.redial.is_impostor(i))
+            })
+            .collect();
+        for peer in silent {
+            self.dial_ended(peer, Err(DialEnd::Silent))?;
         }
         Ok(())
     }

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! 0                      Header (magic, version, layout, attach counter)
-//! RANK_CTL               local_size × RankCtl   (futex word, sleeping flag, pid, probe address)
+//! RANK_CTL               local_size × RankCtl   (futex word, sleeping flag, pid, probe address,
+//!                                                wake pipe tag)
 //! ring_ctl               n(n-1) × RingCtl       (one consumer tail per ordered pair)
 //! data (page aligned)    n(n-1) × ring_bytes    (ring data, sender-major)
 //! ```
@@ -24,7 +25,7 @@ use super::ring::RingCtl;
 use crate::shared_mapping::SharedMapping;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"mpirtshm");
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
 const PAGE: usize = 4096;
 const RANK_CTL: usize = 128;
 
@@ -62,6 +63,9 @@ pub(crate) struct RankCtl {
     pub(crate) pid: AtomicI32,
     /// Address in this rank of a known word, for peers to test remote reads on.
     pub(crate) probe_addr: AtomicU64,
+    /// The random part of this rank's wake pipe's name once it made one, else 0 (see
+    /// `wake_pipe.rs`): the segment is the job's alone, so the name is too.
+    pub(crate) wake_tag: AtomicU64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

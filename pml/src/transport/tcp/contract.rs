@@ -22,6 +22,9 @@ const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// genuine rank answers within a progress round, and one busy outside the library longer
 /// than this only dials again; a stranger holds a socket no longer.
 const TCP_HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
+/// How long a peer may keep closing our dials before challenging us before that is an error:
+/// long enough to outlast a flood of strangers' connections that crowds the peer.
+const TCP_DIAL_DEADLINE: Duration = Duration::from_secs(60);
 
 fn failed(e: String) -> EngineError {
     EngineError::Transport(format!("TCP: {e}"))
@@ -39,6 +42,7 @@ impl TcpTransport {
             max_staged_payload: job.config.tcp_eager_limit,
             connect_timeout: TCP_CONNECT_TIMEOUT,
             handshake_limit: TCP_HANDSHAKE_LIMIT,
+            dial_deadline: TCP_DIAL_DEADLINE,
             verbose: job.config.verbose,
         };
         let secret = job.wireup.job_secret().map_err(EngineError::Wireup)?;

@@ -40,6 +40,10 @@ pub const PROOF_LEN: usize = MAC_LEN;
 pub const TAKEN: u8 = 1;
 /// Or: the acceptor's own dial to the dialler wins (the lower rank's does), which it awaits.
 pub const REFUSED: u8 = 2;
+/// Or: the acceptor challenged this dial and then evicted it from too many connections in the
+/// handshake at once (strangers can say hellos: a hello holds no secret). The dialler dials
+/// again after a pause; it is not a refusal of the dialler.
+pub const CROWDED: u8 = 3;
 
 const ACCEPTOR_LABEL: &[u8] = b"mpirt tcp acceptor v1";
 const DIALLER_LABEL: &[u8] = b"mpirt tcp dialler v1";
@@ -60,7 +64,8 @@ pub enum Refusal {
     Silent,
     /// The other side closed the connection before the handshake ended.
     Closed,
-    /// It was the oldest of too many connections in the handshake at once.
+    /// It was evicted from too many connections in the handshake at once (those that have
+    /// not said a whole hello go first).
     Crowded,
 }
 
@@ -78,7 +83,7 @@ impl fmt::Display for Refusal {
             Refusal::Closed => write!(f, "closed in the middle of the handshake"),
             Refusal::Crowded => write!(
                 f,
-                "the oldest of too many connections in the handshake at once"
+                "evicted from too many connections in the handshake at once"
             ),
         }
     }
@@ -206,19 +211,7 @@ impl Challenged {
 /// A fresh nonce from the kernel's random source.
 pub fn nonce() -> std::io::Result<Nonce> {
     let mut n = [0u8; 16];
-    let mut got = 0;
-    while got < n.len() {
-        // SAFETY: the buffer is valid for writes of the `n.len() - got` bytes from `got`.
-        let r = unsafe { libc::getrandom(n[got..].as_mut_ptr().cast(), n.len() - got, 0) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-            continue;
-        }
-        got += r as usize;
-    }
+    crate::random::fill(&mut n)?;
     Ok(n)
 }
 

@@ -1,8 +1,8 @@
 //! The transport between real sockets on loopback, several ranks in one process: crossing
 //! dials, framing, DATA read in place, and what broken or foreign peers get.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -64,6 +64,8 @@ impl Sink for Recorder {
 const SECRET: JobSecret = [0x42; 32];
 /// How long a test rank lets a dialler take over a turn of the handshake.
 const HANDSHAKE_LIMIT: Duration = Duration::from_secs(1);
+/// How long a test rank redials a peer that keeps closing its dials before a challenge.
+const DIAL_DEADLINE: Duration = Duration::from_secs(2);
 
 fn config() -> TcpConfig {
     TcpConfig {
@@ -71,6 +73,7 @@ fn config() -> TcpConfig {
         max_staged_payload: 4096,
         connect_timeout: Duration::from_secs(2),
         handshake_limit: HANDSHAKE_LIMIT,
+        dial_deadline: DIAL_DEADLINE,
         verbose: false,
     }
 }
@@ -464,7 +467,7 @@ fn a_flood_of_strangers_is_bounded_and_ranks_still_connect() {
         assert!(Instant::now() < deadline, "the flood was never bounded");
     }
     assert!(ts[0].accepted.len() <= 2 + SPARE_HANDSHAKES);
-    // The oldest went first.
+    // The oldest of those that said no hello went first.
     closed_unanswered(&mut ts, &mut strangers[0]);
     send_whole(&mut ts, &mut sinks, 1, 0, &opaque(1, 100));
     poll_until(&mut ts, &mut sinks, |s| s[0].frames.len() == 1);
@@ -472,30 +475,242 @@ fn a_flood_of_strangers_is_bounded_and_ranks_still_connect() {
     close(ts);
 }
 
-/// A listener that plays rank 1 for rank 0's dials: it answers each hello with `answer`.
-fn fake_acceptor(
-    answer: impl Fn(&[u8; handshake::HELLO_LEN]) -> Vec<u8> + Send + 'static,
-) -> (String, std::thread::JoinHandle<()>) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = format!("{} 127.0.0.1/8", listener.local_addr().unwrap().port());
-    let serve = std::thread::spawn(move || {
-        for s in listener.incoming().take(MAX_DROPPED_DIALS as usize) {
-            let mut s = s.unwrap();
-            let mut hello = [0u8; handshake::HELLO_LEN];
-            if s.read_exact(&mut hello).is_err() {
-                return;
-            }
-            let _ = s.write_all(&answer(&hello));
-        }
-    });
-    (endpoint, serve)
+/// Strangers can say hellos that name a rank of the job (a hello holds no secret) and be
+/// challenged: past the handshakes a rank keeps, the oldest challenged dial is evicted, and it
+/// is told it was crowded out, so that a genuine rank dials again instead of taking it as a
+/// refusal.
+#[test]
+fn a_dial_evicted_after_its_challenge_is_told_it_was_crowded() {
+    let mut ts = ranks(2);
+    let mut genuine = dial_rank_0(&ts);
+    let (_, hello) = Dialler::new(&SECRET, 1, 0, handshake::nonce().unwrap());
+    genuine.write_all(&hello).unwrap();
+    let mut challenge = [0u8; CHALLENGE_LEN];
+    assert!(read_polling(&mut ts, &mut genuine, &mut challenge));
+    // It has not proved itself yet when strangers' hellos crowd in.
+    let mut strangers = Vec::new();
+    for _ in 0..2 + SPARE_HANDSHAKES {
+        let mut s = dial_rank_0(&ts);
+        let (_, hello) = Dialler::new(&[0x43; 32], 1, 0, handshake::nonce().unwrap());
+        s.write_all(&hello).unwrap();
+        strangers.push(s);
+    }
+    let mut verdict = [0u8];
+    assert!(
+        read_polling(&mut ts, &mut genuine, &mut verdict),
+        "the evicted dial was closed without a word"
+    );
+    assert_eq!(verdict[0], handshake::CROWDED);
+    assert!(ts[0].accepted.len() <= 2 + SPARE_HANDSHAKES);
+    drop(strangers);
+    close(ts);
 }
 
+/// A genuine dial among bursts of silent strangers, more of them than the handshakes a rank
+/// keeps, that arrive while the rank is not polling: it is challenged as soon as accepted, so
+/// the strangers are the ones evicted, and it connects at its first try.
+#[test]
+fn a_rank_dialling_into_a_flood_of_strangers_still_connects() {
+    let mut ts = ranks(2);
+    let mut sinks = [Recorder::default(), Recorder::default()];
+    let mut strangers = std::collections::VecDeque::new();
+    let mut burst = |ts: &[TcpTransport], n: usize| {
+        for i in 0..n {
+            let mut s = dial_rank_0(ts);
+            if i % 10 == 9 {
+                // Some say something that is no hello, and are refused at once.
+                let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\n");
+            }
+            strangers.push_back(s);
+        }
+        while strangers.len() > 400 {
+            strangers.pop_front();
+        }
+    };
+    let frame = opaque(1, 100);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        burst(&ts, 20);
+        // Rank 1 dials (or sends, once connected) between the bursts.
+        if ts[1].send(0, &frame[..8], &frame[8..]).unwrap() == Sent::Whole {
+            break;
+        }
+        burst(&ts, 2 + SPARE_HANDSHAKES + 20);
+        // Enough polls to accept the bursts (a poll accepts a bounded number).
+        for _ in 0..(2 + SPARE_HANDSHAKES + 40) / ACCEPTS_PER_POLL + 1 {
+            ts[0].poll(&mut sinks[0]).unwrap();
+        }
+        ts[1].poll(&mut sinks[1]).unwrap();
+        assert!(Instant::now() < deadline, "rank 1 never got through");
+    }
+    poll_until(&mut ts, &mut sinks, |s| s[0].frames.len() == 1);
+    assert!(ts[0].refused() > 0, "no stranger was turned away");
+    assert!(ts[0].accepted.len() <= 2 + SPARE_HANDSHAKES);
+    assert_eq!(ts[1].peers[0].redial.next, 0, "rank 1 had to dial again");
+    drop(strangers);
+    close(ts);
+}
+
+#[test]
+fn accept_errors_of_one_connection_are_passed_over_and_running_out_of_descriptors_rests() {
+    let mut ts = ranks(2);
+    for errno in [
+        libc::EINTR,
+        libc::ECONNABORTED,
+        libc::EPROTO,
+        libc::ENETDOWN,
+        libc::EHOSTUNREACH,
+        libc::ENOPROTOOPT,
+        libc::EHOSTDOWN,
+        libc::ENONET,
+        libc::EOPNOTSUPP,
+        libc::ENETUNREACH,
+        libc::EPERM,
+    ] {
+        let e = io::Error::from_raw_os_error(errno);
+        assert!(ts[0].accept_failed(&e).unwrap(), "{e}");
+    }
+    assert!(ts[0].accepts_paused_until.is_none());
+    // Out of descriptors: the listener rests, so a pending connection cannot make the
+    // rank's waits return at once (and spin) meanwhile.
+    for errno in [libc::EMFILE, libc::ENFILE] {
+        let mut ts = ranks(2);
+        let mut sinks = [Recorder::default(), Recorder::default()];
+        let e = io::Error::from_raw_os_error(errno);
+        assert!(!ts[0].accept_failed(&e).unwrap(), "{e}");
+        let _pending = dial_rank_0(&ts);
+        let mut ready = Vec::new();
+        ts[0].epoll.wait(Duration::ZERO, &mut ready).unwrap();
+        assert!(
+            !ready.iter().any(|r| r.token == LISTENER),
+            "the listener was watched while resting"
+        );
+        // After the rest, rank 1 still connects.
+        send_whole(&mut ts, &mut sinks, 1, 0, &opaque(1, 100));
+        poll_until(&mut ts, &mut sinks, |s| s[0].frames.len() == 1);
+        assert!(ts[0].accepts_paused_until.is_none());
+        close(ts);
+    }
+    let e = ts[0]
+        .accept_failed(&io::Error::from_raw_os_error(libc::EBADF))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("rank 0") && e.contains("accepting a peer's connection failed"),
+        "{e}"
+    );
+    close(ts);
+}
+
+/// Connections made while a rank computes outside the library wait in its listener's queue,
+/// which takes more of them than a rank keeps in the handshake: strangers' connections made
+/// meanwhile do not make a rank's dial time out.
+#[test]
+fn a_rank_not_polling_queues_more_connections_than_std_would() {
+    let somaxconn: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    let want = 600.min(somaxconn);
+    if want <= 128 + 1 {
+        println!("SKIPPED: net.core.somaxconn is {somaxconn}, no more than std's backlog");
+        return;
+    }
+    let ts = ranks(2);
+    let port = ts[0].listener.local_addr().unwrap().port();
+    let target = SocketAddr::from(([127, 0, 0, 1], port));
+    let queued: Vec<TcpStream> = (0..want)
+        .map(|i| {
+            TcpStream::connect_timeout(&target, Duration::from_secs(2))
+                .unwrap_or_else(|e| panic!("connection {i} of {want}: {e}"))
+        })
+        .collect();
+    assert_eq!(queued.len(), want);
+    close(ts);
+}
+
+/// A listener that plays rank 1 for rank 0's dials: it reads each hello and answers the
+/// `n`th connection (from 0) as `answer` says, until dropped.
+struct FakeAcceptor {
+    addr: SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    serve: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What a fake acceptor does with a connection after reading its hello.
+enum Answer {
+    /// Writes these bytes, then closes.
+    Bytes(Vec<u8>),
+    /// The whole handshake, knowing this secret: challenge, check the proof, take it.
+    Genuine(JobSecret),
+    /// Holds the connection open, saying nothing.
+    Silent,
+}
+
+impl FakeAcceptor {
+    fn new(answer: impl Fn(usize, &[u8; handshake::HELLO_LEN]) -> Answer + Send + 'static) -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let serve = std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for (n, s) in listener.incoming().enumerate() {
+                if stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
+                let mut s = s.unwrap();
+                let mut hello = [0u8; handshake::HELLO_LEN];
+                if s.read_exact(&mut hello).is_err() {
+                    continue;
+                }
+                match answer(n, &hello) {
+                    Answer::Bytes(b) => {
+                        let _ = s.write_all(&b);
+                    }
+                    Answer::Genuine(secret) => {
+                        let (challenged, ch) =
+                            handshake::challenge(&secret, 1, 2, &hello, [4; 16]).unwrap();
+                        let mut proof = [0u8; handshake::PROOF_LEN];
+                        s.write_all(&ch).unwrap();
+                        s.read_exact(&mut proof).unwrap();
+                        assert_eq!(challenged.check(&secret, &proof), Ok(0));
+                        s.write_all(&[handshake::TAKEN]).unwrap();
+                        held.push(s);
+                    }
+                    Answer::Silent => held.push(s),
+                }
+            }
+        });
+        FakeAcceptor {
+            addr,
+            stop,
+            serve: Some(serve),
+        }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("{} 127.0.0.1/8", self.addr.port())
+    }
+}
+
+impl Drop for FakeAcceptor {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        // Wakes its accept.
+        let _ = TcpStream::connect(self.addr);
+        if let Some(serve) = self.serve.take() {
+            let _ = serve.join();
+        }
+    }
+}
+
+/// Rank 0 of 2 whose rank 1 is at `endpoint`, sending it a frame until that fails.
 fn dial_until_error(endpoint: &str) -> String {
     let mut t = TcpTransport::new(0, 2, &SECRET, config()).unwrap();
     t.add_peer(1, endpoint, true).unwrap();
     let mut sink = Recorder::default();
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Err(e) = t
             .send(1, &opaque(1, 8), &[])
@@ -509,29 +724,108 @@ fn dial_until_error(endpoint: &str) -> String {
 
 #[test]
 fn a_dialled_process_that_cannot_prove_the_secret_is_a_named_error() {
-    let (endpoint, serve) = fake_acceptor(|hello| {
+    let fake = FakeAcceptor::new(|_, hello| {
         let (challenged, challenge) =
             handshake::challenge(&[0x43; 32], 1, 2, hello, [4; 16]).unwrap();
         assert_eq!(challenged.from, 0);
-        challenge.to_vec()
+        Answer::Bytes(challenge.to_vec())
     });
-    let e = dial_until_error(&endpoint);
+    let e = dial_until_error(&fake.endpoint());
     assert!(
         e.contains("for rank 1 is not a rank of this job") && e.contains("wrong proof"),
         "{e}"
     );
-    drop(serve);
 }
 
 #[test]
-fn a_peer_that_keeps_dropping_our_dial_is_a_named_error() {
-    let (endpoint, serve) = fake_acceptor(|_| Vec::new());
-    let e = dial_until_error(&endpoint);
+fn a_peer_that_keeps_dropping_our_dial_after_its_challenge_is_a_named_error() {
+    let fake = FakeAcceptor::new(|_, hello| {
+        let (_, challenge) = handshake::challenge(&SECRET, 1, 2, hello, [4; 16]).unwrap();
+        Answer::Bytes(challenge.to_vec())
+    });
+    let e = dial_until_error(&fake.endpoint());
     assert!(
-        e.contains("closed our connection during the handshake 3 times"),
+        e.contains(&format!(
+            "rank 1 at {} closed our connection after challenging us 3 times",
+            fake.addr
+        )),
         "{e}"
     );
-    serve.join().unwrap();
+}
+
+#[test]
+fn a_peer_that_keeps_dropping_our_dial_before_its_challenge_is_a_named_error_in_time() {
+    let fake = FakeAcceptor::new(|_, _| Answer::Bytes(Vec::new()));
+    let started = Instant::now();
+    let e = dial_until_error(&fake.endpoint());
+    assert!(
+        e.contains(&format!(
+            "rank 1 at {} closed our connection before challenging us",
+            fake.addr
+        )),
+        "{e}"
+    );
+    // Many drops, none of which alone ended the dialling.
+    let times: u32 = e
+        .split(" times in ")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(times > redial::MAX_DROPPED_DIALS, "{e}");
+    assert!(
+        started.elapsed() >= DIAL_DEADLINE,
+        "gave up before the deadline: {e}"
+    );
+}
+
+#[test]
+fn a_dial_dropped_before_its_challenge_is_dialled_again() {
+    // A peer crowded by strangers evicts our first dials before it challenges them.
+    let fake = FakeAcceptor::new(|n, _| {
+        if n < 5 {
+            Answer::Bytes(Vec::new())
+        } else {
+            Answer::Genuine(SECRET)
+        }
+    });
+    let mut t = TcpTransport::new(0, 2, &SECRET, config()).unwrap();
+    t.add_peer(1, &fake.endpoint(), true).unwrap();
+    let mut sink = Recorder::default();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while t.connections() == 0 {
+        t.send(1, &opaque(1, 8), &[]).unwrap();
+        t.poll(&mut sink).unwrap();
+        assert!(Instant::now() < deadline, "never connected");
+    }
+    assert_eq!(t.refused(), 0);
+    t.say_goodbye();
+    drop(fake);
+}
+
+/// Something that is no rank of the job listens at rank 1's first address: rank 0 still
+/// reaches rank 1 at its second, whether the first answers with a wrong challenge, closes
+/// every dial, or says nothing.
+#[test]
+fn an_impostor_at_one_address_does_not_hide_the_peer_at_another() {
+    let impostors = [
+        FakeAcceptor::new(|_, hello| {
+            let (_, challenge) = handshake::challenge(&[0x43; 32], 1, 2, hello, [4; 16]).unwrap();
+            Answer::Bytes(challenge.to_vec())
+        }),
+        FakeAcceptor::new(|_, _| Answer::Bytes(Vec::new())),
+        FakeAcceptor::new(|_, _| Answer::Silent),
+    ];
+    for impostor in &impostors {
+        let mut ts = ranks(2);
+        let mut sinks = [Recorder::default(), Recorder::default()];
+        let genuine = ts[0].peers[1].dial[0];
+        ts[0].peers[1].dial = vec![impostor.addr, genuine];
+        send_whole(&mut ts, &mut sinks, 0, 1, &opaque(1, 100));
+        poll_until(&mut ts, &mut sinks, |s| s[1].frames.len() == 1);
+        assert_eq!(ts[0].connections(), 1);
+        close(ts);
+    }
 }
 
 #[test]
