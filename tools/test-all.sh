@@ -62,7 +62,9 @@ cargo build -p launcher
 cargo test --workspace --lib
 cargo test -p pml --tests
 cargo test -p launcher --test launch --test kvs
-cargo test -p mpirt --test p2p --test collectives --test topology
+cargo test -p mpirt --test p2p --test collectives --test topology --test datatypes
+# The `complex` feature's Equivalence for num-complex's numbers.
+cargo test -p mpirt --features complex --lib datatype
 
 # The README's quick start, in a new crate outside the workspace (see the script).
 echo "== README quick start"
@@ -81,7 +83,7 @@ cargo test --release -p mpirt --features ucx --lib
 for tls in tcp sm,self; do
     echo "== UCX PML: mpirt's p2p and collectives suites on --pml ucx, UCX_TLS=$tls"
     UCX_TLS=$tls MPIRT_TEST_PML=ucx cargo test --release -p mpirt --features ucx \
-        --test p2p --test collectives
+        --test p2p --test collectives --test datatypes
 done
 # Brings the 4 test hosts up with ssh-hosts $1; prints 1 when this did (the caller then takes
 # them down again), nothing when someone else had them up (used as they are, left up). Hosts

@@ -9,6 +9,7 @@ use pml::Pml;
 use crate::attribute::{Attributes, CommAttribute};
 use crate::collective::{self, AreaSlot};
 use crate::context::{self, ContextLease, Proposal};
+use crate::datatype::{pack, Buffer, BufferMut, UncommittedDatatype};
 use crate::environment::{self, with_engine};
 use crate::error::{or_fatal, Cause, Error};
 use crate::group::Group;
@@ -349,6 +350,51 @@ pub trait Communicator {
     /// Any process of the communicator, as the source of a wildcard receive.
     fn any_process(&self) -> AnyProcess<'_> {
         AnyProcess { comm: self.data() }
+    }
+
+    /// Bytes `count` elements of `datatype` take packed (`MPI_Pack_size`).
+    fn pack_size<D: UncommittedDatatype>(&self, count: Count, datatype: &D) -> Count
+    where
+        Self: Sized,
+    {
+        pack::pack_size(count, datatype)
+    }
+
+    /// `buf`'s elements packed into a new vector (`MPI_Pack`): the bytes a message of them
+    /// carries, padding and gaps left out.
+    fn pack<B: Buffer + ?Sized>(&self, buf: &B) -> Vec<u8>
+    where
+        Self: Sized,
+    {
+        let mut out = vec![0u8; buf.byte_len()];
+        or_fatal(pack::pack_into(buf, &mut out, 0));
+        out
+    }
+
+    /// Packs `buf` into `out` from `position`; returns the position after it.
+    fn pack_into<B: Buffer + ?Sized>(&self, buf: &B, out: &mut [u8], position: Count) -> Count
+    where
+        Self: Sized,
+    {
+        or_fatal(pack::pack_into(buf, out, position))
+    }
+
+    /// Unpacks `packed` from `position` into `buf` (`MPI_Unpack`); returns the position after
+    /// what it took.
+    ///
+    /// # Safety
+    /// Kept `unsafe` as in rsmpi; mpirt checks the bounds of `packed` and the values of
+    /// checked types (`bool`, `char`), so a bad input is an error, not undefined behaviour.
+    unsafe fn unpack_into<B: BufferMut + ?Sized>(
+        &self,
+        packed: &[u8],
+        buf: &mut B,
+        position: Count,
+    ) -> Count
+    where
+        Self: Sized,
+    {
+        or_fatal(pack::unpack_into(packed, buf, position))
     }
 
     /// This process.

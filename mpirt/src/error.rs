@@ -69,6 +69,14 @@ pub enum Cause {
         send: &'static str,
         receive: &'static str,
     },
+    /// Packed bytes that do not fit the buffer given for them (`pack_into`), or a buffer
+    /// that asks for more than the packed bytes hold (`unpack_into`).
+    PackOverflow { needed: usize, room: usize },
+    /// A datatype used after the user datatype it came from was dropped.
+    FreedDatatype { type_name: &'static str },
+    /// The send and the receive datatypes' signatures (their basic elements, in order)
+    /// differ at this element.
+    SignatureMismatch { element: usize },
     /// A built-in reduction that is not defined for the element type (`sum` of `bool`, ...).
     UnsupportedOperation {
         operation: &'static str,
@@ -199,6 +207,19 @@ impl fmt::Display for Cause {
             Cause::TypeMismatch { send, receive } => write!(
                 f,
                 "the send buffer holds {send} elements but the receive buffer {receive}"
+            ),
+            Cause::PackOverflow { needed, room } => write!(
+                f,
+                "{needed} bytes are needed from the packed buffer's start, which holds {room}"
+            ),
+            Cause::FreedDatatype { type_name } => write!(
+                f,
+                "the {type_name} was freed (its UserDatatype dropped) before this use"
+            ),
+            Cause::SignatureMismatch { element } => write!(
+                f,
+                "the send and receive datatypes' signatures differ at basic element {element} \
+                 (their element kinds in order must be the same)"
             ),
             Cause::UnsupportedOperation {
                 operation,

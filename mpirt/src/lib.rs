@@ -77,6 +77,7 @@ pub mod traits;
 /// rsmpi's name for the communicator module.
 pub use communicator as topology;
 pub use communicator::Rank;
+pub use datatype::Address;
 pub use environment::{
     initialize, initialize_with_threading, is_finalized, is_initialized, time, time_resolution,
     Threading, Universe,
@@ -94,9 +95,12 @@ pub use error::{Error, MpiError};
 pub use pml::TrackingAllocator;
 pub use point_to_point::{Count, Tag};
 
-/// `#[derive(Equivalence)]` for `#[repr(C)]` structs of `Equivalence` fields without padding.
-/// The code it generates names this crate as the deriving crate's manifest does: `mpi` in a
-/// program ported from rsmpi that depends on `mpi = { package = "mpirt", ... }`.
+/// `#[derive(Equivalence)]` for structs of `Equivalence` fields, `#[repr(C)]` or not, as
+/// rsmpi accepts them. The datatype comes from the fields' offsets: padding is never read or
+/// sent (uninitialized bytes do not cross the wire), a struct whose fields lie back to back is
+/// sent as it lies, and one with gaps is packed. The code it generates names this crate as the
+/// deriving crate's manifest does: `mpi` in a program ported from rsmpi that depends on
+/// `mpi = { package = "mpirt", ... }`.
 ///
 /// ```
 /// use mpirt::traits::*;
@@ -108,31 +112,15 @@ pub use point_to_point::{Count, Tag};
 ///     id: u64,
 /// }
 /// assert_eq!(Particle::equivalent_datatype().size(), 32);
-/// ```
 ///
-/// A struct with padding would send uninitialized bytes, so it does not compile:
-///
-/// ```compile_fail,E0080
-/// use mpirt::traits::*;
-///
+/// // 7 bytes of padding after `small`: 9 bytes of data a struct.
 /// #[derive(Equivalence)]
-/// #[repr(C)]
 /// struct Padded {
 ///     small: u8,
 ///     large: u64,
 /// }
-/// ```
-///
-/// Nor does one without `#[repr(C)]`, whose layout Rust may change:
-///
-/// ```compile_fail
-/// use mpirt::traits::*;
-///
-/// #[derive(Equivalence)]
-/// struct Unordered {
-///     a: u64,
-///     b: u64,
-/// }
+/// assert_eq!(Padded::equivalent_datatype().size(), 9);
+/// assert!(!Padded::equivalent_datatype().is_contiguous());
 /// ```
 ///
 /// Generic structs are refused too (implement `Equivalence` by hand for those):

@@ -4,14 +4,15 @@
 //! Sends without a tag use tag 0; receives without a tag take any (user) tag. Every operation
 //! has a `try_` twin that returns the error instead of ending the job.
 
-use std::mem::{size_of, MaybeUninit};
+use std::mem::MaybeUninit;
+use std::sync::Arc;
 
 use pml::RecvBuf;
 use pml::{Done, Handle, Pml, SendMode, SourceSel, Started, TagSel};
 
 use crate::backend::MessageHandle;
 use crate::communicator::{AnyProcess, CommData, Process, Rank};
-use crate::datatype::{Buffer, BufferMut, Datatype, Equivalence};
+use crate::datatype::{datatype_of, Buffer, BufferMut, Datatype, Equivalence, Layout};
 use crate::environment::with_engine;
 use crate::error::{or_fatal, Cause, Error};
 use crate::request::{Lent, Request, Scope};
@@ -178,6 +179,10 @@ pub(crate) enum Landing {
     /// Into a staging buffer, checked before the user's buffer sees it; boxed, so that only
     /// receives of checked types pay for its size.
     Staged(Box<Staging>),
+    /// Not a receive's: an immediate send's packed copy of a non-contiguous buffer, kept
+    /// until the send completes.
+    #[allow(dead_code)] // Held, not read: it owns the bytes the engine sends from.
+    Packed(Vec<u8>),
 }
 
 pub(crate) struct Staging {
@@ -185,32 +190,58 @@ pub(crate) struct Staging {
     bytes: Vec<u8>,
     /// The user's buffer, where checked bytes go.
     destination: *mut u8,
+    /// How they go there, for a datatype whose elements are not one run of bytes: unpacked
+    /// into its blocks, leaving the bytes between them as they were.
+    layout: Option<Arc<Layout>>,
 }
 
 impl RecvSlot {
+    /// A slot for `len` bytes of packed elements of `datatype`.
+    ///
     /// # Safety
-    /// `ptr` must be valid for writes of `len` bytes until the slot (or the [`Landing`] it
+    /// `ptr` must be valid for writes of the span of `len / datatype.size()` elements of
+    /// `datatype` (`len` bytes for a contiguous one) until the slot (or the [`Landing`] it
     /// becomes) is finished or dropped, and bytes that pass `datatype`'s check must make
     /// valid values there.
     #[inline]
-    pub(crate) unsafe fn new(ptr: *mut u8, len: usize, datatype: Datatype) -> RecvSlot {
-        let landing = if datatype.needs_check() {
-            Landing::Staged(Box::new(Staging {
-                datatype,
-                bytes: vec![0u8; len],
-                destination: ptr,
-            }))
-        } else {
-            Landing::Direct {
-                element: datatype.size(),
-                type_name: datatype.name(),
-            }
+    pub(crate) unsafe fn new(
+        ptr: *mut u8,
+        len: usize,
+        datatype: Datatype,
+    ) -> Result<RecvSlot, Cause> {
+        if datatype.needs_check() || !datatype.is_contiguous() {
+            // SAFETY: forwarded from this function's contract.
+            return unsafe { RecvSlot::staged(ptr, len, datatype) };
+        }
+        let landing = Landing::Direct {
+            element: datatype.size(),
+            type_name: datatype.name(),
         };
-        RecvSlot { ptr, len, landing }
+        Ok(RecvSlot { ptr, len, landing })
+    }
+
+    /// [`new`](Self::new) for a type that lands in a staging buffer: kept out of the way of
+    /// receives of plain contiguous types, which every message of numbers is.
+    ///
+    /// # Safety
+    /// As for [`new`](Self::new).
+    #[cold]
+    unsafe fn staged(ptr: *mut u8, len: usize, datatype: Datatype) -> Result<RecvSlot, Cause> {
+        let layout = match datatype.is_contiguous() {
+            true => None,
+            false => Some(datatype.layout()?),
+        };
+        let landing = Landing::Staged(Box::new(Staging {
+            datatype,
+            bytes: vec![0u8; len],
+            destination: ptr,
+            layout,
+        }));
+        Ok(RecvSlot { ptr, len, landing })
     }
 
     #[inline]
-    fn for_buffer<B: BufferMut + ?Sized>(buf: &mut B) -> RecvSlot {
+    fn for_buffer<B: BufferMut + ?Sized>(buf: &mut B) -> Result<RecvSlot, Cause> {
         let (len, datatype) = (buf.byte_len(), buf.datatype());
         // SAFETY: `BufferMut` promises the pointer is valid for writes of `byte_len()` bytes
         // while the buffer is borrowed. Blocking receives finish the slot within their borrow
@@ -226,7 +257,7 @@ impl RecvSlot {
     pub(crate) fn target(&mut self) -> (*mut u8, usize) {
         match &mut self.landing {
             Landing::Staged(staging) => (staging.bytes.as_mut_ptr(), self.len),
-            Landing::Direct { .. } => (self.ptr, self.len),
+            Landing::Direct { .. } | Landing::Packed(_) => (self.ptr, self.len),
         }
     }
 
@@ -253,6 +284,7 @@ impl Landing {
             Landing::Direct { element, type_name } => {
                 whole_elements(status.len, Datatype::plain(*element, type_name))?;
             }
+            Landing::Packed(_) => unreachable!("a send completed as a receive"),
             Landing::Staged(staging) => {
                 let datatype = staging.datatype;
                 whole_elements(status.len, datatype)?;
@@ -262,16 +294,26 @@ impl Landing {
                         type_name: datatype.name(),
                     });
                 }
-                // SAFETY: `RecvSlot::new`'s caller made `destination` valid for as many bytes
-                // as the staging buffer holds, `status.len` is at most that (longer messages
-                // fail as truncated), and the staging buffer is a separate allocation.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        arrived.as_ptr(),
-                        staging.destination,
-                        arrived.len(),
-                    )
-                };
+                match &staging.layout {
+                    // SAFETY: `RecvSlot::new`'s caller made `destination` valid for the span
+                    // of the elements the staging buffer holds, and `arrived` is at most
+                    // that many elements' packed bytes.
+                    Some(layout) => unsafe {
+                        let count = staging.bytes.len() / datatype.size().max(1);
+                        layout.unpack(count, staging.destination, arrived)
+                    },
+                    // SAFETY: `RecvSlot::new`'s caller made `destination` valid for as many
+                    // bytes as the staging buffer holds, `status.len` is at most that (longer
+                    // messages fail as truncated), and the staging buffer is a separate
+                    // allocation.
+                    None => unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            arrived.as_ptr(),
+                            staging.destination,
+                            arrived.len(),
+                        )
+                    },
+                }
             }
         }
         Ok(Status::from_pml(status))
@@ -311,17 +353,80 @@ pub(crate) unsafe fn start_receive(
     with_engine(|e| unsafe { e.start_recv(comm.context, source, tag, ptr, len) })
 }
 
-/// Posts a send of `buf` to `dest`.
+/// The bytes a send puts on the wire: the buffer's own, or a packed copy of a buffer whose
+/// datatype has gaps (a vector, a struct with padding), which the send must keep until it
+/// completes.
+///
+/// The copy is made once, here, and handed to the engine as any contiguous message; the
+/// engine's zero-copy paths (CMA iovecs, verbs scatter-gather, UCX iov datatypes) do not yet
+/// read the blocks in place (see ARCHITECTURE.md).
+pub(crate) struct Outgoing {
+    ptr: *const u8,
+    len: usize,
+    packed: Option<Vec<u8>>,
+}
+
+impl Outgoing {
+    /// What sending `buf` puts on the wire.
+    #[inline]
+    pub(crate) fn of<B: Buffer + ?Sized>(buf: &B) -> Result<Outgoing, Cause> {
+        let datatype = buf.datatype();
+        if !datatype.is_contiguous() {
+            // SAFETY: `Buffer` makes the pointer valid for the span of `count()` elements of
+            // its datatype (checked where a view is made), initialized where the blocks lie.
+            return unsafe { Outgoing::packed(buf.pointer(), buf.count(), datatype) };
+        }
+        Ok(Outgoing {
+            ptr: buf.pointer(),
+            len: buf.byte_len(),
+            packed: None,
+        })
+    }
+
+    /// `count` elements of `datatype` at `ptr`, packed: kept out of the way of sends of plain
+    /// contiguous types.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of the span of `count` elements of `datatype`,
+    /// initialized where its blocks lie.
+    #[cold]
+    unsafe fn packed(ptr: *const u8, count: usize, datatype: Datatype) -> Result<Outgoing, Cause> {
+        let layout = datatype.layout()?;
+        let mut packed = vec![0u8; count * datatype.size()];
+        // SAFETY: forwarded from this function's contract.
+        unsafe { layout.pack(count, ptr, &mut packed) };
+        Ok(Outgoing {
+            ptr: packed.as_ptr(),
+            len: packed.len(),
+            packed: Some(packed),
+        })
+    }
+
+    /// The bytes, for a copy of them.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: the packed copy, or a `Buffer`'s contiguous bytes, borrowed while the
+        // `Outgoing` made from it lives.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// What an immediate send keeps until it completes: the packed copy, if any.
+    pub(crate) fn into_kept(self) -> Option<Landing> {
+        self.packed.map(Landing::Packed)
+    }
+}
+
+/// Posts a send of `out` to `dest`.
 ///
 /// # Safety
-/// `buf` must stay borrowed (unchanged, not freed) until the returned request completes.
+/// `out`, and the buffer it was made from, must stay alive and unchanged until the returned
+/// request completes.
 #[inline]
-pub(crate) unsafe fn post_send<B: Buffer + ?Sized>(
+pub(crate) unsafe fn post_send(
     comm: &CommData,
     dest: Rank,
     tag: Tag,
     mode: SendMode,
-    buf: &B,
+    buf: &Outgoing,
 ) -> Result<Handle, Cause> {
     // SAFETY: forwarded from this function's contract.
     unsafe { post_send_as(comm, dest, tag, mode, buf, false) }
@@ -333,12 +438,12 @@ pub(crate) unsafe fn post_send<B: Buffer + ?Sized>(
 /// # Safety
 /// As for [`post_send`].
 #[inline]
-pub(crate) unsafe fn post_awaited_send<B: Buffer + ?Sized>(
+pub(crate) unsafe fn post_awaited_send(
     comm: &CommData,
     dest: Rank,
     tag: Tag,
     mode: SendMode,
-    buf: &B,
+    buf: &Outgoing,
 ) -> Result<Handle, Cause> {
     // SAFETY: forwarded from this function's contract.
     unsafe { post_send_as(comm, dest, tag, mode, buf, true) }
@@ -347,20 +452,20 @@ pub(crate) unsafe fn post_awaited_send<B: Buffer + ?Sized>(
 /// # Safety
 /// As for [`post_send`].
 #[inline]
-unsafe fn post_send_as<B: Buffer + ?Sized>(
+unsafe fn post_send_as(
     comm: &CommData,
     dest: Rank,
     tag: Tag,
     mode: SendMode,
-    buf: &B,
+    buf: &Outgoing,
     awaited: bool,
 ) -> Result<Handle, Cause> {
     let dest = comm.check_rank(dest)?;
     let tag = check_tag(tag)?;
     let peer = comm.world_rank(dest);
-    let (ptr, len) = (buf.pointer(), buf.byte_len());
+    let (ptr, len) = (buf.ptr, buf.len);
     let (context, source) = (comm.context, comm.rank);
-    // SAFETY: `Buffer` makes `ptr` valid for `len` bytes; this function's caller keeps it so
+    // SAFETY: `Outgoing` makes `ptr` valid for `len` bytes; this function's caller keeps it so
     // until completion.
     with_engine(|e| unsafe {
         if awaited {
@@ -414,29 +519,27 @@ fn receive_one<T: Equivalence>(
     source: SourceSel,
     tag: TagSel,
 ) -> Result<(T, Status), Cause> {
-    let mut value = MaybeUninit::<T>::uninit();
-    // SAFETY: `value` is valid for writes of `size_of::<T>()` bytes and outlives the
-    // blocking receive; `Equivalence` says checked bytes make a valid `T`.
-    let slot = unsafe {
-        RecvSlot::new(
-            value.as_mut_ptr().cast(),
-            size_of::<T>(),
-            T::equivalent_datatype(),
-        )
-    };
+    // Zeroed, not uninitialized: the padding of a struct with a layout is not received.
+    let mut value = MaybeUninit::<T>::zeroed();
+    let datatype = datatype_of::<T>();
+    // SAFETY: `value` is valid for writes of `size_of::<T>()` bytes, one element's span, and
+    // outlives the blocking receive; `Equivalence` says checked bytes make a valid `T`.
+    let slot = unsafe { RecvSlot::new(value.as_mut_ptr().cast(), datatype.size(), datatype)? };
     let status = receive_slot(comm, source, tag, slot)?;
-    if status.bytes != size_of::<T>() {
+    if status.bytes != datatype.size() {
         return Err(one_element::<T>(status.bytes));
     }
-    // SAFETY: exactly `size_of::<T>()` bytes arrived and passed `T`'s check.
+    // SAFETY: one element arrived and passed `T`'s check, into every byte its layout covers;
+    // the rest (padding) is zero.
     Ok((unsafe { value.assume_init() }, status))
 }
 
 pub(crate) fn one_element<T: Equivalence>(bytes: usize) -> Cause {
+    let datatype = datatype_of::<T>();
     Cause::NotOneElement {
         bytes,
-        element: size_of::<T>(),
-        type_name: T::equivalent_datatype().name(),
+        element: datatype.size(),
+        type_name: datatype.name(),
     }
 }
 
@@ -446,13 +549,18 @@ pub(crate) fn receive_matched_vec<T: Equivalence>(
     message: MessageHandle,
     status: pml::Status,
 ) -> Result<(Vec<T>, Status), Cause> {
-    let datatype = T::equivalent_datatype();
-    let size = size_of::<T>();
+    let datatype = datatype_of::<T>();
     let count = whole_elements(status.len, datatype)?;
     let mut vec = Vec::<T>::with_capacity(count);
-    // SAFETY: the vector's capacity holds `count` elements, `count * size` bytes, and it
-    // outlives the blocking receive below.
-    let mut slot = unsafe { RecvSlot::new(vec.as_mut_ptr().cast(), count * size, datatype) };
+    if !datatype.is_contiguous() {
+        // The padding a layout leaves out is not received: zero, not uninitialized.
+        // SAFETY: the capacity holds `count` elements.
+        unsafe { vec.as_mut_ptr().write_bytes(0, count) };
+    }
+    // SAFETY: the vector's capacity holds `count` elements, their span, and it outlives the
+    // blocking receive below.
+    let mut slot =
+        unsafe { RecvSlot::new(vec.as_mut_ptr().cast(), count * datatype.size(), datatype)? };
     let (ptr, len) = slot.target();
     // SAFETY: as above; the receive completes before this function returns.
     let handle = with_engine(|e| unsafe { e.post_matched_recv(message, ptr, len) })?;
@@ -466,7 +574,7 @@ pub(crate) fn receive_matched_into<B: BufferMut + ?Sized>(
     message: MessageHandle,
     buf: &mut B,
 ) -> Result<Status, Cause> {
-    let mut slot = RecvSlot::for_buffer(buf);
+    let mut slot = RecvSlot::for_buffer(buf)?;
     let (ptr, len) = slot.target();
     // SAFETY: `buf` is borrowed for this whole call, which waits for completion.
     let handle = with_engine(|e| unsafe { e.post_matched_recv(message, ptr, len) })?;
@@ -508,7 +616,7 @@ pub trait Source {
                     self.source_comm(),
                     self.source_selector(),
                     t,
-                    RecvSlot::for_buffer(buf),
+                    RecvSlot::for_buffer(buf)?,
                 )
             })
             .map_err(|c| Error::new(self.describe("receive", tag), c))
@@ -574,7 +682,8 @@ pub trait Source {
         let operation = || self.describe("immediate receive", tag_option);
         let tag = tag_selector(tag).map_err(|c| Error::new(operation(), c))?;
         let source = self.source_selector();
-        let (data, mut slot) = Lent::exclusive(buf, |buf| RecvSlot::for_buffer(buf));
+        let (data, slot) = Lent::exclusive(buf, |buf| RecvSlot::for_buffer(buf));
+        let mut slot = slot.map_err(|c| Error::new(operation(), c))?;
         // SAFETY: the request keeps `buf` lent for `'a`, and the scope does not end before the
         // request completes.
         let started = unsafe { start_receive(self.source_comm(), source, tag, &mut slot) }
@@ -766,19 +875,22 @@ pub trait Destination {
             SendMode::Standard => "send",
             SendMode::Synchronous => "synchronous send",
         };
-        // SAFETY: `buf` is borrowed for this whole call, which waits for completion.
-        unsafe {
-            post_awaited_send(
-                self.destination_comm(),
-                self.destination_rank(),
-                tag,
-                mode,
-                buf,
-            )
-        }
-        .and_then(wait_handle)
-        .map(drop)
-        .map_err(|c| Error::new(self.describe_send(what, tag), c))
+        Outgoing::of(buf)
+            .and_then(|out| {
+                // SAFETY: `buf` and `out` live for this whole call, which waits for completion.
+                unsafe {
+                    post_awaited_send(
+                        self.destination_comm(),
+                        self.destination_rank(),
+                        tag,
+                        mode,
+                        &out,
+                    )
+                }
+                .and_then(wait_handle)
+            })
+            .map(drop)
+            .map_err(|c| Error::new(self.describe_send(what, tag), c))
     }
 
     #[doc(hidden)]
@@ -794,17 +906,23 @@ pub trait Destination {
             SendMode::Synchronous => "immediate synchronous send",
         };
         let dest = self.destination_rank();
-        // SAFETY: the request keeps `buf` lent for `'a`, and the scope does not end before the
-        // request completes.
-        match unsafe { post_send(self.destination_comm(), dest, tag, mode, buf) } {
-            Ok(handle) => Ok(Request::send(
-                handle,
-                Lent::shared(buf),
-                scope,
-                mode,
-                dest,
-                tag,
-            )),
+        let out = Outgoing::of(buf).map_err(|c| Error::new(self.describe_send(what, tag), c))?;
+        // SAFETY: the request keeps `buf` lent for `'a`, and `out`'s packed copy, if any,
+        // until it completes; the scope does not end before the request completes.
+        match unsafe { post_send(self.destination_comm(), dest, tag, mode, &out) } {
+            Ok(handle) => {
+                // A send the transport took as it started needs its copy no more.
+                let kept = (handle != Handle::SENT).then(|| out.into_kept()).flatten();
+                Ok(Request::send(
+                    handle,
+                    kept,
+                    Lent::shared(buf),
+                    scope,
+                    mode,
+                    dest,
+                    tag,
+                ))
+            }
             Err(c) => Err(Error::new(self.describe_send(what, tag), c)),
         }
     }
@@ -939,6 +1057,7 @@ pub trait Destination {
         let data = Lent::shared(buf);
         Ok(Request::send(
             Handle::SENT,
+            None,
             data,
             scope,
             SendMode::Standard,

@@ -154,6 +154,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     #[inline]
     pub(crate) fn send(
         handle: Handle,
+        kept: Option<Landing>,
         data: Lent<'a, D>,
         scope: S,
         mode: SendMode,
@@ -165,7 +166,9 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
             dest,
             tag,
         };
-        Request::message(Outcome::Engine(handle), None, data, scope, operation)
+        // `kept` (a packed copy) is only ever given with a handle other than `SENT`, so
+        // `take_sent` still finds nothing to free in the sends it completes.
+        Request::message(Outcome::Engine(handle), kept, data, scope, operation)
     }
 
     #[inline]
@@ -226,6 +229,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
                         Some(landing) => landing.finish(status),
                         None => unreachable!("a send completed as a receive"),
                     },
+                    // A send's packed copy, if any, is dropped with the request below.
                     Err(Cause::Messaging(PmlError::Cancelled)) => Ok(Status::cancelled()),
                     Err(cause) => Err(cause),
                 };

@@ -5,6 +5,7 @@ pub use crate::collective::{CommunicatorCollectives, Operation, Root};
 pub use crate::communicator::{AnyCommunicator, AsCommunicator, Communicator};
 pub use crate::datatype::{
     Buffer, BufferMut, Equivalence, Partitioned, PartitionedBuffer, PartitionedBufferMut,
+    UncommittedDatatype,
 };
 pub use crate::group::Group;
 pub use crate::point_to_point::{Destination, ImmediateReceiveRaw, Source};

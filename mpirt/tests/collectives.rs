@@ -1031,6 +1031,23 @@ fn in_any_order(world: &SimpleCommunicator) {
 }
 
 fn errors(world: &SimpleCommunicator) {
+    // usize and u64 are one MPI type (rsmpi maps both to MPI_UINT64_T), as are isize and
+    // i64: accepted together, as Open MPI does; other sizes and floats are not.
+    let mut total = 0u64;
+    world.all_reduce_into(&(world.rank() as usize), &mut total, SystemOperation::sum());
+    let n = world.size() as u64;
+    assert_eq!(total, n * (n - 1) / 2);
+    let mut lowest = [0isize; 2];
+    world.all_reduce_into(&[-1i64, 5][..], &mut lowest[..], SystemOperation::min());
+    assert_eq!(lowest, [-1, 5]);
+    let e = world
+        .try_all_reduce_into(&1u64, &mut 0u32, SystemOperation::sum())
+        .unwrap_err();
+    println!("error: {e}");
+    let e = world
+        .try_all_reduce_into(&1i64, &mut 0f64, SystemOperation::sum())
+        .unwrap_err();
+    println!("error: {e}");
     let e = world
         .try_all_reduce_into(&[1i32; 4][..], &mut [0i32; 3][..], SystemOperation::sum())
         .unwrap_err();
@@ -1258,6 +1275,8 @@ fn bad_input_is_an_error_naming_rank_operation_and_cause() {
         "rank 1: all_reduce_into: the receive buffer holds 3 elements where 4 are needed",
         "all_reduce_into: the operation bitwise_or is not defined for f64",
         "all_gather_into: the send buffer holds u8 elements but the receive buffer i8",
+        "all_reduce_into: the send buffer holds u64 elements but the receive buffer u32",
+        "all_reduce_into: the send buffer holds i64 elements but the receive buffer f64",
         "rank 0: gather_into: the root is rank 0: the root calls gather_into_root, the others \
          gather_into",
         "rank 2: scatter_into_root: the root is rank 0: the root calls scatter_into_root, the \

@@ -1,9 +1,10 @@
 //! `#[derive(Equivalence)]` for mpirt, parsing the struct by hand (no syn or quote).
 //!
-//! Accepted: a `#[repr(C)]` struct with named fields and no generics. The generated code
-//! checks at compile time that every field is `Equivalence`, that the fields' sizes add up to
-//! the struct's size (no padding, which would send uninitialized bytes), and that the struct
-//! needs no drop.
+//! Accepted: a struct with named fields and no generics, `#[repr(C)]` or not. The generated
+//! code checks at compile time that every field is `Equivalence` and that the struct needs no
+//! drop, and builds the datatype from the fields' offsets (`offset_of!`) in declaration order,
+//! once per type: padding between fields is not part of it, so it is never read or sent, and
+//! every rank of the same program agrees on the layout.
 
 mod crate_name;
 
@@ -33,30 +34,14 @@ fn compile_error(message: &str) -> TokenStream {
         .expect("a compile_error! invocation parses")
 }
 
-/// Whether an attribute's bracket group is `repr(...)` naming `C`.
-fn is_repr_c(group: &proc_macro::Group) -> bool {
-    let mut tokens = group.stream().into_iter();
-    match (tokens.next(), tokens.next()) {
-        (Some(TokenTree::Ident(name)), Some(TokenTree::Group(args)))
-            if name.to_string() == "repr" =>
-        {
-            args.stream()
-                .into_iter()
-                .any(|t| matches!(t, TokenTree::Ident(i) if i.to_string() == "C"))
-        }
-        _ => false,
-    }
-}
-
 fn parse(input: TokenStream) -> Result<Item, String> {
     let mut tokens = input.into_iter().peekable();
-    let mut repr_c = false;
     let name = loop {
         match tokens.next() {
+            // Attributes (#[repr(C)] among them) do not change what is generated: the
+            // layout comes from the fields' offsets.
             Some(TokenTree::Punct(p)) if p.as_char() == '#' => {
-                if let Some(TokenTree::Group(g)) = tokens.next() {
-                    repr_c |= is_repr_c(&g);
-                }
+                tokens.next();
             }
             Some(TokenTree::Ident(i)) if i.to_string() == "struct" => match tokens.next() {
                 Some(TokenTree::Ident(name)) => break name.to_string(),
@@ -73,12 +58,6 @@ fn parse(input: TokenStream) -> Result<Item, String> {
             None => return Err("derive(Equivalence): expected a struct".into()),
         }
     };
-    if !repr_c {
-        return Err(format!(
-            "derive(Equivalence) needs #[repr(C)] on struct {name}: without it Rust may reorder \
-             the fields, and the layout must be the same in every rank"
-        ));
-    }
     let body = match tokens.next() {
         Some(TokenTree::Punct(p)) if p.as_char() == '<' => {
             return Err(format!(
@@ -144,60 +123,35 @@ fn generate(item: &Item) -> TokenStream {
     let name = &item.name;
     // `mpirt`, or `mpi` in a program ported from rsmpi that renamed the dependency.
     let krate = crate_name::mpirt_name();
-    let sizes: String = item
-        .fields
-        .iter()
-        .map(|f| format!(" + ::core::mem::size_of::<{}>()", f.ty))
-        .collect();
-    let needs_check: String = item
+    let fields: String = item
         .fields
         .iter()
         .map(|f| {
             format!(
-                " || <{} as ::{krate}::datatype::Equivalence>::equivalent_datatype().needs_check()",
-                f.ty
-            )
-        })
-        .collect();
-    let checks: String = item
-        .fields
-        .iter()
-        .map(|f| {
-            format!(
-                " && ::{krate}::datatype::Datatype::field_is_valid::<{}>(bytes, \
-                 ::core::mem::offset_of!({name}, {}))",
-                f.ty, f.name
+                "(::core::mem::offset_of!({name}, {}), \
+                 ::{krate}::datatype::datatype_of::<{}>()),",
+                f.name, f.ty
             )
         })
         .collect();
     let code = format!(
         "const _: () = {{
             ::core::assert!(
-                0usize{sizes} == ::core::mem::size_of::<{name}>(),
-                \"derive(Equivalence): struct {name} has padding (its fields' sizes do not add \
-                 up to its size); sending it would read uninitialized bytes: reorder the fields \
-                 or add explicit padding fields\"
-            );
-            ::core::assert!(
                 !::core::mem::needs_drop::<{name}>(),
                 \"derive(Equivalence): struct {name} needs drop, so it is not plain data\"
             );
         }};
-        // SAFETY: checked above and by the field types: #[repr(C)], no padding, no drop, and
-        // every field is Equivalence; received bytes pass each field's check.
+        // SAFETY: every field is Equivalence (`datatype_of` requires it) and the struct needs
+        // no drop (checked above); the datatype covers exactly the fields' bytes at their
+        // offsets, so padding is never read, and received bytes pass each field's checks.
         unsafe impl ::{krate}::datatype::Equivalence for {name} {{
+            type Out = ::{krate}::datatype::Datatype;
             fn equivalent_datatype() -> ::{krate}::datatype::Datatype {{
-                // A struct of unchecked fields leaves `bytes` unused.
-                #[allow(unused_variables)]
-                fn check(bytes: &[u8]) -> bool {{
-                    true{checks}
-                }}
-                let size = ::core::mem::size_of::<{name}>();
-                if false{needs_check} {{
-                    ::{krate}::datatype::Datatype::checked(size, {name:?}, check)
-                }} else {{
-                    ::{krate}::datatype::Datatype::plain(size, {name:?})
-                }}
+                static DATATYPE: ::std::sync::OnceLock<::{krate}::datatype::Datatype> =
+                    ::std::sync::OnceLock::new();
+                *DATATYPE.get_or_init(|| {{
+                    ::{krate}::datatype::Datatype::derived::<{name}>({name:?}, &[{fields}])
+                }})
             }}
         }}"
     );

@@ -5,7 +5,7 @@ use crate::communicator::{CommData, Communicator};
 use crate::datatype::{Buffer, BufferMut};
 use crate::error::{or_fatal, Error};
 use crate::partition::{PartitionedBuffer, PartitionedBufferMut};
-use crate::point_to_point::Count;
+use crate::point_to_point::{Count, Outgoing};
 use crate::request::{Lent, Scope, StaticScope};
 
 use super::op::Operation;
@@ -446,15 +446,10 @@ where
 {
     let datatype =
         calls::check_all_reduce(send, recv, &op).map_err(|c| Error::new("all_reduce_into", c))?;
-    // SAFETY: the buffers hold `byte_len` bytes of their elements, borrowed (the receive
-    // buffer mutably) for this whole call, and are distinct borrows.
-    let (send_bytes, recv_bytes) = unsafe {
-        (
-            std::slice::from_raw_parts(send.pointer(), send.byte_len()),
-            std::slice::from_raw_parts_mut(recv.pointer_mut(), recv.byte_len()),
-        )
-    };
-    if shared::try_all_reduce(comm, send_bytes, recv_bytes, datatype, &op)? {
+    let sent = Outgoing::of(send).map_err(|c| Error::new("all_reduce_into", c))?;
+    if shared::over_packed(recv, "all_reduce_into", |recv_bytes| {
+        shared::try_all_reduce(comm, sent.bytes(), recv_bytes, datatype, &op)
+    })? {
         return Ok(());
     }
     blocking(comm, "all_reduce_into", || {

@@ -3,7 +3,9 @@
 //! function per collective, shared by the blocking and the immediate form.
 
 use crate::communicator::{CommData, Grid, Rank};
-use crate::datatype::{Buffer, BufferMut, Datatype};
+use std::sync::Arc;
+
+use crate::datatype::{Buffer, BufferMut, Datatype, Layout};
 use crate::error::Cause;
 use crate::partition::{parts, Partition, Partitioned};
 use crate::point_to_point::Count;
@@ -60,28 +62,43 @@ fn ranks(comm: &CommData) -> Ranks {
     }
 }
 
-fn sending<S: Buffer + ?Sized>(send: &S) -> Buffers {
-    Buffers {
+/// How a buffer's elements lie, when they are not one run of bytes: its datatype's layout and
+/// how many elements, which the execution packs and unpacks.
+fn layout_of(datatype: Datatype, count: usize) -> Result<Option<(Arc<Layout>, usize)>, Cause> {
+    match datatype.is_contiguous() {
+        true => Ok(None),
+        false => Ok(Some((datatype.layout()?, count))),
+    }
+}
+
+fn sending<S: Buffer + ?Sized>(send: &S) -> Result<Buffers, Cause> {
+    Ok(Buffers {
         send: send.pointer(),
         send_len: send.byte_len(),
+        send_layout: layout_of(send.datatype(), send.count())?,
         ..Buffers::none()
-    }
+    })
 }
 
-fn receiving<R: BufferMut + ?Sized>(recv: &mut R) -> Buffers {
-    Buffers {
+fn receiving<R: BufferMut + ?Sized>(recv: &mut R) -> Result<Buffers, Cause> {
+    Ok(Buffers {
         recv_len: recv.byte_len(),
+        recv_layout: layout_of(recv.datatype(), recv.count())?,
         recv: recv.pointer_mut(),
         ..Buffers::none()
-    }
+    })
 }
 
-fn both<S: Buffer + ?Sized, R: BufferMut + ?Sized>(send: &S, recv: &mut R) -> Buffers {
-    Buffers {
+fn both<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+    send: &S,
+    recv: &mut R,
+) -> Result<Buffers, Cause> {
+    Ok(Buffers {
         recv_len: recv.byte_len(),
+        recv_layout: layout_of(recv.datatype(), recv.count())?,
         recv: recv.pointer_mut(),
-        ..sending(send)
-    }
+        ..sending(send)?
+    })
 }
 
 /// The element type of a send and a receive buffer, which must agree.
@@ -89,10 +106,7 @@ fn same_type(send: Datatype, recv: Datatype) -> Result<Datatype, Cause> {
     if send == recv {
         Ok(send)
     } else {
-        Err(Cause::TypeMismatch {
-            send: send.name(),
-            receive: recv.name(),
-        })
+        Err(send.mismatch(&recv))
     }
 }
 
@@ -161,9 +175,9 @@ pub(crate) fn broadcast<'a, B: BufferMut + ?Sized>(
     buf: &mut B,
 ) -> Result<Call<'a>, Cause> {
     let root = comm.check_rank(root)?;
-    let datatype = buf.datatype();
+    let datatype = buf.matched().0;
     let plan = build::broadcast(ranks(comm), root, buf.byte_len(), datatype.size())?;
-    Ok(Call::new(plan, receiving(buf), datatype))
+    Ok(Call::new(plan, receiving(buf)?, datatype))
 }
 
 pub(crate) fn all_gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
@@ -171,11 +185,11 @@ pub(crate) fn all_gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     send: &S,
     recv: &mut R,
 ) -> Result<Call<'a>, Cause> {
-    let datatype = same_type(send.datatype(), recv.datatype())?;
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
     let n = comm.size as usize;
-    expect_count("the receive buffer", send.count() * n, recv.count())?;
+    expect_count("the receive buffer", send.matched().1 * n, recv.matched().1)?;
     let plan = build::all_gather(ranks(comm), send.byte_len())?;
-    Ok(Call::new(plan, both(send, recv), datatype))
+    Ok(Call::new(plan, both(send, recv)?, datatype))
 }
 
 pub(crate) fn all_gather_varcount<'a, S, R>(
@@ -187,12 +201,12 @@ where
     S: Buffer + ?Sized,
     R: BufferMut + Partitioned + ?Sized,
 {
-    let datatype = same_type(send.datatype(), recv.datatype())?;
-    let incoming = byte_parts("receive", recv, recv.count(), datatype, comm.size)?;
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
+    let incoming = byte_parts("receive", recv, recv.matched().1, datatype, comm.size)?;
     let own = incoming[comm.rank as usize].1;
-    expect_count("the send buffer", elements(own, datatype), send.count())?;
+    expect_count("the send buffer", elements(own, datatype), send.matched().1)?;
     let plan = build::all_gather_varcount(ranks(comm), &incoming);
-    Ok(Call::new(plan, both(send, recv), datatype))
+    Ok(Call::new(plan, both(send, recv)?, datatype))
 }
 
 pub(crate) fn all_to_all<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
@@ -200,18 +214,18 @@ pub(crate) fn all_to_all<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     send: &S,
     recv: &mut R,
 ) -> Result<Call<'a>, Cause> {
-    let datatype = same_type(send.datatype(), recv.datatype())?;
-    expect_count("the receive buffer", send.count(), recv.count())?;
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
+    expect_count("the receive buffer", send.matched().1, recv.matched().1)?;
     let n = comm.size as usize;
     expect_count(
         "the send buffer (a whole block per rank)",
-        send.count().next_multiple_of(n),
-        send.count(),
+        send.matched().1.next_multiple_of(n),
+        send.matched().1,
     )?;
     let block = send.byte_len() / n;
     let equal = build::equal_parts(block, comm.size);
     let plan = build::all_to_all(ranks(comm), &equal, &equal, block)?;
-    Ok(Call::new(plan, both(send, recv), datatype))
+    Ok(Call::new(plan, both(send, recv)?, datatype))
 }
 
 pub(crate) fn all_to_all_varcount<'a, S, R>(
@@ -223,9 +237,9 @@ where
     S: Buffer + Partitioned + ?Sized,
     R: BufferMut + Partitioned + ?Sized,
 {
-    let datatype = same_type(send.datatype(), recv.datatype())?;
-    let outgoing = byte_parts("send", send, send.count(), datatype, comm.size)?;
-    let incoming = byte_parts("receive", recv, recv.count(), datatype, comm.size)?;
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
+    let outgoing = byte_parts("send", send, send.matched().1, datatype, comm.size)?;
+    let incoming = byte_parts("receive", recv, recv.matched().1, datatype, comm.size)?;
     let me = comm.rank as usize;
     expect_count(
         "this rank's receive part from itself",
@@ -234,7 +248,7 @@ where
     )?;
     let largest = outgoing.iter().map(|p| p.1).max().unwrap_or(0);
     let plan = build::all_to_all(ranks(comm), &outgoing, &incoming, largest)?;
-    Ok(Call::new(plan, both(send, recv), datatype))
+    Ok(Call::new(plan, both(send, recv)?, datatype))
 }
 
 /// The element type of an all-reduce's buffers, once they and the operation agree.
@@ -244,9 +258,9 @@ where
     R: BufferMut + ?Sized,
     O: Operation,
 {
-    let datatype = same_type(send.datatype(), recv.datatype())?;
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
     op.check(datatype)?;
-    expect_count("the receive buffer", send.count(), recv.count())?;
+    expect_count("the receive buffer", send.matched().1, recv.matched().1)?;
     Ok(datatype)
 }
 
@@ -280,7 +294,7 @@ where
 {
     let (len, commutative) = (send.byte_len(), op.is_commutative());
     let plan = build::all_reduce(ranks(comm), len, datatype.size(), commutative)?;
-    Ok(Call::new(plan, both(send, recv), datatype).reducing(op))
+    Ok(Call::new(plan, both(send, recv)?, datatype).reducing(op))
 }
 
 /// Reduce-scatter into parts of `counts[r]` elements (equal blocks when `counts` is `None`).
@@ -296,12 +310,12 @@ where
     R: BufferMut + ?Sized,
     O: Operation + 'a,
 {
-    let datatype = same_type(send.datatype(), recv.datatype())?;
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
     op.check(datatype)?;
     let parts = match counts {
         None => {
             let n = comm.size as usize;
-            expect_count("the send buffer", recv.count() * n, send.count())?;
+            expect_count("the send buffer", recv.matched().1 * n, send.matched().1)?;
             build::equal_parts(recv.byte_len(), comm.size)
         }
         Some(counts) => {
@@ -314,17 +328,21 @@ where
                 })
                 .collect();
             let cut = Partition::new(send, counts, &displs[..]);
-            let parts = byte_parts("counts", &cut, send.count(), datatype, comm.size)?;
+            let parts = byte_parts("counts", &cut, send.matched().1, datatype, comm.size)?;
             let total: usize = parts.iter().map(|p| p.1).sum();
-            expect_count("the send buffer", elements(total, datatype), send.count())?;
+            expect_count(
+                "the send buffer",
+                elements(total, datatype),
+                send.matched().1,
+            )?;
             let own = elements(parts[comm.rank as usize].1, datatype);
-            expect_count("the receive buffer", own, recv.count())?;
+            expect_count("the receive buffer", own, recv.matched().1)?;
             parts
         }
     };
     let (len, commutative) = (send.byte_len(), op.is_commutative());
     let plan = build::reduce_scatter(ranks(comm), len, &parts, commutative)?;
-    Ok(Call::new(plan, both(send, recv), datatype).reducing(op))
+    Ok(Call::new(plan, both(send, recv)?, datatype).reducing(op))
 }
 
 pub(crate) fn scan<'a, S, R, O>(
@@ -339,11 +357,11 @@ where
     R: BufferMut + ?Sized,
     O: Operation + 'a,
 {
-    let datatype = same_type(send.datatype(), recv.datatype())?;
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
     op.check(datatype)?;
-    expect_count("the receive buffer", send.count(), recv.count())?;
+    expect_count("the receive buffer", send.matched().1, recv.matched().1)?;
     let plan = build::scan(ranks(comm), send.byte_len(), inclusive);
-    Ok(Call::new(plan, both(send, recv), datatype).reducing(op))
+    Ok(Call::new(plan, both(send, recv)?, datatype).reducing(op))
 }
 
 /// A reduction to `root`; `recv` is the root's and only the root's.
@@ -363,8 +381,8 @@ where
     let (len, element) = (send.byte_len(), datatype.size());
     let plan = build::reduce(ranks(comm), root, len, element, op.is_commutative())?;
     let call = match recv {
-        Some(recv) => Call::new(plan, both(send, recv), datatype),
-        None => Call::new(plan, sending(send), datatype),
+        Some(recv) => Call::new(plan, both(send, recv)?, datatype),
+        None => Call::new(plan, sending(send)?, datatype),
     };
     Ok(call.reducing(op))
 }
@@ -389,12 +407,16 @@ where
         recv.is_some(),
         "the root calls reduce_into_root, the others reduce_into",
     )?;
-    op.check(send.datatype())?;
-    if let Some(recv) = recv {
-        same_type(send.datatype(), recv.datatype())?;
-        expect_count("the receive buffer", send.count(), recv.count())?;
-    }
-    Ok((root, send.datatype()))
+    op.check(send.matched().0)?;
+    let datatype = match recv {
+        Some(recv) => {
+            let datatype = same_type(send.matched().0, recv.matched().0)?;
+            expect_count("the receive buffer", send.matched().1, recv.matched().1)?;
+            datatype
+        }
+        None => send.matched().0,
+    };
+    Ok((root, datatype))
 }
 
 /// A gather to `root`; `recv` is the root's and only the root's.
@@ -413,12 +435,12 @@ pub(crate) fn gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     let plan = build::gather(ranks(comm), root, send.byte_len())?;
     Ok(match recv {
         Some(recv) => {
-            let datatype = same_type(send.datatype(), recv.datatype())?;
+            let datatype = same_type(send.matched().0, recv.matched().0)?;
             let n = comm.size as usize;
-            expect_count("the receive buffer", send.count() * n, recv.count())?;
-            Call::new(plan, both(send, recv), datatype)
+            expect_count("the receive buffer", send.matched().1 * n, recv.matched().1)?;
+            Call::new(plan, both(send, recv)?, datatype)
         }
-        None => Call::new(plan, sending(send), send.datatype()),
+        None => Call::new(plan, sending(send)?, send.matched().0),
     })
 }
 
@@ -441,16 +463,16 @@ where
     )?;
     Ok(match recv {
         Some(recv) => {
-            let datatype = same_type(send.datatype(), recv.datatype())?;
-            let incoming = byte_parts("receive", recv, recv.count(), datatype, comm.size)?;
+            let datatype = same_type(send.matched().0, recv.matched().0)?;
+            let incoming = byte_parts("receive", recv, recv.matched().1, datatype, comm.size)?;
             let own = elements(incoming[root as usize].1, datatype);
-            expect_count("the send buffer", own, send.count())?;
+            expect_count("the send buffer", own, send.matched().1)?;
             let plan = build::gather_varcount(root, send.byte_len(), Some(&incoming));
-            Call::new(plan, both(send, recv), datatype)
+            Call::new(plan, both(send, recv)?, datatype)
         }
         None => {
             let plan = build::gather_varcount(root, send.byte_len(), None);
-            Call::new(plan, sending(send), send.datatype())
+            Call::new(plan, sending(send)?, send.matched().0)
         }
     })
 }
@@ -471,12 +493,12 @@ pub(crate) fn scatter<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     let plan = build::scatter(ranks(comm), root, recv.byte_len())?;
     Ok(match send {
         Some(send) => {
-            let datatype = same_type(send.datatype(), recv.datatype())?;
+            let datatype = same_type(send.matched().0, recv.matched().0)?;
             let n = comm.size as usize;
-            expect_count("the send buffer", recv.count() * n, send.count())?;
-            Call::new(plan, both(send, recv), datatype)
+            expect_count("the send buffer", recv.matched().1 * n, send.matched().1)?;
+            Call::new(plan, both(send, recv)?, datatype)
         }
-        None => Call::new(plan, receiving(recv), recv.datatype()),
+        None => Call::new(plan, receiving(recv)?, recv.matched().0),
     })
 }
 
@@ -499,16 +521,16 @@ where
     )?;
     Ok(match send {
         Some(send) => {
-            let datatype = same_type(send.datatype(), recv.datatype())?;
-            let outgoing = byte_parts("send", send, send.count(), datatype, comm.size)?;
+            let datatype = same_type(send.matched().0, recv.matched().0)?;
+            let outgoing = byte_parts("send", send, send.matched().1, datatype, comm.size)?;
             let own = elements(outgoing[root as usize].1, datatype);
-            expect_count("the receive buffer", own, recv.count())?;
+            expect_count("the receive buffer", own, recv.matched().1)?;
             let plan = build::scatter_varcount(root, Some(&outgoing), recv.byte_len());
-            Call::new(plan, both(send, recv), datatype)
+            Call::new(plan, both(send, recv)?, datatype)
         }
         None => {
             let plan = build::scatter_varcount(root, None, recv.byte_len());
-            Call::new(plan, receiving(recv), recv.datatype())
+            Call::new(plan, receiving(recv)?, recv.matched().0)
         }
     })
 }
@@ -554,12 +576,12 @@ pub(crate) fn neighbor_all_gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>
     send: &S,
     recv: &mut R,
 ) -> Result<Call<'a>, Cause> {
-    let datatype = same_type(send.datatype(), recv.datatype())?;
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
     let k = 2 * grid.num_dimensions();
     expect_count(
         "the receive buffer (a block per neighbour)",
-        send.count() * k,
-        recv.count(),
+        send.matched().1 * k,
+        recv.matched().1,
     )?;
     let incoming = build::equal_parts(send.byte_len(), k as u32);
     Ok(neighbor(
@@ -567,7 +589,7 @@ pub(crate) fn neighbor_all_gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>
         grid,
         None,
         incoming,
-        both(send, recv),
+        both(send, recv)?,
         datatype,
     ))
 }
@@ -583,11 +605,11 @@ where
     S: Buffer + ?Sized,
     R: BufferMut + Partitioned + ?Sized,
 {
-    let datatype = same_type(send.datatype(), recv.datatype())?;
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
     let incoming = per_neighbour(
         "receive (a part per neighbour)",
         recv,
-        recv.count(),
+        recv.matched().1,
         datatype,
         grid,
     )?;
@@ -596,7 +618,7 @@ where
         grid,
         None,
         incoming,
-        both(send, recv),
+        both(send, recv)?,
         datatype,
     ))
 }
@@ -608,18 +630,18 @@ pub(crate) fn neighbor_all_to_all<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>
     send: &S,
     recv: &mut R,
 ) -> Result<Call<'a>, Cause> {
-    let datatype = same_type(send.datatype(), recv.datatype())?;
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
     let k = 2 * grid.num_dimensions();
-    expect_count("the receive buffer", send.count(), recv.count())?;
+    expect_count("the receive buffer", send.matched().1, recv.matched().1)?;
     let whole_blocks = if k == 0 {
         0
     } else {
-        send.count().next_multiple_of(k)
+        send.matched().1.next_multiple_of(k)
     };
     expect_count(
         "the send buffer (a whole block per neighbour)",
         whole_blocks,
-        send.count(),
+        send.matched().1,
     )?;
     let parts = build::equal_parts(send.byte_len() / k.max(1), k as u32);
     Ok(neighbor(
@@ -627,7 +649,7 @@ pub(crate) fn neighbor_all_to_all<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>
         grid,
         Some(parts.clone()),
         parts,
-        both(send, recv),
+        both(send, recv)?,
         datatype,
     ))
 }
@@ -643,18 +665,18 @@ where
     S: Buffer + Partitioned + ?Sized,
     R: BufferMut + Partitioned + ?Sized,
 {
-    let datatype = same_type(send.datatype(), recv.datatype())?;
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
     let outgoing = per_neighbour(
         "send (a part per neighbour)",
         send,
-        send.count(),
+        send.matched().1,
         datatype,
         grid,
     )?;
     let incoming = per_neighbour(
         "receive (a part per neighbour)",
         recv,
-        recv.count(),
+        recv.matched().1,
         datatype,
         grid,
     )?;
@@ -663,7 +685,7 @@ where
         grid,
         Some(outgoing),
         incoming,
-        both(send, recv),
+        both(send, recv)?,
         datatype,
     ))
 }

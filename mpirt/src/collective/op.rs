@@ -444,7 +444,9 @@ fn bytes_of_words(words: &mut [u128]) -> &mut [u8] {
 /// Whether `bytes` may be seen as a slice of `T`: the element type, the alignment, whole
 /// elements, and (for types with a check) valid values.
 fn fits<T: Equivalence>(datatype: Datatype, bytes: &[u8]) -> bool {
-    datatype == T::equivalent_datatype()
+    // Packed elements with gaps are not `T`s as they lie in memory.
+    datatype.is_contiguous()
+        && datatype == crate::datatype::datatype_of::<T>()
         && size_of::<T>() != 0
         && (bytes.as_ptr() as usize).is_multiple_of(align_of::<T>())
         && bytes.len().is_multiple_of(size_of::<T>())
@@ -458,6 +460,14 @@ pub struct DynBuffer<'b> {
 }
 
 impl<'b> DynBuffer<'b> {
+    pub(crate) fn from_parts(bytes: &'b [u8], datatype: Datatype) -> Self {
+        DynBuffer { bytes, datatype }
+    }
+
+    pub(crate) fn parts(&self) -> (&'b [u8], Datatype) {
+        (self.bytes, self.datatype)
+    }
+
     /// The elements as `T`, or `None` if they are of another type.
     pub fn downcast<T: Equivalence>(self) -> Option<&'b [T]> {
         if !fits::<T>(self.datatype, self.bytes) {
@@ -481,6 +491,22 @@ pub struct DynBufferMut<'b> {
 }
 
 impl<'b> DynBufferMut<'b> {
+    pub(crate) fn from_parts(bytes: &'b mut [u8], datatype: Datatype) -> Self {
+        DynBufferMut { bytes, datatype }
+    }
+
+    pub(crate) fn datatype_of_parts(&self) -> Datatype {
+        self.datatype
+    }
+
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        self.bytes
+    }
+
+    pub(crate) fn byte_count(&self) -> usize {
+        self.bytes.len()
+    }
+
     /// The elements as `T`, or `None` if they are of another type.
     pub fn downcast<T: Equivalence>(self) -> Option<&'b mut [T]> {
         if !fits::<T>(self.datatype, self.bytes) {

@@ -6,7 +6,7 @@ use crate::communicator::{CommData, Process, Rank};
 use crate::datatype::{Buffer, BufferMut};
 use crate::error::{or_fatal, Error};
 use crate::partition::{Partition, PartitionMut, PartitionedBuffer, PartitionedBufferMut};
-use crate::point_to_point::Count;
+use crate::point_to_point::{Count, Outgoing};
 use crate::request::{Lent, Scope};
 
 use super::op::Operation;
@@ -34,10 +34,10 @@ pub trait Root {
         let checked = comm
             .check_rank(root)
             .map_err(|c| Error::new("broadcast_into", c))?;
-        // SAFETY: the buffer holds `byte_len` bytes of its elements, borrowed mutably for
-        // this whole call.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(buf.pointer_mut(), buf.byte_len()) };
-        if shared::try_broadcast(comm, checked, bytes, buf.datatype())? {
+        let datatype = buf.datatype();
+        if shared::over_packed(buf, "broadcast_into", |bytes| {
+            shared::try_broadcast(comm, checked, bytes, datatype)
+        })? {
             return Ok(());
         }
         blocking(comm, "broadcast_into", || calls::broadcast(comm, root, buf))
@@ -55,10 +55,8 @@ pub trait Root {
         let (comm, root) = (self.root_comm(), self.root_rank());
         let (checked, datatype) = calls::check_reduce(comm, root, send, None::<&NoBuffer>, &op)
             .map_err(|c| Error::new("reduce_into", c))?;
-        // SAFETY: the buffer holds `byte_len` bytes of its elements, borrowed for this whole
-        // call.
-        let send_bytes = unsafe { std::slice::from_raw_parts(send.pointer(), send.byte_len()) };
-        if shared::try_reduce(comm, checked, send_bytes, None, datatype, &op)? {
+        let sent = Outgoing::of(send).map_err(|c| Error::new("reduce_into", c))?;
+        if shared::try_reduce(comm, checked, sent.bytes(), None, datatype, &op)? {
             return Ok(());
         }
         blocking(comm, "reduce_into", || {
@@ -84,15 +82,10 @@ pub trait Root {
         let (comm, root) = (self.root_comm(), self.root_rank());
         let (checked, datatype) = calls::check_reduce(comm, root, send, Some(&*recv), &op)
             .map_err(|c| Error::new("reduce_into_root", c))?;
-        // SAFETY: the buffers hold `byte_len` bytes of their elements, borrowed (the receive
-        // buffer mutably) for this whole call, and are distinct borrows.
-        let (send_bytes, recv_bytes) = unsafe {
-            (
-                std::slice::from_raw_parts(send.pointer(), send.byte_len()),
-                std::slice::from_raw_parts_mut(recv.pointer_mut(), recv.byte_len()),
-            )
-        };
-        if shared::try_reduce(comm, checked, send_bytes, Some(recv_bytes), datatype, &op)? {
+        let sent = Outgoing::of(send).map_err(|c| Error::new("reduce_into_root", c))?;
+        if shared::over_packed(recv, "reduce_into_root", |recv_bytes| {
+            shared::try_reduce(comm, checked, sent.bytes(), Some(recv_bytes), datatype, &op)
+        })? {
             return Ok(());
         }
         blocking(comm, "reduce_into_root", || {

@@ -7,10 +7,11 @@
 //! buffers once, when it starts.
 
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use pml::{Done, Handle, Pml, SendMode, SourceSel, TagSel};
 
-use crate::datatype::Datatype;
+use crate::datatype::{Datatype, Layout};
 use crate::environment::with_engine_or_lent;
 use crate::error::Cause;
 
@@ -146,9 +147,15 @@ impl Plan {
 /// The caller's buffers, as the engine needs them: raw pointers valid for the whole run.
 pub(crate) struct Buffers {
     pub send: *const u8,
+    /// Bytes of data: packed, when the elements have gaps.
     pub send_len: usize,
+    /// The send buffer's layout and count, when its elements have gaps: packed once as the
+    /// execution starts.
+    pub send_layout: Option<(Arc<Layout>, usize)>,
     pub recv: *mut u8,
     pub recv_len: usize,
+    /// The receive buffer's, likewise: received packed and unpacked as it finishes.
+    pub recv_layout: Option<(Arc<Layout>, usize)>,
 }
 
 impl Buffers {
@@ -156,8 +163,10 @@ impl Buffers {
         Buffers {
             send: NonNull::dangling().as_ptr(),
             send_len: 0,
+            send_layout: None,
             recv: NonNull::dangling().as_ptr(),
             recv_len: 0,
+            recv_layout: None,
         }
     }
 }
@@ -223,7 +232,11 @@ pub(crate) struct Execution<'a> {
     tag: i32,
     plan: Plan,
     buffers: Buffers,
-    /// Where the receive buffer's bytes go while they may not be valid values yet.
+    /// The send buffer's elements packed, when they have gaps; `buffers.send` points here.
+    #[allow(dead_code)] // Held, not read: it owns the bytes `buffers.send` points to.
+    packed_send: Option<Vec<u8>>,
+    /// Where the receive buffer's bytes go while they may not be valid values yet, or while
+    /// they are packed.
     staging: Option<Vec<u8>>,
     scratch: Vec<Vec<Aligned>>,
     datatype: Datatype,
@@ -249,13 +262,35 @@ impl<'a> Execution<'a> {
         datatype: Datatype,
         op: Option<Box<dyn Operation + 'a>>,
     ) -> Execution<'a> {
-        let staging = datatype.needs_check().then(|| {
+        let mut buffers = buffers;
+        let packed_send = buffers.send_layout.as_ref().map(|(layout, count)| {
+            let mut packed = vec![0u8; buffers.send_len];
+            // SAFETY: the caller made `send` valid for the span of `count` elements of the
+            // layout, initialized where its blocks lie.
+            unsafe { layout.pack(*count, buffers.send, &mut packed) };
+            packed
+        });
+        if let Some(packed) = &packed_send {
+            // The heap bytes stay where they are while the vector moves into the execution.
+            buffers.send = packed.as_ptr();
+        }
+        let staging = (datatype.needs_check() || buffers.recv_layout.is_some()).then(|| {
             let mut staging = vec![0u8; buffers.recv_len];
-            // SAFETY: the caller made `recv` valid for `recv_len` bytes; a collective may read
-            // what the receive buffer holds (a broadcast root sends from it).
-            unsafe {
-                std::ptr::copy_nonoverlapping(buffers.recv, staging.as_mut_ptr(), buffers.recv_len)
-            };
+            // A collective may read what the receive buffer holds (a broadcast root sends
+            // from it).
+            match &buffers.recv_layout {
+                // SAFETY: the caller made `recv` valid for the span of `count` elements of
+                // the layout, initialized where its blocks lie.
+                Some((layout, count)) => unsafe { layout.pack(*count, buffers.recv, &mut staging) },
+                // SAFETY: the caller made `recv` valid for `recv_len` bytes.
+                None => unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        buffers.recv,
+                        staging.as_mut_ptr(),
+                        buffers.recv_len,
+                    )
+                },
+            }
             staging
         });
         let scratch = plan.scratch.iter().map(|&len| scratch::take(len)).collect();
@@ -265,6 +300,7 @@ impl<'a> Execution<'a> {
             tag,
             plan,
             buffers,
+            packed_send,
             staging,
             scratch,
             datatype,
@@ -503,11 +539,22 @@ impl<'a> Execution<'a> {
                     type_name: self.datatype.name(),
                 });
             }
-            // SAFETY: `new`'s caller made `recv` valid for `recv_len` bytes, the staging
-            // buffer's length.
-            unsafe {
-                std::ptr::copy_nonoverlapping(staging.as_ptr(), self.buffers.recv, staging.len())
-            };
+            match &self.buffers.recv_layout {
+                // SAFETY: `new`'s caller made `recv` valid for the span of `count` elements,
+                // whose packed bytes the staging buffer holds.
+                Some((layout, count)) => unsafe {
+                    layout.unpack(*count, self.buffers.recv, &staging)
+                },
+                // SAFETY: `new`'s caller made `recv` valid for `recv_len` bytes, the staging
+                // buffer's length.
+                None => unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        staging.as_ptr(),
+                        self.buffers.recv,
+                        staging.len(),
+                    )
+                },
+            }
         }
         Ok(())
     }

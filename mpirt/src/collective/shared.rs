@@ -53,7 +53,7 @@ use pml::transport::shm::futex;
 use pml::{Pml, TransportChoice};
 
 use crate::communicator::CommData;
-use crate::datatype::Datatype;
+use crate::datatype::{BufferMut, Datatype};
 use crate::environment::with_engine;
 use crate::error::{Cause, Error};
 
@@ -678,6 +678,39 @@ fn usable_area(
         return Ok(None);
     }
     area(comm, operation, bytes)
+}
+
+/// Runs `path`, an area path of `operation`, over `buf`'s elements as one run of bytes: their
+/// own bytes where they lie back to back, else a packed copy of their values, unpacked back
+/// into `buf` where `path` took the call. Ranks may lay the same elements out differently (a
+/// vector view on one, a slice on another): the area decides on the packed length alone,
+/// which type matching makes the same on every rank, so they still take the same path.
+pub(crate) fn over_packed<B: BufferMut + ?Sized>(
+    buf: &mut B,
+    operation: &'static str,
+    path: impl FnOnce(&mut [u8]) -> Result<bool, Error>,
+) -> Result<bool, Error> {
+    let datatype = buf.datatype();
+    if datatype.is_contiguous() {
+        // SAFETY: `BufferMut` makes the pointer valid for writes of `byte_len` bytes, one run
+        // (the elements are contiguous), borrowed mutably for this whole call.
+        return path(unsafe { std::slice::from_raw_parts_mut(buf.pointer_mut(), buf.byte_len()) });
+    }
+    let layout = datatype
+        .layout()
+        .map_err(|cause| Error::new(operation, cause))?;
+    let mut packed = vec![0u8; buf.byte_len()];
+    let (count, base) = (buf.count(), buf.pointer_mut());
+    // SAFETY: `BufferMut` makes `base` valid for the span of `count` elements of the layout
+    // (checked where the view was made), whose blocks hold initialized values.
+    unsafe { layout.pack(count, base, &mut packed) };
+    if !path(&mut packed)? {
+        return Ok(false);
+    }
+    // SAFETY: as above, for writes; the area takes no type whose values need a check, so
+    // any bytes are values.
+    unsafe { layout.unpack(count, base, &packed) };
+    Ok(true)
 }
 
 /// Runs a blocking barrier through the area; `false` if it must go by messages instead.

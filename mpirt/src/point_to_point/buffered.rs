@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use pml::{Done, Handle, Pml, SendMode};
 
-use super::{post_send, send_description, wait_handle, Rank, Tag};
+use super::{post_send, send_description, wait_handle, Outgoing, Rank, Tag};
 use crate::communicator::CommData;
 use crate::datatype::Buffer;
 use crate::environment::with_engine;
@@ -58,7 +58,8 @@ pub(super) fn send<B: Buffer + ?Sized>(
     what: &str,
 ) -> Result<(), Error> {
     let own_error = |cause| Error::new(send_description(what, dest, tag), cause);
-    let bytes = buf.byte_len();
+    let out = Outgoing::of(buf).map_err(own_error)?;
+    let bytes = out.bytes().len();
     ATTACHED.with(|attached| {
         let mut attached = attached.borrow_mut();
         reap(&mut attached)?;
@@ -70,13 +71,15 @@ pub(super) fn send<B: Buffer + ?Sized>(
                 capacity: attached.capacity,
             }));
         }
-        // SAFETY: `Buffer` makes the pointer valid for `byte_len()` bytes while `buf` is
-        // borrowed, which it is for this call.
-        let copy: Box<[u8]> = unsafe { std::slice::from_raw_parts(buf.pointer(), bytes) }.into();
-        // SAFETY: the copy lives on the heap, where moving its box does not move it, and it
-        // is kept in `in_flight` until its send completes (`reap`, `reattach`,
-        // `finish_at_finalize`). If posting fails, no send was left reading it.
-        let handle = unsafe { post_send(comm, dest, tag, SendMode::Standard, &copy[..]) }
+        let copy: Box<[u8]> = out.bytes().into();
+        let handle = Outgoing::of(&copy[..])
+            .and_then(|out| {
+                // SAFETY: the copy lives on the heap, where moving its box does not move it,
+                // and it is kept in `in_flight` until its send completes (`reap`, `reattach`,
+                // `finish_at_finalize`); `out` only points into it. If posting fails, no send
+                // was left reading it.
+                unsafe { post_send(comm, dest, tag, SendMode::Standard, &out) }
+            })
             .map_err(own_error)?;
         if handle != Handle::SENT {
             attached.used += bytes;

@@ -1,16 +1,16 @@
 //! The combined send-receive (`MPI_Sendrecv`, `MPI_Sendrecv_replace`).
 
-use std::mem::{size_of, MaybeUninit};
+use std::mem::MaybeUninit;
 
 use pml::{Pml, SendMode};
 
 use super::{
     finish_receive, one_element, post_receive, post_send, tag_selector, wait_handle, Destination,
-    RecvSlot, Source, Status, Tag,
+    Outgoing, RecvSlot, Source, Status, Tag,
 };
-use crate::datatype::{Buffer, BufferMut, Equivalence};
+use crate::datatype::{datatype_of, Buffer, BufferMut, Equivalence};
 use crate::environment::with_engine;
-use crate::error::{or_fatal, Error};
+use crate::error::{or_fatal, Cause, Error};
 
 /// A receive posted before the send of a send-receive, so that two ranks exchanging with each
 /// other never wait on each other's send.
@@ -20,7 +20,7 @@ fn exchange<M, D, S>(
     sendtag: Tag,
     source: &S,
     receivetag: Option<Tag>,
-    mut slot: RecvSlot,
+    slot: Result<RecvSlot, Cause>,
 ) -> Result<Status, Error>
 where
     M: Buffer + ?Sized,
@@ -35,6 +35,7 @@ where
         )
     };
     let fail = |c| Error::new(operation(), c);
+    let mut slot = slot.map_err(fail)?;
     let tag = tag_selector(receivetag).map_err(fail)?;
     // SAFETY: the slot's buffer is borrowed by the caller for this whole call, and the receive
     // completes (or is cancelled and collected) before it returns.
@@ -47,17 +48,19 @@ where
         )
     }
     .map_err(fail)?;
-    // SAFETY: `msg` is borrowed for this whole call, which waits for the send.
-    let sent = unsafe {
-        post_send(
-            destination.destination_comm(),
-            destination.destination_rank(),
-            sendtag,
-            SendMode::Standard,
-            msg,
-        )
-    }
-    .and_then(wait_handle);
+    let sent = Outgoing::of(msg).and_then(|out| {
+        // SAFETY: `msg` and `out` live for this whole call, which waits for the send.
+        unsafe {
+            post_send(
+                destination.destination_comm(),
+                destination.destination_rank(),
+                sendtag,
+                SendMode::Standard,
+                &out,
+            )
+        }
+        .and_then(wait_handle)
+    });
     if let Err(c) = sent {
         // The receive must not outlive the caller's buffer.
         let _ = with_engine(|e| e.cancel(recv).and_then(|_| e.wait(recv)));
@@ -107,16 +110,12 @@ where
     D: Destination,
     S: Source,
 {
-    let mut value = MaybeUninit::<R>::uninit();
-    // SAFETY: `value` is valid for writes of `size_of::<R>()` bytes and outlives the
+    // Zeroed: the padding of a struct with a layout is not received.
+    let mut value = MaybeUninit::<R>::zeroed();
+    let datatype = datatype_of::<R>();
+    // SAFETY: `value` is valid for writes of one `R`, one element's span, and outlives the
     // blocking exchange.
-    let slot = unsafe {
-        RecvSlot::new(
-            value.as_mut_ptr().cast(),
-            size_of::<R>(),
-            R::equivalent_datatype(),
-        )
-    };
+    let slot = unsafe { RecvSlot::new(value.as_mut_ptr().cast(), datatype.size(), datatype) };
     let status = or_fatal(exchange(
         msg,
         destination,
@@ -125,13 +124,14 @@ where
         receivetag,
         slot,
     ));
-    if status.bytes != size_of::<R>() {
+    if status.bytes != datatype.size() {
         or_fatal(Err(Error::new(
             source.describe("send-receive", receivetag),
             one_element::<R>(status.bytes),
         )))
     }
-    // SAFETY: exactly `size_of::<R>()` bytes arrived and passed `R`'s check.
+    // SAFETY: exactly one element arrived and passed `R`'s check; bytes outside its layout
+    // (padding) are zero.
     (unsafe { value.assume_init() }, status)
 }
 

@@ -1,11 +1,11 @@
 //! Immediate receives of one value into memory the request owns (rsmpi's `ReceiveFuture`).
 
-use std::mem::{size_of, ManuallyDrop};
+use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 
 use super::raw::raw_receive;
 use super::{one_element, Source, Status, Tag};
-use crate::datatype::Equivalence;
+use crate::datatype::{datatype_of, Equivalence};
 use crate::error::{fatal, Cause, Error};
 use crate::request::{end_job_over_unfinished, Lent, Request, StaticScope};
 
@@ -76,14 +76,15 @@ impl<T: Equivalence> ReceiveFuture<T> {
 
     /// The received value, once the request finished with `status`.
     fn take_value(&mut self, status: Status) -> T {
-        if status.byte_count() != size_of::<T>() {
+        if status.byte_count() != datatype_of::<T>().size() {
             fatal(Error::new(
                 self.operation.as_str(),
                 one_element::<T>(status.byte_count()),
             ));
         }
-        // SAFETY: the request finished, so nothing writes the room any more; exactly
-        // `size_of::<T>()` bytes arrived and passed `T`'s check, so they make a valid `T`.
+        // SAFETY: the request finished, so nothing writes the room any more; exactly one
+        // element arrived, into every byte of `T`'s layout, and passed `T`'s check, so they
+        // make a valid `T` (padding outside the layout need not be initialized).
         // Read once: both callers consume the future.
         unsafe { self.room.ptr.as_ptr().read() }
     }

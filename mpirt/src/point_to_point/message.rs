@@ -1,7 +1,7 @@
 //! Messages taken by a matched probe, and their receives (`MPI_Mprobe` / `MPI_Mrecv`).
 
 use std::marker::PhantomData;
-use std::mem::{size_of, MaybeUninit};
+use std::mem::MaybeUninit;
 
 use pml::{Pml, SourceSel, Started};
 
@@ -9,7 +9,7 @@ use super::{
     finish_receive, one_element, receive_matched_into, receive_matched_vec, RecvSlot, Status,
 };
 use crate::backend::MessageHandle;
-use crate::datatype::{BufferMut, Equivalence};
+use crate::datatype::{datatype_of, BufferMut, Equivalence};
 use crate::environment::with_engine;
 use crate::error::{or_fatal, Error};
 use crate::request::{Lent, Request, Scope};
@@ -47,26 +47,24 @@ impl Message {
 
     pub fn try_matched_receive<T: Equivalence>(self) -> Result<(T, Status), Error> {
         let operation = self.describe();
-        if self.status.len != size_of::<T>() {
+        let datatype = datatype_of::<T>();
+        if self.status.len != datatype.size() {
             return Err(Error::new(operation, one_element::<T>(self.status.len)));
         }
-        let mut value = MaybeUninit::<T>::uninit();
-        // SAFETY: `value` is valid for writes of `size_of::<T>()` bytes and outlives the
+        // Zeroed: the padding of a struct with a layout is not received.
+        let mut value = MaybeUninit::<T>::zeroed();
+        // SAFETY: `value` is valid for writes of one `T`, one element's span, and outlives the
         // blocking receive.
-        let mut slot = unsafe {
-            RecvSlot::new(
-                value.as_mut_ptr().cast(),
-                size_of::<T>(),
-                T::equivalent_datatype(),
-            )
-        };
+        let mut slot =
+            unsafe { RecvSlot::new(value.as_mut_ptr().cast(), datatype.size(), datatype) }
+                .map_err(|c| Error::new(operation.clone(), c))?;
         let (ptr, len) = slot.target();
         let handle = self.handle;
         // SAFETY: as above; the receive completes before this function returns.
         let status = with_engine(|e| unsafe { e.post_matched_recv(handle, ptr, len) })
             .and_then(|h| finish_receive(h, slot))
             .map_err(|c| Error::new(operation, c))?;
-        // SAFETY: exactly `size_of::<T>()` bytes arrived and passed `T`'s check.
+        // SAFETY: exactly one element arrived and passed `T`'s check.
         Ok((unsafe { value.assume_init() }, status))
     }
 
@@ -100,7 +98,8 @@ impl Message {
     ) -> Result<Request<'a, B, S>, Error> {
         let operation = self.describe();
         let (handle, status) = (self.handle, self.status);
-        let (data, mut slot) = Lent::exclusive(buf, |buf| RecvSlot::for_buffer(buf));
+        let (data, slot) = Lent::exclusive(buf, |buf| RecvSlot::for_buffer(buf));
+        let mut slot = slot.map_err(|c| Error::new(operation.clone(), c))?;
         let (ptr, len) = slot.target();
         // SAFETY: the request keeps `buf` lent for `'a`, and the scope does not end before the
         // request completes.

@@ -16,6 +16,7 @@
 use std::mem::{align_of, size_of};
 use std::ptr::NonNull;
 
+use crate::datatype::datatype_of;
 use crate::error::{Cause, Error};
 use crate::point_to_point::{start_receive, tag_selector, RecvSlot, Source, Tag};
 use crate::request::{Lent, Request, Scope};
@@ -131,10 +132,17 @@ where
     let (ptr, bytes) = raw_target(ptr, count).map_err(|cause| Error::new(operation(), cause))?;
     let tag_sel = tag_selector(tag).map_err(|cause| Error::new(operation(), cause))?;
     let source_sel = source.source_selector();
+    let datatype = datatype_of::<T>();
+    // What arrives for `count` elements: their bytes, or, with gaps, their packed data.
+    let packed = match datatype.is_contiguous() {
+        true => bytes,
+        false => count * datatype.size(),
+    };
     // SAFETY: `raw_target` checked that `ptr` is non-null and aligned (or the length is 0)
     // and that `bytes` fits an allocation; the caller keeps the memory writable and otherwise
     // untouched until the request completes; `Equivalence` says checked bytes make valid `T`s.
-    let mut slot = unsafe { RecvSlot::new(ptr, bytes, T::equivalent_datatype()) };
+    let mut slot = unsafe { RecvSlot::new(ptr, packed, datatype) }
+        .map_err(|cause| Error::new(operation(), cause))?;
     // SAFETY: as above: the memory outlives the request (the caller's contract).
     let started = unsafe { start_receive(source.source_comm(), source_sel, tag_sel, &mut slot) }
         .map_err(|cause| Error::new(operation(), cause))?;

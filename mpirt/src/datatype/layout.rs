@@ -1,0 +1,514 @@
+//! Where a datatype's bytes lie in memory and what they are: a normalized list of byte blocks
+//! in type-map order, the extent one element steps over, and the signature (the basic
+//! elements in order) that a matching send and receive share. Packing and unpacking move the
+//! blocks' bytes and nothing else, so padding between them is never read or sent.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::Kind;
+
+/// One run of bytes of an element, `offset` bytes from the element's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Block {
+    pub offset: usize,
+    pub len: usize,
+}
+
+/// A basic element of a signature.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Element {
+    /// A number, `bool` or `char` of `size` bytes.
+    Basic { kind: Kind, size: usize },
+    /// A type known only by its name (an `Equivalence` built with `Datatype::plain` or
+    /// `Datatype::checked`), with its check of one element's bytes.
+    Opaque {
+        name: &'static str,
+        size: usize,
+        check: Option<fn(&[u8]) -> bool>,
+    },
+}
+
+impl PartialEq for Element {
+    fn eq(&self, other: &Element) -> bool {
+        match (self, other) {
+            (Element::Basic { kind: a, .. }, Element::Basic { kind: b, .. }) => a == b,
+            (
+                Element::Opaque { name, size, .. },
+                Element::Opaque {
+                    name: other_name,
+                    size: other_size,
+                    ..
+                },
+            ) => name == other_name && size == other_size,
+            _ => false,
+        }
+    }
+}
+
+impl Element {
+    pub fn size(&self) -> usize {
+        match *self {
+            Element::Basic { size, .. } | Element::Opaque { size, .. } => size,
+        }
+    }
+
+    /// Whether `bytes`, one element's, hold a valid value.
+    fn is_valid(&self, bytes: &[u8]) -> bool {
+        match *self {
+            Element::Basic {
+                kind: Kind::Bool, ..
+            } => bytes[0] <= 1,
+            Element::Basic {
+                kind: Kind::Char, ..
+            } => char::from_u32(u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+                .is_some(),
+            Element::Basic { .. } => true,
+            Element::Opaque { check, .. } => check.is_none_or(|check| check(bytes)),
+        }
+    }
+
+    fn needs_check(&self) -> bool {
+        match *self {
+            Element::Basic { kind, .. } => matches!(kind, Kind::Bool | Kind::Char),
+            Element::Opaque { check, .. } => check.is_some(),
+        }
+    }
+}
+
+/// `count` elements of one kind, in a row of the signature.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Run {
+    pub element: Element,
+    pub count: usize,
+}
+
+/// The signature of a type: its basic elements in type-map order, runs of one kind merged.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Signature(Vec<Run>);
+
+impl Signature {
+    pub fn one(element: Element, count: usize) -> Signature {
+        let mut signature = Signature::default();
+        signature.push(element, count);
+        signature
+    }
+
+    fn push(&mut self, element: Element, count: usize) {
+        if count == 0 {
+            return;
+        }
+        match self.0.last_mut() {
+            Some(last) if last.element == element => last.count += count,
+            _ => self.0.push(Run { element, count }),
+        }
+    }
+
+    fn extend(&mut self, other: &Signature, times: usize) {
+        // A signature of one kind repeats as one longer run.
+        if let [run] = other.0.as_slice() {
+            self.push(run.element, run.count * times);
+            return;
+        }
+        for _ in 0..times {
+            for run in &other.0 {
+                self.push(run.element, run.count);
+            }
+        }
+    }
+
+    /// The only element kind, when there is one.
+    pub fn single(&self) -> Option<Element> {
+        match self.0.as_slice() {
+            [run] => Some(run.element),
+            _ => None,
+        }
+    }
+
+    /// The index of the first basic element where this signature and `other` differ (the
+    /// shorter one's length, where one is the other's start).
+    pub fn first_difference(&self, other: &Signature) -> usize {
+        let mut at = 0;
+        for (a, b) in self.0.iter().zip(&other.0) {
+            if a.element != b.element {
+                return at;
+            }
+            if a.count != b.count {
+                return at + a.count.min(b.count);
+            }
+            at += a.count;
+        }
+        at
+    }
+
+    pub fn runs(&self) -> &[Run] {
+        &self.0
+    }
+}
+
+/// A datatype's layout: blocks, extent and signature (MPI's type map, normalized).
+#[derive(Clone, Debug)]
+pub(crate) struct Layout {
+    /// In type-map order (the order bytes are packed in); neighbours that touch are merged.
+    blocks: Vec<Block>,
+    /// What one element steps over in an array of them: its upper bound less its lower
+    /// bound (MPI's extent; the lower bound is the lowest displacement).
+    pub extent: usize,
+    lower: Option<usize>,
+    /// Bytes of data per element: the blocks' lengths summed.
+    pub size: usize,
+    /// The largest basic element's size (at most 16): what a struct's extent is rounded to.
+    pub align: usize,
+    pub signature: Signature,
+    needs_check: bool,
+}
+
+impl Layout {
+    /// One basic element (or an element known by its name) of `size` bytes, `count` times.
+    pub fn basic(element: Element, count: usize) -> Layout {
+        let size = element.size() * count;
+        Layout {
+            blocks: if size == 0 {
+                Vec::new()
+            } else {
+                vec![Block {
+                    offset: 0,
+                    len: size,
+                }]
+            },
+            extent: size,
+            lower: Some(0),
+            size,
+            align: element.size().clamp(1, 16),
+            needs_check: element.needs_check(),
+            signature: Signature::one(element, count),
+        }
+    }
+
+    /// An empty layout that pieces are appended to.
+    pub fn empty() -> Layout {
+        Layout {
+            blocks: Vec::new(),
+            extent: 0,
+            lower: None,
+            size: 0,
+            align: 1,
+            signature: Signature::default(),
+            needs_check: false,
+        }
+    }
+
+    /// Appends `count` elements of `piece`, the first at `offset`, each `stride` bytes after
+    /// the last; the extent grows to cover them.
+    pub fn append(&mut self, piece: &Layout, count: usize, offset: usize, stride: usize) {
+        for i in 0..count {
+            let base = offset + i * stride;
+            for block in &piece.blocks {
+                self.push_block(base + block.offset, block.len);
+            }
+        }
+        if count > 0 {
+            let piece_lower = offset + piece.lower.unwrap_or(0);
+            let end = piece_lower + (count - 1) * stride + piece.extent;
+            let upper = self.lower.map_or(end, |lower| end.max(lower + self.extent));
+            let lower = self
+                .lower
+                .map_or(piece_lower, |lower| lower.min(piece_lower));
+            self.lower = Some(lower);
+            self.extent = upper - lower;
+        }
+        self.size += piece.size * count;
+        self.align = self.align.max(piece.align);
+        self.signature.extend(&piece.signature, count);
+        self.needs_check |= piece.needs_check;
+    }
+
+    fn push_block(&mut self, offset: usize, len: usize) {
+        if len == 0 {
+            return;
+        }
+        match self.blocks.last_mut() {
+            Some(last) if last.offset + last.len == offset => last.len += len,
+            _ => self.blocks.push(Block { offset, len }),
+        }
+    }
+
+    /// Rounds the extent up to the alignment of the largest element, as MPI does for
+    /// structs, so that an array of them steps as Rust lays it out.
+    pub fn round_extent(&mut self) {
+        self.extent = self.extent.div_ceil(self.align) * self.align;
+    }
+
+    /// Sets the bounds to a Rust struct's: from 0 to its size.
+    pub fn set_extent(&mut self, extent: usize) {
+        self.lower = Some(0);
+        self.extent = extent;
+    }
+
+    /// Whether `count` elements are one run of bytes from the buffer's start: sent as they
+    /// lie, with no packing.
+    pub fn is_contiguous(&self) -> bool {
+        match self.blocks.as_slice() {
+            [] => true,
+            [only] => only.offset == 0 && only.len == self.extent,
+            _ => false,
+        }
+    }
+
+    pub fn needs_check(&self) -> bool {
+        self.needs_check
+    }
+
+    /// Bytes from the buffer's start that `count` elements reach.
+    pub fn span(&self, count: usize) -> usize {
+        let end = self.blocks.iter().map(|b| b.offset + b.len).max();
+        match (count, end) {
+            (0, _) | (_, None) => 0,
+            (count, Some(end)) => (count - 1) * self.extent + end,
+        }
+    }
+
+    /// Where two blocks of `count` elements overlap, if they do: a receive would write the
+    /// same bytes twice.
+    pub fn overlap(&self, count: usize) -> Option<(usize, usize)> {
+        let mut all: Vec<Block> = (0..count)
+            .flat_map(|i| {
+                self.blocks.iter().map(move |b| Block {
+                    offset: i * self.extent + b.offset,
+                    len: b.len,
+                })
+            })
+            .collect();
+        all.sort_by_key(|b| b.offset);
+        all.windows(2)
+            .find(|w| w[0].offset + w[0].len > w[1].offset)
+            .map(|w| (w[0].offset, w[1].offset))
+    }
+
+    /// Packs `count` elements at `base` into `out` (`count * size` bytes).
+    ///
+    /// # Safety
+    /// `base` must be valid for reads of `span(count)` bytes, initialized where the blocks lie.
+    pub unsafe fn pack(&self, count: usize, base: *const u8, out: &mut [u8]) {
+        assert_eq!(
+            out.len(),
+            count * self.size,
+            "a packed buffer of the type's size"
+        );
+        let mut at = 0;
+        for i in 0..count {
+            for block in &self.blocks {
+                // SAFETY: the block lies within `span(count)` bytes of `base` (the caller's
+                // promise), and `out` holds `count * size` bytes, the blocks' lengths summed.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        base.add(i * self.extent + block.offset),
+                        out.as_mut_ptr().add(at),
+                        block.len,
+                    )
+                };
+                at += block.len;
+            }
+        }
+    }
+
+    /// Unpacks `packed` (whole or the front of `count` elements' packed bytes) into the
+    /// blocks of the elements at `base`; bytes outside the blocks are not touched.
+    ///
+    /// # Safety
+    /// `base` must be valid for writes of `span(count)` bytes, and `packed` at most
+    /// `count * size` bytes long.
+    pub unsafe fn unpack(&self, count: usize, base: *mut u8, packed: &[u8]) {
+        assert!(
+            packed.len() <= count * self.size,
+            "packed bytes of at most count elements"
+        );
+        let mut at = 0;
+        'elements: for i in 0..count {
+            for block in &self.blocks {
+                let len = block.len.min(packed.len() - at);
+                // SAFETY: as in `pack`, with the roles swapped; `len` stays within `packed`.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        packed.as_ptr().add(at),
+                        base.add(i * self.extent + block.offset),
+                        len,
+                    )
+                };
+                at += len;
+                if at == packed.len() {
+                    break 'elements;
+                }
+            }
+        }
+    }
+
+    /// Whether packed bytes (the front of some elements) hold valid values element by
+    /// element, as the signature says.
+    pub fn is_valid_packed(&self, packed: &[u8]) -> bool {
+        if !self.needs_check {
+            return true;
+        }
+        let mut rest = packed;
+        loop {
+            for run in self.signature.runs() {
+                let size = run.element.size();
+                for _ in 0..run.count {
+                    if rest.len() < size {
+                        return true;
+                    }
+                    let (one, after) = rest.split_at(size);
+                    if !run.element.is_valid(one) {
+                        return false;
+                    }
+                    rest = after;
+                }
+            }
+            if self.size == 0 {
+                return true;
+            }
+        }
+    }
+
+    #[cfg(test)]
+    pub fn blocks(&self) -> &[Block] {
+        &self.blocks
+    }
+}
+
+/// The layouts that datatypes name by id: user datatypes while they live, and the layouts of
+/// derived structs and of types whose `Equivalence` builds a user datatype, for the program's
+/// life (one per type).
+struct Registry {
+    layouts: HashMap<u64, Arc<Layout>>,
+    next: u64,
+    by_type: HashMap<std::any::TypeId, super::Datatype>,
+}
+
+static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
+
+fn registry() -> MutexGuard<'static, Option<Registry>> {
+    // A panic while the registry was held left it whole (every change is one insert or
+    // remove), so a poisoned lock is taken as it is.
+    let mut guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    guard.get_or_insert_with(|| Registry {
+        layouts: HashMap::new(),
+        next: 1,
+        by_type: HashMap::new(),
+    });
+    guard
+}
+
+/// Keeps `layout` under a new id.
+pub(crate) fn register(layout: Arc<Layout>) -> u64 {
+    let mut guard = registry();
+    let registry = guard.as_mut().expect("set up by registry()");
+    let id = registry.next;
+    registry.next += 1;
+    registry.layouts.insert(id, layout);
+    id
+}
+
+/// Forgets the layout of a user datatype that was dropped.
+pub(crate) fn unregister(id: u64) {
+    if let Some(registry) = registry().as_mut() {
+        registry.layouts.remove(&id);
+    }
+}
+
+/// The layout under `id`, if its datatype still lives.
+pub(crate) fn lookup(id: u64) -> Option<Arc<Layout>> {
+    registry()
+        .as_ref()
+        .and_then(|r| r.layouts.get(&id).cloned())
+}
+
+/// The datatype kept for the Rust type `type_id`, made by `make` the first time.
+pub(crate) fn for_type(
+    type_id: std::any::TypeId,
+    make: impl FnOnce() -> super::Datatype,
+) -> super::Datatype {
+    if let Some(found) = registry()
+        .as_ref()
+        .and_then(|r| r.by_type.get(&type_id).copied())
+    {
+        return found;
+    }
+    // Made without the lock: `make` registers layouts (and may look up its fields' types).
+    let made = make();
+    let mut guard = registry();
+    let registry = guard.as_mut().expect("set up by registry()");
+    *registry.by_type.entry(type_id).or_insert(made)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn int() -> Layout {
+        Layout::basic(
+            Element::Basic {
+                kind: Kind::Signed(4),
+                size: 4,
+            },
+            1,
+        )
+    }
+
+    #[test]
+    fn blocks_merge_and_pack_in_type_map_order() {
+        let mut l = Layout::empty();
+        // Displacements 8, 4, 0: packed in that order, not memory order.
+        for offset in [8, 4, 0] {
+            l.append(&int(), 1, offset, 0);
+        }
+        assert_eq!(l.extent, 12);
+        assert_eq!(l.size, 12);
+        assert!(!l.is_contiguous());
+        let data = [1i32, 2, 3];
+        let mut out = vec![0u8; 12];
+        // SAFETY: `data` is 12 bytes, the span.
+        unsafe { l.pack(1, data.as_ptr().cast(), &mut out) };
+        let got: Vec<i32> = out
+            .chunks(4)
+            .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(got, [3, 2, 1]);
+        let mut contiguous = Layout::empty();
+        contiguous.append(&int(), 3, 0, 4);
+        assert!(contiguous.is_contiguous());
+        assert_eq!(contiguous.blocks(), &[Block { offset: 0, len: 12 }]);
+    }
+
+    #[test]
+    fn signatures_differ_at_the_first_other_element() {
+        let float = Layout::basic(
+            Element::Basic {
+                kind: Kind::Float(8),
+                size: 8,
+            },
+            1,
+        );
+        let mut a = Layout::empty();
+        a.append(&int(), 3, 0, 4);
+        a.append(&float, 1, 12, 8);
+        let mut b = Layout::empty();
+        b.append(&int(), 2, 0, 4);
+        b.append(&float, 2, 8, 8);
+        assert_eq!(a.signature.first_difference(&b.signature), 2);
+        assert_eq!(a.signature.first_difference(&a.signature), 4);
+    }
+
+    #[test]
+    fn overlapping_blocks_are_found() {
+        let mut l = Layout::empty();
+        l.append(&int(), 2, 0, 2);
+        assert_eq!(l.overlap(1), Some((0, 2)));
+        let mut vector = Layout::empty();
+        vector.append(&int(), 2, 0, 8);
+        assert_eq!(vector.overlap(3), None);
+        // An extent shorter than the span: the second element lands on the first.
+        vector.set_extent(2);
+        assert!(vector.overlap(2).is_some());
+    }
+}

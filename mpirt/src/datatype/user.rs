@@ -1,0 +1,606 @@
+//! Datatypes a program builds (`MPI_Type_vector` and friends), references to them, and the
+//! views that send or receive a buffer through one, as rsmpi has them.
+//!
+//! Unlike rsmpi, mpirt checks what it is given: negative counts, strides or displacements
+//! are refused by the constructors, and a view whose datatype reaches past its buffer, or a
+//! receive view whose blocks overlap, is refused where it is made, naming the cause.
+
+use std::marker::PhantomData;
+
+use super::layout::{self, Layout};
+use super::{datatype_of, Buffer, BufferMut, Datatype, Equivalence};
+use crate::point_to_point::Count;
+
+pub use crate::collective::{DynBuffer, DynBufferMut};
+
+/// A byte address or displacement (`MPI_Aint`).
+pub type Address = isize;
+
+/// The address of `x`, for the displacements of [`UserDatatype::structured`]
+/// (`MPI_Get_address`).
+pub fn address_of<T>(x: &T) -> Address {
+    (x as *const T) as Address
+}
+
+/// Something that describes a layout of elements: a basic type's [`Datatype`], a
+/// [`UserDatatype`] (committed or not), or a reference to one.
+pub trait UncommittedDatatype {
+    /// What [`dup`](Self::dup) makes: a `UserDatatype` from a committed type, an
+    /// `UncommittedUserDatatype` from an uncommitted one.
+    type DuplicatedDatatype;
+
+    /// A new datatype of the same layout, freed on its own (`MPI_Type_dup`).
+    fn dup(&self) -> Self::DuplicatedDatatype;
+
+    /// The datatype mpirt works with.
+    #[doc(hidden)]
+    fn descriptor(&self) -> Datatype;
+
+    /// The datatype of the Rust type `T` whose `Equivalence` returned this: a user datatype
+    /// made on every call keeps its layout once for `T`, which the buffers of `T` refer to.
+    #[doc(hidden)]
+    #[inline]
+    fn element_of<T: 'static>(self) -> Datatype
+    where
+        Self: Sized,
+    {
+        self.descriptor()
+    }
+}
+
+impl UncommittedDatatype for Datatype {
+    type DuplicatedDatatype = UserDatatype;
+    fn dup(&self) -> UserDatatype {
+        UserDatatype(duplicate(*self))
+    }
+    #[inline]
+    fn descriptor(&self) -> Datatype {
+        *self
+    }
+}
+
+impl<D: UncommittedDatatype + ?Sized> UncommittedDatatype for &D {
+    type DuplicatedDatatype = D::DuplicatedDatatype;
+    fn dup(&self) -> D::DuplicatedDatatype {
+        (**self).dup()
+    }
+    fn descriptor(&self) -> Datatype {
+        (**self).descriptor()
+    }
+}
+
+/// The layout of `datatype`, or a panic naming `constructor` if it was freed.
+fn layout_for(constructor: &str, datatype: &impl UncommittedDatatype) -> std::sync::Arc<Layout> {
+    datatype
+        .descriptor()
+        .layout()
+        .unwrap_or_else(|cause| panic!("{constructor}: {cause}"))
+}
+
+/// `value` as a non-negative count, or a panic naming `constructor` and `what`.
+fn non_negative(constructor: &str, what: &str, value: isize) -> usize {
+    usize::try_from(value).unwrap_or_else(|_| {
+        panic!(
+            "{constructor}: {what} is negative ({value}); mpirt takes non-negative counts, \
+             strides and displacements"
+        )
+    })
+}
+
+/// A datatype built from others (`MPI_Type_create_*`), not yet committed. mpirt needs no
+/// commit step, but keeps rsmpi's two types so that programs port.
+#[derive(Debug)]
+pub struct UncommittedUserDatatype(Datatype);
+
+/// A committed [`UncommittedUserDatatype`]: usable in views, sends and receives. Dropping it
+/// frees its layout (`MPI_Type_free`); a [`Datatype`] copied out of it and used afterwards is
+/// an error naming it freed, never a read of freed memory.
+#[derive(Debug)]
+pub struct UserDatatype(Datatype);
+
+impl UncommittedUserDatatype {
+    fn build(layout: Layout) -> Self {
+        UncommittedUserDatatype(Datatype::of_layout(layout, "user datatype"))
+    }
+
+    /// `count` elements of `oldtype` back to back (`MPI_Type_contiguous`).
+    pub fn contiguous<D: UncommittedDatatype>(count: Count, oldtype: &D) -> Self {
+        const NAME: &str = "UserDatatype::contiguous";
+        let count = non_negative(NAME, "the count", count as isize);
+        let old = layout_for(NAME, oldtype);
+        let mut layout = Layout::empty();
+        layout.append(&old, count, 0, old.extent);
+        Self::build(layout)
+    }
+
+    /// `count` blocks of `blocklength` elements, a block starting every `stride` elements
+    /// (`MPI_Type_vector`).
+    pub fn vector<D: UncommittedDatatype>(
+        count: Count,
+        blocklength: Count,
+        stride: Count,
+        oldtype: &D,
+    ) -> Self {
+        const NAME: &str = "UserDatatype::vector";
+        let old = layout_for(NAME, oldtype);
+        let stride = non_negative(NAME, "the stride", stride as isize) * old.extent;
+        Self::strided(NAME, count, blocklength, stride as isize, &old)
+    }
+
+    /// As [`vector`](Self::vector), with the stride in bytes (`MPI_Type_create_hvector`).
+    pub fn heterogeneous_vector<D: UncommittedDatatype>(
+        count: Count,
+        blocklength: Count,
+        stride: Address,
+        oldtype: &D,
+    ) -> Self {
+        const NAME: &str = "UserDatatype::heterogeneous_vector";
+        let old = layout_for(NAME, oldtype);
+        Self::strided(NAME, count, blocklength, stride, &old)
+    }
+
+    fn strided(
+        name: &str,
+        count: Count,
+        blocklength: Count,
+        stride: Address,
+        old: &Layout,
+    ) -> Self {
+        let count = non_negative(name, "the count", count as isize);
+        let blocklength = non_negative(name, "the block length", blocklength as isize);
+        let stride = non_negative(name, "the stride", stride);
+        let mut layout = Layout::empty();
+        for i in 0..count {
+            layout.append(old, blocklength, i * stride, old.extent);
+        }
+        Self::build(layout)
+    }
+
+    /// Blocks of `blocklengths[i]` elements at `displacements[i]` elements
+    /// (`MPI_Type_indexed`).
+    pub fn indexed<D: UncommittedDatatype>(
+        blocklengths: &[Count],
+        displacements: &[Count],
+        oldtype: &D,
+    ) -> Self {
+        const NAME: &str = "UserDatatype::indexed";
+        let old = layout_for(NAME, oldtype);
+        let displacements: Vec<Address> = displacements
+            .iter()
+            .map(|&d| (non_negative(NAME, "a displacement", d as isize) * old.extent) as Address)
+            .collect();
+        Self::blocks(NAME, blocklengths, &displacements, &old)
+    }
+
+    /// As [`indexed`](Self::indexed), with displacements in bytes
+    /// (`MPI_Type_create_hindexed`).
+    pub fn heterogeneous_indexed<D: UncommittedDatatype>(
+        blocklengths: &[Count],
+        displacements: &[Address],
+        oldtype: &D,
+    ) -> Self {
+        const NAME: &str = "UserDatatype::heterogeneous_indexed";
+        let old = layout_for(NAME, oldtype);
+        Self::blocks(NAME, blocklengths, displacements, &old)
+    }
+
+    /// Blocks of `blocklength` elements at `displacements[i]` elements
+    /// (`MPI_Type_create_indexed_block`).
+    pub fn indexed_block<D: UncommittedDatatype>(
+        blocklength: Count,
+        displacements: &[Count],
+        oldtype: &D,
+    ) -> Self {
+        let blocklengths = vec![blocklength; displacements.len()];
+        Self::indexed(&blocklengths, displacements, oldtype)
+    }
+
+    /// As [`indexed_block`](Self::indexed_block), with displacements in bytes
+    /// (`MPI_Type_create_hindexed_block`).
+    pub fn heterogeneous_indexed_block<D: UncommittedDatatype>(
+        blocklength: Count,
+        displacements: &[Address],
+        oldtype: &D,
+    ) -> Self {
+        let blocklengths = vec![blocklength; displacements.len()];
+        Self::heterogeneous_indexed(&blocklengths, displacements, oldtype)
+    }
+
+    fn blocks(name: &str, blocklengths: &[Count], displacements: &[Address], old: &Layout) -> Self {
+        assert_eq!(
+            blocklengths.len(),
+            displacements.len(),
+            "{name}: {} block lengths but {} displacements",
+            blocklengths.len(),
+            displacements.len()
+        );
+        let mut layout = Layout::empty();
+        for (&length, &displacement) in blocklengths.iter().zip(displacements) {
+            let length = non_negative(name, "a block length", length as isize);
+            let displacement = non_negative(name, "a displacement", displacement);
+            layout.append(old, length, displacement, old.extent);
+        }
+        Self::build(layout)
+    }
+
+    /// Blocks of `blocklengths[i]` elements of `types[i]` at byte `displacements[i]`
+    /// (`MPI_Type_create_struct`); the extent is rounded up to the largest element's
+    /// alignment, as MPI does, so that it matches a Rust struct's size.
+    pub fn structured<D: UncommittedDatatype>(
+        blocklengths: &[Count],
+        displacements: &[Address],
+        types: &[D],
+    ) -> Self {
+        const NAME: &str = "UserDatatype::structured";
+        assert!(
+            blocklengths.len() == displacements.len() && blocklengths.len() == types.len(),
+            "{NAME}: {} block lengths, {} displacements and {} types: they must be as many",
+            blocklengths.len(),
+            displacements.len(),
+            types.len()
+        );
+        let mut layout = Layout::empty();
+        for ((&length, &displacement), datatype) in
+            blocklengths.iter().zip(displacements).zip(types)
+        {
+            let old = layout_for(NAME, datatype);
+            let length = non_negative(NAME, "a block length", length as isize);
+            let displacement = non_negative(NAME, "a displacement", displacement);
+            layout.append(&old, length, displacement, old.extent);
+        }
+        layout.round_extent();
+        Self::build(layout)
+    }
+
+    /// Commits the datatype (`MPI_Type_commit`).
+    pub fn commit(self) -> UserDatatype {
+        let datatype = self.0;
+        std::mem::forget(self);
+        UserDatatype(datatype)
+    }
+
+    pub fn as_ref(&self) -> UncommittedDatatypeRef<'_> {
+        UncommittedDatatypeRef(self.0, PhantomData)
+    }
+}
+
+/// A copy of `datatype` under an id of its own, freed with it (`MPI_Type_dup`).
+fn duplicate(datatype: Datatype) -> Datatype {
+    let layout = datatype
+        .layout()
+        .unwrap_or_else(|cause| panic!("duplicating a user datatype: {cause}"));
+    Datatype::of_layout((*layout).clone(), "user datatype")
+}
+
+impl Clone for UncommittedUserDatatype {
+    fn clone(&self) -> Self {
+        UncommittedUserDatatype(duplicate(self.0))
+    }
+}
+
+impl Clone for UserDatatype {
+    fn clone(&self) -> Self {
+        UserDatatype(duplicate(self.0))
+    }
+}
+
+impl Drop for UncommittedUserDatatype {
+    fn drop(&mut self) {
+        layout::unregister(self.0.layout_id().expect("a user datatype has a layout"));
+    }
+}
+
+impl Drop for UserDatatype {
+    fn drop(&mut self) {
+        layout::unregister(self.0.layout_id().expect("a user datatype has a layout"));
+    }
+}
+
+macro_rules! committed_constructors {
+    ($($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*);)*) => {
+        impl UserDatatype {
+            $(
+                $(#[$doc])*
+                pub fn $name<D: UncommittedDatatype>($($arg: $ty,)* oldtype: &D) -> UserDatatype {
+                    UncommittedUserDatatype::$name($($arg,)* oldtype).commit()
+                }
+            )*
+        }
+    };
+}
+
+committed_constructors! {
+    /// A committed [`UncommittedUserDatatype::contiguous`].
+    fn contiguous(count: Count);
+    /// A committed [`UncommittedUserDatatype::vector`].
+    fn vector(count: Count, blocklength: Count, stride: Count);
+    /// A committed [`UncommittedUserDatatype::heterogeneous_vector`].
+    fn heterogeneous_vector(count: Count, blocklength: Count, stride: Address);
+    /// A committed [`UncommittedUserDatatype::indexed`].
+    fn indexed(blocklengths: &[Count], displacements: &[Count]);
+    /// A committed [`UncommittedUserDatatype::heterogeneous_indexed`].
+    fn heterogeneous_indexed(blocklengths: &[Count], displacements: &[Address]);
+    /// A committed [`UncommittedUserDatatype::indexed_block`].
+    fn indexed_block(blocklength: Count, displacements: &[Count]);
+    /// A committed [`UncommittedUserDatatype::heterogeneous_indexed_block`].
+    fn heterogeneous_indexed_block(blocklength: Count, displacements: &[Address]);
+}
+
+impl UserDatatype {
+    /// A committed [`UncommittedUserDatatype::structured`].
+    pub fn structured<D: UncommittedDatatype>(
+        blocklengths: &[Count],
+        displacements: &[Address],
+        types: &[D],
+    ) -> UserDatatype {
+        UncommittedUserDatatype::structured(blocklengths, displacements, types).commit()
+    }
+
+    pub fn as_ref(&self) -> DatatypeRef<'_> {
+        DatatypeRef(self.0, PhantomData)
+    }
+}
+
+impl UncommittedDatatype for UserDatatype {
+    type DuplicatedDatatype = UserDatatype;
+    fn dup(&self) -> UserDatatype {
+        self.clone()
+    }
+    fn descriptor(&self) -> Datatype {
+        self.0
+    }
+
+    fn element_of<T: 'static>(self) -> Datatype {
+        let datatype = self.0;
+        layout::for_type(std::any::TypeId::of::<T>(), || duplicate(datatype))
+    }
+}
+
+impl UncommittedDatatype for UncommittedUserDatatype {
+    type DuplicatedDatatype = UncommittedUserDatatype;
+    fn dup(&self) -> UncommittedUserDatatype {
+        self.clone()
+    }
+    fn descriptor(&self) -> Datatype {
+        self.0
+    }
+}
+
+/// A reference to a committed datatype, valid while it lives.
+#[derive(Clone, Copy, Debug)]
+pub struct DatatypeRef<'a>(Datatype, PhantomData<&'a UserDatatype>);
+
+/// A reference to a datatype, committed or not.
+#[derive(Clone, Copy, Debug)]
+pub struct UncommittedDatatypeRef<'a>(Datatype, PhantomData<&'a UserDatatype>);
+
+/// A basic type's datatype (`MPI_INT` and friends): what `equivalent_datatype` returns for
+/// numbers, `bool` and `char`.
+pub type SystemDatatype = Datatype;
+
+impl UncommittedDatatype for DatatypeRef<'_> {
+    type DuplicatedDatatype = UserDatatype;
+    fn dup(&self) -> UserDatatype {
+        UserDatatype(duplicate(self.0))
+    }
+    fn descriptor(&self) -> Datatype {
+        self.0
+    }
+}
+
+impl UncommittedDatatype for UncommittedDatatypeRef<'_> {
+    type DuplicatedDatatype = UncommittedUserDatatype;
+    fn dup(&self) -> UncommittedUserDatatype {
+        UncommittedUserDatatype(duplicate(self.0))
+    }
+    fn descriptor(&self) -> Datatype {
+        self.0
+    }
+}
+
+impl<'a> From<DatatypeRef<'a>> for UncommittedDatatypeRef<'a> {
+    fn from(datatype: DatatypeRef<'a>) -> Self {
+        UncommittedDatatypeRef(datatype.0, PhantomData)
+    }
+}
+
+impl<'a> From<&'a UserDatatype> for DatatypeRef<'a> {
+    fn from(datatype: &'a UserDatatype) -> Self {
+        datatype.as_ref()
+    }
+}
+
+/// A view of `count` elements of a datatype over a buffer, to send (`MPI_Send(buf, count,
+/// datatype)`).
+pub struct View<'d, 'b, D: UncommittedDatatype, B: Buffer + ?Sized> {
+    datatype: &'d D,
+    count: Count,
+    buffer: &'b B,
+}
+
+/// A view of `count` elements of a datatype over a buffer, to receive into.
+pub struct MutView<'d, 'b, D: UncommittedDatatype, B: BufferMut + ?Sized> {
+    datatype: &'d D,
+    count: Count,
+    buffer: &'b mut B,
+}
+
+/// Checks that `count` elements of `datatype` lie within a buffer of `bytes` bytes (and, for a
+/// receive, that no two blocks overlap), else panics naming `view` and the cause.
+fn check_view(view: &str, datatype: &Datatype, count: Count, bytes: usize, receive: bool) {
+    let count = non_negative(view, "the count", count as isize);
+    let layout = datatype
+        .layout()
+        .unwrap_or_else(|cause| panic!("{view}: {cause}"));
+    let span = layout.span(count);
+    assert!(
+        span <= bytes,
+        "{view}: {count} elements of the datatype reach {span} bytes into the buffer, which \
+         holds {bytes}"
+    );
+    if receive {
+        if let Some((first, second)) = layout.overlap(count) {
+            panic!(
+                "{view}: the datatype's blocks at bytes {first} and {second} overlap: a receive \
+                 would write the same bytes twice"
+            );
+        }
+    }
+}
+
+/// The bytes `buffer`'s elements span.
+fn memory_len(count: usize, datatype: &Datatype) -> usize {
+    let extent = datatype.layout().map_or(datatype.size(), |l| l.extent);
+    count * extent
+}
+
+impl<'d, 'b, D: UncommittedDatatype, B: Buffer + ?Sized> View<'d, 'b, D, B> {
+    /// `count` elements of `datatype` over `buffer`.
+    ///
+    /// # Safety
+    /// Kept `unsafe` as in rsmpi; mpirt checks what rsmpi leaves to the caller: a datatype
+    /// reaching past the buffer, or a negative count, panics here naming the cause.
+    pub unsafe fn with_count_and_datatype(
+        buffer: &'b B,
+        count: Count,
+        datatype: &'d D,
+    ) -> View<'d, 'b, D, B> {
+        let bytes = memory_len(buffer.count(), &buffer.datatype());
+        check_view("View", &datatype.descriptor(), count, bytes, false);
+        View {
+            datatype,
+            count,
+            buffer,
+        }
+    }
+}
+
+impl<'d, 'b, D: UncommittedDatatype, B: BufferMut + ?Sized> MutView<'d, 'b, D, B> {
+    /// `count` elements of `datatype` over `buffer`.
+    ///
+    /// # Safety
+    /// Kept `unsafe` as in rsmpi; mpirt checks what rsmpi leaves to the caller: a datatype
+    /// reaching past the buffer, blocks that overlap, or a negative count, panics here naming
+    /// the cause.
+    pub unsafe fn with_count_and_datatype(
+        buffer: &'b mut B,
+        count: Count,
+        datatype: &'d D,
+    ) -> MutView<'d, 'b, D, B> {
+        let bytes = memory_len(buffer.count(), &buffer.datatype());
+        check_view("MutView", &datatype.descriptor(), count, bytes, true);
+        MutView {
+            datatype,
+            count,
+            buffer,
+        }
+    }
+}
+
+// SAFETY: the view was checked to lie within the buffer, whose bytes `Buffer` says are
+// initialized and borrowed for as long as the view; the layout is what is read.
+unsafe impl<D: UncommittedDatatype, B: Buffer + ?Sized> Buffer for View<'_, '_, D, B> {
+    fn pointer(&self) -> *const u8 {
+        self.buffer.pointer()
+    }
+    fn count(&self) -> usize {
+        self.count as usize
+    }
+    fn datatype(&self) -> Datatype {
+        self.datatype.descriptor()
+    }
+}
+
+// SAFETY: as for `View`; the blocks do not overlap, and what is written there are values of
+// the datatype's basic elements, which the buffer's element type is made of (the caller's
+// promise in `with_count_and_datatype`).
+unsafe impl<D: UncommittedDatatype, B: BufferMut + ?Sized> BufferMut for MutView<'_, '_, D, B> {
+    fn pointer_mut(&mut self) -> *mut u8 {
+        self.buffer.pointer_mut()
+    }
+    fn count(&self) -> usize {
+        self.count as usize
+    }
+    fn datatype(&self) -> Datatype {
+        self.datatype.descriptor()
+    }
+}
+
+impl<'b> DynBuffer<'b> {
+    /// A buffer of `T`s whose type is known at run time.
+    pub fn new<T: Equivalence>(buf: &'b [T]) -> Self {
+        // SAFETY: `Equivalence` says the slice's bytes are initialized.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), std::mem::size_of_val(buf)) };
+        DynBuffer::from_parts(bytes, datatype_of::<T>())
+    }
+
+    /// Whether the elements are `T`s.
+    pub fn is<T: Equivalence>(&self) -> bool {
+        self.parts().1 == datatype_of::<T>()
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        let (bytes, datatype) = self.parts();
+        bytes.len() / datatype.size().max(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.parts().0.is_empty()
+    }
+}
+
+impl<'b> DynBufferMut<'b> {
+    /// A buffer of `T`s whose type is known at run time.
+    pub fn new<T: Equivalence>(buf: &'b mut [T]) -> Self {
+        let len = std::mem::size_of_val(buf);
+        // SAFETY: `Equivalence` says the slice's bytes are initialized; the slice is
+        // exclusively borrowed for `'b`, and what is written through it must be values of
+        // `T`'s datatype, as `BufferMut` requires of every receive.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast(), len) };
+        DynBufferMut::from_parts(bytes, datatype_of::<T>())
+    }
+
+    /// Whether the elements are `T`s.
+    pub fn is<T: Equivalence>(&self) -> bool {
+        self.datatype_of_parts() == datatype_of::<T>()
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        BufferMut::count(self)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+// SAFETY: the bytes are exclusively borrowed for the buffer's life; what a receive writes
+// there passes the datatype's checks, which `DynBufferMut::new`'s `T` makes valid values.
+unsafe impl BufferMut for DynBufferMut<'_> {
+    fn pointer_mut(&mut self) -> *mut u8 {
+        self.bytes_mut().as_mut_ptr()
+    }
+    fn count(&self) -> usize {
+        let datatype = self.datatype_of_parts();
+        self.byte_count() / datatype.size().max(1)
+    }
+    fn datatype(&self) -> Datatype {
+        self.datatype_of_parts()
+    }
+}
+
+// SAFETY: the bytes are borrowed for the buffer's life and initialized.
+unsafe impl Buffer for DynBuffer<'_> {
+    fn pointer(&self) -> *const u8 {
+        self.parts().0.as_ptr()
+    }
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn datatype(&self) -> Datatype {
+        self.parts().1
+    }
+}

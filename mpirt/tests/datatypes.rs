@@ -1,0 +1,618 @@
+//! User datatypes, views, derived structs with padding, and pack/unpack, with real ranks under
+//! rsrun (see `common`).
+//!
+//! Random layouts (vectors, indexed, structs, nested) are drawn by proptest from one fixed seed,
+//! so every rank draws the same ones. Each is checked against a serial model of MPI's type map
+//! written here, independent of mpirt's: the packed bytes a message carries, the bytes a
+//! receive view writes, and the guard pattern left everywhere else.
+
+use std::env;
+use std::mem::offset_of;
+use std::panic;
+
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+
+use mpirt::datatype::{DynBuffer, DynBufferMut, MutView, UserDatatype, View};
+use mpirt::topology::SimpleCommunicator;
+use mpirt::traits::*;
+
+// Shared with p2p.rs and collectives.rs, which use the rest of it.
+#[allow(dead_code)]
+mod common;
+
+use common::{ok_job_with, RANK_MODE};
+
+#[global_allocator]
+static ALLOCATOR: mpirt::TrackingAllocator = mpirt::TrackingAllocator;
+
+const EAGER: usize = 4096;
+const GUARD: u8 = 0xA5;
+const POISON: u8 = 0xEE;
+
+/// A datatype, as the test draws it; its basic element is a `u32`.
+#[derive(Clone, Debug)]
+enum Spec {
+    Basic,
+    /// `count` blocks of `block` inner elements, one every `stride` (>= block).
+    Vector {
+        count: usize,
+        block: usize,
+        stride: usize,
+        inner: Box<Spec>,
+    },
+    /// Blocks of (length, displacement) in inner elements, in increasing order from 0.
+    Indexed {
+        blocks: Vec<(usize, usize)>,
+        inner: Box<Spec>,
+    },
+    /// Fields of (length, inner) one after another, `gap` bytes after each.
+    Struct {
+        fields: Vec<(usize, usize, Spec)>,
+    },
+}
+
+/// The serial model: the offset of each data byte of one element, in packed order, and the
+/// extent.
+fn model(spec: &Spec) -> (Vec<usize>, usize) {
+    match spec {
+        Spec::Basic => ((0..4).collect(), 4),
+        Spec::Vector {
+            count,
+            block,
+            stride,
+            inner,
+        } => {
+            let (bytes, extent) = model(inner);
+            let mut all = Vec::new();
+            for i in 0..*count {
+                for j in 0..*block {
+                    let base = (i * stride + j) * extent;
+                    all.extend(bytes.iter().map(|b| base + b));
+                }
+            }
+            (all, ((count - 1) * stride + block) * extent)
+        }
+        Spec::Indexed { blocks, inner } => {
+            let (bytes, extent) = model(inner);
+            let mut all = Vec::new();
+            let mut end = 0;
+            for (len, displacement) in blocks {
+                for j in 0..*len {
+                    let base = (displacement + j) * extent;
+                    all.extend(bytes.iter().map(|b| base + b));
+                }
+                end = end.max((displacement + len) * extent);
+            }
+            (all, end)
+        }
+        Spec::Struct { fields } => {
+            let mut all = Vec::new();
+            let mut at = 0;
+            for (len, gap, inner) in fields {
+                let (bytes, extent) = model(inner);
+                for j in 0..*len {
+                    all.extend(bytes.iter().map(|b| at + j * extent + b));
+                }
+                at += len * extent + gap;
+            }
+            let end = all.iter().max().map_or(0, |m| m + 1);
+            // MPI rounds a struct's extent up to its largest element's alignment: 4 (u32).
+            (all, end.div_ceil(4) * 4)
+        }
+    }
+}
+
+/// The datatype mpirt builds for `spec`.
+fn build(spec: &Spec) -> UserDatatype {
+    match spec {
+        Spec::Basic => UserDatatype::contiguous(1, &u32::equivalent_datatype()),
+        Spec::Vector {
+            count,
+            block,
+            stride,
+            inner,
+        } => UserDatatype::vector(*count as i32, *block as i32, *stride as i32, &build(inner)),
+        Spec::Indexed { blocks, inner } => {
+            let lengths: Vec<i32> = blocks.iter().map(|b| b.0 as i32).collect();
+            let displacements: Vec<i32> = blocks.iter().map(|b| b.1 as i32).collect();
+            UserDatatype::indexed(&lengths, &displacements, &build(inner))
+        }
+        Spec::Struct { fields } => {
+            let mut displacements = Vec::new();
+            let mut at = 0;
+            let mut types = Vec::new();
+            let mut lengths = Vec::new();
+            for (len, gap, inner) in fields {
+                displacements.push(at as mpirt::datatype::Address);
+                at += len * model(inner).1 + gap;
+                types.push(build(inner));
+                lengths.push(*len as i32);
+            }
+            UserDatatype::structured(&lengths, &displacements, &types)
+        }
+    }
+}
+
+fn spec_strategy() -> impl Strategy<Value = Spec> {
+    let leaf = Just(Spec::Basic);
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            (1usize..4, 1usize..3, 0usize..3, inner.clone()).prop_map(
+                |(count, block, extra, i)| {
+                    Spec::Vector {
+                        count,
+                        block,
+                        stride: block + extra,
+                        inner: Box::new(i),
+                    }
+                }
+            ),
+            (
+                prop::collection::vec((1usize..3, 0usize..3), 1..4),
+                inner.clone()
+            )
+                .prop_map(|(pieces, i)| {
+                    let mut at = 0;
+                    let blocks = pieces
+                        .into_iter()
+                        .enumerate()
+                        .map(|(k, (len, skip))| {
+                            // The first block at 0, so the lower bound is 0.
+                            let displacement = if k == 0 { 0 } else { at + skip };
+                            at = displacement + len;
+                            (len, displacement)
+                        })
+                        .collect();
+                    Spec::Indexed {
+                        blocks,
+                        inner: Box::new(i),
+                    }
+                }),
+            prop::collection::vec((1usize..3, 0usize..6, inner), 1..4)
+                .prop_map(|fields| Spec::Struct { fields }),
+        ]
+    })
+}
+
+/// The layouts every rank checks, the same on each: (spec, elements in the message).
+fn cases() -> Vec<(Spec, usize)> {
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]);
+    let mut runner = TestRunner::new_with_rng(Config::default(), rng);
+    let strategy = (spec_strategy(), 0usize..4);
+    (0..32)
+        .map(|_| {
+            let (spec, size_class) = strategy.new_tree(&mut runner).unwrap().current();
+            let packed = model(&spec).0.len();
+            // Below, at and past the eager limit, and well into rendezvous.
+            let target = [64, EAGER, EAGER + 200, 300_000][size_class];
+            (spec, (target / packed).max(1))
+        })
+        .collect()
+}
+
+fn source_bytes(len: usize, case: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i * 31 + case * 7) % 251) as u8)
+        .collect()
+}
+
+/// Sends every case from rank 0 to rank 1 through a view, received packed and through a
+/// receive view; then broadcasts it from rank 0 to all through views.
+fn layouts(world: &SimpleCommunicator) {
+    for (case, (spec, count)) in cases().into_iter().enumerate() {
+        let (bytes, extent) = model(&spec);
+        let datatype = build(&spec);
+        let len = count * extent;
+        let source = source_bytes(len, case);
+        let packed: Vec<u8> = (0..count)
+            .flat_map(|e| bytes.iter().map(move |b| e * extent + b))
+            .map(|at| source[at])
+            .collect();
+        let mut expected = vec![GUARD; len];
+        for e in 0..count {
+            for b in &bytes {
+                expected[e * extent + b] = source[e * extent + b];
+            }
+        }
+        // SAFETY: the views lie within their buffers (mpirt checks it too).
+        let view = unsafe { View::with_count_and_datatype(&source[..], count as i32, &datatype) };
+        if world.rank() == 0 {
+            let peer = world.process_at_rank(1);
+            peer.send(&view);
+            peer.send(&view);
+            // Immediate: the request keeps the packed copy until the send completes.
+            mpirt::request::scope(|scope| {
+                peer.immediate_send(scope, &view).wait();
+            });
+            assert_eq!(world.pack(&view), packed, "case {case}: pack");
+        } else if world.rank() == 1 {
+            let peer = world.process_at_rank(0);
+            let mut got = vec![0u8; packed.len()];
+            let status = peer.receive_into(&mut got[..]);
+            assert_eq!(status.byte_count(), packed.len());
+            assert_eq!(got, packed, "case {case} {spec:?}: the packed message");
+            let mut into = vec![GUARD; len];
+            {
+                // SAFETY: as above.
+                let mut view = unsafe {
+                    MutView::with_count_and_datatype(&mut into[..], count as i32, &datatype)
+                };
+                peer.receive_into(&mut view);
+            }
+            assert!(
+                into == expected,
+                "case {case} {spec:?}: received through a view"
+            );
+            let mut immediate = vec![GUARD; len];
+            {
+                // SAFETY: as above.
+                let mut view = unsafe {
+                    MutView::with_count_and_datatype(&mut immediate[..], count as i32, &datatype)
+                };
+                mpirt::request::scope(|scope| {
+                    peer.immediate_receive_into(scope, &mut view).wait();
+                });
+            }
+            assert!(immediate == expected, "case {case}: an immediate receive");
+            let mut unpacked = vec![GUARD; len];
+            {
+                // SAFETY: as above.
+                let mut view = unsafe {
+                    MutView::with_count_and_datatype(&mut unpacked[..], count as i32, &datatype)
+                };
+                // SAFETY: `packed` holds `count` elements' packed bytes.
+                unsafe { world.unpack_into(&packed, &mut view, 0) };
+            }
+            assert!(unpacked == expected, "case {case}: unpack_into");
+        }
+        let root = world.process_at_rank(0);
+        let mut all = if world.rank() == 0 {
+            source.clone()
+        } else {
+            vec![GUARD; len]
+        };
+        {
+            // SAFETY: as above.
+            let mut view =
+                unsafe { MutView::with_count_and_datatype(&mut all[..], count as i32, &datatype) };
+            root.broadcast_into(&mut view);
+        }
+        let want = if world.rank() == 0 {
+            &source
+        } else {
+            &expected
+        };
+        assert!(&all == want, "case {case}: broadcast through views");
+    }
+    views_against_slices(world);
+    println!("rank {}: layouts ok", world.rank());
+}
+
+/// A view and a slice match when their signatures do, as in MPI: a vector of `f64` is so many
+/// `f64`s, reduced element by element; other signatures are named errors.
+fn views_against_slices(world: &SimpleCommunicator) {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    // A 4 x 3 row-major matrix; column 1 is a vector of 4 f64, 3 apart.
+    let matrix: Vec<f64> = (0..12).map(|i| (i + 100 * rank) as f64).collect();
+    let column = UserDatatype::vector(4, 1, 3, &f64::equivalent_datatype());
+    // SAFETY: 4 elements 3 apart from element 1 lie within the 11 after it.
+    let view = unsafe { View::with_count_and_datatype(&matrix[1..], 1, &column) };
+    let mut sums = [0.0f64; 4];
+    world.all_reduce_into(
+        &view,
+        &mut sums[..],
+        mpirt::collective::SystemOperation::sum(),
+    );
+    let ranks: usize = (0..size).sum();
+    for (row, sum) in sums.iter().enumerate() {
+        assert_eq!(*sum, (size * (row * 3 + 1) + 100 * ranks) as f64);
+    }
+    let mut columns = vec![0.0f64; 4 * size];
+    world.all_gather_into(&view, &mut columns[..]);
+    for (r, got) in columns.chunks(4).enumerate() {
+        let want: Vec<f64> = (0..4).map(|row| (row * 3 + 1 + 100 * r) as f64).collect();
+        assert_eq!(got, want);
+    }
+    let e = world
+        .try_all_gather_into(&view, &mut vec![0i64; 4 * size][..])
+        .unwrap_err();
+    println!("error: {e}");
+    mixed_layouts_in_one_collective(world, &column);
+    // Two structs of an i32 then an f32 or an i32: they differ at basic element 1.
+    let int = i32::equivalent_datatype();
+    let mixed = UserDatatype::structured(&[1, 1], &[0, 4], &[int, f32::equivalent_datatype()]);
+    let ints = UserDatatype::structured(&[1, 1], &[0, 4], &[int, int]);
+    let out = [0u8; 8];
+    let mut into = vec![0u8; 8 * size];
+    // SAFETY: one element of each spans 8 bytes, which each buffer holds per rank.
+    let (send, mut receive) = unsafe {
+        (
+            View::with_count_and_datatype(&out[..], 1, &mixed),
+            MutView::with_count_and_datatype(&mut into[..], size as i32, &ints),
+        )
+    };
+    let e = world.try_all_gather_into(&send, &mut receive).unwrap_err();
+    println!("error: {e}");
+}
+
+/// Ranks lay the same elements out differently in one collective (a column view on some, a
+/// slice on others), which MPI allows as long as the type signatures match: short ones take
+/// the shared-memory area on one host, and every rank must still take the same path.
+fn mixed_layouts_in_one_collective(world: &SimpleCommunicator, column: &UserDatatype) {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let ranks: usize = (0..size).sum();
+    let sum = mpirt::collective::SystemOperation::sum;
+    // Column 1 of a 4 x 3 matrix holds `column_of(x)`, the rest stays -1.
+    let column_only = |m: &[f64], x: &dyn Fn(usize) -> f64| {
+        for (i, got) in m.iter().enumerate() {
+            let want = if i % 3 == 1 { x(i / 3) } else { -1.0 };
+            assert_eq!(*got, want, "element {i} on rank {rank}");
+        }
+    };
+    let root = world.process_at_rank(0);
+    let row_values: Vec<f64> = (0..4).map(|row| (row * 7) as f64).collect();
+    if rank == 0 {
+        let mut m: Vec<f64> = (0..12)
+            .map(|i| if i % 3 == 1 { row_values[i / 3] } else { -1.0 })
+            .collect();
+        // SAFETY: 4 elements 3 apart from element 1 lie within the 11 after it.
+        let mut v = unsafe { MutView::with_count_and_datatype(&mut m[1..], 1, column) };
+        root.broadcast_into(&mut v);
+    } else {
+        let mut got = [0.0f64; 4];
+        root.broadcast_into(&mut got[..]);
+        assert_eq!(got.to_vec(), row_values);
+    }
+    let mine = [rank as f64; 4];
+    if rank % 2 == 1 {
+        let mut m = vec![-1.0f64; 12];
+        // SAFETY: as above.
+        let mut v = unsafe { MutView::with_count_and_datatype(&mut m[1..], 1, column) };
+        world.all_reduce_into(&mine[..], &mut v, sum());
+        column_only(&m, &|_| ranks as f64);
+    } else {
+        let mut got = [0.0f64; 4];
+        world.all_reduce_into(&mine[..], &mut got[..], sum());
+        assert_eq!(got, [ranks as f64; 4]);
+    }
+    if rank == 0 {
+        let mut m = vec![-1.0f64; 12];
+        // SAFETY: as above.
+        let mut v = unsafe { MutView::with_count_and_datatype(&mut m[1..], 1, column) };
+        root.reduce_into_root(&mine[..], &mut v, sum());
+        column_only(&m, &|_| ranks as f64);
+    } else {
+        root.reduce_into(&mine[..], sum());
+    }
+}
+
+/// Not `#[repr(C)]`: Rust lays it out with padding (`size_of` 16, 11 bytes of data).
+#[derive(Equivalence, Clone, Copy, Debug, PartialEq)]
+struct Padded {
+    a: u8,
+    b: u64,
+    c: u16,
+}
+
+#[derive(Equivalence, Clone, Copy, Debug, PartialEq)]
+struct Nested {
+    inner: [Padded; 2],
+    flag: bool,
+}
+
+/// `n` values whose padding bytes hold `fill`.
+fn padded_values(n: usize, fill: u8) -> Vec<Padded> {
+    let mut values = Vec::<Padded>::with_capacity(n);
+    // SAFETY: the capacity holds `n` values; every field is written before `set_len`, and
+    // the padding bytes hold `fill`, which no read of a field sees.
+    unsafe {
+        values
+            .as_mut_ptr()
+            .cast::<u8>()
+            .write_bytes(fill, n * size_of::<Padded>());
+        for i in 0..n {
+            let p = values.as_mut_ptr().add(i);
+            std::ptr::addr_of_mut!((*p).a).write((i % 200) as u8);
+            std::ptr::addr_of_mut!((*p).b).write(i as u64 * 1_000_003);
+            std::ptr::addr_of_mut!((*p).c).write((i * 3) as u16);
+        }
+        values.set_len(n);
+    }
+    values
+}
+
+/// Whether each value's padding bytes (outside its fields) still hold `fill`.
+fn padding_holds(values: &[Padded], fill: u8) -> bool {
+    let data = [
+        (offset_of!(Padded, a), 1),
+        (offset_of!(Padded, b), 8),
+        (offset_of!(Padded, c), 2),
+    ];
+    // SAFETY: reading the values' bytes, padding included, which hold `fill` (written, so
+    // initialized) or field bytes.
+    let bytes = unsafe {
+        std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+    };
+    bytes.chunks(size_of::<Padded>()).all(|one| {
+        (0..one.len())
+            .filter(|i| !data.iter().any(|(o, l)| (*o..o + l).contains(i)))
+            .all(|i| one[i] == fill)
+    })
+}
+
+fn padding(world: &SimpleCommunicator) {
+    assert_eq!(Padded::equivalent_datatype().size(), 11);
+    for n in [1, 3, EAGER / 11 + 5, 40_000] {
+        if world.rank() == 0 {
+            let values = padded_values(n, POISON);
+            let packed = world.pack(&values[..]);
+            // The fields in declaration order, and nothing else (no poisoned padding).
+            let fields: Vec<u8> = values
+                .iter()
+                .flat_map(|v| {
+                    let mut one = vec![v.a];
+                    one.extend(v.b.to_ne_bytes());
+                    one.extend(v.c.to_ne_bytes());
+                    one
+                })
+                .collect();
+            assert!(packed == fields, "the packed bytes are the fields' alone");
+            world.process_at_rank(1).send(&values[..]);
+            world.process_at_rank(1).send(&values[n / 2]);
+            world.process_at_rank(1).send(&values[..]);
+        } else if world.rank() == 1 {
+            let mut got = padded_values(n, 0x11);
+            for v in got.iter_mut() {
+                v.a = 0;
+            }
+            world.process_at_rank(0).receive_into(&mut got[..]);
+            assert_eq!(got, padded_values(n, 0x11), "{n} values");
+            assert!(padding_holds(&got, 0x11), "a receive wrote padding");
+            let (one, _) = world.process_at_rank(0).receive::<Padded>();
+            assert_eq!(one, padded_values(n, 0)[n / 2]);
+            // A matched probe sizes the vector: n values of 11 bytes each, not 16.
+            let (all, status) = world.process_at_rank(0).receive_vec::<Padded>();
+            assert_eq!(status.byte_count(), n * 11);
+            assert_eq!(all, padded_values(n, 0));
+        }
+    }
+    let nested: Vec<Nested> = (0..100)
+        .map(|i| Nested {
+            inner: [padded_values(2, POISON)[i % 2], padded_values(2, POISON)[1]],
+            flag: i % 3 == 0,
+        })
+        .collect();
+    let mut all = nested.clone();
+    if world.rank() != 0 {
+        all.iter_mut().for_each(|n| n.flag = !n.flag);
+    }
+    world.process_at_rank(0).broadcast_into(&mut all[..]);
+    assert_eq!(all, nested);
+    // Buffers whose type is known at run time send and receive as their elements.
+    if world.rank() == 0 {
+        let values = [5u32, 6, 7];
+        world.process_at_rank(1).send(&DynBuffer::new(&values[..]));
+    } else if world.rank() == 1 {
+        let mut values = [0u32; 3];
+        let mut buffer = DynBufferMut::new(&mut values[..]);
+        assert!(buffer.is::<u32>() && !buffer.is::<i32>());
+        assert_eq!(buffer.len(), 3);
+        world.process_at_rank(0).receive_into(&mut buffer);
+        assert_eq!(values, [5, 6, 7]);
+    }
+    println!("rank {}: padding ok", world.rank());
+}
+
+/// Bad input names the constructor or view and the cause.
+fn errors() {
+    let int = i32::equivalent_datatype();
+    let messages = [
+        panic::catch_unwind(|| UserDatatype::vector(2, 1, -2, &int)),
+        panic::catch_unwind(|| UserDatatype::indexed(&[1, 1], &[0, -4], &int)),
+        panic::catch_unwind(|| UserDatatype::contiguous(-1, &int)),
+    ]
+    .into_iter()
+    .chain([
+        panic::catch_unwind(|| {
+            let t = UserDatatype::vector(2, 1, 3, &int);
+            let buf = [0i32; 3];
+            // SAFETY: mpirt refuses the view before it is used.
+            let _ = unsafe { View::with_count_and_datatype(&buf[..], 1, &t) };
+            t
+        }),
+        panic::catch_unwind(|| {
+            let t = UserDatatype::indexed(&[2, 2], &[0, 1], &int);
+            let mut buf = [0i32; 8];
+            // SAFETY: as above.
+            let _ = unsafe { MutView::with_count_and_datatype(&mut buf[..], 1, &t) };
+            t
+        }),
+    ]);
+    for outcome in messages {
+        let payload = outcome.expect_err("refused");
+        let message = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        println!("error: {message}");
+    }
+}
+
+/// The rank side of the tests below, selected by `RANK_MODE`.
+#[test]
+fn rank_mode() {
+    let Ok(mode) = env::var(RANK_MODE) else {
+        return;
+    };
+    let universe = mpirt::initialize().expect("initialize");
+    let world = universe.world();
+    match mode.as_str() {
+        "layouts" => layouts(&world),
+        "padding" => padding(&world),
+        "errors" => errors(),
+        other => panic!("unknown rank mode {other}"),
+    }
+    println!("rank {} done", world.rank());
+}
+
+// ---- the test side ----
+
+fn tcp() -> Vec<(&'static str, String)> {
+    vec![
+        ("MPIRT_TRANSPORT", "tcp".to_string()),
+        ("MPIRT_TCP_EAGER_LIMIT", EAGER.to_string()),
+    ]
+}
+
+fn ok(n: u32, mode: &str, wire: &[(&'static str, String)]) -> String {
+    let mut envs: Vec<(&str, &str)> = vec![("MPIRT_EAGER_LIMIT", "4096")];
+    envs.extend(wire.iter().map(|(k, v)| (*k, v.as_str())));
+    ok_job_with(n, mode, &envs).0
+}
+
+#[test]
+fn random_layouts_match_the_serial_model_on_shared_memory() {
+    let out = ok(3, "layouts", &[]);
+    assert_eq!(out.matches("layouts ok").count(), 3, "{out}");
+    for expected in [
+        "all_gather_into: the send buffer holds f64 elements but the receive buffer i64",
+        "all_gather_into: the send and receive datatypes' signatures differ at basic element 1 \
+         (their element kinds in order must be the same)",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in\n{out}");
+    }
+}
+
+#[test]
+fn random_layouts_match_the_serial_model_over_tcp() {
+    let out = ok(3, "layouts", &tcp());
+    assert_eq!(out.matches("layouts ok").count(), 3, "{out}");
+}
+
+#[test]
+fn padding_is_never_sent_nor_written_on_shared_memory() {
+    let out = ok(2, "padding", &[]);
+    assert_eq!(out.matches("padding ok").count(), 2, "{out}");
+}
+
+#[test]
+fn padding_is_never_sent_nor_written_over_tcp() {
+    let out = ok(2, "padding", &tcp());
+    assert_eq!(out.matches("padding ok").count(), 2, "{out}");
+}
+
+#[test]
+fn bad_datatypes_and_views_are_named_errors() {
+    let out = ok(1, "errors", &[]);
+    for expected in [
+        "UserDatatype::vector: the stride is negative (-2)",
+        "UserDatatype::indexed: a displacement is negative (-4)",
+        "UserDatatype::contiguous: the count is negative (-1)",
+        "View: 1 elements of the datatype reach 16 bytes into the buffer, which holds 12",
+        "MutView: the datatype's blocks at bytes 0 and 4 overlap",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in\n{out}");
+    }
+}
