@@ -176,9 +176,16 @@ pub(crate) enum Landing {
         element: usize,
         type_name: &'static str,
     },
-    /// Into a staging buffer, checked before the user's buffer sees it; boxed, so that only
-    /// receives of checked types pay for its size.
-    Staged(Box<Staging>),
+    /// Memory the request owns; boxed, so that only the rare cases pay for its size, and one
+    /// variant, so that dropping a direct landing stays a test the compiler inlines (and drops
+    /// where it knows the variant).
+    Owned(Box<Owned>),
+}
+
+/// What a [`Landing`] other than a direct one owns.
+pub(crate) enum Owned {
+    /// A staging buffer, checked before the user's buffer sees it.
+    Staged(Staging),
     /// Not a receive's: an immediate send's packed copy of a non-contiguous buffer, kept
     /// until the send completes.
     #[allow(dead_code)] // Held, not read: it owns the bytes the engine sends from.
@@ -231,12 +238,12 @@ impl RecvSlot {
             true => None,
             false => Some(datatype.layout()?),
         };
-        let landing = Landing::Staged(Box::new(Staging {
+        let landing = Landing::Owned(Box::new(Owned::Staged(Staging {
             datatype,
             bytes: vec![0u8; len],
             destination: ptr,
             layout,
-        }));
+        })));
         Ok(RecvSlot { ptr, len, landing })
     }
 
@@ -256,8 +263,11 @@ impl RecvSlot {
     #[inline]
     pub(crate) fn target(&mut self) -> (*mut u8, usize) {
         match &mut self.landing {
-            Landing::Staged(staging) => (staging.bytes.as_mut_ptr(), self.len),
-            Landing::Direct { .. } | Landing::Packed(_) => (self.ptr, self.len),
+            Landing::Owned(owned) => match &mut **owned {
+                Owned::Staged(staging) => (staging.bytes.as_mut_ptr(), self.len),
+                Owned::Packed(_) => (self.ptr, self.len),
+            },
+            Landing::Direct { .. } => (self.ptr, self.len),
         }
     }
 
@@ -275,6 +285,12 @@ impl RecvSlot {
 }
 
 impl Landing {
+    /// An immediate send's packed copy, kept: out of the way of sends of contiguous buffers.
+    #[cold]
+    fn packed(packed: Vec<u8>) -> Landing {
+        Landing::Owned(Box::new(Owned::Packed(packed)))
+    }
+
     /// Checks what arrived and moves it into the user's buffer.
     // Always: a receive whose message was waiting is finished in a few instructions around
     // this call, which the compiler otherwise leaves out of line.
@@ -284,39 +300,46 @@ impl Landing {
             Landing::Direct { element, type_name } => {
                 whole_elements(status.len, Datatype::plain(*element, type_name))?;
             }
-            Landing::Packed(_) => unreachable!("a send completed as a receive"),
-            Landing::Staged(staging) => {
-                let datatype = staging.datatype;
-                whole_elements(status.len, datatype)?;
-                let arrived = &staging.bytes[..status.len];
-                if !datatype.is_valid(arrived) {
-                    return Err(Cause::InvalidValue {
-                        type_name: datatype.name(),
-                    });
-                }
-                match &staging.layout {
-                    // SAFETY: `RecvSlot::new`'s caller made `destination` valid for the span
-                    // of the elements the staging buffer holds, and `arrived` is at most
-                    // that many elements' packed bytes.
-                    Some(layout) => unsafe {
-                        let count = staging.bytes.len() / datatype.size().max(1);
-                        layout.unpack(count, staging.destination, arrived)
-                    },
-                    // SAFETY: `RecvSlot::new`'s caller made `destination` valid for as many
-                    // bytes as the staging buffer holds, `status.len` is at most that (longer
-                    // messages fail as truncated), and the staging buffer is a separate
-                    // allocation.
-                    None => unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            arrived.as_ptr(),
-                            staging.destination,
-                            arrived.len(),
-                        )
-                    },
-                }
-            }
+            Landing::Owned(owned) => match &**owned {
+                Owned::Staged(staging) => staging.finish(status.len)?,
+                Owned::Packed(_) => unreachable!("a send completed as a receive"),
+            },
         }
         Ok(Status::from_pml(status))
+    }
+}
+
+impl Staging {
+    /// Checks the `len` bytes that arrived and moves them into the user's buffer: out of
+    /// line, since only checked types and types with gaps land here, and every wait that may
+    /// finish a receive would otherwise carry it.
+    #[cold]
+    #[inline(never)]
+    fn finish(&self, len: usize) -> Result<(), Cause> {
+        let datatype = self.datatype;
+        whole_elements(len, datatype)?;
+        let arrived = &self.bytes[..len];
+        if !datatype.is_valid(arrived) {
+            return Err(Cause::InvalidValue {
+                type_name: datatype.name(),
+            });
+        }
+        match &self.layout {
+            // SAFETY: `RecvSlot::new`'s caller made `destination` valid for the span of the
+            // elements the staging buffer holds, and `arrived` is at most that many elements'
+            // packed bytes.
+            Some(layout) => unsafe {
+                let count = self.bytes.len() / datatype.size().max(1);
+                layout.unpack(count, self.destination, arrived)
+            },
+            // SAFETY: `RecvSlot::new`'s caller made `destination` valid for as many bytes as
+            // the staging buffer holds, `len` is at most that (longer messages fail as
+            // truncated), and the staging buffer is a separate allocation.
+            None => unsafe {
+                std::ptr::copy_nonoverlapping(arrived.as_ptr(), self.destination, arrived.len())
+            },
+        }
+        Ok(())
     }
 }
 
@@ -409,9 +432,14 @@ impl Outgoing {
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
-    /// What an immediate send keeps until it completes: the packed copy, if any.
-    pub(crate) fn into_kept(self) -> Option<Landing> {
-        self.packed.map(Landing::Packed)
+    /// What an immediate send posted as `handle` keeps until it completes: the packed copy,
+    /// if any, unless the transport took the send as it started.
+    #[inline]
+    pub(crate) fn into_kept(self, handle: Handle) -> Option<Landing> {
+        match self.packed {
+            Some(packed) if handle != Handle::SENT => Some(Landing::packed(packed)),
+            _ => None,
+        }
     }
 }
 
@@ -911,8 +939,7 @@ pub trait Destination {
         // until it completes; the scope does not end before the request completes.
         match unsafe { post_send(self.destination_comm(), dest, tag, mode, &out) } {
             Ok(handle) => {
-                // A send the transport took as it started needs its copy no more.
-                let kept = (handle != Handle::SENT).then(|| out.into_kept()).flatten();
+                let kept = out.into_kept(handle);
                 Ok(Request::send(
                     handle,
                     kept,
