@@ -176,9 +176,9 @@ pub(crate) enum Landing {
         element: usize,
         type_name: &'static str,
     },
-    /// Memory the request owns; boxed, so that only the rare cases pay for its size, and one
-    /// variant, so that dropping a direct landing stays a test the compiler inlines (and drops
-    /// where it knows the variant).
+    /// Memory the request owns (a staging buffer, a send's packed copy): boxed, and one
+    /// variant, so that only these rare cases pay for its size and for finishing and freeing
+    /// it, out of line ([`Owned::finish`]).
     Owned(Box<Owned>),
 }
 
@@ -296,25 +296,36 @@ impl Landing {
     // this call, which the compiler otherwise leaves out of line.
     #[inline(always)]
     pub(crate) fn finish(self, status: pml::Status) -> Result<Status, Cause> {
-        match &self {
+        match self {
             Landing::Direct { element, type_name } => {
-                whole_elements(status.len, Datatype::plain(*element, type_name))?;
+                // Owns nothing: forgotten, so that no call to the drop glue (out of line, for
+                // the owned variant's sake) is left behind on every receive.
+                std::mem::forget(self);
+                whole_elements(status.len, Datatype::plain(element, type_name))?;
             }
-            Landing::Owned(owned) => match &**owned {
-                Owned::Staged(staging) => staging.finish(status.len)?,
-                Owned::Packed(_) => unreachable!("a send completed as a receive"),
-            },
+            Landing::Owned(owned) => owned.finish(status.len)?,
         }
         Ok(Status::from_pml(status))
     }
 }
 
-impl Staging {
+impl Owned {
     /// Checks the `len` bytes that arrived and moves them into the user's buffer: out of
     /// line, since only checked types and types with gaps land here, and every wait that may
-    /// finish a receive would otherwise carry it.
+    /// finish a receive would otherwise carry it (and the freeing of the staging buffer).
     #[cold]
     #[inline(never)]
+    #[allow(clippy::boxed_local)] // Taken whole, to be freed here rather than by the caller.
+    fn finish(self: Box<Self>, len: usize) -> Result<(), Cause> {
+        let Owned::Staged(staging) = &*self else {
+            unreachable!("a send completed as a receive")
+        };
+        staging.finish(len)
+    }
+}
+
+impl Staging {
+    /// [`Owned::finish`] of a staging buffer.
     fn finish(&self, len: usize) -> Result<(), Cause> {
         let datatype = self.datatype;
         whole_elements(len, datatype)?;
