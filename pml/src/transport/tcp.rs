@@ -65,6 +65,9 @@ pub struct TcpConfig {
 /// Connections in the handshake at once, beyond one per peer, before one is dropped: a
 /// stranger opening connections by the thousand must not run the rank out of descriptors.
 const SPARE_HANDSHAKES: usize = 64;
+/// How long a rank's hello may take to follow its connection before the connection counts as
+/// silent when one must be evicted (the dialler writes it right after connecting).
+const HELLO_GRACE: Duration = Duration::from_millis(100);
 /// Connections accepted in one poll at most, so that a flood of them cannot keep a poll from
 /// the rank's own connections (the listener stays ready: the next poll takes more).
 const ACCEPTS_PER_POLL: usize = 16;
@@ -319,6 +322,8 @@ impl TcpTransport {
     fn dial(&mut self, peer: Rank) -> Result<(), PmlError> {
         let p = &mut self.peers[peer as usize];
         let mut failures = Vec::new();
+        // Whether every address tried timed out (rather than refusing or failing otherwise).
+        let mut all_timed_out = true;
         let count = p.dial.len();
         for at in (0..count).map(|k| (p.redial.next + k) % count) {
             if p.redial.is_impostor(at) {
@@ -335,6 +340,7 @@ impl TcpTransport {
                         .and_then(|()| sock.write_all(&hello))
                         .and_then(|()| sock.set_nonblocking(true));
                     if let Err(e) = ready {
+                        all_timed_out = false;
                         failures.push(format!("{addr}: {e}"));
                         continue;
                     }
@@ -352,8 +358,27 @@ impl TcpTransport {
                     self.dialling += 1;
                     return Ok(());
                 }
-                Err(e) => failures.push(format!("{addr}: {e}")),
+                Err(e) => {
+                    all_timed_out &= e.kind() == io::ErrorKind::TimedOut;
+                    failures.push(format!("{addr}: {e}"));
+                }
             }
+        }
+        if all_timed_out && !failures.is_empty() {
+            // A peer's listen queue may be full of strangers' connections made while it
+            // computed outside the library: the kernel then drops new connections. Dial again
+            // after a pause, until the deadline, as for a dial dropped before its challenge.
+            let at = p.redial.next;
+            return p
+                .redial
+                .ended(
+                    peer,
+                    &p.dial,
+                    at,
+                    DialEnd::DroppedBeforeChallenge,
+                    self.config.dial_deadline,
+                )
+                .map_err(|e| PmlError::transport(peer, format!("{e} ({})", failures.join("; "))));
         }
         Err(PmlError::transport(
             peer,
@@ -654,14 +679,29 @@ impl TcpTransport {
     }
 
     /// Refuses one connection of too many in the handshake: the one that has waited longest
-    /// for a whole hello (a rank's hello comes with its dial, a silent stranger's never), and
-    /// only where every one has said its hello, the one that has waited longest for a proof.
+    /// for a whole hello, where it has waited past `HELLO_GRACE` (a rank's hello comes with its
+    /// dial, a silent stranger's never); else one drawn at random. Strangers can say whole
+    /// hellos (a hello holds no secret) and so fill the handshake with connections that wait
+    /// for a proof never to come: under any fixed order a flood of them would evict a genuine
+    /// dial every time (the oldest waiting, or the only one whose hello is still on its way),
+    /// while a random draw lets it through after a few dials.
     fn evict(&mut self) {
-        let victim = self
+        let silent = self
             .accepted
             .iter()
-            .min_by_key(|(_, a)| (matches!(a.stage, AcceptStage::Proof(..)), a.turn_since))
+            .filter(|(_, a)| {
+                matches!(a.stage, AcceptStage::Hello(..)) && a.turn_since.elapsed() > HELLO_GRACE
+            })
+            .min_by_key(|(_, a)| a.turn_since)
             .map(|(key, _)| key);
+        let victim = silent.or_else(|| {
+            // Without randomness (getrandom failed), the first: still bounded, if unfair.
+            let mut draw = [0u8; 8];
+            let nth = crate::random::fill(&mut draw)
+                .map(|()| u64::from_le_bytes(draw) % self.accepted.len() as u64)
+                .unwrap_or(0);
+            self.accepted.iter().nth(nth as usize).map(|(key, _)| key)
+        });
         if let Some(key) = victim {
             self.refuse(key, Refusal::Crowded);
         }
