@@ -75,6 +75,8 @@ impl StartedBy {
                 number("FLUX_JOB_SIZE"),
             ),
             (Launcher::Hydra, number("PMI_RANK"), number("PMI_SIZE")),
+            // Hydra with -pmi-port names the rank PMI_ID.
+            (Launcher::Hydra, number("PMI_ID"), number("PMI_SIZE")),
             (
                 Launcher::Hydra,
                 number("MPI_LOCALRANKID"),
@@ -364,6 +366,11 @@ mod tests {
             e,
             "started by MPICH's mpiexec (Hydra) as rank 1 of 3, but it gave no PMI socket \
              (PMI_FD is not set): run mpiexec.hydra without -pmi-port, or use rsrun"
+        );
+        let e = refusal(&[("PMI_ID", "2"), ("PMI_SIZE", "3"), ("PMI_PORT", "vm:1234")]);
+        assert!(
+            e.starts_with("started by MPICH's mpiexec (Hydra) as rank 2 of 3"),
+            "{e}"
         );
         // Hydra's local-rank variables alone.
         let e = refusal(&[("MPI_LOCALRANKID", "0"), ("MPI_LOCALNRANKS", "2")]);

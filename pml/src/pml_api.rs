@@ -288,7 +288,8 @@ pub struct Counters {
     /// Of those, the sleeps a peer ended by waking this rank.
     pub shm_sleeps_woken: u64,
     /// Of those, the sleeps that ran to their timeout while a frame for this rank, or the
-    /// room its refused frame waited for, was already there: wake-ups the protocol lost.
-    /// Always zero while the protocol holds.
+    /// room its refused frame waited for, was already there: an upper bound on the wake-ups
+    /// the protocol lost (a sender preempted between writing its frame and waking this rank
+    /// for longer than the sleep counts too).
     pub shm_missed_wakes: u64,
 }

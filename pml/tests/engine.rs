@@ -772,7 +772,13 @@ fn a_sleeping_rank_is_woken_by_its_peers_message() {
             c.shm_sleeps, c.shm_sleeps_woken, c.shm_missed_wakes
         );
         assert!(c.shm_sleeps >= ROUNDS, "rank 0 waited without sleeping");
-        assert_eq!(c.shm_missed_wakes, 0, "sleeps outlived a reply: {c:?}");
+        // The count is an upper bound: a sender preempted for longer than a sleep between
+        // writing its frame and waking the sleeper counts as a miss too. A lost-wake-up
+        // protocol loses most wakes; a busy host, a few.
+        assert!(
+            c.shm_missed_wakes <= ROUNDS / 10,
+            "sleeps outlived a reply: {c:?}"
+        );
         assert!(
             c.shm_sleeps_woken >= ROUNDS / 2,
             "most replies came without waking rank 0: {c:?}"
