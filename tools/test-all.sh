@@ -62,7 +62,7 @@ cargo build -p launcher
 cargo test --workspace --lib
 cargo test -p pml --tests
 cargo test -p launcher --test launch --test kvs
-cargo test -p mpirt --test p2p --test collectives --test topology --test datatypes
+cargo test -p mpirt --test p2p --test collectives --test topology --test datatypes --test datatype_operations
 # The `complex` feature's Equivalence for num-complex's numbers.
 cargo test -p mpirt --features complex --lib datatype
 

@@ -13,6 +13,7 @@
 use crate::communicator::CommData;
 use crate::datatype::{Buffer, BufferMut};
 use crate::error::{or_fatal, Cause, Error};
+use crate::point_to_point::Outgoing;
 use crate::request::{Lent, Request, Scope, StaticScope};
 
 mod algorithms;
@@ -67,17 +68,16 @@ where
     R: BufferMut + ?Sized,
     O: Operation,
 {
+    const OPERATION: &str = "reduce_local_into";
     let datatype = calls::check_all_reduce(inbuf, inoutbuf, &op)
-        .map_err(|cause| Error::new("reduce_local_into", cause))?;
-    // SAFETY: each buffer holds `byte_len` bytes of its elements, borrowed (the second
-    // mutably) for this whole call; they are distinct borrows.
-    let (incoming, acc) = unsafe {
-        (
-            std::slice::from_raw_parts(inbuf.pointer(), inbuf.byte_len()),
-            std::slice::from_raw_parts_mut(inoutbuf.pointer_mut(), inoutbuf.byte_len()),
-        )
-    };
-    op.apply(datatype, incoming, acc);
+        .map_err(|cause| Error::new(OPERATION, cause))?;
+    // The operation runs over the elements' packed values, so that a layout with gaps (a
+    // column view) neither feeds it the bytes between its blocks nor has them overwritten.
+    let incoming = Outgoing::of(inbuf).map_err(|cause| Error::new(OPERATION, cause))?;
+    shared::over_packed(inoutbuf, OPERATION, |acc| {
+        op.apply(datatype, incoming.bytes(), acc);
+        Ok(true)
+    })?;
     Ok(())
 }
 

@@ -342,6 +342,13 @@ pub type UnsafeUserFunction =
 /// An operation defined by a C-style function (rsmpi's `UnsafeUserOperation`), for code
 /// written against MPI's C interface; [`UserOperation`] is the safe way. A reference to it
 /// is an [`Operation`].
+///
+/// The function sees the elements' values packed, one after another, as their type lies in
+/// memory only where it has no gaps: a view of `f64`s reaches it as `f64`s, but a type with
+/// gaps (a derived struct with padding, as a non-`#[repr(C)]` struct often has) would have it
+/// walk past them, so a reduction over such a type is refused with
+/// [`Cause::UnsupportedOperation`](crate::error::Cause::UnsupportedOperation) naming the type;
+/// use a [`UserOperation`] for it.
 #[derive(Clone, Copy, Debug)]
 pub struct UnsafeUserOperation {
     function: UnsafeUserFunction,
@@ -390,8 +397,17 @@ impl Operation for &UnsafeUserOperation {
     fn is_commutative(&self) -> bool {
         self.commutative
     }
-    fn check(&self, _datatype: Datatype) -> Result<(), Cause> {
-        Ok(())
+    // The function casts its pointers to the element type and walks `len` of them, where a
+    // reduction hands it the packed values: for a type with gaps those are shorter than
+    // `len` elements in memory, so such a type is refused before any message moves.
+    fn check(&self, datatype: Datatype) -> Result<(), Cause> {
+        if datatype.is_contiguous() {
+            return Ok(());
+        }
+        Err(Cause::UnsupportedOperation {
+            operation: "UnsafeUserOperation (its C function takes elements without gaps)",
+            type_name: datatype.name(),
+        })
     }
     fn apply(&self, datatype: Datatype, incoming: &[u8], acc: &mut [u8]) {
         let element = datatype.size();

@@ -708,7 +708,7 @@ pub(crate) fn over_packed<B: BufferMut + ?Sized>(
         return Ok(false);
     }
     // SAFETY: as above, for writes; the area takes no type whose values need a check, so
-    // any bytes are values.
+    // any bytes are values, and `reduce_local_into`'s operation makes values of values.
     unsafe { layout.unpack(count, base, &packed) };
     Ok(true)
 }

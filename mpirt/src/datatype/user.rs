@@ -526,6 +526,22 @@ unsafe impl<D: UncommittedDatatype, B: BufferMut + ?Sized> BufferMut for MutView
     }
 }
 
+// SAFETY: as for `View`: a mutable view is read too, as the send side of a send-receive-
+// replace or the incoming operand of a local reduction, and as in rsmpi it is a `Buffer`.
+unsafe impl<D: UncommittedDatatype, B: Buffer + BufferMut + ?Sized> Buffer
+    for MutView<'_, '_, D, B>
+{
+    fn pointer(&self) -> *const u8 {
+        self.buffer.pointer()
+    }
+    fn count(&self) -> usize {
+        BufferMut::count(self)
+    }
+    fn datatype(&self) -> Datatype {
+        BufferMut::datatype(self)
+    }
+}
+
 impl<'b> DynBuffer<'b> {
     /// A buffer of `T`s whose type is known at run time.
     pub fn new<T: Equivalence>(buf: &'b [T]) -> Self {

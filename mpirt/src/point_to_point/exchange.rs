@@ -218,12 +218,11 @@ where
     D: Destination,
     S: Source,
 {
-    let outgoing: Vec<u8> = {
-        let (ptr, len) = (Buffer::pointer(buf), Buffer::byte_len(buf));
-        // SAFETY: `Buffer` makes `ptr` valid for reads of `len` initialized bytes while `buf`
-        // is borrowed, and the copy ends before `buf` is borrowed mutably.
-        unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec()
-    };
+    // What goes out is the elements' packed values (a layout with gaps sends neither its
+    // padding nor the bytes between its blocks), copied because the receive lands in `buf`.
+    let packed = Outgoing::of(buf).map(|out| out.bytes().to_vec());
+    let operation = || destination.describe_send("send-receive-replace", sendtag);
+    let outgoing: Vec<u8> = or_fatal(packed.map_err(|c| Error::new(operation(), c)));
     or_fatal(exchange(
         &outgoing[..],
         destination,
