@@ -352,7 +352,19 @@ impl UncommittedDatatype for UserDatatype {
 
     fn element_of<T: 'static>(self) -> Datatype {
         let datatype = self.0;
-        layout::for_type(std::any::TypeId::of::<T>(), || duplicate(datatype))
+        layout::for_type(std::any::TypeId::of::<T>(), || {
+            // An array of `T` steps by its size, so elements sent back to back must too.
+            let extent = layout_for("Equivalence", &datatype).extent;
+            assert_eq!(
+                extent,
+                size_of::<T>(),
+                "Equivalence for {}: the datatype's extent is {extent} bytes but the type's \
+                 size is {}",
+                std::any::type_name::<T>(),
+                size_of::<T>()
+            );
+            duplicate(datatype)
+        })
     }
 }
 
@@ -602,5 +614,59 @@ unsafe impl Buffer for DynBuffer<'_> {
     }
     fn datatype(&self) -> Datatype {
         self.parts().1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn extent(datatype: &UserDatatype) -> usize {
+        layout_for("test", datatype).extent
+    }
+
+    #[test]
+    fn a_struct_of_an_opaque_type_steps_as_rust_lays_it_out() {
+        #[repr(C)]
+        struct TwelveThenCount {
+            name: [u8; 12],
+            count: u32,
+        }
+        let twelve = UserDatatype::structured(
+            &[1, 1],
+            &[0, 12],
+            &[
+                Datatype::plain(12, "twelve bytes"),
+                u32::equivalent_datatype(),
+            ],
+        );
+        assert_eq!(extent(&twelve), size_of::<TwelveThenCount>());
+    }
+
+    #[cfg(feature = "complex")]
+    #[test]
+    fn a_struct_of_a_complex_number_steps_as_rust_lays_it_out() {
+        use num_complex::Complex;
+        #[repr(C)]
+        struct ComplexThenCount {
+            value: Complex<f64>,
+            count: u32,
+        }
+        let complex = UserDatatype::structured(
+            &[1, 1],
+            &[0, 16],
+            &[
+                Complex::<f64>::equivalent_datatype(),
+                u32::equivalent_datatype(),
+            ],
+        );
+        assert_eq!(extent(&complex), size_of::<ComplexThenCount>());
+    }
+
+    #[test]
+    #[should_panic(expected = "the datatype's extent is 12 bytes but the type's size is 16")]
+    fn a_rust_type_needs_its_datatype_to_span_its_size() {
+        let three = UserDatatype::contiguous(3, &u32::equivalent_datatype());
+        three.element_of::<[u32; 4]>();
     }
 }
