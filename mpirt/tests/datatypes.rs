@@ -646,6 +646,18 @@ fn errors() {
             let _ = unsafe { MutView::with_count_and_datatype(&mut buf[..], 1, &t) };
             t
         }),
+        panic::catch_unwind(|| {
+            // An i32 then a u8: extent 8, but one element ends at byte 5, where the buffer
+            // does; a view over that view may not reach the 3 bytes after it.
+            let t = UserDatatype::structured(&[1, 1], &[0, 4], &[int, u8::equivalent_datatype()]);
+            let buf = [0u8; 5];
+            let byte = u8::equivalent_datatype();
+            // SAFETY: as above; the inner view covers the buffer's 5 bytes.
+            let inner = unsafe { View::with_count_and_datatype(&buf[..], 1, &t) };
+            // SAFETY: as above.
+            let _ = unsafe { View::with_count_and_datatype(&inner, 8, &byte) };
+            t
+        }),
     ]);
     for outcome in messages {
         let payload = outcome.expect_err("refused");
@@ -742,6 +754,7 @@ fn bad_datatypes_and_views_are_named_errors() {
         "UserDatatype::contiguous: the count is negative (-1)",
         "View: 1 elements of the datatype reach 16 bytes into the buffer, which holds 12",
         "MutView: the datatype's blocks at bytes 0 and 4 overlap",
+        "View: 8 elements of the datatype reach 8 bytes into the buffer, which holds 5",
     ] {
         assert!(out.contains(expected), "missing {expected:?} in\n{out}");
     }

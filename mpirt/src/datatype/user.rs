@@ -460,18 +460,25 @@ fn check_view(view: &str, datatype: &Datatype, count: Count, bytes: usize, recei
     }
 }
 
-/// The bytes `buffer`'s elements span.
+/// The bytes from a buffer's start that its `count` elements of `datatype` reach: up to the
+/// last block, not a whole extent, since a view over a view may only use what the inner
+/// view's blocks cover (a struct of an `i32` and a `u8` has extent 8 but ends at byte 5).
 fn memory_len(count: usize, datatype: &Datatype) -> usize {
-    let extent = datatype.layout().map_or(datatype.size(), |l| l.extent);
-    count * extent
+    datatype
+        .layout()
+        .map_or(count * datatype.size(), |layout| layout.span(count))
 }
 
 impl<'d, 'b, D: UncommittedDatatype, B: Buffer + ?Sized> View<'d, 'b, D, B> {
     /// `count` elements of `datatype` over `buffer`.
     ///
     /// # Safety
-    /// Kept `unsafe` as in rsmpi; mpirt checks what rsmpi leaves to the caller: a datatype
-    /// reaching past the buffer, or a negative count, panics here naming the cause.
+    /// Kept `unsafe` as in rsmpi. mpirt checks what rsmpi leaves to the caller: a datatype
+    /// reaching past the buffer's elements, or a negative count, panics here naming the cause.
+    /// The caller must still promise what mpirt cannot see: the datatype's blocks cover only
+    /// initialized bytes of the buffer (never padding inside its elements), and each basic
+    /// element of the datatype lies where the buffer's element type holds a value of that
+    /// type, so that what is sent is a valid value.
     pub unsafe fn with_count_and_datatype(
         buffer: &'b B,
         count: Count,
@@ -491,9 +498,12 @@ impl<'d, 'b, D: UncommittedDatatype, B: BufferMut + ?Sized> MutView<'d, 'b, D, B
     /// `count` elements of `datatype` over `buffer`.
     ///
     /// # Safety
-    /// Kept `unsafe` as in rsmpi; mpirt checks what rsmpi leaves to the caller: a datatype
-    /// reaching past the buffer, blocks that overlap, or a negative count, panics here naming
-    /// the cause.
+    /// Kept `unsafe` as in rsmpi. mpirt checks what rsmpi leaves to the caller: a datatype
+    /// reaching past the buffer's elements, blocks that overlap, or a negative count, panics
+    /// here naming the cause. The caller must still promise what mpirt cannot see: the
+    /// datatype's blocks cover only bytes of the buffer's elements that hold values (never
+    /// padding), and each basic element of the datatype lies where the buffer's element type
+    /// holds a value of that type, so that any value received there leaves a valid element.
     pub unsafe fn with_count_and_datatype(
         buffer: &'b mut B,
         count: Count,
