@@ -390,7 +390,7 @@ fn mixed_layouts_in_one_collective(world: &SimpleCommunicator, column: &UserData
     }
 }
 
-/// Varcount collectives whose counts and displacements are in elements of a vector type: a
+/// Varcount collectives (and a reduce-scatter's counts) in elements of a vector type: a
 /// pair of `f64`s one apart, so each element spans 3 `f64`s and packs to 2. The parts are
 /// cut in pairs, not in the `f64`s that type matching compares.
 fn varcount_views(world: &SimpleCommunicator) {
@@ -464,6 +464,32 @@ fn varcount_views(world: &SimpleCommunicator) {
     } else {
         root.gather_varcount_into(&send);
     }
+
+    // reduce_scatter: the counts cut the send view in pairs, r + 1 for rank r.
+    let total: usize = counts.iter().map(|&c| c as usize).sum();
+    let contribution: Vec<[f64; 2]> = (0..total).map(|k| value(rank, 0, k)).collect();
+    let spread_contribution = spread(&contribution);
+    // SAFETY: `total` pairs span 3 * total f64s, which the buffer holds.
+    let send =
+        unsafe { View::with_count_and_datatype(&spread_contribution[..], total as i32, &pair) };
+    let mut got = vec![0.0f64; 2 * (rank + 1)];
+    world.reduce_scatter_into(
+        &send,
+        &mut got[..],
+        &counts,
+        mpirt::collective::SystemOperation::sum(),
+    );
+    let first: usize = (0..rank).map(|r| r + 1).sum();
+    let want: Vec<f64> = (first..=first + rank)
+        .flat_map(|k| {
+            let [a, b] = (0..size).fold([0.0, 0.0], |[a, b], from| {
+                let [x, y] = value(from, 0, k);
+                [a + x, b + y]
+            });
+            [a, b]
+        })
+        .collect();
+    assert_eq!(got, want, "reduce_scatter on rank {rank}");
 
     // all_to_all_varcount: rank `from` sends 1 + (from + to) % 2 pairs to rank `to`.
     let count = |from: usize, to: usize| 1 + (from + to) % 2;
