@@ -454,8 +454,11 @@ unsafe impl<T: Equivalence, const N: usize> Equivalence for [T; N] {
 /// Something that can be sent: a run of `Equivalence` elements in memory.
 ///
 /// # Safety
-/// `pointer()` must be valid for reads of `count() * datatype().size()` bytes for as long as
-/// `self` is borrowed, and those bytes must be initialized.
+/// `pointer()` must be valid for reads of the span of `count()` elements of `datatype()` (from
+/// the pointer to the end of the last element's last block, each element one extent after the
+/// last) for as long as `self` is borrowed, and the bytes where the datatype's blocks lie must
+/// be initialized; gaps between blocks (padding, the columns a vector skips) are never read.
+/// `byte_len()` is the packed length, what a message carries, not the memory spanned.
 pub unsafe trait Buffer {
     fn pointer(&self) -> *const u8;
     /// Number of elements.
@@ -474,9 +477,10 @@ pub unsafe trait Buffer {
 /// Something that can be received into.
 ///
 /// # Safety
-/// `pointer_mut()` must be valid for writes of `count() * datatype().size()` bytes for as
-/// long as `self` is mutably borrowed, and any bytes that pass the datatype's check written
-/// there must leave valid values.
+/// `pointer_mut()` must be valid for writes of the span of `count()` elements of `datatype()`
+/// (as for [`Buffer`]) for as long as `self` is mutably borrowed, the bytes where the
+/// datatype's blocks lie must be initialized, and any bytes that pass the datatype's check
+/// written there must leave valid values; the gaps between blocks are never written.
 pub unsafe trait BufferMut {
     fn pointer_mut(&mut self) -> *mut u8;
     fn count(&self) -> usize;

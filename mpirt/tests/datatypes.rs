@@ -14,7 +14,9 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
-use mpirt::datatype::{DynBuffer, DynBufferMut, MutView, UserDatatype, View};
+use mpirt::datatype::{
+    DynBuffer, DynBufferMut, MutView, Partition, PartitionMut, UserDatatype, View,
+};
 use mpirt::topology::SimpleCommunicator;
 use mpirt::traits::*;
 
@@ -388,6 +390,147 @@ fn mixed_layouts_in_one_collective(world: &SimpleCommunicator, column: &UserData
     }
 }
 
+/// Varcount collectives (and a reduce-scatter's counts) in elements of a vector type: a
+/// pair of `f64`s one apart, so each element spans 3 `f64`s and packs to 2. The parts are
+/// cut in pairs, not in the `f64`s that type matching compares.
+fn varcount_views(world: &SimpleCommunicator) {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let pair = UserDatatype::vector(2, 1, 2, &f64::equivalent_datatype());
+    // Pair `k` that rank `from` sends to rank `to`.
+    let value = |from: usize, to: usize, k: usize| -> [f64; 2] {
+        let base = (1000 * from + 100 * to + 2 * k) as f64;
+        [base, base + 1.0]
+    };
+    // `pairs.len()` pairs as laid out by `pair`, every gap -1.
+    let spread = |pairs: &[[f64; 2]]| -> Vec<f64> {
+        pairs.iter().flat_map(|p| [p[0], -1.0, p[1]]).collect()
+    };
+    // The receive buffers leave one pair free before each part, which stays -1.
+    let cut = |counts: &[i32]| -> (Vec<i32>, usize) {
+        let mut at = 0;
+        let displs = counts
+            .iter()
+            .map(|&c| {
+                at += 1 + c as usize;
+                (at - c as usize) as i32
+            })
+            .collect();
+        (displs, at)
+    };
+    let gap = [-1.0, -1.0];
+    let with_gaps = |parts: &[Vec<[f64; 2]>]| -> Vec<[f64; 2]> {
+        parts
+            .iter()
+            .flat_map(|p| [gap].into_iter().chain(p.iter().copied()))
+            .collect()
+    };
+    let blank = |len: usize| vec![-1.0f64; 3 * len];
+
+    // all_gather_varcount and gather_varcount: rank r gives r + 1 pairs.
+    let mine: Vec<[f64; 2]> = (0..=rank).map(|k| value(rank, 0, k)).collect();
+    let mine_flat: Vec<f64> = mine.iter().flatten().copied().collect();
+    let counts: Vec<i32> = (0..size).map(|r| r as i32 + 1).collect();
+    let (displs, len) = cut(&counts);
+    let everyone: Vec<Vec<[f64; 2]>> = (0..size)
+        .map(|r| (0..=r).map(|k| value(r, 0, k)).collect())
+        .collect();
+    let want = spread(&with_gaps(&everyone));
+    let mut got = blank(len);
+    {
+        // SAFETY: `len` pairs span 3 * len f64s, which `got` holds.
+        let mut view = unsafe { MutView::with_count_and_datatype(&mut got[..], len as i32, &pair) };
+        world.all_gather_varcount_into(
+            &mine_flat[..],
+            &mut PartitionMut::new(&mut view, &counts[..], &displs[..]),
+        );
+    }
+    assert_eq!(got, want, "all_gather_varcount on rank {rank}");
+    let spread_mine = spread(&mine);
+    // SAFETY: r + 1 pairs span 3 * (r + 1) f64s, which `spread_mine` holds.
+    let send = unsafe { View::with_count_and_datatype(&spread_mine[..], rank as i32 + 1, &pair) };
+    let root = world.process_at_rank(0);
+    if rank == 0 {
+        let mut got = blank(len);
+        {
+            // SAFETY: as for the all-gather.
+            let mut view =
+                unsafe { MutView::with_count_and_datatype(&mut got[..], len as i32, &pair) };
+            root.gather_varcount_into_root(
+                &send,
+                &mut PartitionMut::new(&mut view, &counts[..], &displs[..]),
+            );
+        }
+        assert_eq!(got, want, "gather_varcount on the root");
+    } else {
+        root.gather_varcount_into(&send);
+    }
+
+    // reduce_scatter: the counts cut the send view in pairs, r + 1 for rank r.
+    let total: usize = counts.iter().map(|&c| c as usize).sum();
+    let contribution: Vec<[f64; 2]> = (0..total).map(|k| value(rank, 0, k)).collect();
+    let spread_contribution = spread(&contribution);
+    // SAFETY: `total` pairs span 3 * total f64s, which the buffer holds.
+    let send =
+        unsafe { View::with_count_and_datatype(&spread_contribution[..], total as i32, &pair) };
+    let mut got = vec![0.0f64; 2 * (rank + 1)];
+    world.reduce_scatter_into(
+        &send,
+        &mut got[..],
+        &counts,
+        mpirt::collective::SystemOperation::sum(),
+    );
+    let first: usize = (0..rank).map(|r| r + 1).sum();
+    let want: Vec<f64> = (first..=first + rank)
+        .flat_map(|k| {
+            let [a, b] = (0..size).fold([0.0, 0.0], |[a, b], from| {
+                let [x, y] = value(from, 0, k);
+                [a + x, b + y]
+            });
+            [a, b]
+        })
+        .collect();
+    assert_eq!(got, want, "reduce_scatter on rank {rank}");
+
+    // all_to_all_varcount: rank `from` sends 1 + (from + to) % 2 pairs to rank `to`.
+    let count = |from: usize, to: usize| 1 + (from + to) % 2;
+    let outgoing: Vec<Vec<[f64; 2]>> = (0..size)
+        .map(|to| (0..count(rank, to)).map(|k| value(rank, to, k)).collect())
+        .collect();
+    let incoming: Vec<Vec<[f64; 2]>> = (0..size)
+        .map(|from| {
+            (0..count(from, rank))
+                .map(|k| value(from, rank, k))
+                .collect()
+        })
+        .collect();
+    let send_counts: Vec<i32> = outgoing.iter().map(|p| p.len() as i32).collect();
+    let recv_counts: Vec<i32> = incoming.iter().map(|p| p.len() as i32).collect();
+    let (send_displs, send_len) = cut(&send_counts);
+    let (recv_displs, recv_len) = cut(&recv_counts);
+    let source = spread(&with_gaps(&outgoing));
+    let mut got = blank(recv_len);
+    {
+        // SAFETY: `send_len` and `recv_len` pairs span 3 times as many f64s, which the
+        // buffers hold.
+        let (send, mut recv) = unsafe {
+            (
+                View::with_count_and_datatype(&source[..], send_len as i32, &pair),
+                MutView::with_count_and_datatype(&mut got[..], recv_len as i32, &pair),
+            )
+        };
+        world.all_to_all_varcount_into(
+            &Partition::new(&send, &send_counts[..], &send_displs[..]),
+            &mut PartitionMut::new(&mut recv, &recv_counts[..], &recv_displs[..]),
+        );
+    }
+    assert_eq!(
+        got,
+        spread(&with_gaps(&incoming)),
+        "all_to_all_varcount on rank {rank}"
+    );
+    println!("rank {rank}: varcount views ok");
+}
+
 /// Not `#[repr(C)]`: Rust lays it out with padding (`size_of` 16, 11 bytes of data).
 #[derive(Equivalence, Clone, Copy, Debug, PartialEq)]
 struct Padded {
@@ -529,6 +672,18 @@ fn errors() {
             let _ = unsafe { MutView::with_count_and_datatype(&mut buf[..], 1, &t) };
             t
         }),
+        panic::catch_unwind(|| {
+            // An i32 then a u8: extent 8, but one element ends at byte 5, where the buffer
+            // does; a view over that view may not reach the 3 bytes after it.
+            let t = UserDatatype::structured(&[1, 1], &[0, 4], &[int, u8::equivalent_datatype()]);
+            let buf = [0u8; 5];
+            let byte = u8::equivalent_datatype();
+            // SAFETY: as above; the inner view covers the buffer's 5 bytes.
+            let inner = unsafe { View::with_count_and_datatype(&buf[..], 1, &t) };
+            // SAFETY: as above.
+            let _ = unsafe { View::with_count_and_datatype(&inner, 8, &byte) };
+            t
+        }),
     ]);
     for outcome in messages {
         let payload = outcome.expect_err("refused");
@@ -551,6 +706,7 @@ fn rank_mode() {
     match mode.as_str() {
         "layouts" => layouts(&world),
         "padding" => padding(&world),
+        "varcount views" => varcount_views(&world),
         "errors" => errors(),
         other => panic!("unknown rank mode {other}"),
     }
@@ -604,6 +760,18 @@ fn padding_is_never_sent_nor_written_over_tcp() {
 }
 
 #[test]
+fn varcount_parts_count_view_elements_on_shared_memory() {
+    let out = ok(3, "varcount views", &[]);
+    assert_eq!(out.matches("varcount views ok").count(), 3, "{out}");
+}
+
+#[test]
+fn varcount_parts_count_view_elements_over_tcp() {
+    let out = ok(3, "varcount views", &tcp());
+    assert_eq!(out.matches("varcount views ok").count(), 3, "{out}");
+}
+
+#[test]
 fn bad_datatypes_and_views_are_named_errors() {
     let out = ok(1, "errors", &[]);
     for expected in [
@@ -612,6 +780,7 @@ fn bad_datatypes_and_views_are_named_errors() {
         "UserDatatype::contiguous: the count is negative (-1)",
         "View: 1 elements of the datatype reach 16 bytes into the buffer, which holds 12",
         "MutView: the datatype's blocks at bytes 0 and 4 overlap",
+        "View: 8 elements of the datatype reach 8 bytes into the buffer, which holds 5",
     ] {
         assert!(out.contains(expected), "missing {expected:?} in\n{out}");
     }

@@ -127,7 +127,10 @@ fn elements(bytes: usize, datatype: Datatype) -> usize {
     bytes / datatype.size().max(1)
 }
 
-/// Each part of a partitioned buffer, as (offset, length) in bytes.
+/// Each part of a partitioned buffer of `count` elements of `datatype`, as (offset, length)
+/// in packed bytes. The counts and displacements are in the buffer's own elements, which
+/// may hold several of the basic elements that type matching compares (a view of a vector
+/// type), so `count` and `datatype` are the buffer's, not the matched ones.
 fn byte_parts<P: Partitioned + ?Sized>(
     what: &'static str,
     partition: &P,
@@ -202,7 +205,7 @@ where
     R: BufferMut + Partitioned + ?Sized,
 {
     let datatype = same_type(send.matched().0, recv.matched().0)?;
-    let incoming = byte_parts("receive", recv, recv.matched().1, datatype, comm.size)?;
+    let incoming = byte_parts("receive", recv, recv.count(), recv.datatype(), comm.size)?;
     let own = incoming[comm.rank as usize].1;
     expect_count("the send buffer", elements(own, datatype), send.matched().1)?;
     let plan = build::all_gather_varcount(ranks(comm), &incoming);
@@ -238,8 +241,8 @@ where
     R: BufferMut + Partitioned + ?Sized,
 {
     let datatype = same_type(send.matched().0, recv.matched().0)?;
-    let outgoing = byte_parts("send", send, send.matched().1, datatype, comm.size)?;
-    let incoming = byte_parts("receive", recv, recv.matched().1, datatype, comm.size)?;
+    let outgoing = byte_parts("send", send, send.count(), send.datatype(), comm.size)?;
+    let incoming = byte_parts("receive", recv, recv.count(), recv.datatype(), comm.size)?;
     let me = comm.rank as usize;
     expect_count(
         "this rank's receive part from itself",
@@ -328,7 +331,7 @@ where
                 })
                 .collect();
             let cut = Partition::new(send, counts, &displs[..]);
-            let parts = byte_parts("counts", &cut, send.matched().1, datatype, comm.size)?;
+            let parts = byte_parts("counts", &cut, send.count(), send.datatype(), comm.size)?;
             let total: usize = parts.iter().map(|p| p.1).sum();
             expect_count(
                 "the send buffer",
@@ -464,7 +467,7 @@ where
     Ok(match recv {
         Some(recv) => {
             let datatype = same_type(send.matched().0, recv.matched().0)?;
-            let incoming = byte_parts("receive", recv, recv.matched().1, datatype, comm.size)?;
+            let incoming = byte_parts("receive", recv, recv.count(), recv.datatype(), comm.size)?;
             let own = elements(incoming[root as usize].1, datatype);
             expect_count("the send buffer", own, send.matched().1)?;
             let plan = build::gather_varcount(root, send.byte_len(), Some(&incoming));
@@ -522,7 +525,7 @@ where
     Ok(match send {
         Some(send) => {
             let datatype = same_type(send.matched().0, recv.matched().0)?;
-            let outgoing = byte_parts("send", send, send.matched().1, datatype, comm.size)?;
+            let outgoing = byte_parts("send", send, send.count(), send.datatype(), comm.size)?;
             let own = elements(outgoing[root as usize].1, datatype);
             expect_count("the receive buffer", own, recv.matched().1)?;
             let plan = build::scatter_varcount(root, Some(&outgoing), recv.byte_len());
@@ -609,8 +612,8 @@ where
     let incoming = per_neighbour(
         "receive (a part per neighbour)",
         recv,
-        recv.matched().1,
-        datatype,
+        recv.count(),
+        recv.datatype(),
         grid,
     )?;
     Ok(neighbor(
@@ -669,15 +672,15 @@ where
     let outgoing = per_neighbour(
         "send (a part per neighbour)",
         send,
-        send.matched().1,
-        datatype,
+        send.count(),
+        send.datatype(),
         grid,
     )?;
     let incoming = per_neighbour(
         "receive (a part per neighbour)",
         recv,
-        recv.matched().1,
-        datatype,
+        recv.count(),
+        recv.datatype(),
         grid,
     )?;
     Ok(neighbor(

@@ -53,6 +53,20 @@ impl Element {
         }
     }
 
+    /// The alignment Rust gives the element, which a struct's extent is rounded to: a
+    /// number's is its size (as on the platforms mpirt runs on, capped at 16), a complex
+    /// number's that of its parts, and a type known only by its name may lie anywhere.
+    pub fn align(&self) -> usize {
+        match *self {
+            Element::Basic {
+                kind: Kind::Complex(size),
+                ..
+            } => usize::from(size) / 2,
+            Element::Basic { size, .. } => size.clamp(1, 16),
+            Element::Opaque { .. } => 1,
+        }
+    }
+
     /// Whether `bytes`, one element's, hold a valid value.
     fn is_valid(&self, bytes: &[u8]) -> bool {
         match *self {
@@ -157,7 +171,7 @@ pub(crate) struct Layout {
     lower: Option<usize>,
     /// Bytes of data per element: the blocks' lengths summed.
     pub size: usize,
-    /// The largest basic element's size (at most 16): what a struct's extent is rounded to.
+    /// The largest basic element's alignment: what a struct's extent is rounded to.
     pub align: usize,
     pub signature: Signature,
     needs_check: bool,
@@ -179,7 +193,7 @@ impl Layout {
             extent: size,
             lower: Some(0),
             size,
-            align: element.size().clamp(1, 16),
+            align: element.align(),
             needs_check: element.needs_check(),
             signature: Signature::one(element, count),
         }
@@ -233,7 +247,7 @@ impl Layout {
         }
     }
 
-    /// Rounds the extent up to the alignment of the largest element, as MPI does for
+    /// Rounds the extent up to the largest alignment of its elements, as MPI does for
     /// structs, so that an array of them steps as Rust lays it out.
     pub fn round_extent(&mut self) {
         self.extent = self.extent.div_ceil(self.align) * self.align;

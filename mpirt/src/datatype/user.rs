@@ -352,7 +352,19 @@ impl UncommittedDatatype for UserDatatype {
 
     fn element_of<T: 'static>(self) -> Datatype {
         let datatype = self.0;
-        layout::for_type(std::any::TypeId::of::<T>(), || duplicate(datatype))
+        layout::for_type(std::any::TypeId::of::<T>(), || {
+            // An array of `T` steps by its size, so elements sent back to back must too.
+            let extent = layout_for("Equivalence", &datatype).extent;
+            assert_eq!(
+                extent,
+                size_of::<T>(),
+                "Equivalence for {}: the datatype's extent is {extent} bytes but the type's \
+                 size is {}",
+                std::any::type_name::<T>(),
+                size_of::<T>()
+            );
+            duplicate(datatype)
+        })
     }
 }
 
@@ -448,18 +460,25 @@ fn check_view(view: &str, datatype: &Datatype, count: Count, bytes: usize, recei
     }
 }
 
-/// The bytes `buffer`'s elements span.
+/// The bytes from a buffer's start that its `count` elements of `datatype` reach: up to the
+/// last block, not a whole extent, since a view over a view may only use what the inner
+/// view's blocks cover (a struct of an `i32` and a `u8` has extent 8 but ends at byte 5).
 fn memory_len(count: usize, datatype: &Datatype) -> usize {
-    let extent = datatype.layout().map_or(datatype.size(), |l| l.extent);
-    count * extent
+    datatype
+        .layout()
+        .map_or(count * datatype.size(), |layout| layout.span(count))
 }
 
 impl<'d, 'b, D: UncommittedDatatype, B: Buffer + ?Sized> View<'d, 'b, D, B> {
     /// `count` elements of `datatype` over `buffer`.
     ///
     /// # Safety
-    /// Kept `unsafe` as in rsmpi; mpirt checks what rsmpi leaves to the caller: a datatype
-    /// reaching past the buffer, or a negative count, panics here naming the cause.
+    /// Kept `unsafe` as in rsmpi. mpirt checks what rsmpi leaves to the caller: a datatype
+    /// reaching past the buffer's elements, or a negative count, panics here naming the cause.
+    /// The caller must still promise what mpirt cannot see: the datatype's blocks cover only
+    /// initialized bytes of the buffer (never padding inside its elements), and each basic
+    /// element of the datatype lies where the buffer's element type holds a value of that
+    /// type, so that what is sent is a valid value.
     pub unsafe fn with_count_and_datatype(
         buffer: &'b B,
         count: Count,
@@ -479,9 +498,12 @@ impl<'d, 'b, D: UncommittedDatatype, B: BufferMut + ?Sized> MutView<'d, 'b, D, B
     /// `count` elements of `datatype` over `buffer`.
     ///
     /// # Safety
-    /// Kept `unsafe` as in rsmpi; mpirt checks what rsmpi leaves to the caller: a datatype
-    /// reaching past the buffer, blocks that overlap, or a negative count, panics here naming
-    /// the cause.
+    /// Kept `unsafe` as in rsmpi. mpirt checks what rsmpi leaves to the caller: a datatype
+    /// reaching past the buffer's elements, blocks that overlap, or a negative count, panics
+    /// here naming the cause. The caller must still promise what mpirt cannot see: the
+    /// datatype's blocks cover only bytes of the buffer's elements that hold values (never
+    /// padding), and each basic element of the datatype lies where the buffer's element type
+    /// holds a value of that type, so that any value received there leaves a valid element.
     pub unsafe fn with_count_and_datatype(
         buffer: &'b mut B,
         count: Count,
@@ -618,5 +640,59 @@ unsafe impl Buffer for DynBuffer<'_> {
     }
     fn datatype(&self) -> Datatype {
         self.parts().1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn extent(datatype: &UserDatatype) -> usize {
+        layout_for("test", datatype).extent
+    }
+
+    #[test]
+    fn a_struct_of_an_opaque_type_steps_as_rust_lays_it_out() {
+        #[repr(C)]
+        struct TwelveThenCount {
+            name: [u8; 12],
+            count: u32,
+        }
+        let twelve = UserDatatype::structured(
+            &[1, 1],
+            &[0, 12],
+            &[
+                Datatype::plain(12, "twelve bytes"),
+                u32::equivalent_datatype(),
+            ],
+        );
+        assert_eq!(extent(&twelve), size_of::<TwelveThenCount>());
+    }
+
+    #[cfg(feature = "complex")]
+    #[test]
+    fn a_struct_of_a_complex_number_steps_as_rust_lays_it_out() {
+        use num_complex::Complex;
+        #[repr(C)]
+        struct ComplexThenCount {
+            value: Complex<f64>,
+            count: u32,
+        }
+        let complex = UserDatatype::structured(
+            &[1, 1],
+            &[0, 16],
+            &[
+                Complex::<f64>::equivalent_datatype(),
+                u32::equivalent_datatype(),
+            ],
+        );
+        assert_eq!(extent(&complex), size_of::<ComplexThenCount>());
+    }
+
+    #[test]
+    #[should_panic(expected = "the datatype's extent is 12 bytes but the type's size is 16")]
+    fn a_rust_type_needs_its_datatype_to_span_its_size() {
+        let three = UserDatatype::contiguous(3, &u32::equivalent_datatype());
+        three.element_of::<[u32; 4]>();
     }
 }
