@@ -286,15 +286,7 @@ impl Bootstrap {
                 (init.rank, init.size, space, appnum, backend)
             }
             pmi1::Version::One => {
-                // PMI-1 has no command for them: the process manager sets both.
-                let given = |name: &'static str| match number_var(name) {
-                    Err(BootstrapError::MissingVar(_)) => Err(BootstrapError::Launcher(format!(
-                        "the PMI-1 server on PMI_FD set no {name} (it must set PMI_RANK and \
-                         PMI_SIZE for each rank)"
-                    ))),
-                    other => other,
-                };
-                let (rank, size) = (given("PMI_RANK")?, given("PMI_SIZE")?);
+                let (rank, size) = pmi1_place(number_var)?;
                 let client = pmi1::Client::new(stream).map_err(BootstrapError::Launcher)?;
                 let space = client.kvsname().to_string();
                 let appnum = client.appnum();
@@ -679,6 +671,21 @@ fn text_var(name: &'static str) -> Result<String, BootstrapError> {
     }
 }
 
+/// A PMI-1 rank's rank and the job's size, from `PMI_RANK` and `PMI_SIZE` read by `var`: PMI-1
+/// has no command for them, the process manager sets both.
+fn pmi1_place(
+    var: impl Fn(&'static str) -> Result<u32, BootstrapError>,
+) -> Result<(u32, u32), BootstrapError> {
+    let given = |name: &'static str| match var(name) {
+        Err(BootstrapError::MissingVar(_)) => Err(BootstrapError::Launcher(format!(
+            "the PMI-1 server on PMI_FD set no {name} (it must set PMI_RANK and PMI_SIZE for \
+             each rank)"
+        ))),
+        other => other,
+    };
+    Ok((given("PMI_RANK")?, given("PMI_SIZE")?))
+}
+
 fn number_var(name: &'static str) -> Result<u32, BootstrapError> {
     let value = text_var(name)?;
     value.trim().parse().map_err(|_| BootstrapError::BadVar {
@@ -691,6 +698,20 @@ fn number_var(name: &'static str) -> Result<u32, BootstrapError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pmi1_server_that_sets_no_rank_or_size_is_named() {
+        let set = |name: &'static str| match name {
+            "PMI_RANK" => Ok(3),
+            _ => Err(BootstrapError::MissingVar(name)),
+        };
+        let e = pmi1_place(set).unwrap_err().to_string();
+        assert!(
+            e.contains("the PMI-1 server on PMI_FD set no PMI_SIZE (it must set PMI_RANK and PMI_SIZE for each rank)"),
+            "{e}"
+        );
+        assert_eq!(pmi1_place(|_| Ok(2)).unwrap(), (2, 2));
+    }
 
     #[test]
     fn singleton_put_get_round_trips() {
