@@ -14,7 +14,7 @@ use crate::config::EngineConfig;
 use crate::envelope::{ContextId, Rank, Tag};
 use crate::error::PmlError;
 use crate::pml_api::{Counters, Done, EngineError, RecvBuf, Wireup};
-use crate::protocol::{Action, Completion, Core, CoreConfig, DirectWrite, SendArgs};
+use crate::protocol::{Action, Completion, Core, CoreConfig, DirectSend, DirectWrite, SendArgs};
 use crate::requests::Handle;
 use crate::transport::{
     AnyTransport, Job, Opening, Peer, Reading, Registration, Sent, Transport, WakeSet,
@@ -217,6 +217,22 @@ impl Engine {
         let transport = unsafe { self.transports.get_unchecked_mut(route) };
         let core = &mut self.core;
         let exposure = transport.expose(peer, buf, len, || core.sends_eagerly(peer, len))?;
+        if mode == SendMode::Standard && self.direct_send & (1 << route) != 0 {
+            let send = DirectSend {
+                context,
+                source,
+                peer,
+                tag,
+                // SAFETY: this function's caller keeps `buf` valid for `len` bytes.
+                payload: unsafe { slice::from_raw_parts(buf, len) },
+                eager_limit: exposure.eager_limit,
+            };
+            let sent = core.send_direct(send, DirectTo { transport, to });
+            if sent.map_err(|e| self.stop(e))? {
+                self.counters.frames_sent += 1;
+                return Ok(Handle::SENT);
+            }
+        }
         let args = SendArgs {
             context,
             source,
@@ -231,16 +247,7 @@ impl Engine {
             remote: exposure.key,
             eager_limit: exposure.eager_limit,
         };
-        let h = if self.direct_send & (1 << route) != 0 {
-            let posted = core.post_send_direct(args, DirectTo { transport, to });
-            posted.map_err(|e| self.stop(e))?
-        } else {
-            core.post_send(args)?
-        };
-        if h == Handle::SENT {
-            self.counters.frames_sent += 1;
-            return Ok(h);
-        }
+        let h = self.core.post_send(args)?;
         // The frame goes out now: the latency of the next progress call is not its to pay.
         self.flush(peer).map_err(|e| self.stop(e))?;
         Ok(h)

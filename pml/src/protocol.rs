@@ -27,7 +27,7 @@ use crate::wire::{
 };
 use claim::Claim;
 pub use claim::{ClaimEnd, Started};
-pub use direct::DirectWrite;
+pub use direct::{DirectSend, DirectWrite};
 use stored_payload::StoredPayload;
 
 /// What the protocol needs to know about the transport that reaches one peer.

@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 
 use pml::protocol::{
-    Action, ClaimEnd, Completion, Core, CoreConfig, PeerCaps, SendArgs, SendMode, Started,
+    Action, ClaimEnd, Completion, Core, CoreConfig, DirectSend, PeerCaps, SendArgs, SendMode,
+    Started,
 };
 use pml::wire::{Frame, RemoteKey, WireEnvelope, MAX_HEADER_LEN};
 use pml::{Handle, PmlError, SourceSel, Status, TagSel};
@@ -86,8 +87,9 @@ impl Pair {
             .unwrap()
     }
 
-    /// Offers a send to `post_send_direct`, with a transport that takes the frame (and
-    /// delivers it at once, logged as "DIRECT") only when `room` says so.
+    /// Offers a send to `send_direct`, with a transport that takes the frame (and delivers
+    /// it at once, logged as "DIRECT") only when `room` says so; a standard send it does not
+    /// take, and any other, is posted as the engine posts it.
     fn send_direct(
         &mut self,
         from: usize,
@@ -97,15 +99,39 @@ impl Pair {
         room: bool,
     ) -> Handle {
         let to = 1 - from;
-        let key = self.next_key;
-        self.next_key += 1;
-        self.exposed.insert(key, data.clone());
-        let [a, b] = &mut self.cores;
-        let (sender, receiver) = if from == 0 { (a, b) } else { (b, a) };
         let mut delivered = false;
-        let h = sender
-            .post_send_direct(
-                SendArgs {
+        if mode == SendMode::Standard {
+            let [a, b] = &mut self.cores;
+            let (sender, receiver) = if from == 0 { (a, b) } else { (b, a) };
+            let send = DirectSend {
+                context: 0,
+                source: from as u32,
+                peer: to as u32,
+                tag,
+                payload: &data,
+                eager_limit: self.send_eager_limit,
+            };
+            let sent = sender
+                .send_direct(send, |header: &[u8], payload: &[u8]| {
+                    if room {
+                        let mut bytes = header.to_vec();
+                        bytes.extend_from_slice(payload);
+                        receiver.on_frame(from as u32, &bytes)?;
+                        delivered = true;
+                    }
+                    Ok(room)
+                })
+                .unwrap();
+            assert_eq!(sent, delivered);
+        }
+        let h = if delivered {
+            Handle::SENT
+        } else {
+            let key = self.next_key;
+            self.next_key += 1;
+            self.exposed.insert(key, data.clone());
+            self.cores[from]
+                .post_send(SendArgs {
                     context: 0,
                     source: from as u32,
                     peer: to as u32,
@@ -114,18 +140,9 @@ impl Pair {
                     buf: data,
                     remote: RemoteKey { addr: key, key: 0 },
                     eager_limit: self.send_eager_limit,
-                },
-                |header: &[u8], payload: &[u8]| {
-                    if room {
-                        let mut bytes = header.to_vec();
-                        bytes.extend_from_slice(payload);
-                        receiver.on_frame(from as u32, &bytes)?;
-                        delivered = true;
-                    }
-                    Ok(room)
-                },
-            )
-            .unwrap();
+                })
+                .unwrap()
+        };
         assert_eq!(delivered, h == Handle::SENT);
         if delivered {
             self.log.push((from as u32, "DIRECT"));

@@ -2,9 +2,9 @@
 //! nothing queued ahead of it is written into the transport at once and completes there, with
 //! no request, no queue entry and no second look at the frame.
 
-use super::{Core, SendArgs, SendMode, EAGER_OVERHEAD};
+use super::{Core, EAGER_OVERHEAD};
+use crate::envelope::{ContextId, Rank, Tag};
 use crate::error::PmlError;
-use crate::requests::Handle;
 use crate::wire::{Frame, WireEnvelope, MAX_HEADER_LEN};
 
 /// What hands a direct send's frame (`header` then `payload`) to the transport; `Ok(false)`:
@@ -21,10 +21,25 @@ impl<F: FnOnce(&[u8], &[u8]) -> Result<bool, PmlError>> DirectWrite for F {
     }
 }
 
+/// A standard-mode send offered to the transport before it is posted: what its frame needs.
+/// The caller builds the full [`SendArgs`](super::SendArgs) only when the offer is refused, so that the
+/// common case writes none of them to memory.
+#[derive(Clone, Copy)]
+pub struct DirectSend<'a> {
+    pub context: ContextId,
+    pub source: Rank,
+    pub peer: Rank,
+    pub tag: Tag,
+    pub payload: &'a [u8],
+    /// As [`SendArgs::eager_limit`](super::SendArgs::eager_limit).
+    pub eager_limit: Option<usize>,
+}
+
 impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
-    /// Posts a send, first offering it to `write` when it may bypass the
-    /// queues; `write` returns whether the transport took the frame. Returns [`Handle::SENT`]
-    /// when it did; otherwise the send is posted as by [`post_send`](Self::post_send).
+    /// Offers a standard-mode send to `write` when it may bypass the queues; `write` returns
+    /// whether the transport took the frame. `Ok(true)`: it did, and the send is complete;
+    /// `Ok(false)`: nothing happened, and the caller posts the send with
+    /// [`post_send`](Self::post_send).
     ///
     /// The bypass keeps what the queued path guarantees: the message takes the next sequence
     /// number (and only once it is really on its way), and it is charged to the peer's
@@ -33,44 +48,40 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     // without the hint these two stay calls across the crate boundary, the arguments going
     // through the stack (45 instructions of a 476-instruction blocking send, callgrind).
     #[inline]
-    pub fn post_send_direct(
+    pub fn send_direct(
         &mut self,
-        args: SendArgs<S>,
+        send: DirectSend<'_>,
         write: impl DirectWrite,
-    ) -> Result<Handle, PmlError> {
-        let payload = args.buf.as_ref();
-        let len = payload.len();
-        let (p, caps) = self.peer(args.peer)?;
-        let eager_max = super::eager_max(caps, args.eager_limit);
+    ) -> Result<bool, PmlError> {
+        let len = send.payload.len();
+        let (p, caps) = self.peer(send.peer)?;
+        let eager_max = super::eager_max(caps, send.eager_limit);
         let cost = len.saturating_add(EAGER_OVERHEAD);
         // Anything queued for this peer goes first: its MATCH/RTS frames carry earlier
         // sequence numbers, and its control frames unblock the peer.
-        let direct = args.mode == SendMode::Standard
-            && len <= eager_max
-            && p.credit >= cost
-            && !p.has_output();
+        let direct = len <= eager_max && p.credit >= cost && !p.has_output();
         if !direct {
-            return self.post_send(args);
+            return Ok(false);
         }
-        let seq = self.sequencer.outgoing(args.context, args.peer);
+        let seq = self.sequencer.outgoing(send.context, send.peer);
         let frame = Frame::Match {
             envelope: WireEnvelope {
-                context: args.context,
-                source: args.source,
-                tag: args.tag,
+                context: send.context,
+                source: send.source,
+                tag: send.tag,
                 seq: *seq,
             },
             sync_request: None,
-            payload,
+            payload: send.payload,
         };
         let mut header = [0u8; MAX_HEADER_LEN];
         let header_len = frame.encode_header(&mut header);
-        if !write.write(&header[..header_len], payload)? {
+        if !write.write(&header[..header_len], send.payload)? {
             // The number was not taken: the queued send gets the same one.
-            return self.post_send(args);
+            return Ok(false);
         }
         *seq = seq.wrapping_add(1);
-        self.peers[args.peer as usize].credit -= cost;
-        Ok(Handle::SENT)
+        self.peers[send.peer as usize].credit -= cost;
+        Ok(true)
     }
 }

@@ -205,7 +205,7 @@ impl ShmTransport {
     /// Sends `header` then `payload` as one frame to local rank `to`, copying each once,
     /// straight into the ring. `Ok(false)`: the ring is full; nothing was sent, so make
     /// progress (drain our own rings) and try again.
-    // Inline: see `Core::post_send_direct`, which calls it on every small send.
+    // Inline: see `Core::send_direct`, which calls it on every small send.
     #[inline]
     pub fn try_send(&mut self, to: usize, header: &[u8], payload: &[u8]) -> io::Result<bool> {
         if to >= self.local_size() || to == self.local_rank {
