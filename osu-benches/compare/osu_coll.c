@@ -2,7 +2,7 @@
  * Rust ports: each call timed alone and followed by a barrier, OSU's loop counts, the average
  * over the ranks printed as OSU prints it (the barrier's row with size 0).
  * Usage: osu_coll barrier|bcast|reduce|allreduce|allgather|alltoall|gather|scatter|reduce_scatter
- *        [MAX_SIZE] */
+ *        [MAX_SIZE [MIN_SIZE]] */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,11 +17,12 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     const char *b = argc > 1 ? argv[1] : "allreduce";
     long max = argc > 2 ? atol(argv[2]) : (1L << 20);
+    long min = argc > 3 ? atol(argv[3]) : 1;
     int barrier = strcmp(b, "barrier") == 0;
     char *s = malloc(max * n), *r = malloc(max * n);
     int *counts = malloc(n * sizeof(int));
     memset(s, 1, max * n);
-    for (long size = barrier ? 0 : 1; size <= (barrier ? 0 : max); size *= 2) {
+    for (long size = barrier ? 0 : min; size <= (barrier ? 0 : max); size *= 2) {
         int iters = size > LARGE ? 100 : 1000, skip = size > LARGE ? 10 : 100;
         for (int i = 0; i < n; i++)
             counts[i] = size / n + (i < size % n);
