@@ -491,9 +491,8 @@ where
     R: BufferMut + ?Sized,
     O: Operation,
 {
-    let (datatype, parts) = calls::check_reduce_scatter(comm, send, recv, counts, &op)
+    let (datatype, own) = calls::check_reduce_scatter_part(comm, send, recv, counts, &op)
         .map_err(|c| Error::new(operation, c))?;
-    let own = parts[comm.rank as usize].0;
     area_or_messages(
         comm,
         operation,

@@ -362,6 +362,48 @@ where
 }
 
 /// Checks a reduce-scatter into parts of `counts[r]` elements (equal blocks when `counts` is
+/// `None`); returns the elements' type and where this rank's part of the send buffer starts,
+/// in packed bytes. Counts that are plainly right (one per rank, none negative, as many as
+/// the send buffer holds, this rank's as many as its receive buffer) are taken without
+/// building the parts, which the short calls of the shared-memory area would pay for; any
+/// other counts get [`check_reduce_scatter`]'s verdict.
+pub(crate) fn check_reduce_scatter_part<S, R, O>(
+    comm: &CommData,
+    send: &S,
+    recv: &R,
+    counts: Option<&[Count]>,
+    op: &O,
+) -> Result<(Datatype, usize), Cause>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    let me = comm.rank as usize;
+    match counts {
+        None => {
+            let datatype = check_reduce_scatter_block(comm, send, recv, op)?;
+            Ok((datatype, me * recv.byte_len()))
+        }
+        Some(counts)
+            if counts.len() == comm.size as usize
+                && counts.iter().all(|&c| c >= 0)
+                && counts.iter().map(|&c| c as usize).sum::<usize>() == send.count()
+                && counts[me] as usize * send.datatype().size() == recv.byte_len() =>
+        {
+            let datatype = same_type(send.matched().0, recv.matched().0)?;
+            op.check(datatype)?;
+            let before: usize = counts[..me].iter().map(|&c| c as usize).sum();
+            Ok((datatype, before * send.datatype().size()))
+        }
+        Some(_) => {
+            let (datatype, parts) = check_reduce_scatter(comm, send, recv, counts, op)?;
+            Ok((datatype, parts[me].0))
+        }
+    }
+}
+
+/// Checks a reduce-scatter into parts of `counts[r]` elements (equal blocks when `counts` is
 /// `None`); returns the elements' type and each rank's part of the send buffer (offset,
 /// length in packed bytes).
 pub(crate) fn check_reduce_scatter<S, R, O>(
