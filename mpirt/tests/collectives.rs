@@ -466,7 +466,8 @@ fn collectives(world: &SimpleCommunicator) {
         check_data_movement(world, block, affine);
     }
     check_data_movement(world, MIB / n, byte);
-    for extra in [0, 1, 50] {
+    // Up to 50 extra, every part fits the shared-memory area; with 1100 none does.
+    for extra in [0, 1, 50, 1100] {
         varcount(world, extra);
     }
     println!("collectives ok");
@@ -645,6 +646,25 @@ fn data_movement_in_turn(comm: &SimpleCommunicator, call: usize, root: i32) {
     comm.all_to_all_into(&outgoing[..], &mut got[..]);
     let incoming: Vec<i32> = (0..n).flat_map(|r| part(r, me)).collect();
     assert_eq!(got, incoming, "all_to_all {of}");
+
+    // Rank r gives r % 2 + 1 parts; the others' parts lie one element apart.
+    let counts: Vec<Count> = (0..n).map(|r| 3 * (r % 2 + 1)).collect();
+    let displs: Vec<Count> = (0..n).map(|r| 3 * r + 4 * (r / 2) + 3 * (r / 2)).collect();
+    let given: Vec<i32> = (0..=me % 2).flat_map(|_| part(me, -2)).collect();
+    let mut got = vec![-1; (displs[n as usize - 1] + counts[n as usize - 1]) as usize];
+    comm.all_gather_varcount_into(
+        &given[..],
+        &mut PartitionMut::new(&mut got[..], &counts[..], &displs[..]),
+    );
+    for r in 0..n {
+        let at = displs[r as usize] as usize;
+        let expected: Vec<i32> = (0..=r % 2).flat_map(|_| part(r, -2)).collect();
+        assert_eq!(
+            got[at..at + expected.len()],
+            expected,
+            "all_gather_varcount {of}"
+        );
+    }
 
     let root_process = comm.process_at_rank(root);
     let mut own = [0; 3];

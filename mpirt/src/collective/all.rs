@@ -54,10 +54,18 @@ pub trait CommunicatorCollectives: Communicator {
         S: Buffer + ?Sized,
         R: PartitionedBufferMut + ?Sized,
     {
+        const OPERATION: &str = "all_gather_varcount_into";
         let comm = self.data();
-        blocking(comm, "all_gather_varcount_into", || {
-            calls::all_gather_varcount(comm, send, recv)
-        })
+        let (datatype, incoming) = calls::check_all_gather_varcount(comm, send, recv)
+            .map_err(|c| Error::new(OPERATION, c))?;
+        area_or_messages(
+            comm,
+            OPERATION,
+            send,
+            recv,
+            |sent, got| shared::try_all_gather_varcount(comm, sent, got, &incoming, datatype),
+            |recv| calls::all_gather_varcount(comm, send, recv),
+        )
     }
 
     /// Block r of every process's `send` goes to process r, which keeps it as block s of its
@@ -97,10 +105,20 @@ pub trait CommunicatorCollectives: Communicator {
         S: PartitionedBuffer + ?Sized,
         R: PartitionedBufferMut + ?Sized,
     {
+        const OPERATION: &str = "all_to_all_varcount_into";
         let comm = self.data();
-        blocking(comm, "all_to_all_varcount_into", || {
-            calls::all_to_all_varcount(comm, send, recv)
-        })
+        let (datatype, outgoing, incoming) = calls::check_all_to_all_varcount(comm, send, recv)
+            .map_err(|c| Error::new(OPERATION, c))?;
+        area_or_messages(
+            comm,
+            OPERATION,
+            send,
+            recv,
+            |sent, got| {
+                shared::try_all_to_all_varcount(comm, sent, got, &outgoing, &incoming, datatype)
+            },
+            |recv| calls::all_to_all_varcount(comm, send, recv),
+        )
     }
 
     /// The reduction under `op` of every process's `send`, in every process's `recv`

@@ -214,12 +214,27 @@ where
     S: Buffer + ?Sized,
     R: BufferMut + Partitioned + ?Sized,
 {
+    let (datatype, incoming) = check_all_gather_varcount(comm, send, recv)?;
+    let plan = build::all_gather_varcount(ranks(comm), &incoming);
+    Ok(Call::new(plan, both(send, recv)?, datatype))
+}
+
+/// Checks an all-gather of parts of any length; returns the elements' type and each rank's
+/// part of the receive buffer (offset, length in packed bytes).
+pub(crate) fn check_all_gather_varcount<S, R>(
+    comm: &CommData,
+    send: &S,
+    recv: &R,
+) -> Result<(Datatype, Parts), Cause>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + Partitioned + ?Sized,
+{
     let datatype = same_type(send.matched().0, recv.matched().0)?;
     let incoming = byte_parts("receive", recv, recv.count(), recv.datatype(), comm.size)?;
     let own = incoming[comm.rank as usize].1;
     expect_count("the send buffer", elements(own, datatype), send.matched().1)?;
-    let plan = build::all_gather_varcount(ranks(comm), &incoming);
-    Ok(Call::new(plan, both(send, recv)?, datatype))
+    Ok((datatype, incoming))
 }
 
 /// The element type of an all-to-all's buffers, once they agree and hold a whole block per
@@ -262,6 +277,26 @@ where
     S: Buffer + Partitioned + ?Sized,
     R: BufferMut + Partitioned + ?Sized,
 {
+    let (datatype, outgoing, incoming) = check_all_to_all_varcount(comm, send, recv)?;
+    let largest = outgoing.iter().map(|p| p.1).max().unwrap_or(0);
+    let plan = build::all_to_all(ranks(comm), &outgoing, &incoming, largest)?;
+    Ok(Call::new(plan, both(send, recv)?, datatype))
+}
+
+/// The parts of a buffer, one per rank (offset, length in packed bytes).
+pub(crate) type Parts = Vec<(usize, usize)>;
+
+/// Checks an all-to-all of parts of any length; returns the elements' type and each rank's
+/// part of the send and of the receive buffer.
+pub(crate) fn check_all_to_all_varcount<S, R>(
+    comm: &CommData,
+    send: &S,
+    recv: &R,
+) -> Result<(Datatype, Parts, Parts), Cause>
+where
+    S: Buffer + Partitioned + ?Sized,
+    R: BufferMut + Partitioned + ?Sized,
+{
     let datatype = same_type(send.matched().0, recv.matched().0)?;
     let outgoing = byte_parts("send", send, send.count(), send.datatype(), comm.size)?;
     let incoming = byte_parts("receive", recv, recv.count(), recv.datatype(), comm.size)?;
@@ -271,9 +306,7 @@ where
         elements(outgoing[me].1, datatype),
         elements(incoming[me].1, datatype),
     )?;
-    let largest = outgoing.iter().map(|p| p.1).max().unwrap_or(0);
-    let plan = build::all_to_all(ranks(comm), &outgoing, &incoming, largest)?;
-    Ok(Call::new(plan, both(send, recv)?, datatype))
+    Ok((datatype, outgoing, incoming))
 }
 
 /// The element type of an all-reduce's buffers, once they and the operation agree.

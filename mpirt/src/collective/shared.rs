@@ -43,8 +43,11 @@
 //! its length with no data, so that ranks whose lengths disagree across the area's limit all
 //! get the same error instead of waiting for each other in two places; when the vectors (the
 //! root's buffer, for a broadcast or a scatter) are too long they go on by messages together.
-//! The forms whose parts differ in length (`_varcount`, a reduce-scatter's counts aside) go
-//! by messages.
+//! The all-gather and all-to-all of parts of any length (`_varcount`) meet here too: every
+//! rank sees every length, so all take the area only when every rank's buffer fits (an
+//! all-to-all's with its table of parts, which the receivers need, knowing their own parts
+//! only); the rooted `_varcount` forms go by messages, since a rank that knows only its own
+//! length cannot tell whether the root will take every part from the area.
 
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map::RandomState;
@@ -64,6 +67,9 @@ use crate::error::{Cause, Error};
 
 use super::op::{Operation, SystemOperation};
 use super::{blocking, calls, select};
+
+/// A part of a buffer for one rank: its offset and length in packed bytes.
+type Part = (usize, usize);
 
 /// Longest buffer, in bytes, a rank writes into its cell (a broadcast's or a scatter's root
 /// its whole buffer, an all-to-all's or a reduce-scatter's ranks theirs, a block per rank).
@@ -587,6 +593,116 @@ impl Area {
         }
     }
 
+    /// Publishes `send`, of any length on each rank, and waits for every rank's; the parity
+    /// of the cells, or `None` when some rank's is too long for the area (every rank saw
+    /// every length, so all go on by messages together).
+    fn exchange_any(&self, send: &[u8]) -> Result<Option<usize>, Cause> {
+        let (call, phase) = self.next_call();
+        self.contribute(call, phase, send)?;
+        self.wait_for_all(call, phase)?;
+        Ok(self.all_fit(phase).then_some(phase))
+    }
+
+    /// Whether every rank's vector in cells `phase`, which every rank has published, fit.
+    fn all_fit(&self, phase: usize) -> bool {
+        (0..self.size)
+            .all(|r| self.cell(r, phase).0.len.load(Ordering::Relaxed) as usize <= SHARED_MAX)
+    }
+
+    /// What `rank` published in its cell `phase` for this call, of the length it published:
+    /// every rank has published, and every vector fit.
+    fn published_any(&self, rank: u32, phase: usize) -> &[u8] {
+        let (flag, data) = self.cell(rank, phase);
+        let len = flag.len.load(Ordering::Relaxed) as usize;
+        // SAFETY: `rank` published these `len` bytes (at most SHARED_MAX, checked by
+        // `exchange_any`) for this call (the acquire load in `wait_for` ordered them before
+        // this read), and does not write the cell again before this rank has finished this
+        // call (`guard_write`).
+        unsafe { std::slice::from_raw_parts(data, len) }
+    }
+
+    /// Every rank's `send`, of any length, in its part of `recv` (offset, length);
+    /// `false`, with nothing copied, when some rank's is too long for the area; a rank whose
+    /// length is not its part's is an error.
+    fn all_gather_varcount(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        parts: &[Part],
+    ) -> Result<bool, Cause> {
+        let Some(phase) = self.exchange_any(send)? else {
+            return Ok(false);
+        };
+        for (r, &(at, len)) in (0..self.size).zip(parts) {
+            let got = self.published_any(r, phase);
+            if got.len() != len {
+                return Err(Cause::LengthDisagrees {
+                    peer: r as i32,
+                    expected: len,
+                    got: got.len(),
+                });
+            }
+            recv[at..at + len].copy_from_slice(got);
+        }
+        Ok(true)
+    }
+
+    /// Each rank's part for this rank of its `send` (its parts `outgoing`) in this rank's
+    /// part for it of `recv` (`incoming`); `false`, with nothing copied, when some rank's
+    /// send buffer and its table of parts are too long for the area; a part of another
+    /// length than this rank's part for it is an error. A rank publishes its table of parts
+    /// (offset and length, 4 bytes each, per rank) ahead of its send buffer: the others know
+    /// only their own parts.
+    fn all_to_all_varcount(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        outgoing: &[Part],
+        incoming: &[Part],
+    ) -> Result<bool, Cause> {
+        let table = 8 * self.size as usize;
+        let (call, phase) = self.next_call();
+        let len = table + send.len();
+        let (flag, data) = self.cell(self.rank, phase);
+        self.guard_write(call)?;
+        if len <= SHARED_MAX {
+            for (r, &(at, part)) in outgoing.iter().enumerate() {
+                let entry = [at as u32, part as u32];
+                // SAFETY: this rank alone writes its cells, and no rank reads this one for
+                // this call before its flag says so, nor still for call - 2 (`guard_write`);
+                // the table and the buffer fit the cell (`len`), and parts of a buffer of at
+                // most 4 KiB fit u32.
+                unsafe { std::ptr::copy_nonoverlapping(entry.as_ptr().cast(), data.add(8 * r), 8) };
+            }
+            // SAFETY: as above.
+            unsafe { std::ptr::copy_nonoverlapping(send.as_ptr(), data.add(table), send.len()) };
+        }
+        flag.len.store(len as u64, Ordering::Relaxed);
+        self.publish(&flag.call, call);
+        self.wait_for_all(call, phase)?;
+        if !self.all_fit(phase) {
+            return Ok(false);
+        }
+        let me = 8 * self.rank as usize;
+        for (r, &(into, expected)) in (0..self.size).zip(incoming) {
+            let published = self.published_any(r, phase);
+            let entry = |i: usize| {
+                u32::from_ne_bytes(published[me + i..me + i + 4].try_into().expect("4 bytes"))
+                    as usize
+            };
+            let (at, got) = (table + entry(0), entry(4));
+            if got != expected || at + got > published.len() {
+                return Err(Cause::LengthDisagrees {
+                    peer: r as i32,
+                    expected,
+                    got,
+                });
+            }
+            recv[into..into + got].copy_from_slice(&published[at..at + got]);
+        }
+        Ok(true)
+    }
+
     /// Block `rank` of every rank's `send` (a block per rank), as block r of `recv` for
     /// sender r; `false`, with nothing copied, when the vectors are too long for the area.
     fn all_to_all(&self, send: &[u8], recv: &mut [u8]) -> Result<bool, Cause> {
@@ -1011,4 +1127,45 @@ pub(crate) fn try_scatter(
     };
     area.scatter(root, send, recv)
         .map_err(|cause| Error::new(operation, cause))
+}
+
+/// Runs a blocking all-gather of parts of any length through the area; `false` if it must go
+/// by messages instead. `parts` are the receive buffer's (offset, length in packed bytes),
+/// checked against `send` by the caller.
+pub(crate) fn try_all_gather_varcount(
+    comm: &CommData,
+    send: &[u8],
+    recv: &mut [u8],
+    parts: &[Part],
+    datatype: Datatype,
+) -> Result<bool, Error> {
+    const OPERATION: &str = "all_gather_varcount_into";
+    let wanted = select::allgather_in_shared_memory();
+    // Lengths differ between ranks: the set-up has none to agree on.
+    let Some(area) = usable_area(comm, OPERATION, wanted, datatype, 0)? else {
+        return Ok(false);
+    };
+    area.all_gather_varcount(send, recv, parts)
+        .map_err(|cause| Error::new(OPERATION, cause))
+}
+
+/// Runs a blocking all-to-all of parts of any length through the area; `false` if it must go
+/// by messages instead. `outgoing` and `incoming` are the send and the receive buffer's parts,
+/// checked by the caller.
+pub(crate) fn try_all_to_all_varcount(
+    comm: &CommData,
+    send: &[u8],
+    recv: &mut [u8],
+    outgoing: &[Part],
+    incoming: &[Part],
+    datatype: Datatype,
+) -> Result<bool, Error> {
+    const OPERATION: &str = "all_to_all_varcount_into";
+    let wanted = select::alltoall_in_shared_memory();
+    // Lengths differ between ranks: the set-up has none to agree on.
+    let Some(area) = usable_area(comm, OPERATION, wanted, datatype, 0)? else {
+        return Ok(false);
+    };
+    area.all_to_all_varcount(send, recv, outgoing, incoming)
+        .map_err(|cause| Error::new(OPERATION, cause))
 }
