@@ -203,6 +203,16 @@ where
             got == whole[start..start + block],
             "reduce_scatter_block {what}"
         );
+
+        // Parts as OSU cuts them: the first len % n ranks get one element more.
+        let counts: Vec<Count> = (0..n)
+            .map(|r| (len / n as usize + usize::from((r as usize) < len % n as usize)) as Count)
+            .collect();
+        let start: usize = counts[..me as usize].iter().map(|&c| c as usize).sum();
+        let own = counts[me as usize] as usize;
+        let mut got = vec![T::default(); own];
+        world.reduce_scatter_into(&mine[..], &mut got[..], &counts, op);
+        assert!(got == expected[start..start + own], "reduce_scatter {what}");
     }
 }
 
@@ -456,7 +466,8 @@ fn collectives(world: &SimpleCommunicator) {
         check_data_movement(world, block, affine);
     }
     check_data_movement(world, MIB / n, byte);
-    for extra in [0, 1, 50] {
+    // Up to 50 extra, every part fits the shared-memory area; with 1100 none does.
+    for extra in [0, 1, 50, 1100] {
         varcount(world, extra);
     }
     println!("collectives ok");
@@ -611,9 +622,74 @@ fn shared_areas_do_not_cross(world: &SimpleCommunicator) {
             } else {
                 root_process.reduce_into(&mine[..], &op);
             }
+            data_movement_in_turn(comm, call, root);
             comm.barrier();
         }
     }
+}
+
+/// The data-movement collectives that go through the area for short parts, called in turn
+/// on communicators that run at once (see `shared_areas_do_not_cross`): rank r's part for
+/// rank s in call `call` is `[call, r, s]`, so a part taken from another call, rank or
+/// block shows.
+fn data_movement_in_turn(comm: &SimpleCommunicator, call: usize, root: i32) {
+    let (n, me) = (comm.size(), comm.rank());
+    let part = |r: i32, s: i32| [call as i32, r, s];
+    let mine = part(me, -1);
+    let everyone: Vec<i32> = (0..n).flat_map(|r| part(r, -1)).collect();
+    let of = format!("call {call} on a communicator of {n}");
+    let mut got = vec![0; 3 * n as usize];
+    comm.all_gather_into(&mine[..], &mut got[..]);
+    assert_eq!(got, everyone, "all_gather {of}");
+
+    let outgoing: Vec<i32> = (0..n).flat_map(|s| part(me, s)).collect();
+    comm.all_to_all_into(&outgoing[..], &mut got[..]);
+    let incoming: Vec<i32> = (0..n).flat_map(|r| part(r, me)).collect();
+    assert_eq!(got, incoming, "all_to_all {of}");
+
+    // Rank r gives r % 2 + 1 parts; the others' parts lie one element apart.
+    let counts: Vec<Count> = (0..n).map(|r| 3 * (r % 2 + 1)).collect();
+    let displs: Vec<Count> = (0..n).map(|r| 3 * r + 4 * (r / 2) + 3 * (r / 2)).collect();
+    let given: Vec<i32> = (0..=me % 2).flat_map(|_| part(me, -2)).collect();
+    let mut got = vec![-1; (displs[n as usize - 1] + counts[n as usize - 1]) as usize];
+    comm.all_gather_varcount_into(
+        &given[..],
+        &mut PartitionMut::new(&mut got[..], &counts[..], &displs[..]),
+    );
+    for r in 0..n {
+        let at = displs[r as usize] as usize;
+        let expected: Vec<i32> = (0..=r % 2).flat_map(|_| part(r, -2)).collect();
+        assert_eq!(
+            got[at..at + expected.len()],
+            expected,
+            "all_gather_varcount {of}"
+        );
+    }
+
+    let root_process = comm.process_at_rank(root);
+    let mut own = [0; 3];
+    if me == root {
+        let mut gathered = vec![0; 3 * n as usize];
+        root_process.gather_into_root(&mine[..], &mut gathered[..]);
+        assert_eq!(gathered, everyone, "gather to {root}, {of}");
+        let scattered: Vec<i32> = (0..n).flat_map(|s| part(root, s)).collect();
+        root_process.scatter_into_root(&scattered[..], &mut own[..]);
+    } else {
+        root_process.gather_into(&mine[..]);
+        root_process.scatter_into(&mut own[..]);
+    }
+    assert_eq!(own, part(root, me), "scatter from {root}, {of}");
+
+    // A non-commutative reduction of the parts for each rank: rank order must hold.
+    let maps: Vec<Affine> = (0..n)
+        .map(|s| affine(me, call * 100 + s as usize))
+        .collect();
+    let mut reduced = [Affine::default()];
+    comm.reduce_scatter_block_into(&maps[..], &mut reduced[..], affine_op());
+    let expected = (1..n).fold(affine(0, call * 100 + me as usize), |acc, r| {
+        compose(acc, affine(r, call * 100 + me as usize))
+    });
+    assert_eq!(reduced, [expected], "reduce_scatter_block {of}");
 }
 
 /// User messages on the same tags as nothing else, sent before the collectives and received
@@ -635,6 +711,23 @@ fn alongside_user_messages(world: &SimpleCommunicator) {
         assert_eq!(sum, n);
         let mut buf = [0u8; 64];
         world.process_at_rank(0).broadcast_into(&mut buf[..]);
+        let mut ranks = vec![0; n as usize];
+        world.all_gather_into(&me, &mut ranks[..]);
+        assert_eq!(ranks, (0..n).collect::<Vec<_>>());
+        let mut got_back = vec![0; n as usize];
+        world.all_to_all_into(&ranks[..], &mut got_back[..]);
+        assert_eq!(got_back, vec![me; n as usize]);
+        let root = world.process_at_rank(n - 1);
+        let mut mine = 0;
+        if me == n - 1 {
+            root.gather_into_root(&me, &mut got_back[..]);
+            assert_eq!(got_back, ranks);
+            root.scatter_into_root(&ranks[..], &mut mine);
+        } else {
+            root.gather_into(&me);
+            root.scatter_into(&mut mine);
+        }
+        assert_eq!(mine, me);
         for _ in 0..4 {
             got.push(previous.receive::<i32>());
         }
@@ -1124,6 +1217,29 @@ fn mismatched_all_reduce(world: &SimpleCommunicator) {
         Ok(()) => assert_eq!(world.rank(), 0, "only the root cannot tell"),
         Err(e) => println!("broadcast: {e}"),
     }
+    let size = world.size() as usize;
+    let mut all = vec![0.0f64; n * size];
+    let e = world
+        .try_all_gather_into(&send[..], &mut all[..])
+        .unwrap_err();
+    println!("all_gather: {e}");
+    let gathered = if world.rank() == 0 {
+        root.try_gather_into_root(&send[..], &mut all[..])
+    } else {
+        root.try_gather_into(&send[..])
+    };
+    println!("gather: {}", gathered.unwrap_err());
+    // Rank 0's buffer of 2 x 256 elements fills the area, rank 1 expects blocks of 257.
+    let block = n - 256;
+    let scattered = if world.rank() == 0 {
+        root.try_scatter_into_root(&all[..2 * block], &mut buf[..block])
+    } else {
+        root.try_scatter_into(&mut buf[..block])
+    };
+    match scattered {
+        Ok(()) => assert_eq!(world.rank(), 0, "only the root cannot tell"),
+        Err(e) => println!("scatter: {e}"),
+    }
     world.all_reduce_into(&1.0f64, &mut sum, SystemOperation::sum());
     assert_eq!(sum, f64::from(world.size()), "the area still works");
     world.barrier();
@@ -1236,6 +1352,11 @@ fn every_algorithm_forced() {
         ("MPIRT_COLL_BCAST", "shared_memory"),
         ("MPIRT_COLL_BARRIER", "shared_memory"),
         ("MPIRT_COLL_REDUCE", "shared_memory"),
+        ("MPIRT_COLL_ALLGATHER", "shared_memory"),
+        ("MPIRT_COLL_ALLTOALL", "shared_memory"),
+        ("MPIRT_COLL_GATHER", "shared_memory"),
+        ("MPIRT_COLL_SCATTER", "shared_memory"),
+        ("MPIRT_COLL_REDUCE_SCATTER", "shared_memory"),
     ];
     let third = [
         ("MPIRT_COLL_REDUCE", "reduce_scatter_gather"),
@@ -1249,10 +1370,9 @@ fn every_algorithm_forced() {
     ok_job(7, &first);
     // The areas are really used (a failed set-up would pass silently by messages): the
     // world's, and those of the halves in `shared_areas_do_not_cross`.
-    let stderr = ok_job(
-        9,
-        &[fourth[0], fourth[1], fourth[2], ("MPIRT_VERBOSE", "1")],
-    );
+    let mut verbose = fourth.to_vec();
+    verbose.push(("MPIRT_VERBOSE", "1"));
+    let stderr = ok_job(9, &verbose);
     for rank in 0..9 {
         let line = format!("mpirt: rank {rank}: collective area of 9 ranks ready");
         assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
@@ -1314,6 +1434,11 @@ fn lengths_disagreeing_across_the_shared_area_limit_are_an_error() {
         "reduce: rank 0: reduce_into_root: rank 1 sent 4104 bytes where this rank expected 4096",
         "reduce: rank 1: reduce_into: rank 0 sent 4096 bytes where this rank expected 4104",
         "broadcast: rank 1: broadcast_into: rank 0 sent 4096 bytes where this rank expected 4104",
+        "all_gather: rank 0: all_gather_into: rank 1 sent 4104 bytes where this rank expected 4096",
+        "all_gather: rank 1: all_gather_into: rank 0 sent 4096 bytes where this rank expected 4104",
+        "gather: rank 0: gather_into_root: rank 1 sent 4104 bytes where this rank expected 4096",
+        "gather: rank 1: gather_into: rank 0 sent 4096 bytes where this rank expected 4104",
+        "scatter: rank 1: scatter_into: rank 0 sent 4096 bytes where this rank expected 4112",
     ] {
         assert!(out.contains(line), "missing {line:?} in\n{out}");
     }

@@ -2,13 +2,17 @@
    report.py OUTDIR REPEATS BENCHMARK...
        prints a table per benchmark with ratios, and writes OUTDIR/results.csv (one row per
        benchmark, size, runtime and repeat) and a chart per benchmark (PNG, with matplotlib) in OUTDIR.
-   report.py --markdown FILE COMMANDS SHM_OUTDIR TCP_OUTDIR [UCX_OUTDIR]
+   report.py --markdown FILE COMMANDS SHM_OUTDIR TCP_OUTDIR [UCX_OUTDIR [CALLGRIND_OUTDIR
+             [SWEEP_OUTDIR...]]]
        from those results.csv files, writes FILE: the issue-8 report (medians, ratios, the
        targets met and missed, the machine, COMMANDS: the lines that ran) with its charts and
        the CSV files in FILE's folder report/. Without TCP_OUTDIR/results.csv, TCP goes
        unmeasured, for the reason in TCP_OUTDIR-failed if there is one. UCX_OUTDIR (ucx.sh -o)
        adds issue 6's part: mpirt --pml ucx against Open MPI's pml ucx, one folder per
-       UCX_TLS; without measurements there, the reason in UCX_OUTDIR-failed."""
+       UCX_TLS; without measurements there, the reason in UCX_OUTDIR-failed. Each SWEEP_OUTDIR
+       (run.sh -o, one per rank count, named coll-RANKS) adds issue 23's collective sweep: a
+       heat map of mpirt's paired ratios to Open MPI (operation x size x ranks), the cells
+       over 1.0, the geometric mean, and the runs over 3x the median of their cell."""
 import csv
 import math
 import shutil
@@ -44,13 +48,25 @@ def higher_is_better(bench):
     return unit(bench) in ("MB/s", "messages/s")
 
 
-def rows(path):
-    """Size -> value (the last column: osu_mbw_mr's message rate); the barrier's one value
+def rows(path, column=-1):
+    """Size -> value (the last column: osu_mbw_mr's message rate; the non-blocking
+    collectives' overall time is column 1, their overlap the last); the barrier's one value
     (no size column in OSU's format) is size 0."""
     if not path.exists():
         return {}  # a run cut short by run.sh's time limit (see its "limits" file)
     values = [l.split() for l in path.read_text().splitlines() if l and not l.startswith("#")]
-    return {int(v[0]) if len(v) > 1 else 0: float(v[-1]) for v in values}
+    return {int(v[0]) if len(v) > 1 else 0: float(v[column]) for v in values}
+
+
+def overlapping(bench):
+    """Whether `bench` is a non-blocking collective, whose rows hold OSU's overlap columns."""
+    return bench.startswith("i") and bench[1:] in COLLECTIVES
+
+
+# Every collective OSU 7.4 measures (osu_coll.c runs them all, and the i forms).
+COLLECTIVES = ["barrier", "bcast", "reduce", "allreduce", "allgather", "allgatherv", "alltoall",
+               "alltoallv", "gather", "gatherv", "scatter", "scatterv", "reduce_scatter",
+               "reduce_scatter_block"]
 
 
 def median(values):
@@ -65,7 +81,11 @@ def collect(out, repeats, benches):
         ran = [w for w in RUNTIMES if w == "mpirt" or (out / f"{bench}.{w}.1").exists()]
         for who in ran:
             for r in range(1, repeats + 1):
-                for size, value in rows(out / f"{bench}.{who}.{r}").items():
+                path = out / f"{bench}.{who}.{r}"
+                if overlapping(bench):
+                    for size, value in rows(path).items():
+                        records.append([f"{bench} overlap", size, who, r, value, "%"])
+                for size, value in rows(path, 1 if overlapping(bench) else -1).items():
                     records.append([bench, size, who, r, value, unit(bench)])
     # Launch times and memcpy are measured on one host only; one line per repeat.
     for who in ("mpirt", "mpich"):
@@ -114,7 +134,7 @@ def paired_ratio(runs, mine, ref):
 def table(m, bench):
     """Lines of a per-size table: the medians of every runtime measured, then mpirt's ratio to
     each of the others."""
-    sizes = sorted({s for b, s, w in m if b == bench and w == "mpirt"})
+    sizes = sorted({s for b, s, w in m if b == bench})
     ran = [w for w in RUNTIMES if any(b == bench and x == w for b, _, x in m)]
     others = [w for w in ran if w != "mpirt"]
     widths = {w: max(7, len(RATIO_LABELS[w])) for w in others}
@@ -124,7 +144,8 @@ def table(m, bench):
     for s in sizes:
         v = {who: m.get((bench, s, who), float("nan")) for who in ran}
         # A bandwidth too small for OSU's two decimals prints as 0.00: no ratio to it.
-        ratios = [v["mpirt"] / v[w] if v[w] else float("nan") for w in others]
+        ratios = [v["mpirt"] / v[w] if v[w] and "mpirt" in v else float("nan")
+                  for w in others]
         yield " ".join([f"{s:>9}"] + [f"{v[w]:>12.2f}" for w in ran]
                        + [f"{r:>{widths[w]}.2f}" for r, w in zip(ratios, others)])
 
@@ -371,7 +392,79 @@ def size_name(size):
     return f"{size} B"
 
 
-def markdown(file, commands, shm, tcp_out, ucx_out=None, callgrind_out=None):
+def sweep_part(dirs, folder):
+    """Issue 23's collective sweep, one run.sh folder per rank count: the markdown lines and
+    the heat map, of mpirt's paired ratio to Open MPI per operation, size and rank count."""
+    cells, outliers, ompi_only = {}, [], set()
+    for out in dirs:
+        ranks = int(out.name.split("-")[-1])
+        records = read_csv(out / "results.csv")
+        runs = paired(records)
+        shutil.copy(out / "results.csv", folder / f"results-coll-{ranks}.csv")
+        for (bench, size, who), values in runs.items():
+            if bench.endswith("overlap"):
+                continue
+            cell = median(list(values.values()))
+            outliers += [(bench, size, ranks, who, v, cell) for v in values.values()
+                         if v > 3 * cell]
+            if who == "ompi":
+                ratio = paired_ratio(runs, (bench, size, "mpirt"), (bench, size, "ompi"))
+                if math.isnan(ratio):
+                    ompi_only.add(bench)
+                else:
+                    cells[bench, size, ranks] = ratio
+    lines = ["", "## Collectives against Open MPI (issue 23)", ""]
+    if not cells:
+        return lines + ["Not measured: no sweep folder holds mpirt and Open MPI runs."], []
+    benches = [b for b in COLLECTIVES + [f"i{c}" for c in COLLECTIVES]
+               if any(k[0] == b for k in cells)]
+    sizes = sorted({k[1] for k in cells})
+    rank_counts = sorted({k[2] for k in cells})
+    ratios = list(cells.values())
+    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    over = sorted(((r, k) for k, r in cells.items() if r > 1.0), reverse=True)
+    lines += [f"mpirt's time over Open MPI's (paired ratio, lower is better) on "
+              f"{', '.join(map(str, rank_counts))} ranks: {len(ratios)} cells, geometric mean "
+              f"{geomean:.2f} (target 0.7), {len(over)} over 1.0 (target none), "
+              f"{len(outliers)} runs over 3x the median of their cell (target none).", ""]
+    if over:
+        lines += ["Cells over 1.0, worst first: " + ", ".join(
+            f"{b} {size_name(s)} on {n} ranks {r:.2f}" for r, (b, s, n) in over[:20])
+            + (" ..." if len(over) > 20 else ""), ""]
+    if ompi_only:
+        lines += ["Measured on the C MPIs only (mpirt has no port of them yet): "
+                  + ", ".join(sorted(ompi_only)) + ".", ""]
+    fig, axes = plt.subplots(1, len(rank_counts), squeeze=False,
+                             figsize=(2 + 0.55 * len(sizes) * len(rank_counts),
+                                      1 + 0.4 * len(benches)))
+    for ax, n in zip(axes[0], rank_counts):
+        grid = [[math.log2(cells[b, s, n]) if (b, s, n) in cells else float("nan")
+                 for s in sizes] for b in benches]
+        image = ax.imshow(grid, cmap="RdYlGn_r", vmin=-2, vmax=2, aspect="auto")
+        ax.set_title(f"{n} ranks")
+        ax.set_xticks(range(len(sizes)), [size_name(s) for s in sizes], rotation=90,
+                      fontsize=7)
+        ax.set_yticks(range(len(benches)), benches if ax is axes[0][0] else [], fontsize=7)
+        for i, b in enumerate(benches):
+            for j, s in enumerate(sizes):
+                if (b, s, n) in cells:
+                    ax.text(j, i, f"{cells[b, s, n]:.1f}", ha="center", va="center",
+                            fontsize=5)
+    fig.colorbar(image, ax=axes[0].tolist(), label="log2(mpirt / Open MPI)")
+    fig.savefig(folder / "collectives-heatmap.png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    for n in rank_counts:
+        lines += [f"### {n} ranks", "", "| operation | " + " | ".join(map(size_name, sizes))
+                  + " |", "|---" * (len(sizes) + 1) + "|"]
+        lines += [f"| {b} | " + " | ".join(f"{cells[b, s, n]:.2f}" if (b, s, n) in cells
+                                          else "" for s in sizes) + " |" for b in benches]
+        lines.append("")
+    lines += [f"Every measurement: `report/results-coll-RANKS.csv`."]
+    return lines, [("collectives-heatmap.png",
+                    "mpirt / Open MPI per collective, size and rank count")]
+
+
+def markdown(file, commands, shm, tcp_out, ucx_out=None, callgrind_out=None, sweep=()):
     tcp = tcp_out if (tcp_out / "results.csv").exists() else None
     folder = file.parent / "report"
     shutil.rmtree(folder, ignore_errors=True)
@@ -459,6 +552,10 @@ def markdown(file, commands, shm, tcp_out, ucx_out=None, callgrind_out=None):
                   "buffer, in OSU's source and in every port here, mpirt's through its raw "
                   "immediate receive); process_vm_readv of 4 MiB: "
                   f"{m[('cma', 1 << 22, 'cma')]:.0f} MB/s."]
+    if sweep:
+        sweep_lines, sweep_charts = sweep_part(sweep, folder)
+        lines += sweep_lines
+        made += sweep_charts
     if ucx_out:
         ucx_lines, ucx_charts = ucx_part(ucx_out, folder)
         lines += ucx_lines
@@ -482,6 +579,7 @@ def markdown(file, commands, shm, tcp_out, ucx_out=None, callgrind_out=None):
 if sys.argv[1] == "--markdown":
     markdown(Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), Path(sys.argv[5]),
              Path(sys.argv[6]) if len(sys.argv) > 6 else None,
-             Path(sys.argv[7]) if len(sys.argv) > 7 else None)
+             Path(sys.argv[7]) if len(sys.argv) > 7 else None,
+             [Path(d) for d in sys.argv[8:]])
 else:
     summary(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])

@@ -9,14 +9,24 @@
 # the instructions each runtime spends per 8-byte message, which say why a shared-memory
 # latency or rate target is missed (valgrind; without it, the report says so). Writes
 # osu-benches/REPORT.md, with the charts and every measurement (CSV) in osu-benches/report/.
-#   osu-benches/compare/report.sh [-r REPEATS]
+# -c: issue 23's collective sweep too: every OSU collective, blocking and non-blocking, on 2,
+# 3, 4, 8 and 16 ranks (oversubscribed past the cores), 1 B to 1 MiB (4 MiB for broadcasts and
+# all-reductions), beside Open MPI and MPICH, with its heat map in REPORT.md; it needs a quiet
+# machine and hours (-n "RANKS..." runs fewer rank counts, -b "BENCH..." fewer collectives).
+#   osu-benches/compare/report.sh [-r REPEATS] [-c [-n "RANKS..."] [-b "BENCH..."]]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repeats=3
-while getopts "r:" opt; do
+sweep=
+sweep_ranks="2 3 4 8 16"
+sweep_benches=
+while getopts "r:cn:b:" opt; do
     case $opt in
         r) repeats=$OPTARG ;;
-        *) echo "usage: $0 [-r REPEATS]" >&2; exit 2 ;;
+        c) sweep=1 ;;
+        n) sweep_ranks=$OPTARG ;;
+        b) sweep_benches=$OPTARG ;;
+        *) echo "usage: $0 [-r REPEATS] [-c [-n \"RANKS...\"] [-b \"BENCH...\"]]" >&2; exit 2 ;;
     esac
 done
 c=osu-benches/compare
@@ -45,7 +55,21 @@ commands+=("$ucx")
 if ! eval "$ucx" 2> >(tee "$out/ucx-errors" >&2); then
     tail -3 "$out/ucx-errors" > "$out/ucx-failed"
 fi
+# Issue 23's sweep, one folder per rank count; the issue asks for at least 5 repeats.
+sweep_dirs=()
+if [ -n "$sweep" ]; then
+    all="barrier bcast reduce allreduce allgather allgatherv alltoall alltoallv gather gatherv"
+    all="$all scatter scatterv reduce_scatter reduce_scatter_block"
+    all="$all $(printf 'i%s ' $all)"
+    for n in $sweep_ranks; do
+        run="$c/run.sh -r $(( repeats < 5 ? 5 : repeats )) -n $n -o $out/coll-$n -s c"
+        run="$run -b \"${sweep_benches:-$all}\""
+        commands+=("$run")
+        eval "$run"
+        sweep_dirs+=("$out/coll-$n")
+    done
+fi
 source "$c/python.sh"
 $python $c/report.py --markdown osu-benches/REPORT.md "$(printf '%s\n' "${commands[@]}")" \
-    "$out/shm" "$out/tcp" "$out/ucx" "$out/callgrind"
+    "$out/shm" "$out/tcp" "$out/ucx" "$out/callgrind" "${sweep_dirs[@]}"
 echo "wrote osu-benches/REPORT.md"

@@ -2,7 +2,9 @@
 # Side by side, in one run: mpirt's OSU ports against the same OSU method in C on Open MPI
 # and on MPICH (Debian's packages), interleaved and repeated; medians per message size.
 #   osu-benches/compare/run.sh [-r REPEATS] [-n RANKS] [-o OUTDIR] [-b "BENCH..."] [-s WHAT] [-t]
-# -n: ranks of the collective tests (4), which run on this host only.
+# -n: ranks of the collective tests (4), which run on this host only. The collectives are every
+# one OSU 7.4 measures, blocking and non-blocking (compare/osu_coll.c); mpirt runs those it
+# has a port of. Sizes 1 B to 1 MiB, 4 MiB for the broadcasts and all-reductions.
 # -b: only these benchmarks (names without osu_, such as "latency mbw_mr allreduce").
 # -s: what runs on Open MPI and MPICH: "c", OSU's method in C (compare/osu_p2p.c and
 # osu_coll.c; the default), "rsmpi", mpirt's own benchmark source built on rsmpi (feature
@@ -111,7 +113,9 @@ else
     # one CPU, where every wait spins its MPIRT_SPIN_US out before the peer can run.
     rsrun=("$bin/rsrun" --bind-to core -n)
     benches=(latency bw bibw mbw_mr multi_lat)
-    collectives=(barrier bcast reduce allreduce allgather alltoall gather scatter reduce_scatter)
+    collectives=(barrier bcast reduce allreduce allgather allgatherv alltoall alltoallv gather
+        gatherv scatter scatterv reduce_scatter reduce_scatter_block)
+    collectives+=("${collectives[@]/#/i}")
 fi
 # Keeps the benchmarks of "$@" that -b names (all without -b).
 selected() {
@@ -155,11 +159,17 @@ for bench in "${benches[@]}"; do
     done
 done
 for bench in "${collectives[@]}"; do
+    case $bench in
+        bcast | allreduce | ibcast | iallreduce) max=$((4 << 20)) ;;
+        *) max=$((1 << 20)) ;;
+    esac
     for ((r = 1; r <= repeats; r++)); do
-        "${rsrun[@]}" "$ranks" "$bin"/osu_$bench > "$out/$bench.mpirt.$r"
+        if [ -x "$bin/osu_$bench" ]; then
+            "${rsrun[@]}" "$ranks" "$bin"/osu_$bench -m "1:$max" > "$out/$bench.mpirt.$r"
+        fi
         if [ -n "$c_ports" ]; then
-            "${ompi[@]}" "$ranks" "$out/osu_coll.ompi" $bench > "$out/$bench.ompi.$r"
-            mpich_collective "$out/$bench.mpich.$r" "${mpich[@]}" "$ranks" "$out/osu_coll.mpich" $bench
+            "${ompi[@]}" "$ranks" "$out/osu_coll.ompi" $bench $max > "$out/$bench.ompi.$r"
+            mpich_collective "$out/$bench.mpich.$r" "${mpich[@]}" "$ranks" "$out/osu_coll.mpich" $bench $max
         fi
         if [ -n "$rs_builds" ]; then
             "${ompi[@]}" "$ranks" "$rs_ompi"/osu_$bench > "$out/$bench.ompi-rs.$r"

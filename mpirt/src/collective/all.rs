@@ -5,11 +5,11 @@ use crate::communicator::{CommData, Communicator};
 use crate::datatype::{Buffer, BufferMut};
 use crate::error::{or_fatal, Error};
 use crate::partition::{PartitionedBuffer, PartitionedBufferMut};
-use crate::point_to_point::{Count, Outgoing};
+use crate::point_to_point::Count;
 use crate::request::{Lent, Scope, StaticScope};
 
 use super::op::Operation;
-use super::{blocking, calls, immediate, shared, CollectiveRequest};
+use super::{area_or_messages, blocking, calls, immediate, shared, CollectiveRequest};
 
 /// Collectives over every process of a communicator. Each has a `try_` form that returns the
 /// error (a buffer that does not fit, an operation not defined for the type, ...) instead of
@@ -54,10 +54,18 @@ pub trait CommunicatorCollectives: Communicator {
         S: Buffer + ?Sized,
         R: PartitionedBufferMut + ?Sized,
     {
+        const OPERATION: &str = "all_gather_varcount_into";
         let comm = self.data();
-        blocking(comm, "all_gather_varcount_into", || {
-            calls::all_gather_varcount(comm, send, recv)
-        })
+        let (datatype, incoming) = calls::check_all_gather_varcount(comm, send, recv)
+            .map_err(|c| Error::new(OPERATION, c))?;
+        area_or_messages(
+            comm,
+            OPERATION,
+            send,
+            recv,
+            |sent, got| shared::try_all_gather_varcount(comm, sent, got, &incoming, datatype),
+            |recv| calls::all_gather_varcount(comm, send, recv),
+        )
     }
 
     /// Block r of every process's `send` goes to process r, which keeps it as block s of its
@@ -70,10 +78,18 @@ pub trait CommunicatorCollectives: Communicator {
         send: &S,
         recv: &mut R,
     ) -> Result<(), Error> {
+        const OPERATION: &str = "all_to_all_into";
         let comm = self.data();
-        blocking(comm, "all_to_all_into", || {
-            calls::all_to_all(comm, send, recv)
-        })
+        let datatype =
+            calls::check_all_to_all(comm, send, recv).map_err(|c| Error::new(OPERATION, c))?;
+        area_or_messages(
+            comm,
+            OPERATION,
+            send,
+            recv,
+            |sent, got| shared::try_all_to_all(comm, sent, got, datatype),
+            |recv| calls::all_to_all(comm, send, recv),
+        )
     }
 
     /// All-to-all with parts of any length (`MPI_Alltoallv`).
@@ -89,10 +105,20 @@ pub trait CommunicatorCollectives: Communicator {
         S: PartitionedBuffer + ?Sized,
         R: PartitionedBufferMut + ?Sized,
     {
+        const OPERATION: &str = "all_to_all_varcount_into";
         let comm = self.data();
-        blocking(comm, "all_to_all_varcount_into", || {
-            calls::all_to_all_varcount(comm, send, recv)
-        })
+        let (datatype, outgoing, incoming) = calls::check_all_to_all_varcount(comm, send, recv)
+            .map_err(|c| Error::new(OPERATION, c))?;
+        area_or_messages(
+            comm,
+            OPERATION,
+            send,
+            recv,
+            |sent, got| {
+                shared::try_all_to_all_varcount(comm, sent, got, &outgoing, &incoming, datatype)
+            },
+            |recv| calls::all_to_all_varcount(comm, send, recv),
+        )
     }
 
     /// The reduction under `op` of every process's `send`, in every process's `recv`
@@ -135,10 +161,14 @@ pub trait CommunicatorCollectives: Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let comm = self.data();
-        blocking(comm, "reduce_scatter_block_into", || {
-            calls::reduce_scatter(comm, send, recv, None, &op)
-        })
+        reduce_scatter_on(
+            self.data(),
+            "reduce_scatter_block_into",
+            send,
+            recv,
+            None,
+            op,
+        )
     }
 
     /// Part r of the reduction of every process's `send` in process r's `recv`, the parts cut
@@ -163,10 +193,8 @@ pub trait CommunicatorCollectives: Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let comm = self.data();
-        blocking(comm, "reduce_scatter_into", || {
-            calls::reduce_scatter(comm, send, recv, Some(counts), &op)
-        })
+        let counts = Some(counts);
+        reduce_scatter_on(self.data(), "reduce_scatter_into", send, recv, counts, op)
     }
 
     /// The reduction of the `send` of processes 0 to this one, in `recv` (`MPI_Scan`).
@@ -427,9 +455,17 @@ where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
 {
-    blocking(comm, "all_gather_into", || {
-        calls::all_gather(comm, send, recv)
-    })
+    const OPERATION: &str = "all_gather_into";
+    let datatype =
+        calls::check_all_gather(comm, send, recv).map_err(|c| Error::new(OPERATION, c))?;
+    area_or_messages(
+        comm,
+        OPERATION,
+        send,
+        recv,
+        |sent, got| shared::try_all_gather(comm, sent, got, datatype),
+        |recv| calls::all_gather(comm, send, recv),
+    )
 }
 
 /// [`CommunicatorCollectives::try_all_reduce_into`] on a communicator's data.
@@ -444,15 +480,43 @@ where
     R: BufferMut + ?Sized,
     O: Operation,
 {
+    const OPERATION: &str = "all_reduce_into";
     let datatype =
-        calls::check_all_reduce(send, recv, &op).map_err(|c| Error::new("all_reduce_into", c))?;
-    let sent = Outgoing::of(send).map_err(|c| Error::new("all_reduce_into", c))?;
-    if shared::over_packed(recv, "all_reduce_into", |recv_bytes| {
-        shared::try_all_reduce(comm, sent.bytes(), recv_bytes, datatype, &op)
-    })? {
-        return Ok(());
-    }
-    blocking(comm, "all_reduce_into", || {
-        calls::all_reduce_checked(comm, send, recv, &op, datatype)
-    })
+        calls::check_all_reduce(send, recv, &op).map_err(|c| Error::new(OPERATION, c))?;
+    area_or_messages(
+        comm,
+        OPERATION,
+        send,
+        recv,
+        |sent, got| shared::try_all_reduce(comm, sent, got, datatype, &op),
+        |recv| calls::all_reduce_checked(comm, send, recv, &op, datatype),
+    )
+}
+
+/// A blocking reduce-scatter (`operation`) into parts of `counts[r]` elements, equal blocks
+/// when `counts` is `None`: through the shared-memory area where it serves, else by
+/// messages.
+fn reduce_scatter_on<S, R, O>(
+    comm: &CommData,
+    operation: &'static str,
+    send: &S,
+    recv: &mut R,
+    counts: Option<&[Count]>,
+    op: O,
+) -> Result<(), Error>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    let (datatype, own) = calls::check_reduce_scatter_part(comm, send, recv, counts, &op)
+        .map_err(|c| Error::new(operation, c))?;
+    area_or_messages(
+        comm,
+        operation,
+        send,
+        recv,
+        |sent, got| shared::try_reduce_scatter(comm, operation, (sent, own), got, datatype, &op),
+        |recv| calls::reduce_scatter(comm, send, recv, counts, &op),
+    )
 }

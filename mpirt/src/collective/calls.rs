@@ -183,14 +183,24 @@ pub(crate) fn broadcast<'a, B: BufferMut + ?Sized>(
     Ok(Call::new(plan, receiving(buf)?, datatype))
 }
 
+/// The element type of an all-gather's buffers, once they agree.
+pub(crate) fn check_all_gather<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+    comm: &CommData,
+    send: &S,
+    recv: &R,
+) -> Result<Datatype, Cause> {
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
+    let n = comm.size as usize;
+    expect_count("the receive buffer", send.matched().1 * n, recv.matched().1)?;
+    Ok(datatype)
+}
+
 pub(crate) fn all_gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     comm: &CommData,
     send: &S,
     recv: &mut R,
 ) -> Result<Call<'a>, Cause> {
-    let datatype = same_type(send.matched().0, recv.matched().0)?;
-    let n = comm.size as usize;
-    expect_count("the receive buffer", send.matched().1 * n, recv.matched().1)?;
+    let datatype = check_all_gather(comm, send, recv)?;
     let plan = build::all_gather(ranks(comm), send.byte_len())?;
     Ok(Call::new(plan, both(send, recv)?, datatype))
 }
@@ -204,19 +214,36 @@ where
     S: Buffer + ?Sized,
     R: BufferMut + Partitioned + ?Sized,
 {
-    let datatype = same_type(send.matched().0, recv.matched().0)?;
-    let incoming = byte_parts("receive", recv, recv.count(), recv.datatype(), comm.size)?;
-    let own = incoming[comm.rank as usize].1;
-    expect_count("the send buffer", elements(own, datatype), send.matched().1)?;
+    let (datatype, incoming) = check_all_gather_varcount(comm, send, recv)?;
     let plan = build::all_gather_varcount(ranks(comm), &incoming);
     Ok(Call::new(plan, both(send, recv)?, datatype))
 }
 
-pub(crate) fn all_to_all<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+/// Checks an all-gather of parts of any length; returns the elements' type and each rank's
+/// part of the receive buffer (offset, length in packed bytes).
+pub(crate) fn check_all_gather_varcount<S, R>(
     comm: &CommData,
     send: &S,
-    recv: &mut R,
-) -> Result<Call<'a>, Cause> {
+    recv: &R,
+) -> Result<(Datatype, Parts), Cause>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + Partitioned + ?Sized,
+{
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
+    let incoming = byte_parts("receive", recv, recv.count(), recv.datatype(), comm.size)?;
+    let own = incoming[comm.rank as usize].1;
+    expect_count("the send buffer", elements(own, datatype), send.matched().1)?;
+    Ok((datatype, incoming))
+}
+
+/// The element type of an all-to-all's buffers, once they agree and hold a whole block per
+/// rank.
+pub(crate) fn check_all_to_all<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+    comm: &CommData,
+    send: &S,
+    recv: &R,
+) -> Result<Datatype, Cause> {
     let datatype = same_type(send.matched().0, recv.matched().0)?;
     expect_count("the receive buffer", send.matched().1, recv.matched().1)?;
     let n = comm.size as usize;
@@ -225,6 +252,16 @@ pub(crate) fn all_to_all<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
         send.matched().1.next_multiple_of(n),
         send.matched().1,
     )?;
+    Ok(datatype)
+}
+
+pub(crate) fn all_to_all<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+    comm: &CommData,
+    send: &S,
+    recv: &mut R,
+) -> Result<Call<'a>, Cause> {
+    let datatype = check_all_to_all(comm, send, recv)?;
+    let n = comm.size as usize;
     let block = send.byte_len() / n;
     let equal = build::equal_parts(block, comm.size);
     let plan = build::all_to_all(ranks(comm), &equal, &equal, block)?;
@@ -240,6 +277,26 @@ where
     S: Buffer + Partitioned + ?Sized,
     R: BufferMut + Partitioned + ?Sized,
 {
+    let (datatype, outgoing, incoming) = check_all_to_all_varcount(comm, send, recv)?;
+    let largest = outgoing.iter().map(|p| p.1).max().unwrap_or(0);
+    let plan = build::all_to_all(ranks(comm), &outgoing, &incoming, largest)?;
+    Ok(Call::new(plan, both(send, recv)?, datatype))
+}
+
+/// The parts of a buffer, one per rank (offset, length in packed bytes).
+pub(crate) type Parts = Vec<(usize, usize)>;
+
+/// Checks an all-to-all of parts of any length; returns the elements' type and each rank's
+/// part of the send and of the receive buffer.
+pub(crate) fn check_all_to_all_varcount<S, R>(
+    comm: &CommData,
+    send: &S,
+    recv: &R,
+) -> Result<(Datatype, Parts, Parts), Cause>
+where
+    S: Buffer + Partitioned + ?Sized,
+    R: BufferMut + Partitioned + ?Sized,
+{
     let datatype = same_type(send.matched().0, recv.matched().0)?;
     let outgoing = byte_parts("send", send, send.count(), send.datatype(), comm.size)?;
     let incoming = byte_parts("receive", recv, recv.count(), recv.datatype(), comm.size)?;
@@ -249,9 +306,7 @@ where
         elements(outgoing[me].1, datatype),
         elements(incoming[me].1, datatype),
     )?;
-    let largest = outgoing.iter().map(|p| p.1).max().unwrap_or(0);
-    let plan = build::all_to_all(ranks(comm), &outgoing, &incoming, largest)?;
-    Ok(Call::new(plan, both(send, recv)?, datatype))
+    Ok((datatype, outgoing, incoming))
 }
 
 /// The element type of an all-reduce's buffers, once they and the operation agree.
@@ -300,6 +355,26 @@ where
     Ok(Call::new(plan, both(send, recv)?, datatype).reducing(op))
 }
 
+/// The element type of a reduce-scatter's buffers in equal blocks, once they and the
+/// operation agree.
+pub(crate) fn check_reduce_scatter_block<S, R, O>(
+    comm: &CommData,
+    send: &S,
+    recv: &R,
+    op: &O,
+) -> Result<Datatype, Cause>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
+    op.check(datatype)?;
+    let n = comm.size as usize;
+    expect_count("the send buffer", recv.matched().1 * n, send.matched().1)?;
+    Ok(datatype)
+}
+
 /// Reduce-scatter into parts of `counts[r]` elements (equal blocks when `counts` is `None`).
 pub(crate) fn reduce_scatter<'a, S, R, O>(
     comm: &CommData,
@@ -313,15 +388,77 @@ where
     R: BufferMut + ?Sized,
     O: Operation + 'a,
 {
-    let datatype = same_type(send.matched().0, recv.matched().0)?;
-    op.check(datatype)?;
-    let parts = match counts {
+    let (datatype, parts) = check_reduce_scatter(comm, send, recv, counts, &op)?;
+    let (len, commutative) = (send.byte_len(), op.is_commutative());
+    let plan = build::reduce_scatter(ranks(comm), len, &parts, commutative)?;
+    Ok(Call::new(plan, both(send, recv)?, datatype).reducing(op))
+}
+
+/// Checks a reduce-scatter into parts of `counts[r]` elements (equal blocks when `counts` is
+/// `None`); returns the elements' type and where this rank's part of the send buffer starts,
+/// in packed bytes. Counts that are plainly right (one per rank, none negative, as many as
+/// the send buffer holds, this rank's as many as its receive buffer) are taken without
+/// building the parts, which the short calls of the shared-memory area would pay for; any
+/// other counts get [`check_reduce_scatter`]'s verdict.
+pub(crate) fn check_reduce_scatter_part<S, R, O>(
+    comm: &CommData,
+    send: &S,
+    recv: &R,
+    counts: Option<&[Count]>,
+    op: &O,
+) -> Result<(Datatype, usize), Cause>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    let me = comm.rank as usize;
+    match counts {
         None => {
-            let n = comm.size as usize;
-            expect_count("the send buffer", recv.matched().1 * n, send.matched().1)?;
-            build::equal_parts(recv.byte_len(), comm.size)
+            let datatype = check_reduce_scatter_block(comm, send, recv, op)?;
+            Ok((datatype, me * recv.byte_len()))
+        }
+        Some(counts)
+            if counts.len() == comm.size as usize
+                && counts.iter().all(|&c| c >= 0)
+                && counts.iter().map(|&c| c as usize).sum::<usize>() == send.count()
+                && counts[me] as usize * send.datatype().size() == recv.byte_len() =>
+        {
+            let datatype = same_type(send.matched().0, recv.matched().0)?;
+            op.check(datatype)?;
+            let before: usize = counts[..me].iter().map(|&c| c as usize).sum();
+            Ok((datatype, before * send.datatype().size()))
+        }
+        Some(_) => {
+            let (datatype, parts) = check_reduce_scatter(comm, send, recv, counts, op)?;
+            Ok((datatype, parts[me].0))
+        }
+    }
+}
+
+/// Checks a reduce-scatter into parts of `counts[r]` elements (equal blocks when `counts` is
+/// `None`); returns the elements' type and each rank's part of the send buffer (offset,
+/// length in packed bytes).
+pub(crate) fn check_reduce_scatter<S, R, O>(
+    comm: &CommData,
+    send: &S,
+    recv: &R,
+    counts: Option<&[Count]>,
+    op: &O,
+) -> Result<(Datatype, Vec<(usize, usize)>), Cause>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    Ok(match counts {
+        None => {
+            let datatype = check_reduce_scatter_block(comm, send, recv, op)?;
+            (datatype, build::equal_parts(recv.byte_len(), comm.size))
         }
         Some(counts) => {
+            let datatype = same_type(send.matched().0, recv.matched().0)?;
+            op.check(datatype)?;
             let displs: Vec<Count> = counts
                 .iter()
                 .scan(0, |at, &c| {
@@ -340,12 +477,9 @@ where
             )?;
             let own = elements(parts[comm.rank as usize].1, datatype);
             expect_count("the receive buffer", own, recv.matched().1)?;
-            parts
+            (datatype, parts)
         }
-    };
-    let (len, commutative) = (send.byte_len(), op.is_commutative());
-    let plan = build::reduce_scatter(ranks(comm), len, &parts, commutative)?;
-    Ok(Call::new(plan, both(send, recv)?, datatype).reducing(op))
+    })
 }
 
 pub(crate) fn scan<'a, S, R, O>(
@@ -429,22 +563,38 @@ pub(crate) fn gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     send: &S,
     recv: Option<&mut R>,
 ) -> Result<Call<'a>, Cause> {
+    let (root, datatype) = check_gather(comm, root, send, recv.as_deref())?;
+    let plan = build::gather(ranks(comm), root, send.byte_len())?;
+    Ok(match recv {
+        Some(recv) => Call::new(plan, both(send, recv)?, datatype),
+        None => Call::new(plan, sending(send)?, datatype),
+    })
+}
+
+/// Checks a gather to `root` (`recv` is the root's and only the root's); returns the root's
+/// index and the elements' type.
+pub(crate) fn check_gather<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+    comm: &CommData,
+    root: Rank,
+    send: &S,
+    recv: Option<&R>,
+) -> Result<(u32, Datatype), Cause> {
     let root = check_root(
         comm,
         root,
         recv.is_some(),
         "the root calls gather_into_root, the others gather_into",
     )?;
-    let plan = build::gather(ranks(comm), root, send.byte_len())?;
-    Ok(match recv {
+    let datatype = match recv {
         Some(recv) => {
             let datatype = same_type(send.matched().0, recv.matched().0)?;
             let n = comm.size as usize;
             expect_count("the receive buffer", send.matched().1 * n, recv.matched().1)?;
-            Call::new(plan, both(send, recv)?, datatype)
+            datatype
         }
-        None => Call::new(plan, sending(send)?, send.matched().0),
-    })
+        None => send.matched().0,
+    };
+    Ok((root, datatype))
 }
 
 /// A gather of parts of any length to `root`, placed as the root's `recv` says.
@@ -487,22 +637,38 @@ pub(crate) fn scatter<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     send: Option<&S>,
     recv: &mut R,
 ) -> Result<Call<'a>, Cause> {
+    let (root, datatype) = check_scatter(comm, root, send, recv)?;
+    let plan = build::scatter(ranks(comm), root, recv.byte_len())?;
+    Ok(match send {
+        Some(send) => Call::new(plan, both(send, recv)?, datatype),
+        None => Call::new(plan, receiving(recv)?, datatype),
+    })
+}
+
+/// Checks a scatter from `root` (`send` is the root's and only the root's); returns the
+/// root's index and the elements' type.
+pub(crate) fn check_scatter<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+    comm: &CommData,
+    root: Rank,
+    send: Option<&S>,
+    recv: &R,
+) -> Result<(u32, Datatype), Cause> {
     let root = check_root(
         comm,
         root,
         send.is_some(),
         "the root calls scatter_into_root, the others scatter_into",
     )?;
-    let plan = build::scatter(ranks(comm), root, recv.byte_len())?;
-    Ok(match send {
+    let datatype = match send {
         Some(send) => {
             let datatype = same_type(send.matched().0, recv.matched().0)?;
             let n = comm.size as usize;
             expect_count("the send buffer", recv.matched().1 * n, send.matched().1)?;
-            Call::new(plan, both(send, recv)?, datatype)
+            datatype
         }
-        None => Call::new(plan, receiving(recv)?, recv.matched().0),
-    })
+        None => recv.matched().0,
+    };
+    Ok((root, datatype))
 }
 
 /// A scatter of parts of any length from `root`, cut as the root's `send` says.

@@ -3,8 +3,9 @@
 //!
 //! Each call checks its buffers, plans this rank's part of the chosen algorithm (see `select`
 //! for the choices and `MPIRT_COLL_*` to force one) and runs the plan; blocking barriers, and
-//! short blocking broadcasts, reductions and all-reductions, among ranks of one host go
-//! through a shared-memory area instead (`shared`). Collective traffic uses negative tags,
+//! short blocking broadcasts, reductions, all-reductions, all-gathers, all-to-alls, gathers,
+//! scatters and reduce-scatters, among ranks of one host go through a shared-memory area
+//! instead (`shared`). Collective traffic uses negative tags,
 //! which no user receive can match, and each call on a communicator takes the next tag of a
 //! per-communicator sequence: successive (or overlapping immediate) collectives never take
 //! each other's messages, since every rank calls the collectives of a communicator in the same
@@ -96,6 +97,30 @@ fn blocking<'a>(
         execution.run()
     };
     run().map_err(|cause| Error::new(operation, cause))
+}
+
+/// Runs a blocking `operation` whose buffers were checked: `in_area` over the packed bytes of
+/// `send` and `recv` where the shared-memory area takes the call (it says whether it did),
+/// else the plan `by_messages` makes over `recv`.
+fn area_or_messages<'a, S, R>(
+    comm: &CommData,
+    operation: &'static str,
+    send: &S,
+    recv: &mut R,
+    in_area: impl FnOnce(&[u8], &mut [u8]) -> Result<bool, Error>,
+    by_messages: impl FnOnce(&mut R) -> Result<Call<'a>, Cause>,
+) -> Result<(), Error>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+{
+    let sent = Outgoing::of(send).map_err(|cause| Error::new(operation, cause))?;
+    if shared::over_packed(recv, operation, |recv_bytes| {
+        in_area(sent.bytes(), recv_bytes)
+    })? {
+        return Ok(());
+    }
+    blocking(comm, operation, || by_messages(recv))
 }
 
 /// Starts a planned collective as a request of `scope` that lends `data`; errors name

@@ -10,7 +10,7 @@ use crate::point_to_point::{Count, Outgoing};
 use crate::request::{Lent, Scope};
 
 use super::op::Operation;
-use super::{blocking, calls, immediate, shared, CollectiveRequest};
+use super::{area_or_messages, blocking, calls, immediate, shared, CollectiveRequest};
 
 /// The others' side of a rooted call has no buffer of the root's; these name its type.
 type NoBuffer = [u8];
@@ -98,8 +98,15 @@ pub trait Root {
         or_fatal(self.try_gather_into(send))
     }
     fn try_gather_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<(), Error> {
+        const OPERATION: &str = "gather_into";
         let (comm, root) = (self.root_comm(), self.root_rank());
-        blocking(comm, "gather_into", || {
+        let (checked, datatype) = calls::check_gather(comm, root, send, None::<&NoBuffer>)
+            .map_err(|c| Error::new(OPERATION, c))?;
+        let sent = Outgoing::of(send).map_err(|c| Error::new(OPERATION, c))?;
+        if shared::try_gather(comm, checked, sent.bytes(), None, datatype)? {
+            return Ok(());
+        }
+        blocking(comm, OPERATION, || {
             calls::gather(comm, root, send, None::<&mut NoBuffer>)
         })
     }
@@ -113,10 +120,18 @@ pub trait Root {
         send: &S,
         recv: &mut R,
     ) -> Result<(), Error> {
+        const OPERATION: &str = "gather_into_root";
         let (comm, root) = (self.root_comm(), self.root_rank());
-        blocking(comm, "gather_into_root", || {
-            calls::gather(comm, root, send, Some(recv))
-        })
+        let (checked, datatype) = calls::check_gather(comm, root, send, Some(&*recv))
+            .map_err(|c| Error::new(OPERATION, c))?;
+        area_or_messages(
+            comm,
+            OPERATION,
+            send,
+            recv,
+            |sent, got| shared::try_gather(comm, checked, sent, Some(got), datatype),
+            |recv| calls::gather(comm, root, send, Some(recv)),
+        )
     }
 
     /// A non-root's part of a gather of parts of any length (`MPI_Gatherv`).
@@ -155,8 +170,16 @@ pub trait Root {
         or_fatal(self.try_scatter_into(recv))
     }
     fn try_scatter_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<(), Error> {
+        const OPERATION: &str = "scatter_into";
         let (comm, root) = (self.root_comm(), self.root_rank());
-        blocking(comm, "scatter_into", || {
+        let (checked, datatype) = calls::check_scatter(comm, root, None::<&NoBuffer>, recv)
+            .map_err(|c| Error::new(OPERATION, c))?;
+        if shared::over_packed(recv, OPERATION, |recv_bytes| {
+            shared::try_scatter(comm, checked, None, recv_bytes, datatype)
+        })? {
+            return Ok(());
+        }
+        blocking(comm, OPERATION, || {
             calls::scatter(comm, root, None::<&NoBuffer>, recv)
         })
     }
@@ -170,10 +193,18 @@ pub trait Root {
         send: &S,
         recv: &mut R,
     ) -> Result<(), Error> {
+        const OPERATION: &str = "scatter_into_root";
         let (comm, root) = (self.root_comm(), self.root_rank());
-        blocking(comm, "scatter_into_root", || {
-            calls::scatter(comm, root, Some(send), recv)
-        })
+        let (checked, datatype) = calls::check_scatter(comm, root, Some(send), recv)
+            .map_err(|c| Error::new(OPERATION, c))?;
+        area_or_messages(
+            comm,
+            OPERATION,
+            send,
+            recv,
+            |sent, got| shared::try_scatter(comm, checked, Some(sent), got, datatype),
+            |recv| calls::scatter(comm, root, Some(send), recv),
+        )
     }
 
     /// A non-root's part of a scatter of parts of any length (`MPI_Scatterv`).

@@ -52,19 +52,19 @@ const ALLREDUCE: Choice = Choice {
 };
 const ALLGATHER: Choice = Choice {
     variable: "MPIRT_COLL_ALLGATHER",
-    choices: &["recursive_doubling", "bruck", "ring"],
+    choices: &["shared_memory", "recursive_doubling", "bruck", "ring"],
 };
 const ALLTOALL: Choice = Choice {
     variable: "MPIRT_COLL_ALLTOALL",
-    choices: &["pairwise", "linear"],
+    choices: &["shared_memory", "pairwise", "linear"],
 };
 const GATHER: Choice = Choice {
     variable: "MPIRT_COLL_GATHER",
-    choices: &["binomial", "linear"],
+    choices: &["shared_memory", "binomial", "linear"],
 };
 const SCATTER: Choice = Choice {
     variable: "MPIRT_COLL_SCATTER",
-    choices: &["binomial", "linear"],
+    choices: &["shared_memory", "binomial", "linear"],
 };
 const REDUCE: Choice = Choice {
     variable: "MPIRT_COLL_REDUCE",
@@ -72,7 +72,7 @@ const REDUCE: Choice = Choice {
 };
 const REDUCE_SCATTER: Choice = Choice {
     variable: "MPIRT_COLL_REDUCE_SCATTER",
-    choices: &["ring", "reduce_scatter"],
+    choices: &["shared_memory", "ring", "reduce_scatter"],
 };
 
 const ALL: [&Choice; 9] = [
@@ -114,6 +114,11 @@ impl Choice {
                 }),
         }
     }
+
+    /// Whether blocking calls go through the shared-memory area: by default, or forced.
+    fn in_shared_memory(&self) -> Result<bool, Cause> {
+        Ok(matches!(self.forced()?, None | Some("shared_memory")))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,14 +130,14 @@ pub(crate) enum Broadcast {
 /// Whether blocking barriers meet in the communicator's shared-memory area (when it has
 /// one), as they do by default or forced.
 pub(crate) fn barrier_in_shared_memory() -> Result<bool, Cause> {
-    Ok(matches!(BARRIER.forced()?, None | Some("shared_memory")))
+    BARRIER.in_shared_memory()
 }
 
 /// Whether blocking broadcasts go through the communicator's shared-memory area (when it has
 /// one and the root's buffer fits), as they do by default or forced, never when another
 /// algorithm is forced.
 pub(crate) fn broadcast_in_shared_memory() -> Result<bool, Cause> {
-    Ok(matches!(BROADCAST.forced()?, None | Some("shared_memory")))
+    BROADCAST.in_shared_memory()
 }
 
 pub(crate) fn broadcast(bytes: usize, size: u32) -> Result<Broadcast, Cause> {
@@ -155,7 +160,7 @@ pub(crate) enum Reduce {
 /// (when it has one and the vectors fit), as they do by default or forced, never when another
 /// algorithm is forced.
 pub(crate) fn reduce_in_shared_memory() -> Result<bool, Cause> {
-    Ok(matches!(REDUCE.forced()?, None | Some("shared_memory")))
+    REDUCE.in_shared_memory()
 }
 
 pub(crate) fn reduce(bytes: usize) -> Result<Reduce, Cause> {
@@ -180,7 +185,31 @@ pub(crate) enum Allreduce {
 /// choice must not depend on a rank's vector length: ranks that disagree on it must meet in
 /// the same place to find out.
 pub(crate) fn allreduce_in_shared_memory() -> Result<bool, Cause> {
-    Ok(matches!(ALLREDUCE.forced()?, None | Some("shared_memory")))
+    ALLREDUCE.in_shared_memory()
+}
+
+/// Whether blocking all-gathers, all-to-alls, gathers, scatters and reduce-scatters in equal
+/// blocks go through the communicator's shared-memory area (when it has one and the parts
+/// fit), as they do by default or forced, never when another algorithm is forced; like the
+/// all-reduce's, the choice does not depend on a rank's length.
+pub(crate) fn allgather_in_shared_memory() -> Result<bool, Cause> {
+    ALLGATHER.in_shared_memory()
+}
+
+pub(crate) fn alltoall_in_shared_memory() -> Result<bool, Cause> {
+    ALLTOALL.in_shared_memory()
+}
+
+pub(crate) fn gather_in_shared_memory() -> Result<bool, Cause> {
+    GATHER.in_shared_memory()
+}
+
+pub(crate) fn scatter_in_shared_memory() -> Result<bool, Cause> {
+    SCATTER.in_shared_memory()
+}
+
+pub(crate) fn reduce_scatter_in_shared_memory() -> Result<bool, Cause> {
+    REDUCE_SCATTER.in_shared_memory()
 }
 
 /// A forced ring falls back to Rabenseifner for a non-commutative operation, whose partial
@@ -211,12 +240,13 @@ pub(crate) fn allgather(total_bytes: usize, size: u32) -> Result<Allgather, Caus
     Ok(match ALLGATHER.forced()? {
         Some("recursive_doubling") => Allgather::RecursiveDoubling,
         Some("bruck") => Allgather::Bruck,
-        Some(_) => Allgather::Ring,
-        None if total_bytes <= ALLGATHER_SHORT && size.is_power_of_two() => {
+        Some("ring") => Allgather::Ring,
+        // "shared_memory": for parts too long for the area.
+        _ if total_bytes <= ALLGATHER_SHORT && size.is_power_of_two() => {
             Allgather::RecursiveDoubling
         }
-        None if total_bytes <= ALLGATHER_SHORT => Allgather::Bruck,
-        None => Allgather::Ring,
+        _ if total_bytes <= ALLGATHER_SHORT => Allgather::Bruck,
+        _ => Allgather::Ring,
     })
 }
 
@@ -229,9 +259,10 @@ pub(crate) enum Alltoall {
 pub(crate) fn alltoall(block_bytes: usize) -> Result<Alltoall, Cause> {
     Ok(match ALLTOALL.forced()? {
         Some("pairwise") => Alltoall::Pairwise,
-        Some(_) => Alltoall::Linear,
-        None if block_bytes <= ALLTOALL_SHORT => Alltoall::Linear,
-        None => Alltoall::Pairwise,
+        Some("linear") => Alltoall::Linear,
+        // "shared_memory": for blocks too long for the area.
+        _ if block_bytes <= ALLTOALL_SHORT => Alltoall::Linear,
+        _ => Alltoall::Pairwise,
     })
 }
 
@@ -244,9 +275,10 @@ pub(crate) enum Rooted {
 fn rooted(choice: &Choice, total_bytes: usize) -> Result<Rooted, Cause> {
     Ok(match choice.forced()? {
         Some("binomial") => Rooted::Binomial,
-        Some(_) => Rooted::Linear,
-        None if total_bytes <= ROOTED_SHORT => Rooted::Binomial,
-        None => Rooted::Linear,
+        Some("linear") => Rooted::Linear,
+        // "shared_memory": for parts too long for the area.
+        _ if total_bytes <= ROOTED_SHORT => Rooted::Binomial,
+        _ => Rooted::Linear,
     })
 }
 
@@ -268,7 +300,8 @@ pub(crate) enum ReduceScatter {
 
 pub(crate) fn reduce_scatter(commutative: bool) -> Result<ReduceScatter, Cause> {
     Ok(match REDUCE_SCATTER.forced()? {
-        Some("ring") | None if commutative => ReduceScatter::Ring,
+        // "shared_memory": for blocks too long for the area, and counts that differ.
+        Some("ring" | "shared_memory") | None if commutative => ReduceScatter::Ring,
         _ => ReduceScatter::ReduceThenScatter,
     })
 }

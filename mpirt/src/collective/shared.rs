@@ -1,16 +1,20 @@
-//! Barriers, and broadcasts, reductions and all-reductions of short vectors, among ranks of
-//! one host, through a memory area that every rank of the communicator maps: no messages, no
-//! matching, one flag per rank and call (MPICH's release-gather and Open MPI's xhc work this
-//! way).
+//! Blocking barriers, and short broadcasts, reductions, all-reductions, all-gathers,
+//! all-to-alls, gathers, scatters and reduce-scatters, among ranks of one host, through a
+//! memory area that every rank of the communicator maps: no messages, no matching, no plan,
+//! one flag per rank and call (MPICH's release-gather, Open MPI's xhc and UCC's shared-memory
+//! team work this way).
 //!
-//! Each rank owns two cells of the area and uses them by turns: for call k (every barrier,
-//! broadcast, reduction and all-reduce of the communicator counts) it writes its data into
-//! cell k % 2, then publishes k in the cell's flag. An all-reduce waits for each flag of call
-//! k and reduces the vectors in rank order, so all ranks get the same result, in rank order
-//! for non-commutative operations; a reduction does the same on its root alone, the others
-//! leaving once they published; a barrier waits for each flag and writes nothing; a
-//! broadcast's root writes its buffer, and the others wait for the root's flag, copy, and
-//! publish theirs.
+//! Each rank owns two cells of the area and uses them by turns: for call k (every blocking
+//! collective of the communicator that meets here counts) it writes its data into cell k % 2,
+//! then publishes k in the cell's flag. The calls where every rank gives and takes (all-reduce,
+//! all-gather, all-to-all, reduce-scatter) write every rank's whole send buffer, wait for each
+//! flag of call k and read what they need from every cell: an all-reduce reduces the vectors
+//! in rank order, so all ranks get the same result, in rank order for non-commutative
+//! operations; a reduce-scatter does the same over its own part; an all-gather copies every
+//! cell, an all-to-all its own block of every cell. A reduction or a gather does the same on
+//! its root alone, the others leaving once they published; a barrier waits for each flag and
+//! writes nothing; a broadcast's or a scatter's root writes its buffer, and the others wait
+//! for the root's flag, copy (the whole buffer or their block), and publish theirs.
 //!
 //! Before a rank writes its cell for call k it makes sure that every rank has published call
 //! k-1 (usually known already: an all-reduce or a barrier saw every flag): a rank publishes
@@ -18,28 +22,32 @@
 //! which waits for no one, thus runs at most one call ahead of its slowest reader. Immediate
 //! collectives, whose ranks may start the next call while still reading, go by messages.
 //!
-//! A reduction's ranks whose vectors are too long for the area wait for the root's verdict
-//! (published once it has seen every length): all too long, by messages together, or the
-//! lengths disagree, an error.
+//! The ranks of a reduction or a gather whose vectors are too long for the area wait for the
+//! root's verdict (published once it has seen every length): all too long, by messages
+//! together, or the lengths disagree, an error.
 //!
 //! A rank that has waited long enough sleeps on its futex word in the area, having said so in
 //! its sleeping word; whoever publishes a flag wakes the sleepers (a fence on each side:
 //! either the publisher sees the sleeper, or the sleeper sees the flag), so a wait ends a
 //! wake-up after the flag it waits for, not after a timeout.
 //!
-//! The area is set up by the communicator's first blocking barrier, broadcast, reduction or
-//! all-reduce, whatever its length: rank 0 creates a file under /dev/shm (named after the job,
-//! so that rsrun removes it if the job dies), writes a random token in it and broadcasts its
-//! name and the token; every rank maps it and checks the token (a rank on another host may
-//! find a file of that name that is not this one), and all agree whether every rank could, and
-//! on the call's length; the name is removed once agreed. Calls go by messages from then on if
-//! not every rank mapped it.
+//! The area is set up by the communicator's first blocking collective that may meet here,
+//! whatever its length: rank 0 creates a file under /dev/shm (named after the job, so that
+//! rsrun removes it if the job dies), writes a random token in it and broadcasts its name and
+//! the token; every rank maps it and checks the token (a rank on another host may find a file
+//! of that name that is not this one), and all agree whether every rank could, and on the
+//! call's length; the name is removed once agreed. Calls go by messages from then on if not
+//! every rank mapped it.
 //!
-//! Every later blocking barrier, broadcast, reduction or all-reduce meets in the area, even
-//! one too long for it: such a rank publishes its length with no data, so that ranks whose
-//! lengths disagree across the area's limit all get the same error instead of waiting for each
-//! other in two places; when the vectors (the root's buffer, for a broadcast) are too long
-//! they go on by messages together.
+//! Every later such call meets in the area, even one too long for it: such a rank publishes
+//! its length with no data, so that ranks whose lengths disagree across the area's limit all
+//! get the same error instead of waiting for each other in two places; when the vectors (the
+//! root's buffer, for a broadcast or a scatter) are too long they go on by messages together.
+//! The all-gather and all-to-all of parts of any length (`_varcount`) meet here too: every
+//! rank sees every length, so all take the area only when every rank's buffer fits (an
+//! all-to-all's with its table of parts, which the receivers need, knowing their own parts
+//! only); the rooted `_varcount` forms go by messages, since a rank that knows only its own
+//! length cannot tell whether the root will take every part from the area.
 
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map::RandomState;
@@ -60,7 +68,11 @@ use crate::error::{Cause, Error};
 use super::op::{Operation, SystemOperation};
 use super::{blocking, calls, select};
 
-/// Longest vector, in bytes, a broadcast, reduction or all-reduce sends through the area.
+/// A part of a buffer for one rank: its offset and length in packed bytes.
+type Part = (usize, usize);
+
+/// Longest buffer, in bytes, a rank writes into its cell (a broadcast's or a scatter's root
+/// its whole buffer, an all-to-all's or a reduce-scatter's ranks theirs, a block per rank).
 pub(crate) const SHARED_MAX: usize = 4096;
 /// A cell's flag and length, on a cache line of their own ahead of the vector; the area's
 /// token takes one such line ahead of the cells, and so do the ranks' sleeping words and
@@ -108,9 +120,10 @@ struct Flag {
     verdict: AtomicU64,
 }
 
-/// The verdicts a reduction's root publishes for the ranks whose vectors did not fit.
+/// The verdicts a reduction's or a gather's root publishes for the ranks whose vectors did
+/// not fit.
 const VERDICTS: u64 = 4;
-const REDUCED: u64 = 1;
+const IN_AREA: u64 = 1;
 const BY_MESSAGES: u64 = 2;
 const DISAGREED: u64 = 3;
 
@@ -377,37 +390,70 @@ impl Area {
     /// `root`'s `buf` in every rank's `buf`; `false`, with nothing copied, when the root's
     /// buffer is too long for the area (then every rank goes on by messages).
     fn broadcast(&self, root: u32, buf: &mut [u8]) -> Result<bool, Cause> {
+        if self.rank == root {
+            return self.spread_from(root, Some(buf), buf.len(), |_| {});
+        }
+        let len = buf.len();
+        self.spread_from(root, None, len, |data| buf.copy_from_slice(data))
+    }
+
+    /// Block `rank` of the root's `send` (`Some` on the root only) in each rank's `recv`;
+    /// `false`, with nothing copied, when the root's buffer is too long for the area.
+    fn scatter(&self, root: u32, send: Option<&[u8]>, recv: &mut [u8]) -> Result<bool, Cause> {
+        let block = recv.len();
+        let at = self.rank as usize * block;
+        let fits = self.spread_from(root, send, block * self.size as usize, |data| {
+            recv.copy_from_slice(&data[at..at + block])
+        })?;
+        if let (true, Some(send)) = (fits, send) {
+            recv.copy_from_slice(&send[at..at + block]);
+        }
+        Ok(fits)
+    }
+
+    /// A call whose root publishes `sent` (`Some` on the root only) and whose other ranks
+    /// hand the root's `len` bytes to `take`, then publish their flag to say they read them;
+    /// `false`, with nothing taken, when the root's bytes are too long for the area (then
+    /// every rank goes on by messages). The root waits for no one: `guard_write` keeps it
+    /// from overwriting a cell still being read.
+    fn spread_from(
+        &self,
+        root: u32,
+        sent: Option<&[u8]>,
+        len: usize,
+        take: impl FnOnce(&[u8]),
+    ) -> Result<bool, Cause> {
         let (call, phase) = self.next_call();
         let (flag, data) = self.cell(self.rank, phase);
-        if self.rank == root {
-            let fits = buf.len() <= SHARED_MAX;
+        if let Some(sent) = sent {
+            let fits = sent.len() <= SHARED_MAX;
             self.guard_write(call)?;
             if fits {
                 // SAFETY: this rank alone writes its cells, and no rank reads this one for
                 // this call before its flag says so, nor still for call - 2 (`guard_write`);
                 // the buffer fits the cell.
-                unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), data, buf.len()) };
+                unsafe { std::ptr::copy_nonoverlapping(sent.as_ptr(), data, sent.len()) };
             }
-            flag.len.store(buf.len() as u64, Ordering::Relaxed);
+            flag.len.store(sent.len() as u64, Ordering::Relaxed);
             self.publish(&flag.call, call);
             return Ok(fits);
         }
         let (root_flag, root_data) = self.cell(root, phase);
         self.wait_for(&root_flag.call, call)?;
-        let len = root_flag.len.load(Ordering::Relaxed) as usize;
-        let outcome = if len > SHARED_MAX {
+        let published = root_flag.len.load(Ordering::Relaxed) as usize;
+        let outcome = if published > SHARED_MAX {
             Ok(false)
-        } else if len != buf.len() {
+        } else if published != len {
             Err(Cause::LengthDisagrees {
                 peer: root as i32,
-                expected: buf.len(),
-                got: len,
+                expected: len,
+                got: published,
             })
         } else {
             // SAFETY: the root published these `len` bytes for this call (the acquire load in
             // `wait_for` orders them before this read), and does not write the cell again
             // before this rank has published this call, below.
-            unsafe { std::ptr::copy_nonoverlapping(root_data, buf.as_mut_ptr(), len) };
+            take(unsafe { std::slice::from_raw_parts(root_data, len) });
             Ok(true)
         };
         self.publish(&flag.call, call);
@@ -444,27 +490,33 @@ impl Area {
         })
     }
 
-    /// `recv = send_0 ∘ send_1 ∘ … ∘ send_(n-1)`, this rank's `send` and the others' cells
-    /// `phase`, which every rank has published, all of `send`'s length.
+    /// What `rank` published in its cell `phase` for this call, of `send`'s length (`send`
+    /// itself for this rank): every rank has published, all of `send`'s length, which fit.
+    fn published<'s>(&'s self, rank: u32, phase: usize, send: &'s [u8]) -> &'s [u8] {
+        if rank == self.rank {
+            return send;
+        }
+        // SAFETY: `rank` published `send.len()` bytes (its length equals this rank's, which
+        // fit the cell) for this call (the acquire load in `wait_for` ordered them before
+        // this read), and does not write the cell again before this rank has finished this
+        // call (`guard_write`).
+        unsafe { std::slice::from_raw_parts(self.cell(rank, phase).1, send.len()) }
+    }
+
+    /// `recv = b_0 ∘ b_1 ∘ … ∘ b_(n-1)`, where `b_r` is the bytes at `at` of rank r's
+    /// published vector (this rank's `send`), `recv`'s length.
     fn fold(
         &self,
         phase: usize,
         send: &[u8],
+        at: usize,
         recv: &mut [u8],
         datatype: Datatype,
         op: &dyn Operation,
     ) {
         // From the last rank down, each vector applied from the left keeps rank order.
         for r in (0..self.size).rev() {
-            let incoming = if r == self.rank {
-                send
-            } else {
-                // SAFETY: rank r published `send.len()` bytes (its length equals this rank's,
-                // which fit the cell) for this call (the acquire load in `wait_for` ordered
-                // them before this read), and does not write the cell again before this rank
-                // has finished this call (`guard_write`).
-                unsafe { std::slice::from_raw_parts(self.cell(r, phase).1, send.len()) }
-            };
+            let incoming = &self.published(r, phase, send)[at..at + recv.len()];
             if r == self.size - 1 {
                 recv.copy_from_slice(incoming);
             } else {
@@ -473,10 +525,22 @@ impl Area {
         }
     }
 
+    /// Publishes `send` and waits for every rank's vector; the parity of the cells they are
+    /// in, or `None` when every rank's is too long for the area. Every flag is awaited even
+    /// after a disagreement, so that every rank leaves the call having seen every length:
+    /// then all of them report it, and none is still waiting.
+    fn exchange(&self, send: &[u8]) -> Result<Option<usize>, Cause> {
+        let (call, phase) = self.next_call();
+        let fits = self.contribute(call, phase, send)?;
+        self.wait_for_all(call, phase)?;
+        if let Some(cause) = self.disagreement(phase, send.len()) {
+            return Err(cause);
+        }
+        Ok(fits.then_some(phase))
+    }
+
     /// `recv = send_0 ∘ send_1 ∘ … ∘ send_(n-1)` over every rank's `send`; `false`, with
-    /// nothing reduced, when every rank's vector is too long for the area. Every flag is
-    /// awaited even after a disagreement, so that every rank leaves the call having seen
-    /// every length: then all of them report it, and none is still waiting.
+    /// nothing reduced, when every rank's vector is too long for the area.
     fn all_reduce(
         &self,
         send: &[u8],
@@ -485,23 +549,177 @@ impl Area {
         op: &dyn Operation,
     ) -> Result<bool, Cause> {
         debug_assert!(send.len() == recv.len());
+        let Some(phase) = self.exchange(send)? else {
+            return Ok(false);
+        };
+        self.fold(phase, send, 0, recv, datatype, op);
+        Ok(true)
+    }
+
+    /// This rank's part (at `at`, `recv`'s length) of the reduction of every rank's `send`
+    /// in `recv`; `false`, with nothing reduced, when the vectors are too long for the area.
+    fn reduce_scatter(
+        &self,
+        send: &[u8],
+        at: usize,
+        recv: &mut [u8],
+        datatype: Datatype,
+        op: &dyn Operation,
+    ) -> Result<bool, Cause> {
+        debug_assert!(at + recv.len() <= send.len());
+        let Some(phase) = self.exchange(send)? else {
+            return Ok(false);
+        };
+        self.fold(phase, send, at, recv, datatype, op);
+        Ok(true)
+    }
+
+    /// Every rank's `send`, in rank order, in `recv`; `false`, with nothing copied, when
+    /// they are too long for the area.
+    fn all_gather(&self, send: &[u8], recv: &mut [u8]) -> Result<bool, Cause> {
+        debug_assert!(recv.len() == send.len() * self.size as usize);
+        let Some(phase) = self.exchange(send)? else {
+            return Ok(false);
+        };
+        self.gather_into(phase, send, recv);
+        Ok(true)
+    }
+
+    /// Every rank's published `send` (each rank's of `send`'s length), in rank order, in
+    /// `recv`.
+    fn gather_into(&self, phase: usize, send: &[u8], recv: &mut [u8]) {
+        for (r, part) in (0..self.size).zip(recv.chunks_exact_mut(send.len().max(1))) {
+            part.copy_from_slice(self.published(r, phase, send));
+        }
+    }
+
+    /// Publishes `send`, of any length on each rank, and waits for every rank's; the parity
+    /// of the cells, or `None` when some rank's is too long for the area (every rank saw
+    /// every length, so all go on by messages together).
+    fn exchange_any(&self, send: &[u8]) -> Result<Option<usize>, Cause> {
         let (call, phase) = self.next_call();
-        let fits = self.contribute(call, phase, send)?;
+        self.contribute(call, phase, send)?;
         self.wait_for_all(call, phase)?;
-        if let Some(cause) = self.disagreement(phase, send.len()) {
-            return Err(cause);
+        Ok(self.all_fit(phase).then_some(phase))
+    }
+
+    /// Whether every rank's vector in cells `phase`, which every rank has published, fit.
+    fn all_fit(&self, phase: usize) -> bool {
+        (0..self.size)
+            .all(|r| self.cell(r, phase).0.len.load(Ordering::Relaxed) as usize <= SHARED_MAX)
+    }
+
+    /// What `rank` published in its cell `phase` for this call, of the length it published:
+    /// every rank has published, and every vector fit.
+    fn published_any(&self, rank: u32, phase: usize) -> &[u8] {
+        let (flag, data) = self.cell(rank, phase);
+        let len = flag.len.load(Ordering::Relaxed) as usize;
+        // SAFETY: `rank` published these `len` bytes (at most SHARED_MAX, checked by
+        // `exchange_any`) for this call (the acquire load in `wait_for` ordered them before
+        // this read), and does not write the cell again before this rank has finished this
+        // call (`guard_write`).
+        unsafe { std::slice::from_raw_parts(data, len) }
+    }
+
+    /// Every rank's `send`, of any length, in its part of `recv` (offset, length);
+    /// `false`, with nothing copied, when some rank's is too long for the area; a rank whose
+    /// length is not its part's is an error.
+    fn all_gather_varcount(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        parts: &[Part],
+    ) -> Result<bool, Cause> {
+        let Some(phase) = self.exchange_any(send)? else {
+            return Ok(false);
+        };
+        for (r, &(at, len)) in (0..self.size).zip(parts) {
+            let got = self.published_any(r, phase);
+            if got.len() != len {
+                return Err(Cause::LengthDisagrees {
+                    peer: r as i32,
+                    expected: len,
+                    got: got.len(),
+                });
+            }
+            recv[at..at + len].copy_from_slice(got);
         }
-        if fits {
-            self.fold(phase, send, recv, datatype, op);
+        Ok(true)
+    }
+
+    /// Each rank's part for this rank of its `send` (its parts `outgoing`) in this rank's
+    /// part for it of `recv` (`incoming`); `false`, with nothing copied, when some rank's
+    /// send buffer and its table of parts are too long for the area; a part of another
+    /// length than this rank's part for it is an error. A rank publishes its table of parts
+    /// (offset and length, 4 bytes each, per rank) ahead of its send buffer: the others know
+    /// only their own parts.
+    fn all_to_all_varcount(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        outgoing: &[Part],
+        incoming: &[Part],
+    ) -> Result<bool, Cause> {
+        let table = 8 * self.size as usize;
+        let (call, phase) = self.next_call();
+        let len = table + send.len();
+        let (flag, data) = self.cell(self.rank, phase);
+        self.guard_write(call)?;
+        if len <= SHARED_MAX {
+            for (r, &(at, part)) in outgoing.iter().enumerate() {
+                let entry = [at as u32, part as u32];
+                // SAFETY: this rank alone writes its cells, and no rank reads this one for
+                // this call before its flag says so, nor still for call - 2 (`guard_write`);
+                // the table and the buffer fit the cell (`len`), and parts of a buffer of at
+                // most 4 KiB fit u32.
+                unsafe { std::ptr::copy_nonoverlapping(entry.as_ptr().cast(), data.add(8 * r), 8) };
+            }
+            // SAFETY: as above.
+            unsafe { std::ptr::copy_nonoverlapping(send.as_ptr(), data.add(table), send.len()) };
         }
-        Ok(fits)
+        flag.len.store(len as u64, Ordering::Relaxed);
+        self.publish(&flag.call, call);
+        self.wait_for_all(call, phase)?;
+        if !self.all_fit(phase) {
+            return Ok(false);
+        }
+        let me = 8 * self.rank as usize;
+        for (r, &(into, expected)) in (0..self.size).zip(incoming) {
+            let published = self.published_any(r, phase);
+            let entry = |i: usize| {
+                u32::from_ne_bytes(published[me + i..me + i + 4].try_into().expect("4 bytes"))
+                    as usize
+            };
+            let (at, got) = (table + entry(0), entry(4));
+            if got != expected || at + got > published.len() {
+                return Err(Cause::LengthDisagrees {
+                    peer: r as i32,
+                    expected,
+                    got,
+                });
+            }
+            recv[into..into + got].copy_from_slice(&published[at..at + got]);
+        }
+        Ok(true)
+    }
+
+    /// Block `rank` of every rank's `send` (a block per rank), as block r of `recv` for
+    /// sender r; `false`, with nothing copied, when the vectors are too long for the area.
+    fn all_to_all(&self, send: &[u8], recv: &mut [u8]) -> Result<bool, Cause> {
+        debug_assert!(send.len() == recv.len());
+        let Some(phase) = self.exchange(send)? else {
+            return Ok(false);
+        };
+        let block = recv.len() / self.size as usize;
+        let at = self.rank as usize * block;
+        for (r, part) in (0..self.size).zip(recv.chunks_exact_mut(block.max(1))) {
+            part.copy_from_slice(&self.published(r, phase, send)[at..at + block]);
+        }
+        Ok(true)
     }
 
     /// The reduction of every rank's `send` in the root's `recv` (`Some` on the root only);
-    /// `false`, with nothing reduced, when every rank's vector is too long for the area. A
-    /// rank whose vector fit leaves once it is published; one whose vector did not waits
-    /// for the root's verdict (by messages together, or an error: the lengths disagree),
-    /// which the root gives once it has seen every length.
+    /// `false`, with nothing reduced, when every rank's vector is too long for the area.
     fn reduce(
         &self,
         root: u32,
@@ -509,6 +727,32 @@ impl Area {
         recv: Option<&mut [u8]>,
         datatype: Datatype,
         op: &dyn Operation,
+    ) -> Result<bool, Cause> {
+        self.to_root(root, send, recv, |phase, recv| {
+            self.fold(phase, send, 0, recv, datatype, op)
+        })
+    }
+
+    /// Every rank's `send` in rank order in the root's `recv` (`Some` on the root only);
+    /// `false`, with nothing copied, when every rank's vector is too long for the area.
+    fn gather(&self, root: u32, send: &[u8], recv: Option<&mut [u8]>) -> Result<bool, Cause> {
+        self.to_root(root, send, recv, |phase, recv| {
+            self.gather_into(phase, send, recv)
+        })
+    }
+
+    /// A call whose ranks publish `send`, all of one length, for the root alone, which hands
+    /// the cells' parity and its `recv` to `finish` once every rank has published; `false`,
+    /// with nothing finished, when every rank's vector is too long for the area. A rank
+    /// whose vector fit leaves once it is published; one whose vector did not waits for the
+    /// root's verdict (by messages together, or an error: the lengths disagree), which the
+    /// root gives once it has seen every length.
+    fn to_root(
+        &self,
+        root: u32,
+        send: &[u8],
+        recv: Option<&mut [u8]>,
+        finish: impl FnOnce(usize, &mut [u8]),
     ) -> Result<bool, Cause> {
         let (call, phase) = self.next_call();
         let fits = self.contribute(call, phase, send)?;
@@ -527,20 +771,19 @@ impl Area {
                 }),
             };
         };
-        debug_assert!(send.len() == recv.len());
         self.wait_for_all(call, phase)?;
         let disagreement = self.disagreement(phase, send.len());
         let verdict = match (&disagreement, fits) {
             (Some(_), _) => DISAGREED,
             (None, false) => BY_MESSAGES,
-            (None, true) => REDUCED,
+            (None, true) => IN_AREA,
         };
         self.publish(&root_flag.verdict, call * VERDICTS + verdict);
         if let Some(cause) = disagreement {
             return Err(cause);
         }
         if fits {
-            self.fold(phase, send, recv, datatype, op);
+            finish(phase, recv);
         }
         Ok(fits)
     }
@@ -664,17 +907,19 @@ fn verbose() -> bool {
     matches!(std::env::var("MPIRT_VERBOSE").as_deref(), Ok(v) if !v.is_empty() && v != "0")
 }
 
-/// The communicator's area for a blocking `operation` of `bytes` on this rank, if it has one
-/// and the area serves the communicator; `wanted` says whether `operation`'s algorithm is the
-/// area's (the same on every rank: it must not depend on a rank's length).
+/// The communicator's area for a blocking `operation` of `bytes` of `datatype` on this rank,
+/// if it has one and the area serves the communicator; `wanted` says whether `operation`'s
+/// algorithm is the area's (the same on every rank: it must not depend on a rank's length).
+/// Types whose values need a check go by messages, whose receives check them.
 fn usable_area(
     comm: &CommData,
     operation: &'static str,
     wanted: Result<bool, Cause>,
+    datatype: Datatype,
     bytes: usize,
 ) -> Result<Option<Rc<Area>>, Error> {
     let wanted = wanted.map_err(|cause| Error::new(operation, cause))?;
-    if !wanted || comm.size == 1 || comm.size > MAX_RANKS {
+    if !wanted || datatype.needs_check() || comm.size == 1 || comm.size > MAX_RANKS {
         return Ok(None);
     }
     area(comm, operation, bytes)
@@ -716,7 +961,9 @@ pub(crate) fn over_packed<B: BufferMut + ?Sized>(
 /// Runs a blocking barrier through the area; `false` if it must go by messages instead.
 pub(crate) fn try_barrier(comm: &CommData) -> Result<bool, Error> {
     const OPERATION: &str = "barrier";
-    let Some(area) = usable_area(comm, OPERATION, select::barrier_in_shared_memory(), 0)? else {
+    let wanted = select::barrier_in_shared_memory();
+    let none = Datatype::plain(0, "none");
+    let Some(area) = usable_area(comm, OPERATION, wanted, none, 0)? else {
         return Ok(false);
     };
     area.barrier()
@@ -734,10 +981,7 @@ pub(crate) fn try_broadcast(
 ) -> Result<bool, Error> {
     const OPERATION: &str = "broadcast_into";
     let wanted = select::broadcast_in_shared_memory();
-    if datatype.needs_check() {
-        return Ok(false);
-    }
-    let Some(area) = usable_area(comm, OPERATION, wanted, buf.len())? else {
+    let Some(area) = usable_area(comm, OPERATION, wanted, datatype, buf.len())? else {
         return Ok(false);
     };
     area.broadcast(root, buf)
@@ -761,10 +1005,7 @@ pub(crate) fn try_reduce(
         "reduce_into"
     };
     let wanted = select::reduce_in_shared_memory();
-    if datatype.needs_check() {
-        return Ok(false);
-    }
-    let Some(area) = usable_area(comm, operation, wanted, send.len())? else {
+    let Some(area) = usable_area(comm, operation, wanted, datatype, send.len())? else {
         return Ok(false);
     };
     area.reduce(root, send, recv, datatype, op)
@@ -782,12 +1023,149 @@ pub(crate) fn try_all_reduce(
 ) -> Result<bool, Error> {
     const OPERATION: &str = "all_reduce_into";
     let wanted = select::allreduce_in_shared_memory();
-    if datatype.needs_check() {
-        return Ok(false);
-    }
-    let Some(area) = usable_area(comm, OPERATION, wanted, send.len())? else {
+    let Some(area) = usable_area(comm, OPERATION, wanted, datatype, send.len())? else {
         return Ok(false);
     };
     area.all_reduce(send, recv, datatype, op)
+        .map_err(|cause| Error::new(OPERATION, cause))
+}
+
+/// Runs a blocking reduce-scatter (`operation`) through the area: `send` and where this
+/// rank's part of it starts, `recv` that part's length; `false` if it must go by messages
+/// instead. The buffers and the parts were checked against each other by the caller.
+pub(crate) fn try_reduce_scatter(
+    comm: &CommData,
+    operation: &'static str,
+    (send, at): (&[u8], usize),
+    recv: &mut [u8],
+    datatype: Datatype,
+    op: &dyn Operation,
+) -> Result<bool, Error> {
+    let wanted = select::reduce_scatter_in_shared_memory();
+    let Some(area) = usable_area(comm, operation, wanted, datatype, send.len())? else {
+        return Ok(false);
+    };
+    area.reduce_scatter(send, at, recv, datatype, op)
+        .map_err(|cause| Error::new(operation, cause))
+}
+
+/// Runs a blocking all-gather through the area; `false` if it must go by messages instead.
+/// The buffers were checked against each other by the caller.
+pub(crate) fn try_all_gather(
+    comm: &CommData,
+    send: &[u8],
+    recv: &mut [u8],
+    datatype: Datatype,
+) -> Result<bool, Error> {
+    const OPERATION: &str = "all_gather_into";
+    let wanted = select::allgather_in_shared_memory();
+    let Some(area) = usable_area(comm, OPERATION, wanted, datatype, send.len())? else {
+        return Ok(false);
+    };
+    area.all_gather(send, recv)
+        .map_err(|cause| Error::new(OPERATION, cause))
+}
+
+/// Runs a blocking all-to-all through the area; `false` if it must go by messages instead.
+/// The buffers were checked against each other by the caller.
+pub(crate) fn try_all_to_all(
+    comm: &CommData,
+    send: &[u8],
+    recv: &mut [u8],
+    datatype: Datatype,
+) -> Result<bool, Error> {
+    const OPERATION: &str = "all_to_all_into";
+    let wanted = select::alltoall_in_shared_memory();
+    let Some(area) = usable_area(comm, OPERATION, wanted, datatype, send.len())? else {
+        return Ok(false);
+    };
+    area.all_to_all(send, recv)
+        .map_err(|cause| Error::new(OPERATION, cause))
+}
+
+/// Runs a blocking gather to `root` (a rank of `comm`) through the area; `recv` is the
+/// root's and only the root's, checked against `send` by the caller; `false` if it must go
+/// by messages instead.
+pub(crate) fn try_gather(
+    comm: &CommData,
+    root: u32,
+    send: &[u8],
+    recv: Option<&mut [u8]>,
+    datatype: Datatype,
+) -> Result<bool, Error> {
+    let operation = if recv.is_some() {
+        "gather_into_root"
+    } else {
+        "gather_into"
+    };
+    let wanted = select::gather_in_shared_memory();
+    let Some(area) = usable_area(comm, operation, wanted, datatype, send.len())? else {
+        return Ok(false);
+    };
+    area.gather(root, send, recv)
+        .map_err(|cause| Error::new(operation, cause))
+}
+
+/// Runs a blocking scatter from `root` (a rank of `comm`) through the area; `send` is the
+/// root's and only the root's, checked against `recv` by the caller; `false` if it must go
+/// by messages instead.
+pub(crate) fn try_scatter(
+    comm: &CommData,
+    root: u32,
+    send: Option<&[u8]>,
+    recv: &mut [u8],
+    datatype: Datatype,
+) -> Result<bool, Error> {
+    let operation = if send.is_some() {
+        "scatter_into_root"
+    } else {
+        "scatter_into"
+    };
+    let wanted = select::scatter_in_shared_memory();
+    let Some(area) = usable_area(comm, operation, wanted, datatype, recv.len())? else {
+        return Ok(false);
+    };
+    area.scatter(root, send, recv)
+        .map_err(|cause| Error::new(operation, cause))
+}
+
+/// Runs a blocking all-gather of parts of any length through the area; `false` if it must go
+/// by messages instead. `parts` are the receive buffer's (offset, length in packed bytes),
+/// checked against `send` by the caller.
+pub(crate) fn try_all_gather_varcount(
+    comm: &CommData,
+    send: &[u8],
+    recv: &mut [u8],
+    parts: &[Part],
+    datatype: Datatype,
+) -> Result<bool, Error> {
+    const OPERATION: &str = "all_gather_varcount_into";
+    let wanted = select::allgather_in_shared_memory();
+    // Lengths differ between ranks: the set-up has none to agree on.
+    let Some(area) = usable_area(comm, OPERATION, wanted, datatype, 0)? else {
+        return Ok(false);
+    };
+    area.all_gather_varcount(send, recv, parts)
+        .map_err(|cause| Error::new(OPERATION, cause))
+}
+
+/// Runs a blocking all-to-all of parts of any length through the area; `false` if it must go
+/// by messages instead. `outgoing` and `incoming` are the send and the receive buffer's parts,
+/// checked by the caller.
+pub(crate) fn try_all_to_all_varcount(
+    comm: &CommData,
+    send: &[u8],
+    recv: &mut [u8],
+    outgoing: &[Part],
+    incoming: &[Part],
+    datatype: Datatype,
+) -> Result<bool, Error> {
+    const OPERATION: &str = "all_to_all_varcount_into";
+    let wanted = select::alltoall_in_shared_memory();
+    // Lengths differ between ranks: the set-up has none to agree on.
+    let Some(area) = usable_area(comm, OPERATION, wanted, datatype, 0)? else {
+        return Ok(false);
+    };
+    area.all_to_all_varcount(send, recv, outgoing, incoming)
         .map_err(|cause| Error::new(OPERATION, cause))
 }
