@@ -124,6 +124,16 @@ pub enum Cause {
     /// Other ranks of a collective call passed arguments that are not valid, or other than
     /// this rank's where they must be the same.
     PeerArguments(&'static str),
+    /// A rank outside an inter-communicator's remote group.
+    RemoteRankOutOfRange { rank: Rank, remote_size: Rank },
+    /// An operation of intra-communicators called on an inter-communicator.
+    InterCommunicator,
+    /// An operation of inter-communicators (a merge, a leader's part) that cannot be done as
+    /// asked: the groups overlap, the remote leader failed, ...
+    InvalidInterCommunicator(String),
+    /// `set_attr` through a `Process` or an `AnyProcess`, which have no attributes of their
+    /// own.
+    AttributesOnHandleOnly,
 }
 
 impl fmt::Display for Cause {
@@ -276,6 +286,24 @@ impl fmt::Display for Cause {
                 "the grid has {points} points but the communicator only {size} ranks"
             ),
             Cause::PeerArguments(why) => f.write_str(why),
+            Cause::RemoteRankOutOfRange { rank, remote_size } => write!(
+                f,
+                "rank {rank} is out of range: the inter-communicator's remote group has \
+                 {remote_size} ranks (0 to {})",
+                remote_size - 1
+            ),
+            Cause::InterCommunicator => write!(
+                f,
+                "not available on an inter-communicator (its collectives are barrier, \
+                 all_gather_into, all_reduce_into and all_to_all_into; merge it into an \
+                 intra-communicator for the others)"
+            ),
+            Cause::InvalidInterCommunicator(why) => f.write_str(why),
+            Cause::AttributesOnHandleOnly => write!(
+                f,
+                "attributes are set on a communicator handle, not on a process of it (set it \
+                 on the communicator the process came from)"
+            ),
             Cause::TagsDisagree { tag, other, rank } => write!(
                 f,
                 "this rank passed tag {tag} but group rank {rank} passed {other}: the members \

@@ -2,7 +2,7 @@
 //! (`world.process_at_rank(root).broadcast_into(...)`), with rsmpi's split between the root's
 //! `_root` form and the others' form.
 
-use crate::communicator::{CommData, Process, Rank};
+use crate::communicator::{CommData, Communicator, Process, Rank};
 use crate::datatype::{Buffer, BufferMut};
 use crate::error::{or_fatal, Error};
 use crate::partition::{Partition, PartitionMut, PartitionedBuffer, PartitionedBufferMut};
@@ -461,6 +461,6 @@ impl Root for Process<'_> {
         self.rank
     }
     fn root_comm(&self) -> &CommData {
-        self.comm
+        self.data()
     }
 }

@@ -673,6 +673,7 @@ fn usable_area(
     wanted: Result<bool, Cause>,
     bytes: usize,
 ) -> Result<Option<Rc<Area>>, Error> {
+    super::intra_only(comm, operation)?;
     let wanted = wanted.map_err(|cause| Error::new(operation, cause))?;
     if !wanted || comm.size == 1 || comm.size > MAX_RANKS {
         return Ok(None);
