@@ -20,6 +20,7 @@ mod cartesian;
 mod create_group;
 mod grid;
 pub(crate) mod inter;
+pub(crate) mod spawn;
 
 pub use cartesian::{
     dims_create, try_dims_create, CartesianCommunicator, CartesianLayout,
@@ -647,6 +648,13 @@ pub trait Communicator {
     ) -> Result<InterCommunicator, Error> {
         inter::create(self.data(), local_leader, peer, remote_leader, tag)
             .map_err(|cause| Error::new("create_intercommunicator", cause))
+    }
+
+    /// The inter-communicator to the processes that spawned this job (`MPI_Comm_get_parent`):
+    /// always `None`, since mpirt starts no processes at run time (see
+    /// [`Root::spawn`](crate::collective::Root::spawn)), so none has a parent.
+    fn parent(&self) -> Option<InterCommunicator> {
+        None
     }
 
     /// Ends the whole job with exit code `errorcode` (1 if 0).

@@ -7,7 +7,9 @@
 use std::env;
 
 use mpirt::collective::SystemOperation;
-use mpirt::error::Cause;
+use std::process::Command;
+
+use mpirt::error::{Cause, MpiError};
 use mpirt::topology::{
     Color, CommunicatorRelation, GroupRelation, InterCommunicator, MergeOrder, Rank,
     SimpleCommunicator,
@@ -23,7 +25,7 @@ fn rank_mode() {
     let Ok(mode) = env::var(RANK_MODE) else {
         return;
     };
-    let universe = mpirt::initialize().expect("initialize");
+    let mut universe = mpirt::initialize().expect("initialize");
     let world = universe.world();
     match mode.as_str() {
         "inter" => {
@@ -36,6 +38,7 @@ fn rank_mode() {
             processes(&world, &inter);
         }
         "errors" => errors(&world),
+        "spawn" => spawn(&mut universe, &world),
         other => panic!("unknown mode {other}"),
     }
     println!("rank {} done", world.rank());
@@ -303,6 +306,60 @@ fn errors(world: &SimpleCommunicator) {
         .unwrap_err();
     println!("error: {e}");
     println!("errors ok");
+}
+
+/// Every process of the communicator gets the same named error from a spawn, whatever its
+/// arguments' fault: mpirt starts no processes at run time, so none has a parent either.
+fn spawn(universe: &mut mpirt::Universe, world: &SimpleCommunicator) {
+    assert!(world.parent().is_none());
+    universe.disconnect_parent();
+    let root = world.process_at_rank(0);
+    let fail = |result: Result<InterCommunicator, MpiError>| match result {
+        Err(MpiError::Mpirt(e)) => {
+            println!("spawn error: {e}");
+            e.cause().clone()
+        }
+        Err(other) => panic!("not mpirt's error: {other}"),
+        Ok(_) => panic!("spawn succeeded"),
+    };
+    let me = Command::new(env::current_exe().unwrap());
+    assert_eq!(fail(root.spawn(&me, 2)), Cause::SpawnUnsupported);
+    let commands = [me, Command::new("true")];
+    assert_eq!(
+        fail(root.spawn_multiple(&commands, &[1, 2])),
+        Cause::SpawnUnsupported
+    );
+    assert!(matches!(
+        fail(root.spawn_multiple(&commands, &[1])),
+        Cause::InvalidSpawn(_)
+    ));
+    assert!(matches!(
+        fail(root.spawn(&commands[0], 0)),
+        Cause::InvalidSpawn(_)
+    ));
+    let missing = Command::new("/nonexistent/mpirt-test-program");
+    assert!(matches!(
+        fail(root.spawn(&missing, 1)),
+        Cause::InvalidSpawn(_)
+    ));
+    println!("spawn ok");
+}
+
+#[test]
+fn spawn_is_a_named_error_on_every_process() {
+    let output = job(2, "spawn", &[]);
+    let (out, err) = text(&output);
+    assert!(output.status.success(), "{out}\n{err}");
+    for expected in [
+        "rank 0: spawn: mpirt cannot start processes at run time (MPI_Comm_spawn)",
+        "rank 1: spawn_multiple: mpirt cannot start processes at run time",
+        "spawn_multiple: invalid spawn: 2 commands but 1 process counts",
+        "spawn: invalid spawn: 0 processes of",
+        "spawn: invalid spawn: the program /nonexistent/mpirt-test-program was not found",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in\n{out}");
+    }
+    assert_eq!(out.matches("spawn ok").count(), 2, "{out}");
 }
 
 #[test]

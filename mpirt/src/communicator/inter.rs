@@ -39,6 +39,36 @@ pub(crate) struct Sides {
 /// with MPI's inter-communicator meaning (each group receives the other group's
 /// contributions); the others are a named error, as are duplicates, splits and topologies of
 /// it: [`merge`](InterCommunicator::merge) it into an intra-communicator for those.
+///
+/// ```no_run
+/// use mpirt::topology::{Color, MergeOrder};
+/// use mpirt::traits::*;
+///
+/// let universe = mpirt::initialize().unwrap();
+/// let world = universe.world();
+/// // Even and odd world ranks, each group led by its lowest world rank.
+/// let parity = world.rank() % 2;
+/// let half = world.split_by_color(Color::with_value(parity)).unwrap();
+/// let inter = half.create_intercommunicator(0, &world, 1 - parity, 7);
+/// let to_remote_leader = inter.process_at_rank(0);
+/// if inter.rank() == 0 {
+///     to_remote_leader.send(&world.rank());
+///     let (theirs, _) = to_remote_leader.receive::<i32>();
+///     assert_eq!(theirs, 1 - parity);
+/// }
+/// let both = inter.merge(if parity == 0 { MergeOrder::Low } else { MergeOrder::High });
+/// assert_eq!(both.size(), world.size());
+/// ```
+///
+/// Merging is for inter-communicators only:
+///
+/// ```compile_fail
+/// use mpirt::topology::MergeOrder;
+/// use mpirt::traits::*;
+///
+/// let universe = mpirt::initialize().unwrap();
+/// universe.world().merge(MergeOrder::Low);
+/// ```
 #[derive(Clone, Debug)]
 pub struct InterCommunicator {
     data: CommData,
