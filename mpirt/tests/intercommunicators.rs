@@ -18,7 +18,7 @@ use mpirt::traits::*;
 
 mod common;
 
-use common::{job, ok_job_on, ok_job_with, slurm_available, text, Launch, RANK_MODE};
+use common::{across_hosts, job, ok_job_on, ok_job_with, slurm_available, text, Launch, RANK_MODE};
 
 #[test]
 fn rank_mode() {
@@ -122,7 +122,21 @@ fn point_to_point(world: &SimpleCommunicator, inter: &InterCommunicator) {
 fn collectives(world: &SimpleCommunicator, inter: &InterCommunicator) {
     let remote = of_parity(world, 1 - world.rank() % 2);
     let me = world.rank();
+    // The barrier holds every process until both groups reached it: each process leaves a
+    // file before it, and after it finds every remote process's.
+    let marks = env::var_os("INTER_BARRIER_DIR").map(std::path::PathBuf::from);
+    if let Some(dir) = &marks {
+        std::fs::write(dir.join(me.to_string()), b"here").unwrap();
+    }
     inter.barrier();
+    if let Some(dir) = &marks {
+        for r in &remote {
+            assert!(
+                dir.join(r.to_string()).exists(),
+                "rank {me} passed the barrier before {r}"
+            );
+        }
+    }
 
     let mut sum = 0;
     inter.all_reduce_into(&me, &mut sum, SystemOperation::sum());
@@ -364,8 +378,17 @@ fn spawn_is_a_named_error_on_every_process() {
 
 #[test]
 fn intercommunicators_on_2_to_5_ranks_over_shared_memory() {
+    let shared_dir = !across_hosts("a directory the ranks share (the barrier's check)");
     for n in 2..=5 {
-        let (out, _) = ok_job_with(n, "inter", &[]);
+        let dir = env::temp_dir().join(format!("mpirt-inter-barrier-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dir_var = dir.to_str().unwrap();
+        let envs: &[(&str, &str)] = match shared_dir {
+            true => &[("INTER_BARRIER_DIR", dir_var)],
+            false => &[],
+        };
+        let (out, _) = ok_job_with(n, "inter", envs);
+        std::fs::remove_dir_all(&dir).unwrap();
         for part in [
             "sides ok",
             "point-to-point ok",

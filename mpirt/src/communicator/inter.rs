@@ -133,13 +133,11 @@ impl AsCommunicator for InterCommunicator {
     }
 }
 
-/// Why a leader could not make the inter-communicator: what it tells its group, which has no
-/// other way to learn it.
+/// Why a leader could not make the inter-communicator: what it tells its group (as a code,
+/// 0 meaning none), which has no other way to learn it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u64)]
 enum LeaderFailure {
-    None = 0,
-    RemoteLeaderOutOfRange,
+    RemoteLeaderOutOfRange = 1,
     NegativeTag,
     RemoteLeaderFailed,
     GroupsOverlap,
@@ -147,22 +145,21 @@ enum LeaderFailure {
 }
 
 impl LeaderFailure {
-    fn of(code: u64) -> LeaderFailure {
-        [
-            LeaderFailure::RemoteLeaderOutOfRange,
-            LeaderFailure::NegativeTag,
-            LeaderFailure::RemoteLeaderFailed,
-            LeaderFailure::GroupsOverlap,
-            LeaderFailure::ContextIdsExhausted,
-        ]
-        .into_iter()
-        .find(|f| *f as u64 == code)
-        .unwrap_or(LeaderFailure::None)
+    const ALL: [LeaderFailure; 5] = [
+        LeaderFailure::RemoteLeaderOutOfRange,
+        LeaderFailure::NegativeTag,
+        LeaderFailure::RemoteLeaderFailed,
+        LeaderFailure::GroupsOverlap,
+        LeaderFailure::ContextIdsExhausted,
+    ];
+
+    /// The failure a leader's code names; `None` for 0, success.
+    fn of(code: u64) -> Option<LeaderFailure> {
+        LeaderFailure::ALL.into_iter().find(|f| *f as u64 == code)
     }
 
     fn cause(self, leader: Rank, remote_leader: Rank) -> Cause {
         let why = match self {
-            LeaderFailure::None => return Cause::PeerArguments("no failure"),
             LeaderFailure::RemoteLeaderOutOfRange => {
                 format!("remote leader {remote_leader} is not a rank of the peer communicator")
             }
@@ -170,17 +167,15 @@ impl LeaderFailure {
                 "the tag is negative; negative tags are reserved for the runtime".to_string()
             }
             LeaderFailure::RemoteLeaderFailed => format!(
-                "the remote group's leader (rank {remote_leader} of the peer communicator) \
-                 could not make its side (its own error says why)"
+                "the exchange with the remote group's leader (rank {remote_leader} of the peer \
+                 communicator) failed"
             ),
             LeaderFailure::GroupsOverlap => {
                 "the two groups share processes; an inter-communicator's groups must be \
                  disjoint"
                     .to_string()
             }
-            LeaderFailure::ContextIdsExhausted => {
-                return Cause::ContextIdsExhausted;
-            }
+            LeaderFailure::ContextIdsExhausted => return Cause::ContextIdsExhausted,
         };
         Cause::InvalidInterCommunicator(format!("local leader (rank {leader}): {why}"))
     }
@@ -210,17 +205,13 @@ pub(super) fn create(
     let mut offered = used;
     offered[own_id as usize / 64] |= 1 << (own_id % 64);
 
-    // [failure, remote size, the inter-communicator's id], then the remote group.
+    // [failure code, remote size, the inter-communicator's id], then the remote group.
     let mut header = [0u64; 3];
     let mut remote = Vec::new();
     if local.rank == leader {
         match leaders_agree(local, &offered, peer, remote_leader, tag) {
             Ok((id, members)) => {
-                header = [
-                    LeaderFailure::None as u64,
-                    members.len() as u64,
-                    u64::from(id),
-                ];
+                header = [0, members.len() as u64, u64::from(id)];
                 remote = members;
             }
             Err(failure) => header[0] = failure as u64,
@@ -231,8 +222,7 @@ pub(super) fn create(
     from_leader
         .try_broadcast_into(&mut header[..])
         .map_err(cause_of)?;
-    let failure = LeaderFailure::of(header[0]);
-    if failure != LeaderFailure::None {
+    if let Some(failure) = LeaderFailure::of(header[0]) {
         return Err(failure.cause(local_leader, remote_leader));
     }
     remote.resize(header[1] as usize, 0);
@@ -265,21 +255,20 @@ fn leaders_agree(
     let other = peer
         .try_process_at_rank(remote_leader)
         .map_err(|_| LeaderFailure::RemoteLeaderOutOfRange)?;
-    // [ok, the ids this group uses, its members' world ranks]
-    let mut mine = vec![1u64];
-    mine.extend_from_slice(offered);
+    // [the ids this group uses, its members' world ranks]
+    let mut mine = offered.to_vec();
     mine.extend(local.shared.group.iter().map(|&m| u64::from(m)));
     let theirs =
         exchange_words(&other, &mine, tag).map_err(|_| LeaderFailure::RemoteLeaderFailed)?;
-    if theirs.len() <= WORDS || theirs[0] != 1 {
+    if theirs.len() <= WORDS {
         return Err(LeaderFailure::RemoteLeaderFailed);
     }
-    let members: Vec<u32> = theirs[1 + WORDS..].iter().map(|&m| m as u32).collect();
+    let members: Vec<u32> = theirs[WORDS..].iter().map(|&m| m as u32).collect();
     if members.iter().any(|m| local.shared.group.contains(m)) {
         return Err(LeaderFailure::GroupsOverlap);
     }
     let mut union = *offered;
-    for (word, theirs) in union.iter_mut().zip(&theirs[1..=WORDS]) {
+    for (word, theirs) in union.iter_mut().zip(&theirs[..WORDS]) {
         *word |= theirs;
     }
     let id = context::lowest_free(&union).ok_or(LeaderFailure::ContextIdsExhausted)?;
@@ -358,9 +347,10 @@ fn words_bytes(words: &[u64]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_ne_bytes()).collect()
 }
 
-/// Block j of `out` to remote rank j and block j of `into` from it, for j below `partners`,
-/// on the inter-communicator's context with the collective tag `tag`. Every request is waited
-/// for, even after one failed, so that no receive is left writing into `into`.
+/// Block j of `out` to remote rank j and block j of `into` from it, for j below `partners`
+/// (at least 1: a group is never empty), on the inter-communicator's context with the
+/// collective tag `tag`. Every request posted is waited for, even after one failed, so that no
+/// receive is left writing into `into`.
 fn swap_blocks(
     inter: &CommData,
     tag: Tag,
@@ -368,33 +358,36 @@ fn swap_blocks(
     into: &mut [u8],
     partners: u32,
 ) -> Result<(), Cause> {
-    let n = partners.max(1) as usize;
+    let n = partners as usize;
     let (block_out, block_in) = (out.len() / n, into.len() / n);
+    let base = into.as_mut_ptr();
     let mut posted: Vec<(Option<u32>, Handle)> = Vec::with_capacity(2 * n);
     let mut first_failure = None;
-    for (j, block) in into.chunks_mut(block_in.max(1)).take(n).enumerate() {
-        let len = block_in.min(block.len());
-        // SAFETY: `block` is part of `into`, borrowed mutably for this whole function, which
-        // does not otherwise touch it and waits for every request posted here before it
-        // returns.
+    for j in 0..partners {
+        // SAFETY: block j, `block_in` bytes from j * block_in, lies inside `into` (n blocks of
+        // `into.len() / n` bytes), which is borrowed mutably for this whole function, not
+        // otherwise touched here, and every receive posted is waited for before it returns.
         let posted_recv = with_engine(|e| unsafe {
             e.post_recv(
                 inter.context,
-                SourceSel::Rank(j as u32),
+                SourceSel::Rank(j),
                 TagSel::Tag(tag),
-                block.as_mut_ptr(),
-                len,
+                base.add(j as usize * block_in),
+                block_in,
             )
         });
         match posted_recv {
-            Ok(handle) => posted.push((Some(j as u32), handle)),
+            Ok(handle) => posted.push((Some(j), handle)),
             Err(cause) => {
-                first_failure.get_or_insert(cause);
+                first_failure = Some(cause);
                 break;
             }
         }
     }
-    for j in 0..partners.min(posted.len() as u32) {
+    for j in 0..partners {
+        if first_failure.is_some() {
+            break;
+        }
         let block = &out[j as usize * block_out..(j as usize + 1) * block_out];
         let peer = inter.target_world_rank(j);
         // SAFETY: `block` borrows `out` for this whole function, which waits for the send
@@ -412,10 +405,7 @@ fn swap_blocks(
         });
         match posted_send {
             Ok(handle) => posted.push((None, handle)),
-            Err(cause) => {
-                first_failure.get_or_insert(cause);
-                break;
-            }
+            Err(cause) => first_failure = Some(cause),
         }
     }
     for (from, handle) in posted {
