@@ -38,6 +38,7 @@ fn rank_mode() {
             processes(&world, &inter);
         }
         "errors" => errors(&world),
+        "churn" => churn(&world),
         "spawn" => spawn(&mut universe, &world),
         other => panic!("unknown mode {other}"),
     }
@@ -322,6 +323,17 @@ fn errors(world: &SimpleCommunicator) {
     println!("errors ok");
 }
 
+/// Each round holds three context ids (a group's own, the inter-communicator's, the merged
+/// one's) and gives them back when its communicators drop: more rounds than there are ids.
+fn churn(world: &SimpleCommunicator) {
+    for round in 0..4200 {
+        let (_, inter) = by_parity(world, round % 100);
+        let merged = inter.merge(MergeOrder::Low);
+        assert_eq!(merged.size(), world.size());
+    }
+    println!("churn ok");
+}
+
 /// Every process of the communicator gets the same named error from a spawn, whatever its
 /// arguments' fault: mpirt starts no processes at run time, so none has a parent either.
 fn spawn(universe: &mut mpirt::Universe, world: &SimpleCommunicator) {
@@ -400,6 +412,12 @@ fn intercommunicators_on_2_to_5_ranks_over_shared_memory() {
             assert_eq!(out.matches(part).count(), n as usize, "{out}");
         }
     }
+}
+
+#[test]
+fn context_ids_of_dropped_intercommunicators_are_given_back() {
+    let (out, _) = ok_job_with(3, "churn", &[]);
+    assert_eq!(out.matches("churn ok").count(), 3, "{out}");
 }
 
 #[test]
