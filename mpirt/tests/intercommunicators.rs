@@ -7,6 +7,8 @@
 use std::env;
 
 use mpirt::collective::SystemOperation;
+use mpirt::datatype::{MutView, UserDatatype};
+use mpirt::Count;
 use std::process::Command;
 
 use mpirt::error::{Cause, MpiError};
@@ -158,6 +160,25 @@ fn collectives(world: &SimpleCommunicator, inter: &InterCommunicator) {
         .flat_map(|&r| [r * 100 + inter.rank(), -r])
         .collect();
     assert_eq!(back, expected);
+
+    // Into every other slot of a strided view (a vector datatype): the remote group's values
+    // land in the blocks, the guards between them stay.
+    let every_other =
+        UserDatatype::vector(remote.len() as Count, 1, 2, &Rank::equivalent_datatype());
+    let mut strided = vec![-7 as Rank; 2 * remote.len()];
+    // SAFETY: the vector's blocks are whole `Rank`s inside `strided` (checked by the view).
+    let mut view = unsafe { MutView::with_count_and_datatype(&mut strided[..], 1, &every_other) };
+    inter.all_gather_into(&me, &mut view);
+    let expected: Vec<Rank> = remote.iter().flat_map(|&r| [r, -7]).collect();
+    assert_eq!(strided, expected);
+    // The same count in both groups, as an inter-communicator all-reduce needs.
+    let pair = UserDatatype::vector(2, 1, 2, &Rank::equivalent_datatype());
+    let mut strided = [-7 as Rank; 4];
+    // SAFETY: as above.
+    let mut view = unsafe { MutView::with_count_and_datatype(&mut strided[..], 1, &pair) };
+    inter.all_reduce_into(&[me, -me][..], &mut view, SystemOperation::max());
+    let (top, bottom) = (*remote.iter().max().unwrap(), *remote.iter().min().unwrap());
+    assert_eq!(strided, [top, -7, -bottom, -7]);
     println!("collectives ok");
 }
 
