@@ -313,6 +313,15 @@ fn errors(world: &SimpleCommunicator) {
         .unwrap_err();
     println!("error: {e}");
 
+    // Groups that pass different counts to an all-reduce: the leaders see it, and tell their
+    // groups, so that every process fails the call rather than wait.
+    let count = if parity == 0 { 1 } else { 2 };
+    let mut sum = vec![0; count];
+    let e = inter
+        .try_all_reduce_into(&vec![1; count][..], &mut sum[..], SystemOperation::sum())
+        .unwrap_err();
+    println!("all_reduce error: {e}");
+
     // A group whose processes pass different orders fails the merge, and the other group
     // hears of it: both fail, nobody waits.
     let order = match (parity, inter.rank()) {
@@ -475,6 +484,10 @@ fn bad_intercommunicator_input_is_a_named_error() {
         "merge error: rank 0: merge: the ranks passed different arguments where MPI needs the \
          same on all",
         "merge: the remote group's processes passed different merge orders",
+        "all_reduce error: rank 2: all_reduce_into: this group's leader failed its exchange \
+         with the remote group's",
+        "all_reduce error: rank 1: all_reduce_into: rank 0 sent 4 bytes where this rank \
+         expected 8",
         "create_intercommunicator: rank 3 is out of range",
         "create_intercommunicator: local leader (rank 0): remote leader 6 is not a rank of the \
          peer communicator",

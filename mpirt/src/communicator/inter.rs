@@ -294,14 +294,16 @@ fn merge(inter: &CommData, order: MergeOrder) -> Result<SimpleCommunicator, Caus
     let mut mine = vec![u64::from(agreed.is_ok()), u64::from(high)];
     mine.extend_from_slice(agreed.as_ref().unwrap_or(&[0; WORDS]));
     let mut theirs = vec![0u64; mine.len()];
+    let group = SimpleCommunicator::new(sides.local.clone());
+    let mut swapped = Ok(());
     if sides.local.rank == 0 {
         let mut received = vec![0u8; mine.len() * 8];
-        swap_blocks(inter, tag, &words_bytes(&mine), &mut received, 1)?;
+        swapped = swap_blocks(inter, tag, &words_bytes(&mine), &mut received, 1);
         for (word, bytes) in theirs.iter_mut().zip(received.chunks_exact(8)) {
             *word = u64::from_ne_bytes(bytes.try_into().expect("8 bytes"));
         }
     }
-    let group = SimpleCommunicator::new(sides.local.clone());
+    tell_group(&group, swapped)?;
     group
         .process_at_rank(0)
         .try_broadcast_into(&mut theirs[..])
@@ -427,6 +429,26 @@ fn swap_blocks(
     first_failure.map_or(Ok(()), Err)
 }
 
+/// Tells the group whether its leader's swap with the remote leader (`swapped`, `Ok` on the
+/// other members) went through, so that a failure there fails the call on every member
+/// instead of leaving them waiting for what the leader would have passed on.
+fn tell_group(group: &SimpleCommunicator, swapped: Result<(), Cause>) -> Result<(), Cause> {
+    let mut failed = [u8::from(swapped.is_err())];
+    group
+        .process_at_rank(0)
+        .try_broadcast_into(&mut failed[..])
+        .map_err(cause_of)?;
+    swapped?;
+    match failed[0] {
+        0 => Ok(()),
+        _ => Err(Cause::InvalidInterCommunicator(
+            "this group's leader failed its exchange with the remote group's (its own error \
+             says why)"
+                .to_string(),
+        )),
+    }
+}
+
 /// The sides of `inter`, for the collective `operation`.
 fn sides_for<'c>(inter: &'c CommData, operation: &'static str) -> Result<&'c Sides, Error> {
     inter
@@ -435,17 +457,19 @@ fn sides_for<'c>(inter: &'c CommData, operation: &'static str) -> Result<&'c Sid
 }
 
 /// `MPI_Barrier` on an inter-communicator: returns once every process of both groups called
-/// it (each group's barrier, the leaders' swap, each group's barrier again).
+/// it (each group's barrier, the leaders' swap, then each leader's word to its group).
 pub(crate) fn barrier(inter: &CommData) -> Result<(), Error> {
     const OPERATION: &str = "barrier";
     let sides = sides_for(inter, OPERATION)?;
     let group = SimpleCommunicator::new(sides.local.clone());
     group.try_barrier()?;
     let tag = inter.next_tag();
+    let mut swapped = Ok(());
     if sides.local.rank == 0 {
-        swap_blocks(inter, tag, &[], &mut [], 1).map_err(|cause| Error::new(OPERATION, cause))?;
+        swapped = swap_blocks(inter, tag, &[], &mut [], 1);
     }
-    group.try_barrier()
+    // Each leader speaks only once the remote group has all arrived.
+    tell_group(&group, swapped).map_err(|cause| Error::new(OPERATION, cause))
 }
 
 /// `MPI_Allgather` on an inter-communicator: `recv` holds the remote group's `send`s in its
@@ -472,16 +496,18 @@ where
     let group = SimpleCommunicator::new(sides.local.clone());
     let tag = inter.next_tag();
     let leader = group.process_at_rank(0);
+    let mut swapped = Ok(());
     if sides.local.rank == 0 {
         let mut gathered = vec![0u8; part.len() * sides.local.size as usize];
         leader.try_gather_into_root(part, &mut gathered[..])?;
         collective::over_packed(recv, OPERATION, |bytes| {
-            swap_blocks(inter, tag, &gathered, bytes, 1).map_err(fail)?;
-            Ok(true)
+            swapped = swap_blocks(inter, tag, &gathered, bytes, 1);
+            Ok(swapped.is_ok())
         })?;
     } else {
         leader.try_gather_into(part)?;
     }
+    tell_group(&group, swapped).map_err(fail)?;
     leader.try_broadcast_into(recv)
 }
 
@@ -504,14 +530,15 @@ where
     let group = SimpleCommunicator::new(sides.local.clone());
     group.try_all_reduce_into(send, recv, op)?;
     let tag = inter.next_tag();
+    let mut swapped = Ok(());
     if sides.local.rank == 0 {
         collective::over_packed(recv, OPERATION, |bytes| {
             let own = bytes.to_vec();
-            swap_blocks(inter, tag, &own, bytes, 1)
-                .map_err(|cause| Error::new(OPERATION, cause))?;
-            Ok(true)
+            swapped = swap_blocks(inter, tag, &own, bytes, 1);
+            Ok(swapped.is_ok())
         })?;
     }
+    tell_group(&group, swapped).map_err(|cause| Error::new(OPERATION, cause))?;
     group.process_at_rank(0).try_broadcast_into(recv)
 }
 
