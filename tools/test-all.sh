@@ -83,7 +83,7 @@ cargo test --release -p mpirt --features ucx --lib
 for tls in tcp sm,self; do
     echo "== UCX PML: mpirt's p2p and collectives suites on --pml ucx, UCX_TLS=$tls"
     UCX_TLS=$tls MPIRT_TEST_PML=ucx cargo test --release -p mpirt --features ucx \
-        --test p2p --test collectives --test datatypes
+        --test p2p --test collectives --test datatypes --test intercommunicators
 done
 # Brings the 4 test hosts up with ssh-hosts $1; prints 1 when this did (the caller then takes
 # them down again), nothing when someone else had them up (used as they are, left up). Hosts
@@ -123,7 +123,8 @@ unset CARGO_TARGET_DIR
 # on this host, then round-robin over the 4 test hosts with Hydra's ssh launcher (shared
 # memory between a host's ranks, TCP between hosts).
 echo "== launchers: mpirt's p2p and collectives suites under mpiexec.hydra"
-MPIRT_TEST_LAUNCHER=hydra cargo test --release -p mpirt --test p2p --test collectives
+MPIRT_TEST_LAUNCHER=hydra cargo test --release -p mpirt --test p2p --test collectives \
+    --test intercommunicators
 testhosts_ssh_args="-F ${SSH_HOSTS_DIR:-${TMPDIR:-/tmp}/mpirt-testhosts/ssh}/ssh_config"
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     echo "== launchers: the suites under mpiexec.hydra across 4 test hosts"
@@ -188,7 +189,7 @@ if [ "$(id -u)" = 0 ] && [ -x "$testhosts/slurm-local" ]; then
     # srun's own tests (PMI-2, and plain srun and --mpi=none refused by name), then both suites
     # under srun --mpi=pmi2 and, built with the `pmix` feature, --mpi=pmix, over the 4 nodes.
     MPIRT_TEST_SLURM=1 cargo test --release -p mpirt --test p2p --test collectives \
-        --test topology -- srun pmix_launchers_without_the_feature
+        --test topology --test intercommunicators -- srun pmix_launchers_without_the_feature
     MPIRT_TEST_SLURM=1 cargo test --release -p launcher --test slurm
     echo "== Slurm tests: the suites under srun --mpi=pmi2 and srun --mpi=pmix on 4 nodes"
     MPIRT_TEST_SLURM=1 MPIRT_TEST_LAUNCHER=srun-pmi2 MPIRT_TEST_SLURM_NODES=4 \

@@ -19,12 +19,15 @@ use crate::point_to_point::{Count, Tag};
 mod cartesian;
 mod create_group;
 mod grid;
+pub(crate) mod inter;
+pub(crate) mod spawn;
 
 pub use cartesian::{
     dims_create, try_dims_create, CartesianCommunicator, CartesianLayout,
     DistributedGraphCommunicator, GraphCommunicator, IntoTopology, Topology,
 };
 pub(crate) use grid::Grid;
+pub use inter::{InterCommunicator, MergeOrder};
 
 /// A process's rank in a communicator.
 pub type Rank = i32;
@@ -52,6 +55,8 @@ struct Shared {
     name: RefCell<String>,
     /// The Cartesian topology, on a communicator made with one (or a duplicate of one).
     grid: Option<Grid>,
+    /// The other group and this group's own communicator, on an inter-communicator.
+    inter: Option<inter::Sides>,
     /// The context id, given back when the last handle drops; `None` for the world's and
     /// self's, which are fixed.
     _lease: Option<ContextLease>,
@@ -91,7 +96,27 @@ impl CommData {
                 area: AreaSlot::default(),
                 name: RefCell::new(name.to_string()),
                 grid,
+                inter: None,
                 _lease: lease,
+            }),
+        }
+    }
+
+    /// The inter-communicator on the context `lease` holds between this process's group
+    /// (`local`, an intra-communicator of its own) and `remote`, world ranks in rank order.
+    fn inter(local: CommData, remote: Vec<u32>, lease: ContextLease) -> CommData {
+        CommData {
+            context: lease.id(),
+            rank: local.rank,
+            size: local.size,
+            shared: Rc::new(Shared {
+                group: local.shared.group.clone(),
+                collectives: Cell::new(0),
+                area: AreaSlot::default(),
+                name: RefCell::new(String::new()),
+                grid: None,
+                inter: Some(inter::Sides { remote, local }),
+                _lease: Some(lease),
             }),
         }
     }
@@ -110,6 +135,47 @@ impl CommData {
     #[inline]
     pub(crate) fn world_rank(&self, rank: u32) -> u32 {
         self.shared.group[rank as usize]
+    }
+
+    /// The other group and this group's own communicator, on an inter-communicator.
+    #[inline]
+    pub(crate) fn sides(&self) -> Option<&inter::Sides> {
+        self.shared.inter.as_ref()
+    }
+
+    #[inline]
+    pub(crate) fn is_inter(&self) -> bool {
+        self.shared.inter.is_some()
+    }
+
+    /// How many processes a rank of point-to-point names: the size, or an inter-communicator's
+    /// remote size.
+    #[inline]
+    pub(crate) fn target_size(&self) -> u32 {
+        self.sides().map_or(self.size, |s| s.remote.len() as u32)
+    }
+
+    /// `rank` as the destination or source of point-to-point: a rank of the communicator, or
+    /// of an inter-communicator's remote group.
+    #[inline]
+    pub(crate) fn check_target(&self, rank: Rank) -> Result<u32, Cause> {
+        match self.sides() {
+            None => self.check_rank(rank),
+            Some(sides) if rank >= 0 && (rank as usize) < sides.remote.len() => Ok(rank as u32),
+            Some(sides) => Err(Cause::RemoteRankOutOfRange {
+                rank,
+                remote_size: sides.remote.len() as Rank,
+            }),
+        }
+    }
+
+    /// The world rank of `rank` (checked by `check_target`) as point-to-point names it.
+    #[inline]
+    pub(crate) fn target_world_rank(&self, rank: u32) -> u32 {
+        match self.sides() {
+            None => self.world_rank(rank),
+            Some(sides) => sides.remote[rank as usize],
+        }
     }
 
     #[inline]
@@ -242,8 +308,9 @@ pub(crate) fn hostname() -> String {
 /// Longest host name the shared-memory split compares (Linux's `HOST_NAME_MAX`).
 const HOST_NAME_MAX: usize = 64;
 
-/// How two communicators compare (`MPI_Comm_compare`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How two communicators compare (`MPI_Comm_compare`), from the strongest relation to the
+/// weakest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum CommunicatorRelation {
     /// Handles of one communicator.
     Identical,
@@ -323,18 +390,19 @@ pub trait Communicator {
         self.data().size as Rank
     }
 
-    /// The number of processes a rank names: the size, on the communicators mpirt has
-    /// (rsmpi's; an inter-communicator's remote size).
+    /// The number of processes a rank names: the size, or an inter-communicator's remote
+    /// size (rsmpi's).
     fn target_size(&self) -> Rank {
-        self.size()
+        self.data().target_size() as Rank
     }
 
     /// Whether this is an inter-communicator (`MPI_Comm_test_inter`).
     fn test_inter(&self) -> bool {
-        false
+        self.data().is_inter()
     }
 
-    /// The process at `rank`; a rank outside the communicator is a fatal error.
+    /// The process at `rank` (of the remote group, on an inter-communicator); a rank outside
+    /// the communicator is a fatal error.
     fn process_at_rank(&self, rank: Rank) -> Process<'_> {
         or_fatal(self.try_process_at_rank(rank))
     }
@@ -342,14 +410,21 @@ pub trait Communicator {
     /// The process at `rank`, or an error naming the rank and the size.
     fn try_process_at_rank(&self, rank: Rank) -> Result<Process<'_>, Error> {
         let data = self.data();
-        data.check_rank(rank)
-            .map(|_| Process { comm: data, rank })
+        data.check_target(rank)
+            .map(|_| Process {
+                comm: self.any_process(),
+                rank,
+            })
             .map_err(|cause| Error::new(format!("process_at_rank({rank})"), cause))
     }
 
-    /// Any process of the communicator, as the source of a wildcard receive.
+    /// Any process of the communicator (of the remote group, on an inter-communicator), as the
+    /// source of a wildcard receive.
     fn any_process(&self) -> AnyProcess<'_> {
-        AnyProcess { comm: self.data() }
+        AnyProcess {
+            comm: self.data(),
+            attributes: self.attributes(),
+        }
     }
 
     /// Bytes `count` elements of `datatype` take packed (`MPI_Pack_size`).
@@ -400,24 +475,34 @@ pub trait Communicator {
     /// This process.
     fn this_process(&self) -> Process<'_> {
         Process {
-            comm: self.data(),
+            comm: self.any_process(),
             rank: self.rank(),
         }
     }
 
     /// How this communicator and `other` compare (`MPI_Comm_compare`): handles of one
     /// communicator are identical, communicators of the same processes in the same order
-    /// congruent, in another order similar.
+    /// congruent, in another order similar. Inter-communicators compare by both groups, the
+    /// weaker relation of the two; an inter- and an intra-communicator are unequal.
     fn compare(&self, other: &dyn Communicator) -> CommunicatorRelation {
         let (a, b) = (self.data(), other.data());
         if Rc::ptr_eq(&a.shared, &b.shared) {
             return CommunicatorRelation::Identical;
         }
-        let group = |c: &CommData| UserGroup::from_world_ranks(c.shared.group.clone());
-        match group(a).compare(&group(b)) {
-            GroupRelation::Identical => CommunicatorRelation::Congruent,
-            GroupRelation::Similar => CommunicatorRelation::Similar,
-            GroupRelation::Unequal => CommunicatorRelation::Unequal,
+        let relation = |x: &[u32], y: &[u32]| {
+            let group = |members: &[u32]| UserGroup::from_world_ranks(members.to_vec());
+            match group(x).compare(&group(y)) {
+                GroupRelation::Identical => CommunicatorRelation::Congruent,
+                GroupRelation::Similar => CommunicatorRelation::Similar,
+                GroupRelation::Unequal => CommunicatorRelation::Unequal,
+            }
+        };
+        let local = relation(&a.shared.group, &b.shared.group);
+        match (a.sides(), b.sides()) {
+            (None, None) => local,
+            // The variants are declared from the strongest relation to the weakest.
+            (Some(x), Some(y)) => local.max(relation(&x.remote, &y.remote)),
+            _ => CommunicatorRelation::Unequal,
         }
     }
 
@@ -531,8 +616,45 @@ pub trait Communicator {
     ) -> Result<Option<SimpleCommunicator>, Error> {
         let data = self.data();
         let fail = |cause| Error::new("split_by_subgroup", cause);
+        if data.is_inter() {
+            return Err(fail(Cause::InterCommunicator));
+        }
         data.check_subgroup(group.members()).map_err(fail)?;
         create_group::create(data, group.members(), tag).map_err(fail)
+    }
+
+    /// An inter-communicator between this communicator's group and another, disjoint one
+    /// (`MPI_Intercomm_create`): every process of this communicator names the same
+    /// `local_leader` (a rank here); the two leaders reach each other on `peer`, a communicator
+    /// both are in, where this group's leader is `remote_leader`'s peer and they trade with
+    /// `tag` (significant at the leaders only). Collective over both groups. Bad arguments,
+    /// overlapping groups or a remote leader that failed are an error on every process of the
+    /// group that sees them.
+    fn create_intercommunicator(
+        &self,
+        local_leader: Rank,
+        peer: &dyn Communicator,
+        remote_leader: Rank,
+        tag: Tag,
+    ) -> InterCommunicator {
+        or_fatal(self.try_create_intercommunicator(local_leader, peer, remote_leader, tag))
+    }
+    fn try_create_intercommunicator(
+        &self,
+        local_leader: Rank,
+        peer: &dyn Communicator,
+        remote_leader: Rank,
+        tag: Tag,
+    ) -> Result<InterCommunicator, Error> {
+        inter::create(self.data(), local_leader, peer, remote_leader, tag)
+            .map_err(|cause| Error::new("create_intercommunicator", cause))
+    }
+
+    /// The inter-communicator to the processes that spawned this job (`MPI_Comm_get_parent`):
+    /// always `None`, since mpirt starts no processes at run time (see
+    /// [`Root::spawn`](crate::collective::Root::spawn)), so none has a parent.
+    fn parent(&self) -> Option<InterCommunicator> {
+        None
     }
 
     /// Ends the whole job with exit code `errorcode` (1 if 0).
@@ -656,29 +778,85 @@ impl AsCommunicator for SimpleCommunicator {
     }
 }
 
-/// A process of a communicator: the destination of sends and the source of receives.
+/// A process of a communicator: the destination of sends and the source of receives. As in
+/// rsmpi it is a [`Communicator`] too, its own (collectives on it are the communicator's, and
+/// [`as_communicator`](AsCommunicator::as_communicator) gives the communicator as an
+/// [`AnyProcess`]); its rank is the process's, not the caller's.
 #[derive(Clone, Copy, Debug)]
 pub struct Process<'a> {
-    pub(crate) comm: &'a CommData,
+    comm: AnyProcess<'a>,
     pub(crate) rank: Rank,
 }
 
 impl Process<'_> {
-    /// The process's rank in its communicator.
+    /// The process's rank in its communicator (in the remote group, on an
+    /// inter-communicator).
     pub fn rank(&self) -> Rank {
         self.rank
     }
 
-    /// Whether this is the calling process.
+    /// Whether this is the calling process: never a process of an inter-communicator's
+    /// remote group.
     pub fn is_self(&self) -> bool {
-        self.rank == self.comm.rank as Rank
+        let comm = self.comm.comm;
+        !comm.is_inter() && self.rank == comm.rank as Rank
     }
 }
 
-/// Every process of a communicator, as the source of a receive (`MPI_ANY_SOURCE`).
+/// Every process of a communicator, as the source of a receive (`MPI_ANY_SOURCE`); the
+/// communicator a [`Process`] holds, as rsmpi's `AnyProcess` is.
 #[derive(Clone, Copy, Debug)]
 pub struct AnyProcess<'a> {
     pub(crate) comm: &'a CommData,
+    attributes: &'a Attributes,
+}
+
+/// Attributes are a communicator handle's: a [`Process`] or [`AnyProcess`] reads those of the
+/// handle it came from, and cannot set any (rsmpi's would set them on the communicator, which
+/// every handle then sees; mpirt keeps them per handle, see [`attribute`](crate::attribute)).
+fn no_attributes_through(what: &str) -> ! {
+    crate::error::fatal(Error::new(
+        format!("set_attr on {what}"),
+        Cause::AttributesOnHandleOnly,
+    ))
+}
+
+impl Communicator for Process<'_> {
+    fn data(&self) -> &CommData {
+        self.comm.comm
+    }
+    fn attributes(&self) -> &Attributes {
+        self.comm.attributes
+    }
+    fn attributes_mut(&mut self) -> &mut Attributes {
+        no_attributes_through("a Process")
+    }
+}
+
+impl Communicator for AnyProcess<'_> {
+    fn data(&self) -> &CommData {
+        self.comm
+    }
+    fn attributes(&self) -> &Attributes {
+        self.attributes
+    }
+    fn attributes_mut(&mut self) -> &mut Attributes {
+        no_attributes_through("an AnyProcess")
+    }
+}
+
+impl<'a> AsCommunicator for Process<'a> {
+    type Out = AnyProcess<'a>;
+    fn as_communicator(&self) -> &AnyProcess<'a> {
+        &self.comm
+    }
+}
+
+impl<'a> AsCommunicator for AnyProcess<'a> {
+    type Out = AnyProcess<'a>;
+    fn as_communicator(&self) -> &AnyProcess<'a> {
+        self
+    }
 }
 
 #[cfg(test)]

@@ -74,6 +74,14 @@ pub(crate) struct Proposal {
 /// The lowest id that no member of `parent` uses, once every member's proposal holds: a
 /// collective over `parent`.
 pub(crate) fn agree(parent: &CommData, proposal: Proposal) -> Result<u32, Error> {
+    let used = agree_on_used(parent, proposal)?;
+    lowest_free(&used).ok_or_else(|| Error::new("context id agreement", Cause::ContextIdsExhausted))
+}
+
+/// The ids some member of `parent` uses, once every member's proposal holds: a collective over
+/// `parent`. An inter-communicator takes an id free in both its groups, each group's set
+/// agreed this way.
+pub(crate) fn agree_on_used(parent: &CommData, proposal: Proposal) -> Result<[u64; WORDS], Error> {
     let fail = |cause| Error::new("context id agreement", cause);
     let mut mine = [0u64; WORDS + 3];
     mine[..WORDS].copy_from_slice(&in_use());
@@ -99,8 +107,7 @@ pub(crate) fn agree(parent: &CommData, proposal: Proposal) -> Result<u32, Error>
             "the ranks passed different arguments where MPI needs the same on all",
         )));
     }
-    let used = all[..WORDS].try_into().expect("the bitmap's words");
-    lowest_free(&used).ok_or_else(|| fail(Cause::ContextIdsExhausted))
+    Ok(all[..WORDS].try_into().expect("the bitmap's words"))
 }
 
 /// A fingerprint of `words` for [`Proposal`] (FNV-1a over their bytes).

@@ -103,6 +103,11 @@ impl Universe {
         })
     }
 
+    /// Lets go of the inter-communicator to the parent processes (`MPI_Comm_disconnect` of
+    /// `MPI_Comm_get_parent`'s): nothing to do, as no mpirt process has a parent (see
+    /// [`Communicator::parent`]).
+    pub fn disconnect_parent(&mut self) {}
+
     /// The transports and protocols in use, as `rsrun --verbose` prints them.
     pub fn description(&self) -> String {
         with_engine(|e| Ok(e.description().to_string())).unwrap_or_default()

@@ -124,6 +124,20 @@ pub enum Cause {
     /// Other ranks of a collective call passed arguments that are not valid, or other than
     /// this rank's where they must be the same.
     PeerArguments(&'static str),
+    /// A rank outside an inter-communicator's remote group.
+    RemoteRankOutOfRange { rank: Rank, remote_size: Rank },
+    /// An operation of intra-communicators called on an inter-communicator.
+    InterCommunicator,
+    /// An operation of inter-communicators (a merge, a leader's part) that cannot be done as
+    /// asked: the groups overlap, the remote leader failed, ...
+    InvalidInterCommunicator(String),
+    /// `set_attr` through a `Process` or an `AnyProcess`, which have no attributes of their
+    /// own.
+    AttributesOnHandleOnly,
+    /// A spawn's arguments that cannot be (no processes, a program not found, ...).
+    InvalidSpawn(String),
+    /// A spawn, which mpirt does not do.
+    SpawnUnsupported,
 }
 
 impl fmt::Display for Cause {
@@ -276,6 +290,32 @@ impl fmt::Display for Cause {
                 "the grid has {points} points but the communicator only {size} ranks"
             ),
             Cause::PeerArguments(why) => f.write_str(why),
+            Cause::RemoteRankOutOfRange { rank, remote_size } => write!(
+                f,
+                "rank {rank} is out of range: the inter-communicator's remote group has \
+                 {remote_size} ranks (0 to {})",
+                remote_size - 1
+            ),
+            Cause::InterCommunicator => write!(
+                f,
+                "not available on an inter-communicator (its collectives are barrier, \
+                 all_gather_into, all_reduce_into and all_to_all_into; merge it into an \
+                 intra-communicator for the others)"
+            ),
+            Cause::InvalidInterCommunicator(why) => f.write_str(why),
+            Cause::InvalidSpawn(why) => write!(f, "invalid spawn: {why}"),
+            Cause::SpawnUnsupported => write!(
+                f,
+                "mpirt cannot start processes at run time (MPI_Comm_spawn): its launchers \
+                 start a job's processes together, and messaging takes no peers after \
+                 wire-up; start every process with the job (rsrun -n, or a multi-program \
+                 launch) and split the world instead"
+            ),
+            Cause::AttributesOnHandleOnly => write!(
+                f,
+                "attributes are set on a communicator handle, not on a process of it (set it \
+                 on the communicator the process came from)"
+            ),
             Cause::TagsDisagree { tag, other, rank } => write!(
                 f,
                 "this rank passed tag {tag} but group rank {rank} passed {other}: the members \
@@ -347,12 +387,15 @@ impl From<PmlError> for Cause {
 }
 
 /// rsmpi's error type (`mpi::MpiError`), for the calls that return one rather than end the
-/// job: a spawn that started too few processes, a string with an interior 0 byte.
+/// job: a spawn that started too few processes, a string with an interior 0 byte, and (not in
+/// rsmpi) mpirt's own error naming the rank, the operation and the cause.
 #[derive(Debug)]
 pub enum MpiError {
-    /// Only the first count of the second's processes started.
+    /// The first count of the second's processes failed to start.
     Spawn(Rank, Rank),
     StringNul(std::ffi::NulError),
+    /// An error of mpirt's, such as a spawn, which mpirt cannot do.
+    Mpirt(Error),
 }
 
 impl fmt::Display for MpiError {
@@ -362,6 +405,7 @@ impl fmt::Display for MpiError {
                 write!(f, "Failed to spawn {started} of {asked} processes")
             }
             MpiError::StringNul(_) => write!(f, "An interior 0 byte was found in string"),
+            MpiError::Mpirt(e) => e.fmt(f),
         }
     }
 }
@@ -370,6 +414,7 @@ impl std::error::Error for MpiError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             MpiError::StringNul(e) => Some(e),
+            MpiError::Mpirt(e) => Some(e),
             MpiError::Spawn(..) => None,
         }
     }

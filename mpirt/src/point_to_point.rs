@@ -11,7 +11,7 @@ use pml::RecvBuf;
 use pml::{Done, Handle, Pml, SendMode, SourceSel, Started, TagSel};
 
 use crate::backend::MessageHandle;
-use crate::communicator::{AnyProcess, CommData, Process, Rank};
+use crate::communicator::{AnyProcess, CommData, Communicator, Process, Rank};
 use crate::datatype::{datatype_of, Buffer, BufferMut, Datatype, Equivalence, Layout};
 use crate::environment::with_engine;
 use crate::error::{or_fatal, Cause, Error};
@@ -499,9 +499,9 @@ unsafe fn post_send_as(
     buf: &Outgoing,
     awaited: bool,
 ) -> Result<Handle, Cause> {
-    let dest = comm.check_rank(dest)?;
+    let dest = comm.check_target(dest)?;
     let tag = check_tag(tag)?;
-    let peer = comm.world_rank(dest);
+    let peer = comm.target_world_rank(dest);
     let (ptr, len) = (buf.ptr, buf.len);
     let (context, source) = (comm.context, comm.rank);
     // SAFETY: `Outgoing` makes `ptr` valid for `len` bytes; this function's caller keeps it so
@@ -868,7 +868,7 @@ pub trait Source {
 impl Source for Process<'_> {
     #[inline]
     fn source_comm(&self) -> &CommData {
-        self.comm
+        self.data()
     }
     #[inline]
     fn source_selector(&self) -> SourceSel {
@@ -879,7 +879,7 @@ impl Source for Process<'_> {
 
 impl Source for AnyProcess<'_> {
     fn source_comm(&self) -> &CommData {
-        self.comm
+        self.data()
     }
     fn source_selector(&self) -> SourceSel {
         SourceSel::Any
@@ -1147,7 +1147,7 @@ pub trait Destination {
 impl Destination for Process<'_> {
     #[inline]
     fn destination_comm(&self) -> &CommData {
-        self.comm
+        self.data()
     }
     #[inline]
     fn destination_rank(&self) -> Rank {

@@ -1,7 +1,7 @@
 //! [`CommunicatorCollectives`]: the collectives every process of a communicator takes part in
 //! alike (rsmpi's trait of that name).
 
-use crate::communicator::{CommData, Communicator};
+use crate::communicator::{inter, CommData, Communicator};
 use crate::datatype::{Buffer, BufferMut};
 use crate::error::{or_fatal, Error};
 use crate::partition::{PartitionedBuffer, PartitionedBufferMut};
@@ -22,6 +22,9 @@ pub trait CommunicatorCollectives: Communicator {
     }
     fn try_barrier(&self) -> Result<(), Error> {
         let comm = self.data();
+        if comm.is_inter() {
+            return inter::barrier(comm);
+        }
         if shared::try_barrier(comm)? {
             return Ok(());
         }
@@ -37,7 +40,11 @@ pub trait CommunicatorCollectives: Communicator {
         send: &S,
         recv: &mut R,
     ) -> Result<(), Error> {
-        all_gather_on(self.data(), send, recv)
+        let comm = self.data();
+        if comm.is_inter() {
+            return inter::all_gather(comm, send, recv);
+        }
+        all_gather_on(comm, send, recv)
     }
 
     /// Like [`all_gather_into`](Self::all_gather_into) with parts of any length, placed as
@@ -80,6 +87,9 @@ pub trait CommunicatorCollectives: Communicator {
     ) -> Result<(), Error> {
         const OPERATION: &str = "all_to_all_into";
         let comm = self.data();
+        if comm.is_inter() {
+            return inter::all_to_all(comm, send, recv);
+        }
         let datatype =
             calls::check_all_to_all(comm, send, recv).map_err(|c| Error::new(OPERATION, c))?;
         area_or_messages(
@@ -137,7 +147,11 @@ pub trait CommunicatorCollectives: Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        all_reduce_on(self.data(), send, recv, op)
+        let comm = self.data();
+        if comm.is_inter() {
+            return inter::all_reduce(comm, send, recv, op);
+        }
+        all_reduce_on(comm, send, recv, op)
     }
 
     /// Block r of the reduction of every process's `send` in process r's `recv`

@@ -39,7 +39,7 @@ pub use op::{
 pub use root::Root;
 
 use calls::Call;
-pub(crate) use shared::AreaSlot;
+pub(crate) use shared::{over_packed, AreaSlot};
 
 /// The request of an immediate collective: a [`Request`] like those
 /// of point-to-point operations, so that both kinds go into the same `wait_any`, `wait_all`
@@ -82,12 +82,22 @@ where
     Ok(())
 }
 
+/// Refuses `operation` on an inter-communicator, whose collectives (in `inter`) are not the
+/// intra-communicator algorithms' over one group.
+fn intra_only(comm: &CommData, operation: &'static str) -> Result<(), Error> {
+    match comm.is_inter() {
+        true => Err(Error::new(operation, Cause::InterCommunicator)),
+        false => Ok(()),
+    }
+}
+
 /// Plans a collective with `prepare` and runs it to the end; errors name `operation`.
 fn blocking<'a>(
     comm: &CommData,
     operation: &'static str,
     prepare: impl FnOnce() -> Result<Call<'a>, Cause>,
 ) -> Result<(), Error> {
+    intra_only(comm, operation)?;
     let run = || {
         let call = prepare()?;
         // SAFETY: the buffers are borrowed by the caller for this whole call, which runs the
@@ -132,6 +142,7 @@ fn immediate<'a, D: ?Sized, Sc: Scope<'a>>(
     data: Lent<'a, D>,
     call: Result<Call<'a>, Cause>,
 ) -> Result<CollectiveRequest<'a, D, Sc>, Error> {
+    intra_only(comm, operation)?;
     let call = call.map_err(|cause| Error::new(operation, cause))?;
     // SAFETY: the buffers are borrowed for 'a (the one the request hands back lent to it),
     // and the scope does not let 'a end before the request completes.

@@ -2,9 +2,11 @@
 //! (`world.process_at_rank(root).broadcast_into(...)`), with rsmpi's split between the root's
 //! `_root` form and the others' form.
 
-use crate::communicator::{CommData, Process, Rank};
+use std::process::Command;
+
+use crate::communicator::{spawn, CommData, Communicator, InterCommunicator, Process, Rank};
 use crate::datatype::{Buffer, BufferMut};
-use crate::error::{or_fatal, Error};
+use crate::error::{or_fatal, Error, MpiError};
 use crate::partition::{Partition, PartitionMut, PartitionedBuffer, PartitionedBufferMut};
 use crate::point_to_point::{Count, Outgoing};
 use crate::request::{Lent, Scope};
@@ -24,6 +26,28 @@ pub trait Root {
 
     #[doc(hidden)]
     fn root_comm(&self) -> &CommData;
+
+    /// Starts `maxprocs` processes of `command` joined to this communicator's by an
+    /// inter-communicator (`MPI_Comm_spawn`), rooted at this process. mpirt cannot start
+    /// processes at run time: after checking the arguments (a count below 1, a program that is
+    /// not found) it returns [`MpiError::Mpirt`] naming the cause on
+    /// every process that calls it, never a hang. Environment variables set on `command` are
+    /// ignored (rsmpi refuses them).
+    fn spawn(&self, command: &Command, maxprocs: Rank) -> Result<InterCommunicator, MpiError> {
+        spawn::spawn("spawn", &[command], &[maxprocs])
+    }
+
+    /// Starts `maxprocs[i]` processes of each `commands[i]`, all joined to this communicator's
+    /// by one inter-communicator (`MPI_Comm_spawn_multiple`); the same error as
+    /// [`spawn`](Self::spawn), and a named one when the two slices' lengths differ.
+    fn spawn_multiple(
+        &self,
+        commands: &[Command],
+        maxprocs: &[Rank],
+    ) -> Result<InterCommunicator, MpiError> {
+        let commands: Vec<&Command> = commands.iter().collect();
+        spawn::spawn("spawn_multiple", &commands, maxprocs)
+    }
 
     /// The root's `buf` in every process's `buf` (`MPI_Bcast`).
     fn broadcast_into<B: BufferMut + ?Sized>(&self, buf: &mut B) {
@@ -492,6 +516,6 @@ impl Root for Process<'_> {
         self.rank
     }
     fn root_comm(&self) -> &CommData {
-        self.comm
+        self.data()
     }
 }

@@ -918,6 +918,7 @@ fn usable_area(
     datatype: Datatype,
     bytes: usize,
 ) -> Result<Option<Rc<Area>>, Error> {
+    super::intra_only(comm, operation)?;
     let wanted = wanted.map_err(|cause| Error::new(operation, cause))?;
     if !wanted || datatype.needs_check() || comm.size == 1 || comm.size > MAX_RANKS {
         return Ok(None);

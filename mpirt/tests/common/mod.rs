@@ -143,7 +143,7 @@ pub fn under_rsrun(what: &str) -> bool {
 /// Whether the jobs' ranks are spread over hosts (MPIRT_TEST_HOSTS, or srun over
 /// MPIRT_TEST_SLURM_NODES nodes), where a test that needs `what` between its ranks says it
 /// skips.
-#[allow(dead_code)] // each test binary compiles this module; only p2p.rs uses it
+#[allow(dead_code)] // each test binary compiles this module; p2p.rs and intercommunicators.rs use it
 pub fn across_hosts(what: &str) -> bool {
     let srun = matches!(
         test_launcher(),
