@@ -159,13 +159,36 @@ impl CommData {
     /// of an inter-communicator's remote group.
     #[inline]
     pub(crate) fn check_target(&self, rank: Rank) -> Result<u32, Cause> {
+        self.target(rank).map(|_| rank as u32)
+    }
+
+    /// The world rank of the process `rank` names in point-to-point (see `check_target`), or
+    /// the error naming the rank and the size it is out of.
+    #[inline]
+    pub(crate) fn target(&self, rank: Rank) -> Result<u32, Cause> {
+        // One lookup, bounds and all, in the group that point-to-point names: every send pays
+        // for this, and no more than for an intra-communicator's rank check and lookup.
+        let targets = match &self.shared.inter {
+            None => &self.shared.group,
+            Some(sides) => &sides.remote,
+        };
+        match usize::try_from(rank).ok().and_then(|r| targets.get(r)) {
+            Some(&world) => Ok(world),
+            None => Err(self.target_out_of_range(rank)),
+        }
+    }
+
+    #[cold]
+    fn target_out_of_range(&self, rank: Rank) -> Cause {
         match self.sides() {
-            None => self.check_rank(rank),
-            Some(sides) if rank >= 0 && (rank as usize) < sides.remote.len() => Ok(rank as u32),
-            Some(sides) => Err(Cause::RemoteRankOutOfRange {
+            None => Cause::RankOutOfRange {
+                rank,
+                size: self.size as Rank,
+            },
+            Some(sides) => Cause::RemoteRankOutOfRange {
                 rank,
                 remote_size: sides.remote.len() as Rank,
-            }),
+            },
         }
     }
 

@@ -499,9 +499,8 @@ unsafe fn post_send_as(
     buf: &Outgoing,
     awaited: bool,
 ) -> Result<Handle, Cause> {
-    let dest = comm.check_target(dest)?;
+    let peer = comm.target(dest)?;
     let tag = check_tag(tag)?;
-    let peer = comm.target_world_rank(dest);
     let (ptr, len) = (buf.ptr, buf.len);
     let (context, source) = (comm.context, comm.rank);
     // SAFETY: `Outgoing` makes `ptr` valid for `len` bytes; this function's caller keeps it so
