@@ -357,7 +357,7 @@ pub trait Communicator {
     where
         Self: Sized,
     {
-        pack::pack_size(count, datatype)
+        or_fatal(pack::pack_size(count, datatype))
     }
 
     /// `buf`'s elements packed into a new vector (`MPI_Pack`): the bytes a message of them

@@ -17,6 +17,8 @@ use std::sync::Arc;
 
 use crate::error::Cause;
 
+#[cfg(test)]
+mod extremes;
 mod layout;
 pub(crate) mod pack;
 mod user;
@@ -294,7 +296,9 @@ impl Datatype {
                 let field = field
                     .layout()
                     .unwrap_or_else(|cause| panic!("derive(Equivalence) of {name}: {cause}"));
-                layout.append(&field, 1, *offset, 0);
+                layout
+                    .append(&field, 1, *offset, 0)
+                    .unwrap_or_else(|cause| panic!("derive(Equivalence) of {name}: {cause}"));
             }
             layout.set_extent(size_of::<S>());
             Datatype::of_layout(layout, name)
@@ -444,7 +448,9 @@ unsafe impl<T: Equivalence, const N: usize> Equivalence for [T; N] {
                 let piece = element
                     .layout()
                     .unwrap_or_else(|cause| panic!("the datatype of an array: {cause}"));
-                layout.append(&piece, N, 0, piece.extent);
+                layout
+                    .append(&piece, N, 0, piece.extent)
+                    .unwrap_or_else(|cause| panic!("the datatype of an array of {N}: {cause}"));
                 Datatype::of_layout(layout, "array")
             }),
         }

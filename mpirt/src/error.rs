@@ -72,6 +72,9 @@ pub enum Cause {
     /// Packed bytes that do not fit the buffer given for them (`pack_into`), or a buffer
     /// that asks for more than the packed bytes hold (`unpack_into`).
     PackOverflow { needed: usize, room: usize },
+    /// A pack or unpack position or count that cannot be: negative, or a position past the
+    /// largest `Count`.
+    InvalidPack(String),
     /// A datatype used after the user datatype it came from was dropped.
     FreedDatatype { type_name: &'static str },
     /// The send and the receive datatypes' signatures (their basic elements, in order)
@@ -212,6 +215,7 @@ impl fmt::Display for Cause {
                 f,
                 "{needed} bytes are needed from the packed buffer's start, which holds {room}"
             ),
+            Cause::InvalidPack(why) => write!(f, "{why}"),
             Cause::FreedDatatype { type_name } => write!(
                 f,
                 "the {type_name} was freed (its UserDatatype dropped) before this use"
