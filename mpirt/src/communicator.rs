@@ -52,6 +52,8 @@ struct Shared {
     name: RefCell<String>,
     /// The Cartesian topology, on a communicator made with one (or a duplicate of one).
     grid: Option<Grid>,
+    /// `MPI_Comm_set_attr`'s values, which every handle of the communicator sees.
+    attributes: Attributes,
     /// The context id, given back when the last handle drops; `None` for the world's and
     /// self's, which are fixed.
     _lease: Option<ContextLease>,
@@ -91,6 +93,7 @@ impl CommData {
                 area: AreaSlot::default(),
                 name: RefCell::new(name.to_string()),
                 grid,
+                attributes: Attributes::default(),
                 _lease: lease,
             }),
         }
@@ -258,19 +261,15 @@ pub enum CommunicatorRelation {
 ///
 /// Handles clone cheaply; every clone is the same communicator (it compares
 /// [`Identical`](CommunicatorRelation::Identical), shares the name and the collective
-/// sequence), and carries copies of the attributes set on the handle it was cloned from.
+/// sequence and the attributes).
 #[derive(Clone, Debug)]
 pub struct SimpleCommunicator {
     data: CommData,
-    attributes: Attributes,
 }
 
 impl SimpleCommunicator {
     pub(crate) fn new(data: CommData) -> SimpleCommunicator {
-        SimpleCommunicator {
-            data,
-            attributes: Attributes::default(),
-        }
+        SimpleCommunicator { data }
     }
 
     /// The communicator of every rank in the job (`MPI_COMM_WORLD`), as
@@ -308,10 +307,6 @@ impl SimpleCommunicator {
 pub trait Communicator {
     #[doc(hidden)]
     fn data(&self) -> &CommData;
-    #[doc(hidden)]
-    fn attributes(&self) -> &Attributes;
-    #[doc(hidden)]
-    fn attributes_mut(&mut self) -> &mut Attributes;
 
     /// This process's rank in the communicator.
     fn rank(&self) -> Rank {
@@ -429,14 +424,14 @@ pub trait Communicator {
     }
     fn try_duplicate(&self) -> Result<SimpleCommunicator, Error> {
         let data = self.data();
-        let mut duplicate = data
+        let duplicate = data
             .derive(
                 0,
                 Ok((Some(data.shared.group.clone()), data.grid().cloned())),
             )
             .map(|c| c.expect("every process is a member of its duplicate"))
             .map_err(|cause| Error::new("duplicate", cause))?;
-        duplicate.attributes = self.attributes().for_duplicate();
+        (data.shared.attributes).copy_for_duplicate(&duplicate.data.shared.attributes);
         Ok(duplicate)
     }
 
@@ -615,31 +610,29 @@ impl Communicator for SimpleCommunicator {
     fn data(&self) -> &CommData {
         &self.data
     }
-    fn attributes(&self) -> &Attributes {
-        &self.attributes
-    }
-    fn attributes_mut(&mut self) -> &mut Attributes {
-        &mut self.attributes
-    }
 }
 
 /// Attributes on every communicator, trait objects included (rsmpi's `AnyCommunicator`):
 /// see [`attribute`](crate::attribute).
 pub trait AnyCommunicator: Communicator {
-    /// The value of type `A` cached on this handle (`MPI_Comm_get_attr`).
+    /// The value of type `A` cached on the communicator (`MPI_Comm_get_attr`), which every
+    /// handle of it sees.
     fn get_attr<A: CommAttribute>(&self) -> Option<&A>;
 
-    /// Caches `value` on this handle, dropping the `A` it held (`MPI_Comm_set_attr`).
+    /// Caches `value` on the communicator, replacing the `A` it held (`MPI_Comm_set_attr`):
+    /// that one drops now where this is the communicator's only handle, else when the
+    /// communicator is freed, since another handle may hold a reference to it.
     fn set_attr<A: CommAttribute>(&mut self, value: A);
 }
 
 impl<C: Communicator + ?Sized> AnyCommunicator for C {
     fn get_attr<A: CommAttribute>(&self) -> Option<&A> {
-        self.attributes().get()
+        self.data().shared.attributes.get()
     }
 
     fn set_attr<A: CommAttribute>(&mut self, value: A) {
-        self.attributes_mut().set(value)
+        let shared = &self.data().shared;
+        shared.attributes.set(value, Rc::strong_count(shared) == 1)
     }
 }
 
