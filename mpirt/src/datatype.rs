@@ -215,8 +215,9 @@ impl Datatype {
     /// The datatype and count that type matching and reductions see of `count` elements of
     /// this one: a layout whose basic elements are all of one kind is that many of them (a
     /// vector of `f64` is its `f64`s, as MPI matches by signature), any other type itself.
+    /// A contiguous layout is no exception: `contiguous(4, i32)` matches four `i32`s.
     pub(crate) fn matched(self, count: usize) -> (Datatype, usize) {
-        if self.contiguous {
+        if self.layout_id().is_none() {
             return (self, count);
         }
         let Ok(layout) = self.layout() else {
@@ -238,16 +239,16 @@ impl Datatype {
     }
 
     /// Why a send of this type does not match a receive of `other`: the two types' names, or,
-    /// between two layouts (whose names say little), the first basic element where their
+    /// where either is a layout (whose name says little), the first basic element where their
     /// signatures differ.
     pub(crate) fn mismatch(&self, other: &Datatype) -> Cause {
         let type_mismatch = Cause::TypeMismatch {
             send: self.name,
             receive: other.name,
         };
-        let (Some(_), Some(_)) = (self.layout_id(), other.layout_id()) else {
+        if self.layout_id().is_none() && other.layout_id().is_none() {
             return type_mismatch;
-        };
+        }
         match (self.layout(), other.layout()) {
             (Ok(send), Ok(receive)) => Cause::SignatureMismatch {
                 element: send.signature.first_difference(&receive.signature),
