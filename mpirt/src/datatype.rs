@@ -329,10 +329,16 @@ fn kind_name(kind: Kind) -> &'static str {
 }
 
 /// The datatype of `T`'s elements, whatever type its `Equivalence` gives (a [`Datatype`], or
-/// a [`UserDatatype`] built on each call, whose layout is then kept once for `T`).
+/// a [`UserDatatype`] built on each call, which is built once per type and kept: a send of a
+/// `T` then costs a lookup, not a layout registered and freed).
 #[doc(hidden)]
 #[inline]
 pub fn datatype_of<T: Equivalence>() -> Datatype {
+    if <T::Out as UncommittedDatatype>::KEPT_PER_TYPE {
+        return layout::for_type(TypeId::of::<T>(), || {
+            T::equivalent_datatype().element_of::<T>()
+        });
+    }
     T::equivalent_datatype().element_of::<T>()
 }
 
@@ -613,6 +619,45 @@ mod tests {
             <[Complex<f32>; 2]>::equivalent_datatype().kind(),
             Some(Kind::Complex(8))
         );
+    }
+
+    /// A type whose `Equivalence` builds a user datatype, counting how often it is asked.
+    #[derive(Clone, Copy)]
+    #[repr(C)]
+    struct Pair {
+        first: u32,
+        second: u32,
+    }
+
+    static PAIR_BUILT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    // SAFETY: two `u32`s without padding, as the datatype says.
+    unsafe impl Equivalence for Pair {
+        type Out = UserDatatype;
+        fn equivalent_datatype() -> UserDatatype {
+            PAIR_BUILT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            UserDatatype::contiguous(2, &u32::equivalent_datatype())
+        }
+    }
+
+    #[test]
+    fn a_user_datatype_of_a_rust_type_is_built_once() {
+        let first = datatype_of::<Pair>();
+        let pairs = [Pair {
+            first: 1,
+            second: 2,
+        }; 3];
+        for _ in 0..1000 {
+            assert_eq!(Buffer::datatype(&pairs[..]), first);
+        }
+        let other_thread = std::thread::spawn(datatype_of::<Pair>).join().unwrap();
+        assert_eq!(other_thread.layout_id(), first.layout_id());
+        assert_eq!(
+            PAIR_BUILT.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "equivalent_datatype is asked once, not per use"
+        );
+        assert_eq!(first.size(), 8);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! elements in order) that a matching send and receive share. Packing and unpacking move the
 //! blocks' bytes and nothing else, so padding between them is never read or sent.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -561,8 +562,29 @@ pub(crate) fn lookup(id: u64) -> Option<Arc<Layout>> {
         .and_then(|r| r.layouts.get(&id).cloned())
 }
 
+thread_local! {
+    /// This thread's copies of `Registry::by_type`'s entries it has used: a send of a type
+    /// kept there looks it up here, without the registry's lock.
+    static KEPT: RefCell<HashMap<std::any::TypeId, super::Datatype>> =
+        RefCell::new(HashMap::new());
+}
+
 /// The datatype kept for the Rust type `type_id`, made by `make` the first time.
 pub(crate) fn for_type(
+    type_id: std::any::TypeId,
+    make: impl FnOnce() -> super::Datatype,
+) -> super::Datatype {
+    if let Some(found) = KEPT.with(|kept| kept.borrow().get(&type_id).copied()) {
+        return found;
+    }
+    let kept = kept_for_type(type_id, make);
+    KEPT.with(|cache| cache.borrow_mut().insert(type_id, kept));
+    kept
+}
+
+/// [`for_type`] past this thread's cache: the registry's entry, made if there is none.
+#[cold]
+fn kept_for_type(
     type_id: std::any::TypeId,
     make: impl FnOnce() -> super::Datatype,
 ) -> super::Datatype {
@@ -576,7 +598,14 @@ pub(crate) fn for_type(
     let made = make();
     let mut guard = registry();
     let registry = guard.as_mut().expect("set up by registry()");
-    *registry.by_type.entry(type_id).or_insert(made)
+    let kept = *registry.by_type.entry(type_id).or_insert(made);
+    // Another thread made one first: this one's layout is not needed.
+    if let (Some(mine), Some(theirs)) = (made.layout_id(), kept.layout_id()) {
+        if mine != theirs {
+            registry.layouts.remove(&mine);
+        }
+    }
+    kept
 }
 
 #[cfg(test)]

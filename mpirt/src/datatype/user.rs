@@ -36,8 +36,13 @@ pub trait UncommittedDatatype {
     #[doc(hidden)]
     fn descriptor(&self) -> Datatype;
 
-    /// The datatype of the Rust type `T` whose `Equivalence` returned this: a user datatype
-    /// made on every call keeps its layout once for `T`, which the buffers of `T` refer to.
+    /// Whether the datatype of a Rust type whose `Equivalence` returns this is kept once per
+    /// type (a user datatype, which `equivalent_datatype` builds on every call), rather than
+    /// asked for on every use (a basic type's, a constant).
+    #[doc(hidden)]
+    const KEPT_PER_TYPE: bool = false;
+
+    /// The datatype of the Rust type `T` whose `Equivalence` returned this.
     #[doc(hidden)]
     #[inline]
     fn element_of<T: 'static>(self) -> Datatype
@@ -422,31 +427,30 @@ impl UncommittedDatatype for UserDatatype {
         self.0
     }
 
+    const KEPT_PER_TYPE: bool = true;
+
+    /// A copy of the layout that outlives `self`, which `datatype_of` keeps for `T`, checked to
+    /// step as an array of `T` does.
     fn element_of<T: 'static>(self) -> Datatype {
-        let datatype = self.0;
-        layout::for_type(std::any::TypeId::of::<T>(), || {
-            // An array of `T` steps by its size, so elements sent back to back must too.
-            let layout = layout_for("Equivalence", &datatype);
-            let extent = layout.extent;
-            // Each byte of a `T` at most once: a receive into a slice of them must not write
-            // the same bytes twice, and so a slice's packed size stays within its memory.
-            if let Some((first, second)) = layout.overlap(2) {
-                panic!(
-                    "Equivalence for {}: the datatype's blocks at bytes {first} and {second} \
-                     overlap",
-                    std::any::type_name::<T>()
-                );
-            }
-            assert_eq!(
-                extent,
-                size_of::<T>(),
-                "Equivalence for {}: the datatype's extent is {extent} bytes but the type's \
-                 size is {}",
-                std::any::type_name::<T>(),
-                size_of::<T>()
+        // An array of `T` steps by its size, so elements sent back to back must too.
+        let layout = layout_for("Equivalence", &self);
+        let extent = layout.extent;
+        // Each byte of a `T` at most once: a receive into a slice of them must not write the
+        // same bytes twice, and so a slice's packed size stays within its memory.
+        if let Some((first, second)) = layout.overlap(2) {
+            panic!(
+                "Equivalence for {}: the datatype's blocks at bytes {first} and {second} overlap",
+                std::any::type_name::<T>()
             );
-            duplicate(datatype)
-        })
+        }
+        assert_eq!(
+            extent,
+            size_of::<T>(),
+            "Equivalence for {}: the datatype's extent is {extent} bytes but the type's size is {}",
+            std::any::type_name::<T>(),
+            size_of::<T>()
+        );
+        duplicate(self.0)
     }
 }
 
