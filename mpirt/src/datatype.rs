@@ -34,6 +34,10 @@ pub use crate::partition::{
     Partition, PartitionMut, Partitioned, PartitionedBuffer, PartitionedBufferMut,
 };
 
+/// The name of datatypes a program builds (`UserDatatype::vector` and friends), which are
+/// not the datatype of a Rust type.
+const USER_DATATYPE: &str = "user datatype";
+
 /// What one basic element is, as MPI's type matching sees it: Rust types of the same class and
 /// size are the same kind (`usize` and `u64` on a 64-bit target, `isize` and `i64`, and the
 /// C-named aliases such as `c_ulong`), as rsmpi maps them to the same MPI datatype.
@@ -215,9 +219,11 @@ impl Datatype {
     /// The datatype and count that type matching and reductions see of `count` elements of
     /// this one: a layout whose basic elements are all of one kind is that many of them (a
     /// vector of `f64` is its `f64`s, as MPI matches by signature), any other type itself.
-    /// A contiguous layout is no exception: `contiguous(4, i32)` matches four `i32`s.
+    /// A contiguous user datatype is no exception: `contiguous(4, i32)` matches four `i32`s.
+    /// A contiguous layout of a Rust type (a derived struct of two `u64`s) stays that type,
+    /// which a user operation's buffers then downcast to.
     pub(crate) fn matched(self, count: usize) -> (Datatype, usize) {
-        if self.layout_id().is_none() {
+        if self.layout_id().is_none() || (self.contiguous && self.name != USER_DATATYPE) {
             return (self, count);
         }
         let Ok(layout) = self.layout() else {

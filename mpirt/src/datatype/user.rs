@@ -8,7 +8,7 @@
 use std::marker::PhantomData;
 
 use super::layout::{self, Layout, TooLarge};
-use super::{datatype_of, Buffer, BufferMut, Datatype, Equivalence};
+use super::{datatype_of, Buffer, BufferMut, Datatype, Equivalence, USER_DATATYPE};
 use crate::point_to_point::Count;
 
 pub use crate::collective::{DynBuffer, DynBufferMut};
@@ -116,7 +116,7 @@ pub struct UserDatatype(Datatype);
 
 impl UncommittedUserDatatype {
     fn build(layout: Layout) -> Self {
-        UncommittedUserDatatype(Datatype::of_layout(layout, "user datatype"))
+        UncommittedUserDatatype(Datatype::of_layout(layout, USER_DATATYPE))
     }
 
     /// `count` elements of `oldtype` back to back (`MPI_Type_contiguous`).
@@ -188,10 +188,14 @@ impl UncommittedUserDatatype {
                 )
             },
             || {
+                // No blocks: empty, however long the block it does not have would be.
+                let mut layout = Layout::empty();
+                if count == 0 {
+                    return Ok(layout);
+                }
                 // One block, repeated: the blocks of a vector whose blocks touch merge into one.
                 let mut block = Layout::empty();
                 block.append(old, blocklength, 0, old.extent)?;
-                let mut layout = Layout::empty();
                 layout.append(&block, count, 0, stride)?;
                 Ok(layout)
             },
@@ -343,10 +347,15 @@ impl UncommittedUserDatatype {
 
 /// A copy of `datatype` under an id of its own, freed with it (`MPI_Type_dup`).
 fn duplicate(datatype: Datatype) -> Datatype {
+    duplicate_named(datatype, USER_DATATYPE)
+}
+
+/// A copy of `datatype` under an id of its own, named `name`.
+fn duplicate_named(datatype: Datatype, name: &'static str) -> Datatype {
     let layout = datatype
         .layout()
         .unwrap_or_else(|cause| panic!("duplicating a user datatype: {cause}"));
-    Datatype::of_layout((*layout).clone(), "user datatype")
+    Datatype::of_layout((*layout).clone(), name)
 }
 
 impl Clone for UncommittedUserDatatype {
@@ -450,7 +459,9 @@ impl UncommittedDatatype for UserDatatype {
             std::any::type_name::<T>(),
             size_of::<T>()
         );
-        duplicate(self.0)
+        // Named after `T`: the datatype of a Rust type, which a user operation's buffers
+        // are of (see `Datatype::matched`).
+        duplicate_named(self.0, std::any::type_name::<T>())
     }
 }
 
