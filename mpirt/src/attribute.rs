@@ -2,14 +2,20 @@
 //! rsmpi: [`CommAttribute`] marks a type that can be cached, and
 //! [`AnyCommunicator`](crate::communicator::AnyCommunicator) sets and gets it.
 //!
-//! The values live in the communicator handle they were set on: they drop with it, a
-//! [`duplicate`](crate::communicator::Communicator::duplicate) copies those whose type says
-//! [`CommAttribute::CLONE_ON_DUP`], and a clone of the handle copies them all. rsmpi hands out
-//! a reference to a value that another handle of the same MPI communicator (a second
-//! `universe.world()`) may replace and free while the reference lives; here `set_attr` needs
-//! the handle mutably, so the borrow checker rules that out.
+//! The values belong to the communicator, as in MPI: every handle of it (a clone, a second
+//! `universe.world()`) sees the same ones, a
+//! [`duplicate`](crate::communicator::Communicator::duplicate) starts with clones of those whose
+//! type says [`CommAttribute::CLONE_ON_DUP`] (MPI's copy callback), and they drop (MPI's delete
+//! callback) when they are replaced or when the communicator's last handle drops.
+//!
+//! rsmpi hands out a reference to a value that another handle of the same communicator may
+//! replace and free while the reference lives. Here a replaced value drops at once only where
+//! no other handle of the communicator exists (the setter's handle is borrowed mutably, so no
+//! reference into it lives either); otherwise it is kept, unreachable, until the communicator
+//! is freed, so that a reference another handle holds never dangles.
 
 use std::any::{Any, TypeId};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Mutex;
@@ -77,11 +83,17 @@ impl<A: CommAttribute> Stored for A {
     }
 }
 
-/// The attributes of one communicator handle.
-#[doc(hidden)]
+/// The attributes of one communicator, shared by its handles.
 #[derive(Default)]
-pub struct Attributes {
+pub(crate) struct Attributes {
+    cache: RefCell<Cache>,
+}
+
+#[derive(Default)]
+struct Cache {
     entries: Vec<(AttributeKey, Box<dyn Stored>)>,
+    /// Values replaced while another handle might hold a reference to them.
+    retired: Vec<Box<dyn Stored>>,
 }
 
 impl Attributes {
@@ -89,45 +101,64 @@ impl Attributes {
     /// finds the other's value as absent, never as the wrong type).
     pub(crate) fn get<A: CommAttribute>(&self) -> Option<&A> {
         let key = A::get_key();
-        let (_, value) = self.entries.iter().find(|(k, _)| *k == key)?;
-        value.as_any().downcast_ref()
+        let cache = self.cache.borrow();
+        let (_, value) = cache.entries.iter().find(|(k, _)| *k == key)?;
+        let value: *const A = value.as_any().downcast_ref()?;
+        // SAFETY: the value is boxed, so it stays put while `entries` grows, and its box is
+        // dropped only by `set` where no reference to it can live (see there) or with `self`,
+        // which the returned reference borrows.
+        Some(unsafe { &*value })
     }
 
-    /// Caches `value`, dropping the value it replaces.
-    pub(crate) fn set<A: CommAttribute>(&mut self, value: A) {
+    /// Caches `value`. The value it replaces drops at once where `sole_handle` says the
+    /// caller's handle, borrowed mutably, is the communicator's only one (so no reference
+    /// from `get` lives), and is otherwise kept until the communicator is freed.
+    pub(crate) fn set<A: CommAttribute>(&self, value: A, sole_handle: bool) {
         let key = A::get_key();
         let value: Box<dyn Stored> = Box::new(value);
-        match self.entries.iter_mut().find(|(k, _)| *k == key) {
-            Some(entry) => entry.1 = value,
-            None => self.entries.push((key, value)),
-        }
+        let mut cache = self.cache.borrow_mut();
+        let replaced = match cache.entries.iter_mut().find(|(k, _)| *k == key) {
+            Some(entry) => Some(std::mem::replace(&mut entry.1, value)),
+            None => {
+                cache.entries.push((key, value));
+                None
+            }
+        };
+        let dropped = match (replaced, sole_handle) {
+            (Some(old), false) => {
+                cache.retired.push(old);
+                Vec::new()
+            }
+            (old, true) => {
+                let mut dropped = std::mem::take(&mut cache.retired);
+                dropped.extend(old);
+                dropped
+            }
+            (None, false) => Vec::new(),
+        };
+        // Dropped outside the borrow: a value's `Drop` may use the communicator's attributes.
+        drop(cache);
+        drop(dropped);
     }
 
-    /// What a duplicate of the communicator starts with.
-    pub(crate) fn for_duplicate(&self) -> Attributes {
-        let entries = self.entries.iter().filter(|(_, v)| v.clone_on_duplicate());
-        Attributes {
-            entries: entries.map(|(k, v)| (*k, v.clone_stored())).collect(),
-        }
-    }
-}
-
-impl Clone for Attributes {
-    fn clone(&self) -> Attributes {
-        Attributes {
-            entries: self
-                .entries
-                .iter()
-                .map(|(k, v)| (*k, v.clone_stored()))
-                .collect(),
-        }
+    /// Fills a new duplicate's attributes from these (`MPI_Comm_dup`'s copy callbacks).
+    pub(crate) fn copy_for_duplicate(&self, duplicate: &Attributes) {
+        let copies: Vec<_> = self
+            .cache
+            .borrow()
+            .entries
+            .iter()
+            .filter(|(_, v)| v.clone_on_duplicate())
+            .map(|(k, v)| (*k, v.clone_stored()))
+            .collect();
+        duplicate.cache.borrow_mut().entries = copies;
     }
 }
 
 impl fmt::Debug for Attributes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
-            .entries(self.entries.iter().map(|(k, _)| k))
+            .entries(self.cache.borrow().entries.iter().map(|(k, _)| k))
             .finish()
     }
 }
@@ -162,20 +193,45 @@ mod tests {
     #[test]
     fn values_are_kept_per_type_replaced_and_dropped() {
         let drops = Rc::new(Cell::new(0));
-        let mut attributes = Attributes::default();
-        attributes.set(Copied(1));
-        attributes.set(Counted(drops.clone()));
+        let attributes = Attributes::default();
+        attributes.set(Copied(1), true);
+        attributes.set(Counted(drops.clone()), true);
         assert_eq!(attributes.get::<Copied>(), Some(&Copied(1)));
-        attributes.set(Counted(drops.clone()));
+        attributes.set(Counted(drops.clone()), true);
         assert_eq!(drops.get(), 1, "the replaced value drops");
-        let duplicate = attributes.for_duplicate();
+        let duplicate = Attributes::default();
+        attributes.copy_for_duplicate(&duplicate);
         assert_eq!(duplicate.get::<Copied>(), Some(&Copied(1)));
         assert!(duplicate.get::<Counted>().is_none());
-        let clone = attributes.clone();
-        assert!(clone.get::<Counted>().is_some());
-        drop((attributes, clone, duplicate));
-        assert_eq!(drops.get(), 3);
+        drop((attributes, duplicate));
+        assert_eq!(drops.get(), 2);
         assert_ne!(Copied::get_key(), Counted::get_key());
         assert_eq!(Copied::get_key(), Copied::get_key());
+    }
+
+    #[test]
+    fn a_value_replaced_beside_other_handles_outlives_their_references() {
+        let drops = Rc::new(Cell::new(0));
+        let attributes = Attributes::default();
+        attributes.set(Copied(1), false);
+        attributes.set(Counted(drops.clone()), false);
+        let held = attributes.get::<Copied>().expect("set");
+        attributes.set(Copied(2), false);
+        attributes.set(Counted(drops.clone()), false);
+        assert_eq!(
+            held,
+            &Copied(1),
+            "still readable where another handle holds it"
+        );
+        assert_eq!(attributes.get::<Copied>(), Some(&Copied(2)));
+        assert_eq!(drops.get(), 0, "kept while other handles may hold it");
+        attributes.set(Counted(drops.clone()), true);
+        assert_eq!(
+            drops.get(),
+            2,
+            "dropped, with the one kept, once the setter is alone"
+        );
+        drop(attributes);
+        assert_eq!(drops.get(), 3);
     }
 }

@@ -57,6 +57,8 @@ struct Shared {
     grid: Option<Grid>,
     /// The other group and this group's own communicator, on an inter-communicator.
     inter: Option<inter::Sides>,
+    /// `MPI_Comm_set_attr`'s values, which every handle of the communicator sees.
+    attributes: Attributes,
     /// The context id, given back when the last handle drops; `None` for the world's and
     /// self's, which are fixed.
     _lease: Option<ContextLease>,
@@ -97,6 +99,7 @@ impl CommData {
                 name: RefCell::new(name.to_string()),
                 grid,
                 inter: None,
+                attributes: Attributes::default(),
                 _lease: lease,
             }),
         }
@@ -115,6 +118,7 @@ impl CommData {
                 area: AreaSlot::default(),
                 name: RefCell::new(String::new()),
                 grid: None,
+                attributes: Attributes::default(),
                 inter: Some(inter::Sides { remote, local }),
                 _lease: Some(lease),
             }),
@@ -348,19 +352,15 @@ pub enum CommunicatorRelation {
 ///
 /// Handles clone cheaply; every clone is the same communicator (it compares
 /// [`Identical`](CommunicatorRelation::Identical), shares the name and the collective
-/// sequence), and carries copies of the attributes set on the handle it was cloned from.
+/// sequence and the attributes).
 #[derive(Clone, Debug)]
 pub struct SimpleCommunicator {
     data: CommData,
-    attributes: Attributes,
 }
 
 impl SimpleCommunicator {
     pub(crate) fn new(data: CommData) -> SimpleCommunicator {
-        SimpleCommunicator {
-            data,
-            attributes: Attributes::default(),
-        }
+        SimpleCommunicator { data }
     }
 
     /// The communicator of every rank in the job (`MPI_COMM_WORLD`), as
@@ -398,10 +398,6 @@ impl SimpleCommunicator {
 pub trait Communicator {
     #[doc(hidden)]
     fn data(&self) -> &CommData;
-    #[doc(hidden)]
-    fn attributes(&self) -> &Attributes;
-    #[doc(hidden)]
-    fn attributes_mut(&mut self) -> &mut Attributes;
 
     /// This process's rank in the communicator.
     fn rank(&self) -> Rank {
@@ -444,10 +440,7 @@ pub trait Communicator {
     /// Any process of the communicator (of the remote group, on an inter-communicator), as the
     /// source of a wildcard receive.
     fn any_process(&self) -> AnyProcess<'_> {
-        AnyProcess {
-            comm: self.data(),
-            attributes: self.attributes(),
-        }
+        AnyProcess { comm: self.data() }
     }
 
     /// Bytes `count` elements of `datatype` take packed (`MPI_Pack_size`).
@@ -455,7 +448,7 @@ pub trait Communicator {
     where
         Self: Sized,
     {
-        pack::pack_size(count, datatype)
+        or_fatal(pack::pack_size(count, datatype))
     }
 
     /// `buf`'s elements packed into a new vector (`MPI_Pack`): the bytes a message of them
@@ -537,14 +530,14 @@ pub trait Communicator {
     }
     fn try_duplicate(&self) -> Result<SimpleCommunicator, Error> {
         let data = self.data();
-        let mut duplicate = data
+        let duplicate = data
             .derive(
                 0,
                 Ok((Some(data.shared.group.clone()), data.grid().cloned())),
             )
             .map(|c| c.expect("every process is a member of its duplicate"))
             .map_err(|cause| Error::new("duplicate", cause))?;
-        duplicate.attributes = self.attributes().for_duplicate();
+        (data.shared.attributes).copy_for_duplicate(&duplicate.data.shared.attributes);
         Ok(duplicate)
     }
 
@@ -760,31 +753,29 @@ impl Communicator for SimpleCommunicator {
     fn data(&self) -> &CommData {
         &self.data
     }
-    fn attributes(&self) -> &Attributes {
-        &self.attributes
-    }
-    fn attributes_mut(&mut self) -> &mut Attributes {
-        &mut self.attributes
-    }
 }
 
 /// Attributes on every communicator, trait objects included (rsmpi's `AnyCommunicator`):
 /// see [`attribute`](crate::attribute).
 pub trait AnyCommunicator: Communicator {
-    /// The value of type `A` cached on this handle (`MPI_Comm_get_attr`).
+    /// The value of type `A` cached on the communicator (`MPI_Comm_get_attr`), which every
+    /// handle of it sees.
     fn get_attr<A: CommAttribute>(&self) -> Option<&A>;
 
-    /// Caches `value` on this handle, dropping the `A` it held (`MPI_Comm_set_attr`).
+    /// Caches `value` on the communicator, replacing the `A` it held (`MPI_Comm_set_attr`):
+    /// that one drops now where this is the communicator's only handle, else when the
+    /// communicator is freed, since another handle may hold a reference to it.
     fn set_attr<A: CommAttribute>(&mut self, value: A);
 }
 
 impl<C: Communicator + ?Sized> AnyCommunicator for C {
     fn get_attr<A: CommAttribute>(&self) -> Option<&A> {
-        self.attributes().get()
+        self.data().shared.attributes.get()
     }
 
     fn set_attr<A: CommAttribute>(&mut self, value: A) {
-        self.attributes_mut().set(value)
+        let shared = &self.data().shared;
+        shared.attributes.set(value, Rc::strong_count(shared) == 1)
     }
 }
 
@@ -831,40 +822,17 @@ impl Process<'_> {
 #[derive(Clone, Copy, Debug)]
 pub struct AnyProcess<'a> {
     pub(crate) comm: &'a CommData,
-    attributes: &'a Attributes,
-}
-
-/// Attributes are a communicator handle's: a [`Process`] or [`AnyProcess`] reads those of the
-/// handle it came from, and cannot set any (rsmpi's would set them on the communicator, which
-/// every handle then sees; mpirt keeps them per handle, see [`attribute`](crate::attribute)).
-fn no_attributes_through(what: &str) -> ! {
-    crate::error::fatal(Error::new(
-        format!("set_attr on {what}"),
-        Cause::AttributesOnHandleOnly,
-    ))
 }
 
 impl Communicator for Process<'_> {
     fn data(&self) -> &CommData {
         self.comm.comm
     }
-    fn attributes(&self) -> &Attributes {
-        self.comm.attributes
-    }
-    fn attributes_mut(&mut self) -> &mut Attributes {
-        no_attributes_through("a Process")
-    }
 }
 
 impl Communicator for AnyProcess<'_> {
     fn data(&self) -> &CommData {
         self.comm
-    }
-    fn attributes(&self) -> &Attributes {
-        self.attributes
-    }
-    fn attributes_mut(&mut self) -> &mut Attributes {
-        no_attributes_through("an AnyProcess")
     }
 }
 

@@ -17,6 +17,8 @@ use std::sync::Arc;
 
 use crate::error::Cause;
 
+#[cfg(test)]
+mod extremes;
 mod layout;
 pub(crate) mod pack;
 mod user;
@@ -31,6 +33,10 @@ pub use user::{
 pub use crate::partition::{
     Partition, PartitionMut, Partitioned, PartitionedBuffer, PartitionedBufferMut,
 };
+
+/// The name of datatypes a program builds (`UserDatatype::vector` and friends), which are
+/// not the datatype of a Rust type.
+const USER_DATATYPE: &str = "user datatype";
 
 /// What one basic element is, as MPI's type matching sees it: Rust types of the same class and
 /// size are the same kind (`usize` and `u64` on a 64-bit target, `isize` and `i64`, and the
@@ -213,8 +219,11 @@ impl Datatype {
     /// The datatype and count that type matching and reductions see of `count` elements of
     /// this one: a layout whose basic elements are all of one kind is that many of them (a
     /// vector of `f64` is its `f64`s, as MPI matches by signature), any other type itself.
+    /// A contiguous user datatype is no exception: `contiguous(4, i32)` matches four `i32`s.
+    /// A contiguous layout of a Rust type (a derived struct of two `u64`s) stays that type,
+    /// which a user operation's buffers then downcast to.
     pub(crate) fn matched(self, count: usize) -> (Datatype, usize) {
-        if self.contiguous {
+        if self.layout_id().is_none() || (self.contiguous && self.name != USER_DATATYPE) {
             return (self, count);
         }
         let Ok(layout) = self.layout() else {
@@ -236,16 +245,16 @@ impl Datatype {
     }
 
     /// Why a send of this type does not match a receive of `other`: the two types' names, or,
-    /// between two layouts (whose names say little), the first basic element where their
+    /// where either is a layout (whose name says little), the first basic element where their
     /// signatures differ.
     pub(crate) fn mismatch(&self, other: &Datatype) -> Cause {
         let type_mismatch = Cause::TypeMismatch {
             send: self.name,
             receive: other.name,
         };
-        let (Some(_), Some(_)) = (self.layout_id(), other.layout_id()) else {
+        if self.layout_id().is_none() && other.layout_id().is_none() {
             return type_mismatch;
-        };
+        }
         match (self.layout(), other.layout()) {
             (Ok(send), Ok(receive)) => Cause::SignatureMismatch {
                 element: send.signature.first_difference(&receive.signature),
@@ -294,7 +303,9 @@ impl Datatype {
                 let field = field
                     .layout()
                     .unwrap_or_else(|cause| panic!("derive(Equivalence) of {name}: {cause}"));
-                layout.append(&field, 1, *offset, 0);
+                layout
+                    .append(&field, 1, *offset, 0)
+                    .unwrap_or_else(|cause| panic!("derive(Equivalence) of {name}: {cause}"));
             }
             layout.set_extent(size_of::<S>());
             Datatype::of_layout(layout, name)
@@ -324,10 +335,16 @@ fn kind_name(kind: Kind) -> &'static str {
 }
 
 /// The datatype of `T`'s elements, whatever type its `Equivalence` gives (a [`Datatype`], or
-/// a [`UserDatatype`] built on each call, whose layout is then kept once for `T`).
+/// a [`UserDatatype`] built on each call, which is built once per type and kept: a send of a
+/// `T` then costs a lookup, not a layout registered and freed).
 #[doc(hidden)]
 #[inline]
 pub fn datatype_of<T: Equivalence>() -> Datatype {
+    if <T::Out as UncommittedDatatype>::KEPT_PER_TYPE {
+        return layout::for_type(TypeId::of::<T>(), || {
+            T::equivalent_datatype().element_of::<T>()
+        });
+    }
     T::equivalent_datatype().element_of::<T>()
 }
 
@@ -444,7 +461,9 @@ unsafe impl<T: Equivalence, const N: usize> Equivalence for [T; N] {
                 let piece = element
                     .layout()
                     .unwrap_or_else(|cause| panic!("the datatype of an array: {cause}"));
-                layout.append(&piece, N, 0, piece.extent);
+                layout
+                    .append(&piece, N, 0, piece.extent)
+                    .unwrap_or_else(|cause| panic!("the datatype of an array of {N}: {cause}"));
                 Datatype::of_layout(layout, "array")
             }),
         }
@@ -606,6 +625,45 @@ mod tests {
             <[Complex<f32>; 2]>::equivalent_datatype().kind(),
             Some(Kind::Complex(8))
         );
+    }
+
+    /// A type whose `Equivalence` builds a user datatype, counting how often it is asked.
+    #[derive(Clone, Copy)]
+    #[repr(C)]
+    struct Pair {
+        first: u32,
+        second: u32,
+    }
+
+    static PAIR_BUILT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    // SAFETY: two `u32`s without padding, as the datatype says.
+    unsafe impl Equivalence for Pair {
+        type Out = UserDatatype;
+        fn equivalent_datatype() -> UserDatatype {
+            PAIR_BUILT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            UserDatatype::contiguous(2, &u32::equivalent_datatype())
+        }
+    }
+
+    #[test]
+    fn a_user_datatype_of_a_rust_type_is_built_once() {
+        let first = datatype_of::<Pair>();
+        let pairs = [Pair {
+            first: 1,
+            second: 2,
+        }; 3];
+        for _ in 0..1000 {
+            assert_eq!(Buffer::datatype(&pairs[..]), first);
+        }
+        let other_thread = std::thread::spawn(datatype_of::<Pair>).join().unwrap();
+        assert_eq!(other_thread.layout_id(), first.layout_id());
+        assert_eq!(
+            PAIR_BUILT.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "equivalent_datatype is asked once, not per use"
+        );
+        assert_eq!(first.size(), 8);
     }
 
     #[test]

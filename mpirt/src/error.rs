@@ -72,6 +72,9 @@ pub enum Cause {
     /// Packed bytes that do not fit the buffer given for them (`pack_into`), or a buffer
     /// that asks for more than the packed bytes hold (`unpack_into`).
     PackOverflow { needed: usize, room: usize },
+    /// A pack or unpack position or count that cannot be: negative, or a position past the
+    /// largest `Count`.
+    InvalidPack(String),
     /// A datatype used after the user datatype it came from was dropped.
     FreedDatatype { type_name: &'static str },
     /// The send and the receive datatypes' signatures (their basic elements, in order)
@@ -131,9 +134,6 @@ pub enum Cause {
     /// An operation of inter-communicators (a merge, a leader's part) that cannot be done as
     /// asked: the groups overlap, the remote leader failed, ...
     InvalidInterCommunicator(String),
-    /// `set_attr` through a `Process` or an `AnyProcess`, which have no attributes of their
-    /// own.
-    AttributesOnHandleOnly,
     /// A spawn's arguments that cannot be (no processes, a program not found, ...).
     InvalidSpawn(String),
     /// A spawn, which mpirt does not do.
@@ -226,6 +226,7 @@ impl fmt::Display for Cause {
                 f,
                 "{needed} bytes are needed from the packed buffer's start, which holds {room}"
             ),
+            Cause::InvalidPack(why) => write!(f, "{why}"),
             Cause::FreedDatatype { type_name } => write!(
                 f,
                 "the {type_name} was freed (its UserDatatype dropped) before this use"
@@ -310,11 +311,6 @@ impl fmt::Display for Cause {
                  start a job's processes together, and messaging takes no peers after \
                  wire-up; start every process with the job (rsrun -n, or a multi-program \
                  launch) and split the world instead"
-            ),
-            Cause::AttributesOnHandleOnly => write!(
-                f,
-                "attributes are set on a communicator handle, not on a process of it (set it \
-                 on the communicator the process came from)"
             ),
             Cause::TagsDisagree { tag, other, rank } => write!(
                 f,

@@ -388,6 +388,73 @@ fn mixed_layouts_in_one_collective(world: &SimpleCommunicator, column: &UserData
     } else {
         root.reduce_into(&mine[..], sum());
     }
+    contiguous_against_slices(world);
+}
+
+/// A contiguous user type (four `i32`s in one element, no gaps) matches a slice of four
+/// `i32`s on the other side, as MPI matches type signatures, not datatypes: in a
+/// collective (an all-reduce and a broadcast, one rank per layout) and point to point.
+fn contiguous_against_slices(world: &SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    let four = UserDatatype::contiguous(4, &i32::equivalent_datatype());
+    let mine = [rank, rank + 1, rank + 2, rank + 3];
+    let ranks: i32 = (0..size).sum();
+    let want = [ranks, ranks + size, ranks + 2 * size, ranks + 3 * size];
+    let mut sums = [0i32; 4];
+    if rank % 2 == 0 {
+        // SAFETY: one element of four `i32`s over four `i32`s.
+        let send = unsafe { View::with_count_and_datatype(&mine[..], 1, &four) };
+        world.all_reduce_into(
+            &send,
+            &mut sums[..],
+            mpirt::collective::SystemOperation::sum(),
+        );
+    } else {
+        // SAFETY: as above.
+        let mut receive = unsafe { MutView::with_count_and_datatype(&mut sums[..], 1, &four) };
+        world.all_reduce_into(
+            &mine[..],
+            &mut receive,
+            mpirt::collective::SystemOperation::sum(),
+        );
+    }
+    assert_eq!(
+        sums, want,
+        "all_reduce_into of contiguous(4, i32) and [i32; 4]"
+    );
+    let mut got = [0i32; 4];
+    let root = world.process_at_rank(0);
+    if rank == 0 {
+        got = [7, 8, 9, 10];
+        // SAFETY: as above.
+        let mut v = unsafe { MutView::with_count_and_datatype(&mut got[..], 1, &four) };
+        root.broadcast_into(&mut v);
+    } else {
+        root.broadcast_into(&mut got[..]);
+    }
+    assert_eq!(
+        got,
+        [7, 8, 9, 10],
+        "broadcast_into of contiguous(4, i32) and [i32; 4]"
+    );
+    if size > 1 && rank < 2 {
+        let peer = world.process_at_rank(1 - rank);
+        let mut back = [0i32; 4];
+        if rank == 0 {
+            // SAFETY: as above.
+            let send = unsafe { View::with_count_and_datatype(&mine[..], 1, &four) };
+            peer.send(&send);
+            peer.receive_into(&mut back[..]);
+            assert_eq!(back, [1, 2, 3, 4]);
+        } else {
+            // SAFETY: as above.
+            let mut v = unsafe { MutView::with_count_and_datatype(&mut back[..], 1, &four) };
+            peer.receive_into(&mut v);
+            assert_eq!(back, [0, 1, 2, 3]);
+            peer.send(&mine[..]);
+        }
+    }
+    println!("contiguous(4, i32) matches [i32; 4]");
 }
 
 /// Varcount collectives (and a reduce-scatter's counts) in elements of a vector type: a

@@ -178,6 +178,54 @@ fn attributes(world: &SimpleCommunicator) {
     assert_eq!(drops.get(), 2, "values drop with their communicator");
     drop(dup);
     assert_eq!(drops.get(), 3);
+
+    // The values belong to the communicator: every handle of it sees them.
+    let mut comm = world.duplicate();
+    let mut other = comm.clone();
+    other.set_attr(Label(5));
+    assert_eq!(
+        comm.get_attr::<Label>(),
+        Some(&Label(5)),
+        "set through a clone"
+    );
+    comm.set_attr(Tracked {
+        value: 30,
+        drops: drops.clone(),
+    });
+    let held = other
+        .get_attr::<Tracked>()
+        .expect("set through the first handle");
+    // Replaced through a third handle while `held` lives: kept, not dropped.
+    let mut third = comm.clone();
+    third.set_attr(Tracked {
+        value: 31,
+        drops: drops.clone(),
+    });
+    assert_eq!(
+        held.value, 30,
+        "a reference through another handle stays valid"
+    );
+    assert_eq!(drops.get(), 3, "kept while other handles may hold it");
+    assert_eq!(comm.get_attr::<Tracked>().map(|t| t.value), Some(31));
+    drop((other, third));
+    comm.set_attr(Tracked {
+        value: 32,
+        drops: drops.clone(),
+    });
+    assert_eq!(drops.get(), 5, "the last handle drops both replaced values");
+    drop(comm);
+    assert_eq!(
+        drops.get(),
+        6,
+        "the value drops with the communicator's last handle"
+    );
+    let mut world_again = SimpleCommunicator::world();
+    world_again.set_attr(Label(9));
+    assert_eq!(
+        world.get_attr::<Label>(),
+        Some(&Label(9)),
+        "a second world handle"
+    );
     println!("attributes ok");
 }
 

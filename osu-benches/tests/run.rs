@@ -113,6 +113,18 @@ fn bandwidth_format_including_rendezvous_sizes() {
 }
 
 #[test]
+fn halo_column_format_and_its_own_check_of_the_halo() {
+    // The program asserts the halo it received at the largest size, past the eager limit.
+    check(
+        "halo_column",
+        &["-m", "4096:262144", "-i", "10", "-x", "2"],
+        "Halo Exchange of a Strided Column (vector datatype) Test",
+        "Bandwidth (MB/s)",
+        &[4096, 8192, 16384, 32768, 65536, 131072, 262144],
+    );
+}
+
+#[test]
 fn bi_bandwidth_format() {
     check(
         "osu_bibw",

@@ -1,7 +1,7 @@
 //! ranks: 2
 //! Attributes cached on communicators as rsmpi programs use them: cloned on duplicate or not
-//! as their type says, replaced and dropped, and set through a trait object; and the self
-//! communicator. (Not names: rsmpi 0.8.2's `get_name` reads its buffer through a pointer to a
+//! as their type says, replaced and dropped, set through a trait object, and seen through
+//! another handle of the same communicator; and the self communicator. (Not names: rsmpi 0.8.2's `get_name` reads its buffer through a pointer to a
 //! temporary that is already gone, and in a release build it returns garbage; mpirt's own
 //! tests check names.)
 
@@ -77,4 +77,10 @@ fn main() {
     drop(comm);
     assert_eq!(DROPS.with(Cell::get), 3);
     println!("rank {rank}: attributes cloned, replaced and dropped as their types say");
+
+    // Attributes belong to the communicator: a second handle of the world sees them.
+    let mut world_again = universe.world();
+    world_again.set_attr(Kept("on the world"));
+    assert_eq!(world.get_attr::<Kept>(), Some(&Kept("on the world")));
+    println!("rank {rank}: another handle of the world sees its attributes");
 }

@@ -4,7 +4,6 @@
 
 use super::grid::{self, Grid};
 use super::{CommData, Communicator, SimpleCommunicator};
-use crate::attribute::Attributes;
 use crate::communicator::{AsCommunicator, Color, Rank};
 use crate::context;
 use crate::error::{or_fatal, Cause, Error};
@@ -266,12 +265,6 @@ impl CartesianCommunicator {
 impl Communicator for CartesianCommunicator {
     fn data(&self) -> &CommData {
         &self.comm.data
-    }
-    fn attributes(&self) -> &Attributes {
-        &self.comm.attributes
-    }
-    fn attributes_mut(&mut self) -> &mut Attributes {
-        &mut self.comm.attributes
     }
 }
 

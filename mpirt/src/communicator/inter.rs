@@ -8,7 +8,6 @@
 //! union of the two groups' agreed sets (see `context`), so its messages match no
 //! intra-communicator's on any member.
 
-use crate::attribute::Attributes;
 use crate::collective::{self, CommunicatorCollectives, Operation, Root};
 use crate::context::{self, Proposal, WORDS};
 use crate::datatype::{Buffer, BufferMut};
@@ -72,7 +71,6 @@ pub(crate) struct Sides {
 #[derive(Clone, Debug)]
 pub struct InterCommunicator {
     data: CommData,
-    attributes: Attributes,
 }
 
 /// Which group comes first when an inter-communicator merges (`MPI_Intercomm_merge`'s
@@ -117,12 +115,6 @@ impl InterCommunicator {
 impl Communicator for InterCommunicator {
     fn data(&self) -> &CommData {
         &self.data
-    }
-    fn attributes(&self) -> &Attributes {
-        &self.attributes
-    }
-    fn attributes_mut(&mut self) -> &mut Attributes {
-        &mut self.attributes
     }
 }
 
@@ -237,7 +229,6 @@ pub(super) fn create(
     );
     Ok(InterCommunicator {
         data: CommData::inter(own, remote, context::lease(header[2] as u32)),
-        attributes: Attributes::default(),
     })
 }
 

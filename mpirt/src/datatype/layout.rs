@@ -3,10 +3,61 @@
 //! elements in order) that a matching send and receive share. Packing and unpacking move the
 //! blocks' bytes and nothing else, so padding between them is never read or sent.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::Kind;
+
+/// The most bytes a datatype's offsets, extent and packed size may reach: what one Rust
+/// allocation, and so one pointer offset, can span. Every sum and product on them is checked
+/// against it, since a wrapped one would let a view pass its bounds check and reach memory
+/// outside its buffer.
+pub(crate) const MAX_BYTES: usize = isize::MAX as usize;
+
+/// The most separate blocks one layout keeps: it lists them (16 bytes each), so a vector of
+/// billions of blocks, or of the same block over and over, is refused by name rather than
+/// ending the process when memory runs out.
+pub(crate) const MAX_BLOCKS: usize = 1 << 26;
+
+/// Why a layout cannot be: a quantity that would pass [`MAX_BYTES`], or more blocks than
+/// [`MAX_BLOCKS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TooLarge {
+    Bytes(&'static str),
+    Blocks(usize),
+}
+
+impl fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TooLarge::Bytes(what) => write!(
+                f,
+                "{what} would pass {MAX_BYTES} bytes (isize::MAX), more than any buffer can hold"
+            ),
+            TooLarge::Blocks(blocks) => write!(
+                f,
+                "{blocks} separate blocks would pass {MAX_BLOCKS}, the most mpirt keeps for one \
+                 datatype (it lists them)"
+            ),
+        }
+    }
+}
+
+/// `a + b`, if it stays within [`MAX_BYTES`], else which quantity `what` would pass it.
+pub(crate) fn add(a: usize, b: usize, what: &'static str) -> Result<usize, TooLarge> {
+    a.checked_add(b)
+        .filter(|&sum| sum <= MAX_BYTES)
+        .ok_or(TooLarge::Bytes(what))
+}
+
+/// `a * b`, if it stays within [`MAX_BYTES`], else which quantity `what` would pass it.
+pub(crate) fn mul(a: usize, b: usize, what: &'static str) -> Result<usize, TooLarge> {
+    a.checked_mul(b)
+        .filter(|&product| product <= MAX_BYTES)
+        .ok_or(TooLarge::Bytes(what))
+}
 
 /// One run of bytes of an element, `offset` bytes from the element's start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,32 +154,37 @@ pub(crate) struct Signature(Vec<Run>);
 
 impl Signature {
     pub fn one(element: Element, count: usize) -> Signature {
-        let mut signature = Signature::default();
-        signature.push(element, count);
-        signature
+        Signature(match count {
+            0 => Vec::new(),
+            _ => vec![Run { element, count }],
+        })
     }
 
-    fn push(&mut self, element: Element, count: usize) {
+    fn push(&mut self, element: Element, count: usize) -> Result<(), TooLarge> {
         if count == 0 {
-            return;
+            return Ok(());
         }
         match self.0.last_mut() {
-            Some(last) if last.element == element => last.count += count,
+            Some(last) if last.element == element => {
+                last.count = add(last.count, count, "the number of basic elements")?;
+            }
             _ => self.0.push(Run { element, count }),
         }
+        Ok(())
     }
 
-    fn extend(&mut self, other: &Signature, times: usize) {
+    fn extend(&mut self, other: &Signature, times: usize) -> Result<(), TooLarge> {
         // A signature of one kind repeats as one longer run.
         if let [run] = other.0.as_slice() {
-            self.push(run.element, run.count * times);
-            return;
+            let count = mul(run.count, times, "the number of basic elements")?;
+            return self.push(run.element, count);
         }
         for _ in 0..times {
             for run in &other.0 {
-                self.push(run.element, run.count);
+                self.push(run.element, run.count)?;
             }
         }
+        Ok(())
     }
 
     /// The only element kind, when there is one.
@@ -160,7 +216,9 @@ impl Signature {
     }
 }
 
-/// A datatype's layout: blocks, extent and signature (MPI's type map, normalized).
+/// A datatype's layout: blocks, extent and signature (MPI's type map, normalized). Its
+/// offsets, extent, span and size stay within [`MAX_BYTES`]: [`append`](Self::append) and
+/// [`round_extent`](Self::round_extent) refuse what would pass it.
 #[derive(Clone, Debug)]
 pub(crate) struct Layout {
     /// In type-map order (the order bytes are packed in); neighbours that touch are merged.
@@ -169,6 +227,8 @@ pub(crate) struct Layout {
     /// bound (MPI's extent; the lower bound is the lowest displacement).
     pub extent: usize,
     lower: Option<usize>,
+    /// Where the last-ending block of one element ends: the bytes one element reaches.
+    end: usize,
     /// Bytes of data per element: the blocks' lengths summed.
     pub size: usize,
     /// The largest basic element's alignment: what a struct's extent is rounded to.
@@ -178,7 +238,8 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
-    /// One basic element (or an element known by its name) of `size` bytes, `count` times.
+    /// One basic element (or an element known by its name) of `size` bytes, `count` times:
+    /// a Rust type's, whose size is that of a value in memory.
     pub fn basic(element: Element, count: usize) -> Layout {
         let size = element.size() * count;
         Layout {
@@ -192,6 +253,7 @@ impl Layout {
             },
             extent: size,
             lower: Some(0),
+            end: size,
             size,
             align: element.align(),
             needs_check: element.needs_check(),
@@ -205,6 +267,7 @@ impl Layout {
             blocks: Vec::new(),
             extent: 0,
             lower: None,
+            end: 0,
             size: 0,
             align: 1,
             signature: Signature::default(),
@@ -213,28 +276,74 @@ impl Layout {
     }
 
     /// Appends `count` elements of `piece`, the first at `offset`, each `stride` bytes after
-    /// the last; the extent grows to cover them.
-    pub fn append(&mut self, piece: &Layout, count: usize, offset: usize, stride: usize) {
-        for i in 0..count {
-            let base = offset + i * stride;
-            for block in &piece.blocks {
-                self.push_block(base + block.offset, block.len);
+    /// the last; the extent grows to cover them. Refused, naming what would pass
+    /// [`MAX_BYTES`], where an offset, the extent or the size would: the layout is then
+    /// left half-built, to be dropped.
+    pub fn append(
+        &mut self,
+        piece: &Layout,
+        count: usize,
+        offset: usize,
+        stride: usize,
+    ) -> Result<(), TooLarge> {
+        self.align = self.align.max(piece.align);
+        self.needs_check |= piece.needs_check;
+        // An empty piece has no bounds (MPI's empty type map): it adds nothing.
+        if count == 0 || piece.lower.is_none() {
+            return Ok(());
+        }
+        // Every bound is checked before a block is pushed: the last element's end bounds
+        // every block's offset and length, so the pushes need no checks of their own.
+        let last = add(
+            offset,
+            mul(count - 1, stride, "the offset of the last block")?,
+            "the offset of the last block",
+        )?;
+        let end = add(last, piece.end, "the end of the last block")?;
+        let piece_lower = add(offset, piece.lower.unwrap_or(0), "the lower bound")?;
+        let upper = add(
+            add(last, piece.lower.unwrap_or(0), "the upper bound")?,
+            piece.extent,
+            "the upper bound",
+        )?;
+        let size = add(self.size, mul(piece.size, count, "the size")?, "the size")?;
+        // Elements of one block each, every one starting where the last ends (a contiguous
+        // type, a vector's block), make one block, without a push per element.
+        let merged = matches!(piece.blocks.as_slice(), [block] if stride == block.len);
+        if !merged {
+            let blocks = count
+                .checked_mul(piece.blocks.len())
+                .and_then(|new| new.checked_add(self.blocks.len()))
+                .unwrap_or(usize::MAX);
+            if blocks > MAX_BLOCKS {
+                return Err(TooLarge::Blocks(blocks));
             }
         }
-        if count > 0 {
-            let piece_lower = offset + piece.lower.unwrap_or(0);
-            let end = piece_lower + (count - 1) * stride + piece.extent;
-            let upper = self.lower.map_or(end, |lower| end.max(lower + self.extent));
-            let lower = self
-                .lower
-                .map_or(piece_lower, |lower| lower.min(piece_lower));
-            self.lower = Some(lower);
-            self.extent = upper - lower;
+        self.signature.extend(&piece.signature, count)?;
+        match piece.blocks.as_slice() {
+            [block] if merged => {
+                self.push_block(offset + block.offset, block.len * count);
+            }
+            blocks => {
+                for i in 0..count {
+                    let base = offset + i * stride;
+                    for block in blocks {
+                        self.push_block(base + block.offset, block.len);
+                    }
+                }
+            }
         }
-        self.size += piece.size * count;
-        self.align = self.align.max(piece.align);
-        self.signature.extend(&piece.signature, count);
-        self.needs_check |= piece.needs_check;
+        let upper = self
+            .lower
+            .map_or(upper, |lower| upper.max(lower + self.extent));
+        let lower = self
+            .lower
+            .map_or(piece_lower, |lower| lower.min(piece_lower));
+        self.lower = Some(lower);
+        self.extent = upper - lower;
+        self.end = self.end.max(end);
+        self.size = size;
+        Ok(())
     }
 
     fn push_block(&mut self, offset: usize, len: usize) {
@@ -249,8 +358,13 @@ impl Layout {
 
     /// Rounds the extent up to the largest alignment of its elements, as MPI does for
     /// structs, so that an array of them steps as Rust lays it out.
-    pub fn round_extent(&mut self) {
-        self.extent = self.extent.div_ceil(self.align) * self.align;
+    pub fn round_extent(&mut self) -> Result<(), TooLarge> {
+        self.extent = mul(
+            self.extent.div_ceil(self.align),
+            self.align,
+            "the extent rounded to the alignment",
+        )?;
+        Ok(())
     }
 
     /// Sets the bounds to a Rust struct's: from 0 to its size.
@@ -273,18 +387,39 @@ impl Layout {
         self.needs_check
     }
 
-    /// Bytes from the buffer's start that `count` elements reach.
-    pub fn span(&self, count: usize) -> usize {
-        let end = self.blocks.iter().map(|b| b.offset + b.len).max();
-        match (count, end) {
-            (0, _) | (_, None) => 0,
-            (count, Some(end)) => (count - 1) * self.extent + end,
+    /// Bytes from the buffer's start that `count` elements reach, unless that would pass
+    /// [`MAX_BYTES`] (no buffer holds them).
+    pub fn span(&self, count: usize) -> Result<usize, TooLarge> {
+        if count == 0 || self.blocks.is_empty() {
+            return Ok(0);
         }
+        let last = mul(count - 1, self.extent, "the span of the elements")?;
+        add(last, self.end, "the span of the elements")
+    }
+
+    /// Bytes `count` elements take packed, unless that would pass [`MAX_BYTES`].
+    pub fn packed_len(&self, count: usize) -> Result<usize, TooLarge> {
+        mul(count, self.size, "the packed size of the elements")
     }
 
     /// Where two blocks of `count` elements overlap, if they do: a receive would write the
-    /// same bytes twice.
+    /// same bytes twice. `count` elements' [`span`](Self::span) must be known to fit (every
+    /// offset here is below it).
     pub fn overlap(&self, count: usize) -> Option<(usize, usize)> {
+        // The common case, a receive view of a vector or a struct, in one pass and without a
+        // list of every element's blocks: blocks in rising order that do not touch each
+        // other, and an element that ends before the next one's first block.
+        let rising = self
+            .blocks
+            .windows(2)
+            .all(|w| w[0].offset + w[0].len <= w[1].offset);
+        let apart = match (self.blocks.first(), count) {
+            (_, 0 | 1) | (None, _) => true,
+            (Some(first), _) => self.end <= self.extent + first.offset,
+        };
+        if rising && apart {
+            return None;
+        }
         let mut all: Vec<Block> = (0..count)
             .flat_map(|i| {
                 self.blocks.iter().map(move |b| Block {
@@ -304,9 +439,11 @@ impl Layout {
     /// # Safety
     /// `base` must be valid for reads of `span(count)` bytes, initialized where the blocks lie.
     pub unsafe fn pack(&self, count: usize, base: *const u8, out: &mut [u8]) {
+        // Checked, not wrapped: a wrapped product equal to a short buffer's length would let
+        // the copies below run past it.
         assert_eq!(
-            out.len(),
-            count * self.size,
+            Some(out.len()),
+            count.checked_mul(self.size),
             "a packed buffer of the type's size"
         );
         let mut at = 0;
@@ -334,7 +471,9 @@ impl Layout {
     /// `count * size` bytes long.
     pub unsafe fn unpack(&self, count: usize, base: *mut u8, packed: &[u8]) {
         assert!(
-            packed.len() <= count * self.size,
+            count
+                .checked_mul(self.size)
+                .is_some_and(|size| packed.len() <= size),
             "packed bytes of at most count elements"
         );
         let mut at = 0;
@@ -437,8 +576,29 @@ pub(crate) fn lookup(id: u64) -> Option<Arc<Layout>> {
         .and_then(|r| r.layouts.get(&id).cloned())
 }
 
+thread_local! {
+    /// This thread's copies of `Registry::by_type`'s entries it has used: a send of a type
+    /// kept there looks it up here, without the registry's lock.
+    static KEPT: RefCell<HashMap<std::any::TypeId, super::Datatype>> =
+        RefCell::new(HashMap::new());
+}
+
 /// The datatype kept for the Rust type `type_id`, made by `make` the first time.
 pub(crate) fn for_type(
+    type_id: std::any::TypeId,
+    make: impl FnOnce() -> super::Datatype,
+) -> super::Datatype {
+    if let Some(found) = KEPT.with(|kept| kept.borrow().get(&type_id).copied()) {
+        return found;
+    }
+    let kept = kept_for_type(type_id, make);
+    KEPT.with(|cache| cache.borrow_mut().insert(type_id, kept));
+    kept
+}
+
+/// [`for_type`] past this thread's cache: the registry's entry, made if there is none.
+#[cold]
+fn kept_for_type(
     type_id: std::any::TypeId,
     make: impl FnOnce() -> super::Datatype,
 ) -> super::Datatype {
@@ -452,7 +612,14 @@ pub(crate) fn for_type(
     let made = make();
     let mut guard = registry();
     let registry = guard.as_mut().expect("set up by registry()");
-    *registry.by_type.entry(type_id).or_insert(made)
+    let kept = *registry.by_type.entry(type_id).or_insert(made);
+    // Another thread made one first: this one's layout is not needed.
+    if let (Some(mine), Some(theirs)) = (made.layout_id(), kept.layout_id()) {
+        if mine != theirs {
+            registry.layouts.remove(&mine);
+        }
+    }
+    kept
 }
 
 #[cfg(test)]
@@ -474,7 +641,7 @@ mod tests {
         let mut l = Layout::empty();
         // Displacements 8, 4, 0: packed in that order, not memory order.
         for offset in [8, 4, 0] {
-            l.append(&int(), 1, offset, 0);
+            l.append(&int(), 1, offset, 0).unwrap();
         }
         assert_eq!(l.extent, 12);
         assert_eq!(l.size, 12);
@@ -489,7 +656,7 @@ mod tests {
             .collect();
         assert_eq!(got, [3, 2, 1]);
         let mut contiguous = Layout::empty();
-        contiguous.append(&int(), 3, 0, 4);
+        contiguous.append(&int(), 3, 0, 4).unwrap();
         assert!(contiguous.is_contiguous());
         assert_eq!(contiguous.blocks(), &[Block { offset: 0, len: 12 }]);
     }
@@ -504,11 +671,11 @@ mod tests {
             1,
         );
         let mut a = Layout::empty();
-        a.append(&int(), 3, 0, 4);
-        a.append(&float, 1, 12, 8);
+        a.append(&int(), 3, 0, 4).unwrap();
+        a.append(&float, 1, 12, 8).unwrap();
         let mut b = Layout::empty();
-        b.append(&int(), 2, 0, 4);
-        b.append(&float, 2, 8, 8);
+        b.append(&int(), 2, 0, 4).unwrap();
+        b.append(&float, 2, 8, 8).unwrap();
         assert_eq!(a.signature.first_difference(&b.signature), 2);
         assert_eq!(a.signature.first_difference(&a.signature), 4);
     }
@@ -516,10 +683,10 @@ mod tests {
     #[test]
     fn overlapping_blocks_are_found() {
         let mut l = Layout::empty();
-        l.append(&int(), 2, 0, 2);
+        l.append(&int(), 2, 0, 2).unwrap();
         assert_eq!(l.overlap(1), Some((0, 2)));
         let mut vector = Layout::empty();
-        vector.append(&int(), 2, 0, 8);
+        vector.append(&int(), 2, 0, 8).unwrap();
         assert_eq!(vector.overlap(3), None);
         // An extent shorter than the span: the second element lands on the first.
         vector.set_extent(2);

@@ -7,8 +7,39 @@ use crate::error::{Cause, Error};
 use crate::point_to_point::{Count, Outgoing};
 
 /// Bytes `count` elements of `datatype` take packed (`MPI_Pack_size`).
-pub(crate) fn pack_size<D: UncommittedDatatype>(count: Count, datatype: &D) -> Count {
-    (count.max(0) as usize * datatype.descriptor().size()) as Count
+pub(crate) fn pack_size<D: UncommittedDatatype>(
+    count: Count,
+    datatype: &D,
+) -> Result<Count, Error> {
+    let fail = |why| Error::new("pack_size", Cause::InvalidPack(why));
+    let size = datatype.descriptor().size();
+    let elements =
+        usize::try_from(count).map_err(|_| fail(format!("the count is negative ({count})")))?;
+    elements
+        .checked_mul(size)
+        .and_then(|bytes| Count::try_from(bytes).ok())
+        .ok_or_else(|| {
+            fail(format!(
+                "{count} elements of {size} bytes take more than {} bytes, the largest Count",
+                Count::MAX
+            ))
+        })
+}
+
+/// `position` as a byte offset, refused where negative.
+fn start(position: Count) -> Result<usize, Cause> {
+    usize::try_from(position)
+        .map_err(|_| Cause::InvalidPack(format!("the position is negative ({position})")))
+}
+
+/// The position after `end` bytes, refused where it is past what a `Count` holds.
+fn position_after(end: usize) -> Result<Count, Cause> {
+    Count::try_from(end).map_err(|_| {
+        Cause::InvalidPack(format!(
+            "the position after the elements, byte {end}, is past {}, the largest Count",
+            Count::MAX
+        ))
+    })
 }
 
 /// Appends `buf`'s elements, packed, to `out` at `position`; returns the position after them.
@@ -20,7 +51,7 @@ pub(crate) fn pack_into<B: Buffer + ?Sized>(
     let fail = |cause| Error::new("pack_into", cause);
     let packed = Outgoing::of(buf).map_err(fail)?;
     let bytes = packed.bytes();
-    let start = position.max(0) as usize;
+    let start = start(position).map_err(fail)?;
     let end = start + bytes.len();
     if end > out.len() {
         return Err(fail(Cause::PackOverflow {
@@ -28,8 +59,9 @@ pub(crate) fn pack_into<B: Buffer + ?Sized>(
             room: out.len(),
         }));
     }
+    let after = position_after(end).map_err(fail)?;
     out[start..end].copy_from_slice(bytes);
-    Ok(end as Count)
+    Ok(after)
 }
 
 /// Unpacks from `packed` at `position` into `buf`'s elements; returns the position after them.
@@ -40,7 +72,7 @@ pub(crate) fn unpack_into<B: BufferMut + ?Sized>(
 ) -> Result<Count, Error> {
     let fail = |cause| Error::new("unpack_into", cause);
     let datatype = buf.datatype();
-    let start = position.max(0) as usize;
+    let start = start(position).map_err(fail)?;
     let end = start + buf.byte_len();
     if end > packed.len() {
         return Err(fail(Cause::PackOverflow {
@@ -54,9 +86,10 @@ pub(crate) fn unpack_into<B: BufferMut + ?Sized>(
             type_name: datatype.name(),
         }));
     }
+    let after = position_after(end).map_err(fail)?;
     let layout = datatype.layout().map_err(fail)?;
     // SAFETY: `BufferMut` makes the pointer valid for writes of the span of `count()`
     // elements (checked where a view is made), and the bytes passed the datatype's checks.
     unsafe { layout.unpack(buf.count(), buf.pointer_mut(), bytes) };
-    Ok(end as Count)
+    Ok(after)
 }

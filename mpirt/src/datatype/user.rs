@@ -7,8 +7,8 @@
 
 use std::marker::PhantomData;
 
-use super::layout::{self, Layout};
-use super::{datatype_of, Buffer, BufferMut, Datatype, Equivalence};
+use super::layout::{self, Layout, TooLarge};
+use super::{datatype_of, Buffer, BufferMut, Datatype, Equivalence, USER_DATATYPE};
 use crate::point_to_point::Count;
 
 pub use crate::collective::{DynBuffer, DynBufferMut};
@@ -36,8 +36,13 @@ pub trait UncommittedDatatype {
     #[doc(hidden)]
     fn descriptor(&self) -> Datatype;
 
-    /// The datatype of the Rust type `T` whose `Equivalence` returned this: a user datatype
-    /// made on every call keeps its layout once for `T`, which the buffers of `T` refer to.
+    /// Whether the datatype of a Rust type whose `Equivalence` returns this is kept once per
+    /// type (a user datatype, which `equivalent_datatype` builds on every call), rather than
+    /// asked for on every use (a basic type's, a constant).
+    #[doc(hidden)]
+    const KEPT_PER_TYPE: bool = false;
+
+    /// The datatype of the Rust type `T` whose `Equivalence` returned this.
     #[doc(hidden)]
     #[inline]
     fn element_of<T: 'static>(self) -> Datatype
@@ -87,6 +92,17 @@ fn non_negative(constructor: &str, what: &str, value: isize) -> usize {
     })
 }
 
+/// The layout `build` makes, or a panic naming `constructor`, the values it was given and
+/// what would pass the bytes any buffer can hold: a wrapped offset or extent would let views
+/// of the type reach outside their buffers.
+fn checked_layout(
+    constructor: &str,
+    given: impl FnOnce() -> String,
+    build: impl FnOnce() -> Result<Layout, TooLarge>,
+) -> Layout {
+    build().unwrap_or_else(|cause| panic!("{constructor}: {}: {cause}", given()))
+}
+
 /// A datatype built from others (`MPI_Type_create_*`), not yet committed. mpirt needs no
 /// commit step, but keeps rsmpi's two types so that programs port.
 #[derive(Debug)]
@@ -100,7 +116,7 @@ pub struct UserDatatype(Datatype);
 
 impl UncommittedUserDatatype {
     fn build(layout: Layout) -> Self {
-        UncommittedUserDatatype(Datatype::of_layout(layout, "user datatype"))
+        UncommittedUserDatatype(Datatype::of_layout(layout, USER_DATATYPE))
     }
 
     /// `count` elements of `oldtype` back to back (`MPI_Type_contiguous`).
@@ -108,8 +124,15 @@ impl UncommittedUserDatatype {
         const NAME: &str = "UserDatatype::contiguous";
         let count = non_negative(NAME, "the count", count as isize);
         let old = layout_for(NAME, oldtype);
-        let mut layout = Layout::empty();
-        layout.append(&old, count, 0, old.extent);
+        let layout = checked_layout(
+            NAME,
+            || format!("{count} elements of extent {}", old.extent),
+            || {
+                let mut layout = Layout::empty();
+                layout.append(&old, count, 0, old.extent)?;
+                Ok(layout)
+            },
+        );
         Self::build(layout)
     }
 
@@ -123,8 +146,15 @@ impl UncommittedUserDatatype {
     ) -> Self {
         const NAME: &str = "UserDatatype::vector";
         let old = layout_for(NAME, oldtype);
-        let stride = non_negative(NAME, "the stride", stride as isize) * old.extent;
-        Self::strided(NAME, count, blocklength, stride as isize, &old)
+        let elements = non_negative(NAME, "the stride", stride as isize);
+        let stride =
+            layout::mul(elements, old.extent, "the stride in bytes").unwrap_or_else(|cause| {
+                panic!(
+                    "{NAME}: a stride of {elements} elements of extent {}: {cause}",
+                    old.extent
+                )
+            });
+        Self::strided(NAME, count, blocklength, stride as Address, &old)
     }
 
     /// As [`vector`](Self::vector), with the stride in bytes (`MPI_Type_create_hvector`).
@@ -149,10 +179,27 @@ impl UncommittedUserDatatype {
         let count = non_negative(name, "the count", count as isize);
         let blocklength = non_negative(name, "the block length", blocklength as isize);
         let stride = non_negative(name, "the stride", stride);
-        let mut layout = Layout::empty();
-        for i in 0..count {
-            layout.append(old, blocklength, i * stride, old.extent);
-        }
+        let layout = checked_layout(
+            name,
+            || {
+                format!(
+                    "{count} blocks of {blocklength} elements of extent {}, {stride} bytes apart",
+                    old.extent
+                )
+            },
+            || {
+                // No blocks: empty, however long the block it does not have would be.
+                let mut layout = Layout::empty();
+                if count == 0 {
+                    return Ok(layout);
+                }
+                // One block, repeated: the blocks of a vector whose blocks touch merge into one.
+                let mut block = Layout::empty();
+                block.append(old, blocklength, 0, old.extent)?;
+                layout.append(&block, count, 0, stride)?;
+                Ok(layout)
+            },
+        );
         Self::build(layout)
     }
 
@@ -167,7 +214,17 @@ impl UncommittedUserDatatype {
         let old = layout_for(NAME, oldtype);
         let displacements: Vec<Address> = displacements
             .iter()
-            .map(|&d| (non_negative(NAME, "a displacement", d as isize) * old.extent) as Address)
+            .map(|&d| {
+                let elements = non_negative(NAME, "a displacement", d as isize);
+                let bytes = layout::mul(elements, old.extent, "a displacement in bytes")
+                    .unwrap_or_else(|cause| {
+                        panic!(
+                            "{NAME}: a displacement of {elements} elements of extent {}: {cause}",
+                            old.extent
+                        )
+                    });
+                bytes as Address
+            })
             .collect();
         Self::blocks(NAME, blocklengths, &displacements, &old)
     }
@@ -215,10 +272,18 @@ impl UncommittedUserDatatype {
             displacements.len()
         );
         let mut layout = Layout::empty();
-        for (&length, &displacement) in blocklengths.iter().zip(displacements) {
+        for (i, (&length, &displacement)) in blocklengths.iter().zip(displacements).enumerate() {
             let length = non_negative(name, "a block length", length as isize);
             let displacement = non_negative(name, "a displacement", displacement);
-            layout.append(old, length, displacement, old.extent);
+            layout
+                .append(old, length, displacement, old.extent)
+                .unwrap_or_else(|cause| {
+                    panic!(
+                        "{name}: block {i} of {length} elements of extent {} at byte \
+                         {displacement}: {cause}",
+                        old.extent
+                    )
+                });
         }
         Self::build(layout)
     }
@@ -240,15 +305,31 @@ impl UncommittedUserDatatype {
             types.len()
         );
         let mut layout = Layout::empty();
-        for ((&length, &displacement), datatype) in
-            blocklengths.iter().zip(displacements).zip(types)
+        for (i, ((&length, &displacement), datatype)) in blocklengths
+            .iter()
+            .zip(displacements)
+            .zip(types)
+            .enumerate()
         {
             let old = layout_for(NAME, datatype);
             let length = non_negative(NAME, "a block length", length as isize);
             let displacement = non_negative(NAME, "a displacement", displacement);
-            layout.append(&old, length, displacement, old.extent);
+            layout
+                .append(&old, length, displacement, old.extent)
+                .unwrap_or_else(|cause| {
+                    panic!(
+                        "{NAME}: block {i} of {length} elements of extent {} at byte \
+                         {displacement}: {cause}",
+                        old.extent
+                    )
+                });
         }
-        layout.round_extent();
+        layout.round_extent().unwrap_or_else(|cause| {
+            panic!(
+                "{NAME}: an extent of {} bytes rounded to an alignment of {}: {cause}",
+                layout.extent, layout.align
+            )
+        });
         Self::build(layout)
     }
 
@@ -266,10 +347,15 @@ impl UncommittedUserDatatype {
 
 /// A copy of `datatype` under an id of its own, freed with it (`MPI_Type_dup`).
 fn duplicate(datatype: Datatype) -> Datatype {
+    duplicate_named(datatype, USER_DATATYPE)
+}
+
+/// A copy of `datatype` under an id of its own, named `name`.
+fn duplicate_named(datatype: Datatype, name: &'static str) -> Datatype {
     let layout = datatype
         .layout()
         .unwrap_or_else(|cause| panic!("duplicating a user datatype: {cause}"));
-    Datatype::of_layout((*layout).clone(), "user datatype")
+    Datatype::of_layout((*layout).clone(), name)
 }
 
 impl Clone for UncommittedUserDatatype {
@@ -350,21 +436,32 @@ impl UncommittedDatatype for UserDatatype {
         self.0
     }
 
+    const KEPT_PER_TYPE: bool = true;
+
+    /// A copy of the layout that outlives `self`, which `datatype_of` keeps for `T`, checked to
+    /// step as an array of `T` does.
     fn element_of<T: 'static>(self) -> Datatype {
-        let datatype = self.0;
-        layout::for_type(std::any::TypeId::of::<T>(), || {
-            // An array of `T` steps by its size, so elements sent back to back must too.
-            let extent = layout_for("Equivalence", &datatype).extent;
-            assert_eq!(
-                extent,
-                size_of::<T>(),
-                "Equivalence for {}: the datatype's extent is {extent} bytes but the type's \
-                 size is {}",
-                std::any::type_name::<T>(),
-                size_of::<T>()
+        // An array of `T` steps by its size, so elements sent back to back must too.
+        let layout = layout_for("Equivalence", &self);
+        let extent = layout.extent;
+        // Each byte of a `T` at most once: a receive into a slice of them must not write the
+        // same bytes twice, and so a slice's packed size stays within its memory.
+        if let Some((first, second)) = layout.overlap(2) {
+            panic!(
+                "Equivalence for {}: the datatype's blocks at bytes {first} and {second} overlap",
+                std::any::type_name::<T>()
             );
-            duplicate(datatype)
-        })
+        }
+        assert_eq!(
+            extent,
+            size_of::<T>(),
+            "Equivalence for {}: the datatype's extent is {extent} bytes but the type's size is {}",
+            std::any::type_name::<T>(),
+            size_of::<T>()
+        );
+        // Named after `T`: the datatype of a Rust type, which a user operation's buffers
+        // are of (see `Datatype::matched`).
+        duplicate_named(self.0, std::any::type_name::<T>())
     }
 }
 
@@ -444,12 +541,24 @@ fn check_view(view: &str, datatype: &Datatype, count: Count, bytes: usize, recei
     let layout = datatype
         .layout()
         .unwrap_or_else(|cause| panic!("{view}: {cause}"));
-    let span = layout.span(count);
+    let span = layout.span(count).unwrap_or_else(|cause| {
+        panic!(
+            "{view}: {count} elements of a datatype of extent {}: {cause}",
+            layout.extent
+        )
+    });
     assert!(
         span <= bytes,
         "{view}: {count} elements of the datatype reach {span} bytes into the buffer, which \
          holds {bytes}"
     );
+    // What a message of them carries (more than the span where blocks overlap in a send).
+    if let Err(cause) = layout.packed_len(count) {
+        panic!(
+            "{view}: {count} elements of a datatype of {} bytes each: {cause}",
+            layout.size
+        );
+    }
     if receive {
         if let Some((first, second)) = layout.overlap(count) {
             panic!(
@@ -464,9 +573,13 @@ fn check_view(view: &str, datatype: &Datatype, count: Count, bytes: usize, recei
 /// last block, not a whole extent, since a view over a view may only use what the inner
 /// view's blocks cover (a struct of an `i32` and a `u8` has extent 8 but ends at byte 5).
 fn memory_len(count: usize, datatype: &Datatype) -> usize {
-    datatype
-        .layout()
-        .map_or(count * datatype.size(), |layout| layout.span(count))
+    let span = match datatype.layout() {
+        Ok(layout) => layout.span(count),
+        Err(_) => layout::mul(count, datatype.size(), "the buffer's bytes"),
+    };
+    // A buffer in memory spans at most `isize::MAX` bytes, and so does a view checked here:
+    // this is a buffer whose `Buffer` implementation is wrong.
+    span.unwrap_or_else(|cause| panic!("a view over a buffer of {count} elements: {cause}"))
 }
 
 impl<'d, 'b, D: UncommittedDatatype, B: Buffer + ?Sized> View<'d, 'b, D, B> {
@@ -687,6 +800,103 @@ mod tests {
             ],
         );
         assert_eq!(extent(&complex), size_of::<ComplexThenCount>());
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "UserDatatype::heterogeneous_indexed: block 1 of 1 elements of \
+                               extent 1 at byte 9223372036854775807: the end of the last block \
+                               would pass"
+    )]
+    fn a_displacement_at_the_end_of_memory_is_refused() {
+        // Before the checks, its extent (2^63) made the span of two elements wrap to 0, so a
+        // view of them over an empty buffer passed and a send read 2^63 bytes past it.
+        UserDatatype::heterogeneous_indexed(&[1, 1], &[0, isize::MAX], &u8::equivalent_datatype());
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "UserDatatype::vector: a stride of 2147483647 elements of extent \
+                               17179869176: the stride in bytes would pass"
+    )]
+    fn a_stride_in_elements_past_memory_is_refused() {
+        let big = UserDatatype::contiguous(Count::MAX, &u32::equivalent_datatype());
+        let bigger = UserDatatype::contiguous(2, &big);
+        UserDatatype::vector(2, 1, Count::MAX, &bigger);
+    }
+
+    #[test]
+    #[should_panic(expected = "UserDatatype::contiguous: 2147483647 elements of extent \
+                               4611686014132420609: the offset of the last block would pass")]
+    fn an_extent_past_memory_is_refused() {
+        let u8s = UserDatatype::contiguous(Count::MAX, &u8::equivalent_datatype());
+        let wide = UserDatatype::contiguous(Count::MAX, &u8s);
+        UserDatatype::contiguous(Count::MAX, &wide);
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "UserDatatype::heterogeneous_vector: 3 blocks of 1 elements of \
+                               extent 4611686014132420609, 0 bytes apart: the size would pass"
+    )]
+    fn a_size_past_memory_is_refused() {
+        // The same 2^62 bytes three times: an extent that fits, a packed size that does not.
+        let u8s = UserDatatype::contiguous(Count::MAX, &u8::equivalent_datatype());
+        let wide = UserDatatype::contiguous(Count::MAX, &u8s);
+        UserDatatype::heterogeneous_vector(2, 1, 0, &wide);
+        UserDatatype::heterogeneous_vector(3, 1, 0, &wide);
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "UserDatatype::heterogeneous_vector: 3 blocks of 1 elements of \
+                               extent 8, 4611686018427387904 bytes apart: the offset of the \
+                               last block would pass"
+    )]
+    fn blocks_strided_past_memory_are_refused() {
+        UserDatatype::heterogeneous_vector(3, 1, 1 << 62, &f64::equivalent_datatype());
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "UserDatatype::structured: an extent of 9223372036854775806 \
+                               bytes rounded to an alignment of 8: the extent rounded to the \
+                               alignment would pass"
+    )]
+    fn a_struct_rounded_past_memory_is_refused() {
+        UserDatatype::structured(
+            &[1, 1],
+            &[0, isize::MAX - 2],
+            &[f64::equivalent_datatype(), u8::equivalent_datatype()],
+        );
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "View: 4 elements of a datatype of extent 4611686018427387904: \
+                               the span of the elements would pass"
+    )]
+    fn a_view_whose_span_would_wrap_is_refused() {
+        // Four elements of extent 2^62 span 2^64 bytes: 0, wrapped, which an empty buffer held.
+        let far = UserDatatype::heterogeneous_indexed(
+            &[1, 1],
+            &[0, (1 << 62) - 1],
+            &u8::equivalent_datatype(),
+        );
+        let empty: [u8; 0] = [];
+        // SAFETY: refused before any use.
+        let _ = unsafe { View::with_count_and_datatype(&empty[..], 4, &far) };
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "UserDatatype::heterogeneous_vector: 2147483647 blocks of 1 \
+                               elements of extent 1, 0 bytes apart: 2147483647 separate blocks \
+                               would pass 67108864"
+    )]
+    fn a_layout_of_too_many_blocks_is_refused() {
+        // The same byte 2^31 times: a list of 2^31 blocks would take 32 GiB.
+        UserDatatype::heterogeneous_vector(Count::MAX, 1, 0, &u8::equivalent_datatype());
     }
 
     #[test]

@@ -1,0 +1,66 @@
+//! halo_column: the exchange of a 2-D halo code, a strided column sent with a vector datatype.
+//! Two ranks each hold a matrix of `size / 8` rows by `COLUMNS` f64s, row-major, and in each
+//! iteration send their column 1 to the other and receive its column into their column 0
+//! (the halo), in one send-receive, through views of `vector(rows, 1, COLUMNS, f64)`. The
+//! figure is the column's bytes over the time of one exchange (each way at once). The same
+//! source builds on rsmpi (feature `rsmpi`); `compare/halo_column.c` is its C equivalent.
+
+use osu_benches::mpi::datatype::{MutView, UserDatatype, View};
+use osu_benches::mpi::point_to_point::send_receive_into;
+use osu_benches::mpi::traits::*;
+use osu_benches::{measure, start, Benchmark};
+
+/// Columns of the matrix: the halo (0), the column sent (1) and two of the interior.
+const COLUMNS: usize = 4;
+
+fn main() {
+    let (universe, options) = start(Benchmark::HaloColumn);
+    let world = universe.world();
+    let rank = world.rank();
+    let peer = world.process_at_rank(1 - rank);
+    let max_rows = options.max_size / 8;
+    let matrix: Vec<f64> = (0..max_rows * COLUMNS)
+        .map(|i| (i + rank as usize * 7) as f64)
+        .collect();
+    let mut halo = vec![0.0f64; max_rows * COLUMNS];
+    // Built once per size, as a halo code builds it once: not part of what is timed.
+    let mut column: Option<(usize, UserDatatype)> = None;
+    measure(
+        &world,
+        &options,
+        |size| {
+            let rows = size / 8;
+            if column.as_ref().is_none_or(|(built, _)| *built != size) {
+                let vector = UserDatatype::vector(
+                    rows as i32,
+                    1,
+                    COLUMNS as i32,
+                    &f64::equivalent_datatype(),
+                );
+                column = Some((size, vector));
+            }
+            let column = &column.as_ref().expect("built above").1;
+            let span = (rows - 1) * COLUMNS + 1;
+            // SAFETY: `rows` elements `COLUMNS` apart from element 1 (or 0) lie within the
+            // matrix of `rows * COLUMNS` elements.
+            let (send, mut receive) = unsafe {
+                (
+                    View::with_count_and_datatype(&matrix[1..1 + span], 1, column),
+                    MutView::with_count_and_datatype(&mut halo[..span], 1, column),
+                )
+            };
+            send_receive_into(&send, &peer, &mut receive, &peer);
+        },
+        |size, iterations, seconds| size as f64 / 1e6 * iterations as f64 / seconds,
+    );
+    // The last exchange, at the largest size, brought the peer's column 1.
+    let rows = options.max_size / 8;
+    for row in 0..rows {
+        let sent = (row * COLUMNS + 1 + (1 - rank) as usize * 7) as f64;
+        assert_eq!(
+            halo[row * COLUMNS],
+            sent,
+            "row {row} of the halo on rank {rank}"
+        );
+    }
+}
