@@ -43,11 +43,11 @@ fn exchange() {
             .unwrap();
         b.fence().unwrap();
         for peer in 0..size {
-            let got = b.get(&format!("test.{round}.{peer}")).unwrap();
+            let got = b.get(peer, &format!("test.{round}.{peer}")).unwrap();
             assert_eq!(got, value(round, peer));
         }
     }
-    let missing = b.get("test.missing").unwrap_err().to_string();
+    let missing = b.get(0, "test.missing").unwrap_err().to_string();
     assert!(missing.contains("'test.missing'"), "{missing}");
     b.finalize().unwrap();
     println!("rank {rank} of {size} exchanged");
@@ -65,7 +65,10 @@ fn wrong_secret() {
     let mut b = Bootstrap::from_env().unwrap();
     b.put(&format!("k{}", b.rank()), b"v").unwrap();
     b.fence().unwrap();
-    assert_eq!(b.get(&format!("k{}", 1 - b.rank())).unwrap(), b"v");
+    assert_eq!(
+        b.get(1 - b.rank(), &format!("k{}", 1 - b.rank())).unwrap(),
+        b"v"
+    );
     b.finalize().unwrap();
     println!("rank {} joined after the refusal", b.rank());
 }
@@ -190,6 +193,6 @@ fn without_rsrun_a_program_is_a_singleton() {
     assert_eq!((b.rank(), b.size()), (0, 1));
     b.put("a", b"1").unwrap();
     b.fence().unwrap();
-    assert_eq!(b.get("a").unwrap(), b"1");
+    assert_eq!(b.get(0, "a").unwrap(), b"1");
     b.finalize().unwrap();
 }
