@@ -147,8 +147,13 @@ impl std::error::Error for BootstrapError {
 
 /// Where puts and gets go.
 enum Backend {
-    /// Connected to rsrun's key-value service.
-    Kvs(TcpStream),
+    /// Connected to rsrun's key-value service, with the space as read whole at the first get
+    /// after the last fence (`None` until then): gets after a fence, one per peer and key,
+    /// are then answered here, in one round trip to rsrun, not one each.
+    Kvs {
+        stream: TcpStream,
+        seen: Option<HashMap<String, Vec<u8>>>,
+    },
     /// Started by a PMI-2 server (Slurm's srun --mpi=pmi2, Hydra): its socket, and the job
     /// id gets name.
     Pmi2 { stream: PmiSocket, job: String },
@@ -231,7 +236,7 @@ impl Bootstrap {
             // rsrun starts one program.
             appnum: 0,
             job_id,
-            backend: Backend::Kvs(stream),
+            backend: Backend::Kvs { stream, seen: None },
         };
         let hello = Request::Hello {
             rank,
@@ -491,7 +496,16 @@ impl Bootstrap {
             value: value.to_vec(),
         };
         match self.call(&request, "put")? {
-            Response::Ok => Ok(()),
+            Response::Ok => {
+                // This rank's own gets see its put at once, as rsrun's service does.
+                if let Backend::Kvs {
+                    seen: Some(seen), ..
+                } = &mut self.backend
+                {
+                    seen.insert(key.to_string(), value.to_vec());
+                }
+                Ok(())
+            }
             other => Err(unexpected(other)),
         }
     }
@@ -514,7 +528,13 @@ impl Bootstrap {
                 .map_err(BootstrapError::Launcher);
         }
         match self.call(&Request::Fence, "fence")? {
-            Response::Ok => Ok(()),
+            Response::Ok => {
+                // Peers' puts before the fence are to be read anew.
+                if let Backend::Kvs { seen, .. } = &mut self.backend {
+                    *seen = None;
+                }
+                Ok(())
+            }
             other => Err(unexpected(other)),
         }
     }
@@ -556,6 +576,24 @@ impl Bootstrap {
                 _ => Err(BootstrapError::NotFound(key.to_string())),
             };
         }
+        if let Backend::Kvs { seen: None, .. } = self.backend {
+            let pairs = match self.call(&Request::GetAll, "get")? {
+                Response::Values(pairs) => pairs,
+                other => return Err(unexpected(other)),
+            };
+            if let Backend::Kvs { seen, .. } = &mut self.backend {
+                *seen = Some(pairs.into_iter().collect());
+            }
+        }
+        if let Backend::Kvs {
+            seen: Some(seen), ..
+        } = &self.backend
+        {
+            if let Some(value) = seen.get(key) {
+                return Ok(value.clone());
+            }
+        }
+        // Not there when the space was read: a peer may have put it since.
         let request = Request::Get {
             key: key.to_string(),
         };
@@ -572,7 +610,7 @@ impl Bootstrap {
         let exit_code = if code == 0 { 1 } else { code };
         let last_words = format!("rank {} called abort (code {code}): {message}", self.rank);
         match &mut self.backend {
-            Backend::Kvs(stream) => {
+            Backend::Kvs { stream, .. } => {
                 // Waiting for the acknowledgement means rsrun has recorded the abort before
                 // this process exits, so the job reports the abort rather than a plain
                 // non-zero exit.
@@ -631,7 +669,7 @@ impl Bootstrap {
             self.backend = Backend::Finalized;
             return result;
         }
-        if !matches!(self.backend, Backend::Kvs(_)) {
+        if !matches!(self.backend, Backend::Kvs { .. }) {
             return Ok(());
         }
         let result = match self.call(&Request::Finalize, "finalize") {
@@ -650,7 +688,7 @@ impl Bootstrap {
         request: &Request,
         operation: &'static str,
     ) -> Result<Response, BootstrapError> {
-        let Backend::Kvs(stream) = &mut self.backend else {
+        let Backend::Kvs { stream, .. } = &mut self.backend else {
             return Err(BootstrapError::Protocol(format!(
                 "{operation} after finalize"
             )));
