@@ -577,9 +577,21 @@ impl Bootstrap {
             };
         }
         if let Backend::Kvs { seen: None, .. } = self.backend {
-            let pairs = match self.call(&Request::GetAll, "get")? {
-                Response::Values(pairs) => pairs,
-                other => return Err(unexpected(other)),
+            let pairs = match self.call(&Request::GetAll, "get") {
+                Ok(Response::Values(pairs)) => pairs,
+                Ok(other) => return Err(unexpected(other)),
+                // An rsrun from before GetAll drops a connection that asks for it.
+                Err(BootstrapError::Io { source, .. })
+                    if source.kind() == io::ErrorKind::UnexpectedEof =>
+                {
+                    return Err(BootstrapError::Protocol(
+                        "rsrun closed the connection when asked for the whole key-value \
+                         space (is rsrun older than this program? use the rsrun of the same \
+                         mpirt)"
+                            .to_string(),
+                    ))
+                }
+                Err(e) => return Err(e),
             };
             if let Backend::Kvs { seen, .. } = &mut self.backend {
                 *seen = Some(pairs.into_iter().collect());
