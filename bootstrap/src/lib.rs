@@ -14,6 +14,7 @@
 pub mod output;
 pub mod pmi1;
 pub mod pmi2;
+pub mod pmi_socket;
 #[cfg(feature = "pmix")]
 pub mod pmix;
 pub mod started_by;
@@ -25,11 +26,10 @@ use std::fmt;
 use std::fs;
 use std::io::{self, Read};
 use std::net::TcpStream;
-use std::os::fd::FromRawFd;
-use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use crate::pmi2::Message;
+use crate::pmi_socket::PmiSocket;
 use crate::started_by::{StartedBy, Unsupported};
 use crate::wire::{Request, Response, MAX_FRAME};
 
@@ -147,11 +147,16 @@ impl std::error::Error for BootstrapError {
 
 /// Where puts and gets go.
 enum Backend {
-    /// Connected to rsrun's key-value service.
-    Kvs(TcpStream),
+    /// Connected to rsrun's key-value service, with the space as read whole at the first get
+    /// after the last fence (`None` until then): gets after a fence, one per peer and key,
+    /// are then answered here, in one round trip to rsrun, not one each.
+    Kvs {
+        stream: TcpStream,
+        seen: Option<HashMap<String, Vec<u8>>>,
+    },
     /// Started by a PMI-2 server (Slurm's srun --mpi=pmi2, Hydra): its socket, and the job
     /// id gets name.
-    Pmi2 { stream: UnixStream, job: String },
+    Pmi2 { stream: PmiSocket, job: String },
     /// Started by a PMI-1 server (Hydra, Flux).
     Pmi1(pmi1::Client),
     /// Started by a PMIx server (srun --mpi=pmix, Open MPI's mpirun).
@@ -187,7 +192,8 @@ impl Bootstrap {
         }
         match started {
             StartedBy::Rsrun => Bootstrap::rsrun(),
-            StartedBy::PmiFd => Bootstrap::pmi(),
+            StartedBy::PmiFd => Bootstrap::pmi(false),
+            StartedBy::PmiPort => Bootstrap::pmi(true),
             #[cfg(feature = "pmix")]
             StartedBy::Pmix { .. } => Bootstrap::pmix(),
             _ => Ok(Bootstrap::singleton()),
@@ -230,7 +236,7 @@ impl Bootstrap {
             // rsrun starts one program.
             appnum: 0,
             job_id,
-            backend: Backend::Kvs(stream),
+            backend: Backend::Kvs { stream, seen: None },
         };
         let hello = Request::Hello {
             rank,
@@ -243,9 +249,9 @@ impl Bootstrap {
     }
 
     /// Wires up over the PMI socket in `PMI_FD` (Slurm's `--mpi=pmi2`, MPICH's Hydra, Flux),
-    /// in PMI-2 or PMI-1 as the server answers, or as `MPIRT_PMI` asks.
-    fn pmi() -> Result<Bootstrap, BootstrapError> {
-        let fd = number_var("PMI_FD")?;
+    /// or the PMI server at `PMI_PORT` (Hydra's `-pmi-port`), in PMI-2 or PMI-1 as the server
+    /// answers, or as `MPIRT_PMI` asks.
+    fn pmi(dial: bool) -> Result<Bootstrap, BootstrapError> {
         // Slurm names its job in PMI_JOBID, which PMI-2's fullinit wants, and its PMI-2 is
         // the one tested; elsewhere PMI-1, as MPICH's own ranks speak it to Hydra, whose
         // PMI-2 kvs-fence lets a rank through before its peers have reached it.
@@ -262,45 +268,81 @@ impl Bootstrap {
                 return Err(BootstrapError::BadVar {
                     name: vars::PMI,
                     value: other.to_string(),
-                    why: "is neither 1 nor 2 (the PMI version to speak on PMI_FD)",
+                    why: "is neither 1 nor 2 (the PMI version to speak to the PMI server)",
                 })
             }
         };
-        // SAFETY: the launcher opened this descriptor for this process's PMI traffic alone,
-        // and nothing else in the process owns it.
-        let mut stream = unsafe { UnixStream::from_raw_fd(fd as i32) };
+        let (mut stream, introduced) = if dial {
+            let mut stream =
+                PmiSocket::dial(&text_var("PMI_PORT")?).map_err(BootstrapError::Launcher)?;
+            let place = stream
+                .introduce(&text_var("PMI_ID")?)
+                .map_err(BootstrapError::Launcher)?;
+            (stream, Some(place))
+        } else {
+            let fd = number_var("PMI_FD")?;
+            // SAFETY: the launcher opened this descriptor for this process's PMI traffic
+            // alone, and nothing else in the process owns it.
+            (unsafe { PmiSocket::inherited(fd as i32) }, None)
+        };
         let version = pmi1::negotiate(&mut stream, ask).map_err(BootstrapError::Launcher)?;
-        let (rank, size, job_id, appnum, backend) = match version {
+        // The server knows this rank from here on: a failure must end the whole job through
+        // it, where this rank's exit alone would leave its peers waiting at the first fence
+        // (srun does not end a step when one task fails).
+        let server = stream.server();
+        let joined = match version {
             pmi1::Version::Two => {
                 let job = slurm_job.clone().unwrap_or_default();
-                let rank_var = env::var("PMI_RANK").unwrap_or_default();
-                let init = pmi2::fullinit(&mut stream, &job, &rank_var)
-                    .map_err(BootstrapError::Launcher)?;
-                let space = pmi2::job_id(&mut stream).map_err(BootstrapError::Launcher)?;
-                let appnum = init
-                    .attrs
-                    .get("appnum")
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0);
-                let backend = Backend::Pmi2 { stream, job };
-                (init.rank, init.size, space, appnum, backend)
+                let rank_var = env::var("PMI_RANK")
+                    .ok()
+                    .or(introduced.map(|(rank, _)| rank.to_string()))
+                    .unwrap_or_default();
+                pmi2::fullinit(&mut stream, &job, &rank_var)
+                    .and_then(|init| Ok((init, pmi2::job_id(&mut stream)?)))
+                    .map_err(BootstrapError::Launcher)
+                    .map(|(init, space)| {
+                        let appnum = init
+                            .attrs
+                            .get("appnum")
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(0);
+                        (init.rank, init.size, space, appnum)
+                    })
             }
-            pmi1::Version::One => {
-                let (rank, size) = pmi1_place(number_var)?;
-                let client = pmi1::Client::new(stream).map_err(BootstrapError::Launcher)?;
-                let space = client.kvsname().to_string();
-                let appnum = client.appnum();
-                (rank, size, space, appnum, Backend::Pmi1(client))
-            }
+            pmi1::Version::One => introduced
+                .map_or_else(|| pmi1_place(number_var), Ok)
+                .map(|(rank, size)| (rank, size, String::new(), 0)),
         };
-        // Slurm's step id keeps shared-memory names of two steps apart; other servers name
-        // their key-value space, which is the job's.
+        let (rank, size, space, appnum) = match joined {
+            Ok(joined) => joined,
+            Err(e) => abort_joining(&mut stream, version, e),
+        };
+        let (backend, space, appnum) = match version {
+            pmi1::Version::Two => (
+                Backend::Pmi2 {
+                    stream,
+                    job: slurm_job.clone().unwrap_or_default(),
+                },
+                space,
+                appnum,
+            ),
+            pmi1::Version::One => match pmi1::Client::new(stream) {
+                Ok(client) => {
+                    let space = client.kvsname().to_string();
+                    let appnum = client.appnum();
+                    (Backend::Pmi1(client), space, appnum)
+                }
+                Err((mut stream, e)) => {
+                    abort_joining(&mut stream, version, BootstrapError::Launcher(e))
+                }
+            },
+        };
         let job_id = match slurm_job {
             Some(job) => format!(
                 "slurm-{job}-{}",
                 env::var("SLURM_STEP_ID").unwrap_or_default()
             ),
-            None => format!("pmi-{job_id}"),
+            None => pmi_job_id(&space, &server),
         };
         let (local_rank, local_size) = local_place();
         let mut bootstrap = Bootstrap {
@@ -312,14 +354,27 @@ impl Bootstrap {
             job_id: job_id.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"),
             backend,
         };
-        bootstrap.put_job_secret()?;
+        if let Err(e) = bootstrap.put_job_secret() {
+            bootstrap.abort_start(e);
+        }
         Ok(bootstrap)
     }
 
     /// Wires up through the PMIx server named in the environment.
     #[cfg(feature = "pmix")]
     fn pmix() -> Result<Bootstrap, BootstrapError> {
-        let (client, place) = pmix::Client::init().map_err(BootstrapError::Launcher)?;
+        let mut client = pmix::Client::init().map_err(BootstrapError::Launcher)?;
+        // The server knows this rank from here on: a failure ends the whole job through it.
+        let place = match client.place() {
+            Ok(place) => place,
+            Err(e) => {
+                let message = format!("mpirt: rank {}: initialize: {e}", client.rank());
+                output::say(&message);
+                output::hand_over(ABORT_ACK_TIMEOUT);
+                client.abort(1, &message);
+                std::process::exit(1)
+            }
+        };
         // The namespace is unique among the jobs a server runs; the scheduler's job id is
         // not (two steps of one Slurm job share it), so both name the job's files.
         let job_id = format!("pmix-{}-{}", place.job_id, client.namespace());
@@ -332,8 +387,18 @@ impl Bootstrap {
             job_id: job_id.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"),
             backend: Backend::Pmix(Box::new(client)),
         };
-        bootstrap.put_job_secret()?;
+        if let Err(e) = bootstrap.put_job_secret() {
+            bootstrap.abort_start(e);
+        }
         Ok(bootstrap)
+    }
+
+    /// Ends the whole job through the launcher after a failure to join it, which this rank
+    /// had reached (see [`abort_joining`]): says why, as every rank's start-up failure reads.
+    fn abort_start(&mut self, e: BootstrapError) -> ! {
+        let message = format!("mpirt: initialize: {e}");
+        output::say(&message);
+        self.abort(1, &message)
     }
 
     /// Rank 0 makes the job's secret and puts it before the first fence, where a launcher
@@ -392,7 +457,8 @@ impl Bootstrap {
     /// The job's secret for the ranks' own connections, as hex text (see [`JOB_SECRET_KEY`]):
     /// valid after the first fence.
     pub fn job_secret(&mut self) -> Result<Vec<u8>, BootstrapError> {
-        self.get(JOB_SECRET_KEY).map_err(|e| match e {
+        // Rank 0 put it (under rsrun, the service, which any rank's get reaches).
+        self.get(0, JOB_SECRET_KEY).map_err(|e| match e {
             BootstrapError::NotFound(_) => BootstrapError::Protocol(format!(
                 "the job's key-value space holds no '{JOB_SECRET_KEY}' (is rsrun older than \
                  this program? use the rsrun of the same mpirt)"
@@ -430,7 +496,16 @@ impl Bootstrap {
             value: value.to_vec(),
         };
         match self.call(&request, "put")? {
-            Response::Ok => Ok(()),
+            Response::Ok => {
+                // This rank's own gets see its put at once, as rsrun's service does.
+                if let Backend::Kvs {
+                    seen: Some(seen), ..
+                } = &mut self.backend
+                {
+                    seen.insert(key.to_string(), value.to_vec());
+                }
+                Ok(())
+            }
             other => Err(unexpected(other)),
         }
     }
@@ -453,13 +528,24 @@ impl Bootstrap {
                 .map_err(BootstrapError::Launcher);
         }
         match self.call(&Request::Fence, "fence")? {
-            Response::Ok => Ok(()),
+            Response::Ok => {
+                // Peers' puts before the fence are to be read anew.
+                if let Backend::Kvs { seen, .. } = &mut self.backend {
+                    *seen = None;
+                }
+                Ok(())
+            }
             other => Err(unexpected(other)),
         }
     }
 
-    /// Reads the value some rank put under `key`.
-    pub fn get(&mut self, key: &str) -> Result<Vec<u8>, BootstrapError> {
+    /// Reads the value rank `from` put under `key`. rsrun's service and PMI's spaces hold one
+    /// value per key, whoever put it; PMIx's keeps each rank's apart and is asked for `from`'s
+    /// (a search of every rank's data, `PMIX_RANK_UNDEF`, went unanswered under Open MPI 4's
+    /// mpirun, whose shared-memory data store does not answer it).
+    // Without the `pmix` feature no backend asks for `from`.
+    #[cfg_attr(not(feature = "pmix"), allow(unused_variables))]
+    pub fn get(&mut self, from: u32, key: &str) -> Result<Vec<u8>, BootstrapError> {
         if let Backend::Singleton(map) = &self.backend {
             return map
                 .get(key)
@@ -475,7 +561,7 @@ impl Bootstrap {
         #[cfg(feature = "pmix")]
         if let Backend::Pmix(client) = &mut self.backend {
             return client
-                .get(key)
+                .get(from, key)
                 .map_err(BootstrapError::Launcher)?
                 .ok_or_else(|| BootstrapError::NotFound(key.to_string()));
         }
@@ -490,6 +576,36 @@ impl Bootstrap {
                 _ => Err(BootstrapError::NotFound(key.to_string())),
             };
         }
+        if let Backend::Kvs { seen: None, .. } = self.backend {
+            let pairs = match self.call(&Request::GetAll, "get") {
+                Ok(Response::Values(pairs)) => pairs,
+                Ok(other) => return Err(unexpected(other)),
+                // An rsrun from before GetAll drops a connection that asks for it.
+                Err(BootstrapError::Io { source, .. })
+                    if source.kind() == io::ErrorKind::UnexpectedEof =>
+                {
+                    return Err(BootstrapError::Protocol(
+                        "rsrun closed the connection when asked for the whole key-value \
+                         space (is rsrun older than this program? use the rsrun of the same \
+                         mpirt)"
+                            .to_string(),
+                    ))
+                }
+                Err(e) => return Err(e),
+            };
+            if let Backend::Kvs { seen, .. } = &mut self.backend {
+                *seen = Some(pairs.into_iter().collect());
+            }
+        }
+        if let Backend::Kvs {
+            seen: Some(seen), ..
+        } = &self.backend
+        {
+            if let Some(value) = seen.get(key) {
+                return Ok(value.clone());
+            }
+        }
+        // Not there when the space was read: a peer may have put it since.
         let request = Request::Get {
             key: key.to_string(),
         };
@@ -506,7 +622,7 @@ impl Bootstrap {
         let exit_code = if code == 0 { 1 } else { code };
         let last_words = format!("rank {} called abort (code {code}): {message}", self.rank);
         match &mut self.backend {
-            Backend::Kvs(stream) => {
+            Backend::Kvs { stream, .. } => {
                 // Waiting for the acknowledgement means rsrun has recorded the abort before
                 // this process exits, so the job reports the abort rather than a plain
                 // non-zero exit.
@@ -565,7 +681,7 @@ impl Bootstrap {
             self.backend = Backend::Finalized;
             return result;
         }
-        if !matches!(self.backend, Backend::Kvs(_)) {
+        if !matches!(self.backend, Backend::Kvs { .. }) {
             return Ok(());
         }
         let result = match self.call(&Request::Finalize, "finalize") {
@@ -584,7 +700,7 @@ impl Bootstrap {
         request: &Request,
         operation: &'static str,
     ) -> Result<Response, BootstrapError> {
-        let Backend::Kvs(stream) = &mut self.backend else {
+        let Backend::Kvs { stream, .. } = &mut self.backend else {
             return Err(BootstrapError::Protocol(format!(
                 "{operation} after finalize"
             )));
@@ -604,6 +720,40 @@ impl Bootstrap {
             response => Ok(response),
         }
     }
+}
+
+/// Ends the whole job through the PMI server on `stream`, which agreed on `version` with this
+/// rank, after a failure to join the job: says why, lets the launcher take the words, then
+/// asks it to end every rank (so that no peer waits for this one at the first fence, and the
+/// job ends non-zero), and exits in case it does not.
+fn abort_joining(stream: &mut PmiSocket, version: pmi1::Version, e: BootstrapError) -> ! {
+    let rank = env::var("PMI_RANK")
+        .or_else(|_| env::var("PMI_ID"))
+        .map(|r| format!("rank {r}: "))
+        .unwrap_or_default();
+    let message = format!("mpirt: {rank}initialize: {e}");
+    output::say(&message);
+    output::hand_over(ABORT_ACK_TIMEOUT);
+    match version {
+        pmi1::Version::One => pmi1::abort(stream, 1),
+        pmi1::Version::Two => {
+            let _ = pmi2::send(
+                stream,
+                &Message::new("abort", &[("isworldabort", "TRUE"), ("msg", &message)]),
+            );
+        }
+    }
+    std::process::exit(1)
+}
+
+/// The job's id under a PMI server other than Slurm's: its key-value space's name, unique
+/// among the server's jobs (Hydra's holds its process id, a random number and its host, older
+/// Hydras only the process id), then the server's end of this rank's socket (see
+/// [`PmiSocket::server`]), which tells apart two jobs on this host whose spaces share a name
+/// (two `mpiexec`s of one process id on two login hosts). Ranks on one host agree on it, which
+/// is what the names made from it (shared-memory segments) need.
+fn pmi_job_id(space: &str, server: &str) -> String {
+    format!("pmi-{space}-{server}")
 }
 
 /// This rank's place among the ranks on its host, as its launcher tells it: Hydra's
@@ -713,6 +863,77 @@ mod tests {
         assert_eq!(pmi1_place(|_| Ok(2)).unwrap(), (2, 2));
     }
 
+    /// Set in the child process of the test below.
+    const ABORT_CHILD: &str = "BOOTSTRAP_TEST_JOIN_FAILS";
+
+    #[test]
+    fn a_failure_after_the_pmi_server_knows_the_rank_ends_the_job_through_it() {
+        if env::var_os(ABORT_CHILD).is_some() {
+            // The child: its server agrees on PMI-1 but sets no PMI_RANK.
+            let _ = Bootstrap::from_env();
+            return;
+        }
+        use std::io::{BufRead, BufReader, Write};
+        use std::os::fd::AsRawFd;
+        use std::os::unix::net::UnixStream;
+        use std::process::{Command, Stdio};
+        let (server, rank_end) = UnixStream::pair().unwrap();
+        // SAFETY: clears close-on-exec on a descriptor this test owns, so the child inherits it.
+        assert_eq!(
+            unsafe { libc::fcntl(rank_end.as_raw_fd(), libc::F_SETFD, 0) },
+            0
+        );
+        let mut child = Command::new(env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "tests::a_failure_after_the_pmi_server_knows_the_rank_ends_the_job_through_it",
+                "--nocapture",
+            ])
+            .env_clear()
+            .env(ABORT_CHILD, "1")
+            .env("PMI_FD", rank_end.as_raw_fd().to_string())
+            .env("PMI_SIZE", "2")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(rank_end);
+        let mut stderr = child.stderr.take().unwrap();
+        let said = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        let mut out = server.try_clone().unwrap();
+        let mut lines = BufReader::new(server).lines();
+        assert_eq!(
+            lines.next().unwrap().unwrap(),
+            "cmd=init pmi_version=1 pmi_subversion=1"
+        );
+        out.write_all(b"cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n")
+            .unwrap();
+        // Before, the rank exited alone: its server saw the socket close with no abort.
+        let next = lines.next().map(|l| l.unwrap());
+        assert_eq!(next.as_deref(), Some("cmd=abort exitcode=1"));
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(1));
+        let said = said.join().unwrap();
+        assert!(
+            said.contains("mpirt: initialize: the PMI-1 server on PMI_FD set no PMI_RANK"),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn two_pmi_jobs_whose_spaces_share_a_name_get_two_ids() {
+        // Two old Hydras of one process id on two login hosts, with ranks on this host: each
+        // host's proxy made its ranks' sockets.
+        let a = pmi_job_id("kvs_4242_0", "p1001");
+        let b = pmi_job_id("kvs_4242_0", "p2002");
+        assert_ne!(a, b);
+        assert_eq!(a, pmi_job_id("kvs_4242_0", "p1001"));
+    }
+
     #[test]
     fn singleton_put_get_round_trips() {
         let mut b = Bootstrap::singleton();
@@ -720,8 +941,8 @@ mod tests {
         assert_eq!((b.rank(), b.size()), (0, 1));
         b.put("shm.0", b"\0abc").unwrap();
         b.fence().unwrap();
-        assert_eq!(b.get("shm.0").unwrap(), b"\0abc");
-        let missing = b.get("tcp.0").unwrap_err();
+        assert_eq!(b.get(0, "shm.0").unwrap(), b"\0abc");
+        let missing = b.get(0, "tcp.0").unwrap_err();
         assert!(missing.to_string().contains("'tcp.0'"), "{missing}");
         // A launcher that gives no job secret (an older rsrun) is named as the cause.
         let no_secret = b.job_secret().unwrap_err().to_string();

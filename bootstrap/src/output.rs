@@ -16,16 +16,13 @@ pub fn say(line: &str) {
     let _ = std::io::stderr().write_all(text.as_bytes());
 }
 
-/// Flushes stdout, then waits until the launcher has read everything this process wrote to
-/// its stdout and stderr where they are pipes or sockets, for at most `limit`.
+/// Flushes stdout, then waits until what this process wrote to its stdout and stderr has left
+/// it (what `unsent` counts), for at most `limit`.
 pub fn let_drain(limit: Duration) {
     let _ = std::io::stdout().flush();
     let started = Instant::now();
     for fd in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
-        if !is_pipe_or_socket(fd) {
-            continue;
-        }
-        while unread(fd) > 0 && started.elapsed() < limit {
+        while unsent(fd) > 0 && started.elapsed() < limit {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
@@ -55,25 +52,82 @@ pub fn hand_over(limit: Duration) {
     std::thread::sleep(PASS_ON);
 }
 
-fn is_pipe_or_socket(fd: libc::c_int) -> bool {
+/// How much of what was written to `fd` its reader has not taken yet, as the kernel counts it
+/// (0 where that cannot be told): a pipe's content (`FIONREAD`, which on a pipe counts the one
+/// buffer both ends share); a socket's send queue (`SIOCOUTQ`: on a Unix socket what the peer
+/// has not read, on TCP what the peer has not acknowledged), where `FIONREAD` would count what
+/// this end has to read; a terminal's output queue (`TIOCOUTQ`; Linux's pseudo-terminals keep
+/// none of their own and say 0, so under a launcher that gives ranks a pty, as Open MPI's may,
+/// only the pause of [`hand_over`] is left).
+fn unsent(fd: libc::c_int) -> libc::c_int {
     // SAFETY: an all-zero stat is a valid value of the plain C struct, which fstat fills.
     let mut stat: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat writes one struct stat through the pointer, which points to a live one;
     // on a closed descriptor it fails and writes nothing.
     if unsafe { libc::fstat(fd, &mut stat) } != 0 {
-        return false;
+        return 0;
     }
-    matches!(stat.st_mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK)
-}
-
-/// Bytes written to `fd` that its reader has not taken yet (0 where that cannot be told).
-fn unread(fd: libc::c_int) -> libc::c_int {
-    let mut unread: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one int through the pointer, which points to a live c_int.
-    let rc = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut unread) };
+    // Linux's SIOCOUTQ is TIOCOUTQ (linux/sockios.h), which libc names only so.
+    let request = match stat.st_mode & libc::S_IFMT {
+        libc::S_IFIFO => libc::FIONREAD,
+        libc::S_IFSOCK => libc::TIOCOUTQ,
+        // SAFETY: isatty only looks at the descriptor.
+        libc::S_IFCHR if unsafe { libc::isatty(fd) } == 1 => libc::TIOCOUTQ,
+        _ => return 0,
+    };
+    let mut queued: libc::c_int = 0;
+    // SAFETY: FIONREAD and TIOCOUTQ write one int through the pointer, which points to a live
+    // c_int.
+    let rc = unsafe { libc::ioctl(fd, request, &mut queued) };
     if rc == 0 {
-        unread
+        queued
     } else {
         0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn a_socket_counts_what_its_peer_has_not_read() {
+        // A launcher that reads its ranks' output from sockets (Slurm's step daemon, Hydra
+        // with some options): what this end wrote waits in its send queue, not its receive
+        // queue, which FIONREAD would have counted (always 0 here).
+        let (mut rank, mut launcher) = UnixStream::pair().unwrap();
+        assert_eq!(unsent(rank.as_raw_fd()), 0);
+        rank.write_all(b"last words\n").unwrap();
+        assert!(unsent(rank.as_raw_fd()) > 0);
+        let mut got = [0u8; 11];
+        launcher.read_exact(&mut got).unwrap();
+        assert_eq!(unsent(rank.as_raw_fd()), 0);
+        // What the launcher sends this end is no output of the rank's.
+        launcher.write_all(b"input").unwrap();
+        assert_eq!(unsent(rank.as_raw_fd()), 0);
+    }
+
+    #[test]
+    fn a_pipe_counts_what_its_reader_has_not_read() {
+        let mut fds = [0; 2];
+        // SAFETY: pipe writes two descriptors into the live array, ours to close below.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: writes 5 bytes from a live buffer into the pipe just made.
+        assert_eq!(
+            unsafe { libc::write(fds[1], b"words".as_ptr().cast(), 5) },
+            5
+        );
+        assert_eq!(unsent(fds[1]), 5);
+        let mut got = [0u8; 5];
+        // SAFETY: reads into a live buffer of its length from the pipe just made.
+        assert_eq!(unsafe { libc::read(fds[0], got.as_mut_ptr().cast(), 5) }, 5);
+        assert_eq!(unsent(fds[1]), 0);
+        for fd in fds {
+            // SAFETY: both were made above and are not used again.
+            unsafe { libc::close(fd) };
+        }
     }
 }

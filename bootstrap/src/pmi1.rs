@@ -7,10 +7,9 @@
 //! (see [`escape`]). The rank and the size come from the environment (`PMI_RANK`,
 //! `PMI_SIZE`); the server says its key-value space's name and its limits.
 
-use std::io::{self, Read, Write};
-use std::os::unix::net::UnixStream;
-
 use crate::pmi2::Message;
+use crate::pmi_socket::PmiSocket;
+use std::io::{self, Read, Write};
 
 /// Longest line accepted from the server.
 const MAX_LINE: usize = 64 << 10;
@@ -70,6 +69,12 @@ fn read_line(r: &mut impl Read) -> io::Result<String> {
     }
     String::from_utf8(line)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "PMI line is not UTF-8"))
+}
+
+/// Reads one line and parses it.
+pub(crate) fn read_message(r: &mut impl Read) -> Result<Message, String> {
+    let text = read_line(r).map_err(|e| e.to_string())?;
+    decode(&text)
 }
 
 /// Sends `request` and reads the answer, which must be `cmd=<answer>` with no `rc` or
@@ -212,36 +217,40 @@ pub fn maxes(stream: &mut (impl Read + Write)) -> Result<Maxes, String> {
 
 /// A rank's line to a PMI-1 server, once [`negotiate`] agreed on PMI-1.
 pub struct Client {
-    stream: UnixStream,
+    stream: PmiSocket,
     kvsname: String,
     appnum: u32,
     maxes: Maxes,
 }
 
 impl Client {
-    /// Asks for the server's limits and the name of the job's key-value space.
-    pub fn new(mut stream: UnixStream) -> Result<Client, String> {
-        let maxes = maxes(&mut stream)?;
-        let answer = call(
-            &mut stream,
-            &Message::new("get_my_kvsname", &[]),
-            "my_kvsname",
-        )?;
+    /// Asks for the server's limits and the name of the job's key-value space; gives the
+    /// socket back with the error where the server failed, for an abort through it.
+    pub fn new(mut stream: PmiSocket) -> Result<Client, (PmiSocket, String)> {
+        match Client::ask_job(&mut stream) {
+            Ok((maxes, kvsname, appnum)) => Ok(Client {
+                stream,
+                kvsname,
+                appnum,
+                maxes,
+            }),
+            Err(e) => Err((stream, e)),
+        }
+    }
+
+    fn ask_job(stream: &mut PmiSocket) -> Result<(Maxes, String, u32), String> {
+        let maxes = maxes(stream)?;
+        let answer = call(stream, &Message::new("get_my_kvsname", &[]), "my_kvsname")?;
         let kvsname = answer
             .get("kvsname")
             .ok_or("PMI-1 get_my_kvsname: no kvsname in the answer")?
             .to_string();
-        let answer = call(&mut stream, &Message::new("get_appnum", &[]), "appnum")?;
+        let answer = call(stream, &Message::new("get_appnum", &[]), "appnum")?;
         let appnum = answer
             .get("appnum")
             .and_then(|n| n.parse().ok())
             .ok_or("PMI-1 get_appnum: no appnum in the answer")?;
-        Ok(Client {
-            stream,
-            kvsname,
-            appnum,
-            maxes,
-        })
+        Ok((maxes, kvsname, appnum))
     }
 
     /// Which application of an MPMD launch (`mpiexec -n 2 a : -n 2 b`) this rank runs.
@@ -297,9 +306,19 @@ impl Client {
         if answer.cmd != "get_result" {
             return Err(format!("PMI-1 get: the server answered '{}'", text.trim()));
         }
-        // A failed get has one cause: no such key (Hydra: msg=key_<key>_not_found).
-        if answer.get("rc") != Some("0") {
-            return Ok(None);
+        match answer.get("rc") {
+            Some("0") => {}
+            _ if is_missing_key(&answer) => return Ok(None),
+            rc => {
+                return Err(format!(
+                    "PMI-1 get of '{key}' failed (rc={}{}), which is no missing key",
+                    rc.unwrap_or("none"),
+                    answer
+                        .get("msg")
+                        .map(|m| format!(": {m}"))
+                        .unwrap_or_default()
+                ))
+            }
         }
         let word = answer.get("value").unwrap_or_default();
         unescape(word)
@@ -309,10 +328,7 @@ impl Client {
 
     /// Asks the server to end the job with `code`; no answer comes.
     pub fn abort(&mut self, code: i32) {
-        let code = code.to_string();
-        let _ = self
-            .stream
-            .write_all(&encode(&Message::new("abort", &[("exitcode", &code)])));
+        abort(&mut self.stream, code);
     }
 
     /// Says goodbye.
@@ -326,12 +342,33 @@ impl Client {
     }
 }
 
+/// Asks the PMI-1 server on `stream` to end the job with `code`, whatever this rank got
+/// through so far; no answer comes.
+pub fn abort(stream: &mut impl Write, code: i32) {
+    let code = code.to_string();
+    let _ = stream.write_all(&encode(&Message::new("abort", &[("exitcode", &code)])));
+}
+
+/// Whether a failed `get`'s answer says the key is not there, as each server words it:
+/// Hydra and MPICH's other process managers in `msg` (`key_<key>_not_found`, where
+/// `kvs_<name>_not_found` is a wrong key-value space), Slurm's PMI-1 by
+/// rc=1 alone, and servers on MPICH's `pmi.h` (Flux) by rc=4, `PMI_ERR_INVALID_KEY`, alone.
+/// Anything else (a wrong key-value space, a server in trouble) is a failure to report, not a
+/// key some rank has yet to put.
+fn is_missing_key(answer: &Message) -> bool {
+    match answer.get("msg") {
+        Some(msg) => msg.starts_with("key_") && msg.ends_with("_not_found"),
+        None => matches!(answer.get("rc"), Some("1" | "4")),
+    }
+}
+
 /// Escapes `value` into one PMI-1 word: bytes other than printable ASCII, and the space,
-/// `%` and `;` (which some servers treat as a separator), become `%XX`.
+/// `%`, `;` (which some servers treat as a separator) and `=` (which some parse as the start
+/// of the next key's value), become `%XX`.
 pub fn escape(value: &[u8]) -> String {
     let mut out = String::with_capacity(value.len());
     for &b in value {
-        if b.is_ascii_graphic() && b != b'%' && b != b';' {
+        if b.is_ascii_graphic() && !matches!(b, b'%' | b';' | b'=') {
             out.push(b as char);
         } else {
             out += &format!("%{b:02X}");
@@ -361,11 +398,12 @@ pub fn unescape(word: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::net::UnixStream;
     use std::thread;
 
     /// A fake server: answers each line it reads with the next of `answers`, and returns
     /// the lines it read.
-    fn serve(answers: &'static [&'static str]) -> (UnixStream, thread::JoinHandle<Vec<String>>) {
+    fn serve(answers: &'static [&'static str]) -> (PmiSocket, thread::JoinHandle<Vec<String>>) {
         let (client, mut server) = UnixStream::pair().unwrap();
         let fake = thread::spawn(move || {
             let mut heard = Vec::new();
@@ -375,7 +413,7 @@ mod tests {
             }
             heard
         });
-        (client, fake)
+        (PmiSocket::Inherited(client), fake)
     }
 
     #[test]
@@ -395,7 +433,7 @@ mod tests {
     fn escaped_values_are_one_word_and_come_back() {
         for value in [&b""[..], b"plain-10.0.0.1:80", b"a b%c;d\n\0\xff", b"x=y"] {
             let word = escape(value);
-            assert!(!word.contains([' ', '\n', ';']), "{word}");
+            assert!(!word.contains([' ', '\n', ';', '=']), "{word}");
             assert_eq!(unescape(&word).as_deref(), Some(value));
         }
         assert_eq!(unescape("%4"), None);
@@ -494,7 +532,7 @@ mod tests {
             "cmd=get_result rc=-1 msg=key_k2_not_found value=unknown\n",
             "cmd=finalize_ack\n",
         ]);
-        let mut client = Client::new(client).unwrap();
+        let mut client = Client::new(client).ok().unwrap();
         assert_eq!(client.kvsname(), "kvs_7_0");
         assert_eq!(client.appnum(), 3);
         client.put("k", b"a b").unwrap();
@@ -514,6 +552,43 @@ mod tests {
         assert_eq!(heard[3], "cmd=put kvsname=kvs_7_0 key=k value=a%20b");
         assert_eq!(heard[4], "cmd=barrier_in");
         assert_eq!(heard[5], "cmd=get kvsname=kvs_7_0 key=k");
+    }
+
+    #[test]
+    fn values_with_equals_and_spaces_go_as_one_word_and_failed_gets_are_named() {
+        let (client, fake) = serve(&[
+            "cmd=maxes rc=0 kvsname_max=256 keylen_max=64 vallen_max=1024\n",
+            "cmd=my_kvsname kvsname=kvs_7_0 rc=0\n",
+            "cmd=appnum appnum=0 rc=0\n",
+            "cmd=put_result rc=0 msg=success\n",
+            "cmd=get_result rc=0 msg=success value=tcp%3D10.0.0.1%3A80%20x\n",
+            // Slurm's and Flux's words for a missing key.
+            "cmd=get_result rc=1\n",
+            "cmd=get_result rc=4\n",
+            // Not a missing key: the server lost the space, or failed.
+            "cmd=get_result rc=-1 msg=kvs_kvs_7_0_not_found value=unknown\n",
+            "cmd=get_result rc=-1\n",
+        ]);
+        let mut client = Client::new(client).ok().unwrap();
+        client.put("card", b"tcp=10.0.0.1:80 x").unwrap();
+        assert_eq!(
+            client.get("card").unwrap().as_deref(),
+            Some(&b"tcp=10.0.0.1:80 x"[..])
+        );
+        assert_eq!(client.get("slurm").unwrap(), None);
+        assert_eq!(client.get("flux").unwrap(), None);
+        let e = client.get("lost").unwrap_err();
+        assert_eq!(
+            e,
+            "PMI-1 get of 'lost' failed (rc=-1: kvs_kvs_7_0_not_found), which is no missing key"
+        );
+        let e = client.get("failed").unwrap_err();
+        assert!(e.contains("get of 'failed' failed (rc=-1)"), "{e}");
+        let heard = fake.join().unwrap();
+        assert_eq!(
+            heard[3],
+            "cmd=put kvsname=kvs_7_0 key=card value=tcp%3D10.0.0.1:80%20x"
+        );
     }
 
     #[test]

@@ -3,8 +3,10 @@
 //!
 //! Values go as byte objects, so they are binary-safe; puts are global, committed before each
 //! fence, and the fence collects every rank's data so that gets after it are local. A get
-//! names no rank (the keys of the PML name their rank themselves): PMIx finds the key among
-//! the namespace's ranks (`PMIX_RANK_UNDEF`).
+//! names the rank that put the key: a search of every rank's (`PMIX_RANK_UNDEF`) goes
+//! unanswered under Open MPI 4's mpirun, whose shared-memory data store (gds ds21) answers
+//! only a get for one rank, and a process's environment is no place to choose another store
+//! (`PMIX_MCA_gds`: setting a variable races with any thread that reads one).
 
 use std::ffi::{c_char, CStr, CString};
 use std::mem::MaybeUninit;
@@ -21,9 +23,8 @@ mod sys {
     include!(concat!(env!("OUT_DIR"), "/pmix_bindings.rs"));
 }
 
-/// PMIx's ranks for "any rank of the namespace" and "the namespace as a whole" (macros over
-/// UINT32_MAX, which bindgen does not evaluate).
-const RANK_UNDEF: sys::pmix_rank_t = u32::MAX;
+/// PMIx's rank for "the namespace as a whole" (a macro over UINT32_MAX, which bindgen does
+/// not evaluate).
 const RANK_WILDCARD: sys::pmix_rank_t = u32::MAX - 1;
 
 /// What PMIx tells a rank at start-up.
@@ -72,15 +73,8 @@ fn key(name: &[u8]) -> &CStr {
 }
 
 impl Client {
-    /// Connects to the PMIx server named in the environment and reads this rank's place.
-    pub fn init() -> Result<(Client, Place), String> {
-        // A get names no rank (PMIX_RANK_UNDEF), which the shared-memory data stores do not
-        // answer under Open MPI 4's mpirun (they time out); the hash store does, for every
-        // server. The user's own choice stays. Set before PMIx starts its threads; mpirt's
-        // `initialize` runs this before it starts any.
-        if std::env::var_os("PMIX_MCA_gds").is_none() {
-            std::env::set_var("PMIX_MCA_gds", "hash");
-        }
+    /// Connects to the PMIx server named in the environment.
+    pub fn init() -> Result<Client, String> {
         let mut me = MaybeUninit::<sys::pmix_proc_t>::zeroed();
         // SAFETY: PMIx_Init fills the pmix_proc_t it is given (a zeroed one is a valid
         // value of the plain C struct) and takes no info array.
@@ -88,33 +82,39 @@ impl Client {
         check("init", status)?;
         // SAFETY: zeroed, then filled by a successful PMIx_Init.
         let me = unsafe { me.assume_init() };
-        let client = Client {
+        Ok(Client {
             me,
             finalized: false,
-        };
-        let job = client.of_job();
-        let size = client.number(&job, key(sys::PMIX_JOB_SIZE))?;
-        let local_size = client.number(&job, key(sys::PMIX_LOCAL_SIZE))?;
-        let local_rank = client.number(&client.me, key(sys::PMIX_LOCAL_RANK))?;
-        let node_id = client.number(&client.me, key(sys::PMIX_NODEID))?;
+        })
+    }
+
+    /// This rank's place in the job, from the server's attributes.
+    pub fn place(&self) -> Result<Place, String> {
+        let job = self.of_job();
+        let size = self.number(&job, key(sys::PMIX_JOB_SIZE))?;
+        let local_size = self.number(&job, key(sys::PMIX_LOCAL_SIZE))?;
+        let local_rank = self.number(&self.me, key(sys::PMIX_LOCAL_RANK))?;
+        let node_id = self.number(&self.me, key(sys::PMIX_NODEID))?;
         // Servers that launch one application may not publish it.
-        let appnum = client
-            .number(&client.me, key(sys::PMIX_APPNUM))
-            .unwrap_or(0);
-        let job_id = match client.value(&job, key(sys::PMIX_JOBID)) {
+        let appnum = self.number(&self.me, key(sys::PMIX_APPNUM)).unwrap_or(0);
+        let job_id = match self.value(&job, key(sys::PMIX_JOBID)) {
             Ok(Some(Value::Text(id))) => id,
-            _ => client.namespace(),
+            _ => self.namespace(),
         };
-        let place = Place {
-            rank: client.me.rank,
+        Ok(Place {
+            rank: self.me.rank,
             size,
             local_rank,
             local_size,
             node_id,
             appnum,
             job_id,
-        };
-        Ok((client, place))
+        })
+    }
+
+    /// This rank, as the server numbers it.
+    pub fn rank(&self) -> u32 {
+        self.me.rank
     }
 
     /// This job's namespace, as text.
@@ -213,13 +213,13 @@ impl Client {
         check("fence", status)
     }
 
-    /// The value some rank of the job put under `key`, `None` where none did.
-    pub fn get(&mut self, name: &str) -> Result<Option<Vec<u8>>, String> {
-        let any = sys::pmix_proc_t {
+    /// The value rank `from` of the job put under `key`, `None` where it did not.
+    pub fn get(&mut self, from: u32, name: &str) -> Result<Option<Vec<u8>>, String> {
+        let from = sys::pmix_proc_t {
             nspace: self.me.nspace,
-            rank: RANK_UNDEF,
+            rank: from,
         };
-        match self.value(&any, &c_string(name))? {
+        match self.value(&from, &c_string(name))? {
             Some(Value::Bytes(bytes)) => Ok(Some(bytes)),
             Some(Value::Text(text)) => Ok(Some(text.into_bytes())),
             Some(Value::Number(_) | Value::Other(_)) => {

@@ -6,7 +6,8 @@
 //! The order matters. rsrun's own variables come first, since rsrun also sets Open MPI's
 //! (`OMPI_COMM_WORLD_*`) for programs that read them, and a rank of rsrun inside a Slurm
 //! allocation inherits Slurm's. Then a PMI socket (`PMI_FD`: Slurm's `--mpi=pmi2`, MPICH's
-//! Hydra, Flux) and PMIx's namespace, which are ways in; then the task variables of launchers
+//! Hydra, Flux), a PMI server's address (`PMI_PORT`: Hydra's `-pmi-port`) and PMIx's
+//! namespace, which are ways in; then the task variables of launchers
 //! whose way in this process lacks.
 
 use std::fmt;
@@ -18,6 +19,8 @@ pub enum StartedBy {
     Rsrun,
     /// A PMI-1 or PMI-2 server on the socket in `PMI_FD`.
     PmiFd,
+    /// A PMI-1 server at the TCP address in `PMI_PORT` (Hydra's `-pmi-port`).
+    PmiPort,
     /// A PMIx server: `PMIX_NAMESPACE` and `PMIX_RANK`. `launcher` says whose, and `place`
     /// which task of how many where its own variables say, for errors.
     Pmix {
@@ -55,6 +58,9 @@ impl StartedBy {
         }
         if var("PMI_FD").is_some() {
             return StartedBy::PmiFd;
+        }
+        if var("PMI_PORT").is_some() {
+            return StartedBy::PmiPort;
         }
         // (launcher, task, tasks) from each launcher's own variables, first match wins.
         let slurm_tasks = number("SLURM_STEP_NUM_TASKS").or_else(|| {
@@ -189,8 +195,8 @@ impl fmt::Display for Unsupported {
                     Launcher::Hydra => (
                         "MPICH's mpiexec (Hydra)",
                         "rank",
-                        "it gave no PMI socket (PMI_FD is not set)",
-                        "run mpiexec.hydra without -pmi-port, or use rsrun",
+                        "it gave no PMI server (neither PMI_FD nor PMI_PORT is set)",
+                        "run the job with MPICH's own mpiexec.hydra, or use rsrun",
                     ),
                     Launcher::Flux => (
                         "Flux",
@@ -356,18 +362,22 @@ mod tests {
     }
 
     #[test]
+    fn a_pmi_port_is_a_way_in() {
+        let hydra = [("PMI_ID", "2"), ("PMI_SIZE", "3"), ("PMI_PORT", "vm:1234")];
+        assert_eq!(started(&hydra), StartedBy::PmiPort);
+        assert_eq!(started(&hydra).unsupported(false), None);
+    }
+
+    #[test]
     fn hydra_without_a_socket_is_named() {
-        let e = refusal(&[
-            ("PMI_RANK", "1"),
-            ("PMI_SIZE", "3"),
-            ("PMI_PORT", "vm:1234"),
-        ]);
+        let e = refusal(&[("PMI_RANK", "1"), ("PMI_SIZE", "3")]);
         assert_eq!(
             e,
-            "started by MPICH's mpiexec (Hydra) as rank 1 of 3, but it gave no PMI socket \
-             (PMI_FD is not set): run mpiexec.hydra without -pmi-port, or use rsrun"
+            "started by MPICH's mpiexec (Hydra) as rank 1 of 3, but it gave no PMI server \
+             (neither PMI_FD nor PMI_PORT is set): run the job with MPICH's own \
+             mpiexec.hydra, or use rsrun"
         );
-        let e = refusal(&[("PMI_ID", "2"), ("PMI_SIZE", "3"), ("PMI_PORT", "vm:1234")]);
+        let e = refusal(&[("PMI_ID", "2"), ("PMI_SIZE", "3")]);
         assert!(
             e.starts_with("started by MPICH's mpiexec (Hydra) as rank 2 of 3"),
             "{e}"

@@ -27,6 +27,10 @@ pub enum Request {
     Get {
         key: String,
     },
+    /// Every key and value the space holds: one round trip where a rank reads a key of each
+    /// peer after a fence, instead of one per key (32 ranks made 4096 gets of rsrun's one
+    /// service thread at start-up).
+    GetAll,
     Abort {
         code: i32,
         message: String,
@@ -39,6 +43,8 @@ pub enum Request {
 pub enum Response {
     Ok,
     Value(Vec<u8>),
+    /// The answer to [`Request::GetAll`].
+    Values(Vec<(String, Vec<u8>)>),
     NotFound,
     /// The request was refused; the text says why. The server closes the connection after it.
     Error(String),
@@ -69,6 +75,7 @@ impl Request {
                 put_bytes(&mut out, message.as_bytes());
             }
             Request::Finalize => out.push(6),
+            Request::GetAll => out.push(7),
         }
         out
     }
@@ -91,6 +98,7 @@ impl Request {
                 message: r.string()?,
             },
             6 => Request::Finalize,
+            7 => Request::GetAll,
             tag => return Err(format!("unknown request tag {tag}")),
         };
         r.finish()?;
@@ -112,6 +120,15 @@ impl Response {
                 out.push(4);
                 put_bytes(&mut out, text.as_bytes());
             }
+            Response::Values(pairs) => {
+                out.push(5);
+                // The count of pairs is bounded by the frame, far below u32::MAX.
+                out.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
+                for (key, value) in pairs {
+                    put_bytes(&mut out, key.as_bytes());
+                    put_bytes(&mut out, value);
+                }
+            }
         }
         out
     }
@@ -123,6 +140,19 @@ impl Response {
             2 => Response::Value(r.bytes()?),
             3 => Response::NotFound,
             4 => Response::Error(r.string()?),
+            5 => {
+                let count = r.u32()?;
+                // Each pair takes at least 8 bytes: a count no body could hold is refused
+                // before anything is allocated for it.
+                if count as usize > r.0.len() / 8 {
+                    return Err(format!("{count} pairs in a body of {} bytes", r.0.len()));
+                }
+                let mut pairs = Vec::with_capacity(count as usize);
+                for _ in 0..count {
+                    pairs.push((r.string()?, r.bytes()?));
+                }
+                Response::Values(pairs)
+            }
             tag => return Err(format!("unknown response tag {tag}")),
         };
         r.finish()?;
@@ -231,6 +261,7 @@ mod tests {
                 message: "boom".into(),
             },
             Request::Finalize,
+            Request::GetAll,
         ];
         for request in requests {
             assert_eq!(Request::decode(&request.encode()), Ok(request));
@@ -244,6 +275,8 @@ mod tests {
             Response::Value(vec![1, 0, 2]),
             Response::NotFound,
             Response::Error("no".into()),
+            Response::Values(vec![("a".into(), vec![0, 1]), ("b".into(), Vec::new())]),
+            Response::Values(Vec::new()),
         ] {
             assert_eq!(Response::decode(&response.encode()), Ok(response));
         }
@@ -255,6 +288,8 @@ mod tests {
         assert!(Request::decode(&[99]).is_err());
         assert!(Request::decode(&[2, 200, 0, 0, 0, b'a']).is_err());
         assert!(Request::decode(&[3, 0]).is_err());
+        // A count of pairs no body could hold.
+        assert!(Response::decode(&[5, 255, 255, 255, 255]).is_err());
     }
 
     #[test]

@@ -99,6 +99,14 @@ impl KvsState {
                 };
                 vec![Action::Reply(conn, response)]
             }
+            Request::GetAll => {
+                let pairs = self
+                    .store
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                vec![Action::Reply(conn, Response::Values(pairs))]
+            }
             Request::Fence => {
                 self.fenced.insert(rank);
                 self.complete_fence()

@@ -30,7 +30,8 @@ fn rank_mode() {
     }
 }
 
-/// Puts a binary value, fences, reads everyone's, twice over.
+/// Puts a binary value, fences, reads everyone's, twice over under the same keys: the client
+/// reads the space whole at its first get after a fence, and a fence makes it read anew.
 fn exchange() {
     let mut b = Bootstrap::from_env().unwrap();
     assert!(!b.is_singleton());
@@ -39,15 +40,19 @@ fn exchange() {
     assert_eq!(b.job_id(), env::var("MPIRT_JOB_ID").unwrap());
     let value = |round: u32, r: u32| vec![r as u8, 0, b'\n', 255, round as u8];
     for round in 0..2 {
-        b.put(&format!("test.{round}.{rank}"), &value(round, rank))
-            .unwrap();
+        b.put(&format!("test.{rank}"), &value(round, rank)).unwrap();
         b.fence().unwrap();
         for peer in 0..size {
-            let got = b.get(&format!("test.{round}.{peer}")).unwrap();
-            assert_eq!(got, value(round, peer));
+            let got = b.get(peer, &format!("test.{peer}")).unwrap();
+            assert_eq!(got, value(round, peer), "round {round}");
         }
+        // Every rank has read this round's values before any is put anew.
+        b.fence().unwrap();
     }
-    let missing = b.get("test.missing").unwrap_err().to_string();
+    // A rank's own put is there for its own get before any fence.
+    b.put(&format!("test.{rank}"), b"own").unwrap();
+    assert_eq!(b.get(rank, &format!("test.{rank}")).unwrap(), b"own");
+    let missing = b.get(0, "test.missing").unwrap_err().to_string();
     assert!(missing.contains("'test.missing'"), "{missing}");
     b.finalize().unwrap();
     println!("rank {rank} of {size} exchanged");
@@ -65,7 +70,10 @@ fn wrong_secret() {
     let mut b = Bootstrap::from_env().unwrap();
     b.put(&format!("k{}", b.rank()), b"v").unwrap();
     b.fence().unwrap();
-    assert_eq!(b.get(&format!("k{}", 1 - b.rank())).unwrap(), b"v");
+    assert_eq!(
+        b.get(1 - b.rank(), &format!("k{}", 1 - b.rank())).unwrap(),
+        b"v"
+    );
     b.finalize().unwrap();
     println!("rank {} joined after the refusal", b.rank());
 }
@@ -190,6 +198,6 @@ fn without_rsrun_a_program_is_a_singleton() {
     assert_eq!((b.rank(), b.size()), (0, 1));
     b.put("a", b"1").unwrap();
     b.fence().unwrap();
-    assert_eq!(b.get("a").unwrap(), b"1");
+    assert_eq!(b.get(0, "a").unwrap(), b"1");
     b.finalize().unwrap();
 }

@@ -32,7 +32,7 @@ fn rank_mode() {
         .unwrap();
     b.fence().unwrap();
     let hosts: Vec<String> = (0..size)
-        .map(|peer| String::from_utf8(b.get(&format!("host.{peer}")).unwrap()).unwrap())
+        .map(|peer| String::from_utf8(b.get(peer, &format!("host.{peer}")).unwrap()).unwrap())
         .collect();
     b.finalize().unwrap();
     println!("rank {rank} saw {}", hosts.join(","));

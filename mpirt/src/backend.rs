@@ -58,7 +58,7 @@ pub(crate) fn agree(wireup: &mut dyn Wireup, mine: PmlChoice) -> Result<(), Stri
     wireup.put(&pml_key(rank), mine.name().as_bytes())?;
     wireup.fence()?;
     for peer in 0..wireup.size() {
-        let theirs = wireup.get(&pml_key(peer))?;
+        let theirs = wireup.get(peer, &pml_key(peer))?;
         if theirs != mine.name().as_bytes() {
             return Err(format!(
                 "rank {rank} runs the {} PML but rank {peer} runs '{}': every rank must use \

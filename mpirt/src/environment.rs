@@ -178,8 +178,8 @@ impl Wireup for BootstrapWireup<'_> {
     fn fence(&mut self) -> Result<(), String> {
         self.0.fence().map_err(|e| e.to_string())
     }
-    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
-        self.0.get(key).map_err(|e| e.to_string())
+    fn get(&mut self, from: u32, key: &str) -> Result<Vec<u8>, String> {
+        self.0.get(from, key).map_err(|e| e.to_string())
     }
     fn job_secret(&mut self) -> Result<[u8; 32], String> {
         let text = self.0.job_secret().map_err(|e| e.to_string())?;

@@ -203,7 +203,9 @@ pub trait Wireup {
     fn job_id(&self) -> String;
     fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String>;
     fn fence(&mut self) -> Result<(), String>;
-    fn get(&mut self, key: &str) -> Result<Vec<u8>, String>;
+    /// The value rank `from` put under `key`: a key-value space kept by rank (PMIx) looks
+    /// there alone, where a search of every rank's data may not be answered.
+    fn get(&mut self, from: u32, key: &str) -> Result<Vec<u8>, String>;
     /// The job's secret, at least 128 random bits that only the job's ranks know: a TCP
     /// connection is a peer's only once it proved to know it. The launcher's key-value
     /// space may hold it, so call this after the first fence.

@@ -584,8 +584,8 @@ impl pml::Wireup for BadArenaWireup {
     fn fence(&mut self) -> Result<(), String> {
         self.0.fence()
     }
-    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
-        self.0.get(key)
+    fn get(&mut self, from: u32, key: &str) -> Result<Vec<u8>, String> {
+        self.0.get(from, key)
     }
     fn job_secret(&mut self) -> Result<[u8; 32], String> {
         self.0.job_secret()

@@ -184,7 +184,7 @@ impl<'w> Job<'w> {
         job.put(&format!("pml.host.{rank}"), hostname().as_bytes())?;
         job.fence()?;
         for r in 0..size {
-            let h = job.get(&format!("pml.host.{r}"))?;
+            let h = job.get(r, &format!("pml.host.{r}"))?;
             job.hosts.push(String::from_utf8_lossy(&h).into_owned());
         }
         Ok(job)
@@ -202,8 +202,9 @@ impl<'w> Job<'w> {
         self.wireup.put(key, value).map_err(EngineError::Wireup)
     }
 
-    pub fn get(&mut self, key: &str) -> Result<Vec<u8>, EngineError> {
-        self.wireup.get(key).map_err(EngineError::Wireup)
+    /// The value rank `from` put under `key`.
+    pub fn get(&mut self, from: u32, key: &str) -> Result<Vec<u8>, EngineError> {
+        self.wireup.get(from, key).map_err(EngineError::Wireup)
     }
 }
 

@@ -13,8 +13,8 @@
 //!
 //! A sleeping rank says how it sleeps in its `sleeping` word: on its futex (shared memory is
 //! all it waits for), or in an epoll wait with other transports, where a futex cannot be
-//! watched: then on its wake pipe, a FIFO beside the segment that a waking peer writes a
-//! byte into (see [`ShmTransport::wake_fd`]).
+//! watched: then on its wake pipe, an anonymous pipe that a waking peer opens through /proc
+//! and writes a byte into (see [`ShmTransport::wake_fd`]).
 
 mod cma;
 pub mod futex;
@@ -100,8 +100,6 @@ pub struct ShmTransport {
     seen_wakes: Cell<u32>,
     /// How this rank's futex sleeps ended, for [`sleeps`](Self::sleeps).
     sleeps: Cell<Sleeps>,
-    /// The segment's name, which the ranks' wake pipes are named after.
-    name: String,
     /// This rank's wake pipe, once it sleeps in an epoll wait (see `wake_fd`).
     own_pipe: Option<WakePipe>,
     /// Peers' wake pipes, by local rank, opened the first time one needs waking there.
@@ -130,7 +128,7 @@ impl ShmTransport {
             ));
         }
         let seg = Segment::create(name, local_rank, local_size, cfg.ring_bytes)?;
-        Ok(Self::open(seg, name, local_rank))
+        Ok(Self::open(seg, local_rank))
     }
 
     /// Attaches to the segment `name` made by [`create`](Self::create). When every local rank
@@ -138,10 +136,10 @@ impl ShmTransport {
     pub fn attach(name: &str, local_rank: usize, local_size: usize) -> io::Result<Self> {
         check_rank(local_rank, local_size)?;
         let seg = Segment::attach(name, local_rank, local_size)?;
-        Ok(Self::open(seg, name, local_rank))
+        Ok(Self::open(seg, local_rank))
     }
 
-    fn open(seg: Segment, name: &str, local_rank: usize) -> Self {
+    fn open(seg: Segment, local_rank: usize) -> Self {
         let n = seg.local_size();
         let size = seg.ring_bytes();
         let peers = || (0..n).filter(move |&r| r != local_rank);
@@ -178,7 +176,6 @@ impl ShmTransport {
             next_rx: 0,
             seen_wakes: Cell::new(seen),
             sleeps: Cell::new(Sleeps::default()),
-            name: name.to_string(),
             own_pipe: None,
             peer_pipes: RefCell::new((0..n).map(|_| None).collect()),
             seg,
@@ -382,10 +379,10 @@ impl ShmTransport {
 
     /// The fd a rank that waits on other transports too sleeps on: this rank's wake pipe,
     /// made on the first call, where [`before_wait`](Self::before_wait) makes peers wake
-    /// it. Peers open it by name when they first wake this rank there.
+    /// it. Peers open it through /proc when they first wake this rank there.
     pub fn wake_fd(&mut self) -> io::Result<RawFd> {
         if self.own_pipe.is_none() {
-            let (pipe, tag) = WakePipe::create(&self.name, self.local_rank)?;
+            let (pipe, tag) = WakePipe::create()?;
             // Published before this rank says it sleeps on the pipe, with a Release store
             // (see `announce_sleep`): a peer that sees the one sees the other (`write_pipe`).
             self.seg
@@ -447,9 +444,11 @@ impl ShmTransport {
         if pipe.is_none() {
             // After the load of `sleeping` that said ON_PIPE: pairs with its Release store.
             fence(Ordering::Acquire);
-            let tag = self.seg.rank_ctl(local).wake_tag.load(Ordering::Relaxed);
-            if tag != 0 {
-                *pipe = WakePipe::open(&self.name, local, tag).ok();
+            let ctl = self.seg.rank_ctl(local);
+            let tag = ctl.wake_tag.load(Ordering::Relaxed);
+            let pid = ctl.pid.load(Ordering::Relaxed);
+            if tag != 0 && pid != 0 {
+                *pipe = WakePipe::open(pid, tag).ok();
             }
         }
         if let Some(pipe) = pipe {
@@ -582,9 +581,5 @@ mod tests {
         epoll.wait(Duration::ZERO, &mut ready).unwrap();
         sleeper.after_wait();
         assert!(ready.is_empty(), "{ready:?}");
-        let tag = sleeper.seg.rank_ctl(0).wake_tag.load(Ordering::Relaxed);
-        drop(sleeper);
-        let pipe = format!("/dev/shm/{name}-wake-0-{tag:016x}");
-        assert!(!std::path::Path::new(&pipe).exists(), "{pipe} left behind");
     }
 }

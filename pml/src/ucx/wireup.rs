@@ -37,7 +37,7 @@ fn publish(wireup: &mut dyn Wireup, rank: u32, address: &[u8]) -> Result<(), Str
 fn fetch(wireup: &mut dyn Wireup, peer: u32) -> Result<Vec<u8>, EngineError> {
     let malformed =
         || EngineError::Wireup(format!("rank {peer}'s UCX worker address is malformed"));
-    let head = wireup.get(&key(peer)).map_err(EngineError::Wireup)?;
+    let head = wireup.get(peer, &key(peer)).map_err(EngineError::Wireup)?;
     let colon = head.iter().position(|&b| b == b':').ok_or_else(malformed)?;
     let parts: usize = std::str::from_utf8(&head[..colon])
         .ok()
@@ -46,7 +46,7 @@ fn fetch(wireup: &mut dyn Wireup, peer: u32) -> Result<Vec<u8>, EngineError> {
     let mut text = head[colon + 1..].to_vec();
     for i in 1..parts {
         let part = wireup
-            .get(&format!("{}.{i}", key(peer)))
+            .get(peer, &format!("{}.{i}", key(peer)))
             .map_err(EngineError::Wireup)?;
         text.extend_from_slice(&part);
     }
@@ -106,7 +106,7 @@ mod tests {
         fn fence(&mut self) -> Result<(), String> {
             Ok(())
         }
-        fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+        fn get(&mut self, _from: u32, key: &str) -> Result<Vec<u8>, String> {
             self.0.get(key).cloned().ok_or_else(|| format!("no {key}"))
         }
         fn job_secret(&mut self) -> Result<[u8; 32], String> {

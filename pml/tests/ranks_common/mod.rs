@@ -61,7 +61,7 @@ impl Wireup for DirWireup {
     fn job_secret(&mut self) -> Result<[u8; 32], String> {
         Ok([0x5a; 32])
     }
-    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+    fn get(&mut self, _from: u32, key: &str) -> Result<Vec<u8>, String> {
         fs::read(self.dir.join(key)).map_err(|e| format!("{key}: {e}"))
     }
 }

@@ -177,7 +177,7 @@ impl ShmPeers {
             if r == job.rank {
                 continue;
             }
-            let wire = job.get(&format!("pml.arena.{r}"))?;
+            let wire = job.get(r, &format!("pml.arena.{r}"))?;
             let wire = String::from_utf8_lossy(&wire);
             let mapped = match ArenaInfo::from_wire(&wire) {
                 Some(info) => PeerArena::map(&info).map_err(|e| {

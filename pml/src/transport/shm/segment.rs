@@ -63,8 +63,8 @@ pub(crate) struct RankCtl {
     pub(crate) pid: AtomicI32,
     /// Address in this rank of a known word, for peers to test remote reads on.
     pub(crate) probe_addr: AtomicU64,
-    /// The random part of this rank's wake pipe's name once it made one, else 0 (see
-    /// `wake_pipe.rs`): the segment is the job's alone, so the name is too.
+    /// This rank's wake pipe's descriptor and inode once it made one, else 0 (see
+    /// `wake_pipe.rs`): the segment is the job's alone, so peers open only the job's pipe.
     pub(crate) wake_tag: AtomicU64,
 }
 

@@ -1,133 +1,130 @@
-//! A rank's wake pipe: a FIFO beside the segment (`/dev/shm/<segment>-wake-<local rank>-<tag>`,
-//! so that rsrun's clean-up of a dead job removes it too) that a rank waiting in an epoll
-//! wait watches, and that a peer waking it writes a byte into. A futex cannot be watched by
-//! epoll; a FIFO, unlike an eventfd, can be opened by name from another process.
+//! A rank's wake pipe: an anonymous pipe that a rank waiting in an epoll wait watches, and that
+//! a peer waking it writes a byte into. A futex cannot be watched by epoll; a pipe, unlike an
+//! eventfd, can be opened from another process, through `/proc/<pid>/fd/<fd>`.
 //!
-//! The segment's name follows from the job id, which is no secret; the tag is random, and the
-//! rank publishes it in its control block of the segment (mode 0600), so only the job's ranks
-//! know the whole name and nobody else can make the FIFO first. The rank makes it itself
-//! (mkfifo never reuses a name), and both ends check that what they opened is a FIFO of this
-//! user that nobody else may open, refusing it with an error naming it otherwise.
+//! It has no name in any file system, so nothing of it outlives its rank, however the job
+//! ends: a named FIFO beside the segment stayed in /dev/shm when a job started by a launcher
+//! other than rsrun (which removes what its job left there) was killed. The rank publishes
+//! the pipe's descriptor and inode in its control block of the segment (mode 0600); a peer
+//! opens the descriptor by its path in /proc, which the kernel allows only to processes that
+//! may trace the rank (its user's), and writes only into what is that very pipe: a FIFO of
+//! this user with the published inode. A rank that exited and whose pid and descriptor number
+//! another process now holds is so never written to.
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 pub(crate) struct WakePipe {
+    /// The read end for the owner; for a waker, its own opening of the pipe.
     fd: OwnedFd,
-    /// Set for the owner's read end, which removes the name when dropped.
-    path: Option<CString>,
+    /// The owner's write end, which keeps the pipe with a writer, else `None`.
+    _write_end: Option<OwnedFd>,
 }
 
-fn path(segment: &str, local_rank: usize, tag: u64) -> io::Result<CString> {
-    CString::new(format!("/dev/shm/{segment}-wake-{local_rank}-{tag:016x}"))
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a segment name"))
+/// What a rank publishes for its peers: its read end's descriptor number in the high half,
+/// the pipe's inode number (pipefs numbers inodes in 32 bits) in the low half. Never 0: no
+/// inode is numbered 0, and 0 says "no pipe yet" where the tag is published.
+fn tag(fd: RawFd, inode: u64) -> Option<u64> {
+    let inode = u32::try_from(inode).ok().filter(|&i| i != 0)?;
+    Some((fd as u64) << 32 | u64::from(inode))
 }
 
-/// Opens the FIFO at `path` for reading and writing, whoever opens it: a write then never
-/// finds the pipe without a reader, so a waker whose sleeper exited gets neither SIGPIPE nor
-/// EPIPE (the byte only stays in the pipe, or finds it full), and the owner's read end never
-/// reports end of file while no peer has it open. Linux opens a FIFO so without blocking.
-fn open_ours(path: &CString) -> io::Result<OwnedFd> {
-    // SAFETY: `path` is a valid C string that outlives the call.
-    let fd = unsafe {
-        libc::open(
-            path.as_ptr(),
-            libc::O_RDWR | libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(
-            e.kind(),
-            format!("opening the wake pipe {}: {e}", path.to_string_lossy()),
-        ));
-    }
-    // SAFETY: `fd` was just opened and nothing else owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    check_ours(&fd, path)?;
-    Ok(fd)
-}
-
-/// Refuses a file that is not a FIFO of this user closed to everyone else.
-fn check_ours(fd: &OwnedFd, path: &CString) -> io::Result<()> {
+fn fstat(fd: RawFd) -> io::Result<libc::stat> {
     // SAFETY: `stat` is plain old data, so all-zero is a valid value for fstat to overwrite.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `fd` is open and `st` is a writable stat buffer.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+    // SAFETY: `st` is a writable stat buffer; a bad descriptor only fails.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(st)
+}
+
+fn open(path: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
+    let c_path = CString::new(path).expect("a /proc path holds no NUL");
+    // SAFETY: `c_path` is a valid C string that outlives the call.
+    let fd = unsafe { libc::open(c_path.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("opening {path}: {e}")));
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Refuses a file that is not the pipe published as `inode`, of this user.
+fn check_ours(st: &libc::stat, inode: u64, path: &str) -> io::Result<()> {
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
     let wrong = if st.st_mode & libc::S_IFMT != libc::S_IFIFO {
-        Some("it is not a FIFO".to_string())
+        Some("it is not a pipe".to_string())
+    } else if st.st_ino != inode {
+        Some(format!(
+            "it is pipe {}, not the published {inode} (its rank is gone)",
+            st.st_ino
+        ))
     } else if st.st_uid != me {
         Some(format!("it belongs to uid {}, not {me}", st.st_uid))
-    } else if st.st_mode & 0o077 != 0 {
-        Some(format!(
-            "others may open it (mode {:o})",
-            st.st_mode & 0o777
-        ))
     } else {
         None
     };
     match wrong {
         Some(why) => Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!(
-                "the wake pipe {} is not this job's: {why}",
-                path.to_string_lossy()
-            ),
+            format!("{path} is not the rank's wake pipe: {why}"),
         )),
         None => Ok(()),
     }
 }
 
 impl WakePipe {
-    /// Makes local rank `local_rank`'s pipe under a new random tag and opens its read end;
-    /// returns it and the tag, for the rank to publish to its peers.
-    pub(crate) fn create(segment: &str, local_rank: usize) -> io::Result<(WakePipe, u64)> {
-        let mut tag = [0u8; 8];
-        crate::random::fill(&mut tag)?;
-        // Never 0, which says "no pipe yet" where the tag is published.
-        let tag = u64::from_le_bytes(tag) | 1;
-        Ok((Self::create_tagged(segment, local_rank, tag)?, tag))
-    }
-
-    fn create_tagged(segment: &str, local_rank: usize, tag: u64) -> io::Result<WakePipe> {
-        let path = path(segment, local_rank, tag)?;
-        // SAFETY: `path` is a valid C string that outlives the call.
-        if unsafe { libc::mkfifo(path.as_ptr(), 0o600) } != 0 {
+    /// Makes this rank's pipe; returns it and the tag for the rank to publish to its peers.
+    pub(crate) fn create() -> io::Result<(WakePipe, u64)> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into the live array.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
             let e = io::Error::last_os_error();
-            let why = if e.kind() == io::ErrorKind::AlreadyExists {
-                "it exists already, and this rank did not make it".to_string()
-            } else {
-                e.to_string()
-            };
-            return Err(io::Error::new(
-                e.kind(),
-                format!("making the wake pipe {}: {why}", path.to_string_lossy()),
-            ));
+            return Err(io::Error::new(e.kind(), format!("making a wake pipe: {e}")));
         }
-        match open_ours(&path) {
-            Ok(fd) => Ok(WakePipe {
-                fd,
-                path: Some(path),
-            }),
-            Err(e) => {
-                // SAFETY: as above.
-                unsafe { libc::unlink(path.as_ptr()) };
-                Err(e)
-            }
-        }
+        // SAFETY: both were just made and nothing else owns them.
+        let (read_end, write_end) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let st = fstat(read_end.as_raw_fd())?;
+        let tag = tag(read_end.as_raw_fd(), st.st_ino).ok_or_else(|| {
+            io::Error::other(format!(
+                "a wake pipe's inode {} does not fit its tag",
+                st.st_ino
+            ))
+        })?;
+        Ok((
+            WakePipe {
+                fd: read_end,
+                _write_end: Some(write_end),
+            },
+            tag,
+        ))
     }
 
-    /// Opens local rank `local_rank`'s pipe, which it published under `tag`, for waking it.
-    pub(crate) fn open(segment: &str, local_rank: usize, tag: u64) -> io::Result<WakePipe> {
-        let path = path(segment, local_rank, tag)?;
+    /// Opens the pipe of the rank with process id `pid`, which published it as `tag`, for
+    /// waking that rank.
+    pub(crate) fn open(pid: i32, tag: u64) -> io::Result<WakePipe> {
+        let (fd, inode) = (tag >> 32, tag & u64::from(u32::MAX));
+        let path = format!("/proc/{pid}/fd/{fd}");
+        // A path-only opening has no effect on what it opens (were it another process's
+        // terminal, say), so it is checked before the real opening, made through it: the
+        // check and the opening are of one file.
+        let located = open(&path, libc::O_PATH)?;
+        check_ours(&fstat(located.as_raw_fd())?, inode, &path)?;
+        // Read and write, so that a write never finds the pipe without a reader: a waker
+        // whose sleeper exited gets neither SIGPIPE nor EPIPE (the byte only stays in the
+        // pipe, or finds it full). Linux opens a pipe so without blocking.
+        let fd = open(
+            &format!("/proc/self/fd/{}", located.as_raw_fd()),
+            libc::O_RDWR | libc::O_NONBLOCK,
+        )?;
         Ok(WakePipe {
-            fd: open_ours(&path)?,
-            path: None,
+            fd,
+            _write_end: None,
         })
     }
 
@@ -157,28 +154,29 @@ impl WakePipe {
     }
 }
 
-impl Drop for WakePipe {
-    fn drop(&mut self) {
-        if let Some(path) = &self.path {
-            // SAFETY: `path` is a valid C string; removing the name leaves open ends working.
-            unsafe { libc::unlink(path.as_ptr()) };
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn segment(name: &str) -> String {
-        format!("mpirt-unit-{}-{name}", std::process::id())
+    fn me() -> i32 {
+        std::process::id() as i32
+    }
+
+    #[test]
+    fn a_peer_opens_the_pipe_by_its_tag_and_wakes_its_rank() {
+        let (sleeper, tag) = WakePipe::create().unwrap();
+        let waker = WakePipe::open(me(), tag).unwrap();
+        waker.signal().unwrap();
+        let mut byte = [0u8; 1];
+        // SAFETY: reads into a live buffer of its length from the sleeper's read end.
+        let got = unsafe { libc::read(sleeper.fd(), byte.as_mut_ptr().cast(), 1) };
+        assert_eq!(got, 1);
     }
 
     #[test]
     fn waking_a_rank_that_exited_is_harmless() {
-        let seg = segment("exited");
-        let (sleeper, tag) = WakePipe::create(&seg, 0).unwrap();
-        let waker = WakePipe::open(&seg, 0, tag).unwrap();
+        let (sleeper, tag) = WakePipe::create().unwrap();
+        let waker = WakePipe::open(me(), tag).unwrap();
         waker.signal().unwrap();
         drop(sleeper);
         // No reader but the waker's own end: no EPIPE (nor SIGPIPE), even once it is full.
@@ -188,44 +186,35 @@ mod tests {
     }
 
     #[test]
-    fn a_pipe_made_by_someone_else_is_refused() {
-        let seg = segment("planted");
-        let tag = 0x1234_5678_9abc_def1;
-        let path = path(&seg, 0, tag).unwrap();
-        // SAFETY: `path` is a valid C string.
-        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
-        let e = WakePipe::create_tagged(&seg, 0, tag).err().unwrap();
-        assert!(e.to_string().contains("exists already"), "{e}");
-        // One others may open, or no FIFO at all, is no job's wake pipe.
-        // SAFETY: as above.
-        assert_eq!(unsafe { libc::chmod(path.as_ptr(), 0o622) }, 0);
-        let e = WakePipe::open(&seg, 0, tag).err().unwrap();
-        assert!(
-            e.to_string()
-                .contains("is not this job's: others may open it (mode 622)"),
-            "{e}"
-        );
-        // SAFETY: as above.
-        unsafe { libc::unlink(path.as_ptr()) };
-        std::fs::write(path.to_str().unwrap(), b"").unwrap();
-        std::fs::set_permissions(
-            path.to_str().unwrap(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o600),
-        )
-        .unwrap();
-        let e = WakePipe::open(&seg, 0, tag).err().unwrap();
-        assert!(e.to_string().contains("it is not a FIFO"), "{e}");
-        // SAFETY: as above.
-        unsafe { libc::unlink(path.as_ptr()) };
+    fn the_pipe_has_no_name_to_leave_behind() {
+        // Before, a FIFO named after the segment stayed in /dev/shm when the job was killed.
+        // The link of an anonymous pipe's descriptor names no path, only the pipe.
+        let (pipe, tag) = WakePipe::create().unwrap();
+        let target = std::fs::read_link(format!("/proc/self/fd/{}", tag >> 32)).unwrap();
+        assert!(target.to_string_lossy().starts_with("pipe:["), "{target:?}");
+        drop(pipe);
     }
 
     #[test]
-    fn each_pipe_gets_a_name_nobody_can_guess() {
-        let seg = segment("tags");
-        let (a, tag_a) = WakePipe::create(&seg, 0).unwrap();
-        let (b, tag_b) = WakePipe::create(&seg, 1).unwrap();
-        assert_ne!(tag_a, tag_b);
-        assert!(WakePipe::open(&seg, 0, tag_b).is_err());
-        drop((a, b));
+    fn what_the_tag_no_longer_names_is_refused() {
+        // The rank's pipe is gone and its descriptor number now holds another pipe (the tag
+        // names another inode), or a file that is no pipe at all.
+        let (pipe, tag) = WakePipe::create().unwrap();
+        let e = WakePipe::open(me(), tag + 1).err().unwrap();
+        assert!(
+            e.to_string()
+                .contains("is not the rank's wake pipe: it is pipe"),
+            "{e}"
+        );
+        let file = std::fs::File::open("/proc/self/stat").unwrap();
+        let not_a_pipe = (file.as_raw_fd() as u64) << 32 | (tag & u64::from(u32::MAX));
+        let e = WakePipe::open(me(), not_a_pipe).err().unwrap();
+        assert!(e.to_string().contains("it is not a pipe"), "{e}");
+        drop(pipe);
+        let e = WakePipe::open(i32::MAX, tag).err().unwrap();
+        assert!(
+            e.to_string().contains(&format!("/proc/{}/fd/", i32::MAX)),
+            "{e}"
+        );
     }
 }

@@ -67,7 +67,7 @@ impl TcpTransport {
             .filter(|&r| r != job.rank)
             .collect();
         for &r in &peers {
-            let endpoint = job.get(&format!("pml.tcp.{r}"))?;
+            let endpoint = job.get(r, &format!("pml.tcp.{r}"))?;
             let same_host = job.hosts[r as usize] == job.host();
             self.add_peer(r, &String::from_utf8_lossy(&endpoint), same_host)
                 .map_err(failed)?;

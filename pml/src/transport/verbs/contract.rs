@@ -68,7 +68,7 @@ impl VerbsTransport {
             if self.peers[r as usize].is_none() {
                 continue;
             }
-            let endpoint = job.get(&format!("pml.verbs.{r}"))?;
+            let endpoint = job.get(r, &format!("pml.verbs.{r}"))?;
             if endpoint.is_empty() {
                 // The peer has no device: TCP carries this pair.
                 continue;

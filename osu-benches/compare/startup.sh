@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Start-up time of a hello job, launch to exit, under each launcher that starts mpirt ranks
+# (issue 29), beside a C MPI hello (hello.c: MPI_Init, printf, MPI_Finalize) under the same
+# launcher: Open MPI's where the launcher speaks PMIx (srun --mpi=pmix, mpirun), MPICH's where it
+# speaks PMI (srun --mpi=pmi2, mpiexec.hydra). rsrun starts no C MPI program; its row has no C
+# time. Every (launcher, ranks, program) runs once per round, rounds interleaved so that a
+# noisy machine's drift falls on all alike; prints the medians and mpirt / C.
+#
+#   osu-benches/compare/startup.sh [-r ROUNDS] [-n "1 8 32"] [-l "rsrun srun-pmi2 ..."] [-o DIR]
+#
+# srun runs on one node of the test Slurm (../shared/testhosts/slurm-local, netns mode: its
+# host1), with -O so that 32 tasks may share its CPUs; the script does not bring Slurm up or
+# down, and leaves out the srun rows where sinfo fails. The `pmix` feature's hello is built in
+# target/pmix, as tools/test-all.sh builds that feature.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+rounds=7
+sizes="1 8 32"
+launchers="rsrun srun-pmi2 srun-pmix mpirun hydra"
+keep=
+while getopts "r:n:l:o:" opt; do
+    case $opt in
+    r) rounds=$OPTARG ;;
+    n) sizes=$OPTARG ;;
+    l) launchers=$OPTARG ;;
+    o) keep=$OPTARG ;;
+    *)
+        sed -n '2,14p' "$0" >&2
+        exit 2
+        ;;
+    esac
+done
+# The C programs and every time measured (startup.csv) stay in DIR, target/startup by default.
+mkdir -p "${keep:-target/startup}"
+out=$(cd "${keep:-target/startup}" && pwd)
+
+cargo build --release -q -p launcher -p examples
+CARGO_TARGET_DIR=target/pmix cargo build --release -q -p examples --features mpirt/pmix
+mpicc.openmpi -O2 -o "$out/hello.ompi" osu-benches/compare/hello.c
+mpicc.mpich -O2 -o "$out/hello.mpich" osu-benches/compare/hello.c
+plain=$PWD/target/release/hello
+pmix=$PWD/target/pmix/release/hello
+if ! sinfo -h >/dev/null 2>&1; then
+    echo "no Slurm answers (sinfo): the srun rows are left out" >&2
+    launchers=$(tr ' ' '\n' <<<"$launchers" | grep -v '^srun' | tr '\n' ' ')
+fi
+
+# The command line that starts $3 ranks of program $2 under launcher $1.
+command_for() {
+    local launcher=$1 program=$2 n=$3
+    case $launcher in
+    rsrun) echo "target/release/rsrun -n $n $program" ;;
+    srun-pmi2) echo "srun --mpi=pmi2 -N 1 -w host1 -O -n $n $program" ;;
+    srun-pmix) echo "srun --mpi=pmix -N 1 -w host1 -O -n $n $program" ;;
+    mpirun) echo "mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to none -n $n $program" ;;
+    hydra) echo "mpiexec.hydra -n $n $program" ;;
+    esac
+}
+# mpirt's hello and the C MPI's that the launcher starts.
+programs_for() {
+    case $1 in
+    rsrun) echo "mpirt:$plain" ;;
+    srun-pmi2 | hydra) echo "mpirt:$plain C:$out/hello.mpich" ;;
+    srun-pmix | mpirun) echo "mpirt:$pmix C:$out/hello.ompi" ;;
+    esac
+}
+
+csv=$out/startup.csv
+echo "launcher,ranks,program,round,seconds" >"$csv"
+for round in $(seq "$rounds"); do
+    for n in $sizes; do
+        for launcher in $launchers; do
+            for entry in $(programs_for "$launcher"); do
+                program=${entry%%:*}
+                cmd=$(command_for "$launcher" "${entry#*:}" "$n")
+                start=$(date +%s.%N)
+                if ! lines=$($cmd 2>"$out/stderr" | grep -c '^Hello from rank'); then
+                    lines=0
+                fi
+                end=$(date +%s.%N)
+                if [ "$lines" != "$n" ]; then
+                    echo "round $round: '$cmd' said hello $lines times, not $n:" >&2
+                    cat "$out/stderr" >&2
+                    continue
+                fi
+                echo "$launcher,$n,$program,$round,$(echo "$end - $start" | bc)" >>"$csv"
+            done
+        done
+    done
+    echo "round $round of $rounds done (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+done
+
+python3 - "$csv" <<'EOF'
+import csv, statistics, sys
+times = {}
+for row in csv.DictReader(open(sys.argv[1])):
+    times.setdefault((row["launcher"], int(row["ranks"]), row["program"]), []).append(float(row["seconds"]))
+print("| launcher | ranks | mpirt (s) | C MPI (s) | mpirt / C | runs |")
+print("|---|---:|---:|---:|---:|---:|")
+for launcher, n in sorted({(l, n) for l, n, _ in times}, key=lambda k: (k[1], k[0])):
+    m = times.get((launcher, n, "mpirt"), [])
+    c = times.get((launcher, n, "C"), [])
+    med = lambda xs: statistics.median(xs) if xs else None
+    fmt = lambda x: f"{x:.3f}" if x is not None else "-"
+    ratio = f"{med(m) / med(c):.2f}" if m and c else "-"
+    print(f"| {launcher} | {n} | {fmt(med(m))} | {fmt(med(c))} | {ratio} | {len(m)}/{len(c)} |")
+EOF
