@@ -124,6 +124,8 @@ pub enum Cause {
     /// Other ranks of a collective call passed arguments that are not valid, or other than
     /// this rank's where they must be the same.
     PeerArguments(&'static str),
+    /// A one-sided operation or synchronisation was refused (see `window`).
+    Window(crate::window::WindowFault),
 }
 
 impl fmt::Display for Cause {
@@ -276,6 +278,7 @@ impl fmt::Display for Cause {
                 "the grid has {points} points but the communicator only {size} ranks"
             ),
             Cause::PeerArguments(why) => f.write_str(why),
+            Cause::Window(fault) => fault.fmt(f),
             Cause::TagsDisagree { tag, other, rank } => write!(
                 f,
                 "this rank passed tag {tag} but group rank {rank} passed {other}: the members \
