@@ -57,17 +57,22 @@
 //! accumulates take the primitive numbers and `bool`.
 //!
 //! # How operations move
-//! Every window has a context of its own (a duplicate of its communicator's). The portable
+//! Every window has a context of its own (a duplicate of its communicator's). Where every
+//! rank maps the window's memory (`allocate_shared`, and `allocate` when the ranks share a
+//! host), operations are loads, stores and CPU atomics in that mapping, and locks are words
+//! in it (see `window/direct.rs`): nothing waits for the target. Elsewhere (`create`,
+//! `create_dynamic`, ranks on several hosts, or `MPIRT_WINDOW_PATH=messages`) the portable
 //! path, which works on every transport and both PMLs, sends each operation as an active
 //! message that the target applies (see `window/messaging.rs`): a window makes progress
 //! whenever its target is inside any mpirt call, through the window's own waits and through
 //! the PML's progress hooks; a target computing outside mpirt delays passive-target epochs
-//! on it until its next call. Locks are a lock table at the target (exclusive excludes,
-//! shared shares, waiting requests granted in arrival order). A transport capability
-//! (RDMA WRITE, READ and ATOMIC; UCX's put, get and atomics; loads and stores in a shared
-//! mapping) can later take an operation over in `Epoch::issue`, which every operation goes
-//! through, leaving the rest to the active messages.
+//! on it until its next call. Its locks are a lock table at the target (exclusive excludes,
+//! shared shares, waiting requests granted in arrival order). A transport capability (RDMA
+//! WRITE, READ and ATOMIC; UCX's put, get and atomics) can later take an operation over where
+//! each operation picks its path (`Epoch::issue` and the shared-memory branches beside it),
+//! leaving the rest to the active messages.
 
+mod direct;
 mod fault;
 mod messaging;
 mod operation;
@@ -79,10 +84,12 @@ use std::marker::PhantomData;
 use std::mem::size_of;
 use std::rc::Rc;
 
+use direct::{Direct, LINE};
 pub use fault::WindowFault;
 use messaging::Core;
 pub use operation::AccumulateOperation;
 use pml::shared_mapping::SharedMapping;
+use pml::Pml;
 use target::{Memory, Target};
 use wire::{Ask, Request};
 
@@ -108,12 +115,9 @@ enum Storage {
     },
     /// `create`: the caller's, borrowed for the window's lifetime.
     Borrowed,
-    /// `allocate_shared`: one mapping for the host's ranks; each rank's segment at its
-    /// offset.
-    Shared {
-        map: SharedMapping,
-        offsets: Vec<usize>,
-    },
+    /// `allocate_shared`, or `allocate` where every rank mapped the memory: the mapping
+    /// (`Window::shared`) holds it.
+    Mapped,
     /// `create_dynamic`: what `attach` adds.
     Dynamic,
 }
@@ -125,6 +129,10 @@ pub struct Window<'a, T: Equivalence> {
     comm: SimpleCommunicator,
     core: Rc<RefCell<Core>>,
     storage: Storage,
+    /// The memory every rank maps, where it does (see `direct.rs`).
+    shared: Option<Direct>,
+    /// Whether operations go by loads, stores and atomics in `shared` (else by messages).
+    direct: bool,
     /// This rank's memory (fixed windows).
     local: Option<(*mut T, usize)>,
     /// Each rank's window length in elements (`None`: a dynamic window).
@@ -161,6 +169,11 @@ impl<'a, T: Equivalence> Window<'a, T> {
     {
         let what = "allocate a window";
         check_type::<T>(what)?;
+        if direct_path(what)? {
+            if let Some(shared) = map_parts::<T, C>(comm, len, what)? {
+                return Window::mapped(comm, shared, len, true, what);
+            }
+        }
         let layout = std::alloc::Layout::array::<T>(len.max(1))
             .map_err(|_| unsupported(what, format!("{len} elements do not fit in memory")))?;
         // SAFETY: the layout is non-zero (at least one element).
@@ -177,7 +190,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
             layout,
         };
         // SAFETY: the block is the window's, freed only when the window drops.
-        unsafe { Window::fixed(comm, base, len, storage, what) }
+        unsafe { Window::fixed(comm, base, len, storage, None, false, what) }
     }
 
     /// A window over `memory`, which it borrows for its lifetime (`MPI_Win_create`).
@@ -199,6 +212,8 @@ impl<'a, T: Equivalence> Window<'a, T> {
                 memory.as_mut_ptr(),
                 memory.len(),
                 Storage::Borrowed,
+                None,
+                false,
                 what,
             )
         }
@@ -223,25 +238,37 @@ impl<'a, T: Equivalence> Window<'a, T> {
     {
         let what = "allocate a shared window";
         check_type::<T>(what)?;
-        let lens = gather_lens(comm, len, what)?;
-        // Each rank's part starts on a cache line of its own.
-        let mut offsets = Vec::with_capacity(lens.len());
-        let mut total = 0usize;
-        for &n in &lens {
-            offsets.push(total);
-            total += (n * size_of::<T>()).div_ceil(64) * 64;
-        }
-        let map = map_shared(comm, total.max(64), what)?;
-        let me = comm.rank() as usize;
-        let base = map.base().as_ptr().wrapping_add(offsets[me]).cast::<T>();
+        let shared = map_parts::<T, C>(comm, len, what)?.ok_or_else(|| {
+            unsupported(
+                what,
+                "a rank could not map the window's shared memory: allocate_shared needs \
+                 every rank on one host"
+                    .into(),
+            )
+        })?;
+        let direct = direct_path(what)?;
+        Window::mapped(comm, shared, len, direct, what)
+    }
+
+    /// A window over this rank's part of `shared`, each element `T::default()`.
+    fn mapped<C: Communicator>(
+        comm: &C,
+        shared: Direct,
+        len: usize,
+        direct: bool,
+        what: &str,
+    ) -> Result<Window<'static, T>, Error>
+    where
+        T: Default + Copy,
+    {
+        let base = shared.part(comm.rank() as u32).0.cast::<T>();
         for i in 0..len {
             // SAFETY: this rank's part holds `len` elements, at a cache-line boundary; no
             // other rank touches it before the window exists.
             unsafe { base.add(i).write(T::default()) };
         }
-        let storage = Storage::Shared { map, offsets };
         // SAFETY: the mapping is the window's, unmapped only when the window drops.
-        unsafe { Window::fixed(comm, base, len, storage, what) }
+        unsafe { Window::fixed(comm, base, len, Storage::Mapped, Some(shared), direct, what) }
     }
 
     /// A window with no memory until [`attach`](Self::attach) adds some
@@ -270,11 +297,14 @@ impl<'a, T: Equivalence> Window<'a, T> {
     /// # Safety
     /// `base` must be valid for reads and writes of `len` elements, and not accessed but
     /// through the window, as long as it lives (`storage` keeps it, or `'a` borrows it).
+    #[allow(clippy::too_many_arguments)]
     unsafe fn fixed<C: Communicator>(
         comm: &C,
         base: *mut T,
         len: usize,
         storage: Storage,
+        shared: Option<Direct>,
+        direct: bool,
         what: &str,
     ) -> Result<Window<'a, T>, Error> {
         let sizes = gather_lens(comm, len, what)?;
@@ -283,8 +313,12 @@ impl<'a, T: Equivalence> Window<'a, T> {
             bytes: len * size_of::<T>(),
         };
         // SAFETY: forwarded from this function's contract.
-        unsafe { Window::build(comm, memory, storage, Some((base, len)), Some(sizes)) }
-            .map_err(|c| Error::new(what, c))
+        let mut window =
+            unsafe { Window::build(comm, memory, storage, Some((base, len)), Some(sizes)) }
+                .map_err(|c| Error::new(what, c))?;
+        window.direct = direct && shared.is_some();
+        window.shared = shared;
+        Ok(window)
     }
 
     /// # Safety
@@ -305,6 +339,8 @@ impl<'a, T: Equivalence> Window<'a, T> {
             comm,
             core,
             storage,
+            shared: None,
+            direct: false,
             local,
             sizes,
             open: Cell::new(Open::None),
@@ -324,22 +360,18 @@ impl<'a, T: Equivalence> Window<'a, T> {
     /// atomics of your own).
     pub fn shared_query(&self, rank: Rank) -> Result<(*mut T, usize), Error> {
         let what = format!("shared_query of rank {rank}");
-        let Storage::Shared { map, offsets } = &self.storage else {
+        let (Some(shared), Some(sizes)) = (&self.shared, &self.sizes) else {
             return Err(unsupported(
                 &what,
-                "only a window from allocate_shared is shared".into(),
+                "only a window whose memory every rank maps (allocate_shared) is shared".into(),
             ));
         };
         let r = self
             .comm
             .data()
             .check_rank(rank)
-            .map_err(|c| Error::new(&what, c))? as usize;
-        let sizes = self.sizes.as_ref().expect("a shared window is fixed");
-        Ok((
-            map.base().as_ptr().wrapping_add(offsets[r]).cast(),
-            sizes[r],
-        ))
+            .map_err(|c| Error::new(&what, c))?;
+        Ok((shared.part(r).0.cast(), sizes[r as usize]))
     }
 
     /// Runs `f` on this rank's window memory, after applying the operations that arrived
@@ -506,8 +538,10 @@ impl<'a, T: Equivalence> Window<'a, T> {
         self.locked.borrow_mut().push(t);
         let _unlocked = Unlocked(self, t);
         self.acquire(&[t], kind).map_err(|c| Error::new(&what, c))?;
-        self.run_epoch(Reach::One(t), "a lock epoch", f, |e| e.end_locks(&[t]))
-            .map_err(|c| Error::new(format!("unlock of rank {target}"), c))
+        self.run_epoch(Reach::One(t), "a lock epoch", f, |e| {
+            e.end_locks(&[t], kind)
+        })
+        .map_err(|c| Error::new(format!("unlock of rank {target}"), c))
     }
 
     /// A shared lock of every rank (`MPI_Win_lock_all` ... `MPI_Win_unlock_all`).
@@ -528,8 +562,10 @@ impl<'a, T: Equivalence> Window<'a, T> {
         let all: Vec<u32> = (0..self.comm.size() as u32).collect();
         self.acquire(&all, LockKind::Shared)
             .map_err(|c| Error::new(what, c))?;
-        self.run_epoch(Reach::All, "lock_all", f, |e| e.end_locks(&all))
-            .map_err(|c| Error::new("unlock_all", c))
+        self.run_epoch(Reach::All, "lock_all", f, |e| {
+            e.end_locks(&all, LockKind::Shared)
+        })
+        .map_err(|c| Error::new("unlock_all", c))
     }
 
     /// Runs `f` on a new epoch that reaches `reach`, then `end` (the epoch's closing
@@ -553,6 +589,12 @@ impl<'a, T: Equivalence> Window<'a, T> {
 
     /// Asks `targets` for the lock and waits for every grant.
     fn acquire(&self, targets: &[u32], kind: LockKind) -> Result<(), Cause> {
+        if let Some(direct) = self.direct() {
+            for &t in targets {
+                self.lock_directly(direct, t, kind == LockKind::Exclusive)?;
+            }
+            return Ok(());
+        }
         let ask = match kind {
             LockKind::Shared => Ask::LockShared,
             LockKind::Exclusive => Ask::LockExclusive,
@@ -566,6 +608,34 @@ impl<'a, T: Equivalence> Window<'a, T> {
         core.wait_until(|core| ids.iter().all(|&id| core.is_done(id)))?;
         for id in ids {
             core.take(id).expect("done").map_err(Cause::Window)?;
+        }
+        Ok(())
+    }
+
+    /// The shared-memory path, where operations take it.
+    fn direct(&self) -> Option<&Direct> {
+        self.shared.as_ref().filter(|_| self.direct)
+    }
+
+    /// Takes `target`'s lock word, serving this window and the PML while it waits (the
+    /// holder may wait for this rank's `post` or a message).
+    fn lock_directly(&self, direct: &Direct, target: u32, exclusive: bool) -> Result<(), Cause> {
+        let mut tries = 0u32;
+        while !direct.try_lock(target, exclusive) {
+            tries += 1;
+            if tries.is_multiple_of(64) {
+                self.core.borrow_mut().drain()?;
+                crate::environment::with_engine_or_lent(|e| e.progress())?;
+                // Another rank holds the lock for its whole epoch: let it run where ranks
+                // share cores, then wait at most a moment between tries.
+                if tries < 4096 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(std::time::Duration::from_micros(20));
+                }
+            } else {
+                std::hint::spin_loop();
+            }
         }
         Ok(())
     }
@@ -802,6 +872,10 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
     ) -> Result<RmaRequest<'scope, [T]>, Cause> {
         let (t, offset) = self.place(target, disp, origin.len())?;
         let bytes = as_bytes(origin);
+        if let Some(direct) = self.window.direct() {
+            direct.put(t, offset, bytes);
+            return Ok(self.request(0, None));
+        }
         // SAFETY: no reply data is awaited.
         unsafe {
             self.issue(
@@ -850,6 +924,10 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         disp: usize,
     ) -> Result<RmaRequest<'scope, [T]>, Cause> {
         let (t, offset) = self.place(target, disp, into.len())?;
+        if let Some(direct) = self.window.direct() {
+            direct.get(t, offset, as_bytes_mut(into));
+            return Ok(self.request(0, Some(into)));
+        }
         let len = std::mem::size_of_val(into);
         let ptr = into.as_mut_ptr().cast::<u8>();
         // SAFETY: `into` is borrowed for the epoch, and handed back only once the reply
@@ -993,6 +1071,12 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         }
         let (t, offset) = self.place(target, disp, origin.len())?;
         let bytes = as_bytes(origin);
+        if let Some(direct) = self.window.direct() {
+            let mut result = result;
+            let old = result.as_deref_mut().map(as_bytes_mut);
+            direct.accumulate(t, offset, op, datatype, bytes, old);
+            return Ok(self.request(0, result));
+        }
         let mut request = data_request(Ask::Accumulate, offset, bytes.len());
         request.op = op.code();
         request.element = element;
@@ -1042,6 +1126,11 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
                 as_bytes(std::slice::from_ref(origin)),
                 as_bytes(std::slice::from_ref(compare)),
             );
+            if let Some(direct) = self.window.direct() {
+                let result = as_bytes_mut(std::slice::from_mut(result));
+                direct.compare_and_swap(t, offset, old, new, result);
+                return Ok(());
+            }
             let ptr = (result as *mut T).cast::<u8>();
             let request = data_request(Ask::CompareAndSwap, offset, new.len());
             // SAFETY: `result` is borrowed for the epoch, which waits for the reply.
@@ -1094,6 +1183,11 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
     }
 
     fn flush_targets(&self, targets: &[u32]) -> Result<(), Cause> {
+        if self.window.direct().is_some() {
+            // Every operation completed as it was issued; order them before what follows.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            return Ok(());
+        }
         let mut core = self.core();
         let mut ids = Vec::with_capacity(targets.len());
         for &t in targets {
@@ -1111,6 +1205,11 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
     /// until every rank said so to it (so all of theirs are applied here) and this rank's
     /// replies came.
     fn end_fence(&self) -> Result<(), Cause> {
+        if self.window.direct().is_some() {
+            // Every operation completed as it was issued: the closing barrier is enough.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            return Ok(());
+        }
         let mut core = self.core();
         for t in 0..self.window.comm.size() as u32 {
             // SAFETY: no reply is awaited.
@@ -1124,6 +1223,8 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
 
     /// Ends a PSCW access epoch: tells each target, and waits for this rank's replies.
     fn end_start(&self) -> Result<(), Cause> {
+        // Stores of the shared-memory path are seen before `Complete` is.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         let targets = self.targets();
         let mut core = self.core();
         for &t in &targets {
@@ -1136,7 +1237,14 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
 
     /// Ends a lock epoch: unlocks each target, which replies once all this rank's
     /// operations on it are applied.
-    fn end_locks(&self, targets: &[u32]) -> Result<(), Cause> {
+    fn end_locks(&self, targets: &[u32], kind: LockKind) -> Result<(), Cause> {
+        if let Some(direct) = self.window.direct() {
+            // Every operation completed as it was issued.
+            for &t in targets {
+                direct.unlock(t, kind == LockKind::Exclusive);
+            }
+            return Ok(());
+        }
         let mut core = self.core();
         let mut ids = Vec::with_capacity(targets.len());
         for &t in targets {
@@ -1191,6 +1299,14 @@ fn control(ask: Ask) -> Request {
     data_request(ask, 0, 0)
 }
 
+fn as_bytes_mut<T: Equivalence>(values: &mut [T]) -> &mut [u8] {
+    // SAFETY: as in `as_bytes`; the bytes written into it are a window's, which holds
+    // values of `T` only (every operation on it moves whole elements of `T`).
+    unsafe {
+        std::slice::from_raw_parts_mut(values.as_mut_ptr().cast(), std::mem::size_of_val(values))
+    }
+}
+
 fn as_bytes<T: Equivalence>(values: &[T]) -> &[u8] {
     // SAFETY: `Equivalence` types are plain data whose contiguous datatype covers every
     // byte (checked at the window's creation: `check_type`), so their bytes are initialized.
@@ -1229,9 +1345,52 @@ fn gather_lens<C: Communicator>(comm: &C, len: usize, what: &str) -> Result<Vec<
     Ok(lens.into_iter().map(|n| n as usize).collect())
 }
 
+/// Whether windows may use the shared-memory path where every rank maps their memory:
+/// MPIRT_WINDOW_PATH=messages sends every operation as a message instead (as on a network),
+/// `shared_memory` or nothing lets them.
+fn direct_path(what: &str) -> Result<bool, Error> {
+    const VARIABLE: &str = "MPIRT_WINDOW_PATH";
+    match std::env::var(VARIABLE).as_deref() {
+        Err(_) | Ok("shared_memory") => Ok(true),
+        Ok("messages") => Ok(false),
+        Ok(other) => Err(Error::new(
+            what,
+            Cause::UnknownAlgorithm {
+                variable: VARIABLE.into(),
+                value: other.into(),
+                choices: &["shared_memory", "messages"],
+            },
+        )),
+    }
+}
+
+/// Memory for a window of `len` elements of `T` on each rank that every rank of `comm` maps
+/// (laid out as `direct.rs` says), or `None` where some rank could not (it is on another
+/// host). Collective.
+fn map_parts<T, C: Communicator>(
+    comm: &C,
+    len: usize,
+    what: &str,
+) -> Result<Option<Direct>, Error> {
+    let lens = gather_lens(comm, len, what)?;
+    // Each rank's part starts on a cache line of its own, after the control lines.
+    let mut parts = Vec::with_capacity(lens.len());
+    let mut total = lens.len() * LINE;
+    for &n in &lens {
+        let bytes = n * size_of::<T>();
+        parts.push((total, bytes));
+        total += bytes.div_ceil(LINE) * LINE;
+    }
+    Ok(map_shared(comm, total, what)?.map(|map| Direct::new(map, parts)))
+}
+
 /// A mapping of `bytes` that every rank of `comm` shares: rank 0 creates it, the others
-/// open it by name; an error if any rank could not (it is on another host).
-fn map_shared<C: Communicator>(comm: &C, bytes: usize, what: &str) -> Result<SharedMapping, Error> {
+/// open it by name; `None` if any rank could not (it is on another host).
+fn map_shared<C: Communicator>(
+    comm: &C,
+    bytes: usize,
+    what: &str,
+) -> Result<Option<SharedMapping>, Error> {
     const NAME: usize = 128;
     let mut name = [0u8; NAME];
     let mut map = None;
@@ -1253,23 +1412,12 @@ fn map_shared<C: Communicator>(comm: &C, bytes: usize, what: &str) -> Result<Sha
     if comm.rank() != 0 && !shared.is_empty() {
         map = SharedMapping::open(shared, bytes).ok();
     }
-    let missing = [if map.is_some() { -1 } else { comm.rank() }];
-    let mut first_missing = [0i32];
-    let agreed =
-        comm.try_all_reduce_into(&missing[..], &mut first_missing[..], SystemOperation::max());
+    let mapped = [i32::from(map.is_some())];
+    let mut everyone = [0i32];
+    let agreed = comm.try_all_reduce_into(&mapped[..], &mut everyone[..], SystemOperation::min());
     if let Some(text) = made {
         let _ = SharedMapping::remove(&text);
     }
     agreed?;
-    if first_missing[0] >= 0 {
-        return Err(unsupported(
-            what,
-            format!(
-                "rank {} could not map the window's shared memory: allocate_shared needs \
-                 every rank on one host",
-                first_missing[0]
-            ),
-        ));
-    }
-    Ok(map.expect("every rank mapped it"))
+    Ok(map.filter(|_| everyone[0] == 1))
 }

@@ -44,8 +44,10 @@ fn rank_mode() {
                 "the programs gave rank {} nothing to do",
                 world.rank()
             );
+            // Whether `allocate` mapped the memory for the shared-memory path.
+            let mapped = Window::<u8>::allocate(&world, 1).shared_query(0).is_ok();
             println!(
-                "model ok: rank {} checked {issued} operations",
+                "model ok: rank {} checked {issued} operations (mapped: {mapped})",
                 world.rank()
             );
         }
@@ -459,12 +461,15 @@ fn counter(world: &SimpleCommunicator) {
 
 /// A read-modify-write of get then put under an exclusive lock is never interleaved.
 fn exclusive(world: &SimpleCommunicator) {
-    const EACH: u64 = 30;
+    const EACH: u64 = 100;
     let window = Window::<u64>::allocate(world, 1);
     for _ in 0..EACH {
         let (mut value, mut next) = ([0u64], [0u64]);
         window.lock(0, LockKind::Exclusive, |epoch| {
             let value = epoch.rget(&mut value, 0, 0).wait().unwrap();
+            // Give the other ranks the core between the read and the write: without the
+            // lock's exclusion, their increments would interleave and be lost.
+            std::thread::yield_now();
             next[0] = value[0] + 1;
             epoch.put(&next, 0, 0);
         });
@@ -682,12 +687,28 @@ fn assert_job(n: u32, mode: &str, envs: &[(&str, &str)], expect: &str) -> String
     out
 }
 
-const TCP: [(&str, &str); 2] = [("MPIRT_TRANSPORT", "tcp"), ("MPIRT_VERBOSE", "1")];
+/// TCP between the ranks, and windows by messages (on one host they would map their memory).
+const TCP: [(&str, &str); 3] = [
+    ("MPIRT_TRANSPORT", "tcp"),
+    ("MPIRT_VERBOSE", "1"),
+    ("MPIRT_WINDOW_PATH", "messages"),
+];
+/// Windows by messages over shared memory.
+const MESSAGES: [(&str, &str); 1] = [("MPIRT_WINDOW_PATH", "messages")];
 
 #[test]
 fn model_programs_on_shared_memory() {
     for n in [2, 3, 5] {
-        assert_job(n, "model", &[], "model ok");
+        let out = assert_job(n, "model", &[], "model ok");
+        assert!(out.contains("(mapped: true)"), "{out}");
+    }
+}
+
+#[test]
+fn model_programs_by_messages_on_shared_memory() {
+    for n in [2, 5] {
+        let out = assert_job(n, "model", &MESSAGES, "model ok");
+        assert!(out.contains("(mapped: false)"), "{out}");
     }
 }
 
@@ -701,18 +722,22 @@ fn model_programs_on_tcp() {
 #[test]
 fn atomics_and_locks() {
     assert_job(4, "atomics", &[], "atomics ok");
+    assert_job(4, "atomics", &MESSAGES, "atomics ok");
     assert_job(3, "atomics", &TCP, "atomics ok");
 }
 
 #[test]
 fn window_kinds_and_progress() {
     assert_job(3, "kinds", &[], "kinds ok");
+    assert_job(3, "kinds", &MESSAGES, "kinds ok");
     assert_job(2, "kinds", &TCP, "kinds ok");
 }
 
 #[test]
 fn misuse_is_named() {
-    let out = assert_job(3, "errors", &[], "rank 0 done");
+    // By messages: on the shared-memory path, `allocate` maps the memory, which
+    // `shared_query` then reaches.
+    let out = assert_job(3, "errors", &MESSAGES, "rank 0 done");
     for needle in [
         "outside: rank 0: put to rank 2: 3 element(s) at displacement 2 reach past the end of \
          rank 2's window, which holds 4 element(s); nothing was moved",
@@ -721,7 +746,8 @@ fn misuse_is_named() {
          epoch)",
         "fence in lock: rank 0: fence: a lock epoch is open on this window; end it first",
         "lock twice: rank 0: lock of rank 0: rank 0 is already locked",
-        "query: rank 0: shared_query of rank 0: only a window from allocate_shared is shared",
+        "query: rank 0: shared_query of rank 0: only a window whose memory every rank maps \
+         (allocate_shared) is shared",
         "type: rank 0: accumulate to rank 0: accumulates take primitive numbers and bool, not \
          char",
         "op: rank 0: accumulate to rank 0: the operation bitwise_and is not defined for f32",
