@@ -376,7 +376,10 @@ impl<'a, T: Equivalence> Window<'a, T> {
 
     /// Runs `f` on this rank's window memory, after applying the operations that arrived
     /// for it; none is applied while `f` runs. MPI's rules say when the memory holds other
-    /// ranks' operations (after the epoch that issued them ended).
+    /// ranks' operations (after the epoch that issued them ended). Where every rank maps the
+    /// memory (the shared-memory path), other ranks' epochs store into it directly: call this
+    /// only where MPI lets a rank touch its window (between fences, outside other ranks'
+    /// epochs on it, or holding this rank's own exclusive lock), as in C.
     pub fn with_local<R>(&self, f: impl FnOnce(&mut [T]) -> R) -> R {
         or_fatal(self.try_with_local(f))
     }
