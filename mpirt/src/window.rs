@@ -1348,6 +1348,15 @@ fn gather_lens<C: Communicator>(comm: &C, len: usize, what: &str) -> Result<Vec<
     Ok(lens.into_iter().map(|n| n as usize).collect())
 }
 
+/// The bytes /dev/shm has free, if it can tell.
+fn shm_room() -> Option<u64> {
+    // SAFETY: `statvfs` is plain data, for which zero bytes are a value.
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a `statvfs` the call may write.
+    let ok = unsafe { libc::statvfs(c"/dev/shm".as_ptr(), &mut stats) } == 0;
+    ok.then(|| stats.f_bavail as u64 * stats.f_frsize as u64)
+}
+
 /// Whether windows may use the shared-memory path where every rank maps their memory:
 /// MPIRT_WINDOW_PATH=messages sends every operation as a message instead (as on a network),
 /// `shared_memory` or nothing lets them.
@@ -1403,7 +1412,11 @@ fn map_shared<C: Communicator>(
         static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let text = format!("mpirt-{job}-win-{}-{n}", std::process::id());
-        map = SharedMapping::create(&text, bytes).ok();
+        // The file is sparse: a window larger than /dev/shm has room for would be mapped,
+        // and fail with SIGBUS when its pages are touched. Such a window stays private.
+        if shm_room().is_some_and(|room| room >= bytes as u64) {
+            map = SharedMapping::create(&text, bytes).ok();
+        }
         if map.is_some() && text.len() < NAME {
             name[..text.len()].copy_from_slice(text.as_bytes());
             made = Some(text);
