@@ -95,7 +95,7 @@ use wire::{Ask, Request};
 
 use crate::collective::{CommunicatorCollectives, Root, SystemOperation};
 use crate::communicator::{Communicator, SimpleCommunicator};
-use crate::datatype::{datatype_of, Equivalence};
+use crate::datatype::{datatype_of, Datatype, Equivalence};
 use crate::error::{or_fatal, Cause, Error};
 use crate::Rank;
 
@@ -139,6 +139,10 @@ pub struct Window<'a, T: Equivalence> {
     sizes: Option<Vec<usize>>,
     /// The access epochs open on this rank, for the synchronisation checks.
     open: Cell<Open>,
+    /// `T`'s element code for accumulates and the operations checked for it (a bit per
+    /// operation), once an accumulate found them: checking costs more than an 8-byte
+    /// fetch_and_op on the shared-memory path.
+    accumulates: Cell<(Option<u8>, u64)>,
     locked: RefCell<Vec<u32>>,
     _memory: PhantomData<&'a mut [T]>,
 }
@@ -344,6 +348,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
             local,
             sizes,
             open: Cell::new(Open::None),
+            accumulates: Cell::new((None, 0)),
             locked: RefCell::new(Vec::new()),
             _memory: PhantomData,
         })
@@ -615,6 +620,24 @@ impl<'a, T: Equivalence> Window<'a, T> {
         Ok(())
     }
 
+    /// `T`'s element code, once `op` is known to be defined for it.
+    fn check_accumulate(&self, datatype: Datatype, op: AccumulateOperation) -> Result<u8, Cause> {
+        let bit = 1u64 << (op.code() % 64);
+        let (element, checked) = self.accumulates.get();
+        if let Some(element) = element.filter(|_| checked & bit != 0) {
+            return Ok(element);
+        }
+        let element = operation::element_code(datatype).ok_or_else(|| {
+            Cause::Window(WindowFault::Unsupported(format!(
+                "accumulates take primitive numbers and bool, not {}",
+                datatype.name()
+            )))
+        })?;
+        op.check(datatype)?;
+        self.accumulates.set((Some(element), checked | bit));
+        Ok(element)
+    }
+
     /// The shared-memory path, where operations take it.
     fn direct(&self) -> Option<&Direct> {
         self.shared.as_ref().filter(|_| self.direct)
@@ -754,13 +777,22 @@ pub struct RmaRequest<'scope, D: ?Sized> {
     data: Option<&'scope mut D>,
 }
 
+impl<D: ?Sized> Drop for RmaRequest<'_, D> {
+    /// A request dropped unwaited leaves its outcome to the end of its epoch.
+    fn drop(&mut self) {
+        if let Ok(mut core) = self.core.try_borrow_mut() {
+            core.hold(self.id, false);
+        }
+    }
+}
+
 impl<'scope, D: ?Sized> RmaRequest<'scope, D> {
     /// Waits until the operation completed at the origin; returns the buffer a get filled.
     pub fn wait(self) -> Option<&'scope mut D> {
         or_fatal(self.try_wait())
     }
 
-    pub fn try_wait(self) -> Result<Option<&'scope mut D>, Error> {
+    pub fn try_wait(mut self) -> Result<Option<&'scope mut D>, Error> {
         if self.id != 0 {
             let mut core = self.core.borrow_mut();
             let id = self.id;
@@ -770,7 +802,7 @@ impl<'scope, D: ?Sized> RmaRequest<'scope, D> {
                 .expect("done")
                 .map_err(|f| Error::new("wait for a one-sided request", Cause::Window(f)))?;
         }
-        Ok(self.data)
+        Ok(self.data.take())
     }
 
     /// Whether the operation completed at the origin, after serving the window once.
@@ -893,6 +925,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
 
     fn request<D: ?Sized>(&self, id: u64, data: Option<&'scope mut D>) -> RmaRequest<'scope, D> {
         let core: &'scope RefCell<Core> = extend(&self.window.core);
+        core.borrow_mut().hold(id, true);
         RmaRequest { core, id, data }
     }
 
@@ -1056,13 +1089,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         op: AccumulateOperation,
     ) -> Result<RmaRequest<'scope, [T]>, Cause> {
         let datatype = datatype_of::<T>();
-        let element = operation::element_code(datatype).ok_or_else(|| {
-            Cause::Window(WindowFault::Unsupported(format!(
-                "accumulates take primitive numbers and bool, not {}",
-                datatype.name()
-            )))
-        })?;
-        op.check(datatype)?;
+        let element = self.window.check_accumulate(datatype, op)?;
         if let Some(result) = &result {
             if result.len() != origin.len() {
                 return Err(Cause::CountMismatch {

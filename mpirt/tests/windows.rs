@@ -63,6 +63,7 @@ fn rank_mode() {
             shared(&world);
             progress_in_a_receive(&world);
             large(&world);
+            request_after_flush(&world);
             println!("kinds ok");
         }
         "errors" => errors(&world),
@@ -603,6 +604,24 @@ fn large(world: &SimpleCommunicator) {
     let mut got = vec![0u8; MIB];
     window.lock(next, LockKind::Shared, |epoch| epoch.get(&mut got, next, 0));
     assert!(got == mine, "a 1 MiB get");
+    world.barrier();
+}
+
+/// A get's request waited for after a flush of its target hands back the data the flush
+/// completed (the flush leaves the request's outcome to it).
+fn request_after_flush(world: &SimpleCommunicator) {
+    let size = world.size();
+    let me = world.rank();
+    let next = (me + 1) % size;
+    let window = Window::<i32>::allocate(world, 2);
+    window.with_local(|local| local.fill(me * 3));
+    world.barrier();
+    let mut got = [0i32; 2];
+    window.lock(next, LockKind::Shared, |epoch| {
+        let request = epoch.rget(&mut got, next, 0);
+        epoch.flush(next).unwrap();
+        assert_eq!(request.wait().unwrap(), [next * 3; 2]);
+    });
     world.barrier();
 }
 

@@ -36,6 +36,8 @@ struct Awaited {
     target: u32,
     /// Set when the reply came: its outcome.
     outcome: Option<Result<(), WindowFault>>,
+    /// Whether a request (`rget`, ...) will take the outcome itself: a flush leaves it.
+    held: bool,
 }
 
 /// One window's messaging state on this rank, as origin and as target.
@@ -111,6 +113,7 @@ impl Core {
                         into,
                         target,
                         outcome: None,
+                        held: false,
                     },
                 );
                 id
@@ -137,6 +140,14 @@ impl Core {
         Some(outcome)
     }
 
+    /// Leaves the outcome of `id` to its request (`take`), or, with `held` false, to the
+    /// end of the epoch again (the request was dropped unwaited).
+    pub fn hold(&mut self, id: u64, held: bool) {
+        if let Some(awaited) = self.awaited.get_mut(&id) {
+            awaited.held = held;
+        }
+    }
+
     pub fn is_done(&self, id: u64) -> bool {
         self.awaited.get(&id).is_none_or(|a| a.outcome.is_some())
     }
@@ -153,7 +164,7 @@ impl Core {
     pub fn settle(&mut self, target: Option<u32>) -> Result<(), WindowFault> {
         let mut first = self.late_fault.take().map(Err).unwrap_or(Ok(()));
         self.awaited.retain(|_, a| {
-            if target.is_some_and(|t| t != a.target) || a.outcome.is_none() {
+            if target.is_some_and(|t| t != a.target) || a.outcome.is_none() || a.held {
                 return true;
             }
             if first.is_ok() {
