@@ -397,7 +397,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
                 "a dynamic window has no memory of its own: use the attached buffers".into(),
             ));
         };
-        let mut core = self.core.borrow_mut();
+        let mut core = messaging::serve(&self.core);
         core.drain().map_err(|c| Error::new(what, c))?;
         // SAFETY: the memory is valid for the window's lifetime (`fixed`'s contract) and
         // reached only through the window, whose core stays borrowed while `f` runs, so no
@@ -416,7 +416,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
         let address = memory.as_mut_ptr() as usize;
         let bytes = std::mem::size_of_val(memory);
         // SAFETY: the memory is borrowed mutably for the window's lifetime `'a`.
-        unsafe { self.core.borrow_mut().target.attach(address, bytes) }
+        unsafe { messaging::serve(&self.core).target.attach(address, bytes) }
             .map_err(|why| unsupported("attach", why))?;
         Ok(address)
     }
@@ -467,13 +467,13 @@ impl<'a, T: Equivalence> Window<'a, T> {
         let what = "post";
         let origins = self.group(origins, what)?;
         {
-            let mut core = self.core.borrow_mut();
+            let mut core = messaging::serve(&self.core);
             for &o in &origins {
                 core.notify_posted(o).map_err(|c| Error::new(what, c))?;
             }
         }
         let out = f();
-        let mut core = self.core.borrow_mut();
+        let mut core = messaging::serve(&self.core);
         core.wait_until(|core| {
             origins
                 .iter()
@@ -504,7 +504,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
         self.open(Open::Start, what)?;
         let _closed = Closed(&self.open);
         {
-            let mut core = self.core.borrow_mut();
+            let mut core = messaging::serve(&self.core);
             core.wait_until(|core| targets.iter().all(|&t| core.posted[t as usize] > 0))
                 .map_err(|c| Error::new(what, c))?;
             for &t in &targets {
@@ -607,7 +607,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
             LockKind::Shared => Ask::LockShared,
             LockKind::Exclusive => Ask::LockExclusive,
         };
-        let mut core = self.core.borrow_mut();
+        let mut core = messaging::serve(&self.core);
         let mut ids = Vec::with_capacity(targets.len());
         for &t in targets {
             // SAFETY: a grant carries no data.
@@ -650,7 +650,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
         while !direct.try_lock(target, exclusive) {
             tries += 1;
             if tries.is_multiple_of(64) {
-                self.core.borrow_mut().drain()?;
+                messaging::serve(&self.core).drain()?;
                 crate::environment::with_engine_or_lent(|e| e.progress())?;
                 // Another rank holds the lock for its whole epoch: let it run where ranks
                 // share cores, then wait at most a moment between tries.
@@ -713,7 +713,7 @@ impl<T: Equivalence> Drop for Window<'_, T> {
     /// leave and for every rank to be done with the window, then gives its memory back.
     fn drop(&mut self) {
         if !std::thread::panicking() {
-            let sent = self.core.borrow_mut().finish_sends();
+            let sent = messaging::serve(&self.core).finish_sends();
             or_fatal(sent.map_err(|c| Error::new("free a window", c)));
             // Every rank's epochs ended before it came here, so every request to this rank
             // was applied; the barrier keeps this rank's memory until all have.
@@ -794,7 +794,7 @@ impl<'scope, D: ?Sized> RmaRequest<'scope, D> {
 
     pub fn try_wait(mut self) -> Result<Option<&'scope mut D>, Error> {
         if self.id != 0 {
-            let mut core = self.core.borrow_mut();
+            let mut core = messaging::serve(self.core);
             let id = self.id;
             core.wait_until(|core| core.is_done(id))
                 .map_err(|c| Error::new("wait for a one-sided request", c))?;
@@ -807,7 +807,7 @@ impl<'scope, D: ?Sized> RmaRequest<'scope, D> {
 
     /// Whether the operation completed at the origin, after serving the window once.
     pub fn test(&self) -> Result<bool, Error> {
-        let mut core = self.core.borrow_mut();
+        let mut core = messaging::serve(self.core);
         core.drain()
             .map_err(|c| Error::new("test a one-sided request", c))?;
         Ok(core.is_done(self.id))
@@ -825,8 +825,8 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         }
     }
 
-    fn core(&self) -> std::cell::RefMut<'_, Core> {
-        self.window.core.borrow_mut()
+    fn core(&self) -> messaging::Served<'_> {
+        messaging::serve(&self.window.core)
     }
 
     /// Checks that `target` is in reach and `count` elements at `disp` lie in its window;

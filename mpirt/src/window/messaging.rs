@@ -15,11 +15,12 @@
 //! outside mpirt delays a passive-target origin until its next call: there is no progress
 //! thread, since the runtime is one thread's (`Threading::Funneled`).
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, RefCell, RefMut};
 use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
 use std::rc::{Rc, Weak};
 
-use pml::{Handle, Pml, SendMode, SourceSel, TagSel};
+use pml::{Handle, Pml, SendMode, SourceSel, TagSel, Waiting};
 
 use super::fault::WindowFault;
 use super::target::{Reply, Target};
@@ -175,12 +176,12 @@ impl Core {
         first
     }
 
-    /// Takes one message of `tag` on the window's context, if one is here: its source and
+    /// Takes one message on the window's context, if one is here: its source, tag and
     /// bytes.
-    fn receive(&mut self, tag: i32) -> Result<Option<(u32, Vec<u8>)>, Cause> {
+    fn receive(&mut self) -> Result<Option<(u32, i32, Vec<u8>)>, Cause> {
         let context = self.comm.context;
         let Some((message, status)) =
-            with_engine_or_lent(|e| e.improbe(context, SourceSel::Any, TagSel::Tag(tag)))?
+            with_engine_or_lent(|e| e.improbe(context, SourceSel::Any, TagSel::Any))?
         else {
             return Ok(None);
         };
@@ -191,25 +192,14 @@ impl Core {
             let handle = unsafe { e.post_matched_recv(message, frame.as_mut_ptr(), frame.len()) }?;
             e.wait(handle)
         })?;
-        Ok(Some((status.source, frame)))
+        Ok(Some((status.source, status.tag, frame)))
     }
 
     /// Serves what has arrived for this window: applies requests (sending their replies) and
-    /// takes replies; forgets finished sends. Returns whether anything came.
-    pub fn drain(&mut self) -> Result<bool, Cause> {
-        let mut moved = false;
-        let mut replies: Vec<Reply> = Vec::new();
-        while let Some((origin, frame)) = self.receive(REQUEST)? {
-            moved = true;
-            self.target.apply(origin, &frame, &mut replies);
-            for reply in replies.drain(..) {
-                self.send(reply.to, REPLY, reply.frame)?;
-            }
-        }
-        while let Some((target, frame)) = self.receive(REPLY)? {
-            moved = true;
-            self.deliver(target, &frame);
-        }
+    /// takes replies; forgets finished sends. It ends with a look that found nothing, so
+    /// every message that reached this rank's queues before that look was served: one that
+    /// came while the window was its owner's (the hook skips it then) is not left behind.
+    pub fn drain(&mut self) -> Result<(), Cause> {
         let mut i = 0;
         while i < self.sending.len() {
             let handle = self.sending[i].0;
@@ -219,7 +209,18 @@ impl Core {
                 i += 1;
             }
         }
-        Ok(moved)
+        let mut replies: Vec<Reply> = Vec::new();
+        while let Some((source, tag, frame)) = self.receive()? {
+            if tag == REQUEST {
+                self.target.apply(source, &frame, &mut replies);
+                for reply in replies.drain(..) {
+                    self.send(reply.to, REPLY, reply.frame)?;
+                }
+            } else {
+                self.deliver(source, &frame);
+            }
+        }
+        Ok(())
     }
 
     fn deliver(&mut self, target: u32, frame: &[u8]) {
@@ -262,10 +263,12 @@ impl Core {
                 return Ok(());
             }
             // Everything that makes `done` hold arrives as a message on this context, which
-            // the probe waits for; the hook skips this window meanwhile (it is borrowed), so
-            // nothing else takes the message first.
+            // the waiting loop waits for; its hook skips this window meanwhile (it is
+            // borrowed), so nothing else takes the message first, and serves the others.
             let context = self.comm.context;
-            with_engine_or_lent(|e| e.probe(context, SourceSel::Any, TagSel::Any))?;
+            with_engine_or_lent(|e| {
+                e.wait_until(|e| Ok(e.iprobe(context, SourceSel::Any, TagSel::Any)?.is_some()))
+            })?;
         }
     }
 
@@ -285,6 +288,38 @@ impl Core {
             self.sending.pop();
         }
         Ok(())
+    }
+}
+
+/// A window's core lent to its owner's call. When the call is done with it, it serves what
+/// arrived meanwhile: the progress hook skips a borrowed window, and a message that reached
+/// this rank then would otherwise wait until the PML moves again, which may be never (every
+/// rank waiting for the others).
+pub(super) struct Served<'a>(RefMut<'a, Core>);
+
+pub(super) fn serve(core: &RefCell<Core>) -> Served<'_> {
+    Served(core.borrow_mut())
+}
+
+impl Deref for Served<'_> {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.0
+    }
+}
+
+impl DerefMut for Served<'_> {
+    fn deref_mut(&mut self) -> &mut Core {
+        &mut self.0
+    }
+}
+
+impl Drop for Served<'_> {
+    fn drop(&mut self) {
+        // A failure of messaging stops the PML, and the next call meets it again.
+        if !std::thread::panicking() {
+            let _ = self.0.drain();
+        }
     }
 }
 
