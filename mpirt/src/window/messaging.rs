@@ -9,8 +9,9 @@
 //! end of an unlock or flush, and `post`'s notice.
 //!
 //! Progress: a window is served whenever this rank is inside mpirt. The window's own calls
-//! (epoch ends, flushes, lock and unlock, `with_local`) serve it while they wait, and a
-//! progress hook (`backend::hooks`) serves every window whenever the PML moves in any other
+//! (epoch ends, flushes, lock and unlock, `with_local`) serve it while they wait and once
+//! more when they are done with it (`Served`), and a progress hook (`backend::hooks`) serves
+//! every window whenever the PML moves in any other
 //! blocking call or test (a receive, a collective, a request's wait). A target that computes
 //! outside mpirt delays a passive-target origin until its next call: there is no progress
 //! thread, since the runtime is one thread's (`Threading::Funneled`).
