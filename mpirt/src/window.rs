@@ -322,6 +322,12 @@ impl<'a, T: Equivalence> Window<'a, T> {
                 .map_err(|c| Error::new(what, c))?;
         window.direct = direct && shared.is_some();
         window.shared = shared;
+        if window.direct {
+            // No other rank's operation waits for this rank's progress (only the PSCW
+            // notices travel as messages, which this rank's own post and start take): the
+            // progress hook, which every wait of the rank would step, is not needed.
+            messaging::forget(&window.core);
+        }
         Ok(window)
     }
 
