@@ -138,6 +138,8 @@ pub enum Cause {
     InvalidSpawn(String),
     /// A spawn, which mpirt does not do.
     SpawnUnsupported,
+    /// A one-sided operation or synchronisation was refused (see `window`).
+    Window(crate::window::WindowFault),
 }
 
 impl fmt::Display for Cause {
@@ -312,6 +314,7 @@ impl fmt::Display for Cause {
                  wire-up; start every process with the job (rsrun -n, or a multi-program \
                  launch) and split the world instead"
             ),
+            Cause::Window(fault) => fault.fmt(f),
             Cause::TagsDisagree { tag, other, rank } => write!(
                 f,
                 "this rank passed tag {tag} but group rank {rank} passed {other}: the members \

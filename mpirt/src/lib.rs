@@ -73,6 +73,7 @@ mod partition;
 pub mod point_to_point;
 pub mod request;
 pub mod traits;
+pub mod window;
 
 /// rsmpi's name for the communicator module.
 pub use communicator as topology;

@@ -3,13 +3,16 @@
 
 mod measure;
 pub mod mpi;
+/// The one-sided tests (mpirt only: rsmpi has no windows).
+#[cfg(not(feature = "rsmpi"))]
+pub mod one_sided;
 mod options;
 mod output;
 mod start;
 mod window;
 
 pub use measure::{measure, measure_collective, measure_summed};
-pub use options::{parse, Benchmark, Options, Parsed};
+pub use options::{parse, Benchmark, Options, Parsed, SyncMode, WindowKind};
 pub use output::{
     collective_header, collective_row, header, multi_bandwidth_header, rate_row, row, Latencies,
 };

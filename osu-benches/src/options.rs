@@ -27,6 +27,56 @@ pub enum Benchmark {
     ReduceScatter,
     /// Not OSU's: a halo exchange of a strided column (a vector datatype), issue 21's.
     HaloColumn,
+    PutLatency,
+    GetLatency,
+    PutBandwidth,
+    AccLatency,
+    FopLatency,
+    CasLatency,
+}
+
+/// How a one-sided test makes its window (`-w`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowKind {
+    Create,
+    Allocate,
+    Dynamic,
+}
+
+/// How a one-sided test synchronises (`-s`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncMode {
+    Lock,
+    Flush,
+    FlushLocal,
+    LockAll,
+    Pscw,
+    Fence,
+}
+
+impl WindowKind {
+    /// The call OSU names in its header.
+    pub fn call(self) -> &'static str {
+        match self {
+            WindowKind::Create => "MPI_Win_create",
+            WindowKind::Allocate => "MPI_Win_allocate",
+            WindowKind::Dynamic => "MPI_Win_create_dynamic",
+        }
+    }
+}
+
+impl SyncMode {
+    /// The calls OSU names in its header.
+    pub fn calls(self) -> &'static str {
+        match self {
+            SyncMode::Lock => "MPI_Win_lock/unlock",
+            SyncMode::Flush => "MPI_Win_flush",
+            SyncMode::FlushLocal => "MPI_Win_flush_local",
+            SyncMode::LockAll => "MPI_Win_lock_all/unlock_all",
+            SyncMode::Pscw => "MPI_Win_post/start/complete/wait",
+            SyncMode::Fence => "MPI_Win_fence",
+        }
+    }
 }
 
 impl Benchmark {
@@ -47,6 +97,12 @@ impl Benchmark {
             Benchmark::Scatter => "OSU MPI Scatter Latency Test",
             Benchmark::ReduceScatter => "OSU MPI Reduce_scatter Latency Test",
             Benchmark::HaloColumn => "Halo Exchange of a Strided Column (vector datatype) Test",
+            Benchmark::PutLatency => "OSU MPI_Put Latency Test",
+            Benchmark::GetLatency => "OSU MPI_Get latency Test",
+            Benchmark::PutBandwidth => "OSU MPI_Put Bandwidth Test",
+            Benchmark::AccLatency => "OSU MPI_Accumulate latency Test",
+            Benchmark::FopLatency => "OSU MPI_Fetch_and_op latency Test",
+            Benchmark::CasLatency => "OSU MPI_Compare_and_swap latency Test",
         }
     }
 
@@ -56,6 +112,8 @@ impl Benchmark {
                 "Bandwidth (MB/s)"
             }
             Benchmark::MultiBandwidth => "MB/s",
+            Benchmark::PutBandwidth => "Bandwidth (MB/s)",
+            _ if self.is_one_sided() => "Latency (us)",
             _ => "Avg Latency(us)",
         }
     }
@@ -77,27 +135,55 @@ impl Benchmark {
             Benchmark::Scatter => "osu_scatter",
             Benchmark::ReduceScatter => "osu_reduce_scatter",
             Benchmark::HaloColumn => "halo_column",
+            Benchmark::PutLatency => "osu_put_latency",
+            Benchmark::GetLatency => "osu_get_latency",
+            Benchmark::PutBandwidth => "osu_put_bw",
+            Benchmark::AccLatency => "osu_acc_latency",
+            Benchmark::FopLatency => "osu_fop_latency",
+            Benchmark::CasLatency => "osu_cas_latency",
         }
     }
 
     fn has_window(self) -> bool {
         matches!(
             self,
-            Benchmark::Bandwidth | Benchmark::BiBandwidth | Benchmark::MultiBandwidth
+            Benchmark::Bandwidth
+                | Benchmark::BiBandwidth
+                | Benchmark::MultiBandwidth
+                | Benchmark::PutBandwidth
         )
+    }
+
+    /// Whether this is one of the one-sided tests (`-w` and `-s`).
+    pub fn is_one_sided(self) -> bool {
+        matches!(
+            self,
+            Benchmark::PutLatency
+                | Benchmark::GetLatency
+                | Benchmark::PutBandwidth
+                | Benchmark::AccLatency
+                | Benchmark::FopLatency
+                | Benchmark::CasLatency
+        )
+    }
+
+    /// Whether the test moves one 8-byte element only (the atomics).
+    pub fn is_atomic(self) -> bool {
+        matches!(self, Benchmark::FopLatency | Benchmark::CasLatency)
     }
 
     /// Whether this is one of the collective tests (any number of ranks from two, `-f`).
     pub fn is_collective(self) -> bool {
-        !matches!(
-            self,
-            Benchmark::Latency
-                | Benchmark::Bandwidth
-                | Benchmark::BiBandwidth
-                | Benchmark::MultiLatency
-                | Benchmark::MultiBandwidth
-                | Benchmark::HaloColumn
-        )
+        !self.is_one_sided()
+            && !matches!(
+                self,
+                Benchmark::Latency
+                    | Benchmark::Bandwidth
+                    | Benchmark::BiBandwidth
+                    | Benchmark::MultiLatency
+                    | Benchmark::MultiBandwidth
+                    | Benchmark::HaloColumn
+            )
     }
 
     /// Whether any number of ranks from two takes part (the collective tests, and the pairs of
@@ -123,6 +209,10 @@ pub struct Options {
     pub window: usize,
     /// `-f`: minimum and maximum over the ranks, and the iteration count, beside the average.
     pub full: bool,
+    /// `-w` (one-sided tests): how the window is made.
+    pub window_kind: WindowKind,
+    /// `-s` (one-sided tests): how the epochs synchronise.
+    pub sync: SyncMode,
 }
 
 impl Options {
@@ -145,8 +235,16 @@ impl Options {
                 skip_large: 10,
                 window: 1,
                 full: false,
+                window_kind: WindowKind::Allocate,
+                sync: SyncMode::Flush,
             },
-            Benchmark::Bandwidth | Benchmark::BiBandwidth => Options {
+            // OSU 7.4's one-sided latency tests start at 1 byte; the atomics move 8.
+            b if b.is_one_sided() && b != Benchmark::PutBandwidth => Options {
+                min_size: if b.is_atomic() { 8 } else { 1 },
+                max_size: if b.is_atomic() { 8 } else { MAX_MESSAGE_SIZE },
+                ..Options::defaults(Benchmark::Latency)
+            },
+            Benchmark::Bandwidth | Benchmark::BiBandwidth | Benchmark::PutBandwidth => Options {
                 min_size: 1,
                 max_size: MAX_MESSAGE_SIZE,
                 iterations: 100,
@@ -155,6 +253,8 @@ impl Options {
                 skip_large: 2,
                 window: WINDOW_SIZE,
                 full: false,
+                window_kind: WindowKind::Allocate,
+                sync: SyncMode::Flush,
             },
             // OSU 7.4's osu_mbw_mr keeps the small-message loop counts at every size.
             Benchmark::MultiBandwidth => Options {
@@ -171,6 +271,8 @@ impl Options {
                 skip_large: 10,
                 window: 1,
                 full: false,
+                window_kind: WindowKind::Allocate,
+                sync: SyncMode::Flush,
             },
         }
     }
@@ -219,6 +321,10 @@ fn help(b: Benchmark) -> String {
     );
     if b.has_window() {
         h += "  -W, --window-size SIZE        set number of messages sent before synchronization\n";
+    }
+    if b.is_one_sided() {
+        h += "  -w, --win-option OPTION       create, allocate (default) or dynamic\n  \
+               -s, --sync-option OPTION      lock, flush (default), flush_local, lock_all, pscw or fence\n";
     }
     if b.is_collective() {
         h += "  -f, --full                    print full format listing (MIN/MAX latency and ITERATIONS\n                                displayed in addition to AVERAGE latency)\n";
@@ -290,8 +396,42 @@ pub fn parse(b: Benchmark, args: impl IntoIterator<Item = String>) -> Result<Par
                 o.window = n;
             }
             "-f" | "--full" if b.is_collective() && inline.is_none() => o.full = true,
+            "-w" | "--win-option" if b.is_one_sided() => {
+                o.window_kind = match value("-w")?.as_str() {
+                    "create" => WindowKind::Create,
+                    "allocate" => WindowKind::Allocate,
+                    "dynamic" => WindowKind::Dynamic,
+                    other => {
+                        return Err(format!(
+                            "-w {other}: choose create, allocate or dynamic\n{}",
+                            help(b)
+                        ))
+                    }
+                }
+            }
+            "-s" | "--sync-option" if b.is_one_sided() => {
+                o.sync = match value("-s")?.as_str() {
+                    "lock" => SyncMode::Lock,
+                    "flush" => SyncMode::Flush,
+                    "flush_local" => SyncMode::FlushLocal,
+                    "lock_all" => SyncMode::LockAll,
+                    "pscw" => SyncMode::Pscw,
+                    "fence" => SyncMode::Fence,
+                    other => {
+                        return Err(format!(
+                            "-s {other}: choose lock, flush, flush_local, lock_all, pscw or \
+                             fence\n{}",
+                            help(b)
+                        ))
+                    }
+                }
+            }
             other => return Err(format!("unknown option '{other}'\n{}", help(b))),
         }
+    }
+    if b.is_atomic() {
+        // The atomics move one 8-byte element whatever -m says, as OSU's do.
+        (o.min_size, o.max_size) = (8, 8);
     }
     Ok(Parsed::Run(o))
 }
@@ -374,6 +514,27 @@ mod tests {
         assert!(err(Benchmark::Latency, &["-W", "4"]).contains("unknown option '-W'"));
         assert!(err(Benchmark::Bandwidth, &["-W", "0"]).contains("at least one"));
         assert!(err(Benchmark::Bandwidth, &["--bogus"]).contains("unknown option"));
+    }
+
+    #[test]
+    fn one_sided_options() {
+        let o = run(Benchmark::PutLatency, &[]);
+        assert_eq!(
+            (o.window_kind, o.sync, o.min_size),
+            (WindowKind::Allocate, SyncMode::Flush, 1)
+        );
+        let o = run(Benchmark::GetLatency, &["-w", "dynamic", "-s", "pscw"]);
+        assert_eq!(
+            (o.window_kind, o.sync),
+            (WindowKind::Dynamic, SyncMode::Pscw)
+        );
+        let o = run(Benchmark::FopLatency, &["-s", "fence", "-m", "1:64"]);
+        assert_eq!(o.sizes().collect::<Vec<_>>(), [8]);
+        assert_eq!(run(Benchmark::PutBandwidth, &["-W", "8"]).window, 8);
+        let err = parse(Benchmark::PutLatency, ["-s".into(), "later".into()]).unwrap_err();
+        assert!(err.contains("-s later: choose lock"), "{err}");
+        let err = parse(Benchmark::Latency, ["-w".into(), "create".into()]).unwrap_err();
+        assert!(err.contains("unknown option '-w'"), "{err}");
     }
 
     #[test]

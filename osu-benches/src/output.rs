@@ -4,7 +4,7 @@
 //! and prints its one value as `%17.2f`. `osu_mbw_mr` prints its own header, without the blank
 //! line, naming the pairs and the window, and adds the message rate to each row.
 
-use crate::options::Benchmark;
+use crate::options::{Benchmark, SyncMode, WindowKind};
 
 const SIZE_WIDTH: usize = 10;
 const FIELD_WIDTH: usize = 18;
@@ -24,6 +24,20 @@ pub fn header(b: Benchmark) -> String {
 
 pub fn row(size: usize, value: f64) -> String {
     format!("{size:<SIZE_WIDTH$}{value:>FIELD_WIDTH$.FLOAT_PRECISION$}\n")
+}
+
+/// A one-sided test's header: no blank line first, then the window's creation and
+/// synchronisation calls.
+pub fn one_sided_header(b: Benchmark, window: WindowKind, sync: SyncMode) -> String {
+    format!(
+        "# {} v7.4\n# Window creation: {}\n# Synchronization: {}\n# Datatype: MPI_CHAR.\n\
+         {:<SIZE_WIDTH$}{:>FIELD_WIDTH$}\n",
+        b.title(),
+        window.call(),
+        sync.calls(),
+        "# Size",
+        b.column()
+    )
 }
 
 /// `osu_mbw_mr`'s header for `pairs` pairs sending windows of `window` messages.

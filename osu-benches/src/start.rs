@@ -10,7 +10,7 @@ use crate::mpi::environment::Universe;
 use crate::mpi::traits::*;
 
 use crate::options::{parse, Benchmark, Options, Parsed};
-use crate::output::{collective_header, header, multi_bandwidth_header};
+use crate::output::{collective_header, header, multi_bandwidth_header, one_sided_header};
 
 /// Returns the runtime and the options, or ends the process (help, version, bad options,
 /// wrong number of ranks) the way OSU does.
@@ -50,6 +50,7 @@ pub fn start(b: Benchmark) -> (Universe, Options) {
     if rank0 {
         let text = match b {
             _ if b.is_collective() => collective_header(b, options.full),
+            _ if b.is_one_sided() => one_sided_header(b, options.window_kind, options.sync),
             Benchmark::MultiBandwidth => {
                 multi_bandwidth_header(world.size() as usize / 2, options.window)
             }

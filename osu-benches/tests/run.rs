@@ -280,3 +280,83 @@ fn collective_tests_need_two_ranks_and_print_plain_rows_without_f() {
         &[4, 8, 16],
     );
 }
+
+/// Checks a one-sided test's layout: title (no blank line before it), window creation,
+/// synchronisation, datatype, column header, then one row per size.
+#[cfg(not(feature = "rsmpi"))]
+fn check_one_sided(program: &str, args: &[&str], title: &str, column: &str, sizes: &[usize]) {
+    let out = launch(2, program, args);
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let (window, sync) = (args[1], args[3]);
+    let creation = match window {
+        "create" => "MPI_Win_create",
+        "allocate" => "MPI_Win_allocate",
+        _ => "MPI_Win_create_dynamic",
+    };
+    let synchronization = match sync {
+        "lock" => "MPI_Win_lock/unlock",
+        "flush" => "MPI_Win_flush",
+        "flush_local" => "MPI_Win_flush_local",
+        "lock_all" => "MPI_Win_lock_all/unlock_all",
+        "pscw" => "MPI_Win_post/start/complete/wait",
+        _ => "MPI_Win_fence",
+    };
+    assert_eq!(lines[0], format!("# {title} v7.4"), "{text}");
+    assert_eq!(lines[1], format!("# Window creation: {creation}"));
+    assert_eq!(lines[2], format!("# Synchronization: {synchronization}"));
+    assert_eq!(lines[3], "# Datatype: MPI_CHAR.");
+    assert_eq!(lines[4], format!("{:<10}{:>18}", "# Size", column));
+    check_rows(&text, &lines[5..], sizes, 1);
+}
+
+#[cfg(not(feature = "rsmpi"))]
+#[test]
+fn one_sided_formats_in_every_window_and_synchronisation() {
+    let quick = ["-m", "1:16", "-i", "20", "-x", "2"];
+    for window in ["create", "allocate", "dynamic"] {
+        for sync in ["lock", "flush", "flush_local", "lock_all", "pscw", "fence"] {
+            let args = [&["-w", window, "-s", sync][..], &quick[..]].concat();
+            check_one_sided(
+                "osu_put_latency",
+                &args,
+                "OSU MPI_Put Latency Test",
+                "Latency (us)",
+                &[1, 2, 4, 8, 16],
+            );
+        }
+        for sync in ["flush", "pscw", "fence"] {
+            let args = [&["-w", window, "-s", sync][..], &quick[..]].concat();
+            for (program, title) in [
+                ("osu_get_latency", "OSU MPI_Get latency Test"),
+                ("osu_acc_latency", "OSU MPI_Accumulate latency Test"),
+            ] {
+                check_one_sided(program, &args, title, "Latency (us)", &[1, 2, 4, 8, 16]);
+            }
+            // Sizes whose bandwidth shows in two decimals of MB/s even on a loaded machine.
+            let bandwidth = [
+                &["-w", window, "-s", sync][..],
+                &["-m", "4096:16384", "-i", "20", "-x", "2", "-W", "4"][..],
+            ]
+            .concat();
+            check_one_sided(
+                "osu_put_bw",
+                &bandwidth,
+                "OSU MPI_Put Bandwidth Test",
+                "Bandwidth (MB/s)",
+                &[4096, 8192, 16384],
+            );
+            for (program, title) in [
+                ("osu_fop_latency", "OSU MPI_Fetch_and_op latency Test"),
+                ("osu_cas_latency", "OSU MPI_Compare_and_swap latency Test"),
+            ] {
+                check_one_sided(program, &args, title, "Latency (us)", &[8]);
+            }
+        }
+    }
+}

@@ -1,0 +1,1472 @@
+//! One-sided communication (MPI's RMA windows): memory a rank exposes, which the other ranks
+//! of the window's communicator read and write with `put`, `get`, accumulates and atomics,
+//! inside epochs that say when the operations are complete.
+//!
+//! ```no_run
+//! use mpirt::traits::*;
+//! use mpirt::window::{LockKind, Window};
+//!
+//! let universe = mpirt::initialize().unwrap();
+//! let world = universe.world();
+//! let window = Window::<u64>::allocate(&world, 4);
+//! // Origin buffers outlive the epoch that borrows them.
+//! let (mine, mut got) = ([world.rank() as u64; 4], [0u64; 4]);
+//! window.fence_epoch(|epoch| {
+//!     let next = (world.rank() + 1) % world.size();
+//!     epoch.put(&mine, next, 0);
+//! });
+//! window.lock(0, LockKind::Exclusive, |epoch| {
+//!     epoch.get(&mut got, 0, 0);
+//! });
+//! ```
+//!
+//! A buffer made inside the epoch cannot be lent to it (it would be gone before the epoch
+//! ends):
+//!
+//! ```compile_fail,E0597
+//! use mpirt::window::Window;
+//!
+//! let universe = mpirt::initialize().unwrap();
+//! let window = Window::<u64>::allocate(&universe.world(), 4);
+//! window.fence_epoch(|epoch| {
+//!     let mut got = [0u64; 4];
+//!     epoch.get(&mut got, 0, 0);
+//! });
+//! ```
+//!
+//! # The API carries the epoch rules
+//! Operations exist only on an epoch, and an epoch exists only inside the closure of the call
+//! that opens it and ends it when the closure returns: [`Window::fence_epoch`] (`MPI_Win_fence`
+//! before and after), [`Window::start`] (`MPI_Win_start` ... `MPI_Win_complete`),
+//! [`Window::lock`] and [`Window::lock_all`] (... `MPI_Win_unlock[_all]`). The exposure side
+//! of PSCW is [`Window::post`] (`MPI_Win_post`, the closure, `MPI_Win_wait`). So an operation
+//! outside any epoch cannot be written. Origin buffers are borrowed by the epoch (as
+//! `std::thread::scope` borrows): a get's buffer cannot be read, nor a put's reused, until
+//! the epoch ended; request-based operations (`rget`, ...) hand their buffer back from
+//! `wait`. A window's local memory is reached through [`Window::with_local`], which also
+//! serves the window first. What the types cannot carry is checked at run time, each misuse a
+//! named [`WindowFault`]: a target outside the window's communicator or outside the epoch's
+//! ranks, an access past the end of the target's window (target rank, displacement, length
+//! and window size named; nothing is written on either side), memory a dynamic window has not
+//! attached, a synchronisation that conflicts with an open epoch (a fence inside a lock
+//! epoch, a second lock of one target), an accumulate of a type the operations do not know.
+//!
+//! Displacements count elements of the window's type `T` (`disp_unit = size_of::<T>()`); in
+//! a dynamic window they are byte addresses, as [`Window::attach`] returns them (MPI's
+//! `disp_unit` 1 from `MPI_BOTTOM`). Element types are contiguous [`Equivalence`] types;
+//! accumulates take the primitive numbers and `bool`.
+//!
+//! # How operations move
+//! Every window has a context of its own (a duplicate of its communicator's). Where every
+//! rank maps the window's memory (`allocate_shared`, and `allocate` when the ranks share a
+//! host), operations are loads, stores and CPU atomics in that mapping, and locks are words
+//! in it (see `window/direct.rs`): nothing waits for the target. Elsewhere (`create`,
+//! `create_dynamic`, ranks on several hosts, or `MPIRT_WINDOW_PATH=messages`) the portable
+//! path, which works on every transport and both PMLs, sends each operation as an active
+//! message that the target applies (see `window/messaging.rs`): a window makes progress
+//! whenever its target is inside any mpirt call, through the window's own waits and through
+//! the PML's progress hooks; a target computing outside mpirt delays passive-target epochs
+//! on it until its next call. Its locks are a lock table at the target (exclusive excludes,
+//! shared shares, waiting requests granted in arrival order). A transport capability (RDMA
+//! WRITE, READ and ATOMIC; UCX's put, get and atomics) can later take an operation over where
+//! each operation picks its path (`Epoch::issue` and the shared-memory branches beside it),
+//! leaving the rest to the active messages.
+
+mod direct;
+mod fault;
+mod messaging;
+mod operation;
+mod target;
+mod wire;
+
+use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
+use std::mem::size_of;
+use std::rc::Rc;
+
+use direct::{Direct, LINE};
+pub use fault::WindowFault;
+use messaging::Core;
+pub use operation::AccumulateOperation;
+use pml::shared_mapping::SharedMapping;
+use pml::Pml;
+use target::{Memory, Target};
+use wire::{Ask, Request};
+
+use crate::collective::{CommunicatorCollectives, Root, SystemOperation};
+use crate::communicator::{Communicator, SimpleCommunicator};
+use crate::datatype::{datatype_of, Datatype, Equivalence};
+use crate::error::{or_fatal, Cause, Error};
+use crate::Rank;
+
+/// `MPI_LOCK_SHARED` or `MPI_LOCK_EXCLUSIVE`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockKind {
+    Shared,
+    Exclusive,
+}
+
+/// Where a window's memory comes from, kept so that it lives as long as the window.
+enum Storage {
+    /// `allocate`: a block the window owns, freed with it.
+    Owned {
+        base: *mut u8,
+        layout: std::alloc::Layout,
+    },
+    /// `create`: the caller's, borrowed for the window's lifetime.
+    Borrowed,
+    /// `allocate_shared`, or `allocate` where every rank mapped the memory: the mapping
+    /// (`Window::shared`) holds it.
+    Mapped,
+    /// `create_dynamic`: what `attach` adds.
+    Dynamic,
+}
+
+/// A window (`MPI_Win`) over elements of `T`, whose local memory is borrowed for `'a` (from
+/// [`Window::create`] or [`Window::attach`]) or its own. Creating and dropping one are
+/// collective over its communicator; dropping waits until every rank is done with it.
+pub struct Window<'a, T: Equivalence> {
+    comm: SimpleCommunicator,
+    core: Rc<RefCell<Core>>,
+    storage: Storage,
+    /// The memory every rank maps, where it does (see `direct.rs`).
+    shared: Option<Direct>,
+    /// Whether operations go by loads, stores and atomics in `shared` (else by messages).
+    direct: bool,
+    /// This rank's memory (fixed windows).
+    local: Option<(*mut T, usize)>,
+    /// Each rank's window length in elements (`None`: a dynamic window).
+    sizes: Option<Vec<usize>>,
+    /// The access epochs open on this rank, for the synchronisation checks.
+    open: Cell<Open>,
+    /// `T`'s element code for accumulates and the operations checked for it (a bit per
+    /// operation), once an accumulate found them: checking costs more than an 8-byte
+    /// fetch_and_op on the shared-memory path.
+    accumulates: Cell<(Option<u8>, u64)>,
+    locked: RefCell<Vec<u32>>,
+    _memory: PhantomData<&'a mut [T]>,
+}
+
+/// Which kind of access epoch is open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Open {
+    None,
+    Fence,
+    Start,
+    Locks,
+    LockAll,
+}
+
+impl<'a, T: Equivalence> Window<'a, T> {
+    /// A window over `len` elements that it allocates and owns, each `T::default()`
+    /// (`MPI_Win_allocate`). Collective.
+    pub fn allocate<C: Communicator>(comm: &C, len: usize) -> Window<'static, T>
+    where
+        T: Default + Copy,
+    {
+        or_fatal(Window::try_allocate(comm, len))
+    }
+
+    pub fn try_allocate<C: Communicator>(comm: &C, len: usize) -> Result<Window<'static, T>, Error>
+    where
+        T: Default + Copy,
+    {
+        let what = "allocate a window";
+        check_type::<T>(what)?;
+        if direct_path(what)? {
+            if let Some(shared) = map_parts::<T, C>(comm, len, what)? {
+                return Window::mapped(comm, shared, len, true, what);
+            }
+        }
+        let layout = std::alloc::Layout::array::<T>(len.max(1))
+            .map_err(|_| unsupported(what, format!("{len} elements do not fit in memory")))?;
+        // SAFETY: the layout is non-zero (at least one element).
+        let base = unsafe { std::alloc::alloc(layout) }.cast::<T>();
+        if base.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        for i in 0..len {
+            // SAFETY: `base` holds `len` elements (the layout above).
+            unsafe { base.add(i).write(T::default()) };
+        }
+        let storage = Storage::Owned {
+            base: base.cast(),
+            layout,
+        };
+        // SAFETY: the block is the window's, freed only when the window drops.
+        unsafe { Window::fixed(comm, base, len, storage, None, false, what) }
+    }
+
+    /// A window over `memory`, which it borrows for its lifetime (`MPI_Win_create`).
+    /// Collective.
+    pub fn create<C: Communicator>(comm: &C, memory: &'a mut [T]) -> Window<'a, T> {
+        or_fatal(Window::try_create(comm, memory))
+    }
+
+    pub fn try_create<C: Communicator>(
+        comm: &C,
+        memory: &'a mut [T],
+    ) -> Result<Window<'a, T>, Error> {
+        let what = "create a window";
+        check_type::<T>(what)?;
+        // SAFETY: the memory is borrowed mutably for `'a`, which the window holds.
+        unsafe {
+            Window::fixed(
+                comm,
+                memory.as_mut_ptr(),
+                memory.len(),
+                Storage::Borrowed,
+                None,
+                false,
+                what,
+            )
+        }
+    }
+
+    /// A window of `len` elements on each rank, each `T::default()`, in memory every rank of
+    /// the host maps (`MPI_Win_allocate_shared`): [`Window::shared_query`] gives the address
+    /// of any rank's part. Every rank must be on one host. Collective.
+    pub fn allocate_shared<C: Communicator>(comm: &C, len: usize) -> Window<'static, T>
+    where
+        T: Default + Copy,
+    {
+        or_fatal(Window::try_allocate_shared(comm, len))
+    }
+
+    pub fn try_allocate_shared<C: Communicator>(
+        comm: &C,
+        len: usize,
+    ) -> Result<Window<'static, T>, Error>
+    where
+        T: Default + Copy,
+    {
+        let what = "allocate a shared window";
+        check_type::<T>(what)?;
+        let shared = map_parts::<T, C>(comm, len, what)?.ok_or_else(|| {
+            unsupported(
+                what,
+                "a rank could not map the window's shared memory: allocate_shared needs \
+                 every rank on one host"
+                    .into(),
+            )
+        })?;
+        let direct = direct_path(what)?;
+        Window::mapped(comm, shared, len, direct, what)
+    }
+
+    /// A window over this rank's part of `shared`, each element `T::default()`.
+    fn mapped<C: Communicator>(
+        comm: &C,
+        shared: Direct,
+        len: usize,
+        direct: bool,
+        what: &str,
+    ) -> Result<Window<'static, T>, Error>
+    where
+        T: Default + Copy,
+    {
+        let base = shared.part(comm.rank() as u32).0.cast::<T>();
+        for i in 0..len {
+            // SAFETY: this rank's part holds `len` elements, at a cache-line boundary; no
+            // other rank touches it before the window exists.
+            unsafe { base.add(i).write(T::default()) };
+        }
+        // SAFETY: the mapping is the window's, unmapped only when the window drops.
+        unsafe { Window::fixed(comm, base, len, Storage::Mapped, Some(shared), direct, what) }
+    }
+
+    /// A window with no memory until [`attach`](Self::attach) adds some
+    /// (`MPI_Win_create_dynamic`); displacements are the addresses `attach` returns.
+    /// Collective.
+    pub fn create_dynamic<C: Communicator>(comm: &C) -> Window<'a, T> {
+        or_fatal(Window::try_create_dynamic(comm))
+    }
+
+    pub fn try_create_dynamic<C: Communicator>(comm: &C) -> Result<Window<'a, T>, Error> {
+        let what = "create a dynamic window";
+        check_type::<T>(what)?;
+        // SAFETY: a dynamic window starts with no memory.
+        unsafe {
+            Window::build(
+                comm,
+                Memory::Dynamic(Vec::new()),
+                Storage::Dynamic,
+                None,
+                None,
+            )
+        }
+        .map_err(|c| Error::new(what, c))
+    }
+
+    /// # Safety
+    /// `base` must be valid for reads and writes of `len` elements, and not accessed but
+    /// through the window, as long as it lives (`storage` keeps it, or `'a` borrows it).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn fixed<C: Communicator>(
+        comm: &C,
+        base: *mut T,
+        len: usize,
+        storage: Storage,
+        shared: Option<Direct>,
+        direct: bool,
+        what: &str,
+    ) -> Result<Window<'a, T>, Error> {
+        let sizes = gather_lens(comm, len, what)?;
+        let memory = Memory::Fixed {
+            base: base.cast(),
+            bytes: len * size_of::<T>(),
+        };
+        // SAFETY: forwarded from this function's contract.
+        let mut window =
+            unsafe { Window::build(comm, memory, storage, Some((base, len)), Some(sizes)) }
+                .map_err(|c| Error::new(what, c))?;
+        window.direct = direct && shared.is_some();
+        window.shared = shared;
+        if window.direct {
+            // No other rank's operation waits for this rank's progress (only the PSCW
+            // notices travel as messages, which this rank's own post and start take): the
+            // progress hook, which every wait of the rank would step, is not needed.
+            messaging::forget(&window.core);
+        }
+        Ok(window)
+    }
+
+    /// # Safety
+    /// As for `Target::new`, for as long as the window lives.
+    unsafe fn build<C: Communicator>(
+        comm: &C,
+        memory: Memory,
+        storage: Storage,
+        local: Option<(*mut T, usize)>,
+        sizes: Option<Vec<usize>>,
+    ) -> Result<Window<'a, T>, Cause> {
+        let comm = comm.try_duplicate().map_err(|e| e.cause().clone())?;
+        // SAFETY: forwarded from this function's contract.
+        let target = unsafe { Target::new(memory, comm.size() as u32) };
+        let core = Rc::new(RefCell::new(Core::new(comm.data().clone(), target)));
+        messaging::register(&core);
+        Ok(Window {
+            comm,
+            core,
+            storage,
+            shared: None,
+            direct: false,
+            local,
+            sizes,
+            open: Cell::new(Open::None),
+            accumulates: Cell::new((None, 0)),
+            locked: RefCell::new(Vec::new()),
+            _memory: PhantomData,
+        })
+    }
+
+    /// The window's communicator (a duplicate of the one it was made over).
+    pub fn communicator(&self) -> &SimpleCommunicator {
+        &self.comm
+    }
+
+    /// The address and length (in elements) of `rank`'s part of a shared window
+    /// (`MPI_Win_shared_query`), which this process may load from and store to directly;
+    /// MPI's rules for shared memory apply (synchronise with the window's epochs, or with
+    /// atomics of your own).
+    pub fn shared_query(&self, rank: Rank) -> Result<(*mut T, usize), Error> {
+        let what = format!("shared_query of rank {rank}");
+        let (Some(shared), Some(sizes)) = (&self.shared, &self.sizes) else {
+            return Err(unsupported(
+                &what,
+                "only a window whose memory every rank maps (allocate_shared) is shared".into(),
+            ));
+        };
+        let r = self
+            .comm
+            .data()
+            .check_rank(rank)
+            .map_err(|c| Error::new(&what, c))?;
+        Ok((shared.part(r).0.cast(), sizes[r as usize]))
+    }
+
+    /// Runs `f` on this rank's window memory, after applying the operations that arrived
+    /// for it; none is applied while `f` runs. MPI's rules say when the memory holds other
+    /// ranks' operations (after the epoch that issued them ended). Where every rank maps the
+    /// memory (the shared-memory path), other ranks' epochs store into it directly: call this
+    /// only where MPI lets a rank touch its window (between fences, outside other ranks'
+    /// epochs on it, or holding this rank's own exclusive lock), as in C.
+    pub fn with_local<R>(&self, f: impl FnOnce(&mut [T]) -> R) -> R {
+        or_fatal(self.try_with_local(f))
+    }
+
+    pub fn try_with_local<R>(&self, f: impl FnOnce(&mut [T]) -> R) -> Result<R, Error> {
+        let what = "with_local";
+        let Some((base, len)) = self.local else {
+            return Err(unsupported(
+                what,
+                "a dynamic window has no memory of its own: use the attached buffers".into(),
+            ));
+        };
+        let mut core = messaging::serve(&self.core);
+        core.drain().map_err(|c| Error::new(what, c))?;
+        // SAFETY: the memory is valid for the window's lifetime (`fixed`'s contract) and
+        // reached only through the window, whose core stays borrowed while `f` runs, so no
+        // request is applied to it meanwhile.
+        let memory = unsafe { std::slice::from_raw_parts_mut(base, len) };
+        Ok(f(memory))
+    }
+
+    /// Adds `memory` to a dynamic window (`MPI_Win_attach`); returns its address, the
+    /// displacement of its first element for the other ranks.
+    pub fn attach(&self, memory: &'a mut [T]) -> usize {
+        or_fatal(self.try_attach(memory))
+    }
+
+    pub fn try_attach(&self, memory: &'a mut [T]) -> Result<usize, Error> {
+        let address = memory.as_mut_ptr() as usize;
+        let bytes = std::mem::size_of_val(memory);
+        // SAFETY: the memory is borrowed mutably for the window's lifetime `'a`.
+        unsafe { messaging::serve(&self.core).target.attach(address, bytes) }
+            .map_err(|why| unsupported("attach", why))?;
+        Ok(address)
+    }
+
+    /// Removes the memory attached at `address` (`MPI_Win_detach`); it stays borrowed until
+    /// the window drops.
+    pub fn detach(&self, address: usize) -> Result<(), Error> {
+        self.core
+            .borrow_mut()
+            .target
+            .detach(address)
+            .map_err(|why| unsupported("detach", why))
+    }
+
+    /// A fence epoch (`MPI_Win_fence` before and after `f`): every rank may access every
+    /// rank's window in `f`; when it returns, every operation of the epoch is complete at
+    /// its origin and its target. Collective.
+    pub fn fence_epoch<'env, F, R>(&'env self, f: F) -> R
+    where
+        F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> R,
+    {
+        or_fatal(self.try_fence_epoch(f))
+    }
+
+    pub fn try_fence_epoch<'env, F, R>(&'env self, f: F) -> Result<R, Error>
+    where
+        F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> R,
+    {
+        let what = "fence";
+        self.open(Open::Fence, what)?;
+        let _closed = Closed(&self.open);
+        // Local stores before the epoch are complete before any rank's operation lands.
+        self.comm.try_barrier()?;
+        let out = self
+            .run_epoch(Reach::All, "a fence epoch", f, |e| e.end_fence())
+            .map_err(|c| Error::new(what, c))?;
+        self.comm.try_barrier()?;
+        Ok(out)
+    }
+
+    /// The exposure side of PSCW: `MPI_Win_post` to `origins`, `f`, then `MPI_Win_wait`
+    /// until each origin completed its access epoch (`start`) on this rank.
+    pub fn post<R>(&self, origins: &[Rank], f: impl FnOnce() -> R) -> R {
+        or_fatal(self.try_post(origins, f))
+    }
+
+    pub fn try_post<R>(&self, origins: &[Rank], f: impl FnOnce() -> R) -> Result<R, Error> {
+        let what = "post";
+        let origins = self.group(origins, what)?;
+        {
+            let mut core = messaging::serve(&self.core);
+            for &o in &origins {
+                core.notify_posted(o).map_err(|c| Error::new(what, c))?;
+            }
+        }
+        let out = f();
+        let mut core = messaging::serve(&self.core);
+        core.wait_until(|core| {
+            origins
+                .iter()
+                .all(|&o| core.target.completed[o as usize] > 0)
+        })
+        .map_err(|c| Error::new("wait", c))?;
+        for &o in &origins {
+            core.target.completed[o as usize] -= 1;
+        }
+        Ok(out)
+    }
+
+    /// The access side of PSCW: `MPI_Win_start` on `targets` (waiting for each one's
+    /// `post`), `f` on an epoch that reaches them, then `MPI_Win_complete`.
+    pub fn start<'env, F, R>(&'env self, targets: &[Rank], f: F) -> R
+    where
+        F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> R,
+    {
+        or_fatal(self.try_start(targets, f))
+    }
+
+    pub fn try_start<'env, F, R>(&'env self, targets: &[Rank], f: F) -> Result<R, Error>
+    where
+        F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> R,
+    {
+        let what = "start";
+        let targets = self.group(targets, what)?;
+        self.open(Open::Start, what)?;
+        let _closed = Closed(&self.open);
+        {
+            let mut core = messaging::serve(&self.core);
+            core.wait_until(|core| targets.iter().all(|&t| core.posted[t as usize] > 0))
+                .map_err(|c| Error::new(what, c))?;
+            for &t in &targets {
+                core.posted[t as usize] -= 1;
+            }
+        }
+        self.run_epoch(Reach::Group(targets), "the group of start", f, |e| {
+            e.end_start()
+        })
+        .map_err(|c| Error::new("complete", c))
+    }
+
+    /// A passive-target epoch on `target` (`MPI_Win_lock` ... `MPI_Win_unlock`): `f`'s
+    /// operations are complete at the target when this returns.
+    pub fn lock<'env, F, R>(&'env self, target: Rank, kind: LockKind, f: F) -> R
+    where
+        F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> R,
+    {
+        or_fatal(self.try_lock(target, kind, f))
+    }
+
+    pub fn try_lock<'env, F, R>(&'env self, target: Rank, kind: LockKind, f: F) -> Result<R, Error>
+    where
+        F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> R,
+    {
+        let what = format!("lock of rank {target}");
+        let t = self
+            .comm
+            .data()
+            .check_rank(target)
+            .map_err(|c| Error::new(&what, c))?;
+        if self.locked.borrow().contains(&t) {
+            return Err(sync_fault(
+                &what,
+                format!("rank {target} is already locked by this rank's open lock epoch"),
+            ));
+        }
+        self.open(Open::Locks, &what)?;
+        self.locked.borrow_mut().push(t);
+        let _unlocked = Unlocked(self, t);
+        self.acquire(&[t], kind).map_err(|c| Error::new(&what, c))?;
+        self.run_epoch(Reach::One(t), "a lock epoch", f, |e| {
+            e.end_locks(&[t], kind)
+        })
+        .map_err(|c| Error::new(format!("unlock of rank {target}"), c))
+    }
+
+    /// A shared lock of every rank (`MPI_Win_lock_all` ... `MPI_Win_unlock_all`).
+    pub fn lock_all<'env, F, R>(&'env self, f: F) -> R
+    where
+        F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> R,
+    {
+        or_fatal(self.try_lock_all(f))
+    }
+
+    pub fn try_lock_all<'env, F, R>(&'env self, f: F) -> Result<R, Error>
+    where
+        F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> R,
+    {
+        let what = "lock_all";
+        self.open(Open::LockAll, what)?;
+        let _closed = Closed(&self.open);
+        let all: Vec<u32> = (0..self.comm.size() as u32).collect();
+        self.acquire(&all, LockKind::Shared)
+            .map_err(|c| Error::new(what, c))?;
+        self.run_epoch(Reach::All, "lock_all", f, |e| {
+            e.end_locks(&all, LockKind::Shared)
+        })
+        .map_err(|c| Error::new("unlock_all", c))
+    }
+
+    /// Runs `f` on a new epoch that reaches `reach`, then `end` (the epoch's closing
+    /// synchronisation), whose error it returns.
+    fn run_epoch<'env, F, R>(
+        &'env self,
+        reach: Reach,
+        name: &'static str,
+        f: F,
+        end: impl for<'s> FnOnce(&'s Epoch<'s, 'env, T>) -> Result<(), Cause>,
+    ) -> Result<R, Cause>
+    where
+        F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> R,
+    {
+        let _abandon = Abandon(&self.core);
+        let epoch = Epoch::new(self, reach, name);
+        let out = f(&epoch);
+        end(&epoch)?;
+        Ok(out)
+    }
+
+    /// Asks `targets` for the lock and waits for every grant.
+    fn acquire(&self, targets: &[u32], kind: LockKind) -> Result<(), Cause> {
+        if let Some(direct) = self.direct() {
+            for &t in targets {
+                self.lock_directly(direct, t, kind == LockKind::Exclusive)?;
+            }
+            return Ok(());
+        }
+        let ask = match kind {
+            LockKind::Shared => Ask::LockShared,
+            LockKind::Exclusive => Ask::LockExclusive,
+        };
+        let mut core = messaging::serve(&self.core);
+        let mut ids = Vec::with_capacity(targets.len());
+        for &t in targets {
+            // SAFETY: a grant carries no data.
+            ids.push(unsafe { core.request(t, control(ask), &[], Some(None)) }?);
+        }
+        core.wait_until(|core| ids.iter().all(|&id| core.is_done(id)))?;
+        for id in ids {
+            core.take(id).expect("done").map_err(Cause::Window)?;
+        }
+        Ok(())
+    }
+
+    /// `T`'s element code, once `op` is known to be defined for it.
+    fn check_accumulate(&self, datatype: Datatype, op: AccumulateOperation) -> Result<u8, Cause> {
+        let bit = 1u64 << (op.code() % 64);
+        let (element, checked) = self.accumulates.get();
+        if let Some(element) = element.filter(|_| checked & bit != 0) {
+            return Ok(element);
+        }
+        let element = operation::element_code(datatype).ok_or_else(|| {
+            Cause::Window(WindowFault::Unsupported(format!(
+                "accumulates take primitive numbers and bool, not {}",
+                datatype.name()
+            )))
+        })?;
+        op.check(datatype)?;
+        self.accumulates.set((Some(element), checked | bit));
+        Ok(element)
+    }
+
+    /// The shared-memory path, where operations take it.
+    fn direct(&self) -> Option<&Direct> {
+        self.shared.as_ref().filter(|_| self.direct)
+    }
+
+    /// Takes `target`'s lock word, serving this window and the PML while it waits (the
+    /// holder may wait for this rank's `post` or a message).
+    fn lock_directly(&self, direct: &Direct, target: u32, exclusive: bool) -> Result<(), Cause> {
+        let mut tries = 0u32;
+        while !direct.try_lock(target, exclusive) {
+            tries += 1;
+            if tries.is_multiple_of(64) {
+                messaging::serve(&self.core).drain()?;
+                crate::environment::with_engine_or_lent(|e| e.progress())?;
+                // Another rank holds the lock for its whole epoch: let it run where ranks
+                // share cores, then wait at most a moment between tries.
+                if tries < 4096 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(std::time::Duration::from_micros(20));
+                }
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        Ok(())
+    }
+
+    /// Records an access epoch of `kind` opening, or says why it may not.
+    fn open(&self, kind: Open, what: &str) -> Result<(), Error> {
+        match (self.open.get(), kind) {
+            (Open::None, _) => {}
+            (Open::Locks, Open::Locks) => return Ok(()),
+            (open, _) => {
+                return Err(sync_fault(
+                    what,
+                    format!(
+                        "{} epoch is open on this window; end it first",
+                        match open {
+                            Open::Fence => "a fence",
+                            Open::Start => "a start (PSCW access)",
+                            Open::Locks => "a lock",
+                            _ => "a lock_all",
+                        }
+                    ),
+                ))
+            }
+        }
+        self.open.set(kind);
+        Ok(())
+    }
+
+    /// The ranks of `group`, checked: in the communicator and each once.
+    fn group(&self, group: &[Rank], what: &str) -> Result<Vec<u32>, Error> {
+        let mut ranks = Vec::with_capacity(group.len());
+        for &r in group {
+            let rank = self
+                .comm
+                .data()
+                .check_rank(r)
+                .map_err(|c| Error::new(what, c))?;
+            if ranks.contains(&rank) {
+                return Err(Error::new(what, Cause::DuplicateRank(r)));
+            }
+            ranks.push(rank);
+        }
+        Ok(ranks)
+    }
+}
+
+impl<T: Equivalence> Drop for Window<'_, T> {
+    /// Frees the window (`MPI_Win_free`, collective): waits for this rank's replies to
+    /// leave and for every rank to be done with the window, then gives its memory back.
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let sent = messaging::serve(&self.core).finish_sends();
+            or_fatal(sent.map_err(|c| Error::new("free a window", c)));
+            // Every rank's epochs ended before it came here, so every request to this rank
+            // was applied; the barrier keeps this rank's memory until all have.
+            or_fatal(self.comm.try_barrier());
+        }
+        messaging::forget(&self.core);
+        if let Storage::Owned { base, layout } = self.storage {
+            // SAFETY: allocated in `try_allocate` with this layout, and no longer reached:
+            // the window is unregistered from the progress hook.
+            unsafe { std::alloc::dealloc(base, layout) };
+        }
+    }
+}
+
+/// Marks the access epoch closed when its call returns or unwinds.
+struct Closed<'w>(&'w Cell<Open>);
+
+impl Drop for Closed<'_> {
+    fn drop(&mut self) {
+        self.0.set(Open::None);
+    }
+}
+
+/// Forgets a lock epoch's target when its call returns or unwinds.
+struct Unlocked<'w, 'a, T: Equivalence>(&'w Window<'a, T>, u32);
+
+impl<T: Equivalence> Drop for Unlocked<'_, '_, T> {
+    fn drop(&mut self) {
+        let mut locked = self.0.locked.borrow_mut();
+        locked.retain(|&t| t != self.1);
+        if locked.is_empty() {
+            self.0.open.set(Open::None);
+        }
+    }
+}
+
+/// Which ranks an epoch reaches.
+enum Reach {
+    All,
+    One(u32),
+    Group(Vec<u32>),
+}
+
+/// An open access epoch: the operations on the window's ranks that it reaches. Buffers are
+/// borrowed for `'scope`, the whole epoch.
+pub struct Epoch<'scope, 'env: 'scope, T: Equivalence> {
+    window: &'env Window<'env, T>,
+    reach: Reach,
+    /// What the epoch is, for errors.
+    name: &'static str,
+    _scope: PhantomData<&'scope mut &'scope ()>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+/// A request-based operation (`rput`, `rget`, ...): `wait` completes it at the origin and
+/// hands back the buffer it filled. An unwaited one completes when its epoch ends.
+pub struct RmaRequest<'scope, D: ?Sized> {
+    core: &'scope RefCell<Core>,
+    /// The reply to wait for (0: complete at once).
+    id: u64,
+    data: Option<&'scope mut D>,
+}
+
+impl<D: ?Sized> Drop for RmaRequest<'_, D> {
+    /// A request dropped unwaited leaves its outcome to the end of its epoch.
+    fn drop(&mut self) {
+        if let Ok(mut core) = self.core.try_borrow_mut() {
+            core.hold(self.id, false);
+        }
+    }
+}
+
+impl<'scope, D: ?Sized> RmaRequest<'scope, D> {
+    /// Waits until the operation completed at the origin; returns the buffer a get filled.
+    pub fn wait(self) -> Option<&'scope mut D> {
+        or_fatal(self.try_wait())
+    }
+
+    pub fn try_wait(mut self) -> Result<Option<&'scope mut D>, Error> {
+        if self.id != 0 {
+            let mut core = messaging::serve(self.core);
+            let id = self.id;
+            core.wait_until(|core| core.is_done(id))
+                .map_err(|c| Error::new("wait for a one-sided request", c))?;
+            core.take(id)
+                .expect("done")
+                .map_err(|f| Error::new("wait for a one-sided request", Cause::Window(f)))?;
+        }
+        Ok(self.data.take())
+    }
+
+    /// Whether the operation completed at the origin, after serving the window once.
+    pub fn test(&self) -> Result<bool, Error> {
+        let mut core = messaging::serve(self.core);
+        core.drain()
+            .map_err(|c| Error::new("test a one-sided request", c))?;
+        Ok(core.is_done(self.id))
+    }
+}
+
+impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
+    fn new(window: &'env Window<'env, T>, reach: Reach, name: &'static str) -> Self {
+        Epoch {
+            window,
+            reach,
+            name,
+            _scope: PhantomData,
+            _env: PhantomData,
+        }
+    }
+
+    fn core(&self) -> messaging::Served<'_> {
+        messaging::serve(&self.window.core)
+    }
+
+    /// Checks that `target` is in reach and `count` elements at `disp` lie in its window;
+    /// returns the target and the byte offset.
+    fn place(&self, target: Rank, disp: usize, count: usize) -> Result<(u32, u64), Cause> {
+        let t = self.window.comm.data().check_rank(target)?;
+        let reached = match &self.reach {
+            Reach::All => true,
+            Reach::One(one) => *one == t,
+            Reach::Group(group) => group.contains(&t),
+        };
+        if !reached {
+            return Err(Cause::Window(WindowFault::NotInEpoch {
+                target,
+                epoch: self.name.into(),
+            }));
+        }
+        match &self.window.sizes {
+            Some(sizes) => {
+                let size = sizes[t as usize];
+                if disp.checked_add(count).is_none_or(|end| end > size) {
+                    return Err(Cause::Window(WindowFault::OutOfWindow {
+                        target,
+                        displacement: disp,
+                        count,
+                        size,
+                    }));
+                }
+                Ok((t, (disp * size_of::<T>()) as u64))
+            }
+            // A dynamic window's target checks its attached memory.
+            None => Ok((t, disp as u64)),
+        }
+    }
+
+    /// Sends one operation: every operation goes through here, where a transport that can
+    /// do it natively would take it over.
+    ///
+    /// # Safety
+    /// `into`, where given, must stay valid for writes of its length, and untouched, until
+    /// the reply came or the epoch ended.
+    unsafe fn issue(
+        &self,
+        target: u32,
+        request: Request,
+        payload: &[&[u8]],
+        reply: Option<Option<(*mut u8, usize)>>,
+    ) -> Result<u64, Cause> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.core().request(target, request, payload, reply) }
+    }
+
+    /// `MPI_Put`: `origin`'s elements to `target`'s window at `disp`.
+    pub fn put(&self, origin: &'scope [T], target: Rank, disp: usize) {
+        or_fatal(self.try_put(origin, target, disp));
+    }
+
+    pub fn try_put(&self, origin: &'scope [T], target: Rank, disp: usize) -> Result<(), Error> {
+        self.rput_inner(origin, target, disp)
+            .map(drop)
+            .map_err(|c| Error::new(format!("put to rank {target}"), c))
+    }
+
+    /// `MPI_Rput`: a put whose request completes once `origin` may be reused (at once: the
+    /// data is copied when the put is issued).
+    pub fn rput(&self, origin: &'scope [T], target: Rank, disp: usize) -> RmaRequest<'scope, [T]> {
+        or_fatal(
+            self.rput_inner(origin, target, disp)
+                .map_err(|c| Error::new(format!("rput to rank {target}"), c)),
+        )
+    }
+
+    fn rput_inner(
+        &self,
+        origin: &'scope [T],
+        target: Rank,
+        disp: usize,
+    ) -> Result<RmaRequest<'scope, [T]>, Cause> {
+        let (t, offset) = self.place(target, disp, origin.len())?;
+        let bytes = as_bytes(origin);
+        if let Some(direct) = self.window.direct() {
+            direct.put(t, offset, bytes);
+            return Ok(self.request(0, None));
+        }
+        // SAFETY: no reply data is awaited.
+        unsafe {
+            self.issue(
+                t,
+                data_request(Ask::Put, offset, bytes.len()),
+                &[bytes],
+                None,
+            )
+        }?;
+        Ok(self.request(0, None))
+    }
+
+    fn request<D: ?Sized>(&self, id: u64, data: Option<&'scope mut D>) -> RmaRequest<'scope, D> {
+        let core: &'scope RefCell<Core> = extend(&self.window.core);
+        core.borrow_mut().hold(id, true);
+        RmaRequest { core, id, data }
+    }
+
+    /// `MPI_Get`: `target`'s elements at `disp` into `into`, there when the epoch ends.
+    pub fn get(&self, into: &'scope mut [T], target: Rank, disp: usize) {
+        or_fatal(self.try_get(into, target, disp));
+    }
+
+    pub fn try_get(&self, into: &'scope mut [T], target: Rank, disp: usize) -> Result<(), Error> {
+        self.rget_inner(into, target, disp)
+            .map(drop)
+            .map_err(|c| Error::new(format!("get from rank {target}"), c))
+    }
+
+    /// `MPI_Rget`: a get whose `wait` hands `into` back, filled.
+    pub fn rget(
+        &self,
+        into: &'scope mut [T],
+        target: Rank,
+        disp: usize,
+    ) -> RmaRequest<'scope, [T]> {
+        or_fatal(
+            self.rget_inner(into, target, disp)
+                .map_err(|c| Error::new(format!("rget from rank {target}"), c)),
+        )
+    }
+
+    fn rget_inner(
+        &self,
+        into: &'scope mut [T],
+        target: Rank,
+        disp: usize,
+    ) -> Result<RmaRequest<'scope, [T]>, Cause> {
+        let (t, offset) = self.place(target, disp, into.len())?;
+        if let Some(direct) = self.window.direct() {
+            direct.get(t, offset, as_bytes_mut(into));
+            return Ok(self.request(0, Some(into)));
+        }
+        let len = std::mem::size_of_val(into);
+        let ptr = into.as_mut_ptr().cast::<u8>();
+        // SAFETY: `into` is borrowed for the epoch, and handed back only once the reply
+        // came (`RmaRequest::wait`) or the epoch ended.
+        let id = unsafe {
+            self.issue(
+                t,
+                data_request(Ask::Get, offset, len),
+                &[],
+                Some(Some((ptr, len))),
+            )
+        }?;
+        Ok(self.request(id, Some(into)))
+    }
+
+    /// `MPI_Accumulate`: `target[disp..] = origin ∘ target[disp..]`, element by element,
+    /// atomic with respect to other accumulates of the same operation and type.
+    pub fn accumulate(
+        &self,
+        origin: &'scope [T],
+        target: Rank,
+        disp: usize,
+        op: impl Into<AccumulateOperation>,
+    ) {
+        or_fatal(self.try_accumulate(origin, target, disp, op));
+    }
+
+    pub fn try_accumulate(
+        &self,
+        origin: &'scope [T],
+        target: Rank,
+        disp: usize,
+        op: impl Into<AccumulateOperation>,
+    ) -> Result<(), Error> {
+        self.accumulate_inner(origin, None, target, disp, op.into())
+            .map(drop)
+            .map_err(|c| Error::new(format!("accumulate to rank {target}"), c))
+    }
+
+    /// `MPI_Raccumulate`.
+    pub fn raccumulate(
+        &self,
+        origin: &'scope [T],
+        target: Rank,
+        disp: usize,
+        op: impl Into<AccumulateOperation>,
+    ) -> RmaRequest<'scope, [T]> {
+        or_fatal(
+            self.accumulate_inner(origin, None, target, disp, op.into())
+                .map_err(|c| Error::new(format!("raccumulate to rank {target}"), c)),
+        )
+    }
+
+    /// `MPI_Get_accumulate`: `result` gets the target's elements as they were, and the
+    /// target `origin ∘ target`, atomically.
+    pub fn get_accumulate(
+        &self,
+        origin: &'scope [T],
+        result: &'scope mut [T],
+        target: Rank,
+        disp: usize,
+        op: impl Into<AccumulateOperation>,
+    ) {
+        or_fatal(
+            self.accumulate_inner(origin, Some(result), target, disp, op.into())
+                .map(drop)
+                .map_err(|c| Error::new(format!("get_accumulate on rank {target}"), c)),
+        );
+    }
+
+    /// `MPI_Rget_accumulate`: `wait` hands `result` back, filled.
+    pub fn rget_accumulate(
+        &self,
+        origin: &'scope [T],
+        result: &'scope mut [T],
+        target: Rank,
+        disp: usize,
+        op: impl Into<AccumulateOperation>,
+    ) -> RmaRequest<'scope, [T]> {
+        or_fatal(
+            self.accumulate_inner(origin, Some(result), target, disp, op.into())
+                .map_err(|c| Error::new(format!("rget_accumulate on rank {target}"), c)),
+        )
+    }
+
+    /// `MPI_Fetch_and_op`: the one-element `get_accumulate`.
+    pub fn fetch_and_op(
+        &self,
+        origin: &'scope T,
+        result: &'scope mut T,
+        target: Rank,
+        disp: usize,
+        op: impl Into<AccumulateOperation>,
+    ) {
+        or_fatal(self.try_fetch_and_op(origin, result, target, disp, op));
+    }
+
+    pub fn try_fetch_and_op(
+        &self,
+        origin: &'scope T,
+        result: &'scope mut T,
+        target: Rank,
+        disp: usize,
+        op: impl Into<AccumulateOperation>,
+    ) -> Result<(), Error> {
+        self.accumulate_inner(
+            std::slice::from_ref(origin),
+            Some(std::slice::from_mut(result)),
+            target,
+            disp,
+            op.into(),
+        )
+        .map(drop)
+        .map_err(|c| Error::new(format!("fetch_and_op on rank {target}"), c))
+    }
+
+    fn accumulate_inner(
+        &self,
+        origin: &'scope [T],
+        result: Option<&'scope mut [T]>,
+        target: Rank,
+        disp: usize,
+        op: AccumulateOperation,
+    ) -> Result<RmaRequest<'scope, [T]>, Cause> {
+        let datatype = datatype_of::<T>();
+        let element = self.window.check_accumulate(datatype, op)?;
+        if let Some(result) = &result {
+            if result.len() != origin.len() {
+                return Err(Cause::CountMismatch {
+                    what: "the result buffer",
+                    expected: origin.len(),
+                    got: result.len(),
+                });
+            }
+        }
+        let (t, offset) = self.place(target, disp, origin.len())?;
+        let bytes = as_bytes(origin);
+        if let Some(direct) = self.window.direct() {
+            let mut result = result;
+            let old = result.as_deref_mut().map(as_bytes_mut);
+            direct.accumulate(t, offset, op, datatype, bytes, old);
+            return Ok(self.request(0, result));
+        }
+        let mut request = data_request(Ask::Accumulate, offset, bytes.len());
+        request.op = op.code();
+        request.element = element;
+        match result {
+            None => {
+                // SAFETY: no reply data is awaited.
+                unsafe { self.issue(t, request, &[bytes], None) }?;
+                Ok(self.request(0, None))
+            }
+            Some(result) => {
+                request.ask = Ask::GetAccumulate;
+                let ptr = result.as_mut_ptr().cast::<u8>();
+                // SAFETY: `result` is borrowed for the epoch, and handed back only once the
+                // reply came or the epoch ended.
+                let id =
+                    unsafe { self.issue(t, request, &[bytes], Some(Some((ptr, bytes.len())))) }?;
+                Ok(self.request(id, Some(result)))
+            }
+        }
+    }
+
+    /// `MPI_Compare_and_swap`: `result` gets the target element; the target becomes
+    /// `origin` if it equalled `compare` (bytewise), atomically.
+    pub fn compare_and_swap(
+        &self,
+        origin: &'scope T,
+        compare: &'scope T,
+        result: &'scope mut T,
+        target: Rank,
+        disp: usize,
+    ) {
+        or_fatal(self.try_compare_and_swap(origin, compare, result, target, disp));
+    }
+
+    pub fn try_compare_and_swap(
+        &self,
+        origin: &'scope T,
+        compare: &'scope T,
+        result: &'scope mut T,
+        target: Rank,
+        disp: usize,
+    ) -> Result<(), Error> {
+        let what = || format!("compare_and_swap on rank {target}");
+        let mut run = || -> Result<(), Cause> {
+            let (t, offset) = self.place(target, disp, 1)?;
+            let (new, old) = (
+                as_bytes(std::slice::from_ref(origin)),
+                as_bytes(std::slice::from_ref(compare)),
+            );
+            if let Some(direct) = self.window.direct() {
+                let result = as_bytes_mut(std::slice::from_mut(result));
+                direct.compare_and_swap(t, offset, old, new, result);
+                return Ok(());
+            }
+            let ptr = (result as *mut T).cast::<u8>();
+            let request = data_request(Ask::CompareAndSwap, offset, new.len());
+            // SAFETY: `result` is borrowed for the epoch, which waits for the reply.
+            unsafe { self.issue(t, request, &[old, new], Some(Some((ptr, new.len())))) }?;
+            Ok(())
+        };
+        run().map_err(|c| Error::new(what(), c))
+    }
+
+    /// `MPI_Win_flush`: every operation this epoch issued to `target` is complete there.
+    pub fn flush(&self, target: Rank) -> Result<(), Error> {
+        let what = format!("flush of rank {target}");
+        // No element at displacement 0 fits every window: this checks the rank alone.
+        let (t, _) = self.place(target, 0, 0).map_err(|c| Error::new(&what, c))?;
+        self.flush_targets(&[t]).map_err(|c| Error::new(&what, c))
+    }
+
+    /// `MPI_Win_flush_all`: every operation this epoch issued is complete at its target.
+    pub fn flush_all(&self) -> Result<(), Error> {
+        let targets = self.targets();
+        self.flush_targets(&targets)
+            .map_err(|c| Error::new("flush_all", c))
+    }
+
+    /// `MPI_Win_flush_local`: the operations to `target` are complete at this origin. The
+    /// portable path copies origin data when it issues an operation, so this waits only for
+    /// the gets' data, which a flush also does: it flushes.
+    pub fn flush_local(&self, target: Rank) -> Result<(), Error> {
+        self.flush(target)
+    }
+
+    /// `MPI_Win_flush_local_all` (see `flush_local`).
+    pub fn flush_local_all(&self) -> Result<(), Error> {
+        self.flush_all()
+    }
+
+    /// `MPI_Win_sync`: orders this process's loads and stores to its window memory with
+    /// the window's (a full memory fence; the portable path applies operations in this
+    /// thread).
+    pub fn sync(&self) {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn targets(&self) -> Vec<u32> {
+        match &self.reach {
+            Reach::All => (0..self.window.comm.size() as u32).collect(),
+            Reach::One(t) => vec![*t],
+            Reach::Group(group) => group.clone(),
+        }
+    }
+
+    fn flush_targets(&self, targets: &[u32]) -> Result<(), Cause> {
+        if self.window.direct().is_some() {
+            // Every operation completed as it was issued; order them before what follows.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            return Ok(());
+        }
+        let mut core = self.core();
+        let mut ids = Vec::with_capacity(targets.len());
+        for &t in targets {
+            // SAFETY: a flush's reply carries no data.
+            ids.push(unsafe { core.request(t, control(Ask::Flush), &[], Some(None)) }?);
+        }
+        core.wait_until(|core| ids.iter().all(|&id| core.is_done(id)))?;
+        for &t in targets {
+            core.settle(Some(t)).map_err(Cause::Window)?;
+        }
+        Ok(())
+    }
+
+    /// Ends a fence epoch: tells every rank this rank's operations are sent, then waits
+    /// until every rank said so to it (so all of theirs are applied here) and this rank's
+    /// replies came.
+    fn end_fence(&self) -> Result<(), Cause> {
+        if self.window.direct().is_some() {
+            // Every operation completed as it was issued: the closing barrier is enough.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            return Ok(());
+        }
+        let mut core = self.core();
+        for t in 0..self.window.comm.size() as u32 {
+            // SAFETY: no reply is awaited.
+            unsafe { core.request(t, control(Ask::FenceDone), &[], None) }?;
+        }
+        let size = self.window.comm.size() as u32;
+        core.wait_until(|core| core.target.fence_done == size && core.all_done(None))?;
+        core.target.fence_done = 0;
+        core.settle(None).map_err(Cause::Window)
+    }
+
+    /// Ends a PSCW access epoch: tells each target, and waits for this rank's replies.
+    fn end_start(&self) -> Result<(), Cause> {
+        // Stores of the shared-memory path are seen before `Complete` is.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        let targets = self.targets();
+        let mut core = self.core();
+        for &t in &targets {
+            // SAFETY: no reply is awaited.
+            unsafe { core.request(t, control(Ask::Complete), &[], None) }?;
+        }
+        core.wait_until(|core| core.all_done(None))?;
+        core.settle(None).map_err(Cause::Window)
+    }
+
+    /// Ends a lock epoch: unlocks each target, which replies once all this rank's
+    /// operations on it are applied.
+    fn end_locks(&self, targets: &[u32], kind: LockKind) -> Result<(), Cause> {
+        if let Some(direct) = self.window.direct() {
+            // Every operation completed as it was issued.
+            for &t in targets {
+                direct.unlock(t, kind == LockKind::Exclusive);
+            }
+            return Ok(());
+        }
+        let mut core = self.core();
+        let mut ids = Vec::with_capacity(targets.len());
+        for &t in targets {
+            // SAFETY: an unlock's reply carries no data.
+            ids.push(unsafe { core.request(t, control(Ask::Unlock), &[], Some(None)) }?);
+        }
+        core.wait_until(|core| ids.iter().all(|&id| core.is_done(id)) && core.all_done(None))?;
+        let mut first = Ok(());
+        for &t in targets {
+            let settled = core.settle(Some(t));
+            if first.is_ok() {
+                first = settled;
+            }
+        }
+        first.map_err(Cause::Window)
+    }
+}
+
+/// Ends an epoch whose closure unwinds: its buffers go back to the unwinding caller, so no
+/// reply may write them any more.
+struct Abandon<'w>(&'w RefCell<Core>);
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            if let Ok(mut core) = self.0.try_borrow_mut() {
+                core.abandon();
+            }
+        }
+    }
+}
+
+/// The window's core, for a request of an epoch: the window outlives the epoch.
+fn extend<'scope, 'env: 'scope>(core: &'env RefCell<Core>) -> &'scope RefCell<Core> {
+    core
+}
+
+/// A request that moves `len` bytes at `offset`.
+fn data_request(ask: Ask, offset: u64, len: usize) -> Request {
+    Request {
+        ask,
+        op: 0,
+        element: 0,
+        id: 0,
+        offset,
+        len: len as u64,
+    }
+}
+
+/// A request that moves no data (a lock, an unlock, a flush, an epoch's end).
+fn control(ask: Ask) -> Request {
+    data_request(ask, 0, 0)
+}
+
+fn as_bytes_mut<T: Equivalence>(values: &mut [T]) -> &mut [u8] {
+    // SAFETY: as in `as_bytes`; the bytes written into it are a window's, which holds
+    // values of `T` only (every operation on it moves whole elements of `T`).
+    unsafe {
+        std::slice::from_raw_parts_mut(values.as_mut_ptr().cast(), std::mem::size_of_val(values))
+    }
+}
+
+fn as_bytes<T: Equivalence>(values: &[T]) -> &[u8] {
+    // SAFETY: `Equivalence` types are plain data whose contiguous datatype covers every
+    // byte (checked at the window's creation: `check_type`), so their bytes are initialized.
+    unsafe { std::slice::from_raw_parts(values.as_ptr().cast(), std::mem::size_of_val(values)) }
+}
+
+/// Windows hold contiguous types: their elements lie as they travel.
+fn check_type<T: Equivalence>(what: &str) -> Result<(), Error> {
+    let datatype = datatype_of::<T>();
+    if datatype.is_contiguous() && datatype.size() == size_of::<T>() {
+        Ok(())
+    } else {
+        Err(unsupported(
+            what,
+            format!(
+                "windows hold contiguous types; {} has gaps (user datatypes come later)",
+                datatype.name()
+            ),
+        ))
+    }
+}
+
+fn unsupported(what: &str, why: String) -> Error {
+    Error::new(what, Cause::Window(WindowFault::Unsupported(why)))
+}
+
+fn sync_fault(what: &str, why: String) -> Error {
+    Error::new(what, Cause::Window(WindowFault::Synchronisation(why)))
+}
+
+/// Every rank's `len`, gathered.
+fn gather_lens<C: Communicator>(comm: &C, len: usize, what: &str) -> Result<Vec<usize>, Error> {
+    let mut lens = vec![0u64; comm.size() as usize];
+    comm.try_all_gather_into(&(len as u64), &mut lens[..])
+        .map_err(|e| Error::new(what, e.cause().clone()))?;
+    Ok(lens.into_iter().map(|n| n as usize).collect())
+}
+
+/// The bytes /dev/shm has free, if it can tell.
+fn shm_room() -> Option<u64> {
+    // SAFETY: `statvfs` is plain data, for which zero bytes are a value.
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a `statvfs` the call may write.
+    let ok = unsafe { libc::statvfs(c"/dev/shm".as_ptr(), &mut stats) } == 0;
+    ok.then(|| stats.f_bavail as u64 * stats.f_frsize as u64)
+}
+
+/// Whether windows may use the shared-memory path where every rank maps their memory:
+/// MPIRT_WINDOW_PATH=messages sends every operation as a message instead (as on a network),
+/// `shared_memory` or nothing lets them.
+fn direct_path(what: &str) -> Result<bool, Error> {
+    const VARIABLE: &str = "MPIRT_WINDOW_PATH";
+    match std::env::var(VARIABLE).as_deref() {
+        Err(_) | Ok("shared_memory") => Ok(true),
+        Ok("messages") => Ok(false),
+        Ok(other) => Err(Error::new(
+            what,
+            Cause::UnknownAlgorithm {
+                variable: VARIABLE.into(),
+                value: other.into(),
+                choices: &["shared_memory", "messages"],
+            },
+        )),
+    }
+}
+
+/// Memory for a window of `len` elements of `T` on each rank that every rank of `comm` maps
+/// (laid out as `direct.rs` says), or `None` where some rank could not (it is on another
+/// host). Collective.
+fn map_parts<T, C: Communicator>(
+    comm: &C,
+    len: usize,
+    what: &str,
+) -> Result<Option<Direct>, Error> {
+    let lens = gather_lens(comm, len, what)?;
+    // Each rank's part starts on a cache line of its own, after the control lines.
+    let mut parts = Vec::with_capacity(lens.len());
+    let mut total = lens.len() * LINE;
+    for &n in &lens {
+        let bytes = n * size_of::<T>();
+        parts.push((total, bytes));
+        total += bytes.div_ceil(LINE) * LINE;
+    }
+    Ok(map_shared(comm, total, what)?.map(|map| Direct::new(map, parts)))
+}
+
+/// A mapping of `bytes` that every rank of `comm` shares: rank 0 creates it, the others
+/// open it by name; `None` if any rank could not (it is on another host).
+fn map_shared<C: Communicator>(
+    comm: &C,
+    bytes: usize,
+    what: &str,
+) -> Result<Option<SharedMapping>, Error> {
+    const NAME: usize = 128;
+    let mut name = [0u8; NAME];
+    let mut map = None;
+    let mut made = None;
+    if comm.rank() == 0 {
+        let job = crate::environment::job_id().map_err(|c| Error::new(what, c))?;
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let text = format!("mpirt-{job}-win-{}-{n}", std::process::id());
+        // The file is sparse: a window larger than /dev/shm has room for would be mapped,
+        // and fail with SIGBUS when its pages are touched. Such a window stays private.
+        if shm_room().is_some_and(|room| room >= bytes as u64) {
+            map = SharedMapping::create(&text, bytes).ok();
+        }
+        if map.is_some() && text.len() < NAME {
+            name[..text.len()].copy_from_slice(text.as_bytes());
+            made = Some(text);
+        }
+    }
+    comm.process_at_rank(0).try_broadcast_into(&mut name[..])?;
+    let end = name.iter().position(|&b| b == 0).unwrap_or(NAME);
+    let shared = std::str::from_utf8(&name[..end]).unwrap_or("");
+    if comm.rank() != 0 && !shared.is_empty() {
+        map = SharedMapping::open(shared, bytes).ok();
+    }
+    let mapped = [i32::from(map.is_some())];
+    let mut everyone = [0i32];
+    let agreed = comm.try_all_reduce_into(&mapped[..], &mut everyone[..], SystemOperation::min());
+    if let Some(text) = made {
+        let _ = SharedMapping::remove(&text);
+    }
+    agreed?;
+    Ok(map.filter(|_| everyone[0] == 1))
+}

@@ -1,0 +1,68 @@
+//! Why a window call was refused: each misuse named, with the rank, displacement, length and
+//! window size it involved.
+
+use std::fmt;
+
+use crate::Rank;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WindowFault {
+    /// An operation reaches past the end of its target's window: nothing was read or written.
+    OutOfWindow {
+        target: Rank,
+        /// In elements of the window's type.
+        displacement: usize,
+        /// In elements of the window's type.
+        count: usize,
+        /// The target window's length, in elements.
+        size: usize,
+    },
+    /// In a dynamic window, bytes the target has not attached.
+    NotAttached {
+        target: Rank,
+        address: usize,
+        bytes: usize,
+    },
+    /// An operation on a rank the epoch does not reach (a lock epoch's other ranks, ranks
+    /// outside the group of `start`).
+    NotInEpoch { target: Rank, epoch: String },
+    /// A synchronisation MPI does not allow here (a fence inside a lock epoch, ...).
+    Synchronisation(String),
+    /// A type or kind of window the call cannot serve.
+    Unsupported(String),
+    /// The target refused the request; its reason.
+    Refused { target: Rank, why: String },
+}
+
+impl fmt::Display for WindowFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WindowFault::OutOfWindow {
+                target,
+                displacement,
+                count,
+                size,
+            } => write!(
+                f,
+                "{count} element(s) at displacement {displacement} reach past the end of rank \
+                 {target}'s window, which holds {size} element(s); nothing was moved"
+            ),
+            WindowFault::NotAttached {
+                target,
+                address,
+                bytes,
+            } => write!(
+                f,
+                "rank {target} has attached no memory holding the {bytes} byte(s) at address \
+                 {address:#x} of its dynamic window; nothing was moved"
+            ),
+            WindowFault::NotInEpoch { target, epoch } => write!(
+                f,
+                "rank {target} is not a target of this access epoch ({epoch})"
+            ),
+            WindowFault::Synchronisation(why) => write!(f, "{why}"),
+            WindowFault::Unsupported(why) => write!(f, "{why}"),
+            WindowFault::Refused { target, why } => write!(f, "rank {target} refused: {why}"),
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! The portable path: one-sided operations as active messages on the window's own context
+//! (a duplicate of its communicator's), over whatever PML and transports carry the ranks.
+//!
+//! An origin sends each operation as one request (tag `REQUEST`): header and data, copied
+//! out of the origin's buffer when issued. The target applies requests one at a time, whole,
+//! in the order each origin sent them (messages between two ranks in one context do not
+//! overtake), so accumulates of one operation and type are atomic, as MPI requires. Replies
+//! (tag `REPLY`) carry a get's data, a fetching operation's old values, a lock's grant, the
+//! end of an unlock or flush, and `post`'s notice.
+//!
+//! Progress: a window is served whenever this rank is inside mpirt. The window's own calls
+//! (epoch ends, flushes, lock and unlock, `with_local`) serve it while they wait and once
+//! more when they are done with it (`Served`), and a progress hook (`backend::hooks`) serves
+//! every window whenever the PML moves in any other
+//! blocking call or test (a receive, a collective, a request's wait). A target that computes
+//! outside mpirt delays a passive-target origin until its next call: there is no progress
+//! thread, since the runtime is one thread's (`Threading::Funneled`).
+
+use std::cell::{Cell, RefCell, RefMut};
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
+use std::rc::{Rc, Weak};
+
+use pml::{Handle, Pml, SendMode, SourceSel, TagSel, Waiting};
+
+use super::fault::WindowFault;
+use super::target::{Reply, Target};
+use super::wire::{decode_reply, Answer, Request, REPLY, REQUEST};
+use crate::backend::hooks::{self, HookId};
+use crate::communicator::CommData;
+use crate::environment::with_engine_or_lent;
+use crate::error::Cause;
+
+/// A reply an origin waits for.
+struct Awaited {
+    /// Where its data goes (a get's origin buffer, lent to the epoch), and how many bytes.
+    into: Option<(*mut u8, usize)>,
+    target: u32,
+    /// Set when the reply came: its outcome.
+    outcome: Option<Result<(), WindowFault>>,
+    /// Whether a request (`rget`, ...) will take the outcome itself: a flush leaves it.
+    held: bool,
+}
+
+/// One window's messaging state on this rank, as origin and as target.
+pub(super) struct Core {
+    pub comm: CommData,
+    pub target: Target,
+    awaited: HashMap<u64, Awaited>,
+    next_id: u64,
+    /// Per target, the `post` notices received that no `start` has consumed yet.
+    pub posted: Vec<u32>,
+    /// Frames in flight, kept until their send completes.
+    sending: Vec<(Handle, Vec<u8>)>,
+    /// The first fault a target reported for a request that wanted no reply (a put, an
+    /// accumulate), for the end of the epoch to report.
+    late_fault: Option<WindowFault>,
+}
+
+impl Core {
+    pub fn new(comm: CommData, target: Target) -> Core {
+        let size = comm.size as usize;
+        Core {
+            comm,
+            target,
+            awaited: HashMap::new(),
+            next_id: 1,
+            posted: vec![0; size],
+            sending: Vec::new(),
+            late_fault: None,
+        }
+    }
+
+    fn send(&mut self, to: u32, tag: i32, frame: Vec<u8>) -> Result<(), Cause> {
+        let (context, source, peer) = (self.comm.context, self.comm.rank, self.comm.world_rank(to));
+        // SAFETY: the frame is kept in `sending` (its heap block does not move) until the
+        // send completes.
+        let handle = with_engine_or_lent(|e| unsafe {
+            e.post_send(
+                context,
+                source,
+                peer,
+                tag,
+                SendMode::Standard,
+                frame.as_ptr(),
+                frame.len(),
+            )
+        })?;
+        if handle != Handle::SENT {
+            self.sending.push((handle, frame));
+        }
+        Ok(())
+    }
+
+    /// Sends a request to `target`; `reply` says whether one is awaited, and where its data
+    /// goes. Returns the id to wait for (0 when none).
+    ///
+    /// # Safety
+    /// `into`, where given, must stay valid for writes of its length, and be accessed by
+    /// nothing else, until the reply came (`done` said so) or the window is gone.
+    pub unsafe fn request(
+        &mut self,
+        target: u32,
+        mut request: Request,
+        payload: &[&[u8]],
+        reply: Option<Option<(*mut u8, usize)>>,
+    ) -> Result<u64, Cause> {
+        request.id = match reply {
+            Some(into) => {
+                let id = self.next_id;
+                self.next_id += 1;
+                self.awaited.insert(
+                    id,
+                    Awaited {
+                        into,
+                        target,
+                        outcome: None,
+                        held: false,
+                    },
+                );
+                id
+            }
+            None => 0,
+        };
+        self.send(target, REQUEST, request.encode(payload))?;
+        Ok(request.id)
+    }
+
+    /// Sends `post`'s notice to an origin.
+    pub fn notify_posted(&mut self, origin: u32) -> Result<(), Cause> {
+        self.send(
+            origin,
+            REPLY,
+            super::wire::encode_reply(Answer::Posted, 0, &[]),
+        )
+    }
+
+    /// The outcome of the reply `id`, once it came (then forgotten).
+    pub fn take(&mut self, id: u64) -> Option<Result<(), WindowFault>> {
+        let outcome = self.awaited.get_mut(&id)?.outcome.take()?;
+        self.awaited.remove(&id);
+        Some(outcome)
+    }
+
+    /// Leaves the outcome of `id` to its request (`take`), or, with `held` false, to the
+    /// end of the epoch again (the request was dropped unwaited).
+    pub fn hold(&mut self, id: u64, held: bool) {
+        if let Some(awaited) = self.awaited.get_mut(&id) {
+            awaited.held = held;
+        }
+    }
+
+    pub fn is_done(&self, id: u64) -> bool {
+        self.awaited.get(&id).is_none_or(|a| a.outcome.is_some())
+    }
+
+    /// Whether every reply awaited from `target` (every target: `None`) came.
+    pub fn all_done(&self, target: Option<u32>) -> bool {
+        self.awaited
+            .values()
+            .all(|a| a.outcome.is_some() || target.is_some_and(|t| t != a.target))
+    }
+
+    /// Takes the outcomes of the replies that came from `target` (every target: `None`):
+    /// the first fault among them and among late faults, if any.
+    pub fn settle(&mut self, target: Option<u32>) -> Result<(), WindowFault> {
+        let mut first = self.late_fault.take().map(Err).unwrap_or(Ok(()));
+        self.awaited.retain(|_, a| {
+            if target.is_some_and(|t| t != a.target) || a.outcome.is_none() || a.held {
+                return true;
+            }
+            if first.is_ok() {
+                first = a.outcome.take().expect("checked above");
+            }
+            false
+        });
+        first
+    }
+
+    /// Takes one message on the window's context, if one is here: its source, tag and
+    /// bytes.
+    fn receive(&mut self) -> Result<Option<(u32, i32, Vec<u8>)>, Cause> {
+        let context = self.comm.context;
+        let Some((message, status)) =
+            with_engine_or_lent(|e| e.improbe(context, SourceSel::Any, TagSel::Any))?
+        else {
+            return Ok(None);
+        };
+        let mut frame = vec![0u8; status.len];
+        // SAFETY: `frame` is valid for writes of its length and not otherwise accessed until
+        // the receive, waited for at once, completed.
+        with_engine_or_lent(|e| {
+            let handle = unsafe { e.post_matched_recv(message, frame.as_mut_ptr(), frame.len()) }?;
+            e.wait(handle)
+        })?;
+        Ok(Some((status.source, status.tag, frame)))
+    }
+
+    /// Serves what has arrived for this window: applies requests (sending their replies) and
+    /// takes replies; forgets finished sends. It ends with a look that found nothing, so
+    /// every message that reached this rank's queues before that look was served: one that
+    /// came while the window was its owner's (the hook skips it then) is not left behind.
+    pub fn drain(&mut self) -> Result<(), Cause> {
+        let mut i = 0;
+        while i < self.sending.len() {
+            let handle = self.sending[i].0;
+            if with_engine_or_lent(|e| e.collect(handle))?.is_some() {
+                self.sending.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        let mut replies: Vec<Reply> = Vec::new();
+        while let Some((source, tag, frame)) = self.receive()? {
+            if tag == REQUEST {
+                self.target.apply(source, &frame, &mut replies);
+                for reply in replies.drain(..) {
+                    self.send(reply.to, REPLY, reply.frame)?;
+                }
+            } else {
+                self.deliver(source, &frame);
+            }
+        }
+        Ok(())
+    }
+
+    fn deliver(&mut self, target: u32, frame: &[u8]) {
+        let refused = |why: &[u8]| WindowFault::Refused {
+            target: target as i32,
+            why: String::from_utf8_lossy(why).into_owned(),
+        };
+        let Some((answer, id, payload)) = decode_reply(frame) else {
+            self.late_fault
+                .get_or_insert(refused(b"a malformed one-sided reply"));
+            return;
+        };
+        if answer == Answer::Posted {
+            self.posted[target as usize] += 1;
+            return;
+        }
+        let Some(awaited) = self.awaited.get_mut(&id) else {
+            // A fault for a request that wanted no reply.
+            self.late_fault.get_or_insert(refused(payload));
+            return;
+        };
+        awaited.outcome = Some(match (answer, awaited.into) {
+            (Answer::Fault, _) => Err(refused(payload)),
+            (Answer::Data, Some((ptr, len))) if len == payload.len() => {
+                // SAFETY: `request`'s contract keeps `ptr` valid for writes of `len` bytes,
+                // and untouched by anything else, until this reply came.
+                unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), ptr, len) };
+                Ok(())
+            }
+            (Answer::Data, Some(_)) => Err(refused(b"a reply of the wrong length")),
+            _ => Ok(()),
+        });
+    }
+
+    /// Serves the window until `done` holds, sleeping in the PML between messages.
+    pub fn wait_until(&mut self, done: impl Fn(&Core) -> bool) -> Result<(), Cause> {
+        loop {
+            self.drain()?;
+            if done(self) {
+                return Ok(());
+            }
+            // Everything that makes `done` hold arrives as a message on this context, which
+            // the waiting loop waits for; its hook skips this window meanwhile (it is
+            // borrowed), so nothing else takes the message first, and serves the others.
+            let context = self.comm.context;
+            with_engine_or_lent(|e| {
+                e.wait_until(|e| Ok(e.iprobe(context, SourceSel::Any, TagSel::Any)?.is_some()))
+            })?;
+        }
+    }
+
+    /// Drops every destination of awaited data: an epoch whose closure panicked gives its
+    /// buffers back to the unwinding caller, and replies that come later are discarded.
+    pub fn abandon(&mut self) {
+        for awaited in self.awaited.values_mut() {
+            awaited.into = None;
+        }
+    }
+
+    /// Waits until every frame this rank sent on the window has left.
+    pub fn finish_sends(&mut self) -> Result<(), Cause> {
+        while let Some((handle, _frame)) = self.sending.last() {
+            let handle = *handle;
+            with_engine_or_lent(|e| e.wait(handle))?;
+            self.sending.pop();
+        }
+        Ok(())
+    }
+}
+
+/// A window's core lent to its owner's call. When the call is done with it, it serves what
+/// arrived meanwhile: the progress hook skips a borrowed window, and a message that reached
+/// this rank then would otherwise wait until the PML moves again, which may be never (every
+/// rank waiting for the others).
+pub(super) struct Served<'a>(RefMut<'a, Core>);
+
+pub(super) fn serve(core: &RefCell<Core>) -> Served<'_> {
+    Served(core.borrow_mut())
+}
+
+impl Deref for Served<'_> {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.0
+    }
+}
+
+impl DerefMut for Served<'_> {
+    fn deref_mut(&mut self) -> &mut Core {
+        &mut self.0
+    }
+}
+
+impl Drop for Served<'_> {
+    fn drop(&mut self) {
+        // A failure of messaging stops the PML, and the next call meets it again.
+        if !std::thread::panicking() {
+            let _ = self.0.drain();
+        }
+    }
+}
+
+thread_local! {
+    /// The windows of this thread, which the progress hook serves.
+    static WINDOWS: RefCell<Vec<Weak<RefCell<Core>>>> = const { RefCell::new(Vec::new()) };
+    static HOOK: Cell<Option<HookId>> = const { Cell::new(None) };
+}
+
+/// Has the progress hook serve `core` until `forget`.
+pub(super) fn register(core: &Rc<RefCell<Core>>) {
+    WINDOWS.with(|w| w.borrow_mut().push(Rc::downgrade(core)));
+    if HOOK.with(Cell::get).is_none() {
+        HOOK.with(|h| h.set(Some(hooks::register(serve_all))));
+    }
+}
+
+pub(super) fn forget(core: &Rc<RefCell<Core>>) {
+    let gone = Rc::as_ptr(core);
+    // During thread-local teardown there is nothing left to serve.
+    let _ = WINDOWS.try_with(|w| {
+        let mut windows = w.borrow_mut();
+        windows.retain(|weak| weak.as_ptr() != gone);
+        if windows.is_empty() {
+            if let Some(id) = HOOK.with(Cell::take) {
+                hooks::unregister(id);
+            }
+        }
+    });
+}
+
+/// The progress hook: serves every window not borrowed by its owner's own call (which
+/// serves it itself). A failure stays for the owner's next call to meet: messaging failures
+/// stop the PML, which reports them again.
+fn serve_all() {
+    let mut i = 0;
+    while let Some(weak) = WINDOWS.with(|w| w.borrow().get(i).cloned()) {
+        i += 1;
+        if let Some(core) = weak.upgrade() {
+            if let Ok(mut core) = core.try_borrow_mut() {
+                let _ = core.drain();
+            }
+        }
+    }
+}

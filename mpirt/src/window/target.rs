@@ -1,0 +1,339 @@
+//! The target side of the active-message protocol: a window's memory, its lock, and what
+//! each request does to them. No I/O: `apply` takes a request's frame and hands back the
+//! replies to send.
+
+use std::collections::VecDeque;
+
+use super::operation::{element_of, AccumulateOperation};
+use super::wire::{encode_reply, Answer, Ask, Request};
+
+/// The memory a window exposes on this rank.
+pub(super) enum Memory {
+    /// One block: offsets count from its start.
+    Fixed { base: *mut u8, bytes: usize },
+    /// Attached blocks (a dynamic window): offsets are addresses, `(address, bytes)` each.
+    Dynamic(Vec<(usize, usize)>),
+}
+
+/// The lock every passive-target epoch on this rank takes: exclusive excludes everyone,
+/// shared shares with shared. Requests that must wait queue in arrival order, and a new one
+/// queues behind any waiting one, so an exclusive request is not starved by a stream of
+/// shared ones.
+#[derive(Debug)]
+pub(super) struct LockTable {
+    /// The origin holding it exclusively.
+    exclusive: Option<u32>,
+    /// The origins holding it shared (an origin once per lock it holds).
+    shared: Vec<u32>,
+    /// Waiting requests: origin, exclusive, the id to grant.
+    queue: VecDeque<(u32, bool, u64)>,
+}
+
+impl LockTable {
+    pub fn new() -> LockTable {
+        LockTable {
+            exclusive: None,
+            shared: Vec::new(),
+            queue: VecDeque::new(),
+        }
+    }
+
+    fn admits(&self, exclusive: bool) -> bool {
+        self.exclusive.is_none() && (!exclusive || self.shared.is_empty())
+    }
+
+    fn take(&mut self, origin: u32, exclusive: bool) {
+        if exclusive {
+            self.exclusive = Some(origin);
+        } else {
+            self.shared.push(origin);
+        }
+    }
+
+    /// A lock request: whether it was granted now (else it waits in the queue).
+    pub fn request(&mut self, origin: u32, exclusive: bool, id: u64) -> bool {
+        if self.queue.is_empty() && self.admits(exclusive) {
+            self.take(origin, exclusive);
+            true
+        } else {
+            self.queue.push_back((origin, exclusive, id));
+            false
+        }
+    }
+
+    /// `origin` unlocks; returns the waiting requests granted now (origin and id).
+    pub fn release(&mut self, origin: u32) -> Result<Vec<(u32, u64)>, String> {
+        if self.exclusive == Some(origin) {
+            self.exclusive = None;
+        } else if let Some(at) = self.shared.iter().position(|&o| o == origin) {
+            self.shared.swap_remove(at);
+        } else {
+            return Err(format!("rank {origin} unlocked a lock it does not hold"));
+        }
+        let mut granted = Vec::new();
+        while let Some(&(next, exclusive, id)) = self.queue.front() {
+            if !self.admits(exclusive) {
+                break;
+            }
+            self.queue.pop_front();
+            self.take(next, exclusive);
+            granted.push((next, id));
+        }
+        Ok(granted)
+    }
+}
+
+/// A reply for the messaging layer to send.
+pub(super) struct Reply {
+    pub to: u32,
+    pub frame: Vec<u8>,
+}
+
+/// This rank as a target: what origins' requests act on, and what they told it.
+pub(super) struct Target {
+    memory: Memory,
+    lock: LockTable,
+    /// Origins whose fence epoch ended (their `FenceDone`), since the last fence.
+    pub fence_done: u32,
+    /// Per origin, the access epochs (`start`) it completed and `wait` has not yet counted.
+    pub completed: Vec<u32>,
+}
+
+impl Target {
+    /// # Safety
+    /// A `Fixed` memory's `base` must be valid for reads and writes of `bytes` bytes, and a
+    /// `Dynamic` one's blocks (and those `attach` adds) for theirs, as long as the target
+    /// lives; nothing else may access them while `apply` runs.
+    pub unsafe fn new(memory: Memory, ranks: u32) -> Target {
+        Target {
+            memory,
+            lock: LockTable::new(),
+            fence_done: 0,
+            completed: vec![0; ranks as usize],
+        }
+    }
+
+    /// Adds a block to a dynamic window.
+    ///
+    /// # Safety
+    /// As for `new`: the block stays valid, and untouched while `apply` runs, until
+    /// `detach`.
+    pub unsafe fn attach(&mut self, address: usize, bytes: usize) -> Result<(), String> {
+        match &mut self.memory {
+            Memory::Dynamic(blocks) => {
+                if blocks
+                    .iter()
+                    .any(|&(a, n)| address < a + n && a < address + bytes)
+                {
+                    return Err(format!(
+                        "the {bytes} byte(s) at {address:#x} overlap memory already attached"
+                    ));
+                }
+                blocks.push((address, bytes));
+                Ok(())
+            }
+            Memory::Fixed { .. } => Err("only a dynamic window attaches memory".into()),
+        }
+    }
+
+    pub fn detach(&mut self, address: usize) -> Result<(), String> {
+        match &mut self.memory {
+            Memory::Dynamic(blocks) => {
+                let at = blocks
+                    .iter()
+                    .position(|&(a, _)| a == address)
+                    .ok_or_else(|| format!("no memory is attached at {address:#x}"))?;
+                blocks.swap_remove(at);
+                Ok(())
+            }
+            Memory::Fixed { .. } => Err("only a dynamic window detaches memory".into()),
+        }
+    }
+
+    /// The window's bytes a request names, or why there are none.
+    fn bytes(&mut self, offset: u64, len: u64) -> Result<&mut [u8], String> {
+        let (offset, len) = (offset as usize, len as usize);
+        let start = match &self.memory {
+            Memory::Fixed { base, bytes } => {
+                if offset.checked_add(len).is_none_or(|end| end > *bytes) {
+                    return Err(format!(
+                        "{len} byte(s) at offset {offset} reach past the window's {bytes} bytes"
+                    ));
+                }
+                base.wrapping_add(offset)
+            }
+            Memory::Dynamic(blocks) => {
+                if !blocks
+                    .iter()
+                    .any(|&(a, n)| offset >= a && offset.saturating_add(len) <= a + n)
+                {
+                    return Err(format!(
+                        "no attached memory holds the {len} byte(s) at address {offset:#x}"
+                    ));
+                }
+                offset as *mut u8
+            }
+        };
+        if len == 0 {
+            return Ok(&mut []);
+        }
+        // SAFETY: the bytes lie inside the window's memory (checked above), which `new`'s and
+        // `attach`'s contracts keep valid and untouched by anything else during this call;
+        // the slice lives only while `self` is borrowed.
+        Ok(unsafe { std::slice::from_raw_parts_mut(start, len) })
+    }
+
+    /// Applies one request from `origin`, pushing the replies it causes (an unlock may
+    /// grant the lock to waiting origins too).
+    pub fn apply(&mut self, origin: u32, frame: &[u8], replies: &mut Vec<Reply>) {
+        let Some((request, payload)) = Request::decode(frame) else {
+            replies.push(fault(origin, 0, "a malformed one-sided request".into()));
+            return;
+        };
+        if let Err(why) = self.act(origin, &request, payload, replies) {
+            replies.push(fault(origin, request.id, why));
+        }
+    }
+
+    fn act(
+        &mut self,
+        origin: u32,
+        request: &Request,
+        payload: &[u8],
+        replies: &mut Vec<Reply>,
+    ) -> Result<(), String> {
+        let reply = |answer, payload: &[u8]| Reply {
+            to: origin,
+            frame: encode_reply(answer, request.id, payload),
+        };
+        match request.ask {
+            Ask::Put => {
+                let bytes = self.bytes(request.offset, request.len)?;
+                if payload.len() != bytes.len() {
+                    return Err("a put's data is not as long as it says".into());
+                }
+                bytes.copy_from_slice(payload);
+            }
+            Ask::Get => {
+                let bytes = self.bytes(request.offset, request.len)?;
+                replies.push(reply(Answer::Data, bytes));
+            }
+            Ask::Accumulate | Ask::GetAccumulate => {
+                let op = AccumulateOperation::from_code(request.op)
+                    .ok_or("an unknown accumulate operation")?;
+                let datatype =
+                    element_of(request.element).ok_or("an unknown accumulate element type")?;
+                let bytes = self.bytes(request.offset, request.len)?;
+                if payload.len() != bytes.len() || bytes.len() % datatype.size() != 0 {
+                    return Err("an accumulate's data is not whole elements of its window".into());
+                }
+                if request.ask == Ask::GetAccumulate {
+                    let old = reply(Answer::Data, bytes);
+                    op.apply(datatype, payload, bytes);
+                    replies.push(old);
+                } else {
+                    op.apply(datatype, payload, bytes);
+                }
+            }
+            Ask::CompareAndSwap => {
+                let bytes = self.bytes(request.offset, request.len)?;
+                if payload.len() != 2 * bytes.len() {
+                    return Err("a compare-and-swap's operands are not one element each".into());
+                }
+                let (compare, swap) = payload.split_at(bytes.len());
+                let old = reply(Answer::Data, bytes);
+                if bytes == compare {
+                    bytes.copy_from_slice(swap);
+                }
+                replies.push(old);
+            }
+            Ask::LockShared | Ask::LockExclusive => {
+                if self
+                    .lock
+                    .request(origin, request.ask == Ask::LockExclusive, request.id)
+                {
+                    replies.push(reply(Answer::Granted, &[]));
+                }
+            }
+            Ask::Unlock => {
+                for (next, id) in self.lock.release(origin)? {
+                    replies.push(Reply {
+                        to: next,
+                        frame: encode_reply(Answer::Granted, id, &[]),
+                    });
+                }
+                replies.push(reply(Answer::Done, &[]));
+            }
+            Ask::Flush => replies.push(reply(Answer::Done, &[])),
+            Ask::FenceDone => self.fence_done += 1,
+            Ask::Complete => self.completed[origin as usize] += 1,
+        }
+        Ok(())
+    }
+}
+
+fn fault(to: u32, id: u64, why: String) -> Reply {
+    Reply {
+        to,
+        frame: encode_reply(Answer::Fault, id, why.as_bytes()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::wire::decode_reply;
+    use super::*;
+
+    #[test]
+    fn exclusive_excludes_and_shared_shares() {
+        let mut lock = LockTable::new();
+        assert!(lock.request(0, false, 1));
+        assert!(lock.request(1, false, 2));
+        assert!(!lock.request(2, true, 3), "exclusive granted beside shared");
+        assert!(
+            !lock.request(3, false, 4),
+            "shared overtook a waiting exclusive"
+        );
+        assert_eq!(lock.release(0), Ok(vec![]));
+        assert_eq!(lock.release(1), Ok(vec![(2, 3)]));
+        assert_eq!(lock.release(2), Ok(vec![(3, 4)]));
+        assert!(lock.release(2).is_err(), "a lock released twice");
+    }
+
+    fn request(ask: Ask, offset: u64, len: u64, id: u64) -> Request {
+        Request {
+            ask,
+            op: 0,
+            element: 0,
+            id,
+            offset,
+            len,
+        }
+    }
+
+    #[test]
+    fn requests_act_on_the_memory_and_refuse_what_lies_outside() {
+        let mut memory = [0u8; 16];
+        let fixed = Memory::Fixed {
+            base: memory.as_mut_ptr(),
+            bytes: memory.len(),
+        };
+        // SAFETY: `memory` outlives the target and is touched only through it meanwhile.
+        let mut target = unsafe { Target::new(fixed, 2) };
+        let mut replies = Vec::new();
+        let put = request(Ask::Put, 4, 4, 0).encode(&[&[1, 2, 3, 4]]);
+        target.apply(1, &put, &mut replies);
+        assert!(replies.is_empty());
+        target.apply(1, &request(Ask::Get, 2, 4, 7).encode(&[]), &mut replies);
+        let (answer, id, data) = decode_reply(&replies[0].frame).unwrap();
+        assert_eq!((answer, id, data), (Answer::Data, 7, &[0u8, 0, 1, 2][..]));
+        let outside = request(Ask::Put, 14, 4, 0).encode(&[&[9; 4]]);
+        target.apply(1, &outside, &mut replies);
+        let (answer, _, why) = decode_reply(&replies[1].frame).unwrap();
+        assert_eq!(answer, Answer::Fault);
+        assert!(String::from_utf8_lossy(why).contains("past the window's 16 bytes"));
+        drop(target);
+        assert_eq!(memory[..8], [0, 0, 0, 0, 1, 2, 3, 4]);
+        assert_eq!(memory[14..], [0, 0], "a refused put wrote");
+    }
+}

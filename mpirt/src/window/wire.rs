@@ -1,0 +1,184 @@
+//! The frames of the active-message protocol, as bytes: a request an origin sends to a
+//! target (tag [`REQUEST`] on the window's own context) and a reply a target sends back (tag
+//! [`REPLY`]). Encoding only: no I/O.
+//!
+//! Every frame starts with a 32-byte header; a request's payload follows it (the data of a
+//! put or accumulate, the compare and swap operands), and a reply's (the data of a get, the
+//! old values of a fetching accumulate, a fault's text).
+
+/// The tag of requests, which the target side consumes.
+pub(super) const REQUEST: i32 = 1;
+/// The tag of replies and post notices, which the origin side consumes.
+pub(super) const REPLY: i32 = 2;
+
+pub(super) const HEADER: usize = 32;
+
+/// What a request asks of its target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(super) enum Ask {
+    Put = 1,
+    Get = 2,
+    /// Accumulate without a reply.
+    Accumulate = 3,
+    /// Accumulate and reply with the values before it (also fetch_and_op).
+    GetAccumulate = 4,
+    /// Payload: the compare operand, then the new value.
+    CompareAndSwap = 5,
+    LockShared = 6,
+    LockExclusive = 7,
+    Unlock = 8,
+    /// Reply once everything the origin asked before is applied.
+    Flush = 9,
+    /// The origin's last request of a fence epoch.
+    FenceDone = 10,
+    /// The origin's last request of an access epoch started by `start`.
+    Complete = 11,
+}
+
+impl Ask {
+    fn from_byte(byte: u8) -> Option<Ask> {
+        use Ask::*;
+        [
+            Put,
+            Get,
+            Accumulate,
+            GetAccumulate,
+            CompareAndSwap,
+            LockShared,
+            LockExclusive,
+            Unlock,
+            Flush,
+            FenceDone,
+            Complete,
+        ]
+        .into_iter()
+        .find(|a| *a as u8 == byte)
+    }
+}
+
+/// What a reply carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(super) enum Answer {
+    /// The bytes a get or fetching operation asked for.
+    Data = 1,
+    /// A lock was granted.
+    Granted = 2,
+    /// An unlock or flush is done: everything asked before it is applied.
+    Done = 3,
+    /// The target opened an exposure epoch for this origin (`post`).
+    Posted = 4,
+    /// The target refused a request; the payload says why.
+    Fault = 5,
+}
+
+impl Answer {
+    fn from_byte(byte: u8) -> Option<Answer> {
+        use Answer::*;
+        [Data, Granted, Done, Posted, Fault]
+            .into_iter()
+            .find(|a| *a as u8 == byte)
+    }
+}
+
+/// A request's header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Request {
+    pub ask: Ask,
+    /// The accumulate operation's code (see `AccumulateOperation::code`).
+    pub op: u8,
+    /// The element type's code (see `element`), for accumulates.
+    pub element: u8,
+    /// What the reply is for, at the origin (0: no reply wanted).
+    pub id: u64,
+    /// Byte offset in the target's window (an address, in a dynamic window).
+    pub offset: u64,
+    /// Bytes of the target's window the request touches.
+    pub len: u64,
+}
+
+impl Request {
+    pub fn encode(&self, payload: &[&[u8]]) -> Vec<u8> {
+        let total = HEADER + payload.iter().map(|p| p.len()).sum::<usize>();
+        let mut frame = Vec::with_capacity(total);
+        frame.extend_from_slice(&[self.ask as u8, self.op, self.element, 0, 0, 0, 0, 0]);
+        for word in [self.id, self.offset, self.len] {
+            frame.extend_from_slice(&word.to_le_bytes());
+        }
+        for part in payload {
+            frame.extend_from_slice(part);
+        }
+        frame
+    }
+
+    /// The header and the payload, or `None` for a frame no origin of this protocol sends.
+    pub fn decode(frame: &[u8]) -> Option<(Request, &[u8])> {
+        let (header, payload) = frame.split_at_checked(HEADER)?;
+        Some((
+            Request {
+                ask: Ask::from_byte(header[0])?,
+                op: header[1],
+                element: header[2],
+                id: word(header, 8),
+                offset: word(header, 16),
+                len: word(header, 24),
+            },
+            payload,
+        ))
+    }
+}
+
+/// A reply's frame: the answer, the id of the request it answers, and its payload.
+pub(super) fn encode_reply(answer: Answer, id: u64, payload: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(HEADER + payload.len());
+    frame.extend_from_slice(&[answer as u8, 0, 0, 0, 0, 0, 0, 0]);
+    frame.extend_from_slice(&id.to_le_bytes());
+    frame.extend_from_slice(&[0; 16]);
+    frame.extend_from_slice(payload);
+    frame
+}
+
+pub(super) fn decode_reply(frame: &[u8]) -> Option<(Answer, u64, &[u8])> {
+    let (header, payload) = frame.split_at_checked(HEADER)?;
+    Some((Answer::from_byte(header[0])?, word(header, 8), payload))
+}
+
+fn word(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_and_replies_round_trip() {
+        let request = Request {
+            ask: Ask::CompareAndSwap,
+            op: 3,
+            element: 7,
+            id: 0x0102_0304_0506_0708,
+            offset: 1 << 40,
+            len: 8,
+        };
+        let frame = request.encode(&[&[1; 8], &[2; 8]]);
+        let (back, payload) = Request::decode(&frame).unwrap();
+        assert_eq!(back, request);
+        assert_eq!(payload, [[1u8; 8], [2; 8]].concat());
+        let reply = encode_reply(Answer::Data, 99, &[5, 6]);
+        assert_eq!(
+            decode_reply(&reply),
+            Some((Answer::Data, 99, &[5u8, 6][..]))
+        );
+    }
+
+    #[test]
+    fn foreign_frames_are_refused() {
+        assert_eq!(Request::decode(&[1; 31]), None);
+        let mut frame = vec![0u8; HEADER];
+        frame[0] = 200;
+        assert_eq!(Request::decode(&frame), None);
+        assert_eq!(decode_reply(&frame), None);
+    }
+}

@@ -1,0 +1,776 @@
+//! One-sided communication (windows) with real ranks under rsrun (see `common`), on shared
+//! memory and on TCP.
+//!
+//! The model test runs seeded random programs of puts, gets, accumulates and atomics in
+//! fence, PSCW, lock and lock_all epochs, and checks every window and every fetched value
+//! against a serial model of MPI's semantics: within an epoch each location is given one role
+//! (written by one origin, accumulated by several, read by several, or swapped by one), so
+//! the outcome MPI defines is one value, which the model computes.
+
+use std::env;
+
+use mpirt::collective::SystemOperation;
+use mpirt::topology::SimpleCommunicator;
+use mpirt::traits::*;
+use mpirt::window::{AccumulateOperation, LockKind, Window};
+use mpirt::Rank;
+
+#[allow(dead_code)] // each test binary uses part of it
+mod common;
+
+use common::{ok_job_with, RANK_MODE};
+
+/// Elements of each rank's window in the model test.
+const LEN: usize = 12;
+/// Programs (seeds) each model job runs.
+const SEEDS: u64 = 6;
+/// Phases (epochs) a program has.
+const PHASES: usize = 8;
+
+#[test]
+fn rank_mode() {
+    let Ok(mode) = env::var(RANK_MODE) else {
+        return;
+    };
+    let universe = mpirt::initialize().expect("initialize");
+    let world = universe.world();
+    match mode.as_str() {
+        "model" => {
+            let issued: usize = (0..SEEDS).map(|seed| model(&world, seed)).sum();
+            // Each rank issues some of a program's operations; a model run that issued none
+            // would prove nothing.
+            assert!(
+                issued > 0,
+                "the programs gave rank {} nothing to do",
+                world.rank()
+            );
+            // Whether `allocate` mapped the memory for the shared-memory path.
+            let mapped = Window::<u8>::allocate(&world, 1).shared_query(0).is_ok();
+            println!(
+                "model ok: rank {} checked {issued} operations (mapped: {mapped})",
+                world.rank()
+            );
+        }
+        "atomics" => {
+            counter(&world);
+            exclusive(&world);
+            compare_and_swap_once(&world);
+            println!("atomics ok");
+        }
+        "kinds" => {
+            created(&world);
+            dynamic(&world);
+            shared(&world);
+            progress_in_a_receive(&world);
+            large(&world);
+            request_after_flush(&world);
+            println!("kinds ok");
+        }
+        "errors" => errors(&world),
+        other => panic!("unknown mode {other}"),
+    }
+    println!("rank {} done", world.rank());
+}
+
+/// A small seeded generator (xorshift64*): every rank draws the same program.
+struct Draw(u64);
+
+impl Draw {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sync {
+    Fence,
+    Pscw,
+    Lock,
+    LockAll,
+}
+
+/// What one location of one target is, in one phase.
+#[derive(Clone, Debug)]
+enum Role {
+    Untouched,
+    /// One origin writes this value.
+    Put(usize, i64),
+    /// These origins add these values (sum), or take the max.
+    Accumulate(Vec<(usize, i64)>, bool),
+    /// These origins read it.
+    Get(Vec<usize>),
+    /// One origin replaces it by this value and fetches the old one.
+    GetReplace(usize, i64),
+    /// One origin swaps in this value if the location equals `compare`.
+    Swap(usize, i64, i64),
+    /// These origins each fetch-and-add 1.
+    Count(Vec<usize>),
+    /// One origin reads it atomically (fetch_and_op with no-op).
+    AtomicRead(usize),
+}
+
+/// One operation an origin issues: target, first element, and what.
+#[derive(Clone, Debug)]
+enum Op {
+    Put(Vec<i64>),
+    Get(usize),
+    Accumulate(Vec<i64>, bool),
+    GetReplace(i64),
+    Swap(i64, i64),
+    Count,
+    AtomicRead,
+}
+
+struct Phase {
+    sync: Sync,
+    /// Per target, per location.
+    roles: Vec<Vec<Role>>,
+    /// Per target (PSCW): the origins that access it.
+    groups: Vec<Vec<usize>>,
+    /// Lock phases: whether each origin locks exclusively.
+    exclusive: Vec<bool>,
+    /// Whether an origin takes the request-based form of its gets.
+    requests: bool,
+}
+
+fn draw_phase(draw: &mut Draw, size: usize) -> Phase {
+    let sync = [Sync::Fence, Sync::Pscw, Sync::Lock, Sync::LockAll][draw.below(4)];
+    let groups: Vec<Vec<usize>> = (0..size)
+        .map(|_| (0..size).filter(|_| draw.chance(60)).collect())
+        .collect();
+    let value = |draw: &mut Draw| draw.below(1000) as i64 - 500;
+    let roles = (0..size)
+        .map(|target| {
+            let origins: Vec<usize> = match sync {
+                Sync::Pscw => groups[target].clone(),
+                _ => (0..size).collect(),
+            };
+            (0..LEN)
+                .map(|_| {
+                    if origins.is_empty() {
+                        return Role::Untouched;
+                    }
+                    let some = |draw: &mut Draw| -> Vec<usize> {
+                        let chosen: Vec<usize> = origins
+                            .iter()
+                            .copied()
+                            .filter(|_| draw.chance(50))
+                            .collect();
+                        if chosen.is_empty() {
+                            vec![origins[draw.below(origins.len())]]
+                        } else {
+                            chosen
+                        }
+                    };
+                    let one = origins[draw.below(origins.len())];
+                    match draw.below(9) {
+                        0 => Role::Untouched,
+                        1 | 2 => Role::Put(one, value(draw)),
+                        3 => {
+                            let max = draw.chance(30);
+                            let adds = some(draw).into_iter().map(|o| (o, value(draw))).collect();
+                            Role::Accumulate(adds, max)
+                        }
+                        4 => Role::Get(some(draw)),
+                        5 => Role::GetReplace(one, value(draw)),
+                        6 => {
+                            let v = value(draw);
+                            Role::Swap(one, v, value(draw))
+                        }
+                        7 => Role::Count(some(draw)),
+                        _ => Role::AtomicRead(one),
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    Phase {
+        sync,
+        roles,
+        groups,
+        exclusive: (0..size).map(|_| draw.chance(50)).collect(),
+        requests: draw.chance(50),
+    }
+}
+
+/// The operations `origin` issues in `phase`, per target: consecutive locations it puts or
+/// gets become one operation of several elements.
+fn ops_of(phase: &Phase, origin: usize, state: &[Vec<i64>]) -> Vec<(usize, Vec<(usize, Op)>)> {
+    let mut all = Vec::new();
+    for (target, roles) in phase.roles.iter().enumerate() {
+        let mut ops: Vec<(usize, Op)> = Vec::new();
+        for (at, role) in roles.iter().enumerate() {
+            let op = match role {
+                Role::Put(o, v) if *o == origin => Op::Put(vec![*v]),
+                Role::Accumulate(adds, max) => match adds.iter().find(|(o, _)| *o == origin) {
+                    Some((_, v)) => Op::Accumulate(vec![*v], *max),
+                    None => continue,
+                },
+                Role::Get(os) if os.contains(&origin) => Op::Get(1),
+                Role::GetReplace(o, v) if *o == origin => Op::GetReplace(*v),
+                Role::Swap(o, v, mismatch) if *o == origin => {
+                    // Half the swaps compare with the value there (and swap), half not.
+                    let compare = if v % 2 == 0 {
+                        state[target][at]
+                    } else {
+                        *mismatch
+                    };
+                    Op::Swap(*v, compare)
+                }
+                Role::Count(os) if os.contains(&origin) => Op::Count,
+                Role::AtomicRead(o) if *o == origin => Op::AtomicRead,
+                _ => continue,
+            };
+            match (ops.last_mut(), op) {
+                (Some((start, Op::Put(values))), Op::Put(more)) if *start + values.len() == at => {
+                    values.extend(more)
+                }
+                (Some((start, Op::Get(n))), Op::Get(1)) if *start + *n == at => *n += 1,
+                (_, op) => ops.push((at, op)),
+            }
+        }
+        if !ops.is_empty() {
+            all.push((target, ops));
+        }
+    }
+    all
+}
+
+/// What the model says a location holds after `phase`, from what it held before.
+fn model_after(role: &Role, before: i64) -> i64 {
+    match role {
+        Role::Untouched | Role::Get(_) | Role::AtomicRead(_) => before,
+        Role::Put(_, v) | Role::GetReplace(_, v) => *v,
+        Role::Accumulate(adds, false) => before + adds.iter().map(|(_, v)| v).sum::<i64>(),
+        Role::Accumulate(adds, true) => adds.iter().map(|(_, v)| *v).fold(before, i64::max),
+        Role::Swap(_, v, mismatch) => {
+            let compare = if v % 2 == 0 { before } else { *mismatch };
+            if compare == before {
+                *v
+            } else {
+                before
+            }
+        }
+        Role::Count(os) => before + os.len() as i64,
+    }
+}
+
+/// Results an origin fetched: per operation, the values.
+type Fetched = Vec<Vec<i64>>;
+
+/// Issues `ops` on one target inside `epoch`.
+fn issue<'s>(
+    epoch: &'s mpirt::window::Epoch<'s, '_, i64>,
+    target: usize,
+    ops: &'s [(usize, Op)],
+    results: &'s mut [Vec<i64>],
+    requests: bool,
+) {
+    let one = 1i64;
+    let target = target as Rank;
+    let mut pending = Vec::new();
+    for ((at, op), result) in ops.iter().zip(results.iter_mut()) {
+        let at = *at;
+        match op {
+            Op::Put(values) => epoch.put(values, target, at),
+            Op::Get(_) if requests => pending.push(epoch.rget(result, target, at)),
+            Op::Get(_) => epoch.get(result, target, at),
+            Op::Accumulate(values, max) => {
+                let op = if *max {
+                    SystemOperation::max()
+                } else {
+                    SystemOperation::sum()
+                };
+                epoch.accumulate(values, target, at, op)
+            }
+            Op::GetReplace(v) => epoch.get_accumulate(
+                std::slice::from_ref(v),
+                result,
+                target,
+                at,
+                AccumulateOperation::Replace,
+            ),
+            Op::Swap(v, compare) => epoch.compare_and_swap(v, compare, &mut result[0], target, at),
+            Op::Count => epoch.fetch_and_op(
+                ref_of(&one),
+                &mut result[0],
+                target,
+                at,
+                SystemOperation::sum(),
+            ),
+            Op::AtomicRead => epoch.fetch_and_op(
+                ref_of(&0),
+                &mut result[0],
+                target,
+                at,
+                AccumulateOperation::NoOp,
+            ),
+        }
+    }
+    for request in pending {
+        request.wait();
+    }
+}
+
+/// A value that lives for the whole program, for operands borrowed by an epoch.
+fn ref_of(v: &i64) -> &'static i64 {
+    Box::leak(Box::new(*v))
+}
+
+fn result_len(op: &Op) -> usize {
+    match op {
+        Op::Get(n) => *n,
+        Op::Put(_) | Op::Accumulate(..) => 0,
+        _ => 1,
+    }
+}
+
+/// Runs program `seed`; returns how many operations this rank issued.
+fn model(world: &SimpleCommunicator, seed: u64) -> usize {
+    let size = world.size() as usize;
+    let me = world.rank() as usize;
+    let mut draw = Draw(0x9E37_79B9_7F4A_7C15 ^ ((seed + 1) * 0x1000_0001));
+    let window = Window::<i64>::allocate(world, LEN);
+    let mut state = vec![vec![0i64; LEN]; size];
+    let mut issued = 0;
+    for phase_number in 0..PHASES {
+        let phase = draw_phase(&mut draw, size);
+        let mine = ops_of(&phase, me, &state);
+        let mut results: Vec<Fetched> = mine
+            .iter()
+            .map(|(_, ops)| {
+                ops.iter()
+                    .map(|(_, op)| vec![0i64; result_len(op)])
+                    .collect()
+            })
+            .collect();
+        let requests = phase.requests;
+        issued += mine.iter().map(|(_, ops)| ops.len()).sum::<usize>();
+        match phase.sync {
+            Sync::Fence => window.fence_epoch(|epoch| {
+                for ((target, ops), results) in mine.iter().zip(results.iter_mut()) {
+                    issue(epoch, *target, ops, results, requests);
+                }
+            }),
+            Sync::Pscw => {
+                let origins: Vec<Rank> = phase.groups[me].iter().map(|&o| o as Rank).collect();
+                let targets: Vec<Rank> = (0..size)
+                    .filter(|t| phase.groups[*t].contains(&me))
+                    .map(|t| t as Rank)
+                    .collect();
+                window.post(&origins, || {
+                    window.start(&targets, |epoch| {
+                        for ((target, ops), results) in mine.iter().zip(results.iter_mut()) {
+                            issue(epoch, *target, ops, results, requests);
+                        }
+                    })
+                })
+            }
+            Sync::Lock => {
+                let kind = if phase.exclusive[me] {
+                    LockKind::Exclusive
+                } else {
+                    LockKind::Shared
+                };
+                for ((target, ops), results) in mine.iter().zip(results.iter_mut()) {
+                    window.lock(*target as Rank, kind, |epoch| {
+                        issue(epoch, *target, ops, results, requests);
+                        if requests {
+                            epoch.flush(*target as Rank).unwrap();
+                        }
+                    });
+                }
+                world.barrier();
+            }
+            Sync::LockAll => {
+                window.lock_all(|epoch| {
+                    for ((target, ops), results) in mine.iter().zip(results.iter_mut()) {
+                        issue(epoch, *target, ops, results, requests);
+                    }
+                    if requests {
+                        epoch.flush_all().unwrap();
+                    }
+                });
+                world.barrier();
+            }
+        }
+        let context = format!("seed {seed} phase {phase_number} ({:?})", phase.sync);
+        // The fetched values.
+        for ((target, ops), results) in mine.iter().zip(&results) {
+            for ((at, op), got) in ops.iter().zip(results) {
+                let before = &state[*target][*at..];
+                let role = &phase.roles[*target][*at];
+                match op {
+                    Op::Get(n) => assert_eq!(got[..], before[..*n], "{context}: get"),
+                    Op::GetReplace(_) | Op::Swap(..) | Op::AtomicRead => {
+                        assert_eq!(got[0], before[0], "{context}: fetch of {role:?}")
+                    }
+                    Op::Count => {
+                        let Role::Count(os) = role else {
+                            unreachable!()
+                        };
+                        assert!(
+                            (before[0]..before[0] + os.len() as i64).contains(&got[0]),
+                            "{context}: fetch_and_op got {} from {}",
+                            got[0],
+                            before[0]
+                        );
+                    }
+                    Op::Put(_) | Op::Accumulate(..) => {}
+                }
+            }
+        }
+        for (target, roles) in phase.roles.iter().enumerate() {
+            for (at, role) in roles.iter().enumerate() {
+                state[target][at] = model_after(role, state[target][at]);
+            }
+        }
+        window.with_local(|local| assert_eq!(local, &state[me][..], "{context}: window"));
+        world.barrier();
+    }
+    issued
+}
+
+/// Every rank adds 1 to rank 0's counter many times; the values fetched are each returned
+/// once.
+fn counter(world: &SimpleCommunicator) {
+    const EACH: usize = 50;
+    let window = Window::<u64>::allocate(world, 1);
+    let mut fetched = vec![0u64; EACH];
+    for slot in fetched.iter_mut() {
+        window.lock_all(|epoch| epoch.fetch_and_op(&1, slot, 0, 0, SystemOperation::sum()));
+    }
+    let mut all = vec![0u64; EACH * world.size() as usize];
+    world.all_gather_into(&fetched[..], &mut all[..]);
+    all.sort_unstable();
+    let expected: Vec<u64> = (0..all.len() as u64).collect();
+    assert_eq!(all, expected, "fetch_and_op lost or repeated a value");
+    window.fence_epoch(|_| {});
+    if world.rank() == 0 {
+        window.with_local(|c| assert_eq!(c[0], all.len() as u64));
+    }
+}
+
+/// A read-modify-write of get then put under an exclusive lock is never interleaved.
+fn exclusive(world: &SimpleCommunicator) {
+    const EACH: u64 = 100;
+    let window = Window::<u64>::allocate(world, 1);
+    for _ in 0..EACH {
+        let (mut value, mut next) = ([0u64], [0u64]);
+        window.lock(0, LockKind::Exclusive, |epoch| {
+            let value = epoch.rget(&mut value, 0, 0).wait().unwrap();
+            // Give the other ranks the core between the read and the write: without the
+            // lock's exclusion, their increments would interleave and be lost.
+            std::thread::yield_now();
+            next[0] = value[0] + 1;
+            epoch.put(&next, 0, 0);
+        });
+    }
+    world.barrier();
+    if world.rank() == 0 {
+        window.with_local(|c| {
+            assert_eq!(
+                c[0],
+                EACH * world.size() as u64,
+                "an exclusive lock let another in"
+            )
+        });
+    }
+}
+
+/// Of ranks racing to swap 0 for their rank + 1, exactly one wins.
+fn compare_and_swap_once(world: &SimpleCommunicator) {
+    let window = Window::<i32>::allocate(world, 1);
+    let mine = world.rank() + 1;
+    let mut old = -1;
+    window.lock(0, LockKind::Shared, |epoch| {
+        epoch.compare_and_swap(&mine, &0, &mut old, 0, 0)
+    });
+    let won = i32::from(old == 0);
+    let mut winners = 0;
+    world.all_reduce_into(&won, &mut winners, SystemOperation::sum());
+    assert_eq!(winners, 1, "compare_and_swap let {winners} ranks win");
+}
+
+/// A window over a borrowed buffer, which holds the puts when the window is gone.
+fn created(world: &SimpleCommunicator) {
+    let size = world.size() as usize;
+    let me = world.rank();
+    let mut memory = vec![0i32; size];
+    {
+        let window = Window::create(world, &mut memory[..]);
+        let mine = [me * 10];
+        window.fence_epoch(|epoch| {
+            for t in 0..size as Rank {
+                epoch.put(&mine, t, me as usize);
+            }
+        });
+    }
+    let expected: Vec<i32> = (0..size as i32).map(|r| r * 10).collect();
+    assert_eq!(memory, expected);
+}
+
+/// A dynamic window: memory attached after creation, reached by its address.
+fn dynamic(world: &SimpleCommunicator) {
+    let size = world.size() as usize;
+    let me = world.rank();
+    let mut block = vec![0u64; 4];
+    let window = Window::<u64>::create_dynamic(world);
+    let address = window.attach(&mut block[..]) as u64;
+    let mut addresses = vec![0u64; size];
+    world.all_gather_into(&address, &mut addresses[..]);
+    let next = ((me + 1) % size as Rank) as usize;
+    let mut got = [0u64; 4];
+    let mine = [me as u64 + 1; 2];
+    window.fence_epoch(|epoch| {
+        epoch.put(&mine, next as Rank, addresses[next] as usize + 8);
+    });
+    window.fence_epoch(|epoch| epoch.get(&mut got, next as Rank, addresses[next] as usize));
+    assert_eq!(got, [0, me as u64 + 1, me as u64 + 1, 0]);
+    // An address past the attached block is refused by the target, named.
+    let refused = window.try_lock(next as Rank, LockKind::Shared, |epoch| {
+        epoch.put(&[1; 4], next as Rank, addresses[next] as usize + 8)
+    });
+    let text = refused.unwrap_err().to_string();
+    assert!(text.contains("attached"), "{text}");
+    window.detach(address as usize).unwrap();
+    drop(window);
+    let previous = (me + size as Rank - 1) % size as Rank;
+    assert_eq!(block, [0, previous as u64 + 1, previous as u64 + 1, 0]);
+}
+
+/// A shared window: each rank's part is loaded from directly by the others.
+fn shared(world: &SimpleCommunicator) {
+    if common::across_hosts("one host for allocate_shared") {
+        return;
+    }
+    let size = world.size();
+    let window = Window::<u32>::allocate_shared(world, 3);
+    window.with_local(|local| local.fill(world.rank() as u32 + 7));
+    window.fence_epoch(|_| {});
+    for rank in 0..size {
+        let (ptr, len) = window.shared_query(rank).unwrap();
+        assert_eq!(len, 3);
+        // SAFETY: the segment holds 3 elements, written before the fence and not after.
+        let values = unsafe { std::slice::from_raw_parts(ptr, len) };
+        assert_eq!(values, [rank as u32 + 7; 3]);
+    }
+    window.fence_epoch(|_| {});
+}
+
+/// A passive target inside a blocking receive serves lock, put and unlock: the origin sends
+/// the message that receive waits for only after its unlock returned.
+fn progress_in_a_receive(world: &SimpleCommunicator) {
+    if world.size() < 2 {
+        return;
+    }
+    let window = Window::<u64>::allocate(world, 1);
+    match world.rank() {
+        0 => {
+            window.lock(1, LockKind::Exclusive, |epoch| epoch.put(&[42], 1, 0));
+            world.process_at_rank(1).send(&1u8);
+        }
+        1 => {
+            let (_, _): (u8, _) = world.process_at_rank(0).receive();
+            window.with_local(|l| assert_eq!(l[0], 42));
+        }
+        _ => {}
+    }
+    world.barrier();
+}
+
+/// 1 MiB puts and gets, past every transport's eager limit (rendezvous requests and
+/// replies).
+fn large(world: &SimpleCommunicator) {
+    const MIB: usize = 1 << 20;
+    let size = world.size();
+    let me = world.rank();
+    let next = (me + 1) % size;
+    let previous = (me + size - 1) % size;
+    let pattern = |rank: Rank| -> Vec<u8> { (0..MIB).map(|i| (i as u8) ^ (rank as u8)).collect() };
+    let window = Window::<u8>::allocate(world, MIB);
+    let mine = pattern(me);
+    window.fence_epoch(|epoch| epoch.put(&mine, next, 0));
+    window.with_local(|local| assert!(local == pattern(previous), "a 1 MiB put"));
+    let mut got = vec![0u8; MIB];
+    window.lock(next, LockKind::Shared, |epoch| epoch.get(&mut got, next, 0));
+    assert!(got == mine, "a 1 MiB get");
+    world.barrier();
+}
+
+/// A get's request waited for after a flush of its target hands back the data the flush
+/// completed (the flush leaves the request's outcome to it).
+fn request_after_flush(world: &SimpleCommunicator) {
+    let size = world.size();
+    let me = world.rank();
+    let next = (me + 1) % size;
+    let window = Window::<i32>::allocate(world, 2);
+    window.with_local(|local| local.fill(me * 3));
+    world.barrier();
+    let mut got = [0i32; 2];
+    window.lock(next, LockKind::Shared, |epoch| {
+        let request = epoch.rget(&mut got, next, 0);
+        epoch.flush(next).unwrap();
+        assert_eq!(request.wait().unwrap(), [next * 3; 2]);
+    });
+    world.barrier();
+}
+
+/// Each misuse is refused with a named error, and nothing is written.
+fn errors(world: &SimpleCommunicator) {
+    let size = world.size();
+    let window = Window::<u32>::allocate(world, 4);
+    let say = |what: &str, e: mpirt::Error| println!("{what}: {e}");
+    let e = window
+        .try_fence_epoch(|epoch| epoch.try_put(&[1; 3], size - 1, 2))
+        .unwrap()
+        .unwrap_err();
+    say("outside", e);
+    let mut into = [0u32; 1];
+    let e = window
+        .try_fence_epoch(|epoch| epoch.try_get(&mut into, size, 0))
+        .unwrap()
+        .unwrap_err();
+    say("rank", e);
+    let e = window
+        .try_lock(0, LockKind::Shared, |epoch| {
+            epoch.try_put(&[1], size - 1, 0)
+        })
+        .unwrap()
+        .unwrap_err();
+    say("epoch", e);
+    let e = window
+        .try_lock(0, LockKind::Shared, |_| window.try_fence_epoch(|_| ()))
+        .unwrap()
+        .unwrap_err();
+    say("fence in lock", e);
+    let e = window
+        .try_lock(0, LockKind::Shared, |_| {
+            window.try_lock(0, LockKind::Shared, |_| ())
+        })
+        .unwrap()
+        .unwrap_err();
+    say("lock twice", e);
+    let e = window.shared_query(0).unwrap_err();
+    say("query", e);
+    let chars = Window::<char>::allocate(world, 1);
+    let e = chars
+        .try_lock(0, LockKind::Shared, |epoch| {
+            epoch.try_accumulate(&['a'], 0, 0, AccumulateOperation::Replace)
+        })
+        .unwrap()
+        .unwrap_err();
+    say("type", e);
+    let floats = Window::<f32>::allocate(world, 1);
+    let e = floats
+        .try_lock(0, LockKind::Shared, |epoch| {
+            epoch.try_accumulate(&[1.0], 0, 0, SystemOperation::bitwise_and())
+        })
+        .unwrap()
+        .unwrap_err();
+    say("op", e);
+    world.barrier();
+    window.with_local(|l| assert_eq!(l, [0; 4], "a refused operation wrote"));
+    drop((chars, floats));
+}
+
+/// Runs a job that must succeed and print `expect`; over TCP, checks each rank said (under
+/// MPIRT_VERBOSE) it reached the others over TCP: a TCP test run over shared memory would
+/// prove nothing. Returns its stdout.
+fn assert_job(n: u32, mode: &str, envs: &[(&str, &str)], expect: &str) -> String {
+    let (out, err) = ok_job_with(n, mode, envs);
+    assert!(
+        out.contains(expect),
+        "{mode} on {n} ranks ({envs:?}): {out}"
+    );
+    if envs == TCP && common::test_pml() == "native" {
+        for rank in 0..n {
+            let said = format!("mpirt: rank {rank} of {n} ");
+            assert!(
+                err.lines()
+                    .any(|l| l.starts_with(&said)
+                        && l.contains(&format!("{} ranks over tcp", n - 1))),
+                "rank {rank} did not run over TCP:\n{err}"
+            );
+        }
+    }
+    out
+}
+
+/// TCP between the ranks, and windows by messages (on one host they would map their memory).
+const TCP: [(&str, &str); 3] = [
+    ("MPIRT_TRANSPORT", "tcp"),
+    ("MPIRT_VERBOSE", "1"),
+    ("MPIRT_WINDOW_PATH", "messages"),
+];
+/// Windows by messages over shared memory.
+const MESSAGES: [(&str, &str); 1] = [("MPIRT_WINDOW_PATH", "messages")];
+
+#[test]
+fn model_programs_on_shared_memory() {
+    for n in [2, 3, 5] {
+        let out = assert_job(n, "model", &[], "model ok");
+        assert!(out.contains("(mapped: true)"), "{out}");
+    }
+}
+
+#[test]
+fn model_programs_by_messages_on_shared_memory() {
+    for n in [2, 5] {
+        let out = assert_job(n, "model", &MESSAGES, "model ok");
+        assert!(out.contains("(mapped: false)"), "{out}");
+    }
+}
+
+#[test]
+fn model_programs_on_tcp() {
+    for n in [2, 4] {
+        assert_job(n, "model", &TCP, "model ok");
+    }
+}
+
+#[test]
+fn atomics_and_locks() {
+    assert_job(4, "atomics", &[], "atomics ok");
+    assert_job(4, "atomics", &MESSAGES, "atomics ok");
+    assert_job(3, "atomics", &TCP, "atomics ok");
+}
+
+#[test]
+fn window_kinds_and_progress() {
+    assert_job(3, "kinds", &[], "kinds ok");
+    assert_job(3, "kinds", &MESSAGES, "kinds ok");
+    assert_job(2, "kinds", &TCP, "kinds ok");
+}
+
+#[test]
+fn misuse_is_named() {
+    // By messages: on the shared-memory path, `allocate` maps the memory, which
+    // `shared_query` then reaches.
+    let out = assert_job(3, "errors", &MESSAGES, "rank 0 done");
+    for needle in [
+        "outside: rank 0: put to rank 2: 3 element(s) at displacement 2 reach past the end of \
+         rank 2's window, which holds 4 element(s); nothing was moved",
+        "rank: rank 0: get from rank 3: rank 3 is out of range",
+        "epoch: rank 0: put to rank 2: rank 2 is not a target of this access epoch (a lock \
+         epoch)",
+        "fence in lock: rank 0: fence: a lock epoch is open on this window; end it first",
+        "lock twice: rank 0: lock of rank 0: rank 0 is already locked",
+        "query: rank 0: shared_query of rank 0: only a window whose memory every rank maps \
+         (allocate_shared) is shared",
+        "type: rank 0: accumulate to rank 0: accumulates take primitive numbers and bool, not \
+         char",
+        "op: rank 0: accumulate to rank 0: the operation bitwise_and is not defined for f32",
+    ] {
+        assert!(out.contains(needle), "missing {needle:?} in\n{out}");
+    }
+}

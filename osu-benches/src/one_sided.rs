@@ -1,0 +1,331 @@
+//! The one-sided tests' loops (OSU 7.4's `osu_put_latency` and its kin): for each size a
+//! window made as `-w` says, and the timed loop in the synchronisation `-s` names, with rank 0
+//! the origin and rank 1 the target; in the fence and PSCW modes the two ranks take turns, as
+//! OSU's ping-pong does, and half the round trip is printed. mpirt's epochs are closures, so a
+//! fence is `fence_epoch` (a fence before and after the operations) and PSCW is `start` and
+//! `post` around them.
+
+use mpirt::collective::SystemOperation;
+use mpirt::traits::*;
+use mpirt::window::{Epoch, LockKind, Window};
+use mpirt::Rank;
+
+use crate::mpi::topology::SimpleCommunicator;
+use crate::options::{Options, SyncMode, WindowKind};
+use crate::output::row;
+
+/// One operation of a test, issued on an epoch.
+pub trait Access<T: Equivalence> {
+    /// Issues the operation on `target` at `disp` in `epoch`. `spare` is memory it may lend to
+    /// the epoch (a get's buffer, a fetch's result); it hands back what it did not keep.
+    fn issue<'s, 'e>(
+        &'s self,
+        epoch: &'s Epoch<'s, 'e, T>,
+        target: Rank,
+        disp: usize,
+        spare: &'s mut [T],
+    ) -> &'s mut [T];
+
+    /// Elements of `spare` an epoch of `operations` of this kind needs.
+    fn spare(&self, operations: usize) -> usize;
+}
+
+/// `window` puts of `data`, back to back in the target's window (one for the latency test).
+pub struct Put<'a> {
+    pub data: &'a [u8],
+    pub window: usize,
+}
+
+impl Access<u8> for Put<'_> {
+    fn issue<'s, 'e>(
+        &'s self,
+        epoch: &'s Epoch<'s, 'e, u8>,
+        target: Rank,
+        disp: usize,
+        spare: &'s mut [u8],
+    ) -> &'s mut [u8] {
+        for j in 0..self.window {
+            epoch.put(self.data, target, disp + j * self.data.len());
+        }
+        spare
+    }
+
+    fn spare(&self, _: usize) -> usize {
+        0
+    }
+}
+
+/// A get of `len` bytes, whose buffer comes back when it completed.
+pub struct Get(pub usize);
+
+impl Access<u8> for Get {
+    fn issue<'s, 'e>(
+        &'s self,
+        epoch: &'s Epoch<'s, 'e, u8>,
+        target: Rank,
+        disp: usize,
+        spare: &'s mut [u8],
+    ) -> &'s mut [u8] {
+        epoch
+            .rget(spare, target, disp)
+            .wait()
+            .expect("a get lends its buffer")
+    }
+
+    fn spare(&self, _: usize) -> usize {
+        self.0
+    }
+}
+
+/// An accumulate (sum) of `data`.
+pub struct Accumulate<'a>(pub &'a [u8]);
+
+impl Access<u8> for Accumulate<'_> {
+    fn issue<'s, 'e>(
+        &'s self,
+        epoch: &'s Epoch<'s, 'e, u8>,
+        target: Rank,
+        disp: usize,
+        spare: &'s mut [u8],
+    ) -> &'s mut [u8] {
+        epoch.accumulate(self.0, target, disp, SystemOperation::sum());
+        spare
+    }
+
+    fn spare(&self, _: usize) -> usize {
+        0
+    }
+}
+
+/// A fetch-and-add of one 8-byte element; each lends one result element to its epoch.
+pub struct FetchAndAdd(pub u64);
+
+impl Access<u64> for FetchAndAdd {
+    fn issue<'s, 'e>(
+        &'s self,
+        epoch: &'s Epoch<'s, 'e, u64>,
+        target: Rank,
+        disp: usize,
+        spare: &'s mut [u64],
+    ) -> &'s mut [u64] {
+        let (result, rest) = spare.split_first_mut().expect("a result element per fetch");
+        epoch.fetch_and_op(&self.0, result, target, disp, SystemOperation::sum());
+        rest
+    }
+
+    fn spare(&self, operations: usize) -> usize {
+        operations
+    }
+}
+
+/// A compare-and-swap of one 8-byte element; each lends one result element to its epoch.
+pub struct CompareAndSwap {
+    pub value: u64,
+    pub compare: u64,
+}
+
+impl Access<u64> for CompareAndSwap {
+    fn issue<'s, 'e>(
+        &'s self,
+        epoch: &'s Epoch<'s, 'e, u64>,
+        target: Rank,
+        disp: usize,
+        spare: &'s mut [u64],
+    ) -> &'s mut [u64] {
+        let (result, rest) = spare.split_first_mut().expect("a result element per swap");
+        epoch.compare_and_swap(&self.value, &self.compare, result, target, disp);
+        rest
+    }
+
+    fn spare(&self, operations: usize) -> usize {
+        operations
+    }
+}
+
+/// What a test prints per size.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Report {
+    Latency,
+    /// MB/s of `window` messages of the size per iteration.
+    Bandwidth {
+        window: usize,
+    },
+}
+
+/// Runs the test over OSU's sizes: `access(size)` is the operation of one iteration, on a
+/// window of `len(size)` elements on each rank.
+pub fn run<T, A>(
+    world: &SimpleCommunicator,
+    options: &Options,
+    report: Report,
+    len: impl Fn(usize) -> usize,
+    access: impl Fn(usize) -> A,
+) where
+    T: Equivalence + Default + Copy,
+    A: Access<T>,
+{
+    for size in options.sizes() {
+        let (iterations, skip) = options.loops(size);
+        let access = access(size);
+        let seconds = on_window::<T, _>(world, options.window_kind, len(size), |window, disp| {
+            timed(
+                world,
+                window,
+                disp,
+                options.sync,
+                report,
+                &access,
+                iterations,
+                skip,
+            )
+        });
+        if world.rank() == 0 {
+            let value = match report {
+                // The fence and PSCW loops are ping-pongs: half the round trip.
+                Report::Latency if matches!(options.sync, SyncMode::Fence | SyncMode::Pscw) => {
+                    seconds * 1e6 / iterations as f64 / 2.0
+                }
+                Report::Latency => seconds * 1e6 / iterations as f64,
+                Report::Bandwidth { window } => {
+                    size as f64 / 1e6 * (window * iterations) as f64 / seconds
+                }
+            };
+            print!("{}", row(size, value));
+        }
+    }
+}
+
+/// Makes a window of `len` elements as `kind` says and runs `f` on it with the displacement
+/// of the peer's memory (its address, in a dynamic window).
+fn on_window<T, R>(
+    world: &SimpleCommunicator,
+    kind: WindowKind,
+    len: usize,
+    f: impl FnOnce(&Window<'_, T>, usize) -> R,
+) -> R
+where
+    T: Equivalence + Default + Copy,
+{
+    let len = len.max(1);
+    match kind {
+        WindowKind::Allocate => f(&Window::allocate(world, len), 0),
+        WindowKind::Create => {
+            let mut memory = vec![T::default(); len];
+            let window = Window::create(world, &mut memory[..]);
+            f(&window, 0)
+        }
+        WindowKind::Dynamic => {
+            let mut memory = vec![T::default(); len];
+            let window = Window::create_dynamic(world);
+            let address = window.attach(&mut memory[..]) as u64;
+            let mut addresses = [0u64; 2];
+            world.all_gather_into(&address, &mut addresses[..]);
+            let peer = addresses[1 - world.rank() as usize] as usize;
+            f(&window, peer)
+        }
+    }
+}
+
+/// One size's loop; returns rank 0's seconds for the timed iterations.
+#[allow(clippy::too_many_arguments)]
+fn timed<T: Equivalence + Default + Copy, A: Access<T>>(
+    world: &SimpleCommunicator,
+    window: &Window<'_, T>,
+    disp: usize,
+    sync: SyncMode,
+    report: Report,
+    access: &A,
+    iterations: usize,
+    skip: usize,
+) -> f64 {
+    let rank = world.rank();
+    let peer = 1 - rank;
+    let total = iterations + skip;
+    let mut spare = vec![T::default(); access.spare(total)];
+    let one = access.spare(1);
+    world.barrier();
+    let mut start = 0.0;
+    let mut clock = |i: usize| {
+        if i == skip {
+            start = mpirt::time();
+        }
+    };
+    let ping_pong = report == Report::Latency;
+    match sync {
+        SyncMode::Lock if rank == 0 => {
+            for i in 0..total {
+                clock(i);
+                window.lock(1, LockKind::Shared, |e| {
+                    access.issue(e, 1, disp, &mut spare[..one]);
+                });
+            }
+        }
+        SyncMode::LockAll if rank == 0 => {
+            for i in 0..total {
+                clock(i);
+                window.lock_all(|e| {
+                    access.issue(e, 1, disp, &mut spare[..one]);
+                });
+            }
+        }
+        SyncMode::Flush | SyncMode::FlushLocal if rank == 0 => {
+            window.lock(1, LockKind::Shared, |e| {
+                let mut spare = &mut spare[..];
+                for i in 0..total {
+                    clock(i);
+                    spare = access.issue(e, 1, disp, spare);
+                    let flushed = match sync {
+                        SyncMode::Flush => e.flush(1),
+                        _ => e.flush_local(1),
+                    };
+                    flushed.expect("flush");
+                }
+            });
+        }
+        SyncMode::Fence => {
+            for i in 0..total {
+                clock(i);
+                if rank == 0 {
+                    window.fence_epoch(|e| {
+                        access.issue(e, 1, disp, &mut spare[..one]);
+                    });
+                    if ping_pong {
+                        window.fence_epoch(|_| ());
+                    }
+                } else {
+                    window.fence_epoch(|_| ());
+                    if ping_pong {
+                        window.fence_epoch(|e| {
+                            access.issue(e, 0, disp, &mut spare[..one]);
+                        });
+                    }
+                }
+            }
+        }
+        SyncMode::Pscw => {
+            for i in 0..total {
+                clock(i);
+                if rank == 0 {
+                    window.start(&[peer], |e| {
+                        access.issue(e, peer, disp, &mut spare[..one]);
+                    });
+                    if ping_pong {
+                        window.post(&[peer], || ());
+                    }
+                } else {
+                    window.post(&[peer], || ());
+                    if ping_pong {
+                        window.start(&[peer], |e| {
+                            access.issue(e, peer, disp, &mut spare[..one]);
+                        });
+                    }
+                }
+            }
+        }
+        // The target of a passive-target test waits at the barrier.
+        _ => {}
+    }
+    let end = mpirt::time();
+    world.barrier();
+    end - start
+}
