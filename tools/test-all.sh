@@ -160,7 +160,8 @@ fi
 unset CARGO_TARGET_DIR
 
 # The libfabric transport (the `ofi` feature), in its own target directory: lints, pml's unit
-# tests (the mr_mode and mode decisions for efa, cxi, verbs, tcp and shm) and engine test, then
+# tests (the mr_mode and mode decisions for efa, cxi, verbs, tcp and shm), engine test and
+# dead-peer test, then
 # mpirt's p2p and collectives suites with every pair over OFI, on each provider that works
 # without a device here (tcp;ofi_rxm, shm, udp;ofi_rxd; `net` is left out: it is 1.17's
 # experimental one), and across the 4 test hosts on the two that cross hosts.
@@ -169,7 +170,7 @@ echo "== OFI: clippy and tests with --features ofi"
 cargo clippy --workspace --all-targets --release --features pml/ofi,mpirt/ofi -- -D warnings
 cargo build --release --workspace --features mpirt/ofi
 cargo test --release -p pml --features ofi --lib ofi
-cargo test --release -p pml --features ofi --test engine
+cargo test --release -p pml --features ofi --test engine --test ofi
 for provider in "tcp;ofi_rxm" shm "udp;ofi_rxd"; do
     if ! fi_info -p "$provider" -t FI_EP_RDM >/dev/null 2>&1; then
         echo "== OFI: the suites on $provider SKIPPED (libfabric here has no such provider)"

@@ -15,6 +15,14 @@
 //! said it consumed; receivers send back the count they consumed every few frames, in a
 //! credit frame that needs no credit itself. Progress is manual: every `poll` reads the
 //! completion queue, which is what moves data on providers without a progress thread.
+//!
+//! Dead peers: libfabric 1.17's tcp;ofi_rxm and udp;ofi_rxd never fail a send to a peer
+//! that is gone (rxm redials it, rxd retransmits, forever), so a send a peer has not taken
+//! within [`SEND_TIMEOUT`] names the peer dead, where the provider completes sends without
+//! the peer's software (see `provider::acks_in_software`). A rank that only waits sends
+//! nothing, so a wait idle for [`PROBE_AFTER`] sends each peer a credit frame (harmless:
+//! counts only grow), which then fails or times out the same way. A rank that finalizes says
+//! goodbye to its peers first, so that a probe stuck on it is no error.
 
 mod contract;
 mod fabric;
@@ -50,6 +58,9 @@ const COMPLETIONS_PER_POLL: usize = 32;
 /// credit frame, whose 8 bytes that follow count the frames the sender consumed.
 const PREFIX: usize = 4;
 const CREDIT_FRAME: u32 = 1 << 31;
+/// In the prefix, marks the last frame of a rank that finalizes (no payload).
+const GOODBYE_FRAME: u32 = 1 << 30;
+const RANK_BITS: u32 = GOODBYE_FRAME - 1;
 const CREDIT_LEN: usize = PREFIX + 8;
 /// Longest single `fi_read`; larger reads go in pieces.
 const MAX_READ_PIECE: usize = 1 << 30;
@@ -57,6 +68,12 @@ const MAX_READ_PIECE: usize = 1 << 30;
 const SEND_DRAIN: Duration = Duration::from_secs(2);
 /// How long a wait naps where the provider has no fd to sleep on (it is polled instead).
 const NAP: Duration = Duration::from_micros(50);
+/// How long a wait goes without progress before it probes its peers, and how often it probes
+/// again while it stays idle (one small send to each peer a second).
+pub const PROBE_AFTER: Duration = Duration::from_secs(1);
+/// How long a send may wait for its completion before its peer is taken for dead: a live
+/// peer's provider takes a send in microseconds (on tcp;ofi_rxm, once it is in the kernel).
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The settings the transport is opened with (from `EngineConfig`).
 pub struct OfiConfig<'a> {
@@ -80,6 +97,22 @@ struct PeerState {
     reported: u64,
     /// Why talking to the peer failed, once it has.
     broken: Option<String>,
+    /// Send buffers on their way to the peer, and whether one of them is a probe.
+    in_flight: u32,
+    probing: bool,
+    /// Whether the peer said goodbye (it finalized).
+    gone: bool,
+    /// Since when the provider refuses every post to the peer (-FI_EAGAIN: tcp;ofi_rxm
+    /// redialling a peer that is gone).
+    refused_since: Option<Instant>,
+}
+
+/// What a send buffer carries, for its completion.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SendKind {
+    Frame,
+    Credit,
+    Probe,
 }
 
 /// A `read` of one receive, possibly in several pieces.
@@ -122,8 +155,11 @@ pub struct OfiTransport {
     contexts: Box<[sys::fi_context2]>,
     recv_buf: Vec<u8>,
     send_buf: Vec<u8>,
-    /// Which rank each send buffer went to (for the error of a failed send).
-    send_peer: Vec<Rank>,
+    /// Which rank each send buffer went to, what it carries, and when it was posted.
+    send_peer: Vec<(Rank, SendKind)>,
+    send_posted: Vec<Option<Instant>>,
+    /// Whether sends that stay uncompleted past [`SEND_TIMEOUT`] mean a dead peer.
+    send_timeout: bool,
     free_send: Vec<usize>,
     /// What each read slot carries while in flight.
     read_slot: Vec<Option<(usize, Rank)>>,
@@ -138,12 +174,18 @@ pub struct OfiTransport {
     pub reads_posted: u64,
     registrations: u64,
     stopped: bool,
+    /// Since when polls found nothing, once a wait went to sleep, and when idle waits last
+    /// probed the peers.
+    idle_since: Option<Instant>,
+    last_probe: Option<Instant>,
     /// Registrations: ours (where the provider wants local buffers registered), and the
     /// send buffers exposed to peers; both close before the fabric's objects.
     recv_mr: Option<Region>,
     send_mr: Option<Region>,
     exposures: Slab<Region>,
-    fabric: Fabric,
+    /// Boxed: its names and limits are read at start-up and in errors, and the transport
+    /// sits in `AnyTransport` beside smaller ones.
+    fabric: Box<Fabric>,
 }
 
 fn transport(peer: Rank, cause: impl Into<String>) -> PmlError {
@@ -192,22 +234,26 @@ impl OfiTransport {
                 .into_boxed_slice(),
             recv_buf: vec![0; RECV_BUFFERS * slot_size],
             send_buf: vec![0; SEND_BUFFERS * slot_size],
-            send_peer: vec![0; SEND_BUFFERS],
+            send_peer: vec![(0, SendKind::Frame); SEND_BUFFERS],
+            send_posted: vec![None; SEND_BUFFERS],
+            send_timeout: !provider::acks_in_software(&fabric.provider),
             free_send: (0..SEND_BUFFERS).rev().collect(),
             read_slot: (0..READ_SLOTS).map(|_| None).collect(),
             free_read: (0..READ_SLOTS).rev().collect(),
             reads: Slab::new(),
             waiting_pieces: VecDeque::new(),
             finished_reads: Vec::new(),
-            scratch: Vec::with_capacity(fabric.inject_size.max(CREDIT_LEN)),
+            scratch: Vec::with_capacity(fabric.inject_size),
             next_key: 1,
             reads_posted: 0,
             registrations: 0,
             stopped: false,
+            idle_since: None,
+            last_probe: None,
             recv_mr: None,
             send_mr: None,
             exposures: Slab::new(),
-            fabric,
+            fabric: Box::new(fabric),
         };
         if t.fabric.plan.local {
             let access = (sys::FI_RECV | sys::FI_SEND) as u64;
@@ -263,6 +309,10 @@ impl OfiTransport {
             consumed: 0,
             reported: 0,
             broken: None,
+            in_flight: 0,
+            probing: false,
+            gone: false,
+            refused_since: None,
         });
         Ok(())
     }
@@ -346,11 +396,7 @@ impl OfiTransport {
             buf[..PREFIX].copy_from_slice(&self.rank.to_le_bytes());
             buf[PREFIX..PREFIX + header.len()].copy_from_slice(header);
             buf[PREFIX + header.len()..].copy_from_slice(payload);
-            let sent = self.post_send(slot, peer, addr, len)?;
-            if !sent {
-                self.free_send.push(slot);
-            }
-            sent
+            self.post_send(slot, peer, SendKind::Frame, len)?
         };
         if sent {
             self.peers[peer as usize]
@@ -361,12 +407,13 @@ impl OfiTransport {
         Ok(sent)
     }
 
-    /// Sends the `len` bytes in send buffer `slot`; `Ok(false)`: not now.
+    /// Sends the `len` bytes in send buffer `slot` to `peer`; `Ok(false)`: not now, and the
+    /// slot is free again.
     fn post_send(
         &mut self,
         slot: usize,
         peer: Rank,
-        addr: u64,
+        kind: SendKind,
         len: usize,
     ) -> Result<bool, PmlError> {
         let desc = self
@@ -375,18 +422,57 @@ impl OfiTransport {
             .map_or(std::ptr::null_mut(), Region::desc);
         let buf = self.send_buf[slot * self.slot_size..].as_ptr();
         let context = self.context(RECV_BUFFERS + slot);
-        self.send_peer[slot] = peer;
+        let addr = self.peers[peer as usize]
+            .as_ref()
+            .expect("an OFI peer")
+            .addr;
+        self.send_peer[slot] = (peer, kind);
         // SAFETY: the buffer slot holds the frame and, with its context, stays the
         // provider's until the send's completion returns the slot.
         let rc = unsafe { sys::send(self.fabric.ep, buf.cast(), len, desc, addr, context) };
-        self.check_post(peer, "a send", rc)
+        let sent = self.check_post(peer, "a send", rc);
+        if matches!(sent, Ok(true)) {
+            self.send_posted[slot] = Some(Instant::now());
+            let p = self.peers[peer as usize].as_mut().expect("an OFI peer");
+            p.in_flight += 1;
+            p.probing |= kind == SendKind::Probe;
+        } else {
+            self.free_send.push(slot);
+        }
+        sent
+    }
+
+    /// Sends `peer` a frame of the prefix `word` and the bytes of `body` from a send buffer,
+    /// so that its completion, failed or not, names the peer; `Ok(false)`: not now.
+    fn send_control(
+        &mut self,
+        peer: Rank,
+        word: u32,
+        body: &[u8],
+        kind: SendKind,
+    ) -> Result<bool, PmlError> {
+        let Some(slot) = self.free_send.pop() else {
+            return Ok(false);
+        };
+        let at = slot * self.slot_size;
+        self.send_buf[at..at + PREFIX].copy_from_slice(&word.to_le_bytes());
+        self.send_buf[at + PREFIX..at + PREFIX + body.len()].copy_from_slice(body);
+        self.post_send(slot, peer, kind, PREFIX + body.len())
     }
 
     /// Whether a post went (`true`), must wait for progress (`false`), or failed.
+    /// A post refused for now starts the peer's refusal clock (see `fail_stuck_sends`); one
+    /// taken stops it.
     fn check_post(&mut self, peer: Rank, what: &str, rc: isize) -> Result<bool, PmlError> {
         if rc == 0 {
+            if let Some(p) = self.peers[peer as usize].as_mut() {
+                p.refused_since = None;
+            }
             Ok(true)
         } else if sys::is_again(rc) {
+            if let Some(p) = self.peers[peer as usize].as_mut() {
+                p.refused_since.get_or_insert_with(Instant::now);
+            }
             self.progress_only();
             Ok(false)
         } else {
@@ -406,26 +492,9 @@ impl OfiTransport {
         if p.consumed - p.reported < self.credit_batch || p.broken.is_some() {
             return Ok(());
         }
-        let (consumed, addr) = (p.consumed, p.addr);
-        let mut frame = [0u8; CREDIT_LEN];
-        frame[..PREFIX].copy_from_slice(&(self.rank | CREDIT_FRAME).to_le_bytes());
-        frame[PREFIX..].copy_from_slice(&consumed.to_le_bytes());
-        let sent = if CREDIT_LEN <= self.fabric.inject_size {
-            // SAFETY: the endpoint is live; inject copies the bytes before returning.
-            let rc =
-                unsafe { sys::inject(self.fabric.ep, frame.as_ptr().cast(), CREDIT_LEN, addr) };
-            self.check_post(peer, "a credit update", rc)?
-        } else if let Some(slot) = self.free_send.pop() {
-            let at = slot * self.slot_size;
-            self.send_buf[at..at + CREDIT_LEN].copy_from_slice(&frame);
-            let sent = self.post_send(slot, peer, addr, CREDIT_LEN)?;
-            if !sent {
-                self.free_send.push(slot);
-            }
-            sent
-        } else {
-            false
-        };
+        let consumed = p.consumed;
+        let word = self.rank | CREDIT_FRAME;
+        let sent = self.send_control(peer, word, &consumed.to_le_bytes(), SendKind::Credit)?;
         if sent {
             self.peers[peer as usize]
                 .as_mut()
@@ -600,6 +669,9 @@ impl OfiTransport {
             sink.read_done(token, result)?;
             delivered += 1;
         }
+        if delivered > 0 {
+            self.idle_since = None;
+        }
         match failure {
             Some(e) => Err(e),
             None => Ok(delivered),
@@ -634,12 +706,33 @@ impl OfiTransport {
         if index < RECV_BUFFERS + SEND_BUFFERS {
             let slot = index - RECV_BUFFERS;
             self.free_send.push(slot);
+            self.send_posted[slot] = None;
+            let (peer, kind) = self.send_peer[slot];
+            let Some(p) = self.peers[peer as usize].as_mut() else {
+                return Ok(0);
+            };
+            p.in_flight -= 1;
+            p.probing &= kind != SendKind::Probe;
+            let gone = p.gone;
             if let Err(cause) = result {
-                let peer = self.send_peer[slot];
-                let error = self.peer_failed(
-                    peer,
-                    format!("a send to rank {peer} failed: {cause} (did it die?)"),
-                );
+                let cause = match kind {
+                    // A peer that finalized took its endpoint along: control frames to it
+                    // fail, and are moot.
+                    SendKind::Credit | SendKind::Probe if gone => {
+                        self.peer_failed(peer, format!("rank {peer} has finalized"));
+                        return Ok(0);
+                    }
+                    SendKind::Probe => format!(
+                        "rank {peer} did not answer a liveness probe (a credit frame sent after \
+                         a wait made no progress for {PROBE_AFTER:?}): {cause}; it has exited, \
+                         or its host is down"
+                    ),
+                    SendKind::Credit => format!("a credit update to rank {peer} failed: {cause}"),
+                    SendKind::Frame => {
+                        format!("a send to rank {peer} failed: {cause} (did it die?)")
+                    }
+                };
+                let error = self.peer_failed(peer, cause);
                 *failure = failure.take().or(error);
             }
             return Ok(0);
@@ -691,7 +784,7 @@ impl OfiTransport {
             return Err(transport(self.rank, format!("a {len}-byte frame arrived")));
         }
         let word = u32::from_le_bytes(self.recv_buf[at..at + PREFIX].try_into().expect("4"));
-        let peer = word & !CREDIT_FRAME;
+        let peer = word & RANK_BITS;
         if peer as usize >= self.peers.len() || self.peers[peer as usize].is_none() {
             self.post_receive(slot)?;
             return Err(transport(
@@ -700,7 +793,12 @@ impl OfiTransport {
             ));
         }
         let mut delivered = 0;
-        if word & CREDIT_FRAME != 0 {
+        if word & GOODBYE_FRAME != 0 {
+            self.peers[peer as usize]
+                .as_mut()
+                .expect("checked above")
+                .gone = true;
+        } else if word & CREDIT_FRAME != 0 {
             let count = self.recv_buf[at + PREFIX..at + CREDIT_LEN]
                 .try_into()
                 .expect("8");
@@ -721,15 +819,109 @@ impl OfiTransport {
         Ok(delivered)
     }
 
-    /// Whether a wait may sleep on the completion queue's fd: `fi_trywait` says nothing is
-    /// pending. Without an fd (the provider has none), never: waits poll.
-    pub fn before_wait(&mut self) -> bool {
-        self.fabric.wait_fd.is_none() || !self.fabric.may_sleep()
+    /// Probes the peers when a wait has been idle for `idle` (at least [`PROBE_AFTER`], and
+    /// no probe in the last `PROBE_AFTER`): a rank that only waits for a peer sends it
+    /// nothing, so without a probe it never learns that the peer died. Peers with sends on
+    /// their way are skipped: those fail the same way if the peer is gone.
+    fn probe_idle_peers(&mut self, idle: Duration) -> Result<(), PmlError> {
+        if idle < PROBE_AFTER || self.last_probe.is_some_and(|t| t.elapsed() < PROBE_AFTER) {
+            return Ok(());
+        }
+        self.last_probe = Some(Instant::now());
+        self.fail_stuck_sends()?;
+        for peer in 0..self.peers.len() {
+            let Some(p) = &self.peers[peer] else {
+                continue;
+            };
+            if p.probing || p.gone || p.broken.is_some() || p.in_flight > 0 {
+                continue;
+            }
+            let (word, count) = (self.rank | CREDIT_FRAME, p.reported);
+            self.send_control(peer as Rank, word, &count.to_le_bytes(), SendKind::Probe)?;
+        }
+        Ok(())
     }
 
-    pub fn sleep(&mut self, timeout: Duration) {
+    /// Takes the peer of a send still uncompleted after [`SEND_TIMEOUT`], or one the provider
+    /// has refused every send for that long, for dead (where the provider completes sends
+    /// without the peer's software): the first such is the error.
+    fn fail_stuck_sends(&mut self) -> Result<(), PmlError> {
+        if !self.send_timeout {
+            return Ok(());
+        }
+        let mut failure = None;
+        for peer in 0..self.peers.len() {
+            let Some(p) = &self.peers[peer] else {
+                continue;
+            };
+            let Some(waited) = p.refused_since.map(|t| t.elapsed()) else {
+                continue;
+            };
+            if waited < SEND_TIMEOUT || p.broken.is_some() {
+                continue;
+            }
+            let cause = if p.gone {
+                self.peer_failed(peer as Rank, format!("rank {peer} has finalized"));
+                continue;
+            } else {
+                format!(
+                    "rank {peer} did not take a send for {waited:.1?} (every one refused: {} on \
+                     {}); it has exited, or its host is down",
+                    self.fabric.provider, self.host
+                )
+            };
+            let error = self.peer_failed(peer as Rank, cause);
+            failure = failure.or(error);
+        }
+        for slot in 0..SEND_BUFFERS {
+            let Some(posted) = self.send_posted[slot] else {
+                continue;
+            };
+            let waited = posted.elapsed();
+            if waited < SEND_TIMEOUT {
+                continue;
+            }
+            let (peer, kind) = self.send_peer[slot];
+            let Some(p) = self.peers[peer as usize].as_ref() else {
+                continue;
+            };
+            if p.gone {
+                self.peer_failed(peer, format!("rank {peer} has finalized"));
+                continue;
+            }
+            let what = match kind {
+                SendKind::Probe => {
+                    "a liveness probe (a credit frame sent after a wait made no \
+                                    progress)"
+                }
+                SendKind::Credit => "a credit update",
+                SendKind::Frame => "a send",
+            };
+            let cause = format!(
+                "rank {peer} did not take {what} in {waited:.1?} ({} on {}); it has exited, or \
+                 its host is down",
+                self.fabric.provider, self.host
+            );
+            let error = self.peer_failed(peer, cause);
+            failure = failure.or(error);
+        }
+        failure.map_or(Ok(()), Err)
+    }
+
+    /// Prepares a sleep: probes idle peers, and says whether something may be pending
+    /// (`fi_trywait` refuses): then do not sleep. Without an fd (the provider has none),
+    /// always: waits poll.
+    pub fn before_wait(&mut self) -> Result<bool, PmlError> {
+        let idle = self.idle_since.get_or_insert_with(Instant::now).elapsed();
+        // A peer that died completes nothing: probe, so the wait fails instead of hanging.
+        self.probe_idle_peers(idle)?;
+        Ok(self.fabric.wait_fd.is_none() || !self.fabric.may_sleep())
+    }
+
+    pub fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
+        let pending = self.before_wait()?;
         match self.fabric.wait_fd {
-            Some(fd) if self.fabric.may_sleep() => {
+            Some(fd) if !pending => {
                 let mut pfd = libc::pollfd {
                     fd,
                     events: libc::POLLIN,
@@ -741,6 +933,7 @@ impl OfiTransport {
             Some(_) => {}
             None => std::thread::sleep(NAP.min(timeout)),
         }
+        Ok(())
     }
 
     pub fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
@@ -785,6 +978,27 @@ impl OfiTransport {
         }
     }
 
+    /// Tells each peer that this rank is leaving (a peer whose probe then fails knows it
+    /// finalized rather than died); `drain` then waits for the goodbyes to go.
+    fn say_goodbye(&mut self) {
+        for peer in 0..self.peers.len() {
+            let Some(p) = &self.peers[peer] else {
+                continue;
+            };
+            if p.gone || p.broken.is_some() {
+                continue;
+            }
+            // No free send buffer (128 sends in flight at exit): the peer is not told, and
+            // a probe of its that fails on this rank names it, as it would a crash.
+            let _ = self.send_control(
+                peer as Rank,
+                self.rank | GOODBYE_FRAME,
+                &[],
+                SendKind::Credit,
+            );
+        }
+    }
+
     /// Frees what the operation with `context` held, at exit.
     fn retire(&mut self, context: *mut c_void) {
         let index = (context as usize).wrapping_sub(self.contexts.as_ptr() as usize)
@@ -811,13 +1025,17 @@ impl OfiTransport {
 impl Drop for OfiTransport {
     fn drop(&mut self) {
         if !self.stopped {
+            self.say_goodbye();
             self.drain();
         }
-        // Registrations close before the endpoint they may be bound to (the fabric's objects
-        // close after this, in its own drop); the buffers outlive both (field order).
+        // Registrations close before the endpoint they may be bound to, and the endpoint
+        // here, before the fields drop: closing it may still land frames in the posted
+        // receive buffers (a peer's goodbye), which must be live then. The rest of the
+        // fabric's objects close in its own drop.
         self.reads.clear();
         self.exposures.clear();
         self.recv_mr = None;
         self.send_mr = None;
+        self.fabric.close_endpoint();
     }
 }

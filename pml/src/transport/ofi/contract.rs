@@ -165,8 +165,7 @@ impl Transport for OfiTransport {
     }
 
     fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
-        OfiTransport::sleep(self, timeout);
-        Ok(())
+        OfiTransport::sleep(self, timeout)
     }
 
     fn wake_fd(&mut self) -> Result<Option<RawFd>, EngineError> {
@@ -174,7 +173,7 @@ impl Transport for OfiTransport {
     }
 
     fn before_wait(&mut self) -> Result<bool, PmlError> {
-        Ok(OfiTransport::before_wait(self))
+        OfiTransport::before_wait(self)
     }
 
     fn after_wait(&mut self) {}

@@ -41,6 +41,15 @@ pub const PREFERENCE: &[&str] = &[
 /// take over inter-host traffic from TCP.
 pub const FABRIC_PROVIDERS: &[&str] = &["efa", "cxi", "verbs;ofi_rxm"];
 
+/// Providers whose sends complete only once the peer's software acknowledged them
+/// (`udp;ofi_rxd` acknowledges in the peer's progress calls): there a peer that computes
+/// for a while without calling into mpirt looks like a dead one, so a send that waits long
+/// is no sign of death, and a dead peer that a rank only waits on is left to the launcher,
+/// which ends the job when a rank dies.
+pub fn acks_in_software(provider: &str) -> bool {
+    provider.ends_with(";ofi_rxd")
+}
+
 /// How memory registration goes, as the provider's `mr_mode` said.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MrPlan {
@@ -194,6 +203,15 @@ mod tests {
         let e = check_mode(FI_MSG_PREFIX).unwrap_err();
         assert!(e.contains("operation modes"), "{e}");
         assert!(check_mode(FI_RX_CQ_DATA).is_err());
+    }
+
+    #[test]
+    fn which_providers_time_sends_out() {
+        assert!(acks_in_software("udp;ofi_rxd"));
+        assert!(acks_in_software("verbs;ofi_rxd"));
+        for p in ["efa", "cxi", "verbs;ofi_rxm", "tcp;ofi_rxm", "shm"] {
+            assert!(!acks_in_software(p), "{p}");
+        }
     }
 
     #[test]
