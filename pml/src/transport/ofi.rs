@@ -799,6 +799,15 @@ impl OfiTransport {
                 .expect("checked above")
                 .gone = true;
         } else if word & CREDIT_FRAME != 0 {
+            if len != CREDIT_LEN {
+                self.post_receive(slot)?;
+                return Err(transport(
+                    peer,
+                    format!(
+                        "a {len}-byte credit frame came from rank {peer} ({CREDIT_LEN} expected)"
+                    ),
+                ));
+            }
             let count = self.recv_buf[at + PREFIX..at + CREDIT_LEN]
                 .try_into()
                 .expect("8");
