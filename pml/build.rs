@@ -1,10 +1,96 @@
 //! With the `ucx` feature, generates Rust bindings for the part of UCX's UCP API that
-//! `pml::ucx` uses, from the system's headers, and links libucp and libucs. Without the
-//! feature this does nothing, so the default build needs no C library and no libclang.
+//! `pml::ucx` uses, from the system's headers, and links libucp and libucs; with the `ofi`
+//! feature, the same for libfabric. Without either this does nothing, so the default build
+//! needs no C library and no libclang.
 
 fn main() {
     #[cfg(feature = "ucx")]
     ucx::generate();
+    #[cfg(feature = "ofi")]
+    ofi::generate();
+}
+
+#[cfg(feature = "ofi")]
+mod ofi {
+    use std::env;
+    use std::path::PathBuf;
+
+    /// libfabric's exported functions that the OFI transport calls. Everything else it uses
+    /// (fi_domain, fi_send, fi_cq_read, fi_mr_reg, ...) is `static inline` in the headers, a
+    /// call through an object's ops table, which `transport/ofi/sys.rs` makes from the
+    /// table types these bring in.
+    const FUNCTIONS: &[&str] = &[
+        "fi_getinfo",
+        "fi_freeinfo",
+        "fi_dupinfo",
+        "fi_fabric",
+        "fi_strerror",
+        "fi_version",
+    ];
+
+    const TYPES: &[&str] = &[
+        "fi_info",
+        "fid_fabric",
+        "fid_domain",
+        "fid_ep",
+        "fid_cq",
+        "fid_av",
+        "fid_mr",
+        "fid_wait",
+        "fi_cq_attr",
+        "fi_av_attr",
+        "fi_cq_data_entry",
+        "fi_cq_err_entry",
+        "fi_context2",
+        "fi_wait_obj",
+        "fi_cq_format",
+        "fi_cq_wait_cond",
+        "fi_av_type",
+        "fi_ep_type",
+        "fi_progress",
+        "fi_threading",
+        "fi_resource_mgmt",
+    ];
+
+    pub fn generate() {
+        let fabric = pkg_config::Config::new()
+            .atleast_version("1.10")
+            .probe("libfabric")
+            .expect(
+                "the `ofi` feature needs libfabric's headers and library (Debian: libfabric-dev)",
+            );
+        let mut builder = bindgen::Builder::default()
+            .header_contents(
+                "ofi.h",
+                "#include <rdma/fabric.h>\n#include <rdma/fi_domain.h>\n\
+                 #include <rdma/fi_endpoint.h>\n#include <rdma/fi_cm.h>\n\
+                 #include <rdma/fi_rma.h>\n#include <rdma/fi_errno.h>\n",
+            )
+            .clang_args(
+                fabric
+                    .include_paths
+                    .iter()
+                    .map(|p| format!("-I{}", p.display())),
+            )
+            .default_enum_style(bindgen::EnumVariation::Consts)
+            .prepend_enum_name(false)
+            .layout_tests(false)
+            .size_t_is_usize(true)
+            .allowlist_var("FI_.*")
+            .parse_callbacks(Box::new(bindgen::CargoCallbacks));
+        for f in FUNCTIONS {
+            builder = builder.allowlist_function(f);
+        }
+        for t in TYPES {
+            builder = builder.allowlist_type(t);
+        }
+        let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+        builder
+            .generate()
+            .expect("bindgen could not read libfabric's headers (is libclang-dev installed?)")
+            .write_to_file(out.join("ofi_bindings.rs"))
+            .expect("writing the libfabric bindings");
+    }
 }
 
 #[cfg(feature = "ucx")]

@@ -47,6 +47,7 @@ pub mod vars {
     pub const EAGER_LIMIT: &str = "MPIRT_EAGER_LIMIT";
     pub const TCP_IF: &str = "MPIRT_TCP_IF";
     pub const VERBS_DEV: &str = "MPIRT_VERBS_DEV";
+    pub const OFI_PROVIDER: &str = "MPIRT_OFI_PROVIDER";
     pub const PML: &str = "MPIRT_PML";
     /// `1` or `2`: the only PMI version to speak on `PMI_FD`, where otherwise Slurm is asked
     /// for PMI-2 and other servers for PMI-1, each falling back to the other (as MPICH's

@@ -124,10 +124,18 @@ pub struct Cli {
     #[arg(short, long)]
     pub verbose: bool,
 
-    /// Transport between ranks (sets MPIRT_TRANSPORT): auto (shared memory on a host, verbs
-    /// or TCP between hosts), shm, tcp or verbs (that one between every pair, local ones too).
-    #[arg(long, value_name = "NAME", value_parser = ["auto", "shm", "tcp", "verbs"])]
+    /// Transport between ranks (sets MPIRT_TRANSPORT): auto (shared memory on a host, verbs,
+    /// a libfabric fabric such as EFA or Slingshot, or TCP between hosts), shm, tcp, verbs or
+    /// ofi (that one between every pair, local ones too).
+    #[arg(long, value_name = "NAME", value_parser = ["auto", "shm", "tcp", "verbs", "ofi"])]
     pub transport: Option<String>,
+
+    /// libfabric provider for the ofi transport (sets MPIRT_OFI_PROVIDER): efa, cxi, verbs,
+    /// tcp, shm, udp, or a full name such as `tcp;ofi_rxm`. Default: the first of efa, cxi,
+    /// verbs;ofi_rxm, tcp;ofi_rxm, shm, udp;ofi_rxd that libfabric offers (FI_PROVIDER
+    /// narrows what it offers).
+    #[arg(long, value_name = "NAME")]
+    pub ofi_provider: Option<String>,
 
     /// RDMA devices, comma-separated; local rank i takes the i-th, round robin (sets
     /// MPIRT_VERBS_DEV). Default: the first device.
@@ -300,6 +308,9 @@ impl Cli {
         if let Some(list) = &self.verbs_dev {
             env.push((vars::VERBS_DEV.into(), list.into()));
         }
+        if let Some(provider) = &self.ofi_provider {
+            env.push((vars::OFI_PROVIDER.into(), provider.into()));
+        }
         if let Some(limit) = self.eager_limit {
             env.push((vars::EAGER_LIMIT.into(), limit.to_string().into()));
         }
@@ -444,6 +455,8 @@ mod tests {
             "tcp",
             "--tcp-if",
             "lo,10.0.0.0/8",
+            "--ofi-provider",
+            "tcp;ofi_rxm",
             "--eager-limit",
             "4096",
             "--pml",
@@ -469,6 +482,7 @@ mod tests {
                 "MPIRT_VERBOSE=\"1\"",
                 "MPIRT_TRANSPORT=\"tcp\"",
                 "MPIRT_TCP_IF=\"lo,10.0.0.0/8\"",
+                "MPIRT_OFI_PROVIDER=\"tcp;ofi_rxm\"",
                 "MPIRT_EAGER_LIMIT=\"4096\"",
                 "MPIRT_PML=\"ucx\"",
                 "UCX_RC_MLX5_TM_ENABLE=\"y\"",

@@ -1323,6 +1323,25 @@ fn every_collective_over_tcp() {
     );
 }
 
+/// Over libfabric (the provider `common::ofi_test_provider()` names), with a small eager
+/// limit so that long parts go by rendezvous (fi_read where the provider has RMA).
+#[cfg(feature = "ofi")]
+#[test]
+fn every_collective_over_ofi() {
+    let provider = common::ofi_test_provider();
+    let stderr = ok_job(
+        5,
+        &[
+            ("MPIRT_TRANSPORT", "ofi"),
+            ("MPIRT_OFI_PROVIDER", &provider),
+            ("MPIRT_OFI_EAGER_LIMIT", "4096"),
+            ("MPIRT_VERBOSE", "1"),
+        ],
+    );
+    let over = format!("4 ranks over libfabric {provider} ");
+    assert_eq!(stderr.matches(&over).count(), 5, "{stderr}");
+}
+
 /// Each algorithm of each collective, forced on sizes that are not powers of two.
 #[test]
 fn every_algorithm_forced() {

@@ -1197,6 +1197,9 @@ enum Wire {
     /// RDMA verbs between every pair (in the Soft-RoCE guest), eager limit EAGER too.
     #[cfg(feature = "verbs")]
     Verbs,
+    /// libfabric between every pair, on `common::ofi_test_provider()`, eager limit EAGER too.
+    #[cfg(feature = "ofi")]
+    Ofi,
 }
 
 /// Whether this machine has an RDMA device; tests over verbs say they skip where it has none
@@ -1227,6 +1230,13 @@ impl Wire {
                 ("MPIRT_VERBS_EAGER_LIMIT", EAGER.to_string()),
                 ("MPIRT_VERBOSE", "1".to_string()),
             ],
+            #[cfg(feature = "ofi")]
+            Wire::Ofi => vec![
+                ("MPIRT_TRANSPORT", "ofi".to_string()),
+                ("MPIRT_OFI_PROVIDER", common::ofi_test_provider()),
+                ("MPIRT_OFI_EAGER_LIMIT", EAGER.to_string()),
+                ("MPIRT_VERBOSE", "1".to_string()),
+            ],
         }
     }
 
@@ -1244,6 +1254,8 @@ impl Wire {
             Wire::Tcp6 => ("tcp", " from [::1]:"),
             #[cfg(feature = "verbs")]
             Wire::Verbs => ("verbs", ""),
+            #[cfg(feature = "ofi")]
+            Wire::Ofi => ("libfabric ", ""),
         };
         for rank in 0..n {
             let head = format!("mpirt: rank {rank} of {n} ");
@@ -1325,6 +1337,15 @@ macro_rules! on_each_wire {
                     return;
                 }
                 body(Wire::Verbs)
+            }
+
+            #[cfg(feature = "ofi")]
+            #[test]
+            fn ofi() {
+                if native_transports_only() {
+                    return;
+                }
+                body(Wire::Ofi)
             }
         }
     };

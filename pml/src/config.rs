@@ -13,6 +13,8 @@ pub enum TransportChoice {
     Tcp,
     /// RDMA verbs between every pair (needs the `verbs` feature and a device).
     Verbs,
+    /// libfabric between every pair (needs the `ofi` feature and a provider).
+    Ofi,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,6 +40,14 @@ pub struct EngineConfig {
     pub verbs_eager_limit: usize,
     /// Whether registrations of user buffers are cached for reuse.
     pub verbs_reg_cache: bool,
+    /// libfabric provider to use (`--ofi-provider`: `efa`, `cxi`, `verbs`, `tcp`, `shm`,
+    /// `udp`, or a full name such as `tcp;ofi_rxm`); `None` for the first by preference.
+    pub ofi_provider: Option<String>,
+    /// Largest message sent eagerly over libfabric.
+    pub ofi_eager_limit: usize,
+    /// Whether rendezvous over libfabric reads the sender's memory (fi_read) where the
+    /// provider can; off, rendezvous data goes in DATA frames.
+    pub ofi_rma: bool,
     /// Bytes of each (sender, receiver) ring in the shared-memory segment.
     pub shm_ring_bytes: usize,
     /// Eager bytes a peer may have outstanding here before it must use rendezvous.
@@ -68,6 +78,9 @@ impl Default for EngineConfig {
             verbs_gid_index: None,
             verbs_eager_limit: 8 << 10,
             verbs_reg_cache: true,
+            ofi_provider: None,
+            ofi_eager_limit: 8 << 10,
+            ofi_rma: true,
             shm_ring_bytes: 512 << 10,
             unexpected_budget: 4 << 20,
             single_copy: true,
@@ -117,9 +130,10 @@ impl EngineConfig {
             Ok("shm") => TransportChoice::Shm,
             Ok("tcp") => TransportChoice::Tcp,
             Ok("verbs") => TransportChoice::Verbs,
+            Ok("ofi") => TransportChoice::Ofi,
             Ok(other) => {
                 return Err(format!(
-                    "MPIRT_TRANSPORT='{other}' is not a transport (auto, shm, tcp or verbs)"
+                    "MPIRT_TRANSPORT='{other}' is not a transport (auto, shm, tcp, verbs or ofi)"
                 ))
             }
         };
@@ -141,6 +155,11 @@ impl EngineConfig {
             },
             verbs_eager_limit: size_var("MPIRT_VERBS_EAGER_LIMIT", d.verbs_eager_limit)?,
             verbs_reg_cache: !matches!(env::var("MPIRT_VERBS_REG_CACHE").as_deref(), Ok("0")),
+            ofi_provider: env::var("MPIRT_OFI_PROVIDER")
+                .ok()
+                .filter(|p| !p.trim().is_empty()),
+            ofi_eager_limit: size_var("MPIRT_OFI_EAGER_LIMIT", d.ofi_eager_limit)?,
+            ofi_rma: !matches!(env::var("MPIRT_OFI_RMA").as_deref(), Ok("0")),
             shm_ring_bytes: size_var("MPIRT_SHM_RING_BYTES", d.shm_ring_bytes)?,
             unexpected_budget: size_var("MPIRT_UNEXPECTED_BUDGET", d.unexpected_budget)?,
             single_copy: !matches!(env::var("MPIRT_SHM_SINGLE_COPY").as_deref(), Ok("0")),

@@ -85,6 +85,44 @@ fn ranks_over_verbs_refuse_an_unknown_device() {
     fs::remove_dir_all(w.dir).unwrap();
 }
 
+#[cfg(not(feature = "ofi"))]
+#[test]
+fn ofi_without_the_feature_is_a_named_error() {
+    let mut w = singleton_wireup("engine-no-ofi");
+    let config = EngineConfig {
+        transport: TransportChoice::Ofi,
+        ..EngineConfig::default()
+    };
+    let e = Engine::new(&mut w, config).err().unwrap().to_string();
+    assert!(e.contains("built without libfabric"), "{e}");
+    fs::remove_dir_all(w.dir).unwrap();
+}
+
+/// A provider libfabric does not have is a named error listing those it has.
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_refuses_an_unknown_provider() {
+    // Rank 0 of two, with rank 1's side of the first fence already written: the provider
+    // is looked for before the second.
+    let mut w = singleton_wireup("engine-bad-provider");
+    w.size = 2;
+    fs::write(w.dir.join("pml.host.1"), b"elsewhere").unwrap();
+    fs::write(w.dir.join("fence.1.1"), b"").unwrap();
+    let config = EngineConfig {
+        transport: TransportChoice::Ofi,
+        ofi_provider: Some("no-such-provider".into()),
+        ..EngineConfig::default()
+    };
+    let e = Engine::new(&mut w, config).err().unwrap().to_string();
+    assert!(
+        e.contains("no usable libfabric provider 'no-such-provider'")
+            && e.contains("fi_getinfo offers: ")
+            && e.contains("tcp;ofi_rxm"),
+        "{e}"
+    );
+    fs::remove_dir_all(w.dir).unwrap();
+}
+
 const CHILD_ENV: &str = "PML_ENGINE_TEST_RANK";
 
 /// How the ranks of the multi-process test reach each other.
@@ -97,6 +135,9 @@ enum Mode {
     Tcp,
     /// RDMA verbs between every pair: SEND for eager, RDMA READ for rendezvous.
     Verbs,
+    /// libfabric between every pair on this provider; rendezvous by fi_read when `true`,
+    /// else by DATA frames.
+    Ofi(&'static str, bool),
 }
 
 impl Mode {
@@ -106,6 +147,10 @@ impl Mode {
             "copy" => Mode::Copy,
             "tcp" => Mode::Tcp,
             "verbs" => Mode::Verbs,
+            "ofi-tcp" => Mode::Ofi("tcp;ofi_rxm", true),
+            "ofi-tcp-frames" => Mode::Ofi("tcp;ofi_rxm", false),
+            "ofi-shm" => Mode::Ofi("shm", true),
+            "ofi-udp" => Mode::Ofi("udp;ofi_rxd", true),
             other => panic!("unknown mode {other}"),
         }
     }
@@ -165,12 +210,19 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
         shm_eager_limit: 4096,
         tcp_eager_limit: 4096,
         verbs_eager_limit: 4096,
+        ofi_eager_limit: 4096,
+        ofi_provider: match mode {
+            Mode::Ofi(provider, _) => Some(provider.into()),
+            _ => None,
+        },
+        ofi_rma: matches!(mode, Mode::Ofi(_, true)),
         // In the RDMA test guest: one device per rank, round robin, so frames cross a link.
         verbs_devices: env::var("MPIRT_VERBS_DEV").unwrap_or_default(),
         single_copy: mode == Mode::Read,
         transport: match mode {
             Mode::Tcp => TransportChoice::Tcp,
             Mode::Verbs => TransportChoice::Verbs,
+            Mode::Ofi(..) => TransportChoice::Ofi,
             Mode::Read | Mode::Copy => TransportChoice::Auto,
         },
         ..EngineConfig::default()
@@ -219,9 +271,9 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
         assert_eq!(buf, 200u64.to_le_bytes());
         let reads = e.counters().remote_reads;
         // Each peer's 4097-byte, 1 MiB and 64 MiB messages go by rendezvous: read single-copy
-        // or by RDMA READ, or streamed (through the rings when single copy is off, over the
-        // socket on TCP).
-        if matches!(mode, Mode::Read | Mode::Verbs) {
+        // or by RDMA READ or fi_read, or streamed (through the rings when single copy is off,
+        // over the socket on TCP, in DATA frames over libfabric without RMA).
+        if matches!(mode, Mode::Read | Mode::Verbs | Mode::Ofi(_, true)) {
             assert!(
                 reads >= 3 * u64::from(size - 1),
                 "only {reads} remote reads"
@@ -346,6 +398,23 @@ fn ranks_over_verbs() {
         return;
     }
     run_ranks("ranks_over_verbs", &[(2, "verbs"), (4, "verbs")]);
+}
+
+/// libfabric's providers that work on any machine: tcp;ofi_rxm (rendezvous by fi_read, and
+/// by DATA frames), shm and udp;ofi_rxd.
+#[cfg(feature = "ofi")]
+#[test]
+fn ranks_over_ofi() {
+    run_ranks(
+        "ranks_over_ofi",
+        &[
+            (2, "ofi-tcp"),
+            (4, "ofi-tcp"),
+            (2, "ofi-tcp-frames"),
+            (3, "ofi-shm"),
+            (2, "ofi-udp"),
+        ],
+    );
 }
 
 /// Runs each (size, mode) case as that many processes of this test binary; in a child, runs

@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 use std::{env, fs, thread};
 
 use pml::transport::verbs::{device_names, VerbsConfig, VerbsTransport};
-use pml::{
-    Engine, EngineConfig, Pml, PmlError, SendMode, SourceSel, TagSel, TransportChoice, Wireup,
-};
+use pml::{Engine, EngineConfig, Pml, PmlError, SendMode, TransportChoice, Wireup};
 
 mod ranks_common;
 
-use ranks_common::{rank0_saw_rank1_die, run_children, singleton_wireup, DirWireup};
+use ranks_common::{
+    exchange, rank0_saw_rank1_die, run_children, singleton_wireup, wait_for_dead_rank1, DirWireup,
+};
 
 /// Whether the tests can run; says why not where they cannot.
 fn have_device() -> bool {
@@ -53,29 +53,6 @@ fn verbs_config(gid_index: Option<u8>) -> EngineConfig {
         verbs_gid_index: gid_index,
         ..EngineConfig::default()
     }
-}
-
-/// One 4-byte message each way between ranks 0 and 1, so both queue pairs have worked.
-fn exchange(e: &mut Engine) {
-    let peer = 1 - e.rank();
-    let out = e.rank().to_le_bytes();
-    let mut inbox = [0u8; 4];
-    // SAFETY: both buffers outlive their requests, waited for below.
-    let r = unsafe {
-        e.post_recv(
-            0,
-            SourceSel::Rank(peer),
-            TagSel::Tag(1),
-            inbox.as_mut_ptr(),
-            4,
-        )
-    }
-    .unwrap();
-    let s =
-        unsafe { e.post_send(0, e.rank(), peer, 1, SendMode::Standard, out.as_ptr(), 4) }.unwrap();
-    e.wait(s).unwrap();
-    e.wait(r).unwrap();
-    assert_eq!(inbox, peer.to_le_bytes());
 }
 
 const DEATH_ENV: &str = "PML_VERBS_TEST_DEATH";
@@ -128,35 +105,7 @@ fn dead_peer_rank(dir: PathBuf, rank: u32, case: &str) {
         // Ends the process without dropping the engine: to rank 0, a crash.
         std::process::exit(0);
     }
-    let t = Instant::now();
-    let mut inbox = [0u8; 8];
-    // SAFETY: `inbox` lives until the process ends; the request never completes (the
-    // sender is dead), so the engine never writes it after this function.
-    let recv = unsafe { e.post_recv(0, SourceSel::Rank(1), TagSel::Tag(5), inbox.as_mut_ptr(), 8) }
-        .unwrap();
-    let data = [7u8; 8];
-    let error = match case {
-        "idle" => e.wait(recv).unwrap_err(),
-        _ => loop {
-            assert!(t.elapsed() < Duration::from_secs(60), "no error in 60 s");
-            // SAFETY: `data` outlives the request, waited for below.
-            let sent = unsafe { e.post_send(0, 0, 1, 5, SendMode::Standard, data.as_ptr(), 8) }
-                .and_then(|h| e.wait(h));
-            if let Err(error) = sent {
-                break error;
-            }
-            let until = Instant::now() + Duration::from_millis(200);
-            let mut failed = None;
-            while failed.is_none() && Instant::now() < until {
-                failed = e.progress().err();
-                thread::sleep(Duration::from_millis(1));
-            }
-            if let Some(error) = failed {
-                break error;
-            }
-        },
-    };
-    println!("after {:?}: {error}", t.elapsed());
+    let error = wait_for_dead_rank1(&mut e, case, 8);
     let expected = if case == "idle" {
         "rank 1 did not answer a liveness probe"
     } else {
@@ -173,6 +122,7 @@ fn dead_peer_rank(dir: PathBuf, rank: u32, case: &str) {
         "the host is not named: {error}"
     );
     // The failure stopped the engine: later work is refused at once, with the same error.
+    let data = [7u8; 8];
     // SAFETY: `data` outlives the request, which is waited on before this function returns.
     let again = unsafe { e.post_send(0, 0, 1, 6, SendMode::Standard, data.as_ptr(), 8) }
         .and_then(|h| e.wait(h));

@@ -91,6 +91,13 @@ pub fn test_pml() -> String {
     env::var("MPIRT_TEST_PML").unwrap_or_else(|_| "native".into())
 }
 
+/// The libfabric provider the suites' jobs over OFI use: tools/test-all.sh's OFI phase
+/// sets MPIRT_TEST_OFI_PROVIDER to run them on each provider libfabric has here.
+#[allow(dead_code)] // each test binary compiles this module; p2p.rs and collectives.rs use it
+pub fn ofi_test_provider() -> String {
+    env::var("MPIRT_TEST_OFI_PROVIDER").unwrap_or_else(|_| "tcp;ofi_rxm".into())
+}
+
 /// rsrun's arguments for this run: `--pml` (MPIRT_TEST_PML) and, where MPIRT_TEST_HOSTS names
 /// hosts (`host1:2,host2:2`), ranks spread over them round-robin, as many as a job asks for.
 fn rsrun_args() -> Vec<String> {

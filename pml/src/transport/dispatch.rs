@@ -6,6 +6,8 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 
 use super::loopback::Loopback;
+#[cfg(feature = "ofi")]
+use super::ofi::OfiTransport;
 use super::shm::{ShmOpening, ShmPeers};
 use super::tcp::TcpTransport;
 #[cfg(feature = "verbs")]
@@ -17,12 +19,16 @@ use crate::error::PmlError;
 use crate::pml_api::{Counters, EngineError};
 use crate::wire::RemoteKey;
 
-/// What a transport did to let peers read a send buffer (a verbs registration), undone
-/// when the send completes; no other transport makes one.
-#[cfg(feature = "verbs")]
-pub type Registration = super::verbs::MrId;
-#[cfg(not(feature = "verbs"))]
-pub type Registration = std::convert::Infallible;
+/// What a transport did to let peers read a send buffer (a verbs or libfabric memory
+/// registration), undone when the send completes; no other transport makes one (without
+/// those features, no value exists).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Registration {
+    #[cfg(feature = "verbs")]
+    Verbs(super::verbs::MrId),
+    #[cfg(feature = "ofi")]
+    Ofi(super::ofi::OfiMr),
+}
 
 /// A plain tag (no niche in a variant's fields): each match is one load and compare. Shared
 /// memory, the variant whose sends and polls run on every small message, is tag 0, which
@@ -34,6 +40,8 @@ pub enum AnyTransport {
     Tcp(TcpTransport),
     #[cfg(feature = "verbs")]
     Verbs(VerbsTransport),
+    #[cfg(feature = "ofi")]
+    Ofi(OfiTransport),
 }
 
 /// Calls `$call` on whichever transport `$any` holds, as `$t`.
@@ -45,6 +53,8 @@ macro_rules! each {
             AnyTransport::Tcp($t) => $call,
             #[cfg(feature = "verbs")]
             AnyTransport::Verbs($t) => $call,
+            #[cfg(feature = "ofi")]
+            AnyTransport::Ofi($t) => $call,
         }
     };
 }
@@ -56,6 +66,8 @@ pub struct Opening {
     shm: Option<ShmOpening>,
     #[cfg(feature = "verbs")]
     verbs: Option<VerbsTransport>,
+    #[cfg(feature = "ofi")]
+    ofi: Option<OfiTransport>,
     tcp: Option<TcpTransport>,
     /// Why a transport that could have been used is not, for `--verbose`.
     notes: Vec<String>,
@@ -69,7 +81,7 @@ pub struct Connected {
 
 impl Opening {
     /// Opens every transport the configuration and the job's hosts call for: loopback for
-    /// this rank, shared memory for the ranks of its host, verbs and TCP for the rest.
+    /// this rank, shared memory for the ranks of its host, verbs, libfabric and TCP for the rest.
     pub fn open(job: &mut Job) -> Result<Opening, EngineError> {
         let loopback = Loopback::open(job);
         let shm = ShmOpening::open(job)?;
@@ -84,25 +96,45 @@ impl Opening {
                     .into(),
             ));
         }
+        #[cfg(not(feature = "ofi"))]
+        if job.config.transport == TransportChoice::Ofi {
+            return Err(EngineError::Config(
+                "MPIRT_TRANSPORT=ofi, but this program was built without libfabric (build it \
+                 with the cargo feature `ofi`)"
+                    .into(),
+            ));
+        }
         #[cfg(not(feature = "verbs"))]
         let verbs_note: Option<String> = None;
         #[cfg(feature = "verbs")]
         let (verbs, verbs_note) = VerbsTransport::open(job, &remote)?;
-        let tcp = if !remote.is_empty() && job.config.transport != TransportChoice::Verbs {
+        #[cfg(not(feature = "ofi"))]
+        let ofi_note: Option<String> = None;
+        #[cfg(feature = "ofi")]
+        let (ofi, ofi_note) = OfiTransport::open(job, &remote)?;
+        let tcp = if !remote.is_empty()
+            && !matches!(
+                job.config.transport,
+                TransportChoice::Verbs | TransportChoice::Ofi
+            ) {
             Some(TcpTransport::open(job, shm.is_some())?)
         } else {
             None
         };
+        let notes = verbs_note
+            .map(|n| format!("no verbs: {n}"))
+            .into_iter()
+            .chain(ofi_note.map(|n| format!("no ofi: {n}")))
+            .collect();
         Ok(Opening {
             loopback,
             shm,
             #[cfg(feature = "verbs")]
             verbs,
+            #[cfg(feature = "ofi")]
+            ofi,
             tcp,
-            notes: verbs_note
-                .map(|n| format!("no verbs: {n}"))
-                .into_iter()
-                .collect(),
+            notes,
         })
     }
 
@@ -129,6 +161,11 @@ impl Opening {
         if let Some(mut verbs) = self.verbs {
             let carried = verbs.connect_peers(job, &unclaimed)?;
             add(AnyTransport::Verbs(verbs), carried, &mut unclaimed);
+        }
+        #[cfg(feature = "ofi")]
+        if let Some(mut ofi) = self.ofi {
+            let carried = ofi.connect_peers(job, &unclaimed)?;
+            add(AnyTransport::Ofi(ofi), carried, &mut unclaimed);
         }
         if let Some(mut tcp) = self.tcp {
             let carried = tcp.connect_peers(job, &unclaimed)?;

@@ -15,6 +15,8 @@
 mod dispatch;
 pub(crate) mod epoll;
 mod loopback;
+#[cfg(feature = "ofi")]
+pub mod ofi;
 pub mod shm;
 pub mod tcp;
 #[cfg(feature = "verbs")]

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use pml::Wireup;
+use pml::{Engine, Pml, PmlError, SendMode, SourceSel, TagSel, Wireup};
 
 /// Key-value exchange through a directory: a put is a file, a fence waits for every rank's
 /// marker file of that round.
@@ -161,4 +161,64 @@ pub fn rank0_saw_rank1_die(outputs: &[Output], what: &str) -> String {
         .find(|l| l.starts_with("after"))
         .unwrap_or_default()
         .to_string()
+}
+
+/// One 4-byte message each way between ranks 0 and 1, so both have reached each other.
+pub fn exchange(e: &mut Engine) {
+    let peer = 1 - e.rank();
+    let out = e.rank().to_le_bytes();
+    let mut inbox = [0u8; 4];
+    // SAFETY: both buffers outlive their requests, waited for below.
+    let r = unsafe {
+        e.post_recv(
+            0,
+            SourceSel::Rank(peer),
+            TagSel::Tag(1),
+            inbox.as_mut_ptr(),
+            4,
+        )
+    }
+    .unwrap();
+    let s =
+        unsafe { e.post_send(0, e.rank(), peer, 1, SendMode::Standard, out.as_ptr(), 4) }.unwrap();
+    e.wait(s).unwrap();
+    e.wait(r).unwrap();
+    assert_eq!(inbox, peer.to_le_bytes());
+}
+
+/// Rank 0's side of a dead-peer test once rank 1 is gone: case `idle` only waits for a
+/// message from it; any other case also sends it `len` bytes every 200 ms. Returns the
+/// error that ended the wait (within 60 s, or the test fails) and prints after how long.
+pub fn wait_for_dead_rank1(e: &mut Engine, case: &str, len: usize) -> PmlError {
+    let t = Instant::now();
+    let mut inbox = [0u8; 8];
+    // SAFETY: `inbox` lives until the process ends; the request never completes (the
+    // sender is dead), so the engine never writes it after this function.
+    let recv = unsafe { e.post_recv(0, SourceSel::Rank(1), TagSel::Tag(5), inbox.as_mut_ptr(), 8) }
+        .unwrap();
+    let data = vec![7u8; len];
+    let error = match case {
+        "idle" => e.wait(recv).unwrap_err(),
+        _ => loop {
+            assert!(t.elapsed() < Duration::from_secs(60), "no error in 60 s");
+            // SAFETY: `data` outlives the request, waited for below.
+            let sent =
+                unsafe { e.post_send(0, 0, 1, 5, SendMode::Standard, data.as_ptr(), data.len()) }
+                    .and_then(|h| e.wait(h));
+            if let Err(error) = sent {
+                break error;
+            }
+            let until = Instant::now() + Duration::from_millis(200);
+            let mut failed = None;
+            while failed.is_none() && Instant::now() < until {
+                failed = e.progress().err();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if let Some(error) = failed {
+                break error;
+            }
+        },
+    };
+    println!("after {:?}: {error}", t.elapsed());
+    error
 }

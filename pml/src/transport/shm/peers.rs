@@ -80,7 +80,7 @@ impl ShmOpening {
         }
         if matches!(
             config.transport,
-            TransportChoice::Tcp | TransportChoice::Verbs
+            TransportChoice::Tcp | TransportChoice::Verbs | TransportChoice::Ofi
         ) {
             return Ok(None);
         }

@@ -4,12 +4,12 @@
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use super::{MrId, VerbsConfig, VerbsTransport};
+use super::{VerbsConfig, VerbsTransport};
 use crate::config::TransportChoice;
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::pml_api::{Counters, EngineError};
-use crate::transport::{Caps, Exposure, Job, Peer, Reading, Sent, Sink, Transport};
+use crate::transport::{Caps, Exposure, Job, Peer, Reading, Registration, Sent, Sink, Transport};
 use crate::wire::RemoteKey;
 
 impl VerbsTransport {
@@ -137,13 +137,16 @@ impl Transport for VerbsTransport {
                 PmlError::transport(peer, format!("exposing a {len}-byte send buffer: {cause}"))
             })?;
             exposure.key.key = u64::from(rkey);
-            exposure.registration = Some(id);
+            exposure.registration = Some(Registration::Verbs(id));
         }
         Ok(exposure)
     }
 
-    fn release(&mut self, registration: MrId) {
-        VerbsTransport::release(self, registration);
+    fn release(&mut self, registration: Registration) {
+        #[allow(irrefutable_let_patterns)]
+        if let Registration::Verbs(id) = registration {
+            VerbsTransport::release(self, id);
+        }
     }
 
     fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {

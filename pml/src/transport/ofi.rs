@@ -1,0 +1,1050 @@
+//! libfabric (OFI) transport (feature `ofi`): one reliable-datagram endpoint (`FI_EP_RDM`)
+//! per rank, frames by `FI_MSG` sends into pre-posted receive buffers (`fi_inject` for those
+//! no larger than the provider's inject size), rendezvous by `fi_read` straight into the
+//! receive buffer where the provider has RMA, and by the protocol's DATA frames where not.
+//! This reaches AWS EFA (`efa`), HPE Slingshot (`cxi`), InfiniBand and RoCE
+//! (`verbs;ofi_rxm`), and, for testing anywhere, `tcp;ofi_rxm`, `shm` and `udp;ofi_rxd`.
+//!
+//! Only untagged messages are used: the native PML's matching, truncation and probe then
+//! do not depend on a provider's tagged path (where libfabric 1.17's defects are: no
+//! `FI_PEEK` on shm, a truncated tagged receive that tears the connection down on
+//! tcp;ofi_rxm). Each frame starts with the sender's rank, so no provider need report
+//! source addresses (ofi_rxd does not).
+//!
+//! Flow control: a rank may have `initial_credits` frames to a peer beyond what the peer
+//! said it consumed; receivers send back the count they consumed every few frames, in a
+//! credit frame that needs no credit itself. Progress is manual: every `poll` reads the
+//! completion queue, which is what moves data on providers without a progress thread.
+//!
+//! Dead peers: libfabric 1.17's tcp;ofi_rxm and udp;ofi_rxd never fail a send to a peer
+//! that is gone (rxm redials it, rxd retransmits, forever), so a send a peer has not taken
+//! within [`SEND_TIMEOUT`] names the peer dead, where the provider completes sends without
+//! the peer's software (see `provider::acks_in_software`). A rank that only waits sends
+//! nothing, so a wait idle for [`PROBE_AFTER`] sends each peer a credit frame (harmless:
+//! counts only grow), which then fails or times out the same way. A rank that finalizes says
+//! goodbye to its peers first, so that a probe stuck on it is no error.
+
+mod contract;
+mod fabric;
+mod memory;
+mod provider;
+mod sys;
+
+use std::collections::VecDeque;
+use std::ffi::c_void;
+use std::mem::size_of;
+use std::time::{Duration, Instant};
+
+use slab::Slab;
+
+use super::Sink;
+use crate::envelope::Rank;
+use crate::error::PmlError;
+use crate::wire::RemoteKey;
+use fabric::{Fabric, Request};
+use memory::Region;
+
+/// A send buffer's registration for a peer's `fi_read`, to release when the send completes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OfiMr(usize);
+
+/// Receive buffers posted on the endpoint, send buffers to copy frames into, and reads in
+/// flight at once.
+const RECV_BUFFERS: usize = 256;
+const SEND_BUFFERS: usize = 128;
+const READ_SLOTS: usize = 64;
+const COMPLETIONS_PER_POLL: usize = 32;
+/// Every frame starts with the sender's rank (4 bytes, little-endian); its top bit marks a
+/// credit frame, whose 8 bytes that follow count the frames the sender consumed.
+const PREFIX: usize = 4;
+const CREDIT_FRAME: u32 = 1 << 31;
+/// In the prefix, marks the last frame of a rank that finalizes (no payload).
+const GOODBYE_FRAME: u32 = 1 << 30;
+const RANK_BITS: u32 = GOODBYE_FRAME - 1;
+const CREDIT_LEN: usize = PREFIX + 8;
+/// Longest single `fi_read`; larger reads go in pieces.
+const MAX_READ_PIECE: usize = 1 << 30;
+/// How long a rank that leaves waits for its sends to complete (a dead peer never lets them).
+const SEND_DRAIN: Duration = Duration::from_secs(2);
+/// How long a wait naps where the provider has no fd to sleep on (it is polled instead).
+const NAP: Duration = Duration::from_micros(50);
+/// How long a wait goes without progress before it probes its peers, and how often it probes
+/// again while it stays idle (one small send to each peer a second).
+pub const PROBE_AFTER: Duration = Duration::from_secs(1);
+/// How long a send may wait for its completion before its peer is taken for dead: a live
+/// peer's provider takes a send in microseconds (on tcp;ofi_rxm, once it is in the kernel).
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The settings the transport is opened with (from `EngineConfig`).
+pub struct OfiConfig<'a> {
+    pub provider: Option<&'a str>,
+    /// Only a provider with a real device (for `--transport auto`).
+    pub fabric_only: bool,
+    pub rma: bool,
+    /// Largest frame (header and payload).
+    pub frame_size: usize,
+    pub eager_limit: usize,
+}
+
+/// A peer reached over the endpoint.
+struct PeerState {
+    addr: sys::fi_addr_t,
+    /// Frames sent to the peer, and how many of them it said it consumed.
+    sent: u64,
+    granted: u64,
+    /// Frames consumed from the peer, and how many of those it has been told about.
+    consumed: u64,
+    reported: u64,
+    /// Why talking to the peer failed, once it has.
+    broken: Option<String>,
+    /// Send buffers on their way to the peer, and whether one of them is a probe.
+    in_flight: u32,
+    probing: bool,
+    /// Whether the peer said goodbye (it finalized).
+    gone: bool,
+    /// Since when the provider refuses every post to the peer (-FI_EAGAIN: tcp;ofi_rxm
+    /// redialling a peer that is gone).
+    refused_since: Option<Instant>,
+}
+
+/// What a send buffer carries, for its completion.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SendKind {
+    Frame,
+    Credit,
+    Probe,
+}
+
+/// A `read` of one receive, possibly in several pieces.
+struct Read {
+    token: u64,
+    pieces_left: usize,
+    error: Option<String>,
+    /// The target's registration, where the provider wants local memory registered: held
+    /// until the read completes, then dropped (closed).
+    _target: Option<Region>,
+}
+
+struct Piece {
+    peer: Rank,
+    read: usize,
+    local: usize,
+    len: usize,
+    remote: u64,
+    key: u64,
+    desc: usize,
+}
+
+type ReadDone = (u64, Result<(), String>);
+
+pub struct OfiTransport {
+    rank: Rank,
+    host: String,
+    /// By rank; `None` for ranks reached another way.
+    peers: Vec<Option<PeerState>>,
+    initial_credits: u64,
+    credit_batch: u64,
+    /// Whether some peer is owed a credit frame that could not go out yet.
+    credits_owed: bool,
+    /// Largest frame the PML hands over, and a buffer's size (the frame and its prefix).
+    frame_size: usize,
+    slot_size: usize,
+    eager_limit: usize,
+    /// One context per operation that can be in flight: receive buffers, then send
+    /// buffers, then read slots; an operation's completion names its context, and so it.
+    contexts: Box<[sys::fi_context2]>,
+    recv_buf: Vec<u8>,
+    send_buf: Vec<u8>,
+    /// Which rank each send buffer went to, what it carries, and when it was posted.
+    send_peer: Vec<(Rank, SendKind)>,
+    send_posted: Vec<Option<Instant>>,
+    /// Whether sends that stay uncompleted past [`SEND_TIMEOUT`] mean a dead peer.
+    send_timeout: bool,
+    free_send: Vec<usize>,
+    /// What each read slot carries while in flight.
+    read_slot: Vec<Option<(usize, Rank)>>,
+    free_read: Vec<usize>,
+    reads: Slab<Read>,
+    waiting_pieces: VecDeque<Piece>,
+    finished_reads: Vec<ReadDone>,
+    /// Frames no longer than the provider's inject size are built here.
+    scratch: Vec<u8>,
+    /// Keys asked for where the provider does not pick them.
+    next_key: u64,
+    pub reads_posted: u64,
+    registrations: u64,
+    stopped: bool,
+    /// Since when polls found nothing, once a wait went to sleep, and when idle waits last
+    /// probed the peers.
+    idle_since: Option<Instant>,
+    last_probe: Option<Instant>,
+    /// Registrations: ours (where the provider wants local buffers registered), and the
+    /// send buffers exposed to peers; both close before the fabric's objects.
+    recv_mr: Option<Region>,
+    send_mr: Option<Region>,
+    exposures: Slab<Region>,
+    /// Boxed: its names and limits are read at start-up and in errors, and the transport
+    /// sits in `AnyTransport` beside smaller ones.
+    fabric: Box<Fabric>,
+}
+
+fn transport(peer: Rank, cause: impl Into<String>) -> PmlError {
+    PmlError::transport(peer, cause.into())
+}
+
+impl OfiTransport {
+    /// Opens the provider `config` asks for, with room for `peers`, and posts the receive
+    /// buffers; `Ok(None)` where only a real fabric was asked for and there is none.
+    pub fn new(
+        rank: Rank,
+        size: u32,
+        host: &str,
+        peers: &[Rank],
+        config: &OfiConfig,
+    ) -> Result<Option<OfiTransport>, String> {
+        let request = Request {
+            wanted: config.provider,
+            fabric_only: config.fabric_only,
+            rma: config.rma,
+            cq_size: RECV_BUFFERS + SEND_BUFFERS + READ_SLOTS + 64,
+            ranks: size as usize,
+        };
+        let Some(fabric) = Fabric::open(&request)? else {
+            return Ok(None);
+        };
+        let frame_size = config
+            .frame_size
+            .min(fabric.max_msg_size.saturating_sub(PREFIX));
+        let slot_size = (frame_size + PREFIX).next_multiple_of(64);
+        let initial_credits = (RECV_BUFFERS / peers.len().max(1)).clamp(4, 64) as u64;
+        let mut t = OfiTransport {
+            rank,
+            host: host.to_string(),
+            peers: (0..size).map(|_| None).collect(),
+            initial_credits,
+            credit_batch: (initial_credits / 4).max(1),
+            credits_owed: false,
+            frame_size,
+            slot_size,
+            eager_limit: config
+                .eager_limit
+                .min(frame_size - crate::wire::MAX_HEADER_LEN),
+            // SAFETY: all-zero is a valid fi_context2 (opaque pointers the provider fills).
+            contexts: vec![unsafe { std::mem::zeroed() }; RECV_BUFFERS + SEND_BUFFERS + READ_SLOTS]
+                .into_boxed_slice(),
+            recv_buf: vec![0; RECV_BUFFERS * slot_size],
+            send_buf: vec![0; SEND_BUFFERS * slot_size],
+            send_peer: vec![(0, SendKind::Frame); SEND_BUFFERS],
+            send_posted: vec![None; SEND_BUFFERS],
+            send_timeout: !provider::acks_in_software(&fabric.provider),
+            free_send: (0..SEND_BUFFERS).rev().collect(),
+            read_slot: (0..READ_SLOTS).map(|_| None).collect(),
+            free_read: (0..READ_SLOTS).rev().collect(),
+            reads: Slab::new(),
+            waiting_pieces: VecDeque::new(),
+            finished_reads: Vec::new(),
+            scratch: Vec::with_capacity(fabric.inject_size),
+            next_key: 1,
+            reads_posted: 0,
+            registrations: 0,
+            stopped: false,
+            idle_since: None,
+            last_probe: None,
+            recv_mr: None,
+            send_mr: None,
+            exposures: Slab::new(),
+            fabric: Box::new(fabric),
+        };
+        if t.fabric.plan.local {
+            let access = (sys::FI_RECV | sys::FI_SEND) as u64;
+            t.recv_mr = Some(t.register(t.recv_buf.as_ptr(), t.recv_buf.len(), access)?);
+            t.send_mr = Some(t.register(t.send_buf.as_ptr(), t.send_buf.len(), access)?);
+        }
+        for slot in 0..RECV_BUFFERS {
+            t.post_receive(slot).map_err(|e| e.to_string())?;
+        }
+        Ok(Some(t))
+    }
+
+    fn register(&mut self, buf: *const u8, len: usize, access: u64) -> Result<Region, String> {
+        let key = self.next_key;
+        self.next_key += 1;
+        self.registrations += 1;
+        Region::register(&self.fabric, buf, len, access, key)
+    }
+
+    /// What peers publish and read: the provider's name and the endpoint's address.
+    pub fn endpoint(&self) -> Result<String, String> {
+        let name = self.fabric.name()?;
+        Ok(format!(
+            "{} {}",
+            self.fabric.provider,
+            crate::hex::encode(&name)
+        ))
+    }
+
+    /// Puts `peer`'s endpoint (as `endpoint` wrote it) in the address vector. A peer on
+    /// another provider cannot be reached: the error says which it has.
+    pub fn connect(&mut self, peer: Rank, endpoint: &str) -> Result<(), String> {
+        let (provider, name) = endpoint
+            .split_once(' ')
+            .ok_or_else(|| format!("rank {peer}'s OFI endpoint '{endpoint}' is malformed"))?;
+        if provider != self.fabric.provider {
+            return Err(format!(
+                "rank {peer} uses libfabric provider {provider}, this rank {} (set \
+                 MPIRT_OFI_PROVIDER to one both have)",
+                self.fabric.provider
+            ));
+        }
+        let name = crate::hex::decode(name.as_bytes())
+            .ok_or_else(|| format!("rank {peer}'s OFI address '{name}' is not hex"))?;
+        let addr = self
+            .fabric
+            .insert(&name)
+            .map_err(|e| format!("adding rank {peer}'s address: {e}"))?;
+        self.peers[peer as usize] = Some(PeerState {
+            addr,
+            sent: 0,
+            granted: 0,
+            consumed: 0,
+            reported: 0,
+            broken: None,
+            in_flight: 0,
+            probing: false,
+            gone: false,
+            refused_since: None,
+        });
+        Ok(())
+    }
+
+    fn context(&mut self, index: usize) -> *mut c_void {
+        (&mut self.contexts[index] as *mut sys::fi_context2).cast()
+    }
+
+    fn post_receive(&mut self, slot: usize) -> Result<(), PmlError> {
+        let desc = self
+            .recv_mr
+            .as_ref()
+            .map_or(std::ptr::null_mut(), Region::desc);
+        let buf = self.recv_buf[slot * self.slot_size..].as_mut_ptr();
+        let context = self.context(slot);
+        loop {
+            // SAFETY: the buffer slot is ours, `slot_size` long, and stays lent to the
+            // provider until its completion, as does its context.
+            let rc =
+                unsafe { sys::recv(self.fabric.ep, buf.cast(), self.slot_size, desc, context) };
+            if rc == 0 {
+                return Ok(());
+            }
+            if !sys::is_again(rc) {
+                return Err(transport(
+                    self.rank,
+                    format!("posting a receive buffer failed: {}", self.named(rc)),
+                ));
+            }
+            self.progress_only();
+        }
+    }
+
+    /// Reads the completion queue without taking completions: moves data on providers
+    /// with manual progress, for a call that must retry after -FI_EAGAIN.
+    fn progress_only(&mut self) {
+        // SAFETY: a zero-count read progresses and reports nothing.
+        unsafe { sys::cq_read(self.fabric.cq, std::ptr::null_mut(), 0) };
+    }
+
+    /// libfabric's words for `rc`, with the provider.
+    fn named(&self, rc: isize) -> String {
+        format!(
+            "{} ({} on {})",
+            sys::strerror(rc),
+            self.fabric.provider,
+            self.host
+        )
+    }
+
+    /// Sends one frame if the peer has credit and the provider takes it now; `Ok(false)`
+    /// if not (the caller retries after progress).
+    pub fn send(&mut self, peer: Rank, header: &[u8], payload: &[u8]) -> Result<bool, PmlError> {
+        let p = self.peers[peer as usize].as_ref().expect("an OFI peer");
+        if let Some(cause) = &p.broken {
+            return Err(transport(
+                peer,
+                format!("a send to rank {peer} was refused: it failed earlier ({cause})"),
+            ));
+        }
+        if p.sent >= self.initial_credits + p.granted {
+            return Ok(false);
+        }
+        let addr = p.addr;
+        let len = PREFIX + header.len() + payload.len();
+        let sent = if len <= self.fabric.inject_size {
+            self.scratch.clear();
+            self.scratch.extend_from_slice(&self.rank.to_le_bytes());
+            self.scratch.extend_from_slice(header);
+            self.scratch.extend_from_slice(payload);
+            // SAFETY: the endpoint is live; inject copies the bytes before returning.
+            let rc =
+                unsafe { sys::inject(self.fabric.ep, self.scratch.as_ptr().cast(), len, addr) };
+            self.check_post(peer, "an inject", rc)?
+        } else {
+            let Some(slot) = self.free_send.pop() else {
+                return Ok(false);
+            };
+            let at = slot * self.slot_size;
+            let buf = &mut self.send_buf[at..at + len];
+            buf[..PREFIX].copy_from_slice(&self.rank.to_le_bytes());
+            buf[PREFIX..PREFIX + header.len()].copy_from_slice(header);
+            buf[PREFIX + header.len()..].copy_from_slice(payload);
+            self.post_send(slot, peer, SendKind::Frame, len)?
+        };
+        if sent {
+            self.peers[peer as usize]
+                .as_mut()
+                .expect("an OFI peer")
+                .sent += 1;
+        }
+        Ok(sent)
+    }
+
+    /// Sends the `len` bytes in send buffer `slot` to `peer`; `Ok(false)`: not now, and the
+    /// slot is free again.
+    fn post_send(
+        &mut self,
+        slot: usize,
+        peer: Rank,
+        kind: SendKind,
+        len: usize,
+    ) -> Result<bool, PmlError> {
+        let desc = self
+            .send_mr
+            .as_ref()
+            .map_or(std::ptr::null_mut(), Region::desc);
+        let buf = self.send_buf[slot * self.slot_size..].as_ptr();
+        let context = self.context(RECV_BUFFERS + slot);
+        let addr = self.peers[peer as usize]
+            .as_ref()
+            .expect("an OFI peer")
+            .addr;
+        self.send_peer[slot] = (peer, kind);
+        // SAFETY: the buffer slot holds the frame and, with its context, stays the
+        // provider's until the send's completion returns the slot.
+        let rc = unsafe { sys::send(self.fabric.ep, buf.cast(), len, desc, addr, context) };
+        let sent = self.check_post(peer, "a send", rc);
+        if matches!(sent, Ok(true)) {
+            self.send_posted[slot] = Some(Instant::now());
+            let p = self.peers[peer as usize].as_mut().expect("an OFI peer");
+            p.in_flight += 1;
+            p.probing |= kind == SendKind::Probe;
+        } else {
+            self.free_send.push(slot);
+        }
+        sent
+    }
+
+    /// Sends `peer` a frame of the prefix `word` and the bytes of `body` from a send buffer,
+    /// so that its completion, failed or not, names the peer; `Ok(false)`: not now.
+    fn send_control(
+        &mut self,
+        peer: Rank,
+        word: u32,
+        body: &[u8],
+        kind: SendKind,
+    ) -> Result<bool, PmlError> {
+        let Some(slot) = self.free_send.pop() else {
+            return Ok(false);
+        };
+        let at = slot * self.slot_size;
+        self.send_buf[at..at + PREFIX].copy_from_slice(&word.to_le_bytes());
+        self.send_buf[at + PREFIX..at + PREFIX + body.len()].copy_from_slice(body);
+        self.post_send(slot, peer, kind, PREFIX + body.len())
+    }
+
+    /// Whether a post went (`true`), must wait for progress (`false`), or failed.
+    /// A post refused for now starts the peer's refusal clock (see `fail_stuck_sends`); one
+    /// taken stops it.
+    fn check_post(&mut self, peer: Rank, what: &str, rc: isize) -> Result<bool, PmlError> {
+        if rc == 0 {
+            if let Some(p) = self.peers[peer as usize].as_mut() {
+                p.refused_since = None;
+            }
+            Ok(true)
+        } else if sys::is_again(rc) {
+            if let Some(p) = self.peers[peer as usize].as_mut() {
+                p.refused_since.get_or_insert_with(Instant::now);
+            }
+            self.progress_only();
+            Ok(false)
+        } else {
+            let cause = format!("{what} to rank {peer} failed: {}", self.named(rc));
+            Err(self
+                .peer_failed(peer, cause.clone())
+                .unwrap_or_else(|| transport(peer, cause)))
+        }
+    }
+
+    /// Tells `peer` how many of its frames this rank consumed, once enough have piled up;
+    /// leaves it owed where the provider cannot take it now.
+    fn return_credits(&mut self, peer: Rank) -> Result<(), PmlError> {
+        let Some(p) = self.peers[peer as usize].as_ref() else {
+            return Ok(());
+        };
+        if p.consumed - p.reported < self.credit_batch || p.broken.is_some() {
+            return Ok(());
+        }
+        let consumed = p.consumed;
+        let word = self.rank | CREDIT_FRAME;
+        let sent = self.send_control(peer, word, &consumed.to_le_bytes(), SendKind::Credit)?;
+        if sent {
+            self.peers[peer as usize]
+                .as_mut()
+                .expect("an OFI peer")
+                .reported = consumed;
+        } else {
+            self.credits_owed = true;
+        }
+        Ok(())
+    }
+
+    /// Registers `len` bytes at `buf` for peers' `fi_read`; returns how they address it.
+    pub fn expose(&mut self, buf: *const u8, len: usize) -> Result<(RemoteKey, OfiMr), String> {
+        let region = self.register(buf, len, sys::FI_REMOTE_READ as u64)?;
+        let key = RemoteKey {
+            addr: self.fabric.plan.remote_addr(buf as usize, region.base),
+            key: region.key(),
+        };
+        Ok((key, OfiMr(self.exposures.insert(region))))
+    }
+
+    pub fn release(&mut self, mr: OfiMr) {
+        self.exposures.remove(mr.0);
+    }
+
+    /// Starts reading `target.len()` bytes at `remote` in `peer` into `target`; `token` comes
+    /// back to the sink of a later `poll` when the data is in.
+    pub fn read(
+        &mut self,
+        peer: Rank,
+        remote: RemoteKey,
+        target: &mut [u8],
+        token: u64,
+    ) -> Result<(), PmlError> {
+        if let Some(cause) = &self.peers[peer as usize]
+            .as_ref()
+            .expect("an OFI peer")
+            .broken
+        {
+            return Err(transport(
+                peer,
+                format!("a read from rank {peer} was refused: it failed earlier ({cause})"),
+            ));
+        }
+        let region = if self.fabric.plan.local {
+            Some(
+                self.register(target.as_ptr(), target.len(), sys::FI_READ as u64)
+                    .map_err(|e| transport(peer, e))?,
+            )
+        } else {
+            None
+        };
+        let desc = region.as_ref().map_or(0, |r| r.desc() as usize);
+        let piece_max = self.fabric.max_msg_size.clamp(1 << 16, MAX_READ_PIECE);
+        let pieces = target.len().div_ceil(piece_max).max(1);
+        let read = self.reads.insert(Read {
+            token,
+            pieces_left: pieces,
+            error: None,
+            _target: region,
+        });
+        for i in 0..pieces {
+            let off = i * piece_max;
+            self.waiting_pieces.push_back(Piece {
+                peer,
+                read,
+                local: target.as_ptr() as usize + off,
+                len: piece_max.min(target.len() - off),
+                remote: remote.addr + off as u64,
+                key: remote.key,
+                desc,
+            });
+        }
+        self.post_waiting_pieces()
+    }
+
+    /// Posts waiting read pieces while read slots are free and the provider takes them.
+    fn post_waiting_pieces(&mut self) -> Result<(), PmlError> {
+        while let Some(piece) = self.waiting_pieces.front() {
+            let Some(slot) = self.free_read.pop() else {
+                return Ok(());
+            };
+            let (peer, read) = (piece.peer, piece.read);
+            let addr = self.peers[peer as usize]
+                .as_ref()
+                .expect("an OFI peer")
+                .addr;
+            let (local, len, remote, key, desc) =
+                (piece.local, piece.len, piece.remote, piece.key, piece.desc);
+            let context = self.context(RECV_BUFFERS + SEND_BUFFERS + slot);
+            // SAFETY: the target stays lent until the read's completion (the engine keeps
+            // the receive buffer until `read_done`), as does the slot's context.
+            let rc = unsafe {
+                sys::read(
+                    self.fabric.ep,
+                    local as *mut c_void,
+                    len,
+                    desc as *mut c_void,
+                    addr,
+                    remote,
+                    key,
+                    context,
+                )
+            };
+            if rc != 0 {
+                self.free_read.push(slot);
+                if sys::is_again(rc) {
+                    self.progress_only();
+                    return Ok(());
+                }
+                let cause = format!("fi_read from rank {peer} failed: {}", self.named(rc));
+                return Err(self
+                    .peer_failed(peer, cause.clone())
+                    .unwrap_or_else(|| transport(peer, cause)));
+            }
+            self.waiting_pieces.pop_front();
+            self.read_slot[slot] = Some((read, peer));
+            self.reads_posted += 1;
+        }
+        Ok(())
+    }
+
+    /// Marks `peer` failed by `cause`; returns the error to report, the first time only.
+    fn peer_failed(&mut self, peer: Rank, cause: String) -> Option<PmlError> {
+        let p = self.peers.get_mut(peer as usize).and_then(Option::as_mut)?;
+        if p.broken.is_some() {
+            return None;
+        }
+        p.broken = Some(cause.clone());
+        Some(transport(peer, cause))
+    }
+
+    /// Takes completions: frames and finished reads go to `sink`. Returns how many arrived,
+    /// or the first failure; the rest of the batch is still taken.
+    pub fn poll(&mut self, sink: &mut impl Sink) -> Result<usize, PmlError> {
+        // SAFETY: all-zero is a valid completion entry; cq_read overwrites those it reports.
+        let mut entries: [sys::fi_cq_data_entry; COMPLETIONS_PER_POLL] =
+            unsafe { std::mem::zeroed() };
+        // SAFETY: `entries` has room for COMPLETIONS_PER_POLL entries.
+        let n = unsafe { sys::cq_read(self.fabric.cq, entries.as_mut_ptr(), COMPLETIONS_PER_POLL) };
+        let mut delivered = 0;
+        let mut failure = None;
+        if n > 0 {
+            for entry in &entries[..n as usize] {
+                let len = entry.len;
+                delivered += self.completed(entry.op_context, Ok(len), sink, &mut failure)?;
+            }
+        } else if n == -(sys::FI_EAVAIL as isize) {
+            // SAFETY: all-zero is a valid error entry; readerr fills it.
+            let mut err: sys::fi_cq_err_entry = unsafe { std::mem::zeroed() };
+            // SAFETY: the queue is live and `err` valid for the call.
+            if unsafe { sys::cq_readerr(self.fabric.cq, &mut err) } > 0 {
+                // SAFETY: the entry came from this queue.
+                let cause = unsafe { sys::cq_strerror(self.fabric.cq, &err) };
+                let cause = format!("{cause} ({} on {})", self.fabric.provider, self.host);
+                delivered += self.completed(err.op_context, Err(cause), sink, &mut failure)?;
+            }
+        } else if n < 0 && !sys::is_again(n) {
+            return Err(transport(
+                self.rank,
+                format!("reading the completion queue failed: {}", self.named(n)),
+            ));
+        }
+        if self.credits_owed {
+            self.credits_owed = false;
+            for peer in 0..self.peers.len() {
+                self.return_credits(peer as Rank)?;
+            }
+        }
+        self.post_waiting_pieces()?;
+        for (token, result) in std::mem::take(&mut self.finished_reads) {
+            sink.read_done(token, result)?;
+            delivered += 1;
+        }
+        if delivered > 0 {
+            self.idle_since = None;
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(delivered),
+        }
+    }
+
+    /// One completion, of the operation whose context is `context`: `Ok(len)` or the
+    /// error's cause. Returns how many deliveries it made.
+    fn completed(
+        &mut self,
+        context: *mut c_void,
+        result: Result<usize, String>,
+        sink: &mut impl Sink,
+        failure: &mut Option<PmlError>,
+    ) -> Result<usize, PmlError> {
+        let base = self.contexts.as_ptr() as usize;
+        let index = (context as usize).wrapping_sub(base) / size_of::<sys::fi_context2>();
+        if context.is_null() || index >= self.contexts.len() {
+            // An operation without a context of ours (an inject): its failure is the
+            // transport's, with no peer to name.
+            if let Err(cause) = result {
+                *failure = failure.take().or(Some(transport(
+                    self.rank,
+                    format!("a send failed: {cause}"),
+                )));
+            }
+            return Ok(0);
+        }
+        if index < RECV_BUFFERS {
+            return self.received(index, result, sink, failure);
+        }
+        if index < RECV_BUFFERS + SEND_BUFFERS {
+            let slot = index - RECV_BUFFERS;
+            self.free_send.push(slot);
+            self.send_posted[slot] = None;
+            let (peer, kind) = self.send_peer[slot];
+            let Some(p) = self.peers[peer as usize].as_mut() else {
+                return Ok(0);
+            };
+            p.in_flight -= 1;
+            p.probing &= kind != SendKind::Probe;
+            let gone = p.gone;
+            if let Err(cause) = result {
+                let cause = match kind {
+                    // A peer that finalized took its endpoint along: control frames to it
+                    // fail, and are moot.
+                    SendKind::Credit | SendKind::Probe if gone => {
+                        self.peer_failed(peer, format!("rank {peer} has finalized"));
+                        return Ok(0);
+                    }
+                    SendKind::Probe => format!(
+                        "rank {peer} did not answer a liveness probe (a credit frame sent after \
+                         a wait made no progress for {PROBE_AFTER:?}): {cause}; it has exited, \
+                         or its host is down"
+                    ),
+                    SendKind::Credit => format!("a credit update to rank {peer} failed: {cause}"),
+                    SendKind::Frame => {
+                        format!("a send to rank {peer} failed: {cause} (did it die?)")
+                    }
+                };
+                let error = self.peer_failed(peer, cause);
+                *failure = failure.take().or(error);
+            }
+            return Ok(0);
+        }
+        let slot = index - RECV_BUFFERS - SEND_BUFFERS;
+        let (read, peer) = self.read_slot[slot].take().expect("a read in flight");
+        self.free_read.push(slot);
+        let r = &mut self.reads[read];
+        r.pieces_left -= 1;
+        if let Err(cause) = &result {
+            r.error
+                .get_or_insert_with(|| format!("fi_read from rank {peer} failed: {cause}"));
+        }
+        if r.pieces_left == 0 {
+            let r = self.reads.remove(read);
+            self.finished_reads
+                .push((r.token, r.error.map_or(Ok(()), Err)));
+        }
+        // The read's request carries the error; the peer is broken all the same.
+        if let Err(cause) = result {
+            self.peer_failed(peer, cause);
+        }
+        Ok(0)
+    }
+
+    /// A frame in receive buffer `slot`: to the sink, or a credit update; then the buffer
+    /// is posted again.
+    fn received(
+        &mut self,
+        slot: usize,
+        result: Result<usize, String>,
+        sink: &mut impl Sink,
+        failure: &mut Option<PmlError>,
+    ) -> Result<usize, PmlError> {
+        let len = match result {
+            Ok(len) => len,
+            Err(cause) => {
+                self.post_receive(slot)?;
+                *failure = failure.take().or(Some(transport(
+                    self.rank,
+                    format!("a receive failed: {cause}"),
+                )));
+                return Ok(0);
+            }
+        };
+        let at = slot * self.slot_size;
+        if len < PREFIX || len > self.slot_size {
+            self.post_receive(slot)?;
+            return Err(transport(self.rank, format!("a {len}-byte frame arrived")));
+        }
+        let word = u32::from_le_bytes(self.recv_buf[at..at + PREFIX].try_into().expect("4"));
+        let peer = word & RANK_BITS;
+        if peer as usize >= self.peers.len() || self.peers[peer as usize].is_none() {
+            self.post_receive(slot)?;
+            return Err(transport(
+                self.rank,
+                format!("a frame arrived from rank {peer}, which this transport does not carry"),
+            ));
+        }
+        let mut delivered = 0;
+        if word & GOODBYE_FRAME != 0 {
+            self.peers[peer as usize]
+                .as_mut()
+                .expect("checked above")
+                .gone = true;
+        } else if word & CREDIT_FRAME != 0 {
+            if len != CREDIT_LEN {
+                self.post_receive(slot)?;
+                return Err(transport(
+                    peer,
+                    format!(
+                        "a {len}-byte credit frame came from rank {peer} ({CREDIT_LEN} expected)"
+                    ),
+                ));
+            }
+            let count = self.recv_buf[at + PREFIX..at + CREDIT_LEN]
+                .try_into()
+                .expect("8");
+            let p = self.peers[peer as usize].as_mut().expect("checked above");
+            p.granted = p.granted.max(u64::from_le_bytes(count));
+        } else {
+            sink.frame(peer, &self.recv_buf[at + PREFIX..at + len])?;
+            self.peers[peer as usize]
+                .as_mut()
+                .expect("checked above")
+                .consumed += 1;
+            delivered = 1;
+        }
+        self.post_receive(slot)?;
+        if delivered > 0 {
+            self.return_credits(peer)?;
+        }
+        Ok(delivered)
+    }
+
+    /// Probes the peers when a wait has been idle for `idle` (at least [`PROBE_AFTER`], and
+    /// no probe in the last `PROBE_AFTER`): a rank that only waits for a peer sends it
+    /// nothing, so without a probe it never learns that the peer died. Peers with sends on
+    /// their way are skipped: those fail the same way if the peer is gone.
+    fn probe_idle_peers(&mut self, idle: Duration) -> Result<(), PmlError> {
+        if idle < PROBE_AFTER || self.last_probe.is_some_and(|t| t.elapsed() < PROBE_AFTER) {
+            return Ok(());
+        }
+        self.last_probe = Some(Instant::now());
+        self.fail_stuck_sends()?;
+        for peer in 0..self.peers.len() {
+            let Some(p) = &self.peers[peer] else {
+                continue;
+            };
+            if p.probing || p.gone || p.broken.is_some() || p.in_flight > 0 {
+                continue;
+            }
+            let (word, count) = (self.rank | CREDIT_FRAME, p.reported);
+            self.send_control(peer as Rank, word, &count.to_le_bytes(), SendKind::Probe)?;
+        }
+        Ok(())
+    }
+
+    /// Takes the peer of a send still uncompleted after [`SEND_TIMEOUT`], or one the provider
+    /// has refused every send for that long, for dead (where the provider completes sends
+    /// without the peer's software): the first such is the error.
+    fn fail_stuck_sends(&mut self) -> Result<(), PmlError> {
+        if !self.send_timeout {
+            return Ok(());
+        }
+        let mut failure = None;
+        for peer in 0..self.peers.len() {
+            let Some(p) = &self.peers[peer] else {
+                continue;
+            };
+            let Some(waited) = p.refused_since.map(|t| t.elapsed()) else {
+                continue;
+            };
+            if waited < SEND_TIMEOUT || p.broken.is_some() {
+                continue;
+            }
+            let cause = if p.gone {
+                self.peer_failed(peer as Rank, format!("rank {peer} has finalized"));
+                continue;
+            } else {
+                format!(
+                    "rank {peer} did not take a send for {waited:.1?} (every one refused: {} on \
+                     {}); it has exited, or its host is down",
+                    self.fabric.provider, self.host
+                )
+            };
+            let error = self.peer_failed(peer as Rank, cause);
+            failure = failure.or(error);
+        }
+        for slot in 0..SEND_BUFFERS {
+            let Some(posted) = self.send_posted[slot] else {
+                continue;
+            };
+            let waited = posted.elapsed();
+            if waited < SEND_TIMEOUT {
+                continue;
+            }
+            let (peer, kind) = self.send_peer[slot];
+            let Some(p) = self.peers[peer as usize].as_ref() else {
+                continue;
+            };
+            if p.gone {
+                self.peer_failed(peer, format!("rank {peer} has finalized"));
+                continue;
+            }
+            let what = match kind {
+                SendKind::Probe => {
+                    "a liveness probe (a credit frame sent after a wait made no \
+                                    progress)"
+                }
+                SendKind::Credit => "a credit update",
+                SendKind::Frame => "a send",
+            };
+            let cause = format!(
+                "rank {peer} did not take {what} in {waited:.1?} ({} on {}); it has exited, or \
+                 its host is down",
+                self.fabric.provider, self.host
+            );
+            let error = self.peer_failed(peer, cause);
+            failure = failure.or(error);
+        }
+        failure.map_or(Ok(()), Err)
+    }
+
+    /// Prepares a sleep: probes idle peers, and says whether something may be pending
+    /// (`fi_trywait` refuses): then do not sleep. Without an fd (the provider has none),
+    /// always: waits poll.
+    pub fn before_wait(&mut self) -> Result<bool, PmlError> {
+        let idle = self.idle_since.get_or_insert_with(Instant::now).elapsed();
+        // A peer that died completes nothing: probe, so the wait fails instead of hanging.
+        self.probe_idle_peers(idle)?;
+        Ok(self.fabric.wait_fd.is_none() || !self.fabric.may_sleep())
+    }
+
+    pub fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
+        let pending = self.before_wait()?;
+        match self.fabric.wait_fd {
+            Some(fd) if !pending => {
+                let mut pfd = libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: `pfd` is valid for the call.
+                unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().max(1) as i32) };
+            }
+            Some(_) => {}
+            None => std::thread::sleep(NAP.min(timeout)),
+        }
+        Ok(())
+    }
+
+    pub fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.fabric.wait_fd
+    }
+
+    /// Stops moving data into this process, for an engine that stopped on a failure:
+    /// closes the endpoint, so reads in flight write no more into receive buffers whose
+    /// owners stopped waiting. Nothing may use the transport afterwards but its drop.
+    pub fn stop(&mut self) {
+        self.waiting_pieces.clear();
+        self.stopped = true;
+        for peer in &mut self.peers {
+            *peer = None;
+        }
+        self.fabric.close_endpoint();
+    }
+
+    /// Waits (at most [`SEND_DRAIN`]) for sends still in flight, which on providers with
+    /// manual progress move only while this rank reads its completion queue.
+    fn drain(&mut self) {
+        let deadline = Instant::now() + SEND_DRAIN;
+        // SAFETY: all-zero is a valid completion entry.
+        let mut entries: [sys::fi_cq_data_entry; COMPLETIONS_PER_POLL] =
+            unsafe { std::mem::zeroed() };
+        while (self.free_send.len() < SEND_BUFFERS || !self.reads.is_empty())
+            && Instant::now() < deadline
+        {
+            // SAFETY: `entries` has room for COMPLETIONS_PER_POLL entries.
+            let n =
+                unsafe { sys::cq_read(self.fabric.cq, entries.as_mut_ptr(), COMPLETIONS_PER_POLL) };
+            if n == -(sys::FI_EAVAIL as isize) {
+                // SAFETY: as in `poll`.
+                let mut err: sys::fi_cq_err_entry = unsafe { std::mem::zeroed() };
+                // SAFETY: as in `poll`.
+                unsafe { sys::cq_readerr(self.fabric.cq, &mut err) };
+                self.retire(err.op_context);
+            }
+            for entry in &entries[..n.max(0) as usize] {
+                self.retire(entry.op_context);
+            }
+        }
+    }
+
+    /// Tells each peer that this rank is leaving (a peer whose probe then fails knows it
+    /// finalized rather than died); `drain` then waits for the goodbyes to go.
+    fn say_goodbye(&mut self) {
+        for peer in 0..self.peers.len() {
+            let Some(p) = &self.peers[peer] else {
+                continue;
+            };
+            if p.gone || p.broken.is_some() {
+                continue;
+            }
+            // No free send buffer (128 sends in flight at exit): the peer is not told, and
+            // a probe of its that fails on this rank names it, as it would a crash.
+            let _ = self.send_control(
+                peer as Rank,
+                self.rank | GOODBYE_FRAME,
+                &[],
+                SendKind::Credit,
+            );
+        }
+    }
+
+    /// Frees what the operation with `context` held, at exit.
+    fn retire(&mut self, context: *mut c_void) {
+        let index = (context as usize).wrapping_sub(self.contexts.as_ptr() as usize)
+            / size_of::<sys::fi_context2>();
+        if (RECV_BUFFERS..RECV_BUFFERS + SEND_BUFFERS).contains(&index) {
+            self.free_send.push(index - RECV_BUFFERS);
+        } else if index >= RECV_BUFFERS + SEND_BUFFERS && index < self.contexts.len() {
+            let slot = index - RECV_BUFFERS - SEND_BUFFERS;
+            if let Some((read, _)) = self.read_slot[slot].take() {
+                let r = &mut self.reads[read];
+                r.pieces_left -= 1;
+                if r.pieces_left == 0 {
+                    self.reads.remove(read);
+                }
+            }
+        }
+    }
+
+    pub fn registrations(&self) -> u64 {
+        self.registrations
+    }
+}
+
+impl Drop for OfiTransport {
+    fn drop(&mut self) {
+        if !self.stopped {
+            self.say_goodbye();
+            self.drain();
+        }
+        // Registrations close before the endpoint they may be bound to, and the endpoint
+        // here, before the fields drop: closing it may still land frames in the posted
+        // receive buffers (a peer's goodbye), which must be live then. The rest of the
+        // fabric's objects close in its own drop.
+        self.reads.clear();
+        self.exposures.clear();
+        self.recv_mr = None;
+        self.send_mr = None;
+        self.fabric.close_endpoint();
+    }
+}

@@ -1,0 +1,208 @@
+//! OFI under the transport contract: its wire-up from the bootstrap (the endpoint's address
+//! published, peers' addresses inserted before the last fence), its limits and its
+//! `--verbose` clause.
+
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use super::{OfiConfig, OfiTransport};
+use crate::config::TransportChoice;
+use crate::envelope::Rank;
+use crate::error::PmlError;
+use crate::pml_api::{Counters, EngineError};
+use crate::transport::{Caps, Exposure, Job, Peer, Reading, Registration, Sent, Sink, Transport};
+use crate::wire::RemoteKey;
+
+impl OfiTransport {
+    /// Opens the endpoint when OFI is asked for (every other rank), or (`auto`) when
+    /// `remote` (ranks no same-host transport carries) is not empty and a provider with a
+    /// real device is there, and publishes it (empty without one: peers then use another
+    /// transport for this pair). With `auto`, a failure is a note for `--verbose`.
+    pub fn open(
+        job: &mut Job,
+        remote: &[Rank],
+    ) -> Result<(Option<OfiTransport>, Option<String>), EngineError> {
+        let config = &job.config;
+        let forced = config.transport == TransportChoice::Ofi;
+        let peers: Vec<Rank> = if forced {
+            (0..job.size).filter(|&r| r != job.rank).collect()
+        } else if config.transport == TransportChoice::Auto {
+            remote.to_vec()
+        } else {
+            Vec::new()
+        };
+        let mut note = None;
+        let ofi = if peers.is_empty() {
+            None
+        } else {
+            let ofi_config = OfiConfig {
+                provider: config.ofi_provider.as_deref(),
+                fabric_only: !forced && config.ofi_provider.is_none(),
+                rma: config.ofi_rma,
+                frame_size: config.ofi_eager_limit + crate::wire::MAX_HEADER_LEN,
+                eager_limit: config.ofi_eager_limit,
+            };
+            match OfiTransport::new(job.rank, job.size, job.host(), &peers, &ofi_config) {
+                Ok(t) => t,
+                Err(e) if forced => {
+                    return Err(EngineError::Transport(format!(
+                        "ofi on {}: {e}",
+                        job.host()
+                    )))
+                }
+                Err(e) => {
+                    note = Some(e);
+                    None
+                }
+            }
+        };
+        let endpoint = match &ofi {
+            Some(t) => t
+                .endpoint()
+                .map_err(|e| EngineError::Transport(format!("ofi on {}: {e}", job.host())))?,
+            None => String::new(),
+        };
+        job.put(&format!("pml.ofi.{}", job.rank), endpoint.as_bytes())?;
+        Ok((ofi, note))
+    }
+
+    /// Inserts the address of each rank of `unclaimed` that published an endpoint on the
+    /// same provider; carries those. With `--transport ofi`, a peer on another provider is
+    /// an error; with `auto`, TCP carries it.
+    pub fn connect_peers(
+        &mut self,
+        job: &mut Job,
+        unclaimed: &[Rank],
+    ) -> Result<Vec<Rank>, EngineError> {
+        let forced = job.config.transport == TransportChoice::Ofi;
+        let mut carried = Vec::new();
+        for &r in unclaimed {
+            let endpoint = job.get(&format!("pml.ofi.{r}"))?;
+            if endpoint.is_empty() {
+                continue;
+            }
+            match self.connect(r, &String::from_utf8_lossy(&endpoint)) {
+                Ok(()) => carried.push(r),
+                Err(e) if forced => {
+                    return Err(EngineError::Transport(format!(
+                        "ofi on {}: {e}",
+                        job.host()
+                    )))
+                }
+                Err(_) => {}
+            }
+        }
+        Ok(carried)
+    }
+}
+
+impl Transport for OfiTransport {
+    fn caps(&self) -> Caps {
+        Caps {
+            eager_limit: self.eager_limit,
+            max_frame: self.frame_size,
+            remote_read: self.fabric.remote_read,
+            remote_write: false,
+            atomics: false,
+            sends_complete_on_return: false,
+            max_pieces: 1,
+        }
+    }
+
+    fn try_send(&mut self, peer: Peer, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError> {
+        Ok(if self.send(peer.rank, header, payload)? {
+            Sent::Whole
+        } else {
+            Sent::Nothing
+        })
+    }
+
+    fn poll(&mut self, sink: &mut impl Sink) -> Result<usize, PmlError> {
+        OfiTransport::poll(self, sink)
+    }
+
+    /// Completions must be read to know (and reading them is what moves data).
+    fn has_work(&self) -> bool {
+        true
+    }
+
+    /// Asynchronous: `poll` reports it done when the last piece completes.
+    fn read(
+        &mut self,
+        peer: Rank,
+        key: RemoteKey,
+        target: &mut [u8],
+        token: u64,
+    ) -> Result<Reading, PmlError> {
+        OfiTransport::read(self, peer, key, target, token)?;
+        Ok(Reading::InFlight)
+    }
+
+    /// Registers the buffer of a send that goes by rendezvous, for the receiver's fi_read.
+    fn expose(
+        &mut self,
+        peer: Rank,
+        buf: *const u8,
+        len: usize,
+        sends_eagerly: impl FnOnce() -> bool,
+    ) -> Result<Exposure, PmlError> {
+        let mut exposure = Exposure::plain(buf);
+        if self.fabric.remote_read && !sends_eagerly() {
+            let (key, mr) = OfiTransport::expose(self, buf, len).map_err(|cause| {
+                PmlError::transport(peer, format!("exposing a {len}-byte send buffer: {cause}"))
+            })?;
+            exposure.key = key;
+            exposure.registration = Some(Registration::Ofi(mr));
+        }
+        Ok(exposure)
+    }
+
+    fn release(&mut self, registration: Registration) {
+        #[allow(irrefutable_let_patterns)]
+        if let Registration::Ofi(mr) = registration {
+            OfiTransport::release(self, mr);
+        }
+    }
+
+    fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
+        OfiTransport::sleep(self, timeout)
+    }
+
+    fn wake_fd(&mut self) -> Result<Option<RawFd>, EngineError> {
+        Ok(OfiTransport::wake_fd(self))
+    }
+
+    fn before_wait(&mut self) -> Result<bool, PmlError> {
+        OfiTransport::before_wait(self)
+    }
+
+    fn after_wait(&mut self) {}
+
+    /// Reads may still be writing into receive buffers: the endpoint closes first.
+    fn stop(&mut self) {
+        OfiTransport::stop(self);
+    }
+
+    fn count(&self, counters: &mut Counters) {
+        counters.registrations += self.registrations();
+    }
+
+    fn describe(&self, peers: usize) -> String {
+        let f = &self.fabric;
+        format!(
+            "{peers} ranks over libfabric {} (fabric {}, domain {}, mr_mode {}), eager up to \
+             {} bytes (inject up to {}), rendezvous by {}",
+            f.provider,
+            f.fabric_name,
+            f.domain_name,
+            f.plan.describe(),
+            self.eager_limit,
+            f.inject_size,
+            if f.remote_read {
+                "fi_read"
+            } else {
+                "DATA frames (the provider has no RMA)"
+            }
+        )
+    }
+}

@@ -1,0 +1,367 @@
+//! The libfabric objects of one rank: the chosen provider's fabric, domain, completion
+//! queue, address vector and reliable-datagram endpoint, opened in that order and closed in
+//! the reverse.
+
+use std::ffi::{c_void, CStr};
+use std::os::fd::RawFd;
+use std::ptr;
+
+use super::provider::{self, MrPlan};
+use super::sys;
+
+/// What to ask `fi_getinfo` for.
+pub struct Request<'a> {
+    /// The provider the user named (`--ofi-provider`), if any.
+    pub wanted: Option<&'a str>,
+    /// Only a provider with a real device (`--transport auto`).
+    pub fabric_only: bool,
+    /// Whether to ask for remote reads (RMA); a provider without them is still taken.
+    pub rma: bool,
+    /// Completion queue entries and address vector slots to size for.
+    pub cq_size: usize,
+    pub ranks: usize,
+}
+
+pub struct Fabric {
+    pub provider: String,
+    pub fabric_name: String,
+    pub domain_name: String,
+    pub plan: MrPlan,
+    /// Largest message `fi_inject` takes, and largest message of any operation.
+    pub inject_size: usize,
+    pub max_msg_size: usize,
+    /// Whether the endpoint reads remote memory (FI_RMA with FI_READ and FI_REMOTE_READ).
+    pub remote_read: bool,
+    /// The completion queue's fd, where the provider has one (else waits poll).
+    pub wait_fd: Option<RawFd>,
+    pub ep: *mut sys::fid_ep,
+    pub av: *mut sys::fid_av,
+    pub cq: *mut sys::fid_cq,
+    pub domain: *mut sys::fid_domain,
+    pub fabric: *mut sys::fid_fabric,
+    info: *mut sys::fi_info,
+}
+
+const RMA_CAPS: u64 = (sys::FI_RMA | sys::FI_READ | sys::FI_REMOTE_READ) as u64;
+
+/// A `fi_getinfo` answer, freed with it.
+struct InfoList(*mut sys::fi_info);
+
+impl Drop for InfoList {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: the list came from fi_getinfo and is freed once.
+            unsafe { sys::fi_freeinfo(self.0) };
+        }
+    }
+}
+
+impl InfoList {
+    /// The providers that offer reliable-datagram endpoints with `caps` under the offered
+    /// modes; an empty list where none does.
+    fn get(caps: u64) -> Result<InfoList, String> {
+        // SAFETY: fi_dupinfo(NULL) allocates zeroed hints with their attribute structures;
+        // the strings we set are strdup'ed, as fi_freeinfo frees them.
+        unsafe {
+            let hints = sys::fi_dupinfo(ptr::null());
+            if hints.is_null() {
+                return Err("fi_allocinfo failed".into());
+            }
+            (*hints).caps = caps | sys::FI_MSG as u64;
+            (*hints).mode = provider::MODE_OFFERED;
+            (*(*hints).ep_attr).type_ = sys::FI_EP_RDM;
+            let domain = &mut *(*hints).domain_attr;
+            domain.mr_mode = provider::MR_MODE_OFFERED as i32;
+            domain.threading = sys::FI_THREAD_DOMAIN;
+            domain.av_type = sys::FI_AV_TABLE;
+            let mut list = ptr::null_mut();
+            let rc = sys::fi_getinfo(
+                sys::API_VERSION,
+                ptr::null(),
+                ptr::null(),
+                0,
+                hints,
+                &mut list,
+            );
+            sys::fi_freeinfo(hints);
+            if rc != 0 && rc != -(sys::FI_ENODATA as i32) {
+                return Err(format!("fi_getinfo failed: {}", sys::strerror(rc as isize)));
+            }
+            Ok(InfoList(list))
+        }
+    }
+
+    fn entries(&self) -> Vec<*mut sys::fi_info> {
+        let mut out = Vec::new();
+        let mut at = self.0;
+        while !at.is_null() {
+            out.push(at);
+            // SAFETY: a list entry from fi_getinfo, live while the list is.
+            at = unsafe { (*at).next };
+        }
+        out
+    }
+}
+
+/// The provider's name of an entry.
+fn prov_name(info: *mut sys::fi_info) -> String {
+    // SAFETY: fi_getinfo's entries carry a fabric_attr with a NUL-terminated prov_name.
+    unsafe { c_string((*(*info).fabric_attr).prov_name) }
+}
+
+fn c_string(p: *const std::ffi::c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: a NUL-terminated string from libfabric.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// Picks an entry of `list`: usable ones (modes we honour) by `request`. Refusals are noted.
+fn choose(
+    list: &InfoList,
+    request: &Request,
+    refused: &mut Vec<String>,
+) -> Option<(*mut sys::fi_info, MrPlan)> {
+    let mut usable = Vec::new();
+    for info in list.entries() {
+        let name = prov_name(info);
+        // SAFETY: entries carry a domain_attr.
+        let (mode, mr_mode) = unsafe { ((*info).mode, (*(*info).domain_attr).mr_mode as u32) };
+        match provider::check_mode(mode).and_then(|()| MrPlan::from_mr_mode(mr_mode)) {
+            Ok(plan) => usable.push((name, info, plan)),
+            Err(why) => refused.push(format!("{name}: {why}")),
+        }
+    }
+    let names: Vec<String> = usable.iter().map(|(n, _, _)| n.clone()).collect();
+    let at = provider::pick(&names, request.wanted, request.fabric_only)?;
+    Some((usable[at].1, usable[at].2))
+}
+
+/// The providers `fi_getinfo` offers for reliable datagrams at all, for the error that
+/// names what was there.
+fn offered() -> String {
+    let mut names: Vec<String> = match InfoList::get(0) {
+        Ok(list) => list.entries().into_iter().map(prov_name).collect(),
+        Err(e) => return e,
+    };
+    names.dedup();
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+impl Fabric {
+    /// Finds the provider `request` asks for and opens its objects; `Ok(None)` where the
+    /// request is for a real fabric only and there is none.
+    pub fn open(request: &Request) -> Result<Option<Fabric>, String> {
+        let mut refused = Vec::new();
+        let with_rma = if request.rma {
+            Some(InfoList::get(RMA_CAPS)?)
+        } else {
+            None
+        };
+        let without_rma = InfoList::get(0)?;
+        let picked = with_rma
+            .as_ref()
+            .and_then(|l| choose(l, request, &mut refused))
+            .map(|(info, plan)| (info, plan, true))
+            .or_else(|| {
+                choose(&without_rma, request, &mut refused).map(|(info, plan)| (info, plan, false))
+            });
+        let Some((info, plan, remote_read)) = picked else {
+            if request.fabric_only && request.wanted.is_none() {
+                return Ok(None);
+            }
+            refused.dedup();
+            let wanted = match request.wanted {
+                Some(w) => format!("provider '{w}'"),
+                None => format!("provider among {}", provider::PREFERENCE.join(", ")),
+            };
+            let refused = if refused.is_empty() {
+                String::new()
+            } else {
+                format!("; refused: {}", refused.join("; "))
+            };
+            return Err(format!(
+                "no usable libfabric {wanted} with reliable-datagram endpoints (fi_getinfo \
+                 offers: {}{refused})",
+                offered()
+            ));
+        };
+        // SAFETY: `info` is an entry of a live list; the copy is ours until Drop.
+        let info = unsafe { sys::fi_dupinfo(info) };
+        if info.is_null() {
+            return Err("fi_dupinfo failed".into());
+        }
+        // SAFETY: the copy carries its attribute structures.
+        let (provider, fabric_name, domain_name, inject_size, max_msg_size) = unsafe {
+            (
+                prov_name(info),
+                c_string((*(*info).fabric_attr).name),
+                c_string((*(*info).domain_attr).name),
+                (*(*info).tx_attr).inject_size,
+                (*(*info).ep_attr).max_msg_size,
+            )
+        };
+        let mut f = Fabric {
+            provider,
+            fabric_name,
+            domain_name,
+            plan,
+            inject_size,
+            max_msg_size,
+            remote_read,
+            wait_fd: None,
+            ep: ptr::null_mut(),
+            av: ptr::null_mut(),
+            cq: ptr::null_mut(),
+            domain: ptr::null_mut(),
+            fabric: ptr::null_mut(),
+            info,
+        };
+        f.open_objects(request)
+            .map_err(|e| format!("{} on {}: {e}", f.provider, f.domain_name))?;
+        Ok(Some(f))
+    }
+
+    fn open_objects(&mut self, request: &Request) -> Result<(), String> {
+        let check = |what: &str, rc: isize| {
+            if rc == 0 {
+                Ok(())
+            } else {
+                Err(format!("{what} failed: {}", sys::strerror(rc)))
+            }
+        };
+        // SAFETY: each object is opened from live parents and stored for Drop, which closes
+        // those that were opened (non-null) in reverse order.
+        unsafe {
+            check(
+                "fi_fabric",
+                sys::fi_fabric((*self.info).fabric_attr, &mut self.fabric, ptr::null_mut())
+                    as isize,
+            )?;
+            check(
+                "fi_domain",
+                sys::domain(self.fabric, self.info, &mut self.domain),
+            )?;
+            let mut attr: sys::fi_cq_attr = std::mem::zeroed();
+            attr.size = request.cq_size;
+            attr.format = sys::FI_CQ_FORMAT_DATA;
+            attr.wait_obj = sys::FI_WAIT_FD;
+            if sys::cq_open(self.domain, &mut attr, &mut self.cq) != 0 {
+                // No fd to sleep on (udp;ofi_rxd): waits poll.
+                attr.wait_obj = sys::FI_WAIT_NONE;
+                check(
+                    "fi_cq_open",
+                    sys::cq_open(self.domain, &mut attr, &mut self.cq),
+                )?;
+            } else {
+                let mut fd: i32 = -1;
+                let rc = sys::control(
+                    &mut (*self.cq).fid,
+                    sys::FI_GETWAIT,
+                    (&mut fd as *mut i32).cast::<c_void>(),
+                );
+                self.wait_fd = (rc == 0 && fd >= 0).then_some(fd);
+            }
+            let mut av_attr: sys::fi_av_attr = std::mem::zeroed();
+            av_attr.type_ = sys::FI_AV_TABLE;
+            av_attr.count = request.ranks;
+            check(
+                "fi_av_open",
+                sys::av_open(self.domain, &mut av_attr, &mut self.av),
+            )?;
+            check(
+                "fi_endpoint",
+                sys::endpoint(self.domain, self.info, &mut self.ep),
+            )?;
+            check(
+                "binding the completion queue",
+                sys::bind(
+                    &mut (*self.ep).fid,
+                    &mut (*self.cq).fid,
+                    (sys::FI_TRANSMIT | sys::FI_RECV) as u64,
+                ),
+            )?;
+            check(
+                "binding the address vector",
+                sys::bind(&mut (*self.ep).fid, &mut (*self.av).fid, 0),
+            )?;
+            check(
+                "fi_enable",
+                sys::control(&mut (*self.ep).fid, sys::FI_ENABLE, ptr::null_mut()),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The endpoint's address, for peers' address vectors.
+    pub fn name(&self) -> Result<Vec<u8>, String> {
+        let mut buf = vec![0u8; 256];
+        let mut len = buf.len();
+        // SAFETY: the endpoint is enabled; `buf` has room for `len` bytes.
+        let mut rc = unsafe { sys::getname(self.ep, buf.as_mut_ptr().cast(), &mut len) };
+        if rc == -(sys::FI_ETOOSMALL as isize) {
+            buf.resize(len, 0);
+            // SAFETY: as above, with the size the provider asked for.
+            rc = unsafe { sys::getname(self.ep, buf.as_mut_ptr().cast(), &mut len) };
+        }
+        if rc != 0 {
+            return Err(format!("fi_getname failed: {}", sys::strerror(rc)));
+        }
+        buf.truncate(len);
+        Ok(buf)
+    }
+
+    /// Inserts a peer's address; returns its handle for sends and reads.
+    pub fn insert(&self, name: &[u8]) -> Result<sys::fi_addr_t, String> {
+        let mut addr = sys::ADDR_UNSPEC;
+        // SAFETY: `name` is an address as the same provider's fi_getname wrote it (peers
+        // publish their provider beside it, and the caller checked it is ours).
+        let rc = unsafe { sys::av_insert(self.av, name.as_ptr().cast(), &mut addr) };
+        if rc != 1 {
+            return Err(format!("fi_av_insert failed: {}", sys::strerror(rc.min(0))));
+        }
+        Ok(addr)
+    }
+
+    /// Closes the endpoint now (see `OfiTransport::stop`): the provider then writes nothing
+    /// more into this process's memory.
+    pub fn close_endpoint(&mut self) {
+        if !self.ep.is_null() {
+            // SAFETY: the endpoint was opened once; nulled so that Drop does not close it again.
+            unsafe { sys::close(&mut (*self.ep).fid) };
+            self.ep = ptr::null_mut();
+        }
+    }
+
+    /// Whether the completion queue may be slept on: `fi_trywait` says nothing is pending.
+    pub fn may_sleep(&self) -> bool {
+        // SAFETY: the fabric and completion queue are live.
+        unsafe { sys::trywait(self.fabric, &mut (*self.cq).fid) == 0 }
+    }
+}
+
+impl Drop for Fabric {
+    fn drop(&mut self) {
+        // SAFETY: each non-null object was opened once and is closed once, children first;
+        // the transport closed its memory regions before dropping this.
+        unsafe {
+            for fid in [
+                self.ep.cast::<sys::fid>(),
+                self.av.cast(),
+                self.cq.cast(),
+                self.domain.cast(),
+                self.fabric.cast(),
+            ] {
+                if !fid.is_null() {
+                    sys::close(fid);
+                }
+            }
+            sys::fi_freeinfo(self.info);
+        }
+    }
+}
