@@ -49,6 +49,7 @@ fn rank_mode() {
             println!("error: {e}");
         }
         "mismatched-allreduce" => mismatched_all_reduce(&world),
+        "refusals" => refusals(&world),
         "area-wakes" => {
             // Rank 1 comes late to each barrier, so rank 0 waits in the area; its counts
             // are printed when the communicator, and its area, go.
@@ -1254,6 +1255,66 @@ fn mismatched_all_reduce(world: &SimpleCommunicator) {
     }
 }
 
+/// One rank's arguments to a rooted call fail its own checks while the others' pass; an
+/// all-reduce of the same length follows each, which must not read that call's bytes.
+fn refusals(world: &SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    let mine = rank * 10 + 1;
+    let expected: i32 = (0..size).map(|r| r * 10 + 1).sum();
+    let check = |after: &str| {
+        let mut sum = 0i32;
+        match world.try_all_reduce_into(&mine, &mut sum, SystemOperation::sum()) {
+            Ok(()) => assert_eq!(sum, expected, "after {after}: another call's bytes"),
+            Err(e) => println!("all_reduce after {after}: {e}"),
+        }
+    };
+    check("the warm-up");
+    let root = world.process_at_rank(0);
+    let report = |what: &str, result: Result<(), mpirt::Error>| match result {
+        Ok(()) => println!("{what}: rank {rank}: ok"),
+        Err(e) => println!("{what}: {e}"),
+    };
+    // The root's receive buffer is one element short; the others' vectors fit the area.
+    let gathered = if rank == 0 {
+        root.try_gather_into_root(&mine, &mut vec![0i32; size as usize - 1][..])
+    } else {
+        root.try_gather_into(&mine)
+    };
+    report("short root", gathered);
+    check("the short root");
+    // The same with vectors too long for the area: the others wait for the root's verdict.
+    let long = vec![mine; 1100];
+    let gathered = if rank == 0 {
+        root.try_gather_into_root(&long[..], &mut vec![0i32; 1100][..])
+    } else {
+        root.try_gather_into(&long[..])
+    };
+    report("short root, long vectors", gathered);
+    check("the short root of long vectors");
+    // Rank 1 calls the root's form of a scatter; the others read the root's blocks.
+    let blocks: Vec<i32> = (0..size).map(|r| r * 3).collect();
+    let mut got = -1i32;
+    let scattered = if rank <= 1 {
+        root.try_scatter_into_root(&blocks[..], &mut got)
+    } else {
+        root.try_scatter_into(&mut got)
+    };
+    if scattered.is_ok() && rank != 0 {
+        assert_eq!(got, rank * 3);
+    }
+    report("scatter", scattered);
+    check("the scatter");
+    // The last rank calls the root's form of a gather: the root reads its refusal.
+    let last = size - 1;
+    let gathered = if rank == 0 || rank == last {
+        root.try_gather_into_root(&mine, &mut vec![0i32; size as usize][..])
+    } else {
+        root.try_gather_into(&mine)
+    };
+    report("gather", gathered);
+    check("the gather");
+}
+
 // ---- the test side ----
 
 fn ok_job(n: u32, envs: &[(&str, &str)]) -> String {
@@ -1443,6 +1504,33 @@ fn lengths_disagreeing_across_the_shared_area_limit_are_an_error() {
         assert!(out.contains(line), "missing {line:?} in\n{out}");
     }
     assert!(out.contains("area files left: 0"), "{out}");
+}
+
+#[test]
+fn a_rank_refusing_its_arguments_keeps_the_area_in_step() {
+    let (out, _) = ok_job_with(3, "refusals", &[]);
+    let refused = "refused its arguments to this call (its own error says why)";
+    for expected in [
+        "short root: rank 0: gather_into_root: the receive buffer holds 2 elements where 3 \
+         are needed",
+        "short root: rank 1: ok",
+        "short root: rank 2: ok",
+        "short root, long vectors: rank 0: gather_into_root: the receive buffer holds 1100 \
+         elements where 3300 are needed",
+        &format!("short root, long vectors: rank 1: gather_into: rank 0 {refused}"),
+        &format!("short root, long vectors: rank 2: gather_into: rank 0 {refused}"),
+        "scatter: rank 0: ok",
+        "scatter: rank 1: scatter_into_root: the root is rank 0: the root calls \
+         scatter_into_root, the others scatter_into",
+        "scatter: rank 2: ok",
+        &format!("gather: rank 0: gather_into_root: rank 2 {refused}"),
+        "gather: rank 1: ok",
+        "gather: rank 2: gather_into_root: the root is rank 0: the root calls \
+         gather_into_root, the others gather_into",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in\n{out}");
+    }
+    assert!(!out.contains("all_reduce after"), "{out}");
 }
 
 /// Two ranks that inherited one CPU between them sleep at once when they wait (spinning

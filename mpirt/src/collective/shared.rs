@@ -116,7 +116,8 @@ struct Flag {
     /// The call whose vector the cell holds (0 before the first).
     call: AtomicU64,
     len: AtomicU64,
-    /// A reduction root's verdict on call k: `k * VERDICTS` plus one of the verdicts.
+    /// A reduction's or a gather's root's verdict on call k: `k * VERDICTS` plus one of the
+    /// verdicts.
     verdict: AtomicU64,
 }
 
@@ -126,6 +127,10 @@ const VERDICTS: u64 = 4;
 const IN_AREA: u64 = 1;
 const BY_MESSAGES: u64 = 2;
 const DISAGREED: u64 = 3;
+/// The length a rank publishes for a call whose arguments its own checks refused: it takes
+/// the call's number all the same, so that every rank's count of calls stays in step, and
+/// every rank that reads its cell for the call fails naming it.
+const REFUSED: u64 = u64::MAX;
 
 /// This rank's view of a communicator's area.
 pub(crate) struct Area {
@@ -440,14 +445,16 @@ impl Area {
         }
         let (root_flag, root_data) = self.cell(root, phase);
         self.wait_for(&root_flag.call, call)?;
-        let published = root_flag.len.load(Ordering::Relaxed) as usize;
-        let outcome = if published > SHARED_MAX {
+        let published = root_flag.len.load(Ordering::Relaxed);
+        let outcome = if published == REFUSED {
+            Err(Cause::PeerRefused { peer: root as i32 })
+        } else if published as usize > SHARED_MAX {
             Ok(false)
-        } else if published != len {
+        } else if published as usize != len {
             Err(Cause::LengthDisagrees {
                 peer: root as i32,
                 expected: len,
-                got: published,
+                got: published as usize,
             })
         } else {
             // SAFETY: the root published these `len` bytes for this call (the acquire load in
@@ -478,16 +485,40 @@ impl Area {
     }
 
     /// The first rank whose published length for the call in cells `phase` (which every
-    /// rank has published) is not `len`.
+    /// rank has published) is not `len`: one that refused its arguments first.
     fn disagreement(&self, phase: usize, len: usize) -> Option<Cause> {
-        (0..self.size).filter(|&r| r != self.rank).find_map(|r| {
-            let got = self.cell(r, phase).0.len.load(Ordering::Relaxed) as usize;
-            (got != len).then_some(Cause::LengthDisagrees {
-                peer: r as i32,
-                expected: len,
-                got,
+        self.refusal(phase).or_else(|| {
+            (0..self.size).filter(|&r| r != self.rank).find_map(|r| {
+                let got = self.cell(r, phase).0.len.load(Ordering::Relaxed) as usize;
+                (got != len).then_some(Cause::LengthDisagrees {
+                    peer: r as i32,
+                    expected: len,
+                    got,
+                })
             })
         })
+    }
+
+    /// The first rank that refused its arguments to the call in cells `phase`, which every
+    /// rank has published.
+    fn refusal(&self, phase: usize) -> Option<Cause> {
+        (0..self.size)
+            .filter(|&r| r != self.rank)
+            .find(|&r| self.cell(r, phase).0.len.load(Ordering::Relaxed) == REFUSED)
+            .map(|r| Cause::PeerRefused { peer: r as i32 })
+    }
+
+    /// Takes part in the next call only to say that this rank refused its arguments (see
+    /// [`REFUSED`]); as a root, its verdict tells the ranks waiting for one to fail too.
+    fn refuse(&self) -> Result<(), Cause> {
+        let (call, phase) = self.next_call();
+        let flag = self.cell(self.rank, phase).0;
+        self.guard_write(call)?;
+        flag.len.store(REFUSED, Ordering::Relaxed);
+        flag.verdict
+            .store(call * VERDICTS + DISAGREED, Ordering::Release);
+        self.publish(&flag.call, call);
+        Ok(())
     }
 
     /// What `rank` published in its cell `phase` for this call, of `send`'s length (`send`
@@ -600,6 +631,9 @@ impl Area {
         let (call, phase) = self.next_call();
         self.contribute(call, phase, send)?;
         self.wait_for_all(call, phase)?;
+        if let Some(cause) = self.refusal(phase) {
+            return Err(cause);
+        }
         Ok(self.all_fit(phase).then_some(phase))
     }
 
@@ -680,6 +714,9 @@ impl Area {
         flag.len.store(len as u64, Ordering::Relaxed);
         self.publish(&flag.call, call);
         self.wait_for_all(call, phase)?;
+        if let Some(cause) = self.refusal(phase) {
+            return Err(cause);
+        }
         if !self.all_fit(phase) {
             return Ok(false);
         }
@@ -764,6 +801,9 @@ impl Area {
             self.wait_for(&root_flag.verdict, call * VERDICTS)?;
             return match root_flag.verdict.load(Ordering::Acquire) % VERDICTS {
                 BY_MESSAGES => Ok(false),
+                _ if root_flag.len.load(Ordering::Relaxed) == REFUSED => {
+                    Err(Cause::PeerRefused { peer: root as i32 })
+                }
                 _ => Err(Cause::LengthDisagrees {
                     peer: root as i32,
                     expected: send.len(),
@@ -957,6 +997,27 @@ pub(crate) fn over_packed<B: BufferMut + ?Sized>(
     // any bytes are values, and `reduce_local_into`'s operation makes values of values.
     unsafe { layout.unpack(count, base, &packed) };
     Ok(true)
+}
+
+/// `cause`, this rank's refusal of its arguments to `operation`, as its error; where the call
+/// would have met in the area (`wanted`, `datatype` and `bytes` as the call's area path would
+/// give them), this rank takes its part all the same, to say so: the other ranks' counts of
+/// calls stay in step with this one's, and those that read its part fail naming it rather
+/// than wait or read a later call's bytes.
+pub(crate) fn refuse(
+    comm: &CommData,
+    operation: &'static str,
+    wanted: Result<bool, Cause>,
+    datatype: Datatype,
+    bytes: usize,
+    cause: Cause,
+) -> Error {
+    if let Ok(Some(area)) = usable_area(comm, operation, wanted, datatype, bytes) {
+        // A failure to take part (a peer's broken messaging) leaves this rank's own cause
+        // the one to report.
+        let _ = area.refuse();
+    }
+    Error::new(operation, cause)
 }
 
 /// Runs a blocking barrier through the area; `false` if it must go by messages instead.
