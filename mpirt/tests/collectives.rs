@@ -61,6 +61,30 @@ fn rank_mode() {
                 dup.barrier();
             }
         }
+        "area-calls" => {
+            // Ten of each call whose area path has no other evidence; the communicator's
+            // area counts them when it goes (rsrun --verbose).
+            let dup = world.duplicate();
+            let n = dup.size() as usize;
+            let send: Vec<i32> = (0..n as i32).collect();
+            let mut got = vec![0i32; n];
+            let mut mine = [0i32];
+            let ones = vec![1; n];
+            let displs: Vec<Count> = (0..n as Count).collect();
+            for _ in 0..10 {
+                dup.all_to_all_into(&send[..], &mut got[..]);
+                assert_eq!(got, vec![dup.rank(); n]);
+                dup.reduce_scatter_block_into(&send[..], &mut mine[..], SystemOperation::sum());
+                assert_eq!(mine, [dup.rank() * n as i32]);
+                dup.reduce_scatter_into(&send[..], &mut mine[..], &ones, SystemOperation::sum());
+                assert_eq!(mine, [dup.rank() * n as i32]);
+                dup.all_to_all_varcount_into(
+                    &Partition::new(&send[..], &ones[..], &displs[..]),
+                    &mut PartitionMut::new(&mut got[..], &ones[..], &displs[..]),
+                );
+                assert_eq!(got, vec![dup.rank(); n]);
+            }
+        }
         "describe" => println!("rank {}: {}", world.rank(), universe.description()),
         "context-reuse" => {
             // More communicators than there are context ids, one at a time: ids must be
@@ -455,6 +479,53 @@ fn varcount(world: &SimpleCommunicator, extra: usize) {
     }
 }
 
+/// Rank 0's buffers are too long for the shared-memory area's 4 KiB cell, the others' fit:
+/// every rank sees every length there, so all go by messages together (a rank left waiting
+/// in the area would hang the call).
+fn varcount_mixed_fit(world: &SimpleCommunicator) {
+    let (n, me) = (world.size(), world.rank());
+    let count = |s: i32| if s == 0 { 1100usize } else { 1 };
+    let value = |s: i32, r: i32, i: usize| (s * 64 + r) * 2048 + i as i32;
+    let prefix = |counts: &[Count]| -> Vec<Count> {
+        counts
+            .iter()
+            .scan(0, |at, &c| {
+                let d = *at;
+                *at += c;
+                Some(d)
+            })
+            .collect()
+    };
+    let all: Vec<Count> = (0..n).map(|s| count(s) as Count).collect();
+    let all_displs = prefix(&all);
+    let mine: Vec<i32> = (0..count(me)).map(|i| value(me, -1, i)).collect();
+    let mut got = vec![-1i32; all.iter().sum::<Count>() as usize];
+    world.all_gather_varcount_into(
+        &mine[..],
+        &mut PartitionMut::new(&mut got[..], &all[..], &all_displs[..]),
+    );
+    let expected: Vec<i32> = (0..n)
+        .flat_map(|s| (0..count(s)).map(move |i| value(s, -1, i)))
+        .collect();
+    assert_eq!(got, expected, "all_gather_varcount, mixed fit");
+
+    // Rank s sends count(s) elements to each rank.
+    let send: Vec<i32> = (0..n)
+        .flat_map(|r| (0..count(me)).map(move |i| value(me, r, i)))
+        .collect();
+    let send_counts = vec![count(me) as Count; n as usize];
+    let send_displs = prefix(&send_counts);
+    let mut got = vec![-1i32; all.iter().sum::<Count>() as usize];
+    world.all_to_all_varcount_into(
+        &Partition::new(&send[..], &send_counts[..], &send_displs[..]),
+        &mut PartitionMut::new(&mut got[..], &all[..], &all_displs[..]),
+    );
+    let expected: Vec<i32> = (0..n)
+        .flat_map(|s| (0..count(s)).map(move |i| value(s, me, i)))
+        .collect();
+    assert_eq!(got, expected, "all_to_all_varcount, mixed fit");
+}
+
 fn collectives(world: &SimpleCommunicator) {
     for _ in 0..3 {
         world.barrier();
@@ -467,10 +538,12 @@ fn collectives(world: &SimpleCommunicator) {
         check_data_movement(world, block, affine);
     }
     check_data_movement(world, MIB / n, byte);
-    // Up to 50 extra, every part fits the shared-memory area; with 1100 none does.
-    for extra in [0, 1, 50, 1100] {
+    // Up to 50 extra, every part fits the shared-memory area; with 1100 none does; with 1023
+    // the all-gather's 4092 and 4096 bytes fit and 4100 do not (ranks 2, 5, ...).
+    for extra in [0, 1, 50, 1023, 1100] {
         varcount(world, extra);
     }
+    varcount_mixed_fit(world);
     println!("collectives ok");
 }
 
@@ -648,23 +721,27 @@ fn data_movement_in_turn(comm: &SimpleCommunicator, call: usize, root: i32) {
     let incoming: Vec<i32> = (0..n).flat_map(|r| part(r, me)).collect();
     assert_eq!(got, incoming, "all_to_all {of}");
 
-    // Rank r gives r % 2 + 1 parts; the others' parts lie one element apart.
+    // Rank r gives r % 2 + 1 parts (3 or 6 elements): ranks 2k and 2k + 1 lie back to back
+    // (at 9k + 4k and 9k + 4k + 3), and a gap of 4 elements, which must keep its -1s, lies
+    // between each such pair and the next.
     let counts: Vec<Count> = (0..n).map(|r| 3 * (r % 2 + 1)).collect();
-    let displs: Vec<Count> = (0..n).map(|r| 3 * r + 4 * (r / 2) + 3 * (r / 2)).collect();
+    let displs: Vec<Count> = (0..n).map(|r| 3 * r + 7 * (r / 2)).collect();
     let given: Vec<i32> = (0..=me % 2).flat_map(|_| part(me, -2)).collect();
-    let mut got = vec![-1; (displs[n as usize - 1] + counts[n as usize - 1]) as usize];
+    let len = (displs[n as usize - 1] + counts[n as usize - 1]) as usize;
+    let mut expected = vec![-1; len];
+    for r in 0..n {
+        let at = displs[r as usize] as usize;
+        let theirs: Vec<i32> = (0..=r % 2).flat_map(|_| part(r, -2)).collect();
+        expected[at..at + theirs.len()].copy_from_slice(&theirs);
+    }
+    let mut got = vec![-1; len];
     comm.all_gather_varcount_into(
         &given[..],
         &mut PartitionMut::new(&mut got[..], &counts[..], &displs[..]),
     );
-    for r in 0..n {
-        let at = displs[r as usize] as usize;
-        let expected: Vec<i32> = (0..=r % 2).flat_map(|_| part(r, -2)).collect();
-        assert_eq!(
-            got[at..at + expected.len()],
-            expected,
-            "all_gather_varcount {of}"
-        );
+    assert_eq!(got, expected, "all_gather_varcount {of}");
+    if n > 2 {
+        assert_eq!(got[9..13], [-1; 4], "the gap after ranks 0 and 1, {of}");
     }
 
     let root_process = comm.process_at_rank(root);
@@ -1241,6 +1318,35 @@ fn mismatched_all_reduce(world: &SimpleCommunicator) {
         Ok(()) => assert_eq!(world.rank(), 0, "only the root cannot tell"),
         Err(e) => println!("scatter: {e}"),
     }
+    // The same blocks in the calls where every rank gives and takes.
+    let (send, mut recv) = (&all[..2 * block], vec![0.0f64; 2 * block]);
+    let e = world.try_all_to_all_into(send, &mut recv[..]).unwrap_err();
+    println!("all_to_all: {e}");
+    let e = world
+        .try_reduce_scatter_block_into(send, &mut recv[..block], SystemOperation::sum())
+        .unwrap_err();
+    println!("reduce_scatter_block: {e}");
+    let counts = [block as Count; 2];
+    let e = world
+        .try_reduce_scatter_into(send, &mut recv[..block], &counts, SystemOperation::sum())
+        .unwrap_err();
+    println!("reduce_scatter: {e}");
+    // Parts that fit: rank 0 sends rank 1 one element, rank 1 expects two; the rest agree.
+    let (send_counts, recv_counts): ([Count; 2], [Count; 2]) = if world.rank() == 0 {
+        ([1, 1], [1, 2])
+    } else {
+        ([2, 2], [2, 2])
+    };
+    let displs: [Count; 2] = [0, 2];
+    let sent = [1.0f64; 4];
+    let varcount = world.try_all_to_all_varcount_into(
+        &Partition::new(&sent[..], &send_counts[..], &displs[..]),
+        &mut PartitionMut::new(&mut recv[..4], &recv_counts[..], &displs[..]),
+    );
+    match varcount {
+        Ok(()) => assert_eq!(world.rank(), 0, "only rank 1 receives a wrong part"),
+        Err(e) => println!("all_to_all_varcount: {e}"),
+    }
     world.all_reduce_into(&1.0f64, &mut sum, SystemOperation::sum());
     assert_eq!(sum, f64::from(world.size()), "the area still works");
     world.barrier();
@@ -1447,6 +1553,21 @@ fn every_algorithm_forced() {
         "{stderr}"
     );
     assert!(!stderr.contains("unavailable"), "{stderr}");
+    // All-to-alls and reduce-scatters, whose results look the same by messages, met in the
+    // area: 40 calls on each rank.
+    let (_, stderr) = ok_job_with(4, "area-calls", &verbose);
+    for rank in 0..4 {
+        let line = format!("mpirt: collective area, rank {rank} of 4: ");
+        let calls: u64 = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix(&line))
+            .and_then(|rest| rest.split(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no count of calls for rank {rank} in\n{stderr}"));
+        assert!(
+            calls >= 40,
+            "rank {rank}: {calls} calls in the area\n{stderr}"
+        );
+    }
 }
 
 #[test]
@@ -1499,7 +1620,17 @@ fn lengths_disagreeing_across_the_shared_area_limit_are_an_error() {
         "all_gather: rank 1: all_gather_into: rank 0 sent 4096 bytes where this rank expected 4104",
         "gather: rank 0: gather_into_root: rank 1 sent 4104 bytes where this rank expected 4096",
         "gather: rank 1: gather_into: rank 0 sent 4096 bytes where this rank expected 4104",
-        "scatter: rank 1: scatter_into: rank 0 sent 4096 bytes where this rank expected 4112",
+        "scatter: rank 1: scatter_into: rank 0 sent 2048 bytes where this rank expected 2056",
+        "all_to_all: rank 0: all_to_all_into: rank 1 sent 4112 bytes where this rank expected 4096",
+        "all_to_all: rank 1: all_to_all_into: rank 0 sent 4096 bytes where this rank expected 4112",
+        "reduce_scatter_block: rank 0: reduce_scatter_block_into: rank 1 sent 4112 bytes where \
+         this rank expected 4096",
+        "reduce_scatter_block: rank 1: reduce_scatter_block_into: rank 0 sent 4096 bytes where \
+         this rank expected 4112",
+        "reduce_scatter: rank 0: reduce_scatter_into: rank 1 sent 4112 bytes where this rank \
+         expected 4096",
+        "all_to_all_varcount: rank 1: all_to_all_varcount_into: rank 0 sent 8 bytes where this \
+         rank expected 16",
     ] {
         assert!(out.contains(line), "missing {line:?} in\n{out}");
     }
@@ -1579,11 +1710,12 @@ fn a_rank_sleeping_in_the_area_is_woken_by_the_flag() {
         .split([':', ','])
         .filter_map(|part| part.split_whitespace().next()?.parse().ok())
         .collect();
-    let [slept, woken, lost] = counts[..] else {
+    let [calls, slept, woken, lost] = counts[..] else {
         panic!("{line}");
     };
     println!("{line}");
     assert_eq!(lost, 0, "{line}");
+    assert!(calls >= 30, "{line}");
     assert!(woken >= 15 && slept >= woken, "{line}");
 }
 

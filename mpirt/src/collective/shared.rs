@@ -407,9 +407,25 @@ impl Area {
     fn scatter(&self, root: u32, send: Option<&[u8]>, recv: &mut [u8]) -> Result<bool, Cause> {
         let block = recv.len();
         let at = self.rank as usize * block;
-        let fits = self.spread_from(root, send, block * self.size as usize, |data| {
-            recv.copy_from_slice(&data[at..at + block])
-        })?;
+        let size = self.size as usize;
+        let fits = self
+            .spread_from(root, send, block * size, |data| {
+                recv.copy_from_slice(&data[at..at + block])
+            })
+            .map_err(|cause| match cause {
+                // Name the block the root sends this rank, not its whole buffer (a multiple of
+                // the ranks, checked on the root).
+                Cause::LengthDisagrees {
+                    peer,
+                    expected,
+                    got,
+                } => Cause::LengthDisagrees {
+                    peer,
+                    expected: expected / size,
+                    got: got / size,
+                },
+                other => other,
+            })?;
         if let (true, Some(send)) = (fits, send) {
             recv.copy_from_slice(&send[at..at + block]);
         }
@@ -648,8 +664,8 @@ impl Area {
     fn published_any(&self, rank: u32, phase: usize) -> &[u8] {
         let (flag, data) = self.cell(rank, phase);
         let len = flag.len.load(Ordering::Relaxed) as usize;
-        // SAFETY: `rank` published these `len` bytes (at most SHARED_MAX, checked by
-        // `exchange_any`) for this call (the acquire load in `wait_for` ordered them before
+        // SAFETY: `rank` published these `len` bytes (at most SHARED_MAX: the caller checked
+        // `all_fit`, as `exchange_any` does) for this call (the acquire load in `wait_for` ordered them before
         // this read), and does not write the cell again before this rank has finished this
         // call (`guard_write`).
         unsafe { std::slice::from_raw_parts(data, len) }
@@ -728,12 +744,23 @@ impl Area {
                     as usize
             };
             let (at, got) = (table + entry(0), entry(4));
-            if got != expected || at + got > published.len() {
+            if got != expected {
                 return Err(Cause::LengthDisagrees {
                     peer: r as i32,
                     expected,
                     got,
                 });
+            }
+            if at + got > published.len() {
+                // The sender checked its parts against its buffer: a table that says
+                // otherwise is not one this protocol wrote.
+                return Err(Cause::InvalidPartition(format!(
+                    "rank {r}'s part for this rank (bytes {} to {}) runs past the {} bytes it \
+                     published",
+                    at - table,
+                    at - table + got,
+                    published.len() - table
+                )));
             }
             recv[into..into + got].copy_from_slice(&published[at..at + got]);
         }
@@ -886,9 +913,14 @@ impl Drop for Area {
         if verbose() {
             let sleeps = self.sleeps.get();
             bootstrap::output::say(&format!(
-                "mpirt: collective area, rank {} of {}: {} sleeps, {} woken by a publisher, {} \
-                 lost wake-ups",
-                self.rank, self.size, sleeps.slept, sleeps.woken, sleeps.missed
+                "mpirt: collective area, rank {} of {}: {} calls, {} sleeps, {} woken by a \
+                 publisher, {} lost wake-ups",
+                self.rank,
+                self.size,
+                self.calls.get(),
+                sleeps.slept,
+                sleeps.woken,
+                sleeps.missed
             ));
         }
     }
