@@ -486,18 +486,9 @@ fn varcount_mixed_fit(world: &SimpleCommunicator) {
     let (n, me) = (world.size(), world.rank());
     let count = |s: i32| if s == 0 { 1100usize } else { 1 };
     let value = |s: i32, r: i32, i: usize| (s * 64 + r) * 2048 + i as i32;
-    let prefix = |counts: &[Count]| -> Vec<Count> {
-        counts
-            .iter()
-            .scan(0, |at, &c| {
-                let d = *at;
-                *at += c;
-                Some(d)
-            })
-            .collect()
-    };
+    // Each rank's parts back to back: rank 0's 1100 elements, then one of each other rank.
     let all: Vec<Count> = (0..n).map(|s| count(s) as Count).collect();
-    let all_displs = prefix(&all);
+    let all_displs: Vec<Count> = (0..n).map(|s| if s == 0 { 0 } else { 1099 + s }).collect();
     let mine: Vec<i32> = (0..count(me)).map(|i| value(me, -1, i)).collect();
     let mut got = vec![-1i32; all.iter().sum::<Count>() as usize];
     world.all_gather_varcount_into(
@@ -514,7 +505,7 @@ fn varcount_mixed_fit(world: &SimpleCommunicator) {
         .flat_map(|r| (0..count(me)).map(move |i| value(me, r, i)))
         .collect();
     let send_counts = vec![count(me) as Count; n as usize];
-    let send_displs = prefix(&send_counts);
+    let send_displs: Vec<Count> = (0..n).map(|r| r * count(me) as Count).collect();
     let mut got = vec![-1i32; all.iter().sum::<Count>() as usize];
     world.all_to_all_varcount_into(
         &Partition::new(&send[..], &send_counts[..], &send_displs[..]),

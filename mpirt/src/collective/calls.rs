@@ -137,7 +137,7 @@ fn byte_parts<P: Partitioned + ?Sized>(
     count: usize,
     datatype: Datatype,
     size: u32,
-) -> Result<Vec<(usize, usize)>, Cause> {
+) -> Result<Parts, Cause> {
     let element = datatype.size();
     Ok(parts(what, partition, count, size as usize)?
         .into_iter()
@@ -283,8 +283,10 @@ where
     Ok(Call::new(plan, both(send, recv)?, datatype))
 }
 
-/// The parts of a buffer, one per rank (offset, length in packed bytes).
-pub(crate) type Parts = Vec<(usize, usize)>;
+/// A part of a buffer for one rank: its offset and length in packed bytes.
+pub(crate) type Part = (usize, usize);
+/// The parts of a buffer, one per rank.
+pub(crate) type Parts = Vec<Part>;
 
 /// Checks an all-to-all of parts of any length; returns the elements' type and each rank's
 /// part of the send and of the receive buffer.
@@ -445,7 +447,7 @@ pub(crate) fn check_reduce_scatter<S, R, O>(
     recv: &R,
     counts: Option<&[Count]>,
     op: &O,
-) -> Result<(Datatype, Vec<(usize, usize)>), Cause>
+) -> Result<(Datatype, Parts), Cause>
 where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
@@ -710,8 +712,8 @@ where
 fn neighbor<'a>(
     comm: &CommData,
     grid: &Grid,
-    outgoing: Option<Vec<(usize, usize)>>,
-    incoming: Vec<(usize, usize)>,
+    outgoing: Option<Parts>,
+    incoming: Parts,
     buffers: Buffers,
     datatype: Datatype,
 ) -> Call<'a> {
@@ -733,7 +735,7 @@ fn per_neighbour<P: Partitioned + ?Sized>(
     count: usize,
     datatype: Datatype,
     grid: &Grid,
-) -> Result<Vec<(usize, usize)>, Cause> {
+) -> Result<Parts, Cause> {
     let neighbours = 2 * grid.num_dimensions() as u32;
     byte_parts(what, partition, count, datatype, neighbours)
 }
