@@ -127,6 +127,9 @@ pub enum Cause {
     /// Other ranks of a collective call passed arguments that are not valid, or other than
     /// this rank's where they must be the same.
     PeerArguments(&'static str),
+    /// A peer's own check of its arguments to a collective failed: it took its part in the
+    /// call only to say so (its own error names the cause).
+    PeerRefused { peer: Rank },
     /// A rank outside an inter-communicator's remote group.
     RemoteRankOutOfRange { rank: Rank, remote_size: Rank },
     /// An operation of intra-communicators called on an inter-communicator.
@@ -293,6 +296,10 @@ impl fmt::Display for Cause {
                 "the grid has {points} points but the communicator only {size} ranks"
             ),
             Cause::PeerArguments(why) => f.write_str(why),
+            Cause::PeerRefused { peer } => write!(
+                f,
+                "rank {peer} refused its arguments to this call (its own error says why)"
+            ),
             Cause::RemoteRankOutOfRange { rank, remote_size } => write!(
                 f,
                 "rank {rank} is out of range: the inter-communicator's remote group has \

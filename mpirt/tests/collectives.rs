@@ -49,6 +49,7 @@ fn rank_mode() {
             println!("error: {e}");
         }
         "mismatched-allreduce" => mismatched_all_reduce(&world),
+        "refusals" => refusals(&world),
         "area-wakes" => {
             // Rank 1 comes late to each barrier, so rank 0 waits in the area; its counts
             // are printed when the communicator, and its area, go.
@@ -58,6 +59,30 @@ fn rank_mode() {
                     std::thread::sleep(std::time::Duration::from_millis(3));
                 }
                 dup.barrier();
+            }
+        }
+        "area-calls" => {
+            // Ten of each call whose area path has no other evidence; the communicator's
+            // area counts them when it goes (rsrun --verbose).
+            let dup = world.duplicate();
+            let n = dup.size() as usize;
+            let send: Vec<i32> = (0..n as i32).collect();
+            let mut got = vec![0i32; n];
+            let mut mine = [0i32];
+            let ones = vec![1; n];
+            let displs: Vec<Count> = (0..n as Count).collect();
+            for _ in 0..10 {
+                dup.all_to_all_into(&send[..], &mut got[..]);
+                assert_eq!(got, vec![dup.rank(); n]);
+                dup.reduce_scatter_block_into(&send[..], &mut mine[..], SystemOperation::sum());
+                assert_eq!(mine, [dup.rank() * n as i32]);
+                dup.reduce_scatter_into(&send[..], &mut mine[..], &ones, SystemOperation::sum());
+                assert_eq!(mine, [dup.rank() * n as i32]);
+                dup.all_to_all_varcount_into(
+                    &Partition::new(&send[..], &ones[..], &displs[..]),
+                    &mut PartitionMut::new(&mut got[..], &ones[..], &displs[..]),
+                );
+                assert_eq!(got, vec![dup.rank(); n]);
             }
         }
         "describe" => println!("rank {}: {}", world.rank(), universe.description()),
@@ -454,6 +479,44 @@ fn varcount(world: &SimpleCommunicator, extra: usize) {
     }
 }
 
+/// Rank 0's buffers are too long for the shared-memory area's 4 KiB cell, the others' fit:
+/// every rank sees every length there, so all go by messages together (a rank left waiting
+/// in the area would hang the call).
+fn varcount_mixed_fit(world: &SimpleCommunicator) {
+    let (n, me) = (world.size(), world.rank());
+    let count = |s: i32| if s == 0 { 1100usize } else { 1 };
+    let value = |s: i32, r: i32, i: usize| (s * 64 + r) * 2048 + i as i32;
+    // Each rank's parts back to back: rank 0's 1100 elements, then one of each other rank.
+    let all: Vec<Count> = (0..n).map(|s| count(s) as Count).collect();
+    let all_displs: Vec<Count> = (0..n).map(|s| if s == 0 { 0 } else { 1099 + s }).collect();
+    let mine: Vec<i32> = (0..count(me)).map(|i| value(me, -1, i)).collect();
+    let mut got = vec![-1i32; all.iter().sum::<Count>() as usize];
+    world.all_gather_varcount_into(
+        &mine[..],
+        &mut PartitionMut::new(&mut got[..], &all[..], &all_displs[..]),
+    );
+    let expected: Vec<i32> = (0..n)
+        .flat_map(|s| (0..count(s)).map(move |i| value(s, -1, i)))
+        .collect();
+    assert_eq!(got, expected, "all_gather_varcount, mixed fit");
+
+    // Rank s sends count(s) elements to each rank.
+    let send: Vec<i32> = (0..n)
+        .flat_map(|r| (0..count(me)).map(move |i| value(me, r, i)))
+        .collect();
+    let send_counts = vec![count(me) as Count; n as usize];
+    let send_displs: Vec<Count> = (0..n).map(|r| r * count(me) as Count).collect();
+    let mut got = vec![-1i32; all.iter().sum::<Count>() as usize];
+    world.all_to_all_varcount_into(
+        &Partition::new(&send[..], &send_counts[..], &send_displs[..]),
+        &mut PartitionMut::new(&mut got[..], &all[..], &all_displs[..]),
+    );
+    let expected: Vec<i32> = (0..n)
+        .flat_map(|s| (0..count(s)).map(move |i| value(s, me, i)))
+        .collect();
+    assert_eq!(got, expected, "all_to_all_varcount, mixed fit");
+}
+
 fn collectives(world: &SimpleCommunicator) {
     for _ in 0..3 {
         world.barrier();
@@ -466,10 +529,12 @@ fn collectives(world: &SimpleCommunicator) {
         check_data_movement(world, block, affine);
     }
     check_data_movement(world, MIB / n, byte);
-    // Up to 50 extra, every part fits the shared-memory area; with 1100 none does.
-    for extra in [0, 1, 50, 1100] {
+    // Up to 50 extra, every part fits the shared-memory area; with 1100 none does; with 1023
+    // the all-gather's 4092 and 4096 bytes fit and 4100 do not (ranks 2, 5, ...).
+    for extra in [0, 1, 50, 1023, 1100] {
         varcount(world, extra);
     }
+    varcount_mixed_fit(world);
     println!("collectives ok");
 }
 
@@ -647,23 +712,27 @@ fn data_movement_in_turn(comm: &SimpleCommunicator, call: usize, root: i32) {
     let incoming: Vec<i32> = (0..n).flat_map(|r| part(r, me)).collect();
     assert_eq!(got, incoming, "all_to_all {of}");
 
-    // Rank r gives r % 2 + 1 parts; the others' parts lie one element apart.
+    // Rank r gives r % 2 + 1 parts (3 or 6 elements): ranks 2k and 2k + 1 lie back to back
+    // (at 9k + 4k and 9k + 4k + 3), and a gap of 4 elements, which must keep its -1s, lies
+    // between each such pair and the next.
     let counts: Vec<Count> = (0..n).map(|r| 3 * (r % 2 + 1)).collect();
-    let displs: Vec<Count> = (0..n).map(|r| 3 * r + 4 * (r / 2) + 3 * (r / 2)).collect();
+    let displs: Vec<Count> = (0..n).map(|r| 3 * r + 7 * (r / 2)).collect();
     let given: Vec<i32> = (0..=me % 2).flat_map(|_| part(me, -2)).collect();
-    let mut got = vec![-1; (displs[n as usize - 1] + counts[n as usize - 1]) as usize];
+    let len = (displs[n as usize - 1] + counts[n as usize - 1]) as usize;
+    let mut expected = vec![-1; len];
+    for r in 0..n {
+        let at = displs[r as usize] as usize;
+        let theirs: Vec<i32> = (0..=r % 2).flat_map(|_| part(r, -2)).collect();
+        expected[at..at + theirs.len()].copy_from_slice(&theirs);
+    }
+    let mut got = vec![-1; len];
     comm.all_gather_varcount_into(
         &given[..],
         &mut PartitionMut::new(&mut got[..], &counts[..], &displs[..]),
     );
-    for r in 0..n {
-        let at = displs[r as usize] as usize;
-        let expected: Vec<i32> = (0..=r % 2).flat_map(|_| part(r, -2)).collect();
-        assert_eq!(
-            got[at..at + expected.len()],
-            expected,
-            "all_gather_varcount {of}"
-        );
+    assert_eq!(got, expected, "all_gather_varcount {of}");
+    if n > 2 {
+        assert_eq!(got[9..13], [-1; 4], "the gap after ranks 0 and 1, {of}");
     }
 
     let root_process = comm.process_at_rank(root);
@@ -1240,6 +1309,35 @@ fn mismatched_all_reduce(world: &SimpleCommunicator) {
         Ok(()) => assert_eq!(world.rank(), 0, "only the root cannot tell"),
         Err(e) => println!("scatter: {e}"),
     }
+    // The same blocks in the calls where every rank gives and takes.
+    let (send, mut recv) = (&all[..2 * block], vec![0.0f64; 2 * block]);
+    let e = world.try_all_to_all_into(send, &mut recv[..]).unwrap_err();
+    println!("all_to_all: {e}");
+    let e = world
+        .try_reduce_scatter_block_into(send, &mut recv[..block], SystemOperation::sum())
+        .unwrap_err();
+    println!("reduce_scatter_block: {e}");
+    let counts = [block as Count; 2];
+    let e = world
+        .try_reduce_scatter_into(send, &mut recv[..block], &counts, SystemOperation::sum())
+        .unwrap_err();
+    println!("reduce_scatter: {e}");
+    // Parts that fit: rank 0 sends rank 1 one element, rank 1 expects two; the rest agree.
+    let (send_counts, recv_counts): ([Count; 2], [Count; 2]) = if world.rank() == 0 {
+        ([1, 1], [1, 2])
+    } else {
+        ([2, 2], [2, 2])
+    };
+    let displs: [Count; 2] = [0, 2];
+    let sent = [1.0f64; 4];
+    let varcount = world.try_all_to_all_varcount_into(
+        &Partition::new(&sent[..], &send_counts[..], &displs[..]),
+        &mut PartitionMut::new(&mut recv[..4], &recv_counts[..], &displs[..]),
+    );
+    match varcount {
+        Ok(()) => assert_eq!(world.rank(), 0, "only rank 1 receives a wrong part"),
+        Err(e) => println!("all_to_all_varcount: {e}"),
+    }
     world.all_reduce_into(&1.0f64, &mut sum, SystemOperation::sum());
     assert_eq!(sum, f64::from(world.size()), "the area still works");
     world.barrier();
@@ -1252,6 +1350,66 @@ fn mismatched_all_reduce(world: &SimpleCommunicator) {
             .count();
         println!("area files left: {left}");
     }
+}
+
+/// One rank's arguments to a rooted call fail its own checks while the others' pass; an
+/// all-reduce of the same length follows each, which must not read that call's bytes.
+fn refusals(world: &SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    let mine = rank * 10 + 1;
+    let expected: i32 = (0..size).map(|r| r * 10 + 1).sum();
+    let check = |after: &str| {
+        let mut sum = 0i32;
+        match world.try_all_reduce_into(&mine, &mut sum, SystemOperation::sum()) {
+            Ok(()) => assert_eq!(sum, expected, "after {after}: another call's bytes"),
+            Err(e) => println!("all_reduce after {after}: {e}"),
+        }
+    };
+    check("the warm-up");
+    let root = world.process_at_rank(0);
+    let report = |what: &str, result: Result<(), mpirt::Error>| match result {
+        Ok(()) => println!("{what}: rank {rank}: ok"),
+        Err(e) => println!("{what}: {e}"),
+    };
+    // The root's receive buffer is one element short; the others' vectors fit the area.
+    let gathered = if rank == 0 {
+        root.try_gather_into_root(&mine, &mut vec![0i32; size as usize - 1][..])
+    } else {
+        root.try_gather_into(&mine)
+    };
+    report("short root", gathered);
+    check("the short root");
+    // The same with vectors too long for the area: the others wait for the root's verdict.
+    let long = vec![mine; 1100];
+    let gathered = if rank == 0 {
+        root.try_gather_into_root(&long[..], &mut vec![0i32; 1100][..])
+    } else {
+        root.try_gather_into(&long[..])
+    };
+    report("short root, long vectors", gathered);
+    check("the short root of long vectors");
+    // Rank 1 calls the root's form of a scatter; the others read the root's blocks.
+    let blocks: Vec<i32> = (0..size).map(|r| r * 3).collect();
+    let mut got = -1i32;
+    let scattered = if rank <= 1 {
+        root.try_scatter_into_root(&blocks[..], &mut got)
+    } else {
+        root.try_scatter_into(&mut got)
+    };
+    if scattered.is_ok() && rank != 0 {
+        assert_eq!(got, rank * 3);
+    }
+    report("scatter", scattered);
+    check("the scatter");
+    // The last rank calls the root's form of a gather: the root reads its refusal.
+    let last = size - 1;
+    let gathered = if rank == 0 || rank == last {
+        root.try_gather_into_root(&mine, &mut vec![0i32; size as usize][..])
+    } else {
+        root.try_gather_into(&mine)
+    };
+    report("gather", gathered);
+    check("the gather");
 }
 
 // ---- the test side ----
@@ -1405,6 +1563,21 @@ fn every_algorithm_forced() {
         "{stderr}"
     );
     assert!(!stderr.contains("unavailable"), "{stderr}");
+    // All-to-alls and reduce-scatters, whose results look the same by messages, met in the
+    // area: 40 calls on each rank.
+    let (_, stderr) = ok_job_with(4, "area-calls", &verbose);
+    for rank in 0..4 {
+        let line = format!("mpirt: collective area, rank {rank} of 4: ");
+        let calls: u64 = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix(&line))
+            .and_then(|rest| rest.split(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no count of calls for rank {rank} in\n{stderr}"));
+        assert!(
+            calls >= 40,
+            "rank {rank}: {calls} calls in the area\n{stderr}"
+        );
+    }
 }
 
 #[test]
@@ -1457,11 +1630,48 @@ fn lengths_disagreeing_across_the_shared_area_limit_are_an_error() {
         "all_gather: rank 1: all_gather_into: rank 0 sent 4096 bytes where this rank expected 4104",
         "gather: rank 0: gather_into_root: rank 1 sent 4104 bytes where this rank expected 4096",
         "gather: rank 1: gather_into: rank 0 sent 4096 bytes where this rank expected 4104",
-        "scatter: rank 1: scatter_into: rank 0 sent 4096 bytes where this rank expected 4112",
+        "scatter: rank 1: scatter_into: rank 0 sent 2048 bytes where this rank expected 2056",
+        "all_to_all: rank 0: all_to_all_into: rank 1 sent 4112 bytes where this rank expected 4096",
+        "all_to_all: rank 1: all_to_all_into: rank 0 sent 4096 bytes where this rank expected 4112",
+        "reduce_scatter_block: rank 0: reduce_scatter_block_into: rank 1 sent 4112 bytes where \
+         this rank expected 4096",
+        "reduce_scatter_block: rank 1: reduce_scatter_block_into: rank 0 sent 4096 bytes where \
+         this rank expected 4112",
+        "reduce_scatter: rank 0: reduce_scatter_into: rank 1 sent 4112 bytes where this rank \
+         expected 4096",
+        "all_to_all_varcount: rank 1: all_to_all_varcount_into: rank 0 sent 8 bytes where this \
+         rank expected 16",
     ] {
         assert!(out.contains(line), "missing {line:?} in\n{out}");
     }
     assert!(out.contains("area files left: 0"), "{out}");
+}
+
+#[test]
+fn a_rank_refusing_its_arguments_keeps_the_area_in_step() {
+    let (out, _) = ok_job_with(3, "refusals", &[]);
+    let refused = "refused its arguments to this call (its own error says why)";
+    for expected in [
+        "short root: rank 0: gather_into_root: the receive buffer holds 2 elements where 3 \
+         are needed",
+        "short root: rank 1: ok",
+        "short root: rank 2: ok",
+        "short root, long vectors: rank 0: gather_into_root: the receive buffer holds 1100 \
+         elements where 3300 are needed",
+        &format!("short root, long vectors: rank 1: gather_into: rank 0 {refused}"),
+        &format!("short root, long vectors: rank 2: gather_into: rank 0 {refused}"),
+        "scatter: rank 0: ok",
+        "scatter: rank 1: scatter_into_root: the root is rank 0: the root calls \
+         scatter_into_root, the others scatter_into",
+        "scatter: rank 2: ok",
+        &format!("gather: rank 0: gather_into_root: rank 2 {refused}"),
+        "gather: rank 1: ok",
+        "gather: rank 2: gather_into_root: the root is rank 0: the root calls \
+         gather_into_root, the others gather_into",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in\n{out}");
+    }
+    assert!(!out.contains("all_reduce after"), "{out}");
 }
 
 /// Two ranks that inherited one CPU between them sleep at once when they wait (spinning
@@ -1510,11 +1720,12 @@ fn a_rank_sleeping_in_the_area_is_woken_by_the_flag() {
         .split([':', ','])
         .filter_map(|part| part.split_whitespace().next()?.parse().ok())
         .collect();
-    let [slept, woken, lost] = counts[..] else {
+    let [calls, slept, woken, lost] = counts[..] else {
         panic!("{line}");
     };
     println!("{line}");
     assert_eq!(lost, 0, "{line}");
+    assert!(calls >= 30, "{line}");
     assert!(woken >= 15 && slept >= woken, "{line}");
 }
 

@@ -389,6 +389,7 @@ fn mixed_layouts_in_one_collective(world: &SimpleCommunicator, column: &UserData
         root.reduce_into(&mine[..], sum());
     }
     contiguous_against_slices(world);
+    strided_receives_through_the_area(world);
 }
 
 /// A contiguous user type (four `i32`s in one element, no gaps) matches a slice of four
@@ -455,6 +456,60 @@ fn contiguous_against_slices(world: &SimpleCommunicator) {
         }
     }
     println!("contiguous(4, i32) matches [i32; 4]");
+}
+
+/// `len` f64s two apart in a buffer of -1s received through a view by `call`; the values
+/// received, once the -1s between them are checked to have stayed.
+fn strided_receive(
+    len: usize,
+    call: impl FnOnce(&mut MutView<'_, '_, UserDatatype, [f64]>),
+) -> Vec<f64> {
+    let every_other = UserDatatype::vector(len as i32, 1, 2, &f64::equivalent_datatype());
+    let mut m = vec![-1.0f64; 2 * len + 1];
+    // SAFETY: `len` elements two apart lie within the buffer's 2 * len + 1.
+    call(&mut unsafe { MutView::with_count_and_datatype(&mut m[..], 1, &every_other) });
+    for (i, guard) in m.iter().enumerate().filter(|(i, _)| i % 2 == 1) {
+        assert_eq!(*guard, -1.0, "guard element {i} was written");
+    }
+    m.iter().step_by(2).take(len).copied().collect()
+}
+
+/// Short calls meet in the shared-memory area, which copies into a packed buffer: a strided
+/// receive view must get its elements unpacked into place, and nothing between them.
+fn strided_receives_through_the_area(world: &SimpleCommunicator) {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let root = world.process_at_rank(0);
+    let value = |from: usize, to: usize| (from * 100 + to) as f64;
+    let mine = [value(rank, 0), value(rank, 1)];
+    if rank == 0 {
+        let got = strided_receive(2 * size, |v| root.gather_into_root(&mine[..], v));
+        let want: Vec<f64> = (0..size).flat_map(|r| [value(r, 0), value(r, 1)]).collect();
+        assert_eq!(got, want, "gather into a strided view");
+    } else {
+        root.gather_into(&mine[..]);
+    }
+    let blocks: Vec<f64> = (0..size).flat_map(|r| [value(0, r), value(1, r)]).collect();
+    let got = strided_receive(2, |v| {
+        if rank == 0 {
+            root.scatter_into_root(&blocks[..], v)
+        } else {
+            root.scatter_into(v)
+        }
+    });
+    assert_eq!(
+        got,
+        [value(0, rank), value(1, rank)],
+        "scatter into a strided view"
+    );
+    let outgoing: Vec<f64> = (0..size).map(|to| value(rank, to)).collect();
+    let got = strided_receive(size, |v| world.all_to_all_into(&outgoing[..], v));
+    let want: Vec<f64> = (0..size).map(|from| value(from, rank)).collect();
+    assert_eq!(got, want, "all_to_all into a strided view");
+    let got = strided_receive(1, |v| {
+        world.reduce_scatter_block_into(&outgoing[..], v, mpirt::collective::SystemOperation::sum())
+    });
+    let sum: f64 = (0..size).map(|from| value(from, rank)).sum();
+    assert_eq!(got, [sum], "reduce_scatter_block into a strided view");
 }
 
 /// Varcount collectives (and a reduce-scatter's counts) in elements of a vector type: a

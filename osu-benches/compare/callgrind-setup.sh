@@ -1,4 +1,4 @@
-# Sourced by shm-callgrind.sh and ucx-callgrind.sh once their options are read: checks for
+# Sourced by shm-callgrind.sh, ucx-callgrind.sh and coll-callgrind.sh once their options are read: checks for
 # valgrind, sets $out (the folder $keep names, made if need be, else a temporary one removed
 # at exit), builds Open MPI's C port of the OSU loops there, and sets $callgrind.
 if ! command -v valgrind >/dev/null; then

@@ -28,20 +28,38 @@ source osu-benches/compare/callgrind-setup.sh
 mpicc.openmpi -O2 -o "$out/osu_coll.ompi" osu-benches/compare/osu_coll.c
 cargo build --release -q -p launcher -p osu-benches
 bin=$PWD/target/release
-# osu_coll.c runs 1,000 timed calls after 100 warm-up ones at sizes up to 8 KiB; the ports
-# are told the same.
-iterations=1100
+# osu_coll.c runs 1,000 timed calls after 100 warm-up ones at sizes up to 8 KiB (LARGE),
+# 100 after 10 above; the ports are told the same.
+if ((size > 8192)); then
+    timed=100 warmup=10
+else
+    timed=1000 warmup=100
+fi
+iterations=$((timed + warmup))
 source osu-benches/compare/python.sh
+# Runs a benchmark quietly, keeping its stderr in LOG: a failed run (under set -e) says which
+# it was and why before the script ends.
+run_quietly() {
+    local log=$1
+    shift
+    if ! "$@" > /dev/null 2> "$log"; then
+        echo "$0: failed: $*" >&2
+        tail -n 20 "$log" >&2
+        exit 1
+    fi
+}
 echo "bench,runtime,rank,instructions" > "$out/coll-callgrind.csv"
 for bench in $benches; do
     # A wait that outlasts the spin budget sleeps, and under callgrind most would: spin, as
     # a rank that is never descheduled does.
-    MPIRT_SPIN_US=100000000 "$bin/rsrun" -n "$ranks" $callgrind \
+    run_quietly "$out/$bench.mpirt.log" env MPIRT_SPIN_US=100000000 \
+        "$bin/rsrun" -n "$ranks" $callgrind \
         --callgrind-out-file="$out/$bench.mpirt.%q{MPIRT_RANK}" \
-        "$bin/osu_$bench" -m "$size:$size" -i 1000 -x 100 > /dev/null 2>&1
-    mpirun.openmpi --allow-run-as-root --oversubscribe -n "$ranks" --bind-to none $callgrind \
+        "$bin/osu_$bench" -m "$size:$size" -i "$timed" -x "$warmup"
+    run_quietly "$out/$bench.ompi.log" mpirun.openmpi --allow-run-as-root --oversubscribe \
+        -n "$ranks" --bind-to none $callgrind \
         --callgrind-out-file="$out/$bench.ompi.%q{OMPI_COMM_WORLD_RANK}" \
-        "$out/osu_coll.ompi" "$bench" "$size" "$size" > /dev/null 2>&1
+        "$out/osu_coll.ompi" "$bench" "$size" "$size"
     for runtime in mpirt ompi; do
         for ((rank = 0; rank < ranks; rank++)); do
             n=$($python tools/callgrind-busy.py "$out/$bench.$runtime.$rank" $iterations |

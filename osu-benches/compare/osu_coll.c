@@ -96,7 +96,8 @@ static void compute(double seconds) {
 
 /* The average over the ranks of each of `k` figures, on rank 0. */
 static void average(double *figures, int k, int n) {
-    double sums[4];
+    /* Only rank 0 receives the sums; the others divide zeros, which they never print. */
+    double sums[4] = {0};
     MPI_Reduce(figures, sums, k, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
     for (int i = 0; i < k; i++) figures[i] = sums[i] / n;
 }

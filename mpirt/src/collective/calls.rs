@@ -137,7 +137,7 @@ fn byte_parts<P: Partitioned + ?Sized>(
     count: usize,
     datatype: Datatype,
     size: u32,
-) -> Result<Vec<(usize, usize)>, Cause> {
+) -> Result<Parts, Cause> {
     let element = datatype.size();
     Ok(parts(what, partition, count, size as usize)?
         .into_iter()
@@ -283,8 +283,10 @@ where
     Ok(Call::new(plan, both(send, recv)?, datatype))
 }
 
-/// The parts of a buffer, one per rank (offset, length in packed bytes).
-pub(crate) type Parts = Vec<(usize, usize)>;
+/// A part of a buffer for one rank: its offset and length in packed bytes.
+pub(crate) type Part = (usize, usize);
+/// The parts of a buffer, one per rank.
+pub(crate) type Parts = Vec<Part>;
 
 /// Checks an all-to-all of parts of any length; returns the elements' type and each rank's
 /// part of the send and of the receive buffer.
@@ -445,7 +447,7 @@ pub(crate) fn check_reduce_scatter<S, R, O>(
     recv: &R,
     counts: Option<&[Count]>,
     op: &O,
-) -> Result<(Datatype, Vec<(usize, usize)>), Cause>
+) -> Result<(Datatype, Parts), Cause>
 where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
@@ -579,21 +581,34 @@ pub(crate) fn check_gather<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     send: &S,
     recv: Option<&R>,
 ) -> Result<(u32, Datatype), Cause> {
-    let root = check_root(
+    check_rooted(
         comm,
         root,
-        recv.is_some(),
         "the root calls gather_into_root, the others gather_into",
-    )?;
-    let datatype = match recv {
-        Some(recv) => {
-            let datatype = same_type(send.matched().0, recv.matched().0)?;
-            let n = comm.size as usize;
-            expect_count("the receive buffer", send.matched().1 * n, recv.matched().1)?;
-            datatype
-        }
-        None => send.matched().0,
+        send.matched(),
+        recv.map(|recv| (recv.matched(), "the receive buffer")),
+        same_type,
+    )
+}
+
+/// Checks a rooted call whose root alone holds a buffer of a block per rank (`whole`, named:
+/// a gather's receive buffer, a scatter's send buffer) beside each rank's block (`own`), both
+/// as type and count that type matching compares; `compare` checks `own`'s type against
+/// `whole`'s in the call's order (send, receive). The root's rank and the elements' type.
+fn check_rooted(
+    comm: &CommData,
+    root: Rank,
+    call: &'static str,
+    own: (Datatype, usize),
+    whole: Option<((Datatype, usize), &'static str)>,
+    compare: impl FnOnce(Datatype, Datatype) -> Result<Datatype, Cause>,
+) -> Result<(u32, Datatype), Cause> {
+    let root = check_root(comm, root, whole.is_some(), call)?;
+    let Some(((whole_type, whole_count), what)) = whole else {
+        return Ok((root, own.0));
     };
+    let datatype = compare(own.0, whole_type)?;
+    expect_count(what, own.1 * comm.size as usize, whole_count)?;
     Ok((root, datatype))
 }
 
@@ -653,22 +668,14 @@ pub(crate) fn check_scatter<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     send: Option<&S>,
     recv: &R,
 ) -> Result<(u32, Datatype), Cause> {
-    let root = check_root(
+    check_rooted(
         comm,
         root,
-        send.is_some(),
         "the root calls scatter_into_root, the others scatter_into",
-    )?;
-    let datatype = match send {
-        Some(send) => {
-            let datatype = same_type(send.matched().0, recv.matched().0)?;
-            let n = comm.size as usize;
-            expect_count("the send buffer", recv.matched().1 * n, send.matched().1)?;
-            datatype
-        }
-        None => recv.matched().0,
-    };
-    Ok((root, datatype))
+        recv.matched(),
+        send.map(|send| (send.matched(), "the send buffer")),
+        |own, whole| same_type(whole, own),
+    )
 }
 
 /// A scatter of parts of any length from `root`, cut as the root's `send` says.
@@ -710,8 +717,8 @@ where
 fn neighbor<'a>(
     comm: &CommData,
     grid: &Grid,
-    outgoing: Option<Vec<(usize, usize)>>,
-    incoming: Vec<(usize, usize)>,
+    outgoing: Option<Parts>,
+    incoming: Parts,
     buffers: Buffers,
     datatype: Datatype,
 ) -> Call<'a> {
@@ -733,7 +740,7 @@ fn per_neighbour<P: Partitioned + ?Sized>(
     count: usize,
     datatype: Datatype,
     grid: &Grid,
-) -> Result<Vec<(usize, usize)>, Cause> {
+) -> Result<Parts, Cause> {
     let neighbours = 2 * grid.num_dimensions() as u32;
     byte_parts(what, partition, count, datatype, neighbours)
 }

@@ -5,14 +5,14 @@
 use std::process::Command;
 
 use crate::communicator::{spawn, CommData, Communicator, InterCommunicator, Process, Rank};
-use crate::datatype::{Buffer, BufferMut};
+use crate::datatype::{Buffer, BufferMut, Datatype};
 use crate::error::{or_fatal, Error, MpiError};
 use crate::partition::{Partition, PartitionMut, PartitionedBuffer, PartitionedBufferMut};
 use crate::point_to_point::{Count, Outgoing};
 use crate::request::{Lent, Scope};
 
 use super::op::Operation;
-use super::{area_or_messages, blocking, calls, immediate, shared, CollectiveRequest};
+use super::{area_or_messages, blocking, calls, immediate, select, shared, CollectiveRequest};
 
 /// The others' side of a rooted call has no buffer of the root's; these name its type.
 type NoBuffer = [u8];
@@ -78,7 +78,12 @@ pub trait Root {
     ) -> Result<(), Error> {
         let (comm, root) = (self.root_comm(), self.root_rank());
         let (checked, datatype) = calls::check_reduce(comm, root, send, None::<&NoBuffer>, &op)
-            .map_err(|c| Error::new("reduce_into", c))?;
+            .map_err(shared::refusing(
+                comm,
+                "reduce_into",
+                select::reduce_in_shared_memory(),
+                own(send),
+            ))?;
         let sent = Outgoing::of(send).map_err(|c| Error::new("reduce_into", c))?;
         if shared::try_reduce(comm, checked, sent.bytes(), None, datatype, &op)? {
             return Ok(());
@@ -105,7 +110,12 @@ pub trait Root {
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
         let (checked, datatype) = calls::check_reduce(comm, root, send, Some(&*recv), &op)
-            .map_err(|c| Error::new("reduce_into_root", c))?;
+            .map_err(shared::refusing(
+                comm,
+                "reduce_into_root",
+                select::reduce_in_shared_memory(),
+                own(send),
+            ))?;
         let sent = Outgoing::of(send).map_err(|c| Error::new("reduce_into_root", c))?;
         if shared::over_packed(recv, "reduce_into_root", |recv_bytes| {
             shared::try_reduce(comm, checked, sent.bytes(), Some(recv_bytes), datatype, &op)
@@ -125,7 +135,12 @@ pub trait Root {
         const OPERATION: &str = "gather_into";
         let (comm, root) = (self.root_comm(), self.root_rank());
         let (checked, datatype) = calls::check_gather(comm, root, send, None::<&NoBuffer>)
-            .map_err(|c| Error::new(OPERATION, c))?;
+            .map_err(shared::refusing(
+                comm,
+                OPERATION,
+                select::gather_in_shared_memory(),
+                own(send),
+            ))?;
         let sent = Outgoing::of(send).map_err(|c| Error::new(OPERATION, c))?;
         if shared::try_gather(comm, checked, sent.bytes(), None, datatype)? {
             return Ok(());
@@ -146,8 +161,13 @@ pub trait Root {
     ) -> Result<(), Error> {
         const OPERATION: &str = "gather_into_root";
         let (comm, root) = (self.root_comm(), self.root_rank());
-        let (checked, datatype) = calls::check_gather(comm, root, send, Some(&*recv))
-            .map_err(|c| Error::new(OPERATION, c))?;
+        let (checked, datatype) =
+            calls::check_gather(comm, root, send, Some(&*recv)).map_err(shared::refusing(
+                comm,
+                OPERATION,
+                select::gather_in_shared_memory(),
+                own(send),
+            ))?;
         area_or_messages(
             comm,
             OPERATION,
@@ -197,7 +217,12 @@ pub trait Root {
         const OPERATION: &str = "scatter_into";
         let (comm, root) = (self.root_comm(), self.root_rank());
         let (checked, datatype) = calls::check_scatter(comm, root, None::<&NoBuffer>, recv)
-            .map_err(|c| Error::new(OPERATION, c))?;
+            .map_err(shared::refusing(
+                comm,
+                OPERATION,
+                select::scatter_in_shared_memory(),
+                (recv.matched().0, recv.byte_len()),
+            ))?;
         if shared::over_packed(recv, OPERATION, |recv_bytes| {
             shared::try_scatter(comm, checked, None, recv_bytes, datatype)
         })? {
@@ -219,8 +244,13 @@ pub trait Root {
     ) -> Result<(), Error> {
         const OPERATION: &str = "scatter_into_root";
         let (comm, root) = (self.root_comm(), self.root_rank());
-        let (checked, datatype) = calls::check_scatter(comm, root, Some(send), recv)
-            .map_err(|c| Error::new(OPERATION, c))?;
+        let (checked, datatype) =
+            calls::check_scatter(comm, root, Some(send), recv).map_err(shared::refusing(
+                comm,
+                OPERATION,
+                select::scatter_in_shared_memory(),
+                (recv.matched().0, recv.byte_len()),
+            ))?;
         area_or_messages(
             comm,
             OPERATION,
@@ -518,4 +548,10 @@ impl Root for Process<'_> {
     fn root_comm(&self) -> &CommData {
         self.data()
     }
+}
+
+/// The type and the byte length of the buffer by which a rooted call's area path goes, for
+/// `shared::refusing`.
+fn own<B: Buffer + ?Sized>(buf: &B) -> (Datatype, usize) {
+    (buf.matched().0, buf.byte_len())
 }

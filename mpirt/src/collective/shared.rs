@@ -45,8 +45,8 @@
 //! root's buffer, for a broadcast or a scatter) are too long they go on by messages together.
 //! The all-gather and all-to-all of parts of any length (`_varcount`) meet here too: every
 //! rank sees every length, so all take the area only when every rank's buffer fits (an
-//! all-to-all's with its table of parts, which the receivers need, knowing their own parts
-//! only); the rooted `_varcount` forms go by messages, since a rank that knows only its own
+//! all-to-all's parts, packed, with their table, which the receivers need, knowing their own
+//! parts only); the rooted `_varcount` forms go by messages, since a rank that knows only its own
 //! length cannot tell whether the root will take every part from the area.
 
 use std::cell::{Cell, RefCell};
@@ -65,11 +65,9 @@ use crate::datatype::{BufferMut, Datatype};
 use crate::environment::with_engine;
 use crate::error::{Cause, Error};
 
+use super::calls::Part;
 use super::op::{Operation, SystemOperation};
 use super::{blocking, calls, select};
-
-/// A part of a buffer for one rank: its offset and length in packed bytes.
-type Part = (usize, usize);
 
 /// Longest buffer, in bytes, a rank writes into its cell (a broadcast's or a scatter's root
 /// its whole buffer, an all-to-all's or a reduce-scatter's ranks theirs, a block per rank).
@@ -116,7 +114,8 @@ struct Flag {
     /// The call whose vector the cell holds (0 before the first).
     call: AtomicU64,
     len: AtomicU64,
-    /// A reduction root's verdict on call k: `k * VERDICTS` plus one of the verdicts.
+    /// A reduction's or a gather's root's verdict on call k: `k * VERDICTS` plus one of the
+    /// verdicts.
     verdict: AtomicU64,
 }
 
@@ -126,6 +125,10 @@ const VERDICTS: u64 = 4;
 const IN_AREA: u64 = 1;
 const BY_MESSAGES: u64 = 2;
 const DISAGREED: u64 = 3;
+/// The length a rank publishes for a call whose arguments its own checks refused: it takes
+/// the call's number all the same, so that every rank's count of calls stays in step, and
+/// every rank that reads its cell for the call fails naming it.
+const REFUSED: u64 = u64::MAX;
 
 /// This rank's view of a communicator's area.
 pub(crate) struct Area {
@@ -402,9 +405,25 @@ impl Area {
     fn scatter(&self, root: u32, send: Option<&[u8]>, recv: &mut [u8]) -> Result<bool, Cause> {
         let block = recv.len();
         let at = self.rank as usize * block;
-        let fits = self.spread_from(root, send, block * self.size as usize, |data| {
-            recv.copy_from_slice(&data[at..at + block])
-        })?;
+        let size = self.size as usize;
+        let fits = self
+            .spread_from(root, send, block * size, |data| {
+                recv.copy_from_slice(&data[at..at + block])
+            })
+            .map_err(|cause| match cause {
+                // Name the block the root sends this rank, not its whole buffer (a multiple of
+                // the ranks, checked on the root).
+                Cause::LengthDisagrees {
+                    peer,
+                    expected,
+                    got,
+                } => Cause::LengthDisagrees {
+                    peer,
+                    expected: expected / size,
+                    got: got / size,
+                },
+                other => other,
+            })?;
         if let (true, Some(send)) = (fits, send) {
             recv.copy_from_slice(&send[at..at + block]);
         }
@@ -424,30 +443,22 @@ impl Area {
         take: impl FnOnce(&[u8]),
     ) -> Result<bool, Cause> {
         let (call, phase) = self.next_call();
-        let (flag, data) = self.cell(self.rank, phase);
         if let Some(sent) = sent {
-            let fits = sent.len() <= SHARED_MAX;
-            self.guard_write(call)?;
-            if fits {
-                // SAFETY: this rank alone writes its cells, and no rank reads this one for
-                // this call before its flag says so, nor still for call - 2 (`guard_write`);
-                // the buffer fits the cell.
-                unsafe { std::ptr::copy_nonoverlapping(sent.as_ptr(), data, sent.len()) };
-            }
-            flag.len.store(sent.len() as u64, Ordering::Relaxed);
-            self.publish(&flag.call, call);
-            return Ok(fits);
+            return self.contribute(call, phase, sent);
         }
+        let flag = self.cell(self.rank, phase).0;
         let (root_flag, root_data) = self.cell(root, phase);
         self.wait_for(&root_flag.call, call)?;
-        let published = root_flag.len.load(Ordering::Relaxed) as usize;
-        let outcome = if published > SHARED_MAX {
+        let published = root_flag.len.load(Ordering::Relaxed);
+        let outcome = if published == REFUSED {
+            Err(Cause::PeerRefused { peer: root as i32 })
+        } else if published as usize > SHARED_MAX {
             Ok(false)
-        } else if published != len {
+        } else if published as usize != len {
             Err(Cause::LengthDisagrees {
                 peer: root as i32,
                 expected: len,
-                got: published,
+                got: published as usize,
             })
         } else {
             // SAFETY: the root published these `len` bytes for this call (the acquire load in
@@ -463,44 +474,77 @@ impl Area {
     /// Writes this rank's `send` for `call` into its cell (unless it is too long for it: then
     /// the length alone) and publishes it; whether it fit.
     fn contribute(&self, call: u64, phase: usize, send: &[u8]) -> Result<bool, Cause> {
-        let fits = send.len() <= SHARED_MAX;
+        self.contribute_with(call, phase, send.len(), |cell| cell.copy_from_slice(send))
+    }
+
+    /// As [`Area::contribute`], for `len` bytes that `write` fills in the cell (given them
+    /// only when they fit).
+    fn contribute_with(
+        &self,
+        call: u64,
+        phase: usize,
+        len: usize,
+        write: impl FnOnce(&mut [u8]),
+    ) -> Result<bool, Cause> {
+        let fits = len <= SHARED_MAX;
         let (flag, data) = self.cell(self.rank, phase);
         self.guard_write(call)?;
         if fits {
             // SAFETY: this rank alone writes its cells, and no rank reads this one for this
             // call before its flag says so, nor still for call - 2 (`guard_write`); the
-            // vector fits the cell.
-            unsafe { std::ptr::copy_nonoverlapping(send.as_ptr(), data, send.len()) };
+            // `len` bytes fit the cell.
+            write(unsafe { std::slice::from_raw_parts_mut(data, len) });
         }
-        flag.len.store(send.len() as u64, Ordering::Relaxed);
+        flag.len.store(len as u64, Ordering::Relaxed);
         self.publish(&flag.call, call);
         Ok(fits)
     }
 
     /// The first rank whose published length for the call in cells `phase` (which every
-    /// rank has published) is not `len`.
+    /// rank has published) is not `len`: one that refused its arguments first.
     fn disagreement(&self, phase: usize, len: usize) -> Option<Cause> {
-        (0..self.size).filter(|&r| r != self.rank).find_map(|r| {
-            let got = self.cell(r, phase).0.len.load(Ordering::Relaxed) as usize;
-            (got != len).then_some(Cause::LengthDisagrees {
-                peer: r as i32,
-                expected: len,
-                got,
+        self.refusal(phase).or_else(|| {
+            (0..self.size).filter(|&r| r != self.rank).find_map(|r| {
+                let got = self.cell(r, phase).0.len.load(Ordering::Relaxed) as usize;
+                (got != len).then_some(Cause::LengthDisagrees {
+                    peer: r as i32,
+                    expected: len,
+                    got,
+                })
             })
         })
+    }
+
+    /// The first rank that refused its arguments to the call in cells `phase`, which every
+    /// rank has published.
+    fn refusal(&self, phase: usize) -> Option<Cause> {
+        (0..self.size)
+            .filter(|&r| r != self.rank)
+            .find(|&r| self.cell(r, phase).0.len.load(Ordering::Relaxed) == REFUSED)
+            .map(|r| Cause::PeerRefused { peer: r as i32 })
+    }
+
+    /// Takes part in the next call only to say that this rank refused its arguments (see
+    /// [`REFUSED`]); as a root, its verdict tells the ranks waiting for one to fail too.
+    fn refuse(&self) -> Result<(), Cause> {
+        let (call, phase) = self.next_call();
+        let flag = self.cell(self.rank, phase).0;
+        self.guard_write(call)?;
+        flag.len.store(REFUSED, Ordering::Relaxed);
+        flag.verdict
+            .store(call * VERDICTS + DISAGREED, Ordering::Release);
+        self.publish(&flag.call, call);
+        Ok(())
     }
 
     /// What `rank` published in its cell `phase` for this call, of `send`'s length (`send`
     /// itself for this rank): every rank has published, all of `send`'s length, which fit.
     fn published<'s>(&'s self, rank: u32, phase: usize, send: &'s [u8]) -> &'s [u8] {
         if rank == self.rank {
-            return send;
+            send
+        } else {
+            self.published_any(rank, phase)
         }
-        // SAFETY: `rank` published `send.len()` bytes (its length equals this rank's, which
-        // fit the cell) for this call (the acquire load in `wait_for` ordered them before
-        // this read), and does not write the cell again before this rank has finished this
-        // call (`guard_write`).
-        unsafe { std::slice::from_raw_parts(self.cell(rank, phase).1, send.len()) }
     }
 
     /// `recv = b_0 ∘ b_1 ∘ … ∘ b_(n-1)`, where `b_r` is the bytes at `at` of rank r's
@@ -600,6 +644,9 @@ impl Area {
         let (call, phase) = self.next_call();
         self.contribute(call, phase, send)?;
         self.wait_for_all(call, phase)?;
+        if let Some(cause) = self.refusal(phase) {
+            return Err(cause);
+        }
         Ok(self.all_fit(phase).then_some(phase))
     }
 
@@ -614,8 +661,9 @@ impl Area {
     fn published_any(&self, rank: u32, phase: usize) -> &[u8] {
         let (flag, data) = self.cell(rank, phase);
         let len = flag.len.load(Ordering::Relaxed) as usize;
-        // SAFETY: `rank` published these `len` bytes (at most SHARED_MAX, checked by
-        // `exchange_any`) for this call (the acquire load in `wait_for` ordered them before
+        // SAFETY: `rank` published these `len` bytes (at most SHARED_MAX: the caller checked
+        // that every rank's vector fit, as `all_fit` or `exchange` with `disagreement` do) for
+        // this call (the acquire load in `wait_for` ordered them before
         // this read), and does not write the cell again before this rank has finished this
         // call (`guard_write`).
         unsafe { std::slice::from_raw_parts(data, len) }
@@ -649,10 +697,11 @@ impl Area {
 
     /// Each rank's part for this rank of its `send` (its parts `outgoing`) in this rank's
     /// part for it of `recv` (`incoming`); `false`, with nothing copied, when some rank's
-    /// send buffer and its table of parts are too long for the area; a part of another
-    /// length than this rank's part for it is an error. A rank publishes its table of parts
-    /// (offset and length, 4 bytes each, per rank) ahead of its send buffer: the others know
-    /// only their own parts.
+    /// parts and its table of them are too long for the area; a part of another length than
+    /// this rank's part for it is an error. A rank publishes its table of parts (offset among
+    /// the parts and length, 4 bytes each, per rank) ahead of the parts, packed back to back
+    /// (the send buffer's gaps, and what other ranks' parts skip, stay out of the cell): the
+    /// others know only their own parts.
     fn all_to_all_varcount(
         &self,
         send: &[u8],
@@ -662,24 +711,22 @@ impl Area {
     ) -> Result<bool, Cause> {
         let table = 8 * self.size as usize;
         let (call, phase) = self.next_call();
-        let len = table + send.len();
-        let (flag, data) = self.cell(self.rank, phase);
-        self.guard_write(call)?;
-        if len <= SHARED_MAX {
-            for (r, &(at, part)) in outgoing.iter().enumerate() {
-                let entry = [at as u32, part as u32];
-                // SAFETY: this rank alone writes its cells, and no rank reads this one for
-                // this call before its flag says so, nor still for call - 2 (`guard_write`);
-                // the table and the buffer fit the cell (`len`), and parts of a buffer of at
-                // most 4 KiB fit u32.
-                unsafe { std::ptr::copy_nonoverlapping(entry.as_ptr().cast(), data.add(8 * r), 8) };
+        let len = table + outgoing.iter().map(|&(_, part)| part).sum::<usize>();
+        self.contribute_with(call, phase, len, |cell| {
+            let (entries, parts) = cell.split_at_mut(table);
+            let mut packed = 0;
+            for (entry, &(at, part)) in entries.chunks_exact_mut(8).zip(outgoing) {
+                // Parts that fit a 4 KiB cell fit u32.
+                entry[..4].copy_from_slice(&(packed as u32).to_ne_bytes());
+                entry[4..].copy_from_slice(&(part as u32).to_ne_bytes());
+                parts[packed..packed + part].copy_from_slice(&send[at..at + part]);
+                packed += part;
             }
-            // SAFETY: as above.
-            unsafe { std::ptr::copy_nonoverlapping(send.as_ptr(), data.add(table), send.len()) };
-        }
-        flag.len.store(len as u64, Ordering::Relaxed);
-        self.publish(&flag.call, call);
+        })?;
         self.wait_for_all(call, phase)?;
+        if let Some(cause) = self.refusal(phase) {
+            return Err(cause);
+        }
         if !self.all_fit(phase) {
             return Ok(false);
         }
@@ -691,12 +738,23 @@ impl Area {
                     as usize
             };
             let (at, got) = (table + entry(0), entry(4));
-            if got != expected || at + got > published.len() {
+            if got != expected {
                 return Err(Cause::LengthDisagrees {
                     peer: r as i32,
                     expected,
                     got,
                 });
+            }
+            if at + got > published.len() {
+                // The sender checked its parts against its buffer: a table that says
+                // otherwise is not one this protocol wrote.
+                return Err(Cause::InvalidPartition(format!(
+                    "rank {r}'s part for this rank (bytes {} to {}) runs past the {} bytes it \
+                     published",
+                    at - table,
+                    at - table + got,
+                    published.len() - table
+                )));
             }
             recv[into..into + got].copy_from_slice(&published[at..at + got]);
         }
@@ -764,6 +822,9 @@ impl Area {
             self.wait_for(&root_flag.verdict, call * VERDICTS)?;
             return match root_flag.verdict.load(Ordering::Acquire) % VERDICTS {
                 BY_MESSAGES => Ok(false),
+                _ if root_flag.len.load(Ordering::Relaxed) == REFUSED => {
+                    Err(Cause::PeerRefused { peer: root as i32 })
+                }
                 _ => Err(Cause::LengthDisagrees {
                     peer: root as i32,
                     expected: send.len(),
@@ -846,9 +907,14 @@ impl Drop for Area {
         if verbose() {
             let sleeps = self.sleeps.get();
             bootstrap::output::say(&format!(
-                "mpirt: collective area, rank {} of {}: {} sleeps, {} woken by a publisher, {} \
-                 lost wake-ups",
-                self.rank, self.size, sleeps.slept, sleeps.woken, sleeps.missed
+                "mpirt: collective area, rank {} of {}: {} calls, {} sleeps, {} woken by a \
+                 publisher, {} lost wake-ups",
+                self.rank,
+                self.size,
+                self.calls.get(),
+                sleeps.slept,
+                sleeps.woken,
+                sleeps.missed
             ));
         }
     }
@@ -957,6 +1023,28 @@ pub(crate) fn over_packed<B: BufferMut + ?Sized>(
     // any bytes are values, and `reduce_local_into`'s operation makes values of values.
     unsafe { layout.unpack(count, base, &packed) };
     Ok(true)
+}
+
+/// What makes a cause, this rank's refusal of its arguments to `operation`, its error; where
+/// the call would have met in the area (`wanted` as for `operation`, with the type and the
+/// byte length that its area path goes by: a reduction's or a gather's send buffer's, a
+/// scatter's receive buffer's), this rank takes its part all the same, to say so: the other
+/// ranks' counts of calls stay in step with this one's, and those that read its part fail
+/// naming it rather than wait or read a later call's bytes.
+pub(crate) fn refusing<'c>(
+    comm: &'c CommData,
+    operation: &'static str,
+    wanted: Result<bool, Cause>,
+    (datatype, bytes): (Datatype, usize),
+) -> impl FnOnce(Cause) -> Error + 'c {
+    move |cause| {
+        if let Ok(Some(area)) = usable_area(comm, operation, wanted, datatype, bytes) {
+            // A failure to take part (a peer's broken messaging) leaves this rank's own cause
+            // the one to report.
+            let _ = area.refuse();
+        }
+        Error::new(operation, cause)
+    }
 }
 
 /// Runs a blocking barrier through the area; `false` if it must go by messages instead.
