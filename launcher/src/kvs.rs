@@ -33,6 +33,9 @@ pub enum Action {
         code: i32,
         message: String,
     },
+    /// A rank said what it waits for, or that it moved again (`state` None); for the job's
+    /// stall book. Nothing is answered.
+    Stall { rank: u32, state: Option<Vec<u8>> },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +114,11 @@ impl KvsState {
                 },
                 Action::Reply(conn, Response::Ok),
             ],
+            Request::Stalled { state } => vec![Action::Stall {
+                rank,
+                state: Some(state),
+            }],
+            Request::Resumed => vec![Action::Stall { rank, state: None }],
             Request::Finalize => {
                 let mut actions = vec![Action::Reply(conn, Response::Ok)];
                 actions.extend(self.leave(conn));
@@ -308,6 +316,9 @@ fn serve_connection(
                         code,
                         message,
                     });
+                }
+                Action::Stall { rank, state } => {
+                    let _ = events.send(Event::Stall { rank, state });
                 }
             }
         }

@@ -72,6 +72,7 @@ pub mod group;
 mod partition;
 pub mod point_to_point;
 pub mod request;
+mod stall;
 pub mod traits;
 
 /// rsmpi's name for the communicator module.

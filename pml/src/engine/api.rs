@@ -11,6 +11,7 @@ use crate::error::PmlError;
 use crate::pml_api::{Done, Pml};
 use crate::protocol::{ClaimEnd, MessageHandle, SendMode, Started};
 use crate::requests::Handle;
+use crate::stall::Queues;
 use crate::waiting::Waiting;
 
 /// Withdraws the core's claim when dropped, also when a wait fails or unwinds: a claim left
@@ -277,6 +278,10 @@ impl Waiting for Engine {
     }
 
     #[inline]
+    fn queues(&self) -> Queues {
+        self.core.queues()
+    }
+
     fn check_running(&self) -> Result<(), PmlError> {
         Engine::check_running(self)
     }
