@@ -971,7 +971,22 @@ pub trait Destination {
             SendMode::Standard => "send",
             SendMode::Synchronous => "synchronous send",
         };
-        let location = Location::caller();
+        stall::at(Location::caller());
+        if mode == SendMode::Synchronous {
+            // Off the 8-byte message's path (a standard send notes its location only): the
+            // whole call, for the report to name it.
+            let comm = self.destination_comm();
+            stall::enter(stall::Call {
+                op: "synchronous_send",
+                location: Location::caller(),
+                context: comm.context,
+                peer: comm
+                    .check_rank(self.destination_rank())
+                    .map_or(Peer::None, |r| Peer::To(comm.world_rank(r))),
+                tag: Some(tag),
+                bytes: Some(buf.byte_len()),
+            });
+        }
         Outgoing::of(buf)
             .and_then(|out| {
                 // SAFETY: `buf` and `out` live for this whole call, which waits for completion.
@@ -984,24 +999,7 @@ pub trait Destination {
                         &out,
                     )
                 }
-                .and_then(|handle| {
-                    if handle != Handle::SENT {
-                        let comm = self.destination_comm();
-                        let dest = self.destination_rank();
-                        stall::enter(stall::Call {
-                            op: match mode {
-                                SendMode::Standard => "send",
-                                SendMode::Synchronous => "synchronous_send",
-                            },
-                            location,
-                            context: comm.context,
-                            peer: Peer::To(comm.world_rank(dest as u32)),
-                            tag: Some(tag),
-                            bytes: Some(out.len),
-                        });
-                    }
-                    wait_handle(handle)
-                })
+                .and_then(wait_handle)
             })
             .map(drop)
             .map_err(|c| Error::new(self.describe_send(what, tag), c))

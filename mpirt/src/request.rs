@@ -22,6 +22,7 @@ use crate::environment::{abort_job, with_engine};
 use crate::error::{fatal, or_fatal, Cause, Error};
 use crate::point_to_point::{send_description, wait_handle, Landing, RecvSlot, Status, Tag};
 use crate::stall;
+use std::panic::Location;
 
 mod collection;
 mod guard;
@@ -290,12 +291,16 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     }
 
     /// Waits for the operation to finish (`MPI_Wait`).
+    #[track_caller]
     pub fn wait(mut self) -> Status {
+        stall::at(Location::caller());
         or_fatal(self.finish())
     }
 
     /// Waits for the operation to finish and hands its buffer back.
+    #[track_caller]
     pub fn wait_for_data(self) -> &'a D {
+        stall::at(Location::caller());
         self.wait_with_data().1
     }
 
@@ -341,7 +346,9 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     }
 
     /// Waits without looking at the status.
+    #[track_caller]
     pub fn wait_without_status(self) {
+        stall::at(Location::caller());
         self.wait();
     }
 

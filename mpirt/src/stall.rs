@@ -248,18 +248,24 @@ impl Watch {
                 collective: false,
             },
             (None, Some(c)) => state_call(c, false),
-            // A wait on requests (`Request::wait` notes nothing, being on the message path):
-            // the last noted location may be an earlier call's, so none is said.
-            (None, None) => StateCall {
-                op: "wait".into(),
-                location: String::new(),
-                context: 0,
-                peer: Peer::None,
-                tag: None,
-                bytes: None,
-                step: None,
-                collective: false,
-            },
+            // A standard send or a wait on requests, noted by location only: one send
+            // that waits is what the call waits for; otherwise the queues say.
+            (None, None) => {
+                let single = match (&queues.sends[..], &queues.posted[..]) {
+                    ([send], []) => Some(send),
+                    _ => None,
+                };
+                StateCall {
+                    op: if single.is_some() { "send" } else { "wait" }.into(),
+                    location: location.map(ToString::to_string).unwrap_or_default(),
+                    context: single.map_or(0, |s| s.context),
+                    peer: single.map_or(Peer::None, |s| Peer::To(s.peer)),
+                    tag: single.map(|s| s.tag),
+                    bytes: single.map(|s| s.bytes as u64),
+                    step: None,
+                    collective: false,
+                }
+            }
         };
         if let Some(coll) = COLLECTIVE.get() {
             let inner = call.clone();

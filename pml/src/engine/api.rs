@@ -282,6 +282,7 @@ impl Waiting for Engine {
         self.core.queues()
     }
 
+    #[inline]
     fn check_running(&self) -> Result<(), PmlError> {
         Engine::check_running(self)
     }
