@@ -1,6 +1,6 @@
 //! What a rank that waits with nothing moving tells its launcher: the call it waits in and
 //! what its queues hold ([`RankState`]), in the KVS wire format (a rank sends it in
-//! [`Request::Stalled`](crate::wire::Request::Stalled), rsrun decodes it), and the line a
+//! [`Request::Stalled`], rsrun decodes it), and the line a
 //! person reads for it ([`RankState::line`]), the same in rsrun's report and in the lines a
 //! rank prints itself where no rsrun gathers them. Ranks are world ranks throughout.
 

@@ -246,6 +246,10 @@ mod tests {
                 message: "boom".into(),
             },
             Request::Finalize,
+            Request::Stalled {
+                state: vec![0, 7, 255],
+            },
+            Request::Resumed,
         ];
         for request in requests {
             assert_eq!(Request::decode(&request.encode()), Ok(request));

@@ -7,7 +7,7 @@
 #[allow(dead_code)]
 mod support;
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::{bin, output_within_a_minute};
@@ -156,4 +156,58 @@ fn a_slow_job_is_not_stuck() {
             "slow over {transport}:\n{report}"
         );
     }
+}
+
+#[test]
+fn sigusr1_prints_the_report_and_the_job_goes_on() {
+    let dir = std::env::temp_dir().join(format!("mpirt-stall-usr1-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (report_file, go) = (dir.join("report.json"), dir.join("go"));
+    let mut child = Command::new(bin("rsrun"))
+        .args(["-n", "3", "--stall-report-file"])
+        .arg(&report_file)
+        .arg(bin("stuck"))
+        .arg("until-file")
+        .arg(&go)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Asks for the report until it shows ranks 1 and 2 waiting (each tells rsrun after a
+    // second with nothing moving), then lets rank 0 send.
+    let deadline = Instant::now() + Duration::from_secs(50);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "no report with the waiting ranks"
+        );
+        let asked = Command::new("kill")
+            .args(["-USR1", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(asked.success());
+        std::thread::sleep(Duration::from_millis(200));
+        let json = std::fs::read_to_string(&report_file).unwrap_or_default();
+        if json.matches("\"status\":\"waiting\"").count() == 2 {
+            assert!(json.contains("\"rank\":0,\"status\":\"running\""), "{json}");
+            break;
+        }
+    }
+    std::fs::write(&go, b"").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("what each rank waits for (SIGUSR1)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("rank 1 on") && stderr.contains("waits in receive from rank 0 (tag 14"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("rank 0 is not waiting in an mpirt call"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -487,6 +487,36 @@ mod tests {
     }
 
     #[test]
+    fn stall_states_go_to_the_job_unanswered() {
+        let mut s = KvsState::new(2, b"sekrit");
+        hello(&mut s, 5, 1);
+        assert_eq!(
+            s.on_request(
+                5,
+                Request::Stalled {
+                    state: vec![1, 2, 3]
+                }
+            ),
+            vec![Action::Stall {
+                rank: 1,
+                state: Some(vec![1, 2, 3])
+            }]
+        );
+        assert_eq!(
+            s.on_request(5, Request::Resumed),
+            vec![Action::Stall {
+                rank: 1,
+                state: None
+            }]
+        );
+        // Before the hello, a stall state is refused like any other request.
+        assert!(matches!(
+            s.on_request(6, Request::Resumed)[..],
+            [Action::Reply(6, Response::Error(_)), Action::Close(6)]
+        ));
+    }
+
+    #[test]
     fn abort_is_reported_before_the_reply() {
         let mut s = KvsState::new(2, b"sekrit");
         hello(&mut s, 5, 1);

@@ -1,7 +1,7 @@
 //! The classic bugs that make a message-passing job stop, one a run, for `rsrun
 //! --stall-timeout` to diagnose (`examples/tests/stall.rs`): `stuck BUG` on the ranks the
 //! bug needs. `slow` is not a bug: one rank computes for longer than the timeout while the
-//! others wait for it, and the job finishes.
+//! others wait for it, and the job finishes; nor is `until-file` (for `kill -USR1`).
 
 use std::time::{Duration, Instant};
 
@@ -89,6 +89,28 @@ fn main() {
             world.barrier();
             if rank == 0 {
                 println!("slow: done");
+            }
+        }
+        // Rank 0 waits outside mpirt until the file named next exists (the test makes it once
+        // it has seen rsrun's report on SIGUSR1), then sends to everyone.
+        "until-file" => {
+            let path = std::env::args()
+                .nth(2)
+                .expect("usage: stuck until-file PATH");
+            if rank == 0 {
+                let start = Instant::now();
+                while !std::path::Path::new(&path).exists() {
+                    assert!(
+                        start.elapsed() < Duration::from_secs(60),
+                        "{path} did not appear"
+                    );
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                for r in 1..size {
+                    world.process_at_rank(r).send_with_tag(&1u8, 14);
+                }
+            } else {
+                let (_, _) = world.process_at_rank(0).receive_with_tag::<u8>(14);
             }
         }
         other => panic!("unknown bug {other}"),

@@ -22,9 +22,9 @@ const FINALIZE: &str = "finalize";
 /// The diagnosis: one finding a line.
 pub fn diagnose(ranks: &[RankView]) -> Vec<String> {
     let mut found = Vec::new();
-    cycles(ranks, &mut found);
+    let in_cycle = cycles(ranks, &mut found);
     gone_peers(ranks, &mut found);
-    unmatched_receives(ranks, &mut found);
+    unmatched_receives(ranks, &in_cycle, &mut found);
     partial_collectives(ranks, &mut found);
     found
 }
@@ -63,7 +63,8 @@ fn clause(s: &RankState) -> String {
     format!("rank {} waits in {}", s.rank, s.waits_in())
 }
 
-fn cycles(ranks: &[RankView], found: &mut Vec<String>) {
+/// Names each cycle; which ranks are in one.
+fn cycles(ranks: &[RankView], found: &mut Vec<String>) -> Vec<bool> {
     let mut reported = vec![false; ranks.len()];
     for start in 0..ranks.len() as u32 {
         // Follows the single waits from `start`; a cycle is a rank met twice.
@@ -107,6 +108,7 @@ fn cycles(ranks: &[RankView], found: &mut Vec<String>) {
             }
         }
     }
+    reported
 }
 
 /// A message sent or being sent by `peer` that `s`'s receive would take, in words.
@@ -143,7 +145,8 @@ fn gone_peers(ranks: &[RankView], found: &mut Vec<String>) {
     }
 }
 
-fn unmatched_receives(ranks: &[RankView], found: &mut Vec<String>) {
+/// Receives nothing sent matches; a rank in a cycle only where a near miss says more.
+fn unmatched_receives(ranks: &[RankView], in_cycle: &[bool], found: &mut Vec<String>) {
     for view in ranks {
         let RankView::Waiting(s) = view else { continue };
         if s.call.collective || !matches!(s.call.peer, Peer::From(_) | Peer::FromAny) {
@@ -195,6 +198,9 @@ fn unmatched_receives(ranks: &[RankView], found: &mut Vec<String>) {
                     peer.comm_name(q.context)
                 ));
             }
+        }
+        if misses.is_empty() && in_cycle[s.rank as usize] {
+            continue;
         }
         let mut line = format!(
             "{} on {}: no message sent or being sent matches it",
