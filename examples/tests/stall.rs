@@ -211,3 +211,37 @@ fn sigusr1_prints_the_report_and_the_job_goes_on() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn without_rsrun_a_stalled_rank_says_what_it_waits_for_on_stderr() {
+    // A singleton receiving from itself waits for ever, as a rank under srun would: with
+    // MPIRT_STALL_TIMEOUT it prints its own line. The test ends it once the line is there.
+    let mut child = Command::new(bin("stuck"))
+        .arg("receive-cycle")
+        .env("MPIRT_STALL_TIMEOUT", "1")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let line = rx.recv_timeout(Duration::from_secs(50));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let line = line.expect("the rank said nothing");
+    assert!(
+        line.starts_with("mpirt: stalled: rank 0 on ")
+            && line.contains("waits in receive from rank 0 (tag 7, examples/src/bin/stuck.rs:"),
+        "{line}"
+    );
+}
