@@ -163,7 +163,7 @@ fn sigusr1_prints_the_report_and_the_job_goes_on() {
     let dir = std::env::temp_dir().join(format!("mpirt-stall-usr1-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (report_file, go) = (dir.join("report.json"), dir.join("go"));
-    let mut child = Command::new(bin("rsrun"))
+    let child = Command::new(bin("rsrun"))
         .args(["-n", "3", "--stall-report-file"])
         .arg(&report_file)
         .arg(bin("stuck"))
@@ -244,4 +244,39 @@ fn without_rsrun_a_stalled_rank_says_what_it_waits_for_on_stderr() {
             && line.contains("waits in receive from rank 0 (tag 7, examples/src/bin/stuck.rs:"),
         "{line}"
     );
+}
+
+/// The UCX PML keeps its queues to itself: the report names each rank's call (a blocking
+/// receive's peer and tag, a synchronous send's, a collective) and source line, without the
+/// queues, so deadlock cycles and collectives some ranks skipped are found, near misses not.
+#[cfg(feature = "ucx")]
+#[test]
+fn under_ucx_the_calls_and_cycles_are_reported() {
+    for (n, bug, want) in [
+        (
+            2,
+            "head-to-head",
+            "deadlock: rank 0 waits in synchronous_send to rank 1 (tag 3, examples/src/bin/stuck.rs:",
+        ),
+        (
+            2,
+            "tag-mismatch",
+            "rank 1 waits in receive from rank 0 (tag 2, examples/src/bin/stuck.rs:",
+        ),
+        (
+            3,
+            "skipped-barrier",
+            "was entered by ranks 0, 1 but not by rank 2: rank 2 waits in receive from rank 0 (tag 11",
+        ),
+    ] {
+        let mut command = Command::new(bin("rsrun"));
+        command
+            .args(["-n", &n.to_string(), "--pml", "ucx", "--stall-timeout", "2"])
+            .arg(bin("stuck"))
+            .arg(bug);
+        let out = output_within_a_minute(command);
+        let report = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{bug}:\n{report}");
+        assert!(report.contains(want), "{bug}: no {want:?} in\n{report}");
+    }
 }

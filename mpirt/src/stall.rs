@@ -127,6 +127,10 @@ pub(crate) fn rename_comm(context: u32, name: &str) {
     }
 }
 
+/// How many entries of each queue a state shows (unexpected messages oldest first), so that
+/// its message stays small however long the queues grew.
+const QUEUE_SHOWN: usize = 64;
+
 /// How long a wait sees nothing move before this rank tells rsrun, which decides for the
 /// job (`--stall-timeout`) and prints these on `kill -USR1`.
 const TELL_RSRUN_AFTER: Duration = Duration::from_secs(1);
@@ -281,11 +285,22 @@ impl Watch {
             host: self.host.clone(),
             idle_ms: idle.as_millis() as u64,
             call,
-            posted: queues.posted.iter().map(envelope).collect(),
-            unexpected: queues.unexpected.iter().map(envelope).collect(),
+            posted: queues
+                .posted
+                .iter()
+                .take(QUEUE_SHOWN)
+                .map(envelope)
+                .collect(),
+            unexpected: queues
+                .unexpected
+                .iter()
+                .take(QUEUE_SHOWN)
+                .map(envelope)
+                .collect(),
             sends: queues
                 .sends
                 .iter()
+                .take(QUEUE_SHOWN)
                 .map(|s| PendingSend {
                     context: s.context,
                     peer: s.peer,
