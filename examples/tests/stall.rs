@@ -163,16 +163,22 @@ fn sigusr1_prints_the_report_and_the_job_goes_on() {
     let dir = std::env::temp_dir().join(format!("mpirt-stall-usr1-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (report_file, go) = (dir.join("report.json"), dir.join("go"));
-    let child = Command::new(bin("rsrun"))
-        .args(["-n", "3", "--stall-report-file"])
+    // --verbose: rsrun's first line on stderr says it runs, past the start of `main`, where it
+    // takes SIGUSR1 for itself (before that, the signal's default action would end it).
+    let mut child = Command::new(bin("rsrun"))
+        .args(["-n", "3", "--verbose", "--stall-report-file"])
         .arg(&report_file)
         .arg(bin("stuck"))
         .arg("until-file")
         .arg(&go)
-        .stdout(Stdio::piped())
+        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let lines = lines_of(child.stderr.take().unwrap());
+    lines
+        .recv_timeout(Duration::from_secs(50))
+        .expect("rsrun said nothing");
     // Asks for the report until it shows ranks 1 and 2 waiting (each tells rsrun after a
     // second with nothing moving), then lets rank 0 send.
     let deadline = Instant::now() + Duration::from_secs(50);
@@ -194,9 +200,10 @@ fn sigusr1_prints_the_report_and_the_job_goes_on() {
         }
     }
     std::fs::write(&go, b"").unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let status = child.wait().unwrap();
+    let stderr: Vec<String> = lines.iter().collect();
+    let stderr = stderr.join("\n");
+    assert_eq!(status.code(), Some(0), "{stderr}");
     assert!(
         stderr.contains("what each rank waits for (SIGUSR1)"),
         "{stderr}"
@@ -212,6 +219,23 @@ fn sigusr1_prints_the_report_and_the_job_goes_on() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The lines `source` writes, as they come.
+fn lines_of(source: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(source)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 #[test]
 fn without_rsrun_a_stalled_rank_says_what_it_waits_for_on_stderr() {
     // A singleton receiving from itself waits for ever, as a rank under srun would: with
@@ -222,19 +246,7 @@ fn without_rsrun_a_stalled_rank_says_what_it_waits_for_on_stderr() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let rx = lines_of(child.stderr.take().unwrap());
     let line = rx.recv_timeout(Duration::from_secs(50));
     child.kill().unwrap();
     child.wait().unwrap();
