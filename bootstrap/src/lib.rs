@@ -17,6 +17,7 @@ pub mod pmi2;
 pub mod pmi_socket;
 #[cfg(feature = "pmix")]
 pub mod pmix;
+pub mod stall;
 pub mod started_by;
 pub mod wire;
 
@@ -57,6 +58,10 @@ pub mod vars {
     /// oversubscribed even though it sees one CPU: it cannot tell that from ranks that all
     /// inherited one CPU (`taskset -c 0 rsrun ...`, a Slurm cpuset).
     pub const BOUND_CPU: &str = "MPIRT_BOUND_CPU";
+    /// Seconds: a rank that waits that long in an mpirt call with nothing moving says what it
+    /// waits for (to rsrun, which then ends the job if every rank does; on stderr without
+    /// rsrun).
+    pub const STALL_TIMEOUT: &str = "MPIRT_STALL_TIMEOUT";
 }
 
 /// The key under which the job's key-value space holds the secret the ranks' own connections
@@ -660,6 +665,15 @@ impl Bootstrap {
             Backend::Singleton(_) | Backend::Finalized => output::say(&last_words),
         }
         std::process::exit(exit_code)
+    }
+
+    /// A line to rsrun for stall reports (see [`stall::StallLine`]), where rsrun started this
+    /// rank; `None` under any other launcher.
+    pub fn stall_line(&self) -> Option<stall::StallLine> {
+        match &self.backend {
+            Backend::Kvs(stream) => stream.try_clone().ok().map(stall::StallLine::new),
+            _ => None,
+        }
     }
 
     /// Says goodbye to rsrun. Later puts, fences and gets are errors.

@@ -36,6 +36,14 @@ pub enum Request {
         message: String,
     },
     Finalize,
+    /// The rank has waited in an mpirt call with nothing moving for a while: what it waits
+    /// for (an encoded [`crate::stall::RankState`]). One way: rsrun answers nothing, so the
+    /// rank can say it from inside its waiting loop without waiting itself.
+    Stalled {
+        state: Vec<u8>,
+    },
+    /// Something moved (or the call returned) since the rank's last `Stalled`. One way.
+    Resumed,
 }
 
 /// rsrun's answer to one request.
@@ -76,6 +84,11 @@ impl Request {
             }
             Request::Finalize => out.push(6),
             Request::GetAll => out.push(7),
+            Request::Stalled { state } => {
+                out.push(8);
+                put_bytes(&mut out, state);
+            }
+            Request::Resumed => out.push(9),
         }
         out
     }
@@ -99,6 +112,8 @@ impl Request {
             },
             6 => Request::Finalize,
             7 => Request::GetAll,
+            8 => Request::Stalled { state: r.bytes()? },
+            9 => Request::Resumed,
             tag => return Err(format!("unknown request tag {tag}")),
         };
         r.finish()?;
@@ -193,17 +208,17 @@ pub fn read_frame(r: &mut impl Read, max: u32) -> io::Result<Option<Vec<u8>>> {
     Ok(Some(body))
 }
 
-fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+pub(crate) fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     // Bodies are capped at MAX_FRAME, far below u32::MAX, so the length always fits.
     out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
     out.extend_from_slice(bytes);
 }
 
 /// A cursor over a frame body whose every read checks the remaining length.
-struct Reader<'a>(&'a [u8]);
+pub(crate) struct Reader<'a>(pub(crate) &'a [u8]);
 
 impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], String> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&[u8], String> {
         if self.0.len() < n {
             return Err("truncated KVS message".to_string());
         }
@@ -212,25 +227,25 @@ impl Reader<'_> {
         Ok(head)
     }
 
-    fn u8(&mut self) -> Result<u8, String> {
+    pub(crate) fn u8(&mut self) -> Result<u8, String> {
         Ok(self.take(1)?[0])
     }
 
-    fn u32(&mut self) -> Result<u32, String> {
+    pub(crate) fn u32(&mut self) -> Result<u32, String> {
         let b = self.take(4)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
-    fn bytes(&mut self) -> Result<Vec<u8>, String> {
+    pub(crate) fn bytes(&mut self) -> Result<Vec<u8>, String> {
         let len = self.u32()? as usize;
         Ok(self.take(len)?.to_vec())
     }
 
-    fn string(&mut self) -> Result<String, String> {
+    pub(crate) fn string(&mut self) -> Result<String, String> {
         String::from_utf8(self.bytes()?).map_err(|_| "KVS string is not UTF-8".to_string())
     }
 
-    fn finish(&self) -> Result<(), String> {
+    pub(crate) fn finish(&self) -> Result<(), String> {
         if self.0.is_empty() {
             Ok(())
         } else {
@@ -262,6 +277,10 @@ mod tests {
             },
             Request::Finalize,
             Request::GetAll,
+            Request::Stalled {
+                state: vec![0, 7, 255],
+            },
+            Request::Resumed,
         ];
         for request in requests {
             assert_eq!(Request::decode(&request.encode()), Ok(request));

@@ -1,6 +1,7 @@
 //! rsrun's command line, spelled the way mpirun users expect.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use bootstrap::vars;
@@ -116,6 +117,16 @@ pub struct Cli {
     #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
     pub timeout: Option<Duration>,
 
+    /// End the job, with a report of what every rank waits for and why, when every rank
+    /// still running has waited in an mpirt call with nothing moving for SECS seconds
+    /// (default: MPIRT_STALL_TIMEOUT, else never).
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    pub stall_timeout: Option<Duration>,
+
+    /// Also write the stall report (at --stall-timeout or SIGUSR1) to FILE, as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub stall_report_file: Option<PathBuf>,
+
     /// How long ranks get to exit after SIGTERM before they are killed.
     #[arg(long, value_name = "SECS", value_parser = parse_seconds, default_value = "1")]
     pub grace: Duration,
@@ -169,6 +180,19 @@ pub struct Cli {
 }
 
 impl Cli {
+    /// `--stall-timeout`, else `MPIRT_STALL_TIMEOUT` from rsrun's environment (an error
+    /// naming the variable if it is not a number of seconds).
+    pub fn resolve_stall_timeout(&mut self) -> Result<(), String> {
+        if self.stall_timeout.is_none() {
+            if let Ok(text) = std::env::var(vars::STALL_TIMEOUT) {
+                self.stall_timeout = Some(
+                    parse_seconds(&text).map_err(|e| format!("{}: {e}", vars::STALL_TIMEOUT))?,
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Parses rsrun's arguments (the first item is the program name), accepting mpirun's
     /// single-dash long options (`-np`, `-hostfile`, `-wdir`, ...).
     pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
@@ -316,6 +340,12 @@ impl Cli {
         }
         if let Some(pml) = &self.pml {
             env.push((vars::PML.into(), pml.into()));
+        }
+        if let Some(secs) = self.stall_timeout {
+            env.push((
+                vars::STALL_TIMEOUT.into(),
+                secs.as_secs_f64().to_string().into(),
+            ));
         }
         if self.hw_tag_matching {
             for var in ["UCX_RC_MLX5_TM_ENABLE", "UCX_DC_MLX5_TM_ENABLE"] {

@@ -28,10 +28,14 @@ use crate::spawn::binding::{self, Binding};
 use crate::spawn::local::{self, LaunchSpec, RankProcess, Slot};
 use crate::spawn::ssh::{self, SshSpec, ToAgent};
 use crate::spawn::workdir;
+use crate::stall::StallBook;
 use crate::stdin::ForegroundStdin;
+use bootstrap::stall::RankState;
 
 /// Exit code when `--timeout` ends the job, as timeout(1) uses.
 const TIMEOUT_EXIT: i32 = 124;
+/// rsrun's exit code when `--stall-timeout` ended a stuck job.
+const STALL_EXIT: i32 = 125;
 /// Exit code when the program cannot be started, as shells use for "command not found".
 const NOT_FOUND_EXIT: i32 = 127;
 /// After SIGKILL, how long to wait for the kernel to report the ranks dead.
@@ -91,6 +95,8 @@ pub enum Event {
     AgentGone { host: usize, stderr: String },
     /// One rank output stream reached end of file.
     OutputDone,
+    /// A rank said what it waits for (`state`, encoded), or that it moved again (`None`).
+    Stall { rank: u32, state: Option<Vec<u8>> },
 }
 
 /// Runs the job the command line describes and returns rsrun's exit code.
@@ -318,6 +324,10 @@ struct Job {
     start_deadline: Option<Instant>,
     open_outputs: usize,
     events: mpsc::Receiver<Event>,
+    /// What each rank waits for, as the ranks said (see `stall`).
+    stalls: StallBook,
+    stall_timeout: Option<Duration>,
+    stall_report_file: Option<PathBuf>,
 }
 
 impl Job {
@@ -408,6 +418,9 @@ impl Job {
             remote: HashMap::new(),
             agents: Vec::new(),
             start_deadline: None,
+            stalls: StallBook::new(size),
+            stall_timeout: cli.stall_timeout,
+            stall_report_file: cli.stall_report_file.clone(),
             open_outputs: 0,
             events,
         };
@@ -633,6 +646,7 @@ impl Job {
                     }
                     1
                 }
+                Ok(Event::Signal(libc::SIGUSR1)) => continue,
                 Ok(Event::Signal(sig)) => {
                     eprintln!(
                         "rsrun: received {} before the ranks started; ending the job",
@@ -663,7 +677,8 @@ impl Job {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             let starting = self.start_deadline.filter(|_| self.unstarted() > 0);
-            let next = [deadline, starting].into_iter().flatten().min();
+            let stuck = self.stuck_deadline();
+            let next = [deadline, starting, stuck].into_iter().flatten().min();
             let event = match next {
                 None => self
                     .events
@@ -675,6 +690,15 @@ impl Job {
             };
             match event {
                 Err(RecvTimeoutError::Timeout) => {
+                    if self.stuck_deadline().is_some_and(|d| d <= Instant::now()) {
+                        let secs = self.stall_timeout.unwrap_or_default().as_secs_f64();
+                        self.say_stalls(&format!(
+                            "job {} is stuck: every rank still running has waited in an mpirt \
+                             call with nothing moving for {secs} s; ending the job",
+                            self.id
+                        ));
+                        return self.shut_down(libc::SIGTERM, STALL_EXIT);
+                    }
                     if let Some(host) = self.slow_host() {
                         eprintln!(
                             "rsrun: host {} did not report its ranks started within {} s; \
@@ -692,6 +716,11 @@ impl Job {
                 // signal thread lives, but ending is the only sensible answer.
                 Err(RecvTimeoutError::Disconnected) => return 1,
                 Ok(Event::OutputDone) => self.open_outputs -= 1,
+                Ok(Event::Stall { rank, state }) => self.note_stall(rank, state),
+                Ok(Event::Signal(libc::SIGUSR1)) => {
+                    let headline = format!("job {}: what each rank waits for (SIGUSR1)", self.id);
+                    self.say_stalls(&headline);
+                }
                 // Every agent was ready before any rank started (see `wait_until_ready`).
                 Ok(Event::AgentReady { .. }) => {}
                 Ok(Event::RemoteStarted { rank, pid }) => {
@@ -703,6 +732,7 @@ impl Job {
                     let Some(rank) = self.running.remove(&pid) else {
                         continue; // an ssh client; its agent's reports tell what happened
                     };
+                    self.stalls.exited(rank, describe(status));
                     if let Some(code) = self.check_exit(rank, pid, status) {
                         return self.shut_down(libc::SIGTERM, code);
                     }
@@ -714,6 +744,7 @@ impl Job {
                     let Some(pid) = self.remote.remove(&rank) else {
                         continue;
                     };
+                    self.stalls.exited(rank, describe(status));
                     if let Some(code) = self.check_exit(rank, pid.unwrap_or(0), status) {
                         return self.shut_down(libc::SIGTERM, code);
                     }
@@ -760,6 +791,37 @@ impl Job {
                     };
                     return self.shut_down(forward, 128 + sig);
                 }
+            }
+        }
+    }
+
+    /// When the job counts as stuck, with `--stall-timeout`: that long after every rank
+    /// still running said it waits with nothing moving.
+    fn stuck_deadline(&self) -> Option<Instant> {
+        Some(self.stalls.stuck_since()? + self.stall_timeout?)
+    }
+
+    /// Records a rank's word about what it waits for; a state that does not decode is
+    /// said and dropped (the rank then counts as running).
+    fn note_stall(&mut self, rank: u32, state: Option<Vec<u8>>) {
+        match state.map(|bytes| RankState::decode(&bytes)) {
+            None => self.stalls.resumed(rank),
+            Some(Ok(state)) => self.stalls.stalled(rank, state, Instant::now()),
+            Some(Err(why)) => {
+                eprintln!("rsrun: rank {rank} sent a stall state rsrun cannot read: {why}")
+            }
+        }
+    }
+
+    /// Prints the stall report, and writes it as JSON where `--stall-report-file` says.
+    fn say_stalls(&self, headline: &str) {
+        eprint!("{}", self.stalls.report(headline));
+        if let Some(path) = &self.stall_report_file {
+            if let Err(e) = std::fs::write(path, self.stalls.json(headline)) {
+                eprintln!(
+                    "rsrun: cannot write the stall report to {}: {e}",
+                    path.display()
+                );
             }
         }
     }
@@ -948,7 +1010,8 @@ impl Job {
                 }
             }
             Event::OutputDone => self.open_outputs -= 1,
-            Event::RemoteStarted { .. }
+            Event::Stall { .. }
+            | Event::RemoteStarted { .. }
             | Event::AgentReady { .. }
             | Event::AgentFailed { .. }
             | Event::Abort { .. }

@@ -33,6 +33,9 @@ pub enum Action {
         code: i32,
         message: String,
     },
+    /// A rank said what it waits for, or that it moved again (`state` None); for the job's
+    /// stall book. Nothing is answered.
+    Stall { rank: u32, state: Option<Vec<u8>> },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +122,11 @@ impl KvsState {
                 },
                 Action::Reply(conn, Response::Ok),
             ],
+            Request::Stalled { state } => vec![Action::Stall {
+                rank,
+                state: Some(state),
+            }],
+            Request::Resumed => vec![Action::Stall { rank, state: None }],
             Request::Finalize => {
                 let mut actions = vec![Action::Reply(conn, Response::Ok)];
                 actions.extend(self.leave(conn));
@@ -317,6 +325,9 @@ fn serve_connection(
                         message,
                     });
                 }
+                Action::Stall { rank, state } => {
+                    let _ = events.send(Event::Stall { rank, state });
+                }
             }
         }
         if closed {
@@ -481,6 +492,36 @@ mod tests {
             s.on_request(1, Request::Fence),
             vec![Action::Reply(1, Response::Ok)]
         );
+    }
+
+    #[test]
+    fn stall_states_go_to_the_job_unanswered() {
+        let mut s = KvsState::new(2, b"sekrit");
+        hello(&mut s, 5, 1);
+        assert_eq!(
+            s.on_request(
+                5,
+                Request::Stalled {
+                    state: vec![1, 2, 3]
+                }
+            ),
+            vec![Action::Stall {
+                rank: 1,
+                state: Some(vec![1, 2, 3])
+            }]
+        );
+        assert_eq!(
+            s.on_request(5, Request::Resumed),
+            vec![Action::Stall {
+                rank: 1,
+                state: None
+            }]
+        );
+        // Before the hello, a stall state is refused like any other request.
+        assert!(matches!(
+            s.on_request(6, Request::Resumed)[..],
+            [Action::Reply(6, Response::Error(_)), Action::Close(6)]
+        ));
     }
 
     #[test]

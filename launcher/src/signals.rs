@@ -12,7 +12,8 @@ use std::thread;
 
 use crate::job::Event;
 
-const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+/// SIGUSR1 is taken too, but not forwarded: it asks for the stall report (see `job`).
+const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1];
 
 /// A set holding the forwarded signals.
 pub(crate) fn forwarded_set() -> libc::sigset_t {

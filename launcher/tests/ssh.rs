@@ -146,7 +146,7 @@ type Case = fn(&Hosts);
 #[test]
 fn across_ssh_hosts() {
     let Some(hosts) = Hosts::up() else { return };
-    let cases: [(&str, Case); 26] = [
+    let cases: [(&str, Case); 27] = [
         ("map by slot", map_by_slot),
         ("map by node from a hostfile", map_by_node_from_hostfile),
         ("tagged output", tagged_output),
@@ -188,6 +188,7 @@ fn across_ssh_hosts() {
         ("impossible placements", impossible_placements),
         ("a stranger to a TCP job", stranger_refused),
         ("a flood of strangers against a TCP job", stranger_flood),
+        ("a stuck job across hosts", stuck_across_hosts),
     ];
     for (name, case) in cases {
         let started = Instant::now();
@@ -328,6 +329,37 @@ fn ring_across_hosts(hosts: &Hosts) {
     );
     // Two ranks a host: every rank has peers on other hosts, reached over TCP.
     assert_eq!(tcp_reports(&r.stderr), 8, "{}", r.stderr);
+}
+
+fn stuck_across_hosts(hosts: &Hosts) {
+    // A receive cycle of three ranks on three hosts: each rank's state comes to rsrun over
+    // its own key-value connection, from another host.
+    let r = run(
+        &mut hosts.rsrun(&[
+            "-H",
+            "host1:1,host2:1,host3:1",
+            "--stall-timeout",
+            "2",
+            &example("stuck"),
+            "receive-cycle",
+        ]),
+        b"",
+    );
+    assert_eq!(r.code(), Some(125), "{}\n{}", r.stdout, r.stderr);
+    for want in [
+        "rank 0 on host1 waits in receive from rank 2 (tag 7, examples/src/bin/stuck.rs:",
+        "rank 1 on host2 waits in receive from rank 0",
+        "rank 2 on host3 waits in receive from rank 1",
+        "a cycle; no message between them is in flight",
+    ] {
+        assert!(r.stderr.contains(want), "no {want:?} in\n{}", r.stderr);
+    }
+    // A generous bound that catches a hang, not a measurement.
+    assert!(
+        r.elapsed < Duration::from_secs(2 + 3 + 20),
+        "{:?}",
+        r.elapsed
+    );
 }
 
 fn all_to_all_across_hosts(hosts: &Hosts) {

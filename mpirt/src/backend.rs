@@ -412,6 +412,10 @@ impl Waiting for AnyPml {
         on_pml!(self, p => p.check_running())
     }
 
+    fn queues(&self) -> pml::stall::Queues {
+        on_pml!(self, p => p.queues())
+    }
+
     /// Runs the registered hooks with this PML lent to them: they call it through
     /// `with_engine`, which this call already holds.
     #[cold]

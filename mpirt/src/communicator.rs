@@ -15,6 +15,7 @@ use crate::error::{or_fatal, Cause, Error};
 use crate::group::Group;
 pub use crate::group::{GroupRelation, SystemGroup, UserGroup};
 use crate::point_to_point::{Count, Tag};
+use crate::stall;
 
 mod cartesian;
 mod create_group;
@@ -88,6 +89,7 @@ impl CommData {
             // MPI names a new communicator "": names are not inherited.
             Context::Leased(lease) => (lease.id(), "", Some(lease)),
         };
+        stall::remember_comm(id, name, &group);
         CommData {
             context: id,
             rank,
@@ -692,6 +694,7 @@ pub trait Communicator {
     /// The name is kept whole (MPI implementations cut it at `MPI_MAX_OBJECT_NAME`).
     fn set_name(&self, name: &str) {
         *self.data().shared.name.borrow_mut() = name.to_string();
+        stall::rename_comm(self.data().context, name);
     }
 
     /// The communicator's name (`MPI_Comm_get_name`): `MPI_COMM_WORLD`, `MPI_COMM_SELF`, the

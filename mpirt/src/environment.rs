@@ -24,6 +24,7 @@ use crate::error::{fatal, Cause, Error};
 use crate::point_to_point::{
     buffer_capacity, buffered_in_flight, finish_buffered_at_finalize, reattach_buffer,
 };
+use crate::stall;
 
 /// How much concurrency the program asks for and the runtime provides (`MPI_THREAD_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -131,12 +132,21 @@ impl Drop for Universe {
         // match theirs. Those sends must arrive though nothing waits for them (as
         // `MPI_Finalize`), and one that no rank received must not keep the job waiting for
         // ever.
+        let _finalizing = stall::collective(stall::Call {
+            op: "finalize",
+            location: std::panic::Location::caller(),
+            context: self.world.data().context,
+            peer: bootstrap::stall::Peer::None,
+            tag: None,
+            bytes: None,
+        });
         let everyone = self.world.immediate_barrier();
         if buffered_in_flight() {
             finish_buffered_at_finalize(everyone);
         } else {
             everyone.wait();
         }
+        stall::uninstall();
         let runtime = RUNTIME.with(|slot| slot.borrow_mut().take());
         if let Some(mut runtime) = runtime {
             let flushed = runtime.engine.flush_all();
@@ -219,6 +229,9 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         Ok(engine) => engine,
         Err(e) => startup_abort(&mut bootstrap, e.to_string()),
     };
+    if let Err(why) = stall::install(bootstrap.rank(), bootstrap.stall_line()) {
+        startup_abort(&mut bootstrap, why);
+    }
     let world = CommData::world(bootstrap.rank(), bootstrap.size());
     let self_comm = CommData::of_self(bootstrap.rank());
     let universe = Universe {

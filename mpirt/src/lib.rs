@@ -72,6 +72,7 @@ pub mod group;
 mod partition;
 pub mod point_to_point;
 pub mod request;
+mod stall;
 pub mod traits;
 pub mod window;
 

@@ -5,6 +5,7 @@
 //! has a `try_` twin that returns the error instead of ending the job.
 
 use std::mem::MaybeUninit;
+use std::panic::Location;
 use std::sync::Arc;
 
 use pml::RecvBuf;
@@ -16,6 +17,8 @@ use crate::datatype::{datatype_of, Buffer, BufferMut, Datatype, Equivalence, Lay
 use crate::environment::with_engine;
 use crate::error::{or_fatal, Cause, Error};
 use crate::request::{Lent, Request, Scope};
+use crate::stall;
+use bootstrap::stall::Peer;
 
 mod buffered;
 mod exchange;
@@ -514,6 +517,27 @@ unsafe fn post_send_as(
     })
 }
 
+/// A blocking probe, as the stall report names it.
+#[track_caller]
+fn probe_call(
+    op: &'static str,
+    comm: &CommData,
+    source: SourceSel,
+    tag: Option<Tag>,
+) -> stall::Call {
+    stall::Call {
+        op,
+        location: Location::caller(),
+        context: comm.context,
+        peer: match source {
+            SourceSel::Rank(r) => Peer::From(comm.world_rank(r)),
+            SourceSel::Any => Peer::FromAny,
+        },
+        tag,
+        bytes: None,
+    }
+}
+
 /// Waits for a request and returns how it ended.
 #[inline]
 pub(crate) fn wait_handle(handle: Handle) -> Result<Done, Cause> {
@@ -636,18 +660,22 @@ pub trait Source {
     }
 
     #[doc(hidden)]
+    #[track_caller]
     fn try_receive_tagged<T: Equivalence>(&self, tag: Option<Tag>) -> Result<(T, Status), Error> {
+        stall::at(Location::caller());
         tag_selector(tag)
             .and_then(|t| receive_one(self.source_comm(), self.source_selector(), t))
             .map_err(|c| Error::new(self.describe("receive", tag), c))
     }
 
     #[doc(hidden)]
+    #[track_caller]
     fn try_receive_into_tagged<B: BufferMut + ?Sized>(
         &self,
         buf: &mut B,
         tag: Option<Tag>,
     ) -> Result<Status, Error> {
+        stall::at(Location::caller());
         tag_selector(tag)
             .and_then(|t| {
                 receive_slot(
@@ -661,8 +689,15 @@ pub trait Source {
     }
 
     #[doc(hidden)]
+    #[track_caller]
     fn try_matched_probe_tagged(&self, tag: Option<Tag>) -> Result<(Message, Status), Error> {
         let comm = self.source_comm();
+        stall::enter(probe_call(
+            "matched_probe",
+            comm,
+            self.source_selector(),
+            tag,
+        ));
         tag_selector(tag)
             .and_then(|t| with_engine(|e| e.mprobe(comm.context, self.source_selector(), t)))
             .map(|(handle, status)| Message::new(handle, status))
@@ -670,6 +705,7 @@ pub trait Source {
     }
 
     #[doc(hidden)]
+    #[track_caller]
     fn try_receive_vec_tagged<T: Equivalence>(
         &self,
         tag: Option<Tag>,
@@ -680,8 +716,10 @@ pub trait Source {
     }
 
     #[doc(hidden)]
+    #[track_caller]
     fn try_probe_tagged(&self, tag: Option<Tag>) -> Result<Status, Error> {
         let comm = self.source_comm();
+        stall::enter(probe_call("probe", comm, self.source_selector(), tag));
         tag_selector(tag)
             .and_then(|t| with_engine(|e| e.probe(comm.context, self.source_selector(), t)))
             .map(Status::from_pml)
@@ -732,30 +770,38 @@ pub trait Source {
     }
 
     /// Receives one value (`MPI_Recv` of one element); the message must hold exactly one.
+    #[track_caller]
     fn receive<T: Equivalence>(&self) -> (T, Status) {
         or_fatal(self.try_receive_tagged(None))
     }
+    #[track_caller]
     fn receive_with_tag<T: Equivalence>(&self, tag: Tag) -> (T, Status) {
         or_fatal(self.try_receive_tagged(Some(tag)))
     }
+    #[track_caller]
     fn try_receive<T: Equivalence>(&self) -> Result<(T, Status), Error> {
         self.try_receive_tagged(None)
     }
+    #[track_caller]
     fn try_receive_with_tag<T: Equivalence>(&self, tag: Tag) -> Result<(T, Status), Error> {
         self.try_receive_tagged(Some(tag))
     }
 
     /// Receives into `buf`; a longer message is an error (truncation), a shorter one fills
     /// the front of `buf` (see the status for how much arrived).
+    #[track_caller]
     fn receive_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Status {
         or_fatal(self.try_receive_into_tagged(buf, None))
     }
+    #[track_caller]
     fn receive_into_with_tag<B: BufferMut + ?Sized>(&self, buf: &mut B, tag: Tag) -> Status {
         or_fatal(self.try_receive_into_tagged(buf, Some(tag)))
     }
+    #[track_caller]
     fn try_receive_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<Status, Error> {
         self.try_receive_into_tagged(buf, None)
     }
+    #[track_caller]
     fn try_receive_into_with_tag<B: BufferMut + ?Sized>(
         &self,
         buf: &mut B,
@@ -765,15 +811,19 @@ pub trait Source {
     }
 
     /// Receives a message of any length into a new vector.
+    #[track_caller]
     fn receive_vec<T: Equivalence>(&self) -> (Vec<T>, Status) {
         or_fatal(self.try_receive_vec_tagged(None))
     }
+    #[track_caller]
     fn receive_vec_with_tag<T: Equivalence>(&self, tag: Tag) -> (Vec<T>, Status) {
         or_fatal(self.try_receive_vec_tagged(Some(tag)))
     }
+    #[track_caller]
     fn try_receive_vec<T: Equivalence>(&self) -> Result<(Vec<T>, Status), Error> {
         self.try_receive_vec_tagged(None)
     }
+    #[track_caller]
     fn try_receive_vec_with_tag<T: Equivalence>(
         &self,
         tag: Tag,
@@ -782,12 +832,15 @@ pub trait Source {
     }
 
     /// Waits for a message and describes it without receiving it (`MPI_Probe`).
+    #[track_caller]
     fn probe(&self) -> Status {
         or_fatal(self.try_probe_tagged(None))
     }
+    #[track_caller]
     fn probe_with_tag(&self, tag: Tag) -> Status {
         or_fatal(self.try_probe_tagged(Some(tag)))
     }
+    #[track_caller]
     fn try_probe(&self) -> Result<Status, Error> {
         self.try_probe_tagged(None)
     }
@@ -802,12 +855,15 @@ pub trait Source {
 
     /// Waits for a message and takes it out of matching, so that exactly it is received
     /// by the returned [`Message`] (`MPI_Mprobe`).
+    #[track_caller]
     fn matched_probe(&self) -> (Message, Status) {
         or_fatal(self.try_matched_probe_tagged(None))
     }
+    #[track_caller]
     fn matched_probe_with_tag(&self, tag: Tag) -> (Message, Status) {
         or_fatal(self.try_matched_probe_tagged(Some(tag)))
     }
+    #[track_caller]
     fn try_matched_probe(&self) -> Result<(Message, Status), Error> {
         self.try_matched_probe_tagged(None)
     }
@@ -903,6 +959,7 @@ pub trait Destination {
     }
 
     #[doc(hidden)]
+    #[track_caller]
     fn try_send_mode<B: Buffer + ?Sized>(
         &self,
         buf: &B,
@@ -913,6 +970,22 @@ pub trait Destination {
             SendMode::Standard => "send",
             SendMode::Synchronous => "synchronous send",
         };
+        stall::at(Location::caller());
+        if mode == SendMode::Synchronous {
+            // Off the 8-byte message's path (a standard send notes its location only): the
+            // whole call, for the report to name it.
+            let comm = self.destination_comm();
+            stall::enter(stall::Call {
+                op: "synchronous_send",
+                location: Location::caller(),
+                context: comm.context,
+                peer: comm
+                    .check_rank(self.destination_rank())
+                    .map_or(Peer::None, |r| Peer::To(comm.world_rank(r))),
+                tag: Some(tag),
+                bytes: Some(buf.byte_len()),
+            });
+        }
         Outgoing::of(buf)
             .and_then(|out| {
                 // SAFETY: `buf` and `out` live for this whole call, which waits for completion.
@@ -965,29 +1038,37 @@ pub trait Destination {
     }
 
     /// Sends `buf` with tag 0 (`MPI_Send`).
+    #[track_caller]
     fn send<B: Buffer + ?Sized>(&self, buf: &B) {
         or_fatal(self.try_send_mode(buf, 0, SendMode::Standard))
     }
+    #[track_caller]
     fn send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) {
         or_fatal(self.try_send_mode(buf, tag, SendMode::Standard))
     }
+    #[track_caller]
     fn try_send<B: Buffer + ?Sized>(&self, buf: &B) -> Result<(), Error> {
         self.try_send_mode(buf, 0, SendMode::Standard)
     }
+    #[track_caller]
     fn try_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) -> Result<(), Error> {
         self.try_send_mode(buf, tag, SendMode::Standard)
     }
 
     /// Sends `buf` and returns only once the receiver has matched it (`MPI_Ssend`).
+    #[track_caller]
     fn synchronous_send<B: Buffer + ?Sized>(&self, buf: &B) {
         or_fatal(self.try_send_mode(buf, 0, SendMode::Synchronous))
     }
+    #[track_caller]
     fn synchronous_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) {
         or_fatal(self.try_send_mode(buf, tag, SendMode::Synchronous))
     }
+    #[track_caller]
     fn try_synchronous_send<B: Buffer + ?Sized>(&self, buf: &B) -> Result<(), Error> {
         self.try_send_mode(buf, 0, SendMode::Synchronous)
     }
+    #[track_caller]
     fn try_synchronous_send_with_tag<B: Buffer + ?Sized>(
         &self,
         buf: &B,
@@ -1041,15 +1122,19 @@ pub trait Destination {
     /// receive matches it yet. The copy counts against the space attached with
     /// [`Universe::set_buffer_size`](crate::Universe::set_buffer_size) until its send
     /// completes; a message that does not fit is an error, as in MPI.
+    #[track_caller]
     fn buffered_send<B: Buffer + ?Sized>(&self, buf: &B) {
         or_fatal(self.try_buffered_send_with_tag(buf, 0))
     }
+    #[track_caller]
     fn buffered_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) {
         or_fatal(self.try_buffered_send_with_tag(buf, tag))
     }
+    #[track_caller]
     fn try_buffered_send<B: Buffer + ?Sized>(&self, buf: &B) -> Result<(), Error> {
         self.try_buffered_send_with_tag(buf, 0)
     }
+    #[track_caller]
     fn try_buffered_send_with_tag<B: Buffer + ?Sized>(
         &self,
         buf: &B,

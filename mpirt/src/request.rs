@@ -21,6 +21,8 @@ use crate::communicator::Rank;
 use crate::environment::{abort_job, with_engine};
 use crate::error::{fatal, or_fatal, Cause, Error};
 use crate::point_to_point::{send_description, wait_handle, Landing, RecvSlot, Status, Tag};
+use crate::stall;
+use std::panic::Location;
 
 mod collection;
 mod guard;
@@ -289,12 +291,16 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     }
 
     /// Waits for the operation to finish (`MPI_Wait`).
+    #[track_caller]
     pub fn wait(mut self) -> Status {
+        stall::at(Location::caller());
         or_fatal(self.finish())
     }
 
     /// Waits for the operation to finish and hands its buffer back.
+    #[track_caller]
     pub fn wait_for_data(self) -> &'a D {
+        stall::at(Location::caller());
         self.wait_with_data().1
     }
 
@@ -340,7 +346,9 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     }
 
     /// Waits without looking at the status.
+    #[track_caller]
     pub fn wait_without_status(self) {
+        stall::at(Location::caller());
         self.wait();
     }
 
@@ -535,12 +543,14 @@ fn progress_engine(operation: &'static str) {
 
 /// Waits until one of `requests` finishes; returns the index it had and its status, and
 /// removes it. `None` if `requests` is empty (`MPI_Waitany`).
+#[track_caller]
 pub fn wait_any<'a, D: ?Sized, S: Scope<'a>>(
     requests: &mut Vec<Request<'a, D, S>>,
 ) -> Option<(usize, Status)> {
     if requests.is_empty() {
         return None;
     }
+    stall::enter(stall::Call::waiting("wait_any"));
     let mut live: Vec<&mut Request<'a, D, S>> = requests.iter_mut().collect();
     let index = wait_for_one(&mut live, "wait_any");
     Some((index, requests.remove(index).wait()))
@@ -557,7 +567,9 @@ pub fn test_any<'a, D: ?Sized, S: Scope<'a>>(
 }
 
 /// Waits for every request, in order, and returns their statuses (`MPI_Waitall`).
+#[track_caller]
 pub fn wait_all<'a, D: ?Sized, S: Scope<'a>>(requests: &mut Vec<Request<'a, D, S>>) -> Vec<Status> {
+    stall::enter(stall::Call::waiting("wait_all"));
     // Each is finished where it lies and the emptied ones are taken out at the end, by the
     // guard's drop: no request is moved, and a panic part-way (caught by the program) leaves
     // the vector holding only the unfinished ones, which can be waited for again.

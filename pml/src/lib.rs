@@ -20,6 +20,7 @@ pub mod requests;
 pub mod sequence;
 pub mod shared_arena;
 pub mod shared_mapping;
+pub mod stall;
 pub mod transport;
 #[cfg(feature = "ucx")]
 pub mod ucx;

@@ -95,7 +95,21 @@ fn unexpected_live<U>(slab: &Slab<Unexpected<U>>, r: &EntryRef) -> bool {
     slab.get(r.slot).is_some_and(|u| u.order == r.order)
 }
 
+impl PostedId {
+    /// The receive's context and selectors.
+    pub fn selectors(&self) -> (ContextId, SourceSel, TagSel) {
+        (self.context, self.source, self.tag)
+    }
+}
+
 impl<P, U> Matcher<P, U> {
+    /// The arrived messages no receive took yet, with what each carries, in arrival order.
+    pub fn unexpected(&self) -> impl Iterator<Item = (Envelope, &U)> {
+        let mut all: Vec<&Unexpected<U>> = self.unexpected.iter().map(|(_, u)| u).collect();
+        all.sort_by_key(|u| u.order);
+        all.into_iter().map(|u| (u.envelope, &u.item))
+    }
+
     fn take_order(&mut self) -> u64 {
         let order = self.next_order;
         self.next_order += 1;

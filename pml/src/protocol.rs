@@ -12,6 +12,7 @@
 
 mod claim;
 mod direct;
+mod queues;
 mod stored_payload;
 
 use std::collections::VecDeque;
@@ -171,6 +172,9 @@ enum Request<S, R> {
     Send {
         buf: S,
         peer: Rank,
+        /// The send's communicator context and tag, for the stall report (`queues`).
+        context: ContextId,
+        tag: Tag,
         len: usize,
         remote: RemoteKey,
         state: SendState,
@@ -469,6 +473,8 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         let send = self.requests.insert(Request::Send {
             buf: args.buf,
             peer: args.peer,
+            context: args.context,
+            tag: args.tag,
             len,
             remote: args.remote,
             state: SendState::Transmitting(after),

@@ -117,6 +117,11 @@ impl<T> Requests<T> {
         Ok(self.slab.remove(h.index as usize).1)
     }
 
+    /// Every live request, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.slab.iter().map(|(_, (_, value))| value)
+    }
+
     pub fn len(&self) -> usize {
         self.slab.len()
     }

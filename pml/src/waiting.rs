@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use crate::error::PmlError;
 use crate::pml_api::{Done, Pml};
 use crate::requests::Handle;
+use crate::stall::{Blocked, Queues};
 
 /// Idle rounds of progress between two looks at the clock while spinning.
 const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
@@ -64,10 +65,15 @@ pub trait Waiting: Pml + Sized {
         Ok(())
     }
 
+    /// What the PML's queues hold, for a wait that has slept with nothing moving (see
+    /// `stall`). A PML that cannot tell says nothing.
+    fn queues(&self) -> Queues {
+        Queues::default()
+    }
+
     /// Progresses until `done` holds: spins while the PML's budget lasts, then sleeps until
-    /// woken. The idle clock starts at the first idle round and again
-    /// whenever something moved, but not after a sleep: a rank woken with nothing for it
-    /// sleeps again rather than spin anew.
+    /// woken (`wait_asleep`). The idle clock starts at the first idle round and again
+    /// whenever something moved.
     #[inline]
     fn wait_until(
         &mut self,
@@ -75,33 +81,73 @@ pub trait Waiting: Pml + Sized {
     ) -> Result<(), PmlError> {
         let mut idle_rounds = 0u32;
         let mut idle_since = None;
-        let mut spinning = true;
         self.check_running()?;
-        'wait: loop {
+        loop {
             if done(self)? {
                 return Ok(());
             }
             while !self.poll()? {
                 idle_rounds = idle_rounds.wrapping_add(1);
-                if idle_rounds < SPIN_ROUNDS_BEFORE_CLOCK
-                    || (spinning && !idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_CLOCK))
-                {
+                if !idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_CLOCK) {
                     continue;
                 }
-                let idle = idle_since.get_or_insert_with(Instant::now).elapsed();
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                let idle = since.elapsed();
                 self.check_peers(idle)?;
-                let spin = self.spin_budget();
-                spinning = idle < spin;
-                if spinning {
-                    continue;
+                if idle >= self.spin_budget() {
+                    return self.wait_asleep(&mut done, since);
                 }
-                self.sleep(SLEEP)?;
-                // The sleep may have made progress itself: `done` may hold now.
-                continue 'wait;
             }
             self.step_hooks()?;
             idle_rounds = 0;
             idle_since = None;
+        }
+    }
+
+    /// The rest of a wait that spun its budget out with nothing moving (idle since
+    /// `idle_since`): sleeps until woken, looks at `done`, and spins its budget again only
+    /// after something moved (a rank woken with nothing for it sleeps again at once). Out of
+    /// line, with the stall watch (`stall::Blocked`), so that a wait that never sleeps pays
+    /// for neither.
+    #[cold]
+    #[inline(never)]
+    fn wait_asleep(
+        &mut self,
+        done: &mut impl FnMut(&mut Self) -> Result<bool, PmlError>,
+        idle_since: Instant,
+    ) -> Result<(), PmlError> {
+        let mut blocked = Blocked::new();
+        let mut idle_since = Some(idle_since);
+        let mut spinning = false;
+        let mut idle_rounds = 0u32;
+        'wait: loop {
+            if !spinning {
+                let idle = idle_since.map_or(Duration::ZERO, |s| s.elapsed());
+                blocked.idle(idle, || self.queues());
+                self.sleep(SLEEP)?;
+            }
+            loop {
+                // The sleep may have made progress itself: `done` may hold now.
+                if done(self)? {
+                    return Ok(());
+                }
+                while !self.poll()? {
+                    idle_rounds = idle_rounds.wrapping_add(1);
+                    if spinning && !idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_CLOCK) {
+                        continue;
+                    }
+                    let idle = idle_since.get_or_insert_with(Instant::now).elapsed();
+                    self.check_peers(idle)?;
+                    spinning = idle < self.spin_budget();
+                    if !spinning {
+                        continue 'wait;
+                    }
+                }
+                self.step_hooks()?;
+                idle_rounds = 0;
+                idle_since = None;
+                spinning = true;
+            }
         }
     }
 

@@ -18,7 +18,11 @@ fn main() {
     if args.get(1).is_some_and(|a| a == agent::FLAG) {
         std::process::exit(agent::main(&args[2..]));
     }
-    let cli = Cli::parse_args(args).unwrap_or_else(|e| e.exit());
+    let mut cli = Cli::parse_args(args).unwrap_or_else(|e| e.exit());
+    if let Err(e) = cli.resolve_stall_timeout() {
+        eprintln!("rsrun: {e}");
+        std::process::exit(1);
+    }
     let code = job::run(&cli);
     std::process::exit(code);
 }

@@ -7,6 +7,7 @@ use crate::error::{or_fatal, Error};
 use crate::partition::{PartitionedBuffer, PartitionedBufferMut};
 use crate::point_to_point::Count;
 use crate::request::{Lent, Scope, StaticScope};
+use crate::stall;
 
 use super::op::Operation;
 use super::{area_or_messages, blocking, calls, immediate, shared, CollectiveRequest};
@@ -17,11 +18,14 @@ use super::{area_or_messages, blocking, calls, immediate, shared, CollectiveRequ
 /// tested or waited on.
 pub trait CommunicatorCollectives: Communicator {
     /// Waits until every process of the communicator has called `barrier`.
+    #[track_caller]
     fn barrier(&self) {
         or_fatal(self.try_barrier())
     }
+    #[track_caller]
     fn try_barrier(&self) -> Result<(), Error> {
         let comm = self.data();
+        let _in = stall::collective(stall::Call::collective("barrier", comm.context, None));
         if comm.is_inter() {
             return inter::barrier(comm);
         }
@@ -133,6 +137,7 @@ pub trait CommunicatorCollectives: Communicator {
 
     /// The reduction under `op` of every process's `send`, in every process's `recv`
     /// (`MPI_Allreduce`).
+    #[track_caller]
     fn all_reduce_into<S, R, O>(&self, send: &S, recv: &mut R, op: O)
     where
         S: Buffer + ?Sized,
@@ -141,6 +146,7 @@ pub trait CommunicatorCollectives: Communicator {
     {
         or_fatal(self.try_all_reduce_into(send, recv, op))
     }
+    #[track_caller]
     fn try_all_reduce_into<S, R, O>(&self, send: &S, recv: &mut R, op: O) -> Result<(), Error>
     where
         S: Buffer + ?Sized,

@@ -16,6 +16,7 @@ use crate::datatype::{Buffer, BufferMut};
 use crate::error::{or_fatal, Cause, Error};
 use crate::point_to_point::Outgoing;
 use crate::request::{Lent, Request, Scope, StaticScope};
+use crate::stall;
 
 mod algorithms;
 mod all;
@@ -92,12 +93,14 @@ fn intra_only(comm: &CommData, operation: &'static str) -> Result<(), Error> {
 }
 
 /// Plans a collective with `prepare` and runs it to the end; errors name `operation`.
+#[track_caller]
 fn blocking<'a>(
     comm: &CommData,
     operation: &'static str,
     prepare: impl FnOnce() -> Result<Call<'a>, Cause>,
 ) -> Result<(), Error> {
     intra_only(comm, operation)?;
+    let _in = stall::collective(stall::Call::collective(operation, comm.context, None));
     let run = || {
         let call = prepare()?;
         // SAFETY: the buffers are borrowed by the caller for this whole call, which runs the

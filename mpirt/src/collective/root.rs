@@ -10,6 +10,7 @@ use crate::error::{or_fatal, Error, MpiError};
 use crate::partition::{Partition, PartitionMut, PartitionedBuffer, PartitionedBufferMut};
 use crate::point_to_point::{Count, Outgoing};
 use crate::request::{Lent, Scope};
+use crate::stall;
 
 use super::op::Operation;
 use super::{area_or_messages, blocking, calls, immediate, select, shared, CollectiveRequest};
@@ -50,11 +51,18 @@ pub trait Root {
     }
 
     /// The root's `buf` in every process's `buf` (`MPI_Bcast`).
+    #[track_caller]
     fn broadcast_into<B: BufferMut + ?Sized>(&self, buf: &mut B) {
         or_fatal(self.try_broadcast_into(buf))
     }
+    #[track_caller]
     fn try_broadcast_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<(), Error> {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        let _in = stall::collective(stall::Call::collective(
+            "broadcast_into",
+            comm.context,
+            comm.check_rank(root).ok().map(|r| comm.world_rank(r)),
+        ));
         let checked = comm
             .check_rank(root)
             .map_err(|c| Error::new("broadcast_into", c))?;

@@ -57,8 +57,9 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use pml::shared_mapping::SharedMapping;
+use pml::stall::Blocked;
 use pml::transport::shm::futex;
-use pml::{Pml, TransportChoice};
+use pml::{Pml, TransportChoice, Waiting};
 
 use crate::communicator::CommData;
 use crate::datatype::{BufferMut, Datatype};
@@ -855,6 +856,8 @@ impl Area {
         let spin = if self.spins { SPIN_FOR } else { Duration::ZERO };
         let mut polls = 0u32;
         let mut since = None;
+        // Made at the first sleep: a wait that never sleeps never looks at the stall watch.
+        let mut blocked: Option<Blocked> = None;
         while flag.load(Ordering::Acquire) < call {
             polls = polls.wrapping_add(1);
             if polls.is_multiple_of(PROGRESS_EVERY) {
@@ -864,6 +867,8 @@ impl Area {
             if polls.is_multiple_of(POLLS_PER_CLOCK) || spin.is_zero() {
                 let idle = since.get_or_insert_with(Instant::now).elapsed();
                 if idle >= spin {
+                    let blocked = blocked.get_or_insert_with(Blocked::new);
+                    blocked.idle(idle, || with_engine(|e| Ok(e.queues())).unwrap_or_default());
                     self.sleep(flag, call);
                     with_engine(|e| e.progress())?;
                     continue;

@@ -11,6 +11,7 @@ use crate::error::PmlError;
 use crate::pml_api::{Done, Pml};
 use crate::protocol::{ClaimEnd, MessageHandle, SendMode, Started};
 use crate::requests::Handle;
+use crate::stall::Queues;
 use crate::waiting::Waiting;
 
 /// Withdraws the core's claim when dropped, also when a wait fails or unwinds: a claim left
@@ -274,6 +275,11 @@ impl Waiting for Engine {
 
     fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
         self.sleep_until_woken(timeout).map_err(|e| self.stop(e))
+    }
+
+    #[inline]
+    fn queues(&self) -> Queues {
+        self.core.queues()
     }
 
     #[inline]

@@ -54,6 +54,16 @@ pub(super) struct Claim<R> {
 }
 
 impl<R> Claim<R> {
+    /// The receive's selectors, for the stall report.
+    pub(super) fn selectors(&self) -> crate::stall::Selectors {
+        crate::stall::Selectors {
+            context: self.context,
+            source: self.source,
+            tag: self.tag,
+            bytes: 0,
+        }
+    }
+
     pub(super) fn accepts(&self, envelope: Envelope) -> bool {
         envelope.context == self.context
             && self.source.accepts(envelope.source)

@@ -19,6 +19,7 @@ use crate::error::PmlError;
 use crate::pml_api::{Done, EngineError, Pml, RecvBuf, Wireup};
 use crate::protocol::{SendMode, Started};
 use crate::requests::{Handle, Requests};
+use crate::stall::{Queues, Selectors};
 use crate::waiting::Waiting;
 
 /// The slowest rate (bytes per nanosecond: 1 GB/s) at which messages in flight are expected
@@ -85,6 +86,9 @@ pub struct UcxPml {
     /// The bytes of the operations in flight (`ops` and a blocking one being waited for),
     /// which stretch the spin before a wait sleeps (`spin_budget`).
     bytes_in_flight: usize,
+    /// The blocking receive being waited for, for the stall report (`queues`): UCX keeps
+    /// its own queues, so this is all the report can say of them.
+    blocking_receive: Option<Selectors>,
     description: String,
     /// The failure a wait stopped on (see `stop`); every later call that would move data
     /// returns it.
@@ -259,6 +263,7 @@ impl UcxPml {
             blocking: spare.fresh(),
             spare,
             bytes_in_flight: 0,
+            blocking_receive: None,
             description,
             failure: None,
         })
@@ -562,8 +567,15 @@ impl Pml for UcxPml {
         started_recv("ucp_tag_recv_nbx", started)?;
         // Its bytes count as in flight while it waits (for the spin budget), as a request's.
         self.bytes_in_flight += len;
+        self.blocking_receive = Some(Selectors {
+            context,
+            source,
+            tag,
+            bytes: 0,
+        });
         // SAFETY: the receive runs in `self.blocking`, whose state the callback writes.
         let waited = self.wait_until(|_| Ok(unsafe { peek(request) }.is_some()));
+        self.blocking_receive = None;
         self.bytes_in_flight -= len;
         if let Err(e) = waited {
             self.abandon_blocking(request);
@@ -801,6 +813,13 @@ impl Waiting for UcxPml {
     }
 
     #[inline]
+    fn queues(&self) -> Queues {
+        Queues {
+            claim: self.blocking_receive,
+            ..Queues::default()
+        }
+    }
+
     fn check_running(&self) -> Result<(), PmlError> {
         UcxPml::check_running(self)
     }

@@ -1,0 +1,449 @@
+//! What a rank that waits with nothing moving tells its launcher: the call it waits in and
+//! what its queues hold ([`RankState`]), in the KVS wire format (a rank sends it in
+//! [`Request::Stalled`], rsrun decodes it), and the line a
+//! person reads for it ([`RankState::line`]), the same in rsrun's report and in the lines a
+//! rank prints itself where no rsrun gathers them. Ranks are world ranks throughout.
+
+use std::io;
+use std::net::TcpStream;
+
+use crate::wire::{self, put_bytes, Reader, Request};
+
+/// Who the call waits on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// Nobody in particular (a wait on several requests: see the queues).
+    None,
+    /// A send's destination.
+    To(u32),
+    /// A receive's or probe's source.
+    From(u32),
+    /// A receive or probe from any source of its communicator.
+    FromAny,
+    /// A rooted collective's root.
+    Root(u32),
+}
+
+/// A communicator the state names: its context id, its name and its members' world ranks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Comm {
+    pub context: u32,
+    pub name: String,
+    pub ranks: Vec<u32>,
+}
+
+/// The call a rank waits in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    /// The operation, as the API names it: `receive`, `synchronous_send`, `barrier`, ...
+    pub op: String,
+    /// The caller's source line (`src/main.rs:42:5`), empty where unknown.
+    pub location: String,
+    /// The communicator's context id.
+    pub context: u32,
+    pub peer: Peer,
+    /// `None` for any tag, or a call with no tag (a collective).
+    pub tag: Option<i32>,
+    pub bytes: Option<u64>,
+    /// Inside a collective, the point-to-point step it waits in.
+    pub step: Option<String>,
+    /// Whether the call is a collective: every member of its communicator must enter it.
+    pub collective: bool,
+}
+
+/// A receive posted and not matched, or a message arrived and not received (its source and
+/// tag then always set).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Envelope {
+    pub context: u32,
+    /// `None`: any source.
+    pub source: Option<u32>,
+    /// `None`: any tag.
+    pub tag: Option<i32>,
+    pub bytes: u64,
+}
+
+/// A send that waits for its receiver: to match it, to acknowledge it (synchronous), or to
+/// read its data (rendezvous).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingSend {
+    pub context: u32,
+    pub peer: u32,
+    pub tag: i32,
+    pub bytes: u64,
+    /// What the send waits for, in words: "a matching receive", "the data to be read".
+    pub waits_for: String,
+}
+
+/// Everything one stalled rank says about itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankState {
+    pub rank: u32,
+    pub host: String,
+    /// How long nothing moved, in milliseconds, when the state was taken.
+    pub idle_ms: u64,
+    pub call: Call,
+    pub posted: Vec<Envelope>,
+    pub unexpected: Vec<Envelope>,
+    pub sends: Vec<PendingSend>,
+    /// The communicators the call and the queues name.
+    pub comms: Vec<Comm>,
+}
+
+impl RankState {
+    /// The communicator with context `context`, if the state names it.
+    pub fn comm(&self, context: u32) -> Option<&Comm> {
+        self.comms.iter().find(|c| c.context == context)
+    }
+
+    /// A communicator's name for a person: its name, else its context id.
+    pub fn comm_name(&self, context: u32) -> String {
+        match self.comm(context) {
+            Some(c) if !c.name.is_empty() => c.name.clone(),
+            _ => format!("communicator with context {context}"),
+        }
+    }
+
+    /// What the rank waits in, as one clause: "synchronous_send to rank 1 (tag 3,
+    /// src/main.rs:42:5)".
+    pub fn waits_in(&self) -> String {
+        let c = &self.call;
+        let mut out = c.op.clone();
+        match c.peer {
+            Peer::None => {}
+            Peer::To(r) => out += &format!(" to rank {r}"),
+            Peer::From(r) => out += &format!(" from rank {r}"),
+            Peer::FromAny => out += " from any rank",
+            Peer::Root(r) => out += &format!(" with root {r}"),
+        }
+        let mut details = Vec::new();
+        if !c.collective {
+            details.push(match c.tag {
+                Some(tag) => format!("tag {tag}"),
+                None if matches!(c.peer, Peer::From(_) | Peer::FromAny) => "any tag".into(),
+                None => String::new(),
+            });
+        }
+        if !c.location.is_empty() {
+            details.push(c.location.clone());
+        }
+        details.retain(|d| !d.is_empty());
+        if !details.is_empty() {
+            out += &format!(" ({})", details.join(", "));
+        }
+        out
+    }
+
+    /// The rank's line in a report: who, where, what it waits in, on which communicator,
+    /// for how long, and what its queues hold.
+    pub fn line(&self) -> String {
+        let mut out = format!(
+            "rank {} on {} waits in {} on {}",
+            self.rank,
+            self.host,
+            self.waits_in(),
+            self.comm_name(self.call.context)
+        );
+        if let Some(bytes) = self.call.bytes {
+            out += &format!(", {bytes} bytes");
+        }
+        if let Some(step) = &self.call.step {
+            out += &format!(", at its step {step}");
+        }
+        out += &format!(", nothing moved for {:.1} s", self.idle_ms as f64 / 1000.0);
+        let queued = self.queues_in_words();
+        if !queued.is_empty() {
+            out += &format!("; {queued}");
+        }
+        out
+    }
+
+    /// The queues, in words: "posted receives: from rank 2 tag 7 on MPI_COMM_WORLD; ...".
+    pub fn queues_in_words(&self) -> String {
+        let envelope = |e: &Envelope| {
+            let source = e
+                .source
+                .map_or("any rank".to_string(), |r| format!("rank {r}"));
+            let tag = e.tag.map_or("any tag".to_string(), |t| format!("tag {t}"));
+            format!("from {source} {tag} on {}", self.comm_name(e.context))
+        };
+        let mut parts = Vec::new();
+        if !self.posted.is_empty() {
+            let all: Vec<String> = self.posted.iter().map(envelope).collect();
+            parts.push(format!("posted receives: {}", all.join(", ")));
+        }
+        if !self.unexpected.is_empty() {
+            let all: Vec<String> = self.unexpected.iter().map(envelope).collect();
+            parts.push(format!("unreceived messages: {}", all.join(", ")));
+        }
+        if !self.sends.is_empty() {
+            let all: Vec<String> = self
+                .sends
+                .iter()
+                .map(|s| {
+                    format!(
+                        "to rank {} tag {} on {} waiting for {}",
+                        s.peer,
+                        s.tag,
+                        self.comm_name(s.context),
+                        s.waits_for
+                    )
+                })
+                .collect();
+            parts.push(format!("unfinished sends: {}", all.join(", ")));
+        }
+        parts.join("; ")
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        put_u32(&mut out, self.rank);
+        put_bytes(&mut out, self.host.as_bytes());
+        out.extend_from_slice(&self.idle_ms.to_le_bytes());
+        let c = &self.call;
+        put_bytes(&mut out, c.op.as_bytes());
+        put_bytes(&mut out, c.location.as_bytes());
+        put_u32(&mut out, c.context);
+        let (kind, rank) = match c.peer {
+            Peer::None => (0, 0),
+            Peer::To(r) => (1, r),
+            Peer::From(r) => (2, r),
+            Peer::FromAny => (3, 0),
+            Peer::Root(r) => (4, r),
+        };
+        out.push(kind);
+        put_u32(&mut out, rank);
+        put_opt(&mut out, c.tag.map(|t| t as u32 as u64));
+        put_opt(&mut out, c.bytes);
+        put_bytes(&mut out, c.step.as_deref().unwrap_or("").as_bytes());
+        out.push(u8::from(c.step.is_some()) | u8::from(c.collective) << 1);
+        for queue in [&self.posted, &self.unexpected] {
+            put_u32(&mut out, queue.len() as u32);
+            for e in queue {
+                put_u32(&mut out, e.context);
+                put_opt(&mut out, e.source.map(u64::from));
+                put_opt(&mut out, e.tag.map(|t| t as u32 as u64));
+                out.extend_from_slice(&e.bytes.to_le_bytes());
+            }
+        }
+        put_u32(&mut out, self.sends.len() as u32);
+        for s in &self.sends {
+            put_u32(&mut out, s.context);
+            put_u32(&mut out, s.peer);
+            put_u32(&mut out, s.tag as u32);
+            out.extend_from_slice(&s.bytes.to_le_bytes());
+            put_bytes(&mut out, s.waits_for.as_bytes());
+        }
+        put_u32(&mut out, self.comms.len() as u32);
+        for comm in &self.comms {
+            put_u32(&mut out, comm.context);
+            put_bytes(&mut out, comm.name.as_bytes());
+            put_u32(&mut out, comm.ranks.len() as u32);
+            for &r in &comm.ranks {
+                put_u32(&mut out, r);
+            }
+        }
+        out
+    }
+
+    pub fn decode(body: &[u8]) -> Result<RankState, String> {
+        let mut r = Reader(body);
+        let rank = r.u32()?;
+        let host = r.string()?;
+        let idle_ms = u64_of(&mut r)?;
+        let op = r.string()?;
+        let location = r.string()?;
+        let context = r.u32()?;
+        let kind = r.u8()?;
+        let peer_rank = r.u32()?;
+        let peer = match kind {
+            0 => Peer::None,
+            1 => Peer::To(peer_rank),
+            2 => Peer::From(peer_rank),
+            3 => Peer::FromAny,
+            4 => Peer::Root(peer_rank),
+            other => return Err(format!("unknown peer kind {other} in a rank's state")),
+        };
+        let tag = opt_of(&mut r)?.map(|t| t as u32 as i32);
+        let bytes = opt_of(&mut r)?;
+        let step = r.string()?;
+        let flags = r.u8()?;
+        let call = Call {
+            op,
+            location,
+            context,
+            peer,
+            tag,
+            bytes,
+            step: (flags & 1 != 0).then_some(step),
+            collective: flags & 2 != 0,
+        };
+        let mut queues = [Vec::new(), Vec::new()];
+        for queue in &mut queues {
+            for _ in 0..r.u32()? {
+                queue.push(Envelope {
+                    context: r.u32()?,
+                    source: opt_of(&mut r)?.map(|s| s as u32),
+                    tag: opt_of(&mut r)?.map(|t| t as u32 as i32),
+                    bytes: u64_of(&mut r)?,
+                });
+            }
+        }
+        let [posted, unexpected] = queues;
+        let mut sends = Vec::new();
+        for _ in 0..r.u32()? {
+            sends.push(PendingSend {
+                context: r.u32()?,
+                peer: r.u32()?,
+                tag: r.u32()? as i32,
+                bytes: u64_of(&mut r)?,
+                waits_for: r.string()?,
+            });
+        }
+        let mut comms = Vec::new();
+        for _ in 0..r.u32()? {
+            let context = r.u32()?;
+            let name = r.string()?;
+            let ranks = (0..r.u32()?).map(|_| r.u32()).collect::<Result<_, _>>()?;
+            comms.push(Comm {
+                context,
+                name,
+                ranks,
+            });
+        }
+        r.finish()?;
+        Ok(RankState {
+            rank,
+            host,
+            idle_ms,
+            call,
+            posted,
+            unexpected,
+            sends,
+            comms,
+        })
+    }
+}
+
+fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_opt(out: &mut Vec<u8>, v: Option<u64>) {
+    out.push(u8::from(v.is_some()));
+    out.extend_from_slice(&v.unwrap_or(0).to_le_bytes());
+}
+
+fn u64_of(r: &mut Reader<'_>) -> Result<u64, String> {
+    let b = r.take(8)?;
+    Ok(u64::from_le_bytes(b.try_into().expect("took 8 bytes")))
+}
+
+fn opt_of(r: &mut Reader<'_>) -> Result<Option<u64>, String> {
+    let some = r.u8()? != 0;
+    let v = u64_of(r)?;
+    Ok(some.then_some(v))
+}
+
+/// A rank's own line to rsrun for stall reports: a second handle on its key-value
+/// connection, which only writes one-way requests (rsrun answers them nothing), so it can
+/// be used from inside a waiting loop while the bootstrap client is idle.
+pub struct StallLine(TcpStream);
+
+impl StallLine {
+    pub(crate) fn new(stream: TcpStream) -> StallLine {
+        StallLine(stream)
+    }
+
+    /// Tells rsrun what this rank waits for.
+    pub fn stalled(&mut self, state: &RankState) -> io::Result<()> {
+        let request = Request::Stalled {
+            state: state.encode(),
+        };
+        wire::write_frame(&mut self.0, &request.encode())
+    }
+
+    /// Tells rsrun that something moved since the last `stalled`.
+    pub fn resumed(&mut self) -> io::Result<()> {
+        wire::write_frame(&mut self.0, &Request::Resumed.encode())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> RankState {
+        RankState {
+            rank: 1,
+            host: "node1".into(),
+            idle_ms: 2100,
+            call: Call {
+                op: "synchronous_send".into(),
+                location: "src/main.rs:42:5".into(),
+                context: 0,
+                peer: Peer::To(0),
+                tag: Some(3),
+                bytes: Some(8),
+                step: None,
+                collective: false,
+            },
+            posted: vec![Envelope {
+                context: 0,
+                source: None,
+                tag: Some(-4),
+                bytes: 16,
+            }],
+            unexpected: vec![Envelope {
+                context: 0,
+                source: Some(0),
+                tag: Some(3),
+                bytes: 8,
+            }],
+            sends: vec![PendingSend {
+                context: 0,
+                peer: 0,
+                tag: 3,
+                bytes: 8,
+                waits_for: "a matching receive".into(),
+            }],
+            comms: vec![Comm {
+                context: 0,
+                name: "MPI_COMM_WORLD".into(),
+                ranks: vec![0, 1],
+            }],
+        }
+    }
+
+    #[test]
+    fn a_state_round_trips_through_the_wire() {
+        let state = sample();
+        assert_eq!(RankState::decode(&state.encode()), Ok(state));
+    }
+
+    #[test]
+    fn a_truncated_state_is_an_error() {
+        let bytes = sample().encode();
+        assert!(RankState::decode(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn the_line_names_the_call_the_peer_the_tag_and_the_source_line() {
+        let line = sample().line();
+        assert!(
+            line.starts_with(
+                "rank 1 on node1 waits in synchronous_send to rank 0 (tag 3, src/main.rs:42:5) \
+                 on MPI_COMM_WORLD, 8 bytes"
+            ),
+            "{line}"
+        );
+        assert!(
+            line.contains("unreceived messages: from rank 0 tag 3"),
+            "{line}"
+        );
+        assert!(
+            line.contains("posted receives: from any rank tag -4"),
+            "{line}"
+        );
+    }
+}

@@ -1,0 +1,118 @@
+//! The classic bugs that make a message-passing job stop, one a run, for `rsrun
+//! --stall-timeout` to diagnose (`examples/tests/stall.rs`): `stuck BUG` on the ranks the
+//! bug needs. `slow` is not a bug: one rank computes for longer than the timeout while the
+//! others wait for it, and the job finishes; nor is `until-file` (for `kill -USR1`).
+
+use std::time::{Duration, Instant};
+
+use mpirt::traits::*;
+
+fn main() {
+    let bug = std::env::args().nth(1).expect("usage: stuck BUG");
+    let universe = mpirt::initialize().expect("mpirt is initialized once");
+    let world = universe.world();
+    let rank = world.rank();
+    let size = world.size();
+    match bug.as_str() {
+        // Both send synchronously first: each waits for the other's receive.
+        "head-to-head" => {
+            let other = world.process_at_rank(1 - rank);
+            other.synchronous_send_with_tag(&[rank; 2], 3);
+            let _: (Vec<i32>, _) = other.receive_vec_with_tag(3);
+        }
+        // Each receives from the previous rank before it sends.
+        "receive-cycle" => {
+            let previous = world.process_at_rank((rank + size - 1) % size);
+            let (_, _) = previous.receive_with_tag::<i64>(7);
+            world
+                .process_at_rank((rank + 1) % size)
+                .send_with_tag(&1i64, 7);
+        }
+        // Rank 0 sends with tag 1; rank 1 receives with tag 2.
+        "tag-mismatch" => {
+            if rank == 0 {
+                world.process_at_rank(1).send_with_tag(&1.5f64, 1);
+                let (_, _) = world.process_at_rank(1).receive_with_tag::<f64>(9);
+            } else {
+                let (_, _) = world.process_at_rank(0).receive_with_tag::<f64>(2);
+            }
+        }
+        // Rank 0 sends to rank 2, which receives from rank 1; rank 1 goes on to the barrier.
+        "wrong-source" => {
+            match rank {
+                0 => world.process_at_rank(2).send_with_tag(&5u32, 4),
+                2 => {
+                    let (_, _) = world.process_at_rank(1).receive_with_tag::<u32>(4);
+                }
+                _ => {}
+            }
+            world.barrier();
+        }
+        // Rank 0 sends on the world; rank 1 receives on a duplicate of it.
+        "wrong-communicator" => {
+            let dup = world.duplicate();
+            if rank == 0 {
+                world.process_at_rank(1).send_with_tag(&8u8, 6);
+                let (_, _) = dup.process_at_rank(1).receive_with_tag::<u8>(6);
+            } else {
+                let (_, _) = dup.process_at_rank(0).receive_with_tag::<u8>(6);
+            }
+        }
+        // The last rank skips the barrier and waits for a message no one sends.
+        "skipped-barrier" => {
+            if rank == size - 1 {
+                let (_, _) = world.process_at_rank(0).receive_with_tag::<i32>(11);
+            } else {
+                world.barrier();
+            }
+        }
+        // Rank 0 finalizes at once; rank 1 waits for a message from it.
+        "finalized-peer" => {
+            if rank == 1 {
+                let (_, _) = world.process_at_rank(0).receive_with_tag::<i32>(12);
+            }
+        }
+        // Rank 0 computes for 3.5 s, then sends to everyone: slow, not stuck.
+        "slow" => {
+            if rank == 0 {
+                let start = Instant::now();
+                let mut x = 0u64;
+                while start.elapsed() < Duration::from_millis(3500) {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                }
+                for r in 1..size {
+                    world.process_at_rank(r).send_with_tag(&x, 13);
+                }
+            } else {
+                let (_, _) = world.process_at_rank(0).receive_with_tag::<u64>(13);
+            }
+            world.barrier();
+            if rank == 0 {
+                println!("slow: done");
+            }
+        }
+        // Rank 0 waits outside mpirt until the file named next exists (the test makes it once
+        // it has seen rsrun's report on SIGUSR1), then sends to everyone.
+        "until-file" => {
+            let path = std::env::args()
+                .nth(2)
+                .expect("usage: stuck until-file PATH");
+            if rank == 0 {
+                let start = Instant::now();
+                while !std::path::Path::new(&path).exists() {
+                    assert!(
+                        start.elapsed() < Duration::from_secs(60),
+                        "{path} did not appear"
+                    );
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                for r in 1..size {
+                    world.process_at_rank(r).send_with_tag(&1u8, 14);
+                }
+            } else {
+                let (_, _) = world.process_at_rank(0).receive_with_tag::<u8>(14);
+            }
+        }
+        other => panic!("unknown bug {other}"),
+    }
+}

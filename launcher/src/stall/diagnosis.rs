@@ -1,0 +1,361 @@
+//! Why the job is stuck, from what each rank waits for (the wait-for graph): cycles of
+//! ranks each waiting for the next, receives no message sent or being sent can satisfy
+//! (with the near misses that explain them), ranks waiting for a rank that finalized or
+//! exited, and collectives some members entered and others did not. No I/O: rsrun's
+//! report and tests feed it the ranks' states.
+
+use bootstrap::stall::{Peer, RankState};
+
+/// What rsrun knows of one rank.
+#[derive(Clone, Debug)]
+pub enum RankView {
+    /// Not waiting in an mpirt call with nothing moving (computing, or not yet told).
+    Running,
+    Waiting(Box<RankState>),
+    /// Ended; how, in words.
+    Exited(String),
+}
+
+/// The op a rank waits in at finalize (mpirt's name for it).
+const FINALIZE: &str = "finalize";
+
+/// The diagnosis: one finding a line.
+pub fn diagnose(ranks: &[RankView]) -> Vec<String> {
+    let mut found = Vec::new();
+    let in_cycle = cycles(ranks, &mut found);
+    gone_peers(ranks, &mut found);
+    unmatched_receives(ranks, &in_cycle, &mut found);
+    partial_collectives(ranks, &mut found);
+    found
+}
+
+fn waiting(ranks: &[RankView], r: u32) -> Option<&RankState> {
+    match ranks.get(r as usize)? {
+        RankView::Waiting(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// The one rank `s` waits for, if its call names one.
+fn waits_for(s: &RankState) -> Option<u32> {
+    if s.call.collective {
+        return None;
+    }
+    match s.call.peer {
+        Peer::To(p) | Peer::From(p) => Some(p),
+        Peer::None => {
+            let mut peers: Vec<u32> = s
+                .sends
+                .iter()
+                .map(|q| q.peer)
+                .chain(s.posted.iter().filter_map(|e| e.source))
+                .collect();
+            peers.sort_unstable();
+            peers.dedup();
+            (peers.len() == 1).then(|| peers[0])
+        }
+        Peer::FromAny | Peer::Root(_) => None,
+    }
+}
+
+/// "rank 0 waits in synchronous_send to rank 1 (tag 3, src/main.rs:42:5)".
+fn clause(s: &RankState) -> String {
+    format!("rank {} waits in {}", s.rank, s.waits_in())
+}
+
+/// Names each cycle; which ranks are in one.
+fn cycles(ranks: &[RankView], found: &mut Vec<String>) -> Vec<bool> {
+    let mut reported = vec![false; ranks.len()];
+    for start in 0..ranks.len() as u32 {
+        // Follows the single waits from `start`; a cycle is a rank met twice.
+        let mut path = Vec::new();
+        let mut at = start;
+        while let Some(s) = waiting(ranks, at) {
+            if let Some(pos) = path.iter().position(|&r| r == at) {
+                let cycle = &path[pos..];
+                if cycle.iter().any(|&r: &u32| reported[r as usize]) {
+                    break;
+                }
+                for &r in cycle {
+                    reported[r as usize] = true;
+                }
+                let clauses: Vec<String> = cycle
+                    .iter()
+                    .filter_map(|&r| waiting(ranks, r))
+                    .map(clause)
+                    .collect();
+                let in_flight = cycle.iter().any(|&r| {
+                    waiting(ranks, r).is_some_and(|s| {
+                        let next = waits_for(s).expect("a rank in the cycle waits for one");
+                        waiting(ranks, next).is_some_and(|n| satisfier(s, n).is_some())
+                    })
+                });
+                found.push(format!(
+                    "deadlock: {}: a cycle; {}",
+                    clauses.join("; "),
+                    if in_flight {
+                        "a message between them is still in flight"
+                    } else {
+                        "no message between them is in flight"
+                    }
+                ));
+                break;
+            }
+            path.push(at);
+            match waits_for(s) {
+                Some(next) => at = next,
+                None => break,
+            }
+        }
+    }
+    reported
+}
+
+/// A message sent or being sent by `peer` that `s`'s receive would take, in words.
+fn satisfier(s: &RankState, peer: &RankState) -> Option<String> {
+    if !matches!(s.call.peer, Peer::From(_) | Peer::FromAny) || s.call.collective {
+        return None;
+    }
+    let accepts =
+        |context: u32, tag: i32| context == s.call.context && s.call.tag.is_none_or(|t| t == tag);
+    peer.sends
+        .iter()
+        .find(|q| q.peer == s.rank && accepts(q.context, q.tag))
+        .map(|q| format!("rank {}'s send with tag {}", peer.rank, q.tag))
+}
+
+fn gone_peers(ranks: &[RankView], found: &mut Vec<String>) {
+    for view in ranks {
+        let RankView::Waiting(s) = view else { continue };
+        if s.call.op == FINALIZE {
+            continue;
+        }
+        let Some(p) = waits_for(s) else { continue };
+        match ranks.get(p as usize) {
+            Some(RankView::Exited(how)) => found.push(format!(
+                "{}, but rank {p} has already exited ({how})",
+                clause(s)
+            )),
+            Some(RankView::Waiting(peer)) if peer.call.op == FINALIZE => found.push(format!(
+                "{}, but rank {p} has already finalized (it waits in finalize for the others)",
+                clause(s)
+            )),
+            _ => {}
+        }
+    }
+}
+
+/// Receives nothing sent matches; a rank in a cycle only where a near miss says more.
+fn unmatched_receives(ranks: &[RankView], in_cycle: &[bool], found: &mut Vec<String>) {
+    for view in ranks {
+        let RankView::Waiting(s) = view else { continue };
+        if s.call.collective || !matches!(s.call.peer, Peer::From(_) | Peer::FromAny) {
+            continue;
+        }
+        let source = match s.call.peer {
+            Peer::From(p) => Some(p),
+            _ => None,
+        };
+        let sent_now = source
+            .and_then(|p| waiting(ranks, p))
+            .and_then(|peer| satisfier(s, peer));
+        if sent_now.is_some() {
+            continue;
+        }
+        let tag = s.call.tag;
+        let mut misses = Vec::new();
+        for e in &s.unexpected {
+            // Runtime traffic (collectives, finalize) has negative tags: never the user's.
+            let (Some(from), Some(t @ 0..)) = (e.source, e.tag) else {
+                continue;
+            };
+            let same_source = source.is_none_or(|p| p == from);
+            let same_tag = tag.is_none_or(|want| want == t);
+            let same_comm = e.context == s.call.context;
+            let miss = match (same_source, same_tag, same_comm) {
+                (true, false, true) => "same peer, other tag",
+                (true, true, false) => "same tag, other communicator",
+                (false, true, true) => "same tag, other source",
+                _ => continue,
+            };
+            misses.push(format!(
+                "rank {from} sent a message with tag {t} on {} that waits unreceived ({miss})",
+                s.comm_name(e.context)
+            ));
+        }
+        // The peer's own sends to this rank that wait, with another tag or communicator.
+        if let Some(peer) = source.and_then(|p| waiting(ranks, p)) {
+            for q in peer.sends.iter().filter(|q| q.peer == s.rank) {
+                let miss = if q.context == s.call.context {
+                    "same peer, other tag"
+                } else {
+                    "other communicator"
+                };
+                misses.push(format!(
+                    "rank {} sends with tag {} on {} ({miss})",
+                    peer.rank,
+                    q.tag,
+                    peer.comm_name(q.context)
+                ));
+            }
+        }
+        if misses.is_empty() && in_cycle[s.rank as usize] {
+            continue;
+        }
+        let mut line = format!(
+            "{} on {}: no message sent or being sent matches it",
+            clause(s),
+            s.comm_name(s.call.context)
+        );
+        if !misses.is_empty() {
+            line += &format!("; near misses: {}", misses.join("; "));
+        }
+        found.push(line);
+    }
+}
+
+fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
+    let mut seen: Vec<(u32, String)> = Vec::new();
+    for view in ranks {
+        let RankView::Waiting(s) = view else { continue };
+        if !s.call.collective || s.call.op == FINALIZE {
+            continue;
+        }
+        let key = (s.call.context, s.call.op.clone());
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
+        let Some(comm) = s.comm(s.call.context) else {
+            continue;
+        };
+        let in_it = |r: u32| {
+            waiting(ranks, r).is_some_and(|o| {
+                o.call.collective && o.call.context == s.call.context && o.call.op == s.call.op
+            })
+        };
+        let (entered, missing): (Vec<u32>, Vec<u32>) = comm.ranks.iter().partition(|&&r| in_it(r));
+        if missing.is_empty() {
+            continue;
+        }
+        let whereabouts: Vec<String> = missing
+            .iter()
+            .map(|&r| match ranks.get(r as usize) {
+                Some(RankView::Waiting(o)) => clause(o),
+                Some(RankView::Exited(how)) => format!("rank {r} has exited ({how})"),
+                _ => format!("rank {r} runs outside any mpirt call"),
+            })
+            .collect();
+        found.push(format!(
+            "{} on {} ({}) was entered by {} but not by {}: {}",
+            s.call.op,
+            s.comm_name(s.call.context),
+            s.call.location,
+            ranks_in_words(&entered),
+            ranks_in_words(&missing),
+            whereabouts.join("; ")
+        ));
+    }
+}
+
+fn ranks_in_words(ranks: &[u32]) -> String {
+    let list: Vec<String> = ranks.iter().map(u32::to_string).collect();
+    match ranks.len() {
+        1 => format!("rank {}", list[0]),
+        _ => format!("ranks {}", list.join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bootstrap::stall::{Call, Comm, Envelope};
+
+    fn state(rank: u32, op: &str, peer: Peer, tag: Option<i32>) -> RankState {
+        RankState {
+            rank,
+            host: "h".into(),
+            idle_ms: 2000,
+            call: Call {
+                op: op.into(),
+                location: format!("src/main.rs:{}:5", 40 + rank),
+                context: 0,
+                peer,
+                tag,
+                bytes: None,
+                step: None,
+                collective: op == "barrier",
+            },
+            posted: Vec::new(),
+            unexpected: Vec::new(),
+            sends: Vec::new(),
+            comms: vec![Comm {
+                context: 0,
+                name: "MPI_COMM_WORLD".into(),
+                ranks: vec![0, 1, 2],
+            }],
+        }
+    }
+
+    fn w(s: RankState) -> RankView {
+        RankView::Waiting(Box::new(s))
+    }
+
+    #[test]
+    fn a_cycle_of_synchronous_sends_is_named() {
+        let ranks = [
+            w(state(0, "synchronous_send", Peer::To(1), Some(3))),
+            w(state(1, "synchronous_send", Peer::To(0), Some(3))),
+            RankView::Running,
+        ];
+        let found = diagnose(&ranks);
+        assert_eq!(
+            found[0],
+            "deadlock: rank 0 waits in synchronous_send to rank 1 (tag 3, src/main.rs:40:5); \
+             rank 1 waits in synchronous_send to rank 0 (tag 3, src/main.rs:41:5): a cycle; \
+             no message between them is in flight"
+        );
+    }
+
+    #[test]
+    fn a_tag_mismatch_is_a_near_miss() {
+        let mut r1 = state(1, "receive", Peer::From(0), Some(2));
+        r1.unexpected.push(Envelope {
+            context: 0,
+            source: Some(0),
+            tag: Some(1),
+            bytes: 8,
+        });
+        let ranks = [
+            RankView::Exited("exit code 0".into()),
+            w(r1),
+            RankView::Running,
+        ];
+        let found = diagnose(&ranks).join("\n");
+        assert!(found.contains("but rank 0 has already exited"), "{found}");
+        assert!(
+            found.contains(
+                "rank 0 sent a message with tag 1 on MPI_COMM_WORLD that waits \
+                            unreceived (same peer, other tag)"
+            ),
+            "{found}"
+        );
+    }
+
+    #[test]
+    fn a_collective_some_ranks_skipped_names_the_missing_and_where_they_are() {
+        let ranks = [
+            w(state(0, "barrier", Peer::None, None)),
+            w(state(1, "barrier", Peer::None, None)),
+            w(state(2, "receive", Peer::From(0), Some(7))),
+        ];
+        let found = diagnose(&ranks).join("\n");
+        assert!(
+            found.contains(
+                "barrier on MPI_COMM_WORLD (src/main.rs:40:5) was entered by ranks 0, 1 but \
+                 not by rank 2: rank 2 waits in receive from rank 0 (tag 7, src/main.rs:42:5)"
+            ),
+            "{found}"
+        );
+    }
+}

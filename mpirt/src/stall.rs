@@ -1,0 +1,358 @@
+//! What this rank is blocked in, kept always and cheaply, and said when a wait has had
+//! nothing move for a while: to rsrun, which gathers every rank's state and diagnoses the
+//! job (`rsrun --stall-timeout`, `kill -USR1`), or on stderr where no rsrun gathers it
+//! (`MPIRT_STALL_TIMEOUT` under another launcher).
+//!
+//! The public blocking calls are `#[track_caller]` and note where they were called from
+//! (`at`: one store of a pointer), and those off the 8-byte message's path note the whole
+//! call (`enter`, `collective`). Everything else is read only when the PML's waiting loop
+//! has slept with nothing moving (`pml::stall`): the PML's queues, the communicators'
+//! names and members, and this thread's notes, which are the thread's own, so a wait reads
+//! the call that it waits in.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::panic::Location;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bootstrap::stall::{
+    Call as StateCall, Comm, Envelope, Peer, PendingSend, RankState, StallLine,
+};
+use pml::stall::{Queues, Selectors, StallWatch};
+use pml::{SourceSel, TagSel};
+
+/// A blocking call, as noted on entry.
+#[derive(Clone, Copy)]
+pub(crate) struct Call {
+    pub op: &'static str,
+    pub location: &'static Location<'static>,
+    pub context: u32,
+    pub peer: Peer,
+    pub tag: Option<i32>,
+    pub bytes: Option<usize>,
+}
+
+impl Call {
+    /// A call that waits for requests, whose queues say for what.
+    #[track_caller]
+    pub(crate) fn waiting(op: &'static str) -> Call {
+        Call {
+            op,
+            location: Location::caller(),
+            context: 0,
+            peer: Peer::None,
+            tag: None,
+            bytes: None,
+        }
+    }
+
+    /// A collective on the communicator with context `context`.
+    #[track_caller]
+    pub(crate) fn collective(op: &'static str, context: u32, root: Option<u32>) -> Call {
+        Call {
+            op,
+            location: Location::caller(),
+            context,
+            peer: root.map_or(Peer::None, Peer::Root),
+            tag: None,
+            bytes: None,
+        }
+    }
+}
+
+thread_local! {
+    /// Where the last public blocking call was made.
+    static LOCATION: Cell<Option<&'static Location<'static>>> = const { Cell::new(None) };
+    /// The last blocking call noted in full; it is the one waiting if `LOCATION` is its.
+    static CALL: Cell<Option<Call>> = const { Cell::new(None) };
+    /// The collective this thread is in, while it is in one.
+    static COLLECTIVE: Cell<Option<Call>> = const { Cell::new(None) };
+}
+
+/// Notes where a blocking call on the message path was made: one store.
+#[inline(always)]
+pub(crate) fn at(location: &'static Location<'static>) {
+    LOCATION.set(Some(location));
+}
+
+/// Notes a blocking call off the message path in full.
+pub(crate) fn enter(call: Call) {
+    LOCATION.set(Some(call.location));
+    CALL.set(Some(call));
+}
+
+/// The collective this thread is in, until the guard drops; whether this guard noted it.
+pub(crate) struct InCollective(bool);
+
+/// Notes that this thread entered collective `call` (a guard: the note ends with it),
+/// unless it is in one already: a collective that runs others as its steps (a barrier
+/// that first sets up its shared area) is the one the user called.
+pub(crate) fn collective(call: Call) -> InCollective {
+    let outer = COLLECTIVE.get().is_none();
+    if outer {
+        COLLECTIVE.set(Some(call));
+    }
+    InCollective(outer)
+}
+
+impl Drop for InCollective {
+    fn drop(&mut self) {
+        if self.0 {
+            let _ = COLLECTIVE.try_with(|c| c.set(None));
+        }
+    }
+}
+
+/// Each communicator's name and members' world ranks, by context id, for the state to
+/// name them (a context id reused by a later communicator is noted again).
+static COMMS: Mutex<Option<HashMap<u32, NamedGroup>>> = Mutex::new(None);
+
+/// A communicator's name and its members' world ranks.
+type NamedGroup = (String, Vec<u32>);
+
+/// Notes a communicator as it is made.
+pub(crate) fn remember_comm(context: u32, name: &str, group: &[u32]) {
+    let mut comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
+    comms
+        .get_or_insert_with(HashMap::new)
+        .insert(context, (name.to_string(), group.to_vec()));
+}
+
+/// Notes a communicator's new name.
+pub(crate) fn rename_comm(context: u32, name: &str) {
+    let mut comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((old, _)) = comms.as_mut().and_then(|c| c.get_mut(&context)) {
+        *old = name.to_string();
+    }
+}
+
+/// How many entries of each queue a state shows (unexpected messages oldest first), so that
+/// its message stays small however long the queues grew.
+const QUEUE_SHOWN: usize = 64;
+
+/// How long a wait sees nothing move before this rank tells rsrun, which decides for the
+/// job (`--stall-timeout`) and prints these on `kill -USR1`.
+const TELL_RSRUN_AFTER: Duration = Duration::from_secs(1);
+
+/// Installs this rank's watch: towards rsrun where it started the rank (`line`), else on
+/// stderr if `MPIRT_STALL_TIMEOUT` asks for it. A timeout that is not a number of seconds
+/// is an error naming the variable.
+pub(crate) fn install(rank: u32, line: Option<StallLine>) -> Result<(), String> {
+    let timeout = match std::env::var(bootstrap::vars::STALL_TIMEOUT) {
+        Ok(text) => Some(
+            text.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .map(Duration::from_secs_f64)
+                .ok_or_else(|| {
+                    format!(
+                        "{}={text:?} is not a positive number of seconds",
+                        bootstrap::vars::STALL_TIMEOUT
+                    )
+                })?,
+        ),
+        Err(_) => None,
+    };
+    let (after, sink) = match (line, timeout) {
+        (Some(line), t) => (
+            t.map_or(TELL_RSRUN_AFTER, |t| t.min(TELL_RSRUN_AFTER)),
+            Sink::Rsrun(line),
+        ),
+        (None, Some(t)) => (t, Sink::Stderr),
+        (None, None) => return Ok(()),
+    };
+    let host = crate::communicator::hostname();
+    pml::stall::set_watch(Some(Arc::new(Watch {
+        rank,
+        host,
+        after,
+        sink: Mutex::new(sink),
+    })));
+    Ok(())
+}
+
+/// Removes the watch (at finalize: rsrun's connection closes with the bootstrap's).
+pub(crate) fn uninstall() {
+    pml::stall::set_watch(None);
+}
+
+enum Sink {
+    Rsrun(StallLine),
+    Stderr,
+}
+
+struct Watch {
+    rank: u32,
+    host: String,
+    after: Duration,
+    sink: Mutex<Sink>,
+}
+
+impl StallWatch for Watch {
+    fn after(&self) -> Duration {
+        self.after
+    }
+
+    fn stalled(&self, idle: Duration, queues: &Queues) {
+        let state = self.state(idle, queues);
+        match &mut *self.sink.lock().unwrap_or_else(|e| e.into_inner()) {
+            // A failed write means rsrun is gone; the job ends anyway.
+            Sink::Rsrun(line) => drop(line.stalled(&state)),
+            Sink::Stderr => bootstrap::output::say(&format!("mpirt: stalled: {}", state.line())),
+        }
+    }
+
+    fn resumed(&self) {
+        if let Sink::Rsrun(line) = &mut *self.sink.lock().unwrap_or_else(|e| e.into_inner()) {
+            let _ = line.resumed();
+        }
+    }
+}
+
+impl Watch {
+    /// This rank's state: the call this thread waits in and the PML's queues, in world
+    /// ranks.
+    fn state(&self, idle: Duration, queues: &Queues) -> RankState {
+        let comms = COMMS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let comms = comms.unwrap_or_default();
+        let world = |context: u32, rank: u32| {
+            comms
+                .get(&context)
+                .and_then(|(_, group)| group.get(rank as usize).copied())
+                .unwrap_or(rank)
+        };
+        let envelope = |s: &Selectors| Envelope {
+            context: s.context,
+            source: match s.source {
+                SourceSel::Rank(r) => Some(world(s.context, r)),
+                SourceSel::Any => None,
+            },
+            tag: match s.tag {
+                TagSel::Tag(t) => Some(t),
+                TagSel::Any => None,
+            },
+            bytes: s.bytes as u64,
+        };
+        let location = LOCATION.get();
+        let noted = CALL.get().filter(|c| Some(c.location) == location);
+        let mut call = match (queues.claim, noted) {
+            (Some(claim), _) => StateCall {
+                op: "receive".into(),
+                location: location.map(ToString::to_string).unwrap_or_default(),
+                context: claim.context,
+                peer: match claim.source {
+                    SourceSel::Rank(r) => Peer::From(world(claim.context, r)),
+                    SourceSel::Any => Peer::FromAny,
+                },
+                tag: envelope(&claim).tag,
+                bytes: None,
+                step: None,
+                collective: false,
+            },
+            (None, Some(c)) => state_call(c, false),
+            // A standard send or a wait on requests, noted by location only: one send
+            // that waits is what the call waits for; otherwise the queues say.
+            (None, None) => {
+                let single = match (&queues.sends[..], &queues.posted[..]) {
+                    ([send], []) => Some(send),
+                    _ => None,
+                };
+                StateCall {
+                    op: if single.is_some() { "send" } else { "wait" }.into(),
+                    location: location.map(ToString::to_string).unwrap_or_default(),
+                    context: single.map_or(0, |s| s.context),
+                    peer: single.map_or(Peer::None, |s| Peer::To(s.peer)),
+                    tag: single.map(|s| s.tag),
+                    bytes: single.map(|s| s.bytes as u64),
+                    step: None,
+                    collective: false,
+                }
+            }
+        };
+        if let Some(coll) = COLLECTIVE.get() {
+            let inner = call.clone();
+            call = state_call(coll, true);
+            call.step = Some(if matches!(inner.peer, Peer::None) {
+                "waiting for the other ranks".to_string()
+            } else {
+                inner_state(&inner)
+            });
+        }
+        let mut state = RankState {
+            rank: self.rank,
+            host: self.host.clone(),
+            idle_ms: idle.as_millis() as u64,
+            call,
+            posted: queues
+                .posted
+                .iter()
+                .take(QUEUE_SHOWN)
+                .map(envelope)
+                .collect(),
+            unexpected: queues
+                .unexpected
+                .iter()
+                .take(QUEUE_SHOWN)
+                .map(envelope)
+                .collect(),
+            sends: queues
+                .sends
+                .iter()
+                .take(QUEUE_SHOWN)
+                .map(|s| PendingSend {
+                    context: s.context,
+                    peer: s.peer,
+                    tag: s.tag,
+                    bytes: s.bytes as u64,
+                    waits_for: s.waits_for.to_string(),
+                })
+                .collect(),
+            comms: Vec::new(),
+        };
+        let mut contexts: Vec<u32> = std::iter::once(state.call.context)
+            .chain(state.posted.iter().map(|e| e.context))
+            .chain(state.unexpected.iter().map(|e| e.context))
+            .chain(state.sends.iter().map(|s| s.context))
+            .collect();
+        contexts.sort_unstable();
+        contexts.dedup();
+        state.comms = contexts
+            .into_iter()
+            .filter_map(|context| {
+                comms.get(&context).map(|(name, ranks)| Comm {
+                    context,
+                    name: name.clone(),
+                    ranks: ranks.clone(),
+                })
+            })
+            .collect();
+        state
+    }
+}
+
+fn state_call(c: Call, collective: bool) -> StateCall {
+    StateCall {
+        op: c.op.into(),
+        location: c.location.to_string(),
+        context: c.context,
+        peer: c.peer,
+        tag: c.tag,
+        bytes: c.bytes.map(|b| b as u64),
+        step: None,
+        collective,
+    }
+}
+
+/// A point-to-point wait inside a collective, in words.
+fn inner_state(inner: &StateCall) -> String {
+    let peer = match inner.peer {
+        Peer::From(r) => format!(" from rank {r}"),
+        Peer::To(r) => format!(" to rank {r}"),
+        Peer::FromAny => " from any rank".into(),
+        Peer::Root(r) => format!(" with root {r}"),
+        Peer::None => String::new(),
+    };
+    format!("{}{peer}", inner.op)
+}

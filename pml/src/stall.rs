@@ -1,0 +1,170 @@
+//! What a rank waits for once a wait has slept with nothing moving: its queues, as the PML
+//! holds them ([`Queues`]), handed to the watch the layer above installed ([`StallWatch`]:
+//! mpirt's, which adds the call and tells rsrun). Only the waiting loop's sleeping phase
+//! calls in here ([`Blocked`]), so a message that arrives while the rank spins costs nothing
+//! more: the bookkeeping lives on the path that already blocks.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use crate::envelope::{ContextId, Rank, SourceSel, Tag, TagSel};
+
+/// A receive's selectors: a posted receive, the blocking receive's claim, or (all fixed) an
+/// arrived message no receive took yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Selectors {
+    pub context: ContextId,
+    /// The source's rank in the communicator.
+    pub source: SourceSel,
+    pub tag: TagSel,
+    /// The message's length; 0 for a receive (its capacity is the caller's).
+    pub bytes: usize,
+}
+
+/// A send that waits for its receiver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueuedSend {
+    pub context: ContextId,
+    /// The receiver's world rank.
+    pub peer: Rank,
+    pub tag: Tag,
+    pub bytes: usize,
+    /// What it waits for, in words.
+    pub waits_for: &'static str,
+}
+
+/// What a PML's queues hold while a rank waits.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Queues {
+    /// The blocking receive that waits without a request, if one does.
+    pub claim: Option<Selectors>,
+    pub posted: Vec<Selectors>,
+    pub unexpected: Vec<Selectors>,
+    pub sends: Vec<QueuedSend>,
+}
+
+/// The layer above's side: told when a wait has had nothing move for `after`, and when
+/// something moved again (or the call returned) after that.
+pub trait StallWatch: Send + Sync {
+    /// How long a wait sees nothing move before `stalled`.
+    fn after(&self) -> Duration;
+    /// The wait has seen nothing move for `idle`; `queues` is what the PML holds.
+    fn stalled(&self, idle: Duration, queues: &Queues);
+    /// Something moved, or the call returned, since `stalled`.
+    fn resumed(&self);
+}
+
+static WATCH: RwLock<Option<Arc<dyn StallWatch>>> = RwLock::new(None);
+
+/// Installs `watch` for every wait of this process (`None` removes it).
+pub fn set_watch(watch: Option<Arc<dyn StallWatch>>) {
+    *WATCH.write().unwrap_or_else(|e| e.into_inner()) = watch;
+}
+
+/// One wait's sleeping phase, as the watch sees it: says `stalled` once the idle time
+/// reaches the watch's `after`, and `resumed` when the idle clock restarts (something
+/// moved) or the wait ends after that.
+pub struct Blocked {
+    watch: Option<Arc<dyn StallWatch>>,
+    reported: bool,
+    last_idle: Duration,
+}
+
+impl Blocked {
+    pub fn new() -> Blocked {
+        Blocked {
+            watch: WATCH.read().unwrap_or_else(|e| e.into_inner()).clone(),
+            reported: false,
+            last_idle: Duration::ZERO,
+        }
+    }
+
+    /// Before each sleep: `idle` since the last move; `queues` takes the PML's queues, only
+    /// when they are to be told.
+    pub fn idle(&mut self, idle: Duration, queues: impl FnOnce() -> Queues) {
+        let Some(watch) = &self.watch else { return };
+        if idle < self.last_idle && self.reported {
+            watch.resumed();
+            self.reported = false;
+        }
+        self.last_idle = idle;
+        if !self.reported && idle >= watch.after() {
+            watch.stalled(idle, &queues());
+            self.reported = true;
+        }
+    }
+}
+
+impl Default for Blocked {
+    fn default() -> Self {
+        Blocked::new()
+    }
+}
+
+impl Drop for Blocked {
+    fn drop(&mut self) {
+        if let (true, Some(watch)) = (self.reported, &self.watch) {
+            watch.resumed();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Seen(Mutex<Vec<String>>);
+
+    impl StallWatch for Seen {
+        fn after(&self) -> Duration {
+            Duration::from_millis(10)
+        }
+        fn stalled(&self, idle: Duration, queues: &Queues) {
+            let claim = queues.claim.map(|c| c.tag);
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("stalled {} {claim:?}", idle.as_millis()));
+        }
+        fn resumed(&self) {
+            self.0.lock().unwrap().push("resumed".into());
+        }
+    }
+
+    #[test]
+    fn a_wait_says_it_stalled_once_and_resumed_when_something_moved_and_when_it_ended() {
+        let seen = Arc::new(Seen::default());
+        let queues = || Queues {
+            claim: Some(Selectors {
+                context: 0,
+                source: SourceSel::Rank(1),
+                tag: TagSel::Tag(3),
+                bytes: 0,
+            }),
+            ..Queues::default()
+        };
+        let mut blocked = Blocked {
+            watch: Some(seen.clone()),
+            reported: false,
+            last_idle: Duration::ZERO,
+        };
+        blocked.idle(Duration::from_millis(5), queues);
+        blocked.idle(Duration::from_millis(12), queues);
+        blocked.idle(Duration::from_millis(14), queues);
+        // Something moved: the idle clock restarted.
+        blocked.idle(Duration::from_millis(1), queues);
+        blocked.idle(Duration::from_millis(11), queues);
+        drop(blocked);
+        assert_eq!(
+            *seen.0.lock().unwrap(),
+            [
+                "stalled 12 Some(Tag(3))",
+                "resumed",
+                "stalled 11 Some(Tag(3))",
+                "resumed"
+            ]
+        );
+    }
+}
