@@ -671,7 +671,7 @@ impl Bootstrap {
     /// rank; `None` under any other launcher.
     pub fn stall_line(&self) -> Option<stall::StallLine> {
         match &self.backend {
-            Backend::Kvs(stream) => stream.try_clone().ok().map(stall::StallLine::new),
+            Backend::Kvs { stream, .. } => stream.try_clone().ok().map(stall::StallLine::new),
             _ => None,
         }
     }
