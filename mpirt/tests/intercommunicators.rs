@@ -161,6 +161,24 @@ fn collectives(world: &SimpleCommunicator, inter: &InterCommunicator) {
         .collect();
     assert_eq!(back, expected);
 
+    // The groups may pass different counts: the even group one element a process (a block),
+    // the odd group two.
+    let (mine, theirs) = if me % 2 == 0 { (1, 2) } else { (2, 1) };
+    let mut gathered = vec![0 as Rank; remote.len() * theirs];
+    inter.all_gather_into(&vec![me; mine][..], &mut gathered[..]);
+    let expected: Vec<Rank> = remote.iter().flat_map(|&r| vec![r; theirs]).collect();
+    assert_eq!(gathered, expected);
+    let out: Vec<Rank> = (0..remote.len() as Rank)
+        .flat_map(|j| vec![me * 100 + j; mine])
+        .collect();
+    let mut back = vec![0 as Rank; remote.len() * theirs];
+    inter.all_to_all_into(&out[..], &mut back[..]);
+    let expected: Vec<Rank> = remote
+        .iter()
+        .flat_map(|&r| vec![r * 100 + inter.rank(); theirs])
+        .collect();
+    assert_eq!(back, expected);
+
     // Into every other slot of a strided view (a vector datatype): the remote group's values
     // land in the blocks, the guards between them stay.
     let every_other =
@@ -321,6 +339,53 @@ fn errors(world: &SimpleCommunicator) {
         .try_all_reduce_into(&vec![1; count][..], &mut sum[..], SystemOperation::sum())
         .unwrap_err();
     println!("all_reduce error: {e}");
+
+    // Buffers of different types: refused by each process, which still tells the others.
+    let mut floats = vec![0f32; remote as usize];
+    let e = inter
+        .try_all_gather_into(&1i32, &mut floats[..])
+        .unwrap_err();
+    assert!(matches!(e.cause(), Cause::TypeMismatch { .. }), "{e}");
+    println!("typed all_gather error: {e}");
+    // Bytes that are no `bool`: the odd group sends 2s into the even group's booleans, which
+    // refuse them; the odd group receives the even group's booleans as bytes.
+    if parity == 0 {
+        let mut flags = vec![false; remote as usize];
+        let e = inter
+            .try_all_gather_into(&true, &mut flags[..])
+            .unwrap_err();
+        // The leader checks what arrives; the other members hear of it from the leader.
+        let invalid = matches!(e.cause(), Cause::InvalidValue { .. });
+        assert_eq!(invalid, inter.rank() == 0, "{e}");
+        println!("bool all_gather error: {e}");
+        let mut flags = vec![false; remote as usize];
+        let e = inter
+            .try_all_to_all_into(&vec![true; remote as usize][..], &mut flags[..])
+            .unwrap_err();
+        assert!(matches!(e.cause(), Cause::InvalidValue { .. }), "{e}");
+        println!("bool all_to_all error: {e}");
+    } else {
+        let mut bytes = vec![9u8; remote as usize];
+        inter.all_gather_into(&2u8, &mut bytes[..]);
+        assert_eq!(bytes, vec![1u8; remote as usize]);
+        let mut bytes = vec![9u8; remote as usize];
+        inter.all_to_all_into(&vec![2u8; remote as usize][..], &mut bytes[..]);
+        assert_eq!(bytes, vec![1u8; remote as usize]);
+    }
+    // Blocks that do not divide among the remote ranks (3 to the even group's 2): the odd
+    // process refuses them, counted in elements, and the even group hears of it.
+    let sent = vec![1i32; if parity == 1 { 3 } else { remote as usize }];
+    let mut back = sent.clone();
+    let e = inter
+        .try_all_to_all_into(&sent[..], &mut back[..])
+        .unwrap_err();
+    println!("all_to_all error: {e}");
+    // One process of the even group alone sends one element where the others send two:
+    // every process of both groups fails, none waits.
+    let count = if world.rank() == 2 { 1 } else { 2 };
+    let mut gathered = vec![0i32; remote as usize * count];
+    let e = inter.try_all_gather_into(&vec![1i32; count][..], &mut gathered[..]);
+    println!("all_gather error: {}", e.unwrap_err());
 
     // A group whose processes pass different orders fails the merge, and the other group
     // hears of it: both fail, nobody waits.
@@ -488,6 +553,22 @@ fn bad_intercommunicator_input_is_a_named_error() {
          with the remote group's",
         "all_reduce error: rank 1: all_reduce_into: rank 0 sent 4 bytes where this rank \
          expected 8",
+        "typed all_gather error: rank 0: all_gather_into: the send buffer holds i32 elements",
+        "typed all_gather error: rank 1: all_gather_into: the send buffer holds i32 elements",
+        "bool all_gather error: rank 0: all_gather_into: the message's bytes are not a valid \
+         bool",
+        "bool all_gather error: rank 2: all_gather_into: this group's leader failed",
+        "bool all_to_all error: rank 2: all_to_all_into: the message's bytes are not a valid \
+         bool",
+        "all_to_all error: rank 1: all_to_all_into: the send buffer (a whole block per remote \
+         rank) holds 3 elements where 4 are needed",
+        "all_to_all error: rank 0: all_to_all_into: remote rank 0 failed the call",
+        "all_to_all error: rank 2: all_to_all_into: remote rank 0 failed the call",
+        "all_gather error: rank 2: all_gather_into: the processes of this group passed \
+         different counts",
+        "all_gather error: rank 0: all_gather_into: the processes of this group passed \
+         different counts",
+        "all_gather error: rank 1: all_gather_into: remote rank 0 failed the call",
         "create_intercommunicator: rank 3 is out of range",
         "create_intercommunicator: local leader (rank 0): remote leader 6 is not a rank of the \
          peer communicator",

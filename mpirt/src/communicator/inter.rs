@@ -9,9 +9,9 @@
 //! intra-communicator's on any member.
 
 use crate::attribute::Attributes;
-use crate::collective::{self, CommunicatorCollectives, Operation, Root};
+use crate::collective::{self, CommunicatorCollectives, Operation, Root, SystemOperation};
 use crate::context::{self, Proposal, WORDS};
-use crate::datatype::{Buffer, BufferMut};
+use crate::datatype::{Buffer, BufferMut, Datatype};
 use crate::environment::with_engine;
 use crate::error::{or_fatal, Cause, Error};
 use crate::point_to_point::{check_tag, wait_handle, Destination, Outgoing, Source, Tag};
@@ -298,10 +298,8 @@ fn merge(inter: &CommData, order: MergeOrder) -> Result<SimpleCommunicator, Caus
     let mut swapped = Ok(());
     if sides.local.rank == 0 {
         let mut received = vec![0u8; mine.len() * 8];
-        swapped = swap_blocks(inter, tag, &words_bytes(&mine), &mut received, 1);
-        for (word, bytes) in theirs.iter_mut().zip(received.chunks_exact(8)) {
-            *word = u64::from_ne_bytes(bytes.try_into().expect("8 bytes"));
-        }
+        swapped = swap_blocks(inter, tag, &words_bytes(&mine), &mut received, 1, &[0]);
+        theirs = bytes_words(&received);
     }
     tell_group(&group, swapped)?;
     group
@@ -349,26 +347,27 @@ fn words_bytes(words: &[u64]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_ne_bytes()).collect()
 }
 
-/// Block j of `out` to remote rank j and block j of `into` from it, for j below `partners`
-/// (at least 1: a group is never empty), on the inter-communicator's context with the
-/// collective tag `tag`. Every request posted is waited for, even after one failed, so that no
-/// receive is left writing into `into`.
+/// Block j of `out` to remote rank j and block j of `into` from it, for each j in `with`, of
+/// `blocks` equal blocks each way (at least 1: a group is never empty), on the
+/// inter-communicator's context with the collective tag `tag`. Every request posted is waited
+/// for, even after one failed, so that no receive is left writing into `into`.
 fn swap_blocks(
     inter: &CommData,
     tag: Tag,
     out: &[u8],
     into: &mut [u8],
-    partners: u32,
+    blocks: usize,
+    with: &[u32],
 ) -> Result<(), Cause> {
-    let n = partners as usize;
-    let (block_out, block_in) = (out.len() / n, into.len() / n);
+    let (block_out, block_in) = (out.len() / blocks, into.len() / blocks);
     let base = into.as_mut_ptr();
-    let mut posted: Vec<(Option<u32>, Handle)> = Vec::with_capacity(2 * n);
+    let mut posted: Vec<(Option<u32>, Handle)> = Vec::with_capacity(2 * with.len());
     let mut first_failure = None;
-    for j in 0..partners {
-        // SAFETY: block j, `block_in` bytes from j * block_in, lies inside `into` (n blocks of
-        // `into.len() / n` bytes), which is borrowed mutably for this whole function, not
-        // otherwise touched here, and every receive posted is waited for before it returns.
+    for &j in with {
+        // SAFETY: block j (below `blocks`), `block_in` bytes from j * block_in, lies inside
+        // `into` (`blocks` blocks of `into.len() / blocks` bytes), which is borrowed mutably
+        // for this whole function, not otherwise touched here, and every receive posted is
+        // waited for before it returns.
         let posted_recv = with_engine(|e| unsafe {
             e.post_recv(
                 inter.context,
@@ -386,7 +385,7 @@ fn swap_blocks(
             }
         }
     }
-    for j in 0..partners {
+    for &j in with {
         if first_failure.is_some() {
             break;
         }
@@ -429,9 +428,176 @@ fn swap_blocks(
     first_failure.map_or(Ok(()), Err)
 }
 
-/// Tells the group whether its leader's swap with the remote leader (`swapped`, `Ok` on the
-/// other members) went through, so that a failure there fails the call on every member
-/// instead of leaving them waiting for what the leader would have passed on.
+/// The words of a header that partners swap before their data: [whether this process's
+/// side of the call passed its checks, the bytes it sends the partner, the bytes it takes
+/// from it].
+const HEADER_WORDS: usize = 3;
+
+/// Why the pair of this process (header `mine`) and remote rank `partner` (header `theirs`)
+/// swaps no data; `None` where both sides are sound and each takes what the other sends. Both
+/// partners reach the same verdict from the same two headers.
+fn pair_refused(mine: &[u64], theirs: &[u64], partner: u32) -> Option<Cause> {
+    let peer = partner as Rank;
+    if mine[0] != 1 {
+        Some(Cause::InvalidInterCommunicator(
+            "this process's own checks failed".to_string(),
+        ))
+    } else if theirs[0] != 1 {
+        Some(Cause::InvalidInterCommunicator(format!(
+            "remote rank {peer} failed the call (its own error says why)"
+        )))
+    } else if theirs[1] != mine[2] {
+        Some(Cause::LengthDisagrees {
+            peer,
+            expected: mine[2] as usize,
+            got: theirs[1] as usize,
+        })
+    } else if theirs[2] != mine[1] {
+        Some(Cause::InvalidInterCommunicator(format!(
+            "remote rank {peer} takes {} bytes where this rank sends {}: the groups' counts \
+             disagree",
+            theirs[2], mine[1]
+        )))
+    } else {
+        None
+    }
+}
+
+/// Swaps blocks of `out` and `into` with remote ranks 0 to `partners - 1`, as
+/// [`swap_blocks`], after a header to each saying whether this process passed its checks
+/// (`own`) and how long the blocks are: a pair whose headers disagree swaps no data, so no
+/// partner waits for data that will not come, and every process returns an error naming
+/// why. Arrived bytes of a type whose values need a check (`bool`, `char`) land in a staging
+/// buffer and reach `into` only once checked.
+fn checked_swap(
+    inter: &CommData,
+    tag: Tag,
+    own: Result<(), Cause>,
+    out: &[u8],
+    into: &mut [u8],
+    partners: u32,
+    datatype: Datatype,
+) -> Result<(), Cause> {
+    let n = partners as usize;
+    let (block_out, block_in) = (out.len() / n, into.len() / n);
+    let mine = [u64::from(own.is_ok()), block_out as u64, block_in as u64];
+    let mut headers = vec![0u8; n * HEADER_WORDS * 8];
+    let everyone: Vec<u32> = (0..partners).collect();
+    swap_blocks(
+        inter,
+        tag,
+        &words_bytes(&mine.repeat(n)),
+        &mut headers,
+        n,
+        &everyone,
+    )?;
+    let mut failure = own.err();
+    let mut with = Vec::new();
+    for (j, header) in (0..partners).zip(headers.chunks_exact(HEADER_WORDS * 8)) {
+        match pair_refused(&mine, &bytes_words(header), j) {
+            None => with.push(j),
+            Some(cause) => {
+                failure.get_or_insert(cause);
+            }
+        }
+    }
+    if !datatype.needs_check() {
+        if let Err(cause) = swap_blocks(inter, tag, out, into, n, &with) {
+            failure.get_or_insert(cause);
+        }
+        return failure.map_or(Ok(()), Err);
+    }
+    let mut staged = vec![0u8; into.len()];
+    if let Err(cause) = swap_blocks(inter, tag, out, &mut staged, n, &with) {
+        failure.get_or_insert(cause);
+    }
+    for &j in &with {
+        let block = j as usize * block_in..(j as usize + 1) * block_in;
+        match datatype.is_valid(&staged[block.clone()]) {
+            true => into[block.clone()].copy_from_slice(&staged[block]),
+            false => {
+                failure.get_or_insert(Cause::InvalidValue {
+                    type_name: datatype.name(),
+                });
+            }
+        }
+    }
+    failure.map_or(Ok(()), Err)
+}
+
+/// The words whose native-endian bytes `bytes` holds.
+fn bytes_words(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks_exact(8)
+        .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+        .collect()
+}
+
+/// [`checked_swap`] into `recv`'s packed elements, sending `out` (`None`: `recv`'s own
+/// packed elements, as they were before the swap). A buffer that cannot be packed still
+/// sends its header, as a failure, so that its partners do not wait.
+fn swap_into<R: BufferMut + ?Sized>(
+    inter: &CommData,
+    tag: Tag,
+    own: Result<(), Cause>,
+    out: Option<&[u8]>,
+    recv: &mut R,
+    partners: u32,
+    operation: &'static str,
+) -> Result<(), Cause> {
+    let datatype = recv.datatype();
+    let mut swapped = None;
+    let packed = collective::over_packed(recv, operation, |bytes| {
+        let result = match out {
+            Some(out) => checked_swap(inter, tag, own.clone(), out, bytes, partners, datatype),
+            None => {
+                let before = bytes.to_vec();
+                checked_swap(inter, tag, own.clone(), &before, bytes, partners, datatype)
+            }
+        };
+        let done = result.is_ok();
+        swapped = Some(result);
+        Ok(done)
+    });
+    match (swapped, packed) {
+        (Some(result), _) => result,
+        (None, Err(e)) => {
+            let cause = cause_of(e);
+            let refused = Err(cause.clone());
+            let _ = checked_swap(inter, tag, refused, &[], &mut [], partners, datatype);
+            Err(cause)
+        }
+        (None, Ok(_)) => unreachable!("over_packed runs its path or fails"),
+    }
+}
+
+/// Whether every member of `group` passed its checks (`own`: the bytes it passes, the same on
+/// every member, or why it failed); each learns the verdict, a member whose checks failed
+/// its own error. Runs on every member whatever its own result, so that none waits.
+fn group_agrees(group: &SimpleCommunicator, own: &Result<usize, Cause>) -> Result<(), Cause> {
+    let len = *own.as_ref().unwrap_or(&0) as u64;
+    let mine = [u64::from(own.is_err()), len, !len];
+    let mut all = [0u64; 3];
+    group
+        .try_all_reduce_into(&mine[..], &mut all[..], SystemOperation::max())
+        .map_err(cause_of)?;
+    if let Err(cause) = own {
+        return Err(cause.clone());
+    }
+    match (all[0], all[1] == !all[2]) {
+        (0, true) => Ok(()),
+        (0, false) => Err(Cause::PeerArguments(
+            "the processes of this group passed different counts",
+        )),
+        _ => Err(Cause::InvalidInterCommunicator(
+            "another process of this group failed the call (its own error says why)".to_string(),
+        )),
+    }
+}
+
+/// Tells the group whether its leader's swap with the remote leader (`swapped`; on the other
+/// members, how their own part went) went through, so that a failure there fails the call on
+/// every member instead of leaving them waiting for what the leader would have passed on.
 fn tell_group(group: &SimpleCommunicator, swapped: Result<(), Cause>) -> Result<(), Cause> {
     let mut failed = [u8::from(swapped.is_err())];
     group
@@ -457,16 +623,17 @@ fn sides_for<'c>(inter: &'c CommData, operation: &'static str) -> Result<&'c Sid
 }
 
 /// `MPI_Barrier` on an inter-communicator: returns once every process of both groups called
-/// it (each group's barrier, the leaders' swap, then each leader's word to its group).
+/// it (each group's agreement, the leaders' swap, then each leader's word to its group).
 pub(crate) fn barrier(inter: &CommData) -> Result<(), Error> {
     const OPERATION: &str = "barrier";
     let sides = sides_for(inter, OPERATION)?;
     let group = SimpleCommunicator::new(sides.local.clone());
-    group.try_barrier()?;
+    let agreed = group_agrees(&group, &Ok(0));
     let tag = inter.next_tag();
-    let mut swapped = Ok(());
+    let mut swapped = agreed.clone();
     if sides.local.rank == 0 {
-        swapped = swap_blocks(inter, tag, &[], &mut [], 1);
+        let none = Datatype::plain(0, "none");
+        swapped = checked_swap(inter, tag, agreed, &[], &mut [], 1, none);
     }
     // Each leader speaks only once the remote group has all arrived.
     tell_group(&group, swapped).map_err(|cause| Error::new(OPERATION, cause))
@@ -474,7 +641,9 @@ pub(crate) fn barrier(inter: &CommData) -> Result<(), Error> {
 
 /// `MPI_Allgather` on an inter-communicator: `recv` holds the remote group's `send`s in its
 /// rank order. This group's parts gather at its leader, the leaders swap, and each leader
-/// broadcasts what it received.
+/// broadcasts what it received. The groups may send different counts (each process's
+/// `recv` holds a whole block per remote rank); every process fails, none waits, where
+/// anything disagrees.
 pub(crate) fn all_gather<S, R>(inter: &CommData, send: &S, recv: &mut R) -> Result<(), Error>
 where
     S: Buffer + ?Sized,
@@ -483,37 +652,39 @@ where
     const OPERATION: &str = "all_gather_into";
     let fail = |cause| Error::new(OPERATION, cause);
     let sides = sides_for(inter, OPERATION)?;
-    let part = Outgoing::of(send).map_err(fail)?;
-    let part = part.bytes();
     let remote = sides.remote.len();
-    if recv.byte_len() != part.len() * remote {
-        return Err(fail(Cause::CountMismatch {
-            what: "the receive buffer (in bytes)",
-            expected: part.len() * remote,
-            got: recv.byte_len(),
-        }));
-    }
+    let part =
+        collective::check_inter_all_gather(send, recv, remote).and_then(|_| Outgoing::of(send));
     let group = SimpleCommunicator::new(sides.local.clone());
     let tag = inter.next_tag();
+    let agreed = group_agrees(
+        &group,
+        &part.as_ref().map(|p| p.bytes().len()).map_err(Clone::clone),
+    );
     let leader = group.process_at_rank(0);
-    let mut swapped = Ok(());
-    if sides.local.rank == 0 {
-        let mut gathered = vec![0u8; part.len() * sides.local.size as usize];
-        leader.try_gather_into_root(part, &mut gathered[..])?;
-        collective::over_packed(recv, OPERATION, |bytes| {
-            swapped = swap_blocks(inter, tag, &gathered, bytes, 1);
-            Ok(swapped.is_ok())
-        })?;
-    } else {
-        leader.try_gather_into(part)?;
-    }
+    let mut gathered = Vec::new();
+    let own = agreed.and_then(|()| {
+        let part = part.as_ref().map_err(Clone::clone)?.bytes();
+        match sides.local.rank {
+            0 => {
+                gathered = vec![0u8; part.len() * sides.local.size as usize];
+                leader.try_gather_into_root(part, &mut gathered[..])
+            }
+            _ => leader.try_gather_into(part),
+        }
+        .map_err(cause_of)
+    });
+    let swapped = match sides.local.rank {
+        0 => swap_into(inter, tag, own, Some(&gathered), recv, 1, OPERATION),
+        _ => own,
+    };
     tell_group(&group, swapped).map_err(fail)?;
     leader.try_broadcast_into(recv)
 }
 
 /// `MPI_Allreduce` on an inter-communicator: `recv` holds the reduction of the remote group's
 /// `send`s. Each group reduces its own, the leaders swap the results, and each broadcasts
-/// what it received.
+/// what it received; every process fails, none waits, where anything disagrees.
 pub(crate) fn all_reduce<S, R, O>(
     inter: &CommData,
     send: &S,
@@ -526,48 +697,42 @@ where
     O: Operation,
 {
     const OPERATION: &str = "all_reduce_into";
+    let fail = |cause| Error::new(OPERATION, cause);
     let sides = sides_for(inter, OPERATION)?;
     let group = SimpleCommunicator::new(sides.local.clone());
-    group.try_all_reduce_into(send, recv, op)?;
+    let checked = collective::check_all_reduce(send, recv, &op).map(|_| recv.byte_len());
     let tag = inter.next_tag();
-    let mut swapped = Ok(());
-    if sides.local.rank == 0 {
-        collective::over_packed(recv, OPERATION, |bytes| {
-            let own = bytes.to_vec();
-            swapped = swap_blocks(inter, tag, &own, bytes, 1);
-            Ok(swapped.is_ok())
-        })?;
-    }
-    tell_group(&group, swapped).map_err(|cause| Error::new(OPERATION, cause))?;
+    let own = group_agrees(&group, &checked)
+        .and_then(|()| group.try_all_reduce_into(send, recv, op).map_err(cause_of));
+    let swapped = match sides.local.rank {
+        0 => swap_into(inter, tag, own, None, recv, 1, OPERATION),
+        _ => own,
+    };
+    tell_group(&group, swapped).map_err(fail)?;
     group.process_at_rank(0).try_broadcast_into(recv)
 }
 
 /// `MPI_Alltoall` on an inter-communicator: block j of `send` goes to remote rank j, and
-/// block j of `recv` comes from it.
+/// block j of `recv` comes from it. The blocks each way may differ in length (as the groups'
+/// counts do); a process whose checks fail still tells each partner so, and every pair that
+/// disagrees fails on both sides rather than wait.
 pub(crate) fn all_to_all<S, R>(inter: &CommData, send: &S, recv: &mut R) -> Result<(), Error>
 where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
 {
     const OPERATION: &str = "all_to_all_into";
-    let fail = |cause| Error::new(OPERATION, cause);
     let sides = sides_for(inter, OPERATION)?;
     let remote = sides.remote.len();
-    let sent = Outgoing::of(send).map_err(fail)?;
-    let sent = sent.bytes();
-    if sent.len() % remote != 0 || recv.byte_len() != sent.len() {
-        return Err(fail(Cause::CountMismatch {
-            what: "the receive buffer (in bytes, a block per remote rank)",
-            expected: sent.len() - sent.len() % remote,
-            got: recv.byte_len(),
-        }));
-    }
+    let sent =
+        collective::check_inter_all_to_all(send, recv, remote).and_then(|_| Outgoing::of(send));
     let tag = inter.next_tag();
-    collective::over_packed(recv, OPERATION, |bytes| {
-        swap_blocks(inter, tag, sent, bytes, remote as u32).map_err(fail)?;
-        Ok(true)
-    })?;
-    Ok(())
+    let (own, out) = match &sent {
+        Ok(sent) => (Ok(()), sent.bytes()),
+        Err(cause) => (Err(cause.clone()), &[][..]),
+    };
+    swap_into(inter, tag, own, Some(out), recv, remote as u32, OPERATION)
+        .map_err(|cause| Error::new(OPERATION, cause))
 }
 
 /// Exchanges a vector of words with `other` on its communicator with the user tag `tag`
