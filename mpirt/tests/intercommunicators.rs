@@ -396,6 +396,39 @@ fn errors(world: &SimpleCommunicator) {
     let e = inter.try_merge(order).unwrap_err();
     println!("merge error: {e}");
 
+    // One group fails before its leader speaks, or at it: the other group's leader hears of
+    // it, and every process of both groups fails rather than wait. The even group's leader
+    // passes a negative tag; then the even group's processes disagree on their leader.
+    let local = world.split_by_color(Color::with_value(parity)).unwrap();
+    let remote_leader = 1 - parity;
+    let tag = if parity == 0 { -4 } else { 4 };
+    let e = local
+        .try_create_intercommunicator(0, world, remote_leader, tag)
+        .unwrap_err();
+    println!("one-sided create error: {e}");
+    let leader = if world.rank() == 2 { 5 } else { 0 };
+    let e = local
+        .try_create_intercommunicator(leader, world, remote_leader, 4)
+        .unwrap_err();
+    println!("one-sided create error: {e}");
+    // A user receive from any source with any tag, pending on the peer communicator while
+    // the leaders trade, does not take their messages.
+    let mut slot = [0u8; 1];
+    mpirt::request::scope(|scope| {
+        let pending = world
+            .any_process()
+            .immediate_receive_into(scope, &mut slot[..]);
+        let inter = local.create_intercommunicator(0, world, remote_leader, 4);
+        assert_eq!(
+            inter.remote_size(),
+            of_parity(world, 1 - parity).len() as Rank
+        );
+        world.barrier();
+        world.process_at_rank(world.rank()).send(&[7u8][..]);
+        pending.wait();
+    });
+    assert_eq!(slot, [7]);
+
     // One group alone: a leader that is no rank, a remote leader that is no rank of the peer,
     // a negative tag, and a "remote" group that is this one.
     let e = world
@@ -569,6 +602,15 @@ fn bad_intercommunicator_input_is_a_named_error() {
         "all_gather error: rank 0: all_gather_into: the processes of this group passed \
          different counts",
         "all_gather error: rank 1: all_gather_into: remote rank 0 failed the call",
+        "one-sided create error: rank 0: create_intercommunicator: local leader (rank 0): the \
+         tag is negative",
+        "one-sided create error: rank 2: create_intercommunicator: local leader (rank 0): the \
+         tag is negative",
+        "one-sided create error: rank 1: create_intercommunicator: local leader (rank 0): the \
+         remote group (led by rank 0 of the peer communicator) failed the call",
+        "one-sided create error: rank 2: create_intercommunicator: rank 5 is out of range",
+        "one-sided create error: rank 0: create_intercommunicator: another rank passed \
+         arguments that are not valid",
         "create_intercommunicator: rank 3 is out of range",
         "create_intercommunicator: local leader (rank 0): remote leader 6 is not a rank of the \
          peer communicator",

@@ -14,7 +14,7 @@ use crate::context::{self, Proposal, WORDS};
 use crate::datatype::{Buffer, BufferMut, Datatype};
 use crate::environment::with_engine;
 use crate::error::{or_fatal, Cause, Error};
-use crate::point_to_point::{check_tag, wait_handle, Destination, Outgoing, Source, Tag};
+use crate::point_to_point::{check_tag, wait_handle, Outgoing, Tag};
 use pml::{Done, Handle, Pml, SendMode, SourceSel, TagSel};
 
 use super::{AsCommunicator, CommData, Communicator, Context, Rank, SimpleCommunicator, UserGroup};
@@ -142,22 +142,29 @@ enum LeaderFailure {
     RemoteLeaderFailed,
     GroupsOverlap,
     ContextIdsExhausted,
+    RemoteGroupFailed,
+    TagsDiffer,
+}
+
+impl TryFrom<u64> for LeaderFailure {
+    type Error = ();
+
+    /// The failure a leader's code names; `Err` for 0 (success) and codes no leader sends.
+    fn try_from(code: u64) -> Result<LeaderFailure, ()> {
+        Ok(match code {
+            1 => LeaderFailure::RemoteLeaderOutOfRange,
+            2 => LeaderFailure::NegativeTag,
+            3 => LeaderFailure::RemoteLeaderFailed,
+            4 => LeaderFailure::GroupsOverlap,
+            5 => LeaderFailure::ContextIdsExhausted,
+            6 => LeaderFailure::RemoteGroupFailed,
+            7 => LeaderFailure::TagsDiffer,
+            _ => return Err(()),
+        })
+    }
 }
 
 impl LeaderFailure {
-    const ALL: [LeaderFailure; 5] = [
-        LeaderFailure::RemoteLeaderOutOfRange,
-        LeaderFailure::NegativeTag,
-        LeaderFailure::RemoteLeaderFailed,
-        LeaderFailure::GroupsOverlap,
-        LeaderFailure::ContextIdsExhausted,
-    ];
-
-    /// The failure a leader's code names; `None` for 0, success.
-    fn of(code: u64) -> Option<LeaderFailure> {
-        LeaderFailure::ALL.into_iter().find(|f| *f as u64 == code)
-    }
-
     fn cause(self, leader: Rank, remote_leader: Rank) -> Cause {
         let why = match self {
             LeaderFailure::RemoteLeaderOutOfRange => {
@@ -176,13 +183,36 @@ impl LeaderFailure {
                     .to_string()
             }
             LeaderFailure::ContextIdsExhausted => return Cause::ContextIdsExhausted,
+            LeaderFailure::RemoteGroupFailed => format!(
+                "the remote group (led by rank {remote_leader} of the peer communicator) failed \
+                 the call (its errors say why)"
+            ),
+            LeaderFailure::TagsDiffer => format!(
+                "the remote group's leader (rank {remote_leader} of the peer communicator) \
+                 passed another tag"
+            ),
         };
         Cause::InvalidInterCommunicator(format!("local leader (rank {leader}): {why}"))
     }
 }
 
+/// The runtime tag of the leaders' exchange on the peer communicator's context (one of those
+/// collectives leave free): no user receive, AnySource and AnyTag ones included, matches it,
+/// nor does it match a user message; the user's tag travels in the payload.
+const LEADERS_TAG: Tag = -3;
+
+/// The first word of a leader's message, which says it is one.
+const LEADERS_MAGIC: u64 = 0x6d70_6972_745f_6963;
+
+/// The words of a leader's header before the context ids it offers: [the magic word, the
+/// user's tag, its failure code (0 for none), its group's size].
+const LEADERS_HEADER: usize = 4;
+
 /// `MPI_Intercomm_create`: collective over `local` (an intra-communicator) and, through the
-/// two leaders' messages on `peer` with `tag`, over the remote group's own call.
+/// two leaders' messages on `peer` (on a runtime tag that carries `tag`), over the remote
+/// group's own call. A group that fails (its processes' arguments disagree, every context id
+/// is taken) still has the process that passed itself as leader tell the remote leader, so
+/// that both groups fail rather than one wait.
 pub(super) fn create(
     local: &CommData,
     local_leader: Rank,
@@ -198,18 +228,25 @@ pub(super) fn create(
         valid: leader.is_ok(),
         fingerprint: context::fingerprint([i64::from(local_leader)]),
     };
-    let agreed = context::agree_on_used(local, proposal);
-    let leader = leader?;
-    let used = agreed.map_err(cause_of)?;
-    let own_id = context::lowest_free(&used).ok_or(Cause::ContextIdsExhausted)?;
-    let mut offered = used;
-    offered[own_id as usize / 64] |= 1 << (own_id % 64);
+    let own = context::agree_on_used(local, proposal)
+        .map_err(cause_of)
+        .and_then(|used| {
+            let id = context::lowest_free(&used).ok_or(Cause::ContextIdsExhausted)?;
+            let mut offered = used;
+            offered[id as usize / 64] |= 1 << (id % 64);
+            Ok((id, offered))
+        });
 
     // [failure code, remote size, the inter-communicator's id], then the remote group.
     let mut header = [0u64; 3];
     let mut remote = Vec::new();
-    if local.rank == leader {
-        match leaders_agree(local, &offered, peer, remote_leader, tag) {
+    if leader.as_ref() == Ok(&local.rank) {
+        let failure = own.as_ref().err().map(|cause| match cause {
+            Cause::ContextIdsExhausted => LeaderFailure::ContextIdsExhausted,
+            _ => LeaderFailure::RemoteGroupFailed,
+        });
+        let offered = own.as_ref().map_or([0; WORDS], |(_, offered)| *offered);
+        match leaders_agree(local, failure, &offered, peer, remote_leader, tag) {
             Ok((id, members)) => {
                 header = [0, members.len() as u64, u64::from(id)];
                 remote = members;
@@ -217,12 +254,14 @@ pub(super) fn create(
             Err(failure) => header[0] = failure as u64,
         }
     }
+    let leader = leader?;
+    let (own_id, _) = own?;
     let group = SimpleCommunicator::new(local.clone());
-    let from_leader = group.try_process_at_rank(local_leader).map_err(cause_of)?;
+    let from_leader = group.process_at_rank(leader as Rank);
     from_leader
         .try_broadcast_into(&mut header[..])
         .map_err(cause_of)?;
-    if let Some(failure) = LeaderFailure::of(header[0]) {
+    if let Ok(failure) = LeaderFailure::try_from(header[0]) {
         return Err(failure.cause(local_leader, remote_leader));
     }
     remote.resize(header[1] as usize, 0);
@@ -242,37 +281,125 @@ pub(super) fn create(
 }
 
 /// The local leader's part of `create`: trades this group's members and the context ids it
-/// uses (`offered`) for the remote group's, over `peer`; returns the inter-communicator's id and
-/// the remote members.
+/// uses (`offered`), or why it failed (`failure`), for the remote group's, over `peer`;
+/// returns the inter-communicator's id and the remote members. A leader whose own group
+/// failed, or who passed a negative tag, still trades, so that the remote leader learns it.
 fn leaders_agree(
     local: &CommData,
+    failure: Option<LeaderFailure>,
     offered: &[u64; WORDS],
     peer: &dyn Communicator,
     remote_leader: Rank,
     tag: Tag,
 ) -> Result<(u32, Vec<u32>), LeaderFailure> {
-    check_tag(tag).map_err(|_| LeaderFailure::NegativeTag)?;
+    let failure = failure.or(check_tag(tag).err().map(|_| LeaderFailure::NegativeTag));
     let other = peer
-        .try_process_at_rank(remote_leader)
+        .data()
+        .check_target(remote_leader)
         .map_err(|_| LeaderFailure::RemoteLeaderOutOfRange)?;
-    // [the ids this group uses, its members' world ranks]
-    let mut mine = offered.to_vec();
-    mine.extend(local.shared.group.iter().map(|&m| u64::from(m)));
-    let theirs =
-        exchange_words(&other, &mine, tag).map_err(|_| LeaderFailure::RemoteLeaderFailed)?;
-    if theirs.len() <= WORDS {
-        return Err(LeaderFailure::RemoteLeaderFailed);
+    let group = &local.shared.group;
+    let mut mine = vec![
+        LEADERS_MAGIC,
+        tag as u64,
+        failure.map_or(0, |f| f as u64),
+        group.len() as u64,
+    ];
+    mine.extend_from_slice(offered);
+    let members: Vec<u64> = group.iter().map(|&m| u64::from(m)).collect();
+    let (theirs, their_members) = exchange_with_leader(peer.data(), other, &mine, &members)
+        .map_err(|_| LeaderFailure::RemoteLeaderFailed)?;
+    if theirs[2] != 0 {
+        return Err(failure.unwrap_or(LeaderFailure::RemoteGroupFailed));
     }
-    let members: Vec<u32> = theirs[WORDS..].iter().map(|&m| m as u32).collect();
-    if members.iter().any(|m| local.shared.group.contains(m)) {
+    if let Some(failure) = failure {
+        return Err(failure);
+    }
+    if theirs[1] != tag as u64 {
+        return Err(LeaderFailure::TagsDiffer);
+    }
+    let members: Vec<u32> = their_members.iter().map(|&m| m as u32).collect();
+    if members.iter().any(|m| group.contains(m)) {
         return Err(LeaderFailure::GroupsOverlap);
     }
     let mut union = *offered;
-    for (word, theirs) in union.iter_mut().zip(&theirs[..WORDS]) {
+    for (word, theirs) in union.iter_mut().zip(&theirs[LEADERS_HEADER..]) {
         *word |= theirs;
     }
     let id = context::lowest_free(&union).ok_or(LeaderFailure::ContextIdsExhausted)?;
     Ok((id, members))
+}
+
+/// Trades a leader's header (`mine`: [`LEADERS_HEADER`] words, then the context ids) and
+/// its group's members with the remote leader, `other` (a rank of `peer`), on the runtime
+/// tag: every request is posted before any is waited for, so that neither leader's send of
+/// a large group waits for the other's. Checks that what arrived is a leader's message: the
+/// magic word, and a group of world ranks, not empty, none past the world.
+fn exchange_with_leader(
+    peer: &CommData,
+    other: u32,
+    mine: &[u64],
+    members: &[u64],
+) -> Result<(Vec<u64>, Vec<u64>), Cause> {
+    let mut theirs = vec![0u8; mine.len() * 8];
+    let (mine, members) = (words_bytes(mine), words_bytes(members));
+    let to = peer.target_world_rank(other);
+    let send = |bytes: &[u8]| {
+        // SAFETY: `bytes` borrows `mine` or `members`, which live until this function
+        // returns, after it waits for both sends.
+        with_engine(|e| unsafe {
+            let (ptr, len) = (bytes.as_ptr(), bytes.len());
+            e.post_send(
+                peer.context,
+                peer.rank,
+                to,
+                LEADERS_TAG,
+                SendMode::Standard,
+                ptr,
+                len,
+            )
+        })
+    };
+    let receive = |into: &mut [u8]| {
+        // SAFETY: `into` borrows a buffer of this function's, which waits for the receive
+        // before it returns or reads the buffer.
+        with_engine(|e| unsafe {
+            e.post_recv(
+                peer.context,
+                SourceSel::Rank(other),
+                TagSel::Tag(LEADERS_TAG),
+                into.as_mut_ptr(),
+                into.len(),
+            )
+        })
+    };
+    let header = receive(&mut theirs)?;
+    let sends = [send(&mine), send(&members)];
+    let arrived = wait_handle(header);
+    for sent in sends {
+        wait_handle(sent?)?;
+    }
+    let not_a_leader = || Cause::InvalidInterCommunicator("not a leader's message".to_string());
+    match arrived? {
+        Done::Received(status) if status.len == theirs.len() => {}
+        _ => return Err(not_a_leader()),
+    }
+    let theirs = bytes_words(&theirs);
+    let world = with_engine(|e| Ok(e.size()))? as u64;
+    let size = theirs[3];
+    if theirs[0] != LEADERS_MAGIC || size == 0 || size > world {
+        return Err(not_a_leader());
+    }
+    let mut their_members = vec![0u8; size as usize * 8];
+    let arrived = wait_handle(receive(&mut their_members)?)?;
+    let their_members = bytes_words(&their_members);
+    match arrived {
+        Done::Received(status)
+            if status.len == size as usize * 8 && their_members.iter().all(|&m| m < world) =>
+        {
+            Ok((theirs, their_members))
+        }
+        _ => Err(not_a_leader()),
+    }
 }
 
 fn cause_of(error: Error) -> Cause {
@@ -733,15 +860,4 @@ where
     };
     swap_into(inter, tag, own, Some(out), recv, remote as u32, OPERATION)
         .map_err(|cause| Error::new(OPERATION, cause))
-}
-
-/// Exchanges a vector of words with `other` on its communicator with the user tag `tag`
-/// (`MPI_Sendrecv` with a receive of unknown length).
-fn exchange_words(other: &super::Process<'_>, mine: &[u64], tag: Tag) -> Result<Vec<u64>, Error> {
-    crate::request::scope(|scope| {
-        let sent = other.try_immediate_send_mode(scope, mine, tag, SendMode::Standard)?;
-        let received = other.try_receive_vec_with_tag::<u64>(tag);
-        sent.wait();
-        received.map(|(words, _)| words)
-    })
 }
