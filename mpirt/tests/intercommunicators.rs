@@ -319,6 +319,25 @@ fn errors(world: &SimpleCommunicator) {
         .try_scan_into(&1, &mut out, SystemOperation::sum())
         .unwrap_err();
     println!("error: {e}");
+    // Buffers whose counts fit no local size: the inter-communicator is named first.
+    let mut one = [0i32];
+    let e = inter
+        .try_reduce_scatter_block_into(&[1i32; 7][..], &mut one[..], SystemOperation::sum())
+        .unwrap_err();
+    assert!(matches!(e.cause(), Cause::InterCommunicator), "{e}");
+    let e = inter
+        .process_at_rank(0)
+        .try_reduce_into(&[1i32; 3][..], SystemOperation::sum())
+        .unwrap_err();
+    assert!(matches!(e.cause(), Cause::InterCommunicator), "{e}");
+    let e = inter
+        .process_at_rank(0)
+        .try_gather_into_root(&1i32, &mut one[..])
+        .unwrap_err();
+    assert!(matches!(e.cause(), Cause::InterCommunicator), "{e}");
+    // This process's rank names another process among the remote group's.
+    let e = inter.try_this_process().unwrap_err();
+    assert!(matches!(e.cause(), Cause::InterCommunicator), "{e}");
     let e = inter.try_duplicate().unwrap_err();
     assert!(matches!(e.cause(), Cause::InterCommunicator), "{e}");
     println!("error: {e}");

@@ -125,6 +125,7 @@ where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
 {
+    intra_only(comm, operation)?;
     let sent = Outgoing::of(send).map_err(|cause| Error::new(operation, cause))?;
     if shared::over_packed(recv, operation, |recv_bytes| {
         in_area(sent.bytes(), recv_bytes)

@@ -12,7 +12,7 @@ use crate::point_to_point::{Count, Outgoing};
 use crate::request::{Lent, Scope};
 
 use super::op::Operation;
-use super::{area_or_messages, blocking, calls, immediate, shared, CollectiveRequest};
+use super::{area_or_messages, blocking, calls, immediate, intra_only, shared, CollectiveRequest};
 
 /// The others' side of a rooted call has no buffer of the root's; these name its type.
 type NoBuffer = [u8];
@@ -55,6 +55,7 @@ pub trait Root {
     }
     fn try_broadcast_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<(), Error> {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        intra_only(comm, "broadcast_into")?;
         let checked = comm
             .check_rank(root)
             .map_err(|c| Error::new("broadcast_into", c))?;
@@ -77,6 +78,7 @@ pub trait Root {
         op: O,
     ) -> Result<(), Error> {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        intra_only(comm, "reduce_into")?;
         let (checked, datatype) = calls::check_reduce(comm, root, send, None::<&NoBuffer>, &op)
             .map_err(|c| Error::new("reduce_into", c))?;
         let sent = Outgoing::of(send).map_err(|c| Error::new("reduce_into", c))?;
@@ -104,6 +106,7 @@ pub trait Root {
         O: Operation,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        intra_only(comm, "reduce_into_root")?;
         let (checked, datatype) = calls::check_reduce(comm, root, send, Some(&*recv), &op)
             .map_err(|c| Error::new("reduce_into_root", c))?;
         let sent = Outgoing::of(send).map_err(|c| Error::new("reduce_into_root", c))?;
@@ -124,6 +127,7 @@ pub trait Root {
     fn try_gather_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<(), Error> {
         const OPERATION: &str = "gather_into";
         let (comm, root) = (self.root_comm(), self.root_rank());
+        intra_only(comm, OPERATION)?;
         let (checked, datatype) = calls::check_gather(comm, root, send, None::<&NoBuffer>)
             .map_err(|c| Error::new(OPERATION, c))?;
         let sent = Outgoing::of(send).map_err(|c| Error::new(OPERATION, c))?;
@@ -146,6 +150,7 @@ pub trait Root {
     ) -> Result<(), Error> {
         const OPERATION: &str = "gather_into_root";
         let (comm, root) = (self.root_comm(), self.root_rank());
+        intra_only(comm, OPERATION)?;
         let (checked, datatype) = calls::check_gather(comm, root, send, Some(&*recv))
             .map_err(|c| Error::new(OPERATION, c))?;
         area_or_messages(
@@ -196,6 +201,7 @@ pub trait Root {
     fn try_scatter_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<(), Error> {
         const OPERATION: &str = "scatter_into";
         let (comm, root) = (self.root_comm(), self.root_rank());
+        intra_only(comm, OPERATION)?;
         let (checked, datatype) = calls::check_scatter(comm, root, None::<&NoBuffer>, recv)
             .map_err(|c| Error::new(OPERATION, c))?;
         if shared::over_packed(recv, OPERATION, |recv_bytes| {
@@ -219,6 +225,7 @@ pub trait Root {
     ) -> Result<(), Error> {
         const OPERATION: &str = "scatter_into_root";
         let (comm, root) = (self.root_comm(), self.root_rank());
+        intra_only(comm, OPERATION)?;
         let (checked, datatype) = calls::check_scatter(comm, root, Some(send), recv)
             .map_err(|c| Error::new(OPERATION, c))?;
         area_or_messages(
