@@ -496,7 +496,9 @@ fn spawn(universe: &mut mpirt::Universe, world: &SimpleCommunicator) {
         Ok(_) => panic!("spawn succeeded"),
     };
     let me = Command::new(env::current_exe().unwrap());
-    assert_eq!(fail(root.spawn(&me, 2)), Cause::SpawnUnsupported);
+    // Only the root's arguments count, as in MPI: a count of 0 elsewhere changes nothing.
+    let count = if world.rank() == 0 { 2 } else { 0 };
+    assert_eq!(fail(root.spawn(&me, count)), Cause::SpawnUnsupported);
     let commands = [me, Command::new("true")];
     assert_eq!(
         fail(root.spawn_multiple(&commands, &[1, 2])),

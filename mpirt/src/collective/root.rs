@@ -29,12 +29,19 @@ pub trait Root {
 
     /// Starts `maxprocs` processes of `command` joined to this communicator's by an
     /// inter-communicator (`MPI_Comm_spawn`), rooted at this process. mpirt cannot start
-    /// processes at run time: after checking the arguments (a count below 1, a program that is
-    /// not found) it returns [`MpiError::Mpirt`] naming the cause on
-    /// every process that calls it, never a hang. Environment variables set on `command` are
+    /// processes at run time: after checking the root's arguments (a count below 1, a program
+    /// that is not found; MPI reads them at the root only) it returns the same
+    /// [`MpiError::Mpirt`] naming the cause on every process of the communicator, which all
+    /// call it (it is collective), never a hang. Environment variables set on `command` are
     /// ignored (rsmpi refuses them).
     fn spawn(&self, command: &Command, maxprocs: Rank) -> Result<InterCommunicator, MpiError> {
-        spawn::spawn("spawn", &[command], &[maxprocs])
+        spawn::spawn(
+            "spawn",
+            self.root_comm(),
+            self.root_rank(),
+            &[command],
+            &[maxprocs],
+        )
     }
 
     /// Starts `maxprocs[i]` processes of each `commands[i]`, all joined to this communicator's
@@ -46,7 +53,8 @@ pub trait Root {
         maxprocs: &[Rank],
     ) -> Result<InterCommunicator, MpiError> {
         let commands: Vec<&Command> = commands.iter().collect();
-        spawn::spawn("spawn_multiple", &commands, maxprocs)
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        spawn::spawn("spawn_multiple", comm, root, &commands, maxprocs)
     }
 
     /// The root's `buf` in every process's `buf` (`MPI_Bcast`).

@@ -77,7 +77,8 @@ pub struct InterCommunicator {
 
 /// Which group comes first when an inter-communicator merges (`MPI_Intercomm_merge`'s
 /// `high`): every process of one group passes `Low` and every process of the other `High`;
-/// if both groups pass the same, the group whose leader has the lower world rank comes first.
+/// if both groups pass the same, the group whose rank 0 has the lower world rank comes first
+/// (rank 0 of each group, whichever leaders made the inter-communicator).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MergeOrder {
     /// This group's ranks come first in the merged communicator.
