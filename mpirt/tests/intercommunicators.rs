@@ -38,6 +38,7 @@ fn rank_mode() {
             merges(&world, &inter);
             relations(&world, &local, &inter);
             processes(&world, &inter);
+            other_leaders(&world);
         }
         "errors" => errors(&world),
         "churn" => churn(&world),
@@ -290,6 +291,62 @@ fn processes(world: &SimpleCommunicator, inter: &InterCommunicator) {
     assert_eq!(remote0.target_size(), inter.remote_size());
     assert!(remote0.as_communicator().test_inter());
     println!("processes ok");
+}
+
+/// Groups led by their last ranks, joined over the world in reverse order; the even group
+/// alone holds a duplicate of itself, so the groups' context ids in use differ, and the same
+/// tag on that duplicate and on the inter-communicator keeps their messages apart; a probe
+/// from any source names a remote rank.
+fn other_leaders(world: &SimpleCommunicator) {
+    let (n, me, parity) = (world.size(), world.rank(), world.rank() % 2);
+    let reversed = world
+        .split_by_color_with_key(Color::with_value(0), -me)
+        .unwrap();
+    assert_eq!(reversed.rank(), n - 1 - me);
+    let local = world.split_by_color(Color::with_value(parity)).unwrap();
+    let held = (parity == 0).then(|| local.duplicate());
+    let (own, remote) = (of_parity(world, parity), of_parity(world, 1 - parity));
+    let remote_leader = n - 1 - remote.last().unwrap();
+    let inter = local.create_intercommunicator(own.len() as Rank - 1, &reversed, remote_leader, 11);
+    let remote_members: Vec<Rank> = (0..inter.remote_size())
+        .map(|r| {
+            inter
+                .remote_group()
+                .translate_rank(r, &world.group())
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(remote_members, remote);
+    // World rank 1 sends to world rank 2 on the inter-communicator, from remote rank 0, before
+    // world rank 0 sends to it on the duplicate, from rank 0, both with tag 5: were the two
+    // contexts one, the duplicate's receive would take the inter-communicator's message.
+    if n >= 3 {
+        if me == 1 {
+            inter.process_at_rank(1).send_with_tag(&111i32, 5);
+        }
+        world.barrier();
+        if me == 0 {
+            held.as_ref()
+                .unwrap()
+                .process_at_rank(1)
+                .send_with_tag(&222i32, 5);
+        }
+        if me == 2 {
+            let dup = held.as_ref().unwrap();
+            let (on_dup, _) = dup.process_at_rank(0).receive_with_tag::<i32>(5);
+            let (on_inter, _) = inter.process_at_rank(0).receive_with_tag::<i32>(5);
+            assert_eq!((on_dup, on_inter), (222, 111));
+        }
+    }
+    // A probe from any source on the inter-communicator names the remote sender's rank.
+    if inter.rank() == 0 {
+        inter.process_at_rank(0).send_with_tag(&me, 9);
+        let status = inter.any_process().probe_with_tag(9);
+        assert_eq!(status.source_rank(), 0);
+        let (got, _) = inter.any_process().receive_with_tag::<Rank>(9);
+        assert_eq!(got, remote[0]);
+    }
+    println!("other leaders ok");
 }
 
 fn errors(world: &SimpleCommunicator) {
@@ -557,6 +614,7 @@ fn intercommunicators_on_2_to_5_ranks_over_shared_memory() {
             "merges ok",
             "relations ok",
             "processes ok",
+            "other leaders ok",
         ] {
             assert_eq!(out.matches(part).count(), n as usize, "{out}");
         }
