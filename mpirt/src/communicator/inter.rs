@@ -699,20 +699,23 @@ fn swap_into<R: BufferMut + ?Sized>(
     }
 }
 
-/// Whether every member of `group` passed its checks (`own`: the bytes it passes, the same on
-/// every member, or why it failed); each learns the verdict, a member whose checks failed
-/// its own error. Runs on every member whatever its own result, so that none waits.
-fn group_agrees(group: &SimpleCommunicator, own: &Result<usize, Cause>) -> Result<(), Cause> {
-    let len = *own.as_ref().unwrap_or(&0) as u64;
-    let mine = [u64::from(own.is_err()), len, !len];
-    let mut all = [0u64; 3];
+/// Whether every member of `group` passed its checks (`own`: the bytes it sends and
+/// receives, which must be the same on every member, or why it failed); each learns the
+/// verdict, a member whose checks failed its own error. Runs on every member whatever its own
+/// result, so that none waits.
+fn group_agrees(group: &SimpleCommunicator, own: &Result<[usize; 2], Cause>) -> Result<(), Cause> {
+    let [sent, received] = own.as_ref().map_or([0, 0], |lens| lens.map(|l| l as u64));
+    // The maxima of each length and of its complement: a length and the complement of its
+    // maximum agree only where every member passed the same.
+    let mine = [u64::from(own.is_err()), sent, !sent, received, !received];
+    let mut all = [0u64; 5];
     group
         .try_all_reduce_into(&mine[..], &mut all[..], SystemOperation::max())
         .map_err(cause_of)?;
     if let Err(cause) = own {
         return Err(cause.clone());
     }
-    match (all[0], all[1] == !all[2]) {
+    match (all[0], all[1] == !all[2] && all[3] == !all[4]) {
         (0, true) => Ok(()),
         (0, false) => Err(Cause::PeerArguments(
             "the processes of this group passed different counts",
@@ -756,7 +759,7 @@ pub(crate) fn barrier(inter: &CommData) -> Result<(), Error> {
     const OPERATION: &str = "barrier";
     let sides = sides_for(inter, OPERATION)?;
     let group = SimpleCommunicator::new(sides.local.clone());
-    let agreed = group_agrees(&group, &Ok(0));
+    let agreed = group_agrees(&group, &Ok([0, 0]));
     let tag = inter.next_tag();
     let mut swapped = agreed.clone();
     if sides.local.rank == 0 {
@@ -785,10 +788,8 @@ where
         collective::check_inter_all_gather(send, recv, remote).and_then(|_| Outgoing::of(send));
     let group = SimpleCommunicator::new(sides.local.clone());
     let tag = inter.next_tag();
-    let agreed = group_agrees(
-        &group,
-        &part.as_ref().map(|p| p.bytes().len()).map_err(Clone::clone),
-    );
+    let lens = part.as_ref().map(|p| [p.bytes().len(), recv.byte_len()]);
+    let agreed = group_agrees(&group, &lens.map_err(Clone::clone));
     let leader = group.process_at_rank(0);
     let mut gathered = Vec::new();
     let own = agreed.and_then(|()| {
@@ -828,7 +829,7 @@ where
     let fail = |cause| Error::new(OPERATION, cause);
     let sides = sides_for(inter, OPERATION)?;
     let group = SimpleCommunicator::new(sides.local.clone());
-    let checked = collective::check_all_reduce(send, recv, &op).map(|_| recv.byte_len());
+    let checked = collective::check_all_reduce(send, recv, &op).map(|_| [recv.byte_len(); 2]);
     let tag = inter.next_tag();
     let own = group_agrees(&group, &checked)
         .and_then(|()| group.try_all_reduce_into(send, recv, op).map_err(cause_of));
