@@ -213,7 +213,9 @@ const LEADERS_HEADER: usize = 4;
 /// two leaders' messages on `peer` (on a runtime tag that carries `tag`), over the remote
 /// group's own call. A group that fails (its processes' arguments disagree, every context id
 /// is taken) still has the process that passed itself as leader tell the remote leader, so
-/// that both groups fail rather than one wait.
+/// that both groups fail rather than one wait. Only a group with no such process (every one
+/// passed a leader out of range), or a leader whose remote leader is no rank of `peer`,
+/// cannot reach the remote leader, which then waits as it would under MPI.
 pub(super) fn create(
     local: &CommData,
     local_leader: Rank,
