@@ -339,7 +339,7 @@ const HOST_NAME_MAX: usize = 64;
 
 /// How two communicators compare (`MPI_Comm_compare`), from the strongest relation to the
 /// weakest.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CommunicatorRelation {
     /// Handles of one communicator.
     Identical,
@@ -348,6 +348,20 @@ pub enum CommunicatorRelation {
     /// The same processes in another order.
     Similar,
     Unequal,
+}
+
+/// The weaker of two relations: an inter-communicator's, from its two groups'.
+fn weaker(a: CommunicatorRelation, b: CommunicatorRelation) -> CommunicatorRelation {
+    let strength = |r| match r {
+        CommunicatorRelation::Identical => 3,
+        CommunicatorRelation::Congruent => 2,
+        CommunicatorRelation::Similar => 1,
+        CommunicatorRelation::Unequal => 0,
+    };
+    match strength(a) <= strength(b) {
+        true => a,
+        false => b,
+    }
 }
 
 /// A communicator: a group of processes and a context for their messages (`MPI_Comm`).
@@ -490,11 +504,20 @@ pub trait Communicator {
         or_fatal(pack::unpack_into(packed, buf, position))
     }
 
-    /// This process.
+    /// This process. On an inter-communicator, whose point-to-point ranks name the remote
+    /// group, this process's rank would name another process: that ends the job with a named
+    /// error (see [`try_this_process`](Self::try_this_process)).
     fn this_process(&self) -> Process<'_> {
-        Process {
-            comm: self.any_process(),
-            rank: self.rank(),
+        or_fatal(self.try_this_process())
+    }
+    /// [`this_process`](Self::this_process), with the inter-communicator's error returned.
+    fn try_this_process(&self) -> Result<Process<'_>, Error> {
+        match self.data().is_inter() {
+            true => Err(Error::new("this_process", Cause::InterCommunicator)),
+            false => Ok(Process {
+                comm: self.any_process(),
+                rank: self.rank(),
+            }),
         }
     }
 
@@ -518,8 +541,7 @@ pub trait Communicator {
         let local = relation(&a.shared.group, &b.shared.group);
         match (a.sides(), b.sides()) {
             (None, None) => local,
-            // The variants are declared from the strongest relation to the weakest.
-            (Some(x), Some(y)) => local.max(relation(&x.remote, &y.remote)),
+            (Some(x), Some(y)) => weaker(local, relation(&x.remote, &y.remote)),
             _ => CommunicatorRelation::Unequal,
         }
     }

@@ -38,6 +38,7 @@ fn rank_mode() {
             merges(&world, &inter);
             relations(&world, &local, &inter);
             processes(&world, &inter);
+            other_leaders(&world);
         }
         "errors" => errors(&world),
         "churn" => churn(&world),
@@ -161,6 +162,24 @@ fn collectives(world: &SimpleCommunicator, inter: &InterCommunicator) {
         .collect();
     assert_eq!(back, expected);
 
+    // The groups may pass different counts: the even group one element a process (a block),
+    // the odd group two.
+    let (mine, theirs) = if me % 2 == 0 { (1, 2) } else { (2, 1) };
+    let mut gathered = vec![0 as Rank; remote.len() * theirs];
+    inter.all_gather_into(&vec![me; mine][..], &mut gathered[..]);
+    let expected: Vec<Rank> = remote.iter().flat_map(|&r| vec![r; theirs]).collect();
+    assert_eq!(gathered, expected);
+    let out: Vec<Rank> = (0..remote.len() as Rank)
+        .flat_map(|j| vec![me * 100 + j; mine])
+        .collect();
+    let mut back = vec![0 as Rank; remote.len() * theirs];
+    inter.all_to_all_into(&out[..], &mut back[..]);
+    let expected: Vec<Rank> = remote
+        .iter()
+        .flat_map(|&r| vec![r * 100 + inter.rank(); theirs])
+        .collect();
+    assert_eq!(back, expected);
+
     // Into every other slot of a strided view (a vector datatype): the remote group's values
     // land in the blocks, the guards between them stay.
     let every_other =
@@ -274,6 +293,62 @@ fn processes(world: &SimpleCommunicator, inter: &InterCommunicator) {
     println!("processes ok");
 }
 
+/// Groups led by their last ranks, joined over the world in reverse order; the even group
+/// alone holds a duplicate of itself, so the groups' context ids in use differ, and the same
+/// tag on that duplicate and on the inter-communicator keeps their messages apart; a probe
+/// from any source names a remote rank.
+fn other_leaders(world: &SimpleCommunicator) {
+    let (n, me, parity) = (world.size(), world.rank(), world.rank() % 2);
+    let reversed = world
+        .split_by_color_with_key(Color::with_value(0), -me)
+        .unwrap();
+    assert_eq!(reversed.rank(), n - 1 - me);
+    let local = world.split_by_color(Color::with_value(parity)).unwrap();
+    let held = (parity == 0).then(|| local.duplicate());
+    let (own, remote) = (of_parity(world, parity), of_parity(world, 1 - parity));
+    let remote_leader = n - 1 - remote.last().unwrap();
+    let inter = local.create_intercommunicator(own.len() as Rank - 1, &reversed, remote_leader, 11);
+    let remote_members: Vec<Rank> = (0..inter.remote_size())
+        .map(|r| {
+            inter
+                .remote_group()
+                .translate_rank(r, &world.group())
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(remote_members, remote);
+    // World rank 1 sends to world rank 2 on the inter-communicator, from remote rank 0, before
+    // world rank 0 sends to it on the duplicate, from rank 0, both with tag 5: were the two
+    // contexts one, the duplicate's receive would take the inter-communicator's message.
+    if n >= 3 {
+        if me == 1 {
+            inter.process_at_rank(1).send_with_tag(&111i32, 5);
+        }
+        world.barrier();
+        if me == 0 {
+            held.as_ref()
+                .unwrap()
+                .process_at_rank(1)
+                .send_with_tag(&222i32, 5);
+        }
+        if me == 2 {
+            let dup = held.as_ref().unwrap();
+            let (on_dup, _) = dup.process_at_rank(0).receive_with_tag::<i32>(5);
+            let (on_inter, _) = inter.process_at_rank(0).receive_with_tag::<i32>(5);
+            assert_eq!((on_dup, on_inter), (222, 111));
+        }
+    }
+    // A probe from any source on the inter-communicator names the remote sender's rank.
+    if inter.rank() == 0 {
+        inter.process_at_rank(0).send_with_tag(&me, 9);
+        let status = inter.any_process().probe_with_tag(9);
+        assert_eq!(status.source_rank(), 0);
+        let (got, _) = inter.any_process().receive_with_tag::<Rank>(9);
+        assert_eq!(got, remote[0]);
+    }
+    println!("other leaders ok");
+}
+
 fn errors(world: &SimpleCommunicator) {
     let n = world.size();
     let parity = world.rank() % 2;
@@ -301,6 +376,25 @@ fn errors(world: &SimpleCommunicator) {
         .try_scan_into(&1, &mut out, SystemOperation::sum())
         .unwrap_err();
     println!("error: {e}");
+    // Buffers whose counts fit no local size: the inter-communicator is named first.
+    let mut one = [0i32];
+    let e = inter
+        .try_reduce_scatter_block_into(&[1i32; 7][..], &mut one[..], SystemOperation::sum())
+        .unwrap_err();
+    assert!(matches!(e.cause(), Cause::InterCommunicator), "{e}");
+    let e = inter
+        .process_at_rank(0)
+        .try_reduce_into(&[1i32; 3][..], SystemOperation::sum())
+        .unwrap_err();
+    assert!(matches!(e.cause(), Cause::InterCommunicator), "{e}");
+    let e = inter
+        .process_at_rank(0)
+        .try_gather_into_root(&1i32, &mut one[..])
+        .unwrap_err();
+    assert!(matches!(e.cause(), Cause::InterCommunicator), "{e}");
+    // This process's rank names another process among the remote group's.
+    let e = inter.try_this_process().unwrap_err();
+    assert!(matches!(e.cause(), Cause::InterCommunicator), "{e}");
     let e = inter.try_duplicate().unwrap_err();
     assert!(matches!(e.cause(), Cause::InterCommunicator), "{e}");
     println!("error: {e}");
@@ -322,6 +416,53 @@ fn errors(world: &SimpleCommunicator) {
         .unwrap_err();
     println!("all_reduce error: {e}");
 
+    // Buffers of different types: refused by each process, which still tells the others.
+    let mut floats = vec![0f32; remote as usize];
+    let e = inter
+        .try_all_gather_into(&1i32, &mut floats[..])
+        .unwrap_err();
+    assert!(matches!(e.cause(), Cause::TypeMismatch { .. }), "{e}");
+    println!("typed all_gather error: {e}");
+    // Bytes that are no `bool`: the odd group sends 2s into the even group's booleans, which
+    // refuse them; the odd group receives the even group's booleans as bytes.
+    if parity == 0 {
+        let mut flags = vec![false; remote as usize];
+        let e = inter
+            .try_all_gather_into(&true, &mut flags[..])
+            .unwrap_err();
+        // The leader checks what arrives; the other members hear of it from the leader.
+        let invalid = matches!(e.cause(), Cause::InvalidValue { .. });
+        assert_eq!(invalid, inter.rank() == 0, "{e}");
+        println!("bool all_gather error: {e}");
+        let mut flags = vec![false; remote as usize];
+        let e = inter
+            .try_all_to_all_into(&vec![true; remote as usize][..], &mut flags[..])
+            .unwrap_err();
+        assert!(matches!(e.cause(), Cause::InvalidValue { .. }), "{e}");
+        println!("bool all_to_all error: {e}");
+    } else {
+        let mut bytes = vec![9u8; remote as usize];
+        inter.all_gather_into(&2u8, &mut bytes[..]);
+        assert_eq!(bytes, vec![1u8; remote as usize]);
+        let mut bytes = vec![9u8; remote as usize];
+        inter.all_to_all_into(&vec![2u8; remote as usize][..], &mut bytes[..]);
+        assert_eq!(bytes, vec![1u8; remote as usize]);
+    }
+    // Blocks that do not divide among the remote ranks (3 to the even group's 2): the odd
+    // process refuses them, counted in elements, and the even group hears of it.
+    let sent = vec![1i32; if parity == 1 { 3 } else { remote as usize }];
+    let mut back = sent.clone();
+    let e = inter
+        .try_all_to_all_into(&sent[..], &mut back[..])
+        .unwrap_err();
+    println!("all_to_all error: {e}");
+    // One process of the even group alone sends one element where the others send two:
+    // every process of both groups fails, none waits.
+    let count = if world.rank() == 2 { 1 } else { 2 };
+    let mut gathered = vec![0i32; remote as usize * count];
+    let e = inter.try_all_gather_into(&vec![1i32; count][..], &mut gathered[..]);
+    println!("all_gather error: {}", e.unwrap_err());
+
     // A group whose processes pass different orders fails the merge, and the other group
     // hears of it: both fail, nobody waits.
     let order = match (parity, inter.rank()) {
@@ -330,6 +471,39 @@ fn errors(world: &SimpleCommunicator) {
     };
     let e = inter.try_merge(order).unwrap_err();
     println!("merge error: {e}");
+
+    // One group fails before its leader speaks, or at it: the other group's leader hears of
+    // it, and every process of both groups fails rather than wait. The even group's leader
+    // passes a negative tag; then the even group's processes disagree on their leader.
+    let local = world.split_by_color(Color::with_value(parity)).unwrap();
+    let remote_leader = 1 - parity;
+    let tag = if parity == 0 { -4 } else { 4 };
+    let e = local
+        .try_create_intercommunicator(0, world, remote_leader, tag)
+        .unwrap_err();
+    println!("one-sided create error: {e}");
+    let leader = if world.rank() == 2 { 5 } else { 0 };
+    let e = local
+        .try_create_intercommunicator(leader, world, remote_leader, 4)
+        .unwrap_err();
+    println!("one-sided create error: {e}");
+    // A user receive from any source with any tag, pending on the peer communicator while
+    // the leaders trade, does not take their messages.
+    let mut slot = [0u8; 1];
+    mpirt::request::scope(|scope| {
+        let pending = world
+            .any_process()
+            .immediate_receive_into(scope, &mut slot[..]);
+        let inter = local.create_intercommunicator(0, world, remote_leader, 4);
+        assert_eq!(
+            inter.remote_size(),
+            of_parity(world, 1 - parity).len() as Rank
+        );
+        world.barrier();
+        world.process_at_rank(world.rank()).send(&[7u8][..]);
+        pending.wait();
+    });
+    assert_eq!(slot, [7]);
 
     // One group alone: a leader that is no rank, a remote leader that is no rank of the peer,
     // a negative tag, and a "remote" group that is this one.
@@ -379,7 +553,9 @@ fn spawn(universe: &mut mpirt::Universe, world: &SimpleCommunicator) {
         Ok(_) => panic!("spawn succeeded"),
     };
     let me = Command::new(env::current_exe().unwrap());
-    assert_eq!(fail(root.spawn(&me, 2)), Cause::SpawnUnsupported);
+    // Only the root's arguments count, as in MPI: a count of 0 elsewhere changes nothing.
+    let count = if world.rank() == 0 { 2 } else { 0 };
+    assert_eq!(fail(root.spawn(&me, count)), Cause::SpawnUnsupported);
     let commands = [me, Command::new("true")];
     assert_eq!(
         fail(root.spawn_multiple(&commands, &[1, 2])),
@@ -438,6 +614,7 @@ fn intercommunicators_on_2_to_5_ranks_over_shared_memory() {
             "merges ok",
             "relations ok",
             "processes ok",
+            "other leaders ok",
         ] {
             assert_eq!(out.matches(part).count(), n as usize, "{out}");
         }
@@ -488,6 +665,31 @@ fn bad_intercommunicator_input_is_a_named_error() {
          with the remote group's",
         "all_reduce error: rank 1: all_reduce_into: rank 0 sent 4 bytes where this rank \
          expected 8",
+        "typed all_gather error: rank 0: all_gather_into: the send buffer holds i32 elements",
+        "typed all_gather error: rank 1: all_gather_into: the send buffer holds i32 elements",
+        "bool all_gather error: rank 0: all_gather_into: the message's bytes are not a valid \
+         bool",
+        "bool all_gather error: rank 2: all_gather_into: this group's leader failed",
+        "bool all_to_all error: rank 2: all_to_all_into: the message's bytes are not a valid \
+         bool",
+        "all_to_all error: rank 1: all_to_all_into: the send buffer (a whole block per remote \
+         rank) holds 3 elements where 4 are needed",
+        "all_to_all error: rank 0: all_to_all_into: remote rank 0 failed the call",
+        "all_to_all error: rank 2: all_to_all_into: remote rank 0 failed the call",
+        "all_gather error: rank 2: all_gather_into: the processes of this group passed \
+         different counts",
+        "all_gather error: rank 0: all_gather_into: the processes of this group passed \
+         different counts",
+        "all_gather error: rank 1: all_gather_into: remote rank 0 failed the call",
+        "one-sided create error: rank 0: create_intercommunicator: local leader (rank 0): the \
+         tag is negative",
+        "one-sided create error: rank 2: create_intercommunicator: local leader (rank 0): the \
+         tag is negative",
+        "one-sided create error: rank 1: create_intercommunicator: local leader (rank 0): the \
+         remote group (led by rank 0 of the peer communicator) failed the call",
+        "one-sided create error: rank 2: create_intercommunicator: rank 5 is out of range",
+        "one-sided create error: rank 0: create_intercommunicator: another rank passed \
+         arguments that are not valid",
         "create_intercommunicator: rank 3 is out of range",
         "create_intercommunicator: local leader (rank 0): remote leader 6 is not a rank of the \
          peer communicator",

@@ -10,7 +10,7 @@ use crate::request::{Lent, Scope, StaticScope};
 use crate::stall;
 
 use super::op::Operation;
-use super::{area_or_messages, blocking, calls, immediate, shared, CollectiveRequest};
+use super::{area_or_messages, blocking, calls, immediate, intra_only, shared, CollectiveRequest};
 
 /// Collectives over every process of a communicator. Each has a `try_` form that returns the
 /// error (a buffer that does not fit, an operation not defined for the type, ...) instead of
@@ -67,6 +67,7 @@ pub trait CommunicatorCollectives: Communicator {
     {
         const OPERATION: &str = "all_gather_varcount_into";
         let comm = self.data();
+        intra_only(comm, OPERATION)?;
         let (datatype, incoming) = calls::check_all_gather_varcount(comm, send, recv)
             .map_err(|c| Error::new(OPERATION, c))?;
         area_or_messages(
@@ -121,6 +122,7 @@ pub trait CommunicatorCollectives: Communicator {
     {
         const OPERATION: &str = "all_to_all_varcount_into";
         let comm = self.data();
+        intra_only(comm, OPERATION)?;
         let (datatype, outgoing, incoming) = calls::check_all_to_all_varcount(comm, send, recv)
             .map_err(|c| Error::new(OPERATION, c))?;
         area_or_messages(
@@ -529,6 +531,8 @@ where
     R: BufferMut + ?Sized,
     O: Operation,
 {
+    // Before the argument checks, which count by this group's size alone.
+    intra_only(comm, operation)?;
     let (datatype, own) = calls::check_reduce_scatter_part(comm, send, recv, counts, &op)
         .map_err(|c| Error::new(operation, c))?;
     area_or_messages(

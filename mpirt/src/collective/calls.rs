@@ -311,6 +311,48 @@ where
     Ok((datatype, outgoing, incoming))
 }
 
+/// The element type of an inter-communicator all-gather's buffers, once they agree and the
+/// receive buffer holds a whole block per remote rank (`remote` of them). How long a block is
+/// is the remote group's to say: its leader's swap checks it.
+pub(crate) fn check_inter_all_gather<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+    send: &S,
+    recv: &R,
+    remote: usize,
+) -> Result<Datatype, Cause> {
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
+    let got = recv.matched().1;
+    expect_count(
+        "the receive buffer (a whole block per remote rank)",
+        got.next_multiple_of(remote),
+        got,
+    )?;
+    Ok(datatype)
+}
+
+/// The element type of an inter-communicator all-to-all's buffers, once they agree and each
+/// holds a whole block per remote rank (`remote` of them); the blocks each way may differ in
+/// length, which the swap with each partner checks.
+pub(crate) fn check_inter_all_to_all<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+    send: &S,
+    recv: &R,
+    remote: usize,
+) -> Result<Datatype, Cause> {
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
+    for (what, got) in [
+        (
+            "the send buffer (a whole block per remote rank)",
+            send.matched().1,
+        ),
+        (
+            "the receive buffer (a whole block per remote rank)",
+            recv.matched().1,
+        ),
+    ] {
+        expect_count(what, got.next_multiple_of(remote), got)?;
+    }
+    Ok(datatype)
+}
+
 /// The element type of an all-reduce's buffers, once they and the operation agree.
 pub(crate) fn check_all_reduce<S, R, O>(send: &S, recv: &R, op: &O) -> Result<Datatype, Cause>
 where

@@ -33,6 +33,7 @@ mod shared;
 
 pub use all::CommunicatorCollectives;
 pub(crate) use all::{all_gather_on, all_reduce_on};
+pub(crate) use calls::{check_all_reduce, check_inter_all_gather, check_inter_all_to_all};
 pub use op::{
     DynBuffer, DynBufferMut, Operation, SystemOperation, UnsafeUserFunction, UnsafeUserOperation,
     UserOperation,
@@ -127,6 +128,7 @@ where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
 {
+    intra_only(comm, operation)?;
     let sent = Outgoing::of(send).map_err(|cause| Error::new(operation, cause))?;
     if shared::over_packed(recv, operation, |recv_bytes| {
         in_area(sent.bytes(), recv_bytes)

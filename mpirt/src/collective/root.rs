@@ -13,7 +13,9 @@ use crate::request::{Lent, Scope};
 use crate::stall;
 
 use super::op::Operation;
-use super::{area_or_messages, blocking, calls, immediate, select, shared, CollectiveRequest};
+use super::{
+    area_or_messages, blocking, calls, immediate, intra_only, select, shared, CollectiveRequest,
+};
 
 /// The others' side of a rooted call has no buffer of the root's; these name its type.
 type NoBuffer = [u8];
@@ -30,12 +32,19 @@ pub trait Root {
 
     /// Starts `maxprocs` processes of `command` joined to this communicator's by an
     /// inter-communicator (`MPI_Comm_spawn`), rooted at this process. mpirt cannot start
-    /// processes at run time: after checking the arguments (a count below 1, a program that is
-    /// not found) it returns [`MpiError::Mpirt`] naming the cause on
-    /// every process that calls it, never a hang. Environment variables set on `command` are
+    /// processes at run time: after checking the root's arguments (a count below 1, a program
+    /// that is not found; MPI reads them at the root only) it returns the same
+    /// [`MpiError::Mpirt`] naming the cause on every process of the communicator, which all
+    /// call it (it is collective), never a hang. Environment variables set on `command` are
     /// ignored (rsmpi refuses them).
     fn spawn(&self, command: &Command, maxprocs: Rank) -> Result<InterCommunicator, MpiError> {
-        spawn::spawn("spawn", &[command], &[maxprocs])
+        spawn::spawn(
+            "spawn",
+            self.root_comm(),
+            self.root_rank(),
+            &[command],
+            &[maxprocs],
+        )
     }
 
     /// Starts `maxprocs[i]` processes of each `commands[i]`, all joined to this communicator's
@@ -47,7 +56,8 @@ pub trait Root {
         maxprocs: &[Rank],
     ) -> Result<InterCommunicator, MpiError> {
         let commands: Vec<&Command> = commands.iter().collect();
-        spawn::spawn("spawn_multiple", &commands, maxprocs)
+        let (comm, root) = (self.root_comm(), self.root_rank());
+        spawn::spawn("spawn_multiple", comm, root, &commands, maxprocs)
     }
 
     /// The root's `buf` in every process's `buf` (`MPI_Bcast`).
@@ -58,6 +68,7 @@ pub trait Root {
     #[track_caller]
     fn try_broadcast_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<(), Error> {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        intra_only(comm, "broadcast_into")?;
         let _in = stall::collective(stall::Call::collective(
             "broadcast_into",
             comm.context,
@@ -85,6 +96,7 @@ pub trait Root {
         op: O,
     ) -> Result<(), Error> {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        intra_only(comm, "reduce_into")?;
         let (checked, datatype) = calls::check_reduce(comm, root, send, None::<&NoBuffer>, &op)
             .map_err(shared::refusing(
                 comm,
@@ -117,6 +129,7 @@ pub trait Root {
         O: Operation,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        intra_only(comm, "reduce_into_root")?;
         let (checked, datatype) = calls::check_reduce(comm, root, send, Some(&*recv), &op)
             .map_err(shared::refusing(
                 comm,
@@ -142,6 +155,7 @@ pub trait Root {
     fn try_gather_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<(), Error> {
         const OPERATION: &str = "gather_into";
         let (comm, root) = (self.root_comm(), self.root_rank());
+        intra_only(comm, OPERATION)?;
         let (checked, datatype) = calls::check_gather(comm, root, send, None::<&NoBuffer>)
             .map_err(shared::refusing(
                 comm,
@@ -169,6 +183,7 @@ pub trait Root {
     ) -> Result<(), Error> {
         const OPERATION: &str = "gather_into_root";
         let (comm, root) = (self.root_comm(), self.root_rank());
+        intra_only(comm, OPERATION)?;
         let (checked, datatype) =
             calls::check_gather(comm, root, send, Some(&*recv)).map_err(shared::refusing(
                 comm,
@@ -224,6 +239,7 @@ pub trait Root {
     fn try_scatter_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<(), Error> {
         const OPERATION: &str = "scatter_into";
         let (comm, root) = (self.root_comm(), self.root_rank());
+        intra_only(comm, OPERATION)?;
         let (checked, datatype) = calls::check_scatter(comm, root, None::<&NoBuffer>, recv)
             .map_err(shared::refusing(
                 comm,
@@ -252,6 +268,7 @@ pub trait Root {
     ) -> Result<(), Error> {
         const OPERATION: &str = "scatter_into_root";
         let (comm, root) = (self.root_comm(), self.root_rank());
+        intra_only(comm, OPERATION)?;
         let (checked, datatype) =
             calls::check_scatter(comm, root, Some(send), recv).map_err(shared::refusing(
                 comm,

@@ -1024,8 +1024,10 @@ pub(crate) fn over_packed<B: BufferMut + ?Sized>(
     if !path(&mut packed)? {
         return Ok(false);
     }
-    // SAFETY: as above, for writes; the area takes no type whose values need a check, so
-    // any bytes are values, and `reduce_local_into`'s operation makes values of values.
+    // SAFETY: as above, for writes; `path` took the call, so `packed` holds values: the area
+    // takes no type whose values need a check (any bytes are values), `reduce_local_into`'s
+    // operation makes values of values, and the inter-communicator collectives check what
+    // arrives for such a type before it reaches `packed`.
     unsafe { layout.unpack(count, base, &packed) };
     Ok(true)
 }
