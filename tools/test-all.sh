@@ -71,21 +71,6 @@ cargo test -p mpirt --features complex --lib datatype
 echo "== README quick start"
 bash tools/quickstart-check.sh
 
-# The UCX PML (the `ucx` feature), in its own target directory so that the default build's
-# artifacts stay as they are: pml's own tests, then mpirt's point-to-point and collectives
-# suites again on `rsrun --pml ucx`, over UCX's TCP and its shared memory on this host, and over
-# TCP across the test hosts.
-echo "== UCX PML: clippy and tests with --features ucx"
-export CARGO_TARGET_DIR=target/ucx
-cargo clippy --workspace --all-targets --release --features pml/ucx,mpirt/ucx -- -D warnings
-cargo build --release --workspace --features mpirt/ucx
-cargo test --release -p pml --features ucx --lib --test ucx
-cargo test --release -p mpirt --features ucx --lib
-for tls in tcp sm,self; do
-    echo "== UCX PML: mpirt's p2p and collectives suites on --pml ucx, UCX_TLS=$tls"
-    UCX_TLS=$tls MPIRT_TEST_PML=ucx cargo test --release -p mpirt --features ucx \
-        --test p2p --test collectives --test datatypes --test intercommunicators
-done
 # Brings the 4 test hosts up with ssh-hosts $1; prints 1 when this did (the caller then takes
 # them down again), nothing when someone else had them up (used as they are, left up). Hosts
 # said to be up whose sshd does not answer (gone with a run that crashed) are made anew.
@@ -108,17 +93,7 @@ hosts_up() {
         fi
     done
 }
-if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
-    echo "== UCX PML: the suites across 4 test hosts, UCX_TLS=tcp"
-    ucx_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
-    UCX_TLS=tcp MPIRT_TEST_PML=ucx MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 \
-        MPIRT_SSH_ARGS="-F ${SSH_HOSTS_DIR:-${TMPDIR:-/tmp}/mpirt-testhosts/ssh}/ssh_config" \
-        cargo test --release -p mpirt --features ucx --test p2p --test collectives
-    if [ -n "$ucx_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
-else
-    echo "== UCX PML: the suites across test hosts SKIPPED (they need root and ssh-hosts)"
-fi
-unset CARGO_TARGET_DIR
+testhosts_ssh_args="-F ${SSH_HOSTS_DIR:-${TMPDIR:-/tmp}/mpirt-testhosts/ssh}/ssh_config"
 
 # The suites again with their ranks started by MPICH's Hydra (mpiexec.hydra, PMI-1 on PMI_FD):
 # on this host, then round-robin over the 4 test hosts with Hydra's ssh launcher (shared
@@ -126,7 +101,6 @@ unset CARGO_TARGET_DIR
 echo "== launchers: mpirt's p2p and collectives suites under mpiexec.hydra"
 MPIRT_TEST_LAUNCHER=hydra cargo test --release -p mpirt --test p2p --test collectives \
     --test intercommunicators
-testhosts_ssh_args="-F ${SSH_HOSTS_DIR:-${TMPDIR:-/tmp}/mpirt-testhosts/ssh}/ssh_config"
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     echo "== launchers: the suites under mpiexec.hydra across 4 test hosts"
     hydra_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
@@ -138,47 +112,73 @@ else
     echo "== launchers: the suites under mpiexec.hydra across test hosts SKIPPED (they need root and ssh-hosts)"
 fi
 
-# The PMIx client (the `pmix` feature), in its own target directory: lints, the bootstrap's
-# tests, then the suites with their ranks started by Open MPI's mpirun, on this host and across
-# the 4 test hosts (its ssh launcher); the Slurm phase below runs them under srun --mpi=pmix.
-echo "== PMIx: clippy and tests with --features pmix"
-export CARGO_TARGET_DIR=target/pmix
-cargo clippy --workspace --all-targets --release --features bootstrap/pmix,mpirt/pmix -- -D warnings
-cargo build --release -p launcher
+# The optional features, built together once in a target directory of their own (the default
+# build's artifacts stay as they are): the UCX PML (`ucx`), the libfabric transport (`ofi`) and
+# the PMIx client (`pmix`). Every command names the same features, so that each crate is built
+# once for all three phases.
+export CARGO_TARGET_DIR=target/features
+all_features=pml/ucx,pml/ofi,bootstrap/pmix,mpirt/ucx,mpirt/ofi,mpirt/pmix
+mpirt_features=(-p mpirt --features ucx,ofi,pmix)
+echo "== optional features: clippy and build with ucx, ofi and pmix"
+cargo clippy --workspace --all-targets --release --features "$all_features" -- -D warnings
+cargo build --release --workspace --features "$all_features"
+cargo test --release -p pml --features ucx,ofi --lib
+cargo test --release "${mpirt_features[@]}" --lib
+
+# The UCX PML: pml's own tests, then mpirt's point-to-point and collectives suites again on
+# `rsrun --pml ucx`, over UCX's TCP and its shared memory on this host, and over TCP across the
+# test hosts.
+echo "== UCX PML: pml's tests with --features ucx"
+cargo test --release -p pml --features ucx,ofi --test ucx
+for tls in tcp sm,self; do
+    echo "== UCX PML: mpirt's p2p and collectives suites on --pml ucx, UCX_TLS=$tls"
+    UCX_TLS=$tls MPIRT_TEST_PML=ucx cargo test --release "${mpirt_features[@]}" \
+        --test p2p --test collectives --test datatypes --test intercommunicators
+done
+if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
+    echo "== UCX PML: the suites across 4 test hosts, UCX_TLS=tcp"
+    ucx_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
+    UCX_TLS=tcp MPIRT_TEST_PML=ucx MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 \
+        MPIRT_SSH_ARGS="$testhosts_ssh_args" \
+        cargo test --release "${mpirt_features[@]}" --test p2p --test collectives
+    if [ -n "$ucx_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
+else
+    echo "== UCX PML: the suites across test hosts SKIPPED (they need root and ssh-hosts)"
+fi
+
+# The PMIx client: the bootstrap's tests, then the suites with their ranks started by Open
+# MPI's mpirun, on this host and across the 4 test hosts (its ssh launcher); the Slurm phase
+# below runs them under srun --mpi=pmix.
+echo "== PMIx: the bootstrap's tests with --features pmix"
 cargo test --release -p bootstrap --features pmix
 echo "== launchers: the suites under Open MPI's mpirun (PMIx)"
-MPIRT_TEST_LAUNCHER=mpirun cargo test --release -p mpirt --features pmix --test p2p --test collectives
+MPIRT_TEST_LAUNCHER=mpirun cargo test --release "${mpirt_features[@]}" --test p2p \
+    --test collectives
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     echo "== launchers: the suites under Open MPI's mpirun across 4 test hosts"
     ompi_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
     MPIRT_TEST_LAUNCHER=mpirun MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 \
         MPIRT_SSH_ARGS="$testhosts_ssh_args" \
-        cargo test --release -p mpirt --features pmix --test p2p --test collectives
+        cargo test --release "${mpirt_features[@]}" --test p2p --test collectives
     if [ -n "$ompi_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
     echo "== launchers: the suites under mpirun across test hosts SKIPPED (they need root and ssh-hosts)"
 fi
-unset CARGO_TARGET_DIR
 
-# The libfabric transport (the `ofi` feature), in its own target directory: lints, pml's unit
-# tests (the mr_mode and mode decisions for efa, cxi, verbs, tcp and shm), engine test and
-# dead-peer test, then
-# mpirt's p2p and collectives suites with every pair over OFI, on each provider that works
-# without a device here (tcp;ofi_rxm, shm, udp;ofi_rxd; `net` is left out: it is 1.17's
-# experimental one), and across the 4 test hosts on the two that cross hosts.
-export CARGO_TARGET_DIR=target/ofi
-echo "== OFI: clippy and tests with --features ofi"
-cargo clippy --workspace --all-targets --release --features pml/ofi,mpirt/ofi -- -D warnings
-cargo build --release --workspace --features mpirt/ofi
-cargo test --release -p pml --features ofi --lib ofi
-cargo test --release -p pml --features ofi --test engine --test ofi
+# The libfabric transport: pml's engine and dead-peer tests (its unit tests, the mr_mode and
+# mode decisions for efa, cxi, verbs, tcp and shm, ran above), then mpirt's p2p and
+# collectives suites with every pair over OFI, on each provider that works without a device
+# here (tcp;ofi_rxm, shm, udp;ofi_rxd; `net` is left out: it is 1.17's experimental one), and
+# across the 4 test hosts on the two that cross hosts.
+echo "== OFI: pml's tests with --features ofi"
+cargo test --release -p pml --features ucx,ofi --test engine --test ofi
 for provider in "tcp;ofi_rxm" shm "udp;ofi_rxd"; do
     if ! fi_info -p "$provider" -t FI_EP_RDM >/dev/null 2>&1; then
         echo "== OFI: the suites on $provider SKIPPED (libfabric here has no such provider)"
         continue
     fi
     echo "== OFI: mpirt's p2p and collectives suites over libfabric $provider"
-    MPIRT_TEST_OFI_PROVIDER="$provider" cargo test --release -p mpirt --features ofi \
+    MPIRT_TEST_OFI_PROVIDER="$provider" cargo test --release "${mpirt_features[@]}" \
         --test p2p --test collectives ofi
 done
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
@@ -187,7 +187,7 @@ if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
         echo "== OFI: the suites across 4 test hosts over libfabric $provider"
         MPIRT_TEST_OFI_PROVIDER="$provider" MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 \
             MPIRT_SSH_ARGS="$testhosts_ssh_args" \
-            cargo test --release -p mpirt --features ofi --test p2p --test collectives ofi
+            cargo test --release "${mpirt_features[@]}" --test p2p --test collectives ofi
     done
     if [ -n "$ofi_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
@@ -231,8 +231,8 @@ if [ "$(id -u)" = 0 ] && [ -x "$testhosts/slurm-local" ]; then
     MPIRT_TEST_SLURM=1 MPIRT_TEST_LAUNCHER=srun-pmi2 MPIRT_TEST_SLURM_NODES=4 \
         cargo test --release -p mpirt --test p2p --test collectives
     MPIRT_TEST_SLURM=1 MPIRT_TEST_LAUNCHER=srun-pmix MPIRT_TEST_SLURM_NODES=4 \
-        CARGO_TARGET_DIR=target/pmix cargo test --release -p mpirt --features pmix --test p2p \
-        --test collectives
+        CARGO_TARGET_DIR=target/features cargo test --release "${mpirt_features[@]}" \
+        --test p2p --test collectives
     hosts_down
     trap - EXIT
 else
