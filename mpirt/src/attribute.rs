@@ -9,13 +9,14 @@
 //! callback) when they are replaced or when the communicator's last handle drops.
 //!
 //! rsmpi hands out a reference to a value that another handle of the same communicator may
-//! replace and free while the reference lives. Here a replaced value drops at once only where
-//! no other handle of the communicator exists (the setter's handle is borrowed mutably, so no
-//! reference into it lives either); otherwise it is kept, unreachable, until the communicator
-//! is freed, so that a reference another handle holds never dangles.
+//! replace and free while the reference lives. Here a replaced value drops at once where no
+//! reference to it can live: where it was never read since it was set, or where the setter's
+//! handle owns the communicator and is its only one (borrowed mutably, so no reference into it
+//! lives either). Otherwise it is kept, unreachable, until the communicator is freed or such a
+//! sole handle sets a value, so that a reference another handle holds never dangles.
 
 use std::any::{Any, TypeId};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Mutex;
@@ -91,9 +92,18 @@ pub(crate) struct Attributes {
 
 #[derive(Default)]
 struct Cache {
-    entries: Vec<(AttributeKey, Box<dyn Stored>)>,
+    entries: Vec<Entry>,
     /// Values replaced while another handle might hold a reference to them.
     retired: Vec<Box<dyn Stored>>,
+}
+
+struct Entry {
+    key: AttributeKey,
+    value: Box<dyn Stored>,
+    /// Whether `get` handed out a reference to `value`: one never read cannot be referenced,
+    /// so replacing it drops it at once (a loop setting a world attribute each step keeps
+    /// nothing).
+    read: Cell<bool>,
 }
 
 impl Attributes {
@@ -102,40 +112,46 @@ impl Attributes {
     pub(crate) fn get<A: CommAttribute>(&self) -> Option<&A> {
         let key = A::get_key();
         let cache = self.cache.borrow();
-        let (_, value) = cache.entries.iter().find(|(k, _)| *k == key)?;
-        let value: *const A = value.as_any().downcast_ref()?;
+        let entry = cache.entries.iter().find(|entry| entry.key == key)?;
+        let value: *const A = entry.value.as_any().downcast_ref()?;
+        entry.read.set(true);
         // SAFETY: the value is boxed, so it stays put while `entries` grows, and its box is
         // dropped only by `set` where no reference to it can live (see there) or with `self`,
         // which the returned reference borrows.
         Some(unsafe { &*value })
     }
 
-    /// Caches `value`. The value it replaces drops at once where `sole_handle` says the
-    /// caller's handle, borrowed mutably, is the communicator's only one (so no reference
-    /// from `get` lives), and is otherwise kept until the communicator is freed.
+    /// Caches `value`. The value it replaces drops at once where it was never read or where
+    /// `sole_handle` says the caller's handle owns the communicator, is its only one and is
+    /// borrowed mutably (so no reference from `get` lives); it is otherwise kept until the
+    /// communicator is freed.
     pub(crate) fn set<A: CommAttribute>(&self, value: A, sole_handle: bool) {
         let key = A::get_key();
         let value: Box<dyn Stored> = Box::new(value);
         let mut cache = self.cache.borrow_mut();
-        let replaced = match cache.entries.iter_mut().find(|(k, _)| *k == key) {
-            Some(entry) => Some(std::mem::replace(&mut entry.1, value)),
+        let replaced = match cache.entries.iter_mut().find(|entry| entry.key == key) {
+            Some(entry) => Some((
+                std::mem::replace(&mut entry.value, value),
+                entry.read.replace(false),
+            )),
             None => {
-                cache.entries.push((key, value));
+                cache.entries.push(Entry {
+                    key,
+                    value,
+                    read: Cell::new(false),
+                });
                 None
             }
         };
-        let dropped = match (replaced, sole_handle) {
-            (Some(old), false) => {
-                cache.retired.push(old);
-                Vec::new()
-            }
-            (old, true) => {
-                let mut dropped = std::mem::take(&mut cache.retired);
-                dropped.extend(old);
-                dropped
-            }
-            (None, false) => Vec::new(),
+        let mut dropped = if sole_handle {
+            std::mem::take(&mut cache.retired)
+        } else {
+            Vec::new()
         };
+        match replaced {
+            Some((old, true)) if !sole_handle => cache.retired.push(old),
+            old => dropped.extend(old.map(|(old, _)| old)),
+        }
         // Dropped outside the borrow: a value's `Drop` may use the communicator's attributes.
         drop(cache);
         drop(dropped);
@@ -148,8 +164,12 @@ impl Attributes {
             .borrow()
             .entries
             .iter()
-            .filter(|(_, v)| v.clone_on_duplicate())
-            .map(|(k, v)| (*k, v.clone_stored()))
+            .filter(|entry| entry.value.clone_on_duplicate())
+            .map(|entry| Entry {
+                key: entry.key,
+                value: entry.value.clone_stored(),
+                read: Cell::new(false),
+            })
             .collect();
         duplicate.cache.borrow_mut().entries = copies;
     }
@@ -158,7 +178,7 @@ impl Attributes {
 impl fmt::Debug for Attributes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
-            .entries(self.cache.borrow().entries.iter().map(|(k, _)| k))
+            .entries(self.cache.borrow().entries.iter().map(|entry| entry.key))
             .finish()
     }
 }
@@ -171,7 +191,6 @@ pub mod traits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::cell::Cell;
     use std::rc::Rc;
 
     #[derive(Clone, Debug, PartialEq)]
@@ -216,6 +235,7 @@ mod tests {
         attributes.set(Copied(1), false);
         attributes.set(Counted(drops.clone()), false);
         let held = attributes.get::<Copied>().expect("set");
+        assert!(attributes.get::<Counted>().is_some());
         attributes.set(Copied(2), false);
         attributes.set(Counted(drops.clone()), false);
         assert_eq!(
@@ -233,5 +253,20 @@ mod tests {
         );
         drop(attributes);
         assert_eq!(drops.get(), 3);
+    }
+
+    #[test]
+    fn a_value_never_read_drops_when_replaced_even_beside_other_handles() {
+        let drops = Rc::new(Cell::new(0));
+        let attributes = Attributes::default();
+        for step in 1..=100 {
+            attributes.set(Counted(drops.clone()), false);
+            assert_eq!(drops.get(), step - 1, "nothing kept at step {step}");
+        }
+        assert!(attributes.get::<Counted>().is_some());
+        attributes.set(Counted(drops.clone()), false);
+        assert_eq!(drops.get(), 99, "a value read is kept beside other handles");
+        attributes.set(Counted(drops.clone()), false);
+        assert_eq!(drops.get(), 100, "its unread successor is not");
     }
 }

@@ -415,6 +415,15 @@ pub trait Communicator {
     #[doc(hidden)]
     fn data(&self) -> &CommData;
 
+    /// Whether this handle holds its own share of the communicator (a clone of the shared
+    /// state), rather than borrowing another handle's as a [`Process`] does: only then does
+    /// the shared state's count of holders count this handle, which
+    /// [`set_attr`](AnyCommunicator::set_attr) relies on to free a replaced value.
+    #[doc(hidden)]
+    fn is_owning_handle(&self) -> bool {
+        false
+    }
+
     /// This process's rank in the communicator.
     fn rank(&self) -> Rank {
         self.data().rank as Rank
@@ -778,6 +787,9 @@ impl Communicator for SimpleCommunicator {
     fn data(&self) -> &CommData {
         &self.data
     }
+    fn is_owning_handle(&self) -> bool {
+        true
+    }
 }
 
 /// Attributes on every communicator, trait objects included (rsmpi's `AnyCommunicator`):
@@ -788,8 +800,9 @@ pub trait AnyCommunicator: Communicator {
     fn get_attr<A: CommAttribute>(&self) -> Option<&A>;
 
     /// Caches `value` on the communicator, replacing the `A` it held (`MPI_Comm_set_attr`):
-    /// that one drops now where this is the communicator's only handle, else when the
-    /// communicator is freed, since another handle may hold a reference to it.
+    /// that one drops now where it was never read or where this is the communicator's only
+    /// handle, else when the communicator is freed, since another handle may hold a
+    /// reference to it.
     fn set_attr<A: CommAttribute>(&mut self, value: A);
 }
 
@@ -800,7 +813,10 @@ impl<C: Communicator + ?Sized> AnyCommunicator for C {
 
     fn set_attr<A: CommAttribute>(&mut self, value: A) {
         let shared = &self.data().shared;
-        shared.attributes.set(value, Rc::strong_count(shared) == 1)
+        // A borrowing handle (a `Process`) is not among the counted holders, and the handle
+        // it borrows may hold a reference from `get_attr` while it lives.
+        let sole_handle = self.is_owning_handle() && Rc::strong_count(shared) == 1;
+        shared.attributes.set(value, sole_handle)
     }
 }
 

@@ -219,29 +219,36 @@ impl Datatype {
     /// The datatype and count that type matching and reductions see of `count` elements of
     /// this one: a layout whose basic elements are all of one kind is that many of them (a
     /// vector of `f64` is its `f64`s, as MPI matches by signature), any other type itself.
-    /// A contiguous user datatype is no exception: `contiguous(4, i32)` matches four `i32`s.
-    /// A contiguous layout of a Rust type (a derived struct of two `u64`s) stays that type,
-    /// which a user operation's buffers then downcast to.
+    /// A contiguous user datatype is no exception: `contiguous(4, i32)` matches four `i32`s,
+    /// and so does an array `[i32; 4]`. A contiguous layout of a Rust type (a derived struct
+    /// of two `u64`s) stays that type, which a user operation's buffers then downcast to.
     pub(crate) fn matched(self, count: usize) -> (Datatype, usize) {
-        if self.layout_id().is_none() || (self.contiguous && self.name != USER_DATATYPE) {
-            return (self, count);
-        }
-        let Ok(layout) = self.layout() else {
-            return (self, count);
-        };
-        match layout.signature.single() {
-            Some(Element::Basic { kind, size }) => {
-                let check = match kind {
-                    Kind::Bool => Some(bool_is_valid as fn(&[u8]) -> bool),
-                    Kind::Char => Some(char_is_valid as fn(&[u8]) -> bool),
-                    _ => None,
+        // One basic element of `kind` and `size` bytes, `per_element` times per element.
+        let (kind, size, per_element) = match self.signature {
+            // An array of numbers is its numbers too, so that `[[i32; 2]]` matches
+            // `contiguous(2, i32)`, which is `i32`s.
+            Signature::Basic {
+                kind,
+                count: per_element,
+            } if per_element > 1 => (kind, self.size / per_element, per_element),
+            Signature::Layout(_) if !self.contiguous || self.name == USER_DATATYPE => {
+                let Ok(layout) = self.layout() else {
+                    return (self, count);
                 };
-                let per_element = layout.size / size.max(1);
-                let basic = Datatype::basic(kind, 1, size, kind_name(kind), check);
-                (basic, count * per_element)
+                match layout.signature.single() {
+                    Some(Element::Basic { kind, size }) => (kind, size, layout.size / size.max(1)),
+                    _ => return (self, count),
+                }
             }
-            _ => (self, count),
-        }
+            _ => return (self, count),
+        };
+        let check = match kind {
+            Kind::Bool => Some(bool_is_valid as fn(&[u8]) -> bool),
+            Kind::Char => Some(char_is_valid as fn(&[u8]) -> bool),
+            _ => None,
+        };
+        let basic = Datatype::basic(kind, 1, size, kind_name(kind), check);
+        (basic, count * per_element)
     }
 
     /// Why a send of this type does not match a receive of `other`: the two types' names, or,

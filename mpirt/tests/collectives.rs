@@ -326,6 +326,13 @@ fn reductions(world: &SimpleCommunicator) {
         combine: |a, b| a + b,
     };
     check_reductions(world, &lens, &long_sum, &commutative_sum);
+    // An array of numbers reaches a user operation as its numbers, as collectives match it.
+    let pair_sum = Reduction {
+        name: "[i64; 2] closure sum, over i64s",
+        value: |r, i| [r as i64, i as i64 * 3],
+        combine: |a, b| [a[0] + b[0], a[1] + b[1]],
+    };
+    check_reductions(world, &lens, &pair_sum, &commutative_sum);
 }
 
 fn check_data_movement<T>(world: &SimpleCommunicator, block: usize, value: fn(i32, usize) -> T)

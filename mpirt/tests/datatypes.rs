@@ -438,6 +438,34 @@ fn contiguous_against_slices(world: &SimpleCommunicator) {
         [7, 8, 9, 10],
         "broadcast_into of contiguous(4, i32) and [i32; 4]"
     );
+    // An array of `i32`s is its `i32`s too: pairs against elements of contiguous(2, i32).
+    let two = UserDatatype::contiguous(2, &i32::equivalent_datatype());
+    let mut pair_sums = [[0i32; 2]; 2];
+    if rank % 2 == 0 {
+        // SAFETY: two elements of two `i32`s over four `i32`s.
+        let send = unsafe { View::with_count_and_datatype(&mine[..], 2, &two) };
+        world.all_reduce_into(
+            &send,
+            &mut pair_sums[..],
+            mpirt::collective::SystemOperation::sum(),
+        );
+    } else {
+        let pairs = [[rank, rank + 1], [rank + 2, rank + 3]];
+        let mut flat = [0i32; 4];
+        // SAFETY: as above.
+        let mut receive = unsafe { MutView::with_count_and_datatype(&mut flat[..], 2, &two) };
+        world.all_reduce_into(
+            &pairs[..],
+            &mut receive,
+            mpirt::collective::SystemOperation::sum(),
+        );
+        pair_sums = [[flat[0], flat[1]], [flat[2], flat[3]]];
+    }
+    assert_eq!(
+        pair_sums,
+        [[want[0], want[1]], [want[2], want[3]]],
+        "all_reduce_into of contiguous(2, i32) and [[i32; 2]]"
+    );
     if size > 1 && rank < 2 {
         let peer = world.process_at_rank(1 - rank);
         let mut back = [0i32; 4];

@@ -219,6 +219,44 @@ fn attributes(world: &SimpleCommunicator) {
         6,
         "the value drops with the communicator's last handle"
     );
+
+    // A process borrows its communicator's handle, which may hold a reference meanwhile.
+    let mut comm = world.duplicate();
+    comm.set_attr(Tracked {
+        value: 40,
+        drops: drops.clone(),
+    });
+    let held = comm.get_attr::<Tracked>().expect("set");
+    let mut process = comm.any_process();
+    process.set_attr(Tracked {
+        value: 41,
+        drops: drops.clone(),
+    });
+    assert_eq!(held.value, 40, "a reference beside a process stays valid");
+    assert_eq!(drops.get(), 6, "kept where a process set its successor");
+    let mut rank_zero = comm.process_at_rank(0);
+    rank_zero.set_attr(Tracked {
+        value: 42,
+        drops: drops.clone(),
+    });
+    assert_eq!(drops.get(), 7, "a value never read drops at once");
+    drop(comm);
+    assert_eq!(drops.get(), 9);
+
+    // A world attribute set each step: the world is always shared with the universe, yet
+    // values nobody read are not kept.
+    let mut world_again = SimpleCommunicator::world();
+    for step in 0..10 {
+        world_again.set_attr(Tracked {
+            value: step,
+            drops: drops.clone(),
+        });
+    }
+    assert_eq!(
+        drops.get(),
+        18,
+        "each unread world value drops when replaced"
+    );
     let mut world_again = SimpleCommunicator::world();
     world_again.set_attr(Label(9));
     assert_eq!(

@@ -1,7 +1,8 @@
 /* halo_column: the C equivalent of osu-benches/src/bin/halo_column.rs, on any C MPI. Two
- * ranks each hold a matrix of size / 8 rows by COLUMNS doubles, row-major, and in each
- * iteration send their column 1 to the other and receive its column into their column 0 (the
- * halo) with one MPI_Sendrecv of MPI_Type_vector(rows, 1, COLUMNS, MPI_DOUBLE). The same
+ * ranks each hold a matrix of size / 8 rows by COLUMNS doubles, row-major, and a halo matrix
+ * of the same shape; in each iteration each sends its matrix's column 1 to the other and
+ * receives the other's into column 0 of its halo matrix, with one MPI_Sendrecv of
+ * MPI_Type_vector(rows, 1, COLUMNS, MPI_DOUBLE). The same
  * loops as the Rust one (OSU's: 1000 timed iterations after 100, 100 after 10 past 8 KiB);
  * the figure is the column's bytes over the time of one exchange. */
 #include <mpi.h>
@@ -30,7 +31,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < max_rows * COLUMNS; i++) matrix[i] = (double)(i + rank * 7);
     if (rank == 0) {
         printf("\n# Halo Exchange of a Strided Column (vector datatype) Test v7.4\n"
-               "# Datatype: MPI_CHAR.\n%-10s%18s\n", "# Size", "Bandwidth (MB/s)");
+               "# Datatype: MPI_DOUBLE.\n%-10s%18s\n", "# Size", "Bandwidth (MB/s)");
         fflush(stdout);
     }
     for (int bytes = MIN_SIZE; bytes <= MAX_SIZE; bytes *= 2) {

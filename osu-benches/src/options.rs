@@ -106,6 +106,14 @@ impl Benchmark {
         }
     }
 
+    /// The MPI datatype the header names: what the messages are made of.
+    pub fn datatype(self) -> &'static str {
+        match self {
+            Benchmark::HaloColumn => "MPI_DOUBLE",
+            _ => "MPI_CHAR",
+        }
+    }
+
     pub fn column(self) -> &'static str {
         match self {
             Benchmark::Bandwidth | Benchmark::BiBandwidth | Benchmark::HaloColumn => {
@@ -374,6 +382,16 @@ pub fn parse(b: Benchmark, args: impl IntoIterator<Item = String>) -> Result<Par
                         o.min_size, o.max_size
                     ));
                 }
+                // Its sizes are rows of one `f64`: a size that is not whole rows (0 among
+                // them) would send another size than it reports, or no column at all.
+                if b == Benchmark::HaloColumn && (o.min_size == 0 || !o.min_size.is_multiple_of(8))
+                {
+                    return Err(format!(
+                        "-m {v}: the minimum size {} is not a whole number of 8-byte rows \
+                         (at least one)",
+                        o.min_size
+                    ));
+                }
             }
             "-i" | "--iterations" => {
                 let n = number("-i", &value("-i")?)?;
@@ -514,6 +532,10 @@ mod tests {
         assert!(err(Benchmark::Latency, &["-W", "4"]).contains("unknown option '-W'"));
         assert!(err(Benchmark::Bandwidth, &["-W", "0"]).contains("at least one"));
         assert!(err(Benchmark::Bandwidth, &["--bogus"]).contains("unknown option"));
+        for sizes in ["0:64", "1:64", "12:64"] {
+            assert!(err(Benchmark::HaloColumn, &["-m", sizes]).contains("8-byte rows"));
+        }
+        assert_eq!(run(Benchmark::HaloColumn, &["-m", "8:64"]).min_size, 8);
     }
 
     #[test]

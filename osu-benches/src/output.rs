@@ -15,8 +15,9 @@ const SIZELESS_WIDTH: usize = 17;
 
 pub fn header(b: Benchmark) -> String {
     format!(
-        "\n# {} v7.4\n# Datatype: MPI_CHAR.\n{:<SIZE_WIDTH$}{:>FIELD_WIDTH$}\n",
+        "\n# {} v7.4\n# Datatype: {}.\n{:<SIZE_WIDTH$}{:>FIELD_WIDTH$}\n",
         b.title(),
+        b.datatype(),
         "# Size",
         b.column()
     )

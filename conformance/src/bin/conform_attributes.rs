@@ -1,9 +1,9 @@
 //! ranks: 2
 //! Attributes cached on communicators as rsmpi programs use them: cloned on duplicate or not
 //! as their type says, replaced and dropped, set through a trait object, and seen through
-//! another handle of the same communicator; and the self communicator. (Not names: rsmpi 0.8.2's `get_name` reads its buffer through a pointer to a
-//! temporary that is already gone, and in a release build it returns garbage; mpirt's own
-//! tests check names.)
+//! another handle of the same communicator; and the self communicator. (Not names: rsmpi
+//! 0.8.2's `get_name` reads its buffer through a pointer to a temporary that is already gone,
+//! and in a release build it returns garbage; mpirt's own tests check names.)
 
 use std::cell::Cell;
 

@@ -320,15 +320,11 @@ impl Operation for UserOperation<'_> {
         Ok(())
     }
     fn apply(&self, datatype: Datatype, incoming: &[u8], acc: &mut [u8]) {
+        // The operands are packed: elements of `size` bytes each.
+        let count = |bytes: &[u8]| bytes.len() / datatype.size().max(1);
         (self.function)(
-            DynBuffer {
-                bytes: incoming,
-                datatype,
-            },
-            DynBufferMut {
-                bytes: acc,
-                datatype,
-            },
+            DynBuffer::from_parts(incoming, datatype, count(incoming)),
+            DynBufferMut::from_parts(acc, datatype, count(acc)),
         )
     }
 }
@@ -473,11 +469,21 @@ fn fits<T: Equivalence>(datatype: Datatype, bytes: &[u8]) -> bool {
 pub struct DynBuffer<'b> {
     bytes: &'b [u8],
     datatype: Datatype,
+    /// How many elements `bytes` holds: packed, `size` bytes each; in memory, an extent each.
+    count: usize,
 }
 
 impl<'b> DynBuffer<'b> {
-    pub(crate) fn from_parts(bytes: &'b [u8], datatype: Datatype) -> Self {
-        DynBuffer { bytes, datatype }
+    pub(crate) fn from_parts(bytes: &'b [u8], datatype: Datatype, count: usize) -> Self {
+        DynBuffer {
+            bytes,
+            datatype,
+            count,
+        }
+    }
+
+    pub(crate) fn count_of_parts(&self) -> usize {
+        self.count
     }
 
     pub(crate) fn parts(&self) -> (&'b [u8], Datatype) {
@@ -504,11 +510,21 @@ impl<'b> DynBuffer<'b> {
 pub struct DynBufferMut<'b> {
     bytes: &'b mut [u8],
     datatype: Datatype,
+    /// As [`DynBuffer`]'s.
+    count: usize,
 }
 
 impl<'b> DynBufferMut<'b> {
-    pub(crate) fn from_parts(bytes: &'b mut [u8], datatype: Datatype) -> Self {
-        DynBufferMut { bytes, datatype }
+    pub(crate) fn from_parts(bytes: &'b mut [u8], datatype: Datatype, count: usize) -> Self {
+        DynBufferMut {
+            bytes,
+            datatype,
+            count,
+        }
+    }
+
+    pub(crate) fn count_of_parts(&self) -> usize {
+        self.count
     }
 
     pub(crate) fn datatype_of_parts(&self) -> Datatype {
@@ -517,10 +533,6 @@ impl<'b> DynBufferMut<'b> {
 
     pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
         self.bytes
-    }
-
-    pub(crate) fn byte_count(&self) -> usize {
-        self.bytes.len()
     }
 
     /// The elements as `T`, or `None` if they are of another type.

@@ -266,6 +266,9 @@ impl Communicator for CartesianCommunicator {
     fn data(&self) -> &CommData {
         &self.comm.data
     }
+    fn is_owning_handle(&self) -> bool {
+        true
+    }
 }
 
 impl AsCommunicator for CartesianCommunicator {

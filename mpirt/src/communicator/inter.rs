@@ -117,6 +117,9 @@ impl Communicator for InterCommunicator {
     fn data(&self) -> &CommData {
         &self.data
     }
+    fn is_owning_handle(&self) -> bool {
+        true
+    }
 }
 
 impl AsCommunicator for InterCommunicator {

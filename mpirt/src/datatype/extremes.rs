@@ -353,7 +353,13 @@ proptest! {
             sorted.sort();
             sorted.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0)
         };
+        prop_assert_eq!(layout.overlap(count).is_some(), overlaps);
         if overlaps {
+            // SAFETY: a view refused before any use; one accepted would be a failure here.
+            let view = refusal(|| unsafe {
+                MutView::with_count_and_datatype(&mut memory[..span], count as Count, &datatype)
+            });
+            prop_assert!(view.is_some(), "a receive view of overlapping blocks was accepted");
             return Ok(());
         }
         let incoming: Vec<u8> = (0..expected.len()).map(|i| !(i as u8)).collect();

@@ -21,12 +21,13 @@ pub(crate) const MAX_BYTES: usize = isize::MAX as usize;
 /// ending the process when memory runs out.
 pub(crate) const MAX_BLOCKS: usize = 1 << 26;
 
-/// Why a layout cannot be: a quantity that would pass [`MAX_BYTES`], or more blocks than
-/// [`MAX_BLOCKS`].
+/// Why a layout cannot be: a quantity that would pass [`MAX_BYTES`], or more blocks, or runs
+/// of one kind of element in its signature, than [`MAX_BLOCKS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TooLarge {
     Bytes(&'static str),
     Blocks(usize),
+    Runs(usize),
 }
 
 impl fmt::Display for TooLarge {
@@ -40,6 +41,11 @@ impl fmt::Display for TooLarge {
                 f,
                 "{blocks} separate blocks would pass {MAX_BLOCKS}, the most mpirt keeps for one \
                  datatype (it lists them)"
+            ),
+            TooLarge::Runs(runs) => write!(
+                f,
+                "{runs} runs of one kind of basic element would pass {MAX_BLOCKS}, the most \
+                 mpirt keeps for one datatype's signature (it lists them)"
             ),
         }
     }
@@ -178,6 +184,15 @@ impl Signature {
         if let [run] = other.0.as_slice() {
             let count = mul(run.count, times, "the number of basic elements")?;
             return self.push(run.element, count);
+        }
+        // Runs of two kinds or more repeat as runs: as many as there would be blocks of a
+        // type whose blocks merge (a struct of an `i32` and an `f32`), bounded alike.
+        let runs = times
+            .checked_mul(other.0.len())
+            .and_then(|new| new.checked_add(self.0.len()))
+            .unwrap_or(usize::MAX);
+        if runs > MAX_BLOCKS {
+            return Err(TooLarge::Runs(runs));
         }
         for _ in 0..times {
             for run in &other.0 {
@@ -387,6 +402,12 @@ impl Layout {
         self.needs_check
     }
 
+    /// Whether every block of one element lies between its lower bound, at byte 0, and its
+    /// extent: within one value of a Rust type whose size is the extent.
+    pub fn lies_within_extent(&self) -> bool {
+        self.lower.unwrap_or(0) == 0 && self.end <= self.extent
+    }
+
     /// Bytes from the buffer's start that `count` elements reach, unless that would pass
     /// [`MAX_BYTES`] (no buffer holds them).
     pub fn span(&self, count: usize) -> Result<usize, TooLarge> {
@@ -420,7 +441,17 @@ impl Layout {
         if rising && apart {
             return None;
         }
-        let mut all: Vec<Block> = (0..count)
+        // Element `i + d` is element `i` moved `d` extents on, so any two that overlap are as
+        // far apart as element 0 and one that overlaps it: one within the bytes element 0
+        // reaches from its lowest block. Those few are listed, not all `count` (a receive
+        // view over a large buffer would list gigabytes).
+        let lowest = self.blocks.iter().map(|b| b.offset).min().unwrap_or(0);
+        let reach = self.end - lowest;
+        let listed = match self.extent {
+            0 => count.min(2),
+            extent => count.min(reach / extent + 1),
+        };
+        let mut all: Vec<Block> = (0..listed)
             .flat_map(|i| {
                 self.blocks.iter().map(move |b| Block {
                     offset: i * self.extent + b.offset,
@@ -588,11 +619,14 @@ pub(crate) fn for_type(
     type_id: std::any::TypeId,
     make: impl FnOnce() -> super::Datatype,
 ) -> super::Datatype {
-    if let Some(found) = KEPT.with(|kept| kept.borrow().get(&type_id).copied()) {
+    // A send from another thread-local's destructor may run after this cache is gone: it
+    // then goes to the registry each time.
+    if let Ok(Some(found)) = KEPT.try_with(|kept| kept.borrow().get(&type_id).copied()) {
         return found;
     }
     let kept = kept_for_type(type_id, make);
-    KEPT.with(|cache| cache.borrow_mut().insert(type_id, kept));
+    // Not kept where the cache is gone (see above): the registry still has it.
+    let _ = KEPT.try_with(|cache| cache.borrow_mut().insert(type_id, kept));
     kept
 }
 
@@ -691,5 +725,22 @@ mod tests {
         // An extent shorter than the span: the second element lands on the first.
         vector.set_extent(2);
         assert!(vector.overlap(2).is_some());
+        // Blocks out of order that meet only between elements far apart: two blocks of one
+        // byte, at 9 then 0, with an extent of 3, so element 3's first block lands on
+        // element 0's second one.
+        let byte = Layout::basic(
+            Element::Basic {
+                kind: Kind::Unsigned(1),
+                size: 1,
+            },
+            1,
+        );
+        let mut falling = Layout::empty();
+        falling.append(&byte, 1, 9, 0).unwrap();
+        falling.append(&byte, 1, 0, 0).unwrap();
+        falling.set_extent(3);
+        assert_eq!(falling.overlap(3), None);
+        assert_eq!(falling.overlap(4), Some((9, 9)));
+        assert_eq!(falling.overlap(1 << 40), Some((9, 9)));
     }
 }

@@ -444,6 +444,23 @@ impl UncommittedDatatype for UserDatatype {
         // An array of `T` steps by its size, so elements sent back to back must too.
         let layout = layout_for("Equivalence", &self);
         let extent = layout.extent;
+        assert_eq!(
+            extent,
+            size_of::<T>(),
+            "Equivalence for {}: the datatype's extent is {extent} bytes but the type's size is {}",
+            std::any::type_name::<T>(),
+            size_of::<T>()
+        );
+        // Within one `T`: a slice's views are checked against its elements' extents, so a
+        // block past them (an hindexed block at byte 4 of a 4-byte type) would reach past
+        // the slice.
+        assert!(
+            layout.lies_within_extent(),
+            "Equivalence for {}: the datatype's blocks reach {} bytes from a lower bound above \
+             byte 0 or past the type's {extent} bytes",
+            std::any::type_name::<T>(),
+            memory_len(1, &self.0)
+        );
         // Each byte of a `T` at most once: a receive into a slice of them must not write the
         // same bytes twice, and so a slice's packed size stays within its memory.
         if let Some((first, second)) = layout.overlap(2) {
@@ -452,13 +469,6 @@ impl UncommittedDatatype for UserDatatype {
                 std::any::type_name::<T>()
             );
         }
-        assert_eq!(
-            extent,
-            size_of::<T>(),
-            "Equivalence for {}: the datatype's extent is {extent} bytes but the type's size is {}",
-            std::any::type_name::<T>(),
-            size_of::<T>()
-        );
         // Named after `T`: the datatype of a Rust type, which a user operation's buffers
         // are of (see `Datatype::matched`).
         duplicate_named(self.0, std::any::type_name::<T>())
@@ -683,7 +693,7 @@ impl<'b> DynBuffer<'b> {
         // SAFETY: `Equivalence` says the slice's bytes are initialized.
         let bytes =
             unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), std::mem::size_of_val(buf)) };
-        DynBuffer::from_parts(bytes, datatype_of::<T>())
+        DynBuffer::from_parts(bytes, datatype_of::<T>(), buf.len())
     }
 
     /// Whether the elements are `T`s.
@@ -693,8 +703,7 @@ impl<'b> DynBuffer<'b> {
 
     /// The number of elements.
     pub fn len(&self) -> usize {
-        let (bytes, datatype) = self.parts();
-        bytes.len() / datatype.size().max(1)
+        self.count_of_parts()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -705,12 +714,12 @@ impl<'b> DynBuffer<'b> {
 impl<'b> DynBufferMut<'b> {
     /// A buffer of `T`s whose type is known at run time.
     pub fn new<T: Equivalence>(buf: &'b mut [T]) -> Self {
-        let len = std::mem::size_of_val(buf);
+        let (len, count) = (std::mem::size_of_val(buf), buf.len());
         // SAFETY: `Equivalence` says the slice's bytes are initialized; the slice is
         // exclusively borrowed for `'b`, and what is written through it must be values of
         // `T`'s datatype, as `BufferMut` requires of every receive.
         let bytes = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast(), len) };
-        DynBufferMut::from_parts(bytes, datatype_of::<T>())
+        DynBufferMut::from_parts(bytes, datatype_of::<T>(), count)
     }
 
     /// Whether the elements are `T`s.
@@ -735,8 +744,7 @@ unsafe impl BufferMut for DynBufferMut<'_> {
         self.bytes_mut().as_mut_ptr()
     }
     fn count(&self) -> usize {
-        let datatype = self.datatype_of_parts();
-        self.byte_count() / datatype.size().max(1)
+        self.count_of_parts()
     }
     fn datatype(&self) -> Datatype {
         self.datatype_of_parts()
@@ -897,6 +905,63 @@ mod tests {
     fn a_layout_of_too_many_blocks_is_refused() {
         // The same byte 2^31 times: a list of 2^31 blocks would take 32 GiB.
         UserDatatype::heterogeneous_vector(Count::MAX, 1, 0, &u8::equivalent_datatype());
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "the datatype's blocks reach 8 bytes from a lower bound above \
+                               byte 0 or past the type's 4 bytes"
+    )]
+    fn a_rust_type_needs_its_datatype_within_its_bytes() {
+        // Extent 4, the type's size, but the one block is bytes 4 to 8: a slice's last
+        // element would be read past the slice.
+        let shifted = UserDatatype::heterogeneous_indexed(&[1], &[4], &u32::equivalent_datatype());
+        shifted.element_of::<u32>();
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "UserDatatype::contiguous: 268435456 elements of extent 8: \
+                               536870912 runs of one kind of basic element would pass 67108864"
+    )]
+    fn a_signature_of_too_many_runs_is_refused() {
+        // One block per element (no padding), so the blocks merge, but each element adds two
+        // runs to the signature: 2^29 of them would take 8 GiB.
+        let mixed = UserDatatype::structured(
+            &[1, 1],
+            &[0, 4],
+            &[i32::equivalent_datatype(), f32::equivalent_datatype()],
+        );
+        UserDatatype::contiguous(1 << 28, &mixed);
+    }
+
+    #[test]
+    fn a_dynamic_buffer_of_padded_values_counts_its_values() {
+        /// Five bytes of data in eight.
+        #[derive(Clone, Copy)]
+        #[repr(C)]
+        struct Padded {
+            value: u32,
+            flag: u8,
+        }
+        // SAFETY: the datatype covers the fields, not the padding after them.
+        unsafe impl Equivalence for Padded {
+            type Out = UserDatatype;
+            fn equivalent_datatype() -> UserDatatype {
+                UserDatatype::structured(
+                    &[1, 1],
+                    &[0, 4],
+                    &[u32::equivalent_datatype(), u8::equivalent_datatype()],
+                )
+            }
+        }
+        let mut values = [Padded { value: 1, flag: 0 }; 2];
+        let values_bytes = memory_len(2, &datatype_of::<Padded>());
+        let buffer = DynBuffer::new(&values[..]);
+        assert_eq!(buffer.len(), 2, "16 bytes of values of size 5 and extent 8");
+        assert!(memory_len(Buffer::count(&buffer), &Buffer::datatype(&buffer)) <= values_bytes);
+        let buffer = DynBufferMut::new(&mut values[..]);
+        assert_eq!(buffer.len(), 2);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! halo_column: the exchange of a 2-D halo code, a strided column sent with a vector datatype.
-//! Two ranks each hold a matrix of `size / 8` rows by `COLUMNS` f64s, row-major, and in each
-//! iteration send their column 1 to the other and receive its column into their column 0
-//! (the halo), in one send-receive, through views of `vector(rows, 1, COLUMNS, f64)`. The
+//! Two ranks each hold a matrix of `size / 8` rows by `COLUMNS` f64s, row-major, and a halo
+//! matrix of the same shape; in each iteration each sends its matrix's column 1 to the other
+//! and receives the other's into column 0 of its halo matrix, in one send-receive, through
+//! views of `vector(rows, 1, COLUMNS, f64)`. Sizes are whole rows (`-m` refuses others). The
 //! figure is the column's bytes over the time of one exchange (each way at once). The same
 //! source builds on rsmpi (feature `rsmpi`); `compare/halo_column.c` is its C equivalent.
 
@@ -53,8 +54,8 @@ fn main() {
         },
         |size, iterations, seconds| size as f64 / 1e6 * iterations as f64 / seconds,
     );
-    // The last exchange, at the largest size, brought the peer's column 1.
-    let rows = options.max_size / 8;
+    // The last exchange, at the last size measured, brought the peer's column 1.
+    let rows = options.sizes().last().unwrap_or(0) / 8;
     for row in 0..rows {
         let sent = (row * COLUMNS + 1 + (1 - rank) as usize * 7) as f64;
         assert_eq!(
