@@ -6,7 +6,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{FromRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 
 use crate::pmi1;
@@ -71,39 +71,6 @@ impl PmiSocket {
                 "PMI-1 initack: the server gave no rank below the job's size (rank {rank:?}, \
                  size {size:?})"
             )),
-        }
-    }
-
-    /// Names the server's end of this socket, which is the same for every rank of a job on
-    /// this host and no other live job's there: the process that made an inherited socket
-    /// (Hydra's proxy, Slurm's step daemon), or the address a dialled one reached.
-    pub fn server(&self) -> String {
-        match self {
-            PmiSocket::Inherited(stream) => {
-                // SAFETY: an all-zero ucred is a valid value of the plain C struct, which
-                // getsockopt fills.
-                let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-                let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-                // SAFETY: SO_PEERCRED writes at most `len` bytes into the live ucred.
-                let rc = unsafe {
-                    libc::getsockopt(
-                        stream.as_raw_fd(),
-                        libc::SOL_SOCKET,
-                        libc::SO_PEERCRED,
-                        (&mut cred as *mut libc::ucred).cast(),
-                        &mut len,
-                    )
-                };
-                if rc == 0 {
-                    format!("p{}", cred.pid)
-                } else {
-                    String::new()
-                }
-            }
-            PmiSocket::Dialled(stream) => stream
-                .peer_addr()
-                .map(|a| a.to_string())
-                .unwrap_or_default(),
         }
     }
 }
@@ -173,7 +140,6 @@ mod tests {
             "cmd=get_result rc=0 value=x%3Dy\n",
         ]);
         let mut socket = PmiSocket::dial(&port).unwrap();
-        assert_eq!(socket.server(), port);
         assert_eq!(socket.introduce("2"), Ok((2, 4)));
         assert_eq!(
             negotiate(&mut socket, Ask::Prefer(Version::One)),
@@ -212,12 +178,5 @@ mod tests {
             e.starts_with(&format!("cannot reach the PMI server at PMI_PORT={addr}: ")),
             "{e}"
         );
-    }
-
-    #[test]
-    fn an_inherited_socket_names_the_process_that_made_it() {
-        let (rank_end, _server_end) = UnixStream::pair().unwrap();
-        let socket = PmiSocket::Inherited(rank_end);
-        assert_eq!(socket.server(), format!("p{}", std::process::id()));
     }
 }

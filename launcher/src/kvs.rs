@@ -100,6 +100,17 @@ impl KvsState {
                 vec![Action::Reply(conn, response)]
             }
             Request::GetAll => {
+                let bytes =
+                    wire::values_len(self.store.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
+                if bytes > MAX_FRAME as usize {
+                    // Unanswered, the rank would wait for the reply for ever.
+                    return refuse(
+                        conn,
+                        &format!(
+                            "the key-value space holds {bytes} bytes, over a frame's {MAX_FRAME}"
+                        ),
+                    );
+                }
                 let pairs = self
                     .store
                     .iter()
@@ -295,9 +306,16 @@ fn serve_connection(
         for action in actions {
             match action {
                 Action::Reply(to, response) => {
-                    if let Some(w) = guard.writers.get_mut(&to) {
-                        // A failed write shows up as that connection's read error.
-                        let _ = wire::write_frame(w, &response.encode());
+                    let Some(w) = guard.writers.get_mut(&to) else {
+                        continue;
+                    };
+                    if wire::write_frame(w, &response.encode()).is_err() {
+                        // A rank left without its reply would wait for it for ever: the
+                        // closed connection ends its wait, and its reader's next read
+                        // fails, which reports the disconnect.
+                        if let Some(w) = guard.writers.remove(&to) {
+                            let _ = w.shutdown(std::net::Shutdown::Both);
+                        }
                     }
                 }
                 Action::Close(to) => {
@@ -350,6 +368,48 @@ mod tests {
             key: key.into(),
             value: value.to_vec(),
         }
+    }
+
+    #[test]
+    fn get_all_answers_the_space_to_a_rank_of_the_job_and_refuses_one_no_frame_holds() {
+        let mut s = KvsState::new(2, b"sekrit");
+        // Before the hello: refused and closed, nothing of the space told.
+        let actions = s.on_request(1, Request::GetAll);
+        assert!(
+            matches!(
+                &actions[..],
+                [Action::Reply(1, Response::Error(_)), Action::Close(1)]
+            ),
+            "{actions:?}"
+        );
+        hello(&mut s, 2, 0);
+        s.on_request(2, put("a", b"1"));
+        s.on_request(2, put("b", b"22"));
+        let actions = s.on_request(2, Request::GetAll);
+        let [Action::Reply(2, Response::Values(pairs))] = &actions[..] else {
+            panic!("{actions:?}")
+        };
+        let mut pairs = pairs.clone();
+        pairs.sort();
+        assert_eq!(
+            pairs,
+            vec![("a".into(), b"1".to_vec()), ("b".into(), b"22".to_vec())]
+        );
+        assert_eq!(
+            wire::values_len(pairs.iter().map(|(k, v)| (k.as_str(), v.as_slice()))),
+            Response::Values(pairs.clone()).encode().len()
+        );
+        // Over a frame: before, the reply was never written and the rank waited for ever.
+        s.on_request(2, put("big", &vec![0; MAX_FRAME as usize]));
+        let actions = s.on_request(2, Request::GetAll);
+        let [Action::Reply(2, Response::Error(why)), Action::Close(2)] = &actions[..] else {
+            panic!("{actions:?}")
+        };
+        assert!(
+            why.starts_with("the key-value space holds ")
+                && why.ends_with(&format!(" bytes, over a frame's {MAX_FRAME}")),
+            "{why}"
+        );
     }
 
     #[test]
