@@ -415,8 +415,8 @@ impl Bootstrap {
     /// Ends the whole job through the launcher after a failure to join it, which this rank
     /// had reached (see [`abort_joining`]): says why, as every rank's start-up failure reads.
     fn abort_start(&mut self, e: BootstrapError) -> ! {
-        let message = format!("mpirt: initialize: {e}");
-        output::say(&message);
+        // The abort says the words, once, after "rank N called abort".
+        let message = format!("rank {}: initialize: {e}", self.rank);
         self.abort(1, &message)
     }
 
@@ -635,8 +635,8 @@ impl Bootstrap {
                 {
                     return Err(BootstrapError::Protocol(
                         "rsrun closed the connection when asked for the whole key-value \
-                         space (is rsrun older than this program? use the rsrun of the same \
-                         mpirt)"
+                         space (it exited, or is older than this program: use the rsrun of \
+                         the same mpirt)"
                             .to_string(),
                     ))
                 }
