@@ -261,32 +261,17 @@ impl Bootstrap {
     /// or the PMI server at `PMI_PORT` (Hydra's `-pmi-port`), in PMI-2 or PMI-1 as the server
     /// answers, or as `MPIRT_PMI` asks.
     fn pmi(dial: bool) -> Result<Bootstrap, BootstrapError> {
-        // Slurm names its job in PMI_JOBID, which PMI-2's fullinit wants, and its PMI-2 is
-        // the one tested; elsewhere PMI-1, as MPICH's own ranks speak it to Hydra, whose
-        // PMI-2 kvs-fence lets a rank through before its peers have reached it.
         let slurm_job = env::var("PMI_JOBID").ok();
-        let preferred = match slurm_job {
-            Some(_) => pmi1::Version::Two,
-            None => pmi1::Version::One,
-        };
-        let ask = match env::var(vars::PMI).as_deref() {
-            Err(_) => pmi1::Ask::Prefer(preferred),
-            Ok("1") => pmi1::Ask::Only(pmi1::Version::One),
-            Ok("2") => pmi1::Ask::Only(pmi1::Version::Two),
-            Ok(other) => {
-                return Err(BootstrapError::BadVar {
-                    name: vars::PMI,
-                    value: other.to_string(),
-                    why: "is neither 1 nor 2 (the PMI version to speak to the PMI server)",
-                })
-            }
-        };
+        let ask = pmi_ask(
+            dial,
+            slurm_job.is_some(),
+            env::var(vars::PMI).ok().as_deref(),
+        )?;
         let (mut stream, introduced) = if dial {
+            let id = text_var("PMI_ID")?;
             let mut stream =
-                PmiSocket::dial(&text_var("PMI_PORT")?).map_err(BootstrapError::Launcher)?;
-            let place = stream
-                .introduce(&text_var("PMI_ID")?)
-                .map_err(BootstrapError::Launcher)?;
+                PmiSocket::dial(&text_var("PMI_PORT")?, &id).map_err(BootstrapError::Launcher)?;
+            let place = stream.introduce(&id).map_err(BootstrapError::Launcher)?;
             (stream, Some(place))
         } else {
             let fd = number_var("PMI_FD")?;
@@ -795,6 +780,36 @@ fn abort_joining(stream: &mut PmiSocket, version: pmi1::Version, e: BootstrapErr
     std::process::exit(1)
 }
 
+/// Which PMI version to ask the server for, as `MPIRT_PMI` (`chosen`) says. Slurm names its
+/// job in PMI_JOBID, which PMI-2's fullinit wants, and its PMI-2 is the one tested; elsewhere
+/// PMI-1, as MPICH's own ranks speak it to Hydra, whose PMI-2 kvs-fence lets a rank through
+/// before its peers have reached it. A rank that dials PMI_PORT has introduced itself in
+/// PMI-1 (`initack`) and knows itself by `PMI_ID`, not by the rank PMI-2's fullinit names:
+/// it speaks PMI-1 only.
+fn pmi_ask(dial: bool, slurm: bool, chosen: Option<&str>) -> Result<pmi1::Ask, BootstrapError> {
+    let bad = |value: &str, why| BootstrapError::BadVar {
+        name: vars::PMI,
+        value: value.to_string(),
+        why,
+    };
+    match chosen {
+        None if dial => Ok(pmi1::Ask::Only(pmi1::Version::One)),
+        None if slurm => Ok(pmi1::Ask::Prefer(pmi1::Version::Two)),
+        None => Ok(pmi1::Ask::Prefer(pmi1::Version::One)),
+        Some("1") => Ok(pmi1::Ask::Only(pmi1::Version::One)),
+        Some("2") if dial => Err(bad(
+            "2",
+            "asks for PMI-2, which a rank that dials PMI_PORT does not speak (it introduces \
+             itself in PMI-1): unset it, or have the launcher hand the ranks PMI_FD",
+        )),
+        Some("2") => Ok(pmi1::Ask::Only(pmi1::Version::Two)),
+        Some(other) => Err(bad(
+            other,
+            "is neither 1 nor 2 (the PMI version to speak to the PMI server)",
+        )),
+    }
+}
+
 /// The job's id under a PMI server other than Slurm's, from what every rank of the job reads
 /// alike: its key-value space's name, unique among the server's jobs (Hydra's holds its
 /// process id, a random number and its host, older Hydras only the process id), and rank 0's
@@ -1029,6 +1044,37 @@ mod tests {
         let mut lone = pmi_rank(1, "kvs_4242_0", HashMap::new());
         let e = lone.fence().unwrap_err().to_string();
         assert!(e.contains("rank 0 put no 'mpirt.job-nonce'"), "{e}");
+    }
+
+    #[test]
+    fn a_rank_on_pmi_port_speaks_pmi1_and_refuses_mpirt_pmi_2_by_name() {
+        use pmi1::{Ask, Version};
+        assert_eq!(pmi_ask(true, false, None).unwrap(), Ask::Only(Version::One));
+        assert_eq!(
+            pmi_ask(true, false, Some("1")).unwrap(),
+            Ask::Only(Version::One)
+        );
+        // Before, it sent PMI-1's initack, then negotiated PMI-2 and named its rank, not
+        // PMI_ID, in fullinit.
+        let e = pmi_ask(true, false, Some("2")).unwrap_err().to_string();
+        assert!(
+            e.starts_with("MPIRT_PMI asks for PMI-2, which a rank that dials PMI_PORT"),
+            "{e}"
+        );
+        assert_eq!(
+            pmi_ask(false, true, None).unwrap(),
+            Ask::Prefer(Version::Two)
+        );
+        assert_eq!(
+            pmi_ask(false, false, None).unwrap(),
+            Ask::Prefer(Version::One)
+        );
+        assert_eq!(
+            pmi_ask(false, false, Some("2")).unwrap(),
+            Ask::Only(Version::Two)
+        );
+        let e = pmi_ask(false, false, Some("3")).unwrap_err().to_string();
+        assert!(e.starts_with("MPIRT_PMI is neither 1 nor 2"), "{e}");
     }
 
     #[test]
