@@ -70,6 +70,10 @@ pub mod vars {
 /// rank 0 makes it and puts it before the first fence, and only the job's tasks can get it.
 pub const JOB_SECRET_KEY: &str = "mpirt.job-secret";
 
+/// The key under which rank 0 puts, next to the job's secret, a random nonce from which every
+/// rank derives the job's id under a PMI server other than Slurm's (see [`pmi_job_id`]).
+const JOB_NONCE_KEY: &str = "mpirt.job-nonce";
+
 /// How long an aborting rank waits for rsrun to acknowledge before exiting on its own.
 const ABORT_ACK_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -183,7 +187,11 @@ pub struct Bootstrap {
     local_size: u32,
     /// Which application of an MPMD launch this rank runs (`MPI_APPNUM`).
     appnum: u32,
+    /// Empty until the first fence where `unsettled_space` is set.
     job_id: String,
+    /// Under a PMI server other than Slurm's, the job's key-value space's name until the
+    /// first fence, after which rank 0's nonce is readable and the job's id is made.
+    unsettled_space: Option<String>,
     backend: Backend,
 }
 
@@ -242,6 +250,7 @@ impl Bootstrap {
             // rsrun starts one program.
             appnum: 0,
             job_id,
+            unsettled_space: None,
             backend: Backend::Kvs { stream, seen: None },
         };
         let hello = Request::Hello {
@@ -258,32 +267,17 @@ impl Bootstrap {
     /// or the PMI server at `PMI_PORT` (Hydra's `-pmi-port`), in PMI-2 or PMI-1 as the server
     /// answers, or as `MPIRT_PMI` asks.
     fn pmi(dial: bool) -> Result<Bootstrap, BootstrapError> {
-        // Slurm names its job in PMI_JOBID, which PMI-2's fullinit wants, and its PMI-2 is
-        // the one tested; elsewhere PMI-1, as MPICH's own ranks speak it to Hydra, whose
-        // PMI-2 kvs-fence lets a rank through before its peers have reached it.
         let slurm_job = env::var("PMI_JOBID").ok();
-        let preferred = match slurm_job {
-            Some(_) => pmi1::Version::Two,
-            None => pmi1::Version::One,
-        };
-        let ask = match env::var(vars::PMI).as_deref() {
-            Err(_) => pmi1::Ask::Prefer(preferred),
-            Ok("1") => pmi1::Ask::Only(pmi1::Version::One),
-            Ok("2") => pmi1::Ask::Only(pmi1::Version::Two),
-            Ok(other) => {
-                return Err(BootstrapError::BadVar {
-                    name: vars::PMI,
-                    value: other.to_string(),
-                    why: "is neither 1 nor 2 (the PMI version to speak to the PMI server)",
-                })
-            }
-        };
+        let ask = pmi_ask(
+            dial,
+            slurm_job.is_some(),
+            env::var(vars::PMI).ok().as_deref(),
+        )?;
         let (mut stream, introduced) = if dial {
+            let id = text_var("PMI_ID")?;
             let mut stream =
-                PmiSocket::dial(&text_var("PMI_PORT")?).map_err(BootstrapError::Launcher)?;
-            let place = stream
-                .introduce(&text_var("PMI_ID")?)
-                .map_err(BootstrapError::Launcher)?;
+                PmiSocket::dial(&text_var("PMI_PORT")?, &id).map_err(BootstrapError::Launcher)?;
+            let place = stream.introduce(&id).map_err(BootstrapError::Launcher)?;
             (stream, Some(place))
         } else {
             let fd = number_var("PMI_FD")?;
@@ -295,7 +289,6 @@ impl Bootstrap {
         // The server knows this rank from here on: a failure must end the whole job through
         // it, where this rank's exit alone would leave its peers waiting at the first fence
         // (srun does not end a step when one task fails).
-        let server = stream.server();
         let joined = match version {
             pmi1::Version::Two => {
                 let job = slurm_job.clone().unwrap_or_default();
@@ -343,12 +336,17 @@ impl Bootstrap {
                 }
             },
         };
-        let job_id = match slurm_job {
-            Some(job) => format!(
-                "slurm-{job}-{}",
-                env::var("SLURM_STEP_ID").unwrap_or_default()
+        // Slurm names its job and step; elsewhere the id waits for rank 0's nonce.
+        let (job_id, unsettled_space) = match slurm_job {
+            Some(job) => (
+                format!(
+                    "slurm-{job}-{}",
+                    env::var("SLURM_STEP_ID").unwrap_or_default()
+                )
+                .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"),
+                None,
             ),
-            None => pmi_job_id(&space, &server),
+            None => (String::new(), Some(space)),
         };
         let (local_rank, local_size) = local_place();
         let mut bootstrap = Bootstrap {
@@ -357,7 +355,8 @@ impl Bootstrap {
             local_rank,
             local_size,
             appnum,
-            job_id: job_id.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"),
+            job_id,
+            unsettled_space,
             backend,
         };
         if let Err(e) = bootstrap.put_job_secret() {
@@ -382,15 +381,20 @@ impl Bootstrap {
             }
         };
         // The namespace is unique among the jobs a server runs; the scheduler's job id is
-        // not (two steps of one Slurm job share it), so both name the job's files.
-        let job_id = format!("pmix-{}-{}", place.job_id, client.namespace());
+        // not (two steps of one Slurm job share it), so both name the job's files, hashed to
+        // a fixed width that the names made from it (shared-memory files) have room for.
+        let job_id = format!(
+            "pmix-{:016x}",
+            fnv1a([place.job_id.as_bytes(), client.namespace().as_bytes()])
+        );
         let mut bootstrap = Bootstrap {
             rank: place.rank,
             size: place.size,
             local_rank: place.local_rank,
             local_size: place.local_size,
             appnum: place.appnum,
-            job_id: job_id.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"),
+            job_id,
+            unsettled_space: None,
             backend: Backend::Pmix(Box::new(client)),
         };
         if let Err(e) = bootstrap.put_job_secret() {
@@ -402,19 +406,41 @@ impl Bootstrap {
     /// Ends the whole job through the launcher after a failure to join it, which this rank
     /// had reached (see [`abort_joining`]): says why, as every rank's start-up failure reads.
     fn abort_start(&mut self, e: BootstrapError) -> ! {
-        let message = format!("mpirt: initialize: {e}");
-        output::say(&message);
+        // The abort says the words, once, after "rank N called abort".
+        let message = format!("rank {}: initialize: {e}", self.rank);
         self.abort(1, &message)
     }
 
     /// Rank 0 makes the job's secret and puts it before the first fence, where a launcher
-    /// has no secret of its own to give (PMI, PMIx): only the job's tasks can get it.
+    /// has no secret of its own to give (PMI, PMIx): only the job's tasks can get it. Where
+    /// the job's id waits for it, rank 0 puts the nonce it is made from too.
     fn put_job_secret(&mut self) -> Result<(), BootstrapError> {
         if self.rank != 0 {
             return Ok(());
         }
         let secret = random_hex(32).map_err(BootstrapError::Random)?;
-        self.put(JOB_SECRET_KEY, secret.as_bytes())
+        self.put(JOB_SECRET_KEY, secret.as_bytes())?;
+        if self.unsettled_space.is_some() {
+            let nonce = random_hex(16).map_err(BootstrapError::Random)?;
+            self.put(JOB_NONCE_KEY, nonce.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Makes the job's id from rank 0's nonce once the first fence has made it readable.
+    fn settle_job_id(&mut self) -> Result<(), BootstrapError> {
+        let Some(space) = self.unsettled_space.take() else {
+            return Ok(());
+        };
+        let nonce = self.get(0, JOB_NONCE_KEY).map_err(|e| match e {
+            BootstrapError::NotFound(_) => BootstrapError::Protocol(format!(
+                "rank 0 put no '{JOB_NONCE_KEY}' before the first fence (is rank 0 a program \
+                 built with another mpirt? build every program of the job with the same one)"
+            )),
+            other => other,
+        })?;
+        self.job_id = pmi_job_id(&space, &nonce);
+        Ok(())
     }
 
     fn singleton() -> Bootstrap {
@@ -426,6 +452,7 @@ impl Bootstrap {
             appnum: 0,
             // Unique per process, so shared-memory names of two singletons never collide.
             job_id: format!("singleton-{}", std::process::id()),
+            unsettled_space: None,
             backend: Backend::Singleton(HashMap::new()),
         }
     }
@@ -452,6 +479,8 @@ impl Bootstrap {
         self.appnum
     }
 
+    /// The job's id, which names its shared-memory files: the same on every rank of the job,
+    /// and known from the first fence on.
     pub fn job_id(&self) -> &str {
         &self.job_id
     }
@@ -518,6 +547,11 @@ impl Bootstrap {
 
     /// Waits until every rank has fenced; then all puts made before it are visible to gets.
     pub fn fence(&mut self) -> Result<(), BootstrapError> {
+        self.fence_backend()?;
+        self.settle_job_id()
+    }
+
+    fn fence_backend(&mut self) -> Result<(), BootstrapError> {
         if let Backend::Singleton(_) = self.backend {
             return Ok(());
         }
@@ -592,8 +626,8 @@ impl Bootstrap {
                 {
                     return Err(BootstrapError::Protocol(
                         "rsrun closed the connection when asked for the whole key-value \
-                         space (is rsrun older than this program? use the rsrun of the same \
-                         mpirt)"
+                         space (it exited, or is older than this program: use the rsrun of \
+                         the same mpirt)"
                             .to_string(),
                     ))
                 }
@@ -761,14 +795,57 @@ fn abort_joining(stream: &mut PmiSocket, version: pmi1::Version, e: BootstrapErr
     std::process::exit(1)
 }
 
-/// The job's id under a PMI server other than Slurm's: its key-value space's name, unique
-/// among the server's jobs (Hydra's holds its process id, a random number and its host, older
-/// Hydras only the process id), then the server's end of this rank's socket (see
-/// [`PmiSocket::server`]), which tells apart two jobs on this host whose spaces share a name
-/// (two `mpiexec`s of one process id on two login hosts). Ranks on one host agree on it, which
-/// is what the names made from it (shared-memory segments) need.
-fn pmi_job_id(space: &str, server: &str) -> String {
-    format!("pmi-{space}-{server}")
+/// Which PMI version to ask the server for, as `MPIRT_PMI` (`chosen`) says. Slurm names its
+/// job in PMI_JOBID, which PMI-2's fullinit wants, and its PMI-2 is the one tested; elsewhere
+/// PMI-1, as MPICH's own ranks speak it to Hydra, whose PMI-2 kvs-fence lets a rank through
+/// before its peers have reached it. A rank that dials PMI_PORT has introduced itself in
+/// PMI-1 (`initack`) and knows itself by `PMI_ID`, not by the rank PMI-2's fullinit names:
+/// it speaks PMI-1 only.
+fn pmi_ask(dial: bool, slurm: bool, chosen: Option<&str>) -> Result<pmi1::Ask, BootstrapError> {
+    let bad = |value: &str, why| BootstrapError::BadVar {
+        name: vars::PMI,
+        value: value.to_string(),
+        why,
+    };
+    match chosen {
+        None if dial => Ok(pmi1::Ask::Only(pmi1::Version::One)),
+        None if slurm => Ok(pmi1::Ask::Prefer(pmi1::Version::Two)),
+        None => Ok(pmi1::Ask::Prefer(pmi1::Version::One)),
+        Some("1") => Ok(pmi1::Ask::Only(pmi1::Version::One)),
+        Some("2") if dial => Err(bad(
+            "2",
+            "asks for PMI-2, which a rank that dials PMI_PORT does not speak (it introduces \
+             itself in PMI-1): unset it, or have the launcher hand the ranks PMI_FD",
+        )),
+        Some("2") => Ok(pmi1::Ask::Only(pmi1::Version::Two)),
+        Some(other) => Err(bad(
+            other,
+            "is neither 1 nor 2 (the PMI version to speak to the PMI server)",
+        )),
+    }
+}
+
+/// The job's id under a PMI server other than Slurm's, from what every rank of the job reads
+/// alike: its key-value space's name, unique among the server's jobs (Hydra's holds its
+/// process id, a random number and its host, older Hydras only the process id), and rank 0's
+/// random nonce, which tells apart two jobs whose spaces share a name (two `mpiexec`s of one
+/// process id on two login hosts). Nothing of the rank's own proxy goes in: Hydra starts two
+/// proxies on one host listed twice (`-hosts a,b,a`), and their ranks must name the host's
+/// shared-memory files alike. Hashed to a fixed width those names have room for.
+fn pmi_job_id(space: &str, nonce: &[u8]) -> String {
+    format!("pmi-{:016x}", fnv1a([space.as_bytes(), nonce]))
+}
+
+/// FNV-1a over `parts`, each followed by a 0xff (no UTF-8 text holds it), so that no two
+/// lists of parts run together alike: the same on every build, as ids shared between
+/// processes need.
+fn fnv1a<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
+    parts
+        .into_iter()
+        .flat_map(|part| part.iter().copied().chain([0xff]))
+        .fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3)
+        })
 }
 
 /// This rank's place among the ranks on its host, as its launcher tells it: Hydra's
@@ -939,14 +1016,80 @@ mod tests {
         );
     }
 
+    /// A rank of a PMI job whose id waits for the first fence, reading `space` as the
+    /// key-value space every rank sees after it.
+    fn pmi_rank(rank: u32, name: &str, space: HashMap<String, Vec<u8>>) -> Bootstrap {
+        Bootstrap {
+            rank,
+            size: 2,
+            job_id: String::new(),
+            unsettled_space: Some(name.to_string()),
+            backend: Backend::Singleton(space),
+            ..Bootstrap::singleton()
+        }
+    }
+
+    /// Rank 0 of a new job on a space named `name`, after the first fence, and the space.
+    fn started_pmi_job(name: &str) -> (Bootstrap, HashMap<String, Vec<u8>>) {
+        let mut rank0 = pmi_rank(0, name, HashMap::new());
+        rank0.put_job_secret().unwrap();
+        let Backend::Singleton(space) = &rank0.backend else {
+            unreachable!("made with a singleton's space")
+        };
+        let space = space.clone();
+        rank0.fence().unwrap();
+        (rank0, space)
+    }
+
     #[test]
-    fn two_pmi_jobs_whose_spaces_share_a_name_get_two_ids() {
-        // Two old Hydras of one process id on two login hosts, with ranks on this host: each
-        // host's proxy made its ranks' sockets.
-        let a = pmi_job_id("kvs_4242_0", "p1001");
-        let b = pmi_job_id("kvs_4242_0", "p2002");
-        assert_ne!(a, b);
-        assert_eq!(a, pmi_job_id("kvs_4242_0", "p1001"));
+    fn ranks_of_one_pmi_job_agree_on_its_id_and_two_jobs_whose_spaces_share_a_name_differ() {
+        // Two old Hydras of one process id on two login hosts, with ranks on this host; and
+        // rank 1 under a second proxy on rank 0's host (`-hosts a,b,a`): before, each proxy's
+        // end of its ranks' sockets went into the id, and rank 1 named another segment.
+        let (rank0, space) = started_pmi_job("kvs_4242_0");
+        let mut rank1 = pmi_rank(1, "kvs_4242_0", space);
+        assert_eq!(rank1.job_id(), "", "known only from the first fence on");
+        rank1.fence().unwrap();
+        assert_eq!(rank0.job_id(), rank1.job_id());
+        assert!(rank0.job_id().starts_with("pmi-"), "{}", rank0.job_id());
+        assert_eq!(rank0.job_id().len(), "pmi-".len() + 16);
+        let (other_job, _) = started_pmi_job("kvs_4242_0");
+        assert_ne!(rank0.job_id(), other_job.job_id());
+        // A rank 0 that put no nonce is named as the cause, never an empty id.
+        let mut lone = pmi_rank(1, "kvs_4242_0", HashMap::new());
+        let e = lone.fence().unwrap_err().to_string();
+        assert!(e.contains("rank 0 put no 'mpirt.job-nonce'"), "{e}");
+    }
+
+    #[test]
+    fn a_rank_on_pmi_port_speaks_pmi1_and_refuses_mpirt_pmi_2_by_name() {
+        use pmi1::{Ask, Version};
+        assert_eq!(pmi_ask(true, false, None).unwrap(), Ask::Only(Version::One));
+        assert_eq!(
+            pmi_ask(true, false, Some("1")).unwrap(),
+            Ask::Only(Version::One)
+        );
+        // Before, it sent PMI-1's initack, then negotiated PMI-2 and named its rank, not
+        // PMI_ID, in fullinit.
+        let e = pmi_ask(true, false, Some("2")).unwrap_err().to_string();
+        assert!(
+            e.starts_with("MPIRT_PMI asks for PMI-2, which a rank that dials PMI_PORT"),
+            "{e}"
+        );
+        assert_eq!(
+            pmi_ask(false, true, None).unwrap(),
+            Ask::Prefer(Version::Two)
+        );
+        assert_eq!(
+            pmi_ask(false, false, None).unwrap(),
+            Ask::Prefer(Version::One)
+        );
+        assert_eq!(
+            pmi_ask(false, false, Some("2")).unwrap(),
+            Ask::Only(Version::Two)
+        );
+        let e = pmi_ask(false, false, Some("3")).unwrap_err().to_string();
+        assert!(e.starts_with("MPIRT_PMI is neither 1 nor 2"), "{e}");
     }
 
     #[test]

@@ -7,9 +7,10 @@
 //! (see [`escape`]). The rank and the size come from the environment (`PMI_RANK`,
 //! `PMI_SIZE`); the server says its key-value space's name and its limits.
 
+use std::io::{self, Read, Write};
+
 use crate::pmi2::Message;
 use crate::pmi_socket::PmiSocket;
-use std::io::{self, Read, Write};
 
 /// Longest line accepted from the server.
 const MAX_LINE: usize = 64 << 10;
@@ -350,15 +351,17 @@ pub fn abort(stream: &mut impl Write, code: i32) {
 }
 
 /// Whether a failed `get`'s answer says the key is not there, as each server words it:
-/// Hydra and MPICH's other process managers in `msg` (`key_<key>_not_found`, where
-/// `kvs_<name>_not_found` is a wrong key-value space), Slurm's PMI-1 by
-/// rc=1 alone, and servers on MPICH's `pmi.h` (Flux) by rc=4, `PMI_ERR_INVALID_KEY`, alone.
-/// Anything else (a wrong key-value space, a server in trouble) is a failure to report, not a
-/// key some rank has yet to put.
+/// Hydra before 4.1 and MPICH's other process managers in `msg` (`key_<key>_not_found`, where
+/// `kvs_<name>_not_found` is a wrong key-value space), Hydra 4.1 and later by
+/// `msg=key_not_found`, Slurm's PMI-1 by rc=1 alone, servers on MPICH's `pmi.h` (Flux) by
+/// rc=4, `PMI_ERR_INVALID_KEY`, alone, and older Flux by `rc=-1 msg=failure`, its only
+/// answer to a failed get. Anything else (a wrong key-value space, a server in trouble) is a
+/// failure to report, not a key some rank has yet to put.
 fn is_missing_key(answer: &Message) -> bool {
-    match answer.get("msg") {
-        Some(msg) => msg.starts_with("key_") && msg.ends_with("_not_found"),
-        None => matches!(answer.get("rc"), Some("1" | "4")),
+    match (answer.get("rc"), answer.get("msg")) {
+        (_, Some("key_not_found")) | (Some("-1"), Some("failure")) => true,
+        (_, Some(msg)) => msg.starts_with("key_") && msg.ends_with("_not_found"),
+        (rc, None) => matches!(rc, Some("1" | "4")),
     }
 }
 
@@ -562,9 +565,11 @@ mod tests {
             "cmd=appnum appnum=0 rc=0\n",
             "cmd=put_result rc=0 msg=success\n",
             "cmd=get_result rc=0 msg=success value=tcp%3D10.0.0.1%3A80%20x\n",
-            // Slurm's and Flux's words for a missing key.
+            // Slurm's, Flux's, older Flux's and Hydra 4.1's words for a missing key.
             "cmd=get_result rc=1\n",
             "cmd=get_result rc=4\n",
+            "cmd=get_result rc=-1 msg=failure\n",
+            "cmd=get_result rc=1 msg=key_not_found\n",
             // Not a missing key: the server lost the space, or failed.
             "cmd=get_result rc=-1 msg=kvs_kvs_7_0_not_found value=unknown\n",
             "cmd=get_result rc=-1\n",
@@ -577,6 +582,8 @@ mod tests {
         );
         assert_eq!(client.get("slurm").unwrap(), None);
         assert_eq!(client.get("flux").unwrap(), None);
+        assert_eq!(client.get("older-flux").unwrap(), None);
+        assert_eq!(client.get("hydra-4.1").unwrap(), None);
         let e = client.get("lost").unwrap_err();
         assert_eq!(
             e,

@@ -5,11 +5,16 @@
 //! speak the same protocol.
 
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::fd::{FromRawFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::time::Duration;
 
 use crate::pmi1;
+
+/// How long a rank tries each address of `PMI_PORT` before the next, or giving up: a server
+/// that does not answer (a firewall dropping the packets) must not hang the rank.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 use crate::pmi2::Message;
 
 pub enum PmiSocket {
@@ -28,12 +33,30 @@ impl PmiSocket {
     }
 
     /// Connects to the server at `port` (`host:port`).
-    pub fn dial(port: &str) -> Result<PmiSocket, String> {
-        let failed = |e: io::Error| format!("cannot reach the PMI server at PMI_PORT={port}: {e}");
-        let stream = TcpStream::connect(port).map_err(failed)?;
-        // Each request waits for its answer; Nagle would only add latency.
-        stream.set_nodelay(true).map_err(failed)?;
-        Ok(PmiSocket::Dialled(stream))
+    pub fn dial(port: &str, id: &str) -> Result<PmiSocket, String> {
+        let failed = |e: io::Error| {
+            format!("cannot reach the PMI server at PMI_PORT={port} (PMI_ID={id}): {e}")
+        };
+        let addrs = port.to_socket_addrs().map_err(|e| {
+            let hint = if port.matches(':').count() > 1 && !port.starts_with('[') {
+                " (IPv6 needs [addr]:port)"
+            } else {
+                ""
+            };
+            failed(io::Error::new(e.kind(), format!("{e}{hint}")))
+        })?;
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "it names no address");
+        for addr in addrs {
+            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+                Ok(stream) => {
+                    // Each request waits for its answer; Nagle would only add latency.
+                    stream.set_nodelay(true).map_err(failed)?;
+                    return Ok(PmiSocket::Dialled(stream));
+                }
+                Err(e) => last = io::Error::new(e.kind(), format!("{addr}: {e}")),
+            }
+        }
+        Err(failed(last))
     }
 
     /// Says which of the server's processes this is (`PMI_ID`), on a dialled socket, before
@@ -71,39 +94,6 @@ impl PmiSocket {
                 "PMI-1 initack: the server gave no rank below the job's size (rank {rank:?}, \
                  size {size:?})"
             )),
-        }
-    }
-
-    /// Names the server's end of this socket, which is the same for every rank of a job on
-    /// this host and no other live job's there: the process that made an inherited socket
-    /// (Hydra's proxy, Slurm's step daemon), or the address a dialled one reached.
-    pub fn server(&self) -> String {
-        match self {
-            PmiSocket::Inherited(stream) => {
-                // SAFETY: an all-zero ucred is a valid value of the plain C struct, which
-                // getsockopt fills.
-                let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-                let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-                // SAFETY: SO_PEERCRED writes at most `len` bytes into the live ucred.
-                let rc = unsafe {
-                    libc::getsockopt(
-                        stream.as_raw_fd(),
-                        libc::SOL_SOCKET,
-                        libc::SO_PEERCRED,
-                        (&mut cred as *mut libc::ucred).cast(),
-                        &mut len,
-                    )
-                };
-                if rc == 0 {
-                    format!("p{}", cred.pid)
-                } else {
-                    String::new()
-                }
-            }
-            PmiSocket::Dialled(stream) => stream
-                .peer_addr()
-                .map(|a| a.to_string())
-                .unwrap_or_default(),
         }
     }
 }
@@ -172,8 +162,7 @@ mod tests {
             "cmd=barrier_out\n",
             "cmd=get_result rc=0 value=x%3Dy\n",
         ]);
-        let mut socket = PmiSocket::dial(&port).unwrap();
-        assert_eq!(socket.server(), port);
+        let mut socket = PmiSocket::dial(&port, "2").unwrap();
         assert_eq!(socket.introduce("2"), Ok((2, 4)));
         assert_eq!(
             negotiate(&mut socket, Ask::Prefer(Version::One)),
@@ -191,7 +180,7 @@ mod tests {
     #[test]
     fn a_port_that_does_not_know_the_rank_is_named() {
         let (port, fake) = serve_port(&["cmd=response_to_init rc=-1\n"]);
-        let mut socket = PmiSocket::dial(&port).unwrap();
+        let mut socket = PmiSocket::dial(&port, "2").unwrap();
         let e = socket.introduce("7").unwrap_err();
         assert!(
             e.contains("answered cmd=response_to_init (is PMI_ID=7 one of its processes?)"),
@@ -200,24 +189,26 @@ mod tests {
         fake.join().unwrap();
         let (port, fake) =
             serve_port(&["cmd=initack\ncmd=set size=2\ncmd=set rank=5\ncmd=set debug=0\n"]);
-        let e = PmiSocket::dial(&port).unwrap().introduce("5").unwrap_err();
+        let e = PmiSocket::dial(&port, "2")
+            .unwrap()
+            .introduce("5")
+            .unwrap_err();
         assert!(e.contains("no rank below the job's size"), "{e}");
         fake.join().unwrap();
         // Nobody listening: the error names the variable and the address.
         let gone = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = gone.local_addr().unwrap().to_string();
         drop(gone);
-        let e = PmiSocket::dial(&addr).err().unwrap();
+        let e = PmiSocket::dial(&addr, "3").err().unwrap();
         assert!(
-            e.starts_with(&format!("cannot reach the PMI server at PMI_PORT={addr}: ")),
+            e.starts_with(&format!(
+                "cannot reach the PMI server at PMI_PORT={addr} (PMI_ID=3): "
+            )),
             "{e}"
         );
-    }
-
-    #[test]
-    fn an_inherited_socket_names_the_process_that_made_it() {
-        let (rank_end, _server_end) = UnixStream::pair().unwrap();
-        let socket = PmiSocket::Inherited(rank_end);
-        assert_eq!(socket.server(), format!("p{}", std::process::id()));
+        // An IPv6 address without brackets (here with its port forgotten) reads as a host
+        // "fe80:" and a port 1: the error says how to write one.
+        let e = PmiSocket::dial("fe80::1", "3").err().unwrap();
+        assert!(e.ends_with(" (IPv6 needs [addr]:port)"), "{e}");
     }
 }

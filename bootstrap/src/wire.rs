@@ -58,6 +58,17 @@ pub enum Response {
     Error(String),
 }
 
+/// How many bytes [`Response::Values`] of `pairs` takes encoded: a server checks it against
+/// [`MAX_FRAME`] before it gathers a reply that no frame could carry.
+pub fn values_len<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> usize {
+    // The tag and the count, then each key and value after its length.
+    1 + 4
+        + pairs
+            .into_iter()
+            .map(|(key, value)| 4 + key.len() + 4 + value.len())
+            .sum::<usize>()
+}
+
 impl Request {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();

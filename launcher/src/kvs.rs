@@ -103,6 +103,17 @@ impl KvsState {
                 vec![Action::Reply(conn, response)]
             }
             Request::GetAll => {
+                let bytes =
+                    wire::values_len(self.store.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
+                if bytes > MAX_FRAME as usize {
+                    // Unanswered, the rank would wait for the reply for ever.
+                    return refuse(
+                        conn,
+                        &format!(
+                            "the key-value space holds {bytes} bytes, over a frame's {MAX_FRAME}"
+                        ),
+                    );
+                }
                 let pairs = self
                     .store
                     .iter()
@@ -216,10 +227,21 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// The state plus the write halves of the connections, so one connection's thread can answer
-/// another's (a fence completed by the last rank releases all the others).
+/// another's (a fence completed by the last rank releases all the others). Each write half
+/// has a lock of its own, taken after the state's is released: a rank slow to read a large
+/// reply then holds up only itself, never every other rank's requests and fences.
 struct Shared {
     state: KvsState,
-    writers: HashMap<ConnId, TcpStream>,
+    writers: HashMap<ConnId, Writer>,
+}
+
+type Writer = Arc<Mutex<TcpStream>>;
+
+/// What a connection's thread does, in order, once it has released the state's lock.
+enum Step {
+    Write(ConnId, Writer, Response),
+    Shut(Writer),
+    Abort(Event),
 }
 
 /// The running service. Dropping it does not stop it: it lives as long as rsrun.
@@ -265,7 +287,9 @@ fn accept_loop(listener: TcpListener, shared: Arc<Mutex<Shared>>, events: mpsc::
         };
         // Replies are small and awaited; Nagle would only add latency.
         let _ = stream.set_nodelay(true);
-        lock(&shared).writers.insert(conn, writer);
+        lock(&shared)
+            .writers
+            .insert(conn, Arc::new(Mutex::new(writer)));
         let thread_shared = Arc::clone(&shared);
         let events = events.clone();
         let spawned = thread::Builder::new()
@@ -294,36 +318,53 @@ fn serve_connection(
             Ok(Some(body)) => Request::decode(&body).ok(),
             Ok(None) | Err(_) => None,
         };
-        let mut guard = lock(&shared);
-        let actions = match request {
-            Some(request) => guard.state.on_request(conn, request),
-            None => guard.state.on_disconnect(conn),
-        };
         let mut closed = false;
-        for action in actions {
-            match action {
-                Action::Reply(to, response) => {
-                    if let Some(w) = guard.writers.get_mut(&to) {
-                        // A failed write shows up as that connection's read error.
-                        let _ = wire::write_frame(w, &response.encode());
+        let steps: Vec<Step> = {
+            let mut guard = lock(&shared);
+            let actions = match request {
+                Some(request) => guard.state.on_request(conn, request),
+                None => guard.state.on_disconnect(conn),
+            };
+            actions
+                .into_iter()
+                .filter_map(|action| match action {
+                    Action::Reply(to, response) => guard
+                        .writers
+                        .get(&to)
+                        .map(|w| Step::Write(to, Arc::clone(w), response)),
+                    Action::Close(to) => {
+                        closed |= to == conn;
+                        guard.writers.remove(&to).map(Step::Shut)
                     }
-                }
-                Action::Close(to) => {
-                    if let Some(w) = guard.writers.remove(&to) {
-                        let _ = w.shutdown(std::net::Shutdown::Both);
-                    }
-                    closed |= to == conn;
-                }
-                Action::Abort {
-                    rank,
-                    code,
-                    message,
-                } => {
-                    let _ = events.send(Event::Abort {
+                    Action::Abort {
                         rank,
                         code,
                         message,
-                    });
+                    } => Some(Step::Abort(Event::Abort {
+                        rank,
+                        code,
+                        message,
+                    })),
+                })
+                .collect()
+        };
+        for step in steps {
+            match step {
+                Step::Write(to, writer, response) => {
+                    let written = wire::write_frame(&mut *lock_writer(&writer), &response.encode());
+                    if written.is_err() {
+                        // A rank left without its reply would wait for it for ever: the
+                        // closed connection ends its wait, and its reader's next read
+                        // fails, which reports the disconnect.
+                        lock(&shared).writers.remove(&to);
+                        let _ = lock_writer(&writer).shutdown(std::net::Shutdown::Both);
+                    }
+                }
+                Step::Shut(writer) => {
+                    let _ = lock_writer(&writer).shutdown(std::net::Shutdown::Both);
+                }
+                Step::Abort(event) => {
+                    let _ = events.send(event);
                 }
                 Action::Stall { rank, state } => {
                     let _ = events.send(Event::Stall { rank, state });
@@ -334,6 +375,12 @@ fn serve_connection(
             return;
         }
     }
+}
+
+/// Locks a connection's write half; a panic while another thread wrote leaves nothing to
+/// undo (at worst a torn frame, which its rank reports), so a poisoned lock is used as is.
+fn lock_writer(writer: &Writer) -> std::sync::MutexGuard<'_, TcpStream> {
+    writer.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Locks the shared state. A panic in another connection thread cannot leave it half-updated
@@ -361,6 +408,93 @@ mod tests {
             key: key.into(),
             value: value.to_vec(),
         }
+    }
+
+    /// Sends `request` on `stream` and, where `answered`, reads the answer.
+    fn ask(stream: &mut TcpStream, request: &Request, answered: bool) -> Option<Response> {
+        wire::write_frame(stream, &request.encode()).unwrap();
+        answered.then(|| {
+            let body = wire::read_frame(stream, MAX_FRAME).unwrap().unwrap();
+            Response::decode(&body).unwrap()
+        })
+    }
+
+    #[test]
+    fn a_rank_that_does_not_read_its_large_reply_holds_up_no_other_rank() {
+        let (events, _) = mpsc::channel();
+        let server =
+            KvsServer::start(2, b"sekrit", "job", IpAddr::from([127, 0, 0, 1]), events).unwrap();
+        let connect = |rank| {
+            let mut stream = TcpStream::connect(server.addr()).unwrap();
+            // Only so that a failure ends the test instead of hanging it.
+            stream
+                .set_read_timeout(Some(std::time::Duration::from_secs(120)))
+                .unwrap();
+            let hello = Request::Hello {
+                rank,
+                secret: b"sekrit".to_vec(),
+            };
+            assert_eq!(ask(&mut stream, &hello, true), Some(Response::Ok));
+            stream
+        };
+        let mut slow = connect(0);
+        let big = put("big", &vec![7; 16 << 20]);
+        assert_eq!(ask(&mut slow, &big, true), Some(Response::Ok));
+        // 16 MiB that rank 0 never reads: more than the sockets' buffers hold, so the
+        // service's write of it blocks. Before, it blocked holding the state's lock.
+        ask(&mut slow, &Request::GetAll, false);
+        let mut other = connect(1);
+        for i in 0..50 {
+            let key = format!("k{i}");
+            assert_eq!(ask(&mut other, &put(&key, b"v"), true), Some(Response::Ok));
+            let get = Request::Get { key };
+            assert_eq!(
+                ask(&mut other, &get, true),
+                Some(Response::Value(b"v".to_vec()))
+            );
+        }
+    }
+
+    #[test]
+    fn get_all_answers_the_space_to_a_rank_of_the_job_and_refuses_one_no_frame_holds() {
+        let mut s = KvsState::new(2, b"sekrit");
+        // Before the hello: refused and closed, nothing of the space told.
+        let actions = s.on_request(1, Request::GetAll);
+        assert!(
+            matches!(
+                &actions[..],
+                [Action::Reply(1, Response::Error(_)), Action::Close(1)]
+            ),
+            "{actions:?}"
+        );
+        hello(&mut s, 2, 0);
+        s.on_request(2, put("a", b"1"));
+        s.on_request(2, put("b", b"22"));
+        let actions = s.on_request(2, Request::GetAll);
+        let [Action::Reply(2, Response::Values(pairs))] = &actions[..] else {
+            panic!("{actions:?}")
+        };
+        let mut pairs = pairs.clone();
+        pairs.sort();
+        assert_eq!(
+            pairs,
+            vec![("a".into(), b"1".to_vec()), ("b".into(), b"22".to_vec())]
+        );
+        assert_eq!(
+            wire::values_len(pairs.iter().map(|(k, v)| (k.as_str(), v.as_slice()))),
+            Response::Values(pairs.clone()).encode().len()
+        );
+        // Over a frame: before, the reply was never written and the rank waited for ever.
+        s.on_request(2, put("big", &vec![0; MAX_FRAME as usize]));
+        let actions = s.on_request(2, Request::GetAll);
+        let [Action::Reply(2, Response::Error(why)), Action::Close(2)] = &actions[..] else {
+            panic!("{actions:?}")
+        };
+        assert!(
+            why.starts_with("the key-value space holds ")
+                && why.ends_with(&format!(" bytes, over a frame's {MAX_FRAME}")),
+            "{why}"
+        );
     }
 
     #[test]

@@ -16,6 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 rounds=7
+# Seconds a launch may take before it is killed and counted as failed.
+launch_timeout=120
 sizes="1 8 32"
 launchers="rsrun srun-pmi2 srun-pmix mpirun hydra"
 keep=
@@ -75,7 +77,9 @@ for round in $(seq "$rounds"); do
                 program=${entry%%:*}
                 cmd=$(command_for "$launcher" "${entry#*:}" "$n")
                 start=$(date +%s.%N)
-                if ! lines=$($cmd 2>"$out/stderr" | grep -c '^Hello from rank'); then
+                # A launch that hangs (a rank that never reaches its peers) must not hang the
+                # benchmark: it counts as a failed run.
+                if ! lines=$(timeout "$launch_timeout" $cmd 2>"$out/stderr" | grep -c '^Hello from rank'); then
                     lines=0
                 fi
                 end=$(date +%s.%N)

@@ -199,7 +199,8 @@ pub trait Pml {
 pub trait Wireup {
     fn rank(&self) -> u32;
     fn size(&self) -> u32;
-    /// Unique per job, so that shared-memory names of two jobs never collide.
+    /// Unique per job, so that shared-memory names of two jobs never collide; the same on
+    /// every rank of the job, and known from the first fence on.
     fn job_id(&self) -> String;
     fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String>;
     fn fence(&mut self) -> Result<(), String>;

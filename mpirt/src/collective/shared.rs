@@ -203,8 +203,13 @@ fn unique_name(job_id: &str, context: u32) -> String {
     format!("mpirt-{job_id}-coll-{}-{context}-{n}", std::process::id())
 }
 
-/// A new area file, mapped and stamped with `token`; no file is left if that fails.
+/// A new area file, mapped and stamped with `token`; no file is left if that fails. A name
+/// with no room in the broadcast that shares it makes none: the other ranks could not map it,
+/// and nobody would remove it.
 fn create(name: &str, len: usize, token: u64) -> Option<SharedMapping> {
+    if name.len() >= NAME_BYTES {
+        return None;
+    }
     let map = SharedMapping::create(name, len).ok()?;
     token_of(&map).store(token, Ordering::Release);
     Some(map)
@@ -234,7 +239,7 @@ fn set_up(
         let name = unique_name(&job_id, comm.context);
         let token = RandomState::new().hash_one(&name);
         mapping = create(&name, len, token);
-        if mapping.is_some() && name.len() < NAME_BYTES {
+        if mapping.is_some() {
             shared_id[..name.len()].copy_from_slice(name.as_bytes());
             shared_id[NAME_BYTES..].copy_from_slice(&token.to_le_bytes());
             made = Some(name);
@@ -1264,4 +1269,28 @@ pub(crate) fn try_all_to_all_varcount(
     };
     area.all_to_all_varcount(send, recv, outgoing, incoming)
         .map_err(|cause| Error::new(OPERATION, cause))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_with_no_room_in_the_broadcast_makes_no_file() {
+        // Before, rank 0 made the file and then found the name too long to share: the
+        // file stayed in /dev/shm after the job.
+        let name = format!(
+            "mpirt-test-{}-{}",
+            std::process::id(),
+            "x".repeat(NAME_BYTES)
+        );
+        assert!(create(&name, area_bytes(2), 1).is_none());
+        assert!(
+            SharedMapping::remove(&name).is_err(),
+            "{name} was left behind"
+        );
+        let name = format!("mpirt-test-{}-fits", std::process::id());
+        assert!(create(&name, area_bytes(2), 1).is_some());
+        SharedMapping::remove(&name).unwrap();
+    }
 }

@@ -179,12 +179,14 @@ impl<'w> Job<'w> {
             rank,
             size,
             hosts: Vec::with_capacity(size as usize),
-            job_id: wireup.job_id(),
+            // Known from the first fence on (under PMI it is made from rank 0's nonce).
+            job_id: String::new(),
             config,
             wireup,
         };
         job.put(&format!("pml.host.{rank}"), hostname().as_bytes())?;
         job.fence()?;
+        job.job_id = job.wireup.job_id();
         for r in 0..size {
             let h = job.get(r, &format!("pml.host.{r}"))?;
             job.hosts.push(String::from_utf8_lossy(&h).into_owned());

@@ -103,7 +103,9 @@ pub struct ShmTransport {
     /// This rank's wake pipe, once it sleeps in an epoll wait (see `wake_fd`).
     own_pipe: Option<WakePipe>,
     /// Peers' wake pipes, by local rank, opened the first time one needs waking there.
-    peer_pipes: RefCell<Box<[Option<WakePipe>]>>,
+    peer_pipes: RefCell<Box<[PeerPipe]>>,
+    /// Whether a peer's wake pipe that cannot be opened is said on stderr (`--verbose`).
+    says_pipe_failures: bool,
     /// Last, so that it is unmapped after the rings that point into it are gone.
     seg: Segment,
 }
@@ -177,7 +179,8 @@ impl ShmTransport {
             seen_wakes: Cell::new(seen),
             sleeps: Cell::new(Sleeps::default()),
             own_pipe: None,
-            peer_pipes: RefCell::new((0..n).map(|_| None).collect()),
+            peer_pipes: RefCell::new((0..n).map(|_| PeerPipe::Unopened).collect()),
+            says_pipe_failures: false,
             seg,
         }
     }
@@ -434,24 +437,42 @@ impl ShmTransport {
         }
     }
 
+    /// Says on stderr, once per peer, a peer's wake pipe that cannot be opened (`--verbose`).
+    pub fn say_pipe_failures(&mut self, on: bool) {
+        self.says_pipe_failures = on;
+    }
+
     /// Writes a byte into `local`'s wake pipe, opening it the first time under the tag that
-    /// rank published. A pipe that cannot be opened (its rank is gone, or it is not the job's)
-    /// is not written; its rank's sleep has a timeout anyway, and a write that fails only
-    /// means its rank needs no waking.
+    /// rank published. A pipe that cannot be opened (its rank is gone, or it is not the job's,
+    /// or /proc does not show its process: another PID namespace, `hidepid`) is remembered,
+    /// never tried again, and said once under `--verbose`; its rank's sleep has a timeout
+    /// anyway. A write that fails only means its rank needs no waking.
     fn write_pipe(&self, local: usize) {
         let mut pipes = self.peer_pipes.borrow_mut();
         let pipe = &mut pipes[local];
-        if pipe.is_none() {
+        if let PeerPipe::Unopened = pipe {
             // After the load of `sleeping` that said ON_PIPE: pairs with its Release store.
             fence(Ordering::Acquire);
             let ctl = self.seg.rank_ctl(local);
             let tag = ctl.wake_tag.load(Ordering::Relaxed);
             let pid = ctl.pid.load(Ordering::Relaxed);
             if tag != 0 && pid != 0 {
-                *pipe = WakePipe::open(pid, tag).ok();
+                *pipe = match WakePipe::open(pid, tag) {
+                    Ok(opened) => PeerPipe::Open(opened),
+                    Err(e) => {
+                        if self.says_pipe_failures {
+                            eprintln!(
+                                "mpirt: shm local rank {}: cannot wake local rank {local} \
+                                 through its wake pipe ({e}); its waits end by their timeout",
+                                self.local_rank
+                            );
+                        }
+                        PeerPipe::Unreachable
+                    }
+                };
             }
         }
-        if let Some(pipe) = pipe {
+        if let PeerPipe::Open(pipe) = pipe {
             let _ = pipe.signal();
         }
     }
@@ -490,6 +511,15 @@ impl ShmTransport {
         }
         Ok(())
     }
+}
+
+/// A peer's wake pipe as this rank knows it.
+enum PeerPipe {
+    /// Not needed yet, or not published yet.
+    Unopened,
+    Open(WakePipe),
+    /// Could not be opened: not tried again.
+    Unreachable,
 }
 
 // SAFETY: the transport owns its mapping and ring halves; nothing in it is tied to the thread
@@ -581,5 +611,34 @@ mod tests {
         epoll.wait(Duration::ZERO, &mut ready).unwrap();
         sleeper.after_wait();
         assert!(ready.is_empty(), "{ready:?}");
+    }
+
+    #[test]
+    fn a_wake_pipe_that_cannot_be_opened_is_not_tried_again() {
+        let name = format!("mpirt-unit-{}-unreachable-pipe", std::process::id());
+        let mut sleeper = ShmTransport::create(&name, 0, 2, &ShmConfig::default()).unwrap();
+        let waker = ShmTransport::attach(&name, 1, 2).unwrap();
+        let tag = sleeper.seg.rank_ctl(0).wake_tag.load(Ordering::Relaxed);
+        assert_eq!(tag, 0, "no pipe yet");
+        sleeper.wake_fd().unwrap();
+        let ctl = sleeper.seg.rank_ctl(0);
+        let tag = ctl.wake_tag.load(Ordering::Relaxed);
+        // A descriptor number this process has not open: as a pipe /proc does not show.
+        ctl.wake_tag.store(tag | 0xffff << 32, Ordering::Relaxed);
+        assert!(!sleeper.before_wait(), "nothing sent yet");
+        waker.wake(0);
+        assert!(matches!(
+            waker.peer_pipes.borrow()[0],
+            PeerPipe::Unreachable
+        ));
+        // Before, every wake tried again (two syscalls and a path each); now the pipe,
+        // published right, stays untried.
+        ctl.wake_tag.store(tag, Ordering::Relaxed);
+        waker.wake(0);
+        assert!(matches!(
+            waker.peer_pipes.borrow()[0],
+            PeerPipe::Unreachable
+        ));
+        sleeper.after_wait();
     }
 }

@@ -131,11 +131,12 @@ impl ShmOpening {
     /// this host.
     pub fn connect(self, job: &mut Job) -> Result<ShmPeers, EngineError> {
         let n_local = self.local_ranks.len();
-        let seg = match self.created {
+        let mut seg = match self.created {
             Some(seg) => seg,
             None => ShmTransport::attach(&self.name, self.my_local, n_local)
                 .map_err(|e| EngineError::Transport(format!("attaching {}: {e}", self.name)))?,
         };
+        seg.say_pipe_failures(job.config.verbose);
         let mut local_of = vec![NOT_LOCAL; job.size as usize].into_boxed_slice();
         for (local, &r) in self.local_ranks.iter().enumerate() {
             local_of[r as usize] = local as u32;

@@ -14,6 +14,12 @@
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::OnceLock;
+
+/// The device of pipefs, which holds every anonymous pipe, recorded from this process's own
+/// pipe: a FIFO of another file system (a named one, in /tmp) is no rank's wake pipe, even
+/// with the published inode number.
+static PIPEFS_DEVICE: OnceLock<u64> = OnceLock::new();
 
 pub(crate) struct WakePipe {
     /// The read end for the owner; for a waker, its own opening of the pipe.
@@ -40,7 +46,7 @@ fn fstat(fd: RawFd) -> io::Result<libc::stat> {
     Ok(st)
 }
 
-fn open(path: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
+fn open_path(path: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
     let c_path = CString::new(path).expect("a /proc path holds no NUL");
     // SAFETY: `c_path` is a valid C string that outlives the call.
     let fd = unsafe { libc::open(c_path.as_ptr(), flags | libc::O_CLOEXEC) };
@@ -52,12 +58,43 @@ fn open(path: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Makes a pipe; returns its ends and its stat, whose device is recorded as pipefs's.
+fn make_pipe() -> io::Result<(OwnedFd, OwnedFd, libc::stat)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the live array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("making a wake pipe: {e}")));
+    }
+    // SAFETY: both were just made and nothing else owns them.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let st = fstat(read_end.as_raw_fd())?;
+    let _ = PIPEFS_DEVICE.set(st.st_dev);
+    Ok((read_end, write_end, st))
+}
+
+/// pipefs's device: recorded from this process's first pipe, made here if there was none (a
+/// rank that wakes peers before it sleeps on a pipe of its own).
+fn pipefs_device() -> io::Result<u64> {
+    match PIPEFS_DEVICE.get() {
+        Some(&device) => Ok(device),
+        None => make_pipe().map(|(_, _, st)| st.st_dev),
+    }
+}
+
 /// Refuses a file that is not the pipe published as `inode`, of this user.
 fn check_ours(st: &libc::stat, inode: u64, path: &str) -> io::Result<()> {
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
+    let pipefs = pipefs_device()?;
     let wrong = if st.st_mode & libc::S_IFMT != libc::S_IFIFO {
         Some("it is not a pipe".to_string())
+    } else if st.st_dev != pipefs {
+        Some(format!(
+            "it is a named FIFO (device {}), not an anonymous pipe (device {pipefs})",
+            st.st_dev
+        ))
     } else if st.st_ino != inode {
         Some(format!(
             "it is pipe {}, not the published {inode} (its rank is gone)",
@@ -80,16 +117,7 @@ fn check_ours(st: &libc::stat, inode: u64, path: &str) -> io::Result<()> {
 impl WakePipe {
     /// Makes this rank's pipe; returns it and the tag for the rank to publish to its peers.
     pub(crate) fn create() -> io::Result<(WakePipe, u64)> {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 writes two descriptors into the live array.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("making a wake pipe: {e}")));
-        }
-        // SAFETY: both were just made and nothing else owns them.
-        let (read_end, write_end) =
-            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let st = fstat(read_end.as_raw_fd())?;
+        let (read_end, write_end, st) = make_pipe()?;
         let tag = tag(read_end.as_raw_fd(), st.st_ino).ok_or_else(|| {
             io::Error::other(format!(
                 "a wake pipe's inode {} does not fit its tag",
@@ -113,12 +141,12 @@ impl WakePipe {
         // A path-only opening has no effect on what it opens (were it another process's
         // terminal, say), so it is checked before the real opening, made through it: the
         // check and the opening are of one file.
-        let located = open(&path, libc::O_PATH)?;
+        let located = open_path(&path, libc::O_PATH)?;
         check_ours(&fstat(located.as_raw_fd())?, inode, &path)?;
         // Read and write, so that a write never finds the pipe without a reader: a waker
         // whose sleeper exited gets neither SIGPIPE nor EPIPE (the byte only stays in the
         // pipe, or finds it full). Linux opens a pipe so without blocking.
-        let fd = open(
+        let fd = open_path(
             &format!("/proc/self/fd/{}", located.as_raw_fd()),
             libc::O_RDWR | libc::O_NONBLOCK,
         )?;
@@ -216,5 +244,24 @@ mod tests {
             e.to_string().contains(&format!("/proc/{}/fd/", i32::MAX)),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_named_fifo_with_the_published_inode_is_refused() {
+        // Before, a FIFO of this user whose inode matched passed for the rank's pipe.
+        let path = std::env::temp_dir().join(format!("mpirt-unit-{}-fifo", me()));
+        let c_path = CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: `c_path` is a valid C string that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let fifo = open_path(path.to_str().unwrap(), libc::O_RDWR | libc::O_NONBLOCK);
+        std::fs::remove_file(&path).unwrap();
+        let fifo = fifo.unwrap();
+        let inode = fstat(fifo.as_raw_fd()).unwrap().st_ino;
+        let Some(tag) = tag(fifo.as_raw_fd(), inode) else {
+            println!("skipped: the FIFO's inode {inode} does not fit a tag");
+            return;
+        };
+        let e = WakePipe::open(me(), tag).err().unwrap();
+        assert!(e.to_string().contains("it is a named FIFO"), "{e}");
     }
 }
