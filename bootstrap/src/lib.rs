@@ -385,7 +385,7 @@ impl Bootstrap {
         // a fixed width that the names made from it (shared-memory files) have room for.
         let job_id = format!(
             "pmix-{:016x}",
-            fnv1a([place.job_id.as_bytes(), client.namespace().as_bytes()])
+            hash_parts([place.job_id.as_bytes(), client.namespace().as_bytes()])
         );
         let mut bootstrap = Bootstrap {
             rank: place.rank,
@@ -833,19 +833,25 @@ fn pmi_ask(dial: bool, slurm: bool, chosen: Option<&str>) -> Result<pmi1::Ask, B
 /// proxies on one host listed twice (`-hosts a,b,a`), and their ranks must name the host's
 /// shared-memory files alike. Hashed to a fixed width those names have room for.
 fn pmi_job_id(space: &str, nonce: &[u8]) -> String {
-    format!("pmi-{:016x}", fnv1a([space.as_bytes(), nonce]))
+    format!("pmi-{:016x}", hash_parts([space.as_bytes(), nonce]))
 }
 
 /// FNV-1a over `parts`, each followed by a 0xff (no UTF-8 text holds it), so that no two
-/// lists of parts run together alike: the same on every build, as ids shared between
-/// processes need.
-fn fnv1a<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
-    parts
-        .into_iter()
-        .flat_map(|part| part.iter().copied().chain([0xff]))
-        .fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
-            (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3)
-        })
+/// lists of parts run together alike.
+fn hash_parts<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
+    fnv1a(
+        parts
+            .into_iter()
+            .flat_map(|part| part.iter().copied().chain([0xff])),
+    )
+}
+
+/// The 64-bit FNV-1a hash of `bytes`: the same on every build and host, as ids that processes
+/// work out each for itself and must agree on need (std's hashers are seeded per process).
+pub fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// This rank's place among the ranks on its host, as its launcher tells it: Hydra's

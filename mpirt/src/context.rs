@@ -112,12 +112,7 @@ pub(crate) fn agree_on_used(parent: &CommData, proposal: Proposal) -> Result<[u6
 
 /// A fingerprint of `words` for [`Proposal`] (FNV-1a over their bytes).
 pub(crate) fn fingerprint(words: impl IntoIterator<Item = i64>) -> u64 {
-    words
-        .into_iter()
-        .flat_map(i64::to_ne_bytes)
-        .fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
-            (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3)
-        })
+    bootstrap::fnv1a(words.into_iter().flat_map(i64::to_ne_bytes))
 }
 
 /// Takes `id` (from [`agree`]) for a communicator of this process.
