@@ -241,7 +241,7 @@ type Writer = Arc<Mutex<TcpStream>>;
 enum Step {
     Write(ConnId, Writer, Response),
     Shut(Writer),
-    Abort(Event),
+    Tell(Event),
 }
 
 /// The running service. Dropping it does not stop it: it lives as long as rsrun.
@@ -340,11 +340,12 @@ fn serve_connection(
                         rank,
                         code,
                         message,
-                    } => Some(Step::Abort(Event::Abort {
+                    } => Some(Step::Tell(Event::Abort {
                         rank,
                         code,
                         message,
                     })),
+                    Action::Stall { rank, state } => Some(Step::Tell(Event::Stall { rank, state })),
                 })
                 .collect()
         };
@@ -363,11 +364,8 @@ fn serve_connection(
                 Step::Shut(writer) => {
                     let _ = lock_writer(&writer).shutdown(std::net::Shutdown::Both);
                 }
-                Step::Abort(event) => {
+                Step::Tell(event) => {
                     let _ = events.send(event);
-                }
-                Action::Stall { rank, state } => {
-                    let _ = events.send(Event::Stall { rank, state });
                 }
             }
         }

@@ -6,12 +6,15 @@
 # time. Every (launcher, ranks, program) runs once per round, rounds interleaved so that a
 # noisy machine's drift falls on all alike; prints the medians and mpirt / C.
 #
-#   osu-benches/compare/startup.sh [-r ROUNDS] [-n "1 8 32"] [-l "rsrun srun-pmi2 ..."] [-o DIR]
+#   osu-benches/compare/startup.sh [-r ROUNDS] [-n "1 8 32"] [-l "rsrun srun-pmi2 ..."]
+#                                  [-H HOSTS] [-o DIR]
 #
 # srun runs on one node of the test Slurm (../shared/testhosts/slurm-local, netns mode: its
 # host1), with -O so that 32 tasks may share its CPUs; the script does not bring Slurm up or
 # down, and leaves out the srun rows where sinfo fails. The `pmix` feature's hello is built in
-# target/pmix, as tools/test-all.sh builds that feature.
+# target/pmix. -H HOSTS spreads every job's ranks round-robin over the SSH test hosts host1 to
+# hostHOSTS (../shared/testhosts/ssh-hosts up HOSTS first; srun over as many Slurm nodes), each
+# launcher reaching them by ssh with the hosts' ssh_config.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -21,14 +24,16 @@ launch_timeout=120
 sizes="1 8 32"
 launchers="rsrun srun-pmi2 srun-pmix mpirun hydra"
 keep=
-while getopts "r:n:l:o:" opt; do
+hosts=0
+while getopts "r:n:l:H:o:" opt; do
     case $opt in
     r) rounds=$OPTARG ;;
     n) sizes=$OPTARG ;;
     l) launchers=$OPTARG ;;
+    H) hosts=$OPTARG ;;
     o) keep=$OPTARG ;;
     *)
-        sed -n '2,14p' "$0" >&2
+        sed -n '2,17p' "$0" >&2
         exit 2
         ;;
     esac
@@ -48,9 +53,35 @@ if ! sinfo -h >/dev/null 2>&1; then
     launchers=$(tr ' ' '\n' <<<"$launchers" | grep -v '^srun' | tr '\n' ' ')
 fi
 
+# Over test hosts: the hosts' ssh_config, an ssh that uses it (for the launchers that take
+# only a program), and the host lists each launcher's syntax wants.
+if [ "$hosts" -gt 0 ]; then
+    ssh_config=${SSH_HOSTS_DIR:-${TMPDIR:-/tmp}/mpirt-testhosts/ssh}/ssh_config
+    export MPIRT_SSH_ARGS="-F $ssh_config"
+    printf '#!/bin/sh\nexec ssh -F %s "$@"\n' "$ssh_config" >"$out/ssh"
+    chmod +x "$out/ssh"
+    host_list() { seq -f "host%g$1" -s, 1 "$hosts"; }
+fi
+
 # The command line that starts $3 ranks of program $2 under launcher $1.
 command_for() {
     local launcher=$1 program=$2 n=$3
+    if [ "$hosts" -gt 0 ]; then
+        case $launcher in
+        rsrun) echo "target/release/rsrun -H $(host_list ":$n") --map-by node -n $n $program" ;;
+        srun-pmi2 | srun-pmix)
+            echo "srun --mpi=${launcher#srun-} -N $hosts -O -n $n $program" ;;
+        mpirun)
+            echo "mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to none" \
+                "-H $(host_list ":$n") --map-by node --mca plm_rsh_agent $out/ssh" \
+                "--mca oob_tcp_if_include 10.77.0.0/24 --mca btl_tcp_if_include 10.77.0.0/24" \
+                "-n $n $program" ;;
+        hydra)
+            echo "mpiexec.hydra -hosts $(host_list :1) -launcher ssh -launcher-exec $out/ssh" \
+                "-iface rsbr0 -n $n $program" ;;
+        esac
+        return
+    fi
     case $launcher in
     rsrun) echo "target/release/rsrun -n $n $program" ;;
     srun-pmi2) echo "srun --mpi=pmi2 -N 1 -w host1 -O -n $n $program" ;;
