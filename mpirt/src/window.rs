@@ -34,6 +34,20 @@
 //! });
 //! ```
 //!
+//! Nor can memory that lives shorter than the window be attached to it (other ranks would
+//! reach it after it is gone):
+//!
+//! ```compile_fail,E0597
+//! use mpirt::window::Window;
+//!
+//! let universe = mpirt::initialize().unwrap();
+//! let window: Window<'static, u64> = Window::create_dynamic(&universe.world());
+//! {
+//!     let mut short = vec![0u64; 4];
+//!     window.attach(&mut short);
+//! }
+//! ```
+//!
 //! # The API carries the epoch rules
 //! Operations exist only on an epoch, and an epoch exists only inside the closure of the call
 //! that opens it and ends it when the closure returns: [`Window::fence_epoch`] (`MPI_Win_fence`
@@ -144,8 +158,17 @@ pub struct Window<'a, T: Equivalence> {
     /// fetch_and_op on the shared-memory path.
     accumulates: Cell<(Option<u8>, u64)>,
     locked: RefCell<Vec<u32>>,
-    _memory: PhantomData<&'a mut [T]>,
+    /// Whether this rank's memory is exposed to other ranks' PSCW access epochs (`post`).
+    exposed: Cell<bool>,
+    /// Whether `with_local` lent this rank's memory out: no epoch may open meanwhile.
+    lent: Cell<bool>,
+    /// Invariant in `'a`: a covariant window of `'static` would shrink to a shorter `'a` for
+    /// `attach`, which would then lend it a buffer freed while other ranks still reach it.
+    _memory: PhantomData<Invariant<'a, T>>,
 }
+
+/// A marker that makes a window invariant in its memory's lifetime (see `Window::_memory`).
+type Invariant<'a, T> = fn(&'a mut [T]) -> &'a mut [T];
 
 /// Which kind of access epoch is open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -356,6 +379,8 @@ impl<'a, T: Equivalence> Window<'a, T> {
             open: Cell::new(Open::None),
             accumulates: Cell::new((None, 0)),
             locked: RefCell::new(Vec::new()),
+            exposed: Cell::new(false),
+            lent: Cell::new(false),
             _memory: PhantomData,
         })
     }
@@ -388,9 +413,13 @@ impl<'a, T: Equivalence> Window<'a, T> {
     /// Runs `f` on this rank's window memory, after applying the operations that arrived
     /// for it; none is applied while `f` runs. MPI's rules say when the memory holds other
     /// ranks' operations (after the epoch that issued them ended). Where every rank maps the
-    /// memory (the shared-memory path), other ranks' epochs store into it directly: call this
-    /// only where MPI lets a rank touch its window (between fences, outside other ranks'
-    /// epochs on it, or holding this rank's own exclusive lock), as in C.
+    /// memory (the shared-memory path), other ranks' epochs store into it directly, so there
+    /// it is refused inside this rank's epochs and `post`, and holds this rank's own
+    /// exclusive lock while `f` runs (waiting for other ranks' lock epochs on it to end):
+    /// fence and PSCW epochs of other ranks reach this rank only while it is inside its own
+    /// fence or `post`. `f` may not open an epoch nor use the window (refused, named);
+    /// while it runs this rank serves no operation on the window, so other ranks' epochs on
+    /// it wait for `f` to return.
     pub fn with_local<R>(&self, f: impl FnOnce(&mut [T]) -> R) -> R {
         or_fatal(self.try_with_local(f))
     }
@@ -403,11 +432,31 @@ impl<'a, T: Equivalence> Window<'a, T> {
                 "a dynamic window has no memory of its own: use the attached buffers".into(),
             ));
         };
-        let mut core = messaging::serve(&self.core);
+        let _own = match self.direct() {
+            Some(direct) => {
+                if self.open.get() != Open::None || self.exposed.get() || self.lent.get() {
+                    return Err(sync_fault(
+                        what,
+                        "on the shared-memory path other ranks store into this memory during \
+                         this rank's epochs and post: call with_local outside them"
+                            .into(),
+                    ));
+                }
+                let me = self.comm.rank() as u32;
+                self.lock_directly(direct, me, true)
+                    .map_err(|c| Error::new(what, c))?;
+                Some(OwnLock(direct, me))
+            }
+            None => None,
+        };
+        let mut core = messaging::serve(&self.core).map_err(|c| Error::new(what, c))?;
         core.drain().map_err(|c| Error::new(what, c))?;
+        let _lent = Raised::new(&self.lent);
         // SAFETY: the memory is valid for the window's lifetime (`fixed`'s contract) and
         // reached only through the window, whose core stays borrowed while `f` runs, so no
-        // request is applied to it meanwhile.
+        // request is applied to it meanwhile; on the shared-memory path this rank holds its
+        // own exclusive lock, outside its fence epochs and `post`, so no other rank stores
+        // into it, and `lent` keeps `f` from opening an epoch.
         let memory = unsafe { std::slice::from_raw_parts_mut(base, len) };
         Ok(f(memory))
     }
@@ -421,17 +470,17 @@ impl<'a, T: Equivalence> Window<'a, T> {
     pub fn try_attach(&self, memory: &'a mut [T]) -> Result<usize, Error> {
         let address = memory.as_mut_ptr() as usize;
         let bytes = std::mem::size_of_val(memory);
+        let mut core = messaging::serve(&self.core).map_err(|c| Error::new("attach", c))?;
         // SAFETY: the memory is borrowed mutably for the window's lifetime `'a`.
-        unsafe { messaging::serve(&self.core).target.attach(address, bytes) }
-            .map_err(|why| unsupported("attach", why))?;
+        unsafe { core.target.attach(address, bytes) }.map_err(|why| unsupported("attach", why))?;
         Ok(address)
     }
 
     /// Removes the memory attached at `address` (`MPI_Win_detach`); it stays borrowed until
     /// the window drops.
     pub fn detach(&self, address: usize) -> Result<(), Error> {
-        self.core
-            .borrow_mut()
+        messaging::serve(&self.core)
+            .map_err(|c| Error::new("detach", c))?
             .target
             .detach(address)
             .map_err(|why| unsupported("detach", why))
@@ -458,8 +507,13 @@ impl<'a, T: Equivalence> Window<'a, T> {
         self.comm.try_barrier()?;
         let out = self
             .run_epoch(Reach::All, "a fence epoch", f, |e| e.end_fence())
-            .map_err(|c| Error::new(what, c))?;
-        self.comm.try_barrier()?;
+            .map_err(|c| Error::new(what, c));
+        // Every rank takes the closing barrier, whatever its epoch's end said: one that
+        // skipped it would pair its next barrier (another fence's, the window's free) with
+        // this one, and hang or run ahead of the others.
+        let closed = self.comm.try_barrier();
+        let out = out?;
+        closed?;
         Ok(out)
     }
 
@@ -472,14 +526,18 @@ impl<'a, T: Equivalence> Window<'a, T> {
     pub fn try_post<R>(&self, origins: &[Rank], f: impl FnOnce() -> R) -> Result<R, Error> {
         let what = "post";
         let origins = self.group(origins, what)?;
+        if self.lent.get() || self.exposed.get() {
+            return Err(sync_fault(what, in_local_or_post(self.lent.get())));
+        }
+        let _exposed = Raised::new(&self.exposed);
         {
-            let mut core = messaging::serve(&self.core);
+            let mut core = messaging::serve(&self.core).map_err(|c| Error::new(what, c))?;
             for &o in &origins {
                 core.notify_posted(o).map_err(|c| Error::new(what, c))?;
             }
         }
         let out = f();
-        let mut core = messaging::serve(&self.core);
+        let mut core = messaging::serve(&self.core).map_err(|c| Error::new("wait", c))?;
         core.wait_until(|core| {
             origins
                 .iter()
@@ -510,7 +568,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
         self.open(Open::Start, what)?;
         let _closed = Closed(&self.open);
         {
-            let mut core = messaging::serve(&self.core);
+            let mut core = messaging::serve(&self.core).map_err(|c| Error::new(what, c))?;
             core.wait_until(|core| targets.iter().all(|&t| core.posted[t as usize] > 0))
                 .map_err(|c| Error::new(what, c))?;
             for &t in &targets {
@@ -595,10 +653,20 @@ impl<'a, T: Equivalence> Window<'a, T> {
         F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> R,
     {
         let _abandon = Abandon(&self.core);
-        let epoch = Epoch::new(self, reach, name);
+        let epoch = Epoch::new(self.for_epoch(), reach, name);
         let out = f(&epoch);
         end(&epoch)?;
         Ok(out)
+    }
+
+    /// The window as an epoch holds it, its memory's lifetime shortened to the epoch's
+    /// borrow of it.
+    fn for_epoch<'env>(&'env self) -> &'env Window<'env, T> {
+        // SAFETY: the two types differ in a lifetime only (same layout), and `'a: 'env`
+        // (the borrow of `self` proves it). `'a` is invariant only so that `attach` takes no
+        // memory that lives shorter than `'a`; an epoch never attaches, and reads nothing
+        // whose validity depends on `'a` past `'env`, during which `self` lives.
+        unsafe { &*(self as *const Window<'a, T>).cast::<Window<'env, T>>() }
     }
 
     /// Asks `targets` for the lock and waits for every grant.
@@ -613,7 +681,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
             LockKind::Shared => Ask::LockShared,
             LockKind::Exclusive => Ask::LockExclusive,
         };
-        let mut core = messaging::serve(&self.core);
+        let mut core = messaging::serve(&self.core)?;
         let mut ids = Vec::with_capacity(targets.len());
         for &t in targets {
             // SAFETY: a grant carries no data.
@@ -656,7 +724,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
         while !direct.try_lock(target, exclusive) {
             tries += 1;
             if tries.is_multiple_of(64) {
-                messaging::serve(&self.core).drain()?;
+                messaging::serve(&self.core)?.drain()?;
                 crate::environment::with_engine_or_lent(|e| e.progress())?;
                 // Another rank holds the lock for its whole epoch: let it run where ranks
                 // share cores, then wait at most a moment between tries.
@@ -674,6 +742,9 @@ impl<'a, T: Equivalence> Window<'a, T> {
 
     /// Records an access epoch of `kind` opening, or says why it may not.
     fn open(&self, kind: Open, what: &str) -> Result<(), Error> {
+        if self.lent.get() {
+            return Err(sync_fault(what, in_local_or_post(true)));
+        }
         match (self.open.get(), kind) {
             (Open::None, _) => {}
             (Open::Locks, Open::Locks) => return Ok(()),
@@ -719,7 +790,7 @@ impl<T: Equivalence> Drop for Window<'_, T> {
     /// leave and for every rank to be done with the window, then gives its memory back.
     fn drop(&mut self) {
         if !std::thread::panicking() {
-            let sent = messaging::serve(&self.core).finish_sends();
+            let sent = messaging::serve(&self.core).and_then(|mut core| core.finish_sends());
             or_fatal(sent.map_err(|c| Error::new("free a window", c)));
             // Every rank's epochs ended before it came here, so every request to this rank
             // was applied; the barrier keeps this rank's memory until all have.
@@ -731,6 +802,31 @@ impl<T: Equivalence> Drop for Window<'_, T> {
             // the window is unregistered from the progress hook.
             unsafe { std::alloc::dealloc(base, layout) };
         }
+    }
+}
+
+/// A flag raised while its guard lives (returns or unwinds).
+struct Raised<'w>(&'w Cell<bool>);
+
+impl<'w> Raised<'w> {
+    fn new(flag: &'w Cell<bool>) -> Raised<'w> {
+        flag.set(true);
+        Raised(flag)
+    }
+}
+
+impl Drop for Raised<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
+
+/// This rank's own exclusive lock on the shared-memory path, held by `with_local`.
+struct OwnLock<'w>(&'w Direct, u32);
+
+impl Drop for OwnLock<'_> {
+    fn drop(&mut self) {
+        self.0.unlock(self.1, true);
     }
 }
 
@@ -800,7 +896,8 @@ impl<'scope, D: ?Sized> RmaRequest<'scope, D> {
 
     pub fn try_wait(mut self) -> Result<Option<&'scope mut D>, Error> {
         if self.id != 0 {
-            let mut core = messaging::serve(self.core);
+            let mut core = messaging::serve(self.core)
+                .map_err(|c| Error::new("wait for a one-sided request", c))?;
             let id = self.id;
             core.wait_until(|core| core.is_done(id))
                 .map_err(|c| Error::new("wait for a one-sided request", c))?;
@@ -813,7 +910,8 @@ impl<'scope, D: ?Sized> RmaRequest<'scope, D> {
 
     /// Whether the operation completed at the origin, after serving the window once.
     pub fn test(&self) -> Result<bool, Error> {
-        let mut core = messaging::serve(self.core);
+        let mut core =
+            messaging::serve(self.core).map_err(|c| Error::new("test a one-sided request", c))?;
         core.drain()
             .map_err(|c| Error::new("test a one-sided request", c))?;
         Ok(core.is_done(self.id))
@@ -831,7 +929,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         }
     }
 
-    fn core(&self) -> messaging::Served<'_> {
+    fn core(&self) -> Result<messaging::Served<'_>, Cause> {
         messaging::serve(&self.window.core)
     }
 
@@ -882,7 +980,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         reply: Option<Option<(*mut u8, usize)>>,
     ) -> Result<u64, Cause> {
         // SAFETY: forwarded from this function's contract.
-        unsafe { self.core().request(target, request, payload, reply) }
+        unsafe { self.core()?.request(target, request, payload, reply) }
     }
 
     /// `MPI_Put`: `origin`'s elements to `target`'s window at `disp`.
@@ -931,7 +1029,10 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
 
     fn request<D: ?Sized>(&self, id: u64, data: Option<&'scope mut D>) -> RmaRequest<'scope, D> {
         let core: &'scope RefCell<Core> = extend(&self.window.core);
-        core.borrow_mut().hold(id, true);
+        if id != 0 {
+            // The core was just lent to issue the request.
+            core.borrow_mut().hold(id, true);
+        }
         RmaRequest { core, id, data }
     }
 
@@ -1224,7 +1325,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
             return Ok(());
         }
-        let mut core = self.core();
+        let mut core = self.core()?;
         let mut ids = Vec::with_capacity(targets.len());
         for &t in targets {
             // SAFETY: a flush's reply carries no data.
@@ -1238,18 +1339,20 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
     }
 
     /// Ends a fence epoch: tells every rank this rank's operations are sent, then waits
-    /// until every rank said so to it (so all of theirs are applied here) and this rank's
-    /// replies came.
+    /// until every rank said so to it (so all of theirs are applied here) and every rank
+    /// answered that it applied this rank's.
     fn end_fence(&self) -> Result<(), Cause> {
         if self.window.direct().is_some() {
             // Every operation completed as it was issued: the closing barrier is enough.
             std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
             return Ok(());
         }
-        let mut core = self.core();
+        let mut core = self.core()?;
         for t in 0..self.window.comm.size() as u32 {
-            // SAFETY: no reply is awaited.
-            unsafe { core.request(t, control(Ask::FenceDone), &[], None) }?;
+            // SAFETY: the reply carries no data. Each target answers after it applied this
+            // rank's operations (they came before, in order), so a refusal among them
+            // arrives before that answer and is reported by this fence.
+            unsafe { core.request(t, control(Ask::FenceDone), &[], Some(None)) }?;
         }
         let size = self.window.comm.size() as u32;
         core.wait_until(|core| core.target.fence_done == size && core.all_done(None))?;
@@ -1257,15 +1360,22 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         core.settle(None).map_err(Cause::Window)
     }
 
-    /// Ends a PSCW access epoch: tells each target, and waits for this rank's replies.
+    /// Ends a PSCW access epoch: tells each target, and waits for this rank's replies (each
+    /// target's answer to `Complete` among them).
     fn end_start(&self) -> Result<(), Cause> {
         // Stores of the shared-memory path are seen before `Complete` is.
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         let targets = self.targets();
-        let mut core = self.core();
+        // By messages, the target answers after it applied this rank's operations, so their
+        // refusals are reported here (as for a fence). The shared-memory path refuses
+        // nothing late, and its targets serve no messages but in their own window calls: an
+        // answer awaited would block until the target's `wait`, which MPI does not let
+        // `complete` do.
+        let answer = self.window.direct().is_none().then_some(None);
+        let mut core = self.core()?;
         for &t in &targets {
-            // SAFETY: no reply is awaited.
-            unsafe { core.request(t, control(Ask::Complete), &[], None) }?;
+            // SAFETY: the answer carries no data.
+            unsafe { core.request(t, control(Ask::Complete), &[], answer) }?;
         }
         core.wait_until(|core| core.all_done(None))?;
         core.settle(None).map_err(Cause::Window)
@@ -1281,7 +1391,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             }
             return Ok(());
         }
-        let mut core = self.core();
+        let mut core = self.core()?;
         let mut ids = Vec::with_capacity(targets.len());
         for &t in targets {
             // SAFETY: an unlock's reply carries no data.
@@ -1371,6 +1481,15 @@ fn unsupported(what: &str, why: String) -> Error {
 
 fn sync_fault(what: &str, why: String) -> Error {
     Error::new(what, Cause::Window(WindowFault::Synchronisation(why)))
+}
+
+/// Why a synchronisation may not start inside `with_local` (`lent`) or a second `post`.
+fn in_local_or_post(lent: bool) -> String {
+    if lent {
+        "the window's memory is lent to with_local; open epochs outside it".into()
+    } else {
+        "a post is already exposing this window; end it first".into()
+    }
 }
 
 /// Every rank's `len`, gathered.

@@ -298,8 +298,14 @@ impl Core {
 /// rank waiting for the others).
 pub(super) struct Served<'a>(RefMut<'a, Core>);
 
-pub(super) fn serve(core: &RefCell<Core>) -> Served<'_> {
-    Served(core.borrow_mut())
+/// Lends the window's core to a call; refused while `with_local` holds it (a window call
+/// inside its closure).
+pub(super) fn serve(core: &RefCell<Core>) -> Result<Served<'_>, Cause> {
+    core.try_borrow_mut().map(Served).map_err(|_| {
+        Cause::Window(WindowFault::Synchronisation(
+            "the window's memory is lent to with_local; use the window outside it".into(),
+        ))
+    })
 }
 
 impl Deref for Served<'_> {

@@ -265,8 +265,19 @@ impl Target {
                 replies.push(reply(Answer::Done, &[]));
             }
             Ask::Flush => replies.push(reply(Answer::Done, &[])),
-            Ask::FenceDone => self.fence_done += 1,
-            Ask::Complete => self.completed[origin as usize] += 1,
+            // Answered, where the origin asks (an id), once the origin's operations before
+            // it are applied (they came first), so that its epoch end reports their
+            // refusals.
+            Ask::FenceDone | Ask::Complete => {
+                if request.ask == Ask::FenceDone {
+                    self.fence_done += 1;
+                } else {
+                    self.completed[origin as usize] += 1;
+                }
+                if request.id != 0 {
+                    replies.push(reply(Answer::Done, &[]));
+                }
+            }
         }
         Ok(())
     }
