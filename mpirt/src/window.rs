@@ -67,8 +67,11 @@
 //!
 //! Displacements count elements of the window's type `T` (`disp_unit = size_of::<T>()`); in
 //! a dynamic window they are byte addresses, as [`Window::attach`] returns them (MPI's
-//! `disp_unit` 1 from `MPI_BOTTOM`). Element types are contiguous [`Equivalence`] types;
-//! accumulates take the primitive numbers and `bool`.
+//! `disp_unit` 1 from `MPI_BOTTOM`), which must lie whole elements into an attached block.
+//! Element types are contiguous [`Equivalence`] types, one type on every rank of a window
+//! (checked at its creation, as is that every rank's length fits in memory); accumulates
+//! take the primitive numbers and `bool`. The ranks agree at creation on the path
+//! (`MPIRT_WINDOW_PATH`): the shared-memory path only where every rank allows it.
 //!
 //! # How operations move
 //! Every window has a context of its own (a duplicate of its communicator's). Where every
@@ -195,14 +198,14 @@ impl<'a, T: Equivalence> Window<'a, T> {
         T: Default + Copy,
     {
         let what = "allocate a window";
-        check_type::<T>(what)?;
-        if direct_path(what)? {
-            if let Some(shared) = map_parts::<T, C>(comm, len, what)? {
-                return Window::mapped(comm, shared, len, true, what);
+        let agreed = agree::<T, C>(comm, len, what)?;
+        if agreed.direct {
+            if let Some(shared) = map_parts::<T, C>(comm, &agreed.lens, what)? {
+                return Window::mapped(comm, shared, agreed.lens, true, what);
             }
         }
         let layout = std::alloc::Layout::array::<T>(len.max(1))
-            .map_err(|_| unsupported(what, format!("{len} elements do not fit in memory")))?;
+            .expect("every rank's length was checked to fit (agree)");
         // SAFETY: the layout is non-zero (at least one element).
         let base = unsafe { std::alloc::alloc(layout) }.cast::<T>();
         if base.is_null() {
@@ -217,7 +220,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
             layout,
         };
         // SAFETY: the block is the window's, freed only when the window drops.
-        unsafe { Window::fixed(comm, base, len, storage, None, false, what) }
+        unsafe { Window::fixed(comm, base, agreed.lens, storage, None, false, what) }
     }
 
     /// A window over `memory`, which it borrows for its lifetime (`MPI_Win_create`).
@@ -231,13 +234,13 @@ impl<'a, T: Equivalence> Window<'a, T> {
         memory: &'a mut [T],
     ) -> Result<Window<'a, T>, Error> {
         let what = "create a window";
-        check_type::<T>(what)?;
+        let agreed = agree::<T, C>(comm, memory.len(), what)?;
         // SAFETY: the memory is borrowed mutably for `'a`, which the window holds.
         unsafe {
             Window::fixed(
                 comm,
                 memory.as_mut_ptr(),
-                memory.len(),
+                agreed.lens,
                 Storage::Borrowed,
                 None,
                 false,
@@ -264,8 +267,8 @@ impl<'a, T: Equivalence> Window<'a, T> {
         T: Default + Copy,
     {
         let what = "allocate a shared window";
-        check_type::<T>(what)?;
-        let shared = map_parts::<T, C>(comm, len, what)?.ok_or_else(|| {
+        let agreed = agree::<T, C>(comm, len, what)?;
+        let shared = map_parts::<T, C>(comm, &agreed.lens, what)?.ok_or_else(|| {
             unsupported(
                 what,
                 "a rank could not map the window's shared memory: allocate_shared needs \
@@ -273,15 +276,14 @@ impl<'a, T: Equivalence> Window<'a, T> {
                     .into(),
             )
         })?;
-        let direct = direct_path(what)?;
-        Window::mapped(comm, shared, len, direct, what)
+        Window::mapped(comm, shared, agreed.lens, agreed.direct, what)
     }
 
     /// A window over this rank's part of `shared`, each element `T::default()`.
     fn mapped<C: Communicator>(
         comm: &C,
         shared: Direct,
-        len: usize,
+        lens: Vec<usize>,
         direct: bool,
         what: &str,
     ) -> Result<Window<'static, T>, Error>
@@ -289,13 +291,23 @@ impl<'a, T: Equivalence> Window<'a, T> {
         T: Default + Copy,
     {
         let base = shared.part(comm.rank() as u32).0.cast::<T>();
-        for i in 0..len {
+        for i in 0..lens[comm.rank() as usize] {
             // SAFETY: this rank's part holds `len` elements, at a cache-line boundary; no
             // other rank touches it before the window exists.
             unsafe { base.add(i).write(T::default()) };
         }
         // SAFETY: the mapping is the window's, unmapped only when the window drops.
-        unsafe { Window::fixed(comm, base, len, Storage::Mapped, Some(shared), direct, what) }
+        unsafe {
+            Window::fixed(
+                comm,
+                base,
+                lens,
+                Storage::Mapped,
+                Some(shared),
+                direct,
+                what,
+            )
+        }
     }
 
     /// A window with no memory until [`attach`](Self::attach) adds some
@@ -307,7 +319,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
 
     pub fn try_create_dynamic<C: Communicator>(comm: &C) -> Result<Window<'a, T>, Error> {
         let what = "create a dynamic window";
-        check_type::<T>(what)?;
+        agree::<T, C>(comm, 0, what)?;
         // SAFETY: a dynamic window starts with no memory.
         unsafe {
             Window::build(
@@ -321,20 +333,22 @@ impl<'a, T: Equivalence> Window<'a, T> {
         .map_err(|c| Error::new(what, c))
     }
 
+    /// Over `base`, this rank's part of `sizes` (every rank's length, agreed).
+    ///
     /// # Safety
-    /// `base` must be valid for reads and writes of `len` elements, and not accessed but
-    /// through the window, as long as it lives (`storage` keeps it, or `'a` borrows it).
-    #[allow(clippy::too_many_arguments)]
+    /// `base` must be valid for reads and writes of this rank's length of elements, and not
+    /// accessed but through the window, as long as it lives (`storage` keeps it, or `'a`
+    /// borrows it).
     unsafe fn fixed<C: Communicator>(
         comm: &C,
         base: *mut T,
-        len: usize,
+        sizes: Vec<usize>,
         storage: Storage,
         shared: Option<Direct>,
         direct: bool,
         what: &str,
     ) -> Result<Window<'a, T>, Error> {
-        let sizes = gather_lens(comm, len, what)?;
+        let len = sizes[comm.rank() as usize];
         let memory = Memory::Fixed {
             base: base.cast(),
             bytes: len * size_of::<T>(),
@@ -365,7 +379,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
     ) -> Result<Window<'a, T>, Cause> {
         let comm = comm.try_duplicate().map_err(|e| e.cause().clone())?;
         // SAFETY: forwarded from this function's contract.
-        let target = unsafe { Target::new(memory, comm.size() as u32) };
+        let target = unsafe { Target::new(memory, size_of::<T>(), comm.size() as u32) };
         let core = Rc::new(RefCell::new(Core::new(comm.data().clone(), target)));
         messaging::register(&core);
         Ok(Window {
@@ -1492,12 +1506,86 @@ fn in_local_or_post(lent: bool) -> String {
     }
 }
 
-/// Every rank's `len`, gathered.
-fn gather_lens<C: Communicator>(comm: &C, len: usize, what: &str) -> Result<Vec<usize>, Error> {
-    let mut lens = vec![0u64; comm.size() as usize];
-    comm.try_all_gather_into(&(len as u64), &mut lens[..])
+/// What the ranks creating a window agreed on.
+struct Agreed {
+    /// Each rank's length, in elements.
+    lens: Vec<usize>,
+    /// Whether every rank lets the window take the shared-memory path (`direct_path`).
+    direct: bool,
+}
+
+/// Gathers what each rank brings to a window's creation (its length, its choice of path,
+/// its element type), so that every rank decides alike: a rank that alone took another
+/// path, or alone refused, would leave the others in a collective it never joins.
+/// Collective.
+fn agree<T: Equivalence, C: Communicator>(
+    comm: &C,
+    len: usize,
+    what: &str,
+) -> Result<Agreed, Error> {
+    let datatype = datatype_of::<T>();
+    let path = direct_path(what);
+    let mine = [
+        len as u64,
+        match path {
+            Ok(true) => 1,
+            Ok(false) => 0,
+            Err(_) => 2,
+        },
+        size_of::<T>() as u64,
+        signature(datatype.name()),
+    ];
+    let mut all = vec![0u64; 4 * comm.size() as usize];
+    comm.try_all_gather_into(&mine[..], &mut all[..])
         .map_err(|e| Error::new(what, e.cause().clone()))?;
-    Ok(lens.into_iter().map(|n| n as usize).collect())
+    let direct = path?;
+    let ranks = all.chunks_exact(4).enumerate();
+    let mut lens = Vec::with_capacity(comm.size() as usize);
+    for (rank, theirs) in ranks {
+        if theirs[1] == 2 {
+            return Err(unsupported(
+                what,
+                format!("rank {rank}'s MPIRT_WINDOW_PATH is neither shared_memory nor messages"),
+            ));
+        }
+        if theirs[2..] != mine[2..] {
+            return Err(unsupported(
+                what,
+                format!(
+                    "rank {rank} creates the window over another element type ({} bytes) than \
+                     this rank's {} ({} bytes): every rank must use one type",
+                    theirs[2],
+                    datatype.name(),
+                    size_of::<T>()
+                ),
+            ));
+        }
+        let n = usize::try_from(theirs[0]).unwrap_or(usize::MAX);
+        if n.checked_mul(size_of::<T>())
+            .is_none_or(|bytes| bytes > isize::MAX as usize)
+        {
+            return Err(unsupported(
+                what,
+                format!(
+                    "rank {rank}'s {n} elements of {} do not fit in memory",
+                    datatype.name()
+                ),
+            ));
+        }
+        lens.push(n);
+    }
+    check_type::<T>(what)?;
+    Ok(Agreed {
+        lens,
+        direct: direct && all.chunks_exact(4).all(|theirs| theirs[1] == 1),
+    })
+}
+
+/// A datatype's signature as the ranks compare it: its name, hashed (FNV-1a).
+fn signature(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// The bytes /dev/shm has free, if it can tell.
@@ -1533,17 +1621,32 @@ fn direct_path(what: &str) -> Result<bool, Error> {
 /// host). Collective.
 fn map_parts<T, C: Communicator>(
     comm: &C,
-    len: usize,
+    lens: &[usize],
     what: &str,
 ) -> Result<Option<Direct>, Error> {
-    let lens = gather_lens(comm, len, what)?;
-    // Each rank's part starts on a cache line of its own, after the control lines.
+    // Each rank's part starts on a cache line of its own, after the control lines. Every
+    // rank computes this from the same lengths, so all refuse alike.
+    let too_large = || {
+        unsupported(
+            what,
+            format!(
+                "the {} ranks' parts ({} elements in all) do not fit in one mapping",
+                lens.len(),
+                lens.iter().fold(0u128, |sum, &n| sum + n as u128)
+            ),
+        )
+    };
     let mut parts = Vec::with_capacity(lens.len());
-    let mut total = lens.len() * LINE;
-    for &n in &lens {
+    let mut total = lens.len().checked_mul(LINE).ok_or_else(too_large)?;
+    for &n in lens {
+        // `agree` checked that each part fits.
         let bytes = n * size_of::<T>();
         parts.push((total, bytes));
-        total += bytes.div_ceil(LINE) * LINE;
+        total = bytes
+            .checked_next_multiple_of(LINE)
+            .and_then(|padded| total.checked_add(padded))
+            .filter(|&end| end <= isize::MAX as usize)
+            .ok_or_else(too_large)?;
     }
     Ok(map_shared(comm, total, what)?.map(|map| Direct::new(map, parts)))
 }

@@ -562,6 +562,15 @@ fn dynamic(world: &SimpleCommunicator) {
         refused.unwrap();
     }
     window.fence_epoch(|_| {});
+    // A displacement that is not whole elements from its block's start is refused: it
+    // would leave elements holding parts of two.
+    let refused = window.try_lock(next as Rank, LockKind::Shared, |epoch| {
+        epoch.put(&[1], next as Rank, addresses[next] as usize + 9)
+    });
+    let text = refused.unwrap_err().to_string();
+    assert!(text.contains("not whole elements"), "{text}");
+    // Every rank's lock epochs on this rank ended before it detaches.
+    world.barrier();
     window.detach(address as usize).unwrap();
     drop(window);
     let previous = (me + size as Rank - 1) % size as Rank;
@@ -716,6 +725,19 @@ fn errors(world: &SimpleCommunicator) {
         .unwrap()
         .unwrap_err();
     say("with_local twice", e);
+    // One rank's length too large for memory, or another element type, is refused on every
+    // rank alike (none is left in a collective of the creation).
+    let huge = if world.rank() == 1 { 1 << 61 } else { 1 };
+    let e = Window::<u64>::try_allocate(world, huge)
+        .err()
+        .expect("a window of 2^64 bytes");
+    say("huge", e);
+    let e = if world.rank() == 1 {
+        Window::<i32>::try_allocate(world, 1).err()
+    } else {
+        Window::<u32>::try_allocate(world, 1).err()
+    };
+    say("types", e.expect("windows over i32 and u32"));
     world.barrier();
     window.with_local(|l| assert_eq!(l, [0; 4], "a refused operation wrote"));
     drop((chars, floats));
@@ -791,7 +813,7 @@ fn window_kinds_and_progress() {
 }
 
 /// What both paths name alike.
-const MISUSES: [&str; 9] = [
+const MISUSES: [&str; 11] = [
     "outside: rank 0: put to rank 2: 3 element(s) at displacement 2 reach past the end of \
      rank 2's window, which holds 4 element(s); nothing was moved",
     "rank: rank 0: get from rank 3: rank 3 is out of range",
@@ -805,6 +827,10 @@ const MISUSES: [&str; 9] = [
     "epoch in with_local: rank 0: lock of rank 0: the window's memory is lent to with_local; \
      open epochs outside it",
     "with_local twice: rank 0: with_local: ",
+    "huge: rank 0: allocate a window: rank 1's 2305843009213693952 elements of u64 do not fit \
+     in memory",
+    "types: rank 0: allocate a window: rank 1 creates the window over another element type (4 \
+     bytes) than this rank's u32 (4 bytes): every rank must use one type",
 ];
 
 #[test]
