@@ -624,7 +624,9 @@ impl<'a, T: Equivalence> Window<'a, T> {
         self.locked.borrow_mut().push(t);
         let _unlocked = Unlocked(self, t);
         self.acquire(&[t], kind).map_err(|c| Error::new(&what, c))?;
+        let held = Held::new(self, vec![t], kind);
         self.run_epoch(Reach::One(t), "a lock epoch", f, |e| {
+            held.unlocking();
             e.end_locks(&[t], kind)
         })
         .map_err(|c| Error::new(format!("unlock of rank {target}"), c))
@@ -648,7 +650,9 @@ impl<'a, T: Equivalence> Window<'a, T> {
         let all: Vec<u32> = (0..self.comm.size() as u32).collect();
         self.acquire(&all, LockKind::Shared)
             .map_err(|c| Error::new(what, c))?;
+        let held = Held::new(self, all.clone(), LockKind::Shared);
         self.run_epoch(Reach::All, "lock_all", f, |e| {
+            held.unlocking();
             e.end_locks(&all, LockKind::Shared)
         })
         .map_err(|c| Error::new("unlock_all", c))
@@ -666,10 +670,14 @@ impl<'a, T: Equivalence> Window<'a, T> {
     where
         F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> R,
     {
-        let _abandon = Abandon(&self.core);
+        let mut abandon = Abandon {
+            core: &self.core,
+            ended: false,
+        };
         let epoch = Epoch::new(self.for_epoch(), reach, name);
         let out = f(&epoch);
         end(&epoch)?;
+        abandon.ended = true;
         Ok(out)
     }
 
@@ -1347,7 +1355,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         }
         core.wait_until(|core| ids.iter().all(|&id| core.is_done(id)))?;
         for &t in targets {
-            core.settle(Some(t)).map_err(Cause::Window)?;
+            core.settle(Some(t), false).map_err(Cause::Window)?;
         }
         Ok(())
     }
@@ -1371,7 +1379,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         let size = self.window.comm.size() as u32;
         core.wait_until(|core| core.target.fence_done == size && core.all_done(None))?;
         core.target.fence_done = 0;
-        core.settle(None).map_err(Cause::Window)
+        core.settle(None, true).map_err(Cause::Window)
     }
 
     /// Ends a PSCW access epoch: tells each target, and waits for this rank's replies (each
@@ -1392,7 +1400,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             unsafe { core.request(t, control(Ask::Complete), &[], answer) }?;
         }
         core.wait_until(|core| core.all_done(None))?;
-        core.settle(None).map_err(Cause::Window)
+        core.settle(None, true).map_err(Cause::Window)
     }
 
     /// Ends a lock epoch: unlocks each target, which replies once all this rank's
@@ -1414,7 +1422,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         core.wait_until(|core| ids.iter().all(|&id| core.is_done(id)) && core.all_done(None))?;
         let mut first = Ok(());
         for &t in targets {
-            let settled = core.settle(Some(t));
+            let settled = core.settle(Some(t), true);
             if first.is_ok() {
                 first = settled;
             }
@@ -1423,15 +1431,68 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
     }
 }
 
-/// Ends an epoch whose closure unwinds: its buffers go back to the unwinding caller, so no
-/// reply may write them any more.
-struct Abandon<'w>(&'w RefCell<Core>);
+/// Ends an epoch whose closure unwinds or whose end failed: its buffers go back to the
+/// caller, so no reply may write them any more.
+struct Abandon<'w> {
+    core: &'w RefCell<Core>,
+    /// Whether the epoch's end succeeded (every reply came).
+    ended: bool,
+}
 
 impl Drop for Abandon<'_> {
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            if let Ok(mut core) = self.0.try_borrow_mut() {
+        if !self.ended {
+            if let Ok(mut core) = self.core.try_borrow_mut() {
                 core.abandon();
+            }
+        }
+    }
+}
+
+/// The locks of a lock or lock_all epoch, released if the epoch unwinds before its end
+/// unlocks them: a lock word left taken, or a holder left in a target's lock table, would
+/// keep every other rank waiting for it forever.
+struct Held<'w, 'a, T: Equivalence> {
+    window: &'w Window<'a, T>,
+    targets: Vec<u32>,
+    kind: LockKind,
+    /// Set once the epoch's end took over the unlocking.
+    unlocking: Cell<bool>,
+}
+
+impl<'w, 'a, T: Equivalence> Held<'w, 'a, T> {
+    fn new(window: &'w Window<'a, T>, targets: Vec<u32>, kind: LockKind) -> Self {
+        Held {
+            window,
+            targets,
+            kind,
+            unlocking: Cell::new(false),
+        }
+    }
+
+    fn unlocking(&self) {
+        self.unlocking.set(true);
+    }
+}
+
+impl<T: Equivalence> Drop for Held<'_, '_, T> {
+    fn drop(&mut self) {
+        if self.unlocking.get() {
+            return;
+        }
+        if let Some(direct) = self.window.direct() {
+            for &t in &self.targets {
+                direct.unlock(t, self.kind == LockKind::Exclusive);
+            }
+            return;
+        }
+        // Unlocks that wait for no answer: the caller is unwinding, and the targets serve
+        // them whenever they are inside mpirt.
+        if let Ok(mut core) = self.window.core.try_borrow_mut() {
+            for &t in &self.targets {
+                // SAFETY: no reply is awaited. A send that fails has stopped the PML, which
+                // the next call reports.
+                let _ = unsafe { core.request(t, control(Ask::Unlock), &[], None) };
             }
         }
     }

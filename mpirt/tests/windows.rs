@@ -54,6 +54,7 @@ fn rank_mode() {
         "atomics" => {
             counter(&world);
             exclusive(&world);
+            unwound(&world);
             compare_and_swap_once(&world);
             println!("atomics ok");
         }
@@ -461,6 +462,39 @@ fn counter(world: &SimpleCommunicator) {
 }
 
 /// A read-modify-write of get then put under an exclusive lock is never interleaved.
+/// A lock epoch whose closure panics (caught) still releases its lock, and its gets'
+/// buffers: every rank locks the target exclusively afterwards, and nothing writes into
+/// the buffer given back.
+fn unwound(world: &SimpleCommunicator) {
+    let window = Window::<u64>::allocate(world, 1);
+    window.with_local(|local| local[0] = 7);
+    world.barrier();
+    let mut got = [0u64];
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        window.lock(0, LockKind::Exclusive, |epoch| {
+            epoch.get(&mut got, 0, 0);
+            panic!("a lock epoch unwinds");
+        })
+    }));
+    assert!(caught.is_err());
+    got[0] = 1;
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        window.lock_all(|_| panic!("a lock_all epoch unwinds"))
+    }));
+    assert!(caught.is_err());
+    for _ in 0..3 {
+        window.lock(0, LockKind::Exclusive, |epoch| {
+            epoch.accumulate(&[1], 0, 0, SystemOperation::sum())
+        });
+    }
+    world.barrier();
+    assert_eq!(got, [1], "a reply wrote into a buffer its epoch gave back");
+    if world.rank() == 0 {
+        window.with_local(|c| assert_eq!(c[0], 7 + 3 * world.size() as u64));
+    }
+    world.barrier();
+}
+
 fn exclusive(world: &SimpleCommunicator) {
     const EACH: u64 = 100;
     let window = Window::<u64>::allocate(world, 1);

@@ -162,11 +162,13 @@ impl Core {
     }
 
     /// Takes the outcomes of the replies that came from `target` (every target: `None`):
-    /// the first fault among them and among late faults, if any.
-    pub fn settle(&mut self, target: Option<u32>) -> Result<(), WindowFault> {
+    /// the first fault among them and among late faults, if any. At an epoch's end
+    /// (`ending`) it takes those of held requests too: a request cannot outlive its epoch, so
+    /// one still held was forgotten (`mem::forget`) and would never take them.
+    pub fn settle(&mut self, target: Option<u32>, ending: bool) -> Result<(), WindowFault> {
         let mut first = self.late_fault.take().map(Err).unwrap_or(Ok(()));
         self.awaited.retain(|_, a| {
-            if target.is_some_and(|t| t != a.target) || a.outcome.is_none() || a.held {
+            if target.is_some_and(|t| t != a.target) || a.outcome.is_none() || (a.held && !ending) {
                 return true;
             }
             if first.is_ok() {

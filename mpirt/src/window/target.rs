@@ -274,7 +274,10 @@ impl Target {
                         frame: encode_reply(Answer::Granted, id, &[]),
                     });
                 }
-                replies.push(reply(Answer::Done, &[]));
+                // An unlock of an unwinding epoch awaits no answer.
+                if request.id != 0 {
+                    replies.push(reply(Answer::Done, &[]));
+                }
             }
             Ask::Flush => replies.push(reply(Answer::Done, &[])),
             // Answered, where the origin asks (an id), once the origin's operations before
