@@ -1233,7 +1233,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         if let Some(direct) = self.window.direct() {
             let mut result = result;
             let old = result.as_deref_mut().map(as_bytes_mut);
-            direct.accumulate(t, offset, op, datatype, bytes, old);
+            direct.accumulate(t, offset, op, datatype, bytes, old)?;
             return Ok(self.request(0, result));
         }
         let mut request = data_request(Ask::Accumulate, offset, bytes.len());
@@ -1287,7 +1287,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             );
             if let Some(direct) = self.window.direct() {
                 let result = as_bytes_mut(std::slice::from_mut(result));
-                direct.compare_and_swap(t, offset, old, new, result);
+                direct.compare_and_swap(t, offset, old, new, result)?;
                 return Ok(());
             }
             let ptr = (result as *mut T).cast::<u8>();
@@ -1712,6 +1712,18 @@ fn map_parts<T, C: Communicator>(
     Ok(map_shared(comm, total, what)?.map(|map| Direct::new(map, parts)))
 }
 
+/// A /dev/shm name this rank made, removed when the guard drops.
+struct Unlink(Option<String>);
+
+impl Drop for Unlink {
+    fn drop(&mut self) {
+        if let Some(name) = self.0.take() {
+            // Nothing is left to do where the name is already gone.
+            let _ = SharedMapping::remove(&name);
+        }
+    }
+}
+
 /// A mapping of `bytes` that every rank of `comm` shares: rank 0 creates it, the others
 /// open it by name; `None` if any rank could not (it is on another host).
 fn map_shared<C: Communicator>(
@@ -1722,7 +1734,8 @@ fn map_shared<C: Communicator>(
     const NAME: usize = 128;
     let mut name = [0u8; NAME];
     let mut map = None;
-    let mut made = None;
+    // Removes the name on every way out (the others opened it by then, or never will).
+    let mut made = Unlink(None);
     if comm.rank() == 0 {
         let job = crate::environment::job_id().map_err(|c| Error::new(what, c))?;
         static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -1733,9 +1746,14 @@ fn map_shared<C: Communicator>(
         if shm_room().is_some_and(|room| room >= bytes as u64) {
             map = SharedMapping::create(&text, bytes).ok();
         }
-        if map.is_some() && text.len() < NAME {
-            name[..text.len()].copy_from_slice(text.as_bytes());
-            made = Some(text);
+        if map.is_some() {
+            if text.len() < NAME {
+                name[..text.len()].copy_from_slice(text.as_bytes());
+            } else {
+                // The others cannot open it: the window stays private, and all agree below.
+                map = None;
+            }
+            made = Unlink(Some(text));
         }
     }
     comm.process_at_rank(0).try_broadcast_into(&mut name[..])?;
@@ -1747,9 +1765,7 @@ fn map_shared<C: Communicator>(
     let mapped = [i32::from(map.is_some())];
     let mut everyone = [0i32];
     let agreed = comm.try_all_reduce_into(&mapped[..], &mut everyone[..], SystemOperation::min());
-    if let Some(text) = made {
-        let _ = SharedMapping::remove(&text);
-    }
+    drop(made);
     agreed?;
     Ok(map.filter(|_| everyone[0] == 1))
 }
