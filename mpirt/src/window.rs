@@ -34,6 +34,20 @@
 //! });
 //! ```
 //!
+//! Nor can memory that lives shorter than the window be attached to it (other ranks would
+//! reach it after it is gone):
+//!
+//! ```compile_fail,E0597
+//! use mpirt::window::Window;
+//!
+//! let universe = mpirt::initialize().unwrap();
+//! let window: Window<'static, u64> = Window::create_dynamic(&universe.world());
+//! {
+//!     let mut short = vec![0u64; 4];
+//!     window.attach(&mut short);
+//! }
+//! ```
+//!
 //! # The API carries the epoch rules
 //! Operations exist only on an epoch, and an epoch exists only inside the closure of the call
 //! that opens it and ends it when the closure returns: [`Window::fence_epoch`] (`MPI_Win_fence`
@@ -53,8 +67,11 @@
 //!
 //! Displacements count elements of the window's type `T` (`disp_unit = size_of::<T>()`); in
 //! a dynamic window they are byte addresses, as [`Window::attach`] returns them (MPI's
-//! `disp_unit` 1 from `MPI_BOTTOM`). Element types are contiguous [`Equivalence`] types;
-//! accumulates take the primitive numbers and `bool`.
+//! `disp_unit` 1 from `MPI_BOTTOM`), which must lie whole elements into an attached block.
+//! Element types are contiguous [`Equivalence`] types, one type on every rank of a window
+//! (checked at its creation, as is that every rank's length fits in memory); accumulates
+//! take the primitive numbers and `bool`. The ranks agree at creation on the path
+//! (`MPIRT_WINDOW_PATH`): the shared-memory path only where every rank allows it.
 //!
 //! # How operations move
 //! Every window has a context of its own (a duplicate of its communicator's). Where every
@@ -144,8 +161,17 @@ pub struct Window<'a, T: Equivalence> {
     /// fetch_and_op on the shared-memory path.
     accumulates: Cell<(Option<u8>, u64)>,
     locked: RefCell<Vec<u32>>,
-    _memory: PhantomData<&'a mut [T]>,
+    /// Whether this rank's memory is exposed to other ranks' PSCW access epochs (`post`).
+    exposed: Cell<bool>,
+    /// Whether `with_local` lent this rank's memory out: no epoch may open meanwhile.
+    lent: Cell<bool>,
+    /// Invariant in `'a`: a covariant window of `'static` would shrink to a shorter `'a` for
+    /// `attach`, which would then lend it a buffer freed while other ranks still reach it.
+    _memory: PhantomData<Invariant<'a, T>>,
 }
+
+/// A marker that makes a window invariant in its memory's lifetime (see `Window::_memory`).
+type Invariant<'a, T> = fn(&'a mut [T]) -> &'a mut [T];
 
 /// Which kind of access epoch is open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,14 +198,14 @@ impl<'a, T: Equivalence> Window<'a, T> {
         T: Default + Copy,
     {
         let what = "allocate a window";
-        check_type::<T>(what)?;
-        if direct_path(what)? {
-            if let Some(shared) = map_parts::<T, C>(comm, len, what)? {
-                return Window::mapped(comm, shared, len, true, what);
+        let agreed = agree::<T, C>(comm, len, what)?;
+        if agreed.direct {
+            if let Some(shared) = map_parts::<T, C>(comm, &agreed.lens, what)? {
+                return Window::mapped(comm, shared, agreed.lens, true, what);
             }
         }
         let layout = std::alloc::Layout::array::<T>(len.max(1))
-            .map_err(|_| unsupported(what, format!("{len} elements do not fit in memory")))?;
+            .expect("every rank's length was checked to fit (agree)");
         // SAFETY: the layout is non-zero (at least one element).
         let base = unsafe { std::alloc::alloc(layout) }.cast::<T>();
         if base.is_null() {
@@ -194,7 +220,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
             layout,
         };
         // SAFETY: the block is the window's, freed only when the window drops.
-        unsafe { Window::fixed(comm, base, len, storage, None, false, what) }
+        unsafe { Window::fixed(comm, base, agreed.lens, storage, None, false, what) }
     }
 
     /// A window over `memory`, which it borrows for its lifetime (`MPI_Win_create`).
@@ -208,13 +234,13 @@ impl<'a, T: Equivalence> Window<'a, T> {
         memory: &'a mut [T],
     ) -> Result<Window<'a, T>, Error> {
         let what = "create a window";
-        check_type::<T>(what)?;
+        let agreed = agree::<T, C>(comm, memory.len(), what)?;
         // SAFETY: the memory is borrowed mutably for `'a`, which the window holds.
         unsafe {
             Window::fixed(
                 comm,
                 memory.as_mut_ptr(),
-                memory.len(),
+                agreed.lens,
                 Storage::Borrowed,
                 None,
                 false,
@@ -241,8 +267,8 @@ impl<'a, T: Equivalence> Window<'a, T> {
         T: Default + Copy,
     {
         let what = "allocate a shared window";
-        check_type::<T>(what)?;
-        let shared = map_parts::<T, C>(comm, len, what)?.ok_or_else(|| {
+        let agreed = agree::<T, C>(comm, len, what)?;
+        let shared = map_parts::<T, C>(comm, &agreed.lens, what)?.ok_or_else(|| {
             unsupported(
                 what,
                 "a rank could not map the window's shared memory: allocate_shared needs \
@@ -250,15 +276,14 @@ impl<'a, T: Equivalence> Window<'a, T> {
                     .into(),
             )
         })?;
-        let direct = direct_path(what)?;
-        Window::mapped(comm, shared, len, direct, what)
+        Window::mapped(comm, shared, agreed.lens, agreed.direct, what)
     }
 
     /// A window over this rank's part of `shared`, each element `T::default()`.
     fn mapped<C: Communicator>(
         comm: &C,
         shared: Direct,
-        len: usize,
+        lens: Vec<usize>,
         direct: bool,
         what: &str,
     ) -> Result<Window<'static, T>, Error>
@@ -266,13 +291,23 @@ impl<'a, T: Equivalence> Window<'a, T> {
         T: Default + Copy,
     {
         let base = shared.part(comm.rank() as u32).0.cast::<T>();
-        for i in 0..len {
+        for i in 0..lens[comm.rank() as usize] {
             // SAFETY: this rank's part holds `len` elements, at a cache-line boundary; no
             // other rank touches it before the window exists.
             unsafe { base.add(i).write(T::default()) };
         }
         // SAFETY: the mapping is the window's, unmapped only when the window drops.
-        unsafe { Window::fixed(comm, base, len, Storage::Mapped, Some(shared), direct, what) }
+        unsafe {
+            Window::fixed(
+                comm,
+                base,
+                lens,
+                Storage::Mapped,
+                Some(shared),
+                direct,
+                what,
+            )
+        }
     }
 
     /// A window with no memory until [`attach`](Self::attach) adds some
@@ -284,7 +319,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
 
     pub fn try_create_dynamic<C: Communicator>(comm: &C) -> Result<Window<'a, T>, Error> {
         let what = "create a dynamic window";
-        check_type::<T>(what)?;
+        agree::<T, C>(comm, 0, what)?;
         // SAFETY: a dynamic window starts with no memory.
         unsafe {
             Window::build(
@@ -298,20 +333,22 @@ impl<'a, T: Equivalence> Window<'a, T> {
         .map_err(|c| Error::new(what, c))
     }
 
+    /// Over `base`, this rank's part of `sizes` (every rank's length, agreed).
+    ///
     /// # Safety
-    /// `base` must be valid for reads and writes of `len` elements, and not accessed but
-    /// through the window, as long as it lives (`storage` keeps it, or `'a` borrows it).
-    #[allow(clippy::too_many_arguments)]
+    /// `base` must be valid for reads and writes of this rank's length of elements, and not
+    /// accessed but through the window, as long as it lives (`storage` keeps it, or `'a`
+    /// borrows it).
     unsafe fn fixed<C: Communicator>(
         comm: &C,
         base: *mut T,
-        len: usize,
+        sizes: Vec<usize>,
         storage: Storage,
         shared: Option<Direct>,
         direct: bool,
         what: &str,
     ) -> Result<Window<'a, T>, Error> {
-        let sizes = gather_lens(comm, len, what)?;
+        let len = sizes[comm.rank() as usize];
         let memory = Memory::Fixed {
             base: base.cast(),
             bytes: len * size_of::<T>(),
@@ -342,7 +379,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
     ) -> Result<Window<'a, T>, Cause> {
         let comm = comm.try_duplicate().map_err(|e| e.cause().clone())?;
         // SAFETY: forwarded from this function's contract.
-        let target = unsafe { Target::new(memory, comm.size() as u32) };
+        let target = unsafe { Target::new(memory, size_of::<T>(), comm.size() as u32) };
         let core = Rc::new(RefCell::new(Core::new(comm.data().clone(), target)));
         messaging::register(&core);
         Ok(Window {
@@ -356,6 +393,8 @@ impl<'a, T: Equivalence> Window<'a, T> {
             open: Cell::new(Open::None),
             accumulates: Cell::new((None, 0)),
             locked: RefCell::new(Vec::new()),
+            exposed: Cell::new(false),
+            lent: Cell::new(false),
             _memory: PhantomData,
         })
     }
@@ -388,9 +427,13 @@ impl<'a, T: Equivalence> Window<'a, T> {
     /// Runs `f` on this rank's window memory, after applying the operations that arrived
     /// for it; none is applied while `f` runs. MPI's rules say when the memory holds other
     /// ranks' operations (after the epoch that issued them ended). Where every rank maps the
-    /// memory (the shared-memory path), other ranks' epochs store into it directly: call this
-    /// only where MPI lets a rank touch its window (between fences, outside other ranks'
-    /// epochs on it, or holding this rank's own exclusive lock), as in C.
+    /// memory (the shared-memory path), other ranks' epochs store into it directly, so there
+    /// it is refused inside this rank's epochs and `post`, and holds this rank's own
+    /// exclusive lock while `f` runs (waiting for other ranks' lock epochs on it to end):
+    /// fence and PSCW epochs of other ranks reach this rank only while it is inside its own
+    /// fence or `post`. `f` may not open an epoch nor use the window (refused, named);
+    /// while it runs this rank serves no operation on the window, so other ranks' epochs on
+    /// it wait for `f` to return.
     pub fn with_local<R>(&self, f: impl FnOnce(&mut [T]) -> R) -> R {
         or_fatal(self.try_with_local(f))
     }
@@ -403,11 +446,31 @@ impl<'a, T: Equivalence> Window<'a, T> {
                 "a dynamic window has no memory of its own: use the attached buffers".into(),
             ));
         };
-        let mut core = messaging::serve(&self.core);
+        let _own = match self.direct() {
+            Some(direct) => {
+                if self.open.get() != Open::None || self.exposed.get() || self.lent.get() {
+                    return Err(sync_fault(
+                        what,
+                        "on the shared-memory path other ranks store into this memory during \
+                         this rank's epochs and post: call with_local outside them"
+                            .into(),
+                    ));
+                }
+                let me = self.comm.rank() as u32;
+                self.lock_directly(direct, me, true)
+                    .map_err(|c| Error::new(what, c))?;
+                Some(OwnLock(direct, me))
+            }
+            None => None,
+        };
+        let mut core = messaging::serve(&self.core).map_err(|c| Error::new(what, c))?;
         core.drain().map_err(|c| Error::new(what, c))?;
+        let _lent = Raised::new(&self.lent);
         // SAFETY: the memory is valid for the window's lifetime (`fixed`'s contract) and
         // reached only through the window, whose core stays borrowed while `f` runs, so no
-        // request is applied to it meanwhile.
+        // request is applied to it meanwhile; on the shared-memory path this rank holds its
+        // own exclusive lock, outside its fence epochs and `post`, so no other rank stores
+        // into it, and `lent` keeps `f` from opening an epoch.
         let memory = unsafe { std::slice::from_raw_parts_mut(base, len) };
         Ok(f(memory))
     }
@@ -421,17 +484,17 @@ impl<'a, T: Equivalence> Window<'a, T> {
     pub fn try_attach(&self, memory: &'a mut [T]) -> Result<usize, Error> {
         let address = memory.as_mut_ptr() as usize;
         let bytes = std::mem::size_of_val(memory);
+        let mut core = messaging::serve(&self.core).map_err(|c| Error::new("attach", c))?;
         // SAFETY: the memory is borrowed mutably for the window's lifetime `'a`.
-        unsafe { messaging::serve(&self.core).target.attach(address, bytes) }
-            .map_err(|why| unsupported("attach", why))?;
+        unsafe { core.target.attach(address, bytes) }.map_err(|why| unsupported("attach", why))?;
         Ok(address)
     }
 
     /// Removes the memory attached at `address` (`MPI_Win_detach`); it stays borrowed until
     /// the window drops.
     pub fn detach(&self, address: usize) -> Result<(), Error> {
-        self.core
-            .borrow_mut()
+        messaging::serve(&self.core)
+            .map_err(|c| Error::new("detach", c))?
             .target
             .detach(address)
             .map_err(|why| unsupported("detach", why))
@@ -458,8 +521,13 @@ impl<'a, T: Equivalence> Window<'a, T> {
         self.comm.try_barrier()?;
         let out = self
             .run_epoch(Reach::All, "a fence epoch", f, |e| e.end_fence())
-            .map_err(|c| Error::new(what, c))?;
-        self.comm.try_barrier()?;
+            .map_err(|c| Error::new(what, c));
+        // Every rank takes the closing barrier, whatever its epoch's end said: one that
+        // skipped it would pair its next barrier (another fence's, the window's free) with
+        // this one, and hang or run ahead of the others.
+        let closed = self.comm.try_barrier();
+        let out = out?;
+        closed?;
         Ok(out)
     }
 
@@ -472,14 +540,18 @@ impl<'a, T: Equivalence> Window<'a, T> {
     pub fn try_post<R>(&self, origins: &[Rank], f: impl FnOnce() -> R) -> Result<R, Error> {
         let what = "post";
         let origins = self.group(origins, what)?;
+        if self.lent.get() || self.exposed.get() {
+            return Err(sync_fault(what, in_local_or_post(self.lent.get())));
+        }
+        let _exposed = Raised::new(&self.exposed);
         {
-            let mut core = messaging::serve(&self.core);
+            let mut core = messaging::serve(&self.core).map_err(|c| Error::new(what, c))?;
             for &o in &origins {
                 core.notify_posted(o).map_err(|c| Error::new(what, c))?;
             }
         }
         let out = f();
-        let mut core = messaging::serve(&self.core);
+        let mut core = messaging::serve(&self.core).map_err(|c| Error::new("wait", c))?;
         core.wait_until(|core| {
             origins
                 .iter()
@@ -510,7 +582,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
         self.open(Open::Start, what)?;
         let _closed = Closed(&self.open);
         {
-            let mut core = messaging::serve(&self.core);
+            let mut core = messaging::serve(&self.core).map_err(|c| Error::new(what, c))?;
             core.wait_until(|core| targets.iter().all(|&t| core.posted[t as usize] > 0))
                 .map_err(|c| Error::new(what, c))?;
             for &t in &targets {
@@ -552,7 +624,9 @@ impl<'a, T: Equivalence> Window<'a, T> {
         self.locked.borrow_mut().push(t);
         let _unlocked = Unlocked(self, t);
         self.acquire(&[t], kind).map_err(|c| Error::new(&what, c))?;
+        let held = Held::new(self, vec![t], kind);
         self.run_epoch(Reach::One(t), "a lock epoch", f, |e| {
+            held.unlocking();
             e.end_locks(&[t], kind)
         })
         .map_err(|c| Error::new(format!("unlock of rank {target}"), c))
@@ -576,7 +650,9 @@ impl<'a, T: Equivalence> Window<'a, T> {
         let all: Vec<u32> = (0..self.comm.size() as u32).collect();
         self.acquire(&all, LockKind::Shared)
             .map_err(|c| Error::new(what, c))?;
+        let held = Held::new(self, all.clone(), LockKind::Shared);
         self.run_epoch(Reach::All, "lock_all", f, |e| {
+            held.unlocking();
             e.end_locks(&all, LockKind::Shared)
         })
         .map_err(|c| Error::new("unlock_all", c))
@@ -594,11 +670,25 @@ impl<'a, T: Equivalence> Window<'a, T> {
     where
         F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> R,
     {
-        let _abandon = Abandon(&self.core);
-        let epoch = Epoch::new(self, reach, name);
+        let mut abandon = Abandon {
+            core: &self.core,
+            ended: false,
+        };
+        let epoch = Epoch::new(self.for_epoch(), reach, name);
         let out = f(&epoch);
         end(&epoch)?;
+        abandon.ended = true;
         Ok(out)
+    }
+
+    /// The window as an epoch holds it, its memory's lifetime shortened to the epoch's
+    /// borrow of it.
+    fn for_epoch<'env>(&'env self) -> &'env Window<'env, T> {
+        // SAFETY: the two types differ in a lifetime only (same layout), and `'a: 'env`
+        // (the borrow of `self` proves it). `'a` is invariant only so that `attach` takes no
+        // memory that lives shorter than `'a`; an epoch never attaches, and reads nothing
+        // whose validity depends on `'a` past `'env`, during which `self` lives.
+        unsafe { &*(self as *const Window<'a, T>).cast::<Window<'env, T>>() }
     }
 
     /// Asks `targets` for the lock and waits for every grant.
@@ -613,7 +703,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
             LockKind::Shared => Ask::LockShared,
             LockKind::Exclusive => Ask::LockExclusive,
         };
-        let mut core = messaging::serve(&self.core);
+        let mut core = messaging::serve(&self.core)?;
         let mut ids = Vec::with_capacity(targets.len());
         for &t in targets {
             // SAFETY: a grant carries no data.
@@ -656,7 +746,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
         while !direct.try_lock(target, exclusive) {
             tries += 1;
             if tries.is_multiple_of(64) {
-                messaging::serve(&self.core).drain()?;
+                messaging::serve(&self.core)?.drain()?;
                 crate::environment::with_engine_or_lent(|e| e.progress())?;
                 // Another rank holds the lock for its whole epoch: let it run where ranks
                 // share cores, then wait at most a moment between tries.
@@ -674,6 +764,9 @@ impl<'a, T: Equivalence> Window<'a, T> {
 
     /// Records an access epoch of `kind` opening, or says why it may not.
     fn open(&self, kind: Open, what: &str) -> Result<(), Error> {
+        if self.lent.get() {
+            return Err(sync_fault(what, in_local_or_post(true)));
+        }
         match (self.open.get(), kind) {
             (Open::None, _) => {}
             (Open::Locks, Open::Locks) => return Ok(()),
@@ -719,7 +812,7 @@ impl<T: Equivalence> Drop for Window<'_, T> {
     /// leave and for every rank to be done with the window, then gives its memory back.
     fn drop(&mut self) {
         if !std::thread::panicking() {
-            let sent = messaging::serve(&self.core).finish_sends();
+            let sent = messaging::serve(&self.core).and_then(|mut core| core.finish_sends());
             or_fatal(sent.map_err(|c| Error::new("free a window", c)));
             // Every rank's epochs ended before it came here, so every request to this rank
             // was applied; the barrier keeps this rank's memory until all have.
@@ -731,6 +824,31 @@ impl<T: Equivalence> Drop for Window<'_, T> {
             // the window is unregistered from the progress hook.
             unsafe { std::alloc::dealloc(base, layout) };
         }
+    }
+}
+
+/// A flag raised while its guard lives (returns or unwinds).
+struct Raised<'w>(&'w Cell<bool>);
+
+impl<'w> Raised<'w> {
+    fn new(flag: &'w Cell<bool>) -> Raised<'w> {
+        flag.set(true);
+        Raised(flag)
+    }
+}
+
+impl Drop for Raised<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
+
+/// This rank's own exclusive lock on the shared-memory path, held by `with_local`.
+struct OwnLock<'w>(&'w Direct, u32);
+
+impl Drop for OwnLock<'_> {
+    fn drop(&mut self) {
+        self.0.unlock(self.1, true);
     }
 }
 
@@ -800,7 +918,8 @@ impl<'scope, D: ?Sized> RmaRequest<'scope, D> {
 
     pub fn try_wait(mut self) -> Result<Option<&'scope mut D>, Error> {
         if self.id != 0 {
-            let mut core = messaging::serve(self.core);
+            let mut core = messaging::serve(self.core)
+                .map_err(|c| Error::new("wait for a one-sided request", c))?;
             let id = self.id;
             core.wait_until(|core| core.is_done(id))
                 .map_err(|c| Error::new("wait for a one-sided request", c))?;
@@ -813,7 +932,8 @@ impl<'scope, D: ?Sized> RmaRequest<'scope, D> {
 
     /// Whether the operation completed at the origin, after serving the window once.
     pub fn test(&self) -> Result<bool, Error> {
-        let mut core = messaging::serve(self.core);
+        let mut core =
+            messaging::serve(self.core).map_err(|c| Error::new("test a one-sided request", c))?;
         core.drain()
             .map_err(|c| Error::new("test a one-sided request", c))?;
         Ok(core.is_done(self.id))
@@ -831,7 +951,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         }
     }
 
-    fn core(&self) -> messaging::Served<'_> {
+    fn core(&self) -> Result<messaging::Served<'_>, Cause> {
         messaging::serve(&self.window.core)
     }
 
@@ -882,7 +1002,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         reply: Option<Option<(*mut u8, usize)>>,
     ) -> Result<u64, Cause> {
         // SAFETY: forwarded from this function's contract.
-        unsafe { self.core().request(target, request, payload, reply) }
+        unsafe { self.core()?.request(target, request, payload, reply) }
     }
 
     /// `MPI_Put`: `origin`'s elements to `target`'s window at `disp`.
@@ -931,7 +1051,10 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
 
     fn request<D: ?Sized>(&self, id: u64, data: Option<&'scope mut D>) -> RmaRequest<'scope, D> {
         let core: &'scope RefCell<Core> = extend(&self.window.core);
-        core.borrow_mut().hold(id, true);
+        if id != 0 {
+            // The core was just lent to issue the request.
+            core.borrow_mut().hold(id, true);
+        }
         RmaRequest { core, id, data }
     }
 
@@ -1110,7 +1233,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         if let Some(direct) = self.window.direct() {
             let mut result = result;
             let old = result.as_deref_mut().map(as_bytes_mut);
-            direct.accumulate(t, offset, op, datatype, bytes, old);
+            direct.accumulate(t, offset, op, datatype, bytes, old)?;
             return Ok(self.request(0, result));
         }
         let mut request = data_request(Ask::Accumulate, offset, bytes.len());
@@ -1164,7 +1287,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             );
             if let Some(direct) = self.window.direct() {
                 let result = as_bytes_mut(std::slice::from_mut(result));
-                direct.compare_and_swap(t, offset, old, new, result);
+                direct.compare_and_swap(t, offset, old, new, result)?;
                 return Ok(());
             }
             let ptr = (result as *mut T).cast::<u8>();
@@ -1224,7 +1347,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
             return Ok(());
         }
-        let mut core = self.core();
+        let mut core = self.core()?;
         let mut ids = Vec::with_capacity(targets.len());
         for &t in targets {
             // SAFETY: a flush's reply carries no data.
@@ -1232,43 +1355,52 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         }
         core.wait_until(|core| ids.iter().all(|&id| core.is_done(id)))?;
         for &t in targets {
-            core.settle(Some(t)).map_err(Cause::Window)?;
+            core.settle(Some(t), false).map_err(Cause::Window)?;
         }
         Ok(())
     }
 
     /// Ends a fence epoch: tells every rank this rank's operations are sent, then waits
-    /// until every rank said so to it (so all of theirs are applied here) and this rank's
-    /// replies came.
+    /// until every rank said so to it (so all of theirs are applied here) and every rank
+    /// answered that it applied this rank's.
     fn end_fence(&self) -> Result<(), Cause> {
         if self.window.direct().is_some() {
             // Every operation completed as it was issued: the closing barrier is enough.
             std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
             return Ok(());
         }
-        let mut core = self.core();
+        let mut core = self.core()?;
         for t in 0..self.window.comm.size() as u32 {
-            // SAFETY: no reply is awaited.
-            unsafe { core.request(t, control(Ask::FenceDone), &[], None) }?;
+            // SAFETY: the reply carries no data. Each target answers after it applied this
+            // rank's operations (they came before, in order), so a refusal among them
+            // arrives before that answer and is reported by this fence.
+            unsafe { core.request(t, control(Ask::FenceDone), &[], Some(None)) }?;
         }
         let size = self.window.comm.size() as u32;
         core.wait_until(|core| core.target.fence_done == size && core.all_done(None))?;
         core.target.fence_done = 0;
-        core.settle(None).map_err(Cause::Window)
+        core.settle(None, true).map_err(Cause::Window)
     }
 
-    /// Ends a PSCW access epoch: tells each target, and waits for this rank's replies.
+    /// Ends a PSCW access epoch: tells each target, and waits for this rank's replies (each
+    /// target's answer to `Complete` among them).
     fn end_start(&self) -> Result<(), Cause> {
         // Stores of the shared-memory path are seen before `Complete` is.
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         let targets = self.targets();
-        let mut core = self.core();
+        // By messages, the target answers after it applied this rank's operations, so their
+        // refusals are reported here (as for a fence). The shared-memory path refuses
+        // nothing late, and its targets serve no messages but in their own window calls: an
+        // answer awaited would block until the target's `wait`, which MPI does not let
+        // `complete` do.
+        let answer = self.window.direct().is_none().then_some(None);
+        let mut core = self.core()?;
         for &t in &targets {
-            // SAFETY: no reply is awaited.
-            unsafe { core.request(t, control(Ask::Complete), &[], None) }?;
+            // SAFETY: the answer carries no data.
+            unsafe { core.request(t, control(Ask::Complete), &[], answer) }?;
         }
         core.wait_until(|core| core.all_done(None))?;
-        core.settle(None).map_err(Cause::Window)
+        core.settle(None, true).map_err(Cause::Window)
     }
 
     /// Ends a lock epoch: unlocks each target, which replies once all this rank's
@@ -1281,7 +1413,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             }
             return Ok(());
         }
-        let mut core = self.core();
+        let mut core = self.core()?;
         let mut ids = Vec::with_capacity(targets.len());
         for &t in targets {
             // SAFETY: an unlock's reply carries no data.
@@ -1290,7 +1422,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         core.wait_until(|core| ids.iter().all(|&id| core.is_done(id)) && core.all_done(None))?;
         let mut first = Ok(());
         for &t in targets {
-            let settled = core.settle(Some(t));
+            let settled = core.settle(Some(t), true);
             if first.is_ok() {
                 first = settled;
             }
@@ -1299,15 +1431,68 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
     }
 }
 
-/// Ends an epoch whose closure unwinds: its buffers go back to the unwinding caller, so no
-/// reply may write them any more.
-struct Abandon<'w>(&'w RefCell<Core>);
+/// Ends an epoch whose closure unwinds or whose end failed: its buffers go back to the
+/// caller, so no reply may write them any more.
+struct Abandon<'w> {
+    core: &'w RefCell<Core>,
+    /// Whether the epoch's end succeeded (every reply came).
+    ended: bool,
+}
 
 impl Drop for Abandon<'_> {
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            if let Ok(mut core) = self.0.try_borrow_mut() {
+        if !self.ended {
+            if let Ok(mut core) = self.core.try_borrow_mut() {
                 core.abandon();
+            }
+        }
+    }
+}
+
+/// The locks of a lock or lock_all epoch, released if the epoch unwinds before its end
+/// unlocks them: a lock word left taken, or a holder left in a target's lock table, would
+/// keep every other rank waiting for it forever.
+struct Held<'w, 'a, T: Equivalence> {
+    window: &'w Window<'a, T>,
+    targets: Vec<u32>,
+    kind: LockKind,
+    /// Set once the epoch's end took over the unlocking.
+    unlocking: Cell<bool>,
+}
+
+impl<'w, 'a, T: Equivalence> Held<'w, 'a, T> {
+    fn new(window: &'w Window<'a, T>, targets: Vec<u32>, kind: LockKind) -> Self {
+        Held {
+            window,
+            targets,
+            kind,
+            unlocking: Cell::new(false),
+        }
+    }
+
+    fn unlocking(&self) {
+        self.unlocking.set(true);
+    }
+}
+
+impl<T: Equivalence> Drop for Held<'_, '_, T> {
+    fn drop(&mut self) {
+        if self.unlocking.get() {
+            return;
+        }
+        if let Some(direct) = self.window.direct() {
+            for &t in &self.targets {
+                direct.unlock(t, self.kind == LockKind::Exclusive);
+            }
+            return;
+        }
+        // Unlocks that wait for no answer: the caller is unwinding, and the targets serve
+        // them whenever they are inside mpirt.
+        if let Ok(mut core) = self.window.core.try_borrow_mut() {
+            for &t in &self.targets {
+                // SAFETY: no reply is awaited. A send that fails has stopped the PML, which
+                // the next call reports.
+                let _ = unsafe { core.request(t, control(Ask::Unlock), &[], None) };
             }
         }
     }
@@ -1373,12 +1558,95 @@ fn sync_fault(what: &str, why: String) -> Error {
     Error::new(what, Cause::Window(WindowFault::Synchronisation(why)))
 }
 
-/// Every rank's `len`, gathered.
-fn gather_lens<C: Communicator>(comm: &C, len: usize, what: &str) -> Result<Vec<usize>, Error> {
-    let mut lens = vec![0u64; comm.size() as usize];
-    comm.try_all_gather_into(&(len as u64), &mut lens[..])
+/// Why a synchronisation may not start inside `with_local` (`lent`) or a second `post`.
+fn in_local_or_post(lent: bool) -> String {
+    if lent {
+        "the window's memory is lent to with_local; open epochs outside it".into()
+    } else {
+        "a post is already exposing this window; end it first".into()
+    }
+}
+
+/// What the ranks creating a window agreed on.
+struct Agreed {
+    /// Each rank's length, in elements.
+    lens: Vec<usize>,
+    /// Whether every rank lets the window take the shared-memory path (`direct_path`).
+    direct: bool,
+}
+
+/// Gathers what each rank brings to a window's creation (its length, its choice of path,
+/// its element type), so that every rank decides alike: a rank that alone took another
+/// path, or alone refused, would leave the others in a collective it never joins.
+/// Collective.
+fn agree<T: Equivalence, C: Communicator>(
+    comm: &C,
+    len: usize,
+    what: &str,
+) -> Result<Agreed, Error> {
+    let datatype = datatype_of::<T>();
+    let path = direct_path(what);
+    let mine = [
+        len as u64,
+        match path {
+            Ok(true) => 1,
+            Ok(false) => 0,
+            Err(_) => 2,
+        },
+        size_of::<T>() as u64,
+        signature(datatype.name()),
+    ];
+    let mut all = vec![0u64; 4 * comm.size() as usize];
+    comm.try_all_gather_into(&mine[..], &mut all[..])
         .map_err(|e| Error::new(what, e.cause().clone()))?;
-    Ok(lens.into_iter().map(|n| n as usize).collect())
+    let direct = path?;
+    let ranks = all.chunks_exact(4).enumerate();
+    let mut lens = Vec::with_capacity(comm.size() as usize);
+    for (rank, theirs) in ranks {
+        if theirs[1] == 2 {
+            return Err(unsupported(
+                what,
+                format!("rank {rank}'s MPIRT_WINDOW_PATH is neither shared_memory nor messages"),
+            ));
+        }
+        if theirs[2..] != mine[2..] {
+            return Err(unsupported(
+                what,
+                format!(
+                    "rank {rank} creates the window over another element type ({} bytes) than \
+                     this rank's {} ({} bytes): every rank must use one type",
+                    theirs[2],
+                    datatype.name(),
+                    size_of::<T>()
+                ),
+            ));
+        }
+        let n = usize::try_from(theirs[0]).unwrap_or(usize::MAX);
+        if n.checked_mul(size_of::<T>())
+            .is_none_or(|bytes| bytes > isize::MAX as usize)
+        {
+            return Err(unsupported(
+                what,
+                format!(
+                    "rank {rank}'s {n} elements of {} do not fit in memory",
+                    datatype.name()
+                ),
+            ));
+        }
+        lens.push(n);
+    }
+    check_type::<T>(what)?;
+    Ok(Agreed {
+        lens,
+        direct: direct && all.chunks_exact(4).all(|theirs| theirs[1] == 1),
+    })
+}
+
+/// A datatype's signature as the ranks compare it: its name, hashed (FNV-1a).
+fn signature(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// The bytes /dev/shm has free, if it can tell.
@@ -1414,19 +1682,46 @@ fn direct_path(what: &str) -> Result<bool, Error> {
 /// host). Collective.
 fn map_parts<T, C: Communicator>(
     comm: &C,
-    len: usize,
+    lens: &[usize],
     what: &str,
 ) -> Result<Option<Direct>, Error> {
-    let lens = gather_lens(comm, len, what)?;
-    // Each rank's part starts on a cache line of its own, after the control lines.
+    // Each rank's part starts on a cache line of its own, after the control lines. Every
+    // rank computes this from the same lengths, so all refuse alike.
+    let too_large = || {
+        unsupported(
+            what,
+            format!(
+                "the {} ranks' parts ({} elements in all) do not fit in one mapping",
+                lens.len(),
+                lens.iter().fold(0u128, |sum, &n| sum + n as u128)
+            ),
+        )
+    };
     let mut parts = Vec::with_capacity(lens.len());
-    let mut total = lens.len() * LINE;
-    for &n in &lens {
+    let mut total = lens.len().checked_mul(LINE).ok_or_else(too_large)?;
+    for &n in lens {
+        // `agree` checked that each part fits.
         let bytes = n * size_of::<T>();
         parts.push((total, bytes));
-        total += bytes.div_ceil(LINE) * LINE;
+        total = bytes
+            .checked_next_multiple_of(LINE)
+            .and_then(|padded| total.checked_add(padded))
+            .filter(|&end| end <= isize::MAX as usize)
+            .ok_or_else(too_large)?;
     }
     Ok(map_shared(comm, total, what)?.map(|map| Direct::new(map, parts)))
+}
+
+/// A /dev/shm name this rank made, removed when the guard drops.
+struct Unlink(Option<String>);
+
+impl Drop for Unlink {
+    fn drop(&mut self) {
+        if let Some(name) = self.0.take() {
+            // Nothing is left to do where the name is already gone.
+            let _ = SharedMapping::remove(&name);
+        }
+    }
 }
 
 /// A mapping of `bytes` that every rank of `comm` shares: rank 0 creates it, the others
@@ -1439,7 +1734,8 @@ fn map_shared<C: Communicator>(
     const NAME: usize = 128;
     let mut name = [0u8; NAME];
     let mut map = None;
-    let mut made = None;
+    // Removes the name on every way out (the others opened it by then, or never will).
+    let mut made = Unlink(None);
     if comm.rank() == 0 {
         let job = crate::environment::job_id().map_err(|c| Error::new(what, c))?;
         static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -1450,9 +1746,14 @@ fn map_shared<C: Communicator>(
         if shm_room().is_some_and(|room| room >= bytes as u64) {
             map = SharedMapping::create(&text, bytes).ok();
         }
-        if map.is_some() && text.len() < NAME {
-            name[..text.len()].copy_from_slice(text.as_bytes());
-            made = Some(text);
+        if map.is_some() {
+            if text.len() < NAME {
+                name[..text.len()].copy_from_slice(text.as_bytes());
+            } else {
+                // The others cannot open it: the window stays private, and all agree below.
+                map = None;
+            }
+            made = Unlink(Some(text));
         }
     }
     comm.process_at_rank(0).try_broadcast_into(&mut name[..])?;
@@ -1464,9 +1765,7 @@ fn map_shared<C: Communicator>(
     let mapped = [i32::from(map.is_some())];
     let mut everyone = [0i32];
     let agreed = comm.try_all_reduce_into(&mapped[..], &mut everyone[..], SystemOperation::min());
-    if let Some(text) = made {
-        let _ = SharedMapping::remove(&text);
-    }
+    drop(made);
     agreed?;
     Ok(map.filter(|_| everyone[0] == 1))
 }

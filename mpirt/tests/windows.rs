@@ -54,6 +54,7 @@ fn rank_mode() {
         "atomics" => {
             counter(&world);
             exclusive(&world);
+            unwound(&world);
             compare_and_swap_once(&world);
             println!("atomics ok");
         }
@@ -461,6 +462,39 @@ fn counter(world: &SimpleCommunicator) {
 }
 
 /// A read-modify-write of get then put under an exclusive lock is never interleaved.
+/// A lock epoch whose closure panics (caught) still releases its lock, and its gets'
+/// buffers: every rank locks the target exclusively afterwards, and nothing writes into
+/// the buffer given back.
+fn unwound(world: &SimpleCommunicator) {
+    let window = Window::<u64>::allocate(world, 1);
+    window.with_local(|local| local[0] = 7);
+    world.barrier();
+    let mut got = [0u64];
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        window.lock(0, LockKind::Exclusive, |epoch| {
+            epoch.get(&mut got, 0, 0);
+            panic!("a lock epoch unwinds");
+        })
+    }));
+    assert!(caught.is_err());
+    got[0] = 1;
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        window.lock_all(|_| panic!("a lock_all epoch unwinds"))
+    }));
+    assert!(caught.is_err());
+    for _ in 0..3 {
+        window.lock(0, LockKind::Exclusive, |epoch| {
+            epoch.accumulate(&[1], 0, 0, SystemOperation::sum())
+        });
+    }
+    world.barrier();
+    assert_eq!(got, [1], "a reply wrote into a buffer its epoch gave back");
+    if world.rank() == 0 {
+        window.with_local(|c| assert_eq!(c[0], 7 + 3 * world.size() as u64));
+    }
+    world.barrier();
+}
+
 fn exclusive(world: &SimpleCommunicator) {
     const EACH: u64 = 100;
     let window = Window::<u64>::allocate(world, 1);
@@ -542,6 +576,35 @@ fn dynamic(world: &SimpleCommunicator) {
     });
     let text = refused.unwrap_err().to_string();
     assert!(text.contains("attached"), "{text}");
+    // A fence reports its refusals (the target answers its end after applying them), and
+    // takes its closing barrier all the same: the fence and the free after it pair with the
+    // other ranks' and do not hang.
+    // Rank 0 alone is refused: were its closing barrier skipped, the others' would pair
+    // with its next one.
+    let refused = window.try_fence_epoch(|epoch| {
+        if me == 0 {
+            epoch.put(&[1; 4], next as Rank, addresses[next] as usize + 8);
+        }
+    });
+    if me == 0 {
+        let text = refused.unwrap_err().to_string();
+        assert!(
+            text.contains("fence") && text.contains("attached"),
+            "{text}"
+        );
+    } else {
+        refused.unwrap();
+    }
+    window.fence_epoch(|_| {});
+    // A displacement that is not whole elements from its block's start is refused: it
+    // would leave elements holding parts of two.
+    let refused = window.try_lock(next as Rank, LockKind::Shared, |epoch| {
+        epoch.put(&[1], next as Rank, addresses[next] as usize + 9)
+    });
+    let text = refused.unwrap_err().to_string();
+    assert!(text.contains("not whole elements"), "{text}");
+    // Every rank's lock epochs on this rank ended before it detaches.
+    world.barrier();
     window.detach(address as usize).unwrap();
     drop(window);
     let previous = (me + size as Rank - 1) % size as Rank;
@@ -660,8 +723,16 @@ fn errors(world: &SimpleCommunicator) {
         .unwrap()
         .unwrap_err();
     say("lock twice", e);
-    let e = window.shared_query(0).unwrap_err();
-    say("query", e);
+    if let Err(e) = window.shared_query(0) {
+        say("query", e);
+    } else {
+        // The shared-memory path: `with_local` would lend memory other ranks store into.
+        let e = window
+            .try_fence_epoch(|_| window.try_with_local(|_| ()))
+            .unwrap()
+            .unwrap_err();
+        say("with_local in an epoch", e);
+    }
     let chars = Window::<char>::allocate(world, 1);
     let e = chars
         .try_lock(0, LockKind::Shared, |epoch| {
@@ -678,6 +749,29 @@ fn errors(world: &SimpleCommunicator) {
         .unwrap()
         .unwrap_err();
     say("op", e);
+    let e = window
+        .try_with_local(|_| window.try_lock(0, LockKind::Shared, |_| ()))
+        .unwrap()
+        .unwrap_err();
+    say("epoch in with_local", e);
+    let e = window
+        .try_with_local(|_| window.try_with_local(|_| ()))
+        .unwrap()
+        .unwrap_err();
+    say("with_local twice", e);
+    // One rank's length too large for memory, or another element type, is refused on every
+    // rank alike (none is left in a collective of the creation).
+    let huge = if world.rank() == 1 { 1 << 61 } else { 1 };
+    let e = Window::<u64>::try_allocate(world, huge)
+        .err()
+        .expect("a window of 2^64 bytes");
+    say("huge", e);
+    let e = if world.rank() == 1 {
+        Window::<i32>::try_allocate(world, 1).err()
+    } else {
+        Window::<u32>::try_allocate(world, 1).err()
+    };
+    say("types", e.expect("windows over i32 and u32"));
     world.barrier();
     window.with_local(|l| assert_eq!(l, [0; 4], "a refused operation wrote"));
     drop((chars, floats));
@@ -752,25 +846,51 @@ fn window_kinds_and_progress() {
     assert_job(2, "kinds", &TCP, "kinds ok");
 }
 
+/// What both paths name alike.
+const MISUSES: [&str; 11] = [
+    "outside: rank 0: put to rank 2: 3 element(s) at displacement 2 reach past the end of \
+     rank 2's window, which holds 4 element(s); nothing was moved",
+    "rank: rank 0: get from rank 3: rank 3 is out of range",
+    "epoch: rank 0: put to rank 2: rank 2 is not a target of this access epoch (a lock \
+     epoch)",
+    "fence in lock: rank 0: fence: a lock epoch is open on this window; end it first",
+    "lock twice: rank 0: lock of rank 0: rank 0 is already locked",
+    "type: rank 0: accumulate to rank 0: accumulates take primitive numbers and bool, not \
+     char",
+    "op: rank 0: accumulate to rank 0: the operation bitwise_and is not defined for f32",
+    "epoch in with_local: rank 0: lock of rank 0: the window's memory is lent to with_local; \
+     open epochs outside it",
+    "with_local twice: rank 0: with_local: ",
+    "huge: rank 0: allocate a window: rank 1's 2305843009213693952 elements of u64 do not fit \
+     in memory",
+    "types: rank 0: allocate a window: rank 1 creates the window over another element type (4 \
+     bytes) than this rank's u32 (4 bytes): every rank must use one type",
+];
+
+#[test]
+fn misuse_is_named_on_shared_memory() {
+    let out = assert_job(3, "errors", &[], "rank 0 done");
+    for needle in MISUSES {
+        assert!(out.contains(needle), "missing {needle:?} in\n{out}");
+    }
+    let needle = "with_local in an epoch: rank 0: with_local: on the shared-memory path other \
+                  ranks store into this memory during this rank's epochs and post";
+    assert!(out.contains(needle), "missing {needle:?} in\n{out}");
+}
+
 #[test]
 fn misuse_is_named() {
     // By messages: on the shared-memory path, `allocate` maps the memory, which
     // `shared_query` then reaches.
     let out = assert_job(3, "errors", &MESSAGES, "rank 0 done");
-    for needle in [
-        "outside: rank 0: put to rank 2: 3 element(s) at displacement 2 reach past the end of \
-         rank 2's window, which holds 4 element(s); nothing was moved",
-        "rank: rank 0: get from rank 3: rank 3 is out of range",
-        "epoch: rank 0: put to rank 2: rank 2 is not a target of this access epoch (a lock \
-         epoch)",
-        "fence in lock: rank 0: fence: a lock epoch is open on this window; end it first",
-        "lock twice: rank 0: lock of rank 0: rank 0 is already locked",
+    assert!(
+        out.contains("with_local twice: rank 0: with_local: the window's memory is lent"),
+        "{out}"
+    );
+    for needle in MISUSES.into_iter().chain([
         "query: rank 0: shared_query of rank 0: only a window whose memory every rank maps \
          (allocate_shared) is shared",
-        "type: rank 0: accumulate to rank 0: accumulates take primitive numbers and bool, not \
-         char",
-        "op: rank 0: accumulate to rank 0: the operation bitwise_and is not defined for f32",
-    ] {
+    ]) {
         assert!(out.contains(needle), "missing {needle:?} in\n{out}");
     }
 }

@@ -3,7 +3,9 @@
 //! target. The mapping starts with one cache line per rank for its locks, then each rank's
 //! part.
 //!
-//! Passive-target locks are a reader-writer word per rank (exclusive bit, shared count).
+//! Passive-target locks are a reader-writer word per rank (exclusive bit, writer-waiting
+//! bit, shared count): an exclusive request that must wait raises the waiting bit, which
+//! keeps new shared holders out, so a stream of shared ones does not starve it.
 //! Accumulates, `get_accumulate`, `fetch_and_op` and `compare_and_swap` on a rank's part
 //! hold that rank's accumulate lock, a spin lock held for one element-wise operation, so
 //! every accumulate on it is atomic with every other, whatever the operation and type.
@@ -11,15 +13,24 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use pml::shared_mapping::SharedMapping;
+use pml::Pml;
 
 use super::operation::AccumulateOperation;
 use crate::datatype::Datatype;
+use crate::environment::with_engine_or_lent;
+use crate::error::Cause;
 
 /// Bytes of a rank's control line.
 pub(super) const LINE: usize = 64;
 
-/// The exclusive holder's bit of a lock word; the bits below count shared holders.
+/// The exclusive holder's bit of a lock word; the bits below `WAITING` count shared holders.
 const EXCLUSIVE: u64 = 1 << 63;
+/// Set by an exclusive request that waits: no new shared holder enters meanwhile.
+const WAITING: u64 = 1 << 62;
+
+/// Spins on the accumulate lock between steps of the PML's progress, which notices a
+/// peer that died holding it (and lets the PML fail this call rather than spin forever).
+const PROGRESS_SPINS: u32 = 1 << 12;
 
 /// Spins before a waiting rank yields its core: a lock is held for a short copy, unless its
 /// holder was descheduled, which only yielding lets run again where ranks share cores.
@@ -73,13 +84,19 @@ impl Direct {
     /// Takes `rank`'s passive-target lock if it is free for `exclusive`; else false.
     pub fn try_lock(&self, rank: u32, exclusive: bool) -> bool {
         let word = &self.control(rank).lock;
-        if exclusive {
-            return word
-                .compare_exchange(0, EXCLUSIVE, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok();
-        }
         let now = word.load(Ordering::Relaxed);
-        now & EXCLUSIVE == 0
+        if exclusive {
+            if now & !WAITING == 0 {
+                return word
+                    .compare_exchange(now, EXCLUSIVE, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok();
+            }
+            if now & WAITING == 0 {
+                word.fetch_or(WAITING, Ordering::Relaxed);
+            }
+            return false;
+        }
+        now & (EXCLUSIVE | WAITING) == 0
             && word
                 .compare_exchange(now, now + 1, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
@@ -88,14 +105,15 @@ impl Direct {
     pub fn unlock(&self, rank: u32, exclusive: bool) {
         let word = &self.control(rank).lock;
         if exclusive {
-            word.store(0, Ordering::Release);
+            // Keeps a waiting bit another exclusive request raised meanwhile.
+            word.fetch_and(WAITING, Ordering::Release);
         } else {
             word.fetch_sub(1, Ordering::Release);
         }
     }
 
     /// Runs `f` holding `rank`'s accumulate lock.
-    fn accumulating<R>(&self, rank: u32, f: impl FnOnce() -> R) -> R {
+    fn accumulating<R>(&self, rank: u32, f: impl FnOnce() -> R) -> Result<R, Cause> {
         let flag = &self.control(rank).accumulate;
         let mut spins = 0u32;
         while flag
@@ -103,6 +121,9 @@ impl Direct {
             .is_err()
         {
             spins += 1;
+            if spins.is_multiple_of(PROGRESS_SPINS) {
+                with_engine_or_lent(|e| e.progress())?;
+            }
             if spins.is_multiple_of(SPINS) {
                 std::thread::yield_now();
             } else {
@@ -111,7 +132,7 @@ impl Direct {
         }
         let out = f();
         flag.store(0, Ordering::Release);
-        out
+        Ok(out)
     }
 
     pub fn put(&self, rank: u32, offset: u64, data: &[u8]) {
@@ -136,7 +157,7 @@ impl Direct {
         datatype: Datatype,
         incoming: &[u8],
         old: Option<&mut [u8]>,
-    ) {
+    ) -> Result<(), Cause> {
         let at = self.at(rank, offset, incoming.len());
         self.accumulating(rank, || {
             // SAFETY: the bytes lie in the rank's part (`at`), and every accumulate on it
@@ -157,7 +178,7 @@ impl Direct {
         compare: &[u8],
         swap: &[u8],
         old: &mut [u8],
-    ) {
+    ) -> Result<(), Cause> {
         let at = self.at(rank, offset, swap.len());
         self.accumulating(rank, || {
             // SAFETY: as in `accumulate`.
@@ -167,5 +188,32 @@ impl Direct {
                 target.copy_from_slice(swap);
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_exclusive_request_keeps_new_shared_holders_out() {
+        let name = format!("mpirt-test-direct-{}", std::process::id());
+        let map = SharedMapping::create(&name, 2 * LINE).expect("a /dev/shm mapping");
+        SharedMapping::remove(&name).expect("remove the name");
+        let direct = Direct::new(map, vec![(LINE, LINE)]);
+        assert!(direct.try_lock(0, false), "a first shared holder");
+        assert!(
+            !direct.try_lock(0, true),
+            "exclusive beside a shared holder"
+        );
+        assert!(
+            !direct.try_lock(0, false),
+            "a shared holder overtook a waiting exclusive"
+        );
+        direct.unlock(0, false);
+        assert!(direct.try_lock(0, true), "the waiting exclusive request");
+        assert!(!direct.try_lock(0, false));
+        direct.unlock(0, true);
+        assert!(direct.try_lock(0, false), "shared once nobody waits");
     }
 }

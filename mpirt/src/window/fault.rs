@@ -17,12 +17,6 @@ pub enum WindowFault {
         /// The target window's length, in elements.
         size: usize,
     },
-    /// In a dynamic window, bytes the target has not attached.
-    NotAttached {
-        target: Rank,
-        address: usize,
-        bytes: usize,
-    },
     /// An operation on a rank the epoch does not reach (a lock epoch's other ranks, ranks
     /// outside the group of `start`).
     NotInEpoch { target: Rank, epoch: String },
@@ -30,7 +24,8 @@ pub enum WindowFault {
     Synchronisation(String),
     /// A type or kind of window the call cannot serve.
     Unsupported(String),
-    /// The target refused the request; its reason.
+    /// The target refused the request; its reason (memory a dynamic window has not
+    /// attached, a displacement that is not whole elements, ...).
     Refused { target: Rank, why: String },
 }
 
@@ -46,15 +41,6 @@ impl fmt::Display for WindowFault {
                 f,
                 "{count} element(s) at displacement {displacement} reach past the end of rank \
                  {target}'s window, which holds {size} element(s); nothing was moved"
-            ),
-            WindowFault::NotAttached {
-                target,
-                address,
-                bytes,
-            } => write!(
-                f,
-                "rank {target} has attached no memory holding the {bytes} byte(s) at address \
-                 {address:#x} of its dynamic window; nothing was moved"
             ),
             WindowFault::NotInEpoch { target, epoch } => write!(
                 f,

@@ -162,11 +162,13 @@ impl Core {
     }
 
     /// Takes the outcomes of the replies that came from `target` (every target: `None`):
-    /// the first fault among them and among late faults, if any.
-    pub fn settle(&mut self, target: Option<u32>) -> Result<(), WindowFault> {
+    /// the first fault among them and among late faults, if any. At an epoch's end
+    /// (`ending`) it takes those of held requests too: a request cannot outlive its epoch, so
+    /// one still held was forgotten (`mem::forget`) and would never take them.
+    pub fn settle(&mut self, target: Option<u32>, ending: bool) -> Result<(), WindowFault> {
         let mut first = self.late_fault.take().map(Err).unwrap_or(Ok(()));
         self.awaited.retain(|_, a| {
-            if target.is_some_and(|t| t != a.target) || a.outcome.is_none() || a.held {
+            if target.is_some_and(|t| t != a.target) || a.outcome.is_none() || (a.held && !ending) {
                 return true;
             }
             if first.is_ok() {
@@ -298,8 +300,14 @@ impl Core {
 /// rank waiting for the others).
 pub(super) struct Served<'a>(RefMut<'a, Core>);
 
-pub(super) fn serve(core: &RefCell<Core>) -> Served<'_> {
-    Served(core.borrow_mut())
+/// Lends the window's core to a call; refused while `with_local` holds it (a window call
+/// inside its closure).
+pub(super) fn serve(core: &RefCell<Core>) -> Result<Served<'_>, Cause> {
+    core.try_borrow_mut().map(Served).map_err(|_| {
+        Cause::Window(WindowFault::Synchronisation(
+            "the window's memory is lent to with_local; use the window outside it".into(),
+        ))
+    })
 }
 
 impl Deref for Served<'_> {

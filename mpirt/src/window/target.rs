@@ -92,6 +92,10 @@ pub(super) struct Reply {
 /// This rank as a target: what origins' requests act on, and what they told it.
 pub(super) struct Target {
     memory: Memory,
+    /// Bytes of the window's element: requests move whole elements, at whole elements from
+    /// the start of the memory (of an attached block, in a dynamic window), so that no
+    /// element of the window is left holding parts of two (an invalid `char` or `bool`).
+    element: usize,
     lock: LockTable,
     /// Origins whose fence epoch ended (their `FenceDone`), since the last fence.
     pub fence_done: u32,
@@ -104,9 +108,10 @@ impl Target {
     /// A `Fixed` memory's `base` must be valid for reads and writes of `bytes` bytes, and a
     /// `Dynamic` one's blocks (and those `attach` adds) for theirs, as long as the target
     /// lives; nothing else may access them while `apply` runs.
-    pub unsafe fn new(memory: Memory, ranks: u32) -> Target {
+    pub unsafe fn new(memory: Memory, element: usize, ranks: u32) -> Target {
         Target {
             memory,
+            element: element.max(1),
             lock: LockTable::new(),
             fence_done: 0,
             completed: vec![0; ranks as usize],
@@ -153,27 +158,34 @@ impl Target {
     /// The window's bytes a request names, or why there are none.
     fn bytes(&mut self, offset: u64, len: u64) -> Result<&mut [u8], String> {
         let (offset, len) = (offset as usize, len as usize);
-        let start = match &self.memory {
+        let element = self.element;
+        let (start, from) = match &self.memory {
             Memory::Fixed { base, bytes } => {
                 if offset.checked_add(len).is_none_or(|end| end > *bytes) {
                     return Err(format!(
                         "{len} byte(s) at offset {offset} reach past the window's {bytes} bytes"
                     ));
                 }
-                base.wrapping_add(offset)
+                (base.wrapping_add(offset), offset)
             }
             Memory::Dynamic(blocks) => {
-                if !blocks
+                let Some(&(block, _)) = blocks
                     .iter()
-                    .any(|&(a, n)| offset >= a && offset.saturating_add(len) <= a + n)
-                {
+                    .find(|&&(a, n)| offset >= a && offset.saturating_add(len) <= a + n)
+                else {
                     return Err(format!(
                         "no attached memory holds the {len} byte(s) at address {offset:#x}"
                     ));
-                }
-                offset as *mut u8
+                };
+                (offset as *mut u8, offset - block)
             }
         };
+        if from % element != 0 || len % element != 0 {
+            return Err(format!(
+                "{len} byte(s) at {from} byte(s) into the memory are not whole elements of the \
+                 window's {element}-byte type"
+            ));
+        }
         if len == 0 {
             return Ok(&mut []);
         }
@@ -262,11 +274,25 @@ impl Target {
                         frame: encode_reply(Answer::Granted, id, &[]),
                     });
                 }
-                replies.push(reply(Answer::Done, &[]));
+                // An unlock of an unwinding epoch awaits no answer.
+                if request.id != 0 {
+                    replies.push(reply(Answer::Done, &[]));
+                }
             }
             Ask::Flush => replies.push(reply(Answer::Done, &[])),
-            Ask::FenceDone => self.fence_done += 1,
-            Ask::Complete => self.completed[origin as usize] += 1,
+            // Answered, where the origin asks (an id), once the origin's operations before
+            // it are applied (they came first), so that its epoch end reports their
+            // refusals.
+            Ask::FenceDone | Ask::Complete => {
+                if request.ask == Ask::FenceDone {
+                    self.fence_done += 1;
+                } else {
+                    self.completed[origin as usize] += 1;
+                }
+                if request.id != 0 {
+                    replies.push(reply(Answer::Done, &[]));
+                }
+            }
         }
         Ok(())
     }
@@ -319,7 +345,7 @@ mod tests {
             bytes: memory.len(),
         };
         // SAFETY: `memory` outlives the target and is touched only through it meanwhile.
-        let mut target = unsafe { Target::new(fixed, 2) };
+        let mut target = unsafe { Target::new(fixed, 1, 2) };
         let mut replies = Vec::new();
         let put = request(Ask::Put, 4, 4, 0).encode(&[&[1, 2, 3, 4]]);
         target.apply(1, &put, &mut replies);
@@ -334,6 +360,35 @@ mod tests {
         assert!(String::from_utf8_lossy(why).contains("past the window's 16 bytes"));
         drop(target);
         assert_eq!(memory[..8], [0, 0, 0, 0, 1, 2, 3, 4]);
+        let attached = [0u32; 2];
+        let address = attached.as_ptr() as u64;
+        // SAFETY: `attached` is not touched while the target lives (it only reads).
+        let mut target = unsafe { Target::new(Memory::Dynamic(Vec::new()), 4, 2) };
+        // SAFETY: as above.
+        unsafe { target.attach(address as usize, 8) }.unwrap();
+        let mut replies = Vec::new();
+        target.apply(
+            1,
+            &request(Ask::Get, address + 4, 4, 1).encode(&[]),
+            &mut replies,
+        );
+        target.apply(
+            1,
+            &request(Ask::Get, address + 1, 4, 2).encode(&[]),
+            &mut replies,
+        );
+        target.apply(
+            1,
+            &request(Ask::Get, address, 3, 3).encode(&[]),
+            &mut replies,
+        );
+        let answers: Vec<Answer> = replies
+            .iter()
+            .map(|r| decode_reply(&r.frame).unwrap().0)
+            .collect();
+        assert_eq!(answers, [Answer::Data, Answer::Fault, Answer::Fault]);
+        let (_, _, why) = decode_reply(&replies[1].frame).unwrap();
+        assert!(String::from_utf8_lossy(why).contains("not whole elements"));
         assert_eq!(memory[14..], [0, 0], "a refused put wrote");
     }
 }
