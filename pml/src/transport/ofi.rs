@@ -517,7 +517,8 @@ impl OfiTransport {
             if let Some(p) = self.peers[peer as usize].as_mut() {
                 let now = Instant::now();
                 // Only an unbroken run of refusals counts: one that lapsed starts anew.
-                if p.last_refused.is_none_or(|t| now - t > REFUSAL_GAP) {
+                if p.refused_since.is_none() || p.last_refused.is_none_or(|t| now - t > REFUSAL_GAP)
+                {
                     p.refused_since = Some(now);
                 }
                 p.last_refused = Some(now);
