@@ -168,7 +168,7 @@ impl EngineConfig {
             ofi_peer_timeout: match env::var("MPIRT_OFI_PEER_TIMEOUT") {
                 Err(_) => None,
                 Ok(v) => match v.trim().parse::<f64>() {
-                    Ok(secs) if secs == 0.0 => None,
+                    Ok(0.0) => None,
                     Ok(secs) if secs > 0.0 && secs.is_finite() => {
                         Some(Duration::from_secs_f64(secs))
                     }

@@ -202,6 +202,13 @@ pub struct OfiTransport {
     fabric: Box<Fabric>,
 }
 
+/// Frames a rank may send a peer beyond what the peer said it consumed, in a job of `size`
+/// ranks: the peers' credits share the receive buffers not kept for control frames.
+fn initial_credits(size: u32) -> u64 {
+    let others = (size as usize).saturating_sub(1).max(1);
+    ((RECV_BUFFERS - CONTROL_BUFFERS) / others).clamp(1, 64) as u64
+}
+
 fn transport(peer: Rank, cause: impl Into<String>) -> PmlError {
     PmlError::transport(peer, cause.into())
 }
@@ -246,8 +253,7 @@ impl OfiTransport {
         // OFI peers, which differs where some go over shared memory): a receiver's credit
         // batch must match what its senders were granted. Past 224 peers a rank could
         // overcommit its buffers; the provider then holds the excess (rxm, shm queue them).
-        let others = (size as usize).saturating_sub(1).max(1);
-        let initial_credits = ((RECV_BUFFERS - CONTROL_BUFFERS) / others).clamp(1, 64) as u64;
+        let initial_credits = initial_credits(size);
         let mut t = OfiTransport {
             rank,
             host: host.to_string(),
@@ -1121,5 +1127,24 @@ impl Drop for OfiTransport {
             // fabric's objects close in its own drop.
             self.close();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credits_leave_the_control_buffers_free_up_to_224_peers() {
+        for size in 2..=(RECV_BUFFERS - CONTROL_BUFFERS + 1) as u32 {
+            let granted = initial_credits(size) as usize * (size as usize - 1);
+            assert!(
+                granted <= RECV_BUFFERS - CONTROL_BUFFERS,
+                "{size} ranks: {granted} credits for {} buffers",
+                RECV_BUFFERS - CONTROL_BUFFERS
+            );
+        }
+        assert_eq!(initial_credits(2), 64);
+        assert_eq!(initial_credits(1000), 1);
     }
 }
