@@ -708,7 +708,10 @@ impl OfiTransport {
             if unsafe { sys::cq_readerr(self.fabric.cq, &mut err) } > 0 {
                 // SAFETY: the entry came from this queue.
                 let cause = unsafe { sys::cq_strerror(self.fabric.cq, &err) };
-                let cause = format!("{cause} ({} on {})", self.fabric.provider, self.host);
+                let mut cause = format!("{cause} ({} on {})", self.fabric.provider, self.host);
+                if err.err == sys::FI_ETRUNC as i32 {
+                    cause += &self.truncated_from(err.op_context);
+                }
                 delivered += self.completed(err.op_context, Err(cause), sink, &mut failure)?;
             }
         } else if n < 0 && !sys::is_again(n) {
@@ -815,6 +818,24 @@ impl OfiTransport {
             self.peer_failed(peer, cause);
         }
         Ok(0)
+    }
+
+    /// Who sent the frame too long for the receive buffer of `context`: a truncated receive
+    /// still holds the frame's first bytes, whose prefix names the sender.
+    fn truncated_from(&self, context: *mut c_void) -> String {
+        let index = (context as usize).wrapping_sub(self.contexts.as_ptr() as usize)
+            / size_of::<sys::fi_context2>();
+        if context.is_null() || index >= RECV_BUFFERS {
+            return String::new();
+        }
+        let at = index * self.slot_size;
+        let word = u32::from_le_bytes(self.recv_buf[at..at + PREFIX].try_into().expect("4"));
+        format!(
+            ": a frame from rank {} longer than this rank's {} bytes (do all ranks set the same \
+             MPIRT_OFI_EAGER_LIMIT?)",
+            word & RANK_BITS,
+            self.frame_size
+        )
     }
 
     /// A frame in receive buffer `slot`: to the sink, or a credit update; then the buffer
