@@ -48,6 +48,10 @@ pub struct EngineConfig {
     /// Whether rendezvous over libfabric reads the sender's memory (fi_read) where the
     /// provider can; off, rendezvous data goes in DATA frames.
     pub ofi_rma: bool,
+    /// How long a send to a libfabric peer may go untaken before the peer counts as dead
+    /// (`MPIRT_OFI_PEER_TIMEOUT`, seconds); `None` (the default): never, as a slow peer is
+    /// not a dead one, and rsrun ends a job whose rank died.
+    pub ofi_peer_timeout: Option<Duration>,
     /// Bytes of each (sender, receiver) ring in the shared-memory segment.
     pub shm_ring_bytes: usize,
     /// Eager bytes a peer may have outstanding here before it must use rendezvous.
@@ -81,6 +85,7 @@ impl Default for EngineConfig {
             ofi_provider: None,
             ofi_eager_limit: 8 << 10,
             ofi_rma: true,
+            ofi_peer_timeout: None,
             shm_ring_bytes: 512 << 10,
             unexpected_budget: 4 << 20,
             single_copy: true,
@@ -160,6 +165,20 @@ impl EngineConfig {
                 .filter(|p| !p.trim().is_empty()),
             ofi_eager_limit: size_var("MPIRT_OFI_EAGER_LIMIT", d.ofi_eager_limit)?,
             ofi_rma: !matches!(env::var("MPIRT_OFI_RMA").as_deref(), Ok("0")),
+            ofi_peer_timeout: match env::var("MPIRT_OFI_PEER_TIMEOUT") {
+                Err(_) => None,
+                Ok(v) => match v.trim().parse::<f64>() {
+                    Ok(0.0) => None,
+                    Ok(secs) if secs > 0.0 && secs.is_finite() => {
+                        Some(Duration::from_secs_f64(secs))
+                    }
+                    _ => {
+                        return Err(format!(
+                            "MPIRT_OFI_PEER_TIMEOUT='{v}' is not a number of seconds (0: off)"
+                        ))
+                    }
+                },
+            },
             shm_ring_bytes: size_var("MPIRT_SHM_RING_BYTES", d.shm_ring_bytes)?,
             unexpected_budget: size_var("MPIRT_UNEXPECTED_BUDGET", d.unexpected_budget)?,
             single_copy: !matches!(env::var("MPIRT_SHM_SINGLE_COPY").as_deref(), Ok("0")),

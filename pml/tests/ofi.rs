@@ -1,5 +1,6 @@
 //! The libfabric transport's failure paths, on the providers that run without a device:
-//! a peer that dies is an error naming it, never a hang.
+//! a peer that dies is an error naming it (where `MPIRT_OFI_PEER_TIMEOUT` asks for that),
+//! never a hang; a peer that is merely slow is never taken for dead by default.
 
 #![cfg(feature = "ofi")]
 
@@ -7,18 +8,105 @@ use std::path::PathBuf;
 use std::time::Duration;
 use std::{env, fs};
 
-use pml::{Engine, EngineConfig, PmlError, TransportChoice, Wireup};
+use pml::{
+    Engine, EngineConfig, Pml, PmlError, SendMode, SourceSel, TagSel, TransportChoice, Wireup,
+};
 
 mod ranks_common;
 
 use ranks_common::{exchange, rank0_saw_rank1_die, run_children, wait_for_dead_rank1, DirWireup};
 
 const DEATH_ENV: &str = "PML_OFI_TEST_DEATH";
+const SLOW_ENV: &str = "PML_OFI_TEST_SLOW";
+/// The peer timeout the dead-peer test opts in to.
+const PEER_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long the slow rank computes: longer than the 10 s after which the transport used to
+/// take a peer for dead, whatever the configuration.
+const SLOW_FOR: Duration = Duration::from_secs(11);
+
+/// Rank 1 computes (sleeps, making no progress) for [`SLOW_FOR`] right after wire-up, while
+/// rank 0's first send to it, 8 KiB (beyond the inject size, so on shm and tcp;ofi_rxm it
+/// completes only once rank 1's progress takes it), waits: with the default configuration
+/// both ranks finish, the data intact, where rank 0 used to fail naming rank 1 as dead.
+#[test]
+fn a_slow_peer_is_not_taken_for_dead() {
+    if let Ok(spec) = env::var(SLOW_ENV) {
+        let it: Vec<&str> = spec.split(',').collect();
+        slow_peer_rank(PathBuf::from(it[0]), it[1].parse().unwrap(), it[2]);
+        return;
+    }
+    for provider in ["shm", "tcp;ofi_rxm"] {
+        let dir = env::temp_dir().join(format!(
+            "pml-ofi-slow-{}-{}",
+            provider.replace(';', "_"),
+            std::process::id()
+        ));
+        fs::create_dir_all(&dir).unwrap();
+        let outputs = run_children(
+            "a_slow_peer_is_not_taken_for_dead",
+            2,
+            SLOW_ENV,
+            |r| format!("{},{r},{provider}", dir.display()),
+            &[],
+            Duration::from_secs(120),
+        );
+        for (rank, out) in outputs.iter().enumerate() {
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && stdout.contains(&format!("rank {rank} done")),
+                "{provider}, rank {rank}:\n{stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        fs::remove_dir_all(dir).unwrap();
+    }
+}
+
+fn slow_peer_rank(dir: PathBuf, rank: u32, provider: &str) {
+    let mut w = DirWireup {
+        dir,
+        rank,
+        size: 2,
+        round: 0,
+    };
+    let config = EngineConfig {
+        transport: TransportChoice::Ofi,
+        ofi_provider: Some(provider.into()),
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(&mut w, config).unwrap();
+    let data: Vec<u8> = (0..8 << 10).map(|i| (i % 251) as u8).collect();
+    let mut inbox = vec![0u8; data.len()];
+    if rank == 1 {
+        std::thread::sleep(SLOW_FOR);
+        // SAFETY: `inbox` outlives the request, waited for here.
+        let r = unsafe {
+            e.post_recv(
+                0,
+                SourceSel::Rank(0),
+                TagSel::Tag(7),
+                inbox.as_mut_ptr(),
+                inbox.len(),
+            )
+        }
+        .unwrap();
+        e.wait(r).unwrap();
+        assert_eq!(inbox, data, "rank 1 received other bytes");
+    } else {
+        // SAFETY: `data` outlives the request, waited for here.
+        let s = unsafe { e.post_send(0, 0, 1, 7, SendMode::Standard, data.as_ptr(), data.len()) }
+            .unwrap();
+        e.wait(s).unwrap();
+    }
+    w.fence().unwrap();
+    println!("rank {rank} done");
+}
 
 /// Rank 1 exits without a word right after an exchange. Case `idle`: rank 0 only waits for a
 /// message from it, sending nothing, so only the liveness probe can notice. Case `sending`:
 /// rank 0 also sends it 8 KiB every 200 ms (from a send buffer, whose completion names the
-/// peer). Either way rank 0's operation fails naming rank 1, within about `SEND_TIMEOUT`.
+/// peer). Either way rank 0's operation fails naming rank 1, within about the opted-in
+/// [`PEER_TIMEOUT`].
 #[test]
 fn a_dead_peer_is_an_error_not_a_hang() {
     if let Ok(spec) = env::var(DEATH_ENV) {
@@ -63,6 +151,7 @@ fn dead_peer_rank(dir: PathBuf, rank: u32, case: &str, provider: &str) {
     let config = EngineConfig {
         transport: TransportChoice::Ofi,
         ofi_provider: Some(provider.into()),
+        ofi_peer_timeout: Some(PEER_TIMEOUT),
         ..EngineConfig::default()
     };
     let mut e = Engine::new(&mut w, config).unwrap();

@@ -17,12 +17,18 @@
 //! completion queue, which is what moves data on providers without a progress thread.
 //!
 //! Dead peers: libfabric 1.17's tcp;ofi_rxm and udp;ofi_rxd never fail a send to a peer
-//! that is gone (rxm redials it, rxd retransmits, forever), so a send a peer has not taken
-//! within [`SEND_TIMEOUT`] names the peer dead, where the provider completes sends without
-//! the peer's software (see `provider::acks_in_software`). A rank that only waits sends
-//! nothing, so a wait idle for [`PROBE_AFTER`] sends each peer a credit frame (harmless:
-//! counts only grow), which then fails or times out the same way. A rank that finalizes says
-//! goodbye to its peers first, so that a probe stuck on it is no error.
+//! that is gone (rxm redials it, rxd retransmits, forever), and a slow peer looks the same:
+//! shm and tcp;ofi_rxm complete a frame beyond the inject size only once the receiver's own
+//! progress takes it, which a rank computing for minutes does not make. So by default no
+//! rank here is taken for dead: rsrun ends the job when one of its ranks exits. With
+//! `MPIRT_OFI_PEER_TIMEOUT` (opt-in, where the launcher cannot see ranks die) a send the peer
+//! has not taken within that time, or a peer that refused every post (-FI_EAGAIN) for that
+//! long and still does, names the peer dead, where the provider completes sends without the
+//! peer's software (see `provider::acks_in_software`). A rank that only waits sends nothing,
+//! so then a wait idle for [`PROBE_AFTER`] sends a credit frame (harmless: counts only grow)
+//! to each peer it has exchanged frames with, which then fails or times out the same way. A
+//! rank that finalizes says goodbye to its peers first, so that a probe stuck on it is no
+//! error.
 
 mod contract;
 mod fabric;
@@ -51,6 +57,9 @@ pub struct OfiMr(usize);
 /// Receive buffers posted on the endpoint, send buffers to copy frames into, and reads in
 /// flight at once.
 const RECV_BUFFERS: usize = 256;
+/// Receive buffers kept for frames sent without credit (credit updates, probes, goodbyes):
+/// peers' credits share the rest.
+const CONTROL_BUFFERS: usize = 32;
 const SEND_BUFFERS: usize = 128;
 const READ_SLOTS: usize = 64;
 const COMPLETIONS_PER_POLL: usize = 32;
@@ -71,9 +80,9 @@ const NAP: Duration = Duration::from_micros(50);
 /// How long a wait goes without progress before it probes its peers, and how often it probes
 /// again while it stays idle (one small send to each peer a second).
 pub const PROBE_AFTER: Duration = Duration::from_secs(1);
-/// How long a send may wait for its completion before its peer is taken for dead: a live
-/// peer's provider takes a send in microseconds (on tcp;ofi_rxm, once it is in the kernel).
-pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Refusals further apart than this are not one run (a wait retries a refused probe each
+/// [`PROBE_AFTER`], so a run of them is refusals about that far apart).
+const REFUSAL_GAP: Duration = Duration::from_secs(3);
 
 /// The settings the transport is opened with (from `EngineConfig`).
 pub struct OfiConfig<'a> {
@@ -84,6 +93,8 @@ pub struct OfiConfig<'a> {
     /// Largest frame (header and payload).
     pub frame_size: usize,
     pub eager_limit: usize,
+    /// How long a send may go untaken before its peer counts as dead; `None`: never.
+    pub peer_timeout: Option<Duration>,
 }
 
 /// A peer reached over the endpoint.
@@ -103,8 +114,10 @@ struct PeerState {
     /// Whether the peer said goodbye (it finalized).
     gone: bool,
     /// Since when the provider refuses every post to the peer (-FI_EAGAIN: tcp;ofi_rxm
-    /// redialling a peer that is gone).
+    /// redialling a peer that is gone), and when it last did: a refusal older than
+    /// [`REFUSAL_GAP`] ends the run (the peer took something since, or nobody asked).
     refused_since: Option<Instant>,
+    last_refused: Option<Instant>,
 }
 
 /// What a send buffer carries, for its completion.
@@ -158,8 +171,9 @@ pub struct OfiTransport {
     /// Which rank each send buffer went to, what it carries, and when it was posted.
     send_peer: Vec<(Rank, SendKind)>,
     send_posted: Vec<Option<Instant>>,
-    /// Whether sends that stay uncompleted past [`SEND_TIMEOUT`] mean a dead peer.
-    send_timeout: bool,
+    /// How long sends may stay uncompleted, or refused, before they mean a dead peer; `None`
+    /// (the default, and where the provider acknowledges in the peer's software): never.
+    send_timeout: Option<Duration>,
     free_send: Vec<usize>,
     /// What each read slot carries while in flight.
     read_slot: Vec<Option<(usize, Rank)>>,
@@ -188,18 +202,24 @@ pub struct OfiTransport {
     fabric: Box<Fabric>,
 }
 
+/// Frames a rank may send a peer beyond what the peer said it consumed, in a job of `size`
+/// ranks: the peers' credits share the receive buffers not kept for control frames.
+fn initial_credits(size: u32) -> u64 {
+    let others = (size as usize).saturating_sub(1).max(1);
+    ((RECV_BUFFERS - CONTROL_BUFFERS) / others).clamp(1, 64) as u64
+}
+
 fn transport(peer: Rank, cause: impl Into<String>) -> PmlError {
     PmlError::transport(peer, cause.into())
 }
 
 impl OfiTransport {
-    /// Opens the provider `config` asks for, with room for `peers`, and posts the receive
+    /// Opens the provider `config` asks for, with room for `size` ranks, and posts the receive
     /// buffers; `Ok(None)` where only a real fabric was asked for and there is none.
     pub fn new(
         rank: Rank,
         size: u32,
         host: &str,
-        peers: &[Rank],
         config: &OfiConfig,
     ) -> Result<Option<OfiTransport>, String> {
         let request = Request {
@@ -208,6 +228,7 @@ impl OfiTransport {
             rma: config.rma,
             cq_size: RECV_BUFFERS + SEND_BUFFERS + READ_SLOTS + 64,
             ranks: size as usize,
+            rx_depth: RECV_BUFFERS,
         };
         let Some(fabric) = Fabric::open(&request)? else {
             return Ok(None);
@@ -215,8 +236,24 @@ impl OfiTransport {
         let frame_size = config
             .frame_size
             .min(fabric.max_msg_size.saturating_sub(PREFIX));
+        let eager_room = frame_size
+            .checked_sub(crate::wire::MAX_HEADER_LEN)
+            .filter(|&room| room > 0 && frame_size >= CREDIT_LEN)
+            .ok_or_else(|| {
+                format!(
+                    "libfabric provider {} sends at most {} bytes per message, too few for a \
+                     frame (header {} bytes; set MPIRT_OFI_PROVIDER to another)",
+                    fabric.provider,
+                    fabric.max_msg_size,
+                    crate::wire::MAX_HEADER_LEN + PREFIX
+                )
+            })?;
         let slot_size = (frame_size + PREFIX).next_multiple_of(64);
-        let initial_credits = (RECV_BUFFERS / peers.len().max(1)).clamp(4, 64) as u64;
+        // From the job's size, which every rank knows alike (not from this rank's own count of
+        // OFI peers, which differs where some go over shared memory): a receiver's credit
+        // batch must match what its senders were granted. Past 224 peers a rank could
+        // overcommit its buffers; the provider then holds the excess (rxm, shm queue them).
+        let initial_credits = initial_credits(size);
         let mut t = OfiTransport {
             rank,
             host: host.to_string(),
@@ -226,9 +263,7 @@ impl OfiTransport {
             credits_owed: false,
             frame_size,
             slot_size,
-            eager_limit: config
-                .eager_limit
-                .min(frame_size - crate::wire::MAX_HEADER_LEN),
+            eager_limit: config.eager_limit.min(eager_room),
             // SAFETY: all-zero is a valid fi_context2 (opaque pointers the provider fills).
             contexts: vec![unsafe { std::mem::zeroed() }; RECV_BUFFERS + SEND_BUFFERS + READ_SLOTS]
                 .into_boxed_slice(),
@@ -236,7 +271,9 @@ impl OfiTransport {
             send_buf: vec![0; SEND_BUFFERS * slot_size],
             send_peer: vec![(0, SendKind::Frame); SEND_BUFFERS],
             send_posted: vec![None; SEND_BUFFERS],
-            send_timeout: !provider::acks_in_software(&fabric.provider),
+            send_timeout: config
+                .peer_timeout
+                .filter(|_| !provider::acks_in_software(&fabric.provider)),
             free_send: (0..SEND_BUFFERS).rev().collect(),
             read_slot: (0..READ_SLOTS).map(|_| None).collect(),
             free_read: (0..READ_SLOTS).rev().collect(),
@@ -273,12 +310,14 @@ impl OfiTransport {
         Region::register(&self.fabric, buf, len, access, key)
     }
 
-    /// What peers publish and read: the provider's name and the endpoint's address.
+    /// What peers publish and read: the provider's name, the largest frame (receive
+    /// buffers are that long, so every rank must agree on it) and the endpoint's address.
     pub fn endpoint(&self) -> Result<String, String> {
         let name = self.fabric.name()?;
         Ok(format!(
-            "{} {}",
+            "{} {} {}",
             self.fabric.provider,
+            self.frame_size,
             crate::hex::encode(&name)
         ))
     }
@@ -286,14 +325,23 @@ impl OfiTransport {
     /// Puts `peer`'s endpoint (as `endpoint` wrote it) in the address vector. A peer on
     /// another provider cannot be reached: the error says which it has.
     pub fn connect(&mut self, peer: Rank, endpoint: &str) -> Result<(), String> {
-        let (provider, name) = endpoint
-            .split_once(' ')
-            .ok_or_else(|| format!("rank {peer}'s OFI endpoint '{endpoint}' is malformed"))?;
+        let malformed = || format!("rank {peer}'s OFI endpoint '{endpoint}' is malformed");
+        let (provider, rest) = endpoint.split_once(' ').ok_or_else(malformed)?;
+        let (frame_size, name) = rest.split_once(' ').ok_or_else(malformed)?;
         if provider != self.fabric.provider {
             return Err(format!(
                 "rank {peer} uses libfabric provider {provider}, this rank {} (set \
                  MPIRT_OFI_PROVIDER to one both have)",
                 self.fabric.provider
+            ));
+        }
+        let frame_size: usize = frame_size.parse().map_err(|_| malformed())?;
+        if frame_size != self.frame_size {
+            return Err(format!(
+                "rank {peer}'s libfabric frames are up to {frame_size} bytes, this rank's {} \
+                 (a longer one would be truncated): set the same MPIRT_OFI_EAGER_LIMIT on every \
+                 rank",
+                self.frame_size
             ));
         }
         let name = crate::hex::decode(name.as_bytes())
@@ -313,6 +361,7 @@ impl OfiTransport {
             probing: false,
             gone: false,
             refused_since: None,
+            last_refused: None,
         });
         Ok(())
     }
@@ -328,6 +377,7 @@ impl OfiTransport {
             .map_or(std::ptr::null_mut(), Region::desc);
         let buf = self.recv_buf[slot * self.slot_size..].as_mut_ptr();
         let context = self.context(slot);
+        let deadline = Instant::now() + SEND_DRAIN;
         loop {
             // SAFETY: the buffer slot is ours, `slot_size` long, and stays lent to the
             // provider until its completion, as does its context.
@@ -336,7 +386,7 @@ impl OfiTransport {
             if rc == 0 {
                 return Ok(());
             }
-            if !sys::is_again(rc) {
+            if !sys::is_again(rc) || Instant::now() > deadline {
                 return Err(transport(
                     self.rank,
                     format!("posting a receive buffer failed: {}", self.named(rc)),
@@ -471,7 +521,13 @@ impl OfiTransport {
             Ok(true)
         } else if sys::is_again(rc) {
             if let Some(p) = self.peers[peer as usize].as_mut() {
-                p.refused_since.get_or_insert_with(Instant::now);
+                let now = Instant::now();
+                // Only an unbroken run of refusals counts: one that lapsed starts anew.
+                if p.refused_since.is_none() || p.last_refused.is_none_or(|t| now - t > REFUSAL_GAP)
+                {
+                    p.refused_since = Some(now);
+                }
+                p.last_refused = Some(now);
             }
             self.progress_only();
             Ok(false)
@@ -516,8 +572,9 @@ impl OfiTransport {
         Ok((key, OfiMr(self.exposures.insert(region))))
     }
 
+    /// Closes an exposure; one already closed (by `stop`) is let be.
     pub fn release(&mut self, mr: OfiMr) {
-        self.exposures.remove(mr.0);
+        self.exposures.try_remove(mr.0);
     }
 
     /// Starts reading `target.len()` bytes at `remote` in `peer` into `target`; `token` comes
@@ -548,7 +605,7 @@ impl OfiTransport {
             None
         };
         let desc = region.as_ref().map_or(0, |r| r.desc() as usize);
-        let piece_max = self.fabric.max_msg_size.clamp(1 << 16, MAX_READ_PIECE);
+        let piece_max = self.fabric.max_msg_size.clamp(1, MAX_READ_PIECE);
         let pieces = target.len().div_ceil(piece_max).max(1);
         let read = self.reads.insert(Read {
             token,
@@ -628,7 +685,9 @@ impl OfiTransport {
     }
 
     /// Takes completions: frames and finished reads go to `sink`. Returns how many arrived,
-    /// or the first failure; the rest of the batch is still taken.
+    /// or the first failure. A peer's failure lets the rest of the batch be taken first; a
+    /// failure of the sink's, or of reposting a receive buffer, returns at once and leaves
+    /// the rest of the batch's completions untaken (the engine stops on such an error).
     pub fn poll(&mut self, sink: &mut impl Sink) -> Result<usize, PmlError> {
         // SAFETY: all-zero is a valid completion entry; cq_read overwrites those it reports.
         let mut entries: [sys::fi_cq_data_entry; COMPLETIONS_PER_POLL] =
@@ -649,7 +708,10 @@ impl OfiTransport {
             if unsafe { sys::cq_readerr(self.fabric.cq, &mut err) } > 0 {
                 // SAFETY: the entry came from this queue.
                 let cause = unsafe { sys::cq_strerror(self.fabric.cq, &err) };
-                let cause = format!("{cause} ({} on {})", self.fabric.provider, self.host);
+                let mut cause = format!("{cause} ({} on {})", self.fabric.provider, self.host);
+                if err.err == sys::FI_ETRUNC as i32 {
+                    cause += &self.truncated_from(err.op_context);
+                }
                 delivered += self.completed(err.op_context, Err(cause), sink, &mut failure)?;
             }
         } else if n < 0 && !sys::is_again(n) {
@@ -758,6 +820,24 @@ impl OfiTransport {
         Ok(0)
     }
 
+    /// Who sent the frame too long for the receive buffer of `context`: a truncated receive
+    /// still holds the frame's first bytes, whose prefix names the sender.
+    fn truncated_from(&self, context: *mut c_void) -> String {
+        let index = (context as usize).wrapping_sub(self.contexts.as_ptr() as usize)
+            / size_of::<sys::fi_context2>();
+        if context.is_null() || index >= RECV_BUFFERS {
+            return String::new();
+        }
+        let at = index * self.slot_size;
+        let word = u32::from_le_bytes(self.recv_buf[at..at + PREFIX].try_into().expect("4"));
+        format!(
+            ": a frame from rank {} longer than this rank's {} bytes (do all ranks set the same \
+             MPIRT_OFI_EAGER_LIMIT?)",
+            word & RANK_BITS,
+            self.frame_size
+        )
+    }
+
     /// A frame in receive buffer `slot`: to the sink, or a credit update; then the buffer
     /// is posted again.
     fn received(
@@ -829,11 +909,16 @@ impl OfiTransport {
     }
 
     /// Probes the peers when a wait has been idle for `idle` (at least [`PROBE_AFTER`], and
-    /// no probe in the last `PROBE_AFTER`): a rank that only waits for a peer sends it
-    /// nothing, so without a probe it never learns that the peer died. Peers with sends on
-    /// their way are skipped: those fail the same way if the peer is gone.
+    /// no probe in the last `PROBE_AFTER`), where a peer timeout is set: a rank that only
+    /// waits for a peer sends it nothing, so without a probe it never learns that the peer
+    /// died. Peers with sends on their way are skipped (those fail the same way if the peer
+    /// is gone), and so are peers never talked to: probing those would open a connection
+    /// to every rank of the job, once a second. A probe refused for now goes again next round.
     fn probe_idle_peers(&mut self, idle: Duration) -> Result<(), PmlError> {
-        if idle < PROBE_AFTER || self.last_probe.is_some_and(|t| t.elapsed() < PROBE_AFTER) {
+        if self.send_timeout.is_none()
+            || idle < PROBE_AFTER
+            || self.last_probe.is_some_and(|t| t.elapsed() < PROBE_AFTER)
+        {
             return Ok(());
         }
         self.last_probe = Some(Instant::now());
@@ -842,7 +927,8 @@ impl OfiTransport {
             let Some(p) = &self.peers[peer] else {
                 continue;
             };
-            if p.probing || p.gone || p.broken.is_some() || p.in_flight > 0 {
+            let talked = p.sent > 0 || p.consumed > 0;
+            if !talked || p.probing || p.gone || p.broken.is_some() || p.in_flight > 0 {
                 continue;
             }
             let (word, count) = (self.rank | CREDIT_FRAME, p.reported);
@@ -851,22 +937,23 @@ impl OfiTransport {
         Ok(())
     }
 
-    /// Takes the peer of a send still uncompleted after [`SEND_TIMEOUT`], or one the provider
-    /// has refused every send for that long, for dead (where the provider completes sends
-    /// without the peer's software): the first such is the error.
+    /// Takes the peer of a send still uncompleted after the peer timeout, or one the provider
+    /// has refused every post for that long and still refuses, for dead (where the provider
+    /// completes sends without the peer's software): the first such is the error.
     fn fail_stuck_sends(&mut self) -> Result<(), PmlError> {
-        if !self.send_timeout {
+        let Some(timeout) = self.send_timeout else {
             return Ok(());
-        }
+        };
         let mut failure = None;
         for peer in 0..self.peers.len() {
             let Some(p) = &self.peers[peer] else {
                 continue;
             };
-            let Some(waited) = p.refused_since.map(|t| t.elapsed()) else {
+            let (Some(since), Some(last)) = (p.refused_since, p.last_refused) else {
                 continue;
             };
-            if waited < SEND_TIMEOUT || p.broken.is_some() {
+            let waited = since.elapsed();
+            if waited < timeout || last.elapsed() > REFUSAL_GAP || p.broken.is_some() {
                 continue;
             }
             let cause = if p.gone {
@@ -875,7 +962,7 @@ impl OfiTransport {
             } else {
                 format!(
                     "rank {peer} did not take a send for {waited:.1?} (every one refused: {} on \
-                     {}); it has exited, or its host is down",
+                     {}; MPIRT_OFI_PEER_TIMEOUT={timeout:?}); it has exited, or its host is down",
                     self.fabric.provider, self.host
                 )
             };
@@ -887,7 +974,7 @@ impl OfiTransport {
                 continue;
             };
             let waited = posted.elapsed();
-            if waited < SEND_TIMEOUT {
+            if waited < timeout {
                 continue;
             }
             let (peer, kind) = self.send_peer[slot];
@@ -907,8 +994,9 @@ impl OfiTransport {
                 SendKind::Frame => "a send",
             };
             let cause = format!(
-                "rank {peer} did not take {what} in {waited:.1?} ({} on {}); it has exited, or \
-                 its host is down",
+                "rank {peer} did not take {what} in {waited:.1?} ({} on {}; \
+                 MPIRT_OFI_PEER_TIMEOUT={timeout:?}); it has exited, its host is down, or it \
+                 computes for longer than that timeout",
                 self.fabric.provider, self.host
             );
             let error = self.peer_failed(peer, cause);
@@ -951,26 +1039,42 @@ impl OfiTransport {
 
     /// Stops moving data into this process, for an engine that stopped on a failure:
     /// closes the endpoint, so reads in flight write no more into receive buffers whose
-    /// owners stopped waiting. Nothing may use the transport afterwards but its drop.
+    /// owners stopped waiting. Nothing may use the transport afterwards but its drop (and
+    /// `release`, a no-op then).
     pub fn stop(&mut self) {
         self.waiting_pieces.clear();
         self.stopped = true;
         for peer in &mut self.peers {
             *peer = None;
         }
+        self.close();
+    }
+
+    /// Closes the registrations, then the endpoint: a provider that binds regions to the
+    /// endpoint (cxi: FI_MR_ENDPOINT) refuses to close an endpoint with regions bound
+    /// (-FI_EBUSY), which would leave it live, and reads in flight writing on.
+    fn close(&mut self) {
+        self.reads.clear();
+        self.exposures.clear();
+        self.recv_mr = None;
+        self.send_mr = None;
         self.fabric.close_endpoint();
     }
 
     /// Waits (at most [`SEND_DRAIN`]) for sends still in flight, which on providers with
-    /// manual progress move only while this rank reads its completion queue.
-    fn drain(&mut self) {
+    /// manual progress move only while this rank reads its completion queue, and retries
+    /// the goodbyes to `unsaid`.
+    fn drain(&mut self, mut unsaid: Vec<Rank>) {
         let deadline = Instant::now() + SEND_DRAIN;
         // SAFETY: all-zero is a valid completion entry.
         let mut entries: [sys::fi_cq_data_entry; COMPLETIONS_PER_POLL] =
             unsafe { std::mem::zeroed() };
-        while (self.free_send.len() < SEND_BUFFERS || !self.reads.is_empty())
+        while (self.free_send.len() < SEND_BUFFERS || !self.reads.is_empty() || !unsaid.is_empty())
             && Instant::now() < deadline
         {
+            if !unsaid.is_empty() {
+                unsaid = self.say_goodbye(unsaid);
+            }
             // SAFETY: `entries` has room for COMPLETIONS_PER_POLL entries.
             let n =
                 unsafe { sys::cq_read(self.fabric.cq, entries.as_mut_ptr(), COMPLETIONS_PER_POLL) };
@@ -987,25 +1091,27 @@ impl OfiTransport {
         }
     }
 
-    /// Tells each peer that this rank is leaving (a peer whose probe then fails knows it
-    /// finalized rather than died); `drain` then waits for the goodbyes to go.
-    fn say_goodbye(&mut self) {
-        for peer in 0..self.peers.len() {
-            let Some(p) = &self.peers[peer] else {
+    /// Tells `peers` that this rank is leaving (a peer whose probe then fails knows it
+    /// finalized rather than died); returns those not told yet (no free send buffer, or
+    /// the provider refused for now), for `drain` to retry while it waits for the goodbyes
+    /// to go.
+    fn say_goodbye(&mut self, peers: Vec<Rank>) -> Vec<Rank> {
+        let mut unsaid = Vec::new();
+        for peer in peers {
+            let Some(p) = &self.peers[peer as usize] else {
                 continue;
             };
             if p.gone || p.broken.is_some() {
                 continue;
             }
-            // No free send buffer (128 sends in flight at exit): the peer is not told, and
-            // a probe of its that fails on this rank names it, as it would a crash.
-            let _ = self.send_control(
-                peer as Rank,
-                self.rank | GOODBYE_FRAME,
-                &[],
-                SendKind::Credit,
-            );
+            let word = self.rank | GOODBYE_FRAME;
+            // A goodbye that failed outright leaves the peer broken, and untold: its probe
+            // then names this rank, as it would a crash.
+            if let Ok(false) = self.send_control(peer, word, &[], SendKind::Credit) {
+                unsaid.push(peer);
+            }
         }
+        unsaid
     }
 
     /// Frees what the operation with `context` held, at exit.
@@ -1034,17 +1140,32 @@ impl OfiTransport {
 impl Drop for OfiTransport {
     fn drop(&mut self) {
         if !self.stopped {
-            self.say_goodbye();
-            self.drain();
+            let unsaid = self.say_goodbye((0..self.peers.len() as Rank).collect());
+            self.drain(unsaid);
+            // Registrations close before the endpoint they may be bound to, and the endpoint
+            // here, before the fields drop: closing it may still land frames in the posted
+            // receive buffers (a peer's goodbye), which must be live then. The rest of the
+            // fabric's objects close in its own drop.
+            self.close();
         }
-        // Registrations close before the endpoint they may be bound to, and the endpoint
-        // here, before the fields drop: closing it may still land frames in the posted
-        // receive buffers (a peer's goodbye), which must be live then. The rest of the
-        // fabric's objects close in its own drop.
-        self.reads.clear();
-        self.exposures.clear();
-        self.recv_mr = None;
-        self.send_mr = None;
-        self.fabric.close_endpoint();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credits_leave_the_control_buffers_free_up_to_224_peers() {
+        for size in 2..=(RECV_BUFFERS - CONTROL_BUFFERS + 1) as u32 {
+            let granted = initial_credits(size) as usize * (size as usize - 1);
+            assert!(
+                granted <= RECV_BUFFERS - CONTROL_BUFFERS,
+                "{size} ranks: {granted} credits for {} buffers",
+                RECV_BUFFERS - CONTROL_BUFFERS
+            );
+        }
+        assert_eq!(initial_credits(2), 64);
+        assert_eq!(initial_credits(1000), 1);
     }
 }

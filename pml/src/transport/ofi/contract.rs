@@ -41,8 +41,9 @@ impl OfiTransport {
                 rma: config.ofi_rma,
                 frame_size: config.ofi_eager_limit + crate::wire::MAX_HEADER_LEN,
                 eager_limit: config.ofi_eager_limit,
+                peer_timeout: config.ofi_peer_timeout,
             };
-            match OfiTransport::new(job.rank, job.size, job.host(), &peers, &ofi_config) {
+            match OfiTransport::new(job.rank, job.size, job.host(), &ofi_config) {
                 Ok(t) => t,
                 Err(e) if forced => {
                     return Err(EngineError::Transport(format!(
@@ -77,7 +78,7 @@ impl OfiTransport {
         let forced = job.config.transport == TransportChoice::Ofi;
         let mut carried = Vec::new();
         for &r in unclaimed {
-            let endpoint = job.get(&format!("pml.ofi.{r}"))?;
+            let endpoint = job.get(r, &format!("pml.ofi.{r}"))?;
             if endpoint.is_empty() {
                 continue;
             }

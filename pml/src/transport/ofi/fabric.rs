@@ -20,6 +20,8 @@ pub struct Request<'a> {
     /// Completion queue entries and address vector slots to size for.
     pub cq_size: usize,
     pub ranks: usize,
+    /// Receives posted at once: a provider whose receive queue holds fewer is refused.
+    pub rx_depth: usize,
 }
 
 pub struct Fabric {
@@ -70,6 +72,11 @@ impl InfoList {
             (*hints).caps = caps | sys::FI_MSG as u64;
             (*hints).mode = provider::MODE_OFFERED;
             (*(*hints).ep_attr).type_ = sys::FI_EP_RDM;
+            // Frames to a peer arrive in the order sent (send-after-send), as Open MPI and
+            // MPICH ask: the PML matches a peer's frames in arrival order (MPI's
+            // non-overtaking rule), and efa, for one, reorders without it.
+            (*(*hints).tx_attr).msg_order = sys::FI_ORDER_SAS as u64;
+            (*(*hints).rx_attr).msg_order = sys::FI_ORDER_SAS as u64;
             let domain = &mut *(*hints).domain_attr;
             domain.mr_mode = provider::MR_MODE_OFFERED as i32;
             domain.threading = sys::FI_THREAD_DOMAIN;
@@ -197,15 +204,25 @@ impl Fabric {
             return Err("fi_dupinfo failed".into());
         }
         // SAFETY: the copy carries its attribute structures.
-        let (provider, fabric_name, domain_name, inject_size, max_msg_size) = unsafe {
+        let (provider, fabric_name, domain_name, inject_size, max_msg_size, rx_size) = unsafe {
             (
                 prov_name(info),
                 c_string((*(*info).fabric_attr).name),
                 c_string((*(*info).domain_attr).name),
                 (*(*info).tx_attr).inject_size,
                 (*(*info).ep_attr).max_msg_size,
+                (*(*info).rx_attr).size,
             )
         };
+        if rx_size < request.rx_depth {
+            // SAFETY: the copy came from fi_dupinfo and is freed once, here.
+            unsafe { sys::fi_freeinfo(info) };
+            return Err(format!(
+                "libfabric provider {provider} on {domain_name} takes {rx_size} posted receives, \
+                 {} needed (set MPIRT_OFI_PROVIDER to another)",
+                request.rx_depth
+            ));
+        }
         let mut f = Fabric {
             provider,
             fabric_name,
@@ -333,7 +350,7 @@ impl Fabric {
     pub fn close_endpoint(&mut self) {
         if !self.ep.is_null() {
             // SAFETY: the endpoint was opened once; nulled so that Drop does not close it again.
-            unsafe { sys::close(&mut (*self.ep).fid) };
+            closed("the endpoint", unsafe { sys::close(&mut (*self.ep).fid) });
             self.ep = ptr::null_mut();
         }
     }
@@ -350,18 +367,32 @@ impl Drop for Fabric {
         // SAFETY: each non-null object was opened once and is closed once, children first;
         // the transport closed its memory regions before dropping this.
         unsafe {
-            for fid in [
-                self.ep.cast::<sys::fid>(),
-                self.av.cast(),
-                self.cq.cast(),
-                self.domain.cast(),
-                self.fabric.cast(),
+            for (what, fid) in [
+                ("the endpoint", self.ep.cast::<sys::fid>()),
+                ("the address vector", self.av.cast()),
+                ("the completion queue", self.cq.cast()),
+                ("the domain", self.domain.cast()),
+                ("the fabric", self.fabric.cast()),
             ] {
                 if !fid.is_null() {
-                    sys::close(fid);
+                    closed(what, sys::close(fid));
                 }
             }
             sys::fi_freeinfo(self.info);
         }
+    }
+}
+
+/// Checks `fi_close`'s return code for `what`. A failure (-FI_EBUSY: something still bound
+/// to it) is a bug of this transport's closing order, not the user's: it fails debug builds
+/// and is noted under `MPIRT_VERBOSE`; a release build goes on leaving, as nothing can
+/// retry the close.
+pub fn closed(what: &str, rc: isize) {
+    debug_assert_eq!(rc, 0, "closing {what}: {}", sys::strerror(rc));
+    if rc != 0 && std::env::var_os("MPIRT_VERBOSE").is_some_and(|v| !v.is_empty() && v != "0") {
+        eprintln!(
+            "mpirt: closing libfabric's {what} failed: {}",
+            sys::strerror(rc)
+        );
     }
 }

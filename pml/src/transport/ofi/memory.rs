@@ -77,6 +77,8 @@ impl Region {
 impl Drop for Region {
     fn drop(&mut self) {
         // SAFETY: registered once in `register`, closed once here.
-        unsafe { sys::close(&mut (*self.mr).fid) };
+        super::fabric::closed("a memory region", unsafe {
+            sys::close(&mut (*self.mr).fid)
+        });
     }
 }
