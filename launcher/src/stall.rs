@@ -29,9 +29,13 @@ impl StallBook {
 
     /// Rank `rank` says it waits, as `state` (which it sent `idle` after its last move).
     pub fn stalled(&mut self, rank: u32, state: RankState, now: Instant) {
+        // A rank's last words can come after its exit was seen: it stays exited.
         let Some(view) = self.ranks.get_mut(rank as usize) else {
             return;
         };
+        if matches!(view, RankView::Exited(_)) {
+            return;
+        }
         let idle = Duration::from_millis(state.idle_ms);
         self.since[rank as usize] = Some(now.checked_sub(idle).unwrap_or(now));
         *view = RankView::Waiting(Box::new(state));
@@ -66,13 +70,18 @@ impl StallBook {
         last
     }
 
-    /// The report for a person: one line a rank, then the diagnosis.
-    pub fn report(&self, headline: &str) -> String {
+    /// Why the job waits, one finding a line: for [`report`](Self::report) and
+    /// [`json`](Self::json) of the same moment.
+    pub fn diagnosis(&self) -> Vec<String> {
+        diagnose(&self.ranks)
+    }
+
+    /// The report for a person: one line a rank, then the diagnosis `found`.
+    pub fn report(&self, headline: &str, found: &[String]) -> String {
         let mut out = format!("rsrun: {headline}\n");
         for (rank, view) in self.ranks.iter().enumerate() {
             let _ = writeln!(out, "rsrun:   {}", rank_line(rank, view));
         }
-        let found = diagnose(&self.ranks);
         if found.is_empty() {
             out += "rsrun: diagnosis: nothing found that explains the wait\n";
         } else {
@@ -85,7 +94,7 @@ impl StallBook {
     }
 
     /// The same as JSON.
-    pub fn json(&self, headline: &str) -> String {
+    pub fn json(&self, headline: &str, found: &[String]) -> String {
         let mut ranks = Vec::new();
         for (rank, view) in self.ranks.iter().enumerate() {
             let mut fields = vec![format!("\"rank\":{rank}")];
@@ -100,7 +109,7 @@ impl StallBook {
             fields.push(format!("\"line\":{}", quote(&rank_line(rank, view))));
             ranks.push(format!("{{{}}}", fields.join(",")));
         }
-        let found: Vec<String> = diagnose(&self.ranks).iter().map(|f| quote(f)).collect();
+        let found: Vec<String> = found.iter().map(|f| quote(f)).collect();
         format!(
             "{{\"headline\":{},\"ranks\":[{}],\"diagnosis\":[{}]}}\n",
             quote(headline),
@@ -232,8 +241,13 @@ mod tests {
         assert_eq!(book.stuck_since(), None);
         book.exited(1, "exit code 0".into());
         assert!(book.stuck_since().is_some());
-        let json = book.json("stuck \"now\"");
+        let json = book.json("stuck \"now\"", &book.diagnosis());
         assert!(json.starts_with("{\"headline\":\"stuck \\\"now\\\"\",\"ranks\":[{\"rank\":0,"));
         assert!(json.contains("\"status\":\"exited\""), "{json}");
+        // A state that arrives after the exit was seen leaves the rank exited.
+        book.stalled(1, state(1), now);
+        assert!(book
+            .report("late", &[])
+            .contains("rank 1 has exited (exit code 0)"));
     }
 }

@@ -47,11 +47,14 @@ impl Call {
         }
     }
 
-    /// A collective on the communicator with context `context`.
+    /// A collective on the communicator with context `context`, rooted at world rank
+    /// `root` if rooted. The root's and the other ranks' calls (`reduce_into_root`,
+    /// `reduce_into`) are one collective, noted by its kind, for rsrun to see every rank
+    /// of it.
     #[track_caller]
     pub(crate) fn collective(op: &'static str, context: u32, root: Option<u32>) -> Call {
         Call {
-            op,
+            op: op.strip_suffix("_root").unwrap_or(op),
             location: Location::caller(),
             context,
             peer: root.map_or(Peer::None, Peer::Root),
@@ -87,11 +90,14 @@ pub(crate) struct InCollective(bool);
 
 /// Notes that this thread entered collective `call` (a guard: the note ends with it),
 /// unless it is in one already: a collective that runs others as its steps (a barrier
-/// that first sets up its shared area) is the one the user called.
+/// that first sets up its shared area) is the one the user called. The collective is also
+/// where this thread now is: the point-to-point call noted before it is over.
 pub(crate) fn collective(call: Call) -> InCollective {
     let outer = COLLECTIVE.get().is_none();
     if outer {
         COLLECTIVE.set(Some(call));
+        LOCATION.set(Some(call.location));
+        CALL.set(None);
     }
     InCollective(outer)
 }
@@ -136,22 +142,13 @@ const QUEUE_SHOWN: usize = 64;
 const TELL_RSRUN_AFTER: Duration = Duration::from_secs(1);
 
 /// Installs this rank's watch: towards rsrun where it started the rank (`line`), else on
-/// stderr if `MPIRT_STALL_TIMEOUT` asks for it. A timeout that is not a number of seconds
-/// is an error naming the variable.
+/// stderr if `MPIRT_STALL_TIMEOUT` asks for it. A timeout that is not a positive number of
+/// seconds is an error naming the variable.
 pub(crate) fn install(rank: u32, line: Option<StallLine>) -> Result<(), String> {
     let timeout = match std::env::var(bootstrap::vars::STALL_TIMEOUT) {
         Ok(text) => Some(
-            text.trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|s| s.is_finite() && *s > 0.0)
-                .map(Duration::from_secs_f64)
-                .ok_or_else(|| {
-                    format!(
-                        "{}={text:?} is not a positive number of seconds",
-                        bootstrap::vars::STALL_TIMEOUT
-                    )
-                })?,
+            bootstrap::vars::parse_stall_timeout(&text)
+                .map_err(|e| format!("{}: {e}", bootstrap::vars::STALL_TIMEOUT))?,
         ),
         Err(_) => None,
     };

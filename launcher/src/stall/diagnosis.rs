@@ -63,52 +63,73 @@ fn clause(s: &RankState) -> String {
     format!("rank {} waits in {}", s.rank, s.waits_in())
 }
 
-/// Names each cycle; which ranks are in one.
+/// Names each cycle; which ranks are in one. Each rank waits for one rank at most, so
+/// one walk from each rank not yet walked finds every cycle, each rank walked once: a walk
+/// that meets a rank of its own path closed a cycle, one that meets a rank an earlier walk
+/// took ends there.
 fn cycles(ranks: &[RankView], found: &mut Vec<String>) -> Vec<bool> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Walked {
+        Not,
+        OnThisPath,
+        Before,
+    }
+    let mut walked = vec![Walked::Not; ranks.len()];
     let mut reported = vec![false; ranks.len()];
     for start in 0..ranks.len() as u32 {
-        // Follows the single waits from `start`; a cycle is a rank met twice.
         let mut path = Vec::new();
         let mut at = start;
         while let Some(s) = waiting(ranks, at) {
-            if let Some(pos) = path.iter().position(|&r| r == at) {
-                let cycle = &path[pos..];
-                if cycle.iter().any(|&r: &u32| reported[r as usize]) {
+            match walked[at as usize] {
+                Walked::Before => break,
+                Walked::OnThisPath => {
+                    let pos = path.iter().position(|&r| r == at).expect("on this path");
+                    let cycle = &path[pos..];
+                    for &r in cycle {
+                        reported[r as usize] = true;
+                    }
+                    found.push(cycle_line(ranks, cycle));
                     break;
                 }
-                for &r in cycle {
-                    reported[r as usize] = true;
-                }
-                let clauses: Vec<String> = cycle
-                    .iter()
-                    .filter_map(|&r| waiting(ranks, r))
-                    .map(clause)
-                    .collect();
-                let in_flight = cycle.iter().any(|&r| {
-                    waiting(ranks, r).is_some_and(|s| {
-                        let next = waits_for(s).expect("a rank in the cycle waits for one");
-                        waiting(ranks, next).is_some_and(|n| satisfier(s, n).is_some())
-                    })
-                });
-                found.push(format!(
-                    "deadlock: {}: a cycle; {}",
-                    clauses.join("; "),
-                    if in_flight {
-                        "a message between them is still in flight"
-                    } else {
-                        "no message between them is in flight"
-                    }
-                ));
-                break;
+                Walked::Not => {}
             }
+            walked[at as usize] = Walked::OnThisPath;
             path.push(at);
             match waits_for(s) {
                 Some(next) => at = next,
                 None => break,
             }
         }
+        for r in path {
+            walked[r as usize] = Walked::Before;
+        }
     }
     reported
+}
+
+/// "deadlock: rank 0 waits in ...; rank 1 waits in ...: a cycle; ..." for the ranks of
+/// `cycle`, each waiting for the next.
+fn cycle_line(ranks: &[RankView], cycle: &[u32]) -> String {
+    let clauses: Vec<String> = cycle
+        .iter()
+        .filter_map(|&r| waiting(ranks, r))
+        .map(clause)
+        .collect();
+    let in_flight = cycle.iter().any(|&r| {
+        waiting(ranks, r).is_some_and(|s| {
+            let next = waits_for(s).expect("a rank in the cycle waits for one");
+            waiting(ranks, next).is_some_and(|n| satisfier(s, n).is_some())
+        })
+    });
+    format!(
+        "deadlock: {}: a cycle; {}",
+        clauses.join("; "),
+        if in_flight {
+            "a message between them is still in flight"
+        } else {
+            "no message between them is in flight"
+        }
+    )
 }
 
 /// A message sent or being sent by `peer` that `s`'s receive would take, in words.
@@ -221,7 +242,7 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
         if !s.call.collective || s.call.op == FINALIZE {
             continue;
         }
-        let key = (s.call.context, s.call.op.clone());
+        let key = (s.call.context, kind(&s.call.op).to_string());
         if seen.contains(&key) {
             continue;
         }
@@ -231,7 +252,9 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
         };
         let in_it = |r: u32| {
             waiting(ranks, r).is_some_and(|o| {
-                o.call.collective && o.call.context == s.call.context && o.call.op == s.call.op
+                o.call.collective
+                    && o.call.context == s.call.context
+                    && kind(&o.call.op) == kind(&s.call.op)
             })
         };
         let (entered, missing): (Vec<u32>, Vec<u32>) = comm.ranks.iter().partition(|&&r| in_it(r));
@@ -248,7 +271,7 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
             .collect();
         found.push(format!(
             "{} on {} ({}) was entered by {} but not by {}: {}",
-            s.call.op,
+            kind(&s.call.op),
             s.comm_name(s.call.context),
             s.call.location,
             ranks_in_words(&entered),
@@ -256,6 +279,12 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
             whereabouts.join("; ")
         ));
     }
+}
+
+/// The collective `op` is a part of: the root's and the other ranks' calls of a rooted
+/// collective (`reduce_into_root`, `reduce_into`) are one.
+fn kind(op: &str) -> &str {
+    op.strip_suffix("_root").unwrap_or(op)
 }
 
 fn ranks_in_words(ranks: &[u32]) -> String {
@@ -284,7 +313,7 @@ mod tests {
                 tag,
                 bytes: None,
                 step: None,
-                collective: op == "barrier",
+                collective: op == "barrier" || op.starts_with("reduce_into"),
             },
             posted: Vec::new(),
             unexpected: Vec::new(),
@@ -356,6 +385,47 @@ mod tests {
                  not by rank 2: rank 2 waits in receive from rank 0 (tag 7, src/main.rs:42:5)"
             ),
             "{found}"
+        );
+    }
+
+    #[test]
+    fn the_root_and_the_others_of_a_rooted_collective_are_in_the_same_one() {
+        let root = state(0, "reduce_into_root", Peer::Root(0), None);
+        let ranks = [
+            w(root),
+            w(state(1, "reduce_into", Peer::Root(0), None)),
+            w(state(2, "reduce_into", Peer::Root(0), None)),
+        ];
+        let found = diagnose(&ranks);
+        assert!(found.is_empty(), "{found:?}");
+        let ranks = [
+            w(state(0, "reduce_into_root", Peer::Root(0), None)),
+            w(state(1, "reduce_into", Peer::Root(0), None)),
+            w(state(2, "receive", Peer::From(0), Some(7))),
+        ];
+        let found = diagnose(&ranks).join("\n");
+        assert!(
+            found.contains("reduce_into on MPI_COMM_WORLD (src/main.rs:40:5) was entered by ranks 0, 1 but not by rank 2"),
+            "{found}"
+        );
+    }
+
+    #[test]
+    fn a_long_chain_ending_in_a_cycle_is_one_cycle() {
+        let n = 2000;
+        let mut ranks: Vec<RankView> = (0..n)
+            .map(|r| w(state(r, "receive", Peer::From(r + 1), Some(1))))
+            .collect();
+        ranks[n as usize - 1] = w(state(n - 1, "receive", Peer::From(n - 2), Some(1)));
+        let cycles: Vec<String> = diagnose(&ranks)
+            .into_iter()
+            .filter(|f| f.starts_with("deadlock"))
+            .collect();
+        assert_eq!(cycles.len(), 1, "{cycles:?}");
+        assert!(
+            cycles[0].starts_with("deadlock: rank 1998 waits in receive from rank 1999"),
+            "{}",
+            cycles[0]
         );
     }
 }
