@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bootstrap::stall::{Peer, RankState};
 
-use diagnosis::{diagnose, RankView};
+use diagnosis::{a_message_is_in_flight, diagnose, RankView};
 
 /// What rsrun knows of every rank, and since when each has waited.
 pub struct StallBook {
@@ -56,9 +56,13 @@ impl StallBook {
         }
     }
 
-    /// When the job became stuck, if it is: every rank not exited waits, and the last of
-    /// them to stop moving did then.
+    /// When the job became stuck, if it is: every rank not exited waits, no waiting
+    /// receive has a message on its way (a long copy of one says nothing until it ends),
+    /// and the last of them to stop moving did then.
     pub fn stuck_since(&self) -> Option<Instant> {
+        if a_message_is_in_flight(&self.ranks) {
+            return None;
+        }
         let mut last = None;
         for (view, since) in self.ranks.iter().zip(&self.since) {
             match view {
@@ -145,8 +149,11 @@ fn state_fields(s: &RankState, fields: &mut Vec<String>) {
         format!("\"idle_ms\":{}", s.idle_ms),
         format!("\"op\":{}", quote(&c.op)),
         format!("\"location\":{}", quote(&c.location)),
-        format!("\"communicator\":{}", quote(&s.comm_name(c.context))),
-        format!("\"context\":{}", c.context),
+        format!(
+            "\"communicator\":{}",
+            opt(c.context.map(|context| quote(&s.comm_name(context))))
+        ),
+        format!("\"context\":{}", opt(c.context.map(|c| c.to_string()))),
         format!("\"peer_role\":\"{role}\""),
         format!("\"peer\":{}", opt(peer.map(|p| p.to_string()))),
         format!("\"tag\":{}", opt(c.tag.map(|t| t.to_string()))),
@@ -186,6 +193,7 @@ fn state_fields(s: &RankState, fields: &mut Vec<String>) {
         })
         .collect();
     fields.push(format!("\"sends\":[{}]", sends.join(",")));
+    fields.push(format!("\"left_out\":{}", s.left_out));
 }
 
 /// A JSON string.
@@ -221,7 +229,7 @@ mod tests {
             call: bootstrap::stall::Call {
                 op: "receive".into(),
                 location: String::new(),
-                context: 0,
+                context: Some(0),
                 peer: Peer::From(1 - rank),
                 tag: Some(0),
                 bytes: None,
@@ -231,6 +239,7 @@ mod tests {
             posted: Vec::new(),
             unexpected: Vec::new(),
             sends: Vec::new(),
+            left_out: 0,
             comms: Vec::new(),
         };
         book.stalled(0, state(0), now);

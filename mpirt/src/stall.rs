@@ -27,7 +27,8 @@ use pml::{SourceSel, TagSel};
 pub(crate) struct Call {
     pub op: &'static str,
     pub location: &'static Location<'static>,
-    pub context: u32,
+    /// `None` for a wait on requests, which may be on several communicators.
+    pub context: Option<u32>,
     pub peer: Peer,
     pub tag: Option<i32>,
     pub bytes: Option<usize>,
@@ -40,7 +41,7 @@ impl Call {
         Call {
             op,
             location: Location::caller(),
-            context: 0,
+            context: None,
             peer: Peer::None,
             tag: None,
             bytes: None,
@@ -56,7 +57,7 @@ impl Call {
         Call {
             op: op.strip_suffix("_root").unwrap_or(op),
             location: Location::caller(),
-            context,
+            context: Some(context),
             peer: root.map_or(Peer::None, Peer::Root),
             tag: None,
             bytes: None,
@@ -133,10 +134,6 @@ pub(crate) fn rename_comm(context: u32, name: &str) {
     }
 }
 
-/// How many entries of each queue a state shows (unexpected messages oldest first), so that
-/// its message stays small however long the queues grew.
-const QUEUE_SHOWN: usize = 64;
-
 /// How long a wait sees nothing move before this rank tells rsrun, which decides for the
 /// job (`--stall-timeout`) and prints these on `kill -USR1`.
 const TELL_RSRUN_AFTER: Duration = Duration::from_secs(1);
@@ -210,13 +207,13 @@ impl StallWatch for Watch {
 
 impl Watch {
     /// This rank's state: the call this thread waits in and the PML's queues, in world
-    /// ranks.
+    /// ranks. Reads the communicators it names under the lock, copying only those.
     fn state(&self, idle: Duration, queues: &Queues) -> RankState {
-        let comms = COMMS.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let comms = comms.unwrap_or_default();
+        let comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
+        let comms = comms.as_ref();
         let world = |context: u32, rank: u32| {
             comms
-                .get(&context)
+                .and_then(|c| c.get(&context))
                 .and_then(|(_, group)| group.get(rank as usize).copied())
                 .unwrap_or(rank)
         };
@@ -238,7 +235,7 @@ impl Watch {
             (Some(claim), _) => StateCall {
                 op: "receive".into(),
                 location: location.map(ToString::to_string).unwrap_or_default(),
-                context: claim.context,
+                context: Some(claim.context),
                 peer: match claim.source {
                     SourceSel::Rank(r) => Peer::From(world(claim.context, r)),
                     SourceSel::Any => Peer::FromAny,
@@ -259,7 +256,7 @@ impl Watch {
                 StateCall {
                     op: if single.is_some() { "send" } else { "wait" }.into(),
                     location: location.map(ToString::to_string).unwrap_or_default(),
-                    context: single.map_or(0, |s| s.context),
+                    context: single.map(|s| s.context),
                     peer: single.map_or(Peer::None, |s| Peer::To(s.peer)),
                     tag: single.map(|s| s.tag),
                     bytes: single.map(|s| s.bytes as u64),
@@ -282,22 +279,11 @@ impl Watch {
             host: self.host.clone(),
             idle_ms: idle.as_millis() as u64,
             call,
-            posted: queues
-                .posted
-                .iter()
-                .take(QUEUE_SHOWN)
-                .map(envelope)
-                .collect(),
-            unexpected: queues
-                .unexpected
-                .iter()
-                .take(QUEUE_SHOWN)
-                .map(envelope)
-                .collect(),
+            posted: queues.posted.iter().map(envelope).collect(),
+            unexpected: queues.unexpected.iter().map(envelope).collect(),
             sends: queues
                 .sends
                 .iter()
-                .take(QUEUE_SHOWN)
                 .map(|s| PendingSend {
                     context: s.context,
                     peer: s.peer,
@@ -306,9 +292,10 @@ impl Watch {
                     waits_for: s.waits_for.to_string(),
                 })
                 .collect(),
+            left_out: queues.left_out as u64,
             comms: Vec::new(),
         };
-        let mut contexts: Vec<u32> = std::iter::once(state.call.context)
+        let mut contexts: Vec<u32> = (state.call.context.into_iter())
             .chain(state.posted.iter().map(|e| e.context))
             .chain(state.unexpected.iter().map(|e| e.context))
             .chain(state.sends.iter().map(|s| s.context))
@@ -318,7 +305,7 @@ impl Watch {
         state.comms = contexts
             .into_iter()
             .filter_map(|context| {
-                comms.get(&context).map(|(name, ranks)| Comm {
+                comms?.get(&context).map(|(name, ranks)| Comm {
                     context,
                     name: name.clone(),
                     ranks: ranks.clone(),

@@ -137,12 +137,36 @@ fn satisfier(s: &RankState, peer: &RankState) -> Option<String> {
     if !matches!(s.call.peer, Peer::From(_) | Peer::FromAny) || s.call.collective {
         return None;
     }
-    let accepts =
-        |context: u32, tag: i32| context == s.call.context && s.call.tag.is_none_or(|t| t == tag);
+    let accepts = |context: u32, tag: i32| {
+        Some(context) == s.call.context && s.call.tag.is_none_or(|t| t == tag)
+    };
     peer.sends
         .iter()
         .find(|q| q.peer == s.rank && accepts(q.context, q.tag))
         .map(|q| format!("rank {}'s send with tag {}", peer.rank, q.tag))
+}
+
+/// A message sent or being sent to `s`'s receive by the rank it names or, for a receive
+/// from any rank, by any waiting rank, in words.
+fn sent_to(ranks: &[RankView], s: &RankState) -> Option<String> {
+    match s.call.peer {
+        Peer::From(p) => waiting(ranks, p).and_then(|peer| satisfier(s, peer)),
+        Peer::FromAny => ranks.iter().find_map(|view| match view {
+            RankView::Waiting(peer) => satisfier(s, peer),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
+/// Whether a waiting receive has a message on its way from a waiting sender: the transfer
+/// goes on (one long copy moves nothing the waits can see until it ends), so the job is
+/// slow, not stuck.
+pub fn a_message_is_in_flight(ranks: &[RankView]) -> bool {
+    ranks.iter().any(|view| match view {
+        RankView::Waiting(s) => sent_to(ranks, s).is_some(),
+        _ => false,
+    })
 }
 
 fn gone_peers(ranks: &[RankView], found: &mut Vec<String>) {
@@ -173,14 +197,14 @@ fn unmatched_receives(ranks: &[RankView], in_cycle: &[bool], found: &mut Vec<Str
         if s.call.collective || !matches!(s.call.peer, Peer::From(_) | Peer::FromAny) {
             continue;
         }
+        let Some(context) = s.call.context else {
+            continue;
+        };
         let source = match s.call.peer {
             Peer::From(p) => Some(p),
             _ => None,
         };
-        let sent_now = source
-            .and_then(|p| waiting(ranks, p))
-            .and_then(|peer| satisfier(s, peer));
-        if sent_now.is_some() {
+        if sent_to(ranks, s).is_some() {
             continue;
         }
         let tag = s.call.tag;
@@ -192,7 +216,7 @@ fn unmatched_receives(ranks: &[RankView], in_cycle: &[bool], found: &mut Vec<Str
             };
             let same_source = source.is_none_or(|p| p == from);
             let same_tag = tag.is_none_or(|want| want == t);
-            let same_comm = e.context == s.call.context;
+            let same_comm = Some(e.context) == s.call.context;
             let miss = match (same_source, same_tag, same_comm) {
                 (true, false, true) => "same peer, other tag",
                 (true, true, false) => "same tag, other communicator",
@@ -207,7 +231,7 @@ fn unmatched_receives(ranks: &[RankView], in_cycle: &[bool], found: &mut Vec<Str
         // The peer's own sends to this rank that wait, with another tag or communicator.
         if let Some(peer) = source.and_then(|p| waiting(ranks, p)) {
             for q in peer.sends.iter().filter(|q| q.peer == s.rank) {
-                let miss = if q.context == s.call.context {
+                let miss = if Some(q.context) == s.call.context {
                     "same peer, other tag"
                 } else {
                     "other communicator"
@@ -226,7 +250,7 @@ fn unmatched_receives(ranks: &[RankView], in_cycle: &[bool], found: &mut Vec<Str
         let mut line = format!(
             "{} on {}: no message sent or being sent matches it",
             clause(s),
-            s.comm_name(s.call.context)
+            s.comm_name(context)
         );
         if !misses.is_empty() {
             line += &format!("; near misses: {}", misses.join("; "));
@@ -242,12 +266,15 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
         if !s.call.collective || s.call.op == FINALIZE {
             continue;
         }
-        let key = (s.call.context, kind(&s.call.op).to_string());
+        let Some(context) = s.call.context else {
+            continue;
+        };
+        let key = (context, kind(&s.call.op).to_string());
         if seen.contains(&key) {
             continue;
         }
         seen.push(key);
-        let Some(comm) = s.comm(s.call.context) else {
+        let Some(comm) = s.comm(context) else {
             continue;
         };
         let in_it = |r: u32| {
@@ -272,7 +299,7 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
         found.push(format!(
             "{} on {} ({}) was entered by {} but not by {}: {}",
             kind(&s.call.op),
-            s.comm_name(s.call.context),
+            s.comm_name(context),
             s.call.location,
             ranks_in_words(&entered),
             ranks_in_words(&missing),
@@ -308,7 +335,7 @@ mod tests {
             call: Call {
                 op: op.into(),
                 location: format!("src/main.rs:{}:5", 40 + rank),
-                context: 0,
+                context: Some(0),
                 peer,
                 tag,
                 bytes: None,
@@ -318,6 +345,7 @@ mod tests {
             posted: Vec::new(),
             unexpected: Vec::new(),
             sends: Vec::new(),
+            left_out: 0,
             comms: vec![Comm {
                 context: 0,
                 name: "MPI_COMM_WORLD".into(),
@@ -408,6 +436,32 @@ mod tests {
             found.contains("reduce_into on MPI_COMM_WORLD (src/main.rs:40:5) was entered by ranks 0, 1 but not by rank 2"),
             "{found}"
         );
+    }
+
+    #[test]
+    fn a_receive_from_any_rank_sees_a_send_to_it_from_any_waiting_rank() {
+        let r0 = state(0, "receive", Peer::FromAny, Some(4));
+        let mut r2 = state(2, "send", Peer::To(0), Some(4));
+        r2.sends.push(bootstrap::stall::PendingSend {
+            context: 0,
+            peer: 0,
+            tag: 4,
+            bytes: 1 << 30,
+            waits_for: "a matching receive to read its data".into(),
+        });
+        let ranks = [w(r0), RankView::Running, w(r2)];
+        let found = diagnose(&ranks).join("\n");
+        assert!(
+            !found.contains("no message sent or being sent matches it"),
+            "{found}"
+        );
+        assert!(a_message_is_in_flight(&ranks));
+        let ranks = [
+            w(state(0, "receive", Peer::FromAny, Some(4))),
+            RankView::Running,
+            w(state(2, "receive", Peer::From(0), Some(4))),
+        ];
+        assert!(!a_message_is_in_flight(&ranks));
     }
 
     #[test]
