@@ -290,10 +290,16 @@ fn sigusr1_in_the_grace_period_prints_the_report_and_kills_nothing() {
     // SAFETY: kill has no memory-safety preconditions; the pid is our live child.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) }, 0);
     let mut said = Vec::new();
-    while !said.iter().any(|l: &String| l.contains("what each rank waits for (SIGUSR1)")) {
+    while !said
+        .iter()
+        .any(|l: &String| l.contains("what each rank waits for (SIGUSR1)"))
+    {
         match rx.recv_timeout(common::LIMIT) {
             Ok(line) => said.push(line),
-            Err(_) => panic!("no report on SIGUSR1 in the grace period:\n{}", said.join("\n")),
+            Err(_) => panic!(
+                "no report on SIGUSR1 in the grace period:\n{}",
+                said.join("\n")
+            ),
         }
     }
     fs::write(dir.join("go"), b"").unwrap();

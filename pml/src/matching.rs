@@ -438,7 +438,9 @@ mod tests {
         }
         // Taking some from the middle frees slab slots that later arrivals reuse.
         for tag in [2, 3] {
-            assert!(m.take_unexpected(0, SourceSel::Rank(1), TagSel::Tag(tag)).is_some());
+            assert!(m
+                .take_unexpected(0, SourceSel::Rank(1), TagSel::Tag(tag))
+                .is_some());
         }
         m.queue_unexpected(env(1, 10), 10);
         let (oldest, more) = m.oldest_unexpected(4);
