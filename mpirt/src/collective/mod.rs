@@ -115,10 +115,13 @@ fn blocking<'a>(
 
 /// Notes, for the stall report, that this thread is in the blocking collective `operation`
 /// on `comm`, rooted at `root` (a rank of `comm`) if rooted: before the shared-memory area's
-/// path, which waits for the other ranks as the messages' path does.
+/// path, which waits for the other ranks as the messages' path does. Called before the
+/// arguments are checked: a root that is not a rank of an intra-communicator is left out.
 #[track_caller]
 fn entered(comm: &CommData, operation: &'static str, root: Option<Rank>) -> stall::InCollective {
-    let root = root.and_then(|r| comm.check_rank(r).ok());
+    let root = root
+        .filter(|_| !comm.is_inter())
+        .and_then(|r| comm.check_rank(r).ok());
     stall::collective(stall::Call::collective(
         operation,
         comm.context,
