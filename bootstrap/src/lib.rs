@@ -62,6 +62,30 @@ pub mod vars {
     /// waits for (to rsrun, which then ends the job if every rank does; on stderr without
     /// rsrun).
     pub const STALL_TIMEOUT: &str = "MPIRT_STALL_TIMEOUT";
+
+    /// A stall timeout, as `rsrun --stall-timeout` and `MPIRT_STALL_TIMEOUT` take it: a
+    /// positive number of seconds (a timeout of none would call every wait a stall). One
+    /// parser for both, so that rsrun refuses what its ranks would refuse.
+    pub fn parse_stall_timeout(text: &str) -> Result<std::time::Duration, String> {
+        text.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|secs| *secs > 0.0)
+            .and_then(|secs| std::time::Duration::try_from_secs_f64(secs).ok())
+            .ok_or_else(|| format!("expected a positive number of seconds, got '{text}'"))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn a_stall_timeout_is_a_positive_number_of_seconds() {
+            let parse = super::parse_stall_timeout;
+            assert_eq!(parse("2.5"), Ok(std::time::Duration::from_millis(2500)));
+            for bad in ["0", "-1", "0.0", "inf", "NaN", "", "two"] {
+                assert!(parse(bad).is_err(), "{bad:?} was taken");
+            }
+        }
+    }
 }
 
 /// The key under which the job's key-value space holds the secret the ranks' own connections

@@ -39,8 +39,9 @@ pub struct Call {
     pub op: String,
     /// The caller's source line (`src/main.rs:42:5`), empty where unknown.
     pub location: String,
-    /// The communicator's context id.
-    pub context: u32,
+    /// The communicator's context id; `None` for a wait on requests, which may be on
+    /// several.
+    pub context: Option<u32>,
     pub peer: Peer,
     /// `None` for any tag, or a call with no tag (a collective).
     pub tag: Option<i32>,
@@ -86,6 +87,9 @@ pub struct RankState {
     pub posted: Vec<Envelope>,
     pub unexpected: Vec<Envelope>,
     pub sends: Vec<PendingSend>,
+    /// How many entries of the queues the rank left out, to keep its message small however
+    /// long they grew.
+    pub left_out: u64,
     /// The communicators the call and the queues name.
     pub comms: Vec<Comm>,
 }
@@ -138,12 +142,14 @@ impl RankState {
     /// for how long, and what its queues hold.
     pub fn line(&self) -> String {
         let mut out = format!(
-            "rank {} on {} waits in {} on {}",
+            "rank {} on {} waits in {}",
             self.rank,
             self.host,
-            self.waits_in(),
-            self.comm_name(self.call.context)
+            self.waits_in()
         );
+        if let Some(context) = self.call.context {
+            out += &format!(" on {}", self.comm_name(context));
+        }
         if let Some(bytes) = self.call.bytes {
             out += &format!(", {bytes} bytes");
         }
@@ -192,6 +198,9 @@ impl RankState {
                 .collect();
             parts.push(format!("unfinished sends: {}", all.join(", ")));
         }
+        if self.left_out > 0 {
+            parts.push(format!("{} more queue entries not shown", self.left_out));
+        }
         parts.join("; ")
     }
 
@@ -203,7 +212,7 @@ impl RankState {
         let c = &self.call;
         put_bytes(&mut out, c.op.as_bytes());
         put_bytes(&mut out, c.location.as_bytes());
-        put_u32(&mut out, c.context);
+        put_opt(&mut out, c.context.map(u64::from));
         let (kind, rank) = match c.peer {
             Peer::None => (0, 0),
             Peer::To(r) => (1, r),
@@ -234,6 +243,7 @@ impl RankState {
             out.extend_from_slice(&s.bytes.to_le_bytes());
             put_bytes(&mut out, s.waits_for.as_bytes());
         }
+        out.extend_from_slice(&self.left_out.to_le_bytes());
         put_u32(&mut out, self.comms.len() as u32);
         for comm in &self.comms {
             put_u32(&mut out, comm.context);
@@ -253,7 +263,7 @@ impl RankState {
         let idle_ms = u64_of(&mut r)?;
         let op = r.string()?;
         let location = r.string()?;
-        let context = r.u32()?;
+        let context = opt_of(&mut r)?.map(|c| c as u32);
         let kind = r.u8()?;
         let peer_rank = r.u32()?;
         let peer = match kind {
@@ -300,6 +310,7 @@ impl RankState {
                 waits_for: r.string()?,
             });
         }
+        let left_out = u64_of(&mut r)?;
         let mut comms = Vec::new();
         for _ in 0..r.u32()? {
             let context = r.u32()?;
@@ -320,6 +331,7 @@ impl RankState {
             posted,
             unexpected,
             sends,
+            left_out,
             comms,
         })
     }
@@ -381,7 +393,7 @@ mod tests {
             call: Call {
                 op: "synchronous_send".into(),
                 location: "src/main.rs:42:5".into(),
-                context: 0,
+                context: Some(0),
                 peer: Peer::To(0),
                 tag: Some(3),
                 bytes: Some(8),
@@ -407,6 +419,7 @@ mod tests {
                 bytes: 8,
                 waits_for: "a matching receive".into(),
             }],
+            left_out: 3,
             comms: vec![Comm {
                 context: 0,
                 name: "MPI_COMM_WORLD".into(),
@@ -442,7 +455,29 @@ mod tests {
             "{line}"
         );
         assert!(
-            line.contains("posted receives: from any rank tag -4"),
+            line.contains("posted receives: from any rank tag -4")
+                && line.ends_with("; 3 more queue entries not shown"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_wait_on_requests_names_no_communicator() {
+        let mut state = sample();
+        state.call = Call {
+            op: "wait_all".into(),
+            location: "src/main.rs:50:5".into(),
+            context: None,
+            peer: Peer::None,
+            tag: None,
+            bytes: None,
+            step: None,
+            collective: false,
+        };
+        assert_eq!(RankState::decode(&state.encode()), Ok(state.clone()));
+        let line = state.line();
+        assert!(
+            line.starts_with("rank 1 on node1 waits in wait_all (src/main.rs:50:5), nothing moved"),
             "{line}"
         );
     }

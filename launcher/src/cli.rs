@@ -120,7 +120,7 @@ pub struct Cli {
     /// End the job, with a report of what every rank waits for and why, when every rank
     /// still running has waited in an mpirt call with nothing moving for SECS seconds
     /// (default: MPIRT_STALL_TIMEOUT, else never).
-    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECS", value_parser = vars::parse_stall_timeout)]
     pub stall_timeout: Option<Duration>,
 
     /// Also write the stall report (at --stall-timeout or SIGUSR1) to FILE, as JSON.
@@ -186,7 +186,8 @@ impl Cli {
         if self.stall_timeout.is_none() {
             if let Ok(text) = std::env::var(vars::STALL_TIMEOUT) {
                 self.stall_timeout = Some(
-                    parse_seconds(&text).map_err(|e| format!("{}: {e}", vars::STALL_TIMEOUT))?,
+                    vars::parse_stall_timeout(&text)
+                        .map_err(|e| format!("{}: {e}", vars::STALL_TIMEOUT))?,
                 );
             }
         }
@@ -456,6 +457,20 @@ mod tests {
         let cli = parse(&["-n", "2", "prog", "--foo", "-n", "7", "-np", "3"]).unwrap();
         assert_eq!(cli.ranks, Some(2));
         assert_eq!(cli.command, ["prog", "--foo", "-n", "7", "-np", "3"]);
+    }
+
+    #[test]
+    fn a_stall_timeout_of_no_time_is_refused() {
+        for bad in ["0", "0.0"] {
+            let e = parse(&["-n", "2", "--stall-timeout", bad, "prog"]).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains("expected a positive number of seconds"),
+                "{e}"
+            );
+        }
+        let cli = parse(&["-n", "2", "--stall-timeout", "0.5", "prog"]).unwrap();
+        assert_eq!(cli.stall_timeout, Some(Duration::from_millis(500)));
     }
 
     #[test]

@@ -717,10 +717,7 @@ impl Job {
                 Err(RecvTimeoutError::Disconnected) => return 1,
                 Ok(Event::OutputDone) => self.open_outputs -= 1,
                 Ok(Event::Stall { rank, state }) => self.note_stall(rank, state),
-                Ok(Event::Signal(libc::SIGUSR1)) => {
-                    let headline = format!("job {}: what each rank waits for (SIGUSR1)", self.id);
-                    self.say_stalls(&headline);
-                }
+                Ok(Event::Signal(libc::SIGUSR1)) => self.say_usr1_report(),
                 // Every agent was ready before any rank started (see `wait_until_ready`).
                 Ok(Event::AgentReady { .. }) => {}
                 Ok(Event::RemoteStarted { rank, pid }) => {
@@ -815,15 +812,29 @@ impl Job {
 
     /// Prints the stall report, and writes it as JSON where `--stall-report-file` says.
     fn say_stalls(&self, headline: &str) {
-        eprint!("{}", self.stalls.report(headline));
+        let found = self.stalls.diagnosis();
+        eprint!("{}", self.stalls.report(headline, &found));
         if let Some(path) = &self.stall_report_file {
-            if let Err(e) = std::fs::write(path, self.stalls.json(headline)) {
+            // Written aside and renamed, so that a reader never sees half a report.
+            let mut aside = path.clone().into_os_string();
+            aside.push(".tmp");
+            let written = std::fs::write(&aside, self.stalls.json(headline, &found))
+                .and_then(|()| std::fs::rename(&aside, path));
+            if let Err(e) = written {
                 eprintln!(
                     "rsrun: cannot write the stall report to {}: {e}",
                     path.display()
                 );
             }
         }
+    }
+
+    /// The report `kill -USR1` asks for.
+    fn say_usr1_report(&self) {
+        self.say_stalls(&format!(
+            "job {}: what each rank waits for (SIGUSR1)",
+            self.id
+        ));
     }
 
     /// Reports a failed rank and returns rsrun's exit code for it; None if the rank succeeded.
@@ -942,6 +953,9 @@ impl Job {
                 .events
                 .recv_timeout(grace_end.saturating_duration_since(Instant::now()))
             {
+                // SIGUSR1 asks for the report, as while the job runs; it does not end the
+                // grace period.
+                Ok(Event::Signal(libc::SIGUSR1)) => self.say_usr1_report(),
                 Ok(Event::Signal(_)) | Err(_) => break,
                 Ok(event) => self.note(event),
             }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bootstrap::stall::{Peer, RankState};
 
-use diagnosis::{diagnose, RankView};
+use diagnosis::{a_message_is_in_flight, diagnose, RankView};
 
 /// What rsrun knows of every rank, and since when each has waited.
 pub struct StallBook {
@@ -29,9 +29,13 @@ impl StallBook {
 
     /// Rank `rank` says it waits, as `state` (which it sent `idle` after its last move).
     pub fn stalled(&mut self, rank: u32, state: RankState, now: Instant) {
+        // A rank's last words can come after its exit was seen: it stays exited.
         let Some(view) = self.ranks.get_mut(rank as usize) else {
             return;
         };
+        if matches!(view, RankView::Exited(_)) {
+            return;
+        }
         let idle = Duration::from_millis(state.idle_ms);
         self.since[rank as usize] = Some(now.checked_sub(idle).unwrap_or(now));
         *view = RankView::Waiting(Box::new(state));
@@ -52,9 +56,13 @@ impl StallBook {
         }
     }
 
-    /// When the job became stuck, if it is: every rank not exited waits, and the last of
-    /// them to stop moving did then.
+    /// When the job became stuck, if it is: every rank not exited waits, no waiting
+    /// receive has a message on its way (a long copy of one says nothing until it ends),
+    /// and the last of them to stop moving did then.
     pub fn stuck_since(&self) -> Option<Instant> {
+        if a_message_is_in_flight(&self.ranks) {
+            return None;
+        }
         let mut last = None;
         for (view, since) in self.ranks.iter().zip(&self.since) {
             match view {
@@ -66,13 +74,18 @@ impl StallBook {
         last
     }
 
-    /// The report for a person: one line a rank, then the diagnosis.
-    pub fn report(&self, headline: &str) -> String {
+    /// Why the job waits, one finding a line: for [`report`](Self::report) and
+    /// [`json`](Self::json) of the same moment.
+    pub fn diagnosis(&self) -> Vec<String> {
+        diagnose(&self.ranks)
+    }
+
+    /// The report for a person: one line a rank, then the diagnosis `found`.
+    pub fn report(&self, headline: &str, found: &[String]) -> String {
         let mut out = format!("rsrun: {headline}\n");
         for (rank, view) in self.ranks.iter().enumerate() {
             let _ = writeln!(out, "rsrun:   {}", rank_line(rank, view));
         }
-        let found = diagnose(&self.ranks);
         if found.is_empty() {
             out += "rsrun: diagnosis: nothing found that explains the wait\n";
         } else {
@@ -85,7 +98,7 @@ impl StallBook {
     }
 
     /// The same as JSON.
-    pub fn json(&self, headline: &str) -> String {
+    pub fn json(&self, headline: &str, found: &[String]) -> String {
         let mut ranks = Vec::new();
         for (rank, view) in self.ranks.iter().enumerate() {
             let mut fields = vec![format!("\"rank\":{rank}")];
@@ -100,7 +113,7 @@ impl StallBook {
             fields.push(format!("\"line\":{}", quote(&rank_line(rank, view))));
             ranks.push(format!("{{{}}}", fields.join(",")));
         }
-        let found: Vec<String> = diagnose(&self.ranks).iter().map(|f| quote(f)).collect();
+        let found: Vec<String> = found.iter().map(|f| quote(f)).collect();
         format!(
             "{{\"headline\":{},\"ranks\":[{}],\"diagnosis\":[{}]}}\n",
             quote(headline),
@@ -136,8 +149,11 @@ fn state_fields(s: &RankState, fields: &mut Vec<String>) {
         format!("\"idle_ms\":{}", s.idle_ms),
         format!("\"op\":{}", quote(&c.op)),
         format!("\"location\":{}", quote(&c.location)),
-        format!("\"communicator\":{}", quote(&s.comm_name(c.context))),
-        format!("\"context\":{}", c.context),
+        format!(
+            "\"communicator\":{}",
+            opt(c.context.map(|context| quote(&s.comm_name(context))))
+        ),
+        format!("\"context\":{}", opt(c.context.map(|c| c.to_string()))),
         format!("\"peer_role\":\"{role}\""),
         format!("\"peer\":{}", opt(peer.map(|p| p.to_string()))),
         format!("\"tag\":{}", opt(c.tag.map(|t| t.to_string()))),
@@ -177,6 +193,7 @@ fn state_fields(s: &RankState, fields: &mut Vec<String>) {
         })
         .collect();
     fields.push(format!("\"sends\":[{}]", sends.join(",")));
+    fields.push(format!("\"left_out\":{}", s.left_out));
 }
 
 /// A JSON string.
@@ -212,7 +229,7 @@ mod tests {
             call: bootstrap::stall::Call {
                 op: "receive".into(),
                 location: String::new(),
-                context: 0,
+                context: Some(0),
                 peer: Peer::From(1 - rank),
                 tag: Some(0),
                 bytes: None,
@@ -222,6 +239,7 @@ mod tests {
             posted: Vec::new(),
             unexpected: Vec::new(),
             sends: Vec::new(),
+            left_out: 0,
             comms: Vec::new(),
         };
         book.stalled(0, state(0), now);
@@ -232,8 +250,13 @@ mod tests {
         assert_eq!(book.stuck_since(), None);
         book.exited(1, "exit code 0".into());
         assert!(book.stuck_since().is_some());
-        let json = book.json("stuck \"now\"");
+        let json = book.json("stuck \"now\"", &book.diagnosis());
         assert!(json.starts_with("{\"headline\":\"stuck \\\"now\\\"\",\"ranks\":[{\"rank\":0,"));
         assert!(json.contains("\"status\":\"exited\""), "{json}");
+        // A state that arrives after the exit was seen leaves the rank exited.
+        book.stalled(1, state(1), now);
+        assert!(book
+            .report("late", &[])
+            .contains("rank 1 has exited (exit code 0)"));
     }
 }

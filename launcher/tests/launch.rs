@@ -261,6 +261,58 @@ fn ranks_ignoring_sigterm_are_killed_after_the_grace_period() {
 }
 
 #[test]
+fn sigusr1_in_the_grace_period_prints_the_report_and_kills_nothing() {
+    let dir = scratch_dir("usr1-in-grace");
+    let d = dir.display();
+    // Rank 0 fails once rank 1 is ready; rank 1 takes its SIGTERM slowly, exiting on its own
+    // once told to go.
+    let script = format!(
+        "if [ $MPIRT_RANK = 0 ]; then \
+           while [ ! -e {d}/ready ]; do sleep 0.02; done; exit 1; \
+         fi; \
+         trap 'echo > {d}/term; while [ ! -e {d}/go ]; do sleep 0.02; done; \
+               echo > {d}/done; exit 0' TERM; \
+         echo > {d}/ready; while true; do sleep 0.05; done"
+    );
+    let mut cmd = rsrun(&["-n", "2", "--grace", "50", "sh", "-c", &script]);
+    let (mut child, started) = start(&mut cmd, b"");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    while !dir.join("term").exists() {
+        assert!(started.elapsed() < common::LIMIT, "rank 1 got no SIGTERM");
+        thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill has no memory-safety preconditions; the pid is our live child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) }, 0);
+    let mut said = Vec::new();
+    while !said
+        .iter()
+        .any(|l: &String| l.contains("what each rank waits for (SIGUSR1)"))
+    {
+        match rx.recv_timeout(common::LIMIT) {
+            Ok(line) => said.push(line),
+            Err(_) => panic!(
+                "no report on SIGUSR1 in the grace period:\n{}",
+                said.join("\n")
+            ),
+        }
+    }
+    fs::write(dir.join("go"), b"").unwrap();
+    let r = finish(child, started);
+    assert_eq!(r.code(), Some(1), "{}", said.join("\n"));
+    assert!(
+        dir.join("done").exists(),
+        "rank 1 was killed before it finished its SIGTERM handler"
+    );
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn sigint_to_rsrun_reaches_every_rank() {
     let dir = scratch_dir("sigint");
     let d = dir.display();

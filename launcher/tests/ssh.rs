@@ -354,12 +354,6 @@ fn stuck_across_hosts(hosts: &Hosts) {
     ] {
         assert!(r.stderr.contains(want), "no {want:?} in\n{}", r.stderr);
     }
-    // A generous bound that catches a hang, not a measurement.
-    assert!(
-        r.elapsed < Duration::from_secs(2 + 3 + 20),
-        "{:?}",
-        r.elapsed
-    );
 }
 
 fn all_to_all_across_hosts(hosts: &Hosts) {

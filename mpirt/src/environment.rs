@@ -135,7 +135,7 @@ impl Drop for Universe {
         let _finalizing = stall::collective(stall::Call {
             op: "finalize",
             location: std::panic::Location::caller(),
-            context: self.world.data().context,
+            context: Some(self.world.data().context),
             peer: bootstrap::stall::Peer::None,
             tag: None,
             bytes: None,

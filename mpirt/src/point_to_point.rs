@@ -528,7 +528,7 @@ fn probe_call(
     stall::Call {
         op,
         location: Location::caller(),
-        context: comm.context,
+        context: Some(comm.context),
         peer: match source {
             SourceSel::Rank(r) => Peer::From(comm.world_rank(r)),
             SourceSel::Any => Peer::FromAny,
@@ -691,13 +691,20 @@ pub trait Source {
     #[doc(hidden)]
     #[track_caller]
     fn try_matched_probe_tagged(&self, tag: Option<Tag>) -> Result<(Message, Status), Error> {
+        self.try_matched_probe_in("matched_probe", tag)
+    }
+
+    /// A matched probe that the stall report calls `op`: the call the user made, which
+    /// probes first (`receive` for [`receive_vec`](Source::receive_vec)).
+    #[doc(hidden)]
+    #[track_caller]
+    fn try_matched_probe_in(
+        &self,
+        op: &'static str,
+        tag: Option<Tag>,
+    ) -> Result<(Message, Status), Error> {
         let comm = self.source_comm();
-        stall::enter(probe_call(
-            "matched_probe",
-            comm,
-            self.source_selector(),
-            tag,
-        ));
+        stall::enter(probe_call(op, comm, self.source_selector(), tag));
         tag_selector(tag)
             .and_then(|t| with_engine(|e| e.mprobe(comm.context, self.source_selector(), t)))
             .map(|(handle, status)| Message::new(handle, status))
@@ -710,7 +717,7 @@ pub trait Source {
         &self,
         tag: Option<Tag>,
     ) -> Result<(Vec<T>, Status), Error> {
-        let (message, _) = self.try_matched_probe_tagged(tag)?;
+        let (message, _) = self.try_matched_probe_in("receive", tag)?;
         receive_matched_vec(message.handle, message.status)
             .map_err(|c| Error::new(self.describe("receive", tag), c))
     }
@@ -978,7 +985,7 @@ pub trait Destination {
             stall::enter(stall::Call {
                 op: "synchronous_send",
                 location: Location::caller(),
-                context: comm.context,
+                context: Some(comm.context),
                 peer: comm
                     .check_rank(self.destination_rank())
                     .map_or(Peer::None, |r| Peer::To(comm.world_rank(r))),

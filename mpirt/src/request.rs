@@ -11,6 +11,7 @@
 
 use std::fmt;
 use std::mem::ManuallyDrop;
+use std::panic::Location;
 
 use pml::RecvBuf;
 use pml::{Done, Handle, Pml, PmlError, SendMode, SourceSel, Started, Waiting};
@@ -22,7 +23,6 @@ use crate::environment::{abort_job, with_engine};
 use crate::error::{fatal, or_fatal, Cause, Error};
 use crate::point_to_point::{send_description, wait_handle, Landing, RecvSlot, Status, Tag};
 use crate::stall;
-use std::panic::Location;
 
 mod collection;
 mod guard;

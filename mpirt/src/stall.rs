@@ -27,7 +27,8 @@ use pml::{SourceSel, TagSel};
 pub(crate) struct Call {
     pub op: &'static str,
     pub location: &'static Location<'static>,
-    pub context: u32,
+    /// `None` for a wait on requests, which may be on several communicators.
+    pub context: Option<u32>,
     pub peer: Peer,
     pub tag: Option<i32>,
     pub bytes: Option<usize>,
@@ -40,20 +41,23 @@ impl Call {
         Call {
             op,
             location: Location::caller(),
-            context: 0,
+            context: None,
             peer: Peer::None,
             tag: None,
             bytes: None,
         }
     }
 
-    /// A collective on the communicator with context `context`.
+    /// A collective on the communicator with context `context`, rooted at world rank
+    /// `root` if rooted. The root's and the other ranks' calls (`reduce_into_root`,
+    /// `reduce_into`) are one collective, noted by its kind, for rsrun to see every rank
+    /// of it.
     #[track_caller]
     pub(crate) fn collective(op: &'static str, context: u32, root: Option<u32>) -> Call {
         Call {
-            op,
+            op: op.strip_suffix("_root").unwrap_or(op),
             location: Location::caller(),
-            context,
+            context: Some(context),
             peer: root.map_or(Peer::None, Peer::Root),
             tag: None,
             bytes: None,
@@ -87,11 +91,14 @@ pub(crate) struct InCollective(bool);
 
 /// Notes that this thread entered collective `call` (a guard: the note ends with it),
 /// unless it is in one already: a collective that runs others as its steps (a barrier
-/// that first sets up its shared area) is the one the user called.
+/// that first sets up its shared area) is the one the user called. The collective is also
+/// where this thread now is: the point-to-point call noted before it is over.
 pub(crate) fn collective(call: Call) -> InCollective {
     let outer = COLLECTIVE.get().is_none();
     if outer {
         COLLECTIVE.set(Some(call));
+        LOCATION.set(Some(call.location));
+        CALL.set(None);
     }
     InCollective(outer)
 }
@@ -127,31 +134,18 @@ pub(crate) fn rename_comm(context: u32, name: &str) {
     }
 }
 
-/// How many entries of each queue a state shows (unexpected messages oldest first), so that
-/// its message stays small however long the queues grew.
-const QUEUE_SHOWN: usize = 64;
-
 /// How long a wait sees nothing move before this rank tells rsrun, which decides for the
 /// job (`--stall-timeout`) and prints these on `kill -USR1`.
 const TELL_RSRUN_AFTER: Duration = Duration::from_secs(1);
 
 /// Installs this rank's watch: towards rsrun where it started the rank (`line`), else on
-/// stderr if `MPIRT_STALL_TIMEOUT` asks for it. A timeout that is not a number of seconds
-/// is an error naming the variable.
+/// stderr if `MPIRT_STALL_TIMEOUT` asks for it. A timeout that is not a positive number of
+/// seconds is an error naming the variable.
 pub(crate) fn install(rank: u32, line: Option<StallLine>) -> Result<(), String> {
     let timeout = match std::env::var(bootstrap::vars::STALL_TIMEOUT) {
         Ok(text) => Some(
-            text.trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|s| s.is_finite() && *s > 0.0)
-                .map(Duration::from_secs_f64)
-                .ok_or_else(|| {
-                    format!(
-                        "{}={text:?} is not a positive number of seconds",
-                        bootstrap::vars::STALL_TIMEOUT
-                    )
-                })?,
+            bootstrap::vars::parse_stall_timeout(&text)
+                .map_err(|e| format!("{}: {e}", bootstrap::vars::STALL_TIMEOUT))?,
         ),
         Err(_) => None,
     };
@@ -213,13 +207,13 @@ impl StallWatch for Watch {
 
 impl Watch {
     /// This rank's state: the call this thread waits in and the PML's queues, in world
-    /// ranks.
+    /// ranks. Reads the communicators it names under the lock, copying only those.
     fn state(&self, idle: Duration, queues: &Queues) -> RankState {
-        let comms = COMMS.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let comms = comms.unwrap_or_default();
+        let comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
+        let comms = comms.as_ref();
         let world = |context: u32, rank: u32| {
             comms
-                .get(&context)
+                .and_then(|c| c.get(&context))
                 .and_then(|(_, group)| group.get(rank as usize).copied())
                 .unwrap_or(rank)
         };
@@ -241,7 +235,7 @@ impl Watch {
             (Some(claim), _) => StateCall {
                 op: "receive".into(),
                 location: location.map(ToString::to_string).unwrap_or_default(),
-                context: claim.context,
+                context: Some(claim.context),
                 peer: match claim.source {
                     SourceSel::Rank(r) => Peer::From(world(claim.context, r)),
                     SourceSel::Any => Peer::FromAny,
@@ -262,7 +256,7 @@ impl Watch {
                 StateCall {
                     op: if single.is_some() { "send" } else { "wait" }.into(),
                     location: location.map(ToString::to_string).unwrap_or_default(),
-                    context: single.map_or(0, |s| s.context),
+                    context: single.map(|s| s.context),
                     peer: single.map_or(Peer::None, |s| Peer::To(s.peer)),
                     tag: single.map(|s| s.tag),
                     bytes: single.map(|s| s.bytes as u64),
@@ -285,22 +279,11 @@ impl Watch {
             host: self.host.clone(),
             idle_ms: idle.as_millis() as u64,
             call,
-            posted: queues
-                .posted
-                .iter()
-                .take(QUEUE_SHOWN)
-                .map(envelope)
-                .collect(),
-            unexpected: queues
-                .unexpected
-                .iter()
-                .take(QUEUE_SHOWN)
-                .map(envelope)
-                .collect(),
+            posted: queues.posted.iter().map(envelope).collect(),
+            unexpected: queues.unexpected.iter().map(envelope).collect(),
             sends: queues
                 .sends
                 .iter()
-                .take(QUEUE_SHOWN)
                 .map(|s| PendingSend {
                     context: s.context,
                     peer: s.peer,
@@ -309,9 +292,10 @@ impl Watch {
                     waits_for: s.waits_for.to_string(),
                 })
                 .collect(),
+            left_out: queues.left_out as u64,
             comms: Vec::new(),
         };
-        let mut contexts: Vec<u32> = std::iter::once(state.call.context)
+        let mut contexts: Vec<u32> = (state.call.context.into_iter())
             .chain(state.posted.iter().map(|e| e.context))
             .chain(state.unexpected.iter().map(|e| e.context))
             .chain(state.sends.iter().map(|s| s.context))
@@ -321,7 +305,7 @@ impl Watch {
         state.comms = contexts
             .into_iter()
             .filter_map(|context| {
-                comms.get(&context).map(|(name, ranks)| Comm {
+                comms?.get(&context).map(|(name, ranks)| Comm {
                     context,
                     name: name.clone(),
                     ranks: ranks.clone(),

@@ -16,6 +16,8 @@
 //! Sequencing (MPI's non-overtaking rule) happens before this: messages are handed to the
 //! matcher in the order their sender sent them.
 
+use std::collections::BinaryHeap;
+
 use slab::Slab;
 
 use crate::envelope::{is_user_tag, ContextId, Envelope, Rank, SourceSel, Tag, TagSel};
@@ -103,11 +105,27 @@ impl PostedId {
 }
 
 impl<P, U> Matcher<P, U> {
-    /// The arrived messages no receive took yet, with what each carries, in arrival order.
-    pub fn unexpected(&self) -> impl Iterator<Item = (Envelope, &U)> {
-        let mut all: Vec<&Unexpected<U>> = self.unexpected.iter().map(|(_, u)| u).collect();
-        all.sort_by_key(|u| u.order);
-        all.into_iter().map(|u| (u.envelope, &u.item))
+    /// The `n` oldest arrived messages no receive took yet, with what each carries, in
+    /// arrival order, and how many more there are. Keeps `n` at a time, however many
+    /// wait (a heap of the newest kept on top, to drop).
+    pub fn oldest_unexpected(&self, n: usize) -> (Vec<(Envelope, &U)>, usize) {
+        let mut kept = BinaryHeap::with_capacity(n + 1);
+        for (slot, u) in self.unexpected.iter() {
+            kept.push((u.order, slot));
+            if kept.len() > n {
+                kept.pop();
+            }
+        }
+        let more = self.unexpected.len() - kept.len();
+        let oldest = kept
+            .into_sorted_vec()
+            .into_iter()
+            .map(|(_, slot)| {
+                let u = &self.unexpected[slot];
+                (u.envelope, &u.item)
+            })
+            .collect();
+        (oldest, more)
     }
 
     fn take_order(&mut self) -> u64 {
@@ -410,6 +428,24 @@ mod tests {
             source,
             tag,
         }
+    }
+
+    #[test]
+    fn the_oldest_unexpected_are_kept_and_the_rest_counted() {
+        let mut m: Matcher<(), u32> = Matcher::default();
+        for i in 0..10 {
+            m.queue_unexpected(env(1, i as Tag), i);
+        }
+        // Taking some from the middle frees slab slots that later arrivals reuse.
+        for tag in [2, 3] {
+            assert!(m
+                .take_unexpected(0, SourceSel::Rank(1), TagSel::Tag(tag))
+                .is_some());
+        }
+        m.queue_unexpected(env(1, 10), 10);
+        let (oldest, more) = m.oldest_unexpected(4);
+        let items: Vec<u32> = oldest.iter().map(|(_, &i)| i).collect();
+        assert_eq!((items, more), (vec![0, 1, 4, 5], 5));
     }
 
     #[test]

@@ -33,7 +33,9 @@ pub struct QueuedSend {
     pub waits_for: &'static str,
 }
 
-/// What a PML's queues hold while a rank waits.
+/// What a PML's queues hold while a rank waits: at most [`SHOWN`] entries of each list
+/// (unexpected messages oldest first), with a count of those left out, so that a wait
+/// with long queues neither copies them nor sends them all.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Queues {
     /// The blocking receive that waits without a request, if one does.
@@ -41,6 +43,22 @@ pub struct Queues {
     pub posted: Vec<Selectors>,
     pub unexpected: Vec<Selectors>,
     pub sends: Vec<QueuedSend>,
+    /// How many entries the lists left out.
+    pub left_out: usize,
+}
+
+/// How many entries of each list [`Queues`] holds.
+pub const SHOWN: usize = 64;
+
+impl Queues {
+    /// Adds `entry` to `list` if it has room, else counts it left out.
+    pub fn add<T>(list: &mut Vec<T>, left_out: &mut usize, entry: T) {
+        if list.len() < SHOWN {
+            list.push(entry);
+        } else {
+            *left_out += 1;
+        }
+    }
 }
 
 /// The layer above's side: told when a wait has had nothing move for `after`, and when
@@ -93,6 +111,25 @@ impl Blocked {
             self.reported = true;
         }
     }
+
+    /// Something moved: says `resumed` at once if the wait was told stalled, so that a wait
+    /// whose traffic now flows without a pause (no sleep, no return for a while) does not
+    /// still count as stalled.
+    #[inline]
+    pub fn moved(&mut self) {
+        if self.reported {
+            self.resume();
+        }
+    }
+
+    #[cold]
+    fn resume(&mut self) {
+        if let Some(watch) = &self.watch {
+            watch.resumed();
+        }
+        self.reported = false;
+        self.last_idle = Duration::ZERO;
+    }
 }
 
 impl Default for Blocked {
@@ -131,6 +168,23 @@ mod tests {
         fn resumed(&self) {
             self.0.lock().unwrap().push("resumed".into());
         }
+    }
+
+    #[test]
+    fn a_move_after_a_stall_says_resumed_at_once() {
+        let seen = Arc::new(Seen::default());
+        let mut blocked = Blocked {
+            watch: Some(seen.clone()),
+            reported: false,
+            last_idle: Duration::ZERO,
+        };
+        blocked.moved();
+        blocked.idle(Duration::from_millis(12), Queues::default);
+        blocked.moved();
+        assert_eq!(*seen.0.lock().unwrap(), ["stalled 12 None", "resumed"]);
+        // Nothing more to say when the wait ends: the resume was said.
+        drop(blocked);
+        assert_eq!(seen.0.lock().unwrap().len(), 2);
     }
 
     #[test]

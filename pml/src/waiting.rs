@@ -146,6 +146,7 @@ pub trait Waiting: Pml + Sized {
                 self.step_hooks()?;
                 idle_rounds = 0;
                 idle_since = None;
+                blocked.moved();
                 spinning = true;
             }
         }

@@ -66,6 +66,27 @@ fn main() {
                 world.barrier();
             }
         }
+        // The last rank skips the all-reduce (which runs in the shared-memory area where the
+        // ranks share a host) and waits for a message no one sends.
+        "skipped-all-reduce" => {
+            if rank == size - 1 {
+                let (_, _) = world.process_at_rank(0).receive_with_tag::<i32>(15);
+            } else {
+                let mut sum = 0u64;
+                world.all_reduce_into(&1u64, &mut sum, mpirt::collective::SystemOperation::sum());
+            }
+        }
+        // Rank 0 synchronously sends to rank 1, which receives it; then rank 1 skips the
+        // barrier: rank 0's report names the barrier, not the send before it.
+        "barrier-after-send" => {
+            if rank == 0 {
+                world.process_at_rank(1).synchronous_send_with_tag(&1u8, 16);
+                world.barrier();
+            } else {
+                let (_, _) = world.process_at_rank(0).receive_with_tag::<u8>(16);
+                let (_, _) = world.process_at_rank(0).receive_with_tag::<u8>(17);
+            }
+        }
         // Rank 0 finalizes at once; rank 1 waits for a message from it.
         "finalized-peer" => {
             if rank == 1 {

@@ -63,52 +63,73 @@ fn clause(s: &RankState) -> String {
     format!("rank {} waits in {}", s.rank, s.waits_in())
 }
 
-/// Names each cycle; which ranks are in one.
+/// Names each cycle; which ranks are in one. Each rank waits for one rank at most, so
+/// one walk from each rank not yet walked finds every cycle, each rank walked once: a walk
+/// that meets a rank of its own path closed a cycle, one that meets a rank an earlier walk
+/// took ends there.
 fn cycles(ranks: &[RankView], found: &mut Vec<String>) -> Vec<bool> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Walked {
+        Not,
+        OnThisPath,
+        Before,
+    }
+    let mut walked = vec![Walked::Not; ranks.len()];
     let mut reported = vec![false; ranks.len()];
     for start in 0..ranks.len() as u32 {
-        // Follows the single waits from `start`; a cycle is a rank met twice.
         let mut path = Vec::new();
         let mut at = start;
         while let Some(s) = waiting(ranks, at) {
-            if let Some(pos) = path.iter().position(|&r| r == at) {
-                let cycle = &path[pos..];
-                if cycle.iter().any(|&r: &u32| reported[r as usize]) {
+            match walked[at as usize] {
+                Walked::Before => break,
+                Walked::OnThisPath => {
+                    let pos = path.iter().position(|&r| r == at).expect("on this path");
+                    let cycle = &path[pos..];
+                    for &r in cycle {
+                        reported[r as usize] = true;
+                    }
+                    found.push(cycle_line(ranks, cycle));
                     break;
                 }
-                for &r in cycle {
-                    reported[r as usize] = true;
-                }
-                let clauses: Vec<String> = cycle
-                    .iter()
-                    .filter_map(|&r| waiting(ranks, r))
-                    .map(clause)
-                    .collect();
-                let in_flight = cycle.iter().any(|&r| {
-                    waiting(ranks, r).is_some_and(|s| {
-                        let next = waits_for(s).expect("a rank in the cycle waits for one");
-                        waiting(ranks, next).is_some_and(|n| satisfier(s, n).is_some())
-                    })
-                });
-                found.push(format!(
-                    "deadlock: {}: a cycle; {}",
-                    clauses.join("; "),
-                    if in_flight {
-                        "a message between them is still in flight"
-                    } else {
-                        "no message between them is in flight"
-                    }
-                ));
-                break;
+                Walked::Not => {}
             }
+            walked[at as usize] = Walked::OnThisPath;
             path.push(at);
             match waits_for(s) {
                 Some(next) => at = next,
                 None => break,
             }
         }
+        for r in path {
+            walked[r as usize] = Walked::Before;
+        }
     }
     reported
+}
+
+/// "deadlock: rank 0 waits in ...; rank 1 waits in ...: a cycle; ..." for the ranks of
+/// `cycle`, each waiting for the next.
+fn cycle_line(ranks: &[RankView], cycle: &[u32]) -> String {
+    let clauses: Vec<String> = cycle
+        .iter()
+        .filter_map(|&r| waiting(ranks, r))
+        .map(clause)
+        .collect();
+    let in_flight = cycle.iter().any(|&r| {
+        waiting(ranks, r).is_some_and(|s| {
+            let next = waits_for(s).expect("a rank in the cycle waits for one");
+            waiting(ranks, next).is_some_and(|n| satisfier(s, n).is_some())
+        })
+    });
+    format!(
+        "deadlock: {}: a cycle; {}",
+        clauses.join("; "),
+        if in_flight {
+            "a message between them is still in flight"
+        } else {
+            "no message between them is in flight"
+        }
+    )
 }
 
 /// A message sent or being sent by `peer` that `s`'s receive would take, in words.
@@ -116,12 +137,36 @@ fn satisfier(s: &RankState, peer: &RankState) -> Option<String> {
     if !matches!(s.call.peer, Peer::From(_) | Peer::FromAny) || s.call.collective {
         return None;
     }
-    let accepts =
-        |context: u32, tag: i32| context == s.call.context && s.call.tag.is_none_or(|t| t == tag);
+    let accepts = |context: u32, tag: i32| {
+        Some(context) == s.call.context && s.call.tag.is_none_or(|t| t == tag)
+    };
     peer.sends
         .iter()
         .find(|q| q.peer == s.rank && accepts(q.context, q.tag))
         .map(|q| format!("rank {}'s send with tag {}", peer.rank, q.tag))
+}
+
+/// A message sent or being sent to `s`'s receive by the rank it names or, for a receive
+/// from any rank, by any waiting rank, in words.
+fn sent_to(ranks: &[RankView], s: &RankState) -> Option<String> {
+    match s.call.peer {
+        Peer::From(p) => waiting(ranks, p).and_then(|peer| satisfier(s, peer)),
+        Peer::FromAny => ranks.iter().find_map(|view| match view {
+            RankView::Waiting(peer) => satisfier(s, peer),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
+/// Whether a waiting receive has a message on its way from a waiting sender: the transfer
+/// goes on (one long copy moves nothing the waits can see until it ends), so the job is
+/// slow, not stuck.
+pub fn a_message_is_in_flight(ranks: &[RankView]) -> bool {
+    ranks.iter().any(|view| match view {
+        RankView::Waiting(s) => sent_to(ranks, s).is_some(),
+        _ => false,
+    })
 }
 
 fn gone_peers(ranks: &[RankView], found: &mut Vec<String>) {
@@ -152,14 +197,14 @@ fn unmatched_receives(ranks: &[RankView], in_cycle: &[bool], found: &mut Vec<Str
         if s.call.collective || !matches!(s.call.peer, Peer::From(_) | Peer::FromAny) {
             continue;
         }
+        let Some(context) = s.call.context else {
+            continue;
+        };
         let source = match s.call.peer {
             Peer::From(p) => Some(p),
             _ => None,
         };
-        let sent_now = source
-            .and_then(|p| waiting(ranks, p))
-            .and_then(|peer| satisfier(s, peer));
-        if sent_now.is_some() {
+        if sent_to(ranks, s).is_some() {
             continue;
         }
         let tag = s.call.tag;
@@ -171,7 +216,7 @@ fn unmatched_receives(ranks: &[RankView], in_cycle: &[bool], found: &mut Vec<Str
             };
             let same_source = source.is_none_or(|p| p == from);
             let same_tag = tag.is_none_or(|want| want == t);
-            let same_comm = e.context == s.call.context;
+            let same_comm = Some(e.context) == s.call.context;
             let miss = match (same_source, same_tag, same_comm) {
                 (true, false, true) => "same peer, other tag",
                 (true, true, false) => "same tag, other communicator",
@@ -186,7 +231,7 @@ fn unmatched_receives(ranks: &[RankView], in_cycle: &[bool], found: &mut Vec<Str
         // The peer's own sends to this rank that wait, with another tag or communicator.
         if let Some(peer) = source.and_then(|p| waiting(ranks, p)) {
             for q in peer.sends.iter().filter(|q| q.peer == s.rank) {
-                let miss = if q.context == s.call.context {
+                let miss = if Some(q.context) == s.call.context {
                     "same peer, other tag"
                 } else {
                     "other communicator"
@@ -205,7 +250,7 @@ fn unmatched_receives(ranks: &[RankView], in_cycle: &[bool], found: &mut Vec<Str
         let mut line = format!(
             "{} on {}: no message sent or being sent matches it",
             clause(s),
-            s.comm_name(s.call.context)
+            s.comm_name(context)
         );
         if !misses.is_empty() {
             line += &format!("; near misses: {}", misses.join("; "));
@@ -221,17 +266,22 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
         if !s.call.collective || s.call.op == FINALIZE {
             continue;
         }
-        let key = (s.call.context, s.call.op.clone());
+        let Some(context) = s.call.context else {
+            continue;
+        };
+        let key = (context, kind(&s.call.op).to_string());
         if seen.contains(&key) {
             continue;
         }
         seen.push(key);
-        let Some(comm) = s.comm(s.call.context) else {
+        let Some(comm) = s.comm(context) else {
             continue;
         };
         let in_it = |r: u32| {
             waiting(ranks, r).is_some_and(|o| {
-                o.call.collective && o.call.context == s.call.context && o.call.op == s.call.op
+                o.call.collective
+                    && o.call.context == s.call.context
+                    && kind(&o.call.op) == kind(&s.call.op)
             })
         };
         let (entered, missing): (Vec<u32>, Vec<u32>) = comm.ranks.iter().partition(|&&r| in_it(r));
@@ -248,14 +298,20 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
             .collect();
         found.push(format!(
             "{} on {} ({}) was entered by {} but not by {}: {}",
-            s.call.op,
-            s.comm_name(s.call.context),
+            kind(&s.call.op),
+            s.comm_name(context),
             s.call.location,
             ranks_in_words(&entered),
             ranks_in_words(&missing),
             whereabouts.join("; ")
         ));
     }
+}
+
+/// The collective `op` is a part of: the root's and the other ranks' calls of a rooted
+/// collective (`reduce_into_root`, `reduce_into`) are one.
+fn kind(op: &str) -> &str {
+    op.strip_suffix("_root").unwrap_or(op)
 }
 
 fn ranks_in_words(ranks: &[u32]) -> String {
@@ -279,16 +335,17 @@ mod tests {
             call: Call {
                 op: op.into(),
                 location: format!("src/main.rs:{}:5", 40 + rank),
-                context: 0,
+                context: Some(0),
                 peer,
                 tag,
                 bytes: None,
                 step: None,
-                collective: op == "barrier",
+                collective: op == "barrier" || op.starts_with("reduce_into"),
             },
             posted: Vec::new(),
             unexpected: Vec::new(),
             sends: Vec::new(),
+            left_out: 0,
             comms: vec![Comm {
                 context: 0,
                 name: "MPI_COMM_WORLD".into(),
@@ -356,6 +413,73 @@ mod tests {
                  not by rank 2: rank 2 waits in receive from rank 0 (tag 7, src/main.rs:42:5)"
             ),
             "{found}"
+        );
+    }
+
+    #[test]
+    fn the_root_and_the_others_of_a_rooted_collective_are_in_the_same_one() {
+        let root = state(0, "reduce_into_root", Peer::Root(0), None);
+        let ranks = [
+            w(root),
+            w(state(1, "reduce_into", Peer::Root(0), None)),
+            w(state(2, "reduce_into", Peer::Root(0), None)),
+        ];
+        let found = diagnose(&ranks);
+        assert!(found.is_empty(), "{found:?}");
+        let ranks = [
+            w(state(0, "reduce_into_root", Peer::Root(0), None)),
+            w(state(1, "reduce_into", Peer::Root(0), None)),
+            w(state(2, "receive", Peer::From(0), Some(7))),
+        ];
+        let found = diagnose(&ranks).join("\n");
+        assert!(
+            found.contains("reduce_into on MPI_COMM_WORLD (src/main.rs:40:5) was entered by ranks 0, 1 but not by rank 2"),
+            "{found}"
+        );
+    }
+
+    #[test]
+    fn a_receive_from_any_rank_sees_a_send_to_it_from_any_waiting_rank() {
+        let r0 = state(0, "receive", Peer::FromAny, Some(4));
+        let mut r2 = state(2, "send", Peer::To(0), Some(4));
+        r2.sends.push(bootstrap::stall::PendingSend {
+            context: 0,
+            peer: 0,
+            tag: 4,
+            bytes: 1 << 30,
+            waits_for: "a matching receive to read its data".into(),
+        });
+        let ranks = [w(r0), RankView::Running, w(r2)];
+        let found = diagnose(&ranks).join("\n");
+        assert!(
+            !found.contains("no message sent or being sent matches it"),
+            "{found}"
+        );
+        assert!(a_message_is_in_flight(&ranks));
+        let ranks = [
+            w(state(0, "receive", Peer::FromAny, Some(4))),
+            RankView::Running,
+            w(state(2, "receive", Peer::From(0), Some(4))),
+        ];
+        assert!(!a_message_is_in_flight(&ranks));
+    }
+
+    #[test]
+    fn a_long_chain_ending_in_a_cycle_is_one_cycle() {
+        let n = 2000;
+        let mut ranks: Vec<RankView> = (0..n)
+            .map(|r| w(state(r, "receive", Peer::From(r + 1), Some(1))))
+            .collect();
+        ranks[n as usize - 1] = w(state(n - 1, "receive", Peer::From(n - 2), Some(1)));
+        let cycles: Vec<String> = diagnose(&ranks)
+            .into_iter()
+            .filter(|f| f.starts_with("deadlock"))
+            .collect();
+        assert_eq!(cycles.len(), 1, "{cycles:?}");
+        assert!(
+            cycles[0].starts_with("deadlock: rank 1998 waits in receive from rank 1999"),
+            "{}",
+            cycles[0]
         );
     }
 }

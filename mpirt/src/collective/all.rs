@@ -7,10 +7,11 @@ use crate::error::{or_fatal, Error};
 use crate::partition::{PartitionedBuffer, PartitionedBufferMut};
 use crate::point_to_point::Count;
 use crate::request::{Lent, Scope, StaticScope};
-use crate::stall;
 
 use super::op::Operation;
-use super::{area_or_messages, blocking, calls, immediate, intra_only, shared, CollectiveRequest};
+use super::{
+    area_or_messages, blocking, calls, entered, immediate, intra_only, shared, CollectiveRequest,
+};
 
 /// Collectives over every process of a communicator. Each has a `try_` form that returns the
 /// error (a buffer that does not fit, an operation not defined for the type, ...) instead of
@@ -25,7 +26,7 @@ pub trait CommunicatorCollectives: Communicator {
     #[track_caller]
     fn try_barrier(&self) -> Result<(), Error> {
         let comm = self.data();
-        let _in = stall::collective(stall::Call::collective("barrier", comm.context, None));
+        let _in = entered(comm, "barrier", None);
         if comm.is_inter() {
             return inter::barrier(comm);
         }
@@ -36,9 +37,11 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// Every process's `send` in rank order, in every process's `recv` (`MPI_Allgather`).
+    #[track_caller]
     fn all_gather_into<S: Buffer + ?Sized, R: BufferMut + ?Sized>(&self, send: &S, recv: &mut R) {
         or_fatal(self.try_all_gather_into(send, recv))
     }
+    #[track_caller]
     fn try_all_gather_into<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
         &self,
         send: &S,
@@ -53,6 +56,7 @@ pub trait CommunicatorCollectives: Communicator {
 
     /// Like [`all_gather_into`](Self::all_gather_into) with parts of any length, placed as
     /// `recv`'s counts and displacements say (`MPI_Allgatherv`).
+    #[track_caller]
     fn all_gather_varcount_into<S, R>(&self, send: &S, recv: &mut R)
     where
         S: Buffer + ?Sized,
@@ -60,6 +64,7 @@ pub trait CommunicatorCollectives: Communicator {
     {
         or_fatal(self.try_all_gather_varcount_into(send, recv))
     }
+    #[track_caller]
     fn try_all_gather_varcount_into<S, R>(&self, send: &S, recv: &mut R) -> Result<(), Error>
     where
         S: Buffer + ?Sized,
@@ -82,9 +87,11 @@ pub trait CommunicatorCollectives: Communicator {
 
     /// Block r of every process's `send` goes to process r, which keeps it as block s of its
     /// `recv` for the sender s (`MPI_Alltoall`).
+    #[track_caller]
     fn all_to_all_into<S: Buffer + ?Sized, R: BufferMut + ?Sized>(&self, send: &S, recv: &mut R) {
         or_fatal(self.try_all_to_all_into(send, recv))
     }
+    #[track_caller]
     fn try_all_to_all_into<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
         &self,
         send: &S,
@@ -108,6 +115,7 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// All-to-all with parts of any length (`MPI_Alltoallv`).
+    #[track_caller]
     fn all_to_all_varcount_into<S, R>(&self, send: &S, recv: &mut R)
     where
         S: PartitionedBuffer + ?Sized,
@@ -115,6 +123,7 @@ pub trait CommunicatorCollectives: Communicator {
     {
         or_fatal(self.try_all_to_all_varcount_into(send, recv))
     }
+    #[track_caller]
     fn try_all_to_all_varcount_into<S, R>(&self, send: &S, recv: &mut R) -> Result<(), Error>
     where
         S: PartitionedBuffer + ?Sized,
@@ -164,6 +173,7 @@ pub trait CommunicatorCollectives: Communicator {
 
     /// Block r of the reduction of every process's `send` in process r's `recv`
     /// (`MPI_Reduce_scatter_block`).
+    #[track_caller]
     fn reduce_scatter_block_into<S, R, O>(&self, send: &S, recv: &mut R, op: O)
     where
         S: Buffer + ?Sized,
@@ -172,6 +182,7 @@ pub trait CommunicatorCollectives: Communicator {
     {
         or_fatal(self.try_reduce_scatter_block_into(send, recv, op))
     }
+    #[track_caller]
     fn try_reduce_scatter_block_into<S, R, O>(
         &self,
         send: &S,
@@ -195,6 +206,7 @@ pub trait CommunicatorCollectives: Communicator {
 
     /// Part r of the reduction of every process's `send` in process r's `recv`, the parts cut
     /// by `counts` (`MPI_Reduce_scatter`; not in rsmpi).
+    #[track_caller]
     fn reduce_scatter_into<S, R, O>(&self, send: &S, recv: &mut R, counts: &[Count], op: O)
     where
         S: Buffer + ?Sized,
@@ -203,6 +215,7 @@ pub trait CommunicatorCollectives: Communicator {
     {
         or_fatal(self.try_reduce_scatter_into(send, recv, counts, op))
     }
+    #[track_caller]
     fn try_reduce_scatter_into<S, R, O>(
         &self,
         send: &S,
@@ -220,6 +233,7 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// The reduction of the `send` of processes 0 to this one, in `recv` (`MPI_Scan`).
+    #[track_caller]
     fn scan_into<S, R, O>(&self, send: &S, recv: &mut R, op: O)
     where
         S: Buffer + ?Sized,
@@ -228,6 +242,7 @@ pub trait CommunicatorCollectives: Communicator {
     {
         or_fatal(self.try_scan_into(send, recv, op))
     }
+    #[track_caller]
     fn try_scan_into<S, R, O>(&self, send: &S, recv: &mut R, op: O) -> Result<(), Error>
     where
         S: Buffer + ?Sized,
@@ -242,6 +257,7 @@ pub trait CommunicatorCollectives: Communicator {
 
     /// The reduction of the `send` of the processes before this one, in `recv`; process 0's
     /// `recv` is left as it was (`MPI_Exscan`).
+    #[track_caller]
     fn exclusive_scan_into<S, R, O>(&self, send: &S, recv: &mut R, op: O)
     where
         S: Buffer + ?Sized,
@@ -250,6 +266,7 @@ pub trait CommunicatorCollectives: Communicator {
     {
         or_fatal(self.try_exclusive_scan_into(send, recv, op))
     }
+    #[track_caller]
     fn try_exclusive_scan_into<S, R, O>(&self, send: &S, recv: &mut R, op: O) -> Result<(), Error>
     where
         S: Buffer + ?Sized,
@@ -472,6 +489,7 @@ impl<C: Communicator + ?Sized> CommunicatorCollectives for C {}
 
 /// [`CommunicatorCollectives::try_all_gather_into`] on a communicator's data: what the runtime
 /// itself runs while it makes communicators.
+#[track_caller]
 pub(crate) fn all_gather_on<S, R>(comm: &CommData, send: &S, recv: &mut R) -> Result<(), Error>
 where
     S: Buffer + ?Sized,
@@ -491,6 +509,7 @@ where
 }
 
 /// [`CommunicatorCollectives::try_all_reduce_into`] on a communicator's data.
+#[track_caller]
 pub(crate) fn all_reduce_on<S, R, O>(
     comm: &CommData,
     send: &S,
@@ -518,6 +537,7 @@ where
 /// A blocking reduce-scatter (`operation`) into parts of `counts[r]` elements, equal blocks
 /// when `counts` is `None`: through the shared-memory area where it serves, else by
 /// messages.
+#[track_caller]
 fn reduce_scatter_on<S, R, O>(
     comm: &CommData,
     operation: &'static str,

@@ -11,7 +11,7 @@
 //! each other's messages, since every rank calls the collectives of a communicator in the same
 //! order.
 
-use crate::communicator::CommData;
+use crate::communicator::{CommData, Rank};
 use crate::datatype::{Buffer, BufferMut};
 use crate::error::{or_fatal, Cause, Error};
 use crate::point_to_point::Outgoing;
@@ -101,7 +101,7 @@ fn blocking<'a>(
     prepare: impl FnOnce() -> Result<Call<'a>, Cause>,
 ) -> Result<(), Error> {
     intra_only(comm, operation)?;
-    let _in = stall::collective(stall::Call::collective(operation, comm.context, None));
+    let _in = entered(comm, operation, None);
     let run = || {
         let call = prepare()?;
         // SAFETY: the buffers are borrowed by the caller for this whole call, which runs the
@@ -113,9 +113,26 @@ fn blocking<'a>(
     run().map_err(|cause| Error::new(operation, cause))
 }
 
+/// Notes, for the stall report, that this thread is in the blocking collective `operation`
+/// on `comm`, rooted at `root` (a rank of `comm`) if rooted: before the shared-memory area's
+/// path, which waits for the other ranks as the messages' path does. Called before the
+/// arguments are checked: a root that is not a rank of an intra-communicator is left out.
+#[track_caller]
+fn entered(comm: &CommData, operation: &'static str, root: Option<Rank>) -> stall::InCollective {
+    let root = root
+        .filter(|_| !comm.is_inter())
+        .and_then(|r| comm.check_rank(r).ok());
+    stall::collective(stall::Call::collective(
+        operation,
+        comm.context,
+        root.map(|r| comm.world_rank(r)),
+    ))
+}
+
 /// Runs a blocking `operation` whose buffers were checked: `in_area` over the packed bytes of
 /// `send` and `recv` where the shared-memory area takes the call (it says whether it did),
 /// else the plan `by_messages` makes over `recv`.
+#[track_caller]
 fn area_or_messages<'a, S, R>(
     comm: &CommData,
     operation: &'static str,
@@ -129,6 +146,7 @@ where
     R: BufferMut + ?Sized,
 {
     intra_only(comm, operation)?;
+    let _in = entered(comm, operation, None);
     let sent = Outgoing::of(send).map_err(|cause| Error::new(operation, cause))?;
     if shared::over_packed(recv, operation, |recv_bytes| {
         in_area(sent.bytes(), recv_bytes)

@@ -10,11 +10,11 @@ use crate::error::{or_fatal, Error, MpiError};
 use crate::partition::{Partition, PartitionMut, PartitionedBuffer, PartitionedBufferMut};
 use crate::point_to_point::{Count, Outgoing};
 use crate::request::{Lent, Scope};
-use crate::stall;
 
 use super::op::Operation;
 use super::{
-    area_or_messages, blocking, calls, immediate, intra_only, select, shared, CollectiveRequest,
+    area_or_messages, blocking, calls, entered, immediate, intra_only, select, shared,
+    CollectiveRequest,
 };
 
 /// The others' side of a rooted call has no buffer of the root's; these name its type.
@@ -69,11 +69,7 @@ pub trait Root {
     fn try_broadcast_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<(), Error> {
         let (comm, root) = (self.root_comm(), self.root_rank());
         intra_only(comm, "broadcast_into")?;
-        let _in = stall::collective(stall::Call::collective(
-            "broadcast_into",
-            comm.context,
-            comm.check_rank(root).ok().map(|r| comm.world_rank(r)),
-        ));
+        let _in = entered(comm, "broadcast_into", Some(root));
         let checked = comm
             .check_rank(root)
             .map_err(|c| Error::new("broadcast_into", c))?;
@@ -87,15 +83,18 @@ pub trait Root {
     }
 
     /// A non-root's part of a reduction to the root (`MPI_Reduce`).
+    #[track_caller]
     fn reduce_into<S: Buffer + ?Sized, O: Operation>(&self, send: &S, op: O) {
         or_fatal(self.try_reduce_into(send, op))
     }
+    #[track_caller]
     fn try_reduce_into<S: Buffer + ?Sized, O: Operation>(
         &self,
         send: &S,
         op: O,
     ) -> Result<(), Error> {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        let _in = entered(comm, "reduce_into", Some(root));
         intra_only(comm, "reduce_into")?;
         let (checked, datatype) = calls::check_reduce(comm, root, send, None::<&NoBuffer>, &op)
             .map_err(shared::refusing(
@@ -114,6 +113,7 @@ pub trait Root {
     }
 
     /// The root's part of a reduction: the reduction of every process's `send` in `recv`.
+    #[track_caller]
     fn reduce_into_root<S, R, O>(&self, send: &S, recv: &mut R, op: O)
     where
         S: Buffer + ?Sized,
@@ -122,6 +122,7 @@ pub trait Root {
     {
         or_fatal(self.try_reduce_into_root(send, recv, op))
     }
+    #[track_caller]
     fn try_reduce_into_root<S, R, O>(&self, send: &S, recv: &mut R, op: O) -> Result<(), Error>
     where
         S: Buffer + ?Sized,
@@ -129,6 +130,7 @@ pub trait Root {
         O: Operation,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        let _in = entered(comm, "reduce_into_root", Some(root));
         intra_only(comm, "reduce_into_root")?;
         let (checked, datatype) = calls::check_reduce(comm, root, send, Some(&*recv), &op)
             .map_err(shared::refusing(
@@ -149,12 +151,15 @@ pub trait Root {
     }
 
     /// A non-root's part of a gather (`MPI_Gather`).
+    #[track_caller]
     fn gather_into<S: Buffer + ?Sized>(&self, send: &S) {
         or_fatal(self.try_gather_into(send))
     }
+    #[track_caller]
     fn try_gather_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<(), Error> {
         const OPERATION: &str = "gather_into";
         let (comm, root) = (self.root_comm(), self.root_rank());
+        let _in = entered(comm, "gather_into", Some(root));
         intra_only(comm, OPERATION)?;
         let (checked, datatype) = calls::check_gather(comm, root, send, None::<&NoBuffer>)
             .map_err(shared::refusing(
@@ -173,9 +178,11 @@ pub trait Root {
     }
 
     /// The root's part of a gather: every process's `send`, in rank order, in `recv`.
+    #[track_caller]
     fn gather_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized>(&self, send: &S, recv: &mut R) {
         or_fatal(self.try_gather_into_root(send, recv))
     }
+    #[track_caller]
     fn try_gather_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
         &self,
         send: &S,
@@ -183,6 +190,7 @@ pub trait Root {
     ) -> Result<(), Error> {
         const OPERATION: &str = "gather_into_root";
         let (comm, root) = (self.root_comm(), self.root_rank());
+        let _in = entered(comm, "gather_into_root", Some(root));
         intra_only(comm, OPERATION)?;
         let (checked, datatype) =
             calls::check_gather(comm, root, send, Some(&*recv)).map_err(shared::refusing(
@@ -202,17 +210,21 @@ pub trait Root {
     }
 
     /// A non-root's part of a gather of parts of any length (`MPI_Gatherv`).
+    #[track_caller]
     fn gather_varcount_into<S: Buffer + ?Sized>(&self, send: &S) {
         or_fatal(self.try_gather_varcount_into(send))
     }
+    #[track_caller]
     fn try_gather_varcount_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<(), Error> {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        let _in = entered(comm, "gather_varcount_into", Some(root));
         blocking(comm, "gather_varcount_into", || {
             calls::gather_varcount(comm, root, send, None::<&mut NoPartsMut>)
         })
     }
 
     /// The root's part of a gather of parts of any length, placed as `recv` says.
+    #[track_caller]
     fn gather_varcount_into_root<S, R>(&self, send: &S, recv: &mut R)
     where
         S: Buffer + ?Sized,
@@ -220,12 +232,14 @@ pub trait Root {
     {
         or_fatal(self.try_gather_varcount_into_root(send, recv))
     }
+    #[track_caller]
     fn try_gather_varcount_into_root<S, R>(&self, send: &S, recv: &mut R) -> Result<(), Error>
     where
         S: Buffer + ?Sized,
         R: PartitionedBufferMut + ?Sized,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        let _in = entered(comm, "gather_varcount_into_root", Some(root));
         blocking(comm, "gather_varcount_into_root", || {
             calls::gather_varcount(comm, root, send, Some(recv))
         })
@@ -233,12 +247,15 @@ pub trait Root {
 
     /// A non-root's part of a scatter: its block of the root's buffer in `recv`
     /// (`MPI_Scatter`).
+    #[track_caller]
     fn scatter_into<R: BufferMut + ?Sized>(&self, recv: &mut R) {
         or_fatal(self.try_scatter_into(recv))
     }
+    #[track_caller]
     fn try_scatter_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<(), Error> {
         const OPERATION: &str = "scatter_into";
         let (comm, root) = (self.root_comm(), self.root_rank());
+        let _in = entered(comm, "scatter_into", Some(root));
         intra_only(comm, OPERATION)?;
         let (checked, datatype) = calls::check_scatter(comm, root, None::<&NoBuffer>, recv)
             .map_err(shared::refusing(
@@ -258,9 +275,11 @@ pub trait Root {
     }
 
     /// The root's part of a scatter: block r of `send` goes to process r.
+    #[track_caller]
     fn scatter_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized>(&self, send: &S, recv: &mut R) {
         or_fatal(self.try_scatter_into_root(send, recv))
     }
+    #[track_caller]
     fn try_scatter_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
         &self,
         send: &S,
@@ -268,6 +287,7 @@ pub trait Root {
     ) -> Result<(), Error> {
         const OPERATION: &str = "scatter_into_root";
         let (comm, root) = (self.root_comm(), self.root_rank());
+        let _in = entered(comm, "scatter_into_root", Some(root));
         intra_only(comm, OPERATION)?;
         let (checked, datatype) =
             calls::check_scatter(comm, root, Some(send), recv).map_err(shared::refusing(
@@ -287,17 +307,21 @@ pub trait Root {
     }
 
     /// A non-root's part of a scatter of parts of any length (`MPI_Scatterv`).
+    #[track_caller]
     fn scatter_varcount_into<R: BufferMut + ?Sized>(&self, recv: &mut R) {
         or_fatal(self.try_scatter_varcount_into(recv))
     }
+    #[track_caller]
     fn try_scatter_varcount_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<(), Error> {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        let _in = entered(comm, "scatter_varcount_into", Some(root));
         blocking(comm, "scatter_varcount_into", || {
             calls::scatter_varcount(comm, root, None::<&NoParts>, recv)
         })
     }
 
     /// The root's part of a scatter of parts of any length, cut as `send` says.
+    #[track_caller]
     fn scatter_varcount_into_root<S, R>(&self, send: &S, recv: &mut R)
     where
         S: PartitionedBuffer + ?Sized,
@@ -305,12 +329,14 @@ pub trait Root {
     {
         or_fatal(self.try_scatter_varcount_into_root(send, recv))
     }
+    #[track_caller]
     fn try_scatter_varcount_into_root<S, R>(&self, send: &S, recv: &mut R) -> Result<(), Error>
     where
         S: PartitionedBuffer + ?Sized,
         R: BufferMut + ?Sized,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
+        let _in = entered(comm, "scatter_varcount_into_root", Some(root));
         blocking(comm, "scatter_varcount_into_root", || {
             calls::scatter_varcount(comm, root, Some(send), recv)
         })

@@ -5,7 +5,7 @@
 
 use super::{Core, Pending, RecvState, Request, SendState};
 use crate::envelope::{SourceSel, TagSel};
-use crate::stall::{QueuedSend, Queues, Selectors};
+use crate::stall::{QueuedSend, Queues, Selectors, SHOWN};
 
 impl<S, R> Core<S, R> {
     pub fn queues(&self) -> Queues {
@@ -20,12 +20,13 @@ impl<S, R> Core<S, R> {
                     ..
                 } => {
                     let (context, source, tag) = id.selectors();
-                    queues.posted.push(Selectors {
+                    let receive = Selectors {
                         context,
                         source,
                         tag,
                         bytes: 0,
-                    });
+                    };
+                    Queues::add(&mut queues.posted, &mut queues.left_out, receive);
                 }
                 Request::Send {
                     peer,
@@ -42,28 +43,32 @@ impl<S, R> Core<S, R> {
                         SendState::Streaming => "its data to be streamed",
                         SendState::Done(_) => continue,
                     };
-                    queues.sends.push(QueuedSend {
+                    let send = QueuedSend {
                         context: *context,
                         peer: *peer,
                         tag: *tag,
                         bytes: *len,
                         waits_for,
-                    });
+                    };
+                    Queues::add(&mut queues.sends, &mut queues.left_out, send);
                 }
                 Request::Recv { .. } => {}
             }
         }
-        for (envelope, pending) in self.matcher.unexpected() {
+        let (oldest, more) = self.matcher.oldest_unexpected(SHOWN);
+        queues.left_out += more;
+        for (envelope, pending) in oldest {
             let bytes = match pending {
                 Pending::Eager { payload, .. } => payload.as_slice().len(),
                 Pending::Rts { len, .. } => *len,
             };
-            queues.unexpected.push(Selectors {
+            let message = Selectors {
                 context: envelope.context,
                 source: SourceSel::Rank(envelope.source),
                 tag: TagSel::Tag(envelope.tag),
                 bytes,
-            });
+            };
+            queues.unexpected.push(message);
         }
         queues
     }

@@ -812,7 +812,6 @@ impl Waiting for UcxPml {
         self.worker.sleep(timeout).map_err(|e| self.stop(e))
     }
 
-    #[inline]
     fn queues(&self) -> Queues {
         Queues {
             claim: self.blocking_receive,
@@ -820,6 +819,7 @@ impl Waiting for UcxPml {
         }
     }
 
+    #[inline]
     fn check_running(&self) -> Result<(), PmlError> {
         UcxPml::check_running(self)
     }
