@@ -225,8 +225,9 @@ if [ "$(id -u)" = 0 ] && [ -x "$testhosts/slurm-local" ]; then
     # A Slurm left from a run that crashed would make `up` refuse; this phase owns Slurm anyway.
     "$testhosts/slurm-local" down >/dev/null
     "$testhosts/slurm-local" up 4 --mode netns
-    # srun's own tests (PMI-2, and plain srun and --mpi=none refused by name), then both suites
-    # under srun --mpi=pmi2 and, built with the `pmix` feature, --mpi=pmix, over the 4 nodes.
+    # srun's own tests (PMI-2, plain srun and --mpi=none refused by name, a rank that aborts or
+    # is killed ending the step), then both suites under srun --mpi=pmi2 and, built with the
+    # `pmix` feature, --mpi=pmix (the abort test again, through PMIx_Abort), over the 4 nodes.
     MPIRT_TEST_SLURM=1 cargo test --release -p mpirt --test p2p --test collectives \
         --test topology --test intercommunicators -- srun pmix_launchers_without_the_feature
     MPIRT_TEST_SLURM=1 cargo test --release -p launcher --test slurm

@@ -715,10 +715,7 @@ impl Bootstrap {
             Backend::Pmi2 { stream, .. } => {
                 output::say(&last_words);
                 output::hand_over(ABORT_ACK_TIMEOUT);
-                let _ = pmi2::send(
-                    stream,
-                    &Message::new("abort", &[("isworldabort", "TRUE"), ("msg", message)]),
-                );
+                pmi2::abort(stream, message);
             }
             Backend::Singleton(_) | Backend::Finalized => output::say(&last_words),
         }
@@ -810,10 +807,7 @@ fn abort_joining(stream: &mut PmiSocket, version: pmi1::Version, e: BootstrapErr
     match version {
         pmi1::Version::One => pmi1::abort(stream, 1),
         pmi1::Version::Two => {
-            let _ = pmi2::send(
-                stream,
-                &Message::new("abort", &[("isworldabort", "TRUE"), ("msg", &message)]),
-            );
+            pmi2::abort(stream, &message);
         }
     }
     std::process::exit(1)

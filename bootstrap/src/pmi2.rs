@@ -178,6 +178,15 @@ pub fn job_id(stream: &mut (impl Read + Write)) -> Result<String, String> {
         .ok_or_else(|| "PMI-2 job-getid: no jobid in the answer".to_string())
 }
 
+/// Asks the server on `stream` to end the whole job (`isworld=TRUE`: Slurm then kills every
+/// task of the step), saying `message`; no answer comes.
+pub fn abort(stream: &mut impl Write, message: &str) {
+    let _ = send(
+        stream,
+        &Message::new("abort", &[("isworld", "TRUE"), ("msg", message)]),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,6 +201,22 @@ mod tests {
         let back = receive(&mut &bytes[..]).unwrap();
         assert_eq!(back, m);
         assert_eq!(back.get("value"), Some("1 2;;3=4"));
+    }
+
+    /// The key Slurm's PMI-2 server reads (`isworld`): under any other, it leaves the step
+    /// running and the aborting rank's peers wait for it forever.
+    #[test]
+    fn abort_asks_to_end_the_whole_job() {
+        let mut sent = Vec::new();
+        abort(&mut sent, "rank 1 called abort(3)");
+        let m = receive(&mut &sent[..]).unwrap();
+        assert_eq!(
+            m,
+            Message::new(
+                "abort",
+                &[("isworld", "TRUE"), ("msg", "rank 1 called abort(3)")]
+            )
+        );
     }
 
     #[test]

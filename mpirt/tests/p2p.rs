@@ -95,6 +95,14 @@ fn rank_mode() {
             }
             world.process_at_rank(1).receive::<u8>();
         }
+        "abort" => {
+            world.barrier();
+            if world.rank() == 1 {
+                world.abort(3);
+            }
+            // Rank 1 sends nothing: only the abort ends this rank.
+            world.process_at_rank(1).receive::<u8>();
+        }
         "derive" => derive(&world),
         "leak" => {
             let mut slot = 0u8;
@@ -1861,6 +1869,62 @@ fn under_srun_with_pmi2() {
     let (stdout, stderr) = text(&output);
     assert!(!output.status.success(), "{stdout}\n{stderr}");
     assert!(stderr.contains("task 1: Killed"), "{stderr}");
+}
+
+/// A rank that calls abort after wire-up, or is killed, while its peer on another node waits
+/// for it, ends the srun step non-zero, and the messages name the rank: an abort goes through
+/// the PMI the rank was started with (PMI-2's abort; PMIx_Abort with the `pmix` feature), and
+/// the peer of a killed rank aborts naming the rank it lost. srun's --kill-on-bad-exit, which
+/// would end the step on the first non-zero exit whatever the ranks do, is left off.
+#[test]
+fn a_rank_that_aborts_or_is_killed_ends_the_srun_step() {
+    if !slurm_available() {
+        return;
+    }
+    let mut mpis = vec!["--mpi=pmi2"];
+    if cfg!(feature = "pmix") {
+        mpis.push("--mpi=pmix");
+    } else {
+        println!(
+            "--mpi=pmix skipped: built without the `pmix` feature (tools/test-all.sh's Slurm \
+             phase runs this suite again with it)"
+        );
+    }
+    let cases: [(&str, &[&str]); 2] = [
+        (
+            "abort",
+            &[
+                "rank 1 called abort (code 3): rank 1 called abort(3)",
+                "task 1: Exited with exit code 3",
+            ],
+        ),
+        (
+            "killed",
+            &[
+                "mpirt: rank 0: receive from rank 1 (any tag): the connection with rank 1 on host",
+                "task 1: Killed",
+            ],
+        ),
+    ];
+    for mpi in mpis {
+        for (mode, messages) in cases {
+            let mut command = Command::new("srun");
+            command
+                .args([mpi, "-N", "2", "-n", "2"])
+                .arg(env::current_exe().unwrap())
+                .args(RANK_MODE_ARGS)
+                .env(RANK_MODE, mode);
+            let output = run_limited(command);
+            let (stdout, stderr) = text(&output);
+            assert!(!output.status.success(), "{mpi} {mode}: {stdout}\n{stderr}");
+            for message in messages {
+                assert!(
+                    stderr.contains(message),
+                    "{mpi} {mode}: {message}\n{stderr}"
+                );
+            }
+        }
+    }
 }
 
 /// Runs two ranks of this binary in rank mode `ring` under `launcher` (its arguments before the
