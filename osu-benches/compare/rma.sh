@@ -4,10 +4,13 @@
 # synchronisation, at every size from 8 B to 1 MiB (the atomics at their 8 bytes): put, get,
 # accumulate and get_accumulate latency, fetch_and_op and compare_and_swap latency, put and get
 # bandwidth and put bidirectional bandwidth (which synchronises with fence, or pscw when -s
-# names it: OSU's offers no other). mpirt runs twice: its shared-memory path and its active
-# messages (MPIRT_WINDOW_PATH=messages).
-#   osu-benches/compare/rma.sh [-w create|allocate|dynamic] [-s SYNC] [-r REPEATS] [-m MAX]
-#                              [-t TESTS]
+# names it: OSU's offers no other). mpirt runs on its shared-memory path, and with -a on its
+# active messages too (MPIRT_WINDOW_PATH=messages): there a passive-target operation waits for
+# the target, which sits in a barrier that looks at messages between sleeps of up to 1 ms, so
+# each takes about a millisecond and a run of the latency tests' 10,000 iterations per size
+# takes minutes.
+#   osu-benches/compare/rma.sh [-a] [-w create|allocate|dynamic] [-s SYNC] [-r REPEATS]
+#                              [-m MAX] [-t TESTS]
 # Runs are interleaved (each repeat runs every test on every runtime in turn, so that a burst
 # of load on the shared machine falls on all of them alike), and the table gives each size's
 # median of REPEATS runs (default 3). A run that fails or outlasts 300 s prints "-". Open MPI
@@ -21,14 +24,16 @@ sync=flush
 repeats=3
 max=1048576
 tests="put_latency get_latency acc_latency get_acc_latency fop_latency cas_latency put_bw get_bw put_bibw"
-while getopts "w:s:r:m:t:" opt; do
+runtimes="shm ompi mpich"
+while getopts "aw:s:r:m:t:" opt; do
     case $opt in
+        a) runtimes="shm messages ompi mpich" ;;
         w) window=$OPTARG ;;
         s) sync=$OPTARG ;;
         r) repeats=$OPTARG ;;
         m) max=$OPTARG ;;
         t) tests=$OPTARG ;;
-        *) echo "usage: $0 [-w create|allocate|dynamic] [-s SYNC] [-r REPEATS] [-m MAX] [-t TESTS]" >&2
+        *) echo "usage: $0 [-a] [-w create|allocate|dynamic] [-s SYNC] [-r REPEATS] [-m MAX] [-t TESTS]" >&2
            exit 2 ;;
     esac
 done
@@ -40,7 +45,6 @@ mpicc.openmpi -O2 -o "$out/osu_rma.ompi" osu-benches/compare/osu_rma.c
 mpicc.mpich -O2 -o "$out/osu_rma.mpich" osu-benches/compare/osu_rma.c
 osc=()
 [ "$window" = allocate ] && osc=(--mca osc sm)
-runtimes="shm messages ompi mpich"
 # One run's rows ("SIZE VALUE"), or nothing where it failed.
 run() {
     local test=$1 runtime=$2 min=8 top=$max s=$sync
@@ -72,14 +76,17 @@ median() {
 }
 echo "# window $window, synchronisation $sync, median of $repeats interleaved runs"
 echo "# latency in us, bandwidth in MB/s"
-printf "%-16s %8s %12s %14s %12s %12s\n" test size "mpirt shm" "mpirt messages" "Open MPI" MPICH
+declare -A title=([shm]="mpirt shm" [messages]="mpirt messages" [ompi]="Open MPI" [mpich]=MPICH)
+printf "%-16s %8s" test size
+for runtime in $runtimes; do printf " %15s" "${title[$runtime]}"; done
+echo
 for test in $tests; do
     sizes=$(cat "$out/$test".*.* | awk '{print $1}' | sort -n | uniq)
     for size in $sizes; do
-        row=()
+        printf "%-16s %8s" "$test" "$size"
         for runtime in $runtimes; do
-            row+=("$(median "$size" "$out/$test.$runtime".*)")
+            printf " %15s" "$(median "$size" "$out/$test.$runtime".*)"
         done
-        printf "%-16s %8s %12s %14s %12s %12s\n" "$test" "$size" "${row[@]}"
+        echo
     done
 done
