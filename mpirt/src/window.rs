@@ -89,6 +89,7 @@
 //! each operation picks its path (`Epoch::issue` and the shared-memory branches beside it),
 //! leaving the rest to the active messages.
 
+mod atomic;
 mod direct;
 mod fault;
 mod messaging;
@@ -904,8 +905,11 @@ pub struct RmaRequest<'scope, D: ?Sized> {
 impl<D: ?Sized> Drop for RmaRequest<'_, D> {
     /// A request dropped unwaited leaves its outcome to the end of its epoch.
     fn drop(&mut self) {
-        if let Ok(mut core) = self.core.try_borrow_mut() {
-            core.hold(self.id, false);
+        // A request complete at once (id 0) is not awaited.
+        if self.id != 0 {
+            if let Ok(mut core) = self.core.try_borrow_mut() {
+                core.hold(self.id, false);
+            }
         }
     }
 }
@@ -1233,7 +1237,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         if let Some(direct) = self.window.direct() {
             let mut result = result;
             let old = result.as_deref_mut().map(as_bytes_mut);
-            direct.accumulate(t, offset, op, datatype, bytes, old)?;
+            direct.accumulate(t, offset, op, (datatype, element), bytes, old)?;
             return Ok(self.request(0, result));
         }
         let mut request = data_request(Ask::Accumulate, offset, bytes.len());
@@ -1301,10 +1305,10 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
 
     /// `MPI_Win_flush`: every operation this epoch issued to `target` is complete there.
     pub fn flush(&self, target: Rank) -> Result<(), Error> {
-        let what = format!("flush of rank {target}");
         // No element at displacement 0 fits every window: this checks the rank alone.
-        let (t, _) = self.place(target, 0, 0).map_err(|c| Error::new(&what, c))?;
-        self.flush_targets(&[t]).map_err(|c| Error::new(&what, c))
+        self.place(target, 0, 0)
+            .and_then(|(t, _)| self.flush_targets(&[t]))
+            .map_err(|c| Error::new(format!("flush of rank {target}"), c))
     }
 
     /// `MPI_Win_flush_all`: every operation this epoch issued is complete at its target.
@@ -1709,7 +1713,9 @@ fn map_parts<T, C: Communicator>(
             .filter(|&end| end <= isize::MAX as usize)
             .ok_or_else(too_large)?;
     }
-    Ok(map_shared(comm, total, what)?.map(|map| Direct::new(map, parts)))
+    let me = comm.rank() as u32;
+    Ok(map_shared(comm, total, what)?
+        .map(|(map, lock_free)| Direct::new(map, parts, me, lock_free)))
 }
 
 /// A /dev/shm name this rank made, removed when the guard drops.
@@ -1725,12 +1731,14 @@ impl Drop for Unlink {
 }
 
 /// A mapping of `bytes` that every rank of `comm` shares: rank 0 creates it, the others
-/// open it by name; `None` if any rank could not (it is on another host).
+/// open it by name; `None` if any rank could not (it is on another host). With it, whether
+/// every rank registered for the memory barrier that lets short accumulates skip the lock
+/// (`direct.rs`).
 fn map_shared<C: Communicator>(
     comm: &C,
     bytes: usize,
     what: &str,
-) -> Result<Option<SharedMapping>, Error> {
+) -> Result<Option<(SharedMapping, bool)>, Error> {
     const NAME: usize = 128;
     let mut name = [0u8; NAME];
     let mut map = None;
@@ -1762,10 +1770,15 @@ fn map_shared<C: Communicator>(
     if comm.rank() != 0 && !shared.is_empty() {
         map = SharedMapping::open(shared, bytes).ok();
     }
-    let mapped = [i32::from(map.is_some())];
-    let mut everyone = [0i32];
-    let agreed = comm.try_all_reduce_into(&mapped[..], &mut everyone[..], SystemOperation::min());
+    let mine = [
+        i32::from(map.is_some()),
+        i32::from(direct::barrier::registered()),
+    ];
+    let mut everyone = [0i32; 2];
+    let agreed = comm.try_all_reduce_into(&mine[..], &mut everyone[..], SystemOperation::min());
     drop(made);
     agreed?;
-    Ok(map.filter(|_| everyone[0] == 1))
+    Ok(map
+        .filter(|_| everyone[0] == 1)
+        .map(|map| (map, everyone[1] == 1)))
 }

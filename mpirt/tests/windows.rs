@@ -56,6 +56,8 @@ fn rank_mode() {
             exclusive(&world);
             unwound(&world);
             compare_and_swap_once(&world);
+            atomics_beside_long_accumulates::<u64>(&world);
+            atomics_beside_long_accumulates::<f64>(&world);
             println!("atomics ok");
         }
         "kinds" => {
@@ -203,8 +205,8 @@ fn draw_phase(draw: &mut Draw, size: usize) -> Phase {
     }
 }
 
-/// The operations `origin` issues in `phase`, per target: consecutive locations it puts or
-/// gets become one operation of several elements.
+/// The operations `origin` issues in `phase`, per target: consecutive locations it puts,
+/// gets or accumulates (with one operation) become one operation of several elements.
 fn ops_of(phase: &Phase, origin: usize, state: &[Vec<i64>]) -> Vec<(usize, Vec<(usize, Op)>)> {
     let mut all = Vec::new();
     for (target, roles) in phase.roles.iter().enumerate() {
@@ -236,6 +238,13 @@ fn ops_of(phase: &Phase, origin: usize, state: &[Vec<i64>]) -> Vec<(usize, Vec<(
                     values.extend(more)
                 }
                 (Some((start, Op::Get(n))), Op::Get(1)) if *start + *n == at => *n += 1,
+                // A run of accumulates is one long accumulate (the shared-memory path takes
+                // the lock for it), beside other origins' single-element ones (CPU atomics).
+                (Some((start, Op::Accumulate(values, max))), Op::Accumulate(more, also_max))
+                    if *start + values.len() == at && *max == also_max =>
+                {
+                    values.extend(more)
+                }
                 (_, op) => ops.push((at, op)),
             }
         }
@@ -533,6 +542,89 @@ fn compare_and_swap_once(world: &SimpleCommunicator) {
     let mut winners = 0;
     world.all_reduce_into(&won, &mut winners, SystemOperation::sum());
     assert_eq!(winners, 1, "compare_and_swap let {winners} ranks win");
+}
+
+/// A number the mixed-atomics test counts in.
+trait Count: mpirt::datatype::Equivalence + Copy + Default + PartialEq + std::fmt::Debug {
+    fn of(n: u64) -> Self;
+    fn plus_one(self) -> Self;
+}
+
+impl Count for u64 {
+    fn of(n: u64) -> Self {
+        n
+    }
+    fn plus_one(self) -> Self {
+        self + 1
+    }
+}
+
+impl Count for f64 {
+    fn of(n: u64) -> Self {
+        n as f64
+    }
+    fn plus_one(self) -> Self {
+        self + 1.0
+    }
+}
+
+/// Every rank interleaves single-element atomics on the same elements (fetch_and_op, a
+/// compare_and_swap loop; the shared-memory path applies them with CPU atomics, without the
+/// accumulate lock: an integer add, a float's compare-and-swap loop) with long accumulates
+/// over them (which hold the lock and add in plain loads and stores): no increment is lost,
+/// whichever way each went and however they met.
+fn atomics_beside_long_accumulates<T: Count>(world: &SimpleCommunicator) {
+    const ROUNDS: u64 = 500;
+    const LONG: usize = 100;
+    let window = Window::<T>::allocate(world, LONG);
+    let ones = vec![T::of(1); LONG];
+    let (one, nothing) = (T::of(1), T::default());
+    let size = world.size() as u64;
+    let kind = |rank: u64, round: u64| (rank + round) % 3;
+    for round in 0..ROUNDS {
+        match kind(world.rank() as u64, round) {
+            0 => window.lock_all(|e| e.accumulate(&ones, 0, 0, SystemOperation::sum())),
+            1 => {
+                let (mut first, mut last) = (T::default(), T::default());
+                window.lock_all(|e| {
+                    e.fetch_and_op(&one, &mut first, 0, 0, SystemOperation::sum());
+                    e.fetch_and_op(&one, &mut last, 0, LONG - 1, SystemOperation::sum());
+                });
+            }
+            _ => loop {
+                let (mut seen, mut old) = (T::default(), T::default());
+                window.lock_all(|e| {
+                    e.fetch_and_op(&nothing, &mut seen, 0, 0, AccumulateOperation::NoOp)
+                });
+                let next = seen.plus_one();
+                window.lock_all(|e| e.compare_and_swap(&next, &seen, &mut old, 0, 0));
+                if old == seen {
+                    break;
+                }
+            },
+        }
+    }
+    window.fence_epoch(|_| {});
+    let count = |of: u64| {
+        (0..size)
+            .flat_map(|rank| (0..ROUNDS).map(move |round| kind(rank, round)))
+            .filter(|&k| k == of)
+            .count() as u64
+    };
+    if world.rank() == 0 {
+        window.with_local(|local| {
+            assert_eq!(
+                (local[0], local[1], local[LONG - 1]),
+                (
+                    T::of(size * ROUNDS),
+                    T::of(count(0)),
+                    T::of(count(0) + count(1))
+                ),
+                "an increment was lost between atomics and long accumulates"
+            )
+        });
+    }
+    world.barrier();
 }
 
 /// A window over a borrowed buffer, which holds the puts when the window is gone.

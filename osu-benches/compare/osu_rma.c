@@ -1,10 +1,11 @@
-/* The OSU one-sided method (put_latency, get_latency, put_bw, acc_latency, fop_latency,
- * cas_latency), in C, so that Open MPI and MPICH run the same loops as mpirt's Rust ports
- * (osu-benches/src/one_sided.rs): same loop counts, window kinds, synchronisations and output
- * format. Rank 0 is the origin, rank 1 the target; the fence and PSCW loops are ping-pongs
- * (half the round trip printed).
+/* The OSU one-sided method (put_latency, get_latency, put_bw, get_bw, put_bibw, acc_latency,
+ * get_acc_latency, fop_latency, cas_latency), in C, so that Open MPI and MPICH run the same
+ * loops as mpirt's Rust ports (osu-benches/src/one_sided.rs): same loop counts, window kinds,
+ * synchronisations and output format. Rank 0 is the origin, rank 1 the target; the fence and
+ * PSCW loops of the latency tests are ping-pongs (half the round trip printed), and in put_bibw
+ * both ranks put to each other in every epoch (fence or pscw only, twice one way's bandwidth).
  * Usage: osu_rma TEST [create|allocate|dynamic [lock|flush|flush_local|lock_all|pscw|fence
- *        [MAX_SIZE [MIN_SIZE]]]]   (defaults: allocate, flush, 4 MiB, 1) */
+ *        [MAX_SIZE [MIN_SIZE]]]]   (defaults: allocate, flush (put_bibw: fence), 4 MiB, 1) */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,23 +16,30 @@
 #define WINDOW 64
 
 static const char *test, *win_kind, *sync_kind;
-static int rank, atomic, bw;
+static int rank, atomic, bw, bibw;
 static MPI_Win win;
 static MPI_Aint disp;
-static char *s_buf, *r_buf, *win_mem;
+static char *s_buf, *r_buf, *c_buf, *win_mem;
 static uint64_t one = 1, zero = 0, result;
 
 /* One operation of the test on rank `to` (the bandwidth test: a window of puts). */
 static void issue(int to, long size) {
     if (!strcmp(test, "put_latency")) {
         MPI_Put(s_buf, size, MPI_CHAR, to, disp, size, MPI_CHAR, win);
-    } else if (!strcmp(test, "put_bw")) {
+    } else if (!strcmp(test, "put_bw") || bibw) {
         for (int j = 0; j < WINDOW; j++)
             MPI_Put(s_buf, size, MPI_CHAR, to, disp + j * size, size, MPI_CHAR, win);
+    } else if (!strcmp(test, "get_bw")) {
+        /* Each get into its own part of the buffer, as the Rust port must (and as OSU's does). */
+        for (int j = 0; j < WINDOW; j++)
+            MPI_Get(r_buf + j * size, size, MPI_CHAR, to, disp + j * size, size, MPI_CHAR, win);
     } else if (!strcmp(test, "get_latency")) {
         MPI_Get(r_buf, size, MPI_CHAR, to, disp, size, MPI_CHAR, win);
     } else if (!strcmp(test, "acc_latency")) {
         MPI_Accumulate(s_buf, size, MPI_CHAR, to, disp, size, MPI_CHAR, MPI_SUM, win);
+    } else if (!strcmp(test, "get_acc_latency")) {
+        MPI_Get_accumulate(s_buf, size, MPI_CHAR, c_buf, size, MPI_CHAR, to, disp, size,
+                           MPI_CHAR, MPI_SUM, win);
     } else if (!strcmp(test, "fop_latency")) {
         MPI_Fetch_and_op(&one, &result, MPI_UINT64_T, to, disp, MPI_SUM, win);
     } else {
@@ -101,13 +109,22 @@ static double timed(long size, int iterations, int skip) {
         for (int i = 0; i < total; i++) {
             if (i == skip) start = MPI_Wtime();
             MPI_Win_fence(0, win);
-            if (rank == 0) issue(1, size);
+            if (rank == 0 || bibw) issue(peer, size);
             MPI_Win_fence(0, win);
             if (ping_pong) {
                 MPI_Win_fence(0, win);
                 if (rank == 1) issue(0, size);
                 MPI_Win_fence(0, win);
             }
+        }
+    } else if (!strcmp(sync_kind, "pscw") && bibw) {
+        for (int i = 0; i < total; i++) {
+            if (i == skip) start = MPI_Wtime();
+            MPI_Win_post(group, 0, win);
+            MPI_Win_start(group, 0, win);
+            issue(peer, size);
+            MPI_Win_complete(win);
+            MPI_Win_wait(win);
         }
     } else if (!strcmp(sync_kind, "pscw")) {
         for (int i = 0; i < total; i++) {
@@ -136,19 +153,28 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     test = argc > 1 ? argv[1] : "put_latency";
     win_kind = argc > 2 ? argv[2] : "allocate";
-    sync_kind = argc > 3 ? argv[3] : "flush";
+    bibw = !strcmp(test, "put_bibw");
+    sync_kind = argc > 3 ? argv[3] : (bibw ? "fence" : "flush");
+    if (bibw && strcmp(sync_kind, "fence") && strcmp(sync_kind, "pscw")) {
+        if (rank == 0) fprintf(stderr, "put_bibw synchronises with fence or pscw, not %s\n", sync_kind);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
     long max = argc > 4 ? atol(argv[4]) : (1L << 22);
     long min = argc > 5 ? atol(argv[5]) : 1;
     atomic = !strcmp(test, "fop_latency") || !strcmp(test, "cas_latency");
-    bw = !strcmp(test, "put_bw");
+    bw = !strcmp(test, "put_bw") || !strcmp(test, "get_bw") || bibw;
     if (atomic) min = max = 8;
     s_buf = malloc(max);
-    r_buf = malloc(max);
+    r_buf = malloc(bw ? max * WINDOW : max);
+    c_buf = malloc(max);
     memset(s_buf, 'a', max);
     const char *title = !strcmp(test, "put_latency") ? "OSU MPI_Put Latency Test"
                       : !strcmp(test, "get_latency") ? "OSU MPI_Get latency Test"
-                      : bw ? "OSU MPI_Put Bandwidth Test"
+                      : !strcmp(test, "put_bw") ? "OSU MPI_Put Bandwidth Test"
+                      : !strcmp(test, "get_bw") ? "OSU MPI_Get Bandwidth Test"
+                      : bibw ? "OSU MPI_Put Bi-directional Bandwidth Test"
                       : !strcmp(test, "acc_latency") ? "OSU MPI_Accumulate latency Test"
+                      : !strcmp(test, "get_acc_latency") ? "OSU MPI_Get_accumulate latency Test"
                       : !strcmp(test, "fop_latency") ? "OSU MPI_Fetch_and_op latency Test"
                                                      : "OSU MPI_Compare_and_swap latency Test";
     if (rank == 0)
@@ -163,7 +189,7 @@ int main(int argc, char **argv) {
         double seconds = timed(size, iterations, skip);
         free_window();
         if (rank == 0) {
-            double value = bw ? size / 1e6 * WINDOW * iterations / seconds
+            double value = bw ? (bibw ? 2 : 1) * (size / 1e6 * WINDOW * iterations / seconds)
                          : seconds * 1e6 / iterations
                              / ((!strcmp(sync_kind, "fence") || !strcmp(sync_kind, "pscw")) ? 2 : 1);
             printf("%-10ld%18.2f\n", size, value);

@@ -1,23 +1,40 @@
 #!/usr/bin/env bash
-# The one-sided OSU tests of mpirt (its Rust ports) beside Open MPI (compare/osu_rma.c, the
-# same loops in C) on two ranks of this host, in one window kind and synchronisation: 8-byte
-# put, get, accumulate, fetch_and_op and compare_and_swap latency, and put bandwidth at 1 MiB.
-# mpirt runs twice: its shared-memory path and its active messages (MPIRT_WINDOW_PATH=messages).
-#   osu-benches/compare/rma.sh [-w create|allocate|dynamic] [-s SYNC] [-r REPEATS]
-# Prints a table of the medians of REPEATS runs (default 3). Open MPI 4.1.4 runs allocate
-# windows on its osc sm (its default choice there crashes in MPI_Compare_and_swap), and the
-# others on what it picks itself.
+# The one-sided OSU tests of mpirt (its Rust ports) beside Open MPI and MPICH
+# (compare/osu_rma.c, the same loops in C) on two ranks of this host, in one window kind and
+# synchronisation, at every size from 8 B to 1 MiB (the atomics at their 8 bytes): put, get,
+# accumulate and get_accumulate latency, fetch_and_op and compare_and_swap latency, put and get
+# bandwidth and put bidirectional bandwidth (which synchronises with fence, or pscw when -s
+# names it: OSU's offers no other). mpirt runs on its shared-memory path, and with -a on its
+# active messages too (MPIRT_WINDOW_PATH=messages): there a passive-target operation waits for
+# the target, which sits in a barrier that looks at messages between sleeps of up to 1 ms, so
+# each takes about a millisecond and a run of the latency tests' 10,000 iterations per size
+# takes minutes.
+#   osu-benches/compare/rma.sh [-a] [-w create|allocate|dynamic] [-s SYNC] [-r REPEATS]
+#                              [-m MAX] [-t TESTS]
+# Runs are interleaved (each repeat runs every test on every runtime in turn, so that a burst
+# of load on the shared machine falls on all of them alike), and the table gives each size's
+# median of REPEATS runs (default 3). A run that fails or outlasts 300 s prints "-". Open MPI
+# 4.1.4 runs allocate windows on its osc sm (its default choice there crashes in
+# MPI_Compare_and_swap), and the others on what it picks itself; MPICH is what the system's
+# mpirun.mpich runs (4.0.2, ch4:ucx here).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 window=allocate
 sync=flush
 repeats=3
-while getopts "w:s:r:" opt; do
+max=1048576
+tests="put_latency get_latency acc_latency get_acc_latency fop_latency cas_latency put_bw get_bw put_bibw"
+runtimes="shm ompi mpich"
+while getopts "aw:s:r:m:t:" opt; do
     case $opt in
+        a) runtimes="shm messages ompi mpich" ;;
         w) window=$OPTARG ;;
         s) sync=$OPTARG ;;
         r) repeats=$OPTARG ;;
-        *) echo "usage: $0 [-w create|allocate|dynamic] [-s SYNC] [-r REPEATS]" >&2; exit 2 ;;
+        m) max=$OPTARG ;;
+        t) tests=$OPTARG ;;
+        *) echo "usage: $0 [-a] [-w create|allocate|dynamic] [-s SYNC] [-r REPEATS] [-m MAX] [-t TESTS]" >&2
+           exit 2 ;;
     esac
 done
 cargo build --release -q -p launcher -p osu-benches
@@ -25,27 +42,51 @@ bin=$PWD/target/release
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 mpicc.openmpi -O2 -o "$out/osu_rma.ompi" osu-benches/compare/osu_rma.c
+mpicc.mpich -O2 -o "$out/osu_rma.mpich" osu-benches/compare/osu_rma.c
 osc=()
 [ "$window" = allocate ] && osc=(--mca osc sm)
-# The value a run prints for its one size.
-value() { tail -n 1 | awk '{print $2}'; }
-median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
-printf "%-12s %8s %14s %14s %14s\n" test size "mpirt shm" "mpirt messages" "Open MPI"
-for test in put_latency get_latency acc_latency fop_latency cas_latency put_bw; do
-    size=8
-    [ "$test" = put_bw ] && size=1048576
-    row=()
-    for runtime in shm messages ompi; do
-        for _ in $(seq "$repeats"); do
-            case $runtime in
-                shm) "$bin/rsrun" -n 2 "$bin/osu_$test" -w "$window" -s "$sync" -m "$size:$size" ;;
-                messages) MPIRT_WINDOW_PATH=messages "$bin/rsrun" -n 2 "$bin/osu_$test" \
-                    -w "$window" -s "$sync" -m "$size:$size" ;;
-                ompi) mpirun.openmpi --allow-run-as-root -n 2 --bind-to none "${osc[@]}" \
-                    "$out/osu_rma.ompi" "$test" "$window" "$sync" "$size" "$size" ;;
-            esac | value
-        done > "$out/values"
-        row+=("$(median < "$out/values")")
+# One run's rows ("SIZE VALUE"), or nothing where it failed.
+run() {
+    local test=$1 runtime=$2 min=8 top=$max s=$sync
+    case $test in fop_latency | cas_latency) top=8 ;; esac
+    if [ "$test" = put_bibw ] && [ "$s" != pscw ]; then s=fence; fi
+    case $runtime in
+        shm) timeout 300 "$bin/rsrun" -n 2 "$bin/osu_$test" -w "$window" -s "$s" -m "$min:$top" ;;
+        messages) MPIRT_WINDOW_PATH=messages timeout 300 "$bin/rsrun" -n 2 "$bin/osu_$test" \
+            -w "$window" -s "$s" -m "$min:$top" ;;
+        ompi) timeout 300 mpirun.openmpi --allow-run-as-root -n 2 --bind-to none "${osc[@]}" \
+            "$out/osu_rma.ompi" "$test" "$window" "$s" "$top" "$min" ;;
+        mpich) timeout 300 mpirun.mpich -n 2 "$out/osu_rma.mpich" "$test" "$window" "$s" "$top" \
+            "$min" ;;
+    esac 2>/dev/null | awk '$1 ~ /^[0-9]+$/ {print $1, $2}' || true
+}
+for r in $(seq "$repeats"); do
+    for test in $tests; do
+        for runtime in $runtimes; do
+            run "$test" "$runtime" > "$out/$test.$runtime.$r"
+        done
     done
-    printf "%-12s %8s %14s %14s %14s\n" "$test" "$size" "${row[@]}"
+done
+# The median of the values of SIZE in the files given.
+median() {
+    local size=$1
+    shift
+    awk -v s="$size" '$1 == s {print $2}' "$@" | sort -g |
+        awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]; else print "-"}'
+}
+echo "# window $window, synchronisation $sync, median of $repeats interleaved runs"
+echo "# latency in us, bandwidth in MB/s"
+declare -A title=([shm]="mpirt shm" [messages]="mpirt messages" [ompi]="Open MPI" [mpich]=MPICH)
+printf "%-16s %8s" test size
+for runtime in $runtimes; do printf " %15s" "${title[$runtime]}"; done
+echo
+for test in $tests; do
+    sizes=$(cat "$out/$test".*.* | awk '{print $1}' | sort -n | uniq)
+    for size in $sizes; do
+        printf "%-16s %8s" "$test" "$size"
+        for runtime in $runtimes; do
+            printf " %15s" "$(median "$size" "$out/$test.$runtime".*)"
+        done
+        echo
+    done
 done

@@ -1,9 +1,10 @@
 //! The one-sided tests' loops (OSU 7.4's `osu_put_latency` and its kin): for each size a
 //! window made as `-w` says, and the timed loop in the synchronisation `-s` names, with rank 0
-//! the origin and rank 1 the target; in the fence and PSCW modes the two ranks take turns, as
-//! OSU's ping-pong does, and half the round trip is printed. mpirt's epochs are closures, so a
-//! fence is `fence_epoch` (a fence before and after the operations) and PSCW is `start` and
-//! `post` around them.
+//! the origin and rank 1 the target; in the fence and PSCW modes of the latency tests the two
+//! ranks take turns, as OSU's ping-pong does, and half the round trip is printed, and in the
+//! bidirectional test both ranks access each other in every epoch. mpirt's epochs are
+//! closures, so a fence is `fence_epoch` (a fence before and after the operations) and PSCW
+//! is `start` and `post` around them.
 
 use mpirt::collective::SystemOperation;
 use mpirt::traits::*;
@@ -77,6 +78,43 @@ impl Access<u8> for Get {
     }
 }
 
+/// `window` gets of `len` bytes, back to back from the target's window, each into its own
+/// part of the spare memory, which comes back once every one completed.
+pub struct Gets {
+    pub len: usize,
+    pub window: usize,
+}
+
+impl Access<u8> for Gets {
+    fn issue<'s, 'e>(
+        &'s self,
+        epoch: &'s Epoch<'s, 'e, u8>,
+        target: Rank,
+        disp: usize,
+        spare: &'s mut [u8],
+    ) -> &'s mut [u8] {
+        let (start, whole) = (spare.as_mut_ptr(), spare.len());
+        let mut rest = spare;
+        let mut requests = Vec::with_capacity(self.window);
+        for j in 0..self.window {
+            let (into, after) = rest.split_at_mut(self.len);
+            rest = after;
+            requests.push(epoch.rget(into, target, disp + j * self.len));
+        }
+        for request in requests {
+            request.wait();
+        }
+        // SAFETY: all of `spare`, which the gets borrowed in parts and handed back (`wait`)
+        // and whose unused rest is not used again: nothing else reaches it any more, and the
+        // next operation may lend all of it again (as OSU's loop reuses its buffer).
+        unsafe { std::slice::from_raw_parts_mut(start, whole) }
+    }
+
+    fn spare(&self, _: usize) -> usize {
+        self.len * self.window
+    }
+}
+
 /// An accumulate (sum) of `data`.
 pub struct Accumulate<'a>(pub &'a [u8]);
 
@@ -94,6 +132,28 @@ impl Access<u8> for Accumulate<'_> {
 
     fn spare(&self, _: usize) -> usize {
         0
+    }
+}
+
+/// A get_accumulate (sum) of `data`, whose result buffer comes back when it completed.
+pub struct GetAccumulate<'a>(pub &'a [u8]);
+
+impl Access<u8> for GetAccumulate<'_> {
+    fn issue<'s, 'e>(
+        &'s self,
+        epoch: &'s Epoch<'s, 'e, u8>,
+        target: Rank,
+        disp: usize,
+        spare: &'s mut [u8],
+    ) -> &'s mut [u8] {
+        epoch
+            .rget_accumulate(self.0, spare, target, disp, SystemOperation::sum())
+            .wait()
+            .expect("a get_accumulate lends its result buffer")
+    }
+
+    fn spare(&self, _: usize) -> usize {
+        self.0.len()
     }
 }
 
@@ -150,6 +210,11 @@ pub enum Report {
     Bandwidth {
         window: usize,
     },
+    /// MB/s of `window` messages of the size per iteration each way: both ranks access each
+    /// other in every epoch (OSU prints twice one way's bandwidth).
+    BiBandwidth {
+        window: usize,
+    },
 }
 
 /// Runs the test over OSU's sizes: `access(size)` is the operation of one iteration, on a
@@ -188,6 +253,9 @@ pub fn run<T, A>(
                 Report::Latency => seconds * 1e6 / iterations as f64,
                 Report::Bandwidth { window } => {
                     size as f64 / 1e6 * (window * iterations) as f64 / seconds
+                }
+                Report::BiBandwidth { window } => {
+                    2.0 * size as f64 / 1e6 * (window * iterations) as f64 / seconds
                 }
             };
             print!("{}", row(size, value));
@@ -251,6 +319,7 @@ fn timed<T: Equivalence + Default + Copy, A: Access<T>>(
         }
     };
     let ping_pong = report == Report::Latency;
+    let both = matches!(report, Report::BiBandwidth { .. });
     match sync {
         SyncMode::Lock if rank == 0 => {
             for i in 0..total {
@@ -293,13 +362,27 @@ fn timed<T: Equivalence + Default + Copy, A: Access<T>>(
                         window.fence_epoch(|_| ());
                     }
                 } else {
-                    window.fence_epoch(|_| ());
+                    window.fence_epoch(|e| {
+                        if both {
+                            access.issue(e, 0, disp, &mut spare[..one]);
+                        }
+                    });
                     if ping_pong {
                         window.fence_epoch(|e| {
                             access.issue(e, 0, disp, &mut spare[..one]);
                         });
                     }
                 }
+            }
+        }
+        SyncMode::Pscw if both => {
+            for i in 0..total {
+                clock(i);
+                window.post(&[peer], || {
+                    window.start(&[peer], |e| {
+                        access.issue(e, peer, disp, &mut spare[..one]);
+                    })
+                });
             }
         }
         SyncMode::Pscw => {

@@ -30,7 +30,10 @@ pub enum Benchmark {
     PutLatency,
     GetLatency,
     PutBandwidth,
+    GetBandwidth,
+    PutBiBandwidth,
     AccLatency,
+    GetAccLatency,
     FopLatency,
     CasLatency,
 }
@@ -100,7 +103,10 @@ impl Benchmark {
             Benchmark::PutLatency => "OSU MPI_Put Latency Test",
             Benchmark::GetLatency => "OSU MPI_Get latency Test",
             Benchmark::PutBandwidth => "OSU MPI_Put Bandwidth Test",
+            Benchmark::GetBandwidth => "OSU MPI_Get Bandwidth Test",
+            Benchmark::PutBiBandwidth => "OSU MPI_Put Bi-directional Bandwidth Test",
             Benchmark::AccLatency => "OSU MPI_Accumulate latency Test",
+            Benchmark::GetAccLatency => "OSU MPI_Get_accumulate latency Test",
             Benchmark::FopLatency => "OSU MPI_Fetch_and_op latency Test",
             Benchmark::CasLatency => "OSU MPI_Compare_and_swap latency Test",
         }
@@ -120,7 +126,9 @@ impl Benchmark {
                 "Bandwidth (MB/s)"
             }
             Benchmark::MultiBandwidth => "MB/s",
-            Benchmark::PutBandwidth => "Bandwidth (MB/s)",
+            Benchmark::PutBandwidth | Benchmark::GetBandwidth | Benchmark::PutBiBandwidth => {
+                "Bandwidth (MB/s)"
+            }
             _ if self.is_one_sided() => "Latency (us)",
             _ => "Avg Latency(us)",
         }
@@ -146,7 +154,10 @@ impl Benchmark {
             Benchmark::PutLatency => "osu_put_latency",
             Benchmark::GetLatency => "osu_get_latency",
             Benchmark::PutBandwidth => "osu_put_bw",
+            Benchmark::GetBandwidth => "osu_get_bw",
+            Benchmark::PutBiBandwidth => "osu_put_bibw",
             Benchmark::AccLatency => "osu_acc_latency",
+            Benchmark::GetAccLatency => "osu_get_acc_latency",
             Benchmark::FopLatency => "osu_fop_latency",
             Benchmark::CasLatency => "osu_cas_latency",
         }
@@ -159,7 +170,37 @@ impl Benchmark {
                 | Benchmark::BiBandwidth
                 | Benchmark::MultiBandwidth
                 | Benchmark::PutBandwidth
+                | Benchmark::GetBandwidth
+                | Benchmark::PutBiBandwidth
         )
+    }
+
+    /// The one-sided bandwidth tests (a window of operations per synchronisation).
+    pub fn is_one_sided_bandwidth(self) -> bool {
+        matches!(
+            self,
+            Benchmark::PutBandwidth | Benchmark::GetBandwidth | Benchmark::PutBiBandwidth
+        )
+    }
+
+    /// The synchronisations `-s` offers a one-sided test, the default first: OSU 7.4's
+    /// `osu_put_bibw` has both ranks access each other, which only the active-target
+    /// synchronisations let it do.
+    fn sync_modes(self) -> &'static [(&'static str, SyncMode)] {
+        const ALL: [(&str, SyncMode); 6] = [
+            ("flush", SyncMode::Flush),
+            ("lock", SyncMode::Lock),
+            ("flush_local", SyncMode::FlushLocal),
+            ("lock_all", SyncMode::LockAll),
+            ("pscw", SyncMode::Pscw),
+            ("fence", SyncMode::Fence),
+        ];
+        const ACTIVE: [(&str, SyncMode); 2] =
+            [("fence", SyncMode::Fence), ("pscw", SyncMode::Pscw)];
+        match self {
+            Benchmark::PutBiBandwidth => &ACTIVE,
+            _ => &ALL,
+        }
     }
 
     /// Whether this is one of the one-sided tests (`-w` and `-s`).
@@ -169,7 +210,10 @@ impl Benchmark {
             Benchmark::PutLatency
                 | Benchmark::GetLatency
                 | Benchmark::PutBandwidth
+                | Benchmark::GetBandwidth
+                | Benchmark::PutBiBandwidth
                 | Benchmark::AccLatency
+                | Benchmark::GetAccLatency
                 | Benchmark::FopLatency
                 | Benchmark::CasLatency
         )
@@ -247,12 +291,16 @@ impl Options {
                 sync: SyncMode::Flush,
             },
             // OSU 7.4's one-sided latency tests start at 1 byte; the atomics move 8.
-            b if b.is_one_sided() && b != Benchmark::PutBandwidth => Options {
+            b if b.is_one_sided() && !b.is_one_sided_bandwidth() => Options {
                 min_size: if b.is_atomic() { 8 } else { 1 },
                 max_size: if b.is_atomic() { 8 } else { MAX_MESSAGE_SIZE },
                 ..Options::defaults(Benchmark::Latency)
             },
-            Benchmark::Bandwidth | Benchmark::BiBandwidth | Benchmark::PutBandwidth => Options {
+            b if b.is_one_sided_bandwidth() => Options {
+                sync: b.sync_modes()[0].1,
+                ..Options::defaults(Benchmark::Bandwidth)
+            },
+            Benchmark::Bandwidth | Benchmark::BiBandwidth => Options {
                 min_size: 1,
                 max_size: MAX_MESSAGE_SIZE,
                 iterations: 100,
@@ -318,6 +366,16 @@ fn number(flag: &str, v: &str) -> Result<usize, String> {
         .map_err(|_| format!("{flag} needs a non-negative number, got '{v}'"))
 }
 
+/// The synchronisations of a one-sided test, as `-s` takes them: "a, b or c".
+fn choices(b: Benchmark) -> String {
+    let names: Vec<&str> = b.sync_modes().iter().map(|(name, _)| *name).collect();
+    match names.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
 fn help(b: Benchmark) -> String {
     let mut h = format!(
         "Usage: {} [options]\n\
@@ -331,8 +389,12 @@ fn help(b: Benchmark) -> String {
         h += "  -W, --window-size SIZE        set number of messages sent before synchronization\n";
     }
     if b.is_one_sided() {
-        h += "  -w, --win-option OPTION       create, allocate (default) or dynamic\n  \
-               -s, --sync-option OPTION      lock, flush (default), flush_local, lock_all, pscw or fence\n";
+        h += "  -w, --win-option OPTION       create, allocate (default) or dynamic\n";
+        h += &format!(
+            "  -s, --sync-option OPTION      {} (default: {})\n",
+            choices(b),
+            b.sync_modes()[0].0
+        );
     }
     if b.is_collective() {
         h += "  -f, --full                    print full format listing (MIN/MAX latency and ITERATIONS\n                                displayed in addition to AVERAGE latency)\n";
@@ -428,17 +490,14 @@ pub fn parse(b: Benchmark, args: impl IntoIterator<Item = String>) -> Result<Par
                 }
             }
             "-s" | "--sync-option" if b.is_one_sided() => {
-                o.sync = match value("-s")?.as_str() {
-                    "lock" => SyncMode::Lock,
-                    "flush" => SyncMode::Flush,
-                    "flush_local" => SyncMode::FlushLocal,
-                    "lock_all" => SyncMode::LockAll,
-                    "pscw" => SyncMode::Pscw,
-                    "fence" => SyncMode::Fence,
-                    other => {
+                let v = value("-s")?;
+                o.sync = match b.sync_modes().iter().find(|(name, _)| *name == v) {
+                    Some(&(_, mode)) => mode,
+                    None => {
                         return Err(format!(
-                            "-s {other}: choose lock, flush, flush_local, lock_all, pscw or \
-                             fence\n{}",
+                            "-s {v}: {} offers {}\n{}",
+                            b.program(),
+                            choices(b),
                             help(b)
                         ))
                     }
@@ -554,7 +613,23 @@ mod tests {
         assert_eq!(o.sizes().collect::<Vec<_>>(), [8]);
         assert_eq!(run(Benchmark::PutBandwidth, &["-W", "8"]).window, 8);
         let err = parse(Benchmark::PutLatency, ["-s".into(), "later".into()]).unwrap_err();
-        assert!(err.contains("-s later: choose lock"), "{err}");
+        assert!(
+            err.contains("-s later: osu_put_latency offers flush, lock, flush_local, lock_all, pscw or fence"),
+            "{err}"
+        );
+        let o = run(Benchmark::PutBiBandwidth, &[]);
+        assert_eq!((o.sync, o.window), (SyncMode::Fence, WINDOW_SIZE));
+        assert_eq!(
+            run(Benchmark::PutBiBandwidth, &["-s", "pscw"]).sync,
+            SyncMode::Pscw
+        );
+        let err = parse(Benchmark::PutBiBandwidth, ["-s".into(), "flush".into()]).unwrap_err();
+        assert!(
+            err.contains("-s flush: osu_put_bibw offers fence or pscw"),
+            "{err}"
+        );
+        assert_eq!(run(Benchmark::GetBandwidth, &[]).sync, SyncMode::Flush);
+        assert_eq!(run(Benchmark::GetAccLatency, &[]).min_size, 1);
         let err = parse(Benchmark::Latency, ["-w".into(), "create".into()]).unwrap_err();
         assert!(err.contains("unknown option '-w'"), "{err}");
     }

@@ -341,6 +341,7 @@ fn one_sided_formats_in_every_window_and_synchronisation() {
             for (program, title) in [
                 ("osu_get_latency", "OSU MPI_Get latency Test"),
                 ("osu_acc_latency", "OSU MPI_Accumulate latency Test"),
+                ("osu_get_acc_latency", "OSU MPI_Get_accumulate latency Test"),
             ] {
                 check_one_sided(program, &args, title, "Latency (us)", &[1, 2, 4, 8, 16]);
             }
@@ -350,13 +351,28 @@ fn one_sided_formats_in_every_window_and_synchronisation() {
                 &["-m", "4096:16384", "-i", "20", "-x", "2", "-W", "4"][..],
             ]
             .concat();
-            check_one_sided(
-                "osu_put_bw",
-                &bandwidth,
-                "OSU MPI_Put Bandwidth Test",
-                "Bandwidth (MB/s)",
-                &[4096, 8192, 16384],
-            );
+            for (program, title) in [
+                ("osu_put_bw", "OSU MPI_Put Bandwidth Test"),
+                ("osu_get_bw", "OSU MPI_Get Bandwidth Test"),
+            ] {
+                check_one_sided(
+                    program,
+                    &bandwidth,
+                    title,
+                    "Bandwidth (MB/s)",
+                    &[4096, 8192, 16384],
+                );
+            }
+            // Both ranks put to each other, which only fence and PSCW let them do.
+            if sync != "flush" {
+                check_one_sided(
+                    "osu_put_bibw",
+                    &bandwidth,
+                    "OSU MPI_Put Bi-directional Bandwidth Test",
+                    "Bandwidth (MB/s)",
+                    &[4096, 8192, 16384],
+                );
+            }
             for (program, title) in [
                 ("osu_fop_latency", "OSU MPI_Fetch_and_op latency Test"),
                 ("osu_cas_latency", "OSU MPI_Compare_and_swap latency Test"),

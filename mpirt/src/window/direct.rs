@@ -6,16 +6,38 @@
 //! Passive-target locks are a reader-writer word per rank (exclusive bit, writer-waiting
 //! bit, shared count): an exclusive request that must wait raises the waiting bit, which
 //! keeps new shared holders out, so a stream of shared ones does not starve it.
-//! Accumulates, `get_accumulate`, `fetch_and_op` and `compare_and_swap` on a rank's part
-//! hold that rank's accumulate lock, a spin lock held for one element-wise operation, so
-//! every accumulate on it is atomic with every other, whatever the operation and type.
+//!
+//! Accumulates (and `get_accumulate`, `fetch_and_op`, `compare_and_swap`) must be atomic per
+//! element with every concurrent accumulate on the element. Two ways do that:
+//! - a CPU atomic (`atomic.rs`), for an operation on one element of 1, 2, 4 or 8 bytes: a
+//!   `fetch_and_op` or `compare_and_swap` is one locked instruction, with no lock;
+//! - the target rank's accumulate lock, a spin lock held for one element-wise operation in
+//!   plain loads and stores (vectorised), for longer operations and other element sizes.
+//!
+//! Atomics are atomic with atomics whatever their operations (mixed operations included),
+//! and lock holders exclude each other; what remains is an atomic and a plain lock holder on
+//! one element, which the lock word alone cannot keep apart without the atomics paying a
+//! second locked instruction. So the lock word has a mode: atomics go without the lock only
+//! while the word is zero (unlocked, atomic mode), and each rank has a lock-free flag that it
+//! raises while it does, checking the word after raising it. A plain holder that finds the
+//! word in atomic mode switches it to plain mode (`PLAIN`) as it locks, runs a global memory
+//! barrier (`membarrier`, which makes every running rank execute a full fence) and waits for
+//! every raised flag to fall. Either the barrier orders an origin's check after the switch
+//! (it sees the word non-zero, lowers its flag and takes the lock, whose holders exclude each
+//! other), or it orders the origin's raised flag before the holder's look at the flags (the
+//! holder waits for the origin's atomic to end). Plain mode stays after the holder unlocks,
+//! so a stream of long accumulates pays the barrier once; an atomic that takes the lock in
+//! plain mode switches back to atomic mode as it unlocks (no plain holder is left). Where any
+//! rank could not register for the barrier, every accumulate takes the lock.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use pml::shared_mapping::SharedMapping;
 use pml::Pml;
 
-use super::operation::AccumulateOperation;
+use super::atomic;
+use super::operation::{self, AccumulateOperation};
 use crate::datatype::Datatype;
 use crate::environment::with_engine_or_lent;
 use crate::error::Cause;
@@ -36,11 +58,18 @@ const PROGRESS_SPINS: u32 = 1 << 12;
 /// holder was descheduled, which only yielding lets run again where ranks share cores.
 const SPINS: u32 = 64;
 
+/// The accumulate word's lock bit.
+const LOCKED: u32 = 1;
+/// The accumulate word's plain mode (see the module): atomics take the lock.
+const PLAIN: u32 = 2;
+
 /// A rank's control line.
 #[repr(C)]
 struct Control {
     lock: AtomicU64,
     accumulate: AtomicU32,
+    /// Raised while this rank, as an origin, applies atomics without the target's lock.
+    lock_free: AtomicU32,
 }
 
 const _: () = assert!(std::mem::size_of::<Control>() <= LINE);
@@ -49,16 +78,27 @@ pub(super) struct Direct {
     map: SharedMapping,
     /// Each rank's part: its offset in the mapping and its bytes.
     parts: Vec<(usize, usize)>,
+    /// This rank.
+    me: u32,
+    /// Whether every rank registered for the barrier (`barrier::registered`), so that short
+    /// accumulates may skip the lock.
+    lock_free: bool,
 }
 
 impl Direct {
     /// Over a mapping laid out as the module says, `parts` within it past the control
-    /// lines, which start zeroed (unlocked).
-    pub fn new(map: SharedMapping, parts: Vec<(usize, usize)>) -> Direct {
+    /// lines, which start zeroed (unlocked); `lock_free` where every rank registered for the
+    /// barrier.
+    pub fn new(map: SharedMapping, parts: Vec<(usize, usize)>, me: u32, lock_free: bool) -> Direct {
         debug_assert!(parts
             .iter()
             .all(|&(at, len)| at >= parts.len() * LINE && at + len <= map.len()));
-        Direct { map, parts }
+        Direct {
+            map,
+            parts,
+            me,
+            lock_free,
+        }
     }
 
     fn control(&self, rank: u32) -> &Control {
@@ -112,27 +152,66 @@ impl Direct {
         }
     }
 
-    /// Runs `f` holding `rank`'s accumulate lock.
-    fn accumulating<R>(&self, rank: u32, f: impl FnOnce() -> R) -> Result<R, Cause> {
-        let flag = &self.control(rank).accumulate;
+    /// Runs `f` holding `rank`'s accumulate lock; `plain` where `f` works in plain loads and
+    /// stores, which then switches the lock to plain mode (see the module).
+    fn accumulating<R>(&self, rank: u32, plain: bool, f: impl FnOnce() -> R) -> Result<R, Cause> {
+        let word = &self.control(rank).accumulate;
+        let mode = if plain { PLAIN } else { 0 };
         let mut spins = 0u32;
-        while flag
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spins += 1;
-            if spins.is_multiple_of(PROGRESS_SPINS) {
-                with_engine_or_lent(|e| e.progress())?;
+        let before = loop {
+            let now = word.load(Ordering::Relaxed);
+            if now & LOCKED == 0
+                && word
+                    .compare_exchange_weak(
+                        now,
+                        now | LOCKED | mode,
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                break now;
             }
-            if spins.is_multiple_of(SPINS) {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
+            spin(&mut spins)?;
+        };
+        // Until the atomics are known to be done, unlocking puts the mode back as it was.
+        let unlock = Unlock {
+            word,
+            to: Cell::new(before),
+        };
+        if plain && self.lock_free && before & PLAIN == 0 {
+            barrier::run()?;
+            for other in 0..self.parts.len() as u32 {
+                let raised = &self.control(other).lock_free;
+                let mut spins = 0u32;
+                while raised.load(Ordering::Acquire) != 0 {
+                    spin(&mut spins)?;
+                }
             }
         }
-        let out = f();
-        flag.store(0, Ordering::Release);
-        Ok(out)
+        unlock.to.set(mode);
+        Ok(f())
+    }
+
+    /// Runs `f`, which applies CPU atomics only, without `rank`'s accumulate lock where the
+    /// lock is in atomic mode, else holding it (see the module).
+    fn atomically<R>(&self, rank: u32, f: impl FnOnce() -> R) -> Result<R, Cause> {
+        if self.lock_free {
+            let mine = &self.control(self.me).lock_free;
+            mine.store(1, Ordering::Relaxed);
+            // The flag's store is ordered before the word's load by the fence that a plain
+            // holder's barrier runs on this CPU; the compiler must not reorder them either.
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+            if self.control(rank).accumulate.load(Ordering::Acquire) == 0 {
+                let out = f();
+                // Publishes the atomic to a holder that waits for the flag to fall.
+                mine.store(0, Ordering::Release);
+                return Ok(out);
+            }
+            // A holder may be waiting for this flag: lower it before waiting for the lock.
+            mine.store(0, Ordering::Release);
+        }
+        self.accumulating(rank, false, f)
     }
 
     pub fn put(&self, rank: u32, offset: u64, data: &[u8]) {
@@ -148,20 +227,30 @@ impl Direct {
         unsafe { std::ptr::copy_nonoverlapping(from, into.as_mut_ptr(), into.len()) };
     }
 
-    /// `target = incoming ∘ target`, atomically; `old` gets the values before.
+    /// `target = incoming ∘ target`, atomically per element; `old` gets the values before.
+    /// `element` is `datatype`'s code (`operation::element_code`).
     pub fn accumulate(
         &self,
         rank: u32,
         offset: u64,
         op: AccumulateOperation,
-        datatype: Datatype,
+        (datatype, element): (Datatype, u8),
         incoming: &[u8],
         old: Option<&mut [u8]>,
     ) -> Result<(), Cause> {
         let at = self.at(rank, offset, incoming.len());
-        self.accumulating(rank, || {
+        if incoming.len() == datatype.size() && atomic::fits(incoming.len()) {
+            let integer = operation::is_integer(element);
+            // SAFETY: the element lies in the rank's part (`at`), aligned to its size (parts
+            // start on a cache line, elements at whole elements into them), and concurrent
+            // accumulates on it are atomics or wait for them (`atomically`, `accumulating`).
+            let apply = || unsafe { atomic::accumulate(at, op, datatype, integer, incoming, old) };
+            return self.atomically(rank, apply);
+        }
+        self.accumulating(rank, true, || {
             // SAFETY: the bytes lie in the rank's part (`at`), and every accumulate on it
-            // holds its accumulate lock, so no other accumulate touches them meanwhile.
+            // holds its accumulate lock or has ended its atomics (`accumulating`), so no
+            // other accumulate touches them meanwhile.
             let target = unsafe { std::slice::from_raw_parts_mut(at, incoming.len()) };
             if let Some(old) = old {
                 old.copy_from_slice(target);
@@ -180,7 +269,12 @@ impl Direct {
         old: &mut [u8],
     ) -> Result<(), Cause> {
         let at = self.at(rank, offset, swap.len());
-        self.accumulating(rank, || {
+        if atomic::fits(swap.len()) {
+            // SAFETY: as for the atomics in `accumulate`.
+            let swapped = || unsafe { atomic::compare_and_swap(at, compare, swap, old) };
+            return self.atomically(rank, swapped);
+        }
+        self.accumulating(rank, true, || {
             // SAFETY: as in `accumulate`.
             let target = unsafe { std::slice::from_raw_parts_mut(at, swap.len()) };
             old.copy_from_slice(target);
@@ -188,6 +282,72 @@ impl Direct {
                 target.copy_from_slice(swap);
             }
         })
+    }
+}
+
+/// Releases an accumulate lock when its holder's work returns or unwinds, leaving the word
+/// in the mode `to`.
+struct Unlock<'a> {
+    word: &'a AtomicU32,
+    to: Cell<u32>,
+}
+
+impl Drop for Unlock<'_> {
+    fn drop(&mut self) {
+        self.word.store(self.to.get(), Ordering::Release);
+    }
+}
+
+/// One step of a wait for another rank's lock or flag: the PML's progress now and then,
+/// which notices a peer that died holding it (and fails this call rather than spin forever),
+/// and the core to others where ranks share cores.
+fn spin(spins: &mut u32) -> Result<(), Cause> {
+    *spins += 1;
+    if spins.is_multiple_of(PROGRESS_SPINS) {
+        with_engine_or_lent(|e| e.progress())?;
+    }
+    if spins.is_multiple_of(SPINS) {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
+    Ok(())
+}
+
+/// The global memory barrier of the lock's protocol: Linux's `membarrier`, expedited, which
+/// runs a full memory fence on every CPU that runs a thread of a registered process.
+pub(super) mod barrier {
+    use std::sync::OnceLock;
+
+    use crate::error::Cause;
+    use crate::window::WindowFault;
+
+    // From linux/membarrier.h.
+    const GLOBAL_EXPEDITED: libc::c_long = 1 << 1;
+    const REGISTER_GLOBAL_EXPEDITED: libc::c_long = 1 << 2;
+
+    /// Registers this process for the barrier, once; whether it is.
+    pub fn registered() -> bool {
+        static REGISTERED: OnceLock<bool> = OnceLock::new();
+        *REGISTERED.get_or_init(|| {
+            // SAFETY: membarrier takes integers and touches no memory of ours.
+            let done =
+                unsafe { libc::syscall(libc::SYS_membarrier, REGISTER_GLOBAL_EXPEDITED, 0, 0) };
+            done == 0
+        })
+    }
+
+    /// Runs the barrier. Only after every rank `registered`.
+    pub fn run() -> Result<(), Cause> {
+        // SAFETY: as in `registered`.
+        let done = unsafe { libc::syscall(libc::SYS_membarrier, GLOBAL_EXPEDITED, 0, 0) };
+        if done == 0 {
+            return Ok(());
+        }
+        let error = std::io::Error::last_os_error();
+        Err(Cause::Window(WindowFault::Unsupported(format!(
+            "the memory barrier that orders accumulates failed after it was registered: {error}"
+        ))))
     }
 }
 
@@ -200,7 +360,7 @@ mod tests {
         let name = format!("mpirt-test-direct-{}", std::process::id());
         let map = SharedMapping::create(&name, 2 * LINE).expect("a /dev/shm mapping");
         SharedMapping::remove(&name).expect("remove the name");
-        let direct = Direct::new(map, vec![(LINE, LINE)]);
+        let direct = Direct::new(map, vec![(LINE, LINE)], 0, false);
         assert!(direct.try_lock(0, false), "a first shared holder");
         assert!(
             !direct.try_lock(0, true),

@@ -107,6 +107,12 @@ pub(super) fn element_code(datatype: Datatype) -> Option<u8> {
         .map(|i| i as u8)
 }
 
+/// Whether the element type of `code` is an integer type of at most 8 bytes (the first eight
+/// of `elements`).
+pub(super) fn is_integer(code: u8) -> bool {
+    code < 8
+}
+
 pub(super) fn element_of(code: u8) -> Option<Datatype> {
     elements().get(code as usize).copied()
 }
@@ -129,6 +135,10 @@ mod tests {
         }
         assert_eq!(AccumulateOperation::from_code(50), None);
         assert_eq!(element_code(datatype_of::<char>()), None);
+        let integers = elements().map(|d| is_integer(element_code(d).unwrap()));
+        assert_eq!(integers.iter().filter(|&&i| i).count(), 8);
+        assert!(!is_integer(element_code(datatype_of::<f64>()).unwrap()));
+        assert!(!is_integer(element_code(datatype_of::<bool>()).unwrap()));
     }
 
     #[test]
