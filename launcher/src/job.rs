@@ -729,7 +729,7 @@ impl Job {
                     let Some(rank) = self.running.remove(&pid) else {
                         continue; // an ssh client; its agent's reports tell what happened
                     };
-                    self.stalls.exited(rank, describe(status));
+                    self.stalls.exited(rank, describe(status), Instant::now());
                     if let Some(code) = self.check_exit(rank, pid, status) {
                         return self.shut_down(libc::SIGTERM, code);
                     }
@@ -741,7 +741,7 @@ impl Job {
                     let Some(pid) = self.remote.remove(&rank) else {
                         continue;
                     };
-                    self.stalls.exited(rank, describe(status));
+                    self.stalls.exited(rank, describe(status), Instant::now());
                     if let Some(code) = self.check_exit(rank, pid.unwrap_or(0), status) {
                         return self.shut_down(libc::SIGTERM, code);
                     }

@@ -76,6 +76,29 @@ fn main() {
                 world.all_reduce_into(&1u64, &mut sum, mpirt::collective::SystemOperation::sum());
             }
         }
+        // Rank 1 skips the gather that rank 0, its root, waits in, and waits for a message
+        // no one sends.
+        "skipped-gather" => {
+            if rank == 0 {
+                let mut all = vec![0i32; size as usize];
+                world
+                    .process_at_rank(0)
+                    .gather_into_root(&rank, &mut all[..]);
+            } else {
+                let (_, _) = world.process_at_rank(0).receive_with_tag::<u32>(19);
+            }
+        }
+        // The broadcast's root, the last rank, skips it and waits for a message no one sends;
+        // the others wait in the broadcast for the root's data.
+        "skipped-broadcast" => {
+            let root = world.process_at_rank(size - 1);
+            if rank == size - 1 {
+                let (_, _) = world.process_at_rank(0).receive_with_tag::<u32>(18);
+            } else {
+                let mut value = 0u64;
+                root.broadcast_into(&mut value);
+            }
+        }
         // Rank 0 synchronously sends to rank 1, which receives it; then rank 1 skips the
         // barrier: rank 0's report names the barrier, not the send before it.
         "barrier-after-send" => {

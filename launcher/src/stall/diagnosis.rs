@@ -296,7 +296,7 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
                 _ => format!("rank {r} runs outside any mpirt call"),
             })
             .collect();
-        found.push(format!(
+        let mut line = format!(
             "{} on {} ({}) was entered by {} but not by {}: {}",
             kind(&s.call.op),
             s.comm_name(context),
@@ -304,7 +304,16 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
             ranks_in_words(&entered),
             ranks_in_words(&missing),
             whereabouts.join("; ")
-        ));
+        );
+        // A rank that is not the root leaves a rooted collective once its own part is done
+        // (a reduce's or gather's contribution sent): one named here may have been in it.
+        if let Peer::Root(root) = s.call.peer {
+            if missing.iter().any(|&r| r != root) {
+                line += "; ranks other than the root leave a rooted collective once their \
+                         part is done, so one named here may have passed it";
+            }
+        }
+        found.push(line);
     }
 }
 
@@ -436,6 +445,22 @@ mod tests {
             found.contains("reduce_into on MPI_COMM_WORLD (src/main.rs:40:5) was entered by ranks 0, 1 but not by rank 2"),
             "{found}"
         );
+        assert!(
+            found.contains("one named here may have passed it"),
+            "{found}"
+        );
+        // The root missing is certain: the others wait for its part.
+        let ranks = [
+            w(state(0, "reduce_into", Peer::Root(2), None)),
+            w(state(1, "reduce_into", Peer::Root(2), None)),
+            w(state(2, "receive", Peer::From(0), Some(7))),
+        ];
+        let found = diagnose(&ranks).join("\n");
+        assert!(
+            found.contains("but not by rank 2: rank 2 waits in receive"),
+            "{found}"
+        );
+        assert!(!found.contains("may have passed it"), "{found}");
     }
 
     #[test]
