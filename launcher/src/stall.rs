@@ -41,6 +41,16 @@ impl StallBook {
         *view = RankView::Waiting(Box::new(state));
     }
 
+    /// Brings the idle time of each waiting rank's state to `now`, for a report made then
+    /// (a rank says it waits once, well before the job counts as stuck).
+    pub fn idle_until(&mut self, now: Instant) {
+        for (view, since) in self.ranks.iter_mut().zip(&self.since) {
+            if let (RankView::Waiting(state), Some(since)) = (view, since) {
+                state.idle_ms = now.saturating_duration_since(*since).as_millis() as u64;
+            }
+        }
+    }
+
     /// Something moved on rank `rank` since it said it waits.
     pub fn resumed(&mut self, rank: u32) {
         if let Some(view @ RankView::Waiting(_)) = self.ranks.get_mut(rank as usize) {
@@ -251,6 +261,9 @@ mod tests {
         };
         book.stalled(0, state(0), now);
         assert_eq!(book.stuck_since(), None);
+        // Rank 0 said it had waited 1 s; a report 2.5 s later says 3.5 s.
+        book.idle_until(now + Duration::from_millis(2500));
+        assert!(book.report("now", &[]).contains("nothing moved for 3.5 s"));
         book.stalled(1, state(1), now);
         assert!(book.stuck_since().is_some());
         book.resumed(1);
