@@ -133,6 +133,16 @@ fn a_tag_mismatch_shows_the_message_with_the_other_tag() {
 }
 
 #[test]
+fn a_tag_mismatch_of_a_posted_receive_shows_the_message_with_the_other_tag() {
+    check(
+        2,
+        "posted-tag-mismatch",
+        &["rank 1 waits in wait (examples/src/bin/stuck.rs:",
+          "its receive from rank 0 with tag 2 on MPI_COMM_WORLD: no message sent or being sent matches it; near misses: rank 0 sent a message with tag 1 on MPI_COMM_WORLD that waits unreceived (same peer, other tag)"],
+    );
+}
+
+#[test]
 fn a_wrong_source_shows_the_message_from_the_other_rank() {
     check(
         3,

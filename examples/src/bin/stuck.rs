@@ -48,6 +48,21 @@ fn main() {
             }
             world.barrier();
         }
+        // As tag-mismatch, with rank 1's receive posted and then waited for.
+        "posted-tag-mismatch" => {
+            if rank == 0 {
+                world.process_at_rank(1).send_with_tag(&1.5f64, 1);
+                let (_, _) = world.process_at_rank(1).receive_with_tag::<f64>(9);
+            } else {
+                let mut value = 0f64;
+                mpirt::request::scope(|scope| {
+                    world
+                        .process_at_rank(0)
+                        .immediate_receive_into_with_tag(scope, &mut value, 2)
+                        .wait();
+                });
+            }
+        }
         // Rank 0 sends on the world; rank 1 receives on a duplicate of it.
         "wrong-communicator" => {
             let dup = world.duplicate();
