@@ -233,7 +233,7 @@ if [ "$(id -u)" = 0 ] && [ -x "$testhosts/slurm-local" ]; then
     MPIRT_TEST_SLURM=1 cargo test --release -p mpirt --test p2p --test collectives \
         --test topology --test intercommunicators -- srun pmix_launchers_without_the_feature
     MPIRT_TEST_SLURM=1 cargo test --release -p launcher --test slurm
-    MPIRT_TEST_SLURM=1 cargo test --release -p examples --test stall -- srun
+    MPIRT_TEST_SLURM=1 cargo test --release -p examples --test stall -- under_srun
     echo "== Slurm tests: the suites under srun --mpi=pmi2 and srun --mpi=pmix on 4 nodes"
     MPIRT_TEST_SLURM=1 MPIRT_TEST_LAUNCHER=srun-pmi2 MPIRT_TEST_SLURM_NODES=4 \
         cargo test --release -p mpirt --test p2p --test collectives
