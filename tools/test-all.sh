@@ -119,6 +119,7 @@ fi
 export CARGO_TARGET_DIR=target/features
 all_features=pml/ucx,pml/ofi,bootstrap/pmix,mpirt/ucx,mpirt/ofi,mpirt/pmix
 mpirt_features=(-p mpirt --features ucx,ofi,pmix)
+examples_features=(-p examples --features mpirt/ucx,mpirt/ofi,mpirt/pmix)
 # The suites' tests over mpirt's OFI transport run in the OFI phase; the UCX and PMIx phases
 # leave them out, as they did when each feature had a build of its own.
 not_ofi=(-- --skip ofi)
@@ -137,6 +138,8 @@ for tls in tcp sm,self; do
     echo "== UCX PML: mpirt's p2p and collectives suites on --pml ucx, UCX_TLS=$tls"
     UCX_TLS=$tls MPIRT_TEST_PML=ucx cargo test --release "${mpirt_features[@]}" \
         --test p2p --test collectives --test datatypes --test intercommunicators "${not_ofi[@]}"
+    echo "== UCX PML: the stall reports of the classic bugs on --pml ucx, UCX_TLS=$tls"
+    UCX_TLS=$tls MPIRT_TEST_PML=ucx cargo test --release "${examples_features[@]}" --test stall
 done
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     echo "== UCX PML: the suites across 4 test hosts, UCX_TLS=tcp"
@@ -231,6 +234,7 @@ if [ "$(id -u)" = 0 ] && [ -x "$testhosts/slurm-local" ]; then
     MPIRT_TEST_SLURM=1 cargo test --release -p mpirt --test p2p --test collectives \
         --test topology --test intercommunicators -- srun pmix_launchers_without_the_feature
     MPIRT_TEST_SLURM=1 cargo test --release -p launcher --test slurm
+    MPIRT_TEST_SLURM=1 cargo test --release -p examples --test stall -- under_srun
     echo "== Slurm tests: the suites under srun --mpi=pmi2 and srun --mpi=pmix on 4 nodes"
     MPIRT_TEST_SLURM=1 MPIRT_TEST_LAUNCHER=srun-pmi2 MPIRT_TEST_SLURM_NODES=4 \
         cargo test --release -p mpirt --test p2p --test collectives

@@ -72,6 +72,8 @@ pub mod vars {
             .ok()
             .filter(|secs| *secs > 0.0)
             .and_then(|secs| std::time::Duration::try_from_secs_f64(secs).ok())
+            // A time too small for a nanosecond is no time: it would call every wait stuck.
+            .filter(|timeout| !timeout.is_zero())
             .ok_or_else(|| format!("expected a positive number of seconds, got '{text}'"))
     }
 
@@ -81,7 +83,7 @@ pub mod vars {
         fn a_stall_timeout_is_a_positive_number_of_seconds() {
             let parse = super::parse_stall_timeout;
             assert_eq!(parse("2.5"), Ok(std::time::Duration::from_millis(2500)));
-            for bad in ["0", "-1", "0.0", "inf", "NaN", "", "two"] {
+            for bad in ["0", "-1", "0.0", "1e-10", "inf", "NaN", "", "two"] {
                 assert!(parse(bad).is_err(), "{bad:?} was taken");
             }
         }

@@ -1,7 +1,8 @@
-//! `rsrun --stall-timeout 2` on the classic bugs (`stuck BUG`), over shared memory and TCP:
-//! the job ends, non-zero, with a report that names the ranks, their calls, the source
-//! lines and the cause; a slow job that is not stuck runs to its end. The bound on the time
-//! a stuck job takes is generous: it catches a hang, it is not a measurement.
+//! `rsrun --stall-timeout 2` on the classic bugs (`stuck BUG`), over shared memory and TCP
+//! (or, where tools/test-all.sh's UCX phase sets MPIRT_TEST_PML=ucx, on `--pml ucx`): the job
+//! ends, non-zero, with a report that names the ranks, their calls, the source lines and the
+//! cause; a slow job that is not stuck runs to its end. The bound on the time a stuck job
+//! takes is generous: it catches a hang, it is not a measurement.
 
 // Only some of the shared helpers are used here.
 #[allow(dead_code)]
@@ -12,23 +13,28 @@ use std::time::{Duration, Instant};
 
 use support::{bin, output_within_a_minute};
 
-/// Runs `stuck BUG` on `n` ranks over `transport`; the report (stderr), the JSON report
-/// and the exit code.
-fn stuck(n: u32, transport: &str, bug: &str) -> (String, String, Option<i32>) {
+/// rsrun's options for each way the tests run the ranks: shared memory and TCP on the native
+/// PML, or the UCX PML where MPIRT_TEST_PML=ucx (UCX_TLS as the environment sets it).
+fn setups() -> Vec<[&'static str; 2]> {
+    match std::env::var("MPIRT_TEST_PML").as_deref() {
+        Ok("ucx") => vec![["--pml", "ucx"]],
+        _ => vec![["--transport", "shm"], ["--transport", "tcp"]],
+    }
+}
+
+/// Runs `stuck BUG` on `n` ranks with rsrun's options `setup`; the report (stderr), the
+/// JSON report and the exit code.
+fn stuck(n: u32, setup: [&str; 2], bug: &str) -> (String, String, Option<i32>) {
     let file = std::env::temp_dir().join(format!(
-        "mpirt-stall-{}-{bug}-{transport}.json",
-        std::process::id()
+        "mpirt-stall-{}-{bug}-{}.json",
+        std::process::id(),
+        setup[1]
     ));
     let mut command = Command::new(bin("rsrun"));
     command
-        .args([
-            "-n",
-            &n.to_string(),
-            "--transport",
-            transport,
-            "--stall-timeout",
-            "2",
-        ])
+        .args(["-n", &n.to_string()])
+        .args(setup)
+        .args(["--stall-timeout", "2"])
         .arg("--stall-report-file")
         .arg(&file)
         .arg(bin("stuck"))
@@ -41,8 +47,9 @@ fn stuck(n: u32, transport: &str, bug: &str) -> (String, String, Option<i32>) {
 }
 
 fn check(n: u32, bug: &str, expected: &[&str]) {
-    for transport in ["shm", "tcp"] {
-        let (report, json, code) = stuck(n, transport, bug);
+    for setup in setups() {
+        let transport = setup.join(" ");
+        let (report, json, code) = stuck(n, setup, bug);
         assert_eq!(code, Some(125), "{bug} over {transport}:\n{report}");
         assert!(
             report.contains("is stuck"),
@@ -59,7 +66,35 @@ fn check(n: u32, bug: &str, expected: &[&str]) {
             "{bug} over {transport}: {json}"
         );
         assert!(json.contains("stuck.rs:"), "{bug} over {transport}: {json}");
+        assert_valid_json(&json, &format!("{bug} over {transport}"));
     }
+}
+
+/// Checks that `json` parses, with Python's json module where python3 is installed (the
+/// report's writer is hand-made: a quoting slip would give tools a file they cannot read).
+fn assert_valid_json(json: &str, what: &str) {
+    use std::io::Write;
+    let Ok(mut python) = Command::new("python3")
+        .args(["-c", "import json, sys; json.load(sys.stdin)"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    else {
+        println!("{what}: the JSON report's syntax is not checked: no python3 here");
+        return;
+    };
+    python
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(json.as_bytes())
+        .unwrap();
+    let out = python.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: the JSON report does not parse: {}\n{json}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -94,6 +129,16 @@ fn a_tag_mismatch_shows_the_message_with_the_other_tag() {
         "tag-mismatch",
         &["rank 1 waits in receive from rank 0 (tag 2, examples/src/bin/stuck.rs:",
           "no message sent or being sent matches it; near misses: rank 0 sent a message with tag 1 on MPI_COMM_WORLD that waits unreceived (same peer, other tag)"],
+    );
+}
+
+#[test]
+fn a_tag_mismatch_of_a_posted_receive_shows_the_message_with_the_other_tag() {
+    check(
+        2,
+        "posted-tag-mismatch",
+        &["rank 1 waits in wait (examples/src/bin/stuck.rs:",
+          "its receive from rank 0 with tag 2 on MPI_COMM_WORLD: no message sent or being sent matches it; near misses: rank 0 sent a message with tag 1 on MPI_COMM_WORLD that waits unreceived (same peer, other tag)"],
     );
 }
 
@@ -139,9 +184,31 @@ fn a_skipped_all_reduce_names_the_rank_that_did_not_enter() {
 }
 
 #[test]
+fn a_gather_its_root_waits_in_names_the_rank_that_skipped_it() {
+    check(
+        2,
+        "skipped-gather",
+        &["gather_into on MPI_COMM_WORLD (examples/src/bin/stuck.rs:",
+          "was entered by rank 0 but not by rank 1: rank 1 waits in receive from rank 0 (tag 19, examples/src/bin/stuck.rs:"],
+    );
+}
+
+#[test]
+fn a_broadcast_whose_root_skipped_it_names_the_root_and_where_it_is() {
+    check(
+        3,
+        "skipped-broadcast",
+        &["waits in broadcast_into with root 2 (examples/src/bin/stuck.rs:",
+          "broadcast_into on MPI_COMM_WORLD (examples/src/bin/stuck.rs:",
+          "was entered by ranks 0, 1 but not by rank 2: rank 2 waits in receive from rank 0 (tag 18, examples/src/bin/stuck.rs:"],
+    );
+}
+
+#[test]
 fn a_barrier_after_a_synchronous_send_is_reported_as_the_barrier() {
-    for transport in ["shm", "tcp"] {
-        let (report, _, code) = stuck(2, transport, "barrier-after-send");
+    for setup in setups() {
+        let transport = setup.join(" ");
+        let (report, _, code) = stuck(2, setup, "barrier-after-send");
         assert_eq!(code, Some(125), "over {transport}:\n{report}");
         assert!(
             report.contains("barrier on MPI_COMM_WORLD (examples/src/bin/stuck.rs:")
@@ -169,8 +236,9 @@ fn a_rank_waiting_for_a_finalized_one_is_named() {
 
 #[test]
 fn a_slow_job_is_not_stuck() {
-    for transport in ["shm", "tcp"] {
-        let (report, _, code) = stuck(3, transport, "slow");
+    for setup in setups() {
+        let transport = setup.join(" ");
+        let (report, _, code) = stuck(3, setup, "slow");
         assert_eq!(code, Some(0), "slow over {transport}:\n{report}");
         assert!(
             !report.contains("is stuck"),
@@ -187,7 +255,9 @@ fn sigusr1_prints_the_report_and_the_job_goes_on() {
     // --verbose: rsrun's first line on stderr says it runs, past the start of `main`, where it
     // takes SIGUSR1 for itself (before that, the signal's default action would end it).
     let mut child = Command::new(bin("rsrun"))
-        .args(["-n", "3", "--verbose", "--stall-report-file"])
+        .args(["-n", "3", "--verbose"])
+        .args(setups()[0])
+        .arg("--stall-report-file")
         .arg(&report_file)
         .arg(bin("stuck"))
         .arg("until-file")
@@ -217,6 +287,7 @@ fn sigusr1_prints_the_report_and_the_job_goes_on() {
         let json = std::fs::read_to_string(&report_file).unwrap_or_default();
         if json.matches("\"status\":\"waiting\"").count() == 2 {
             assert!(json.contains("\"rank\":0,\"status\":\"running\""), "{json}");
+            assert_valid_json(&json, "the SIGUSR1 report");
             break;
         }
     }
@@ -279,37 +350,99 @@ fn without_rsrun_a_stalled_rank_says_what_it_waits_for_on_stderr() {
     );
 }
 
-/// The UCX PML keeps its queues to itself: the report names each rank's call (a blocking
-/// receive's peer and tag, a synchronous send's, a collective) and source line, without the
-/// queues, so deadlock cycles and collectives some ranks skipped are found, near misses not.
-#[cfg(feature = "ucx")]
 #[test]
-fn under_ucx_the_calls_and_cycles_are_reported() {
-    for (n, bug, want) in [
-        (
-            2,
-            "head-to-head",
-            "deadlock: rank 0 waits in synchronous_send to rank 1 (tag 3, examples/src/bin/stuck.rs:",
-        ),
-        (
-            2,
-            "tag-mismatch",
-            "rank 1 waits in receive from rank 0 (tag 2, examples/src/bin/stuck.rs:",
-        ),
-        (
-            3,
-            "skipped-barrier",
-            "was entered by ranks 0, 1 but not by rank 2: rank 2 waits in receive from rank 0 (tag 11",
-        ),
+fn a_stall_timeout_of_no_time_is_refused_by_rsrun_and_by_a_rank() {
+    // rsrun's option, and MPIRT_STALL_TIMEOUT in rsrun's environment: refused before a rank
+    // starts, naming the option or the variable.
+    for (option, variable, named) in [
+        (Some("0"), None, "--stall-timeout"),
+        (None, Some("0"), "MPIRT_STALL_TIMEOUT"),
     ] {
         let mut command = Command::new(bin("rsrun"));
-        command
-            .args(["-n", &n.to_string(), "--pml", "ucx", "--stall-timeout", "2"])
-            .arg(bin("stuck"))
-            .arg(bug);
+        command.args(["-n", "2"]);
+        if let Some(secs) = option {
+            command.args(["--stall-timeout", secs]);
+        }
+        if let Some(secs) = variable {
+            command.env("MPIRT_STALL_TIMEOUT", secs);
+        }
+        command.arg(bin("stuck")).arg("slow");
         let out = output_within_a_minute(command);
-        let report = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(125), "{bug}:\n{report}");
-        assert!(report.contains(want), "{bug}: no {want:?} in\n{report}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{named}: {stderr}");
+        assert!(
+            stderr.contains(named)
+                && stderr.contains("expected a positive number of seconds, got '0'"),
+            "{named}: {stderr}"
+        );
+        assert!(
+            out.stdout.is_empty(),
+            "{named}: a rank ran: {:?}",
+            out.stdout
+        );
+    }
+    // A rank that no rsrun started refuses it at initialize, naming the variable.
+    let mut command = Command::new(bin("stuck"));
+    command.arg("slow").env("MPIRT_STALL_TIMEOUT", "0");
+    let out = output_within_a_minute(command);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("MPIRT_STALL_TIMEOUT: expected a positive number of seconds, got '0'"),
+        "{stderr}"
+    );
+}
+
+/// Under `srun --mpi=pmi2` (no rsrun) each rank prints its own line on stderr once it has
+/// waited MPIRT_STALL_TIMEOUT: a receive cycle over two nodes of the test Slurm, which the
+/// test then ends. tools/test-all.sh's Slurm phase brings Slurm up and sets MPIRT_TEST_SLURM.
+#[test]
+fn under_srun_each_stalled_rank_says_what_it_waits_for_on_stderr() {
+    if std::env::var_os("MPIRT_TEST_SLURM").is_none() {
+        println!(
+            "skipped: no Slurm here (tools/test-all.sh starts one on the test hosts and sets \
+             MPIRT_TEST_SLURM)"
+        );
+        return;
+    }
+    let mut child = Command::new("srun")
+        .args(["--mpi=pmi2", "-N", "2", "-n", "2"])
+        .arg(bin("stuck"))
+        .arg("receive-cycle")
+        .env("MPIRT_STALL_TIMEOUT", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(child.stderr.take().unwrap());
+    let mut said = [None, None];
+    let deadline = Instant::now() + Duration::from_secs(50);
+    while said.iter().any(Option::is_none) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(line) = lines.recv_timeout(left) else {
+            break;
+        };
+        for (rank, slot) in said.iter_mut().enumerate() {
+            if line.contains(&format!("mpirt: stalled: rank {rank} on ")) {
+                *slot = Some(line.clone());
+            }
+        }
+    }
+    // srun passes SIGTERM to its tasks, which end; the step with them.
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    for (rank, line) in said.iter().enumerate() {
+        let from = 1 - rank;
+        let line = line
+            .as_deref()
+            .unwrap_or_else(|| panic!("rank {rank} said nothing: {said:?}"));
+        assert!(
+            line.contains(&format!(
+                "waits in receive from rank {from} (tag 7, examples/src/bin/stuck.rs:"
+            )) && line.contains("on MPI_COMM_WORLD"),
+            "{line}"
+        );
     }
 }

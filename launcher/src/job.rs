@@ -729,7 +729,7 @@ impl Job {
                     let Some(rank) = self.running.remove(&pid) else {
                         continue; // an ssh client; its agent's reports tell what happened
                     };
-                    self.stalls.exited(rank, describe(status));
+                    self.stalls.exited(rank, describe(status), Instant::now());
                     if let Some(code) = self.check_exit(rank, pid, status) {
                         return self.shut_down(libc::SIGTERM, code);
                     }
@@ -741,7 +741,7 @@ impl Job {
                     let Some(pid) = self.remote.remove(&rank) else {
                         continue;
                     };
-                    self.stalls.exited(rank, describe(status));
+                    self.stalls.exited(rank, describe(status), Instant::now());
                     if let Some(code) = self.check_exit(rank, pid.unwrap_or(0), status) {
                         return self.shut_down(libc::SIGTERM, code);
                     }
@@ -811,7 +811,8 @@ impl Job {
     }
 
     /// Prints the stall report, and writes it as JSON where `--stall-report-file` says.
-    fn say_stalls(&self, headline: &str) {
+    fn say_stalls(&mut self, headline: &str) {
+        self.stalls.idle_until(Instant::now());
         let found = self.stalls.diagnosis();
         eprint!("{}", self.stalls.report(headline, &found));
         if let Some(path) = &self.stall_report_file {
@@ -830,7 +831,7 @@ impl Job {
     }
 
     /// The report `kill -USR1` asks for.
-    fn say_usr1_report(&self) {
+    fn say_usr1_report(&mut self) {
         self.say_stalls(&format!(
             "job {}: what each rank waits for (SIGUSR1)",
             self.id

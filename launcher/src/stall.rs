@@ -15,7 +15,7 @@ use diagnosis::{a_message_is_in_flight, diagnose, RankView};
 /// What rsrun knows of every rank, and since when each has waited.
 pub struct StallBook {
     ranks: Vec<RankView>,
-    /// When each waiting rank last saw something move.
+    /// When each waiting rank last saw something move, and when each exited rank exited.
     since: Vec<Option<Instant>>,
 }
 
@@ -41,6 +41,16 @@ impl StallBook {
         *view = RankView::Waiting(Box::new(state));
     }
 
+    /// Brings the idle time of each waiting rank's state to `now`, for a report made then
+    /// (a rank says it waits once, well before the job counts as stuck).
+    pub fn idle_until(&mut self, now: Instant) {
+        for (view, since) in self.ranks.iter_mut().zip(&self.since) {
+            if let (RankView::Waiting(state), Some(since)) = (view, since) {
+                state.idle_ms = now.saturating_duration_since(*since).as_millis() as u64;
+            }
+        }
+    }
+
     /// Something moved on rank `rank` since it said it waits.
     pub fn resumed(&mut self, rank: u32) {
         if let Some(view @ RankView::Waiting(_)) = self.ranks.get_mut(rank as usize) {
@@ -49,29 +59,36 @@ impl StallBook {
         }
     }
 
-    pub fn exited(&mut self, rank: u32, how: String) {
+    /// Rank `rank` exited at `now`. An exit is a move: the ranks that wait may have been
+    /// let go by it, and their word of that may reach rsrun after the exit does (the
+    /// rank's connection and the process table are read by different threads).
+    pub fn exited(&mut self, rank: u32, how: String, now: Instant) {
         if let Some(view) = self.ranks.get_mut(rank as usize) {
             *view = RankView::Exited(how);
-            self.since[rank as usize] = None;
+            self.since[rank as usize] = Some(now);
         }
     }
 
     /// When the job became stuck, if it is: every rank not exited waits, no waiting
     /// receive has a message on its way (a long copy of one says nothing until it ends),
-    /// and the last of them to stop moving did then.
+    /// and the last of them to stop moving, or the last rank to exit, did then.
     pub fn stuck_since(&self) -> Option<Instant> {
         if a_message_is_in_flight(&self.ranks) {
             return None;
         }
         let mut last = None;
+        let mut waiting = false;
         for (view, since) in self.ranks.iter().zip(&self.since) {
             match view {
-                RankView::Exited(_) => {}
-                RankView::Waiting(_) => last = last.max(*since),
+                RankView::Exited(_) => last = last.max(*since),
+                RankView::Waiting(_) => {
+                    waiting = true;
+                    last = last.max(*since);
+                }
                 RankView::Running => return None,
             }
         }
-        last
+        last.filter(|_| waiting)
     }
 
     /// Why the job waits, one finding a line: for [`report`](Self::report) and
@@ -244,12 +261,21 @@ mod tests {
         };
         book.stalled(0, state(0), now);
         assert_eq!(book.stuck_since(), None);
+        // Rank 0 said it had waited 1 s; a report 2.5 s later says 3.5 s.
+        book.idle_until(now + Duration::from_millis(2500));
+        assert!(book.report("now", &[]).contains("nothing moved for 3.5 s"));
         book.stalled(1, state(1), now);
         assert!(book.stuck_since().is_some());
         book.resumed(1);
         assert_eq!(book.stuck_since(), None);
-        book.exited(1, "exit code 0".into());
-        assert!(book.stuck_since().is_some());
+        // Rank 1 exits after rank 0 last moved: the job is stuck only from the exit on,
+        // since rank 0's word that the exit let it go may come later.
+        let exit = now + Duration::from_secs(5);
+        book.exited(1, "exit code 0".into(), exit);
+        assert_eq!(book.stuck_since(), Some(exit));
+        book.resumed(0);
+        assert_eq!(book.stuck_since(), None);
+        book.stalled(0, state(0), now);
         let json = book.json("stuck \"now\"", &book.diagnosis());
         assert!(json.starts_with("{\"headline\":\"stuck \\\"now\\\"\",\"ranks\":[{\"rank\":0,"));
         assert!(json.contains("\"status\":\"exited\""), "{json}");
@@ -258,5 +284,9 @@ mod tests {
         assert!(book
             .report("late", &[])
             .contains("rank 1 has exited (exit code 0)"));
+        // A job whose ranks all exited is over, not stuck.
+        let mut gone = StallBook::new(1);
+        gone.exited(0, "exit code 0".into(), now);
+        assert_eq!(gone.stuck_since(), None);
     }
 }

@@ -151,3 +151,29 @@ fn a_stranger_cannot_join_a_job_under_srun_with_pmi2() {
     srun.args(["--mpi=pmi2", "-N", "2", "-n", "2"]);
     stranger::play_against_launcher(srun, "stranger-srun");
 }
+
+/// `--stall-timeout` inside an allocation: the ranks on three nodes, started by agents that
+/// srun started, tell rsrun what they wait for over their own connections, and the report
+/// names each rank's node and the cycle.
+#[test]
+fn a_stuck_job_inside_an_allocation_is_reported() {
+    if !slurm_up() {
+        return;
+    }
+    let r = run(
+        &mut salloc(
+            "3",
+            &["--stall-timeout", "2", &example("stuck"), "receive-cycle"],
+        ),
+        b"",
+    );
+    assert_eq!(r.code(), Some(125), "{}\n{}", r.stdout, r.stderr);
+    for want in [
+        "rank 0 on host1 waits in receive from rank 2 (tag 7, examples/src/bin/stuck.rs:",
+        "rank 1 on host2 waits in receive from rank 0",
+        "rank 2 on host3 waits in receive from rank 1",
+        "a cycle; no message between them is in flight",
+    ] {
+        assert!(r.stderr.contains(want), "no {want:?} in\n{}", r.stderr);
+    }
+}

@@ -50,6 +50,18 @@ pub struct Queues {
 /// How many entries of each list [`Queues`] holds.
 pub const SHOWN: usize = 64;
 
+impl Selectors {
+    /// A receive's selectors (its capacity is the caller's: `bytes` is 0).
+    pub fn receive(context: ContextId, source: SourceSel, tag: TagSel) -> Selectors {
+        Selectors {
+            context,
+            source,
+            tag,
+            bytes: 0,
+        }
+    }
+}
+
 impl Queues {
     /// Adds `entry` to `list` if it has room, else counts it left out.
     pub fn add<T>(list: &mut Vec<T>, left_out: &mut usize, entry: T) {

@@ -575,3 +575,97 @@ fn a_dead_peer_is_an_error_not_a_hang() {
     println!("{}", rank0_saw_rank1_die(&outputs, "UCX_TLS=tcp"));
     fs::remove_dir_all(dir).unwrap();
 }
+
+/// What a stall report reads of the UCX PML (`Waiting::queues`), on one rank sending to
+/// itself: the receive it posted, the synchronous send no receive matched, and of the
+/// messages UCX holds unreceived, those its probes find near the posted receive (the oldest
+/// one here, which is the synchronous send's; UCX shows no more of its queue).
+#[test]
+fn the_stall_queues_list_what_ucx_has_not_finished() {
+    use pml::stall::{QueuedSend, Selectors};
+    use pml::Waiting;
+
+    let dir = env::temp_dir().join(format!("pml-ucx-queues-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let mut wireup = DirWireup {
+        dir: dir.clone(),
+        rank: 0,
+        size: 1,
+        round: 0,
+    };
+    let config = UcxConfig {
+        spin: Duration::from_micros(100),
+        detect_peer_failure: false,
+    };
+    let mut p = UcxPml::new(&mut wireup, &config).unwrap();
+    let mut posted_buf = [0u8; 8];
+    // SAFETY: the buffer outlives the request, cancelled and collected below.
+    let receive = unsafe {
+        p.post_recv(
+            4,
+            SourceSel::Rank(0),
+            TagSel::Tag(5),
+            posted_buf.as_mut_ptr(),
+            8,
+        )
+    }
+    .unwrap();
+    let data = [7u8; 24];
+    // SAFETY: `data` outlives the request, received and collected below.
+    let synchronous =
+        unsafe { p.post_send(4, 0, 0, 6, SendMode::Synchronous, data.as_ptr(), 24) }.unwrap();
+    send(&mut p, 0, 7, &[1], SendMode::Standard);
+    for _ in 0..1000 {
+        p.progress().unwrap();
+    }
+    let queues = p.queues();
+    assert_eq!(queues.claim, None);
+    assert_eq!(
+        queues.posted,
+        [Selectors::receive(4, SourceSel::Rank(0), TagSel::Tag(5))]
+    );
+    assert_eq!(
+        queues.sends,
+        [QueuedSend {
+            context: 4,
+            peer: 0,
+            tag: 6,
+            bytes: 24,
+            waits_for: "a matching receive (synchronous send)",
+        }]
+    );
+    assert_eq!(
+        queues.unexpected,
+        [Selectors {
+            context: 4,
+            source: SourceSel::Rank(0),
+            tag: TagSel::Tag(6),
+            bytes: 24,
+        }]
+    );
+    // Everything finished: nothing is listed.
+    assert!(p.cancel(receive).unwrap());
+    assert!(p.wait(receive).is_err());
+    recv_on(&mut p, 4, 6, 24);
+    recv(&mut p, SourceSel::Rank(0), TagSel::Tag(7), 1);
+    assert_eq!(p.wait(synchronous).unwrap(), Done::Sent);
+    assert_eq!(p.queues(), pml::stall::Queues::default());
+    drop(p);
+    fs::remove_dir_all(dir).unwrap();
+}
+
+fn recv_on(p: &mut UcxPml, context: u32, tag: i32, len: usize) {
+    let mut buf = vec![0u8; len];
+    // SAFETY: `buf` outlives the request: we wait for it before returning.
+    let h = unsafe {
+        p.post_recv(
+            context,
+            SourceSel::Rank(0),
+            TagSel::Tag(tag),
+            buf.as_mut_ptr(),
+            len,
+        )
+    }
+    .unwrap();
+    assert!(matches!(p.wait(h).unwrap(), Done::Received(_)));
+}

@@ -48,6 +48,21 @@ fn main() {
             }
             world.barrier();
         }
+        // As tag-mismatch, with rank 1's receive posted and then waited for.
+        "posted-tag-mismatch" => {
+            if rank == 0 {
+                world.process_at_rank(1).send_with_tag(&1.5f64, 1);
+                let (_, _) = world.process_at_rank(1).receive_with_tag::<f64>(9);
+            } else {
+                let mut value = 0f64;
+                mpirt::request::scope(|scope| {
+                    world
+                        .process_at_rank(0)
+                        .immediate_receive_into_with_tag(scope, &mut value, 2)
+                        .wait();
+                });
+            }
+        }
         // Rank 0 sends on the world; rank 1 receives on a duplicate of it.
         "wrong-communicator" => {
             let dup = world.duplicate();
@@ -74,6 +89,29 @@ fn main() {
             } else {
                 let mut sum = 0u64;
                 world.all_reduce_into(&1u64, &mut sum, mpirt::collective::SystemOperation::sum());
+            }
+        }
+        // Rank 1 skips the gather that rank 0, its root, waits in, and waits for a message
+        // no one sends.
+        "skipped-gather" => {
+            if rank == 0 {
+                let mut all = vec![0i32; size as usize];
+                world
+                    .process_at_rank(0)
+                    .gather_into_root(&rank, &mut all[..]);
+            } else {
+                let (_, _) = world.process_at_rank(0).receive_with_tag::<u32>(19);
+            }
+        }
+        // The broadcast's root, the last rank, skips it and waits for a message no one sends;
+        // the others wait in the broadcast for the root's data.
+        "skipped-broadcast" => {
+            let root = world.process_at_rank(size - 1);
+            if rank == size - 1 {
+                let (_, _) = world.process_at_rank(0).receive_with_tag::<u32>(18);
+            } else {
+                let mut value = 0u64;
+                root.broadcast_into(&mut value);
             }
         }
         // Rank 0 synchronously sends to rank 1, which receives it; then rank 1 skips the

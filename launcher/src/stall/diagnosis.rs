@@ -44,11 +44,17 @@ fn waits_for(s: &RankState) -> Option<u32> {
     match s.call.peer {
         Peer::To(p) | Peer::From(p) => Some(p),
         Peer::None => {
+            // The user's receives only: a collective's own in flight is not whom it waits
+            // for, and a receive from any rank waits for no one rank.
+            let receives = wanted(s);
+            if receives.iter().any(|want| want.source.is_none()) {
+                return None;
+            }
             let mut peers: Vec<u32> = s
                 .sends
                 .iter()
                 .map(|q| q.peer)
-                .chain(s.posted.iter().filter_map(|e| e.source))
+                .chain(receives.iter().filter_map(|want| want.source))
                 .collect();
             peers.sort_unstable();
             peers.dedup();
@@ -118,7 +124,11 @@ fn cycle_line(ranks: &[RankView], cycle: &[u32]) -> String {
     let in_flight = cycle.iter().any(|&r| {
         waiting(ranks, r).is_some_and(|s| {
             let next = waits_for(s).expect("a rank in the cycle waits for one");
-            waiting(ranks, next).is_some_and(|n| satisfier(s, n).is_some())
+            waiting(ranks, next).is_some_and(|n| {
+                wanted(s)
+                    .into_iter()
+                    .any(|want| satisfier(s.rank, want, n).is_some())
+            })
         })
     });
     format!(
@@ -132,30 +142,68 @@ fn cycle_line(ranks: &[RankView], cycle: &[u32]) -> String {
     )
 }
 
-/// A message sent or being sent by `peer` that `s`'s receive would take, in words.
-fn satisfier(s: &RankState, peer: &RankState) -> Option<String> {
-    if !matches!(s.call.peer, Peer::From(_) | Peer::FromAny) || s.call.collective {
-        return None;
+/// A receive rank waits for: its call's, or one its wait on requests posted.
+#[derive(Clone, Copy)]
+struct Wanted {
+    context: u32,
+    /// `None`: any source.
+    source: Option<u32>,
+    /// `None`: any tag.
+    tag: Option<i32>,
+    /// Whether the call itself is the receive (else a posted one it waits for).
+    call: bool,
+}
+
+/// The receives `s` waits for: its blocking receive or probe, or, in a wait on requests,
+/// the user's receives it posted (runtime traffic, with negative tags, is the collectives'
+/// own and not a user's receive).
+fn wanted(s: &RankState) -> Vec<Wanted> {
+    if s.call.collective {
+        return Vec::new();
     }
-    let accepts = |context: u32, tag: i32| {
-        Some(context) == s.call.context && s.call.tag.is_none_or(|t| t == tag)
-    };
+    match (s.call.peer, s.call.context) {
+        (Peer::From(_) | Peer::FromAny, Some(context)) => vec![Wanted {
+            context,
+            source: match s.call.peer {
+                Peer::From(p) => Some(p),
+                _ => None,
+            },
+            tag: s.call.tag,
+            call: true,
+        }],
+        (Peer::None, _) => s
+            .posted
+            .iter()
+            .filter(|e| e.tag.is_none_or(|t| t >= 0))
+            .map(|e| Wanted {
+                context: e.context,
+                source: e.source,
+                tag: e.tag,
+                call: false,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A message sent or being sent by `peer` to rank `to` that the receive `want` would take,
+/// in words.
+fn satisfier(to: u32, want: Wanted, peer: &RankState) -> Option<String> {
     peer.sends
         .iter()
-        .find(|q| q.peer == s.rank && accepts(q.context, q.tag))
+        .find(|q| q.peer == to && q.context == want.context && want.tag.is_none_or(|t| t == q.tag))
         .map(|q| format!("rank {}'s send with tag {}", peer.rank, q.tag))
 }
 
-/// A message sent or being sent to `s`'s receive by the rank it names or, for a receive
-/// from any rank, by any waiting rank, in words.
-fn sent_to(ranks: &[RankView], s: &RankState) -> Option<String> {
-    match s.call.peer {
-        Peer::From(p) => waiting(ranks, p).and_then(|peer| satisfier(s, peer)),
-        Peer::FromAny => ranks.iter().find_map(|view| match view {
-            RankView::Waiting(peer) => satisfier(s, peer),
+/// A message sent or being sent to `s`'s receive `want` by the rank it names or, for a
+/// receive from any rank, by any waiting rank, in words.
+fn sent_to(ranks: &[RankView], s: &RankState, want: Wanted) -> Option<String> {
+    match want.source {
+        Some(p) => waiting(ranks, p).and_then(|peer| satisfier(s.rank, want, peer)),
+        None => ranks.iter().find_map(|view| match view {
+            RankView::Waiting(peer) => satisfier(s.rank, want, peer),
             _ => None,
         }),
-        _ => None,
     }
 }
 
@@ -164,7 +212,9 @@ fn sent_to(ranks: &[RankView], s: &RankState) -> Option<String> {
 /// slow, not stuck.
 pub fn a_message_is_in_flight(ranks: &[RankView]) -> bool {
     ranks.iter().any(|view| match view {
-        RankView::Waiting(s) => sent_to(ranks, s).is_some(),
+        RankView::Waiting(s) => wanted(s)
+            .into_iter()
+            .any(|want| sent_to(ranks, s, want).is_some()),
         _ => false,
     })
 }
@@ -194,69 +244,78 @@ fn gone_peers(ranks: &[RankView], found: &mut Vec<String>) {
 fn unmatched_receives(ranks: &[RankView], in_cycle: &[bool], found: &mut Vec<String>) {
     for view in ranks {
         let RankView::Waiting(s) = view else { continue };
-        if s.call.collective || !matches!(s.call.peer, Peer::From(_) | Peer::FromAny) {
-            continue;
-        }
-        let Some(context) = s.call.context else {
-            continue;
-        };
-        let source = match s.call.peer {
-            Peer::From(p) => Some(p),
-            _ => None,
-        };
-        if sent_to(ranks, s).is_some() {
-            continue;
-        }
-        let tag = s.call.tag;
-        let mut misses = Vec::new();
-        for e in &s.unexpected {
-            // Runtime traffic (collectives, finalize) has negative tags: never the user's.
-            let (Some(from), Some(t @ 0..)) = (e.source, e.tag) else {
+        for want in wanted(s) {
+            if sent_to(ranks, s, want).is_some() {
                 continue;
+            }
+            let misses = near_misses(ranks, s, want);
+            if misses.is_empty() && in_cycle[s.rank as usize] {
+                continue;
+            }
+            let mut line = if want.call {
+                format!("{} on {}", clause(s), s.comm_name(want.context))
+            } else {
+                let source = want
+                    .source
+                    .map_or("any rank".to_string(), |r| format!("rank {r}"));
+                let tag = want
+                    .tag
+                    .map_or("any tag".to_string(), |t| format!("tag {t}"));
+                format!(
+                    "{}: its receive from {source} with {tag} on {}",
+                    clause(s),
+                    s.comm_name(want.context)
+                )
             };
-            let same_source = source.is_none_or(|p| p == from);
-            let same_tag = tag.is_none_or(|want| want == t);
-            let same_comm = Some(e.context) == s.call.context;
-            let miss = match (same_source, same_tag, same_comm) {
-                (true, false, true) => "same peer, other tag",
-                (true, true, false) => "same tag, other communicator",
-                (false, true, true) => "same tag, other source",
-                _ => continue,
+            line += ": no message sent or being sent matches it";
+            if !misses.is_empty() {
+                line += &format!("; near misses: {}", misses.join("; "));
+            }
+            found.push(line);
+        }
+    }
+}
+
+/// What nearly matches `s`'s receive `want`: messages arrived at `s` with another tag,
+/// source or communicator, and the named source's sends to `s` that wait.
+fn near_misses(ranks: &[RankView], s: &RankState, want: Wanted) -> Vec<String> {
+    let mut misses = Vec::new();
+    for e in &s.unexpected {
+        // Runtime traffic (collectives, finalize) has negative tags: never the user's.
+        let (Some(from), Some(t @ 0..)) = (e.source, e.tag) else {
+            continue;
+        };
+        let same_source = want.source.is_none_or(|p| p == from);
+        let same_tag = want.tag.is_none_or(|wanted| wanted == t);
+        let same_comm = e.context == want.context;
+        let miss = match (same_source, same_tag, same_comm) {
+            (true, false, true) => "same peer, other tag",
+            (true, true, false) => "same tag, other communicator",
+            (false, true, true) => "same tag, other source",
+            _ => continue,
+        };
+        misses.push(format!(
+            "rank {from} sent a message with tag {t} on {} that waits unreceived ({miss})",
+            s.comm_name(e.context)
+        ));
+    }
+    // The peer's own sends to this rank that wait, with another tag or communicator.
+    if let Some(peer) = want.source.and_then(|p| waiting(ranks, p)) {
+        for q in peer.sends.iter().filter(|q| q.peer == s.rank) {
+            let miss = if q.context == want.context {
+                "same peer, other tag"
+            } else {
+                "other communicator"
             };
             misses.push(format!(
-                "rank {from} sent a message with tag {t} on {} that waits unreceived ({miss})",
-                s.comm_name(e.context)
+                "rank {} sends with tag {} on {} ({miss})",
+                peer.rank,
+                q.tag,
+                peer.comm_name(q.context)
             ));
         }
-        // The peer's own sends to this rank that wait, with another tag or communicator.
-        if let Some(peer) = source.and_then(|p| waiting(ranks, p)) {
-            for q in peer.sends.iter().filter(|q| q.peer == s.rank) {
-                let miss = if Some(q.context) == s.call.context {
-                    "same peer, other tag"
-                } else {
-                    "other communicator"
-                };
-                misses.push(format!(
-                    "rank {} sends with tag {} on {} ({miss})",
-                    peer.rank,
-                    q.tag,
-                    peer.comm_name(q.context)
-                ));
-            }
-        }
-        if misses.is_empty() && in_cycle[s.rank as usize] {
-            continue;
-        }
-        let mut line = format!(
-            "{} on {}: no message sent or being sent matches it",
-            clause(s),
-            s.comm_name(context)
-        );
-        if !misses.is_empty() {
-            line += &format!("; near misses: {}", misses.join("; "));
-        }
-        found.push(line);
     }
+    misses
 }
 
 fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
@@ -296,7 +355,7 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
                 _ => format!("rank {r} runs outside any mpirt call"),
             })
             .collect();
-        found.push(format!(
+        let mut line = format!(
             "{} on {} ({}) was entered by {} but not by {}: {}",
             kind(&s.call.op),
             s.comm_name(context),
@@ -304,7 +363,16 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
             ranks_in_words(&entered),
             ranks_in_words(&missing),
             whereabouts.join("; ")
-        ));
+        );
+        // A rank that is not the root leaves a rooted collective once its own part is done
+        // (a reduce's or gather's contribution sent): one named here may have been in it.
+        if let Peer::Root(root) = s.call.peer {
+            if missing.iter().any(|&r| r != root) {
+                line += "; ranks other than the root leave a rooted collective once their \
+                         part is done, so one named here may have passed it";
+            }
+        }
+        found.push(line);
     }
 }
 
@@ -400,6 +468,57 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_on_a_posted_receive_nothing_matches_shows_its_near_misses() {
+        let mut r1 = state(1, "wait", Peer::None, None);
+        r1.call.context = None;
+        let posted = |source, tag| Envelope {
+            context: 0,
+            source,
+            tag,
+            bytes: 0,
+        };
+        // The user's receive from rank 0 with tag 2, and a collective's own (negative tag).
+        r1.posted
+            .extend([posted(Some(0), Some(2)), posted(Some(2), Some(-16))]);
+        r1.unexpected.push(Envelope {
+            context: 0,
+            source: Some(0),
+            tag: Some(1),
+            bytes: 8,
+        });
+        let r0 = state(0, "receive", Peer::From(1), Some(9));
+        let found = diagnose(&[w(r0), w(r1), RankView::Running]).join("\n");
+        assert!(
+            found.contains(
+                "rank 1 waits in wait (src/main.rs:41:5): its receive from rank 0 with tag 2 on \
+                 MPI_COMM_WORLD: no message sent or being sent matches it; near misses: rank 0 \
+                 sent a message with tag 1 on MPI_COMM_WORLD that waits unreceived (same peer, \
+                 other tag)"
+            ),
+            "{found}"
+        );
+        assert!(
+            found.contains("deadlock: rank 0 waits in receive from rank 1"),
+            "{found}"
+        );
+        assert!(!found.contains("tag -16"), "{found}");
+        // A send to that receive on its way: not stuck, nothing unmatched.
+        let mut r0 = state(0, "send", Peer::To(1), Some(2));
+        r0.sends.push(bootstrap::stall::PendingSend {
+            context: 0,
+            peer: 1,
+            tag: 2,
+            bytes: 1 << 30,
+            waits_for: "a matching receive to read its data".into(),
+        });
+        let mut r1 = state(1, "wait", Peer::None, None);
+        r1.posted.push(posted(Some(0), Some(2)));
+        let ranks = [w(r0), w(r1), RankView::Running];
+        assert!(a_message_is_in_flight(&ranks));
+        assert!(!diagnose(&ranks).join("\n").contains("no message sent"));
+    }
+
+    #[test]
     fn a_collective_some_ranks_skipped_names_the_missing_and_where_they_are() {
         let ranks = [
             w(state(0, "barrier", Peer::None, None)),
@@ -436,6 +555,22 @@ mod tests {
             found.contains("reduce_into on MPI_COMM_WORLD (src/main.rs:40:5) was entered by ranks 0, 1 but not by rank 2"),
             "{found}"
         );
+        assert!(
+            found.contains("one named here may have passed it"),
+            "{found}"
+        );
+        // The root missing is certain: the others wait for its part.
+        let ranks = [
+            w(state(0, "reduce_into", Peer::Root(2), None)),
+            w(state(1, "reduce_into", Peer::Root(2), None)),
+            w(state(2, "receive", Peer::From(0), Some(7))),
+        ];
+        let found = diagnose(&ranks).join("\n");
+        assert!(
+            found.contains("but not by rank 2: rank 2 waits in receive"),
+            "{found}"
+        );
+        assert!(!found.contains("may have passed it"), "{found}");
     }
 
     #[test]

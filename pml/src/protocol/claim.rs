@@ -56,12 +56,7 @@ pub(super) struct Claim<R> {
 impl<R> Claim<R> {
     /// The receive's selectors, for the stall report.
     pub(super) fn selectors(&self) -> crate::stall::Selectors {
-        crate::stall::Selectors {
-            context: self.context,
-            source: self.source,
-            tag: self.tag,
-            bytes: 0,
-        }
+        crate::stall::Selectors::receive(self.context, self.source, self.tag)
     }
 
     pub(super) fn accepts(&self, envelope: Envelope) -> bool {

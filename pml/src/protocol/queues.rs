@@ -20,12 +20,7 @@ impl<S, R> Core<S, R> {
                     ..
                 } => {
                     let (context, source, tag) = id.selectors();
-                    let receive = Selectors {
-                        context,
-                        source,
-                        tag,
-                        bytes: 0,
-                    };
+                    let receive = Selectors::receive(context, source, tag);
                     Queues::add(&mut queues.posted, &mut queues.left_out, receive);
                 }
                 Request::Send {

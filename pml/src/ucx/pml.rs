@@ -19,7 +19,7 @@ use crate::error::PmlError;
 use crate::pml_api::{Done, EngineError, Pml, RecvBuf, Wireup};
 use crate::protocol::{SendMode, Started};
 use crate::requests::{Handle, Requests};
-use crate::stall::{Queues, Selectors};
+use crate::stall::{QueuedSend, Queues, Selectors};
 use crate::waiting::Waiting;
 
 /// The slowest rate (bytes per nanosecond: 1 GB/s) at which messages in flight are expected
@@ -42,9 +42,20 @@ struct Op {
     len: usize,
 }
 
+/// What an operation is, with its envelope for the stall report (`queues`), which lists
+/// the receives and sends UCX has not finished.
 enum Kind {
-    Send { peer: Rank },
-    Recv { buffer_len: usize },
+    Send {
+        peer: Rank,
+        context: ContextId,
+        tag: Tag,
+        mode: SendMode,
+    },
+    Recv {
+        buffer_len: usize,
+        /// `None` for a message a matched probe took: it matches nothing more.
+        posted: Option<Selectors>,
+    },
 }
 
 /// A message a matched probe took out of UCX's unexpected queue; receive it with
@@ -86,8 +97,7 @@ pub struct UcxPml {
     /// The bytes of the operations in flight (`ops` and a blocking one being waited for),
     /// which stretch the spin before a wait sleeps (`spin_budget`).
     bytes_in_flight: usize,
-    /// The blocking receive being waited for, for the stall report (`queues`): UCX keeps
-    /// its own queues, so this is all the report can say of them.
+    /// The blocking receive being waited for, for the stall report (`queues`).
     blocking_receive: Option<Selectors>,
     description: String,
     /// The failure a wait stopped on (see `stop`); every later call that would move data
@@ -311,7 +321,15 @@ impl UcxPml {
         };
         match status::started("tag send", started) {
             Ok(status::Started::Done) => Ok(Handle::SENT),
-            Ok(status::Started::Pending(_)) => Ok(self.track(Kind::Send { peer }, len)),
+            Ok(status::Started::Pending(_)) => {
+                let kind = Kind::Send {
+                    peer,
+                    context: envelope.context,
+                    tag: envelope.tag,
+                    mode,
+                };
+                Ok(self.track(kind, len))
+            }
             Err(e) => Err(self.stop(send_failed(peer, e))),
         }
     }
@@ -348,9 +366,10 @@ impl UcxPml {
         started_recv("ucp_tag_recv_nbx", started)
     }
 
-    /// A handle for the receive just started in the spare request memory.
-    fn track_recv(&mut self, buffer_len: usize) -> Handle {
-        self.track(Kind::Recv { buffer_len }, buffer_len)
+    /// A handle for the receive just started in the spare request memory; `posted` is what
+    /// it matches, if it was posted to match.
+    fn track_recv(&mut self, buffer_len: usize, posted: Option<Selectors>) -> Handle {
+        self.track(Kind::Recv { buffer_len, posted }, buffer_len)
     }
 
     /// A handle for the operation just started in the spare request memory.
@@ -377,6 +396,39 @@ impl UcxPml {
         } else {
             let fresh = self.spare.fresh();
             std::mem::forget(std::mem::replace(&mut self.blocking, fresh));
+        }
+    }
+
+    /// Adds to `queues` the messages UCX holds unreceived near the receives that wait. UCX
+    /// shows its unexpected queue only through probes, each the first message it matches
+    /// (`tag::near_misses`), so these are the oldest user message and, for each receive, the
+    /// first with another tag from its source, with its tag from another source, and with
+    /// both on another communicator: the near misses a report explains a wait with, not the
+    /// whole queue.
+    fn unreceived_near(&self, queues: &mut Queues) {
+        let mut seen: Vec<u64> = Vec::new();
+        let receives: Vec<Selectors> = queues.claim.iter().chain(&queues.posted).copied().collect();
+        for receive in receives {
+            let Ok(probes) = tag::near_misses(receive.context, receive.source, receive.tag) else {
+                continue;
+            };
+            for (wanted, mask) in probes {
+                let Some((_, info)) = self.worker.probe(wanted, mask, false) else {
+                    continue;
+                };
+                if seen.contains(&info.sender_tag) {
+                    continue;
+                }
+                seen.push(info.sender_tag);
+                let found = tag::unpack(info.sender_tag);
+                let message = Selectors {
+                    context: found.context,
+                    source: SourceSel::Rank(found.source),
+                    tag: TagSel::Tag(found.tag),
+                    bytes: info.length as usize,
+                };
+                Queues::add(&mut queues.unexpected, &mut queues.left_out, message);
+            }
         }
     }
 
@@ -500,7 +552,7 @@ impl Pml for UcxPml {
     ) -> Result<Handle, PmlError> {
         // SAFETY: forwarded from this function's contract.
         unsafe { self.start_tag_recv(context, source, tag, buf, len) }?;
-        Ok(self.track_recv(len))
+        Ok(self.track_recv(len, Some(Selectors::receive(context, source, tag))))
     }
 
     /// Starts a receive that finishes at once when its message was waiting: then no
@@ -522,7 +574,8 @@ impl Pml for UcxPml {
         let request = self.spare.next();
         // SAFETY: the spare memory the receive runs in, whose state the callback writes.
         if unsafe { peek(request) }.is_none() {
-            return Ok(Started::Posted(self.track_recv(len)));
+            let posted = Selectors::receive(context, source, tag);
+            return Ok(Started::Posted(self.track_recv(len, Some(posted))));
         }
         // Finished inside the call: UCX is done with the memory, which stays spare.
         // SAFETY: finished (peeked above).
@@ -567,12 +620,7 @@ impl Pml for UcxPml {
         started_recv("ucp_tag_recv_nbx", started)?;
         // Its bytes count as in flight while it waits (for the spin budget), as a request's.
         self.bytes_in_flight += len;
-        self.blocking_receive = Some(Selectors {
-            context,
-            source,
-            tag,
-            bytes: 0,
-        });
+        self.blocking_receive = Some(Selectors::receive(context, source, tag));
         // SAFETY: the receive runs in `self.blocking`, whose state the callback writes.
         let waited = self.wait_until(|_| Ok(unsafe { peek(request) }.is_some()));
         self.blocking_receive = None;
@@ -610,7 +658,7 @@ impl Pml for UcxPml {
             )
         };
         started_recv("ucp_tag_msg_recv_nbx", started)?;
-        Ok(self.track_recv(len))
+        Ok(self.track_recv(len, None))
     }
 
     /// Collects the request if it finished; the handle is spent once this returns `Some`
@@ -642,11 +690,11 @@ impl Pml for UcxPml {
         self.spare.give_back(op.request);
         self.bytes_in_flight -= op.len;
         match op.kind {
-            Kind::Send { peer } => match status {
+            Kind::Send { peer, .. } => match status {
                 ffi::UCS_OK => Ok(Some(Done::Sent)),
                 other => Err(self.stop(PmlError::transport(peer, status::describe(other)))),
             },
-            Kind::Recv { buffer_len } => {
+            Kind::Recv { buffer_len, .. } => {
                 received(status, info, buffer_len).map(|s| Some(Done::Received(s)))
             }
         }
@@ -812,11 +860,50 @@ impl Waiting for UcxPml {
         self.worker.sleep(timeout).map_err(|e| self.stop(e))
     }
 
+    /// The receives and sends in flight that UCX has not finished, from this PML's own
+    /// table of them, and what UCX's probes find unreceived near the receives that wait
+    /// (`unreceived_near`).
     fn queues(&self) -> Queues {
-        Queues {
+        let mut queues = Queues {
             claim: self.blocking_receive,
             ..Queues::default()
+        };
+        for op in self.ops.iter() {
+            // SAFETY: the memory of requests in `ops` lives as long as they are there.
+            if unsafe { peek(op.request.address()) }.is_some() {
+                continue; // finished, not yet collected
+            }
+            match op.kind {
+                Kind::Recv {
+                    posted: Some(receive),
+                    ..
+                } => Queues::add(&mut queues.posted, &mut queues.left_out, receive),
+                // A matched probe's message: its data is on the way.
+                Kind::Recv { posted: None, .. } => {}
+                Kind::Send {
+                    peer,
+                    context,
+                    tag,
+                    mode,
+                } => {
+                    let send = QueuedSend {
+                        context,
+                        peer,
+                        tag,
+                        bytes: op.len,
+                        waits_for: match mode {
+                            SendMode::Synchronous => "a matching receive (synchronous send)",
+                            SendMode::Standard => {
+                                "UCX to deliver it (a rendezvous: a matching receive)"
+                            }
+                        },
+                    };
+                    Queues::add(&mut queues.sends, &mut queues.left_out, send);
+                }
+            }
         }
+        self.unreceived_near(&mut queues);
+        queues
     }
 
     #[inline]

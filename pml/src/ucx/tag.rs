@@ -33,6 +33,7 @@ const CONTEXT_SHIFT: u32 = TAG_BITS + SOURCE_BITS;
 const TAG_FIELD: u64 = (1 << TAG_BITS) - 1;
 const TAG_SIGN: u64 = 1 << (TAG_BITS - 1);
 const SOURCE_FIELD: u64 = ((1 << SOURCE_BITS) - 1) << SOURCE_SHIFT;
+const CONTEXT_FIELD: u64 = ((1 << CONTEXT_BITS) - 1) << CONTEXT_SHIFT;
 
 /// The largest user tag: what the runtime reports as `MPI_TAG_UB` on this PML.
 pub const MAX_USER_TAG: Tag = (1 << (TAG_BITS - 1)) - 1;
@@ -138,6 +139,28 @@ pub fn selector(
         TagSel::Any => mask &= !(TAG_FIELD & !TAG_SIGN),
     }
     Ok((wanted, mask))
+}
+
+/// The (tag, mask) pairs of probes that find what UCX holds unreceived near a receive that
+/// waits (UCX shows its unexpected queue only through probes, each the first match): a
+/// message from its source with another user tag, one with its tag from another source,
+/// one from its source with its tag on another communicator, and the oldest user message
+/// of all. A wildcard receive has no near miss in the field it leaves open.
+pub fn near_misses(
+    context: ContextId,
+    source: SourceSel,
+    tag: TagSel,
+) -> Result<Vec<(u64, u64)>, TagError> {
+    let mut probes = vec![(0, TAG_SIGN)];
+    if matches!(tag, TagSel::Tag(_)) {
+        probes.push(selector(context, source, TagSel::Any)?);
+    }
+    if matches!(source, SourceSel::Rank(_)) {
+        probes.push(selector(context, SourceSel::Any, tag)?);
+    }
+    let (wanted, mask) = selector(context, source, tag)?;
+    probes.push((wanted & !CONTEXT_FIELD, mask & !CONTEXT_FIELD));
+    Ok(probes)
 }
 
 #[cfg(test)]
@@ -256,5 +279,44 @@ mod tests {
     fn sender_mask_is_the_source_field() {
         let sent = pack(env(9, 1234, -5)).unwrap();
         assert_eq!((sent & SENDER_MASK) >> SOURCE_SHIFT, 1234);
+    }
+
+    #[test]
+    fn near_misses_open_one_field_each() {
+        let probes = near_misses(3, SourceSel::Rank(1), TagSel::Tag(7)).unwrap();
+        let takes = |sent: Envelope| {
+            let t = pack(sent).unwrap();
+            probes
+                .iter()
+                .map(|&(w, m)| t & m == w & m)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(takes(env(3, 1, 8)), [true, true, false, false], "other tag");
+        assert_eq!(
+            takes(env(3, 2, 7)),
+            [true, false, true, false],
+            "other source"
+        );
+        assert_eq!(
+            takes(env(4, 1, 7)),
+            [true, false, false, true],
+            "other communicator"
+        );
+        assert_eq!(
+            takes(env(4, 2, 8)),
+            [true, false, false, false],
+            "any user message"
+        );
+        assert_eq!(
+            takes(env(3, 1, -5)),
+            [false; 4],
+            "runtime traffic is never a near miss"
+        );
+        let wild = near_misses(3, SourceSel::Any, TagSel::Any).unwrap();
+        assert_eq!(
+            wild.len(),
+            2,
+            "only the oldest message and another communicator"
+        );
     }
 }
