@@ -51,12 +51,12 @@ fn rank_mode() {
         "mismatched-allreduce" => mismatched_all_reduce(&world),
         "refusals" => refusals(&world),
         "area-wakes" => {
-            // Rank 1 comes late to each barrier, so rank 0 waits in the area; its counts
-            // are printed when the communicator, and its area, go.
+            // Rank 1 comes late to each barrier, so rank 0 waits in the area past its yields;
+            // its counts are printed when the communicator, and its area, go.
             let dup = world.duplicate();
             for _ in 0..30 {
                 if dup.rank() == 1 {
-                    std::thread::sleep(std::time::Duration::from_millis(3));
+                    std::thread::sleep(std::time::Duration::from_millis(30));
                 }
                 dup.barrier();
             }
@@ -1688,18 +1688,18 @@ fn a_rank_refusing_its_arguments_keeps_the_area_in_step() {
     assert!(!out.contains("all_reduce after"), "{out}");
 }
 
-/// Two ranks that inherited one CPU between them sleep at once when they wait (spinning
-/// would keep the peer they wait for off that CPU), although each sees one CPU just as a
-/// rank bound to a CPU of its own does, which spins.
+/// Two ranks that inherited one CPU between them never spin when they wait (spinning would
+/// keep the peer they wait for off that CPU): they yield it, then sleep, although each sees
+/// one CPU just as a rank bound to a CPU of its own does, which spins.
 #[test]
-fn ranks_sharing_one_cpu_sleep_and_bound_ranks_spin() {
-    const SLEEP: &str = "2 ranks on 1 cores: waits sleep at once";
+fn ranks_sharing_one_cpu_yield_and_bound_ranks_spin() {
+    const YIELD: &str = "2 ranks on 1 cores: waits yield for 2 ms, then sleep";
     let shared = Launch::RsrunOn {
         cpus: "0",
         args: &["--bind-to", "core"],
     };
     let (out, _) = ok_job_on(shared, 2, "describe", &[]);
-    assert_eq!(out.matches(SLEEP).count(), 2, "{out}");
+    assert_eq!(out.matches(YIELD).count(), 2, "{out}");
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
         println!("skipped the bound half: this process may run on fewer than 2 CPUs");
         return;
@@ -1710,15 +1710,16 @@ fn ranks_sharing_one_cpu_sleep_and_bound_ranks_spin() {
     };
     let (out, _) = ok_job_on(own, 2, "describe", &[]);
     assert!(
-        out.contains("rank 1: ") && !out.contains("waits sleep"),
+        out.contains("rank 1: ") && !out.contains("waits yield"),
         "{out}"
     );
 }
 
-/// A rank waiting in the shared-memory area sleeps (ranks sharing one CPU sleep at once),
-/// and the flag's publisher wakes it: while rank 1 takes 3 ms before each of 30 barriers,
-/// rank 0's sleeps end by the publisher's wake, and none runs to its timeout with the flag
-/// already published (a lost wake-up). Counted, not timed.
+/// A rank waiting in the shared-memory area yields its CPU, then sleeps (ranks sharing one
+/// CPU never spin), and the flag's publisher wakes it: while rank 1 takes 30 ms (well past
+/// the yields' 2 ms, also where other processes take turns on the CPU) before each of 30
+/// barriers, rank 0 yields, its sleeps end by the publisher's wake, and none runs to its
+/// timeout with the flag already published (a lost wake-up). Counted, not timed.
 #[test]
 fn a_rank_sleeping_in_the_area_is_woken_by_the_flag() {
     let shared = Launch::RsrunOn {
@@ -1734,11 +1735,12 @@ fn a_rank_sleeping_in_the_area_is_woken_by_the_flag() {
         .split([':', ','])
         .filter_map(|part| part.split_whitespace().next()?.parse().ok())
         .collect();
-    let [calls, slept, woken, lost] = counts[..] else {
+    let [calls, yielded, slept, woken, lost] = counts[..] else {
         panic!("{line}");
     };
     println!("{line}");
     assert_eq!(lost, 0, "{line}");
+    assert!(yielded > 0, "{line}");
     assert!(calls >= 30, "{line}");
     assert!(woken >= 15 && slept >= woken, "{line}");
 }

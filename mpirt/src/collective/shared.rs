@@ -26,8 +26,9 @@
 //! root's verdict (published once it has seen every length): all too long, by messages
 //! together, or the lengths disagree, an error.
 //!
-//! A rank that has waited long enough sleeps on its futex word in the area, having said so in
-//! its sleeping word; whoever publishes a flag wakes the sleepers (a fence on each side:
+//! A rank that has waited long enough (spinning where every rank has a CPU, yielding its CPU
+//! between polls where they share CPUs, as Open MPI's ranks do when oversubscribed) sleeps on
+//! its futex word in the area, having said so in its sleeping word; whoever publishes a flag wakes the sleepers (a fence on each side:
 //! either the publisher sees the sleeper, or the sleeper sees the flag), so a wait ends a
 //! wake-up after the flag it waits for, not after a timeout.
 //!
@@ -101,7 +102,8 @@ const PROGRESS_EVERY: u32 = 64;
 /// wake-up (a spin of 10 ms rather than 1 s left 8-byte latencies on a busy host spread
 /// further).
 /// Only a wait for a peer that is computing lasts longer: then it sleeps until woken. Ranks
-/// that share cores sleep at once, so that the peer they wait for runs.
+/// that share cores never spin, so that the peer they wait for runs: they yield their CPU
+/// between polls (`Area::yield_for`), then sleep.
 const SPIN_FOR: Duration = Duration::from_secs(1);
 /// The longest one sleep lasts: the publisher of the flag wakes the sleeper, but messages for
 /// it (which a peer may need moved before it reaches the call) do not.
@@ -141,19 +143,23 @@ pub(crate) struct Area {
     /// The last call every rank is known to have published (see [`Area::guard_write`]).
     reached: Cell<u64>,
     /// Whether a waiting rank spins before it sleeps: as the PML's waits do, and never where
-    /// the area's ranks share CPUs (a waiting rank then sleeps at once, so that the one it
-    /// waits for runs).
+    /// the area's ranks share CPUs (so that the one it waits for runs).
     spins: bool,
+    /// How long a waiting rank that does not spin yields its CPU between polls before it
+    /// sleeps: `pml::config::YIELD_FOR` where the area's ranks, or the host's, outnumber the
+    /// CPUs (their turns on them then cost a context switch, not a wake-up), else none.
+    yield_for: Duration,
     /// How this rank's sleeps in the area ended, which `rsrun --verbose` reports when the
     /// area goes.
     sleeps: Cell<Sleeps>,
 }
 
-/// Sleeps in an area: how many, how many a publisher ended, and how many ran to their
-/// timeout with the flag they waited for already published (wake-ups lost, which the
-/// protocol rules out).
+/// How waits in an area ended their turns: yields of the CPU (where ranks share CPUs), sleeps,
+/// how many sleeps a publisher ended, and how many ran to their timeout with the flag they
+/// waited for already published (wake-ups lost, which the protocol rules out).
 #[derive(Clone, Copy, Default)]
 struct Sleeps {
+    yielded: u64,
     slept: u64,
     woken: u64,
     missed: u64,
@@ -253,9 +259,16 @@ fn set_up(
     }
     let (everyone_mapped, disagreement) = agreed?;
     // The area's ranks are all on this host: they must not spin where they outnumber its
-    // CPUs, whatever the PML's own choice (UCX's spins then too).
-    let spins = with_engine(|e| Ok(e.waits_spin())).map_err(|c| Error::new(operation, c))?
-        && !pml::config::shares_cores(comm.size as usize);
+    // CPUs, whatever the PML's own choice (UCX's spins then too), and they yield then.
+    let (pml_spins, pml_yields) = with_engine(|e| Ok((e.waits_spin(), e.yield_budget())))
+        .map_err(|c| Error::new(operation, c))?;
+    let shares = pml::config::shares_cores(comm.size as usize);
+    let spins = pml_spins && !shares;
+    let yield_for = match (spins, shares) {
+        (true, _) => Duration::ZERO,
+        (false, true) => pml::config::YIELD_FOR,
+        (false, false) => pml_yields,
+    };
     let area = everyone_mapped.then(|| Area {
         map: mapping.expect("every rank mapped the area"),
         rank: comm.rank,
@@ -263,6 +276,7 @@ fn set_up(
         calls: Cell::new(0),
         reached: Cell::new(0),
         spins,
+        yield_for,
         sleeps: Cell::new(Sleeps::default()),
     });
     Ok((area, disagreement))
@@ -871,6 +885,16 @@ impl Area {
             }
             if polls.is_multiple_of(POLLS_PER_CLOCK) || spin.is_zero() {
                 let idle = since.get_or_insert_with(Instant::now).elapsed();
+                if idle < self.yield_for {
+                    // Hands the CPU to the ranks that share it, the one waited for among
+                    // them; each turn looks at the messages too.
+                    std::thread::yield_now();
+                    let mut sleeps = self.sleeps.get();
+                    sleeps.yielded += 1;
+                    self.sleeps.set(sleeps);
+                    with_engine(|e| e.progress())?;
+                    continue;
+                }
                 if idle >= spin {
                     let blocked = blocked.get_or_insert_with(Blocked::new);
                     blocked.idle(idle, || with_engine(|e| Ok(e.queues())).unwrap_or_default());
@@ -917,11 +941,12 @@ impl Drop for Area {
         if verbose() {
             let sleeps = self.sleeps.get();
             bootstrap::output::say(&format!(
-                "mpirt: collective area, rank {} of {}: {} calls, {} sleeps, {} woken by a \
-                 publisher, {} lost wake-ups",
+                "mpirt: collective area, rank {} of {}: {} calls, {} yields, {} sleeps, {} woken \
+                 by a publisher, {} lost wake-ups",
                 self.rank,
                 self.size,
                 self.calls.get(),
+                sleeps.yielded,
                 sleeps.slept,
                 sleeps.woken,
                 sleeps.missed
