@@ -83,6 +83,20 @@ fn rank_mode() {
                     &mut PartitionMut::new(&mut got[..], &ones[..], &displs[..]),
                 );
                 assert_eq!(got, vec![dup.rank(); n]);
+                let root = dup.process_at_rank(n as i32 - 1);
+                let mut own = [-1i32];
+                if dup.rank() == n as i32 - 1 {
+                    got.fill(-1);
+                    let mut parts = PartitionMut::new(&mut got[..], &ones[..], &displs[..]);
+                    root.gather_varcount_into_root(&[dup.rank()], &mut parts);
+                    assert_eq!(got, send);
+                    let parts = Partition::new(&send[..], &ones[..], &displs[..]);
+                    root.scatter_varcount_into_root(&parts, &mut own[..]);
+                } else {
+                    root.gather_varcount_into(&[dup.rank()]);
+                    root.scatter_varcount_into(&mut own[..]);
+                }
+                assert_eq!(own, [dup.rank()]);
             }
         }
         "describe" => println!("rank {}: {}", world.rank(), universe.description()),
@@ -1417,6 +1431,56 @@ fn refusals(world: &SimpleCommunicator) {
     };
     report("gather", gathered);
     check("the gather");
+    // Gathers and scatters of parts of any length, on the root 1: rank 2's part is long (by
+    // a message); the root expects one element from it in the gather, so it and rank 2 fail,
+    // and rank 0's part fits and leaves.
+    let root = world.process_at_rank(1);
+    let own = |r: i32| if r == 2 { 1100 } else { 1 };
+    let send = vec![mine; own(rank) as usize];
+    let counts: Vec<Count> = (0..size).map(|r| if r == 2 { 1 } else { own(r) }).collect();
+    let displs: Vec<Count> = counts
+        .iter()
+        .scan(0, |at, &c| Some(std::mem::replace(at, *at + c)))
+        .collect();
+    let total = counts.iter().sum::<Count>() as usize;
+    let gathered = if rank == 1 {
+        let mut got = vec![0i32; total];
+        root.try_gather_varcount_into_root(
+            &send[..],
+            &mut PartitionMut::new(&mut got[..], &counts[..], &displs[..]),
+        )
+    } else {
+        root.try_gather_varcount_into(&send[..])
+    };
+    report("gather_varcount", gathered);
+    check("the gather_varcount");
+    // Rank 0 calls the root's form of a scatter of parts: the root, whose part for rank 0
+    // is long, does not send it, and says so; rank 2 gets its long part.
+    let counts: Vec<Count> = (0..size).map(|r| if r == 1 { 1 } else { 1100 }).collect();
+    let displs: Vec<Count> = counts
+        .iter()
+        .scan(0, |at, &c| Some(std::mem::replace(at, *at + c)))
+        .collect();
+    let whole: Vec<i32> = (0..counts.iter().sum::<Count>()).collect();
+    let mut got = vec![-1i32; counts[rank as usize] as usize];
+    let scattered = if rank <= 1 {
+        root.try_scatter_varcount_into_root(
+            &Partition::new(&whole[..], &counts[..], &displs[..]),
+            &mut got[..],
+        )
+    } else {
+        root.try_scatter_varcount_into(&mut got[..])
+    };
+    if scattered.is_ok() && rank == 2 {
+        let at = displs[2] as usize;
+        assert_eq!(
+            got[..],
+            whole[at..at + 1100],
+            "scatter_varcount's long part"
+        );
+    }
+    report("scatter_varcount", scattered);
+    check("the scatter_varcount");
 }
 
 // ---- the test side ----
@@ -1577,8 +1641,8 @@ fn every_algorithm_forced() {
         "{stderr}"
     );
     assert!(!stderr.contains("unavailable"), "{stderr}");
-    // All-to-alls and reduce-scatters, whose results look the same by messages, met in the
-    // area: 40 calls on each rank.
+    // All-to-alls, reduce-scatters, and gathers and scatters of parts, whose results look the
+    // same by messages, met in the area: 60 calls on each rank.
     let (_, stderr) = ok_job_with(4, "area-calls", &verbose);
     for rank in 0..4 {
         let line = format!("mpirt: collective area, rank {rank} of 4: ");
@@ -1588,7 +1652,7 @@ fn every_algorithm_forced() {
             .and_then(|rest| rest.split(' ').next()?.parse().ok())
             .unwrap_or_else(|| panic!("no count of calls for rank {rank} in\n{stderr}"));
         assert!(
-            calls >= 40,
+            calls >= 60,
             "rank {rank}: {calls} calls in the area\n{stderr}"
         );
     }
@@ -1682,6 +1746,15 @@ fn a_rank_refusing_its_arguments_keeps_the_area_in_step() {
         "gather: rank 1: ok",
         "gather: rank 2: gather_into_root: the root is rank 0: the root calls \
          gather_into_root, the others gather_into",
+        "gather_varcount: rank 0: ok",
+        "gather_varcount: rank 1: gather_varcount_into_root: rank 2 sent 4400 bytes where \
+         this rank expected 4: the ranks' counts disagree",
+        "gather_varcount: rank 2: gather_varcount_into: rank 1 sent 4 bytes where this rank \
+         expected 4400: the ranks' counts disagree",
+        "scatter_varcount: rank 0: scatter_varcount_into_root: the root is rank 1: the root \
+         calls scatter_varcount_into_root, the others scatter_varcount_into",
+        &format!("scatter_varcount: rank 1: scatter_varcount_into_root: rank 0 {refused}"),
+        "scatter_varcount: rank 2: ok",
     ] {
         assert!(out.contains(expected), "missing {expected:?} in\n{out}");
     }
