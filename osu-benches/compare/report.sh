@@ -15,7 +15,8 @@
 # machine and hours (-n "RANKS..." runs fewer rank counts, -b "BENCH..." fewer collectives).
 # -S: that sweep alone, which replaces only its own section of REPORT.md (and its heat map);
 # the rest of the report, and the sections other scripts wrote into it, stay as they are.
-#   osu-benches/compare/report.sh [-r REPEATS] [-c|-S [-n "RANKS..."] [-b "BENCH..."]]
+# -m BYTES: the sweep's largest size (run.sh -m).
+#   osu-benches/compare/report.sh [-r REPEATS] [-c|-S [-n "RANKS..."] [-b "BENCH..."] [-m BYTES]]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repeats=3
@@ -23,14 +24,16 @@ sweep=
 sweep_only=
 sweep_ranks="2 3 4 8 16"
 sweep_benches=
-while getopts "r:cSn:b:" opt; do
+sweep_max=
+while getopts "r:cSn:b:m:" opt; do
     case $opt in
         r) repeats=$OPTARG ;;
         c) sweep=1 ;;
         S) sweep=1 sweep_only=1 ;;
         n) sweep_ranks=$OPTARG ;;
         b) sweep_benches=$OPTARG ;;
-        *) echo "usage: $0 [-r REPEATS] [-c|-S [-n \"RANKS...\"] [-b \"BENCH...\"]]" >&2; exit 2 ;;
+        m) sweep_max=$OPTARG ;;
+        *) echo "usage: $0 [-r REPEATS] [-c|-S [-n \"RANKS...\"] [-b \"BENCH...\"] [-m BYTES]]" >&2; exit 2 ;;
     esac
 done
 c=osu-benches/compare
@@ -44,6 +47,7 @@ run_sweep() {
     all="$all $(printf 'i%s ' $all)"
     for n in $sweep_ranks; do
         run="$c/run.sh -r $(( repeats < 5 ? 5 : repeats )) -n $n -o $out/coll-$n -s c"
+        run="$run${sweep_max:+ -m $sweep_max}"
         run="$run -b \"${sweep_benches:-$all}\""
         commands+=("$run")
         eval "$run"
