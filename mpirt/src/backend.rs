@@ -145,6 +145,10 @@ impl Pml for AnyPml {
         on_pml!(self, p => p.waits_spin())
     }
 
+    fn yield_budget(&self) -> Duration {
+        on_pml!(self, p => p.yield_budget())
+    }
+
     #[inline]
     unsafe fn post_send(
         &mut self,

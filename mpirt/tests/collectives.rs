@@ -51,12 +51,12 @@ fn rank_mode() {
         "mismatched-allreduce" => mismatched_all_reduce(&world),
         "refusals" => refusals(&world),
         "area-wakes" => {
-            // Rank 1 comes late to each barrier, so rank 0 waits in the area; its counts
-            // are printed when the communicator, and its area, go.
+            // Rank 1 comes late to each barrier, so rank 0 waits in the area past its yields;
+            // its counts are printed when the communicator, and its area, go.
             let dup = world.duplicate();
             for _ in 0..30 {
                 if dup.rank() == 1 {
-                    std::thread::sleep(std::time::Duration::from_millis(3));
+                    std::thread::sleep(std::time::Duration::from_millis(30));
                 }
                 dup.barrier();
             }
@@ -83,6 +83,20 @@ fn rank_mode() {
                     &mut PartitionMut::new(&mut got[..], &ones[..], &displs[..]),
                 );
                 assert_eq!(got, vec![dup.rank(); n]);
+                let root = dup.process_at_rank(n as i32 - 1);
+                let mut own = [-1i32];
+                if dup.rank() == n as i32 - 1 {
+                    got.fill(-1);
+                    let mut parts = PartitionMut::new(&mut got[..], &ones[..], &displs[..]);
+                    root.gather_varcount_into_root(&[dup.rank()], &mut parts);
+                    assert_eq!(got, send);
+                    let parts = Partition::new(&send[..], &ones[..], &displs[..]);
+                    root.scatter_varcount_into_root(&parts, &mut own[..]);
+                } else {
+                    root.gather_varcount_into(&[dup.rank()]);
+                    root.scatter_varcount_into(&mut own[..]);
+                }
+                assert_eq!(own, [dup.rank()]);
             }
         }
         "describe" => println!("rank {}: {}", world.rank(), universe.description()),
@@ -1417,6 +1431,56 @@ fn refusals(world: &SimpleCommunicator) {
     };
     report("gather", gathered);
     check("the gather");
+    // Gathers and scatters of parts of any length, on the root 1: rank 2's part is long (by
+    // a message); the root expects one element from it in the gather, so it and rank 2 fail,
+    // and rank 0's part fits and leaves.
+    let root = world.process_at_rank(1);
+    let own = |r: i32| if r == 2 { 1100 } else { 1 };
+    let send = vec![mine; own(rank) as usize];
+    let counts: Vec<Count> = (0..size).map(|r| if r == 2 { 1 } else { own(r) }).collect();
+    let displs: Vec<Count> = counts
+        .iter()
+        .scan(0, |at, &c| Some(std::mem::replace(at, *at + c)))
+        .collect();
+    let total = counts.iter().sum::<Count>() as usize;
+    let gathered = if rank == 1 {
+        let mut got = vec![0i32; total];
+        root.try_gather_varcount_into_root(
+            &send[..],
+            &mut PartitionMut::new(&mut got[..], &counts[..], &displs[..]),
+        )
+    } else {
+        root.try_gather_varcount_into(&send[..])
+    };
+    report("gather_varcount", gathered);
+    check("the gather_varcount");
+    // Rank 0 calls the root's form of a scatter of parts: the root, whose part for rank 0
+    // is long, does not send it, and says so; rank 2 gets its long part.
+    let counts: Vec<Count> = (0..size).map(|r| if r == 1 { 1 } else { 1100 }).collect();
+    let displs: Vec<Count> = counts
+        .iter()
+        .scan(0, |at, &c| Some(std::mem::replace(at, *at + c)))
+        .collect();
+    let whole: Vec<i32> = (0..counts.iter().sum::<Count>()).collect();
+    let mut got = vec![-1i32; counts[rank as usize] as usize];
+    let scattered = if rank <= 1 {
+        root.try_scatter_varcount_into_root(
+            &Partition::new(&whole[..], &counts[..], &displs[..]),
+            &mut got[..],
+        )
+    } else {
+        root.try_scatter_varcount_into(&mut got[..])
+    };
+    if scattered.is_ok() && rank == 2 {
+        let at = displs[2] as usize;
+        assert_eq!(
+            got[..],
+            whole[at..at + 1100],
+            "scatter_varcount's long part"
+        );
+    }
+    report("scatter_varcount", scattered);
+    check("the scatter_varcount");
 }
 
 // ---- the test side ----
@@ -1577,8 +1641,8 @@ fn every_algorithm_forced() {
         "{stderr}"
     );
     assert!(!stderr.contains("unavailable"), "{stderr}");
-    // All-to-alls and reduce-scatters, whose results look the same by messages, met in the
-    // area: 40 calls on each rank.
+    // All-to-alls, reduce-scatters, and gathers and scatters of parts, whose results look the
+    // same by messages, met in the area: 60 calls on each rank.
     let (_, stderr) = ok_job_with(4, "area-calls", &verbose);
     for rank in 0..4 {
         let line = format!("mpirt: collective area, rank {rank} of 4: ");
@@ -1588,7 +1652,7 @@ fn every_algorithm_forced() {
             .and_then(|rest| rest.split(' ').next()?.parse().ok())
             .unwrap_or_else(|| panic!("no count of calls for rank {rank} in\n{stderr}"));
         assert!(
-            calls >= 40,
+            calls >= 60,
             "rank {rank}: {calls} calls in the area\n{stderr}"
         );
     }
@@ -1682,24 +1746,33 @@ fn a_rank_refusing_its_arguments_keeps_the_area_in_step() {
         "gather: rank 1: ok",
         "gather: rank 2: gather_into_root: the root is rank 0: the root calls \
          gather_into_root, the others gather_into",
+        "gather_varcount: rank 0: ok",
+        "gather_varcount: rank 1: gather_varcount_into_root: rank 2 sent 4400 bytes where \
+         this rank expected 4: the ranks' counts disagree",
+        "gather_varcount: rank 2: gather_varcount_into: rank 1 sent 4 bytes where this rank \
+         expected 4400: the ranks' counts disagree",
+        "scatter_varcount: rank 0: scatter_varcount_into_root: the root is rank 1: the root \
+         calls scatter_varcount_into_root, the others scatter_varcount_into",
+        &format!("scatter_varcount: rank 1: scatter_varcount_into_root: rank 0 {refused}"),
+        "scatter_varcount: rank 2: ok",
     ] {
         assert!(out.contains(expected), "missing {expected:?} in\n{out}");
     }
     assert!(!out.contains("all_reduce after"), "{out}");
 }
 
-/// Two ranks that inherited one CPU between them sleep at once when they wait (spinning
-/// would keep the peer they wait for off that CPU), although each sees one CPU just as a
-/// rank bound to a CPU of its own does, which spins.
+/// Two ranks that inherited one CPU between them never spin when they wait (spinning would
+/// keep the peer they wait for off that CPU): they yield it, then sleep, although each sees
+/// one CPU just as a rank bound to a CPU of its own does, which spins.
 #[test]
-fn ranks_sharing_one_cpu_sleep_and_bound_ranks_spin() {
-    const SLEEP: &str = "2 ranks on 1 cores: waits sleep at once";
+fn ranks_sharing_one_cpu_yield_and_bound_ranks_spin() {
+    const YIELD: &str = "2 ranks on 1 cores: waits yield for 2 ms, then sleep";
     let shared = Launch::RsrunOn {
         cpus: "0",
         args: &["--bind-to", "core"],
     };
     let (out, _) = ok_job_on(shared, 2, "describe", &[]);
-    assert_eq!(out.matches(SLEEP).count(), 2, "{out}");
+    assert_eq!(out.matches(YIELD).count(), 2, "{out}");
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
         println!("skipped the bound half: this process may run on fewer than 2 CPUs");
         return;
@@ -1710,15 +1783,16 @@ fn ranks_sharing_one_cpu_sleep_and_bound_ranks_spin() {
     };
     let (out, _) = ok_job_on(own, 2, "describe", &[]);
     assert!(
-        out.contains("rank 1: ") && !out.contains("waits sleep"),
+        out.contains("rank 1: ") && !out.contains("waits yield"),
         "{out}"
     );
 }
 
-/// A rank waiting in the shared-memory area sleeps (ranks sharing one CPU sleep at once),
-/// and the flag's publisher wakes it: while rank 1 takes 3 ms before each of 30 barriers,
-/// rank 0's sleeps end by the publisher's wake, and none runs to its timeout with the flag
-/// already published (a lost wake-up). Counted, not timed.
+/// A rank waiting in the shared-memory area yields its CPU, then sleeps (ranks sharing one
+/// CPU never spin), and the flag's publisher wakes it: while rank 1 takes 30 ms (well past
+/// the yields' 2 ms, also where other processes take turns on the CPU) before each of 30
+/// barriers, rank 0 yields, its sleeps end by the publisher's wake, and none runs to its
+/// timeout with the flag already published (a lost wake-up). Counted, not timed.
 #[test]
 fn a_rank_sleeping_in_the_area_is_woken_by_the_flag() {
     let shared = Launch::RsrunOn {
@@ -1734,11 +1808,12 @@ fn a_rank_sleeping_in_the_area_is_woken_by_the_flag() {
         .split([':', ','])
         .filter_map(|part| part.split_whitespace().next()?.parse().ok())
         .collect();
-    let [calls, slept, woken, lost] = counts[..] else {
+    let [calls, yielded, slept, woken, lost] = counts[..] else {
         panic!("{line}");
     };
     println!("{line}");
     assert_eq!(lost, 0, "{line}");
+    assert!(yielded > 0, "{line}");
     assert!(calls >= 30, "{line}");
     assert!(woken >= 15 && slept >= woken, "{line}");
 }

@@ -2,6 +2,10 @@
    report.py OUTDIR REPEATS BENCHMARK...
        prints a table per benchmark with ratios, and writes OUTDIR/results.csv (one row per
        benchmark, size, runtime and repeat) and a chart per benchmark (PNG, with matplotlib) in OUTDIR.
+   report.py --sweep FILE COMMANDS SWEEP_OUTDIR...
+       replaces only FILE's section of issue 23's collective sweep (below) with one from these
+       folders, with its heat map, the machine's load and CPU and COMMANDS; the rest of FILE
+       stays as it is (sections other scripts added included).
    report.py --markdown FILE COMMANDS SHM_OUTDIR TCP_OUTDIR [UCX_OUTDIR [CALLGRIND_OUTDIR
              [SWEEP_OUTDIR...]]]
        from those results.csv files, writes FILE: the issue-8 report (medians, ratios, the
@@ -413,7 +417,7 @@ def sweep_part(dirs, folder):
                     ompi_only.add(bench)
                 else:
                     cells[bench, size, ranks] = ratio
-    lines = ["", "## Collectives against Open MPI (issue 23)", ""]
+    lines = ["", SWEEP_HEADING, ""]
     if not cells:
         return lines + ["Not measured: no sweep folder holds mpirt and Open MPI runs."], []
     benches = [b for b in COLLECTIVES + [f"i{c}" for c in COLLECTIVES]
@@ -462,6 +466,56 @@ def sweep_part(dirs, folder):
     lines += [f"Every measurement: `report/results-coll-RANKS.csv`."]
     return lines, [("collectives-heatmap.png",
                     "mpirt / Open MPI per collective, size and rank count")]
+
+
+SWEEP_HEADING = "## Collectives against Open MPI (issue 23)"
+
+
+def mpich_part(dirs):
+    """The sweep's geometric mean of mpirt's paired ratio to MPICH per rank count, where MPICH
+    finished (run.sh stops its oversubscribed runs at a time limit)."""
+    said = []
+    for out in dirs:
+        runs = paired(read_csv(out / "results.csv"))
+        ratios = [paired_ratio(runs, (b, s, "mpirt"), (b, s, "mpich"))
+                  for (b, s, who) in runs if who == "mpich" and (b, s, "mpirt") in runs
+                  and not b.endswith("overlap")]
+        ratios = [r for r in ratios if r > 0 and not math.isnan(r)]
+        if ratios:
+            geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+            said.append(f"{out.name.split('-')[-1]} ranks {geomean:.2f} ({len(ratios)} cells)")
+    return ("Against MPICH, geometric mean of mpirt's paired ratio: " + ", ".join(said) + "."
+            if said else "MPICH: no cell measured (its oversubscribed runs hit run.sh's limit).")
+
+
+def sweep_only(file, commands, dirs):
+    """Replaces FILE's sweep section (from its heading to the next second-level heading) with
+    one made from `dirs`, self-contained: heat map, load, CPU model and commands."""
+    folder = file.parent / "report"
+    folder.mkdir(parents=True, exist_ok=True)
+    sh = lambda c: subprocess.run(c, shell=True, capture_output=True, text=True).stdout.strip()
+    lines, made = sweep_part(dirs, folder)
+    limited = [line for out in dirs for line in time_limits(out)]
+    cpu = " ".join(sh("lscpu | grep 'Model name'").split())
+    lines += ["", mpich_part(dirs), "",
+              f"Measured on {sh('date -u +%Y-%m-%d')} at commit "
+              f"`{sh('git rev-parse --short HEAD')}` on `{cpu}`, "
+              f"{sh('nproc')} CPUs; Open MPI with `--oversubscribe` (it yields while it waits "
+              "past the cores), rsrun with `--bind-to core` (ranks past the cores unbound). "
+              + machine_load(*dirs), ""]
+    if limited:
+        lines += ["Runs stopped at run.sh's time limit:", ""] + [f"- {l}" for l in limited] + [""]
+    lines += [f"![{caption}](report/{name})" for name, caption in made]
+    lines += ["", "```", commands, "```", ""]
+    old = file.read_text().splitlines() if file.exists() else []
+    start = next((i for i, l in enumerate(old) if l == SWEEP_HEADING), None)
+    if start is None:
+        at = next((i for i, l in enumerate(old) if l == "## Charts"), len(old))
+        new = old[:at] + lines[1:] + old[at:]
+    else:
+        end = next((i for i in range(start + 1, len(old)) if old[i].startswith("## ")), len(old))
+        new = old[:start] + lines[1:] + old[end:]
+    file.write_text("\n".join(new) + "\n")
 
 
 def markdown(file, commands, shm, tcp_out, ucx_out=None, callgrind_out=None, sweep=()):
@@ -576,7 +630,9 @@ def markdown(file, commands, shm, tcp_out, ucx_out=None, callgrind_out=None, swe
     file.write_text("\n".join(lines))
 
 
-if sys.argv[1] == "--markdown":
+if sys.argv[1] == "--sweep":
+    sweep_only(Path(sys.argv[2]), sys.argv[3], [Path(d) for d in sys.argv[4:]])
+elif sys.argv[1] == "--markdown":
     markdown(Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), Path(sys.argv[5]),
              Path(sys.argv[6]) if len(sys.argv) > 6 else None,
              Path(sys.argv[7]) if len(sys.argv) > 7 else None,

@@ -13,26 +13,58 @@
 # 3, 4, 8 and 16 ranks (oversubscribed past the cores), 1 B to 1 MiB (4 MiB for broadcasts and
 # all-reductions), beside Open MPI and MPICH, with its heat map in REPORT.md; it needs a quiet
 # machine and hours (-n "RANKS..." runs fewer rank counts, -b "BENCH..." fewer collectives).
-#   osu-benches/compare/report.sh [-r REPEATS] [-c [-n "RANKS..."] [-b "BENCH..."]]
+# -S: that sweep alone, which replaces only its own section of REPORT.md (and its heat map);
+# the rest of the report, and the sections other scripts wrote into it, stay as they are.
+# -m BYTES: the sweep's largest size (run.sh -m).
+#   osu-benches/compare/report.sh [-r REPEATS] [-c|-S [-n "RANKS..."] [-b "BENCH..."] [-m BYTES]]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repeats=3
 sweep=
+sweep_only=
 sweep_ranks="2 3 4 8 16"
 sweep_benches=
-while getopts "r:cn:b:" opt; do
+sweep_max=
+while getopts "r:cSn:b:m:" opt; do
     case $opt in
         r) repeats=$OPTARG ;;
         c) sweep=1 ;;
+        S) sweep=1 sweep_only=1 ;;
         n) sweep_ranks=$OPTARG ;;
         b) sweep_benches=$OPTARG ;;
-        *) echo "usage: $0 [-r REPEATS] [-c [-n \"RANKS...\"] [-b \"BENCH...\"]]" >&2; exit 2 ;;
+        m) sweep_max=$OPTARG ;;
+        *) echo "usage: $0 [-r REPEATS] [-c|-S [-n \"RANKS...\"] [-b \"BENCH...\"] [-m BYTES]]" >&2; exit 2 ;;
     esac
 done
 c=osu-benches/compare
 out=target/report
 rm -rf "$out"
-commands=("$c/run.sh -r $repeats -n 4 -o $out/shm -s both -b \"latency bw mbw_mr allreduce\"")
+# Issue 23's sweep, one folder per rank count; the issue asks for at least 5 repeats.
+run_sweep() {
+    local all run n
+    all="barrier bcast reduce allreduce allgather allgatherv alltoall alltoallv gather gatherv"
+    all="$all scatter scatterv reduce_scatter reduce_scatter_block"
+    all="$all $(printf 'i%s ' $all)"
+    for n in $sweep_ranks; do
+        run="$c/run.sh -r $(( repeats < 5 ? 5 : repeats )) -n $n -o $out/coll-$n -s c"
+        run="$run${sweep_max:+ -m $sweep_max}"
+        run="$run -b \"${sweep_benches:-$all}\""
+        commands+=("$run")
+        eval "$run"
+        sweep_dirs+=("$out/coll-$n")
+    done
+}
+commands=()
+sweep_dirs=()
+if [ -n "$sweep_only" ]; then
+    run_sweep
+    source "$c/python.sh"
+    $python $c/report.py --sweep osu-benches/REPORT.md "$(printf '%s\n' "${commands[@]}")" \
+        "${sweep_dirs[@]}"
+    echo "replaced the collective sweep's section of osu-benches/REPORT.md"
+    exit 0
+fi
+commands+=("$c/run.sh -r $repeats -n 4 -o $out/shm -s both -b \"latency bw mbw_mr allreduce\"")
 hosts=${MPIRT_SSH_HOSTS:-$(cd .. && pwd)/shared/testhosts/ssh-hosts}
 if [ "$(id -u)" = 0 ] && [ -x "$hosts" ]; then
     commands+=("$c/run.sh -t -r $repeats -o $out/tcp -s both")
@@ -55,19 +87,8 @@ commands+=("$ucx")
 if ! eval "$ucx" 2> >(tee "$out/ucx-errors" >&2); then
     tail -3 "$out/ucx-errors" > "$out/ucx-failed"
 fi
-# Issue 23's sweep, one folder per rank count; the issue asks for at least 5 repeats.
-sweep_dirs=()
 if [ -n "$sweep" ]; then
-    all="barrier bcast reduce allreduce allgather allgatherv alltoall alltoallv gather gatherv"
-    all="$all scatter scatterv reduce_scatter reduce_scatter_block"
-    all="$all $(printf 'i%s ' $all)"
-    for n in $sweep_ranks; do
-        run="$c/run.sh -r $(( repeats < 5 ? 5 : repeats )) -n $n -o $out/coll-$n -s c"
-        run="$run -b \"${sweep_benches:-$all}\""
-        commands+=("$run")
-        eval "$run"
-        sweep_dirs+=("$out/coll-$n")
-    done
+    run_sweep
 fi
 source "$c/python.sh"
 $python $c/report.py --markdown osu-benches/REPORT.md "$(printf '%s\n' "${commands[@]}")" \

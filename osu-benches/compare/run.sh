@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Side by side, in one run: mpirt's OSU ports against the same OSU method in C on Open MPI
 # and on MPICH (Debian's packages), interleaved and repeated; medians per message size.
-#   osu-benches/compare/run.sh [-r REPEATS] [-n RANKS] [-o OUTDIR] [-b "BENCH..."] [-s WHAT] [-t]
+#   osu-benches/compare/run.sh [-r REPEATS] [-n RANKS] [-o OUTDIR] [-b "BENCH..."] [-s WHAT] [-m BYTES] [-t]
 # -n: ranks of the collective tests (4), which run on this host only. The collectives are every
 # one OSU 7.4 measures, blocking and non-blocking (compare/osu_coll.c); mpirt runs those it
 # has a port of. Sizes 1 B to 1 MiB, 4 MiB for the broadcasts and all-reductions.
 # -b: only these benchmarks (names without osu_, such as "latency mbw_mr allreduce").
+# -m: the collectives' largest size in bytes (a power of two; 1 MiB for all of them is
+# issue 23's sweep on a busy host, where 4 ranks and more spend most of their time past it).
 # -s: what runs on Open MPI and MPICH: "c", OSU's method in C (compare/osu_p2p.c and
 # osu_coll.c; the default), "rsmpi", mpirt's own benchmark source built on rsmpi (feature
 # rsmpi, one build per MPI in target/rsmpi-ompi and target/rsmpi-mpich), or "both".
@@ -20,15 +22,17 @@ out=
 tcp=
 only=
 what=c
-while getopts "r:n:o:b:s:t" opt; do
+largest=
+while getopts "r:n:o:b:s:m:t" opt; do
     case $opt in
         r) repeats=$OPTARG ;;
         n) ranks=$OPTARG ;;
         o) out=$OPTARG ;;
         b) only=" $OPTARG " ;;
         s) what=$OPTARG ;;
+        m) largest=$OPTARG ;;
         t) tcp=1 ;;
-        *) echo "usage: $0 [-r REPEATS] [-n RANKS] [-o OUTDIR] [-b \"BENCH...\"] [-s c|rsmpi|both] [-t]" >&2; exit 2 ;;
+        *) echo "usage: $0 [-r REPEATS] [-n RANKS] [-o OUTDIR] [-b \"BENCH...\"] [-s c|rsmpi|both] [-m BYTES] [-t]" >&2; exit 2 ;;
     esac
 done
 # Which programs run on the C MPIs: the C ports, the rsmpi builds.
@@ -163,6 +167,7 @@ for bench in "${collectives[@]}"; do
         bcast | allreduce | ibcast | iallreduce) max=$((4 << 20)) ;;
         *) max=$((1 << 20)) ;;
     esac
+    max=${largest:-$max}
     for ((r = 1; r <= repeats; r++)); do
         if [ -x "$bin/osu_$bench" ]; then
             "${rsrun[@]}" "$ranks" "$bin"/osu_$bench -m "1:$max" > "$out/$bench.mpirt.$r"

@@ -96,6 +96,17 @@ impl Default for EngineConfig {
     }
 }
 
+/// How long a waiting rank that shares its cores with more ranks than they hold (see
+/// [`shares_cores`]) keeps polling, handing its CPU to any other runnable process between two
+/// polls (`sched_yield`, as Open MPI's `mpi_yield_when_idle` does when oversubscribed), before
+/// it sleeps until woken. Ranks that outnumber the cores then take turns on them for the price
+/// of a context switch, where a sleeping rank costs the peer that frees it a wake-up every
+/// time: a futex wake, and on a VM the host waking an idle vCPU (4 and 8 ranks on 2 cores,
+/// collectives of 8 B: 2-10x Open MPI's time). Bounded, so that a rank waiting for a peer that
+/// computes sleeps rather than take turns with it; a sleep this long costs the wake-up that
+/// ends it a few percent of the wait at most.
+pub const YIELD_FOR: Duration = Duration::from_millis(2);
+
 /// Whether `ranks_on_host` ranks on this host outnumber the CPUs they may run on, so that a
 /// waiting rank must not spin: a spinning rank keeps the peer it waits for off their CPU. A
 /// rank rsrun bound to a CPU of its own (it says so in MPIRT_BOUND_CPU) sees one CPU, yet it

@@ -80,6 +80,9 @@ pub struct Engine {
     description: String,
     /// Busy-poll budget of a wait: none when ranks outnumber the cores they may use.
     spin: Duration,
+    /// How long a wait that does not spin yields between polls before it sleeps: only when
+    /// ranks outnumber the cores they may use (`config::YIELD_FOR`).
+    yield_for: Duration,
     /// The failure that stopped the engine (see `stop`); every later call that would move
     /// data returns it.
     failure: Option<PmlError>,
@@ -135,11 +138,15 @@ impl Engine {
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let on_host = job.hosts.iter().filter(|h| *h == job.host()).count();
-        let spin = if crate::config::shares_cores(on_host) {
-            description += &format!("; {on_host} ranks on {cores} cores: waits sleep at once");
-            Duration::ZERO
+        let (spin, yield_for) = if crate::config::shares_cores(on_host) {
+            let yield_for = crate::config::YIELD_FOR;
+            description += &format!(
+                "; {on_host} ranks on {cores} cores: waits yield for {} ms, then sleep",
+                yield_for.as_millis()
+            );
+            (Duration::ZERO, yield_for)
         } else {
-            job.config.spin
+            (job.config.spin, Duration::ZERO)
         };
         if job.config.verbose {
             // One write of the whole line (eprintln! writes each piece of its format on its
@@ -163,6 +170,7 @@ impl Engine {
             counters: Counters::default(),
             description,
             spin,
+            yield_for,
             failure: None,
         })
     }

@@ -4,6 +4,7 @@
 //! ([`EngineError`]) and the counts a PML keeps ([`Counters`]). It lives apart from either PML
 //! so that neither imports the other's module.
 
+use std::time::Duration;
 use std::{fmt, slice};
 
 use crate::envelope::{ContextId, Rank, SourceSel, Status, Tag, TagSel};
@@ -38,6 +39,13 @@ pub trait Pml {
     /// Whether this rank's waits may spin before they yield or sleep: not when ranks
     /// outnumber the cores they may use, or when spinning was turned off.
     fn waits_spin(&self) -> bool;
+
+    /// How long a wait that does not spin polls, yielding its CPU between polls, before it
+    /// sleeps: [`config::YIELD_FOR`](crate::config::YIELD_FOR) for ranks that outnumber the
+    /// cores they may use, none otherwise (a PML that does not yield).
+    fn yield_budget(&self) -> Duration {
+        Duration::ZERO
+    }
 
     /// Starts a send of `len` bytes at `buf` to world rank `peer` in the communicator
     /// `context`, where this rank is `source`. A send that finished at once returns

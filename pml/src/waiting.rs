@@ -7,13 +7,16 @@
 //! round only when stepped), so that every blocking call moves them on.
 //!
 //! A waiting rank busy-polls for a while (a message about to arrive is caught at once), then
-//! sleeps until a peer's message wakes it. It never yields its core instead: a yielding rank
-//! is runnable, so a peer that sends to it sees it awake and wakes nothing, and the process it
-//! yielded to (any process on that core, the tail of a job that just ended) keeps the core
-//! for the rest of its time slice, milliseconds, while the message waits. A sleeping rank
-//! is woken by the send, and the scheduler runs a task just woken ahead of one that has been
-//! running; ranks that outnumber cores get the same from sleeping at once, as their peers
-//! then have the core. Rounds are counted first so the clock is read rarely;
+//! sleeps until a peer's message wakes it. A rank with a core of its own never yields its core
+//! instead: a yielding rank is runnable, so a peer that sends to it sees it awake and wakes
+//! nothing, and the process it yielded to (any process on that core, the tail of a job that
+//! just ended) keeps the core for the rest of its time slice, milliseconds, while the message
+//! waits. A sleeping rank is woken by the send, and the scheduler runs a task just woken ahead
+//! of one that has been running. Ranks that outnumber their cores spin not at all, and yield
+//! between polls for a while (the PML's `yield_budget`) before they sleep, as Open MPI's do
+//! when oversubscribed: the processes they yield to are mostly the peers they wait for, which
+//! then run at the price of a context switch, where a sleeping rank costs its peer a wake-up
+//! for every message. Rounds are counted first so the clock is read rarely;
 //! while spinning, only every so many rounds read it (a read costs as much as a round). Rounds
 //! follow each other at once, as in Open MPI's progress loop: a `pause` instruction between
 //! them (about 12 ns here) delayed seeing a message that had landed, and the 8-byte
@@ -105,8 +108,9 @@ pub trait Waiting: Pml + Sized {
     }
 
     /// The rest of a wait that spun its budget out with nothing moving (idle since
-    /// `idle_since`): sleeps until woken, looks at `done`, and spins its budget again only
-    /// after something moved (a rank woken with nothing for it sleeps again at once). Out of
+    /// `idle_since`): yields its CPU while idle within the PML's `yield_budget`, else sleeps
+    /// until woken, looks at `done`, and spins its budget again only after something moved (a
+    /// rank woken with nothing for it sleeps again at once). Out of
     /// line, with the stall watch (`stall::Blocked`), so that a wait that never sleeps pays
     /// for neither.
     #[cold]
@@ -124,7 +128,11 @@ pub trait Waiting: Pml + Sized {
             if !spinning {
                 let idle = idle_since.map_or(Duration::ZERO, |s| s.elapsed());
                 blocked.idle(idle, || self.queues());
-                self.sleep(SLEEP)?;
+                if idle < self.yield_budget() {
+                    std::thread::yield_now();
+                } else {
+                    self.sleep(SLEEP)?;
+                }
             }
             loop {
                 // The sleep may have made progress itself: `done` may hold now.

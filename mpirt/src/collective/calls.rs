@@ -665,26 +665,41 @@ where
     S: Buffer + ?Sized,
     R: BufferMut + Partitioned + ?Sized,
 {
+    let (root, datatype, incoming) = check_gather_varcount(comm, root, send, recv.as_deref())?;
+    let plan = build::gather_varcount(root, send.byte_len(), incoming.as_deref());
+    Ok(match recv {
+        Some(recv) => Call::new(plan, both(send, recv)?, datatype),
+        None => Call::new(plan, sending(send)?, datatype),
+    })
+}
+
+/// Checks a gather of parts of any length to `root` (`recv` is the root's and only the
+/// root's); returns the root's index, the elements' type and, on the root, each rank's part
+/// of the receive buffer (offset, length in packed bytes).
+pub(crate) fn check_gather_varcount<S, R>(
+    comm: &CommData,
+    root: Rank,
+    send: &S,
+    recv: Option<&R>,
+) -> Result<(u32, Datatype, Option<Parts>), Cause>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + Partitioned + ?Sized,
+{
     let root = check_root(
         comm,
         root,
         recv.is_some(),
         "the root calls gather_varcount_into_root, the others gather_varcount_into",
     )?;
-    Ok(match recv {
-        Some(recv) => {
-            let datatype = same_type(send.matched().0, recv.matched().0)?;
-            let incoming = byte_parts("receive", recv, recv.count(), recv.datatype(), comm.size)?;
-            let own = elements(incoming[root as usize].1, datatype);
-            expect_count("the send buffer", own, send.matched().1)?;
-            let plan = build::gather_varcount(root, send.byte_len(), Some(&incoming));
-            Call::new(plan, both(send, recv)?, datatype)
-        }
-        None => {
-            let plan = build::gather_varcount(root, send.byte_len(), None);
-            Call::new(plan, sending(send)?, send.matched().0)
-        }
-    })
+    let Some(recv) = recv else {
+        return Ok((root, send.matched().0, None));
+    };
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
+    let incoming = byte_parts("receive", recv, recv.count(), recv.datatype(), comm.size)?;
+    let own = elements(incoming[root as usize].1, datatype);
+    expect_count("the send buffer", own, send.matched().1)?;
+    Ok((root, datatype, Some(incoming)))
 }
 
 /// A scatter from `root`; `send` is the root's and only the root's.
@@ -731,26 +746,41 @@ where
     S: Buffer + Partitioned + ?Sized,
     R: BufferMut + ?Sized,
 {
+    let (root, datatype, outgoing) = check_scatter_varcount(comm, root, send, recv)?;
+    let plan = build::scatter_varcount(root, outgoing.as_deref(), recv.byte_len());
+    Ok(match send {
+        Some(send) => Call::new(plan, both(send, recv)?, datatype),
+        None => Call::new(plan, receiving(recv)?, datatype),
+    })
+}
+
+/// Checks a scatter of parts of any length from `root` (`send` is the root's and only the
+/// root's); returns the root's index, the elements' type and, on the root, each rank's part
+/// of the send buffer (offset, length in packed bytes).
+pub(crate) fn check_scatter_varcount<S, R>(
+    comm: &CommData,
+    root: Rank,
+    send: Option<&S>,
+    recv: &R,
+) -> Result<(u32, Datatype, Option<Parts>), Cause>
+where
+    S: Buffer + Partitioned + ?Sized,
+    R: BufferMut + ?Sized,
+{
     let root = check_root(
         comm,
         root,
         send.is_some(),
         "the root calls scatter_varcount_into_root, the others scatter_varcount_into",
     )?;
-    Ok(match send {
-        Some(send) => {
-            let datatype = same_type(send.matched().0, recv.matched().0)?;
-            let outgoing = byte_parts("send", send, send.count(), send.datatype(), comm.size)?;
-            let own = elements(outgoing[root as usize].1, datatype);
-            expect_count("the receive buffer", own, recv.matched().1)?;
-            let plan = build::scatter_varcount(root, Some(&outgoing), recv.byte_len());
-            Call::new(plan, both(send, recv)?, datatype)
-        }
-        None => {
-            let plan = build::scatter_varcount(root, None, recv.byte_len());
-            Call::new(plan, receiving(recv)?, recv.matched().0)
-        }
-    })
+    let Some(send) = send else {
+        return Ok((root, recv.matched().0, None));
+    };
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
+    let outgoing = byte_parts("send", send, send.count(), send.datatype(), comm.size)?;
+    let own = elements(outgoing[root as usize].1, datatype);
+    expect_count("the receive buffer", own, recv.matched().1)?;
+    Ok((root, datatype, Some(outgoing)))
 }
 
 /// The neighbourhood collectives' common step: `outgoing` and `incoming` are the parts of

@@ -216,9 +216,24 @@ pub trait Root {
     }
     #[track_caller]
     fn try_gather_varcount_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<(), Error> {
+        const OPERATION: &str = "gather_varcount_into";
         let (comm, root) = (self.root_comm(), self.root_rank());
-        let _in = entered(comm, "gather_varcount_into", Some(root));
-        blocking(comm, "gather_varcount_into", || {
+        let _in = entered(comm, OPERATION, Some(root));
+        intra_only(comm, OPERATION)?;
+        let (checked, datatype, _) =
+            calls::check_gather_varcount(comm, root, send, None::<&NoPartsMut>).map_err(
+                shared::refusing(
+                    comm,
+                    OPERATION,
+                    select::gather_in_shared_memory(),
+                    own_kind(send.matched()),
+                ),
+            )?;
+        let sent = Outgoing::of(send).map_err(|c| Error::new(OPERATION, c))?;
+        if shared::try_gather_varcount(comm, checked, sent.bytes(), None, datatype)? {
+            return Ok(());
+        }
+        blocking(comm, OPERATION, || {
             calls::gather_varcount(comm, root, send, None::<&mut NoPartsMut>)
         })
     }
@@ -238,11 +253,31 @@ pub trait Root {
         S: Buffer + ?Sized,
         R: PartitionedBufferMut + ?Sized,
     {
+        const OPERATION: &str = "gather_varcount_into_root";
         let (comm, root) = (self.root_comm(), self.root_rank());
-        let _in = entered(comm, "gather_varcount_into_root", Some(root));
-        blocking(comm, "gather_varcount_into_root", || {
-            calls::gather_varcount(comm, root, send, Some(recv))
-        })
+        let _in = entered(comm, OPERATION, Some(root));
+        intra_only(comm, OPERATION)?;
+        let (checked, datatype, incoming) =
+            calls::check_gather_varcount(comm, root, send, Some(&*recv)).map_err(
+                shared::refusing(
+                    comm,
+                    OPERATION,
+                    select::gather_in_shared_memory(),
+                    own_kind(send.matched()),
+                ),
+            )?;
+        let incoming = incoming.expect("the root has the parts");
+        area_or_messages(
+            comm,
+            OPERATION,
+            send,
+            recv,
+            |sent, got| {
+                let recv = Some((got, &incoming[..]));
+                shared::try_gather_varcount(comm, checked, sent, recv, datatype)
+            },
+            |recv| calls::gather_varcount(comm, root, send, Some(recv)),
+        )
     }
 
     /// A non-root's part of a scatter: its block of the root's buffer in `recv`
@@ -313,9 +348,25 @@ pub trait Root {
     }
     #[track_caller]
     fn try_scatter_varcount_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<(), Error> {
+        const OPERATION: &str = "scatter_varcount_into";
         let (comm, root) = (self.root_comm(), self.root_rank());
-        let _in = entered(comm, "scatter_varcount_into", Some(root));
-        blocking(comm, "scatter_varcount_into", || {
+        let _in = entered(comm, OPERATION, Some(root));
+        intra_only(comm, OPERATION)?;
+        let (checked, datatype, _) =
+            calls::check_scatter_varcount(comm, root, None::<&NoParts>, recv).map_err(
+                shared::refusing(
+                    comm,
+                    OPERATION,
+                    select::scatter_in_shared_memory(),
+                    own_kind(recv.matched()),
+                ),
+            )?;
+        if shared::over_packed(recv, OPERATION, |recv_bytes| {
+            shared::try_scatter_varcount(comm, checked, None, recv_bytes, datatype)
+        })? {
+            return Ok(());
+        }
+        blocking(comm, OPERATION, || {
             calls::scatter_varcount(comm, root, None::<&NoParts>, recv)
         })
     }
@@ -335,11 +386,31 @@ pub trait Root {
         S: PartitionedBuffer + ?Sized,
         R: BufferMut + ?Sized,
     {
+        const OPERATION: &str = "scatter_varcount_into_root";
         let (comm, root) = (self.root_comm(), self.root_rank());
-        let _in = entered(comm, "scatter_varcount_into_root", Some(root));
-        blocking(comm, "scatter_varcount_into_root", || {
-            calls::scatter_varcount(comm, root, Some(send), recv)
-        })
+        let _in = entered(comm, OPERATION, Some(root));
+        intra_only(comm, OPERATION)?;
+        let (checked, datatype, outgoing) =
+            calls::check_scatter_varcount(comm, root, Some(send), recv).map_err(
+                shared::refusing(
+                    comm,
+                    OPERATION,
+                    select::scatter_in_shared_memory(),
+                    own_kind(recv.matched()),
+                ),
+            )?;
+        let outgoing = outgoing.expect("the root has the parts");
+        area_or_messages(
+            comm,
+            OPERATION,
+            send,
+            recv,
+            |sent, got| {
+                let send = Some((sent, &outgoing[..]));
+                shared::try_scatter_varcount(comm, checked, send, got, datatype)
+            },
+            |recv| calls::scatter_varcount(comm, root, Some(send), recv),
+        )
     }
 
     /// [`broadcast_into`](Self::broadcast_into) as a request (`MPI_Ibcast`).
@@ -605,4 +676,11 @@ impl Root for Process<'_> {
 /// `shared::refusing`.
 fn own<B: Buffer + ?Sized>(buf: &B) -> (Datatype, usize) {
     (buf.matched().0, buf.byte_len())
+}
+
+/// The type of the buffer by which a rooted call of parts of any length goes (of its type and
+/// count, `matched`), for `shared::refusing`, with no length: the ranks' lengths differ, and the area's set-up agrees
+/// on none for such calls.
+fn own_kind((datatype, _): (Datatype, usize)) -> (Datatype, usize) {
+    (datatype, 0)
 }

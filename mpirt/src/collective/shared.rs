@@ -26,8 +26,9 @@
 //! root's verdict (published once it has seen every length): all too long, by messages
 //! together, or the lengths disagree, an error.
 //!
-//! A rank that has waited long enough sleeps on its futex word in the area, having said so in
-//! its sleeping word; whoever publishes a flag wakes the sleepers (a fence on each side:
+//! A rank that has waited long enough (spinning where every rank has a CPU, yielding its CPU
+//! between polls where they share CPUs, as Open MPI's ranks do when oversubscribed) sleeps on
+//! its futex word in the area, having said so in its sleeping word; whoever publishes a flag wakes the sleepers (a fence on each side:
 //! either the publisher sees the sleeper, or the sleeper sees the flag), so a wait ends a
 //! wake-up after the flag it waits for, not after a timeout.
 //!
@@ -46,8 +47,11 @@
 //! The all-gather and all-to-all of parts of any length (`_varcount`) meet here too: every
 //! rank sees every length, so all take the area only when every rank's buffer fits (an
 //! all-to-all's parts, packed, with their table, which the receivers need, knowing their own
-//! parts only); the rooted `_varcount` forms go by messages, since a rank that knows only its own
-//! length cannot tell whether the root will take every part from the area.
+//! parts only). The rooted `_varcount` forms meet here too, where a rank knows only its own
+//! length: each part that fits goes through the area and each that does not goes by a message
+//! between the root and its rank ([`OVERFLOW_TAG`]), once the other side has said it agrees
+//! (a gather's root in its verdict, a scatter's receiver in its flag), so that no message waits
+//! for a receive that an error left unposted.
 
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map::RandomState;
@@ -59,12 +63,13 @@ use std::time::{Duration, Instant};
 use pml::shared_mapping::SharedMapping;
 use pml::stall::Blocked;
 use pml::transport::shm::futex;
-use pml::{Pml, TransportChoice, Waiting};
+use pml::{Handle, Pml, SendMode, SourceSel, Tag, TagSel, TransportChoice, Waiting};
 
 use crate::communicator::CommData;
 use crate::datatype::{BufferMut, Datatype};
 use crate::environment::with_engine;
 use crate::error::{Cause, Error};
+use crate::point_to_point::wait_handle;
 
 use super::calls::Part;
 use super::op::{Operation, SystemOperation};
@@ -88,10 +93,21 @@ const CELLS_AT: usize = 3 * HEADER;
 const MAX_RANKS: u32 = 16;
 // Every rank's sleeping word, and every rank's futex word, fit one line.
 const _: () = assert!(MAX_RANKS as usize * 4 <= HEADER);
+// A scatter's table of parts (16 bytes a rank), and a gather's root's lengths after the
+// culprit (8 bytes a rank, and 8), fit a cell.
+const _: () = assert!(MAX_RANKS as usize * 16 <= SHARED_MAX);
 const CELL: usize = HEADER + SHARED_MAX;
 /// Room for the area's name in the broadcast that shares it.
 const NAME_BYTES: usize = 64;
 const TOKEN_BYTES: usize = 8;
+
+/// The runtime tag (one of those collectives leave free) of the parts of a rooted call of parts
+/// of any length that do not fit the area and go by messages, between the root and their
+/// rank, on the communicator's context: at most one message between a pair in each call, which
+/// both ends finish within the call, so the order of a pair's messages keeps calls apart.
+const OVERFLOW_TAG: Tag = -4;
+/// Where a scatter's table says a part is not in the cell: it comes by a message.
+const BY_MESSAGE: u64 = u64::MAX;
 
 /// Polls of a flag between two rounds of message progress, which a rank waiting here still
 /// owes its peers (their sends to it, its immediate collectives).
@@ -101,7 +117,8 @@ const PROGRESS_EVERY: u32 = 64;
 /// wake-up (a spin of 10 ms rather than 1 s left 8-byte latencies on a busy host spread
 /// further).
 /// Only a wait for a peer that is computing lasts longer: then it sleeps until woken. Ranks
-/// that share cores sleep at once, so that the peer they wait for runs.
+/// that share cores never spin, so that the peer they wait for runs: they yield their CPU
+/// between polls (`Area::yield_for`), then sleep.
 const SPIN_FOR: Duration = Duration::from_secs(1);
 /// The longest one sleep lasts: the publisher of the flag wakes the sleeper, but messages for
 /// it (which a peer may need moved before it reaches the call) do not.
@@ -141,19 +158,23 @@ pub(crate) struct Area {
     /// The last call every rank is known to have published (see [`Area::guard_write`]).
     reached: Cell<u64>,
     /// Whether a waiting rank spins before it sleeps: as the PML's waits do, and never where
-    /// the area's ranks share CPUs (a waiting rank then sleeps at once, so that the one it
-    /// waits for runs).
+    /// the area's ranks share CPUs (so that the one it waits for runs).
     spins: bool,
+    /// How long a waiting rank that does not spin yields its CPU between polls before it
+    /// sleeps: `pml::config::YIELD_FOR` where the area's ranks, or the host's, outnumber the
+    /// CPUs (their turns on them then cost a context switch, not a wake-up), else none.
+    yield_for: Duration,
     /// How this rank's sleeps in the area ended, which `rsrun --verbose` reports when the
     /// area goes.
     sleeps: Cell<Sleeps>,
 }
 
-/// Sleeps in an area: how many, how many a publisher ended, and how many ran to their
-/// timeout with the flag they waited for already published (wake-ups lost, which the
-/// protocol rules out).
+/// How waits in an area ended their turns: yields of the CPU (where ranks share CPUs), sleeps,
+/// how many sleeps a publisher ended, and how many ran to their timeout with the flag they
+/// waited for already published (wake-ups lost, which the protocol rules out).
 #[derive(Clone, Copy, Default)]
 struct Sleeps {
+    yielded: u64,
     slept: u64,
     woken: u64,
     missed: u64,
@@ -253,9 +274,16 @@ fn set_up(
     }
     let (everyone_mapped, disagreement) = agreed?;
     // The area's ranks are all on this host: they must not spin where they outnumber its
-    // CPUs, whatever the PML's own choice (UCX's spins then too).
-    let spins = with_engine(|e| Ok(e.waits_spin())).map_err(|c| Error::new(operation, c))?
-        && !pml::config::shares_cores(comm.size as usize);
+    // CPUs, whatever the PML's own choice (UCX's spins then too), and they yield then.
+    let (pml_spins, pml_yields) = with_engine(|e| Ok((e.waits_spin(), e.yield_budget())))
+        .map_err(|c| Error::new(operation, c))?;
+    let shares = pml::config::shares_cores(comm.size as usize);
+    let spins = pml_spins && !shares;
+    let yield_for = match (spins, shares) {
+        (true, _) => Duration::ZERO,
+        (false, true) => pml::config::YIELD_FOR,
+        (false, false) => pml_yields,
+    };
     let area = everyone_mapped.then(|| Area {
         map: mapping.expect("every rank mapped the area"),
         rank: comm.rank,
@@ -263,6 +291,7 @@ fn set_up(
         calls: Cell::new(0),
         reached: Cell::new(0),
         spins,
+        yield_for,
         sleeps: Cell::new(Sleeps::default()),
     });
     Ok((area, disagreement))
@@ -855,6 +884,211 @@ impl Area {
         Ok(fits)
     }
 
+    /// Every rank's `send`, of any length, in its part of the root's `recv` (`Some` on the
+    /// root only, with the parts: offset, length). A part that fits the cell goes through it,
+    /// and its rank leaves once it is published; one that does not waits for the root's
+    /// verdict, given once the root has seen every length: by a message to the root, or an
+    /// error. For that error the root writes into its cell the first rank whose length it
+    /// found wrong and the lengths it expected: that rank names the root's length for it,
+    /// the others the root's refusal (whose own error names that rank).
+    fn gather_varcount(
+        &self,
+        comm: &CommData,
+        root: u32,
+        send: &[u8],
+        recv: Option<(&mut [u8], &[Part])>,
+    ) -> Result<(), Cause> {
+        let (call, phase) = self.next_call();
+        let fits = self.contribute(call, phase, send)?;
+        let (root_flag, root_data) = self.cell(root, phase);
+        let Some((recv, parts)) = recv else {
+            if fits {
+                return Ok(());
+            }
+            self.wait_for(&root_flag.verdict, call * VERDICTS)?;
+            if root_flag.verdict.load(Ordering::Acquire) % VERDICTS == BY_MESSAGES {
+                return send_part(comm, root, send);
+            }
+            let refused = Cause::PeerRefused { peer: root as i32 };
+            if root_flag.len.load(Ordering::Relaxed) == REFUSED {
+                return Err(refused);
+            }
+            // SAFETY: the root wrote the culprit and its lengths (`8 * (size + 1)` bytes, which
+            // fit the cell) into its cell before its verdict, whose acquire load above orders
+            // them before this read, and does not write the cell again before this rank has
+            // published a later call.
+            let words =
+                unsafe { std::slice::from_raw_parts(root_data, 8 * (self.size as usize + 1)) };
+            let word =
+                |i: usize| u64::from_ne_bytes(words[8 * i..8 * i + 8].try_into().expect("8"));
+            return Err(if word(0) == u64::from(self.rank) {
+                Cause::LengthDisagrees {
+                    peer: root as i32,
+                    expected: send.len(),
+                    got: word(1 + self.rank as usize) as usize,
+                }
+            } else {
+                refused
+            });
+        };
+        self.wait_for_all(call, phase)?;
+        let disagreement = self.refusal(phase).or_else(|| {
+            (0..self.size).filter(|&r| r != root).find_map(|r| {
+                let got = self.cell(r, phase).0.len.load(Ordering::Relaxed) as usize;
+                let expected = parts[r as usize].1;
+                (got != expected).then_some(Cause::LengthDisagrees {
+                    peer: r as i32,
+                    expected,
+                    got,
+                })
+            })
+        });
+        let overflow = (0..self.size).any(|r| r != root && parts[r as usize].1 > SHARED_MAX);
+        let verdict = match (&disagreement, overflow) {
+            (Some(cause), _) => {
+                let culprit = match *cause {
+                    Cause::LengthDisagrees { peer, .. } | Cause::PeerRefused { peer } => peer,
+                    _ => unreachable!("a disagreement names a length or a refusal"),
+                };
+                let words =
+                    std::iter::once(culprit as u64).chain(parts.iter().map(|&(_, len)| len as u64));
+                // SAFETY: this rank alone writes its cell, which no rank reads for this call
+                // before the verdict below; `8 * (size + 1)` bytes fit it (MAX_RANKS).
+                let cell = unsafe {
+                    std::slice::from_raw_parts_mut(root_data, 8 * (self.size as usize + 1))
+                };
+                for (bytes, word) in cell.chunks_exact_mut(8).zip(words) {
+                    bytes.copy_from_slice(&word.to_ne_bytes());
+                }
+                DISAGREED
+            }
+            (None, true) => BY_MESSAGES,
+            (None, false) => IN_AREA,
+        };
+        self.publish(&root_flag.verdict, call * VERDICTS + verdict);
+        if let Some(cause) = disagreement {
+            return Err(cause);
+        }
+        let mut arriving = Vec::new();
+        for (r, &(at, len)) in (0..self.size).zip(parts) {
+            let part = &mut recv[at..at + len];
+            if r == root {
+                part.copy_from_slice(send);
+            } else if len <= SHARED_MAX {
+                part.copy_from_slice(self.published_any(r, phase));
+            } else {
+                arriving.push(post_part(comm, r, part)?);
+            }
+        }
+        arriving
+            .into_iter()
+            .try_for_each(|h| wait_handle(h).map(drop))
+    }
+
+    /// The root's parts of `send` (`Some` on the root only, with the parts: offset, length)
+    /// in each rank's `recv`. The root publishes a table of the parts (where in its cell, or
+    /// by a message, and how long) and the parts that fit after it, in rank order; a rank
+    /// copies its part, or says it agrees and receives it by a message, which the root sends
+    /// once that rank has said so (a rank that refused, or whose length disagrees, gets
+    /// none, and the root reports it).
+    fn scatter_varcount(
+        &self,
+        comm: &CommData,
+        root: u32,
+        send: Option<(&[u8], &[Part])>,
+        recv: &mut [u8],
+    ) -> Result<(), Cause> {
+        let (call, phase) = self.next_call();
+        let table = 16 * self.size as usize;
+        let Some((send, parts)) = send else {
+            let (root_flag, root_data) = self.cell(root, phase);
+            self.wait_for(&root_flag.call, call)?;
+            let outcome = if root_flag.len.load(Ordering::Relaxed) == REFUSED {
+                Err(Cause::PeerRefused { peer: root as i32 })
+            } else {
+                // SAFETY: the root published its table (every rank's entry, `table` bytes at
+                // most SHARED_MAX) and the parts it points to for this call (the acquire load
+                // in `wait_for` orders them before this read), and does not write the cell
+                // again before this rank has published this call, below.
+                let data = unsafe { std::slice::from_raw_parts(root_data, SHARED_MAX) };
+                let entry = 16 * self.rank as usize;
+                let word = |i: usize| u64::from_ne_bytes(data[i..i + 8].try_into().expect("8"));
+                let (at, len) = (word(entry), word(entry + 8) as usize);
+                if len != recv.len() {
+                    Err(Cause::LengthDisagrees {
+                        peer: root as i32,
+                        expected: recv.len(),
+                        got: len,
+                    })
+                } else if at == BY_MESSAGE {
+                    Ok(true)
+                } else {
+                    recv.copy_from_slice(&data[at as usize..at as usize + len]);
+                    Ok(false)
+                }
+            };
+            let said = if outcome.is_ok() {
+                recv.len() as u64
+            } else {
+                REFUSED
+            };
+            self.say(call, phase, said)?;
+            return match outcome? {
+                true => receive_part(comm, root, recv),
+                false => Ok(()),
+            };
+        };
+        // In rank order, each part that still fits after the table and the parts before it.
+        let mut packed = table;
+        let placed: Vec<u64> = (0..self.size as usize)
+            .map(|r| {
+                let len = parts[r].1;
+                if r as u32 == root || packed + len > SHARED_MAX {
+                    return BY_MESSAGE;
+                }
+                packed += len;
+                (packed - len) as u64
+            })
+            .collect();
+        self.contribute_with(call, phase, packed, |cell| {
+            for (r, (&(from, len), &at)) in parts.iter().zip(&placed).enumerate() {
+                cell[16 * r..16 * r + 8].copy_from_slice(&at.to_ne_bytes());
+                cell[16 * r + 8..16 * r + 16].copy_from_slice(&(len as u64).to_ne_bytes());
+                if at != BY_MESSAGE {
+                    let at = at as usize;
+                    cell[at..at + len].copy_from_slice(&send[from..from + len]);
+                }
+            }
+        })?;
+        let (from, len) = parts[root as usize];
+        recv.copy_from_slice(&send[from..from + len]);
+        let mut refused = None;
+        let mut leaving = Vec::new();
+        for r in (0..self.size).filter(|&r| r != root && placed[r as usize] == BY_MESSAGE) {
+            let flag = self.cell(r, phase).0;
+            self.wait_for(&flag.call, call)?;
+            if flag.len.load(Ordering::Relaxed) == REFUSED {
+                refused.get_or_insert(Cause::PeerRefused { peer: r as i32 });
+                continue;
+            }
+            let (from, len) = parts[r as usize];
+            leaving.push(post_send_part(comm, r, &send[from..from + len])?);
+        }
+        leaving
+            .into_iter()
+            .try_for_each(|h| wait_handle(h).map(drop))?;
+        refused.map_or(Ok(()), Err)
+    }
+
+    /// Publishes this rank's flag for `call` with `len` in its cell's length and no data.
+    fn say(&self, call: u64, phase: usize, len: u64) -> Result<(), Cause> {
+        let flag = self.cell(self.rank, phase).0;
+        self.guard_write(call)?;
+        flag.len.store(len, Ordering::Relaxed);
+        self.publish(&flag.call, call);
+        Ok(())
+    }
+
     /// Waits until `flag` says `call` (or a later call of the same cell), moving messages on
     /// meanwhile.
     fn wait_for(&self, flag: &AtomicU64, call: u64) -> Result<(), Cause> {
@@ -871,6 +1105,16 @@ impl Area {
             }
             if polls.is_multiple_of(POLLS_PER_CLOCK) || spin.is_zero() {
                 let idle = since.get_or_insert_with(Instant::now).elapsed();
+                if idle < self.yield_for {
+                    // Hands the CPU to the ranks that share it, the one waited for among
+                    // them; each turn looks at the messages too.
+                    std::thread::yield_now();
+                    let mut sleeps = self.sleeps.get();
+                    sleeps.yielded += 1;
+                    self.sleeps.set(sleeps);
+                    with_engine(|e| e.progress())?;
+                    continue;
+                }
                 if idle >= spin {
                     let blocked = blocked.get_or_insert_with(Blocked::new);
                     blocked.idle(idle, || with_engine(|e| Ok(e.queues())).unwrap_or_default());
@@ -917,11 +1161,12 @@ impl Drop for Area {
         if verbose() {
             let sleeps = self.sleeps.get();
             bootstrap::output::say(&format!(
-                "mpirt: collective area, rank {} of {}: {} calls, {} sleeps, {} woken by a \
-                 publisher, {} lost wake-ups",
+                "mpirt: collective area, rank {} of {}: {} calls, {} yields, {} sleeps, {} woken \
+                 by a publisher, {} lost wake-ups",
                 self.rank,
                 self.size,
                 self.calls.get(),
+                sleeps.yielded,
                 sleeps.slept,
                 sleeps.woken,
                 sleeps.missed
@@ -975,6 +1220,50 @@ fn over_shared_memory() -> bool {
         pml::EngineConfig::from_env().map(|c| c.transport),
         Ok(TransportChoice::Auto | TransportChoice::Shm)
     )
+}
+
+/// Posts the receive of `rank`'s part of a rooted call that did not fit the area into `part`,
+/// which must stay untouched until the returned handle is waited on.
+fn post_part(comm: &CommData, rank: u32, part: &mut [u8]) -> Result<Handle, Cause> {
+    // SAFETY: `part` is a buffer of the caller's, which waits for the receive before it
+    // returns or reads the buffer.
+    with_engine(|e| unsafe {
+        e.post_recv(
+            comm.context,
+            SourceSel::Rank(rank),
+            TagSel::Tag(OVERFLOW_TAG),
+            part.as_mut_ptr(),
+            part.len(),
+        )
+    })
+}
+
+/// Posts the send of `part` to `rank`, a part of a rooted call that did not fit the area,
+/// which must stay untouched until the returned handle is waited on.
+fn post_send_part(comm: &CommData, rank: u32, part: &[u8]) -> Result<Handle, Cause> {
+    let peer = comm.world_rank(rank);
+    // SAFETY: `part` is a buffer of the caller's, which waits for the send before it returns.
+    with_engine(|e| unsafe {
+        e.post_send(
+            comm.context,
+            comm.rank,
+            peer,
+            OVERFLOW_TAG,
+            SendMode::Standard,
+            part.as_ptr(),
+            part.len(),
+        )
+    })
+}
+
+/// Sends this rank's part, which did not fit the area, to `root`, and waits for it.
+fn send_part(comm: &CommData, root: u32, part: &[u8]) -> Result<(), Cause> {
+    wait_handle(post_send_part(comm, root, part)?).map(drop)
+}
+
+/// Receives this rank's part, which did not fit the area, from `root`.
+fn receive_part(comm: &CommData, root: u32, part: &mut [u8]) -> Result<(), Cause> {
+    wait_handle(post_part(comm, root, part)?).map(drop)
 }
 
 /// Whether `rsrun --verbose` (MPIRT_VERBOSE, read as the engine reads it) asked for the
@@ -1269,6 +1558,56 @@ pub(crate) fn try_all_to_all_varcount(
     };
     area.all_to_all_varcount(send, recv, outgoing, incoming)
         .map_err(|cause| Error::new(OPERATION, cause))
+}
+
+/// Runs a blocking gather of parts of any length to `root` (a rank of `comm`) through the area;
+/// `recv` and its parts (offset, length in packed bytes) are the root's and only the root's,
+/// checked against `send` by the caller; `false` if it must go by messages instead.
+pub(crate) fn try_gather_varcount(
+    comm: &CommData,
+    root: u32,
+    send: &[u8],
+    recv: Option<(&mut [u8], &[Part])>,
+    datatype: Datatype,
+) -> Result<bool, Error> {
+    let operation = if recv.is_some() {
+        "gather_varcount_into_root"
+    } else {
+        "gather_varcount_into"
+    };
+    let wanted = select::gather_in_shared_memory();
+    // Lengths differ between ranks: the set-up has none to agree on.
+    let Some(area) = usable_area(comm, operation, wanted, datatype, 0)? else {
+        return Ok(false);
+    };
+    area.gather_varcount(comm, root, send, recv)
+        .map_err(|cause| Error::new(operation, cause))?;
+    Ok(true)
+}
+
+/// Runs a blocking scatter of parts of any length from `root` (a rank of `comm`) through the
+/// area; `send` and its parts (offset, length in packed bytes) are the root's and only the
+/// root's, checked against `recv` by the caller; `false` if it must go by messages instead.
+pub(crate) fn try_scatter_varcount(
+    comm: &CommData,
+    root: u32,
+    send: Option<(&[u8], &[Part])>,
+    recv: &mut [u8],
+    datatype: Datatype,
+) -> Result<bool, Error> {
+    let operation = if send.is_some() {
+        "scatter_varcount_into_root"
+    } else {
+        "scatter_varcount_into"
+    };
+    let wanted = select::scatter_in_shared_memory();
+    // Lengths differ between ranks: the set-up has none to agree on.
+    let Some(area) = usable_area(comm, operation, wanted, datatype, 0)? else {
+        return Ok(false);
+    };
+    area.scatter_varcount(comm, root, send, recv)
+        .map_err(|cause| Error::new(operation, cause))?;
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -48,6 +48,10 @@ impl Pml for Engine {
         !self.spin.is_zero()
     }
 
+    fn yield_budget(&self) -> Duration {
+        self.yield_for
+    }
+
     #[allow(clippy::too_many_arguments)]
     #[inline]
     unsafe fn post_send(
