@@ -768,6 +768,43 @@ impl Bootstrap {
     }
 
     /// Sends one request and reads its response.
+    /// Asks the launcher to start `apps` as a job of new ranks with `env` added to their
+    /// environment (MPI's spawn), and returns the new job's name for messages, or why it
+    /// was not started. Only rsrun starts ranks at run time: under a PMI or PMIx server, or
+    /// alone, the error names the launcher.
+    pub fn spawn(
+        &mut self,
+        apps: Vec<wire::SpawnApp>,
+        env: Vec<(String, String)>,
+    ) -> Result<String, BootstrapError> {
+        let launcher = match &self.backend {
+            Backend::Kvs { .. } => None,
+            Backend::Pmi2 { .. } => Some("a PMI-2 server (srun --mpi=pmi2, Hydra)"),
+            Backend::Pmi1(_) => Some("a PMI-1 server (Hydra's mpiexec, Flux)"),
+            #[cfg(feature = "pmix")]
+            Backend::Pmix(_) => Some("a PMIx server (srun --mpi=pmix, Open MPI's mpirun)"),
+            Backend::Singleton(_) => Some("no launcher (a singleton)"),
+            Backend::Finalized => Some("no launcher any more (after finalize)"),
+        };
+        if let Some(launcher) = launcher {
+            return Err(BootstrapError::Launcher(format!(
+                "only rsrun starts ranks at run time, and this job was started by {launcher}: \
+                 run it under rsrun to spawn"
+            )));
+        }
+        match self.call(&Request::Spawn { apps, env }, "spawn")? {
+            Response::Value(bytes) => {
+                match wire::SpawnVerdict::decode(&bytes).map_err(BootstrapError::Protocol)? {
+                    wire::SpawnVerdict::Started(job) => Ok(job),
+                    wire::SpawnVerdict::Refused(why) => Err(BootstrapError::Rejected(why)),
+                }
+            }
+            other => Err(BootstrapError::Protocol(format!(
+                "rsrun answered a spawn with {other:?}"
+            ))),
+        }
+    }
+
     fn call(
         &mut self,
         request: &Request,

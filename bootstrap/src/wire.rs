@@ -44,6 +44,52 @@ pub enum Request {
     },
     /// Something moved (or the call returned) since the rank's last `Stalled`. One way.
     Resumed,
+    /// Start a job of new ranks (MPI's spawn): `apps[i].count` processes of each program,
+    /// numbered in that order, with `env` added to their environment. rsrun answers
+    /// [`Response::Value`] of a [`SpawnVerdict`]; the connection stays open either way.
+    Spawn {
+        apps: Vec<SpawnApp>,
+        env: Vec<(String, String)>,
+    },
+}
+
+/// One program of a [`Request::Spawn`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnApp {
+    pub program: String,
+    pub args: Vec<String>,
+    pub count: u32,
+}
+
+/// rsrun's answer to a [`Request::Spawn`], as the bytes of its `Response::Value`: the first
+/// byte says which, the rest is the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpawnVerdict {
+    /// Started; the text names the new job for messages ("spawned job 1 (...)").
+    Started(String),
+    /// Not started; the text says why.
+    Refused(String),
+}
+
+impl SpawnVerdict {
+    pub fn encode(&self) -> Vec<u8> {
+        let (tag, text) = match self {
+            SpawnVerdict::Started(text) => (0, text),
+            SpawnVerdict::Refused(text) => (1, text),
+        };
+        let mut out = vec![tag];
+        out.extend_from_slice(text.as_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<SpawnVerdict, String> {
+        let text = String::from_utf8_lossy(bytes.get(1..).unwrap_or_default()).into_owned();
+        match bytes.first() {
+            Some(0) => Ok(SpawnVerdict::Started(text)),
+            Some(1) => Ok(SpawnVerdict::Refused(text)),
+            _ => Err("not a spawn verdict".to_string()),
+        }
+    }
 }
 
 /// rsrun's answer to one request.
@@ -100,6 +146,23 @@ impl Request {
                 put_bytes(&mut out, state);
             }
             Request::Resumed => out.push(9),
+            Request::Spawn { apps, env } => {
+                out.push(10);
+                out.extend_from_slice(&(apps.len() as u32).to_le_bytes());
+                for app in apps {
+                    put_bytes(&mut out, app.program.as_bytes());
+                    out.extend_from_slice(&app.count.to_le_bytes());
+                    out.extend_from_slice(&(app.args.len() as u32).to_le_bytes());
+                    for arg in &app.args {
+                        put_bytes(&mut out, arg.as_bytes());
+                    }
+                }
+                out.extend_from_slice(&(env.len() as u32).to_le_bytes());
+                for (key, value) in env {
+                    put_bytes(&mut out, key.as_bytes());
+                    put_bytes(&mut out, value.as_bytes());
+                }
+            }
         }
         out
     }
@@ -125,6 +188,25 @@ impl Request {
             7 => Request::GetAll,
             8 => Request::Stalled { state: r.bytes()? },
             9 => Request::Resumed,
+            10 => {
+                let mut apps = Vec::new();
+                for _ in 0..r.count()? {
+                    let program = r.string()?;
+                    let count = r.u32()?;
+                    let args = (0..r.count()?)
+                        .map(|_| r.string())
+                        .collect::<Result<_, _>>()?;
+                    apps.push(SpawnApp {
+                        program,
+                        args,
+                        count,
+                    });
+                }
+                let env = (0..r.count()?)
+                    .map(|_| Ok((r.string()?, r.string()?)))
+                    .collect::<Result<_, String>>()?;
+                Request::Spawn { apps, env }
+            }
             tag => return Err(format!("unknown request tag {tag}")),
         };
         r.finish()?;
@@ -245,6 +327,16 @@ impl Reader<'_> {
     pub(crate) fn u32(&mut self) -> Result<u32, String> {
         let b = self.take(4)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// A count of items that each take at least 4 bytes: one the rest of the body could not
+    /// hold is refused before anything is allocated for it.
+    pub(crate) fn count(&mut self) -> Result<u32, String> {
+        let count = self.u32()?;
+        if count as usize > self.0.len() / 4 {
+            return Err(format!("{count} items in a body of {} bytes", self.0.len()));
+        }
+        Ok(count)
     }
 
     pub(crate) fn bytes(&mut self) -> Result<Vec<u8>, String> {

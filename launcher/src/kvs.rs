@@ -11,7 +11,9 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 
-use bootstrap::wire::{self, Request, Response, MAX_FRAME, MAX_HELLO_FRAME};
+use bootstrap::wire::{
+    self, Request, Response, SpawnApp, SpawnVerdict, MAX_FRAME, MAX_HELLO_FRAME,
+};
 use bootstrap::JOB_SECRET_KEY;
 
 use crate::job::Event;
@@ -36,6 +38,13 @@ pub enum Action {
     /// A rank said what it waits for, or that it moved again (`state` None); for the job's
     /// stall book. Nothing is answered.
     Stall { rank: u32, state: Option<Vec<u8>> },
+    /// A rank asked for a job of new ranks: the job starts it and answers on `conn`.
+    Spawn {
+        conn: ConnId,
+        rank: u32,
+        apps: Vec<SpawnApp>,
+        env: Vec<(String, String)>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,6 +147,12 @@ impl KvsState {
                 state: Some(state),
             }],
             Request::Resumed => vec![Action::Stall { rank, state: None }],
+            Request::Spawn { apps, env } => vec![Action::Spawn {
+                conn,
+                rank,
+                apps,
+                env,
+            }],
             Request::Finalize => {
                 let mut actions = vec![Action::Reply(conn, Response::Ok)];
                 actions.extend(self.leave(conn));
@@ -242,6 +257,8 @@ enum Step {
     Write(ConnId, Writer, Response),
     Shut(Writer),
     Tell(Event),
+    /// Tell the job, wait for its verdict, write it.
+    Ask(ConnId, Writer, Event, mpsc::Receiver<SpawnVerdict>),
 }
 
 /// The running service. Dropping it does not stop it: it lives as long as rsrun.
@@ -346,11 +363,38 @@ fn serve_connection(
                         message,
                     })),
                     Action::Stall { rank, state } => Some(Step::Tell(Event::Stall { rank, state })),
+                    Action::Spawn {
+                        conn: to,
+                        rank,
+                        apps,
+                        env,
+                    } => guard.writers.get(&to).map(|w| {
+                        let (reply, verdict) = mpsc::channel();
+                        let event = Event::Spawn {
+                            rank,
+                            apps,
+                            env,
+                            reply,
+                        };
+                        Step::Ask(to, Arc::clone(w), event, verdict)
+                    }),
                 })
                 .collect()
         };
         for step in steps {
+            let step = match step {
+                Step::Ask(to, writer, event, verdict) => {
+                    let _ = events.send(event);
+                    // The job answers every spawn it receives; no answer means it is ending.
+                    let verdict = verdict.recv().unwrap_or_else(|_| {
+                        SpawnVerdict::Refused("rsrun is ending the job".to_string())
+                    });
+                    Step::Write(to, writer, Response::Value(verdict.encode()))
+                }
+                step => step,
+            };
             match step {
+                Step::Ask(..) => unreachable!("answered above"),
                 Step::Write(to, writer, response) => {
                     let written = wire::write_frame(&mut *lock_writer(&writer), &response.encode());
                     if written.is_err() {

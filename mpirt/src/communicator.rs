@@ -29,6 +29,7 @@ pub use cartesian::{
 };
 pub(crate) use grid::Grid;
 pub use inter::{InterCommunicator, MergeOrder};
+pub(crate) use spawn::{disconnect_parent, join_parents};
 
 /// A process's rank in a communicator.
 pub type Rank = i32;
@@ -699,11 +700,12 @@ pub trait Communicator {
             .map_err(|cause| Error::new("create_intercommunicator", cause))
     }
 
-    /// The inter-communicator to the processes that spawned this job (`MPI_Comm_get_parent`):
-    /// always `None`, since mpirt starts no processes at run time (see
-    /// [`Root::spawn`](crate::collective::Root::spawn)), so none has a parent.
+    /// The inter-communicator to the processes that spawned this job (`MPI_Comm_get_parent`),
+    /// or `None` for a job rsrun started itself (see
+    /// [`Root::spawn`](crate::collective::Root::spawn)). The same one every call, until
+    /// [`Universe::disconnect_parent`](crate::Universe::disconnect_parent).
     fn parent(&self) -> Option<InterCommunicator> {
-        None
+        spawn::parent()
     }
 
     /// Ends the whole job with exit code `errorcode` (1 if 0).

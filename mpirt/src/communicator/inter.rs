@@ -86,6 +86,11 @@ pub enum MergeOrder {
 }
 
 impl InterCommunicator {
+    /// The inter-communicator whose context and sides `data` holds (see `CommData::inter`).
+    pub(super) fn from_data(data: CommData) -> InterCommunicator {
+        InterCommunicator { data }
+    }
+
     fn sides(&self) -> &Sides {
         self.data
             .sides()
