@@ -122,6 +122,15 @@ impl AnyPml {
         }
     }
 
+    /// How many ranks this PML reaches: the world's, then those a bridge joined.
+    pub fn reachable(&self) -> u32 {
+        match self {
+            AnyPml::Native(engine) => engine.reachable(),
+            #[cfg(feature = "ucx")]
+            AnyPml::Ucx(ucx) => ucx.size(),
+        }
+    }
+
     /// Joins the bridge `open_bridge` made with `peers`; their ranks for this PML.
     pub fn join_bridge(
         &mut self,

@@ -109,8 +109,14 @@ impl CommData {
     }
 
     /// The inter-communicator on the context `lease` holds between this process's group
-    /// (`local`, an intra-communicator of its own) and `remote`, world ranks in rank order.
-    fn inter(local: CommData, remote: Vec<u32>, lease: ContextLease) -> CommData {
+    /// (`local`, an intra-communicator of its own) and `remote`, world ranks in rank order;
+    /// `first_on_tie` as `inter::Sides` has it.
+    fn inter(
+        local: CommData,
+        remote: Vec<u32>,
+        first_on_tie: Option<bool>,
+        lease: ContextLease,
+    ) -> CommData {
         CommData {
             context: lease.id(),
             rank: local.rank,
@@ -122,7 +128,11 @@ impl CommData {
                 name: RefCell::new(String::new()),
                 grid: None,
                 attributes: Attributes::default(),
-                inter: Some(inter::Sides { remote, local }),
+                inter: Some(inter::Sides {
+                    remote,
+                    local,
+                    first_on_tie,
+                }),
                 _lease: Some(lease),
             }),
         }

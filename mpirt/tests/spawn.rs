@@ -48,7 +48,8 @@ fn parent(world: &SimpleCommunicator, mode: &str) {
             let inter = root.spawn(&me(mode), CHILDREN).expect("spawn");
             answers(world, &inter);
             if mode == "compute" {
-                merged(world, &inter, MergeOrder::Low);
+                merged(world, &inter, MergeOrder::Low, true);
+                merged(world, &inter, MergeOrder::High, true);
             }
         }
         "multiple" => {
@@ -110,18 +111,21 @@ fn child(world: &SimpleCommunicator, parents: &InterCommunicator, mode: &str) {
         parents.process_at_rank(p).send(&(sum + 100 * world.rank()));
     }
     if mode == "compute" {
-        merged(world, parents, MergeOrder::High);
+        merged(world, parents, MergeOrder::High, false);
+        // Both groups pass the same order: the parents come first.
+        merged(world, parents, MergeOrder::High, false);
     }
 }
 
-/// Merges the parents (first) with the children and sums the merged ranks.
-fn merged(world: &SimpleCommunicator, inter: &InterCommunicator, order: MergeOrder) {
+/// Merges the parents (first) with the children (`parents`: whether this is a parent), sums
+/// the merged ranks, and checks each merged rank's answer to a broadcast from the last.
+fn merged(world: &SimpleCommunicator, inter: &InterCommunicator, order: MergeOrder, parents: bool) {
     let all = inter.merge(order);
     let size = world.size() + inter.remote_size();
     assert_eq!(all.size(), size);
-    let expected_rank = match order {
-        MergeOrder::Low => world.rank(),
-        MergeOrder::High => inter.remote_size() + world.rank(),
+    let expected_rank = match parents {
+        true => world.rank(),
+        false => inter.remote_size() + world.rank(),
     };
     assert_eq!(all.rank(), expected_rank);
     let mut sum: Rank = 0;
@@ -131,6 +135,9 @@ fn merged(world: &SimpleCommunicator, inter: &InterCommunicator, order: MergeOrd
         mpirt::collective::SystemOperation::sum(),
     );
     assert_eq!(sum, size * (size - 1) / 2);
+    let mut last = if all.rank() == size - 1 { 4242 } else { 0 };
+    all.process_at_rank(size - 1).broadcast_into(&mut last);
+    assert_eq!(last, 4242);
     println!("merged rank {} of {size}", all.rank());
 }
 
@@ -151,7 +158,7 @@ fn child_pids(out: &str) -> Vec<String> {
 fn two_parents_spawn_three_children_that_answer_and_merge() {
     let (out, err) = ok_job_with(2, "compute", &[]);
     assert_eq!(out.matches("children answered").count(), 2, "{out}\n{err}");
-    assert_eq!(out.matches("merged rank").count(), 5, "{out}\n{err}");
+    assert_eq!(out.matches("merged rank").count(), 10, "{out}\n{err}");
     assert_eq!(out.matches(" done").count(), 5, "{out}\n{err}");
     let pids = child_pids(&out);
     assert_eq!(pids.len(), 3, "{out}");

@@ -322,6 +322,7 @@ fn join(
     Ok(InterCommunicator::from_data(CommData::inter(
         own,
         remote,
+        Some(side.first == 0),
         context::lease(id),
     )))
 }

@@ -44,6 +44,11 @@ impl Bridge {
 }
 
 impl Engine {
+    /// How many ranks the engine reaches: the world's, then each bridge's in turn.
+    pub fn reachable(&self) -> u32 {
+        self.routes.len() as u32
+    }
+
     /// Listens as rank `rank` of a bridge of `size` ranks whose members know `secret`.
     pub fn open_bridge(
         &mut self,
