@@ -381,20 +381,9 @@ fn serve_connection(
                 })
                 .collect()
         };
-        for step in steps {
-            let step = match step {
-                Step::Ask(to, writer, event, verdict) => {
-                    let _ = events.send(event);
-                    // The job answers every spawn it receives; no answer means it is ending.
-                    let verdict = verdict.recv().unwrap_or_else(|_| {
-                        SpawnVerdict::Refused("rsrun is ending the job".to_string())
-                    });
-                    Step::Write(to, writer, Response::Value(verdict.encode()))
-                }
-                step => step,
-            };
+        for step in steps.into_iter().map(|step| ask_job(step, &events)) {
             match step {
-                Step::Ask(..) => unreachable!("answered above"),
+                Step::Ask(..) => {} // made a `Write` by `ask_job`
                 Step::Write(to, writer, response) => {
                     let written = wire::write_frame(&mut *lock_writer(&writer), &response.encode());
                     if written.is_err() {
@@ -417,6 +406,20 @@ fn serve_connection(
             return;
         }
     }
+}
+
+/// An `Ask` turned into the `Write` of the job's verdict, after telling the job and waiting
+/// for it (the asking rank waits for the answer anyway); other steps as they are.
+fn ask_job(step: Step, events: &mpsc::Sender<Event>) -> Step {
+    let Step::Ask(to, writer, event, verdict) = step else {
+        return step;
+    };
+    let _ = events.send(event);
+    // The job answers every spawn it receives; no answer means it is ending.
+    let verdict = verdict
+        .recv()
+        .unwrap_or_else(|_| SpawnVerdict::Refused("rsrun is ending the job".to_string()));
+    Step::Write(to, writer, Response::Value(verdict.encode()))
 }
 
 /// Locks a connection's write half; a panic while another thread wrote leaves nothing to

@@ -104,6 +104,20 @@ macro_rules! on_pml {
 }
 
 impl AnyPml {
+    /// Why this PML cannot take processes after start-up (a spawn's children or parents), if
+    /// it cannot: UCX's endpoints are made at wire-up; the native engine opens a bridge.
+    pub fn refuses_bridges(&self) -> Option<String> {
+        match self {
+            AnyPml::Native(_) => None,
+            #[cfg(feature = "ucx")]
+            AnyPml::Ucx(_) => Some(
+                "the UCX PML takes no processes after start-up (a spawn's children or \
+                 parents): run the job on the native PML (rsrun --pml native)"
+                    .into(),
+            ),
+        }
+    }
+
     /// A bridge to processes met after start-up (see `pml::Bridge`): the native engine's.
     pub fn open_bridge(
         &mut self,
@@ -115,9 +129,7 @@ impl AnyPml {
             AnyPml::Native(engine) => engine.open_bridge(rank, size, secret),
             #[cfg(feature = "ucx")]
             AnyPml::Ucx(_) => Err(EngineError::Config(
-                "the UCX PML takes no processes after start-up (a spawn's children or \
-                 parents): run the job on the native PML (rsrun --pml native)"
-                    .into(),
+                self.refuses_bridges().expect("UCX refuses"),
             )),
         }
     }

@@ -135,6 +135,12 @@ fn start(
 ) -> Result<(TcpListener, u32, [u8; 32]), (Verdict, String)> {
     check(commands, maxprocs).map_err(|why| (Verdict::InvalidArguments, why))?;
     let not_started = |why: String| (Verdict::NotStarted, why);
+    // Before anything starts: children that could not be joined would end the job.
+    if let Some(why) =
+        with_engine(|e| Ok(e.refuses_bridges())).map_err(|c| not_started(c.to_string()))?
+    {
+        return Err(not_started(why));
+    }
     let secret_hex = bootstrap::random_hex(32)
         .map_err(|e| not_started(format!("no randomness for the spawn's secret: {e}")))?;
     let secret = unhex_secret(&secret_hex).expect("random_hex gives 32 bytes of hex");
