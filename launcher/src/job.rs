@@ -820,7 +820,8 @@ impl Job {
                     code,
                     message,
                 }) => {
-                    eprintln!("rsrun: rank {rank} called abort (code {code}): {message}");
+                    let job = crate::spawned::label();
+                    eprintln!("rsrun: {job}rank {rank} called abort (code {code}): {message}");
                     return self.shut_down(libc::SIGTERM, if code == 0 { 1 } else { code });
                 }
                 Ok(Event::Signal(sig)) => {

@@ -23,6 +23,14 @@ const APPS_VAR: &str = "MPIRT_SPAWN_APPS";
 /// its ranks start with (so that "rank 1 killed" says which job's rank 1).
 pub const NAME_VAR: &str = "MPIRT_SPAWNED_AS";
 
+/// What this rsrun's messages about its ranks start with: the job's name and a colon when it
+/// is a spawned job's rsrun, else nothing.
+pub fn label() -> String {
+    std::env::var(NAME_VAR)
+        .map(|name| format!("{name}: "))
+        .unwrap_or_default()
+}
+
 /// The spawned jobs still running, by the pid of their rsrun.
 #[derive(Default)]
 pub struct SpawnedJobs {
@@ -98,7 +106,8 @@ impl SpawnedJobs {
 
 /// This rsrun's options that say where and how ranks run, for a spawned job: its command
 /// line without its own name, the program and its arguments, the rank count (the request
-/// says it) and a rankfile (which places the parents' ranks, not these).
+/// says it), a rankfile (which places the parents' ranks, not these) and
+/// `--oversubscribe` (the spawned job's rsrun is given it).
 fn placement_options(argv: &[OsString], command_words: usize) -> Vec<OsString> {
     let words = &argv[1.min(argv.len())..argv.len().saturating_sub(command_words)];
     let mut kept = Vec::new();
@@ -113,6 +122,7 @@ fn placement_options(argv: &[OsString], command_words: usize) -> Vec<OsString> {
             "-n" | "-np" | "--np" | "-rankfile" | "--rankfile" => {
                 skip_value = !text.contains('=');
             }
+            "-oversubscribe" | "--oversubscribe" => {}
             _ if text.starts_with("-n") && text[2..].parse::<u32>().is_ok() => {}
             _ => kept.push(word.clone()),
         }

@@ -197,9 +197,17 @@ fn a_child_that_dies_ends_the_job_naming_it() {
     let output = job(2, "die", &[]);
     let (out, err) = text(&output);
     assert!(!output.status.success(), "{out}\n{err}");
-    assert!(err.contains("rank 1"), "{err}");
-    assert!(err.contains("killed by signal 9"), "{err}");
-    assert!(err.contains("spawned job 1 (3 ranks of"), "{err}");
+    // Here rsrun's reaper sees the child killed at once. Across hosts its agent's report may
+    // come after the children's rank 0 found the connection to it gone and aborted, which
+    // names the dead rank too.
+    let across = env::var_os("MPIRT_TEST_HOSTS").is_some();
+    let named = err.lines().any(|line| {
+        line.starts_with("rsrun: spawned job 1 (3 ranks of")
+            && line.contains("rank 1")
+            && (line.contains("killed by signal 9")
+                || across && line.contains("rank 1 closed its connection without finalizing"))
+    });
+    assert!(named, "{err}");
     for pid in child_pids(&out) {
         assert!(!alive(&pid), "child pid {pid} is left after the job\n{out}");
     }
