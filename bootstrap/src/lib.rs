@@ -62,6 +62,12 @@ pub mod vars {
     /// waits for (to rsrun, which then ends the job if every rank does; on stderr without
     /// rsrun).
     pub const STALL_TIMEOUT: &str = "MPIRT_STALL_TIMEOUT";
+    /// Set for the ranks of a job a spawn started (to the job's name, "spawned job 1 (...)"),
+    /// and for its rsrun: they then find their parents under [`PARENT_KEY`](crate::PARENT_KEY).
+    pub const SPAWNED_AS: &str = "MPIRT_SPAWNED_AS";
+    /// In a spawned job's rsrun's own environment only (never a rank's, nor a command line):
+    /// what its ranks find under [`PARENT_KEY`](crate::PARENT_KEY).
+    pub const PARENT: &str = "MPIRT_PARENT";
 
     /// A stall timeout, as `rsrun --stall-timeout` and `MPIRT_STALL_TIMEOUT` take it: a
     /// positive number of seconds (a timeout of none would call every wait a stall). One
@@ -93,6 +99,9 @@ pub mod vars {
 /// and gives it only to connections that proved to know the service's secret; under PMI-2,
 /// rank 0 makes it and puts it before the first fence, and only the job's tasks can get it.
 pub const JOB_SECRET_KEY: &str = "mpirt.job-secret";
+/// The key under which a spawned job's rsrun serves its ranks where their parents wait (the
+/// parents' port, count and the spawn's secret; see mpirt's `spawn.rs`).
+pub const PARENT_KEY: &str = "mpirt.parent";
 
 /// The key under which rank 0 puts, next to the job's secret, a random nonce from which every
 /// rank derives the job's id under a PMI server other than Slurm's (see [`pmi_job_id`]).
@@ -768,14 +777,14 @@ impl Bootstrap {
     }
 
     /// Sends one request and reads its response.
-    /// Asks the launcher to start `apps` as a job of new ranks with `env` added to their
-    /// environment (MPI's spawn), and returns the new job's name for messages, or why it
-    /// was not started. Only rsrun starts ranks at run time: under a PMI or PMIx server, or
-    /// alone, the error names the launcher.
+    /// Asks the launcher to start `apps` as a job of new ranks whose key-value space holds
+    /// `parent` under [`PARENT_KEY`] (MPI's spawn), and returns the new job's name for
+    /// messages, or why it was not started. Only rsrun starts ranks at run time: under a PMI
+    /// or PMIx server, or alone, the error names the launcher.
     pub fn spawn(
         &mut self,
         apps: Vec<wire::SpawnApp>,
-        env: Vec<(String, String)>,
+        parent: String,
     ) -> Result<String, BootstrapError> {
         let launcher = match &self.backend {
             Backend::Kvs { .. } => None,
@@ -792,7 +801,7 @@ impl Bootstrap {
                  run it under rsrun to spawn"
             )));
         }
-        match self.call(&Request::Spawn { apps, env }, "spawn")? {
+        match self.call(&Request::Spawn { apps, parent }, "spawn")? {
             Response::Value(bytes) => {
                 match wire::SpawnVerdict::decode(&bytes).map_err(BootstrapError::Protocol)? {
                     wire::SpawnVerdict::Started(job) => Ok(job),

@@ -45,11 +45,13 @@ pub enum Request {
     /// Something moved (or the call returned) since the rank's last `Stalled`. One way.
     Resumed,
     /// Start a job of new ranks (MPI's spawn): `apps[i].count` processes of each program,
-    /// numbered in that order, with `env` added to their environment. rsrun answers
-    /// [`Response::Value`] of a [`SpawnVerdict`]; the connection stays open either way.
+    /// numbered in that order, whose key-value space holds `parent` under
+    /// [`crate::PARENT_KEY`] (it carries a secret: never on a command line nor in a rank's
+    /// environment). rsrun answers [`Response::Value`] of a [`SpawnVerdict`]; the connection
+    /// stays open either way.
     Spawn {
         apps: Vec<SpawnApp>,
-        env: Vec<(String, String)>,
+        parent: String,
     },
 }
 
@@ -146,7 +148,7 @@ impl Request {
                 put_bytes(&mut out, state);
             }
             Request::Resumed => out.push(9),
-            Request::Spawn { apps, env } => {
+            Request::Spawn { apps, parent } => {
                 out.push(10);
                 out.extend_from_slice(&(apps.len() as u32).to_le_bytes());
                 for app in apps {
@@ -157,11 +159,7 @@ impl Request {
                         put_bytes(&mut out, arg.as_bytes());
                     }
                 }
-                out.extend_from_slice(&(env.len() as u32).to_le_bytes());
-                for (key, value) in env {
-                    put_bytes(&mut out, key.as_bytes());
-                    put_bytes(&mut out, value.as_bytes());
-                }
+                put_bytes(&mut out, parent.as_bytes());
             }
         }
         out
@@ -202,10 +200,10 @@ impl Request {
                         count,
                     });
                 }
-                let env = (0..r.count()?)
-                    .map(|_| Ok((r.string()?, r.string()?)))
-                    .collect::<Result<_, String>>()?;
-                Request::Spawn { apps, env }
+                Request::Spawn {
+                    apps,
+                    parent: r.string()?,
+                }
             }
             tag => return Err(format!("unknown request tag {tag}")),
         };
@@ -384,10 +382,40 @@ mod tests {
                 state: vec![0, 7, 255],
             },
             Request::Resumed,
+            Request::Spawn {
+                apps: vec![
+                    SpawnApp {
+                        program: "./child".into(),
+                        args: vec!["-x".into(), String::new()],
+                        count: 3,
+                    },
+                    SpawnApp {
+                        program: "other".into(),
+                        args: Vec::new(),
+                        count: 1,
+                    },
+                ],
+                parent: "host:7 2 00ff".into(),
+            },
         ];
         for request in requests {
             assert_eq!(Request::decode(&request.encode()), Ok(request));
         }
+    }
+
+    #[test]
+    fn spawn_verdicts_round_trip_and_a_count_past_the_body_is_refused() {
+        for verdict in [
+            SpawnVerdict::Started("spawned job 1".into()),
+            SpawnVerdict::Refused("no".into()),
+        ] {
+            assert_eq!(SpawnVerdict::decode(&verdict.encode()), Ok(verdict));
+        }
+        assert!(SpawnVerdict::decode(&[7]).is_err());
+        // A spawn claiming a million programs in a body of a few bytes.
+        let mut body = vec![10];
+        body.extend_from_slice(&1_000_000u32.to_le_bytes());
+        assert!(Request::decode(&body).is_err());
     }
 
     #[test]

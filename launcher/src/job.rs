@@ -15,12 +15,12 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bootstrap::{random_hex, vars};
+use bootstrap::{random_hex, vars, PARENT_KEY};
 
 use crate::agent::{AgentArgs, Command as AgentCommand, Report};
 use crate::cli::{BindTo, Cli};
 use crate::hosts::{self, MapBy};
-use crate::kvs::KvsServer;
+use crate::kvs::{KvsServer, KvsState};
 use crate::output::{self, Outputs, Sink};
 use crate::rankfile;
 use crate::signals;
@@ -103,7 +103,7 @@ pub enum Event {
     Spawn {
         rank: u32,
         apps: Vec<SpawnApp>,
-        env: Vec<(String, String)>,
+        parent: String,
         reply: mpsc::Sender<SpawnVerdict>,
     },
 }
@@ -400,7 +400,12 @@ impl Job {
         } else {
             IpAddr::V4(Ipv4Addr::LOCALHOST)
         };
-        let kvs = KvsServer::start(size, secret.as_bytes(), &job_secret, bind_ip, tx.clone())
+        let mut state = KvsState::new(size, secret.as_bytes()).with_job_secret(&job_secret);
+        // A spawned job's: where its ranks' parents wait (see `spawned.rs`).
+        if let Some(parent) = std::env::var_os(vars::PARENT) {
+            state = state.with_value(PARENT_KEY, parent.as_encoded_bytes());
+        }
+        let kvs = KvsServer::start(state, bind_ip, tx.clone())
             .map_err(|e| fail("cannot start the key-value service", &e))?;
         let kvs_local = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), kvs.addr().port());
         if cli.verbose {
@@ -735,11 +740,12 @@ impl Job {
                 Ok(Event::Spawn {
                     rank,
                     apps,
-                    env,
+                    parent,
                     reply,
                 }) => {
                     let argv: Vec<_> = std::env::args_os().collect();
-                    let verdict = match self.spawned.start(&argv, self.command_words, apps, env) {
+                    let verdict = match self.spawned.start(&argv, self.command_words, apps, parent)
+                    {
                         Ok(name) => {
                             if self.verbose {
                                 eprintln!("rsrun: rank {rank} started {name}");

@@ -43,7 +43,7 @@ pub enum Action {
         conn: ConnId,
         rank: u32,
         apps: Vec<SpawnApp>,
-        env: Vec<(String, String)>,
+        parent: String,
     },
 }
 
@@ -84,6 +84,13 @@ impl KvsState {
     pub fn with_job_secret(mut self, job_secret: &str) -> KvsState {
         self.store
             .insert(JOB_SECRET_KEY.to_string(), job_secret.as_bytes().to_vec());
+        self
+    }
+
+    /// Holds `value` under `key` from the start (a spawned job's `bootstrap::PARENT_KEY`), for
+    /// connections that proved to know the service's secret.
+    pub fn with_value(mut self, key: &str, value: &[u8]) -> KvsState {
+        self.store.insert(key.to_string(), value.to_vec());
         self
     }
 
@@ -147,11 +154,11 @@ impl KvsState {
                 state: Some(state),
             }],
             Request::Resumed => vec![Action::Stall { rank, state: None }],
-            Request::Spawn { apps, env } => vec![Action::Spawn {
+            Request::Spawn { apps, parent } => vec![Action::Spawn {
                 conn,
                 rank,
                 apps,
-                env,
+                parent,
             }],
             Request::Finalize => {
                 let mut actions = vec![Action::Reply(conn, Response::Ok)];
@@ -268,19 +275,18 @@ pub struct KvsServer {
 
 impl KvsServer {
     /// Binds an ephemeral port on `ip` (127.0.0.1 for a one-host job, the unspecified address
-    /// when ranks on other hosts must reach it; the job secret keeps strangers out) and serves in
-    /// background threads. Aborts are reported to the job supervisor through `events`.
+    /// when ranks on other hosts must reach it; the job secret keeps strangers out) and serves
+    /// `state` in background threads. Aborts are reported to the job supervisor through
+    /// `events`.
     pub fn start(
-        size: u32,
-        secret: &[u8],
-        job_secret: &str,
+        state: KvsState,
         ip: IpAddr,
         events: mpsc::Sender<Event>,
     ) -> io::Result<KvsServer> {
         let listener = TcpListener::bind((ip, 0))?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Mutex::new(Shared {
-            state: KvsState::new(size, secret).with_job_secret(job_secret),
+            state,
             writers: HashMap::new(),
         }));
         thread::Builder::new()
@@ -367,13 +373,13 @@ fn serve_connection(
                         conn: to,
                         rank,
                         apps,
-                        env,
+                        parent,
                     } => guard.writers.get(&to).map(|w| {
                         let (reply, verdict) = mpsc::channel();
                         let event = Event::Spawn {
                             rank,
                             apps,
-                            env,
+                            parent,
                             reply,
                         };
                         Step::Ask(to, Arc::clone(w), event, verdict)
@@ -467,8 +473,8 @@ mod tests {
     #[test]
     fn a_rank_that_does_not_read_its_large_reply_holds_up_no_other_rank() {
         let (events, _) = mpsc::channel();
-        let server =
-            KvsServer::start(2, b"sekrit", "job", IpAddr::from([127, 0, 0, 1]), events).unwrap();
+        let state = KvsState::new(2, b"sekrit").with_job_secret("job");
+        let server = KvsServer::start(state, IpAddr::from([127, 0, 0, 1]), events).unwrap();
         let connect = |rank| {
             let mut stream = TcpStream::connect(server.addr()).unwrap();
             // Only so that a failure ends the test instead of hanging it.

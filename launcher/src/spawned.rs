@@ -19,9 +19,10 @@ use bootstrap::wire::{Request, SpawnApp};
 pub const EXEC_FLAG: &str = "--exec-spawned";
 /// The variable that carries a spawned job's programs to its ranks (hex of the request).
 const APPS_VAR: &str = "MPIRT_SPAWN_APPS";
-/// The variable that tells a spawned job's rsrun the job's name, which its messages about
-/// its ranks start with (so that "rank 1 killed" says which job's rank 1).
-pub const NAME_VAR: &str = "MPIRT_SPAWNED_AS";
+/// The variable that tells a spawned job's rsrun and ranks the job's name: rsrun's messages
+/// about its ranks start with it (so that "rank 1 killed" says which job's rank 1), and the
+/// ranks look for their parents.
+pub const NAME_VAR: &str = vars::SPAWNED_AS;
 
 /// What this rsrun's messages about its ranks start with: the job's name and a colon when it
 /// is a spawned job's rsrun, else nothing.
@@ -39,15 +40,17 @@ pub struct SpawnedJobs {
 }
 
 impl SpawnedJobs {
-    /// Starts `apps` as a job of new ranks, with `env` in their environment; `argv` is this
-    /// rsrun's command line and `command_words` how many of its last words are the program
-    /// and its arguments. Returns the new job's name, or why it could not start.
+    /// Starts `apps` as a job of new ranks, whose key-value space holds `parent` (in the
+    /// spawned rsrun's own environment on the way: never on a command line, so not in what
+    /// goes to remote agents either); `argv` is this rsrun's command line and
+    /// `command_words` how many of its last words are the program and its arguments. Returns
+    /// the new job's name, or why it could not start.
     pub fn start(
         &mut self,
         argv: &[OsString],
         command_words: usize,
         apps: Vec<SpawnApp>,
-        env: Vec<(String, String)>,
+        parent: String,
     ) -> Result<String, String> {
         let total: u32 = apps.iter().map(|a| a.count).sum();
         let programs: Vec<&str> = apps.iter().map(|a| a.program.as_str()).collect();
@@ -67,15 +70,14 @@ impl SpawnedJobs {
             .arg("--oversubscribe");
         let request = Request::Spawn {
             apps,
-            env: Vec::new(),
+            parent: String::new(),
         }
         .encode();
-        let mut exported = vec![(APPS_VAR.to_string(), hex(&request))];
-        exported.extend(env);
-        for (key, value) in &exported {
+        // Exported to the ranks (`-x`): what they run, and that they were spawned.
+        for (key, value) in [(APPS_VAR, hex(&request)), (NAME_VAR, name.clone())] {
             command.env(key, value).arg("-x").arg(key);
         }
-        command.env(NAME_VAR, &name).arg(&rsrun).arg(EXEC_FLAG);
+        command.env(vars::PARENT, parent).arg(&rsrun).arg(EXEC_FLAG);
         // A group of its own: ending the job signals it apart from this rsrun's terminal.
         command.process_group(0);
         let child = command
@@ -166,6 +168,7 @@ pub fn exec_main() -> i32 {
             let error = Command::new(&app.program)
                 .args(&app.args)
                 .env_remove(APPS_VAR)
+                .env_remove(vars::PARENT)
                 .exec();
             return fail(format!("{}: {error}", app.program));
         }

@@ -4,8 +4,8 @@
 //! The parents' root asks rsrun for the new job over its key-value connection
 //! (`Bootstrap::spawn`); rsrun starts it as a second job of its own (`launcher/src/spawned.rs`).
 //! The parents' root meanwhile listens on a port, whose address, a secret made for this spawn
-//! and the parents' count reach the children in `MPIRT_PARENT` (as MPICH's children find
-//! their parents' port name in their key-value space). Each side agrees inside itself on the
+//! and the parents' count reach the children in their key-value space (`PARENT_KEY`), as
+//! MPICH's children find their parents' port name in theirs. Each side agrees inside itself on the
 //! context ids its members use and gathers its members' bridge endpoints (`pml::Bridge`); the
 //! children's root dials the port, proves the secret, and the two roots trade both; each root
 //! hands the other side's to its members, and every process joins the bridge (the parents are
@@ -30,14 +30,14 @@ use crate::error::{Cause, Error, MpiError};
 use super::{CommData, Communicator, Context, InterCommunicator, Rank, SimpleCommunicator};
 use crate::collective::Root;
 
-/// The variable that tells a spawned rank where its parents wait: `host:port`, the parents'
-/// count and the spawn's secret (hex), separated by spaces.
-const PARENT_VAR: &str = "MPIRT_PARENT";
 /// Bytes each process's bridge entry (its host and endpoint) takes in the gathers.
 const ENTRY: usize = 1024;
 /// How long the parents' root waits for the children's root to dial: the children may start
 /// on hosts reached over ssh. A child that dies ends the job sooner (rsrun watches them).
 const JOIN_LIMIT: Duration = Duration::from_secs(120);
+/// How long a connection to the port may take to prove the spawn's secret: a stranger that
+/// connects and stays silent must not hold the children's root out for long.
+const PROOF_LIMIT: Duration = Duration::from_secs(10);
 
 thread_local! {
     /// The inter-communicator to this job's parents, for a spawned job.
@@ -163,23 +163,27 @@ fn start(
         })
         .collect();
     let children = apps.iter().map(|a| a.count).sum();
-    let env = vec![(
-        PARENT_VAR.to_string(),
-        format!("{}:{port} {parents} {secret_hex}", host_name()),
-    )];
-    with_bootstrap(|b| b.spawn(apps, env))
+    // Where the children find their parents: `host:port`, the parents' count and the
+    // spawn's secret, which rsrun serves in their key-value space.
+    let parent = format!("{}:{port} {parents} {secret_hex}", host_name());
+    with_bootstrap(|b| b.spawn(apps, parent))
         .map_err(|cause| not_started(cause.to_string()))?
         .map_err(|e| not_started(e.to_string()))?;
     Ok((listener, children, secret))
 }
 
-/// A spawned job's side of the spawn, from `initialize`: joins the parents that
-/// `MPIRT_PARENT` names, if it is set, for [`parent`].
+/// A spawned job's side of the spawn, from `initialize`: joins the parents that its
+/// key-value space names (rsrun sets `MPIRT_SPAWNED_AS` for a spawned job's ranks), for
+/// [`parent`].
 pub(crate) fn join_parents(world: &SimpleCommunicator) -> Result<(), Error> {
-    let Ok(text) = std::env::var(PARENT_VAR) else {
+    if std::env::var_os(bootstrap::vars::SPAWNED_AS).is_none() {
         return Ok(());
-    };
+    }
     let fail = |why: String| Error::new("initialize", Cause::SpawnFailed(why));
+    let text = with_bootstrap(|b| b.get(0, bootstrap::PARENT_KEY))
+        .map_err(|cause| Error::new("initialize", cause))?
+        .map_err(|e| fail(format!("where are the parents? {e}")))?;
+    let text = String::from_utf8_lossy(&text).into_owned();
     let words: Vec<&str> = text.split(' ').collect();
     let (port, parents, secret) = match words[..] {
         [port, parents, secret] => (port, parents.parse::<u32>().ok(), unhex_secret(secret)),
@@ -187,7 +191,8 @@ pub(crate) fn join_parents(world: &SimpleCommunicator) -> Result<(), Error> {
     };
     let (Some(parents), Some(secret)) = (parents, secret) else {
         return Err(fail(format!(
-            "{PARENT_VAR}='{text}' is not an address, a count and a secret"
+            "'{}' is not an address, a count and a secret",
+            bootstrap::PARENT_KEY
         )));
     };
     let local = world.data();
@@ -406,10 +411,11 @@ fn accept_children(listener: &TcpListener, secret: &[u8; 32]) -> Result<TcpStrea
             Ok((mut stream, _)) => {
                 let mut proof = [0u8; 32];
                 let proved = stream.set_nonblocking(false).is_ok()
-                    && stream.set_read_timeout(Some(JOIN_LIMIT)).is_ok()
+                    && stream.set_read_timeout(Some(PROOF_LIMIT)).is_ok()
                     && stream.read_exact(&mut proof).is_ok()
-                    && proof == *secret;
-                if proved {
+                    // Every byte compared, whatever the first difference: no timing to learn.
+                    && proof.iter().zip(secret).fold(0, |d, (a, b)| d | (a ^ b)) == 0;
+                if proved && stream.set_read_timeout(Some(JOIN_LIMIT)).is_ok() {
                     let _ = stream.set_nodelay(true);
                     return Ok(stream);
                 }
