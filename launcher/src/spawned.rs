@@ -74,7 +74,10 @@ impl SpawnedJobs {
         }
         .encode();
         // Exported to the ranks (`-x`): what they run, and that they were spawned.
-        for (key, value) in [(APPS_VAR, hex(&request)), (NAME_VAR, name.clone())] {
+        for (key, value) in [
+            (APPS_VAR, bootstrap::to_hex(&request)),
+            (NAME_VAR, name.clone()),
+        ] {
             command.env(key, value).arg("-x").arg(key);
         }
         command.env(vars::PARENT, parent).arg(&rsrun).arg(EXEC_FLAG);
@@ -132,17 +135,6 @@ fn placement_options(argv: &[OsString], command_words: usize) -> Vec<OsString> {
     kept
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
 /// `rsrun --exec-spawned`, a spawned job's rank: becomes the program the request gave its
 /// rank (the apps' ranks in order), with its arguments; returns only on failure.
 pub fn exec_main() -> i32 {
@@ -156,7 +148,7 @@ pub fn exec_main() -> i32 {
     };
     let request = std::env::var(APPS_VAR)
         .ok()
-        .and_then(|text| unhex(&text))
+        .and_then(|text| bootstrap::from_hex(&text))
         .map(|bytes| Request::decode(&bytes[..]));
     let apps = match request {
         Some(Ok(Request::Spawn { apps, .. })) => apps,
@@ -208,12 +200,5 @@ mod tests {
             placement_options(&argv, 3),
             words(&["--host", "a,b", "-x", "V"])
         );
-    }
-
-    #[test]
-    fn programs_travel_as_hex() {
-        let bytes = vec![0, 1, 0xab, 0xff];
-        assert_eq!(unhex(&hex(&bytes)), Some(bytes));
-        assert_eq!(unhex("zz"), None);
     }
 }

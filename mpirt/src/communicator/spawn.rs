@@ -436,14 +436,7 @@ fn accept_children(listener: &TcpListener, secret: &[u8; 32]) -> Result<TcpStrea
 
 /// The 32 bytes that `hex` (64 hex digits) spells.
 fn unhex_secret(hex: &str) -> Option<[u8; 32]> {
-    let mut secret = [0u8; 32];
-    if hex.len() != 64 {
-        return None;
-    }
-    for (i, byte) in secret.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(secret)
+    pml::hex::decode(hex.as_bytes())?.try_into().ok()
 }
 
 /// This host's name, as other hosts of the job reach it.
