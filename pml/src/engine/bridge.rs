@@ -23,6 +23,7 @@ use super::{Engine, Route};
 pub struct Bridge {
     tcp: TcpTransport,
     rank: Rank,
+    size: u32,
 }
 
 /// A process of the other side, as its own side published it.
@@ -56,8 +57,16 @@ impl Engine {
         size: u32,
         secret: &JobSecret,
     ) -> Result<Bridge, EngineError> {
+        // Route::transport is a u8 whose largest value means "no route".
+        if self.transports.len() + 1 >= u8::MAX as usize {
+            return Err(EngineError::Config(format!(
+                "this process already joined {} bridges to spawned or parent ranks, the most \
+                 one process can",
+                self.transports.len()
+            )));
+        }
         let tcp = TcpTransport::listen(rank, size, secret, &self.config, self.peer_fed > 0)?;
-        Ok(Bridge { tcp, rank })
+        Ok(Bridge { tcp, rank, size })
     }
 
     /// Makes every process of `peers` (the other side of the bridge, in its rank order)
@@ -67,14 +76,19 @@ impl Engine {
         bridge: Bridge,
         peers: &[BridgePeer],
     ) -> Result<Vec<Rank>, EngineError> {
-        let Bridge { mut tcp, rank } = bridge;
+        let Bridge {
+            mut tcp,
+            rank,
+            size,
+        } = bridge;
+        if let Some(stray) = peers.iter().find(|p| p.rank >= size || p.rank == rank) {
+            return Err(EngineError::Transport(format!(
+                "TCP bridge: rank {} of a bridge of {size} ranks, where this process is rank \
+                 {rank}, is not another process of it",
+                stray.rank
+            )));
+        }
         let own_host = crate::transport::hostname();
-        let size = peers
-            .iter()
-            .map(|p| p.rank + 1)
-            .max()
-            .unwrap_or(0)
-            .max(rank + 1);
         let mut names: Vec<Rank> = vec![Rank::MAX; size as usize];
         let first = self.routes.len() as Rank;
         let index = self.peer_fed;

@@ -91,6 +91,19 @@ impl TcpTransport {
     }
 }
 
+/// A failure of a bridge's connection under the engine's name of the peer (so that the
+/// engine's errors name its host), as `Renamed` hands on what arrives.
+fn renamed_error(e: PmlError, names: Option<&[Rank]>) -> PmlError {
+    match (e, names) {
+        (PmlError::Transport { peer, host, cause }, Some(names)) => PmlError::Transport {
+            peer: names.get(peer as usize).copied().unwrap_or(peer),
+            host,
+            cause,
+        },
+        (e, _) => e,
+    }
+}
+
 impl Transport for TcpTransport {
     fn caps(&self) -> Caps {
         Caps {
@@ -108,6 +121,7 @@ impl Transport for TcpTransport {
     /// among a bridge's ranks (see `names`).
     fn try_send(&mut self, peer: Peer, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError> {
         self.send(peer.index, header, payload)
+            .map_err(|e| renamed_error(e, self.names.as_deref()))
     }
 
     fn poll(&mut self, sink: &mut impl Sink) -> Result<usize, PmlError> {
