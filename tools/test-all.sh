@@ -63,7 +63,8 @@ cargo build -p launcher
 cargo test --workspace --lib
 cargo test -p pml --tests
 cargo test -p launcher --test launch --test kvs
-cargo test -p mpirt --test p2p --test collectives --test topology --test datatypes --test datatype_operations
+cargo test -p mpirt --test p2p --test collectives --test topology --test datatypes --test datatype_operations \
+    --test spawn
 # The `complex` feature's Equivalence for num-complex's numbers.
 cargo test -p mpirt --features complex --lib datatype
 
@@ -100,7 +101,7 @@ testhosts_ssh_args="-F ${SSH_HOSTS_DIR:-${TMPDIR:-/tmp}/mpirt-testhosts/ssh}/ssh
 # memory between a host's ranks, TCP between hosts).
 echo "== launchers: mpirt's p2p and collectives suites under mpiexec.hydra"
 MPIRT_TEST_LAUNCHER=hydra cargo test --release -p mpirt --test p2p --test collectives \
-    --test intercommunicators
+    --test intercommunicators --test spawn
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     echo "== launchers: the suites under mpiexec.hydra across 4 test hosts"
     hydra_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
@@ -110,6 +111,18 @@ if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     if [ -n "$hydra_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
     echo "== launchers: the suites under mpiexec.hydra across test hosts SKIPPED (they need root and ssh-hosts)"
+fi
+
+# Spawn under rsrun across the 4 test hosts: the spawned job's rsrun reaches them by the same
+# ssh agents, and parents and children meet over TCP between hosts.
+if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
+    echo "== spawn: rsrun's spawned jobs across 4 test hosts"
+    spawn_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
+    MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 MPIRT_SSH_ARGS="$testhosts_ssh_args" \
+        cargo test --release -p mpirt --test spawn
+    if [ -n "$spawn_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
+else
+    echo "== spawn across test hosts SKIPPED (they need root and ssh-hosts)"
 fi
 
 # The optional features, built together once in a target directory of their own (the default
@@ -159,7 +172,7 @@ echo "== PMIx: the bootstrap's tests with --features pmix"
 cargo test --release -p bootstrap --features pmix
 echo "== launchers: the suites under Open MPI's mpirun (PMIx)"
 MPIRT_TEST_LAUNCHER=mpirun cargo test --release "${mpirt_features[@]}" --test p2p \
-    --test collectives "${not_ofi[@]}"
+    --test collectives --test spawn "${not_ofi[@]}"
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     echo "== launchers: the suites under Open MPI's mpirun across 4 test hosts"
     ompi_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
@@ -232,12 +245,13 @@ if [ "$(id -u)" = 0 ] && [ -x "$testhosts/slurm-local" ]; then
     # is killed ending the step), then both suites under srun --mpi=pmi2 and, built with the
     # `pmix` feature, --mpi=pmix (the abort test again, through PMIx_Abort), over the 4 nodes.
     MPIRT_TEST_SLURM=1 cargo test --release -p mpirt --test p2p --test collectives \
-        --test topology --test intercommunicators -- srun pmix_launchers_without_the_feature
+        --test topology --test intercommunicators --test spawn -- srun \
+        pmix_launchers_without_the_feature
     MPIRT_TEST_SLURM=1 cargo test --release -p launcher --test slurm
     MPIRT_TEST_SLURM=1 cargo test --release -p examples --test stall -- under_srun
     echo "== Slurm tests: the suites under srun --mpi=pmi2 and srun --mpi=pmix on 4 nodes"
     MPIRT_TEST_SLURM=1 MPIRT_TEST_LAUNCHER=srun-pmi2 MPIRT_TEST_SLURM_NODES=4 \
-        cargo test --release -p mpirt --test p2p --test collectives
+        cargo test --release -p mpirt --test p2p --test collectives --test spawn
     MPIRT_TEST_SLURM=1 MPIRT_TEST_LAUNCHER=srun-pmix MPIRT_TEST_SLURM_NODES=4 \
         CARGO_TARGET_DIR=target/features cargo test --release "${mpirt_features[@]}" \
         --test p2p --test collectives "${not_ofi[@]}"

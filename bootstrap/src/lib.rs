@@ -62,6 +62,12 @@ pub mod vars {
     /// waits for (to rsrun, which then ends the job if every rank does; on stderr without
     /// rsrun).
     pub const STALL_TIMEOUT: &str = "MPIRT_STALL_TIMEOUT";
+    /// Set for the ranks of a job a spawn started (to the job's name, "spawned job 1 (...)"),
+    /// and for its rsrun: they then find their parents under [`PARENT_KEY`](crate::PARENT_KEY).
+    pub const SPAWNED_AS: &str = "MPIRT_SPAWNED_AS";
+    /// In a spawned job's rsrun's own environment only (never a rank's, nor a command line):
+    /// what its ranks find under [`PARENT_KEY`](crate::PARENT_KEY).
+    pub const PARENT: &str = "MPIRT_PARENT";
 
     /// A stall timeout, as `rsrun --stall-timeout` and `MPIRT_STALL_TIMEOUT` take it: a
     /// positive number of seconds (a timeout of none would call every wait a stall). One
@@ -95,6 +101,9 @@ pub mod vars {
 /// and gives it only to connections that proved to know the service's secret; under PMI-2,
 /// rank 0 makes it and puts it before the first fence, and only the job's tasks can get it.
 pub const JOB_SECRET_KEY: &str = "mpirt.job-secret";
+/// The key under which a spawned job's rsrun serves its ranks where their parents wait (the
+/// parents' port, count and the spawn's secret; see mpirt's `spawn.rs`).
+pub const PARENT_KEY: &str = "mpirt.parent";
 
 /// The key under which rank 0 puts, next to the job's secret, a random nonce from which every
 /// rank derives the job's id under a PMI server other than Slurm's (see [`pmi_job_id`]).
@@ -767,6 +776,43 @@ impl Bootstrap {
     }
 
     /// Sends one request and reads its response.
+    /// Asks the launcher to start `apps` as a job of new ranks whose key-value space holds
+    /// `parent` under [`PARENT_KEY`] (MPI's spawn), and returns the new job's name for
+    /// messages, or why it was not started. Only rsrun starts ranks at run time: under a PMI
+    /// or PMIx server, or alone, the error names the launcher.
+    pub fn spawn(
+        &mut self,
+        apps: Vec<wire::SpawnApp>,
+        parent: String,
+    ) -> Result<String, BootstrapError> {
+        let launcher = match &self.backend {
+            Backend::Kvs { .. } => None,
+            Backend::Pmi2 { .. } => Some("a PMI-2 server (srun --mpi=pmi2, Hydra)"),
+            Backend::Pmi1(_) => Some("a PMI-1 server (Hydra's mpiexec, Flux)"),
+            #[cfg(feature = "pmix")]
+            Backend::Pmix(_) => Some("a PMIx server (srun --mpi=pmix, Open MPI's mpirun)"),
+            Backend::Singleton(_) => Some("no launcher (a singleton)"),
+            Backend::Finalized => Some("no launcher any more (after finalize)"),
+        };
+        if let Some(launcher) = launcher {
+            return Err(BootstrapError::Launcher(format!(
+                "only rsrun starts ranks at run time, and this job was started by {launcher}: \
+                 run it under rsrun to spawn"
+            )));
+        }
+        match self.call(&Request::Spawn { apps, parent }, "spawn")? {
+            Response::Value(bytes) => {
+                match wire::SpawnVerdict::decode(&bytes).map_err(BootstrapError::Protocol)? {
+                    wire::SpawnVerdict::Started(job) => Ok(job),
+                    wire::SpawnVerdict::Refused(why) => Err(BootstrapError::Rejected(why)),
+                }
+            }
+            other => Err(BootstrapError::Protocol(format!(
+                "rsrun answered a spawn with {other:?}"
+            ))),
+        }
+    }
+
     fn call(
         &mut self,
         request: &Request,
@@ -900,7 +946,23 @@ fn tasks_on_node(list: &str, node: usize) -> Option<u32> {
 pub fn random_hex(bytes: usize) -> io::Result<String> {
     let mut buf = vec![0u8; bytes];
     fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(to_hex(&buf))
+}
+
+/// `bytes` as lowercase hex.
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes that the hex `text` spells, if it does.
+pub fn from_hex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// Expands Slurm's per-node counts: `2(x3),1` is 2, 2, 2, 1.
@@ -966,6 +1028,14 @@ fn number_var(name: &'static str) -> Result<u32, BootstrapError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_spells_bytes_and_refuses_what_is_not_hex() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        assert_eq!(from_hex(&to_hex(&bytes)), Some(bytes));
+        assert_eq!(from_hex("abc"), None);
+        assert_eq!(from_hex("zz"), None);
+    }
 
     #[test]
     fn a_pmi1_server_that_sets_no_rank_or_size_is_named() {

@@ -44,6 +44,54 @@ pub enum Request {
     },
     /// Something moved (or the call returned) since the rank's last `Stalled`. One way.
     Resumed,
+    /// Start a job of new ranks (MPI's spawn): `apps[i].count` processes of each program,
+    /// numbered in that order, whose key-value space holds `parent` under
+    /// [`crate::PARENT_KEY`] (it carries a secret: never on a command line nor in a rank's
+    /// environment). rsrun answers [`Response::Value`] of a [`SpawnVerdict`]; the connection
+    /// stays open either way.
+    Spawn {
+        apps: Vec<SpawnApp>,
+        parent: String,
+    },
+}
+
+/// One program of a [`Request::Spawn`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnApp {
+    pub program: String,
+    pub args: Vec<String>,
+    pub count: u32,
+}
+
+/// rsrun's answer to a [`Request::Spawn`], as the bytes of its `Response::Value`: the first
+/// byte says which, the rest is the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpawnVerdict {
+    /// Started; the text names the new job for messages ("spawned job 1 (...)").
+    Started(String),
+    /// Not started; the text says why.
+    Refused(String),
+}
+
+impl SpawnVerdict {
+    pub fn encode(&self) -> Vec<u8> {
+        let (tag, text) = match self {
+            SpawnVerdict::Started(text) => (0, text),
+            SpawnVerdict::Refused(text) => (1, text),
+        };
+        let mut out = vec![tag];
+        out.extend_from_slice(text.as_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<SpawnVerdict, String> {
+        let text = String::from_utf8_lossy(bytes.get(1..).unwrap_or_default()).into_owned();
+        match bytes.first() {
+            Some(0) => Ok(SpawnVerdict::Started(text)),
+            Some(1) => Ok(SpawnVerdict::Refused(text)),
+            _ => Err("not a spawn verdict".to_string()),
+        }
+    }
 }
 
 /// rsrun's answer to one request.
@@ -100,6 +148,19 @@ impl Request {
                 put_bytes(&mut out, state);
             }
             Request::Resumed => out.push(9),
+            Request::Spawn { apps, parent } => {
+                out.push(10);
+                out.extend_from_slice(&(apps.len() as u32).to_le_bytes());
+                for app in apps {
+                    put_bytes(&mut out, app.program.as_bytes());
+                    out.extend_from_slice(&app.count.to_le_bytes());
+                    out.extend_from_slice(&(app.args.len() as u32).to_le_bytes());
+                    for arg in &app.args {
+                        put_bytes(&mut out, arg.as_bytes());
+                    }
+                }
+                put_bytes(&mut out, parent.as_bytes());
+            }
         }
         out
     }
@@ -125,6 +186,25 @@ impl Request {
             7 => Request::GetAll,
             8 => Request::Stalled { state: r.bytes()? },
             9 => Request::Resumed,
+            10 => {
+                let mut apps = Vec::new();
+                for _ in 0..r.count()? {
+                    let program = r.string()?;
+                    let count = r.u32()?;
+                    let args = (0..r.count()?)
+                        .map(|_| r.string())
+                        .collect::<Result<_, _>>()?;
+                    apps.push(SpawnApp {
+                        program,
+                        args,
+                        count,
+                    });
+                }
+                Request::Spawn {
+                    apps,
+                    parent: r.string()?,
+                }
+            }
             tag => return Err(format!("unknown request tag {tag}")),
         };
         r.finish()?;
@@ -247,6 +327,16 @@ impl Reader<'_> {
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
+    /// A count of items that each take at least 4 bytes: one the rest of the body could not
+    /// hold is refused before anything is allocated for it.
+    pub(crate) fn count(&mut self) -> Result<u32, String> {
+        let count = self.u32()?;
+        if count as usize > self.0.len() / 4 {
+            return Err(format!("{count} items in a body of {} bytes", self.0.len()));
+        }
+        Ok(count)
+    }
+
     pub(crate) fn bytes(&mut self) -> Result<Vec<u8>, String> {
         let len = self.u32()? as usize;
         Ok(self.take(len)?.to_vec())
@@ -292,10 +382,40 @@ mod tests {
                 state: vec![0, 7, 255],
             },
             Request::Resumed,
+            Request::Spawn {
+                apps: vec![
+                    SpawnApp {
+                        program: "./child".into(),
+                        args: vec!["-x".into(), String::new()],
+                        count: 3,
+                    },
+                    SpawnApp {
+                        program: "other".into(),
+                        args: Vec::new(),
+                        count: 1,
+                    },
+                ],
+                parent: "host:7 2 00ff".into(),
+            },
         ];
         for request in requests {
             assert_eq!(Request::decode(&request.encode()), Ok(request));
         }
+    }
+
+    #[test]
+    fn spawn_verdicts_round_trip_and_a_count_past_the_body_is_refused() {
+        for verdict in [
+            SpawnVerdict::Started("spawned job 1".into()),
+            SpawnVerdict::Refused("no".into()),
+        ] {
+            assert_eq!(SpawnVerdict::decode(&verdict.encode()), Ok(verdict));
+        }
+        assert!(SpawnVerdict::decode(&[7]).is_err());
+        // A spawn claiming a million programs in a body of a few bytes.
+        let mut body = vec![10];
+        body.extend_from_slice(&1_000_000u32.to_le_bytes());
+        assert!(Request::decode(&body).is_err());
     }
 
     #[test]

@@ -15,12 +15,12 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bootstrap::{random_hex, vars};
+use bootstrap::{random_hex, vars, PARENT_KEY};
 
 use crate::agent::{AgentArgs, Command as AgentCommand, Report};
 use crate::cli::{BindTo, Cli};
 use crate::hosts::{self, MapBy};
-use crate::kvs::KvsServer;
+use crate::kvs::{KvsServer, KvsState};
 use crate::output::{self, Outputs, Sink};
 use crate::rankfile;
 use crate::signals;
@@ -28,9 +28,11 @@ use crate::spawn::binding::{self, Binding};
 use crate::spawn::local::{self, LaunchSpec, RankProcess, Slot};
 use crate::spawn::ssh::{self, SshSpec, ToAgent};
 use crate::spawn::workdir;
+use crate::spawned::SpawnedJobs;
 use crate::stall::StallBook;
 use crate::stdin::ForegroundStdin;
 use bootstrap::stall::RankState;
+use bootstrap::wire::{SpawnApp, SpawnVerdict};
 
 /// Exit code when `--timeout` ends the job, as timeout(1) uses.
 const TIMEOUT_EXIT: i32 = 124;
@@ -97,6 +99,13 @@ pub enum Event {
     OutputDone,
     /// A rank said what it waits for (`state`, encoded), or that it moved again (`None`).
     Stall { rank: u32, state: Option<Vec<u8>> },
+    /// A rank asked for a job of new ranks (MPI's spawn); the verdict goes to `reply`.
+    Spawn {
+        rank: u32,
+        apps: Vec<SpawnApp>,
+        parent: String,
+        reply: mpsc::Sender<SpawnVerdict>,
+    },
 }
 
 /// Runs the job the command line describes and returns rsrun's exit code.
@@ -328,6 +337,11 @@ struct Job {
     stalls: StallBook,
     stall_timeout: Option<Duration>,
     stall_report_file: Option<PathBuf>,
+    /// Jobs of new ranks the ranks asked for (MPI's spawn), still running.
+    spawned: SpawnedJobs,
+    /// How many of rsrun's last words are the program and its arguments (a spawned job's
+    /// rsrun takes the options before them).
+    command_words: usize,
 }
 
 impl Job {
@@ -386,7 +400,12 @@ impl Job {
         } else {
             IpAddr::V4(Ipv4Addr::LOCALHOST)
         };
-        let kvs = KvsServer::start(size, secret.as_bytes(), &job_secret, bind_ip, tx.clone())
+        let mut state = KvsState::new(size, secret.as_bytes()).with_job_secret(&job_secret);
+        // A spawned job's: where its ranks' parents wait (see `spawned.rs`).
+        if let Some(parent) = std::env::var_os(vars::PARENT) {
+            state = state.with_value(PARENT_KEY, parent.as_encoded_bytes());
+        }
+        let kvs = KvsServer::start(state, bind_ip, tx.clone())
             .map_err(|e| fail("cannot start the key-value service", &e))?;
         let kvs_local = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), kvs.addr().port());
         if cli.verbose {
@@ -421,6 +440,8 @@ impl Job {
             stalls: StallBook::new(size),
             stall_timeout: cli.stall_timeout,
             stall_report_file: cli.stall_report_file.clone(),
+            spawned: SpawnedJobs::default(),
+            command_words: cli.command.len(),
             open_outputs: 0,
             events,
         };
@@ -716,6 +737,25 @@ impl Job {
                 // signal thread lives, but ending is the only sensible answer.
                 Err(RecvTimeoutError::Disconnected) => return 1,
                 Ok(Event::OutputDone) => self.open_outputs -= 1,
+                Ok(Event::Spawn {
+                    rank,
+                    apps,
+                    parent,
+                    reply,
+                }) => {
+                    let argv: Vec<_> = std::env::args_os().collect();
+                    let verdict = match self.spawned.start(&argv, self.command_words, apps, parent)
+                    {
+                        Ok(name) => {
+                            if self.verbose {
+                                eprintln!("rsrun: rank {rank} started {name}");
+                            }
+                            SpawnVerdict::Started(name)
+                        }
+                        Err(why) => SpawnVerdict::Refused(why),
+                    };
+                    let _ = reply.send(verdict);
+                }
                 Ok(Event::Stall { rank, state }) => self.note_stall(rank, state),
                 Ok(Event::Signal(libc::SIGUSR1)) => self.say_usr1_report(),
                 // Every agent was ready before any rank started (see `wait_until_ready`).
@@ -726,6 +766,20 @@ impl Job {
                     }
                 }
                 Ok(Event::Exited { pid, status }) => {
+                    match self.spawned.ended(pid, status) {
+                        Some(Err(failure)) => {
+                            eprintln!("rsrun: {failure}; ending the job");
+                            let code = failure_code(status).unwrap_or(1);
+                            return self.shut_down(libc::SIGTERM, code);
+                        }
+                        Some(Ok(())) => {
+                            if let Some(code) = self.finished() {
+                                return code;
+                            }
+                            continue;
+                        }
+                        None => {}
+                    }
                     let Some(rank) = self.running.remove(&pid) else {
                         continue; // an ssh client; its agent's reports tell what happened
                     };
@@ -772,7 +826,8 @@ impl Job {
                     code,
                     message,
                 }) => {
-                    eprintln!("rsrun: rank {rank} called abort (code {code}): {message}");
+                    let job = crate::spawned::label();
+                    eprintln!("rsrun: {job}rank {rank} called abort (code {code}): {message}");
                     return self.shut_down(libc::SIGTERM, if code == 0 { 1 } else { code });
                 }
                 Ok(Event::Signal(sig)) => {
@@ -845,13 +900,19 @@ impl Job {
             Some(_) => format!(" on {}", self.host_name(self.host_of[rank as usize])),
             None => String::new(),
         };
-        eprintln!("rsrun: rank {rank}{on} (pid {pid}) {}", describe(status));
+        let job = std::env::var(crate::spawned::NAME_VAR)
+            .map(|name| format!("{name}: "))
+            .unwrap_or_default();
+        eprintln!(
+            "rsrun: {job}rank {rank}{on} (pid {pid}) {}",
+            describe(status)
+        );
         Some(code)
     }
 
     /// The exit code once every rank has exited normally, after the last output is in.
     fn finished(&mut self) -> Option<i32> {
-        if !self.running.is_empty() || !self.remote.is_empty() {
+        if !self.running.is_empty() || !self.remote.is_empty() || !self.spawned.is_empty() {
             return None;
         }
         self.drain_output(Instant::now() + self.drain_time());
@@ -939,7 +1000,8 @@ impl Job {
     /// Sends `first` to every running rank, escalates to SIGKILL after the grace period (or at
     /// a second signal to rsrun), waits for the ranks and their output, returns `code`.
     fn shut_down(mut self, first: libc::c_int, code: i32) -> i32 {
-        for &pid in self.running.keys() {
+        // A spawned job's rsrun passes the signal on to its ranks and waits for them.
+        for pid in self.running.keys().copied().chain(self.spawned.pids()) {
             signal_group(pid, first);
         }
         for agent in self.agents.iter().flatten() {
@@ -949,7 +1011,7 @@ impl Job {
                 .send(ToAgent::Command(AgentCommand::Signal(first)));
         }
         let grace_end = Instant::now() + self.grace;
-        while !self.running.is_empty() || !self.remote.is_empty() {
+        while !self.running.is_empty() || !self.remote.is_empty() || !self.spawned.is_empty() {
             match self
                 .events
                 .recv_timeout(grace_end.saturating_duration_since(Instant::now()))
@@ -970,7 +1032,7 @@ impl Job {
             let _ = agent.link.send(ToAgent::HangUp);
         }
         let kill_end = Instant::now() + KILL_WAIT;
-        while !self.running.is_empty() {
+        while !self.running.is_empty() || !self.spawned.is_empty() {
             match self
                 .events
                 .recv_timeout(kill_end.saturating_duration_since(Instant::now()))
@@ -1005,7 +1067,11 @@ impl Job {
     /// Records an event seen while the job is already ending.
     fn note(&mut self, event: Event) {
         match event {
+            Event::Spawn { reply, .. } => {
+                let _ = reply.send(SpawnVerdict::Refused("the job is ending".to_string()));
+            }
             Event::Exited { pid, status } => {
+                let _ = self.spawned.ended(pid, status);
                 if let Some(rank) = self.running.remove(&pid) {
                     if self.verbose {
                         eprintln!("rsrun: rank {rank} (pid {pid}) {}", describe(status));
@@ -1155,7 +1221,7 @@ fn kill_and_reap_pids(pids: &[libc::pid_t]) {
 }
 
 /// rsrun's exit code for a rank's wait status, or None when the rank succeeded.
-fn failure_code(status: libc::c_int) -> Option<i32> {
+pub(crate) fn failure_code(status: libc::c_int) -> Option<i32> {
     if libc::WIFEXITED(status) {
         Some(libc::WEXITSTATUS(status)).filter(|&code| code != 0)
     } else if libc::WIFSIGNALED(status) {
@@ -1166,7 +1232,7 @@ fn failure_code(status: libc::c_int) -> Option<i32> {
 }
 
 /// "exited with status 2", "killed by signal 9 (SIGKILL)".
-fn describe(status: libc::c_int) -> String {
+pub(crate) fn describe(status: libc::c_int) -> String {
     if libc::WIFEXITED(status) {
         format!("exited with status {}", libc::WEXITSTATUS(status))
     } else if libc::WIFSIGNALED(status) {

@@ -11,7 +11,9 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 
-use bootstrap::wire::{self, Request, Response, MAX_FRAME, MAX_HELLO_FRAME};
+use bootstrap::wire::{
+    self, Request, Response, SpawnApp, SpawnVerdict, MAX_FRAME, MAX_HELLO_FRAME,
+};
 use bootstrap::JOB_SECRET_KEY;
 
 use crate::job::Event;
@@ -36,6 +38,13 @@ pub enum Action {
     /// A rank said what it waits for, or that it moved again (`state` None); for the job's
     /// stall book. Nothing is answered.
     Stall { rank: u32, state: Option<Vec<u8>> },
+    /// A rank asked for a job of new ranks: the job starts it and answers on `conn`.
+    Spawn {
+        conn: ConnId,
+        rank: u32,
+        apps: Vec<SpawnApp>,
+        parent: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +84,13 @@ impl KvsState {
     pub fn with_job_secret(mut self, job_secret: &str) -> KvsState {
         self.store
             .insert(JOB_SECRET_KEY.to_string(), job_secret.as_bytes().to_vec());
+        self
+    }
+
+    /// Holds `value` under `key` from the start (a spawned job's `bootstrap::PARENT_KEY`), for
+    /// connections that proved to know the service's secret.
+    pub fn with_value(mut self, key: &str, value: &[u8]) -> KvsState {
+        self.store.insert(key.to_string(), value.to_vec());
         self
     }
 
@@ -138,6 +154,12 @@ impl KvsState {
                 state: Some(state),
             }],
             Request::Resumed => vec![Action::Stall { rank, state: None }],
+            Request::Spawn { apps, parent } => vec![Action::Spawn {
+                conn,
+                rank,
+                apps,
+                parent,
+            }],
             Request::Finalize => {
                 let mut actions = vec![Action::Reply(conn, Response::Ok)];
                 actions.extend(self.leave(conn));
@@ -242,6 +264,8 @@ enum Step {
     Write(ConnId, Writer, Response),
     Shut(Writer),
     Tell(Event),
+    /// Tell the job, wait for its verdict, write it.
+    Ask(ConnId, Writer, Event, mpsc::Receiver<SpawnVerdict>),
 }
 
 /// The running service. Dropping it does not stop it: it lives as long as rsrun.
@@ -251,19 +275,18 @@ pub struct KvsServer {
 
 impl KvsServer {
     /// Binds an ephemeral port on `ip` (127.0.0.1 for a one-host job, the unspecified address
-    /// when ranks on other hosts must reach it; the job secret keeps strangers out) and serves in
-    /// background threads. Aborts are reported to the job supervisor through `events`.
+    /// when ranks on other hosts must reach it; the job secret keeps strangers out) and serves
+    /// `state` in background threads. Aborts are reported to the job supervisor through
+    /// `events`.
     pub fn start(
-        size: u32,
-        secret: &[u8],
-        job_secret: &str,
+        state: KvsState,
         ip: IpAddr,
         events: mpsc::Sender<Event>,
     ) -> io::Result<KvsServer> {
         let listener = TcpListener::bind((ip, 0))?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Mutex::new(Shared {
-            state: KvsState::new(size, secret).with_job_secret(job_secret),
+            state,
             writers: HashMap::new(),
         }));
         thread::Builder::new()
@@ -346,11 +369,27 @@ fn serve_connection(
                         message,
                     })),
                     Action::Stall { rank, state } => Some(Step::Tell(Event::Stall { rank, state })),
+                    Action::Spawn {
+                        conn: to,
+                        rank,
+                        apps,
+                        parent,
+                    } => guard.writers.get(&to).map(|w| {
+                        let (reply, verdict) = mpsc::channel();
+                        let event = Event::Spawn {
+                            rank,
+                            apps,
+                            parent,
+                            reply,
+                        };
+                        Step::Ask(to, Arc::clone(w), event, verdict)
+                    }),
                 })
                 .collect()
         };
-        for step in steps {
+        for step in steps.into_iter().map(|step| ask_job(step, &events)) {
             match step {
+                Step::Ask(..) => {} // made a `Write` by `ask_job`
                 Step::Write(to, writer, response) => {
                     let written = wire::write_frame(&mut *lock_writer(&writer), &response.encode());
                     if written.is_err() {
@@ -373,6 +412,20 @@ fn serve_connection(
             return;
         }
     }
+}
+
+/// An `Ask` turned into the `Write` of the job's verdict, after telling the job and waiting
+/// for it (the asking rank waits for the answer anyway); other steps as they are.
+fn ask_job(step: Step, events: &mpsc::Sender<Event>) -> Step {
+    let Step::Ask(to, writer, event, verdict) = step else {
+        return step;
+    };
+    let _ = events.send(event);
+    // The job answers every spawn it receives; no answer means it is ending.
+    let verdict = verdict
+        .recv()
+        .unwrap_or_else(|_| SpawnVerdict::Refused("rsrun is ending the job".to_string()));
+    Step::Write(to, writer, Response::Value(verdict.encode()))
 }
 
 /// Locks a connection's write half; a panic while another thread wrote leaves nothing to
@@ -420,8 +473,8 @@ mod tests {
     #[test]
     fn a_rank_that_does_not_read_its_large_reply_holds_up_no_other_rank() {
         let (events, _) = mpsc::channel();
-        let server =
-            KvsServer::start(2, b"sekrit", "job", IpAddr::from([127, 0, 0, 1]), events).unwrap();
+        let state = KvsState::new(2, b"sekrit").with_job_secret("job");
+        let server = KvsServer::start(state, IpAddr::from([127, 0, 0, 1]), events).unwrap();
         let connect = |rank| {
             let mut stream = TcpStream::connect(server.addr()).unwrap();
             // Only so that a failure ends the test instead of hanging it.

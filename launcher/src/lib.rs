@@ -12,6 +12,7 @@ pub mod output;
 pub mod rankfile;
 pub mod signals;
 pub mod spawn;
+pub mod spawned;
 pub mod stall;
 pub mod stdin;
 pub mod words;

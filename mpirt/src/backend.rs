@@ -104,6 +104,58 @@ macro_rules! on_pml {
 }
 
 impl AnyPml {
+    /// Why this PML cannot take processes after start-up (a spawn's children or parents), if
+    /// it cannot: UCX's endpoints are made at wire-up; the native engine opens a bridge.
+    pub fn refuses_bridges(&self) -> Option<String> {
+        match self {
+            AnyPml::Native(_) => None,
+            #[cfg(feature = "ucx")]
+            AnyPml::Ucx(_) => Some(
+                "the UCX PML takes no processes after start-up (a spawn's children or \
+                 parents): run the job on the native PML (rsrun --pml native)"
+                    .into(),
+            ),
+        }
+    }
+
+    /// A bridge to processes met after start-up (see `pml::Bridge`): the native engine's.
+    pub fn open_bridge(
+        &mut self,
+        rank: Rank,
+        size: u32,
+        secret: &[u8; 32],
+    ) -> Result<pml::Bridge, EngineError> {
+        match self {
+            AnyPml::Native(engine) => engine.open_bridge(rank, size, secret),
+            #[cfg(feature = "ucx")]
+            AnyPml::Ucx(_) => Err(EngineError::Config(
+                self.refuses_bridges().expect("UCX refuses"),
+            )),
+        }
+    }
+
+    /// How many ranks this PML reaches: the world's, then those a bridge joined.
+    pub fn reachable(&self) -> u32 {
+        match self {
+            AnyPml::Native(engine) => engine.reachable(),
+            #[cfg(feature = "ucx")]
+            AnyPml::Ucx(ucx) => ucx.size(),
+        }
+    }
+
+    /// Joins the bridge `open_bridge` made with `peers`; their ranks for this PML.
+    pub fn join_bridge(
+        &mut self,
+        bridge: pml::Bridge,
+        peers: &[pml::BridgePeer],
+    ) -> Result<Vec<Rank>, EngineError> {
+        match self {
+            AnyPml::Native(engine) => engine.join_bridge(bridge, peers),
+            #[cfg(feature = "ucx")]
+            AnyPml::Ucx(_) => unreachable!("no bridge opens on UCX"),
+        }
+    }
+
     /// Opens the chosen PML and wires it up with every rank.
     pub fn new(
         choice: PmlChoice,

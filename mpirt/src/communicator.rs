@@ -29,6 +29,7 @@ pub use cartesian::{
 };
 pub(crate) use grid::Grid;
 pub use inter::{InterCommunicator, MergeOrder};
+pub(crate) use spawn::{disconnect_parent, join_parents};
 
 /// A process's rank in a communicator.
 pub type Rank = i32;
@@ -108,8 +109,14 @@ impl CommData {
     }
 
     /// The inter-communicator on the context `lease` holds between this process's group
-    /// (`local`, an intra-communicator of its own) and `remote`, world ranks in rank order.
-    fn inter(local: CommData, remote: Vec<u32>, lease: ContextLease) -> CommData {
+    /// (`local`, an intra-communicator of its own) and `remote`, world ranks in rank order;
+    /// `first_on_tie` as `inter::Sides` has it.
+    fn inter(
+        local: CommData,
+        remote: Vec<u32>,
+        first_on_tie: Option<bool>,
+        lease: ContextLease,
+    ) -> CommData {
         CommData {
             context: lease.id(),
             rank: local.rank,
@@ -121,7 +128,11 @@ impl CommData {
                 name: RefCell::new(String::new()),
                 grid: None,
                 attributes: Attributes::default(),
-                inter: Some(inter::Sides { remote, local }),
+                inter: Some(inter::Sides {
+                    remote,
+                    local,
+                    first_on_tie,
+                }),
                 _lease: Some(lease),
             }),
         }
@@ -699,11 +710,12 @@ pub trait Communicator {
             .map_err(|cause| Error::new("create_intercommunicator", cause))
     }
 
-    /// The inter-communicator to the processes that spawned this job (`MPI_Comm_get_parent`):
-    /// always `None`, since mpirt starts no processes at run time (see
-    /// [`Root::spawn`](crate::collective::Root::spawn)), so none has a parent.
+    /// The inter-communicator to the processes that spawned this job (`MPI_Comm_get_parent`),
+    /// or `None` for a job rsrun started itself (see
+    /// [`Root::spawn`](crate::collective::Root::spawn)). The same one every call, until
+    /// [`Universe::disconnect_parent`](crate::Universe::disconnect_parent).
     fn parent(&self) -> Option<InterCommunicator> {
-        None
+        spawn::parent()
     }
 
     /// Ends the whole job with exit code `errorcode` (1 if 0).

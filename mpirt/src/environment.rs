@@ -105,9 +105,11 @@ impl Universe {
     }
 
     /// Lets go of the inter-communicator to the parent processes (`MPI_Comm_disconnect` of
-    /// `MPI_Comm_get_parent`'s): nothing to do, as no mpirt process has a parent (see
-    /// [`Communicator::parent`]).
-    pub fn disconnect_parent(&mut self) {}
+    /// `MPI_Comm_get_parent`'s): [`Communicator::parent`] is `None` afterwards. Handles of it
+    /// taken before stay usable until they drop (rsmpi's would dangle).
+    pub fn disconnect_parent(&mut self) {
+        crate::communicator::disconnect_parent();
+    }
 
     /// The transports and protocols in use, as `rsrun --verbose` prints them.
     pub fn description(&self) -> String {
@@ -246,6 +248,9 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
             self_comm,
         })
     });
+    if let Err(e) = crate::communicator::join_parents(&universe.world) {
+        fatal(e);
+    }
     let provided = *PROVIDED.get_or_init(|| threading.min(Threading::Funneled));
     Some((universe, provided))
 }
@@ -294,6 +299,15 @@ pub(crate) fn predefined(
             Some(runtime) => Ok(pick(&runtime.world, &runtime.self_comm)),
             None => Err(Error::new("predefined communicator", Cause::NotInitialized)),
         }
+    })
+}
+
+/// Runs `f` on this process's line to its launcher (spawn's request goes there).
+pub(crate) fn with_bootstrap<R>(f: impl FnOnce(&mut Bootstrap) -> R) -> Result<R, Cause> {
+    RUNTIME.with(|slot| {
+        let mut slot = slot.try_borrow_mut().map_err(|_| Cause::NotInitialized)?;
+        let runtime = slot.as_mut().ok_or(Cause::NotInitialized)?;
+        Ok(f(&mut runtime.bootstrap))
     })
 }
 

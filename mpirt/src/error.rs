@@ -139,8 +139,9 @@ pub enum Cause {
     InvalidInterCommunicator(String),
     /// A spawn's arguments that cannot be (no processes, a program not found, ...).
     InvalidSpawn(String),
-    /// A spawn, which mpirt does not do.
-    SpawnUnsupported,
+    /// A spawn that did not start its processes or could not join them (the launcher cannot
+    /// start ranks at run time, it refused, or the wire-up with them failed): why.
+    SpawnFailed(String),
     /// A one-sided operation or synchronisation was refused (see `window`).
     Window(crate::window::WindowFault),
 }
@@ -314,13 +315,7 @@ impl fmt::Display for Cause {
             ),
             Cause::InvalidInterCommunicator(why) => f.write_str(why),
             Cause::InvalidSpawn(why) => write!(f, "invalid spawn: {why}"),
-            Cause::SpawnUnsupported => write!(
-                f,
-                "mpirt cannot start processes at run time (MPI_Comm_spawn): its launchers \
-                 start a job's processes together, and messaging takes no peers after \
-                 wire-up; start every process with the job (rsrun -n, or a multi-program \
-                 launch) and split the world instead"
-            ),
+            Cause::SpawnFailed(why) => write!(f, "spawn failed: {why}"),
             Cause::Window(fault) => fault.fmt(f),
             Cause::TagsDisagree { tag, other, rank } => write!(
                 f,

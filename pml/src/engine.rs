@@ -6,6 +6,7 @@
 //! that a buffer outlives its request — the contract of `post_send` and `post_recv`.
 
 mod api;
+mod bridge;
 
 use std::slice;
 use std::time::Duration;
@@ -21,6 +22,7 @@ use crate::transport::{
 };
 
 pub use crate::protocol::SendMode;
+pub use bridge::{Bridge, BridgePeer};
 
 /// A send buffer lent to the engine until the send completes.
 pub struct SendBuf {
@@ -86,6 +88,8 @@ pub struct Engine {
     /// The failure that stopped the engine (see `stop`); every later call that would move
     /// data returns it.
     failure: Option<PmlError>,
+    /// The settings it opened with, for transports opened later (`bridge.rs`).
+    config: EngineConfig,
 }
 
 impl Engine {
@@ -172,6 +176,7 @@ impl Engine {
             spin,
             yield_for,
             failure: None,
+            config: job.config,
         })
     }
 

@@ -402,6 +402,13 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         }
     }
 
+    /// One more peer, the next rank, reached as `caps` say (a process met after start-up).
+    pub fn add_peer(&mut self, caps: PeerCaps) {
+        let peer = self.peers.len() as Rank;
+        self.peers.push(Peer::default());
+        self.set_peer(peer, caps);
+    }
+
     /// Declares how `peer` is reached. Must precede any traffic with it.
     pub fn set_peer(&mut self, peer: Rank, caps: PeerCaps) {
         assert!(

@@ -2,7 +2,7 @@
 //! across hosts; `rsrun --agent ...` is the per-host agent rsrun itself starts over ssh.
 
 use launcher::cli::Cli;
-use launcher::{agent, fd_limit, job, signals};
+use launcher::{agent, fd_limit, job, signals, spawned};
 
 fn main() {
     // Before any thread exists, so that no thread can take SIGINT/SIGTERM/SIGHUP itself.
@@ -17,6 +17,9 @@ fn main() {
     let args: Vec<_> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == agent::FLAG) {
         std::process::exit(agent::main(&args[2..]));
+    }
+    if args.get(1).is_some_and(|a| a == spawned::EXEC_FLAG) {
+        std::process::exit(spawned::exec_main());
     }
     let mut cli = Cli::parse_args(args).unwrap_or_else(|e| e.exit());
     if let Err(e) = cli.resolve_stall_timeout() {

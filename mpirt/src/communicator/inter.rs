@@ -26,6 +26,11 @@ pub(crate) struct Sides {
     pub(crate) remote: Vec<u32>,
     /// This process's group, on a context of its own.
     pub(crate) local: CommData,
+    /// Whether this group comes first when both merge with the same order, where the leaders'
+    /// world ranks cannot say: a spawn's parents and children name each other by ranks each
+    /// process gives the other side as it meets it, so the parents come first. `None`: the
+    /// lower leader's world rank comes first.
+    pub(crate) first_on_tie: Option<bool>,
 }
 
 /// A communicator between two disjoint groups (`MPI_Comm` with `MPI_Comm_test_inter` true):
@@ -86,6 +91,11 @@ pub enum MergeOrder {
 }
 
 impl InterCommunicator {
+    /// The inter-communicator whose context and sides `data` holds (see `CommData::inter`).
+    pub(super) fn from_data(data: CommData) -> InterCommunicator {
+        InterCommunicator { data }
+    }
+
     fn sides(&self) -> &Sides {
         self.data
             .sides()
@@ -273,7 +283,7 @@ pub(super) fn create(
         None,
     );
     Ok(InterCommunicator {
-        data: CommData::inter(own, remote, context::lease(header[2] as u32)),
+        data: CommData::inter(own, remote, None, context::lease(header[2] as u32)),
     })
 }
 
@@ -381,7 +391,9 @@ fn exchange_with_leader(
         _ => return Err(not_a_leader()),
     }
     let theirs = bytes_words(&theirs);
-    let world = with_engine(|e| Ok(e.size()))? as u64;
+    // Ranks this process reaches: the world's, and those a spawn joined (a merged parent
+    // and child communicator's members).
+    let world = with_engine(|e| Ok(e.reachable()))? as u64;
     let size = theirs[3];
     if theirs[0] != LEADERS_MAGIC || size == 0 || size > world {
         return Err(not_a_leader());
@@ -448,7 +460,7 @@ fn merge(inter: &CommData, order: MergeOrder) -> Result<SimpleCommunicator, Caus
     let own_first = match (high, remote_high) {
         (false, true) => true,
         (true, false) => false,
-        _ => own[0] < sides.remote[0],
+        _ => sides.first_on_tie.unwrap_or(own[0] < sides.remote[0]),
     };
     let members = match own_first {
         true => [&own[..], &sides.remote[..]].concat(),

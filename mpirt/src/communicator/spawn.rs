@@ -1,22 +1,71 @@
 //! Dynamic processes (MPI's chapter 10): `spawn`, `spawn_multiple` and a spawned job's parent,
-//! as rsmpi has them. mpirt does not start processes at run time: a spawn checks its root's
-//! arguments as MPI would and then fails with the same named error on every process of the
-//! communicator, rather than hang or start processes that could not reach their parents. What it would take: rsrun
-//! starting ranks on a running job's request, and the messaging layer taking peers after
-//! wire-up (see the README's "Not supported").
+//! as rsmpi has them.
+//!
+//! The parents' root asks rsrun for the new job over its key-value connection
+//! (`Bootstrap::spawn`); rsrun starts it as a second job of its own (`launcher/src/spawned.rs`).
+//! The parents' root meanwhile listens on a port, whose address, a secret made for this spawn
+//! and the parents' count reach the children in their key-value space (`PARENT_KEY`), as
+//! MPICH's children find their parents' port name in theirs. Each side agrees inside itself on the
+//! context ids its members use and gathers its members' bridge endpoints (`pml::Bridge`); the
+//! children's root dials the port, proves the secret, and the two roots trade both; each root
+//! hands the other side's to its members, and every process joins the bridge (the parents are
+//! its ranks `0..parents`, the children the next ones) and makes the inter-communicator on the
+//! lowest context id that no process of either side uses. Under a launcher other than rsrun the
+//! root's request is refused, and every process of the communicator returns that named error.
 
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
+use bootstrap::wire::{self as kvs_wire, SpawnApp};
+use pml::BridgePeer;
+
+use crate::collective::CommunicatorCollectives;
+use crate::context::{self, Proposal, WORDS};
+use crate::environment::{with_bootstrap, with_engine};
 use crate::error::{Cause, Error, MpiError};
 
-use super::{CommData, Communicator, InterCommunicator, Rank, SimpleCommunicator};
+use super::{CommData, Communicator, Context, InterCommunicator, Rank, SimpleCommunicator};
 use crate::collective::Root;
+
+/// Bytes each process's bridge entry (its host and endpoint) takes in the gathers.
+const ENTRY: usize = 1024;
+/// How long the parents' root waits for the children's root to dial: the children may start
+/// on hosts reached over ssh. A child that dies ends the job sooner (rsrun watches them).
+const JOIN_LIMIT: Duration = Duration::from_secs(120);
+/// How long a connection to the port may take to prove the spawn's secret: a stranger that
+/// connects and stays silent must not hold the children's root out for long.
+const PROOF_LIMIT: Duration = Duration::from_secs(10);
+
+thread_local! {
+    /// The inter-communicator to this job's parents, for a spawned job.
+    static PARENT: std::cell::RefCell<Option<InterCommunicator>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// `MPI_Comm_get_parent`.
+pub(crate) fn parent() -> Option<InterCommunicator> {
+    PARENT.with(|p| p.borrow().clone())
+}
+
+/// `MPI_Comm_disconnect` of the parent.
+pub(crate) fn disconnect_parent() {
+    PARENT.with(|p| p.borrow_mut().take());
+}
+
+/// Why a spawn's root did not start the children, as it tells the others (0: it did).
+#[derive(Clone, Copy)]
+enum Verdict {
+    InvalidArguments = 1,
+    NotStarted = 2,
+}
 
 /// `MPI_Comm_spawn_multiple` of `maxprocs[i]` processes of `commands[i]` each, rooted at
 /// `root` of `comm`; the error names `operation`. Collective over `comm`: as in MPI, only the
-/// root's arguments count, so the root checks them and broadcasts its verdict, and every
-/// process returns the same error.
+/// root's arguments count, so the root checks them, asks rsrun, and broadcasts its verdict,
+/// and every process returns the same error or joins the children.
 pub(crate) fn spawn(
     operation: &'static str,
     comm: &CommData,
@@ -29,28 +78,376 @@ pub(crate) fn spawn(
         return Err(fail(Cause::InterCommunicator));
     }
     let root = comm.check_rank(root).map_err(fail)?;
-    // Why the root's arguments are wrong; empty where they are right.
+    // [verdict, children, the spawn's secret in 4 words], then why it failed.
+    let mut head = [0u64; 6];
     let mut why = Vec::new();
+    let mut port = None;
     if comm.rank == root {
-        if let Err(invalid) = check(commands, maxprocs) {
-            why = invalid.into_bytes();
+        match start(commands, maxprocs, comm.size) {
+            Ok((listener, children, secret)) => {
+                head[1] = u64::from(children);
+                for (word, bytes) in head[2..].iter_mut().zip(secret.chunks(8)) {
+                    *word = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
+                }
+                port = Some(listener);
+            }
+            Err((verdict, text)) => {
+                head[0] = verdict as u64;
+                why = text.into_bytes();
+            }
         }
     }
     let group = SimpleCommunicator::new(comm.clone());
     let from_root = group.process_at_rank(root as Rank);
+    let mpirt = |e: Error| MpiError::Mpirt(e);
+    from_root.try_broadcast_into(&mut head[..]).map_err(mpirt)?;
     let mut len = [why.len() as u64];
+    from_root.try_broadcast_into(&mut len[..]).map_err(mpirt)?;
+    why.resize(len[0] as usize, 0);
+    from_root.try_broadcast_into(&mut why[..]).map_err(mpirt)?;
+    let why = String::from_utf8_lossy(&why).into_owned();
+    if head[0] == Verdict::InvalidArguments as u64 {
+        return Err(fail(Cause::InvalidSpawn(why)));
+    }
+    if head[0] == Verdict::NotStarted as u64 {
+        return Err(fail(Cause::SpawnFailed(why)));
+    }
+    let mut secret = [0u8; 32];
+    for (bytes, word) in secret.chunks_mut(8).zip(&head[2..]) {
+        bytes.copy_from_slice(&word.to_le_bytes());
+    }
+    let children = head[1] as u32;
+    let side = Side {
+        first: 0,
+        size: comm.size + children,
+        their_first: comm.size,
+    };
+    join(comm, root, side, &secret, RootLink::Accept(port)).map_err(fail)
+}
+
+/// The root's part of a spawn before the others hear of it: checks the arguments, listens
+/// for the children, and asks rsrun to start them; returns the port, the children's count
+/// and the spawn's secret, or the verdict and why.
+fn start(
+    commands: &[&Command],
+    maxprocs: &[Rank],
+    parents: u32,
+) -> Result<(TcpListener, u32, [u8; 32]), (Verdict, String)> {
+    check(commands, maxprocs).map_err(|why| (Verdict::InvalidArguments, why))?;
+    let not_started = |why: String| (Verdict::NotStarted, why);
+    // Before anything starts: children that could not be joined would end the job.
+    if let Some(why) =
+        with_engine(|e| Ok(e.refuses_bridges())).map_err(|c| not_started(c.to_string()))?
+    {
+        return Err(not_started(why));
+    }
+    let secret_hex = bootstrap::random_hex(32)
+        .map_err(|e| not_started(format!("no randomness for the spawn's secret: {e}")))?;
+    let secret = unhex_secret(&secret_hex).expect("random_hex gives 32 bytes of hex");
+    let listener = TcpListener::bind("0.0.0.0:0")
+        .map_err(|e| not_started(format!("listening for the children: {e}")))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| not_started(format!("listening for the children: {e}")))?
+        .port();
+    let apps: Vec<SpawnApp> = commands
+        .iter()
+        .zip(maxprocs)
+        .map(|(command, &count)| SpawnApp {
+            program: command.get_program().to_string_lossy().into_owned(),
+            args: command
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            count: count as u32,
+        })
+        .collect();
+    let children = apps.iter().map(|a| a.count).sum();
+    // Where the children find their parents: `host:port`, the parents' count and the
+    // spawn's secret, which rsrun serves in their key-value space.
+    let parent = format!("{}:{port} {parents} {secret_hex}", host_name());
+    with_bootstrap(|b| b.spawn(apps, parent))
+        .map_err(|cause| not_started(cause.to_string()))?
+        .map_err(|e| not_started(e.to_string()))?;
+    Ok((listener, children, secret))
+}
+
+/// A spawned job's side of the spawn, from `initialize`: joins the parents that its
+/// key-value space names (rsrun sets `MPIRT_SPAWNED_AS` for a spawned job's ranks), for
+/// [`parent`].
+pub(crate) fn join_parents(world: &SimpleCommunicator) -> Result<(), Error> {
+    if std::env::var_os(bootstrap::vars::SPAWNED_AS).is_none() {
+        return Ok(());
+    }
+    let fail = |why: String| Error::new("initialize", Cause::SpawnFailed(why));
+    let text = with_bootstrap(|b| b.get(0, bootstrap::PARENT_KEY))
+        .map_err(|cause| Error::new("initialize", cause))?
+        .map_err(|e| fail(format!("where are the parents? {e}")))?;
+    let text = String::from_utf8_lossy(&text).into_owned();
+    let words: Vec<&str> = text.split(' ').collect();
+    let (port, parents, secret) = match words[..] {
+        [port, parents, secret] => (port, parents.parse::<u32>().ok(), unhex_secret(secret)),
+        _ => (text.as_str(), None, None),
+    };
+    let (Some(parents), Some(secret)) = (parents, secret) else {
+        return Err(fail(format!(
+            "'{}' is not an address, a count and a secret",
+            bootstrap::PARENT_KEY
+        )));
+    };
+    let local = world.data();
+    let side = Side {
+        first: parents,
+        size: parents + local.size,
+        their_first: 0,
+    };
+    let link = RootLink::Dial(port.to_string());
+    let inter = join(local, 0, side, &secret, link)
+        .map_err(|cause| fail(format!("joining the parents: {cause}")))?;
+    PARENT.with(|p| *p.borrow_mut() = Some(inter));
+    Ok(())
+}
+
+/// Where a side's processes sit on the bridge.
+#[derive(Clone, Copy)]
+struct Side {
+    /// The bridge rank of this side's rank 0.
+    first: u32,
+    /// Both sides' processes.
+    size: u32,
+    /// The bridge rank of the other side's rank 0.
+    their_first: u32,
+}
+
+/// How this side's root reaches the other's.
+enum RootLink {
+    /// The parents' root takes the children's root's call (the port, on the root only).
+    Accept(Option<TcpListener>),
+    /// The children's root dials the parents' port.
+    Dial(String),
+}
+
+/// Both sides' part after the children started: agree inside the side on the context ids
+/// in use, gather the side's bridge endpoints, trade both through the roots, join the
+/// bridge, and make the inter-communicator. Collective over `local`.
+fn join(
+    local: &CommData,
+    root: u32,
+    side: Side,
+    secret: &[u8; 32],
+    link: RootLink,
+) -> Result<InterCommunicator, Cause> {
+    let cause_of = |e: Error| e.cause().clone();
+    let proposal = Proposal {
+        valid: true,
+        fingerprint: 0,
+    };
+    let used = context::agree_on_used(local, proposal).map_err(cause_of)?;
+    let own_id = context::lowest_free(&used).ok_or(Cause::ContextIdsExhausted)?;
+    let mut offered = used;
+    offered[own_id as usize / 64] |= 1 << (own_id % 64);
+    let bridge = with_engine(|e| Ok(e.open_bridge(side.first + local.rank, side.size, secret)))?
+        .map_err(|e| Cause::SpawnFailed(e.to_string()))?;
+    let endpoint = bridge
+        .endpoint()
+        .map_err(|e| Cause::SpawnFailed(e.to_string()))?;
+    let mut entry = format!("{}\n{endpoint}", host_name()).into_bytes();
+    if entry.len() > ENTRY {
+        return Err(Cause::SpawnFailed(format!(
+            "this process's bridge endpoint takes {} bytes, more than {ENTRY}",
+            entry.len()
+        )));
+    }
+    entry.resize(ENTRY, 0);
+    let group = SimpleCommunicator::new(local.clone());
+    let mut entries = vec![0u8; ENTRY * local.size as usize];
+    group
+        .try_all_gather_into(&entry[..], &mut entries[..])
+        .map_err(cause_of)?;
+    // [failure (0: none), the inter-communicator's id, the other side's size], then the
+    // other side's entries; a root that failed says why in their place.
+    let mut header = [0u64; 3];
+    let mut theirs = Vec::new();
+    if local.rank == root {
+        let mine = message(&offered, local.size, &entries);
+        match trade(link, secret, &mine).and_then(|m| read_message(&m)) {
+            Ok((their_offered, count, their_entries)) => {
+                let mut union = offered;
+                for (word, their) in union.iter_mut().zip(&their_offered) {
+                    *word |= their;
+                }
+                match context::lowest_free(&union) {
+                    Some(id) => header = [0, u64::from(id), u64::from(count)],
+                    None => header[0] = 1,
+                }
+                theirs = their_entries;
+            }
+            Err(why) => {
+                header[0] = 1;
+                theirs = why.into_bytes();
+            }
+        }
+    }
+    let from_root = group.process_at_rank(root as Rank);
+    from_root
+        .try_broadcast_into(&mut header[..])
+        .map_err(cause_of)?;
+    let mut len = [theirs.len() as u64];
     from_root
         .try_broadcast_into(&mut len[..])
-        .map_err(MpiError::Mpirt)?;
-    why.resize(len[0] as usize, 0);
+        .map_err(cause_of)?;
+    theirs.resize(len[0] as usize, 0);
     from_root
-        .try_broadcast_into(&mut why[..])
-        .map_err(MpiError::Mpirt)?;
-    match why.is_empty() {
-        true => Err(fail(Cause::SpawnUnsupported)),
-        false => Err(fail(Cause::InvalidSpawn(
-            String::from_utf8_lossy(&why).into_owned(),
-        ))),
+        .try_broadcast_into(&mut theirs[..])
+        .map_err(cause_of)?;
+    if header[0] != 0 {
+        return Err(match theirs.is_empty() {
+            true => Cause::ContextIdsExhausted,
+            false => Cause::SpawnFailed(String::from_utf8_lossy(&theirs).into_owned()),
+        });
+    }
+    let peers: Vec<BridgePeer> = theirs
+        .chunks(ENTRY)
+        .take(header[2] as usize)
+        .zip(side.their_first..)
+        .map(|(entry, rank)| {
+            let text = String::from_utf8_lossy(entry);
+            let text = text.trim_end_matches('\0');
+            let (host, endpoint) = text.split_once('\n').unwrap_or((text, ""));
+            BridgePeer {
+                rank,
+                host: host.to_string(),
+                endpoint: endpoint.to_string(),
+            }
+        })
+        .collect();
+    let remote = with_engine(|e| Ok(e.join_bridge(bridge, &peers)))?
+        .map_err(|e| Cause::SpawnFailed(e.to_string()))?;
+    let own = CommData::new(
+        local.rank,
+        local.shared.group.clone(),
+        Context::Leased(context::lease(own_id)),
+        None,
+    );
+    let id = header[1] as u32;
+    Ok(InterCommunicator::from_data(CommData::inter(
+        own,
+        remote,
+        Some(side.first == 0),
+        context::lease(id),
+    )))
+}
+
+/// A root's message to the other root: the context ids its side uses, its size, and its
+/// members' bridge entries.
+fn message(offered: &[u64; WORDS], size: u32, entries: &[u8]) -> Vec<u8> {
+    let mut out: Vec<u8> = offered.iter().flat_map(|w| w.to_le_bytes()).collect();
+    out.extend_from_slice(&size.to_le_bytes());
+    out.extend_from_slice(entries);
+    out
+}
+
+/// What `message` wrote.
+fn read_message(bytes: &[u8]) -> Result<([u64; WORDS], u32, Vec<u8>), String> {
+    let bad = || "the other side's root sent a message that is not a spawn's".to_string();
+    if bytes.len() < WORDS * 8 + 4 {
+        return Err(bad());
+    }
+    let mut offered = [0u64; WORDS];
+    for (word, chunk) in offered.iter_mut().zip(bytes.chunks(8)) {
+        *word = u64::from_le_bytes(chunk.try_into().map_err(|_| bad())?);
+    }
+    let size_at = WORDS * 8;
+    let size = u32::from_le_bytes(bytes[size_at..size_at + 4].try_into().map_err(|_| bad())?);
+    let entries = bytes[size_at + 4..].to_vec();
+    if size == 0 || entries.len() != size as usize * ENTRY {
+        return Err(bad());
+    }
+    Ok((offered, size, entries))
+}
+
+/// The roots' trade: `mine` for the other root's message, over the port.
+fn trade(link: RootLink, secret: &[u8; 32], mine: &[u8]) -> Result<Vec<u8>, String> {
+    let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
+    match link {
+        RootLink::Accept(port) => {
+            let listener = port.ok_or("the spawn's root has no port")?;
+            let mut stream = accept_children(&listener, secret)?;
+            let theirs = kvs_wire::read_frame(&mut stream, kvs_wire::MAX_FRAME)
+                .map_err(|e| io("reading the children's root", e))?
+                .ok_or("the children's root closed the connection")?;
+            kvs_wire::write_frame(&mut stream, mine)
+                .map_err(|e| io("writing to the children's root", e))?;
+            Ok(theirs)
+        }
+        RootLink::Dial(port) => {
+            let addrs: Vec<_> = port
+                .to_socket_addrs()
+                .map_err(|e| io(&format!("finding the parents' port {port}"), e))?
+                .collect();
+            let mut stream = TcpStream::connect(&addrs[..])
+                .map_err(|e| io(&format!("dialling the parents' port {port}"), e))?;
+            let _ = stream.set_nodelay(true);
+            stream
+                .write_all(secret)
+                .and_then(|()| kvs_wire::write_frame(&mut stream, mine))
+                .map_err(|e| io("writing to the parents' root", e))?;
+            kvs_wire::read_frame(&mut stream, kvs_wire::MAX_FRAME)
+                .map_err(|e| io("reading the parents' root", e))?
+                .ok_or_else(|| "the parents' root closed the connection".to_string())
+        }
+    }
+}
+
+/// Takes the first connection on `listener` that proves the spawn's secret, within
+/// `JOIN_LIMIT`; strangers' connections are dropped.
+fn accept_children(listener: &TcpListener, secret: &[u8; 32]) -> Result<TcpStream, String> {
+    let deadline = Instant::now() + JOIN_LIMIT;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("the port: {e}"))?;
+    loop {
+        match listener.accept() {
+            Ok((mut stream, _)) => {
+                let mut proof = [0u8; 32];
+                let proved = stream.set_nonblocking(false).is_ok()
+                    && stream.set_read_timeout(Some(PROOF_LIMIT)).is_ok()
+                    && stream.read_exact(&mut proof).is_ok()
+                    // Every byte compared, whatever the first difference: no timing to learn.
+                    && proof.iter().zip(secret).fold(0, |d, (a, b)| d | (a ^ b)) == 0;
+                if proved && stream.set_read_timeout(Some(JOIN_LIMIT)).is_ok() {
+                    let _ = stream.set_nodelay(true);
+                    return Ok(stream);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "the children did not call the parents within {} s",
+                        JOIN_LIMIT.as_secs()
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(format!("waiting for the children's root: {e}")),
+        }
+    }
+}
+
+/// The 32 bytes that `hex` (64 hex digits) spells.
+fn unhex_secret(hex: &str) -> Option<[u8; 32]> {
+    pml::hex::decode(hex.as_bytes())?.try_into().ok()
+}
+
+/// This host's name, as other hosts of the job reach it.
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`, which it owns.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    match ok {
+        true => String::from_utf8_lossy(&buf[..end]).into_owned(),
+        false => "localhost".to_string(),
     }
 }
 

@@ -293,7 +293,7 @@ pub trait Transport {
     fn describe(&self, peers: usize) -> String;
 }
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for writes of its length; gethostname NUL-terminates within
     // it or truncates, and we stop at the first NUL or the end.

@@ -20,6 +20,7 @@ mod conn;
 mod contract;
 mod handshake;
 mod redial;
+mod renamed;
 #[cfg(test)]
 mod tests;
 
@@ -33,6 +34,7 @@ use slab::Slab;
 pub use addrs::parse_selectors;
 pub use contract::TCP_MAX_FRAME;
 pub use handshake::JobSecret;
+pub(crate) use renamed::Renamed;
 
 use super::epoll::{interest, Epoll, Ready};
 use super::{Sent, Sink};
@@ -166,6 +168,10 @@ pub struct TcpTransport {
     /// `contract.rs`).
     rounds_to_skip: u32,
     quiet_rounds: u32,
+    /// The engine's rank of each of this transport's ranks, where they differ: a bridge to
+    /// spawned ranks numbers its ranks its own way (`engine/bridge.rs`); `None` for the
+    /// world's TCP, whose ranks are the engine's.
+    pub(crate) names: Option<Box<[Rank]>>,
 }
 
 fn io_error(what: &str, e: io::Error) -> String {
@@ -242,6 +248,7 @@ impl TcpTransport {
             accept_pauses: 0,
             rounds_to_skip: 0,
             quiet_rounds: 0,
+            names: None,
         })
     }
 

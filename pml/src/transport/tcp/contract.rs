@@ -4,7 +4,8 @@
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
-use super::{parse_selectors, TcpConfig, TcpTransport};
+use super::{parse_selectors, JobSecret, Renamed, TcpConfig, TcpTransport};
+use crate::config::EngineConfig;
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::pml_api::EngineError;
@@ -35,20 +36,34 @@ impl TcpTransport {
     /// polled every round at little cost (shared memory), so quiet sockets are polled only
     /// every few rounds, a poll being a syscall.
     pub fn open(job: &mut Job, polled_cheaply: bool) -> Result<TcpTransport, EngineError> {
-        let interfaces = parse_selectors(&job.config.tcp_interfaces)
+        let secret = job.wireup.job_secret().map_err(EngineError::Wireup)?;
+        let t = TcpTransport::listen(job.rank, job.size, &secret, &job.config, polled_cheaply)?;
+        let endpoint = t.endpoint().map_err(failed)?;
+        job.put(&format!("pml.tcp.{}", job.rank), endpoint.as_bytes())?;
+        Ok(t)
+    }
+
+    /// Listens as rank `rank` of `size` ranks that share `secret`, with `config`'s
+    /// settings: the part of `open` that needs no key-value exchange, which a bridge to
+    /// spawned ranks (`engine/bridge.rs`) makes its own.
+    pub fn listen(
+        rank: Rank,
+        size: u32,
+        secret: &JobSecret,
+        config: &EngineConfig,
+        polled_cheaply: bool,
+    ) -> Result<TcpTransport, EngineError> {
+        let interfaces = parse_selectors(&config.tcp_interfaces)
             .map_err(|e| EngineError::Config(format!("MPIRT_TCP_IF (--tcp-if): {e}")))?;
-        let config = TcpConfig {
+        let tcp_config = TcpConfig {
             interfaces,
-            max_staged_payload: job.config.tcp_eager_limit,
+            max_staged_payload: config.tcp_eager_limit,
             connect_timeout: TCP_CONNECT_TIMEOUT,
             handshake_limit: TCP_HANDSHAKE_LIMIT,
             dial_deadline: TCP_DIAL_DEADLINE,
-            verbose: job.config.verbose,
+            verbose: config.verbose,
         };
-        let secret = job.wireup.job_secret().map_err(EngineError::Wireup)?;
-        let mut t = TcpTransport::new(job.rank, job.size, &secret, config).map_err(failed)?;
-        let endpoint = t.endpoint().map_err(failed)?;
-        job.put(&format!("pml.tcp.{}", job.rank), endpoint.as_bytes())?;
+        let mut t = TcpTransport::new(rank, size, secret, tcp_config).map_err(failed)?;
         if polled_cheaply {
             t.quiet_rounds = TCP_QUIET_ROUNDS;
         }
@@ -76,6 +91,19 @@ impl TcpTransport {
     }
 }
 
+/// A failure of a bridge's connection under the engine's name of the peer (so that the
+/// engine's errors name its host), as `Renamed` hands on what arrives.
+fn renamed_error(e: PmlError, names: Option<&[Rank]>) -> PmlError {
+    match (e, names) {
+        (PmlError::Transport { peer, host, cause }, Some(names)) => PmlError::Transport {
+            peer: names.get(peer as usize).copied().unwrap_or(peer),
+            host,
+            cause,
+        },
+        (e, _) => e,
+    }
+}
+
 impl Transport for TcpTransport {
     fn caps(&self) -> Caps {
         Caps {
@@ -89,8 +117,11 @@ impl Transport for TcpTransport {
         }
     }
 
+    /// `peer.index` is this transport's rank of the peer: the world rank, or its rank
+    /// among a bridge's ranks (see `names`).
     fn try_send(&mut self, peer: Peer, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError> {
-        self.send(peer.rank, header, payload)
+        self.send(peer.index, header, payload)
+            .map_err(|e| renamed_error(e, self.names.as_deref()))
     }
 
     fn poll(&mut self, sink: &mut impl Sink) -> Result<usize, PmlError> {
@@ -98,7 +129,20 @@ impl Transport for TcpTransport {
             self.rounds_to_skip -= 1;
             return Ok(0);
         }
-        let n = TcpTransport::poll(self, sink)?;
+        let n = match self.names.take() {
+            None => TcpTransport::poll(self, sink)?,
+            Some(names) => {
+                let polled = TcpTransport::poll(
+                    self,
+                    &mut Renamed {
+                        sink,
+                        names: &names,
+                    },
+                );
+                self.names = Some(names);
+                polled?
+            }
+        };
         if n == 0 {
             self.rounds_to_skip = self.quiet_rounds;
         }
