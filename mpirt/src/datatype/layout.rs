@@ -65,12 +65,9 @@ pub(crate) fn mul(a: usize, b: usize, what: &'static str) -> Result<usize, TooLa
         .ok_or(TooLarge::Bytes(what))
 }
 
-/// One run of bytes of an element, `offset` bytes from the element's start.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Block {
-    pub offset: usize,
-    pub len: usize,
-}
+/// One run of bytes of an element, `offset` bytes from the element's start: the PML's, so
+/// that a send's blocks reach it as they are (see `pml::blocks`).
+pub(crate) use pml::blocks::Block;
 
 /// A basic element of a signature.
 #[derive(Clone, Copy, Debug)]
@@ -554,7 +551,6 @@ impl Layout {
         }
     }
 
-    #[cfg(test)]
     pub fn blocks(&self) -> &[Block] {
         &self.blocks
     }
