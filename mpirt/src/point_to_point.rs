@@ -6,6 +6,7 @@
 
 use std::mem::MaybeUninit;
 use std::panic::Location;
+use std::slice;
 use std::sync::Arc;
 
 use pml::RecvBuf;
@@ -457,8 +458,15 @@ impl Outgoing {
         datatype: Datatype,
     ) -> Result<Outgoing, Cause> {
         let layout = datatype.layout()?;
-        let blocks = pml::blocks::Blocks::new(ptr, count, layout.extent, layout.blocks())
-            .expect("a view's packed size was checked to fit");
+        // A column is one block at a stride, not a list as long as the column for the
+        // receiver to read: where the elements continue the stride (or are one).
+        let blocks = match layout.regular() {
+            Some(r) if count == 1 || layout.extent == r.times * r.stride => {
+                pml::blocks::Blocks::new(ptr, count * r.times, r.stride, slice::from_ref(&r.block))
+            }
+            _ => pml::blocks::Blocks::new(ptr, count, layout.extent, layout.blocks()),
+        }
+        .expect("a view's packed size was checked to fit");
         let len = blocks.len();
         Ok(Outgoing {
             ptr: std::ptr::null(),

@@ -892,9 +892,13 @@ fn random_layouts_match_the_serial_model_on_shared_memory() {
 }
 
 /// Shared memory with the arenas off: rendezvous reads of non-contiguous sends go by
-/// process_vm_readv over the sender's blocks (with them on, by memcpy from its arena).
+/// process_vm_readv over the sender's blocks, however short (with the arenas on, by memcpy
+/// from the sender's).
 fn cma() -> Vec<(&'static str, String)> {
-    vec![("MPIRT_SHM_ARENA", "0".to_string())]
+    vec![
+        ("MPIRT_SHM_ARENA", "0".to_string()),
+        ("MPIRT_SHM_IN_PLACE_MIN_BLOCK", "1".to_string()),
+    ]
 }
 
 #[test]

@@ -130,6 +130,50 @@ impl Blocks {
         Ok(())
     }
 
+    /// The address of the first element.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// The bytes one block carries on average: what a copy per block moves.
+    pub fn mean_block(&self) -> usize {
+        match self.n_blocks {
+            0 => 0,
+            n => (self.element_len / n) as usize,
+        }
+    }
+
+    /// The lowest address and the end of the bytes the elements' blocks reach (of `list`,
+    /// this description's block list), unless they would pass the end of the address space.
+    pub fn span(&self, list: &[Block]) -> Option<(u64, u64)> {
+        let low = list.iter().map(|b| b.offset as u64).min()?;
+        let high = list.iter().map(|b| b.offset as u64 + b.len as u64).max()?;
+        let last = self.count.checked_sub(1)?.checked_mul(self.extent)?;
+        let end = self.base.checked_add(last)?.checked_add(high)?;
+        Some((self.base.checked_add(low)?, end))
+    }
+
+    /// Calls `f` with each block's address and length, in packing order, for the first `len`
+    /// packed bytes (the last block cut short where they end), skipping empty blocks: a
+    /// tight loop, for copies block by block.
+    pub fn for_each_block(&self, list: &[Block], len: usize, mut f: impl FnMut(u64, usize)) {
+        let mut left = len;
+        let mut element = self.base;
+        for _ in 0..self.count {
+            for b in list {
+                let n = b.len.min(left);
+                if n > 0 {
+                    f(element.wrapping_add(b.offset as u64), n);
+                    left -= n;
+                }
+            }
+            if left == 0 {
+                return;
+            }
+            element = element.wrapping_add(self.extent);
+        }
+    }
+
     /// Packs the elements' bytes, all [`len`](Self::len) of them, at `dst`.
     ///
     /// # Safety
@@ -142,12 +186,12 @@ impl Blocks {
             std::slice::from_raw_parts(self.blocks as usize as *const Block, self.n_blocks as usize)
         };
         let mut at = 0;
-        for (addr, len) in self.runs(list, 0, self.len()) {
-            // SAFETY: the run lies in an element's block, readable (this function's
-            // contract); `at + len` stays within the `len()` bytes at `dst`.
+        self.for_each_block(list, self.len(), |addr, len| {
+            // SAFETY: the block lies in an element, readable (this function's contract);
+            // `at + len` stays within the `len()` bytes at `dst`.
             unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, dst.add(at), len) };
             at += len;
-        }
+        });
     }
 
     /// The packed bytes `start..start + len` as runs of addresses, in packing order, with

@@ -582,6 +582,8 @@ fn non_contiguous_sends_are_read_in_place() {
     };
     let config = EngineConfig {
         shm_eager_limit: LIMIT,
+        // Outside the arena, 8-byte blocks are read in place too (by default they are packed).
+        shm_in_place_min_block: 8,
         ..EngineConfig::default()
     };
     let mut e = Engine::new(&mut w, config).unwrap();

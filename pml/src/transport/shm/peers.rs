@@ -61,6 +61,9 @@ pub struct ShmPeers {
     mapped_reads: u64,
     /// Rendezvous reads of non-contiguous sends in place (`expose_blocks`).
     in_place_reads: u64,
+    /// The shortest mean block a send outside the arena is read in place with, by
+    /// process_vm_readv (see `EngineConfig::shm_in_place_min_block`).
+    in_place_min_block: usize,
 }
 
 impl ShmOpening {
@@ -164,6 +167,7 @@ impl ShmOpening {
             arena_wanted: job.config.shm_arena_eager_limit,
             mapped_reads: 0,
             in_place_reads: 0,
+            in_place_min_block: job.config.shm_in_place_min_block,
         })
     }
 }
@@ -361,7 +365,7 @@ impl Transport for ShmPeers {
         let arena = self.arenas.get(local).and_then(Option::as_ref);
         if key.key == blocks::IN_PLACE {
             let result = read_in_place(self.pids[local], arena, key.addr, target);
-            self.mapped_reads += result.as_ref().map_or(0, |&runs| u64::from(runs > 0));
+            self.mapped_reads += result.as_ref().map_or(0, |&mapped| u64::from(mapped));
             self.in_place_reads += 1;
             return Ok(Reading::Finished(result.map(drop)));
         }
@@ -390,9 +394,15 @@ impl Transport for ShmPeers {
     }
 
     /// Where this rank reads its peers' memory (CMA works), a peer reads a non-contiguous
-    /// send in place: the description's address, which the send keeps alive.
+    /// send in place, from our arena or in blocks of `in_place_min_block` bytes or more: the
+    /// description's address, which the send keeps alive.
     fn expose_blocks(&mut self, _peer: Rank, blocks: &Blocks) -> Option<RemoteKey> {
-        self.cma.is_ok().then_some(RemoteKey {
+        // From our arena, which the peers map, a copy per block; elsewhere each iovec pins
+        // the pages it covers, which short blocks do not repay (the send is packed).
+        let from_arena = self.arena_eager_limit.is_some()
+            && shared_arena::GLOBAL.contains(blocks.base() as usize as *const u8);
+        let read_in_place = from_arena || blocks.mean_block() >= self.in_place_min_block;
+        (self.cma.is_ok() && read_in_place).then_some(RemoteKey {
             addr: blocks as *const Blocks as u64,
             key: blocks::IN_PLACE,
         })
