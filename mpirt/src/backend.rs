@@ -11,6 +11,7 @@ pub(crate) mod hooks;
 use std::env;
 use std::time::Duration;
 
+use pml::blocks::Blocks;
 #[cfg(feature = "ucx")]
 use pml::ucx::{UcxConfig, UcxMessage, UcxPml};
 use pml::RecvBuf;
@@ -230,6 +231,21 @@ impl Pml for AnyPml {
         // SAFETY: the caller's guarantees are passed on unchanged.
         on_pml!(self, p => unsafe {
             p.post_awaited_send(context, source, peer, tag, mode, buf, len)
+        })
+    }
+
+    unsafe fn post_send_blocks(
+        &mut self,
+        context: ContextId,
+        source: Rank,
+        peer: Rank,
+        tag: Tag,
+        mode: SendMode,
+        blocks: &Blocks,
+    ) -> Result<Option<Handle>, PmlError> {
+        // SAFETY: the caller's guarantees are passed on unchanged.
+        on_pml!(self, p => unsafe {
+            p.post_send_blocks(context, source, peer, tag, mode, blocks)
         })
     }
 

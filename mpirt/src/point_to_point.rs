@@ -6,6 +6,7 @@
 
 use std::mem::MaybeUninit;
 use std::panic::Location;
+use std::slice;
 use std::sync::Arc;
 
 use pml::RecvBuf;
@@ -179,7 +180,8 @@ pub(crate) enum Landing {
         element: usize,
         type_name: &'static str,
     },
-    /// Memory the request owns (a staging buffer, a send's packed copy): boxed, and one
+    /// Memory the request owns (a staging buffer, a send's buffer description or packed
+    /// copy): boxed, and one
     /// variant, so that only these rare cases pay for its size and for finishing and freeing
     /// it, out of line ([`Owned::finish`]).
     Owned(Box<Owned>),
@@ -189,10 +191,10 @@ pub(crate) enum Landing {
 pub(crate) enum Owned {
     /// A staging buffer, checked before the user's buffer sees it.
     Staged(Staging),
-    /// Not a receive's: an immediate send's packed copy of a non-contiguous buffer, kept
-    /// until the send completes.
-    #[allow(dead_code)] // Held, not read: it owns the bytes the engine sends from.
-    Packed(Vec<u8>),
+    /// Not a receive's: an immediate send's non-contiguous buffer, its description and
+    /// any packed copy kept until the send completes.
+    #[allow(dead_code)] // Held, not read: it owns what the engine or the receiver reads.
+    Sending(Box<Gathered>),
 }
 
 pub(crate) struct Staging {
@@ -268,7 +270,7 @@ impl RecvSlot {
         match &mut self.landing {
             Landing::Owned(owned) => match &mut **owned {
                 Owned::Staged(staging) => (staging.bytes.as_mut_ptr(), self.len),
-                Owned::Packed(_) => (self.ptr, self.len),
+                Owned::Sending(_) => (self.ptr, self.len),
             },
             Landing::Direct { .. } => (self.ptr, self.len),
         }
@@ -288,10 +290,11 @@ impl RecvSlot {
 }
 
 impl Landing {
-    /// An immediate send's packed copy, kept: out of the way of sends of contiguous buffers.
+    /// What an immediate send of a non-contiguous buffer keeps: out of the way of sends of
+    /// contiguous buffers.
     #[cold]
-    fn packed(packed: Vec<u8>) -> Landing {
-        Landing::Owned(Box::new(Owned::Packed(packed)))
+    fn sending(gathered: Box<Gathered>) -> Landing {
+        Landing::Owned(Box::new(Owned::Sending(gathered)))
     }
 
     /// Checks what arrived and moves it into the user's buffer.
@@ -390,68 +393,128 @@ pub(crate) unsafe fn start_receive(
     with_engine(|e| unsafe { e.start_recv(comm.context, source, tag, ptr, len) })
 }
 
-/// The bytes a send puts on the wire: the buffer's own, or a packed copy of a buffer whose
-/// datatype has gaps (a vector, a struct with padding), which the send must keep until it
-/// completes.
-///
-/// The copy is made once, here, and handed to the engine as any contiguous message; the
-/// engine's zero-copy paths (CMA iovecs, verbs scatter-gather, UCX iov datatypes) do not yet
-/// read the blocks in place (see ARCHITECTURE.md).
+/// The bytes a send puts on the wire: the buffer's own, or those of a buffer whose datatype
+/// has gaps (a vector, a struct with padding), read in place by the receiver where the PML
+/// can (`Pml::post_send_blocks`: a shared-memory rendezvous), else packed once into a copy.
+/// Either is kept until the send completes.
 pub(crate) struct Outgoing {
+    /// Null while a non-contiguous buffer made by [`to_send`](Self::to_send) is not packed.
     ptr: *const u8,
     len: usize,
-    packed: Option<Vec<u8>>,
+    gathered: Option<Box<Gathered>>,
+}
+
+/// What a send of a non-contiguous buffer keeps: its description for a read in place (in a
+/// box, whose address the receiver is given), the layout whose block list that names, and
+/// the packed copy where the send went packed.
+pub(crate) struct Gathered {
+    blocks: pml::blocks::Blocks,
+    /// Its block list is the one `blocks` names.
+    layout: Arc<Layout>,
+    base: *const u8,
+    count: usize,
+    packed: Vec<u8>,
 }
 
 impl Outgoing {
-    /// What sending `buf` puts on the wire.
+    /// What sending `buf` puts on the wire, packed at once if its datatype has gaps: for the
+    /// callers that read the bytes themselves (collectives, buffered sends).
     #[inline]
     pub(crate) fn of<B: Buffer + ?Sized>(buf: &B) -> Result<Outgoing, Cause> {
+        let mut out = Outgoing::to_send(buf)?;
+        if out.ptr.is_null() {
+            out.pack();
+        }
+        Ok(out)
+    }
+
+    /// What a point-to-point send of `buf` puts on the wire: a non-contiguous buffer is
+    /// packed only if the PML does not read it in place ([`post_send`]).
+    #[inline]
+    pub(crate) fn to_send<B: Buffer + ?Sized>(buf: &B) -> Result<Outgoing, Cause> {
         let datatype = buf.datatype();
         if !datatype.is_contiguous() {
             // SAFETY: `Buffer` makes the pointer valid for the span of `count()` elements of
             // its datatype (checked where a view is made), initialized where the blocks lie.
-            return unsafe { Outgoing::packed(buf.pointer(), buf.count(), datatype) };
+            return unsafe { Outgoing::gathered(buf.pointer(), buf.count(), datatype) };
         }
         Ok(Outgoing {
             ptr: buf.pointer(),
             len: buf.byte_len(),
-            packed: None,
+            gathered: None,
         })
     }
 
-    /// `count` elements of `datatype` at `ptr`, packed: kept out of the way of sends of plain
-    /// contiguous types.
+    /// `count` elements of `datatype` at `ptr`, described and not yet packed: kept out of
+    /// the way of sends of plain contiguous types.
     ///
     /// # Safety
     /// `ptr` must be valid for reads of the span of `count` elements of `datatype`,
-    /// initialized where its blocks lie.
+    /// initialized where its blocks lie, while the `Outgoing` (or what it is kept as) lives.
     #[cold]
-    unsafe fn packed(ptr: *const u8, count: usize, datatype: Datatype) -> Result<Outgoing, Cause> {
+    unsafe fn gathered(
+        ptr: *const u8,
+        count: usize,
+        datatype: Datatype,
+    ) -> Result<Outgoing, Cause> {
         let layout = datatype.layout()?;
-        let mut packed = vec![0u8; count * datatype.size()];
-        // SAFETY: forwarded from this function's contract.
-        unsafe { layout.pack(count, ptr, &mut packed) };
+        // A column is one block at a stride, not a list as long as the column for the
+        // receiver to read: where the elements continue the stride (or are one).
+        let blocks = match layout.regular() {
+            Some(r) if count == 1 || layout.extent == r.times * r.stride => {
+                pml::blocks::Blocks::new(ptr, count * r.times, r.stride, slice::from_ref(&r.block))
+            }
+            _ => pml::blocks::Blocks::new(ptr, count, layout.extent, layout.blocks()),
+        }
+        .expect("a view's packed size was checked to fit");
+        let len = blocks.len();
         Ok(Outgoing {
-            ptr: packed.as_ptr(),
-            len: packed.len(),
-            packed: Some(packed),
+            ptr: std::ptr::null(),
+            len,
+            gathered: Some(Box::new(Gathered {
+                blocks,
+                layout,
+                base: ptr,
+                count,
+                packed: Vec::new(),
+            })),
         })
+    }
+
+    /// Packs a non-contiguous buffer into its copy, which the send then sends.
+    #[cold]
+    fn pack(&mut self) {
+        let gathered = self
+            .gathered
+            .as_mut()
+            .expect("only a gathered buffer is unpacked");
+        let mut packed = vec![0u8; self.len];
+        // SAFETY: `to_send`'s buffer holds `count` elements at `base`, valid for reads while
+        // this `Outgoing` lives.
+        unsafe {
+            gathered
+                .layout
+                .pack(gathered.count, gathered.base, &mut packed)
+        };
+        self.ptr = packed.as_ptr();
+        gathered.packed = packed;
     }
 
     /// The bytes, for a copy of them.
     pub(crate) fn bytes(&self) -> &[u8] {
+        debug_assert!(!self.ptr.is_null(), "bytes of an unpacked send");
         // SAFETY: the packed copy, or a `Buffer`'s contiguous bytes, borrowed while the
         // `Outgoing` made from it lives.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
-    /// What an immediate send posted as `handle` keeps until it completes: the packed copy,
-    /// if any, unless the transport took the send as it started.
+    /// What an immediate send posted as `handle` keeps until it completes: the description
+    /// and packed copy of a non-contiguous buffer, unless the transport took the send as it
+    /// started.
     #[inline]
     pub(crate) fn into_kept(self, handle: Handle) -> Option<Landing> {
-        match self.packed {
-            Some(packed) if handle != Handle::SENT => Some(Landing::packed(packed)),
+        match self.gathered {
+            Some(gathered) if handle != Handle::SENT => Some(Landing::sending(gathered)),
             _ => None,
         }
     }
@@ -468,8 +531,12 @@ pub(crate) unsafe fn post_send(
     dest: Rank,
     tag: Tag,
     mode: SendMode,
-    buf: &Outgoing,
+    buf: &mut Outgoing,
 ) -> Result<Handle, Cause> {
+    if buf.ptr.is_null() {
+        // SAFETY: forwarded from this function's contract.
+        return unsafe { post_unpacked(comm, dest, tag, mode, buf, false) };
+    }
     // SAFETY: forwarded from this function's contract.
     unsafe { post_send_as(comm, dest, tag, mode, buf, false) }
 }
@@ -485,14 +552,18 @@ pub(crate) unsafe fn post_awaited_send(
     dest: Rank,
     tag: Tag,
     mode: SendMode,
-    buf: &Outgoing,
+    buf: &mut Outgoing,
 ) -> Result<Handle, Cause> {
+    if buf.ptr.is_null() {
+        // SAFETY: forwarded from this function's contract.
+        return unsafe { post_unpacked(comm, dest, tag, mode, buf, true) };
+    }
     // SAFETY: forwarded from this function's contract.
     unsafe { post_send_as(comm, dest, tag, mode, buf, true) }
 }
 
 /// # Safety
-/// As for [`post_send`].
+/// As for [`post_send`], with `buf` packed or contiguous.
 #[inline]
 unsafe fn post_send_as(
     comm: &CommData,
@@ -515,6 +586,39 @@ unsafe fn post_send_as(
             e.post_send(context, source, peer, tag, mode, ptr, len)
         }
     })
+}
+
+/// A send of a non-contiguous buffer not packed yet: read in place by the receiver where the
+/// PML can, else packed now and sent as the copy. Out of line, so that sends of contiguous
+/// buffers pay one test for it.
+///
+/// # Safety
+/// As for [`post_send`].
+#[cold]
+#[inline(never)]
+unsafe fn post_unpacked(
+    comm: &CommData,
+    dest: Rank,
+    tag: Tag,
+    mode: SendMode,
+    buf: &mut Outgoing,
+    awaited: bool,
+) -> Result<Handle, Cause> {
+    let peer = comm.target(dest)?;
+    let checked_tag = check_tag(tag)?;
+    let gathered = buf.gathered.as_ref().expect("an unpacked send is gathered");
+    let blocks = &gathered.blocks;
+    // SAFETY: the description lies in the box the `Outgoing` keeps, and the memory and block
+    // list it names live as long (this function's contract, and the layout `Gathered` holds).
+    let sent = with_engine(|e| unsafe {
+        e.post_send_blocks(comm.context, comm.rank, peer, checked_tag, mode, blocks)
+    })?;
+    if let Some(handle) = sent {
+        return Ok(handle);
+    }
+    buf.pack();
+    // SAFETY: forwarded from this function's contract; `buf` is packed now.
+    unsafe { post_send_as(comm, dest, tag, mode, buf, awaited) }
 }
 
 /// A blocking probe, as the stall report names it.
@@ -993,8 +1097,8 @@ pub trait Destination {
                 bytes: Some(buf.byte_len()),
             });
         }
-        Outgoing::of(buf)
-            .and_then(|out| {
+        Outgoing::to_send(buf)
+            .and_then(|mut out| {
                 // SAFETY: `buf` and `out` live for this whole call, which waits for completion.
                 unsafe {
                     post_awaited_send(
@@ -1002,7 +1106,7 @@ pub trait Destination {
                         self.destination_rank(),
                         tag,
                         mode,
-                        &out,
+                        &mut out,
                     )
                 }
                 .and_then(wait_handle)
@@ -1024,10 +1128,12 @@ pub trait Destination {
             SendMode::Synchronous => "immediate synchronous send",
         };
         let dest = self.destination_rank();
-        let out = Outgoing::of(buf).map_err(|c| Error::new(self.describe_send(what, tag), c))?;
-        // SAFETY: the request keeps `buf` lent for `'a`, and `out`'s packed copy, if any,
-        // until it completes; the scope does not end before the request completes.
-        match unsafe { post_send(self.destination_comm(), dest, tag, mode, &out) } {
+        let mut out =
+            Outgoing::to_send(buf).map_err(|c| Error::new(self.describe_send(what, tag), c))?;
+        // SAFETY: the request keeps `buf` lent for `'a`, and what `out` holds of a
+        // non-contiguous buffer (its description, a packed copy) until it completes; the scope
+        // does not end before the request completes.
+        match unsafe { post_send(self.destination_comm(), dest, tag, mode, &mut out) } {
             Ok(handle) => {
                 let kept = out.into_kept(handle);
                 Ok(Request::send(

@@ -891,6 +891,22 @@ fn random_layouts_match_the_serial_model_on_shared_memory() {
     }
 }
 
+/// Shared memory with the arenas off: rendezvous reads of non-contiguous sends go by
+/// process_vm_readv over the sender's blocks, however short (with the arenas on, by memcpy
+/// from the sender's).
+fn cma() -> Vec<(&'static str, String)> {
+    vec![
+        ("MPIRT_SHM_ARENA", "0".to_string()),
+        ("MPIRT_SHM_IN_PLACE_MIN_BLOCK", "1".to_string()),
+    ]
+}
+
+#[test]
+fn random_layouts_match_the_serial_model_on_shared_memory_by_cma() {
+    let out = ok(3, "layouts", &cma());
+    assert_eq!(out.matches("layouts ok").count(), 3, "{out}");
+}
+
 #[test]
 fn random_layouts_match_the_serial_model_over_tcp() {
     let out = ok(3, "layouts", &tcp());
@@ -900,6 +916,12 @@ fn random_layouts_match_the_serial_model_over_tcp() {
 #[test]
 fn padding_is_never_sent_nor_written_on_shared_memory() {
     let out = ok(2, "padding", &[]);
+    assert_eq!(out.matches("padding ok").count(), 2, "{out}");
+}
+
+#[test]
+fn padding_is_never_sent_nor_written_on_shared_memory_by_cma() {
+    let out = ok(2, "padding", &cma());
     assert_eq!(out.matches("padding ok").count(), 2, "{out}");
 }
 

@@ -26,6 +26,10 @@ pub struct EngineConfig {
     /// arena, which the receiver copies with one memcpy by rendezvous (at most
     /// `shm_eager_limit`).
     pub shm_arena_eager_limit: usize,
+    /// The shortest mean block of a non-contiguous send, outside the shared arena, that a
+    /// receiver reads in place with process_vm_readv (one iovec a block, each pinning the
+    /// pages it covers); sends of shorter blocks are packed.
+    pub shm_in_place_min_block: usize,
     /// Largest message sent eagerly over TCP.
     pub tcp_eager_limit: usize,
     /// Which interfaces or subnets TCP uses (`--tcp-if`): names and subnets, comma-separated;
@@ -76,6 +80,7 @@ impl Default for EngineConfig {
             transport: TransportChoice::Auto,
             shm_eager_limit: 64 << 10,
             shm_arena_eager_limit: 4 << 10,
+            shm_in_place_min_block: 4 << 10,
             tcp_eager_limit: 64 << 10,
             tcp_interfaces: String::new(),
             verbs_devices: String::new(),
@@ -159,6 +164,10 @@ impl EngineConfig {
             shm_arena_eager_limit: size_var(
                 "MPIRT_SHM_ARENA_EAGER_LIMIT",
                 d.shm_arena_eager_limit,
+            )?,
+            shm_in_place_min_block: size_var(
+                "MPIRT_SHM_IN_PLACE_MIN_BLOCK",
+                d.shm_in_place_min_block,
             )?,
             tcp_eager_limit: size_var("MPIRT_TCP_EAGER_LIMIT", d.tcp_eager_limit)?,
             tcp_interfaces: env::var("MPIRT_TCP_IF").unwrap_or_default(),

@@ -11,11 +11,14 @@ mod bridge;
 use std::slice;
 use std::time::Duration;
 
+use crate::blocks::Blocks;
 use crate::config::EngineConfig;
 use crate::envelope::{ContextId, Rank, Tag};
 use crate::error::PmlError;
 use crate::pml_api::{Counters, Done, EngineError, RecvBuf, Wireup};
-use crate::protocol::{Action, Completion, Core, CoreConfig, DirectSend, DirectWrite, SendArgs};
+use crate::protocol::{
+    Action, Completion, Core, CoreConfig, DirectSend, DirectWrite, SendArgs, SendBytes,
+};
 use crate::requests::Handle;
 use crate::transport::{
     AnyTransport, Job, Opening, Peer, Reading, Registration, Sent, Transport, WakeSet,
@@ -33,8 +36,31 @@ pub struct SendBuf {
     registration: Option<(usize, Registration)>,
 }
 
-impl AsRef<[u8]> for SendBuf {
-    fn as_ref(&self) -> &[u8] {
+impl SendBuf {
+    /// A send whose `len` bytes the receiver reads in place, in pieces (`post_send_blocks`):
+    /// no contiguous bytes of its own.
+    fn in_place(len: usize) -> SendBuf {
+        SendBuf {
+            ptr: std::ptr::null(),
+            len,
+            registration: None,
+        }
+    }
+}
+
+impl SendBytes for SendBuf {
+    #[inline]
+    fn message_len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        if self.ptr.is_null() {
+            // Read in place: it went by rendezvous to a peer that reads it, and no frame
+            // carries its bytes (`post_send_blocks`).
+            return &[];
+        }
         // SAFETY: `post_send`'s caller guarantees `ptr` is valid for `len` bytes and unchanged
         // until the request completes, and the engine drops this `SendBuf` at completion.
         unsafe { slice::from_raw_parts(self.ptr, self.len) }
@@ -236,11 +262,19 @@ impl Engine {
                 source,
                 peer,
                 tag,
-                // SAFETY: this function's caller keeps `buf` valid for `len` bytes.
-                payload: unsafe { slice::from_raw_parts(buf, len) },
+                len,
                 eager_limit: exposure.eager_limit,
             };
-            let sent = core.send_direct(send, DirectTo { transport, to });
+            // SAFETY: this function's caller keeps `buf` valid for `len` bytes.
+            let payload = unsafe { slice::from_raw_parts(buf, len) };
+            let sent = core.send_direct(
+                send,
+                DirectTo {
+                    transport,
+                    to,
+                    payload,
+                },
+            );
             if sent.map_err(|e| self.stop(e))? {
                 self.counters.frames_sent += 1;
                 return Ok(Handle::SENT);
@@ -264,6 +298,80 @@ impl Engine {
         // The frame goes out now: the latency of the next progress call is not its to pay.
         self.flush(peer).map_err(|e| self.stop(e))?;
         Ok(h)
+    }
+
+    /// Starts a send of the non-contiguous buffer `blocks` describes without a packed copy:
+    /// an eager one packed by the transport straight into its frame, where a standard send
+    /// completes as the frame is taken (`Transport::try_send_blocks`, [`Handle::SENT`]); a
+    /// rendezvous read in place by the receiver, over a transport that reads a peer's memory
+    /// in pieces (`Transport::expose_blocks`). `None`, having sent nothing, elsewhere: the
+    /// caller then packs the bytes and sends them with `post_send`.
+    ///
+    /// # Safety
+    /// `blocks`, and the blocks of memory and block list it describes, must stay valid and
+    /// unchanged until the request completes.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn post_send_blocks(
+        &mut self,
+        context: ContextId,
+        source: Rank,
+        peer: Rank,
+        tag: Tag,
+        mode: SendMode,
+        blocks: &Blocks,
+    ) -> Result<Option<Handle>, PmlError> {
+        let (route, to) = self.route(peer)?;
+        self.check_running()?;
+        let len = blocks.len();
+        if len == 0 {
+            return Ok(None);
+        }
+        if self.core.sends_eagerly(peer, len) {
+            // Packed once, by the transport, straight into the frame: where a send completes
+            // as its frame is taken. Elsewhere the caller packs and posts the copy.
+            if mode != SendMode::Standard || self.direct_send & (1 << route) == 0 {
+                return Ok(None);
+            }
+            let send = DirectSend {
+                context,
+                source,
+                peer,
+                tag,
+                len,
+                eager_limit: None,
+            };
+            let transport = &mut self.transports[route];
+            let sent = self.core.send_direct(
+                send,
+                DirectBlocks {
+                    transport,
+                    to,
+                    blocks,
+                },
+            );
+            if !sent.map_err(|e| self.stop(e))? {
+                return Ok(None);
+            }
+            self.counters.frames_sent += 1;
+            return Ok(Some(Handle::SENT));
+        }
+        let Some(remote) = self.transports[route].expose_blocks(peer, blocks) else {
+            return Ok(None);
+        };
+        let args = SendArgs {
+            context,
+            source,
+            peer,
+            tag,
+            mode,
+            buf: SendBuf::in_place(len),
+            remote,
+            // Rendezvous whatever the size: no frame may ask for its bytes.
+            eager_limit: Some(0),
+        };
+        let h = self.core.post_send(args)?;
+        self.flush(peer).map_err(|e| self.stop(e))?;
+        Ok(Some(h))
     }
 
     /// Takes the request's outcome if it finished, looking it up once; makes no progress.
@@ -429,18 +537,37 @@ impl Engine {
 struct DirectTo<'t> {
     transport: &'t mut AnyTransport,
     to: Peer,
+    payload: &'t [u8],
 }
 
 impl DirectWrite for DirectTo<'_> {
     // Always: as a closure this stayed a call of its own on every small send, 19 of its
     // instructions spent passing arguments and saving registers (callgrind, osu_bw 8 B).
     #[inline(always)]
-    fn write(self, header: &[u8], payload: &[u8]) -> Result<bool, PmlError> {
-        let sent = self.transport.try_send(self.to, header, payload)?;
+    fn write(self, header: &[u8]) -> Result<bool, PmlError> {
+        let sent = self.transport.try_send(self.to, header, self.payload)?;
         // Only transports whose sends complete on return take this path, and they take a
         // frame whole or not at all (`Caps::sends_complete_on_return`). Part of one sent
         // cannot be told "not taken": the queued send would send it again from its start.
         debug_assert_ne!(sent, Sent::Part, "a direct send went out in part");
         Ok(sent == Sent::Whole)
+    }
+}
+
+/// The direct path's hand-over of a non-contiguous buffer, packed by the transport straight
+/// into the frame (`Transport::try_send_blocks`); not taken where the transport does not.
+struct DirectBlocks<'t> {
+    transport: &'t mut AnyTransport,
+    to: Peer,
+    blocks: &'t Blocks,
+}
+
+impl DirectWrite for DirectBlocks<'_> {
+    fn write(self, header: &[u8]) -> Result<bool, PmlError> {
+        let sent = self
+            .transport
+            .try_send_blocks(self.to, header, self.blocks)?;
+        debug_assert_ne!(sent, Some(Sent::Part), "a direct send went out in part");
+        Ok(sent == Some(Sent::Whole))
     }
 }

@@ -3,6 +3,7 @@
 //! The matching ([`matching`]) and protocol ([`protocol`]) cores do no I/O: they take events
 //! and hand back frames to send and reads to perform. Transports ([`transport`]) move bytes.
 
+pub mod blocks;
 mod bulk_copy;
 pub mod config;
 pub mod engine;
@@ -34,8 +35,8 @@ pub use error::PmlError;
 pub use freed_memory::TrackingAllocator;
 pub use pml_api::{Counters, Done, EngineError, Pml, RecvBuf, Wireup};
 pub use protocol::{
-    Action, ClaimEnd, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, SendMode,
-    Started,
+    Action, ClaimEnd, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, SendBytes,
+    SendMode, Started,
 };
 pub use requests::Handle;
 pub use waiting::Waiting;

@@ -7,6 +7,7 @@
 use std::time::Duration;
 use std::{fmt, slice};
 
+use crate::blocks::Blocks;
 use crate::envelope::{ContextId, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
 use crate::protocol::{SendMode, Started};
@@ -87,6 +88,27 @@ pub trait Pml {
     ) -> Result<Handle, PmlError> {
         // SAFETY: forwarded from this function's contract, which is `post_send`'s.
         unsafe { self.post_send(context, source, peer, tag, mode, buf, len) }
+    }
+
+    /// Starts a send of the non-contiguous buffer `blocks` describes without packing it,
+    /// where this PML moves such a buffer in place to `peer` (a rendezvous that the receiver
+    /// reads block by block); `None`, having sent nothing, where it does not: the caller
+    /// then packs the bytes and calls `post_send`.
+    ///
+    /// # Safety
+    /// `blocks`, and the memory and block list it describes, must stay valid and unchanged
+    /// until the request completes.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn post_send_blocks(
+        &mut self,
+        _context: ContextId,
+        _source: Rank,
+        _peer: Rank,
+        _tag: Tag,
+        _mode: SendMode,
+        _blocks: &Blocks,
+    ) -> Result<Option<Handle>, PmlError> {
+        Ok(None)
     }
 
     /// Starts a receive into `len` bytes at `buf`.
@@ -292,6 +314,10 @@ pub struct Counters {
     /// Remote reads served by memcpy from a same-host peer's mapped shared arena (the other
     /// shm reads went by process_vm_readv).
     pub mapped_reads: u64,
+    /// Rendezvous reads of non-contiguous sends, block by block in the sender's memory
+    /// (shared memory; a read that came by memcpy from the mapped arena counts in
+    /// `mapped_reads` too).
+    pub in_place_reads: u64,
     /// Memory registrations made (RDMA): a buffer sent from again is not registered again.
     pub registrations: u64,
     /// Sleeps of this rank on its shared-memory futex (a wait that outlasted its spin).

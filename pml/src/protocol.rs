@@ -69,6 +69,25 @@ pub enum SendMode {
     Synchronous,
 }
 
+/// A send's buffer as the protocol sees it: the bytes its message carries, and those bytes
+/// where a frame takes them from the buffer (an eager MATCH, streamed DATA). A buffer that a
+/// receiver reads in place, in pieces ([`crate::blocks`]), goes by rendezvous to a peer that
+/// reads remote memory, so no frame ever asks it for its bytes.
+pub trait SendBytes {
+    fn message_len(&self) -> usize;
+    fn bytes(&self) -> &[u8];
+}
+
+impl SendBytes for Vec<u8> {
+    fn message_len(&self) -> usize {
+        self.len()
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
 /// Everything a send needs. `source` is the sender's rank in the communicator; `peer` is the
 /// receiver's world rank, which names it for the transport and numbers the messages to it.
 pub struct SendArgs<S> {
@@ -385,7 +404,7 @@ fn truncated(status: Status, capacity: usize) -> Box<PmlError> {
     Box::new(PmlError::truncated(status, capacity))
 }
 
-impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
+impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
     pub fn new(peers: usize, config: CoreConfig) -> Self {
         Core {
             config,
@@ -456,7 +475,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     }
 
     pub fn post_send(&mut self, args: SendArgs<S>) -> Result<Handle, PmlError> {
-        let len = args.buf.as_ref().len();
+        let len = args.buf.message_len();
         let (p, caps) = self.peer(args.peer)?;
         let eager = eager_now(p, caps, len, args.eager_limit);
         if eager {
@@ -997,6 +1016,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
         let h = Handle::from_wire(send_request);
         let stream = match self.requests.get_mut(h) {
             Ok(Request::Send {
+                buf,
                 peer,
                 state,
                 len: send_len,
@@ -1011,6 +1031,16 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                             format!("GET of {len} bytes from a {send_len}-byte send"),
                         )
                     })?;
+                if buf.bytes().len() < end {
+                    return Err(protocol(
+                        from,
+                        format!(
+                            "GET of {len} bytes from a send offered to be read in place \
+                             (the two ranks disagree on whether they read each other's \
+                             memory)"
+                        ),
+                    ));
+                }
                 if end == 0 {
                     *state = SendState::Done(Ok(()));
                     return Ok(());
@@ -1222,7 +1252,7 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
 
     fn send_bytes(&self, send: Handle) -> &[u8] {
         match self.requests.get(send) {
-            Ok(Request::Send { buf, .. }) => buf.as_ref(),
+            Ok(Request::Send { buf, .. }) => buf.bytes(),
             _ => unreachable!("a queued frame's send is live"),
         }
     }

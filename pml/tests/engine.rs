@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use std::{env, fs};
 
+use pml::blocks::{Block, Blocks};
 use pml::{Done, Engine, EngineConfig, Pml, SendMode, SourceSel, TagSel, TransportChoice};
 
 mod ranks_common;
@@ -547,6 +548,127 @@ fn shm_eager_limit_depends_on_where_the_send_buffer_lies() {
         ARENA_LIMIT_ENV,
     );
     assert!(String::from_utf8_lossy(&outputs[0].stdout).contains("limits ok"));
+}
+
+const IN_PLACE_ENV: &str = "PML_ENGINE_TEST_IN_PLACE_RANK";
+
+/// A non-contiguous send past the eager limit is read in place by the receiver, block by
+/// block: by memcpy from the sender's mapped arena when its buffer lies there, else by
+/// process_vm_readv with the blocks as remote iovecs (more of them than one call takes). The
+/// bytes arrive as a serial pack of the blocks gives them; a short receive takes the front.
+/// Below the eager limit a standard send is packed straight into its frame.
+#[test]
+fn non_contiguous_sends_are_read_in_place() {
+    const LIMIT: usize = 4096;
+    // Column 1 of a row-major matrix of 4 u64 a row: one 8-byte block every 32 bytes.
+    let list = [Block { offset: 8, len: 8 }];
+    // (rows, from the arena?, receive capacity)
+    let cases = [
+        (4096, true, 4096 * 8),
+        (4096, false, 4096 * 8),
+        (3000, false, 100),
+    ];
+    let Ok(spec) = env::var(IN_PLACE_ENV) else {
+        let outputs = run_two_ranks("non_contiguous_sends_are_read_in_place", IN_PLACE_ENV);
+        assert!(String::from_utf8_lossy(&outputs[0].stdout).contains("in place ok"));
+        return;
+    };
+    let (dir, rank) = spec.split_once(',').unwrap();
+    let mut w = DirWireup {
+        dir: dir.into(),
+        rank: rank.parse().unwrap(),
+        size: 2,
+        round: 0,
+    };
+    let config = EngineConfig {
+        shm_eager_limit: LIMIT,
+        // Outside the arena, 8-byte blocks are read in place too (by default they are packed).
+        shm_in_place_min_block: 8,
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(&mut w, config).unwrap();
+    // 1 MiB comes from the arena; the stack does not.
+    let arena_matrix: Vec<u64> = (0..1 << 17).collect();
+    let mut stack_matrix = [0u64; 4096 * 4];
+    for (i, v) in stack_matrix.iter_mut().enumerate() {
+        *v = i as u64 * 3;
+    }
+    for (i, &(rows, from_arena, capacity)) in cases.iter().enumerate() {
+        let matrix: &[u64] = if from_arena {
+            &arena_matrix
+        } else {
+            &stack_matrix
+        };
+        let column: Vec<u8> = (0..rows)
+            .flat_map(|r| matrix[r * 4 + 1].to_ne_bytes())
+            .collect();
+        let tag = i as i32;
+        if e.rank() == 1 {
+            let blocks = Blocks::new(matrix.as_ptr().cast(), rows, 32, &list).unwrap();
+            // SAFETY: the matrix and the description outlive the send, waited for here.
+            let h = unsafe { e.post_send_blocks(0, 1, 0, tag, SendMode::Standard, &blocks) }
+                .unwrap()
+                .expect("a column past the eager limit is sent in place");
+            assert_eq!(e.wait(h).unwrap(), Done::Sent);
+            continue;
+        }
+        let before = e.counters();
+        let mut buf = vec![0u8; capacity];
+        // SAFETY: `buf` outlives the receive, waited for here.
+        let h = unsafe {
+            e.post_recv(
+                0,
+                SourceSel::Rank(1),
+                TagSel::Tag(tag),
+                buf.as_mut_ptr(),
+                capacity,
+            )
+        }
+        .unwrap();
+        let outcome = e.wait(h);
+        let after = e.counters();
+        if capacity < column.len() {
+            assert!(outcome.is_err(), "case {i}: a short receive is truncated");
+        } else {
+            assert!(matches!(outcome, Ok(Done::Received(st)) if st.len == column.len()));
+        }
+        assert!(
+            buf[..] == column[..capacity],
+            "case {i}: the column arrived wrong"
+        );
+        assert_eq!(after.in_place_reads - before.in_place_reads, 1, "case {i}");
+        let mapped = after.mapped_reads - before.mapped_reads;
+        assert_eq!(mapped, u64::from(from_arena), "case {i}: from the arena");
+    }
+    // Eager: a standard send is packed straight into its frame and complete at once; a
+    // synchronous one, which waits for its match, is left to the caller to pack.
+    let small: Vec<u64> = (100..132).collect();
+    let small_column: Vec<u8> = (0..8)
+        .flat_map(|r| small[r * 4 + 1].to_ne_bytes())
+        .collect();
+    if e.rank() == 1 {
+        let blocks = Blocks::new(small.as_ptr().cast(), 8, 32, &list).unwrap();
+        // SAFETY: as above.
+        let sent = unsafe { e.post_send_blocks(0, 1, 0, 98, SendMode::Standard, &blocks) };
+        assert_eq!(
+            sent.unwrap(),
+            Some(pml::Handle::SENT),
+            "packed into the frame"
+        );
+        // SAFETY: as above; nothing is sent.
+        let sent = unsafe { e.post_send_blocks(0, 1, 0, 99, SendMode::Synchronous, &blocks) };
+        assert_eq!(
+            sent.unwrap(),
+            None,
+            "a synchronous eager send is left to pack"
+        );
+    } else {
+        let (buf, st) = recv(&mut e, SourceSel::Rank(1), TagSel::Tag(98), 64);
+        assert_eq!(st.len, 64);
+        assert_eq!(buf, small_column, "the eager column arrived wrong");
+    }
+    e.flush_all().unwrap();
+    println!("in place ok");
 }
 
 const LIMITED_ENV: &str = "PML_ENGINE_TEST_LIMITED_RANK";

@@ -108,14 +108,14 @@ impl Pair {
                 source: from as u32,
                 peer: to as u32,
                 tag,
-                payload: &data,
+                len: data.len(),
                 eager_limit: self.send_eager_limit,
             };
             let sent = sender
-                .send_direct(send, |header: &[u8], payload: &[u8]| {
+                .send_direct(send, |header: &[u8]| {
                     if room {
                         let mut bytes = header.to_vec();
-                        bytes.extend_from_slice(payload);
+                        bytes.extend_from_slice(&data);
                         receiver.on_frame(from as u32, &bytes)?;
                         delivered = true;
                     }

@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use super::Kind;
 
@@ -65,12 +65,9 @@ pub(crate) fn mul(a: usize, b: usize, what: &'static str) -> Result<usize, TooLa
         .ok_or(TooLarge::Bytes(what))
 }
 
-/// One run of bytes of an element, `offset` bytes from the element's start.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Block {
-    pub offset: usize,
-    pub len: usize,
-}
+/// One run of bytes of an element, `offset` bytes from the element's start: the PML's, so
+/// that a send's blocks reach it as they are (see `pml::blocks`).
+pub(crate) use pml::blocks::Block;
 
 /// A basic element of a signature.
 #[derive(Clone, Copy, Debug)]
@@ -250,6 +247,18 @@ pub(crate) struct Layout {
     pub align: usize,
     pub signature: Signature,
     needs_check: bool,
+    /// The blocks as one block repeated at a constant stride, where they are (a vector's
+    /// column), found once: a send describes them to the PML in one block instead of a
+    /// list as long as the column (see [`regular`](Self::regular)).
+    regular: OnceLock<Option<Regular>>,
+}
+
+/// One element's blocks as `block` repeated `times` times, `stride` bytes apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Regular {
+    pub block: Block,
+    pub times: usize,
+    pub stride: usize,
 }
 
 impl Layout {
@@ -273,6 +282,7 @@ impl Layout {
             align: element.align(),
             needs_check: element.needs_check(),
             signature: Signature::one(element, count),
+            regular: OnceLock::new(),
         }
     }
 
@@ -287,6 +297,7 @@ impl Layout {
             align: 1,
             signature: Signature::default(),
             needs_check: false,
+            regular: OnceLock::new(),
         }
     }
 
@@ -362,6 +373,8 @@ impl Layout {
     }
 
     fn push_block(&mut self, offset: usize, len: usize) {
+        // Found again for the blocks as they will be.
+        self.regular = OnceLock::new();
         if len == 0 {
             return;
         }
@@ -554,9 +567,29 @@ impl Layout {
         }
     }
 
-    #[cfg(test)]
     pub fn blocks(&self) -> &[Block] {
         &self.blocks
+    }
+
+    /// One element's blocks as one block at a constant stride, if they are: two or more of
+    /// one length at rising offsets, each the same distance from the last.
+    pub fn regular(&self) -> Option<&Regular> {
+        self.regular
+            .get_or_init(|| {
+                let [first, second, ..] = self.blocks[..] else {
+                    return None;
+                };
+                let stride = second.offset.checked_sub(first.offset)?;
+                let regular = self.blocks.windows(2).all(|w| {
+                    w[1].len == first.len && w[1].offset.checked_sub(w[0].offset) == Some(stride)
+                });
+                (regular && stride >= first.len).then_some(Regular {
+                    block: first,
+                    times: self.blocks.len(),
+                    stride,
+                })
+            })
+            .as_ref()
     }
 }
 
@@ -668,6 +701,31 @@ mod tests {
             },
             1,
         )
+    }
+
+    #[test]
+    fn a_column_is_one_block_at_a_stride() {
+        let mut column = Layout::empty();
+        column.append(&int(), 5, 4, 16).unwrap();
+        let regular = column.regular().copied();
+        let block = Block { offset: 4, len: 4 };
+        let want = Regular {
+            block,
+            times: 5,
+            stride: 16,
+        };
+        assert_eq!(regular, Some(want));
+        // Displacements that fall back (8, 4, 0), or steps that differ: a list it stays.
+        let mut backwards = Layout::empty();
+        for offset in [8, 4, 0] {
+            backwards.append(&int(), 1, offset, 0).unwrap();
+        }
+        assert_eq!(backwards.regular(), None);
+        let mut uneven = Layout::empty();
+        for offset in [0, 8, 24] {
+            uneven.append(&int(), 1, offset, 0).unwrap();
+        }
+        assert_eq!(uneven.regular(), None);
     }
 
     #[test]

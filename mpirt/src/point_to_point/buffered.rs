@@ -73,12 +73,12 @@ pub(super) fn send<B: Buffer + ?Sized>(
         }
         let copy: Box<[u8]> = out.bytes().into();
         let handle = Outgoing::of(&copy[..])
-            .and_then(|out| {
+            .and_then(|mut out| {
                 // SAFETY: the copy lives on the heap, where moving its box does not move it,
                 // and it is kept in `in_flight` until its send completes (`reap`, `reattach`,
                 // `finish_at_finalize`); `out` only points into it. If posting fails, no send
                 // was left reading it.
-                unsafe { post_send(comm, dest, tag, SendMode::Standard, &out) }
+                unsafe { post_send(comm, dest, tag, SendMode::Standard, &mut out) }
             })
             .map_err(own_error)?;
         if handle != Handle::SENT {

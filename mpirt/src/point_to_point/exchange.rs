@@ -48,7 +48,7 @@ where
         )
     }
     .map_err(fail)?;
-    let sent = Outgoing::of(msg).and_then(|out| {
+    let sent = Outgoing::to_send(msg).and_then(|mut out| {
         // SAFETY: `msg` and `out` live for this whole call, which waits for the send.
         unsafe {
             post_send(
@@ -56,7 +56,7 @@ where
                 destination.destination_rank(),
                 sendtag,
                 SendMode::Standard,
-                &out,
+                &mut out,
             )
         }
         .and_then(wait_handle)

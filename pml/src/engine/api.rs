@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use super::{Engine, RecvBuf};
+use crate::blocks::Blocks;
 use crate::envelope::{ContextId, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
 use crate::pml_api::{Done, Pml};
@@ -66,6 +67,20 @@ impl Pml for Engine {
     ) -> Result<Handle, PmlError> {
         // SAFETY: forwarded from this function's contract, which is the inherent one's.
         unsafe { Engine::post_send(self, context, source, peer, tag, mode, buf, len) }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn post_send_blocks(
+        &mut self,
+        context: ContextId,
+        source: Rank,
+        peer: Rank,
+        tag: Tag,
+        mode: SendMode,
+        blocks: &Blocks,
+    ) -> Result<Option<Handle>, PmlError> {
+        // SAFETY: forwarded from this function's contract, which is the inherent one's.
+        unsafe { Engine::post_send_blocks(self, context, source, peer, tag, mode, blocks) }
     }
 
     /// Starts a receive into `len` bytes at `buf`.

@@ -10,7 +10,7 @@
 //! any posted receive does. A rendezvous offer, which needs a request to read the data into,
 //! turns the claim into an ordinary request at the moment it matches.
 
-use super::{copy_eager, Core, Incoming, Outcome, Pending, RecvState, Request};
+use super::{copy_eager, Core, Incoming, Outcome, Pending, RecvState, Request, SendBytes};
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, TagSel};
 use crate::error::PmlError;
 use crate::requests::Handle;
@@ -66,7 +66,7 @@ impl<R> Claim<R> {
     }
 }
 
-impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
+impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
     /// Starts a receive that may be tested or waited on later: done at once when an eager
     /// message it accepts is waiting, else posted.
     pub fn start_recv(

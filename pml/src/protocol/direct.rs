@@ -2,22 +2,23 @@
 //! nothing queued ahead of it is written into the transport at once and completes there, with
 //! no request, no queue entry and no second look at the frame.
 
-use super::{Core, EAGER_OVERHEAD};
+use super::{Core, SendBytes, EAGER_OVERHEAD};
 use crate::envelope::{ContextId, Rank, Tag};
 use crate::error::PmlError;
 use crate::wire::{Frame, WireEnvelope, MAX_HEADER_LEN};
 
-/// What hands a direct send's frame (`header` then `payload`) to the transport; `Ok(false)`:
-/// it had no room. A closure is one; the engine's own is a type whose `write` is always
+/// What hands a direct send's frame (`header`, then the payload it holds: a slice, or a
+/// non-contiguous buffer it packs straight into the frame) to the transport; `Ok(false)`: it
+/// had no room. A closure is one; the engine's own are types whose `write` is always
 /// inlined, as a closure cannot be asked to be (see `Engine::post_send`).
 pub trait DirectWrite {
-    fn write(self, header: &[u8], payload: &[u8]) -> Result<bool, PmlError>;
+    fn write(self, header: &[u8]) -> Result<bool, PmlError>;
 }
 
-impl<F: FnOnce(&[u8], &[u8]) -> Result<bool, PmlError>> DirectWrite for F {
+impl<F: FnOnce(&[u8]) -> Result<bool, PmlError>> DirectWrite for F {
     #[inline]
-    fn write(self, header: &[u8], payload: &[u8]) -> Result<bool, PmlError> {
-        self(header, payload)
+    fn write(self, header: &[u8]) -> Result<bool, PmlError> {
+        self(header)
     }
 }
 
@@ -25,17 +26,18 @@ impl<F: FnOnce(&[u8], &[u8]) -> Result<bool, PmlError>> DirectWrite for F {
 /// The caller builds the full [`SendArgs`](super::SendArgs) only when the offer is refused, so that the
 /// common case writes none of them to memory.
 #[derive(Clone, Copy)]
-pub struct DirectSend<'a> {
+pub struct DirectSend {
     pub context: ContextId,
     pub source: Rank,
     pub peer: Rank,
     pub tag: Tag,
-    pub payload: &'a [u8],
+    /// The payload's length (the [`DirectWrite`] holds the payload).
+    pub len: usize,
     /// As [`SendArgs::eager_limit`](super::SendArgs::eager_limit).
     pub eager_limit: Option<usize>,
 }
 
-impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
+impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
     /// Offers a standard-mode send to `write` when it may bypass the queues; `write` returns
     /// whether the transport took the frame. `Ok(true)`: it did, and the send is complete;
     /// `Ok(false)`: nothing happened, and the caller posts the send with
@@ -50,10 +52,10 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
     #[inline]
     pub fn send_direct(
         &mut self,
-        send: DirectSend<'_>,
+        send: DirectSend,
         write: impl DirectWrite,
     ) -> Result<bool, PmlError> {
-        let len = send.payload.len();
+        let len = send.len;
         let (p, caps) = self.peer(send.peer)?;
         let eager_max = super::eager_max(caps, send.eager_limit);
         let cost = len.saturating_add(EAGER_OVERHEAD);
@@ -72,11 +74,12 @@ impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Core<S, R> {
                 seq: *seq,
             },
             sync_request: None,
-            payload: send.payload,
+            // The header says nothing of the payload (the transport frames its length).
+            payload: &[],
         };
         let mut header = [0u8; MAX_HEADER_LEN];
         let header_len = frame.encode_header(&mut header);
-        if !write.write(&header[..header_len], send.payload)? {
+        if !write.write(&header[..header_len])? {
             // The number was not taken: the queued send gets the same one.
             return Ok(false);
         }

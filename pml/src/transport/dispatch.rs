@@ -13,6 +13,7 @@ use super::tcp::TcpTransport;
 #[cfg(feature = "verbs")]
 use super::verbs::VerbsTransport;
 use super::{Caps, Exposure, Job, Peer, Reading, Sent, Sink, Transport};
+use crate::blocks::Blocks;
 use crate::config::TransportChoice;
 use crate::envelope::Rank;
 use crate::error::PmlError;
@@ -241,6 +242,19 @@ impl Transport for AnyTransport {
         sends_eagerly: impl FnOnce() -> bool,
     ) -> Result<Exposure, PmlError> {
         each!(self, t => Transport::expose(t, peer, buf, len, sends_eagerly))
+    }
+
+    fn try_send_blocks(
+        &mut self,
+        peer: Peer,
+        header: &[u8],
+        blocks: &Blocks,
+    ) -> Result<Option<Sent>, PmlError> {
+        each!(self, t => Transport::try_send_blocks(t, peer, header, blocks))
+    }
+
+    fn expose_blocks(&mut self, peer: Rank, blocks: &Blocks) -> Option<RemoteKey> {
+        each!(self, t => Transport::expose_blocks(t, peer, blocks))
     }
 
     fn release(&mut self, registration: Registration) {

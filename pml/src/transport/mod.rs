@@ -29,11 +29,12 @@ use std::time::Duration;
 pub use dispatch::{AnyTransport, Connected, Opening, Registration};
 pub(crate) use wake::WakeSet;
 
+use crate::blocks::Blocks;
 use crate::config::EngineConfig;
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::pml_api::{Counters, EngineError, Wireup};
-use crate::protocol::{Core, PeerCaps};
+use crate::protocol::{Core, PeerCaps, SendBytes};
 use crate::requests::Handle;
 use crate::wire::{self, RemoteKey, DATA_HEADER_LEN};
 
@@ -233,6 +234,19 @@ pub trait Transport {
     /// Puts `header` then `payload` on the way to `peer` as one frame, or some or none of it.
     fn try_send(&mut self, peer: Peer, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError>;
 
+    /// [`try_send`](Self::try_send) of a frame whose payload is the bytes of the
+    /// non-contiguous buffer `blocks` describes (a description made in this process), packed
+    /// straight into the frame; `None`, having sent nothing, where this transport does not
+    /// (the caller packs them).
+    fn try_send_blocks(
+        &mut self,
+        _peer: Peer,
+        _header: &[u8],
+        _blocks: &Blocks,
+    ) -> Result<Option<Sent>, PmlError> {
+        Ok(None)
+    }
+
     /// Hands what arrived to `sink`; returns how many deliveries (frames, landed DATA
     /// payloads, finished reads) it made. Called every progress round: it returns at once,
     /// as cheaply as `has_work` says so, when nothing is there.
@@ -262,6 +276,14 @@ pub trait Transport {
         _sends_eagerly: impl FnOnce() -> bool,
     ) -> Result<Exposure, PmlError> {
         Ok(Exposure::plain(buf))
+    }
+
+    /// Lets `peer` read the non-contiguous send buffer `blocks` describes in place, in
+    /// pieces, by rendezvous: the key its offer carries, or `None` where this transport does
+    /// not read a peer's memory that way (the send is then packed). `blocks` stays valid
+    /// until the send completes (`Engine::post_send_blocks`).
+    fn expose_blocks(&mut self, _peer: Rank, _blocks: &Blocks) -> Option<RemoteKey> {
+        None
     }
 
     /// Undoes an exposure once its send completed.
@@ -305,7 +327,7 @@ pub(crate) fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-impl<S: AsRef<[u8]>, R: AsMut<[u8]>> Sink for Core<S, R> {
+impl<S: SendBytes, R: AsMut<[u8]>> Sink for Core<S, R> {
     const PLACEMENT_HEAD: usize = DATA_HEADER_LEN;
 
     #[inline]

@@ -18,6 +18,7 @@
 
 mod cma;
 pub mod futex;
+mod in_place;
 mod peer_arena;
 mod peers;
 mod ring;
@@ -31,6 +32,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
 pub use cma::{allow_ptrace_from_peers, read_remote};
+use in_place::read_in_place;
 pub use peer_arena::PeerArena;
 pub use peers::{ShmOpening, ShmPeers};
 pub use segment::unlink_segment;
@@ -208,10 +210,37 @@ impl ShmTransport {
     // Inline: see `Core::send_direct`, which calls it on every small send.
     #[inline]
     pub fn try_send(&mut self, to: usize, header: &[u8], payload: &[u8]) -> io::Result<bool> {
+        self.send_frame(to, header.len() + payload.len(), |ring| {
+            ring.try_write(header, payload)
+        })
+    }
+
+    /// [`try_send`](Self::try_send) of a payload of `len` bytes that `fill` writes at the
+    /// pointer it is given, in the ring: a non-contiguous buffer packed once, into its frame.
+    pub fn try_send_packed(
+        &mut self,
+        to: usize,
+        header: &[u8],
+        len: usize,
+        fill: impl FnOnce(*mut u8),
+    ) -> io::Result<bool> {
+        self.send_frame(to, header.len() + len, |ring| {
+            ring.try_write_with(header, len, fill)
+        })
+    }
+
+    /// Checks a frame of `len` bytes to local rank `to`, has `write` put it in that rank's
+    /// ring, and wakes the rank if it sleeps.
+    #[inline(always)]
+    fn send_frame(
+        &mut self,
+        to: usize,
+        len: usize,
+        write: impl FnOnce(&mut Producer) -> bool,
+    ) -> io::Result<bool> {
         if to >= self.local_size() || to == self.local_rank {
             return Err(self.no_such_peer(to));
         }
-        let len = header.len() + payload.len();
         if len > self.max_frame {
             return Err(self.too_long(len));
         }
@@ -219,7 +248,7 @@ impl ShmTransport {
         // below, the segment's length would be read and checked again.
         let peer = self.seg.rank_ctl(to);
         let slot = self.slot(to);
-        if !self.tx[slot].try_write(header, payload) {
+        if !write(&mut self.tx[slot]) {
             return Ok(false);
         }
         // Pairs with the fence in `wait`: either the receiver's ring check sees this frame, or

@@ -77,31 +77,30 @@ impl PeerArena {
         Ok(arena)
     }
 
+    /// Where the peer's `len` bytes at `remote_addr` lie in our mapping, when they lie inside
+    /// its arena (past the header page). Every byte there is readable (a hole reads as
+    /// zeros), for as long as this `PeerArena` lives.
+    pub fn mapped(&self, remote_addr: u64, len: usize) -> Option<*const u8> {
+        let offset = (remote_addr as usize).checked_sub(self.base)?;
+        if offset < PAGE || offset.checked_add(len).is_none_or(|end| end > self.len) {
+            return None;
+        }
+        // SAFETY: `offset + len <= self.len`, within our mapping.
+        Some(unsafe { self.map.as_ptr().add(offset).cast_const() })
+    }
+
     /// Copies `dst.len()` bytes from the peer's address `remote_addr` when they lie inside its
     /// arena (past the header page); false, copying nothing, when they do not.
     pub fn copy_out(&self, remote_addr: u64, dst: &mut [u8]) -> bool {
-        let Some(offset) = (remote_addr as usize).checked_sub(self.base) else {
+        let Some(src) = self.mapped(remote_addr, dst.len()) else {
             return false;
         };
-        if offset < PAGE
-            || offset
-                .checked_add(dst.len())
-                .is_none_or(|end| end > self.len)
-        {
-            return false;
-        }
-        // SAFETY: `offset..offset+len` lies inside our read-only mapping of a file at least
-        // `self.len` long, so every byte is readable (a hole reads as zeros). `dst` is ours
-        // exclusively and cannot overlap a read-only mapping. The peer leaves its send buffer
-        // alone until our FIN (MPI's rule); if a faulty program wrote to it anyway, we would
-        // copy unspecified bytes, never fault.
-        unsafe {
-            bulk_copy::copy_nonoverlapping(
-                self.map.as_ptr().add(offset),
-                dst.as_mut_ptr(),
-                dst.len(),
-            )
-        };
+        // SAFETY: `mapped` found the bytes inside our read-only mapping of a file at least
+        // `self.len` long, so every byte is readable. `dst` is ours exclusively and cannot
+        // overlap a read-only mapping. The peer leaves its send buffer alone until our FIN
+        // (MPI's rule); if a faulty program wrote to it anyway, we would copy unspecified
+        // bytes, never fault.
+        unsafe { bulk_copy::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
         true
     }
 }

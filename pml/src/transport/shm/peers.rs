@@ -6,7 +6,10 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use super::{allow_ptrace_from_peers, read_remote, PeerArena, ShmConfig, ShmTransport};
+use super::{
+    allow_ptrace_from_peers, read_in_place, read_remote, PeerArena, ShmConfig, ShmTransport,
+};
+use crate::blocks::{self, Blocks};
 use crate::config::TransportChoice;
 use crate::envelope::Rank;
 use crate::error::PmlError;
@@ -56,6 +59,11 @@ pub struct ShmPeers {
     single_copy: bool,
     arena_wanted: usize,
     mapped_reads: u64,
+    /// Rendezvous reads of non-contiguous sends in place (`expose_blocks`).
+    in_place_reads: u64,
+    /// The shortest mean block a send outside the arena is read in place with, by
+    /// process_vm_readv (see `EngineConfig::shm_in_place_min_block`).
+    in_place_min_block: usize,
 }
 
 impl ShmOpening {
@@ -158,6 +166,8 @@ impl ShmOpening {
             single_copy: job.config.single_copy,
             arena_wanted: job.config.shm_arena_eager_limit,
             mapped_reads: 0,
+            in_place_reads: 0,
+            in_place_min_block: job.config.shm_in_place_min_block,
         })
     }
 }
@@ -299,6 +309,25 @@ impl Transport for ShmPeers {
         }
     }
 
+    fn try_send_blocks(
+        &mut self,
+        peer: Peer,
+        header: &[u8],
+        blocks: &Blocks,
+    ) -> Result<Option<Sent>, PmlError> {
+        // SAFETY: `Transport::try_send_blocks` is given a description made in this process,
+        // alive for the call; the ring's free space overlaps no element of it.
+        let fill = |at: *mut u8| unsafe { blocks.pack_into(at) };
+        match self
+            .seg
+            .try_send_packed(peer.index as usize, header, blocks.len(), fill)
+        {
+            Ok(true) => Ok(Some(Sent::Whole)),
+            Ok(false) => Ok(Some(Sent::Nothing)),
+            Err(e) => Err(send_failed(peer.rank, e)),
+        }
+    }
+
     #[inline]
     fn poll(&mut self, sink: &mut impl Sink) -> Result<usize, PmlError> {
         // An idle round only looks at the rings' next header words.
@@ -334,6 +363,12 @@ impl Transport for ShmPeers {
     ) -> Result<Reading, PmlError> {
         let local = self.local_of[peer as usize] as usize;
         let arena = self.arenas.get(local).and_then(Option::as_ref);
+        if key.key == blocks::IN_PLACE {
+            let result = read_in_place(self.pids[local], arena, key.addr, target);
+            self.mapped_reads += result.as_ref().map_or(0, |&mapped| u64::from(mapped));
+            self.in_place_reads += 1;
+            return Ok(Reading::Finished(result.map(drop)));
+        }
         if arena.is_some_and(|a| a.copy_out(key.addr, target)) {
             self.mapped_reads += 1;
             return Ok(Reading::Finished(Ok(())));
@@ -358,6 +393,21 @@ impl Transport for ShmPeers {
         Ok(exposure)
     }
 
+    /// Where this rank reads its peers' memory (CMA works), a peer reads a non-contiguous
+    /// send in place, from our arena or in blocks of `in_place_min_block` bytes or more: the
+    /// description's address, which the send keeps alive.
+    fn expose_blocks(&mut self, _peer: Rank, blocks: &Blocks) -> Option<RemoteKey> {
+        // From our arena, which the peers map, a copy per block; elsewhere each iovec pins
+        // the pages it covers, which short blocks do not repay (the send is packed).
+        let from_arena = self.arena_eager_limit.is_some()
+            && shared_arena::GLOBAL.contains(blocks.base() as usize as *const u8);
+        let read_in_place = from_arena || blocks.mean_block() >= self.in_place_min_block;
+        (self.cma.is_ok() && read_in_place).then_some(RemoteKey {
+            addr: blocks as *const Blocks as u64,
+            key: blocks::IN_PLACE,
+        })
+    }
+
     fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
         self.seg.wait(timeout);
         Ok(())
@@ -380,6 +430,7 @@ impl Transport for ShmPeers {
 
     fn count(&self, counters: &mut Counters) {
         counters.mapped_reads += self.mapped_reads;
+        counters.in_place_reads += self.in_place_reads;
         let sleeps = self.seg.sleeps();
         counters.shm_sleeps += sleeps.slept;
         counters.shm_sleeps_woken += sleeps.woken;

@@ -164,7 +164,24 @@ impl Producer {
     /// when the ring is too full, having written at most a wrap marker (the record did not
     /// fit at the lap's end, nor yet at its start).
     pub(crate) fn try_write(&mut self, header: &[u8], payload: &[u8]) -> bool {
-        let written = self.write(header, payload);
+        // SAFETY: `fill` gets `payload.len()` writable bytes, which the copy fills, from a
+        // slice that cannot overlap the ring's free space.
+        self.try_write_with(header, payload.len(), |at| unsafe {
+            bulk_copy::copy_nonoverlapping(payload.as_ptr(), at, payload.len())
+        })
+    }
+
+    /// [`try_write`](Self::try_write) of a payload of `len` bytes that `fill` writes at the
+    /// pointer it is given (every one of them), straight into the ring: a non-contiguous send
+    /// packed once, where its frame lies.
+    #[inline]
+    pub(crate) fn try_write_with(
+        &mut self,
+        header: &[u8],
+        len: usize,
+        fill: impl FnOnce(*mut u8),
+    ) -> bool {
+        let written = self.write(header, len, fill);
         if written == self.blocked {
             self.blocked = !written;
             self.raw
@@ -175,8 +192,8 @@ impl Producer {
         written
     }
 
-    fn write(&mut self, header: &[u8], payload: &[u8]) -> bool {
-        let len = header.len() + payload.len();
+    fn write(&mut self, header: &[u8], payload_len: usize, fill: impl FnOnce(*mut u8)) -> bool {
+        let len = header.len() + payload_len;
         debug_assert!(len <= max_frame(self.raw.size));
         let size = self.raw.size;
         let record = record_len(len);
@@ -201,11 +218,7 @@ impl Producer {
         // published. The parts cannot alias that free space: nothing hands out references to it.
         unsafe {
             bulk_copy::copy_nonoverlapping(header.as_ptr(), self.raw.data.add(at), header.len());
-            bulk_copy::copy_nonoverlapping(
-                payload.as_ptr(),
-                self.raw.data.add(at + header.len()),
-                payload.len(),
-            );
+            fill(self.raw.data.add(at + header.len()));
         }
         let stamp = (len as u32) << LEN_SHIFT | STAMPED | self.raw.lap_parity(self.head);
         // Release: the payload becomes visible with the stamp.

@@ -1,0 +1,378 @@
+//! Memory in pieces: a non-contiguous send buffer described where it lies (a datatype's
+//! blocks, repeated element after element), so that a transport that reads a peer's memory
+//! reads the blocks in place instead of a packed copy of them.
+//!
+//! A send publishes the address of its [`Blocks`] in the rendezvous offer ([`IN_PLACE`] in
+//! the key); the receiver reads that description and the block list it points to out of the
+//! sender's memory, then walks the same [`runs`](Blocks::runs) the sender would pack, in the same order.
+//! Both sides run the code here, so the bytes land in the order a serial pack gives them.
+
+use std::mem::size_of;
+
+/// [`RemoteKey::key`](crate::wire::RemoteKey) of a rendezvous whose address is a [`Blocks`]
+/// in the sender's memory, not the data itself.
+pub const IN_PLACE: u64 = 0x626c_6f63_6b73_0001;
+
+/// The most blocks per element a receiver reads from a sender's description: a bound, so
+/// that a corrupt description is a named error rather than an allocation that ends the
+/// process (mpirt's datatypes keep at most this many).
+pub const MAX_BLOCKS: u64 = 1 << 26;
+
+/// One run of bytes of an element, `offset` bytes from the element's start. `#[repr(C)]`:
+/// a receiver reads a sender's list of them out of the sender's memory.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    pub offset: usize,
+    pub len: usize,
+}
+
+/// `count` elements `extent` bytes apart from `base`, each made of `blocks` in the order
+/// their bytes travel (MPI's type map). `#[repr(C)]` and plain integers: a receiver reads
+/// it whole out of the sender's memory.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Blocks {
+    base: u64,
+    count: u64,
+    extent: u64,
+    /// The blocks' lengths summed: the bytes one element carries.
+    element_len: u64,
+    /// Address of the first of `n_blocks` [`Block`]s.
+    blocks: u64,
+    n_blocks: u64,
+}
+
+impl Blocks {
+    /// `count` elements at `base`, `extent` apart, made of `blocks`. `None` where the bytes
+    /// they carry would overflow a `usize`.
+    ///
+    /// The description holds addresses only: whoever reads through it (a peer, by
+    /// [`runs`](Self::runs)) relies on the caller keeping `base`'s elements and `blocks` alive and
+    /// unchanged until the send that publishes it completes.
+    pub fn new(base: *const u8, count: usize, extent: usize, blocks: &[Block]) -> Option<Blocks> {
+        let element_len = blocks
+            .iter()
+            .try_fold(0usize, |sum, b| sum.checked_add(b.len))?;
+        count.checked_mul(element_len)?;
+        Some(Blocks {
+            base: base as u64,
+            count: count as u64,
+            extent: extent as u64,
+            element_len: element_len as u64,
+            blocks: blocks.as_ptr() as u64,
+            n_blocks: blocks.len() as u64,
+        })
+    }
+
+    /// The bytes the elements carry, packed.
+    pub fn len(&self) -> usize {
+        (self.count * self.element_len) as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Where the block list lies (in the memory of whoever made the description), and how
+    /// many blocks it holds.
+    pub fn block_list(&self) -> (u64, usize) {
+        (self.blocks, self.n_blocks as usize)
+    }
+
+    /// This description as bytes, as a reader finds it in the sender's memory.
+    pub const WIRE_LEN: usize = size_of::<Blocks>();
+
+    /// A description read out of a peer's memory, checked for what [`runs`](Self::runs)
+    /// relies on: a bounded block list, and at least the `wanted` bytes a receive reads.
+    pub fn from_wire(bytes: &[u8; Self::WIRE_LEN], wanted: usize) -> Result<Blocks, String> {
+        let field =
+            |i: usize| u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        let blocks = Blocks {
+            base: field(0),
+            count: field(1),
+            extent: field(2),
+            element_len: field(3),
+            blocks: field(4),
+            n_blocks: field(5),
+        };
+        if blocks.n_blocks > MAX_BLOCKS {
+            return Err(format!(
+                "a send's layout lists {} blocks, past the {MAX_BLOCKS} a receiver reads",
+                blocks.n_blocks
+            ));
+        }
+        if blocks
+            .count
+            .checked_mul(blocks.element_len)
+            .is_none_or(|len| len < wanted as u64)
+        {
+            return Err(format!(
+                "a send's layout carries {} elements of {} bytes, fewer than the {wanted} to \
+                 read",
+                blocks.count, blocks.element_len
+            ));
+        }
+        Ok(blocks)
+    }
+
+    /// Block lengths summed must be the element's length: checked once the list is read.
+    pub fn check_list(&self, list: &[Block]) -> Result<(), String> {
+        let sum = list
+            .iter()
+            .try_fold(0u64, |sum, b| sum.checked_add(b.len as u64));
+        if list.len() as u64 != self.n_blocks || sum != Some(self.element_len) {
+            return Err(format!(
+                "a send's layout of {} blocks and {} bytes an element does not match its list",
+                self.n_blocks, self.element_len
+            ));
+        }
+        Ok(())
+    }
+
+    /// The address of the first element.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// The bytes one block carries on average: what a copy per block moves.
+    pub fn mean_block(&self) -> usize {
+        match self.n_blocks {
+            0 => 0,
+            n => (self.element_len / n) as usize,
+        }
+    }
+
+    /// The lowest address and the end of the bytes the elements' blocks reach (of `list`,
+    /// this description's block list), unless they would pass the end of the address space.
+    pub fn span(&self, list: &[Block]) -> Option<(u64, u64)> {
+        let low = list.iter().map(|b| b.offset as u64).min()?;
+        let high = list.iter().map(|b| b.offset as u64 + b.len as u64).max()?;
+        let last = self.count.checked_sub(1)?.checked_mul(self.extent)?;
+        let end = self.base.checked_add(last)?.checked_add(high)?;
+        Some((self.base.checked_add(low)?, end))
+    }
+
+    /// Calls `f` with each block's address and length, in packing order, for the first `len`
+    /// packed bytes (the last block cut short where they end), skipping empty blocks: a
+    /// tight loop, for copies block by block.
+    pub fn for_each_block(&self, list: &[Block], len: usize, mut f: impl FnMut(u64, usize)) {
+        let mut left = len;
+        let mut element = self.base;
+        for _ in 0..self.count {
+            for b in list {
+                let n = b.len.min(left);
+                if n > 0 {
+                    f(element.wrapping_add(b.offset as u64), n);
+                    left -= n;
+                }
+            }
+            if left == 0 {
+                return;
+            }
+            element = element.wrapping_add(self.extent);
+        }
+    }
+
+    /// Packs the elements' bytes, all [`len`](Self::len) of them, at `dst`.
+    ///
+    /// # Safety
+    /// The description must have been made in this process, its elements and block list
+    /// still alive (what [`new`](Self::new) asks of its caller), and `dst` valid for writes
+    /// of `len()` bytes that overlap none of the elements'.
+    pub unsafe fn pack_into(&self, dst: *mut u8) {
+        // SAFETY: the list `new` was given, alive (this function's contract).
+        let list = unsafe {
+            std::slice::from_raw_parts(self.blocks as usize as *const Block, self.n_blocks as usize)
+        };
+        let mut at = 0;
+        self.for_each_block(list, self.len(), |addr, len| {
+            // SAFETY: the block lies in an element, readable (this function's contract);
+            // `at + len` stays within the `len()` bytes at `dst`.
+            unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, dst.add(at), len) };
+            at += len;
+        });
+    }
+
+    /// The packed bytes `start..start + len` as runs of addresses, in packing order, with
+    /// neighbouring runs that touch merged; `list` is the description's block list.
+    pub fn runs<'a>(&self, list: &'a [Block], start: usize, len: usize) -> Runs<'a> {
+        let element_len = self.element_len as usize;
+        let (element, mut within) = match element_len {
+            0 => (0, 0),
+            _ => (start / element_len, start % element_len),
+        };
+        let mut block = 0;
+        while block < list.len() && within >= list[block].len {
+            within -= list[block].len;
+            block += 1;
+        }
+        Runs {
+            base: self.base,
+            extent: self.extent,
+            list,
+            element: element as u64,
+            block,
+            within,
+            left: len,
+        }
+    }
+}
+
+/// The runs of [`Blocks::runs`]: `(address, length)`, never empty.
+pub struct Runs<'a> {
+    base: u64,
+    extent: u64,
+    list: &'a [Block],
+    element: u64,
+    block: usize,
+    /// Bytes of the current block already given.
+    within: usize,
+    left: usize,
+}
+
+impl Runs<'_> {
+    /// The next block's piece, unmerged.
+    fn piece(&mut self) -> Option<(u64, usize)> {
+        if self.left == 0 || self.list.is_empty() {
+            return None;
+        }
+        while self.list[self.block].len == self.within {
+            self.block += 1;
+            self.within = 0;
+            if self.block == self.list.len() {
+                self.block = 0;
+                self.element += 1;
+            }
+        }
+        let b = self.list[self.block];
+        let addr = self
+            .base
+            .wrapping_add(self.element.wrapping_mul(self.extent))
+            .wrapping_add((b.offset + self.within) as u64);
+        let len = (b.len - self.within).min(self.left);
+        self.within += len;
+        self.left -= len;
+        Some((addr, len))
+    }
+}
+
+impl Iterator for Runs<'_> {
+    type Item = (u64, usize);
+
+    fn next(&mut self) -> Option<(u64, usize)> {
+        let (addr, mut len) = self.piece()?;
+        // Merged while the next piece starts where this one ends (a vector of whole
+        // elements, a struct without padding): fewer iovecs, longer copies.
+        loop {
+            let save = (self.element, self.block, self.within, self.left);
+            match self.piece() {
+                Some((next, more)) if next == addr.wrapping_add(len as u64) => len += more,
+                Some(_) => {
+                    (self.element, self.block, self.within, self.left) = save;
+                    return Some((addr, len));
+                }
+                None => return Some((addr, len)),
+            }
+        }
+    }
+}
+
+/// The bytes of `blocks` as the wire carries them.
+#[cfg(test)]
+fn pack(blocks: &Blocks) -> Vec<u8> {
+    let mut packed = vec![0u8; blocks.len()];
+    // SAFETY: the tests' descriptions lie within their live buffers and lists.
+    unsafe { blocks.pack_into(packed.as_mut_ptr()) };
+    packed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn column() -> (Vec<u8>, Vec<Block>) {
+        let buf: Vec<u8> = (0..64).collect();
+        (buf, vec![Block { offset: 8, len: 8 }])
+    }
+
+    #[test]
+    fn a_column_runs_one_block_an_element() {
+        let (buf, list) = column();
+        let blocks = Blocks::new(buf.as_ptr(), 2, 32, &list).unwrap();
+        assert_eq!(blocks.len(), 16);
+        let base = buf.as_ptr() as u64;
+        let runs: Vec<_> = blocks.runs(&list, 0, 16).collect();
+        assert_eq!(runs, vec![(base + 8, 8), (base + 40, 8)]);
+        // A range that starts and ends inside blocks.
+        let runs: Vec<_> = blocks.runs(&list, 3, 7).collect();
+        assert_eq!(runs, vec![(base + 11, 5), (base + 40, 2)]);
+    }
+
+    #[test]
+    fn touching_blocks_merge_across_elements() {
+        let buf = [0u8; 32];
+        let list = [Block { offset: 0, len: 4 }, Block { offset: 4, len: 4 }];
+        let blocks = Blocks::new(buf.as_ptr(), 4, 8, &list).unwrap();
+        let runs: Vec<_> = blocks.runs(&list, 0, 32).collect();
+        assert_eq!(runs, vec![(buf.as_ptr() as u64, 32)]);
+    }
+
+    #[test]
+    fn a_description_read_back_is_checked() {
+        let (buf, list) = column();
+        let blocks = Blocks::new(buf.as_ptr(), 2, 32, &list).unwrap();
+        // SAFETY: `Blocks` is plain integers, `#[repr(C)]`, with no padding.
+        let wire: [u8; Blocks::WIRE_LEN] = unsafe { std::mem::transmute(blocks) };
+        assert_eq!(Blocks::from_wire(&wire, 16), Ok(blocks));
+        assert_eq!(Blocks::from_wire(&wire, 10), Ok(blocks));
+        let err = Blocks::from_wire(&wire, 17).unwrap_err();
+        assert!(err.contains("fewer than the 17 to read"), "{err}");
+        assert!(blocks.check_list(&list).is_ok());
+        let err = blocks
+            .check_list(&[Block { offset: 0, len: 9 }])
+            .unwrap_err();
+        assert!(err.contains("does not match its list"), "{err}");
+    }
+
+    proptest! {
+        /// Any range of the packed bytes, walked as runs, is that range of a serial pack.
+        #[test]
+        fn runs_of_a_range_are_that_range_of_the_pack(
+            pieces in prop::collection::vec((0usize..5, 0usize..6), 1..5),
+            count in 1usize..6,
+            gap in 0usize..5,
+            cut in (0usize..1000, 0usize..1000),
+        ) {
+            let mut list = Vec::new();
+            let mut at = 0;
+            for (skip, len) in pieces {
+                list.push(Block { offset: at + skip, len });
+                at += skip + len;
+            }
+            let extent = at + gap;
+            let buf: Vec<u8> = (0..extent * count).map(|i| (i * 7 % 251) as u8).collect();
+            let blocks = Blocks::new(buf.as_ptr(), count, extent, &list).unwrap();
+            let mut serial = Vec::new();
+            for e in 0..count {
+                for b in &list {
+                    serial.extend_from_slice(&buf[e * extent + b.offset..][..b.len]);
+                }
+            }
+            prop_assert_eq!(pack(&blocks), serial.clone());
+            let start = cut.0 % (serial.len() + 1);
+            let len = cut.1 % (serial.len() - start + 1);
+            let runs: Vec<(u64, usize)> = blocks.runs(&list, start, len).collect();
+            prop_assert!(runs.iter().all(|&(_, n)| n > 0));
+            let got: Vec<u8> = runs
+                .iter()
+                .flat_map(|&(addr, n)| {
+                    let offset = (addr - buf.as_ptr() as u64) as usize;
+                    buf[offset..offset + n].iter().copied()
+                })
+                .collect();
+            prop_assert_eq!(got, serial[start..start + len].to_vec());
+        }
+    }
+}
