@@ -2,7 +2,9 @@
 # Side by side, in one run: mpirt's multi-threaded ports (osu_latency_mt, osu_mbw_mr_mt; built
 # with the feature `threads`) against the same loops in C (compare/osu_mt.c) on Open MPI at
 # MPI_THREAD_MULTIPLE, two ranks on this host, interleaved and repeated; medians per size.
-#   osu-benches/compare/mt.sh [-r REPEATS] [-m MAX_SIZE] [-t "S:R"] [-p THREADS] [-x]
+#   osu-benches/compare/mt.sh [-r REPEATS] [-m MAX_SIZE] [-i ITERATIONS] [-t "S:R"] [-p THREADS] [-x]
+# -i: timed iterations at every size (OSU's loop counts without it; Open MPI's threads are slow
+# to run them where the ranks share cores).
 # -t: osu_latency_mt's sender:receiver threads (1:2, OSU's default); -p: the message rate's
 # threads a rank (2); -x: TCP between the ranks (MPIRT_TRANSPORT=tcp; Open MPI's btl tcp,self)
 # instead of shared memory.
@@ -13,14 +15,16 @@ max=4096
 lat_threads=1:2
 rate_threads=2
 tcp=
-while getopts "r:m:t:p:x" opt; do
+iterations=()
+while getopts "r:m:i:t:p:x" opt; do
     case $opt in
         r) repeats=$OPTARG ;;
         m) max=$OPTARG ;;
+        i) iterations=(-i "$OPTARG") && export OSU_MT_ITERATIONS=$OPTARG ;;
         t) lat_threads=$OPTARG ;;
         p) rate_threads=$OPTARG ;;
         x) tcp=1 ;;
-        *) echo "usage: $0 [-r REPEATS] [-m MAX_SIZE] [-t S:R] [-p THREADS] [-x]" >&2; exit 2 ;;
+        *) echo "usage: $0 [-r REPEATS] [-m MAX_SIZE] [-i ITERATIONS] [-t S:R] [-p THREADS] [-x]" >&2; exit 2 ;;
     esac
 done
 cargo build --release -q -p launcher -p osu-benches --features osu-benches/threads
@@ -38,10 +42,10 @@ ompi=(mpirun.openmpi --allow-run-as-root -n 2 --bind-to none "${ompi_mca[@]}")
 senders=${lat_threads%%:*}
 receivers=${lat_threads##*:}
 for ((r = 1; r <= repeats; r++)); do
-    env "${mpirt_env[@]}" "$bin/rsrun" -n 2 "$bin/osu_latency_mt" -t "$lat_threads" -m "1:$max" \
+    env "${mpirt_env[@]}" "$bin/rsrun" -n 2 "$bin/osu_latency_mt" -t "$lat_threads" -m "1:$max" "${iterations[@]}" \
         > "$out/latency.mpirt.$r"
     "${ompi[@]}" "$out/osu_mt" latency_mt "$senders" "$receivers" "$max" > "$out/latency.ompi.$r"
-    env "${mpirt_env[@]}" "$bin/rsrun" -n 2 "$bin/osu_mbw_mr_mt" -t "$rate_threads" -m "1:$max" \
+    env "${mpirt_env[@]}" "$bin/rsrun" -n 2 "$bin/osu_mbw_mr_mt" -t "$rate_threads" -m "1:$max" "${iterations[@]}" \
         > "$out/rate.mpirt.$r"
     "${ompi[@]}" "$out/osu_mt" mbw_mr_mt "$rate_threads" "$max" > "$out/rate.ompi.$r"
 done

@@ -3,7 +3,8 @@
  * iterations, tags, loop counts and output format. Threads are started per message size, after
  * a barrier of the two ranks, as in the Rust ports (their start is not timed).
  * Usage: osu_mt latency_mt [SENDERS [RECEIVERS [MAX_SIZE]]]
- *        osu_mt mbw_mr_mt [THREADS [MAX_SIZE]] */
+ *        osu_mt mbw_mr_mt [THREADS [MAX_SIZE]]
+ * OSU_MT_ITERATIONS, where set, is the timed iterations at every size (the ports' -i). */
 #include <mpi.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -113,7 +114,8 @@ int main(int argc, char **argv) {
     if (!lat) pthread_barrier_init(&together, NULL, threads);
     pthread_t tid[MAX_THREADS];
     for (size = 1; size <= max; size *= 2) {
-        long iters = lat ? (size > LARGE ? 1000 : 10000) : 100;
+        const char *fixed = getenv("OSU_MT_ITERATIONS");
+        long iters = fixed ? atol(fixed) : lat ? (size > LARGE ? 1000 : 10000) : 100;
         skip_iters = lat ? (size > LARGE ? 10 : 100) : 10;
         total = iters + skip_iters;
         MPI_Barrier(MPI_COMM_WORLD);
