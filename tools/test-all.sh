@@ -68,6 +68,18 @@ cargo test -p mpirt --test p2p --test collectives --test topology --test datatyp
 # The `complex` feature's Equivalence for num-complex's numbers.
 cargo test -p mpirt --features complex --lib datatype
 
+# Threading::Serialized and Multiple (mpirt's feature `threads`): the stress suite (4 threads a
+# rank, 2 to 4 ranks, shared memory and TCP) in release and in debug, the doc tests that show
+# which handles cross threads, lints with the feature, and the multi-threaded OSU ports' option
+# tests. Without the feature the threads suite only checks that Funneled is the ceiling.
+echo "== threads: mpirt and osu-benches with the feature threads"
+cargo clippy -p mpirt -p osu-benches --all-targets --release \
+    --features mpirt/threads,osu-benches/threads -- -D warnings
+cargo test --release -p mpirt --features threads --test threads
+cargo test --release -p mpirt --features threads --doc threads
+cargo test -p mpirt --features threads --test threads
+cargo test --release -p osu-benches --features threads
+
 # The README's quick start, in a new crate outside the workspace (see the script).
 echo "== README quick start"
 bash tools/quickstart-check.sh

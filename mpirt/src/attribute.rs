@@ -107,6 +107,12 @@ struct Entry {
 }
 
 impl Attributes {
+    /// Whether no value is cached, nor kept for a reference that may still live.
+    pub(crate) fn is_empty(&self) -> bool {
+        let cache = self.cache.borrow();
+        cache.entries.is_empty() && cache.retired.is_empty()
+    }
+
     /// The value cached under `A`'s key, if it is an `A` (a `get_key` shared by two types
     /// finds the other's value as absent, never as the wrong type).
     pub(crate) fn get<A: CommAttribute>(&self) -> Option<&A> {

@@ -20,7 +20,7 @@ use pml::{
     SourceSel, Started, Status, Tag, TagSel, Waiting, Wireup,
 };
 
-use crate::environment;
+use crate::environment::{self, Threading};
 
 /// Which PML the ranks run on; every rank of a job must name the same one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +36,17 @@ impl PmlChoice {
             Err(_) | Ok("") | Ok("native") => Ok(PmlChoice::Native),
             Ok("ucx") => Ok(PmlChoice::Ucx),
             Ok(other) => Err(format!("MPIRT_PML='{other}' is not a PML (native or ucx)")),
+        }
+    }
+
+    /// The most concurrency the PML takes: the native engine, built with the feature
+    /// `threads`, any, through the lock that threads share it under (`environment`), else
+    /// one thread's; UCX's worker is made for one thread
+    /// (`UCS_THREAD_MODE_SINGLE`), so the UCX PML stays at `Funneled`.
+    pub fn threading_ceiling(self) -> Threading {
+        match self {
+            PmlChoice::Native if cfg!(feature = "threads") => Threading::Multiple,
+            PmlChoice::Native | PmlChoice::Ucx => Threading::Funneled,
         }
     }
 

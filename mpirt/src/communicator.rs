@@ -3,6 +3,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use pml::Pml;
 
@@ -61,9 +62,12 @@ struct Shared {
     inter: Option<inter::Sides>,
     /// `MPI_Comm_set_attr`'s values, which every handle of the communicator sees.
     attributes: Attributes,
-    /// The context id, given back when the last handle drops; `None` for the world's and
-    /// self's, which are fixed.
-    _lease: Option<ContextLease>,
+    /// Whether this is one thread's view of a communicator that threads share
+    /// (`crate::threads::SharedCommunicator::local`), which takes point-to-point calls only.
+    view: bool,
+    /// The context id, given back when the last handle or view drops; `None` for the
+    /// world's and self's, which are fixed.
+    lease: Option<Arc<ContextLease>>,
 }
 
 /// Where a communicator's context id comes from.
@@ -88,11 +92,24 @@ impl CommData {
             Context::World => (context::WORLD, "MPI_COMM_WORLD", None),
             Context::OfSelf => (context::SELF, "MPI_COMM_SELF", None),
             // MPI names a new communicator "": names are not inherited.
-            Context::Leased(lease) => (lease.id(), "", Some(lease)),
+            Context::Leased(lease) => (lease.id(), "", Some(Arc::new(lease))),
         };
         stall::remember_comm(id, name, &group);
+        CommData::intra(id, rank, group, name, grid, lease, false)
+    }
+
+    /// An intra-communicator's handle on `context`, with fresh shared state.
+    fn intra(
+        context: u32,
+        rank: u32,
+        group: Vec<u32>,
+        name: &str,
+        grid: Option<Grid>,
+        lease: Option<Arc<ContextLease>>,
+        view: bool,
+    ) -> CommData {
         CommData {
-            context: id,
+            context,
             rank,
             size: group.len() as u32,
             shared: Rc::new(Shared {
@@ -103,7 +120,8 @@ impl CommData {
                 grid,
                 inter: None,
                 attributes: Attributes::default(),
-                _lease: lease,
+                view,
+                lease,
             }),
         }
     }
@@ -133,7 +151,8 @@ impl CommData {
                     local,
                     first_on_tie,
                 }),
-                _lease: Some(lease),
+                view: false,
+                lease: Some(Arc::new(lease)),
             }),
         }
     }
@@ -230,6 +249,52 @@ impl CommData {
         }
     }
 
+    /// One thread's view of the communicator on `context` whose members are `group` (world
+    /// ranks in rank order), `rank` among them, holding `lease`: point-to-point only, as its
+    /// collective sequence and area are the communicator's own (see `crate::threads`).
+    pub(crate) fn view(
+        context: u32,
+        rank: u32,
+        group: Vec<u32>,
+        lease: Option<Arc<ContextLease>>,
+    ) -> CommData {
+        CommData::intra(context, rank, group, "", None, lease, true)
+    }
+
+    /// The members' world ranks, in rank order, and the lease on the context id that a view
+    /// of this communicator holds (see `view`).
+    pub(crate) fn members_and_lease(&self) -> (&[u32], Option<Arc<ContextLease>>) {
+        (&self.shared.group, self.shared.lease.clone())
+    }
+
+    /// Fails where the communicator takes no collectives: a thread's view.
+    pub(crate) fn collectives_allowed(&self) -> Result<(), Cause> {
+        if self.shared.view {
+            Err(Cause::CollectiveOnView)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Fails, saying why, unless this handle is the communicator's only one and holds
+    /// nothing another handle on its thread may share: then it may move to another thread
+    /// (`crate::threads::SendableCommunicator`).
+    pub(crate) fn check_sole_handle(&self) -> Result<(), Cause> {
+        let why = if Rc::strong_count(&self.shared) > 1 || Rc::weak_count(&self.shared) > 0 {
+            "it has other handles on this thread (clones, the universe's own world, or an \
+             immediate collective in flight): duplicate it and move the duplicate"
+        } else if !self.shared.attributes.is_empty() {
+            "it has attributes cached, whose values may be shared with this thread"
+        } else if !self.shared.area.is_unshared() {
+            "a collective in flight shares its shared-memory area"
+        } else if self.shared.inter.is_some() || self.shared.view {
+            "it is an inter-communicator or a thread's view of a shared communicator"
+        } else {
+            return Ok(());
+        };
+        Err(Cause::NotSoleHandle(why))
+    }
+
     pub(crate) fn area_slot(&self) -> &AreaSlot {
         &self.shared.area
     }
@@ -258,6 +323,7 @@ impl CommData {
         fingerprint: u64,
         made: Result<(Option<Vec<u32>>, Option<Grid>), Cause>,
     ) -> Result<Option<SimpleCommunicator>, Cause> {
+        let _creating = context::creating();
         let proposal = Proposal {
             valid: made.is_ok(),
             fingerprint,
@@ -388,6 +454,10 @@ pub struct SimpleCommunicator {
 impl SimpleCommunicator {
     pub(crate) fn new(data: CommData) -> SimpleCommunicator {
         SimpleCommunicator { data }
+    }
+
+    pub(crate) fn into_data(self) -> CommData {
+        self.data
     }
 
     /// The communicator of every rank in the job (`MPI_COMM_WORLD`), as

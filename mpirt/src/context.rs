@@ -6,7 +6,7 @@
 //! most one live communicator per id, which is all that keeps messages of different
 //! communicators apart.
 
-use std::cell::RefCell;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::collective::{self, SystemOperation};
 use crate::communicator::CommData;
@@ -21,17 +21,38 @@ pub(crate) const WORLD: u32 = 0;
 /// takes it, so a process's messages to itself there match nothing else.
 pub(crate) const SELF: u32 = 1;
 
-thread_local! {
-    static IN_USE: RefCell<[u64; WORDS]> = const {
-        let mut bits = [0; WORDS];
-        bits[0] = 1 << WORLD | 1 << SELF;
-        RefCell::new(bits)
-    };
+/// The ids this process's communicators use, whichever threads hold them (a communicator's
+/// last handle may drop on another thread than the one that made it, see `crate::threads`).
+static IN_USE: Mutex<[u64; WORDS]> = Mutex::new({
+    let mut bits = [0; WORDS];
+    bits[0] = 1 << WORLD | 1 << SELF;
+    bits
+});
+
+/// The bitmap; each change is one store, so a thread that panicked holding it left it whole.
+fn bits() -> MutexGuard<'static, [u64; WORDS]> {
+    IN_USE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Held by a thread of this process while it makes a communicator, from before the agreement
+/// on its context id until its lease is taken (see `creating`).
+static CREATING: Mutex<()> = Mutex::new(());
+
+/// Makes this thread's communicator creation the process's only one until the guard drops:
+/// two threads agreeing on ids at once would each miss the id the other is about to take,
+/// and could give two communicators one id. Creations from several threads of a process run
+/// one at a time, so the program must order them alike on every rank (as MPI asks of one
+/// communicator's collectives); MPICH's context-id mask, which contends for ids without
+/// blocking, would lift that (ARCHITECTURE.md, "Threads").
+pub(crate) fn creating() -> MutexGuard<'static, ()> {
+    // A creation that panicked leaves nothing half-made behind this lock: the bitmap has its
+    // own.
+    CREATING.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The ids this process's communicators use, as a bitmap.
 pub(crate) fn in_use() -> [u64; WORDS] {
-    IN_USE.with(|bits| *bits.borrow())
+    *bits()
 }
 
 /// The lowest id not in `used`, if any.
@@ -55,8 +76,7 @@ impl ContextLease {
 impl Drop for ContextLease {
     fn drop(&mut self) {
         let id = self.0 as usize;
-        // A communicator kept in a thread-local may drop after this map: nothing to free then.
-        let _ = IN_USE.try_with(|bits| bits.borrow_mut()[id / 64] &= !(1 << (id % 64)));
+        bits()[id / 64] &= !(1 << (id % 64));
     }
 }
 
@@ -117,6 +137,6 @@ pub(crate) fn fingerprint(words: impl IntoIterator<Item = i64>) -> u64 {
 
 /// Takes `id` (from [`agree`]) for a communicator of this process.
 pub(crate) fn lease(id: u32) -> ContextLease {
-    IN_USE.with(|bits| bits.borrow_mut()[id as usize / 64] |= 1 << (id % 64));
+    bits()[id as usize / 64] |= 1 << (id % 64);
     ContextLease(id)
 }

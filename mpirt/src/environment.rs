@@ -1,22 +1,28 @@
 //! Start-up and shut-down, and the one place the engine lives.
 //!
-//! The engine and the bootstrap client live in a thread-local slot of the thread that called
-//! [`initialize`]: mpirt provides [`Threading::Funneled`], and the engine holds raw pointers to
-//! user buffers, so it must never be reached from two threads. Communicators, requests and the
-//! universe are `!Send` for the same reason; a call from another thread is an error
-//! ([`Cause::NotInitialized`]).
+//! At [`Threading::Single`] and [`Threading::Funneled`] the engine lives in a thread-local slot
+//! of the thread that called [`initialize`]: it holds raw pointers to user buffers, so it must
+//! never be reached from two threads, and a call from another thread is an error
+//! ([`Cause::NotInitialized`]). At [`Threading::Serialized`] and [`Threading::Multiple`]
+//! (cargo feature `threads`) it lives behind a process-wide lock instead (`shared`), which a
+//! call reaches only where the thread-local slot is empty. Without the feature that way does
+//! not exist, and the single-threaded path is the one it always was.
+//! Communicators, requests and the universe are `!Send` at every level; the handles that
+//! cross threads are `crate::threads`'s, which only a universe that provides `Serialized` or
+//! `Multiple` can make.
 
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::string::FromUtf8Error;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Instant;
 
 use bootstrap::Bootstrap;
-use pml::{EngineConfig, Pml, PmlError, Wireup};
+use pml::{ContextId, Done, EngineConfig, Handle, Pml, PmlError, SourceSel, Status, TagSel};
+use pml::{Waiting, Wireup};
 
-use crate::backend::{self, AnyPml, PmlChoice};
+use crate::backend::{self, AnyPml, MessageHandle, PmlChoice};
 use crate::collective::CommunicatorCollectives;
 use crate::communicator::Communicator;
 use crate::communicator::{hostname, CommData, Rank, SimpleCommunicator};
@@ -25,6 +31,9 @@ use crate::point_to_point::{
     buffer_capacity, buffered_in_flight, finish_buffered_at_finalize, reattach_buffer,
 };
 use crate::stall;
+use crate::threads::Threads;
+
+mod shared;
 
 /// How much concurrency the program asks for and the runtime provides (`MPI_THREAD_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -35,19 +44,29 @@ pub enum Threading {
     Multiple,
 }
 
-/// The PML and the launcher link of this process, and its predefined communicators.
-struct Runtime {
-    engine: AnyPml,
-    bootstrap: Bootstrap,
-    /// `MPI_COMM_WORLD` and `MPI_COMM_SELF`, whose handles all share these.
+/// `MPI_COMM_WORLD` and `MPI_COMM_SELF`, whose handles all share these: the initializing
+/// thread's (their handles are `!Send`; other threads reach the world through
+/// `crate::threads`).
+struct Predefined {
     world: CommData,
     self_comm: CommData,
 }
 
 thread_local! {
-    static RUNTIME: RefCell<Option<Runtime>> = const { RefCell::new(None) };
+    /// The PML at `Single` and `Funneled`, in the initializing thread; empty elsewhere and at
+    /// the levels that share it between threads (see `shared`).
+    static RUNTIME: RefCell<Option<AnyPml>> = const { RefCell::new(None) };
+    static PREDEFINED: RefCell<Option<Predefined>> = const { RefCell::new(None) };
     /// The PML a call that holds it lent to its progress hooks (see `lend`), else null.
     static LENT: Cell<*mut AnyPml> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// The launcher link, which any thread may need: to abort the job, for the job's id.
+static BOOTSTRAP: Mutex<Option<Bootstrap>> = Mutex::new(None);
+
+/// The launcher link; a thread that panicked holding it left it whole (each use is one call).
+fn bootstrap() -> MutexGuard<'static, Option<Bootstrap>> {
+    BOOTSTRAP.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Whether `initialize` ran in this process, on any thread: it runs once.
@@ -98,10 +117,7 @@ impl Universe {
     /// Which program of a multi-program launch this process runs (`MPI_APPNUM`): 0 under
     /// rsrun, which starts one; Slurm's number under `srun --mpi=pmi2`.
     pub fn appnum(&self) -> Option<isize> {
-        RUNTIME.with(|slot| {
-            let slot = slot.try_borrow().ok()?;
-            Some(slot.as_ref()?.bootstrap.appnum() as isize)
-        })
+        Some(bootstrap().as_ref()?.appnum() as isize)
     }
 
     /// Lets go of the inter-communicator to the parent processes (`MPI_Comm_disconnect` of
@@ -114,6 +130,12 @@ impl Universe {
     /// The transports and protocols in use, as `rsrun --verbose` prints them.
     pub fn description(&self) -> String {
         with_engine(|e| Ok(e.description().to_string())).unwrap_or_default()
+    }
+
+    /// What lets handles cross threads ([`crate::threads`]): `Some` where the runtime
+    /// provides [`Threading::Serialized`] or [`Threading::Multiple`].
+    pub fn threads(&self) -> Option<Threads> {
+        Threads::provided()
     }
 }
 
@@ -149,22 +171,20 @@ impl Drop for Universe {
             everyone.wait();
         }
         stall::uninstall();
-        let runtime = RUNTIME.with(|slot| slot.borrow_mut().take());
-        if let Some(mut runtime) = runtime {
-            let flushed = runtime.engine.flush_all();
-            drop(runtime.engine);
+        let engine = RUNTIME
+            .with(|slot| slot.borrow_mut().take())
+            .or_else(shared::take);
+        PREDEFINED.with(|slot| slot.borrow_mut().take());
+        let bootstrap = bootstrap().take();
+        if let (Some(mut engine), Some(mut bootstrap)) = (engine, bootstrap) {
+            let flushed = engine.flush_all();
+            drop(engine);
             if let Err(e) = flushed {
-                bootstrap::output::say(&format!(
-                    "mpirt: rank {}: finalize: {e}",
-                    runtime.bootstrap.rank()
-                ));
-                runtime.bootstrap.abort(1, "finalize failed");
+                bootstrap::output::say(&format!("mpirt: rank {}: finalize: {e}", bootstrap.rank()));
+                bootstrap.abort(1, "finalize failed");
             }
-            if let Err(e) = runtime.bootstrap.finalize() {
-                bootstrap::output::say(&format!(
-                    "mpirt: rank {}: finalize: {e}",
-                    runtime.bootstrap.rank()
-                ));
+            if let Err(e) = bootstrap.finalize() {
+                bootstrap::output::say(&format!("mpirt: rank {}: finalize: {e}", bootstrap.rank()));
             }
         }
         FINALIZED.store(true, Ordering::SeqCst);
@@ -206,8 +226,11 @@ pub fn initialize() -> Option<Universe> {
     initialize_with_threading(Threading::Single).map(|(universe, _)| universe)
 }
 
-/// Starts the runtime asking for `threading`; returns the level provided, which is at most
-/// [`Threading::Funneled`]: only the initializing thread may communicate.
+/// Starts the runtime asking for `threading`; returns the level provided (`MPI_Init_thread`):
+/// the one asked for, up to [`Threading::Multiple`] where mpirt is built with the cargo
+/// feature `threads` (and runs its own PML, not UCX's), else up to [`Threading::Funneled`].
+/// At [`Threading::Serialized`] and [`Threading::Multiple`], [`Universe::threads`] lets the
+/// program make the handles other threads use ([`crate::threads`]).
 pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Threading)> {
     if INITIALIZED.swap(true, Ordering::SeqCst) {
         return None;
@@ -240,18 +263,17 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         world: SimpleCommunicator::new(world.clone()),
         _not_send: PhantomData,
     };
-    RUNTIME.with(|slot| {
-        *slot.borrow_mut() = Some(Runtime {
-            engine,
-            bootstrap,
-            world,
-            self_comm,
-        })
-    });
+    PREDEFINED.with(|slot| *slot.borrow_mut() = Some(Predefined { world, self_comm }));
+    *self::bootstrap() = Some(bootstrap);
+    let provided = *PROVIDED.get_or_init(|| threading.min(choice.threading_ceiling()));
+    if provided >= Threading::Serialized {
+        shared::install(engine);
+    } else {
+        RUNTIME.with(|slot| *slot.borrow_mut() = Some(engine));
+    }
     if let Err(e) = crate::communicator::join_parents(&universe.world) {
         fatal(e);
     }
-    let provided = *PROVIDED.get_or_init(|| threading.min(Threading::Funneled));
     Some((universe, provided))
 }
 
@@ -265,8 +287,8 @@ pub fn is_finalized() -> bool {
     FINALIZED.load(Ordering::SeqCst)
 }
 
-/// The threading level the runtime provides (`MPI_Query_thread`): what `initialize` returned,
-/// at most [`Threading::Funneled`]; [`Threading::Single`] before it ran.
+/// The threading level the runtime provides (`MPI_Query_thread`): what `initialize` returned;
+/// [`Threading::Single`] before it ran.
 pub fn threading_support() -> Threading {
     PROVIDED.get().copied().unwrap_or(Threading::Single)
 }
@@ -293,10 +315,10 @@ pub fn processor_name() -> Result<String, FromUtf8Error> {
 pub(crate) fn predefined(
     pick: impl FnOnce(&CommData, &CommData) -> CommData,
 ) -> Result<CommData, Error> {
-    RUNTIME.with(|slot| {
-        let runtime = slot.try_borrow().ok();
-        match runtime.as_ref().and_then(|r| r.as_ref()) {
-            Some(runtime) => Ok(pick(&runtime.world, &runtime.self_comm)),
+    PREDEFINED.with(|slot| {
+        let predefined = slot.try_borrow().ok();
+        match predefined.as_ref().and_then(|r| r.as_ref()) {
+            Some(predefined) => Ok(pick(&predefined.world, &predefined.self_comm)),
             None => Err(Error::new("predefined communicator", Cause::NotInitialized)),
         }
     })
@@ -304,11 +326,9 @@ pub(crate) fn predefined(
 
 /// Runs `f` on this process's line to its launcher (spawn's request goes there).
 pub(crate) fn with_bootstrap<R>(f: impl FnOnce(&mut Bootstrap) -> R) -> Result<R, Cause> {
-    RUNTIME.with(|slot| {
-        let mut slot = slot.try_borrow_mut().map_err(|_| Cause::NotInitialized)?;
-        let runtime = slot.as_mut().ok_or(Cause::NotInitialized)?;
-        Ok(f(&mut runtime.bootstrap))
-    })
+    let mut link = bootstrap();
+    let bootstrap = link.as_mut().ok_or(Cause::NotInitialized)?;
+    Ok(f(bootstrap))
 }
 
 fn startup_abort(bootstrap: &mut Bootstrap, why: String) -> ! {
@@ -332,7 +352,7 @@ pub(crate) fn world_rank() -> Option<Rank> {
     (rank >= 0).then_some(rank)
 }
 
-/// Runs `f` on the PML of this thread.
+/// Runs `f` on the PML: this thread's, or the one threads share (see `shared`).
 #[inline]
 pub(crate) fn with_engine<R>(
     f: impl FnOnce(&mut AnyPml) -> Result<R, PmlError>,
@@ -341,18 +361,117 @@ pub(crate) fn with_engine<R>(
     // closure grew past what the compiler inlines, and every call then paid for an
     // out-of-line frame, the thread-local's accessor called through a pointer, and the
     // result copied through the stack (75 instructions a call under callgrind).
-    let slot = RUNTIME.with(|slot| slot as *const RefCell<Option<Runtime>>);
+    let slot = RUNTIME.with(|slot| slot as *const RefCell<Option<AnyPml>>);
     // SAFETY: `with` returned, so the thread-local is alive (it panics on one being torn
     // down); it lives until this thread ends, which cannot happen during this call, and the
     // reference does not leave the call.
     let slot = unsafe { &*slot };
     let mut slot = slot.try_borrow_mut().map_err(|_| Cause::NotInitialized)?;
-    // The error is built only on the way out: one built eagerly (`ok_or`) would be dropped
-    // on every call.
-    let Some(runtime) = slot.as_mut() else {
+    #[cfg(not(feature = "threads"))]
+    let Some(engine) = slot.as_mut() else {
         return Err(Cause::NotInitialized);
     };
-    f(&mut runtime.engine).map_err(Cause::from)
+    // One call of `f` whichever PML it gets: a second, on the shared PML, made the PML call
+    // in `f` one the compiler no longer inlines (an 8-byte send cost 38 instructions more).
+    #[cfg(feature = "threads")]
+    let mut held = None;
+    #[cfg(feature = "threads")]
+    let engine = match slot.as_mut() {
+        Some(engine) => engine,
+        None => held.insert(shared::hold()?).engine(),
+    };
+    f(engine).map_err(Cause::from)
+}
+
+/// Runs `here` on this thread's PML if it has one, else `elsewhere` with it: the blocking
+/// calls' way in, whose wait on the shared PML takes its lock one round at a time.
+#[inline(always)]
+fn on_engine<F, R>(here: F, elsewhere: impl FnOnce(F) -> Result<R, Cause>) -> Result<R, Cause>
+where
+    F: FnOnce(&mut AnyPml) -> Result<R, PmlError>,
+{
+    // Outside `LocalKey::with`'s closure, as in `with_engine`.
+    let slot = RUNTIME.with(|slot| slot as *const RefCell<Option<AnyPml>>);
+    // SAFETY: as in `with_engine`.
+    let slot = unsafe { &*slot };
+    let mut slot = slot.try_borrow_mut().map_err(|_| Cause::NotInitialized)?;
+    // `elsewhere` makes no call that `here` makes, so `here`'s stays inlined (see
+    // `with_engine`); it is taken only where there is no thread-local PML.
+    let Some(engine) = slot.as_mut() else {
+        drop(slot);
+        return if cfg!(feature = "threads") {
+            elsewhere(here)
+        } else {
+            Err(Cause::NotInitialized)
+        };
+    };
+    here(engine).map_err(Cause::from)
+}
+
+/// Waits for `handle` to finish (the PML's `wait`).
+#[inline]
+pub(crate) fn wait(handle: Handle) -> Result<Done, Cause> {
+    on_engine(|e| e.wait(handle), |_| shared::wait(handle))
+}
+
+/// `wait` for code that runs as a progress hook too (see `with_engine_or_lent`).
+pub(crate) fn wait_or_lent(handle: Handle) -> Result<Done, Cause> {
+    with_lent_or(|e| e.wait(handle), |_| wait(handle))
+}
+
+/// Progresses until `done` holds (the waiting loop's `wait_until`); as a progress hook too.
+pub(crate) fn wait_until_or_lent(
+    done: impl Fn(&mut AnyPml) -> Result<bool, PmlError>,
+) -> Result<(), Cause> {
+    with_lent_or(
+        |e| e.wait_until(&done),
+        |_| {
+            on_engine(
+                |e| e.wait_until(&done),
+                |_| shared::block_until(|e| Ok(done(e)?.then_some(()))),
+            )
+        },
+    )
+}
+
+/// The PML's blocking receive.
+///
+/// # Safety
+/// As for [`Pml::recv`].
+#[inline]
+pub(crate) unsafe fn recv(
+    context: ContextId,
+    source: SourceSel,
+    tag: TagSel,
+    buf: *mut u8,
+    len: usize,
+) -> Result<Status, Cause> {
+    on_engine(
+        // SAFETY: the caller's guarantees are passed on unchanged.
+        |e| unsafe { e.recv(context, source, tag, buf, len) },
+        // SAFETY: as above.
+        |_| unsafe { shared::recv(context, source, tag, buf, len) },
+    )
+}
+
+/// The PML's blocking probe.
+pub(crate) fn probe(context: ContextId, source: SourceSel, tag: TagSel) -> Result<Status, Cause> {
+    on_engine(
+        |e| e.probe(context, source, tag),
+        |_| shared::block_until(|e| e.iprobe(context, source, tag)),
+    )
+}
+
+/// The PML's blocking matched probe.
+pub(crate) fn mprobe(
+    context: ContextId,
+    source: SourceSel,
+    tag: TagSel,
+) -> Result<(MessageHandle, Status), Cause> {
+    on_engine(
+        |e| e.mprobe(context, source, tag),
+        |_| shared::block_until(|e| e.improbe(context, source, tag)),
+    )
 }
 
 /// `with_engine` for code that runs as a progress hook too (an immediate collective's
@@ -362,15 +481,24 @@ pub(crate) fn with_engine<R>(
 pub(crate) fn with_engine_or_lent<R>(
     f: impl FnOnce(&mut AnyPml) -> Result<R, PmlError>,
 ) -> Result<R, Cause> {
+    with_lent_or(f, with_engine)
+}
+
+/// Runs `here` on the PML lent to this thread's progress hooks while they run (see `lend`),
+/// else `elsewhere` with it.
+fn with_lent_or<F, R>(here: F, elsewhere: impl FnOnce(F) -> Result<R, Cause>) -> Result<R, Cause>
+where
+    F: FnOnce(&mut AnyPml) -> Result<R, PmlError>,
+{
     let lent = LENT.with(Cell::get);
     if lent.is_null() {
-        return with_engine(f);
+        return elsewhere(here);
     }
     // SAFETY: `lend` set the pointer from the `&mut` it holds for the duration of `run`,
     // which is this call's caller, and uses that reference for nothing else meanwhile; no
-    // other reference made from the pointer is alive, since each lives for one `f`, and
-    // `f` (a PML call) does not call `with_engine_or_lent`.
-    f(unsafe { &mut *lent }).map_err(Cause::from)
+    // other reference made from the pointer is alive, since each lives for one `here` (a
+    // PML call), which does not come back here.
+    here(unsafe { &mut *lent }).map_err(Cause::from)
 }
 
 /// Runs `run` (the progress hooks) with `pml`, which the caller holds inside
@@ -390,24 +518,21 @@ pub(crate) fn lend(pml: &mut AnyPml, run: impl FnOnce()) {
 /// The job's id, which starts the names of the job's files under /dev/shm (rsrun removes
 /// them by it if the job dies).
 pub(crate) fn job_id() -> Result<String, Cause> {
-    RUNTIME.with(|slot| {
-        let slot = slot.try_borrow().map_err(|_| Cause::NotInitialized)?;
-        let Some(runtime) = slot.as_ref() else {
-            return Err(Cause::NotInitialized);
-        };
-        Ok(runtime.bootstrap.job_id().to_string())
-    })
+    match bootstrap().as_ref() {
+        Some(bootstrap) => Ok(bootstrap.job_id().to_string()),
+        None => Err(Cause::NotInitialized),
+    }
 }
 
 /// Ends the whole job through the launcher (or exits, when there is no runtime to go through).
 pub(crate) fn abort_job(code: i32, message: &str) -> ! {
     let code = if code == 0 { 1 } else { code };
-    RUNTIME.with(|slot| {
-        if let Ok(mut slot) = slot.try_borrow_mut() {
-            if let Some(runtime) = slot.as_mut() {
-                runtime.bootstrap.abort(code, message);
-            }
+    // `try_lock`: a thread that aborts while another holds the link (or while this one
+    // does, in a call that failed) exits without it rather than wait.
+    if let Ok(mut bootstrap) = BOOTSTRAP.try_lock() {
+        if let Some(bootstrap) = bootstrap.as_mut() {
+            bootstrap.abort(code, message);
         }
-    });
+    }
     std::process::exit(code)
 }

@@ -36,9 +36,14 @@ pub enum Cause {
     /// The bytes that arrived are not a valid value of the receive type (a `bool` other
     /// than 0 or 1, a `char` that is not a Unicode scalar value).
     InvalidValue { type_name: &'static str },
-    /// The call came before `initialize`, after the universe was dropped, or from a thread
-    /// other than the one that initialized (mpirt provides `Threading::Funneled`).
+    /// The call came before `initialize`, after the universe was dropped, or, at
+    /// `Threading::Single` and `Funneled`, from a thread other than the one that initialized.
     NotInitialized,
+    /// A collective or a communicator's creation on a thread's view of a shared communicator
+    /// (`threads::SharedCommunicator::local`), which carries point-to-point only.
+    CollectiveOnView,
+    /// A communicator that cannot move to another thread (`into_sendable`), and why.
+    NotSoleHandle(&'static str),
     /// A request was forgotten (`mem::forget`) inside its scope: its buffer may be freed
     /// while the messaging layer still uses it, so the job cannot go on.
     LeakedRequest { pending: usize },
@@ -181,9 +186,21 @@ impl fmt::Display for Cause {
             }
             Cause::NotInitialized => write!(
                 f,
-                "mpirt is not initialized on this thread (call mpirt::initialize() first; \
-                 only the thread that initialized may communicate: Threading::Funneled)"
+                "mpirt is not initialized on this thread (call mpirt::initialize() first; at \
+                 Threading::Single and Funneled only the thread that initialized may \
+                 communicate: initialize_with_threading(Threading::Multiple) lets others, \
+                 through mpirt::threads)"
             ),
+            Cause::CollectiveOnView => write!(
+                f,
+                "a thread's view of a shared communicator (SharedCommunicator::local) takes \
+                 point-to-point calls only: collectives and new communicators need a \
+                 communicator of the thread's own (duplicate one per thread and move it with \
+                 into_sendable)"
+            ),
+            Cause::NotSoleHandle(why) => {
+                write!(f, "this communicator cannot move to another thread: {why}")
+            }
             Cause::LeakedRequest { pending } => write!(
                 f,
                 "{pending} request(s) did not complete before their scope ended (forgotten \

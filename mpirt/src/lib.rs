@@ -49,8 +49,12 @@
 //! });
 //! ```
 //!
-//! Threading: [`Threading::Funneled`] at most. The runtime lives in the thread that called
-//! [`initialize`]; communicators and requests are `!Send`.
+//! Threading: every level, as asked for with [`initialize_with_threading`] (`Serialized` and
+//! `Multiple` with the cargo feature `threads`; `Funneled` at most without). Communicators and
+//! requests are `!Send` at every level, so a program at [`Threading::Single`] or
+//! [`Threading::Funneled`] cannot reach the runtime from another thread; at
+//! [`Threading::Serialized`] and [`Threading::Multiple`], [`threads`] makes the handles that
+//! cross threads.
 //!
 //! Errors end the job with a message naming the rank, the operation and the cause; the
 //! `try_` variants return an [`Error`] instead. A failure of messaging itself (a peer died,
@@ -73,6 +77,7 @@ mod partition;
 pub mod point_to_point;
 pub mod request;
 mod stall;
+pub mod threads;
 pub mod traits;
 pub mod window;
 

@@ -15,7 +15,7 @@ use pml::{Done, Handle, Pml, SendMode, SourceSel, Started, TagSel};
 use crate::backend::MessageHandle;
 use crate::communicator::{AnyProcess, CommData, Communicator, Process, Rank};
 use crate::datatype::{datatype_of, Buffer, BufferMut, Datatype, Equivalence, Layout};
-use crate::environment::with_engine;
+use crate::environment::{self, with_engine};
 use crate::error::{or_fatal, Cause, Error};
 use crate::request::{Lent, Request, Scope};
 use crate::stall;
@@ -656,7 +656,7 @@ pub(crate) fn wait_handle(handle: Handle) -> Result<Done, Cause> {
     }
     // The wait steps the immediate collectives in flight, if any: a peer may wait for their
     // next round before it sends what this one waits for.
-    with_engine(|e| e.wait(handle))
+    environment::wait(handle)
 }
 
 /// Receives one message into `slot`, blocking.
@@ -669,7 +669,7 @@ fn receive_slot(
 ) -> Result<Status, Cause> {
     let (ptr, len) = slot.target();
     // SAFETY: the slot's buffer outlives this call, which returns once the receive is done.
-    let status = with_engine(|e| unsafe { e.recv(comm.context, source, tag, ptr, len) })?;
+    let status = unsafe { environment::recv(comm.context, source, tag, ptr, len) }?;
     slot.finish(status)
 }
 
@@ -810,7 +810,7 @@ pub trait Source {
         let comm = self.source_comm();
         stall::enter(probe_call(op, comm, self.source_selector(), tag));
         tag_selector(tag)
-            .and_then(|t| with_engine(|e| e.mprobe(comm.context, self.source_selector(), t)))
+            .and_then(|t| environment::mprobe(comm.context, self.source_selector(), t))
             .map(|(handle, status)| Message::new(handle, status))
             .map_err(|c| Error::new(self.describe("matched probe", tag), c))
     }
@@ -832,7 +832,7 @@ pub trait Source {
         let comm = self.source_comm();
         stall::enter(probe_call("probe", comm, self.source_selector(), tag));
         tag_selector(tag)
-            .and_then(|t| with_engine(|e| e.probe(comm.context, self.source_selector(), t)))
+            .and_then(|t| environment::probe(comm.context, self.source_selector(), t))
             .map(Status::from_pml)
             .map_err(|c| Error::new(self.describe("probe", tag), c))
     }

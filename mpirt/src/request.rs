@@ -19,7 +19,7 @@ use pml::{Done, Handle, Pml, PmlError, SendMode, SourceSel, Started, Waiting};
 use crate::collective::progress;
 use crate::collective::request::Running;
 use crate::communicator::Rank;
-use crate::environment::{abort_job, with_engine};
+use crate::environment::{self, abort_job, with_engine};
 use crate::error::{fatal, or_fatal, Cause, Error};
 use crate::point_to_point::{send_description, wait_handle, Landing, RecvSlot, Status, Tag};
 use crate::stall;
@@ -467,9 +467,8 @@ fn wait_for_one<'a, D: ?Sized, S: Scope<'a>>(
         // and returns once one of the messages finished or a collective did: the collective
         // requests of the set then find theirs finished.
         progress::take_finished();
-        let woken = with_engine(|e| {
-            e.step_hooks()?;
-            e.wait_until(|e| {
+        let woken = with_engine(|e| e.step_hooks()).and_then(|()| {
+            environment::wait_until_or_lent(|e| {
                 for &h in &handles {
                     if e.is_complete(h)? {
                         return Ok(true);

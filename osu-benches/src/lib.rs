@@ -14,10 +14,11 @@ mod window;
 pub use measure::{measure, measure_collective, measure_summed};
 pub use options::{parse, Benchmark, Options, Parsed, SyncMode, WindowKind};
 pub use output::{
-    collective_header, collective_row, header, multi_bandwidth_header, rate_row, row, Latencies,
+    collective_header, collective_row, header, latency_mt_header, message_rate_mt_header,
+    multi_bandwidth_header, rate_row, row, Latencies,
 };
 pub use start::start;
-pub use window::{receive_window, send_window};
+pub use window::{receive_window, receive_window_on, send_window, send_window_on};
 
 /// The benchmarks send from the same buffers again and again: keep their RDMA registrations.
 /// On rsmpi the C MPI keeps whatever registrations it makes itself: the system allocator.

@@ -8,6 +8,8 @@ pub const LARGE_MESSAGE_SIZE: usize = 8192;
 const MAX_MESSAGE_SIZE: usize = 1 << 22;
 const MAX_MESSAGE_SIZE_COLLECTIVE: usize = 1 << 20;
 const WINDOW_SIZE: usize = 64;
+/// The most threads `-t` takes a rank, as OSU.
+const MAX_THREADS: usize = 128;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Benchmark {
@@ -36,6 +38,10 @@ pub enum Benchmark {
     GetAccLatency,
     FopLatency,
     CasLatency,
+    /// Threads on both ranks (`-t`): OSU's `osu_latency_mt`.
+    LatencyMt,
+    /// Not in OSU 7.4: `osu_mbw_mr`'s windows between thread pairs of two ranks (`-t`).
+    MessageRateMt,
 }
 
 /// How a one-sided test makes its window (`-w`).
@@ -109,6 +115,8 @@ impl Benchmark {
             Benchmark::GetAccLatency => "OSU MPI_Get_accumulate latency Test",
             Benchmark::FopLatency => "OSU MPI_Fetch_and_op latency Test",
             Benchmark::CasLatency => "OSU MPI_Compare_and_swap latency Test",
+            Benchmark::LatencyMt => "OSU MPI Multi-threaded Latency Test",
+            Benchmark::MessageRateMt => "OSU MPI Multi-threaded Message Rate Test",
         }
     }
 
@@ -125,7 +133,8 @@ impl Benchmark {
             Benchmark::Bandwidth | Benchmark::BiBandwidth | Benchmark::HaloColumn => {
                 "Bandwidth (MB/s)"
             }
-            Benchmark::MultiBandwidth => "MB/s",
+            Benchmark::MultiBandwidth | Benchmark::MessageRateMt => "MB/s",
+            Benchmark::LatencyMt => "Latency (us)",
             Benchmark::PutBandwidth | Benchmark::GetBandwidth | Benchmark::PutBiBandwidth => {
                 "Bandwidth (MB/s)"
             }
@@ -160,6 +169,8 @@ impl Benchmark {
             Benchmark::GetAccLatency => "osu_get_acc_latency",
             Benchmark::FopLatency => "osu_fop_latency",
             Benchmark::CasLatency => "osu_cas_latency",
+            Benchmark::LatencyMt => "osu_latency_mt",
+            Benchmark::MessageRateMt => "osu_mbw_mr_mt",
         }
     }
 
@@ -172,6 +183,7 @@ impl Benchmark {
                 | Benchmark::PutBandwidth
                 | Benchmark::GetBandwidth
                 | Benchmark::PutBiBandwidth
+                | Benchmark::MessageRateMt
         )
     }
 
@@ -201,6 +213,11 @@ impl Benchmark {
             Benchmark::PutBiBandwidth => &ACTIVE,
             _ => &ALL,
         }
+    }
+
+    /// Whether the test runs threads on each rank (`-t`), at `MPI_THREAD_MULTIPLE`.
+    pub fn is_threaded(self) -> bool {
+        matches!(self, Benchmark::LatencyMt | Benchmark::MessageRateMt)
     }
 
     /// Whether this is one of the one-sided tests (`-w` and `-s`).
@@ -235,6 +252,8 @@ impl Benchmark {
                     | Benchmark::MultiLatency
                     | Benchmark::MultiBandwidth
                     | Benchmark::HaloColumn
+                    | Benchmark::LatencyMt
+                    | Benchmark::MessageRateMt
             )
     }
 
@@ -265,6 +284,9 @@ pub struct Options {
     pub window_kind: WindowKind,
     /// `-s` (one-sided tests): how the epochs synchronise.
     pub sync: SyncMode,
+    /// `-t` (multi-threaded tests): rank 0's threads and rank 1's.
+    pub sender_threads: usize,
+    pub receiver_threads: usize,
 }
 
 impl Options {
@@ -276,6 +298,19 @@ impl Options {
                 min_size: 4 << 10,
                 max_size: 4 << 20,
                 ..Options::defaults(Benchmark::Barrier)
+            },
+            // OSU 7.4's osu_latency_mt: one sender thread and two receivers; it skips the empty
+            // message (no element of its datatype).
+            Benchmark::LatencyMt => Options {
+                min_size: 1,
+                receiver_threads: 2,
+                ..Options::defaults(Benchmark::Latency)
+            },
+            // Two threads a rank, each pair with osu_mbw_mr's windows and loop counts.
+            Benchmark::MessageRateMt => Options {
+                sender_threads: 2,
+                receiver_threads: 2,
+                ..Options::defaults(Benchmark::MultiBandwidth)
             },
             // OSU 7.4's multi-pair latency skips the empty message.
             Benchmark::Latency | Benchmark::MultiLatency => Options {
@@ -289,6 +324,8 @@ impl Options {
                 full: false,
                 window_kind: WindowKind::Allocate,
                 sync: SyncMode::Flush,
+                sender_threads: 1,
+                receiver_threads: 1,
             },
             // OSU 7.4's one-sided latency tests start at 1 byte; the atomics move 8.
             b if b.is_one_sided() && !b.is_one_sided_bandwidth() => Options {
@@ -311,6 +348,8 @@ impl Options {
                 full: false,
                 window_kind: WindowKind::Allocate,
                 sync: SyncMode::Flush,
+                sender_threads: 1,
+                receiver_threads: 1,
             },
             // OSU 7.4's osu_mbw_mr keeps the small-message loop counts at every size.
             Benchmark::MultiBandwidth => Options {
@@ -329,6 +368,8 @@ impl Options {
                 full: false,
                 window_kind: WindowKind::Allocate,
                 sync: SyncMode::Flush,
+                sender_threads: 1,
+                receiver_threads: 1,
             },
         }
     }
@@ -387,6 +428,12 @@ fn help(b: Benchmark) -> String {
     );
     if b.has_window() {
         h += "  -W, --window-size SIZE        set number of messages sent before synchronization\n";
+    }
+    if b == Benchmark::LatencyMt {
+        h += "  -t, --num_threads SEND:[RECV]  set the sender and receiver number of threads (min: 1 default: (receiver threads: 2 sender threads: 1), max: 128)\n";
+    }
+    if b == Benchmark::MessageRateMt {
+        h += "  -t, --num_threads THREADS     set the number of threads on each rank (min: 1 default: 2, max: 128)\n";
     }
     if b.is_one_sided() {
         h += "  -w, --win-option OPTION       create, allocate (default) or dynamic\n";
@@ -476,6 +523,29 @@ pub fn parse(b: Benchmark, args: impl IntoIterator<Item = String>) -> Result<Par
                 o.window = n;
             }
             "-f" | "--full" if b.is_collective() && inline.is_none() => o.full = true,
+            "-t" | "--num_threads" if b.is_threaded() => {
+                let v = value("-t")?;
+                let threads = |n: &str| match number("-t", n)? {
+                    n @ 1..=MAX_THREADS => Ok(n),
+                    n => Err(format!(
+                        "-t {v}: {n} threads, where 1 to {MAX_THREADS} are allowed"
+                    )),
+                };
+                match (b, v.split_once(':')) {
+                    (Benchmark::LatencyMt, Some((send, receive))) => {
+                        o.sender_threads = threads(send)?;
+                        if !receive.is_empty() {
+                            o.receiver_threads = threads(receive)?;
+                        }
+                    }
+                    // OSU's single number is the receiver threads.
+                    (Benchmark::LatencyMt, None) => o.receiver_threads = threads(&v)?,
+                    _ => {
+                        o.sender_threads = threads(&v)?;
+                        o.receiver_threads = o.sender_threads;
+                    }
+                }
+            }
             "-w" | "--win-option" if b.is_one_sided() => {
                 o.window_kind = match value("-w")?.as_str() {
                     "create" => WindowKind::Create,
@@ -541,6 +611,24 @@ mod tests {
         assert_eq!((ml.min_size, ml.window), (1, 1));
         assert_eq!(ml.loops(8193), (1_000, 10));
         assert!(parse(Benchmark::MultiLatency, ["-W".into(), "2".into()]).is_err());
+    }
+
+    #[test]
+    fn thread_counts() {
+        let l = run(Benchmark::LatencyMt, &[]);
+        assert_eq!(
+            (l.min_size, l.sender_threads, l.receiver_threads),
+            (1, 1, 2)
+        );
+        let l = run(Benchmark::LatencyMt, &["-t", "4:3"]);
+        assert_eq!((l.sender_threads, l.receiver_threads), (4, 3));
+        let l = run(Benchmark::LatencyMt, &["-t", "5"]);
+        assert_eq!((l.sender_threads, l.receiver_threads), (1, 5));
+        let r = run(Benchmark::MessageRateMt, &["-t", "3", "-W", "8"]);
+        assert_eq!((r.sender_threads, r.receiver_threads, r.window), (3, 3, 8));
+        let err = parse(Benchmark::LatencyMt, ["-t".into(), "0:2".into()]).unwrap_err();
+        assert!(err.contains("1 to 128"), "{err}");
+        assert!(parse(Benchmark::Latency, ["-t".into(), "2".into()]).is_err());
     }
 
     #[test]

@@ -43,14 +43,39 @@ pub fn one_sided_header(b: Benchmark, window: WindowKind, sync: SyncMode) -> Str
 
 /// `osu_mbw_mr`'s header for `pairs` pairs sending windows of `window` messages.
 pub fn multi_bandwidth_header(pairs: usize, window: usize) -> String {
-    let b = Benchmark::MultiBandwidth;
+    rate_header(
+        Benchmark::MultiBandwidth,
+        &format!("pairs: {pairs}"),
+        window,
+    )
+}
+
+/// A message rate test's header, its pairs said by `pairs`.
+fn rate_header(b: Benchmark, pairs: &str, window: usize) -> String {
     format!(
-        "# {} v7.4\n# [ pairs: {pairs} ] [ window size: {window} ]\n# Datatype: MPI_CHAR.\n\
+        "# {} v7.4\n# [ {pairs} ] [ window size: {window} ]\n# Datatype: MPI_CHAR.\n\
          {:<SIZE_WIDTH$}{:>FIELD_WIDTH$}{:>FIELD_WIDTH$}\n",
         b.title(),
         "# Size",
         b.column(),
         "Messages/s"
+    )
+}
+
+/// `osu_latency_mt`'s header: its threads, then `osu_latency`'s.
+pub fn latency_mt_header(senders: usize, receivers: usize) -> String {
+    format!(
+        "# Number of Sender threads: {senders} \n# Number of Receiver threads: {receivers}\n{}",
+        header(Benchmark::LatencyMt)
+    )
+}
+
+/// The multi-threaded message rate's header: `osu_mbw_mr`'s, with thread pairs for pairs.
+pub fn message_rate_mt_header(threads: usize, window: usize) -> String {
+    rate_header(
+        Benchmark::MessageRateMt,
+        &format!("threads: {threads}"),
+        window,
     )
 }
 

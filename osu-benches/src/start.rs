@@ -10,12 +10,28 @@ use crate::mpi::environment::Universe;
 use crate::mpi::traits::*;
 
 use crate::options::{parse, Benchmark, Options, Parsed};
-use crate::output::{collective_header, header, multi_bandwidth_header, one_sided_header};
+use crate::output::{
+    collective_header, header, latency_mt_header, message_rate_mt_header, multi_bandwidth_header,
+    one_sided_header,
+};
 
 /// Returns the runtime and the options, or ends the process (help, version, bad options,
 /// wrong number of ranks) the way OSU does.
 pub fn start(b: Benchmark) -> (Universe, Options) {
-    let universe = mpi::initialize().expect("MPI is initialized once");
+    let universe = if b.is_threaded() {
+        let (universe, provided) = mpi::initialize_with_threading(mpi::Threading::Multiple)
+            .expect("MPI is initialized once");
+        if provided != mpi::Threading::Multiple {
+            if universe.world().rank() == 0 {
+                eprintln!("MPI_Init_thread must return MPI_THREAD_MULTIPLE!");
+            }
+            drop(universe);
+            exit(1);
+        }
+        universe
+    } else {
+        mpi::initialize().expect("MPI is initialized once")
+    };
     let world = universe.world();
     let rank0 = world.rank() == 0;
     let options = match parse(b, std::env::args().skip(1)) {
@@ -53,6 +69,12 @@ pub fn start(b: Benchmark) -> (Universe, Options) {
             _ if b.is_one_sided() => one_sided_header(b, options.window_kind, options.sync),
             Benchmark::MultiBandwidth => {
                 multi_bandwidth_header(world.size() as usize / 2, options.window)
+            }
+            Benchmark::LatencyMt => {
+                latency_mt_header(options.sender_threads, options.receiver_threads)
+            }
+            Benchmark::MessageRateMt => {
+                message_rate_mt_header(options.sender_threads, options.window)
             }
             _ => header(b),
         };

@@ -194,6 +194,54 @@ fn multi_bandwidth_format() {
     }
 }
 
+/// osu_latency_mt's thread counts, then osu_latency's layout; the multi-threaded message
+/// rate's header (threads for pairs) and osu_mbw_mr's rows.
+#[cfg(feature = "threads")]
+#[test]
+fn multi_threaded_formats() {
+    let args = ["-t", "2:3", "-m", "1:64", "-i", "100", "-x", "10"];
+    let out = launch(2, "osu_latency_mt", &args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[..6],
+        [
+            "# Number of Sender threads: 2 ".to_string(),
+            "# Number of Receiver threads: 3".to_string(),
+            String::new(),
+            "# OSU MPI Multi-threaded Latency Test v7.4".to_string(),
+            "# Datatype: MPI_CHAR.".to_string(),
+            format!("{:<10}{:>18}", "# Size", "Latency (us)"),
+        ]
+    );
+    check_rows(&text, &lines[6..], &[1, 2, 4, 8, 16, 32, 64], 1);
+    let args = ["-t", "3", "-m", "1:1024", "-i", "20", "-x", "2", "-W", "8"];
+    let out = launch(2, "osu_mbw_mr_mt", &args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[..4],
+        [
+            "# OSU MPI Multi-threaded Message Rate Test v7.4",
+            "# [ threads: 3 ] [ window size: 8 ]",
+            "# Datatype: MPI_CHAR.",
+            "# Size                  MB/s        Messages/s",
+        ]
+    );
+    let sizes = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
+    check_rows(&text, &lines[4..], &sizes, 2);
+}
+
 #[test]
 fn wrong_rank_count_and_bad_options_fail_clearly() {
     let out = launch(3, "osu_latency", &[]);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use pml::{Done, Handle, Pml, SendMode, SourceSel, TagSel};
 
 use crate::datatype::{Datatype, Layout};
-use crate::environment::with_engine_or_lent;
+use crate::environment::{self, with_engine_or_lent};
 use crate::error::Cause;
 
 use super::op::Operation;
@@ -295,6 +295,8 @@ impl<'a> Execution<'a> {
         });
         let scratch = plan.scratch.iter().map(|&len| scratch::take(len)).collect();
         let tag = comm.next_tag();
+        // A communicator that takes no collectives fails the execution's first step.
+        let comm_refusal = comm.collectives_allowed().err();
         let execution = Execution {
             comm,
             tag,
@@ -307,7 +309,7 @@ impl<'a> Execution<'a> {
             op,
             next_round: 0,
             in_flight: Vec::new(),
-            failed: None,
+            failed: comm_refusal,
         };
         execution.check_spans();
         execution
@@ -409,7 +411,7 @@ impl<'a> Execution<'a> {
             }
             if block {
                 while let Some(&(handle, recv)) = self.in_flight.last() {
-                    let done = with_engine_or_lent(|e| e.wait(handle))?;
+                    let done = environment::wait_or_lent(handle)?;
                     self.in_flight.pop();
                     check_length(done, recv)?;
                 }
@@ -562,12 +564,11 @@ impl<'a> Execution<'a> {
     /// After an error: takes back what is in flight, so no transfer outlives the buffers.
     fn abandon(&mut self) {
         for (handle, recv) in self.in_flight.drain(..) {
-            let _ = with_engine_or_lent(|e| {
-                if recv.is_some() {
-                    e.cancel(handle)?;
-                }
-                e.wait(handle)
-            });
+            let cancelled = match recv {
+                Some(_) => with_engine_or_lent(|e| e.cancel(handle)).map(drop),
+                None => Ok(()),
+            };
+            let _ = cancelled.and_then(|()| environment::wait_or_lent(handle));
         }
         self.next_round = self.plan.rounds.len();
     }

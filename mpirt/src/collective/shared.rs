@@ -189,6 +189,16 @@ pub(crate) enum AreaState {
     Ready(Rc<Area>),
 }
 
+impl AreaSlot {
+    /// Whether no call in flight shares the area, if there is one.
+    pub(crate) fn is_unshared(&self) -> bool {
+        match &*self.0.borrow() {
+            AreaState::Ready(area) => Rc::strong_count(area) == 1 && Rc::weak_count(area) == 0,
+            AreaState::Untried | AreaState::Unavailable => true,
+        }
+    }
+}
+
 /// Where a communicator keeps its [`AreaState`], shared by its handles.
 #[derive(Default)]
 pub(crate) struct AreaSlot(RefCell<AreaState>);
@@ -1178,6 +1188,8 @@ impl Drop for Area {
 /// The communicator's area, set up by this call (of `bytes` on this rank) if it is the first
 /// to ask.
 fn area(comm: &CommData, operation: &'static str, bytes: usize) -> Result<Option<Rc<Area>>, Error> {
+    comm.collectives_allowed()
+        .map_err(|c| Error::new(operation, c))?;
     let slot = &comm.area_slot().0;
     let untried = matches!(*slot.borrow(), AreaState::Untried);
     if untried && !over_shared_memory() {

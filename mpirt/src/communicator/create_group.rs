@@ -8,7 +8,7 @@ use pml::{Done, Pml, SendMode, SourceSel, TagSel};
 
 use super::{CommData, SimpleCommunicator};
 use crate::context;
-use crate::environment::with_engine;
+use crate::environment::{self, with_engine};
 use crate::error::Cause;
 use crate::point_to_point::Tag;
 
@@ -59,6 +59,7 @@ pub(super) fn create(
     if !members.contains(&me) {
         return Ok(None);
     }
+    let _creating = context::creating();
     // A member's rank in the parent, which the messages are addressed by.
     let in_parent = |world: u32| -> u32 {
         (0..parent.size)
@@ -118,39 +119,35 @@ fn lead(tag: Tag, offers: &[Vec<i64>]) -> Answer {
 /// Sends `words` to `peer`, a rank of `parent`, and waits for the send.
 fn send(parent: &CommData, peer: u32, words: &[i64]) -> Result<(), Cause> {
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-    with_engine(|e| {
-        // SAFETY: `bytes` lives until this call returns, and the call waits for the send.
-        let handle = unsafe {
-            e.post_send(
-                parent.context,
-                parent.rank,
-                parent.world_rank(peer),
-                AGREEMENT_TAG,
-                SendMode::Standard,
-                bytes.as_ptr(),
-                bytes.len(),
-            )
-        }?;
-        e.wait(handle).map(drop)
-    })
+    // SAFETY: `bytes` lives until this call returns, and the call waits for the send.
+    let handle = with_engine(|e| unsafe {
+        e.post_send(
+            parent.context,
+            parent.rank,
+            parent.world_rank(peer),
+            AGREEMENT_TAG,
+            SendMode::Standard,
+            bytes.as_ptr(),
+            bytes.len(),
+        )
+    })?;
+    environment::wait(handle).map(drop)
 }
 
 /// Receives exactly `count` words from `peer`, a rank of `parent`.
 fn receive(parent: &CommData, peer: u32, count: usize) -> Result<Vec<i64>, Cause> {
     let mut bytes = vec![0u8; count * 8];
-    let done = with_engine(|e| {
-        // SAFETY: `bytes` lives until this call returns, and the call waits for the receive.
-        let handle = unsafe {
-            e.post_recv(
-                parent.context,
-                SourceSel::Rank(peer),
-                TagSel::Tag(AGREEMENT_TAG),
-                bytes.as_mut_ptr(),
-                bytes.len(),
-            )
-        }?;
-        e.wait(handle)
+    // SAFETY: `bytes` lives until this call returns, and the call waits for the receive.
+    let handle = with_engine(|e| unsafe {
+        e.post_recv(
+            parent.context,
+            SourceSel::Rank(peer),
+            TagSel::Tag(AGREEMENT_TAG),
+            bytes.as_mut_ptr(),
+            bytes.len(),
+        )
     })?;
+    let done = environment::wait(handle)?;
     if let Done::Received(status) = done {
         if status.len != bytes.len() {
             return Err(Cause::LengthDisagrees {

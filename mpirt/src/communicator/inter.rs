@@ -231,6 +231,7 @@ pub(super) fn create(
     if local.is_inter() {
         return Err(Cause::InterCommunicator);
     }
+    let _creating = context::creating();
     let leader = local.check_rank(local_leader);
     let proposal = Proposal {
         valid: leader.is_ok(),
@@ -419,6 +420,7 @@ fn cause_of(error: Error) -> Cause {
 /// leaders' swap tells the other group so, which then fails too rather than wait.
 fn merge(inter: &CommData, order: MergeOrder) -> Result<SimpleCommunicator, Cause> {
     let sides = inter.sides().ok_or(Cause::InterCommunicator)?;
+    let _creating = context::creating();
     let high = order == MergeOrder::High;
     let proposal = Proposal {
         valid: true,

@@ -9,7 +9,7 @@ use super::{
     Outgoing, RecvSlot, Source, Status, Tag,
 };
 use crate::datatype::{datatype_of, Buffer, BufferMut, Equivalence};
-use crate::environment::with_engine;
+use crate::environment::{self, with_engine};
 use crate::error::{or_fatal, Cause, Error};
 
 /// A receive posted before the send of a send-receive, so that two ranks exchanging with each
@@ -63,7 +63,7 @@ where
     });
     if let Err(c) = sent {
         // The receive must not outlive the caller's buffer.
-        let _ = with_engine(|e| e.cancel(recv).and_then(|_| e.wait(recv)));
+        let _ = with_engine(|e| e.cancel(recv)).and_then(|_| environment::wait(recv));
         return Err(fail(c));
     }
     finish_receive(recv, slot).map_err(fail)

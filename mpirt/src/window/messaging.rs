@@ -21,14 +21,14 @@ use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::rc::{Rc, Weak};
 
-use pml::{Handle, Pml, SendMode, SourceSel, TagSel, Waiting};
+use pml::{Handle, Pml, SendMode, SourceSel, TagSel};
 
 use super::fault::WindowFault;
 use super::target::{Reply, Target};
 use super::wire::{decode_reply, Answer, Request, REPLY, REQUEST};
 use crate::backend::hooks::{self, HookId};
 use crate::communicator::CommData;
-use crate::environment::with_engine_or_lent;
+use crate::environment::{self, with_engine_or_lent};
 use crate::error::Cause;
 
 /// A reply an origin waits for.
@@ -191,10 +191,10 @@ impl Core {
         let mut frame = vec![0u8; status.len];
         // SAFETY: `frame` is valid for writes of its length and not otherwise accessed until
         // the receive, waited for at once, completed.
-        with_engine_or_lent(|e| {
-            let handle = unsafe { e.post_matched_recv(message, frame.as_mut_ptr(), frame.len()) }?;
-            e.wait(handle)
+        let handle = with_engine_or_lent(|e| unsafe {
+            e.post_matched_recv(message, frame.as_mut_ptr(), frame.len())
         })?;
+        environment::wait_or_lent(handle)?;
         Ok(Some((status.source, status.tag, frame)))
     }
 
@@ -269,8 +269,8 @@ impl Core {
             // the waiting loop waits for; its hook skips this window meanwhile (it is
             // borrowed), so nothing else takes the message first, and serves the others.
             let context = self.comm.context;
-            with_engine_or_lent(|e| {
-                e.wait_until(|e| Ok(e.iprobe(context, SourceSel::Any, TagSel::Any)?.is_some()))
+            environment::wait_until_or_lent(|e| {
+                Ok(e.iprobe(context, SourceSel::Any, TagSel::Any)?.is_some())
             })?;
         }
     }
@@ -287,7 +287,7 @@ impl Core {
     pub fn finish_sends(&mut self) -> Result<(), Cause> {
         while let Some((handle, _frame)) = self.sending.last() {
             let handle = *handle;
-            with_engine_or_lent(|e| e.wait(handle))?;
+            environment::wait_or_lent(handle)?;
             self.sending.pop();
         }
         Ok(())

@@ -62,6 +62,7 @@ pub enum Launch {
     /// rsrun, or the launcher MPIRT_TEST_LAUNCHER names (see [`test_launcher`]).
     Rsrun,
     /// Slurm's `srun --mpi=pmi2` across this many nodes (see [`slurm_available`]).
+    #[allow(dead_code)] // each test binary compiles this module; threads.rs does not use it
     Srun { nodes: u32 },
     /// rsrun with `args` before the program, itself under `taskset -c cpus`, so that its
     /// ranks inherit those CPUs.
@@ -74,6 +75,7 @@ pub enum Launch {
 
 /// Whether a Slurm is up for the srun tests: tools/test-all.sh starts one across the test
 /// hosts (../shared/testhosts/slurm-local) and sets MPIRT_TEST_SLURM for them.
+#[allow(dead_code)] // each test binary compiles this module; threads.rs does not use it
 pub fn slurm_available() -> bool {
     let up = env::var_os("MPIRT_TEST_SLURM").is_some();
     if !up {

@@ -1,0 +1,207 @@
+//! The PML that threads share, at `Threading::Serialized` and `Multiple` (cargo feature
+//! `threads`; without it no call comes here, see `with_engine`): one engine per
+//! process behind a lock, as Open MPI runs its ob1 PML under `MPI_THREAD_MULTIPLE` (progress
+//! made by whichever thread waits), rather than MPICH's virtual communication interfaces (an
+//! engine per interface, communicators and streams mapped onto them): mpirt's engine has one
+//! set of transport endpoints, wired up with every peer at start, and a second set would need
+//! a second wire-up (ARCHITECTURE.md, "Threads", says what that would take).
+//!
+//! A non-blocking call holds the lock for the call. A blocking one holds it for one look at
+//! its condition and one round of progress at a time, and lets go between rounds, so a thread
+//! that waits never keeps another from posting what it waits for, and the threads that wait
+//! make progress for each other. Sends keep their order per sending thread: each takes its
+//! sequence number under the lock, in the order its thread posts them.
+
+use std::cell::Cell;
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use pml::{ContextId, Done, Handle, Pml, PmlError, SourceSel, Started, Status, TagSel, Waiting};
+
+use crate::backend::AnyPml;
+use crate::error::Cause;
+
+/// The PML, movable between threads.
+struct Movable(AnyPml);
+
+// SAFETY: nothing in a PML belongs to the thread that made it: its transports' endpoints
+// (sockets, shared mappings, verbs and libfabric objects) are the process's, and it keeps no
+// thread-local state. The raw pointers it holds are buffers lent under each call's `# Safety`
+// contract, alive until their operation completes on whichever thread completes it (the
+// request and scope types see to that); they are elements of `Equivalence` types, plain data,
+// so that another thread writes them is what a send of them to it would be. Its `Cell`s are
+// reached only through the engine, which `ENGINE`'s lock hands to one thread at a time. UCX's
+// worker is made for one thread (`UCS_THREAD_MODE_SINGLE`): `initialize_with_threading` keeps
+// the UCX PML at `Funneled`, so it never comes here.
+unsafe impl Send for Movable {}
+
+static ENGINE: OnceLock<Mutex<Option<Movable>>> = OnceLock::new();
+/// Wakes the threads that pause in a blocking call whenever another thread's round of
+/// progress moved something: what it moved may be theirs.
+static MOVED: Condvar = Condvar::new();
+
+thread_local! {
+    /// Whether this thread holds `ENGINE`'s lock: a call made while it does (from inside a
+    /// PML call) fails as a second borrow of the thread-local PML does, instead of waiting
+    /// for itself.
+    static HOLDING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Idle rounds between two looks at the clock while a blocking call spins.
+const ROUNDS_BEFORE_CLOCK: u32 = 64;
+/// The first and the longest pause of a blocking call that spun its budget out with nothing
+/// moving: it sleeps without the lock, so that the threads it shares the rank with run.
+const FIRST_PAUSE: Duration = Duration::from_micros(20);
+const LONGEST_PAUSE: Duration = Duration::from_millis(1);
+
+/// Makes `engine` the one every thread uses.
+pub(super) fn install(engine: AnyPml) {
+    let slot = ENGINE.get_or_init(|| Mutex::new(None));
+    *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(Movable(engine));
+}
+
+/// Takes the engine out, at finalize.
+pub(super) fn take() -> Option<AnyPml> {
+    let slot = ENGINE.get()?;
+    let taken = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+    taken.map(|movable| movable.0)
+}
+
+/// The engine's lock, held by this thread until the guard drops.
+pub(super) struct Held(Option<MutexGuard<'static, Option<Movable>>>);
+
+impl Held {
+    /// Takes the lock; `NotInitialized` where there is no shared engine, or where this
+    /// thread holds the lock already.
+    fn take() -> Result<Held, Cause> {
+        let slot = ENGINE.get().ok_or(Cause::NotInitialized)?;
+        if HOLDING.with(Cell::get) {
+            return Err(Cause::NotInitialized);
+        }
+        // A thread that panicked holding the lock left the engine as a panic in a PML call
+        // leaves the thread-local one: the job ends over the panic anyway.
+        let guard = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        if guard.is_none() {
+            return Err(Cause::NotInitialized);
+        }
+        HOLDING.with(|holding| holding.set(true));
+        Ok(Held(Some(guard)))
+    }
+
+    /// Lets go of the lock for at most `pause`, or until another thread's round moved
+    /// something; then gives it up.
+    fn pause(mut self, pause: Duration) {
+        if let Some(guard) = self.0.take() {
+            HOLDING.with(|holding| holding.set(false));
+            // The wait takes the lock again as it ends; dropping what it returns lets go.
+            drop(MOVED.wait_timeout(guard, pause));
+        }
+    }
+
+    pub(super) fn engine(&mut self) -> &mut AnyPml {
+        match self.0.as_mut().and_then(|guard| guard.as_mut()) {
+            Some(movable) => &mut movable.0,
+            None => unreachable!("`take` checked that the engine is there, and `pause` ends it"),
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        HOLDING.with(|holding| holding.set(false));
+    }
+}
+
+/// The shared engine's lock, for a call that does not block.
+#[cfg(feature = "threads")]
+#[cold]
+#[inline(never)]
+pub(super) fn hold() -> Result<Held, Cause> {
+    Held::take()
+}
+
+/// Progresses until `ready` gives a value, holding the lock for one look and one round of
+/// progress at a time: spins while the engine's budget lasts, then pauses between rounds
+/// without the lock (each pause twice the last, up to `LONGEST_PAUSE`) until something moves,
+/// here or in another thread's round (`MOVED`).
+/// Out of line, as every way into the shared engine: the thread-local path's callers inline
+/// nothing of it.
+#[cold]
+#[inline(never)]
+pub(super) fn block_until<R>(
+    mut ready: impl FnMut(&mut AnyPml) -> Result<Option<R>, PmlError>,
+) -> Result<R, Cause> {
+    let mut idle_rounds = 0u32;
+    let mut idle_since: Option<Instant> = None;
+    let mut pausing = false;
+    let mut pause = FIRST_PAUSE;
+    loop {
+        let look_at_clock = idle_rounds > 0 && idle_rounds.is_multiple_of(ROUNDS_BEFORE_CLOCK);
+        let idle = look_at_clock.then(|| idle_since.get_or_insert_with(Instant::now).elapsed());
+        let mut held = Held::take()?;
+        let engine = held.engine();
+        engine.check_running()?;
+        if let Some(idle) = idle {
+            engine.check_peers(idle)?;
+        }
+        if let Some(value) = ready(engine)? {
+            return Ok(value);
+        }
+        if engine.progress()? {
+            MOVED.notify_all();
+            idle_rounds = 0;
+            idle_since = None;
+            pausing = false;
+            pause = FIRST_PAUSE;
+            continue;
+        }
+        idle_rounds = idle_rounds.wrapping_add(1);
+        pausing |= idle.is_some_and(|idle| idle >= engine.spin_budget());
+        if pausing {
+            // Lets go of the lock while it pauses, as a sleep after dropping it would, but
+            // wakes as soon as another thread's round moves something.
+            held.pause(pause);
+            pause = (pause * 2).min(LONGEST_PAUSE);
+        } else {
+            drop(held);
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Waits for `handle` to finish.
+#[cold]
+#[inline(never)]
+pub(super) fn wait(handle: Handle) -> Result<Done, Cause> {
+    block_until(|e| e.test(handle))
+}
+
+/// A blocking receive: started, then waited for.
+///
+/// # Safety
+/// As for [`Pml::recv`].
+#[cold]
+#[inline(never)]
+pub(super) unsafe fn recv(
+    context: ContextId,
+    source: SourceSel,
+    tag: TagSel,
+    buf: *mut u8,
+    len: usize,
+) -> Result<Status, Cause> {
+    // SAFETY: the caller's guarantees, which cover the whole call, are passed on: the
+    // receive finishes (or fails) before this returns.
+    let started = unsafe {
+        Held::take()?
+            .engine()
+            .start_recv(context, source, tag, buf, len)
+    }?;
+    match started {
+        Started::Done { result, .. } => result.map_err(|e| Cause::from(*e)),
+        Started::Posted(handle) => match wait(handle)? {
+            Done::Received(status) => Ok(status),
+            Done::Sent => unreachable!("a receive completed as a send"),
+        },
+        Started::Claimed => unreachable!("only a PML's own blocking receive claims"),
+    }
+}

@@ -1,0 +1,194 @@
+//! Handles that cross threads, at [`Threading::Serialized`] and [`Threading::Multiple`]
+//! (`MPI_THREAD_SERIALIZED`, `MPI_THREAD_MULTIPLE`), which mpirt provides when built with the
+//! cargo feature `threads` (without it, [`Universe::threads`](crate::Universe::threads) is
+//! `None`, as the runtime provides `Funneled` at most).
+//!
+//! Communicators, processes, requests and the universe are `!Send` at every threading level,
+//! so a program that stays at [`Threading::Single`] or [`Threading::Funneled`] cannot reach
+//! the runtime from a second thread: the compiler refuses it, where a C MPI library would
+//! accept the call and misbehave at run time.
+//!
+//! ```compile_fail,E0277
+//! use mpirt::traits::*;
+//!
+//! let universe = mpirt::initialize().unwrap();
+//! let world = universe.world();
+//! // A `SimpleCommunicator` is not `Send`: this does not compile.
+//! std::thread::spawn(move || world.rank());
+//! ```
+//!
+//! A universe that provides `Serialized` or `Multiple` hands out [`Threads`], and with it a
+//! program makes the two handles that cross threads:
+//!
+//! - [`SharedCommunicator`] (`Send` and `Sync`): a communicator that many threads use at
+//!   once for point-to-point messages, as `MPI_THREAD_MULTIPLE` allows; each thread takes its
+//!   own view of it ([`SharedCommunicator::local`]). Collectives and communicator creation
+//!   are refused on a view, with an error saying so: MPI leaves the order of one
+//!   communicator's collectives to the program, and a view's collective sequence would be
+//!   the thread's own, so threads that took turns on it would disagree with the other ranks.
+//! - [`SendableCommunicator`] (`Send`): a communicator moved whole to another thread, which
+//!   then uses it for everything, collectives included: the usual way to give each thread a
+//!   duplicate of the world (`MPI_Comm_dup` per thread).
+//!
+//! ```no_run
+//! use mpirt::traits::*;
+//! use mpirt::Threading;
+//!
+//! let (universe, provided) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
+//! assert_eq!(provided, Threading::Multiple);
+//! let threads = universe.threads().expect("Multiple lets handles cross threads");
+//! let world = universe.world();
+//! let shared = world.share(threads);
+//! let own = world.duplicate().into_sendable(threads);
+//! std::thread::scope(|scope| {
+//!     scope.spawn(|| {
+//!         let world = shared.local();
+//!         let next = (world.rank() + 1) % world.size();
+//!         world.process_at_rank(next).send(&world.rank());
+//!     });
+//!     scope.spawn(move || {
+//!         let mine = own.into_communicator();
+//!         mine.barrier();
+//!     });
+//! });
+//! let previous = (world.rank() + world.size() - 1) % world.size();
+//! let (got, _) = world.process_at_rank(previous).receive::<i32>();
+//! assert_eq!(got, previous);
+//! ```
+//!
+//! Why this is sound: at these levels the engine lives behind a process-wide lock
+//! (`environment`), so any thread may call it; a `SharedCommunicator` holds only plain data
+//! (the context id, the members, this rank) and the context id's lease in an `Arc`, and each
+//! thread's view is a communicator of that thread's own, `!Send` as any; a
+//! `SendableCommunicator` is made only from a communicator's sole handle, holding nothing
+//! another handle of its thread shares (checked when it is made), so moving it moves every
+//! reference to its state. `Threads` exists only where the runtime provides one of these
+//! levels, so a program at `Funneled` cannot make either.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::communicator::{CommData, Communicator, Rank, SimpleCommunicator};
+use crate::context::ContextLease;
+use crate::environment::{threading_support, Threading};
+use crate::error::{or_fatal, Error};
+
+/// Proof that the runtime provides [`Threading::Serialized`] or [`Threading::Multiple`]:
+/// [`Universe::threads`](crate::Universe::threads) makes it, and the handles that cross
+/// threads ask for it.
+///
+/// ```
+/// fn assert_send_sync<T: Send + Sync>() {}
+/// assert_send_sync::<mpirt::threads::Threads>();
+/// assert_send_sync::<mpirt::threads::SharedCommunicator>();
+/// fn assert_send<T: Send>() {}
+/// assert_send::<mpirt::threads::SendableCommunicator>();
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Threads {
+    _private: (),
+}
+
+impl Threads {
+    /// `Some` where the runtime provides `Serialized` or `Multiple`.
+    pub(crate) fn provided() -> Option<Threads> {
+        (threading_support() >= Threading::Serialized).then_some(Threads { _private: () })
+    }
+}
+
+/// A communicator that threads use at once for point-to-point messages: `Send`, `Sync` and
+/// cheap to clone. Each thread communicates through its own [`local`](Self::local) view.
+#[derive(Clone)]
+pub struct SharedCommunicator {
+    context: u32,
+    rank: u32,
+    group: Arc<[u32]>,
+    /// Keeps the context id from being taken by another communicator while a view lives.
+    lease: Option<Arc<ContextLease>>,
+}
+
+impl SharedCommunicator {
+    /// This process's rank in the communicator.
+    pub fn rank(&self) -> Rank {
+        self.rank as Rank
+    }
+
+    /// How many ranks the communicator has.
+    pub fn size(&self) -> Rank {
+        self.group.len() as Rank
+    }
+
+    /// This thread's view of the communicator: a communicator on the same context, for
+    /// point-to-point calls (sends, receives, probes, immediate operations); its collectives
+    /// fail, naming the cause.
+    pub fn local(&self) -> SimpleCommunicator {
+        SimpleCommunicator::new(CommData::view(
+            self.context,
+            self.rank,
+            self.group.to_vec(),
+            self.lease.clone(),
+        ))
+    }
+}
+
+impl fmt::Debug for SharedCommunicator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedCommunicator")
+            .field("context", &self.context)
+            .field("rank", &self.rank)
+            .field("size", &self.group.len())
+            .finish()
+    }
+}
+
+/// A communicator on its way to another thread, which takes it back with
+/// [`into_communicator`](Self::into_communicator) and then uses it for everything.
+#[derive(Debug)]
+pub struct SendableCommunicator(CommData);
+
+// SAFETY: `CommData::check_sole_handle` passed when this was made: the communicator's shared
+// state (behind an `Rc`) has no other strong or weak reference, no attribute (whose values
+// may hold the thread's own `Rc`s), no shared-memory area another reference holds, and no
+// inter-communicator sides, so moving this moves every reference to that state, with its
+// `Cell`s, and nothing left on the old thread can reach them. Its context id's lease is freed
+// through the process-wide bitmap (`context`), from whichever thread drops it.
+unsafe impl Send for SendableCommunicator {}
+
+impl SendableCommunicator {
+    /// The communicator, on the thread that received it.
+    pub fn into_communicator(self) -> SimpleCommunicator {
+        SimpleCommunicator::new(self.0)
+    }
+}
+
+impl SimpleCommunicator {
+    /// This communicator as threads share it, for point-to-point messages from any thread
+    /// (see [`SharedCommunicator`]).
+    pub fn share(&self, _threads: Threads) -> SharedCommunicator {
+        let data = self.data();
+        let (group, lease) = data.members_and_lease();
+        SharedCommunicator {
+            context: data.context,
+            rank: data.rank,
+            group: group.into(),
+            lease,
+        }
+    }
+
+    /// Moves this communicator to another thread; ends the job, naming the cause, unless this
+    /// is its only handle (see [`try_into_sendable`](Self::try_into_sendable)).
+    #[track_caller]
+    pub fn into_sendable(self, threads: Threads) -> SendableCommunicator {
+        or_fatal(self.try_into_sendable(threads))
+    }
+
+    /// Moves this communicator to another thread, if this is its only handle and it holds
+    /// nothing shared with this thread (no attributes, no collective in flight); else an
+    /// error saying which.
+    pub fn try_into_sendable(self, _threads: Threads) -> Result<SendableCommunicator, Error> {
+        match self.data().check_sole_handle() {
+            Ok(()) => Ok(SendableCommunicator(self.into_data())),
+            Err(cause) => Err(Error::new("into_sendable", cause)),
+        }
+    }
+}

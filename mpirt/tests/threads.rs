@@ -1,0 +1,370 @@
+//! Threads: the threading levels provided, and ranks whose threads communicate at once
+//! (`Threading::Multiple`), with real ranks under rsrun (see `common`).
+
+use std::collections::HashMap;
+use std::env;
+
+use mpirt::collective::SystemOperation;
+use mpirt::threads::{SendableCommunicator, SharedCommunicator};
+use mpirt::topology::SimpleCommunicator;
+use mpirt::traits::*;
+use mpirt::Threading;
+
+mod common;
+
+use common::{job, ok_job_with, text, RANK_MODE};
+
+// The ranks run this binary: large messages go through the shared arena, as in programs.
+#[global_allocator]
+static ALLOCATOR: mpirt::TrackingAllocator = mpirt::TrackingAllocator;
+
+const LEVEL: &str = "MPIRT_TEST_LEVEL";
+/// The eager limit the jobs run with, so that the sizes below fall on both sides of it.
+const EAGER: usize = 4096;
+const THREADS: usize = 4;
+/// Every size class: empty, small eager, around the eager limit, rendezvous.
+const SIZES: [usize; 8] = [0, 1, 100, EAGER - 1, EAGER, EAGER + 1, 64 << 10, 1 << 20];
+/// Rounds of the exchange; each receives its messages a different way.
+const ROUNDS: usize = 3;
+
+/// Whether this build provides `Serialized` and `Multiple` (mpirt's feature `threads`); the
+/// tests that need them say they skip where it does not.
+fn threads_built() -> bool {
+    if !cfg!(feature = "threads") {
+        println!(
+            "skipped: mpirt is built without the feature `threads`, so it provides Funneled at \
+             most (tools/test-all.sh runs these with --features threads)"
+        );
+    }
+    cfg!(feature = "threads")
+}
+
+/// The rank side of the tests below, selected by `RANK_MODE`.
+#[test]
+fn rank_mode() {
+    let Ok(mode) = env::var(RANK_MODE) else {
+        return;
+    };
+    let rank = match mode.as_str() {
+        "levels" => levels(),
+        "stress" => stress(),
+        "view-collective" => view_collective(),
+        "not-sole" => not_sole(),
+        other => panic!("unknown rank mode {other}"),
+    };
+    // After the universe's drop: the rank finalized.
+    println!("rank {rank} done");
+}
+
+fn level(name: &str) -> Threading {
+    match name {
+        "single" => Threading::Single,
+        "funneled" => Threading::Funneled,
+        "serialized" => Threading::Serialized,
+        "multiple" => Threading::Multiple,
+        other => panic!("unknown level {other}"),
+    }
+}
+
+/// Initializes at `MPIRT_TEST_LEVEL` and says what was provided; at `Serialized` and
+/// `Multiple`, a second thread sends over the shared world while the first receives.
+fn levels() -> i32 {
+    let asked = level(&env::var(LEVEL).unwrap());
+    let (universe, provided) = mpirt::initialize_with_threading(asked).unwrap();
+    assert_eq!(mpirt::environment::threading_support(), provided);
+    let world = universe.world();
+    println!(
+        "rank {} asked {asked:?} provided {provided:?}",
+        world.rank()
+    );
+    assert_eq!(
+        universe.threads().is_some(),
+        provided >= Threading::Serialized
+    );
+    if let Some(threads) = universe.threads() {
+        let shared = world.share(threads);
+        let next = (world.rank() + 1) % world.size();
+        let previous = (world.rank() + world.size() - 1) % world.size();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                shared
+                    .local()
+                    .process_at_rank(next)
+                    .send(&(shared.rank() * 10))
+            });
+        });
+        let (got, status) = world.process_at_rank(previous).receive::<i32>();
+        assert_eq!((got, status.source_rank()), (previous * 10, previous));
+        println!("rank {} got {got} from another thread's send", world.rank());
+    }
+    world.rank()
+}
+
+/// The byte at `k` of message `seq` from rank `from`'s thread `thread`: every message's
+/// contents differ, so one delivered to the wrong receive, out of order, or torn shows.
+fn byte(from: i32, thread: usize, seq: usize, k: usize) -> u8 {
+    let x = (from as u64) << 48 ^ (thread as u64) << 40 ^ (seq as u64) << 24 ^ k as u64;
+    (x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8
+}
+
+fn message(from: i32, thread: usize, seq: usize) -> Vec<u8> {
+    let len = SIZES[seq % SIZES.len()];
+    (0..len).map(|k| byte(from, thread, seq, k)).collect()
+}
+
+/// A checksum of a message's bytes, summed over the job by the threads' collectives.
+fn checksum(data: &[u8]) -> u64 {
+    data.iter()
+        .enumerate()
+        .map(|(k, &b)| (k as u64 + 1) * u64::from(b))
+        .sum()
+}
+
+/// Checks that `data` is message `seq` of `from`'s `thread`.
+fn check(data: &[u8], from: i32, thread: usize, seq: usize, me: i32) {
+    let want = message(from, thread, seq);
+    assert!(
+        data == want.as_slice(),
+        "rank {me} thread {thread}: message {seq} from rank {from} is wrong ({} bytes, {} \
+         expected)",
+        data.len(),
+        want.len()
+    );
+}
+
+/// Four threads a rank, each exchanging checksummed messages of every size with the same
+/// thread of every other rank over the shared world (a tag per thread and round), received by specific
+/// source, by any source, and by probe then receive, while the others do the same; then
+/// collectives on each thread's own duplicate of the world check the job's checksums.
+fn stress() -> i32 {
+    let (universe, provided) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
+    assert_eq!(provided, Threading::Multiple);
+    let threads = universe.threads().unwrap();
+    let world = universe.world();
+    let shared = world.share(threads);
+    let own: Vec<SendableCommunicator> = (0..THREADS)
+        .map(|_| world.duplicate().into_sendable(threads))
+        .collect();
+    std::thread::scope(|scope| {
+        for (thread, own) in own.into_iter().enumerate() {
+            let shared = &shared;
+            scope.spawn(move || exchange(shared, own.into_communicator(), thread));
+        }
+    });
+    println!("rank {} stress ok", world.rank());
+    world.rank()
+}
+
+fn exchange(shared: &SharedCommunicator, own: SimpleCommunicator, thread: usize) {
+    let world = shared.local();
+    let me = world.rank();
+    let peers: Vec<i32> = (0..world.size()).filter(|&r| r != me).collect();
+    let mut sent_sum = 0u64;
+    let mut received_sum = 0u64;
+    for round in 0..ROUNDS {
+        // A tag per thread and round: a receive from any rank takes this round's messages
+        // only, though a peer may be a round ahead.
+        let tag = (thread * ROUNDS + round) as i32;
+        let first = round * SIZES.len();
+        let outgoing: Vec<(i32, usize, Vec<u8>)> = peers
+            .iter()
+            .flat_map(|&p| (first..first + SIZES.len()).map(move |seq| (p, seq)))
+            .map(|(p, seq)| (p, seq, message(me, thread, seq)))
+            .collect();
+        sent_sum += outgoing.iter().map(|(_, _, m)| checksum(m)).sum::<u64>();
+        mpirt::request::multiple_scope(outgoing.len(), |scope, requests| {
+            for (p, _, data) in &outgoing {
+                requests.add(world.process_at_rank(*p).immediate_send_with_tag(
+                    scope,
+                    &data[..],
+                    tag,
+                ));
+            }
+            // Messages from one sending thread arrive in its order, whichever way they are
+            // received: the next expected from each peer is known.
+            let mut next: HashMap<i32, usize> = peers.iter().map(|&p| (p, first)).collect();
+            for _ in 0..outgoing.len() {
+                let (data, status) = match round {
+                    0 => {
+                        let from = *next
+                            .iter()
+                            .find(|(_, &s)| s < first + SIZES.len())
+                            .unwrap()
+                            .0;
+                        world.process_at_rank(from).receive_vec_with_tag::<u8>(tag)
+                    }
+                    1 => world.any_process().receive_vec_with_tag::<u8>(tag),
+                    _ => {
+                        let probed = world.any_process().probe_with_tag(tag);
+                        let from = world.process_at_rank(probed.source_rank());
+                        let (data, status) = from.receive_vec_with_tag::<u8>(tag);
+                        assert_eq!(data.len(), probed.count(u8::equivalent_datatype()) as usize);
+                        (data, status)
+                    }
+                };
+                let from = status.source_rank();
+                let seq = next.get_mut(&from).expect("a message from a peer");
+                check(&data, from, thread, *seq, me);
+                *seq += 1;
+                received_sum += checksum(&data);
+            }
+            let mut finished = Vec::new();
+            requests.wait_all(&mut finished);
+        });
+    }
+    // Every byte sent was received: the job's sums agree, on the thread's own communicator.
+    let mut sums = [0u64; 2];
+    own.all_reduce_into(
+        &[sent_sum, received_sum][..],
+        &mut sums[..],
+        SystemOperation::sum(),
+    );
+    assert_eq!(
+        sums[0], sums[1],
+        "rank {me} thread {thread}: job checksums differ"
+    );
+    let root = thread as i32 % own.size();
+    let mut from_root = if own.rank() == root { sums[0] } else { 0 };
+    own.process_at_rank(root).broadcast_into(&mut from_root);
+    assert_eq!(from_root, sums[0]);
+    own.barrier();
+}
+
+/// A collective on a thread's view of the shared world fails, naming why.
+fn view_collective() -> i32 {
+    let (universe, _) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
+    let shared = universe.world().share(universe.threads().unwrap());
+    std::thread::scope(|scope| {
+        scope.spawn(|| shared.local().barrier());
+    });
+    unreachable!("the barrier on a view ends the job")
+}
+
+/// A communicator with another handle cannot move to another thread; its duplicate can.
+fn not_sole() -> i32 {
+    let (universe, _) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
+    let threads = universe.threads().unwrap();
+    let world = universe.world();
+    let refused = world.clone().try_into_sendable(threads).unwrap_err();
+    println!("rank {} refused: {refused}", world.rank());
+    let copy = world.duplicate();
+    let second = copy.clone();
+    assert!(second.try_into_sendable(threads).is_err());
+    let moved = copy.into_sendable(threads);
+    let rank = std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                let mine = moved.into_communicator();
+                mine.barrier();
+                mine.rank()
+            })
+            .join()
+            .unwrap()
+    });
+    assert_eq!(rank, world.rank());
+    println!("rank {} moved a duplicate", world.rank());
+    world.rank()
+}
+
+#[test]
+fn every_level_is_provided_as_asked() {
+    // Without the feature, the runtime provides Funneled at most: what is asked, capped.
+    let ceiling = if cfg!(feature = "threads") {
+        Threading::Multiple
+    } else {
+        Threading::Funneled
+    };
+    for name in ["single", "funneled", "serialized", "multiple"] {
+        let (out, _) = ok_job_with(2, "levels", &[(LEVEL, name)]);
+        let asked = format!("{:?}", level(name));
+        let provided = format!("{:?}", level(name).min(ceiling));
+        for rank in 0..2 {
+            assert!(
+                out.contains(&format!("rank {rank} asked {asked} provided {provided}")),
+                "{out}"
+            );
+        }
+        if level(name).min(ceiling) >= Threading::Serialized {
+            assert!(
+                out.contains("rank 0 got 10 from another thread's send"),
+                "{out}"
+            );
+            assert!(
+                out.contains("rank 1 got 0 from another thread's send"),
+                "{out}"
+            );
+        }
+    }
+}
+
+/// The stress job's settings over shared memory or TCP, with the tests' eager limit.
+fn stress_settings(tcp: bool) -> Vec<(&'static str, String)> {
+    let mut all = vec![("MPIRT_EAGER_LIMIT", EAGER.to_string())];
+    if tcp {
+        all.extend([
+            ("MPIRT_TRANSPORT", "tcp".to_string()),
+            ("MPIRT_TCP_EAGER_LIMIT", EAGER.to_string()),
+        ]);
+    }
+    all
+}
+
+fn stress_job(n: u32, tcp: bool) {
+    if !threads_built() {
+        return;
+    }
+    let owned = stress_settings(tcp);
+    let envs: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (out, _) = ok_job_with(n, "stress", &envs);
+    for rank in 0..n {
+        assert!(out.contains(&format!("rank {rank} stress ok")), "{out}");
+    }
+}
+
+#[test]
+fn four_threads_a_rank_on_two_ranks_over_shared_memory() {
+    stress_job(2, false);
+}
+
+#[test]
+fn four_threads_a_rank_on_four_ranks_over_shared_memory() {
+    stress_job(4, false);
+}
+
+#[test]
+fn four_threads_a_rank_on_three_ranks_over_tcp() {
+    stress_job(3, true);
+}
+
+#[test]
+fn a_collective_on_a_threads_view_fails_naming_why() {
+    if !threads_built() {
+        return;
+    }
+    let output = job(2, "view-collective", &[]);
+    let (_, stderr) = text(&output);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("takes point-to-point calls only"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn only_a_sole_handle_moves_to_another_thread() {
+    if !threads_built() {
+        return;
+    }
+    let (out, _) = ok_job_with(2, "not-sole", &[]);
+    for rank in 0..2 {
+        assert!(
+            out.contains(&format!("rank {rank} refused: rank {rank}: into_sendable"))
+                && out.contains("it has other handles on this thread"),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("rank {rank} moved a duplicate")),
+            "{out}"
+        );
+    }
+}
