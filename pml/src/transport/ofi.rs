@@ -51,9 +51,13 @@ use crate::wire::RemoteKey;
 use fabric::{Fabric, Request};
 use memory::Region;
 
-/// A send buffer's registration for a peer's `fi_read`, to release when the send completes.
+/// A send buffer's registration for a peer's `fi_read`, to release when the send completes:
+/// the buffer's own (cached), or that of a copy of it (see `expose_copy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OfiMr(CachedMr);
+pub enum OfiMr {
+    Cached(CachedMr),
+    Copy(usize),
+}
 
 /// Receive buffers posted on the endpoint, send buffers to copy frames into, and reads in
 /// flight at once.
@@ -202,7 +206,11 @@ pub struct OfiTransport {
     /// user buffers exposed to peers or read into; all close before the fabric's objects.
     recv_mr: Option<Region>,
     send_mr: Option<Region>,
-    user_mrs: RegistrationCache<Region>,
+    /// Boxed, as `fabric` is: the transport sits in `AnyTransport` beside smaller ones.
+    user_mrs: Box<RegistrationCache<Region>>,
+    /// Copies of send buffers the provider could not register, with their registrations
+    /// (closed before the copy is freed, by field order).
+    copies: Slab<(Region, Vec<u8>)>,
     /// Boxed: its names and limits are read at start-up and in errors, and the transport
     /// sits in `AnyTransport` beside smaller ones.
     fabric: Box<Fabric>,
@@ -302,7 +310,11 @@ impl OfiTransport {
             last_probe: None,
             recv_mr: None,
             send_mr: None,
-            user_mrs: RegistrationCache::new(config.reg_cache, CACHED_REGISTRATIONS),
+            user_mrs: Box::new(RegistrationCache::new(
+                config.reg_cache,
+                CACHED_REGISTRATIONS,
+            )),
+            copies: Slab::new(),
             fabric: Box::new(fabric),
         };
         if t.fabric.plan.local {
@@ -601,18 +613,46 @@ impl OfiTransport {
 
     /// Registers `len` bytes at `buf` for peers' `fi_read`; returns how they address it.
     pub fn expose(&mut self, buf: *const u8, len: usize) -> Result<(RemoteKey, OfiMr), String> {
-        let (id, region) = self.register_user(buf, len, false)?;
+        let local = self.fabric.plan.local;
+        let (id, region) = match self.register_user(buf, len, false) {
+            Ok(registered) => registered,
+            Err(e) if local => return self.expose_copy(buf, len).map_err(|_| e),
+            Err(e) => return Err(e),
+        };
         let (base, key) = (region.base, region.key());
         let key = RemoteKey {
             addr: self.fabric.plan.remote_addr(buf as usize, base),
             key,
         };
-        Ok((key, OfiMr(id)))
+        Ok((key, OfiMr::Cached(id)))
     }
 
-    /// Gives an exposure back to the cache; one already closed (by `stop`) is let be.
+    /// Exposes a registered copy of a send buffer the provider cannot register: one in
+    /// read-only memory (a constant), since verbs;ofi_rxm asks for local write access on
+    /// every registration, which pinning read-only pages refuses (-FI_EFAULT). MPI forbids
+    /// changing a send buffer before its send completes, so the copy serves the peer's read.
+    fn expose_copy(&mut self, buf: *const u8, len: usize) -> Result<(RemoteKey, OfiMr), String> {
+        // SAFETY: the engine lends `len` readable bytes at `buf` for the send.
+        let copy = unsafe { std::slice::from_raw_parts(buf, len) }.to_vec();
+        let region = self.register(copy.as_ptr(), len, sys::FI_REMOTE_READ as u64)?;
+        let key = RemoteKey {
+            addr: self
+                .fabric
+                .plan
+                .remote_addr(copy.as_ptr() as usize, region.base),
+            key: region.key(),
+        };
+        Ok((key, OfiMr::Copy(self.copies.insert((region, copy)))))
+    }
+
+    /// Gives an exposure back; one already closed (by `stop`) is let be.
     pub fn release(&mut self, mr: OfiMr) {
-        self.user_mrs.release(mr.0);
+        match mr {
+            OfiMr::Cached(id) => self.user_mrs.release(id),
+            OfiMr::Copy(at) => {
+                self.copies.try_remove(at);
+            }
+        }
     }
 
     /// Starts reading `target.len()` bytes at `remote` in `peer` into `target`; `token` comes
@@ -1095,10 +1135,15 @@ impl OfiTransport {
     /// (-FI_EBUSY), which would leave it live, and reads in flight writing on.
     fn close(&mut self) {
         self.reads.clear();
+        self.close_registrations();
+        self.fabric.close_endpoint();
+    }
+
+    fn close_registrations(&mut self) {
         self.user_mrs.clear();
+        self.copies.clear();
         self.recv_mr = None;
         self.send_mr = None;
-        self.fabric.close_endpoint();
     }
 
     /// Waits (at most [`SEND_DRAIN`]) for sends still in flight, which on providers with
