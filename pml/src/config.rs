@@ -52,6 +52,8 @@ pub struct EngineConfig {
     /// Whether rendezvous over libfabric reads the sender's memory (fi_read) where the
     /// provider can; off, rendezvous data goes in DATA frames.
     pub ofi_rma: bool,
+    /// Whether the OFI transport keeps registrations of user buffers for reuse.
+    pub ofi_reg_cache: bool,
     /// How long a send to a libfabric peer may go untaken before the peer counts as dead
     /// (`MPIRT_OFI_PEER_TIMEOUT`, seconds); `None` (the default): never, as a slow peer is
     /// not a dead one, and rsrun ends a job whose rank died.
@@ -90,6 +92,7 @@ impl Default for EngineConfig {
             ofi_provider: None,
             ofi_eager_limit: 8 << 10,
             ofi_rma: true,
+            ofi_reg_cache: true,
             ofi_peer_timeout: None,
             shm_ring_bytes: 512 << 10,
             unexpected_budget: 4 << 20,
@@ -185,6 +188,7 @@ impl EngineConfig {
                 .filter(|p| !p.trim().is_empty()),
             ofi_eager_limit: size_var("MPIRT_OFI_EAGER_LIMIT", d.ofi_eager_limit)?,
             ofi_rma: !matches!(env::var("MPIRT_OFI_RMA").as_deref(), Ok("0")),
+            ofi_reg_cache: !matches!(env::var("MPIRT_OFI_REG_CACHE").as_deref(), Ok("0")),
             ofi_peer_timeout: match env::var("MPIRT_OFI_PEER_TIMEOUT") {
                 Err(_) => None,
                 Ok(v) => match v.trim().parse::<f64>() {

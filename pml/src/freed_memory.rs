@@ -29,21 +29,21 @@ use crate::shared_arena::{ARENA_MIN_BYTES, GLOBAL as ARENA, PAGE};
 const TRACKED_BYTES: usize = 4096;
 const LOG_SLOTS: usize = 64;
 
-/// Ranges freed since the cache last looked; on overflow the cache drops every idle entry.
+/// The last [`LOG_SLOTS`] ranges freed, the one freed as number `n` (counting from 0) in
+/// slot `n % LOG_SLOTS`. Each cache reads from where it last looked, so that several caches
+/// (one per RDMA transport, or tests in parallel) each see every free; one that fell more
+/// than the ring behind drops every idle entry.
 struct FreedLog {
     ranges: [(usize, usize); LOG_SLOTS],
-    len: usize,
-    overflowed: bool,
 }
 
 static INSTALLED: AtomicBool = AtomicBool::new(false);
-/// Bumped on every logged free, so that the cache takes the lock only when something changed.
+/// How many frees were logged, bumped under the lock, so that a cache takes the lock only
+/// when something changed.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 // No allocation happens under this lock: the allocator itself takes it.
 static LOG: Mutex<FreedLog> = Mutex::new(FreedLog {
     ranges: [(0, 0); LOG_SLOTS],
-    len: 0,
-    overflowed: false,
 });
 
 /// The system allocator, logging frees of blocks the registration cache may cover.
@@ -54,14 +54,9 @@ fn log_free(start: usize, len: usize) {
         return;
     }
     let mut log = LOG.lock().unwrap_or_else(|e| e.into_inner());
-    if log.len < LOG_SLOTS {
-        let at = log.len;
-        log.ranges[at] = (start, start + len);
-        log.len += 1;
-    } else {
-        log.overflowed = true;
-    }
-    GENERATION.fetch_add(1, Ordering::Release);
+    let n = GENERATION.load(Ordering::Relaxed);
+    log.ranges[(n % LOG_SLOTS as u64) as usize] = (start, start + len);
+    GENERATION.store(n + 1, Ordering::Release);
 }
 
 fn note_installed() {
@@ -141,26 +136,26 @@ pub fn installed() -> bool {
 }
 
 /// Calls `each` with every range freed since `seen` (which is updated); returns false when
-/// the log overflowed, so that every idle registration must go.
+/// more were freed than the log holds, so that every idle registration must go.
 pub fn freed_since(seen: &mut u64, mut each: impl FnMut(usize, usize)) -> bool {
-    let now = GENERATION.load(Ordering::Acquire);
-    if now == *seen {
+    if GENERATION.load(Ordering::Acquire) == *seen {
         return true;
     }
     // Copied out so that `each` runs without the lock: if it allocated and freed a large
     // block, the allocator would take the lock again.
-    let (ranges, len, complete) = {
-        let mut log = LOG.lock().unwrap_or_else(|e| e.into_inner());
-        *seen = GENERATION.load(Ordering::Acquire);
-        let taken = (log.ranges, log.len, !log.overflowed);
-        log.len = 0;
-        log.overflowed = false;
-        taken
+    let (ranges, from, now) = {
+        let log = LOG.lock().unwrap_or_else(|e| e.into_inner());
+        (log.ranges, *seen, GENERATION.load(Ordering::Acquire))
     };
-    for &(start, end) in &ranges[..len] {
+    *seen = now;
+    if now - from > LOG_SLOTS as u64 {
+        return false;
+    }
+    for n in from..now {
+        let (start, end) = ranges[(n % LOG_SLOTS as u64) as usize];
         each(start, end);
     }
-    complete
+    true
 }
 
 #[cfg(test)]

@@ -17,6 +17,8 @@ pub mod matching;
 pub mod pml_api;
 pub mod protocol;
 mod random;
+#[cfg(any(feature = "verbs", feature = "ofi", test))]
+mod registration_cache;
 pub mod requests;
 pub mod sequence;
 pub mod shared_arena;

@@ -46,13 +46,18 @@ use slab::Slab;
 use super::Sink;
 use crate::envelope::Rank;
 use crate::error::PmlError;
+use crate::registration_cache::{CachedMr, RegistrationCache};
 use crate::wire::RemoteKey;
 use fabric::{Fabric, Request};
 use memory::Region;
 
-/// A send buffer's registration for a peer's `fi_read`, to release when the send completes.
+/// A send buffer's registration for a peer's `fi_read`, to release when the send completes:
+/// the buffer's own (cached), or that of a copy of it (see `expose_copy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OfiMr(usize);
+pub enum OfiMr {
+    Cached(CachedMr),
+    Copy(usize),
+}
 
 /// Receive buffers posted on the endpoint, send buffers to copy frames into, and reads in
 /// flight at once.
@@ -62,6 +67,8 @@ const RECV_BUFFERS: usize = 256;
 const CONTROL_BUFFERS: usize = 32;
 const SEND_BUFFERS: usize = 128;
 const READ_SLOTS: usize = 64;
+/// Idle registrations of user buffers kept for reuse.
+const CACHED_REGISTRATIONS: usize = 256;
 const COMPLETIONS_PER_POLL: usize = 32;
 /// Every frame starts with the sender's rank (4 bytes, little-endian); its top bit marks a
 /// credit frame, whose 8 bytes that follow count the frames the sender consumed.
@@ -90,6 +97,8 @@ pub struct OfiConfig<'a> {
     /// Only a provider with a real device (for `--transport auto`).
     pub fabric_only: bool,
     pub rma: bool,
+    /// Whether registrations of user buffers are kept for reuse (see `registration_cache`).
+    pub reg_cache: bool,
     /// Largest frame (header and payload).
     pub frame_size: usize,
     pub eager_limit: usize,
@@ -134,8 +143,8 @@ struct Read {
     pieces_left: usize,
     error: Option<String>,
     /// The target's registration, where the provider wants local memory registered: held
-    /// until the read completes, then dropped (closed).
-    _target: Option<Region>,
+    /// until the read completes, then released to the cache.
+    target: Option<CachedMr>,
 }
 
 struct Piece {
@@ -186,6 +195,7 @@ pub struct OfiTransport {
     /// Keys asked for where the provider does not pick them.
     next_key: u64,
     pub reads_posted: u64,
+    /// Registrations of the transport's own buffers.
     registrations: u64,
     stopped: bool,
     /// Since when polls found nothing, once a wait went to sleep, and when idle waits last
@@ -193,13 +203,24 @@ pub struct OfiTransport {
     idle_since: Option<Instant>,
     last_probe: Option<Instant>,
     /// Registrations: ours (where the provider wants local buffers registered), and the
-    /// send buffers exposed to peers; both close before the fabric's objects.
+    /// user buffers exposed to peers or read into; all close before the fabric's objects.
     recv_mr: Option<Region>,
     send_mr: Option<Region>,
-    exposures: Slab<Region>,
+    /// Boxed, as `fabric` is: the transport sits in `AnyTransport` beside smaller ones.
+    user_mrs: Box<RegistrationCache<Region>>,
+    /// Copies of send buffers the provider could not register, with their registrations
+    /// (closed before the copy is freed, by field order).
+    copies: Slab<(Region, Vec<u8>)>,
     /// Boxed: its names and limits are read at start-up and in errors, and the transport
     /// sits in `AnyTransport` beside smaller ones.
     fabric: Box<Fabric>,
+}
+
+/// The next key asked for where the provider does not pick keys.
+fn take_key(next_key: &mut u64) -> u64 {
+    let key = *next_key;
+    *next_key += 1;
+    key
 }
 
 /// Frames a rank may send a peer beyond what the peer said it consumed, in a job of `size`
@@ -289,7 +310,11 @@ impl OfiTransport {
             last_probe: None,
             recv_mr: None,
             send_mr: None,
-            exposures: Slab::new(),
+            user_mrs: Box::new(RegistrationCache::new(
+                config.reg_cache,
+                CACHED_REGISTRATIONS,
+            )),
+            copies: Slab::new(),
             fabric: Box::new(fabric),
         };
         if t.fabric.plan.local {
@@ -304,10 +329,34 @@ impl OfiTransport {
     }
 
     fn register(&mut self, buf: *const u8, len: usize, access: u64) -> Result<Region, String> {
-        let key = self.next_key;
-        self.next_key += 1;
         self.registrations += 1;
-        Region::register(&self.fabric, buf, len, access, key)
+        Region::register(&self.fabric, buf, len, access, take_key(&mut self.next_key))
+    }
+
+    /// The cached registration of `len` bytes at `buf`, registering if none covers them:
+    /// `writable` for a read's target, else for peers' reads.
+    fn register_user(
+        &mut self,
+        buf: *const u8,
+        len: usize,
+        writable: bool,
+    ) -> Result<(CachedMr, &Region), String> {
+        // A read's target may later be sent from: its registration serves both.
+        let access = if writable {
+            sys::FI_READ | sys::FI_REMOTE_READ
+        } else {
+            sys::FI_REMOTE_READ
+        } as u64;
+        let (fabric, next_key) = (&self.fabric, &mut self.next_key);
+        self.user_mrs
+            .acquire(buf as usize, len, writable, |start, len| {
+                Region::register(fabric, start as *const u8, len, access, take_key(next_key))
+            })
+    }
+
+    /// Whether registrations of user buffers are kept between messages.
+    pub fn caching(&self) -> bool {
+        self.user_mrs.caching()
     }
 
     /// What peers publish and read: the provider's name, the largest frame (receive
@@ -564,17 +613,46 @@ impl OfiTransport {
 
     /// Registers `len` bytes at `buf` for peers' `fi_read`; returns how they address it.
     pub fn expose(&mut self, buf: *const u8, len: usize) -> Result<(RemoteKey, OfiMr), String> {
-        let region = self.register(buf, len, sys::FI_REMOTE_READ as u64)?;
-        let key = RemoteKey {
-            addr: self.fabric.plan.remote_addr(buf as usize, region.base),
-            key: region.key(),
+        let local = self.fabric.plan.local;
+        let (id, region) = match self.register_user(buf, len, false) {
+            Ok(registered) => registered,
+            Err(e) if local => return self.expose_copy(buf, len).map_err(|_| e),
+            Err(e) => return Err(e),
         };
-        Ok((key, OfiMr(self.exposures.insert(region))))
+        let (base, key) = (region.base, region.key());
+        let key = RemoteKey {
+            addr: self.fabric.plan.remote_addr(buf as usize, base),
+            key,
+        };
+        Ok((key, OfiMr::Cached(id)))
     }
 
-    /// Closes an exposure; one already closed (by `stop`) is let be.
+    /// Exposes a registered copy of a send buffer the provider cannot register: one in
+    /// read-only memory (a constant), since verbs;ofi_rxm asks for local write access on
+    /// every registration, which pinning read-only pages refuses (-FI_EFAULT). MPI forbids
+    /// changing a send buffer before its send completes, so the copy serves the peer's read.
+    fn expose_copy(&mut self, buf: *const u8, len: usize) -> Result<(RemoteKey, OfiMr), String> {
+        // SAFETY: the engine lends `len` readable bytes at `buf` for the send.
+        let copy = unsafe { std::slice::from_raw_parts(buf, len) }.to_vec();
+        let region = self.register(copy.as_ptr(), len, sys::FI_REMOTE_READ as u64)?;
+        let key = RemoteKey {
+            addr: self
+                .fabric
+                .plan
+                .remote_addr(copy.as_ptr() as usize, region.base),
+            key: region.key(),
+        };
+        Ok((key, OfiMr::Copy(self.copies.insert((region, copy)))))
+    }
+
+    /// Gives an exposure back; one already closed (by `stop`) is let be.
     pub fn release(&mut self, mr: OfiMr) {
-        self.exposures.try_remove(mr.0);
+        match mr {
+            OfiMr::Cached(id) => self.user_mrs.release(id),
+            OfiMr::Copy(at) => {
+                self.copies.try_remove(at);
+            }
+        }
     }
 
     /// Starts reading `target.len()` bytes at `remote` in `peer` into `target`; `token` comes
@@ -596,22 +674,21 @@ impl OfiTransport {
                 format!("a read from rank {peer} was refused: it failed earlier ({cause})"),
             ));
         }
-        let region = if self.fabric.plan.local {
-            Some(
-                self.register(target.as_ptr(), target.len(), sys::FI_READ as u64)
-                    .map_err(|e| transport(peer, e))?,
-            )
+        let (region, desc) = if self.fabric.plan.local {
+            let (id, region) = self
+                .register_user(target.as_ptr(), target.len(), true)
+                .map_err(|e| transport(peer, e))?;
+            (Some(id), region.desc() as usize)
         } else {
-            None
+            (None, 0)
         };
-        let desc = region.as_ref().map_or(0, |r| r.desc() as usize);
         let piece_max = self.fabric.max_msg_size.clamp(1, MAX_READ_PIECE);
         let pieces = target.len().div_ceil(piece_max).max(1);
         let read = self.reads.insert(Read {
             token,
             pieces_left: pieces,
             error: None,
-            _target: region,
+            target: region,
         });
         for i in 0..pieces {
             let off = i * piece_max;
@@ -810,6 +887,9 @@ impl OfiTransport {
         }
         if r.pieces_left == 0 {
             let r = self.reads.remove(read);
+            if let Some(id) = r.target {
+                self.user_mrs.release(id);
+            }
             self.finished_reads
                 .push((r.token, r.error.map_or(Ok(()), Err)));
         }
@@ -1055,10 +1135,15 @@ impl OfiTransport {
     /// (-FI_EBUSY), which would leave it live, and reads in flight writing on.
     fn close(&mut self) {
         self.reads.clear();
-        self.exposures.clear();
+        self.close_registrations();
+        self.fabric.close_endpoint();
+    }
+
+    fn close_registrations(&mut self) {
+        self.user_mrs.clear();
+        self.copies.clear();
         self.recv_mr = None;
         self.send_mr = None;
-        self.fabric.close_endpoint();
     }
 
     /// Waits (at most [`SEND_DRAIN`]) for sends still in flight, which on providers with
@@ -1126,14 +1211,18 @@ impl OfiTransport {
                 let r = &mut self.reads[read];
                 r.pieces_left -= 1;
                 if r.pieces_left == 0 {
-                    self.reads.remove(read);
+                    if let Some(id) = self.reads.remove(read).target {
+                        self.user_mrs.release(id);
+                    }
                 }
             }
         }
     }
 
+    /// Registrations made so far, of the transport's buffers and of user buffers (for
+    /// tests: a repeated send from one buffer makes one).
     pub fn registrations(&self) -> u64 {
-        self.registrations
+        self.registrations + self.user_mrs.registrations
     }
 }
 

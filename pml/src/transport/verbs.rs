@@ -913,7 +913,7 @@ impl VerbsTransport {
 
     /// Registrations made so far (for tests: a repeated send from one buffer makes one).
     pub fn registrations(&self) -> u64 {
-        self.registry.registrations
+        self.registry.registrations()
     }
 }
 

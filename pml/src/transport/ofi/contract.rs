@@ -39,6 +39,7 @@ impl OfiTransport {
                 provider: config.ofi_provider.as_deref(),
                 fabric_only: !forced && config.ofi_provider.is_none(),
                 rma: config.ofi_rma,
+                reg_cache: config.ofi_reg_cache,
                 frame_size: config.ofi_eager_limit + crate::wire::MAX_HEADER_LEN,
                 eager_limit: config.ofi_eager_limit,
                 peer_timeout: config.ofi_peer_timeout,
@@ -199,10 +200,13 @@ impl Transport for OfiTransport {
             f.plan.describe(),
             self.eager_limit,
             f.inject_size,
-            if f.remote_read {
-                "fi_read"
-            } else {
+            if !f.remote_read {
                 "DATA frames (the provider has no RMA)"
+            } else if self.caching() {
+                "fi_read (registrations cached)"
+            } else {
+                "fi_read (registrations not cached: MPIRT_OFI_REG_CACHE=0, or the program's \
+                 allocator is not mpirt's)"
             }
         )
     }

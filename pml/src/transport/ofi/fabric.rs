@@ -160,10 +160,22 @@ fn offered() -> String {
     }
 }
 
+/// Tells libfabric how many peers the job has, as MPICH does, unless the user did: ofi_rxm
+/// sizes its endpoint's completion queue for `FI_UNIVERSE_SIZE` peers (256 when unset), which
+/// over verbs is more entries than a device may allow (on Soft-RoCE, max_cqe 32767, fi_enable
+/// failed with EINVAL after libfabric logged "Unable to create verbs CQ"). libfabric reads the
+/// variable once, at its first `fi_getinfo`, which comes after this.
+fn set_universe_size(ranks: usize) {
+    if std::env::var_os("FI_UNIVERSE_SIZE").is_none() {
+        std::env::set_var("FI_UNIVERSE_SIZE", ranks.max(2).to_string());
+    }
+}
+
 impl Fabric {
     /// Finds the provider `request` asks for and opens its objects; `Ok(None)` where the
     /// request is for a real fabric only and there is none.
     pub fn open(request: &Request) -> Result<Option<Fabric>, String> {
+        set_universe_size(request.ranks);
         let mut refused = Vec::new();
         let with_rma = if request.rma {
             Some(InfoList::get(RMA_CAPS)?)
