@@ -191,7 +191,11 @@ fn wanted(s: &RankState) -> Vec<Wanted> {
 fn satisfier(to: u32, want: Wanted, peer: &RankState) -> Option<String> {
     peer.sends
         .iter()
-        .find(|q| q.peer == to && q.context == want.context && want.tag.is_none_or(|t| t == q.tag))
+        .find(|q| {
+            // A receive of any tag takes user tags only (as pml's TagSel::Any): never a
+            // collective's own send, whose tag is negative.
+            q.peer == to && q.context == want.context && want.tag.map_or(q.tag >= 0, |t| t == q.tag)
+        })
         .map(|q| format!("rank {}'s send with tag {}", peer.rank, q.tag))
 }
 
@@ -301,7 +305,8 @@ fn near_misses(ranks: &[RankView], s: &RankState, want: Wanted) -> Vec<String> {
     }
     // The peer's own sends to this rank that wait, with another tag or communicator.
     if let Some(peer) = want.source.and_then(|p| waiting(ranks, p)) {
-        for q in peer.sends.iter().filter(|q| q.peer == s.rank) {
+        // A collective's own sends (negative tags) are no user's message.
+        for q in peer.sends.iter().filter(|q| q.peer == s.rank && q.tag >= 0) {
             let miss = if q.context == want.context {
                 "same peer, other tag"
             } else {
@@ -597,6 +602,56 @@ mod tests {
             w(state(2, "receive", Peer::From(0), Some(4))),
         ];
         assert!(!a_message_is_in_flight(&ranks));
+    }
+
+    fn collective_send(to: u32) -> bootstrap::stall::PendingSend {
+        bootstrap::stall::PendingSend {
+            context: 0,
+            peer: to,
+            tag: -16,
+            bytes: 1 << 20,
+            waits_for: "a matching receive to read its data".into(),
+        }
+    }
+
+    #[test]
+    fn a_receive_of_any_tag_is_not_satisfied_by_a_collective_send() {
+        // Rank 0 waits in a large reduce's rendezvous send to rank 1, which receives any
+        // tag from rank 0: mpirt never matches the two (TagSel::Any takes user tags only).
+        let mut r0 = state(0, "reduce_into", Peer::Root(1), None);
+        r0.sends.push(collective_send(1));
+        let ranks = [
+            w(r0),
+            w(state(1, "receive", Peer::From(0), None)),
+            RankView::Running,
+        ];
+        assert!(!a_message_is_in_flight(&ranks));
+        let found = diagnose(&ranks).join("\n");
+        assert!(
+            found.contains("rank 1 waits in receive from rank 0"),
+            "{found}"
+        );
+        assert!(
+            found.contains("no message sent or being sent matches it"),
+            "{found}"
+        );
+    }
+
+    #[test]
+    fn a_collective_send_is_no_near_miss() {
+        let mut r0 = state(0, "reduce_into", Peer::Root(1), None);
+        r0.sends.push(collective_send(1));
+        let ranks = [
+            w(r0),
+            w(state(1, "receive", Peer::From(0), Some(5))),
+            RankView::Running,
+        ];
+        let found = diagnose(&ranks).join("\n");
+        assert!(
+            found.contains("no message sent or being sent matches it"),
+            "{found}"
+        );
+        assert!(!found.contains("tag -16"), "{found}");
     }
 
     #[test]
