@@ -44,8 +44,9 @@ fn waits_for(s: &RankState) -> Option<u32> {
     match s.call.peer {
         Peer::To(p) | Peer::From(p) => Some(p),
         Peer::None => {
-            // The user's receives only: a collective's own in flight is not whom it waits
-            // for, and a receive from any rank waits for no one rank.
+            // The user's receives and sends only: a collective's own in flight (negative
+            // tag) is not whom it waits for, and a receive from any rank waits for no one
+            // rank.
             let receives = wanted(s);
             if receives.iter().any(|want| want.source.is_none()) {
                 return None;
@@ -53,6 +54,7 @@ fn waits_for(s: &RankState) -> Option<u32> {
             let mut peers: Vec<u32> = s
                 .sends
                 .iter()
+                .filter(|q| q.tag >= 0)
                 .map(|q| q.peer)
                 .chain(receives.iter().filter_map(|want| want.source))
                 .collect();
@@ -652,6 +654,31 @@ mod tests {
             "{found}"
         );
         assert!(!found.contains("tag -16"), "{found}");
+    }
+
+    #[test]
+    fn a_collective_send_in_flight_hides_no_cycle_of_a_wait() {
+        // Rank 1 waits on its receive from rank 0 with a collective's send to rank 2 still
+        // pending: it waits for rank 0 alone, which waits for it.
+        let mut r1 = state(1, "wait", Peer::None, None);
+        r1.call.context = None;
+        r1.posted.push(Envelope {
+            context: 0,
+            source: Some(0),
+            tag: Some(2),
+            bytes: 0,
+        });
+        r1.sends.push(collective_send(2));
+        let ranks = [
+            w(state(0, "receive", Peer::From(1), Some(9))),
+            w(r1),
+            RankView::Running,
+        ];
+        let found = diagnose(&ranks).join("\n");
+        assert!(
+            found.contains("deadlock: rank 0 waits in receive from rank 1"),
+            "{found}"
+        );
     }
 
     #[test]
