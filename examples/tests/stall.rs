@@ -11,7 +11,7 @@ mod support;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{bin, output_within_a_minute};
+use support::{bin, output_within_a_minute, slurm_up};
 
 /// rsrun's options for each way the tests run the ranks: shared memory and TCP on the native
 /// PML, or the UCX PML where MPIRT_TEST_PML=ucx (UCX_TLS as the environment sets it).
@@ -398,15 +398,13 @@ fn a_stall_timeout_of_no_time_is_refused_by_rsrun_and_by_a_rank() {
 /// test then ends. tools/test-all.sh's Slurm phase brings Slurm up and sets MPIRT_TEST_SLURM.
 #[test]
 fn under_srun_each_stalled_rank_says_what_it_waits_for_on_stderr() {
-    if std::env::var_os("MPIRT_TEST_SLURM").is_none() {
-        println!(
-            "skipped: no Slurm here (tools/test-all.sh starts one on the test hosts and sets \
-             MPIRT_TEST_SLURM)"
-        );
+    if !slurm_up() {
         return;
     }
+    // A name of its own, for scancel should srun outlive the SIGTERM.
+    let job = format!("mpirt-stall-test-{}", std::process::id());
     let mut child = Command::new("srun")
-        .args(["--mpi=pmi2", "-N", "2", "-n", "2"])
+        .args(["--mpi=pmi2", "-N", "2", "-n", "2", "-J", &job])
         .arg(bin("stuck"))
         .arg("receive-cycle")
         .env("MPIRT_STALL_TIMEOUT", "1")
@@ -432,7 +430,16 @@ fn under_srun_each_stalled_rank_says_what_it_waits_for_on_stderr() {
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
-    let _ = child.wait();
+    let ended = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > ended {
+            let _ = child.kill();
+            let _ = Command::new("scancel").args(["-n", &job]).status();
+            let _ = child.wait();
+            panic!("srun did not end within 20 s of SIGTERM: killed, job {job} cancelled");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     for (rank, line) in said.iter().enumerate() {
         let from = 1 - rank;
         let line = line

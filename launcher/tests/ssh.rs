@@ -16,7 +16,10 @@ use std::time::{Duration, Instant};
 
 use launcher::Bootstrap;
 
-use common::{example, hostname, job_dir, rsrun, run, testhosts_ssh_config};
+use common::{
+    assert_receive_cycle_over_three_hosts, example, hostname, job_dir, rsrun, run,
+    testhosts_ssh_config,
+};
 
 const RANK_MODE: &str = "LAUNCHER_TEST_RANK_MODE";
 
@@ -345,15 +348,7 @@ fn stuck_across_hosts(hosts: &Hosts) {
         ]),
         b"",
     );
-    assert_eq!(r.code(), Some(125), "{}\n{}", r.stdout, r.stderr);
-    for want in [
-        "rank 0 on host1 waits in receive from rank 2 (tag 7, examples/src/bin/stuck.rs:",
-        "rank 1 on host2 waits in receive from rank 0",
-        "rank 2 on host3 waits in receive from rank 1",
-        "a cycle; no message between them is in flight",
-    ] {
-        assert!(r.stderr.contains(want), "no {want:?} in\n{}", r.stderr);
-    }
+    assert_receive_cycle_over_three_hosts(&r);
 }
 
 fn all_to_all_across_hosts(hosts: &Hosts) {

@@ -30,13 +30,14 @@ fn send_blocking(p: &mut UcxPml, to: u32, tag: i32, data: &[u8], mode: SendMode)
 
 fn try_recv(
     p: &mut UcxPml,
+    context: u32,
     from: SourceSel,
     tag: TagSel,
     len: usize,
 ) -> Result<(Vec<u8>, Status), PmlError> {
     let mut buf = vec![0u8; len];
     // SAFETY: `buf` outlives the request: we wait for it before returning.
-    let h = unsafe { p.post_recv(0, from, tag, buf.as_mut_ptr(), buf.len()) }?;
+    let h = unsafe { p.post_recv(context, from, tag, buf.as_mut_ptr(), buf.len()) }?;
     match p.wait(h)? {
         Done::Received(s) => Ok((buf, s)),
         Done::Sent => panic!("a receive completed as a send"),
@@ -44,7 +45,7 @@ fn try_recv(
 }
 
 fn recv(p: &mut UcxPml, from: SourceSel, tag: TagSel, len: usize) -> (Vec<u8>, Status) {
-    try_recv(p, from, tag, len).unwrap()
+    try_recv(p, 0, from, tag, len).unwrap()
 }
 
 /// The blocking receive (`UcxPml::recv`, in the PML's own request memory).
@@ -218,7 +219,7 @@ fn rank_main(dir: &Path, rank: u32, size: u32, config: &UcxConfig) {
             let outcome = if tag == 92 {
                 try_receive(&mut p, from.0, from.1, room)
             } else {
-                try_recv(&mut p, from.0, from.1, room)
+                try_recv(&mut p, 0, from.0, from.1, room)
             };
             match outcome {
                 Err(PmlError::Truncated {
@@ -527,7 +528,7 @@ fn a_dead_peer_is_an_error_not_a_hang() {
             "a blocking receive after the failure"
         );
         assert_eq!(late, [0; 4], "a waiting message landed after the failure");
-        let immediate = try_recv(&mut p, SourceSel::Rank(1), TagSel::Tag(5), 4);
+        let immediate = try_recv(&mut p, 0, SourceSel::Rank(1), TagSel::Tag(5), 4);
         assert_eq!(immediate.map(drop), stopped, "a receive after the failure");
         for to in [1, 0] {
             let data = [9u8; 8];
@@ -646,26 +647,10 @@ fn the_stall_queues_list_what_ucx_has_not_finished() {
     // Everything finished: nothing is listed.
     assert!(p.cancel(receive).unwrap());
     assert!(p.wait(receive).is_err());
-    recv_on(&mut p, 4, 6, 24);
+    try_recv(&mut p, 4, SourceSel::Rank(0), TagSel::Tag(6), 24).unwrap();
     recv(&mut p, SourceSel::Rank(0), TagSel::Tag(7), 1);
     assert_eq!(p.wait(synchronous).unwrap(), Done::Sent);
     assert_eq!(p.queues(), pml::stall::Queues::default());
     drop(p);
     fs::remove_dir_all(dir).unwrap();
-}
-
-fn recv_on(p: &mut UcxPml, context: u32, tag: i32, len: usize) {
-    let mut buf = vec![0u8; len];
-    // SAFETY: `buf` outlives the request: we wait for it before returning.
-    let h = unsafe {
-        p.post_recv(
-            context,
-            SourceSel::Rank(0),
-            TagSel::Tag(tag),
-            buf.as_mut_ptr(),
-            len,
-        )
-    }
-    .unwrap();
-    assert!(matches!(p.wait(h).unwrap(), Done::Received(_)));
 }

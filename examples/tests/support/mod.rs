@@ -52,3 +52,18 @@ pub fn output_within_a_minute(mut command: Command) -> Output {
     }
     child.wait_with_output().unwrap()
 }
+
+/// Whether a Slurm is up for the srun tests: tools/test-all.sh starts one across the test
+/// hosts (../shared/testhosts/slurm-local) and sets MPIRT_TEST_SLURM for them. Says why a
+/// test skips where it is not.
+#[allow(dead_code)] // Only the suites with srun tests use it.
+pub fn slurm_up() -> bool {
+    let up = std::env::var_os("MPIRT_TEST_SLURM").is_some();
+    if !up {
+        println!(
+            "skipped: no Slurm here (tools/test-all.sh starts one on the test hosts and sets \
+             MPIRT_TEST_SLURM)"
+        );
+    }
+    up
+}

@@ -44,8 +44,9 @@ fn waits_for(s: &RankState) -> Option<u32> {
     match s.call.peer {
         Peer::To(p) | Peer::From(p) => Some(p),
         Peer::None => {
-            // The user's receives only: a collective's own in flight is not whom it waits
-            // for, and a receive from any rank waits for no one rank.
+            // The user's receives and sends only: a collective's own in flight (negative
+            // tag) is not whom it waits for, and a receive from any rank waits for no one
+            // rank.
             let receives = wanted(s);
             if receives.iter().any(|want| want.source.is_none()) {
                 return None;
@@ -53,6 +54,7 @@ fn waits_for(s: &RankState) -> Option<u32> {
             let mut peers: Vec<u32> = s
                 .sends
                 .iter()
+                .filter(|q| q.tag >= 0)
                 .map(|q| q.peer)
                 .chain(receives.iter().filter_map(|want| want.source))
                 .collect();
@@ -191,7 +193,11 @@ fn wanted(s: &RankState) -> Vec<Wanted> {
 fn satisfier(to: u32, want: Wanted, peer: &RankState) -> Option<String> {
     peer.sends
         .iter()
-        .find(|q| q.peer == to && q.context == want.context && want.tag.is_none_or(|t| t == q.tag))
+        .find(|q| {
+            // A receive of any tag takes user tags only (as pml's TagSel::Any): never a
+            // collective's own send, whose tag is negative.
+            q.peer == to && q.context == want.context && want.tag.map_or(q.tag >= 0, |t| t == q.tag)
+        })
         .map(|q| format!("rank {}'s send with tag {}", peer.rank, q.tag))
 }
 
@@ -301,7 +307,8 @@ fn near_misses(ranks: &[RankView], s: &RankState, want: Wanted) -> Vec<String> {
     }
     // The peer's own sends to this rank that wait, with another tag or communicator.
     if let Some(peer) = want.source.and_then(|p| waiting(ranks, p)) {
-        for q in peer.sends.iter().filter(|q| q.peer == s.rank) {
+        // A collective's own sends (negative tags) are no user's message.
+        for q in peer.sends.iter().filter(|q| q.peer == s.rank && q.tag >= 0) {
             let miss = if q.context == want.context {
                 "same peer, other tag"
             } else {
@@ -597,6 +604,81 @@ mod tests {
             w(state(2, "receive", Peer::From(0), Some(4))),
         ];
         assert!(!a_message_is_in_flight(&ranks));
+    }
+
+    fn collective_send(to: u32) -> bootstrap::stall::PendingSend {
+        bootstrap::stall::PendingSend {
+            context: 0,
+            peer: to,
+            tag: -16,
+            bytes: 1 << 20,
+            waits_for: "a matching receive to read its data".into(),
+        }
+    }
+
+    #[test]
+    fn a_receive_of_any_tag_is_not_satisfied_by_a_collective_send() {
+        // Rank 0 waits in a large reduce's rendezvous send to rank 1, which receives any
+        // tag from rank 0: mpirt never matches the two (TagSel::Any takes user tags only).
+        let mut r0 = state(0, "reduce_into", Peer::Root(1), None);
+        r0.sends.push(collective_send(1));
+        let ranks = [
+            w(r0),
+            w(state(1, "receive", Peer::From(0), None)),
+            RankView::Running,
+        ];
+        assert!(!a_message_is_in_flight(&ranks));
+        let found = diagnose(&ranks).join("\n");
+        assert!(
+            found.contains("rank 1 waits in receive from rank 0"),
+            "{found}"
+        );
+        assert!(
+            found.contains("no message sent or being sent matches it"),
+            "{found}"
+        );
+    }
+
+    #[test]
+    fn a_collective_send_is_no_near_miss() {
+        let mut r0 = state(0, "reduce_into", Peer::Root(1), None);
+        r0.sends.push(collective_send(1));
+        let ranks = [
+            w(r0),
+            w(state(1, "receive", Peer::From(0), Some(5))),
+            RankView::Running,
+        ];
+        let found = diagnose(&ranks).join("\n");
+        assert!(
+            found.contains("no message sent or being sent matches it"),
+            "{found}"
+        );
+        assert!(!found.contains("tag -16"), "{found}");
+    }
+
+    #[test]
+    fn a_collective_send_in_flight_hides_no_cycle_of_a_wait() {
+        // Rank 1 waits on its receive from rank 0 with a collective's send to rank 2 still
+        // pending: it waits for rank 0 alone, which waits for it.
+        let mut r1 = state(1, "wait", Peer::None, None);
+        r1.call.context = None;
+        r1.posted.push(Envelope {
+            context: 0,
+            source: Some(0),
+            tag: Some(2),
+            bytes: 0,
+        });
+        r1.sends.push(collective_send(2));
+        let ranks = [
+            w(state(0, "receive", Peer::From(1), Some(9))),
+            w(r1),
+            RankView::Running,
+        ];
+        let found = diagnose(&ranks).join("\n");
+        assert!(
+            found.contains("deadlock: rank 0 waits in receive from rank 1"),
+            "{found}"
+        );
     }
 
     #[test]

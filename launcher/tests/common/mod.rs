@@ -278,3 +278,17 @@ pub fn mask_has(line: &str, sig: libc::c_int) -> bool {
     let hex = line.split_whitespace().nth(1).unwrap();
     u64::from_str_radix(hex, 16).unwrap() & (1 << (sig - 1)) != 0
 }
+
+/// The stall report of `stuck receive-cycle` on three ranks, one on each of host1 to host3,
+/// under `--stall-timeout`: each rank's node and call, the cycle, and exit 125.
+pub fn assert_receive_cycle_over_three_hosts(r: &Run) {
+    assert_eq!(r.code(), Some(125), "{}\n{}", r.stdout, r.stderr);
+    for want in [
+        "rank 0 on host1 waits in receive from rank 2 (tag 7, examples/src/bin/stuck.rs:",
+        "rank 1 on host2 waits in receive from rank 0",
+        "rank 2 on host3 waits in receive from rank 1",
+        "a cycle; no message between them is in flight",
+    ] {
+        assert!(r.stderr.contains(want), "no {want:?} in\n{}", r.stderr);
+    }
+}

@@ -894,7 +894,7 @@ impl Waiting for UcxPml {
                         waits_for: match mode {
                             SendMode::Synchronous => "a matching receive (synchronous send)",
                             SendMode::Standard => {
-                                "UCX to deliver it (a rendezvous: a matching receive)"
+                                "UCX to finish it (a large message waits for a matching receive)"
                             }
                         },
                     };
