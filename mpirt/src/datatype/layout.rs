@@ -554,7 +554,7 @@ impl Layout {
         }
     }
 
-    #[cfg(test)]
+    /// One element's blocks, in type-map order.
     pub fn blocks(&self) -> &[Block] {
         &self.blocks
     }
