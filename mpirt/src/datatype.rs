@@ -19,7 +19,7 @@ use crate::error::Cause;
 
 #[cfg(test)]
 mod extremes;
-mod layout;
+pub(crate) mod layout;
 pub(crate) mod pack;
 mod user;
 

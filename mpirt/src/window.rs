@@ -70,7 +70,11 @@
 //! `disp_unit` 1 from `MPI_BOTTOM`), which must lie whole elements into an attached block.
 //! Element types are contiguous [`Equivalence`] types, one type on every rank of a window
 //! (checked at its creation, as is that every rank's length fits in memory); accumulates
-//! take the primitive numbers and `bool`. The ranks agree at creation on the path
+//! take the primitive numbers and `bool`.
+//! User datatypes lay out either side of the typed operations
+//! ([`Epoch::put_typed`], [`Epoch::get_typed`], [`Epoch::accumulate_typed`],
+//! [`Epoch::get_accumulate_typed`]): MPI's origin and target datatypes, the target side a
+//! [`TargetDatatype`] of the window's elements (see `window/typed.rs`). The ranks agree at creation on the path
 //! (`MPIRT_WINDOW_PATH`): the shared-memory path only where every rank allows it.
 //!
 //! # How operations move
@@ -95,6 +99,7 @@ mod fault;
 mod messaging;
 mod operation;
 mod target;
+mod typed;
 mod wire;
 
 use std::cell::{Cell, RefCell};
@@ -109,6 +114,7 @@ pub use operation::AccumulateOperation;
 use pml::shared_mapping::SharedMapping;
 use pml::Pml;
 use target::{Memory, Target};
+pub use typed::TargetDatatype;
 use wire::{Ask, Request};
 
 use crate::collective::{CommunicatorCollectives, Root, SystemOperation};
@@ -1516,6 +1522,7 @@ fn data_request(ask: Ask, offset: u64, len: usize) -> Request {
         id: 0,
         offset,
         len: len as u64,
+        blocks: 0,
     }
 }
 

@@ -10,9 +10,10 @@
 use std::env;
 
 use mpirt::collective::SystemOperation;
+use mpirt::datatype::{MutView, UserDatatype, View};
 use mpirt::topology::SimpleCommunicator;
 use mpirt::traits::*;
-use mpirt::window::{AccumulateOperation, LockKind, Window};
+use mpirt::window::{AccumulateOperation, LockKind, TargetDatatype, Window};
 use mpirt::Rank;
 
 #[allow(dead_code)] // each test binary uses part of it
@@ -48,6 +49,18 @@ fn rank_mode() {
             let mapped = Window::<u8>::allocate(&world, 1).shared_query(0).is_ok();
             println!(
                 "model ok: rank {} checked {issued} operations (mapped: {mapped})",
+                world.rank()
+            );
+        }
+        "typed" => {
+            let issued: usize = (0..SEEDS).map(|seed| typed_model(&world, seed)).sum();
+            assert!(
+                issued > 0,
+                "rank {} issued no typed operation",
+                world.rank()
+            );
+            println!(
+                "typed ok: rank {} checked {issued} operations",
                 world.rank()
             );
         }
@@ -780,6 +793,257 @@ fn request_after_flush(world: &SimpleCommunicator) {
     world.barrier();
 }
 
+/// Elements of each rank's window in the typed model test.
+const TYPED_LEN: usize = 64;
+/// What origin buffers hold where no datatype's block lies.
+const GUARD: i64 = -7777;
+
+/// A random layout of `i64`s, and what the serial reference knows of it: the elements one
+/// element of it covers, in type-map order, and its extent in elements.
+struct Drawn {
+    datatype: UserDatatype,
+    indexes: Vec<usize>,
+    extent: usize,
+}
+
+impl Drawn {
+    /// The elements `count` elements of the layout cover, in type-map order.
+    fn covers(&self, count: usize) -> Vec<usize> {
+        (0..count)
+            .flat_map(|k| self.indexes.iter().map(move |&i| k * self.extent + i))
+            .collect()
+    }
+}
+
+/// A vector, an indexed type, a struct (blocks in a shuffled order, the lowest sometimes
+/// above 0), or a vector of one of them.
+fn draw_layout(draw: &mut Draw, nested: bool) -> Drawn {
+    let int = i64::equivalent_datatype();
+    match draw.below(if nested { 3 } else { 4 }) {
+        0 => {
+            let (count, block) = (1 + draw.below(4), 1 + draw.below(3));
+            let stride = block + draw.below(3);
+            Drawn {
+                datatype: UserDatatype::vector(count as i32, block as i32, stride as i32, &int),
+                indexes: (0..count)
+                    .flat_map(|i| (0..block).map(move |j| i * stride + j))
+                    .collect(),
+                extent: (count - 1) * stride + block,
+            }
+        }
+        kind @ (1 | 2) => {
+            let n = 1 + draw.below(4);
+            let mut at = draw.below(3);
+            let mut slots = Vec::new();
+            for _ in 0..n {
+                let len = 1 + draw.below(3);
+                slots.push((at, len));
+                at += len + draw.below(3);
+            }
+            for i in (1..n).rev() {
+                slots.swap(i, draw.below(i + 1));
+            }
+            let lens: Vec<i32> = slots.iter().map(|s| s.1 as i32).collect();
+            let lower = slots.iter().map(|s| s.0).min().unwrap();
+            let upper = slots.iter().map(|s| s.0 + s.1).max().unwrap();
+            let datatype = if kind == 1 {
+                let displs: Vec<i32> = slots.iter().map(|s| s.0 as i32).collect();
+                UserDatatype::indexed(&lens, &displs, &int)
+            } else {
+                let displs: Vec<isize> = slots.iter().map(|s| (s.0 * 8) as isize).collect();
+                UserDatatype::structured(&lens, &displs, &vec![int; n])
+            };
+            Drawn {
+                datatype,
+                indexes: slots.iter().flat_map(|&(d, l)| d..d + l).collect(),
+                extent: upper - lower,
+            }
+        }
+        _ => {
+            let inner = draw_layout(draw, true);
+            let (count, stride) = (1 + draw.below(3), 1 + draw.below(2));
+            let step = stride * inner.extent;
+            Drawn {
+                datatype: UserDatatype::vector(count as i32, 1, stride as i32, &inner.datatype),
+                indexes: (0..count)
+                    .flat_map(|i| inner.indexes.iter().map(move |&x| i * step + x))
+                    .collect(),
+                extent: (count - 1) * step + inner.extent,
+            }
+        }
+    }
+}
+
+/// An origin side of `n` elements: a slice, or an indexed type of ascending blocks with
+/// gaps; the elements it covers, in order.
+fn draw_origin(draw: &mut Draw, n: usize) -> (Option<UserDatatype>, Vec<usize>) {
+    if draw.chance(30) {
+        return (None, (0..n).collect());
+    }
+    let (mut lens, mut displs, mut covers) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut left, mut at) = (n, draw.below(3));
+    while left > 0 {
+        let len = (1 + draw.below(4)).min(left);
+        lens.push(len as i32);
+        displs.push(at as i32);
+        covers.extend(at..at + len);
+        at += len + draw.below(3);
+        left -= len;
+    }
+    let int = i64::equivalent_datatype();
+    (Some(UserDatatype::indexed(&lens, &displs, &int)), covers)
+}
+
+/// One origin's typed operation in a phase, as every rank draws it.
+struct TypedOp {
+    target: usize,
+    kind: usize,
+    layout: Drawn,
+    count: usize,
+    disp: usize,
+    origin: Option<UserDatatype>,
+    origin_covers: Vec<usize>,
+    values: Vec<i64>,
+}
+
+fn draw_typed_op(draw: &mut Draw, target: usize) -> TypedOp {
+    let (layout, count, covers) = loop {
+        let layout = draw_layout(draw, false);
+        let count = 1 + draw.below(2);
+        let covers = layout.covers(count);
+        if covers.iter().max().is_some_and(|&m| m < TYPED_LEN) {
+            break (layout, count, covers);
+        }
+    };
+    let room = TYPED_LEN - covers.iter().max().unwrap();
+    let disp = draw.below(room);
+    let (origin, origin_covers) = draw_origin(draw, covers.len());
+    let buffer_len = origin_covers.iter().max().map_or(0, |m| m + 1) + 2;
+    let values = (0..buffer_len)
+        .map(|i| match origin_covers.contains(&i) {
+            true => draw.below(1000) as i64 - 500,
+            false => GUARD,
+        })
+        .collect();
+    TypedOp {
+        target,
+        kind: draw.below(4),
+        layout,
+        count,
+        disp,
+        origin,
+        origin_covers,
+        values,
+    }
+}
+
+/// Seeded phases of typed puts, gets, accumulates and get_accumulates, each origin to
+/// another target (a rotation), in fence, lock_all and lock epochs, checked against a serial
+/// reference: every window element (those no layout covers stay as they were) and every
+/// origin buffer (its gaps untouched).
+fn typed_model(world: &SimpleCommunicator, seed: u64) -> usize {
+    let (size, me) = (world.size() as usize, world.rank() as usize);
+    let mut draw = Draw(0x7E57_0000 + seed * 7919 + 1);
+    let window = Window::<i64>::allocate(world, TYPED_LEN);
+    let mut state: Vec<Vec<i64>> = (0..size)
+        .map(|r| (0..TYPED_LEN).map(|i| (r * 1000 + i) as i64).collect())
+        .collect();
+    window.with_local(|l| l.copy_from_slice(&state[me]));
+    world.barrier();
+    let mut issued = 0;
+    for _ in 0..PHASES {
+        let shift = draw.below(size);
+        let sync = draw.below(3);
+        let ops: Vec<TypedOp> = (0..size)
+            .map(|o| draw_typed_op(&mut draw, (o + shift) % size))
+            .collect();
+        let mine = &ops[me];
+        // What the origin's buffer holds after the operation, by the reference.
+        let mut expected = mine.values.clone();
+        for op in &ops {
+            let window = &mut state[op.target];
+            let pairs = op
+                .layout
+                .covers(op.count)
+                .into_iter()
+                .zip(&op.origin_covers);
+            for (t, &o) in pairs {
+                let at = op.disp + t;
+                match op.kind {
+                    0 => window[at] = op.values[o],
+                    1 | 3 if std::ptr::eq(op, mine) => expected[o] = window[at],
+                    _ => {}
+                }
+                if op.kind >= 2 {
+                    window[at] += op.values[o];
+                }
+            }
+        }
+        let mut buffer = mine.values.clone();
+        let target_type = TargetDatatype::new(&mine.layout.datatype, mine.count);
+        let (target, n) = (mine.target as Rank, mine.origin_covers.len());
+        let run = |epoch: &mpirt::window::Epoch<'_, '_, i64>, buffer: &mut Vec<i64>| {
+            let origin = mine.values.as_slice();
+            let sum = SystemOperation::sum();
+            match &mine.origin {
+                None => match mine.kind {
+                    0 => epoch.put_typed(&origin[..n], target, mine.disp, &target_type),
+                    1 => epoch.get_typed(&mut buffer[..n], target, mine.disp, &target_type),
+                    2 => epoch.accumulate_typed(&origin[..n], target, mine.disp, &target_type, sum),
+                    _ => {
+                        let into = &mut buffer[..n];
+                        epoch.get_accumulate_typed(
+                            &origin[..n],
+                            into,
+                            target,
+                            mine.disp,
+                            &target_type,
+                            sum,
+                        )
+                    }
+                },
+                Some(datatype) => {
+                    // SAFETY: the indexed type covers whole i64s of the buffer.
+                    let view = unsafe { View::with_count_and_datatype(origin, 1, datatype) };
+                    // SAFETY: as above; its blocks do not overlap.
+                    let mut into = unsafe {
+                        MutView::with_count_and_datatype(buffer.as_mut_slice(), 1, datatype)
+                    };
+                    match mine.kind {
+                        0 => epoch.put_typed(&view, target, mine.disp, &target_type),
+                        1 => epoch.get_typed(&mut into, target, mine.disp, &target_type),
+                        2 => epoch.accumulate_typed(&view, target, mine.disp, &target_type, sum),
+                        _ => epoch.get_accumulate_typed(
+                            &view,
+                            &mut into,
+                            target,
+                            mine.disp,
+                            &target_type,
+                            sum,
+                        ),
+                    }
+                }
+            }
+        };
+        match sync {
+            0 => window.fence_epoch(|epoch| run(epoch, &mut buffer)),
+            1 => window.lock_all(|epoch| run(epoch, &mut buffer)),
+            _ => window.lock(target, LockKind::Exclusive, |epoch| run(epoch, &mut buffer)),
+        }
+        issued += 1;
+        world.barrier();
+        assert_eq!(
+            buffer, expected,
+            "seed {seed}: rank {me}'s origin buffer after a typed op of kind {} (layout {:?} x{} at {})",
+            mine.kind, mine.layout.indexes, mine.count, mine.disp
+        );
+        window
+            .with_local(|l| assert_eq!(l, state[me].as_slice(), "seed {seed}: rank {me}'s window"));
+        world.barrier();
+    }
+    issued
+}
+
 /// Each misuse is refused with a named error, and nothing is written.
 fn errors(world: &SimpleCommunicator) {
     let size = world.size();
@@ -864,9 +1128,67 @@ fn errors(world: &SimpleCommunicator) {
         Window::<u32>::try_allocate(world, 1).err()
     };
     say("types", e.expect("windows over i32 and u32"));
+    typed_errors(world, &window, say);
     world.barrier();
     window.with_local(|l| assert_eq!(l, [0; 4], "a refused operation wrote"));
     drop((chars, floats));
+}
+
+/// Typed operations refused: a block past the window, signatures that differ, a target
+/// datatype of other elements than the window's, blocks that are not whole elements.
+fn typed_errors(
+    world: &SimpleCommunicator,
+    window: &Window<u32>,
+    say: impl Fn(&str, mpirt::Error),
+) {
+    let last = world.size() - 1;
+    let every_other = UserDatatype::vector(3, 1, 2, &u32::equivalent_datatype());
+    let past = TargetDatatype::new(&every_other, 1);
+    let e = window
+        .try_fence_epoch(|epoch| epoch.try_put_typed(&[1u32; 3], last, 0, &past))
+        .unwrap()
+        .unwrap_err();
+    say("typed outside", e);
+    let e = window
+        .try_fence_epoch(|epoch| epoch.try_get_typed(&mut [0u32; 3][..], last, 0, &past))
+        .unwrap()
+        .unwrap_err();
+    say("typed get outside", e);
+    let fits = UserDatatype::vector(2, 1, 2, &u32::equivalent_datatype());
+    let two = TargetDatatype::new(&fits, 1);
+    let e = window
+        .try_lock(0, LockKind::Shared, |epoch| {
+            epoch.try_accumulate_typed(&[1u32; 3], 0, 0, &two, SystemOperation::sum())
+        })
+        .unwrap()
+        .unwrap_err();
+    say("typed count", e);
+    let e = window
+        .try_lock(0, LockKind::Shared, |epoch| {
+            epoch.try_put_typed(&[1i32; 2], 0, 0, &two)
+        })
+        .unwrap()
+        .unwrap_err();
+    say("typed signature", e);
+    let shorts = UserDatatype::vector(2, 1, 2, &u16::equivalent_datatype());
+    let halves = TargetDatatype::new(&shorts, 1);
+    let e = window
+        .try_lock(0, LockKind::Shared, |epoch| {
+            epoch.try_put_typed(&[1u16; 2], 0, 0, &halves)
+        })
+        .unwrap()
+        .unwrap_err();
+    say("typed elements", e);
+    let int = u32::equivalent_datatype();
+    let askew = UserDatatype::structured(&[1], &[2], &[int]);
+    let askew = TargetDatatype::new(&askew, 1);
+    let e = window
+        .try_lock(0, LockKind::Shared, |epoch| {
+            epoch.try_put_typed(&[1u32], 0, 0, &askew)
+        })
+        .unwrap()
+        .unwrap_err();
+    say("typed askew", e);
 }
 
 /// Runs a job that must succeed and print `expect`; over TCP, checks each rank said (under
@@ -925,6 +1247,15 @@ fn model_programs_on_tcp() {
 }
 
 #[test]
+fn typed_programs() {
+    for n in [2, 3, 5] {
+        assert_job(n, "typed", &[], "typed ok");
+    }
+    assert_job(3, "typed", &MESSAGES, "typed ok");
+    assert_job(4, "typed", &TCP, "typed ok");
+}
+
+#[test]
 fn atomics_and_locks() {
     assert_job(4, "atomics", &[], "atomics ok");
     assert_job(4, "atomics", &MESSAGES, "atomics ok");
@@ -939,7 +1270,7 @@ fn window_kinds_and_progress() {
 }
 
 /// What both paths name alike.
-const MISUSES: [&str; 11] = [
+const MISUSES: [&str; 17] = [
     "outside: rank 0: put to rank 2: 3 element(s) at displacement 2 reach past the end of \
      rank 2's window, which holds 4 element(s); nothing was moved",
     "rank: rank 0: get from rank 3: rank 3 is out of range",
@@ -957,6 +1288,19 @@ const MISUSES: [&str; 11] = [
      in memory",
     "types: rank 0: allocate a window: rank 1 creates the window over another element type (4 \
      bytes) than this rank's u32 (4 bytes): every rank must use one type",
+    "typed outside: rank 0: put (typed) to rank 2: the target datatype's block of 4 byte(s) at \
+     byte 16 from displacement 0 reaches past the end of rank 2's window, which holds 4 \
+     element(s); nothing was moved",
+    "typed get outside: rank 0: get (typed) from rank 2: the target datatype's block of 4 \
+     byte(s) at byte 16",
+    "typed count: rank 0: accumulate (typed) to rank 0: the origin and the target datatype (3 \
+     and 2 basic elements) differ in type signature at basic element 2; they must be equal",
+    "typed signature: rank 0: put (typed) to rank 0: the origin and the target datatype (2 and \
+     2 basic elements) differ in type signature at basic element 0",
+    "typed elements: rank 0: put (typed) to rank 0: the target datatype and the window's \
+     elements (2 and 1 basic elements) differ in type signature at basic element 0",
+    "typed askew: rank 0: put (typed) to rank 0: the target datatype's block of 4 byte(s) at \
+     byte 2 is not whole elements of the window's 4-byte type",
 ];
 
 #[test]

@@ -567,6 +567,7 @@ impl Layout {
         }
     }
 
+    /// One element's blocks, in type-map order.
     pub fn blocks(&self) -> &[Block] {
         &self.blocks
     }

@@ -17,6 +17,28 @@ pub enum WindowFault {
         /// The target window's length, in elements.
         size: usize,
     },
+    /// A block of a target datatype reaches past the end of its target's window: nothing was
+    /// read or written.
+    BlockOutOfWindow {
+        target: Rank,
+        /// In elements of the window's type.
+        displacement: usize,
+        /// The block's bytes from the displacement, and its length in bytes.
+        offset: usize,
+        length: usize,
+        /// The target window's length, in elements.
+        size: usize,
+    },
+    /// The origin's and the target's type signatures differ (MPI requires them equal), or
+    /// a target datatype's basic elements are not the window's elements.
+    TypeSignature {
+        /// The two sides, as "the origin and the target datatype".
+        what: String,
+        /// Each side's number of basic elements.
+        counts: (usize, usize),
+        /// The first basic element where they differ.
+        at: usize,
+    },
     /// An operation on a rank the epoch does not reach (a lock epoch's other ranks, ranks
     /// outside the group of `start`).
     NotInEpoch { target: Rank, epoch: String },
@@ -41,6 +63,24 @@ impl fmt::Display for WindowFault {
                 f,
                 "{count} element(s) at displacement {displacement} reach past the end of rank \
                  {target}'s window, which holds {size} element(s); nothing was moved"
+            ),
+            WindowFault::BlockOutOfWindow {
+                target,
+                displacement,
+                offset,
+                length,
+                size,
+            } => write!(
+                f,
+                "the target datatype's block of {length} byte(s) at byte {offset} from \
+                 displacement {displacement} reaches past the end of rank {target}'s window, \
+                 which holds {size} element(s); nothing was moved"
+            ),
+            WindowFault::TypeSignature { what, counts, at } => write!(
+                f,
+                "{what} ({} and {} basic elements) differ in type signature at basic element \
+                 {at}; they must be equal",
+                counts.0, counts.1
             ),
             WindowFault::NotInEpoch { target, epoch } => write!(
                 f,

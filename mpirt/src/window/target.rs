@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 
 use super::operation::{element_of, AccumulateOperation};
-use super::wire::{encode_reply, Answer, Ask, Request};
+use super::wire::{decode_blocks, encode_reply, Answer, Ask, Request};
 
 /// The memory a window exposes on this rank.
 pub(super) enum Memory {
@@ -214,6 +214,9 @@ impl Target {
         payload: &[u8],
         replies: &mut Vec<Reply>,
     ) -> Result<(), String> {
+        if request.blocks != 0 {
+            return self.act_on_blocks(origin, request, payload, replies);
+        }
         let reply = |answer, payload: &[u8]| Reply {
             to: origin,
             frame: encode_reply(answer, request.id, payload),
@@ -296,6 +299,71 @@ impl Target {
         }
         Ok(())
     }
+
+    /// A typed put, get or accumulate: its blocks, each from the request's offset, applied
+    /// in the order listed, the data of a put or accumulate packed in that order, and a
+    /// get's (an accumulate's old values) replied packed alike. Every block is checked
+    /// before any moves.
+    fn act_on_blocks(
+        &mut self,
+        origin: u32,
+        request: &Request,
+        payload: &[u8],
+        replies: &mut Vec<Reply>,
+    ) -> Result<(), String> {
+        let (blocks, data) = decode_blocks(payload, request.blocks)
+            .ok_or("a typed request's block list is cut short")?;
+        let accumulate = match request.ask {
+            Ask::Put | Ask::Get => None,
+            Ask::Accumulate | Ask::GetAccumulate => Some((
+                AccumulateOperation::from_code(request.op)
+                    .ok_or("an unknown accumulate operation")?,
+                element_of(request.element).ok_or("an unknown accumulate element type")?,
+            )),
+            _ => return Err("only puts, gets and accumulates carry blocks".into()),
+        };
+        let mut total = 0u64;
+        for &(from, len) in &blocks {
+            let offset = request
+                .offset
+                .checked_add(from)
+                .ok_or("a block past 2^64")?;
+            self.bytes(offset, len)?;
+            if accumulate
+                .is_some_and(|(_, datatype)| !(len as usize).is_multiple_of(datatype.size()))
+            {
+                return Err("an accumulate's block is not whole elements".into());
+            }
+            total = total.checked_add(len).ok_or("blocks past 2^64 bytes")?;
+        }
+        let carries_data = request.ask != Ask::Get;
+        if total != request.len || (carries_data && data.len() as u64 != total) {
+            return Err("a typed request's blocks and data are not as long as it says".into());
+        }
+        let replying = matches!(request.ask, Ask::Get | Ask::GetAccumulate);
+        let mut out = Vec::with_capacity(if replying { total as usize } else { 0 });
+        let mut at = 0;
+        for (from, len) in blocks {
+            let bytes = self.bytes(request.offset + from, len)?;
+            let incoming = &data[at.min(data.len())..];
+            if replying {
+                out.extend_from_slice(bytes);
+            }
+            match accumulate {
+                None if carries_data => bytes.copy_from_slice(&incoming[..bytes.len()]),
+                None => {}
+                Some((op, datatype)) => op.apply(datatype, &incoming[..bytes.len()], bytes),
+            }
+            at += len as usize;
+        }
+        if replying {
+            replies.push(Reply {
+                to: origin,
+                frame: encode_reply(Answer::Data, request.id, &out),
+            });
+        }
+        Ok(())
+    }
 }
 
 fn fault(to: u32, id: u64, why: String) -> Reply {
@@ -334,18 +402,28 @@ mod tests {
             id,
             offset,
             len,
+            blocks: 0,
         }
+    }
+
+    /// A target over `memory`, of `element`-byte elements, in a window of 2 ranks.
+    ///
+    /// # Safety
+    /// As for `Target::new`: `memory` outlives the target and is touched only through it.
+    unsafe fn fixed_target(memory: &mut [u8], element: usize) -> Target {
+        let fixed = Memory::Fixed {
+            base: memory.as_mut_ptr(),
+            bytes: memory.len(),
+        };
+        // SAFETY: this function's contract.
+        unsafe { Target::new(fixed, element, 2) }
     }
 
     #[test]
     fn requests_act_on_the_memory_and_refuse_what_lies_outside() {
         let mut memory = [0u8; 16];
-        let fixed = Memory::Fixed {
-            base: memory.as_mut_ptr(),
-            bytes: memory.len(),
-        };
         // SAFETY: `memory` outlives the target and is touched only through it meanwhile.
-        let mut target = unsafe { Target::new(fixed, 1, 2) };
+        let mut target = unsafe { fixed_target(&mut memory, 1) };
         let mut replies = Vec::new();
         let put = request(Ask::Put, 4, 4, 0).encode(&[&[1, 2, 3, 4]]);
         target.apply(1, &put, &mut replies);
@@ -390,5 +468,41 @@ mod tests {
         let (_, _, why) = decode_reply(&replies[1].frame).unwrap();
         assert!(String::from_utf8_lossy(why).contains("not whole elements"));
         assert_eq!(memory[14..], [0, 0], "a refused put wrote");
+    }
+
+    #[test]
+    fn typed_requests_act_block_by_block_and_move_nothing_when_one_lies_outside() {
+        use super::super::wire::encode_blocks;
+        let mut memory = [0u8; 16];
+        // SAFETY: `memory` outlives the target and is touched only through it meanwhile.
+        let mut target = unsafe { fixed_target(&mut memory, 2) };
+        let mut replies = Vec::new();
+        let typed = |ask, blocks: &[(u64, u64)], len, id| {
+            let mut request = request(ask, 2, len, id);
+            request.blocks = blocks.len() as u32;
+            (request, encode_blocks(blocks))
+        };
+        // Blocks out of address order: type-map order is the data's.
+        let (put, list) = typed(Ask::Put, &[(8, 2), (0, 4)], 6, 0);
+        target.apply(1, &put.encode(&[&list, &[1, 2, 3, 4, 5, 6]]), &mut replies);
+        assert!(replies.is_empty());
+        assert_eq!(memory[..12], [0, 0, 3, 4, 5, 6, 0, 0, 0, 0, 1, 2]);
+        let (get, list) = typed(Ask::Get, &[(2, 2), (8, 2)], 4, 5);
+        target.apply(1, &get.encode(&[&list]), &mut replies);
+        let (answer, id, data) = decode_reply(&replies[0].frame).unwrap();
+        assert_eq!((answer, id, data), (Answer::Data, 5, &[5u8, 6, 1, 2][..]));
+        // The second block reaches past the end: the first is not written either.
+        let (outside, list) = typed(Ask::Put, &[(0, 2), (12, 4)], 6, 0);
+        target.apply(1, &outside.encode(&[&list, &[9; 6]]), &mut replies);
+        let (answer, _, why) = decode_reply(&replies[1].frame).unwrap();
+        assert_eq!(answer, Answer::Fault);
+        assert!(String::from_utf8_lossy(why).contains("past the window's 16 bytes"));
+        // A list shorter than it says.
+        let (cut, list) = typed(Ask::Put, &[(0, 2), (4, 2)], 4, 0);
+        target.apply(1, &cut.encode(&[&list[..20]]), &mut replies);
+        let (_, _, why) = decode_reply(&replies[2].frame).unwrap();
+        assert!(String::from_utf8_lossy(why).contains("cut short"));
+        drop(target);
+        assert_eq!(memory[2..4], [3, 4], "a refused typed put wrote");
     }
 }

@@ -96,13 +96,18 @@ pub(super) struct Request {
     pub offset: u64,
     /// Bytes of the target's window the request touches.
     pub len: u64,
+    /// How many blocks a typed request (a target datatype's) lists at the start of its
+    /// payload, each its offset from `offset` and its length as two little-endian words, in
+    /// the order its data follows (0: one block of `len` bytes at `offset`).
+    pub blocks: u32,
 }
 
 impl Request {
     pub fn encode(&self, payload: &[&[u8]]) -> Vec<u8> {
         let total = HEADER + payload.iter().map(|p| p.len()).sum::<usize>();
         let mut frame = Vec::with_capacity(total);
-        frame.extend_from_slice(&[self.ask as u8, self.op, self.element, 0, 0, 0, 0, 0]);
+        frame.extend_from_slice(&[self.ask as u8, self.op, self.element, 0]);
+        frame.extend_from_slice(&self.blocks.to_le_bytes());
         for word in [self.id, self.offset, self.len] {
             frame.extend_from_slice(&word.to_le_bytes());
         }
@@ -123,10 +128,34 @@ impl Request {
                 id: word(header, 8),
                 offset: word(header, 16),
                 len: word(header, 24),
+                blocks: u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")),
             },
             payload,
         ))
     }
+}
+
+/// A typed request's blocks: each one's bytes from the request's offset, and its length.
+pub(super) type Blocks = Vec<(u64, u64)>;
+
+/// A typed request's block list, as its payload starts with it.
+pub(super) fn encode_blocks(blocks: &[(u64, u64)]) -> Vec<u8> {
+    blocks
+        .iter()
+        .flat_map(|&(offset, len)| [offset.to_le_bytes(), len.to_le_bytes()])
+        .flatten()
+        .collect()
+}
+
+/// The block list at the start of a typed request's payload, and the data after it, or
+/// `None` where the payload is shorter than `blocks` blocks.
+pub(super) fn decode_blocks(payload: &[u8], blocks: u32) -> Option<(Blocks, &[u8])> {
+    let (list, data) = payload.split_at_checked((blocks as usize).checked_mul(16)?)?;
+    let blocks = list
+        .chunks_exact(16)
+        .map(|pair| (word(pair, 0), word(pair, 8)))
+        .collect();
+    Some((blocks, data))
 }
 
 /// A reply's frame: the answer, the id of the request it answers, and its payload.
@@ -161,6 +190,7 @@ mod tests {
             id: 0x0102_0304_0506_0708,
             offset: 1 << 40,
             len: 8,
+            blocks: 0x0a0b_0c0d,
         };
         let frame = request.encode(&[&[1; 8], &[2; 8]]);
         let (back, payload) = Request::decode(&frame).unwrap();
@@ -171,6 +201,17 @@ mod tests {
             decode_reply(&reply),
             Some((Answer::Data, 99, &[5u8, 6][..]))
         );
+    }
+
+    #[test]
+    fn block_lists_round_trip() {
+        let blocks = [(0, 8), (24, 16), (1 << 33, 4)];
+        let mut payload = encode_blocks(&blocks);
+        payload.extend_from_slice(&[7; 3]);
+        let (back, data) = decode_blocks(&payload, 3).unwrap();
+        assert_eq!(back, blocks);
+        assert_eq!(data, [7; 3]);
+        assert_eq!(decode_blocks(&payload[..40], 3), None);
     }
 
     #[test]
