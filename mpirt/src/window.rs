@@ -102,7 +102,7 @@ use std::marker::PhantomData;
 use std::mem::size_of;
 use std::rc::Rc;
 
-use direct::{Direct, LINE};
+use direct::{Direct, CONTROL, LINE};
 pub use fault::WindowFault;
 use messaging::Core;
 pub use operation::AccumulateOperation;
@@ -1689,7 +1689,8 @@ fn map_parts<T, C: Communicator>(
     lens: &[usize],
     what: &str,
 ) -> Result<Option<Direct>, Error> {
-    // Each rank's part starts on a cache line of its own, after the control lines. Every
+    // Each rank's part starts on a cache line of its own, after every rank's two control
+    // lines (its lock words; its lock-free flag, apart from the lines others spin on). Every
     // rank computes this from the same lengths, so all refuse alike.
     let too_large = || {
         unsupported(
@@ -1702,7 +1703,7 @@ fn map_parts<T, C: Communicator>(
         )
     };
     let mut parts = Vec::with_capacity(lens.len());
-    let mut total = lens.len().checked_mul(LINE).ok_or_else(too_large)?;
+    let mut total = lens.len().checked_mul(CONTROL).ok_or_else(too_large)?;
     for &n in lens {
         // `agree` checked that each part fits.
         let bytes = n * size_of::<T>();
