@@ -1284,6 +1284,15 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
     ) -> Result<(), Error> {
         let what = || format!("compare_and_swap on rank {target}");
         let mut run = || -> Result<(), Cause> {
+            // MPI's integers, logicals and bytes, and (mpirt's extension) floats, compared
+            // bit for bit; any other type may hold padding, whose bytes are not values.
+            let datatype = datatype_of::<T>();
+            if operation::element_code(datatype).is_none() {
+                return Err(Cause::Window(WindowFault::Unsupported(format!(
+                    "compare_and_swap takes primitive numbers and bool, not {}",
+                    datatype.name()
+                ))));
+            }
             let (t, offset) = self.place(target, disp, 1)?;
             let (new, old) = (
                 as_bytes(std::slice::from_ref(origin)),

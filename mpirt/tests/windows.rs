@@ -840,6 +840,14 @@ fn errors(world: &SimpleCommunicator) {
         .unwrap()
         .unwrap_err();
     say("type", e);
+    let mut old = 'c';
+    let e = chars
+        .try_lock(0, LockKind::Shared, |epoch| {
+            epoch.try_compare_and_swap(&'a', &'b', &mut old, 0, 0)
+        })
+        .unwrap()
+        .unwrap_err();
+    say("swap type", e);
     let floats = Window::<f32>::allocate(world, 1);
     let e = floats
         .try_lock(0, LockKind::Shared, |epoch| {
@@ -946,7 +954,7 @@ fn window_kinds_and_progress() {
 }
 
 /// What both paths name alike.
-const MISUSES: [&str; 11] = [
+const MISUSES: [&str; 12] = [
     "outside: rank 0: put to rank 2: 3 element(s) at displacement 2 reach past the end of \
      rank 2's window, which holds 4 element(s); nothing was moved",
     "rank: rank 0: get from rank 3: rank 3 is out of range",
@@ -956,6 +964,8 @@ const MISUSES: [&str; 11] = [
     "lock twice: rank 0: lock of rank 0: rank 0 is already locked",
     "type: rank 0: accumulate to rank 0: accumulates take primitive numbers and bool, not \
      char",
+    "swap type: rank 0: compare_and_swap on rank 0: compare_and_swap takes primitive numbers \
+     and bool, not char",
     "op: rank 0: accumulate to rank 0: the operation bitwise_and is not defined for f32",
     "epoch in with_local: rank 0: lock of rank 0: the window's memory is lent to with_local; \
      open epochs outside it",

@@ -11,8 +11,9 @@
 //!
 //! Accumulates (and `get_accumulate`, `fetch_and_op`, `compare_and_swap`) must be atomic per
 //! element with every concurrent accumulate on the element. Two ways do that:
-//! - a CPU atomic (`atomic.rs`), for an operation on one element of 1, 2, 4 or 8 bytes: a
-//!   `fetch_and_op` or `compare_and_swap` is one locked instruction, with no lock;
+//! - CPU atomics (`atomic.rs`), for an operation on one element of 1, 2, 4 or 8 bytes, with
+//!   no lock: one locked instruction for `compare_and_swap`, replace and an integer sum or
+//!   bitwise operation, a compare-and-swap loop for the other operations and for floats;
 //! - the target rank's accumulate lock, a spin lock held for one element-wise operation in
 //!   plain loads and stores (vectorised), for longer operations and other element sizes.
 //!
@@ -30,7 +31,8 @@
 //! holder waits for the origin's atomic to end). Plain mode stays after the holder unlocks,
 //! so a stream of long accumulates pays the barrier once; an atomic that takes the lock in
 //! plain mode switches back to atomic mode as it unlocks (no plain holder is left). Where any
-//! rank could not register for the barrier, every accumulate takes the lock.
+//! rank could not register for the barrier (no `membarrier`), every accumulate takes the
+//! lock, atomics included.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
