@@ -107,7 +107,7 @@ use std::marker::PhantomData;
 use std::mem::size_of;
 use std::rc::Rc;
 
-use direct::{Direct, LINE};
+use direct::{Direct, CONTROL, LINE};
 pub use fault::WindowFault;
 use messaging::Core;
 pub use operation::AccumulateOperation;
@@ -1290,6 +1290,15 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
     ) -> Result<(), Error> {
         let what = || format!("compare_and_swap on rank {target}");
         let mut run = || -> Result<(), Cause> {
+            // MPI's integers, logicals and bytes, and (mpirt's extension) floats, compared
+            // bit for bit; any other type may hold padding, whose bytes are not values.
+            let datatype = datatype_of::<T>();
+            if operation::element_code(datatype).is_none() {
+                return Err(Cause::Window(WindowFault::Unsupported(format!(
+                    "compare_and_swap takes primitive numbers and bool, not {}",
+                    datatype.name()
+                ))));
+            }
             let (t, offset) = self.place(target, disp, 1)?;
             let (new, old) = (
                 as_bytes(std::slice::from_ref(origin)),
@@ -1696,7 +1705,8 @@ fn map_parts<T, C: Communicator>(
     lens: &[usize],
     what: &str,
 ) -> Result<Option<Direct>, Error> {
-    // Each rank's part starts on a cache line of its own, after the control lines. Every
+    // Each rank's part starts on a cache line of its own, after every rank's two control
+    // lines (its lock words; its lock-free flag, apart from the lines others spin on). Every
     // rank computes this from the same lengths, so all refuse alike.
     let too_large = || {
         unsupported(
@@ -1709,7 +1719,7 @@ fn map_parts<T, C: Communicator>(
         )
     };
     let mut parts = Vec::with_capacity(lens.len());
-    let mut total = lens.len().checked_mul(LINE).ok_or_else(too_large)?;
+    let mut total = lens.len().checked_mul(CONTROL).ok_or_else(too_large)?;
     for &n in lens {
         // `agree` checked that each part fits.
         let bytes = n * size_of::<T>();

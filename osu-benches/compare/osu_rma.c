@@ -28,7 +28,7 @@ static void issue(int to, long size) {
         MPI_Put(s_buf, size, MPI_CHAR, to, disp, size, MPI_CHAR, win);
     } else if (!strcmp(test, "put_bw") || bibw) {
         for (int j = 0; j < WINDOW; j++)
-            MPI_Put(s_buf, size, MPI_CHAR, to, disp + j * size, size, MPI_CHAR, win);
+            MPI_Put(s_buf + j * size, size, MPI_CHAR, to, disp + j * size, size, MPI_CHAR, win);
     } else if (!strcmp(test, "get_bw")) {
         /* Each get into its own part of the buffer, as the Rust port must (and as OSU's does). */
         for (int j = 0; j < WINDOW; j++)
@@ -154,9 +154,9 @@ int main(int argc, char **argv) {
     test = argc > 1 ? argv[1] : "put_latency";
     win_kind = argc > 2 ? argv[2] : "allocate";
     bibw = !strcmp(test, "put_bibw");
-    sync_kind = argc > 3 ? argv[3] : (bibw ? "fence" : "flush");
+    sync_kind = argc > 3 ? argv[3] : (bibw ? "pscw" : "flush");
     if (bibw && strcmp(sync_kind, "fence") && strcmp(sync_kind, "pscw")) {
-        if (rank == 0) fprintf(stderr, "put_bibw synchronises with fence or pscw, not %s\n", sync_kind);
+        if (rank == 0) fprintf(stderr, "put_bibw synchronises with pscw or fence, not %s\n", sync_kind);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     long max = argc > 4 ? atol(argv[4]) : (1L << 22);
@@ -164,10 +164,11 @@ int main(int argc, char **argv) {
     atomic = !strcmp(test, "fop_latency") || !strcmp(test, "cas_latency");
     bw = !strcmp(test, "put_bw") || !strcmp(test, "get_bw") || bibw;
     if (atomic) min = max = 8;
-    s_buf = malloc(max);
+    /* The bandwidth tests put each of a window's puts from its own part, as OSU's loop does. */
+    s_buf = malloc(bw ? max * WINDOW : max);
     r_buf = malloc(bw ? max * WINDOW : max);
     c_buf = malloc(max);
-    memset(s_buf, 'a', max);
+    memset(s_buf, 'a', bw ? max * WINDOW : max);
     const char *title = !strcmp(test, "put_latency") ? "OSU MPI_Put Latency Test"
                       : !strcmp(test, "get_latency") ? "OSU MPI_Get latency Test"
                       : !strcmp(test, "put_bw") ? "OSU MPI_Put Bandwidth Test"

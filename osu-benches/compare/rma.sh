@@ -3,8 +3,8 @@
 # (compare/osu_rma.c, the same loops in C) on two ranks of this host, in one window kind and
 # synchronisation, at every size from 8 B to 1 MiB (the atomics at their 8 bytes): put, get,
 # accumulate and get_accumulate latency, fetch_and_op and compare_and_swap latency, put and get
-# bandwidth and put bidirectional bandwidth (which synchronises with fence, or pscw when -s
-# names it: OSU's offers no other). mpirt runs on its shared-memory path, and with -a on its
+# bandwidth and put bidirectional bandwidth (which synchronises with pscw, OSU 7.4's default,
+# or fence when -s names it: OSU's offers no other; the table says each test's). mpirt runs on its shared-memory path, and with -a on its
 # active messages too (MPIRT_WINDOW_PATH=messages): there a passive-target operation waits for
 # the target, which sits in a barrier that looks at messages between sleeps of up to 1 ms, so
 # each takes about a millisecond and a run of the latency tests' 10,000 iterations per size
@@ -45,11 +45,15 @@ mpicc.openmpi -O2 -o "$out/osu_rma.ompi" osu-benches/compare/osu_rma.c
 mpicc.mpich -O2 -o "$out/osu_rma.mpich" osu-benches/compare/osu_rma.c
 osc=()
 [ "$window" = allocate ] && osc=(--mca osc sm)
+# The synchronisation TEST runs with: -s's, but put_bibw offers only pscw and fence.
+sync_of() {
+    if [ "$1" = put_bibw ] && [ "$sync" != fence ]; then echo pscw; else echo "$sync"; fi
+}
 # One run's rows ("SIZE VALUE"), or nothing where it failed.
 run() {
-    local test=$1 runtime=$2 min=8 top=$max s=$sync
+    local test=$1 runtime=$2 min=8 top=$max s
+    s=$(sync_of "$test")
     case $test in fop_latency | cas_latency) top=8 ;; esac
-    if [ "$test" = put_bibw ] && [ "$s" != pscw ]; then s=fence; fi
     case $runtime in
         shm) timeout 300 "$bin/rsrun" -n 2 "$bin/osu_$test" -w "$window" -s "$s" -m "$min:$top" ;;
         messages) MPIRT_WINDOW_PATH=messages timeout 300 "$bin/rsrun" -n 2 "$bin/osu_$test" \
@@ -74,16 +78,16 @@ median() {
     awk -v s="$size" '$1 == s {print $2}' "$@" | sort -g |
         awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]; else print "-"}'
 }
-echo "# window $window, synchronisation $sync, median of $repeats interleaved runs"
+echo "# window $window, median of $repeats interleaved runs"
 echo "# latency in us, bandwidth in MB/s"
 declare -A title=([shm]="mpirt shm" [messages]="mpirt messages" [ompi]="Open MPI" [mpich]=MPICH)
-printf "%-16s %8s" test size
+printf "%-16s %-11s %8s" test sync size
 for runtime in $runtimes; do printf " %15s" "${title[$runtime]}"; done
 echo
 for test in $tests; do
     sizes=$(cat "$out/$test".*.* | awk '{print $1}' | sort -n | uniq)
     for size in $sizes; do
-        printf "%-16s %8s" "$test" "$size"
+        printf "%-16s %-11s %8s" "$test" "$(sync_of "$test")" "$size"
         for runtime in $runtimes; do
             printf " %15s" "$(median "$size" "$out/$test.$runtime".*)"
         done

@@ -31,7 +31,8 @@ pub trait Access<T: Equivalence> {
     fn spare(&self, operations: usize) -> usize;
 }
 
-/// `window` puts of `data`, back to back in the target's window (one for the latency test).
+/// `window` puts, back to back in the target's window (one for the latency test), the j-th
+/// of the j-th of `window` equal pieces of `data`, as OSU's loop puts from `sbuf + j * size`.
 pub struct Put<'a> {
     pub data: &'a [u8],
     pub window: usize,
@@ -45,8 +46,9 @@ impl Access<u8> for Put<'_> {
         disp: usize,
         spare: &'s mut [u8],
     ) -> &'s mut [u8] {
+        let len = self.data.len() / self.window;
         for j in 0..self.window {
-            epoch.put(self.data, target, disp + j * self.data.len());
+            epoch.put(&self.data[j * len..][..len], target, disp + j * len);
         }
         spare
     }
@@ -93,21 +95,27 @@ impl Access<u8> for Gets {
         disp: usize,
         spare: &'s mut [u8],
     ) -> &'s mut [u8] {
-        let (start, whole) = (spare.as_mut_ptr(), spare.len());
-        let mut rest = spare;
+        assert!(
+            spare.len() >= self.len * self.window,
+            "spare holds every get"
+        );
+        // Every piece and the whole that comes back derive from this one pointer, taken
+        // once: a reborrow of `spare` would invalidate the pointers taken before it.
+        let (base, whole) = (spare.as_mut_ptr(), spare.len());
         let mut requests = Vec::with_capacity(self.window);
         for j in 0..self.window {
-            let (into, after) = rest.split_at_mut(self.len);
-            rest = after;
+            // SAFETY: bytes j * len .. (j + 1) * len of `spare` (asserted to hold them), apart
+            // from every other piece; `spare` itself is not used again.
+            let into = unsafe { std::slice::from_raw_parts_mut(base.add(j * self.len), self.len) };
             requests.push(epoch.rget(into, target, disp + j * self.len));
         }
         for request in requests {
             request.wait();
         }
-        // SAFETY: all of `spare`, which the gets borrowed in parts and handed back (`wait`)
-        // and whose unused rest is not used again: nothing else reaches it any more, and the
-        // next operation may lend all of it again (as OSU's loop reuses its buffer).
-        unsafe { std::slice::from_raw_parts_mut(start, whole) }
+        // SAFETY: all of `spare`, which the gets borrowed in parts and handed back (`wait`):
+        // nothing else reaches it any more, and the next operation may lend all of it again
+        // (as OSU's loop reuses its buffer).
+        unsafe { std::slice::from_raw_parts_mut(base, whole) }
     }
 
     fn spare(&self, _: usize) -> usize {
@@ -115,8 +123,12 @@ impl Access<u8> for Gets {
     }
 }
 
-/// An accumulate (sum) of `data`.
-pub struct Accumulate<'a>(pub &'a [u8]);
+/// An accumulate (sum) of `data`, or with `fetch` a get_accumulate, whose result buffer
+/// comes back when it completed.
+pub struct Accumulate<'a> {
+    pub data: &'a [u8],
+    pub fetch: bool,
+}
 
 impl Access<u8> for Accumulate<'_> {
     fn issue<'s, 'e>(
@@ -126,34 +138,22 @@ impl Access<u8> for Accumulate<'_> {
         disp: usize,
         spare: &'s mut [u8],
     ) -> &'s mut [u8] {
-        epoch.accumulate(self.0, target, disp, SystemOperation::sum());
-        spare
-    }
-
-    fn spare(&self, _: usize) -> usize {
-        0
-    }
-}
-
-/// A get_accumulate (sum) of `data`, whose result buffer comes back when it completed.
-pub struct GetAccumulate<'a>(pub &'a [u8]);
-
-impl Access<u8> for GetAccumulate<'_> {
-    fn issue<'s, 'e>(
-        &'s self,
-        epoch: &'s Epoch<'s, 'e, u8>,
-        target: Rank,
-        disp: usize,
-        spare: &'s mut [u8],
-    ) -> &'s mut [u8] {
+        if !self.fetch {
+            epoch.accumulate(self.data, target, disp, SystemOperation::sum());
+            return spare;
+        }
         epoch
-            .rget_accumulate(self.0, spare, target, disp, SystemOperation::sum())
+            .rget_accumulate(self.data, spare, target, disp, SystemOperation::sum())
             .wait()
             .expect("a get_accumulate lends its result buffer")
     }
 
     fn spare(&self, _: usize) -> usize {
-        self.0.len()
+        if self.fetch {
+            self.data.len()
+        } else {
+            0
+        }
     }
 }
 

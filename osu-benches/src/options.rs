@@ -207,8 +207,9 @@ impl Benchmark {
             ("pscw", SyncMode::Pscw),
             ("fence", SyncMode::Fence),
         ];
+        // OSU 7.4's default for osu_put_bibw is pscw.
         const ACTIVE: [(&str, SyncMode); 2] =
-            [("fence", SyncMode::Fence), ("pscw", SyncMode::Pscw)];
+            [("pscw", SyncMode::Pscw), ("fence", SyncMode::Fence)];
         match self {
             Benchmark::PutBiBandwidth => &ACTIVE,
             _ => &ALL,
@@ -706,14 +707,14 @@ mod tests {
             "{err}"
         );
         let o = run(Benchmark::PutBiBandwidth, &[]);
-        assert_eq!((o.sync, o.window), (SyncMode::Fence, WINDOW_SIZE));
+        assert_eq!((o.sync, o.window), (SyncMode::Pscw, WINDOW_SIZE));
         assert_eq!(
-            run(Benchmark::PutBiBandwidth, &["-s", "pscw"]).sync,
-            SyncMode::Pscw
+            run(Benchmark::PutBiBandwidth, &["-s", "fence"]).sync,
+            SyncMode::Fence
         );
         let err = parse(Benchmark::PutBiBandwidth, ["-s".into(), "flush".into()]).unwrap_err();
         assert!(
-            err.contains("-s flush: osu_put_bibw offers fence or pscw"),
+            err.contains("-s flush: osu_put_bibw offers pscw or fence"),
             "{err}"
         );
         assert_eq!(run(Benchmark::GetBandwidth, &[]).sync, SyncMode::Flush);

@@ -228,7 +228,9 @@ mod tests {
             AccumulateOperation::System(SystemOperation::bitwise_and()),
             AccumulateOperation::System(SystemOperation::bitwise_or()),
             AccumulateOperation::System(SystemOperation::bitwise_xor()),
+            AccumulateOperation::System(SystemOperation::logical_and()),
             AccumulateOperation::System(SystemOperation::logical_or()),
+            AccumulateOperation::System(SystemOperation::logical_xor()),
             AccumulateOperation::Replace,
             AccumulateOperation::NoOp,
         ];
@@ -266,12 +268,57 @@ mod tests {
             }
         }
         check(&ops, true, -7i8, 3i8);
+        // Signed sums and products wrap at the edges, as the element-wise operation does.
+        check(&ops, true, i8::MAX, 1i8);
+        check(&ops, true, i8::MIN, -1i8);
+        check(&ops, true, i16::MAX, 2i16);
+        check(&ops, true, i16::MIN, -1i16);
         check(&ops, true, 300u16, 65000u16);
         check(&ops, true, -70000i32, 12345i32);
         check(&ops, true, u64::MAX - 2, 9u64);
         check(&ops, false, 1.5f32, -2.25f32);
         check(&ops, false, 1e300f64, 3.0f64);
+        // Min and max of NaN and of both zeros: the loop gives what the element-wise
+        // operation gives, bit for bit.
+        check(&ops, false, f64::NAN, 1.0f64);
+        check(&ops, false, 1.0f32, f32::NAN);
+        check(&ops, false, 0.0f64, -0.0f64);
+        check(&ops, false, -0.0f32, 0.0f32);
         check(&ops, false, true, false);
+    }
+
+    #[test]
+    fn signed_sums_wrap() {
+        let mut cell = [i8::MAX];
+        let mut old = [0u8];
+        let sum = AccumulateOperation::System(SystemOperation::sum());
+        let datatype = datatype_of::<i8>();
+        // SAFETY: `cell` is an aligned i8 reached only here.
+        unsafe {
+            accumulate(
+                cell.as_mut_ptr().cast(),
+                sum,
+                datatype,
+                true,
+                &[1],
+                Some(&mut old[..]),
+            )
+        };
+        assert_eq!((cell[0], old[0] as i8), (i8::MIN, i8::MAX));
+        let mut cell = [i16::MIN];
+        let minus_one = (-1i16).to_ne_bytes();
+        // SAFETY: `cell` is an aligned i16 reached only here.
+        unsafe {
+            accumulate(
+                cell.as_mut_ptr().cast(),
+                sum,
+                datatype_of::<i16>(),
+                true,
+                &minus_one,
+                None,
+            )
+        };
+        assert_eq!(cell[0], i16::MAX);
     }
 
     #[test]

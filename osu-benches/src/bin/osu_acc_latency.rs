@@ -12,6 +12,9 @@ fn main() {
         &options,
         Report::Latency,
         |size| size,
-        |size| Accumulate(&data[..size]),
+        |size| Accumulate {
+            data: &data[..size],
+            fetch: false,
+        },
     );
 }

@@ -1,7 +1,7 @@
 //! osu_get_acc_latency: MPI_Get_accumulate's (sum of bytes) latency in the synchronisation
 //! `-s` names, on a window `-w` makes (mpirt only: rsmpi has no windows).
 
-use osu_benches::one_sided::{run, GetAccumulate, Report};
+use osu_benches::one_sided::{run, Accumulate, Report};
 use osu_benches::{start, Benchmark};
 
 fn main() {
@@ -12,6 +12,9 @@ fn main() {
         &options,
         Report::Latency,
         |size| size,
-        |size| GetAccumulate(&data[..size]),
+        |size| Accumulate {
+            data: &data[..size],
+            fetch: true,
+        },
     );
 }

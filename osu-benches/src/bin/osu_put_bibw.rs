@@ -7,14 +7,15 @@ use osu_benches::{start, Benchmark};
 fn main() {
     let (universe, options) = start(Benchmark::PutBiBandwidth);
     let window = options.window;
-    let data = vec![b'a'; options.max_size];
+    // A piece for each put of a window, as OSU's buffer.
+    let data = vec![b'a'; options.max_size * window];
     run::<u8, _>(
         &universe.world(),
         &options,
         Report::BiBandwidth { window },
         |size| size * window,
         |size| Put {
-            data: &data[..size],
+            data: &data[..size * window],
             window,
         },
     );
