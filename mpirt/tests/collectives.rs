@@ -1482,6 +1482,22 @@ fn refusals(world: &SimpleCommunicator) {
     }
     report("scatter_varcount", scattered);
     check("the scatter_varcount");
+    // The same parts with every rank calling its own form, rank 2's buffer 100 elements
+    // short of its long part: it and the root name both lengths, and rank 0 gets its part.
+    let mut got = vec![-1i32; counts[rank as usize] as usize - if rank == 2 { 100 } else { 0 }];
+    let scattered = if rank == 1 {
+        root.try_scatter_varcount_into_root(
+            &Partition::new(&whole[..], &counts[..], &displs[..]),
+            &mut got[..],
+        )
+    } else {
+        root.try_scatter_varcount_into(&mut got[..])
+    };
+    if scattered.is_ok() && rank == 0 {
+        assert_eq!(got[..], whole[..1100], "scatter_varcount's long part");
+    }
+    report("scatter_varcount, short receiver", scattered);
+    check("the scatter_varcount to a short receiver");
 }
 
 /// Each collective without a root with the last rank's receive buffer one element off: that
@@ -1873,6 +1889,11 @@ fn a_rank_refusing_its_arguments_keeps_the_area_in_step() {
          calls scatter_varcount_into_root, the others scatter_varcount_into",
         &format!("scatter_varcount: rank 1: scatter_varcount_into_root: rank 0 {refused}"),
         "scatter_varcount: rank 2: ok",
+        "scatter_varcount, short receiver: rank 0: ok",
+        "scatter_varcount, short receiver: rank 1: scatter_varcount_into_root: rank 2 expects \
+         4000 bytes where this rank sends it 4400: the ranks' counts disagree",
+        "scatter_varcount, short receiver: rank 2: scatter_varcount_into: rank 1 sent 4400 \
+         bytes where this rank expected 4000: the ranks' counts disagree",
     ] {
         assert!(out.contains(expected), "missing {expected:?} in\n{out}");
     }

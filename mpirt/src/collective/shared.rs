@@ -909,10 +909,9 @@ impl Area {
         recv: Option<(&mut [u8], &[Part])>,
     ) -> Result<(), Cause> {
         let (call, phase) = self.next_call();
-        let fits = self.contribute(call, phase, send)?;
         let (root_flag, root_data) = self.cell(root, phase);
         let Some((recv, parts)) = recv else {
-            if fits {
+            if self.contribute(call, phase, send)? {
                 return Ok(());
             }
             self.wait_for(&root_flag.verdict, call * VERDICTS)?;
@@ -941,6 +940,9 @@ impl Area {
                 refused
             });
         };
+        // The root's own part goes straight from `send` to `recv`: its cell carries no copy,
+        // only its length (and, after a disagreement, the verdict's words below).
+        self.say(call, phase, send.len() as u64)?;
         self.wait_for_all(call, phase)?;
         let disagreement = self.refusal(phase).or_else(|| {
             (0..self.size).filter(|&r| r != root).find_map(|r| {
@@ -1035,12 +1037,8 @@ impl Area {
                     Ok(false)
                 }
             };
-            let said = if outcome.is_ok() {
-                recv.len() as u64
-            } else {
-                REFUSED
-            };
-            self.say(call, phase, said)?;
+            // Its own length, even where it disagrees: the root then names both.
+            self.say(call, phase, recv.len() as u64)?;
             return match outcome? {
                 true => receive_part(comm, root, recv),
                 false => Ok(()),
@@ -1075,11 +1073,20 @@ impl Area {
         for r in (0..self.size).filter(|&r| r != root && placed[r as usize] == BY_MESSAGE) {
             let flag = self.cell(r, phase).0;
             self.wait_for(&flag.call, call)?;
-            if flag.len.load(Ordering::Relaxed) == REFUSED {
+            let (from, len) = parts[r as usize];
+            let expects = flag.len.load(Ordering::Relaxed);
+            if expects == REFUSED {
                 refused.get_or_insert(Cause::PeerRefused { peer: r as i32 });
                 continue;
             }
-            let (from, len) = parts[r as usize];
+            if expects != len as u64 {
+                refused.get_or_insert(Cause::PartDisagrees {
+                    peer: r as i32,
+                    expected: expects as usize,
+                    sending: len,
+                });
+                continue;
+            }
             leaving.send(post_send_part(comm, r, &send[from..from + len])?);
         }
         leaving.finish()?;
