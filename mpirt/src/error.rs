@@ -57,6 +57,13 @@ pub enum Cause {
     NotCancellable,
     /// Start-up failed (the launcher's environment, wire-up, the transports).
     Startup(String),
+    /// A peer expects a part of a rooted collective of another length than this rank, its
+    /// root, sends it.
+    PartDisagrees {
+        peer: Rank,
+        expected: usize,
+        sending: usize,
+    },
     /// A buffer of a collective holds the wrong number of elements for what the others hold.
     CountMismatch {
         what: &'static str,
@@ -314,6 +321,15 @@ impl fmt::Display for Cause {
                 "the grid has {points} points but the communicator only {size} ranks"
             ),
             Cause::PeerArguments(why) => f.write_str(why),
+            Cause::PartDisagrees {
+                peer,
+                expected,
+                sending,
+            } => write!(
+                f,
+                "rank {peer} expects {expected} bytes where this rank sends it {sending}: the \
+                 ranks' counts disagree"
+            ),
             Cause::PeerRefused { peer } => write!(
                 f,
                 "rank {peer} refused its arguments to this call (its own error says why)"

@@ -50,6 +50,7 @@ fn rank_mode() {
         }
         "mismatched-allreduce" => mismatched_all_reduce(&world),
         "refusals" => refusals(&world),
+        "all-refusals" => refusals_of_all(&world),
         "area-wakes" => {
             // Rank 1 comes late to each barrier, so rank 0 waits in the area past its yields;
             // its counts are printed when the communicator, and its area, go.
@@ -1481,6 +1482,139 @@ fn refusals(world: &SimpleCommunicator) {
     }
     report("scatter_varcount", scattered);
     check("the scatter_varcount");
+    // The same parts with every rank calling its own form, rank 2's buffer 100 elements
+    // short of its long part: it and the root name both lengths, and rank 0 gets its part.
+    let mut got = vec![-1i32; counts[rank as usize] as usize - if rank == 2 { 100 } else { 0 }];
+    let scattered = if rank == 1 {
+        root.try_scatter_varcount_into_root(
+            &Partition::new(&whole[..], &counts[..], &displs[..]),
+            &mut got[..],
+        )
+    } else {
+        root.try_scatter_varcount_into(&mut got[..])
+    };
+    if scattered.is_ok() && rank == 0 {
+        assert_eq!(got[..], whole[..1100], "scatter_varcount's long part");
+    }
+    report("scatter_varcount, short receiver", scattered);
+    check("the scatter_varcount to a short receiver");
+}
+
+/// Each collective without a root with the last rank's receive buffer one element off: that
+/// rank's own error says why, the others' name it, and a correct call of the same form after
+/// it, then an all-reduce, pair with the same call on every rank (their results checked).
+fn refusals_of_all(world: &SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    let (n, last) = (size as usize, size - 1);
+    let mine = rank * 10 + 1;
+    let short = |len: usize| if rank == last { len - 1 } else { len };
+    let report = |what: &str, result: Result<(), mpirt::Error>| match result {
+        Ok(()) => println!("{what}: rank {rank}: ok"),
+        Err(e) => println!("{what}: {e}"),
+    };
+    let check = |after: &str| {
+        let mut sum = 0i32;
+        let expected: i32 = (0..size).map(|r| r * 10 + 1).sum();
+        match world.try_all_reduce_into(&mine, &mut sum, SystemOperation::sum()) {
+            Ok(()) => assert_eq!(sum, expected, "after {after}: another call's bytes"),
+            Err(e) => println!("all_reduce after {after}: {e}"),
+        }
+    };
+    let everyone: Vec<i32> = (0..size).map(|r| r * 10 + 1).collect();
+
+    let mut got = vec![0i32; short(n)];
+    report("all_gather", world.try_all_gather_into(&mine, &mut got[..]));
+    let mut got = vec![0i32; n];
+    world.all_gather_into(&mine, &mut got[..]);
+    assert_eq!(got, everyone, "all_gather after the refusal");
+    check("all_gather");
+
+    let pair = [mine, mine + 1];
+    let mut got = vec![0i32; short(2)];
+    let refused = world.try_all_reduce_into(&pair[..], &mut got[..], SystemOperation::sum());
+    report("all_reduce", refused);
+    let mut got = [0i32; 2];
+    world.all_reduce_into(&pair[..], &mut got[..], SystemOperation::sum());
+    let total: i32 = everyone.iter().sum();
+    assert_eq!(got, [total, total + size], "all_reduce after the refusal");
+    check("all_reduce");
+
+    // Block r of rank s's send is s * 100 + r.
+    let blocks: Vec<i32> = (0..size).map(|r| rank * 100 + r).collect();
+    let mut got = vec![0i32; short(n)];
+    report(
+        "all_to_all",
+        world.try_all_to_all_into(&blocks[..], &mut got[..]),
+    );
+    let mut got = vec![0i32; n];
+    world.all_to_all_into(&blocks[..], &mut got[..]);
+    let mine_from: Vec<i32> = (0..size).map(|s| s * 100 + rank).collect();
+    assert_eq!(got, mine_from, "all_to_all after the refusal");
+    check("all_to_all");
+
+    let mut got = vec![0i32; short(1)];
+    let refused =
+        world.try_reduce_scatter_block_into(&everyone[..], &mut got[..], SystemOperation::sum());
+    report("reduce_scatter_block", refused);
+    let mut got = [0i32; 1];
+    world.reduce_scatter_block_into(&everyone[..], &mut got[..], SystemOperation::sum());
+    assert_eq!(
+        got,
+        [everyone[rank as usize] * size],
+        "reduce_scatter after the refusal"
+    );
+    check("reduce_scatter_block");
+
+    // Rank r's part holds r + 1 elements, each r * 10 + 1.
+    let counts: Vec<Count> = (1..=size).collect();
+    let displs: Vec<Count> = counts
+        .iter()
+        .scan(0, |at, &c| Some(std::mem::replace(at, *at + c)))
+        .collect();
+    let total = counts.iter().sum::<Count>() as usize;
+    let send = vec![mine; rank as usize + 1];
+    let expected: Vec<i32> = (0..size)
+        .flat_map(|r| std::iter::repeat_n(r * 10 + 1, r as usize + 1))
+        .collect();
+    let mut got = vec![0i32; short(total)];
+    let refused = world.try_all_gather_varcount_into(
+        &send[..],
+        &mut PartitionMut::new(&mut got[..], &counts[..], &displs[..]),
+    );
+    report("all_gather_varcount", refused);
+    let mut got = vec![0i32; total];
+    world.all_gather_varcount_into(
+        &send[..],
+        &mut PartitionMut::new(&mut got[..], &counts[..], &displs[..]),
+    );
+    assert_eq!(got, expected, "all_gather_varcount after the refusal");
+    check("all_gather_varcount");
+
+    // Every rank sends rank r r + 1 elements, each (its rank) * 100 + r; it gets rank + 1
+    // elements from each.
+    let send_counts: Vec<Count> = (1..=size).collect();
+    let send: Vec<i32> = (0..size)
+        .flat_map(|r| std::iter::repeat_n(rank * 100 + r, r as usize + 1))
+        .collect();
+    let recv_counts: Vec<Count> = vec![rank + 1; n];
+    let recv_displs: Vec<Count> = (0..size).map(|s| s * (rank + 1)).collect();
+    let expected: Vec<i32> = (0..size)
+        .flat_map(|s| std::iter::repeat_n(s * 100 + rank, rank as usize + 1))
+        .collect();
+    let outgoing = Partition::new(&send[..], &send_counts[..], &displs[..]);
+    let mut got = vec![0i32; short(expected.len())];
+    let refused = world.try_all_to_all_varcount_into(
+        &outgoing,
+        &mut PartitionMut::new(&mut got[..], &recv_counts[..], &recv_displs[..]),
+    );
+    report("all_to_all_varcount", refused);
+    let mut got = vec![0i32; expected.len()];
+    world.all_to_all_varcount_into(
+        &outgoing,
+        &mut PartitionMut::new(&mut got[..], &recv_counts[..], &recv_displs[..]),
+    );
+    assert_eq!(got, expected, "all_to_all_varcount after the refusal");
+    check("all_to_all_varcount");
 }
 
 // ---- the test side ----
@@ -1755,10 +1889,48 @@ fn a_rank_refusing_its_arguments_keeps_the_area_in_step() {
          calls scatter_varcount_into_root, the others scatter_varcount_into",
         &format!("scatter_varcount: rank 1: scatter_varcount_into_root: rank 0 {refused}"),
         "scatter_varcount: rank 2: ok",
+        "scatter_varcount, short receiver: rank 0: ok",
+        "scatter_varcount, short receiver: rank 1: scatter_varcount_into_root: rank 2 expects \
+         4000 bytes where this rank sends it 4400: the ranks' counts disagree",
+        "scatter_varcount, short receiver: rank 2: scatter_varcount_into: rank 1 sent 4400 \
+         bytes where this rank expected 4000: the ranks' counts disagree",
     ] {
         assert!(out.contains(expected), "missing {expected:?} in\n{out}");
     }
     assert!(!out.contains("all_reduce after"), "{out}");
+}
+
+/// A rank that refuses its arguments to a collective without a root still takes its part in
+/// the area's call, so the next calls pair alike on every rank.
+#[test]
+fn a_rank_refusing_its_arguments_to_a_collective_without_a_root_keeps_the_area_in_step() {
+    let refused = "refused its arguments to this call (its own error says why)";
+    for size in [2, 3] {
+        let (out, _) = ok_job_with(size, "all-refusals", &[]);
+        let last = size - 1;
+        for (form, operation) in [
+            ("all_gather", "all_gather_into"),
+            ("all_reduce", "all_reduce_into"),
+            ("all_to_all", "all_to_all_into"),
+            ("reduce_scatter_block", "reduce_scatter_block_into"),
+            ("all_gather_varcount", "all_gather_varcount_into"),
+            ("all_to_all_varcount", "all_to_all_varcount_into"),
+        ] {
+            let own = format!("{form}: rank {last}: {operation}: ");
+            assert!(
+                out.contains(&own),
+                "{size} ranks: missing {own:?} in\n{out}"
+            );
+            for rank in 0..last {
+                let named = format!("{form}: rank {rank}: {operation}: rank {last} {refused}");
+                assert!(
+                    out.contains(&named),
+                    "{size} ranks: missing {named:?} in\n{out}"
+                );
+            }
+        }
+        assert!(!out.contains("all_reduce after"), "{size} ranks: {out}");
+    }
 }
 
 /// Two ranks that inherited one CPU between them never spin when they wait (spinning would

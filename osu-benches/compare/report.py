@@ -471,9 +471,14 @@ def sweep_part(dirs, folder):
 SWEEP_HEADING = "## Collectives against Open MPI (issue 23)"
 
 
+# Fewer cells than this say too little for a mean: one cell is one noisy pair of runs.
+MIN_MEAN_CELLS = 10
+
+
 def mpich_part(dirs):
     """The sweep's geometric mean of mpirt's paired ratio to MPICH per rank count, where MPICH
-    finished (run.sh stops its oversubscribed runs at a time limit)."""
+    finished (run.sh stops its oversubscribed runs at a time limit) in `MIN_MEAN_CELLS` cells
+    at least; "not measured" below that."""
     said = []
     for out in dirs:
         runs = paired(read_csv(out / "results.csv"))
@@ -481,7 +486,10 @@ def mpich_part(dirs):
                   for (b, s, who) in runs if who == "mpich" and (b, s, "mpirt") in runs
                   and not b.endswith("overlap")]
         ratios = [r for r in ratios if r > 0 and not math.isnan(r)]
-        if ratios:
+        if 0 < len(ratios) < MIN_MEAN_CELLS:
+            said.append(f"{out.name.split('-')[-1]} ranks not measured ({len(ratios)} cells, "
+                        f"fewer than {MIN_MEAN_CELLS})")
+        elif ratios:
             geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
             said.append(f"{out.name.split('-')[-1]} ranks {geomean:.2f} ({len(ratios)} cells)")
     return ("Against MPICH, geometric mean of mpirt's paired ratio: " + ", ".join(said) + "."
@@ -501,7 +509,7 @@ def sweep_only(file, commands, dirs):
               f"Measured on {sh('date -u +%Y-%m-%d')} at commit "
               f"`{sh('git rev-parse --short HEAD')}` on `{cpu}`, "
               f"{sh('nproc')} CPUs; Open MPI with `--oversubscribe` (it yields while it waits "
-              "past the cores), rsrun with `--bind-to core` (ranks past the cores unbound). "
+              "past the cores), rsrun with `--bind-to core` (every rank unbound where a host's ranks outnumber its CPUs). "
               + machine_load(*dirs), ""]
     if limited:
         lines += ["Runs stopped at run.sh's time limit:", ""] + [f"- {l}" for l in limited] + [""]

@@ -10,7 +10,8 @@ use crate::request::{Lent, Scope, StaticScope};
 
 use super::op::Operation;
 use super::{
-    area_or_messages, blocking, calls, entered, immediate, intra_only, shared, CollectiveRequest,
+    area_or_messages, blocking, calls, entered, immediate, intra_only, select, shared,
+    CollectiveRequest,
 };
 
 /// Collectives over every process of a communicator. Each has a `try_` form that returns the
@@ -73,8 +74,14 @@ pub trait CommunicatorCollectives: Communicator {
         const OPERATION: &str = "all_gather_varcount_into";
         let comm = self.data();
         intra_only(comm, OPERATION)?;
-        let (datatype, incoming) = calls::check_all_gather_varcount(comm, send, recv)
-            .map_err(|c| Error::new(OPERATION, c))?;
+        // Lengths differ between ranks: the area's set-up agrees on none for this call.
+        let (datatype, incoming) =
+            calls::check_all_gather_varcount(comm, send, recv).map_err(shared::refusing(
+                comm,
+                OPERATION,
+                select::allgather_in_shared_memory(),
+                (send.matched().0, 0),
+            ))?;
         area_or_messages(
             comm,
             OPERATION,
@@ -102,8 +109,12 @@ pub trait CommunicatorCollectives: Communicator {
         if comm.is_inter() {
             return inter::all_to_all(comm, send, recv);
         }
-        let datatype =
-            calls::check_all_to_all(comm, send, recv).map_err(|c| Error::new(OPERATION, c))?;
+        let datatype = calls::check_all_to_all(comm, send, recv).map_err(shared::refusing(
+            comm,
+            OPERATION,
+            select::alltoall_in_shared_memory(),
+            (send.matched().0, send.byte_len()),
+        ))?;
         area_or_messages(
             comm,
             OPERATION,
@@ -132,8 +143,14 @@ pub trait CommunicatorCollectives: Communicator {
         const OPERATION: &str = "all_to_all_varcount_into";
         let comm = self.data();
         intra_only(comm, OPERATION)?;
+        // Lengths differ between ranks: the area's set-up agrees on none for this call.
         let (datatype, outgoing, incoming) = calls::check_all_to_all_varcount(comm, send, recv)
-            .map_err(|c| Error::new(OPERATION, c))?;
+            .map_err(shared::refusing(
+                comm,
+                OPERATION,
+                select::alltoall_in_shared_memory(),
+                (send.matched().0, 0),
+            ))?;
         area_or_messages(
             comm,
             OPERATION,
@@ -496,8 +513,12 @@ where
     R: BufferMut + ?Sized,
 {
     const OPERATION: &str = "all_gather_into";
-    let datatype =
-        calls::check_all_gather(comm, send, recv).map_err(|c| Error::new(OPERATION, c))?;
+    let datatype = calls::check_all_gather(comm, send, recv).map_err(shared::refusing(
+        comm,
+        OPERATION,
+        select::allgather_in_shared_memory(),
+        (send.matched().0, send.byte_len()),
+    ))?;
     area_or_messages(
         comm,
         OPERATION,
@@ -522,8 +543,12 @@ where
     O: Operation,
 {
     const OPERATION: &str = "all_reduce_into";
-    let datatype =
-        calls::check_all_reduce(send, recv, &op).map_err(|c| Error::new(OPERATION, c))?;
+    let datatype = calls::check_all_reduce(send, recv, &op).map_err(shared::refusing(
+        comm,
+        OPERATION,
+        select::allreduce_in_shared_memory(),
+        (send.matched().0, send.byte_len()),
+    ))?;
     area_or_messages(
         comm,
         OPERATION,
@@ -553,8 +578,14 @@ where
 {
     // Before the argument checks, which count by this group's size alone.
     intra_only(comm, operation)?;
-    let (datatype, own) = calls::check_reduce_scatter_part(comm, send, recv, counts, &op)
-        .map_err(|c| Error::new(operation, c))?;
+    let (datatype, own) = calls::check_reduce_scatter_part(comm, send, recv, counts, &op).map_err(
+        shared::refusing(
+            comm,
+            operation,
+            select::reduce_scatter_in_shared_memory(),
+            (send.matched().0, send.byte_len()),
+        ),
+    )?;
     area_or_messages(
         comm,
         operation,

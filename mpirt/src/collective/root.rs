@@ -679,8 +679,8 @@ fn own<B: Buffer + ?Sized>(buf: &B) -> (Datatype, usize) {
 }
 
 /// The type of the buffer by which a rooted call of parts of any length goes (of its type and
-/// count, `matched`), for `shared::refusing`, with no length: the ranks' lengths differ, and the area's set-up agrees
-/// on none for such calls.
+/// count, `matched`), for `shared::refusing`, with no length: the ranks' lengths differ, and
+/// the area's set-up agrees on none for such calls.
 fn own_kind((datatype, _): (Datatype, usize)) -> (Datatype, usize) {
     (datatype, 0)
 }

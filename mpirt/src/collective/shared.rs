@@ -909,10 +909,9 @@ impl Area {
         recv: Option<(&mut [u8], &[Part])>,
     ) -> Result<(), Cause> {
         let (call, phase) = self.next_call();
-        let fits = self.contribute(call, phase, send)?;
         let (root_flag, root_data) = self.cell(root, phase);
         let Some((recv, parts)) = recv else {
-            if fits {
+            if self.contribute(call, phase, send)? {
                 return Ok(());
             }
             self.wait_for(&root_flag.verdict, call * VERDICTS)?;
@@ -941,6 +940,9 @@ impl Area {
                 refused
             });
         };
+        // The root's own part goes straight from `send` to `recv`: its cell carries no copy,
+        // only its length (and, after a disagreement, the verdict's words below).
+        self.say(call, phase, send.len() as u64)?;
         self.wait_for_all(call, phase)?;
         let disagreement = self.refusal(phase).or_else(|| {
             (0..self.size).filter(|&r| r != root).find_map(|r| {
@@ -979,7 +981,7 @@ impl Area {
         if let Some(cause) = disagreement {
             return Err(cause);
         }
-        let mut arriving = Vec::new();
+        let mut arriving = InFlight::default();
         for (r, &(at, len)) in (0..self.size).zip(parts) {
             let part = &mut recv[at..at + len];
             if r == root {
@@ -987,12 +989,10 @@ impl Area {
             } else if len <= SHARED_MAX {
                 part.copy_from_slice(self.published_any(r, phase));
             } else {
-                arriving.push(post_part(comm, r, part)?);
+                arriving.receive(post_part(comm, r, part)?);
             }
         }
-        arriving
-            .into_iter()
-            .try_for_each(|h| wait_handle(h).map(drop))
+        arriving.finish()
     }
 
     /// The root's parts of `send` (`Some` on the root only, with the parts: offset, length)
@@ -1037,12 +1037,8 @@ impl Area {
                     Ok(false)
                 }
             };
-            let said = if outcome.is_ok() {
-                recv.len() as u64
-            } else {
-                REFUSED
-            };
-            self.say(call, phase, said)?;
+            // Its own length, even where it disagrees: the root then names both.
+            self.say(call, phase, recv.len() as u64)?;
             return match outcome? {
                 true => receive_part(comm, root, recv),
                 false => Ok(()),
@@ -1073,20 +1069,27 @@ impl Area {
         let (from, len) = parts[root as usize];
         recv.copy_from_slice(&send[from..from + len]);
         let mut refused = None;
-        let mut leaving = Vec::new();
+        let mut leaving = InFlight::default();
         for r in (0..self.size).filter(|&r| r != root && placed[r as usize] == BY_MESSAGE) {
             let flag = self.cell(r, phase).0;
             self.wait_for(&flag.call, call)?;
-            if flag.len.load(Ordering::Relaxed) == REFUSED {
+            let (from, len) = parts[r as usize];
+            let expects = flag.len.load(Ordering::Relaxed);
+            if expects == REFUSED {
                 refused.get_or_insert(Cause::PeerRefused { peer: r as i32 });
                 continue;
             }
-            let (from, len) = parts[r as usize];
-            leaving.push(post_send_part(comm, r, &send[from..from + len])?);
+            if expects != len as u64 {
+                refused.get_or_insert(Cause::PartDisagrees {
+                    peer: r as i32,
+                    expected: expects as usize,
+                    sending: len,
+                });
+                continue;
+            }
+            leaving.send(post_send_part(comm, r, &send[from..from + len])?);
         }
-        leaving
-            .into_iter()
-            .try_for_each(|h| wait_handle(h).map(drop))?;
+        leaving.finish()?;
         refused.map_or(Ok(()), Err)
     }
 
@@ -1238,7 +1241,8 @@ fn over_shared_memory() -> bool {
 /// which must stay untouched until the returned handle is waited on.
 fn post_part(comm: &CommData, rank: u32, part: &mut [u8]) -> Result<Handle, Cause> {
     // SAFETY: `part` is a buffer of the caller's, which waits for the receive before it
-    // returns or reads the buffer.
+    // returns or reads the buffer: at once, or through an `InFlight`, which on an error
+    // cancels and waits for it before the buffer can go.
     with_engine(|e| unsafe {
         e.post_recv(
             comm.context,
@@ -1254,7 +1258,8 @@ fn post_part(comm: &CommData, rank: u32, part: &mut [u8]) -> Result<Handle, Caus
 /// which must stay untouched until the returned handle is waited on.
 fn post_send_part(comm: &CommData, rank: u32, part: &[u8]) -> Result<Handle, Cause> {
     let peer = comm.world_rank(rank);
-    // SAFETY: `part` is a buffer of the caller's, which waits for the send before it returns.
+    // SAFETY: `part` is a buffer of the caller's, which waits for the send before it returns:
+    // at once, or through an `InFlight`, which waits for it on an error too.
     with_engine(|e| unsafe {
         e.post_send(
             comm.context,
@@ -1266,6 +1271,47 @@ fn post_send_part(comm: &CommData, rank: u32, part: &[u8]) -> Result<Handle, Cau
             part.len(),
         )
     })
+}
+
+/// The transfers of a call's parts that did not fit the area, in flight on the caller's
+/// buffers. Every one is finished before it goes, on an error too (as a schedule's
+/// `abandon` does): a receive is cancelled first, since the peer that failed may never send,
+/// and then waited for with the sends, so that no transfer outlives its buffer.
+#[derive(Default)]
+struct InFlight {
+    /// Each handle, and whether it is a receive's.
+    handles: Vec<(Handle, bool)>,
+}
+
+impl InFlight {
+    fn receive(&mut self, handle: Handle) {
+        self.handles.push((handle, true));
+    }
+
+    fn send(&mut self, handle: Handle) {
+        self.handles.push((handle, false));
+    }
+
+    /// Waits for every transfer, all of them even after one fails; the first error.
+    fn finish(mut self) -> Result<(), Cause> {
+        self.handles
+            .drain(..)
+            .map(|(handle, _)| wait_handle(handle).map(drop))
+            .fold(Ok(()), Result::and)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        for (handle, receive) in self.handles.drain(..) {
+            let cancelled = match receive {
+                true => with_engine(|e| e.cancel(handle)).map(drop),
+                false => Ok(()),
+            };
+            // The call fails with its own error already: this one would only hide it.
+            let _ = cancelled.and_then(|()| wait_handle(handle));
+        }
+    }
 }
 
 /// Sends this rank's part, which did not fit the area, to `root`, and waits for it.
