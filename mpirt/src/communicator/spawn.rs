@@ -237,6 +237,9 @@ fn join(
     secret: &[u8; 32],
     link: RootLink,
 ) -> Result<InterCommunicator, Cause> {
+    // Held until both leases are taken, as every other creation holds it: another thread's
+    // duplicate between the agreement and the leases would otherwise lease the same id.
+    let _creating = context::creating();
     let cause_of = |e: Error| e.cause().clone();
     let proposal = Proposal {
         valid: true,
