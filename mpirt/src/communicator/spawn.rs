@@ -78,6 +78,8 @@ pub(crate) fn spawn(
         return Err(fail(Cause::InterCommunicator));
     }
     let root = comm.check_rank(root).map_err(fail)?;
+    // Refused before the root starts children that no one would join.
+    comm.collectives_allowed().map_err(fail)?;
     // [verdict, children, the spawn's secret in 4 words], then why it failed.
     let mut head = [0u64; 6];
     let mut why = Vec::new();
