@@ -322,6 +322,11 @@ pub(crate) fn predefined(
         let predefined = slot.try_borrow().ok();
         match predefined.as_ref().and_then(|r| r.as_ref()) {
             Some(predefined) => Ok(pick(&predefined.world, &predefined.self_comm)),
+            // Initialized and not finalized, yet not here: another thread initialized.
+            None if is_initialized() && !is_finalized() => Err(Error::new(
+                "predefined communicator",
+                Cause::PredefinedOnOtherThread,
+            )),
             None => Err(Error::new("predefined communicator", Cause::NotInitialized)),
         }
     })

@@ -50,6 +50,7 @@ fn rank_mode() {
         "stress" => stress(),
         "view-collective" => view_collective(),
         "view-creation" => view_creation(),
+        "world-elsewhere" => world_elsewhere(),
         "not-sole" => not_sole(),
         other => panic!("unknown rank mode {other}"),
     };
@@ -269,6 +270,15 @@ fn view_creation() -> i32 {
     world.rank()
 }
 
+/// The world's handle asked for on a thread that did not initialize.
+fn world_elsewhere() -> i32 {
+    let _universe = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
+    std::thread::scope(|scope| {
+        scope.spawn(|| drop(SimpleCommunicator::world()));
+    });
+    unreachable!("the world's handle on another thread ends the job")
+}
+
 /// A communicator with another handle cannot move to another thread; its duplicate can.
 fn not_sole() -> i32 {
     let (universe, _) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
@@ -395,6 +405,21 @@ fn a_creation_or_spawn_on_a_threads_view_fails_naming_why() {
         }
         assert!(out.contains(&format!("rank {rank} done")), "{out}");
     }
+}
+
+#[test]
+fn the_world_on_another_thread_fails_pointing_to_share() {
+    if !threads_built() {
+        return;
+    }
+    let output = job(2, "world-elsewhere", &[]);
+    let (_, stderr) = text(&output);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("belong to the thread that initialized mpirt")
+            && stderr.contains("world.share("),
+        "{stderr}"
+    );
 }
 
 #[test]
