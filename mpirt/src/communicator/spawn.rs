@@ -168,6 +168,9 @@ fn start(
     // Where the children find their parents: `host:port`, the parents' count and the
     // spawn's secret, which rsrun serves in their key-value space.
     let parent = format!("{}:{port} {parents} {secret_hex}", host_name());
+    // Holds the launcher link's lock through rsrun's answer (it starts the children first):
+    // the link carries one request and its answer at a time, so another thread's request
+    // waits for this one.
     with_bootstrap(|b| b.spawn(apps, parent))
         .map_err(|cause| not_started(cause.to_string()))?
         .map_err(|e| not_started(e.to_string()))?;
@@ -326,6 +329,9 @@ fn join(
             }
         })
         .collect();
+    // The bridge's connections to the other side are made under the engine's lock at
+    // Serialized and Multiple (join_bridge connects, then adds the routes): other threads'
+    // calls wait for the wire-up, as they would for a creation; both sides are in this call.
     let remote = with_engine(|e| Ok(e.join_bridge(bridge, &peers)))?
         .map_err(|e| Cause::SpawnFailed(e.to_string()))?;
     let own = CommData::new(
