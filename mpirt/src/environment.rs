@@ -147,6 +147,9 @@ impl Drop for Universe {
             // A panicking rank ends the job; waiting for peers at a barrier could hang it.
             abort_job(101, "a rank panicked");
         }
+        // At Serialized and Multiple this holds the shared engine's lock through the PML's
+        // own wait: what it waits for (queued FINs and credits) leaves without any other
+        // thread's call, and only the PML can say when it has (ARCHITECTURE.md, "Threads").
         let flushed = with_engine(|e| e.flush_all()).map_err(|c| Error::new("finalize", c));
         if let Err(e) = flushed {
             fatal(e);
@@ -319,6 +322,11 @@ pub(crate) fn predefined(
         let predefined = slot.try_borrow().ok();
         match predefined.as_ref().and_then(|r| r.as_ref()) {
             Some(predefined) => Ok(pick(&predefined.world, &predefined.self_comm)),
+            // Initialized and not finalized, yet not here: another thread initialized.
+            None if is_initialized() && !is_finalized() => Err(Error::new(
+                "predefined communicator",
+                Cause::PredefinedOnOtherThread,
+            )),
             None => Err(Error::new("predefined communicator", Cause::NotInitialized)),
         }
     })
@@ -414,12 +422,15 @@ pub(crate) fn wait(handle: Handle) -> Result<Done, Cause> {
     on_engine(|e| e.wait(handle), |_| shared::wait(handle))
 }
 
-/// `wait` for code that runs as a progress hook too (see `with_engine_or_lent`).
+/// `wait` for code that runs as a progress hook too (see `with_engine_or_lent`). As a hook it
+/// waits on the lent engine, so at Serialized and Multiple the round's thread keeps the shared
+/// engine's lock through this wait; outside one it is `wait`, which lets go between rounds.
 pub(crate) fn wait_or_lent(handle: Handle) -> Result<Done, Cause> {
     with_lent_or(|e| e.wait(handle), |_| wait(handle))
 }
 
-/// Progresses until `done` holds (the waiting loop's `wait_until`); as a progress hook too.
+/// Progresses until `done` holds (the waiting loop's `wait_until`); as a progress hook too,
+/// where, as in `wait_or_lent`, the shared engine's lock stays held through the wait.
 pub(crate) fn wait_until_or_lent(
     done: impl Fn(&mut AnyPml) -> Result<bool, PmlError>,
 ) -> Result<(), Cause> {

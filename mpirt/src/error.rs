@@ -39,6 +39,9 @@ pub enum Cause {
     /// The call came before `initialize`, after the universe was dropped, or, at
     /// `Threading::Single` and `Funneled`, from a thread other than the one that initialized.
     NotInitialized,
+    /// `SimpleCommunicator::world` or `self_comm` on a thread other than the one that
+    /// initialized, whose handles they are.
+    PredefinedOnOtherThread,
     /// A collective or a communicator's creation on a thread's view of a shared communicator
     /// (`threads::SharedCommunicator::local`), which carries point-to-point only.
     CollectiveOnView,
@@ -197,6 +200,13 @@ impl fmt::Display for Cause {
                  Threading::Single and Funneled only the thread that initialized may \
                  communicate: initialize_with_threading(Threading::Multiple) lets others, \
                  through mpirt::threads)"
+            ),
+            Cause::PredefinedOnOtherThread => write!(
+                f,
+                "the world and self communicators' handles belong to the thread that \
+                 initialized mpirt; at Threading::Serialized and Multiple another thread reaches \
+                 the world through world.share(universe.threads()?) (SharedCommunicator::local) \
+                 or a duplicate moved with into_sendable"
             ),
             Cause::CollectiveOnView => write!(
                 f,

@@ -119,8 +119,8 @@ impl SharedCommunicator {
     }
 
     /// This thread's view of the communicator: a communicator on the same context, for
-    /// point-to-point calls (sends, receives, probes, immediate operations); its collectives
-    /// fail, naming the cause.
+    /// point-to-point calls (sends, receives, probes, immediate operations); its collectives,
+    /// communicator creations and spawns fail, naming the cause.
     pub fn local(&self) -> SimpleCommunicator {
         SimpleCommunicator::new(CommData::view(
             self.context,

@@ -49,6 +49,8 @@ fn rank_mode() {
         "levels" => levels(),
         "stress" => stress(),
         "view-collective" => view_collective(),
+        "view-creation" => view_creation(),
+        "world-elsewhere" => world_elsewhere(),
         "not-sole" => not_sole(),
         other => panic!("unknown rank mode {other}"),
     };
@@ -240,6 +242,43 @@ fn view_collective() -> i32 {
     unreachable!("the barrier on a view ends the job")
 }
 
+/// A view refuses the creations that go point to point inside (a subgroup's communicator)
+/// and spawning, on every rank alike, rather than deadlock or start children no one joins.
+fn view_creation() -> i32 {
+    let (universe, _) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
+    let world = universe.world();
+    let shared = world.share(universe.threads().unwrap());
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let view = shared.local();
+            let rank = view.rank();
+            let refused = view
+                .try_split_by_subgroup_with_tag(&view.group(), 0)
+                .map(|_| ())
+                .unwrap_err();
+            println!("rank {rank} subgroup refused: {refused}");
+            let refused = view
+                .process_at_rank(0)
+                .spawn(&std::process::Command::new("true"), 1)
+                .map(|_| ())
+                .unwrap_err();
+            println!("rank {rank} spawn refused: {refused}");
+        });
+    });
+    // The full handle still creates and collects.
+    world.duplicate().barrier();
+    world.rank()
+}
+
+/// The world's handle asked for on a thread that did not initialize.
+fn world_elsewhere() -> i32 {
+    let _universe = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
+    std::thread::scope(|scope| {
+        scope.spawn(|| drop(SimpleCommunicator::world()));
+    });
+    unreachable!("the world's handle on another thread ends the job")
+}
+
 /// A communicator with another handle cannot move to another thread; its duplicate can.
 fn not_sole() -> i32 {
     let (universe, _) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
@@ -346,6 +385,39 @@ fn a_collective_on_a_threads_view_fails_naming_why() {
     assert!(!output.status.success(), "{stderr}");
     assert!(
         stderr.contains("takes point-to-point calls only"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_creation_or_spawn_on_a_threads_view_fails_naming_why() {
+    if !threads_built() {
+        return;
+    }
+    let (out, _) = ok_job_with(2, "view-creation", &[]);
+    for rank in 0..2 {
+        for what in ["subgroup", "spawn"] {
+            let line = out
+                .lines()
+                .find(|l| l.starts_with(&format!("rank {rank} {what} refused: ")))
+                .unwrap_or_else(|| panic!("no {what} refusal on rank {rank}: {out}"));
+            assert!(line.contains("takes point-to-point calls only"), "{out}");
+        }
+        assert!(out.contains(&format!("rank {rank} done")), "{out}");
+    }
+}
+
+#[test]
+fn the_world_on_another_thread_fails_pointing_to_share() {
+    if !threads_built() {
+        return;
+    }
+    let output = job(2, "world-elsewhere", &[]);
+    let (_, stderr) = text(&output);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("belong to the thread that initialized mpirt")
+            && stderr.contains("world.share("),
         "{stderr}"
     );
 }

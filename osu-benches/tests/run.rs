@@ -30,15 +30,20 @@ fn launch(n: u32, program: &str, args: &[&str]) -> std::process::Output {
     support::output_within_a_minute(command)
 }
 
-/// Runs `program` on `n` ranks, which must succeed and print OSU's blank line and `title`.
-fn titled_output(n: u32, program: &str, args: &[&str], title: &str) -> String {
+/// Runs `program` on `n` ranks, which must succeed; its standard output.
+fn successful_output(n: u32, program: &str, args: &[&str]) -> String {
     let out = launch(n, program, args);
     assert!(
         out.status.success(),
-        "{}",
+        "{program} {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8(out.stdout).unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs `program` on `n` ranks, which must succeed and print OSU's blank line and `title`.
+fn titled_output(n: u32, program: &str, args: &[&str], title: &str) -> String {
+    let text = successful_output(n, program, args);
     let mut lines = text.lines();
     assert_eq!(lines.next(), Some(""));
     assert_eq!(lines.next(), Some(format!("# {title} v7.4").as_str()));
@@ -162,13 +167,7 @@ fn multi_bandwidth_format() {
     for (n, pairs) in [(2, 1), (4, 2)] {
         // 1,600 bytes a size: the 4-byte row stays above 0.00 MB/s unless it took 320 ms.
         let args = ["-m", "4:32768", "-i", "50", "-x", "2", "-W", "8"];
-        let out = launch(n, "osu_mbw_mr", &args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8(out.stdout).unwrap();
+        let text = successful_output(n, "osu_mbw_mr", &args);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[..4],
@@ -200,13 +199,7 @@ fn multi_bandwidth_format() {
 #[test]
 fn multi_threaded_formats() {
     let args = ["-t", "2:3", "-m", "1:64", "-i", "100", "-x", "10"];
-    let out = launch(2, "osu_latency_mt", &args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = successful_output(2, "osu_latency_mt", &args);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines[..6],
@@ -221,13 +214,7 @@ fn multi_threaded_formats() {
     );
     check_rows(&text, &lines[6..], &[1, 2, 4, 8, 16, 32, 64], 1);
     let args = ["-t", "3", "-m", "1:1024", "-i", "20", "-x", "2", "-W", "8"];
-    let out = launch(2, "osu_mbw_mr_mt", &args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = successful_output(2, "osu_mbw_mr_mt", &args);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines[..4],
@@ -339,13 +326,7 @@ fn collective_tests_need_two_ranks_and_print_plain_rows_without_f() {
 /// synchronisation, datatype, column header, then one row per size.
 #[cfg(not(feature = "rsmpi"))]
 fn check_one_sided(program: &str, args: &[&str], title: &str, column: &str, sizes: &[usize]) {
-    let out = launch(2, program, args);
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = successful_output(2, program, args);
     let lines: Vec<&str> = text.lines().collect();
     let (window, sync) = (args[1], args[3]);
     let creation = match window {

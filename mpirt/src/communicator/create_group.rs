@@ -55,6 +55,9 @@ pub(super) fn create(
     members: &[u32],
     tag: Tag,
 ) -> Result<Option<SimpleCommunicator>, Cause> {
+    // Its messages go point to point, which a view allows: refuse it here as the collectives
+    // refuse themselves, or members on views and on full handles deadlock.
+    parent.collectives_allowed()?;
     let me = parent.world_rank(parent.rank);
     if !members.contains(&me) {
         return Ok(None);

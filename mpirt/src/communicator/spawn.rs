@@ -78,6 +78,8 @@ pub(crate) fn spawn(
         return Err(fail(Cause::InterCommunicator));
     }
     let root = comm.check_rank(root).map_err(fail)?;
+    // Refused before the root starts children that no one would join.
+    comm.collectives_allowed().map_err(fail)?;
     // [verdict, children, the spawn's secret in 4 words], then why it failed.
     let mut head = [0u64; 6];
     let mut why = Vec::new();
@@ -166,6 +168,9 @@ fn start(
     // Where the children find their parents: `host:port`, the parents' count and the
     // spawn's secret, which rsrun serves in their key-value space.
     let parent = format!("{}:{port} {parents} {secret_hex}", host_name());
+    // Holds the launcher link's lock through rsrun's answer (it starts the children first):
+    // the link carries one request and its answer at a time, so another thread's request
+    // waits for this one.
     with_bootstrap(|b| b.spawn(apps, parent))
         .map_err(|cause| not_started(cause.to_string()))?
         .map_err(|e| not_started(e.to_string()))?;
@@ -237,6 +242,9 @@ fn join(
     secret: &[u8; 32],
     link: RootLink,
 ) -> Result<InterCommunicator, Cause> {
+    // Held until both leases are taken, as every other creation holds it: another thread's
+    // duplicate between the agreement and the leases would otherwise lease the same id.
+    let _creating = context::creating();
     let cause_of = |e: Error| e.cause().clone();
     let proposal = Proposal {
         valid: true,
@@ -321,6 +329,9 @@ fn join(
             }
         })
         .collect();
+    // The bridge's connections to the other side are made under the engine's lock at
+    // Serialized and Multiple (join_bridge connects, then adds the routes): other threads'
+    // calls wait for the wire-up, as they would for a creation; both sides are in this call.
     let remote = with_engine(|e| Ok(e.join_bridge(bridge, &peers)))?
         .map_err(|e| Cause::SpawnFailed(e.to_string()))?;
     let own = CommData::new(

@@ -9,10 +9,12 @@
 //! A non-blocking call holds the lock for the call. A blocking one holds it for one look at
 //! its condition and one round of progress at a time, and lets go between rounds, so a thread
 //! that waits never keeps another from posting what it waits for, and the threads that wait
-//! make progress for each other. Sends keep their order per sending thread: each takes its
+//! make progress for each other; a thread that pauses between rounds wakes on another's round
+//! that moved something or on any non-blocking call. Sends keep their order per sending thread: each takes its
 //! sequence number under the lock, in the order its thread posts them.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -39,6 +41,10 @@ static ENGINE: OnceLock<Mutex<Option<Movable>>> = OnceLock::new();
 /// Wakes the threads that pause in a blocking call whenever another thread's round of
 /// progress moved something: what it moved may be theirs.
 static MOVED: Condvar = Condvar::new();
+/// How many threads pause on `MOVED` now: a non-blocking call (a test, a send posted, a probe)
+/// may move what they wait for too, and wakes them only when there is one, so that calls with
+/// no thread pausing pay one load.
+static PAUSING: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     /// Whether this thread holds `ENGINE`'s lock: a call made while it does (from inside a
@@ -68,12 +74,18 @@ pub(super) fn take() -> Option<AnyPml> {
 }
 
 /// The engine's lock, held by this thread until the guard drops.
-pub(super) struct Held(Option<MutexGuard<'static, Option<Movable>>>);
+pub(super) struct Held {
+    guard: Option<MutexGuard<'static, Option<Movable>>>,
+    /// Whether letting go wakes the pausing threads: a non-blocking call's hold, which may
+    /// have moved anything. A blocking call's rounds wake them only when they moved
+    /// something, or a spinning thread's every round would end every other's pause.
+    wakes: bool,
+}
 
 impl Held {
     /// Takes the lock; `NotInitialized` where there is no shared engine, or where this
     /// thread holds the lock already.
-    fn take() -> Result<Held, Cause> {
+    fn take(wakes: bool) -> Result<Held, Cause> {
         let slot = ENGINE.get().ok_or(Cause::NotInitialized)?;
         if HOLDING.with(Cell::get) {
             return Err(Cause::NotInitialized);
@@ -85,21 +97,31 @@ impl Held {
             return Err(Cause::NotInitialized);
         }
         HOLDING.with(|holding| holding.set(true));
-        Ok(Held(Some(guard)))
+        Ok(Held {
+            guard: Some(guard),
+            wakes,
+        })
     }
 
     /// Lets go of the lock for at most `pause`, or until another thread's round moved
     /// something; then gives it up.
     fn pause(mut self, pause: Duration) {
-        if let Some(guard) = self.0.take() {
+        if let Some(guard) = self.guard.take() {
             HOLDING.with(|holding| holding.set(false));
+            // Counted under the lock, which the wait lets go of only once this thread waits:
+            // a thread that takes the lock after sees the count and wakes it.
+            PAUSING.fetch_add(1, Ordering::Relaxed);
             // The wait takes the lock again as it ends; dropping what it returns lets go.
-            drop(MOVED.wait_timeout(guard, pause));
+            let (guard, _) = MOVED
+                .wait_timeout(guard, pause)
+                .unwrap_or_else(PoisonError::into_inner);
+            PAUSING.fetch_sub(1, Ordering::Relaxed);
+            drop(guard);
         }
     }
 
     pub(super) fn engine(&mut self) -> &mut AnyPml {
-        match self.0.as_mut().and_then(|guard| guard.as_mut()) {
+        match self.guard.as_mut().and_then(|guard| guard.as_mut()) {
             Some(movable) => &mut movable.0,
             None => unreachable!("`take` checked that the engine is there, and `pause` ends it"),
         }
@@ -109,6 +131,11 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         HOLDING.with(|holding| holding.set(false));
+        // Lets go first, so that the woken threads find the lock free. The count is read
+        // after this thread took the lock, which every pausing thread counted itself under.
+        if self.guard.take().is_some() && self.wakes && PAUSING.load(Ordering::Relaxed) > 0 {
+            MOVED.notify_all();
+        }
     }
 }
 
@@ -117,7 +144,7 @@ impl Drop for Held {
 #[cold]
 #[inline(never)]
 pub(super) fn hold() -> Result<Held, Cause> {
-    Held::take()
+    Held::take(true)
 }
 
 /// Progresses until `ready` gives a value, holding the lock for one look and one round of
@@ -138,7 +165,7 @@ pub(super) fn block_until<R>(
     loop {
         let look_at_clock = idle_rounds > 0 && idle_rounds.is_multiple_of(ROUNDS_BEFORE_CLOCK);
         let idle = look_at_clock.then(|| idle_since.get_or_insert_with(Instant::now).elapsed());
-        let mut held = Held::take()?;
+        let mut held = Held::take(false)?;
         let engine = held.engine();
         engine.check_running()?;
         if let Some(idle) = idle {
@@ -192,7 +219,7 @@ pub(super) unsafe fn recv(
     // SAFETY: the caller's guarantees, which cover the whole call, are passed on: the
     // receive finishes (or fails) before this returns.
     let started = unsafe {
-        Held::take()?
+        Held::take(false)?
             .engine()
             .start_recv(context, source, tag, buf, len)
     }?;
