@@ -556,6 +556,8 @@ impl DirectWrite for DirectTo<'_> {
 
 /// The direct path's hand-over of a non-contiguous buffer, packed by the transport straight
 /// into the frame (`Transport::try_send_blocks`); not taken where the transport does not.
+/// Made only by [`Engine::post_send_blocks`], whose caller vouches that `blocks` and what it
+/// describes are alive.
 struct DirectBlocks<'t> {
     transport: &'t mut AnyTransport,
     to: Peer,
@@ -564,9 +566,12 @@ struct DirectBlocks<'t> {
 
 impl DirectWrite for DirectBlocks<'_> {
     fn write(self, header: &[u8]) -> Result<bool, PmlError> {
-        let sent = self
-            .transport
-            .try_send_blocks(self.to, header, self.blocks)?;
+        // SAFETY: `blocks` came from `post_send_blocks`, whose contract keeps the description,
+        // its elements and its list alive and unchanged until the send completes.
+        let sent = unsafe {
+            self.transport
+                .try_send_blocks(self.to, header, self.blocks)?
+        };
         debug_assert_ne!(sent, Some(Sent::Part), "a direct send went out in part");
         Ok(sent == Some(Sent::Whole))
     }

@@ -309,14 +309,14 @@ impl Transport for ShmPeers {
         }
     }
 
-    fn try_send_blocks(
+    unsafe fn try_send_blocks(
         &mut self,
         peer: Peer,
         header: &[u8],
         blocks: &Blocks,
     ) -> Result<Option<Sent>, PmlError> {
-        // SAFETY: `Transport::try_send_blocks` is given a description made in this process,
-        // alive for the call; the ring's free space overlaps no element of it.
+        // SAFETY: this function's contract: a description made in this process, its elements
+        // and list alive for the call; the ring's free space overlaps no element of it.
         let fill = |at: *mut u8| unsafe { blocks.pack_into(at) };
         match self
             .seg
