@@ -74,18 +74,12 @@ pub fn read_in_place(
         }
         return Ok(true);
     }
-    let mut mapped = false;
+    // Not all in the arena: every run by `process_vm_readv`, none from the mapping (a send
+    // half in the arena is not one mpirt makes).
     let mut at = 0;
     let mut remote: Vec<libc::iovec> = Vec::new();
     let mut batch_start = 0;
     for (addr, len) in blocks.runs(&list, 0, target.len()) {
-        let dst = &mut target[at..at + len];
-        if remote.is_empty() && arena.is_some_and(|a| a.copy_out(addr, dst)) {
-            mapped = true;
-            at += len;
-            batch_start = at;
-            continue;
-        }
         remote.push(libc::iovec {
             iov_base: addr as usize as *mut libc::c_void,
             iov_len: len,
@@ -99,7 +93,7 @@ pub fn read_in_place(
     if !remote.is_empty() {
         read_runs(pid, &mut remote, &mut target[batch_start..at])?;
     }
-    Ok(mapped)
+    Ok(false)
 }
 
 /// `dst.len()` bytes at `addr` in the peer: from its mapped arena where they lie there.
