@@ -398,9 +398,13 @@ pub(crate) unsafe fn start_receive(
 /// can (`Pml::post_send_blocks`: a shared-memory rendezvous), else packed once into a copy.
 /// Either is kept until the send completes.
 pub(crate) struct Outgoing {
-    /// Null while a non-contiguous buffer made by [`to_send`](Self::to_send) is not packed.
+    /// The bytes, unless `unpacked`.
     ptr: *const u8,
     len: usize,
+    /// A non-contiguous buffer made by [`to_send`](Self::to_send), not packed (yet): `ptr`
+    /// is not its bytes. A flag rather than a null `ptr`, which an empty contiguous buffer
+    /// may have.
+    unpacked: bool,
     gathered: Option<Box<Gathered>>,
 }
 
@@ -422,7 +426,7 @@ impl Outgoing {
     #[inline]
     pub(crate) fn of<B: Buffer + ?Sized>(buf: &B) -> Result<Outgoing, Cause> {
         let mut out = Outgoing::to_send(buf)?;
-        if out.ptr.is_null() {
+        if out.unpacked {
             out.pack();
         }
         Ok(out)
@@ -441,6 +445,7 @@ impl Outgoing {
         Ok(Outgoing {
             ptr: buf.pointer(),
             len: buf.byte_len(),
+            unpacked: false,
             gathered: None,
         })
     }
@@ -471,6 +476,7 @@ impl Outgoing {
         Ok(Outgoing {
             ptr: std::ptr::null(),
             len,
+            unpacked: true,
             gathered: Some(Box::new(Gathered {
                 blocks,
                 layout,
@@ -497,12 +503,17 @@ impl Outgoing {
                 .pack(gathered.count, gathered.base, &mut packed)
         };
         self.ptr = packed.as_ptr();
+        self.unpacked = false;
         gathered.packed = packed;
     }
 
     /// The bytes, for a copy of them.
     pub(crate) fn bytes(&self) -> &[u8] {
-        debug_assert!(!self.ptr.is_null(), "bytes of an unpacked send");
+        debug_assert!(!self.unpacked, "bytes of an unpacked send");
+        if self.len == 0 {
+            // An empty buffer's pointer may be null, which a slice's may not.
+            return &[];
+        }
         // SAFETY: the packed copy, or a `Buffer`'s contiguous bytes, borrowed while the
         // `Outgoing` made from it lives.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
@@ -533,7 +544,7 @@ pub(crate) unsafe fn post_send(
     mode: SendMode,
     buf: &mut Outgoing,
 ) -> Result<Handle, Cause> {
-    if buf.ptr.is_null() {
+    if buf.unpacked {
         // SAFETY: forwarded from this function's contract.
         return unsafe { post_unpacked(comm, dest, tag, mode, buf, false) };
     }
@@ -554,7 +565,7 @@ pub(crate) unsafe fn post_awaited_send(
     mode: SendMode,
     buf: &mut Outgoing,
 ) -> Result<Handle, Cause> {
-    if buf.ptr.is_null() {
+    if buf.unpacked {
         // SAFETY: forwarded from this function's contract.
         return unsafe { post_unpacked(comm, dest, tag, mode, buf, true) };
     }
@@ -1349,5 +1360,34 @@ impl Destination for Process<'_> {
     #[inline]
     fn destination_rank(&self) -> Rank {
         self.rank
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A user's empty buffer whose pointer is null: a contiguous buffer, not one left unpacked.
+    struct NullEmpty;
+
+    // SAFETY: no elements, so the pointer is read for no bytes.
+    unsafe impl Buffer for NullEmpty {
+        fn pointer(&self) -> *const u8 {
+            std::ptr::null()
+        }
+        fn count(&self) -> usize {
+            0
+        }
+        fn datatype(&self) -> Datatype {
+            datatype_of::<u64>()
+        }
+    }
+
+    #[test]
+    fn an_empty_buffer_with_a_null_pointer_is_sent_as_it_is() {
+        let out = Outgoing::of(&NullEmpty).unwrap();
+        assert!(!out.unpacked);
+        assert!(out.gathered.is_none());
+        assert_eq!(out.bytes(), &[] as &[u8]);
     }
 }

@@ -102,6 +102,14 @@ impl Blocks {
                 blocks.n_blocks
             ));
         }
+        // A layout holds no empty blocks, so an element carries at least a byte a block: a
+        // peer cannot make a receiver allocate a list longer than the bytes it sends.
+        if blocks.n_blocks > blocks.element_len {
+            return Err(format!(
+                "a send's layout lists {} blocks for {} bytes an element",
+                blocks.n_blocks, blocks.element_len
+            ));
+        }
         if blocks
             .count
             .checked_mul(blocks.element_len)
@@ -116,8 +124,18 @@ impl Blocks {
         Ok(blocks)
     }
 
-    /// Block lengths summed must be the element's length: checked once the list is read.
+    /// Block lengths summed must be the element's length, and no block may reach past the
+    /// end of the address space (so that [`runs`](Self::runs), [`span`](Self::span) and
+    /// [`for_each_block`](Self::for_each_block) never wrap an offset): checked once the list
+    /// is read.
     pub fn check_list(&self, list: &[Block]) -> Result<(), String> {
+        if let Some(b) = list.iter().find(|b| b.offset.checked_add(b.len).is_none()) {
+            return Err(format!(
+                "a send's layout holds a block of {} bytes at offset {}, past the end of the \
+                 address space",
+                b.len, b.offset
+            ));
+        }
         let sum = list
             .iter()
             .try_fold(0u64, |sum, b| sum.checked_add(b.len as u64));
@@ -147,7 +165,10 @@ impl Blocks {
     /// this description's block list), unless they would pass the end of the address space.
     pub fn span(&self, list: &[Block]) -> Option<(u64, u64)> {
         let low = list.iter().map(|b| b.offset as u64).min()?;
-        let high = list.iter().map(|b| b.offset as u64 + b.len as u64).max()?;
+        let high = list
+            .iter()
+            .map(|b| (b.offset as u64).checked_add(b.len as u64))
+            .try_fold(0u64, |high, end| Some(high.max(end?)))?;
         let last = self.count.checked_sub(1)?.checked_mul(self.extent)?;
         let end = self.base.checked_add(last)?.checked_add(high)?;
         Some((self.base.checked_add(low)?, end))
@@ -334,6 +355,41 @@ mod tests {
             .check_list(&[Block { offset: 0, len: 9 }])
             .unwrap_err();
         assert!(err.contains("does not match its list"), "{err}");
+    }
+
+    /// A peer's list whose block starts before the element (an offset that wraps) is
+    /// refused, rather than spanning 8 bytes while a block reads a GiB below the base.
+    #[test]
+    fn a_block_that_wraps_the_address_space_is_refused() {
+        let buf = [0u8; 16];
+        let list = [
+            Block { offset: 0, len: 8 },
+            Block {
+                offset: (1usize << 30).wrapping_neg(),
+                len: (1 << 30) + 8,
+            },
+        ];
+        let element_len = 8 + (1u64 << 30) + 8;
+        let wire_fields = [buf.as_ptr() as u64, 1, 16, element_len, 0, 2];
+        let mut wire = [0u8; Blocks::WIRE_LEN];
+        for (i, f) in wire_fields.iter().enumerate() {
+            wire[i * 8..i * 8 + 8].copy_from_slice(&f.to_ne_bytes());
+        }
+        let blocks = Blocks::from_wire(&wire, 16).unwrap();
+        let err = blocks.check_list(&list).unwrap_err();
+        assert!(err.contains("past the end of the address space"), "{err}");
+        assert_eq!(blocks.span(&list), None);
+    }
+
+    #[test]
+    fn more_blocks_than_bytes_is_refused() {
+        let fields = [0u64, 1, 16, 4, 0, 5];
+        let mut wire = [0u8; Blocks::WIRE_LEN];
+        for (i, f) in fields.iter().enumerate() {
+            wire[i * 8..i * 8 + 8].copy_from_slice(&f.to_ne_bytes());
+        }
+        let err = Blocks::from_wire(&wire, 4).unwrap_err();
+        assert!(err.contains("lists 5 blocks for 4 bytes"), "{err}");
     }
 
     proptest! {

@@ -31,6 +31,9 @@ pub use bridge::{Bridge, BridgePeer};
 pub struct SendBuf {
     ptr: *const u8,
     len: usize,
+    /// Read by the receiver in place, in pieces (`post_send_blocks`): `ptr` is not the bytes,
+    /// and no frame carries them. A flag, not a null `ptr`, which an empty buffer may have.
+    in_place: bool,
     /// What the transport at this index into the engine's did to let the peer read the
     /// buffer, undone when the send completes.
     registration: Option<(usize, Registration)>,
@@ -43,6 +46,7 @@ impl SendBuf {
         SendBuf {
             ptr: std::ptr::null(),
             len,
+            in_place: true,
             registration: None,
         }
     }
@@ -56,8 +60,8 @@ impl SendBytes for SendBuf {
 
     #[inline]
     fn bytes(&self) -> &[u8] {
-        if self.ptr.is_null() {
-            // Read in place: it went by rendezvous to a peer that reads it, and no frame
+        if self.in_place || self.len == 0 {
+            // Read in place (or nothing, where `ptr` may be null): it went by rendezvous to a peer that reads it, and no frame
             // carries its bytes (`post_send_blocks`).
             return &[];
         }
@@ -289,6 +293,7 @@ impl Engine {
             buf: SendBuf {
                 ptr: buf,
                 len,
+                in_place: false,
                 registration: exposure.registration.map(|r| (route, r)),
             },
             remote: exposure.key,
@@ -556,6 +561,8 @@ impl DirectWrite for DirectTo<'_> {
 
 /// The direct path's hand-over of a non-contiguous buffer, packed by the transport straight
 /// into the frame (`Transport::try_send_blocks`); not taken where the transport does not.
+/// Made only by [`Engine::post_send_blocks`], whose caller vouches that `blocks` and what it
+/// describes are alive.
 struct DirectBlocks<'t> {
     transport: &'t mut AnyTransport,
     to: Peer,
@@ -564,9 +571,12 @@ struct DirectBlocks<'t> {
 
 impl DirectWrite for DirectBlocks<'_> {
     fn write(self, header: &[u8]) -> Result<bool, PmlError> {
-        let sent = self
-            .transport
-            .try_send_blocks(self.to, header, self.blocks)?;
+        // SAFETY: `blocks` came from `post_send_blocks`, whose contract keeps the description,
+        // its elements and its list alive and unchanged until the send completes.
+        let sent = unsafe {
+            self.transport
+                .try_send_blocks(self.to, header, self.blocks)?
+        };
         debug_assert_ne!(sent, Some(Sent::Part), "a direct send went out in part");
         Ok(sent == Some(Sent::Whole))
     }

@@ -311,11 +311,11 @@ pub struct Counters {
     pub frames_received: u64,
     pub remote_reads: u64,
     pub remote_read_bytes: u64,
-    /// Remote reads served by memcpy from a same-host peer's mapped shared arena (the other
-    /// shm reads went by process_vm_readv).
+    /// Successful shared-memory reads whose bytes all came by memcpy from a same-host peer's
+    /// mapped shared arena (the other shm reads went by process_vm_readv).
     pub mapped_reads: u64,
-    /// Rendezvous reads of non-contiguous sends, block by block in the sender's memory
-    /// (shared memory; a read that came by memcpy from the mapped arena counts in
+    /// Successful rendezvous reads of non-contiguous sends, block by block in the sender's
+    /// memory (shared memory; one that came by memcpy from the mapped arena counts in
     /// `mapped_reads` too).
     pub in_place_reads: u64,
     /// Memory registrations made (RDMA): a buffer sent from again is not registered again.

@@ -244,13 +244,14 @@ impl Transport for AnyTransport {
         each!(self, t => Transport::expose(t, peer, buf, len, sends_eagerly))
     }
 
-    fn try_send_blocks(
+    unsafe fn try_send_blocks(
         &mut self,
         peer: Peer,
         header: &[u8],
         blocks: &Blocks,
     ) -> Result<Option<Sent>, PmlError> {
-        each!(self, t => Transport::try_send_blocks(t, peer, header, blocks))
+        // SAFETY: this function's contract, passed on unchanged to the transport it holds.
+        each!(self, t => unsafe { Transport::try_send_blocks(t, peer, header, blocks) })
     }
 
     fn expose_blocks(&mut self, peer: Rank, blocks: &Blocks) -> Option<RemoteKey> {

@@ -238,7 +238,12 @@ pub trait Transport {
     /// non-contiguous buffer `blocks` describes (a description made in this process), packed
     /// straight into the frame; `None`, having sent nothing, where this transport does not
     /// (the caller packs them).
-    fn try_send_blocks(
+    ///
+    /// # Safety
+    /// `blocks` must have been made in this process by [`Blocks::new`], and the elements and
+    /// block list it points to must be alive and readable for the call: the transport reads
+    /// through its raw addresses.
+    unsafe fn try_send_blocks(
         &mut self,
         _peer: Peer,
         _header: &[u8],

@@ -24,7 +24,13 @@ pub fn read_in_place(
     copy_from_peer(pid, arena, description, &mut wire)?;
     let blocks = Blocks::from_wire(&wire, target.len())?;
     let (list_at, n_blocks) = blocks.block_list();
-    let mut list = vec![Block { offset: 0, len: 0 }; n_blocks];
+    // The length is the peer's word, bounded by `from_wire` but still large: a failed
+    // allocation is this receive's error, not the process's end.
+    let mut list = Vec::new();
+    list.try_reserve_exact(n_blocks).map_err(|e| {
+        format!("a send's layout lists {n_blocks} blocks, more than this rank can hold: {e}")
+    })?;
+    list.resize(n_blocks, Block { offset: 0, len: 0 });
     // SAFETY: `Block` is `#[repr(C)]` plain integers, every byte pattern a value; the bytes
     // are the list's own allocation, borrowed mutably for this copy alone.
     let list_bytes = unsafe {
@@ -45,29 +51,35 @@ pub fn read_in_place(
     if let Some((low, src)) = mapping {
         let dst = target.as_mut_ptr();
         let mut at = 0;
+        let mut below_span = None;
         blocks.for_each_block(&list, target.len(), |addr, len| {
-            // SAFETY: the block lies within the span, which `mapped` found readable in our
-            // mapping; `at + len` stays within `target`, ours exclusively, which cannot
-            // overlap a read-only mapping.
-            unsafe {
-                std::ptr::copy_nonoverlapping(src.add((addr - low) as usize), dst.add(at), len)
+            // `span` bounds every block from below by `low` (`check_list` refused offsets
+            // that wrap), so this never fails; a wrap would be a read outside the mapping.
+            let Some(from) = addr.checked_sub(low) else {
+                debug_assert!(false, "block at {addr:#x} below its span's {low:#x}");
+                below_span.get_or_insert(addr);
+                return;
             };
+            // SAFETY: the block lies within the span (at or above `low`, checked above, and
+            // below its end, as `span` computed without wrapping), which `mapped` found
+            // readable in our mapping; `at + len` stays within `target`, ours exclusively,
+            // which cannot overlap a read-only mapping.
+            unsafe { std::ptr::copy_nonoverlapping(src.add(from as usize), dst.add(at), len) };
             at += len;
         });
+        if let Some(addr) = below_span {
+            return Err(format!(
+                "a send's layout has a block at {addr:#x}, below its span's start {low:#x}"
+            ));
+        }
         return Ok(true);
     }
-    let mut mapped = false;
+    // Not all in the arena: every run by `process_vm_readv`, none from the mapping (a send
+    // half in the arena is not one mpirt makes).
     let mut at = 0;
     let mut remote: Vec<libc::iovec> = Vec::new();
     let mut batch_start = 0;
     for (addr, len) in blocks.runs(&list, 0, target.len()) {
-        let dst = &mut target[at..at + len];
-        if remote.is_empty() && arena.is_some_and(|a| a.copy_out(addr, dst)) {
-            mapped = true;
-            at += len;
-            batch_start = at;
-            continue;
-        }
         remote.push(libc::iovec {
             iov_base: addr as usize as *mut libc::c_void,
             iov_len: len,
@@ -81,7 +93,7 @@ pub fn read_in_place(
     if !remote.is_empty() {
         read_runs(pid, &mut remote, &mut target[batch_start..at])?;
     }
-    Ok(mapped)
+    Ok(false)
 }
 
 /// `dst.len()` bytes at `addr` in the peer: from its mapped arena where they lie there.

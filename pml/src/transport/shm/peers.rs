@@ -58,8 +58,10 @@ pub struct ShmPeers {
     eager_limit: usize,
     single_copy: bool,
     arena_wanted: usize,
+    /// Successful remote reads whose bytes all came by memcpy from the peer's mapped arena,
+    /// not by `process_vm_readv` (`Counters::mapped_reads`).
     mapped_reads: u64,
-    /// Rendezvous reads of non-contiguous sends in place (`expose_blocks`).
+    /// Successful rendezvous reads of non-contiguous sends in place (`expose_blocks`).
     in_place_reads: u64,
     /// The shortest mean block a send outside the arena is read in place with, by
     /// process_vm_readv (see `EngineConfig::shm_in_place_min_block`).
@@ -309,14 +311,14 @@ impl Transport for ShmPeers {
         }
     }
 
-    fn try_send_blocks(
+    unsafe fn try_send_blocks(
         &mut self,
         peer: Peer,
         header: &[u8],
         blocks: &Blocks,
     ) -> Result<Option<Sent>, PmlError> {
-        // SAFETY: `Transport::try_send_blocks` is given a description made in this process,
-        // alive for the call; the ring's free space overlaps no element of it.
+        // SAFETY: this function's contract: a description made in this process, its elements
+        // and list alive for the call; the ring's free space overlaps no element of it.
         let fill = |at: *mut u8| unsafe { blocks.pack_into(at) };
         match self
             .seg
@@ -365,8 +367,11 @@ impl Transport for ShmPeers {
         let arena = self.arenas.get(local).and_then(Option::as_ref);
         if key.key == blocks::IN_PLACE {
             let result = read_in_place(self.pids[local], arena, key.addr, target);
-            self.mapped_reads += result.as_ref().map_or(0, |&mapped| u64::from(mapped));
-            self.in_place_reads += 1;
+            // Only reads that finished count: a refused layout moved no bytes.
+            if let Ok(mapped) = result {
+                self.mapped_reads += u64::from(mapped);
+                self.in_place_reads += 1;
+            }
             return Ok(Reading::Finished(result.map(drop)));
         }
         if arena.is_some_and(|a| a.copy_out(key.addr, target)) {
