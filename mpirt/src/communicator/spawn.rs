@@ -174,7 +174,7 @@ fn start(
     let children = apps.iter().map(|a| a.count).sum();
     // Where the children find their parents: `host:port`, the parents' count and the
     // spawn's secret, which rsrun serves in their key-value space.
-    let parent = format!("{}:{port} {parents} {secret_hex}", host_name());
+    let parent = format!("{}:{port} {parents} {secret_hex}", super::hostname());
     with_bootstrap(|b| b.spawn(apps, parent))
         .map_err(|cause| not_started(cause.to_string()))?
         .map_err(|e| not_started(e.to_string()))?;
@@ -262,7 +262,7 @@ fn join(
     let endpoint = bridge
         .endpoint()
         .map_err(|e| Cause::SpawnFailed(e.to_string()))?;
-    let mut entry = format!("{}\n{endpoint}", host_name()).into_bytes();
+    let mut entry = format!("{}\n{endpoint}", super::hostname()).into_bytes();
     if entry.len() > ENTRY {
         return Err(Cause::SpawnFailed(format!(
             "this process's bridge endpoint takes {} bytes, more than {ENTRY}",
@@ -489,18 +489,6 @@ fn accept_children(listener: &TcpListener, key: &JobSecret) -> Result<TcpStream,
 /// The 32 bytes that `hex` (64 hex digits) spells.
 fn unhex_secret(hex: &str) -> Option<[u8; 32]> {
     pml::hex::decode(hex.as_bytes())?.try_into().ok()
-}
-
-/// This host's name, as other hosts of the job reach it.
-fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`, which it owns.
-    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    match ok {
-        true => String::from_utf8_lossy(&buf[..end]).into_owned(),
-        false => "localhost".to_string(),
-    }
 }
 
 /// Why the arguments of a spawn are not what MPI takes, if they are not.
