@@ -117,6 +117,11 @@ pub struct Cli {
     #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
     pub timeout: Option<Duration>,
 
+    /// This job's number in `--output-filename`'s paths: a spawned job's rsrun is given its
+    /// own, so that its ranks' files are not the first job's.
+    #[arg(long, hide = true, value_name = "N", default_value_t = 1)]
+    pub job_number: u32,
+
     /// End the job, with a report of what every rank waits for and why, when every rank
     /// still running has waited in an mpirt call with nothing moving for SECS seconds
     /// (default: MPIRT_STALL_TIMEOUT, else never).
@@ -194,6 +199,102 @@ impl Cli {
         Ok(())
     }
 
+    /// The options that say where and how ranks run, for the rsrun of a spawned job
+    /// (MPI's spawn), rebuilt from what was parsed rather than re-read from argv, so that a
+    /// `--` or an option value such as `--ssh-args -n` cannot be taken for something else.
+    /// Left out: the rank count and the program (the spawn request gives both), a rankfile
+    /// (it places the parents' ranks), `--oversubscribe` (the spawned rsrun is given it),
+    /// `--bind-to` (it would pin the children on the CPUs the parents are pinned to) and the
+    /// stall watch (it counts one job's ranks only, and would take parents that wait for
+    /// computing children, or children that wait for their parents, for stuck ones).
+    pub fn placement_args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = Vec::new();
+        // One word, `--name=value`: a value that starts with a dash stays a value.
+        let option = |name: &str, value: Option<OsString>| match value {
+            Some(value) => {
+                let mut word = OsString::from(format!("--{name}="));
+                word.push(value);
+                word
+            }
+            None => OsString::from(format!("--{name}")),
+        };
+        let seconds = |d: Duration| Some(OsString::from(d.as_secs_f64().to_string()));
+        for host in &self.hosts {
+            args.push(option("host", Some(host.into())));
+        }
+        if let Some(file) = &self.hostfile {
+            args.push(option("hostfile", Some(file.into())));
+        }
+        if let Some(map) = self.map_by {
+            args.push(option("map-by", Some(map.to_string().into())));
+        }
+        if let Some(n) = self.npernode {
+            args.push(option("npernode", Some(n.to_string().into())));
+        }
+        if let Some(launcher) = self.launcher {
+            let name = launcher
+                .to_possible_value()
+                .map(|v| v.get_name().to_string());
+            args.push(option("launcher", name.map(OsString::from)));
+        }
+        if let Some(agent) = &self.launch_agent {
+            args.push(option("launch-agent", Some(agent.into())));
+        }
+        if let Some(ssh_args) = &self.ssh_args {
+            args.push(option("ssh-args", Some(ssh_args.into())));
+        }
+        for var in &self.export {
+            args.push("-x".into());
+            args.push(var.into());
+        }
+        for (key, value) in &self.env {
+            args.push(option("env", Some(format!("{key}={value}").into())));
+        }
+        for (set, name) in [
+            (self.tag_output, "tag-output"),
+            (self.timestamp_output, "timestamp-output"),
+            (self.report_bindings, "report-bindings"),
+            (self.verbose, "verbose"),
+            (self.hw_tag_matching, "hw-tag-matching"),
+        ] {
+            if set {
+                args.push(option(name, None));
+            }
+        }
+        if let Some(files) = &self.output_filename {
+            let mut value = OsString::from(&files.dir);
+            let qualifiers: Vec<&str> = [(!files.copy, "nocopy"), (!files.job_level, "nojobid")]
+                .into_iter()
+                .filter_map(|(set, word)| set.then_some(word))
+                .collect();
+            // Always a colon: a directory with one in its name is then read back whole.
+            value.push(format!(":{}", qualifiers.join(",")));
+            args.push(option("output-filename", Some(value)));
+        }
+        if let Some(dir) = &self.wdir {
+            args.push(option("wdir", Some(dir.into())));
+        }
+        if let Some(limit) = self.timeout {
+            args.push(option("timeout", seconds(limit)));
+        }
+        args.push(option("grace", seconds(self.grace)));
+        for (value, name) in [
+            (&self.transport, "transport"),
+            (&self.ofi_provider, "ofi-provider"),
+            (&self.verbs_dev, "verbs-dev"),
+            (&self.tcp_if, "tcp-if"),
+            (&self.pml, "pml"),
+        ] {
+            if let Some(value) = value {
+                args.push(option(name, Some(value.into())));
+            }
+        }
+        if let Some(bytes) = self.eager_limit {
+            args.push(option("eager-limit", Some(bytes.to_string().into())));
+        }
+        args
+    }
+
     /// Parses rsrun's arguments (the first item is the program name), accepting mpirun's
     /// single-dash long options (`-np`, `-hostfile`, `-wdir`, ...).
     pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
@@ -201,9 +302,12 @@ impl Cli {
         I: IntoIterator<Item = T>,
         T: Into<OsString>,
     {
-        let cli = Cli::try_parse_from(rewrite_single_dash(
+        let mut cli = Cli::try_parse_from(rewrite_single_dash(
             args.into_iter().map(Into::into).collect(),
         )?)?;
+        if let Some(files) = &mut cli.output_filename {
+            files.job = cli.job_number;
+        }
         let conflict = |text: &str| {
             Err(clap::Error::raw(
                 clap::error::ErrorKind::ArgumentConflict,
@@ -704,5 +808,112 @@ mod tests {
         assert!(parse(&["-n", "1", "--pml", "ob2", "prog"]).is_err());
         let tm = parse(&["-n", "1", "--hw-tag-matching", "prog"]).unwrap_err();
         assert!(tm.to_string().contains("needs --pml ucx"), "{tm}");
+    }
+
+    fn words(args: &[OsString]) -> Vec<String> {
+        args.iter()
+            .map(|w| w.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_spawned_job_keeps_the_placement_but_not_the_count_nor_the_program() {
+        let cli = parse(&[
+            "-np",
+            "2",
+            "--host",
+            "a,b",
+            "-x",
+            "V",
+            "--ssh-args",
+            "-n",
+            "--bind-to",
+            "core",
+            "--stall-timeout",
+            "5",
+            "--stall-report-file",
+            "r",
+            "--",
+            "prog",
+            "-n",
+            "5",
+        ])
+        .unwrap();
+        let placement = cli.placement_args();
+        assert_eq!(
+            words(&placement),
+            ["--host=a,b", "--ssh-args=-n", "-x", "V", "--grace=1"]
+        );
+        // What the spawned rsrun is given parses back to the same placement (the program
+        // stands for the spawned rank's).
+        let again = Cli::parse_args(
+            std::iter::once(OsString::from("rsrun"))
+                .chain(placement)
+                .chain(["--np", "3", "child"].map(OsString::from)),
+        )
+        .unwrap();
+        assert_eq!(again.hosts, ["a,b"]);
+        assert_eq!(again.export, ["V"]);
+        assert_eq!(again.ssh_args.as_deref(), Some("-n"));
+        assert_eq!(again.bind_to, BindTo::None);
+        assert_eq!(again.stall_timeout, None);
+        assert_eq!(again.command, ["child"]);
+    }
+
+    #[test]
+    fn a_spawned_job_keeps_every_option_it_shares_as_given() {
+        let cli = parse(&[
+            "-n",
+            "2",
+            "--hostfile",
+            "hf",
+            "--map-by",
+            "ppr:2:node",
+            "--launcher",
+            "ssh",
+            "--launch-agent",
+            "ssh -q",
+            "--env",
+            "A=b c",
+            "--tag-output",
+            "--output-filename",
+            "out:nocopy",
+            "--wdir",
+            "/w",
+            "--timeout",
+            "1.5",
+            "--tcp-if",
+            "lo",
+            "--eager-limit",
+            "4096",
+            "prog",
+        ])
+        .unwrap();
+        let again = Cli::parse_args(
+            std::iter::once(OsString::from("rsrun"))
+                .chain(cli.placement_args())
+                .chain(["-n", "1", "child"].map(OsString::from)),
+        )
+        .unwrap();
+        assert_eq!(again.hostfile, cli.hostfile);
+        assert_eq!(again.map_by, cli.map_by);
+        assert_eq!(again.launcher, cli.launcher);
+        assert_eq!(again.launch_agent, cli.launch_agent);
+        assert_eq!(again.env, cli.env);
+        assert!(again.tag_output);
+        assert_eq!(again.output_filename, cli.output_filename);
+        assert_eq!(again.wdir, cli.wdir);
+        assert_eq!(again.timeout, cli.timeout);
+        assert_eq!(again.tcp_if, cli.tcp_if);
+        assert_eq!(again.eager_limit, cli.eager_limit);
+        // The spawned rsrun's job number reaches its output files' paths.
+        let second = Cli::parse_args(
+            std::iter::once(OsString::from("rsrun"))
+                .chain(cli.placement_args())
+                .chain(["--job-number=2", "-n", "1", "child"].map(OsString::from)),
+        )
+        .unwrap();
+        let files = second.output_filename.unwrap();
+        assert_eq!(files.rank_dir(0, 1), std::path::Path::new("out/2/rank.0"));
     }
 }

@@ -339,9 +339,8 @@ struct Job {
     stall_report_file: Option<PathBuf>,
     /// Jobs of new ranks the ranks asked for (MPI's spawn), still running.
     spawned: SpawnedJobs,
-    /// How many of rsrun's last words are the program and its arguments (a spawned job's
-    /// rsrun takes the options before them).
-    command_words: usize,
+    /// This rsrun's options that a spawned job's rsrun is given (`Cli::placement_args`).
+    placement: Vec<std::ffi::OsString>,
 }
 
 impl Job {
@@ -441,7 +440,7 @@ impl Job {
             stall_timeout: cli.stall_timeout,
             stall_report_file: cli.stall_report_file.clone(),
             spawned: SpawnedJobs::default(),
-            command_words: cli.command.len(),
+            placement: cli.placement_args(),
             open_outputs: 0,
             events,
         };
@@ -743,9 +742,7 @@ impl Job {
                     parent,
                     reply,
                 }) => {
-                    let argv: Vec<_> = std::env::args_os().collect();
-                    let verdict = match self.spawned.start(&argv, self.command_words, apps, parent)
-                    {
+                    let verdict = match self.spawned.start(&self.placement, apps, parent) {
                         Ok(name) => {
                             if self.verbose {
                                 eprintln!("rsrun: rank {rank} started {name}");
@@ -1031,11 +1028,22 @@ impl Job {
         for agent in self.agents.iter().flatten() {
             let _ = agent.link.send(ToAgent::HangUp);
         }
+        // A spawned job's rsrun takes a second signal as this one does: it kills its ranks
+        // now, then waits for them and their output; it is given that long.
+        for pid in self.spawned.pids() {
+            signal_group(pid, first);
+        }
         let kill_end = Instant::now() + KILL_WAIT;
+        let spawned_end = kill_end + REMOTE_DRAIN;
         while !self.running.is_empty() || !self.spawned.is_empty() {
+            let end = if self.spawned.is_empty() {
+                kill_end
+            } else {
+                spawned_end
+            };
             match self
                 .events
-                .recv_timeout(kill_end.saturating_duration_since(Instant::now()))
+                .recv_timeout(end.saturating_duration_since(Instant::now()))
             {
                 Ok(event) => self.note(event),
                 Err(_) => break,

@@ -34,6 +34,9 @@ pub struct OutputFiles {
     pub copy: bool,
     /// Whether the path has the job's level, `DIR/1/rank.N`.
     pub job_level: bool,
+    /// The job's number in that level: 1 for rsrun's job, the next ones for the jobs its
+    /// ranks spawn (rsrun's `--job-number`), as Open MPI numbers an mpirun's jobs.
+    pub job: u32,
 }
 
 impl OutputFiles {
@@ -43,6 +46,7 @@ impl OutputFiles {
             dir: PathBuf::from(dir),
             copy: true,
             job_level: true,
+            job: 1,
         };
         for word in qualifiers.split(',').filter(|w| !w.is_empty()) {
             match word.to_ascii_lowercase().as_str() {
@@ -61,7 +65,8 @@ impl OutputFiles {
         Ok(files)
     }
 
-    /// `DIR/1/rank.N` (`1` stands for the job, as Open MPI's first job in an mpirun), or
+    /// `DIR/1/rank.N` (`1` stands for the job, as Open MPI's first job in an mpirun; a
+    /// spawned job's is `DIR/2/...` and on, with `nojobid` too), or
     /// `DIR/rank.N` with `nojobid`. `N` has Open MPI's zero padding (one digit more than
     /// `size / 10` has), so that the directories sort in rank order.
     pub fn rank_dir(&self, rank: u32, size: u32) -> PathBuf {
@@ -71,8 +76,10 @@ impl OutputFiles {
             digits += 1;
             rest /= 10;
         }
-        let job = if self.job_level {
-            self.dir.join("1")
+        // A spawned job keeps its level even with `nojobid`: without it its ranks would write
+        // the first job's files.
+        let job = if self.job_level || self.job != 1 {
+            self.dir.join(self.job.to_string())
         } else {
             self.dir.clone()
         };
@@ -272,9 +279,19 @@ mod tests {
         assert_eq!(o.rank_dir(3, 9), Path::new("/o/1/rank.3"));
         assert_eq!(o.rank_dir(3, 10), Path::new("/o/1/rank.03"));
         assert_eq!(o.rank_dir(42, 100), Path::new("/o/1/rank.042"));
+        let spawned = OutputFiles {
+            job: 2,
+            ..o.clone()
+        };
+        assert_eq!(spawned.rank_dir(3, 9), Path::new("/o/2/rank.3"));
         let bare = OutputFiles::parse("out:nocopy,nojobid").unwrap();
         assert!(!bare.copy);
         assert_eq!(bare.rank_dir(0, 2), Path::new("out/rank.0"));
+        let bare_spawned = OutputFiles {
+            job: 3,
+            ..bare.clone()
+        };
+        assert_eq!(bare_spawned.rank_dir(0, 2), Path::new("out/3/rank.0"));
         assert!(OutputFiles::parse("out:nocopy").is_ok_and(|f| !f.copy && f.job_level));
         let e = OutputFiles::parse("out:nocpy").unwrap_err();
         assert_eq!(e, "unknown qualifier 'nocpy' (known: nocopy, nojobid)");

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use bootstrap::vars;
 use bootstrap::wire::{Request, SpawnApp};
@@ -42,13 +42,12 @@ pub struct SpawnedJobs {
 impl SpawnedJobs {
     /// Starts `apps` as a job of new ranks, whose key-value space holds `parent` (in the
     /// spawned rsrun's own environment on the way: never on a command line, so not in what
-    /// goes to remote agents either); `argv` is this rsrun's command line and
-    /// `command_words` how many of its last words are the program and its arguments. Returns
-    /// the new job's name, or why it could not start.
+    /// goes to remote agents either); `placement` is this rsrun's options that the new job
+    /// shares (see [`Cli::placement_args`](crate::cli::Cli::placement_args)). Returns the new
+    /// job's name, or why it could not start.
     pub fn start(
         &mut self,
-        argv: &[OsString],
-        command_words: usize,
+        placement: &[OsString],
         apps: Vec<SpawnApp>,
         parent: String,
     ) -> Result<String, String> {
@@ -64,10 +63,12 @@ impl SpawnedJobs {
             .map_err(|e| format!("cannot find rsrun's own program to start {name}: {e}"))?;
         let mut command = Command::new(&rsrun);
         command
-            .args(placement_options(argv, command_words))
+            .args(placement)
             .arg("--np")
             .arg(total.to_string())
-            .arg("--oversubscribe");
+            .arg("--oversubscribe")
+            // Its ranks' `--output-filename` files: `DIR/2/...` for the first, as Open MPI's.
+            .arg(format!("--job-number={}", self.started + 1));
         let request = Request::Spawn {
             apps,
             parent: String::new(),
@@ -80,9 +81,18 @@ impl SpawnedJobs {
         ] {
             command.env(key, value).arg("-x").arg(key);
         }
-        command.env(vars::PARENT, parent).arg(&rsrun).arg(EXEC_FLAG);
+        command
+            .env(vars::PARENT, parent)
+            // Its stall watch is off (see `placement_args`), whatever this rsrun was given.
+            .env_remove(vars::STALL_TIMEOUT)
+            .arg(&rsrun)
+            .arg(EXEC_FLAG);
         // A group of its own: ending the job signals it apart from this rsrun's terminal.
         command.process_group(0);
+        // rsrun's stdin is the parents' rank 0's: a second reader would take part of it.
+        command.stdin(Stdio::null());
+        // Dead with this rsrun, even a SIGKILLed one, as its ranks are.
+        crate::spawn::local::die_with_launcher(&mut command, None);
         let child = command
             .spawn()
             .map_err(|e| format!("cannot start {name}: {e}"))?;
@@ -107,32 +117,6 @@ impl SpawnedJobs {
     pub fn pids(&self) -> impl Iterator<Item = libc::pid_t> + '_ {
         self.running.keys().copied()
     }
-}
-
-/// This rsrun's options that say where and how ranks run, for a spawned job: its command
-/// line without its own name, the program and its arguments, the rank count (the request
-/// says it), a rankfile (which places the parents' ranks, not these) and
-/// `--oversubscribe` (the spawned job's rsrun is given it).
-fn placement_options(argv: &[OsString], command_words: usize) -> Vec<OsString> {
-    let words = &argv[1.min(argv.len())..argv.len().saturating_sub(command_words)];
-    let mut kept = Vec::new();
-    let mut skip_value = false;
-    for word in words {
-        if std::mem::take(&mut skip_value) {
-            continue;
-        }
-        let text = word.to_string_lossy();
-        let name = text.split('=').next().unwrap_or_default();
-        match name {
-            "-n" | "-np" | "--np" | "-rankfile" | "--rankfile" => {
-                skip_value = !text.contains('=');
-            }
-            "-oversubscribe" | "--oversubscribe" => {}
-            _ if text.starts_with("-n") && text[2..].parse::<u32>().is_ok() => {}
-            _ => kept.push(word.clone()),
-        }
-    }
-    kept
 }
 
 /// `rsrun --exec-spawned`, a spawned job's rank: becomes the program the request gave its
@@ -169,36 +153,4 @@ pub fn exec_main() -> i32 {
     fail(format!(
         "rank {rank} is past the {first} ranks the spawn asked for"
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn words(list: &[&str]) -> Vec<OsString> {
-        list.iter().map(OsString::from).collect()
-    }
-
-    #[test]
-    fn a_spawned_job_keeps_the_placement_but_not_the_count_nor_the_program() {
-        let argv = words(&[
-            "rsrun",
-            "-np",
-            "2",
-            "--host",
-            "a,b",
-            "-n3",
-            "--rankfile=f",
-            "--np=4",
-            "-x",
-            "V",
-            "prog",
-            "-n",
-            "5",
-        ]);
-        assert_eq!(
-            placement_options(&argv, 3),
-            words(&["--host", "a,b", "-x", "V"])
-        );
-    }
 }

@@ -1,7 +1,7 @@
 //! Spawn under rsrun (see `common`): two parents start three children of this same binary
 //! (which find their parents through `parent()`), trade over the inter-communicator and
 //! merge with them; `spawn_multiple` of two commands; a child that dies ends the whole job,
-//! naming it; no process is left when the job ends; and under `srun --mpi=pmi2` a spawn is
+//! naming it; no process is left when the job ends; rsrun given `--` spawns too; and under `srun --mpi=pmi2` a spawn is
 //! a named error on every rank.
 
 use std::env;
@@ -13,7 +13,8 @@ use mpirt::traits::*;
 
 mod common;
 use common::{
-    job, job_on, ok_job_with, slurm_available, text, under_rsrun, Launch, RANK_MODE, RANK_MODE_ARGS,
+    job, job_on, ok_job_with, rsrun_path, run_limited, slurm_available, text, under_rsrun, Launch,
+    RANK_MODE, RANK_MODE_ARGS,
 };
 
 const CHILDREN: Rank = 3;
@@ -177,6 +178,25 @@ fn two_parents_spawn_three_children_that_answer_and_merge() {
     }
 }
 
+/// `rsrun ... -- PROGRAM`: the spawned job's rsrun gets rsrun's options, not the `--` nor a
+/// value that looks like an option (`--ssh-args -n`, unused here but parsed).
+#[test]
+fn a_spawn_works_when_rsrun_was_given_a_double_dash() {
+    if !under_rsrun("spawn") {
+        return;
+    }
+    let mut command = Command::new(rsrun_path());
+    command
+        .args(["-n", "2", "--ssh-args", "-n", "--"])
+        .arg(env::current_exe().unwrap())
+        .args(RANK_MODE_ARGS)
+        .env(RANK_MODE, "compute");
+    let output = run_limited(command);
+    let (out, err) = text(&output);
+    assert!(output.status.success(), "{out}\n{err}");
+    assert_eq!(out.matches("children answered").count(), 2, "{out}\n{err}");
+}
+
 #[test]
 fn spawn_multiple_starts_both_commands_in_one_world() {
     if !under_rsrun("spawn") {
@@ -212,7 +232,9 @@ fn a_child_that_dies_ends_the_job_naming_it() {
         reaped || aborted
     });
     assert!(named, "{err}");
-    for pid in child_pids(&out) {
+    let pids = child_pids(&out);
+    assert_eq!(pids.len(), 3, "{out}\n{err}");
+    for pid in pids {
         assert!(!alive(&pid), "child pid {pid} is left after the job\n{out}");
     }
 }

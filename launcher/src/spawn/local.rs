@@ -75,6 +75,46 @@ pub struct RankProcess {
     pub pinned: bool,
 }
 
+/// Readies `cmd`'s process to start with rsrun's forwarded signals unblocked, to die with
+/// this thread (PR_SET_PDEATHSIG), and, given `cpu`, pinned to it. For ranks and for a spawned
+/// job's rsrun alike: neither may outlive a SIGKILLed rsrun, which cannot clean up.
+pub(crate) fn die_with_launcher(cmd: &mut Command, cpu: Option<libc::cpu_set_t>) {
+    // rsrun blocks SIGINT/SIGTERM/SIGHUP in all its threads (see `signals`), and a blocked mask
+    // survives exec; std's posix_spawn path does not clear it, so the child does it here.
+    let unblock = crate::signals::forwarded_set();
+    // A rank must not outlive rsrun (or the agent) when that is SIGKILLed and cannot clean up:
+    // the kernel kills it when the spawning thread dies. Ranks and spawned jobs are started from
+    // the thread that supervises the job for its whole life, so this fires only when the
+    // launcher is gone.
+    let launcher_pid = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
+    // calls are allowed. It makes raw system calls (sigprocmask, prctl, getppid,
+    // sched_setaffinity) on values built in the parent, and none allocates or takes locks.
+    unsafe {
+        cmd.pre_exec(move || {
+            let rc = libc::pthread_sigmask(libc::SIG_UNBLOCK, &unblock, std::ptr::null_mut());
+            if rc != 0 {
+                return Err(io::Error::from_raw_os_error(rc));
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The launcher may have died between fork and prctl: then nobody would tell us.
+            if libc::getppid() != launcher_pid {
+                return Err(io::Error::other(
+                    "rsrun exited while this process was starting",
+                ));
+            }
+            if let Some(set) = &cpu {
+                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Starts one rank. Fails (with the exec error, e.g. "No such file or directory") if the
 /// program cannot be run; std reports exec failures back to the parent.
 pub fn spawn_rank(spec: &LaunchSpec<'_>, slot: Slot) -> io::Result<RankProcess> {
@@ -105,45 +145,13 @@ pub fn spawn_rank(spec: &LaunchSpec<'_>, slot: Slot) -> io::Result<RankProcess> 
     for (name, value) in compat_vars(rank, spec.size, slot.local_rank, slot.local_size) {
         cmd.env(name, value.to_string());
     }
-    // rsrun blocks SIGINT/SIGTERM/SIGHUP in all its threads (see `signals`), and a blocked mask
-    // survives exec; std's posix_spawn path does not clear it, so the child does it here.
-    let unblock = crate::signals::forwarded_set();
     let pinned = spec.binding.cpus_of(slot.local_rank, slot.local_size);
     match pinned {
         Some([cpu]) => cmd.env(vars::BOUND_CPU, cpu.to_string()),
         _ => cmd.env_remove(vars::BOUND_CPU),
     };
     let cpu = pinned.map(cpu_set_of);
-    // A rank must not outlive rsrun (or the agent) when that is SIGKILLed and cannot clean up:
-    // the kernel kills it when the spawning thread dies. Ranks are spawned from the thread that
-    // supervises the job for its whole life, so this fires only when the launcher is gone.
-    let launcher_pid = std::process::id() as libc::pid_t;
-    // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
-    // calls are allowed. It makes raw system calls (sigprocmask, prctl, getppid,
-    // sched_setaffinity) on values built in the parent, and none allocates or takes locks.
-    unsafe {
-        cmd.pre_exec(move || {
-            let rc = libc::pthread_sigmask(libc::SIG_UNBLOCK, &unblock, std::ptr::null_mut());
-            if rc != 0 {
-                return Err(io::Error::from_raw_os_error(rc));
-            }
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // The launcher may have died between fork and prctl: then nobody would tell us.
-            if libc::getppid() != launcher_pid {
-                return Err(io::Error::other(
-                    "rsrun exited while this rank was starting",
-                ));
-            }
-            if let Some(set) = &cpu {
-                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
+    die_with_launcher(&mut cmd, cpu);
     let mut child = cmd.spawn()?;
     let pid = libc::pid_t::try_from(child.id())
         .map_err(|_| io::Error::other("child pid out of range"))?;

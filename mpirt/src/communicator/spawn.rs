@@ -7,8 +7,9 @@
 //! and the parents' count reach the children in their key-value space (`PARENT_KEY`), as
 //! MPICH's children find their parents' port name in theirs. Each side agrees inside itself on the
 //! context ids its members use and gathers its members' bridge endpoints (`pml::Bridge`); the
-//! children's root dials the port, proves the secret, and the two roots trade both; each root
-//! hands the other side's to its members, and every process joins the bridge (the parents are
+//! children's root dials the port, each root proves to the other by challenge and response
+//! that it knows the secret (which never crosses the wire), and the two roots trade both; each
+//! root hands the other side's to its members, and every process joins the bridge (the parents are
 //! its ranks `0..parents`, the children the next ones) and makes the inter-communicator on the
 //! lowest context id that no process of either side uses. Under a launcher other than rsrun the
 //! root's request is refused, and every process of the communicator returns that named error.
@@ -20,6 +21,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bootstrap::wire::{self as kvs_wire, SpawnApp};
+use pml::transport::tcp::{port_proof, JobSecret};
 use pml::BridgePeer;
 
 use crate::collective::CommunicatorCollectives;
@@ -38,6 +40,13 @@ const JOIN_LIMIT: Duration = Duration::from_secs(120);
 /// How long a connection to the port may take to prove the spawn's secret: a stranger that
 /// connects and stays silent must not hold the children's root out for long.
 const PROOF_LIMIT: Duration = Duration::from_secs(10);
+/// What the spawn's secret is made into a key for: the port's handshake, and the bridge's
+/// (so that neither's proofs are good for the other).
+const PORT_PURPOSE: &[u8] = b"mpirt spawn port";
+const BRIDGE_PURPOSE: &[u8] = b"mpirt spawn bridge";
+/// The two ends of the port's handshake, as the transport's handshake numbers its ranks.
+const PARENTS_END: u32 = 0;
+const CHILDREN_END: u32 = 1;
 
 thread_local! {
     /// The inter-communicator to this job's parents, for a spawned job.
@@ -167,7 +176,7 @@ fn start(
     let children = apps.iter().map(|a| a.count).sum();
     // Where the children find their parents: `host:port`, the parents' count and the
     // spawn's secret, which rsrun serves in their key-value space.
-    let parent = format!("{}:{port} {parents} {secret_hex}", host_name());
+    let parent = format!("{}:{port} {parents} {secret_hex}", super::hostname());
     // Holds the launcher link's lock through rsrun's answer (it starts the children first):
     // the link carries one request and its answer at a time, so another thread's request
     // waits for this one.
@@ -254,12 +263,14 @@ fn join(
     let own_id = context::lowest_free(&used).ok_or(Cause::ContextIdsExhausted)?;
     let mut offered = used;
     offered[own_id as usize / 64] |= 1 << (own_id % 64);
-    let bridge = with_engine(|e| Ok(e.open_bridge(side.first + local.rank, side.size, secret)))?
+    let bridge_key = port_proof::derive_key(secret, BRIDGE_PURPOSE);
+    let me = side.first + local.rank;
+    let bridge = with_engine(|e| Ok(e.open_bridge(me, side.size, &bridge_key)))?
         .map_err(|e| Cause::SpawnFailed(e.to_string()))?;
     let endpoint = bridge
         .endpoint()
         .map_err(|e| Cause::SpawnFailed(e.to_string()))?;
-    let mut entry = format!("{}\n{endpoint}", host_name()).into_bytes();
+    let mut entry = format!("{}\n{endpoint}", super::hostname()).into_bytes();
     if entry.len() > ENTRY {
         return Err(Cause::SpawnFailed(format!(
             "this process's bridge endpoint takes {} bytes, more than {ENTRY}",
@@ -278,7 +289,8 @@ fn join(
     let mut theirs = Vec::new();
     if local.rank == root {
         let mine = message(&offered, local.size, &entries);
-        match trade(link, secret, &mine).and_then(|m| read_message(&m)) {
+        let port_key = port_proof::derive_key(secret, PORT_PURPOSE);
+        match trade(link, &port_key, &mine).and_then(|m| read_message(&m)) {
             Ok((their_offered, count, their_entries)) => {
                 let mut union = offered;
                 for (word, their) in union.iter_mut().zip(&their_offered) {
@@ -377,13 +389,14 @@ fn read_message(bytes: &[u8]) -> Result<([u64; WORDS], u32, Vec<u8>), String> {
     Ok((offered, size, entries))
 }
 
-/// The roots' trade: `mine` for the other root's message, over the port.
-fn trade(link: RootLink, secret: &[u8; 32], mine: &[u8]) -> Result<Vec<u8>, String> {
+/// The roots' trade: `mine` for the other root's message, over the port, once each root has
+/// proved to the other that it knows `key` (the port's key, made from the spawn's secret).
+fn trade(link: RootLink, key: &JobSecret, mine: &[u8]) -> Result<Vec<u8>, String> {
     let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
     match link {
         RootLink::Accept(port) => {
             let listener = port.ok_or("the spawn's root has no port")?;
-            let mut stream = accept_children(&listener, secret)?;
+            let mut stream = accept_children(&listener, key)?;
             let theirs = kvs_wire::read_frame(&mut stream, kvs_wire::MAX_FRAME)
                 .map_err(|e| io("reading the children's root", e))?
                 .ok_or("the children's root closed the connection")?;
@@ -399,9 +412,10 @@ fn trade(link: RootLink, secret: &[u8; 32], mine: &[u8]) -> Result<Vec<u8>, Stri
             let mut stream = TcpStream::connect(&addrs[..])
                 .map_err(|e| io(&format!("dialling the parents' port {port}"), e))?;
             let _ = stream.set_nodelay(true);
-            stream
-                .write_all(secret)
-                .and_then(|()| kvs_wire::write_frame(&mut stream, mine))
+            let _ = stream.set_read_timeout(Some(JOIN_LIMIT));
+            prove_to_parents(&mut stream, key)
+                .map_err(|why| format!("the parents' port {port}: {why}"))?;
+            kvs_wire::write_frame(&mut stream, mine)
                 .map_err(|e| io("writing to the parents' root", e))?;
             kvs_wire::read_frame(&mut stream, kvs_wire::MAX_FRAME)
                 .map_err(|e| io("reading the parents' root", e))?
@@ -410,34 +424,72 @@ fn trade(link: RootLink, secret: &[u8; 32], mine: &[u8]) -> Result<Vec<u8>, Stri
     }
 }
 
-/// Takes the first connection on `listener` that proves the spawn's secret, within
+/// The children's root's half of the port's handshake (the transport's, with the parents'
+/// root as rank 0 and the children's as rank 1): checks that the other end knows the key,
+/// so that the children trade with their real parents, and proves that this one does. The
+/// key itself never crosses the wire.
+fn prove_to_parents(stream: &mut TcpStream, key: &JobSecret) -> Result<(), String> {
+    let nonce = port_proof::nonce().map_err(|e| format!("no randomness for a nonce: {e}"))?;
+    let (dialler, hello) = port_proof::Dialler::new(key, CHILDREN_END, PARENTS_END, nonce);
+    let mut challenge = [0u8; port_proof::CHALLENGE_LEN];
+    stream
+        .write_all(&hello)
+        .and_then(|()| stream.read_exact(&mut challenge))
+        .map_err(|e| format!("its handshake: {e}"))?;
+    let proof = dialler
+        .answer(&challenge)
+        .map_err(|why| format!("it is not the parents' ({why})"))?;
+    stream
+        .write_all(&proof)
+        .map_err(|e| format!("its handshake: {e}"))
+}
+
+/// The parents' root's half of the port's handshake on one connection: whether the other
+/// end proved that it knows the key.
+fn proves_to_be_children(stream: &mut TcpStream, key: &JobSecret) -> bool {
+    let mut hello = [0u8; port_proof::HELLO_LEN];
+    let mut proof = [0u8; port_proof::PROOF_LEN];
+    let Ok(nonce) = port_proof::nonce() else {
+        return false;
+    };
+    if stream.read_exact(&mut hello).is_err() {
+        return false;
+    }
+    let Ok((challenged, challenge)) = port_proof::challenge(key, PARENTS_END, 2, &hello, nonce)
+    else {
+        return false;
+    };
+    stream.write_all(&challenge).is_ok()
+        && stream.read_exact(&mut proof).is_ok()
+        && challenged.check(key, &proof) == Ok(CHILDREN_END)
+}
+
+/// Takes the first connection on `listener` that proves it knows `key`, within
 /// `JOIN_LIMIT`; strangers' connections are dropped.
-fn accept_children(listener: &TcpListener, secret: &[u8; 32]) -> Result<TcpStream, String> {
+fn accept_children(listener: &TcpListener, key: &JobSecret) -> Result<TcpStream, String> {
     let deadline = Instant::now() + JOIN_LIMIT;
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("the port: {e}"))?;
     loop {
+        // Checked on every pass: strangers that keep connecting must not keep it open.
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the children did not call the parents within {} s",
+                JOIN_LIMIT.as_secs()
+            ));
+        }
         match listener.accept() {
             Ok((mut stream, _)) => {
-                let mut proof = [0u8; 32];
                 let proved = stream.set_nonblocking(false).is_ok()
                     && stream.set_read_timeout(Some(PROOF_LIMIT)).is_ok()
-                    && stream.read_exact(&mut proof).is_ok()
-                    // Every byte compared, whatever the first difference: no timing to learn.
-                    && proof.iter().zip(secret).fold(0, |d, (a, b)| d | (a ^ b)) == 0;
+                    && proves_to_be_children(&mut stream, key);
                 if proved && stream.set_read_timeout(Some(JOIN_LIMIT)).is_ok() {
                     let _ = stream.set_nodelay(true);
                     return Ok(stream);
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() > deadline {
-                    return Err(format!(
-                        "the children did not call the parents within {} s",
-                        JOIN_LIMIT.as_secs()
-                    ));
-                }
                 std::thread::sleep(Duration::from_millis(5));
             }
             Err(e) => return Err(format!("waiting for the children's root: {e}")),
@@ -448,18 +500,6 @@ fn accept_children(listener: &TcpListener, secret: &[u8; 32]) -> Result<TcpStrea
 /// The 32 bytes that `hex` (64 hex digits) spells.
 fn unhex_secret(hex: &str) -> Option<[u8; 32]> {
     pml::hex::decode(hex.as_bytes())?.try_into().ok()
-}
-
-/// This host's name, as other hosts of the job reach it.
-fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`, which it owns.
-    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    match ok {
-        true => String::from_utf8_lossy(&buf[..end]).into_owned(),
-        false => "localhost".to_string(),
-    }
 }
 
 /// Why the arguments of a spawn are not what MPI takes, if they are not.
@@ -502,4 +542,63 @@ fn runnable(program: &Path) -> bool {
     std::env::var_os("PATH").is_some_and(|paths| {
         std::env::split_paths(&paths).any(|dir| executable(&dir.join(program)))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn local_port() -> (TcpListener, std::net::SocketAddr) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        (listener, addr)
+    }
+
+    #[test]
+    fn the_port_takes_the_caller_that_proves_the_key_and_drops_one_that_sends_it() {
+        let key = port_proof::derive_key(&[7; 32], PORT_PURPOSE);
+        let (listener, addr) = local_port();
+        let callers = std::thread::spawn(move || {
+            // The old way, the key itself in plain: not a proof.
+            let mut plain = TcpStream::connect(addr).unwrap();
+            plain.write_all(&key).unwrap();
+            drop(plain);
+            let mut child = TcpStream::connect(addr).unwrap();
+            prove_to_parents(&mut child, &key).map(|()| child)
+        });
+        let mut taken = accept_children(&listener, &key).unwrap();
+        let mut child = callers.join().unwrap().unwrap();
+        // The connection taken is the child's: what one end writes the other reads.
+        child.write_all(b"x").unwrap();
+        let mut byte = [0u8];
+        taken.read_exact(&mut byte).unwrap();
+        assert_eq!(&byte, b"x");
+    }
+
+    #[test]
+    fn a_child_refuses_a_port_that_does_not_know_the_key() {
+        let key = port_proof::derive_key(&[7; 32], PORT_PURPOSE);
+        let other = port_proof::derive_key(&[8; 32], PORT_PURPOSE);
+        let (listener, addr) = local_port();
+        let impostor = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let _ = proves_to_be_children(&mut stream, &other);
+        });
+        let mut stream = TcpStream::connect(addr).unwrap();
+        let why = prove_to_parents(&mut stream, &key).unwrap_err();
+        assert!(why.contains("not the parents'"), "{why}");
+        // Closed, so that the impostor waiting for a proof hears no more is coming.
+        drop(stream);
+        impostor.join().unwrap();
+    }
+
+    #[test]
+    fn the_port_and_the_bridge_get_different_keys() {
+        let secret = [7; 32];
+        assert_ne!(
+            port_proof::derive_key(&secret, PORT_PURPOSE),
+            port_proof::derive_key(&secret, BRIDGE_PURPOSE)
+        );
+        assert_ne!(port_proof::derive_key(&secret, PORT_PURPOSE), secret);
+    }
 }

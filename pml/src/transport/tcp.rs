@@ -34,6 +34,14 @@ use slab::Slab;
 pub use addrs::parse_selectors;
 pub use contract::TCP_MAX_FRAME;
 pub use handshake::JobSecret;
+/// The handshake, for a link outside the transport that two sides who share a secret must
+/// open (a spawn's port): the same challenge and response in each direction.
+pub mod port_proof {
+    pub use super::handshake::{
+        challenge, derive_key, nonce, Challenged, Dialler, Refusal, CHALLENGE_LEN, HELLO_LEN,
+        PROOF_LEN,
+    };
+}
 pub(crate) use renamed::Renamed;
 
 use super::epoll::{interest, Epoll, Ready};

@@ -208,6 +208,16 @@ impl Challenged {
     }
 }
 
+/// A key for one use of `secret`, so that one secret can key several handshakes (a spawn's
+/// port and the bridge its two jobs share) and a proof made for one is worth nothing in
+/// another: HMAC-SHA-256 of `purpose` under `secret`.
+pub fn derive_key(secret: &JobSecret, purpose: &[u8]) -> JobSecret {
+    let mut m = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length");
+    m.update(b"mpirt derived key v1");
+    m.update(purpose);
+    m.finalize().into_bytes().into()
+}
+
 /// A fresh nonce from the kernel's random source.
 pub fn nonce() -> std::io::Result<Nonce> {
     let mut n = [0u8; 16];
