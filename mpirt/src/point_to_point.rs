@@ -510,8 +510,10 @@ impl Outgoing {
     /// The bytes, for a copy of them.
     pub(crate) fn bytes(&self) -> &[u8] {
         debug_assert!(!self.unpacked, "bytes of an unpacked send");
-        if self.len == 0 {
-            // An empty buffer's pointer may be null, which a slice's may not.
+        if self.ptr.is_null() {
+            // Only an empty buffer's pointer may be null, which a slice's may not. Others keep
+            // their pointer, empty or not: a user operation reads the alignment of its operands.
+            debug_assert_eq!(self.len, 0, "a null pointer to {} bytes", self.len);
             return &[];
         }
         // SAFETY: the packed copy, or a `Buffer`'s contiguous bytes, borrowed while the
