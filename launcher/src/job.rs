@@ -897,9 +897,7 @@ impl Job {
             Some(_) => format!(" on {}", self.host_name(self.host_of[rank as usize])),
             None => String::new(),
         };
-        let job = std::env::var(crate::spawned::NAME_VAR)
-            .map(|name| format!("{name}: "))
-            .unwrap_or_default();
+        let job = crate::spawned::label();
         eprintln!(
             "rsrun: {job}rank {rank}{on} (pid {pid}) {}",
             describe(status)
