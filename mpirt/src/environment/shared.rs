@@ -216,10 +216,15 @@ pub(super) unsafe fn recv(
     buf: *mut u8,
     len: usize,
 ) -> Result<Status, Cause> {
+    // Its start wakes the pausing threads as a non-blocking call does: a receive that matches
+    // as it starts leaves what completes another thread's send (a synchronous send's
+    // acknowledgement, in the loopback or on the wire) for a round of progress, and that
+    // thread, paused, would otherwise sleep out its pause (the model check
+    // `a_paused_waiter_is_woken_by_a_blocking_receive_that_matches_as_it_starts`).
     // SAFETY: the caller's guarantees, which cover the whole call, are passed on: the
     // receive finishes (or fails) before this returns.
     let started = unsafe {
-        Held::take(false)?
+        Held::take(true)?
             .engine()
             .start_recv(context, source, tag, buf, len)
     }?;
