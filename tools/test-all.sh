@@ -80,6 +80,16 @@ cargo test --release -p mpirt --features threads --doc threads
 cargo test -p mpirt --features threads --test threads
 cargo test --release -p osu-benches --features threads
 
+# The model checks of the engine that threads share (mpirt/src/environment/shared/model.rs):
+# the real engine behind its real lock, driven by two and three threads in schedules that
+# shuttle chooses (random, PCT, and every interleaving of the two-thread check). The cfg swaps
+# shuttle's primitives in (mpirt/src/sync.rs) and changes every crate's flags, hence a target
+# directory of its own. About 15 s of checks after the build.
+echo "== threads: model checks (shuttle, --cfg model_check)"
+model=(env RUSTFLAGS="--cfg model_check" CARGO_TARGET_DIR=target/model)
+"${model[@]}" cargo clippy -p mpirt --lib --tests --release --features threads -- -D warnings
+"${model[@]}" cargo test --release -p mpirt --features threads --lib environment::shared::model
+
 # The README's quick start, in a new crate outside the workspace (see the script).
 echo "== README quick start"
 bash tools/quickstart-check.sh

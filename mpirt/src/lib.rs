@@ -77,6 +77,7 @@ mod partition;
 pub mod point_to_point;
 pub mod request;
 mod stall;
+mod sync;
 pub mod threads;
 pub mod traits;
 pub mod window;

@@ -14,14 +14,14 @@
 //! sequence number under the lock, in the order its thread posts them.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use pml::{ContextId, Done, Handle, Pml, PmlError, SourceSel, Started, Status, TagSel, Waiting};
 
 use crate::backend::AnyPml;
 use crate::error::Cause;
+use crate::sync::{spin_loop, thread_local, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 
 /// The PML, movable between threads.
 struct Movable(AnyPml);
@@ -191,7 +191,7 @@ pub(super) fn block_until<R>(
             pause = (pause * 2).min(LONGEST_PAUSE);
         } else {
             drop(held);
-            std::hint::spin_loop();
+            spin_loop();
         }
     }
 }
@@ -237,3 +237,6 @@ pub(super) unsafe fn recv(
         Started::Claimed => unreachable!("only a PML's own blocking receive claims"),
     }
 }
+
+#[cfg(all(test, model_check, feature = "threads"))]
+mod model;

@@ -1,0 +1,425 @@
+//! Model checks of the engine that threads share: the real engine (a singleton sending to
+//! itself, through the loopback transport, by eager and rendezvous messages) behind the real
+//! lock of this module's parent, driven by two or three threads whose interleavings shuttle
+//! chooses (`crate::sync` swaps its primitives in under `--cfg model_check`). They check that
+//! each message is matched exactly once and a sender's messages in its order, that a request
+//! completes once and its slab slot, reused by any thread, never answers for its new
+//! occupant, and that a thread that waits is never left asleep (shuttle's condition
+//! variables never time out, so a lost wake-up is a deadlock it reports), with the engine
+//! idle again after every run.
+//!
+//! Run by tools/test-all.sh:
+//! `RUSTFLAGS="--cfg model_check" CARGO_TARGET_DIR=target/model cargo test --release -p mpirt
+//! --features threads --lib environment::shared::model`.
+//! A failure prints the schedule that shuttle can replay (`shuttle::replay`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use pml::{Done, EngineConfig, Handle, Pml, SendMode, SourceSel, Status, TagSel, Waiting, Wireup};
+use shuttle::thread;
+
+use super::{hold, install, recv, take, wait, Movable};
+use crate::backend::{AnyPml, PmlChoice};
+
+/// Messages up to this size go eagerly; larger ones by rendezvous (an RTS, the receiver's
+/// read, a FIN), so that the checks cover both protocols' completions.
+const EAGER_LIMIT: usize = 64;
+const EAGER: usize = 16;
+const RENDEZVOUS: usize = 2 * EAGER_LIMIT;
+const CONTEXT: u32 = 7;
+
+/// One check at a time: they share the engine's lock, a static, as a process's threads do.
+/// Poisoned by a check that fails, which leaves that lock mid-run.
+static ONE_AT_A_TIME: StdMutex<()> = StdMutex::new(());
+
+/// A one-rank job's key-value space, in memory.
+#[derive(Default)]
+struct Alone(HashMap<String, Vec<u8>>);
+
+impl Wireup for Alone {
+    fn rank(&self) -> u32 {
+        0
+    }
+    fn size(&self) -> u32 {
+        1
+    }
+    fn job_id(&self) -> String {
+        format!("model-{}", std::process::id())
+    }
+    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String> {
+        self.0.insert(key.to_string(), value.to_vec());
+        Ok(())
+    }
+    fn fence(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    fn get(&mut self, _from: u32, key: &str) -> Result<Vec<u8>, String> {
+        self.0
+            .get(key)
+            .cloned()
+            .ok_or_else(|| format!("no key {key}"))
+    }
+    fn job_secret(&mut self) -> Result<[u8; 32], String> {
+        Ok([7; 32])
+    }
+}
+
+/// Runs `check` under shuttle's schedulers on the shared engine: `random` runs of uniformly
+/// random schedules and `pct` of PCT's (depth 3), or, with `random` 0, every schedule, of
+/// which there must be fewer than `pct` (else not every one was run). Says how many ran.
+fn explore(name: &str, random: usize, pct: usize, check: fn()) {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|_| {
+        panic!(
+            "{name}: not run: a check that failed before it left the engine's lock and condition \
+             variable (statics) mid-run; its failure is the one to read"
+        )
+    });
+    let config = EngineConfig {
+        shm_eager_limit: EAGER_LIMIT,
+        // A blocking call pauses on the condition variable once it has spun 64 idle rounds,
+        // rather than after a budget of real time, which a model cannot see.
+        spin: Duration::ZERO,
+        ..EngineConfig::default()
+    };
+    let engine = AnyPml::new(PmlChoice::Native, &mut Alone::default(), config)
+        .unwrap_or_else(|e| panic!("a singleton engine: {e}"));
+    // The engine between runs: made once (a singleton's wire-up maps its shared-memory
+    // arena) and handed to each run, which leaves it idle, so that its request slab and
+    // sequence numbers carry over from run to run as a long-lived rank's do.
+    let stash = Arc::new(StdMutex::new(Some(Movable(engine))));
+    let runs = Arc::new(StdAtomicUsize::new(0));
+    let run = || {
+        let (stash, runs) = (stash.clone(), runs.clone());
+        move || {
+            let engine = stash.lock().unwrap().take().expect("the engine is stashed");
+            install(engine.0);
+            check();
+            let engine = take().expect("the run left the engine installed");
+            let queues = engine.queues();
+            assert!(
+                queues.claim.is_none()
+                    && queues.posted.is_empty()
+                    && queues.unexpected.is_empty()
+                    && queues.sends.is_empty(),
+                "the run left the engine busy: {queues:?}"
+            );
+            *stash.lock().unwrap() = Some(Movable(engine));
+            runs.fetch_add(1, StdOrdering::Relaxed);
+        }
+    };
+    let ran = || runs.load(StdOrdering::Relaxed);
+    if random == 0 {
+        shuttle::check_dfs(run(), Some(pct));
+        assert!(ran() < pct, "{name}: {} interleavings or more", ran());
+        eprintln!("{name}: every interleaving, {} of them", ran());
+    } else {
+        shuttle::check_random(run(), random);
+        shuttle::check_pct(run(), pct, 3);
+        eprintln!("{name}: {} random and PCT schedules", ran());
+    }
+}
+
+/// A message that names its sending thread and its place in that thread's order, padded
+/// to `len` bytes with a pattern of both.
+fn message(sender: u8, seq: u8, len: usize) -> Vec<u8> {
+    let mut bytes: Vec<u8> = (0..len).map(|i| sender ^ seq ^ i as u8).collect();
+    bytes[0] = sender;
+    bytes[1] = seq;
+    bytes
+}
+
+/// Which message `bytes` holds, after checking that all `status.len` of them arrived intact.
+fn sender_and_seq(status: &Status, bytes: &[u8]) -> (u8, u8) {
+    let (sender, seq) = (bytes[0], bytes[1]);
+    assert_eq!(
+        &bytes[..status.len],
+        &message(sender, seq, status.len)[..],
+        "message {sender}.{seq} arrived damaged"
+    );
+    (sender, seq)
+}
+
+/// Posts a send of `bytes` to this rank, holding the lock for the call.
+fn post_send(bytes: &[u8], tag: i32, mode: SendMode) -> Handle {
+    let mut held = hold().unwrap();
+    // SAFETY: every caller keeps `bytes` until the send's request completed.
+    unsafe {
+        held.engine()
+            .post_send(CONTEXT, 0, 0, tag, mode, bytes.as_ptr(), bytes.len())
+    }
+    .unwrap()
+}
+
+/// Posts a receive into `buf`, holding the lock for the call.
+fn post_recv(buf: &mut [u8], tag: TagSel) -> Handle {
+    let mut held = hold().unwrap();
+    // SAFETY: every caller keeps `buf` untouched until the receive's request completed.
+    unsafe {
+        held.engine()
+            .post_recv(CONTEXT, SourceSel::Any, tag, buf.as_mut_ptr(), buf.len())
+    }
+    .unwrap()
+}
+
+/// One test of `handle` (a round of progress if it has not finished), holding the lock.
+fn test(handle: Handle) -> Option<Done> {
+    hold().unwrap().engine().test(handle).unwrap()
+}
+
+/// What a request finished as: `done` where a test collected it, else what a wait gives.
+fn finish(handle: Handle, done: Option<Done>) -> Done {
+    done.unwrap_or_else(|| wait(handle).unwrap())
+}
+
+/// A receive's status.
+fn received(done: Done) -> Status {
+    match done {
+        Done::Received(status) => status,
+        Done::Sent => panic!("a receive completed as a send"),
+    }
+}
+
+/// A collected request's handle names nothing, whichever request took its slab slot since.
+fn assert_stale(handle: Handle) {
+    let again = hold().unwrap().engine().test(handle);
+    assert!(
+        matches!(again, Err(pml::PmlError::StaleRequest(h)) if h == handle),
+        "{handle} answered after it was collected: {again:?}"
+    );
+}
+
+/// Three threads' non-blocking calls (each a hold of the lock): two senders post, one
+/// eagerly and one by rendezvous, and test once (a round of progress each); a receiver posts
+/// three wildcard receives, testing each once. The main thread then waits for what the
+/// threads did not collect. Each message is received once, a sender's two in its order, and
+/// every collected handle is stale, though the threads' later requests reused its slot.
+#[test]
+fn posting_matching_and_slab_reuse() {
+    explore("posting, matching, slab reuse", 20_000, 20_000, || {
+        let first = thread::spawn(|| {
+            let sent = [message(1, 0, EAGER), message(1, 1, EAGER)];
+            let handles = sent.each_ref().map(|m| post_send(m, 5, SendMode::Standard));
+            let done = handles.map(|h| (h, test(h)));
+            (sent, done)
+        });
+        let second = thread::spawn(|| {
+            let sent = message(2, 0, RENDEZVOUS);
+            let handle = post_send(&sent, 5, SendMode::Standard);
+            let done = test(handle);
+            (sent, (handle, done))
+        });
+        let receiver = thread::spawn(|| {
+            // On the heap: the buffers move out of the thread with receives still posted.
+            let mut bufs = vec![vec![0u8; RENDEZVOUS]; 3];
+            let mut done = Vec::new();
+            for buf in &mut bufs {
+                let handle = post_recv(buf, TagSel::Tag(5));
+                done.push((handle, test(handle)));
+            }
+            (bufs, done)
+        });
+        let (_first_sent, first_done) = first.join().unwrap();
+        let (_second_sent, second_done) = second.join().unwrap();
+        let (bufs, receives) = receiver.join().unwrap();
+        // The send buffers live until here: every request finishes before they drop.
+        for (handle, done) in first_done.into_iter().chain([second_done]) {
+            assert_eq!(finish(handle, done), Done::Sent);
+            assert_stale(handle);
+        }
+        let mut got = Vec::new();
+        for ((handle, done), buf) in receives.into_iter().zip(&bufs) {
+            let status = received(finish(handle, done));
+            got.push(sender_and_seq(&status, buf));
+            assert_stale(handle);
+        }
+        let mut sorted = got.clone();
+        sorted.sort_unstable();
+        assert_eq!(
+            sorted,
+            [(1, 0), (1, 1), (2, 0)],
+            "each message once: {got:?}"
+        );
+        let first_order: Vec<_> = got.iter().filter(|(sender, _)| *sender == 1).collect();
+        assert_eq!(first_order, [&(1, 0), &(1, 1)], "sender 1's order kept");
+    });
+}
+
+/// Blocking calls from three threads, progress made by whichever waits: two senders of
+/// three messages each (one standard, one synchronous, which completes only once matched;
+/// eager and rendezvous), each waiting for its send; a receiver taking all six with
+/// wildcards, alternately by a blocking receive and by a posted one it waits for. Each
+/// message arrives once, each sender's in its order, and no thread is left paused: the
+/// waits pause after 64 idle rounds, and shuttle reports a deadlock if a pausing thread's
+/// wake-up is lost.
+#[test]
+fn blocking_calls_progress_for_each_other() {
+    explore("blocking calls", 20_000, 20_000, || {
+        let senders: Vec<_> = (1..=2u8)
+            .map(|sender| {
+                thread::spawn(move || {
+                    for seq in 0..3u8 {
+                        let len = if seq == 1 { RENDEZVOUS } else { EAGER };
+                        let mode = if sender == 2 {
+                            SendMode::Synchronous
+                        } else {
+                            SendMode::Standard
+                        };
+                        let bytes = message(sender, seq, len);
+                        let handle = post_send(&bytes, i32::from(seq), mode);
+                        assert_eq!(wait(handle).unwrap(), Done::Sent);
+                    }
+                })
+            })
+            .collect();
+        let receiver = thread::spawn(|| {
+            let mut got = Vec::new();
+            for i in 0..6 {
+                let mut buf = [0u8; RENDEZVOUS];
+                let status = if i % 2 == 0 {
+                    // SAFETY: `buf` outlives the call, which returns once the receive is done.
+                    unsafe {
+                        recv(
+                            CONTEXT,
+                            SourceSel::Any,
+                            TagSel::Any,
+                            buf.as_mut_ptr(),
+                            buf.len(),
+                        )
+                    }
+                    .unwrap()
+                } else {
+                    let handle = post_recv(&mut buf, TagSel::Any);
+                    received(wait(handle).unwrap())
+                };
+                assert_eq!(status.tag, i32::from(buf[1]), "the message's own tag");
+                got.push(sender_and_seq(&status, &buf));
+            }
+            got
+        });
+        for sender in senders {
+            sender.join().unwrap();
+        }
+        let got = receiver.join().unwrap();
+        for sender in 1..=2u8 {
+            let order: Vec<u8> = got
+                .iter()
+                .filter(|(from, _)| *from == sender)
+                .map(|&(_, seq)| seq)
+                .collect();
+            assert_eq!(
+                order,
+                [0, 1, 2],
+                "sender {sender}'s messages once, in order: {got:?}"
+            );
+        }
+    });
+}
+
+/// A thread whose synchronous send waits for a match, pausing once it has spun, is woken by
+/// another thread's non-blocking call that posts the matching receive: that receive
+/// completes as it is posted, and the acknowledgement that completes the send waits in the
+/// loopback for a round of progress that only the paused thread will make. A third thread
+/// tests its own request meanwhile (a non-blocking call that may move it).
+#[test]
+fn a_paused_waiter_is_woken_by_a_non_blocking_call() {
+    explore("woken by a posted receive", 20_000, 20_000, || {
+        paused_waiter_woken(|buf| {
+            let handle = post_recv(buf, TagSel::Tag(1));
+            received(wait(handle).unwrap())
+        })
+    });
+}
+
+/// As above, the matching receive a blocking one, which finishes as it starts: its start
+/// must wake the paused sender as a non-blocking call does.
+#[test]
+fn a_paused_waiter_is_woken_by_a_blocking_receive_that_matches_as_it_starts() {
+    explore("woken by a blocking receive", 20_000, 20_000, || {
+        paused_waiter_woken(|buf| {
+            // SAFETY: `buf` outlives the call, which returns once the receive is done.
+            unsafe {
+                recv(
+                    CONTEXT,
+                    SourceSel::Any,
+                    TagSel::Tag(1),
+                    buf.as_mut_ptr(),
+                    buf.len(),
+                )
+            }
+            .unwrap()
+        })
+    });
+}
+
+/// The threads of the checks above, `receive` taking the paused sender's message.
+fn paused_waiter_woken(receive: fn(&mut [u8]) -> Status) {
+    let waiter = thread::spawn(|| {
+        let bytes = message(1, 0, EAGER);
+        let handle = post_send(&bytes, 1, SendMode::Synchronous);
+        assert_eq!(wait(handle).unwrap(), Done::Sent);
+    });
+    let receiver = thread::spawn(move || {
+        // Long enough, in the schedules that run it first, for the waiter to pause.
+        for _ in 0..80 {
+            thread::yield_now();
+        }
+        let mut buf = [0u8; EAGER];
+        let status = receive(&mut buf);
+        assert_eq!(sender_and_seq(&status, &buf), (1, 0));
+    });
+    let tester = thread::spawn(|| {
+        let bytes = message(2, 0, EAGER);
+        let mut buf = [0u8; EAGER];
+        let receive = post_recv(&mut buf, TagSel::Tag(2));
+        let send = post_send(&bytes, 2, SendMode::Standard);
+        let mut pending = vec![receive, send];
+        while !pending.is_empty() {
+            pending.retain(|&handle| test(handle).is_none());
+            thread::yield_now();
+        }
+        assert_eq!(buf, &message(2, 0, EAGER)[..]);
+    });
+    for thread in [waiter, receiver, tester] {
+        thread.join().unwrap();
+    }
+}
+
+/// Every interleaving of two threads' non-blocking calls: a sender posts an eager message
+/// and a rendezvous one, a receiver posts a wildcard receive, tests it (a round of progress,
+/// which collects it if it matched, freeing its slab slot for the sender's next request) and
+/// posts a second. Each message is received once and in the sender's order, and a collected
+/// handle is stale whatever reused its slot.
+#[test]
+fn two_threads_posting_and_matching_in_every_interleaving() {
+    explore("two threads, every interleaving", 0, 100_000, || {
+        let sender = thread::spawn(|| {
+            let sent = [message(1, 0, EAGER), message(1, 1, RENDEZVOUS)];
+            let handles = sent.each_ref().map(|m| post_send(m, 3, SendMode::Standard));
+            (sent, handles)
+        });
+        let receiver = thread::spawn(|| {
+            let mut bufs = vec![vec![0u8; RENDEZVOUS]; 2];
+            let first = post_recv(&mut bufs[0], TagSel::Any);
+            let first_done = test(first);
+            let second = post_recv(&mut bufs[1], TagSel::Tag(3));
+            (bufs, [(first, first_done), (second, None)])
+        });
+        let (_sent, sends) = sender.join().unwrap();
+        let (bufs, receives) = receiver.join().unwrap();
+        for handle in sends {
+            assert_eq!(wait(handle).unwrap(), Done::Sent);
+        }
+        for (seq, ((handle, done), buf)) in receives.into_iter().zip(&bufs).enumerate() {
+            let status = received(finish(handle, done));
+            assert_eq!(
+                sender_and_seq(&status, buf),
+                (1, seq as u8),
+                "in the sender's order"
+            );
+            assert_stale(handle);
+        }
+    });
+}
