@@ -17,7 +17,7 @@ use mpirt::Count;
 
 mod common;
 
-use common::{job, ok_job_on, ok_job_with, slurm_available, text, Launch, RANK_MODE};
+use common::{job, ok_job_on, ok_job_with, slurm_available, text, Launch, TestLauncher, RANK_MODE};
 
 /// 1 MiB, the large size every collective is checked at.
 const MIB: usize = 1 << 20;
@@ -1762,18 +1762,27 @@ fn every_algorithm_forced() {
     let mut verbose = fourth.to_vec();
     verbose.push(("MPIRT_VERBOSE", "1"));
     let stderr = ok_job(9, &verbose);
-    for rank in 0..9 {
-        let line = format!("mpirt: rank {rank}: collective area of 9 ranks ready");
-        assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
+    if common::spread_over_hosts() {
+        // 9 ranks on 4 hosts: each host's ranks meet in that host's area, the hosts by
+        // messages (`every_collective_hierarchically_across_hosts` checks that path).
+        for rank in 0..9 {
+            let line = format!("mpirt: rank {rank}: collectives of 9 ranks hierarchical over");
+            assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
+        }
+    } else {
+        for rank in 0..9 {
+            let line = format!("mpirt: rank {rank}: collective area of 9 ranks ready");
+            assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
+        }
+        assert!(
+            stderr.matches("area of 5 ranks ready").count() >= 5,
+            "{stderr}"
+        );
+        assert!(
+            stderr.matches("area of 4 ranks ready").count() >= 4,
+            "{stderr}"
+        );
     }
-    assert!(
-        stderr.matches("area of 5 ranks ready").count() >= 5,
-        "{stderr}"
-    );
-    assert!(
-        stderr.matches("area of 4 ranks ready").count() >= 4,
-        "{stderr}"
-    );
     assert!(!stderr.contains("unavailable"), "{stderr}");
     // All-to-alls, reduce-scatters, and gathers and scatters of parts, whose results look the
     // same by messages, met in the area: 60 calls on each rank.
@@ -1790,6 +1799,51 @@ fn every_algorithm_forced() {
             "rank {rank}: {calls} calls in the area\n{stderr}"
         );
     }
+}
+
+/// Ranks on several hosts, more than one on some (MPIRT_TEST_HOSTS, which tools/test-all.sh
+/// sets to 4 test hosts): every collective against the serial reference, with the short
+/// barriers, broadcasts, reductions and all-reductions on the hierarchical path (shared
+/// memory inside a host, messages between hosts), on 2 ranks on each of 4 hosts (ranks
+/// dealt round the hosts: non-commutative reductions go by messages) and on 3 ranks on one
+/// host and 1 on another (runs of ranks: those take the path too).
+#[test]
+fn every_collective_hierarchically_across_hosts() {
+    if env::var_os("MPIRT_TEST_HOSTS").is_none() || common::test_launcher() != TestLauncher::Rsrun {
+        println!(
+            "skipped: needs rsrun's ranks across test hosts (MPIRT_TEST_HOSTS, which \
+             tools/test-all.sh sets)"
+        );
+        return;
+    }
+    let verbose = [("MPIRT_VERBOSE", "1")];
+    // The evidence that the path is taken: without it a set-up that failed would pass
+    // unseen, every call going by messages.
+    let said = |stderr: &str, rank: u32, line: &str| {
+        let line = format!("mpirt: rank {rank}: collectives of {line}");
+        assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
+    };
+    let stderr = ok_job(8, &verbose);
+    for rank in 0..8 {
+        said(
+            &stderr,
+            rank,
+            "8 ranks hierarchical over 4 hosts, 2 of them on this host",
+        );
+    }
+    let stderr = ok_job_launched(Launch::RsrunPerHost { ranks: 3 }, 4, &verbose);
+    for rank in 0..3 {
+        said(
+            &stderr,
+            rank,
+            "4 ranks hierarchical over 2 hosts, 3 of them on this host",
+        );
+    }
+    said(
+        &stderr,
+        3,
+        "4 ranks hierarchical over 2 hosts, 1 of them on this host",
+    );
 }
 
 #[test]
