@@ -50,6 +50,7 @@ fn rank_mode() {
         }
         "mismatched-allreduce" => mismatched_all_reduce(&world),
         "refusals" => refusals(&world),
+        "hierarchy-refusals" => hierarchy_refusals(&world),
         "all-refusals" => refusals_of_all(&world),
         "area-wakes" => {
             // Rank 1 comes late to each barrier, so rank 0 waits in the area past its yields;
@@ -1500,6 +1501,37 @@ fn refusals(world: &SimpleCommunicator) {
     check("the scatter_varcount to a short receiver");
 }
 
+/// On the hierarchical path: the last rank's receive buffer of an all-reduce, then the root's
+/// of a reduction, is one element short; each refuses, takes its part to say so, and every
+/// other rank names it; an all-reduce after them pairs alike on every rank.
+fn hierarchy_refusals(world: &SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    let report = |what: &str, result: Result<(), mpirt::Error>| match result {
+        Ok(()) => println!("{what}: rank {rank}: ok"),
+        Err(e) => println!("{what}: {e}"),
+    };
+    let pair = [rank, rank + 1];
+    let mut got = vec![0i32; if rank == size - 1 { 1 } else { 2 }];
+    let sum = SystemOperation::sum();
+    report(
+        "all_reduce",
+        world.try_all_reduce_into(&pair[..], &mut got[..], sum),
+    );
+    let root = world.process_at_rank(0);
+    let reduced = match rank {
+        0 => root.try_reduce_into_root(&pair[..], &mut [0i32; 1][..], sum),
+        _ => root.try_reduce_into(&pair[..], sum),
+    };
+    report("reduce", reduced);
+    let mut total = 0;
+    world.all_reduce_into(&rank, &mut total, sum);
+    assert_eq!(
+        total,
+        size * (size - 1) / 2,
+        "the all-reduce after the refusals"
+    );
+}
+
 /// Each collective without a root with the last rank's receive buffer one element off: that
 /// rank's own error says why, the others' name it, and a correct call of the same form after
 /// it, then an all-reduce, pair with the same call on every rank (their results checked).
@@ -1844,6 +1876,35 @@ fn every_collective_hierarchically_across_hosts() {
         3,
         "4 ranks hierarchical over 2 hosts, 1 of them on this host",
     );
+    // A refusal on the path: a non-leader's (the last rank, on the last host) and a leader's
+    // (the root, rank 0).
+    let refused = "refused its arguments to this call (its own error says why)";
+    for (launch, n) in [(Launch::Rsrun, 8), (Launch::RsrunPerHost { ranks: 2 }, 4)] {
+        let (out, _) = ok_job_on(launch, n, "hierarchy-refusals", &[]);
+        let last = n - 1;
+        let mut expected = vec![
+            format!(
+                "all_reduce: rank {last}: all_reduce_into: the receive buffer holds 1 \
+                 elements where 2 are needed"
+            ),
+            "reduce: rank 0: reduce_into_root: the receive buffer holds 1 elements where 2 \
+             are needed"
+                .to_string(),
+        ];
+        for rank in 0..last {
+            expected.push(format!(
+                "all_reduce: rank {rank}: all_reduce_into: rank {last} {refused}"
+            ));
+        }
+        for rank in 1..n {
+            expected.push(format!(
+                "reduce: rank {rank}: reduce_into: rank 0 {refused}"
+            ));
+        }
+        for line in expected {
+            assert!(out.contains(&line), "{n} ranks: missing {line:?} in\n{out}");
+        }
+    }
 }
 
 #[test]
