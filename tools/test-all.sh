@@ -147,6 +147,20 @@ else
     echo "== spawn across test hosts SKIPPED (they need root and ssh-hosts)"
 fi
 
+# The hierarchical collectives under rsrun across the 4 test hosts, 2 ranks on each and 3 on one
+# with 1 on another: each host's ranks meet in that host's shared-memory area, the hosts' leaders
+# by TCP (the suites across hosts above take that path too; this one checks it is taken).
+if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
+    echo "== collectives: the hierarchical path across 4 test hosts"
+    hier_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
+    MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 MPIRT_SSH_ARGS="$testhosts_ssh_args" \
+        cargo test --release -p mpirt --test collectives -- --exact \
+        every_collective_hierarchically_across_hosts
+    if [ -n "$hier_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
+else
+    echo "== collectives: the hierarchical path across test hosts SKIPPED (they need root and ssh-hosts)"
+fi
+
 # The optional features, built together once in a target directory of their own (the default
 # build's artifacts stay as they are): the UCX PML (`ucx`), the libfabric transport (`ofi`) and
 # the PMIx client (`pmix`). Every command names the same features, so that each crate is built

@@ -157,6 +157,20 @@ impl CommData {
         }
     }
 
+    /// The communicator of `members` (world ranks of this one's, in rank order, this
+    /// process among them) on `context`, which the caller derives from this communicator's
+    /// own (no agreement: every member derives the same), without a lease of its own: it
+    /// must not outlive this communicator, whose id its id is made of.
+    pub(crate) fn part(&self, members: Vec<u32>, context: u32) -> CommData {
+        let me = self.world_rank(self.rank);
+        let rank = members
+            .iter()
+            .position(|&m| m == me)
+            .expect("this process is among the members") as u32;
+        stall::remember_comm(context, "", &members);
+        CommData::intra(context, rank, members, "", None, None, false)
+    }
+
     /// The world communicator of a job of `size` ranks, seen from `rank`.
     pub(crate) fn world(rank: u32, size: u32) -> CommData {
         CommData::new(rank, (0..size).collect(), Context::World, None)
@@ -412,7 +426,17 @@ pub(crate) fn hostname() -> String {
 }
 
 /// Longest host name the shared-memory split compares (Linux's `HOST_NAME_MAX`).
-const HOST_NAME_MAX: usize = 64;
+pub(crate) const HOST_NAME_MAX: usize = 64;
+
+/// This process's host name in a fixed-size record, as ranks trade them to find who shares
+/// their host (the shared-memory split, the collectives' hosts).
+pub(crate) fn host_record() -> [u8; HOST_NAME_MAX] {
+    let mut mine = [0u8; HOST_NAME_MAX];
+    let name = hostname();
+    let len = name.len().min(HOST_NAME_MAX);
+    mine[..len].copy_from_slice(&name.as_bytes()[..len]);
+    mine
+}
 
 /// How two communicators compare (`MPI_Comm_compare`), from the strongest relation to the
 /// weakest.
@@ -683,10 +707,7 @@ pub trait Communicator {
     fn try_split_shared(&self, key: Key) -> Result<SimpleCommunicator, Error> {
         let data = self.data();
         let fail = |e: Error| Error::new("split_shared", e.cause().clone());
-        let mut mine = [0u8; HOST_NAME_MAX];
-        let name = hostname();
-        let len = name.len().min(HOST_NAME_MAX);
-        mine[..len].copy_from_slice(&name.as_bytes()[..len]);
+        let mine = host_record();
         let mut all = vec![[0u8; HOST_NAME_MAX]; data.size as usize];
         collective::all_gather_on(data, &mine, &mut all[..]).map_err(fail)?;
         let host = all

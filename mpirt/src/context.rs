@@ -21,6 +21,22 @@ pub(crate) const WORLD: u32 = 0;
 /// takes it, so a process's messages to itself there match nothing else.
 pub(crate) const SELF: u32 = 1;
 
+/// How many ids communicators agree on (below 4096).
+const AGREED_IDS: u32 = WORDS as u32 * 64;
+
+/// The context id of a communicator's ranks on one host, which its hierarchical collectives
+/// make of it (`collective::hierarchy`): above every agreed id, and made of the
+/// communicator's own, so every member derives it alike and no live communicator of this
+/// process has it.
+pub(crate) fn host_part(id: u32) -> u32 {
+    id + AGREED_IDS
+}
+
+/// The context id of a communicator's host leaders, as [`host_part`].
+pub(crate) fn leaders_part(id: u32) -> u32 {
+    id + 2 * AGREED_IDS
+}
+
 /// The ids this process's communicators use, whichever threads hold them (a communicator's
 /// last handle may drop on another thread than the one that made it, see `crate::threads`).
 static IN_USE: Mutex<[u64; WORDS]> = Mutex::new({

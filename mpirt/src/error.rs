@@ -145,6 +145,8 @@ pub enum Cause {
     /// A peer's own check of its arguments to a collective failed: it took its part in the
     /// call only to say so (its own error names the cause).
     PeerRefused { peer: Rank },
+    /// This host's leader in a collective's exchange between hosts failed there.
+    LeaderFailed { leader: Rank },
     /// A rank outside an inter-communicator's remote group.
     RemoteRankOutOfRange { rank: Rank, remote_size: Rank },
     /// An operation of intra-communicators called on an inter-communicator.
@@ -343,6 +345,11 @@ impl fmt::Display for Cause {
             Cause::PeerRefused { peer } => write!(
                 f,
                 "rank {peer} refused its arguments to this call (its own error says why)"
+            ),
+            Cause::LeaderFailed { leader } => write!(
+                f,
+                "rank {leader}, which leads a host in this call's exchange between hosts, \
+                 failed there (its own error says why)"
             ),
             Cause::RemoteRankOutOfRange { rank, remote_size } => write!(
                 f,

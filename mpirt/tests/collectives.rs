@@ -17,7 +17,7 @@ use mpirt::Count;
 
 mod common;
 
-use common::{job, ok_job_on, ok_job_with, slurm_available, text, Launch, RANK_MODE};
+use common::{job, ok_job_on, ok_job_with, slurm_available, text, Launch, TestLauncher, RANK_MODE};
 
 /// 1 MiB, the large size every collective is checked at.
 const MIB: usize = 1 << 20;
@@ -50,6 +50,7 @@ fn rank_mode() {
         }
         "mismatched-allreduce" => mismatched_all_reduce(&world),
         "refusals" => refusals(&world),
+        "hierarchy-refusals" => hierarchy_refusals(&world),
         "all-refusals" => refusals_of_all(&world),
         "area-wakes" => {
             // Rank 1 comes late to each barrier, so rank 0 waits in the area past its yields;
@@ -1500,6 +1501,37 @@ fn refusals(world: &SimpleCommunicator) {
     check("the scatter_varcount to a short receiver");
 }
 
+/// On the hierarchical path: the last rank's receive buffer of an all-reduce, then the root's
+/// of a reduction, is one element short; each refuses, takes its part to say so, and every
+/// other rank names it; an all-reduce after them pairs alike on every rank.
+fn hierarchy_refusals(world: &SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    let report = |what: &str, result: Result<(), mpirt::Error>| match result {
+        Ok(()) => println!("{what}: rank {rank}: ok"),
+        Err(e) => println!("{what}: {e}"),
+    };
+    let pair = [rank, rank + 1];
+    let mut got = vec![0i32; if rank == size - 1 { 1 } else { 2 }];
+    let sum = SystemOperation::sum();
+    report(
+        "all_reduce",
+        world.try_all_reduce_into(&pair[..], &mut got[..], sum),
+    );
+    let root = world.process_at_rank(0);
+    let reduced = match rank {
+        0 => root.try_reduce_into_root(&pair[..], &mut [0i32; 1][..], sum),
+        _ => root.try_reduce_into(&pair[..], sum),
+    };
+    report("reduce", reduced);
+    let mut total = 0;
+    world.all_reduce_into(&rank, &mut total, sum);
+    assert_eq!(
+        total,
+        size * (size - 1) / 2,
+        "the all-reduce after the refusals"
+    );
+}
+
 /// Each collective without a root with the last rank's receive buffer one element off: that
 /// rank's own error says why, the others' name it, and a correct call of the same form after
 /// it, then an all-reduce, pair with the same call on every rank (their results checked).
@@ -1762,18 +1794,27 @@ fn every_algorithm_forced() {
     let mut verbose = fourth.to_vec();
     verbose.push(("MPIRT_VERBOSE", "1"));
     let stderr = ok_job(9, &verbose);
-    for rank in 0..9 {
-        let line = format!("mpirt: rank {rank}: collective area of 9 ranks ready");
-        assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
+    if common::spread_over_hosts() {
+        // 9 ranks on 4 hosts: each host's ranks meet in that host's area, the hosts by
+        // messages (`every_collective_hierarchically_across_hosts` checks that path).
+        for rank in 0..9 {
+            let line = format!("mpirt: rank {rank}: collectives of 9 ranks hierarchical over");
+            assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
+        }
+    } else {
+        for rank in 0..9 {
+            let line = format!("mpirt: rank {rank}: collective area of 9 ranks ready");
+            assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
+        }
+        assert!(
+            stderr.matches("area of 5 ranks ready").count() >= 5,
+            "{stderr}"
+        );
+        assert!(
+            stderr.matches("area of 4 ranks ready").count() >= 4,
+            "{stderr}"
+        );
     }
-    assert!(
-        stderr.matches("area of 5 ranks ready").count() >= 5,
-        "{stderr}"
-    );
-    assert!(
-        stderr.matches("area of 4 ranks ready").count() >= 4,
-        "{stderr}"
-    );
     assert!(!stderr.contains("unavailable"), "{stderr}");
     // All-to-alls, reduce-scatters, and gathers and scatters of parts, whose results look the
     // same by messages, met in the area: 60 calls on each rank.
@@ -1789,6 +1830,80 @@ fn every_algorithm_forced() {
             calls >= 60,
             "rank {rank}: {calls} calls in the area\n{stderr}"
         );
+    }
+}
+
+/// Ranks on several hosts, more than one on some (MPIRT_TEST_HOSTS, which tools/test-all.sh
+/// sets to 4 test hosts): every collective against the serial reference, with the short
+/// barriers, broadcasts, reductions and all-reductions on the hierarchical path (shared
+/// memory inside a host, messages between hosts), on 2 ranks on each of 4 hosts (ranks
+/// dealt round the hosts: non-commutative reductions go by messages) and on 3 ranks on one
+/// host and 1 on another (runs of ranks: those take the path too).
+#[test]
+fn every_collective_hierarchically_across_hosts() {
+    if env::var_os("MPIRT_TEST_HOSTS").is_none() || common::test_launcher() != TestLauncher::Rsrun {
+        println!(
+            "skipped: needs rsrun's ranks across test hosts (MPIRT_TEST_HOSTS, which \
+             tools/test-all.sh sets)"
+        );
+        return;
+    }
+    let verbose = [("MPIRT_VERBOSE", "1")];
+    // The evidence that the path is taken: without it a set-up that failed would pass
+    // unseen, every call going by messages.
+    let said = |stderr: &str, rank: u32, line: &str| {
+        let line = format!("mpirt: rank {rank}: collectives of {line}");
+        assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
+    };
+    let stderr = ok_job(8, &verbose);
+    for rank in 0..8 {
+        said(
+            &stderr,
+            rank,
+            "8 ranks hierarchical over 4 hosts, 2 of them on this host",
+        );
+    }
+    let stderr = ok_job_launched(Launch::RsrunPerHost { ranks: 3 }, 4, &verbose);
+    for rank in 0..3 {
+        said(
+            &stderr,
+            rank,
+            "4 ranks hierarchical over 2 hosts, 3 of them on this host",
+        );
+    }
+    said(
+        &stderr,
+        3,
+        "4 ranks hierarchical over 2 hosts, 1 of them on this host",
+    );
+    // A refusal on the path: a non-leader's (the last rank, on the last host) and a leader's
+    // (the root, rank 0).
+    let refused = "refused its arguments to this call (its own error says why)";
+    for (launch, n) in [(Launch::Rsrun, 8), (Launch::RsrunPerHost { ranks: 2 }, 4)] {
+        let (out, _) = ok_job_on(launch, n, "hierarchy-refusals", &[]);
+        let last = n - 1;
+        let mut expected = vec![
+            format!(
+                "all_reduce: rank {last}: all_reduce_into: the receive buffer holds 1 \
+                 elements where 2 are needed"
+            ),
+            "reduce: rank 0: reduce_into_root: the receive buffer holds 1 elements where 2 \
+             are needed"
+                .to_string(),
+        ];
+        for rank in 0..last {
+            expected.push(format!(
+                "all_reduce: rank {rank}: all_reduce_into: rank {last} {refused}"
+            ));
+        }
+        for rank in 1..n {
+            expected.push(format!(
+                "reduce: rank {rank}: reduce_into: rank 0 {refused}"
+            ));
+        }
+        for line in expected {
+            assert!(out.contains(&line), "{n} ranks: missing {line:?} in\n{out}");
+        }
     }
 }
 

@@ -543,11 +543,12 @@ where
     O: Operation,
 {
     const OPERATION: &str = "all_reduce_into";
-    let datatype = calls::check_all_reduce(send, recv, &op).map_err(shared::refusing(
+    let datatype = calls::check_all_reduce(send, recv, &op).map_err(shared::refusing_reduction(
         comm,
         OPERATION,
         select::allreduce_in_shared_memory(),
         (send.matched().0, send.byte_len()),
+        op.is_commutative(),
     ))?;
     area_or_messages(
         comm,

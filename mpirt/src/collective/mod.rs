@@ -22,6 +22,7 @@ mod algorithms;
 mod all;
 mod build;
 mod calls;
+mod hierarchy;
 mod neighbor;
 mod op;
 pub(crate) mod progress;

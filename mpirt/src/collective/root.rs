@@ -97,11 +97,12 @@ pub trait Root {
         let _in = entered(comm, "reduce_into", Some(root));
         intra_only(comm, "reduce_into")?;
         let (checked, datatype) = calls::check_reduce(comm, root, send, None::<&NoBuffer>, &op)
-            .map_err(shared::refusing(
+            .map_err(shared::refusing_reduction(
                 comm,
                 "reduce_into",
                 select::reduce_in_shared_memory(),
                 own(send),
+                op.is_commutative(),
             ))?;
         let sent = Outgoing::of(send).map_err(|c| Error::new("reduce_into", c))?;
         if shared::try_reduce(comm, checked, sent.bytes(), None, datatype, &op)? {
@@ -133,11 +134,12 @@ pub trait Root {
         let _in = entered(comm, "reduce_into_root", Some(root));
         intra_only(comm, "reduce_into_root")?;
         let (checked, datatype) = calls::check_reduce(comm, root, send, Some(&*recv), &op)
-            .map_err(shared::refusing(
+            .map_err(shared::refusing_reduction(
                 comm,
                 "reduce_into_root",
                 select::reduce_in_shared_memory(),
                 own(send),
+                op.is_commutative(),
             ))?;
         let sent = Outgoing::of(send).map_err(|c| Error::new("reduce_into_root", c))?;
         if shared::over_packed(recv, "reduce_into_root", |recv_bytes| {

@@ -72,6 +72,7 @@ use crate::error::{Cause, Error};
 use crate::point_to_point::wait_handle;
 
 use super::calls::Part;
+use super::hierarchy::{Hierarchy, Hosts, HIERARCHY_MAX};
 use super::op::{Operation, SystemOperation};
 use super::{blocking, calls, select};
 
@@ -157,9 +158,10 @@ pub(crate) struct Area {
     calls: Cell<u64>,
     /// The last call every rank is known to have published (see [`Area::guard_write`]).
     reached: Cell<u64>,
-    /// Whether a waiting rank spins before it sleeps: as the PML's waits do, and never where
-    /// the area's ranks share CPUs (so that the one it waits for runs).
-    spins: bool,
+    /// How long a waiting rank spins before it sleeps (`SPIN_FOR`, or less: see
+    /// [`Area::spin_as_messages`]): where the PML's waits spin, and never where the area's
+    /// ranks share CPUs (so that the one it waits for runs).
+    spin: Cell<Duration>,
     /// How long a waiting rank that does not spin yields its CPU between polls before it
     /// sleeps: `pml::config::YIELD_FOR` where the area's ranks, or the host's, outnumber the
     /// CPUs (their turns on them then cost a context switch, not a wake-up), else none.
@@ -187,6 +189,15 @@ pub(crate) enum AreaState {
     Untried,
     Unavailable,
     Ready(Rc<Area>),
+    /// Ranks on several hosts, more than one on some: the parts of the hierarchical path.
+    Hierarchical(Rc<Hierarchy>),
+}
+
+/// Where a blocking collective of a communicator meets.
+enum Meeting {
+    Area(Rc<Area>),
+    Hierarchy(Rc<Hierarchy>),
+    Messages,
 }
 
 impl AreaSlot {
@@ -194,6 +205,9 @@ impl AreaSlot {
     pub(crate) fn is_unshared(&self) -> bool {
         match &*self.0.borrow() {
             AreaState::Ready(area) => Rc::strong_count(area) == 1 && Rc::weak_count(area) == 0,
+            AreaState::Hierarchical(parts) => {
+                Rc::strong_count(parts) == 1 && Rc::weak_count(parts) == 0
+            }
             AreaState::Untried | AreaState::Unavailable => true,
         }
     }
@@ -209,6 +223,7 @@ impl std::fmt::Debug for AreaSlot {
             AreaState::Untried => "untried",
             AreaState::Unavailable => "unavailable",
             AreaState::Ready(_) => "ready",
+            AreaState::Hierarchical(_) => "hierarchical",
         };
         f.write_str(state)
     }
@@ -300,7 +315,7 @@ fn set_up(
         size: comm.size,
         calls: Cell::new(0),
         reached: Cell::new(0),
-        spins,
+        spin: Cell::new(if spins { SPIN_FOR } else { Duration::ZERO }),
         yield_for,
         sleeps: Cell::new(Sleeps::default()),
     });
@@ -382,6 +397,18 @@ impl Area {
         }
     }
 
+    /// Makes a waiting rank that spins spin no longer than the PML's own waits before it
+    /// sleeps: for a host's area in the hierarchical path, whose waits include the leaders'
+    /// exchange by messages (a spin of `SPIN_FOR` there kept the CPUs of test hosts that
+    /// share one machine busy for a second at each call: a 4-host run of the collectives
+    /// suite took 21 s instead of 1.2).
+    pub(super) fn spin_as_messages(&self) -> Result<(), Cause> {
+        if !self.spin.get().is_zero() {
+            self.spin.set(with_engine(|e| Ok(e.spin_budget()))?);
+        }
+        Ok(())
+    }
+
     /// Numbers the next call; returns it and the parity of the cells it uses.
     fn next_call(&self) -> (u64, usize) {
         let call = self.calls.get() + 1;
@@ -437,7 +464,7 @@ impl Area {
 
     /// `root`'s `buf` in every rank's `buf`; `false`, with nothing copied, when the root's
     /// buffer is too long for the area (then every rank goes on by messages).
-    fn broadcast(&self, root: u32, buf: &mut [u8]) -> Result<bool, Cause> {
+    pub(super) fn broadcast(&self, root: u32, buf: &mut [u8]) -> Result<bool, Cause> {
         if self.rank == root {
             return self.spread_from(root, Some(buf), buf.len(), |_| {});
         }
@@ -571,7 +598,7 @@ impl Area {
 
     /// Takes part in the next call only to say that this rank refused its arguments (see
     /// [`REFUSED`]); as a root, its verdict tells the ranks waiting for one to fail too.
-    fn refuse(&self) -> Result<(), Cause> {
+    pub(super) fn refuse(&self) -> Result<(), Cause> {
         let (call, phase) = self.next_call();
         let flag = self.cell(self.rank, phase).0;
         self.guard_write(call)?;
@@ -823,7 +850,7 @@ impl Area {
 
     /// The reduction of every rank's `send` in the root's `recv` (`Some` on the root only);
     /// `false`, with nothing reduced, when every rank's vector is too long for the area.
-    fn reduce(
+    pub(super) fn reduce(
         &self,
         root: u32,
         send: &[u8],
@@ -838,7 +865,12 @@ impl Area {
 
     /// Every rank's `send` in rank order in the root's `recv` (`Some` on the root only);
     /// `false`, with nothing copied, when every rank's vector is too long for the area.
-    fn gather(&self, root: u32, send: &[u8], recv: Option<&mut [u8]>) -> Result<bool, Cause> {
+    pub(super) fn gather(
+        &self,
+        root: u32,
+        send: &[u8],
+        recv: Option<&mut [u8]>,
+    ) -> Result<bool, Cause> {
         self.to_root(root, send, recv, |phase, recv| {
             self.gather_into(phase, send, recv)
         })
@@ -1105,7 +1137,7 @@ impl Area {
     /// Waits until `flag` says `call` (or a later call of the same cell), moving messages on
     /// meanwhile.
     fn wait_for(&self, flag: &AtomicU64, call: u64) -> Result<(), Cause> {
-        let spin = if self.spins { SPIN_FOR } else { Duration::ZERO };
+        let spin = self.spin.get();
         let mut polls = 0u32;
         let mut since = None;
         // Made at the first sleep: a wait that never sleeps never looks at the stall watch.
@@ -1189,8 +1221,24 @@ impl Drop for Area {
 }
 
 /// The communicator's area, set up by this call (of `bytes` on this rank) if it is the first
-/// to ask.
-fn area(comm: &CommData, operation: &'static str, bytes: usize) -> Result<Option<Rc<Area>>, Error> {
+/// to ask; `None` where its calls go by messages or by the hierarchical path.
+pub(super) fn area(
+    comm: &CommData,
+    operation: &'static str,
+    bytes: usize,
+) -> Result<Option<Rc<Area>>, Error> {
+    Ok(match meeting_place(comm, operation, bytes)? {
+        Meeting::Area(area) => Some(area),
+        Meeting::Hierarchy(_) | Meeting::Messages => None,
+    })
+}
+
+/// Where the communicator's blocking collectives meet, settled by this call (of `bytes` on
+/// this rank) if it is the first to ask: the ranks learn each other's hosts; ranks on several
+/// hosts, more than one on some, take the hierarchical path (`hierarchy`), and other
+/// communicators of at most `MAX_RANKS` ranks set up an area, which serves where every rank
+/// maps it.
+fn meeting_place(comm: &CommData, operation: &'static str, bytes: usize) -> Result<Meeting, Error> {
     comm.collectives_allowed()
         .map_err(|c| Error::new(operation, c))?;
     let slot = &comm.area_slot().0;
@@ -1198,33 +1246,64 @@ fn area(comm: &CommData, operation: &'static str, bytes: usize) -> Result<Option
     if untried && !over_shared_memory() {
         *slot.borrow_mut() = AreaState::Unavailable;
     } else if untried {
-        let (area, disagreement) = set_up(comm, operation, bytes)?;
-        // The evidence that areas are used: without it a broken set-up would pass unseen,
-        // every call going by messages.
-        if verbose() {
-            bootstrap::output::say(&format!(
-                "mpirt: rank {}: collective area of {} ranks {}",
-                comm.world_rank(comm.rank),
-                comm.size,
-                if area.is_some() {
-                    "ready"
-                } else {
-                    "unavailable: collectives go by messages"
-                }
-            ));
-        }
-        *slot.borrow_mut() = match area {
-            Some(area) => AreaState::Ready(Rc::new(area)),
-            None => AreaState::Unavailable,
-        };
-        if let Some(cause) = disagreement {
-            return Err(Error::new(operation, cause));
+        let hosts = Hosts::of(comm, operation)?;
+        if hosts.worth_a_hierarchy(MAX_RANKS) {
+            let parts = Hierarchy::set_up(comm, operation, hosts)?;
+            if verbose() {
+                bootstrap::output::say(&format!(
+                    "mpirt: rank {}: collectives of {} ranks {}",
+                    comm.world_rank(comm.rank),
+                    comm.size,
+                    match &parts {
+                        Some(parts) => parts.describe(),
+                        None => "not hierarchical (a host's area is unavailable): by messages"
+                            .to_string(),
+                    }
+                ));
+            }
+            *slot.borrow_mut() = match parts {
+                Some(parts) => AreaState::Hierarchical(Rc::new(parts)),
+                None => AreaState::Unavailable,
+            };
+        } else if comm.size > MAX_RANKS {
+            *slot.borrow_mut() = AreaState::Unavailable;
+        } else {
+            set_up_area(comm, operation, bytes)?;
         }
     }
     Ok(match &*slot.borrow() {
-        AreaState::Ready(area) => Some(Rc::clone(area)),
-        _ => None,
+        AreaState::Ready(area) => Meeting::Area(Rc::clone(area)),
+        AreaState::Hierarchical(parts) => Meeting::Hierarchy(Rc::clone(parts)),
+        AreaState::Untried | AreaState::Unavailable => Meeting::Messages,
     })
+}
+
+/// Sets up the communicator's area and settles its slot; the error is the ranks'
+/// disagreement on the call's length, found meanwhile.
+fn set_up_area(comm: &CommData, operation: &'static str, bytes: usize) -> Result<(), Error> {
+    let (area, disagreement) = set_up(comm, operation, bytes)?;
+    // The evidence that areas are used: without it a broken set-up would pass unseen,
+    // every call going by messages.
+    if verbose() {
+        bootstrap::output::say(&format!(
+            "mpirt: rank {}: collective area of {} ranks {}",
+            comm.world_rank(comm.rank),
+            comm.size,
+            if area.is_some() {
+                "ready"
+            } else {
+                "unavailable: collectives go by messages"
+            }
+        ));
+    }
+    *comm.area_slot().0.borrow_mut() = match area {
+        Some(area) => AreaState::Ready(Rc::new(area)),
+        None => AreaState::Unavailable,
+    };
+    match disagreement {
+        Some(cause) => Err(Error::new(operation, cause)),
+        None => Ok(()),
+    }
 }
 
 /// Whether the job's ranks on a host reach each other by shared memory: not when the job
@@ -1330,10 +1409,27 @@ fn verbose() -> bool {
     matches!(std::env::var("MPIRT_VERBOSE").as_deref(), Ok(v) if !v.is_empty() && v != "0")
 }
 
+/// Where a blocking `operation` of `bytes` of `datatype` on this rank meets, settled by
+/// this call if it is the first; `wanted` says whether `operation`'s algorithm is the
+/// area's (the same on every rank: it must not depend on a rank's length). Types whose
+/// values need a check go by messages, whose receives check them.
+fn meeting(
+    comm: &CommData,
+    operation: &'static str,
+    wanted: Result<bool, Cause>,
+    datatype: Datatype,
+    bytes: usize,
+) -> Result<Meeting, Error> {
+    super::intra_only(comm, operation)?;
+    let wanted = wanted.map_err(|cause| Error::new(operation, cause))?;
+    if !wanted || datatype.needs_check() || comm.size == 1 {
+        return Ok(Meeting::Messages);
+    }
+    meeting_place(comm, operation, bytes)
+}
+
 /// The communicator's area for a blocking `operation` of `bytes` of `datatype` on this rank,
-/// if it has one and the area serves the communicator; `wanted` says whether `operation`'s
-/// algorithm is the area's (the same on every rank: it must not depend on a rank's length).
-/// Types whose values need a check go by messages, whose receives check them.
+/// if it has one and the area serves the communicator (see [`meeting`]).
 fn usable_area(
     comm: &CommData,
     operation: &'static str,
@@ -1341,12 +1437,14 @@ fn usable_area(
     datatype: Datatype,
     bytes: usize,
 ) -> Result<Option<Rc<Area>>, Error> {
-    super::intra_only(comm, operation)?;
-    let wanted = wanted.map_err(|cause| Error::new(operation, cause))?;
-    if !wanted || datatype.needs_check() || comm.size == 1 || comm.size > MAX_RANKS {
+    if comm.size > MAX_RANKS {
+        super::intra_only(comm, operation)?;
         return Ok(None);
     }
-    area(comm, operation, bytes)
+    Ok(match meeting(comm, operation, wanted, datatype, bytes)? {
+        Meeting::Area(area) => Some(area),
+        Meeting::Hierarchy(_) | Meeting::Messages => None,
+    })
 }
 
 /// Runs `path`, an area path of `operation`, over `buf`'s elements as one run of bytes: their
@@ -1406,16 +1504,47 @@ pub(crate) fn refusing<'c>(
     }
 }
 
+/// [`refusing`] for a reduction or an all-reduce under an operation that is `commutative` or
+/// not: on a communicator whose reductions take the hierarchical path, this rank takes its
+/// part in that path's phases to say so.
+pub(crate) fn refusing_reduction<'c>(
+    comm: &'c CommData,
+    operation: &'static str,
+    wanted: Result<bool, Cause>,
+    (datatype, bytes): (Datatype, usize),
+    commutative: bool,
+) -> impl FnOnce(Cause) -> Error + 'c {
+    move |cause| {
+        match meeting(comm, operation, wanted, datatype, bytes) {
+            // A failure to take part (a peer's broken messaging) leaves this rank's own cause
+            // the one to report.
+            Ok(Meeting::Area(area)) => drop(area.refuse()),
+            Ok(Meeting::Hierarchy(parts)) if serves(&parts, commutative, bytes) => {
+                parts.refuse_reduction(bytes)
+            }
+            _ => {}
+        }
+        Error::new(operation, cause)
+    }
+}
+
+/// Whether the hierarchical path takes a reduction of `bytes` under an operation that is
+/// `commutative` or not (the same on every rank whose lengths agree).
+fn serves(parts: &Hierarchy, commutative: bool, bytes: usize) -> bool {
+    parts.serves(commutative) && bytes <= HIERARCHY_MAX
+}
+
 /// Runs a blocking barrier through the area; `false` if it must go by messages instead.
 pub(crate) fn try_barrier(comm: &CommData) -> Result<bool, Error> {
     const OPERATION: &str = "barrier";
     let wanted = select::barrier_in_shared_memory();
     let none = Datatype::plain(0, "none");
-    let Some(area) = usable_area(comm, OPERATION, wanted, none, 0)? else {
-        return Ok(false);
+    let met = match meeting(comm, OPERATION, wanted, none, 0)? {
+        Meeting::Area(area) => area.barrier(),
+        Meeting::Hierarchy(parts) => parts.barrier(),
+        Meeting::Messages => return Ok(false),
     };
-    area.barrier()
-        .map_err(|cause| Error::new(OPERATION, cause))?;
+    met.map_err(|cause| Error::new(OPERATION, cause))?;
     Ok(true)
 }
 
@@ -1429,11 +1558,14 @@ pub(crate) fn try_broadcast(
 ) -> Result<bool, Error> {
     const OPERATION: &str = "broadcast_into";
     let wanted = select::broadcast_in_shared_memory();
-    let Some(area) = usable_area(comm, OPERATION, wanted, datatype, buf.len())? else {
-        return Ok(false);
+    let spread = match meeting(comm, OPERATION, wanted, datatype, buf.len())? {
+        Meeting::Area(area) => area.broadcast(root, buf),
+        Meeting::Hierarchy(parts) if buf.len() <= HIERARCHY_MAX => {
+            parts.broadcast(root, buf).map(|()| true)
+        }
+        Meeting::Hierarchy(_) | Meeting::Messages => return Ok(false),
     };
-    area.broadcast(root, buf)
-        .map_err(|cause| Error::new(OPERATION, cause))
+    spread.map_err(|cause| Error::new(OPERATION, cause))
 }
 
 /// Runs a blocking reduction to `root` (a rank of `comm`) through the area; `recv` is the
@@ -1453,11 +1585,14 @@ pub(crate) fn try_reduce(
         "reduce_into"
     };
     let wanted = select::reduce_in_shared_memory();
-    let Some(area) = usable_area(comm, operation, wanted, datatype, send.len())? else {
-        return Ok(false);
+    let reduced = match meeting(comm, operation, wanted, datatype, send.len())? {
+        Meeting::Area(area) => area.reduce(root, send, recv, datatype, op),
+        Meeting::Hierarchy(parts) if serves(&parts, op.is_commutative(), send.len()) => {
+            parts.reduce(send, recv, datatype, op).map(|()| true)
+        }
+        Meeting::Hierarchy(_) | Meeting::Messages => return Ok(false),
     };
-    area.reduce(root, send, recv, datatype, op)
-        .map_err(|cause| Error::new(operation, cause))
+    reduced.map_err(|cause| Error::new(operation, cause))
 }
 
 /// Runs a blocking all-reduce through the area; `false` if it must go by messages instead.
@@ -1471,11 +1606,14 @@ pub(crate) fn try_all_reduce(
 ) -> Result<bool, Error> {
     const OPERATION: &str = "all_reduce_into";
     let wanted = select::allreduce_in_shared_memory();
-    let Some(area) = usable_area(comm, OPERATION, wanted, datatype, send.len())? else {
-        return Ok(false);
+    let reduced = match meeting(comm, OPERATION, wanted, datatype, send.len())? {
+        Meeting::Area(area) => area.all_reduce(send, recv, datatype, op),
+        Meeting::Hierarchy(parts) if serves(&parts, op.is_commutative(), send.len()) => {
+            parts.reduce(send, Some(recv), datatype, op).map(|()| true)
+        }
+        Meeting::Hierarchy(_) | Meeting::Messages => return Ok(false),
     };
-    area.all_reduce(send, recv, datatype, op)
-        .map_err(|cause| Error::new(OPERATION, cause))
+    reduced.map_err(|cause| Error::new(OPERATION, cause))
 }
 
 /// Runs a blocking reduce-scatter (`operation`) through the area: `send` and where this

@@ -71,6 +71,10 @@ pub enum Launch {
         cpus: &'static str,
         args: &'static [&'static str],
     },
+    /// rsrun across MPIRT_TEST_HOSTS with `ranks` ranks on each host in turn
+    /// (`--map-by ppr:<ranks>:node`) rather than one at a time.
+    #[allow(dead_code)] // each test binary compiles this module; only collectives.rs uses it
+    RsrunPerHost { ranks: u32 },
 }
 
 /// Whether a Slurm is up for the srun tests: tools/test-all.sh starts one across the test
@@ -103,9 +107,14 @@ pub fn ofi_test_provider() -> String {
 /// rsrun's arguments for this run: `--pml` (MPIRT_TEST_PML) and, where MPIRT_TEST_HOSTS names
 /// hosts (`host1:2,host2:2`), ranks spread over them round-robin, as many as a job asks for.
 fn rsrun_args() -> Vec<String> {
+    rsrun_args_mapped("node")
+}
+
+/// [`rsrun_args`] with the ranks mapped to the hosts by `map` (rsrun's `--map-by`).
+fn rsrun_args_mapped(map: &str) -> Vec<String> {
     let mut args = vec!["--pml".to_string(), test_pml()];
     if let Ok(hosts) = env::var("MPIRT_TEST_HOSTS") {
-        args.extend(["-H", &hosts, "--map-by", "node", "--oversubscribe"].map(String::from));
+        args.extend(["-H", &hosts, "--map-by", map, "--oversubscribe"].map(String::from));
     }
     args
 }
@@ -154,15 +163,21 @@ pub fn under_rsrun(what: &str) -> bool {
 /// skips.
 #[allow(dead_code)] // each test binary compiles this module; p2p.rs and intercommunicators.rs use it
 pub fn across_hosts(what: &str) -> bool {
-    let srun = matches!(
-        test_launcher(),
-        TestLauncher::SrunPmix | TestLauncher::SrunPmi2
-    );
-    let spread = env::var_os("MPIRT_TEST_HOSTS").is_some() || (srun && slurm_nodes() > 1);
+    let spread = spread_over_hosts();
     if spread {
         println!("skipped: the ranks are on different hosts; this needs {what}");
     }
     spread
+}
+
+/// Whether the jobs' ranks are spread over hosts (MPIRT_TEST_HOSTS, or srun over
+/// MPIRT_TEST_SLURM_NODES nodes).
+pub fn spread_over_hosts() -> bool {
+    let srun = matches!(
+        test_launcher(),
+        TestLauncher::SrunPmix | TestLauncher::SrunPmi2
+    );
+    env::var_os("MPIRT_TEST_HOSTS").is_some() || (srun && slurm_nodes() > 1)
 }
 
 /// How many Slurm nodes the srun launchers spread a job over (MPIRT_TEST_SLURM_NODES).
@@ -276,6 +291,13 @@ pub fn job_on(launch: Launch, n: u32, mode: &str, envs: &[(&str, &str)]) -> Outp
                 .arg(n.to_string())
                 .arg("-N")
                 .arg(nodes.to_string());
+            c
+        }
+        Launch::RsrunPerHost { ranks } => {
+            let mut c = Command::new(rsrun_path());
+            c.args(rsrun_args_mapped(&format!("ppr:{ranks}:node")))
+                .arg("-n")
+                .arg(n.to_string());
             c
         }
         Launch::RsrunOn { cpus, args } => {
