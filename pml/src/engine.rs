@@ -21,8 +21,9 @@ use crate::protocol::{
 };
 use crate::requests::Handle;
 use crate::transport::{
-    AnyTransport, Exposure, Job, Opening, Peer, Reading, Registration, Sent, Transport, WakeSet,
+    AnyTransport, Job, Opening, Peer, Reading, Registration, Sent, Transport, WakeSet,
 };
+use crate::wire::RemoteKey;
 
 pub use crate::protocol::SendMode;
 pub use bridge::{Bridge, BridgePeer};
@@ -374,7 +375,7 @@ impl Engine {
         let (remote, eager_limit) = if streams {
             // Every frame gathers the blocks, eager or streamed after a GET: nothing to
             // expose, and the peer's eager limit.
-            (Exposure::plain(std::ptr::null()).key, None)
+            (RemoteKey::default(), None)
         } else {
             let Some(remote) = self.transports[route].expose_blocks(peer, blocks) else {
                 return Ok(None);
