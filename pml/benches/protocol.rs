@@ -4,7 +4,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use pml::protocol::{Completion, Core, CoreConfig, PeerCaps, SendArgs, SendMode};
+use pml::protocol::{Completion, Core, CoreConfig, Payload, PeerCaps, SendArgs, SendMode};
 use pml::{RemoteKey, SourceSel, TagSel};
 
 type TestCore = Core<Vec<u8>, Vec<u8>>;
@@ -46,7 +46,10 @@ fn one_message(a: &mut TestCore, b: &mut TestCore, frame: &mut Vec<u8>, recv_fir
         while let Some(t) = a.next_transmit(p) {
             frame.clear();
             frame.extend_from_slice(t.header());
-            frame.extend_from_slice(t.payload);
+            let Payload::Bytes(payload) = t.payload else {
+                unreachable!("a contiguous send's frame gathers blocks");
+            };
+            frame.extend_from_slice(payload);
             a.transmitted(p);
             b.on_frame(0, black_box(frame)).unwrap();
         }

@@ -195,24 +195,44 @@ impl Blocks {
         }
     }
 
-    /// Packs the elements' bytes, all [`len`](Self::len) of them, at `dst`.
+    /// The block list of a description made in this process.
+    ///
+    /// # Safety
+    /// The description must have been made in this process by [`new`](Self::new), its block
+    /// list still alive (what `new` asks of its caller).
+    pub unsafe fn local_list(&self) -> &[Block] {
+        // SAFETY: the list `new` was given, alive (this function's contract).
+        unsafe {
+            std::slice::from_raw_parts(self.blocks as usize as *const Block, self.n_blocks as usize)
+        }
+    }
+
+    /// Packs the packed bytes `start..start + len` at `dst`.
     ///
     /// # Safety
     /// The description must have been made in this process, its elements and block list
-    /// still alive (what [`new`](Self::new) asks of its caller), and `dst` valid for writes
-    /// of `len()` bytes that overlap none of the elements'.
-    pub unsafe fn pack_into(&self, dst: *mut u8) {
-        // SAFETY: the list `new` was given, alive (this function's contract).
-        let list = unsafe {
-            std::slice::from_raw_parts(self.blocks as usize as *const Block, self.n_blocks as usize)
-        };
+    /// still alive (what [`new`](Self::new) asks of its caller), `start + len` at most
+    /// [`len`](Self::len), and `dst` valid for writes of `len` bytes that overlap none of the
+    /// elements'.
+    pub unsafe fn pack_range_into(&self, start: usize, len: usize, dst: *mut u8) {
+        // SAFETY: this function's contract.
+        let list = unsafe { self.local_list() };
         let mut at = 0;
-        self.for_each_block(list, self.len(), |addr, len| {
-            // SAFETY: the block lies in an element, readable (this function's contract);
-            // `at + len` stays within the `len()` bytes at `dst`.
-            unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, dst.add(at), len) };
-            at += len;
-        });
+        let mut copy = |addr: u64, n: usize| {
+            // SAFETY: the block lies in an element, readable (this function's contract); `at +
+            // n` stays within the `len` bytes at `dst`, as the pieces sum to `len`.
+            unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, dst.add(at), n) };
+            at += n;
+        };
+        // From the start (an eager frame, a first DATA frame) block by block, a tight loop;
+        // elsewhere the runs find where the range starts.
+        if start == 0 {
+            self.for_each_block(list, len, copy);
+            return;
+        }
+        for (addr, n) in self.runs(list, start, len) {
+            copy(addr, n);
+        }
     }
 
     /// The packed bytes `start..start + len` as runs of addresses, in packing order, with
@@ -304,7 +324,7 @@ impl Iterator for Runs<'_> {
 fn pack(blocks: &Blocks) -> Vec<u8> {
     let mut packed = vec![0u8; blocks.len()];
     // SAFETY: the tests' descriptions lie within their live buffers and lists.
-    unsafe { blocks.pack_into(packed.as_mut_ptr()) };
+    unsafe { blocks.pack_range_into(0, blocks.len(), packed.as_mut_ptr()) };
     packed
 }
 
@@ -393,7 +413,8 @@ mod tests {
     }
 
     proptest! {
-        /// Any range of the packed bytes, walked as runs, is that range of a serial pack.
+        /// Any range of the packed bytes, walked as runs or packed, is that range of a serial
+        /// pack.
         #[test]
         fn runs_of_a_range_are_that_range_of_the_pack(
             pieces in prop::collection::vec((0usize..5, 0usize..6), 1..5),
@@ -429,6 +450,11 @@ mod tests {
                 })
                 .collect();
             prop_assert_eq!(got, serial[start..start + len].to_vec());
+            let mut range = vec![0u8; len];
+            // SAFETY: the description lies within its live buffer and list; `range` holds
+            // `len` bytes of its own.
+            unsafe { blocks.pack_range_into(start, len, range.as_mut_ptr()) };
+            prop_assert_eq!(range, serial[start..start + len].to_vec());
         }
     }
 }

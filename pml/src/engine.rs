@@ -17,12 +17,13 @@ use crate::envelope::{ContextId, Rank, Tag};
 use crate::error::PmlError;
 use crate::pml_api::{Counters, Done, EngineError, RecvBuf, Wireup};
 use crate::protocol::{
-    Action, Completion, Core, CoreConfig, DirectSend, DirectWrite, SendArgs, SendBytes,
+    Action, Completion, Core, CoreConfig, DirectSend, DirectWrite, Payload, SendArgs, SendBytes,
 };
 use crate::requests::Handle;
 use crate::transport::{
     AnyTransport, Job, Opening, Peer, Reading, Registration, Sent, Transport, WakeSet,
 };
+use crate::wire::RemoteKey;
 
 pub use crate::protocol::SendMode;
 pub use bridge::{Bridge, BridgePeer};
@@ -31,22 +32,23 @@ pub use bridge::{Bridge, BridgePeer};
 pub struct SendBuf {
     ptr: *const u8,
     len: usize,
-    /// Read by the receiver in place, in pieces (`post_send_blocks`): `ptr` is not the bytes,
-    /// and no frame carries them. A flag, not a null `ptr`, which an empty buffer may have.
-    in_place: bool,
+    /// The description of a non-contiguous buffer (`post_send_blocks`), null for a
+    /// contiguous one: then `ptr` is not the bytes, which frames gather from the blocks and
+    /// a receiver may read in place.
+    blocks: *const Blocks,
     /// What the transport at this index into the engine's did to let the peer read the
     /// buffer, undone when the send completes.
     registration: Option<(usize, Registration)>,
 }
 
 impl SendBuf {
-    /// A send whose `len` bytes the receiver reads in place, in pieces (`post_send_blocks`):
-    /// no contiguous bytes of its own.
-    fn in_place(len: usize) -> SendBuf {
+    /// A send of the non-contiguous buffer `blocks` describes (`post_send_blocks`): no
+    /// contiguous bytes of its own.
+    fn of_blocks(blocks: &Blocks) -> SendBuf {
         SendBuf {
             ptr: std::ptr::null(),
-            len,
-            in_place: true,
+            len: blocks.len(),
+            blocks,
             registration: None,
         }
     }
@@ -60,14 +62,20 @@ impl SendBytes for SendBuf {
 
     #[inline]
     fn bytes(&self) -> &[u8] {
-        if self.in_place || self.len == 0 {
-            // Read in place (or nothing, where `ptr` may be null): it went by rendezvous to a peer that reads it, and no frame
-            // carries its bytes (`post_send_blocks`).
+        if !self.blocks.is_null() || self.len == 0 {
+            // In blocks (`post_send_blocks`), or nothing, where `ptr` may be null.
             return &[];
         }
         // SAFETY: `post_send`'s caller guarantees `ptr` is valid for `len` bytes and unchanged
         // until the request completes, and the engine drops this `SendBuf` at completion.
         unsafe { slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    #[inline]
+    fn blocks(&self) -> Option<&Blocks> {
+        // SAFETY: `post_send_blocks`' caller keeps the description valid and unchanged until
+        // the request completes, and the engine drops this `SendBuf` at completion.
+        unsafe { self.blocks.as_ref() }
     }
 }
 
@@ -293,7 +301,7 @@ impl Engine {
             buf: SendBuf {
                 ptr: buf,
                 len,
-                in_place: false,
+                blocks: std::ptr::null(),
                 registration: exposure.registration.map(|r| (route, r)),
             },
             remote: exposure.key,
@@ -309,8 +317,10 @@ impl Engine {
     /// an eager one packed by the transport straight into its frame, where a standard send
     /// completes as the frame is taken (`Transport::try_send_blocks`, [`Handle::SENT`]); a
     /// rendezvous read in place by the receiver, over a transport that reads a peer's memory
-    /// in pieces (`Transport::expose_blocks`). `None`, having sent nothing, elsewhere: the
-    /// caller then packs the bytes and sends them with `post_send`.
+    /// in pieces (`Transport::expose_blocks`), or streamed to a receiver that asks for it
+    /// with GET, each DATA frame gathered from the blocks; any send, over a transport whose
+    /// every frame gathers them (`Transport::streams_blocks`). `None`, having sent nothing,
+    /// elsewhere: the caller then packs the bytes and sends them with `post_send`.
     ///
     /// # Safety
     /// `blocks`, and the blocks of memory and block list it describes, must stay valid and
@@ -331,7 +341,9 @@ impl Engine {
         if len == 0 {
             return Ok(None);
         }
-        if self.core.sends_eagerly(peer, len) {
+        let eager = self.core.sends_eagerly(peer, len);
+        let streams = self.transports[route].streams_blocks();
+        if eager && !streams {
             // Packed once, by the transport, straight into the frame: where a send completes
             // as its frame is taken. Elsewhere the caller packs and posts the copy.
             if mode != SendMode::Standard || self.direct_send & (1 << route) == 0 {
@@ -360,8 +372,16 @@ impl Engine {
             self.counters.frames_sent += 1;
             return Ok(Some(Handle::SENT));
         }
-        let Some(remote) = self.transports[route].expose_blocks(peer, blocks) else {
-            return Ok(None);
+        let (remote, eager_limit) = if streams {
+            // Every frame gathers the blocks, eager or streamed after a GET: nothing to
+            // expose, and the peer's eager limit.
+            (RemoteKey::default(), None)
+        } else {
+            let Some(remote) = self.transports[route].expose_blocks(peer, blocks) else {
+                return Ok(None);
+            };
+            // Rendezvous whatever the size: read in place, or streamed after a GET.
+            (remote, Some(0))
         };
         let args = SendArgs {
             context,
@@ -369,10 +389,9 @@ impl Engine {
             peer,
             tag,
             mode,
-            buf: SendBuf::in_place(len),
+            buf: SendBuf::of_blocks(blocks),
             remote,
-            // Rendezvous whatever the size: no frame may ask for its bytes.
-            eager_limit: Some(0),
+            eager_limit,
         };
         let h = self.core.post_send(args)?;
         self.flush(peer).map_err(|e| self.stop(e))?;
@@ -518,9 +537,27 @@ impl Engine {
         let (route, to) = self.route(peer)?;
         self.own_frames |= route >= self.peer_fed;
         while let Some(t) = self.core.next_transmit(peer) {
-            let sent = self.transports[route]
-                .try_send(to, t.header(), t.payload)
-                .map_err(|e| e.on_host(&self.hosts))?;
+            let transport = &mut self.transports[route];
+            let sent = match t.payload {
+                Payload::Bytes(payload) => transport.try_send(to, t.header(), payload),
+                Payload::Blocks { blocks, range } => {
+                    // SAFETY: a send's blocks, which `post_send_blocks`' caller keeps alive
+                    // and unchanged until it completes; the core's range lies within them.
+                    unsafe { transport.try_send_blocks(to, t.header(), blocks, range) }.and_then(
+                        |sent| {
+                            sent.ok_or_else(|| {
+                                PmlError::transport(
+                                    peer,
+                                    "a frame of a non-contiguous send over a transport that \
+                                     does not gather one"
+                                        .to_string(),
+                                )
+                            })
+                        },
+                    )
+                }
+            }
+            .map_err(|e| e.on_host(&self.hosts))?;
             if sent == Sent::Part {
                 self.core.hold_front(peer);
             }
@@ -575,7 +612,7 @@ impl DirectWrite for DirectBlocks<'_> {
         // its elements and its list alive and unchanged until the send completes.
         let sent = unsafe {
             self.transport
-                .try_send_blocks(self.to, header, self.blocks)?
+                .try_send_blocks(self.to, header, self.blocks, (0, self.blocks.len()))?
         };
         debug_assert_ne!(sent, Some(Sent::Part), "a direct send went out in part");
         Ok(sent == Some(Sent::Whole))

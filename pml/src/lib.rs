@@ -37,8 +37,8 @@ pub use error::PmlError;
 pub use freed_memory::TrackingAllocator;
 pub use pml_api::{Counters, Done, EngineError, Pml, RecvBuf, Wireup};
 pub use protocol::{
-    Action, ClaimEnd, Completion, Core, CoreConfig, MessageHandle, PeerCaps, SendArgs, SendBytes,
-    SendMode, Started,
+    Action, ClaimEnd, Completion, Core, CoreConfig, MessageHandle, Payload, PeerCaps, SendArgs,
+    SendBytes, SendMode, Started,
 };
 pub use requests::Handle;
 pub use waiting::Waiting;

@@ -17,6 +17,7 @@ mod stored_payload;
 
 use std::collections::VecDeque;
 
+use crate::blocks::Blocks;
 use crate::bulk_copy;
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
@@ -69,13 +70,17 @@ pub enum SendMode {
     Synchronous,
 }
 
-/// A send's buffer as the protocol sees it: the bytes its message carries, and those bytes
-/// where a frame takes them from the buffer (an eager MATCH, streamed DATA). A buffer that a
-/// receiver reads in place, in pieces ([`crate::blocks`]), goes by rendezvous to a peer that
-/// reads remote memory, so no frame ever asks it for its bytes.
+/// A send's buffer as the protocol sees it: the bytes its message carries, and where a frame
+/// takes them from (an eager MATCH, streamed DATA): the contiguous `bytes`, or, for a
+/// non-contiguous buffer ([`crate::blocks`]), its `blocks`, which the transport gathers
+/// ([`Payload::Blocks`]).
 pub trait SendBytes {
     fn message_len(&self) -> usize;
     fn bytes(&self) -> &[u8];
+    /// The description of a non-contiguous buffer, whose bytes `bytes` does not hold.
+    fn blocks(&self) -> Option<&Blocks> {
+        None
+    }
 }
 
 impl SendBytes for Vec<u8> {
@@ -122,7 +127,19 @@ pub enum Action {
 pub struct Transmit<'a> {
     header: [u8; MAX_HEADER_LEN],
     header_len: usize,
-    pub payload: &'a [u8],
+    pub payload: Payload<'a>,
+}
+
+/// Where a frame's payload lies in the sender's buffer.
+#[derive(Clone, Copy, Debug)]
+pub enum Payload<'a> {
+    Bytes(&'a [u8]),
+    /// The packed bytes `range.0..range.0 + range.1` of a non-contiguous buffer, gathered
+    /// from its blocks by the transport (`Transport::try_send_blocks`).
+    Blocks {
+        blocks: &'a Blocks,
+        range: (usize, usize),
+    },
 }
 
 impl Transmit<'_> {
@@ -1031,14 +1048,13 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
                             format!("GET of {len} bytes from a {send_len}-byte send"),
                         )
                     })?;
-                if buf.bytes().len() < end {
+                // A buffer without contiguous bytes streams from its blocks: a receiver that
+                // does not read the sender's memory (CMA off on its side) gets it packed,
+                // frame by frame.
+                if buf.blocks().is_none() && buf.bytes().len() < end {
                     return Err(protocol(
                         from,
-                        format!(
-                            "GET of {len} bytes from a send offered to be read in place \
-                             (the two ranks disagree on whether they read each other's \
-                             memory)"
-                        ),
+                        format!("GET of {len} bytes from a send that holds fewer"),
                     ));
                 }
                 if end == 0 {
@@ -1184,7 +1200,9 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
     pub fn next_transmit(&self, peer: Rank) -> Option<Transmit<'_>> {
         let p = self.peers.get(peer as usize)?;
         let queue = p.front_queue()?;
-        let (frame, payload): (Frame<'_>, &[u8]) = if queue == OutQueue::Control {
+        // The frames' payloads are not encoded (only their headers are): they travel as
+        // `payload`.
+        let (frame, payload): (Frame<'_>, Payload<'_>) = if queue == OutQueue::Control {
             let c = p.control.front().expect("the front queue has a frame");
             let f = match *c {
                 Control::Fin(s) => Frame::Fin { send_request: s },
@@ -1200,7 +1218,7 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
                     len,
                 },
             };
-            (f, &[])
+            (f, Payload::Bytes(&[]))
         } else if queue == OutQueue::Ordered {
             let o = p.ordered.front().expect("the front queue has a frame");
             match *o {
@@ -1209,11 +1227,11 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
                     envelope,
                     sync,
                 } => {
-                    let payload = self.send_bytes(send);
+                    let payload = self.send_payload(send, 0, None);
                     let frame = Frame::Match {
                         envelope,
                         sync_request: sync.then(|| send.to_wire()),
-                        payload,
+                        payload: &[],
                     };
                     (frame, payload)
                 }
@@ -1227,17 +1245,17 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
                         len: *len as u64,
                         remote: *remote,
                     };
-                    (frame, &[])
+                    (frame, Payload::Bytes(&[]))
                 }
             }
         } else {
             let s = p.streams.front().expect("the front queue has a frame");
             let chunk = s.chunk(p.caps);
-            let payload = &self.send_bytes(s.send)[s.offset..s.offset + chunk];
+            let payload = self.send_payload(s.send, s.offset, Some(chunk));
             let frame = Frame::Data {
                 recv_request: s.recv_request,
                 offset: s.offset as u64,
-                payload,
+                payload: &[],
             };
             (frame, payload)
         };
@@ -1250,11 +1268,21 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
         })
     }
 
-    fn send_bytes(&self, send: Handle) -> &[u8] {
-        match self.requests.get(send) {
-            Ok(Request::Send { buf, .. }) => buf.bytes(),
-            _ => unreachable!("a queued frame's send is live"),
+    /// The bytes of `send` from `start`, `len` of them (all the rest if `None`).
+    #[inline]
+    fn send_payload(&self, send: Handle, start: usize, len: Option<usize>) -> Payload<'_> {
+        let Ok(Request::Send { buf, .. }) = self.requests.get(send) else {
+            unreachable!("a queued frame's send is live");
+        };
+        if let Some(blocks) = buf.blocks() {
+            let len = len.unwrap_or(buf.message_len() - start);
+            return Payload::Blocks {
+                blocks,
+                range: (start, len),
+            };
         }
+        let bytes = &buf.bytes()[start..];
+        Payload::Bytes(len.map_or(bytes, |n| &bytes[..n]))
     }
 
     /// A stream transport wrote part of the frame `next_transmit(peer)` returned and must

@@ -705,6 +705,170 @@ fn non_contiguous_sends_are_read_in_place() {
     println!("in place ok");
 }
 
+const GATHERED_ENV: &str = "PML_ENGINE_TEST_GATHERED_RANK";
+const GUARD: u8 = 0xA5;
+const POISON: u8 = 0xEE;
+
+/// A random layout: its block list (ascending, gaps between), extent and element count.
+fn random_layout(rng: &mut u64, packed_target: usize) -> (Vec<Block>, usize, usize) {
+    let mut next = |bound: usize| {
+        // xorshift64: the same cases on both ranks, from one seed.
+        *rng ^= *rng << 13;
+        *rng ^= *rng >> 7;
+        *rng ^= *rng << 17;
+        (*rng % bound as u64) as usize
+    };
+    let mut list = Vec::new();
+    let mut at = next(16);
+    for _ in 0..1 + next(5) {
+        // Short blocks (gathered through a scratch over TCP) and long ones (an iovec each).
+        let len = match next(3) {
+            0 => 1 + next(16),
+            1 => 1 + next(300),
+            _ => 256 + next(2000),
+        };
+        list.push(Block { offset: at, len });
+        at += len + 1 + next(40);
+    }
+    let extent = at + next(8);
+    let element: usize = list.iter().map(|b| b.len).sum();
+    let count = (packed_target / element).max(1);
+    (list, extent, count)
+}
+
+/// Non-contiguous sends of random layouts, below and past the eager limit, past a frame
+/// (several DATA frames) and past `IOV_MAX` runs: over TCP every frame gathers the sender's
+/// blocks (no packed copy); on shared memory a receiver with CMA off (`single_copy: false`)
+/// gets a send the sender exposed to be read in place by GET, each DATA frame packed from the
+/// blocks into the ring. The bytes that arrive are a serial pack of the blocks (never the
+/// poisoned gaps between them), and the receive buffer past the message keeps its guard.
+#[test]
+fn non_contiguous_sends_gather_their_blocks() {
+    if let Ok(spec) = env::var(GATHERED_ENV) {
+        let mut parts = spec.splitn(3, ',');
+        let (mode, dir, rank) = (
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+        );
+        let rank: u32 = rank.parse().unwrap();
+        let mut w = DirWireup {
+            dir: dir.into(),
+            rank,
+            size: 2,
+            round: 0,
+        };
+        let config = EngineConfig {
+            shm_eager_limit: 4096,
+            tcp_eager_limit: 4096,
+            // The receiver, rank 0, does not read its peer's memory; the sender does, and so
+            // offers every send to be read in place.
+            single_copy: !(mode == "shm-no-cma" && rank == 0),
+            shm_in_place_min_block: 1,
+            transport: match mode {
+                "tcp" => TransportChoice::Tcp,
+                _ => TransportChoice::Shm,
+            },
+            ..EngineConfig::default()
+        };
+        let mut e = Engine::new(&mut w, config).unwrap();
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let targets = [100, 4096, 4097, 70_000, 300_000, 5 << 20];
+        for case in 0..24 {
+            let target = targets[case % targets.len()];
+            let (list, extent, count) = random_layout(&mut rng, target);
+            let mut source = vec![POISON; extent * count];
+            let mut serial = Vec::new();
+            for el in 0..count {
+                for b in &list {
+                    for i in 0..b.len {
+                        let at = el * extent + b.offset + i;
+                        // Never the poison: a poisoned byte that arrives was a gap's.
+                        source[at] = (at % 233) as u8;
+                        serial.push(source[at]);
+                    }
+                }
+            }
+            let tag = case as i32;
+            if rank == 1 {
+                let blocks = Blocks::new(source.as_ptr(), count, extent, &list).unwrap();
+                let send_mode = if case % 4 == 3 {
+                    SendMode::Synchronous
+                } else {
+                    SendMode::Standard
+                };
+                // SAFETY: the source, list and description outlive the send, waited for here.
+                let h = unsafe { e.post_send_blocks(0, 1, 0, tag, send_mode, &blocks) }.unwrap();
+                match h {
+                    Some(h) => assert_eq!(e.wait(h).unwrap(), Done::Sent),
+                    // On shared memory an eager send the ring has no room for, or a
+                    // synchronous one, is the caller's to pack; TCP leaves none.
+                    None => {
+                        assert!(
+                            mode != "tcp" && serial.len() <= 4096,
+                            "case {case}: {} bytes left to the caller to pack",
+                            serial.len()
+                        );
+                        send(&mut e, 0, tag, &serial, send_mode);
+                    }
+                }
+                continue;
+            }
+            let before = e.counters();
+            let capacity = serial.len() + 64;
+            let mut buf = vec![GUARD; capacity];
+            // SAFETY: `buf` outlives the receive, waited for here.
+            let h = unsafe {
+                e.post_recv(
+                    0,
+                    SourceSel::Rank(1),
+                    TagSel::Tag(tag),
+                    buf.as_mut_ptr(),
+                    capacity,
+                )
+            }
+            .unwrap();
+            let st = match e.wait(h).unwrap() {
+                Done::Received(st) => st,
+                other => panic!("case {case}: {other:?}"),
+            };
+            assert_eq!(st.len, serial.len(), "case {case}");
+            assert!(
+                buf[..serial.len()] == serial[..],
+                "case {case}: {} blocks of {list:?}, extent {extent}: the bytes differ from a \
+                 serial pack",
+                count
+            );
+            assert!(
+                buf[serial.len()..].iter().all(|&b| b == GUARD),
+                "case {case}: written past the message"
+            );
+            let reads = e.counters().remote_reads - before.remote_reads;
+            assert_eq!(reads, 0, "case {case}: read in place by a rank without CMA");
+        }
+        e.flush_all().unwrap();
+        println!("{mode} gathered ok");
+        return;
+    }
+    for mode in ["tcp", "shm-no-cma"] {
+        let dir =
+            env::temp_dir().join(format!("pml-engine-gathered-{mode}-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let outputs = run_children(
+            "non_contiguous_sends_gather_their_blocks",
+            2,
+            GATHERED_ENV,
+            |r| format!("{mode},{},{r}", dir.display()),
+            &[],
+            Duration::from_secs(120),
+        );
+        assert_all_succeeded(&outputs, &format!("{mode}: "));
+        fs::remove_dir_all(dir).unwrap();
+        let out = String::from_utf8_lossy(&outputs[0].stdout);
+        assert!(out.contains(&format!("{mode} gathered ok")), "{out}");
+    }
+}
+
 const LIMITED_ENV: &str = "PML_ENGINE_TEST_LIMITED_RANK";
 /// Address space the limited ranks get beyond what they use before the engine starts.
 const HEADROOM: u64 = 80 << 30;

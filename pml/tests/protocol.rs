@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use pml::protocol::{
-    Action, ClaimEnd, Completion, Core, CoreConfig, DirectSend, PeerCaps, SendArgs, SendMode,
-    Started,
+    Action, ClaimEnd, Completion, Core, CoreConfig, DirectSend, Payload, PeerCaps, SendArgs,
+    SendMode, Started, Transmit,
 };
 use pml::wire::{Frame, RemoteKey, WireEnvelope, MAX_HEADER_LEN};
 use pml::{Handle, PmlError, SourceSel, Status, TagSel};
@@ -14,6 +14,14 @@ mod frames_common;
 use frames_common::frame_bytes;
 
 type TestCore = Core<Vec<u8>, Vec<u8>>;
+
+/// A frame's payload: every send here is of contiguous bytes.
+fn payload_of<'a>(t: &Transmit<'a>) -> &'a [u8] {
+    match t.payload {
+        Payload::Bytes(bytes) => bytes,
+        Payload::Blocks { .. } => panic!("a contiguous send's frame gathers blocks"),
+    }
+}
 
 const EAGER: usize = 1024;
 
@@ -164,7 +172,7 @@ impl Pair {
             let to = 1 - from;
             if let Some(t) = self.cores[from].next_transmit(to as u32) {
                 let mut bytes = t.header().to_vec();
-                bytes.extend_from_slice(t.payload);
+                bytes.extend_from_slice(payload_of(&t));
                 self.cores[from].transmitted(to as u32);
                 self.log
                     .push((from as u32, kind(&Frame::decode(&bytes).unwrap())));
@@ -711,7 +719,7 @@ fn a_failed_read_completes_with_the_cause_and_releases_the_sender() {
     while p.cores[0].next_transmit(1).is_some() {
         let t = p.cores[0].next_transmit(1).unwrap();
         let mut bytes = t.header().to_vec();
-        bytes.extend_from_slice(t.payload);
+        bytes.extend_from_slice(payload_of(&t));
         p.cores[0].transmitted(1);
         p.cores[1].on_frame(0, &bytes).unwrap();
     }
@@ -734,7 +742,7 @@ fn a_held_frame_stays_in_front_of_control_frames_queued_meanwhile() {
     let s = p.send(0, 1, data.clone(), SendMode::Standard);
     p.step(); // RTS to rank 1, and its GET back
     let first = p.cores[0].next_transmit(1).unwrap();
-    let (header, payload) = (first.header().to_vec(), first.payload.to_vec());
+    let (header, payload) = (first.header().to_vec(), payload_of(&first).to_vec());
     assert_eq!(
         kind(&Frame::decode(&[&header[..], &payload[..]].concat()).unwrap()),
         "DATA"
@@ -744,7 +752,10 @@ fn a_held_frame_stays_in_front_of_control_frames_queued_meanwhile() {
     p.cores[0].hold_front(1);
     let sync = p.send(0, 2, vec![1, 2, 3], SendMode::Synchronous);
     let again = p.cores[0].next_transmit(1).unwrap();
-    assert_eq!((again.header(), again.payload), (&header[..], &payload[..]));
+    assert_eq!(
+        (again.header(), payload_of(&again)),
+        (&header[..], &payload[..])
+    );
     p.cores[0].transmitted(1);
     p.cores[1]
         .on_frame(0, &[&header[..], &payload[..]].concat())

@@ -249,9 +249,14 @@ impl Transport for AnyTransport {
         peer: Peer,
         header: &[u8],
         blocks: &Blocks,
+        range: (usize, usize),
     ) -> Result<Option<Sent>, PmlError> {
         // SAFETY: this function's contract, passed on unchanged to the transport it holds.
-        each!(self, t => unsafe { Transport::try_send_blocks(t, peer, header, blocks) })
+        each!(self, t => unsafe { Transport::try_send_blocks(t, peer, header, blocks, range) })
+    }
+
+    fn streams_blocks(&self) -> bool {
+        each!(self, t => Transport::streams_blocks(t))
     }
 
     fn expose_blocks(&mut self, peer: Rank, blocks: &Blocks) -> Option<RemoteKey> {

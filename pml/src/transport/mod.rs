@@ -234,22 +234,32 @@ pub trait Transport {
     /// Puts `header` then `payload` on the way to `peer` as one frame, or some or none of it.
     fn try_send(&mut self, peer: Peer, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError>;
 
-    /// [`try_send`](Self::try_send) of a frame whose payload is the bytes of the
-    /// non-contiguous buffer `blocks` describes (a description made in this process), packed
-    /// straight into the frame; `None`, having sent nothing, where this transport does not
-    /// (the caller packs them).
+    /// [`try_send`](Self::try_send) of a frame whose payload is the packed bytes
+    /// `start..start + len` of the non-contiguous buffer `blocks` describes (a description
+    /// made in this process), taken straight from its blocks; `None`, having sent nothing,
+    /// where this transport does not (the caller packs them). As with `try_send`, a frame
+    /// sent in part is passed again, the same, until it went out whole.
     ///
     /// # Safety
-    /// `blocks` must have been made in this process by [`Blocks::new`], and the elements and
-    /// block list it points to must be alive and readable for the call: the transport reads
-    /// through its raw addresses.
+    /// `blocks` must have been made in this process by [`Blocks::new`], the elements and
+    /// block list it points to must be alive and readable for the call (the transport reads
+    /// through its raw addresses), and `start + len` at most `blocks.len()`.
     unsafe fn try_send_blocks(
         &mut self,
         _peer: Peer,
         _header: &[u8],
         _blocks: &Blocks,
+        _range: (usize, usize),
     ) -> Result<Option<Sent>, PmlError> {
         Ok(None)
+    }
+
+    /// Whether [`try_send_blocks`](Self::try_send_blocks) takes every frame of a queued send
+    /// of a non-contiguous buffer, eager MATCH and streamed DATA alike: then such a send is
+    /// posted undescribed by any exposure and goes without a packed copy, whatever its size
+    /// (a transport whose receiver streams rendezvous data after a GET: TCP).
+    fn streams_blocks(&self) -> bool {
+        false
     }
 
     /// Hands what arrived to `sink`; returns how many deliveries (frames, landed DATA

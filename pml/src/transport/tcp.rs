@@ -18,6 +18,7 @@
 mod addrs;
 mod conn;
 mod contract;
+mod gather;
 mod handshake;
 mod redial;
 mod renamed;
@@ -46,6 +47,7 @@ pub(crate) use renamed::Renamed;
 
 use super::epoll::{interest, Epoll, Ready};
 use super::{Sent, Sink};
+use crate::blocks::Blocks;
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use addrs::{IfAddr, Selector};
@@ -298,13 +300,40 @@ impl TcpTransport {
     /// Writes what the connection takes of one frame to `peer` (dialling first if needed).
     /// After `Sent::Part`, the caller passes the same frame again until it went out whole.
     pub fn send(&mut self, peer: Rank, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError> {
+        self.send_with(peer, |conn| conn.send(header, payload))
+    }
+
+    /// [`send`](Self::send) of a frame whose payload is the packed bytes `range` of
+    /// `blocks`, gathered from its blocks.
+    ///
+    /// # Safety
+    /// As for `Transport::try_send_blocks`.
+    pub unsafe fn send_blocks(
+        &mut self,
+        peer: Rank,
+        header: &[u8],
+        blocks: &Blocks,
+        range: (usize, usize),
+    ) -> Result<Sent, PmlError> {
+        // SAFETY: this function's contract.
+        self.send_with(peer, |conn| unsafe {
+            conn.send_blocks(header, blocks, range)
+        })
+    }
+
+    /// A frame to `peer`, written by `write` on its connection (dialling first if needed).
+    fn send_with(
+        &mut self,
+        peer: Rank,
+        write: impl FnOnce(&mut Conn) -> io::Result<Sent>,
+    ) -> Result<Sent, PmlError> {
         let p = &mut self.peers[peer as usize];
         match &mut p.link {
             Link::Connected(conn) => {
                 if !conn.writable {
                     return Ok(Sent::Nothing);
                 }
-                let sent = conn.send(header, payload).map_err(|e| {
+                let sent = write(conn).map_err(|e| {
                     PmlError::transport(
                         peer,
                         format!("connection lost while sending: {e} (did rank {peer} die?)"),

@@ -316,13 +316,15 @@ impl Transport for ShmPeers {
         peer: Peer,
         header: &[u8],
         blocks: &Blocks,
+        (start, len): (usize, usize),
     ) -> Result<Option<Sent>, PmlError> {
         // SAFETY: this function's contract: a description made in this process, its elements
-        // and list alive for the call; the ring's free space overlaps no element of it.
-        let fill = |at: *mut u8| unsafe { blocks.pack_into(at) };
+        // and list alive for the call, the range within its bytes; the ring's free space
+        // overlaps no element of it.
+        let fill = |at: *mut u8| unsafe { blocks.pack_range_into(start, len, at) };
         match self
             .seg
-            .try_send_packed(peer.index as usize, header, blocks.len(), fill)
+            .try_send_packed(peer.index as usize, header, len, fill)
         {
             Ok(true) => Ok(Some(Sent::Whole)),
             Ok(false) => Ok(Some(Sent::Nothing)),

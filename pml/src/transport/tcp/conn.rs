@@ -13,7 +13,9 @@ use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
+use super::gather::{Batch, IOV_MAX, SCRATCH_LEN};
 use super::{Sent, Sink};
+use crate::blocks::Blocks;
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::transport::Placement;
@@ -51,6 +53,8 @@ pub struct Conn {
     header_first: bool,
     /// Bytes of the frame being sent that are already on the wire.
     sent_of_frame: usize,
+    /// Where `send_blocks` gathers short runs; allocated by the first such send.
+    scratch: Box<[u8]>,
     pub writable: bool,
     goodbye_received: bool,
 }
@@ -87,6 +91,7 @@ impl Conn {
             direct: None,
             header_first: false,
             sent_of_frame: 0,
+            scratch: Box::default(),
             writable: true,
             goodbye_received: false,
         }
@@ -120,42 +125,102 @@ impl Conn {
             };
             n_iov += 1;
         }
+        self.sent_of_frame += Self::sendmsg(&self.sock, &mut iov[..n_iov])?;
+        Ok(self.sent(whole))
+    }
+
+    /// [`send`](Self::send) of a frame whose payload is the packed bytes `start..start +
+    /// len` of `blocks`, gathered from its blocks (see `gather.rs`), in batches of at most
+    /// `IOV_MAX` iovecs, as many as the socket takes.
+    ///
+    /// # Safety
+    /// `blocks` must have been made in this process, its elements and block list alive and
+    /// readable for the call, and the range within its bytes.
+    pub unsafe fn send_blocks(
+        &mut self,
+        header: &[u8],
+        blocks: &Blocks,
+        (start, len): (usize, usize),
+    ) -> io::Result<Sent> {
+        let total = header.len() + len;
+        let prefix = u32::try_from(total)
+            .map_err(|_| io::Error::other(format!("a frame of {total} bytes is too long")))?
+            .to_le_bytes();
+        let whole = PREFIX_LEN + total;
+        if self.scratch.is_empty() {
+            self.scratch = vec![0; SCRATCH_LEN].into_boxed_slice();
+        }
+        // SAFETY: this function's contract.
+        let list = unsafe { blocks.local_list() };
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; IOV_MAX];
+        while self.sent_of_frame < whole {
+            let mut batch = Batch::new(&mut iov, &mut self.scratch);
+            let mut skip = self.sent_of_frame;
+            for part in [&prefix[..], header] {
+                if skip >= part.len() {
+                    skip -= part.len();
+                    continue;
+                }
+                batch.point(part[skip..].as_ptr(), part.len() - skip);
+                skip = 0;
+            }
+            // SAFETY: this function's contract; the scratch is the connection's own.
+            unsafe { batch.runs(blocks, list, start + skip, len - skip) };
+            let built = batch.bytes;
+            let n = Self::sendmsg(&self.sock, batch.iovecs())?;
+            self.sent_of_frame += n;
+            if n < built {
+                break;
+            }
+        }
+        Ok(self.sent(whole))
+    }
+
+    /// How much of a frame of `whole` bytes is on its way, after the writes so far.
+    fn sent(&mut self, whole: usize) -> Sent {
+        if self.sent_of_frame == whole {
+            self.sent_of_frame = 0;
+            return Sent::Whole;
+        }
+        self.writable = false;
+        if self.sent_of_frame > 0 {
+            Sent::Part
+        } else {
+            Sent::Nothing
+        }
+    }
+
+    /// One `sendmsg` of `iov` (retried when interrupted); how many bytes it wrote, none when
+    /// the socket is full.
+    fn sendmsg(sock: &TcpStream, iov: &mut [libc::iovec]) -> io::Result<usize> {
         // SAFETY: a zeroed msghdr is valid (no name, no control data); it points at `iov`,
-        // whose first `n_iov` entries describe live slices borrowed for this call.
+        // whose entries describe memory readable for this call (the caller's).
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = iov.as_mut_ptr();
-        msg.msg_iovlen = n_iov;
+        msg.msg_iovlen = iov.len();
         loop {
             // SAFETY: `msg` describes readable memory only; MSG_NOSIGNAL turns a broken
             // connection into EPIPE instead of a signal.
             let n = unsafe {
                 libc::sendmsg(
-                    self.sock.as_raw_fd(),
+                    sock.as_raw_fd(),
                     &msg,
                     libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
                 )
             };
             if n >= 0 {
-                self.sent_of_frame += n as usize;
-                break;
+                return Ok(n as usize);
             }
             let e = io::Error::last_os_error();
             match e.kind() {
                 io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock => break,
+                io::ErrorKind::WouldBlock => return Ok(0),
                 _ => return Err(e),
             }
         }
-        if self.sent_of_frame == whole {
-            self.sent_of_frame = 0;
-            return Ok(Sent::Whole);
-        }
-        self.writable = false;
-        Ok(if self.sent_of_frame > 0 {
-            Sent::Part
-        } else {
-            Sent::Nothing
-        })
     }
 
     /// Reads what the socket has and hands the frames in it to `sink`; returns how many.

@@ -5,6 +5,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use super::{parse_selectors, JobSecret, Renamed, TcpConfig, TcpTransport};
+use crate::blocks::Blocks;
 use crate::config::EngineConfig;
 use crate::envelope::Rank;
 use crate::error::PmlError;
@@ -122,6 +123,24 @@ impl Transport for TcpTransport {
     fn try_send(&mut self, peer: Peer, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError> {
         self.send(peer.index, header, payload)
             .map_err(|e| renamed_error(e, self.names.as_deref()))
+    }
+
+    unsafe fn try_send_blocks(
+        &mut self,
+        peer: Peer,
+        header: &[u8],
+        blocks: &Blocks,
+        range: (usize, usize),
+    ) -> Result<Option<Sent>, PmlError> {
+        // SAFETY: this function's contract, passed on.
+        unsafe { self.send_blocks(peer.index, header, blocks, range) }
+            .map(Some)
+            .map_err(|e| renamed_error(e, self.names.as_deref()))
+    }
+
+    /// Every frame: a send of a non-contiguous buffer is never packed into a copy.
+    fn streams_blocks(&self) -> bool {
+        true
     }
 
     fn poll(&mut self, sink: &mut impl Sink) -> Result<usize, PmlError> {

@@ -1,0 +1,166 @@
+//! The iovecs of one `sendmsg` of a frame whose payload is a non-contiguous send buffer's
+//! blocks ([`crate::blocks`]): the length prefix and header, then the payload's runs in
+//! packing order, each long run straight from the sender's memory and consecutive short ones
+//! copied into one piece of a small scratch buffer, so that the kernel is not handed an
+//! iovec per 8-byte block (a column of doubles): per iovec it costs more than copying a few
+//! hundred bytes, and the scratch, reused batch after batch, stays in cache.
+
+use crate::blocks::{Block, Blocks};
+
+/// The most iovecs one `sendmsg` takes (Linux's `UIO_MAXIOV`, POSIX's `IOV_MAX`).
+pub const IOV_MAX: usize = libc::UIO_MAXIOV as usize;
+/// Runs shorter than this are copied into the scratch rather than given an iovec.
+pub const SHORT_RUN: usize = 256;
+/// Bytes of short runs one batch gathers at most.
+pub const SCRATCH_LEN: usize = 64 << 10;
+
+/// One batch being built: iovecs into `iov`, short runs copied into `scratch`.
+pub struct Batch<'a> {
+    iov: &'a mut [libc::iovec; IOV_MAX],
+    n_iov: usize,
+    scratch: &'a mut [u8],
+    used: usize,
+    /// The last iovec is the scratch's piece being filled (a short run may extend it).
+    open: bool,
+    /// Bytes the iovecs hold.
+    pub bytes: usize,
+}
+
+impl<'a> Batch<'a> {
+    pub fn new(iov: &'a mut [libc::iovec; IOV_MAX], scratch: &'a mut [u8]) -> Batch<'a> {
+        Batch {
+            iov,
+            n_iov: 0,
+            scratch,
+            used: 0,
+            open: false,
+            bytes: 0,
+        }
+    }
+
+    /// The iovecs built, for `sendmsg`.
+    pub fn iovecs(&mut self) -> &mut [libc::iovec] {
+        &mut self.iov[..self.n_iov]
+    }
+
+    /// Adds `len` bytes at `addr`, which must stay readable until the batch is sent, as an
+    /// iovec of their own; `false` when the batch has no iovec left.
+    pub fn point(&mut self, addr: *const u8, len: usize) -> bool {
+        if self.n_iov == IOV_MAX {
+            return false;
+        }
+        self.iov[self.n_iov] = libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: len,
+        };
+        self.n_iov += 1;
+        self.open = false;
+        self.bytes += len;
+        true
+    }
+
+    /// Copies `len` bytes at `addr` into the scratch; `false` when it has no room for them
+    /// (or they need an iovec and none is left).
+    ///
+    /// # Safety
+    /// `addr` must be readable for `len` bytes that do not overlap the scratch.
+    unsafe fn copy(&mut self, addr: *const u8, len: usize) -> bool {
+        if self.used + len > self.scratch.len() {
+            return false;
+        }
+        let at = self.scratch[self.used..].as_mut_ptr();
+        if self.open {
+            self.iov[self.n_iov - 1].iov_len += len;
+            self.bytes += len;
+        } else if !self.point(at, len) {
+            return false;
+        } else {
+            self.open = true;
+        }
+        // SAFETY: `len` bytes fit the scratch from `used` (checked above); the source is
+        // readable and apart from it (this function's contract).
+        unsafe { std::ptr::copy_nonoverlapping(addr, at, len) };
+        self.used += len;
+        true
+    }
+
+    /// Adds the packed bytes `start..start + len` of `blocks` (whose block list is `list`),
+    /// as far as the batch holds them; returns how many it took.
+    ///
+    /// # Safety
+    /// `blocks` must describe memory of this process readable for the runs of that range
+    /// until the batch is sent, none of it the scratch.
+    pub unsafe fn runs(
+        &mut self,
+        blocks: &Blocks,
+        list: &[Block],
+        start: usize,
+        len: usize,
+    ) -> usize {
+        let mut taken = 0;
+        for (addr, n) in blocks.runs(list, start, len) {
+            let addr = addr as usize as *const u8;
+            let added = if n >= SHORT_RUN {
+                self.point(addr, n)
+            } else {
+                // SAFETY: this function's contract.
+                unsafe { self.copy(addr, n) }
+            };
+            if !added {
+                break;
+            }
+            taken += n;
+        }
+        taken
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Short runs share one scratch piece until it is full; long runs point at the buffer.
+    #[test]
+    fn short_runs_share_the_scratch_and_long_ones_point_in_place() {
+        let buf: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+        // An 8-byte block then a 300-byte one, 400 bytes apart.
+        let list = [
+            Block { offset: 0, len: 8 },
+            Block {
+                offset: 8 + 50,
+                len: 300,
+            },
+        ];
+        let blocks = Blocks::new(buf.as_ptr(), 10, 400, &list).unwrap();
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; IOV_MAX];
+        let mut scratch = vec![0u8; 16];
+        let mut batch = Batch::new(&mut iov, &mut scratch);
+        // SAFETY: the description lies within `buf`, alive for the batch.
+        let taken = unsafe { batch.runs(&blocks, &list, 4, blocks.len() - 4) };
+        // 4 bytes of the first block, 300, 8, 300, then the next 8 does not fit the 16-byte
+        // scratch (12 used).
+        assert_eq!(taken, 4 + 300 + 8 + 300);
+        assert_eq!(batch.bytes, taken);
+        let iovecs: Vec<(usize, usize)> = batch
+            .iovecs()
+            .iter()
+            .map(|v| (v.iov_base as usize, v.iov_len))
+            .collect();
+        let base = buf.as_ptr() as usize;
+        let scratch_at = iovecs[0].0;
+        assert_eq!(
+            iovecs,
+            vec![
+                (scratch_at, 4),
+                (base + 58, 300),
+                (scratch_at + 4, 8),
+                (base + 400 + 58, 300),
+            ]
+        );
+        assert_eq!(&scratch[..4], &buf[4..8]);
+        assert_eq!(&scratch[4..12], &buf[400..408]);
+    }
+}
