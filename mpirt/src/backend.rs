@@ -146,6 +146,16 @@ impl AnyPml {
         }
     }
 
+    /// The native engine, which alone does one-sided operations in hardware (windows'
+    /// RDMA path); `None` on UCX.
+    pub fn native(&mut self) -> Option<&mut Engine> {
+        match self {
+            AnyPml::Native(engine) => Some(engine),
+            #[cfg(feature = "ucx")]
+            AnyPml::Ucx(_) => None,
+        }
+    }
+
     /// How many ranks this PML reaches: the world's, then those a bridge joined.
     pub fn reachable(&self) -> u32 {
         match self {

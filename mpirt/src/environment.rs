@@ -132,6 +132,12 @@ impl Universe {
         with_engine(|e| Ok(e.description().to_string())).unwrap_or_default()
     }
 
+    /// What this rank's transports did so far (frames, rendezvous reads, windows' RDMA
+    /// WRITEs, READs and atomics...), as the native engine counts it; `None` on the UCX PML.
+    pub fn counters(&self) -> Option<pml::Counters> {
+        with_engine(|e| Ok(e.native().map(|engine| engine.counters()))).unwrap_or_default()
+    }
+
     /// What lets handles cross threads ([`crate::threads`]): `Some` where the runtime
     /// provides [`Threading::Serialized`] or [`Threading::Multiple`].
     pub fn threads(&self) -> Option<Threads> {

@@ -91,6 +91,8 @@ pub use environment::{
     Threading, Universe,
 };
 pub use error::{Error, MpiError};
+/// What a rank's transports counted (see [`Universe::counters`]).
+pub use pml::Counters;
 /// The global allocator that lets the runtime keep RDMA registrations of buffers between
 /// messages (see `pml::freed_memory`), and that puts large blocks where same-host peers copy
 /// them with a plain memcpy (see `pml::shared_arena`); programs that send large messages

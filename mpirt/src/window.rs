@@ -88,16 +88,19 @@
 //! whenever its target is inside any mpirt call, through the window's own waits and through
 //! the PML's progress hooks; a target computing outside mpirt delays passive-target epochs
 //! on it until its next call. Its locks are a lock table at the target (exclusive excludes,
-//! shared shares, waiting requests granted in arrival order). A transport capability (RDMA
-//! WRITE, READ and ATOMIC; UCX's put, get and atomics) can later take an operation over where
-//! each operation picks its path (`Epoch::issue` and the shared-memory branches beside it),
-//! leaving the rest to the active messages.
+//! shared shares, waiting requests granted in arrival order). Where RDMA verbs carries the
+//! ranks, `allocate` and `create` windows take the RDMA path for what the device does (see
+//! `window/rdma.rs`): puts by RDMA WRITE, gets by RDMA READ, and, on windows of 8-byte
+//! numbers that every rank reaches with device atomics, every accumulate and atomic by
+//! them; the rest (locks, epochs' ends, other windows' accumulates) stays active messages.
+//! `MPIRT_WINDOW_PATH=rdma` leaves out the shared-memory mapping.
 
 mod atomic;
 mod direct;
 mod fault;
 mod messaging;
 mod operation;
+mod rdma;
 mod target;
 mod typed;
 mod wire;
@@ -113,6 +116,7 @@ use messaging::Core;
 pub use operation::AccumulateOperation;
 use pml::shared_mapping::SharedMapping;
 use pml::Pml;
+use rdma::Rdma;
 use target::{Memory, Target};
 pub use typed::TargetDatatype;
 use wire::{Ask, Request};
@@ -155,8 +159,14 @@ pub struct Window<'a, T: Equivalence> {
     storage: Storage,
     /// The memory every rank maps, where it does (see `direct.rs`).
     shared: Option<Direct>,
-    /// Whether operations go by loads, stores and atomics in `shared` (else by messages).
+    /// Whether operations go by loads, stores and atomics in `shared` (else by RDMA or
+    /// messages).
     direct: bool,
+    /// The RDMA path, where the one-sided transport reaches ranks (see `window/rdma.rs`).
+    rdma: Option<Rdma>,
+    /// Per rank, whether an operation went to it as a message since its last flush: on the
+    /// RDMA path a flush of a rank that got none waits for the device alone.
+    messaged: RefCell<Vec<bool>>,
     /// This rank's memory (fixed windows).
     local: Option<(*mut T, usize)>,
     /// Each rank's window length in elements (`None`: a dynamic window).
@@ -206,9 +216,9 @@ impl<'a, T: Equivalence> Window<'a, T> {
     {
         let what = "allocate a window";
         let agreed = agree::<T, C>(comm, len, what)?;
-        if agreed.direct {
+        if agreed.path == Path::SharedMemory {
             if let Some(shared) = map_parts::<T, C>(comm, &agreed.lens, what)? {
-                return Window::mapped(comm, shared, agreed.lens, true, what);
+                return Window::mapped(comm, shared, agreed.lens, agreed.path, what);
             }
         }
         let layout = std::alloc::Layout::array::<T>(len.max(1))
@@ -227,7 +237,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
             layout,
         };
         // SAFETY: the block is the window's, freed only when the window drops.
-        unsafe { Window::fixed(comm, base, agreed.lens, storage, None, false, what) }
+        unsafe { Window::fixed(comm, base, agreed.lens, storage, None, agreed.path, what) }
     }
 
     /// A window over `memory`, which it borrows for its lifetime (`MPI_Win_create`).
@@ -250,7 +260,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
                 agreed.lens,
                 Storage::Borrowed,
                 None,
-                false,
+                agreed.path,
                 what,
             )
         }
@@ -283,7 +293,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
                     .into(),
             )
         })?;
-        Window::mapped(comm, shared, agreed.lens, agreed.direct, what)
+        Window::mapped(comm, shared, agreed.lens, agreed.path, what)
     }
 
     /// A window over this rank's part of `shared`, each element `T::default()`.
@@ -291,7 +301,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
         comm: &C,
         shared: Direct,
         lens: Vec<usize>,
-        direct: bool,
+        path: Path,
         what: &str,
     ) -> Result<Window<'static, T>, Error>
     where
@@ -304,17 +314,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
             unsafe { base.add(i).write(T::default()) };
         }
         // SAFETY: the mapping is the window's, unmapped only when the window drops.
-        unsafe {
-            Window::fixed(
-                comm,
-                base,
-                lens,
-                Storage::Mapped,
-                Some(shared),
-                direct,
-                what,
-            )
-        }
+        unsafe { Window::fixed(comm, base, lens, Storage::Mapped, Some(shared), path, what) }
     }
 
     /// A window with no memory until [`attach`](Self::attach) adds some
@@ -352,7 +352,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
         sizes: Vec<usize>,
         storage: Storage,
         shared: Option<Direct>,
-        direct: bool,
+        path: Path,
         what: &str,
     ) -> Result<Window<'a, T>, Error> {
         let len = sizes[comm.rank() as usize];
@@ -364,13 +364,24 @@ impl<'a, T: Equivalence> Window<'a, T> {
         let mut window =
             unsafe { Window::build(comm, memory, storage, Some((base, len)), Some(sizes)) }
                 .map_err(|c| Error::new(what, c))?;
-        window.direct = direct && shared.is_some();
+        window.direct = path == Path::SharedMemory && shared.is_some();
         window.shared = shared;
         if window.direct {
             // No other rank's operation waits for this rank's progress (only the PSCW
             // notices travel as messages, which this rank's own post and start take): the
             // progress hook, which every wait of the rank would step, is not needed.
             messaging::forget(&window.core);
+        } else if path != Path::Messages {
+            let element = operation::element_code(datatype_of::<T>());
+            let bytes = len * size_of::<T>();
+            window.rdma = Rdma::open(
+                &window.comm,
+                window.comm.data(),
+                base.cast(),
+                bytes,
+                element,
+                what,
+            )?;
         }
         Ok(window)
     }
@@ -385,6 +396,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
         sizes: Option<Vec<usize>>,
     ) -> Result<Window<'a, T>, Cause> {
         let comm = comm.try_duplicate().map_err(|e| e.cause().clone())?;
+        let size = comm.size() as usize;
         // SAFETY: forwarded from this function's contract.
         let target = unsafe { Target::new(memory, size_of::<T>(), comm.size() as u32) };
         let core = Rc::new(RefCell::new(Core::new(comm.data().clone(), target)));
@@ -395,6 +407,8 @@ impl<'a, T: Equivalence> Window<'a, T> {
             storage,
             shared: None,
             direct: false,
+            rdma: None,
+            messaged: RefCell::new(vec![false; size]),
             local,
             sizes,
             open: Cell::new(Open::None),
@@ -434,9 +448,10 @@ impl<'a, T: Equivalence> Window<'a, T> {
     /// Runs `f` on this rank's window memory, after applying the operations that arrived
     /// for it; none is applied while `f` runs. MPI's rules say when the memory holds other
     /// ranks' operations (after the epoch that issued them ended). Where every rank maps the
-    /// memory (the shared-memory path), other ranks' epochs store into it directly, so there
-    /// it is refused inside this rank's epochs and `post`, and holds this rank's own
-    /// exclusive lock while `f` runs (waiting for other ranks' lock epochs on it to end):
+    /// memory (the shared-memory path), or reach it by RDMA, other ranks' epochs store into
+    /// it directly, so there it is refused inside this rank's epochs and `post`, and holds
+    /// this rank's own exclusive lock while `f` runs (waiting for other ranks' lock epochs on
+    /// it to end):
     /// fence and PSCW epochs of other ranks reach this rank only while it is inside its own
     /// fence or `post`. `f` may not open an epoch nor use the window (refused, named);
     /// while it runs this rank serves no operation on the window, so other ranks' epochs on
@@ -466,7 +481,21 @@ impl<'a, T: Equivalence> Window<'a, T> {
                 let me = self.comm.rank() as u32;
                 self.lock_directly(direct, me, true)
                     .map_err(|c| Error::new(what, c))?;
-                Some(OwnLock(direct, me))
+                Some(OwnLock::Direct(direct, me))
+            }
+            None if self.rdma.is_some() => {
+                if self.open.get() != Open::None || self.exposed.get() || self.lent.get() {
+                    return Err(sync_fault(
+                        what,
+                        "on the RDMA path other ranks write this memory during this rank's \
+                         epochs and post: call with_local outside them"
+                            .into(),
+                    ));
+                }
+                let me = self.comm.rank() as u32;
+                self.acquire(&[me], LockKind::Exclusive)
+                    .map_err(|c| Error::new(what, c))?;
+                Some(OwnLock::Messages(&self.core, me))
             }
             None => None,
         };
@@ -679,6 +708,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
     {
         let mut abandon = Abandon {
             core: &self.core,
+            rdma: self.rdma.as_ref(),
             ended: false,
         };
         let epoch = Epoch::new(self.for_epoch(), reach, name);
@@ -744,6 +774,17 @@ impl<'a, T: Equivalence> Window<'a, T> {
     /// The shared-memory path, where operations take it.
     fn direct(&self) -> Option<&Direct> {
         self.shared.as_ref().filter(|_| self.direct)
+    }
+
+    /// The RDMA path to `target`, where puts and gets to it take it.
+    fn rdma_to(&self, target: u32) -> Option<&Rdma> {
+        self.rdma.as_ref().filter(|r| r.reaches(target))
+    }
+
+    /// The RDMA path for accumulates and atomics on `target`: only on a window whose
+    /// accumulates all go by the device (see `window/rdma.rs`).
+    fn device_atomics(&self, target: u32) -> Option<&Rdma> {
+        self.rdma_to(target).filter(|r| r.atomics)
     }
 
     /// Takes `target`'s lock word, serving this window and the PML while it waits (the
@@ -825,6 +866,9 @@ impl<T: Equivalence> Drop for Window<'_, T> {
             // was applied; the barrier keeps this rank's memory until all have.
             or_fatal(self.comm.try_barrier());
         }
+        if let Some(rdma) = &mut self.rdma {
+            rdma.close();
+        }
         messaging::forget(&self.core);
         if let Storage::Owned { base, layout } = self.storage {
             // SAFETY: allocated in `try_allocate` with this layout, and no longer reached:
@@ -850,12 +894,27 @@ impl Drop for Raised<'_> {
     }
 }
 
-/// This rank's own exclusive lock on the shared-memory path, held by `with_local`.
-struct OwnLock<'w>(&'w Direct, u32);
+/// This rank's own exclusive lock, held by `with_local`: its lock word on the shared-memory
+/// path, its entry in its own lock table on the RDMA path.
+enum OwnLock<'w> {
+    Direct(&'w Direct, u32),
+    Messages(&'w RefCell<Core>, u32),
+}
 
 impl Drop for OwnLock<'_> {
     fn drop(&mut self) {
-        self.0.unlock(self.1, true);
+        match *self {
+            OwnLock::Direct(direct, me) => direct.unlock(me, true),
+            OwnLock::Messages(core, me) => {
+                // Served at once (the lent core drains as it goes back), so that a rank
+                // waiting for the lock gets it. A send that fails has stopped the PML, which
+                // the next call reports.
+                if let Ok(mut core) = messaging::serve(core) {
+                    // SAFETY: no reply is awaited.
+                    let _ = unsafe { core.request(me, control(Ask::Unlock), &[], None) };
+                }
+            }
+        }
     }
 }
 
@@ -1011,6 +1070,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         payload: &[&[u8]],
         reply: Option<Option<(*mut u8, usize)>>,
     ) -> Result<u64, Cause> {
+        self.window.messaged.borrow_mut()[target as usize] = true;
         // SAFETY: forwarded from this function's contract.
         unsafe { self.core()?.request(target, request, payload, reply) }
     }
@@ -1047,6 +1107,11 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             direct.put(t, offset, bytes);
             return Ok(self.request(0, None));
         }
+        if let Some(rdma) = self.window.rdma_to(t) {
+            // SAFETY: `origin` is borrowed for the epoch, whose end waits for the put.
+            unsafe { rdma.put(t, offset, bytes) }?;
+            return Ok(self.request(0, None));
+        }
         // SAFETY: no reply data is awaited.
         unsafe {
             self.issue(
@@ -1074,7 +1139,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
     }
 
     pub fn try_get(&self, into: &'scope mut [T], target: Rank, disp: usize) -> Result<(), Error> {
-        self.rget_inner(into, target, disp)
+        self.rget_inner(into, target, disp, false)
             .map(drop)
             .map_err(|c| Error::new(format!("get from rank {target}"), c))
     }
@@ -1087,20 +1152,29 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         disp: usize,
     ) -> RmaRequest<'scope, [T]> {
         or_fatal(
-            self.rget_inner(into, target, disp)
+            self.rget_inner(into, target, disp, true)
                 .map_err(|c| Error::new(format!("rget from rank {target}"), c)),
         )
     }
 
+    /// A get; `handed_back`: its request hands `into` back (`rget`), so on the RDMA path
+    /// it waits for the data now.
     fn rget_inner(
         &self,
         into: &'scope mut [T],
         target: Rank,
         disp: usize,
+        handed_back: bool,
     ) -> Result<RmaRequest<'scope, [T]>, Cause> {
         let (t, offset) = self.place(target, disp, into.len())?;
         if let Some(direct) = self.window.direct() {
             direct.get(t, offset, as_bytes_mut(into));
+            return Ok(self.request(0, Some(into)));
+        }
+        if let Some(rdma) = self.window.rdma_to(t) {
+            // SAFETY: `into` is borrowed for the epoch, whose end waits for the read, or
+            // handed back once the read landed.
+            unsafe { rdma.get(t, offset, as_bytes_mut(into), handed_back) }?;
             return Ok(self.request(0, Some(into)));
         }
         let len = std::mem::size_of_val(into);
@@ -1246,6 +1320,12 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             direct.accumulate(t, offset, op, (datatype, element), bytes, old)?;
             return Ok(self.request(0, result));
         }
+        if let Some(rdma) = self.window.device_atomics(t) {
+            let mut result = result;
+            let old = result.as_deref_mut().map(as_bytes_mut);
+            rdma.accumulate(t, offset, op, datatype, bytes, old)?;
+            return Ok(self.request(0, result));
+        }
         let mut request = data_request(Ask::Accumulate, offset, bytes.len());
         request.op = op.code();
         request.element = element;
@@ -1309,6 +1389,10 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
                 direct.compare_and_swap(t, offset, old, new, result)?;
                 return Ok(());
             }
+            if let Some(rdma) = self.window.device_atomics(t) {
+                let result = as_bytes_mut(std::slice::from_mut(result));
+                return rdma.compare_and_swap(t, offset, old, new, result);
+            }
             let ptr = (result as *mut T).cast::<u8>();
             let request = data_request(Ask::CompareAndSwap, offset, new.len());
             // SAFETY: `result` is borrowed for the epoch, which waits for the reply.
@@ -1360,20 +1444,42 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         }
     }
 
+    /// Waits until this rank's RDMA operations on `targets` completed there: before the
+    /// messages that tell a target an epoch's operations are done (see `window/rdma.rs`).
+    fn complete_rdma(&self, targets: &[u32]) -> Result<(), Cause> {
+        match &self.window.rdma {
+            Some(rdma) => rdma.complete(targets),
+            None => Ok(()),
+        }
+    }
+
     fn flush_targets(&self, targets: &[u32]) -> Result<(), Cause> {
         if self.window.direct().is_some() {
             // Every operation completed as it was issued; order them before what follows.
             std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
             return Ok(());
         }
+        self.complete_rdma(targets)?;
+        let messaged: Vec<u32> = match &self.window.rdma {
+            // Targets that got only RDMA operations are flushed: the device completed them.
+            Some(_) => {
+                let mut messaged = self.window.messaged.borrow_mut();
+                targets
+                    .iter()
+                    .copied()
+                    .filter(|&t| std::mem::take(&mut messaged[t as usize]))
+                    .collect()
+            }
+            None => targets.to_vec(),
+        };
         let mut core = self.core()?;
-        let mut ids = Vec::with_capacity(targets.len());
-        for &t in targets {
+        let mut ids = Vec::with_capacity(messaged.len());
+        for &t in &messaged {
             // SAFETY: a flush's reply carries no data.
             ids.push(unsafe { core.request(t, control(Ask::Flush), &[], Some(None)) }?);
         }
         core.wait_until(|core| ids.iter().all(|&id| core.is_done(id)))?;
-        for &t in targets {
+        for &t in &messaged {
             core.settle(Some(t), false).map_err(Cause::Window)?;
         }
         Ok(())
@@ -1388,6 +1494,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
             return Ok(());
         }
+        self.complete_rdma(&self.targets())?;
         let mut core = self.core()?;
         for t in 0..self.window.comm.size() as u32 {
             // SAFETY: the reply carries no data. Each target answers after it applied this
@@ -1407,6 +1514,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         // Stores of the shared-memory path are seen before `Complete` is.
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         let targets = self.targets();
+        self.complete_rdma(&targets)?;
         // By messages, the target answers after it applied this rank's operations, so their
         // refusals are reported here (as for a fence). The shared-memory path refuses
         // nothing late, and its targets serve no messages but in their own window calls: an
@@ -1432,6 +1540,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             }
             return Ok(());
         }
+        self.complete_rdma(targets)?;
         let mut core = self.core()?;
         let mut ids = Vec::with_capacity(targets.len());
         for &t in targets {
@@ -1454,6 +1563,8 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
 /// caller, so no reply may write them any more.
 struct Abandon<'w> {
     core: &'w RefCell<Core>,
+    /// The RDMA path's operations, which the device may still be moving.
+    rdma: Option<&'w Rdma>,
     /// Whether the epoch's end succeeded (every reply came).
     ended: bool,
 }
@@ -1463,6 +1574,11 @@ impl Drop for Abandon<'_> {
         if !self.ended {
             if let Ok(mut core) = self.core.try_borrow_mut() {
                 core.abandon();
+            }
+            // The buffers go back to the caller: the device must be done with them. A
+            // failure stopped the PML, whose transports stop moving data.
+            if let Some(rdma) = self.rdma {
+                let _ = rdma.complete_all();
             }
         }
     }
@@ -1591,8 +1707,19 @@ fn in_local_or_post(lent: bool) -> String {
 struct Agreed {
     /// Each rank's length, in elements.
     lens: Vec<usize>,
-    /// Whether every rank lets the window take the shared-memory path (`direct_path`).
-    direct: bool,
+    /// The path every rank allows (`window_path`): the shared-memory path where all allow
+    /// it, else RDMA where all allow that, else messages.
+    path: Path,
+}
+
+/// Which way a window's operations may go (`MPIRT_WINDOW_PATH`), each falling back to the
+/// next where it cannot: loads and stores in memory every rank maps, RDMA where the
+/// transport does it, active messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Path {
+    SharedMemory,
+    Rdma,
+    Messages,
 }
 
 /// Gathers what each rank brings to a window's creation (its length, its choice of path,
@@ -1605,12 +1732,13 @@ fn agree<T: Equivalence, C: Communicator>(
     what: &str,
 ) -> Result<Agreed, Error> {
     let datatype = datatype_of::<T>();
-    let path = direct_path(what);
+    let path = window_path(what);
     let mine = [
         len as u64,
         match path {
-            Ok(true) => 1,
-            Ok(false) => 0,
+            Ok(Path::SharedMemory) => 1,
+            Ok(Path::Messages) => 0,
+            Ok(Path::Rdma) => 3,
             Err(_) => 2,
         },
         size_of::<T>() as u64,
@@ -1619,14 +1747,16 @@ fn agree<T: Equivalence, C: Communicator>(
     let mut all = vec![0u64; 4 * comm.size() as usize];
     comm.try_all_gather_into(&mine[..], &mut all[..])
         .map_err(|e| Error::new(what, e.cause().clone()))?;
-    let direct = path?;
+    let path = path?;
     let ranks = all.chunks_exact(4).enumerate();
     let mut lens = Vec::with_capacity(comm.size() as usize);
     for (rank, theirs) in ranks {
         if theirs[1] == 2 {
             return Err(unsupported(
                 what,
-                format!("rank {rank}'s MPIRT_WINDOW_PATH is neither shared_memory nor messages"),
+                format!(
+                    "rank {rank}'s MPIRT_WINDOW_PATH is none of shared_memory, rdma and messages"
+                ),
             ));
         }
         if theirs[2..] != mine[2..] {
@@ -1656,10 +1786,15 @@ fn agree<T: Equivalence, C: Communicator>(
         lens.push(n);
     }
     check_type::<T>(what)?;
-    Ok(Agreed {
-        lens,
-        direct: direct && all.chunks_exact(4).all(|theirs| theirs[1] == 1),
-    })
+    // The most restrictive path any rank allows.
+    let path = all.chunks_exact(4).fold(path, |path, theirs| {
+        path.max(match theirs[1] {
+            1 => Path::SharedMemory,
+            3 => Path::Rdma,
+            _ => Path::Messages,
+        })
+    });
+    Ok(Agreed { lens, path })
 }
 
 /// A datatype's signature as the ranks compare it: its name, hashed (FNV-1a).
@@ -1678,20 +1813,22 @@ fn shm_room() -> Option<u64> {
     ok.then(|| stats.f_bavail as u64 * stats.f_frsize as u64)
 }
 
-/// Whether windows may use the shared-memory path where every rank maps their memory:
-/// MPIRT_WINDOW_PATH=messages sends every operation as a message instead (as on a network),
-/// `shared_memory` or nothing lets them.
-fn direct_path(what: &str) -> Result<bool, Error> {
+/// Which paths windows may take (`MPIRT_WINDOW_PATH`): `shared_memory` or nothing, every
+/// path (the shared-memory one where every rank maps the memory); `rdma`, RDMA where the
+/// transport does it, else messages (never the mapping); `messages`, every operation as a
+/// message (as on a network without RDMA).
+fn window_path(what: &str) -> Result<Path, Error> {
     const VARIABLE: &str = "MPIRT_WINDOW_PATH";
     match std::env::var(VARIABLE).as_deref() {
-        Err(_) | Ok("shared_memory") => Ok(true),
-        Ok("messages") => Ok(false),
+        Err(_) | Ok("shared_memory") => Ok(Path::SharedMemory),
+        Ok("rdma") => Ok(Path::Rdma),
+        Ok("messages") => Ok(Path::Messages),
         Ok(other) => Err(Error::new(
             what,
             Cause::UnknownAlgorithm {
                 variable: VARIABLE.into(),
                 value: other.into(),
-                choices: &["shared_memory", "messages"],
+                choices: &["shared_memory", "rdma", "messages"],
             },
         )),
     }

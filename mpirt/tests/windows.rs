@@ -85,6 +85,15 @@ fn rank_mode() {
         "errors" => errors(&world),
         other => panic!("unknown mode {other}"),
     }
+    if let Some(c) = universe.counters() {
+        println!(
+            "rank {} rdma: {} writes, {} reads, {} atomics",
+            world.rank(),
+            c.rma_writes,
+            c.rma_reads,
+            c.rma_atomics
+        );
+    }
     println!("rank {} done", world.rank());
 }
 
@@ -1282,6 +1291,76 @@ fn window_kinds_and_progress() {
     assert_job(3, "kinds", &[], "kinds ok");
     assert_job(3, "kinds", &MESSAGES, "kinds ok");
     assert_job(2, "kinds", &TCP, "kinds ok");
+}
+
+/// RDMA verbs between the ranks, and windows by RDMA where verbs reaches (never the
+/// shared-memory mapping, which ranks on one host would otherwise take).
+#[cfg(feature = "verbs")]
+const VERBS: [(&str, &str); 3] = [
+    ("MPIRT_TRANSPORT", "verbs"),
+    ("MPIRT_VERBOSE", "1"),
+    ("MPIRT_WINDOW_PATH", "rdma"),
+];
+
+/// The RDMA WRITEs, READs and atomics a job's ranks counted, summed over its ranks.
+#[cfg(feature = "verbs")]
+fn rdma_counted(out: &str) -> [u64; 3] {
+    let mut sum = [0u64; 3];
+    for line in out.lines().filter(|l| l.contains(" rdma: ")) {
+        let numbers: Vec<u64> = line
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        // The rank, then writes, reads and atomics.
+        for (total, n) in sum.iter_mut().zip(&numbers[1..]) {
+            *total += n;
+        }
+    }
+    sum
+}
+
+/// Windows over verbs (run in the Soft-RoCE guest by tools/test-all.sh): puts by RDMA
+/// WRITE, gets by RDMA READ, and, on the model's and the atomics' 8-byte windows, every
+/// accumulate and atomic by device atomics, which the ranks' counters show; the same
+/// programs and checks as on the other paths.
+#[cfg(feature = "verbs")]
+#[test]
+fn windows_over_verbs() {
+    if !std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some()) {
+        println!(
+            "skipped: no RDMA device here (tools/test-all.sh runs this in the Soft-RoCE guest)"
+        );
+        return;
+    }
+    for (n, mode, expect, atomics) in [
+        (2, "model", "model ok", true),
+        (3, "model", "model ok", true),
+        (3, "typed", "typed ok", true),
+        (2, "atomics", "atomics ok", true),
+        (2, "kinds", "kinds ok", false),
+    ] {
+        let (out, err) = ok_job_with(n, mode, &VERBS);
+        assert!(out.contains(expect), "{mode} on {n} ranks: {out}");
+        for rank in 0..n {
+            let said = format!("mpirt: rank {rank} of {n} ");
+            assert!(
+                err.lines().any(|l| l.starts_with(&said)
+                    && l.contains(&format!("{} ranks over verbs", n - 1))
+                    && l.contains("windows by RDMA WRITE, READ and atomics")),
+                "rank {rank} did not run over verbs with device atomics:\n{err}"
+            );
+        }
+        let [writes, reads, device_atomics] = rdma_counted(&out);
+        assert!(
+            writes > 0 && reads > 0 && (device_atomics > 0 || !atomics),
+            "{mode} on {n} ranks counted {writes} RDMA WRITEs, {reads} READs and \
+             {device_atomics} atomics:\n{out}"
+        );
+    }
+    let out = assert_job(3, "errors", &VERBS, "rank 0 done");
+    for needle in MISUSES {
+        assert!(out.contains(needle), "missing {needle:?} in\n{out}");
+    }
 }
 
 /// What both paths name alike.

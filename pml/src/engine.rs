@@ -7,6 +7,7 @@
 
 mod api;
 mod bridge;
+mod one_sided;
 
 use std::slice;
 use std::time::Duration;
@@ -27,6 +28,7 @@ use crate::wire::RemoteKey;
 
 pub use crate::protocol::SendMode;
 pub use bridge::{Bridge, BridgePeer};
+pub use one_sided::{RmaReach, WindowExposure};
 
 /// A send buffer lent to the engine until the send completes.
 pub struct SendBuf {

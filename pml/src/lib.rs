@@ -31,7 +31,7 @@ pub mod waiting;
 pub mod wire;
 
 pub use config::{EngineConfig, TransportChoice};
-pub use engine::{Bridge, BridgePeer, Engine};
+pub use engine::{Bridge, BridgePeer, Engine, RmaReach, WindowExposure};
 pub use envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel, MIN_RUNTIME_TAG};
 pub use error::PmlError;
 pub use freed_memory::TrackingAllocator;

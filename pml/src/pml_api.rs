@@ -311,6 +311,11 @@ pub struct Counters {
     pub frames_received: u64,
     pub remote_reads: u64,
     pub remote_read_bytes: u64,
+    /// One-sided operations of windows done by the device (verbs): RDMA WRITEs (puts),
+    /// RDMA READs (gets) and atomics (fetch-and-add, compare-and-swap), as posted.
+    pub rma_writes: u64,
+    pub rma_reads: u64,
+    pub rma_atomics: u64,
     /// Successful shared-memory reads whose bytes all came by memcpy from a same-host peer's
     /// mapped shared arena (the other shm reads went by process_vm_readv).
     pub mapped_reads: u64,

@@ -289,6 +289,17 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
                 }
                 return Ok(());
             }
+            if let Some(rdma) = self.window.rdma_to(placed.target) {
+                let mut at = 0;
+                for &(from, len) in &placed.blocks {
+                    let part = &data[at..at + len as usize];
+                    // SAFETY: `data` lives until this call returns, after the puts completed.
+                    unsafe { rdma.put(placed.target, placed.offset + from, part) }?;
+                    at += len as usize;
+                }
+                // The packed origin goes with this call.
+                return rdma.complete(&[placed.target]);
+            }
             let request = data_request(Ask::Put, placed.offset, placed.bytes);
             self.issue_typed(&placed, request, data, None)
         };
@@ -331,6 +342,16 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
                     direct.get(placed.target, placed.offset + from, part);
                     at += len as usize;
                 }
+            } else if let Some(rdma) = self.window.rdma_to(placed.target) {
+                let mut at = 0;
+                for &(from, len) in &placed.blocks {
+                    let part = &mut staging[at..at + len as usize];
+                    // SAFETY: `staging` lives until this call returns, after the gets
+                    // completed (below).
+                    unsafe { rdma.get(placed.target, placed.offset + from, part, false) }?;
+                    at += len as usize;
+                }
+                rdma.complete(&[placed.target])?;
             } else {
                 let request = data_request(Ask::Get, placed.offset, placed.bytes);
                 self.issue_typed(&placed, request, &[], Some(&mut staging))?;
@@ -432,6 +453,15 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
                     &data[range],
                     before,
                 )?;
+                at += len as usize;
+            }
+        } else if let Some(rdma) = self.window.device_atomics(placed.target) {
+            let mut at = 0;
+            for &(from, len) in &placed.blocks {
+                let range = at..at + len as usize;
+                let before = old.as_mut().map(|old| &mut old[range.clone()]);
+                let offset = placed.offset + from;
+                rdma.accumulate(placed.target, offset, op, datatype, &data[range], before)?;
                 at += len as usize;
             }
         } else {

@@ -12,7 +12,7 @@ use super::shm::{ShmOpening, ShmPeers};
 use super::tcp::TcpTransport;
 #[cfg(feature = "verbs")]
 use super::verbs::VerbsTransport;
-use super::{Caps, Exposure, Job, Peer, Reading, Sent, Sink, Transport};
+use super::{Caps, Exposure, Job, Peer, Reading, RmaOp, Sent, Sink, Transport};
 use crate::blocks::Blocks;
 use crate::config::TransportChoice;
 use crate::envelope::Rank;
@@ -265,6 +265,32 @@ impl Transport for AnyTransport {
 
     fn release(&mut self, registration: Registration) {
         each!(self, t => Transport::release(t, registration))
+    }
+
+    fn expose_window(&mut self, buf: *mut u8, len: usize) -> Result<Option<(u64, u64)>, String> {
+        each!(self, t => Transport::expose_window(t, buf, len))
+    }
+
+    fn release_window(&mut self, id: u64) {
+        each!(self, t => Transport::release_window(t, id))
+    }
+
+    unsafe fn rma(
+        &mut self,
+        peer: Rank,
+        op: RmaOp,
+        remote: RemoteKey,
+    ) -> Result<Option<u64>, PmlError> {
+        // SAFETY: forwarded from this function's contract.
+        each!(self, t => unsafe { Transport::rma(t, peer, op, remote) })
+    }
+
+    fn rma_done(&self, peer: Rank, ticket: u64) -> bool {
+        each!(self, t => Transport::rma_done(t, peer, ticket))
+    }
+
+    fn rma_result(&self, peer: Rank, ticket: u64) -> u64 {
+        each!(self, t => Transport::rma_result(t, peer, ticket))
     }
 
     fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {

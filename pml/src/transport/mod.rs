@@ -47,9 +47,12 @@ pub struct Caps {
     pub max_frame: usize,
     /// Whether `read` can fetch a peer's memory (else rendezvous data comes in DATA frames).
     pub remote_read: bool,
-    /// Whether a peer's memory can be written (one-sided puts; none does yet).
+    /// Whether a peer's exposed window memory can be written and read (one-sided puts and
+    /// gets by `rma`: verbs).
     pub remote_write: bool,
-    /// Whether a peer's memory takes atomic operations (none does yet).
+    /// Whether a peer's exposed window memory takes 8-byte atomics (fetch-and-add and
+    /// compare-and-swap by `rma`), this rank's own included (through the device: atomics
+    /// the device does are not atomic with the CPU's).
     pub atomics: bool,
     /// Whether a frame `try_send` took is on its way with nothing left for this rank to do
     /// (copied into memory the peer reads): then a small send completes inside the call,
@@ -123,6 +126,21 @@ impl Exposure {
             registration: None,
         }
     }
+}
+
+/// A one-sided operation on a peer's window memory that [`Transport::expose_window`]
+/// exposed (see [`Transport::rma`]). The local memory is the caller's, lent until the
+/// operation completed (`rma_done`).
+#[derive(Clone, Copy, Debug)]
+pub enum RmaOp {
+    /// Writes `len` bytes at `local` to the peer's memory.
+    Write { local: *const u8, len: usize },
+    /// Reads `len` bytes of the peer's memory into `local`.
+    Read { local: *mut u8, len: usize },
+    /// Adds `add` to the 8 aligned bytes there; the old value is `rma_result`.
+    FetchAdd { add: u64 },
+    /// Stores `swap` there if it holds `compare`; the old value is `rma_result`.
+    CompareSwap { compare: u64, swap: u64 },
 }
 
 /// Where the rest of a frame that is still arriving goes (see [`Sink::placement`]).
@@ -303,6 +321,46 @@ pub trait Transport {
 
     /// Undoes an exposure once its send completed.
     fn release(&mut self, _registration: Registration) {}
+
+    /// Lets peers write, read and (where `Caps::atomics`) update atomically the `len`
+    /// bytes at `buf`, a window's memory, until `release_window`: the key they name it by
+    /// and the exposure's id, or `None` where this transport has no one-sided operations.
+    fn expose_window(&mut self, _buf: *mut u8, _len: usize) -> Result<Option<(u64, u64)>, String> {
+        Ok(None)
+    }
+
+    /// Undoes `expose_window`'s exposure `id` (no operation of a peer reaches it any more).
+    fn release_window(&mut self, _id: u64) {}
+
+    /// Starts `op` on `peer`'s memory at `remote` (an address and a key that peer's
+    /// `expose_window` gave): a ticket that `rma_done` reports, or `None` where there is no
+    /// room now (make progress and try again). Operations to one peer complete in order,
+    /// and complete at the target: a write is in its memory when it completed.
+    ///
+    /// # Safety
+    /// `op`'s local memory must stay valid (for writes, where it is read into) and untouched
+    /// until `rma_done` says the ticket completed, or the transport stopped.
+    unsafe fn rma(
+        &mut self,
+        peer: Rank,
+        _op: RmaOp,
+        _remote: RemoteKey,
+    ) -> Result<Option<u64>, PmlError> {
+        Err(PmlError::transport(
+            peer,
+            "this transport has no one-sided operations".to_string(),
+        ))
+    }
+
+    /// Whether every operation to `peer` up to `ticket` completed.
+    fn rma_done(&self, _peer: Rank, _ticket: u64) -> bool {
+        true
+    }
+
+    /// The old value an atomic's `ticket` fetched, once it completed.
+    fn rma_result(&self, _peer: Rank, _ticket: u64) -> u64 {
+        0
+    }
 
     /// Sleeps until something may have arrived for this rank, room opened where a frame was
     /// refused, or `timeout` passed; spurious returns are fine.

@@ -14,9 +14,14 @@
 //! A rank that only waits sends nothing, so a wait idle for [`PROBE_AFTER`] probes its peers
 //! (see [`VerbsTransport::probe_idle_peers`]). Once a peer's queue pair fails, the peer is
 //! broken: later sends and reads to it fail at once with the first cause.
+//!
+//! Windows (one-sided operations, `one_sided.rs`): RDMA WRITE, READ and atomics on memory
+//! each rank exposed, over the same queue pairs, and a loopback queue pair for a rank's
+//! own window (so that its atomics go through the device as everyone else's do).
 
 mod contract;
 mod device;
+mod one_sided;
 mod qp;
 mod registry;
 
@@ -76,6 +81,7 @@ const WR_READ: u64 = 3 << 56;
 const WR_CREDIT: u64 = 4 << 56;
 const WR_PROBE: u64 = 5 << 56;
 const WR_GOODBYE: u64 = 6 << 56;
+const WR_RMA: u64 = 7 << 56;
 const WR_INDEX: u64 = (1 << 56) - 1;
 
 /// Registered memory owned by the transport: receive and send buffers, credit slots.
@@ -143,6 +149,45 @@ struct Peer {
     probing: bool,
     /// Why the queue pair failed, once it has: it then completes nothing more.
     broken: Option<String>,
+    /// One-sided operations (work requests) posted to the peer, and completed: completions
+    /// come in order, so a ticket (the count when it was posted) is done once reached.
+    rma_posted: u64,
+    rma_completed: u64,
+}
+
+impl Peer {
+    fn new(qp: QueuePair) -> Peer {
+        Peer {
+            qp,
+            sent: 0,
+            consumed: 0,
+            reported: 0,
+            credit_addr: 0,
+            goodbye_addr: 0,
+            credit_rkey: 0,
+            in_flight: 0,
+            probing: false,
+            broken: None,
+            rma_posted: 0,
+            rma_completed: 0,
+        }
+    }
+}
+
+/// Where a send-queue work request reaches in the peer.
+#[derive(Clone, Copy)]
+enum Remote {
+    /// Nowhere: a SEND.
+    None,
+    /// RDMA WRITE or READ at an address, under a key.
+    Rdma { addr: u64, rkey: u32 },
+    /// An atomic on 8 bytes: fetch-and-add of `compare_add`, or compare-and-swap.
+    Atomic {
+        addr: u64,
+        rkey: u32,
+        compare_add: u64,
+        swap: u64,
+    },
 }
 
 /// An RDMA READ of one receive, possibly in several pieces.
@@ -187,6 +232,10 @@ pub struct VerbsTransport {
     /// Slot `r` holds how many of our frames rank `r` has consumed, and slot `size + r` is set
     /// once rank `r` has finalized (both written by `r`).
     credit_slots: Region,
+    /// One-sided operations: windows exposed, what is in flight, and the loopback queue
+    /// pair (see `one_sided.rs`); boxed, as the engine holds every transport in one enum.
+    /// Before `dev`: fields drop in order, and its registrations need the device open.
+    rma: Box<one_sided::Rma>,
     registry: Registry,
     dev: Device,
     pub reads_posted: u64,
@@ -291,15 +340,32 @@ impl VerbsTransport {
         let send_region = Region::new(&dev, SEND_BUFFERS * frame_size)?;
         let credit_slots = Region::new(&dev, size as usize * 16)?;
         let registry = Registry::new(dev.pd, config.reg_cache, CACHED_REGISTRATIONS);
+        let local_psn = (u32::from(rank as u16) << 8 | 0x5a) & 0xff_ffff;
+        let loopback = QueuePair::new(&dev, cq, srq)?;
+        loopback
+            .connect(
+                &dev,
+                local_psn,
+                &QpAddress {
+                    qpn: loopback.qpn(),
+                    psn: local_psn,
+                    lid: dev.lid,
+                    gid: dev.gid,
+                    mtu: dev.mtu,
+                },
+            )
+            .map_err(|e| format!("connecting the loopback queue pair: {e}"))?;
+        let by_qpn = vec![(loopback.qpn(), rank)];
+        let rma = Box::new(one_sided::Rma::new(&dev, size, Peer::new(loopback))?);
         let initial_credits = (RECV_BUFFERS / peers.len().max(1)).clamp(4, 64) as u64;
         let mut t = VerbsTransport {
             rank,
-            local_psn: (u32::from(rank as u16) << 8 | 0x5a) & 0xff_ffff,
+            local_psn,
             initial_credits,
             credit_batch: (initial_credits / 4).max(1),
             frame_size,
             peers: (0..size).map(|_| None).collect(),
-            by_qpn: Vec::new(),
+            by_qpn,
             reads: Slab::new(),
             waiting_pieces: VecDeque::new(),
             free_send: (0..SEND_BUFFERS).rev().collect(),
@@ -312,6 +378,7 @@ impl VerbsTransport {
             registry,
             dev,
             reads_posted: 0,
+            rma,
             last_probe: None,
             idle_since: None,
             finished_reads: Vec::new(),
@@ -329,18 +396,7 @@ impl VerbsTransport {
         for &p in peers {
             let qp = QueuePair::new(&t.dev, cq, srq)?;
             t.by_qpn.push((qp.qpn(), p));
-            t.peers[p as usize] = Some(Peer {
-                qp,
-                sent: 0,
-                consumed: 0,
-                reported: 0,
-                credit_addr: 0,
-                goodbye_addr: 0,
-                credit_rkey: 0,
-                in_flight: 0,
-                probing: false,
-                broken: None,
-            });
+            t.peers[p as usize] = Some(Peer::new(qp));
         }
         Ok(t)
     }
@@ -445,6 +501,21 @@ impl VerbsTransport {
         Ok(())
     }
 
+    /// The peer reached as `peer` (this rank: the loopback queue pair).
+    fn peer_mut(&mut self, peer: Rank) -> Option<&mut Peer> {
+        if peer == self.rank {
+            return self.rma.loopback.as_mut();
+        }
+        self.peers.get_mut(peer as usize).and_then(Option::as_mut)
+    }
+
+    fn peer_ref(&self, peer: Rank) -> Option<&Peer> {
+        if peer == self.rank {
+            return self.rma.loopback.as_ref();
+        }
+        self.peers.get(peer as usize).and_then(Option::as_ref)
+    }
+
     /// Posts one send-queue work request to `peer`.
     #[allow(clippy::too_many_arguments)]
     fn post(
@@ -455,9 +526,9 @@ impl VerbsTransport {
         local: u64,
         len: u32,
         lkey: u32,
-        remote: Option<(u64, u32)>,
+        remote: Remote,
     ) -> Result<(), i32> {
-        let p = self.peers[peer as usize].as_mut().expect("a verbs peer");
+        let p = self.peer_mut(peer).expect("a verbs peer");
         let mut sge = ibv_sge {
             addr: local,
             length: len,
@@ -470,14 +541,33 @@ impl VerbsTransport {
         wr.num_sge = 1;
         wr.opcode = opcode;
         wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
-        if len as usize <= INLINE && opcode != ibv_wr_opcode::IBV_WR_RDMA_READ {
+        // Only what the device reads from this rank's memory may go inline.
+        let reads_local =
+            opcode == ibv_wr_opcode::IBV_WR_SEND || opcode == ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+        if len as usize <= INLINE && reads_local {
             wr.send_flags |= ibv_send_flags::IBV_SEND_INLINE.0;
         }
-        if let Some((addr, rkey)) = remote {
-            wr.wr.rdma = rdma_t {
-                remote_addr: addr,
+        match remote {
+            Remote::None => {}
+            Remote::Rdma { addr, rkey } => {
+                wr.wr.rdma = rdma_t {
+                    remote_addr: addr,
+                    rkey,
+                }
+            }
+            Remote::Atomic {
+                addr,
                 rkey,
-            };
+                compare_add,
+                swap,
+            } => {
+                wr.wr.atomic = atomic_t {
+                    remote_addr: addr,
+                    compare_add,
+                    swap,
+                    rkey,
+                }
+            }
         }
         let mut bad = ptr::null_mut();
         // SAFETY: `wr` and `sge` are valid for the call; the local memory is registered
@@ -518,7 +608,7 @@ impl VerbsTransport {
             local,
             len as u32,
             lkey,
-            None,
+            Remote::None,
         ) {
             self.free_send.push(slot);
             return Err(transport(
@@ -631,7 +721,10 @@ impl VerbsTransport {
                 piece.local,
                 piece.len,
                 piece.lkey,
-                Some((piece.remote, piece.rkey)),
+                Remote::Rdma {
+                    addr: piece.remote,
+                    rkey: piece.rkey,
+                },
             )
             .map_err(|rc| {
                 transport(
@@ -691,7 +784,7 @@ impl VerbsTransport {
             bytes.as_ptr() as u64,
             8,
             0,
-            Some((addr, rkey)),
+            Remote::Rdma { addr, rkey },
         )
     }
 
@@ -704,6 +797,7 @@ impl VerbsTransport {
         for peer in &mut self.peers {
             *peer = None;
         }
+        self.rma.loopback = None;
     }
 
     /// Probes the peers when a wait has been idle for `idle` (at least [`PROBE_AFTER`], and
@@ -734,7 +828,7 @@ impl VerbsTransport {
     /// Marks `peer` broken by `cause`; returns the error to report, the first time only: the
     /// work requests that fail after the first do so because the queue pair already had.
     fn peer_failed(&mut self, peer: Rank, cause: String) -> Option<PmlError> {
-        if let Some(p) = self.peers.get_mut(peer as usize).and_then(Option::as_mut) {
+        if let Some(p) = self.peer_mut(peer) {
             if p.broken.is_some() {
                 return None;
             }
@@ -771,9 +865,10 @@ impl VerbsTransport {
             let index = (wc.wr_id & WR_INDEX) as usize;
             let kind = wc.wr_id & !WR_INDEX;
             if kind != WR_RECV {
-                if let Some(p) = self.peers.get_mut(peer as usize).and_then(Option::as_mut) {
+                if let Some(p) = self.peer_mut(peer) {
                     p.in_flight -= 1;
                     p.probing &= kind != WR_PROBE;
+                    p.rma_completed += u64::from(kind == WR_RMA);
                 }
             }
             let status =
@@ -817,6 +912,10 @@ impl VerbsTransport {
                         self.peer_failed(peer, cause);
                     }
                     None
+                }
+                WR_RMA => {
+                    self.rma_completed(index);
+                    status.map(|s| format!("a one-sided operation on rank {peer} failed: {s}"))
                 }
                 WR_PROBE => status.map(|s| {
                     format!(
@@ -961,6 +1060,8 @@ impl Drop for VerbsTransport {
         self.say_goodbye();
         // Queue pairs first: they use the SRQ, the CQ and every registration.
         self.peers.clear();
+        self.rma.loopback = None;
+        self.rma.deregister();
         // SAFETY: nothing uses the SRQ, CQ or channel any more; each is destroyed once.
         // The regions, registry and device drop after this, in field order.
         unsafe {

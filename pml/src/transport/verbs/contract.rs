@@ -9,7 +9,9 @@ use crate::config::TransportChoice;
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::pml_api::{Counters, EngineError};
-use crate::transport::{Caps, Exposure, Job, Peer, Reading, Registration, Sent, Sink, Transport};
+use crate::transport::{
+    Caps, Exposure, Job, Peer, Reading, Registration, RmaOp, Sent, Sink, Transport,
+};
 use crate::wire::RemoteKey;
 
 impl VerbsTransport {
@@ -87,8 +89,8 @@ impl Transport for VerbsTransport {
             eager_limit: self.eager_limit,
             max_frame: self.frame_size(),
             remote_read: true,
-            remote_write: false,
-            atomics: false,
+            remote_write: true,
+            atomics: self.does_atomics(),
             sends_complete_on_return: false,
             max_pieces: 1,
         }
@@ -149,6 +151,33 @@ impl Transport for VerbsTransport {
         }
     }
 
+    fn expose_window(&mut self, buf: *mut u8, len: usize) -> Result<Option<(u64, u64)>, String> {
+        let (rkey, id) = VerbsTransport::expose_window(self, buf, len)?;
+        Ok(Some((u64::from(rkey), id)))
+    }
+
+    fn release_window(&mut self, id: u64) {
+        VerbsTransport::release_window(self, id);
+    }
+
+    unsafe fn rma(
+        &mut self,
+        peer: Rank,
+        op: RmaOp,
+        remote: RemoteKey,
+    ) -> Result<Option<u64>, PmlError> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { VerbsTransport::rma(self, peer, op, remote) }
+    }
+
+    fn rma_done(&self, peer: Rank, ticket: u64) -> bool {
+        VerbsTransport::rma_done(self, peer, ticket)
+    }
+
+    fn rma_result(&self, peer: Rank, ticket: u64) -> u64 {
+        VerbsTransport::rma_result(self, peer, ticket)
+    }
+
     fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
         VerbsTransport::sleep(self, timeout)
     }
@@ -172,14 +201,20 @@ impl Transport for VerbsTransport {
 
     fn count(&self, counters: &mut Counters) {
         counters.registrations += self.registrations();
+        self.count_rma(counters);
     }
 
     fn describe(&self, peers: usize) -> String {
         format!(
             "{peers} ranks over verbs on {}, eager (SEND) up to {} bytes, rendezvous by RDMA \
-             READ, registration cache {}",
+             READ, windows by RDMA WRITE, READ and {}, registration cache {}",
             self.device_name(),
             self.eager_limit.min(self.frame_size()),
+            if self.does_atomics() {
+                "atomics"
+            } else {
+                "active messages for atomics (the device has none)"
+            },
             if self.caching() {
                 "on"
             } else if self.reg_cache_wanted {

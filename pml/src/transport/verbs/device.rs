@@ -21,6 +21,8 @@ pub struct Device {
     pub mtu: ibv_mtu::Type,
     /// Longest message one work request may carry.
     pub max_msg: u32,
+    /// Whether the device does RDMA atomics (fetch-and-add, compare-and-swap).
+    pub atomics: bool,
     /// Whether this port is RoCE (GID addressing) rather than InfiniBand (LID addressing).
     pub roce: bool,
 }
@@ -134,8 +136,16 @@ impl Device {
             lid: 0,
             mtu: ibv_mtu::IBV_MTU_1024,
             max_msg: 0,
+            atomics: false,
             roce: false,
         };
+        // SAFETY: a zeroed device_attr is a valid out-parameter; `ctx` is open.
+        let mut attr: ibv_device_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; the call fills `attr`.
+        if unsafe { ibv_query_device(ctx, &mut attr) } != 0 {
+            return Err(os_error(&format!("querying RDMA device {}", dev.name)));
+        }
+        dev.atomics = attr.atomic_cap != ibv_atomic_cap::IBV_ATOMIC_NONE;
         // SAFETY: a zeroed port_attr is a valid out-parameter; `ctx` is open.
         let mut port: ibv_port_attr = unsafe { std::mem::zeroed() };
         if unsafe { ___ibv_query_port(ctx, PORT, &mut port) } != 0 {

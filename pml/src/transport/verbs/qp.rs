@@ -61,8 +61,10 @@ impl QueuePair {
         attr.qp_state = ibv_qp_state::IBV_QPS_INIT;
         attr.pkey_index = 0;
         attr.port_num = dev.port;
+        // Remote atomics: windows' fetch-and-add and compare-and-swap (`one_sided.rs`).
         attr.qp_access_flags = ibv_access_flags::IBV_ACCESS_REMOTE_READ.0
             | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
+            | ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0
             | ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
         let mask = ibv_qp_attr_mask::IBV_QP_STATE
             | ibv_qp_attr_mask::IBV_QP_PKEY_INDEX

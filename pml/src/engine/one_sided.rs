@@ -1,0 +1,113 @@
+//! One-sided operations (MPI windows) on the transport that does them in hardware (verbs:
+//! RDMA WRITE, READ and atomics), for the layer above to use where a peer is reached that
+//! way. Windows elsewhere go by active messages, which this engine carries as any message.
+
+use super::Engine;
+use crate::envelope::Rank;
+use crate::error::PmlError;
+use crate::transport::{RmaOp, Transport};
+use crate::wire::RemoteKey;
+
+/// A window's memory exposed to peers' one-sided operations, until `release_window`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowExposure {
+    /// What peers name the memory by (with its address).
+    pub key: u64,
+    /// Which transport exposed it, and its id there.
+    transport: usize,
+    id: u64,
+}
+
+/// How the one-sided transport reaches a rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RmaReach {
+    /// Whether 8-byte atomics reach it (through the device, this rank's own memory too).
+    pub atomics: bool,
+}
+
+impl Engine {
+    /// The transport that does one-sided operations, if one is open.
+    fn one_sided(&self) -> Option<usize> {
+        self.transports.iter().position(|t| t.caps().remote_write)
+    }
+
+    /// Exposes a window's `len` bytes at `buf` to peers' one-sided operations, where a
+    /// transport does them; `None` where none does.
+    pub fn expose_window(
+        &mut self,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Option<WindowExposure>, PmlError> {
+        self.check_running()?;
+        let Some(transport) = self.one_sided() else {
+            return Ok(None);
+        };
+        let exposed = self.transports[transport]
+            .expose_window(buf, len)
+            .map_err(|cause| {
+                PmlError::transport(
+                    self.rank,
+                    format!("exposing a window's {len} bytes to RDMA: {cause}"),
+                )
+            })?;
+        Ok(exposed.map(|(key, id)| WindowExposure { key, transport, id }))
+    }
+
+    /// Undoes `expose_window` (every peer is done with the window).
+    pub fn release_window(&mut self, exposure: WindowExposure) {
+        self.transports[exposure.transport].release_window(exposure.id);
+    }
+
+    /// Whether one-sided operations reach world rank `peer` (this rank itself included)
+    /// through the hardware, and how.
+    pub fn rma_reach(&self, peer: Rank) -> Option<RmaReach> {
+        let transport = self.one_sided()?;
+        let carried = peer == self.rank
+            || self
+                .routes
+                .get(peer as usize)
+                .is_some_and(|r| r.transport as usize == transport);
+        carried.then(|| RmaReach {
+            atomics: self.transports[transport].caps().atomics,
+        })
+    }
+
+    /// Starts `op` on world rank `peer`'s exposed memory at `remote`, making progress while
+    /// the transport has no room; returns the ticket `rma_done` reports.
+    ///
+    /// # Safety
+    /// As `Transport::rma`: `op`'s local memory stays valid and untouched until the ticket
+    /// completed or the engine stopped.
+    pub unsafe fn rma(
+        &mut self,
+        peer: Rank,
+        op: RmaOp,
+        remote: RemoteKey,
+    ) -> Result<u64, PmlError> {
+        let transport = self.one_sided().ok_or(PmlError::UnknownPeer(peer))?;
+        loop {
+            self.check_running()?;
+            // SAFETY: forwarded from this function's contract.
+            let posted = unsafe { self.transports[transport].rma(peer, op, remote) }
+                .map_err(|e| self.stop(e))?;
+            match posted {
+                Some(ticket) => return Ok(ticket),
+                None => {
+                    self.progress()?;
+                }
+            }
+        }
+    }
+
+    /// Whether every one-sided operation to `peer` up to `ticket` completed (at the target).
+    pub fn rma_done(&self, peer: Rank, ticket: u64) -> bool {
+        self.one_sided()
+            .is_none_or(|t| self.transports[t].rma_done(peer, ticket))
+    }
+
+    /// The old value the atomic `ticket` to `peer` fetched, once `rma_done` said so.
+    pub fn rma_result(&self, peer: Rank, ticket: u64) -> u64 {
+        self.one_sided()
+            .map_or(0, |t| self.transports[t].rma_result(peer, ticket))
+    }
+}

@@ -1,0 +1,296 @@
+//! One-sided operations over verbs: a window's memory registered for remote write, read and
+//! atomics, and puts, gets and 8-byte atomics on a peer's as RDMA WRITE, RDMA READ and IB
+//! fetch-and-add / compare-and-swap, on the peer's queue pair (this rank's own window: the
+//! loopback queue pair). An operation completes once its completion came back, which for
+//! a reliable connection means it is done at the target.
+//!
+//! Origin memory: a write of at most `INLINE` bytes goes inline (copied when posted); a
+//! longer write's and every read's buffer is registered through the registration cache,
+//! released when the operation completes. An atomic fetches into a slot of its own in a
+//! region the transport registered, read by `rma_result` once it completed.
+
+use std::io;
+
+use rdma_sys::*;
+use slab::Slab;
+
+use super::device::Device;
+use super::qp::SEND_DEPTH;
+use super::registry::MrId;
+use super::{refused, transport, Peer, Region, Remote, VerbsTransport, INLINE, WR_RMA};
+use crate::envelope::Rank;
+use crate::error::PmlError;
+use crate::transport::RmaOp;
+use crate::wire::RemoteKey;
+
+/// Windows may be written, read and updated atomically by peers.
+const WINDOW_ACCESS: u32 = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+    | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
+    | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0
+    | ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0;
+
+/// Work requests left free on a queue pair for credits, probes and goodbyes.
+const KEEP_FREE: u32 = 8;
+
+pub(super) struct Rma {
+    /// The queue pair connected to itself, for operations on this rank's own window
+    /// (`None` once stopped).
+    pub loopback: Option<Peer>,
+    /// Registered windows, by the id `expose_window` gave.
+    windows: Slab<*mut ibv_mr>,
+    /// Where atomics fetch to: `SEND_DEPTH` 8-byte slots per rank, the ticket's slot being
+    /// its number modulo `SEND_DEPTH` (more are never in flight to one rank).
+    slots: Region,
+    /// Each posted operation's origin registration, released when it completes.
+    in_flight: Slab<Option<MrId>>,
+    pub writes: u64,
+    pub reads: u64,
+    pub atomics: u64,
+}
+
+impl Rma {
+    pub fn new(dev: &Device, size: u32, loopback: Peer) -> Result<Rma, String> {
+        Ok(Rma {
+            loopback: Some(loopback),
+            windows: Slab::new(),
+            slots: Region::new(dev, size as usize * SEND_DEPTH as usize * 8)?,
+            in_flight: Slab::new(),
+            writes: 0,
+            reads: 0,
+            atomics: 0,
+        })
+    }
+
+    /// Deregisters every window still registered (the transport is going, its queue pairs
+    /// gone).
+    pub fn deregister(&mut self) {
+        for mr in self.windows.drain() {
+            // SAFETY: registered in `expose_window`, deregistered once (drained).
+            unsafe { ibv_dereg_mr(mr) };
+        }
+    }
+
+    fn slot_index(peer: Rank, ticket: u64) -> usize {
+        peer as usize * SEND_DEPTH as usize + (ticket % u64::from(SEND_DEPTH)) as usize
+    }
+}
+
+impl VerbsTransport {
+    /// Registers a window's `len` bytes at `buf` for peers' writes, reads and atomics;
+    /// returns the rkey and the id to release it by.
+    pub fn expose_window(&mut self, buf: *mut u8, len: usize) -> Result<(u32, u64), String> {
+        // SAFETY: the caller's window memory, mapped and alive until `release_window` (the
+        // window outlives its exposure); deregistered there or when the transport drops.
+        let mr = unsafe { ibv_reg_mr(self.dev.pd, buf.cast(), len, WINDOW_ACCESS as i32) };
+        if mr.is_null() {
+            return Err(format!(
+                "registering {len} bytes at {buf:p}: {}",
+                io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: `mr` is the live registration just made.
+        let rkey = unsafe { (*mr).rkey };
+        Ok((rkey, self.rma.windows.insert(mr) as u64))
+    }
+
+    pub fn release_window(&mut self, id: u64) {
+        if let Some(mr) = self.rma.windows.try_remove(id as usize) {
+            // SAFETY: registered in `expose_window`, removed from the slab so deregistered
+            // once; no peer reaches the window any more (the caller's contract).
+            unsafe { ibv_dereg_mr(mr) };
+        }
+    }
+
+    /// Adds the one-sided operations posted to `counters`.
+    pub fn count_rma(&self, counters: &mut crate::pml_api::Counters) {
+        counters.rma_writes += self.rma.writes;
+        counters.rma_reads += self.rma.reads;
+        counters.rma_atomics += self.rma.atomics;
+    }
+
+    /// Whether 8-byte atomics are done by the device.
+    pub fn does_atomics(&self) -> bool {
+        self.dev.atomics
+    }
+
+    /// Posts `op` on `peer`'s memory at `remote`; `None` when its queue pair has no room.
+    ///
+    /// # Safety
+    /// As `Transport::rma`.
+    pub unsafe fn rma(
+        &mut self,
+        peer: Rank,
+        op: RmaOp,
+        remote: RemoteKey,
+    ) -> Result<Option<u64>, PmlError> {
+        let piece_max = self.dev.max_msg.max(1 << 16) as usize;
+        let pieces = match op {
+            RmaOp::Write { len, .. } | RmaOp::Read { len, .. } => len.div_ceil(piece_max).max(1),
+            _ => 1,
+        };
+        let Some(p) = self.peer_ref(peer) else {
+            return Err(transport(
+                peer,
+                format!("rank {peer} is not reached over verbs"),
+            ));
+        };
+        if let Some(cause) = &p.broken {
+            return Err(refused(peer, "one-sided operation", cause));
+        }
+        if p.in_flight + pieces as u32 > SEND_DEPTH - KEEP_FREE {
+            if p.in_flight == 0 {
+                return Err(transport(
+                    peer,
+                    format!("a one-sided operation of {pieces} pieces exceeds the queue pair"),
+                ));
+            }
+            return Ok(None);
+        }
+        let rkey = remote.key as u32;
+        let failed = |what: &str, rc: i32| {
+            transport(
+                peer,
+                format!(
+                    "posting {what} failed: {}",
+                    io::Error::from_raw_os_error(rc)
+                ),
+            )
+        };
+        match op {
+            RmaOp::Write { local, len } => {
+                let mr = if len <= INLINE {
+                    None
+                } else {
+                    Some(
+                        self.registry
+                            .acquire(local as usize, len, false)
+                            .map_err(|e| transport(peer, e.to_string()))?,
+                    )
+                };
+                let lkey = mr.map_or(0, |k| k.lkey);
+                self.rma.writes += 1;
+                self.post_pieces(peer, mr.map(|k| k.id), pieces, piece_max, len, |off| {
+                    (
+                        ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+                        local as u64 + off as u64,
+                        lkey,
+                        Remote::Rdma {
+                            addr: remote.addr + off as u64,
+                            rkey,
+                        },
+                    )
+                })
+                .map_err(|rc| failed("an RDMA WRITE", rc))
+            }
+            RmaOp::Read { local, len } => {
+                let keys = self
+                    .registry
+                    .acquire(local as usize, len, true)
+                    .map_err(|e| transport(peer, e.to_string()))?;
+                self.rma.reads += 1;
+                self.post_pieces(peer, Some(keys.id), pieces, piece_max, len, |off| {
+                    (
+                        ibv_wr_opcode::IBV_WR_RDMA_READ,
+                        local as u64 + off as u64,
+                        keys.lkey,
+                        Remote::Rdma {
+                            addr: remote.addr + off as u64,
+                            rkey,
+                        },
+                    )
+                })
+                .map_err(|rc| failed("an RDMA READ", rc))
+            }
+            RmaOp::FetchAdd { .. } | RmaOp::CompareSwap { .. } => {
+                let (opcode, compare_add, swap) = match op {
+                    RmaOp::FetchAdd { add } => (ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD, add, 0),
+                    RmaOp::CompareSwap { compare, swap } => {
+                        (ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP, compare, swap)
+                    }
+                    _ => unreachable!("matched above"),
+                };
+                let ticket = self.peer_ref(peer).expect("checked above").rma_posted + 1;
+                let slot = Rma::slot_index(peer, ticket) * 8;
+                let local = self.rma.slots.buf.as_ptr() as u64 + slot as u64;
+                let lkey = self.rma.slots.lkey();
+                self.rma.atomics += 1;
+                self.post_pieces(peer, None, 1, 8, 8, |_| {
+                    (
+                        opcode,
+                        local,
+                        lkey,
+                        Remote::Atomic {
+                            addr: remote.addr,
+                            rkey,
+                            compare_add,
+                            swap,
+                        },
+                    )
+                })
+                .map_err(|rc| failed("an RDMA atomic", rc))
+            }
+        }
+        .map(Some)
+    }
+
+    /// Posts an operation of `len` bytes as `pieces` work requests of at most `piece_max`
+    /// bytes each, `wr(offset)` saying what each is; the last carries the origin
+    /// registration `mr`. Returns the last one's ticket.
+    fn post_pieces(
+        &mut self,
+        peer: Rank,
+        mr: Option<MrId>,
+        pieces: usize,
+        piece_max: usize,
+        len: usize,
+        wr: impl Fn(usize) -> (ibv_wr_opcode::Type, u64, u32, Remote),
+    ) -> Result<u64, i32> {
+        for i in 0..pieces {
+            let off = i * piece_max;
+            let last = i + 1 == pieces;
+            let index = self.rma.in_flight.insert(if last { mr } else { None });
+            let (opcode, local, lkey, remote) = wr(off);
+            let piece = piece_max.min(len - off) as u32;
+            if let Err(rc) = self.post(
+                peer,
+                WR_RMA | index as u64,
+                opcode,
+                local,
+                piece,
+                lkey,
+                remote,
+            ) {
+                self.rma.in_flight.remove(index);
+                if let Some(mr) = mr {
+                    self.registry.release(mr);
+                }
+                return Err(rc);
+            }
+            self.peer_mut(peer).expect("posted to it").rma_posted += 1;
+        }
+        Ok(self.peer_ref(peer).expect("posted to it").rma_posted)
+    }
+
+    /// The operation posted as `index` completed: its origin registration goes back.
+    pub(super) fn rma_completed(&mut self, index: usize) {
+        if let Some(Some(mr)) = self.rma.in_flight.try_remove(index) {
+            self.registry.release(mr);
+        }
+    }
+
+    /// Whether every operation to `peer` up to `ticket` completed (false for a peer whose
+    /// queue pair is gone: the engine stopped, and its waits fail).
+    pub fn rma_done(&self, peer: Rank, ticket: u64) -> bool {
+        self.peer_ref(peer)
+            .is_some_and(|p| p.rma_completed >= ticket)
+    }
+
+    /// The value the atomic `ticket` to `peer` fetched, once it completed.
+    pub fn rma_result(&self, peer: Rank, ticket: u64) -> u64 {
+        let at = Rma::slot_index(peer, ticket) * 8;
+        let bytes = &self.rma.slots.buf[at..at + 8];
+        // The device wrote the slot before the completion that `rma_done` saw.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        u64::from_ne_bytes(bytes.try_into().expect("8 bytes"))
+    }
+}
