@@ -309,18 +309,18 @@ ofi_engine=$(awk '$1 == "engine" {print $2}' <<<"$ofi_tests")
 ofi_p2p=$(awk '$1 == "p2p" {print $2}' <<<"$ofi_tests")
 ofi_collectives=$(awk '$1 == "collectives" {print $2}' <<<"$ofi_tests")
 echo "== verbs tests in the Soft-RoCE guest (rxe0 and rxe1 joined by a veth pair)"
-# The failure paths last: one takes rxe1's link down (and back up), which only a guest may.
-set +e
 # Then libfabric's verbs provider: pml's engine test (its rendezvous by fi_read, which rxm posts
 # as RDMA READs, counted) and mpirt's p2p and collectives suites over verbs;ofi_rxm (about 5
-# minutes of the guest's emulated CPU).
+# minutes of the guest's emulated CPU). The failure paths last: one takes rxe1's link down (and
+# back up), which only a guest may.
+set +e
 "$rdma_vm/rdma-vm" -n 2 -t 1800 -- env MPIRT_VERBS_DEV=rxe0,rxe1 bash -c \
     "set -e; '$engine' ranks_over_verbs; '$p2p' verbs --test-threads=1;
-     MPIRT_TEST_VERBS_PORT_DOWN=rxe1 '$verbs' --test-threads=1;
      echo '== OFI: verbs;ofi_rxm in the guest: pml engine test, mpirt p2p and collectives';
      '$ofi_engine' ranks_over_ofi_verbs;
-     export MPIRT_TEST_OFI_PROVIDER='verbs;ofi_rxm';
-     '$ofi_p2p' ofi --test-threads=1; '$ofi_collectives' ofi --test-threads=1"
+     MPIRT_TEST_OFI_PROVIDER='verbs;ofi_rxm' '$ofi_p2p' ofi --test-threads=1;
+     MPIRT_TEST_OFI_PROVIDER='verbs;ofi_rxm' '$ofi_collectives' ofi --test-threads=1;
+     MPIRT_TEST_VERBS_PORT_DOWN=rxe1 '$verbs' --test-threads=1"
 rc=$?
 set -e
 if [ $rc = 77 ]; then
