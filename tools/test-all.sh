@@ -311,24 +311,42 @@ echo "== cargo clippy --features verbs"
 cargo clippy --workspace --all-targets --release --features verbs -- -D warnings
 echo "== cargo build --features verbs"
 cargo build --release --workspace --features verbs
-tests=$(cargo test --release --workspace --features verbs --no-run --message-format=json |
-    python3 -c '
+# The test binaries `cargo test "$@"` builds, one "name path" a line.
+test_binaries() {
+    cargo test "$@" --no-run --message-format=json | python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("engine", "p2p", "verbs", "windows"):
-        print(m["target"]["name"], m["executable"])')
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["target"]["name"], m["executable"])'
+}
+tests=$(test_binaries --release --workspace --features verbs)
 engine=$(awk '$1 == "engine" {print $2}' <<<"$tests")
 p2p=$(awk '$1 == "p2p" {print $2}' <<<"$tests")
 verbs=$(awk '$1 == "verbs" {print $2}' <<<"$tests")
 windows=$(awk '$1 == "windows" {print $2}' <<<"$tests")
+# libfabric's verbs provider (verbs;ofi_rxm) over the same devices: the OFI phase's binaries
+# (target/features, already built there; rsrun beside them).
+ofi_tests=$(CARGO_TARGET_DIR=target/features test_binaries --release -p pml --features ucx,ofi \
+    --test engine; CARGO_TARGET_DIR=target/features test_binaries --release \
+    "${mpirt_features[@]}" --test p2p --test collectives)
+ofi_engine=$(awk '$1 == "engine" {print $2}' <<<"$ofi_tests")
+ofi_p2p=$(awk '$1 == "p2p" {print $2}' <<<"$ofi_tests")
+ofi_collectives=$(awk '$1 == "collectives" {print $2}' <<<"$ofi_tests")
 echo "== verbs tests in the Soft-RoCE guest (rxe0 and rxe1 joined by a veth pair)"
-# The failure paths last: one takes rxe1's link down (and back up), which only a guest may.
 # windows_over_verbs: the window suite by RDMA WRITE, READ and device atomics (counted).
+# Then libfabric's verbs provider: pml's engine test (its rendezvous by fi_read, which rxm posts
+# as RDMA READs, counted) and mpirt's p2p and collectives suites over verbs;ofi_rxm (about 5
+# minutes of the guest's emulated CPU). The failure paths last: one takes rxe1's link down (and
+# back up), which only a guest may.
 set +e
-"$rdma_vm/rdma-vm" -n 2 -t 1200 -- env MPIRT_VERBS_DEV=rxe0,rxe1 bash -c \
+"$rdma_vm/rdma-vm" -n 2 -t 1800 -- env MPIRT_VERBS_DEV=rxe0,rxe1 bash -c \
     "set -e; '$engine' ranks_over_verbs; '$p2p' verbs --test-threads=1;
      '$windows' windows_over_verbs --test-threads=1;
+     echo '== OFI: verbs;ofi_rxm in the guest: pml engine test, mpirt p2p and collectives';
+     '$ofi_engine' ranks_over_ofi_verbs;
+     MPIRT_TEST_OFI_PROVIDER='verbs;ofi_rxm' '$ofi_p2p' ofi --test-threads=1;
+     MPIRT_TEST_OFI_PROVIDER='verbs;ofi_rxm' '$ofi_collectives' ofi --test-threads=1;
      MPIRT_TEST_VERBS_PORT_DOWN=rxe1 '$verbs' --test-threads=1"
 rc=$?
 set -e
@@ -336,10 +354,4 @@ if [ $rc = 77 ]; then
     echo "== verbs tests: SKIPPED (rdma-vm cannot run a guest here: exit 77)"
     exit 0
 fi
-# libfabric's verbs provider (verbs;ofi_rxm) over the same devices is not run here: pml's engine
-# test `ranks_over_ofi_verbs` passes in the guest (its rendezvous by fi_read, which rxm posts as
-# RDMA READs, counted), but on libfabric 1.17 a rank is sometimes killed by SIGSEGV inside fi_close
-# of the verbs;ofi_rxm endpoint as it finalizes (seen in the engine test and in 3 of p2p's 16 OFI
-# tests), which would make the suite fail by chance. Run it by hand:
-# rdma-vm -n 2 -- <engine test binary built with --features ofi> ranks_over_ofi_verbs
 exit $rc

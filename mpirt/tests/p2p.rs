@@ -1792,12 +1792,15 @@ on_each_wire! {
         assert!(stderr.contains("rank 1 gives up"), "{stderr}");
         wire.assert_used(2, &stderr);
         // Rank 0 waits forever for a message: only the abort ends the job, within 2 s of the
-        // panic under rsrun (wall clock, which both processes share); verbs runs in a guest
-        // whose CPU is emulated, ten times slower or worse, and another launcher ends the job
+        // panic under rsrun (wall clock, which both processes share); verbs (and OFI's verbs
+        // provider) runs in a guest whose CPU is emulated, ten times slower or worse, and another launcher ends the job
         // at its own pace (mpirun's daemons over ssh), so there the bound only rules out a hang.
         let limit_ms = match wire {
             #[cfg(feature = "verbs")]
             Wire::Verbs => 20_000,
+            // libfabric's verbs provider runs in the same guest.
+            #[cfg(feature = "ofi")]
+            Wire::Ofi if common::ofi_test_provider().starts_with("verbs") => 20_000,
             _ if common::test_launcher() != common::TestLauncher::Rsrun => 20_000,
             _ => 2000,
         };

@@ -3,21 +3,30 @@
 # (--mca pml cm --mca mtl ofi) on the same provider, and mpirt's native transport for the same
 # pair (shared memory where the provider is shm, TCP otherwise): osu_latency at 8 B and 8 KiB,
 # osu_bw at 64 KiB and 1 MiB, osu_mbw_mr at 8 B, 2 ranks on this host, medians of interleaved
-# repeats. fi_pingpong (-e rdm -m tagged) is a ping-pong: its MB/s at 1 MiB is a round trip's
-# bandwidth, not a stream's, so read it as a floor.
-#   osu-benches/compare/ofi.sh [-r REPEATS] [-p "PROVIDER..."]
+# repeats, and paired ratios (each repeat's mpirt figure over the run beside it, then their
+# median). mpirt over OFI runs twice, with its registration cache and without
+# (MPIRT_OFI_REG_CACHE=0). fi_pingpong (-e rdm -m tagged) is a ping-pong: its MB/s at 1 MiB is
+# a round trip's bandwidth, not a stream's, so read it as a floor.
+#   osu-benches/compare/ofi.sh [-r REPEATS] [-p "PROVIDER..."] [-k DIR] [-R DIR]
+# -k DIR keeps each repeat's figures in DIR as they come; -R DIR writes the tables from such a
+# DIR without running anything (for a run stopped early: the repeats that finished).
 # Builds mpirt with the ofi feature into ${CARGO_TARGET_DIR:-target/ofi} first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-repeats=3
+repeats=5
 providers="tcp;ofi_rxm shm udp;ofi_rxd"
-while getopts "r:p:" opt; do
+keep=
+report_only=
+while getopts "r:p:k:R:" opt; do
     case $opt in
         r) repeats=$OPTARG ;;
         p) providers=$OPTARG ;;
-        *) echo "usage: $0 [-r REPEATS] [-p \"PROVIDER...\"]" >&2; exit 2 ;;
+        k) keep=$OPTARG ;;
+        R) report_only=$OPTARG ;;
+        *) echo "usage: $0 [-r REPEATS] [-p \"PROVIDER...\"] [-k DIR] [-R DIR]" >&2; exit 2 ;;
     esac
 done
+command_line="osu-benches/compare/ofi.sh ${report_only:+-R $report_only }-r $repeats -p \"$providers\""
 for tool in fi_pingpong mpicc.openmpi; do
     if ! command -v $tool >/dev/null; then
         echo "$0: $tool is missing (apt-get install -y libfabric-bin libopenmpi-dev openmpi-bin)" >&2
@@ -26,34 +35,52 @@ for tool in fi_pingpong mpicc.openmpi; do
 done
 ompi_ofi=$(ompi_info | grep -q 'mtl: ofi' && echo 1 || true)
 target=${CARGO_TARGET_DIR:-target/ofi}
-CARGO_TARGET_DIR=$target cargo build --release -p launcher -p osu-benches --features osu-benches/ofi -q
 bin=$PWD/$target/release
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-mpicc.openmpi -O2 -Wno-stringop-overflow -o "$out/osu_p2p.ompi" osu-benches/compare/osu_p2p.c
-max=1048576
+if [ -n "$report_only" ]; then
+    out=$report_only
+elif [ -n "$keep" ]; then
+    out=$keep
+    mkdir -p "$out"
+else
+    out=$(mktemp -d)
+    trap 'rm -rf "$out"' EXIT
+fi
+if [ -z "$report_only" ]; then
+    CARGO_TARGET_DIR=$target cargo build --release -p launcher -p osu-benches \
+        --features osu-benches/ofi -q
+    mpicc.openmpi -O2 -Wno-stringop-overflow -o "$out/osu_p2p.ompi" osu-benches/compare/osu_p2p.c
+fi
 lat_sizes=(8 8192)
 bw_sizes=(65536 1048576)
-median() { sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
-# The figure at size $1 in column $2 (default 2; osu_mbw_mr's messages/s are column 3).
-pick() { awk -v s="$1" -v c="${2:-2}" '$1 == s {print $c}'; }
+# The median of the numbers read ("-" lines left out), or "-" where there are none.
+median() {
+    { grep -v '^-$' || true; } | sort -g |
+        awk '{v[NR] = $1} END {if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
+            else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}
+# The figure at size $1 in column $2 (osu_mbw_mr's messages/s are column 3), or "-".
+figure() { awk -v s="$1" -v c="$2" '$1 == s {v = $c} END {print (v == "" ? "-" : v)}'; }
 
+# The sizes each benchmark runs (only those the tables show, so that runs stay short).
+declare -A min_size=([latency]=8 [bw]=65536 [mbw_mr]=8)
+declare -A max_size=([latency]=8192 [bw]=1048576 [mbw_mr]=8)
 # mpirt over OFI on provider $1, or (with $1 empty) on its native transport $2.
 mpirt() {
-    local provider=$1 native=$2 bench=$3
+    local provider=$1 native=$2 bench=$3 sizes="${min_size[$3]}:${max_size[$3]}"
     if [ -n "$provider" ]; then
         "$bin/rsrun" --timeout 120 --bind-to core -n 2 --transport ofi \
-            --ofi-provider "$provider" "$bin/osu_$bench" -m "$max"
+            --ofi-provider "$provider" "$bin/osu_$bench" -m "$sizes"
     else
         "$bin/rsrun" --timeout 120 --bind-to core -n 2 --transport "$native" \
-            "$bin/osu_$bench" -m "$max"
+            "$bin/osu_$bench" -m "$sizes"
     fi
 }
 # Open MPI's mtl ofi on udp;ofi_rxd hung (osu latency past 1 MiB, 16 minutes): bounded, and a
 # run that fails or is stopped leaves its figures out.
 ompi() {
     timeout 120 mpirun.openmpi --allow-run-as-root -n 2 --bind-to core --mca pml cm --mca mtl ofi \
-        --mca mtl_ofi_provider_include "$1" --mca btl self "$out/osu_p2p.ompi" "$2" "$max"
+        --mca mtl_ofi_provider_include "$1" --mca btl self "$out/osu_p2p.ompi" "$2" \
+        "${max_size[$2]}" "${min_size[$2]}"
 }
 # fi_pingpong's figure at `size` bytes in column `col` (7: usec/xfer, 6: MB/sec).
 pingpong() {
@@ -66,29 +93,33 @@ pingpong() {
     wait
 }
 
-loads=()
 for provider in $providers; do
+    [ -z "$report_only" ] || break
     key=${provider//;/_}
     native=tcp
     [ "$provider" = shm ] && native=shm
-    loads+=("$provider: before: $(cut -d' ' -f1 /proc/loadavg)")
+    echo -n "$provider: before: $(cut -d' ' -f1 /proc/loadavg)" >> "$out/$key.load"
     for ((r = 1; r <= repeats; r++)); do
         for bench in latency bw mbw_mr; do
             mpirt "$provider" "" $bench > "$out/$key.$bench.mpirt.$r" || true
+            MPIRT_OFI_REG_CACHE=0 mpirt "$provider" "" $bench > "$out/$key.$bench.nocache.$r" ||
+                true
             mpirt "" "$native" $bench > "$out/$key.$bench.native.$r" || true
             if [ -n "$ompi_ofi" ]; then
                 ompi "$provider" $bench > "$out/$key.$bench.ompi.$r" 2>/dev/null || true
             fi
             touch "$out/$key.$bench.ompi.$r"
         done
-        for who in mpirt native ompi; do
+        # One line per repeat in each figure's file ("-" where the run gave none), so that
+        # line r of two files are the same repeat's runs, seconds apart.
+        for who in mpirt nocache native ompi; do
             for size in "${lat_sizes[@]}"; do
-                pick "$size" < "$out/$key.latency.$who.$r" >> "$out/$key.lat$size.$who"
+                figure "$size" 2 < "$out/$key.latency.$who.$r" >> "$out/$key.lat$size.$who"
             done
             for size in "${bw_sizes[@]}"; do
-                pick "$size" < "$out/$key.bw.$who.$r" >> "$out/$key.bw$size.$who"
+                figure "$size" 2 < "$out/$key.bw.$who.$r" >> "$out/$key.bw$size.$who"
             done
-            pick 8 3 < "$out/$key.mbw_mr.$who.$r" >> "$out/$key.mbw8.$who"
+            figure 8 3 < "$out/$key.mbw_mr.$who.$r" >> "$out/$key.mbw8.$who"
         done
         for size in "${lat_sizes[@]}"; do
             pingpong "$provider" "$size" 10000 7 >> "$out/$key.lat$size.pingpong"
@@ -97,25 +128,47 @@ for provider in $providers; do
             pingpong "$provider" "$size" 1000 6 >> "$out/$key.bw$size.pingpong"
         done
         touch "$out/$key.mbw8.pingpong"
+        echo -n ", after repeat $r: $(cut -d' ' -f1 /proc/loadavg)" >> "$out/$key.load"
     done
-    loads[-1]+="; after: $(cut -d' ' -f1 /proc/loadavg)"
 done
 
 fig() { if [ -s "$1" ]; then median < "$1"; else echo "-"; fi; }
-ratio() {
-    awk -v a="$1" -v b="$2" 'BEGIN {if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b}'
+# The median over repeats of file $1's figure over file $2's, repeat by repeat, and how many
+# repeats both have.
+paired() {
+    [ -s "$1" ] && [ -s "$2" ] || { echo "-"; return; }
+    local ratios n
+    ratios=$(paste "$1" "$2" | awk '$1 != "-" && $2 != "-" && $2 != 0 {print $1 / $2}')
+    n=$(grep -c . <<<"$ratios" || true)
+    if [ "$n" = 0 ]; then echo "-"; else printf "%.2f (%s)" "$(median <<<"$ratios")" "$n"; fi
 }
 row() {
-    local what=$1 key=$2 file=$3 m o p n
+    local what=$1 key=$2 file=$3 m c o p n
     m=$(fig "$out/$key.$file.mpirt")
+    c=$(fig "$out/$key.$file.nocache")
     o=$(fig "$out/$key.$file.ompi")
     p=$(fig "$out/$key.$file.pingpong")
     n=$(fig "$out/$key.$file.native")
-    echo "| $what | $m | $o | $p | $n | $(ratio "$m" "$o") |"
+    echo "| $what | $m | $c | $o | $p | $n | $(paired "$out/$key.$file.mpirt" "$out/$key.$file.ompi") |" \
+        "$(paired "$out/$key.$file.mpirt" "$out/$key.$file.nocache") |"
 }
-echo "2 ranks on this host, medians of $repeats interleaved repeats; mpirt/ompi is mpirt over" \
-    "OFI against Open MPI's mtl ofi on the same provider (below 1 is better for latency, above" \
-    "1 for bandwidth and message rate). Load (1-minute average) $(IFS=';'; echo "${loads[*]}")."
+echo "Command: \`$command_line\` at commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (with uncommitted changes)'), $(date -u +%Y-%m-%d)."
+echo "CPU: $(lscpu | grep 'Model name' | sed 's/Model name: *//'), $(nproc) cores."
+# The repeats that finished, for each provider (fewer than asked where a run was stopped).
+done_repeats=$(for provider in $providers; do
+    echo -n "${provider}: $(cat "$out/${provider//;/_}.lat8.mpirt" 2>/dev/null | grep -c . || true); "
+done)
+loads=$(for provider in $providers; do
+    cat "$out/${provider//;/_}.load" 2>/dev/null || echo -n "$provider: not recorded"
+    echo -n "; "
+done)
+echo "2 ranks on this host bound to a core each, medians of interleaved repeats (${done_repeats% })." \
+    "Paired" \
+    "ratios: each repeat's mpirt-over-OFI figure over the other run's of the same repeat, then" \
+    "the median of those, with how many repeats both ran in parentheses; mpirt/ompi is against" \
+    "Open MPI's mtl ofi on the same provider (below 1 is better for latency, above 1 for" \
+    "bandwidth and message rate), cache/no cache against mpirt over OFI with" \
+    "MPIRT_OFI_REG_CACHE=0. Load (1-minute average) ${loads% }"
 [ -n "$ompi_ofi" ] || echo "This Open MPI has no mtl ofi (ompi_info | grep ofi): its column is empty."
 for provider in $providers; do
     key=${provider//;/_}
@@ -124,8 +177,9 @@ for provider in $providers; do
     echo
     echo "### $provider"
     echo
-    echo "| figure | mpirt ofi | Open MPI mtl ofi | fi_pingpong | mpirt $native | mpirt/ompi |"
-    echo "|---|---|---|---|---|---|"
+    echo "| figure | mpirt ofi | mpirt ofi, no cache | Open MPI mtl ofi | fi_pingpong" \
+        "| mpirt $native | mpirt/ompi, paired | cache/no cache, paired |"
+    echo "|---|---|---|---|---|---|---|---|"
     for size in "${lat_sizes[@]}"; do
         row "latency $size B (us)" "$key" "lat$size"
     done

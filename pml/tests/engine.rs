@@ -1032,12 +1032,19 @@ fn run_two_ranks(test: &str, key: &str) -> Vec<std::process::Output> {
     outputs
 }
 
-/// Asserts that every child rank exited successfully, showing a failed one's output.
+/// Asserts that every child rank exited successfully, showing a failed one's output: one
+/// that failed by itself first, as `wait_all` kills the others once one fails.
 fn assert_all_succeeded(outputs: &[std::process::Output], case: &str) {
-    for (r, o) in outputs.iter().enumerate() {
+    use std::os::unix::process::ExitStatusExt;
+    let killed = |o: &std::process::Output| o.status.signal() == Some(libc::SIGKILL);
+    let mut order: Vec<usize> = (0..outputs.len()).collect();
+    order.sort_by_key(|&r| killed(&outputs[r]));
+    for r in order {
+        let o = &outputs[r];
         assert!(
             o.status.success(),
-            "{case}rank {r} failed:\n{}\n{}",
+            "{case}rank {r} failed ({}):\n{}\n{}",
+            o.status,
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         );
