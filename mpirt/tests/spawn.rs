@@ -18,6 +18,9 @@ use common::{
 };
 
 const CHILDREN: Rank = 3;
+/// Spawns in a row from one job: each joins a bridge, more than the 32 transports that the
+/// engine's mask of direct-send transports had bits for.
+const MANY_SPAWNS: usize = 34;
 
 #[test]
 fn rank_mode() {
@@ -54,6 +57,13 @@ fn parent(world: &SimpleCommunicator, mode: &str) {
                 merged(world, &inter, MergeOrder::Low, true);
                 merged(world, &inter, MergeOrder::High, true);
             }
+        }
+        "many" => {
+            for _ in 0..MANY_SPAWNS {
+                let inter = root.spawn(&me("many"), 1).expect("spawn");
+                answers(world, &inter);
+            }
+            println!("parent {}: {MANY_SPAWNS} spawns answered", world.rank());
         }
         "multiple" => {
             let commands = [me("first"), me("second")];
@@ -195,6 +205,21 @@ fn a_spawn_works_when_rsrun_was_given_a_double_dash() {
     let (out, err) = text(&output);
     assert!(output.status.success(), "{out}\n{err}");
     assert_eq!(out.matches("children answered").count(), 2, "{out}\n{err}");
+}
+
+#[test]
+fn a_job_spawns_again_and_again_past_32_bridges() {
+    if !under_rsrun("spawn") {
+        return;
+    }
+    let (out, err) = ok_job_with(2, "many", &[]);
+    let line = format!("{MANY_SPAWNS} spawns answered");
+    assert_eq!(out.matches(&line).count(), 2, "{out}\n{err}");
+    assert_eq!(
+        out.matches("child 0 of 1 (many").count(),
+        MANY_SPAWNS,
+        "{out}\n{err}"
+    );
 }
 
 #[test]

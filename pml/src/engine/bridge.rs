@@ -59,10 +59,15 @@ impl Engine {
     ) -> Result<Bridge, EngineError> {
         // Route::transport is a u8 whose largest value means "no route".
         if self.transports.len() + 1 >= u8::MAX as usize {
+            let bridges = self
+                .transports
+                .iter()
+                .filter(|t| matches!(t, AnyTransport::Tcp(tcp) if tcp.names.is_some()))
+                .count();
             return Err(EngineError::Config(format!(
-                "this process already joined {} bridges to spawned or parent ranks, the most \
-                 one process can",
-                self.transports.len()
+                "this process already joined {bridges} bridges to spawned or parent ranks, the \
+                 most one process can (beside its world's {} transports)",
+                self.transports.len() - bridges
             )));
         }
         let tcp = TcpTransport::listen(rank, size, secret, &self.config, self.peer_fed > 0)?;
@@ -116,6 +121,7 @@ impl Engine {
             self.core.add_peer(peer_caps);
             self.routes.push(Route {
                 transport: index as u8,
+                direct_send: caps.sends_complete_on_return,
                 index: peer.rank,
             });
             debug_assert_eq!(self.routes.len() as Rank, name + 1);
