@@ -499,7 +499,7 @@ fn accept_children(listener: &TcpListener, key: &JobSecret) -> Result<TcpStream,
 
 /// The 32 bytes that `hex` (64 hex digits) spells.
 fn unhex_secret(hex: &str) -> Option<[u8; 32]> {
-    pml::hex::decode(hex.as_bytes())?.try_into().ok()
+    bootstrap::hex::decode(hex.as_bytes())?.try_into().ok()
 }
 
 /// Why the arguments of a spawn are not what MPI takes, if they are not.
