@@ -243,17 +243,18 @@ fn a_child_that_dies_ends_the_job_naming_it() {
     let (out, err) = text(&output);
     assert!(!output.status.success(), "{out}\n{err}");
     // rsrun's reaper names the child killed, unless a rank that talks to it finds its
-    // connection gone first and aborts: a parent (its send to the dead child fails: the
-    // abort names the connection) or, across hosts, the children's rank 0 (before the agent's
-    // report comes). Which comes first is a race, so either ends the job.
+    // connection gone first and aborts: a parent (its send to the dead child fails, or its
+    // receive finds the connection closed: the abort names the child in its own job) or,
+    // across hosts, the children's rank 0 (before the agent's report comes). Which comes
+    // first is a race, so either ends the job.
     let named = err.lines().any(|line| {
         let reaped = line.starts_with("rsrun: spawned job 1 (3 ranks of")
             && line.contains("rank 1")
             && (line.contains("killed by signal 9")
-                || line.contains("rank 1 closed its connection without finalizing"));
+                || line.contains("closed its connection without finalizing"));
         let aborted = line.starts_with("rsrun: rank ")
             && line.contains("called abort")
-            && line.contains("the connection with rank");
+            && line.contains("the connection with rank 1 of spawned job 1 (3 ranks of");
         reaped || aborted
     });
     assert!(named, "{err}");

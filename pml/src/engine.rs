@@ -109,6 +109,9 @@ pub struct Engine {
     wake: Option<WakeSet>,
     /// Host of each rank, for errors that name where a failed peer runs.
     hosts: Vec<String>,
+    /// What errors call each rank where `rank N` would not say which process it is: empty
+    /// for the world's ranks, a bridge's peers as their side named them (`BridgePeer::name`).
+    names: Vec<String>,
     /// Peers whose transport refused a frame; retried first on the next progress.
     blocked: Vec<Rank>,
     counters: Counters,
@@ -200,6 +203,7 @@ impl Engine {
             peer_fed,
             own_frames: false,
             routes,
+            names: vec![String::new(); job.hosts.len()],
             hosts: job.hosts,
             blocked: Vec::new(),
             counters: Counters::default(),
@@ -417,7 +421,7 @@ impl Engine {
                 }
             },
         };
-        slept.map_err(|e| self.stop(e.on_host(&self.hosts)))
+        slept.map_err(|e| self.stop(e.on_host(&self.hosts, &self.names)))
     }
 
     /// Whether a round of progress could move anything. Cheaper than the round itself: a
@@ -471,7 +475,9 @@ impl Engine {
             self.peer_fed
         };
         for t in &mut self.transports[..polled] {
-            received += t.poll(&mut self.core).map_err(|e| e.on_host(&self.hosts))?;
+            received += t
+                .poll(&mut self.core)
+                .map_err(|e| e.on_host(&self.hosts, &self.names))?;
         }
         self.counters.frames_received += received as u64;
         let mut moved = received > 0;
@@ -501,7 +507,7 @@ impl Engine {
         let target = self.core.read_target(recv)?;
         let reading = self.transports[route]
             .read(peer, remote, target, recv.to_wire())
-            .map_err(|e| e.on_host(&self.hosts))?;
+            .map_err(|e| e.on_host(&self.hosts, &self.names))?;
         if !matches!(reading, Reading::Finished(Err(_))) {
             self.counters.remote_reads += 1;
             self.counters.remote_read_bytes += len as u64;
@@ -524,7 +530,7 @@ impl Engine {
         while let Some(t) = self.core.next_transmit(peer) {
             let sent = self.transports[route]
                 .try_send(to, t.header(), t.payload)
-                .map_err(|e| e.on_host(&self.hosts))?;
+                .map_err(|e| e.on_host(&self.hosts, &self.names))?;
             if sent == Sent::Part {
                 self.core.hold_front(peer);
             }

@@ -44,6 +44,7 @@ fn meet(e: &mut Engine, rank: Rank, to: &Sender<String>, from: &Receiver<String>
         rank: 1 - rank,
         host: host(),
         endpoint,
+        name: format!("rank 0 of the other side of bridge {}", e.reachable()),
     };
     let names = e.join_bridge(bridge, &[peer]).unwrap();
     assert_eq!(names.len(), 1);
@@ -158,6 +159,7 @@ fn a_bridge_past_the_most_a_route_can_name_is_refused() {
                     rank: 1,
                     host: host(),
                     endpoint: endpoint.clone(),
+                    name: "rank 0 of a job never reached".to_string(),
                 };
                 e.join_bridge(bridge, &[peer]).unwrap();
                 joined += 1;
@@ -185,6 +187,7 @@ fn a_bridge_refuses_a_peer_outside_its_numbering_or_this_process_itself() {
             rank: stray,
             host: host(),
             endpoint: endpoint.clone(),
+            name: "a stray".to_string(),
         };
         let e = e.join_bridge(bridge, &[peer]).unwrap_err().to_string();
         assert!(
@@ -197,5 +200,45 @@ fn a_bridge_refuses_a_peer_outside_its_numbering_or_this_process_itself() {
     }
     // Nothing was joined: the engine reaches its world alone.
     assert_eq!(e.reachable(), 1);
+    fs::remove_dir_all(dir).unwrap();
+}
+
+/// A bridge's failures name the peer as its own job numbers it (what the layer above gave
+/// as `BridgePeer::name`), not by the bridge's numbering nor the engine's.
+#[test]
+fn a_bridge_failure_names_the_peer_as_its_job_knows_it() {
+    let (mut e, dir) = engine("bridge-named");
+    // The endpoint of a bridge whose listener is gone: nothing answers there.
+    let endpoint = e.open_bridge(0, 2, &SECRET).unwrap().endpoint().unwrap();
+    let bridge = e.open_bridge(0, 2, &SECRET).unwrap();
+    let child = "rank 0 of spawned job 7 (1 ranks of ./child)";
+    let peer = BridgePeer {
+        rank: 1,
+        host: host(),
+        endpoint,
+        name: child.to_string(),
+    };
+    let names = e.join_bridge(bridge, &[peer]).unwrap();
+    let data = [7u8; 8];
+    // SAFETY: `data` outlives the request, waited for (or failed) below.
+    let failure = unsafe {
+        e.post_send(
+            0,
+            SOURCE,
+            names[0],
+            1,
+            SendMode::Standard,
+            data.as_ptr(),
+            data.len(),
+        )
+    }
+    .and_then(|h| e.wait(h))
+    .unwrap_err()
+    .to_string();
+    let expected = format!(
+        "the connection with {child} on {} failed: cannot connect to it (",
+        host()
+    );
+    assert!(failure.contains(&expected), "{failure}");
     fs::remove_dir_all(dir).unwrap();
 }

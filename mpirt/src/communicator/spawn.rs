@@ -91,11 +91,13 @@ pub(crate) fn spawn(
     comm.collectives_allowed().map_err(fail)?;
     // [verdict, children, the spawn's secret in 4 words], then why it failed.
     let mut head = [0u64; 6];
+    // Why it failed, or the new job's name as rsrun gave it.
     let mut why = Vec::new();
     let mut port = None;
     if comm.rank == root {
         match start(commands, maxprocs, comm.size) {
-            Ok((listener, children, secret)) => {
+            Ok((listener, children, secret, job)) => {
+                why = job.into_bytes();
                 head[1] = u64::from(children);
                 for (word, bytes) in head[2..].iter_mut().zip(secret.chunks(8)) {
                     *word = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
@@ -133,17 +135,18 @@ pub(crate) fn spawn(
         size: comm.size + children,
         their_first: comm.size,
     };
-    join(comm, root, side, &secret, RootLink::Accept(port)).map_err(fail)
+    let child = |rank: u32| format!("rank {rank} of {why}");
+    join(comm, root, side, &secret, RootLink::Accept(port), &child).map_err(fail)
 }
 
 /// The root's part of a spawn before the others hear of it: checks the arguments, listens
-/// for the children, and asks rsrun to start them; returns the port, the children's count
-/// and the spawn's secret, or the verdict and why.
+/// for the children, and asks rsrun to start them; returns the port, the children's count,
+/// the spawn's secret and the new job's name, or the verdict and why.
 fn start(
     commands: &[&Command],
     maxprocs: &[Rank],
     parents: u32,
-) -> Result<(TcpListener, u32, [u8; 32]), (Verdict, String)> {
+) -> Result<(TcpListener, u32, [u8; 32], String), (Verdict, String)> {
     check(commands, maxprocs).map_err(|why| (Verdict::InvalidArguments, why))?;
     let not_started = |why: String| (Verdict::NotStarted, why);
     // Before anything starts: children that could not be joined would end the job.
@@ -180,10 +183,10 @@ fn start(
     // Holds the launcher link's lock through rsrun's answer (it starts the children first):
     // the link carries one request and its answer at a time, so another thread's request
     // waits for this one.
-    with_bootstrap(|b| b.spawn(apps, parent))
+    let job = with_bootstrap(|b| b.spawn(apps, parent))
         .map_err(|cause| not_started(cause.to_string()))?
         .map_err(|e| not_started(e.to_string()))?;
-    Ok((listener, children, secret))
+    Ok((listener, children, secret, job))
 }
 
 /// A spawned job's side of the spawn, from `initialize`: joins the parents that its
@@ -216,7 +219,8 @@ pub(crate) fn join_parents(world: &SimpleCommunicator) -> Result<(), Error> {
         their_first: 0,
     };
     let link = RootLink::Dial(port.to_string());
-    let inter = join(local, 0, side, &secret, link)
+    let parent = |rank: u32| format!("parent rank {rank}");
+    let inter = join(local, 0, side, &secret, link, &parent)
         .map_err(|cause| fail(format!("joining the parents: {cause}")))?;
     PARENT.with(|p| *p.borrow_mut() = Some(inter));
     Ok(())
@@ -243,13 +247,15 @@ enum RootLink {
 
 /// Both sides' part after the children started: agree inside the side on the context ids
 /// in use, gather the side's bridge endpoints, trade both through the roots, join the
-/// bridge, and make the inter-communicator. Collective over `local`.
+/// bridge, and make the inter-communicator. Collective over `local`. `name_of` says what
+/// errors call the other side's process of each rank there.
 fn join(
     local: &CommData,
     root: u32,
     side: Side,
     secret: &[u8; 32],
     link: RootLink,
+    name_of: &dyn Fn(u32) -> String,
 ) -> Result<InterCommunicator, Cause> {
     // Held until both leases are taken, as every other creation holds it: another thread's
     // duplicate between the agreement and the leases would otherwise lease the same id.
@@ -338,6 +344,7 @@ fn join(
                 rank,
                 host: host.to_string(),
                 endpoint: endpoint.to_string(),
+                name: name_of(rank - side.their_first),
             }
         })
         .collect();

@@ -33,6 +33,9 @@ pub struct BridgePeer {
     pub host: String,
     /// What its `Bridge::endpoint` said.
     pub endpoint: String,
+    /// What errors call it: its rank as users know it, in its own job ("rank 1 of spawned
+    /// job 1 (...)"), which neither the bridge's numbering nor the engine's says.
+    pub name: String,
 }
 
 impl Bridge {
@@ -102,7 +105,7 @@ impl Engine {
         let mut engine_ranks = Vec::with_capacity(peers.len());
         for (i, peer) in peers.iter().enumerate() {
             tcp.add_peer(peer.rank, &peer.endpoint, peer.host == own_host)
-                .map_err(|e| EngineError::Transport(format!("TCP bridge: {e}")))?;
+                .map_err(|e| EngineError::Transport(format!("TCP bridge: {}: {e}", peer.name)))?;
             let name = first + i as Rank;
             names[peer.rank as usize] = name;
             engine_ranks.push(name);
@@ -126,6 +129,7 @@ impl Engine {
             });
             debug_assert_eq!(self.routes.len() as Rank, name + 1);
             self.hosts.push(peer.host.clone());
+            self.names.push(peer.name.clone());
         }
         self.wake = WakeSet::over(&mut self.transports)?;
         self.description += &format!(
