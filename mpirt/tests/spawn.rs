@@ -27,6 +27,13 @@ fn rank_mode() {
     let Ok(mode) = env::var(RANK_MODE) else {
         return;
     };
+    let spawned = env::var_os("MPIRT_SPAWNED_AS").is_some();
+    if mode == "no_bridge" && !spawned && env::var("MPIRT_RANK").as_deref() == Ok("1") {
+        // No address matches: this parent alone cannot open a bridge (one host's world
+        // needs no TCP of its own).
+        env::set_var("MPIRT_TCP_IF", "no-such-interface0");
+    }
+    // A child whose parents cannot join aborts the job in `initialize`, saying why.
     let mut universe = mpirt::initialize().expect("initialize");
     let world = universe.world();
     match world.parent() {
@@ -73,6 +80,11 @@ fn parent(world: &SimpleCommunicator, mode: &str) {
             assert_eq!(inter.remote_size(), 3);
             answers(world, &inter);
         }
+        "no_bridge" => match root.spawn(&me(mode), CHILDREN) {
+            Err(MpiError::Mpirt(e)) => println!("parent {}: {e}", world.rank()),
+            Err(other) => panic!("not mpirt's error: {other}"),
+            Ok(_) => panic!("a spawn joined although parent rank 1 has no bridge"),
+        },
         "refused" => {
             let result = root.spawn(&me("compute"), CHILDREN);
             match result {
@@ -220,6 +232,38 @@ fn a_job_spawns_again_and_again_past_32_bridges() {
         MANY_SPAWNS,
         "{out}\n{err}"
     );
+}
+
+/// A parent that cannot open its bridge (no address matches MPIRT_TCP_IF) says why in the
+/// gather: every other parent, and every child through the roots' trade, gets the error
+/// naming it instead of waiting for its endpoint; the children's abort ends the job.
+#[test]
+fn a_parent_that_cannot_open_its_bridge_is_named_on_both_sides() {
+    if !under_rsrun("spawn") {
+        return;
+    }
+    if env::var_os("MPIRT_TEST_HOSTS").is_some() {
+        println!("skipped: across hosts the world's TCP needs the address this test takes away");
+        return;
+    }
+    let output = job(2, "no_bridge", &[]);
+    let (out, err) = text(&output);
+    assert!(!output.status.success(), "{out}\n{err}");
+    let named = |l: &&str| {
+        l.contains("parent rank 1 cannot open its bridge: ") && l.contains("MPIRT_TCP_IF")
+    };
+    // The parents print it; the children abort with it in `initialize`, which ends the job,
+    // perhaps before every parent printed, but not before the first process knew.
+    let parents = out
+        .lines()
+        .filter(|l| l.starts_with("parent "))
+        .filter(named);
+    let children = err
+        .lines()
+        .filter(|l| l.starts_with("rsrun: spawned job 1 (3 ranks of"))
+        .filter(|l| l.contains("called abort") && l.contains("joining the parents"))
+        .filter(named);
+    assert!(parents.chain(children).count() > 0, "{out}\n{err}");
 }
 
 #[test]
