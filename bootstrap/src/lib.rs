@@ -11,6 +11,7 @@
 //! A crate of its own, so that ranks (mpirt) use it without the launcher's CLI; rsrun's
 //! server (launcher's `kvs`) speaks the same [`wire`] format and sets the same [`vars`].
 
+pub mod hex;
 pub mod output;
 pub mod pmi1;
 pub mod pmi2;
@@ -946,23 +947,7 @@ fn tasks_on_node(list: &str, node: usize) -> Option<u32> {
 pub fn random_hex(bytes: usize) -> io::Result<String> {
     let mut buf = vec![0u8; bytes];
     fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
-    Ok(to_hex(&buf))
-}
-
-/// `bytes` as lowercase hex.
-pub fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The bytes that the hex `text` spells, if it does.
-pub fn from_hex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
+    Ok(hex::encode(&buf))
 }
 
 /// Expands Slurm's per-node counts: `2(x3),1` is 2, 2, 2, 1.
@@ -1028,14 +1013,6 @@ fn number_var(name: &'static str) -> Result<u32, BootstrapError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hex_spells_bytes_and_refuses_what_is_not_hex() {
-        let bytes: Vec<u8> = (0..=255).collect();
-        assert_eq!(from_hex(&to_hex(&bytes)), Some(bytes));
-        assert_eq!(from_hex("abc"), None);
-        assert_eq!(from_hex("zz"), None);
-    }
 
     #[test]
     fn a_pmi1_server_that_sets_no_rank_or_size_is_named() {

@@ -387,19 +387,13 @@ fn serve_connection(
                 })
                 .collect()
         };
-        for step in steps.into_iter().map(|step| ask_job(step, &events)) {
+        for step in steps {
             match step {
-                Step::Ask(..) => {} // made a `Write` by `ask_job`
-                Step::Write(to, writer, response) => {
-                    let written = wire::write_frame(&mut *lock_writer(&writer), &response.encode());
-                    if written.is_err() {
-                        // A rank left without its reply would wait for it for ever: the
-                        // closed connection ends its wait, and its reader's next read
-                        // fails, which reports the disconnect.
-                        lock(&shared).writers.remove(&to);
-                        let _ = lock_writer(&writer).shutdown(std::net::Shutdown::Both);
-                    }
+                Step::Ask(to, writer, event, verdict) => {
+                    let response = ask_job(event, verdict, &events);
+                    reply(&shared, to, &writer, response);
                 }
+                Step::Write(to, writer, response) => reply(&shared, to, &writer, response),
                 Step::Shut(writer) => {
                     let _ = lock_writer(&writer).shutdown(std::net::Shutdown::Both);
                 }
@@ -414,18 +408,30 @@ fn serve_connection(
     }
 }
 
-/// An `Ask` turned into the `Write` of the job's verdict, after telling the job and waiting
-/// for it (the asking rank waits for the answer anyway); other steps as they are.
-fn ask_job(step: Step, events: &mpsc::Sender<Event>) -> Step {
-    let Step::Ask(to, writer, event, verdict) = step else {
-        return step;
-    };
+/// Writes `response` to connection `to`.
+fn reply(shared: &Mutex<Shared>, to: ConnId, writer: &Writer, response: Response) {
+    let written = wire::write_frame(&mut *lock_writer(writer), &response.encode());
+    if written.is_err() {
+        // A rank left without its reply would wait for it for ever: the closed connection
+        // ends its wait, and its reader's next read fails, which reports the disconnect.
+        lock(shared).writers.remove(&to);
+        let _ = lock_writer(writer).shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// An `Ask`'s answer: the job's verdict, after telling the job and waiting for it (the
+/// asking rank waits for the answer anyway).
+fn ask_job(
+    event: Event,
+    verdict: mpsc::Receiver<SpawnVerdict>,
+    events: &mpsc::Sender<Event>,
+) -> Response {
     let _ = events.send(event);
     // The job answers every spawn it receives; no answer means it is ending.
     let verdict = verdict
         .recv()
         .unwrap_or_else(|_| SpawnVerdict::Refused("rsrun is ending the job".to_string()));
-    Step::Write(to, writer, Response::Value(verdict.encode()))
+    Response::Value(verdict.encode())
 }
 
 /// Locks a connection's write half; a panic while another thread wrote leaves nothing to

@@ -76,7 +76,7 @@ impl SpawnedJobs {
         .encode();
         // Exported to the ranks (`-x`): what they run, and that they were spawned.
         for (key, value) in [
-            (APPS_VAR, bootstrap::to_hex(&request)),
+            (APPS_VAR, bootstrap::hex::encode(&request)),
             (NAME_VAR, name.clone()),
         ] {
             command.env(key, value).arg("-x").arg(key);
@@ -132,7 +132,7 @@ pub fn exec_main() -> i32 {
     };
     let request = std::env::var(APPS_VAR)
         .ok()
-        .and_then(|text| bootstrap::from_hex(&text))
+        .and_then(|text| bootstrap::hex::decode(text.as_bytes()))
         .map(|bytes| Request::decode(&bytes[..]));
     let apps = match request {
         Some(Ok(Request::Spawn { apps, .. })) => apps,

@@ -224,7 +224,7 @@ impl Wireup for BootstrapWireup<'_> {
     }
     fn job_secret(&mut self) -> Result<[u8; 32], String> {
         let text = self.0.job_secret().map_err(|e| e.to_string())?;
-        pml::hex::decode(&text)
+        bootstrap::hex::decode(&text)
             .and_then(|bytes| bytes.try_into().ok())
             .ok_or_else(|| "the job's secret in the key-value space is not 64 hex digits".into())
     }

@@ -1365,6 +1365,32 @@ impl Destination for Process<'_> {
     }
 }
 
+/// Posts a standard send of `bytes` to engine rank `peer`, from `comm`'s rank in its context,
+/// on `tag`: the runtime's own messages on its own tags (a collective's parts that did not
+/// fit the shared area, the leaders' words of an inter-communicator, a group's agreement).
+///
+/// # Safety
+/// `bytes` must stay alive and unchanged until the returned handle is waited on.
+pub(crate) unsafe fn post_runtime_send(
+    comm: &CommData,
+    peer: pml::Rank,
+    tag: Tag,
+    bytes: &[u8],
+) -> Result<Handle, Cause> {
+    // SAFETY: forwarded from this function's contract.
+    with_engine(|e| unsafe {
+        e.post_send(
+            comm.context,
+            comm.rank,
+            peer,
+            tag,
+            SendMode::Standard,
+            bytes.as_ptr(),
+            bytes.len(),
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

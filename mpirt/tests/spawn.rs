@@ -18,12 +18,22 @@ use common::{
 };
 
 const CHILDREN: Rank = 3;
+/// Spawns in a row from one job: each joins a bridge, more than the 32 transports that the
+/// engine's mask of direct-send transports had bits for.
+const MANY_SPAWNS: usize = 34;
 
 #[test]
 fn rank_mode() {
     let Ok(mode) = env::var(RANK_MODE) else {
         return;
     };
+    let spawned = env::var_os("MPIRT_SPAWNED_AS").is_some();
+    if mode == "no_bridge" && !spawned && env::var("MPIRT_RANK").as_deref() == Ok("1") {
+        // No address matches: this parent alone cannot open a bridge (one host's world
+        // needs no TCP of its own).
+        env::set_var("MPIRT_TCP_IF", "no-such-interface0");
+    }
+    // A child whose parents cannot join aborts the job in `initialize`, saying why.
     let mut universe = mpirt::initialize().expect("initialize");
     let world = universe.world();
     match world.parent() {
@@ -55,6 +65,13 @@ fn parent(world: &SimpleCommunicator, mode: &str) {
                 merged(world, &inter, MergeOrder::High, true);
             }
         }
+        "many" => {
+            for _ in 0..MANY_SPAWNS {
+                let inter = root.spawn(&me("many"), 1).expect("spawn");
+                answers(world, &inter);
+            }
+            println!("parent {}: {MANY_SPAWNS} spawns answered", world.rank());
+        }
         "multiple" => {
             let commands = [me("first"), me("second")];
             let inter = root
@@ -63,6 +80,11 @@ fn parent(world: &SimpleCommunicator, mode: &str) {
             assert_eq!(inter.remote_size(), 3);
             answers(world, &inter);
         }
+        "no_bridge" => match root.spawn(&me(mode), CHILDREN) {
+            Err(MpiError::Mpirt(e)) => println!("parent {}: {e}", world.rank()),
+            Err(other) => panic!("not mpirt's error: {other}"),
+            Ok(_) => panic!("a spawn joined although parent rank 1 has no bridge"),
+        },
         "refused" => {
             let result = root.spawn(&me("compute"), CHILDREN);
             match result {
@@ -198,6 +220,53 @@ fn a_spawn_works_when_rsrun_was_given_a_double_dash() {
 }
 
 #[test]
+fn a_job_spawns_again_and_again_past_32_bridges() {
+    if !under_rsrun("spawn") {
+        return;
+    }
+    let (out, err) = ok_job_with(2, "many", &[]);
+    let line = format!("{MANY_SPAWNS} spawns answered");
+    assert_eq!(out.matches(&line).count(), 2, "{out}\n{err}");
+    assert_eq!(
+        out.matches("child 0 of 1 (many").count(),
+        MANY_SPAWNS,
+        "{out}\n{err}"
+    );
+}
+
+/// A parent that cannot open its bridge (no address matches MPIRT_TCP_IF) says why in the
+/// gather: every other parent, and every child through the roots' trade, gets the error
+/// naming it instead of waiting for its endpoint; the children's abort ends the job.
+#[test]
+fn a_parent_that_cannot_open_its_bridge_is_named_on_both_sides() {
+    if !under_rsrun("spawn") {
+        return;
+    }
+    if env::var_os("MPIRT_TEST_HOSTS").is_some() {
+        println!("skipped: across hosts the world's TCP needs the address this test takes away");
+        return;
+    }
+    let output = job(2, "no_bridge", &[]);
+    let (out, err) = text(&output);
+    assert!(!output.status.success(), "{out}\n{err}");
+    let named = |l: &&str| {
+        l.contains("parent rank 1 cannot open its bridge: ") && l.contains("MPIRT_TCP_IF")
+    };
+    // The parents print it; the children abort with it in `initialize`, which ends the job,
+    // perhaps before every parent printed, but not before the first process knew.
+    let parents = out
+        .lines()
+        .filter(|l| l.starts_with("parent "))
+        .filter(named);
+    let children = err
+        .lines()
+        .filter(|l| l.starts_with("rsrun: spawned job 1 (3 ranks of"))
+        .filter(|l| l.contains("called abort") && l.contains("joining the parents"))
+        .filter(named);
+    assert!(parents.chain(children).count() > 0, "{out}\n{err}");
+}
+
+#[test]
 fn spawn_multiple_starts_both_commands_in_one_world() {
     if !under_rsrun("spawn") {
         return;
@@ -218,17 +287,18 @@ fn a_child_that_dies_ends_the_job_naming_it() {
     let (out, err) = text(&output);
     assert!(!output.status.success(), "{out}\n{err}");
     // rsrun's reaper names the child killed, unless a rank that talks to it finds its
-    // connection gone first and aborts: a parent (its send to the dead child fails: the
-    // abort names the connection) or, across hosts, the children's rank 0 (before the agent's
-    // report comes). Which comes first is a race, so either ends the job.
+    // connection gone first and aborts: a parent (its send to the dead child fails, or its
+    // receive finds the connection closed: the abort names the child in its own job) or,
+    // across hosts, the children's rank 0 (before the agent's report comes). Which comes
+    // first is a race, so either ends the job.
     let named = err.lines().any(|line| {
         let reaped = line.starts_with("rsrun: spawned job 1 (3 ranks of")
             && line.contains("rank 1")
             && (line.contains("killed by signal 9")
-                || line.contains("rank 1 closed its connection without finalizing"));
+                || line.contains("closed its connection without finalizing"));
         let aborted = line.starts_with("rsrun: rank ")
             && line.contains("called abort")
-            && line.contains("the connection with rank");
+            && line.contains("the connection with rank 1 of spawned job 1 (3 ranks of");
         reaped || aborted
     });
     assert!(named, "{err}");

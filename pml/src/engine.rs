@@ -86,12 +86,19 @@ impl SendBytes for SendBuf {
 #[derive(Clone, Copy)]
 struct Route {
     transport: u8,
+    /// The transport completes a send when it takes the frame (see
+    /// `Caps::sends_complete_on_return`), so small sends go the direct path. Kept in the
+    /// route, where it costs no load of its own (it fills padding), and where it follows
+    /// its transport when a bridge moves the transports along: a mask of transports had a
+    /// bit for only so many of them.
+    direct_send: bool,
     index: u32,
 }
 
 /// No transport carries the rank (see `Engine::routes`).
 const NO_ROUTE: Route = Route {
     transport: u8::MAX,
+    direct_send: false,
     index: u32::MAX,
 };
 
@@ -108,14 +115,13 @@ pub struct Engine {
     own_frames: bool,
     /// How each rank is reached, or `NO_ROUTE`.
     routes: Vec<Route>,
-    /// Bit `i` set: `transports[i]` completes a send when it takes the frame (see
-    /// `Caps::sends_complete_on_return`), so small sends go the direct path. Kept here
-    /// because every send asks.
-    direct_send: u32,
     /// The one wait on every transport's wake fd, when more than one has any.
     wake: Option<WakeSet>,
     /// Host of each rank, for errors that name where a failed peer runs.
     hosts: Vec<String>,
+    /// What errors call each rank where `rank N` would not say which process it is: empty
+    /// for the world's ranks, a bridge's peers as their side named them (`BridgePeer::name`).
+    names: Vec<String>,
     /// Peers whose transport refused a frame; retried first on the next progress.
     blocked: Vec<Rank>,
     counters: Counters,
@@ -150,7 +156,6 @@ impl Engine {
             },
         );
         let mut routes = vec![NO_ROUTE; size as usize];
-        let mut direct_send = 0;
         let mut transports = Vec::new();
         let mut description = format!("rank {rank} of {size} on {}", job.host());
         for (index, (mut transport, carried)) in connected.transports.into_iter().enumerate() {
@@ -160,11 +165,9 @@ impl Engine {
                 core.set_peer(r, caps.peer_caps());
                 routes[r as usize] = Route {
                     transport: index as u8,
+                    direct_send: caps.sends_complete_on_return,
                     index: transport.peer_index(r),
                 };
-            }
-            if caps.sends_complete_on_return {
-                direct_send |= 1 << index;
             }
             let clause = transport.describe(carried.len());
             if !clause.is_empty() {
@@ -176,7 +179,9 @@ impl Engine {
         // only from `flush` and `perform`, which mark it (none takes direct sends).
         let peer_fed = transports.iter().take_while(|t| t.wakes()).count();
         debug_assert!(transports[peer_fed..].iter().all(|t| !t.wakes()));
-        debug_assert!(direct_send >> peer_fed == 0);
+        debug_assert!(routes
+            .iter()
+            .all(|r| !r.direct_send || (r.transport as usize) < peer_fed));
         for note in connected.notes {
             description += &format!("; {note}");
         }
@@ -208,7 +213,7 @@ impl Engine {
             peer_fed,
             own_frames: false,
             routes,
-            direct_send,
+            names: vec![String::new(); job.hosts.len()],
             hosts: job.hosts,
             blocked: Vec::new(),
             counters: Counters::default(),
@@ -228,9 +233,10 @@ impl Engine {
         counters
     }
 
-    /// Index into `transports` of the one that carries `peer`, and `peer` as it knows it.
+    /// Index into `transports` of the one that carries `peer`, `peer` as it knows it, and
+    /// whether it takes direct sends (`Route::direct_send`).
     #[inline]
-    fn route(&self, peer: Rank) -> Result<(usize, Peer), PmlError> {
+    fn route(&self, peer: Rank) -> Result<(usize, Peer, bool), PmlError> {
         match self.routes.get(peer as usize) {
             Some(route) if route.transport != NO_ROUTE.transport => Ok((
                 route.transport as usize,
@@ -238,6 +244,7 @@ impl Engine {
                     rank: peer,
                     index: route.index,
                 },
+                route.direct_send,
             )),
             _ => Err(PmlError::UnknownPeer(peer)),
         }
@@ -263,14 +270,15 @@ impl Engine {
         buf: *const u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
-        let (route, to) = self.route(peer)?;
+        let (route, to, direct_send) = self.route(peer)?;
         self.check_running()?;
-        // SAFETY: `routes` holds only indices into `transports` (both set in `new`, neither
-        // changed since); unchecked, as every send pays for this.
+        // SAFETY: `routes` holds only indices into `transports` (both set in `new`, and
+        // `join_bridge` moves the routes with the transports it shifts); unchecked, as every
+        // send pays for this.
         let transport = unsafe { self.transports.get_unchecked_mut(route) };
         let core = &mut self.core;
         let exposure = transport.expose(peer, buf, len, || core.sends_eagerly(peer, len))?;
-        if mode == SendMode::Standard && self.direct_send & (1 << route) != 0 {
+        if mode == SendMode::Standard && direct_send {
             let send = DirectSend {
                 context,
                 source,
@@ -337,7 +345,7 @@ impl Engine {
         mode: SendMode,
         blocks: &Blocks,
     ) -> Result<Option<Handle>, PmlError> {
-        let (route, to) = self.route(peer)?;
+        let (route, to, direct_send) = self.route(peer)?;
         self.check_running()?;
         let len = blocks.len();
         if len == 0 {
@@ -348,7 +356,7 @@ impl Engine {
         if eager && !streams {
             // Packed once, by the transport, straight into the frame: where a send completes
             // as its frame is taken. Elsewhere the caller packs and posts the copy.
-            if mode != SendMode::Standard || self.direct_send & (1 << route) == 0 {
+            if mode != SendMode::Standard || !direct_send {
                 return Ok(None);
             }
             let send = DirectSend {
@@ -434,7 +442,7 @@ impl Engine {
                 }
             },
         };
-        slept.map_err(|e| self.stop(e.on_host(&self.hosts)))
+        slept.map_err(|e| self.stop(e.on_host(&self.hosts, &self.names)))
     }
 
     /// Whether a round of progress could move anything. Cheaper than the round itself: a
@@ -488,7 +496,9 @@ impl Engine {
             self.peer_fed
         };
         for t in &mut self.transports[..polled] {
-            received += t.poll(&mut self.core).map_err(|e| e.on_host(&self.hosts))?;
+            received += t
+                .poll(&mut self.core)
+                .map_err(|e| e.on_host(&self.hosts, &self.names))?;
         }
         self.counters.frames_received += received as u64;
         let mut moved = received > 0;
@@ -514,11 +524,11 @@ impl Engine {
             remote,
             len,
         } = action;
-        let (route, _) = self.route(peer)?;
+        let (route, _, _) = self.route(peer)?;
         let target = self.core.read_target(recv)?;
         let reading = self.transports[route]
             .read(peer, remote, target, recv.to_wire())
-            .map_err(|e| e.on_host(&self.hosts))?;
+            .map_err(|e| e.on_host(&self.hosts, &self.names))?;
         if !matches!(reading, Reading::Finished(Err(_))) {
             self.counters.remote_reads += 1;
             self.counters.remote_read_bytes += len as u64;
@@ -536,7 +546,7 @@ impl Engine {
     /// Hands `peer`'s queued frames to its transport until it takes no more.
     fn flush(&mut self, peer: Rank) -> Result<bool, PmlError> {
         let mut sent_any = false;
-        let (route, to) = self.route(peer)?;
+        let (route, to, _) = self.route(peer)?;
         self.own_frames |= route >= self.peer_fed;
         while let Some(t) = self.core.next_transmit(peer) {
             let transport = &mut self.transports[route];
@@ -559,7 +569,7 @@ impl Engine {
                     )
                 }
             }
-            .map_err(|e| e.on_host(&self.hosts))?;
+            .map_err(|e| e.on_host(&self.hosts, &self.names))?;
             if sent == Sent::Part {
                 self.core.hold_front(peer);
             }

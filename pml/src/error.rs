@@ -28,10 +28,14 @@ pub enum PmlError {
     UnknownPeer(Rank),
     /// Pulling rendezvous data out of a peer failed.
     ReadFailed { peer: Rank, cause: String },
-    /// The connection to a peer failed or broke; `host` is where the peer runs, when known.
+    /// The connection to a peer failed or broke; `host` is where the peer runs, when known,
+    /// and `named` what the messages call the peer where its engine rank is not how users
+    /// know it (a process met over a spawn's bridge: "rank 1 of spawned job 1 (...)"), else
+    /// empty. `cause` refers to the peer as "it": the message names it once.
     Transport {
         peer: Rank,
         host: String,
+        named: String,
         cause: String,
     },
     /// An envelope value that the PML in use cannot carry (the UCX PML's tag has room for
@@ -61,17 +65,20 @@ impl PmlError {
         PmlError::Transport {
             peer,
             host: String::new(),
+            named: String::new(),
             cause: cause.into(),
         }
     }
 
     /// Names the host of the peer of a transport failure, so that a job whose rank died
-    /// says where to look even when a peer's error reaches the launcher first.
-    pub fn on_host(self, hosts: &[String]) -> PmlError {
+    /// says where to look even when a peer's error reaches the launcher first, and the peer
+    /// as users know it (`names`, by engine rank: empty for the world's ranks).
+    pub fn on_host(self, hosts: &[String], names: &[String]) -> PmlError {
         match self {
             PmlError::Transport { peer, cause, .. } => PmlError::Transport {
                 peer,
                 host: hosts.get(peer as usize).cloned().unwrap_or_default(),
+                named: names.get(peer as usize).cloned().unwrap_or_default(),
                 cause,
             },
             other => other,
@@ -108,14 +115,20 @@ impl fmt::Display for PmlError {
                     "reading rendezvous data from rank {peer} failed: {cause}"
                 )
             }
-            PmlError::Transport { peer, host, cause } if host.is_empty() => {
-                write!(f, "the connection with rank {peer} failed: {cause}")
-            }
-            PmlError::Transport { peer, host, cause } => {
-                write!(
-                    f,
-                    "the connection with rank {peer} on {host} failed: {cause}"
-                )
+            PmlError::Transport {
+                peer,
+                host,
+                named,
+                cause,
+            } => {
+                match named.is_empty() {
+                    true => write!(f, "the connection with rank {peer}")?,
+                    false => write!(f, "the connection with {named}")?,
+                }
+                if !host.is_empty() {
+                    write!(f, " on {host}")?;
+                }
+                write!(f, " failed: {cause}")
             }
             PmlError::OutOfRange(what) => f.write_str(what),
             PmlError::Ucx { operation, cause } => write!(f, "UCX {operation} failed: {cause}"),

@@ -11,7 +11,6 @@ pub mod envelope;
 pub mod error;
 mod fast_hash;
 pub mod freed_memory;
-pub mod hex;
 mod keyed_queues;
 pub mod matching;
 pub mod pml_api;

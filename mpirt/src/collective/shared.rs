@@ -63,13 +63,13 @@ use std::time::{Duration, Instant};
 use pml::shared_mapping::SharedMapping;
 use pml::stall::Blocked;
 use pml::transport::shm::futex;
-use pml::{Handle, Pml, SendMode, SourceSel, Tag, TagSel, TransportChoice, Waiting};
+use pml::{Handle, Pml, SourceSel, Tag, TagSel, TransportChoice, Waiting};
 
 use crate::communicator::CommData;
 use crate::datatype::{BufferMut, Datatype};
 use crate::environment::with_engine;
 use crate::error::{Cause, Error};
-use crate::point_to_point::wait_handle;
+use crate::point_to_point::{post_runtime_send, wait_handle};
 
 use super::calls::Part;
 use super::hierarchy::{Hierarchy, Hosts, HIERARCHY_MAX};
@@ -1336,20 +1336,9 @@ fn post_part(comm: &CommData, rank: u32, part: &mut [u8]) -> Result<Handle, Caus
 /// Posts the send of `part` to `rank`, a part of a rooted call that did not fit the area,
 /// which must stay untouched until the returned handle is waited on.
 fn post_send_part(comm: &CommData, rank: u32, part: &[u8]) -> Result<Handle, Cause> {
-    let peer = comm.world_rank(rank);
     // SAFETY: `part` is a buffer of the caller's, which waits for the send before it returns:
     // at once, or through an `InFlight`, which waits for it on an error too.
-    with_engine(|e| unsafe {
-        e.post_send(
-            comm.context,
-            comm.rank,
-            peer,
-            OVERFLOW_TAG,
-            SendMode::Standard,
-            part.as_ptr(),
-            part.len(),
-        )
-    })
+    unsafe { post_runtime_send(comm, comm.world_rank(rank), OVERFLOW_TAG, part) }
 }
 
 /// The transfers of a call's parts that did not fit the area, in flight on the caller's

@@ -4,13 +4,13 @@
 //! lowest id none of them uses (or why there is none). The messages travel on the parent's
 //! context under a tag of the runtime's, which no user receive and no collective matches.
 
-use pml::{Done, Pml, SendMode, SourceSel, TagSel};
+use pml::{Done, Pml, SourceSel, TagSel};
 
 use super::{CommData, SimpleCommunicator};
 use crate::context;
 use crate::environment::{self, with_engine};
 use crate::error::Cause;
-use crate::point_to_point::Tag;
+use crate::point_to_point::{post_runtime_send, Tag};
 
 /// The runtime tag of the agreement (one of those collectives leave free).
 const AGREEMENT_TAG: i32 = -2;
@@ -123,17 +123,8 @@ fn lead(tag: Tag, offers: &[Vec<i64>]) -> Answer {
 fn send(parent: &CommData, peer: u32, words: &[i64]) -> Result<(), Cause> {
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
     // SAFETY: `bytes` lives until this call returns, and the call waits for the send.
-    let handle = with_engine(|e| unsafe {
-        e.post_send(
-            parent.context,
-            parent.rank,
-            parent.world_rank(peer),
-            AGREEMENT_TAG,
-            SendMode::Standard,
-            bytes.as_ptr(),
-            bytes.len(),
-        )
-    })?;
+    let handle =
+        unsafe { post_runtime_send(parent, parent.world_rank(peer), AGREEMENT_TAG, &bytes) }?;
     environment::wait(handle).map(drop)
 }
 

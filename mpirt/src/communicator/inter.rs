@@ -13,7 +13,7 @@ use crate::context::{self, Proposal, WORDS};
 use crate::datatype::{Buffer, BufferMut, Datatype};
 use crate::environment::with_engine;
 use crate::error::{or_fatal, Cause, Error};
-use crate::point_to_point::{check_tag, wait_handle, Outgoing, Tag};
+use crate::point_to_point::{check_tag, post_runtime_send, wait_handle, Outgoing, Tag};
 use pml::{Done, Handle, Pml, SendMode, SourceSel, TagSel};
 
 use super::{AsCommunicator, CommData, Communicator, Context, Rank, SimpleCommunicator, UserGroup};
@@ -354,18 +354,7 @@ fn exchange_with_leader(
     let send = |bytes: &[u8]| {
         // SAFETY: `bytes` borrows `mine` or `members`, which live until this function
         // returns, after it waits for both sends.
-        with_engine(|e| unsafe {
-            let (ptr, len) = (bytes.as_ptr(), bytes.len());
-            e.post_send(
-                peer.context,
-                peer.rank,
-                to,
-                LEADERS_TAG,
-                SendMode::Standard,
-                ptr,
-                len,
-            )
-        })
+        unsafe { post_runtime_send(peer, to, LEADERS_TAG, bytes) }
     };
     let receive = |into: &mut [u8]| {
         // SAFETY: `into` borrows a buffer of this function's, which waits for the receive

@@ -34,6 +34,9 @@ use crate::collective::Root;
 
 /// Bytes each process's bridge entry (its host and endpoint) takes in the gathers.
 const ENTRY: usize = 1024;
+/// The first byte of the entry of a process that could not open its bridge, which says why
+/// after it (a host name never starts so).
+const FAILED: u8 = 1;
 /// How long the parents' root waits for the children's root to dial: the children may start
 /// on hosts reached over ssh. A child that dies ends the job sooner (rsrun watches them).
 const JOIN_LIMIT: Duration = Duration::from_secs(120);
@@ -64,6 +67,17 @@ pub(crate) fn disconnect_parent() {
     PARENT.with(|p| p.borrow_mut().take());
 }
 
+/// What a spawn's root has once rsrun started the children.
+struct Started {
+    /// The port the children's root dials.
+    listener: TcpListener,
+    children: u32,
+    /// The spawn's secret.
+    secret: [u8; 32],
+    /// The new job's name, as rsrun gave it ("spawned job 1 (3 ranks of ./child)").
+    job: String,
+}
+
 /// Why a spawn's root did not start the children, as it tells the others (0: it did).
 #[derive(Clone, Copy)]
 enum Verdict {
@@ -91,11 +105,18 @@ pub(crate) fn spawn(
     comm.collectives_allowed().map_err(fail)?;
     // [verdict, children, the spawn's secret in 4 words], then why it failed.
     let mut head = [0u64; 6];
+    // Why it failed, or the new job's name as rsrun gave it.
     let mut why = Vec::new();
     let mut port = None;
     if comm.rank == root {
         match start(commands, maxprocs, comm.size) {
-            Ok((listener, children, secret)) => {
+            Ok(Started {
+                listener,
+                children,
+                secret,
+                job,
+            }) => {
+                why = job.into_bytes();
                 head[1] = u64::from(children);
                 for (word, bytes) in head[2..].iter_mut().zip(secret.chunks(8)) {
                     *word = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
@@ -133,17 +154,21 @@ pub(crate) fn spawn(
         size: comm.size + children,
         their_first: comm.size,
     };
-    join(comm, root, side, &secret, RootLink::Accept(port)).map_err(fail)
+    let names = Names {
+        own: &|rank| format!("parent rank {rank}"),
+        theirs: &|rank| format!("rank {rank} of {why}"),
+    };
+    join(comm, root, side, &secret, RootLink::Accept(port), names).map_err(fail)
 }
 
 /// The root's part of a spawn before the others hear of it: checks the arguments, listens
-/// for the children, and asks rsrun to start them; returns the port, the children's count
-/// and the spawn's secret, or the verdict and why.
+/// for the children, and asks rsrun to start them; returns what the others need to join
+/// them, or the verdict and why.
 fn start(
     commands: &[&Command],
     maxprocs: &[Rank],
     parents: u32,
-) -> Result<(TcpListener, u32, [u8; 32]), (Verdict, String)> {
+) -> Result<Started, (Verdict, String)> {
     check(commands, maxprocs).map_err(|why| (Verdict::InvalidArguments, why))?;
     let not_started = |why: String| (Verdict::NotStarted, why);
     // Before anything starts: children that could not be joined would end the job.
@@ -180,10 +205,15 @@ fn start(
     // Holds the launcher link's lock through rsrun's answer (it starts the children first):
     // the link carries one request and its answer at a time, so another thread's request
     // waits for this one.
-    with_bootstrap(|b| b.spawn(apps, parent))
+    let job = with_bootstrap(|b| b.spawn(apps, parent))
         .map_err(|cause| not_started(cause.to_string()))?
         .map_err(|e| not_started(e.to_string()))?;
-    Ok((listener, children, secret))
+    Ok(Started {
+        listener,
+        children,
+        secret,
+        job,
+    })
 }
 
 /// A spawned job's side of the spawn, from `initialize`: joins the parents that its
@@ -216,7 +246,12 @@ pub(crate) fn join_parents(world: &SimpleCommunicator) -> Result<(), Error> {
         their_first: 0,
     };
     let link = RootLink::Dial(port.to_string());
-    let inter = join(local, 0, side, &secret, link)
+    let job = std::env::var(bootstrap::vars::SPAWNED_AS).unwrap_or_default();
+    let names = Names {
+        own: &|rank| format!("rank {rank} of {job}"),
+        theirs: &|rank| format!("parent rank {rank}"),
+    };
+    let inter = join(local, 0, side, &secret, link, names)
         .map_err(|cause| fail(format!("joining the parents: {cause}")))?;
     PARENT.with(|p| *p.borrow_mut() = Some(inter));
     Ok(())
@@ -233,6 +268,13 @@ struct Side {
     their_first: u32,
 }
 
+/// What errors call a process of each side, by its rank in its side.
+#[derive(Clone, Copy)]
+struct Names<'a> {
+    own: &'a dyn Fn(u32) -> String,
+    theirs: &'a dyn Fn(u32) -> String,
+}
+
 /// How this side's root reaches the other's.
 enum RootLink {
     /// The parents' root takes the children's root's call (the port, on the root only).
@@ -243,13 +285,17 @@ enum RootLink {
 
 /// Both sides' part after the children started: agree inside the side on the context ids
 /// in use, gather the side's bridge endpoints, trade both through the roots, join the
-/// bridge, and make the inter-communicator. Collective over `local`.
+/// bridge, and make the inter-communicator. Collective over `local`. A process that cannot
+/// open its bridge says why in the gather instead of its endpoint, and the roots trade that
+/// instead of the endpoints, so that every process of both sides returns the error naming
+/// it, and none waits for it.
 fn join(
     local: &CommData,
     root: u32,
     side: Side,
     secret: &[u8; 32],
     link: RootLink,
+    names: Names<'_>,
 ) -> Result<InterCommunicator, Cause> {
     // Held until both leases are taken, as every other creation holds it: another thread's
     // duplicate between the agreement and the leases would otherwise lease the same id.
@@ -265,32 +311,46 @@ fn join(
     offered[own_id as usize / 64] |= 1 << (own_id % 64);
     let bridge_key = port_proof::derive_key(secret, BRIDGE_PURPOSE);
     let me = side.first + local.rank;
-    let bridge = with_engine(|e| Ok(e.open_bridge(me, side.size, &bridge_key)))?
-        .map_err(|e| Cause::SpawnFailed(e.to_string()))?;
-    let endpoint = bridge
-        .endpoint()
-        .map_err(|e| Cause::SpawnFailed(e.to_string()))?;
-    let mut entry = format!("{}\n{endpoint}", super::hostname()).into_bytes();
-    if entry.len() > ENTRY {
-        return Err(Cause::SpawnFailed(format!(
-            "this process's bridge endpoint takes {} bytes, more than {ENTRY}",
-            entry.len()
-        )));
-    }
+    let opened = open_bridge(me, side.size, &bridge_key);
+    let mut entry = match &opened {
+        Ok((_, entry)) => entry.clone(),
+        Err(why) => std::iter::once(FAILED)
+            .chain(why.bytes())
+            .take(ENTRY)
+            .collect(),
+    };
     entry.resize(ENTRY, 0);
     let group = SimpleCommunicator::new(local.clone());
     let mut entries = vec![0u8; ENTRY * local.size as usize];
     group
         .try_all_gather_into(&entry[..], &mut entries[..])
         .map_err(cause_of)?;
+    let failures: Vec<String> = (0..)
+        .zip(entries.chunks(ENTRY))
+        .filter(|(_, entry)| entry[0] == FAILED)
+        .map(|(rank, entry)| {
+            let why = String::from_utf8_lossy(&entry[1..]);
+            format!(
+                "{} cannot open its bridge: {}",
+                (names.own)(rank),
+                why.trim_end_matches('\0')
+            )
+        })
+        .collect();
+    let failed = (!failures.is_empty()).then(|| failures.join("; "));
     // [failure (0: none), the inter-communicator's id, the other side's size], then the
     // other side's entries; a root that failed says why in their place.
     let mut header = [0u64; 3];
     let mut theirs = Vec::new();
     if local.rank == root {
-        let mine = message(&offered, local.size, &entries);
+        let mine = match &failed {
+            None => message(&offered, local.size, &entries),
+            Some(why) => message(&offered, 0, why.as_bytes()),
+        };
         let port_key = port_proof::derive_key(secret, PORT_PURPOSE);
         match trade(link, &port_key, &mine).and_then(|m| read_message(&m)) {
+            // This side's failure, which every process of it knows already, is the error.
+            Ok(_) if failed.is_some() => {}
             Ok((their_offered, count, their_entries)) => {
                 let mut union = offered;
                 for (word, their) in union.iter_mut().zip(&their_offered) {
@@ -320,6 +380,9 @@ fn join(
     from_root
         .try_broadcast_into(&mut theirs[..])
         .map_err(cause_of)?;
+    if let Some(why) = failed {
+        return Err(Cause::SpawnFailed(why));
+    }
     if header[0] != 0 {
         return Err(match theirs.is_empty() {
             true => Cause::ContextIdsExhausted,
@@ -338,9 +401,11 @@ fn join(
                 rank,
                 host: host.to_string(),
                 endpoint: endpoint.to_string(),
+                name: (names.theirs)(rank - side.their_first),
             }
         })
         .collect();
+    let (bridge, _) = opened.expect("a process that failed to open its bridge returned");
     // The bridge's connections to the other side are made under the engine's lock at
     // Serialized and Multiple (join_bridge connects, then adds the routes): other threads'
     // calls wait for the wire-up, as they would for a creation; both sides are in this call.
@@ -361,8 +426,25 @@ fn join(
     )))
 }
 
+/// Opens this process's bridge as rank `me` of `size`; returns it with its entry for the
+/// gather (its host and endpoint), or why it cannot.
+fn open_bridge(me: u32, size: u32, key: &JobSecret) -> Result<(pml::Bridge, Vec<u8>), String> {
+    let bridge = with_engine(|e| Ok(e.open_bridge(me, size, key)))
+        .map_err(|cause| cause.to_string())?
+        .map_err(|e| e.to_string())?;
+    let endpoint = bridge.endpoint().map_err(|e| e.to_string())?;
+    let entry = format!("{}\n{endpoint}", super::hostname()).into_bytes();
+    if entry.len() > ENTRY {
+        return Err(format!(
+            "its bridge endpoint takes {} bytes, more than {ENTRY}",
+            entry.len()
+        ));
+    }
+    Ok((bridge, entry))
+}
+
 /// A root's message to the other root: the context ids its side uses, its size, and its
-/// members' bridge entries.
+/// members' bridge entries; or, with a size of 0, why its side cannot join.
 fn message(offered: &[u64; WORDS], size: u32, entries: &[u8]) -> Vec<u8> {
     let mut out: Vec<u8> = offered.iter().flat_map(|w| w.to_le_bytes()).collect();
     out.extend_from_slice(&size.to_le_bytes());
@@ -383,7 +465,10 @@ fn read_message(bytes: &[u8]) -> Result<([u64; WORDS], u32, Vec<u8>), String> {
     let size_at = WORDS * 8;
     let size = u32::from_le_bytes(bytes[size_at..size_at + 4].try_into().map_err(|_| bad())?);
     let entries = bytes[size_at + 4..].to_vec();
-    if size == 0 || entries.len() != size as usize * ENTRY {
+    if size == 0 {
+        return Err(String::from_utf8_lossy(&entries).into_owned());
+    }
+    if entries.len() != size as usize * ENTRY {
         return Err(bad());
     }
     Ok((offered, size, entries))
@@ -499,7 +584,7 @@ fn accept_children(listener: &TcpListener, key: &JobSecret) -> Result<TcpStream,
 
 /// The 32 bytes that `hex` (64 hex digits) spells.
 fn unhex_secret(hex: &str) -> Option<[u8; 32]> {
-    pml::hex::decode(hex.as_bytes())?.try_into().ok()
+    bootstrap::hex::decode(hex.as_bytes())?.try_into().ok()
 }
 
 /// Why the arguments of a spawn are not what MPI takes, if they are not.

@@ -33,6 +33,9 @@ pub struct BridgePeer {
     pub host: String,
     /// What its `Bridge::endpoint` said.
     pub endpoint: String,
+    /// What errors call it: its rank as users know it, in its own job ("rank 1 of spawned
+    /// job 1 (...)"), which neither the bridge's numbering nor the engine's says.
+    pub name: String,
 }
 
 impl Bridge {
@@ -59,10 +62,15 @@ impl Engine {
     ) -> Result<Bridge, EngineError> {
         // Route::transport is a u8 whose largest value means "no route".
         if self.transports.len() + 1 >= u8::MAX as usize {
+            let bridges = self
+                .transports
+                .iter()
+                .filter(|t| matches!(t, AnyTransport::Tcp(tcp) if tcp.names.is_some()))
+                .count();
             return Err(EngineError::Config(format!(
-                "this process already joined {} bridges to spawned or parent ranks, the most \
-                 one process can",
-                self.transports.len()
+                "this process already joined {bridges} bridges to spawned or parent ranks, the \
+                 most one process can (beside its world's {} transports)",
+                self.transports.len() - bridges
             )));
         }
         let tcp = TcpTransport::listen(rank, size, secret, &self.config, self.peer_fed > 0)?;
@@ -97,7 +105,7 @@ impl Engine {
         let mut engine_ranks = Vec::with_capacity(peers.len());
         for (i, peer) in peers.iter().enumerate() {
             tcp.add_peer(peer.rank, &peer.endpoint, peer.host == own_host)
-                .map_err(|e| EngineError::Transport(format!("TCP bridge: {e}")))?;
+                .map_err(|e| EngineError::Transport(format!("TCP bridge: {}: {e}", peer.name)))?;
             let name = first + i as Rank;
             names[peer.rank as usize] = name;
             engine_ranks.push(name);
@@ -116,10 +124,12 @@ impl Engine {
             self.core.add_peer(peer_caps);
             self.routes.push(Route {
                 transport: index as u8,
+                direct_send: caps.sends_complete_on_return,
                 index: peer.rank,
             });
             debug_assert_eq!(self.routes.len() as Rank, name + 1);
             self.hosts.push(peer.host.clone());
+            self.names.push(peer.name.clone());
         }
         self.wake = WakeSet::over(&mut self.transports)?;
         self.description += &format!(

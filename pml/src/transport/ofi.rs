@@ -367,7 +367,7 @@ impl OfiTransport {
             "{} {} {}",
             self.fabric.provider,
             self.frame_size,
-            crate::hex::encode(&name)
+            bootstrap::hex::encode(&name)
         ))
     }
 
@@ -393,7 +393,7 @@ impl OfiTransport {
                 self.frame_size
             ));
         }
-        let name = crate::hex::decode(name.as_bytes())
+        let name = bootstrap::hex::decode(name.as_bytes())
             .ok_or_else(|| format!("rank {peer}'s OFI address '{name}' is not hex"))?;
         let addr = self
             .fabric

@@ -289,8 +289,8 @@ impl TcpTransport {
         let dial = addrs::dial_order(&published, &self.offered, same_host);
         if dial.is_empty() {
             return Err(format!(
-                "rank {peer} offers no address this rank can reach ('{endpoint}'; loopback \
-                 addresses reach only the same host): check MPIRT_TCP_IF (--tcp-if)"
+                "it offers no address this rank can reach ('{endpoint}'; loopback addresses \
+                 reach only the same host): check MPIRT_TCP_IF (--tcp-if)"
             ));
         }
         self.peers[peer as usize].dial = dial;
@@ -336,7 +336,7 @@ impl TcpTransport {
                 let sent = write(conn).map_err(|e| {
                     PmlError::transport(
                         peer,
-                        format!("connection lost while sending: {e} (did rank {peer} die?)"),
+                        format!("connection lost while sending: {e} (did it die?)"),
                     )
                 })?;
                 if !conn.writable {
@@ -356,7 +356,7 @@ impl TcpTransport {
             Link::Dialled(_) | Link::AwaitingPeer => Ok(Sent::Nothing),
             Link::Closed => Err(PmlError::transport(
                 peer,
-                format!("rank {peer} has finalized and closed its connection"),
+                "it has finalized and closed its connection".to_string(),
             )),
         }
     }
@@ -427,7 +427,7 @@ impl TcpTransport {
         Err(PmlError::transport(
             peer,
             format!(
-                "cannot connect to rank {peer} ({}{})",
+                "cannot connect to it ({}{})",
                 failures.join("; "),
                 p.redial.impostor_note()
             ),
@@ -659,10 +659,7 @@ impl TcpTransport {
             self.dialling -= 1;
         }
         sock.write_all(&[handshake::TAKEN]).map_err(|e| {
-            PmlError::transport(
-                from,
-                format!("answering rank {from}'s connection failed: {e}"),
-            )
+            PmlError::transport(from, format!("answering its connection failed: {e}"))
         })?;
         self.epoll
             .modify(&sock, u64::from(from), interest(false))

@@ -10,7 +10,7 @@ use super::failure::PeerFailures;
 use super::worker::{Endpoint, Worker};
 use crate::pml_api::{EngineError, Wireup};
 // Hex, because PMI-2 values must be text and worker addresses are binary.
-use crate::hex::{decode, encode};
+use bootstrap::hex::{decode, encode};
 
 fn key(rank: u32) -> String {
     format!("pml.ucx.{rank}")

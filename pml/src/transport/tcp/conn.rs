@@ -73,7 +73,7 @@ fn read_some(sock: &mut TcpStream, peer: Rank, buf: &mut [u8]) -> Result<Option<
             Err(e) => {
                 return Err(peer_error(
                     peer,
-                    format!("connection lost while receiving: {e} (did rank {peer} die?)"),
+                    format!("connection lost while receiving: {e} (did it die?)"),
                 ))
             }
         }
@@ -296,10 +296,9 @@ impl Conn {
             if self.goodbye_received {
                 "the connection closed in the middle of a frame".to_string()
             } else {
-                format!(
-                    "rank {peer} closed its connection without finalizing (it died, or exited \
-                     before MPI finalize)"
-                )
+                "it closed its connection without finalizing (it died, or exited before MPI \
+                 finalize)"
+                    .to_string()
             },
         ))
     }

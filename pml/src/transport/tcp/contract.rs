@@ -86,7 +86,7 @@ impl TcpTransport {
             let endpoint = job.get(r, &format!("pml.tcp.{r}"))?;
             let same_host = job.hosts[r as usize] == job.host();
             self.add_peer(r, &String::from_utf8_lossy(&endpoint), same_host)
-                .map_err(failed)?;
+                .map_err(|e| failed(format!("rank {r}: {e}")))?;
         }
         Ok(peers)
     }
@@ -96,9 +96,18 @@ impl TcpTransport {
 /// engine's errors name its host), as `Renamed` hands on what arrives.
 fn renamed_error(e: PmlError, names: Option<&[Rank]>) -> PmlError {
     match (e, names) {
-        (PmlError::Transport { peer, host, cause }, Some(names)) => PmlError::Transport {
+        (
+            PmlError::Transport {
+                peer,
+                host,
+                named,
+                cause,
+            },
+            Some(names),
+        ) => PmlError::Transport {
             peer: names.get(peer as usize).copied().unwrap_or(peer),
             host,
+            named,
             cause,
         },
         (e, _) => e,

@@ -333,8 +333,9 @@ fn a_peer_that_vanishes_without_goodbye_is_named() {
     drop(dial);
     let e = poll_for_error(&mut ts[0]);
     assert!(
-        e.to_string()
-            .contains("rank 1 closed its connection without finalizing"),
+        e.to_string().contains(
+            "the connection with rank 1 failed: it closed its connection without finalizing"
+        ),
         "{e}"
     );
 }
@@ -905,7 +906,7 @@ fn an_unreachable_peer_is_a_named_error() {
     t.add_peer(1, &format!("{port} 127.0.0.1/8"), true).unwrap();
     let e = t.send(1, &opaque(1, 8), &[]).unwrap_err().to_string();
     assert!(
-        e.contains("cannot connect to rank 1") && e.contains(&format!("127.0.0.1:{port}")),
+        e.contains("cannot connect to it") && e.contains(&format!("127.0.0.1:{port}")),
         "{e}"
     );
 }
@@ -922,7 +923,7 @@ fn addresses_that_cannot_serve_are_refused_at_wire_up() {
     let mut t = TcpTransport::new(0, 2, &SECRET, config()).unwrap();
     let e = t.add_peer(1, "4242 127.0.0.1/8", false).unwrap_err();
     assert!(
-        e.contains("rank 1 offers no address this rank can reach"),
+        e.contains("it offers no address this rank can reach"),
         "{e}"
     );
     let e = t.add_peer(1, "not an endpoint", true).unwrap_err();

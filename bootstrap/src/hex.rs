@@ -1,9 +1,13 @@
-//! Hex text for binary values that travel through key-value spaces holding text (PMI-2's).
+//! Hex text for binary values that travel where only text goes: key-value spaces that hold
+//! text (PMI-2's), environment variables, the secrets rsrun makes. Here, the crate lowest in
+//! the graph, so that the launcher, the PML and mpirt share one.
 
+/// `bytes` as lowercase hex.
 pub fn encode(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The bytes that the hex `text` spells, if it does.
 pub fn decode(text: &[u8]) -> Option<Vec<u8>> {
     if !text.len().is_multiple_of(2) {
         return None;
