@@ -76,6 +76,24 @@ pub struct PendingSend {
     pub waits_for: String,
 }
 
+/// A request that a wait on requests waits for, and that waits for a peer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Awaited {
+    /// A receive no message matched yet.
+    Receive(Envelope),
+    /// A send its receiver has not finished.
+    Send(PendingSend),
+}
+
+/// How many collective calls a rank has entered on one communicator: every member calls a
+/// communicator's collectives in the same order, so a member whose count is below the call
+/// another waits in never entered that call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entered {
+    pub context: u32,
+    pub calls: u64,
+}
+
 /// Everything one stalled rank says about itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RankState {
@@ -92,9 +110,23 @@ pub struct RankState {
     pub left_out: u64,
     /// The communicators the call and the queues name.
     pub comms: Vec<Comm>,
+    /// In a wait on requests (`wait`, `wait_all`, `wait_any`, a blocking send), those it
+    /// waits for that wait for a peer; `None` in a wait for something else.
+    pub awaited: Option<Vec<Awaited>>,
+    /// The collective calls the rank has entered on each communicator it is a member of.
+    pub entered: Vec<Entered>,
 }
 
 impl RankState {
+    /// How many collective calls the rank has entered on the communicator with context
+    /// `context`, if it is a member.
+    pub fn entered(&self, context: u32) -> Option<u64> {
+        self.entered
+            .iter()
+            .find(|e| e.context == context)
+            .map(|e| e.calls)
+    }
+
     /// The communicator with context `context`, if the state names it.
     pub fn comm(&self, context: u32) -> Option<&Comm> {
         self.comms.iter().find(|c| c.context == context)
@@ -156,6 +188,16 @@ impl RankState {
         if let Some(step) = &self.call.step {
             out += &format!(", at its step {step}");
         }
+        if let Some(awaited) = self.awaited.as_ref().filter(|a| !a.is_empty()) {
+            let all: Vec<String> = awaited
+                .iter()
+                .map(|a| match a {
+                    Awaited::Receive(e) => format!("its receive {}", self.envelope_in_words(e)),
+                    Awaited::Send(s) => format!("its send {}", self.send_in_words(s)),
+                })
+                .collect();
+            out += &format!(", for {}", all.join(" and "));
+        }
         out += &format!(", nothing moved for {:.1} s", self.idle_ms as f64 / 1000.0);
         let queued = self.queues_in_words();
         if !queued.is_empty() {
@@ -164,15 +206,37 @@ impl RankState {
         out
     }
 
-    /// The queues, in words: "posted receives: from rank 2 tag 7 on MPI_COMM_WORLD; ...".
+    /// A posted receive or an arrived message, in words: "from rank 2 tag 7 on
+    /// MPI_COMM_WORLD (8 bytes)" (a receive's size is its buffer's).
+    pub fn envelope_in_words(&self, e: &Envelope) -> String {
+        let source = e
+            .source
+            .map_or("any rank".to_string(), |r| format!("rank {r}"));
+        let tag = e.tag.map_or("any tag".to_string(), |t| format!("tag {t}"));
+        format!(
+            "from {source} {tag} on {} ({} bytes)",
+            self.comm_name(e.context),
+            e.bytes
+        )
+    }
+
+    /// An unfinished send, in words: "to rank 0 tag 3 on MPI_COMM_WORLD (8 bytes) waiting
+    /// for a matching receive".
+    pub fn send_in_words(&self, s: &PendingSend) -> String {
+        format!(
+            "to rank {} tag {} on {} ({} bytes) waiting for {}",
+            s.peer,
+            s.tag,
+            self.comm_name(s.context),
+            s.bytes,
+            s.waits_for
+        )
+    }
+
+    /// The queues, in words: "posted receives: from rank 2 tag 7 on MPI_COMM_WORLD (8
+    /// bytes); ...".
     pub fn queues_in_words(&self) -> String {
-        let envelope = |e: &Envelope| {
-            let source = e
-                .source
-                .map_or("any rank".to_string(), |r| format!("rank {r}"));
-            let tag = e.tag.map_or("any tag".to_string(), |t| format!("tag {t}"));
-            format!("from {source} {tag} on {}", self.comm_name(e.context))
-        };
+        let envelope = |e: &Envelope| self.envelope_in_words(e);
         let mut parts = Vec::new();
         if !self.posted.is_empty() {
             let all: Vec<String> = self.posted.iter().map(envelope).collect();
@@ -183,19 +247,7 @@ impl RankState {
             parts.push(format!("unreceived messages: {}", all.join(", ")));
         }
         if !self.sends.is_empty() {
-            let all: Vec<String> = self
-                .sends
-                .iter()
-                .map(|s| {
-                    format!(
-                        "to rank {} tag {} on {} waiting for {}",
-                        s.peer,
-                        s.tag,
-                        self.comm_name(s.context),
-                        s.waits_for
-                    )
-                })
-                .collect();
+            let all: Vec<String> = self.sends.iter().map(|s| self.send_in_words(s)).collect();
             parts.push(format!("unfinished sends: {}", all.join(", ")));
         }
         if self.left_out > 0 {
@@ -229,19 +281,12 @@ impl RankState {
         for queue in [&self.posted, &self.unexpected] {
             put_u32(&mut out, queue.len() as u32);
             for e in queue {
-                put_u32(&mut out, e.context);
-                put_opt(&mut out, e.source.map(u64::from));
-                put_opt(&mut out, e.tag.map(|t| t as u32 as u64));
-                out.extend_from_slice(&e.bytes.to_le_bytes());
+                put_envelope(&mut out, e);
             }
         }
         put_u32(&mut out, self.sends.len() as u32);
         for s in &self.sends {
-            put_u32(&mut out, s.context);
-            put_u32(&mut out, s.peer);
-            put_u32(&mut out, s.tag as u32);
-            out.extend_from_slice(&s.bytes.to_le_bytes());
-            put_bytes(&mut out, s.waits_for.as_bytes());
+            put_send(&mut out, s);
         }
         out.extend_from_slice(&self.left_out.to_le_bytes());
         put_u32(&mut out, self.comms.len() as u32);
@@ -252,6 +297,26 @@ impl RankState {
             for &r in &comm.ranks {
                 put_u32(&mut out, r);
             }
+        }
+        out.push(u8::from(self.awaited.is_some()));
+        let awaited = self.awaited.as_deref().unwrap_or_default();
+        put_u32(&mut out, awaited.len() as u32);
+        for a in awaited {
+            match a {
+                Awaited::Receive(e) => {
+                    out.push(0);
+                    put_envelope(&mut out, e);
+                }
+                Awaited::Send(s) => {
+                    out.push(1);
+                    put_send(&mut out, s);
+                }
+            }
+        }
+        put_u32(&mut out, self.entered.len() as u32);
+        for e in &self.entered {
+            put_u32(&mut out, e.context);
+            out.extend_from_slice(&e.calls.to_le_bytes());
         }
         out
     }
@@ -291,24 +356,13 @@ impl RankState {
         let mut queues = [Vec::new(), Vec::new()];
         for queue in &mut queues {
             for _ in 0..r.u32()? {
-                queue.push(Envelope {
-                    context: r.u32()?,
-                    source: opt_of(&mut r)?.map(|s| s as u32),
-                    tag: opt_of(&mut r)?.map(|t| t as u32 as i32),
-                    bytes: u64_of(&mut r)?,
-                });
+                queue.push(envelope_of(&mut r)?);
             }
         }
         let [posted, unexpected] = queues;
         let mut sends = Vec::new();
         for _ in 0..r.u32()? {
-            sends.push(PendingSend {
-                context: r.u32()?,
-                peer: r.u32()?,
-                tag: r.u32()? as i32,
-                bytes: u64_of(&mut r)?,
-                waits_for: r.string()?,
-            });
+            sends.push(send_of(&mut r)?);
         }
         let left_out = u64_of(&mut r)?;
         let mut comms = Vec::new();
@@ -322,6 +376,22 @@ impl RankState {
                 ranks,
             });
         }
+        let on_requests = r.u8()? != 0;
+        let mut awaited = Vec::new();
+        for _ in 0..r.u32()? {
+            awaited.push(match r.u8()? {
+                0 => Awaited::Receive(envelope_of(&mut r)?),
+                1 => Awaited::Send(send_of(&mut r)?),
+                other => return Err(format!("unknown awaited request kind {other}")),
+            });
+        }
+        let mut entered = Vec::new();
+        for _ in 0..r.u32()? {
+            entered.push(Entered {
+                context: r.u32()?,
+                calls: u64_of(&mut r)?,
+            });
+        }
         r.finish()?;
         Ok(RankState {
             rank,
@@ -333,8 +403,44 @@ impl RankState {
             sends,
             left_out,
             comms,
+            awaited: on_requests.then_some(awaited),
+            entered,
         })
     }
+}
+
+fn put_envelope(out: &mut Vec<u8>, e: &Envelope) {
+    put_u32(out, e.context);
+    put_opt(out, e.source.map(u64::from));
+    put_opt(out, e.tag.map(|t| t as u32 as u64));
+    out.extend_from_slice(&e.bytes.to_le_bytes());
+}
+
+fn envelope_of(r: &mut Reader<'_>) -> Result<Envelope, String> {
+    Ok(Envelope {
+        context: r.u32()?,
+        source: opt_of(r)?.map(|s| s as u32),
+        tag: opt_of(r)?.map(|t| t as u32 as i32),
+        bytes: u64_of(r)?,
+    })
+}
+
+fn put_send(out: &mut Vec<u8>, s: &PendingSend) {
+    put_u32(out, s.context);
+    put_u32(out, s.peer);
+    put_u32(out, s.tag as u32);
+    out.extend_from_slice(&s.bytes.to_le_bytes());
+    put_bytes(out, s.waits_for.as_bytes());
+}
+
+fn send_of(r: &mut Reader<'_>) -> Result<PendingSend, String> {
+    Ok(PendingSend {
+        context: r.u32()?,
+        peer: r.u32()?,
+        tag: r.u32()? as i32,
+        bytes: u64_of(r)?,
+        waits_for: r.string()?,
+    })
 }
 
 fn put_u32(out: &mut Vec<u8>, v: u32) {
@@ -425,6 +531,11 @@ mod tests {
                 name: "MPI_COMM_WORLD".into(),
                 ranks: vec![0, 1],
             }],
+            awaited: None,
+            entered: vec![Entered {
+                context: 0,
+                calls: 3,
+            }],
         }
     }
 
@@ -455,7 +566,7 @@ mod tests {
             "{line}"
         );
         assert!(
-            line.contains("posted receives: from any rank tag -4")
+            line.contains("posted receives: from any rank tag -4 on MPI_COMM_WORLD (16 bytes)")
                 && line.ends_with("; 3 more queue entries not shown"),
             "{line}"
         );
@@ -480,5 +591,28 @@ mod tests {
             line.starts_with("rank 1 on node1 waits in wait_all (src/main.rs:50:5), nothing moved"),
             "{line}"
         );
+        // The requests it waits for, not every posted receive, are what it waits for.
+        state.awaited = Some(vec![
+            Awaited::Receive(Envelope {
+                context: 0,
+                source: Some(0),
+                tag: Some(2),
+                bytes: 8,
+            }),
+            Awaited::Send(state.sends[0].clone()),
+        ]);
+        assert_eq!(RankState::decode(&state.encode()), Ok(state.clone()));
+        let line = state.line();
+        assert!(
+            line.starts_with(
+                "rank 1 on node1 waits in wait_all (src/main.rs:50:5), for its receive from \
+                 rank 0 tag 2 on MPI_COMM_WORLD (8 bytes) and its send to rank 0 tag 3 on \
+                 MPI_COMM_WORLD (8 bytes) waiting for a matching receive, nothing moved"
+            ),
+            "{line}"
+        );
+        // A wait on requests none of which waits for a peer says so on the wire too.
+        state.awaited = Some(Vec::new());
+        assert_eq!(RankState::decode(&state.encode()), Ok(state));
     }
 }

@@ -47,6 +47,11 @@ fn stuck(n: u32, setup: [&str; 2], bug: &str) -> (String, String, Option<i32>) {
 }
 
 fn check(n: u32, bug: &str, expected: &[&str]) {
+    check_absent(n, bug, expected, &[]);
+}
+
+/// `check`, and the report says none of `absent`.
+fn check_absent(n: u32, bug: &str, expected: &[&str], absent: &[&str]) {
     for setup in setups() {
         let transport = setup.join(" ");
         let (report, json, code) = stuck(n, setup, bug);
@@ -59,6 +64,12 @@ fn check(n: u32, bug: &str, expected: &[&str]) {
             assert!(
                 report.contains(want),
                 "{bug} over {transport}: no {want:?} in\n{report}"
+            );
+        }
+        for unwanted in absent {
+            assert!(
+                !report.contains(unwanted),
+                "{bug} over {transport}: {unwanted:?} in\n{report}"
             );
         }
         assert!(
@@ -134,11 +145,29 @@ fn a_tag_mismatch_shows_the_message_with_the_other_tag() {
 
 #[test]
 fn a_tag_mismatch_of_a_posted_receive_shows_the_message_with_the_other_tag() {
+    // The posted receive's size is its buffer's, on every PML (UCX's too).
     check(
         2,
         "posted-tag-mismatch",
         &["rank 1 waits in wait (examples/src/bin/stuck.rs:",
+          "posted receives: from rank 0 tag 2 on MPI_COMM_WORLD (8 bytes)",
           "its receive from rank 0 with tag 2 on MPI_COMM_WORLD: no message sent or being sent matches it; near misses: rank 0 sent a message with tag 1 on MPI_COMM_WORLD that waits unreceived (same peer, other tag)"],
+    );
+}
+
+#[test]
+fn a_wait_on_one_request_is_diagnosed_by_that_request_not_every_posted_receive() {
+    // The receive from rank 2 is posted, not waited on: no finding names it.
+    check_absent(
+        3,
+        "unrelated-receive",
+        &[
+            "deadlock: rank 0 waits in wait (examples/src/bin/stuck.rs:",
+            "rank 1 waits in receive from rank 0 (tag 32, examples/src/bin/stuck.rs:",
+            "a cycle; no message between them is in flight",
+            "for its receive from rank 1 tag 31 on MPI_COMM_WORLD (8 bytes)",
+        ],
+        &["with tag 30"],
     );
 }
 
@@ -190,6 +219,18 @@ fn a_gather_its_root_waits_in_names_the_rank_that_skipped_it() {
         "skipped-gather",
         &["gather_into on MPI_COMM_WORLD (examples/src/bin/stuck.rs:",
           "was entered by rank 0 but not by rank 1: rank 1 waits in receive from rank 0 (tag 19, examples/src/bin/stuck.rs:"],
+    );
+}
+
+#[test]
+fn a_reduce_a_rank_skipped_names_it_and_not_the_rank_that_gave_its_part() {
+    check_absent(
+        3,
+        "skipped-reduce",
+        &["reduce_into on MPI_COMM_WORLD (examples/src/bin/stuck.rs:",
+          ", collective call 1 there, was entered by ranks 0, 1 but not by rank 2: rank 2 waits in receive from rank 0 (tag 21, examples/src/bin/stuck.rs:",
+          "having entered 0 collective calls there"],
+        &["may have passed it"],
     );
 }
 

@@ -258,6 +258,8 @@ mod tests {
             sends: Vec::new(),
             left_out: 0,
             comms: Vec::new(),
+            awaited: None,
+            entered: Vec::new(),
         };
         book.stalled(0, state(0), now);
         assert_eq!(book.stuck_since(), None);

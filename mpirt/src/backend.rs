@@ -505,8 +505,8 @@ impl Waiting for AnyPml {
         on_pml!(self, p => p.check_running())
     }
 
-    fn queues(&self) -> pml::stall::Queues {
-        on_pml!(self, p => p.queues())
+    fn queues(&self, awaited: pml::stall::Awaited<'_>) -> pml::stall::Queues {
+        on_pml!(self, p => p.queues(awaited))
     }
 
     /// Runs the registered hooks with this PML lent to them: they call it through

@@ -52,6 +52,9 @@ struct Shared {
     group: Vec<u32>,
     /// Collectives started on the communicator: each takes the next tag (see `next_tag`).
     collectives: Cell<u32>,
+    /// Blocking collective calls entered, for the stall report (the registry's count; a
+    /// view's and an inter-communicator's are their own, never reported).
+    entered: stall::EnteredCount,
     /// The shared-memory area of short all-reductions, once the first one set it up.
     area: AreaSlot,
     /// `MPI_Comm_set_name`'s name, which every handle of the communicator sees.
@@ -94,11 +97,11 @@ impl CommData {
             // MPI names a new communicator "": names are not inherited.
             Context::Leased(lease) => (lease.id(), "", Some(Arc::new(lease))),
         };
-        stall::remember_comm(id, name, &group);
         CommData::intra(id, rank, group, name, grid, lease, false)
     }
 
-    /// An intra-communicator's handle on `context`, with fresh shared state.
+    /// An intra-communicator's handle on `context`, with fresh shared state; noted for the
+    /// stall report unless it is a thread's view (of a communicator noted already).
     fn intra(
         context: u32,
         rank: u32,
@@ -108,6 +111,11 @@ impl CommData {
         lease: Option<Arc<ContextLease>>,
         view: bool,
     ) -> CommData {
+        let entered = if view {
+            stall::EnteredCount::default()
+        } else {
+            stall::remember_comm(context, name, &group)
+        };
         CommData {
             context,
             rank,
@@ -115,6 +123,7 @@ impl CommData {
             shared: Rc::new(Shared {
                 group,
                 collectives: Cell::new(0),
+                entered,
                 area: AreaSlot::default(),
                 name: RefCell::new(name.to_string()),
                 grid,
@@ -142,6 +151,7 @@ impl CommData {
             shared: Rc::new(Shared {
                 group: local.shared.group.clone(),
                 collectives: Cell::new(0),
+                entered: stall::EnteredCount::default(),
                 area: AreaSlot::default(),
                 name: RefCell::new(String::new()),
                 grid: None,
@@ -307,6 +317,11 @@ impl CommData {
             return Ok(());
         };
         Err(Cause::NotSoleHandle(why))
+    }
+
+    /// The count of blocking collective calls entered, for the stall report.
+    pub(crate) fn entered_count(&self) -> &stall::EnteredCount {
+        &self.shared.entered
     }
 
     pub(crate) fn area_slot(&self) -> &AreaSlot {

@@ -19,6 +19,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Instant;
 
 use bootstrap::Bootstrap;
+use pml::stall::Awaited;
 use pml::{ContextId, Done, EngineConfig, Handle, Pml, PmlError, SourceSel, Status, TagSel};
 use pml::{Waiting, Wireup};
 
@@ -165,14 +166,17 @@ impl Drop for Universe {
         // match theirs. Those sends must arrive though nothing waits for them (as
         // `MPI_Finalize`), and one that no rank received must not keep the job waiting for
         // ever.
-        let _finalizing = stall::collective(stall::Call {
-            op: "finalize",
-            location: std::panic::Location::caller(),
-            context: Some(self.world.data().context),
-            peer: bootstrap::stall::Peer::None,
-            tag: None,
-            bytes: None,
-        });
+        let _finalizing = stall::collective(
+            stall::Call {
+                op: "finalize",
+                location: std::panic::Location::caller(),
+                context: Some(self.world.data().context),
+                peer: bootstrap::stall::Peer::None,
+                tag: None,
+                bytes: None,
+            },
+            None,
+        );
         let everyone = self.world.immediate_barrier();
         if buffered_in_flight() {
             finish_buffered_at_finalize(everyone);
@@ -435,16 +439,18 @@ pub(crate) fn wait_or_lent(handle: Handle) -> Result<Done, Cause> {
     with_lent_or(|e| e.wait(handle), |_| wait(handle))
 }
 
-/// Progresses until `done` holds (the waiting loop's `wait_until`); as a progress hook too,
-/// where, as in `wait_or_lent`, the shared engine's lock stays held through the wait.
+/// Progresses until `done` holds (the waiting loop's `wait_on`, `awaited` saying what
+/// `done` waits for); as a progress hook too, where, as in `wait_or_lent`, the shared
+/// engine's lock stays held through the wait.
 pub(crate) fn wait_until_or_lent(
+    awaited: Awaited<'_>,
     done: impl Fn(&mut AnyPml) -> Result<bool, PmlError>,
 ) -> Result<(), Cause> {
     with_lent_or(
-        |e| e.wait_until(&done),
+        |e| e.wait_on(awaited, &done),
         |_| {
             on_engine(
-                |e| e.wait_until(&done),
+                |e| e.wait_on(awaited, &done),
                 |_| shared::block_until(|e| Ok(done(e)?.then_some(()))),
             )
         },

@@ -13,6 +13,7 @@ use std::fmt;
 use std::mem::ManuallyDrop;
 use std::panic::Location;
 
+use pml::stall::Awaited;
 use pml::RecvBuf;
 use pml::{Done, Handle, Pml, PmlError, SendMode, SourceSel, Started, Waiting};
 
@@ -468,7 +469,7 @@ fn wait_for_one<'a, D: ?Sized, S: Scope<'a>>(
         // requests of the set then find theirs finished.
         progress::take_finished();
         let woken = with_engine(|e| e.step_hooks()).and_then(|()| {
-            environment::wait_until_or_lent(|e| {
+            environment::wait_until_or_lent(Awaited::Requests(&handles), |e| {
                 for &h in &handles {
                     if e.is_complete(h)? {
                         return Ok(true);

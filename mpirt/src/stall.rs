@@ -13,13 +13,14 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::panic::Location;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bootstrap::stall::{
-    Call as StateCall, Comm, Envelope, Peer, PendingSend, RankState, StallLine,
+    Awaited, Call as StateCall, Comm, Entered, Envelope, Peer, PendingSend, RankState, StallLine,
 };
-use pml::stall::{Queues, Selectors, StallWatch};
+use pml::stall::{AwaitedRequest, QueuedSend, Queues, Selectors, StallWatch};
 use pml::{SourceSel, TagSel};
 
 /// A blocking call, as noted on entry.
@@ -91,11 +92,15 @@ pub(crate) struct InCollective(bool);
 
 /// Notes that this thread entered collective `call` (a guard: the note ends with it),
 /// unless it is in one already: a collective that runs others as its steps (a barrier
-/// that first sets up its shared area) is the one the user called. The collective is also
+/// that first sets up its shared area) is the one the user called, and the one `count`,
+/// its communicator's count of collective calls entered, counts. The collective is also
 /// where this thread now is: the point-to-point call noted before it is over.
-pub(crate) fn collective(call: Call) -> InCollective {
+pub(crate) fn collective(call: Call, count: Option<&EnteredCount>) -> InCollective {
     let outer = COLLECTIVE.get().is_none();
     if outer {
+        if let Some(count) = count {
+            count.one_more();
+        }
         COLLECTIVE.set(Some(call));
         LOCATION.set(Some(call.location));
         CALL.set(None);
@@ -111,25 +116,50 @@ impl Drop for InCollective {
     }
 }
 
-/// Each communicator's name and members' world ranks, by context id, for the state to
-/// name them (a context id reused by a later communicator is noted again).
-static COMMS: Mutex<Option<HashMap<u32, NamedGroup>>> = Mutex::new(None);
+/// How many collective calls this rank entered on one communicator, which its handles and
+/// the registry of communicators share: every member calls a communicator's collectives in
+/// the same order, so rsrun tells a member that never entered the call others wait in
+/// from one that passed it by comparing these.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct EnteredCount(Arc<AtomicU64>);
 
-/// A communicator's name and its members' world ranks.
-type NamedGroup = (String, Vec<u32>);
+impl EnteredCount {
+    /// One more call entered: a load and a store, not a locked add, since only the thread
+    /// that holds the communicator calls its collectives (a handle is not `Send`, a thread's
+    /// view takes none), while the watch may read it from another.
+    #[inline]
+    fn one_more(&self) {
+        let calls = self.0.load(Ordering::Relaxed);
+        self.0.store(calls + 1, Ordering::Relaxed);
+    }
 
-/// Notes a communicator as it is made.
-pub(crate) fn remember_comm(context: u32, name: &str, group: &[u32]) {
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Each communicator's name, members' world ranks and collective calls entered, by context
+/// id, for the state to name them (a context id reused by a later communicator is noted
+/// again, its count from 0).
+static COMMS: Mutex<Option<HashMap<u32, Registered>>> = Mutex::new(None);
+
+/// A communicator's name, its members' world ranks and its count of collective calls.
+type Registered = (String, Vec<u32>, EnteredCount);
+
+/// Notes a communicator as it is made; its count of collective calls, for its handles.
+pub(crate) fn remember_comm(context: u32, name: &str, group: &[u32]) -> EnteredCount {
     let mut comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
+    let count = EnteredCount::default();
     comms
         .get_or_insert_with(HashMap::new)
-        .insert(context, (name.to_string(), group.to_vec()));
+        .insert(context, (name.to_string(), group.to_vec(), count.clone()));
+    count
 }
 
 /// Notes a communicator's new name.
 pub(crate) fn rename_comm(context: u32, name: &str) {
     let mut comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((old, _)) = comms.as_mut().and_then(|c| c.get_mut(&context)) {
+    if let Some((old, _, _)) = comms.as_mut().and_then(|c| c.get_mut(&context)) {
         *old = name.to_string();
     }
 }
@@ -214,7 +244,7 @@ impl Watch {
         let world = |context: u32, rank: u32| {
             comms
                 .and_then(|c| c.get(&context))
-                .and_then(|(_, group)| group.get(rank as usize).copied())
+                .and_then(|(_, group, _)| group.get(rank as usize).copied())
                 .unwrap_or(rank)
         };
         let envelope = |s: &Selectors| Envelope {
@@ -241,16 +271,16 @@ impl Watch {
                     SourceSel::Any => Peer::FromAny,
                 },
                 tag: envelope(&claim).tag,
-                bytes: None,
+                bytes: Some(claim.bytes as u64),
                 step: None,
                 collective: false,
             },
             (None, Some(c)) => state_call(c, false),
-            // A standard send or a wait on requests, noted by location only: one send
-            // that waits is what the call waits for; otherwise the queues say.
+            // A standard send or a wait on requests, noted by location only: a wait on one
+            // send is the send; otherwise the requests it waits for say.
             (None, None) => {
-                let single = match (&queues.sends[..], &queues.posted[..]) {
-                    ([send], []) => Some(send),
+                let single = match queues.awaited.as_deref() {
+                    Some([AwaitedRequest::Send(send)]) => Some(send),
                     _ => None,
                 };
                 StateCall {
@@ -281,19 +311,26 @@ impl Watch {
             call,
             posted: queues.posted.iter().map(envelope).collect(),
             unexpected: queues.unexpected.iter().map(envelope).collect(),
-            sends: queues
-                .sends
-                .iter()
-                .map(|s| PendingSend {
-                    context: s.context,
-                    peer: s.peer,
-                    tag: s.tag,
-                    bytes: s.bytes as u64,
-                    waits_for: s.waits_for.to_string(),
-                })
-                .collect(),
+            sends: queues.sends.iter().map(pending_send).collect(),
             left_out: queues.left_out as u64,
             comms: Vec::new(),
+            awaited: queues.awaited.as_ref().map(|awaited| {
+                awaited
+                    .iter()
+                    .map(|a| match a {
+                        AwaitedRequest::Receive(r) => Awaited::Receive(envelope(r)),
+                        AwaitedRequest::Send(s) => Awaited::Send(pending_send(s)),
+                    })
+                    .collect()
+            }),
+            entered: comms
+                .into_iter()
+                .flatten()
+                .map(|(&context, (_, _, count))| Entered {
+                    context,
+                    calls: count.get(),
+                })
+                .collect(),
         };
         let mut contexts: Vec<u32> = (state.call.context.into_iter())
             .chain(state.posted.iter().map(|e| e.context))
@@ -305,7 +342,7 @@ impl Watch {
         state.comms = contexts
             .into_iter()
             .filter_map(|context| {
-                comms?.get(&context).map(|(name, ranks)| Comm {
+                comms?.get(&context).map(|(name, ranks, _)| Comm {
                     context,
                     name: name.clone(),
                     ranks: ranks.clone(),
@@ -313,6 +350,16 @@ impl Watch {
             })
             .collect();
         state
+    }
+}
+
+fn pending_send(s: &QueuedSend) -> PendingSend {
+    PendingSend {
+        context: s.context,
+        peer: s.peer,
+        tag: s.tag,
+        bytes: s.bytes as u64,
+        waits_for: s.waits_for.to_string(),
     }
 }
 

@@ -259,6 +259,12 @@ impl RecvBuf {
     }
 }
 
+impl crate::stall::Capacity for RecvBuf {
+    fn capacity(&self) -> usize {
+        self.len
+    }
+}
+
 impl AsMut<[u8]> for RecvBuf {
     fn as_mut(&mut self) -> &mut [u8] {
         // SAFETY: `post_recv`'s caller guarantees `ptr` is valid for writes of `len` bytes and

@@ -8,6 +8,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use crate::envelope::{ContextId, Rank, SourceSel, Tag, TagSel};
+use crate::requests::Handle;
 
 /// A receive's selectors: a posted receive, the blocking receive's claim, or (all fixed) an
 /// arrived message no receive took yet.
@@ -17,7 +18,7 @@ pub struct Selectors {
     /// The source's rank in the communicator.
     pub source: SourceSel,
     pub tag: TagSel,
-    /// The message's length; 0 for a receive (its capacity is the caller's).
+    /// The message's length, or a receive's capacity (its buffer's length).
     pub bytes: usize,
 }
 
@@ -33,6 +34,38 @@ pub struct QueuedSend {
     pub waits_for: &'static str,
 }
 
+/// A request that a wait on requests waits for and that waits for a peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AwaitedRequest {
+    /// A receive no message matched yet.
+    Receive(Selectors),
+    /// A send its receiver has not finished.
+    Send(QueuedSend),
+}
+
+/// What a wait waits for, as the waiting loop passes it to [`Waiting::queues`](crate::Waiting::queues).
+#[derive(Clone, Copy, Debug)]
+pub enum Awaited<'h> {
+    /// Something only the PML's state says: a blocking receive's message (its claim), a
+    /// probe's, a flush, a window's.
+    State,
+    /// One request (`wait`).
+    Request(Handle),
+    /// Any or all of these requests.
+    Requests(&'h [Handle]),
+}
+
+impl Awaited<'_> {
+    /// The requests waited on, in a wait on requests.
+    pub fn handles(&self) -> Option<&[Handle]> {
+        match self {
+            Awaited::State => None,
+            Awaited::Request(h) => Some(std::slice::from_ref(h)),
+            Awaited::Requests(hs) => Some(hs),
+        }
+    }
+}
+
 /// What a PML's queues hold while a rank waits: at most [`SHOWN`] entries of each list
 /// (unexpected messages oldest first), with a count of those left out, so that a wait
 /// with long queues neither copies them nor sends them all.
@@ -40,6 +73,10 @@ pub struct QueuedSend {
 pub struct Queues {
     /// The blocking receive that waits without a request, if one does.
     pub claim: Option<Selectors>,
+    /// In a wait on requests, those of them that wait for a peer (most [`SHOWN`]); `None`
+    /// in a wait for something else. The report names these, not every posted receive, as
+    /// what the rank waits for.
+    pub awaited: Option<Vec<AwaitedRequest>>,
     pub posted: Vec<Selectors>,
     pub unexpected: Vec<Selectors>,
     pub sends: Vec<QueuedSend>,
@@ -51,18 +88,54 @@ pub struct Queues {
 pub const SHOWN: usize = 64;
 
 impl Selectors {
-    /// A receive's selectors (its capacity is the caller's: `bytes` is 0).
-    pub fn receive(context: ContextId, source: SourceSel, tag: TagSel) -> Selectors {
+    /// A receive's selectors and its buffer's length.
+    pub fn receive(
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        capacity: usize,
+    ) -> Selectors {
         Selectors {
             context,
             source,
             tag,
-            bytes: 0,
+            bytes: capacity,
         }
     }
 }
 
+/// A receive buffer's length, which the queues show as a posted receive's size.
+pub trait Capacity {
+    fn capacity(&self) -> usize;
+}
+
 impl Queues {
+    /// The awaited list of a wait for `awaited`: what `entry` says of each request waited
+    /// on, the first [`SHOWN`] that wait for a peer.
+    pub fn awaited_of(
+        awaited: Awaited<'_>,
+        mut entry: impl FnMut(Handle) -> Option<AwaitedRequest>,
+    ) -> Option<Vec<AwaitedRequest>> {
+        let handles = awaited.handles()?;
+        Some(
+            handles
+                .iter()
+                .filter_map(|&h| entry(h))
+                .take(SHOWN)
+                .collect(),
+        )
+    }
+
+    /// Lists a request that waits for a peer among the posted receives or the sends.
+    pub fn add_request(&mut self, request: AwaitedRequest) {
+        match request {
+            AwaitedRequest::Receive(receive) => {
+                Queues::add(&mut self.posted, &mut self.left_out, receive)
+            }
+            AwaitedRequest::Send(send) => Queues::add(&mut self.sends, &mut self.left_out, send),
+        }
+    }
+
     /// Adds `entry` to `list` if it has room, else counts it left out.
     pub fn add<T>(list: &mut Vec<T>, left_out: &mut usize, entry: T) {
         if list.len() < SHOWN {

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use crate::error::PmlError;
 use crate::pml_api::{Done, Pml};
 use crate::requests::Handle;
-use crate::stall::{Blocked, Queues};
+use crate::stall::{Awaited, Blocked, Queues};
 
 /// Idle rounds of progress between two looks at the clock while spinning.
 const SPIN_ROUNDS_BEFORE_CLOCK: u32 = 64;
@@ -68,18 +68,30 @@ pub trait Waiting: Pml + Sized {
         Ok(())
     }
 
-    /// What the PML's queues hold, for a wait that has slept with nothing moving (see
-    /// `stall`). A PML that cannot tell says nothing.
-    fn queues(&self) -> Queues {
+    /// What the PML's queues hold, for a wait for `awaited` that has slept with nothing
+    /// moving (see `stall`). A PML that cannot tell says nothing.
+    fn queues(&self, awaited: Awaited<'_>) -> Queues {
+        let _ = awaited;
         Queues::default()
+    }
+
+    /// Progresses until `done` holds: [`wait_on`](Self::wait_on) for a wait that is not on
+    /// requests.
+    #[inline]
+    fn wait_until(
+        &mut self,
+        done: impl FnMut(&mut Self) -> Result<bool, PmlError>,
+    ) -> Result<(), PmlError> {
+        self.wait_on(Awaited::State, done)
     }
 
     /// Progresses until `done` holds: spins while the PML's budget lasts, then sleeps until
     /// woken (`wait_asleep`). The idle clock starts at the first idle round and again
-    /// whenever something moved.
+    /// whenever something moved. `awaited` is what `done` waits for, for the stall report.
     #[inline]
-    fn wait_until(
+    fn wait_on(
         &mut self,
+        awaited: Awaited<'_>,
         mut done: impl FnMut(&mut Self) -> Result<bool, PmlError>,
     ) -> Result<(), PmlError> {
         let mut idle_rounds = 0u32;
@@ -98,7 +110,7 @@ pub trait Waiting: Pml + Sized {
                 let idle = since.elapsed();
                 self.check_peers(idle)?;
                 if idle >= self.spin_budget() {
-                    return self.wait_asleep(&mut done, since);
+                    return self.wait_asleep(awaited, &mut done, since);
                 }
             }
             self.step_hooks()?;
@@ -117,6 +129,7 @@ pub trait Waiting: Pml + Sized {
     #[inline(never)]
     fn wait_asleep(
         &mut self,
+        awaited: Awaited<'_>,
         done: &mut impl FnMut(&mut Self) -> Result<bool, PmlError>,
         idle_since: Instant,
     ) -> Result<(), PmlError> {
@@ -127,7 +140,7 @@ pub trait Waiting: Pml + Sized {
         'wait: loop {
             if !spinning {
                 let idle = idle_since.map_or(Duration::ZERO, |s| s.elapsed());
-                blocked.idle(idle, || self.queues());
+                blocked.idle(idle, || self.queues(awaited));
                 if idle < self.yield_budget() {
                     std::thread::yield_now();
                 } else {
@@ -160,27 +173,29 @@ pub trait Waiting: Pml + Sized {
         }
     }
 
-    /// Progresses until `found` finds something, and returns that.
+    /// Progresses until `found` finds something, and returns that; `awaited` as for
+    /// [`wait_on`](Self::wait_on).
     fn wait_for<T>(
         &mut self,
+        awaited: Awaited<'_>,
         mut found: impl FnMut(&mut Self) -> Result<Option<T>, PmlError>,
     ) -> Result<T, PmlError> {
         let mut result = None;
-        self.wait_until(|p| {
+        self.wait_on(awaited, |p| {
             result = found(p)?;
             Ok(result.is_some())
         })?;
-        Ok(result.expect("wait_until returns once found"))
+        Ok(result.expect("wait_on returns once found"))
     }
 
     /// Waits for the request and collects it.
     fn wait_collect(&mut self, h: Handle) -> Result<Done, PmlError> {
-        self.wait_for(|p| p.collect(h))
+        self.wait_for(Awaited::Request(h), |p| p.collect(h))
     }
 
     /// Waits until any of `handles` finished; returns its index (not yet collected).
     fn wait_first(&mut self, handles: &[Handle]) -> Result<usize, PmlError> {
-        self.wait_for(|p| {
+        self.wait_for(Awaited::Requests(handles), |p| {
             for (i, &h) in handles.iter().enumerate() {
                 if p.is_complete(h)? {
                     return Ok(Some(i));

@@ -583,7 +583,7 @@ fn a_dead_peer_is_an_error_not_a_hang() {
 /// one here, which is the synchronous send's; UCX shows no more of its queue).
 #[test]
 fn the_stall_queues_list_what_ucx_has_not_finished() {
-    use pml::stall::{QueuedSend, Selectors};
+    use pml::stall::{Awaited, AwaitedRequest, QueuedSend, Selectors};
     use pml::Waiting;
 
     let dir = env::temp_dir().join(format!("pml-ucx-queues-{}", std::process::id()));
@@ -619,12 +619,12 @@ fn the_stall_queues_list_what_ucx_has_not_finished() {
     for _ in 0..1000 {
         p.progress().unwrap();
     }
-    let queues = p.queues();
+    // A wait on the receive: it is what the wait waits for, with its buffer's size.
+    let queues = p.queues(Awaited::Request(receive));
     assert_eq!(queues.claim, None);
-    assert_eq!(
-        queues.posted,
-        [Selectors::receive(4, SourceSel::Rank(0), TagSel::Tag(5))]
-    );
+    let posted = Selectors::receive(4, SourceSel::Rank(0), TagSel::Tag(5), 8);
+    assert_eq!(queues.posted, [posted]);
+    assert_eq!(queues.awaited, Some(vec![AwaitedRequest::Receive(posted)]));
     assert_eq!(
         queues.sends,
         [QueuedSend {
@@ -650,7 +650,7 @@ fn the_stall_queues_list_what_ucx_has_not_finished() {
     try_recv(&mut p, 4, SourceSel::Rank(0), TagSel::Tag(6), 24).unwrap();
     recv(&mut p, SourceSel::Rank(0), TagSel::Tag(7), 1);
     assert_eq!(p.wait(synchronous).unwrap(), Done::Sent);
-    assert_eq!(p.queues(), pml::stall::Queues::default());
+    assert_eq!(p.queues(Awaited::State), pml::stall::Queues::default());
     drop(p);
     fs::remove_dir_all(dir).unwrap();
 }

@@ -103,6 +103,52 @@ fn main() {
                 let (_, _) = world.process_at_rank(0).receive_with_tag::<u32>(19);
             }
         }
+        // Rank 2 skips the reduce whose root is rank 0; rank 1 gives its part and goes on to
+        // wait for a message from rank 2, outside the reduce, as rank 2 waits for one from
+        // rank 0.
+        "skipped-reduce" => {
+            let root = world.process_at_rank(0);
+            let op = mpirt::collective::SystemOperation::sum();
+            match rank {
+                0 => {
+                    let mut sum = 0u64;
+                    root.reduce_into_root(&1u64, &mut sum, op);
+                }
+                1 => {
+                    root.reduce_into(&1u64, op);
+                    let (_, _) = world.process_at_rank(2).receive_with_tag::<u32>(20);
+                }
+                _ => {
+                    let (_, _) = world.process_at_rank(0).receive_with_tag::<u32>(21);
+                }
+            }
+        }
+        // Rank 0 posts a receive from rank 2 that nothing here depends on, then waits on
+        // another, from rank 1, which waits for rank 0 first: a cycle of ranks 0 and 1, which
+        // rank 2 waits for too.
+        "unrelated-receive" => match rank {
+            0 => {
+                let (mut unrelated, mut wanted) = (0u64, 0u64);
+                mpirt::request::scope(|scope| {
+                    let other = world.process_at_rank(2).immediate_receive_into_with_tag(
+                        scope,
+                        &mut unrelated,
+                        30,
+                    );
+                    world
+                        .process_at_rank(1)
+                        .immediate_receive_into_with_tag(scope, &mut wanted, 31)
+                        .wait();
+                    other.wait();
+                });
+            }
+            1 => {
+                let (_, _) = world.process_at_rank(0).receive_with_tag::<u64>(32);
+            }
+            _ => {
+                let (_, _) = world.process_at_rank(0).receive_with_tag::<u64>(33);
+            }
+        },
         // The broadcast's root, the last rank, skips it and waits for a message no one sends;
         // the others wait in the broadcast for the root's data.
         "skipped-broadcast" => {

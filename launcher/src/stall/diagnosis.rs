@@ -4,7 +4,7 @@
 //! exited, and collectives some members entered and others did not. No I/O: rsrun's
 //! report and tests feed it the ranks' states.
 
-use bootstrap::stall::{Peer, RankState};
+use bootstrap::stall::{Awaited, Envelope, Peer, PendingSend, RankState};
 
 /// What rsrun knows of one rank.
 #[derive(Clone, Debug)]
@@ -51,9 +51,7 @@ fn waits_for(s: &RankState) -> Option<u32> {
             if receives.iter().any(|want| want.source.is_none()) {
                 return None;
             }
-            let mut peers: Vec<u32> = s
-                .sends
-                .iter()
+            let mut peers: Vec<u32> = sends_waited_for(s)
                 .filter(|q| q.tag >= 0)
                 .map(|q| q.peer)
                 .chain(receives.iter().filter_map(|want| want.source))
@@ -156,9 +154,32 @@ struct Wanted {
     call: bool,
 }
 
+/// The sends a wait with no peer of its own waits for: in a wait on requests those of
+/// its requests, else (a wait the rank did not say more of) all it has unfinished.
+fn sends_waited_for(s: &RankState) -> Box<dyn Iterator<Item = &PendingSend> + '_> {
+    match &s.awaited {
+        Some(awaited) => Box::new(awaited.iter().filter_map(|a| match a {
+            Awaited::Send(q) => Some(q),
+            Awaited::Receive(_) => None,
+        })),
+        None => Box::new(s.sends.iter()),
+    }
+}
+
+/// The receives a wait with no peer of its own waits for, as `sends_waited_for`.
+fn receives_waited_for(s: &RankState) -> Box<dyn Iterator<Item = &Envelope> + '_> {
+    match &s.awaited {
+        Some(awaited) => Box::new(awaited.iter().filter_map(|a| match a {
+            Awaited::Receive(e) => Some(e),
+            Awaited::Send(_) => None,
+        })),
+        None => Box::new(s.posted.iter()),
+    }
+}
+
 /// The receives `s` waits for: its blocking receive or probe, or, in a wait on requests,
-/// the user's receives it posted (runtime traffic, with negative tags, is the collectives'
-/// own and not a user's receive).
+/// the user's receives among the requests it waits for (runtime traffic, with negative
+/// tags, is the collectives' own and not a user's receive).
 fn wanted(s: &RankState) -> Vec<Wanted> {
     if s.call.collective {
         return Vec::new();
@@ -173,9 +194,7 @@ fn wanted(s: &RankState) -> Vec<Wanted> {
             tag: s.call.tag,
             call: true,
         }],
-        (Peer::None, _) => s
-            .posted
-            .iter()
+        (Peer::None, _) => receives_waited_for(s)
             .filter(|e| e.tag.is_none_or(|t| t >= 0))
             .map(|e| Wanted {
                 context: e.context,
@@ -325,8 +344,14 @@ fn near_misses(ranks: &[RankView], s: &RankState, want: Wanted) -> Vec<String> {
     misses
 }
 
+/// Collectives some members entered and others did not. Every member calls a
+/// communicator's collectives in the same order and counts those it entered, so where the
+/// ranks' counts are known, a member whose count is below the call a rank waits in never
+/// entered it, and one whose count reaches it entered it (a rank other than a rooted
+/// collective's root leaves once its part is done); a member in another collective as that
+/// same call entered the wrong one.
 fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
-    let mut seen: Vec<(u32, String)> = Vec::new();
+    let mut seen: Vec<(u32, String, Option<u64>)> = Vec::new();
     for view in ranks {
         let RankView::Waiting(s) = view else { continue };
         if !s.call.collective || s.call.op == FINALIZE {
@@ -335,7 +360,8 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
         let Some(context) = s.call.context else {
             continue;
         };
-        let key = (context, kind(&s.call.op).to_string());
+        let call = s.entered(context);
+        let key = (context, kind(&s.call.op).to_string(), call);
         if seen.contains(&key) {
             continue;
         }
@@ -343,27 +369,62 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
         let Some(comm) = s.comm(context) else {
             continue;
         };
-        let in_it = |r: u32| {
-            waiting(ranks, r).is_some_and(|o| {
-                o.call.collective
-                    && o.call.context == s.call.context
-                    && kind(&o.call.op) == kind(&s.call.op)
-            })
-        };
-        let (entered, missing): (Vec<u32>, Vec<u32>) = comm.ranks.iter().partition(|&&r| in_it(r));
+        let mut entered = Vec::new();
+        let mut missing = Vec::new();
+        let mut whereabouts = Vec::new();
+        let mut unknown = false;
+        for &r in &comm.ranks {
+            match (ranks.get(r as usize), call) {
+                (Some(RankView::Waiting(o)), Some(call)) => match o.entered(context) {
+                    Some(calls) if calls < call => {
+                        missing.push(r);
+                        whereabouts.push(instead(
+                            o,
+                            &format!("having entered {calls} collective calls there"),
+                        ));
+                    }
+                    Some(calls) if calls == call && in_collective(o, context) && !same(o, s) => {
+                        missing.push(r);
+                        whereabouts.push(instead(
+                            o,
+                            &format!("as collective call {call} there instead"),
+                        ));
+                    }
+                    Some(_) => entered.push(r),
+                    None => {
+                        unknown = true;
+                        missing.push(r);
+                        whereabouts.push(clause(o));
+                    }
+                },
+                // Without counts, only the ranks waiting in it are known to have entered.
+                (Some(RankView::Waiting(o)), None) => {
+                    if in_collective(o, context) && same(o, s) {
+                        entered.push(r);
+                    } else {
+                        unknown = true;
+                        missing.push(r);
+                        whereabouts.push(clause(o));
+                    }
+                }
+                (Some(RankView::Exited(how)), _) => {
+                    unknown = true;
+                    missing.push(r);
+                    whereabouts.push(format!("rank {r} has exited ({how})"));
+                }
+                _ => {
+                    unknown = true;
+                    missing.push(r);
+                    whereabouts.push(format!("rank {r} runs outside any mpirt call"));
+                }
+            }
+        }
         if missing.is_empty() {
             continue;
         }
-        let whereabouts: Vec<String> = missing
-            .iter()
-            .map(|&r| match ranks.get(r as usize) {
-                Some(RankView::Waiting(o)) => clause(o),
-                Some(RankView::Exited(how)) => format!("rank {r} has exited ({how})"),
-                _ => format!("rank {r} runs outside any mpirt call"),
-            })
-            .collect();
+        let number = call.map_or(String::new(), |n| format!(", collective call {n} there,"));
         let mut line = format!(
-            "{} on {} ({}) was entered by {} but not by {}: {}",
+            "{} on {} ({}){number} was entered by {} but not by {}: {}",
             kind(&s.call.op),
             s.comm_name(context),
             s.call.location,
@@ -372,14 +433,36 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
             whereabouts.join("; ")
         );
         // A rank that is not the root leaves a rooted collective once its own part is done
-        // (a reduce's or gather's contribution sent): one named here may have been in it.
+        // (a reduce's or gather's contribution sent): one whose count is not known may
+        // have been in it.
         if let Peer::Root(root) = s.call.peer {
-            if missing.iter().any(|&r| r != root) {
+            if unknown && missing.iter().any(|&r| r != root) {
                 line += "; ranks other than the root leave a rooted collective once their \
-                         part is done, so one named here may have passed it";
+                         part is done, and a rank named here that said nothing of its calls \
+                         may have passed it";
             }
         }
         found.push(line);
+    }
+}
+
+/// Whether `o` waits in a collective (not finalize) on the communicator with `context`.
+fn in_collective(o: &RankState, context: u32) -> bool {
+    o.call.collective && o.call.op != FINALIZE && o.call.context == Some(context)
+}
+
+/// Whether `o` and `s` wait in the same kind of collective.
+fn same(o: &RankState, s: &RankState) -> bool {
+    kind(&o.call.op) == kind(&s.call.op)
+}
+
+/// Where a rank that did not enter a collective is instead: finalized, or in its own call
+/// (`how`: how its count compares).
+fn instead(o: &RankState, how: &str) -> String {
+    if o.call.op == FINALIZE {
+        format!("rank {} has finalized ({how})", o.rank)
+    } else {
+        format!("{}, {how}", clause(o))
     }
 }
 
@@ -400,7 +483,7 @@ fn ranks_in_words(ranks: &[u32]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bootstrap::stall::{Call, Comm, Envelope};
+    use bootstrap::stall::{Call, Comm, Entered, Envelope};
 
     fn state(rank: u32, op: &str, peer: Peer, tag: Option<i32>) -> RankState {
         RankState {
@@ -426,7 +509,87 @@ mod tests {
                 name: "MPI_COMM_WORLD".into(),
                 ranks: vec![0, 1, 2],
             }],
+            awaited: None,
+            entered: Vec::new(),
         }
+    }
+
+    /// `s` having entered `calls` collective calls on the world.
+    fn counted(mut s: RankState, calls: u64) -> RankState {
+        s.entered = vec![Entered { context: 0, calls }];
+        s
+    }
+
+    #[test]
+    fn a_rooted_collective_names_only_the_ranks_whose_count_says_they_never_entered_it() {
+        // Rank 1 gave its part to rank 0's reduce and went on; rank 2 never entered it.
+        let ranks = [
+            w(counted(
+                state(0, "reduce_into_root", Peer::Root(0), None),
+                1,
+            )),
+            w(counted(state(1, "receive", Peer::From(2), Some(8)), 1)),
+            w(counted(state(2, "receive", Peer::From(0), Some(7)), 0)),
+        ];
+        let found = diagnose(&ranks).join("\n");
+        assert!(
+            found.contains(
+                "reduce_into on MPI_COMM_WORLD (src/main.rs:40:5), collective call 1 there, was \
+                 entered by ranks 0, 1 but not by rank 2: rank 2 waits in receive from rank 0 \
+                 (tag 7, src/main.rs:42:5), having entered 0 collective calls there"
+            ),
+            "{found}"
+        );
+        assert!(!found.contains("may have passed it"), "{found}");
+        // A rank that finalized before entering it, and one that entered another
+        // collective as that same call.
+        let mut r1 = counted(state(1, "all_reduce_into", Peer::None, None), 3);
+        r1.call.collective = true;
+        let ranks = [
+            w(counted(state(0, "barrier", Peer::None, None), 3)),
+            w(r1),
+            w(counted(state(2, "finalize", Peer::None, None), 2)),
+        ];
+        let found = diagnose(&ranks).join("\n");
+        assert!(
+            found.contains(
+                "barrier on MPI_COMM_WORLD (src/main.rs:40:5), collective call 3 there, was \
+                 entered by rank 0 but not by ranks 1, 2: rank 1 waits in all_reduce_into \
+                 (src/main.rs:41:5), as collective call 3 there instead; rank 2 has finalized \
+                 (having entered 2 collective calls there)"
+            ),
+            "{found}"
+        );
+    }
+
+    #[test]
+    fn a_wait_on_requests_waits_for_its_requests_not_every_posted_receive() {
+        let posted = |source, tag| Envelope {
+            context: 0,
+            source: Some(source),
+            tag: Some(tag),
+            bytes: 8,
+        };
+        // Rank 0 posted a receive from rank 2 and waits on another, from rank 1, which
+        // waits for rank 0: a cycle, and nothing said of the receive it does not wait on.
+        let mut r0 = state(0, "wait", Peer::None, None);
+        r0.call.context = None;
+        r0.posted.extend([posted(2, 30), posted(1, 31)]);
+        r0.awaited = Some(vec![Awaited::Receive(posted(1, 31))]);
+        let ranks = [
+            w(r0),
+            w(state(1, "receive", Peer::From(0), Some(32))),
+            w(state(2, "receive", Peer::From(0), Some(33))),
+        ];
+        let found = diagnose(&ranks).join("\n");
+        assert!(
+            found.contains(
+                "deadlock: rank 0 waits in wait (src/main.rs:40:5); rank 1 waits in receive \
+                 from rank 0 (tag 32, src/main.rs:41:5): a cycle"
+            ),
+            "{found}"
+        );
+        assert!(!found.contains("tag 30"), "{found}");
     }
 
     fn w(s: RankState) -> RankView {
@@ -562,10 +725,7 @@ mod tests {
             found.contains("reduce_into on MPI_COMM_WORLD (src/main.rs:40:5) was entered by ranks 0, 1 but not by rank 2"),
             "{found}"
         );
-        assert!(
-            found.contains("one named here may have passed it"),
-            "{found}"
-        );
+        assert!(found.contains("may have passed it"), "{found}");
         // The root missing is certain: the others wait for its part.
         let ranks = [
             w(state(0, "reduce_into", Peer::Root(2), None)),

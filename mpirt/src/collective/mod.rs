@@ -123,11 +123,10 @@ fn entered(comm: &CommData, operation: &'static str, root: Option<Rank>) -> stal
     let root = root
         .filter(|_| !comm.is_inter())
         .and_then(|r| comm.check_rank(r).ok());
-    stall::collective(stall::Call::collective(
-        operation,
-        comm.context,
-        root.map(|r| comm.world_rank(r)),
-    ))
+    stall::collective(
+        stall::Call::collective(operation, comm.context, root.map(|r| comm.world_rank(r))),
+        Some(comm.entered_count()),
+    )
 }
 
 /// Runs a blocking `operation` whose buffers were checked: `in_area` over the packed bytes of

@@ -61,7 +61,7 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use pml::shared_mapping::SharedMapping;
-use pml::stall::Blocked;
+use pml::stall::{Awaited, Blocked};
 use pml::transport::shm::futex;
 use pml::{Handle, Pml, SourceSel, Tag, TagSel, TransportChoice, Waiting};
 
@@ -1162,7 +1162,9 @@ impl Area {
                 }
                 if idle >= spin {
                     let blocked = blocked.get_or_insert_with(Blocked::new);
-                    blocked.idle(idle, || with_engine(|e| Ok(e.queues())).unwrap_or_default());
+                    blocked.idle(idle, || {
+                        with_engine(|e| Ok(e.queues(Awaited::State))).unwrap_or_default()
+                    });
                     self.sleep(flag, call);
                     with_engine(|e| e.progress())?;
                     continue;

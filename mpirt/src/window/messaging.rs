@@ -269,7 +269,7 @@ impl Core {
             // the waiting loop waits for; its hook skips this window meanwhile (it is
             // borrowed), so nothing else takes the message first, and serves the others.
             let context = self.comm.context;
-            environment::wait_until_or_lent(|e| {
+            environment::wait_until_or_lent(pml::stall::Awaited::State, |e| {
                 Ok(e.iprobe(context, SourceSel::Any, TagSel::Any)?.is_some())
             })?;
         }

@@ -12,7 +12,7 @@ use crate::error::PmlError;
 use crate::pml_api::{Done, Pml};
 use crate::protocol::{ClaimEnd, MessageHandle, SendMode, Started};
 use crate::requests::Handle;
-use crate::stall::Queues;
+use crate::stall::{Awaited, Queues};
 use crate::waiting::Waiting;
 
 /// Withdraws the core's claim when dropped, also when a wait fails or unwinds: a claim left
@@ -230,7 +230,7 @@ impl Pml for Engine {
         source: SourceSel,
         tag: TagSel,
     ) -> Result<Status, PmlError> {
-        self.wait_for(|e| Ok(e.core.probe(context, source, tag)))
+        self.wait_for(Awaited::State, |e| Ok(e.core.probe(context, source, tag)))
     }
 
     fn improbe(
@@ -252,7 +252,9 @@ impl Pml for Engine {
         source: SourceSel,
         tag: TagSel,
     ) -> Result<(MessageHandle, Status), PmlError> {
-        self.wait_for(|e| Ok(e.core.matched_probe(context, source, tag)))
+        self.wait_for(Awaited::State, |e| {
+            Ok(e.core.matched_probe(context, source, tag))
+        })
     }
 
     /// Cancels a receive that has not matched yet; returns whether it was cancelled (the
@@ -297,8 +299,8 @@ impl Waiting for Engine {
     }
 
     #[inline]
-    fn queues(&self) -> Queues {
-        self.core.queues()
+    fn queues(&self, awaited: Awaited<'_>) -> Queues {
+        self.core.queues(awaited)
     }
 
     #[inline]

@@ -54,9 +54,12 @@ pub(super) struct Claim<R> {
 }
 
 impl<R> Claim<R> {
-    /// The receive's selectors, for the stall report.
-    pub(super) fn selectors(&self) -> crate::stall::Selectors {
-        crate::stall::Selectors::receive(self.context, self.source, self.tag)
+    /// The receive's selectors and capacity, for the stall report.
+    pub(super) fn selectors(&self) -> crate::stall::Selectors
+    where
+        R: crate::stall::Capacity,
+    {
+        crate::stall::Selectors::receive(self.context, self.source, self.tag, self.buf.capacity())
     }
 
     pub(super) fn accepts(&self, envelope: Envelope) -> bool {

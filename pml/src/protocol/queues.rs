@@ -5,50 +5,21 @@
 
 use super::{Core, Pending, RecvState, Request, SendState};
 use crate::envelope::{SourceSel, TagSel};
-use crate::stall::{QueuedSend, Queues, Selectors, SHOWN};
+use crate::stall::{Awaited, AwaitedRequest, Capacity, QueuedSend, Queues, Selectors, SHOWN};
 
-impl<S, R> Core<S, R> {
-    pub fn queues(&self) -> Queues {
+impl<S, R: Capacity> Core<S, R> {
+    /// The queues, and of `awaited` (the requests a wait on requests waits for) those that
+    /// wait for a peer.
+    pub fn queues(&self, awaited: Awaited<'_>) -> Queues {
         let mut queues = Queues {
             claim: self.claim.as_ref().map(|c| c.selectors()),
+            awaited: Queues::awaited_of(awaited, |h| {
+                self.requests.get(h).ok().and_then(waiting_for_a_peer)
+            }),
             ..Queues::default()
         };
-        for request in self.requests.iter() {
-            match request {
-                Request::Recv {
-                    state: RecvState::Posted(id),
-                    ..
-                } => {
-                    let (context, source, tag) = id.selectors();
-                    let receive = Selectors::receive(context, source, tag);
-                    Queues::add(&mut queues.posted, &mut queues.left_out, receive);
-                }
-                Request::Send {
-                    peer,
-                    context,
-                    tag,
-                    len,
-                    state,
-                    ..
-                } => {
-                    let waits_for = match state {
-                        SendState::Transmitting(_) => "room to send",
-                        SendState::AwaitAck => "a matching receive (synchronous send)",
-                        SendState::AwaitPull => "a matching receive to read its data",
-                        SendState::Streaming => "its data to be streamed",
-                        SendState::Done(_) => continue,
-                    };
-                    let send = QueuedSend {
-                        context: *context,
-                        peer: *peer,
-                        tag: *tag,
-                        bytes: *len,
-                        waits_for,
-                    };
-                    Queues::add(&mut queues.sends, &mut queues.left_out, send);
-                }
-                Request::Recv { .. } => {}
-            }
+        for entry in self.requests.iter().filter_map(waiting_for_a_peer) {
+            queues.add_request(entry);
         }
         let (oldest, more) = self.matcher.oldest_unexpected(SHOWN);
         queues.left_out += more;
@@ -66,5 +37,43 @@ impl<S, R> Core<S, R> {
             queues.unexpected.push(message);
         }
         queues
+    }
+}
+
+/// `request` as the queues list it: a receive no message matched, a send not finished.
+fn waiting_for_a_peer<S, R: Capacity>(request: &Request<S, R>) -> Option<AwaitedRequest> {
+    match request {
+        Request::Recv {
+            state: RecvState::Posted(id),
+            buf,
+        } => {
+            let (context, source, tag) = id.selectors();
+            let receive = Selectors::receive(context, source, tag, buf.capacity());
+            Some(AwaitedRequest::Receive(receive))
+        }
+        Request::Send {
+            peer,
+            context,
+            tag,
+            len,
+            state,
+            ..
+        } => {
+            let waits_for = match state {
+                SendState::Transmitting(_) => "room to send",
+                SendState::AwaitAck => "a matching receive (synchronous send)",
+                SendState::AwaitPull => "a matching receive to read its data",
+                SendState::Streaming => "its data to be streamed",
+                SendState::Done(_) => return None,
+            };
+            Some(AwaitedRequest::Send(QueuedSend {
+                context: *context,
+                peer: *peer,
+                tag: *tag,
+                bytes: *len,
+                waits_for,
+            }))
+        }
+        Request::Recv { .. } => None,
     }
 }

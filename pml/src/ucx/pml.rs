@@ -19,7 +19,7 @@ use crate::error::PmlError;
 use crate::pml_api::{Done, EngineError, Pml, RecvBuf, Wireup};
 use crate::protocol::{SendMode, Started};
 use crate::requests::{Handle, Requests};
-use crate::stall::{QueuedSend, Queues, Selectors};
+use crate::stall::{Awaited, AwaitedRequest, QueuedSend, Queues, Selectors};
 use crate::waiting::Waiting;
 
 /// The slowest rate (bytes per nanosecond: 1 GB/s) at which messages in flight are expected
@@ -552,7 +552,7 @@ impl Pml for UcxPml {
     ) -> Result<Handle, PmlError> {
         // SAFETY: forwarded from this function's contract.
         unsafe { self.start_tag_recv(context, source, tag, buf, len) }?;
-        Ok(self.track_recv(len, Some(Selectors::receive(context, source, tag))))
+        Ok(self.track_recv(len, Some(Selectors::receive(context, source, tag, len))))
     }
 
     /// Starts a receive that finishes at once when its message was waiting: then no
@@ -574,7 +574,7 @@ impl Pml for UcxPml {
         let request = self.spare.next();
         // SAFETY: the spare memory the receive runs in, whose state the callback writes.
         if unsafe { peek(request) }.is_none() {
-            let posted = Selectors::receive(context, source, tag);
+            let posted = Selectors::receive(context, source, tag, len);
             return Ok(Started::Posted(self.track_recv(len, Some(posted))));
         }
         // Finished inside the call: UCX is done with the memory, which stays spare.
@@ -620,7 +620,7 @@ impl Pml for UcxPml {
         started_recv("ucp_tag_recv_nbx", started)?;
         // Its bytes count as in flight while it waits (for the spin budget), as a request's.
         self.bytes_in_flight += len;
-        self.blocking_receive = Some(Selectors::receive(context, source, tag));
+        self.blocking_receive = Some(Selectors::receive(context, source, tag, len));
         // SAFETY: the receive runs in `self.blocking`, whose state the callback writes.
         let waited = self.wait_until(|_| Ok(unsafe { peek(request) }.is_some()));
         self.blocking_receive = None;
@@ -722,7 +722,9 @@ impl Pml for UcxPml {
             // progress runs, which writes its state but neither moves nor frees it.
             // SAFETY: the memory of requests in `ops` lives until they are collected, which
             // is after this wait.
-            self.wait_until(|_| Ok(unsafe { peek(request) }.is_some()))?;
+            self.wait_on(Awaited::Request(h), |_| {
+                Ok(unsafe { peek(request) }.is_some())
+            })?;
         }
         Ok(self
             .collect(h)?
@@ -756,7 +758,7 @@ impl Pml for UcxPml {
         tag: TagSel,
     ) -> Result<Status, PmlError> {
         let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
-        self.wait_for(|p| {
+        self.wait_for(Awaited::State, |p| {
             Ok(p.worker
                 .probe(wanted, mask, false)
                 .map(|(_, info)| probed(info)))
@@ -785,7 +787,7 @@ impl Pml for UcxPml {
         tag: TagSel,
     ) -> Result<(UcxMessage, Status), PmlError> {
         let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
-        self.wait_for(|p| {
+        self.wait_for(Awaited::State, |p| {
             Ok(p.worker
                 .probe(wanted, mask, true)
                 .map(|(message, info)| (UcxMessage(message), probed(info))))
@@ -861,46 +863,18 @@ impl Waiting for UcxPml {
     }
 
     /// The receives and sends in flight that UCX has not finished, from this PML's own
-    /// table of them, and what UCX's probes find unreceived near the receives that wait
-    /// (`unreceived_near`).
-    fn queues(&self) -> Queues {
+    /// table of them (of `awaited`'s requests too), and what UCX's probes find unreceived
+    /// near the receives that wait (`unreceived_near`).
+    fn queues(&self, awaited: Awaited<'_>) -> Queues {
         let mut queues = Queues {
             claim: self.blocking_receive,
+            awaited: Queues::awaited_of(awaited, |h| {
+                self.ops.get(h).ok().and_then(waiting_for_a_peer)
+            }),
             ..Queues::default()
         };
-        for op in self.ops.iter() {
-            // SAFETY: the memory of requests in `ops` lives as long as they are there.
-            if unsafe { peek(op.request.address()) }.is_some() {
-                continue; // finished, not yet collected
-            }
-            match op.kind {
-                Kind::Recv {
-                    posted: Some(receive),
-                    ..
-                } => Queues::add(&mut queues.posted, &mut queues.left_out, receive),
-                // A matched probe's message: its data is on the way.
-                Kind::Recv { posted: None, .. } => {}
-                Kind::Send {
-                    peer,
-                    context,
-                    tag,
-                    mode,
-                } => {
-                    let send = QueuedSend {
-                        context,
-                        peer,
-                        tag,
-                        bytes: op.len,
-                        waits_for: match mode {
-                            SendMode::Synchronous => "a matching receive (synchronous send)",
-                            SendMode::Standard => {
-                                "UCX to finish it (a large message waits for a matching receive)"
-                            }
-                        },
-                    };
-                    Queues::add(&mut queues.sends, &mut queues.left_out, send);
-                }
-            }
+        for entry in self.ops.iter().filter_map(waiting_for_a_peer) {
+            queues.add_request(entry);
         }
         self.unreceived_near(&mut queues);
         queues
@@ -909,6 +883,35 @@ impl Waiting for UcxPml {
     #[inline]
     fn check_running(&self) -> Result<(), PmlError> {
         UcxPml::check_running(self)
+    }
+}
+
+/// `op` as the queues list it, if UCX has not finished it: a posted receive (not a matched
+/// probe's, whose data is on the way), or a send.
+fn waiting_for_a_peer(op: &Op) -> Option<AwaitedRequest> {
+    // SAFETY: the memory of requests in `ops` lives as long as they are there.
+    if unsafe { peek(op.request.address()) }.is_some() {
+        return None; // finished, not yet collected
+    }
+    match op.kind {
+        Kind::Recv { posted, .. } => posted.map(AwaitedRequest::Receive),
+        Kind::Send {
+            peer,
+            context,
+            tag,
+            mode,
+        } => Some(AwaitedRequest::Send(QueuedSend {
+            context,
+            peer,
+            tag,
+            bytes: op.len,
+            waits_for: match mode {
+                SendMode::Synchronous => "a matching receive (synchronous send)",
+                SendMode::Standard => {
+                    "UCX to finish it (a large message waits for a matching receive)"
+                }
+            },
+        })),
     }
 }
 
