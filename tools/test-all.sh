@@ -283,25 +283,27 @@ fi
 echo "== verbs: installing the Soft-RoCE guest's packages"
 bash "$rdma_vm/setup"
 export CARGO_TARGET_DIR=target/verbs
-echo "== cargo clippy --features verbs"
-cargo clippy --workspace --all-targets --release --features verbs -- -D warnings
-echo "== cargo build --features verbs"
-cargo build --release --workspace --features verbs
-tests=$(cargo test --release --workspace --features verbs --no-run --message-format=json |
+echo "== cargo clippy --features verbs,mpirt/threads"
+cargo clippy --workspace --all-targets --release --features verbs,mpirt/threads -- -D warnings
+echo "== cargo build --features verbs,mpirt/threads"
+cargo build --release --workspace --features verbs,mpirt/threads
+tests=$(cargo test --release --workspace --features verbs,mpirt/threads --no-run --message-format=json |
     python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("engine", "p2p", "verbs"):
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("engine", "p2p", "verbs", "threads"):
         print(m["target"]["name"], m["executable"])')
 engine=$(awk '$1 == "engine" {print $2}' <<<"$tests")
 p2p=$(awk '$1 == "p2p" {print $2}' <<<"$tests")
 verbs=$(awk '$1 == "verbs" {print $2}' <<<"$tests")
+threads=$(awk '$1 == "threads" {print $2}' <<<"$tests")
 echo "== verbs tests in the Soft-RoCE guest (rxe0 and rxe1 joined by a veth pair)"
 # The failure paths last: one takes rxe1's link down (and back up), which only a guest may.
 set +e
 "$rdma_vm/rdma-vm" -n 2 -t 1200 -- env MPIRT_VERBS_DEV=rxe0,rxe1 bash -c \
     "set -e; '$engine' ranks_over_verbs; '$p2p' verbs --test-threads=1;
+     '$threads' over_verbs --test-threads=1;
      MPIRT_TEST_VERBS_PORT_DOWN=rxe1 '$verbs' --test-threads=1"
 rc=$?
 set -e
