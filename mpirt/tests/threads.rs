@@ -305,11 +305,14 @@ fn handed(shared: &SharedCommunicator, threads: Threads) {
     });
 }
 
+/// A request of `handed`'s, on its way to another thread.
+type Moving<'s, 'b> = SendableRequest<'b, [u8], &'s SharedScope<'b>>;
+
 /// A thread's requests, handed to the next thread to complete.
 struct Handed<'s, 'b> {
-    sends: Vec<SendableRequest<'b, [u8], &'s SharedScope<'b>>>,
+    sends: Vec<Moving<'s, 'b>>,
     /// Each with the rank it receives from and the sequence number of its message.
-    receives: Vec<(i32, usize, SendableRequest<'b, [u8], &'s SharedScope<'b>>)>,
+    receives: Vec<(i32, usize, Moving<'s, 'b>)>,
 }
 
 /// A collective on a thread's view of the shared world fails, naming why.

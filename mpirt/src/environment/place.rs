@@ -45,8 +45,7 @@ static ENGINE: Place = Place(UnsafeCell::new(None));
 /// The place.
 ///
 /// # Safety
-/// The caller holds the one right to the engine there is (an `Own` in its call, or `shared`'s
-/// lock) for as long as the reference lives, and makes no other reference from here meanwhile.
+/// The caller holds the one right to the engine there is (an `Entry`, or `shared`'s lock) for as long as the reference lives, and makes no other reference from here meanwhile.
 #[inline(always)]
 pub(super) unsafe fn slot<'a>() -> &'a mut Option<AnyPml> {
     // SAFETY: the caller's guarantee: this is the only reference to the place while it lives.

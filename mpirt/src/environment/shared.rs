@@ -13,7 +13,7 @@
 //! that moved something or on any non-blocking call. Sends keep their order per sending thread: each takes its
 //! sequence number under the lock, in the order its thread posts them.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
@@ -36,8 +36,9 @@ static PAUSING: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     /// The hold of a non-blocking call made through `place::Entry` (`hold_for_call`), until
-    /// its end (`let_go_after_call`): kept here, so that the call carries one flag for it.
-    static CALL_HOLD: RefCell<Option<Held>> = const { RefCell::new(None) };
+    /// its end (`let_go_after_call`): kept here, so that the call carries nothing for it.
+    #[cfg(feature = "threads")]
+    static CALL_HOLD: std::cell::RefCell<Option<Held>> = const { std::cell::RefCell::new(None) };
     /// Whether this thread holds `LOCK`: a call made while it does (from inside a
     /// PML call) fails as a second borrow of the thread-local PML does, instead of waiting
     /// for itself.
@@ -68,7 +69,7 @@ pub(super) struct Held {
 impl Held {
     /// Takes the lock; `NotInitialized` where the engine is not shared, or where this
     /// thread holds the lock already. `wakes`: a non-blocking call's hold.
-    pub(super) fn take(wakes: bool) -> Result<Held, Cause> {
+    fn take(wakes: bool) -> Result<Held, Cause> {
         let lock = LOCK.get().ok_or(Cause::NotInitialized)?;
         if HOLDING.with(Cell::get) {
             return Err(Cause::NotInitialized);
