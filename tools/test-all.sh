@@ -307,10 +307,10 @@ fi
 echo "== verbs: installing the Soft-RoCE guest's packages"
 bash "$rdma_vm/setup"
 export CARGO_TARGET_DIR=target/verbs
-echo "== cargo clippy --features verbs"
-cargo clippy --workspace --all-targets --release --features verbs -- -D warnings
-echo "== cargo build --features verbs"
-cargo build --release --workspace --features verbs
+echo "== cargo clippy --features verbs,mpirt/threads"
+cargo clippy --workspace --all-targets --release --features verbs,mpirt/threads -- -D warnings
+echo "== cargo build --features verbs,mpirt/threads"
+cargo build --release --workspace --features verbs,mpirt/threads
 # The test binaries `cargo test "$@"` builds, one "name path" a line.
 test_binaries() {
     cargo test "$@" --no-run --message-format=json | python3 -c '
@@ -320,11 +320,12 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
         print(m["target"]["name"], m["executable"])'
 }
-tests=$(test_binaries --release --workspace --features verbs)
+tests=$(test_binaries --release --workspace --features verbs,mpirt/threads)
 engine=$(awk '$1 == "engine" {print $2}' <<<"$tests")
 p2p=$(awk '$1 == "p2p" {print $2}' <<<"$tests")
 verbs=$(awk '$1 == "verbs" {print $2}' <<<"$tests")
 windows=$(awk '$1 == "windows" {print $2}' <<<"$tests")
+threads=$(awk '$1 == "threads" {print $2}' <<<"$tests")
 # libfabric's verbs provider (verbs;ofi_rxm) over the same devices: the OFI phase's binaries
 # (target/features, already built there; rsrun beside them).
 ofi_tests=$(CARGO_TARGET_DIR=target/features test_binaries --release -p pml --features ucx,ofi \
@@ -342,6 +343,7 @@ echo "== verbs tests in the Soft-RoCE guest (rxe0 and rxe1 joined by a veth pair
 set +e
 "$rdma_vm/rdma-vm" -n 2 -t 1800 -- env MPIRT_VERBS_DEV=rxe0,rxe1 bash -c \
     "set -e; '$engine' ranks_over_verbs; '$p2p' verbs --test-threads=1;
+     '$threads' over_verbs --test-threads=1;
      '$windows' windows_over_verbs --test-threads=1;
      echo '== OFI: verbs;ofi_rxm in the guest: pml engine test, mpirt p2p and collectives';
      '$ofi_engine' ranks_over_ofi_verbs;

@@ -1,12 +1,13 @@
 //! Start-up and shut-down, and the one place the engine lives.
 //!
-//! At [`Threading::Single`] and [`Threading::Funneled`] the engine lives in a thread-local slot
-//! of the thread that called [`initialize`]: it holds raw pointers to user buffers, so it must
-//! never be reached from two threads, and a call from another thread is an error
-//! ([`Cause::NotInitialized`]). At [`Threading::Serialized`] and [`Threading::Multiple`]
-//! (cargo feature `threads`) it lives behind a process-wide lock instead (`shared`), which a
-//! call reaches only where the thread-local slot is empty. Without the feature that way does
-//! not exist, and the single-threaded path is the one it always was.
+//! The engine lives in one static (`place`). At [`Threading::Single`] and
+//! [`Threading::Funneled`] only the thread that called [`initialize`] reaches it: it holds raw
+//! pointers to user buffers, so it must never be reached from two threads at once, and a call
+//! from another thread is an error ([`Cause::NotInitialized`]). At [`Threading::Serialized`]
+//! and [`Threading::Multiple`] (cargo feature `threads`) any thread reaches it through a
+//! process-wide lock (`shared`), which a call takes only where its thread is not the
+//! initializing one at `Single` or `Funneled`: that path pays one thread-local load and
+//! branch for the choice, no lock.
 //! Communicators, requests and the universe are `!Send` at every level; the handles that
 //! cross threads are `crate::threads`'s, which only a universe that provides `Serialized` or
 //! `Multiple` can make.
@@ -34,7 +35,10 @@ use crate::point_to_point::{
 use crate::stall;
 use crate::threads::Threads;
 
+mod place;
 mod shared;
+
+use place::Entry;
 
 /// How much concurrency the program asks for and the runtime provides (`MPI_THREAD_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -54,9 +58,6 @@ struct Predefined {
 }
 
 thread_local! {
-    /// The PML at `Single` and `Funneled`, in the initializing thread; empty elsewhere and at
-    /// the levels that share it between threads (see `shared`).
-    static RUNTIME: RefCell<Option<AnyPml>> = const { RefCell::new(None) };
     static PREDEFINED: RefCell<Option<Predefined>> = const { RefCell::new(None) };
     /// The PML a call that holds it lent to its progress hooks (see `lend`), else null.
     static LENT: Cell<*mut AnyPml> = const { Cell::new(std::ptr::null_mut()) };
@@ -184,9 +185,9 @@ impl Drop for Universe {
             everyone.wait();
         }
         stall::uninstall();
-        let engine = RUNTIME
-            .with(|slot| slot.borrow_mut().take())
-            .or_else(shared::take);
+        let engine = Entry::enter()
+            .ok()
+            .and_then(|mut entry| entry.slot().take());
         PREDEFINED.with(|slot| slot.borrow_mut().take());
         let bootstrap = bootstrap().take();
         if let (Some(mut engine), Some(mut bootstrap)) = (engine, bootstrap) {
@@ -279,10 +280,10 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
     PREDEFINED.with(|slot| *slot.borrow_mut() = Some(Predefined { world, self_comm }));
     *self::bootstrap() = Some(bootstrap);
     let provided = *PROVIDED.get_or_init(|| threading.min(choice.threading_ceiling()));
-    if provided >= Threading::Serialized {
-        shared::install(engine);
-    } else {
-        RUNTIME.with(|slot| *slot.borrow_mut() = Some(engine));
+    let shared = provided >= Threading::Serialized;
+    place::install(engine, shared);
+    if shared {
+        shared::install();
     }
     if let Err(e) = crate::communicator::join_parents(&universe.world) {
         fatal(e);
@@ -370,60 +371,36 @@ pub(crate) fn world_rank() -> Option<Rank> {
     (rank >= 0).then_some(rank)
 }
 
-/// Runs `f` on the PML: this thread's, or the one threads share (see `shared`).
+/// Runs `f` on the PML, as this thread reaches it (see `place`).
 #[inline]
 pub(crate) fn with_engine<R>(
     f: impl FnOnce(&mut AnyPml) -> Result<R, PmlError>,
 ) -> Result<R, Cause> {
-    // `f` runs outside `LocalKey::with`'s closure: holding a whole inlined PML call, that
-    // closure grew past what the compiler inlines, and every call then paid for an
-    // out-of-line frame, the thread-local's accessor called through a pointer, and the
-    // result copied through the stack (75 instructions a call under callgrind).
-    let slot = RUNTIME.with(|slot| slot as *const RefCell<Option<AnyPml>>);
-    // SAFETY: `with` returned, so the thread-local is alive (it panics on one being torn
-    // down); it lives until this thread ends, which cannot happen during this call, and the
-    // reference does not leave the call.
-    let slot = unsafe { &*slot };
-    let mut slot = slot.try_borrow_mut().map_err(|_| Cause::NotInitialized)?;
-    #[cfg(not(feature = "threads"))]
-    let Some(engine) = slot.as_mut() else {
-        return Err(Cause::NotInitialized);
-    };
-    // One call of `f` whichever PML it gets: a second, on the shared PML, made the PML call
-    // in `f` one the compiler no longer inlines (an 8-byte send cost 38 instructions more).
-    #[cfg(feature = "threads")]
-    let mut held = None;
-    #[cfg(feature = "threads")]
-    let engine = match slot.as_mut() {
-        Some(engine) => engine,
-        None => held.insert(shared::hold()?).engine(),
-    };
-    f(engine).map_err(Cause::from)
+    // One call of `f` whichever way the thread came in, on the engine at its one address: a
+    // second call, on the shared PML, made the PML call in `f` one the compiler no longer
+    // inlines (an 8-byte send cost 38 instructions more).
+    let mut entry = Entry::enter()?;
+    f(entry.engine()?).map_err(Cause::from)
 }
 
-/// Runs `here` on this thread's PML if it has one, else `elsewhere` with it: the blocking
-/// calls' way in, whose wait on the shared PML takes its lock one round at a time.
+/// Runs `here` on the PML where this thread owns it (`Single`, `Funneled`), else `elsewhere`
+/// with it: the blocking calls' way in, whose wait on the shared PML takes its lock one round
+/// at a time.
 #[inline(always)]
 fn on_engine<F, R>(here: F, elsewhere: impl FnOnce(F) -> Result<R, Cause>) -> Result<R, Cause>
 where
     F: FnOnce(&mut AnyPml) -> Result<R, PmlError>,
 {
-    // Outside `LocalKey::with`'s closure, as in `with_engine`.
-    let slot = RUNTIME.with(|slot| slot as *const RefCell<Option<AnyPml>>);
-    // SAFETY: as in `with_engine`.
-    let slot = unsafe { &*slot };
-    let mut slot = slot.try_borrow_mut().map_err(|_| Cause::NotInitialized)?;
     // `elsewhere` makes no call that `here` makes, so `here`'s stays inlined (see
-    // `with_engine`); it is taken only where there is no thread-local PML.
-    let Some(engine) = slot.as_mut() else {
-        drop(slot);
+    // `with_engine`); it is taken only where this thread does not own the PML.
+    let Some(mut entry) = Entry::own() else {
         return if cfg!(feature = "threads") {
             elsewhere(here)
         } else {
             Err(Cause::NotInitialized)
         };
     };
-    here(engine).map_err(Cause::from)
+    here(entry.engine()?).map_err(Cause::from)
 }
 
 /// Waits for `handle` to finish (the PML's `wait`).

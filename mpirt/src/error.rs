@@ -47,6 +47,9 @@ pub enum Cause {
     CollectiveOnView,
     /// A communicator that cannot move to another thread (`into_sendable`), and why.
     NotSoleHandle(&'static str),
+    /// An immediate collective's request made sendable (`Request::into_sendable`): its steps
+    /// are its thread's.
+    CollectiveRequest,
     /// A request was forgotten (`mem::forget`) inside its scope: its buffer may be freed
     /// while the messaging layer still uses it, so the job cannot go on.
     LeakedRequest { pending: usize },
@@ -216,6 +219,11 @@ impl fmt::Display for Cause {
                  point-to-point calls only: collectives and new communicators need a \
                  communicator of the thread's own (duplicate one per thread and move it with \
                  into_sendable)"
+            ),
+            Cause::CollectiveRequest => write!(
+                f,
+                "an immediate collective's request cannot move to another thread: the thread \
+                 that started it steps it, so it must complete it (point-to-point requests move)"
             ),
             Cause::NotSoleHandle(why) => {
                 write!(f, "this communicator cannot move to another thread: {why}")

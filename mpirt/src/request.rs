@@ -33,7 +33,7 @@ mod scope;
 pub use collection::{multiple_scope, RequestCollection};
 pub use guard::{CancelGuard, WaitGuard};
 pub(crate) use lent::Lent;
-pub use scope::{scope, LocalScope, Scope, StaticScope};
+pub use scope::{scope, shared_scope, LocalScope, Scope, SharedScope, StaticScope};
 
 /// What a request is doing, for error messages (built only when one is needed).
 pub(crate) enum Operation {
@@ -198,6 +198,12 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
             scope,
             Operation::Receive { source, tag },
         )
+    }
+
+    /// Whether this is an immediate collective's request, whose steps are its thread's
+    /// (`collective::progress`), so that it cannot move to another thread.
+    pub(crate) fn is_collective(&self) -> bool {
+        matches!(*self.pending, Some(Pending::Collective(_)))
     }
 
     fn pending(&mut self) -> &mut Pending<'a> {

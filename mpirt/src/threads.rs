@@ -29,6 +29,9 @@
 //! - [`SendableCommunicator`] (`Send`): a communicator moved whole to another thread, which
 //!   then uses it for everything, collectives included: the usual way to give each thread a
 //!   duplicate of the world (`MPI_Comm_dup` per thread).
+//! - [`SendableRequest`] (`Send` and `Sync` where its scope and buffer are): a point-to-point
+//!   request that another thread completes, registered with a
+//!   [`shared_scope`](crate::request::shared_scope).
 //!
 //! ```no_run
 //! use mpirt::traits::*;
@@ -71,7 +74,8 @@ use std::sync::Arc;
 use crate::communicator::{CommData, Communicator, Rank, SimpleCommunicator};
 use crate::context::ContextLease;
 use crate::environment::{threading_support, Threading};
-use crate::error::{or_fatal, Error};
+use crate::error::{fatal, or_fatal, Cause, Error};
+use crate::request::{Request, Scope};
 
 /// Proof that the runtime provides [`Threading::Serialized`] or [`Threading::Multiple`]:
 /// [`Universe::threads`](crate::Universe::threads) makes it, and the handles that cross
@@ -190,5 +194,117 @@ impl SimpleCommunicator {
             Ok(()) => Ok(SendableCommunicator(self.into_data())),
             Err(cause) => Err(Error::new("into_sendable", cause)),
         }
+    }
+}
+
+/// A point-to-point request on its way to another thread, which takes it back with
+/// [`into_request`](Self::into_request) and completes it there: a thread waiting on a request
+/// another thread posted, as `MPI_THREAD_MULTIPLE` allows (two threads must not wait on the
+/// same request at once, which moving it rules out).
+///
+/// It is `Send` where the request's buffer and scope may cross threads: the buffer's type is
+/// `Send` and `Sync` (a receive's buffer comes back as `&D` on the other thread, and the
+/// engine writes it from whichever thread makes progress), and the scope is `Send`, as
+/// `&SharedScope` ([`shared_scope`](crate::request::shared_scope)) and `StaticScope` are and
+/// `&LocalScope` ([`scope`](crate::request::scope)), whose count is a `Cell`, is not. A
+/// request of a `LocalScope` is refused by the compiler:
+///
+/// ```compile_fail,E0277
+/// use mpirt::traits::*;
+/// use mpirt::Threading;
+///
+/// let (universe, _) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
+/// let threads = universe.threads().unwrap();
+/// let world = universe.world();
+/// let mut got = 0i32;
+/// mpirt::request::scope(|scope| {
+///     let request = world.process_at_rank(0).immediate_receive_into(scope, &mut got);
+///     let sendable = request.into_sendable(threads);
+///     // `&LocalScope` is not `Send`: this does not compile.
+///     std::thread::scope(|s| {
+///         s.spawn(move || sendable.into_request().wait());
+///     });
+/// });
+/// ```
+///
+/// and at `Single` or `Funneled`, where there is no [`Threads`], a request cannot be made
+/// sendable at all, and is `!Send` itself:
+///
+/// ```compile_fail,E0277
+/// use mpirt::traits::*;
+///
+/// let universe = mpirt::initialize().unwrap();
+/// let world = universe.world();
+/// let mut got = 0i32;
+/// mpirt::request::shared_scope(|scope| {
+///     let request = world.process_at_rank(0).immediate_receive_into(scope, &mut got);
+///     // A `Request` is not `Send`: this does not compile.
+///     std::thread::scope(|s| {
+///         s.spawn(move || request.wait());
+///     });
+/// });
+/// ```
+///
+/// At `Multiple`, a request of a shared scope moves:
+///
+/// ```no_run
+/// use mpirt::traits::*;
+/// use mpirt::Threading;
+///
+/// let (universe, _) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
+/// let threads = universe.threads().unwrap();
+/// let world = universe.world();
+/// let shared = world.share(threads);
+/// let mut got = 0i32;
+/// mpirt::request::shared_scope(|scope| {
+///     let view = shared.local();
+///     let request = view.process_at_rank(0).immediate_receive_into(scope, &mut got);
+///     let sendable = request.into_sendable(threads);
+///     std::thread::scope(|s| {
+///         s.spawn(move || sendable.into_request().wait());
+///         if world.rank() == 0 {
+///             world.process_at_rank(0).send(&7i32);
+///         }
+///     });
+/// });
+/// ```
+pub struct SendableRequest<'a, D: ?Sized, S: Scope<'a>>(Request<'a, D, S>);
+
+// SAFETY: `into_sendable` let only point-to-point requests through: an immediate collective's
+// steps are kept by its thread (`collective::progress`), a message's by the engine, which any
+// thread reaches at the levels `Threads` proves (through its lock, `environment`), by the
+// handle the request holds. What else the request holds is its thread's in no way: the
+// landing (element size and name, or an owned staging buffer or packed copy, whose datatype
+// layouts are `Arc`s in a process-wide registry), what the operation was (for messages), the
+// buffer lent as a pointer, which the other thread turns back into `&'a D` (so `D: Sync`, and
+// `D: Send` since a receive wrote it through the pointer, as a `&mut D` would have been
+// moved), and the scope, moved with it (`S: Send`), which its completion unregisters from.
+unsafe impl<'a, D: ?Sized + Send + Sync, S: Scope<'a> + Send> Send for SendableRequest<'a, D, S> {}
+
+// SAFETY: a shared `&SendableRequest` reaches nothing: every use takes it by value.
+unsafe impl<'a, D: ?Sized + Send + Sync, S: Scope<'a> + Sync> Sync for SendableRequest<'a, D, S> {}
+
+impl<'a, D: ?Sized, S: Scope<'a>> SendableRequest<'a, D, S> {
+    /// The request, on the thread that received it, to wait on or test there.
+    pub fn into_request(self) -> Request<'a, D, S> {
+        self.0
+    }
+}
+
+impl<'a, D: ?Sized, S: Scope<'a>> fmt::Debug for SendableRequest<'a, D, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SendableRequest").finish_non_exhaustive()
+    }
+}
+
+impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
+    /// Makes this request movable to another thread (see [`SendableRequest`]); ends the job,
+    /// naming the cause, for an immediate collective's request, which its thread steps.
+    #[track_caller]
+    pub fn into_sendable(self, _threads: Threads) -> SendableRequest<'a, D, S> {
+        if self.is_collective() {
+            fatal(Error::new("into_sendable", Cause::CollectiveRequest));
+        }
+        SendableRequest(self)
     }
 }

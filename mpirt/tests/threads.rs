@@ -3,9 +3,11 @@
 
 use std::collections::HashMap;
 use std::env;
+use std::sync::mpsc;
 
 use mpirt::collective::SystemOperation;
-use mpirt::threads::{SendableCommunicator, SharedCommunicator};
+use mpirt::request::SharedScope;
+use mpirt::threads::{SendableCommunicator, SendableRequest, SharedCommunicator, Threads};
 use mpirt::topology::SimpleCommunicator;
 use mpirt::traits::*;
 use mpirt::Threading;
@@ -26,6 +28,9 @@ const THREADS: usize = 4;
 const SIZES: [usize; 8] = [0, 1, 100, EAGER - 1, EAGER, EAGER + 1, 64 << 10, 1 << 20];
 /// Rounds of the exchange; each receives its messages a different way.
 const ROUNDS: usize = 3;
+/// The round whose requests other threads complete (`handed`): its sequence numbers follow
+/// the exchange's, and its tags all of the exchange's.
+const HANDED: usize = ROUNDS;
 
 /// Whether this build provides `Serialized` and `Multiple` (mpirt's feature `threads`); the
 /// tests that need them say they skip where it does not.
@@ -52,6 +57,7 @@ fn rank_mode() {
         "view-creation" => view_creation(),
         "world-elsewhere" => world_elsewhere(),
         "not-sole" => not_sole(),
+        "collective-request" => collective_request(),
         other => panic!("unknown rank mode {other}"),
     };
     // After the universe's drop: the rank finalized.
@@ -153,6 +159,7 @@ fn stress() -> i32 {
             scope.spawn(move || exchange(shared, own.into_communicator(), thread));
         }
     });
+    handed(&shared, threads);
     println!("rank {} stress ok", world.rank());
     world.rank()
 }
@@ -232,6 +239,82 @@ fn exchange(shared: &SharedCommunicator, own: SimpleCommunicator, thread: usize)
     own.barrier();
 }
 
+/// One message of every size from each thread to the same thread of every other rank, whose
+/// requests (the sends and the receives) the thread that posted them hands to the next
+/// thread, which waits on them and checks what arrived, while the others do the same: every
+/// request completes on a thread that did not start it, waits on one thread making progress
+/// for the others' requests.
+fn handed(shared: &SharedCommunicator, threads: Threads) {
+    let me = shared.rank();
+    let peers: Vec<i32> = (0..shared.size()).filter(|&r| r != me).collect();
+    let first = HANDED * SIZES.len();
+    let seqs = first..first + SIZES.len();
+    // Buffers outlive the scope, which outlives the threads.
+    let outgoing: Vec<Vec<Vec<u8>>> = (0..THREADS)
+        .map(|t| seqs.clone().map(|seq| message(me, t, seq)).collect())
+        .collect();
+    let mut incoming: Vec<Vec<Vec<u8>>> = (0..THREADS)
+        .map(|_| {
+            let per_peer = seqs.clone().map(|seq| vec![0u8; SIZES[seq % SIZES.len()]]);
+            peers.iter().flat_map(|_| per_peer.clone()).collect()
+        })
+        .collect();
+    mpirt::request::shared_scope(|scope| {
+        // Made here: what they carry borrows the scope.
+        let (to, from): (Vec<_>, Vec<_>) = (0..THREADS).map(|_| mpsc::channel()).unzip();
+        let mut from: Vec<Option<mpsc::Receiver<Handed>>> = from.into_iter().map(Some).collect();
+        std::thread::scope(|s| {
+            for (thread, (sent, received)) in outgoing.iter().zip(&mut incoming).enumerate() {
+                let next = to[(thread + 1) % THREADS].clone();
+                let mine = from[thread].take().unwrap();
+                let peers = &peers;
+                let seqs = seqs.clone();
+                s.spawn(move || {
+                    let world = shared.local();
+                    let tag = (HANDED * THREADS + thread) as i32;
+                    let mut sends = Vec::new();
+                    let mut receives = Vec::new();
+                    let slots = received.chunks_mut(SIZES.len());
+                    for (&p, slots) in peers.iter().zip(slots) {
+                        let peer = world.process_at_rank(p);
+                        for (seq, slot) in seqs.clone().zip(slots) {
+                            let request =
+                                peer.immediate_receive_into_with_tag(scope, &mut slot[..], tag);
+                            receives.push((p, seq, request.into_sendable(threads)));
+                        }
+                        for data in sent {
+                            let request = peer.immediate_send_with_tag(scope, &data[..], tag);
+                            sends.push(request.into_sendable(threads));
+                        }
+                    }
+                    next.send(Handed { sends, receives }).unwrap();
+                    // The previous thread's requests, of its tag: their messages came from
+                    // that thread of every peer.
+                    let handed = mine.recv().unwrap();
+                    let poster = (thread + THREADS - 1) % THREADS;
+                    for (p, seq, request) in handed.receives {
+                        let data = request.into_request().wait_for_data();
+                        check(data, p, poster, seq, me);
+                    }
+                    for request in handed.sends {
+                        request.into_request().wait();
+                    }
+                });
+            }
+        });
+    });
+}
+
+/// A request of `handed`'s, on its way to another thread.
+type Moving<'s, 'b> = SendableRequest<'b, [u8], &'s SharedScope<'b>>;
+
+/// A thread's requests, handed to the next thread to complete.
+struct Handed<'s, 'b> {
+    sends: Vec<Moving<'s, 'b>>,
+    /// Each with the rank it receives from and the sequence number of its message.
+    receives: Vec<(i32, usize, Moving<'s, 'b>)>,
+}
+
 /// A collective on a thread's view of the shared world fails, naming why.
 fn view_collective() -> i32 {
     let (universe, _) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
@@ -277,6 +360,14 @@ fn world_elsewhere() -> i32 {
         scope.spawn(|| drop(SimpleCommunicator::world()));
     });
     unreachable!("the world's handle on another thread ends the job")
+}
+
+/// An immediate collective's request made sendable: its thread steps it, so the job ends.
+fn collective_request() -> i32 {
+    let (universe, _) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
+    let barrier = universe.world().immediate_barrier();
+    let _moved = barrier.into_sendable(universe.threads().unwrap());
+    unreachable!("a collective's request does not move")
 }
 
 /// A communicator with another handle cannot move to another thread; its duplicate can.
@@ -336,43 +427,74 @@ fn every_level_is_provided_as_asked() {
     }
 }
 
-/// The stress job's settings over shared memory or TCP, with the tests' eager limit.
-fn stress_settings(tcp: bool) -> Vec<(&'static str, String)> {
-    let mut all = vec![("MPIRT_EAGER_LIMIT", EAGER.to_string())];
-    if tcp {
+/// The stress job's settings over shared memory (`None`) or `transport` (tcp, verbs), with
+/// the tests' eager limit; verbose off shared memory, so that the job says which it used.
+fn stress_settings(transport: Option<&str>) -> Vec<(String, String)> {
+    let mut all = vec![("MPIRT_EAGER_LIMIT".to_string(), EAGER.to_string())];
+    if let Some(transport) = transport {
         all.extend([
-            ("MPIRT_TRANSPORT", "tcp".to_string()),
-            ("MPIRT_TCP_EAGER_LIMIT", EAGER.to_string()),
+            ("MPIRT_TRANSPORT".to_string(), transport.to_string()),
+            (
+                format!("MPIRT_{}_EAGER_LIMIT", transport.to_uppercase()),
+                EAGER.to_string(),
+            ),
+            ("MPIRT_VERBOSE".to_string(), "1".to_string()),
         ]);
     }
     all
 }
 
-fn stress_job(n: u32, tcp: bool) {
+fn stress_job(n: u32, transport: Option<&str>) {
     if !threads_built() {
         return;
     }
-    let owned = stress_settings(tcp);
-    let envs: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let (out, _) = ok_job_with(n, "stress", &envs);
+    let owned = stress_settings(transport);
+    let envs: Vec<(&str, &str)> = owned
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let (out, err) = ok_job_with(n, "stress", &envs);
     for rank in 0..n {
         assert!(out.contains(&format!("rank {rank} stress ok")), "{out}");
+        // A job meant for a transport that ran over shared memory would prove nothing.
+        if let Some(transport) = transport {
+            let over = format!("mpirt: rank {rank} of {n} ");
+            let said = format!("{} ranks over {transport}", n - 1);
+            assert!(
+                err.lines()
+                    .any(|l| l.starts_with(&over) && l.contains(&said)),
+                "rank {rank} did not say it reached its peers over {transport}: {err}"
+            );
+        }
     }
 }
 
 #[test]
 fn four_threads_a_rank_on_two_ranks_over_shared_memory() {
-    stress_job(2, false);
+    stress_job(2, None);
 }
 
 #[test]
 fn four_threads_a_rank_on_four_ranks_over_shared_memory() {
-    stress_job(4, false);
+    stress_job(4, None);
 }
 
 #[test]
 fn four_threads_a_rank_on_three_ranks_over_tcp() {
-    stress_job(3, true);
+    stress_job(3, Some("tcp"));
+}
+
+/// In the Soft-RoCE guest (tools/test-all.sh), where the machine has an RDMA device.
+#[cfg(feature = "verbs")]
+#[test]
+fn four_threads_a_rank_on_two_ranks_over_verbs() {
+    if !std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some()) {
+        println!(
+            "skipped: no RDMA device here (tools/test-all.sh runs this in the Soft-RoCE guest)"
+        );
+        return;
+    }
+    stress_job(2, Some("verbs"));
 }
 
 #[test]
@@ -418,6 +540,20 @@ fn the_world_on_another_thread_fails_pointing_to_share() {
     assert!(
         stderr.contains("belong to the thread that initialized mpirt")
             && stderr.contains("world.share("),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_collective_request_is_refused_by_into_sendable_naming_why() {
+    if !threads_built() {
+        return;
+    }
+    let output = job(2, "collective-request", &[]);
+    let (_, stderr) = text(&output);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("into_sendable: an immediate collective's request cannot move"),
         "{stderr}"
     );
 }

@@ -6,20 +6,24 @@
 # osu_bw's window of 64 messages (110 windows: what bounds the message rate, the receiver's
 # and the sender's work per message) and osu_latency's ping-pong (10,100 round trips: each
 # rank's work per round trip). Instruction counts repeat under load, unlike timings.
-#   osu-benches/compare/shm-callgrind.sh [-o OUTDIR]
+#   osu-benches/compare/shm-callgrind.sh [-o OUTDIR] [-f FEATURES]
 # -o: keeps the profiles and writes OUTDIR/callgrind.csv (bench,runtime,rank,instructions),
 #     which report.py reads; without it the table is printed only.
+# -f: builds mpirt's benchmarks with these cargo features (for example threads, to see what the
+#     way to the shared engine costs a program that stays at Single).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 keep=
-while getopts "o:" opt; do
+features=
+while getopts "o:f:" opt; do
     case $opt in
         o) keep=$OPTARG ;;
-        *) echo "usage: $0 [-o OUTDIR]" >&2; exit 2 ;;
+        f) features=$OPTARG ;;
+        *) echo "usage: $0 [-o OUTDIR] [-f FEATURES]" >&2; exit 2 ;;
     esac
 done
 source osu-benches/compare/callgrind-setup.sh
-cargo build --release -q -p launcher -p osu-benches
+cargo build --release -q -p launcher -p osu-benches ${features:+--features "$features"}
 bin=$PWD/target/release
 # osu_p2p.c runs 100 timed windows after 10 warm-up ones, and 10,000 round trips after 100.
 windows=110

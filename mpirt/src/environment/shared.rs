@@ -19,25 +19,13 @@ use std::time::{Duration, Instant};
 
 use pml::{ContextId, Done, Handle, Pml, PmlError, SourceSel, Started, Status, TagSel, Waiting};
 
+use super::place;
 use crate::backend::AnyPml;
 use crate::error::Cause;
 use crate::sync::{spin_loop, thread_local, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 
-/// The PML, movable between threads.
-struct Movable(AnyPml);
-
-// SAFETY: nothing in a PML belongs to the thread that made it: its transports' endpoints
-// (sockets, shared mappings, verbs and libfabric objects) are the process's, and it keeps no
-// thread-local state. The raw pointers it holds are buffers lent under each call's `# Safety`
-// contract, alive until their operation completes on whichever thread completes it (the
-// request and scope types see to that); they are elements of `Equivalence` types, plain data,
-// so that another thread writes them is what a send of them to it would be. Its `Cell`s are
-// reached only through the engine, which `ENGINE`'s lock hands to one thread at a time. UCX's
-// worker is made for one thread (`UCS_THREAD_MODE_SINGLE`): `initialize_with_threading` keeps
-// the UCX PML at `Funneled`, so it never comes here.
-unsafe impl Send for Movable {}
-
-static ENGINE: OnceLock<Mutex<Option<Movable>>> = OnceLock::new();
+/// The lock whose holder may reach the engine (`place`), made by `install`.
+static LOCK: OnceLock<Mutex<()>> = OnceLock::new();
 /// Wakes the threads that pause in a blocking call whenever another thread's round of
 /// progress moved something: what it moved may be theirs.
 static MOVED: Condvar = Condvar::new();
@@ -47,7 +35,11 @@ static MOVED: Condvar = Condvar::new();
 static PAUSING: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
-    /// Whether this thread holds `ENGINE`'s lock: a call made while it does (from inside a
+    /// The hold of a non-blocking call made through `place::Entry` (`hold_for_call`), until
+    /// its end (`let_go_after_call`): kept here, so that the call carries nothing for it.
+    #[cfg(feature = "threads")]
+    static CALL_HOLD: std::cell::RefCell<Option<Held>> = const { std::cell::RefCell::new(None) };
+    /// Whether this thread holds `LOCK`: a call made while it does (from inside a
     /// PML call) fails as a second borrow of the thread-local PML does, instead of waiting
     /// for itself.
     static HOLDING: Cell<bool> = const { Cell::new(false) };
@@ -60,22 +52,14 @@ const ROUNDS_BEFORE_CLOCK: u32 = 64;
 const FIRST_PAUSE: Duration = Duration::from_micros(20);
 const LONGEST_PAUSE: Duration = Duration::from_millis(1);
 
-/// Makes `engine` the one every thread uses.
-pub(super) fn install(engine: AnyPml) {
-    let slot = ENGINE.get_or_init(|| Mutex::new(None));
-    *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(Movable(engine));
-}
-
-/// Takes the engine out, at finalize.
-pub(super) fn take() -> Option<AnyPml> {
-    let slot = ENGINE.get()?;
-    let taken = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
-    taken.map(|movable| movable.0)
+/// Makes the engine in its place (`place::install`) the one every thread uses.
+pub(super) fn install() {
+    LOCK.get_or_init(|| Mutex::new(()));
 }
 
 /// The engine's lock, held by this thread until the guard drops.
 pub(super) struct Held {
-    guard: Option<MutexGuard<'static, Option<Movable>>>,
+    guard: Option<MutexGuard<'static, ()>>,
     /// Whether letting go wakes the pausing threads: a non-blocking call's hold, which may
     /// have moved anything. A blocking call's rounds wake them only when they moved
     /// something, or a spinning thread's every round would end every other's pause.
@@ -83,19 +67,16 @@ pub(super) struct Held {
 }
 
 impl Held {
-    /// Takes the lock; `NotInitialized` where there is no shared engine, or where this
-    /// thread holds the lock already.
+    /// Takes the lock; `NotInitialized` where the engine is not shared, or where this
+    /// thread holds the lock already. `wakes`: a non-blocking call's hold.
     fn take(wakes: bool) -> Result<Held, Cause> {
-        let slot = ENGINE.get().ok_or(Cause::NotInitialized)?;
+        let lock = LOCK.get().ok_or(Cause::NotInitialized)?;
         if HOLDING.with(Cell::get) {
             return Err(Cause::NotInitialized);
         }
         // A thread that panicked holding the lock left the engine as a panic in a PML call
-        // leaves the thread-local one: the job ends over the panic anyway.
-        let guard = slot.lock().unwrap_or_else(PoisonError::into_inner);
-        if guard.is_none() {
-            return Err(Cause::NotInitialized);
-        }
+        // at `Single` leaves it: the job ends over the panic anyway.
+        let guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
         HOLDING.with(|holding| holding.set(true));
         Ok(Held {
             guard: Some(guard),
@@ -120,10 +101,14 @@ impl Held {
         }
     }
 
-    pub(super) fn engine(&mut self) -> &mut AnyPml {
-        match self.guard.as_mut().and_then(|guard| guard.as_mut()) {
-            Some(movable) => &mut movable.0,
-            None => unreachable!("`take` checked that the engine is there, and `pause` ends it"),
+    /// The engine; `NotInitialized` after finalize.
+    fn engine(&mut self) -> Result<&mut AnyPml, Cause> {
+        // SAFETY: this thread holds the lock (`pause`, which lets go, consumes the hold), so
+        // this is the one right to the engine there is (see `place`), and the reference lives
+        // no longer than the borrow of the hold.
+        match unsafe { place::slot() } {
+            Some(engine) => Ok(engine),
+            None => Err(Cause::NotInitialized),
         }
     }
 }
@@ -139,12 +124,28 @@ impl Drop for Held {
     }
 }
 
-/// The shared engine's lock, for a call that does not block.
+/// Takes the lock for a non-blocking call, kept until `let_go_after_call`; false where the
+/// engine is not shared, or where this thread holds the lock already. Out of line, as every
+/// way into the shared engine: the `Single` path's callers inline nothing of it.
 #[cfg(feature = "threads")]
 #[cold]
 #[inline(never)]
-pub(super) fn hold() -> Result<Held, Cause> {
-    Held::take(true)
+pub(super) fn hold_for_call() -> bool {
+    // `take` refuses a second hold in this thread, so the slot is empty.
+    let Ok(held) = Held::take(true) else {
+        return false;
+    };
+    CALL_HOLD.with(|hold| *hold.borrow_mut() = Some(held));
+    true
+}
+
+/// Lets go of what `hold_for_call` took.
+#[cfg(feature = "threads")]
+#[cold]
+#[inline(never)]
+pub(super) fn let_go_after_call() {
+    let held = CALL_HOLD.with(|hold| hold.borrow_mut().take());
+    drop(held);
 }
 
 /// Progresses until `ready` gives a value, holding the lock for one look and one round of
@@ -166,7 +167,7 @@ pub(super) fn block_until<R>(
         let look_at_clock = idle_rounds > 0 && idle_rounds.is_multiple_of(ROUNDS_BEFORE_CLOCK);
         let idle = look_at_clock.then(|| idle_since.get_or_insert_with(Instant::now).elapsed());
         let mut held = Held::take(false)?;
-        let engine = held.engine();
+        let engine = held.engine()?;
         engine.check_running()?;
         if let Some(idle) = idle {
             engine.check_peers(idle)?;
@@ -225,7 +226,7 @@ pub(super) unsafe fn recv(
     // receive finishes (or fails) before this returns.
     let started = unsafe {
         Held::take(true)?
-            .engine()
+            .engine()?
             .start_recv(context, source, tag, buf, len)
     }?;
     match started {

@@ -3,6 +3,7 @@
 
 use std::cell::Cell;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::{fatal, Cause, Error};
 
@@ -87,5 +88,64 @@ where
     F: FnOnce(&LocalScope<'a>) -> R,
 {
     let scope = LocalScope::new();
+    f(&scope)
+}
+
+/// The scope [`shared_scope`] hands its closure: a [`LocalScope`] that threads share, for
+/// requests that other threads complete (`threads::SendableRequest`). Its count is atomic,
+/// so it is `Sync` and a request registered with `&SharedScope` is `Send` where its buffer
+/// is; it ends the job as a `LocalScope` does if a request is left unfinished.
+#[derive(Debug)]
+pub struct SharedScope<'a> {
+    pending: AtomicUsize,
+    /// `'a` is invariant (as in `LocalScope`), through a type that is `Send` and `Sync`.
+    _invariant: PhantomData<fn(&'a ()) -> &'a ()>,
+}
+
+// SAFETY: the scope counts its unfinished requests, whichever thread registers or finishes
+// them, and its drop (which comes before `'a` ends, as `shared_scope` owns it, and after
+// every thread that borrowed it let go, which borrowing it for a thread takes) ends the
+// process if any is left.
+unsafe impl<'a> Scope<'a> for &SharedScope<'a> {
+    #[inline]
+    fn register(&self) {
+        self.pending.fetch_add(1, Ordering::Relaxed);
+    }
+    #[inline]
+    unsafe fn unregister(&self) {
+        // Release: what the finished operation wrote is seen by the scope's end (Acquire).
+        let before = self.pending.fetch_sub(1, Ordering::Release);
+        assert!(
+            before != 0,
+            "a request scope unregistered more than it registered"
+        );
+    }
+}
+
+impl Drop for SharedScope<'_> {
+    fn drop(&mut self) {
+        let pending = self.pending.load(Ordering::Acquire);
+        if pending != 0 {
+            fatal(Error::new(
+                "end of request scope",
+                Cause::LeakedRequest { pending },
+            ));
+        }
+    }
+}
+
+/// Runs `f` with a scope for requests that threads share: a request registered with it may
+/// move to another thread at `Threading::Serialized` and `Multiple`
+/// (`threads::SendableRequest`), which completes it there. Buffers borrowed by its requests
+/// must outlive this call, and the threads that borrow the scope end within it, as borrowing
+/// it for a thread takes (`std::thread::scope`).
+pub fn shared_scope<'a, F, R>(f: F) -> R
+where
+    F: FnOnce(&SharedScope<'a>) -> R,
+{
+    let scope = SharedScope {
+        pending: AtomicUsize::new(0),
+        _invariant: PhantomData,
+    };
     f(&scope)
 }

@@ -172,7 +172,7 @@ impl Rdma {
     /// Waits until the operations to `target` up to `ticket` completed.
     fn wait(&self, target: u32, ticket: u64) -> Result<(), Cause> {
         let peer = self.world[target as usize];
-        environment::wait_until_or_lent(|e| {
+        environment::wait_until_or_lent(pml::stall::Awaited::State, |e| {
             Ok(e.native()
                 .is_none_or(|engine| engine.rma_done(peer, ticket)))
         })

@@ -1,0 +1,155 @@
+//! Where the engine lives, at every threading level: one static, so that a call reaches its
+//! fields at fixed addresses whichever way it came in. Who may reach it is decided once, at
+//! `initialize`: at `Single` and `Funneled` the initializing thread alone, marked in a
+//! thread-local (`OWNER`); at `Serialized` and `Multiple` whichever thread holds the shared
+//! lock (`shared`, cargo feature `threads`).
+//!
+//! Why a static rather than the initializing thread's thread-local slot with the shared engine
+//! elsewhere: a call that took its engine from either of two places had it behind a pointer
+//! chosen at run time, so every field was reached through a register rather than at a fixed
+//! offset, and a program at `Single` paid 17 (sender) to 32 (receiver) instructions more per
+//! 8-byte message with the feature on (osu-benches/compare/shm-callgrind.sh). Here the engine
+//! has one address for both ways in, and the `Single` path pays one thread-local load and one
+//! predictable branch, what the thread-local `RefCell`'s borrow flag cost before.
+
+use std::cell::{Cell, UnsafeCell};
+
+use crate::backend::AnyPml;
+use crate::error::Cause;
+
+#[cfg(feature = "threads")]
+use super::shared;
+
+/// The engine's one place: `None` before `initialize` and after finalize.
+struct Place(UnsafeCell<Option<AnyPml>>);
+
+// SAFETY: the engine is reached only by a thread with the right to it, and one thread has it
+// at a time: at `Single` and `Funneled` (an `Entry` of `own`) only the thread whose `OWNER`
+// `install` marked (no other thread's is ever marked), only while its mark says it is in a
+// call, so never twice at once there either; at `Serialized` and `Multiple` (no thread
+// marked) only the thread that holds `shared`'s lock (an `Entry` of `enter` or a
+// `shared::Held`), which refuses a second hold in the thread that has it.
+// That the engine may be reached from another thread than the one that made it: nothing in a
+// PML belongs to its thread. Its transports' endpoints (sockets, shared mappings, verbs and
+// libfabric objects) are the process's, and it keeps no thread-local state; the raw pointers
+// it holds are buffers lent under each call's `# Safety` contract, alive until their operation
+// completes on whichever thread completes it (the request and scope types see to that), and
+// they are elements of `Equivalence` types, plain data, so that another thread writes them is
+// what a send of them to it would be. UCX's worker is made for one thread
+// (`UCS_THREAD_MODE_SINGLE`): `initialize_with_threading` keeps the UCX PML at `Funneled`,
+// where only the initializing thread reaches it.
+unsafe impl Sync for Place {}
+
+static ENGINE: Place = Place(UnsafeCell::new(None));
+
+/// The place.
+///
+/// # Safety
+/// The caller holds the one right to the engine there is (an `Entry`, or `shared`'s lock) for as long as the reference lives, and makes no other reference from here meanwhile.
+#[inline(always)]
+pub(super) unsafe fn slot<'a>() -> &'a mut Option<AnyPml> {
+    // SAFETY: the caller's guarantee: this is the only reference to the place while it lives.
+    unsafe { &mut *ENGINE.0.get() }
+}
+
+/// A thread's right to the engine at `Single` and `Funneled`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// Not the initializing thread, or the engine is shared.
+    No,
+    /// The initializing thread, between calls.
+    Free,
+    /// The initializing thread, inside a call: a call from inside it (a progress hook's)
+    /// fails as `NotInitialized`, as a second borrow of a `RefCell` would, instead of making
+    /// a second reference to the engine.
+    InCall,
+}
+
+thread_local! {
+    static OWNER: Cell<Owner> = const { Cell::new(Owner::No) };
+}
+
+/// Puts the engine in its place, at `initialize`, reached by this thread alone unless
+/// `shared`, when `shared::install` must come next. No thread has a right to the engine yet:
+/// `initialize` runs once, and no thread is marked nor the lock made before this returns.
+pub(super) fn install(engine: AnyPml, shared: bool) {
+    // SAFETY: no thread has the right to the engine yet (above), so nothing else reaches it.
+    unsafe { *ENGINE.0.get() = Some(engine) };
+    if !shared {
+        OWNER.with(|owner| owner.set(Owner::Free));
+    }
+}
+
+/// A thread's right to the engine for one call (or one round of a blocking one): the
+/// initializing thread's at `Single` and `Funneled`, marked in `OWNER`; at `Serialized` and
+/// `Multiple` the shared lock, held by `shared` for this thread until the drop.
+///
+/// Which of the two, the drop reads from `OWNER` (the initializing thread's mark says it is in
+/// a call), so that the call carries nothing for it: taken as a value of either kind (an enum
+/// holding the lock's guard, or a flag), the right was built in memory and copied, or kept in
+/// a register the call then lacked, and the `Single` path paid 8 to 26 instructions more a
+/// message (osu-benches/compare/shm-callgrind.sh).
+pub(super) struct Entry(());
+
+impl Entry {
+    /// The right to the engine where this thread owns it (`Single`, `Funneled`), outside a
+    /// call; `None` elsewhere.
+    #[inline(always)]
+    pub(super) fn own() -> Option<Entry> {
+        let free = OWNER.with(|owner| {
+            let free = owner.get() == Owner::Free;
+            if free {
+                owner.set(Owner::InCall);
+            }
+            free
+        });
+        free.then_some(Entry(()))
+    }
+
+    /// The right to the engine, either way; `NotInitialized` where this thread has none
+    /// (another thread's at `Single` and `Funneled`, or a call inside a call).
+    #[inline(always)]
+    pub(super) fn enter() -> Result<Entry, Cause> {
+        if let Some(own) = Entry::own() {
+            return Ok(own);
+        }
+        #[cfg(feature = "threads")]
+        if shared::hold_for_call() {
+            return Ok(Entry(()));
+        }
+        Err(Cause::NotInitialized)
+    }
+
+    /// The place, for as long as this right is borrowed.
+    #[inline(always)]
+    pub(super) fn slot(&mut self) -> &mut Option<AnyPml> {
+        // SAFETY: this `Entry` is the one right to the engine there is now (see `Place`), and
+        // the reference lives no longer than its borrow.
+        unsafe { slot() }
+    }
+
+    /// The engine; `NotInitialized` before `initialize` and after finalize.
+    #[inline(always)]
+    pub(super) fn engine(&mut self) -> Result<&mut AnyPml, Cause> {
+        // Not `ok_or`: its error, made before the test, has drop glue, which the compiler
+        // then called on every call that found the engine.
+        match self.slot() {
+            Some(engine) => Ok(engine),
+            None => Err(Cause::NotInitialized),
+        }
+    }
+}
+
+impl Drop for Entry {
+    #[inline(always)]
+    fn drop(&mut self) {
+        OWNER.with(|owner| {
+            // Only the shared lock's holders are not marked in a call.
+            #[cfg(feature = "threads")]
+            if owner.get() != Owner::InCall {
+                return shared::let_go_after_call();
+            }
+            owner.set(Owner::Free)
+        });
+    }
+}
