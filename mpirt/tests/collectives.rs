@@ -1898,19 +1898,30 @@ fn every_algorithm_forced() {
     }
 }
 
-/// Ranks on several hosts, more than one on some (MPIRT_TEST_HOSTS, which tools/test-all.sh
-/// sets to 4 test hosts): every collective against the serial reference, with the short
-/// barriers, broadcasts, reductions and all-reductions on the hierarchical path (shared
-/// memory inside a host, messages between hosts), on 2 ranks on each of 4 hosts (ranks
-/// dealt round the hosts: non-commutative reductions go by messages) and on 3 ranks on one
-/// host and 1 on another (runs of ranks: those take the path too).
-#[test]
-fn every_collective_hierarchically_across_hosts() {
-    if env::var_os("MPIRT_TEST_HOSTS").is_none() || common::test_launcher() != TestLauncher::Rsrun {
+/// Whether the jobs' ranks are started by rsrun across the test hosts (MPIRT_TEST_HOSTS,
+/// which tools/test-all.sh sets); says so where they are not.
+fn across_test_hosts() -> bool {
+    let across =
+        env::var_os("MPIRT_TEST_HOSTS").is_some() && common::test_launcher() == TestLauncher::Rsrun;
+    if !across {
         println!(
             "skipped: needs rsrun's ranks across test hosts (MPIRT_TEST_HOSTS, which \
              tools/test-all.sh sets)"
         );
+    }
+    across
+}
+
+/// Ranks on several hosts, more than one on some (MPIRT_TEST_HOSTS, which tools/test-all.sh
+/// sets to 4 test hosts): every collective against the serial reference, with the short
+/// barriers, broadcasts, reductions and all-reductions on the hierarchical path (shared
+/// memory inside a host, messages between hosts), on 2 ranks on each of 4 hosts (ranks
+/// dealt round the hosts: non-commutative reductions go by messages), on runs of 2 ranks on
+/// each of 4 hosts and on 3 ranks on one host and 1 on another (runs of ranks: those take
+/// the path too, the hosts' partial results folded in order).
+#[test]
+fn every_collective_hierarchically_across_hosts() {
+    if !across_test_hosts() {
         return;
     }
     let verbose = [("MPIRT_VERBOSE", "1")];
@@ -1989,11 +2000,7 @@ fn every_collective_hierarchically_across_hosts() {
 /// hierarchy, and errors read through a release named lengths 16 bytes too long.
 #[test]
 fn lengths_disagreeing_across_hosts_are_an_error() {
-    if env::var_os("MPIRT_TEST_HOSTS").is_none() || common::test_launcher() != TestLauncher::Rsrun {
-        println!(
-            "skipped: needs rsrun's ranks across test hosts (MPIRT_TEST_HOSTS, which \
-             tools/test-all.sh sets)"
-        );
+    if !across_test_hosts() {
         return;
     }
     let launch = Launch::RsrunPerHost { ranks: 2 };
