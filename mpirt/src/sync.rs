@@ -1,12 +1,12 @@
 //! The synchronization primitives of the engine that threads share (`environment/shared.rs`:
 //! its lock, the condition variable that pausing threads wait on, the count of them, which
-//! thread holds the lock, the hint of a spinning wait): std's, or, in a build with
-//! `--cfg model_check`, the `shuttle` crate's, whose scheduler then runs the threads of the
+//! thread holds the lock, the hint of a spinning wait): std's, or, in the library's own tests
+//! built with `--cfg model_check`, the `shuttle` crate's (a dev-dependency), whose scheduler then runs the threads of the
 //! model checks (`environment/shared/model.rs`) in interleavings it chooses and replays, and
 //! reports a deadlock (a lost wake-up: its condition variables never time out) where every
 //! thread is blocked. One place, so that the code under check is the code that ships.
 
-#[cfg(not(model_check))]
+#[cfg(not(all(test, model_check)))]
 pub(crate) use std::{
     hint::spin_loop,
     sync::atomic::{AtomicUsize, Ordering},
@@ -14,7 +14,7 @@ pub(crate) use std::{
     thread_local,
 };
 
-#[cfg(model_check)]
+#[cfg(all(test, model_check))]
 pub(crate) use shuttle::{
     hint::spin_loop,
     sync::atomic::{AtomicUsize, Ordering},

@@ -51,6 +51,7 @@ fn rank_mode() {
         "mismatched-allreduce" => mismatched_all_reduce(&world),
         "refusals" => refusals(&world),
         "hierarchy-refusals" => hierarchy_refusals(&world),
+        "hierarchy-lengths" => hierarchy_lengths(&world),
         "all-refusals" => refusals_of_all(&world),
         "area-wakes" => {
             // Rank 1 comes late to each barrier, so rank 0 waits in the area past its yields;
@@ -1532,6 +1533,70 @@ fn hierarchy_refusals(world: &SimpleCommunicator) {
     );
 }
 
+/// Reductions, all-reductions and broadcasts whose ranks' lengths disagree, on 2 ranks on
+/// each of 2 hosts (ranks 0 and 1 on one, 2 and 3 on the other): on either side of the
+/// hierarchical path's limit (510 f64 fit it, 511 do not), inside a host and between hosts,
+/// where both fit; every rank that cannot take the call fails naming a rank whose length is
+/// not its own, and an all-reduce after each pairs on every rank.
+fn hierarchy_lengths(world: &SimpleCommunicator) {
+    let rank = world.rank();
+    let sum = SystemOperation::sum();
+    let check = |after: &str| {
+        let mut total = 0;
+        world.all_reduce_into(&rank, &mut total, sum);
+        assert_eq!(total, 6, "the all-reduce after {after}");
+    };
+    let all_reduce = |what: &str, n: usize| {
+        let send = vec![1.0f64; n];
+        let mut recv = vec![0.0f64; n];
+        match world.try_all_reduce_into(&send[..], &mut recv[..], sum) {
+            Ok(()) => println!("{what}: rank {rank}: ok"),
+            Err(e) => println!("{what}: {e}"),
+        }
+        check(what);
+    };
+    all_reduce("last rank long", if rank == 3 { 511 } else { 510 });
+    all_reduce("second host long", if rank >= 2 { 511 } else { 510 });
+    all_reduce("second host longer", if rank >= 2 { 501 } else { 500 });
+    let root = world.process_at_rank(0);
+    let send = vec![1.0f64; if rank == 3 { 511 } else { 510 }];
+    let reduced = match rank {
+        0 => root.try_reduce_into_root(&send[..], &mut vec![0.0f64; 510][..], sum),
+        _ => root.try_reduce_into(&send[..], sum),
+    };
+    match reduced {
+        Ok(()) => println!("reduce: rank {rank}: ok"),
+        Err(e) => println!("reduce: {e}"),
+    }
+    check("reduce");
+    let broadcast = |what: &str, root: i32, n: usize| {
+        let mut buf = vec![f64::from(rank); n];
+        match world.process_at_rank(root).try_broadcast_into(&mut buf[..]) {
+            Ok(()) => {
+                assert_eq!(buf, vec![f64::from(root); n], "{what}: rank {rank}");
+                println!("{what}: rank {rank}: ok");
+            }
+            Err(e) => println!("{what}: {e}"),
+        }
+        check(what);
+    };
+    broadcast(
+        "broadcast, last rank long",
+        0,
+        if rank == 3 { 511 } else { 510 },
+    );
+    broadcast(
+        "broadcast, a leader short",
+        1,
+        if rank == 2 { 500 } else { 510 },
+    );
+    broadcast(
+        "broadcast, root's host short",
+        1,
+        if rank == 0 { 500 } else { 510 },
+    );
+}
+
 /// Each collective without a root with the last rank's receive buffer one element off: that
 /// rank's own error says why, the others' name it, and a correct call of the same form after
 /// it, then an all-reduce, pair with the same call on every rank (their results checked).
@@ -1833,19 +1898,30 @@ fn every_algorithm_forced() {
     }
 }
 
-/// Ranks on several hosts, more than one on some (MPIRT_TEST_HOSTS, which tools/test-all.sh
-/// sets to 4 test hosts): every collective against the serial reference, with the short
-/// barriers, broadcasts, reductions and all-reductions on the hierarchical path (shared
-/// memory inside a host, messages between hosts), on 2 ranks on each of 4 hosts (ranks
-/// dealt round the hosts: non-commutative reductions go by messages) and on 3 ranks on one
-/// host and 1 on another (runs of ranks: those take the path too).
-#[test]
-fn every_collective_hierarchically_across_hosts() {
-    if env::var_os("MPIRT_TEST_HOSTS").is_none() || common::test_launcher() != TestLauncher::Rsrun {
+/// Whether the jobs' ranks are started by rsrun across the test hosts (MPIRT_TEST_HOSTS,
+/// which tools/test-all.sh sets); says so where they are not.
+fn across_test_hosts() -> bool {
+    let across =
+        env::var_os("MPIRT_TEST_HOSTS").is_some() && common::test_launcher() == TestLauncher::Rsrun;
+    if !across {
         println!(
             "skipped: needs rsrun's ranks across test hosts (MPIRT_TEST_HOSTS, which \
              tools/test-all.sh sets)"
         );
+    }
+    across
+}
+
+/// Ranks on several hosts, more than one on some (MPIRT_TEST_HOSTS, which tools/test-all.sh
+/// sets to 4 test hosts): every collective against the serial reference, with the short
+/// barriers, broadcasts, reductions and all-reductions on the hierarchical path (shared
+/// memory inside a host, messages between hosts), on 2 ranks on each of 4 hosts (ranks
+/// dealt round the hosts: non-commutative reductions go by messages), on runs of 2 ranks on
+/// each of 4 hosts and on 3 ranks on one host and 1 on another (runs of ranks: those take
+/// the path too, the hosts' partial results folded in order).
+#[test]
+fn every_collective_hierarchically_across_hosts() {
+    if !across_test_hosts() {
         return;
     }
     let verbose = [("MPIRT_VERBOSE", "1")];
@@ -1856,6 +1932,16 @@ fn every_collective_hierarchically_across_hosts() {
         assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
     };
     let stderr = ok_job(8, &verbose);
+    for rank in 0..8 {
+        said(
+            &stderr,
+            rank,
+            "8 ranks hierarchical over 4 hosts, 2 of them on this host",
+        );
+    }
+    // Runs of ranks on 4 hosts: non-commutative reductions take the path, folding the hosts'
+    // partial results in order.
+    let stderr = ok_job_launched(Launch::RsrunPerHost { ranks: 2 }, 8, &verbose);
     for rank in 0..8 {
         said(
             &stderr,
@@ -1905,6 +1991,72 @@ fn every_collective_hierarchically_across_hosts() {
             assert!(out.contains(&line), "{n} ranks: missing {line:?} in\n{out}");
         }
     }
+}
+
+/// Lengths that disagree on a communicator whose collectives take the hierarchical path (2
+/// ranks on each of 2 hosts), on either side of its limit or between hosts, are an error
+/// naming the rank and both lengths on every rank that cannot take the call: before, a rank
+/// whose length crossed the limit went by messages alone while the others waited in the
+/// hierarchy, and errors read through a release named lengths 16 bytes too long.
+#[test]
+fn lengths_disagreeing_across_hosts_are_an_error() {
+    if !across_test_hosts() {
+        return;
+    }
+    let launch = Launch::RsrunPerHost { ranks: 2 };
+    let (out, _) = ok_job_on(launch, 4, "hierarchy-lengths", &[]);
+    let said = |what: &str, rank: u32, peer: u32, got: usize, expected: usize| {
+        let mut line = format!("{what}: rank {rank}: ");
+        if got != expected {
+            line = format!(
+                "{line}{}: rank {peer} sent {got} bytes where this rank expected {expected}",
+                if what.starts_with("broadcast") {
+                    "broadcast_into"
+                } else if what == "reduce" && rank == 0 {
+                    "reduce_into_root"
+                } else if what == "reduce" {
+                    "reduce_into"
+                } else {
+                    "all_reduce_into"
+                }
+            );
+        } else {
+            line.push_str("ok");
+        }
+        assert!(out.contains(&line), "missing {line:?} in\n{out}");
+    };
+    for what in ["last rank long", "reduce"] {
+        for rank in 0..3 {
+            said(what, rank, 3, 4088, 4080);
+        }
+        said(what, 3, 2, 4080, 4088);
+    }
+    // Found in the leaders' exchange, against rank 0's length.
+    for (what, short, long) in [
+        ("second host long", 4080, 4088),
+        ("second host longer", 4000, 4008),
+    ] {
+        for rank in 0..2 {
+            said(what, rank, 2, long, short);
+        }
+        for rank in 2..4 {
+            said(what, rank, 0, short, long);
+        }
+    }
+    // A broadcast's root's length decides: the ranks whose own differs fail naming the root
+    // (not their host's leader, nor the root's host's), the others take its vector.
+    for rank in 0..3 {
+        said("broadcast, last rank long", rank, 0, 4080, 4080);
+    }
+    said("broadcast, last rank long", 3, 0, 4080, 4088);
+    for rank in [0, 1, 3] {
+        said("broadcast, a leader short", rank, 1, 4080, 4080);
+    }
+    said("broadcast, a leader short", 2, 1, 4080, 4000);
+    for rank in 1..4 {
+        said("broadcast, root's host short", rank, 1, 4080, 4080);
+    }
+    said("broadcast, root's host short", 0, 1, 4080, 4000);
 }
 
 #[test]

@@ -17,16 +17,27 @@
 //! hosts would want a tree or recursive doubling instead. Each block and each release
 //! carries a status ahead of the data: a rank that refused its arguments, or a length its
 //! host found wrong, reaches every rank as that rank's error (named by its rank here), never
-//! as a hang or a result short of a contribution. Lengths that differ between hosts (an
-//! erroneous program) are found where the leaders' messages arrive, as the messages' path
-//! finds them.
+//! as a hang or a result short of a contribution.
+//!
+//! Every rank enters the path whatever its length, and the path decides together whether the
+//! call fits it ([`HIERARCHY_MAX`]), as the host's area does: each host's area finds whether
+//! its ranks' lengths agree, each leader says so in its block with its host's length, and
+//! every leader draws the same verdict from all the blocks (an error, lengths that differ
+//! between hosts, too long: by messages, or fine), which its release tells its host's ranks.
+//! So ranks whose lengths disagree across the limit all fail, naming a rank whose length is
+//! not their own, rather than some waiting here for others gone by messages. A broadcast's
+//! root's length decides: too long, every rank goes by messages; else the ranks whose length
+//! differs fail naming the root. A leader whose messages failed (a receive it could not post
+//! leaves its peer's block unmatched, which a later receive would take) says so in every
+//! later call instead of receiving, so every rank fails naming it rather than read another
+//! call's block.
 //!
 //! A reduction folds each host's vectors in rank order in the area, then the hosts' partial
 //! results in the leaders' order. That is rank order only where each host holds a run of
 //! consecutive ranks (`Hierarchy::keeps_rank_order`): a non-commutative operation on other
 //! placements goes by messages over the whole communicator instead.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use pml::{Handle, Pml, SendMode, SourceSel, Tag, TagSel};
@@ -47,11 +58,13 @@ use super::{blocking, calls};
 /// pair's messages keeps calls apart.
 const LEADERS_TAG: Tag = -5;
 
-/// The status ahead of each block and release: what went wrong (`Status`), the rank here it
-/// names, and a length.
+/// The status ahead of each block and release (`Status`): its kind, a rank here, a length.
 const STATUS: usize = 16;
+/// A disagreement's status: the status, then the other rank and length it names.
+const DISAGREED: usize = 2 * STATUS;
 /// The longest vector the hierarchical path takes: its release, status and all, fits a cell
-/// of the host's area.
+/// of the host's area. Longer vectors go by messages over the whole communicator, on every
+/// rank together: the hierarchy decides that (`Status::ByMessages`), not each rank alone.
 pub(crate) const HIERARCHY_MAX: usize = SHARED_MAX - STATUS;
 
 /// Every rank's host, as the communicator's ranks traded them.
@@ -134,54 +147,130 @@ struct Leaders {
     blocks: RefCell<Vec<u8>>,
     /// The handles of a call's messages (reused).
     handles: RefCell<Vec<Handle>>,
+    /// Whether this leader's messages failed in an earlier call (see
+    /// [`Leaders::refuse_if_broken`]).
+    broken: Cell<bool>,
 }
 
-/// What a status says.
-#[derive(Clone, Copy, PartialEq, Eq)]
-#[repr(u32)]
+/// What a status says: a leader's block says it for its host, a release for the call.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Status {
-    Fine = 0,
+    /// The vector follows: `len` bytes (a broadcast's root's, `rank` here).
+    Fine { rank: u32, len: usize },
+    /// The vectors are `len` bytes, too long for the path: every rank goes by messages.
+    ByMessages { len: usize },
     /// The rank it names refused its arguments.
-    Refused = 1,
-    /// The rank it names gave a vector of the length it carries, which the others did not.
-    Disagreed = 2,
+    Refused { rank: u32 },
+    /// Rank `rank` gave `len` bytes where rank `with` gave `with_len`.
+    Disagreed {
+        rank: u32,
+        len: usize,
+        with: u32,
+        with_len: usize,
+    },
     /// The leader it names failed in the exchange between hosts (its own error says why).
-    LeaderFailed = 3,
+    LeaderFailed { leader: u32 },
 }
 
-/// A status as it travels.
-fn status_bytes(status: Status, rank: u32, len: usize) -> [u8; STATUS] {
-    let mut bytes = [0u8; STATUS];
-    bytes[..4].copy_from_slice(&(status as u32).to_ne_bytes());
-    bytes[4..8].copy_from_slice(&rank.to_ne_bytes());
-    bytes[8..].copy_from_slice(&(len as u64).to_ne_bytes());
-    bytes
-}
+impl Status {
+    /// The length of the vectors it is for, where it names one the hosts agree on.
+    fn agreed_len(self) -> Option<usize> {
+        match self {
+            Status::Fine { len, .. } | Status::ByMessages { len } => Some(len),
+            _ => None,
+        }
+    }
 
-fn is_fine(bytes: &[u8]) -> bool {
-    bytes[..4] == (Status::Fine as u32).to_ne_bytes()
-}
+    /// Writes the status at the start of `out`; the length of the block or release it
+    /// starts (a `Fine` one's vector follows it).
+    fn write(self, out: &mut [u8]) -> usize {
+        let (kind, rank, len) = match self {
+            Status::Fine { rank, len } => (0u32, rank, len),
+            Status::ByMessages { len } => (1, 0, len),
+            Status::Refused { rank } => (2, rank, 0),
+            Status::Disagreed { rank, len, .. } => (3, rank, len),
+            Status::LeaderFailed { leader } => (4, leader, 0),
+        };
+        out[..4].copy_from_slice(&kind.to_ne_bytes());
+        out[4..8].copy_from_slice(&rank.to_ne_bytes());
+        out[8..STATUS].copy_from_slice(&(len as u64).to_ne_bytes());
+        if let Status::Disagreed { with, with_len, .. } = self {
+            out[STATUS..STATUS + 4].copy_from_slice(&with.to_ne_bytes());
+            out[STATUS + 8..DISAGREED].copy_from_slice(&(with_len as u64).to_ne_bytes());
+        }
+        self.block_len()
+    }
 
-/// The error a status is for a rank whose own vector is `len` long, `None` if it is fine.
-fn status_cause(bytes: &[u8], len: usize) -> Option<Cause> {
-    let word = |at: usize| u32::from_ne_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
-    let peer = word(4) as i32;
-    let got = u64::from_ne_bytes(bytes[8..STATUS].try_into().expect("8 bytes")) as usize;
-    match word(0) {
-        0 => None,
-        1 => Some(Cause::PeerRefused { peer }),
-        2 => Some(Cause::LengthDisagrees {
-            peer,
-            expected: len,
-            got,
-        }),
-        _ => Some(Cause::LeaderFailed { leader: peer }),
+    /// The length of the block or release it starts.
+    fn block_len(self) -> usize {
+        match self {
+            Status::Fine { len, .. } => STATUS + len,
+            Status::Disagreed { .. } => DISAGREED,
+            _ => STATUS,
+        }
+    }
+
+    /// The status at the start of `bytes`, a block or a release that `write` made.
+    fn read(bytes: &[u8]) -> Status {
+        let word = |at: usize| u32::from_ne_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+        let long =
+            |at: usize| u64::from_ne_bytes(bytes[at..at + 8].try_into().expect("8 bytes")) as usize;
+        let (rank, len) = (word(4), long(8));
+        match word(0) {
+            0 => Status::Fine { rank, len },
+            1 => Status::ByMessages { len },
+            2 => Status::Refused { rank },
+            3 => Status::Disagreed {
+                rank,
+                len,
+                with: word(STATUS),
+                with_len: long(STATUS + 8),
+            },
+            _ => Status::LeaderFailed { leader: rank },
+        }
+    }
+
+    /// What the status of a release means for a rank whose own vector is `own` bytes long:
+    /// `true` where the vector follows, `false` where every rank goes by messages, else the
+    /// error, naming a rank whose length is not `own` for a disagreement.
+    fn outcome(self, own: usize) -> Result<bool, Cause> {
+        match self {
+            Status::Fine { len, .. } if len == own => Ok(true),
+            Status::Fine { rank, len } => Err(Cause::LengthDisagrees {
+                peer: rank as i32,
+                expected: own,
+                got: len,
+            }),
+            Status::ByMessages { .. } => Ok(false),
+            Status::Refused { rank } => Err(Cause::PeerRefused { peer: rank as i32 }),
+            Status::Disagreed {
+                rank,
+                len,
+                with,
+                with_len,
+            } => {
+                let (peer, got) = if len == own {
+                    (with, with_len)
+                } else {
+                    (rank, len)
+                };
+                Err(Cause::LengthDisagrees {
+                    peer: peer as i32,
+                    expected: own,
+                    got,
+                })
+            }
+            Status::LeaderFailed { leader } => Err(Cause::LeaderFailed {
+                leader: leader as i32,
+            }),
+        }
     }
 }
 
 impl Hierarchy {
     /// Makes the parts (collective over `comm`); `None` where some host's area could not be
-    /// set up, which every rank learns: then the calls go by messages.
+    /// set up, which every rank learns: then the calls go by messages, on every rank
+    /// together (a rank that failed here says why under `rsrun --verbose`).
     pub(crate) fn set_up(
         comm: &CommData,
         operation: &'static str,
@@ -196,12 +285,27 @@ impl Hierarchy {
             ranks: hosts.leaders.clone(),
             blocks: RefCell::default(),
             handles: RefCell::default(),
+            broken: Cell::new(false),
         });
-        let area = shared::area(&host, operation, 0)?;
-        if let Some(area) = &area {
-            area.spin_as_messages()
-                .map_err(|cause| Error::new(operation, cause))?;
-        }
+        // A failure here must not keep this rank from the agreement below, which the other
+        // hosts' ranks wait in: it makes this host's area unavailable instead.
+        let area = shared::area(&host, operation, 0).and_then(|area| {
+            if let Some(area) = &area {
+                area.spin_as_messages()
+                    .map_err(|cause| Error::new(operation, cause))?;
+            }
+            Ok(area)
+        });
+        let area = area.unwrap_or_else(|error| {
+            if shared::verbose() {
+                bootstrap::output::say(&format!(
+                    "mpirt: rank {}: this host's area for the hierarchical collectives \
+                     failed: {error}",
+                    comm.world_rank(comm.rank)
+                ));
+            }
+            None
+        });
         // Every host must have its area, or no host uses the hierarchy.
         let ready = [u8::from(area.is_some())];
         let mut everywhere = [0u8];
@@ -221,7 +325,7 @@ impl Hierarchy {
             host_of: hosts.host_of,
             leaders,
             keeps_rank_order,
-            release: RefCell::default(),
+            release: RefCell::new(vec![0; STATUS + SHARED_MAX]),
         }))
     }
 
@@ -238,6 +342,11 @@ impl Hierarchy {
             "hierarchical over {hosts} hosts, {} of them on this host",
             self.host.size
         )
+    }
+
+    /// This rank's rank here.
+    fn me(&self) -> u32 {
+        self.members[self.host.rank as usize]
     }
 
     /// A cause the host's area found, its peer (a rank of the host) named by its rank here.
@@ -258,172 +367,243 @@ impl Hierarchy {
         }
     }
 
-    /// The status a leader (`me`, its rank here) sends for its host: fine, or the first
-    /// cause its host's phase found, named by rank here.
-    fn status_of(found: &Result<(), Cause>, me: u32) -> [u8; STATUS] {
-        match found {
-            Ok(()) => status_bytes(Status::Fine, 0, 0),
-            Err(Cause::PeerRefused { peer }) => status_bytes(Status::Refused, *peer as u32, 0),
-            Err(Cause::LengthDisagrees { peer, got, .. }) => {
-                status_bytes(Status::Disagreed, *peer as u32, *got)
-            }
-            // This leader's own refusal.
-            Err(_) => status_bytes(Status::Refused, me, 0),
+    /// The status a leader (`me`, its rank here) sends for its host, whose phase in the
+    /// area found `found` (its peers named by rank here) for the leader's vector of `len`
+    /// bytes: whether it fit, or the first cause.
+    fn status_of(found: &Result<bool, Cause>, me: u32, len: usize) -> Status {
+        match *found {
+            Ok(true) if len <= HIERARCHY_MAX => Status::Fine { rank: me, len },
+            Ok(_) => Status::ByMessages { len },
+            Err(Cause::PeerRefused { peer }) => Status::Refused { rank: peer as u32 },
+            Err(Cause::LengthDisagrees { peer, got, .. }) => Status::Disagreed {
+                rank: peer as u32,
+                len: got,
+                with: me,
+                with_len: len,
+            },
+            // This leader's own refusal, or its failure in the area.
+            Err(_) => Status::Refused { rank: me },
         }
     }
 
-    /// Publishes the leader's `release` to the host's ranks (each takes part, whatever it
-    /// found before); this rank's error is its own earlier one (`found`), else the
-    /// release's, for a vector of `len` bytes.
+    /// Publishes the leader's `release` (its status `verdict`, `Some` on the leader only,
+    /// written at its start) to the host's ranks (each takes part, whatever it found
+    /// before); this rank's error is its own earlier one (`found`), else the release's, for
+    /// a vector of `len` bytes: `true` where the release carries the call's vector, `false`
+    /// where every rank goes by messages.
     fn release(
         &self,
         release: &mut [u8],
-        found: Result<(), Cause>,
+        verdict: Option<Status>,
+        found: Result<bool, Cause>,
         len: usize,
-    ) -> Result<(), Cause> {
-        let released = self
-            .area
-            .broadcast(0, release)
-            .map_err(|c| self.named_here(c));
+    ) -> Result<bool, Cause> {
+        let released = match verdict {
+            Some(verdict) => {
+                let end = verdict.write(release);
+                self.area.broadcast_any(0, Some(&release[..end]), |_| {})
+            }
+            None => self
+                .area
+                .broadcast_any(0, None, |data| release[..data.len()].copy_from_slice(data)),
+        };
+        let released = released.map_err(|c| self.named_here(c));
         found?;
-        match released? {
-            true => status_cause(&release[..STATUS], len).map_or(Ok(()), Err),
-            false => unreachable!("a release fits the host's area"),
-        }
+        released?;
+        Status::read(release).outcome(len)
     }
 
-    /// The leaders' exchange of the blocks in `release` (status, then `len` bytes), then
-    /// `combine` over every leader's block in the leaders' order into `release`'s vector
-    /// where every status is fine; else the first status that is not goes into `release`.
-    /// This leader's own failure in the exchange is its error, and its host's ranks learn
-    /// of it as the leader's.
+    /// The leaders' exchange of their hosts' statuses (`mine`, this leader's, its vector in
+    /// `release` after the status where fine), then the call's verdict, the same on every
+    /// leader: the first error in the leaders' order, else a disagreement between the hosts'
+    /// lengths (named against rank 0's, the first leader's), else by messages where the
+    /// vectors are too long, else fine, with `combine` over every leader's block in the
+    /// leaders' order into `release`'s vector. This leader's own failure in the exchange is
+    /// its error, and the call's verdict for its host's ranks.
     fn settle(
         leaders: &Leaders,
+        mine: Status,
         release: &mut [u8],
         combine: impl FnOnce(&[u8], &mut [u8]),
-    ) -> Result<(), Cause> {
-        let block = release.len();
-        if let Err(cause) = leaders.exchange(release) {
-            release[..STATUS].copy_from_slice(&status_bytes(Status::LeaderFailed, leaders.me(), 0));
-            return Err(cause);
+    ) -> (Status, Result<(), Cause>) {
+        let end = mine.write(release);
+        let failed = Status::LeaderFailed {
+            leader: leaders.me(),
+        };
+        if let Err(cause) = leaders.exchange(&release[..end]) {
+            return (failed, Err(cause));
         }
         let blocks = leaders.blocks.borrow();
-        match blocks.chunks_exact(block).find(|b| !is_fine(b)) {
-            Some(bad) => release[..STATUS].copy_from_slice(&bad[..STATUS]),
-            None => combine(&blocks, &mut release[STATUS..]),
+        let statuses = || blocks.chunks_exact(SHARED_MAX).map(Status::read);
+        if let Some(bad) = statuses().find(|s| s.agreed_len().is_none()) {
+            return (bad, Ok(()));
         }
-        Ok(())
+        // Every status names a length now, in the leaders' order.
+        let mut lens = statuses().filter_map(Status::agreed_len).enumerate();
+        let (_, reference) = lens.next().expect("at least one leader");
+        if let Some((l, len)) = lens.find(|&(_, len)| len != reference) {
+            let disagreed = Status::Disagreed {
+                rank: leaders.ranks[l],
+                len,
+                with: leaders.ranks[0],
+                with_len: reference,
+            };
+            return (disagreed, Ok(()));
+        }
+        if statuses().any(|s| matches!(s, Status::ByMessages { .. })) {
+            return (Status::ByMessages { len: reference }, Ok(()));
+        }
+        combine(&blocks, &mut release[STATUS..STATUS + reference]);
+        (
+            Status::Fine {
+                rank: leaders.me(),
+                len: reference,
+            },
+            Ok(()),
+        )
+    }
+
+    /// The host's phase's outcome on this rank (`found`; on the leader, its vector, `len`
+    /// bytes, in `release` after the status), then the leaders' exchange and the release:
+    /// `true` where `release` carries the call's vector, `false` where every rank goes by
+    /// messages, else this rank's error.
+    fn finish(
+        &self,
+        release: &mut [u8],
+        found: Result<bool, Cause>,
+        len: usize,
+        combine: impl FnOnce(&[u8], &mut [u8]),
+    ) -> Result<bool, Cause> {
+        let Some(leaders) = &self.leaders else {
+            return self.release(release, None, found, len);
+        };
+        let mine = Self::status_of(&found, leaders.me(), len);
+        let (verdict, exchanged) = Self::settle(leaders, mine, release, combine);
+        let found = found.and_then(|fit| exchanged.map(|()| fit));
+        self.release(release, Some(verdict), found, len)
     }
 
     /// Meets every rank of the communicator.
     pub(crate) fn barrier(&self) -> Result<(), Cause> {
         let leader = self.host.rank == 0;
         let gathered = self.area.gather(0, &[], leader.then_some(&mut [][..]));
-        let mut found = gathered.map(drop).map_err(|c| self.named_here(c));
+        let found = gathered.map_err(|c| self.named_here(c));
         let mut release = self.release.borrow_mut();
-        release.resize(STATUS, 0);
-        if let Some(leaders) = &self.leaders {
-            release.copy_from_slice(&Self::status_of(&found, leaders.me()));
-            found = found.and(Self::settle(leaders, &mut release, |_, _| {}));
-        }
-        self.release(&mut release, found, 0)
+        self.finish(&mut release, found, 0, |_, _| {}).map(drop)
     }
 
     /// `recv = send_0 ∘ … ∘ send_(n-1)` over every rank's `send`, in `recv` where given
     /// (every rank's for an all-reduce, the root's for a reduction: the others learn only
-    /// of errors).
+    /// of errors); `false`, with nothing reduced, where the vectors are too long for the
+    /// path (every rank learns it: then all go by messages).
     pub(crate) fn reduce(
         &self,
         send: &[u8],
         recv: Option<&mut [u8]>,
         datatype: Datatype,
         op: &dyn Operation,
-    ) -> Result<(), Cause> {
+    ) -> Result<bool, Cause> {
         let len = send.len();
         let mut release = self.release.borrow_mut();
-        release.resize(STATUS + len, 0);
-        let partial = self.leaders.is_some().then_some(&mut release[STATUS..]);
+        // The host's partial result, where its vectors fit the area (longer ones it only
+        // counts, and then nothing is written here).
+        let partial = &mut release[STATUS..STATUS + len.min(SHARED_MAX)];
+        let partial = self.leaders.is_some().then_some(partial);
         let reduced = self.area.reduce(0, send, partial, datatype, op);
-        let mut found = reduced.map(drop).map_err(|c| self.named_here(c));
-        if let Some(leaders) = &self.leaders {
-            release[..STATUS].copy_from_slice(&Self::status_of(&found, leaders.me()));
-            let exchanged = Self::settle(leaders, &mut release, |blocks, result| {
-                // From the last host down, each partial result applied from the left keeps
-                // the hosts' order.
-                let mut parts = blocks.chunks_exact(STATUS + len).rev();
-                let last = parts.next().expect("at least one leader");
-                result.copy_from_slice(&last[STATUS..]);
-                for part in parts {
-                    op.apply(datatype, &part[STATUS..], result);
-                }
-            });
-            found = found.and(exchanged);
+        let found = reduced.map_err(|c| self.named_here(c));
+        let fine = self.finish(&mut release, found, len, |blocks, result| {
+            // From the last host down, each partial result applied from the left keeps
+            // the hosts' order.
+            let mut parts = blocks
+                .chunks_exact(SHARED_MAX)
+                .map(|block| &block[STATUS..STATUS + len])
+                .rev();
+            result.copy_from_slice(parts.next().expect("at least one leader"));
+            for part in parts {
+                op.apply(datatype, part, result);
+            }
+        })?;
+        if let (true, Some(recv)) = (fine, recv) {
+            recv.copy_from_slice(&release[STATUS..STATUS + len]);
         }
-        self.release(&mut release, found, len)?;
-        if let Some(recv) = recv {
-            recv.copy_from_slice(&release[STATUS..]);
-        }
-        Ok(())
+        Ok(fine)
     }
 
     /// Takes part in a reduction or an all-reduce only to say that this rank refused its
-    /// arguments (its vector `len` bytes long): in its host's area, and as a leader among
-    /// the leaders, so that every rank fails naming it instead of waiting.
-    pub(crate) fn refuse_reduction(&self, len: usize) {
+    /// arguments: in its host's area, and as a leader among the leaders, so that every rank
+    /// fails naming it instead of waiting.
+    pub(crate) fn refuse_reduction(&self) {
         // A failure here leaves this rank's own cause the one to report.
         let _ = self.area.refuse();
-        let me = self.members[self.host.rank as usize];
-        let found = Err(Cause::PeerRefused { peer: me as i32 });
+        let found = Err(Cause::PeerRefused {
+            peer: self.me() as i32,
+        });
         let mut release = self.release.borrow_mut();
-        release.resize(STATUS + len.min(HIERARCHY_MAX), 0);
-        if let Some(leaders) = &self.leaders {
-            release[..STATUS].copy_from_slice(&status_bytes(Status::Refused, me, 0));
-            let _ = Self::settle(leaders, &mut release, |_, _| {});
-        }
-        let len = release.len() - STATUS;
-        let _ = self.release(&mut release, found, len);
+        let _ = self.finish(&mut release, found, 0, |_, _| {});
     }
 
-    /// The root's `buf` (`root` a rank here) in every rank's `buf`.
-    pub(crate) fn broadcast(&self, root: u32, buf: &mut [u8]) -> Result<(), Cause> {
+    /// The root's `buf` (`root` a rank here) in every rank's `buf`; the root's length
+    /// decides, as in the host's area: `false`, with nothing copied, where the root's is too
+    /// long for the path (every rank learns it: then all go by messages); a rank whose
+    /// length is not the root's fails naming it.
+    pub(crate) fn broadcast(&self, root: u32, buf: &mut [u8]) -> Result<bool, Cause> {
         let len = buf.len();
         let mut release = self.release.borrow_mut();
-        release.resize(STATUS + len, 0);
         let root_host = self.host_of[root as usize];
         let on_root_host = self.host_of[self.members[0] as usize] == root_host;
         let mut found = Ok(());
         if on_root_host {
-            // The root's host: its ranks take the root's buffer from the area at once.
+            // The root's host: its ranks take the root's release from the area at once.
             let in_host = self.members.binary_search(&root).expect("the root's host") as u32;
-            if self.host.rank == in_host {
-                release[..STATUS].copy_from_slice(&status_bytes(Status::Fine, 0, 0));
-                release[STATUS..].copy_from_slice(buf);
-            }
-            let got = self.area.broadcast(in_host, &mut release);
-            found = got.map(drop).map_err(|c| self.named_here(c));
+            let got = if self.host.rank == in_host {
+                let said = match len <= HIERARCHY_MAX {
+                    true => Status::Fine { rank: root, len },
+                    false => Status::ByMessages { len },
+                };
+                let end = said.write(&mut release);
+                if len <= HIERARCHY_MAX {
+                    release[STATUS..end].copy_from_slice(buf);
+                }
+                self.area
+                    .broadcast_any(in_host, Some(&release[..end]), |_| {})
+            } else {
+                self.area.broadcast_any(in_host, None, |data| {
+                    release[..data.len()].copy_from_slice(data)
+                })
+            };
+            found = got.map_err(|c| self.named_here(c));
         }
         if let Some(leaders) = &self.leaders {
-            if on_root_host && found.is_err() {
-                // The other hosts fail with this one rather than take bytes it disagreed on.
-                release[..STATUS].copy_from_slice(&Self::status_of(&found, leaders.me()));
+            if found.is_err() {
+                // The other hosts fail with this one rather than wait for bytes it lacks.
+                let failed = Status::LeaderFailed {
+                    leader: leaders.me(),
+                };
+                failed.write(&mut release);
             }
-            let spread = leaders.spread(&mut release, root_host);
-            if let Err(cause) = spread {
-                release[..STATUS].copy_from_slice(&status_bytes(
-                    Status::LeaderFailed,
-                    leaders.me(),
-                    0,
-                ));
+            if let Err(cause) = leaders.spread(&mut release, root_host) {
+                let failed = Status::LeaderFailed {
+                    leader: leaders.me(),
+                };
+                failed.write(&mut release);
                 found = found.and(Err(cause));
             }
         }
-        if !on_root_host {
-            self.release(&mut release, found, len)?;
-        } else {
-            found?;
+        let fine = match on_root_host {
+            true => {
+                found?;
+                Status::read(&release).outcome(len)?
+            }
+            false => {
+                let verdict = self.leaders.is_some().then(|| Status::read(&release));
+                let found = found.map(|()| true);
+                self.release(&mut release, verdict, found, len)?
+            }
+        };
+        if fine {
+            buf.copy_from_slice(&release[STATUS..STATUS + len]);
         }
-        buf.copy_from_slice(&release[STATUS..]);
-        Ok(())
+        Ok(fine)
     }
 }
 
@@ -433,95 +613,114 @@ impl Leaders {
         self.ranks[self.comm.rank as usize]
     }
 
-    /// Every leader's `mine` (of one length on all) in `blocks`, in the leaders' order: one
-    /// message from each to each, all posted before any is awaited. A block of another
-    /// length is its leader's disagreement, put in its status.
+    /// Every leader's `mine` (at most `SHARED_MAX` bytes; each leader's of its own length)
+    /// in its slot of `blocks` (`SHARED_MAX` bytes a leader), in the leaders' order: one
+    /// message from each to each, all posted before any is awaited. A leader whose messages
+    /// failed before (`broken`) sends only that, and receives nothing.
     fn exchange(&self, mine: &[u8]) -> Result<(), Cause> {
-        let block = mine.len();
         let me = self.comm.rank as usize;
         let mut blocks = self.blocks.borrow_mut();
-        blocks.resize(self.ranks.len() * block, 0);
+        blocks.resize(self.ranks.len() * SHARED_MAX, 0);
         let mut handles = self.handles.borrow_mut();
         handles.clear();
-        let mut posted = Ok(());
-        for (l, slot) in blocks.chunks_exact_mut(block).enumerate() {
+        let mut posted = self.refuse_if_broken();
+        for (l, slot) in blocks.chunks_exact_mut(SHARED_MAX).enumerate() {
             if l == me {
-                slot.copy_from_slice(mine);
+                slot[..mine.len()].copy_from_slice(mine);
                 continue;
             }
-            // SAFETY: the slot lies in `blocks`, borrowed until every handle is waited on
-            // below (on an error too).
-            let receive = with_engine(|e| unsafe {
-                e.post_recv(
-                    self.comm.context,
-                    SourceSel::Rank(l as u32),
-                    TagSel::Tag(LEADERS_TAG),
-                    slot.as_mut_ptr(),
-                    block,
-                )
-            });
-            match receive {
+            if posted.is_err() {
+                break;
+            }
+            match self.post_recv(l as u32, slot) {
                 Ok(handle) => handles.push(handle),
-                Err(cause) => posted = posted.and(Err(cause)),
+                Err(cause) => posted = Err(cause),
             }
         }
+        let mut failed = [0u8; STATUS];
+        let sent = match posted {
+            Ok(()) => mine,
+            Err(_) => {
+                // The leaders that wait for this one's block learn of its failure.
+                let end = Status::LeaderFailed { leader: self.me() }.write(&mut failed);
+                &failed[..end]
+            }
+        };
         for l in (0..self.ranks.len() as u32).filter(|&l| l as usize != me) {
-            match self.post_send(l, mine) {
+            match self.post_send(l, sent) {
                 Ok(handle) => handles.push(handle),
                 Err(cause) => posted = posted.and(Err(cause)),
             }
         }
-        let waited = wait_all(&mut handles, |done| {
-            if let pml::Done::Received(status) = done {
-                if status.len != block {
-                    let at = status.source as usize * block;
-                    let bad = status_bytes(
-                        Status::Disagreed,
-                        self.ranks[status.source as usize],
-                        status.len.saturating_sub(STATUS),
-                    );
-                    blocks[at..at + STATUS].copy_from_slice(&bad);
-                }
-            }
-        });
-        posted.and(waited)
+        let waited = wait_all(&mut handles);
+        self.mark_if_failed(posted.and(waited))
     }
 
-    /// The block in `release` from the leader of host `from` in every leader's `release`.
+    /// The block in `release` from the leader of host `from` in every leader's `release`
+    /// (each leader's buffer takes any block).
     fn spread(&self, release: &mut [u8], from: u32) -> Result<(), Cause> {
-        if self.comm.rank != from {
-            // SAFETY: `release` is borrowed until the receive is waited on, at once.
-            let handle = with_engine(|e| unsafe {
-                e.post_recv(
-                    self.comm.context,
-                    SourceSel::Rank(from),
-                    TagSel::Tag(LEADERS_TAG),
-                    release.as_mut_ptr(),
-                    release.len(),
-                )
-            })?;
-            return match wait_handle(handle)? {
-                pml::Done::Received(status) if status.len != release.len() => {
-                    Err(Cause::LengthDisagrees {
-                        peer: self.ranks[from as usize] as i32,
-                        expected: release.len() - STATUS,
-                        got: status.len.saturating_sub(STATUS),
-                    })
-                }
-                _ => Ok(()),
-            };
-        }
         let mut handles = self.handles.borrow_mut();
         handles.clear();
+        if self.comm.rank != from {
+            self.refuse_if_broken()?;
+            let handle = self.post_recv(from, release);
+            let received = handle.and_then(|handle| wait_handle(handle).map(drop));
+            return self.mark_if_failed(received);
+        }
+        let mut failed = [0u8; STATUS];
+        let sent = match self.refuse_if_broken() {
+            Ok(()) => &release[..Status::read(release).block_len()],
+            Err(_) => {
+                Status::LeaderFailed { leader: self.me() }.write(&mut failed);
+                &failed[..]
+            }
+        };
         let mut posted = Ok(());
         for l in (0..self.ranks.len() as u32).filter(|&l| l != from) {
-            match self.post_send(l, release) {
+            match self.post_send(l, sent) {
                 Ok(handle) => handles.push(handle),
                 Err(cause) => posted = posted.and(Err(cause)),
             }
         }
-        let waited = wait_all(&mut handles, drop);
-        posted.and(waited)
+        let waited = wait_all(&mut handles);
+        self.mark_if_failed(self.refuse_if_broken().and(posted).and(waited))
+    }
+
+    /// This leader's error where its messages failed in an earlier call: a receive it
+    /// could not post left that call's message from its peer unmatched, which a later
+    /// receive would take as its own.
+    fn refuse_if_broken(&self) -> Result<(), Cause> {
+        match self.broken.get() {
+            true => Err(Cause::LeaderFailed {
+                leader: self.me() as i32,
+            }),
+            false => Ok(()),
+        }
+    }
+
+    /// Marks this leader's messages broken where `outcome` is an error (see
+    /// [`Leaders::refuse_if_broken`]).
+    fn mark_if_failed(&self, outcome: Result<(), Cause>) -> Result<(), Cause> {
+        if outcome.is_err() {
+            self.broken.set(true);
+        }
+        outcome
+    }
+
+    /// Posts the receive of leader `from`'s block into `slot`; the caller waits for it
+    /// before `slot` may move or be read.
+    fn post_recv(&self, from: u32, slot: &mut [u8]) -> Result<Handle, Cause> {
+        // SAFETY: `slot` is the caller's, which waits for the receive (on an error too)
+        // before it uses or frees it.
+        with_engine(|e| unsafe {
+            e.post_recv(
+                self.comm.context,
+                SourceSel::Rank(from),
+                TagSel::Tag(LEADERS_TAG),
+                slot.as_mut_ptr(),
+                slot.len(),
+            )
+        })
     }
 
     /// Posts the send of `block` to leader `to`; the caller waits for it before `block`
@@ -544,14 +743,11 @@ impl Leaders {
 }
 
 /// Waits for every handle of `handles` (all of them even after one fails: their buffers are
-/// the caller's), handing each completion to `each`; the first error.
-fn wait_all(handles: &mut Vec<Handle>, mut each: impl FnMut(pml::Done)) -> Result<(), Cause> {
+/// the caller's); the first error.
+fn wait_all(handles: &mut Vec<Handle>) -> Result<(), Cause> {
     let mut first = Ok(());
     for handle in handles.drain(..) {
-        match wait_handle(handle) {
-            Ok(done) => each(done),
-            Err(cause) => first = first.and(Err(cause)),
-        }
+        first = first.and(wait_handle(handle).map(drop));
     }
     first
 }

@@ -72,7 +72,7 @@ use crate::error::{Cause, Error};
 use crate::point_to_point::{post_runtime_send, wait_handle};
 
 use super::calls::Part;
-use super::hierarchy::{Hierarchy, Hosts, HIERARCHY_MAX};
+use super::hierarchy::{Hierarchy, Hosts};
 use super::op::{Operation, SystemOperation};
 use super::{blocking, calls, select};
 
@@ -466,10 +466,23 @@ impl Area {
     /// buffer is too long for the area (then every rank goes on by messages).
     pub(super) fn broadcast(&self, root: u32, buf: &mut [u8]) -> Result<bool, Cause> {
         if self.rank == root {
-            return self.spread_from(root, Some(buf), buf.len(), |_| {});
+            return self.spread_from(root, Some(buf), None, |_| {});
         }
         let len = buf.len();
-        self.spread_from(root, None, len, |data| buf.copy_from_slice(data))
+        self.spread_from(root, None, Some(len), |data| buf.copy_from_slice(data))
+    }
+
+    /// `root`'s `sent` (`Some` on the root only, at most `SHARED_MAX` bytes), of a length the
+    /// other ranks learn from it, handed to `take` on each of them: the hierarchical path's
+    /// releases, whose length says what they carry.
+    pub(super) fn broadcast_any(
+        &self,
+        root: u32,
+        sent: Option<&[u8]>,
+        take: impl FnOnce(&[u8]),
+    ) -> Result<(), Cause> {
+        debug_assert!(sent.is_none_or(|sent| sent.len() <= SHARED_MAX));
+        self.spread_from(root, sent, None, take).map(drop)
     }
 
     /// Block `rank` of the root's `send` (`Some` on the root only) in each rank's `recv`;
@@ -479,7 +492,7 @@ impl Area {
         let at = self.rank as usize * block;
         let size = self.size as usize;
         let fits = self
-            .spread_from(root, send, block * size, |data| {
+            .spread_from(root, send, Some(block * size), |data| {
                 recv.copy_from_slice(&data[at..at + block])
             })
             .map_err(|cause| match cause {
@@ -503,15 +516,16 @@ impl Area {
     }
 
     /// A call whose root publishes `sent` (`Some` on the root only) and whose other ranks
-    /// hand the root's `len` bytes to `take`, then publish their flag to say they read them;
-    /// `false`, with nothing taken, when the root's bytes are too long for the area (then
-    /// every rank goes on by messages). The root waits for no one: `guard_write` keeps it
-    /// from overwriting a cell still being read.
+    /// hand the root's bytes to `take` (`expected` bytes, where given, else as many as the
+    /// root published), then publish their flag to say they read them; `false`, with nothing
+    /// taken, when the root's bytes are too long for the area (then every rank goes on by
+    /// messages). The root waits for no one: `guard_write` keeps it from overwriting a cell
+    /// still being read.
     fn spread_from(
         &self,
         root: u32,
         sent: Option<&[u8]>,
-        len: usize,
+        expected: Option<usize>,
         take: impl FnOnce(&[u8]),
     ) -> Result<bool, Cause> {
         let (call, phase) = self.next_call();
@@ -522,6 +536,7 @@ impl Area {
         let (root_flag, root_data) = self.cell(root, phase);
         self.wait_for(&root_flag.call, call)?;
         let published = root_flag.len.load(Ordering::Relaxed);
+        let len = expected.unwrap_or(published as usize);
         let outcome = if published == REFUSED {
             Err(Cause::PeerRefused { peer: root as i32 })
         } else if published as usize > SHARED_MAX {
@@ -1396,7 +1411,7 @@ fn receive_part(comm: &CommData, root: u32, part: &mut [u8]) -> Result<(), Cause
 
 /// Whether `rsrun --verbose` (MPIRT_VERBOSE, read as the engine reads it) asked for the
 /// set-up choices.
-fn verbose() -> bool {
+pub(super) fn verbose() -> bool {
     matches!(std::env::var("MPIRT_VERBOSE").as_deref(), Ok(v) if !v.is_empty() && v != "0")
 }
 
@@ -1510,19 +1525,11 @@ pub(crate) fn refusing_reduction<'c>(
             // A failure to take part (a peer's broken messaging) leaves this rank's own cause
             // the one to report.
             Ok(Meeting::Area(area)) => drop(area.refuse()),
-            Ok(Meeting::Hierarchy(parts)) if serves(&parts, commutative, bytes) => {
-                parts.refuse_reduction(bytes)
-            }
+            Ok(Meeting::Hierarchy(parts)) if parts.serves(commutative) => parts.refuse_reduction(),
             _ => {}
         }
         Error::new(operation, cause)
     }
-}
-
-/// Whether the hierarchical path takes a reduction of `bytes` under an operation that is
-/// `commutative` or not (the same on every rank whose lengths agree).
-fn serves(parts: &Hierarchy, commutative: bool, bytes: usize) -> bool {
-    parts.serves(commutative) && bytes <= HIERARCHY_MAX
 }
 
 /// Runs a blocking barrier through the area; `false` if it must go by messages instead.
@@ -1551,10 +1558,8 @@ pub(crate) fn try_broadcast(
     let wanted = select::broadcast_in_shared_memory();
     let spread = match meeting(comm, OPERATION, wanted, datatype, buf.len())? {
         Meeting::Area(area) => area.broadcast(root, buf),
-        Meeting::Hierarchy(parts) if buf.len() <= HIERARCHY_MAX => {
-            parts.broadcast(root, buf).map(|()| true)
-        }
-        Meeting::Hierarchy(_) | Meeting::Messages => return Ok(false),
+        Meeting::Hierarchy(parts) => parts.broadcast(root, buf),
+        Meeting::Messages => return Ok(false),
     };
     spread.map_err(|cause| Error::new(OPERATION, cause))
 }
@@ -1578,8 +1583,8 @@ pub(crate) fn try_reduce(
     let wanted = select::reduce_in_shared_memory();
     let reduced = match meeting(comm, operation, wanted, datatype, send.len())? {
         Meeting::Area(area) => area.reduce(root, send, recv, datatype, op),
-        Meeting::Hierarchy(parts) if serves(&parts, op.is_commutative(), send.len()) => {
-            parts.reduce(send, recv, datatype, op).map(|()| true)
+        Meeting::Hierarchy(parts) if parts.serves(op.is_commutative()) => {
+            parts.reduce(send, recv, datatype, op)
         }
         Meeting::Hierarchy(_) | Meeting::Messages => return Ok(false),
     };
@@ -1599,8 +1604,8 @@ pub(crate) fn try_all_reduce(
     let wanted = select::allreduce_in_shared_memory();
     let reduced = match meeting(comm, OPERATION, wanted, datatype, send.len())? {
         Meeting::Area(area) => area.all_reduce(send, recv, datatype, op),
-        Meeting::Hierarchy(parts) if serves(&parts, op.is_commutative(), send.len()) => {
-            parts.reduce(send, Some(recv), datatype, op).map(|()| true)
+        Meeting::Hierarchy(parts) if parts.serves(op.is_commutative()) => {
+            parts.reduce(send, Some(recv), datatype, op)
         }
         Meeting::Hierarchy(_) | Meeting::Messages => return Ok(false),
     };

@@ -9,7 +9,9 @@
 //! +----------------+------------------------+--+-------------------------+
 //! ```
 //!
-//! - context: 16 bits. mpirt's context ids are below 4096, so this leaves room.
+//! - context: 16 bits. mpirt's agreed context ids are below 4096, and the parts its
+//!   hierarchical collectives make of a communicator add 4096 (a host's ranks) or 8192 (the
+//!   hosts' leaders) to its id: at most 12 287, which leaves room (`MAX_CONTEXT` is 65 535).
 //! - source: 24 bits, up to 16 777 215 ranks. `ANY_SOURCE` drops the field from the mask.
 //! - tag: 24 bits, two's complement. User tags are 0..=8 388 607 (MPI only promises 32 767);
 //!   runtime tags are -8 388 608..=-1. `ANY_TAG` drops the low 23 bits from the mask but
@@ -192,6 +194,9 @@ mod tests {
             env(1, 2, -1),
             env(7, 0, MIN_RUNTIME_TAG),
             env(4095, 1 << 20, 32767),
+            // The highest id of a hierarchical collective's leaders (mpirt's 4095 + 8192),
+            // with their runtime tag.
+            env(12287, 3, -5),
         ] {
             assert_eq!(unpack(pack(e).unwrap()), e);
         }

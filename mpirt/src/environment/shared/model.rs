@@ -12,6 +12,14 @@
 //! `RUSTFLAGS="--cfg model_check" CARGO_TARGET_DIR=target/model cargo test --release -p mpirt
 //! --features threads --lib environment::shared::model`.
 //! A failure prints the schedule that shuttle can replay (`shuttle::replay`).
+//!
+//! Shuttle runs every atomic access as `SeqCst`, whatever its ordering says: the checks
+//! explore interleavings, not weak memory. The `Relaxed` accesses of the count of pausing
+//! threads (`PAUSING`) rest on the engine's lock, not on their own orderings: a pausing thread
+//! counts itself in while it holds the lock, before its wait lets the lock go, and a thread
+//! leaving the lock reads the count after it took the lock, so the lock's release and acquire
+//! order every count made before it before the read (a thread that paused earlier is seen, and
+//! woken).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
@@ -21,8 +29,9 @@ use std::time::Duration;
 use pml::{Done, EngineConfig, Handle, Pml, SendMode, SourceSel, Status, TagSel, Waiting, Wireup};
 use shuttle::thread;
 
-use super::{hold, install, recv, take, wait, Movable};
+use super::{hold, install, recv, take, wait, Movable, PAUSING};
 use crate::backend::{AnyPml, PmlChoice};
+use crate::sync::Ordering;
 
 /// Messages up to this size go eagerly; larger ones by rendezvous (an RTS, the receiver's
 /// read, a FIN), so that the checks cover both protocols' completions.
@@ -362,8 +371,9 @@ fn paused_waiter_woken(receive: fn(&mut [u8]) -> Status) {
         assert_eq!(wait(handle).unwrap(), Done::Sent);
     });
     let receiver = thread::spawn(move || {
-        // Long enough, in the schedules that run it first, for the waiter to pause.
-        for _ in 0..80 {
+        // Only once the waiter has paused (its synchronous send waits for this receive, which
+        // nothing else matches), so that every schedule tests its wake-up.
+        while PAUSING.load(Ordering::Relaxed) == 0 {
             thread::yield_now();
         }
         let mut buf = [0u8; EAGER];
