@@ -1086,8 +1086,10 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             .map_err(|c| Error::new(format!("put to rank {target}"), c))
     }
 
-    /// `MPI_Rput`: a put whose request completes once `origin` may be reused (at once: the
-    /// data is copied when the put is issued).
+    /// `MPI_Rput`: a put whose request completes at once. On the shared-memory and message
+    /// paths the data is copied when the put is issued; on the RDMA path the device reads
+    /// `origin` later, which stays borrowed for the epoch (`'scope`), whose end waits for
+    /// the write: the borrow keeps it unchanged until then either way.
     pub fn rput(&self, origin: &'scope [T], target: Rank, disp: usize) -> RmaRequest<'scope, [T]> {
         or_fatal(
             self.rput_inner(origin, target, disp)
