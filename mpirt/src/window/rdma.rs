@@ -66,6 +66,18 @@ pub(super) struct Rdma {
 }
 
 impl Rdma {
+    /// Whether this rank has a transport that does one-sided operations (verbs, in a build
+    /// with it): a window's ranks agree on it at creation and `open` only where all have one.
+    pub fn available(data: &CommData) -> bool {
+        let me = data.world_rank(data.rank);
+        cfg!(feature = "verbs")
+            && with_engine_or_lent(|e| {
+                Ok(e.native()
+                    .is_some_and(|engine| engine.rma_reach(me).is_some()))
+            })
+            .unwrap_or(false)
+    }
+
     /// Exposes this rank's window (`bytes` at `base`) and learns every rank's, where the
     /// one-sided transport reaches them; `element` is the window's element code for
     /// accumulates, where it has one. `None` where no rank is reached so. Collective.
