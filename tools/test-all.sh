@@ -335,7 +335,9 @@ ofi_engine=$(awk '$1 == "engine" {print $2}' <<<"$ofi_tests")
 ofi_p2p=$(awk '$1 == "p2p" {print $2}' <<<"$ofi_tests")
 ofi_collectives=$(awk '$1 == "collectives" {print $2}' <<<"$ofi_tests")
 echo "== verbs tests in the Soft-RoCE guest (rxe0 and rxe1 joined by a veth pair)"
-# windows_over_verbs: the window suite by RDMA WRITE, READ and device atomics (counted).
+# windows_over_verbs: the window suite by RDMA WRITE, READ and device atomics (counted);
+# windows_beyond_locked_memory: a window past the locked-memory limit (ulimit -l, without
+# CAP_IPC_LOCK) on one rank, reached by messages there.
 # Then libfabric's verbs provider: pml's engine test (its rendezvous by fi_read, which rxm posts
 # as RDMA READs, counted) and mpirt's p2p and collectives suites over verbs;ofi_rxm (about 5
 # minutes of the guest's emulated CPU). The failure paths last: one takes rxe1's link down (and
@@ -345,6 +347,7 @@ set +e
     "set -e; '$engine' ranks_over_verbs; '$p2p' verbs --test-threads=1;
      '$threads' over_verbs --test-threads=1;
      '$windows' windows_over_verbs --test-threads=1;
+     capsh --drop=cap_ipc_lock -- -c \"ulimit -l 32768 && exec '$windows' windows_beyond_locked_memory\";
      echo '== OFI: verbs;ofi_rxm in the guest: pml engine test, mpirt p2p and collectives';
      '$ofi_engine' ranks_over_ofi_verbs;
      MPIRT_TEST_OFI_PROVIDER='verbs;ofi_rxm' '$ofi_p2p' ofi --test-threads=1;

@@ -218,7 +218,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
         let agreed = agree::<T, C>(comm, len, what)?;
         if agreed.path == Path::SharedMemory {
             if let Some(shared) = map_parts::<T, C>(comm, &agreed.lens, what)? {
-                return Window::mapped(comm, shared, agreed.lens, agreed.path, what);
+                return Window::mapped(comm, shared, agreed, what);
             }
         }
         let layout = std::alloc::Layout::array::<T>(len.max(1))
@@ -237,7 +237,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
             layout,
         };
         // SAFETY: the block is the window's, freed only when the window drops.
-        unsafe { Window::fixed(comm, base, agreed.lens, storage, None, agreed.path, what) }
+        unsafe { Window::fixed(comm, base, agreed, storage, None, what) }
     }
 
     /// A window over `memory`, which it borrows for its lifetime (`MPI_Win_create`).
@@ -257,10 +257,9 @@ impl<'a, T: Equivalence> Window<'a, T> {
             Window::fixed(
                 comm,
                 memory.as_mut_ptr(),
-                agreed.lens,
+                agreed,
                 Storage::Borrowed,
                 None,
-                agreed.path,
                 what,
             )
         }
@@ -293,28 +292,27 @@ impl<'a, T: Equivalence> Window<'a, T> {
                     .into(),
             )
         })?;
-        Window::mapped(comm, shared, agreed.lens, agreed.path, what)
+        Window::mapped(comm, shared, agreed, what)
     }
 
     /// A window over this rank's part of `shared`, each element `T::default()`.
     fn mapped<C: Communicator>(
         comm: &C,
         shared: Direct,
-        lens: Vec<usize>,
-        path: Path,
+        agreed: Agreed,
         what: &str,
     ) -> Result<Window<'static, T>, Error>
     where
         T: Default + Copy,
     {
         let base = shared.part(comm.rank() as u32).0.cast::<T>();
-        for i in 0..lens[comm.rank() as usize] {
+        for i in 0..agreed.lens[comm.rank() as usize] {
             // SAFETY: this rank's part holds `len` elements, at a cache-line boundary; no
             // other rank touches it before the window exists.
             unsafe { base.add(i).write(T::default()) };
         }
         // SAFETY: the mapping is the window's, unmapped only when the window drops.
-        unsafe { Window::fixed(comm, base, lens, Storage::Mapped, Some(shared), path, what) }
+        unsafe { Window::fixed(comm, base, agreed, Storage::Mapped, Some(shared), what) }
     }
 
     /// A window with no memory until [`attach`](Self::attach) adds some
@@ -349,12 +347,16 @@ impl<'a, T: Equivalence> Window<'a, T> {
     unsafe fn fixed<C: Communicator>(
         comm: &C,
         base: *mut T,
-        sizes: Vec<usize>,
+        agreed: Agreed,
         storage: Storage,
         shared: Option<Direct>,
-        path: Path,
         what: &str,
     ) -> Result<Window<'a, T>, Error> {
+        let Agreed {
+            lens: sizes,
+            path,
+            rdma,
+        } = agreed;
         let len = sizes[comm.rank() as usize];
         let memory = Memory::Fixed {
             base: base.cast(),
@@ -371,7 +373,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
             // notices travel as messages, which this rank's own post and start take): the
             // progress hook, which every wait of the rank would step, is not needed.
             messaging::forget(&window.core);
-        } else if path != Path::Messages {
+        } else if path != Path::Messages && rdma {
             let element = operation::element_code(datatype_of::<T>());
             let bytes = len * size_of::<T>();
             window.rdma = Rdma::open(
@@ -1086,8 +1088,10 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             .map_err(|c| Error::new(format!("put to rank {target}"), c))
     }
 
-    /// `MPI_Rput`: a put whose request completes once `origin` may be reused (at once: the
-    /// data is copied when the put is issued).
+    /// `MPI_Rput`: a put whose request completes at once. On the shared-memory and message
+    /// paths the data is copied when the put is issued; on the RDMA path the device reads
+    /// `origin` later, which stays borrowed for the epoch (`'scope`), whose end waits for
+    /// the write: the borrow keeps it unchanged until then either way.
     pub fn rput(&self, origin: &'scope [T], target: Rank, disp: usize) -> RmaRequest<'scope, [T]> {
         or_fatal(
             self.rput_inner(origin, target, disp)
@@ -1710,6 +1714,9 @@ struct Agreed {
     /// The path every rank allows (`window_path`): the shared-memory path where all allow
     /// it, else RDMA where all allow that, else messages.
     path: Path,
+    /// Whether every rank has a transport that does one-sided operations (verbs), without
+    /// which no rank tries the RDMA path (whose set-up is collective).
+    rdma: bool,
 }
 
 /// Which way a window's operations may go (`MPIRT_WINDOW_PATH`), each falling back to the
@@ -1743,12 +1750,13 @@ fn agree<T: Equivalence, C: Communicator>(
         },
         size_of::<T>() as u64,
         signature(datatype.name()),
+        u64::from(Rdma::available(comm.data())),
     ];
-    let mut all = vec![0u64; 4 * comm.size() as usize];
+    let mut all = vec![0u64; 5 * comm.size() as usize];
     comm.try_all_gather_into(&mine[..], &mut all[..])
         .map_err(|e| Error::new(what, e.cause().clone()))?;
     let path = path?;
-    let ranks = all.chunks_exact(4).enumerate();
+    let ranks = all.chunks_exact(5).enumerate();
     let mut lens = Vec::with_capacity(comm.size() as usize);
     for (rank, theirs) in ranks {
         if theirs[1] == 2 {
@@ -1759,7 +1767,7 @@ fn agree<T: Equivalence, C: Communicator>(
                 ),
             ));
         }
-        if theirs[2..] != mine[2..] {
+        if theirs[2..4] != mine[2..4] {
             return Err(unsupported(
                 what,
                 format!(
@@ -1787,14 +1795,15 @@ fn agree<T: Equivalence, C: Communicator>(
     }
     check_type::<T>(what)?;
     // The most restrictive path any rank allows.
-    let path = all.chunks_exact(4).fold(path, |path, theirs| {
+    let path = all.chunks_exact(5).fold(path, |path, theirs| {
         path.max(match theirs[1] {
             1 => Path::SharedMemory,
             3 => Path::Rdma,
             _ => Path::Messages,
         })
     });
-    Ok(Agreed { lens, path })
+    let rdma = all.chunks_exact(5).all(|theirs| theirs[4] == 1);
+    Ok(Agreed { lens, path, rdma })
 }
 
 /// A datatype's signature as the ranks compare it: its name, hashed (FNV-1a).

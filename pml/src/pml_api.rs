@@ -312,6 +312,7 @@ impl From<PmlError> for EngineError {
 
 /// Counts of what went which way, for tests and `--verbose`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Counters {
     pub frames_sent: u64,
     pub frames_received: u64,

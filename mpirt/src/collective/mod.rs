@@ -42,7 +42,7 @@ pub use op::{
 pub use root::Root;
 
 use calls::Call;
-pub(crate) use shared::{over_packed, AreaSlot};
+pub(crate) use shared::{over_packed, verbose, AreaSlot};
 
 /// The request of an immediate collective: a [`Request`] like those
 /// of point-to-point operations, so that both kinds go into the same `wait_any`, `wait_all`

@@ -1411,7 +1411,7 @@ fn receive_part(comm: &CommData, root: u32, part: &mut [u8]) -> Result<(), Cause
 
 /// Whether `rsrun --verbose` (MPIRT_VERBOSE, read as the engine reads it) asked for the
 /// set-up choices.
-pub(super) fn verbose() -> bool {
+pub(crate) fn verbose() -> bool {
     matches!(std::env::var("MPIRT_VERBOSE").as_deref(), Ok(v) if !v.is_empty() && v != "0")
 }
 

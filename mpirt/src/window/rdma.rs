@@ -17,7 +17,9 @@
 //!   `fetch_and_op` and `compare_and_swap` (typed ones too) is one device atomic: an
 //!   integer sum a fetch-and-add, a no-op that fetches a fetch-and-add of 0, every other
 //!   operation (replace, min, max, products, bitwise ones, float sums) a compare-and-swap
-//!   loop computed at the origin;
+//!   loop computed at the origin, its first guess the value one RDMA READ of the whole
+//!   range found (0 for a single element): one round trip per element where no other rank
+//!   updates it meanwhile, plus the read;
 //! - else by active messages (`messaging.rs`), which the target applies, as on TCP.
 //!
 //! Puts and gets may meet accumulates on one location only erroneously (MPI), so they take
@@ -29,16 +31,20 @@ use std::cell::RefCell;
 use pml::transport::RmaOp;
 use pml::{RemoteKey, WindowExposure};
 
-use super::operation::AccumulateOperation;
+use super::operation::{self, AccumulateOperation};
 use crate::collective::CommunicatorCollectives;
 use crate::communicator::{CommData, Communicator};
 use crate::datatype::Datatype;
 use crate::environment::{self, with_engine_or_lent};
 use crate::error::{Cause, Error};
 
-/// Element codes (`operation::element_code`) whose accumulates the device may do: the
-/// 8-byte integers and `f64`.
-const DEVICE_ELEMENTS: [u8; 3] = [3, 7, 9];
+/// Whether the device may do the accumulates on elements of `code`
+/// (`operation::element_code`): 8-byte integers and `f64`.
+fn device_element(code: u8) -> bool {
+    operation::element_of(code).is_some_and(|d| {
+        d.size() == 8 && (operation::is_integer(code) || d == crate::datatype::datatype_of::<f64>())
+    })
+}
 /// `SystemOperation::Sum`'s code, as `AccumulateOperation::code` gives it.
 fn is_sum(op: AccumulateOperation) -> bool {
     op == AccumulateOperation::System(crate::collective::SystemOperation::sum())
@@ -60,6 +66,18 @@ pub(super) struct Rdma {
 }
 
 impl Rdma {
+    /// Whether this rank has a transport that does one-sided operations (verbs, in a build
+    /// with it): a window's ranks agree on it at creation and `open` only where all have one.
+    pub fn available(data: &CommData) -> bool {
+        let me = data.world_rank(data.rank);
+        cfg!(feature = "verbs")
+            && with_engine_or_lent(|e| {
+                Ok(e.native()
+                    .is_some_and(|engine| engine.rma_reach(me).is_some()))
+            })
+            .unwrap_or(false)
+    }
+
     /// Exposes this rank's window (`bytes` at `base`) and learns every rank's, where the
     /// one-sided transport reaches them; `element` is the window's element code for
     /// accumulates, where it has one. `None` where no rank is reached so. Collective.
@@ -74,20 +92,33 @@ impl Rdma {
         let fail = |c: Cause| Error::new(what, c);
         let size = comm.size() as u32;
         let world: Vec<u32> = (0..size).map(|r| data.world_rank(r)).collect();
-        let (exposure, reaches_all) = with_engine_or_lent(|e| {
+        // A rank whose window cannot be registered (the locked-memory limit, `ulimit -l`)
+        // must still reach the all-gather below, or the others wait in it for good: its
+        // window is then not exposed, and the others' operations on it go by messages.
+        let opened = with_engine_or_lent(|e| {
             let Some(engine) = e.native() else {
-                return Ok((None, false));
+                return Ok((Ok(None), false));
             };
             let atomics = world
                 .iter()
                 .all(|&w| engine.rma_reach(w).is_some_and(|r| r.atomics));
             if bytes == 0 {
                 // Nothing to reach here: the rank still takes part in the agreement.
-                return Ok((None, atomics));
+                return Ok((Ok(None), atomics));
             }
-            Ok((engine.expose_window(base, bytes)?, atomics))
-        })
-        .map_err(fail)?;
+            Ok((engine.expose_window(base, bytes), atomics))
+        });
+        let (exposure, reaches_all) = match opened {
+            Ok((Ok(exposure), reaches_all)) => (exposure, reaches_all),
+            Ok((Err(e), _)) => {
+                Rdma::not_exposed(data, bytes, &Cause::from(e));
+                (None, false)
+            }
+            Err(cause) => {
+                Rdma::not_exposed(data, bytes, &cause);
+                (None, false)
+            }
+        };
         let exposed = exposure.is_some() || bytes == 0;
         let aligned = (base as usize).is_multiple_of(8);
         let flags = u64::from(exposed) | u64::from(reaches_all && aligned) << 1;
@@ -112,8 +143,8 @@ impl Rdma {
                 .collect())
         })
         .map_err(fail)?;
-        let atomics = element.is_some_and(|e| DEVICE_ELEMENTS.contains(&e))
-            && all.chunks_exact(3).all(|theirs| theirs[2] == 3);
+        let atomics =
+            element.is_some_and(device_element) && all.chunks_exact(3).all(|theirs| theirs[2] == 3);
         if targets.iter().all(Option::is_none) && exposure.is_none() {
             return Ok(None);
         }
@@ -124,6 +155,17 @@ impl Rdma {
             exposure,
             pending: RefCell::new(vec![0; size as usize]),
         }))
+    }
+
+    /// Says (under `MPIRT_VERBOSE`) that this rank's window is not reached by RDMA.
+    fn not_exposed(data: &CommData, bytes: usize, cause: &Cause) {
+        if crate::collective::verbose() {
+            bootstrap::output::say(&format!(
+                "mpirt: rank {}: registering {bytes} bytes for a window failed ({cause}): \
+                 operations on this rank's window go by messages",
+                data.world_rank(data.rank)
+            ));
+        }
     }
 
     fn release(exposure: Option<WindowExposure>) {
@@ -244,12 +286,20 @@ impl Rdma {
         // SAFETY: an atomic has no local memory of the caller's (it fetches into the
         // transport's).
         let ticket = unsafe { self.post(target, op, offset) }?;
-        self.wait(target, ticket)?;
         let peer = self.world[target as usize];
-        with_engine_or_lent(|e| {
-            Ok(e.native()
-                .map_or(0, |engine| engine.rma_result(peer, ticket)))
-        })
+        // The result is read in the borrow that saw the completion: between two borrows
+        // another thread (`Threading::Multiple`) could post atomics that reuse its slot.
+        let found = std::cell::Cell::new(0);
+        environment::wait_until_or_lent(pml::stall::Awaited::State, |e| {
+            Ok(e.native().is_none_or(|engine| {
+                let done = engine.rma_done(peer, ticket);
+                if done {
+                    found.set(engine.rma_result(peer, ticket));
+                }
+                done
+            }))
+        })?;
+        Ok(found.get())
     }
 
     /// `target[offset..] = incoming ∘ target[offset..]`, each 8-byte element one device
@@ -264,7 +314,25 @@ impl Rdma {
         incoming: &[u8],
         mut old: Option<&mut [u8]>,
     ) -> Result<(), Cause> {
-        let integer = datatype != crate::datatype::datatype_of::<f64>();
+        let integer = operation::element_code(datatype).is_some_and(operation::is_integer);
+        // The compare-and-swap loops' first guesses: the elements as one RDMA READ finds
+        // them, so that each costs one round trip where no other rank meets it, rather
+        // than two (a blind guess and the retry); a single element guesses 0 instead (a
+        // fresh counter's), as a read would cost the round trip the guess may save.
+        let swapped = !(op == AccumulateOperation::NoOp || integer && is_sum(op));
+        let elements = incoming.len() / 8;
+        let mut guesses = vec![
+            0u8;
+            if swapped && elements > 1 {
+                8 * elements
+            } else {
+                0
+            }
+        ];
+        if !guesses.is_empty() {
+            // SAFETY: `guesses` is this function's, waited for here.
+            unsafe { self.get(target, offset, &mut guesses, true) }?;
+        }
         for (i, value) in incoming.chunks_exact(8).enumerate() {
             let at = offset + 8 * i as u64;
             let value = u64::from_ne_bytes(value.try_into().expect("8 bytes"));
@@ -280,7 +348,7 @@ impl Rdma {
                 _ if integer && is_sum(op) => {
                     self.atomic(target, at, RmaOp::FetchAdd { add: value })?
                 }
-                _ => self.swap_loop(target, at, |current| {
+                _ => self.swap_loop(target, at, guesses.get(8 * i..8 * i + 8), |current| {
                     let mut next = current.to_ne_bytes();
                     op.apply(datatype, &value.to_ne_bytes(), &mut next);
                     u64::from_ne_bytes(next)
@@ -293,11 +361,17 @@ impl Rdma {
         Ok(())
     }
 
-    /// Replaces the element at `offset` by `next(current)` with compare-and-swaps until one
-    /// finds the value it computed from; returns that value.
-    fn swap_loop(&self, target: u32, offset: u64, next: impl Fn(u64) -> u64) -> Result<u64, Cause> {
-        // A first guess of 0 (a fresh counter's) costs what reading the element would.
-        let mut guess = 0;
+    /// Replaces the element at `offset` by `next(current)` with compare-and-swaps, the first
+    /// comparing with `guess` (0 where none), until one finds the value it computed from;
+    /// returns that value.
+    fn swap_loop(
+        &self,
+        target: u32,
+        offset: u64,
+        guess: Option<&[u8]>,
+        next: impl Fn(u64) -> u64,
+    ) -> Result<u64, Cause> {
+        let mut guess = guess.map_or(0, |g| u64::from_ne_bytes(g.try_into().expect("8 bytes")));
         loop {
             let swap = next(guess);
             let found = self.atomic(

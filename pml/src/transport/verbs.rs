@@ -679,7 +679,7 @@ impl VerbsTransport {
             .registry
             .acquire(target.as_ptr() as usize, target.len(), true)
             .map_err(|e| transport(peer, e.to_string()))?;
-        let piece_max = self.dev.max_msg.max(1 << 16) as usize;
+        let piece_max = self.dev.max_piece();
         let pieces = target.len().div_ceil(piece_max);
         let read = self.reads.insert(Read {
             token,
@@ -914,8 +914,8 @@ impl VerbsTransport {
                     None
                 }
                 WR_RMA => {
-                    self.rma_completed(index);
-                    status.map(|s| format!("a one-sided operation on rank {peer} failed: {s}"))
+                    let (what, len) = self.rma_completed(index);
+                    status.map(|s| format!("an {what} of {len} bytes on rank {peer} failed: {s}"))
                 }
                 WR_PROBE => status.map(|s| {
                     format!(

@@ -84,6 +84,15 @@ fn choose_gid_index(device: &str, port: u8) -> Option<u8> {
 }
 
 impl Device {
+    /// The longest piece one work request carries: the port's `max_msg_sz`, or 64 KiB where
+    /// a port reports none (0).
+    pub fn max_piece(&self) -> usize {
+        match self.max_msg {
+            0 => 1 << 16,
+            n => n as usize,
+        }
+    }
+
     /// Opens `wanted` (a name, or the first device for an empty name).
     pub fn open(wanted: &str, gid_override: Option<u8>) -> Result<Device, String> {
         let names = device_names();

@@ -32,6 +32,17 @@ const WINDOW_ACCESS: u32 = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
 /// Work requests left free on a queue pair for credits, probes and goodbyes.
 const KEEP_FREE: u32 = 8;
 
+/// A posted work request of a one-sided operation.
+struct InFlight {
+    /// The operation, for its error ("RDMA WRITE", "RDMA READ", "RDMA atomic").
+    what: &'static str,
+    /// Its bytes.
+    len: usize,
+    /// The operation's origin registration, on the last work request posted of it
+    /// (completions on a queue pair come in order: the earlier ones are done by then).
+    mr: Option<MrId>,
+}
+
 pub(super) struct Rma {
     /// The queue pair connected to itself, for operations on this rank's own window
     /// (`None` once stopped).
@@ -41,8 +52,8 @@ pub(super) struct Rma {
     /// Where atomics fetch to: `SEND_DEPTH` 8-byte slots per rank, the ticket's slot being
     /// its number modulo `SEND_DEPTH` (more are never in flight to one rank).
     slots: Region,
-    /// Each posted operation's origin registration, released when it completes.
-    in_flight: Slab<Option<MrId>>,
+    /// Each posted work request, until it completes.
+    in_flight: Slab<InFlight>,
     pub writes: u64,
     pub reads: u64,
     pub atomics: u64,
@@ -123,7 +134,7 @@ impl VerbsTransport {
         op: RmaOp,
         remote: RemoteKey,
     ) -> Result<Option<u64>, PmlError> {
-        let piece_max = self.dev.max_msg.max(1 << 16) as usize;
+        let piece_max = self.dev.max_piece();
         let pieces = match op {
             RmaOp::Write { len, .. } | RmaOp::Read { len, .. } => len.div_ceil(piece_max).max(1),
             _ => 1,
@@ -147,11 +158,11 @@ impl VerbsTransport {
             return Ok(None);
         }
         let rkey = remote.key as u32;
-        let failed = |what: &str, rc: i32| {
+        let failed = |what: &str, len: usize, rc: i32| {
             transport(
                 peer,
                 format!(
-                    "posting {what} failed: {}",
+                    "posting {what} of {len} bytes to rank {peer} failed: {}",
                     io::Error::from_raw_os_error(rc)
                 ),
             )
@@ -169,7 +180,8 @@ impl VerbsTransport {
                 };
                 let lkey = mr.map_or(0, |k| k.lkey);
                 self.rma.writes += 1;
-                self.post_pieces(peer, mr.map(|k| k.id), pieces, piece_max, len, |off| {
+                let mr_id = mr.map(|k| k.id);
+                self.post_pieces(peer, "RDMA WRITE", mr_id, pieces, piece_max, len, |off| {
                     (
                         ibv_wr_opcode::IBV_WR_RDMA_WRITE,
                         local as u64 + off as u64,
@@ -180,7 +192,7 @@ impl VerbsTransport {
                         },
                     )
                 })
-                .map_err(|rc| failed("an RDMA WRITE", rc))
+                .map_err(|rc| failed("an RDMA WRITE", len, rc))
             }
             RmaOp::Read { local, len } => {
                 let keys = self
@@ -188,18 +200,26 @@ impl VerbsTransport {
                     .acquire(local as usize, len, true)
                     .map_err(|e| transport(peer, e.to_string()))?;
                 self.rma.reads += 1;
-                self.post_pieces(peer, Some(keys.id), pieces, piece_max, len, |off| {
-                    (
-                        ibv_wr_opcode::IBV_WR_RDMA_READ,
-                        local as u64 + off as u64,
-                        keys.lkey,
-                        Remote::Rdma {
-                            addr: remote.addr + off as u64,
-                            rkey,
-                        },
-                    )
-                })
-                .map_err(|rc| failed("an RDMA READ", rc))
+                self.post_pieces(
+                    peer,
+                    "RDMA READ",
+                    Some(keys.id),
+                    pieces,
+                    piece_max,
+                    len,
+                    |off| {
+                        (
+                            ibv_wr_opcode::IBV_WR_RDMA_READ,
+                            local as u64 + off as u64,
+                            keys.lkey,
+                            Remote::Rdma {
+                                addr: remote.addr + off as u64,
+                                rkey,
+                            },
+                        )
+                    },
+                )
+                .map_err(|rc| failed("an RDMA READ", len, rc))
             }
             RmaOp::FetchAdd { .. } | RmaOp::CompareSwap { .. } => {
                 let (opcode, compare_add, swap) = match op {
@@ -214,7 +234,7 @@ impl VerbsTransport {
                 let local = self.rma.slots.buf.as_ptr() as u64 + slot as u64;
                 let lkey = self.rma.slots.lkey();
                 self.rma.atomics += 1;
-                self.post_pieces(peer, None, 1, 8, 8, |_| {
+                self.post_pieces(peer, "RDMA atomic", None, 1, 8, 8, |_| {
                     (
                         opcode,
                         local,
@@ -227,28 +247,36 @@ impl VerbsTransport {
                         },
                     )
                 })
-                .map_err(|rc| failed("an RDMA atomic", rc))
+                .map_err(|rc| failed("an RDMA atomic", 8, rc))
             }
         }
         .map(Some)
     }
 
-    /// Posts an operation of `len` bytes as `pieces` work requests of at most `piece_max`
-    /// bytes each, `wr(offset)` saying what each is; the last carries the origin
-    /// registration `mr`. Returns the last one's ticket.
+    /// Posts the operation `what` of `len` bytes as `pieces` work requests of at most
+    /// `piece_max` bytes each, `wr(offset)` saying what each is; the last carries the origin
+    /// registration `mr`. Returns the last one's ticket. Where a piece fails to post, the
+    /// registration goes with the last piece posted, released once it completed.
+    #[allow(clippy::too_many_arguments)]
     fn post_pieces(
         &mut self,
         peer: Rank,
+        what: &'static str,
         mr: Option<MrId>,
         pieces: usize,
         piece_max: usize,
         len: usize,
         wr: impl Fn(usize) -> (ibv_wr_opcode::Type, u64, u32, Remote),
     ) -> Result<u64, i32> {
+        let mut posted: Option<usize> = None;
         for i in 0..pieces {
             let off = i * piece_max;
             let last = i + 1 == pieces;
-            let index = self.rma.in_flight.insert(if last { mr } else { None });
+            let index = self.rma.in_flight.insert(InFlight {
+                what,
+                len,
+                mr: if last { mr } else { None },
+            });
             let (opcode, local, lkey, remote) = wr(off);
             let piece = piece_max.min(len - off) as u32;
             if let Err(rc) = self.post(
@@ -261,21 +289,30 @@ impl VerbsTransport {
                 remote,
             ) {
                 self.rma.in_flight.remove(index);
-                if let Some(mr) = mr {
-                    self.registry.release(mr);
+                match posted {
+                    Some(earlier) => self.rma.in_flight[earlier].mr = mr,
+                    None => {
+                        if let Some(mr) = mr {
+                            self.registry.release(mr);
+                        }
+                    }
                 }
                 return Err(rc);
             }
+            posted = Some(index);
             self.peer_mut(peer).expect("posted to it").rma_posted += 1;
         }
         Ok(self.peer_ref(peer).expect("posted to it").rma_posted)
     }
 
-    /// The operation posted as `index` completed: its origin registration goes back.
-    pub(super) fn rma_completed(&mut self, index: usize) {
-        if let Some(Some(mr)) = self.rma.in_flight.try_remove(index) {
+    /// The work request posted as `index` completed: its origin registration goes back.
+    /// Returns its operation and length, for an error.
+    pub(super) fn rma_completed(&mut self, index: usize) -> (&'static str, usize) {
+        let done = self.rma.in_flight.remove(index);
+        if let Some(mr) = done.mr {
             self.registry.release(mr);
         }
+        (done.what, done.len)
     }
 
     /// Whether every operation to `peer` up to `ticket` completed (false for a peer whose
@@ -288,9 +325,12 @@ impl VerbsTransport {
     /// The value the atomic `ticket` to `peer` fetched, once it completed.
     pub fn rma_result(&self, peer: Rank, ticket: u64) -> u64 {
         let at = Rma::slot_index(peer, ticket) * 8;
+        // The device wrote the slot before the completion that `rma_done` saw, and the
+        // provider's `ibv_poll_cq`, which reported that completion, orders its reads after
+        // the device's writes (a memory barrier of its own); a fence here would add nothing.
+        // The caller reads the result in the engine borrow that saw the completion, before
+        // another atomic may reuse the slot.
         let bytes = &self.rma.slots.buf[at..at + 8];
-        // The device wrote the slot before the completion that `rma_done` saw.
-        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
         u64::from_ne_bytes(bytes.try_into().expect("8 bytes"))
     }
 }
