@@ -14,7 +14,7 @@ use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use super::gather::{Batch, IovecRoom, IOV_MAX};
+use super::gather::{Batch, IovecRoom, IOV_MAX, SHORT_RUN};
 use super::{Sent, Sink};
 use crate::blocks::{Blocks, PackedRange};
 use crate::envelope::Rank;
@@ -160,6 +160,12 @@ impl Conn {
         let total = header.len() + range.len;
         let prefix = frame_prefix(total)?;
         let whole = PREFIX_LEN + total;
+        // A scratch that holds no short run would leave batches that take none of them.
+        debug_assert!(
+            scratch.len() >= SHORT_RUN,
+            "a {}-byte scratch",
+            scratch.len()
+        );
         // SAFETY: this function's contract.
         let list = unsafe { blocks.local_list() };
         let mut iov: IovecRoom = [MaybeUninit::uninit(); IOV_MAX];
