@@ -27,6 +27,14 @@ pub struct Block {
     pub len: usize,
 }
 
+/// The packed bytes `start..start + len` of a [`Blocks`]: a part of a non-contiguous send
+/// that one frame carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PackedRange {
+    pub start: usize,
+    pub len: usize,
+}
+
 /// `count` elements `extent` bytes apart from `base`, each made of `blocks` in the order
 /// their bytes travel (MPI's type map). `#[repr(C)]` and plain integers: a receiver reads
 /// it whole out of the sender's memory.

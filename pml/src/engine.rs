@@ -12,7 +12,7 @@ mod one_sided;
 use std::slice;
 use std::time::Duration;
 
-use crate::blocks::Blocks;
+use crate::blocks::{Blocks, PackedRange};
 use crate::config::EngineConfig;
 use crate::envelope::{ContextId, Rank, Tag};
 use crate::error::PmlError;
@@ -623,8 +623,15 @@ impl DirectWrite for DirectBlocks<'_> {
         // SAFETY: `blocks` came from `post_send_blocks`, whose contract keeps the description,
         // its elements and its list alive and unchanged until the send completes.
         let sent = unsafe {
-            self.transport
-                .try_send_blocks(self.to, header, self.blocks, (0, self.blocks.len()))?
+            self.transport.try_send_blocks(
+                self.to,
+                header,
+                self.blocks,
+                PackedRange {
+                    start: 0,
+                    len: self.blocks.len(),
+                },
+            )?
         };
         debug_assert_ne!(sent, Some(Sent::Part), "a direct send went out in part");
         Ok(sent == Some(Sent::Whole))

@@ -17,7 +17,7 @@ mod stored_payload;
 
 use std::collections::VecDeque;
 
-use crate::blocks::Blocks;
+use crate::blocks::{Blocks, PackedRange};
 use crate::bulk_copy;
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
@@ -134,11 +134,11 @@ pub struct Transmit<'a> {
 #[derive(Clone, Copy, Debug)]
 pub enum Payload<'a> {
     Bytes(&'a [u8]),
-    /// The packed bytes `range.0..range.0 + range.1` of a non-contiguous buffer, gathered
-    /// from its blocks by the transport (`Transport::try_send_blocks`).
+    /// The packed bytes `range` of a non-contiguous buffer, gathered from its blocks by the
+    /// transport (`Transport::try_send_blocks`).
     Blocks {
         blocks: &'a Blocks,
-        range: (usize, usize),
+        range: PackedRange,
     },
 }
 
@@ -1048,15 +1048,6 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
                             format!("GET of {len} bytes from a {send_len}-byte send"),
                         )
                     })?;
-                // A buffer without contiguous bytes streams from its blocks: a receiver that
-                // does not read the sender's memory (CMA off on its side) gets it packed,
-                // frame by frame.
-                if buf.blocks().is_none() && buf.bytes().len() < end {
-                    return Err(protocol(
-                        from,
-                        format!("GET of {len} bytes from a send that holds fewer"),
-                    ));
-                }
                 if end == 0 {
                     *state = SendState::Done(Ok(()));
                     return Ok(());
@@ -1278,7 +1269,7 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
             let len = len.unwrap_or(buf.message_len() - start);
             return Payload::Blocks {
                 blocks,
-                range: (start, len),
+                range: PackedRange { start, len },
             };
         }
         let bytes = &buf.bytes()[start..];

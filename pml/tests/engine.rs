@@ -846,26 +846,131 @@ fn non_contiguous_sends_gather_their_blocks() {
             let reads = e.counters().remote_reads - before.remote_reads;
             assert_eq!(reads, 0, "case {case}: read in place by a rank without CMA");
         }
+        if mode == "tcp" {
+            gathered_and_contiguous_sends_keep_their_order(&mut e, rank);
+        }
         e.flush_all().unwrap();
         println!("{mode} gathered ok");
         return;
     }
     for mode in ["tcp", "shm-no-cma"] {
-        let dir =
-            env::temp_dir().join(format!("pml-engine-gathered-{mode}-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
+        let dir = TempDir::new(&format!(
+            "pml-engine-gathered-{mode}-{}",
+            std::process::id()
+        ));
         let outputs = run_children(
             "non_contiguous_sends_gather_their_blocks",
             2,
             GATHERED_ENV,
-            |r| format!("{mode},{},{r}", dir.display()),
+            |r| format!("{mode},{},{r}", dir.0.display()),
             &[],
             Duration::from_secs(120),
         );
         assert_all_succeeded(&outputs, &format!("{mode}: "));
-        fs::remove_dir_all(dir).unwrap();
         let out = String::from_utf8_lossy(&outputs[0].stdout);
         assert!(out.contains(&format!("{mode} gathered ok")), "{out}");
+    }
+}
+
+/// A wire-up directory, removed when dropped, so that a failed assertion leaves none behind.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = env::temp_dir().join(name);
+        fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_dir_all(&self.0) {
+            eprintln!("could not remove {}: {e}", self.0.display());
+        }
+    }
+}
+
+/// Rank 1 posts, all at once to rank 0 over TCP, gathered sends (an eager column, a
+/// rendezvous one) between contiguous ones (eager and rendezvous), with varied tags; rank 0
+/// receives them with wildcard source and tag, one at a time, and must get them in the
+/// order they were posted (MPI's non-overtaking rule), whichever path each took.
+fn gathered_and_contiguous_sends_keep_their_order(e: &mut Engine, rank: u32) {
+    const MESSAGES: usize = 10;
+    let extent = 24;
+    let list = [Block { offset: 8, len: 8 }];
+    // (gathered, elements or bytes) per message: columns of 12 and 40 000 doubles.
+    let shapes = |i: usize| match i % 5 {
+        0 => (false, 100),
+        1 => (true, 12),
+        2 => (false, 9000),
+        3 => (true, 40_000),
+        _ => (false, 0),
+    };
+    let sources: Vec<Vec<u8>> = (0..MESSAGES)
+        .map(|i| match shapes(i) {
+            (true, count) => pattern(count * extent, i),
+            (false, len) => pattern(len, i),
+        })
+        .collect();
+    let expected = |i: usize| -> Vec<u8> {
+        match shapes(i) {
+            (true, count) => (0..count)
+                .flat_map(|el| sources[i][el * extent + 8..][..8].to_vec())
+                .collect(),
+            (false, _) => sources[i].clone(),
+        }
+    };
+    let tag = |i: usize| 1000 + (i % 3) as i32;
+    if rank == 1 {
+        let descriptions: Vec<Option<Blocks>> = (0..MESSAGES)
+            .map(|i| match shapes(i) {
+                (true, count) => {
+                    Some(Blocks::new(sources[i].as_ptr(), count, extent, &list).unwrap())
+                }
+                (false, _) => None,
+            })
+            .collect();
+        let mut handles = Vec::new();
+        for (i, description) in descriptions.iter().enumerate() {
+            // SAFETY: the sources, list and descriptions outlive the sends, waited for below.
+            let h = unsafe {
+                match description {
+                    Some(blocks) => e
+                        .post_send_blocks(0, 1, 0, tag(i), SendMode::Standard, blocks)
+                        .unwrap()
+                        .expect("TCP gathers every send's frames"),
+                    None => e
+                        .post_send(
+                            0,
+                            1,
+                            0,
+                            tag(i),
+                            SendMode::Standard,
+                            sources[i].as_ptr(),
+                            sources[i].len(),
+                        )
+                        .unwrap(),
+                }
+            };
+            handles.push(h);
+        }
+        for h in handles {
+            assert_eq!(e.wait(h).unwrap(), Done::Sent);
+        }
+        return;
+    }
+    let capacity = (0..MESSAGES).map(|i| expected(i).len()).max().unwrap();
+    for i in 0..MESSAGES {
+        let (buf, st) = recv(e, SourceSel::Any, TagSel::Any, capacity);
+        let want = expected(i);
+        assert_eq!(
+            (st.source, st.tag, st.len),
+            (1, tag(i), want.len()),
+            "message {i} ({:?}) overtaken",
+            shapes(i)
+        );
+        assert!(buf[..want.len()] == want[..], "message {i}: wrong bytes");
     }
 }
 

@@ -13,7 +13,7 @@ use super::tcp::TcpTransport;
 #[cfg(feature = "verbs")]
 use super::verbs::VerbsTransport;
 use super::{Caps, Exposure, Job, Peer, Reading, RmaOp, Sent, Sink, Transport};
-use crate::blocks::Blocks;
+use crate::blocks::{Blocks, PackedRange};
 use crate::config::TransportChoice;
 use crate::envelope::Rank;
 use crate::error::PmlError;
@@ -249,7 +249,7 @@ impl Transport for AnyTransport {
         peer: Peer,
         header: &[u8],
         blocks: &Blocks,
-        range: (usize, usize),
+        range: PackedRange,
     ) -> Result<Option<Sent>, PmlError> {
         // SAFETY: this function's contract, passed on unchanged to the transport it holds.
         each!(self, t => unsafe { Transport::try_send_blocks(t, peer, header, blocks, range) })

@@ -29,7 +29,7 @@ use std::time::Duration;
 pub use dispatch::{AnyTransport, Connected, Opening, Registration};
 pub(crate) use wake::WakeSet;
 
-use crate::blocks::Blocks;
+use crate::blocks::{Blocks, PackedRange};
 use crate::config::EngineConfig;
 use crate::envelope::Rank;
 use crate::error::PmlError;
@@ -252,8 +252,8 @@ pub trait Transport {
     /// Puts `header` then `payload` on the way to `peer` as one frame, or some or none of it.
     fn try_send(&mut self, peer: Peer, header: &[u8], payload: &[u8]) -> Result<Sent, PmlError>;
 
-    /// [`try_send`](Self::try_send) of a frame whose payload is the packed bytes
-    /// `start..start + len` of the non-contiguous buffer `blocks` describes (a description
+    /// [`try_send`](Self::try_send) of a frame whose payload is the packed bytes `range` of
+    /// the non-contiguous buffer `blocks` describes (a description
     /// made in this process), taken straight from its blocks; `None`, having sent nothing,
     /// where this transport does not (the caller packs them). As with `try_send`, a frame
     /// sent in part is passed again, the same, until it went out whole.
@@ -261,13 +261,13 @@ pub trait Transport {
     /// # Safety
     /// `blocks` must have been made in this process by [`Blocks::new`], the elements and
     /// block list it points to must be alive and readable for the call (the transport reads
-    /// through its raw addresses), and `start + len` at most `blocks.len()`.
+    /// through its raw addresses), and `range.start + range.len` at most `blocks.len()`.
     unsafe fn try_send_blocks(
         &mut self,
         _peer: Peer,
         _header: &[u8],
         _blocks: &Blocks,
-        _range: (usize, usize),
+        _range: PackedRange,
     ) -> Result<Option<Sent>, PmlError> {
         Ok(None)
     }

@@ -47,7 +47,7 @@ pub(crate) use renamed::Renamed;
 
 use super::epoll::{interest, Epoll, Ready};
 use super::{Sent, Sink};
-use crate::blocks::Blocks;
+use crate::blocks::{Blocks, PackedRange};
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use addrs::{IfAddr, Selector};
@@ -182,6 +182,9 @@ pub struct TcpTransport {
     /// spawned ranks numbers its ranks its own way (`engine/bridge.rs`); `None` for the
     /// world's TCP, whose ranks are the engine's.
     pub(crate) names: Option<Box<[Rank]>>,
+    /// Where `send_blocks` gathers short runs, for every connection: `sendmsg` copies them
+    /// before it returns, so one is enough. Allocated by the first such send.
+    gather_scratch: Box<[u8]>,
 }
 
 fn io_error(what: &str, e: io::Error) -> String {
@@ -259,6 +262,7 @@ impl TcpTransport {
             rounds_to_skip: 0,
             quiet_rounds: 0,
             names: None,
+            gather_scratch: Box::default(),
         })
     }
 
@@ -313,12 +317,20 @@ impl TcpTransport {
         peer: Rank,
         header: &[u8],
         blocks: &Blocks,
-        range: (usize, usize),
+        range: PackedRange,
     ) -> Result<Sent, PmlError> {
-        // SAFETY: this function's contract.
-        self.send_with(peer, |conn| unsafe {
-            conn.send_blocks(header, blocks, range)
-        })
+        if self.gather_scratch.is_empty() {
+            self.gather_scratch = vec![0; gather::SCRATCH_LEN].into_boxed_slice();
+        }
+        // Lent out of `self` for the write, which borrows the peer's connection from it too.
+        let mut scratch = std::mem::take(&mut self.gather_scratch);
+        // SAFETY: this function's contract; the scratch is this transport's own, apart from
+        // the send's memory.
+        let sent = self.send_with(peer, |conn| unsafe {
+            conn.send_blocks(header, blocks, range, &mut scratch)
+        });
+        self.gather_scratch = scratch;
+        sent
     }
 
     /// A frame to `peer`, written by `write` on its connection (dialling first if needed).

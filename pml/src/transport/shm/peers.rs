@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::{
     allow_ptrace_from_peers, read_in_place, read_remote, PeerArena, ShmConfig, ShmTransport,
 };
-use crate::blocks::{self, Blocks};
+use crate::blocks::{self, Blocks, PackedRange};
 use crate::config::TransportChoice;
 use crate::envelope::Rank;
 use crate::error::PmlError;
@@ -316,7 +316,7 @@ impl Transport for ShmPeers {
         peer: Peer,
         header: &[u8],
         blocks: &Blocks,
-        (start, len): (usize, usize),
+        PackedRange { start, len }: PackedRange,
     ) -> Result<Option<Sent>, PmlError> {
         // SAFETY: this function's contract: a description made in this process, its elements
         // and list alive for the call, the range within its bytes; the ring's free space

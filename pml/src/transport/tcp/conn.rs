@@ -9,13 +9,14 @@
 //! a stream of them is never staged.
 
 use std::io::{self, Read, Write};
+use std::mem::MaybeUninit;
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use super::gather::{Batch, IOV_MAX, SCRATCH_LEN};
+use super::gather::{Batch, IovecRoom, IOV_MAX, SHORT_RUN};
 use super::{Sent, Sink};
-use crate::blocks::Blocks;
+use crate::blocks::{Blocks, PackedRange};
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::transport::Placement;
@@ -53,14 +54,37 @@ pub struct Conn {
     header_first: bool,
     /// Bytes of the frame being sent that are already on the wire.
     sent_of_frame: usize,
-    /// Where `send_blocks` gathers short runs; allocated by the first such send.
-    scratch: Box<[u8]>,
     pub writable: bool,
     goodbye_received: bool,
 }
 
 fn peer_error(peer: Rank, cause: impl Into<String>) -> PmlError {
     PmlError::transport(peer, cause.into())
+}
+
+/// The length before a frame of `total` bytes.
+fn frame_prefix(total: usize) -> io::Result<[u8; PREFIX_LEN]> {
+    u32::try_from(total)
+        .map(u32::to_le_bytes)
+        .map_err(|_| io::Error::other(format!("a frame of {total} bytes is too long")))
+}
+
+/// Calls `each` with what is left of each of `parts`, in order, once their first `sent`
+/// bytes are on the wire; returns how many of `sent` lie past them all.
+fn for_each_unsent<'a>(
+    parts: &[&'a [u8]],
+    mut sent: usize,
+    mut each: impl FnMut(&'a [u8]),
+) -> usize {
+    for part in parts {
+        if sent >= part.len() {
+            sent -= part.len();
+            continue;
+        }
+        each(&part[sent..]);
+        sent = 0;
+    }
+    sent
 }
 
 /// One read: `Some(n)` bytes (0 at end of stream), `None` when the socket has nothing.
@@ -91,7 +115,6 @@ impl Conn {
             direct: None,
             header_first: false,
             sent_of_frame: 0,
-            scratch: Box::default(),
             writable: true,
             goodbye_received: false,
         }
@@ -101,80 +124,77 @@ impl Conn {
     /// a previous call wrote. The caller passes the same frame until it went out whole.
     pub fn send(&mut self, header: &[u8], payload: &[u8]) -> io::Result<Sent> {
         let total = header.len() + payload.len();
-        let prefix = u32::try_from(total)
-            .map_err(|_| io::Error::other(format!("a frame of {total} bytes is too long")))?
-            .to_le_bytes();
-        let parts: [&[u8]; 3] = [&prefix, header, payload];
-        let whole = PREFIX_LEN + total;
+        let prefix = frame_prefix(total)?;
         let mut iov = [libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
         }; 3];
         let mut n_iov = 0;
-        let mut skip = self.sent_of_frame;
-        for part in parts {
-            if skip >= part.len() {
-                skip -= part.len();
-                continue;
-            }
-            let rest = &part[skip..];
-            skip = 0;
+        for_each_unsent(&[&prefix, header, payload], self.sent_of_frame, |rest| {
             iov[n_iov] = libc::iovec {
                 iov_base: rest.as_ptr() as *mut libc::c_void,
                 iov_len: rest.len(),
             };
             n_iov += 1;
-        }
-        self.sent_of_frame += Self::sendmsg(&self.sock, &mut iov[..n_iov])?;
-        Ok(self.sent(whole))
+        });
+        // SAFETY: the iovecs point into `prefix`, `header` and `payload`, alive for the call.
+        self.sent_of_frame += unsafe { Self::sendmsg(&self.sock, &mut iov[..n_iov]) }?;
+        Ok(self.sent(PREFIX_LEN + total))
     }
 
-    /// [`send`](Self::send) of a frame whose payload is the packed bytes `start..start +
-    /// len` of `blocks`, gathered from its blocks (see `gather.rs`), in batches of at most
-    /// `IOV_MAX` iovecs, as many as the socket takes.
+    /// [`send`](Self::send) of a frame whose payload is the packed bytes `range` of `blocks`,
+    /// gathered from its blocks (see `gather.rs`) through `scratch` (of `SCRATCH_LEN` bytes,
+    /// reused once `sendmsg` returns), in batches of at most `IOV_MAX` iovecs, as many as the
+    /// socket takes.
     ///
     /// # Safety
     /// `blocks` must have been made in this process, its elements and block list alive and
-    /// readable for the call, and the range within its bytes.
+    /// readable for the call, the range within its bytes, and `scratch` apart from them.
     pub unsafe fn send_blocks(
         &mut self,
         header: &[u8],
         blocks: &Blocks,
-        (start, len): (usize, usize),
+        range: PackedRange,
+        scratch: &mut [u8],
     ) -> io::Result<Sent> {
-        let total = header.len() + len;
-        let prefix = u32::try_from(total)
-            .map_err(|_| io::Error::other(format!("a frame of {total} bytes is too long")))?
-            .to_le_bytes();
+        let total = header.len() + range.len;
+        let prefix = frame_prefix(total)?;
         let whole = PREFIX_LEN + total;
-        if self.scratch.is_empty() {
-            self.scratch = vec![0; SCRATCH_LEN].into_boxed_slice();
-        }
+        // A scratch that holds no short run would leave batches that take none of them.
+        debug_assert!(
+            scratch.len() >= SHORT_RUN,
+            "a {}-byte scratch",
+            scratch.len()
+        );
         // SAFETY: this function's contract.
         let list = unsafe { blocks.local_list() };
-        let mut iov = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; IOV_MAX];
-        while self.sent_of_frame < whole {
-            let mut batch = Batch::new(&mut iov, &mut self.scratch);
-            let mut skip = self.sent_of_frame;
-            for part in [&prefix[..], header] {
-                if skip >= part.len() {
-                    skip -= part.len();
-                    continue;
-                }
-                batch.point(part[skip..].as_ptr(), part.len() - skip);
-                skip = 0;
-            }
-            // SAFETY: this function's contract; the scratch is the connection's own.
-            unsafe { batch.runs(blocks, list, start + skip, len - skip) };
+        let mut iov: IovecRoom = [MaybeUninit::uninit(); IOV_MAX];
+        let mut batch = Batch::new(&mut iov, scratch);
+        let sent_of_payload = for_each_unsent(&[&prefix, header], self.sent_of_frame, |rest| {
+            batch.point(rest);
+        });
+        // The runs are found once, from where this call resumes the frame (a walk of the
+        // block list from its start); each batch takes up where the one before stopped.
+        let mut runs = blocks
+            .runs(
+                list,
+                range.start + sent_of_payload,
+                range.len - sent_of_payload,
+            )
+            .peekable();
+        loop {
+            // SAFETY: the runs lie in the send's elements, readable and apart from the
+            // scratch (this function's contract).
+            unsafe { batch.runs(&mut runs) };
             let built = batch.bytes;
-            let n = Self::sendmsg(&self.sock, batch.iovecs())?;
+            // SAFETY: the iovecs point into `prefix` and `header`, alive here, the scratch,
+            // and the send's elements (readable: this function's contract).
+            let n = unsafe { Self::sendmsg(&self.sock, batch.iovecs()) }?;
             self.sent_of_frame += n;
-            if n < built {
+            if n < built || self.sent_of_frame == whole {
                 break;
             }
+            batch.clear();
         }
         Ok(self.sent(whole))
     }
@@ -195,15 +215,18 @@ impl Conn {
 
     /// One `sendmsg` of `iov` (retried when interrupted); how many bytes it wrote, none when
     /// the socket is full.
-    fn sendmsg(sock: &TcpStream, iov: &mut [libc::iovec]) -> io::Result<usize> {
-        // SAFETY: a zeroed msghdr is valid (no name, no control data); it points at `iov`,
-        // whose entries describe memory readable for this call (the caller's).
+    ///
+    /// # Safety
+    /// Every iovec must describe memory readable for its length for the call.
+    unsafe fn sendmsg(sock: &TcpStream, iov: &mut [libc::iovec]) -> io::Result<usize> {
+        // SAFETY: a zeroed msghdr is valid (no name, no control data).
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = iov.as_mut_ptr();
         msg.msg_iovlen = iov.len();
         loop {
-            // SAFETY: `msg` describes readable memory only; MSG_NOSIGNAL turns a broken
-            // connection into EPIPE instead of a signal.
+            // SAFETY: `msg` points at `iov`, whose entries describe readable memory (this
+            // function's contract); MSG_NOSIGNAL turns a broken connection into EPIPE instead
+            // of a signal.
             let n = unsafe {
                 libc::sendmsg(
                     sock.as_raw_fd(),
@@ -381,5 +404,135 @@ impl Conn {
         let mut sink = [0u8; 64 << 10];
         while self.sock.read(&mut sink)? > 0 {}
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blocks::Block;
+    use crate::transport::tcp::gather::SCRATCH_LEN;
+    use std::net::TcpListener;
+
+    /// A connected pair whose sender's socket buffer is small, so that a frame goes out in
+    /// many partial writes.
+    fn small_buffered_pair() -> (Conn, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (rx, _) = listener.accept().unwrap();
+        let small: libc::c_int = 16 << 10;
+        // SAFETY: an int option of a socket this test owns, read from a live int.
+        let rc = unsafe {
+            libc::setsockopt(
+                tx.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&small as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        tx.set_nodelay(true).unwrap();
+        tx.set_nonblocking(true).unwrap();
+        rx.set_nonblocking(true).unwrap();
+        (Conn::new(tx, 1 << 16), rx)
+    }
+
+    /// Reads what `rx` has into `out`, without waiting.
+    fn read_available(rx: &mut TcpStream, out: &mut Vec<u8>) {
+        let mut buf = [0u8; 64 << 10];
+        loop {
+            match rx.read(&mut buf) {
+                Ok(0) => panic!("the sender closed"),
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    /// A frame gathered from short blocks (through the scratch) and long ones (in place),
+    /// past `IOV_MAX` runs, comes out whole and in the order of a serial pack however the
+    /// socket cuts its writes, and from wherever a write stopped: in the prefix, in the
+    /// header, inside a scratch piece (mid short block) or inside a long run.
+    #[test]
+    fn gathered_frames_resume_where_a_write_stopped() {
+        // Per element: 7 and 5 bytes (gathered into one scratch piece), then 300 in place.
+        let list = [
+            Block { offset: 0, len: 7 },
+            Block { offset: 10, len: 5 },
+            Block {
+                offset: 20,
+                len: 300,
+            },
+        ];
+        let (extent, count) = (340, 600);
+        let source: Vec<u8> = (0..extent * count).map(|i| (i % 251) as u8).collect();
+        let mut serial = Vec::new();
+        for el in 0..count {
+            for b in &list {
+                serial.extend_from_slice(&source[el * extent + b.offset..][..b.len]);
+            }
+        }
+        let blocks = Blocks::new(source.as_ptr(), count, extent, &list).unwrap();
+        let header: Vec<u8> = (100..113).collect();
+        let range = PackedRange {
+            start: 0,
+            len: blocks.len(),
+        };
+        let mut frame = ((header.len() + serial.len()) as u32)
+            .to_le_bytes()
+            .to_vec();
+        frame.extend_from_slice(&header);
+        frame.extend_from_slice(&serial);
+        let payload_at = PREFIX_LEN + header.len();
+        let element_len = 312;
+        let resume_points = [
+            0,
+            2,
+            PREFIX_LEN + 6,
+            payload_at,
+            // Inside the scratch piece of element 100, mid its 7-byte block.
+            payload_at + 100 * element_len + 3,
+            // Inside a scratch piece, mid its 5-byte block.
+            payload_at + 300 * element_len + 9,
+            // Inside a long run.
+            payload_at + 500 * element_len + 12 + 150,
+            frame.len() - 1,
+        ];
+        let (mut conn, mut rx) = small_buffered_pair();
+        let mut scratch = vec![0u8; SCRATCH_LEN];
+        for from in resume_points {
+            conn.sent_of_frame = from;
+            let mut got = Vec::new();
+            let mut partial_writes = 0;
+            loop {
+                // SAFETY: the description was made here from `source` and `list`, alive; the
+                // range is its bytes; the scratch is the test's own.
+                let sent = unsafe { conn.send_blocks(&header, &blocks, range, &mut scratch) };
+                read_available(&mut rx, &mut got);
+                match sent.unwrap() {
+                    Sent::Whole => break,
+                    Sent::Part => partial_writes += 1,
+                    Sent::Nothing => {}
+                }
+                conn.writable = true;
+            }
+            rx.set_nonblocking(false).unwrap();
+            let mut rest = vec![0u8; frame.len() - from - got.len()];
+            rx.read_exact(&mut rest).unwrap();
+            rx.set_nonblocking(true).unwrap();
+            got.extend_from_slice(&rest);
+            assert!(
+                got == frame[from..],
+                "resumed at {from}: the bytes differ from a serial pack"
+            );
+            if from < payload_at {
+                assert!(
+                    partial_writes > 1,
+                    "resumed at {from}: {partial_writes} partial writes"
+                );
+            }
+        }
     }
 }

@@ -5,7 +5,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use super::{parse_selectors, JobSecret, Renamed, TcpConfig, TcpTransport};
-use crate::blocks::Blocks;
+use crate::blocks::{Blocks, PackedRange};
 use crate::config::EngineConfig;
 use crate::envelope::Rank;
 use crate::error::PmlError;
@@ -139,7 +139,7 @@ impl Transport for TcpTransport {
         peer: Peer,
         header: &[u8],
         blocks: &Blocks,
-        range: (usize, usize),
+        range: PackedRange,
     ) -> Result<Option<Sent>, PmlError> {
         // SAFETY: this function's contract, passed on.
         unsafe { self.send_blocks(peer.index, header, blocks, range) }

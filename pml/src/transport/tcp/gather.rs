@@ -5,7 +5,10 @@
 //! iovec per 8-byte block (a column of doubles): per iovec it costs more than copying a few
 //! hundred bytes, and the scratch, reused batch after batch, stays in cache.
 
-use crate::blocks::{Block, Blocks};
+use std::iter::Peekable;
+use std::mem::MaybeUninit;
+
+use crate::blocks::Runs;
 
 /// The most iovecs one `sendmsg` takes (Linux's `UIO_MAXIOV`, POSIX's `IOV_MAX`).
 pub const IOV_MAX: usize = libc::UIO_MAXIOV as usize;
@@ -14,9 +17,14 @@ pub const SHORT_RUN: usize = 256;
 /// Bytes of short runs one batch gathers at most.
 pub const SCRATCH_LEN: usize = 64 << 10;
 
+/// Room for a batch's iovecs, left uninitialized: a 100-byte eager frame fills two or three
+/// of its 16 KiB, and a batch writes each before it hands it out.
+pub type IovecRoom = [MaybeUninit<libc::iovec>; IOV_MAX];
+
 /// One batch being built: iovecs into `iov`, short runs copied into `scratch`.
 pub struct Batch<'a> {
-    iov: &'a mut [libc::iovec; IOV_MAX],
+    iov: &'a mut IovecRoom,
+    /// The iovecs written, the first of `iov`.
     n_iov: usize,
     scratch: &'a mut [u8],
     used: usize,
@@ -27,7 +35,7 @@ pub struct Batch<'a> {
 }
 
 impl<'a> Batch<'a> {
-    pub fn new(iov: &'a mut [libc::iovec; IOV_MAX], scratch: &'a mut [u8]) -> Batch<'a> {
+    pub fn new(iov: &'a mut IovecRoom, scratch: &'a mut [u8]) -> Batch<'a> {
         Batch {
             iov,
             n_iov: 0,
@@ -38,21 +46,38 @@ impl<'a> Batch<'a> {
         }
     }
 
-    /// The iovecs built, for `sendmsg`.
-    pub fn iovecs(&mut self) -> &mut [libc::iovec] {
-        &mut self.iov[..self.n_iov]
+    /// Empties the batch for the next, once `sendmsg` took this one whole (it copied the
+    /// scratch's bytes, which the next batch overwrites).
+    pub fn clear(&mut self) {
+        self.n_iov = 0;
+        self.used = 0;
+        self.open = false;
+        self.bytes = 0;
     }
 
-    /// Adds `len` bytes at `addr`, which must stay readable until the batch is sent, as an
-    /// iovec of their own; `false` when the batch has no iovec left.
-    pub fn point(&mut self, addr: *const u8, len: usize) -> bool {
+    /// The iovecs built, for `sendmsg`.
+    pub fn iovecs(&mut self) -> &mut [libc::iovec] {
+        // SAFETY: `point` wrote the first `n_iov` entries; `MaybeUninit<T>` is laid out as `T`.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.iov.as_mut_ptr().cast::<libc::iovec>(), self.n_iov)
+        }
+    }
+
+    /// Adds `part`, which must stay readable until the batch is sent, as an iovec of its own;
+    /// `false` when the batch has no iovec left.
+    pub fn point(&mut self, part: &[u8]) -> bool {
+        self.point_at(part.as_ptr(), part.len())
+    }
+
+    /// [`point`](Self::point) of `len` bytes at `addr`.
+    fn point_at(&mut self, addr: *const u8, len: usize) -> bool {
         if self.n_iov == IOV_MAX {
             return false;
         }
-        self.iov[self.n_iov] = libc::iovec {
+        self.iov[self.n_iov].write(libc::iovec {
             iov_base: addr as *mut libc::c_void,
             iov_len: len,
-        };
+        });
         self.n_iov += 1;
         self.open = false;
         self.bytes += len;
@@ -70,9 +95,10 @@ impl<'a> Batch<'a> {
         }
         let at = self.scratch[self.used..].as_mut_ptr();
         if self.open {
-            self.iov[self.n_iov - 1].iov_len += len;
+            // SAFETY: `open` says the last iovec, written by `point_at`, is the scratch's.
+            unsafe { self.iov[self.n_iov - 1].assume_init_mut() }.iov_len += len;
             self.bytes += len;
-        } else if !self.point(at, len) {
+        } else if !self.point_at(at, len) {
             return false;
         } else {
             self.open = true;
@@ -84,40 +110,34 @@ impl<'a> Batch<'a> {
         true
     }
 
-    /// Adds the packed bytes `start..start + len` of `blocks` (whose block list is `list`),
-    /// as far as the batch holds them; returns how many it took.
+    /// Adds the next of `runs`, in order, as far as the batch holds them; the first it has no
+    /// room for stays in `runs`, for the next batch.
     ///
     /// # Safety
-    /// `blocks` must describe memory of this process readable for the runs of that range
-    /// until the batch is sent, none of it the scratch.
-    pub unsafe fn runs(
-        &mut self,
-        blocks: &Blocks,
-        list: &[Block],
-        start: usize,
-        len: usize,
-    ) -> usize {
-        let mut taken = 0;
-        for (addr, n) in blocks.runs(list, start, len) {
+    /// Every run must be memory of this process, readable for its length until the batch
+    /// is sent, none of it the scratch (the runs of a description made in this process, its
+    /// elements and block list alive).
+    pub unsafe fn runs(&mut self, runs: &mut Peekable<Runs<'_>>) {
+        while let Some(&(addr, n)) = runs.peek() {
             let addr = addr as usize as *const u8;
             let added = if n >= SHORT_RUN {
-                self.point(addr, n)
+                self.point_at(addr, n)
             } else {
                 // SAFETY: this function's contract.
                 unsafe { self.copy(addr, n) }
             };
             if !added {
-                break;
+                return;
             }
-            taken += n;
+            runs.next();
         }
-        taken
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::blocks::{Block, Blocks};
 
     /// Short runs share one scratch piece until it is full; long runs point at the buffer.
     #[test]
@@ -132,18 +152,16 @@ mod tests {
             },
         ];
         let blocks = Blocks::new(buf.as_ptr(), 10, 400, &list).unwrap();
-        let mut iov = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; IOV_MAX];
+        let mut iov = [MaybeUninit::uninit(); IOV_MAX];
         let mut scratch = vec![0u8; 16];
         let mut batch = Batch::new(&mut iov, &mut scratch);
+        let mut runs = blocks.runs(&list, 4, blocks.len() - 4).peekable();
         // SAFETY: the description lies within `buf`, alive for the batch.
-        let taken = unsafe { batch.runs(&blocks, &list, 4, blocks.len() - 4) };
+        unsafe { batch.runs(&mut runs) };
         // 4 bytes of the first block, 300, 8, 300, then the next 8 does not fit the 16-byte
-        // scratch (12 used).
-        assert_eq!(taken, 4 + 300 + 8 + 300);
-        assert_eq!(batch.bytes, taken);
+        // scratch (12 used): it is the next batch's first.
+        assert_eq!(batch.bytes, 4 + 300 + 8 + 300);
+        assert_eq!(runs.peek(), Some(&(buf.as_ptr() as u64 + 800, 8)));
         let iovecs: Vec<(usize, usize)> = batch
             .iovecs()
             .iter()
