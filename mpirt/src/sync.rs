@@ -1,6 +1,8 @@
 //! The synchronization primitives of the engine that threads share (`environment/shared.rs`:
 //! its lock, the condition variable that pausing threads wait on, the count of them, which
-//! thread holds the lock, the hint of a spinning wait): std's, or, in a build with
+//! thread holds the lock and its call's hold, the hint of a spinning wait) and the mark of the
+//! thread that owns the engine at `Single` and `Funneled` (`environment/place.rs`, which every
+//! call reads on its way in): std's, or, in a build with
 //! `--cfg model_check`, the `shuttle` crate's, whose scheduler then runs the threads of the
 //! model checks (`environment/shared/model.rs`) in interleavings it chooses and replays, and
 //! reports a deadlock (a lost wake-up: its condition variables never time out) where every
