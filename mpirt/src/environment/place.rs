@@ -16,6 +16,9 @@ use std::cell::{Cell, UnsafeCell};
 
 use crate::backend::AnyPml;
 use crate::error::Cause;
+// Shuttle's under `--cfg model_check`, so that each of a model check's threads has its own
+// `OWNER`, as each thread of a process has (see `crate::sync`).
+use crate::sync::thread_local;
 
 #[cfg(feature = "threads")]
 use super::shared;

@@ -173,6 +173,11 @@ pub(super) fn block_until<R>(
             engine.check_peers(idle)?;
         }
         if let Some(value) = ready(engine)? {
+            // `ready` may have made a round of progress (a test does) that moved other
+            // threads' requests as well as this one's (another thread's acknowledgement that
+            // arrived with this one's message): the hold wakes the pausing threads as it
+            // lets go, at the cost of one load where none pauses.
+            held.wakes = true;
             return Ok(value);
         }
         if engine.progress()? {

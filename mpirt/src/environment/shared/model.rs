@@ -1,25 +1,24 @@
 //! Model checks of the engine that threads share: the real engine (a singleton sending to
-//! itself, through the loopback transport, by eager and rendezvous messages) behind the real
-//! lock of this module's parent, driven by two or three threads whose interleavings shuttle
-//! chooses (`crate::sync` swaps its primitives in under `--cfg model_check`). They check that
+//! itself, through the loopback transport, by eager and rendezvous messages) in its real place
+//! (`environment/place.rs`) behind the real lock of this module's parent, reached by the
+//! calls the library makes (`Entry` for a non-blocking call, `environment::wait` and `recv`
+//! for blocking ones), driven by two or three threads whose interleavings shuttle chooses
+//! (`crate::sync` swaps its primitives and thread-locals in under `--cfg model_check`). They check that
 //! each message is matched exactly once and a sender's messages in its order, that a request
 //! completes once and its slab slot, reused by any thread, never answers for its new
 //! occupant, and that a thread that waits is never left asleep (shuttle's condition
 //! variables never time out, so a lost wake-up is a deadlock it reports), with the engine
 //! idle again after every run.
 //!
+//! Shuttle runs every atomic access as `SeqCst`, so these checks cannot see a weaker
+//! ordering's reorderings: `PAUSING`'s `Relaxed` accesses rest on the lock instead (a waiter
+//! counts itself under it, and a waker reads the count after taking it), not on their
+//! orderings.
+//!
 //! Run by tools/test-all.sh:
 //! `RUSTFLAGS="--cfg model_check" CARGO_TARGET_DIR=target/model cargo test --release -p mpirt
 //! --features threads --lib environment::shared::model`.
 //! A failure prints the schedule that shuttle can replay (`shuttle::replay`).
-//!
-//! Shuttle runs every atomic access as `SeqCst`, whatever its ordering says: the checks
-//! explore interleavings, not weak memory. The `Relaxed` accesses of the count of pausing
-//! threads (`PAUSING`) rest on the engine's lock, not on their own orderings: a pausing thread
-//! counts itself in while it holds the lock, before its wait lets the lock go, and a thread
-//! leaving the lock reads the count after it took the lock, so the lock's release and acquire
-//! order every count made before it before the read (a thread that paused earlier is seen, and
-//! woken).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
@@ -29,7 +28,9 @@ use std::time::Duration;
 use pml::{Done, EngineConfig, Handle, Pml, SendMode, SourceSel, Status, TagSel, Waiting, Wireup};
 use shuttle::thread;
 
-use super::{hold, install, recv, take, wait, Movable, PAUSING};
+use super::super::place::{self, Entry};
+use super::super::{recv, wait};
+use super::{install, PAUSING};
 use crate::backend::{AnyPml, PmlChoice};
 use crate::sync::Ordering;
 
@@ -43,6 +44,13 @@ const CONTEXT: u32 = 7;
 /// One check at a time: they share the engine's lock, a static, as a process's threads do.
 /// Poisoned by a check that fails, which leaves that lock mid-run.
 static ONE_AT_A_TIME: StdMutex<()> = StdMutex::new(());
+
+/// The engine between runs, out of its place.
+struct Stashed(AnyPml);
+
+// SAFETY: the engine may move between threads (see `place`'s `Place`), and the stash hands it
+// to one run at a time, which shuttle runs one after another.
+unsafe impl Send for Stashed {}
 
 /// A one-rank job's key-value space, in memory.
 #[derive(Default)]
@@ -98,16 +106,22 @@ fn explore(name: &str, random: usize, pct: usize, check: fn()) {
     // The engine between runs: made once (a singleton's wire-up maps its shared-memory
     // arena) and handed to each run, which leaves it idle, so that its request slab and
     // sequence numbers carry over from run to run as a long-lived rank's do.
-    let stash = Arc::new(StdMutex::new(Some(Movable(engine))));
+    let stash = Arc::new(StdMutex::new(Some(Stashed(engine))));
     let runs = Arc::new(StdAtomicUsize::new(0));
     let run = || {
         let (stash, runs) = (stash.clone(), runs.clone());
         move || {
             let engine = stash.lock().unwrap().take().expect("the engine is stashed");
-            install(engine.0);
+            // As `initialize_with_threading` does at `Serialized` and `Multiple`.
+            place::install(engine.0, true);
+            install();
             check();
-            let engine = take().expect("the run left the engine installed");
-            let queues = engine.queues();
+            // As finalize does.
+            let engine = Entry::enter()
+                .ok()
+                .and_then(|mut entry| entry.slot().take())
+                .expect("the run left the engine installed");
+            let queues = engine.queues(pml::stall::Awaited::State);
             assert!(
                 queues.claim.is_none()
                     && queues.posted.is_empty()
@@ -115,7 +129,7 @@ fn explore(name: &str, random: usize, pct: usize, check: fn()) {
                     && queues.sends.is_empty(),
                 "the run left the engine busy: {queues:?}"
             );
-            *stash.lock().unwrap() = Some(Movable(engine));
+            *stash.lock().unwrap() = Some(Stashed(engine));
             runs.fetch_add(1, StdOrdering::Relaxed);
         }
     };
@@ -151,12 +165,20 @@ fn sender_and_seq(status: &Status, bytes: &[u8]) -> (u8, u8) {
     (sender, seq)
 }
 
+/// The engine for a non-blocking call, as the library's calls reach it (`with_engine`): the
+/// shared lock, held until the entry drops.
+fn enter() -> Entry {
+    Entry::enter().expect("the engine is shared")
+}
+
 /// Posts a send of `bytes` to this rank, holding the lock for the call.
 fn post_send(bytes: &[u8], tag: i32, mode: SendMode) -> Handle {
-    let mut held = hold().unwrap();
+    let mut entry = enter();
     // SAFETY: every caller keeps `bytes` until the send's request completed.
     unsafe {
-        held.engine()
+        entry
+            .engine()
+            .unwrap()
             .post_send(CONTEXT, 0, 0, tag, mode, bytes.as_ptr(), bytes.len())
     }
     .unwrap()
@@ -164,10 +186,12 @@ fn post_send(bytes: &[u8], tag: i32, mode: SendMode) -> Handle {
 
 /// Posts a receive into `buf`, holding the lock for the call.
 fn post_recv(buf: &mut [u8], tag: TagSel) -> Handle {
-    let mut held = hold().unwrap();
+    let mut entry = enter();
     // SAFETY: every caller keeps `buf` untouched until the receive's request completed.
     unsafe {
-        held.engine()
+        entry
+            .engine()
+            .unwrap()
             .post_recv(CONTEXT, SourceSel::Any, tag, buf.as_mut_ptr(), buf.len())
     }
     .unwrap()
@@ -175,7 +199,7 @@ fn post_recv(buf: &mut [u8], tag: TagSel) -> Handle {
 
 /// One test of `handle` (a round of progress if it has not finished), holding the lock.
 fn test(handle: Handle) -> Option<Done> {
-    hold().unwrap().engine().test(handle).unwrap()
+    enter().engine().unwrap().test(handle).unwrap()
 }
 
 /// What a request finished as: `done` where a test collected it, else what a wait gives.
@@ -193,7 +217,7 @@ fn received(done: Done) -> Status {
 
 /// A collected request's handle names nothing, whichever request took its slab slot since.
 fn assert_stale(handle: Handle) {
-    let again = hold().unwrap().engine().test(handle);
+    let again = enter().engine().unwrap().test(handle);
     assert!(
         matches!(again, Err(pml::PmlError::StaleRequest(h)) if h == handle),
         "{handle} answered after it was collected: {again:?}"
@@ -371,8 +395,7 @@ fn paused_waiter_woken(receive: fn(&mut [u8]) -> Status) {
         assert_eq!(wait(handle).unwrap(), Done::Sent);
     });
     let receiver = thread::spawn(move || {
-        // Only once the waiter has paused (its synchronous send waits for this receive, which
-        // nothing else matches), so that every schedule tests its wake-up.
+        // Until the waiter has paused, so that what wakes it is the receive.
         while PAUSING.load(Ordering::Relaxed) == 0 {
             thread::yield_now();
         }
