@@ -213,6 +213,42 @@ fn a_skipped_all_reduce_names_the_rank_that_did_not_enter() {
 }
 
 #[test]
+fn a_collective_one_rank_refused_counts_on_every_rank() {
+    // Only where the ranks meet in the shared-memory area are the others told of the
+    // refusal; by messages they would wait in the all-reduce itself.
+    let setup = ["--transport", "shm"];
+    if !setups().contains(&setup) {
+        println!("skipped: the refusal reaches the other ranks only over --transport shm");
+        return;
+    }
+    let (report, _, code) = stuck(3, setup, "refused-all-reduce");
+    assert_eq!(code, Some(125), "{report}");
+    assert!(
+        report.contains(
+            "collective call 2 there, was entered by ranks 0, 1 but not by rank 2: rank 2 \
+             waits in receive from rank 0 (tag 22, examples/src/bin/stuck.rs:"
+        ),
+        "{report}"
+    );
+    assert!(!report.contains("not by ranks"), "{report}");
+}
+
+#[test]
+fn a_stuck_inter_communicator_collective_is_reported_under_its_own_name() {
+    for setup in setups() {
+        let transport = setup.join(" ");
+        let (report, _, code) = stuck(4, setup, "skipped-inter-all-reduce");
+        assert_eq!(code, Some(125), "over {transport}:\n{report}");
+        // Ranks 0, 1 and 2 wait in the user's call, not in its steps on the local groups.
+        let in_call = report
+            .lines()
+            .filter(|l| l.contains("waits in all_reduce_into (examples/src/bin/stuck.rs:"))
+            .count();
+        assert_eq!(in_call, 3, "over {transport}:\n{report}");
+    }
+}
+
+#[test]
 fn a_gather_its_root_waits_in_names_the_rank_that_skipped_it() {
     check(
         2,

@@ -91,6 +91,41 @@ fn main() {
                 world.all_reduce_into(&1u64, &mut sum, mpirt::collective::SystemOperation::sum());
             }
         }
+        // Rank 1's arguments to the first all-reduce are refused (its result is too short),
+        // which every rank is told where they meet in the shared-memory area; then the last
+        // rank skips the barrier. The refused call counts once on every rank, rank 1's too.
+        "refused-all-reduce" => {
+            let mut sums = [0u64; 2];
+            let recv = if rank == 1 {
+                &mut sums[..1]
+            } else {
+                &mut sums[..]
+            };
+            let op = mpirt::collective::SystemOperation::sum();
+            world
+                .try_all_reduce_into(&[1u64, 2][..], recv, op)
+                .expect_err("rank 1's result is too short");
+            if rank == size - 1 {
+                let (_, _) = world.process_at_rank(0).receive_with_tag::<i32>(22);
+            } else {
+                world.barrier();
+            }
+        }
+        // The even and the odd ranks, joined by an inter-communicator; the last rank skips
+        // the all-reduce over it that the others wait in.
+        "skipped-inter-all-reduce" => {
+            let local = world
+                .split_by_color(mpirt::topology::Color::with_value(rank % 2))
+                .expect("every rank has a color");
+            let inter = local.create_intercommunicator(0, &world, 1 - rank % 2, 24);
+            if rank == size - 1 {
+                let (_, _) = world.process_at_rank(0).receive_with_tag::<i32>(23);
+            } else {
+                let mut sum = 0u64;
+                let op = mpirt::collective::SystemOperation::sum();
+                inter.all_reduce_into(&1u64, &mut sum, op);
+            }
+        }
         // Rank 1 skips the gather that rank 0, its root, waits in, and waits for a message
         // no one sends.
         "skipped-gather" => {

@@ -49,6 +49,7 @@ pub trait CommunicatorCollectives: Communicator {
         recv: &mut R,
     ) -> Result<(), Error> {
         let comm = self.data();
+        let _in = entered(comm, "all_gather_into", None);
         if comm.is_inter() {
             return inter::all_gather(comm, send, recv);
         }
@@ -74,6 +75,7 @@ pub trait CommunicatorCollectives: Communicator {
         const OPERATION: &str = "all_gather_varcount_into";
         let comm = self.data();
         intra_only(comm, OPERATION)?;
+        let _in = entered(comm, OPERATION, None);
         // Lengths differ between ranks: the area's set-up agrees on none for this call.
         let (datatype, incoming) =
             calls::check_all_gather_varcount(comm, send, recv).map_err(shared::refusing(
@@ -106,6 +108,7 @@ pub trait CommunicatorCollectives: Communicator {
     ) -> Result<(), Error> {
         const OPERATION: &str = "all_to_all_into";
         let comm = self.data();
+        let _in = entered(comm, OPERATION, None);
         if comm.is_inter() {
             return inter::all_to_all(comm, send, recv);
         }
@@ -143,6 +146,7 @@ pub trait CommunicatorCollectives: Communicator {
         const OPERATION: &str = "all_to_all_varcount_into";
         let comm = self.data();
         intra_only(comm, OPERATION)?;
+        let _in = entered(comm, OPERATION, None);
         // Lengths differ between ranks: the area's set-up agrees on none for this call.
         let (datatype, outgoing, incoming) = calls::check_all_to_all_varcount(comm, send, recv)
             .map_err(shared::refusing(
@@ -182,6 +186,7 @@ pub trait CommunicatorCollectives: Communicator {
         O: Operation,
     {
         let comm = self.data();
+        let _in = entered(comm, "all_reduce_into", None);
         if comm.is_inter() {
             return inter::all_reduce(comm, send, recv, op);
         }
@@ -513,6 +518,7 @@ where
     R: BufferMut + ?Sized,
 {
     const OPERATION: &str = "all_gather_into";
+    let _in = entered(comm, OPERATION, None);
     let datatype = calls::check_all_gather(comm, send, recv).map_err(shared::refusing(
         comm,
         OPERATION,
@@ -543,6 +549,7 @@ where
     O: Operation,
 {
     const OPERATION: &str = "all_reduce_into";
+    let _in = entered(comm, OPERATION, None);
     let datatype = calls::check_all_reduce(send, recv, &op).map_err(shared::refusing_reduction(
         comm,
         OPERATION,
@@ -579,6 +586,7 @@ where
 {
     // Before the argument checks, which count by this group's size alone.
     intra_only(comm, operation)?;
+    let _in = entered(comm, operation, None);
     let (datatype, own) = calls::check_reduce_scatter_part(comm, send, recv, counts, &op).map_err(
         shared::refusing(
             comm,

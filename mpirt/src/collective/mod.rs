@@ -131,7 +131,8 @@ fn entered(comm: &CommData, operation: &'static str, root: Option<Rank>) -> stal
 
 /// Runs a blocking `operation` whose buffers were checked: `in_area` over the packed bytes of
 /// `send` and `recv` where the shared-memory area takes the call (it says whether it did),
-/// else the plan `by_messages` makes over `recv`.
+/// else the plan `by_messages` makes over `recv`. The caller has noted the call [`entered`]
+/// before its checks, so that a rank whose arguments are refused counts it as the others do.
 #[track_caller]
 fn area_or_messages<'a, S, R>(
     comm: &CommData,
@@ -146,7 +147,6 @@ where
     R: BufferMut + ?Sized,
 {
     intra_only(comm, operation)?;
-    let _in = entered(comm, operation, None);
     let sent = Outgoing::of(send).map_err(|cause| Error::new(operation, cause))?;
     if shared::over_packed(recv, operation, |recv_bytes| {
         in_area(sent.bytes(), recv_bytes)
