@@ -110,20 +110,22 @@ pub trait Capacity {
 }
 
 impl Queues {
-    /// The awaited list of a wait for `awaited`: what `entry` says of each request waited
-    /// on, the first [`SHOWN`] that wait for a peer.
-    pub fn awaited_of(
+    /// Notes the awaited list of a wait for `awaited`: what `entry` says of each request
+    /// waited on, the first [`SHOWN`] that wait for a peer, the others counted left out (the
+    /// report must not take a shortened list for the whole of what the rank waits for).
+    pub fn note_awaited(
+        &mut self,
         awaited: Awaited<'_>,
         mut entry: impl FnMut(Handle) -> Option<AwaitedRequest>,
-    ) -> Option<Vec<AwaitedRequest>> {
-        let handles = awaited.handles()?;
-        Some(
-            handles
-                .iter()
-                .filter_map(|&h| entry(h))
-                .take(SHOWN)
-                .collect(),
-        )
+    ) {
+        let Some(handles) = awaited.handles() else {
+            return;
+        };
+        let mut list = Vec::new();
+        for request in handles.iter().filter_map(|&h| entry(h)) {
+            Queues::add(&mut list, &mut self.left_out, request);
+        }
+        self.awaited = Some(list);
     }
 
     /// Lists a request that waits for a peer among the posted receives or the sends.
@@ -253,6 +255,27 @@ mod tests {
         fn resumed(&self) {
             self.0.lock().unwrap().push("resumed".into());
         }
+    }
+
+    #[test]
+    fn awaited_requests_past_those_shown_are_counted_left_out() {
+        let handles: Vec<Handle> = (0..SHOWN as u64 + 3).map(Handle::from_wire).collect();
+        let mut queues = Queues::default();
+        queues.note_awaited(Awaited::Requests(&handles), |h| {
+            Some(AwaitedRequest::Send(QueuedSend {
+                context: 0,
+                peer: h.to_wire() as Rank,
+                tag: 0,
+                bytes: 0,
+                waits_for: "its receiver",
+            }))
+        });
+        assert_eq!(queues.awaited.as_ref().map(Vec::len), Some(SHOWN));
+        assert_eq!(queues.left_out, 3);
+        // A wait on the state alone has no awaited list.
+        let mut queues = Queues::default();
+        queues.note_awaited(Awaited::State, |_| unreachable!("no requests"));
+        assert_eq!((queues.awaited, queues.left_out), (None, 0));
     }
 
     #[test]

@@ -46,9 +46,9 @@ fn waits_for(s: &RankState) -> Option<u32> {
         Peer::None => {
             // The user's receives and sends only: a collective's own in flight (negative
             // tag) is not whom it waits for, and a receive from any rank waits for no one
-            // rank.
+            // rank. Lists cut short (entries left out) may hide another peer it waits for.
             let receives = wanted(s);
-            if receives.iter().any(|want| want.source.is_none()) {
+            if s.left_out > 0 || receives.iter().any(|want| want.source.is_none()) {
                 return None;
             }
             let mut peers: Vec<u32> = sends_waited_for(s)
@@ -590,6 +590,34 @@ mod tests {
             "{found}"
         );
         assert!(!found.contains("tag 30"), "{found}");
+    }
+
+    #[test]
+    fn a_wait_on_requests_some_of_them_left_out_waits_for_no_one_rank() {
+        let posted = |source, tag| Envelope {
+            context: 0,
+            source: Some(source),
+            tag: Some(tag),
+            bytes: 8,
+        };
+        // Rank 0 waits on 64 receives from rank 1 that the list shows and one from rank 2
+        // it left out; rank 1 waits for rank 0. Were the list taken for the whole, rank 0
+        // would wait for rank 1 alone, a cycle.
+        let mut r0 = state(0, "wait", Peer::None, None);
+        r0.call.context = None;
+        r0.awaited = Some((0..64).map(|t| Awaited::Receive(posted(1, t))).collect());
+        r0.left_out = 1;
+        let ranks = [
+            w(r0.clone()),
+            w(state(1, "receive", Peer::From(0), Some(70))),
+            RankView::Running,
+        ];
+        let found = diagnose(&ranks).join("\n");
+        assert!(!found.contains("deadlock"), "{found}");
+        assert_eq!(waits_for(&r0), None);
+        // The same list, whole, is a wait for rank 1.
+        r0.left_out = 0;
+        assert_eq!(waits_for(&r0), Some(1));
     }
 
     fn w(s: RankState) -> RankView {

@@ -13,11 +13,11 @@ impl<S, R: Capacity> Core<S, R> {
     pub fn queues(&self, awaited: Awaited<'_>) -> Queues {
         let mut queues = Queues {
             claim: self.claim.as_ref().map(|c| c.selectors()),
-            awaited: Queues::awaited_of(awaited, |h| {
-                self.requests.get(h).ok().and_then(waiting_for_a_peer)
-            }),
             ..Queues::default()
         };
+        queues.note_awaited(awaited, |h| {
+            self.requests.get(h).ok().and_then(waiting_for_a_peer)
+        });
         for entry in self.requests.iter().filter_map(waiting_for_a_peer) {
             queues.add_request(entry);
         }

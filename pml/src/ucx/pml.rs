@@ -868,11 +868,11 @@ impl Waiting for UcxPml {
     fn queues(&self, awaited: Awaited<'_>) -> Queues {
         let mut queues = Queues {
             claim: self.blocking_receive,
-            awaited: Queues::awaited_of(awaited, |h| {
-                self.ops.get(h).ok().and_then(waiting_for_a_peer)
-            }),
             ..Queues::default()
         };
+        queues.note_awaited(awaited, |h| {
+            self.ops.get(h).ok().and_then(waiting_for_a_peer)
+        });
         for entry in self.ops.iter().filter_map(waiting_for_a_peer) {
             queues.add_request(entry);
         }
