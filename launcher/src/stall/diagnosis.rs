@@ -564,18 +564,12 @@ mod tests {
 
     #[test]
     fn a_wait_on_requests_waits_for_its_requests_not_every_posted_receive() {
-        let posted = |source, tag| Envelope {
-            context: 0,
-            source: Some(source),
-            tag: Some(tag),
-            bytes: 8,
-        };
         // Rank 0 posted a receive from rank 2 and waits on another, from rank 1, which
         // waits for rank 0: a cycle, and nothing said of the receive it does not wait on.
         let mut r0 = state(0, "wait", Peer::None, None);
         r0.call.context = None;
-        r0.posted.extend([posted(2, 30), posted(1, 31)]);
-        r0.awaited = Some(vec![Awaited::Receive(posted(1, 31))]);
+        r0.posted.extend([envelope(2, 30, 8), envelope(1, 31, 8)]);
+        r0.awaited = Some(vec![Awaited::Receive(envelope(1, 31, 8))]);
         let ranks = [
             w(r0),
             w(state(1, "receive", Peer::From(0), Some(32))),
@@ -594,18 +588,16 @@ mod tests {
 
     #[test]
     fn a_wait_on_requests_some_of_them_left_out_waits_for_no_one_rank() {
-        let posted = |source, tag| Envelope {
-            context: 0,
-            source: Some(source),
-            tag: Some(tag),
-            bytes: 8,
-        };
         // Rank 0 waits on 64 receives from rank 1 that the list shows and one from rank 2
         // it left out; rank 1 waits for rank 0. Were the list taken for the whole, rank 0
         // would wait for rank 1 alone, a cycle.
         let mut r0 = state(0, "wait", Peer::None, None);
         r0.call.context = None;
-        r0.awaited = Some((0..64).map(|t| Awaited::Receive(posted(1, t))).collect());
+        r0.awaited = Some(
+            (0..64)
+                .map(|t| Awaited::Receive(envelope(1, t, 8)))
+                .collect(),
+        );
         r0.left_out = 1;
         let ranks = [
             w(r0.clone()),
@@ -622,6 +614,16 @@ mod tests {
 
     fn w(s: RankState) -> RankView {
         RankView::Waiting(Box::new(s))
+    }
+
+    /// An envelope on MPI_COMM_WORLD (context 0) from `source` with `tag`, of `bytes`.
+    fn envelope(source: u32, tag: i32, bytes: u64) -> Envelope {
+        Envelope {
+            context: 0,
+            source: Some(source),
+            tag: Some(tag),
+            bytes,
+        }
     }
 
     #[test]
@@ -643,12 +645,7 @@ mod tests {
     #[test]
     fn a_tag_mismatch_is_a_near_miss() {
         let mut r1 = state(1, "receive", Peer::From(0), Some(2));
-        r1.unexpected.push(Envelope {
-            context: 0,
-            source: Some(0),
-            tag: Some(1),
-            bytes: 8,
-        });
+        r1.unexpected.push(envelope(0, 1, 8));
         let ranks = [
             RankView::Exited("exit code 0".into()),
             w(r1),
@@ -678,12 +675,7 @@ mod tests {
         // The user's receive from rank 0 with tag 2, and a collective's own (negative tag).
         r1.posted
             .extend([posted(Some(0), Some(2)), posted(Some(2), Some(-16))]);
-        r1.unexpected.push(Envelope {
-            context: 0,
-            source: Some(0),
-            tag: Some(1),
-            bytes: 8,
-        });
+        r1.unexpected.push(envelope(0, 1, 8));
         let r0 = state(0, "receive", Peer::From(1), Some(9));
         let found = diagnose(&[w(r0), w(r1), RankView::Running]).join("\n");
         assert!(
@@ -850,12 +842,7 @@ mod tests {
         // pending: it waits for rank 0 alone, which waits for it.
         let mut r1 = state(1, "wait", Peer::None, None);
         r1.call.context = None;
-        r1.posted.push(Envelope {
-            context: 0,
-            source: Some(0),
-            tag: Some(2),
-            bytes: 0,
-        });
+        r1.posted.push(envelope(0, 2, 0));
         r1.sends.push(collective_send(2));
         let ranks = [
             w(state(0, "receive", Peer::From(1), Some(9))),
