@@ -123,6 +123,11 @@ fn child(world: &SimpleCommunicator, parents: &InterCommunicator, mode: &str) {
         world.size(),
         std::process::id()
     );
+    if role == "die" {
+        // Every child has joined the parents and printed its pid before one dies: a child
+        // still joining when rank 1 dies would fail its `initialize` and never print.
+        world.barrier();
+    }
     if role == "die" && world.rank() == 1 {
         // SAFETY: raise has no memory-safety preconditions.
         unsafe { libc::raise(libc::SIGKILL) };
