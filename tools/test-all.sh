@@ -120,16 +120,18 @@ testhosts_ssh_args="-F ${SSH_HOSTS_DIR:-${TMPDIR:-/tmp}/mpirt-testhosts/ssh}/ssh
 
 # The suites again with their ranks started by MPICH's Hydra (mpiexec.hydra, PMI-1 on PMI_FD):
 # on this host, then round-robin over the 4 test hosts with Hydra's ssh launcher (shared
-# memory between a host's ranks, TCP between hosts).
+# memory between a host's ranks, TCP between hosts). Across hosts the collectives suite alone:
+# what the launcher decides there (each rank's host, hence the hierarchical path, and the
+# wire-up between hosts) it exercises whole; p2p across hosts runs under rsrun, UCX and srun.
 echo "== launchers: mpirt's p2p and collectives suites under mpiexec.hydra"
 MPIRT_TEST_LAUNCHER=hydra cargo test --release -p mpirt --test p2p --test collectives \
     --test intercommunicators --test spawn
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
-    echo "== launchers: the suites under mpiexec.hydra across 4 test hosts"
+    echo "== launchers: the collectives suite under mpiexec.hydra across 4 test hosts"
     hydra_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
     MPIRT_TEST_LAUNCHER=hydra MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 \
         MPIRT_SSH_ARGS="$testhosts_ssh_args" \
-        cargo test --release -p mpirt --test p2p --test collectives
+        cargo test --release -p mpirt --test collectives
     if [ -n "$hydra_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
     echo "== launchers: the suites under mpiexec.hydra across test hosts SKIPPED (they need root and ssh-hosts)"
@@ -172,9 +174,10 @@ examples_features=(-p examples --features mpirt/ucx,mpirt/ofi,mpirt/pmix)
 # The suites' tests over mpirt's OFI transport run in the OFI phase; the UCX and PMIx phases
 # leave them out, as they did when each feature had a build of its own.
 not_ofi=(-- --skip ofi)
-echo "== optional features: clippy and build with ucx, ofi and pmix"
+echo "== optional features: clippy with ucx, ofi and pmix, and rsrun's build"
 cargo clippy --workspace --all-targets --release --features "$all_features" -- -D warnings
-cargo build --release --workspace --features "$all_features"
+# rsrun for the suites below (each `cargo test` builds its own test targets and binaries).
+cargo build --release --workspace --features "$all_features" --bin rsrun
 cargo test --release -p pml --features ucx,ofi --lib
 cargo test --release "${mpirt_features[@]}" --lib
 
@@ -202,19 +205,19 @@ else
 fi
 
 # The PMIx client: the bootstrap's tests, then the suites with their ranks started by Open
-# MPI's mpirun, on this host and across the 4 test hosts (its ssh launcher); the Slurm phase
-# below runs them under srun --mpi=pmix.
+# MPI's mpirun, on this host and across the 4 test hosts (its ssh launcher; the collectives
+# suite alone, as under Hydra); the Slurm phase below runs them under srun --mpi=pmix.
 echo "== PMIx: the bootstrap's tests with --features pmix"
 cargo test --release -p bootstrap --features pmix
 echo "== launchers: the suites under Open MPI's mpirun (PMIx)"
 MPIRT_TEST_LAUNCHER=mpirun cargo test --release "${mpirt_features[@]}" --test p2p \
     --test collectives --test spawn "${not_ofi[@]}"
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
-    echo "== launchers: the suites under Open MPI's mpirun across 4 test hosts"
+    echo "== launchers: the collectives suite under Open MPI's mpirun across 4 test hosts"
     ompi_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
     MPIRT_TEST_LAUNCHER=mpirun MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 \
         MPIRT_SSH_ARGS="$testhosts_ssh_args" \
-        cargo test --release "${mpirt_features[@]}" --test p2p --test collectives "${not_ofi[@]}"
+        cargo test --release "${mpirt_features[@]}" --test collectives "${not_ofi[@]}"
     if [ -n "$ompi_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
     echo "== launchers: the suites under mpirun across test hosts SKIPPED (they need root and ssh-hosts)"
@@ -309,8 +312,10 @@ bash "$rdma_vm/setup"
 export CARGO_TARGET_DIR=target/verbs
 echo "== cargo clippy --features verbs,mpirt/threads"
 cargo clippy --workspace --all-targets --release --features verbs,mpirt/threads -- -D warnings
-echo "== cargo build --features verbs,mpirt/threads"
-cargo build --release --workspace --features verbs,mpirt/threads
+# The guest runs five test binaries and the rsrun they start: only those are built (the
+# workspace's other test targets would add minutes of linking to no test).
+echo "== cargo build --features verbs,mpirt/threads: rsrun and the guest's tests"
+cargo build --release --workspace --features verbs,mpirt/threads --bin rsrun
 # The test binaries `cargo test "$@"` builds, one "name path" a line.
 test_binaries() {
     cargo test "$@" --no-run --message-format=json | python3 -c '
@@ -320,7 +325,8 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
         print(m["target"]["name"], m["executable"])'
 }
-tests=$(test_binaries --release --workspace --features verbs,mpirt/threads)
+tests=$(test_binaries --release --workspace --features verbs,mpirt/threads --test engine \
+    --test verbs --test p2p --test windows --test threads)
 engine=$(awk '$1 == "engine" {print $2}' <<<"$tests")
 p2p=$(awk '$1 == "p2p" {print $2}' <<<"$tests")
 verbs=$(awk '$1 == "verbs" {print $2}' <<<"$tests")
