@@ -34,7 +34,7 @@ use crate::config::EngineConfig;
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::pml_api::{Counters, EngineError, Wireup};
-use crate::protocol::{Core, PeerCaps, SendBytes};
+use crate::protocol::{Core, DataTarget, PeerCaps, RecvBytes, SendBytes};
 use crate::requests::Handle;
 use crate::wire::{self, RemoteKey, DATA_HEADER_LEN};
 
@@ -155,6 +155,16 @@ pub enum Placement<'a> {
     InPlace {
         header_len: usize,
         target: &'a mut [u8],
+        token: u64,
+    },
+    /// As `InPlace`, for a receive laid out in blocks: the rest is the packed bytes `range`
+    /// of the non-contiguous buffer `blocks` describes (made in this process, its blocks
+    /// writable), scattered into its blocks, which stay lent to the transport until it
+    /// reports `Sink::data_landed` with `token`.
+    Scattered {
+        header_len: usize,
+        blocks: &'a Blocks,
+        range: PackedRange,
         token: u64,
     },
 }
@@ -400,7 +410,7 @@ pub(crate) fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-impl<S: SendBytes, R: AsMut<[u8]>> Sink for Core<S, R> {
+impl<S: SendBytes, R: RecvBytes> Sink for Core<S, R> {
     const PLACEMENT_HEAD: usize = DATA_HEADER_LEN;
 
     #[inline]
@@ -408,7 +418,8 @@ impl<S: SendBytes, R: AsMut<[u8]>> Sink for Core<S, R> {
         self.on_frame(peer, frame)
     }
 
-    /// DATA frames (rendezvous data after a GET) land in their receive's buffer.
+    /// DATA frames (rendezvous data after a GET) land in their receive's buffer, or its
+    /// blocks.
     fn placement(
         &mut self,
         peer: Rank,
@@ -420,12 +431,21 @@ impl<S: SendBytes, R: AsMut<[u8]>> Sink for Core<S, R> {
         }
         let (recv_request, offset) = wire::decode_data_header(&head[..DATA_HEADER_LEN])
             .map_err(|error| PmlError::Wire { peer, error })?;
-        let target = self.data_target(peer, recv_request, offset, len - DATA_HEADER_LEN)?;
-        Ok(Placement::InPlace {
-            header_len: DATA_HEADER_LEN,
-            target,
-            token: recv_request,
-        })
+        Ok(
+            match self.data_target(peer, recv_request, offset, len - DATA_HEADER_LEN)? {
+                DataTarget::Bytes(target) => Placement::InPlace {
+                    header_len: DATA_HEADER_LEN,
+                    target,
+                    token: recv_request,
+                },
+                DataTarget::Blocks { blocks, range } => Placement::Scattered {
+                    header_len: DATA_HEADER_LEN,
+                    blocks,
+                    range,
+                    token: recv_request,
+                },
+            },
+        )
     }
 
     fn data_landed(&mut self, peer: Rank, token: u64, len: usize) -> Result<(), PmlError> {

@@ -6,7 +6,8 @@
 //! in memory of its own (a DATA frame's rendezvous data, in the receive buffer it belongs to;
 //! see `Sink::placement`) is read straight there: once its head is in, the rest of the frame
 //! is `read` into that memory, and after one such frame only the next head is read ahead, so
-//! a stream of them is never staged.
+//! a stream of them is never staged. DATA for a receive laid out in blocks is scattered the
+//! same way, by `readv` into its runs (see `gather.rs`).
 
 use std::io::{self, Read, Write};
 use std::mem::MaybeUninit;
@@ -14,7 +15,7 @@ use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use super::gather::{Batch, IovecRoom, IOV_MAX, SHORT_RUN};
+use super::gather::{self, scatter_short_runs, Batch, IovecRoom, IOV_MAX, SHORT_RUN};
 use super::{Sent, Sink};
 use crate::blocks::{Blocks, PackedRange};
 use crate::envelope::Rank;
@@ -35,10 +36,18 @@ pub enum Received {
 
 /// The rest of a frame landing where the sink placed it.
 struct Direct {
-    ptr: *mut u8,
+    target: Target,
     len: usize,
     filled: usize,
     token: u64,
+}
+
+/// Where a frame read in place lands (see `Placement`).
+enum Target {
+    /// `len` bytes from here.
+    Bytes(*mut u8),
+    /// The packed bytes `range` of a receive's blocks.
+    Blocks(Blocks, PackedRange),
 }
 
 pub struct Conn {
@@ -94,14 +103,16 @@ fn read_some(sock: &mut TcpStream, peer: Rank, buf: &mut [u8]) -> Result<Option<
             Ok(n) => return Ok(Some(n)),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-            Err(e) => {
-                return Err(peer_error(
-                    peer,
-                    format!("connection lost while receiving: {e} (did it die?)"),
-                ))
-            }
+            Err(e) => return Err(lost_receiving(peer, e)),
         }
     }
+}
+
+fn lost_receiving(peer: Rank, e: io::Error) -> PmlError {
+    peer_error(
+        peer,
+        format!("connection lost while receiving: {e} (did it die?)"),
+    )
 }
 
 impl Conn {
@@ -247,22 +258,46 @@ impl Conn {
     }
 
     /// Reads what the socket has and hands the frames in it to `sink`; returns how many.
+    /// `scratch`: the transport's, for DATA scattered into a receive's blocks.
     pub fn receive<S: Sink>(
         &mut self,
         peer: Rank,
         sink: &mut S,
+        scratch: &mut Box<[u8]>,
     ) -> Result<(usize, Received), PmlError> {
         let mut frames = 0;
         loop {
             if let Some(d) = &mut self.direct {
-                // SAFETY: `ptr` is the target `sink.placement` lent for `len` bytes; the
-                // receive it belongs to cannot complete, and nothing else writes the buffer,
-                // until `data_landed` accounts for all of them.
-                let dst = unsafe {
-                    std::slice::from_raw_parts_mut(d.ptr.add(d.filled), d.len - d.filled)
+                let want = d.len - d.filled;
+                let read = match d.target {
+                    Target::Bytes(ptr) => {
+                        // SAFETY: `ptr` is the target `sink.placement` lent for `len` bytes;
+                        // the receive it belongs to cannot complete, and nothing else writes
+                        // the buffer, until `data_landed` accounts for all of them.
+                        let dst =
+                            unsafe { std::slice::from_raw_parts_mut(ptr.add(d.filled), want) };
+                        read_some(&mut self.sock, peer, dst)?
+                    }
+                    Target::Blocks(blocks, range) => {
+                        let from = PackedRange {
+                            start: range.start + d.filled,
+                            len: want,
+                        };
+                        // SAFETY: `sink.placement` lent the blocks of the range, made in this
+                        // process, until `data_landed` accounts for all of them, as above; the
+                        // scratch is the transport's, apart from them.
+                        unsafe {
+                            Self::read_scattered(
+                                &mut self.sock,
+                                peer,
+                                &blocks,
+                                from,
+                                gather::scratch(scratch),
+                            )
+                        }?
+                    }
                 };
-                let want = dst.len();
-                let Some(n) = read_some(&mut self.sock, peer, dst)? else {
+                let Some(n) = read else {
                     return Ok((frames, Received::Open));
                 };
                 let d = self.direct.as_mut().expect("reading in place");
@@ -371,8 +406,30 @@ impl Conn {
                     let have = staged - header_len;
                     target[..have].copy_from_slice(&self.rx[body + header_len..self.end]);
                     self.direct = Some(Direct {
-                        ptr: target.as_mut_ptr(),
+                        target: Target::Bytes(target.as_mut_ptr()),
                         len: target.len(),
+                        filled: have,
+                        token,
+                    });
+                    self.start = 0;
+                    self.end = 0;
+                }
+                Placement::Scattered {
+                    header_len,
+                    blocks,
+                    range,
+                    token,
+                } => {
+                    let have = staged - header_len;
+                    // SAFETY: `Placement::Scattered` lends the range's blocks, made in this
+                    // process and writable; `have` is less than the frame's payload, the
+                    // range's length; the staging buffer is this connection's own.
+                    unsafe {
+                        blocks.unpack_range_from(range.start, &self.rx[body + header_len..self.end])
+                    };
+                    self.direct = Some(Direct {
+                        target: Target::Blocks(*blocks, range),
+                        len: range.len,
                         filled: have,
                         token,
                     });
@@ -383,6 +440,127 @@ impl Conn {
             break;
         }
         Ok(frames)
+    }
+
+    /// One read of the packed bytes `range` of a receive's `blocks`, as much as the socket
+    /// has: `Some(n)` bytes landed (0 at end of stream), `None` when the socket has nothing.
+    /// Short blocks on average (a column of doubles) are read through the scratch and
+    /// unpacked block by block, a tight loop: an iovec a block costs the kernel more than
+    /// the copy, and finding a batch's runs, then its short runs again, more still. Longer
+    /// ones are read in place, by `readv` into their runs (see `gather.rs`).
+    ///
+    /// # Safety
+    /// `blocks` must have been made in this process, its block list alive and the blocks of
+    /// the range writable and not otherwise accessed for the call, `scratch` apart from them.
+    unsafe fn read_scattered(
+        sock: &mut TcpStream,
+        peer: Rank,
+        blocks: &Blocks,
+        range: PackedRange,
+        scratch: &mut [u8],
+    ) -> Result<Option<usize>, PmlError> {
+        if blocks.mean_block() >= SHORT_RUN {
+            // SAFETY: this function's contract.
+            return unsafe { Self::read_batches(sock, peer, blocks, range, scratch) };
+        }
+        let mut landed = 0;
+        loop {
+            let want = (range.len - landed).min(scratch.len());
+            let Some(got) = read_some(sock, peer, &mut scratch[..want])? else {
+                return Ok((landed > 0).then_some(landed));
+            };
+            // SAFETY: the range's blocks are writable, apart from the scratch (this
+            // function's contract), and `got` bytes from `landed` lie within the range.
+            unsafe { blocks.unpack_range_from(range.start + landed, &scratch[..got]) };
+            landed += got;
+            if got < want || landed == range.len {
+                return Ok(Some(landed));
+            }
+        }
+    }
+
+    /// [`read_scattered`](Self::read_scattered) by `readv` into the range's runs, in
+    /// batches of at most `IOV_MAX` iovecs, runs shorter than `SHORT_RUN` read into the
+    /// scratch and copied out once the read returned.
+    ///
+    /// # Safety
+    /// As for `read_scattered`.
+    unsafe fn read_batches(
+        sock: &TcpStream,
+        peer: Rank,
+        blocks: &Blocks,
+        range: PackedRange,
+        scratch: &mut [u8],
+    ) -> Result<Option<usize>, PmlError> {
+        // SAFETY: this function's contract.
+        let list = unsafe { blocks.local_list() };
+        let mut iov: IovecRoom = [MaybeUninit::uninit(); IOV_MAX];
+        // No more than the socket holds (or one byte, to learn of an empty socket or its
+        // end): building a batch walks its runs, in vain past what arrived.
+        let range = PackedRange {
+            start: range.start,
+            len: Self::bytes_ready(sock).max(1).min(range.len),
+        };
+        // The runs are found once; each batch takes up where the one before stopped.
+        let mut runs = blocks.runs(list, range.start, range.len).peekable();
+        let mut landed = 0;
+        loop {
+            let mut batch = Batch::new(&mut iov, scratch);
+            batch.reserve_runs(&mut runs);
+            let built = batch.bytes;
+            // SAFETY: the iovecs point into the range's blocks (writable: this function's
+            // contract) and the scratch.
+            let got = unsafe { Self::readv(sock, batch.iovecs()) }
+                .map_err(|e| lost_receiving(peer, e))?;
+            let Some(got) = got else {
+                return Ok((landed > 0).then_some(landed));
+            };
+            // The batch's runs again, from its start: the short ones wait in the scratch.
+            let batch_runs = blocks.runs(list, range.start + landed, built);
+            // SAFETY: the runs lie in the range's blocks, writable and apart from the scratch
+            // (this function's contract).
+            unsafe { scatter_short_runs(batch_runs, scratch, got) };
+            landed += got;
+            if got < built || landed == range.len {
+                return Ok(Some(landed));
+            }
+        }
+    }
+
+    /// How many bytes the socket holds to read (0 where it cannot say).
+    fn bytes_ready(sock: &TcpStream) -> usize {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int, into `n`, alive for the call.
+        let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::FIONREAD, &mut n) };
+        if rc == 0 {
+            n.max(0) as usize
+        } else {
+            0
+        }
+    }
+
+    /// One `readv` into `iov` (retried when interrupted): how many bytes it read (0 at end
+    /// of stream), `None` when the socket has nothing.
+    ///
+    /// # Safety
+    /// Every iovec must describe memory writable for its length, not otherwise accessed
+    /// during the call.
+    unsafe fn readv(sock: &TcpStream, iov: &mut [libc::iovec]) -> io::Result<Option<usize>> {
+        loop {
+            // SAFETY: the iovecs describe writable memory (this function's contract), at most
+            // `IOV_MAX` of them.
+            let n =
+                unsafe { libc::readv(sock.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int) };
+            if n >= 0 {
+                return Ok(Some(n as usize));
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(None),
+                _ => return Err(e),
+            }
+        }
     }
 
     /// Says goodbye and stops sending; the peer's remaining bytes are read by `drain`.
@@ -448,6 +626,165 @@ mod tests {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) => panic!("{e}"),
             }
+        }
+    }
+
+    /// Places every frame's payload, after an 8-byte header, in the blocks `blocks`
+    /// describes, and records what landed.
+    struct ScatterSink {
+        blocks: Blocks,
+        landed: Vec<(u64, usize)>,
+    }
+
+    const SCATTER_HEADER: usize = 8;
+
+    impl Sink for ScatterSink {
+        const PLACEMENT_HEAD: usize = SCATTER_HEADER;
+
+        fn frame(&mut self, _peer: Rank, frame: &[u8]) -> Result<(), PmlError> {
+            panic!("a {}-byte frame staged", frame.len())
+        }
+        fn placement(
+            &mut self,
+            _peer: Rank,
+            head: &[u8],
+            len: usize,
+        ) -> Result<Placement<'_>, PmlError> {
+            if head.len() < SCATTER_HEADER {
+                return Ok(Placement::NeedMore);
+            }
+            Ok(Placement::Scattered {
+                header_len: SCATTER_HEADER,
+                blocks: &self.blocks,
+                range: PackedRange {
+                    start: 0,
+                    len: len - SCATTER_HEADER,
+                },
+                token: 7,
+            })
+        }
+        fn data_landed(&mut self, _peer: Rank, token: u64, len: usize) -> Result<(), PmlError> {
+            self.landed.push((token, len));
+            Ok(())
+        }
+        fn read_done(&mut self, token: u64, _: Result<(), String>) -> Result<(), PmlError> {
+            panic!("read {token} done over TCP")
+        }
+    }
+
+    /// A frame scattered into short blocks and long ones, past `IOV_MAX` runs, lands as a
+    /// serial unpack, the gaps and the bytes past the buffer untouched, however the stream is
+    /// cut: in the length prefix, in the header, in the payload staged with the head, mid a
+    /// short block, at and mid a long run, at the end of a full batch of iovecs and just past
+    /// it. Both ways a frame is scattered: blocks short on average (7, 5 and 256 bytes: read
+    /// through the scratch and unpacked) and long (7, 5 and 1000: `readv` into the runs, the
+    /// short ones through the scratch).
+    #[test]
+    fn scattered_frames_resume_where_a_read_stopped() {
+        for long in [SHORT_RUN, 1000] {
+            scattered_frame_resumes(long);
+        }
+    }
+
+    fn scattered_frame_resumes(long: usize) {
+        // Per element: 7 and 5 bytes (one scratch piece in a batch), then `long`: two iovecs
+        // an element in a batch, so a batch of `IOV_MAX` ends after 512 elements.
+        let list = [
+            Block { offset: 0, len: 7 },
+            Block { offset: 10, len: 5 },
+            Block {
+                offset: 20,
+                len: long,
+            },
+        ];
+        let (extent, count) = (20 + long + 9, 600);
+        let element_len = 12 + long;
+        let poison = 0xEE;
+        let guard = 0xA5;
+        let span = extent * count;
+        let mut target = vec![poison; span + 64];
+        target[span..].fill(guard);
+        let blocks = Blocks::new(target.as_mut_ptr(), count, extent, &list).unwrap();
+        let payload: Vec<u8> = (0..blocks.len()).map(|i| (i % 251) as u8).collect();
+        let mut expected = target.clone();
+        let mut at = 0;
+        for el in 0..count {
+            for b in &list {
+                let place = el * extent + b.offset;
+                expected[place..place + b.len].copy_from_slice(&payload[at..at + b.len]);
+                at += b.len;
+            }
+        }
+        let header = [3u8; SCATTER_HEADER];
+        let mut frame = ((SCATTER_HEADER + payload.len()) as u32)
+            .to_le_bytes()
+            .to_vec();
+        frame.extend_from_slice(&header);
+        frame.extend_from_slice(&payload);
+        let payload_at = PREFIX_LEN + SCATTER_HEADER;
+        let batch_end = payload_at + IOV_MAX / 2 * element_len;
+        let cuts = [
+            2,
+            PREFIX_LEN + 5,
+            payload_at + 3,
+            // Mid a scratch piece, in its 5-byte block.
+            payload_at + 40 * element_len + 9,
+            // At a long run, then mid one.
+            payload_at + 100 * element_len + 12,
+            payload_at + 200 * element_len + 12 + 100,
+            batch_end,
+            batch_end + 3,
+            frame.len() - 1,
+            frame.len(),
+        ];
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (rx, _) = listener.accept().unwrap();
+        rx.set_nonblocking(true).unwrap();
+        tx.set_nonblocking(true).unwrap();
+        let mut conn = Conn::new(rx, 1 << 16);
+        let mut sink = ScatterSink {
+            blocks,
+            landed: Vec::new(),
+        };
+        let mut scratch = Box::default();
+        let mut written = 0;
+        for cut in cuts {
+            // Until the connection has read all up to the cut (the socket's buffers may take
+            // it in several writes, and loopback hand it over in several reads).
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                match tx.write(&frame[written..cut]) {
+                    Ok(n) => written += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("{e}"),
+                }
+                let (delivered, state) = conn.receive(0, &mut sink, &mut scratch).unwrap();
+                assert_eq!(state, Received::Open);
+                let read = match &conn.direct {
+                    Some(d) => payload_at + d.filled,
+                    None if delivered > 0 => frame.len(),
+                    None => conn.end - conn.start,
+                };
+                if read == cut {
+                    break;
+                }
+                assert!(read <= written, "read {read} of {written} bytes");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "stuck at {read} of {cut}"
+                );
+            }
+        }
+        assert_eq!(sink.landed, vec![(7, payload.len())]);
+        if let Some(i) = (0..target.len()).find(|&i| target[i] != expected[i]) {
+            panic!(
+                "blocks of {long}: byte {i} of {span} is {:#x}, not {:#x} (element {}, offset {})",
+                target[i],
+                expected[i],
+                i / extent,
+                i % extent
+            );
         }
     }
 
