@@ -736,6 +736,58 @@ fn random_layout(rng: &mut u64, packed_target: usize) -> (Vec<Block>, usize, usi
     (list, extent, count)
 }
 
+/// The engine of rank `rank` of the two ranks a child's `mode,dir,rank` spec names (`tcp`,
+/// or shared memory), with eager limits of 4096 bytes and `single_copy(mode, rank)`; the
+/// mode and rank.
+fn layout_test_engine(
+    spec: &str,
+    single_copy: impl Fn(&str, u32) -> bool,
+) -> (String, u32, Engine) {
+    let mut parts = spec.splitn(3, ',');
+    let (mode, dir, rank) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    let rank: u32 = rank.parse().unwrap();
+    let mut w = DirWireup {
+        dir: dir.into(),
+        rank,
+        size: 2,
+        round: 0,
+    };
+    let config = EngineConfig {
+        shm_eager_limit: 4096,
+        tcp_eager_limit: 4096,
+        single_copy: single_copy(mode, rank),
+        shm_in_place_min_block: 1,
+        transport: match mode {
+            "tcp" => TransportChoice::Tcp,
+            _ => TransportChoice::Shm,
+        },
+        ..EngineConfig::default()
+    };
+    (mode.to_string(), rank, Engine::new(&mut w, config).unwrap())
+}
+
+/// `count` elements of `list`, `extent` apart, their blocks filled and their gaps poisoned,
+/// and a serial pack of the blocks.
+fn layout_source(list: &[Block], extent: usize, count: usize) -> (Vec<u8>, Vec<u8>) {
+    let mut source = vec![POISON; extent * count];
+    let mut serial = Vec::new();
+    for el in 0..count {
+        for b in list {
+            for i in 0..b.len {
+                let at = el * extent + b.offset + i;
+                // Never the poison: a poisoned byte that arrives was a gap's.
+                source[at] = (at % 233) as u8;
+                serial.push(source[at]);
+            }
+        }
+    }
+    (source, serial)
+}
+
 /// Non-contiguous sends of random layouts, below and past the eager limit, past a frame
 /// (several DATA frames) and past `IOV_MAX` runs: over TCP every frame gathers the sender's
 /// blocks (no packed copy); on shared memory a receiver with CMA off (`single_copy: false`)
@@ -745,50 +797,17 @@ fn random_layout(rng: &mut u64, packed_target: usize) -> (Vec<Block>, usize, usi
 #[test]
 fn non_contiguous_sends_gather_their_blocks() {
     if let Ok(spec) = env::var(GATHERED_ENV) {
-        let mut parts = spec.splitn(3, ',');
-        let (mode, dir, rank) = (
-            parts.next().unwrap(),
-            parts.next().unwrap(),
-            parts.next().unwrap(),
-        );
-        let rank: u32 = rank.parse().unwrap();
-        let mut w = DirWireup {
-            dir: dir.into(),
-            rank,
-            size: 2,
-            round: 0,
-        };
-        let config = EngineConfig {
-            shm_eager_limit: 4096,
-            tcp_eager_limit: 4096,
-            // The receiver, rank 0, does not read its peer's memory; the sender does, and so
-            // offers every send to be read in place.
-            single_copy: !(mode == "shm-no-cma" && rank == 0),
-            shm_in_place_min_block: 1,
-            transport: match mode {
-                "tcp" => TransportChoice::Tcp,
-                _ => TransportChoice::Shm,
-            },
-            ..EngineConfig::default()
-        };
-        let mut e = Engine::new(&mut w, config).unwrap();
+        // The receiver, rank 0, does not read its peer's memory; the sender does, and so
+        // offers every send to be read in place.
+        let (mode, rank, mut e) =
+            layout_test_engine(&spec, |mode, rank| !(mode == "shm-no-cma" && rank == 0));
+        let mode = mode.as_str();
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
         let targets = [100, 4096, 4097, 70_000, 300_000, 5 << 20];
         for case in 0..24 {
             let target = targets[case % targets.len()];
             let (list, extent, count) = random_layout(&mut rng, target);
-            let mut source = vec![POISON; extent * count];
-            let mut serial = Vec::new();
-            for el in 0..count {
-                for b in &list {
-                    for i in 0..b.len {
-                        let at = el * extent + b.offset + i;
-                        // Never the poison: a poisoned byte that arrives was a gap's.
-                        source[at] = (at % 233) as u8;
-                        serial.push(source[at]);
-                    }
-                }
-            }
+            let (source, serial) = layout_source(&list, extent, count);
             let tag = case as i32;
             if rank == 1 {
                 let blocks = Blocks::new(source.as_ptr(), count, extent, &list).unwrap();
@@ -886,47 +905,14 @@ const SCATTERED_ENV: &str = "PML_ENGINE_TEST_SCATTERED_RANK";
 #[test]
 fn non_contiguous_receives_scatter_into_their_blocks() {
     if let Ok(spec) = env::var(SCATTERED_ENV) {
-        let mut parts = spec.splitn(3, ',');
-        let (mode, dir, rank) = (
-            parts.next().unwrap(),
-            parts.next().unwrap(),
-            parts.next().unwrap(),
-        );
-        let rank: u32 = rank.parse().unwrap();
-        let mut w = DirWireup {
-            dir: dir.into(),
-            rank,
-            size: 2,
-            round: 0,
-        };
-        let config = EngineConfig {
-            shm_eager_limit: 4096,
-            tcp_eager_limit: 4096,
-            single_copy: mode != "shm-no-cma",
-            shm_in_place_min_block: 1,
-            transport: match mode {
-                "tcp" => TransportChoice::Tcp,
-                _ => TransportChoice::Shm,
-            },
-            ..EngineConfig::default()
-        };
-        let mut e = Engine::new(&mut w, config).unwrap();
+        let (mode, rank, mut e) = layout_test_engine(&spec, |mode, _| mode != "shm-no-cma");
+        let mode = mode.as_str();
         let mut rng = 0x2545_f491_4f6c_dd1du64;
         let targets = [100, 4096, 4097, 70_000, 300_000, 5 << 20];
         for case in 0..24 {
             let target = targets[case % targets.len()];
             let (list, extent, count) = random_layout(&mut rng, target);
-            let mut source = vec![POISON; extent * count];
-            let mut serial = Vec::new();
-            for el in 0..count {
-                for b in &list {
-                    for i in 0..b.len {
-                        let at = el * extent + b.offset + i;
-                        source[at] = (at % 233) as u8;
-                        serial.push(source[at]);
-                    }
-                }
-            }
+            let (source, serial) = layout_source(&list, extent, count);
             // The receive's own layout, holding the message (or, truncated, less of it).
             let (rlist, rextent, _) = random_layout(&mut rng, serial.len());
             let relement: usize = rlist.iter().map(|b| b.len).sum();
