@@ -158,9 +158,9 @@ pub enum Placement<'a> {
         token: u64,
     },
     /// As `InPlace`, for a receive laid out in blocks: the rest is the packed bytes `range`
-    /// of the non-contiguous buffer `blocks` describes (made in this process, its blocks
-    /// writable), scattered into its blocks, which stay lent to the transport until it
-    /// reports `Sink::data_landed` with `token`.
+    /// of the non-contiguous buffer `blocks` describes, scattered into its blocks, which stay
+    /// lent to the transport until it reports `Sink::data_landed` with `token`. Only an
+    /// `unsafe impl Sink` returns one: its contract says the blocks are real.
     Scattered {
         header_len: usize,
         blocks: &'a Blocks,
@@ -170,7 +170,16 @@ pub enum Placement<'a> {
 }
 
 /// Where `poll` delivers (the protocol core, in the engine).
-pub trait Sink {
+///
+/// # Safety
+/// A transport writes through what [`placement`](Sink::placement) returns after the borrow
+/// ended, until it reports `data_landed` with the placement's token: an implementation must
+/// keep an `InPlace` target alive and otherwise unaccessed until then, and a `Scattered`
+/// placement's `blocks` must have been made in this process by `Blocks::new` from a live
+/// block list and elements, `range` within its bytes, the blocks of the range writable and
+/// otherwise unaccessed until then too (a safe `Blocks::new` takes any address, so nothing
+/// else stops a made-up description from sending a socket's bytes anywhere).
+pub unsafe trait Sink {
     /// How many bytes of a frame's start `placement` needs to see.
     const PLACEMENT_HEAD: usize;
 
@@ -410,7 +419,11 @@ pub(crate) fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-impl<S: SendBytes, R: RecvBytes> Sink for Core<S, R> {
+// SAFETY: its placements are the user's receive buffer or the blocks describing it
+// (`RecvBytes`'s contract: made in this process, writable), checked by `data_target` to lie
+// in the part the receive still expects, and the receive stays pending, its buffer lent to
+// the engine and touched by nothing else, until `data_landed` accounts for every byte.
+unsafe impl<S: SendBytes, R: RecvBytes> Sink for Core<S, R> {
     const PLACEMENT_HEAD: usize = DATA_HEADER_LEN;
 
     #[inline]

@@ -317,9 +317,9 @@ impl Conn {
                 let want = d.len - d.filled;
                 let read = match d.target {
                     Target::Bytes(ptr) => {
-                        // SAFETY: `ptr` is the target `sink.placement` lent for `len` bytes;
-                        // the receive it belongs to cannot complete, and nothing else writes
-                        // the buffer, until `data_landed` accounts for all of them.
+                        // SAFETY: `ptr` is the target `sink.placement` lent for `len` bytes,
+                        // alive and untouched by anything else until `data_landed` accounts
+                        // for all of them (`Sink`'s contract, an unsafe trait).
                         let dst =
                             unsafe { std::slice::from_raw_parts_mut(ptr.add(d.filled), want) };
                         read_some(&mut self.sock, peer, dst)?
@@ -330,8 +330,9 @@ impl Conn {
                             len: want,
                         };
                         // SAFETY: `sink.placement` lent the blocks of the range, made in this
-                        // process, until `data_landed` accounts for all of them, as above; the
-                        // scratch is the transport's, apart from them.
+                        // process and writable, until `data_landed` accounts for all of them
+                        // (`Sink`'s contract for `Placement::Scattered`); the scratch is the
+                        // transport's, apart from them.
                         unsafe {
                             Self::read_scattered(
                                 &mut self.sock,
@@ -467,9 +468,10 @@ impl Conn {
                     token,
                 } => {
                     let have = staged - header_len;
-                    // SAFETY: `Placement::Scattered` lends the range's blocks, made in this
-                    // process and writable; `have` is less than the frame's payload, the
-                    // range's length; the staging buffer is this connection's own.
+                    // SAFETY: `Sink`'s contract for `Placement::Scattered`: the range's
+                    // blocks were made in this process, writable and lent until
+                    // `data_landed`; `have` is less than the frame's payload, the range's
+                    // length; the staging buffer is this connection's own.
                     unsafe {
                         blocks.unpack_range_from(range.start, &self.rx[body + header_len..self.end])
                     };
@@ -684,7 +686,9 @@ mod tests {
 
     const SCATTER_HEADER: usize = 8;
 
-    impl Sink for ScatterSink {
+    // SAFETY: `blocks` is made by each test from its own live target and block list, which
+    // outlive the connection's reads, and nothing else touches the target meanwhile.
+    unsafe impl Sink for ScatterSink {
         const PLACEMENT_HEAD: usize = SCATTER_HEADER;
 
         fn frame(&mut self, _peer: Rank, frame: &[u8]) -> Result<(), PmlError> {
