@@ -344,8 +344,12 @@ impl Conn {
                         }?
                     }
                 };
-                let Some(n) = read else {
-                    return Ok((frames, Received::Open));
+                let n = match read {
+                    None => return Ok((frames, Received::Open)),
+                    // The peer closed with the frame unfinished: under level-triggered
+                    // epoll, taking this for "nothing yet" would poll the socket forever.
+                    Some(0) => return self.end_of_stream(peer).map(|r| (frames, r)),
+                    Some(n) => n,
                 };
                 let d = self.direct.as_mut().expect("reading in place");
                 d.filled += n;
@@ -640,27 +644,57 @@ mod tests {
     use crate::transport::tcp::gather::SCRATCH_LEN;
     use std::net::TcpListener;
 
-    /// A connected pair whose sender's socket buffer is small, so that a frame goes out in
-    /// many partial writes.
-    fn small_buffered_pair() -> (Conn, TcpStream) {
+    /// A connected loopback pair `(tx, rx)`, both non-blocking, `rx` accepted from a listener
+    /// whose receive buffer was set to `rcvbuf` bytes where given.
+    fn loopback_pair(rcvbuf: Option<usize>) -> (TcpStream, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        if let Some(bytes) = rcvbuf {
+            set_buffer(listener.as_raw_fd(), libc::SO_RCVBUF, bytes);
+        }
         let tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (rx, _) = listener.accept().unwrap();
-        let small: libc::c_int = 16 << 10;
+        tx.set_nonblocking(true).unwrap();
+        rx.set_nonblocking(true).unwrap();
+        (tx, rx)
+    }
+
+    /// Sets the socket buffer `option` (`SO_SNDBUF`, `SO_RCVBUF`) of `fd` to `bytes`; returns
+    /// what the kernel made of it (doubled, capped by its maximum).
+    fn set_buffer(fd: libc::c_int, option: libc::c_int, bytes: usize) -> usize {
+        let set = bytes as libc::c_int;
+        let int_len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
         // SAFETY: an int option of a socket this test owns, read from a live int.
         let rc = unsafe {
             libc::setsockopt(
-                tx.as_raw_fd(),
+                fd,
                 libc::SOL_SOCKET,
-                libc::SO_SNDBUF,
-                (&small as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                option,
+                (&set as *const libc::c_int).cast(),
+                int_len,
             )
         };
         assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        let (mut got, mut len): (libc::c_int, libc::socklen_t) = (0, int_len);
+        // SAFETY: as above, written into a live int whose length `len` holds.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                option,
+                (&mut got as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        got as usize
+    }
+
+    /// A connected pair whose sender's socket buffer is small, so that a frame goes out in
+    /// many partial writes.
+    fn small_buffered_pair() -> (Conn, TcpStream) {
+        let (tx, rx) = loopback_pair(None);
+        set_buffer(tx.as_raw_fd(), libc::SO_SNDBUF, 16 << 10);
         tx.set_nodelay(true).unwrap();
-        tx.set_nonblocking(true).unwrap();
-        rx.set_nonblocking(true).unwrap();
         (Conn::new(tx, 1 << 16), rx)
     }
 
@@ -726,9 +760,11 @@ mod tests {
     /// serial unpack, the gaps and the bytes past the buffer untouched, however the stream is
     /// cut: in the length prefix, in the header, in the payload staged with the head, mid a
     /// short block, at and mid a long run, at the end of a full batch of iovecs and just past
-    /// it. Both ways a frame is scattered: blocks short on average (7, 5 and 256 bytes: read
-    /// through the scratch and unpacked) and long (7, 5 and 1000: `readv` into the runs, the
-    /// short ones through the scratch).
+    /// it, and after more than a batch (one read going on to a second batch, checked where
+    /// the kernel allows a receive buffer that holds the frame). Both ways a frame is
+    /// scattered: blocks short on average (7, 5 and 256 bytes: read through the scratch and
+    /// unpacked) and long (7, 5 and 1000: `readv` into the runs, the short ones through the
+    /// scratch).
     #[test]
     fn scattered_frames_resume_where_a_read_stopped() {
         for long in [SHORT_RUN, 1000] {
@@ -736,18 +772,22 @@ mod tests {
         }
     }
 
-    fn scattered_frame_resumes(long: usize) {
-        // Per element: 7 and 5 bytes (one scratch piece in a batch), then `long`: two iovecs
-        // an element in a batch, so a batch of `IOV_MAX` ends after 512 elements.
-        let list = [
+    /// Per element: 7 and 5 bytes (one scratch piece in a batch), then `long` at offset 20:
+    /// two iovecs an element in a batch, so a batch of `IOV_MAX` ends after 512 elements.
+    fn short_short_long(long: usize) -> [Block; 3] {
+        [
             Block { offset: 0, len: 7 },
             Block { offset: 10, len: 5 },
             Block {
                 offset: 20,
                 len: long,
             },
-        ];
-        let (extent, count) = (20 + long + 9, 600);
+        ]
+    }
+
+    fn scattered_frame_resumes(long: usize) {
+        let list = short_short_long(long);
+        let (extent, count) = (20 + long + 9, 1200);
         let element_len = 12 + long;
         let poison = 0xEE;
         let guard = 0xA5;
@@ -784,14 +824,15 @@ mod tests {
             payload_at + 200 * element_len + 12 + 100,
             batch_end,
             batch_end + 3,
+            // More than a batch (688 elements) in one go.
             frame.len() - 1,
             frame.len(),
         ];
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (rx, _) = listener.accept().unwrap();
-        rx.set_nonblocking(true).unwrap();
-        tx.set_nonblocking(true).unwrap();
+        // Buffers that hold the whole frame, so that a write is read whole by the next
+        // receive: past a full batch of `IOV_MAX` where the kernel allows them.
+        let (mut tx, rx) = loopback_pair(Some(4 * frame.len()));
+        set_buffer(tx.as_raw_fd(), libc::SO_SNDBUF, 4 * frame.len());
+        let rcvbuf = set_buffer(rx.as_raw_fd(), libc::SO_RCVBUF, 4 * frame.len());
         let mut conn = Conn::new(rx, 1 << 16);
         let mut sink = ScatterSink {
             blocks,
@@ -799,6 +840,8 @@ mod tests {
         };
         let mut scratch = Box::default();
         let mut written = 0;
+        // The most of the payload one receive read in place.
+        let mut largest_step = 0;
         for cut in cuts {
             // Until the connection has read all up to the cut (the socket's buffers may take
             // it in several writes, and loopback hand it over in several reads).
@@ -809,6 +852,7 @@ mod tests {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) => panic!("{e}"),
                 }
+                let filled_before = conn.direct.as_ref().map(|d| d.filled);
                 let (delivered, state) = conn.receive(0, &mut sink, &mut scratch).unwrap();
                 assert_eq!(state, Received::Open);
                 let read = match &conn.direct {
@@ -816,6 +860,9 @@ mod tests {
                     None if delivered > 0 => frame.len(),
                     None => conn.end - conn.start,
                 };
+                if let Some(before) = filled_before {
+                    largest_step = largest_step.max(read - payload_at - before);
+                }
                 if read == cut {
                     break;
                 }
@@ -827,6 +874,25 @@ mod tests {
             }
         }
         assert_eq!(sink.landed, vec![(7, payload.len())]);
+        // One receive reads in place by one `read_scattered`, which reads no more than one
+        // batch's bytes unless it went on to a second batch.
+        let batch_bytes = IOV_MAX / 2 * element_len;
+        if blocks.mean_block() < SHORT_RUN {
+            // Read through the scratch, in no batches.
+        } else if rcvbuf >= 2 * frame.len() {
+            assert!(
+                largest_step > batch_bytes,
+                "blocks of {long}: no receive read past one batch ({largest_step} bytes at most, \
+                 a batch is {batch_bytes})"
+            );
+        } else {
+            eprintln!(
+                "blocks of {long}: not checking that a read went on to a second batch: the \
+                 kernel allowed a {rcvbuf}-byte receive buffer, less than twice the {}-byte \
+                 frame (net.core.rmem_max)",
+                frame.len()
+            );
+        }
         if let Some(i) = (0..target.len()).find(|&i| target[i] != expected[i]) {
             panic!(
                 "blocks of {long}: byte {i} of {span} is {:#x}, not {:#x} (element {}, offset {})",
@@ -835,6 +901,49 @@ mod tests {
                 i / extent,
                 i % extent
             );
+        }
+    }
+
+    /// A peer that closes in the middle of a frame read in place is an error naming it,
+    /// whichever way the frame is read (through the scratch, by `readv`): not a socket that
+    /// level-triggered epoll reports readable forever, read as "nothing yet" each time.
+    #[test]
+    fn a_peer_closing_mid_frame_read_in_place_is_an_error() {
+        for long in [SHORT_RUN, 1000] {
+            let list = short_short_long(long);
+            let (extent, count) = (20 + long, 100);
+            let mut target = vec![0u8; extent * count];
+            let blocks = Blocks::new(target.as_mut_ptr(), count, extent, &list).unwrap();
+            let mut frame = ((SCATTER_HEADER + blocks.len()) as u32)
+                .to_le_bytes()
+                .to_vec();
+            frame.extend_from_slice(&[3u8; SCATTER_HEADER]);
+            frame.resize(PREFIX_LEN + SCATTER_HEADER + blocks.len() / 2, 9);
+            let (mut tx, rx) = loopback_pair(None);
+            tx.set_nonblocking(false).unwrap();
+            tx.write_all(&frame).unwrap();
+            drop(tx);
+            let mut conn = Conn::new(rx, 1 << 16);
+            let mut sink = ScatterSink {
+                blocks,
+                landed: Vec::new(),
+            };
+            let mut scratch = Box::default();
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let error = loop {
+                match conn.receive(3, &mut sink, &mut scratch) {
+                    Ok(_) => assert!(
+                        std::time::Instant::now() < deadline,
+                        "blocks of {long}: still reading after the peer closed mid-frame"
+                    ),
+                    Err(e) => break e.to_string(),
+                }
+            };
+            assert!(
+                error.contains("rank 3") && error.contains("closed"),
+                "blocks of {long}: {error}"
+            );
+            assert!(sink.landed.is_empty(), "{:?}", sink.landed);
         }
     }
 
@@ -853,14 +962,7 @@ mod tests {
     /// packed into the scratch a piece at a time), 1000 long (gathered in batches, the short
     /// blocks through the scratch, the long in place).
     fn gathered_frame_resumes(long: usize) {
-        let list = [
-            Block { offset: 0, len: 7 },
-            Block { offset: 10, len: 5 },
-            Block {
-                offset: 20,
-                len: long,
-            },
-        ];
+        let list = short_short_long(long);
         let (extent, count) = (long + 40, 600);
         let source: Vec<u8> = (0..extent * count).map(|i| (i % 251) as u8).collect();
         let mut serial = Vec::new();
