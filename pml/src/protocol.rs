@@ -1401,11 +1401,19 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
         };
         let capacity = recv_bytes::capacity(buf);
         if buf.blocks().is_some() {
-            if let Some(at) = self.read_staging.iter().position(|(h, _)| *h == recv) {
-                let (_, staging) = self.read_staging.swap_remove(at);
-                if failure.is_none() {
-                    recv_bytes::copy_in(buf, 0, &staging);
-                }
+            // Every read into blocks has its staging (made with the Read action): without
+            // one, the bytes read are nowhere, and completing would hand back a buffer never
+            // written.
+            let Some(at) = self.read_staging.iter().position(|(h, _)| *h == recv) else {
+                return Err(protocol(
+                    peer,
+                    "internal error: a read into a receive laid out in blocks finished, but \
+                     the receive has no staging for the bytes read",
+                ));
+            };
+            let (_, staging) = self.read_staging.swap_remove(at);
+            if failure.is_none() {
+                recv_bytes::copy_in(buf, 0, &staging);
             }
         }
         *state = RecvState::Done(match failure {
