@@ -736,9 +736,12 @@ fn random_layout(rng: &mut u64, packed_target: usize) -> (Vec<Block>, usize, usi
     (list, extent, count)
 }
 
+/// The eager limits of `layout_test_engine`'s engines.
+const LAYOUT_EAGER_LIMIT: usize = 4096;
+
 /// The engine of rank `rank` of the two ranks a child's `mode,dir,rank` spec names (`tcp`,
-/// or shared memory), with eager limits of 4096 bytes and `single_copy(mode, rank)`; the
-/// mode and rank.
+/// or shared memory), with eager limits of `LAYOUT_EAGER_LIMIT` and
+/// `single_copy(mode, rank)`; the mode and rank.
 fn layout_test_engine(
     spec: &str,
     single_copy: impl Fn(&str, u32) -> bool,
@@ -757,8 +760,8 @@ fn layout_test_engine(
         round: 0,
     };
     let config = EngineConfig {
-        shm_eager_limit: 4096,
-        tcp_eager_limit: 4096,
+        shm_eager_limit: LAYOUT_EAGER_LIMIT,
+        tcp_eager_limit: LAYOUT_EAGER_LIMIT,
         single_copy: single_copy(mode, rank),
         shm_in_place_min_block: 1,
         transport: match mode {
@@ -900,8 +903,8 @@ const SCATTERED_ENV: &str = "PML_ENGINE_TEST_SCATTERED_RANK";
 /// lands in the core's staging, unpacked once done. Every case: the blocks hold a serial
 /// unpack of what was sent, the gaps between them keep their poison and the bytes past the
 /// buffer their guard; some receives are posted after their message arrived (unexpected),
-/// and some layouts are too small (truncated, the error naming both lengths, and the bytes
-/// that fit still unpacked).
+/// and some layouts are too small (truncated, eager and rendezvous, posted and unexpected:
+/// the error naming both lengths, and the bytes that fit still unpacked).
 #[test]
 fn non_contiguous_receives_scatter_into_their_blocks() {
     if let Ok(spec) = env::var(SCATTERED_ENV) {
@@ -909,14 +912,29 @@ fn non_contiguous_receives_scatter_into_their_blocks() {
         let mode = mode.as_str();
         let mut rng = 0x2545_f491_4f6c_dd1du64;
         let targets = [100, 4096, 4097, 70_000, 300_000, 5 << 20];
+        // (rendezvous, unexpected) of each truncated case.
+        let mut truncations = std::collections::BTreeSet::<(bool, bool)>::new();
         for case in 0..24 {
             let target = targets[case % targets.len()];
             let (list, extent, count) = random_layout(&mut rng, target);
             let (source, serial) = layout_source(&list, extent, count);
             // The receive's own layout, holding the message (or, truncated, less of it).
-            let (rlist, rextent, _) = random_layout(&mut rng, serial.len());
+            let (mut rlist, rextent, _) = random_layout(&mut rng, serial.len());
+            // Coprime to the targets' 6 and the unexpected cases' 4: truncated eager and
+            // rendezvous messages, each posted and unexpected (cases 1, 6, 11, 16, 21).
+            let truncated = case % 5 == 1;
+            if truncated {
+                // Elements of at most half the message, so that the receive holds less.
+                let most = serial.len() / 2;
+                rlist[0].len = rlist[0].len.min(most);
+                let mut element = 0;
+                rlist.retain(|b| {
+                    element += b.len;
+                    element <= most
+                });
+                truncations.insert((serial.len() > LAYOUT_EAGER_LIMIT, case % 4 == 1));
+            }
             let relement: usize = rlist.iter().map(|b| b.len).sum();
-            let truncated = case % 6 == 5;
             let rcount = match truncated {
                 false => serial.len().div_ceil(relement),
                 true => (serial.len() / relement / 2).max(1),
@@ -993,6 +1011,11 @@ fn non_contiguous_receives_scatter_into_their_blocks() {
             }
         }
         e.flush_all().unwrap();
+        assert_eq!(
+            truncations.len(),
+            4,
+            "truncated cases (rendezvous, unexpected): {truncations:?}"
+        );
         println!("{mode} scattered ok");
         return;
     }
