@@ -210,6 +210,13 @@ impl Conn {
         range: PackedRange,
         scratch: &mut [u8],
     ) -> io::Result<Sent> {
+        // A scratch that holds no short run would leave batches that take none of them, and
+        // pieces packed a few bytes at a time.
+        debug_assert!(
+            scratch.len() >= SHORT_RUN,
+            "a {}-byte scratch",
+            scratch.len()
+        );
         if blocks.mean_block() < SHORT_RUN {
             // SAFETY: this function's contract.
             return unsafe { self.send_packed(header, blocks, range, scratch) };
@@ -217,12 +224,6 @@ impl Conn {
         let total = header.len() + range.len;
         let prefix = frame_prefix(total)?;
         let whole = PREFIX_LEN + total;
-        // A scratch that holds no short run would leave batches that take none of them.
-        debug_assert!(
-            scratch.len() >= SHORT_RUN,
-            "a {}-byte scratch",
-            scratch.len()
-        );
         // SAFETY: this function's contract.
         let list = unsafe { blocks.local_list() };
         let mut iov: IovecRoom = [MaybeUninit::uninit(); IOV_MAX];
