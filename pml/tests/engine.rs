@@ -773,6 +773,25 @@ fn layout_test_engine(
     (mode.to_string(), rank, Engine::new(&mut w, config).unwrap())
 }
 
+/// Runs `test`'s two ranks (their spec in `env`, as `layout_test_engine` reads it) once in
+/// each of `modes`, and checks that rank 0 printed "MODE `done` ok".
+fn run_layout_test(test: &str, env: &str, modes: &[&str], done: &str) {
+    for mode in modes {
+        let dir = TempDir::new(&format!("pml-engine-{done}-{mode}-{}", std::process::id()));
+        let outputs = run_children(
+            test,
+            2,
+            env,
+            |r| format!("{mode},{},{r}", dir.0.display()),
+            &[],
+            Duration::from_secs(120),
+        );
+        assert_all_succeeded(&outputs, &format!("{mode}: "));
+        let out = String::from_utf8_lossy(&outputs[0].stdout);
+        assert!(out.contains(&format!("{mode} {done} ok")), "{out}");
+    }
+}
+
 /// `count` elements of `list`, `extent` apart, their blocks filled and their gaps poisoned,
 /// and a serial pack of the blocks.
 fn layout_source(list: &[Block], extent: usize, count: usize) -> (Vec<u8>, Vec<u8>) {
@@ -875,23 +894,12 @@ fn non_contiguous_sends_gather_their_blocks() {
         println!("{mode} gathered ok");
         return;
     }
-    for mode in ["tcp", "shm-no-cma"] {
-        let dir = TempDir::new(&format!(
-            "pml-engine-gathered-{mode}-{}",
-            std::process::id()
-        ));
-        let outputs = run_children(
-            "non_contiguous_sends_gather_their_blocks",
-            2,
-            GATHERED_ENV,
-            |r| format!("{mode},{},{r}", dir.0.display()),
-            &[],
-            Duration::from_secs(120),
-        );
-        assert_all_succeeded(&outputs, &format!("{mode}: "));
-        let out = String::from_utf8_lossy(&outputs[0].stdout);
-        assert!(out.contains(&format!("{mode} gathered ok")), "{out}");
-    }
+    run_layout_test(
+        "non_contiguous_sends_gather_their_blocks",
+        GATHERED_ENV,
+        &["tcp", "shm-no-cma"],
+        "gathered",
+    );
 }
 
 const SCATTERED_ENV: &str = "PML_ENGINE_TEST_SCATTERED_RANK";
@@ -1019,23 +1027,12 @@ fn non_contiguous_receives_scatter_into_their_blocks() {
         println!("{mode} scattered ok");
         return;
     }
-    for mode in ["tcp", "shm", "shm-no-cma"] {
-        let dir = TempDir::new(&format!(
-            "pml-engine-scattered-{mode}-{}",
-            std::process::id()
-        ));
-        let outputs = run_children(
-            "non_contiguous_receives_scatter_into_their_blocks",
-            2,
-            SCATTERED_ENV,
-            |r| format!("{mode},{},{r}", dir.0.display()),
-            &[],
-            Duration::from_secs(120),
-        );
-        assert_all_succeeded(&outputs, &format!("{mode}: "));
-        let out = String::from_utf8_lossy(&outputs[0].stdout);
-        assert!(out.contains(&format!("{mode} scattered ok")), "{out}");
-    }
+    run_layout_test(
+        "non_contiguous_receives_scatter_into_their_blocks",
+        SCATTERED_ENV,
+        &["tcp", "shm", "shm-no-cma"],
+        "scattered",
+    );
 }
 
 /// A wire-up directory, removed when dropped, so that a failed assertion leaves none behind.
