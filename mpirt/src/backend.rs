@@ -283,6 +283,17 @@ impl Pml for AnyPml {
         on_pml!(self, p => unsafe { p.post_recv(context, source, tag, buf, len) })
     }
 
+    unsafe fn post_recv_blocks(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        blocks: &Blocks,
+    ) -> Result<Option<Handle>, PmlError> {
+        // SAFETY: the caller's guarantees are passed on unchanged.
+        on_pml!(self, p => unsafe { p.post_recv_blocks(context, source, tag, blocks) })
+    }
+
     #[inline]
     unsafe fn start_recv(
         &mut self,

@@ -199,12 +199,18 @@ pub(crate) enum Owned {
 
 pub(crate) struct Staging {
     datatype: Datatype,
+    /// Allocated when the receive is posted into it (`RecvSlot::target`): a receive the PML
+    /// lands in the layout's blocks (`in_place`) has none.
     bytes: Vec<u8>,
     /// The user's buffer, where checked bytes go.
     destination: *mut u8,
     /// How they go there, for a datatype whose elements are not one run of bytes: unpacked
     /// into its blocks, leaving the bytes between them as they were.
     layout: Option<Arc<Layout>>,
+    /// The destination's blocks described for the PML, for a non-contiguous datatype whose
+    /// every byte pattern is a value: the PML may land the message in them directly
+    /// (`Pml::post_recv_blocks`), with no staging copy. Its block list is `layout`'s.
+    in_place: Option<pml::blocks::Blocks>,
 }
 
 impl RecvSlot {
@@ -243,11 +249,18 @@ impl RecvSlot {
             true => None,
             false => Some(datatype.layout()?),
         };
+        let in_place = match &layout {
+            Some(layout) if !datatype.needs_check() => {
+                Some(describe(ptr, len / datatype.size().max(1), layout))
+            }
+            _ => None,
+        };
         let landing = Landing::Owned(Box::new(Owned::Staged(Staging {
             datatype,
-            bytes: vec![0u8; len],
+            bytes: Vec::new(),
             destination: ptr,
             layout,
+            in_place,
         })));
         Ok(RecvSlot { ptr, len, landing })
     }
@@ -269,10 +282,24 @@ impl RecvSlot {
     pub(crate) fn target(&mut self) -> (*mut u8, usize) {
         match &mut self.landing {
             Landing::Owned(owned) => match &mut **owned {
-                Owned::Staged(staging) => (staging.bytes.as_mut_ptr(), self.len),
+                Owned::Staged(staging) => (staging.allocate(self.len), self.len),
                 Owned::Sending(_) => (self.ptr, self.len),
             },
             Landing::Direct { .. } => (self.ptr, self.len),
+        }
+    }
+
+    /// The description of the user's blocks for a receive the PML may land in them
+    /// (`Pml::post_recv_blocks`), before the slot is posted any other way: stable while the
+    /// slot moves (boxed).
+    #[inline]
+    fn in_place(&self) -> Option<&pml::blocks::Blocks> {
+        match &self.landing {
+            Landing::Owned(owned) => match &**owned {
+                Owned::Staged(staging) if staging.bytes.is_empty() => staging.in_place.as_ref(),
+                _ => None,
+            },
+            Landing::Direct { .. } => None,
         }
     }
 
@@ -331,10 +358,24 @@ impl Owned {
 }
 
 impl Staging {
+    /// The staging buffer of `len` bytes, allocated by the first call.
+    #[cold]
+    fn allocate(&mut self, len: usize) -> *mut u8 {
+        if self.bytes.len() != len {
+            self.bytes = vec![0u8; len];
+        }
+        self.bytes.as_mut_ptr()
+    }
+
     /// [`Owned::finish`] of a staging buffer.
     fn finish(&self, len: usize) -> Result<(), Cause> {
         let datatype = self.datatype;
         whole_elements(len, datatype)?;
+        if self.bytes.is_empty() && self.in_place.is_some() {
+            // Landed in the user's blocks (`Pml::post_recv_blocks`): every byte pattern is
+            // a value of this datatype, so there is nothing to check or move.
+            return Ok(());
+        }
         let arrived = &self.bytes[..len];
         if !datatype.is_valid(arrived) {
             return Err(Cause::InvalidValue {
@@ -370,9 +411,34 @@ pub(crate) unsafe fn post_receive(
     tag: TagSel,
     slot: &mut RecvSlot,
 ) -> Result<Handle, Cause> {
+    // SAFETY: forwarded from this function's contract.
+    if let Some(h) = unsafe { post_in_place(comm, source, tag, slot) }? {
+        return Ok(h);
+    }
     let (ptr, len) = slot.target();
     // SAFETY: forwarded from this function's contract.
     with_engine(|e| unsafe { e.post_recv(comm.context, source, tag, ptr, len) })
+}
+
+/// Posts a receive into the user's blocks where the slot has them described and the PML
+/// lands messages there (`Pml::post_recv_blocks`); `None`, having posted nothing, elsewhere.
+///
+/// # Safety
+/// As for [`post_receive`].
+#[inline]
+unsafe fn post_in_place(
+    comm: &CommData,
+    source: SourceSel,
+    tag: TagSel,
+    slot: &RecvSlot,
+) -> Result<Option<Handle>, Cause> {
+    let Some(blocks) = slot.in_place() else {
+        return Ok(None);
+    };
+    // SAFETY: the description lies in the slot's box, and the blocks and block list it names
+    // (the user's buffer and the layout the slot holds) live as long: this function's
+    // contract; the slot is not posted otherwise.
+    with_engine(|e| unsafe { e.post_recv_blocks(comm.context, source, tag, blocks) })
 }
 
 /// Starts a receive into `slot` that finishes at once if its eager message is waiting.
@@ -388,6 +454,10 @@ pub(crate) unsafe fn start_receive(
     tag: TagSel,
     slot: &mut RecvSlot,
 ) -> Result<Started<RecvBuf>, Cause> {
+    // SAFETY: forwarded from this function's contract.
+    if let Some(h) = unsafe { post_in_place(comm, source, tag, slot) }? {
+        return Ok(Started::Posted(h));
+    }
     let (ptr, len) = slot.target();
     // SAFETY: forwarded from this function's contract.
     with_engine(|e| unsafe { e.start_recv(comm.context, source, tag, ptr, len) })
@@ -463,15 +533,7 @@ impl Outgoing {
         datatype: Datatype,
     ) -> Result<Outgoing, Cause> {
         let layout = datatype.layout()?;
-        // A column is one block at a stride, not a list as long as the column for the
-        // receiver to read: where the elements continue the stride (or are one).
-        let blocks = match layout.regular() {
-            Some(r) if count == 1 || layout.extent == r.times * r.stride => {
-                pml::blocks::Blocks::new(ptr, count * r.times, r.stride, slice::from_ref(&r.block))
-            }
-            _ => pml::blocks::Blocks::new(ptr, count, layout.extent, layout.blocks()),
-        }
-        .expect("a view's packed size was checked to fit");
+        let blocks = describe(ptr, count, &layout);
         let len = blocks.len();
         Ok(Outgoing {
             ptr: std::ptr::null(),
@@ -531,6 +593,20 @@ impl Outgoing {
             _ => None,
         }
     }
+}
+
+/// `count` elements of `layout` at `ptr` described for the PML, whose block list is
+/// `layout`'s (kept alive as long as the description).
+fn describe(ptr: *const u8, count: usize, layout: &Layout) -> pml::blocks::Blocks {
+    // A column is one block at a stride, not a list as long as the column for a peer to
+    // read: where the elements continue the stride (or are one).
+    match layout.regular() {
+        Some(r) if count == 1 || layout.extent == r.times * r.stride => {
+            pml::blocks::Blocks::new(ptr, count * r.times, r.stride, slice::from_ref(&r.block))
+        }
+        _ => pml::blocks::Blocks::new(ptr, count, layout.extent, layout.blocks()),
+    }
+    .expect("a view's packed size was checked to fit")
 }
 
 /// Posts a send of `out` to `dest`.
@@ -680,6 +756,10 @@ fn receive_slot(
     tag: TagSel,
     mut slot: RecvSlot,
 ) -> Result<Status, Cause> {
+    // SAFETY: the slot's buffer outlives this call, which returns once the receive is done.
+    if let Some(h) = unsafe { post_in_place(comm, source, tag, &slot) }? {
+        return finish_receive(h, slot);
+    }
     let (ptr, len) = slot.target();
     // SAFETY: the slot's buffer outlives this call, which returns once the receive is done.
     let status = unsafe { environment::recv(comm.context, source, tag, ptr, len) }?;

@@ -25,7 +25,7 @@ done
 out=${out:-target/halo${tcp:+-tcp}}
 mkdir -p "$out"
 out=$(realpath "$out")
-cargo build --release -q -p launcher -p osu-benches --bin halo_column
+cargo build --release -q -p launcher -p osu-benches --bin rsrun --bin halo_column
 bin=$(realpath target/release)
 mpicc.openmpi -O2 -o "$out/halo.ompi" osu-benches/compare/halo_column.c
 mpicc.mpich -O2 -o "$out/halo.mpich" osu-benches/compare/halo_column.c

@@ -185,19 +185,42 @@ impl Blocks {
     /// Calls `f` with each block's address and length, in packing order, for the first `len`
     /// packed bytes (the last block cut short where they end), skipping empty blocks: a
     /// tight loop, for copies block by block.
-    pub fn for_each_block(&self, list: &[Block], len: usize, mut f: impl FnMut(u64, usize)) {
+    pub fn for_each_block(&self, list: &[Block], len: usize, f: impl FnMut(u64, usize)) {
+        self.for_each_block_from(list, 0, len, f);
+    }
+
+    /// [`for_each_block`](Self::for_each_block) of the packed bytes `start..start + len`
+    /// (the first block cut short where they begin). Unlike [`runs`](Self::runs) it merges
+    /// no blocks that touch: the loop for copies of short blocks.
+    pub fn for_each_block_from(
+        &self,
+        list: &[Block],
+        start: usize,
+        len: usize,
+        mut f: impl FnMut(u64, usize),
+    ) {
+        let element_len = self.element_len as usize;
+        if len == 0 || element_len == 0 {
+            return;
+        }
+        let first = (start / element_len) as u64;
+        let mut skip = start % element_len;
         let mut left = len;
-        let mut element = self.base;
-        for _ in 0..self.count {
+        let mut element = self.base.wrapping_add(first.wrapping_mul(self.extent));
+        for _ in first..self.count {
             for b in list {
-                let n = b.len.min(left);
-                if n > 0 {
-                    f(element.wrapping_add(b.offset as u64), n);
-                    left -= n;
+                if skip >= b.len {
+                    // Before the range, or empty.
+                    skip -= b.len;
+                    continue;
                 }
-            }
-            if left == 0 {
-                return;
+                let n = (b.len - skip).min(left);
+                f(element.wrapping_add((b.offset + skip) as u64), n);
+                skip = 0;
+                left -= n;
+                if left == 0 {
+                    return;
+                }
             }
             element = element.wrapping_add(self.extent);
         }
@@ -223,24 +246,48 @@ impl Blocks {
     /// [`len`](Self::len), and `dst` valid for writes of `len` bytes that overlap none of the
     /// elements'.
     pub unsafe fn pack_range_into(&self, start: usize, len: usize, dst: *mut u8) {
+        let mut at = 0;
+        // SAFETY: this function's contract.
+        unsafe {
+            self.for_each_piece(start, len, |addr, n| {
+                // SAFETY: the block lies in an element, readable (this function's contract);
+                // `at + n` stays within the `len` bytes at `dst`, as the pieces sum to `len`.
+                std::ptr::copy_nonoverlapping(addr as usize as *const u8, dst.add(at), n);
+                at += n;
+            })
+        };
+    }
+
+    /// Unpacks `src` as the packed bytes `start..start + src.len()` into the blocks: what a
+    /// receive laid out in blocks does with a frame's payload. The bytes between the blocks
+    /// are left as they are.
+    ///
+    /// # Safety
+    /// The description must have been made in this process, its block list alive and its
+    /// elements' blocks valid for writes (a receive's buffer, lent for it),
+    /// `start + src.len()` at most [`len`](Self::len), and `src` apart from the elements.
+    pub unsafe fn unpack_range_from(&self, start: usize, src: &[u8]) {
+        let mut at = 0;
+        // SAFETY: this function's contract.
+        unsafe {
+            self.for_each_piece(start, src.len(), |addr, n| {
+                // SAFETY: the block lies in an element, writable (this function's contract);
+                // `at + n` stays within `src`, as the pieces sum to its length.
+                std::ptr::copy_nonoverlapping(src.as_ptr().add(at), addr as usize as *mut u8, n);
+                at += n;
+            })
+        };
+    }
+
+    /// Calls `f` with the address and length of each piece of the packed bytes
+    /// `start..start + len`, in packing order.
+    ///
+    /// # Safety
+    /// The description must have been made in this process, its block list alive.
+    unsafe fn for_each_piece(&self, start: usize, len: usize, f: impl FnMut(u64, usize)) {
         // SAFETY: this function's contract.
         let list = unsafe { self.local_list() };
-        let mut at = 0;
-        let mut copy = |addr: u64, n: usize| {
-            // SAFETY: the block lies in an element, readable (this function's contract); `at +
-            // n` stays within the `len` bytes at `dst`, as the pieces sum to `len`.
-            unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, dst.add(at), n) };
-            at += n;
-        };
-        // From the start (an eager frame, a first DATA frame) block by block, a tight loop;
-        // elsewhere the runs find where the range starts.
-        if start == 0 {
-            self.for_each_block(list, len, copy);
-            return;
-        }
-        for (addr, n) in self.runs(list, start, len) {
-            copy(addr, n);
-        }
+        self.for_each_block_from(list, start, len, f);
     }
 
     /// The packed bytes `start..start + len` as runs of addresses, in packing order, with

@@ -125,6 +125,26 @@ pub trait Pml {
         len: usize,
     ) -> Result<Handle, PmlError>;
 
+    /// Starts a receive into the non-contiguous buffer `blocks` describes (a description
+    /// made in this process), each arriving byte unpacked straight into its blocks (an eager
+    /// frame's payload, rendezvous data a transport scatters from its socket); `None`,
+    /// having posted nothing, where the PML does not: the caller then receives into a
+    /// contiguous staging buffer and unpacks it. Bytes between the blocks are never written.
+    ///
+    /// # Safety
+    /// `blocks` and the block list it names must stay valid and unchanged, and its
+    /// elements' blocks valid for writes and not otherwise accessed, until the request
+    /// completes.
+    unsafe fn post_recv_blocks(
+        &mut self,
+        _context: ContextId,
+        _source: SourceSel,
+        _tag: TagSel,
+        _blocks: &Blocks,
+    ) -> Result<Option<Handle>, PmlError> {
+        Ok(None)
+    }
+
     /// Starts a receive that finishes at once when its message is already here
     /// ([`Started::Done`]: no request to wait for or collect), else is posted
     /// ([`Started::Posted`]). Never [`Started::Claimed`].
@@ -247,6 +267,9 @@ pub trait Wireup {
 pub struct RecvBuf {
     ptr: *mut u8,
     len: usize,
+    /// The description of a non-contiguous buffer (`post_recv_blocks`), null for a
+    /// contiguous one: then `ptr` is not the bytes, which land in the blocks.
+    blocks: *const Blocks,
 }
 
 impl RecvBuf {
@@ -255,7 +278,21 @@ impl RecvBuf {
     /// receive completes).
     #[inline]
     pub(crate) fn new(ptr: *mut u8, len: usize) -> RecvBuf {
-        RecvBuf { ptr, len }
+        RecvBuf {
+            ptr,
+            len,
+            blocks: std::ptr::null(),
+        }
+    }
+
+    /// The non-contiguous buffer `blocks` describes, lent to `post_recv_blocks` under its
+    /// contract.
+    pub(crate) fn of_blocks(blocks: &Blocks) -> RecvBuf {
+        RecvBuf {
+            ptr: std::ptr::null_mut(),
+            len: blocks.len(),
+            blocks,
+        }
     }
 }
 
@@ -267,11 +304,26 @@ impl crate::stall::Capacity for RecvBuf {
 
 impl AsMut<[u8]> for RecvBuf {
     fn as_mut(&mut self) -> &mut [u8] {
+        if !self.blocks.is_null() {
+            // In blocks (`post_recv_blocks`): no contiguous bytes, and `ptr` is null.
+            return &mut [];
+        }
         // SAFETY: `post_recv`'s caller guarantees `ptr` is valid for writes of `len` bytes and
         // not otherwise accessed until the request completes; this `RecvBuf` is dropped then.
         // Raw receives may share bytes with each other, but a PML is one thread and this
         // slice lives for one copy into it, so no two of them are ever alive at once.
         unsafe { slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+// SAFETY: a description is only ever that of `post_recv_blocks`, whose caller keeps it, its
+// block list and its writable blocks lent until the request completes, when the engine drops
+// this `RecvBuf`.
+unsafe impl crate::protocol::RecvBytes for RecvBuf {
+    #[inline]
+    fn blocks(&self) -> Option<&Blocks> {
+        // SAFETY: as above: null, or `post_recv_blocks`' description, alive.
+        unsafe { self.blocks.as_ref() }
     }
 }
 

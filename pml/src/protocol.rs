@@ -13,12 +13,12 @@
 mod claim;
 mod direct;
 mod queues;
+mod recv_bytes;
 mod stored_payload;
 
 use std::collections::VecDeque;
 
 use crate::blocks::{Blocks, PackedRange};
-use crate::bulk_copy;
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
 use crate::matching::{Matcher, PostedId};
@@ -30,6 +30,7 @@ use crate::wire::{
 use claim::Claim;
 pub use claim::{ClaimEnd, Started};
 pub use direct::{DirectSend, DirectWrite};
+pub use recv_bytes::{DataTarget, RecvBytes};
 use stored_payload::StoredPayload;
 
 /// What the protocol needs to know about the transport that reaches one peer.
@@ -365,6 +366,9 @@ pub struct Core<S, R> {
     claim: Option<Claim<R>>,
     /// How the last claim ended, until its receive takes it.
     claim_end: Option<ClaimEnd<R>>,
+    /// Where remote reads for receives laid out in blocks land (a read fills contiguous
+    /// bytes), until they finish and are unpacked.
+    read_staging: Vec<(Handle, Vec<u8>)>,
     /// Eager bytes given back to a peer at once (a quarter of the budget), computed once: the
     /// division is not for every message.
     credit_batch: usize,
@@ -395,10 +399,10 @@ fn eager_now(p: &Peer, caps: PeerCaps, len: usize, send_limit: Option<usize>) ->
 // Inline: it runs once a received message, and a call's result, the size of an error,
 // comes back through memory.
 #[inline(always)]
-fn copy_eager(buf: &mut [u8], envelope: Envelope, payload: &[u8]) -> Outcome<Status> {
-    let capacity = buf.len();
+fn copy_eager<R: RecvBytes>(buf: &mut R, envelope: Envelope, payload: &[u8]) -> Outcome<Status> {
+    let capacity = recv_bytes::capacity(buf);
     let n = payload.len().min(capacity);
-    bulk_copy::copy_from_slice(&mut buf[..n], &payload[..n]);
+    recv_bytes::copy_in(buf, 0, &payload[..n]);
     let status = Status {
         source: envelope.source,
         tag: envelope.tag,
@@ -421,7 +425,7 @@ fn truncated(status: Status, capacity: usize) -> Box<PmlError> {
     Box::new(PmlError::truncated(status, capacity))
 }
 
-impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
+impl<S: SendBytes, R: RecvBytes> Core<S, R> {
     pub fn new(peers: usize, config: CoreConfig) -> Self {
         Core {
             config,
@@ -434,6 +438,7 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
             actions: VecDeque::new(),
             claim: None,
             claim_end: None,
+            read_staging: Vec::new(),
             credit_batch: config.unexpected_budget / 4,
         }
     }
@@ -687,7 +692,7 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
         let Ok(Request::Recv { buf, state }) = self.requests.get_mut(recv) else {
             unreachable!("a matched receive handle is live until delivered");
         };
-        *state = RecvState::Done(copy_eager(buf.as_mut(), envelope, payload));
+        *state = RecvState::Done(copy_eager(buf, envelope, payload));
         self.eager_consumed(peer, payload.len(), sync_request);
     }
 
@@ -718,7 +723,8 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
         let Ok(Request::Recv { buf, state }) = self.requests.get_mut(recv) else {
             unreachable!("a matched receive handle is live until delivered");
         };
-        let capacity = buf.as_mut().len();
+        let capacity = recv_bytes::capacity(buf);
+        let in_blocks = buf.blocks().is_some();
         let status = Status {
             source: envelope.source,
             tag: envelope.tag,
@@ -726,6 +732,10 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
         };
         let deliver = len.min(capacity);
         if remote_read {
+            if in_blocks && deliver > 0 {
+                // A read lands contiguous bytes: staged, then unpacked once it finished.
+                self.read_staging.push((recv, vec![0; deliver]));
+            }
             if deliver == 0 {
                 *state = RecvState::Done(receive_result(status, capacity));
                 self.push_control(peer, Control::Fin(send_request));
@@ -1079,8 +1089,8 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
         offset: u64,
         payload: &[u8],
     ) -> Result<(), PmlError> {
-        let target = self.data_target(from, recv_request, offset, payload.len())?;
-        bulk_copy::copy_from_slice(target, payload);
+        self.data_target(from, recv_request, offset, payload.len())?
+            .fill(payload);
         self.data_landed(from, recv_request, payload.len())
     }
 
@@ -1124,7 +1134,7 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
         recv_request: u64,
         offset: u64,
         len: usize,
-    ) -> Result<&mut [u8], PmlError> {
+    ) -> Result<DataTarget<'_>, PmlError> {
         let (buf, _, deliver, received) = self.pulling(from, recv_request)?;
         if offset != received as u64 || len > deliver - received {
             return Err(protocol(
@@ -1135,7 +1145,19 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
                 ),
             ));
         }
-        Ok(&mut buf.as_mut()[received..received + len])
+        if buf.blocks().is_none() {
+            return Ok(DataTarget::Bytes(
+                &mut buf.as_mut()[received..received + len],
+            ));
+        }
+        let blocks = buf.blocks().expect("checked above");
+        Ok(DataTarget::Blocks {
+            blocks,
+            range: PackedRange {
+                start: received,
+                len,
+            },
+        })
     }
 
     /// The `len` bytes `data_target` lent were written.
@@ -1152,7 +1174,7 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
                 format!("{len} DATA bytes landed past the {deliver} the receive expects"),
             ));
         }
-        let capacity = buf.as_mut().len();
+        let capacity = recv_bytes::capacity(buf);
         let RecvState::Pulling {
             status, received, ..
         } = state
@@ -1329,15 +1351,22 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
         self.actions.pop_front()
     }
 
-    /// Where a `Read` action's bytes go: the first `len` bytes of the receive buffer.
+    /// Where a `Read` action's bytes go: the first `len` bytes of the receive buffer, or
+    /// of its staging where the receive is laid out in blocks.
     pub fn read_target(&mut self, recv: Handle) -> Result<&mut [u8], PmlError> {
-        match self.request_mut(recv)? {
-            Request::Recv {
+        match self.requests.get_mut(recv) {
+            Ok(Request::Recv {
                 buf,
                 state: RecvState::Reading { deliver, .. },
-            } => {
+            }) => {
                 let n = *deliver;
-                Ok(&mut buf.as_mut()[..n])
+                if buf.blocks().is_none() {
+                    return Ok(&mut buf.as_mut()[..n]);
+                }
+                match self.read_staging.iter_mut().find(|(h, _)| *h == recv) {
+                    Some((_, staging)) => Ok(&mut staging[..n]),
+                    None => Err(PmlError::StaleRequest(recv)),
+                }
             }
             _ => Err(PmlError::StaleRequest(recv)),
         }
@@ -1354,7 +1383,11 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
     }
 
     fn finish_read(&mut self, recv: Handle, failure: Option<String>) -> Result<(), PmlError> {
-        let Request::Recv { buf, state } = self.request_mut(recv)? else {
+        let request = self
+            .requests
+            .get_mut(recv)
+            .map_err(|s| PmlError::StaleRequest(s.0))?;
+        let Request::Recv { buf, state } = request else {
             return Err(PmlError::StaleRequest(recv));
         };
         let RecvState::Reading {
@@ -1366,7 +1399,23 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
         else {
             return Err(PmlError::StaleRequest(recv));
         };
-        let capacity = buf.as_mut().len();
+        let capacity = recv_bytes::capacity(buf);
+        if buf.blocks().is_some() {
+            // Every read into blocks has its staging (made with the Read action): without
+            // one, the bytes read are nowhere, and completing would hand back a buffer never
+            // written.
+            let Some(at) = self.read_staging.iter().position(|(h, _)| *h == recv) else {
+                return Err(protocol(
+                    peer,
+                    "internal error: a read into a receive laid out in blocks finished, but \
+                     the receive has no staging for the bytes read",
+                ));
+            };
+            let (_, staging) = self.read_staging.swap_remove(at);
+            if failure.is_none() {
+                recv_bytes::copy_in(buf, 0, &staging);
+            }
+        }
         *state = RecvState::Done(match failure {
             None => receive_result(status, capacity),
             Some(cause) => Err(Box::new(PmlError::ReadFailed { peer, cause })),

@@ -736,6 +736,80 @@ fn random_layout(rng: &mut u64, packed_target: usize) -> (Vec<Block>, usize, usi
     (list, extent, count)
 }
 
+/// The eager limits of `layout_test_engine`'s engines.
+const LAYOUT_EAGER_LIMIT: usize = 4096;
+
+/// The engine of rank `rank` of the two ranks a child's `mode,dir,rank` spec names (`tcp`,
+/// or shared memory), with eager limits of `LAYOUT_EAGER_LIMIT` and
+/// `single_copy(mode, rank)`; the mode and rank.
+fn layout_test_engine(
+    spec: &str,
+    single_copy: impl Fn(&str, u32) -> bool,
+) -> (String, u32, Engine) {
+    let mut parts = spec.splitn(3, ',');
+    let (mode, dir, rank) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    let rank: u32 = rank.parse().unwrap();
+    let mut w = DirWireup {
+        dir: dir.into(),
+        rank,
+        size: 2,
+        round: 0,
+    };
+    let config = EngineConfig {
+        shm_eager_limit: LAYOUT_EAGER_LIMIT,
+        tcp_eager_limit: LAYOUT_EAGER_LIMIT,
+        single_copy: single_copy(mode, rank),
+        shm_in_place_min_block: 1,
+        transport: match mode {
+            "tcp" => TransportChoice::Tcp,
+            _ => TransportChoice::Shm,
+        },
+        ..EngineConfig::default()
+    };
+    (mode.to_string(), rank, Engine::new(&mut w, config).unwrap())
+}
+
+/// Runs `test`'s two ranks (their spec in `env`, as `layout_test_engine` reads it) once in
+/// each of `modes`, and checks that rank 0 printed "MODE `done` ok".
+fn run_layout_test(test: &str, env: &str, modes: &[&str], done: &str) {
+    for mode in modes {
+        let dir = TempDir::new(&format!("pml-engine-{done}-{mode}-{}", std::process::id()));
+        let outputs = run_children(
+            test,
+            2,
+            env,
+            |r| format!("{mode},{},{r}", dir.0.display()),
+            &[],
+            Duration::from_secs(120),
+        );
+        assert_all_succeeded(&outputs, &format!("{mode}: "));
+        let out = String::from_utf8_lossy(&outputs[0].stdout);
+        assert!(out.contains(&format!("{mode} {done} ok")), "{out}");
+    }
+}
+
+/// `count` elements of `list`, `extent` apart, their blocks filled and their gaps poisoned,
+/// and a serial pack of the blocks.
+fn layout_source(list: &[Block], extent: usize, count: usize) -> (Vec<u8>, Vec<u8>) {
+    let mut source = vec![POISON; extent * count];
+    let mut serial = Vec::new();
+    for el in 0..count {
+        for b in list {
+            for i in 0..b.len {
+                let at = el * extent + b.offset + i;
+                // Never the poison: a poisoned byte that arrives was a gap's.
+                source[at] = (at % 233) as u8;
+                serial.push(source[at]);
+            }
+        }
+    }
+    (source, serial)
+}
+
 /// Non-contiguous sends of random layouts, below and past the eager limit, past a frame
 /// (several DATA frames) and past `IOV_MAX` runs: over TCP every frame gathers the sender's
 /// blocks (no packed copy); on shared memory a receiver with CMA off (`single_copy: false`)
@@ -745,50 +819,17 @@ fn random_layout(rng: &mut u64, packed_target: usize) -> (Vec<Block>, usize, usi
 #[test]
 fn non_contiguous_sends_gather_their_blocks() {
     if let Ok(spec) = env::var(GATHERED_ENV) {
-        let mut parts = spec.splitn(3, ',');
-        let (mode, dir, rank) = (
-            parts.next().unwrap(),
-            parts.next().unwrap(),
-            parts.next().unwrap(),
-        );
-        let rank: u32 = rank.parse().unwrap();
-        let mut w = DirWireup {
-            dir: dir.into(),
-            rank,
-            size: 2,
-            round: 0,
-        };
-        let config = EngineConfig {
-            shm_eager_limit: 4096,
-            tcp_eager_limit: 4096,
-            // The receiver, rank 0, does not read its peer's memory; the sender does, and so
-            // offers every send to be read in place.
-            single_copy: !(mode == "shm-no-cma" && rank == 0),
-            shm_in_place_min_block: 1,
-            transport: match mode {
-                "tcp" => TransportChoice::Tcp,
-                _ => TransportChoice::Shm,
-            },
-            ..EngineConfig::default()
-        };
-        let mut e = Engine::new(&mut w, config).unwrap();
+        // The receiver, rank 0, does not read its peer's memory; the sender does, and so
+        // offers every send to be read in place.
+        let (mode, rank, mut e) =
+            layout_test_engine(&spec, |mode, rank| !(mode == "shm-no-cma" && rank == 0));
+        let mode = mode.as_str();
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
         let targets = [100, 4096, 4097, 70_000, 300_000, 5 << 20];
         for case in 0..24 {
             let target = targets[case % targets.len()];
             let (list, extent, count) = random_layout(&mut rng, target);
-            let mut source = vec![POISON; extent * count];
-            let mut serial = Vec::new();
-            for el in 0..count {
-                for b in &list {
-                    for i in 0..b.len {
-                        let at = el * extent + b.offset + i;
-                        // Never the poison: a poisoned byte that arrives was a gap's.
-                        source[at] = (at % 233) as u8;
-                        serial.push(source[at]);
-                    }
-                }
-            }
+            let (source, serial) = layout_source(&list, extent, count);
             let tag = case as i32;
             if rank == 1 {
                 let blocks = Blocks::new(source.as_ptr(), count, extent, &list).unwrap();
@@ -853,23 +894,145 @@ fn non_contiguous_sends_gather_their_blocks() {
         println!("{mode} gathered ok");
         return;
     }
-    for mode in ["tcp", "shm-no-cma"] {
-        let dir = TempDir::new(&format!(
-            "pml-engine-gathered-{mode}-{}",
-            std::process::id()
-        ));
-        let outputs = run_children(
-            "non_contiguous_sends_gather_their_blocks",
-            2,
-            GATHERED_ENV,
-            |r| format!("{mode},{},{r}", dir.0.display()),
-            &[],
-            Duration::from_secs(120),
+    run_layout_test(
+        "non_contiguous_sends_gather_their_blocks",
+        GATHERED_ENV,
+        &["tcp", "shm-no-cma"],
+        "gathered",
+    );
+}
+
+const SCATTERED_ENV: &str = "PML_ENGINE_TEST_SCATTERED_RANK";
+
+/// Non-contiguous receives of random layouts (`post_recv_blocks`) of messages sent from other
+/// random layouts, 100 bytes to 5 MiB: eager, rendezvous, past a frame and past `IOV_MAX`
+/// runs. Over TCP rendezvous data is scattered from the socket into the blocks; on shared
+/// memory eager frames and DATA (CMA off) are unpacked from the ring, and a read (CMA on)
+/// lands in the core's staging, unpacked once done. Every case: the blocks hold a serial
+/// unpack of what was sent, the gaps between them keep their poison and the bytes past the
+/// buffer their guard; some receives are posted after their message arrived (unexpected),
+/// and some layouts are too small (truncated, eager and rendezvous, posted and unexpected:
+/// the error naming both lengths, and the bytes that fit still unpacked).
+#[test]
+fn non_contiguous_receives_scatter_into_their_blocks() {
+    if let Ok(spec) = env::var(SCATTERED_ENV) {
+        let (mode, rank, mut e) = layout_test_engine(&spec, |mode, _| mode != "shm-no-cma");
+        let mode = mode.as_str();
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let targets = [100, 4096, 4097, 70_000, 300_000, 5 << 20];
+        // (rendezvous, unexpected) of each truncated case.
+        let mut truncations = std::collections::BTreeSet::<(bool, bool)>::new();
+        for case in 0..24 {
+            let target = targets[case % targets.len()];
+            let (list, extent, count) = random_layout(&mut rng, target);
+            let (source, serial) = layout_source(&list, extent, count);
+            // The receive's own layout, holding the message (or, truncated, less of it).
+            let (mut rlist, rextent, _) = random_layout(&mut rng, serial.len());
+            // Coprime to the targets' 6 and the unexpected cases' 4: truncated eager and
+            // rendezvous messages, each posted and unexpected (cases 1, 6, 11, 16, 21).
+            let truncated = case % 5 == 1;
+            if truncated {
+                // Elements of at most half the message, so that the receive holds less.
+                let most = serial.len() / 2;
+                rlist[0].len = rlist[0].len.min(most);
+                let mut element = 0;
+                rlist.retain(|b| {
+                    element += b.len;
+                    element <= most
+                });
+                truncations.insert((serial.len() > LAYOUT_EAGER_LIMIT, case % 4 == 1));
+            }
+            let relement: usize = rlist.iter().map(|b| b.len).sum();
+            let rcount = match truncated {
+                false => serial.len().div_ceil(relement),
+                true => (serial.len() / relement / 2).max(1),
+            };
+            let capacity = rcount * relement;
+            let tag = case as i32;
+            if rank == 1 {
+                let blocks = Blocks::new(source.as_ptr(), count, extent, &list).unwrap();
+                // SAFETY: the source, list and description outlive the send, waited for here.
+                let h = unsafe { e.post_send_blocks(0, 1, 0, tag, SendMode::Standard, &blocks) }
+                    .unwrap();
+                match h {
+                    Some(h) => assert_eq!(e.wait(h).unwrap(), Done::Sent),
+                    None => send(&mut e, 0, tag, &serial, SendMode::Standard),
+                }
+                continue;
+            }
+            if case % 4 == 1 {
+                // Posted once the message (its eager frame or rendezvous offer) is here.
+                e.probe(0, SourceSel::Rank(1), TagSel::Tag(tag)).unwrap();
+            }
+            let span = rextent * rcount;
+            let mut buf = vec![POISON; span + 64];
+            buf[span..].fill(GUARD);
+            let rblocks = Blocks::new(buf.as_mut_ptr(), rcount, rextent, &rlist).unwrap();
+            // SAFETY: `buf`, `rlist` and the description outlive the receive, waited for here.
+            let h =
+                unsafe { e.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &rblocks) }
+                    .unwrap()
+                    .expect("the engine lands every receive in its blocks");
+            let landed = match e.wait(h) {
+                Ok(Done::Received(st)) => {
+                    assert!(!truncated, "case {case}: {} bytes into {capacity}", st.len);
+                    assert_eq!(st.len, serial.len(), "case {case}");
+                    st.len
+                }
+                Err(err) => {
+                    let text = err.to_string();
+                    assert!(
+                        truncated
+                            && text.contains(&format!("is {} bytes", serial.len()))
+                            && text.contains(&format!("holds only {capacity} bytes")),
+                        "case {case}: {text}"
+                    );
+                    capacity
+                }
+                Ok(other) => panic!("case {case}: {other:?}"),
+            };
+            // A serial unpack of what fits, into a copy of the poisoned buffer.
+            let mut expected = vec![POISON; span + 64];
+            expected[span..].fill(GUARD);
+            let mut at = 0;
+            'unpack: for el in 0..rcount {
+                for b in &rlist {
+                    for i in 0..b.len {
+                        if at == landed {
+                            break 'unpack;
+                        }
+                        expected[el * rextent + b.offset + i] = serial[at];
+                        at += 1;
+                    }
+                }
+            }
+            if let Some(i) = (0..buf.len()).find(|&i| buf[i] != expected[i]) {
+                let place = match i >= span {
+                    true => "the guard past the buffer",
+                    false => "a block or gap",
+                };
+                panic!(
+                    "case {case} ({mode}): byte {i} of {span}, in {place}, is {:#x}, not {:#x} \
+                     ({rcount} elements of {rlist:?}, extent {rextent})",
+                    buf[i], expected[i]
+                );
+            }
+        }
+        e.flush_all().unwrap();
+        assert_eq!(
+            truncations.len(),
+            4,
+            "truncated cases (rendezvous, unexpected): {truncations:?}"
         );
-        assert_all_succeeded(&outputs, &format!("{mode}: "));
-        let out = String::from_utf8_lossy(&outputs[0].stdout);
-        assert!(out.contains(&format!("{mode} gathered ok")), "{out}");
+        println!("{mode} scattered ok");
+        return;
     }
+    run_layout_test(
+        "non_contiguous_receives_scatter_into_their_blocks",
+        SCATTERED_ENV,
+        &["tcp", "shm", "shm-no-cma"],
+        "scattered",
+    );
 }
 
 /// A wire-up directory, removed when dropped, so that a failed assertion leaves none behind.

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use pml::protocol::{
-    Action, ClaimEnd, Completion, Core, CoreConfig, DirectSend, Payload, PeerCaps, SendArgs,
-    SendMode, Started, Transmit,
+    Action, ClaimEnd, Completion, Core, CoreConfig, DataTarget, DirectSend, Payload, PeerCaps,
+    SendArgs, SendMode, Started, Transmit,
 };
 use pml::wire::{Frame, RemoteKey, WireEnvelope, MAX_HEADER_LEN};
 use pml::{Handle, PmlError, SourceSel, Status, TagSel};
@@ -786,12 +786,16 @@ fn data_lands_in_place_only_where_the_receive_expects_it() {
     assert!(c.data_target(1, recv_request, 0, 10).is_err());
     assert!(c.data_target(0, recv_request + 1, 0, 10).is_err());
     // The whole message in two pieces, written straight into the lent bytes.
-    c.data_target(0, recv_request, 0, 4000)
-        .unwrap()
-        .copy_from_slice(&data[..4000]);
+    fn lent(target: DataTarget<'_>) -> &mut [u8] {
+        match target {
+            DataTarget::Bytes(bytes) => bytes,
+            DataTarget::Blocks { .. } => panic!("a contiguous receive lent as blocks"),
+        }
+    }
+    lent(c.data_target(0, recv_request, 0, 4000).unwrap()).copy_from_slice(&data[..4000]);
     c.data_landed(0, recv_request, 4000).unwrap();
     assert!(!c.is_complete(r).unwrap());
-    let rest = c.data_target(0, recv_request, 4000, 2000).unwrap();
+    let rest = lent(c.data_target(0, recv_request, 4000, 2000).unwrap());
     assert_eq!(rest.len(), 2000);
     rest.copy_from_slice(&data[4000..]);
     assert!(

@@ -1,7 +1,7 @@
 //! The core's short path for plain eager messages against the general one: the stream a
 //! frame is sequenced in, and the bytes and lengths an eager copy delivers.
 
-use pml::protocol::{Completion, Core, CoreConfig, PeerCaps};
+use pml::protocol::{Completion, Core, CoreConfig, PeerCaps, RecvBytes};
 use pml::wire::{Frame, WireEnvelope};
 
 mod frames_common;
@@ -85,6 +85,9 @@ impl AsMut<[u8]> for Window {
         &mut self.block[self.at..self.at + self.len]
     }
 }
+
+// SAFETY: never described by blocks.
+unsafe impl RecvBytes for Window {}
 
 /// Every payload length 0..=40 into every capacity 0..=40 at several misalignments, on the
 /// short path into a posted receive and via the unexpected queue: exact bytes, truncation

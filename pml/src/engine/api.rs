@@ -102,6 +102,25 @@ impl Pml for Engine {
             .post_recv(context, source, tag, RecvBuf::new(buf, len))
     }
 
+    /// Every receive laid out in blocks is taken: transports that hand whole frames have the
+    /// core unpack them, TCP scatters DATA from its socket, and a remote read lands in a
+    /// staging buffer the core unpacks.
+    ///
+    /// # Safety
+    /// As for `Pml::post_recv_blocks`.
+    unsafe fn post_recv_blocks(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        blocks: &Blocks,
+    ) -> Result<Option<Handle>, PmlError> {
+        self.check_running()?;
+        self.core
+            .post_recv(context, source, tag, RecvBuf::of_blocks(blocks))
+            .map(Some)
+    }
+
     /// Starts a receive into `len` bytes at `buf` that finishes at once when its eager
     /// message is already here ([`Started::Done`]: no request to wait for), else is posted
     /// ([`Started::Posted`]). Never [`Started::Claimed`].

@@ -10,7 +10,9 @@
 //! any posted receive does. A rendezvous offer, which needs a request to read the data into,
 //! turns the claim into an ordinary request at the moment it matches.
 
-use super::{copy_eager, Core, Incoming, Outcome, Pending, RecvState, Request, SendBytes};
+use super::{
+    copy_eager, Core, Incoming, Outcome, Pending, RecvBytes, RecvState, Request, SendBytes,
+};
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, TagSel};
 use crate::error::PmlError;
 use crate::requests::Handle;
@@ -69,7 +71,7 @@ impl<R> Claim<R> {
     }
 }
 
-impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
+impl<S: SendBytes, R: RecvBytes> Core<S, R> {
     /// Starts a receive that may be tested or waited on later: done at once when an eager
     /// message it accepts is waiting, else posted.
     pub fn start_recv(
@@ -162,7 +164,7 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
             sync_request,
         } = &pending
         {
-            let result = copy_eager(buf.as_mut(), envelope, payload.as_slice());
+            let result = copy_eager(&mut buf, envelope, payload.as_slice());
             self.eager_consumed(*peer, payload.as_slice().len(), *sync_request);
             return Ok(Ok(Started::Done { buf, result }));
         }
@@ -192,7 +194,7 @@ impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
                 payload,
                 sync_request,
             } => {
-                let result = copy_eager(buf.as_mut(), envelope, payload);
+                let result = copy_eager(&mut buf, envelope, payload);
                 self.eager_consumed(peer, payload.len(), sync_request);
                 ClaimEnd::Done { buf, result }
             }

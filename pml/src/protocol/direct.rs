@@ -2,7 +2,7 @@
 //! nothing queued ahead of it is written into the transport at once and completes there, with
 //! no request, no queue entry and no second look at the frame.
 
-use super::{Core, SendBytes, EAGER_OVERHEAD};
+use super::{Core, RecvBytes, SendBytes, EAGER_OVERHEAD};
 use crate::envelope::{ContextId, Rank, Tag};
 use crate::error::PmlError;
 use crate::wire::{Frame, WireEnvelope, MAX_HEADER_LEN};
@@ -37,7 +37,7 @@ pub struct DirectSend {
     pub eager_limit: Option<usize>,
 }
 
-impl<S: SendBytes, R: AsMut<[u8]>> Core<S, R> {
+impl<S: SendBytes, R: RecvBytes> Core<S, R> {
     /// Offers a standard-mode send to `write` when it may bypass the queues; `write` returns
     /// whether the transport took the frame. `Ok(true)`: it did, and the send is complete;
     /// `Ok(false)`: nothing happened, and the caller posts the send with

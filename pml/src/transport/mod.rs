@@ -34,7 +34,7 @@ use crate::config::EngineConfig;
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::pml_api::{Counters, EngineError, Wireup};
-use crate::protocol::{Core, PeerCaps, SendBytes};
+use crate::protocol::{Core, DataTarget, PeerCaps, RecvBytes, SendBytes};
 use crate::requests::Handle;
 use crate::wire::{self, RemoteKey, DATA_HEADER_LEN};
 
@@ -157,10 +157,29 @@ pub enum Placement<'a> {
         target: &'a mut [u8],
         token: u64,
     },
+    /// As `InPlace`, for a receive laid out in blocks: the rest is the packed bytes `range`
+    /// of the non-contiguous buffer `blocks` describes, scattered into its blocks, which stay
+    /// lent to the transport until it reports `Sink::data_landed` with `token`. Only an
+    /// `unsafe impl Sink` returns one: its contract says the blocks are real.
+    Scattered {
+        header_len: usize,
+        blocks: &'a Blocks,
+        range: PackedRange,
+        token: u64,
+    },
 }
 
 /// Where `poll` delivers (the protocol core, in the engine).
-pub trait Sink {
+///
+/// # Safety
+/// A transport writes through what [`placement`](Sink::placement) returns after the borrow
+/// ended, until it reports `data_landed` with the placement's token: an implementation must
+/// keep an `InPlace` target alive and otherwise unaccessed until then, and a `Scattered`
+/// placement's `blocks` must have been made in this process by `Blocks::new` from a live
+/// block list and elements, `range` within its bytes, the blocks of the range writable and
+/// otherwise unaccessed until then too (a safe `Blocks::new` takes any address, so nothing
+/// else stops a made-up description from sending a socket's bytes anywhere).
+pub unsafe trait Sink {
     /// How many bytes of a frame's start `placement` needs to see.
     const PLACEMENT_HEAD: usize;
 
@@ -400,7 +419,11 @@ pub(crate) fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-impl<S: SendBytes, R: AsMut<[u8]>> Sink for Core<S, R> {
+// SAFETY: its placements are the user's receive buffer or the blocks describing it
+// (`RecvBytes`'s contract: made in this process, writable), checked by `data_target` to lie
+// in the part the receive still expects, and the receive stays pending, its buffer lent to
+// the engine and touched by nothing else, until `data_landed` accounts for every byte.
+unsafe impl<S: SendBytes, R: RecvBytes> Sink for Core<S, R> {
     const PLACEMENT_HEAD: usize = DATA_HEADER_LEN;
 
     #[inline]
@@ -408,7 +431,8 @@ impl<S: SendBytes, R: AsMut<[u8]>> Sink for Core<S, R> {
         self.on_frame(peer, frame)
     }
 
-    /// DATA frames (rendezvous data after a GET) land in their receive's buffer.
+    /// DATA frames (rendezvous data after a GET) land in their receive's buffer, or its
+    /// blocks.
     fn placement(
         &mut self,
         peer: Rank,
@@ -420,12 +444,21 @@ impl<S: SendBytes, R: AsMut<[u8]>> Sink for Core<S, R> {
         }
         let (recv_request, offset) = wire::decode_data_header(&head[..DATA_HEADER_LEN])
             .map_err(|error| PmlError::Wire { peer, error })?;
-        let target = self.data_target(peer, recv_request, offset, len - DATA_HEADER_LEN)?;
-        Ok(Placement::InPlace {
-            header_len: DATA_HEADER_LEN,
-            target,
-            token: recv_request,
-        })
+        Ok(
+            match self.data_target(peer, recv_request, offset, len - DATA_HEADER_LEN)? {
+                DataTarget::Bytes(target) => Placement::InPlace {
+                    header_len: DATA_HEADER_LEN,
+                    target,
+                    token: recv_request,
+                },
+                DataTarget::Blocks { blocks, range } => Placement::Scattered {
+                    header_len: DATA_HEADER_LEN,
+                    blocks,
+                    range,
+                    token: recv_request,
+                },
+            },
+        )
     }
 
     fn data_landed(&mut self, peer: Rank, token: u64, len: usize) -> Result<(), PmlError> {

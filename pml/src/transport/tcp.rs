@@ -182,9 +182,11 @@ pub struct TcpTransport {
     /// spawned ranks numbers its ranks its own way (`engine/bridge.rs`); `None` for the
     /// world's TCP, whose ranks are the engine's.
     pub(crate) names: Option<Box<[Rank]>>,
-    /// Where `send_blocks` gathers short runs, for every connection: `sendmsg` copies them
-    /// before it returns, so one is enough. Allocated by the first such send.
-    gather_scratch: Box<[u8]>,
+    /// Where `send_blocks` gathers short runs, and where DATA for a receive laid out in
+    /// blocks is read before its short runs are scattered, for every connection: `sendmsg`
+    /// and `readv` are done with it when they return, so one is enough. Allocated on first
+    /// use (`gather::scratch`).
+    scratch: Box<[u8]>,
 }
 
 fn io_error(what: &str, e: io::Error) -> String {
@@ -262,7 +264,7 @@ impl TcpTransport {
             rounds_to_skip: 0,
             quiet_rounds: 0,
             names: None,
-            gather_scratch: Box::default(),
+            scratch: Box::default(),
         })
     }
 
@@ -319,17 +321,14 @@ impl TcpTransport {
         blocks: &Blocks,
         range: PackedRange,
     ) -> Result<Sent, PmlError> {
-        if self.gather_scratch.is_empty() {
-            self.gather_scratch = vec![0; gather::SCRATCH_LEN].into_boxed_slice();
-        }
         // Lent out of `self` for the write, which borrows the peer's connection from it too.
-        let mut scratch = std::mem::take(&mut self.gather_scratch);
+        let mut scratch = std::mem::take(&mut self.scratch);
         // SAFETY: this function's contract; the scratch is this transport's own, apart from
         // the send's memory.
         let sent = self.send_with(peer, |conn| unsafe {
-            conn.send_blocks(header, blocks, range, &mut scratch)
+            conn.send_blocks(header, blocks, range, gather::scratch(&mut scratch))
         });
-        self.gather_scratch = scratch;
+        self.scratch = scratch;
         sent
     }
 
@@ -893,7 +892,7 @@ impl TcpTransport {
         if !ready.readable {
             return Ok(0);
         }
-        let (frames, state) = conn.receive(peer, sink)?;
+        let (frames, state) = conn.receive(peer, sink, &mut self.scratch)?;
         if state == Received::Closed {
             let _ = self.epoll.remove(&conn.sock);
             p.link = Link::Closed;

@@ -6,7 +6,8 @@
 //! in memory of its own (a DATA frame's rendezvous data, in the receive buffer it belongs to;
 //! see `Sink::placement`) is read straight there: once its head is in, the rest of the frame
 //! is `read` into that memory, and after one such frame only the next head is read ahead, so
-//! a stream of them is never staged.
+//! a stream of them is never staged. DATA for a receive laid out in blocks is scattered the
+//! same way, by `readv` into its runs (see `gather.rs`).
 
 use std::io::{self, Read, Write};
 use std::mem::MaybeUninit;
@@ -14,7 +15,7 @@ use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use super::gather::{Batch, IovecRoom, IOV_MAX, SHORT_RUN};
+use super::gather::{self, scatter_short_runs, Batch, IovecRoom, IOV_MAX, SHORT_RUN};
 use super::{Sent, Sink};
 use crate::blocks::{Blocks, PackedRange};
 use crate::envelope::Rank;
@@ -35,10 +36,18 @@ pub enum Received {
 
 /// The rest of a frame landing where the sink placed it.
 struct Direct {
-    ptr: *mut u8,
+    target: Target,
     len: usize,
     filled: usize,
     token: u64,
+}
+
+/// Where a frame read in place lands (see `Placement`).
+enum Target {
+    /// `len` bytes from here.
+    Bytes(*mut u8),
+    /// The packed bytes `range` of a receive's blocks.
+    Blocks(Blocks, PackedRange),
 }
 
 pub struct Conn {
@@ -94,14 +103,16 @@ fn read_some(sock: &mut TcpStream, peer: Rank, buf: &mut [u8]) -> Result<Option<
             Ok(n) => return Ok(Some(n)),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-            Err(e) => {
-                return Err(peer_error(
-                    peer,
-                    format!("connection lost while receiving: {e} (did it die?)"),
-                ))
-            }
+            Err(e) => return Err(lost_receiving(peer, e)),
         }
     }
+}
+
+fn lost_receiving(peer: Rank, e: io::Error) -> PmlError {
+    peer_error(
+        peer,
+        format!("connection lost while receiving: {e} (did it die?)"),
+    )
 }
 
 impl Conn {
@@ -125,21 +136,63 @@ impl Conn {
     pub fn send(&mut self, header: &[u8], payload: &[u8]) -> io::Result<Sent> {
         let total = header.len() + payload.len();
         let prefix = frame_prefix(total)?;
+        self.sent_of_frame += self.write_unsent([&prefix, header, payload], self.sent_of_frame)?;
+        Ok(self.sent(PREFIX_LEN + total))
+    }
+
+    /// One `sendmsg` of what is left of `parts` past their first `sent` bytes: how many
+    /// bytes it wrote.
+    fn write_unsent(&self, parts: [&[u8]; 3], sent: usize) -> io::Result<usize> {
         let mut iov = [libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
         }; 3];
         let mut n_iov = 0;
-        for_each_unsent(&[&prefix, header, payload], self.sent_of_frame, |rest| {
+        for_each_unsent(&parts, sent, |rest| {
             iov[n_iov] = libc::iovec {
                 iov_base: rest.as_ptr() as *mut libc::c_void,
                 iov_len: rest.len(),
             };
             n_iov += 1;
         });
-        // SAFETY: the iovecs point into `prefix`, `header` and `payload`, alive for the call.
-        self.sent_of_frame += unsafe { Self::sendmsg(&self.sock, &mut iov[..n_iov]) }?;
-        Ok(self.sent(PREFIX_LEN + total))
+        // SAFETY: the iovecs point into `parts`, alive for the call.
+        unsafe { Self::sendmsg(&self.sock, &mut iov[..n_iov]) }
+    }
+
+    /// [`send_blocks`](Self::send_blocks) of blocks short on average (a column of doubles):
+    /// the payload packed into the scratch a piece at a time by the tight loop of
+    /// `Blocks::pack_range_into`, each piece one iovec; finding runs (merged where they
+    /// touch) costs more than the copy for such blocks.
+    ///
+    /// # Safety
+    /// As for `send_blocks`.
+    unsafe fn send_packed(
+        &mut self,
+        header: &[u8],
+        blocks: &Blocks,
+        range: PackedRange,
+        scratch: &mut [u8],
+    ) -> io::Result<Sent> {
+        let total = header.len() + range.len;
+        let prefix = frame_prefix(total)?;
+        let head = PREFIX_LEN + header.len();
+        loop {
+            let sent_of_payload = self.sent_of_frame.saturating_sub(head);
+            let n = (range.len - sent_of_payload).min(scratch.len());
+            // SAFETY: this function's contract: the range's blocks are readable, apart from
+            // the scratch, and `n` bytes from `sent_of_payload` lie within the range.
+            unsafe {
+                blocks.pack_range_into(range.start + sent_of_payload, n, scratch.as_mut_ptr())
+            };
+            let piece = &scratch[..n];
+            let sent_of_parts = self.sent_of_frame - sent_of_payload;
+            let built = head + n - sent_of_parts;
+            let got = self.write_unsent([&prefix, header, piece], sent_of_parts)?;
+            self.sent_of_frame += got;
+            if got < built || self.sent_of_frame == head + range.len {
+                return Ok(self.sent(head + range.len));
+            }
+        }
     }
 
     /// [`send`](Self::send) of a frame whose payload is the packed bytes `range` of `blocks`,
@@ -157,15 +210,20 @@ impl Conn {
         range: PackedRange,
         scratch: &mut [u8],
     ) -> io::Result<Sent> {
-        let total = header.len() + range.len;
-        let prefix = frame_prefix(total)?;
-        let whole = PREFIX_LEN + total;
-        // A scratch that holds no short run would leave batches that take none of them.
+        // A scratch that holds no short run would leave batches that take none of them, and
+        // pieces packed a few bytes at a time.
         debug_assert!(
             scratch.len() >= SHORT_RUN,
             "a {}-byte scratch",
             scratch.len()
         );
+        if blocks.mean_block() < SHORT_RUN {
+            // SAFETY: this function's contract.
+            return unsafe { self.send_packed(header, blocks, range, scratch) };
+        }
+        let total = header.len() + range.len;
+        let prefix = frame_prefix(total)?;
+        let whole = PREFIX_LEN + total;
         // SAFETY: this function's contract.
         let list = unsafe { blocks.local_list() };
         let mut iov: IovecRoom = [MaybeUninit::uninit(); IOV_MAX];
@@ -247,23 +305,52 @@ impl Conn {
     }
 
     /// Reads what the socket has and hands the frames in it to `sink`; returns how many.
+    /// `scratch`: the transport's, for DATA scattered into a receive's blocks.
     pub fn receive<S: Sink>(
         &mut self,
         peer: Rank,
         sink: &mut S,
+        scratch: &mut Box<[u8]>,
     ) -> Result<(usize, Received), PmlError> {
         let mut frames = 0;
         loop {
             if let Some(d) = &mut self.direct {
-                // SAFETY: `ptr` is the target `sink.placement` lent for `len` bytes; the
-                // receive it belongs to cannot complete, and nothing else writes the buffer,
-                // until `data_landed` accounts for all of them.
-                let dst = unsafe {
-                    std::slice::from_raw_parts_mut(d.ptr.add(d.filled), d.len - d.filled)
+                let want = d.len - d.filled;
+                let read = match d.target {
+                    Target::Bytes(ptr) => {
+                        // SAFETY: `ptr` is the target `sink.placement` lent for `len` bytes,
+                        // alive and untouched by anything else until `data_landed` accounts
+                        // for all of them (`Sink`'s contract, an unsafe trait).
+                        let dst =
+                            unsafe { std::slice::from_raw_parts_mut(ptr.add(d.filled), want) };
+                        read_some(&mut self.sock, peer, dst)?
+                    }
+                    Target::Blocks(blocks, range) => {
+                        let from = PackedRange {
+                            start: range.start + d.filled,
+                            len: want,
+                        };
+                        // SAFETY: `sink.placement` lent the blocks of the range, made in this
+                        // process and writable, until `data_landed` accounts for all of them
+                        // (`Sink`'s contract for `Placement::Scattered`); the scratch is the
+                        // transport's, apart from them.
+                        unsafe {
+                            Self::read_scattered(
+                                &mut self.sock,
+                                peer,
+                                &blocks,
+                                from,
+                                gather::scratch(scratch),
+                            )
+                        }?
+                    }
                 };
-                let want = dst.len();
-                let Some(n) = read_some(&mut self.sock, peer, dst)? else {
-                    return Ok((frames, Received::Open));
+                let n = match read {
+                    None => return Ok((frames, Received::Open)),
+                    // The peer closed with the frame unfinished: under level-triggered
+                    // epoll, taking this for "nothing yet" would poll the socket forever.
+                    Some(0) => return self.end_of_stream(peer).map(|r| (frames, r)),
+                    Some(n) => n,
                 };
                 let d = self.direct.as_mut().expect("reading in place");
                 d.filled += n;
@@ -371,8 +458,31 @@ impl Conn {
                     let have = staged - header_len;
                     target[..have].copy_from_slice(&self.rx[body + header_len..self.end]);
                     self.direct = Some(Direct {
-                        ptr: target.as_mut_ptr(),
+                        target: Target::Bytes(target.as_mut_ptr()),
                         len: target.len(),
+                        filled: have,
+                        token,
+                    });
+                    self.start = 0;
+                    self.end = 0;
+                }
+                Placement::Scattered {
+                    header_len,
+                    blocks,
+                    range,
+                    token,
+                } => {
+                    let have = staged - header_len;
+                    // SAFETY: `Sink`'s contract for `Placement::Scattered`: the range's
+                    // blocks were made in this process, writable and lent until
+                    // `data_landed`; `have` is less than the frame's payload, the range's
+                    // length; the staging buffer is this connection's own.
+                    unsafe {
+                        blocks.unpack_range_from(range.start, &self.rx[body + header_len..self.end])
+                    };
+                    self.direct = Some(Direct {
+                        target: Target::Blocks(*blocks, range),
+                        len: range.len,
                         filled: have,
                         token,
                     });
@@ -383,6 +493,127 @@ impl Conn {
             break;
         }
         Ok(frames)
+    }
+
+    /// One read of the packed bytes `range` of a receive's `blocks`, as much as the socket
+    /// has: `Some(n)` bytes landed (0 at end of stream), `None` when the socket has nothing.
+    /// Short blocks on average (a column of doubles) are read through the scratch and
+    /// unpacked block by block, a tight loop: an iovec a block costs the kernel more than
+    /// the copy, and finding a batch's runs, then its short runs again, more still. Longer
+    /// ones are read in place, by `readv` into their runs (see `gather.rs`).
+    ///
+    /// # Safety
+    /// `blocks` must have been made in this process, its block list alive and the blocks of
+    /// the range writable and not otherwise accessed for the call, `scratch` apart from them.
+    unsafe fn read_scattered(
+        sock: &mut TcpStream,
+        peer: Rank,
+        blocks: &Blocks,
+        range: PackedRange,
+        scratch: &mut [u8],
+    ) -> Result<Option<usize>, PmlError> {
+        if blocks.mean_block() >= SHORT_RUN {
+            // SAFETY: this function's contract.
+            return unsafe { Self::read_batches(sock, peer, blocks, range, scratch) };
+        }
+        let mut landed = 0;
+        loop {
+            let want = (range.len - landed).min(scratch.len());
+            let Some(got) = read_some(sock, peer, &mut scratch[..want])? else {
+                return Ok((landed > 0).then_some(landed));
+            };
+            // SAFETY: the range's blocks are writable, apart from the scratch (this
+            // function's contract), and `got` bytes from `landed` lie within the range.
+            unsafe { blocks.unpack_range_from(range.start + landed, &scratch[..got]) };
+            landed += got;
+            if got < want || landed == range.len {
+                return Ok(Some(landed));
+            }
+        }
+    }
+
+    /// [`read_scattered`](Self::read_scattered) by `readv` into the range's runs, in
+    /// batches of at most `IOV_MAX` iovecs, runs shorter than `SHORT_RUN` read into the
+    /// scratch and copied out once the read returned.
+    ///
+    /// # Safety
+    /// As for `read_scattered`.
+    unsafe fn read_batches(
+        sock: &TcpStream,
+        peer: Rank,
+        blocks: &Blocks,
+        range: PackedRange,
+        scratch: &mut [u8],
+    ) -> Result<Option<usize>, PmlError> {
+        // SAFETY: this function's contract.
+        let list = unsafe { blocks.local_list() };
+        let mut iov: IovecRoom = [MaybeUninit::uninit(); IOV_MAX];
+        // No more than the socket holds (or one byte, to learn of an empty socket or its
+        // end): building a batch walks its runs, in vain past what arrived.
+        let range = PackedRange {
+            start: range.start,
+            len: Self::bytes_ready(sock).max(1).min(range.len),
+        };
+        // The runs are found once; each batch takes up where the one before stopped.
+        let mut runs = blocks.runs(list, range.start, range.len).peekable();
+        let mut landed = 0;
+        loop {
+            let mut batch = Batch::new(&mut iov, scratch);
+            batch.reserve_runs(&mut runs);
+            let built = batch.bytes;
+            // SAFETY: the iovecs point into the range's blocks (writable: this function's
+            // contract) and the scratch.
+            let got = unsafe { Self::readv(sock, batch.iovecs()) }
+                .map_err(|e| lost_receiving(peer, e))?;
+            let Some(got) = got else {
+                return Ok((landed > 0).then_some(landed));
+            };
+            // The batch's runs again, from its start: the short ones wait in the scratch.
+            let batch_runs = blocks.runs(list, range.start + landed, built);
+            // SAFETY: the runs lie in the range's blocks, writable and apart from the scratch
+            // (this function's contract).
+            unsafe { scatter_short_runs(batch_runs, scratch, got) };
+            landed += got;
+            if got < built || landed == range.len {
+                return Ok(Some(landed));
+            }
+        }
+    }
+
+    /// How many bytes the socket holds to read (0 where it cannot say).
+    fn bytes_ready(sock: &TcpStream) -> usize {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int, into `n`, alive for the call.
+        let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::FIONREAD, &mut n) };
+        if rc == 0 {
+            n.max(0) as usize
+        } else {
+            0
+        }
+    }
+
+    /// One `readv` into `iov` (retried when interrupted): how many bytes it read (0 at end
+    /// of stream), `None` when the socket has nothing.
+    ///
+    /// # Safety
+    /// Every iovec must describe memory writable for its length, not otherwise accessed
+    /// during the call.
+    unsafe fn readv(sock: &TcpStream, iov: &mut [libc::iovec]) -> io::Result<Option<usize>> {
+        loop {
+            // SAFETY: the iovecs describe writable memory (this function's contract), at most
+            // `IOV_MAX` of them.
+            let n =
+                unsafe { libc::readv(sock.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int) };
+            if n >= 0 {
+                return Ok(Some(n as usize));
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(None),
+                _ => return Err(e),
+            }
+        }
     }
 
     /// Says goodbye and stops sending; the peer's remaining bytes are read by `drain`.
@@ -414,27 +645,57 @@ mod tests {
     use crate::transport::tcp::gather::SCRATCH_LEN;
     use std::net::TcpListener;
 
-    /// A connected pair whose sender's socket buffer is small, so that a frame goes out in
-    /// many partial writes.
-    fn small_buffered_pair() -> (Conn, TcpStream) {
+    /// A connected loopback pair `(tx, rx)`, both non-blocking, `rx` accepted from a listener
+    /// whose receive buffer was set to `rcvbuf` bytes where given.
+    fn loopback_pair(rcvbuf: Option<usize>) -> (TcpStream, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        if let Some(bytes) = rcvbuf {
+            set_buffer(listener.as_raw_fd(), libc::SO_RCVBUF, bytes);
+        }
         let tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (rx, _) = listener.accept().unwrap();
-        let small: libc::c_int = 16 << 10;
+        tx.set_nonblocking(true).unwrap();
+        rx.set_nonblocking(true).unwrap();
+        (tx, rx)
+    }
+
+    /// Sets the socket buffer `option` (`SO_SNDBUF`, `SO_RCVBUF`) of `fd` to `bytes`; returns
+    /// what the kernel made of it (doubled, capped by its maximum).
+    fn set_buffer(fd: libc::c_int, option: libc::c_int, bytes: usize) -> usize {
+        let set = bytes as libc::c_int;
+        let int_len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
         // SAFETY: an int option of a socket this test owns, read from a live int.
         let rc = unsafe {
             libc::setsockopt(
-                tx.as_raw_fd(),
+                fd,
                 libc::SOL_SOCKET,
-                libc::SO_SNDBUF,
-                (&small as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                option,
+                (&set as *const libc::c_int).cast(),
+                int_len,
             )
         };
         assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        let (mut got, mut len): (libc::c_int, libc::socklen_t) = (0, int_len);
+        // SAFETY: as above, written into a live int whose length `len` holds.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                option,
+                (&mut got as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        got as usize
+    }
+
+    /// A connected pair whose sender's socket buffer is small, so that a frame goes out in
+    /// many partial writes.
+    fn small_buffered_pair() -> (Conn, TcpStream) {
+        let (tx, rx) = loopback_pair(None);
+        set_buffer(tx.as_raw_fd(), libc::SO_SNDBUF, 16 << 10);
         tx.set_nodelay(true).unwrap();
-        tx.set_nonblocking(true).unwrap();
-        rx.set_nonblocking(true).unwrap();
         (Conn::new(tx, 1 << 16), rx)
     }
 
@@ -451,22 +712,259 @@ mod tests {
         }
     }
 
+    /// Places every frame's payload, after an 8-byte header, in the blocks `blocks`
+    /// describes, and records what landed.
+    struct ScatterSink {
+        blocks: Blocks,
+        landed: Vec<(u64, usize)>,
+    }
+
+    const SCATTER_HEADER: usize = 8;
+
+    // SAFETY: `blocks` is made by each test from its own live target and block list, which
+    // outlive the connection's reads, and nothing else touches the target meanwhile.
+    unsafe impl Sink for ScatterSink {
+        const PLACEMENT_HEAD: usize = SCATTER_HEADER;
+
+        fn frame(&mut self, _peer: Rank, frame: &[u8]) -> Result<(), PmlError> {
+            panic!("a {}-byte frame staged", frame.len())
+        }
+        fn placement(
+            &mut self,
+            _peer: Rank,
+            head: &[u8],
+            len: usize,
+        ) -> Result<Placement<'_>, PmlError> {
+            if head.len() < SCATTER_HEADER {
+                return Ok(Placement::NeedMore);
+            }
+            Ok(Placement::Scattered {
+                header_len: SCATTER_HEADER,
+                blocks: &self.blocks,
+                range: PackedRange {
+                    start: 0,
+                    len: len - SCATTER_HEADER,
+                },
+                token: 7,
+            })
+        }
+        fn data_landed(&mut self, _peer: Rank, token: u64, len: usize) -> Result<(), PmlError> {
+            self.landed.push((token, len));
+            Ok(())
+        }
+        fn read_done(&mut self, token: u64, _: Result<(), String>) -> Result<(), PmlError> {
+            panic!("read {token} done over TCP")
+        }
+    }
+
+    /// A frame scattered into short blocks and long ones, past `IOV_MAX` runs, lands as a
+    /// serial unpack, the gaps and the bytes past the buffer untouched, however the stream is
+    /// cut: in the length prefix, in the header, in the payload staged with the head, mid a
+    /// short block, at and mid a long run, at the end of a full batch of iovecs and just past
+    /// it, and after more than a batch (one read going on to a second batch, checked where
+    /// the kernel allows a receive buffer that holds the frame). Both ways a frame is
+    /// scattered: blocks short on average (7, 5 and 256 bytes: read through the scratch and
+    /// unpacked) and long (7, 5 and 1000: `readv` into the runs, the short ones through the
+    /// scratch).
+    #[test]
+    fn scattered_frames_resume_where_a_read_stopped() {
+        for long in [SHORT_RUN, 1000] {
+            scattered_frame_resumes(long);
+        }
+    }
+
+    /// Per element: 7 and 5 bytes (one scratch piece in a batch), then `long` at offset 20:
+    /// two iovecs an element in a batch, so a batch of `IOV_MAX` ends after 512 elements.
+    fn short_short_long(long: usize) -> [Block; 3] {
+        [
+            Block { offset: 0, len: 7 },
+            Block { offset: 10, len: 5 },
+            Block {
+                offset: 20,
+                len: long,
+            },
+        ]
+    }
+
+    fn scattered_frame_resumes(long: usize) {
+        let list = short_short_long(long);
+        let (extent, count) = (20 + long + 9, 1200);
+        let element_len = 12 + long;
+        let poison = 0xEE;
+        let guard = 0xA5;
+        let span = extent * count;
+        let mut target = vec![poison; span + 64];
+        target[span..].fill(guard);
+        let blocks = Blocks::new(target.as_mut_ptr(), count, extent, &list).unwrap();
+        let payload: Vec<u8> = (0..blocks.len()).map(|i| (i % 251) as u8).collect();
+        let mut expected = target.clone();
+        let mut at = 0;
+        for el in 0..count {
+            for b in &list {
+                let place = el * extent + b.offset;
+                expected[place..place + b.len].copy_from_slice(&payload[at..at + b.len]);
+                at += b.len;
+            }
+        }
+        let header = [3u8; SCATTER_HEADER];
+        let mut frame = ((SCATTER_HEADER + payload.len()) as u32)
+            .to_le_bytes()
+            .to_vec();
+        frame.extend_from_slice(&header);
+        frame.extend_from_slice(&payload);
+        let payload_at = PREFIX_LEN + SCATTER_HEADER;
+        let batch_end = payload_at + IOV_MAX / 2 * element_len;
+        let cuts = [
+            2,
+            PREFIX_LEN + 5,
+            payload_at + 3,
+            // Mid a scratch piece, in its 5-byte block.
+            payload_at + 40 * element_len + 9,
+            // At a long run, then mid one.
+            payload_at + 100 * element_len + 12,
+            payload_at + 200 * element_len + 12 + 100,
+            batch_end,
+            batch_end + 3,
+            // More than a batch (688 elements) in one go.
+            frame.len() - 1,
+            frame.len(),
+        ];
+        // Buffers that hold the whole frame, so that a write is read whole by the next
+        // receive: past a full batch of `IOV_MAX` where the kernel allows them.
+        let (mut tx, rx) = loopback_pair(Some(4 * frame.len()));
+        set_buffer(tx.as_raw_fd(), libc::SO_SNDBUF, 4 * frame.len());
+        let rcvbuf = set_buffer(rx.as_raw_fd(), libc::SO_RCVBUF, 4 * frame.len());
+        let mut conn = Conn::new(rx, 1 << 16);
+        let mut sink = ScatterSink {
+            blocks,
+            landed: Vec::new(),
+        };
+        let mut scratch = Box::default();
+        let mut written = 0;
+        // The most of the payload one receive read in place.
+        let mut largest_step = 0;
+        for cut in cuts {
+            // Until the connection has read all up to the cut (the socket's buffers may take
+            // it in several writes, and loopback hand it over in several reads).
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                match tx.write(&frame[written..cut]) {
+                    Ok(n) => written += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("{e}"),
+                }
+                let filled_before = conn.direct.as_ref().map(|d| d.filled);
+                let (delivered, state) = conn.receive(0, &mut sink, &mut scratch).unwrap();
+                assert_eq!(state, Received::Open);
+                let read = match &conn.direct {
+                    Some(d) => payload_at + d.filled,
+                    None if delivered > 0 => frame.len(),
+                    None => conn.end - conn.start,
+                };
+                if let Some(before) = filled_before {
+                    largest_step = largest_step.max(read - payload_at - before);
+                }
+                if read == cut {
+                    break;
+                }
+                assert!(read <= written, "read {read} of {written} bytes");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "stuck at {read} of {cut}"
+                );
+            }
+        }
+        assert_eq!(sink.landed, vec![(7, payload.len())]);
+        // One receive reads in place by one `read_scattered`, which reads no more than one
+        // batch's bytes unless it went on to a second batch.
+        let batch_bytes = IOV_MAX / 2 * element_len;
+        if blocks.mean_block() < SHORT_RUN {
+            // Read through the scratch, in no batches.
+        } else if rcvbuf >= 2 * frame.len() {
+            assert!(
+                largest_step > batch_bytes,
+                "blocks of {long}: no receive read past one batch ({largest_step} bytes at most, \
+                 a batch is {batch_bytes})"
+            );
+        } else {
+            eprintln!(
+                "blocks of {long}: not checking that a read went on to a second batch: the \
+                 kernel allowed a {rcvbuf}-byte receive buffer, less than twice the {}-byte \
+                 frame (net.core.rmem_max)",
+                frame.len()
+            );
+        }
+        if let Some(i) = (0..target.len()).find(|&i| target[i] != expected[i]) {
+            panic!(
+                "blocks of {long}: byte {i} of {span} is {:#x}, not {:#x} (element {}, offset {})",
+                target[i],
+                expected[i],
+                i / extent,
+                i % extent
+            );
+        }
+    }
+
+    /// A peer that closes in the middle of a frame read in place is an error naming it,
+    /// whichever way the frame is read (through the scratch, by `readv`): not a socket that
+    /// level-triggered epoll reports readable forever, read as "nothing yet" each time.
+    #[test]
+    fn a_peer_closing_mid_frame_read_in_place_is_an_error() {
+        for long in [SHORT_RUN, 1000] {
+            let list = short_short_long(long);
+            let (extent, count) = (20 + long, 100);
+            let mut target = vec![0u8; extent * count];
+            let blocks = Blocks::new(target.as_mut_ptr(), count, extent, &list).unwrap();
+            let mut frame = ((SCATTER_HEADER + blocks.len()) as u32)
+                .to_le_bytes()
+                .to_vec();
+            frame.extend_from_slice(&[3u8; SCATTER_HEADER]);
+            frame.resize(PREFIX_LEN + SCATTER_HEADER + blocks.len() / 2, 9);
+            let (mut tx, rx) = loopback_pair(None);
+            tx.set_nonblocking(false).unwrap();
+            tx.write_all(&frame).unwrap();
+            drop(tx);
+            let mut conn = Conn::new(rx, 1 << 16);
+            let mut sink = ScatterSink {
+                blocks,
+                landed: Vec::new(),
+            };
+            let mut scratch = Box::default();
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let error = loop {
+                match conn.receive(3, &mut sink, &mut scratch) {
+                    Ok(_) => assert!(
+                        std::time::Instant::now() < deadline,
+                        "blocks of {long}: still reading after the peer closed mid-frame"
+                    ),
+                    Err(e) => break e.to_string(),
+                }
+            };
+            assert!(
+                error.contains("rank 3") && error.contains("closed"),
+                "blocks of {long}: {error}"
+            );
+            assert!(sink.landed.is_empty(), "{:?}", sink.landed);
+        }
+    }
+
     /// A frame gathered from short blocks (through the scratch) and long ones (in place),
     /// past `IOV_MAX` runs, comes out whole and in the order of a serial pack however the
     /// socket cuts its writes, and from wherever a write stopped: in the prefix, in the
     /// header, inside a scratch piece (mid short block) or inside a long run.
     #[test]
     fn gathered_frames_resume_where_a_write_stopped() {
-        // Per element: 7 and 5 bytes (gathered into one scratch piece), then 300 in place.
-        let list = [
-            Block { offset: 0, len: 7 },
-            Block { offset: 10, len: 5 },
-            Block {
-                offset: 20,
-                len: 300,
-            },
-        ];
-        let (extent, count) = (340, 600);
+        for long in [300, 1000] {
+            gathered_frame_resumes(long);
+        }
+    }
+
+    /// Blocks of 7, 5 and `long` bytes an element: 300 is short on average (the payload
+    /// packed into the scratch a piece at a time), 1000 long (gathered in batches, the short
+    /// blocks through the scratch, the long in place).
+    fn gathered_frame_resumes(long: usize) {
+        let list = short_short_long(long);
+        let (extent, count) = (long + 40, 600);
         let source: Vec<u8> = (0..extent * count).map(|i| (i % 251) as u8).collect();
         let mut serial = Vec::new();
         for el in 0..count {
@@ -486,17 +984,17 @@ mod tests {
         frame.extend_from_slice(&header);
         frame.extend_from_slice(&serial);
         let payload_at = PREFIX_LEN + header.len();
-        let element_len = 312;
+        let element_len = 12 + long;
         let resume_points = [
             0,
             2,
             PREFIX_LEN + 6,
             payload_at,
-            // Inside the scratch piece of element 100, mid its 7-byte block.
+            // Mid element 100's 7-byte block (inside a scratch piece, when gathered).
             payload_at + 100 * element_len + 3,
-            // Inside a scratch piece, mid its 5-byte block.
+            // Mid element 300's 5-byte block.
             payload_at + 300 * element_len + 9,
-            // Inside a long run.
+            // Inside the long block.
             payload_at + 500 * element_len + 12 + 150,
             frame.len() - 1,
         ];
@@ -525,7 +1023,7 @@ mod tests {
             got.extend_from_slice(&rest);
             assert!(
                 got == frame[from..],
-                "resumed at {from}: the bytes differ from a serial pack"
+                "blocks of {long}, resumed at {from}: the bytes differ from a serial pack"
             );
             if from < payload_at {
                 assert!(

@@ -4,6 +4,10 @@
 //! copied into one piece of a small scratch buffer, so that the kernel is not handed an
 //! iovec per 8-byte block (a column of doubles): per iovec it costs more than copying a few
 //! hundred bytes, and the scratch, reused batch after batch, stays in cache.
+//!
+//! A receive laid out in blocks is the mirror image (one `readv` of DATA into its runs): long
+//! runs are read in place, short ones into the scratch, and copied out to their blocks once
+//! the read returned ([`Batch::reserve_runs`], [`scatter_short_runs`]).
 
 use std::iter::Peekable;
 use std::mem::MaybeUninit;
@@ -16,6 +20,15 @@ pub const IOV_MAX: usize = libc::UIO_MAXIOV as usize;
 pub const SHORT_RUN: usize = 256;
 /// Bytes of short runs one batch gathers at most.
 pub const SCRATCH_LEN: usize = 64 << 10;
+
+/// The scratch a transport keeps for its connections' batches (one is enough: a batch is
+/// done with it when its `sendmsg` or `readv` returned), allocated on first use.
+pub fn scratch(kept: &mut Box<[u8]>) -> &mut [u8] {
+    if kept.is_empty() {
+        *kept = vec![0; SCRATCH_LEN].into_boxed_slice();
+    }
+    kept
+}
 
 /// Room for a batch's iovecs, left uninitialized: a 100-byte eager frame fills two or three
 /// of its 16 KiB, and a batch writes each before it hands it out.
@@ -84,14 +97,11 @@ impl<'a> Batch<'a> {
         true
     }
 
-    /// Copies `len` bytes at `addr` into the scratch; `false` when it has no room for them
-    /// (or they need an iovec and none is left).
-    ///
-    /// # Safety
-    /// `addr` must be readable for `len` bytes that do not overlap the scratch.
-    unsafe fn copy(&mut self, addr: *const u8, len: usize) -> bool {
+    /// Takes the next `len` bytes of the scratch into the batch's iovecs: where they lie,
+    /// or `None` when it has no room for them (or they need an iovec and none is left).
+    fn reserve(&mut self, len: usize) -> Option<*mut u8> {
         if self.used + len > self.scratch.len() {
-            return false;
+            return None;
         }
         let at = self.scratch[self.used..].as_mut_ptr();
         if self.open {
@@ -99,38 +109,86 @@ impl<'a> Batch<'a> {
             unsafe { self.iov[self.n_iov - 1].assume_init_mut() }.iov_len += len;
             self.bytes += len;
         } else if !self.point_at(at, len) {
-            return false;
+            return None;
         } else {
             self.open = true;
         }
-        // SAFETY: `len` bytes fit the scratch from `used` (checked above); the source is
-        // readable and apart from it (this function's contract).
-        unsafe { std::ptr::copy_nonoverlapping(addr, at, len) };
         self.used += len;
-        true
+        Some(at)
     }
 
-    /// Adds the next of `runs`, in order, as far as the batch holds them; the first it has no
-    /// room for stays in `runs`, for the next batch.
-    ///
-    /// # Safety
-    /// Every run must be memory of this process, readable for its length until the batch
-    /// is sent, none of it the scratch (the runs of a description made in this process, its
-    /// elements and block list alive).
-    pub unsafe fn runs(&mut self, runs: &mut Peekable<Runs<'_>>) {
+    /// Adds the next of `runs`, in order, as far as the batch holds them, long runs as
+    /// iovecs of their own and short ones as pieces of the scratch, each of which `short`
+    /// is given with its run; the first run it has no room for stays in `runs`, for the
+    /// next batch.
+    fn take(&mut self, runs: &mut Peekable<Runs<'_>>, mut short: impl FnMut(*mut u8, u64, usize)) {
         while let Some(&(addr, n)) = runs.peek() {
-            let addr = addr as usize as *const u8;
             let added = if n >= SHORT_RUN {
-                self.point_at(addr, n)
+                self.point_at(addr as usize as *const u8, n)
+            } else if let Some(piece) = self.reserve(n) {
+                short(piece, addr, n);
+                true
             } else {
-                // SAFETY: this function's contract.
-                unsafe { self.copy(addr, n) }
+                false
             };
             if !added {
                 return;
             }
             runs.next();
         }
+    }
+
+    /// Adds the next of `runs` to be sent, short ones copied into the scratch (see
+    /// [`take`](Self::take)).
+    ///
+    /// # Safety
+    /// Every run must be memory of this process, readable for its length until the batch
+    /// is sent, none of it the scratch (the runs of a description made in this process, its
+    /// elements and block list alive).
+    pub unsafe fn runs(&mut self, runs: &mut Peekable<Runs<'_>>) {
+        self.take(runs, |piece, addr, n| {
+            // SAFETY: the run is readable and apart from the scratch (this function's
+            // contract); `reserve` gave `n` bytes of the scratch at `piece`.
+            unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, piece, n) }
+        });
+    }
+
+    /// Adds the next of `runs` to be read into, short ones read into the scratch, from which
+    /// [`scatter_short_runs`] copies them once the read returned. Safe to build: whoever
+    /// reads into the iovecs answers for the runs being writable.
+    pub fn reserve_runs(&mut self, runs: &mut Peekable<Runs<'_>>) {
+        self.take(runs, |_, _, _| {});
+    }
+}
+
+/// Copies the short runs among `runs` (the runs a [`Batch::reserve_runs`] took, walked again
+/// from the same start) out of `scratch`, where a read put them, as far as the read's `got`
+/// bytes reach; long runs were read in place.
+///
+/// # Safety
+/// Every run must be memory of this process, writable for its length and apart from the
+/// scratch (the runs of a receive's description made in this process, lent to the caller).
+pub unsafe fn scatter_short_runs(runs: Runs<'_>, scratch: &[u8], got: usize) {
+    let (mut left, mut used) = (got, 0);
+    for (addr, n) in runs {
+        if left == 0 {
+            return;
+        }
+        let landed = n.min(left);
+        if n < SHORT_RUN {
+            // SAFETY: the run is writable and apart from the scratch (this function's
+            // contract); the batch gave the short runs consecutive pieces of the scratch, in
+            // order, so this one's bytes are the `landed` at `used`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    scratch[used..used + landed].as_ptr(),
+                    addr as usize as *mut u8,
+                    landed,
+                )
+            };
+            used += n;
+        }
+        left -= landed;
     }
 }
 

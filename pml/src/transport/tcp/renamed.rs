@@ -19,7 +19,8 @@ impl<S: Sink> Renamed<'_, S> {
     }
 }
 
-impl<S: Sink> Sink for Renamed<'_, S> {
+// SAFETY: its placements are the wrapped sink's, under the same contract.
+unsafe impl<S: Sink> Sink for Renamed<'_, S> {
     const PLACEMENT_HEAD: usize = S::PLACEMENT_HEAD;
 
     fn frame(&mut self, peer: Rank, frame: &[u8]) -> Result<(), PmlError> {

@@ -18,7 +18,8 @@ struct Recorder {
     landed: Vec<(u64, usize)>,
 }
 
-impl Sink for Recorder {
+// SAFETY: DATA lands in `target`, which the recorder keeps, untouched, while a test runs.
+unsafe impl Sink for Recorder {
     const PLACEMENT_HEAD: usize = DATA_HEADER_LEN;
 
     fn frame(&mut self, peer: Rank, frame: &[u8]) -> Result<(), PmlError> {
