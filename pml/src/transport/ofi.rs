@@ -31,6 +31,7 @@
 //! error.
 
 mod contract;
+mod environment;
 mod fabric;
 mod memory;
 mod provider;
@@ -48,6 +49,7 @@ use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::registration_cache::{CachedMr, RegistrationCache};
 use crate::wire::RemoteKey;
+pub use environment::prepare_environment;
 use fabric::{Fabric, Request};
 use memory::Region;
 
