@@ -1203,8 +1203,8 @@ fn a_failure_stops_the_engine() {
         unsafe { e.post_recv(0, SourceSel::Any, TagSel::Tag(7), inbox.as_mut_ptr(), 8) }.unwrap();
     let failure = e.wait(waiting).unwrap_err();
     assert!(
-        matches!(&failure, pml::PmlError::Transport { peer: 1, cause, .. }
-            if cause.contains("without finalizing")),
+        matches!(&failure, pml::PmlError::Transport(t)
+            if t.peer == 1 && t.cause.contains("without finalizing")),
         "{failure:?}"
     );
     let stopped = Err(pml::PmlError::Stopped(Box::new(failure)));

@@ -418,8 +418,11 @@ impl<S: SendBytes, R: AsMut<[u8]>> Sink for Core<S, R> {
         if !(wire::is_data_frame(head) && head.len() >= DATA_HEADER_LEN && len > DATA_HEADER_LEN) {
             return Ok(Placement::Staged);
         }
-        let (recv_request, offset) = wire::decode_data_header(&head[..DATA_HEADER_LEN])
-            .map_err(|error| PmlError::Wire { peer, error })?;
+        let (recv_request, offset) =
+            wire::decode_data_header(&head[..DATA_HEADER_LEN]).map_err(|error| PmlError::Wire {
+                peer,
+                error: Box::new(error),
+            })?;
         let target = self.data_target(peer, recv_request, offset, len - DATA_HEADER_LEN)?;
         Ok(Placement::InPlace {
             header_len: DATA_HEADER_LEN,
