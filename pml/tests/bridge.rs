@@ -4,6 +4,8 @@
 //! whatever their place among the transports; what a bridge refuses is a named error.
 
 use std::fs;
+use std::io::{Read, Write};
+use std::net::TcpListener;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread;
 
@@ -240,5 +242,72 @@ fn a_bridge_failure_names_the_peer_as_its_job_knows_it() {
         host()
     );
     assert!(failure.contains(&expected), "{failure}");
+    fs::remove_dir_all(dir).unwrap();
+}
+
+/// A bridge's dial that gives up (here: what answers at every address of the peer is no
+/// process of the job) names the peer as its own job numbers it too, not by the bridge's
+/// numbering, in which it is rank 1.
+#[test]
+fn a_bridge_redial_failure_names_the_peer_as_its_job_knows_it() {
+    let (mut e, dir) = engine("bridge-redial-named");
+    // Answers each hello with a challenge no process knowing the job's secret would send.
+    // On every address the bridge publishes, IPv6 ones too (a dual-stack socket).
+    let impostor = TcpListener::bind("[::]:0")
+        .or_else(|_| TcpListener::bind("0.0.0.0:0"))
+        .unwrap();
+    let port = impostor.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for mut conn in impostor.incoming().flatten() {
+            let mut hello = [0u8; 32];
+            if conn.read_exact(&mut hello).is_ok() {
+                let _ = conn.write_all(&[0x5a; 48]);
+            }
+        }
+    });
+    let bridge = e.open_bridge(0, 2, &SECRET).unwrap();
+    // This host's addresses as the bridge publishes them, at the impostor's port.
+    let own = bridge.endpoint().unwrap();
+    let (_, addresses) = own.split_once(' ').unwrap();
+    let child = "rank 2 of spawned job 3 (3 ranks of ./child)";
+    let peer = BridgePeer {
+        rank: 1,
+        host: host(),
+        endpoint: format!("{port} {addresses}"),
+        name: child.to_string(),
+    };
+    let names = e.join_bridge(bridge, &[peer]).unwrap();
+    let data = [7u8; 8];
+    let mut failure = None;
+    for _ in 0..1000 {
+        // SAFETY: `data` outlives the request, waited for (or failed) below.
+        let sent = unsafe {
+            e.post_send(
+                0,
+                SOURCE,
+                names[0],
+                1,
+                SendMode::Standard,
+                data.as_ptr(),
+                data.len(),
+            )
+        }
+        .and_then(|h| e.wait(h));
+        if let Err(err) = sent {
+            failure = Some(err.to_string());
+            break;
+        }
+    }
+    let failure = failure.expect("a send to an impostor never failed");
+    let expected = format!(
+        "the connection with {child} on {} failed: what answers at ",
+        host()
+    );
+    assert!(
+        failure.contains(&expected)
+            && failure.contains(&format!(":{port}, its address, is not a rank of this job"))
+            && !failure.contains("rank 1"),
+        "{failure}"
+    );
     fs::remove_dir_all(dir).unwrap();
 }
