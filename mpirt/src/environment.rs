@@ -250,20 +250,14 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         return None;
     }
     EPOCH.get_or_init(Instant::now);
-    let config = EngineConfig::from_env();
     // First thing, before the bootstrap may start a thread (PMIx's) and before libfabric
-    // loads: libfabric takes these settings from the environment only (see pml's OFI
-    // `prepare_environment`), and the job's size comes from the launcher's variables.
+    // loads: libfabric takes its settings from the environment only.
     #[cfg(feature = "ofi")]
-    if let Ok(config) = &config {
-        let var = |name: &str| std::env::var(name).ok();
-        let ranks = bootstrap::started_by::StartedBy::from_vars(var).tasks(var);
-        pml::transport::ofi::prepare_environment(config, ranks);
-    }
+    bootstrap::libfabric::prepare_environment();
     let startup = |why: String| fatal(Error::new("initialize", Cause::Startup(why)));
     let mut bootstrap = Bootstrap::from_env().unwrap_or_else(|e| startup(e.to_string()));
     WORLD_RANK.store(bootstrap.rank() as i32, Ordering::SeqCst);
-    let config = match config {
+    let config = match EngineConfig::from_env() {
         Ok(config) => config,
         Err(why) => startup_abort(&mut bootstrap, why),
     };

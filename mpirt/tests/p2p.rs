@@ -1282,6 +1282,15 @@ impl Wire {
                     "{self:?}: {line}"
                 );
             }
+            // initialize sized libfabric for the job, unless this environment did.
+            #[cfg(feature = "ofi")]
+            if matches!(self, Wire::Ofi) && n > 1 {
+                let universe = std::env::var("FI_UNIVERSE_SIZE").unwrap_or_else(|_| n.to_string());
+                assert!(
+                    line.contains(&format!("FI_UNIVERSE_SIZE {universe})")),
+                    "{line}"
+                );
+            }
         }
     }
 }

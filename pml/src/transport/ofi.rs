@@ -49,7 +49,6 @@ use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::registration_cache::{CachedMr, RegistrationCache};
 use crate::wire::RemoteKey;
-pub use environment::prepare_environment;
 use fabric::{Fabric, Request};
 use memory::Region;
 

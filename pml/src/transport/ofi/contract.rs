@@ -192,12 +192,14 @@ impl Transport for OfiTransport {
     fn describe(&self, peers: usize) -> String {
         let f = &self.fabric;
         format!(
-            "{peers} ranks over libfabric {} (fabric {}, domain {}, mr_mode {}), eager up to \
-             {} bytes (inject up to {}), rendezvous by {}",
+            "{peers} ranks over libfabric {} (fabric {}, domain {}, mr_mode {}, \
+             FI_UNIVERSE_SIZE {}), eager up to {} bytes (inject up to {}), rendezvous by {}",
             f.provider,
             f.fabric_name,
             f.domain_name,
             f.plan.describe(),
+            // As libfabric read it at its start: set by the user or by mpirt's initialize.
+            std::env::var("FI_UNIVERSE_SIZE").unwrap_or_else(|_| "unset".into()),
             self.eager_limit,
             f.inject_size,
             if !f.remote_read {

@@ -1,76 +1,8 @@
-//! The two libfabric settings mpirt chooses for the user, which libfabric 1.17 takes only
-//! from the environment: `fi_param_get` reads them with `getenv` (`rdma/providers/fi_prov.h`:
-//! "configuration parameter will only be read from the environment"), there is no call that
-//! sets one, and no `fi_getinfo` hint carries them. So they are put into this process's
-//! environment, by [`prepare_environment`], before libfabric's first call, and while this
-//! process runs no thread but the caller's.
-//!
-//! Why that is the condition: `setenv` may reallocate the `environ` array while a `getenv` in
-//! another thread walks the old one (glibc frees it). Rust's own `env::var` takes the same
-//! lock as `env::set_var`, but C code does not: libfabric's providers, a PMIx client's
-//! progress thread, any library of the user's. With one thread nothing can read beside the
-//! write. mpirt's `initialize` calls this first thing, before its bootstrap starts any
-//! thread (the PMIx client starts one) and before libfabric is loaded; where the program
-//! started threads of its own before `initialize`, nothing is set, and a provider that needs
-//! a setting to be safe is refused with an error that says which variable to export.
+//! Whether libfabric's environment makes the chosen provider safe to use. mpirt's launcher
+//! or its `initialize` set what the transport wants (see bootstrap's `libfabric` module);
+//! where neither could, a provider that is unsafe without a setting is refused here.
 
-use std::sync::OnceLock;
-
-use crate::config::{EngineConfig, TransportChoice};
-
-/// Why [`prepare_environment`] set nothing, for the error of a provider that needed it.
-static NOT_SET: OnceLock<String> = OnceLock::new();
-
-const UNIVERSE_SIZE: &str = "FI_UNIVERSE_SIZE";
-const RXM_USE_SRX: &str = "FI_OFI_RXM_USE_SRX";
-
-/// Sets, in the environment, the libfabric settings the OFI transport wants for a job of
-/// `ranks` ranks (`None` where the launcher's variables do not say), unless the user set
-/// them or `config` asks for no transport that may use libfabric. Call it before libfabric's
-/// first call, while this process runs one thread (see the module's documentation); with
-/// more, it sets nothing and says so in the error of a provider that needs a setting.
-pub fn prepare_environment(config: &EngineConfig, ranks: Option<u32>) {
-    if !matches!(
-        config.transport,
-        TransportChoice::Ofi | TransportChoice::Auto
-    ) {
-        return;
-    }
-    let wanted = config.ofi_provider.as_deref();
-    let settings: Vec<(&str, String)> = [
-        ranks.map(|r| (UNIVERSE_SIZE, r.max(2).to_string())),
-        (wanted.is_none_or(|p| p.starts_with("verbs"))).then(|| (RXM_USE_SRX, "1".to_string())),
-    ]
-    .into_iter()
-    .flatten()
-    .filter(|(name, _)| std::env::var_os(name).is_none())
-    .collect();
-    if settings.is_empty() {
-        return;
-    }
-    match threads() {
-        Ok(1) => {
-            for (name, value) in settings {
-                // Sound: this process runs one thread, this one (just counted), so no getenv
-                // runs beside the write; libfabric, not loaded yet, reads it later.
-                std::env::set_var(name, value);
-            }
-        }
-        Ok(n) => {
-            let _ = NOT_SET.set(format!(
-                "{n} threads ran when mpirt started, where setting the environment is unsafe"
-            ));
-        }
-        Err(e) => {
-            let _ = NOT_SET.set(format!("mpirt could not count this process's threads: {e}"));
-        }
-    }
-}
-
-/// The threads this process runs, from `/proc/self/task`.
-fn threads() -> std::io::Result<usize> {
-    Ok(std::fs::read_dir("/proc/self/task")?.count())
-}
+use bootstrap::libfabric::{self, RXM_USE_SRX};
 
 /// Refuses `provider` where it is `verbs;ofi_rxm` and `FI_OFI_RXM_USE_SRX` is unset. Without
 /// a shared receive context, libfabric 1.17's rxm kills the process with SIGSEGV inside
@@ -94,21 +26,17 @@ pub(super) fn check_provider(provider: &str) -> Result<(), String> {
     {
         return Ok(());
     }
-    let why = NOT_SET.get().map_or(
-        "the program did not call prepare_environment",
-        String::as_str,
-    );
+    let why = libfabric::not_set().unwrap_or("neither rsrun nor mpirt's initialize set it here");
     Err(format!(
         "libfabric provider {provider} needs {RXM_USE_SRX}=1 (libfabric 1.17's rxm may crash \
-         closing its endpoint without a shared receive context), and mpirt did not set it: \
-         {why}; export {RXM_USE_SRX}=1 in the job's environment"
+         closing its endpoint without a shared receive context), and it is not set: {why}; \
+         export {RXM_USE_SRX}=1 in the job's environment"
     ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::mpsc;
 
     #[test]
     fn a_provider_without_rxm_over_verbs_needs_nothing() {
@@ -117,30 +45,13 @@ mod tests {
         }
     }
 
-    /// With a second thread alive, nothing is set, and verbs;ofi_rxm is then refused naming
-    /// the variable to export and why it was not set.
     #[test]
-    fn nothing_is_set_beside_another_thread() {
-        if std::env::var_os(UNIVERSE_SIZE).is_some() || std::env::var_os(RXM_USE_SRX).is_some() {
-            println!("skipped: {UNIVERSE_SIZE} or {RXM_USE_SRX} is set in this test's environment");
+    fn verbs_under_rxm_without_a_shared_receive_context_is_refused() {
+        if std::env::var_os(RXM_USE_SRX).is_some() {
+            println!("skipped: {RXM_USE_SRX} is set in this test's environment");
             return;
         }
-        let (stop, stopped) = mpsc::channel::<()>();
-        let other = std::thread::spawn(move || stopped.recv());
-        let config = EngineConfig {
-            transport: TransportChoice::Ofi,
-            ofi_provider: Some("verbs;ofi_rxm".into()),
-            ..EngineConfig::default()
-        };
-        prepare_environment(&config, Some(4));
-        drop(stop);
-        other.join().unwrap().unwrap_err();
-        assert!(std::env::var_os(UNIVERSE_SIZE).is_none());
-        assert!(std::env::var_os(RXM_USE_SRX).is_none());
         let refusal = check_provider("verbs;ofi_rxm").unwrap_err();
-        assert!(
-            refusal.contains("export FI_OFI_RXM_USE_SRX=1") && refusal.contains("threads ran"),
-            "{refusal}"
-        );
+        assert!(refusal.contains("export FI_OFI_RXM_USE_SRX=1"), "{refusal}");
     }
 }
