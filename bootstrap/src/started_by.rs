@@ -90,7 +90,7 @@ impl StartedBy {
     /// How many ranks the job has, as the launcher's variables (`var`) say before this
     /// process connects to it: `None` where they do not (a PMI socket whose launcher sets no
     /// count, a PMIx server of an unknown launcher). mpirt sizes libfabric by it before the
-    /// bootstrap starts any thread (see pml's OFI `prepare_environment`).
+    /// bootstrap starts any thread (see [`crate::libfabric::prepare_environment`]).
     pub fn tasks(&self, var: impl Fn(&str) -> Option<String>) -> Option<u32> {
         match *self {
             StartedBy::Rsrun => var("MPIRT_SIZE").and_then(|v| v.trim().parse().ok()),

@@ -469,21 +469,27 @@ fn run_ranks(test: &str, cases: &[(u32, &str)]) {
     for &(size, mode) in cases {
         let dir = env::temp_dir().join(format!("pml-engine-{}-{size}-{mode}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
-        // What mpirt's initialize sets for libfabric on verbs;ofi_rxm (pml's OFI
-        // prepare_environment), set here from each child's start: a test binary runs the
-        // harness's thread beside the rank's, where the transport sets nothing.
-        let universe = size.to_string();
-        let libfabric: &[(&str, &str)] = if mode == "ofi-verbs" {
-            &[("FI_OFI_RXM_USE_SRX", "1"), ("FI_UNIVERSE_SIZE", &universe)]
-        } else {
-            &[]
+        // What rsrun would set for libfabric for ranks over verbs;ofi_rxm: these ranks are
+        // this test binary's children, which set no environment of their own.
+        let libfabric: Vec<(&str, String)> = match mode {
+            "ofi-verbs" => bootstrap::libfabric::settings(
+                |name| match name {
+                    "MPIRT_TRANSPORT" => Some("ofi".into()),
+                    "MPIRT_OFI_PROVIDER" => Some("verbs;ofi_rxm".into()),
+                    _ => None,
+                },
+                Some(size),
+            ),
+            _ => Vec::new(),
         };
+        let libfabric: Vec<(&str, &str)> =
+            libfabric.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let outputs = run_children(
             test,
             size,
             CHILD_ENV,
             |r| format!("{},{r},{size},{mode}", dir.display()),
-            libfabric,
+            &libfabric,
             // The Soft-RoCE guest runs at emulated speed, where a dropped packet waits out the
             // queue pair's 1 s retransmission timeout: 4 ranks over verbs have taken 70-150 s.
             Duration::from_secs(if mode == "verbs" { 400 } else { 120 }),
