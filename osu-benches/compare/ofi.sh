@@ -7,8 +7,8 @@
 # median). mpirt over OFI runs twice, with its registration cache and without
 # (MPIRT_OFI_REG_CACHE=0). Each repeat starts the four runs of a benchmark (cached, uncached,
 # native, Open MPI) one place further round than the last, so that no run always comes first
-# (the one after a build, or after fi_pingpong) and the order's bias cancels over repeats. An
-# Open MPI run stopped by its 120 s bound reads "did not finish" where it gave no figure.
+# (the one after a build, or after fi_pingpong) and the order's bias cancels over repeats. A
+# run stopped by its 120 s bound reads "did not finish" where it gave no figure.
 # fi_pingpong (-e rdm -m tagged) is a ping-pong: its MB/s at 1 MiB is a round trip's
 # bandwidth, not a stream's, so read it as a floor.
 #   osu-benches/compare/ofi.sh [-r REPEATS] [-p "PROVIDER..."] [-k DIR] [-R DIR]
@@ -109,8 +109,11 @@ pingpong() {
     wait || true
     echo "${v:--}"
 }
-# The runs of one benchmark in a repeat, in the order the first repeat takes them.
+# The runs of one benchmark in a repeat, in the order the first repeat takes them, and what
+# the report calls them.
 runs=(mpirt nocache native ompi)
+declare -A whose=([mpirt]="mpirt ofi" [nocache]="mpirt ofi without its cache"
+    [native]="mpirt's native transport" [ompi]="Open MPI")
 # Run $1 of benchmark $4 on provider $2 (native transport $3).
 run() {
     case $1 in
@@ -233,13 +236,15 @@ for provider in $providers; do
         row "bandwidth $size B (MB/s)" "$key" "bw$size"
     done
     row "message rate 8 B (messages/s)" "$key" mbw8
-    stopped=$(for bench in latency bw mbw_mr; do
-        n=$(find "$out" -name "$key.$bench.ompi.*.stopped" | wc -l)
-        [ "$n" = 0 ] || echo -n "osu_$bench in $n, "
+    stopped=$(for who in ompi mpirt nocache native; do
+        for bench in latency bw mbw_mr; do
+            n=$(find "$out" -name "$key.$bench.$who.*.stopped" | wc -l)
+            [ "$n" = 0 ] || echo -n "${whose[$who]} osu_$bench in $n, "
+        done
     done)
     if [ -n "$stopped" ]; then
         echo
-        echo "Open MPI did not finish within 120 s and was stopped: ${stopped%, } of the" \
-            "repeats (where it gave no figure before, the table reads did not finish)."
+        echo "Runs that did not finish within 120 s and were stopped: ${stopped%, } of the" \
+            "repeats (where a stopped run gave no figure, the table reads did not finish)."
     fi
 done
