@@ -14,9 +14,11 @@
 //!
 //! A value the user set, 0 included, is theirs. rsrun puts both into each rank's environment
 //! as it starts it ([`settings`]), so its ranks change no environment. Under other launchers
-//! (srun, mpirun) mpirt's `initialize` sets them ([`prepare_environment`]) first thing,
-//! before its bootstrap may start a thread (the PMIx client starts one) and before libfabric
-//! loads, and only while the process runs one thread: `setenv` may reallocate the `environ`
+//! (srun, mpirun, Hydra) mpirt's `initialize` sets them ([`prepare_environment`]) before
+//! libfabric loads: once its PMI-1 or PMI-2 bootstrap, which starts no thread, has the job's
+//! size, or under PMIx, whose client starts one, before it connects, sized by the launcher's
+//! variables ([`prepare_before_bootstrap`]); and only while the process runs one thread:
+//! `setenv` may reallocate the `environ`
 //! array while a `getenv` in another thread walks the old one, and only Rust's own `env::var`
 //! takes `env::set_var`'s lock, not C code (libfabric, a PMIx progress thread, the user's
 //! libraries). A program that started threads of its own before `initialize` gets neither.
@@ -55,12 +57,24 @@ pub fn settings(
     .collect()
 }
 
-/// Sets [`settings`] in this process's environment, for a job of the size the launcher's
-/// variables give, where this process runs one thread (see the module's documentation);
-/// with more it sets nothing and keeps why, for [`not_set`].
-pub fn prepare_environment() {
+/// Before the bootstrap connects: where it is PMIx's, whose client starts a thread, calls
+/// [`prepare_environment`] for the job's size as the launcher's variables give it, and says
+/// so; elsewhere does nothing and says so, for a call once the bootstrap knows the size.
+pub fn prepare_before_bootstrap() -> bool {
     let var = |name: &str| std::env::var(name).ok();
-    let settings = settings(var, StartedBy::from_vars(var).tasks(var));
+    let started = StartedBy::from_vars(var);
+    let pmix = matches!(started, StartedBy::Pmix { .. });
+    if pmix {
+        prepare_environment(started.tasks(var));
+    }
+    pmix
+}
+
+/// Sets [`settings`] in this process's environment, for a job of `ranks` ranks (where
+/// known), where this process runs one thread (see the module's documentation); with more it
+/// sets nothing and keeps why, for [`not_set`].
+pub fn prepare_environment(ranks: Option<u32>) {
+    let settings = settings(|name| std::env::var(name).ok(), ranks);
     if settings.is_empty() {
         return;
     }
@@ -133,7 +147,7 @@ mod tests {
         }
         let (stop, stopped) = mpsc::channel::<()>();
         let other = std::thread::spawn(move || stopped.recv());
-        prepare_environment();
+        prepare_environment(Some(4));
         drop(stop);
         other.join().unwrap().unwrap_err();
         assert!(std::env::var_os(UNIVERSE_SIZE).is_none());

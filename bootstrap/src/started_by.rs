@@ -89,12 +89,16 @@ impl StartedBy {
 
     /// How many ranks the job has, as the launcher's variables (`var`) say before this
     /// process connects to it: `None` where they do not (a PMI socket whose launcher sets no
-    /// count, a PMIx server of an unknown launcher). mpirt sizes libfabric by it before the
-    /// bootstrap starts any thread (see [`crate::libfabric::prepare_environment`]).
+    /// count, a PMIx server of an unknown launcher). mpirt sizes libfabric by it before a
+    /// PMIx bootstrap starts its thread (see [`crate::libfabric::prepare_before_bootstrap`]).
     pub fn tasks(&self, var: impl Fn(&str) -> Option<String>) -> Option<u32> {
         match *self {
             StartedBy::Rsrun => var("MPIRT_SIZE").and_then(|v| v.trim().parse().ok()),
-            StartedBy::PmiFd | StartedBy::PmiPort => launcher_task(&var).map(|(_, _, n)| n),
+            // Hydra inside a Slurm allocation leaves Slurm's variables set: PMI's own count
+            // comes first.
+            StartedBy::PmiFd | StartedBy::PmiPort => var("PMI_SIZE")
+                .and_then(|v| v.trim().parse().ok())
+                .or_else(|| launcher_task(&var).map(|(_, _, n)| n)),
             StartedBy::Pmix { place, .. } => place.map(|(_, n)| n),
             StartedBy::Unreachable { tasks, .. } => Some(tasks),
             StartedBy::Alone => Some(1),
@@ -276,6 +280,15 @@ mod tests {
             ("SLURM_STEP_NUM_TASKS", "3"),
         ];
         assert_eq!(tasks(&pmi2), Some(3));
+        let hydra_in_slurm = [
+            ("PMI_FD", "5"),
+            ("PMI_RANK", "0"),
+            ("PMI_SIZE", "8"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_NTASKS", "2"),
+        ];
+        assert_eq!(tasks(&hydra_in_slurm), Some(8));
         assert_eq!(
             tasks(&[("PMI_PORT", "vm:1"), ("PMI_ID", "0"), ("PMI_SIZE", "5")]),
             Some(5)

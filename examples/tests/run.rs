@@ -110,7 +110,9 @@ fn first_contact_times_both_round_trips_over_tcp() {
 
 /// Under a launcher other than rsrun, initialize sizes libfabric itself: an example's ranks
 /// run one thread when it starts (a test binary's run libtest's beside theirs, so mpirt's
-/// suites cannot check it), and each says the size libfabric read under --verbose.
+/// suites cannot check it), and each says the size libfabric read under --verbose. Slurm's
+/// variables are set as Hydra inside an allocation of one node leaves them: the size is the
+/// job's, not the allocation's.
 #[cfg(feature = "ofi")]
 #[test]
 fn ranks_started_by_hydra_size_libfabric_for_the_job() {
@@ -131,6 +133,11 @@ fn ranks_started_by_hydra_size_libfabric_for_the_job() {
         .env("MPIRT_TRANSPORT", "ofi")
         .env("MPIRT_OFI_PROVIDER", "tcp;ofi_rxm")
         .env("MPIRT_VERBOSE", "1")
+        .envs([
+            ("SLURM_PROCID", "0"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_NTASKS", "1"),
+        ])
         .env_remove("FI_UNIVERSE_SIZE");
     let out = support::output_within_a_minute(command);
     stdout(&out);
