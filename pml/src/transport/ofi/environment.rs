@@ -2,9 +2,10 @@
 //! or its `initialize` set what the transport wants (see bootstrap's `libfabric` module);
 //! where neither could, a provider that is unsafe without a setting is refused here.
 
-use bootstrap::libfabric::{self, RXM_USE_SRX};
+use bootstrap::libfabric::{self, RXM_USE_SRX, UNIVERSE_SIZE};
 
-/// Refuses `provider` where it is `verbs;ofi_rxm` and `FI_OFI_RXM_USE_SRX` is unset. Without
+/// Refuses `provider` where it is `verbs;ofi_rxm` and `FI_OFI_RXM_USE_SRX` is unset, naming
+/// what to export for a job of `ranks` ranks. Without
 /// a shared receive context, libfabric 1.17's rxm kills the process with SIGSEGV inside
 /// `fi_close` of the endpoint now and then: closing it closes each connection's verbs
 /// endpoint, then handles the completions still queued (`rxm_close_conn`, then
@@ -20,7 +21,7 @@ use bootstrap::libfabric::{self, RXM_USE_SRX};
 /// collectives suites over verbs;ofi_rxm. rxm reads the variable when it opens the endpoint.
 /// Other providers are left as they are (tcp under rxm showed no such crash, and a shared
 /// context may cost small messages latency). A value the user set, 0 included, is theirs.
-pub(super) fn check_provider(provider: &str) -> Result<(), String> {
+pub(super) fn check_provider(provider: &str, ranks: usize) -> Result<(), String> {
     if !(provider.starts_with("verbs") && provider.ends_with("ofi_rxm"))
         || std::env::var_os(RXM_USE_SRX).is_some()
     {
@@ -30,7 +31,7 @@ pub(super) fn check_provider(provider: &str) -> Result<(), String> {
     Err(format!(
         "libfabric provider {provider} needs {RXM_USE_SRX}=1 (libfabric 1.17's rxm may crash \
          closing its endpoint without a shared receive context), and it is not set: {why}; \
-         export {RXM_USE_SRX}=1 in the job's environment"
+         export {RXM_USE_SRX}=1 {UNIVERSE_SIZE}={ranks} in the job's environment"
     ))
 }
 
@@ -41,7 +42,7 @@ mod tests {
     #[test]
     fn a_provider_without_rxm_over_verbs_needs_nothing() {
         for provider in ["tcp;ofi_rxm", "shm", "udp;ofi_rxd", "efa", "cxi"] {
-            assert_eq!(check_provider(provider), Ok(()), "{provider}");
+            assert_eq!(check_provider(provider, 4), Ok(()), "{provider}");
         }
     }
 
@@ -51,7 +52,10 @@ mod tests {
             println!("skipped: {RXM_USE_SRX} is set in this test's environment");
             return;
         }
-        let refusal = check_provider("verbs;ofi_rxm").unwrap_err();
-        assert!(refusal.contains("export FI_OFI_RXM_USE_SRX=1"), "{refusal}");
+        let refusal = check_provider("verbs;ofi_rxm", 4).unwrap_err();
+        assert!(
+            refusal.contains("export FI_OFI_RXM_USE_SRX=1 FI_UNIVERSE_SIZE=4 "),
+            "{refusal}"
+        );
     }
 }

@@ -37,6 +37,8 @@ pub struct Fabric {
     pub remote_read: bool,
     /// The completion queue's fd, where the provider has one (else waits poll).
     pub wait_fd: Option<RawFd>,
+    /// Why each provider preferred to this one, none being named, was unsafe here.
+    pub passed_over: Vec<String>,
     pub ep: *mut sys::fid_ep,
     pub av: *mut sys::fid_av,
     pub cq: *mut sys::fid_cq,
@@ -130,16 +132,31 @@ fn choose(
     list: &InfoList,
     request: &Request,
     refused: &mut Vec<String>,
+    passed_over: &mut Vec<String>,
 ) -> Option<(*mut sys::fi_info, MrPlan)> {
     let mut usable = Vec::new();
     for info in list.entries() {
         let name = prov_name(info);
         // SAFETY: entries carry a domain_attr.
         let (mode, mr_mode) = unsafe { ((*info).mode, (*(*info).domain_attr).mr_mode as u32) };
-        match provider::check_mode(mode).and_then(|()| MrPlan::from_mr_mode(mr_mode)) {
-            Ok(plan) => usable.push((name, info, plan)),
-            Err(why) => refused.push(format!("{name}: {why}")),
+        let plan = match provider::check_mode(mode).and_then(|()| MrPlan::from_mr_mode(mr_mode)) {
+            Ok(plan) => plan,
+            Err(why) => {
+                refused.push(format!("{name}: {why}"));
+                continue;
+            }
+        };
+        // With none named, a provider the environment leaves unsafe gives way to the next
+        // (said under --verbose); a named one is refused once picked, naming what to export.
+        if request.wanted.is_none() {
+            if let Err(why) = environment::check_provider(&name, request.ranks) {
+                if !passed_over.contains(&why) {
+                    passed_over.push(why);
+                }
+                continue;
+            }
         }
+        usable.push((name, info, plan));
     }
     let names: Vec<String> = usable.iter().map(|(n, _, _)| n.clone()).collect();
     let at = provider::pick(&names, request.wanted, request.fabric_only)?;
@@ -166,6 +183,7 @@ impl Fabric {
     /// request is for a real fabric only and there is none.
     pub fn open(request: &Request) -> Result<Option<Fabric>, String> {
         let mut refused = Vec::new();
+        let mut passed_over = Vec::new();
         let with_rma = if request.rma {
             Some(InfoList::get(RMA_CAPS)?)
         } else {
@@ -174,16 +192,18 @@ impl Fabric {
         let without_rma = InfoList::get(0)?;
         let picked = with_rma
             .as_ref()
-            .and_then(|l| choose(l, request, &mut refused))
+            .and_then(|l| choose(l, request, &mut refused, &mut passed_over))
             .map(|(info, plan)| (info, plan, true))
             .or_else(|| {
-                choose(&without_rma, request, &mut refused).map(|(info, plan)| (info, plan, false))
+                choose(&without_rma, request, &mut refused, &mut passed_over)
+                    .map(|(info, plan)| (info, plan, false))
             });
         let Some((info, plan, remote_read)) = picked else {
-            if request.fabric_only && request.wanted.is_none() {
+            if request.fabric_only && request.wanted.is_none() && passed_over.is_empty() {
                 return Ok(None);
             }
             refused.dedup();
+            refused.extend(passed_over);
             let wanted = match request.wanted {
                 Some(w) => format!("provider '{w}'"),
                 None => format!("provider among {}", provider::PREFERENCE.join(", ")),
@@ -199,7 +219,7 @@ impl Fabric {
                 offered()
             ));
         };
-        environment::check_provider(&prov_name(info))?;
+        environment::check_provider(&prov_name(info), request.ranks)?;
         // SAFETY: `info` is an entry of a live list; the copy is ours until Drop.
         let info = unsafe { sys::fi_dupinfo(info) };
         if info.is_null() {
@@ -234,6 +254,7 @@ impl Fabric {
             max_msg_size,
             remote_read,
             wait_fd: None,
+            passed_over,
             ep: ptr::null_mut(),
             av: ptr::null_mut(),
             cq: ptr::null_mut(),
