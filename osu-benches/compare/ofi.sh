@@ -52,10 +52,13 @@ fi
 if [ -z "$report_only" ]; then
     # What built the binaries measured, kept beside their figures so that -R names the run's
     # sources, not whatever the checkout holds when the report is written again.
-    changed=$(git status --porcelain --untracked-files=no | awk '{print $NF}' | paste -sd, -)
+    # Outside a git checkout (sources unpacked from an archive) the commit reads "unknown".
+    changed=$({ git status --porcelain --untracked-files=no 2>/dev/null || true; } |
+        awk '{print $NF}' | paste -sd, -)
+    commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
     {
         echo "osu-benches/compare/ofi.sh -r $repeats -p \"$providers\""
-        echo "$(git rev-parse --short HEAD)${changed:+ (with uncommitted changes to ${changed//,/, })}"
+        echo "$commit${changed:+ (with uncommitted changes to ${changed//,/, })}"
         date -u +%Y-%m-%d
     } > "$out/provenance"
     CARGO_TARGET_DIR=$target cargo build --release -p launcher -p osu-benches \
@@ -89,7 +92,8 @@ mpirt() {
     fi
 }
 # Open MPI's mtl ofi on udp;ofi_rxd hung (osu latency past 1 MiB, 16 minutes): bounded, and a
-# run that fails or is stopped leaves its figures out; a stopped one exits 124 (timeout's).
+# run that fails or is stopped leaves its figures out; a stopped one exits 124 (timeout's),
+# or 137 where it outlived TERM by 5 s and KILL stopped it.
 ompi() {
     timeout -k 5 120 mpirun.openmpi --allow-run-as-root -n 2 --bind-to core --mca pml cm --mca mtl ofi \
         --mca mtl_ofi_provider_include "$1" --mca btl self "$out/osu_p2p.ompi" "$2" \
@@ -143,7 +147,9 @@ for provider in $providers; do
             for ((i = 0; i < ${#runs[@]}; i++)); do
                 who=${runs[(i + r - 1) % ${#runs[@]}]}
                 run "$who" "$provider" "$native" $bench > "$out/$key.$bench.$who.$r" ||
-                    if [ $? = 124 ]; then touch "$out/$key.$bench.$who.$r.stopped"; fi
+                    case $? in
+                        124 | 137) touch "$out/$key.$bench.$who.$r.stopped" ;;
+                    esac
             done
         done
         # One line per repeat in each figure's file ("-" where the run gave none, "stopped"
