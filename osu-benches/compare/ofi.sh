@@ -7,8 +7,9 @@
 # median). mpirt over OFI runs twice, with its registration cache and without
 # (MPIRT_OFI_REG_CACHE=0). Each repeat starts the four runs of a benchmark (cached, uncached,
 # native, Open MPI) one place further round than the last, so that no run always comes first
-# (the one after a build, or after fi_pingpong) and the order's bias cancels over repeats. A
-# run stopped by its 120 s bound reads "did not finish" where it gave no figure.
+# (the one after a build, or after fi_pingpong) and the order's bias cancels over a multiple
+# of 4 repeats (4 by default: each run takes each place once). A run stopped by its 120 s
+# bound reads "did not finish" where it gave no figure.
 # fi_pingpong (-e rdm -m tagged) is a ping-pong: its MB/s at 1 MiB is a round trip's
 # bandwidth, not a stream's, so read it as a floor.
 #   osu-benches/compare/ofi.sh [-r REPEATS] [-p "PROVIDER..."] [-k DIR] [-R DIR]
@@ -18,7 +19,7 @@
 # Builds mpirt with the ofi feature into ${CARGO_TARGET_DIR:-target/ofi} first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-repeats=5
+repeats=4
 providers="tcp;ofi_rxm shm udp;ofi_rxd"
 keep=
 report_only=
