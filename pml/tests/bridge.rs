@@ -269,7 +269,9 @@ fn a_bridge_redial_failure_names_the_peer_as_its_job_knows_it() {
     );
     assert!(
         failure.contains(&expected)
-            && failure.contains(&format!(":{port}, its address, is not a rank of this job"))
+            && failure.contains(&format!(
+                ":{port}, its address, does not know the secret we share with it"
+            ))
             && !failure.contains("rank 1"),
         "{failure}"
     );

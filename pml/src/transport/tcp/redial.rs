@@ -179,8 +179,11 @@ impl Redial {
             .impostors
             .iter()
             .map(|(i, why)| {
+                // A rank of its job or the other side of a spawn's bridge: either way, one
+                // that proves the secret shared with it.
                 format!(
-                    "what answers at {}, its address, is not a rank of this job: {why}",
+                    "what answers at {}, its address, does not know the secret we share with \
+                     it: {why}",
                     addrs[*i]
                 )
             })
@@ -228,8 +231,10 @@ mod tests {
             .ended(&a, 2, DialEnd::Impostor("y".into()), LONG)
             .unwrap_err();
         assert!(
-            e.contains("what answers at 127.0.0.1:4000, its address, is not a rank of this job: wrong proof")
-                && e.contains("127.0.0.3:4000"),
+            e.contains(
+                "what answers at 127.0.0.1:4000, its address, does not know the secret we \
+                 share with it: wrong proof"
+            ) && e.contains("127.0.0.3:4000"),
             "{e}"
         );
     }

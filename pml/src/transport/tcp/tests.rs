@@ -800,8 +800,8 @@ fn a_dialled_process_that_cannot_prove_the_secret_is_a_named_error() {
     let e = dial_until_error(&fake.endpoint());
     assert!(
         e.contains(&format!(
-            "the connection with rank 1 failed: what answers at {}, its address, is not a rank \
-             of this job",
+            "the connection with rank 1 failed: what answers at {}, its address, does not know \
+             the secret we share with it",
             fake.addr
         )) && e.contains("wrong proof"),
         "{e}"
