@@ -470,13 +470,14 @@ fn run_ranks(test: &str, cases: &[(u32, &str)]) {
         let dir = env::temp_dir().join(format!("pml-engine-{}-{size}-{mode}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         // What rsrun would set for libfabric for ranks over verbs;ofi_rxm: these ranks are
-        // this test binary's children, which set no environment of their own.
+        // this test binary's children, which set no environment of their own. A value this
+        // test's environment sets is the user's, which the children inherit, as rsrun's do.
         let libfabric: Vec<(&str, String)> = match mode {
             "ofi-verbs" => bootstrap::libfabric::settings(
                 |name| match name {
                     "MPIRT_TRANSPORT" => Some("ofi".into()),
                     "MPIRT_OFI_PROVIDER" => Some("verbs;ofi_rxm".into()),
-                    _ => None,
+                    _ => env::var(name).ok(),
                 },
                 Some(size),
             ),
