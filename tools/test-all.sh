@@ -230,6 +230,8 @@ fi
 # across the 4 test hosts on the two that cross hosts.
 echo "== OFI: pml's tests with --features ofi"
 cargo test --release -p pml --features ucx,ofi --test engine --test ofi
+echo "== OFI: an example's ranks under Hydra size libfabric for the job"
+cargo test --release -p examples --features ucx,ofi,mpirt/pmix --test run hydra
 for provider in "tcp;ofi_rxm" shm "udp;ofi_rxd"; do
     if ! fi_info -p "$provider" -t FI_EP_RDM >/dev/null 2>&1; then
         echo "== OFI: the suites on $provider SKIPPED (libfabric here has no such provider)"

@@ -12,6 +12,7 @@
 //! server (launcher's `kvs`) speaks the same [`wire`] format and sets the same [`vars`].
 
 pub mod hex;
+pub mod libfabric;
 pub mod output;
 pub mod pmi1;
 pub mod pmi2;

@@ -52,7 +52,6 @@ pub enum Launcher {
 impl StartedBy {
     /// Reads the launcher from `var`, which looks up one environment variable.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> StartedBy {
-        let number = |name: &str| var(name).and_then(|v| v.trim().parse::<u32>().ok());
         if var("MPIRT_RANK").is_some() {
             return StartedBy::Rsrun;
         }
@@ -62,36 +61,7 @@ impl StartedBy {
         if var("PMI_PORT").is_some() {
             return StartedBy::PmiPort;
         }
-        // (launcher, task, tasks) from each launcher's own variables, first match wins.
-        let slurm_tasks = number("SLURM_STEP_NUM_TASKS").or_else(|| {
-            // SLURM_NTASKS is the allocation's too (a batch script sees it): only within a
-            // step, where SLURM_STEP_ID is set, does it count this step's tasks.
-            var("SLURM_STEP_ID").and_then(|_| number("SLURM_NTASKS"))
-        });
-        let tasks_of = [
-            (
-                Launcher::OpenMpi,
-                number("OMPI_COMM_WORLD_RANK"),
-                number("OMPI_COMM_WORLD_SIZE"),
-            ),
-            (Launcher::Slurm, number("SLURM_PROCID"), slurm_tasks),
-            (
-                Launcher::Flux,
-                number("FLUX_TASK_RANK"),
-                number("FLUX_JOB_SIZE"),
-            ),
-            (Launcher::Hydra, number("PMI_RANK"), number("PMI_SIZE")),
-            // Hydra with -pmi-port names the rank PMI_ID.
-            (Launcher::Hydra, number("PMI_ID"), number("PMI_SIZE")),
-            (
-                Launcher::Hydra,
-                number("MPI_LOCALRANKID"),
-                number("MPI_LOCALNRANKS"),
-            ),
-        ];
-        let known = tasks_of
-            .iter()
-            .find_map(|&(launcher, task, tasks)| Some((launcher, task?, tasks?)));
+        let known = launcher_task(&var);
         if var("PMIX_NAMESPACE").is_some() && var("PMIX_RANK").is_some() {
             // Open MPI's mpirun and srun --mpi=pmix set their own task variables beside
             // PMIx's: a PMIx job of one is still a singleton where they say so.
@@ -117,6 +87,24 @@ impl StartedBy {
         }
     }
 
+    /// How many ranks the job has, as the launcher's variables (`var`) say before this
+    /// process connects to it: `None` where they do not (a PMI socket whose launcher sets no
+    /// count, a PMIx server of an unknown launcher). mpirt sizes libfabric by it before a
+    /// PMIx bootstrap starts its thread (see [`crate::libfabric::prepare_before_bootstrap`]).
+    pub fn tasks(&self, var: impl Fn(&str) -> Option<String>) -> Option<u32> {
+        match *self {
+            StartedBy::Rsrun => var("MPIRT_SIZE").and_then(|v| v.trim().parse().ok()),
+            // Hydra inside a Slurm allocation leaves Slurm's variables set: PMI's own count
+            // comes first.
+            StartedBy::PmiFd | StartedBy::PmiPort => var("PMI_SIZE")
+                .and_then(|v| v.trim().parse().ok())
+                .or_else(|| launcher_task(&var).map(|(_, _, n)| n)),
+            StartedBy::Pmix { place, .. } => place.map(|(_, n)| n),
+            StartedBy::Unreachable { tasks, .. } => Some(tasks),
+            StartedBy::Alone => Some(1),
+        }
+    }
+
     /// The error for a process this build cannot wire up, or `None` where it can.
     pub fn unsupported(&self, pmix_built: bool) -> Option<Unsupported> {
         match *self {
@@ -135,6 +123,40 @@ impl StartedBy {
             _ => None,
         }
     }
+}
+
+/// (launcher, task, tasks) from each launcher's own task variables (`var`), first match wins.
+fn launcher_task(var: &impl Fn(&str) -> Option<String>) -> Option<(Launcher, u32, u32)> {
+    let number = |name: &str| var(name).and_then(|v| v.trim().parse::<u32>().ok());
+    let slurm_tasks = number("SLURM_STEP_NUM_TASKS").or_else(|| {
+        // SLURM_NTASKS is the allocation's too (a batch script sees it): only within a
+        // step, where SLURM_STEP_ID is set, does it count this step's tasks.
+        var("SLURM_STEP_ID").and_then(|_| number("SLURM_NTASKS"))
+    });
+    let tasks_of = [
+        (
+            Launcher::OpenMpi,
+            number("OMPI_COMM_WORLD_RANK"),
+            number("OMPI_COMM_WORLD_SIZE"),
+        ),
+        (Launcher::Slurm, number("SLURM_PROCID"), slurm_tasks),
+        (
+            Launcher::Flux,
+            number("FLUX_TASK_RANK"),
+            number("FLUX_JOB_SIZE"),
+        ),
+        (Launcher::Hydra, number("PMI_RANK"), number("PMI_SIZE")),
+        // Hydra with -pmi-port names the rank PMI_ID.
+        (Launcher::Hydra, number("PMI_ID"), number("PMI_SIZE")),
+        (
+            Launcher::Hydra,
+            number("MPI_LOCALRANKID"),
+            number("MPI_LOCALNRANKS"),
+        ),
+    ];
+    tasks_of
+        .iter()
+        .find_map(|&(launcher, task, tasks)| Some((launcher, task?, tasks?)))
 }
 
 /// Why a process started by a launcher cannot join its job.
@@ -234,6 +256,53 @@ mod tests {
             .unsupported(false)
             .expect("this environment is refused")
             .to_string()
+    }
+
+    /// The job's size as each launcher's variables give it, before any connection.
+    #[test]
+    fn the_tasks_come_from_each_launchers_variables() {
+        let tasks = |vars: &[(&str, &str)]| {
+            let map: HashMap<String, String> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            started(vars).tasks(|name| map.get(name).cloned())
+        };
+        let rsrun = [
+            ("MPIRT_RANK", "2"),
+            ("MPIRT_SIZE", "6"),
+            ("OMPI_COMM_WORLD_SIZE", "9"),
+        ];
+        assert_eq!(tasks(&rsrun), Some(6));
+        let pmi2 = [
+            ("PMI_FD", "5"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_STEP_NUM_TASKS", "3"),
+        ];
+        assert_eq!(tasks(&pmi2), Some(3));
+        let hydra_in_slurm = [
+            ("PMI_FD", "5"),
+            ("PMI_RANK", "0"),
+            ("PMI_SIZE", "8"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_NTASKS", "2"),
+        ];
+        assert_eq!(tasks(&hydra_in_slurm), Some(8));
+        assert_eq!(
+            tasks(&[("PMI_PORT", "vm:1"), ("PMI_ID", "0"), ("PMI_SIZE", "5")]),
+            Some(5)
+        );
+        let pmix = [
+            ("PMIX_NAMESPACE", "prterun-vm-1@1"),
+            ("PMIX_RANK", "0"),
+            ("OMPI_COMM_WORLD_RANK", "0"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+        ];
+        assert_eq!(tasks(&pmix), Some(4));
+        assert_eq!(tasks(&[("PMIX_NAMESPACE", "n"), ("PMIX_RANK", "0")]), None);
+        assert_eq!(tasks(&[("PMI_FD", "5")]), None);
+        assert_eq!(tasks(&[]), Some(1));
     }
 
     #[test]

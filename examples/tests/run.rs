@@ -107,3 +107,47 @@ fn first_contact_times_both_round_trips_over_tcp() {
     let o = rsrun(3, "first_contact", &[]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("first_contact needs exactly 2 ranks"));
 }
+
+/// Under a launcher other than rsrun, initialize sizes libfabric itself: an example's ranks
+/// run one thread when it starts (a test binary's run libtest's beside theirs, so mpirt's
+/// suites cannot check it), and each says the size libfabric read under --verbose. Slurm's
+/// variables are set as Hydra inside an allocation of one node leaves them: the size is the
+/// job's, not the allocation's.
+#[cfg(feature = "ofi")]
+#[test]
+fn ranks_started_by_hydra_size_libfabric_for_the_job() {
+    use std::process::Command;
+    if Command::new("mpiexec.hydra")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!("skipped: no mpiexec.hydra here (MPICH's launcher, package mpich)");
+        return;
+    }
+    let n = 3;
+    let mut command = Command::new("mpiexec.hydra");
+    command
+        .args(["-n", &n.to_string()])
+        .arg(support::bin("hello"))
+        .env("MPIRT_TRANSPORT", "ofi")
+        .env("MPIRT_OFI_PROVIDER", "tcp;ofi_rxm")
+        .env("MPIRT_VERBOSE", "1")
+        .envs([
+            ("SLURM_PROCID", "0"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_NTASKS", "1"),
+        ])
+        .env_remove("FI_UNIVERSE_SIZE");
+    let out = support::output_within_a_minute(command);
+    stdout(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for rank in 0..n {
+        let head = format!("mpirt: rank {rank} of {n} ");
+        let line = stderr
+            .lines()
+            .find(|l| l.starts_with(&head))
+            .unwrap_or_else(|| panic!("rank {rank} did not report\n{stderr}"));
+        assert!(line.contains(&format!("FI_UNIVERSE_SIZE {n})")), "{line}");
+    }
+}

@@ -250,8 +250,17 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         return None;
     }
     EPOCH.get_or_init(Instant::now);
+    // libfabric takes its settings from the environment only, before it loads, and they
+    // are set only while this process runs one thread: before a PMIx bootstrap (its client
+    // starts one), else once the bootstrap knows the job's size.
+    #[cfg(feature = "ofi")]
+    let libfabric_prepared = bootstrap::libfabric::prepare_before_bootstrap();
     let startup = |why: String| fatal(Error::new("initialize", Cause::Startup(why)));
     let mut bootstrap = Bootstrap::from_env().unwrap_or_else(|e| startup(e.to_string()));
+    #[cfg(feature = "ofi")]
+    if !libfabric_prepared {
+        bootstrap::libfabric::prepare_environment(Some(bootstrap.size()));
+    }
     WORLD_RANK.store(bootstrap.rank() as i32, Ordering::SeqCst);
     let config = match EngineConfig::from_env() {
         Ok(config) => config,

@@ -1282,6 +1282,20 @@ impl Wire {
                     "{self:?}: {line}"
                 );
             }
+            // rsrun sized libfabric for the job, unless this environment did. Under other
+            // launchers initialize would, but a test binary's ranks run libtest's thread
+            // beside theirs, so it sets nothing (see test_example_ranks_under_hydra_size_ofi).
+            #[cfg(feature = "ofi")]
+            if matches!(self, Wire::Ofi)
+                && n > 1
+                && common::test_launcher() == common::TestLauncher::Rsrun
+            {
+                let universe = std::env::var("FI_UNIVERSE_SIZE").unwrap_or_else(|_| n.to_string());
+                assert!(
+                    line.contains(&format!("FI_UNIVERSE_SIZE {universe})")),
+                    "{line}"
+                );
+            }
         }
     }
 }

@@ -374,7 +374,7 @@ pub struct Core<S, R> {
     credit_batch: usize,
 }
 
-fn protocol(peer: Rank, what: impl Into<String>) -> PmlError {
+fn protocol(peer: Rank, what: impl Into<Box<str>>) -> PmlError {
     PmlError::Protocol {
         peer,
         what: what.into(),
@@ -827,7 +827,10 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
     #[inline]
     fn release_held(&mut self, peer: Rank, context: ContextId) -> Result<(), PmlError> {
         while let Some(held) = self.sequencer.release_next(context, peer) {
-            let frame = Frame::decode(&held).map_err(|error| PmlError::Wire { peer, error })?;
+            let frame = Frame::decode(&held).map_err(|error| PmlError::Wire {
+                peer,
+                error: Box::new(error),
+            })?;
             self.on_matching_frame(peer, frame)?;
         }
         Ok(())
@@ -837,7 +840,10 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
     /// sequence numbers, and the control frames.
     #[inline(never)]
     fn on_other_frame(&mut self, peer: Rank, bytes: &[u8]) -> Result<(), PmlError> {
-        let frame = Frame::decode(bytes).map_err(|error| PmlError::Wire { peer, error })?;
+        let frame = Frame::decode(bytes).map_err(|error| PmlError::Wire {
+            peer,
+            error: Box::new(error),
+        })?;
         match frame {
             Frame::Match { envelope, .. } | Frame::Rts { envelope, .. } => {
                 let (c, s, seq) = (envelope.context, peer, envelope.seq);
@@ -1418,7 +1424,10 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
         }
         *state = RecvState::Done(match failure {
             None => receive_result(status, capacity),
-            Some(cause) => Err(Box::new(PmlError::ReadFailed { peer, cause })),
+            Some(cause) => Err(Box::new(PmlError::ReadFailed {
+                peer,
+                cause: cause.into(),
+            })),
         });
         self.push_control(peer, Control::Fin(send_request));
         Ok(())

@@ -4,6 +4,8 @@
 //! whatever their place among the transports; what a bridge refuses is a named error.
 
 use std::fs;
+use std::io::{Read, Write};
+use std::net::TcpListener;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread;
 
@@ -219,26 +221,73 @@ fn a_bridge_failure_names_the_peer_as_its_job_knows_it() {
         name: child.to_string(),
     };
     let names = e.join_bridge(bridge, &[peer]).unwrap();
-    let data = [7u8; 8];
-    // SAFETY: `data` outlives the request, waited for (or failed) below.
-    let failure = unsafe {
-        e.post_send(
-            0,
-            SOURCE,
-            names[0],
-            1,
-            SendMode::Standard,
-            data.as_ptr(),
-            data.len(),
-        )
-    }
-    .and_then(|h| e.wait(h))
-    .unwrap_err()
-    .to_string();
+    let failure = send_8_bytes(&mut e, names[0]).unwrap_err().to_string();
     let expected = format!(
         "the connection with {child} on {} failed: cannot connect to it (",
         host()
     );
     assert!(failure.contains(&expected), "{failure}");
     fs::remove_dir_all(dir).unwrap();
+}
+
+/// A bridge's dial that gives up (here: what answers at every address of the peer is no
+/// process of the job) names the peer as its own job numbers it too, not by the bridge's
+/// numbering, in which it is rank 1.
+#[test]
+fn a_bridge_redial_failure_names_the_peer_as_its_job_knows_it() {
+    let (mut e, dir) = engine("bridge-redial-named");
+    // Answers each hello with a challenge no process knowing the job's secret would send, on
+    // the one address published for it, IPv4's loopback (a socket on [::] would take IPv4
+    // too only where net.ipv6.bindv6only is 0).
+    let impostor = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = impostor.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for mut conn in impostor.incoming().flatten() {
+            let mut hello = [0u8; 32];
+            if conn.read_exact(&mut hello).is_ok() {
+                let _ = conn.write_all(&[0x5a; 48]);
+            }
+        }
+    });
+    let bridge = e.open_bridge(0, 2, &SECRET).unwrap();
+    let child = "rank 2 of spawned job 3 (3 ranks of ./child)";
+    let peer = BridgePeer {
+        rank: 1,
+        host: host(),
+        endpoint: format!("{port} 127.0.0.1/8"),
+        name: child.to_string(),
+    };
+    let names = e.join_bridge(bridge, &[peer]).unwrap();
+    let failure = send_8_bytes(&mut e, names[0]).unwrap_err().to_string();
+    let expected = format!(
+        "the connection with {child} on {} failed: what answers at ",
+        host()
+    );
+    assert!(
+        failure.contains(&expected)
+            && failure.contains(&format!(
+                "127.0.0.1:{port}, its address, does not know the secret we share with it"
+            ))
+            && !failure.contains("rank 1"),
+        "{failure}"
+    );
+    fs::remove_dir_all(dir).unwrap();
+}
+
+/// Sends 8 bytes with tag 1 to the engine's rank `to` and waits for the send.
+fn send_8_bytes(e: &mut Engine, to: Rank) -> Result<pml::Done, pml::PmlError> {
+    let data = [7u8; 8];
+    // SAFETY: `data` outlives the request, waited for (or failed) here.
+    let sent = unsafe {
+        e.post_send(
+            0,
+            SOURCE,
+            to,
+            1,
+            SendMode::Standard,
+            data.as_ptr(),
+            data.len(),
+        )
+    }?;
+    e.wait(sent)
 }

@@ -137,13 +137,9 @@ fn short_path_copies_and_truncates_exactly() {
                             assert!(len <= cap);
                             assert_eq!(s.len, len);
                         }
-                        Err(PmlError::Truncated {
-                            message_len,
-                            buffer_len,
-                            ..
-                        }) => {
+                        Err(PmlError::Truncated(t)) => {
                             assert!(len > cap);
-                            assert_eq!((message_len, buffer_len), (len, cap));
+                            assert_eq!((t.message_len, t.buffer_len), (len, cap));
                         }
                         Err(e) => panic!("{e:?}"),
                     }

@@ -145,6 +145,19 @@ pub fn spawn_rank(spec: &LaunchSpec<'_>, slot: Slot) -> io::Result<RankProcess> 
     for (name, value) in compat_vars(rank, spec.size, slot.local_rank, slot.local_size) {
         cmd.env(name, value.to_string());
     }
+    // libfabric's settings for mpirt's OFI transport, here so that no rank need change its
+    // own environment (see bootstrap's `libfabric`); what the rank's environment sets wins.
+    let rank_var = |name: &str| {
+        spec.env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.to_string_lossy().into_owned())
+            .or_else(|| std::env::var(name).ok())
+    };
+    for (name, value) in bootstrap::libfabric::settings(rank_var, Some(spec.size)) {
+        cmd.env(name, value);
+    }
     let pinned = spec.binding.cpus_of(slot.local_rank, slot.local_size);
     match pinned {
         Some([cpu]) => cmd.env(vars::BOUND_CPU, cpu.to_string()),

@@ -442,8 +442,11 @@ unsafe impl<S: SendBytes, R: RecvBytes> Sink for Core<S, R> {
         if !(wire::is_data_frame(head) && head.len() >= DATA_HEADER_LEN && len > DATA_HEADER_LEN) {
             return Ok(Placement::Staged);
         }
-        let (recv_request, offset) = wire::decode_data_header(&head[..DATA_HEADER_LEN])
-            .map_err(|error| PmlError::Wire { peer, error })?;
+        let (recv_request, offset) =
+            wire::decode_data_header(&head[..DATA_HEADER_LEN]).map_err(|error| PmlError::Wire {
+                peer,
+                error: Box::new(error),
+            })?;
         Ok(
             match self.data_target(peer, recv_request, offset, len - DATA_HEADER_LEN)? {
                 DataTarget::Bytes(target) => Placement::InPlace {

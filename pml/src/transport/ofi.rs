@@ -31,6 +31,7 @@
 //! error.
 
 mod contract;
+mod environment;
 mod fabric;
 mod memory;
 mod provider;

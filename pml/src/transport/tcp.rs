@@ -427,7 +427,6 @@ impl TcpTransport {
             return p
                 .redial
                 .ended(
-                    peer,
                     &p.dial,
                     at,
                     DialEnd::DroppedBeforeChallenge,
@@ -841,7 +840,7 @@ impl TcpTransport {
             Err(end) => {
                 let _ = self.epoll.remove(&d.sock);
                 p.redial
-                    .ended(peer, &p.dial, d.at, end, self.config.dial_deadline)
+                    .ended(&p.dial, d.at, end, self.config.dial_deadline)
                     .map_err(|e| PmlError::transport(peer, e))?;
                 p.link = Link::Idle;
             }

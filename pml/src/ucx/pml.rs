@@ -106,7 +106,7 @@ pub struct UcxPml {
 }
 
 fn out_of_range(e: tag::TagError) -> PmlError {
-    PmlError::OutOfRange(e.to_string())
+    PmlError::OutOfRange(e.to_string().into())
 }
 
 /// A send UCX refused to start, as a failure of the connection to `peer`.
@@ -150,10 +150,10 @@ fn received(
 fn started_recv(operation: &'static str, started: ffi::ucs_status_ptr_t) -> Result<(), PmlError> {
     match status::started(operation, started)? {
         status::Started::Pending(_) => Ok(()),
-        status::Started::Done => Err(PmlError::Ucx {
+        status::Started::Done => Err(PmlError::ucx(
             operation,
-            cause: "completed without a request despite UCP_OP_ATTR_FLAG_NO_IMM_CMPL".into(),
-        }),
+            "completed without a request despite UCP_OP_ATTR_FLAG_NO_IMM_CMPL",
+        )),
     }
 }
 

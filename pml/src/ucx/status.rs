@@ -26,10 +26,7 @@ pub fn check(operation: &'static str, status: ffi::ucs_status_t) -> Result<(), P
 
 #[cold]
 pub fn failed(operation: &'static str, status: ffi::ucs_status_t) -> PmlError {
-    PmlError::Ucx {
-        operation,
-        cause: describe(status),
-    }
+    PmlError::ucx(operation, describe(status))
 }
 
 /// What a non-blocking call (`*_nbx`) returned: done at once, a request still in flight, or

@@ -5,6 +5,8 @@
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+use bootstrap::libfabric::UNIVERSE_SIZE;
+
 use super::{OfiConfig, OfiTransport};
 use crate::config::TransportChoice;
 use crate::envelope::Rank;
@@ -191,13 +193,21 @@ impl Transport for OfiTransport {
 
     fn describe(&self, peers: usize) -> String {
         let f = &self.fabric;
+        let passed_over: String = f
+            .passed_over
+            .iter()
+            .map(|why| format!("; passed over: {why}"))
+            .collect();
         format!(
-            "{peers} ranks over libfabric {} (fabric {}, domain {}, mr_mode {}), eager up to \
-             {} bytes (inject up to {}), rendezvous by {}",
+            "{peers} ranks over libfabric {} (fabric {}, domain {}, mr_mode {}, \
+             {UNIVERSE_SIZE} {}{passed_over}), eager up to {} bytes (inject up to {}), \
+             rendezvous by {}",
             f.provider,
             f.fabric_name,
             f.domain_name,
             f.plan.describe(),
+            // As libfabric read it at its start: set by the user, rsrun or mpirt's initialize.
+            std::env::var(UNIVERSE_SIZE).unwrap_or_else(|_| "unset".into()),
             self.eager_limit,
             f.inject_size,
             if !f.remote_read {

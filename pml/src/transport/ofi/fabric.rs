@@ -6,6 +6,7 @@ use std::ffi::{c_void, CStr};
 use std::os::fd::RawFd;
 use std::ptr;
 
+use super::environment;
 use super::provider::{self, MrPlan};
 use super::sys;
 
@@ -36,6 +37,8 @@ pub struct Fabric {
     pub remote_read: bool,
     /// The completion queue's fd, where the provider has one (else waits poll).
     pub wait_fd: Option<RawFd>,
+    /// Why each provider preferred to this one, none being named, was unsafe here.
+    pub passed_over: Vec<String>,
     pub ep: *mut sys::fid_ep,
     pub av: *mut sys::fid_av,
     pub cq: *mut sys::fid_cq,
@@ -129,16 +132,31 @@ fn choose(
     list: &InfoList,
     request: &Request,
     refused: &mut Vec<String>,
+    passed_over: &mut Vec<String>,
 ) -> Option<(*mut sys::fi_info, MrPlan)> {
     let mut usable = Vec::new();
     for info in list.entries() {
         let name = prov_name(info);
         // SAFETY: entries carry a domain_attr.
         let (mode, mr_mode) = unsafe { ((*info).mode, (*(*info).domain_attr).mr_mode as u32) };
-        match provider::check_mode(mode).and_then(|()| MrPlan::from_mr_mode(mr_mode)) {
-            Ok(plan) => usable.push((name, info, plan)),
-            Err(why) => refused.push(format!("{name}: {why}")),
+        let plan = match provider::check_mode(mode).and_then(|()| MrPlan::from_mr_mode(mr_mode)) {
+            Ok(plan) => plan,
+            Err(why) => {
+                refused.push(format!("{name}: {why}"));
+                continue;
+            }
+        };
+        // With none named, a provider the environment leaves unsafe gives way to the next
+        // (said under --verbose); a named one is refused once picked, naming what to export.
+        if request.wanted.is_none() {
+            if let Err(why) = environment::check_provider(&name, request.ranks) {
+                if !passed_over.contains(&why) {
+                    passed_over.push(why);
+                }
+                continue;
+            }
         }
+        usable.push((name, info, plan));
     }
     let names: Vec<String> = usable.iter().map(|(n, _, _)| n.clone()).collect();
     let at = provider::pick(&names, request.wanted, request.fabric_only)?;
@@ -160,49 +178,12 @@ fn offered() -> String {
     }
 }
 
-/// Tells libfabric how many peers the job has, as MPICH does, unless the user did: ofi_rxm
-/// sizes its endpoint's completion queue for `FI_UNIVERSE_SIZE` peers (256 when unset), which
-/// over verbs is more entries than a device may allow (on Soft-RoCE, max_cqe 32767, fi_enable
-/// failed with EINVAL after libfabric logged "Unable to create verbs CQ"). libfabric reads the
-/// variable once, at its first `fi_getinfo`, which comes after this.
-fn set_universe_size(ranks: usize) {
-    if std::env::var_os("FI_UNIVERSE_SIZE").is_none() {
-        std::env::set_var("FI_UNIVERSE_SIZE", ranks.max(2).to_string());
-    }
-}
-
-/// Asks ofi_rxm for a shared receive context (`FI_OFI_RXM_USE_SRX=1`), unless the user set
-/// the variable, where the provider may be `verbs;ofi_rxm` (the one named, or none named).
-/// Without one, libfabric 1.17's rxm kills the process with SIGSEGV inside `fi_close` of the
-/// endpoint now and then: closing it closes each connection's verbs endpoint, then handles the
-/// completions still queued (`rxm_close_conn`, then `rxm_flush_msg_cq`), and a receive among
-/// them has its buffer reposted on the connection's endpoint just freed (`rxm_post_recv`'s
-/// `fi_recv` on `rx_buf->rx_ep`). In the Soft-RoCE guest, 5 of 18 runs of pml's engine test
-/// `ranks_over_ofi_verbs` failed so; the backtrace (libfabric.so.1 1.17.0-3, printed by
-/// libpsm2's handler) read rxm_ep_close +0xb0704, rxm_freeall_conns +0xadf52, rxm_close_conn's
-/// flush +0xad486 (through `handle_comp`), the receive's handling +0xb8f81 and +0xb8cae, and
-/// the fault at +0xb7882 in rxm_post_recv, an indirect call through the freed endpoint's ops.
-/// With a shared receive context every receive buffer is posted to it, and rxm closes it
-/// only after the connections, so the repost lands on a live object: no crash in 12 runs of
-/// that test, nor in mpirt's p2p and collectives suites over verbs;ofi_rxm. The variable is
-/// read once, at libfabric's first `fi_getinfo`, which comes after this. Other providers
-/// are left as they are (tcp under rxm showed no such crash, and a shared context may cost
-/// small messages latency).
-fn avoid_rxm_close_defect(wanted: Option<&str>) {
-    if wanted.is_none_or(|p| p.starts_with("verbs")) && std::env::var_os(RXM_USE_SRX).is_none() {
-        std::env::set_var(RXM_USE_SRX, "1");
-    }
-}
-
-const RXM_USE_SRX: &str = "FI_OFI_RXM_USE_SRX";
-
 impl Fabric {
     /// Finds the provider `request` asks for and opens its objects; `Ok(None)` where the
     /// request is for a real fabric only and there is none.
     pub fn open(request: &Request) -> Result<Option<Fabric>, String> {
-        set_universe_size(request.ranks);
-        avoid_rxm_close_defect(request.wanted);
         let mut refused = Vec::new();
+        let mut passed_over = Vec::new();
         let with_rma = if request.rma {
             Some(InfoList::get(RMA_CAPS)?)
         } else {
@@ -211,16 +192,18 @@ impl Fabric {
         let without_rma = InfoList::get(0)?;
         let picked = with_rma
             .as_ref()
-            .and_then(|l| choose(l, request, &mut refused))
+            .and_then(|l| choose(l, request, &mut refused, &mut passed_over))
             .map(|(info, plan)| (info, plan, true))
             .or_else(|| {
-                choose(&without_rma, request, &mut refused).map(|(info, plan)| (info, plan, false))
+                choose(&without_rma, request, &mut refused, &mut passed_over)
+                    .map(|(info, plan)| (info, plan, false))
             });
         let Some((info, plan, remote_read)) = picked else {
-            if request.fabric_only && request.wanted.is_none() {
+            if request.fabric_only && request.wanted.is_none() && passed_over.is_empty() {
                 return Ok(None);
             }
             refused.dedup();
+            refused.extend(passed_over);
             let wanted = match request.wanted {
                 Some(w) => format!("provider '{w}'"),
                 None => format!("provider among {}", provider::PREFERENCE.join(", ")),
@@ -236,6 +219,7 @@ impl Fabric {
                 offered()
             ));
         };
+        environment::check_provider(&prov_name(info), request.ranks)?;
         // SAFETY: `info` is an entry of a live list; the copy is ours until Drop.
         let info = unsafe { sys::fi_dupinfo(info) };
         if info.is_null() {
@@ -270,6 +254,7 @@ impl Fabric {
             max_msg_size,
             remote_read,
             wait_fd: None,
+            passed_over,
             ep: ptr::null_mut(),
             av: ptr::null_mut(),
             cq: ptr::null_mut(),

@@ -244,7 +244,7 @@ fn activate_arena(job: &Job, n_local: usize) -> Result<ArenaInfo, String> {
 fn send_failed(peer: Rank, e: io::Error) -> PmlError {
     PmlError::Protocol {
         peer,
-        what: format!("shared-memory send failed: {e}"),
+        what: format!("shared-memory send failed: {e}").into(),
     }
 }
 

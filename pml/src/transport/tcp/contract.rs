@@ -96,20 +96,13 @@ impl TcpTransport {
 /// engine's errors name its host), as `Renamed` hands on what arrives.
 fn renamed_error(e: PmlError, names: Option<&[Rank]>) -> PmlError {
     match (e, names) {
-        (
-            PmlError::Transport {
-                peer,
-                host,
-                named,
-                cause,
-            },
-            Some(names),
-        ) => PmlError::Transport {
-            peer: names.get(peer as usize).copied().unwrap_or(peer),
-            host,
-            named,
-            cause,
-        },
+        (PmlError::Transport(mut failure), Some(names)) => {
+            failure.peer = names
+                .get(failure.peer as usize)
+                .copied()
+                .unwrap_or(failure.peer);
+            PmlError::Transport(failure)
+        }
         (e, _) => e,
     }
 }

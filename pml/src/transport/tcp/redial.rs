@@ -14,8 +14,6 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::envelope::Rank;
-
 /// How many times in a row a peer may drop our dial after it challenged us (so it knows the
 /// job's secret) although we answered promptly, before that is an error rather than bad luck.
 pub(super) const MAX_DROPPED_DIALS: u32 = 3;
@@ -88,10 +86,11 @@ impl Redial {
     }
 
     /// Takes a dial to `addrs[at]` that ended as `end` into account; `Err` gives up, saying
-    /// why. `deadline` bounds a series of drops before any challenge.
+    /// why, of the peer as "it" (`PmlError::Transport` names it once, as its job numbers it:
+    /// over a spawn's bridge, its rank in the bridge would mislead). `deadline` bounds a
+    /// series of drops before any challenge.
     pub fn ended(
         &mut self,
-        peer: Rank,
         addrs: &[SocketAddr],
         at: usize,
         end: DialEnd,
@@ -101,7 +100,7 @@ impl Redial {
             DialEnd::Impostor(why) => {
                 self.impostors.push((at, why));
                 if self.impostors.len() == addrs.len() {
-                    return Err(self.no_rank_answers(peer, addrs));
+                    return Err(self.no_rank_answers(addrs));
                 }
                 self.next = self.after(at, addrs.len());
             }
@@ -113,9 +112,9 @@ impl Redial {
                     .get_or_insert((now, Duration::ZERO));
                 if now.duration_since(*since) > deadline {
                     return Err(format!(
-                        "rank {peer} at {} challenged our connections and then turned them \
-                         away, crowded by other connections in the handshake, for {:.0} s (is \
-                         it flooded by connections that are not the job's?)",
+                        "it challenged our connections at {} and then turned them away, \
+                         crowded by other connections in the handshake, for {:.0} s (is it \
+                         flooded by connections that are not the job's?)",
                         addrs[at],
                         now.duration_since(*since).as_secs_f64()
                     ));
@@ -131,7 +130,7 @@ impl Redial {
                 }
                 if self.dropped_after_challenge >= MAX_DROPPED_DIALS {
                     return Err(format!(
-                        "rank {peer} at {} closed our connection after challenging us \
+                        "it closed our connection at {} after challenging us \
                          {MAX_DROPPED_DIALS} times in a row, although we answered at once \
                          (is it crowded by connections that are not the job's?)",
                         addrs[at]
@@ -150,9 +149,9 @@ impl Redial {
                         .map(|i| addrs[i].to_string())
                         .collect();
                     return Err(format!(
-                        "rank {peer} at {} closed our connection before challenging us, {} \
-                         times in {:.0} s (is it crowded by connections that are not the \
-                         job's, or does something else listen there?){}",
+                        "it closed our connections at {} before challenging us, {} times in \
+                         {:.0} s (is it crowded by connections that are not the job's, or does \
+                         something else listen there?){}",
                         tried.join(", "),
                         self.dropped_before_challenge,
                         now.duration_since(since).as_secs_f64(),
@@ -175,13 +174,16 @@ impl Redial {
             .unwrap_or(at)
     }
 
-    fn no_rank_answers(&self, peer: Rank, addrs: &[SocketAddr]) -> String {
+    fn no_rank_answers(&self, addrs: &[SocketAddr]) -> String {
         let each: Vec<String> = self
             .impostors
             .iter()
             .map(|(i, why)| {
+                // A rank of its job or the other side of a spawn's bridge: either way, one
+                // that proves the secret shared with it.
                 format!(
-                    "what answers at {} for rank {peer} is not a rank of this job: {why}",
+                    "what answers at {}, its address, does not know the secret we share with \
+                     it: {why}",
                     addrs[*i]
                 )
             })
@@ -214,24 +216,25 @@ mod tests {
     fn an_impostor_address_is_skipped_and_all_impostors_is_an_error() {
         let a = addrs(3);
         let mut r = Redial::default();
-        r.ended(1, &a, 0, DialEnd::Impostor("wrong proof".into()), LONG)
+        r.ended(&a, 0, DialEnd::Impostor("wrong proof".into()), LONG)
             .unwrap();
         assert_eq!(r.next, 1);
-        r.ended(1, &a, 1, DialEnd::DroppedBeforeChallenge, LONG)
+        r.ended(&a, 1, DialEnd::DroppedBeforeChallenge, LONG)
             .unwrap();
         // Round the addresses, past the impostor at 0.
         assert_eq!(r.next, 2);
-        r.ended(1, &a, 2, DialEnd::DroppedBeforeChallenge, LONG)
+        r.ended(&a, 2, DialEnd::DroppedBeforeChallenge, LONG)
             .unwrap();
         assert_eq!(r.next, 1);
-        r.ended(1, &a, 1, DialEnd::Impostor("x".into()), LONG)
-            .unwrap();
+        r.ended(&a, 1, DialEnd::Impostor("x".into()), LONG).unwrap();
         let e = r
-            .ended(1, &a, 2, DialEnd::Impostor("y".into()), LONG)
+            .ended(&a, 2, DialEnd::Impostor("y".into()), LONG)
             .unwrap_err();
         assert!(
-            e.contains("at 127.0.0.1:4000 for rank 1 is not a rank of this job: wrong proof")
-                && e.contains("127.0.0.3:4000"),
+            e.contains(
+                "what answers at 127.0.0.1:4000, its address, does not know the secret we \
+                 share with it: wrong proof"
+            ) && e.contains("127.0.0.3:4000"),
             "{e}"
         );
     }
@@ -241,7 +244,7 @@ mod tests {
         let a = addrs(1);
         let mut r = Redial::default();
         for _ in 0..10 {
-            r.ended(2, &a, 0, DialEnd::DroppedBeforeChallenge, LONG)
+            r.ended(&a, 0, DialEnd::DroppedBeforeChallenge, LONG)
                 .unwrap();
             assert!(r.not_before.is_some(), "no pause after a drop");
         }
@@ -249,14 +252,14 @@ mod tests {
         r.challenged();
         assert!(r.may_dial());
         let e = r
-            .ended(2, &a, 0, DialEnd::DroppedBeforeChallenge, Duration::ZERO)
+            .ended(&a, 0, DialEnd::DroppedBeforeChallenge, Duration::ZERO)
             .and_then(|()| {
                 std::thread::sleep(Duration::from_millis(2));
-                r.ended(2, &a, 0, DialEnd::DroppedBeforeChallenge, Duration::ZERO)
+                r.ended(&a, 0, DialEnd::DroppedBeforeChallenge, Duration::ZERO)
             })
             .unwrap_err();
         assert!(
-            e.contains("rank 2 at 127.0.0.1:4000 closed our connection before challenging us"),
+            e.contains("it closed our connections at 127.0.0.1:4000 before challenging us"),
             "{e}"
         );
     }
@@ -266,7 +269,7 @@ mod tests {
         let a = addrs(2);
         let mut r = Redial::default();
         for _ in 0..10 {
-            r.ended(4, &a, 1, DialEnd::Crowded, LONG).unwrap();
+            r.ended(&a, 1, DialEnd::Crowded, LONG).unwrap();
             assert_eq!(
                 r.next, 1,
                 "a peer that knows the secret is dialled at the same address"
@@ -278,16 +281,14 @@ mod tests {
         assert_eq!(r.crowded_after_challenge.unwrap().1, LONGEST_PAUSE);
         std::thread::sleep(Duration::from_millis(2));
         let e = r
-            .ended(4, &a, 1, DialEnd::Crowded, Duration::from_millis(1))
+            .ended(&a, 1, DialEnd::Crowded, Duration::from_millis(1))
             .unwrap_err();
         assert!(
-            e.contains(
-                "rank 4 at 127.0.0.2:4000 challenged our connections and then turned them away"
-            ),
+            e.contains("it challenged our connections at 127.0.0.2:4000 and then turned them away"),
             "{e}"
         );
         r.answered();
-        r.ended(4, &a, 1, DialEnd::Crowded, Duration::ZERO).unwrap();
+        r.ended(&a, 1, DialEnd::Crowded, Duration::ZERO).unwrap();
     }
 
     #[test]
@@ -295,25 +296,17 @@ mod tests {
         let a = addrs(2);
         let mut r = Redial::default();
         let dropped = DialEnd::DroppedAfterChallenge { late: false };
-        r.ended(3, &a, 1, dropped.clone(), LONG).unwrap();
+        r.ended(&a, 1, dropped.clone(), LONG).unwrap();
         assert_eq!(r.next, 1);
-        r.ended(
-            3,
-            &a,
-            1,
-            DialEnd::DroppedAfterChallenge { late: true },
-            LONG,
-        )
-        .unwrap();
-        r.ended(3, &a, 1, dropped.clone(), LONG).unwrap();
-        let e = r.ended(3, &a, 1, dropped.clone(), LONG).unwrap_err();
+        r.ended(&a, 1, DialEnd::DroppedAfterChallenge { late: true }, LONG)
+            .unwrap();
+        r.ended(&a, 1, dropped.clone(), LONG).unwrap();
+        let e = r.ended(&a, 1, dropped.clone(), LONG).unwrap_err();
         assert!(
-            e.contains(
-                "rank 3 at 127.0.0.2:4000 closed our connection after challenging us 3 times"
-            ),
+            e.contains("it closed our connection at 127.0.0.2:4000 after challenging us 3 times"),
             "{e}"
         );
         r.answered();
-        r.ended(3, &a, 1, dropped, LONG).unwrap();
+        r.ended(&a, 1, dropped, LONG).unwrap();
     }
 }

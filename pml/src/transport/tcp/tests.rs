@@ -800,7 +800,11 @@ fn a_dialled_process_that_cannot_prove_the_secret_is_a_named_error() {
     });
     let e = dial_until_error(&fake.endpoint());
     assert!(
-        e.contains("for rank 1 is not a rank of this job") && e.contains("wrong proof"),
+        e.contains(&format!(
+            "the connection with rank 1 failed: what answers at {}, its address, does not know \
+             the secret we share with it",
+            fake.addr
+        )) && e.contains("wrong proof"),
         "{e}"
     );
 }
@@ -814,7 +818,8 @@ fn a_peer_that_keeps_dropping_our_dial_after_its_challenge_is_a_named_error() {
     let e = dial_until_error(&fake.endpoint());
     assert!(
         e.contains(&format!(
-            "rank 1 at {} closed our connection after challenging us 3 times",
+            "the connection with rank 1 failed: it closed our connection at {} after \
+             challenging us 3 times",
             fake.addr
         )),
         "{e}"
@@ -828,7 +833,8 @@ fn a_peer_that_keeps_dropping_our_dial_before_its_challenge_is_a_named_error_in_
     let e = dial_until_error(&fake.endpoint());
     assert!(
         e.contains(&format!(
-            "rank 1 at {} closed our connection before challenging us",
+            "the connection with rank 1 failed: it closed our connections at {} before \
+             challenging us",
             fake.addr
         )),
         "{e}"
