@@ -52,6 +52,7 @@ fn rank_mode() {
         "refusals" => refusals(&world),
         "hierarchy-refusals" => hierarchy_refusals(&world),
         "hierarchy-lengths" => hierarchy_lengths(&world),
+        "hierarchy-leader-fails" => hierarchy_leader_fails(&world),
         "all-refusals" => refusals_of_all(&world),
         "area-wakes" => {
             // Rank 1 comes late to each barrier, so rank 0 waits in the area past its yields;
@@ -1533,6 +1534,67 @@ fn hierarchy_refusals(world: &SimpleCommunicator) {
     );
 }
 
+/// On the hierarchical path, 2 ranks on each of 4 hosts, with rank 4 (leading the third
+/// host) made unable to post the receive of its fourth exchange between the hosts' leaders
+/// (`MPIRT_TEST_FAULT=leader-recv@4:4`): a duplicate's agreement on its context, a barrier
+/// and an all-reduce pass, then every call of
+/// each kind is printed with its outcome (`what: rank R: ok`, or the error); a broadcast's
+/// vector and the results of the calls that pass are checked. A duplicate of the world, whose
+/// first collective comes after the failure, has leaders of its own: its all-reduce passes.
+fn hierarchy_leader_fails(world: &SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    let n = size as usize;
+    let sum = SystemOperation::sum();
+    let report = |what: &str, result: Result<(), mpirt::Error>| match result {
+        Ok(()) => println!("{what}: rank {rank}: ok"),
+        Err(e) => println!("{what}: {e}"),
+    };
+    let all_reduce = |what: &str| {
+        let mut total = 0;
+        let result = world.try_all_reduce_into(&rank, &mut total, sum);
+        if result.is_ok() {
+            assert_eq!(total, size * (size - 1) / 2, "{what}");
+        }
+        report(what, result);
+    };
+    // Made before the failure (a duplicate is collective over the world), its collectives
+    // meet on leaders of its own.
+    let dup = world.duplicate();
+    world.barrier();
+    all_reduce("all_reduce before");
+    all_reduce("all_reduce failing");
+    report("barrier after", world.try_barrier());
+    all_reduce("all_reduce after");
+    let root = world.process_at_rank(0);
+    let reduced = match rank {
+        0 => root.try_reduce_into_root(&rank, &mut 0, sum),
+        _ => root.try_reduce_into(&rank, sum),
+    };
+    report("reduce after", reduced);
+    let mut got = vec![-1i32; n];
+    let gathered = world.try_all_gather_into(&rank, &mut got[..]);
+    if gathered.is_ok() {
+        assert_eq!(got, (0..size).collect::<Vec<_>>(), "all_gather after");
+    }
+    report("all_gather after", gathered);
+    let gathered = match rank {
+        0 => root.try_gather_into_root(&rank, &mut got[..]),
+        _ => root.try_gather_into(&rank),
+    };
+    report("gather after", gathered);
+    for from in [0, 4] {
+        let mut buf = if rank == from { [7, from] } else { [-1, -1] };
+        let spread = world.process_at_rank(from).try_broadcast_into(&mut buf[..]);
+        if spread.is_ok() {
+            assert_eq!(buf, [7, from], "the broadcast from {from}");
+        }
+        report(&format!("broadcast from {from} after"), spread);
+    }
+    let mut total = 0;
+    dup.all_reduce_into(&rank, &mut total, sum);
+    assert_eq!(total, size * (size - 1) / 2, "the duplicate's all-reduce");
+}
+
 /// Reductions, all-reductions and broadcasts whose ranks' lengths disagree, on 2 ranks on
 /// each of 2 hosts (ranks 0 and 1 on one, 2 and 3 on the other): on either side of the
 /// hierarchical path's limit (510 f64 fit it, 511 do not), inside a host and between hosts,
@@ -1989,6 +2051,95 @@ fn every_collective_hierarchically_across_hosts() {
         }
         for line in expected {
             assert!(out.contains(&line), "{n} ranks: missing {line:?} in\n{out}");
+        }
+    }
+}
+
+/// A host whose shared-memory area cannot be set up (`MPIRT_TEST_FAULT=area-map@R`: rank R
+/// maps no area, as on a host whose /dev/shm is full) takes every rank's collectives by
+/// messages, on every rank together: every collective against the serial reference, with a
+/// non-leader failing (ranks dealt round the hosts: rank 7 shares the fourth host with rank
+/// 3) and with a leader failing (runs of 2 ranks: rank 2 leads the second host, and creates
+/// its area).
+#[test]
+fn a_host_whose_area_fails_takes_every_rank_by_messages() {
+    if !across_test_hosts() {
+        return;
+    }
+    for (launch, failing) in [
+        (Launch::Rsrun, "area-map@7"),
+        (Launch::RsrunPerHost { ranks: 2 }, "area-map@2"),
+    ] {
+        let envs = [("MPIRT_VERBOSE", "1"), ("MPIRT_TEST_FAULT", failing)];
+        let stderr = ok_job_launched(launch, 8, &envs);
+        for rank in 0..8 {
+            let line = format!(
+                "mpirt: rank {rank}: collectives of 8 ranks not hierarchical (a host's area is \
+                 unavailable): by messages"
+            );
+            assert!(
+                stderr.contains(&line),
+                "{failing}: missing {line:?} in\n{stderr}"
+            );
+        }
+        assert!(
+            !stderr.contains("collectives of 8 ranks hierarchical over"),
+            "{failing}: a rank took the hierarchical path\n{stderr}"
+        );
+    }
+}
+
+/// A leader that cannot post a receive in the exchange between the hosts' leaders
+/// (`MPIRT_TEST_FAULT=leader-recv@4:4`, 2 ranks on each of 4 hosts, rank 4 leading the
+/// third): that call and every later one that exchanges between the leaders fails on every
+/// rank naming it (its own error names the receive), with no hang and no other call's bytes;
+/// a broadcast fails on the ranks whose leader is the failed one, or whose root's is (but its
+/// host's other ranks), and the others get the root's vector. A duplicate of the world
+/// works.
+#[test]
+fn a_leader_that_fails_fails_every_later_call_naming_it() {
+    if !across_test_hosts() {
+        return;
+    }
+    let launch = Launch::RsrunPerHost { ranks: 2 };
+    let envs = [("MPIRT_TEST_FAULT", "leader-recv@4:4")];
+    let (out, _) = ok_job_on(launch, 8, "hierarchy-leader-fails", &envs);
+    let failed = "rank 4, which leads a host in this call's exchange between hosts, failed \
+                  there (its own error says why)";
+    let said = |line: String| assert!(out.contains(&line), "missing {line:?} in\n{out}");
+    for rank in 0..8 {
+        said(format!("all_reduce before: rank {rank}: ok"));
+    }
+    for (what, operation) in [
+        ("all_reduce failing", "all_reduce_into"),
+        ("barrier after", "barrier"),
+        ("all_reduce after", "all_reduce_into"),
+        ("reduce after", "reduce_into"),
+    ] {
+        for rank in 0..8 {
+            let operation = match (rank, operation) {
+                (0, "reduce_into" | "gather_into") => format!("{operation}_root"),
+                _ => operation.to_string(),
+            };
+            if rank == 4 && what == "all_reduce failing" {
+                said(format!(
+                    "{what}: rank 4: {operation}: the connection with rank 0 failed: the \
+                     receive of its block could not be posted (MPIRT_TEST_FAULT)"
+                ));
+            } else {
+                said(format!("{what}: rank {rank}: {operation}: {failed}"));
+            }
+        }
+    }
+    // From rank 0: the failed leader's host fails. From rank 4: every rank but rank 5,
+    // which took the root's vector in their host's area before its leader failed.
+    for (from, failing) in [(0, &[4, 5][..]), (4, &[0, 1, 2, 3, 4, 6, 7])] {
+        let what = format!("broadcast from {from} after");
+        for rank in 0..8 {
+            match failing.contains(&rank) {
+                true => said(format!("{what}: rank {rank}: broadcast_into: {failed}")),
+                false => said(format!("{what}: rank {rank}: ok")),
+            }
         }
     }
 }

@@ -40,7 +40,7 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-use pml::{Handle, Pml, SendMode, SourceSel, Tag, TagSel};
+use pml::{Handle, Pml, PmlError, SendMode, SourceSel, Tag, TagSel};
 
 use crate::communicator::{host_record, CommData, HOST_NAME_MAX};
 use crate::context;
@@ -623,7 +623,7 @@ impl Leaders {
         blocks.resize(self.ranks.len() * SHARED_MAX, 0);
         let mut handles = self.handles.borrow_mut();
         handles.clear();
-        let mut posted = self.refuse_if_broken();
+        let mut posted = self.receives_fail().and(self.refuse_if_broken());
         for (l, slot) in blocks.chunks_exact_mut(SHARED_MAX).enumerate() {
             if l == me {
                 slot[..mine.len()].copy_from_slice(mine);
@@ -662,7 +662,7 @@ impl Leaders {
         let mut handles = self.handles.borrow_mut();
         handles.clear();
         if self.comm.rank != from {
-            self.refuse_if_broken()?;
+            self.mark_if_failed(self.receives_fail().and(self.refuse_if_broken()))?;
             let handle = self.post_recv(from, release);
             let received = handle.and_then(|handle| wait_handle(handle).map(drop));
             return self.mark_if_failed(received);
@@ -696,6 +696,19 @@ impl Leaders {
             }),
             false => Ok(()),
         }
+    }
+
+    /// The failure `MPIRT_TEST_FAULT` asks of the receives of this exchange, if any (see
+    /// `fault`): as if the first could not be posted.
+    fn receives_fail(&self) -> Result<(), Cause> {
+        if !crate::fault::leader_recv_fails() {
+            return Ok(());
+        }
+        let me = self.comm.rank;
+        let from = (0..self.ranks.len() as u32).find(|&l| l != me);
+        let from = self.comm.world_rank(from.expect("another leader"));
+        let why = "the receive of its block could not be posted (MPIRT_TEST_FAULT)";
+        Err(Cause::Messaging(PmlError::transport(from, why)))
     }
 
     /// Marks this leader's messages broken where `outcome` is an error (see

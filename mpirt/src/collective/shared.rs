@@ -253,7 +253,7 @@ fn unique_name(job_id: &str, context: u32) -> String {
 /// with no room in the broadcast that shares it makes none: the other ranks could not map it,
 /// and nobody would remove it.
 fn create(name: &str, len: usize, token: u64) -> Option<SharedMapping> {
-    if name.len() >= NAME_BYTES {
+    if name.len() >= NAME_BYTES || crate::fault::area_map_fails() {
         return None;
     }
     let map = SharedMapping::create(name, len).ok()?;
@@ -263,6 +263,9 @@ fn create(name: &str, len: usize, token: u64) -> Option<SharedMapping> {
 
 /// The area rank 0 made, if this file is it: of its length and with its token.
 fn open(name: &str, len: usize, token: u64) -> Option<SharedMapping> {
+    if crate::fault::area_map_fails() {
+        return None;
+    }
     SharedMapping::open(name, len)
         .ok()
         .filter(|map| token_of(map).load(Ordering::Acquire) == token)
@@ -344,10 +347,11 @@ fn agree(
     if comm.rank != 0 && !shared.is_empty() {
         *mapping = open(shared, len, token);
     }
-    // One minimum finds all three: whether any rank failed to map, and the shortest and
-    // longest lengths with a rank holding each (length * size + rank orders by length).
+    // One minimum finds all three: whether any rank failed to map (-1: a minimum of 0 had
+    // taken one rank that mapped it for all), and the shortest and longest lengths with a
+    // rank holding each (length * size + rank orders by length).
     let key = bytes as i64 * i64::from(comm.size) + i64::from(comm.rank);
-    let mine = [i64::from(mapping.is_none()), key, -key];
+    let mine = [-i64::from(mapping.is_none()), key, -key];
     let mut everyone = [0i64; 3];
     blocking(comm, operation, || {
         calls::all_reduce(comm, &mine[..], &mut everyone[..], SystemOperation::min())
