@@ -3,7 +3,8 @@
 //! between hosts (MPICH's and Open MPI's hierarchical collectives, UCC's node leaders).
 //!
 //! The communicator's first blocking collective that may meet in shared memory learns every
-//! rank's host (`Hosts`), and where the ranks span several hosts with more than one on some,
+//! rank's host (`Hosts`: from the PML's table, which the ranks traded at wire-up, so no
+//! message is needed), and where the ranks span several hosts with more than one on some,
 //! makes two parts of the communicator once: its ranks on this host (ranked as here), with
 //! their own shared-memory area, and one leader per host (the host's lowest rank; the hosts
 //! ordered by their lowest rank), on context ids derived from the communicator's, so no
@@ -67,7 +68,7 @@ const DISAGREED: usize = 2 * STATUS;
 /// rank together: the hierarchy decides that (`Status::ByMessages`), not each rank alone.
 pub(crate) const HIERARCHY_MAX: usize = SHARED_MAX - STATUS;
 
-/// Every rank's host, as the communicator's ranks traded them.
+/// Every rank's host, as the PML learned them at wire-up (or the ranks traded them).
 pub(crate) struct Hosts {
     /// Each rank's host, numbered by the host's lowest rank (host 0 holds rank 0).
     host_of: Vec<u32>,
@@ -76,27 +77,44 @@ pub(crate) struct Hosts {
 }
 
 impl Hosts {
-    /// Learns every rank's host (collective over `comm`, by messages).
+    /// Learns every rank's host: from the PML's table of its ranks' hosts, through the
+    /// communicator's group, where the PML has one (every rank's holds the same hosts, so
+    /// no message is needed); else by trading host names (collective over `comm`).
     pub(crate) fn of(comm: &CommData, operation: &'static str) -> Result<Hosts, Error> {
+        let known = with_engine(|e| {
+            let host = |r: u32| e.host_of(comm.world_rank(r));
+            Ok((0..comm.size)
+                .map(host)
+                .all(|h| h.is_some())
+                .then(|| Hosts::grouped(comm.size, |a, b| host(a) == host(b))))
+        })
+        .map_err(|cause| Error::new(operation, cause))?;
+        if let Some(hosts) = known {
+            return Ok(hosts);
+        }
         let mine = host_record();
         let mut all = vec![[0u8; HOST_NAME_MAX]; comm.size as usize];
         blocking(comm, operation, || {
             calls::all_gather(comm, &mine[..], &mut all[..])
         })?;
+        Ok(Hosts::grouped(comm.size, |a, b| {
+            all[a as usize] == all[b as usize]
+        }))
+    }
+
+    /// The hosts of `size` ranks, where `same_host` says whether two ranks share one.
+    fn grouped(size: u32, same_host: impl Fn(u32, u32) -> bool) -> Hosts {
         let mut leaders: Vec<u32> = Vec::new();
-        let host_of = (0..comm.size)
-            .map(|r| {
-                let name = &all[r as usize];
-                match leaders.iter().position(|&l| all[l as usize] == *name) {
-                    Some(host) => host as u32,
-                    None => {
-                        leaders.push(r);
-                        leaders.len() as u32 - 1
-                    }
+        let host_of = (0..size)
+            .map(|r| match leaders.iter().position(|&l| same_host(l, r)) {
+                Some(host) => host as u32,
+                None => {
+                    leaders.push(r);
+                    leaders.len() as u32 - 1
                 }
             })
             .collect();
-        Ok(Hosts { host_of, leaders })
+        Hosts { host_of, leaders }
     }
 
     /// Whether the ranks lie on more than one host.
@@ -763,4 +781,31 @@ fn wait_all(handles: &mut Vec<Handle>) -> Result<(), Cause> {
         first = first.and(wait_handle(handle).map(drop));
     }
     first
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_numbered_by_their_lowest_rank() {
+        // Ranks dealt round 3 hosts, and a communicator whose ranks 1 and 4 share one.
+        let of = |host: &[u32]| {
+            Hosts::grouped(host.len() as u32, |a, b| {
+                host[a as usize] == host[b as usize]
+            })
+        };
+        let dealt = of(&[7, 8, 9, 7, 8, 9, 7]);
+        assert_eq!(dealt.host_of, [0, 1, 2, 0, 1, 2, 0]);
+        assert_eq!(dealt.leaders, [0, 1, 2]);
+        assert_eq!(dealt.members(0).collect::<Vec<_>>(), [0, 3, 6]);
+        assert!(dealt.worth_a_hierarchy(16));
+        assert!(!dealt.worth_a_hierarchy(2));
+        let split = of(&[5, 3, 4, 6, 3]);
+        assert_eq!(split.host_of, [0, 1, 2, 3, 1]);
+        assert_eq!(split.leaders, [0, 1, 2, 3]);
+        assert!(split.worth_a_hierarchy(16));
+        assert!(!of(&[5, 3, 4]).worth_a_hierarchy(16), "one rank a host");
+        assert!(!of(&[5, 5, 5]).worth_a_hierarchy(16), "one host");
+    }
 }

@@ -1255,7 +1255,7 @@ pub(super) fn area(
 }
 
 /// Where the communicator's blocking collectives meet, settled by this call (of `bytes` on
-/// this rank) if it is the first to ask: the ranks learn each other's hosts; ranks on several
+/// this rank) if it is the first to ask: each rank's host (`Hosts`); ranks on several
 /// hosts, more than one on some, take the hierarchical path (`hierarchy`), and other
 /// communicators of at most `MAX_RANKS` ranks set up an area, which serves where every rank
 /// maps it.
