@@ -53,6 +53,30 @@ fn rank_mode() {
         "hierarchy-refusals" => hierarchy_refusals(&world),
         "hierarchy-lengths" => hierarchy_lengths(&world),
         "hierarchy-leader-fails" => hierarchy_leader_fails(&world),
+        "hierarchy-gathers" => {
+            // On a duplicate of the world and on halves of it (ranks 0, 1, 4 and 5, and the
+            // others).
+            let dup = world.duplicate();
+            hierarchy_gathers(&dup);
+            let half = world.split_by_color(Color::with_value(world.rank() % 4 / 2));
+            hierarchy_gathers(&half.expect("every rank has a color"));
+            // On the hierarchical path a rank that leads no host sends no message: its
+            // vectors go through its host's area, and come back through it.
+            let sent = || universe.counters().map_or(0, |c| c.frames_sent);
+            let before = sent();
+            let mut got = vec![0i32; dup.size() as usize];
+            for _ in 0..10 {
+                dup.all_gather_into(&dup.rank(), &mut got[..]);
+                let root = dup.process_at_rank(1);
+                match dup.rank() {
+                    1 => root.gather_into_root(&dup.rank(), &mut got[..]),
+                    _ => root.gather_into(&dup.rank()),
+                }
+            }
+            assert_eq!(got, (0..dup.size()).collect::<Vec<_>>());
+            let frames = sent() - before;
+            println!("rank {}: frames sent in 20 gathers: {frames}", dup.rank());
+        }
         "all-refusals" => refusals_of_all(&world),
         "area-wakes" => {
             // Rank 1 comes late to each barrier, so rank 0 waits in the area past its yields;
@@ -1504,8 +1528,9 @@ fn refusals(world: &SimpleCommunicator) {
 }
 
 /// On the hierarchical path: the last rank's receive buffer of an all-reduce, then the root's
-/// of a reduction, is one element short; each refuses, takes its part to say so, and every
-/// other rank names it; an all-reduce after them pairs alike on every rank.
+/// of a reduction, then the last rank's of an all-gather, then the root's of a gather, is one
+/// element short; each refuses, takes its part to say so, and every other rank names it; an
+/// all-reduce after them pairs alike on every rank.
 fn hierarchy_refusals(world: &SimpleCommunicator) {
     let (rank, size) = (world.rank(), world.size());
     let report = |what: &str, result: Result<(), mpirt::Error>| match result {
@@ -1525,6 +1550,14 @@ fn hierarchy_refusals(world: &SimpleCommunicator) {
         _ => root.try_reduce_into(&pair[..], sum),
     };
     report("reduce", reduced);
+    let n = size as usize;
+    let mut got = vec![0i32; if rank == size - 1 { n - 1 } else { n }];
+    report("all_gather", world.try_all_gather_into(&rank, &mut got[..]));
+    let gathered = match rank {
+        0 => root.try_gather_into_root(&rank, &mut vec![0i32; n - 1][..]),
+        _ => root.try_gather_into(&rank),
+    };
+    report("gather", gathered);
     let mut total = 0;
     world.all_reduce_into(&rank, &mut total, sum);
     assert_eq!(
@@ -1593,6 +1626,34 @@ fn hierarchy_leader_fails(world: &SimpleCommunicator) {
     let mut total = 0;
     dup.all_reduce_into(&rank, &mut total, sum);
     assert_eq!(total, size * (size - 1) / 2, "the duplicate's all-reduce");
+}
+
+/// All-gathers and gathers to every root, of vectors of 1 to 4 bytes and of 510 and 511
+/// bytes a rank (on 8 ranks, the most the hierarchical path takes, and one more), each
+/// against the serial reference: rank r's vector is `r * 7 + i` for byte i (mod 256).
+fn hierarchy_gathers(comm: &SimpleCommunicator) {
+    let (rank, size) = (comm.rank(), comm.size());
+    let vector =
+        |r: i32, len: usize| -> Vec<u8> { (0..len).map(|i| (r as usize * 7 + i) as u8).collect() };
+    for len in [1, 2, 3, 4, 510, 511] {
+        let everyone: Vec<u8> = (0..size).flat_map(|r| vector(r, len)).collect();
+        let mine = vector(rank, len);
+        for _ in 0..2 {
+            let mut got = vec![0u8; everyone.len()];
+            comm.all_gather_into(&mine[..], &mut got[..]);
+            assert_eq!(got, everyone, "all_gather of {len} bytes a rank");
+        }
+        for root in 0..size {
+            let at = comm.process_at_rank(root);
+            if rank == root {
+                let mut got = vec![0u8; everyone.len()];
+                at.gather_into_root(&mine[..], &mut got[..]);
+                assert_eq!(got, everyone, "gather of {len} bytes a rank to {root}");
+            } else {
+                at.gather_into(&mine[..]);
+            }
+        }
+    }
 }
 
 /// Reductions, all-reductions and broadcasts whose ranks' lengths disagree, on 2 ranks on
@@ -1976,7 +2037,8 @@ fn across_test_hosts() -> bool {
 
 /// Ranks on several hosts, more than one on some (MPIRT_TEST_HOSTS, which tools/test-all.sh
 /// sets to 4 test hosts): every collective against the serial reference, with the short
-/// barriers, broadcasts, reductions and all-reductions on the hierarchical path (shared
+/// barriers, broadcasts, reductions, all-reductions, gathers and all-gathers on the
+/// hierarchical path (shared
 /// memory inside a host, messages between hosts), on 2 ranks on each of 4 hosts (ranks
 /// dealt round the hosts: non-commutative reductions go by messages), on runs of 2 ranks on
 /// each of 4 hosts and on 3 ranks on one host and 1 on another (runs of ranks: those take
@@ -2048,6 +2110,24 @@ fn every_collective_hierarchically_across_hosts() {
             expected.push(format!(
                 "reduce: rank {rank}: reduce_into: rank 0 {refused}"
             ));
+            expected.push(format!(
+                "gather: rank {rank}: gather_into: rank 0 {refused}"
+            ));
+        }
+        expected.push(format!(
+            "all_gather: rank {last}: all_gather_into: the receive buffer holds {} elements \
+             where {n} are needed",
+            n - 1
+        ));
+        expected.push(format!(
+            "gather: rank 0: gather_into_root: the receive buffer holds {} elements where {n} \
+             are needed",
+            n - 1
+        ));
+        for rank in 0..last {
+            expected.push(format!(
+                "all_gather: rank {rank}: all_gather_into: rank {last} {refused}"
+            ));
         }
         for line in expected {
             assert!(out.contains(&line), "{n} ranks: missing {line:?} in\n{out}");
@@ -2115,6 +2195,8 @@ fn a_leader_that_fails_fails_every_later_call_naming_it() {
         ("barrier after", "barrier"),
         ("all_reduce after", "all_reduce_into"),
         ("reduce after", "reduce_into"),
+        ("all_gather after", "all_gather_into"),
+        ("gather after", "gather_into"),
     ] {
         for rank in 0..8 {
             let operation = match (rank, operation) {
@@ -2141,6 +2223,33 @@ fn a_leader_that_fails_fails_every_later_call_naming_it() {
                 false => said(format!("{what}: rank {rank}: ok")),
             }
         }
+    }
+}
+
+/// All-gathers and gathers take the hierarchical path across hosts (2 ranks on each of 4
+/// hosts, dealt round: no host holds consecutive ranks), each against the serial reference,
+/// on a duplicate of the world and on halves of it split by color (ranks 0, 1, 4 and 5 on 2
+/// hosts: the PML's hosts of the world's ranks mapped through the half's group), on either
+/// side of the path's limit; the ranks that lead no host send no message in 20 short ones.
+#[test]
+fn gathers_take_the_hierarchical_path_across_hosts() {
+    if !across_test_hosts() {
+        return;
+    }
+    let envs = [("MPIRT_VERBOSE", "1")];
+    let (out, stderr) = ok_job_on(Launch::Rsrun, 8, "hierarchy-gathers", &envs);
+    for rank in 0..8 {
+        for line in [
+            "8 ranks hierarchical over 4 hosts, 2 of them on this host",
+            "4 ranks hierarchical over 2 hosts, 2 of them on this host",
+        ] {
+            let line = format!("mpirt: rank {rank}: collectives of {line}");
+            assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
+        }
+    }
+    for rank in 4..8 {
+        let line = format!("rank {rank}: frames sent in 20 gathers: 0");
+        assert!(out.contains(&line), "missing {line:?} in\n{out}");
     }
 }
 

@@ -1,6 +1,7 @@
-//! Short blocking barriers, broadcasts, reductions and all-reductions on a communicator whose
-//! ranks lie on several hosts, several on some: shared memory inside each host, messages
-//! between hosts (MPICH's and Open MPI's hierarchical collectives, UCC's node leaders).
+//! Short blocking barriers, broadcasts, reductions, all-reductions, gathers and all-gathers on
+//! a communicator whose ranks lie on several hosts, several on some: shared memory inside each
+//! host, messages between hosts (MPICH's and Open MPI's hierarchical collectives, UCC's node
+//! leaders).
 //!
 //! The communicator's first blocking collective that may meet in shared memory learns every
 //! rank's host (`Hosts`: from the PML's table, which the ranks traded at wire-up, so no
@@ -10,8 +11,10 @@
 //! ordered by their lowest rank), on context ids derived from the communicator's, so no
 //! agreement is needed. Every call then runs three phases: the host's ranks give their part
 //! to their leader through the host's area; the leaders trade one block each by messages,
-//! each to each in one round (`Leaders::exchange`; a broadcast's leader sends to each other);
-//! each leader publishes the call's outcome to its host's ranks through the area. The
+//! each to each in one round (`Leaders::exchange`; a broadcast's leader sends to each other;
+//! a gather's leaders send their host's vectors to the root's leader only, their status to
+//! the others: `Shape`); each leader publishes the call's outcome to its host's ranks through
+//! the area. The
 //! leaders' messages need no plan: the leaders' list, their buffers and their handles are
 //! made once and reused. One round of each to each costs every leader a message per other
 //! host, which beats a tree's rounds of latency for the few hosts a job spans here; many
@@ -31,12 +34,17 @@
 //! differs fail naming the root. A leader whose messages failed (a receive it could not post
 //! leaves its peer's block unmatched, which a later receive would take) says so in every
 //! later call instead of receiving, so every rank fails naming it rather than read another
-//! call's block.
+//! call's block (a broadcast, which its root's leader sends without an answer: the failed
+//! leader's host's ranks, or where it leads the root's host, the others). `MPIRT_TEST_FAULT`
+//! (`fault`) makes such failures happen in the tests.
 //!
 //! A reduction folds each host's vectors in rank order in the area, then the hosts' partial
 //! results in the leaders' order. That is rank order only where each host holds a run of
 //! consecutive ranks (`Hierarchy::keeps_rank_order`): a non-commutative operation on other
-//! placements goes by messages over the whole communicator instead.
+//! placements goes by messages over the whole communicator instead. A gather and an all-gather
+//! put each host's vectors in rank order in its leader's block, and each rank's vector in its
+//! place in the result (`Hierarchy::place_in_host`), on any placement; they fit the path where
+//! the whole result does.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -147,6 +155,9 @@ pub(crate) struct Hierarchy {
     members: Vec<u32>,
     /// Each rank's host (see `Hosts`).
     host_of: Vec<u32>,
+    /// Each rank's place among its host's ranks, in rank order: where its vector lies in its
+    /// leader's block of a gather.
+    place_in_host: Vec<u32>,
     /// The leaders' messages, on the leader only.
     leaders: Option<Leaders>,
     /// Whether each host holds a run of consecutive ranks, hosts in rank order: then folding
@@ -154,6 +165,36 @@ pub(crate) struct Hierarchy {
     keeps_rank_order: bool,
     /// A release: status, then the call's vector (reused: no allocation per call).
     release: RefCell<Vec<u8>>,
+}
+
+/// How a call's data follows the statuses where the call is fine: what this leader's block
+/// carries after its status, which leader takes the blocks' data, and what this host's release
+/// carries after its status.
+#[derive(Clone, Copy)]
+struct Shape {
+    /// Whether the call fits the path, by this rank's length (the same on every rank whose
+    /// length agrees with it).
+    fits: bool,
+    /// The bytes after the status in this leader's block: its host's part.
+    block: usize,
+    /// The leader (its place in the leaders' order, its host's number) that takes every
+    /// block's data, or `None` for every leader; the others take the statuses alone.
+    data_to: Option<u32>,
+    /// The bytes after the status in this host's release.
+    release: usize,
+}
+
+impl Shape {
+    /// One vector of `len` bytes in every block and every release: a barrier's (no bytes),
+    /// a reduction's.
+    fn same(len: usize) -> Shape {
+        Shape {
+            fits: len <= HIERARCHY_MAX,
+            block: len,
+            data_to: None,
+            release: len,
+        }
+    }
 }
 
 /// The leaders' part: each leader's rank here, and the blocks they trade.
@@ -199,8 +240,7 @@ impl Status {
         }
     }
 
-    /// Writes the status at the start of `out`; the length of the block or release it
-    /// starts (a `Fine` one's vector follows it).
+    /// Writes the status at the start of `out`; its length (a `Fine` one's data follows it).
     fn write(self, out: &mut [u8]) -> usize {
         let (kind, rank, len) = match self {
             Status::Fine { rank, len } => (0u32, rank, len),
@@ -215,16 +255,26 @@ impl Status {
         if let Status::Disagreed { with, with_len, .. } = self {
             out[STATUS..STATUS + 4].copy_from_slice(&with.to_ne_bytes());
             out[STATUS + 8..DISAGREED].copy_from_slice(&(with_len as u64).to_ne_bytes());
+            return DISAGREED;
         }
-        self.block_len()
+        STATUS
     }
 
-    /// The length of the block or release it starts.
-    fn block_len(self) -> usize {
+    /// The length of a block or release it starts that carries, where fine, `data` bytes
+    /// after it.
+    fn carrying(self, data: usize) -> usize {
         match self {
-            Status::Fine { len, .. } => STATUS + len,
+            Status::Fine { .. } => STATUS + data,
             Status::Disagreed { .. } => DISAGREED,
             _ => STATUS,
+        }
+    }
+
+    /// The length of the block or release it starts, where a `Fine` one carries its vector.
+    fn block_len(self) -> usize {
+        match self {
+            Status::Fine { len, .. } => self.carrying(len),
+            _ => self.carrying(0),
         }
     }
 
@@ -336,11 +386,19 @@ impl Hierarchy {
             )
         })?;
         let keeps_rank_order = hosts.host_of.windows(2).all(|w| w[0] <= w[1]);
+        let mut on_host = vec![0u32; hosts.leaders.len()];
+        let place_in_host = (hosts.host_of.iter())
+            .map(|&h| {
+                on_host[h as usize] += 1;
+                on_host[h as usize] - 1
+            })
+            .collect();
         Ok(area.filter(|_| everywhere[0] == 1).map(|area| Hierarchy {
             host,
             area,
             members,
             host_of: hosts.host_of,
+            place_in_host,
             leaders,
             keeps_rank_order,
             release: RefCell::new(vec![0; STATUS + SHARED_MAX]),
@@ -387,10 +445,11 @@ impl Hierarchy {
 
     /// The status a leader (`me`, its rank here) sends for its host, whose phase in the
     /// area found `found` (its peers named by rank here) for the leader's vector of `len`
-    /// bytes: whether it fit, or the first cause.
-    fn status_of(found: &Result<bool, Cause>, me: u32, len: usize) -> Status {
+    /// bytes, for a call that `fits` the path by that length: whether it fit, or the first
+    /// cause.
+    fn status_of(found: &Result<bool, Cause>, me: u32, len: usize, fits: bool) -> Status {
         match *found {
-            Ok(true) if len <= HIERARCHY_MAX => Status::Fine { rank: me, len },
+            Ok(true) if fits => Status::Fine { rank: me, len },
             Ok(_) => Status::ByMessages { len },
             Err(Cause::PeerRefused { peer }) => Status::Refused { rank: peer as u32 },
             Err(Cause::LengthDisagrees { peer, got, .. }) => Status::Disagreed {
@@ -405,20 +464,21 @@ impl Hierarchy {
     }
 
     /// Publishes the leader's `release` (its status `verdict`, `Some` on the leader only,
-    /// written at its start) to the host's ranks (each takes part, whatever it found
-    /// before); this rank's error is its own earlier one (`found`), else the release's, for
-    /// a vector of `len` bytes: `true` where the release carries the call's vector, `false`
-    /// where every rank goes by messages.
+    /// written at its start, then `data` bytes where fine) to the host's ranks (each takes
+    /// part, whatever it found before); this rank's error is its own earlier one (`found`),
+    /// else the release's, for a vector of `len` bytes: `true` where the call is fine (the
+    /// release carries its data), `false` where every rank goes by messages.
     fn release(
         &self,
         release: &mut [u8],
-        verdict: Option<Status>,
+        (verdict, data): (Option<Status>, usize),
         found: Result<bool, Cause>,
         len: usize,
     ) -> Result<bool, Cause> {
         let released = match verdict {
             Some(verdict) => {
-                let end = verdict.write(release);
+                verdict.write(release);
+                let end = verdict.carrying(data);
                 self.area.broadcast_any(0, Some(&release[..end]), |_| {})
             }
             None => self
@@ -431,24 +491,27 @@ impl Hierarchy {
         Status::read(release).outcome(len)
     }
 
-    /// The leaders' exchange of their hosts' statuses (`mine`, this leader's, its vector in
-    /// `release` after the status where fine), then the call's verdict, the same on every
-    /// leader: the first error in the leaders' order, else a disagreement between the hosts'
-    /// lengths (named against rank 0's, the first leader's), else by messages where the
-    /// vectors are too long, else fine, with `combine` over every leader's block in the
-    /// leaders' order into `release`'s vector. This leader's own failure in the exchange is
-    /// its error, and the call's verdict for its host's ranks.
+    /// The leaders' exchange of their hosts' statuses (`mine`, this leader's, its host's
+    /// part in `release` after the status where fine, as `shape` says), then the call's
+    /// verdict, the same on every leader: the first error in the leaders' order, else a
+    /// disagreement between the hosts' lengths (named against rank 0's, the first leader's),
+    /// else by messages where the vectors are too long, else fine, with `combine` over every
+    /// leader's block in the leaders' order into `release`'s data (on the leader that takes
+    /// the blocks' data, or every leader). This leader's own failure in the exchange is its
+    /// error, and the call's verdict for its host's ranks.
     fn settle(
         leaders: &Leaders,
         mine: Status,
+        shape: Shape,
         release: &mut [u8],
         combine: impl FnOnce(&[u8], &mut [u8]),
     ) -> (Status, Result<(), Cause>) {
-        let end = mine.write(release);
+        let head = mine.write(release);
+        let end = mine.carrying(shape.block);
         let failed = Status::LeaderFailed {
             leader: leaders.me(),
         };
-        if let Err(cause) = leaders.exchange(&release[..end]) {
+        if let Err(cause) = leaders.exchange(&release[..end], head, shape.data_to) {
             return (failed, Err(cause));
         }
         let blocks = leaders.blocks.borrow();
@@ -471,7 +534,9 @@ impl Hierarchy {
         if statuses().any(|s| matches!(s, Status::ByMessages { .. })) {
             return (Status::ByMessages { len: reference }, Ok(()));
         }
-        combine(&blocks, &mut release[STATUS..STATUS + reference]);
+        if shape.data_to.is_none_or(|l| l == leaders.comm.rank) {
+            combine(&blocks, &mut release[STATUS..STATUS + shape.release]);
+        }
         (
             Status::Fine {
                 rank: leaders.me(),
@@ -481,24 +546,25 @@ impl Hierarchy {
         )
     }
 
-    /// The host's phase's outcome on this rank (`found`; on the leader, its vector, `len`
-    /// bytes, in `release` after the status), then the leaders' exchange and the release:
-    /// `true` where `release` carries the call's vector, `false` where every rank goes by
-    /// messages, else this rank's error.
+    /// The host's phase's outcome on this rank (`found`, for its vector of `len` bytes; on
+    /// the leader, its host's part in `release` after the status, as `shape` says), then the
+    /// leaders' exchange and the release: `true` where `release` carries the call's data,
+    /// `false` where every rank goes by messages, else this rank's error.
     fn finish(
         &self,
         release: &mut [u8],
         found: Result<bool, Cause>,
         len: usize,
+        shape: Shape,
         combine: impl FnOnce(&[u8], &mut [u8]),
     ) -> Result<bool, Cause> {
         let Some(leaders) = &self.leaders else {
-            return self.release(release, None, found, len);
+            return self.release(release, (None, shape.release), found, len);
         };
-        let mine = Self::status_of(&found, leaders.me(), len);
-        let (verdict, exchanged) = Self::settle(leaders, mine, release, combine);
+        let mine = Self::status_of(&found, leaders.me(), len, shape.fits);
+        let (verdict, exchanged) = Self::settle(leaders, mine, shape, release, combine);
         let found = found.and_then(|fit| exchanged.map(|()| fit));
-        self.release(release, Some(verdict), found, len)
+        self.release(release, (Some(verdict), shape.release), found, len)
     }
 
     /// Meets every rank of the communicator.
@@ -507,7 +573,8 @@ impl Hierarchy {
         let gathered = self.area.gather(0, &[], leader.then_some(&mut [][..]));
         let found = gathered.map_err(|c| self.named_here(c));
         let mut release = self.release.borrow_mut();
-        self.finish(&mut release, found, 0, |_, _| {}).map(drop)
+        self.finish(&mut release, found, 0, Shape::same(0), |_, _| {})
+            .map(drop)
     }
 
     /// `recv = send_0 ∘ … ∘ send_(n-1)` over every rank's `send`, in `recv` where given
@@ -529,35 +596,90 @@ impl Hierarchy {
         let partial = self.leaders.is_some().then_some(partial);
         let reduced = self.area.reduce(0, send, partial, datatype, op);
         let found = reduced.map_err(|c| self.named_here(c));
-        let fine = self.finish(&mut release, found, len, |blocks, result| {
-            // From the last host down, each partial result applied from the left keeps
-            // the hosts' order.
-            let mut parts = blocks
-                .chunks_exact(SHARED_MAX)
-                .map(|block| &block[STATUS..STATUS + len])
-                .rev();
-            result.copy_from_slice(parts.next().expect("at least one leader"));
-            for part in parts {
-                op.apply(datatype, part, result);
-            }
-        })?;
+        let fine = self.finish(
+            &mut release,
+            found,
+            len,
+            Shape::same(len),
+            |blocks, result| {
+                // From the last host down, each partial result applied from the left keeps
+                // the hosts' order.
+                let mut parts = blocks
+                    .chunks_exact(SHARED_MAX)
+                    .map(|block| &block[STATUS..STATUS + len])
+                    .rev();
+                result.copy_from_slice(parts.next().expect("at least one leader"));
+                for part in parts {
+                    op.apply(datatype, part, result);
+                }
+            },
+        )?;
         if let (true, Some(recv)) = (fine, recv) {
             recv.copy_from_slice(&release[STATUS..STATUS + len]);
         }
         Ok(fine)
     }
 
-    /// Takes part in a reduction or an all-reduce only to say that this rank refused its
-    /// arguments: in its host's area, and as a leader among the leaders, so that every rank
-    /// fails naming it instead of waiting.
-    pub(crate) fn refuse_reduction(&self) {
+    /// Every rank's `send` in rank order in `recv` (every rank's for an all-gather, the
+    /// root's for a gather, rooted at `root`, a rank here: the others learn only of errors);
+    /// `false`, with nothing copied, where the vectors are too long for the path (every rank
+    /// learns it: then all go by messages). Each host's vectors go to its leader through the
+    /// area, each leader's block to every leader (to the root's only, for a gather: the
+    /// others get its status), and the vectors in rank order in the releases (to the root's
+    /// host only, for a gather).
+    pub(crate) fn gather(
+        &self,
+        root: Option<u32>,
+        send: &[u8],
+        recv: Option<&mut [u8]>,
+    ) -> Result<bool, Cause> {
+        let len = send.len();
+        let whole = len * self.host_of.len();
+        let root_host = root.map(|root| self.host_of[root as usize]);
+        let on_root_host = root_host.is_none_or(|h| h == self.host_of[self.me() as usize]);
+        let shape = Shape {
+            fits: whole <= HIERARCHY_MAX,
+            block: len * self.members.len(),
+            data_to: root_host,
+            release: if on_root_host { whole } else { 0 },
+        };
+        let mut release = self.release.borrow_mut();
+        // The host's vectors in its leader's block, where the call fits the path (else the
+        // area only counts them, and nothing is written here).
+        let room = if shape.fits { shape.block } else { 0 };
+        let part = &mut release[STATUS..STATUS + room];
+        let part = self.leaders.is_some().then_some(part);
+        let gathered = self.area.to_root(0, send, part, |phase, part| {
+            if shape.fits {
+                self.area.gather_into(phase, send, part);
+            }
+        });
+        let found = gathered.map_err(|c| self.named_here(c));
+        let fine = self.finish(&mut release, found, len, shape, |blocks, result| {
+            for (r, vector) in result.chunks_exact_mut(len.max(1)).enumerate() {
+                let at = self.host_of[r] as usize * SHARED_MAX
+                    + STATUS
+                    + self.place_in_host[r] as usize * len;
+                vector.copy_from_slice(&blocks[at..at + len]);
+            }
+        })?;
+        if let (true, Some(recv)) = (fine, recv) {
+            recv.copy_from_slice(&release[STATUS..STATUS + whole]);
+        }
+        Ok(fine)
+    }
+
+    /// Takes part in a call (a reduction, an all-reduce, a gather or an all-gather) only to
+    /// say that this rank refused its arguments: in its host's area, and as a leader among
+    /// the leaders, so that every rank fails naming it instead of waiting.
+    pub(crate) fn refuse(&self) {
         // A failure here leaves this rank's own cause the one to report.
         let _ = self.area.refuse();
         let found = Err(Cause::PeerRefused {
             peer: self.me() as i32,
         });
         let mut release = self.release.borrow_mut();
-        let _ = self.finish(&mut release, found, 0, |_, _| {});
+        let _ = self.finish(&mut release, found, 0, Shape::same(0), |_, _| {});
     }
 
     /// The root's `buf` (`root` a rank here) in every rank's `buf`; the root's length
@@ -578,7 +700,8 @@ impl Hierarchy {
                     true => Status::Fine { rank: root, len },
                     false => Status::ByMessages { len },
                 };
-                let end = said.write(&mut release);
+                said.write(&mut release);
+                let end = said.block_len();
                 if len <= HIERARCHY_MAX {
                     release[STATUS..end].copy_from_slice(buf);
                 }
@@ -614,8 +737,13 @@ impl Hierarchy {
             }
             false => {
                 let verdict = self.leaders.is_some().then(|| Status::read(&release));
+                // The root's vector, whose length may not be this leader's.
+                let data = match verdict {
+                    Some(Status::Fine { len, .. }) => len,
+                    _ => 0,
+                };
                 let found = found.map(|()| true);
-                self.release(&mut release, verdict, found, len)?
+                self.release(&mut release, (verdict, data), found, len)?
             }
         };
         if fine {
@@ -633,9 +761,10 @@ impl Leaders {
 
     /// Every leader's `mine` (at most `SHARED_MAX` bytes; each leader's of its own length)
     /// in its slot of `blocks` (`SHARED_MAX` bytes a leader), in the leaders' order: one
-    /// message from each to each, all posted before any is awaited. A leader whose messages
-    /// failed before (`broken`) sends only that, and receives nothing.
-    fn exchange(&self, mine: &[u8]) -> Result<(), Cause> {
+    /// message from each to each, all posted before any is awaited; where `data_to` names a
+    /// leader, the others get only the first `head` bytes (the status). A leader whose
+    /// messages failed before (`broken`) sends only that, and receives nothing.
+    fn exchange(&self, mine: &[u8], head: usize, data_to: Option<u32>) -> Result<(), Cause> {
         let me = self.comm.rank as usize;
         let mut blocks = self.blocks.borrow_mut();
         blocks.resize(self.ranks.len() * SHARED_MAX, 0);
@@ -665,6 +794,10 @@ impl Leaders {
             }
         };
         for l in (0..self.ranks.len() as u32).filter(|&l| l as usize != me) {
+            let sent = match data_to {
+                Some(to) if to != l => &sent[..head.min(sent.len())],
+                _ => sent,
+            };
             match self.post_send(l, sent) {
                 Ok(handle) => handles.push(handle),
                 Err(cause) => posted = posted.and(Err(cause)),

@@ -97,7 +97,7 @@ pub trait Root {
         let _in = entered(comm, "reduce_into", Some(root));
         intra_only(comm, "reduce_into")?;
         let (checked, datatype) = calls::check_reduce(comm, root, send, None::<&NoBuffer>, &op)
-            .map_err(shared::refusing_reduction(
+            .map_err(shared::refusing_hierarchically(
                 comm,
                 "reduce_into",
                 select::reduce_in_shared_memory(),
@@ -134,7 +134,7 @@ pub trait Root {
         let _in = entered(comm, "reduce_into_root", Some(root));
         intra_only(comm, "reduce_into_root")?;
         let (checked, datatype) = calls::check_reduce(comm, root, send, Some(&*recv), &op)
-            .map_err(shared::refusing_reduction(
+            .map_err(shared::refusing_hierarchically(
                 comm,
                 "reduce_into_root",
                 select::reduce_in_shared_memory(),
@@ -164,11 +164,12 @@ pub trait Root {
         let _in = entered(comm, "gather_into", Some(root));
         intra_only(comm, OPERATION)?;
         let (checked, datatype) = calls::check_gather(comm, root, send, None::<&NoBuffer>)
-            .map_err(shared::refusing(
+            .map_err(shared::refusing_hierarchically(
                 comm,
                 OPERATION,
                 select::gather_in_shared_memory(),
                 own(send),
+                true,
             ))?;
         let sent = Outgoing::of(send).map_err(|c| Error::new(OPERATION, c))?;
         if shared::try_gather(comm, checked, sent.bytes(), None, datatype)? {
@@ -194,13 +195,15 @@ pub trait Root {
         let (comm, root) = (self.root_comm(), self.root_rank());
         let _in = entered(comm, "gather_into_root", Some(root));
         intra_only(comm, OPERATION)?;
-        let (checked, datatype) =
-            calls::check_gather(comm, root, send, Some(&*recv)).map_err(shared::refusing(
+        let (checked, datatype) = calls::check_gather(comm, root, send, Some(&*recv)).map_err(
+            shared::refusing_hierarchically(
                 comm,
                 OPERATION,
                 select::gather_in_shared_memory(),
                 own(send),
-            ))?;
+                true,
+            ),
+        )?;
         area_or_messages(
             comm,
             OPERATION,

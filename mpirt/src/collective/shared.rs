@@ -722,7 +722,7 @@ impl Area {
 
     /// Every rank's published `send` (each rank's of `send`'s length), in rank order, in
     /// `recv`.
-    fn gather_into(&self, phase: usize, send: &[u8], recv: &mut [u8]) {
+    pub(super) fn gather_into(&self, phase: usize, send: &[u8], recv: &mut [u8]) {
         for (r, part) in (0..self.size).zip(recv.chunks_exact_mut(send.len().max(1))) {
             part.copy_from_slice(self.published(r, phase, send));
         }
@@ -901,7 +901,7 @@ impl Area {
     /// whose vector fit leaves once it is published; one whose vector did not waits for the
     /// root's verdict (by messages together, or an error: the lengths disagree), which the
     /// root gives once it has seen every length.
-    fn to_root(
+    pub(super) fn to_root(
         &self,
         root: u32,
         send: &[u8],
@@ -1514,10 +1514,11 @@ pub(crate) fn refusing<'c>(
     }
 }
 
-/// [`refusing`] for a reduction or an all-reduce under an operation that is `commutative` or
-/// not: on a communicator whose reductions take the hierarchical path, this rank takes its
-/// part in that path's phases to say so.
-pub(crate) fn refusing_reduction<'c>(
+/// [`refusing`] for a call that may take the hierarchical path: a reduction or an all-reduce
+/// under an operation that is `commutative` or not, a gather or an all-gather (`true`: the
+/// vectors go to their ranks' places whatever the hosts' order). On a communicator whose such
+/// calls take that path, this rank takes its part in that path's phases to say so.
+pub(crate) fn refusing_hierarchically<'c>(
     comm: &'c CommData,
     operation: &'static str,
     wanted: Result<bool, Cause>,
@@ -1529,7 +1530,7 @@ pub(crate) fn refusing_reduction<'c>(
             // A failure to take part (a peer's broken messaging) leaves this rank's own cause
             // the one to report.
             Ok(Meeting::Area(area)) => drop(area.refuse()),
-            Ok(Meeting::Hierarchy(parts)) if parts.serves(commutative) => parts.refuse_reduction(),
+            Ok(Meeting::Hierarchy(parts)) if parts.serves(commutative) => parts.refuse(),
             _ => {}
         }
         Error::new(operation, cause)
@@ -1645,11 +1646,12 @@ pub(crate) fn try_all_gather(
 ) -> Result<bool, Error> {
     const OPERATION: &str = "all_gather_into";
     let wanted = select::allgather_in_shared_memory();
-    let Some(area) = usable_area(comm, OPERATION, wanted, datatype, send.len())? else {
-        return Ok(false);
+    let gathered = match meeting(comm, OPERATION, wanted, datatype, send.len())? {
+        Meeting::Area(area) => area.all_gather(send, recv),
+        Meeting::Hierarchy(parts) => parts.gather(None, send, Some(recv)),
+        Meeting::Messages => return Ok(false),
     };
-    area.all_gather(send, recv)
-        .map_err(|cause| Error::new(OPERATION, cause))
+    gathered.map_err(|cause| Error::new(OPERATION, cause))
 }
 
 /// Runs a blocking all-to-all through the area; `false` if it must go by messages instead.
@@ -1685,11 +1687,12 @@ pub(crate) fn try_gather(
         "gather_into"
     };
     let wanted = select::gather_in_shared_memory();
-    let Some(area) = usable_area(comm, operation, wanted, datatype, send.len())? else {
-        return Ok(false);
+    let gathered = match meeting(comm, operation, wanted, datatype, send.len())? {
+        Meeting::Area(area) => area.gather(root, send, recv),
+        Meeting::Hierarchy(parts) => parts.gather(Some(root), send, recv),
+        Meeting::Messages => return Ok(false),
     };
-    area.gather(root, send, recv)
-        .map_err(|cause| Error::new(operation, cause))
+    gathered.map_err(|cause| Error::new(operation, cause))
 }
 
 /// Runs a blocking scatter from `root` (a rank of `comm`) through the area; `send` is the
