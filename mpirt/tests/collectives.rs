@@ -61,21 +61,19 @@ fn rank_mode() {
             let half = world.split_by_color(Color::with_value(world.rank() % 4 / 2));
             hierarchy_gathers(&half.expect("every rank has a color"));
             // On the hierarchical path a rank that leads no host sends no message: its
-            // vectors go through its host's area, and come back through it.
+            // vector goes through its host's area, and the result comes back through it.
             let sent = || universe.counters().map_or(0, |c| c.frames_sent);
             let before = sent();
             let mut got = vec![0i32; dup.size() as usize];
-            for _ in 0..10 {
+            for _ in 0..20 {
                 dup.all_gather_into(&dup.rank(), &mut got[..]);
-                let root = dup.process_at_rank(1);
-                match dup.rank() {
-                    1 => root.gather_into_root(&dup.rank(), &mut got[..]),
-                    _ => root.gather_into(&dup.rank()),
-                }
             }
             assert_eq!(got, (0..dup.size()).collect::<Vec<_>>());
             let frames = sent() - before;
-            println!("rank {}: frames sent in 20 gathers: {frames}", dup.rank());
+            println!(
+                "rank {}: frames sent in 20 all-gathers: {frames}",
+                dup.rank()
+            );
         }
         "all-refusals" => refusals_of_all(&world),
         "area-wakes" => {
@@ -1528,8 +1526,7 @@ fn refusals(world: &SimpleCommunicator) {
 }
 
 /// On the hierarchical path: the last rank's receive buffer of an all-reduce, then the root's
-/// of a reduction, then the last rank's of an all-gather, then the root's of a gather, is one
-/// element short; each refuses, takes its part to say so, and every other rank names it; an
+/// of a reduction, then the last rank's of an all-gather, is one element short; each refuses, takes its part to say so, and every other rank names it; an
 /// all-reduce after them pairs alike on every rank.
 fn hierarchy_refusals(world: &SimpleCommunicator) {
     let (rank, size) = (world.rank(), world.size());
@@ -1553,11 +1550,6 @@ fn hierarchy_refusals(world: &SimpleCommunicator) {
     let n = size as usize;
     let mut got = vec![0i32; if rank == size - 1 { n - 1 } else { n }];
     report("all_gather", world.try_all_gather_into(&rank, &mut got[..]));
-    let gathered = match rank {
-        0 => root.try_gather_into_root(&rank, &mut vec![0i32; n - 1][..]),
-        _ => root.try_gather_into(&rank),
-    };
-    report("gather", gathered);
     let mut total = 0;
     world.all_reduce_into(&rank, &mut total, sum);
     assert_eq!(
@@ -1610,11 +1602,6 @@ fn hierarchy_leader_fails(world: &SimpleCommunicator) {
         assert_eq!(got, (0..size).collect::<Vec<_>>(), "all_gather after");
     }
     report("all_gather after", gathered);
-    let gathered = match rank {
-        0 => root.try_gather_into_root(&rank, &mut got[..]),
-        _ => root.try_gather_into(&rank),
-    };
-    report("gather after", gathered);
     for from in [0, 4] {
         let mut buf = if rank == from { [7, from] } else { [-1, -1] };
         let spread = world.process_at_rank(from).try_broadcast_into(&mut buf[..]);
@@ -1628,9 +1615,10 @@ fn hierarchy_leader_fails(world: &SimpleCommunicator) {
     assert_eq!(total, size * (size - 1) / 2, "the duplicate's all-reduce");
 }
 
-/// All-gathers and gathers to every root, of vectors of 1 to 4 bytes and of 510 and 511
-/// bytes a rank (on 8 ranks, the most the hierarchical path takes, and one more), each
-/// against the serial reference: rank r's vector is `r * 7 + i` for byte i (mod 256).
+/// All-gathers (on the hierarchical path where they fit it) and gathers to every root (by
+/// messages), of vectors of 1 to 4 bytes and of 510 and 511 bytes a rank (on 8 ranks, the
+/// most an all-gather takes on the path, and one more), each against the serial reference:
+/// rank r's vector is `r * 7 + i` for byte i (mod 256).
 fn hierarchy_gathers(comm: &SimpleCommunicator) {
     let (rank, size) = (comm.rank(), comm.size());
     let vector =
@@ -2110,18 +2098,10 @@ fn every_collective_hierarchically_across_hosts() {
             expected.push(format!(
                 "reduce: rank {rank}: reduce_into: rank 0 {refused}"
             ));
-            expected.push(format!(
-                "gather: rank {rank}: gather_into: rank 0 {refused}"
-            ));
         }
         expected.push(format!(
             "all_gather: rank {last}: all_gather_into: the receive buffer holds {} elements \
              where {n} are needed",
-            n - 1
-        ));
-        expected.push(format!(
-            "gather: rank 0: gather_into_root: the receive buffer holds {} elements where {n} \
-             are needed",
             n - 1
         ));
         for rank in 0..last {
@@ -2196,11 +2176,10 @@ fn a_leader_that_fails_fails_every_later_call_naming_it() {
         ("all_reduce after", "all_reduce_into"),
         ("reduce after", "reduce_into"),
         ("all_gather after", "all_gather_into"),
-        ("gather after", "gather_into"),
     ] {
         for rank in 0..8 {
             let operation = match (rank, operation) {
-                (0, "reduce_into" | "gather_into") => format!("{operation}_root"),
+                (0, "reduce_into") => format!("{operation}_root"),
                 _ => operation.to_string(),
             };
             if rank == 4 && what == "all_reduce failing" {
@@ -2226,13 +2205,14 @@ fn a_leader_that_fails_fails_every_later_call_naming_it() {
     }
 }
 
-/// All-gathers and gathers take the hierarchical path across hosts (2 ranks on each of 4
-/// hosts, dealt round: no host holds consecutive ranks), each against the serial reference,
-/// on a duplicate of the world and on halves of it split by color (ranks 0, 1, 4 and 5 on 2
-/// hosts: the PML's hosts of the world's ranks mapped through the half's group), on either
-/// side of the path's limit; the ranks that lead no host send no message in 20 short ones.
+/// All-gathers take the hierarchical path across hosts (2 ranks on each of 4 hosts, dealt
+/// round: no host holds consecutive ranks), each against the serial reference, with gathers
+/// beside them, on a duplicate of the world and on halves of it split by color (ranks 0, 1, 4
+/// and 5 on 2 hosts: the PML's hosts of the world's ranks mapped through the half's group), on
+/// either side of the path's limit; the ranks that lead no host send no message in 20 short
+/// all-gathers.
 #[test]
-fn gathers_take_the_hierarchical_path_across_hosts() {
+fn all_gathers_take_the_hierarchical_path_across_hosts() {
     if !across_test_hosts() {
         return;
     }
@@ -2248,7 +2228,7 @@ fn gathers_take_the_hierarchical_path_across_hosts() {
         }
     }
     for rank in 4..8 {
-        let line = format!("rank {rank}: frames sent in 20 gathers: 0");
+        let line = format!("rank {rank}: frames sent in 20 all-gathers: 0");
         assert!(out.contains(&line), "missing {line:?} in\n{out}");
     }
 }

@@ -1,5 +1,5 @@
-//! Short blocking barriers, broadcasts, reductions, all-reductions, gathers and all-gathers on
-//! a communicator whose ranks lie on several hosts, several on some: shared memory inside each
+//! Short blocking barriers, broadcasts, reductions, all-reductions and all-gathers on a
+//! communicator whose ranks lie on several hosts, several on some: shared memory inside each
 //! host, messages between hosts (MPICH's and Open MPI's hierarchical collectives, UCC's node
 //! leaders).
 //!
@@ -11,10 +11,9 @@
 //! ordered by their lowest rank), on context ids derived from the communicator's, so no
 //! agreement is needed. Every call then runs three phases: the host's ranks give their part
 //! to their leader through the host's area; the leaders trade one block each by messages,
-//! each to each in one round (`Leaders::exchange`; a broadcast's leader sends to each other;
-//! a gather's leaders send their host's vectors to the root's leader only, their status to
-//! the others: `Shape`); each leader publishes the call's outcome to its host's ranks through
-//! the area. The
+//! each to each in one round (`Leaders::exchange`; a broadcast's leader sends to each other);
+//! each leader publishes the call's outcome to its host's ranks through the area (`Shape`
+//! says what the blocks and the releases carry). The
 //! leaders' messages need no plan: the leaders' list, their buffers and their handles are
 //! made once and reused. One round of each to each costs every leader a message per other
 //! host, which beats a tree's rounds of latency for the few hosts a job spans here; many
@@ -41,10 +40,12 @@
 //! A reduction folds each host's vectors in rank order in the area, then the hosts' partial
 //! results in the leaders' order. That is rank order only where each host holds a run of
 //! consecutive ranks (`Hierarchy::keeps_rank_order`): a non-commutative operation on other
-//! placements goes by messages over the whole communicator instead. A gather and an all-gather
-//! put each host's vectors in rank order in its leader's block, and each rank's vector in its
-//! place in the result (`Hierarchy::place_in_host`), on any placement; they fit the path where
-//! the whole result does.
+//! placements goes by messages over the whole communicator instead. An all-gather puts each
+//! host's vectors in rank order in its leader's block, and each rank's vector in its place in
+//! the result (`Hierarchy::place_in_host`), on any placement; it fits the path where the whole
+//! result does. A gather does not take the path: every rank would wait for the verdict, where
+//! by messages a rank other than the root leaves once its vector is sent (measured 3 to 4
+//! times slower with OSU's gather across 4 hosts).
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -156,7 +157,7 @@ pub(crate) struct Hierarchy {
     /// Each rank's host (see `Hosts`).
     host_of: Vec<u32>,
     /// Each rank's place among its host's ranks, in rank order: where its vector lies in its
-    /// leader's block of a gather.
+    /// leader's block of an all-gather.
     place_in_host: Vec<u32>,
     /// The leaders' messages, on the leader only.
     leaders: Option<Leaders>,
@@ -168,8 +169,7 @@ pub(crate) struct Hierarchy {
 }
 
 /// How a call's data follows the statuses where the call is fine: what this leader's block
-/// carries after its status, which leader takes the blocks' data, and what this host's release
-/// carries after its status.
+/// and this host's release carry after their status.
 #[derive(Clone, Copy)]
 struct Shape {
     /// Whether the call fits the path, by this rank's length (the same on every rank whose
@@ -177,9 +177,6 @@ struct Shape {
     fits: bool,
     /// The bytes after the status in this leader's block: its host's part.
     block: usize,
-    /// The leader (its place in the leaders' order, its host's number) that takes every
-    /// block's data, or `None` for every leader; the others take the statuses alone.
-    data_to: Option<u32>,
     /// The bytes after the status in this host's release.
     release: usize,
 }
@@ -191,7 +188,6 @@ impl Shape {
         Shape {
             fits: len <= HIERARCHY_MAX,
             block: len,
-            data_to: None,
             release: len,
         }
     }
@@ -496,9 +492,8 @@ impl Hierarchy {
     /// verdict, the same on every leader: the first error in the leaders' order, else a
     /// disagreement between the hosts' lengths (named against rank 0's, the first leader's),
     /// else by messages where the vectors are too long, else fine, with `combine` over every
-    /// leader's block in the leaders' order into `release`'s data (on the leader that takes
-    /// the blocks' data, or every leader). This leader's own failure in the exchange is its
-    /// error, and the call's verdict for its host's ranks.
+    /// leader's block in the leaders' order into `release`'s data. This leader's own failure
+    /// in the exchange is its error, and the call's verdict for its host's ranks.
     fn settle(
         leaders: &Leaders,
         mine: Status,
@@ -506,12 +501,12 @@ impl Hierarchy {
         release: &mut [u8],
         combine: impl FnOnce(&[u8], &mut [u8]),
     ) -> (Status, Result<(), Cause>) {
-        let head = mine.write(release);
+        mine.write(release);
         let end = mine.carrying(shape.block);
         let failed = Status::LeaderFailed {
             leader: leaders.me(),
         };
-        if let Err(cause) = leaders.exchange(&release[..end], head, shape.data_to) {
+        if let Err(cause) = leaders.exchange(&release[..end]) {
             return (failed, Err(cause));
         }
         let blocks = leaders.blocks.borrow();
@@ -534,9 +529,7 @@ impl Hierarchy {
         if statuses().any(|s| matches!(s, Status::ByMessages { .. })) {
             return (Status::ByMessages { len: reference }, Ok(()));
         }
-        if shape.data_to.is_none_or(|l| l == leaders.comm.rank) {
-            combine(&blocks, &mut release[STATUS..STATUS + shape.release]);
-        }
+        combine(&blocks, &mut release[STATUS..STATUS + shape.release]);
         (
             Status::Fine {
                 rank: leaders.me(),
@@ -620,28 +613,17 @@ impl Hierarchy {
         Ok(fine)
     }
 
-    /// Every rank's `send` in rank order in `recv` (every rank's for an all-gather, the
-    /// root's for a gather, rooted at `root`, a rank here: the others learn only of errors);
-    /// `false`, with nothing copied, where the vectors are too long for the path (every rank
-    /// learns it: then all go by messages). Each host's vectors go to its leader through the
-    /// area, each leader's block to every leader (to the root's only, for a gather: the
-    /// others get its status), and the vectors in rank order in the releases (to the root's
-    /// host only, for a gather).
-    pub(crate) fn gather(
-        &self,
-        root: Option<u32>,
-        send: &[u8],
-        recv: Option<&mut [u8]>,
-    ) -> Result<bool, Cause> {
+    /// Every rank's `send` in rank order in every rank's `recv`; `false`, with nothing
+    /// copied, where the vectors are too long for the path (every rank learns it: then all go
+    /// by messages). Each host's vectors go to its leader through the area, each leader's
+    /// block to every leader, and the vectors in rank order in the releases.
+    pub(crate) fn all_gather(&self, send: &[u8], recv: &mut [u8]) -> Result<bool, Cause> {
         let len = send.len();
         let whole = len * self.host_of.len();
-        let root_host = root.map(|root| self.host_of[root as usize]);
-        let on_root_host = root_host.is_none_or(|h| h == self.host_of[self.me() as usize]);
         let shape = Shape {
             fits: whole <= HIERARCHY_MAX,
             block: len * self.members.len(),
-            data_to: root_host,
-            release: if on_root_host { whole } else { 0 },
+            release: whole,
         };
         let mut release = self.release.borrow_mut();
         // The host's vectors in its leader's block, where the call fits the path (else the
@@ -663,13 +645,13 @@ impl Hierarchy {
                 vector.copy_from_slice(&blocks[at..at + len]);
             }
         })?;
-        if let (true, Some(recv)) = (fine, recv) {
+        if fine {
             recv.copy_from_slice(&release[STATUS..STATUS + whole]);
         }
         Ok(fine)
     }
 
-    /// Takes part in a call (a reduction, an all-reduce, a gather or an all-gather) only to
+    /// Takes part in a call (a reduction, an all-reduce or an all-gather) only to
     /// say that this rank refused its arguments: in its host's area, and as a leader among
     /// the leaders, so that every rank fails naming it instead of waiting.
     pub(crate) fn refuse(&self) {
@@ -761,10 +743,9 @@ impl Leaders {
 
     /// Every leader's `mine` (at most `SHARED_MAX` bytes; each leader's of its own length)
     /// in its slot of `blocks` (`SHARED_MAX` bytes a leader), in the leaders' order: one
-    /// message from each to each, all posted before any is awaited; where `data_to` names a
-    /// leader, the others get only the first `head` bytes (the status). A leader whose
-    /// messages failed before (`broken`) sends only that, and receives nothing.
-    fn exchange(&self, mine: &[u8], head: usize, data_to: Option<u32>) -> Result<(), Cause> {
+    /// message from each to each, all posted before any is awaited. A leader whose messages
+    /// failed before (`broken`) sends only that, and receives nothing.
+    fn exchange(&self, mine: &[u8]) -> Result<(), Cause> {
         let me = self.comm.rank as usize;
         let mut blocks = self.blocks.borrow_mut();
         blocks.resize(self.ranks.len() * SHARED_MAX, 0);
@@ -794,10 +775,6 @@ impl Leaders {
             }
         };
         for l in (0..self.ranks.len() as u32).filter(|&l| l as usize != me) {
-            let sent = match data_to {
-                Some(to) if to != l => &sent[..head.min(sent.len())],
-                _ => sent,
-            };
             match self.post_send(l, sent) {
                 Ok(handle) => handles.push(handle),
                 Err(cause) => posted = posted.and(Err(cause)),

@@ -164,12 +164,11 @@ pub trait Root {
         let _in = entered(comm, "gather_into", Some(root));
         intra_only(comm, OPERATION)?;
         let (checked, datatype) = calls::check_gather(comm, root, send, None::<&NoBuffer>)
-            .map_err(shared::refusing_hierarchically(
+            .map_err(shared::refusing(
                 comm,
                 OPERATION,
                 select::gather_in_shared_memory(),
                 own(send),
-                true,
             ))?;
         let sent = Outgoing::of(send).map_err(|c| Error::new(OPERATION, c))?;
         if shared::try_gather(comm, checked, sent.bytes(), None, datatype)? {
@@ -195,15 +194,13 @@ pub trait Root {
         let (comm, root) = (self.root_comm(), self.root_rank());
         let _in = entered(comm, "gather_into_root", Some(root));
         intra_only(comm, OPERATION)?;
-        let (checked, datatype) = calls::check_gather(comm, root, send, Some(&*recv)).map_err(
-            shared::refusing_hierarchically(
+        let (checked, datatype) =
+            calls::check_gather(comm, root, send, Some(&*recv)).map_err(shared::refusing(
                 comm,
                 OPERATION,
                 select::gather_in_shared_memory(),
                 own(send),
-                true,
-            ),
-        )?;
+            ))?;
         area_or_messages(
             comm,
             OPERATION,

@@ -1515,8 +1515,8 @@ pub(crate) fn refusing<'c>(
 }
 
 /// [`refusing`] for a call that may take the hierarchical path: a reduction or an all-reduce
-/// under an operation that is `commutative` or not, a gather or an all-gather (`true`: the
-/// vectors go to their ranks' places whatever the hosts' order). On a communicator whose such
+/// under an operation that is `commutative` or not, or an all-gather (`true`: the vectors go
+/// to their ranks' places whatever the hosts' order). On a communicator whose such
 /// calls take that path, this rank takes its part in that path's phases to say so.
 pub(crate) fn refusing_hierarchically<'c>(
     comm: &'c CommData,
@@ -1648,7 +1648,7 @@ pub(crate) fn try_all_gather(
     let wanted = select::allgather_in_shared_memory();
     let gathered = match meeting(comm, OPERATION, wanted, datatype, send.len())? {
         Meeting::Area(area) => area.all_gather(send, recv),
-        Meeting::Hierarchy(parts) => parts.gather(None, send, Some(recv)),
+        Meeting::Hierarchy(parts) => parts.all_gather(send, recv),
         Meeting::Messages => return Ok(false),
     };
     gathered.map_err(|cause| Error::new(OPERATION, cause))
@@ -1687,12 +1687,11 @@ pub(crate) fn try_gather(
         "gather_into"
     };
     let wanted = select::gather_in_shared_memory();
-    let gathered = match meeting(comm, operation, wanted, datatype, send.len())? {
-        Meeting::Area(area) => area.gather(root, send, recv),
-        Meeting::Hierarchy(parts) => parts.gather(Some(root), send, recv),
-        Meeting::Messages => return Ok(false),
+    let Some(area) = usable_area(comm, operation, wanted, datatype, send.len())? else {
+        return Ok(false);
     };
-    gathered.map_err(|cause| Error::new(operation, cause))
+    area.gather(root, send, recv)
+        .map_err(|cause| Error::new(operation, cause))
 }
 
 /// Runs a blocking scatter from `root` (a rank of `comm`) through the area; `send` is the
