@@ -432,13 +432,6 @@ impl Color {
 /// The ordering key of a split.
 pub type Key = i32;
 
-/// The name of this process's host, as the processes of one host share it.
-pub(crate) fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim().to_string())
-        .unwrap_or_else(|_| "localhost".to_string())
-}
-
 /// Longest host name the shared-memory split compares (Linux's `HOST_NAME_MAX`).
 pub(crate) const HOST_NAME_MAX: usize = 64;
 
@@ -446,7 +439,7 @@ pub(crate) const HOST_NAME_MAX: usize = 64;
 /// their host (the shared-memory split, the collectives' hosts).
 pub(crate) fn host_record() -> [u8; HOST_NAME_MAX] {
     let mut mine = [0u8; HOST_NAME_MAX];
-    let name = hostname();
+    let name = pml::transport::hostname();
     let len = name.len().min(HOST_NAME_MAX);
     mine[..len].copy_from_slice(&name.as_bytes()[..len]);
     mine
