@@ -13,6 +13,7 @@
 //!   receive of its `N`th exchange between the hosts' leaders (counted from 1 over every
 //!   such exchange of the process).
 
+use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
@@ -38,7 +39,9 @@ fn faults() -> &'static Faults {
         let Ok(text) = std::env::var(VARIABLE) else {
             return Faults::default();
         };
-        parse(&text).unwrap_or_else(|why| panic!("{VARIABLE}={text}: {why}"))
+        parse(&text).unwrap_or_else(|why| {
+            panic!("{VARIABLE}={text:?}: {why} ({VARIABLE} is a switch of mpirt's tests only)")
+        })
     })
 }
 
@@ -48,15 +51,11 @@ fn parse(text: &str) -> Result<Faults, String> {
         let (kind, at) = fault
             .split_once('@')
             .ok_or_else(|| format!("{fault:?} names no rank (KIND@RANK)"))?;
-        let number = |s: &str| {
-            s.parse::<u64>()
-                .map_err(|_| format!("{s:?} in {fault:?} is not a number"))
-        };
         match (kind, at.split_once(':')) {
-            ("area-map", None) => faults.area_map.push(number(at)? as u32),
+            ("area-map", None) => faults.area_map.push(number(at, fault)?),
             ("leader-recv", Some((rank, call))) => faults
                 .leader_recv
-                .push((number(rank)? as u32, number(call)?)),
+                .push((number(rank, fault)?, number(call, fault)?)),
             _ => {
                 return Err(format!(
                     "{fault:?} is none of area-map@RANK, leader-recv@RANK:CALL"
@@ -65,6 +64,13 @@ fn parse(text: &str) -> Result<Faults, String> {
         }
     }
     Ok(faults)
+}
+
+/// A number of `fault`, read in the type it is kept in, so that one too large is refused,
+/// not truncated to another rank.
+fn number<T: FromStr>(text: &str, fault: &str) -> Result<T, String> {
+    text.parse()
+        .map_err(|_| format!("{text:?} in {fault:?} is not a number that fits"))
 }
 
 /// Whether this rank is to map no collective area.
@@ -97,5 +103,11 @@ mod tests {
         assert!(parse("area-map").unwrap_err().contains("names no rank"));
         assert!(parse("leader-recv@2").unwrap_err().contains("none of"));
         assert!(parse("area-map@x").unwrap_err().contains("not a number"));
+        assert!(parse("area-map@4294967296")
+            .unwrap_err()
+            .contains("not a number"));
+        assert!(parse("leader-recv@1:18446744073709551616")
+            .unwrap_err()
+            .contains("not a number"));
     }
 }
