@@ -1882,6 +1882,34 @@ fn every_collective_on_16_ranks() {
     ok_job(16, &[]);
 }
 
+/// A rank that cannot map its communicators' collective area (`MPIRT_TEST_FAULT=area-map@1`,
+/// as on a host whose /dev/shm is full) takes every rank of them by messages together, where
+/// before it panicked: the other ranks' areas mapped, and the minimum of the set-up's 'failed
+/// to map' flags read 0. Every collective checked against the serial reference.
+#[test]
+fn a_rank_whose_area_fails_takes_every_rank_by_messages() {
+    if common::spread_over_hosts() {
+        println!(
+            "skipped: needs the ranks on one host (across hosts \
+             a_host_whose_area_fails_takes_every_rank_by_messages checks this)"
+        );
+        return;
+    }
+    let envs = [("MPIRT_VERBOSE", "1"), ("MPIRT_TEST_FAULT", "area-map@1")];
+    let stderr = ok_job_launched(Launch::Rsrun, 4, &envs);
+    for rank in 0..4 {
+        let line = format!(
+            "mpirt: rank {rank}: collective area of 4 ranks unavailable: collectives go by \
+             messages"
+        );
+        assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
+    }
+    assert!(
+        !stderr.contains("area of 4 ranks ready"),
+        "a communicator with rank 1 met in an area\n{stderr}"
+    );
+}
+
 /// Over TCP, with a small eager limit so that long parts go by rendezvous there too.
 #[test]
 fn every_collective_over_tcp() {
