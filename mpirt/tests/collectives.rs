@@ -1644,10 +1644,10 @@ fn hierarchy_gathers(comm: &SimpleCommunicator) {
     }
 }
 
-/// Reductions, all-reductions and broadcasts whose ranks' lengths disagree, on 2 ranks on
-/// each of 2 hosts (ranks 0 and 1 on one, 2 and 3 on the other): on either side of the
-/// hierarchical path's limit (510 f64 fit it, 511 do not), inside a host and between hosts,
-/// where both fit; every rank that cannot take the call fails naming a rank whose length is
+/// Reductions, all-reductions, broadcasts and all-gathers whose ranks' lengths disagree, on 2
+/// ranks on each of 2 hosts (ranks 0 and 1 on one, 2 and 3 on the other): on either side of
+/// the hierarchical path's limit (510 f64 fit it, 511 do not; 4 all-gathered vectors of 1020
+/// bytes fit it, one of 1021 does not), inside a host and between hosts, where both fit; every rank that cannot take the call fails naming a rank whose length is
 /// not its own, and an all-reduce after each pairs on every rank.
 fn hierarchy_lengths(world: &SimpleCommunicator) {
     let rank = world.rank();
@@ -1705,6 +1705,27 @@ fn hierarchy_lengths(world: &SimpleCommunicator) {
         "broadcast, root's host short",
         1,
         if rank == 0 { 500 } else { 510 },
+    );
+    let all_gather = |what: &str, n: usize| {
+        let send = vec![rank as u8; n];
+        let mut recv = vec![0u8; n * 4];
+        match world.try_all_gather_into(&send[..], &mut recv[..]) {
+            Ok(()) => println!("{what}: rank {rank}: ok"),
+            Err(e) => println!("{what}: {e}"),
+        }
+        check(what);
+    };
+    all_gather(
+        "all_gather, last rank long",
+        if rank == 3 { 1021 } else { 1020 },
+    );
+    all_gather(
+        "all_gather, second host longer",
+        if rank >= 2 { 1001 } else { 1000 },
+    );
+    all_gather(
+        "all_gather, within a host",
+        if rank == 1 { 1001 } else { 1000 },
     );
 }
 
@@ -2262,10 +2283,11 @@ fn all_gathers_take_the_hierarchical_path_across_hosts() {
 }
 
 /// Lengths that disagree on a communicator whose collectives take the hierarchical path (2
-/// ranks on each of 2 hosts), on either side of its limit or between hosts, are an error
-/// naming the rank and both lengths on every rank that cannot take the call: before, a rank
-/// whose length crossed the limit went by messages alone while the others waited in the
-/// hierarchy, and errors read through a release named lengths 16 bytes too long.
+/// ranks on each of 2 hosts), on either side of its limit, between hosts or inside one, are
+/// an error naming the rank and both lengths on every rank that cannot take the call (every
+/// rank of an all-gather): before, a rank whose length crossed the limit went by messages
+/// alone while the others waited in the hierarchy, and errors read through a release named
+/// lengths 16 bytes too long. An all-reduce after each pairs on every rank.
 #[test]
 fn lengths_disagreeing_across_hosts_are_an_error() {
     if !across_test_hosts() {
@@ -2280,6 +2302,8 @@ fn lengths_disagreeing_across_hosts_are_an_error() {
                 "{line}{}: rank {peer} sent {got} bytes where this rank expected {expected}",
                 if what.starts_with("broadcast") {
                     "broadcast_into"
+                } else if what.starts_with("all_gather") {
+                    "all_gather_into"
                 } else if what == "reduce" && rank == 0 {
                     "reduce_into_root"
                 } else if what == "reduce" {
@@ -2325,6 +2349,22 @@ fn lengths_disagreeing_across_hosts_are_an_error() {
         said("broadcast, root's host short", rank, 1, 4080, 4080);
     }
     said("broadcast, root's host short", 0, 1, 4080, 4000);
+    // An all-gather's lengths are each rank's own vector: 4 of 1020 bytes fill the path's
+    // 4080, one of 1021 passes it.
+    for rank in 0..3 {
+        said("all_gather, last rank long", rank, 3, 1021, 1020);
+    }
+    said("all_gather, last rank long", 3, 2, 1020, 1021);
+    for rank in 0..2 {
+        said("all_gather, second host longer", rank, 2, 1001, 1000);
+    }
+    for rank in 2..4 {
+        said("all_gather, second host longer", rank, 0, 1000, 1001);
+    }
+    for rank in [0, 2, 3] {
+        said("all_gather, within a host", rank, 1, 1001, 1000);
+    }
+    said("all_gather, within a host", 1, 0, 1000, 1001);
 }
 
 #[test]
