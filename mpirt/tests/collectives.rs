@@ -62,18 +62,24 @@ fn rank_mode() {
             hierarchy_gathers(&half.expect("every rank has a color"));
             // On the hierarchical path a rank that leads no host sends no message: its
             // vector goes through its host's area, and the result comes back through it.
-            let sent = || universe.counters().map_or(0, |c| c.frames_sent);
+            let sent = || universe.counters().map(|c| c.frames_sent);
             let before = sent();
             let mut got = vec![0i32; dup.size() as usize];
             for _ in 0..20 {
                 dup.all_gather_into(&dup.rank(), &mut got[..]);
             }
             assert_eq!(got, (0..dup.size()).collect::<Vec<_>>());
-            let frames = sent() - before;
-            println!(
-                "rank {}: frames sent in 20 all-gathers: {frames}",
-                dup.rank()
-            );
+            match sent().zip(before) {
+                Some((after, before)) => println!(
+                    "rank {}: frames sent in 20 all-gathers: {}",
+                    dup.rank(),
+                    after - before
+                ),
+                None => println!(
+                    "rank {}: frames not counted: this PML keeps no counters",
+                    dup.rank()
+                ),
+            }
         }
         "all-refusals" => refusals_of_all(&world),
         "area-wakes" => {
@@ -2275,6 +2281,10 @@ fn all_gathers_take_the_hierarchical_path_across_hosts() {
             let line = format!("mpirt: rank {rank}: collectives of {line}");
             assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
         }
+    }
+    if common::test_pml() == "ucx" {
+        println!("skipped the count of frames sent: the UCX PML keeps no counters");
+        return;
     }
     for rank in 4..8 {
         let line = format!("rank {rank}: frames sent in 20 all-gathers: 0");
