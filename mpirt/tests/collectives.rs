@@ -1532,8 +1532,9 @@ fn refusals(world: &SimpleCommunicator) {
 }
 
 /// On the hierarchical path: the last rank's receive buffer of an all-reduce, then the root's
-/// of a reduction, then the last rank's of an all-gather, is one element short; each refuses, takes its part to say so, and every other rank names it; an
-/// all-reduce after them pairs alike on every rank.
+/// of a reduction, then the last rank's of an all-gather, is one element short; each
+/// refuses, takes its part to say so, and every other rank names it; an all-reduce after them
+/// pairs alike on every rank.
 fn hierarchy_refusals(world: &SimpleCommunicator) {
     let (rank, size) = (world.rank(), world.size());
     let report = |what: &str, result: Result<(), mpirt::Error>| match result {
@@ -2080,12 +2081,11 @@ fn across_test_hosts() -> bool {
 
 /// Ranks on several hosts, more than one on some (MPIRT_TEST_HOSTS, which tools/test-all.sh
 /// sets to 4 test hosts): every collective against the serial reference, with the short
-/// barriers, broadcasts, reductions, all-reductions, gathers and all-gathers on the
-/// hierarchical path (shared
-/// memory inside a host, messages between hosts), on 2 ranks on each of 4 hosts (ranks
-/// dealt round the hosts: non-commutative reductions go by messages), on runs of 2 ranks on
-/// each of 4 hosts and on 3 ranks on one host and 1 on another (runs of ranks: those take
-/// the path too, the hosts' partial results folded in order).
+/// barriers, broadcasts, reductions, all-reductions and all-gathers on the hierarchical path
+/// (shared memory inside a host, messages between hosts), on 2 ranks on each of 4 hosts
+/// (ranks dealt round the hosts: non-commutative reductions go by messages), on runs of 2
+/// ranks on each of 4 hosts and on 3 ranks on one host and 1 on another (runs of ranks: those
+/// take the path too, the hosts' partial results folded in order).
 #[test]
 fn every_collective_hierarchically_across_hosts() {
     if !across_test_hosts() {

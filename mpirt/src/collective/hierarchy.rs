@@ -4,8 +4,9 @@
 //! leaders).
 //!
 //! The communicator's first blocking collective that may meet in shared memory learns every
-//! rank's host (`Hosts`: from the PML's table, which the ranks traded at wire-up, so no
-//! message is needed), and where the ranks span several hosts with more than one on some,
+//! rank's host (`Hosts`: from the PML's table, which the ranks traded at wire-up, with no
+//! message; the UCX PML keeps no such table, and there the ranks all-gather their host
+//! names once), and where the ranks span several hosts with more than one on some,
 //! makes two parts of the communicator once: its ranks on this host (ranked as here), with
 //! their own shared-memory area, and one leader per host (the host's lowest rank; the hosts
 //! ordered by their lowest rank), on context ids derived from the communicator's, so no
