@@ -713,14 +713,9 @@ pub trait Communicator {
     }
     fn try_split_shared(&self, key: Key) -> Result<SimpleCommunicator, Error> {
         let data = self.data();
-        let fail = |e: Error| Error::new("split_shared", e.cause().clone());
-        let mine = host_record();
-        let mut all = vec![[0u8; HOST_NAME_MAX]; data.size as usize];
-        collective::all_gather_on(data, &mine, &mut all[..]).map_err(fail)?;
-        let host = all
-            .iter()
-            .position(|h| *h == mine)
-            .expect("this process's own host");
+        // The PML's table of hosts where it has one (no message), as the collectives learn
+        // them: the split and the collectives' hierarchy group the ranks alike.
+        let host = collective::Hosts::of(data, "split_shared")?.host(data.rank);
         data.split(Color::with_value(host as i32), key, 0, Ok(None))
             .map(|c| c.expect("every process has a host"))
             .map_err(|cause| Error::new("split_shared", cause))

@@ -127,6 +127,11 @@ impl Hosts {
         Hosts { host_of, leaders }
     }
 
+    /// The host of `rank`, numbered by the host's lowest rank.
+    pub(crate) fn host(&self, rank: u32) -> u32 {
+        self.host_of[rank as usize]
+    }
+
     /// Whether the ranks lie on more than one host.
     fn several(&self) -> bool {
         self.leaders.len() > 1
