@@ -157,7 +157,10 @@ if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     hier_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
     MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 MPIRT_SSH_ARGS="$testhosts_ssh_args" \
         cargo test --release -p mpirt --test collectives -- --exact \
-        every_collective_hierarchically_across_hosts lengths_disagreeing_across_hosts_are_an_error
+        every_collective_hierarchically_across_hosts lengths_disagreeing_across_hosts_are_an_error \
+        all_gathers_take_the_hierarchical_path_across_hosts \
+        a_host_whose_area_fails_takes_every_rank_by_messages \
+        a_leader_that_fails_fails_every_later_call_naming_it
     if [ -n "$hier_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
     echo "== collectives: the hierarchical path across test hosts SKIPPED (they need root and ssh-hosts)"

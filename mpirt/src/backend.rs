@@ -223,6 +223,10 @@ impl Pml for AnyPml {
         on_pml!(self, p => p.yield_budget())
     }
 
+    fn host_of(&self, peer: Rank) -> Option<&str> {
+        on_pml!(self, p => p.host_of(peer))
+    }
+
     #[inline]
     unsafe fn post_send(
         &mut self,

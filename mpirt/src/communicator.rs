@@ -432,13 +432,6 @@ impl Color {
 /// The ordering key of a split.
 pub type Key = i32;
 
-/// The name of this process's host, as the processes of one host share it.
-pub(crate) fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim().to_string())
-        .unwrap_or_else(|_| "localhost".to_string())
-}
-
 /// Longest host name the shared-memory split compares (Linux's `HOST_NAME_MAX`).
 pub(crate) const HOST_NAME_MAX: usize = 64;
 
@@ -446,7 +439,7 @@ pub(crate) const HOST_NAME_MAX: usize = 64;
 /// their host (the shared-memory split, the collectives' hosts).
 pub(crate) fn host_record() -> [u8; HOST_NAME_MAX] {
     let mut mine = [0u8; HOST_NAME_MAX];
-    let name = hostname();
+    let name = pml::transport::hostname();
     let len = name.len().min(HOST_NAME_MAX);
     mine[..len].copy_from_slice(&name.as_bytes()[..len]);
     mine
@@ -720,14 +713,9 @@ pub trait Communicator {
     }
     fn try_split_shared(&self, key: Key) -> Result<SimpleCommunicator, Error> {
         let data = self.data();
-        let fail = |e: Error| Error::new("split_shared", e.cause().clone());
-        let mine = host_record();
-        let mut all = vec![[0u8; HOST_NAME_MAX]; data.size as usize];
-        collective::all_gather_on(data, &mine, &mut all[..]).map_err(fail)?;
-        let host = all
-            .iter()
-            .position(|h| *h == mine)
-            .expect("this process's own host");
+        // The PML's table of hosts where it has one (no message), as the collectives learn
+        // them: the split and the collectives' hierarchy group the ranks alike.
+        let host = collective::Hosts::of(data, "split_shared")?.host(data.rank);
         data.split(Color::with_value(host as i32), key, 0, Ok(None))
             .map(|c| c.expect("every process has a host"))
             .map_err(|cause| Error::new("split_shared", cause))

@@ -27,7 +27,7 @@ use pml::{Waiting, Wireup};
 use crate::backend::{self, AnyPml, MessageHandle, PmlChoice};
 use crate::collective::CommunicatorCollectives;
 use crate::communicator::Communicator;
-use crate::communicator::{hostname, CommData, Rank, SimpleCommunicator};
+use crate::communicator::{CommData, Rank, SimpleCommunicator};
 use crate::error::{fatal, Cause, Error};
 use crate::point_to_point::{
     buffer_capacity, buffered_in_flight, finish_buffered_at_finalize, reattach_buffer,
@@ -330,7 +330,7 @@ pub fn library_version() -> Result<String, FromUtf8Error> {
 /// The name of this process's host (`MPI_Get_processor_name`), as `gethostname` gives it;
 /// an `Err` never comes.
 pub fn processor_name() -> Result<String, FromUtf8Error> {
-    Ok(hostname())
+    Ok(pml::transport::hostname())
 }
 
 /// Runs `pick` on the world's and self's communicator data (`MPI_COMM_WORLD`,

@@ -72,6 +72,7 @@ mod context;
 pub mod datatype;
 pub mod environment;
 pub mod error;
+mod fault;
 pub mod group;
 mod partition;
 pub mod point_to_point;

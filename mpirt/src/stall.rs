@@ -187,7 +187,7 @@ pub(crate) fn install(rank: u32, line: Option<StallLine>) -> Result<(), String> 
         (None, Some(t)) => (t, Sink::Stderr),
         (None, None) => return Ok(()),
     };
-    let host = crate::communicator::hostname();
+    let host = pml::transport::hostname();
     pml::stall::set_watch(Some(Arc::new(Watch {
         rank,
         host,

@@ -52,6 +52,35 @@ fn rank_mode() {
         "refusals" => refusals(&world),
         "hierarchy-refusals" => hierarchy_refusals(&world),
         "hierarchy-lengths" => hierarchy_lengths(&world),
+        "hierarchy-leader-fails" => hierarchy_leader_fails(&world),
+        "hierarchy-gathers" => {
+            // On a duplicate of the world and on halves of it (ranks 0, 1, 4 and 5, and the
+            // others).
+            let dup = world.duplicate();
+            hierarchy_gathers(&dup);
+            let half = world.split_by_color(Color::with_value(world.rank() % 4 / 2));
+            hierarchy_gathers(&half.expect("every rank has a color"));
+            // On the hierarchical path a rank that leads no host sends no message: its
+            // vector goes through its host's area, and the result comes back through it.
+            let sent = || universe.counters().map(|c| c.frames_sent);
+            let before = sent();
+            let mut got = vec![0i32; dup.size() as usize];
+            for _ in 0..20 {
+                dup.all_gather_into(&dup.rank(), &mut got[..]);
+            }
+            assert_eq!(got, (0..dup.size()).collect::<Vec<_>>());
+            match sent().zip(before) {
+                Some((after, before)) => println!(
+                    "rank {}: frames sent in 20 all-gathers: {}",
+                    dup.rank(),
+                    after - before
+                ),
+                None => println!(
+                    "rank {}: frames not counted: this PML keeps no counters",
+                    dup.rank()
+                ),
+            }
+        }
         "all-refusals" => refusals_of_all(&world),
         "area-wakes" => {
             // Rank 1 comes late to each barrier, so rank 0 waits in the area past its yields;
@@ -1503,8 +1532,9 @@ fn refusals(world: &SimpleCommunicator) {
 }
 
 /// On the hierarchical path: the last rank's receive buffer of an all-reduce, then the root's
-/// of a reduction, is one element short; each refuses, takes its part to say so, and every
-/// other rank names it; an all-reduce after them pairs alike on every rank.
+/// of a reduction, then the last rank's of an all-gather, is one element short; each
+/// refuses, takes its part to say so, and every other rank names it; an all-reduce after them
+/// pairs alike on every rank.
 fn hierarchy_refusals(world: &SimpleCommunicator) {
     let (rank, size) = (world.rank(), world.size());
     let report = |what: &str, result: Result<(), mpirt::Error>| match result {
@@ -1524,6 +1554,9 @@ fn hierarchy_refusals(world: &SimpleCommunicator) {
         _ => root.try_reduce_into(&pair[..], sum),
     };
     report("reduce", reduced);
+    let n = size as usize;
+    let mut got = vec![0i32; if rank == size - 1 { n - 1 } else { n }];
+    report("all_gather", world.try_all_gather_into(&rank, &mut got[..]));
     let mut total = 0;
     world.all_reduce_into(&rank, &mut total, sum);
     assert_eq!(
@@ -1533,10 +1566,95 @@ fn hierarchy_refusals(world: &SimpleCommunicator) {
     );
 }
 
-/// Reductions, all-reductions and broadcasts whose ranks' lengths disagree, on 2 ranks on
-/// each of 2 hosts (ranks 0 and 1 on one, 2 and 3 on the other): on either side of the
-/// hierarchical path's limit (510 f64 fit it, 511 do not), inside a host and between hosts,
-/// where both fit; every rank that cannot take the call fails naming a rank whose length is
+/// On the hierarchical path, 2 ranks on each of 4 hosts, with rank 4 (leading the third
+/// host) made unable to post the receive of its fourth exchange between the hosts' leaders
+/// (`MPIRT_TEST_FAULT=leader-recv@4:4`): a duplicate's agreement on its context, a barrier
+/// and an all-reduce pass, then every call of
+/// each kind is printed with its outcome (`what: rank R: ok`, or the error); a broadcast's
+/// vector and the results of the calls that pass are checked. A duplicate of the world, whose
+/// first collective comes after the failure, has leaders of its own: its all-reduce passes.
+fn hierarchy_leader_fails(world: &SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    let n = size as usize;
+    let sum = SystemOperation::sum();
+    let report = |what: &str, result: Result<(), mpirt::Error>| match result {
+        Ok(()) => println!("{what}: rank {rank}: ok"),
+        Err(e) => println!("{what}: {e}"),
+    };
+    let all_reduce = |what: &str| {
+        let mut total = 0;
+        let result = world.try_all_reduce_into(&rank, &mut total, sum);
+        if result.is_ok() {
+            assert_eq!(total, size * (size - 1) / 2, "{what}");
+        }
+        report(what, result);
+    };
+    // Made before the failure (a duplicate is collective over the world), its collectives
+    // meet on leaders of its own.
+    let dup = world.duplicate();
+    world.barrier();
+    all_reduce("all_reduce before");
+    all_reduce("all_reduce failing");
+    report("barrier after", world.try_barrier());
+    all_reduce("all_reduce after");
+    let root = world.process_at_rank(0);
+    let reduced = match rank {
+        0 => root.try_reduce_into_root(&rank, &mut 0, sum),
+        _ => root.try_reduce_into(&rank, sum),
+    };
+    report("reduce after", reduced);
+    let mut got = vec![-1i32; n];
+    let gathered = world.try_all_gather_into(&rank, &mut got[..]);
+    if gathered.is_ok() {
+        assert_eq!(got, (0..size).collect::<Vec<_>>(), "all_gather after");
+    }
+    report("all_gather after", gathered);
+    for from in [0, 4] {
+        let mut buf = if rank == from { [7, from] } else { [-1, -1] };
+        let spread = world.process_at_rank(from).try_broadcast_into(&mut buf[..]);
+        if spread.is_ok() {
+            assert_eq!(buf, [7, from], "the broadcast from {from}");
+        }
+        report(&format!("broadcast from {from} after"), spread);
+    }
+    let mut total = 0;
+    dup.all_reduce_into(&rank, &mut total, sum);
+    assert_eq!(total, size * (size - 1) / 2, "the duplicate's all-reduce");
+}
+
+/// All-gathers (on the hierarchical path where they fit it) and gathers to every root (by
+/// messages), of vectors of 1 to 4 bytes and of 510 and 511 bytes a rank (on 8 ranks, the
+/// most an all-gather takes on the path, and one more), each against the serial reference:
+/// rank r's vector is `r * 7 + i` for byte i (mod 256).
+fn hierarchy_gathers(comm: &SimpleCommunicator) {
+    let (rank, size) = (comm.rank(), comm.size());
+    let vector =
+        |r: i32, len: usize| -> Vec<u8> { (0..len).map(|i| (r as usize * 7 + i) as u8).collect() };
+    for len in [1, 2, 3, 4, 510, 511] {
+        let everyone: Vec<u8> = (0..size).flat_map(|r| vector(r, len)).collect();
+        let mine = vector(rank, len);
+        for _ in 0..2 {
+            let mut got = vec![0u8; everyone.len()];
+            comm.all_gather_into(&mine[..], &mut got[..]);
+            assert_eq!(got, everyone, "all_gather of {len} bytes a rank");
+        }
+        for root in 0..size {
+            let at = comm.process_at_rank(root);
+            if rank == root {
+                let mut got = vec![0u8; everyone.len()];
+                at.gather_into_root(&mine[..], &mut got[..]);
+                assert_eq!(got, everyone, "gather of {len} bytes a rank to {root}");
+            } else {
+                at.gather_into(&mine[..]);
+            }
+        }
+    }
+}
+
+/// Reductions, all-reductions, broadcasts and all-gathers whose ranks' lengths disagree, on 2
+/// ranks on each of 2 hosts (ranks 0 and 1 on one, 2 and 3 on the other): on either side of
+/// the hierarchical path's limit (510 f64 fit it, 511 do not; 4 all-gathered vectors of 1020
+/// bytes fit it, one of 1021 does not), inside a host and between hosts, where both fit; every rank that cannot take the call fails naming a rank whose length is
 /// not its own, and an all-reduce after each pairs on every rank.
 fn hierarchy_lengths(world: &SimpleCommunicator) {
     let rank = world.rank();
@@ -1594,6 +1712,27 @@ fn hierarchy_lengths(world: &SimpleCommunicator) {
         "broadcast, root's host short",
         1,
         if rank == 0 { 500 } else { 510 },
+    );
+    let all_gather = |what: &str, n: usize| {
+        let send = vec![rank as u8; n];
+        let mut recv = vec![0u8; n * 4];
+        match world.try_all_gather_into(&send[..], &mut recv[..]) {
+            Ok(()) => println!("{what}: rank {rank}: ok"),
+            Err(e) => println!("{what}: {e}"),
+        }
+        check(what);
+    };
+    all_gather(
+        "all_gather, last rank long",
+        if rank == 3 { 1021 } else { 1020 },
+    );
+    all_gather(
+        "all_gather, second host longer",
+        if rank >= 2 { 1001 } else { 1000 },
+    );
+    all_gather(
+        "all_gather, within a host",
+        if rank == 1 { 1001 } else { 1000 },
     );
 }
 
@@ -1771,6 +1910,34 @@ fn every_collective_on_16_ranks() {
     ok_job(16, &[]);
 }
 
+/// A rank that cannot map its communicators' collective area (`MPIRT_TEST_FAULT=area-map@1`,
+/// as on a host whose /dev/shm is full) takes every rank of them by messages together, where
+/// before it panicked: the other ranks' areas mapped, and the minimum of the set-up's 'failed
+/// to map' flags read 0. Every collective checked against the serial reference.
+#[test]
+fn a_rank_whose_area_fails_takes_every_rank_by_messages() {
+    if common::spread_over_hosts() {
+        println!(
+            "skipped: needs the ranks on one host (across hosts \
+             a_host_whose_area_fails_takes_every_rank_by_messages checks this)"
+        );
+        return;
+    }
+    let envs = [("MPIRT_VERBOSE", "1"), ("MPIRT_TEST_FAULT", "area-map@1")];
+    let stderr = ok_job_launched(Launch::Rsrun, 4, &envs);
+    for rank in 0..4 {
+        let line = format!(
+            "mpirt: rank {rank}: collective area of 4 ranks unavailable: collectives go by \
+             messages"
+        );
+        assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
+    }
+    assert!(
+        !stderr.contains("area of 4 ranks ready"),
+        "a communicator with rank 1 met in an area\n{stderr}"
+    );
+}
+
 /// Over TCP, with a small eager limit so that long parts go by rendezvous there too.
 #[test]
 fn every_collective_over_tcp() {
@@ -1914,11 +2081,11 @@ fn across_test_hosts() -> bool {
 
 /// Ranks on several hosts, more than one on some (MPIRT_TEST_HOSTS, which tools/test-all.sh
 /// sets to 4 test hosts): every collective against the serial reference, with the short
-/// barriers, broadcasts, reductions and all-reductions on the hierarchical path (shared
-/// memory inside a host, messages between hosts), on 2 ranks on each of 4 hosts (ranks
-/// dealt round the hosts: non-commutative reductions go by messages), on runs of 2 ranks on
-/// each of 4 hosts and on 3 ranks on one host and 1 on another (runs of ranks: those take
-/// the path too, the hosts' partial results folded in order).
+/// barriers, broadcasts, reductions, all-reductions and all-gathers on the hierarchical path
+/// (shared memory inside a host, messages between hosts), on 2 ranks on each of 4 hosts
+/// (ranks dealt round the hosts: non-commutative reductions go by messages), on runs of 2
+/// ranks on each of 4 hosts and on 3 ranks on one host and 1 on another (runs of ranks: those
+/// take the path too, the hosts' partial results folded in order).
 #[test]
 fn every_collective_hierarchically_across_hosts() {
     if !across_test_hosts() {
@@ -1987,17 +2154,150 @@ fn every_collective_hierarchically_across_hosts() {
                 "reduce: rank {rank}: reduce_into: rank 0 {refused}"
             ));
         }
+        expected.push(format!(
+            "all_gather: rank {last}: all_gather_into: the receive buffer holds {} elements \
+             where {n} are needed",
+            n - 1
+        ));
+        for rank in 0..last {
+            expected.push(format!(
+                "all_gather: rank {rank}: all_gather_into: rank {last} {refused}"
+            ));
+        }
         for line in expected {
             assert!(out.contains(&line), "{n} ranks: missing {line:?} in\n{out}");
         }
     }
 }
 
+/// A host whose shared-memory area cannot be set up (`MPIRT_TEST_FAULT=area-map@R`: rank R
+/// maps no area, as on a host whose /dev/shm is full) takes every rank's collectives by
+/// messages, on every rank together: every collective against the serial reference, with a
+/// non-leader failing (ranks dealt round the hosts: rank 7 shares the fourth host with rank
+/// 3) and with a leader failing (runs of 2 ranks: rank 2 leads the second host, and creates
+/// its area).
+#[test]
+fn a_host_whose_area_fails_takes_every_rank_by_messages() {
+    if !across_test_hosts() {
+        return;
+    }
+    for (launch, failing) in [
+        (Launch::Rsrun, "area-map@7"),
+        (Launch::RsrunPerHost { ranks: 2 }, "area-map@2"),
+    ] {
+        let envs = [("MPIRT_VERBOSE", "1"), ("MPIRT_TEST_FAULT", failing)];
+        let stderr = ok_job_launched(launch, 8, &envs);
+        for rank in 0..8 {
+            let line = format!(
+                "mpirt: rank {rank}: collectives of 8 ranks not hierarchical (a host's area is \
+                 unavailable): by messages"
+            );
+            assert!(
+                stderr.contains(&line),
+                "{failing}: missing {line:?} in\n{stderr}"
+            );
+        }
+        assert!(
+            !stderr.contains("collectives of 8 ranks hierarchical over"),
+            "{failing}: a rank took the hierarchical path\n{stderr}"
+        );
+    }
+}
+
+/// A leader that cannot post a receive in the exchange between the hosts' leaders
+/// (`MPIRT_TEST_FAULT=leader-recv@4:4`, 2 ranks on each of 4 hosts, rank 4 leading the
+/// third): that call and every later one that exchanges between the leaders fails on every
+/// rank naming it (its own error names the receive), with no hang and no other call's bytes;
+/// a broadcast fails on the ranks whose leader is the failed one, or whose root's is (but its
+/// host's other ranks), and the others get the root's vector. A duplicate of the world
+/// works.
+#[test]
+fn a_leader_that_fails_fails_every_later_call_naming_it() {
+    if !across_test_hosts() {
+        return;
+    }
+    let launch = Launch::RsrunPerHost { ranks: 2 };
+    let envs = [("MPIRT_TEST_FAULT", "leader-recv@4:4")];
+    let (out, _) = ok_job_on(launch, 8, "hierarchy-leader-fails", &envs);
+    let failed = "rank 4, which leads a host in this call's exchange between hosts, failed \
+                  there (its own error says why)";
+    let said = |line: String| assert!(out.contains(&line), "missing {line:?} in\n{out}");
+    for rank in 0..8 {
+        said(format!("all_reduce before: rank {rank}: ok"));
+    }
+    for (what, operation) in [
+        ("all_reduce failing", "all_reduce_into"),
+        ("barrier after", "barrier"),
+        ("all_reduce after", "all_reduce_into"),
+        ("reduce after", "reduce_into"),
+        ("all_gather after", "all_gather_into"),
+    ] {
+        for rank in 0..8 {
+            let operation = match (rank, operation) {
+                (0, "reduce_into") => format!("{operation}_root"),
+                _ => operation.to_string(),
+            };
+            if rank == 4 && what == "all_reduce failing" {
+                said(format!(
+                    "{what}: rank 4: {operation}: the connection with rank 0 failed: the \
+                     receive of its block could not be posted (MPIRT_TEST_FAULT)"
+                ));
+            } else {
+                said(format!("{what}: rank {rank}: {operation}: {failed}"));
+            }
+        }
+    }
+    // From rank 0: the failed leader's host fails. From rank 4: every rank but rank 5,
+    // which took the root's vector in their host's area before its leader failed.
+    for (from, failing) in [(0, &[4, 5][..]), (4, &[0, 1, 2, 3, 4, 6, 7])] {
+        let what = format!("broadcast from {from} after");
+        for rank in 0..8 {
+            match failing.contains(&rank) {
+                true => said(format!("{what}: rank {rank}: broadcast_into: {failed}")),
+                false => said(format!("{what}: rank {rank}: ok")),
+            }
+        }
+    }
+}
+
+/// All-gathers take the hierarchical path across hosts (2 ranks on each of 4 hosts, dealt
+/// round: no host holds consecutive ranks), each against the serial reference, with gathers
+/// beside them, on a duplicate of the world and on halves of it split by color (ranks 0, 1, 4
+/// and 5 on 2 hosts: the PML's hosts of the world's ranks mapped through the half's group), on
+/// either side of the path's limit; the ranks that lead no host send no message in 20 short
+/// all-gathers.
+#[test]
+fn all_gathers_take_the_hierarchical_path_across_hosts() {
+    if !across_test_hosts() {
+        return;
+    }
+    let envs = [("MPIRT_VERBOSE", "1")];
+    let (out, stderr) = ok_job_on(Launch::Rsrun, 8, "hierarchy-gathers", &envs);
+    for rank in 0..8 {
+        for line in [
+            "8 ranks hierarchical over 4 hosts, 2 of them on this host",
+            "4 ranks hierarchical over 2 hosts, 2 of them on this host",
+        ] {
+            let line = format!("mpirt: rank {rank}: collectives of {line}");
+            assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
+        }
+    }
+    if common::test_pml() == "ucx" {
+        println!("skipped the count of frames sent: the UCX PML keeps no counters");
+        return;
+    }
+    for rank in 4..8 {
+        let line = format!("rank {rank}: frames sent in 20 all-gathers: 0");
+        assert!(out.contains(&line), "missing {line:?} in\n{out}");
+    }
+}
+
 /// Lengths that disagree on a communicator whose collectives take the hierarchical path (2
-/// ranks on each of 2 hosts), on either side of its limit or between hosts, are an error
-/// naming the rank and both lengths on every rank that cannot take the call: before, a rank
-/// whose length crossed the limit went by messages alone while the others waited in the
-/// hierarchy, and errors read through a release named lengths 16 bytes too long.
+/// ranks on each of 2 hosts), on either side of its limit, between hosts or inside one, are
+/// an error naming the rank and both lengths on every rank that cannot take the call (every
+/// rank of an all-gather): before, a rank whose length crossed the limit went by messages
+/// alone while the others waited in the hierarchy, and errors read through a release named
+/// lengths 16 bytes too long. An all-reduce after each pairs on every rank.
 #[test]
 fn lengths_disagreeing_across_hosts_are_an_error() {
     if !across_test_hosts() {
@@ -2012,6 +2312,8 @@ fn lengths_disagreeing_across_hosts_are_an_error() {
                 "{line}{}: rank {peer} sent {got} bytes where this rank expected {expected}",
                 if what.starts_with("broadcast") {
                     "broadcast_into"
+                } else if what.starts_with("all_gather") {
+                    "all_gather_into"
                 } else if what == "reduce" && rank == 0 {
                     "reduce_into_root"
                 } else if what == "reduce" {
@@ -2057,6 +2359,22 @@ fn lengths_disagreeing_across_hosts_are_an_error() {
         said("broadcast, root's host short", rank, 1, 4080, 4080);
     }
     said("broadcast, root's host short", 0, 1, 4080, 4000);
+    // An all-gather's lengths are each rank's own vector: 4 of 1020 bytes fill the path's
+    // 4080, one of 1021 passes it.
+    for rank in 0..3 {
+        said("all_gather, last rank long", rank, 3, 1021, 1020);
+    }
+    said("all_gather, last rank long", 3, 2, 1020, 1021);
+    for rank in 0..2 {
+        said("all_gather, second host longer", rank, 2, 1001, 1000);
+    }
+    for rank in 2..4 {
+        said("all_gather, second host longer", rank, 0, 1000, 1001);
+    }
+    for rank in [0, 2, 3] {
+        said("all_gather, within a host", rank, 1, 1001, 1000);
+    }
+    said("all_gather, within a host", 1, 0, 1000, 1001);
 }
 
 #[test]

@@ -117,7 +117,8 @@ pub struct Engine {
     routes: Vec<Route>,
     /// The one wait on every transport's wake fd, when more than one has any.
     wake: Option<WakeSet>,
-    /// Host of each rank, for errors that name where a failed peer runs.
+    /// Host of each rank, for errors that name where a failed peer runs, and for the
+    /// collectives that group ranks by host (`Pml::host_of`).
     hosts: Vec<String>,
     /// What errors call each rank where `rank N` would not say which process it is: empty
     /// for the world's ranks, a bridge's peers as their side named them (`BridgePeer::name`).

@@ -48,6 +48,14 @@ pub trait Pml {
         Duration::ZERO
     }
 
+    /// The host of rank `peer` (this PML's numbering: the world's ranks, then those met
+    /// later), as the ranks traded their hosts at wire-up (or at a bridge's): `None` where
+    /// this PML does not know it. Every rank's PML knows the same host for a rank, so ranks
+    /// that group their peers by it agree without a message.
+    fn host_of(&self, _peer: Rank) -> Option<&str> {
+        None
+    }
+
     /// Starts a send of `len` bytes at `buf` to world rank `peer` in the communicator
     /// `context`, where this rank is `source`. A send that finished at once returns
     /// [`Handle::SENT`]. Synchronous sends complete once the receiver matched the message.

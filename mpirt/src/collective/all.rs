@@ -519,12 +519,14 @@ where
 {
     const OPERATION: &str = "all_gather_into";
     let _in = entered(comm, OPERATION, None);
-    let datatype = calls::check_all_gather(comm, send, recv).map_err(shared::refusing(
-        comm,
-        OPERATION,
-        select::allgather_in_shared_memory(),
-        (send.matched().0, send.byte_len()),
-    ))?;
+    let datatype =
+        calls::check_all_gather(comm, send, recv).map_err(shared::refusing_hierarchically(
+            comm,
+            OPERATION,
+            select::allgather_in_shared_memory(),
+            (send.matched().0, send.byte_len()),
+            true,
+        ))?;
     area_or_messages(
         comm,
         OPERATION,
@@ -550,13 +552,14 @@ where
 {
     const OPERATION: &str = "all_reduce_into";
     let _in = entered(comm, OPERATION, None);
-    let datatype = calls::check_all_reduce(send, recv, &op).map_err(shared::refusing_reduction(
-        comm,
-        OPERATION,
-        select::allreduce_in_shared_memory(),
-        (send.matched().0, send.byte_len()),
-        op.is_commutative(),
-    ))?;
+    let datatype =
+        calls::check_all_reduce(send, recv, &op).map_err(shared::refusing_hierarchically(
+            comm,
+            OPERATION,
+            select::allreduce_in_shared_memory(),
+            (send.matched().0, send.byte_len()),
+            op.is_commutative(),
+        ))?;
     area_or_messages(
         comm,
         OPERATION,

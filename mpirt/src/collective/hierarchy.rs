@@ -1,16 +1,20 @@
-//! Short blocking barriers, broadcasts, reductions and all-reductions on a communicator whose
-//! ranks lie on several hosts, several on some: shared memory inside each host, messages
-//! between hosts (MPICH's and Open MPI's hierarchical collectives, UCC's node leaders).
+//! Short blocking barriers, broadcasts, reductions, all-reductions and all-gathers on a
+//! communicator whose ranks lie on several hosts, several on some: shared memory inside each
+//! host, messages between hosts (MPICH's and Open MPI's hierarchical collectives, UCC's node
+//! leaders).
 //!
 //! The communicator's first blocking collective that may meet in shared memory learns every
-//! rank's host (`Hosts`), and where the ranks span several hosts with more than one on some,
+//! rank's host (`Hosts`: from the PML's table, which the ranks traded at wire-up, with no
+//! message; the UCX PML keeps no such table, and there the ranks all-gather their host
+//! names once), and where the ranks span several hosts with more than one on some,
 //! makes two parts of the communicator once: its ranks on this host (ranked as here), with
 //! their own shared-memory area, and one leader per host (the host's lowest rank; the hosts
 //! ordered by their lowest rank), on context ids derived from the communicator's, so no
 //! agreement is needed. Every call then runs three phases: the host's ranks give their part
 //! to their leader through the host's area; the leaders trade one block each by messages,
 //! each to each in one round (`Leaders::exchange`; a broadcast's leader sends to each other);
-//! each leader publishes the call's outcome to its host's ranks through the area. The
+//! each leader publishes the call's outcome to its host's ranks through the area (`Shape`
+//! says what the blocks and the releases carry). The
 //! leaders' messages need no plan: the leaders' list, their buffers and their handles are
 //! made once and reused. One round of each to each costs every leader a message per other
 //! host, which beats a tree's rounds of latency for the few hosts a job spans here; many
@@ -30,17 +34,24 @@
 //! differs fail naming the root. A leader whose messages failed (a receive it could not post
 //! leaves its peer's block unmatched, which a later receive would take) says so in every
 //! later call instead of receiving, so every rank fails naming it rather than read another
-//! call's block.
+//! call's block (a broadcast, which its root's leader sends without an answer: the failed
+//! leader's host's ranks, or where it leads the root's host, the others). `MPIRT_TEST_FAULT`
+//! (`fault`) makes such failures happen in the tests.
 //!
 //! A reduction folds each host's vectors in rank order in the area, then the hosts' partial
 //! results in the leaders' order. That is rank order only where each host holds a run of
 //! consecutive ranks (`Hierarchy::keeps_rank_order`): a non-commutative operation on other
-//! placements goes by messages over the whole communicator instead.
+//! placements goes by messages over the whole communicator instead. An all-gather puts each
+//! host's vectors in rank order in its leader's block, and each rank's vector in its place in
+//! the result (`Hierarchy::place_in_host`), on any placement; it fits the path where the whole
+//! result does. A gather does not take the path: every rank would wait for the verdict, where
+//! by messages a rank other than the root leaves once its vector is sent (measured 3 to 4
+//! times slower with OSU's gather across 4 hosts).
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-use pml::{Handle, Pml, SendMode, SourceSel, Tag, TagSel};
+use pml::{Handle, Pml, PmlError, SendMode, SourceSel, Tag, TagSel};
 
 use crate::communicator::{host_record, CommData, HOST_NAME_MAX};
 use crate::context;
@@ -67,7 +78,7 @@ const DISAGREED: usize = 2 * STATUS;
 /// rank together: the hierarchy decides that (`Status::ByMessages`), not each rank alone.
 pub(crate) const HIERARCHY_MAX: usize = SHARED_MAX - STATUS;
 
-/// Every rank's host, as the communicator's ranks traded them.
+/// Every rank's host, as the PML learned them at wire-up (or the ranks traded them).
 pub(crate) struct Hosts {
     /// Each rank's host, numbered by the host's lowest rank (host 0 holds rank 0).
     host_of: Vec<u32>,
@@ -76,27 +87,49 @@ pub(crate) struct Hosts {
 }
 
 impl Hosts {
-    /// Learns every rank's host (collective over `comm`, by messages).
+    /// Learns every rank's host: from the PML's table of its ranks' hosts, through the
+    /// communicator's group, where the PML has one (every rank's holds the same hosts, so
+    /// no message is needed); else by trading host names (collective over `comm`).
     pub(crate) fn of(comm: &CommData, operation: &'static str) -> Result<Hosts, Error> {
+        let known = with_engine(|e| {
+            let host = |r: u32| e.host_of(comm.world_rank(r));
+            Ok((0..comm.size)
+                .map(host)
+                .all(|h| h.is_some())
+                .then(|| Hosts::grouped(comm.size, |a, b| host(a) == host(b))))
+        })
+        .map_err(|cause| Error::new(operation, cause))?;
+        if let Some(hosts) = known {
+            return Ok(hosts);
+        }
         let mine = host_record();
         let mut all = vec![[0u8; HOST_NAME_MAX]; comm.size as usize];
         blocking(comm, operation, || {
             calls::all_gather(comm, &mine[..], &mut all[..])
         })?;
+        Ok(Hosts::grouped(comm.size, |a, b| {
+            all[a as usize] == all[b as usize]
+        }))
+    }
+
+    /// The hosts of `size` ranks, where `same_host` says whether two ranks share one.
+    fn grouped(size: u32, same_host: impl Fn(u32, u32) -> bool) -> Hosts {
         let mut leaders: Vec<u32> = Vec::new();
-        let host_of = (0..comm.size)
-            .map(|r| {
-                let name = &all[r as usize];
-                match leaders.iter().position(|&l| all[l as usize] == *name) {
-                    Some(host) => host as u32,
-                    None => {
-                        leaders.push(r);
-                        leaders.len() as u32 - 1
-                    }
+        let host_of = (0..size)
+            .map(|r| match leaders.iter().position(|&l| same_host(l, r)) {
+                Some(host) => host as u32,
+                None => {
+                    leaders.push(r);
+                    leaders.len() as u32 - 1
                 }
             })
             .collect();
-        Ok(Hosts { host_of, leaders })
+        Hosts { host_of, leaders }
+    }
+
+    /// The host of `rank`, numbered by the host's lowest rank.
+    pub(crate) fn host(&self, rank: u32) -> u32 {
+        self.host_of[rank as usize]
     }
 
     /// Whether the ranks lie on more than one host.
@@ -129,6 +162,9 @@ pub(crate) struct Hierarchy {
     members: Vec<u32>,
     /// Each rank's host (see `Hosts`).
     host_of: Vec<u32>,
+    /// Each rank's place among its host's ranks, in rank order: where its vector lies in its
+    /// leader's block of an all-gather.
+    place_in_host: Vec<u32>,
     /// The leaders' messages, on the leader only.
     leaders: Option<Leaders>,
     /// Whether each host holds a run of consecutive ranks, hosts in rank order: then folding
@@ -136,6 +172,31 @@ pub(crate) struct Hierarchy {
     keeps_rank_order: bool,
     /// A release: status, then the call's vector (reused: no allocation per call).
     release: RefCell<Vec<u8>>,
+}
+
+/// How a call's data follows the statuses where the call is fine: what this leader's block
+/// and this host's release carry after their status.
+#[derive(Clone, Copy)]
+struct Shape {
+    /// Whether the call fits the path, by this rank's length (the same on every rank whose
+    /// length agrees with it).
+    fits: bool,
+    /// The bytes after the status in this leader's block: its host's part.
+    block: usize,
+    /// The bytes after the status in this host's release.
+    release: usize,
+}
+
+impl Shape {
+    /// One vector of `len` bytes in every block and every release: a barrier's (no bytes),
+    /// a reduction's.
+    fn same(len: usize) -> Shape {
+        Shape {
+            fits: len <= HIERARCHY_MAX,
+            block: len,
+            release: len,
+        }
+    }
 }
 
 /// The leaders' part: each leader's rank here, and the blocks they trade.
@@ -181,8 +242,7 @@ impl Status {
         }
     }
 
-    /// Writes the status at the start of `out`; the length of the block or release it
-    /// starts (a `Fine` one's vector follows it).
+    /// Writes the status at the start of `out`; its length (a `Fine` one's data follows it).
     fn write(self, out: &mut [u8]) -> usize {
         let (kind, rank, len) = match self {
             Status::Fine { rank, len } => (0u32, rank, len),
@@ -197,16 +257,26 @@ impl Status {
         if let Status::Disagreed { with, with_len, .. } = self {
             out[STATUS..STATUS + 4].copy_from_slice(&with.to_ne_bytes());
             out[STATUS + 8..DISAGREED].copy_from_slice(&(with_len as u64).to_ne_bytes());
+            return DISAGREED;
         }
-        self.block_len()
+        STATUS
     }
 
-    /// The length of the block or release it starts.
-    fn block_len(self) -> usize {
+    /// The length of a block or release it starts that carries, where fine, `data` bytes
+    /// after it.
+    fn carrying(self, data: usize) -> usize {
         match self {
-            Status::Fine { len, .. } => STATUS + len,
+            Status::Fine { .. } => STATUS + data,
             Status::Disagreed { .. } => DISAGREED,
             _ => STATUS,
+        }
+    }
+
+    /// The length of the block or release it starts, where a `Fine` one carries its vector.
+    fn block_len(self) -> usize {
+        match self {
+            Status::Fine { len, .. } => self.carrying(len),
+            _ => self.carrying(0),
         }
     }
 
@@ -318,11 +388,19 @@ impl Hierarchy {
             )
         })?;
         let keeps_rank_order = hosts.host_of.windows(2).all(|w| w[0] <= w[1]);
+        let mut on_host = vec![0u32; hosts.leaders.len()];
+        let place_in_host = (hosts.host_of.iter())
+            .map(|&h| {
+                on_host[h as usize] += 1;
+                on_host[h as usize] - 1
+            })
+            .collect();
         Ok(area.filter(|_| everywhere[0] == 1).map(|area| Hierarchy {
             host,
             area,
             members,
             host_of: hosts.host_of,
+            place_in_host,
             leaders,
             keeps_rank_order,
             release: RefCell::new(vec![0; STATUS + SHARED_MAX]),
@@ -369,10 +447,11 @@ impl Hierarchy {
 
     /// The status a leader (`me`, its rank here) sends for its host, whose phase in the
     /// area found `found` (its peers named by rank here) for the leader's vector of `len`
-    /// bytes: whether it fit, or the first cause.
-    fn status_of(found: &Result<bool, Cause>, me: u32, len: usize) -> Status {
+    /// bytes, for a call that `fits` the path by that length: whether it fit, or the first
+    /// cause.
+    fn status_of(found: &Result<bool, Cause>, me: u32, len: usize, fits: bool) -> Status {
         match *found {
-            Ok(true) if len <= HIERARCHY_MAX => Status::Fine { rank: me, len },
+            Ok(true) if fits => Status::Fine { rank: me, len },
             Ok(_) => Status::ByMessages { len },
             Err(Cause::PeerRefused { peer }) => Status::Refused { rank: peer as u32 },
             Err(Cause::LengthDisagrees { peer, got, .. }) => Status::Disagreed {
@@ -387,20 +466,21 @@ impl Hierarchy {
     }
 
     /// Publishes the leader's `release` (its status `verdict`, `Some` on the leader only,
-    /// written at its start) to the host's ranks (each takes part, whatever it found
-    /// before); this rank's error is its own earlier one (`found`), else the release's, for
-    /// a vector of `len` bytes: `true` where the release carries the call's vector, `false`
-    /// where every rank goes by messages.
+    /// written at its start, then `data` bytes where fine) to the host's ranks (each takes
+    /// part, whatever it found before); this rank's error is its own earlier one (`found`),
+    /// else the release's, for a vector of `len` bytes: `true` where the call is fine (the
+    /// release carries its data), `false` where every rank goes by messages.
     fn release(
         &self,
         release: &mut [u8],
-        verdict: Option<Status>,
+        (verdict, data): (Option<Status>, usize),
         found: Result<bool, Cause>,
         len: usize,
     ) -> Result<bool, Cause> {
         let released = match verdict {
             Some(verdict) => {
-                let end = verdict.write(release);
+                verdict.write(release);
+                let end = verdict.carrying(data);
                 self.area.broadcast_any(0, Some(&release[..end]), |_| {})
             }
             None => self
@@ -413,20 +493,22 @@ impl Hierarchy {
         Status::read(release).outcome(len)
     }
 
-    /// The leaders' exchange of their hosts' statuses (`mine`, this leader's, its vector in
-    /// `release` after the status where fine), then the call's verdict, the same on every
-    /// leader: the first error in the leaders' order, else a disagreement between the hosts'
-    /// lengths (named against rank 0's, the first leader's), else by messages where the
-    /// vectors are too long, else fine, with `combine` over every leader's block in the
-    /// leaders' order into `release`'s vector. This leader's own failure in the exchange is
-    /// its error, and the call's verdict for its host's ranks.
+    /// The leaders' exchange of their hosts' statuses (`mine`, this leader's, its host's
+    /// part in `release` after the status where fine, as `shape` says), then the call's
+    /// verdict, the same on every leader: the first error in the leaders' order, else a
+    /// disagreement between the hosts' lengths (named against rank 0's, the first leader's),
+    /// else by messages where the vectors are too long, else fine, with `combine` over every
+    /// leader's block in the leaders' order into `release`'s data. This leader's own failure
+    /// in the exchange is its error, and the call's verdict for its host's ranks.
     fn settle(
         leaders: &Leaders,
         mine: Status,
+        shape: Shape,
         release: &mut [u8],
         combine: impl FnOnce(&[u8], &mut [u8]),
     ) -> (Status, Result<(), Cause>) {
-        let end = mine.write(release);
+        mine.write(release);
+        let end = mine.carrying(shape.block);
         let failed = Status::LeaderFailed {
             leader: leaders.me(),
         };
@@ -453,7 +535,7 @@ impl Hierarchy {
         if statuses().any(|s| matches!(s, Status::ByMessages { .. })) {
             return (Status::ByMessages { len: reference }, Ok(()));
         }
-        combine(&blocks, &mut release[STATUS..STATUS + reference]);
+        combine(&blocks, &mut release[STATUS..STATUS + shape.release]);
         (
             Status::Fine {
                 rank: leaders.me(),
@@ -463,24 +545,25 @@ impl Hierarchy {
         )
     }
 
-    /// The host's phase's outcome on this rank (`found`; on the leader, its vector, `len`
-    /// bytes, in `release` after the status), then the leaders' exchange and the release:
-    /// `true` where `release` carries the call's vector, `false` where every rank goes by
-    /// messages, else this rank's error.
+    /// The host's phase's outcome on this rank (`found`, for its vector of `len` bytes; on
+    /// the leader, its host's part in `release` after the status, as `shape` says), then the
+    /// leaders' exchange and the release: `true` where `release` carries the call's data,
+    /// `false` where every rank goes by messages, else this rank's error.
     fn finish(
         &self,
         release: &mut [u8],
         found: Result<bool, Cause>,
         len: usize,
+        shape: Shape,
         combine: impl FnOnce(&[u8], &mut [u8]),
     ) -> Result<bool, Cause> {
         let Some(leaders) = &self.leaders else {
-            return self.release(release, None, found, len);
+            return self.release(release, (None, shape.release), found, len);
         };
-        let mine = Self::status_of(&found, leaders.me(), len);
-        let (verdict, exchanged) = Self::settle(leaders, mine, release, combine);
+        let mine = Self::status_of(&found, leaders.me(), len, shape.fits);
+        let (verdict, exchanged) = Self::settle(leaders, mine, shape, release, combine);
         let found = found.and_then(|fit| exchanged.map(|()| fit));
-        self.release(release, Some(verdict), found, len)
+        self.release(release, (Some(verdict), shape.release), found, len)
     }
 
     /// Meets every rank of the communicator.
@@ -489,7 +572,8 @@ impl Hierarchy {
         let gathered = self.area.gather(0, &[], leader.then_some(&mut [][..]));
         let found = gathered.map_err(|c| self.named_here(c));
         let mut release = self.release.borrow_mut();
-        self.finish(&mut release, found, 0, |_, _| {}).map(drop)
+        self.finish(&mut release, found, 0, Shape::same(0), |_, _| {})
+            .map(drop)
     }
 
     /// `recv = send_0 ∘ … ∘ send_(n-1)` over every rank's `send`, in `recv` where given
@@ -511,35 +595,79 @@ impl Hierarchy {
         let partial = self.leaders.is_some().then_some(partial);
         let reduced = self.area.reduce(0, send, partial, datatype, op);
         let found = reduced.map_err(|c| self.named_here(c));
-        let fine = self.finish(&mut release, found, len, |blocks, result| {
-            // From the last host down, each partial result applied from the left keeps
-            // the hosts' order.
-            let mut parts = blocks
-                .chunks_exact(SHARED_MAX)
-                .map(|block| &block[STATUS..STATUS + len])
-                .rev();
-            result.copy_from_slice(parts.next().expect("at least one leader"));
-            for part in parts {
-                op.apply(datatype, part, result);
-            }
-        })?;
+        let fine = self.finish(
+            &mut release,
+            found,
+            len,
+            Shape::same(len),
+            |blocks, result| {
+                // From the last host down, each partial result applied from the left keeps
+                // the hosts' order.
+                let mut parts = blocks
+                    .chunks_exact(SHARED_MAX)
+                    .map(|block| &block[STATUS..STATUS + len])
+                    .rev();
+                result.copy_from_slice(parts.next().expect("at least one leader"));
+                for part in parts {
+                    op.apply(datatype, part, result);
+                }
+            },
+        )?;
         if let (true, Some(recv)) = (fine, recv) {
             recv.copy_from_slice(&release[STATUS..STATUS + len]);
         }
         Ok(fine)
     }
 
-    /// Takes part in a reduction or an all-reduce only to say that this rank refused its
-    /// arguments: in its host's area, and as a leader among the leaders, so that every rank
-    /// fails naming it instead of waiting.
-    pub(crate) fn refuse_reduction(&self) {
+    /// Every rank's `send` in rank order in every rank's `recv`; `false`, with nothing
+    /// copied, where the vectors are too long for the path (every rank learns it: then all go
+    /// by messages). Each host's vectors go to its leader through the area, each leader's
+    /// block to every leader, and the vectors in rank order in the releases.
+    pub(crate) fn all_gather(&self, send: &[u8], recv: &mut [u8]) -> Result<bool, Cause> {
+        let len = send.len();
+        let whole = len * self.host_of.len();
+        let shape = Shape {
+            fits: whole <= HIERARCHY_MAX,
+            block: len * self.members.len(),
+            release: whole,
+        };
+        let mut release = self.release.borrow_mut();
+        // The host's vectors in its leader's block, where the call fits the path (else the
+        // area only counts them, and nothing is written here).
+        let room = if shape.fits { shape.block } else { 0 };
+        let part = &mut release[STATUS..STATUS + room];
+        let part = self.leaders.is_some().then_some(part);
+        let gathered = self.area.to_root(0, send, part, |phase, part| {
+            if shape.fits {
+                self.area.gather_into(phase, send, part);
+            }
+        });
+        let found = gathered.map_err(|c| self.named_here(c));
+        let fine = self.finish(&mut release, found, len, shape, |blocks, result| {
+            for (r, vector) in result.chunks_exact_mut(len.max(1)).enumerate() {
+                let at = self.host_of[r] as usize * SHARED_MAX
+                    + STATUS
+                    + self.place_in_host[r] as usize * len;
+                vector.copy_from_slice(&blocks[at..at + len]);
+            }
+        })?;
+        if fine {
+            recv.copy_from_slice(&release[STATUS..STATUS + whole]);
+        }
+        Ok(fine)
+    }
+
+    /// Takes part in a call (a reduction, an all-reduce or an all-gather) only to
+    /// say that this rank refused its arguments: in its host's area, and as a leader among
+    /// the leaders, so that every rank fails naming it instead of waiting.
+    pub(crate) fn refuse(&self) {
         // A failure here leaves this rank's own cause the one to report.
         let _ = self.area.refuse();
         let found = Err(Cause::PeerRefused {
             peer: self.me() as i32,
         });
         let mut release = self.release.borrow_mut();
-        let _ = self.finish(&mut release, found, 0, |_, _| {});
+        let _ = self.finish(&mut release, found, 0, Shape::same(0), |_, _| {});
     }
 
     /// The root's `buf` (`root` a rank here) in every rank's `buf`; the root's length
@@ -560,7 +688,8 @@ impl Hierarchy {
                     true => Status::Fine { rank: root, len },
                     false => Status::ByMessages { len },
                 };
-                let end = said.write(&mut release);
+                said.write(&mut release);
+                let end = said.block_len();
                 if len <= HIERARCHY_MAX {
                     release[STATUS..end].copy_from_slice(buf);
                 }
@@ -596,8 +725,13 @@ impl Hierarchy {
             }
             false => {
                 let verdict = self.leaders.is_some().then(|| Status::read(&release));
+                // The root's vector, whose length may not be this leader's.
+                let data = match verdict {
+                    Some(Status::Fine { len, .. }) => len,
+                    _ => 0,
+                };
                 let found = found.map(|()| true);
-                self.release(&mut release, verdict, found, len)?
+                self.release(&mut release, (verdict, data), found, len)?
             }
         };
         if fine {
@@ -623,7 +757,7 @@ impl Leaders {
         blocks.resize(self.ranks.len() * SHARED_MAX, 0);
         let mut handles = self.handles.borrow_mut();
         handles.clear();
-        let mut posted = self.refuse_if_broken();
+        let mut posted = self.receives_fail().and(self.refuse_if_broken());
         for (l, slot) in blocks.chunks_exact_mut(SHARED_MAX).enumerate() {
             if l == me {
                 slot[..mine.len()].copy_from_slice(mine);
@@ -662,7 +796,7 @@ impl Leaders {
         let mut handles = self.handles.borrow_mut();
         handles.clear();
         if self.comm.rank != from {
-            self.refuse_if_broken()?;
+            self.mark_if_failed(self.receives_fail().and(self.refuse_if_broken()))?;
             let handle = self.post_recv(from, release);
             let received = handle.and_then(|handle| wait_handle(handle).map(drop));
             return self.mark_if_failed(received);
@@ -696,6 +830,19 @@ impl Leaders {
             }),
             false => Ok(()),
         }
+    }
+
+    /// The failure `MPIRT_TEST_FAULT` asks of the receives of this exchange, if any (see
+    /// `fault`): as if the first could not be posted.
+    fn receives_fail(&self) -> Result<(), Cause> {
+        if !crate::fault::leader_recv_fails() {
+            return Ok(());
+        }
+        let me = self.comm.rank;
+        let from = (0..self.ranks.len() as u32).find(|&l| l != me);
+        let from = self.comm.world_rank(from.expect("another leader"));
+        let why = "the receive of its block could not be posted (MPIRT_TEST_FAULT)";
+        Err(Cause::Messaging(PmlError::transport(from, why)))
     }
 
     /// Marks this leader's messages broken where `outcome` is an error (see
@@ -750,4 +897,31 @@ fn wait_all(handles: &mut Vec<Handle>) -> Result<(), Cause> {
         first = first.and(wait_handle(handle).map(drop));
     }
     first
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_numbered_by_their_lowest_rank() {
+        // Ranks dealt round 3 hosts, and a communicator whose ranks 1 and 4 share one.
+        let of = |host: &[u32]| {
+            Hosts::grouped(host.len() as u32, |a, b| {
+                host[a as usize] == host[b as usize]
+            })
+        };
+        let dealt = of(&[7, 8, 9, 7, 8, 9, 7]);
+        assert_eq!(dealt.host_of, [0, 1, 2, 0, 1, 2, 0]);
+        assert_eq!(dealt.leaders, [0, 1, 2]);
+        assert_eq!(dealt.members(0).collect::<Vec<_>>(), [0, 3, 6]);
+        assert!(dealt.worth_a_hierarchy(16));
+        assert!(!dealt.worth_a_hierarchy(2));
+        let split = of(&[5, 3, 4, 6, 3]);
+        assert_eq!(split.host_of, [0, 1, 2, 3, 1]);
+        assert_eq!(split.leaders, [0, 1, 2, 3]);
+        assert!(split.worth_a_hierarchy(16));
+        assert!(!of(&[5, 3, 4]).worth_a_hierarchy(16), "one rank a host");
+        assert!(!of(&[5, 5, 5]).worth_a_hierarchy(16), "one host");
+    }
 }

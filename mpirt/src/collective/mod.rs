@@ -35,6 +35,7 @@ mod shared;
 pub use all::CommunicatorCollectives;
 pub(crate) use all::{all_gather_on, all_reduce_on};
 pub(crate) use calls::{check_all_reduce, check_inter_all_gather, check_inter_all_to_all};
+pub(crate) use hierarchy::Hosts;
 pub use op::{
     DynBuffer, DynBufferMut, Operation, SystemOperation, UnsafeUserFunction, UnsafeUserOperation,
     UserOperation,

@@ -97,7 +97,7 @@ pub trait Root {
         let _in = entered(comm, "reduce_into", Some(root));
         intra_only(comm, "reduce_into")?;
         let (checked, datatype) = calls::check_reduce(comm, root, send, None::<&NoBuffer>, &op)
-            .map_err(shared::refusing_reduction(
+            .map_err(shared::refusing_hierarchically(
                 comm,
                 "reduce_into",
                 select::reduce_in_shared_memory(),
@@ -134,7 +134,7 @@ pub trait Root {
         let _in = entered(comm, "reduce_into_root", Some(root));
         intra_only(comm, "reduce_into_root")?;
         let (checked, datatype) = calls::check_reduce(comm, root, send, Some(&*recv), &op)
-            .map_err(shared::refusing_reduction(
+            .map_err(shared::refusing_hierarchically(
                 comm,
                 "reduce_into_root",
                 select::reduce_in_shared_memory(),

@@ -253,7 +253,7 @@ fn unique_name(job_id: &str, context: u32) -> String {
 /// with no room in the broadcast that shares it makes none: the other ranks could not map it,
 /// and nobody would remove it.
 fn create(name: &str, len: usize, token: u64) -> Option<SharedMapping> {
-    if name.len() >= NAME_BYTES {
+    if name.len() >= NAME_BYTES || crate::fault::area_map_fails() {
         return None;
     }
     let map = SharedMapping::create(name, len).ok()?;
@@ -263,6 +263,9 @@ fn create(name: &str, len: usize, token: u64) -> Option<SharedMapping> {
 
 /// The area rank 0 made, if this file is it: of its length and with its token.
 fn open(name: &str, len: usize, token: u64) -> Option<SharedMapping> {
+    if crate::fault::area_map_fails() {
+        return None;
+    }
     SharedMapping::open(name, len)
         .ok()
         .filter(|map| token_of(map).load(Ordering::Acquire) == token)
@@ -344,10 +347,11 @@ fn agree(
     if comm.rank != 0 && !shared.is_empty() {
         *mapping = open(shared, len, token);
     }
-    // One minimum finds all three: whether any rank failed to map, and the shortest and
-    // longest lengths with a rank holding each (length * size + rank orders by length).
+    // One minimum finds all three: whether any rank failed to map (-1: a minimum of 0 had
+    // taken one rank that mapped it for all), and the shortest and longest lengths with a
+    // rank holding each (length * size + rank orders by length).
     let key = bytes as i64 * i64::from(comm.size) + i64::from(comm.rank);
-    let mine = [i64::from(mapping.is_none()), key, -key];
+    let mine = [-i64::from(mapping.is_none()), key, -key];
     let mut everyone = [0i64; 3];
     blocking(comm, operation, || {
         calls::all_reduce(comm, &mine[..], &mut everyone[..], SystemOperation::min())
@@ -718,7 +722,7 @@ impl Area {
 
     /// Every rank's published `send` (each rank's of `send`'s length), in rank order, in
     /// `recv`.
-    fn gather_into(&self, phase: usize, send: &[u8], recv: &mut [u8]) {
+    pub(super) fn gather_into(&self, phase: usize, send: &[u8], recv: &mut [u8]) {
         for (r, part) in (0..self.size).zip(recv.chunks_exact_mut(send.len().max(1))) {
             part.copy_from_slice(self.published(r, phase, send));
         }
@@ -897,7 +901,7 @@ impl Area {
     /// whose vector fit leaves once it is published; one whose vector did not waits for the
     /// root's verdict (by messages together, or an error: the lengths disagree), which the
     /// root gives once it has seen every length.
-    fn to_root(
+    pub(super) fn to_root(
         &self,
         root: u32,
         send: &[u8],
@@ -1251,7 +1255,7 @@ pub(super) fn area(
 }
 
 /// Where the communicator's blocking collectives meet, settled by this call (of `bytes` on
-/// this rank) if it is the first to ask: the ranks learn each other's hosts; ranks on several
+/// this rank) if it is the first to ask: each rank's host (`Hosts`); ranks on several
 /// hosts, more than one on some, take the hierarchical path (`hierarchy`), and other
 /// communicators of at most `MAX_RANKS` ranks set up an area, which serves where every rank
 /// maps it.
@@ -1510,10 +1514,11 @@ pub(crate) fn refusing<'c>(
     }
 }
 
-/// [`refusing`] for a reduction or an all-reduce under an operation that is `commutative` or
-/// not: on a communicator whose reductions take the hierarchical path, this rank takes its
-/// part in that path's phases to say so.
-pub(crate) fn refusing_reduction<'c>(
+/// [`refusing`] for a call that may take the hierarchical path: a reduction or an all-reduce
+/// under an operation that is `commutative` or not, or an all-gather (`true`: the vectors go
+/// to their ranks' places whatever the hosts' order). On a communicator whose such
+/// calls take that path, this rank takes its part in that path's phases to say so.
+pub(crate) fn refusing_hierarchically<'c>(
     comm: &'c CommData,
     operation: &'static str,
     wanted: Result<bool, Cause>,
@@ -1525,7 +1530,7 @@ pub(crate) fn refusing_reduction<'c>(
             // A failure to take part (a peer's broken messaging) leaves this rank's own cause
             // the one to report.
             Ok(Meeting::Area(area)) => drop(area.refuse()),
-            Ok(Meeting::Hierarchy(parts)) if parts.serves(commutative) => parts.refuse_reduction(),
+            Ok(Meeting::Hierarchy(parts)) if parts.serves(commutative) => parts.refuse(),
             _ => {}
         }
         Error::new(operation, cause)
@@ -1641,11 +1646,12 @@ pub(crate) fn try_all_gather(
 ) -> Result<bool, Error> {
     const OPERATION: &str = "all_gather_into";
     let wanted = select::allgather_in_shared_memory();
-    let Some(area) = usable_area(comm, OPERATION, wanted, datatype, send.len())? else {
-        return Ok(false);
+    let gathered = match meeting(comm, OPERATION, wanted, datatype, send.len())? {
+        Meeting::Area(area) => area.all_gather(send, recv),
+        Meeting::Hierarchy(parts) => parts.all_gather(send, recv),
+        Meeting::Messages => return Ok(false),
     };
-    area.all_gather(send, recv)
-        .map_err(|cause| Error::new(OPERATION, cause))
+    gathered.map_err(|cause| Error::new(OPERATION, cause))
 }
 
 /// Runs a blocking all-to-all through the area; `false` if it must go by messages instead.

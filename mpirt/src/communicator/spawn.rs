@@ -201,7 +201,10 @@ fn start(
     let children = apps.iter().map(|a| a.count).sum();
     // Where the children find their parents: `host:port`, the parents' count and the
     // spawn's secret, which rsrun serves in their key-value space.
-    let parent = format!("{}:{port} {parents} {secret_hex}", super::hostname());
+    let parent = format!(
+        "{}:{port} {parents} {secret_hex}",
+        pml::transport::hostname()
+    );
     // Holds the launcher link's lock through rsrun's answer (it starts the children first):
     // the link carries one request and its answer at a time, so another thread's request
     // waits for this one.
@@ -433,7 +436,7 @@ fn open_bridge(me: u32, size: u32, key: &JobSecret) -> Result<(pml::Bridge, Vec<
         .map_err(|cause| cause.to_string())?
         .map_err(|e| e.to_string())?;
     let endpoint = bridge.endpoint().map_err(|e| e.to_string())?;
-    let entry = format!("{}\n{endpoint}", super::hostname()).into_bytes();
+    let entry = format!("{}\n{endpoint}", pml::transport::hostname()).into_bytes();
     if entry.len() > ENTRY {
         return Err(format!(
             "its bridge endpoint takes {} bytes, more than {ENTRY}",

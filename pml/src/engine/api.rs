@@ -53,6 +53,10 @@ impl Pml for Engine {
         self.yield_for
     }
 
+    fn host_of(&self, peer: Rank) -> Option<&str> {
+        self.hosts.get(peer as usize).map(String::as_str)
+    }
+
     #[allow(clippy::too_many_arguments)]
     #[inline]
     unsafe fn post_send(

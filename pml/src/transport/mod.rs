@@ -407,7 +407,11 @@ pub trait Transport {
     fn describe(&self, peers: usize) -> String;
 }
 
-pub(crate) fn hostname() -> String {
+/// The name of this process's host, as `gethostname` gives it ("localhost" if it cannot be
+/// read). The one source of host names in a job: the engine's table of each rank's host and
+/// the bridges' entries both come from it, so every process names a host the same way and
+/// the ranks of a communicator agree on who shares a host.
+pub fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for writes of its length; gethostname NUL-terminates within
     // it or truncates, and we stop at the first NUL or the end.
