@@ -46,6 +46,10 @@ pub enum PmlError {
         operation: &'static str,
         cause: String,
     },
+    /// A one-sided operation on a peer's window memory failed (at posting, or its
+    /// completion came back with an error); the engine goes on. `cause` names the operation,
+    /// its length, the peer and why.
+    OneSided { peer: Rank, cause: String },
     /// Messaging stopped on this earlier failure, and moves no data any more.
     Stopped(Box<PmlError>),
 }
@@ -130,6 +134,7 @@ impl fmt::Display for PmlError {
                 }
                 write!(f, " failed: {cause}")
             }
+            PmlError::OneSided { cause, .. } => f.write_str(cause),
             PmlError::OutOfRange(what) => f.write_str(what),
             PmlError::Ucx { operation, cause } => write!(f, "UCX {operation} failed: {cause}"),
             PmlError::Stopped(first) => {

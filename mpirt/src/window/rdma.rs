@@ -214,22 +214,27 @@ impl Rdma {
     /// Waits until the operations to `target` up to `ticket` completed.
     fn wait(&self, target: u32, ticket: u64) -> Result<(), Cause> {
         let peer = self.world[target as usize];
-        environment::wait_until_or_lent(pml::stall::Awaited::State, |e| {
-            Ok(e.native()
-                .is_none_or(|engine| engine.rma_done(peer, ticket)))
+        environment::wait_until_or_lent(pml::stall::Awaited::State, |e| match e.native() {
+            Some(engine) => Ok(engine.rma_done(peer, ticket)?),
+            None => Ok(true),
         })
     }
 
-    /// Waits until every operation posted to `targets` completed at its target.
+    /// Waits until every operation posted to `targets` completed at its target; the first
+    /// that failed is the error, once all are done.
     pub fn complete(&self, targets: &[u32]) -> Result<(), Cause> {
+        let mut first = Ok(());
         for &t in targets {
             let ticket = self.pending.borrow()[t as usize];
             if ticket != 0 {
-                self.wait(t, ticket)?;
+                let done = self.wait(t, ticket);
                 self.pending.borrow_mut()[t as usize] = 0;
+                if first.is_ok() {
+                    first = done;
+                }
             }
         }
-        Ok(())
+        first
     }
 
     /// Waits for everything in flight (an epoch that unwinds gives its buffers back).
@@ -291,13 +296,14 @@ impl Rdma {
         // another thread (`Threading::Multiple`) could post atomics that reuse its slot.
         let found = std::cell::Cell::new(0);
         environment::wait_until_or_lent(pml::stall::Awaited::State, |e| {
-            Ok(e.native().is_none_or(|engine| {
-                let done = engine.rma_done(peer, ticket);
-                if done {
-                    found.set(engine.rma_result(peer, ticket));
-                }
-                done
-            }))
+            let Some(engine) = e.native() else {
+                return Ok(true);
+            };
+            let done = engine.rma_done(peer, ticket)?;
+            if done {
+                found.set(engine.rma_result(peer, ticket));
+            }
+            Ok(done)
         })?;
         Ok(found.get())
     }

@@ -10,7 +10,7 @@ use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::pml_api::{Counters, EngineError};
 use crate::transport::{
-    Caps, Exposure, Job, Peer, Reading, Registration, RmaOp, Sent, Sink, Transport,
+    Caps, Exposure, Job, Peer, Reading, Registration, RmaOp, RmaPosted, Sent, Sink, Transport,
 };
 use crate::wire::RemoteKey;
 
@@ -40,6 +40,7 @@ impl VerbsTransport {
                 gid_index: config.verbs_gid_index,
                 frame_size: config.verbs_eager_limit + crate::wire::MAX_HEADER_LEN,
                 reg_cache: config.verbs_reg_cache,
+                max_msg: config.verbs_max_msg,
             };
             match VerbsTransport::new(job.rank, job.size, local_rank, remote, &verbs_config) {
                 Ok(v) => (Some(v), None),
@@ -165,12 +166,12 @@ impl Transport for VerbsTransport {
         peer: Rank,
         op: RmaOp,
         remote: RemoteKey,
-    ) -> Result<Option<u64>, PmlError> {
+    ) -> Result<Option<RmaPosted>, PmlError> {
         // SAFETY: forwarded from this function's contract.
         unsafe { VerbsTransport::rma(self, peer, op, remote) }
     }
 
-    fn rma_done(&self, peer: Rank, ticket: u64) -> bool {
+    fn rma_done(&self, peer: Rank, ticket: u64) -> Result<bool, PmlError> {
         VerbsTransport::rma_done(self, peer, ticket)
     }
 

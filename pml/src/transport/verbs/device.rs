@@ -93,6 +93,15 @@ impl Device {
         }
     }
 
+    /// Lowers the longest piece to `limit`, where given and lower than the port's
+    /// (`MPIRT_VERBS_MAX_MSG`: what a port with a smaller `max_msg_sz` would do, which is
+    /// how tests split operations into many pieces on a port that takes 2 GiB).
+    pub fn lower_max_piece(&mut self, limit: Option<usize>) {
+        if let Some(limit) = limit {
+            self.max_msg = self.max_piece().min(limit).clamp(1, u32::MAX as usize) as u32;
+        }
+    }
+
     /// Opens `wanted` (a name, or the first device for an empty name).
     pub fn open(wanted: &str, gid_override: Option<u8>) -> Result<Device, String> {
         let names = device_names();
