@@ -125,19 +125,19 @@ impl Access<u8> for Gets {
 
 /// An accumulate (sum) of `data`, or with `fetch` a get_accumulate, whose result buffer
 /// comes back when it completed.
-pub struct Accumulate<'a> {
-    pub data: &'a [u8],
+pub struct Accumulate<'a, T> {
+    pub data: &'a [T],
     pub fetch: bool,
 }
 
-impl Access<u8> for Accumulate<'_> {
+impl<T: Equivalence + Default + Copy> Access<T> for Accumulate<'_, T> {
     fn issue<'s, 'e>(
         &'s self,
-        epoch: &'s Epoch<'s, 'e, u8>,
+        epoch: &'s Epoch<'s, 'e, T>,
         target: Rank,
         disp: usize,
-        spare: &'s mut [u8],
-    ) -> &'s mut [u8] {
+        spare: &'s mut [T],
+    ) -> &'s mut [T] {
         if !self.fetch {
             epoch.accumulate(self.data, target, disp, SystemOperation::sum());
             return spare;

@@ -222,6 +222,11 @@ impl Benchmark {
     }
 
     /// Whether this is one of the one-sided tests (`-w` and `-s`).
+    /// Whether the test accumulates (and `-T` picks what it accumulates).
+    pub fn is_accumulate(self) -> bool {
+        matches!(self, Benchmark::AccLatency | Benchmark::GetAccLatency)
+    }
+
     pub fn is_one_sided(self) -> bool {
         matches!(
             self,
@@ -288,6 +293,8 @@ pub struct Options {
     /// `-t` (multi-threaded tests): rank 0's threads and rank 1's.
     pub sender_threads: usize,
     pub receiver_threads: usize,
+    /// `-T` (the accumulate tests): accumulate `f64`s (`mpi_double`) rather than bytes.
+    pub doubles: bool,
 }
 
 impl Options {
@@ -305,12 +312,14 @@ impl Options {
             Benchmark::LatencyMt => Options {
                 min_size: 1,
                 receiver_threads: 2,
+                doubles: false,
                 ..Options::defaults(Benchmark::Latency)
             },
             // Two threads a rank, each pair with osu_mbw_mr's windows and loop counts.
             Benchmark::MessageRateMt => Options {
                 sender_threads: 2,
                 receiver_threads: 2,
+                doubles: false,
                 ..Options::defaults(Benchmark::MultiBandwidth)
             },
             // OSU 7.4's multi-pair latency skips the empty message.
@@ -327,6 +336,7 @@ impl Options {
                 sync: SyncMode::Flush,
                 sender_threads: 1,
                 receiver_threads: 1,
+                doubles: false,
             },
             // OSU 7.4's one-sided latency tests start at 1 byte; the atomics move 8.
             b if b.is_one_sided() && !b.is_one_sided_bandwidth() => Options {
@@ -351,6 +361,7 @@ impl Options {
                 sync: SyncMode::Flush,
                 sender_threads: 1,
                 receiver_threads: 1,
+                doubles: false,
             },
             // OSU 7.4's osu_mbw_mr keeps the small-message loop counts at every size.
             Benchmark::MultiBandwidth => Options {
@@ -371,6 +382,7 @@ impl Options {
                 sync: SyncMode::Flush,
                 sender_threads: 1,
                 receiver_threads: 1,
+                doubles: false,
             },
         }
     }
@@ -435,6 +447,9 @@ fn help(b: Benchmark) -> String {
     }
     if b == Benchmark::MessageRateMt {
         h += "  -t, --num_threads THREADS     set the number of threads on each rank (min: 1 default: 2, max: 128)\n";
+    }
+    if b.is_accumulate() {
+        h += "  -T, --type TYPE               mpi_char (default) or mpi_double: the elements accumulated\n";
     }
     if b.is_one_sided() {
         h += "  -w, --win-option OPTION       create, allocate (default) or dynamic\n";
@@ -555,6 +570,18 @@ pub fn parse(b: Benchmark, args: impl IntoIterator<Item = String>) -> Result<Par
                     other => {
                         return Err(format!(
                             "-w {other}: choose create, allocate or dynamic\n{}",
+                            help(b)
+                        ))
+                    }
+                }
+            }
+            "-T" | "--type" if b.is_accumulate() => {
+                o.doubles = match value("-T")?.as_str() {
+                    "mpi_char" => false,
+                    "mpi_double" => true,
+                    other => {
+                        return Err(format!(
+                            "-T {other}: choose mpi_char or mpi_double\n{}",
                             help(b)
                         ))
                     }
