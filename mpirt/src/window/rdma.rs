@@ -25,11 +25,14 @@
 //!   compare-and-swap loop whose first guess one RDMA READ of the range found (0 for a
 //!   single element);
 //! - under the target's accumulate lock, for every other operation (float sums, min, max,
-//!   products, bitwise and logical ones): take the lock word with a compare-and-swap,
-//!   RDMA READ the range, compute at the origin, RDMA WRITE it back, wait for the write,
-//!   release the lock with a fetch-and-add (posted; the epoch's end waits for it). That is
-//!   four round trips whatever the length, where a compare-and-swap loop per element cost
-//!   one per element (64 KiB of f64 sums: 8192).
+//!   products, bitwise and logical ones): take the lock word with a compare-and-swap and
+//!   read the range (posted together; an RDMA READ, or up to 64 bytes fetch-and-adds of 0,
+//!   which need no registration of the origin's buffer), compute at the origin, RDMA WRITE
+//!   it back, wait for the write, release the lock with a fetch-and-add (posted; a flush
+//!   or the epoch's end waits for it). Where the lock is free that is two round trips
+//!   whatever the length, three with a flush's wait for the release, where a
+//!   compare-and-swap loop per element cost one per element (64 KiB of f64 sums: 8192),
+//!   and a single element's loop one or two.
 //!
 //! Why by operation, not by length: a locked READ-compute-WRITE is atomic only with others
 //! that take the lock. A device atomic on one of its elements between its READ and its
@@ -83,8 +86,19 @@ fn per_element(op: AccumulateOperation, datatype: Datatype) -> bool {
     matches!(op, AccumulateOperation::NoOp | AccumulateOperation::Replace) || integer && is_sum(op)
 }
 
+/// The longest range a locked accumulate reads with fetch-and-adds of 0 rather than one
+/// RDMA READ (see `Rdma::post_read`).
+const ATOMIC_READ: usize = 64;
+
+/// A locked accumulate's read of its range, posted: the fetch-and-adds' tickets, or the
+/// RDMA READ's.
+enum RangeRead {
+    Atomics(Vec<u64>),
+    Rdma(u64),
+}
+
 /// How long a rank waits for an accumulate lock that one holder keeps before it names the
-/// holder in an error: a holder keeps it for four round trips plus moving its range, so
+/// holder in an error: a holder keeps it for two round trips plus moving its range, so
 /// this only passes where the holder failed (its queue pair to the target broke) holding it.
 const LOCK_PATIENCE: Duration = Duration::from_secs(60);
 
@@ -476,10 +490,10 @@ impl Rdma {
     }
 
     /// `target[offset..] = incoming ∘ target[offset..]` under `target`'s accumulate lock:
-    /// lock, RDMA READ, compute here, RDMA WRITE, unlock. The unlock is posted after the
+    /// lock and RDMA READ, compute here, RDMA WRITE, unlock. The unlock is posted after the
     /// write completed (at the target), so the next holder's read finds it; the epoch's end
-    /// waits for the unlock. Where the read or write failed, the unlock still goes (it fails
-    /// too where the queue pair to `target` broke, leaving the lock to `lock`'s patience).
+    /// waits for the unlock. Where the write failed, the unlock still goes (it fails too
+    /// where the queue pair to `target` broke, leaving the lock to `take_lock`'s patience).
     fn locked(
         &self,
         target: u32,
@@ -490,41 +504,161 @@ impl Rdma {
         old: Option<&mut [u8]>,
     ) -> Result<(), Cause> {
         let word = self.locks[target as usize].expect("a device-atomics window has lock words");
-        let held = self.lock(target, word)?;
         let mut range = vec![0u8; incoming.len()];
-        let moved = (|| {
-            // SAFETY: `range` is this function's, and each operation on it is waited for.
-            unsafe { self.get(target, offset, &mut range, true) }?;
-            if let Some(old) = old {
-                old.copy_from_slice(&range);
+        let held = self.lock_and_read(target, word, offset, &mut range)?;
+        if let Some(old) = old {
+            old.copy_from_slice(&range);
+        }
+        op.apply(datatype, incoming, &mut range);
+        let write = RmaOp::Write {
+            local: range.as_ptr(),
+            len: range.len(),
+        };
+        // SAFETY: `range` is this function's, and the write is waited for here (or failed
+        // to post, having posted nothing still in flight).
+        let written =
+            unsafe { self.post(target, write, offset) }.and_then(|t| self.wait(target, t));
+        written.and(self.unlock(target, word, held))
+    }
+
+    /// Takes `target`'s accumulate lock word at `word` and reads `range` at `offset`: the
+    /// first try posts the compare-and-swap and the read together, as the target runs a
+    /// queue pair's requests in order (a read after a take that succeeded sees the last
+    /// holder's write, which completed before its unlock went), so a free lock costs one
+    /// round trip; after a take that failed, compare-and-swaps alone until one takes it,
+    /// then the read. Returns the value that unlocks it; on an error nothing is held.
+    fn lock_and_read(
+        &self,
+        target: u32,
+        word: RemoteKey,
+        offset: u64,
+        range: &mut [u8],
+    ) -> Result<u64, Cause> {
+        let taken = self.locks_taken.get().wrapping_add(1);
+        self.locks_taken.set(taken);
+        let mine = (u64::from(self.me) + 1) << 32 | u64::from(taken);
+        let take = RmaOp::CompareSwap {
+            compare: 0,
+            swap: mine,
+        };
+        // SAFETY: an atomic has no local memory of the caller's.
+        let ticket = unsafe { self.post_at(target, take, word) }?;
+        // SAFETY: `range` is the caller's until this function returns, and the read is
+        // waited for here (by `collect`) before it does.
+        let read = unsafe { self.post_read(target, offset, range) };
+        let found = match &read {
+            Ok(posted) => self.collect(target, Some(ticket), posted, range),
+            Err(_) => self.collect(target, Some(ticket), &RangeRead::Atomics(Vec::new()), range),
+        }?;
+        let read_again = |range: &mut [u8]| {
+            // SAFETY: as above.
+            let posted = unsafe { self.post_read(target, offset, range) }?;
+            self.collect(target, None, &posted, range).map(drop)
+        };
+        let held = match (found, read) {
+            (0, read) => read.map(drop),
+            (_, Err(e)) => return Err(e),
+            (held_by, Ok(_)) => {
+                self.take_lock(target, word, mine, held_by)?;
+                read_again(range)
             }
-            op.apply(datatype, incoming, &mut range);
-            let write = RmaOp::Write {
-                local: range.as_ptr(),
+        };
+        match held {
+            Ok(()) => Ok(mine),
+            Err(e) => {
+                // Taken, but the read failed: give it back.
+                let _ = self.unlock(target, word, mine);
+                Err(e)
+            }
+        }
+    }
+
+    /// Posts the read of `range` at `offset` in `target`'s window: up to `ATOMIC_READ`
+    /// bytes as fetch-and-adds of 0, whose results land in the transport's registered
+    /// memory (registering `range` for an RDMA READ costs more than the round trip), else
+    /// one RDMA READ.
+    ///
+    /// # Safety
+    /// `range` must stay untouched until `collect` returned.
+    unsafe fn post_read(
+        &self,
+        target: u32,
+        offset: u64,
+        range: &mut [u8],
+    ) -> Result<RangeRead, Cause> {
+        if range.len() > ATOMIC_READ {
+            let read = RmaOp::Read {
+                local: range.as_mut_ptr(),
                 len: range.len(),
             };
-            // SAFETY: as above.
-            let ticket = unsafe { self.post(target, write, offset) }?;
-            self.wait(target, ticket)
-        })();
-        // Subtracting the value taken leaves 0.
+            // SAFETY: forwarded from this function's contract.
+            return Ok(RangeRead::Rdma(unsafe { self.post(target, read, offset) }?));
+        }
+        let mut tickets = Vec::with_capacity(range.len() / 8);
+        for at in (0..range.len() as u64).step_by(8) {
+            let fetch = RmaOp::FetchAdd { add: 0 };
+            // SAFETY: an atomic has no local memory of the caller's.
+            tickets.push(unsafe { self.post(target, fetch, offset + at) }?);
+        }
+        Ok(RangeRead::Atomics(tickets))
+    }
+
+    /// Waits for `read` (and the take `take`, posted before it) to complete; fills `range`
+    /// from the atomics' results, and returns what the take found (0 without one).
+    fn collect(
+        &self,
+        target: u32,
+        take: Option<u64>,
+        read: &RangeRead,
+        range: &mut [u8],
+    ) -> Result<u64, Cause> {
+        let last = match read {
+            RangeRead::Rdma(ticket) => Some(*ticket),
+            RangeRead::Atomics(tickets) => tickets.last().copied(),
+        };
+        let Some(last) = last.or(take) else {
+            return Ok(0);
+        };
+        let peer = self.world[target as usize];
+        let found = Cell::new(0);
+        let elements = RefCell::new(Vec::new());
+        // The results are read in the borrow that saw the completion (see `atomic_at`).
+        environment::wait_until_or_lent(pml::stall::Awaited::State, |e| {
+            let Some(engine) = e.native() else {
+                return Ok(true);
+            };
+            let done = engine.rma_done(peer, last)?;
+            if done {
+                found.set(take.map_or(0, |t| engine.rma_result(peer, t)));
+                if let RangeRead::Atomics(tickets) = read {
+                    let results = tickets.iter().map(|&t| engine.rma_result(peer, t));
+                    elements.borrow_mut().extend(results);
+                }
+            }
+            Ok(done)
+        })?;
+        for (element, value) in range.chunks_exact_mut(8).zip(elements.into_inner()) {
+            element.copy_from_slice(&value.to_ne_bytes());
+        }
+        Ok(found.get())
+    }
+
+    /// Releases the lock word at `word`, taken with `held`: subtracting it leaves 0. Posted;
+    /// the epoch's end (or the next operation's wait) waits for it.
+    fn unlock(&self, target: u32, word: RemoteKey, held: u64) -> Result<(), Cause> {
         let unlock = RmaOp::FetchAdd {
             add: held.wrapping_neg(),
         };
         // SAFETY: an atomic has no local memory of the caller's.
-        let unlocked = unsafe { self.post_at(target, unlock, word) }.map(drop);
-        moved.and(unlocked)
+        unsafe { self.post_at(target, unlock, word) }.map(drop)
     }
 
-    /// Takes `target`'s accumulate lock word at `word`: compare-and-swaps of 0 to this
-    /// rank's value until one finds 0. Returns the value, which unlocks it. A holder that
-    /// keeps it for [`LOCK_PATIENCE`] (the same value seen throughout) is named in an error,
-    /// rather than waited for without end: it failed holding it.
-    fn lock(&self, target: u32, word: RemoteKey) -> Result<u64, Cause> {
-        let taken = self.locks_taken.get().wrapping_add(1);
-        self.locks_taken.set(taken);
-        let mine = (u64::from(self.me) + 1) << 32 | u64::from(taken);
-        let mut seen = (0, Instant::now());
+    /// Compare-and-swaps of 0 to `mine` on `target`'s lock word at `word` until one finds
+    /// 0 (the last take found `found`). A holder that keeps it for [`LOCK_PATIENCE`] (the
+    /// same value seen throughout) is named in an error, rather than waited for without
+    /// end: it failed holding it.
+    fn take_lock(&self, target: u32, word: RemoteKey, mine: u64, found: u64) -> Result<(), Cause> {
+        let mut seen = (found, Instant::now());
         loop {
             let take = RmaOp::CompareSwap {
                 compare: 0,
@@ -532,7 +666,7 @@ impl Rdma {
             };
             let found = self.atomic_at(target, word, take)?;
             if found == 0 {
-                return Ok(mine);
+                return Ok(());
             }
             if found != seen.0 {
                 seen = (found, Instant::now());
