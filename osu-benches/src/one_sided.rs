@@ -157,6 +157,36 @@ impl<T: Equivalence + Default + Copy> Access<T> for Accumulate<'_, T> {
     }
 }
 
+/// `osu_acc_latency` (`osu_get_acc_latency` with `fetch`): the latency of accumulating each
+/// size's worth of bytes, or with `-T mpi_double` of `f64`s (size / 8 of them).
+pub fn accumulate_latency(world: &SimpleCommunicator, options: &Options, fetch: bool) {
+    if options.doubles {
+        let data = vec![1f64; options.max_size / 8];
+        run::<f64, _>(
+            world,
+            options,
+            Report::Latency,
+            |size| size / 8,
+            |size| Accumulate {
+                data: &data[..size / 8],
+                fetch,
+            },
+        );
+    } else {
+        let data = vec![1u8; options.max_size];
+        run::<u8, _>(
+            world,
+            options,
+            Report::Latency,
+            |size| size,
+            |size| Accumulate {
+                data: &data[..size],
+                fetch,
+            },
+        );
+    }
+}
+
 /// A fetch-and-add of one 8-byte element; each lends one result element to its epoch.
 pub struct FetchAndAdd(pub u64);
 
