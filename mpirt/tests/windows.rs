@@ -71,6 +71,7 @@ fn rank_mode() {
             compare_and_swap_once(&world);
             atomics_beside_long_accumulates::<u64>(&world);
             atomics_beside_long_accumulates::<f64>(&world);
+            no_ops_beside_locked_sums(&world);
             println!("atomics ok ({})", lock_free_agreed(&world));
         }
         "kinds" => {
@@ -634,6 +635,68 @@ fn atomics_beside_long_accumulates<T: Count>(world: &SimpleCommunicator) {
                     T::of(count(0) + count(1))
                 ),
                 "an increment was lost between atomics and long accumulates"
+            )
+        });
+    }
+    world.barrier();
+}
+
+/// Every rank interleaves f64 sums over a short range (which windows over verbs apply under
+/// the target's accumulate lock, by RDMA READ and WRITE, and contend for) with no-op
+/// `fetch_and_op`s and `get_accumulate`s of it, back to back in one lock_all epoch: a no-op
+/// read by a device fetch-and-add of 0 (beside a lock's take that failed, or as the no-op
+/// itself) writes its element back and can undo a holder's write that met it. No increment is
+/// lost, and each rank's no-ops see every element whole, never less than its own sums so far
+/// nor more than all of them.
+fn no_ops_beside_locked_sums(world: &SimpleCommunicator) {
+    const ROUNDS: u64 = 2000;
+    const LONG: usize = 4;
+    let window = Window::<f64>::allocate(world, LONG);
+    let ones = [1.0; LONG];
+    let zeros = [0.0; LONG];
+    let size = world.size() as u64;
+    let no_op = |round: u64| round % 4 == 3;
+    let sums = (0..ROUNDS).filter(|&r| !no_op(r)).count();
+    let total = (size as usize * sums) as f64;
+    // What each no-op fetched (read after the epoch, which completes them), and how many of
+    // its own sums this rank had made by then.
+    let mut seen = vec![0.0; LONG * (ROUNDS as usize - sums)];
+    let mut floors = Vec::new();
+    let mut slots = seen.chunks_exact_mut(LONG);
+    world.barrier();
+    window.lock_all(|e| {
+        for round in 0..ROUNDS {
+            if !no_op(round) {
+                e.accumulate(&ones, 0, 0, SystemOperation::sum());
+                continue;
+            }
+            floors.push((round - round / 4) as f64);
+            let slot = slots.next().unwrap();
+            if round % 8 == 3 {
+                e.get_accumulate(&zeros, slot, 0, 0, AccumulateOperation::NoOp);
+            } else {
+                for (at, element) in slot.iter_mut().enumerate() {
+                    e.fetch_and_op(&zeros[at], element, 0, at, AccumulateOperation::NoOp);
+                }
+            }
+        }
+    });
+    window.fence_epoch(|_| {});
+    for (fetched, &floor) in seen.chunks_exact(LONG).zip(&floors) {
+        for &value in fetched {
+            assert!(
+                value >= floor && value <= total && value.fract() == 0.0,
+                "rank {}: a no-op fetched {value} after {floor} of its own sums, of {total}",
+                world.rank()
+            );
+        }
+    }
+    if world.rank() == 0 {
+        window.with_local(|local| {
+            assert_eq!(
+                local,
+                &[total; LONG][..],
+                "an f64 sum was lost beside no-op fetches"
             )
         });
     }

@@ -20,19 +20,20 @@
 //! (typed ones too) goes one of two ways, chosen by its operation alone:
 //! - element by element with device atomics, for the operations the device does in one
 //!   atomic or that must be atomic with `compare_and_swap`: an integer sum is a
-//!   fetch-and-add (posted without waiting where nothing is fetched), a no-op that fetches a
-//!   fetch-and-add of 0, `compare_and_swap` a compare-and-swap, and replace a
+//!   fetch-and-add (posted without waiting where nothing is fetched), `compare_and_swap` a
+//!   compare-and-swap, and replace a
 //!   compare-and-swap loop whose first guess one RDMA READ of the range found (0 for a
 //!   single element);
 //! - under the target's accumulate lock, for every other operation (float sums, min, max,
 //!   products, bitwise and logical ones): take the lock word with a compare-and-swap and
-//!   read the range (posted together; an RDMA READ, or up to 64 bytes fetch-and-adds of 0,
-//!   which need no registration of the origin's buffer), compute at the origin, RDMA WRITE
+//!   RDMA READ the range (posted together), compute at the origin, RDMA WRITE
 //!   it back, wait for the write, release the lock with a fetch-and-add (posted; a flush
 //!   or the epoch's end waits for it). Where the lock is free that is two round trips
 //!   whatever the length, three with a flush's wait for the release, where a
 //!   compare-and-swap loop per element cost one per element (64 KiB of f64 sums: 8192),
-//!   and a single element's loop one or two.
+//!   and a single element's loop one or two;
+//! - a no-op that fetches (`get_accumulate`, `fetch_and_op` with `no_op`) is one RDMA READ
+//!   of the range, whatever the datatype.
 //!
 //! Why by operation, not by length: a locked READ-compute-WRITE is atomic only with others
 //! that take the lock. A device atomic on one of its elements between its READ and its
@@ -40,8 +41,11 @@
 //! overwritten: a lost update. So all accumulates of one operation must go one way, and
 //! the ways meet only where MPI asks for no atomicity: MPI's accumulates are atomic with
 //! concurrent ones of the same operation and with no-ops (`accumulate_ops`'s default,
-//! `same_op_no_op`). A no-op's fetch-and-add of 0 reads each element whole, before or
-//! after a locked write of it. Replace stays on the device with `compare_and_swap`, as
+//! `same_op_no_op`). A no-op reads with an RDMA READ, never fetch-and-adds of 0: a
+//! fetch-and-add writes its element back under the device's atomics lock, which a locked
+//! accumulate's RDMA WRITE does not take (Soft-RoCE's and HCAs' alike), so one that met the
+//! write would undo it; a READ writes nothing, and sees each aligned 8-byte element before
+//! or after the write of it where the device moves such words whole. Replace stays on the device with `compare_and_swap`, as
 //! lock-free queues and MCS locks mix `fetch_and_op(replace)` and `compare_and_swap` on
 //! one location and need them atomic with each other. The lock word is 8 bytes of each
 //! rank's own, registered beside its window and touched only by device atomics; it holds
@@ -84,17 +88,6 @@ fn is_sum(op: AccumulateOperation) -> bool {
 fn per_element(op: AccumulateOperation, datatype: Datatype) -> bool {
     let integer = operation::element_code(datatype).is_some_and(operation::is_integer);
     matches!(op, AccumulateOperation::NoOp | AccumulateOperation::Replace) || integer && is_sum(op)
-}
-
-/// The longest range a locked accumulate reads with fetch-and-adds of 0 rather than one
-/// RDMA READ (see `Rdma::post_read`).
-const ATOMIC_READ: usize = 64;
-
-/// A locked accumulate's read of its range, posted: the fetch-and-adds' tickets, or the
-/// RDMA READ's.
-enum RangeRead {
-    Atomics(Vec<u64>),
-    Rdma(u64),
 }
 
 /// How long a rank waits for an accumulate lock that one holder keeps before it names the
@@ -412,15 +405,21 @@ impl Rdma {
         // SAFETY: an atomic has no local memory of the caller's (it fetches into the
         // transport's).
         let ticket = unsafe { self.post_at(target, op, remote) }?;
+        self.atomic_result(target, ticket, ticket)
+    }
+
+    /// Waits until the operations to `target` up to `last` completed; the old value the
+    /// atomic `ticket` (posted no later) fetched.
+    fn atomic_result(&self, target: u32, ticket: u64, last: u64) -> Result<u64, Cause> {
         let peer = self.world[target as usize];
         // The result is read in the borrow that saw the completion: between two borrows
         // another thread (`Threading::Multiple`) could post atomics that reuse its slot.
-        let found = std::cell::Cell::new(0);
+        let found = Cell::new(0);
         environment::wait_until_or_lent(pml::stall::Awaited::State, |e| {
             let Some(engine) = e.native() else {
                 return Ok(true);
             };
-            let done = engine.rma_done(peer, ticket)?;
+            let done = engine.rma_done(peer, last)?;
             if done {
                 found.set(engine.rma_result(peer, ticket));
             }
@@ -444,6 +443,16 @@ impl Rdma {
     ) -> Result<(), Cause> {
         if !per_element(op, datatype) {
             return self.locked(target, offset, op, datatype, incoming, old);
+        }
+        if op == AccumulateOperation::NoOp {
+            // One RDMA READ, which writes nothing: a fetch-and-add of 0 per element would
+            // write each back, undoing a locked accumulate's RDMA WRITE that landed in
+            // between (see `lock_and_read`).
+            return match old {
+                // SAFETY: `old` is the caller's, and the read is waited for here.
+                Some(old) => unsafe { self.get(target, offset, old, true) },
+                None => Ok(()),
+            };
         }
         let integer = operation::element_code(datatype).is_some_and(operation::is_integer);
         // A replace's compare-and-swap loops' first guesses: the elements as one RDMA READ
@@ -469,8 +478,6 @@ impl Rdma {
             let at = offset + 8 * i as u64;
             let value = u64::from_ne_bytes(value.try_into().expect("8 bytes"));
             let before = match op {
-                AccumulateOperation::NoOp if old.is_none() => continue,
-                AccumulateOperation::NoOp => self.atomic(target, at, RmaOp::FetchAdd { add: 0 })?,
                 _ if integer && is_sum(op) && old.is_none() => {
                     // Nothing fetched: posted, and complete by the epoch's end or a flush.
                     // SAFETY: an atomic has no local memory of the caller's.
@@ -503,6 +510,9 @@ impl Rdma {
         incoming: &[u8],
         old: Option<&mut [u8]>,
     ) -> Result<(), Cause> {
+        if incoming.is_empty() {
+            return Ok(());
+        }
         let word = self.locks[target as usize].expect("a device-atomics window has lock words");
         let mut range = vec![0u8; incoming.len()];
         let held = self.lock_and_read(target, word, offset, &mut range)?;
@@ -522,11 +532,15 @@ impl Rdma {
     }
 
     /// Takes `target`'s accumulate lock word at `word` and reads `range` at `offset`: the
-    /// first try posts the compare-and-swap and the read together, as the target runs a
+    /// first try posts the compare-and-swap and an RDMA READ together, as the target runs a
     /// queue pair's requests in order (a read after a take that succeeded sees the last
     /// holder's write, which completed before its unlock went), so a free lock costs one
     /// round trip; after a take that failed, compare-and-swaps alone until one takes it,
-    /// then the read. Returns the value that unlocks it; on an error nothing is held.
+    /// then the read again. The read is never fetch-and-adds of 0, which need no
+    /// registration: after a take that failed the holder's RDMA WRITE of the range may be
+    /// in flight, and a fetch-and-add writes its element back (the device reads and writes
+    /// it under its atomics' own lock, which a WRITE does not take), undoing the holder's
+    /// update. Returns the value that unlocks it; on an error nothing is held.
     fn lock_and_read(
         &self,
         target: u32,
@@ -543,24 +557,21 @@ impl Rdma {
         };
         // SAFETY: an atomic has no local memory of the caller's.
         let ticket = unsafe { self.post_at(target, take, word) }?;
-        // SAFETY: `range` is the caller's until this function returns, and the read is
-        // waited for here (by `collect`) before it does.
-        let read = unsafe { self.post_read(target, offset, range) };
-        let found = match &read {
-            Ok(posted) => self.collect(target, Some(ticket), posted, range),
-            Err(_) => self.collect(target, Some(ticket), &RangeRead::Atomics(Vec::new()), range),
-        }?;
-        let read_again = |range: &mut [u8]| {
-            // SAFETY: as above.
-            let posted = unsafe { self.post_read(target, offset, range) }?;
-            self.collect(target, None, &posted, range).map(drop)
+        let read = RmaOp::Read {
+            local: range.as_mut_ptr(),
+            len: range.len(),
         };
+        // SAFETY: `range` is the caller's until this function returns, and the read is
+        // waited for (by `atomic_result`, which waits for it as the later) before it does.
+        let read = unsafe { self.post(target, read, offset) };
+        let found = self.atomic_result(target, ticket, *read.as_ref().unwrap_or(&ticket))?;
         let held = match (found, read) {
             (0, read) => read.map(drop),
             (_, Err(e)) => return Err(e),
             (held_by, Ok(_)) => {
                 self.take_lock(target, word, mine, held_by)?;
-                read_again(range)
+                // SAFETY: `range` is the caller's, and the read is waited for here.
+                unsafe { self.get(target, offset, range, true) }
             }
         };
         match held {
@@ -571,76 +582,6 @@ impl Rdma {
                 Err(e)
             }
         }
-    }
-
-    /// Posts the read of `range` at `offset` in `target`'s window: up to `ATOMIC_READ`
-    /// bytes as fetch-and-adds of 0, whose results land in the transport's registered
-    /// memory (registering `range` for an RDMA READ costs more than the round trip), else
-    /// one RDMA READ.
-    ///
-    /// # Safety
-    /// `range` must stay untouched until `collect` returned.
-    unsafe fn post_read(
-        &self,
-        target: u32,
-        offset: u64,
-        range: &mut [u8],
-    ) -> Result<RangeRead, Cause> {
-        if range.len() > ATOMIC_READ {
-            let read = RmaOp::Read {
-                local: range.as_mut_ptr(),
-                len: range.len(),
-            };
-            // SAFETY: forwarded from this function's contract.
-            return Ok(RangeRead::Rdma(unsafe { self.post(target, read, offset) }?));
-        }
-        let mut tickets = Vec::with_capacity(range.len() / 8);
-        for at in (0..range.len() as u64).step_by(8) {
-            let fetch = RmaOp::FetchAdd { add: 0 };
-            // SAFETY: an atomic has no local memory of the caller's.
-            tickets.push(unsafe { self.post(target, fetch, offset + at) }?);
-        }
-        Ok(RangeRead::Atomics(tickets))
-    }
-
-    /// Waits for `read` (and the take `take`, posted before it) to complete; fills `range`
-    /// from the atomics' results, and returns what the take found (0 without one).
-    fn collect(
-        &self,
-        target: u32,
-        take: Option<u64>,
-        read: &RangeRead,
-        range: &mut [u8],
-    ) -> Result<u64, Cause> {
-        let last = match read {
-            RangeRead::Rdma(ticket) => Some(*ticket),
-            RangeRead::Atomics(tickets) => tickets.last().copied(),
-        };
-        let Some(last) = last.or(take) else {
-            return Ok(0);
-        };
-        let peer = self.world[target as usize];
-        let found = Cell::new(0);
-        let elements = RefCell::new(Vec::new());
-        // The results are read in the borrow that saw the completion (see `atomic_at`).
-        environment::wait_until_or_lent(pml::stall::Awaited::State, |e| {
-            let Some(engine) = e.native() else {
-                return Ok(true);
-            };
-            let done = engine.rma_done(peer, last)?;
-            if done {
-                found.set(take.map_or(0, |t| engine.rma_result(peer, t)));
-                if let RangeRead::Atomics(tickets) = read {
-                    let results = tickets.iter().map(|&t| engine.rma_result(peer, t));
-                    elements.borrow_mut().extend(results);
-                }
-            }
-            Ok(done)
-        })?;
-        for (element, value) in range.chunks_exact_mut(8).zip(elements.into_inner()) {
-            element.copy_from_slice(&value.to_ne_bytes());
-        }
-        Ok(found.get())
     }
 
     /// Releases the lock word at `word`, taken with `held`: subtracting it leaves 0. Posted;
