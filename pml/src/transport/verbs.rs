@@ -277,6 +277,24 @@ fn transport(peer: Rank, cause: impl Into<String>) -> PmlError {
     PmlError::transport(peer, cause.into())
 }
 
+/// The entries the completion queue needs for `peers` peers: each one's two queue pairs' send
+/// queues (messages and one-sided operations), the loopback queue pair's, and the shared
+/// receive queue. Refused where the device's `max_cqe` holds fewer, since a full completion
+/// queue loses completions (an overrun): the error names both and the peer count.
+fn completion_depth(peers: usize, max_cqe: usize) -> Result<i32, String> {
+    let depth = RECV_BUFFERS + (2 * peers + 1) * SEND_DEPTH as usize;
+    if depth > max_cqe {
+        let most =
+            max_cqe.saturating_sub(RECV_BUFFERS + SEND_DEPTH as usize) / (2 * SEND_DEPTH as usize);
+        return Err(format!(
+            "a completion queue for {peers} peers needs {depth} entries, more than the \
+             device's max_cqe of {max_cqe} (it holds {most}); run fewer ranks a node or \
+             use another transport"
+        ));
+    }
+    Ok(depth as i32)
+}
+
 /// The error for work that `peer`'s broken queue pair would never complete.
 fn refused(peer: Rank, work: &str, cause: &str) -> PmlError {
     transport(
@@ -308,6 +326,8 @@ impl VerbsTransport {
         let mut dev = Device::open(wanted, config.gid_index)?;
         let frame_size = config.frame_size.min(dev.max_msg as usize);
         dev.lower_max_piece(config.max_msg);
+        let depth =
+            completion_depth(peers.len(), dev.max_cqe).map_err(|e| format!("{}: {e}", dev.name))?;
         // SAFETY: the context is open; each object is destroyed in `Drop`, in reverse order.
         let (channel, cq, srq) = unsafe {
             let channel = ibv_create_comp_channel(dev.ctx);
@@ -317,8 +337,6 @@ impl VerbsTransport {
                     io::Error::last_os_error()
                 ));
             }
-            // Each peer's two queue pairs and the loopback one.
-            let depth = (RECV_BUFFERS + (2 * peers.len() + 1) * SEND_DEPTH as usize) as i32;
             let cq = ibv_create_cq(dev.ctx, depth, ptr::null_mut(), channel, 0);
             if cq.is_null() {
                 ibv_destroy_comp_channel(channel);
@@ -1115,6 +1133,25 @@ impl Drop for VerbsTransport {
             ibv_destroy_srq(self.srq);
             ibv_destroy_cq(self.cq);
             ibv_destroy_comp_channel(self.channel);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::completion_depth;
+
+    #[test]
+    fn the_completion_queue_fits_the_device_or_is_refused() {
+        // Soft-RoCE's max_cqe.
+        const RXE: usize = 32768;
+        assert!(completion_depth(62, RXE).is_ok_and(|d| d as usize <= RXE));
+        let refused = completion_depth(63, RXE).unwrap_err();
+        for named in ["63 peers", "max_cqe of 32768", "it holds 62"] {
+            assert!(
+                refused.contains(named),
+                "{refused:?} does not say {named:?}"
+            );
         }
     }
 }

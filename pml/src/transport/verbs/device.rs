@@ -21,6 +21,8 @@ pub struct Device {
     pub mtu: ibv_mtu::Type,
     /// Longest message one work request may carry.
     pub max_msg: u32,
+    /// Most entries a completion queue of the device may hold (`max_cqe`).
+    pub max_cqe: usize,
     /// Whether the device does RDMA atomics (fetch-and-add, compare-and-swap).
     pub atomics: bool,
     /// Whether this port is RoCE (GID addressing) rather than InfiniBand (LID addressing).
@@ -154,6 +156,7 @@ impl Device {
             lid: 0,
             mtu: ibv_mtu::IBV_MTU_1024,
             max_msg: 0,
+            max_cqe: 0,
             atomics: false,
             roce: false,
         };
@@ -164,6 +167,7 @@ impl Device {
             return Err(os_error(&format!("querying RDMA device {}", dev.name)));
         }
         dev.atomics = attr.atomic_cap != ibv_atomic_cap::IBV_ATOMIC_NONE;
+        dev.max_cqe = attr.max_cqe.max(0) as usize;
         // SAFETY: a zeroed port_attr is a valid out-parameter; `ctx` is open.
         let mut port: ibv_port_attr = unsafe { std::mem::zeroed() };
         if unsafe { ___ibv_query_port(ctx, PORT, &mut port) } != 0 {
