@@ -177,7 +177,7 @@ fn a_queue_pair_that_cannot_connect_is_named() {
     let devs = devices();
     let mut a = transport(0, 1, &devs[0]);
     let b = transport(1, 0, &devs[devs.len() - 1]);
-    // An endpoint is "lid gid mtu psn credit-address credit-rkey qpns one-sided-qpns"; the GID becomes
+    // An endpoint is "lid gid mtu psn credit-address credit-rkey qpns"; the GID becomes
     // 192.0.2.1 (TEST-NET-1, IPv4-mapped), which no route leads to.
     let mut fields: Vec<String> = b
         .endpoint()
@@ -185,7 +185,9 @@ fn a_queue_pair_that_cannot_connect_is_named() {
         .map(String::from)
         .collect();
     fields[1] = "00000000000000000000ffffc0000201".into();
-    let e = a.connect(1, &fields.join(" ")).unwrap_err();
+    let e = a
+        .connect(1, &fields.join(" "), &b.rma_endpoint())
+        .unwrap_err();
     println!("{e}");
     assert!(
         e.contains("connecting to rank 1: queue pair INIT -> RTR failed: "),

@@ -295,6 +295,28 @@ fn completion_depth(peers: usize, max_cqe: usize) -> Result<i32, String> {
     Ok(depth as i32)
 }
 
+/// Digits of one queue pair number in an endpoint: QPNs are 24 bits, six hex digits.
+const QPN_DIGITS: usize = 6;
+
+/// The queue pair numbers of `lanes` in rank order (0 where there is none), each in
+/// `QPN_DIGITS` hex digits without separators: 768 bytes for 128 ranks, where decimal with
+/// commas took up to 9 a rank.
+fn qpn_list(lanes: &[Option<Peer>]) -> String {
+    lanes
+        .iter()
+        .map(|p| format!("{:06x}", p.as_ref().map_or(0, |p| p.qp.qpn())))
+        .collect()
+}
+
+/// The queue pair number for `rank` in a `qpn_list`; `None` where there is none or the list
+/// is malformed.
+fn qpn_in(list: &str, rank: Rank) -> Option<u32> {
+    let at = rank as usize * QPN_DIGITS;
+    list.get(at..at + QPN_DIGITS)
+        .and_then(|q| u32::from_str_radix(q, 16).ok())
+        .filter(|&q| q != 0)
+}
+
 /// The error for work that `peer`'s broken queue pair would never complete.
 fn refused(peer: Rank, work: &str, cause: &str) -> PmlError {
     transport(
@@ -451,47 +473,50 @@ impl VerbsTransport {
     }
 
     /// What peers need to connect to this rank: addressing, the credit slots, and the
-    /// queue pair numbers meant for each rank (0 where there is none), for messages and for
-    /// one-sided operations.
+    /// queue pair numbers meant for each rank, for messages (`qpn_list`). The one-sided
+    /// queue pairs' list is `rma_endpoint`, published under a key of its own: PMI-1 and
+    /// PMI-2 hold 1024 bytes a value, which both lists together would pass from about 60
+    /// ranks on.
     pub fn endpoint(&self) -> String {
         let gid: String = self.dev.gid.iter().map(|b| format!("{b:02x}")).collect();
-        let qpns = |peers: &[Option<Peer>]| {
-            peers
-                .iter()
-                .map(|p| p.as_ref().map_or(0, |p| p.qp.qpn()).to_string())
-                .collect::<Vec<String>>()
-                .join(",")
-        };
         format!(
-            "{} {gid} {} {} {} {} {} {}",
+            "{} {gid} {} {} {} {} {}",
             self.dev.lid,
             self.dev.mtu,
             self.local_psn,
             self.credit_slots.buf.as_ptr() as u64,
             self.credit_slots.rkey(),
-            qpns(&self.peers),
-            qpns(&self.rma.peers)
+            qpn_list(&self.peers)
         )
     }
 
+    /// The one-sided queue pair numbers meant for each rank (`qpn_list`).
+    pub fn rma_endpoint(&self) -> String {
+        qpn_list(&self.rma.peers)
+    }
+
     /// Connects the queue pair for `peer` to the one the peer made for this rank.
-    pub fn connect(&mut self, peer: Rank, endpoint: &str) -> Result<(), String> {
-        let bad = || format!("rank {peer}'s verbs endpoint '{endpoint}' is malformed");
+    pub fn connect(
+        &mut self,
+        peer: Rank,
+        endpoint: &str,
+        rma_endpoint: &str,
+    ) -> Result<(), String> {
+        let bad = || {
+            format!(
+                "rank {peer}'s verbs endpoint '{endpoint}' (one-sided '{rma_endpoint}') is \
+                 malformed"
+            )
+        };
         let w: Vec<&str> = endpoint.split_ascii_whitespace().collect();
-        if w.len() != 8 || w[1].len() != 32 {
+        if w.len() != 7 || w[1].len() != 32 {
             return Err(bad());
         }
         let mut gid = [0u8; 16];
         for (i, b) in gid.iter_mut().enumerate() {
             *b = u8::from_str_radix(&w[1][2 * i..2 * i + 2], 16).map_err(|_| bad())?;
         }
-        let qpn_for_me = |list: &str| -> Result<u32, String> {
-            list.split(',')
-                .nth(self.rank as usize)
-                .and_then(|q| q.parse().ok())
-                .filter(|&q| q != 0)
-                .ok_or_else(bad)
-        };
+        let qpn_for_me = |list: &str| qpn_in(list, self.rank).ok_or_else(bad);
         let address = QpAddress {
             qpn: qpn_for_me(w[6])?,
             psn: w[3].parse().map_err(|_| bad())?,
@@ -500,7 +525,7 @@ impl VerbsTransport {
             mtu: w[2].parse().map_err(|_| bad())?,
         };
         let rma_address = QpAddress {
-            qpn: qpn_for_me(w[7])?,
+            qpn: qpn_for_me(rma_endpoint)?,
             ..address
         };
         let credit_addr: u64 = w[4].parse().map_err(|_| bad())?;
@@ -1139,7 +1164,36 @@ impl Drop for VerbsTransport {
 
 #[cfg(test)]
 mod tests {
-    use super::completion_depth;
+    use super::{completion_depth, qpn_in, QPN_DIGITS};
+
+    #[test]
+    fn an_endpoint_of_128_ranks_fits_pmi() {
+        // PMI-1 and PMI-2 hold 1024 bytes a value. The longest message endpoint: the
+        // header's widest fields, then 128 ranks' queue pair numbers (4 nodes of 32).
+        let header = format!(
+            "{} {} {} {} {} {} ",
+            u16::MAX,
+            "f".repeat(32),
+            5,
+            u32::MAX,
+            u64::MAX,
+            u32::MAX
+        );
+        let list: String = (0..128u32)
+            .map(|r| format!("{:06x}", 0xff_ff00 + r))
+            .collect();
+        assert!(
+            header.len() + list.len() <= 1024,
+            "{} bytes",
+            header.len() + list.len()
+        );
+        assert_eq!(list.len(), 128 * QPN_DIGITS);
+        assert_eq!(qpn_in(&list, 0), Some(0xff_ff00));
+        assert_eq!(qpn_in(&list, 127), Some(0xff_ff00 + 127));
+        assert_eq!(qpn_in(&list, 128), None, "past the list");
+        assert_eq!(qpn_in("000000", 0), None, "no queue pair for this rank");
+        assert_eq!(qpn_in("00zz00", 0), None);
+    }
 
     #[test]
     fn the_completion_queue_fits_the_device_or_is_refused() {

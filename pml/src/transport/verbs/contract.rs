@@ -54,6 +54,11 @@ impl VerbsTransport {
         };
         let endpoint = verbs.as_ref().map(|v| v.endpoint()).unwrap_or_default();
         job.put(&format!("pml.verbs.{}", job.rank), endpoint.as_bytes())?;
+        let rma_endpoint = verbs.as_ref().map(|v| v.rma_endpoint()).unwrap_or_default();
+        job.put(
+            &format!("pml.verbs.rma.{}", job.rank),
+            rma_endpoint.as_bytes(),
+        )?;
         Ok((verbs, note))
     }
 
@@ -76,7 +81,9 @@ impl VerbsTransport {
                 // The peer has no device: TCP carries this pair.
                 continue;
             }
-            self.connect(r, &String::from_utf8_lossy(&endpoint))
+            let rma_endpoint = job.get(r, &format!("pml.verbs.rma.{r}"))?;
+            let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+            self.connect(r, &text(&endpoint), &text(&rma_endpoint))
                 .map_err(|e| EngineError::Transport(format!("verbs: {e}")))?;
             carried.push(r);
         }
