@@ -336,10 +336,13 @@ impl VerbsTransport {
     }
 
     /// The one-sided operation of ticket `at` to `peer` failed for `cause`: so does every
-    /// later one, its queue pair being in the error state; the first cause is kept.
+    /// later one, its queue pair being in the error state. The earliest ticket's failure is
+    /// kept, not the first reported: a posting error names the operation being posted while
+    /// earlier ones are still in flight, and one of those that fails later must fail its
+    /// waiter rather than report success.
     pub(super) fn rma_failed(&mut self, peer: Rank, at: u64, cause: String) {
         if let Some(p) = self.lane_mut(peer, WR_RMA) {
-            if p.broken.is_none() {
+            if earlier_failure(p.rma_failed_at, at) {
                 p.rma_failed_at = at;
                 p.broken = Some(cause);
             }
@@ -384,5 +387,26 @@ impl VerbsTransport {
         // another atomic may reuse the slot.
         let bytes = &self.rma.slots.buf[at..at + 8];
         u64::from_ne_bytes(bytes.try_into().expect("8 bytes"))
+    }
+}
+
+/// Whether a failure at ticket `at` comes before the one kept at `kept` (0: none kept).
+fn earlier_failure(kept: u64, at: u64) -> bool {
+    kept == 0 || at < kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::earlier_failure;
+
+    #[test]
+    fn the_earliest_ticket_keeps_the_failure() {
+        assert!(earlier_failure(0, 7), "the first failure is kept");
+        assert!(
+            earlier_failure(7, 3),
+            "an earlier op failing later replaces it"
+        );
+        assert!(!earlier_failure(3, 7), "a later op's failure does not");
+        assert!(!earlier_failure(3, 3));
     }
 }
