@@ -430,11 +430,14 @@ fn one_sided_rank(dir: PathBuf, rank: u32) {
             back == data,
             "the window read back differs from what was put"
         );
+        // Posted in pieces: each is one work request, counted.
         let counted = e.counters();
-        println!(
-            "rank 0: a {WINDOW}-byte put and get in {PIECE}-byte pieces: {} RDMA WRITE and {} \
-             READ operations",
-            counted.rma_writes, counted.rma_reads
+        assert!(
+            counted.rma_writes >= 4 && counted.rma_reads >= 4,
+            "rank 0: a {WINDOW}-byte put and get with MPIRT_VERBS_MAX_MSG={PIECE} were not \
+             split: {} RDMA WRITEs and {} READs counted",
+            counted.rma_writes,
+            counted.rma_reads
         );
         // Past the end of rank 1's registration: the device refuses it at the target.
         let past = pml::RemoteKey {
