@@ -221,12 +221,12 @@ impl Benchmark {
         matches!(self, Benchmark::LatencyMt | Benchmark::MessageRateMt)
     }
 
-    /// Whether this is one of the one-sided tests (`-w` and `-s`).
     /// Whether the test accumulates (and `-T` picks what it accumulates).
     pub fn is_accumulate(self) -> bool {
         matches!(self, Benchmark::AccLatency | Benchmark::GetAccLatency)
     }
 
+    /// Whether this is one of the one-sided tests (`-w` and `-s`).
     pub fn is_one_sided(self) -> bool {
         matches!(
             self,
@@ -312,14 +312,12 @@ impl Options {
             Benchmark::LatencyMt => Options {
                 min_size: 1,
                 receiver_threads: 2,
-                doubles: false,
                 ..Options::defaults(Benchmark::Latency)
             },
             // Two threads a rank, each pair with osu_mbw_mr's windows and loop counts.
             Benchmark::MessageRateMt => Options {
                 sender_threads: 2,
                 receiver_threads: 2,
-                doubles: false,
                 ..Options::defaults(Benchmark::MultiBandwidth)
             },
             // OSU 7.4's multi-pair latency skips the empty message.
