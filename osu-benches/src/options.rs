@@ -467,6 +467,8 @@ fn help(b: Benchmark) -> String {
 /// Parses OSU's options (the arguments after the program name).
 pub fn parse(b: Benchmark, args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
     let mut o = Options::defaults(b);
+    // Whether -m named a minimum (which -T mpi_double then checks rather than raises).
+    let mut min_given = false;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         // `-m16` and `--message-size=16` as well as `-m 16`.
@@ -492,6 +494,7 @@ pub fn parse(b: Benchmark, args: impl IntoIterator<Item = String>) -> Result<Par
                     Some((min, max)) => {
                         if !min.is_empty() {
                             o.min_size = number("-m", min)?;
+                            min_given = true;
                         }
                         if !max.is_empty() {
                             o.max_size = number("-m", max)?;
@@ -602,6 +605,22 @@ pub fn parse(b: Benchmark, args: impl IntoIterator<Item = String>) -> Result<Par
             other => return Err(format!("unknown option '{other}'\n{}", help(b))),
         }
     }
+    if o.doubles {
+        // Sizes are whole `f64`s: a smaller one would accumulate nothing, and one that is not
+        // whole elements another size than it reports. OSU's -T mpi_double starts at 8 bytes.
+        if !min_given {
+            o.min_size = o.min_size.max(8);
+        }
+        if o.min_size == 0 || !o.min_size.is_multiple_of(8) || o.max_size < o.min_size {
+            return Err(format!(
+                "-T mpi_double: sizes {}:{} are not whole 8-byte elements (at least one); \
+                 give -m with a minimum that is a multiple of 8\n{}",
+                o.min_size,
+                o.max_size,
+                help(b)
+            ));
+        }
+    }
     if b.is_atomic() {
         // The atomics move one 8-byte element whatever -m says, as OSU's do.
         (o.min_size, o.max_size) = (8, 8);
@@ -666,6 +685,36 @@ mod tests {
         assert!(run(Benchmark::Barrier, &["-f"]).full);
         let err = parse(Benchmark::Latency, ["-f".to_string()]).unwrap_err();
         assert!(err.contains("unknown option '-f'"));
+    }
+
+    #[test]
+    fn doubles_are_whole_elements() {
+        let b = Benchmark::AccLatency;
+        let bytes = run(b, &[]);
+        assert_eq!((bytes.doubles, bytes.min_size), (false, 1));
+        let doubles = run(b, &["-T", "mpi_double", "-m", "64"]);
+        assert!(doubles.doubles);
+        assert_eq!(doubles.sizes().collect::<Vec<_>>(), [8, 16, 32, 64]);
+        let doubles = run(b, &["-m", "16:32", "-T", "mpi_double"]);
+        assert_eq!(doubles.sizes().collect::<Vec<_>>(), [16, 32]);
+        for bad in [
+            &["-T", "mpi_double", "-m", "4:64"][..],
+            &["-T", "mpi_double", "-m", "4"],
+        ] {
+            assert!(
+                parse(b, bad.iter().map(|s| s.to_string())).is_err(),
+                "{bad:?} was accepted"
+            );
+        }
+        assert!(parse(b, ["-T", "mpi_int"].iter().map(|s| s.to_string())).is_err());
+        assert!(
+            parse(
+                Benchmark::PutLatency,
+                ["-T", "mpi_double"].iter().map(|s| s.to_string())
+            )
+            .is_err(),
+            "-T is the accumulate tests' option"
+        );
     }
 
     #[test]
