@@ -72,6 +72,7 @@ fn rank_mode() {
             atomics_beside_long_accumulates::<u64>(&world);
             atomics_beside_long_accumulates::<f64>(&world);
             no_ops_beside_locked_sums(&world);
+            long_locked_sums(&world);
             println!("atomics ok ({})", lock_free_agreed(&world));
         }
         "kinds" => {
@@ -697,6 +698,45 @@ fn no_ops_beside_locked_sums(world: &SimpleCommunicator) {
                 local,
                 &[total; LONG][..],
                 "an f64 sum was lost beside no-op fetches"
+            )
+        });
+    }
+    world.barrier();
+}
+
+/// Every rank sums ones into all of rank 0's 640 KiB of f64s twice, by accumulate and by
+/// get_accumulate: windows over verbs move a locked accumulate in turns of 256 KiB (three
+/// here), each under its own take of the lock. Every element gets every sum, and each
+/// fetched element is one whole count from before this rank's second sum.
+fn long_locked_sums(world: &SimpleCommunicator) {
+    const LEN: usize = (640 << 10) / 8;
+    let window = Window::<f64>::allocate(world, LEN);
+    let ones = vec![1.0; LEN];
+    let mut fetched = vec![-1.0; LEN];
+    let size = world.size() as f64;
+    world.barrier();
+    window.lock_all(|e| {
+        e.accumulate(&ones, 0, 0, SystemOperation::sum());
+        e.get_accumulate(&ones, &mut fetched, 0, 0, SystemOperation::sum());
+    });
+    window.fence_epoch(|_| {});
+    let bad = fetched
+        .iter()
+        .position(|&f| !(1.0..2.0 * size).contains(&f) || f.fract() != 0.0);
+    assert_eq!(
+        bad.map(|at| (at, fetched[at])),
+        None,
+        "rank {}: get_accumulate fetched an element outside 1..{}",
+        world.rank(),
+        2.0 * size
+    );
+    if world.rank() == 0 {
+        window.with_local(|local| {
+            let short = local.iter().position(|&v| v != 2.0 * size);
+            assert_eq!(
+                short.map(|at| (at, local[at])),
+                None,
+                "a long locked f64 sum lost a turn"
             )
         });
     }

@@ -90,6 +90,13 @@ fn per_element(op: AccumulateOperation, datatype: Datatype) -> bool {
     matches!(op, AccumulateOperation::NoOp | AccumulateOperation::Replace) || integer && is_sum(op)
 }
 
+/// The most bytes a locked accumulate moves under one take of the lock: MPI's atomicity is
+/// per element, so a longer one goes in turns, each holding the lock for a bounded time (a
+/// 256 KiB READ and WRITE), so that other ranks get turns between and a waiter's
+/// [`LOCK_PATIENCE`] only runs out on a holder that failed, never on one moving a long range.
+/// A multiple of every element's size.
+const LOCKED_TURN: usize = 256 << 10;
+
 /// How long a rank waits for an accumulate lock that one holder keeps before it names the
 /// holder in an error: a holder keeps it for two round trips plus moving its range, so
 /// this only passes where the holder failed (its queue pair to the target broke) holding it.
@@ -496,12 +503,32 @@ impl Rdma {
         Ok(())
     }
 
-    /// `target[offset..] = incoming ∘ target[offset..]` under `target`'s accumulate lock:
-    /// lock and RDMA READ, compute here, RDMA WRITE, unlock. The unlock is posted after the
+    /// `target[offset..] = incoming ∘ target[offset..]` under `target`'s accumulate lock, in
+    /// turns of at most [`LOCKED_TURN`] bytes (`locked_turn` each).
+    fn locked(
+        &self,
+        target: u32,
+        offset: u64,
+        op: AccumulateOperation,
+        datatype: Datatype,
+        incoming: &[u8],
+        mut old: Option<&mut [u8]>,
+    ) -> Result<(), Cause> {
+        for (turn, incoming) in incoming.chunks(LOCKED_TURN).enumerate() {
+            let from = turn * LOCKED_TURN;
+            let old = old
+                .as_deref_mut()
+                .map(|o| &mut o[from..from + incoming.len()]);
+            self.locked_turn(target, offset + from as u64, op, datatype, incoming, old)?;
+        }
+        Ok(())
+    }
+
+    /// One turn of `locked`: lock and RDMA READ, compute here, RDMA WRITE, unlock. The unlock is posted after the
     /// write completed (at the target), so the next holder's read finds it; the epoch's end
     /// waits for the unlock. Where the write failed, the unlock still goes (it fails too
     /// where the queue pair to `target` broke, leaving the lock to `take_lock`'s patience).
-    fn locked(
+    fn locked_turn(
         &self,
         target: u32,
         offset: u64,
@@ -510,9 +537,6 @@ impl Rdma {
         incoming: &[u8],
         old: Option<&mut [u8]>,
     ) -> Result<(), Cause> {
-        if incoming.is_empty() {
-            return Ok(());
-        }
         let word = self.locks[target as usize].expect("a device-atomics window has lock words");
         let mut range = vec![0u8; incoming.len()];
         let held = self.lock_and_read(target, word, offset, &mut range)?;
