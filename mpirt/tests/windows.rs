@@ -72,6 +72,7 @@ fn rank_mode() {
             atomics_beside_long_accumulates::<u64>(&world);
             atomics_beside_long_accumulates::<f64>(&world);
             no_ops_beside_locked_sums(&world);
+            no_ops_write_nothing(&world, &universe);
             long_locked_sums(&world);
             println!("atomics ok ({})", lock_free_agreed(&world));
         }
@@ -701,6 +702,38 @@ fn no_ops_beside_locked_sums(world: &SimpleCommunicator) {
             )
         });
     }
+    world.barrier();
+}
+
+/// No-op `fetch_and_op`s and `get_accumulate`s post no device atomic (whose fetch-and-add
+/// of 0 would write each element back and could undo a locked accumulate's write that met
+/// it): on windows over verbs each is one RDMA READ, counted; elsewhere messages, counting
+/// neither.
+fn no_ops_write_nothing(world: &SimpleCommunicator, universe: &mpirt::environment::Universe) {
+    const FETCHES: u64 = 10;
+    let window = Window::<f64>::allocate(world, 4);
+    let mut fetched = [0.0; FETCHES as usize];
+    let mut range = [0.0; 4];
+    let counted = || universe.counters().unwrap_or_default();
+    world.barrier();
+    let (before, after) = window.lock_all(|e| {
+        let before = counted();
+        for one in fetched.iter_mut() {
+            e.fetch_and_op(&0.0, one, 0, 1, AccumulateOperation::NoOp);
+        }
+        e.get_accumulate(&[0.0; 4], &mut range, 0, 0, AccumulateOperation::NoOp);
+        (before, counted())
+    });
+    let (reads, atomics) = (
+        after.rma_reads - before.rma_reads,
+        after.rma_atomics - before.rma_atomics,
+    );
+    assert!(
+        atomics == 0 && (reads == 0 || reads > FETCHES),
+        "rank {}: {} no-op fetches posted {atomics} device atomics and {reads} RDMA READs",
+        world.rank(),
+        FETCHES + 1
+    );
     world.barrier();
 }
 
