@@ -734,6 +734,27 @@ fn no_ops_write_nothing(world: &SimpleCommunicator, universe: &mpirt::environmen
         world.rank(),
         FETCHES + 1
     );
+    // A locked f64 sum of 32 bytes where nobody contends: its take and release are the
+    // only atomics, its range one RDMA READ (not fetch-and-adds of 0 beside the take).
+    world.barrier();
+    let (before, after) = window.lock_all(|e| {
+        let before = counted();
+        if world.rank() == 0 {
+            e.accumulate(&[1.0; 4], 0, 0, SystemOperation::sum());
+        }
+        (before, counted())
+    });
+    let locked = (
+        after.rma_reads - before.rma_reads,
+        after.rma_atomics - before.rma_atomics,
+    );
+    assert!(
+        [(0, 0), (1, 2)].contains(&locked),
+        "rank {}: a locked sum posted {} RDMA READs and {} device atomics",
+        world.rank(),
+        locked.0,
+        locked.1
+    );
     world.barrier();
 }
 
