@@ -1457,13 +1457,31 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         }
     }
 
+    /// Runs a flush's or an epoch end's messages (`messages`) after the RDMA operations on
+    /// `targets` completed, even where one of those failed: the targets wait for the
+    /// messages (a fence's, a `complete`, an unlock that frees the lock for other ranks),
+    /// and a failed operation is this origin's error alone. Returns the first error.
+    fn after_rdma(
+        &self,
+        targets: &[u32],
+        messages: impl FnOnce() -> Result<(), Cause>,
+    ) -> Result<(), Cause> {
+        let rdma = self.complete_rdma(targets);
+        let messages = messages();
+        rdma.and(messages)
+    }
+
     fn flush_targets(&self, targets: &[u32]) -> Result<(), Cause> {
         if self.window.direct().is_some() {
             // Every operation completed as it was issued; order them before what follows.
             std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
             return Ok(());
         }
-        self.complete_rdma(targets)?;
+        self.after_rdma(targets, || self.flush_messages(targets))
+    }
+
+    /// A flush's messages: to the targets that got operations by message since the last.
+    fn flush_messages(&self, targets: &[u32]) -> Result<(), Cause> {
         let messaged: Vec<u32> = match &self.window.rdma {
             // Targets that got only RDMA operations are flushed: the device completed them.
             Some(_) => {
@@ -1498,7 +1516,11 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
             return Ok(());
         }
-        self.complete_rdma(&self.targets())?;
+        self.after_rdma(&self.targets(), || self.fence_messages())
+    }
+
+    /// A fence's messages: `FenceDone` to every rank, and their answers.
+    fn fence_messages(&self) -> Result<(), Cause> {
         let mut core = self.core()?;
         for t in 0..self.window.comm.size() as u32 {
             // SAFETY: the reply carries no data. Each target answers after it applied this
@@ -1518,7 +1540,11 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         // Stores of the shared-memory path are seen before `Complete` is.
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         let targets = self.targets();
-        self.complete_rdma(&targets)?;
+        self.after_rdma(&targets, || self.complete_messages(&targets))
+    }
+
+    /// `complete`'s messages to `targets`, and their answers.
+    fn complete_messages(&self, targets: &[u32]) -> Result<(), Cause> {
         // By messages, the target answers after it applied this rank's operations, so their
         // refusals are reported here (as for a fence). The shared-memory path refuses
         // nothing late, and its targets serve no messages but in their own window calls: an
@@ -1526,7 +1552,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         // `complete` do.
         let answer = self.window.direct().is_none().then_some(None);
         let mut core = self.core()?;
-        for &t in &targets {
+        for &t in targets {
             // SAFETY: the answer carries no data.
             unsafe { core.request(t, control(Ask::Complete), &[], answer) }?;
         }
@@ -1544,7 +1570,11 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             }
             return Ok(());
         }
-        self.complete_rdma(targets)?;
+        self.after_rdma(targets, || self.unlock_messages(targets))
+    }
+
+    /// The unlocks of `targets`, and their answers.
+    fn unlock_messages(&self, targets: &[u32]) -> Result<(), Cause> {
         let mut core = self.core()?;
         let mut ids = Vec::with_capacity(targets.len());
         for &t in targets {

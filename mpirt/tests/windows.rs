@@ -71,6 +71,9 @@ fn rank_mode() {
             compare_and_swap_once(&world);
             atomics_beside_long_accumulates::<u64>(&world);
             atomics_beside_long_accumulates::<f64>(&world);
+            no_ops_beside_locked_sums(&world);
+            no_ops_write_nothing(&world, &universe);
+            long_locked_sums(&world);
             println!("atomics ok ({})", lock_free_agreed(&world));
         }
         "kinds" => {
@@ -634,6 +637,160 @@ fn atomics_beside_long_accumulates<T: Count>(world: &SimpleCommunicator) {
                     T::of(count(0) + count(1))
                 ),
                 "an increment was lost between atomics and long accumulates"
+            )
+        });
+    }
+    world.barrier();
+}
+
+/// Every rank interleaves f64 sums over a short range (which windows over verbs apply under
+/// the target's accumulate lock, by RDMA READ and WRITE, and contend for) with no-op
+/// `fetch_and_op`s and `get_accumulate`s of it, back to back in one lock_all epoch: a no-op
+/// read by a device fetch-and-add of 0 (beside a lock's take that failed, or as the no-op
+/// itself) writes its element back and can undo a holder's write that met it. No increment is
+/// lost, and each rank's no-ops see every element whole, never less than its own sums so far
+/// nor more than all of them.
+fn no_ops_beside_locked_sums(world: &SimpleCommunicator) {
+    const ROUNDS: u64 = 2000;
+    const LONG: usize = 4;
+    let window = Window::<f64>::allocate(world, LONG);
+    let ones = [1.0; LONG];
+    let zeros = [0.0; LONG];
+    let size = world.size() as u64;
+    let no_op = |round: u64| round % 4 == 3;
+    let sums = (0..ROUNDS).filter(|&r| !no_op(r)).count();
+    let total = (size as usize * sums) as f64;
+    // What each no-op fetched (read after the epoch, which completes them), and how many of
+    // its own sums this rank had made by then.
+    let mut seen = vec![0.0; LONG * (ROUNDS as usize - sums)];
+    let mut floors = Vec::new();
+    let mut slots = seen.chunks_exact_mut(LONG);
+    world.barrier();
+    window.lock_all(|e| {
+        for round in 0..ROUNDS {
+            if !no_op(round) {
+                e.accumulate(&ones, 0, 0, SystemOperation::sum());
+                continue;
+            }
+            floors.push((round - round / 4) as f64);
+            let slot = slots.next().unwrap();
+            if round % 8 == 3 {
+                e.get_accumulate(&zeros, slot, 0, 0, AccumulateOperation::NoOp);
+            } else {
+                for (at, element) in slot.iter_mut().enumerate() {
+                    e.fetch_and_op(&zeros[at], element, 0, at, AccumulateOperation::NoOp);
+                }
+            }
+        }
+    });
+    window.fence_epoch(|_| {});
+    for (fetched, &floor) in seen.chunks_exact(LONG).zip(&floors) {
+        for &value in fetched {
+            assert!(
+                value >= floor && value <= total && value.fract() == 0.0,
+                "rank {}: a no-op fetched {value} after {floor} of its own sums, of {total}",
+                world.rank()
+            );
+        }
+    }
+    if world.rank() == 0 {
+        window.with_local(|local| {
+            assert_eq!(
+                local,
+                &[total; LONG][..],
+                "an f64 sum was lost beside no-op fetches"
+            )
+        });
+    }
+    world.barrier();
+}
+
+/// No-op `fetch_and_op`s and `get_accumulate`s post no device atomic (whose fetch-and-add
+/// of 0 would write each element back and could undo a locked accumulate's write that met
+/// it): on windows over verbs each is one RDMA READ, counted; elsewhere messages, counting
+/// neither.
+fn no_ops_write_nothing(world: &SimpleCommunicator, universe: &mpirt::environment::Universe) {
+    const FETCHES: u64 = 10;
+    let window = Window::<f64>::allocate(world, 4);
+    let mut fetched = [0.0; FETCHES as usize];
+    let mut range = [0.0; 4];
+    let counted = || universe.counters().unwrap_or_default();
+    world.barrier();
+    let (before, after) = window.lock_all(|e| {
+        let before = counted();
+        for one in fetched.iter_mut() {
+            e.fetch_and_op(&0.0, one, 0, 1, AccumulateOperation::NoOp);
+        }
+        e.get_accumulate(&[0.0; 4], &mut range, 0, 0, AccumulateOperation::NoOp);
+        (before, counted())
+    });
+    let (reads, atomics) = (
+        after.rma_reads - before.rma_reads,
+        after.rma_atomics - before.rma_atomics,
+    );
+    assert!(
+        atomics == 0 && (reads == 0 || reads > FETCHES),
+        "rank {}: {} no-op fetches posted {atomics} device atomics and {reads} RDMA READs",
+        world.rank(),
+        FETCHES + 1
+    );
+    // A locked f64 sum of 32 bytes where nobody contends: its take and release are the
+    // only atomics, its range one RDMA READ (not fetch-and-adds of 0 beside the take).
+    world.barrier();
+    let (before, after) = window.lock_all(|e| {
+        let before = counted();
+        if world.rank() == 0 {
+            e.accumulate(&[1.0; 4], 0, 0, SystemOperation::sum());
+        }
+        (before, counted())
+    });
+    let locked = (
+        after.rma_reads - before.rma_reads,
+        after.rma_atomics - before.rma_atomics,
+    );
+    assert!(
+        [(0, 0), (1, 2)].contains(&locked),
+        "rank {}: a locked sum posted {} RDMA READs and {} device atomics",
+        world.rank(),
+        locked.0,
+        locked.1
+    );
+    world.barrier();
+}
+
+/// Every rank sums ones into all of rank 0's 640 KiB of f64s twice, by accumulate and by
+/// get_accumulate: windows over verbs move a locked accumulate in turns of 256 KiB (three
+/// here), each under its own take of the lock. Every element gets every sum, and each
+/// fetched element is one whole count from before this rank's second sum.
+fn long_locked_sums(world: &SimpleCommunicator) {
+    const LEN: usize = (640 << 10) / 8;
+    let window = Window::<f64>::allocate(world, LEN);
+    let ones = vec![1.0; LEN];
+    let mut fetched = vec![-1.0; LEN];
+    let size = world.size() as f64;
+    world.barrier();
+    window.lock_all(|e| {
+        e.accumulate(&ones, 0, 0, SystemOperation::sum());
+        e.get_accumulate(&ones, &mut fetched, 0, 0, SystemOperation::sum());
+    });
+    window.fence_epoch(|_| {});
+    let bad = fetched
+        .iter()
+        .position(|&f| !(1.0..2.0 * size).contains(&f) || f.fract() != 0.0);
+    assert_eq!(
+        bad.map(|at| (at, fetched[at])),
+        None,
+        "rank {}: get_accumulate fetched an element outside 1..{}",
+        world.rank(),
+        2.0 * size
+    );
+    if world.rank() == 0 {
+        window.with_local(|local| {
+            let short = local.iter().position(|&v| v != 2.0 * size);
+            assert_eq!(
+                short.map(|at| (at, local[at])),
+                None,
+                "a long locked f64 sum lost a turn"
             )
         });
     }

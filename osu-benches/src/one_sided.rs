@@ -125,19 +125,19 @@ impl Access<u8> for Gets {
 
 /// An accumulate (sum) of `data`, or with `fetch` a get_accumulate, whose result buffer
 /// comes back when it completed.
-pub struct Accumulate<'a> {
-    pub data: &'a [u8],
+pub struct Accumulate<'a, T> {
+    pub data: &'a [T],
     pub fetch: bool,
 }
 
-impl Access<u8> for Accumulate<'_> {
+impl<T: Equivalence + Default + Copy> Access<T> for Accumulate<'_, T> {
     fn issue<'s, 'e>(
         &'s self,
-        epoch: &'s Epoch<'s, 'e, u8>,
+        epoch: &'s Epoch<'s, 'e, T>,
         target: Rank,
         disp: usize,
-        spare: &'s mut [u8],
-    ) -> &'s mut [u8] {
+        spare: &'s mut [T],
+    ) -> &'s mut [T] {
         if !self.fetch {
             epoch.accumulate(self.data, target, disp, SystemOperation::sum());
             return spare;
@@ -154,6 +154,36 @@ impl Access<u8> for Accumulate<'_> {
         } else {
             0
         }
+    }
+}
+
+/// `osu_acc_latency` (`osu_get_acc_latency` with `fetch`): the latency of accumulating each
+/// size's worth of bytes, or with `-T mpi_double` of `f64`s (size / 8 of them).
+pub fn accumulate_latency(world: &SimpleCommunicator, options: &Options, fetch: bool) {
+    if options.doubles {
+        let data = vec![1f64; options.max_size / 8];
+        run::<f64, _>(
+            world,
+            options,
+            Report::Latency,
+            |size| size / 8,
+            |size| Accumulate {
+                data: &data[..size / 8],
+                fetch,
+            },
+        );
+    } else {
+        let data = vec![1u8; options.max_size];
+        run::<u8, _>(
+            world,
+            options,
+            Report::Latency,
+            |size| size,
+            |size| Accumulate {
+                data: &data[..size],
+                fetch,
+            },
+        );
     }
 }
 

@@ -221,6 +221,11 @@ impl Benchmark {
         matches!(self, Benchmark::LatencyMt | Benchmark::MessageRateMt)
     }
 
+    /// Whether the test accumulates (and `-T` picks what it accumulates).
+    pub fn is_accumulate(self) -> bool {
+        matches!(self, Benchmark::AccLatency | Benchmark::GetAccLatency)
+    }
+
     /// Whether this is one of the one-sided tests (`-w` and `-s`).
     pub fn is_one_sided(self) -> bool {
         matches!(
@@ -288,6 +293,8 @@ pub struct Options {
     /// `-t` (multi-threaded tests): rank 0's threads and rank 1's.
     pub sender_threads: usize,
     pub receiver_threads: usize,
+    /// `-T` (the accumulate tests): accumulate `f64`s (`mpi_double`) rather than bytes.
+    pub doubles: bool,
 }
 
 impl Options {
@@ -327,6 +334,7 @@ impl Options {
                 sync: SyncMode::Flush,
                 sender_threads: 1,
                 receiver_threads: 1,
+                doubles: false,
             },
             // OSU 7.4's one-sided latency tests start at 1 byte; the atomics move 8.
             b if b.is_one_sided() && !b.is_one_sided_bandwidth() => Options {
@@ -351,6 +359,7 @@ impl Options {
                 sync: SyncMode::Flush,
                 sender_threads: 1,
                 receiver_threads: 1,
+                doubles: false,
             },
             // OSU 7.4's osu_mbw_mr keeps the small-message loop counts at every size.
             Benchmark::MultiBandwidth => Options {
@@ -371,6 +380,7 @@ impl Options {
                 sync: SyncMode::Flush,
                 sender_threads: 1,
                 receiver_threads: 1,
+                doubles: false,
             },
         }
     }
@@ -436,6 +446,9 @@ fn help(b: Benchmark) -> String {
     if b == Benchmark::MessageRateMt {
         h += "  -t, --num_threads THREADS     set the number of threads on each rank (min: 1 default: 2, max: 128)\n";
     }
+    if b.is_accumulate() {
+        h += "  -T, --type TYPE               mpi_char (default) or mpi_double: the elements accumulated\n";
+    }
     if b.is_one_sided() {
         h += "  -w, --win-option OPTION       create, allocate (default) or dynamic\n";
         h += &format!(
@@ -454,6 +467,8 @@ fn help(b: Benchmark) -> String {
 /// Parses OSU's options (the arguments after the program name).
 pub fn parse(b: Benchmark, args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
     let mut o = Options::defaults(b);
+    // Whether -m named a minimum (which -T mpi_double then checks rather than raises).
+    let mut min_given = false;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         // `-m16` and `--message-size=16` as well as `-m 16`.
@@ -479,6 +494,7 @@ pub fn parse(b: Benchmark, args: impl IntoIterator<Item = String>) -> Result<Par
                     Some((min, max)) => {
                         if !min.is_empty() {
                             o.min_size = number("-m", min)?;
+                            min_given = true;
                         }
                         if !max.is_empty() {
                             o.max_size = number("-m", max)?;
@@ -560,6 +576,18 @@ pub fn parse(b: Benchmark, args: impl IntoIterator<Item = String>) -> Result<Par
                     }
                 }
             }
+            "-T" | "--type" if b.is_accumulate() => {
+                o.doubles = match value("-T")?.as_str() {
+                    "mpi_char" => false,
+                    "mpi_double" => true,
+                    other => {
+                        return Err(format!(
+                            "-T {other}: choose mpi_char or mpi_double\n{}",
+                            help(b)
+                        ))
+                    }
+                }
+            }
             "-s" | "--sync-option" if b.is_one_sided() => {
                 let v = value("-s")?;
                 o.sync = match b.sync_modes().iter().find(|(name, _)| *name == v) {
@@ -575,6 +603,22 @@ pub fn parse(b: Benchmark, args: impl IntoIterator<Item = String>) -> Result<Par
                 }
             }
             other => return Err(format!("unknown option '{other}'\n{}", help(b))),
+        }
+    }
+    if o.doubles {
+        // Sizes are whole `f64`s: a smaller one would accumulate nothing, and one that is not
+        // whole elements another size than it reports. OSU's -T mpi_double starts at 8 bytes.
+        if !min_given {
+            o.min_size = o.min_size.max(8);
+        }
+        if o.min_size == 0 || !o.min_size.is_multiple_of(8) || o.max_size < o.min_size {
+            return Err(format!(
+                "-T mpi_double: sizes {}:{} are not whole 8-byte elements (at least one); \
+                 give -m with a minimum that is a multiple of 8\n{}",
+                o.min_size,
+                o.max_size,
+                help(b)
+            ));
         }
     }
     if b.is_atomic() {
@@ -641,6 +685,36 @@ mod tests {
         assert!(run(Benchmark::Barrier, &["-f"]).full);
         let err = parse(Benchmark::Latency, ["-f".to_string()]).unwrap_err();
         assert!(err.contains("unknown option '-f'"));
+    }
+
+    #[test]
+    fn doubles_are_whole_elements() {
+        let b = Benchmark::AccLatency;
+        let bytes = run(b, &[]);
+        assert_eq!((bytes.doubles, bytes.min_size), (false, 1));
+        let doubles = run(b, &["-T", "mpi_double", "-m", "64"]);
+        assert!(doubles.doubles);
+        assert_eq!(doubles.sizes().collect::<Vec<_>>(), [8, 16, 32, 64]);
+        let doubles = run(b, &["-m", "16:32", "-T", "mpi_double"]);
+        assert_eq!(doubles.sizes().collect::<Vec<_>>(), [16, 32]);
+        for bad in [
+            &["-T", "mpi_double", "-m", "4:64"][..],
+            &["-T", "mpi_double", "-m", "4"],
+        ] {
+            assert!(
+                parse(b, bad.iter().map(|s| s.to_string())).is_err(),
+                "{bad:?} was accepted"
+            );
+        }
+        assert!(parse(b, ["-T", "mpi_int"].iter().map(|s| s.to_string())).is_err());
+        assert!(
+            parse(
+                Benchmark::PutLatency,
+                ["-T", "mpi_double"].iter().map(|s| s.to_string())
+            )
+            .is_err(),
+            "-T is the accumulate tests' option"
+        );
     }
 
     #[test]

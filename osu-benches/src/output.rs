@@ -29,13 +29,14 @@ pub fn row(size: usize, value: f64) -> String {
 
 /// A one-sided test's header: no blank line first, then the window's creation and
 /// synchronisation calls.
-pub fn one_sided_header(b: Benchmark, window: WindowKind, sync: SyncMode) -> String {
+pub fn one_sided_header(b: Benchmark, window: WindowKind, sync: SyncMode, doubles: bool) -> String {
     format!(
-        "# {} v7.4\n# Window creation: {}\n# Synchronization: {}\n# Datatype: MPI_CHAR.\n\
+        "# {} v7.4\n# Window creation: {}\n# Synchronization: {}\n# Datatype: {}.\n\
          {:<SIZE_WIDTH$}{:>FIELD_WIDTH$}\n",
         b.title(),
         window.call(),
         sync.calls(),
+        if doubles { "MPI_DOUBLE" } else { "MPI_CHAR" },
         "# Size",
         b.column()
     )

@@ -66,7 +66,9 @@ pub fn start(b: Benchmark) -> (Universe, Options) {
     if rank0 {
         let text = match b {
             _ if b.is_collective() => collective_header(b, options.full),
-            _ if b.is_one_sided() => one_sided_header(b, options.window_kind, options.sync),
+            _ if b.is_one_sided() => {
+                one_sided_header(b, options.window_kind, options.sync, options.doubles)
+            }
             Benchmark::MultiBandwidth => {
                 multi_bandwidth_header(world.size() as usize / 2, options.window)
             }

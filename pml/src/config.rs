@@ -44,6 +44,9 @@ pub struct EngineConfig {
     pub verbs_eager_limit: usize,
     /// Whether registrations of user buffers are cached for reuse.
     pub verbs_reg_cache: bool,
+    /// Longest piece one RDMA WRITE or READ work request carries, where lower than the
+    /// port's `max_msg_sz` (`MPIRT_VERBS_MAX_MSG`); `None`: the port's.
+    pub verbs_max_msg: Option<usize>,
     /// libfabric provider to use (`--ofi-provider`: `efa`, `cxi`, `verbs`, `tcp`, `shm`,
     /// `udp`, or a full name such as `tcp;ofi_rxm`); `None` for the first by preference.
     pub ofi_provider: Option<String>,
@@ -89,6 +92,7 @@ impl Default for EngineConfig {
             verbs_gid_index: None,
             verbs_eager_limit: 8 << 10,
             verbs_reg_cache: true,
+            verbs_max_msg: None,
             ofi_provider: None,
             ofi_eager_limit: 8 << 10,
             ofi_rma: true,
@@ -183,6 +187,7 @@ impl EngineConfig {
             },
             verbs_eager_limit: size_var("MPIRT_VERBS_EAGER_LIMIT", d.verbs_eager_limit)?,
             verbs_reg_cache: !matches!(env::var("MPIRT_VERBS_REG_CACHE").as_deref(), Ok("0")),
+            verbs_max_msg: Some(size_var("MPIRT_VERBS_MAX_MSG", 0)?).filter(|&n| n > 0),
             ofi_provider: env::var("MPIRT_OFI_PROVIDER")
                 .ok()
                 .filter(|p| !p.trim().is_empty()),

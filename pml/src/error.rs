@@ -33,6 +33,10 @@ pub enum PmlError {
     OutOfRange(Box<str>),
     /// A UCX call failed (the UCX PML; see [`UcxFailure`]).
     Ucx(Box<UcxFailure>),
+    /// A one-sided operation on a peer's window memory failed (at posting, or its
+    /// completion came back with an error); the engine goes on. `cause` names the operation,
+    /// its length, the peer and why.
+    OneSided { peer: Rank, cause: Box<str> },
     /// Messaging stopped on this earlier failure, and moves no data any more.
     Stopped(Box<PmlError>),
 }
@@ -147,6 +151,7 @@ impl fmt::Display for PmlError {
                 }
                 write!(f, " failed: {}", t.cause)
             }
+            PmlError::OneSided { cause, .. } => f.write_str(cause),
             PmlError::OutOfRange(what) => f.write_str(what),
             PmlError::Ucx(u) => write!(f, "UCX {} failed: {}", u.operation, u.cause),
             PmlError::Stopped(first) => {

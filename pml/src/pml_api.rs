@@ -379,7 +379,10 @@ pub struct Counters {
     pub remote_reads: u64,
     pub remote_read_bytes: u64,
     /// One-sided operations of windows done by the device (verbs): RDMA WRITEs (puts),
-    /// RDMA READs (gets) and atomics (fetch-and-add, compare-and-swap), as posted.
+    /// RDMA READs (gets) and atomics (fetch-and-add, compare-and-swap), as posted. A write
+    /// or read counts once for each part posted (`RmaPosted`): one for an operation that the
+    /// send queue had room for, one more each time a longer one is posted further as room
+    /// opens; its work requests of the port's `max_msg_sz` within a part are not counted.
     pub rma_writes: u64,
     pub rma_reads: u64,
     pub rma_atomics: u64,

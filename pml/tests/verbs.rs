@@ -162,6 +162,7 @@ fn transport(rank: u32, peer: u32, dev: &str) -> VerbsTransport {
         gid_index: None,
         frame_size: 4096,
         reg_cache: false,
+        max_msg: None,
     };
     VerbsTransport::new(rank, 2, 0, &[peer], &config).unwrap()
 }
@@ -184,7 +185,9 @@ fn a_queue_pair_that_cannot_connect_is_named() {
         .map(String::from)
         .collect();
     fields[1] = "00000000000000000000ffffc0000201".into();
-    let e = a.connect(1, &fields.join(" ")).unwrap_err();
+    let e = a
+        .connect(1, &fields.join(" "), &b.rma_endpoint())
+        .unwrap_err();
     println!("{e}");
     assert!(
         e.contains("connecting to rank 1: queue pair INIT -> RTR failed: "),
@@ -290,4 +293,202 @@ fn a_port_that_is_down_is_named() {
         "{e}"
     );
     fs::remove_dir_all(w.dir).unwrap();
+}
+
+const ONE_SIDED_ENV: &str = "PML_VERBS_TEST_ONE_SIDED";
+/// Rank 1's window in `one_sided_rank`, and the longest piece one work request carries there
+/// (`MPIRT_VERBS_MAX_MSG`, far below Soft-RoCE's 2 GiB): a put of the whole window is 1024
+/// pieces, four times what one queue pair holds.
+const WINDOW: usize = 4 << 20;
+const PIECE: usize = 4 << 10;
+
+/// One-sided operations over verbs, failures provoked for real. Rank 0 puts rank 1's whole
+/// window (more work requests than a queue pair holds: posted in parts) and gets it back;
+/// then an RDMA WRITE past the end of rank 1's registration fails at the device (a remote
+/// access error): that operation's wait fails naming it, its length, rank 1 and the status,
+/// a later one to rank 1 is refused naming the first cause, and messages between the two
+/// still flow both ways, the engines going on.
+#[test]
+fn a_failed_one_sided_operation_fails_alone() {
+    if let Ok(spec) = env::var(ONE_SIDED_ENV) {
+        let (dir, rank) = spec.split_once(',').unwrap();
+        one_sided_rank(PathBuf::from(dir), rank.parse().unwrap());
+        return;
+    }
+    if !have_device() {
+        return;
+    }
+    let dir = env::temp_dir().join(format!("pml-verbs-one-sided-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let outputs = run_children(
+        "a_failed_one_sided_operation_fails_alone",
+        2,
+        ONE_SIDED_ENV,
+        |r| format!("{},{r}", dir.display()),
+        &[("MPIRT_VERBS_MAX_MSG", &PIECE.to_string())],
+        Duration::from_secs(300),
+    );
+    for (rank, out) in outputs.iter().enumerate() {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains(&format!("rank {rank} done")),
+            "rank {rank}:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        print!("{stdout}");
+    }
+    fs::remove_dir_all(dir).unwrap();
+}
+
+/// Waits for the one-sided operations to `peer` up to `ticket`.
+fn rma_wait(e: &mut Engine, peer: u32, ticket: u64) -> Result<(), PmlError> {
+    while !e.rma_done(peer, ticket)? {
+        e.progress()?;
+    }
+    Ok(())
+}
+
+fn one_sided_rank(dir: PathBuf, rank: u32) {
+    let mut w = DirWireup {
+        dir,
+        rank,
+        size: 2,
+        round: 0,
+    };
+    let config = EngineConfig {
+        verbs_max_msg: env::var("MPIRT_VERBS_MAX_MSG")
+            .ok()
+            .map(|v| v.parse().unwrap()),
+        ..verbs_config(None)
+    };
+    let mut e = Engine::new(&mut w, config).unwrap();
+    let mut window = vec![0u8; WINDOW];
+    let exposure = e
+        .expose_window(window.as_mut_ptr(), WINDOW)
+        .unwrap()
+        .expect("verbs exposes windows");
+    // Rank 1 tells rank 0 where its window is.
+    let mut place = [0u64; 2];
+    if rank == 1 {
+        place = [window.as_ptr() as u64, exposure.key];
+        let bytes: Vec<u8> = place.iter().flat_map(|w| w.to_le_bytes()).collect();
+        // SAFETY: `bytes` outlives the send, waited for here.
+        let s = unsafe { e.post_send(0, 1, 0, 2, SendMode::Standard, bytes.as_ptr(), 16) }.unwrap();
+        e.wait(s).unwrap();
+    } else {
+        let mut bytes = [0u8; 16];
+        // SAFETY: `bytes` outlives the receive, waited for here.
+        let r = unsafe {
+            e.post_recv(
+                0,
+                pml::SourceSel::Rank(1),
+                pml::TagSel::Tag(2),
+                bytes.as_mut_ptr(),
+                16,
+            )
+        }
+        .unwrap();
+        e.wait(r).unwrap();
+        for (word, b) in place.iter_mut().zip(bytes.chunks_exact(8)) {
+            *word = u64::from_le_bytes(b.try_into().unwrap());
+        }
+    }
+    let data = (0..WINDOW).map(|i| (i % 251) as u8).collect::<Vec<u8>>();
+    if rank == 0 {
+        let remote = pml::RemoteKey {
+            addr: place[0],
+            key: place[1],
+        };
+        // SAFETY: `data` is unchanged until the write's wait below.
+        let put = unsafe {
+            e.rma(
+                1,
+                pml::transport::RmaOp::Write {
+                    local: data.as_ptr(),
+                    len: WINDOW,
+                },
+                remote,
+            )
+        }
+        .unwrap();
+        rma_wait(&mut e, 1, put).unwrap();
+        let mut back = vec![0u8; WINDOW];
+        // SAFETY: `back` is untouched until the read's wait below.
+        let get = unsafe {
+            e.rma(
+                1,
+                pml::transport::RmaOp::Read {
+                    local: back.as_mut_ptr(),
+                    len: WINDOW,
+                },
+                remote,
+            )
+        }
+        .unwrap();
+        rma_wait(&mut e, 1, get).unwrap();
+        assert!(
+            back == data,
+            "the window read back differs from what was put"
+        );
+        // Posted in pieces: each is one work request, counted.
+        let counted = e.counters();
+        assert!(
+            counted.rma_writes >= 4 && counted.rma_reads >= 4,
+            "rank 0: a {WINDOW}-byte put and get with MPIRT_VERBS_MAX_MSG={PIECE} were not \
+             split: {} RDMA WRITEs and {} READs counted",
+            counted.rma_writes,
+            counted.rma_reads
+        );
+        // Past the end of rank 1's registration: the device refuses it at the target.
+        let past = pml::RemoteKey {
+            addr: place[0] + WINDOW as u64 - 8,
+            key: place[1],
+        };
+        let sixteen = [1u8; 16];
+        // SAFETY: `sixteen` outlives the write, whose wait comes next.
+        let bad = unsafe {
+            e.rma(
+                1,
+                pml::transport::RmaOp::Write {
+                    local: sixteen.as_ptr(),
+                    len: 16,
+                },
+                past,
+            )
+        }
+        .unwrap();
+        let error = rma_wait(&mut e, 1, bad).unwrap_err().to_string();
+        println!("rank 0: the write past the window: {error}");
+        assert!(
+            error.starts_with("an RDMA WRITE of 16 bytes to rank 1 failed: ")
+                && error.contains("(status "),
+            "{error}"
+        );
+        // SAFETY: nothing is posted (refused), and `sixteen` outlives the call.
+        let again = unsafe {
+            e.rma(
+                1,
+                pml::transport::RmaOp::Write {
+                    local: sixteen.as_ptr(),
+                    len: 16,
+                },
+                remote,
+            )
+        }
+        .unwrap_err()
+        .to_string();
+        println!("rank 0: a later write: {again}");
+        assert!(
+            again.contains("was refused: an earlier one failed") && again.contains(&error),
+            "{again}"
+        );
+    }
+    // Messages still flow both ways, and rank 1's window holds the put.
+    exchange(&mut e);
+    if rank == 1 {
+        assert!(window == data, "rank 1's window does not hold rank 0's put");
+    }
+    exchange(&mut e);
+    e.release_window(exposure);
+    println!("rank {rank} done");
 }

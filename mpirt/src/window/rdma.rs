@@ -12,26 +12,59 @@
 //! not with the target's own operations. So a window takes one of two ways for all of its
 //! accumulates, agreed by every rank at creation, never both:
 //! - by the device, where its elements are 8-byte numbers (`i64`, `u64`, `f64`), every rank
-//!   reaches every rank with device atomics (its own window through a loopback queue pair)
-//!   and every window is 8-byte aligned: each element of every accumulate, `get_accumulate`,
-//!   `fetch_and_op` and `compare_and_swap` (typed ones too) is one device atomic: an
-//!   integer sum a fetch-and-add, a no-op that fetches a fetch-and-add of 0, every other
-//!   operation (replace, min, max, products, bitwise ones, float sums) a compare-and-swap
-//!   loop computed at the origin, its first guess the value one RDMA READ of the whole
-//!   range found (0 for a single element): one round trip per element where no other rank
-//!   updates it meanwhile, plus the read;
+//!   reaches every rank with device atomics (its own window through a loopback queue pair),
+//!   every window is 8-byte aligned and every rank exposed its accumulate lock word (below);
 //! - else by active messages (`messaging.rs`), which the target applies, as on TCP.
+//!
+//! On the device, each accumulate, `get_accumulate`, `fetch_and_op` and `compare_and_swap`
+//! (typed ones too) goes one of two ways, chosen by its operation alone:
+//! - element by element with device atomics, for the operations the device does in one
+//!   atomic or that must be atomic with `compare_and_swap`: an integer sum is a
+//!   fetch-and-add (posted without waiting where nothing is fetched), `compare_and_swap` a
+//!   compare-and-swap, and replace a
+//!   compare-and-swap loop whose first guess one RDMA READ of the range found (0 for a
+//!   single element);
+//! - under the target's accumulate lock, for every other operation (float sums, min, max,
+//!   products, bitwise and logical ones): take the lock word with a compare-and-swap and
+//!   RDMA READ the range (posted together), compute at the origin, RDMA WRITE
+//!   it back, wait for the write, release the lock with a fetch-and-add (posted; a flush
+//!   or the epoch's end waits for it). Where the lock is free that is two round trips
+//!   whatever the length, three with a flush's wait for the release, where a
+//!   compare-and-swap loop per element cost one per element (64 KiB of f64 sums: 8192),
+//!   and a single element's loop one or two;
+//! - a no-op that fetches (`get_accumulate`, `fetch_and_op` with `no_op`) is one RDMA READ
+//!   of the range, whatever the datatype.
+//!
+//! Why by operation, not by length: a locked READ-compute-WRITE is atomic only with others
+//! that take the lock. A device atomic on one of its elements between its READ and its
+//! WRITE (another rank's one-element `fetch_and_op` of the same operation, say) would be
+//! overwritten: a lost update. So all accumulates of one operation must go one way, and
+//! the ways meet only where MPI asks for no atomicity: MPI's accumulates are atomic with
+//! concurrent ones of the same operation and with no-ops (`accumulate_ops`'s default,
+//! `same_op_no_op`). A no-op reads with an RDMA READ, never fetch-and-adds of 0: a
+//! fetch-and-add writes its element back under the device's atomics lock, which a locked
+//! accumulate's RDMA WRITE does not take (Soft-RoCE's and HCAs' alike), so one that met the
+//! write would undo it; a READ writes nothing, and sees each aligned 8-byte element before
+//! or after the write of it where the device moves such words whole. Replace stays on the device with `compare_and_swap`, as
+//! lock-free queues and MCS locks mix `fetch_and_op(replace)` and `compare_and_swap` on
+//! one location and need them atomic with each other. The lock word is 8 bytes of each
+//! rank's own, registered beside its window and touched only by device atomics; it holds
+//! the holder's world rank (plus 1) and a count in its low half, so that a waiter can name
+//! a holder that keeps it (see `lock`).
 //!
 //! Puts and gets may meet accumulates on one location only erroneously (MPI), so they take
 //! RDMA either way. Operand byte order: the device's atomics take the host's (little-endian
 //! x86 and Soft-RoCE both).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
 
 use pml::transport::RmaOp;
 use pml::{RemoteKey, WindowExposure};
 
 use super::operation::{self, AccumulateOperation};
+use super::WindowFault;
 use crate::collective::CommunicatorCollectives;
 use crate::communicator::{CommData, Communicator};
 use crate::datatype::Datatype;
@@ -50,10 +83,40 @@ fn is_sum(op: AccumulateOperation) -> bool {
     op == AccumulateOperation::System(crate::collective::SystemOperation::sum())
 }
 
+/// Whether the device does accumulates of `op` on elements of `datatype` element by element
+/// (else under the target's accumulate lock; see the module's documentation).
+fn per_element(op: AccumulateOperation, datatype: Datatype) -> bool {
+    let integer = operation::element_code(datatype).is_some_and(operation::is_integer);
+    matches!(op, AccumulateOperation::NoOp | AccumulateOperation::Replace) || integer && is_sum(op)
+}
+
+/// The most bytes a locked accumulate moves under one take of the lock: MPI's atomicity is
+/// per element, so a longer one goes in turns, each holding the lock for a bounded time (a
+/// 256 KiB READ and WRITE), so that other ranks get turns between and a waiter's
+/// [`LOCK_PATIENCE`] only runs out on a holder that failed, never on one moving a long range.
+/// A multiple of every element's size.
+const LOCKED_TURN: usize = 256 << 10;
+
+/// How long a rank waits for an accumulate lock that one holder keeps before it names the
+/// holder in an error: a holder keeps it for two round trips plus moving its range, so
+/// this only passes where the holder failed (its queue pair to the target broke) holding it.
+const LOCK_PATIENCE: Duration = Duration::from_secs(60);
+
 /// A window's RDMA state on this rank.
 pub(super) struct Rdma {
     /// Each rank's window (address, key), where this rank reaches it by RDMA.
     targets: Vec<Option<RemoteKey>>,
+    /// Each rank's accumulate lock word (address, key), on a window whose `atomics` hold.
+    locks: Vec<Option<RemoteKey>>,
+    /// This rank's lock word, which only the device touches (peers' atomics, and this
+    /// rank's through the loopback queue pair): kept, never read here, until the window
+    /// goes, after `close` released its exposure.
+    _lock_word: Box<AtomicU64>,
+    lock_exposure: Option<WindowExposure>,
+    /// Locks this rank took, for the low half of its lock values.
+    locks_taken: Cell<u32>,
+    /// This rank's world rank.
+    me: u32,
     /// Each rank's world rank.
     world: Vec<u32>,
     /// Whether this window's accumulates and atomics go by the device (see the module's
@@ -119,37 +182,74 @@ impl Rdma {
                 (None, false)
             }
         };
+        // The accumulate lock word, where accumulates may go by the device: a rank that
+        // cannot register it takes the window's accumulates to messages, for every rank.
+        let lock_word = Box::new(AtomicU64::new(0));
+        let lock_exposure = if reaches_all && element.is_some_and(device_element) {
+            with_engine_or_lent(|e| {
+                Ok(e.native().and_then(|engine| {
+                    engine
+                        .expose_window(lock_word.as_ptr().cast(), 8)
+                        .ok()
+                        .flatten()
+                }))
+            })
+            .unwrap_or(None)
+        } else {
+            None
+        };
         let exposed = exposure.is_some() || bytes == 0;
         let aligned = (base as usize).is_multiple_of(8);
-        let flags = u64::from(exposed) | u64::from(reaches_all && aligned) << 1;
-        let mine = [base as u64, exposure.map_or(0, |e| e.key), flags];
-        let mut all = vec![0u64; 3 * size as usize];
+        let flags = u64::from(exposed)
+            | u64::from(reaches_all && aligned) << 1
+            | u64::from(lock_exposure.is_some()) << 2;
+        let mine = [
+            base as u64,
+            exposure.map_or(0, |e| e.key),
+            flags,
+            lock_word.as_ptr() as u64,
+            lock_exposure.map_or(0, |e| e.key),
+        ];
+        let mut all = vec![0u64; 5 * size as usize];
         if let Err(e) = comm.try_all_gather_into(&mine[..], &mut all[..]) {
             Rdma::release(exposure);
+            Rdma::release(lock_exposure);
             return Err(Error::new(what, e.cause().clone()));
         }
-        let targets: Vec<Option<RemoteKey>> = with_engine_or_lent(|e| {
+        let reached: Vec<bool> = with_engine_or_lent(|e| {
             let engine = e.native();
-            Ok(all
-                .chunks_exact(3)
-                .zip(&world)
-                .map(|(theirs, &w)| {
-                    let reached = engine.as_ref().is_some_and(|e| e.rma_reach(w).is_some());
-                    (reached && theirs[2] & 1 != 0).then_some(RemoteKey {
-                        addr: theirs[0],
-                        key: theirs[1],
-                    })
-                })
+            Ok(world
+                .iter()
+                .map(|&w| engine.as_ref().is_some_and(|e| e.rma_reach(w).is_some()))
                 .collect())
         })
         .map_err(fail)?;
+        let key_at = |theirs: &[u64], at: usize| RemoteKey {
+            addr: theirs[at],
+            key: theirs[at + 1],
+        };
+        let targets: Vec<Option<RemoteKey>> = all
+            .chunks_exact(5)
+            .zip(&reached)
+            .map(|(theirs, &r)| (r && theirs[2] & 1 != 0).then(|| key_at(theirs, 0)))
+            .collect();
         let atomics =
-            element.is_some_and(device_element) && all.chunks_exact(3).all(|theirs| theirs[2] == 3);
+            element.is_some_and(device_element) && all.chunks_exact(5).all(|theirs| theirs[2] == 7);
+        let locks = all
+            .chunks_exact(5)
+            .map(|theirs| atomics.then(|| key_at(theirs, 3)))
+            .collect();
         if targets.iter().all(Option::is_none) && exposure.is_none() {
+            Rdma::release(lock_exposure);
             return Ok(None);
         }
         Ok(Some(Rdma {
             targets,
+            locks,
+            _lock_word: lock_word,
+            lock_exposure,
+            locks_taken: Cell::new(0),
+            me: data.world_rank(data.rank),
             world,
             atomics,
             exposure,
@@ -183,6 +283,7 @@ impl Rdma {
     /// closing barrier).
     pub fn close(&mut self) {
         Rdma::release(self.exposure.take());
+        Rdma::release(self.lock_exposure.take());
     }
 
     /// Whether operations to `target` go by RDMA.
@@ -201,6 +302,15 @@ impl Rdma {
             addr: key.addr + offset,
             key: key.key,
         };
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.post_at(target, op, remote) }
+    }
+
+    /// Posts `op` at `remote` (in `target`'s window or its lock word); returns its ticket.
+    ///
+    /// # Safety
+    /// As `post`.
+    unsafe fn post_at(&self, target: u32, op: RmaOp, remote: RemoteKey) -> Result<u64, Cause> {
         let peer = self.world[target as usize];
         let ticket = with_engine_or_lent(|e| {
             let engine = e.native().expect("the RDMA path runs on the native engine");
@@ -214,22 +324,27 @@ impl Rdma {
     /// Waits until the operations to `target` up to `ticket` completed.
     fn wait(&self, target: u32, ticket: u64) -> Result<(), Cause> {
         let peer = self.world[target as usize];
-        environment::wait_until_or_lent(pml::stall::Awaited::State, |e| {
-            Ok(e.native()
-                .is_none_or(|engine| engine.rma_done(peer, ticket)))
+        environment::wait_until_or_lent(pml::stall::Awaited::State, |e| match e.native() {
+            Some(engine) => Ok(engine.rma_done(peer, ticket)?),
+            None => Ok(true),
         })
     }
 
-    /// Waits until every operation posted to `targets` completed at its target.
+    /// Waits until every operation posted to `targets` completed at its target; the first
+    /// that failed is the error, once all are done.
     pub fn complete(&self, targets: &[u32]) -> Result<(), Cause> {
+        let mut first = Ok(());
         for &t in targets {
             let ticket = self.pending.borrow()[t as usize];
             if ticket != 0 {
-                self.wait(t, ticket)?;
+                let done = self.wait(t, ticket);
                 self.pending.borrow_mut()[t as usize] = 0;
+                if first.is_ok() {
+                    first = done;
+                }
             }
         }
-        Ok(())
+        first
     }
 
     /// Waits for everything in flight (an epoch that unwinds gives its buffers back).
@@ -283,28 +398,47 @@ impl Rdma {
 
     /// One device atomic on the 8 bytes at `offset` in `target`'s window; the old value.
     fn atomic(&self, target: u32, offset: u64, op: RmaOp) -> Result<u64, Cause> {
+        let key = self.targets[target as usize].expect("reached (checked by the caller)");
+        let remote = RemoteKey {
+            addr: key.addr + offset,
+            key: key.key,
+        };
+        self.atomic_at(target, remote, op)
+    }
+
+    /// One device atomic on the 8 bytes at `remote` (in `target`'s window or its lock
+    /// word); the old value.
+    fn atomic_at(&self, target: u32, remote: RemoteKey, op: RmaOp) -> Result<u64, Cause> {
         // SAFETY: an atomic has no local memory of the caller's (it fetches into the
         // transport's).
-        let ticket = unsafe { self.post(target, op, offset) }?;
+        let ticket = unsafe { self.post_at(target, op, remote) }?;
+        self.atomic_result(target, ticket, ticket)
+    }
+
+    /// Waits until the operations to `target` up to `last` completed; the old value the
+    /// atomic `ticket` (posted no later) fetched.
+    fn atomic_result(&self, target: u32, ticket: u64, last: u64) -> Result<u64, Cause> {
         let peer = self.world[target as usize];
         // The result is read in the borrow that saw the completion: between two borrows
         // another thread (`Threading::Multiple`) could post atomics that reuse its slot.
-        let found = std::cell::Cell::new(0);
+        let found = Cell::new(0);
         environment::wait_until_or_lent(pml::stall::Awaited::State, |e| {
-            Ok(e.native().is_none_or(|engine| {
-                let done = engine.rma_done(peer, ticket);
-                if done {
-                    found.set(engine.rma_result(peer, ticket));
-                }
-                done
-            }))
+            let Some(engine) = e.native() else {
+                return Ok(true);
+            };
+            let done = engine.rma_done(peer, last)?;
+            if done {
+                found.set(engine.rma_result(peer, ticket));
+            }
+            Ok(done)
         })?;
         Ok(found.get())
     }
 
-    /// `target[offset..] = incoming ∘ target[offset..]`, each 8-byte element one device
-    /// atomic (see the module's documentation); `old`, where given, gets the elements as
-    /// they were. Only on a window whose `atomics` hold.
+    /// `target[offset..] = incoming ∘ target[offset..]`, element by element with device
+    /// atomics or under `target`'s accumulate lock, as `op` says (see the module's
+    /// documentation); `old`, where given, gets the elements as they were. Only on a window
+    /// whose `atomics` hold.
     pub fn accumulate(
         &self,
         target: u32,
@@ -314,12 +448,26 @@ impl Rdma {
         incoming: &[u8],
         mut old: Option<&mut [u8]>,
     ) -> Result<(), Cause> {
+        if !per_element(op, datatype) {
+            return self.locked(target, offset, op, datatype, incoming, old);
+        }
+        if op == AccumulateOperation::NoOp {
+            // One RDMA READ, which writes nothing: a fetch-and-add of 0 per element would
+            // write each back, undoing a locked accumulate's RDMA WRITE that landed in
+            // between (see `lock_and_read`).
+            return match old {
+                // SAFETY: `old` is the caller's, and the read is waited for here.
+                Some(old) => unsafe { self.get(target, offset, old, true) },
+                None => Ok(()),
+            };
+        }
         let integer = operation::element_code(datatype).is_some_and(operation::is_integer);
-        // The compare-and-swap loops' first guesses: the elements as one RDMA READ finds
-        // them, so that each costs one round trip where no other rank meets it, rather
-        // than two (a blind guess and the retry); a single element guesses 0 instead (a
-        // fresh counter's), as a read would cost the round trip the guess may save.
-        let swapped = !(op == AccumulateOperation::NoOp || integer && is_sum(op));
+        // A replace's compare-and-swap loops' first guesses: the elements as one RDMA READ
+        // finds them, so that each costs one round trip where no other rank meets it,
+        // rather than two (a blind guess and the retry); a single element guesses 0
+        // instead (a fresh counter's), as a read would cost the round trip the guess may
+        // save.
+        let swapped = op == AccumulateOperation::Replace;
         let elements = incoming.len() / 8;
         let mut guesses = vec![
             0u8;
@@ -337,8 +485,6 @@ impl Rdma {
             let at = offset + 8 * i as u64;
             let value = u64::from_ne_bytes(value.try_into().expect("8 bytes"));
             let before = match op {
-                AccumulateOperation::NoOp if old.is_none() => continue,
-                AccumulateOperation::NoOp => self.atomic(target, at, RmaOp::FetchAdd { add: 0 })?,
                 _ if integer && is_sum(op) && old.is_none() => {
                     // Nothing fetched: posted, and complete by the epoch's end or a flush.
                     // SAFETY: an atomic has no local memory of the caller's.
@@ -348,11 +494,7 @@ impl Rdma {
                 _ if integer && is_sum(op) => {
                     self.atomic(target, at, RmaOp::FetchAdd { add: value })?
                 }
-                _ => self.swap_loop(target, at, guesses.get(8 * i..8 * i + 8), |current| {
-                    let mut next = current.to_ne_bytes();
-                    op.apply(datatype, &value.to_ne_bytes(), &mut next);
-                    u64::from_ne_bytes(next)
-                })?,
+                _ => self.swap_loop(target, at, guesses.get(8 * i..8 * i + 8), value)?,
             };
             if let Some(old) = old.as_deref_mut() {
                 old[8 * i..8 * i + 8].copy_from_slice(&before.to_ne_bytes());
@@ -361,27 +503,167 @@ impl Rdma {
         Ok(())
     }
 
-    /// Replaces the element at `offset` by `next(current)` with compare-and-swaps, the first
-    /// comparing with `guess` (0 where none), until one finds the value it computed from;
-    /// returns that value.
+    /// `target[offset..] = incoming ∘ target[offset..]` under `target`'s accumulate lock, in
+    /// turns of at most [`LOCKED_TURN`] bytes (`locked_turn` each).
+    fn locked(
+        &self,
+        target: u32,
+        offset: u64,
+        op: AccumulateOperation,
+        datatype: Datatype,
+        incoming: &[u8],
+        mut old: Option<&mut [u8]>,
+    ) -> Result<(), Cause> {
+        for (turn, incoming) in incoming.chunks(LOCKED_TURN).enumerate() {
+            let from = turn * LOCKED_TURN;
+            let old = old
+                .as_deref_mut()
+                .map(|o| &mut o[from..from + incoming.len()]);
+            self.locked_turn(target, offset + from as u64, op, datatype, incoming, old)?;
+        }
+        Ok(())
+    }
+
+    /// One turn of `locked`: lock and RDMA READ, compute here, RDMA WRITE, unlock. The unlock is posted after the
+    /// write completed (at the target), so the next holder's read finds it; the epoch's end
+    /// waits for the unlock. Where the write failed, the unlock still goes (it fails too
+    /// where the queue pair to `target` broke, leaving the lock to `take_lock`'s patience).
+    fn locked_turn(
+        &self,
+        target: u32,
+        offset: u64,
+        op: AccumulateOperation,
+        datatype: Datatype,
+        incoming: &[u8],
+        old: Option<&mut [u8]>,
+    ) -> Result<(), Cause> {
+        let word = self.locks[target as usize].expect("a device-atomics window has lock words");
+        let mut range = vec![0u8; incoming.len()];
+        let held = self.lock_and_read(target, word, offset, &mut range)?;
+        if let Some(old) = old {
+            old.copy_from_slice(&range);
+        }
+        op.apply(datatype, incoming, &mut range);
+        let write = RmaOp::Write {
+            local: range.as_ptr(),
+            len: range.len(),
+        };
+        // SAFETY: `range` is this function's, and the write is waited for here (or failed
+        // to post, having posted nothing still in flight).
+        let written =
+            unsafe { self.post(target, write, offset) }.and_then(|t| self.wait(target, t));
+        written.and(self.unlock(target, word, held))
+    }
+
+    /// Takes `target`'s accumulate lock word at `word` and reads `range` at `offset`: the
+    /// first try posts the compare-and-swap and an RDMA READ together, as the target runs a
+    /// queue pair's requests in order (a read after a take that succeeded sees the last
+    /// holder's write, which completed before its unlock went), so a free lock costs one
+    /// round trip; after a take that failed, compare-and-swaps alone until one takes it,
+    /// then the read again. The read is never fetch-and-adds of 0, which need no
+    /// registration: after a take that failed the holder's RDMA WRITE of the range may be
+    /// in flight, and a fetch-and-add writes its element back (the device reads and writes
+    /// it under its atomics' own lock, which a WRITE does not take), undoing the holder's
+    /// update. Returns the value that unlocks it; on an error nothing is held.
+    fn lock_and_read(
+        &self,
+        target: u32,
+        word: RemoteKey,
+        offset: u64,
+        range: &mut [u8],
+    ) -> Result<u64, Cause> {
+        let taken = self.locks_taken.get().wrapping_add(1);
+        self.locks_taken.set(taken);
+        let mine = (u64::from(self.me) + 1) << 32 | u64::from(taken);
+        let take = RmaOp::CompareSwap {
+            compare: 0,
+            swap: mine,
+        };
+        // SAFETY: an atomic has no local memory of the caller's.
+        let ticket = unsafe { self.post_at(target, take, word) }?;
+        let read = RmaOp::Read {
+            local: range.as_mut_ptr(),
+            len: range.len(),
+        };
+        // SAFETY: `range` is the caller's until this function returns, and the read is
+        // waited for (by `atomic_result`, which waits for it as the later) before it does.
+        let read = unsafe { self.post(target, read, offset) };
+        let found = self.atomic_result(target, ticket, *read.as_ref().unwrap_or(&ticket))?;
+        let held = match (found, read) {
+            (0, read) => read.map(drop),
+            (_, Err(e)) => return Err(e),
+            (held_by, Ok(_)) => {
+                self.take_lock(target, word, mine, held_by)?;
+                // SAFETY: `range` is the caller's, and the read is waited for here.
+                unsafe { self.get(target, offset, range, true) }
+            }
+        };
+        match held {
+            Ok(()) => Ok(mine),
+            Err(e) => {
+                // Taken, but the read failed: give it back.
+                let _ = self.unlock(target, word, mine);
+                Err(e)
+            }
+        }
+    }
+
+    /// Releases the lock word at `word`, taken with `held`: subtracting it leaves 0. Posted;
+    /// the epoch's end (or the next operation's wait) waits for it.
+    fn unlock(&self, target: u32, word: RemoteKey, held: u64) -> Result<(), Cause> {
+        let unlock = RmaOp::FetchAdd {
+            add: held.wrapping_neg(),
+        };
+        // SAFETY: an atomic has no local memory of the caller's.
+        unsafe { self.post_at(target, unlock, word) }.map(drop)
+    }
+
+    /// Compare-and-swaps of 0 to `mine` on `target`'s lock word at `word` until one finds
+    /// 0 (the last take found `found`). A holder that keeps it for [`LOCK_PATIENCE`] (the
+    /// same value seen throughout) is named in an error, rather than waited for without
+    /// end: it failed holding it.
+    fn take_lock(&self, target: u32, word: RemoteKey, mine: u64, found: u64) -> Result<(), Cause> {
+        let mut seen = (found, Instant::now());
+        loop {
+            let take = RmaOp::CompareSwap {
+                compare: 0,
+                swap: mine,
+            };
+            let found = self.atomic_at(target, word, take)?;
+            if found == 0 {
+                return Ok(());
+            }
+            if found != seen.0 {
+                seen = (found, Instant::now());
+            } else if seen.1.elapsed() > LOCK_PATIENCE {
+                return Err(Cause::Window(WindowFault::Synchronisation(format!(
+                    "rank {}'s accumulate lock has been held by rank {} for {} s without a \
+                     release: did that rank fail holding it?",
+                    self.world[target as usize],
+                    (found >> 32) - 1,
+                    LOCK_PATIENCE.as_secs()
+                ))));
+            }
+        }
+    }
+
+    /// Replaces the element at `offset` by `value` with compare-and-swaps, the first
+    /// comparing with `guess` (0 where none), until one finds what it compared with;
+    /// returns that (the element as it was).
     fn swap_loop(
         &self,
         target: u32,
         offset: u64,
         guess: Option<&[u8]>,
-        next: impl Fn(u64) -> u64,
+        value: u64,
     ) -> Result<u64, Cause> {
         let mut guess = guess.map_or(0, |g| u64::from_ne_bytes(g.try_into().expect("8 bytes")));
         loop {
-            let swap = next(guess);
-            let found = self.atomic(
-                target,
-                offset,
-                RmaOp::CompareSwap {
-                    compare: guess,
-                    swap,
-                },
-            )?;
+            let swap = RmaOp::CompareSwap {
+                compare: guess,
+                swap: value,
+            };
+            let found = self.atomic(target, offset, swap)?;
             if found == guess {
                 return Ok(found);
             }

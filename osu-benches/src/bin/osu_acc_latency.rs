@@ -1,20 +1,11 @@
-//! osu_acc_latency: MPI_Accumulate's (sum of bytes) latency in the synchronisation `-s`
-//! names, on a window `-w` makes (mpirt only: rsmpi has no windows).
+//! osu_acc_latency: MPI_Accumulate's latency (a sum of bytes, or with `-T mpi_double`
+//! of f64s) in the synchronisation `-s` names, on a window `-w` makes (mpirt only: rsmpi has
+//! no windows).
 
-use osu_benches::one_sided::{run, Accumulate, Report};
+use osu_benches::one_sided::accumulate_latency;
 use osu_benches::{start, Benchmark};
 
 fn main() {
     let (universe, options) = start(Benchmark::AccLatency);
-    let data = vec![1u8; options.max_size];
-    run::<u8, _>(
-        &universe.world(),
-        &options,
-        Report::Latency,
-        |size| size,
-        |size| Accumulate {
-            data: &data[..size],
-            fetch: false,
-        },
-    );
+    accumulate_latency(&universe.world(), &options, false);
 }

@@ -73,7 +73,9 @@ impl Engine {
     }
 
     /// Starts `op` on world rank `peer`'s exposed memory at `remote`, making progress while
-    /// the transport has no room; returns the ticket `rma_done` reports.
+    /// the transport has no room (a write or read longer than its queue holds goes in
+    /// parts); returns the ticket `rma_done` reports. An error fails this operation only:
+    /// the engine goes on (where parts of it were posted, once they completed).
     ///
     /// # Safety
     /// As `Transport::rma`: `op`'s local memory stays valid and untouched until the ticket
@@ -85,24 +87,41 @@ impl Engine {
         remote: RemoteKey,
     ) -> Result<u64, PmlError> {
         let transport = self.one_sided().ok_or(PmlError::UnknownPeer(peer))?;
+        let (mut op, mut remote) = (op, remote);
+        let mut posted = None;
         loop {
             self.check_running()?;
             // SAFETY: forwarded from this function's contract.
-            let posted = unsafe { self.transports[transport].rma(peer, op, remote) }
-                .map_err(|e| self.stop(e))?;
-            match posted {
-                Some(ticket) => return Ok(ticket),
-                None => {
+            match unsafe { self.transports[transport].rma(peer, op, remote) } {
+                Ok(Some(part)) if part.len >= op.bytes() => return Ok(part.ticket),
+                Ok(Some(part)) => {
+                    posted = Some(part.ticket);
+                    op = op.rest(part.len);
+                    remote.addr += part.len as u64;
+                }
+                Ok(None) => {
                     self.progress()?;
+                }
+                Err(e) => {
+                    // The parts posted use the caller's memory: done before it goes back.
+                    if let Some(ticket) = posted {
+                        while !self.rma_done(peer, ticket).unwrap_or(true) {
+                            self.progress()?;
+                        }
+                    }
+                    return Err(e);
                 }
             }
         }
     }
 
-    /// Whether every one-sided operation to `peer` up to `ticket` completed (at the target).
-    pub fn rma_done(&self, peer: Rank, ticket: u64) -> bool {
-        self.one_sided()
-            .is_none_or(|t| self.transports[t].rma_done(peer, ticket))
+    /// Whether every one-sided operation to `peer` up to `ticket` completed (at the
+    /// target); the error of the first that failed.
+    pub fn rma_done(&self, peer: Rank, ticket: u64) -> Result<bool, PmlError> {
+        match self.one_sided() {
+            Some(t) => self.transports[t].rma_done(peer, ticket),
+            None => Ok(true),
+        }
     }
 
     /// The old value the atomic `ticket` to `peer` fetched, once `rma_done` said so.

@@ -12,7 +12,7 @@ use super::shm::{ShmOpening, ShmPeers};
 use super::tcp::TcpTransport;
 #[cfg(feature = "verbs")]
 use super::verbs::VerbsTransport;
-use super::{Caps, Exposure, Job, Peer, Reading, RmaOp, Sent, Sink, Transport};
+use super::{Caps, Exposure, Job, Peer, Reading, RmaOp, RmaPosted, Sent, Sink, Transport};
 use crate::blocks::{Blocks, PackedRange};
 use crate::config::TransportChoice;
 use crate::envelope::Rank;
@@ -280,12 +280,12 @@ impl Transport for AnyTransport {
         peer: Rank,
         op: RmaOp,
         remote: RemoteKey,
-    ) -> Result<Option<u64>, PmlError> {
+    ) -> Result<Option<RmaPosted>, PmlError> {
         // SAFETY: forwarded from this function's contract.
         each!(self, t => unsafe { Transport::rma(t, peer, op, remote) })
     }
 
-    fn rma_done(&self, peer: Rank, ticket: u64) -> bool {
+    fn rma_done(&self, peer: Rank, ticket: u64) -> Result<bool, PmlError> {
         each!(self, t => Transport::rma_done(t, peer, ticket))
     }
 

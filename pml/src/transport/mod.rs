@@ -143,6 +143,39 @@ pub enum RmaOp {
     CompareSwap { compare: u64, swap: u64 },
 }
 
+impl RmaOp {
+    /// The bytes it moves.
+    pub fn bytes(&self) -> usize {
+        match *self {
+            RmaOp::Write { len, .. } | RmaOp::Read { len, .. } => len,
+            RmaOp::FetchAdd { .. } | RmaOp::CompareSwap { .. } => 8,
+        }
+    }
+
+    /// What is left of a write or read once its first `done` bytes were posted.
+    pub fn rest(&self, done: usize) -> RmaOp {
+        match *self {
+            RmaOp::Write { local, len } => RmaOp::Write {
+                local: local.wrapping_add(done),
+                len: len - done,
+            },
+            RmaOp::Read { local, len } => RmaOp::Read {
+                local: local.wrapping_add(done),
+                len: len - done,
+            },
+            atomic => atomic,
+        }
+    }
+}
+
+/// What [`Transport::rma`] posted: the ticket `rma_done` reports, and how many of the
+/// operation's bytes (from its start) it covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RmaPosted {
+    pub ticket: u64,
+    pub len: usize,
+}
+
 /// Where the rest of a frame that is still arriving goes (see [`Sink::placement`]).
 pub enum Placement<'a> {
     /// Not known from the bytes so far: ask again with more.
@@ -352,28 +385,32 @@ pub trait Transport {
     fn release_window(&mut self, _id: u64) {}
 
     /// Starts `op` on `peer`'s memory at `remote` (an address and a key that peer's
-    /// `expose_window` gave): a ticket that `rma_done` reports, or `None` where there is no
-    /// room now (make progress and try again). Operations to one peer complete in order,
-    /// and complete at the target: a write is in its memory when it completed.
+    /// `expose_window` gave), or of a write or read as much of it from its start as there
+    /// is room for now (post the rest after): a ticket that `rma_done` reports, or `None`
+    /// where there is no room now (make progress and try again). Operations to one peer
+    /// complete in order, and complete at the target: a write is in its memory when it
+    /// completed. An error here posted nothing, and leaves the transport working.
     ///
     /// # Safety
-    /// `op`'s local memory must stay valid (for writes, where it is read into) and untouched
-    /// until `rma_done` says the ticket completed, or the transport stopped.
+    /// `op`'s local memory must stay valid (for reads, where it is read into) and untouched
+    /// until `rma_done` says the ticket completed (or failed), or the transport stopped.
     unsafe fn rma(
         &mut self,
         peer: Rank,
         _op: RmaOp,
         _remote: RemoteKey,
-    ) -> Result<Option<u64>, PmlError> {
+    ) -> Result<Option<RmaPosted>, PmlError> {
         Err(PmlError::transport(
             peer,
             "this transport has no one-sided operations".to_string(),
         ))
     }
 
-    /// Whether every operation to `peer` up to `ticket` completed.
-    fn rma_done(&self, _peer: Rank, _ticket: u64) -> bool {
-        true
+    /// Whether every operation to `peer` up to `ticket` completed; the error of the first
+    /// of them that failed, once all did (the transport goes on: only that operation, and
+    /// those after it to `peer` that could no longer be done, failed).
+    fn rma_done(&self, _peer: Rank, _ticket: u64) -> Result<bool, PmlError> {
+        Ok(true)
     }
 
     /// The old value an atomic's `ticket` fetched, once it completed.

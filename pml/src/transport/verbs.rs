@@ -16,8 +16,12 @@
 //! broken: later sends and reads to it fail at once with the first cause.
 //!
 //! Windows (one-sided operations, `one_sided.rs`): RDMA WRITE, READ and atomics on memory
-//! each rank exposed, over the same queue pairs, and a loopback queue pair for a rank's
-//! own window (so that its atomics go through the device as everyone else's do).
+//! each rank exposed, on a second queue pair per peer, and a loopback queue pair for a
+//! rank's own window (so that its atomics go through the device as everyone else's do).
+//! One-sided operations have queue pairs of their own because a reliable connection that
+//! completes one work request with an error (a key the target no longer has, a range past
+//! its registration) fails every later one: the operation fails, and so do later one-sided
+//! operations to that peer, but the peer's messages keep flowing.
 
 mod contract;
 mod device;
@@ -53,6 +57,9 @@ pub struct VerbsConfig {
     /// Largest frame (header and payload) sent by SEND.
     pub frame_size: usize,
     pub reg_cache: bool,
+    /// Longest piece one RDMA WRITE or READ work request carries, where lower than the
+    /// port's `max_msg_sz` (`MPIRT_VERBS_MAX_MSG`).
+    pub max_msg: Option<usize>,
 }
 
 /// Receive buffers on the shared receive queue, and send buffers to copy frames into.
@@ -153,6 +160,9 @@ struct Peer {
     /// come in order, so a ticket (the count when it was posted) is done once reached.
     rma_posted: u64,
     rma_completed: u64,
+    /// The ticket of the first one-sided work request that failed (0: none): it and every
+    /// later one failed (`broken` says why), the earlier ones succeeded.
+    rma_failed_at: u64,
 }
 
 impl Peer {
@@ -170,6 +180,7 @@ impl Peer {
             broken: None,
             rma_posted: 0,
             rma_completed: 0,
+            rma_failed_at: 0,
         }
     }
 }
@@ -217,9 +228,10 @@ pub struct VerbsTransport {
     initial_credits: u64,
     credit_batch: u64,
     frame_size: usize,
-    /// By rank; `None` for peers reached another way.
+    /// By rank, the queue pairs for messages; `None` for peers reached another way.
     peers: Vec<Option<Peer>>,
-    /// Queue pair number -> rank, for receive completions.
+    /// Queue pair number -> rank, for completions (a work request's kind says which of the
+    /// rank's queue pairs it was on).
     by_qpn: Vec<(u32, Rank)>,
     reads: Slab<Read>,
     waiting_pieces: VecDeque<Piece>,
@@ -265,6 +277,46 @@ fn transport(peer: Rank, cause: impl Into<String>) -> PmlError {
     PmlError::transport(peer, cause.into())
 }
 
+/// The entries the completion queue needs for `peers` peers: each one's two queue pairs' send
+/// queues (messages and one-sided operations), the loopback queue pair's, and the shared
+/// receive queue. Refused where the device's `max_cqe` holds fewer, since a full completion
+/// queue loses completions (an overrun): the error names both and the peer count.
+fn completion_depth(peers: usize, max_cqe: usize) -> Result<i32, String> {
+    let depth = RECV_BUFFERS + (2 * peers + 1) * SEND_DEPTH as usize;
+    if depth > max_cqe {
+        let most =
+            max_cqe.saturating_sub(RECV_BUFFERS + SEND_DEPTH as usize) / (2 * SEND_DEPTH as usize);
+        return Err(format!(
+            "a completion queue for {peers} peers needs {depth} entries, more than the \
+             device's max_cqe of {max_cqe} (it holds {most}); run fewer ranks a node or \
+             use another transport"
+        ));
+    }
+    Ok(depth as i32)
+}
+
+/// Digits of one queue pair number in an endpoint: QPNs are 24 bits, six hex digits.
+const QPN_DIGITS: usize = 6;
+
+/// The queue pair numbers of `lanes` in rank order (0 where there is none), each in
+/// `QPN_DIGITS` hex digits without separators: 768 bytes for 128 ranks, where decimal with
+/// commas took up to 9 a rank.
+fn qpn_list(lanes: &[Option<Peer>]) -> String {
+    lanes
+        .iter()
+        .map(|p| format!("{:06x}", p.as_ref().map_or(0, |p| p.qp.qpn())))
+        .collect()
+}
+
+/// The queue pair number for `rank` in a `qpn_list`; `None` where there is none or the list
+/// is malformed.
+fn qpn_in(list: &str, rank: Rank) -> Option<u32> {
+    let at = rank as usize * QPN_DIGITS;
+    list.get(at..at + QPN_DIGITS)
+        .and_then(|q| u32::from_str_radix(q, 16).ok())
+        .filter(|&q| q != 0)
+}
+
 /// The error for work that `peer`'s broken queue pair would never complete.
 fn refused(peer: Rank, work: &str, cause: &str) -> PmlError {
     transport(
@@ -293,8 +345,11 @@ impl VerbsTransport {
         } else {
             names[local_rank % names.len()]
         };
-        let dev = Device::open(wanted, config.gid_index)?;
+        let mut dev = Device::open(wanted, config.gid_index)?;
         let frame_size = config.frame_size.min(dev.max_msg as usize);
+        dev.lower_max_piece(config.max_msg);
+        let depth =
+            completion_depth(peers.len(), dev.max_cqe).map_err(|e| format!("{}: {e}", dev.name))?;
         // SAFETY: the context is open; each object is destroyed in `Drop`, in reverse order.
         let (channel, cq, srq) = unsafe {
             let channel = ibv_create_comp_channel(dev.ctx);
@@ -304,7 +359,6 @@ impl VerbsTransport {
                     io::Error::last_os_error()
                 ));
             }
-            let depth = (RECV_BUFFERS + peers.len() * SEND_DEPTH as usize) as i32;
             let cq = ibv_create_cq(dev.ctx, depth, ptr::null_mut(), channel, 0);
             if cq.is_null() {
                 ibv_destroy_comp_channel(channel);
@@ -397,6 +451,9 @@ impl VerbsTransport {
             let qp = QueuePair::new(&t.dev, cq, srq)?;
             t.by_qpn.push((qp.qpn(), p));
             t.peers[p as usize] = Some(Peer::new(qp));
+            let qp = QueuePair::new(&t.dev, cq, srq)?;
+            t.by_qpn.push((qp.qpn(), p));
+            t.rma.peers[p as usize] = Some(Peer::new(qp));
         }
         Ok(t)
     }
@@ -415,15 +472,13 @@ impl VerbsTransport {
         self.registry.caching()
     }
 
-    /// What peers need to connect to this rank: addressing, the credit slots, and the queue
-    /// pair number meant for each rank (0 where there is none).
+    /// What peers need to connect to this rank: addressing, the credit slots, and the
+    /// queue pair numbers meant for each rank, for messages (`qpn_list`). The one-sided
+    /// queue pairs' list is `rma_endpoint`, published under a key of its own: PMI-1 and
+    /// PMI-2 hold 1024 bytes a value, which both lists together would pass from about 60
+    /// ranks on.
     pub fn endpoint(&self) -> String {
         let gid: String = self.dev.gid.iter().map(|b| format!("{b:02x}")).collect();
-        let qpns: Vec<String> = self
-            .peers
-            .iter()
-            .map(|p| p.as_ref().map_or(0, |p| p.qp.qpn()).to_string())
-            .collect();
         format!(
             "{} {gid} {} {} {} {} {}",
             self.dev.lid,
@@ -431,13 +486,28 @@ impl VerbsTransport {
             self.local_psn,
             self.credit_slots.buf.as_ptr() as u64,
             self.credit_slots.rkey(),
-            qpns.join(",")
+            qpn_list(&self.peers)
         )
     }
 
+    /// The one-sided queue pair numbers meant for each rank (`qpn_list`).
+    pub fn rma_endpoint(&self) -> String {
+        qpn_list(&self.rma.peers)
+    }
+
     /// Connects the queue pair for `peer` to the one the peer made for this rank.
-    pub fn connect(&mut self, peer: Rank, endpoint: &str) -> Result<(), String> {
-        let bad = || format!("rank {peer}'s verbs endpoint '{endpoint}' is malformed");
+    pub fn connect(
+        &mut self,
+        peer: Rank,
+        endpoint: &str,
+        rma_endpoint: &str,
+    ) -> Result<(), String> {
+        let bad = || {
+            format!(
+                "rank {peer}'s verbs endpoint '{endpoint}' (one-sided '{rma_endpoint}') is \
+                 malformed"
+            )
+        };
         let w: Vec<&str> = endpoint.split_ascii_whitespace().collect();
         if w.len() != 7 || w[1].len() != 32 {
             return Err(bad());
@@ -446,18 +516,17 @@ impl VerbsTransport {
         for (i, b) in gid.iter_mut().enumerate() {
             *b = u8::from_str_radix(&w[1][2 * i..2 * i + 2], 16).map_err(|_| bad())?;
         }
-        let qpn: u32 = w[6]
-            .split(',')
-            .nth(self.rank as usize)
-            .and_then(|q| q.parse().ok())
-            .filter(|&q| q != 0)
-            .ok_or_else(bad)?;
+        let qpn_for_me = |list: &str| qpn_in(list, self.rank).ok_or_else(bad);
         let address = QpAddress {
-            qpn,
+            qpn: qpn_for_me(w[6])?,
             psn: w[3].parse().map_err(|_| bad())?,
             lid: w[0].parse().map_err(|_| bad())?,
             gid,
             mtu: w[2].parse().map_err(|_| bad())?,
+        };
+        let rma_address = QpAddress {
+            qpn: qpn_for_me(rma_endpoint)?,
+            ..address
         };
         let credit_addr: u64 = w[4].parse().map_err(|_| bad())?;
         let credit_rkey: u32 = w[5].parse().map_err(|_| bad())?;
@@ -470,6 +539,11 @@ impl VerbsTransport {
         p.credit_addr = credit_addr + 8 * u64::from(self.rank);
         p.goodbye_addr = credit_addr + 8 * (size + u64::from(self.rank));
         p.credit_rkey = credit_rkey;
+        let r = self.rma.peers[peer as usize]
+            .as_mut()
+            .ok_or_else(|| format!("rank {peer} has no one-sided queue pair here"))?;
+        r.qp.connect(&self.dev, self.local_psn, &rma_address)
+            .map_err(|e| format!("connecting the one-sided queue pair to rank {peer}: {e}"))?;
         Ok(())
     }
 
@@ -501,22 +575,28 @@ impl VerbsTransport {
         Ok(())
     }
 
-    /// The peer reached as `peer` (this rank: the loopback queue pair).
-    fn peer_mut(&mut self, peer: Rank) -> Option<&mut Peer> {
-        if peer == self.rank {
-            return self.rma.loopback.as_mut();
-        }
-        self.peers.get_mut(peer as usize).and_then(Option::as_mut)
+    /// The queue pair that carries work of `kind` (a `WR_` tag) to `peer`: one-sided
+    /// operations go on the peer's own queue pair for them (this rank's: the loopback one),
+    /// everything else on its messages' one.
+    fn lane_mut(&mut self, peer: Rank, kind: u64) -> Option<&mut Peer> {
+        let lanes = match kind {
+            WR_RMA if peer == self.rank => return self.rma.loopback.as_mut(),
+            WR_RMA => &mut self.rma.peers,
+            _ => &mut self.peers,
+        };
+        lanes.get_mut(peer as usize).and_then(Option::as_mut)
     }
 
-    fn peer_ref(&self, peer: Rank) -> Option<&Peer> {
-        if peer == self.rank {
-            return self.rma.loopback.as_ref();
-        }
-        self.peers.get(peer as usize).and_then(Option::as_ref)
+    fn lane_ref(&self, peer: Rank, kind: u64) -> Option<&Peer> {
+        let lanes = match kind {
+            WR_RMA if peer == self.rank => return self.rma.loopback.as_ref(),
+            WR_RMA => &self.rma.peers,
+            _ => &self.peers,
+        };
+        lanes.get(peer as usize).and_then(Option::as_ref)
     }
 
-    /// Posts one send-queue work request to `peer`.
+    /// Posts one send-queue work request to `peer`, on the queue pair its kind goes by.
     #[allow(clippy::too_many_arguments)]
     fn post(
         &mut self,
@@ -528,7 +608,9 @@ impl VerbsTransport {
         lkey: u32,
         remote: Remote,
     ) -> Result<(), i32> {
-        let p = self.peer_mut(peer).expect("a verbs peer");
+        let p = self
+            .lane_mut(peer, wr_id & !WR_INDEX)
+            .expect("a verbs peer");
         let mut sge = ibv_sge {
             addr: local,
             length: len,
@@ -794,7 +876,7 @@ impl VerbsTransport {
     /// may use the transport afterwards but its drop.
     pub fn stop(&mut self) {
         self.waiting_pieces.clear();
-        for peer in &mut self.peers {
+        for peer in self.peers.iter_mut().chain(&mut self.rma.peers) {
             *peer = None;
         }
         self.rma.loopback = None;
@@ -828,7 +910,7 @@ impl VerbsTransport {
     /// Marks `peer` broken by `cause`; returns the error to report, the first time only: the
     /// work requests that fail after the first do so because the queue pair already had.
     fn peer_failed(&mut self, peer: Rank, cause: String) -> Option<PmlError> {
-        if let Some(p) = self.peer_mut(peer) {
+        if let Some(p) = self.lane_mut(peer, WR_SEND) {
             if p.broken.is_some() {
                 return None;
             }
@@ -865,7 +947,7 @@ impl VerbsTransport {
             let index = (wc.wr_id & WR_INDEX) as usize;
             let kind = wc.wr_id & !WR_INDEX;
             if kind != WR_RECV {
-                if let Some(p) = self.peer_mut(peer) {
+                if let Some(p) = self.lane_mut(peer, kind) {
                     p.in_flight -= 1;
                     p.probing &= kind != WR_PROBE;
                     p.rma_completed += u64::from(kind == WR_RMA);
@@ -914,8 +996,15 @@ impl VerbsTransport {
                     None
                 }
                 WR_RMA => {
+                    // The operation's waiter gets the error; the engine goes on.
                     let (what, len) = self.rma_completed(index);
-                    status.map(|s| format!("an {what} of {len} bytes on rank {peer} failed: {s}"))
+                    if let Some(s) = status {
+                        // Completions come in order: this one's ticket is the count so far.
+                        let at = self.lane_ref(peer, kind).map_or(0, |p| p.rma_completed);
+                        let cause = format!("an {what} of {len} bytes to rank {peer} failed: {s}");
+                        self.rma_failed(peer, at, cause);
+                    }
+                    None
                 }
                 WR_PROBE => status.map(|s| {
                     format!(
@@ -1060,6 +1149,7 @@ impl Drop for VerbsTransport {
         self.say_goodbye();
         // Queue pairs first: they use the SRQ, the CQ and every registration.
         self.peers.clear();
+        self.rma.peers.clear();
         self.rma.loopback = None;
         self.rma.deregister();
         // SAFETY: nothing uses the SRQ, CQ or channel any more; each is destroyed once.
@@ -1068,6 +1158,54 @@ impl Drop for VerbsTransport {
             ibv_destroy_srq(self.srq);
             ibv_destroy_cq(self.cq);
             ibv_destroy_comp_channel(self.channel);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{completion_depth, qpn_in, QPN_DIGITS};
+
+    #[test]
+    fn an_endpoint_of_128_ranks_fits_pmi() {
+        // PMI-1 and PMI-2 hold 1024 bytes a value. The longest message endpoint: the
+        // header's widest fields, then 128 ranks' queue pair numbers (4 nodes of 32).
+        let header = format!(
+            "{} {} {} {} {} {} ",
+            u16::MAX,
+            "f".repeat(32),
+            5,
+            u32::MAX,
+            u64::MAX,
+            u32::MAX
+        );
+        let list: String = (0..128u32)
+            .map(|r| format!("{:06x}", 0xff_ff00 + r))
+            .collect();
+        assert!(
+            header.len() + list.len() <= 1024,
+            "{} bytes",
+            header.len() + list.len()
+        );
+        assert_eq!(list.len(), 128 * QPN_DIGITS);
+        assert_eq!(qpn_in(&list, 0), Some(0xff_ff00));
+        assert_eq!(qpn_in(&list, 127), Some(0xff_ff00 + 127));
+        assert_eq!(qpn_in(&list, 128), None, "past the list");
+        assert_eq!(qpn_in("000000", 0), None, "no queue pair for this rank");
+        assert_eq!(qpn_in("00zz00", 0), None);
+    }
+
+    #[test]
+    fn the_completion_queue_fits_the_device_or_is_refused() {
+        // Soft-RoCE's max_cqe.
+        const RXE: usize = 32768;
+        assert!(completion_depth(62, RXE).is_ok_and(|d| d as usize <= RXE));
+        let refused = completion_depth(63, RXE).unwrap_err();
+        for named in ["63 peers", "max_cqe of 32768", "it holds 62"] {
+            assert!(
+                refused.contains(named),
+                "{refused:?} does not say {named:?}"
+            );
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::pml_api::{Counters, EngineError};
 use crate::transport::{
-    Caps, Exposure, Job, Peer, Reading, Registration, RmaOp, Sent, Sink, Transport,
+    Caps, Exposure, Job, Peer, Reading, Registration, RmaOp, RmaPosted, Sent, Sink, Transport,
 };
 use crate::wire::RemoteKey;
 
@@ -40,6 +40,7 @@ impl VerbsTransport {
                 gid_index: config.verbs_gid_index,
                 frame_size: config.verbs_eager_limit + crate::wire::MAX_HEADER_LEN,
                 reg_cache: config.verbs_reg_cache,
+                max_msg: config.verbs_max_msg,
             };
             match VerbsTransport::new(job.rank, job.size, local_rank, remote, &verbs_config) {
                 Ok(v) => (Some(v), None),
@@ -53,6 +54,11 @@ impl VerbsTransport {
         };
         let endpoint = verbs.as_ref().map(|v| v.endpoint()).unwrap_or_default();
         job.put(&format!("pml.verbs.{}", job.rank), endpoint.as_bytes())?;
+        let rma_endpoint = verbs.as_ref().map(|v| v.rma_endpoint()).unwrap_or_default();
+        job.put(
+            &format!("pml.verbs.rma.{}", job.rank),
+            rma_endpoint.as_bytes(),
+        )?;
         Ok((verbs, note))
     }
 
@@ -75,7 +81,9 @@ impl VerbsTransport {
                 // The peer has no device: TCP carries this pair.
                 continue;
             }
-            self.connect(r, &String::from_utf8_lossy(&endpoint))
+            let rma_endpoint = job.get(r, &format!("pml.verbs.rma.{r}"))?;
+            let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+            self.connect(r, &text(&endpoint), &text(&rma_endpoint))
                 .map_err(|e| EngineError::Transport(format!("verbs: {e}")))?;
             carried.push(r);
         }
@@ -165,12 +173,12 @@ impl Transport for VerbsTransport {
         peer: Rank,
         op: RmaOp,
         remote: RemoteKey,
-    ) -> Result<Option<u64>, PmlError> {
+    ) -> Result<Option<RmaPosted>, PmlError> {
         // SAFETY: forwarded from this function's contract.
         unsafe { VerbsTransport::rma(self, peer, op, remote) }
     }
 
-    fn rma_done(&self, peer: Rank, ticket: u64) -> bool {
+    fn rma_done(&self, peer: Rank, ticket: u64) -> Result<bool, PmlError> {
         VerbsTransport::rma_done(self, peer, ticket)
     }
 

@@ -21,6 +21,8 @@ pub struct Device {
     pub mtu: ibv_mtu::Type,
     /// Longest message one work request may carry.
     pub max_msg: u32,
+    /// Most entries a completion queue of the device may hold (`max_cqe`).
+    pub max_cqe: usize,
     /// Whether the device does RDMA atomics (fetch-and-add, compare-and-swap).
     pub atomics: bool,
     /// Whether this port is RoCE (GID addressing) rather than InfiniBand (LID addressing).
@@ -93,6 +95,15 @@ impl Device {
         }
     }
 
+    /// Lowers the longest piece to `limit`, where given and lower than the port's
+    /// (`MPIRT_VERBS_MAX_MSG`: what a port with a smaller `max_msg_sz` would do, which is
+    /// how tests split operations into many pieces on a port that takes 2 GiB).
+    pub fn lower_max_piece(&mut self, limit: Option<usize>) {
+        if let Some(limit) = limit {
+            self.max_msg = self.max_piece().min(limit).clamp(1, u32::MAX as usize) as u32;
+        }
+    }
+
     /// Opens `wanted` (a name, or the first device for an empty name).
     pub fn open(wanted: &str, gid_override: Option<u8>) -> Result<Device, String> {
         let names = device_names();
@@ -145,6 +156,7 @@ impl Device {
             lid: 0,
             mtu: ibv_mtu::IBV_MTU_1024,
             max_msg: 0,
+            max_cqe: 0,
             atomics: false,
             roce: false,
         };
@@ -155,6 +167,7 @@ impl Device {
             return Err(os_error(&format!("querying RDMA device {}", dev.name)));
         }
         dev.atomics = attr.atomic_cap != ibv_atomic_cap::IBV_ATOMIC_NONE;
+        dev.max_cqe = attr.max_cqe.max(0) as usize;
         // SAFETY: a zeroed port_attr is a valid out-parameter; `ctx` is open.
         let mut port: ibv_port_attr = unsafe { std::mem::zeroed() };
         if unsafe { ___ibv_query_port(ctx, PORT, &mut port) } != 0 {

@@ -17,10 +17,10 @@ use slab::Slab;
 use super::device::Device;
 use super::qp::SEND_DEPTH;
 use super::registry::MrId;
-use super::{refused, transport, Peer, Region, Remote, VerbsTransport, INLINE, WR_RMA};
+use super::{Peer, Region, Remote, VerbsTransport, INLINE, WR_RMA};
 use crate::envelope::Rank;
 use crate::error::PmlError;
-use crate::transport::RmaOp;
+use crate::transport::{RmaOp, RmaPosted};
 use crate::wire::RemoteKey;
 
 /// Windows may be written, read and updated atomically by peers.
@@ -28,9 +28,6 @@ const WINDOW_ACCESS: u32 = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
     | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
     | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0
     | ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0;
-
-/// Work requests left free on a queue pair for credits, probes and goodbyes.
-const KEEP_FREE: u32 = 8;
 
 /// A posted work request of a one-sided operation.
 struct InFlight {
@@ -43,7 +40,17 @@ struct InFlight {
     mr: Option<MrId>,
 }
 
+fn failure(peer: Rank, cause: String) -> PmlError {
+    PmlError::OneSided {
+        peer,
+        cause: cause.into(),
+    }
+}
+
 pub(super) struct Rma {
+    /// By rank, the queue pairs for one-sided operations (`None` for peers reached another
+    /// way, and once stopped).
+    pub peers: Vec<Option<Peer>>,
     /// The queue pair connected to itself, for operations on this rank's own window
     /// (`None` once stopped).
     pub loopback: Option<Peer>,
@@ -62,6 +69,7 @@ pub(super) struct Rma {
 impl Rma {
     pub fn new(dev: &Device, size: u32, loopback: Peer) -> Result<Rma, String> {
         Ok(Rma {
+            peers: (0..size).map(|_| None).collect(),
             loopback: Some(loopback),
             windows: Slab::new(),
             slots: Region::new(dev, size as usize * SEND_DEPTH as usize * 8)?,
@@ -124,7 +132,9 @@ impl VerbsTransport {
         self.dev.atomics
     }
 
-    /// Posts `op` on `peer`'s memory at `remote`; `None` when its queue pair has no room.
+    /// Posts `op` on `peer`'s memory at `remote`, or of a write or read as many pieces of
+    /// it as its queue pair has room for now: the last one's ticket and the bytes they
+    /// cover (the caller posts the rest later). `None` when there is no room at all.
     ///
     /// # Safety
     /// As `Transport::rma`.
@@ -133,55 +143,63 @@ impl VerbsTransport {
         peer: Rank,
         op: RmaOp,
         remote: RemoteKey,
-    ) -> Result<Option<u64>, PmlError> {
+    ) -> Result<Option<RmaPosted>, PmlError> {
         let piece_max = self.dev.max_piece();
-        let pieces = match op {
-            RmaOp::Write { len, .. } | RmaOp::Read { len, .. } => len.div_ceil(piece_max).max(1),
-            _ => 1,
-        };
-        let Some(p) = self.peer_ref(peer) else {
-            return Err(transport(
+        let Some(p) = self.lane_ref(peer, WR_RMA) else {
+            return Err(failure(
                 peer,
                 format!("rank {peer} is not reached over verbs"),
             ));
         };
         if let Some(cause) = &p.broken {
-            return Err(refused(peer, "one-sided operation", cause));
-        }
-        if p.in_flight + pieces as u32 > SEND_DEPTH - KEEP_FREE {
-            if p.in_flight == 0 {
-                return Err(transport(
-                    peer,
-                    format!("a one-sided operation of {pieces} pieces exceeds the queue pair"),
-                ));
-            }
-            return Ok(None);
-        }
-        let rkey = remote.key as u32;
-        let failed = |what: &str, len: usize, rc: i32| {
-            transport(
+            return Err(failure(
                 peer,
                 format!(
-                    "posting {what} of {len} bytes to rank {peer} failed: {}",
+                    "a one-sided operation to rank {peer} was refused: an earlier one failed, \
+                     which ends one-sided operations to it ({cause})"
+                ),
+            ));
+        }
+        // The queue pair carries nothing else (credits, probes and goodbyes go on the
+        // peer's messages' one).
+        let room = SEND_DEPTH.saturating_sub(p.in_flight) as usize;
+        if room == 0 {
+            return Ok(None);
+        }
+        // Of a write or read, the pieces that fit now.
+        let part = |len: usize| len.min(room * piece_max);
+        let rkey = remote.key as u32;
+        let failed = |what: &str, len: usize, rc: i32| {
+            failure(
+                peer,
+                format!(
+                    "posting an {what} of {len} bytes to rank {peer} failed: {}",
                     io::Error::from_raw_os_error(rc)
                 ),
             )
         };
-        match op {
+        let unregistered = |what: &str, len: usize, e: String| {
+            failure(
+                peer,
+                format!("an {what} of {len} bytes to rank {peer}: its local buffer: {e}"),
+            )
+        };
+        let (what, len, ticket) = match op {
             RmaOp::Write { local, len } => {
+                let len = part(len);
                 let mr = if len <= INLINE {
                     None
                 } else {
                     Some(
                         self.registry
                             .acquire(local as usize, len, false)
-                            .map_err(|e| transport(peer, e.to_string()))?,
+                            .map_err(|e| unregistered("RDMA WRITE", len, e.to_string()))?,
                     )
                 };
                 let lkey = mr.map_or(0, |k| k.lkey);
                 self.rma.writes += 1;
                 let mr_id = mr.map(|k| k.id);
-                self.post_pieces(peer, "RDMA WRITE", mr_id, pieces, piece_max, len, |off| {
+                let ticket = self.post_pieces(peer, "RDMA WRITE", mr_id, piece_max, len, |off| {
                     (
                         ibv_wr_opcode::IBV_WR_RDMA_WRITE,
                         local as u64 + off as u64,
@@ -191,23 +209,18 @@ impl VerbsTransport {
                             rkey,
                         },
                     )
-                })
-                .map_err(|rc| failed("an RDMA WRITE", len, rc))
+                });
+                ("RDMA WRITE", len, ticket)
             }
             RmaOp::Read { local, len } => {
+                let len = part(len);
                 let keys = self
                     .registry
                     .acquire(local as usize, len, true)
-                    .map_err(|e| transport(peer, e.to_string()))?;
+                    .map_err(|e| unregistered("RDMA READ", len, e.to_string()))?;
                 self.rma.reads += 1;
-                self.post_pieces(
-                    peer,
-                    "RDMA READ",
-                    Some(keys.id),
-                    pieces,
-                    piece_max,
-                    len,
-                    |off| {
+                let ticket =
+                    self.post_pieces(peer, "RDMA READ", Some(keys.id), piece_max, len, |off| {
                         (
                             ibv_wr_opcode::IBV_WR_RDMA_READ,
                             local as u64 + off as u64,
@@ -217,9 +230,8 @@ impl VerbsTransport {
                                 rkey,
                             },
                         )
-                    },
-                )
-                .map_err(|rc| failed("an RDMA READ", len, rc))
+                    });
+                ("RDMA READ", len, ticket)
             }
             RmaOp::FetchAdd { .. } | RmaOp::CompareSwap { .. } => {
                 let (opcode, compare_add, swap) = match op {
@@ -229,12 +241,12 @@ impl VerbsTransport {
                     }
                     _ => unreachable!("matched above"),
                 };
-                let ticket = self.peer_ref(peer).expect("checked above").rma_posted + 1;
+                let ticket = p.rma_posted + 1;
                 let slot = Rma::slot_index(peer, ticket) * 8;
                 let local = self.rma.slots.buf.as_ptr() as u64 + slot as u64;
                 let lkey = self.rma.slots.lkey();
                 self.rma.atomics += 1;
-                self.post_pieces(peer, "RDMA atomic", None, 1, 8, 8, |_| {
+                let ticket = self.post_pieces(peer, "RDMA atomic", None, 8, 8, |_| {
                     (
                         opcode,
                         local,
@@ -246,28 +258,31 @@ impl VerbsTransport {
                             swap,
                         },
                     )
-                })
-                .map_err(|rc| failed("an RDMA atomic", 8, rc))
+                });
+                ("RDMA atomic", 8, ticket)
             }
-        }
-        .map(Some)
+        };
+        let ticket = ticket.map_err(|rc| failed(what, len, rc))?;
+        Ok(Some(RmaPosted { ticket, len }))
     }
 
-    /// Posts the operation `what` of `len` bytes as `pieces` work requests of at most
-    /// `piece_max` bytes each, `wr(offset)` saying what each is; the last carries the origin
-    /// registration `mr`. Returns the last one's ticket. Where a piece fails to post, the
-    /// registration goes with the last piece posted, released once it completed.
-    #[allow(clippy::too_many_arguments)]
+    /// Posts the operation `what` of `len` bytes as work requests of at most `piece_max`
+    /// bytes each, `wr(offset)` saying what each is; the last carries the origin
+    /// registration `mr`. Returns the last one's ticket. Where the first piece fails to
+    /// post, nothing was: the error. Where a later one fails, the pieces before it are on
+    /// the queue pair, reading or writing the caller's memory: the ticket of the last of
+    /// them, which carries the registration and fails the operation (and the queue pair's
+    /// later ones) for its waiter.
     fn post_pieces(
         &mut self,
         peer: Rank,
         what: &'static str,
         mr: Option<MrId>,
-        pieces: usize,
         piece_max: usize,
         len: usize,
         wr: impl Fn(usize) -> (ibv_wr_opcode::Type, u64, u32, Remote),
     ) -> Result<u64, i32> {
+        let pieces = len.div_ceil(piece_max).max(1);
         let mut posted: Option<usize> = None;
         for i in 0..pieces {
             let off = i * piece_max;
@@ -289,20 +304,52 @@ impl VerbsTransport {
                 remote,
             ) {
                 self.rma.in_flight.remove(index);
-                match posted {
-                    Some(earlier) => self.rma.in_flight[earlier].mr = mr,
-                    None => {
-                        if let Some(mr) = mr {
-                            self.registry.release(mr);
-                        }
+                let Some(earlier) = posted else {
+                    if let Some(mr) = mr {
+                        self.registry.release(mr);
                     }
-                }
-                return Err(rc);
+                    return Err(rc);
+                };
+                self.rma.in_flight[earlier].mr = mr;
+                let ticket = self
+                    .lane_ref(peer, WR_RMA)
+                    .expect("posted to it")
+                    .rma_posted;
+                self.rma_failed(
+                    peer,
+                    ticket,
+                    format!(
+                        "posting piece {} of {pieces} of an {what} of {len} bytes to rank \
+                         {peer} failed: {}",
+                        i + 1,
+                        io::Error::from_raw_os_error(rc)
+                    ),
+                );
+                return Ok(ticket);
             }
             posted = Some(index);
-            self.peer_mut(peer).expect("posted to it").rma_posted += 1;
+            self.lane_mut(peer, WR_RMA)
+                .expect("posted to it")
+                .rma_posted += 1;
         }
-        Ok(self.peer_ref(peer).expect("posted to it").rma_posted)
+        Ok(self
+            .lane_ref(peer, WR_RMA)
+            .expect("posted to it")
+            .rma_posted)
+    }
+
+    /// The one-sided operation of ticket `at` to `peer` failed for `cause`: so does every
+    /// later one, its queue pair being in the error state. The earliest ticket's failure is
+    /// kept, not the first reported: a posting error names the operation being posted while
+    /// earlier ones are still in flight, and one of those that fails later must fail its
+    /// waiter rather than report success.
+    pub(super) fn rma_failed(&mut self, peer: Rank, at: u64, cause: String) {
+        if let Some(p) = self.lane_mut(peer, WR_RMA) {
+            if earlier_failure(p.rma_failed_at, at) {
+                p.rma_failed_at = at;
+                p.broken = Some(cause);
+            }
+        }
     }
 
     /// The work request posted as `index` completed: its origin registration goes back.
@@ -316,10 +363,21 @@ impl VerbsTransport {
     }
 
     /// Whether every operation to `peer` up to `ticket` completed (false for a peer whose
-    /// queue pair is gone: the engine stopped, and its waits fail).
-    pub fn rma_done(&self, peer: Rank, ticket: u64) -> bool {
-        self.peer_ref(peer)
-            .is_some_and(|p| p.rma_completed >= ticket)
+    /// queue pair is gone: the engine stopped, and its waits fail); the error of the first
+    /// that failed, once all completed (the device is then done with their memory).
+    pub fn rma_done(&self, peer: Rank, ticket: u64) -> Result<bool, PmlError> {
+        let Some(p) = self.lane_ref(peer, WR_RMA) else {
+            return Ok(false);
+        };
+        if p.rma_completed < ticket {
+            return Ok(false);
+        }
+        match &p.broken {
+            Some(cause) if p.rma_failed_at != 0 && p.rma_failed_at <= ticket => {
+                Err(failure(peer, cause.clone()))
+            }
+            _ => Ok(true),
+        }
     }
 
     /// The value the atomic `ticket` to `peer` fetched, once it completed.
@@ -332,5 +390,26 @@ impl VerbsTransport {
         // another atomic may reuse the slot.
         let bytes = &self.rma.slots.buf[at..at + 8];
         u64::from_ne_bytes(bytes.try_into().expect("8 bytes"))
+    }
+}
+
+/// Whether a failure at ticket `at` comes before the one kept at `kept` (0: none kept).
+fn earlier_failure(kept: u64, at: u64) -> bool {
+    kept == 0 || at < kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::earlier_failure;
+
+    #[test]
+    fn the_earliest_ticket_keeps_the_failure() {
+        assert!(earlier_failure(0, 7), "the first failure is kept");
+        assert!(
+            earlier_failure(7, 3),
+            "an earlier op failing later replaces it"
+        );
+        assert!(!earlier_failure(3, 7), "a later op's failure does not");
+        assert!(!earlier_failure(3, 3));
     }
 }
