@@ -3,7 +3,7 @@
 //! The engine lives in one static (`place`). At [`Threading::Single`] and
 //! [`Threading::Funneled`] only the thread that called [`initialize`] reaches it: it holds raw
 //! pointers to user buffers, so it must never be reached from two threads at once, and a call
-//! from another thread is an error ([`Cause::NotInitialized`]). At [`Threading::Serialized`]
+//! from another thread is an error ([`Cause::NotInitializingThread`]). At [`Threading::Serialized`]
 //! and [`Threading::Multiple`] (cargo feature `threads`) any thread reaches it through a
 //! process-wide lock (`shared`), which a call takes only where its thread is not the
 //! initializing one at `Single` or `Funneled`: that path pays one thread-local load and
@@ -291,6 +291,18 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
     Some((universe, provided))
 }
 
+/// Why the runtime is not there to call: `NotInitialized` before `initialize`, `Finalized`
+/// once it ran (finalize took the engine, or is taking it).
+#[cold]
+#[inline(never)]
+fn not_running() -> Cause {
+    if is_initialized() {
+        Cause::Finalized
+    } else {
+        Cause::NotInitialized
+    }
+}
+
 /// Whether `initialize` has run in this process.
 pub fn is_initialized() -> bool {
     INITIALIZED.load(Ordering::SeqCst)
@@ -338,7 +350,7 @@ pub(crate) fn predefined(
                 "predefined communicator",
                 Cause::PredefinedOnOtherThread,
             )),
-            None => Err(Error::new("predefined communicator", Cause::NotInitialized)),
+            None => Err(Error::new("predefined communicator", not_running())),
         }
     })
 }
@@ -346,7 +358,9 @@ pub(crate) fn predefined(
 /// Runs `f` on this process's line to its launcher (spawn's request goes there).
 pub(crate) fn with_bootstrap<R>(f: impl FnOnce(&mut Bootstrap) -> R) -> Result<R, Cause> {
     let mut link = bootstrap();
-    let bootstrap = link.as_mut().ok_or(Cause::NotInitialized)?;
+    let Some(bootstrap) = link.as_mut() else {
+        return Err(not_running());
+    };
     Ok(f(bootstrap))
 }
 
@@ -397,7 +411,7 @@ where
         return if cfg!(feature = "threads") {
             elsewhere(here)
         } else {
-            Err(Cause::NotInitialized)
+            Err(place::refused())
         };
     };
     here(entry.engine()?).map_err(Cause::from)
@@ -458,7 +472,7 @@ pub(crate) unsafe fn recv(
 pub(crate) fn probe(context: ContextId, source: SourceSel, tag: TagSel) -> Result<Status, Cause> {
     on_engine(
         |e| e.probe(context, source, tag),
-        |_| shared::block_until(|e| e.iprobe(context, source, tag)),
+        |_| shared::block_until(|e| e.probe_queued(context, source, tag)),
     )
 }
 
@@ -470,7 +484,7 @@ pub(crate) fn mprobe(
 ) -> Result<(MessageHandle, Status), Cause> {
     on_engine(
         |e| e.mprobe(context, source, tag),
-        |_| shared::block_until(|e| e.improbe(context, source, tag)),
+        |_| shared::block_until(|e| e.matched_probe_queued(context, source, tag)),
     )
 }
 
@@ -520,7 +534,7 @@ pub(crate) fn lend(pml: &mut AnyPml, run: impl FnOnce()) {
 pub(crate) fn job_id() -> Result<String, Cause> {
     match bootstrap().as_ref() {
         Some(bootstrap) => Ok(bootstrap.job_id().to_string()),
-        None => Err(Cause::NotInitialized),
+        None => Err(not_running()),
     }
 }
 

@@ -13,6 +13,7 @@
 //! predictable branch, what the thread-local `RefCell`'s borrow flag cost before.
 
 use std::cell::{Cell, UnsafeCell};
+use std::marker::PhantomData;
 
 use crate::backend::AnyPml;
 use crate::error::Cause;
@@ -63,7 +64,7 @@ enum Owner {
     /// The initializing thread, between calls.
     Free,
     /// The initializing thread, inside a call: a call from inside it (a progress hook's)
-    /// fails as `NotInitialized`, as a second borrow of a `RefCell` would, instead of making
+    /// fails as `NestedCall`, as a second borrow of a `RefCell` would, instead of making
     /// a second reference to the engine.
     InCall,
 }
@@ -92,7 +93,11 @@ pub(super) fn install(engine: AnyPml, shared: bool) {
 /// holding the lock's guard, or a flag), the right was built in memory and copied, or kept in
 /// a register the call then lacked, and the `Single` path paid 8 to 26 instructions more a
 /// message (osu-benches/compare/shm-callgrind.sh).
-pub(super) struct Entry(());
+///
+/// `!Send` (the pointer marker): the right is its thread's, whose `OWNER` mark or
+/// `shared`'s thread-locals the drop reads, so an `Entry` that moved to another thread would
+/// give up that thread's right (or none) instead of this one's.
+pub(super) struct Entry(PhantomData<*const ()>);
 
 impl Entry {
     /// The right to the engine where this thread owns it (`Single`, `Funneled`), outside a
@@ -106,11 +111,11 @@ impl Entry {
             }
             free
         });
-        free.then_some(Entry(()))
+        free.then_some(Entry(PhantomData))
     }
 
-    /// The right to the engine, either way; `NotInitialized` where this thread has none
-    /// (another thread's at `Single` and `Funneled`, or a call inside a call).
+    /// The right to the engine, either way; where this thread has none, why not
+    /// ([`refused`]).
     #[inline(always)]
     pub(super) fn enter() -> Result<Entry, Cause> {
         if let Some(own) = Entry::own() {
@@ -118,9 +123,9 @@ impl Entry {
         }
         #[cfg(feature = "threads")]
         if shared::hold_for_call() {
-            return Ok(Entry(()));
+            return Ok(Entry(PhantomData));
         }
-        Err(Cause::NotInitialized)
+        Err(refused())
     }
 
     /// The place, for as long as this right is borrowed.
@@ -131,15 +136,36 @@ impl Entry {
         unsafe { slot() }
     }
 
-    /// The engine; `NotInitialized` before `initialize` and after finalize.
+    /// The engine; `NotInitialized` before `initialize`, `Finalized` after finalize.
     #[inline(always)]
     pub(super) fn engine(&mut self) -> Result<&mut AnyPml, Cause> {
         // Not `ok_or`: its error, made before the test, has drop glue, which the compiler
         // then called on every call that found the engine.
         match self.slot() {
             Some(engine) => Ok(engine),
-            None => Err(Cause::NotInitialized),
+            None => Err(super::not_running()),
         }
+    }
+}
+
+/// Why this thread has no right to the engine now (`Entry::enter` found none): a call
+/// inside a call (`NestedCall`), before `initialize` or after finalize, or, at `Single` and
+/// `Funneled`, a thread that did not initialize. Out of line: the calls that have the right
+/// carry nothing of it.
+#[cold]
+#[inline(never)]
+pub(super) fn refused() -> Cause {
+    #[cfg(feature = "threads")]
+    let holding = shared::holding();
+    #[cfg(not(feature = "threads"))]
+    let holding = false;
+    if holding || OWNER.with(Cell::get) == Owner::InCall {
+        Cause::NestedCall
+    } else if !super::is_initialized() || super::is_finalized() {
+        super::not_running()
+    } else {
+        // Initialized and running, yet not this thread's, nor shared: `Single` or `Funneled`.
+        Cause::NotInitializingThread
     }
 }
 
@@ -154,5 +180,24 @@ impl Drop for Entry {
             }
             owner.set(Owner::Free)
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Entry;
+
+    /// Implemented twice for a `Send` type, so that naming its item for one cannot infer
+    /// which: the check below compiles only while `Entry` is `!Send`.
+    trait AmbiguousIfSend<Which> {
+        fn some_item() {}
+    }
+    impl<T: ?Sized> AmbiguousIfSend<()> for T {}
+    impl<T: ?Sized + Send> AmbiguousIfSend<u8> for T {}
+
+    #[test]
+    fn an_entry_stays_on_its_thread() {
+        // A compile-time check: were `Entry` `Send`, `_` would have two candidates (E0283).
+        let _ = <Entry as AmbiguousIfSend<_>>::some_item;
     }
 }
