@@ -59,6 +59,7 @@ fn rank_mode() {
         "not-sole" => not_sole(),
         "collective-request" => collective_request(),
         "user-op-mutex" => user_op_mutex(),
+        "after-finalize" => after_finalize(),
         other => panic!("unknown rank mode {other}"),
     };
     // After the universe's drop: the rank finalized.
@@ -436,6 +437,22 @@ fn user_op_mutex() -> i32 {
     me
 }
 
+/// A request still posted at finalize, waited on after it: the error names the operation,
+/// the rank and finalize, not initialization. At every level, so also without the feature.
+fn after_finalize() -> i32 {
+    let universe = mpirt::initialize().unwrap();
+    let world = universe.world();
+    let me = world.rank();
+    let buf: &'static mut i32 = Box::leak(Box::new(0));
+    let posted = world
+        .process_at_rank(1 - me)
+        .immediate_receive_into_with_tag(mpirt::request::StaticScope, buf, 5);
+    drop(universe);
+    let refused = posted.try_wait().unwrap_err();
+    println!("rank {me} after finalize: {refused}");
+    me
+}
+
 /// A communicator with another handle cannot move to another thread; its duplicate can.
 fn not_sole() -> i32 {
     let (universe, _) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
@@ -635,6 +652,21 @@ fn a_user_operation_runs_without_the_engines_lock() {
             out.contains(&format!(
                 "rank {rank} reduced [3, 30] with its operation waiting on a user's mutex"
             )) && out.contains(&format!("rank {rank} done")),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn a_call_after_finalize_says_so() {
+    let (out, _) = ok_job_with(2, "after-finalize", &[]);
+    for rank in 0..2 {
+        let from = 1 - rank;
+        assert!(
+            out.contains(&format!(
+                "rank {rank} after finalize: rank {rank}: immediate receive from rank {from} \
+                 (tag 5): mpirt was finalized"
+            )),
             "{out}"
         );
     }

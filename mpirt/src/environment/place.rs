@@ -111,7 +111,15 @@ impl Entry {
             }
             free
         });
-        free.then_some(Entry(PhantomData))
+        // Not `then_some`, which makes its argument first: the `Entry` it then dropped,
+        // where this thread has no right, let go of the shared lock's hold that an
+        // enclosing call of this thread kept (so that a call inside a call took the lock
+        // anew instead of being refused).
+        if free {
+            Some(Entry(PhantomData))
+        } else {
+            None
+        }
     }
 
     /// The right to the engine, either way; where this thread has none, why not
