@@ -169,7 +169,7 @@ impl AnyPml {
         match self {
             AnyPml::Native(p) => Ok(p.probe_queued(context, source, tag)),
             #[cfg(feature = "ucx")]
-            AnyPml::Ucx(p) => p.iprobe(context, source, tag),
+            AnyPml::Ucx(_) => self.iprobe(context, source, tag),
         }
     }
 
@@ -185,9 +185,7 @@ impl AnyPml {
                 .matched_probe_queued(context, source, tag)
                 .map(|(m, s)| (MessageHandle::Native(m), s))),
             #[cfg(feature = "ucx")]
-            AnyPml::Ucx(p) => Ok(p
-                .improbe(context, source, tag)?
-                .map(|(m, s)| (MessageHandle::Ucx(m), s))),
+            AnyPml::Ucx(_) => self.improbe(context, source, tag),
         }
     }
 

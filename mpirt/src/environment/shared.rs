@@ -210,9 +210,9 @@ pub(super) fn let_go_after_call() {
 }
 
 /// Progresses until `ready`, a look that makes no progress, gives a value, holding the lock
-/// for one look and one round of progress at a time: spins while the engine's budget lasts, then pauses between rounds
-/// without the lock (each pause twice the last, up to `LONGEST_PAUSE`) until something moves,
-/// here or in another thread's round (`MOVED`).
+/// for one look and one round of progress at a time: spins while the engine's budget lasts,
+/// then pauses between rounds without the lock (each pause twice the last, up to
+/// `LONGEST_PAUSE`) until something moves, here or in another thread's round (`MOVED`).
 /// Out of line, as every way into the shared engine: the thread-local path's callers inline
 /// nothing of it.
 #[cold]
@@ -225,7 +225,9 @@ pub(super) fn block_until<R>(
     let mut pausing = false;
     let mut pause = FIRST_PAUSE;
     // Whether the hooks ran after an idle round (`step_deferred_hooks`) with nothing moved
-    // since: a pause then need not step them first again.
+    // since, nor a pause: a pause then need not step them first again. After a pause they
+    // run again before the next one, since another thread's round may have moved what they
+    // wait for (their collective's messages), which this thread's rounds then do not see.
     let mut hooks_ran_idle = false;
     loop {
         let look_at_clock = idle_rounds > 0 && idle_rounds.is_multiple_of(ROUNDS_BEFORE_CLOCK);
@@ -264,6 +266,7 @@ pub(super) fn block_until<R>(
             // wakes as soon as another thread's round moves something.
             held.pause(pause);
             pause = (pause * 2).min(LONGEST_PAUSE);
+            hooks_ran_idle = false;
         } else {
             drop(held);
             spin_loop();
