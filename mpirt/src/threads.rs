@@ -44,7 +44,7 @@
 //! - [`SendableRequest`] (`Send` and `Sync` where its buffer is): a point-to-point request
 //!   that another thread completes, registered with a
 //!   [`shared_scope`](crate::request::shared_scope) (a
-//!   [`ThreadSafeScope`](crate::request::ThreadSafeScope)).
+//!   [`ThreadSafeScope`]).
 //!
 //! ```no_run
 //! use mpirt::traits::*;
