@@ -543,15 +543,10 @@ impl Waiting for AnyPml {
     }
 
     /// Runs the registered hooks with this PML lent to them: they call it through
-    /// `with_engine`, which this call already holds. At `Serialized` and `Multiple`, where
-    /// this call holds the shared engine's lock, they run once it lets go instead
-    /// (`environment::defer_hooks`): they run user code, which must not run holding it.
+    /// `with_engine`, which this call already holds.
     #[cold]
     #[inline(never)]
     fn step_hooks(&mut self) -> Result<(), PmlError> {
-        if environment::defer_hooks() {
-            return Ok(());
-        }
         environment::lend(self, hooks::step_all);
         Ok(())
     }

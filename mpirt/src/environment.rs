@@ -423,16 +423,16 @@ pub(crate) fn wait(handle: Handle) -> Result<Done, Cause> {
     on_engine(|e| e.wait(handle), |_| shared::wait(handle))
 }
 
-/// `wait` for code that runs as a progress hook too (see `with_engine_or_lent`). As a hook
-/// inside a PML call (at Single and Funneled) it waits on the lent engine; at Serialized and
-/// Multiple hooks run once the call let go of the lock (`defer_hooks`), and this is `wait`,
-/// which lets go between rounds.
+/// `wait` for code that runs as a progress hook too (see `with_engine_or_lent`). As a hook it
+/// waits on the lent engine, so at Serialized and Multiple the round's thread keeps the shared
+/// engine's lock through this wait; outside one it is `wait`, which lets go between rounds.
 pub(crate) fn wait_or_lent(handle: Handle) -> Result<Done, Cause> {
     with_lent_or(|e| e.wait(handle), |_| wait(handle))
 }
 
 /// Progresses until `done` holds (the waiting loop's `wait_on`, `awaited` saying what
-/// `done` waits for); as a progress hook too, on the lent engine as in `wait_or_lent`.
+/// `done` waits for); as a progress hook too, where, as in `wait_or_lent`, the shared
+/// engine's lock stays held through the wait.
 pub(crate) fn wait_until_or_lent(
     awaited: Awaited<'_>,
     done: impl Fn(&mut AnyPml) -> Result<bool, PmlError>,
@@ -496,17 +496,6 @@ pub(crate) fn with_engine_or_lent<R>(
     f: impl FnOnce(&mut AnyPml) -> Result<R, PmlError>,
 ) -> Result<R, Cause> {
     with_lent_or(f, with_engine)
-}
-
-/// Whether the progress hooks that a PML call would step now wait until this thread lets go
-/// of the shared engine's lock (see `shared::defer_hooks`); never where the engine is not
-/// shared, whose hooks run inside the call, on the PML it lends them.
-#[inline(always)]
-pub(crate) fn defer_hooks() -> bool {
-    #[cfg(feature = "threads")]
-    return shared::defer_hooks();
-    #[cfg(not(feature = "threads"))]
-    false
 }
 
 /// Runs `here` on the PML lent to this thread's progress hooks while they run (see `lend`),

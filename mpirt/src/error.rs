@@ -40,8 +40,10 @@ pub enum Cause {
     NotInitialized,
     /// The call came after finalize (the universe's drop).
     Finalized,
-    /// The call came from inside another mpirt call on this thread (a callback mpirt runs,
-    /// such as a user-defined operation, that calls mpirt back), which MPI does not allow.
+    /// The call came while another mpirt call on this thread holds the engine (an
+    /// immediate collective's user-defined operation, run as a PML call steps it, that calls
+    /// mpirt back), which MPI does not allow. Not every such call is caught: a blocking
+    /// collective applies its operation between PML calls.
     NestedCall,
     /// At `Threading::Single` and `Funneled`, a call from a thread other than the one that
     /// initialized.

@@ -58,7 +58,6 @@ fn rank_mode() {
         "world-elsewhere" => world_elsewhere(),
         "not-sole" => not_sole(),
         "collective-request" => collective_request(),
-        "user-op-mutex" => user_op_mutex(),
         "after-finalize" => after_finalize(),
         other => panic!("unknown rank mode {other}"),
     };
@@ -372,71 +371,6 @@ fn collective_request() -> i32 {
     unreachable!("a collective's request does not move")
 }
 
-/// An immediate collective's user-defined operation runs without the engine's lock: on rank
-/// 0 it takes a mutex that a second thread holds while it calls mpirt, and waits for it. The
-/// operation runs as the main thread's blocking receive steps the collective (a progress
-/// hook); had it run inside the receive's round, holding the lock, the second thread's send
-/// would wait for the lock for ever, and the receive for that send. Rank 1 starts its part
-/// once rank 0 started its own, so that what rank 0's operation combines arrives during the
-/// receive, not before the start.
-fn user_op_mutex() -> i32 {
-    use mpirt::collective::UserOperation;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Mutex;
-
-    let (universe, _) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
-    let world = universe.world();
-    let shared = world.share(universe.threads().unwrap());
-    let me = world.rank();
-    let user_lock = Mutex::new(());
-    let entered = AtomicBool::new(false);
-    let sum = UserOperation::commutative(|incoming, acc| {
-        entered.store(true, Ordering::Release);
-        let _held = user_lock.lock().unwrap();
-        let incoming: &[i32] = incoming.downcast().unwrap();
-        for (x, y) in incoming.iter().zip(acc.downcast::<i32>().unwrap()) {
-            *y += x;
-        }
-    });
-    let mine = [me + 1, 10 * (me + 1)];
-    let mut total = [0i32; 2];
-    if me == 0 {
-        let holding = AtomicBool::new(false);
-        std::thread::scope(|threads| {
-            threads.spawn(|| {
-                let _held = user_lock.lock().unwrap();
-                holding.store(true, Ordering::Release);
-                while !entered.load(Ordering::Acquire) {
-                    std::thread::yield_now();
-                }
-                // Inside the operation, the main thread waits for this mutex: this call
-                // needs the engine's lock.
-                shared.local().process_at_rank(0).send(&7i32);
-            });
-            while !holding.load(Ordering::Acquire) {
-                std::thread::yield_now();
-            }
-            mpirt::request::scope(|scope| {
-                let reduce = world.immediate_all_reduce_into(scope, &mine, &mut total, &sum);
-                world.process_at_rank(1).send(&0i32);
-                let (got, _) = world.process_at_rank(0).receive::<i32>();
-                assert_eq!(got, 7);
-                reduce.wait();
-            });
-        });
-    } else {
-        let (_go, _) = world.process_at_rank(0).receive::<i32>();
-        mpirt::request::scope(|scope| {
-            world
-                .immediate_all_reduce_into(scope, &mine, &mut total, &sum)
-                .wait();
-        });
-    }
-    assert_eq!(total, [3, 30]);
-    println!("rank {me} reduced {total:?} with its operation waiting on a user's mutex");
-    me
-}
-
 /// A request still posted at finalize, waited on after it: the error names the operation,
 /// the rank and finalize, not initialization. At every level, so also without the feature.
 fn after_finalize() -> i32 {
@@ -639,22 +573,6 @@ fn a_collective_request_is_refused_by_into_sendable_naming_why() {
         stderr.contains("into_sendable: an immediate collective's request cannot move"),
         "{stderr}"
     );
-}
-
-#[test]
-fn a_user_operation_runs_without_the_engines_lock() {
-    if !threads_built() {
-        return;
-    }
-    let (out, _) = ok_job_with(2, "user-op-mutex", &[]);
-    for rank in 0..2 {
-        assert!(
-            out.contains(&format!(
-                "rank {rank} reduced [3, 30] with its operation waiting on a user's mutex"
-            )) && out.contains(&format!("rank {rank} done")),
-            "{out}"
-        );
-    }
 }
 
 #[test]

@@ -45,12 +45,6 @@ pub(crate) fn any() -> bool {
     ANY.with(Cell::get)
 }
 
-/// Whether the hooks are running on this thread now (a hook's own call is inside them).
-#[cfg(feature = "threads")]
-pub(crate) fn stepping() -> bool {
-    STEPPING.with(Cell::get)
-}
-
 /// Runs every registered hook once, unless the hooks are running already (a hook's own
 /// calls into the PML land here again). A hook may register or unregister others: each is
 /// looked up by position, without holding the list, and one that moved is stepped next time.

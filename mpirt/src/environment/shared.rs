@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use pml::{ContextId, Done, Handle, Pml, PmlError, SourceSel, Started, Status, TagSel, Waiting};
 
 use super::place;
-use crate::backend::{hooks, AnyPml};
+use crate::backend::AnyPml;
 use crate::error::Cause;
 use crate::sync::{spin_loop, thread_local, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 
@@ -51,9 +51,6 @@ thread_local! {
     /// Whether this thread holds `LOCK`: a call made while it does (from inside a
     /// PML call) fails as `NestedCall`, instead of waiting for itself.
     static HOLDING: Cell<bool> = const { Cell::new(false) };
-    /// Whether a call that held the lock left the progress hooks for when it lets go
-    /// (`defer_hooks`).
-    static HOOKS_DEFERRED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Idle rounds between two looks at the clock while a blocking call spins.
@@ -150,33 +147,6 @@ impl Drop for Held {
         if wake {
             MOVED.notify_all();
         }
-        step_deferred_hooks();
-    }
-}
-
-/// Whether the progress hooks that a PML call would step now (`AnyPml::step_hooks`) are
-/// left for when this thread lets go of the lock, where it holds it: they run user code (an
-/// immediate collective's user-defined operation), which may wait for what another thread
-/// holds while that thread waits for the lock (a user's mutex, taken by the operation and
-/// held by a thread that calls mpirt), so they must not run holding it. A hook's own calls,
-/// the hooks running, defer nothing: `hooks::step_all` would not step them again.
-#[cfg(feature = "threads")]
-pub(super) fn defer_hooks() -> bool {
-    if !holding() {
-        return false;
-    }
-    if !hooks::stepping() {
-        HOOKS_DEFERRED.with(|deferred| deferred.set(true));
-    }
-    true
-}
-
-/// Steps the hooks that a call deferred (`defer_hooks`), once this thread let go of the
-/// lock: their own calls into the engine take it as any call does. Not while a panic
-/// unwinds, which ends the job.
-fn step_deferred_hooks() {
-    if HOOKS_DEFERRED.with(Cell::take) && !std::thread::panicking() {
-        hooks::step_all();
     }
 }
 
@@ -224,11 +194,6 @@ pub(super) fn block_until<R>(
     let mut idle_since: Option<Instant> = None;
     let mut pausing = false;
     let mut pause = FIRST_PAUSE;
-    // Whether the hooks ran after an idle round (`step_deferred_hooks`) with nothing moved
-    // since, nor a pause: a pause then need not step them first again. After a pause they
-    // run again before the next one, since another thread's round may have moved what they
-    // wait for (their collective's messages), which this thread's rounds then do not see.
-    let mut hooks_ran_idle = false;
     loop {
         let look_at_clock = idle_rounds > 0 && idle_rounds.is_multiple_of(ROUNDS_BEFORE_CLOCK);
         let idle = look_at_clock.then(|| idle_since.get_or_insert_with(Instant::now).elapsed());
@@ -251,22 +216,15 @@ pub(super) fn block_until<R>(
             idle_since = None;
             pausing = false;
             pause = FIRST_PAUSE;
-            hooks_ran_idle = false;
             continue;
         }
         idle_rounds = idle_rounds.wrapping_add(1);
         pausing |= idle.is_some_and(|idle| idle >= engine.spin_budget());
-        if pausing && !hooks_ran_idle && HOOKS_DEFERRED.with(Cell::get) {
-            // The round's hooks run before a pause, as the letting go runs them; the next
-            // round, if it moves nothing, pauses without them.
-            hooks_ran_idle = true;
-            drop(held);
-        } else if pausing {
+        if pausing {
             // Lets go of the lock while it pauses, as a sleep after dropping it would, but
             // wakes as soon as another thread's round moves something.
             held.pause(pause);
             pause = (pause * 2).min(LONGEST_PAUSE);
-            hooks_ran_idle = false;
         } else {
             drop(held);
             spin_loop();
