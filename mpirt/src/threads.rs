@@ -343,7 +343,8 @@ unsafe impl<'a, D: ?Sized + Send + Sync, S: ThreadSafeScope<'a>> Send
 {
 }
 
-// SAFETY: a shared `&SendableRequest` reaches nothing: every use takes it by value.
+// SAFETY: a shared `&SendableRequest` reaches nothing of the request: `into_request` takes
+// it by value, and `Debug`, the one use through `&self`, prints the type's name alone.
 unsafe impl<'a, D: ?Sized + Send + Sync, S: ThreadSafeScope<'a> + Sync> Sync
     for SendableRequest<'a, D, S>
 {
