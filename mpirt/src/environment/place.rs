@@ -208,4 +208,34 @@ mod tests {
         // A compile-time check: were `Entry` `Send`, `_` would have two candidates (E0283).
         let _ = <Entry as AmbiguousIfSend<_>>::some_item;
     }
+
+    /// At `Single` and `Funneled`, a call inside a call finds no right, and finding none
+    /// leaves the enclosing call's mark: an `Entry` made and dropped for the refused call
+    /// (`then_some`) marked the thread free, and the next call inside took the engine beside
+    /// the one it was inside. Shuttle's thread-locals live only inside its scheduler.
+    #[cfg(not(model_check))]
+    #[test]
+    fn a_call_inside_a_call_leaves_the_outer_right_in_place() {
+        use super::{Owner, OWNER};
+
+        OWNER.with(|owner| owner.set(Owner::Free));
+        let outer = Entry::own();
+        assert!(
+            outer.is_some(),
+            "the initializing thread has no right between calls"
+        );
+        for nested in 1..=2 {
+            assert!(
+                Entry::own().is_none(),
+                "call {nested} inside a call got a right to the engine"
+            );
+        }
+        assert!(
+            OWNER.with(|owner| owner.get() == Owner::InCall),
+            "the refused calls let go of the outer call's right"
+        );
+        drop(outer);
+        assert!(OWNER.with(|owner| owner.get() == Owner::Free));
+        OWNER.with(|owner| owner.set(Owner::No));
+    }
 }
