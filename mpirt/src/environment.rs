@@ -185,6 +185,9 @@ impl Drop for Universe {
             everyone.wait();
         }
         stall::uninstall();
+        // Set before the engine goes, so that a call of another thread that finds it gone
+        // (`place::refused`, at `Single` and `Funneled`) says `Finalized`.
+        FINALIZED.store(true, Ordering::SeqCst);
         let engine = Entry::enter()
             .ok()
             .and_then(|mut entry| entry.slot().take());
@@ -201,7 +204,6 @@ impl Drop for Universe {
                 bootstrap::output::say(&format!("mpirt: rank {}: finalize: {e}", bootstrap.rank()));
             }
         }
-        FINALIZED.store(true, Ordering::SeqCst);
     }
 }
 
@@ -301,6 +303,16 @@ fn not_running() -> Cause {
     } else {
         Cause::NotInitialized
     }
+}
+
+/// Whether `initialize` began and has not yet made the engine reachable by the calls that may
+/// reach it: it has not chosen the level, or chose `Serialized` or `Multiple`, where a call
+/// that finds no right to the engine (`place::refused`, outside a call) came before the
+/// shared lock was installed. At `Single` and `Funneled` such a call is another thread's.
+fn still_initializing() -> bool {
+    PROVIDED
+        .get()
+        .is_none_or(|&provided| provided >= Threading::Serialized)
 }
 
 /// Whether `initialize` has run in this process.

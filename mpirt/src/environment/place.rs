@@ -157,8 +157,9 @@ impl Entry {
 }
 
 /// Why this thread has no right to the engine now (`Entry::enter` found none): a call
-/// inside a call (`NestedCall`), before `initialize` or after finalize, or, at `Single` and
-/// `Funneled`, a thread that did not initialize. Out of line: the calls that have the right
+/// inside a call (`NestedCall`), before `initialize` made the engine reachable (also while it
+/// runs), once finalize began to take it, or, at `Single` and `Funneled`, a thread that did
+/// not initialize. Out of line: the calls that have the right
 /// carry nothing of it.
 #[cold]
 #[inline(never)]
@@ -171,6 +172,8 @@ pub(super) fn refused() -> Cause {
         Cause::NestedCall
     } else if !super::is_initialized() || super::is_finalized() {
         super::not_running()
+    } else if super::still_initializing() {
+        Cause::NotInitialized
     } else {
         // Initialized and running, yet not this thread's, nor shared: `Single` or `Funneled`.
         Cause::NotInitializingThread
