@@ -510,6 +510,13 @@ pub(crate) fn with_engine_or_lent<R>(
     with_lent_or(f, with_engine)
 }
 
+/// Runs `user_code` (a user-defined operation) with this thread marked inside a call, so
+/// that a call it makes into mpirt fails as `NestedCall` wherever it runs, as MPI forbids it.
+pub(crate) fn as_user_code<R>(user_code: impl FnOnce() -> R) -> R {
+    let _marked = place::InUserCode::mark();
+    user_code()
+}
+
 /// Runs `here` on the PML lent to this thread's progress hooks while they run (see `lend`),
 /// else `elsewhere` with it.
 fn with_lent_or<F, R>(here: F, elsewhere: impl FnOnce(F) -> Result<R, Cause>) -> Result<R, Cause>

@@ -40,10 +40,9 @@ pub enum Cause {
     NotInitialized,
     /// The call came after finalize (the universe's drop).
     Finalized,
-    /// The call came while another mpirt call on this thread holds the engine (an
-    /// immediate collective's user-defined operation, run as a PML call steps it, that calls
-    /// mpirt back), which MPI does not allow. Not every such call is caught: a blocking
-    /// collective applies its operation between PML calls.
+    /// The call came from inside another mpirt call on this thread (a user-defined
+    /// operation, or another callback mpirt runs, that calls mpirt back), which MPI does not
+    /// allow.
     NestedCall,
     /// At `Threading::Single` and `Funneled`, a call from a thread other than the one that
     /// initialized.

@@ -59,6 +59,7 @@ fn rank_mode() {
         "not-sole" => not_sole(),
         "collective-request" => collective_request(),
         "after-finalize" => after_finalize(),
+        "op-calls-mpirt" => op_calls_mpirt(),
         other => panic!("unknown rank mode {other}"),
     };
     // After the universe's drop: the rank finalized.
@@ -371,6 +372,37 @@ fn collective_request() -> i32 {
     unreachable!("a collective's request does not move")
 }
 
+thread_local! {
+    /// The communicator a user-defined operation reaches for (`op_calls_mpirt`).
+    static REACHED: std::cell::RefCell<Option<SimpleCommunicator>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A blocking reduction whose user-defined operation calls mpirt (a send), at
+/// `MPIRT_TEST_LEVEL`: MPI forbids it, and the send fails as a call inside a call, though the
+/// operation runs between the reduction's PML calls.
+fn op_calls_mpirt() -> i32 {
+    use mpirt::collective::UserOperation;
+
+    let asked = level(&env::var(LEVEL).unwrap());
+    let (universe, _) = mpirt::initialize_with_threading(asked).unwrap();
+    let world = universe.world();
+    REACHED.with(|reached| *reached.borrow_mut() = Some(world.duplicate()));
+    let calls_mpirt = UserOperation::commutative(|_incoming, _acc| {
+        REACHED.with(|reached| {
+            reached
+                .borrow()
+                .as_ref()
+                .unwrap()
+                .process_at_rank(0)
+                .send(&1i32)
+        });
+    });
+    let mut total = 0i32;
+    world.all_reduce_into(&1i32, &mut total, &calls_mpirt);
+    unreachable!("the operation's send was not refused")
+}
+
 /// A request still posted at finalize, waited on after it: the error names the operation,
 /// the rank and finalize, not initialization. At every level, so also without the feature.
 fn after_finalize() -> i32 {
@@ -573,6 +605,19 @@ fn a_collective_request_is_refused_by_into_sendable_naming_why() {
         stderr.contains("into_sendable: an immediate collective's request cannot move"),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_user_operation_that_calls_mpirt_fails_as_a_call_inside_a_call() {
+    for name in ["single", "multiple"] {
+        let output = job(2, "op-calls-mpirt", &[(LEVEL, name)]);
+        let (_, stderr) = text(&output);
+        assert!(!output.status.success(), "{name}: {stderr}");
+        assert!(
+            stderr.contains("called from inside another mpirt call on this thread"),
+            "{name}: {stderr}"
+        );
+    }
 }
 
 #[test]

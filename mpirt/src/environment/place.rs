@@ -156,6 +156,43 @@ impl Entry {
     }
 }
 
+/// This thread marked as inside a call while user code that mpirt runs (a user-defined
+/// operation) runs, until the drop: a call the code makes finds no right to the engine and
+/// fails as `NestedCall` (`refused`), also where it runs outside any PML call (a blocking
+/// collective applies its operation between calls). Each level's mark is set as the calls
+/// that have the right leave it, so that those calls look at nothing more.
+pub(super) struct InUserCode {
+    owner: Owner,
+    #[cfg(feature = "threads")]
+    holding: bool,
+}
+
+impl InUserCode {
+    #[cold]
+    pub(super) fn mark() -> InUserCode {
+        let owner = OWNER.with(|owner| {
+            let was = owner.get();
+            if was == Owner::Free {
+                owner.set(Owner::InCall);
+            }
+            was
+        });
+        InUserCode {
+            owner,
+            #[cfg(feature = "threads")]
+            holding: shared::mark_holding(true),
+        }
+    }
+}
+
+impl Drop for InUserCode {
+    fn drop(&mut self) {
+        OWNER.with(|owner| owner.set(self.owner));
+        #[cfg(feature = "threads")]
+        shared::mark_holding(self.holding);
+    }
+}
+
 /// Why this thread has no right to the engine now (`Entry::enter` found none): a call
 /// inside a call (`NestedCall`), before `initialize` made the engine reachable (also while it
 /// runs), once finalize began to take it, or, at `Single` and `Funneled`, a thread that did

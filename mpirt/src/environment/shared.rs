@@ -155,6 +155,13 @@ pub(super) fn holding() -> bool {
     HOLDING.with(Cell::get)
 }
 
+/// Marks this thread as holding the lock (`holding` says so) or not, as user code that runs
+/// outside any call does (`place::InUserCode`); says what it was.
+#[cfg(feature = "threads")]
+pub(super) fn mark_holding(holding: bool) -> bool {
+    HOLDING.with(|mark| mark.replace(holding))
+}
+
 /// Takes the lock for a non-blocking call, kept until `let_go_after_call`; false where the
 /// engine is not shared, or where this thread holds the lock already. Out of line, as every
 /// way into the shared engine: the `Single` path's callers inline nothing of it.
