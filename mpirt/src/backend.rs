@@ -156,6 +156,39 @@ impl AnyPml {
         }
     }
 
+    /// `iprobe` that makes no progress, for the shared engine's waits, which make their
+    /// rounds themselves and must know whether each moved anything (`environment::shared`).
+    /// UCX's probes progress its worker: it is never shared (`initialize_with_threading`
+    /// keeps it at `Funneled`), and its `iprobe` stands in.
+    pub(crate) fn probe_queued(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<Option<Status>, PmlError> {
+        match self {
+            AnyPml::Native(p) => Ok(p.probe_queued(context, source, tag)),
+            #[cfg(feature = "ucx")]
+            AnyPml::Ucx(_) => self.iprobe(context, source, tag),
+        }
+    }
+
+    /// `improbe` that makes no progress, as [`probe_queued`](Self::probe_queued).
+    pub(crate) fn matched_probe_queued(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Result<Option<(MessageHandle, Status)>, PmlError> {
+        match self {
+            AnyPml::Native(p) => Ok(p
+                .matched_probe_queued(context, source, tag)
+                .map(|(m, s)| (MessageHandle::Native(m), s))),
+            #[cfg(feature = "ucx")]
+            AnyPml::Ucx(_) => self.improbe(context, source, tag),
+        }
+    }
+
     /// How many ranks this PML reaches: the world's, then those a bridge joined.
     pub fn reachable(&self) -> u32 {
         match self {

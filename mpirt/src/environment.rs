@@ -3,7 +3,7 @@
 //! The engine lives in one static (`place`). At [`Threading::Single`] and
 //! [`Threading::Funneled`] only the thread that called [`initialize`] reaches it: it holds raw
 //! pointers to user buffers, so it must never be reached from two threads at once, and a call
-//! from another thread is an error ([`Cause::NotInitialized`]). At [`Threading::Serialized`]
+//! from another thread is an error ([`Cause::NotInitializingThread`]). At [`Threading::Serialized`]
 //! and [`Threading::Multiple`] (cargo feature `threads`) any thread reaches it through a
 //! process-wide lock (`shared`), which a call takes only where its thread is not the
 //! initializing one at `Single` or `Funneled`: that path pays one thread-local load and
@@ -185,6 +185,9 @@ impl Drop for Universe {
             everyone.wait();
         }
         stall::uninstall();
+        // Set before the engine goes, so that a call of another thread that finds it gone
+        // (`place::refused`, at `Single` and `Funneled`) says `Finalized`.
+        FINALIZED.store(true, Ordering::SeqCst);
         let engine = Entry::enter()
             .ok()
             .and_then(|mut entry| entry.slot().take());
@@ -201,7 +204,6 @@ impl Drop for Universe {
                 bootstrap::output::say(&format!("mpirt: rank {}: finalize: {e}", bootstrap.rank()));
             }
         }
-        FINALIZED.store(true, Ordering::SeqCst);
     }
 }
 
@@ -300,6 +302,28 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
     Some((universe, provided))
 }
 
+/// Why the runtime is not there to call: `NotInitialized` before `initialize`, `Finalized`
+/// once it ran (finalize took the engine, or is taking it).
+#[cold]
+#[inline(never)]
+fn not_running() -> Cause {
+    if is_initialized() {
+        Cause::Finalized
+    } else {
+        Cause::NotInitialized
+    }
+}
+
+/// Whether `initialize` began and has not yet made the engine reachable by the calls that may
+/// reach it: it has not chosen the level, or chose `Serialized` or `Multiple`, where a call
+/// that finds no right to the engine (`place::refused`, outside a call) came before the
+/// shared lock was installed. At `Single` and `Funneled` such a call is another thread's.
+fn still_initializing() -> bool {
+    PROVIDED
+        .get()
+        .is_none_or(|&provided| provided >= Threading::Serialized)
+}
+
 /// Whether `initialize` has run in this process.
 pub fn is_initialized() -> bool {
     INITIALIZED.load(Ordering::SeqCst)
@@ -347,7 +371,7 @@ pub(crate) fn predefined(
                 "predefined communicator",
                 Cause::PredefinedOnOtherThread,
             )),
-            None => Err(Error::new("predefined communicator", Cause::NotInitialized)),
+            None => Err(Error::new("predefined communicator", not_running())),
         }
     })
 }
@@ -355,7 +379,9 @@ pub(crate) fn predefined(
 /// Runs `f` on this process's line to its launcher (spawn's request goes there).
 pub(crate) fn with_bootstrap<R>(f: impl FnOnce(&mut Bootstrap) -> R) -> Result<R, Cause> {
     let mut link = bootstrap();
-    let bootstrap = link.as_mut().ok_or(Cause::NotInitialized)?;
+    let Some(bootstrap) = link.as_mut() else {
+        return Err(not_running());
+    };
     Ok(f(bootstrap))
 }
 
@@ -406,7 +432,7 @@ where
         return if cfg!(feature = "threads") {
             elsewhere(here)
         } else {
-            Err(Cause::NotInitialized)
+            Err(place::refused())
         };
     };
     here(entry.engine()?).map_err(Cause::from)
@@ -467,7 +493,7 @@ pub(crate) unsafe fn recv(
 pub(crate) fn probe(context: ContextId, source: SourceSel, tag: TagSel) -> Result<Status, Cause> {
     on_engine(
         |e| e.probe(context, source, tag),
-        |_| shared::block_until(|e| e.iprobe(context, source, tag)),
+        |_| shared::block_until(|e| e.probe_queued(context, source, tag)),
     )
 }
 
@@ -479,7 +505,7 @@ pub(crate) fn mprobe(
 ) -> Result<(MessageHandle, Status), Cause> {
     on_engine(
         |e| e.mprobe(context, source, tag),
-        |_| shared::block_until(|e| e.improbe(context, source, tag)),
+        |_| shared::block_until(|e| e.matched_probe_queued(context, source, tag)),
     )
 }
 
@@ -491,6 +517,13 @@ pub(crate) fn with_engine_or_lent<R>(
     f: impl FnOnce(&mut AnyPml) -> Result<R, PmlError>,
 ) -> Result<R, Cause> {
     with_lent_or(f, with_engine)
+}
+
+/// Runs `user_code` (a user-defined operation) with this thread marked inside a call, so
+/// that a call it makes into mpirt fails as `NestedCall` wherever it runs, as MPI forbids it.
+pub(crate) fn as_user_code<R>(user_code: impl FnOnce() -> R) -> R {
+    let _marked = place::InUserCode::mark();
+    user_code()
 }
 
 /// Runs `here` on the PML lent to this thread's progress hooks while they run (see `lend`),
@@ -529,7 +562,7 @@ pub(crate) fn lend(pml: &mut AnyPml, run: impl FnOnce()) {
 pub(crate) fn job_id() -> Result<String, Cause> {
     match bootstrap().as_ref() {
         Some(bootstrap) => Ok(bootstrap.job_id().to_string()),
-        None => Err(Cause::NotInitialized),
+        None => Err(not_running()),
     }
 }
 

@@ -36,9 +36,17 @@ pub enum Cause {
     /// The bytes that arrived are not a valid value of the receive type (a `bool` other
     /// than 0 or 1, a `char` that is not a Unicode scalar value).
     InvalidValue { type_name: &'static str },
-    /// The call came before `initialize`, after the universe was dropped, or, at
-    /// `Threading::Single` and `Funneled`, from a thread other than the one that initialized.
+    /// The call came before `initialize`.
     NotInitialized,
+    /// The call came after finalize (the universe's drop).
+    Finalized,
+    /// The call came from inside another mpirt call on this thread (a user-defined
+    /// operation, or another callback mpirt runs, that calls mpirt back), which MPI does not
+    /// allow.
+    NestedCall,
+    /// At `Threading::Single` and `Funneled`, a call from a thread other than the one that
+    /// initialized.
+    NotInitializingThread,
     /// `SimpleCommunicator::world` or `self_comm` on a thread other than the one that
     /// initialized, whose handles they are.
     PredefinedOnOtherThread,
@@ -201,10 +209,24 @@ impl fmt::Display for Cause {
             }
             Cause::NotInitialized => write!(
                 f,
-                "mpirt is not initialized on this thread (call mpirt::initialize() first; at \
-                 Threading::Single and Funneled only the thread that initialized may \
-                 communicate: initialize_with_threading(Threading::Multiple) lets others, \
-                 through mpirt::threads)"
+                "mpirt is not initialized (call mpirt::initialize() or \
+                 initialize_with_threading first)"
+            ),
+            Cause::Finalized => write!(
+                f,
+                "mpirt was finalized (the Universe was dropped): no call may come after"
+            ),
+            Cause::NestedCall => write!(
+                f,
+                "called from inside another mpirt call on this thread (a user-defined \
+                 operation or other callback that mpirt runs may not call mpirt, as in MPI)"
+            ),
+            Cause::NotInitializingThread => write!(
+                f,
+                "this thread did not initialize mpirt, and at Threading::Single and Funneled \
+                 only the thread that initialized may communicate \
+                 (initialize_with_threading(Threading::Multiple) lets others, through \
+                 mpirt::threads)"
             ),
             Cause::PredefinedOnOtherThread => write!(
                 f,

@@ -33,7 +33,9 @@ mod scope;
 pub use collection::{multiple_scope, RequestCollection};
 pub use guard::{CancelGuard, WaitGuard};
 pub(crate) use lent::Lent;
-pub use scope::{scope, shared_scope, LocalScope, Scope, SharedScope, StaticScope};
+pub use scope::{
+    scope, shared_scope, LocalScope, Scope, SharedScope, StaticScope, ThreadSafeScope,
+};
 
 /// What a request is doing, for error messages (built only when one is needed).
 pub(crate) enum Operation {

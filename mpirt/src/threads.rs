@@ -14,7 +14,19 @@
 //! let universe = mpirt::initialize().unwrap();
 //! let world = universe.world();
 //! // A `SimpleCommunicator` is not `Send`: this does not compile.
-//! std::thread::spawn(move || world.rank());
+//! std::thread::spawn(move || world.rank()).join().unwrap();
+//! ```
+//!
+//! Its twin, which differs only in what moves (a communicator made sendable, which takes the
+//! [`Threads`] that only `Serialized` and `Multiple` hand out), compiles:
+//!
+//! ```no_run
+//! use mpirt::traits::*;
+//! use mpirt::Threading;
+//!
+//! let (universe, _) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
+//! let world = universe.world().duplicate().into_sendable(universe.threads().unwrap());
+//! std::thread::spawn(move || world.into_communicator().rank()).join().unwrap();
 //! ```
 //!
 //! A universe that provides `Serialized` or `Multiple` hands out [`Threads`], and with it a
@@ -29,9 +41,10 @@
 //! - [`SendableCommunicator`] (`Send`): a communicator moved whole to another thread, which
 //!   then uses it for everything, collectives included: the usual way to give each thread a
 //!   duplicate of the world (`MPI_Comm_dup` per thread).
-//! - [`SendableRequest`] (`Send` and `Sync` where its scope and buffer are): a point-to-point
-//!   request that another thread completes, registered with a
-//!   [`shared_scope`](crate::request::shared_scope).
+//! - [`SendableRequest`] (`Send` and `Sync` where its buffer is): a point-to-point request
+//!   that another thread completes, registered with a
+//!   [`shared_scope`](crate::request::shared_scope) (a
+//!   [`ThreadSafeScope`]).
 //!
 //! ```no_run
 //! use mpirt::traits::*;
@@ -75,7 +88,7 @@ use crate::communicator::{CommData, Communicator, Rank, SimpleCommunicator};
 use crate::context::ContextLease;
 use crate::environment::{threading_support, Threading};
 use crate::error::{fatal, or_fatal, Cause, Error};
-use crate::request::{Request, Scope};
+use crate::request::{Request, Scope, ThreadSafeScope};
 
 /// Proof that the runtime provides [`Threading::Serialized`] or [`Threading::Multiple`]:
 /// [`Universe::threads`](crate::Universe::threads) makes it, and the handles that cross
@@ -202,48 +215,12 @@ impl SimpleCommunicator {
 /// another thread posted, as `MPI_THREAD_MULTIPLE` allows (two threads must not wait on the
 /// same request at once, which moving it rules out).
 ///
-/// It is `Send` where the request's buffer and scope may cross threads: the buffer's type is
-/// `Send` and `Sync` (a receive's buffer comes back as `&D` on the other thread, and the
-/// engine writes it from whichever thread makes progress), and the scope is `Send`, as
-/// `&SharedScope` ([`shared_scope`](crate::request::shared_scope)) and `StaticScope` are and
-/// `&LocalScope` ([`scope`](crate::request::scope)), whose count is a `Cell`, is not. A
-/// request of a `LocalScope` is refused by the compiler:
-///
-/// ```compile_fail,E0277
-/// use mpirt::traits::*;
-/// use mpirt::Threading;
-///
-/// let (universe, _) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
-/// let threads = universe.threads().unwrap();
-/// let world = universe.world();
-/// let mut got = 0i32;
-/// mpirt::request::scope(|scope| {
-///     let request = world.process_at_rank(0).immediate_receive_into(scope, &mut got);
-///     let sendable = request.into_sendable(threads);
-///     // `&LocalScope` is not `Send`: this does not compile.
-///     std::thread::scope(|s| {
-///         s.spawn(move || sendable.into_request().wait());
-///     });
-/// });
-/// ```
-///
-/// and at `Single` or `Funneled`, where there is no [`Threads`], a request cannot be made
-/// sendable at all, and is `!Send` itself:
-///
-/// ```compile_fail,E0277
-/// use mpirt::traits::*;
-///
-/// let universe = mpirt::initialize().unwrap();
-/// let world = universe.world();
-/// let mut got = 0i32;
-/// mpirt::request::shared_scope(|scope| {
-///     let request = world.process_at_rank(0).immediate_receive_into(scope, &mut got);
-///     // A `Request` is not `Send`: this does not compile.
-///     std::thread::scope(|s| {
-///         s.spawn(move || request.wait());
-///     });
-/// });
-/// ```
+/// Only a request of a [`ThreadSafeScope`] becomes one ([`Request::into_sendable`]), as
+/// `&SharedScope` ([`shared_scope`](crate::request::shared_scope)) and `StaticScope` are:
+/// the scope's count of unfinished requests is then one for every thread. It is `Send`
+/// where the request's buffer may cross threads too: the buffer's type is `Send` and `Sync`
+/// (a receive's buffer comes back as `&D` on the other thread, and the engine writes it from
+/// whichever thread makes progress).
 ///
 /// At `Multiple`, a request of a shared scope moves:
 ///
@@ -254,11 +231,9 @@ impl SimpleCommunicator {
 /// let (universe, _) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
 /// let threads = universe.threads().unwrap();
 /// let world = universe.world();
-/// let shared = world.share(threads);
 /// let mut got = 0i32;
 /// mpirt::request::shared_scope(|scope| {
-///     let view = shared.local();
-///     let request = view.process_at_rank(0).immediate_receive_into(scope, &mut got);
+///     let request = world.process_at_rank(0).immediate_receive_into(scope, &mut got);
 ///     let sendable = request.into_sendable(threads);
 ///     std::thread::scope(|s| {
 ///         s.spawn(move || sendable.into_request().wait());
@@ -266,6 +241,88 @@ impl SimpleCommunicator {
 ///             world.process_at_rank(0).send(&7i32);
 ///         }
 ///     });
+/// });
+/// ```
+///
+/// The same program with a [`scope`](crate::request::scope) instead, whose `&LocalScope`
+/// counts in a `Cell` of its thread, is refused where the request is made sendable:
+///
+/// ```compile_fail,E0599
+/// use mpirt::traits::*;
+/// use mpirt::Threading;
+///
+/// let (universe, _) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
+/// let threads = universe.threads().unwrap();
+/// let world = universe.world();
+/// let mut got = 0i32;
+/// mpirt::request::scope(|scope| {
+///     let request = world.process_at_rank(0).immediate_receive_into(scope, &mut got);
+///     // `&LocalScope` is not a `ThreadSafeScope`: this does not compile.
+///     let sendable = request.into_sendable(threads);
+///     std::thread::scope(|s| {
+///         s.spawn(move || sendable.into_request().wait());
+///         if world.rank() == 0 {
+///             world.process_at_rank(0).send(&7i32);
+///         }
+///     });
+/// });
+/// ```
+///
+/// and so is the same program moving the request itself, without `into_sendable`: a
+/// [`Request`] is `!Send` at every threading level, `Multiple` included (it may be an
+/// immediate collective's, which its thread steps), and what crosses is a `SendableRequest`:
+///
+/// ```compile_fail,E0277
+/// use mpirt::traits::*;
+/// use mpirt::Threading;
+///
+/// let (universe, _) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
+/// let world = universe.world();
+/// let mut got = 0i32;
+/// mpirt::request::shared_scope(|scope| {
+///     let request = world.process_at_rank(0).immediate_receive_into(scope, &mut got);
+///     // A `Request` is not `Send`: this does not compile.
+///     std::thread::scope(|s| {
+///         s.spawn(move || request.wait());
+///         if world.rank() == 0 {
+///             world.process_at_rank(0).send(&7i32);
+///         }
+///     });
+/// });
+/// ```
+///
+/// A request becomes sendable only with a [`Threads`], which a program cannot make itself:
+/// [`Universe::threads`](crate::Universe::threads) hands it out, and only where the runtime
+/// provides `Serialized` or `Multiple` (it is `None` at `Single` and `Funneled`). Making one
+/// is refused:
+///
+/// ```compile_fail,E0451
+/// use mpirt::traits::*;
+///
+/// let universe = mpirt::initialize().unwrap();
+/// let world = universe.world();
+/// let mut got = 0i32;
+/// mpirt::request::shared_scope(|scope| {
+///     let request = world.process_at_rank(0).immediate_receive_into(scope, &mut got);
+///     // `Threads`' field is private: this does not compile.
+///     let threads = mpirt::threads::Threads { _private: () };
+///     request.into_sendable(threads).into_request().wait();
+/// });
+/// ```
+///
+/// while its twin, which asks the universe, compiles (and ends the job at `Single`, where
+/// `threads()` is `None`):
+///
+/// ```no_run
+/// use mpirt::traits::*;
+///
+/// let universe = mpirt::initialize().unwrap();
+/// let world = universe.world();
+/// let mut got = 0i32;
+/// mpirt::request::shared_scope(|scope| {
+///     let request = world.process_at_rank(0).immediate_receive_into(scope, &mut got);
+///     let threads = universe.threads().expect("Single hands out no Threads");
+///     request.into_sendable(threads).into_request().wait();
 /// });
 /// ```
 pub struct SendableRequest<'a, D: ?Sized, S: Scope<'a>>(Request<'a, D, S>);
@@ -278,11 +335,20 @@ pub struct SendableRequest<'a, D: ?Sized, S: Scope<'a>>(Request<'a, D, S>);
 // layouts are `Arc`s in a process-wide registry), what the operation was (for messages), the
 // buffer lent as a pointer, which the other thread turns back into `&'a D` (so `D: Sync`, and
 // `D: Send` since a receive wrote it through the pointer, as a `&mut D` would have been
-// moved), and the scope, moved with it (`S: Send`), which its completion unregisters from.
-unsafe impl<'a, D: ?Sized + Send + Sync, S: Scope<'a> + Send> Send for SendableRequest<'a, D, S> {}
+// moved), and the scope, moved with it, which its completion unregisters from on the other
+// thread: `ThreadSafeScope` promises that this keeps the buffers alive as long as the
+// request needs them (one count for every thread, `Send`), which `Scope` alone does not.
+unsafe impl<'a, D: ?Sized + Send + Sync, S: ThreadSafeScope<'a>> Send
+    for SendableRequest<'a, D, S>
+{
+}
 
-// SAFETY: a shared `&SendableRequest` reaches nothing: every use takes it by value.
-unsafe impl<'a, D: ?Sized + Send + Sync, S: Scope<'a> + Sync> Sync for SendableRequest<'a, D, S> {}
+// SAFETY: a shared `&SendableRequest` reaches nothing of the request: `into_request` takes
+// it by value, and `Debug`, the one use through `&self`, prints the type's name alone.
+unsafe impl<'a, D: ?Sized + Send + Sync, S: ThreadSafeScope<'a> + Sync> Sync
+    for SendableRequest<'a, D, S>
+{
+}
 
 impl<'a, D: ?Sized, S: Scope<'a>> SendableRequest<'a, D, S> {
     /// The request, on the thread that received it, to wait on or test there.
@@ -297,9 +363,10 @@ impl<'a, D: ?Sized, S: Scope<'a>> fmt::Debug for SendableRequest<'a, D, S> {
     }
 }
 
-impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
-    /// Makes this request movable to another thread (see [`SendableRequest`]); ends the job,
-    /// naming the cause, for an immediate collective's request, which its thread steps.
+impl<'a, D: ?Sized, S: ThreadSafeScope<'a>> Request<'a, D, S> {
+    /// Makes this request movable to another thread (see [`SendableRequest`]), where its
+    /// scope is a [`ThreadSafeScope`]; ends the job, naming the cause, for an immediate
+    /// collective's request, which its thread steps.
     #[track_caller]
     pub fn into_sendable(self, _threads: Threads) -> SendableRequest<'a, D, S> {
         if self.is_collective() {

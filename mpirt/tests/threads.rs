@@ -58,6 +58,8 @@ fn rank_mode() {
         "world-elsewhere" => world_elsewhere(),
         "not-sole" => not_sole(),
         "collective-request" => collective_request(),
+        "after-finalize" => after_finalize(),
+        "op-calls-mpirt" => op_calls_mpirt(),
         other => panic!("unknown rank mode {other}"),
     };
     // After the universe's drop: the rank finalized.
@@ -370,6 +372,53 @@ fn collective_request() -> i32 {
     unreachable!("a collective's request does not move")
 }
 
+thread_local! {
+    /// The communicator a user-defined operation reaches for (`op_calls_mpirt`).
+    static REACHED: std::cell::RefCell<Option<SimpleCommunicator>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A blocking reduction whose user-defined operation calls mpirt (a send), at
+/// `MPIRT_TEST_LEVEL`: MPI forbids it, and the send fails as a call inside a call, though the
+/// operation runs between the reduction's PML calls.
+fn op_calls_mpirt() -> i32 {
+    use mpirt::collective::UserOperation;
+
+    let asked = level(&env::var(LEVEL).unwrap());
+    let (universe, _) = mpirt::initialize_with_threading(asked).unwrap();
+    let world = universe.world();
+    REACHED.with(|reached| *reached.borrow_mut() = Some(world.duplicate()));
+    let calls_mpirt = UserOperation::commutative(|_incoming, _acc| {
+        REACHED.with(|reached| {
+            reached
+                .borrow()
+                .as_ref()
+                .unwrap()
+                .process_at_rank(0)
+                .send(&1i32)
+        });
+    });
+    let mut total = 0i32;
+    world.all_reduce_into(&1i32, &mut total, &calls_mpirt);
+    unreachable!("the operation's send was not refused")
+}
+
+/// A request still posted at finalize, waited on after it: the error names the operation,
+/// the rank and finalize, not initialization. At every level, so also without the feature.
+fn after_finalize() -> i32 {
+    let universe = mpirt::initialize().unwrap();
+    let world = universe.world();
+    let me = world.rank();
+    let buf: &'static mut i32 = Box::leak(Box::new(0));
+    let posted = world
+        .process_at_rank(1 - me)
+        .immediate_receive_into_with_tag(mpirt::request::StaticScope, buf, 5);
+    drop(universe);
+    let refused = posted.try_wait().unwrap_err();
+    println!("rank {me} after finalize: {refused}");
+    me
+}
+
 /// A communicator with another handle cannot move to another thread; its duplicate can.
 fn not_sole() -> i32 {
     let (universe, _) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
@@ -556,6 +605,34 @@ fn a_collective_request_is_refused_by_into_sendable_naming_why() {
         stderr.contains("into_sendable: an immediate collective's request cannot move"),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_user_operation_that_calls_mpirt_fails_as_a_call_inside_a_call() {
+    for name in ["single", "multiple"] {
+        let output = job(2, "op-calls-mpirt", &[(LEVEL, name)]);
+        let (_, stderr) = text(&output);
+        assert!(!output.status.success(), "{name}: {stderr}");
+        assert!(
+            stderr.contains("called from inside another mpirt call on this thread"),
+            "{name}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_call_after_finalize_says_so() {
+    let (out, _) = ok_job_with(2, "after-finalize", &[]);
+    for rank in 0..2 {
+        let from = 1 - rank;
+        assert!(
+            out.contains(&format!(
+                "rank {rank} after finalize: rank {rank}: immediate receive from rank {from} \
+                 (tag 5): mpirt was finalized"
+            )),
+            "{out}"
+        );
+    }
 }
 
 #[test]

@@ -14,11 +14,12 @@ use std::time::Duration;
 
 use crate::blocks::{Blocks, PackedRange};
 use crate::config::EngineConfig;
-use crate::envelope::{ContextId, Rank, Tag};
+use crate::envelope::{ContextId, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
 use crate::pml_api::{Counters, Done, EngineError, RecvBuf, Wireup};
 use crate::protocol::{
-    Action, Completion, Core, CoreConfig, DirectSend, DirectWrite, Payload, SendArgs, SendBytes,
+    Action, Completion, Core, CoreConfig, DirectSend, DirectWrite, MessageHandle, Payload,
+    SendArgs, SendBytes,
 };
 use crate::requests::Handle;
 use crate::transport::{
@@ -407,6 +408,30 @@ impl Engine {
         let h = self.core.post_send(args)?;
         self.flush(peer).map_err(|e| self.stop(e))?;
         Ok(Some(h))
+    }
+
+    /// Looks for a message the selectors accept without taking it, making no progress
+    /// (`iprobe` makes a round where none is there): for a caller that makes its rounds
+    /// itself and must know whether each moved anything (mpirt's threads, which wake one
+    /// another on a round that did).
+    pub fn probe_queued(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Option<Status> {
+        self.core.probe(context, source, tag)
+    }
+
+    /// Takes a message the selectors accept, for `post_matched_recv`, making no progress: as
+    /// [`probe_queued`](Self::probe_queued), for `improbe`.
+    pub fn matched_probe_queued(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+    ) -> Option<(MessageHandle, Status)> {
+        self.core.matched_probe(context, source, tag)
     }
 
     /// Takes the request's outcome if it finished, looking it up once; makes no progress.

@@ -9,6 +9,7 @@ use std::ffi::{c_int, c_void};
 use std::mem::{align_of, size_of, size_of_val};
 
 use crate::datatype::{Datatype, Equivalence};
+use crate::environment;
 use crate::error::Cause;
 
 /// An operation usable in reductions and scans: a [`SystemOperation`], a `&`[`UserOperation`]
@@ -322,10 +323,12 @@ impl Operation for UserOperation<'_> {
     fn apply(&self, datatype: Datatype, incoming: &[u8], acc: &mut [u8]) {
         // The operands are packed: elements of `size` bytes each.
         let count = |bytes: &[u8]| bytes.len() / datatype.size().max(1);
-        (self.function)(
-            DynBuffer::from_parts(incoming, datatype, count(incoming)),
-            DynBufferMut::from_parts(acc, datatype, count(acc)),
-        )
+        environment::as_user_code(|| {
+            (self.function)(
+                DynBuffer::from_parts(incoming, datatype, count(incoming)),
+                DynBufferMut::from_parts(acc, datatype, count(acc)),
+            )
+        })
     }
 }
 
@@ -435,14 +438,14 @@ impl Operation for &UnsafeUserOperation {
         // reduction's operands, each as long as the other); `new`'s caller promised that
         // the function only reads `invec`, writes valid elements to `inoutvec`, and keeps
         // nothing; `len` and `datatype` are locals that outlive the call.
-        unsafe {
+        environment::as_user_code(|| unsafe {
             (self.function)(
                 incoming.as_ptr().cast_mut().cast(),
                 acc.as_mut_ptr().cast(),
                 &mut len,
                 &mut datatype,
             )
-        }
+        })
     }
 }
 

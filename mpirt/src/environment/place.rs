@@ -13,6 +13,7 @@
 //! predictable branch, what the thread-local `RefCell`'s borrow flag cost before.
 
 use std::cell::{Cell, UnsafeCell};
+use std::marker::PhantomData;
 
 use crate::backend::AnyPml;
 use crate::error::Cause;
@@ -63,7 +64,7 @@ enum Owner {
     /// The initializing thread, between calls.
     Free,
     /// The initializing thread, inside a call: a call from inside it (a progress hook's)
-    /// fails as `NotInitialized`, as a second borrow of a `RefCell` would, instead of making
+    /// fails as `NestedCall`, as a second borrow of a `RefCell` would, instead of making
     /// a second reference to the engine.
     InCall,
 }
@@ -92,7 +93,11 @@ pub(super) fn install(engine: AnyPml, shared: bool) {
 /// holding the lock's guard, or a flag), the right was built in memory and copied, or kept in
 /// a register the call then lacked, and the `Single` path paid 8 to 26 instructions more a
 /// message (osu-benches/compare/shm-callgrind.sh).
-pub(super) struct Entry(());
+///
+/// `!Send` (the pointer marker): the right is its thread's, whose `OWNER` mark or
+/// `shared`'s thread-locals the drop reads, so an `Entry` that moved to another thread would
+/// give up that thread's right (or none) instead of this one's.
+pub(super) struct Entry(PhantomData<*const ()>);
 
 impl Entry {
     /// The right to the engine where this thread owns it (`Single`, `Funneled`), outside a
@@ -106,11 +111,19 @@ impl Entry {
             }
             free
         });
-        free.then_some(Entry(()))
+        // Not `then_some`, which makes its argument first: the `Entry` it then dropped,
+        // where this thread has no right, let go of the shared lock's hold that an
+        // enclosing call of this thread kept (so that a call inside a call took the lock
+        // anew instead of being refused).
+        if free {
+            Some(Entry(PhantomData))
+        } else {
+            None
+        }
     }
 
-    /// The right to the engine, either way; `NotInitialized` where this thread has none
-    /// (another thread's at `Single` and `Funneled`, or a call inside a call).
+    /// The right to the engine, either way; where this thread has none, why not
+    /// ([`refused`]).
     #[inline(always)]
     pub(super) fn enter() -> Result<Entry, Cause> {
         if let Some(own) = Entry::own() {
@@ -118,9 +131,9 @@ impl Entry {
         }
         #[cfg(feature = "threads")]
         if shared::hold_for_call() {
-            return Ok(Entry(()));
+            return Ok(Entry(PhantomData));
         }
-        Err(Cause::NotInitialized)
+        Err(refused())
     }
 
     /// The place, for as long as this right is borrowed.
@@ -131,15 +144,76 @@ impl Entry {
         unsafe { slot() }
     }
 
-    /// The engine; `NotInitialized` before `initialize` and after finalize.
+    /// The engine; `NotInitialized` before `initialize`, `Finalized` after finalize.
     #[inline(always)]
     pub(super) fn engine(&mut self) -> Result<&mut AnyPml, Cause> {
         // Not `ok_or`: its error, made before the test, has drop glue, which the compiler
         // then called on every call that found the engine.
         match self.slot() {
             Some(engine) => Ok(engine),
-            None => Err(Cause::NotInitialized),
+            None => Err(super::not_running()),
         }
+    }
+}
+
+/// This thread marked as inside a call while user code that mpirt runs (a user-defined
+/// operation) runs, until the drop: a call the code makes finds no right to the engine and
+/// fails as `NestedCall` (`refused`), also where it runs outside any PML call (a blocking
+/// collective applies its operation between calls). Each level's mark is set as the calls
+/// that have the right leave it, so that those calls look at nothing more.
+pub(super) struct InUserCode {
+    owner: Owner,
+    #[cfg(feature = "threads")]
+    holding: bool,
+}
+
+impl InUserCode {
+    #[cold]
+    pub(super) fn mark() -> InUserCode {
+        let owner = OWNER.with(|owner| {
+            let was = owner.get();
+            if was == Owner::Free {
+                owner.set(Owner::InCall);
+            }
+            was
+        });
+        InUserCode {
+            owner,
+            #[cfg(feature = "threads")]
+            holding: shared::mark_holding(true),
+        }
+    }
+}
+
+impl Drop for InUserCode {
+    fn drop(&mut self) {
+        OWNER.with(|owner| owner.set(self.owner));
+        #[cfg(feature = "threads")]
+        shared::mark_holding(self.holding);
+    }
+}
+
+/// Why this thread has no right to the engine now (`Entry::enter` found none): a call
+/// inside a call (`NestedCall`), before `initialize` made the engine reachable (also while it
+/// runs), once finalize began to take it, or, at `Single` and `Funneled`, a thread that did
+/// not initialize. Out of line: the calls that have the right
+/// carry nothing of it.
+#[cold]
+#[inline(never)]
+pub(super) fn refused() -> Cause {
+    #[cfg(feature = "threads")]
+    let holding = shared::holding();
+    #[cfg(not(feature = "threads"))]
+    let holding = false;
+    if holding || OWNER.with(Cell::get) == Owner::InCall {
+        Cause::NestedCall
+    } else if !super::is_initialized() || super::is_finalized() {
+        super::not_running()
+    } else if super::still_initializing() {
+        Cause::NotInitialized
+    } else {
+        // Initialized and running, yet not this thread's, nor shared: `Single` or `Funneled`.
+        Cause::NotInitializingThread
     }
 }
 
@@ -154,5 +228,54 @@ impl Drop for Entry {
             }
             owner.set(Owner::Free)
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Entry;
+
+    /// Implemented twice for a `Send` type, so that naming its item for one cannot infer
+    /// which: the check below compiles only while `Entry` is `!Send`.
+    trait AmbiguousIfSend<Which> {
+        fn some_item() {}
+    }
+    impl<T: ?Sized> AmbiguousIfSend<()> for T {}
+    impl<T: ?Sized + Send> AmbiguousIfSend<u8> for T {}
+
+    #[test]
+    fn an_entry_stays_on_its_thread() {
+        // A compile-time check: were `Entry` `Send`, `_` would have two candidates (E0283).
+        let _ = <Entry as AmbiguousIfSend<_>>::some_item;
+    }
+
+    /// At `Single` and `Funneled`, a call inside a call finds no right, and finding none
+    /// leaves the enclosing call's mark: an `Entry` made and dropped for the refused call
+    /// (`then_some`) marked the thread free, and the next call inside took the engine beside
+    /// the one it was inside. Shuttle's thread-locals live only inside its scheduler.
+    #[cfg(not(model_check))]
+    #[test]
+    fn a_call_inside_a_call_leaves_the_outer_right_in_place() {
+        use super::{Owner, OWNER};
+
+        OWNER.with(|owner| owner.set(Owner::Free));
+        let outer = Entry::own();
+        assert!(
+            outer.is_some(),
+            "the initializing thread has no right between calls"
+        );
+        for nested in 1..=2 {
+            assert!(
+                Entry::own().is_none(),
+                "call {nested} inside a call got a right to the engine"
+            );
+        }
+        assert!(
+            OWNER.with(|owner| owner.get() == Owner::InCall),
+            "the refused calls let go of the outer call's right"
+        );
+        drop(outer);
+        assert!(OWNER.with(|owner| owner.get() == Owner::Free));
+        OWNER.with(|owner| owner.set(Owner::No));
     }
 }

@@ -7,11 +7,13 @@
 //! a second wire-up (ARCHITECTURE.md, "Threads", says what that would take).
 //!
 //! A non-blocking call holds the lock for the call. A blocking one holds it for one look at
-//! its condition and one round of progress at a time, and lets go between rounds, so a thread
-//! that waits never keeps another from posting what it waits for, and the threads that wait
-//! make progress for each other; a thread that pauses between rounds wakes on another's round
-//! that moved something or on any non-blocking call. Sends keep their order per sending thread: each takes its
-//! sequence number under the lock, in the order its thread posts them.
+//! its condition (a look that moves nothing) and one round of progress at a time, and lets go
+//! between rounds, so a thread that waits never keeps another from posting what it waits
+//! for, and the threads that wait make progress for each other; a thread that pauses between
+//! rounds wakes on another's round that moved something, or on the first non-blocking call
+//! after it paused (which may have moved anything: the PML's calls do not say). Sends keep
+//! their order per sending thread: each takes its sequence number under the lock, in the
+//! order its thread posts them.
 
 use std::cell::Cell;
 use std::sync::{OnceLock, PoisonError};
@@ -29,10 +31,17 @@ static LOCK: OnceLock<Mutex<()>> = OnceLock::new();
 /// Wakes the threads that pause in a blocking call whenever another thread's round of
 /// progress moved something: what it moved may be theirs.
 static MOVED: Condvar = Condvar::new();
-/// How many threads pause on `MOVED` now: a non-blocking call (a test, a send posted, a probe)
-/// may move what they wait for too, and wakes them only when there is one, so that calls with
-/// no thread pausing pay one load.
-static PAUSING: AtomicUsize = AtomicUsize::new(0);
+/// How many threads paused on `MOVED` since the last wake-up: a hold that may have moved
+/// something wakes them only where there is one, so that a round or a call with no thread
+/// paused pays one load and no futex wake, and of the non-blocking calls made while a thread
+/// stays paused only the first wakes it (a call after it found the count at 0: the woken
+/// thread takes the lock after that call, and its look sees what later calls moved, or it
+/// pauses again and counts itself again). Read and written under the lock only.
+static UNWOKEN: AtomicUsize = AtomicUsize::new(0);
+/// How many wake-ups there were (`UNWOKEN` set to 0 and `MOVED` notified): a paused thread
+/// whose wait ended with this unchanged was counted out by no waker (its pause timed out, or
+/// the wake-up was spurious) and counts itself out. Under the lock only, as `UNWOKEN`.
+static WAKE_UPS: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     /// The hold of a non-blocking call made through `place::Entry` (`hold_for_call`), until
@@ -40,8 +49,7 @@ thread_local! {
     #[cfg(feature = "threads")]
     static CALL_HOLD: std::cell::RefCell<Option<Held>> = const { std::cell::RefCell::new(None) };
     /// Whether this thread holds `LOCK`: a call made while it does (from inside a
-    /// PML call) fails as a second borrow of the thread-local PML does, instead of waiting
-    /// for itself.
+    /// PML call) fails as `NestedCall`, instead of waiting for itself.
     static HOLDING: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -60,19 +68,23 @@ pub(super) fn install() {
 /// The engine's lock, held by this thread until the guard drops.
 pub(super) struct Held {
     guard: Option<MutexGuard<'static, ()>>,
-    /// Whether letting go wakes the pausing threads: a non-blocking call's hold, which may
-    /// have moved anything. A blocking call's rounds wake them only when they moved
-    /// something, or a spinning thread's every round would end every other's pause.
+    /// Whether letting go wakes the paused threads: a non-blocking call's hold, which may
+    /// have moved anything, or a blocking call's round that moved something. A blocking
+    /// call's look moves nothing, and its idle rounds wake no one, or a spinning thread's
+    /// every round would end every other's pause.
     wakes: bool,
 }
 
 impl Held {
-    /// Takes the lock; `NotInitialized` where the engine is not shared, or where this
-    /// thread holds the lock already. `wakes`: a non-blocking call's hold.
+    /// Takes the lock; where the engine is not shared, why this thread may not reach it
+    /// (`place::refused`), and `NestedCall` where this thread holds the lock already.
+    /// `wakes`: a non-blocking call's hold.
     fn take(wakes: bool) -> Result<Held, Cause> {
-        let lock = LOCK.get().ok_or(Cause::NotInitialized)?;
-        if HOLDING.with(Cell::get) {
-            return Err(Cause::NotInitialized);
+        let Some(lock) = LOCK.get() else {
+            return Err(place::refused());
+        };
+        if holding() {
+            return Err(Cause::NestedCall);
         }
         // A thread that panicked holding the lock left the engine as a panic in a PML call
         // at `Single` leaves it: the job ends over the panic anyway.
@@ -91,24 +103,27 @@ impl Held {
             HOLDING.with(|holding| holding.set(false));
             // Counted under the lock, which the wait lets go of only once this thread waits:
             // a thread that takes the lock after sees the count and wakes it.
-            PAUSING.fetch_add(1, Ordering::Relaxed);
+            UNWOKEN.fetch_add(1, Ordering::Relaxed);
+            let wake_ups = WAKE_UPS.load(Ordering::Relaxed);
             // The wait takes the lock again as it ends; dropping what it returns lets go.
             let (guard, _) = MOVED
                 .wait_timeout(guard, pause)
                 .unwrap_or_else(PoisonError::into_inner);
-            PAUSING.fetch_sub(1, Ordering::Relaxed);
+            if WAKE_UPS.load(Ordering::Relaxed) == wake_ups {
+                UNWOKEN.fetch_sub(1, Ordering::Relaxed);
+            }
             drop(guard);
         }
     }
 
-    /// The engine; `NotInitialized` after finalize.
+    /// The engine; `Finalized` after finalize.
     fn engine(&mut self) -> Result<&mut AnyPml, Cause> {
         // SAFETY: this thread holds the lock (`pause`, which lets go, consumes the hold), so
         // this is the one right to the engine there is (see `place`), and the reference lives
         // no longer than the borrow of the hold.
         match unsafe { place::slot() } {
             Some(engine) => Ok(engine),
-            None => Err(Cause::NotInitialized),
+            None => Err(super::not_running()),
         }
     }
 }
@@ -116,12 +131,35 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         HOLDING.with(|holding| holding.set(false));
-        // Lets go first, so that the woken threads find the lock free. The count is read
-        // after this thread took the lock, which every pausing thread counted itself under.
-        if self.guard.take().is_some() && self.wakes && PAUSING.load(Ordering::Relaxed) > 0 {
+        let Some(guard) = self.guard.take() else {
+            return;
+        };
+        // Counted out under the lock, where every paused thread counted itself in.
+        let wake = self.wakes && UNWOKEN.load(Ordering::Relaxed) > 0;
+        if wake {
+            UNWOKEN.store(0, Ordering::Relaxed);
+            WAKE_UPS.fetch_add(1, Ordering::Relaxed);
+        }
+        // Lets go first, so that the woken threads find the lock free. A thread that pauses
+        // in between counts itself after this hold: a later hold wakes it, and its look,
+        // after this hold, saw what this one moved.
+        drop(guard);
+        if wake {
             MOVED.notify_all();
         }
     }
+}
+
+/// Whether this thread holds the lock: a call it makes now is a call inside a call.
+pub(super) fn holding() -> bool {
+    HOLDING.with(Cell::get)
+}
+
+/// Marks this thread as holding the lock (`holding` says so) or not, as user code that runs
+/// outside any call does (`place::InUserCode`); says what it was.
+#[cfg(feature = "threads")]
+pub(super) fn mark_holding(holding: bool) -> bool {
+    HOLDING.with(|mark| mark.replace(holding))
 }
 
 /// Takes the lock for a non-blocking call, kept until `let_go_after_call`; false where the
@@ -148,10 +186,10 @@ pub(super) fn let_go_after_call() {
     drop(held);
 }
 
-/// Progresses until `ready` gives a value, holding the lock for one look and one round of
-/// progress at a time: spins while the engine's budget lasts, then pauses between rounds
-/// without the lock (each pause twice the last, up to `LONGEST_PAUSE`) until something moves,
-/// here or in another thread's round (`MOVED`).
+/// Progresses until `ready`, a look that makes no progress, gives a value, holding the lock
+/// for one look and one round of progress at a time: spins while the engine's budget lasts,
+/// then pauses between rounds without the lock (each pause twice the last, up to
+/// `LONGEST_PAUSE`) until something moves, here or in another thread's round (`MOVED`).
 /// Out of line, as every way into the shared engine: the thread-local path's callers inline
 /// nothing of it.
 #[cold]
@@ -172,16 +210,15 @@ pub(super) fn block_until<R>(
         if let Some(idle) = idle {
             engine.check_peers(idle)?;
         }
+        // A look that moves nothing (`collect`, not `test`): what a round inside it moved
+        // (another thread's request that a message for it completed) would be lost to the
+        // threads paused on it, where the round below says.
         if let Some(value) = ready(engine)? {
-            // `ready` may have made a round of progress (a test does) that moved other
-            // threads' requests as well as this one's (another thread's acknowledgement that
-            // arrived with this one's message): the hold wakes the pausing threads as it
-            // lets go, at the cost of one load where none pauses.
-            held.wakes = true;
             return Ok(value);
         }
         if engine.progress()? {
-            MOVED.notify_all();
+            // Wakes the paused threads as the hold lets go, at the end of this iteration.
+            held.wakes = true;
             idle_rounds = 0;
             idle_since = None;
             pausing = false;
@@ -206,7 +243,7 @@ pub(super) fn block_until<R>(
 #[cold]
 #[inline(never)]
 pub(super) fn wait(handle: Handle) -> Result<Done, Cause> {
-    block_until(|e| e.test(handle))
+    block_until(|e| e.collect(handle))
 }
 
 /// A blocking receive: started, then waited for.
@@ -222,7 +259,7 @@ pub(super) unsafe fn recv(
     buf: *mut u8,
     len: usize,
 ) -> Result<Status, Cause> {
-    // Its start wakes the pausing threads as a non-blocking call does: a receive that matches
+    // Its start wakes the paused threads as a non-blocking call does: a receive that matches
     // as it starts leaves what completes another thread's send (a synchronous send's
     // acknowledgement, in the loopback or on the wire) for a round of progress, and that
     // thread, paused, would otherwise sleep out its pause (the model check

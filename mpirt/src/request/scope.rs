@@ -11,7 +11,10 @@ use crate::error::{fatal, Cause, Error};
 ///
 /// # Safety
 /// An implementation must not let `'a` end (the buffers its requests borrow be freed) while
-/// more requests are registered than unregistered.
+/// more requests are registered than unregistered. It need only count the registrations and
+/// unregistrations of one thread (that of the requests, which stay on it): a scope whose
+/// requests may complete on other threads makes the stronger promise of
+/// [`ThreadSafeScope`].
 pub unsafe trait Scope<'a> {
     #[doc(hidden)]
     fn register(&self);
@@ -24,6 +27,18 @@ pub unsafe trait Scope<'a> {
     unsafe fn unregister(&self);
 }
 
+/// A [`Scope`] that stays sound when its requests move to other threads and complete there
+/// (`threads::SendableRequest`): only a request of such a scope can be made sendable.
+///
+/// # Safety
+/// As for [`Scope`], with `register` and `unregister` called from any threads, at once: the
+/// count of unfinished requests is one for every thread (not a copy per thread, nor a
+/// `Cell` that two threads could update at once), an unregistration on any thread
+/// happens-before the end of `'a` that the count allows (so what the finished operation wrote
+/// is complete before the buffer is freed), and a value of the scope moved to another thread
+/// still names the same count (`Send`).
+pub unsafe trait ThreadSafeScope<'a>: Scope<'a> + Send {}
+
 /// The scope of requests whose buffers are `'static`: nothing can free them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct StaticScope;
@@ -33,6 +48,9 @@ unsafe impl Scope<'static> for StaticScope {
     fn register(&self) {}
     unsafe fn unregister(&self) {}
 }
+
+// SAFETY: there is no count: `'static` buffers are never freed, on any thread.
+unsafe impl ThreadSafeScope<'static> for StaticScope {}
 
 /// The scope [`scope`] hands its closure.
 #[derive(Debug)]
@@ -121,6 +139,13 @@ unsafe impl<'a> Scope<'a> for &SharedScope<'a> {
         );
     }
 }
+
+// SAFETY: one atomic count for every thread, in the scope that every `&SharedScope` names
+// wherever it moved; an unregistration decrements it with `Release`, and the scope's end
+// reads it with `Acquire` after every thread that borrowed it ended (`shared_scope`'s
+// borrow), so each finished operation's writes happen-before the buffers' end; a count left
+// above zero ends the process there, before `'a` ends.
+unsafe impl<'a> ThreadSafeScope<'a> for &SharedScope<'a> {}
 
 impl Drop for SharedScope<'_> {
     fn drop(&mut self) {

@@ -267,10 +267,13 @@ impl Core {
             }
             // Everything that makes `done` hold arrives as a message on this context, which
             // the waiting loop waits for; its hook skips this window meanwhile (it is
-            // borrowed), so nothing else takes the message first, and serves the others.
+            // borrowed), so nothing else takes the message first, and serves the others. The
+            // look moves nothing (`probe_queued`, not `iprobe`): the wait's rounds do, and at
+            // `Serialized` and `Multiple` what a look moved would wake no paused thread.
             let context = self.comm.context;
             environment::wait_until_or_lent(pml::stall::Awaited::State, |e| {
-                Ok(e.iprobe(context, SourceSel::Any, TagSel::Any)?.is_some())
+                Ok(e.probe_queued(context, SourceSel::Any, TagSel::Any)?
+                    .is_some())
             })?;
         }
     }

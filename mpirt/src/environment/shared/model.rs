@@ -10,10 +10,13 @@
 //! variables never time out, so a lost wake-up is a deadlock it reports), with the engine
 //! idle again after every run.
 //!
+//! One check runs a two-rank job in the process: the shared engine as rank 0 and a second
+//! engine, rank 1, driven by a thread of its own without the lock, whose messages reach rank
+//! 0 over shared memory while its threads pause, as a peer process's do.
+//!
 //! Shuttle runs every atomic access as `SeqCst`, so these checks cannot see a weaker
-//! ordering's reorderings: `PAUSING`'s `Relaxed` accesses rest on the lock instead (a waiter
-//! counts itself under it, and a waker reads the count after taking it), not on their
-//! orderings.
+//! ordering's reorderings: `UNWOKEN`'s and `WAKE_UPS`' `Relaxed` accesses rest on the lock
+//! instead (each is read and written under it), not on their orderings.
 //!
 //! Run by tools/test-all.sh:
 //! `RUSTFLAGS="--cfg model_check" CARGO_TARGET_DIR=target/model cargo test --release -p mpirt
@@ -30,7 +33,7 @@ use shuttle::thread;
 
 use super::super::place::{self, Entry};
 use super::super::{recv, wait};
-use super::{install, PAUSING};
+use super::{install, UNWOKEN};
 use crate::backend::{AnyPml, PmlChoice};
 use crate::sync::Ordering;
 
@@ -51,6 +54,49 @@ struct Stashed(AnyPml);
 // SAFETY: the engine may move between threads (see `place`'s `Place`), and the stash hands it
 // to one run at a time, which shuttle runs one after another.
 unsafe impl Send for Stashed {}
+
+/// A two-rank job's key-value space, in memory, which both ranks' wire-ups share (made on
+/// two threads at once, whose fences meet at a barrier).
+struct Pair {
+    rank: u32,
+    space: Arc<StdMutex<HashMap<String, Vec<u8>>>>,
+    fence: Arc<std::sync::Barrier>,
+}
+
+impl Wireup for Pair {
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+    fn size(&self) -> u32 {
+        2
+    }
+    fn job_id(&self) -> String {
+        format!("model-pair-{}", std::process::id())
+    }
+    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String> {
+        let key = format!("{}.{key}", self.rank);
+        self.space.lock().unwrap().insert(key, value.to_vec());
+        Ok(())
+    }
+    fn fence(&mut self) -> Result<(), String> {
+        self.fence.wait();
+        Ok(())
+    }
+    fn get(&mut self, from: u32, key: &str) -> Result<Vec<u8>, String> {
+        let key = format!("{from}.{key}");
+        let space = self.space.lock().unwrap();
+        space
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| format!("no key {key}"))
+    }
+    fn job_secret(&mut self) -> Result<[u8; 32], String> {
+        Ok([7; 32])
+    }
+}
+
+/// Rank 1 of a two-rank check's job, between runs and while its thread drives it.
+static PEER: StdMutex<Option<Stashed>> = StdMutex::new(None);
 
 /// A one-rank job's key-value space, in memory.
 #[derive(Default)]
@@ -88,6 +134,12 @@ impl Wireup for Alone {
 /// random schedules and `pct` of PCT's (depth 3), or, with `random` 0, every schedule, of
 /// which there must be fewer than `pct` (else not every one was run). Says how many ran.
 fn explore(name: &str, random: usize, pct: usize, check: fn()) {
+    explore_job(name, 1, random, pct, check)
+}
+
+/// `explore` in a job of `ranks` (1 or 2): with 2, rank 1's engine waits in `PEER` for the
+/// check's thread that drives it, which puts it back, idle, as it ends.
+fn explore_job(name: &str, ranks: u32, random: usize, pct: usize, check: fn()) {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|_| {
         panic!(
             "{name}: not run: a check that failed before it left the engine's lock and condition \
@@ -101,8 +153,28 @@ fn explore(name: &str, random: usize, pct: usize, check: fn()) {
         spin: Duration::ZERO,
         ..EngineConfig::default()
     };
-    let engine = AnyPml::new(PmlChoice::Native, &mut Alone::default(), config)
-        .unwrap_or_else(|e| panic!("a singleton engine: {e}"));
+    let engine = if ranks == 1 {
+        AnyPml::new(PmlChoice::Native, &mut Alone::default(), config)
+            .unwrap_or_else(|e| panic!("a singleton engine: {e}"))
+    } else {
+        let space = Arc::new(StdMutex::new(HashMap::new()));
+        let fence = Arc::new(std::sync::Barrier::new(2));
+        let [zero, one] = [0, 1].map(|rank| {
+            let mut wireup = Pair {
+                rank,
+                space: space.clone(),
+                fence: fence.clone(),
+            };
+            let config = config.clone();
+            std::thread::spawn(move || {
+                AnyPml::new(PmlChoice::Native, &mut wireup, config)
+                    .map(Stashed)
+                    .unwrap_or_else(|e| panic!("rank {rank}'s engine: {e}"))
+            })
+        });
+        *PEER.lock().unwrap() = Some(one.join().expect("rank 1's engine"));
+        zero.join().expect("rank 0's engine").0
+    };
     // The engine between runs: made once (a singleton's wire-up maps its shared-memory
     // arena) and handed to each run, which leaves it idle, so that its request slab and
     // sequence numbers carry over from run to run as a long-lived rank's do.
@@ -121,14 +193,11 @@ fn explore(name: &str, random: usize, pct: usize, check: fn()) {
                 .ok()
                 .and_then(|mut entry| entry.slot().take())
                 .expect("the run left the engine installed");
-            let queues = engine.queues(pml::stall::Awaited::State);
-            assert!(
-                queues.claim.is_none()
-                    && queues.posted.is_empty()
-                    && queues.unexpected.is_empty()
-                    && queues.sends.is_empty(),
-                "the run left the engine busy: {queues:?}"
-            );
+            assert_idle(&engine);
+            if ranks == 2 {
+                let peer = PEER.lock().unwrap();
+                assert_idle(&peer.as_ref().expect("the peer thread put rank 1 back").0);
+            }
             *stash.lock().unwrap() = Some(Stashed(engine));
             runs.fetch_add(1, StdOrdering::Relaxed);
         }
@@ -143,6 +212,19 @@ fn explore(name: &str, random: usize, pct: usize, check: fn()) {
         shuttle::check_pct(run(), pct, 3);
         eprintln!("{name}: {} random and PCT schedules", ran());
     }
+}
+
+/// Fails unless `engine` has nothing posted, queued or claimed.
+fn assert_idle(engine: &AnyPml) {
+    let queues = engine.queues(pml::stall::Awaited::State);
+    assert!(
+        queues.claim.is_none()
+            && queues.posted.is_empty()
+            && queues.unexpected.is_empty()
+            && queues.sends.is_empty(),
+        "the run left rank {}'s engine busy: {queues:?}",
+        engine.rank()
+    );
 }
 
 /// A message that names its sending thread and its place in that thread's order, padded
@@ -396,7 +478,7 @@ fn paused_waiter_woken(receive: fn(&mut [u8]) -> Status) {
     });
     let receiver = thread::spawn(move || {
         // Until the waiter has paused, so that what wakes it is the receive.
-        while PAUSING.load(Ordering::Relaxed) == 0 {
+        while UNWOKEN.load(Ordering::Relaxed) == 0 {
             thread::yield_now();
         }
         let mut buf = [0u8; EAGER];
@@ -454,5 +536,94 @@ fn two_threads_posting_and_matching_in_every_interleaving() {
             );
             assert_stale(handle);
         }
+    });
+}
+
+/// A thread paused in a wait is woken when another thread's wait, spinning, takes what
+/// completes the paused one's request off the wire: rank 1 (a thread of its own, without the
+/// lock, as a peer process) sends the message that the paused thread waits for once it has
+/// paused, and the other thread then starts its wait, whose first round receives it. That
+/// round must wake the paused thread, which then sends what the other thread waits for;
+/// when the wait's look at its own request made that round (a test), what the round moved
+/// was lost, the paused thread slept on (up to a millisecond; here, where pauses never time
+/// out, for ever) and shuttle reported the deadlock.
+#[test]
+fn a_paused_waiter_is_woken_by_another_waits_round() {
+    explore_job("woken by another wait's round", 2, 2_000, 2_000, || {
+        let posted = Arc::new(StdAtomicUsize::new(0));
+        let sent = Arc::new(StdAtomicUsize::new(0));
+        let paused = {
+            let sent = sent.clone();
+            thread::spawn(move || {
+                let mut buf = [0u8; EAGER];
+                let handle = post_recv(&mut buf, TagSel::Tag(1));
+                let status = received(wait(handle).unwrap());
+                assert_eq!(sender_and_seq(&status, &buf), (1, 0));
+                assert_eq!(
+                    sent.load(StdOrdering::Relaxed),
+                    1,
+                    "woken by rank 1's message"
+                );
+                let bytes = message(0, 1, EAGER);
+                let handle = post_send(&bytes, 2, SendMode::Standard);
+                assert_eq!(wait(handle).unwrap(), Done::Sent);
+            })
+        };
+        let spinning = {
+            let (posted, sent) = (posted.clone(), sent.clone());
+            thread::spawn(move || {
+                let mut buf = [0u8; EAGER];
+                let handle = post_recv(&mut buf, TagSel::Tag(2));
+                posted.store(1, StdOrdering::Relaxed);
+                while sent.load(StdOrdering::Relaxed) == 0 {
+                    thread::yield_now();
+                }
+                let status = received(wait(handle).unwrap());
+                assert_eq!(sender_and_seq(&status, &buf), (0, 1));
+            })
+        };
+        let peer = thread::spawn(move || {
+            let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+            // Once the other thread posted (a non-blocking call, which wakes) and the
+            // waiting one paused, the engine's lock free: the message lands between holds.
+            while posted.load(StdOrdering::Relaxed) == 0 || UNWOKEN.load(Ordering::Relaxed) == 0 {
+                thread::yield_now();
+            }
+            let bytes = message(1, 0, EAGER);
+            // SAFETY: `bytes` lives until the send's request completed, below.
+            let handle = unsafe {
+                peer.0.post_send(
+                    CONTEXT,
+                    1,
+                    0,
+                    1,
+                    SendMode::Standard,
+                    bytes.as_ptr(),
+                    bytes.len(),
+                )
+            }
+            .unwrap();
+            sent.store(1, StdOrdering::Relaxed);
+            while peer.0.test(handle).unwrap().is_none() {
+                thread::yield_now();
+            }
+            *PEER.lock().unwrap() = Some(peer);
+        });
+        for thread in [paused, spinning, peer] {
+            thread.join().unwrap();
+        }
+    });
+}
+
+/// A call from inside a call (a callback that calls mpirt back, holding the lock) is refused
+/// naming that, rather than waiting for the lock its own thread holds, and leaves the
+/// enclosing call's hold alone: `Entry::own` made an `Entry` it dropped where the thread had
+/// no right, whose drop let go of that hold, and the inner call took the lock anew.
+#[test]
+fn a_call_inside_a_call_is_refused_as_nested() {
+    explore("a call inside a call", 0, 10, || {
+        let _outer = enter();
+        let inner = Entry::enter().map(drop);
+        assert_eq!(inner, Err(crate::error::Cause::NestedCall));
     });
 }
