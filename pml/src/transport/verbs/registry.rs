@@ -9,7 +9,7 @@ use rdma_sys::*;
 
 use crate::registration_cache::{CachedMr, RegistrationCache};
 
-/// A registration handed out by [`Registry::acquire`], to give back with `release`.
+/// A registration handed out by `Registry::acquire`, to give back with `release`.
 pub type MrId = CachedMr;
 
 #[derive(Clone, Copy, Debug)]
