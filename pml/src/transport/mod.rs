@@ -473,15 +473,23 @@ unsafe impl<S: SendBytes, R: RecvBytes> Sink for Core<S, R> {
     }
 
     /// DATA frames (rendezvous data after a GET) land in their receive's buffer, or its
-    /// blocks.
+    /// blocks. A head too short to tell the kind, or a DATA frame's header not yet whole,
+    /// asks for more: a stream cuts a frame anywhere (a sender's partial write), and a DATA
+    /// frame taken for one to stage would be refused as longer than any staged frame.
     fn placement(
         &mut self,
         peer: Rank,
         head: &[u8],
         len: usize,
     ) -> Result<Placement<'_>, PmlError> {
-        if !(wire::is_data_frame(head) && head.len() >= DATA_HEADER_LEN && len > DATA_HEADER_LEN) {
+        if head.len() < wire::KIND_LEN {
+            return Ok(Placement::NeedMore);
+        }
+        if !(wire::is_data_frame(head) && len > DATA_HEADER_LEN) {
             return Ok(Placement::Staged);
+        }
+        if head.len() < DATA_HEADER_LEN {
+            return Ok(Placement::NeedMore);
         }
         let (recv_request, offset) =
             wire::decode_data_header(&head[..DATA_HEADER_LEN]).map_err(|error| PmlError::Wire {

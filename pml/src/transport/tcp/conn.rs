@@ -905,6 +905,102 @@ mod tests {
         }
     }
 
+    /// A DATA frame whose stream is cut inside its header (a sender's partial write) lands
+    /// in its receive once the header is whole, with the protocol core as the sink: the core
+    /// once took such a head for a frame to stage, and the connection refused the frame as
+    /// longer than any it stages (the threads stress test over TCP, rarely, when loaded).
+    #[test]
+    fn a_data_frame_cut_in_its_header_lands_in_its_receive() {
+        use crate::protocol::{
+            Completion, Core, CoreConfig, Payload, PeerCaps, SendArgs, SendMode, Transmit,
+        };
+        use crate::wire::{RemoteKey, DATA_HEADER_LEN, MAX_HEADER_LEN};
+        use crate::{SourceSel, TagSel};
+
+        fn frame_of(t: &Transmit<'_>) -> Vec<u8> {
+            let Payload::Bytes(payload) = t.payload else {
+                panic!("a contiguous send's frame gathers blocks");
+            };
+            [t.header(), payload].concat()
+        }
+        let eager = 4096;
+        let caps = PeerCaps {
+            eager_limit: eager,
+            max_frame: 1 << 20,
+            remote_read: false,
+        };
+        let mut cores: [Core<Vec<u8>, Vec<u8>>; 2] = [
+            Core::new(2, CoreConfig::default()),
+            Core::new(2, CoreConfig::default()),
+        ];
+        cores[0].set_peer(1, caps);
+        cores[1].set_peer(0, caps);
+        let data: Vec<u8> = (0..64 << 10).map(|i| (i % 251) as u8).collect();
+        let recv = cores[1]
+            .post_recv(0, SourceSel::Any, TagSel::Tag(5), vec![0; data.len()])
+            .unwrap();
+        cores[0]
+            .post_send(SendArgs {
+                context: 0,
+                source: 0,
+                peer: 1,
+                tag: 5,
+                mode: SendMode::Standard,
+                buf: data.clone(),
+                remote: RemoteKey { addr: 0, key: 0 },
+                eager_limit: None,
+            })
+            .unwrap();
+        // The RTS to rank 1 and its GET back, carried by hand.
+        for (from, to) in [(0, 1), (1, 0)] {
+            let frame = frame_of(&cores[from].next_transmit(to as Rank).unwrap());
+            cores[from].transmitted(to as Rank);
+            cores[to].on_frame(from as Rank, &frame).unwrap();
+        }
+        let data_frame = frame_of(&cores[0].next_transmit(1).unwrap());
+        assert_eq!(data_frame.len(), DATA_HEADER_LEN + data.len());
+        let mut wire = (data_frame.len() as u32).to_le_bytes().to_vec();
+        wire.extend_from_slice(&data_frame);
+        let (mut tx, rx) = loopback_pair(None);
+        let mut conn = Conn::new(rx, eager + MAX_HEADER_LEN);
+        let mut scratch = Box::default();
+        let cut = PREFIX_LEN + 10;
+        let mut written = 0;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        for upto in [cut, wire.len()] {
+            loop {
+                match tx.write(&wire[written..upto]) {
+                    Ok(n) => written += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("{e}"),
+                }
+                let (_, state) = conn
+                    .receive(0, &mut cores[1], &mut scratch)
+                    .unwrap_or_else(|e| panic!("the stream cut at byte {cut}: {e}"));
+                assert_eq!(state, Received::Open);
+                let read = match &conn.direct {
+                    Some(d) => PREFIX_LEN + DATA_HEADER_LEN + d.filled,
+                    None if cores[1].is_complete(recv).unwrap() => wire.len(),
+                    None => conn.end - conn.start,
+                };
+                if read == upto {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "stuck at {read} of {upto}"
+                );
+            }
+        }
+        match cores[1].take_completion(recv).unwrap() {
+            Some(Completion::Recv { buf, result }) => {
+                result.unwrap();
+                assert!(buf == data, "the received bytes differ from the sent");
+            }
+            other => panic!("the receive is not complete: {other:?}"),
+        }
+    }
+
     /// A peer that closes in the middle of a frame read in place is an error naming it,
     /// whichever way the frame is read (through the scratch, by `readv`): not a socket that
     /// level-triggered epoll reports readable forever, read as "nothing yet" each time.
