@@ -56,6 +56,21 @@ pub(super) unsafe fn slot<'a>() -> &'a mut Option<AnyPml> {
     unsafe { &mut *ENGINE.0.get() }
 }
 
+/// The engine in its place; `NotInitialized` before `initialize`, `Finalized` after finalize.
+///
+/// # Safety
+/// As for [`slot`].
+#[inline(always)]
+pub(super) unsafe fn engine<'a>() -> Result<&'a mut AnyPml, Cause> {
+    // Not `ok_or`: its error, made before the test, has drop glue, which the compiler then
+    // called on every call that found the engine.
+    // SAFETY: the caller's guarantee, passed on.
+    match unsafe { slot() } {
+        Some(engine) => Ok(engine),
+        None => Err(super::not_running()),
+    }
+}
+
 /// A thread's right to the engine at `Single` and `Funneled`.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Owner {
@@ -99,11 +114,20 @@ pub(super) fn install(engine: AnyPml, shared: bool) {
 /// give up that thread's right (or none) instead of this one's.
 pub(super) struct Entry(PhantomData<*const ()>);
 
-impl Entry {
+/// The initializing thread's right to the engine at `Single` and `Funneled`, for one call:
+/// what the blocking calls take (`environment::on_engine`), whose way to the shared engine
+/// does not run through it. Its drop is the mark's store alone, where an `Entry`'s tests the
+/// mark to tell the owner's end of a call from the shared lock's release: on the blocking
+/// calls, that test was a `Single` program's cost of the shared engine's being built in.
+///
+/// `!Send`, as an `Entry`: the mark its drop sets is its thread's.
+pub(super) struct Owned(PhantomData<*const ()>);
+
+impl Owned {
     /// The right to the engine where this thread owns it (`Single`, `Funneled`), outside a
     /// call; `None` elsewhere.
     #[inline(always)]
-    pub(super) fn own() -> Option<Entry> {
+    pub(super) fn take() -> Option<Owned> {
         let free = OWNER.with(|owner| {
             let free = owner.get() == Owner::Free;
             if free {
@@ -111,23 +135,43 @@ impl Entry {
             }
             free
         });
-        // Not `then_some`, which makes its argument first: the `Entry` it then dropped,
-        // where this thread has no right, let go of the shared lock's hold that an
-        // enclosing call of this thread kept (so that a call inside a call took the lock
-        // anew instead of being refused).
+        // Not `then_some`, which makes its argument first: the right it then dropped, where
+        // this thread has none, marked the thread free inside an enclosing call of its own
+        // (so that a call inside a call reached the engine beside the outer one).
         if free {
-            Some(Entry(PhantomData))
+            Some(Owned(PhantomData))
         } else {
             None
         }
     }
 
+    /// The engine; `NotInitialized` before `initialize`, `Finalized` after finalize.
+    #[inline(always)]
+    pub(super) fn engine(&mut self) -> Result<&mut AnyPml, Cause> {
+        // SAFETY: this `Owned` is the one right to the engine there is now (see `Place`), and
+        // the reference lives no longer than its borrow.
+        unsafe { engine() }
+    }
+}
+
+impl Drop for Owned {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // `take` marked this thread in a call, and nothing inside the call changes that mark
+        // for good (`InUserCode` puts back what it found).
+        OWNER.with(|owner| owner.set(Owner::Free));
+    }
+}
+
+impl Entry {
     /// The right to the engine, either way; where this thread has none, why not
     /// ([`refused`]).
     #[inline(always)]
     pub(super) fn enter() -> Result<Entry, Cause> {
-        if let Some(own) = Entry::own() {
-            return Ok(own);
+        if let Some(owned) = Owned::take() {
+            // The same right, which this `Entry`'s drop ends: it finds the mark in a call.
+            std::mem::forget(owned);
+            return Ok(Entry(PhantomData));
         }
         #[cfg(feature = "threads")]
         if shared::hold_for_call() {
@@ -147,12 +191,9 @@ impl Entry {
     /// The engine; `NotInitialized` before `initialize`, `Finalized` after finalize.
     #[inline(always)]
     pub(super) fn engine(&mut self) -> Result<&mut AnyPml, Cause> {
-        // Not `ok_or`: its error, made before the test, has drop glue, which the compiler
-        // then called on every call that found the engine.
-        match self.slot() {
-            Some(engine) => Ok(engine),
-            None => Err(super::not_running()),
-        }
+        // SAFETY: this `Entry` is the one right to the engine there is now (see `Place`), and
+        // the reference lives no longer than its borrow.
+        unsafe { engine() }
     }
 }
 
@@ -233,10 +274,10 @@ impl Drop for Entry {
 
 #[cfg(test)]
 mod tests {
-    use super::Entry;
+    use super::{Entry, Owned};
 
     /// Implemented twice for a `Send` type, so that naming its item for one cannot infer
-    /// which: the check below compiles only while `Entry` is `!Send`.
+    /// which: the check below compiles only while `Entry` and `Owned` are `!Send`.
     trait AmbiguousIfSend<Which> {
         fn some_item() {}
     }
@@ -244,13 +285,15 @@ mod tests {
     impl<T: ?Sized + Send> AmbiguousIfSend<u8> for T {}
 
     #[test]
-    fn an_entry_stays_on_its_thread() {
-        // A compile-time check: were `Entry` `Send`, `_` would have two candidates (E0283).
+    fn a_right_stays_on_its_thread() {
+        // A compile-time check: were `Entry` or `Owned` `Send`, `_` would have two candidates
+        // (E0283).
         let _ = <Entry as AmbiguousIfSend<_>>::some_item;
+        let _ = <Owned as AmbiguousIfSend<_>>::some_item;
     }
 
     /// At `Single` and `Funneled`, a call inside a call finds no right, and finding none
-    /// leaves the enclosing call's mark: an `Entry` made and dropped for the refused call
+    /// leaves the enclosing call's mark: a right made and dropped for the refused call
     /// (`then_some`) marked the thread free, and the next call inside took the engine beside
     /// the one it was inside. Shuttle's thread-locals live only inside its scheduler.
     #[cfg(not(model_check))]
@@ -259,14 +302,14 @@ mod tests {
         use super::{Owner, OWNER};
 
         OWNER.with(|owner| owner.set(Owner::Free));
-        let outer = Entry::own();
+        let outer = Owned::take();
         assert!(
             outer.is_some(),
             "the initializing thread has no right between calls"
         );
         for nested in 1..=2 {
             assert!(
-                Entry::own().is_none(),
+                Owned::take().is_none(),
                 "call {nested} inside a call got a right to the engine"
             );
         }

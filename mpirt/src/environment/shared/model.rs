@@ -617,7 +617,7 @@ fn a_paused_waiter_is_woken_by_another_waits_round() {
 
 /// A call from inside a call (a callback that calls mpirt back, holding the lock) is refused
 /// naming that, rather than waiting for the lock its own thread holds, and leaves the
-/// enclosing call's hold alone: `Entry::own` made an `Entry` it dropped where the thread had
+/// enclosing call's hold alone: the owner's check (now `Owned::take`) made an `Entry` it dropped where the thread had
 /// no right, whose drop let go of that hold, and the inner call took the lock anew.
 #[test]
 fn a_call_inside_a_call_is_refused_as_nested() {
