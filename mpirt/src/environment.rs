@@ -420,7 +420,8 @@ pub(crate) fn with_engine<R>(
 
 /// Runs `here` on the PML where this thread owns it (`Single`, `Funneled`), else
 /// `elsewhere`: the blocking calls' way in, whose wait on the shared PML takes its lock one
-/// round at a time. Both closures move their arguments (`move`): closures that borrowed them
+/// round at a time. Every caller's closures, both, move their arguments (`move`; a borrowed
+/// closure, `wait_until_or_lent`'s `done`, goes by reference): closures that borrowed them
 /// kept them in memory for the out-of-line `elsewhere`, stored on every call (7 instructions
 /// a blocking receive at `Single` with the feature `threads`, shm-callgrind.sh).
 #[inline(always)]
@@ -430,8 +431,9 @@ where
 {
     // `elsewhere` makes no call that `here` makes, so `here`'s stays inlined (see
     // `with_engine`); it is taken only where this thread does not own the PML. The right is
-    // the owner's alone (`Owned`, not `Entry`), so its end stores the mark and tests nothing.
-    let Some(mut owned) = place::Owned::take() else {
+    // the owner's alone (`OwnersRight`, not `Entry`), so its end stores the mark and tests
+    // nothing.
+    let Some(mut owned) = place::OwnersRight::take() else {
         return if cfg!(feature = "threads") {
             elsewhere()
         } else {
@@ -461,12 +463,14 @@ pub(crate) fn wait_until_or_lent(
     awaited: Awaited<'_>,
     done: impl Fn(&mut AnyPml) -> Result<bool, PmlError>,
 ) -> Result<(), Cause> {
+    // Moved, as `on_engine` wants: `awaited` is `Copy`, and `done` goes by reference.
+    let done = &done;
     with_lent_or(
-        |e| e.wait_on(awaited, &done),
-        |_| {
+        move |e| e.wait_on(awaited, done),
+        move |_| {
             on_engine(
-                |e| e.wait_on(awaited, &done),
-                || shared::block_until(|e| Ok(done(e)?.then_some(()))),
+                move |e| e.wait_on(awaited, done),
+                move || shared::block_until(move |e| Ok(done(e)?.then_some(()))),
             )
         },
     )
