@@ -28,11 +28,15 @@ use super::shared;
 struct Place(UnsafeCell<Option<AnyPml>>);
 
 // SAFETY: the engine is reached only by a thread with the right to it, and one thread has it
-// at a time: at `Single` and `Funneled` (an `Entry` of `own`) only the thread whose `OWNER`
-// `install` marked (no other thread's is ever marked), only while its mark says it is in a
-// call, so never twice at once there either; at `Serialized` and `Multiple` (no thread
-// marked) only the thread that holds `shared`'s lock (an `Entry` of `enter` or a
-// `shared::Held`), which refuses a second hold in the thread that has it.
+// at a time. At `Single` and `Funneled` the right is an `OwnersRight` from
+// `OwnersRight::take` (the blocking calls), or one that `Entry::enter` took and forgot into
+// its `Entry`: only the thread whose `OWNER` `install` marked has one (no other thread's is
+// ever marked), and `take` makes one only where it found the mark `Free`, which it sets to
+// `InCall` until the right's drop sets it back, so there is never a second one at once,
+// nested calls included (an `OwnersRight` made where `take` found no `Free` would, dropped,
+// mark the thread free inside its enclosing call). At `Serialized` and `Multiple` (no thread
+// marked) only the thread that holds `shared`'s lock has it (an `Entry` of `enter` or a
+// `shared::Held`), and the lock refuses a second hold in the thread that has it.
 // That the engine may be reached from another thread than the one that made it: nothing in a
 // PML belongs to its thread. Its transports' endpoints (sockets, shared mappings, verbs and
 // libfabric objects) are the process's, and it keeps no thread-local state; the raw pointers
@@ -49,11 +53,28 @@ static ENGINE: Place = Place(UnsafeCell::new(None));
 /// The place.
 ///
 /// # Safety
-/// The caller holds the one right to the engine there is (an `Entry`, or `shared`'s lock) for as long as the reference lives, and makes no other reference from here meanwhile.
+/// The caller holds the one right to the engine there is (an `OwnersRight`, an `Entry`, or
+/// `shared`'s lock) for as long as the reference lives, and makes no other reference from
+/// here meanwhile.
 #[inline(always)]
 pub(super) unsafe fn slot<'a>() -> &'a mut Option<AnyPml> {
     // SAFETY: the caller's guarantee: this is the only reference to the place while it lives.
     unsafe { &mut *ENGINE.0.get() }
+}
+
+/// The engine in its place; `NotInitialized` before `initialize`, `Finalized` after finalize.
+///
+/// # Safety
+/// As for [`slot`].
+#[inline(always)]
+pub(super) unsafe fn engine<'a>() -> Result<&'a mut AnyPml, Cause> {
+    // Not `ok_or`: its error, made before the test, has drop glue, which the compiler then
+    // called on every call that found the engine.
+    // SAFETY: the caller's guarantee, passed on.
+    match unsafe { slot() } {
+        Some(engine) => Ok(engine),
+        None => Err(super::not_running()),
+    }
 }
 
 /// A thread's right to the engine at `Single` and `Funneled`.
@@ -84,7 +105,8 @@ pub(super) fn install(engine: AnyPml, shared: bool) {
     }
 }
 
-/// A thread's right to the engine for one call (or one round of a blocking one): the
+/// A thread's right to the engine for one non-blocking call, or for finalize, either way
+/// (the blocking calls take an `OwnersRight`, or the shared lock one round at a time): the
 /// initializing thread's at `Single` and `Funneled`, marked in `OWNER`; at `Serialized` and
 /// `Multiple` the shared lock, held by `shared` for this thread until the drop.
 ///
@@ -99,11 +121,21 @@ pub(super) fn install(engine: AnyPml, shared: bool) {
 /// give up that thread's right (or none) instead of this one's.
 pub(super) struct Entry(PhantomData<*const ()>);
 
-impl Entry {
+/// The initializing thread's right to the engine at `Single` and `Funneled`, for one call:
+/// what the blocking calls take (`environment::on_engine`), whose way to the shared engine
+/// does not run through it. Its drop is the mark's store alone, where an `Entry`'s tests the
+/// mark to tell the owner's end of a call from the shared lock's release: on the blocking
+/// calls, that test was a `Single` program's cost of the shared engine's being built in.
+///
+/// `!Send`, as an `Entry`: the mark its drop sets is its thread's. (Not `Owned`, a name
+/// `point_to_point` gives a received message's buffer.)
+pub(super) struct OwnersRight(PhantomData<*const ()>);
+
+impl OwnersRight {
     /// The right to the engine where this thread owns it (`Single`, `Funneled`), outside a
     /// call; `None` elsewhere.
     #[inline(always)]
-    pub(super) fn own() -> Option<Entry> {
+    pub(super) fn take() -> Option<OwnersRight> {
         let free = OWNER.with(|owner| {
             let free = owner.get() == Owner::Free;
             if free {
@@ -111,23 +143,52 @@ impl Entry {
             }
             free
         });
-        // Not `then_some`, which makes its argument first: the `Entry` it then dropped,
-        // where this thread has no right, let go of the shared lock's hold that an
-        // enclosing call of this thread kept (so that a call inside a call took the lock
-        // anew instead of being refused).
+        // Not `then_some`, which makes its argument first: the right it then dropped, where
+        // this thread has none, marked the thread free inside an enclosing call of its own
+        // (so that a call inside a call reached the engine beside the outer one), and marked
+        // a thread that never had the right (`No`: not the initializing thread, or the engine
+        // shared) as the owner between calls. The tests below fail on either.
         if free {
-            Some(Entry(PhantomData))
+            Some(OwnersRight(PhantomData))
         } else {
             None
         }
     }
 
+    /// The engine; `NotInitialized` before `initialize`, `Finalized` after finalize.
+    #[inline(always)]
+    pub(super) fn engine(&mut self) -> Result<&mut AnyPml, Cause> {
+        // SAFETY: `take` made this `OwnersRight` only where it found this thread the free
+        // owner, and marked it in a call until the drop, so it is the one right to the engine
+        // there is now (see `Place`); the reference lives no longer than its borrow.
+        unsafe { engine() }
+    }
+}
+
+impl Drop for OwnersRight {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // `take` marked this thread in a call, and nothing inside the call changes that mark
+        // for good (`InUserCode` puts back what it found).
+        OWNER.with(|owner| {
+            debug_assert!(
+                owner.get() == Owner::InCall,
+                "an owner's right outside a call"
+            );
+            owner.set(Owner::Free)
+        });
+    }
+}
+
+impl Entry {
     /// The right to the engine, either way; where this thread has none, why not
     /// ([`refused`]).
     #[inline(always)]
     pub(super) fn enter() -> Result<Entry, Cause> {
-        if let Some(own) = Entry::own() {
-            return Ok(own);
+        if let Some(owned) = OwnersRight::take() {
+            // The same right, which this `Entry`'s drop ends: it finds the mark in a call.
+            std::mem::forget(owned);
+            return Ok(Entry(PhantomData));
         }
         #[cfg(feature = "threads")]
         if shared::hold_for_call() {
@@ -147,12 +208,9 @@ impl Entry {
     /// The engine; `NotInitialized` before `initialize`, `Finalized` after finalize.
     #[inline(always)]
     pub(super) fn engine(&mut self) -> Result<&mut AnyPml, Cause> {
-        // Not `ok_or`: its error, made before the test, has drop glue, which the compiler
-        // then called on every call that found the engine.
-        match self.slot() {
-            Some(engine) => Ok(engine),
-            None => Err(super::not_running()),
-        }
+        // SAFETY: this `Entry` is the one right to the engine there is now (see `Place`), and
+        // the reference lives no longer than its borrow.
+        unsafe { engine() }
     }
 }
 
@@ -233,10 +291,10 @@ impl Drop for Entry {
 
 #[cfg(test)]
 mod tests {
-    use super::Entry;
+    use super::{Entry, OwnersRight};
 
     /// Implemented twice for a `Send` type, so that naming its item for one cannot infer
-    /// which: the check below compiles only while `Entry` is `!Send`.
+    /// which: the check below compiles only while `Entry` and `OwnersRight` are `!Send`.
     trait AmbiguousIfSend<Which> {
         fn some_item() {}
     }
@@ -244,13 +302,15 @@ mod tests {
     impl<T: ?Sized + Send> AmbiguousIfSend<u8> for T {}
 
     #[test]
-    fn an_entry_stays_on_its_thread() {
-        // A compile-time check: were `Entry` `Send`, `_` would have two candidates (E0283).
+    fn a_right_stays_on_its_thread() {
+        // A compile-time check: were `Entry` or `OwnersRight` `Send`, `_` would have two
+        // candidates (E0283).
         let _ = <Entry as AmbiguousIfSend<_>>::some_item;
+        let _ = <OwnersRight as AmbiguousIfSend<_>>::some_item;
     }
 
     /// At `Single` and `Funneled`, a call inside a call finds no right, and finding none
-    /// leaves the enclosing call's mark: an `Entry` made and dropped for the refused call
+    /// leaves the enclosing call's mark: a right made and dropped for the refused call
     /// (`then_some`) marked the thread free, and the next call inside took the engine beside
     /// the one it was inside. Shuttle's thread-locals live only inside its scheduler.
     #[cfg(not(model_check))]
@@ -259,14 +319,14 @@ mod tests {
         use super::{Owner, OWNER};
 
         OWNER.with(|owner| owner.set(Owner::Free));
-        let outer = Entry::own();
+        let outer = OwnersRight::take();
         assert!(
             outer.is_some(),
             "the initializing thread has no right between calls"
         );
         for nested in 1..=2 {
             assert!(
-                Entry::own().is_none(),
+                OwnersRight::take().is_none(),
                 "call {nested} inside a call got a right to the engine"
             );
         }
@@ -276,6 +336,58 @@ mod tests {
         );
         drop(outer);
         assert!(OWNER.with(|owner| owner.get() == Owner::Free));
+        OWNER.with(|owner| owner.set(Owner::No));
+    }
+
+    /// A thread that is not the owner (or where the engine is shared) finds no right, and
+    /// finding none leaves it unmarked: a right made and dropped for the refusal (`then_some`)
+    /// marked it the owner between calls, and its next call took the engine beside the owner's.
+    #[cfg(not(model_check))]
+    #[test]
+    fn a_thread_without_the_right_stays_without_it() {
+        use super::{Owner, OWNER};
+
+        OWNER.with(|owner| owner.set(Owner::No));
+        for call in 1..=2 {
+            assert!(
+                OwnersRight::take().is_none(),
+                "call {call} of a thread that is not the owner got a right to the engine"
+            );
+        }
+        assert!(
+            OWNER.with(|owner| owner.get() == Owner::No),
+            "the refused calls marked a thread that is not the owner"
+        );
+    }
+
+    /// `Entry::enter` on the owner's thread takes the owner's right and keeps it to its drop:
+    /// inside, the thread is in a call (a nested call is refused, by either way in), and the
+    /// drop marks it free again.
+    #[cfg(not(model_check))]
+    #[test]
+    fn an_entry_holds_the_owners_right_until_its_drop() {
+        use super::{Owner, OWNER};
+        use crate::error::Cause;
+
+        OWNER.with(|owner| owner.set(Owner::Free));
+        let entry = Entry::enter().unwrap_or_else(|_| panic!("the free owner found no right"));
+        assert!(
+            OWNER.with(|owner| owner.get() == Owner::InCall),
+            "an Entry of the owner's right left the thread marked outside a call"
+        );
+        assert!(
+            OwnersRight::take().is_none(),
+            "a blocking call inside an Entry got a right to the engine"
+        );
+        assert!(
+            matches!(Entry::enter(), Err(Cause::NestedCall)),
+            "a call inside an Entry was not refused as nested"
+        );
+        drop(entry);
+        assert!(
+            OWNER.with(|owner| owner.get() == Owner::Free),
+            "the Entry's drop did not give the owner's right back"
+        );
         OWNER.with(|owner| owner.set(Owner::No));
     }
 }

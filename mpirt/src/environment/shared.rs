@@ -121,10 +121,7 @@ impl Held {
         // SAFETY: this thread holds the lock (`pause`, which lets go, consumes the hold), so
         // this is the one right to the engine there is (see `place`), and the reference lives
         // no longer than the borrow of the hold.
-        match unsafe { place::slot() } {
-            Some(engine) => Ok(engine),
-            None => Err(super::not_running()),
-        }
+        unsafe { place::engine() }
     }
 }
 

@@ -617,8 +617,10 @@ fn a_paused_waiter_is_woken_by_another_waits_round() {
 
 /// A call from inside a call (a callback that calls mpirt back, holding the lock) is refused
 /// naming that, rather than waiting for the lock its own thread holds, and leaves the
-/// enclosing call's hold alone: `Entry::own` made an `Entry` it dropped where the thread had
-/// no right, whose drop let go of that hold, and the inner call took the lock anew.
+/// enclosing call's hold alone: the owner's check in the `Entry::own` that was (`then_some`)
+/// made an `Entry` where the thread had no right and dropped it, and that drop, finding no
+/// owner's mark, let go of the hold, so the inner call took the lock anew. Its successor,
+/// `OwnersRight::take`, makes no right it does not hand out; place's unit tests check that.
 #[test]
 fn a_call_inside_a_call_is_refused_as_nested() {
     explore("a call inside a call", 0, 10, || {
