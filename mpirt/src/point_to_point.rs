@@ -6,7 +6,6 @@
 
 use std::mem::MaybeUninit;
 use std::panic::Location;
-use std::slice;
 use std::sync::Arc;
 
 use pml::RecvBuf;
@@ -251,7 +250,7 @@ impl RecvSlot {
         };
         let in_place = match &layout {
             Some(layout) if !datatype.needs_check() => {
-                Some(describe(ptr, len / datatype.size().max(1), layout))
+                Some(layout.describe(len / datatype.size().max(1), ptr))
             }
             _ => None,
         };
@@ -533,7 +532,7 @@ impl Outgoing {
         datatype: Datatype,
     ) -> Result<Outgoing, Cause> {
         let layout = datatype.layout()?;
-        let blocks = describe(ptr, count, &layout);
+        let blocks = layout.describe(count, ptr);
         let len = blocks.len();
         Ok(Outgoing {
             ptr: std::ptr::null(),
@@ -593,20 +592,6 @@ impl Outgoing {
             _ => None,
         }
     }
-}
-
-/// `count` elements of `layout` at `ptr` described for the PML, whose block list is
-/// `layout`'s (kept alive as long as the description).
-fn describe(ptr: *const u8, count: usize, layout: &Layout) -> pml::blocks::Blocks {
-    // A column is one block at a stride, not a list as long as the column for a peer to
-    // read: where the elements continue the stride (or are one).
-    match layout.regular() {
-        Some(r) if count == 1 || layout.extent == r.times * r.stride => {
-            pml::blocks::Blocks::new(ptr, count * r.times, r.stride, slice::from_ref(&r.block))
-        }
-        _ => pml::blocks::Blocks::new(ptr, count, layout.extent, layout.blocks()),
-    }
-    .expect("a view's packed size was checked to fit")
 }
 
 /// Posts a send of `out` to `dest`.

@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
+use std::slice;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use super::Kind;
@@ -484,35 +485,25 @@ impl Layout {
     /// `base` must be valid for reads of `span(count)` bytes, initialized where the blocks lie.
     pub unsafe fn pack(&self, count: usize, base: *const u8, out: &mut [u8]) {
         // Checked, not wrapped: a wrapped product equal to a short buffer's length would let
-        // the copies below run past it.
+        // the copies run past it.
         assert_eq!(
             Some(out.len()),
             count.checked_mul(self.size),
             "a packed buffer of the type's size"
         );
-        let mut at = 0;
-        for i in 0..count {
-            for block in &self.blocks {
-                // SAFETY: the block lies within `span(count)` bytes of `base` (the caller's
-                // promise), and `out` holds `count * size` bytes, the blocks' lengths summed.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        base.add(i * self.extent + block.offset),
-                        out.as_mut_ptr().add(at),
-                        block.len,
-                    )
-                };
-                at += block.len;
-            }
-        }
+        let blocks = self.describe(count, base);
+        // SAFETY: described here from `self.blocks`, alive for the call; the elements lie
+        // within `span(count)` bytes of `base`, readable (the caller's promise); `out` holds
+        // the `count * size` bytes they carry, and a `&mut` overlaps none of them.
+        unsafe { blocks.pack_range_into(0, out.len(), out.as_mut_ptr()) };
     }
 
     /// Unpacks `packed` (whole or the front of `count` elements' packed bytes) into the
     /// blocks of the elements at `base`; bytes outside the blocks are not touched.
     ///
     /// # Safety
-    /// `base` must be valid for writes of `span(count)` bytes, and `packed` at most
-    /// `count * size` bytes long.
+    /// `base` must be valid for writes of `span(count)` bytes, apart from `packed`, and
+    /// `packed` at most `count * size` bytes long.
     pub unsafe fn unpack(&self, count: usize, base: *mut u8, packed: &[u8]) {
         assert!(
             count
@@ -520,24 +511,25 @@ impl Layout {
                 .is_some_and(|size| packed.len() <= size),
             "packed bytes of at most count elements"
         );
-        let mut at = 0;
-        'elements: for i in 0..count {
-            for block in &self.blocks {
-                let len = block.len.min(packed.len() - at);
-                // SAFETY: as in `pack`, with the roles swapped; `len` stays within `packed`.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        packed.as_ptr().add(at),
-                        base.add(i * self.extent + block.offset),
-                        len,
-                    )
-                };
-                at += len;
-                if at == packed.len() {
-                    break 'elements;
-                }
+        let blocks = self.describe(count, base);
+        // SAFETY: as in `pack`, with the roles swapped (the caller's promise of writable
+        // elements apart from `packed`); `packed` is at most the bytes they carry.
+        unsafe { blocks.unpack_range_from(0, packed) };
+    }
+
+    /// `count` elements at `base` described for the PML, whose block list is this layout's
+    /// (alive as long as the description): for sends and receives in place, and for the
+    /// PML's loops, which pack and unpack (see `pml::blocks`). A column is one block at a
+    /// stride, not a list as long as the column (for a peer to read, or a loop to walk),
+    /// where the elements continue the stride (or are one). `count * size` must fit.
+    pub fn describe(&self, count: usize, base: *const u8) -> pml::blocks::Blocks {
+        match self.regular() {
+            Some(r) if count == 1 || self.extent == r.times * r.stride => {
+                pml::blocks::Blocks::new(base, count * r.times, r.stride, slice::from_ref(&r.block))
             }
+            _ => pml::blocks::Blocks::new(base, count, self.extent, &self.blocks),
         }
+        .expect("the packed size was checked to fit")
     }
 
     /// Whether packed bytes (the front of some elements) hold valid values element by

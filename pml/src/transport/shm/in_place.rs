@@ -8,6 +8,7 @@ use std::io;
 
 use super::{read_remote, PeerArena};
 use crate::blocks::{Block, Blocks};
+use crate::bulk_copy;
 
 /// The most iovecs one `process_vm_readv` takes (Linux's `UIO_MAXIOV`, POSIX's `IOV_MAX`).
 const IOV_MAX: usize = libc::UIO_MAXIOV as usize;
@@ -64,7 +65,7 @@ pub fn read_in_place(
             // below its end, as `span` computed without wrapping), which `mapped` found
             // readable in our mapping; `at + len` stays within `target`, ours exclusively,
             // which cannot overlap a read-only mapping.
-            unsafe { std::ptr::copy_nonoverlapping(src.add(from as usize), dst.add(at), len) };
+            unsafe { bulk_copy::copy_nonoverlapping(src.add(from as usize), dst.add(at), len) };
             at += len;
         });
         if let Some(addr) = below_span {
