@@ -252,6 +252,10 @@ pub(crate) struct Layout {
     /// column), found once: a send describes them to the PML in one block instead of a
     /// list as long as the column (see [`regular`](Self::regular)).
     regular: OnceLock<Option<Regular>>,
+    /// Whether one element's blocks lie in rising order, none touching the next: found
+    /// once, so that a receive view's overlap check is a comparison, not a walk of a
+    /// column's blocks on every exchange (7% of a 4 MiB halo exchange's cycles under perf).
+    rising: OnceLock<bool>,
 }
 
 /// One element's blocks as `block` repeated `times` times, `stride` bytes apart.
@@ -284,6 +288,7 @@ impl Layout {
             needs_check: element.needs_check(),
             signature: Signature::one(element, count),
             regular: OnceLock::new(),
+            rising: OnceLock::new(),
         }
     }
 
@@ -299,6 +304,7 @@ impl Layout {
             signature: Signature::default(),
             needs_check: false,
             regular: OnceLock::new(),
+            rising: OnceLock::new(),
         }
     }
 
@@ -376,6 +382,7 @@ impl Layout {
     fn push_block(&mut self, offset: usize, len: usize) {
         // Found again for the blocks as they will be.
         self.regular = OnceLock::new();
+        self.rising = OnceLock::new();
         if len == 0 {
             return;
         }
@@ -444,10 +451,14 @@ impl Layout {
         // The common case, a receive view of a vector or a struct, in one pass and without a
         // list of every element's blocks: blocks in rising order that do not touch each
         // other, and an element that ends before the next one's first block.
-        let rising = self
-            .blocks
-            .windows(2)
-            .all(|w| w[0].offset + w[0].len <= w[1].offset);
+        let rising = *self.rising.get_or_init(|| {
+            // A block at a stride no shorter than itself rises by construction (a vector).
+            self.regular().is_some()
+                || self
+                    .blocks
+                    .windows(2)
+                    .all(|w| w[0].offset + w[0].len <= w[1].offset)
+        });
         let apart = match (self.blocks.first(), count) {
             (_, 0 | 1) | (None, _) => true,
             (Some(first), _) => self.end <= self.extent + first.offset,
@@ -793,5 +804,13 @@ mod tests {
         assert_eq!(falling.overlap(3), None);
         assert_eq!(falling.overlap(4), Some((9, 9)));
         assert_eq!(falling.overlap(1 << 40), Some((9, 9)));
+        // The blocks' order is found once and kept, until blocks are appended: a layout
+        // checked before an append that lands on its block is checked again.
+        let mut grown = Layout::empty();
+        grown.append(&int(), 1, 8, 0).unwrap();
+        assert_eq!(grown.overlap(1), None);
+        grown.append(&int(), 1, 10, 0).unwrap();
+        assert_eq!(grown.overlap(1), Some((8, 10)));
+        assert_eq!(grown.overlap(1), Some((8, 10)));
     }
 }
