@@ -349,6 +349,12 @@ impl Blocks {
         }
     }
 
+    /// [`runs`](Self::runs) without merging blocks that touch: a block (or its part in the
+    /// range) at a time, cheaper to walk, for copies block by block.
+    pub fn pieces<'a>(&self, list: &'a [Block], start: usize, len: usize) -> Pieces<'a> {
+        Pieces(self.runs(list, start, len))
+    }
+
     /// The packed bytes `start..start + len` as runs of addresses, in packing order, with
     /// neighbouring runs that touch merged; `list` is the description's block list.
     pub fn runs<'a>(&self, list: &'a [Block], start: usize, len: usize) -> Runs<'a> {
@@ -430,6 +436,18 @@ impl Iterator for Runs<'_> {
                 None => return Some((addr, len)),
             }
         }
+    }
+}
+
+/// The pieces of [`Blocks::pieces`]: `(address, length)`, never empty.
+pub struct Pieces<'a>(Runs<'a>);
+
+impl Iterator for Pieces<'_> {
+    type Item = (u64, usize);
+
+    #[inline]
+    fn next(&mut self) -> Option<(u64, usize)> {
+        self.0.piece()
     }
 }
 

@@ -393,6 +393,10 @@ pub struct Counters {
     /// memory (shared memory; one that came by memcpy from the mapped arena counts in
     /// `mapped_reads` too).
     pub in_place_reads: u64,
+    /// Successful shared-memory rendezvous reads that landed straight in a receive laid out
+    /// in blocks (a non-contiguous datatype's), with no staging copy (they count in
+    /// `mapped_reads` and `in_place_reads` too where those apply).
+    pub block_reads: u64,
     /// Memory registrations made (RDMA): a buffer sent from again is not registered again.
     pub registrations: u64,
     /// Sleeps of this rank on its shared-memory futex (a wait that outlasted its spin).

@@ -984,6 +984,7 @@ fn non_contiguous_receives_scatter_into_their_blocks() {
             let mut buf = vec![POISON; span + 64];
             buf[span..].fill(GUARD);
             let rblocks = Blocks::new(buf.as_mut_ptr(), rcount, rextent, &rlist).unwrap();
+            let before = e.counters();
             // SAFETY: `buf`, `rlist` and the description outlive the receive, waited for here.
             let h =
                 unsafe { e.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &rblocks) }
@@ -1007,6 +1008,16 @@ fn non_contiguous_receives_scatter_into_their_blocks() {
                 }
                 Ok(other) => panic!("case {case}: {other:?}"),
             };
+            // With CMA a shared-memory rendezvous (every send here is read in place, from the
+            // sender's arena) is read straight into the receive's blocks, with no staging copy
+            // (by process_vm_readv: `a_column_lands_in_a_receives_blocks` in shm/in_place.rs).
+            let after = e.counters();
+            let read_into_blocks = mode == "shm" && serial.len() > LAYOUT_EAGER_LIMIT;
+            assert_eq!(
+                after.block_reads - before.block_reads,
+                u64::from(read_into_blocks),
+                "case {case} ({mode}): reads into the receive's blocks"
+            );
             // A serial unpack of what fits, into a copy of the poisoned buffer.
             let mut expected = vec![POISON; span + 64];
             expected[span..].fill(GUARD);

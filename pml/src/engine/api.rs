@@ -107,7 +107,8 @@ impl Pml for Engine {
     }
 
     /// Every receive laid out in blocks is taken: transports that hand whole frames have the
-    /// core unpack them, TCP scatters DATA from its socket, and a remote read lands in a
+    /// core unpack them, TCP scatters DATA from its socket, a shared-memory rendezvous reads
+    /// into the blocks (`Transport::read_into_blocks`), and other remote reads land in a
     /// staging buffer the core unpacks.
     ///
     /// # Safety
