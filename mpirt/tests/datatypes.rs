@@ -228,6 +228,8 @@ fn layouts(world: &SimpleCommunicator) {
             mpirt::request::scope(|scope| {
                 peer.immediate_send(scope, &view).wait();
             });
+            // For a matched probe's receive.
+            peer.send(&view);
             assert_eq!(world.pack(&view), packed, "case {case}: pack");
         } else if world.rank() == 1 {
             let peer = world.process_at_rank(0);
@@ -258,6 +260,19 @@ fn layouts(world: &SimpleCommunicator) {
                 });
             }
             assert!(immediate == expected, "case {case}: an immediate receive");
+            let mut matched = vec![GUARD; len];
+            {
+                // SAFETY: as above.
+                let mut view = unsafe {
+                    MutView::with_count_and_datatype(&mut matched[..], count as i32, &datatype)
+                };
+                let (message, _) = peer.matched_probe();
+                message.matched_receive_into(&mut view);
+            }
+            assert!(
+                matched == expected,
+                "case {case}: a matched probe's receive"
+            );
             let mut unpacked = vec![GUARD; len];
             {
                 // SAFETY: as above.

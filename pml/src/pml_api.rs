@@ -193,6 +193,21 @@ pub trait Pml {
         len: usize,
     ) -> Result<Handle, PmlError>;
 
+    /// [`post_matched_recv`](Self::post_matched_recv) into the non-contiguous buffer
+    /// `blocks` describes, each arriving byte unpacked straight into its blocks as
+    /// [`post_recv_blocks`](Self::post_recv_blocks) does; the message back, having posted
+    /// nothing, where the PML does not (the caller then receives it into a staging buffer).
+    ///
+    /// # Safety
+    /// As for `post_recv_blocks`.
+    unsafe fn post_matched_recv_blocks(
+        &mut self,
+        message: Self::Message,
+        _blocks: &Blocks,
+    ) -> Result<Result<Handle, Self::Message>, PmlError> {
+        Ok(Err(message))
+    }
+
     /// Collects the request if it finished, after one round of progress if it had not.
     fn test(&mut self, h: Handle) -> Result<Option<Done>, PmlError>;
 

@@ -203,6 +203,23 @@ impl Pml for Engine {
         Ok(h)
     }
 
+    /// Every matched receive laid out in blocks is taken, as by `post_recv_blocks`.
+    ///
+    /// # Safety
+    /// As for `Pml::post_matched_recv_blocks`.
+    unsafe fn post_matched_recv_blocks(
+        &mut self,
+        message: MessageHandle,
+        blocks: &Blocks,
+    ) -> Result<Result<Handle, MessageHandle>, PmlError> {
+        self.check_running()?;
+        let h = self
+            .core
+            .matched_recv(message, RecvBuf::of_blocks(blocks))?;
+        self.progress()?;
+        Ok(Ok(h))
+    }
+
     /// Collects the request if it finished; the handle is spent once this returns `Some`.
     fn test(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {
         if let Some(done) = self.collect(h)? {
