@@ -545,17 +545,23 @@ mod tests {
     }
 
     proptest! {
-        /// Any range of the packed bytes, walked as runs or packed, is that range of a serial
-        /// pack.
+        /// Any range of the packed bytes, walked as runs, packed or unpacked, is that range
+        /// of a serial pack; an unpack writes no byte outside the range's. `single` forces
+        /// a list of one 4-, 8- or 16-byte block (the constant-size copies).
         #[test]
         fn runs_of_a_range_are_that_range_of_the_pack(
-            pieces in prop::collection::vec((0usize..5, 0usize..6), 1..5),
+            pieces in prop::collection::vec((0usize..5, 0usize..20), 1..5),
+            single in 0usize..4,
             count in 1usize..6,
             gap in 0usize..5,
             cut in (0usize..1000, 0usize..1000),
         ) {
             let mut list = Vec::new();
             let mut at = 0;
+            let pieces = match single {
+                0 => pieces,
+                n => vec![(pieces[0].0, 2 << n)],
+            };
             for (skip, len) in pieces {
                 list.push(Block { offset: at + skip, len });
                 at += skip + len;
@@ -586,7 +592,28 @@ mod tests {
             // SAFETY: the description lies within its live buffer and list; `range` holds
             // `len` bytes of its own.
             unsafe { blocks.pack_range_into(start, len, range.as_mut_ptr()) };
-            prop_assert_eq!(range, serial[start..start + len].to_vec());
+            prop_assert_eq!(&range, &serial[start..start + len]);
+            // The range unpacked (from mid-block where `start` falls so) into a buffer of the
+            // same layout holding a guard, 16 bytes past its end too.
+            const GUARD: u8 = 0xEE;
+            let mut expected = vec![GUARD; extent * count + 16];
+            let mut p = 0;
+            for e in 0..count {
+                for b in &list {
+                    for i in 0..b.len {
+                        if (start..start + len).contains(&p) {
+                            expected[e * extent + b.offset + i] = serial[p];
+                        }
+                        p += 1;
+                    }
+                }
+            }
+            let mut into = vec![GUARD; extent * count + 16];
+            let target = Blocks::new(into.as_mut_ptr(), count, extent, &list).unwrap();
+            // SAFETY: the description lies within `into`, live and borrowed by nothing else
+            // for the call, and `range` is `len` packed bytes from `start`, within its own.
+            unsafe { target.unpack_range_from(start, &range) };
+            prop_assert_eq!(into, expected);
         }
     }
 }

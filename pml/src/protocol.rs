@@ -114,7 +114,9 @@ pub struct SendArgs<S> {
 /// Work for the caller besides transmitting frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Read `len` bytes at `remote` in `peer` into `read_target(recv)`, then call
+    /// Read `len` bytes at `remote` in `peer` into the receive: into `read_blocks(recv)`
+    /// where it is laid out in blocks and the transport reads into blocks (then
+    /// `read_lands_in_blocks(recv)`), else into `read_target(recv)`; then call
     /// `read_done(recv)` (or `read_failed`).
     Read {
         recv: Handle,
@@ -190,6 +192,9 @@ enum RecvState {
         deliver: usize,
         peer: Rank,
         send_request: u64,
+        /// The transport reads straight into the receive's blocks
+        /// ([`Core::read_lands_in_blocks`]): no staging is to be unpacked.
+        in_blocks: bool,
     },
     Pulling {
         status: Status,
@@ -740,6 +745,7 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
                     deliver,
                     peer,
                     send_request,
+                    in_blocks: false,
                 };
                 self.actions.push_back(Action::Read {
                     recv,
@@ -1354,7 +1360,8 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
 
     /// The blocks a `Read` action's bytes may land in straight (the first `len` packed
     /// bytes), where the receive is laid out in blocks: a transport that reads into them
-    /// (`Transport::read_into_blocks`) needs no [`read_target`](Self::read_target). The
+    /// (`Transport::read_into_blocks`) needs no [`read_target`](Self::read_target), and its
+    /// caller says so with [`read_lands_in_blocks`](Self::read_lands_in_blocks). The
     /// description is what [`RecvBytes`] promises of it.
     pub fn read_blocks(&self, recv: Handle) -> Result<Option<Blocks>, PmlError> {
         match self.requests.get(recv) {
@@ -1362,6 +1369,21 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
                 buf,
                 state: RecvState::Reading { .. },
             }) => Ok(buf.blocks().copied()),
+            _ => Err(PmlError::StaleRequest(recv)),
+        }
+    }
+
+    /// The transport took a `Read` action's bytes straight into the receive's blocks (from
+    /// [`read_blocks`](Self::read_blocks)): the read finishes with nothing to unpack.
+    pub fn read_lands_in_blocks(&mut self, recv: Handle) -> Result<(), PmlError> {
+        match self.requests.get_mut(recv) {
+            Ok(Request::Recv {
+                buf,
+                state: RecvState::Reading { in_blocks, .. },
+            }) if buf.blocks().is_some() => {
+                *in_blocks = true;
+                Ok(())
+            }
             _ => Err(PmlError::StaleRequest(recv)),
         }
     }
@@ -1414,6 +1436,7 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
             status,
             peer,
             send_request,
+            in_blocks,
             ..
         } = *state
         else {
@@ -1421,13 +1444,25 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
         };
         let capacity = recv_bytes::capacity(buf);
         // A read into blocks that went through a staging buffer (`read_target`) is unpacked
-        // now; one without landed in the blocks (`read_blocks`).
+        // now; one the transport took into the blocks (`read_lands_in_blocks`) is in place.
         if buf.blocks().is_some() {
-            if let Some(at) = self.read_staging.iter().position(|(h, _)| *h == recv) {
-                let (_, staging) = self.read_staging.swap_remove(at);
-                if failure.is_none() {
-                    recv_bytes::copy_in(buf, 0, &staging);
+            match self.read_staging.iter().position(|(h, _)| *h == recv) {
+                Some(at) => {
+                    let (_, staging) = self.read_staging.swap_remove(at);
+                    if failure.is_none() {
+                        recv_bytes::copy_in(buf, 0, &staging);
+                    }
                 }
+                // Neither: the bytes read are nowhere, and completing would hand back a
+                // buffer never written.
+                None if !in_blocks => {
+                    return Err(protocol(
+                        peer,
+                        "internal error: a read into a receive laid out in blocks finished, \
+                         but it neither had a staging buffer nor landed in the blocks",
+                    ));
+                }
+                None => {}
             }
         }
         *state = RecvState::Done(match failure {

@@ -49,53 +49,37 @@ impl<'a> Local<'a> {
     }
 
     /// The runs the bytes land in, merged where they touch: fewer iovecs.
-    fn runs(&self) -> LocalRuns<'a> {
+    fn runs(&self) -> LocalWalk<Runs<'a>> {
         match *self {
-            Local::Bytes { at, len } => LocalRuns::One(iter::once((at as u64, len))),
-            Local::Blocks { blocks, list, len } => LocalRuns::Blocks(blocks.runs(list, 0, len)),
+            Local::Bytes { at, len } => LocalWalk::One(iter::once((at as u64, len))),
+            Local::Blocks { blocks, list, len } => LocalWalk::Blocks(blocks.runs(list, 0, len)),
         }
     }
 
     /// The blocks the bytes land in, unmerged: the cheaper walk, for copies block by block.
-    fn pieces(&self) -> LocalPieces<'a> {
+    fn pieces(&self) -> LocalWalk<Pieces<'a>> {
         match *self {
-            Local::Bytes { at, len } => LocalPieces::One(iter::once((at as u64, len))),
-            Local::Blocks { blocks, list, len } => LocalPieces::Blocks(blocks.pieces(list, 0, len)),
+            Local::Bytes { at, len } => LocalWalk::One(iter::once((at as u64, len))),
+            Local::Blocks { blocks, list, len } => LocalWalk::Blocks(blocks.pieces(list, 0, len)),
         }
     }
 }
 
-/// [`Local::runs`].
-enum LocalRuns<'a> {
+/// The (address, length) spans of a [`Local`] in packing order: its one run of contiguous
+/// bytes, or the walk `I` of its blocks ([`Local::runs`], [`Local::pieces`]).
+enum LocalWalk<I> {
     One(iter::Once<(u64, usize)>),
-    Blocks(Runs<'a>),
+    Blocks(I),
 }
 
-impl Iterator for LocalRuns<'_> {
-    type Item = (u64, usize);
-
-    fn next(&mut self) -> Option<(u64, usize)> {
-        match self {
-            LocalRuns::One(one) => one.next(),
-            LocalRuns::Blocks(runs) => runs.next(),
-        }
-    }
-}
-
-/// [`Local::pieces`].
-enum LocalPieces<'a> {
-    One(iter::Once<(u64, usize)>),
-    Blocks(Pieces<'a>),
-}
-
-impl Iterator for LocalPieces<'_> {
+impl<I: Iterator<Item = (u64, usize)>> Iterator for LocalWalk<I> {
     type Item = (u64, usize);
 
     #[inline]
     fn next(&mut self) -> Option<(u64, usize)> {
         match self {
-            LocalPieces::One(one) => one.next(),
-            LocalPieces::Blocks(pieces) => pieces.next(),
+            LocalWalk::One(one) => one.next(),
+            LocalWalk::Blocks(walk) => walk.next(),
         }
     }
 }
@@ -136,8 +120,9 @@ pub unsafe fn read_into(
                 let mut to = Cursor::new(local.pieces());
                 // SAFETY: `mapped` found the `len` bytes readable in our mapping of the
                 // peer's arena, read-only, so apart from `local`, which is writable and ours
-                // (this function's contract) and takes `len` bytes.
+                // (this function's contract).
                 unsafe { to.copy_from(src, len) };
+                to.finish(len)?;
                 return Ok(true);
             }
             let remote = iter::once((addr, len));
@@ -188,7 +173,7 @@ pub unsafe fn read_into(
             // SAFETY: the block lies within the span (at or above `low`, checked above, and
             // below its end, as `span` computed without wrapping), which `mapped` found
             // readable in our read-only mapping, apart from `local`, which is writable and
-            // ours (this function's contract) and takes the `len` bytes the blocks sum to.
+            // ours (this function's contract).
             unsafe { to.copy_from(src.add(from as usize), n) };
         });
         if let Some(addr) = below_span {
@@ -196,6 +181,7 @@ pub unsafe fn read_into(
                 "a send's layout has a block at {addr:#x}, below its span's start {low:#x}"
             ));
         }
+        to.finish(len)?;
         return Ok(true);
     }
     // Not all in the arena: every run by `process_vm_readv`, none from the mapping (a send
@@ -210,6 +196,9 @@ struct Cursor<I> {
     pieces: I,
     at: u64,
     left: usize,
+    /// Bytes offered past the last piece, copied nowhere: [`finish`](Self::finish) names
+    /// them.
+    dropped: usize,
 }
 
 impl<I: Iterator<Item = (u64, usize)>> Cursor<I> {
@@ -218,20 +207,22 @@ impl<I: Iterator<Item = (u64, usize)>> Cursor<I> {
             pieces,
             at: 0,
             left: 0,
+            dropped: 0,
         }
     }
 
-    /// Copies `n` bytes at `src` into the next `n` bytes of the pieces.
+    /// Copies `n` bytes at `src` into the next `n` bytes of the pieces; those past the last
+    /// piece are counted, not copied.
     ///
     /// # Safety
-    /// `src` must be readable for `n` bytes, the pieces writable memory of this process apart
-    /// from it, and at least `n` of their bytes left.
+    /// `src` must be readable for `n` bytes, and the pieces writable memory of this process
+    /// apart from it.
     #[inline]
     unsafe fn copy_from(&mut self, mut src: *const u8, mut n: usize) {
         while n > 0 {
             if self.left == 0 {
                 let Some((at, left)) = self.pieces.next() else {
-                    debug_assert!(false, "{n} bytes past the pieces");
+                    self.dropped += n;
                     return;
                 };
                 (self.at, self.left) = (at, left);
@@ -245,6 +236,20 @@ impl<I: Iterator<Item = (u64, usize)>> Cursor<I> {
             n -= k;
             self.at += k as u64;
             self.left -= k;
+        }
+    }
+
+    /// Whether all `total` bytes copied found a place: the pieces are `Local`'s, which
+    /// promise `total`, so a shortfall is a description that broke its word, and the read
+    /// an error rather than a receive missing bytes.
+    fn finish(self, total: usize) -> Result<(), String> {
+        match self.dropped {
+            0 => Ok(()),
+            dropped => Err(format!(
+                "a receive's blocks took only {} of the {total} bytes read: {dropped} had no \
+                 place",
+                total - dropped
+            )),
         }
     }
 }
@@ -353,8 +358,8 @@ unsafe fn read_runs(
                 continue;
             }
             return Err(format!(
-                "process_vm_readv of {} runs into {} ({} bytes) of a rendezvous in pieces in \
-                 pid {pid}: {e}",
+                "process_vm_readv of {} remote runs into {} local runs ({} bytes) of a \
+                 rendezvous in pieces in pid {pid}: {e}",
                 from.len(),
                 into.len(),
                 total - done
@@ -412,13 +417,15 @@ mod tests {
         // 4-byte blocks every 12 bytes: each sent block lands in two of them.
         let recv_list = [Block { offset: 4, len: 4 }];
         let mut halo = vec![0xA5u8; 3000 * 12];
-        let received = Blocks::new(halo.as_mut_ptr(), 3000, 12, &recv_list).unwrap();
         let pid = std::process::id() as i32;
         for source in [
             Source::Described(&sent as *const Blocks as u64),
             Source::Bytes(matrix.as_ptr() as u64),
         ] {
             halo.fill(0xA5);
+            // Made after the fill: the description's pointer is the last use of `halo`
+            // before the read writes through it.
+            let received = Blocks::new(halo.as_mut_ptr(), 3000, 12, &recv_list).unwrap();
             let into = Local::Blocks {
                 blocks: &received,
                 list: &recv_list,
@@ -442,6 +449,76 @@ mod tests {
             }
             assert!(halo == expected, "{source:?}: the column landed wrong");
         }
+    }
+
+    /// `count` blocks of `len` bytes, `stride` apart (the first at `stride - len`), and a
+    /// buffer for them holding the guard 0xA5: a column with its gaps.
+    fn strided(count: usize, len: usize, stride: usize) -> ([Block; 1], Vec<u8>) {
+        let list = [Block {
+            offset: stride - len,
+            len,
+        }];
+        (list, vec![0xA5; count * stride])
+    }
+
+    /// Blocks whose lengths do not divide each other, more than one call takes on both
+    /// sides (so the kernel stops inside a local iovec on one call and a remote one on
+    /// another), 8-byte blocks into 12-byte ones and back, and the same runs into
+    /// contiguous bytes: the bytes land in packing order, the gaps keep their guard.
+    #[test]
+    fn runs_of_other_lengths_split_on_both_sides() {
+        let pid = std::process::id() as i32;
+        // (sent blocks' length, count; received blocks' length, count): 24 000 bytes.
+        for (slen, scount, rlen, rcount) in [(8, 3000, 12, 2000), (12, 2000, 8, 3000)] {
+            assert!(scount > IOV_MAX && rcount > IOV_MAX);
+            let (send_list, mut source) = strided(scount, slen, slen + 8);
+            for (i, b) in source.iter_mut().enumerate() {
+                *b = (i % 251) as u8;
+            }
+            let sent = Blocks::new(source.as_ptr(), scount, slen + 8, &send_list).unwrap();
+            let packed: Vec<u8> = source
+                .chunks(slen + 8)
+                .flat_map(|el| el[8..].to_vec())
+                .collect();
+            let rstride = rlen + 4;
+            let (recv_list, mut halo) = strided(rcount, rlen, rstride);
+            let received = Blocks::new(halo.as_mut_ptr(), rcount, rstride, &recv_list).unwrap();
+            let into = Local::Blocks {
+                blocks: &received,
+                list: &recv_list,
+                len: packed.len(),
+            };
+            let source_at = Source::Described(&sent as *const Blocks as u64);
+            // SAFETY: `halo` is ours, borrowed by nothing else while the read writes it.
+            let mapped = unsafe { read_into(pid, None, source_at, into) }.unwrap();
+            assert!(!mapped);
+            let mut expected = vec![0xA5u8; halo.len()];
+            for (el, block) in packed.chunks(rlen).enumerate() {
+                expected[el * rstride + 4..(el + 1) * rstride].copy_from_slice(block);
+            }
+            assert!(halo == expected, "{slen} into {rlen}: landed wrong");
+            // Contiguous bytes as the local side: one iovec against every remote run.
+            let mut target = vec![0u8; packed.len()];
+            read_in_place(pid, None, &sent as *const Blocks as u64, &mut target).unwrap();
+            assert!(
+                target == packed,
+                "{slen} into contiguous bytes: landed wrong"
+            );
+        }
+    }
+
+    /// Bytes past a cursor's pieces land nowhere and make `finish` an error naming them.
+    #[test]
+    fn a_cursor_names_bytes_past_its_pieces() {
+        let mut dst = [0u8; 6];
+        let src = [1u8, 2, 3, 4, 5, 6, 7, 8, 9];
+        let at = dst.as_mut_ptr() as u64;
+        let mut to = Cursor::new([(at, 4), (at + 4, 2)].into_iter());
+        // SAFETY: `src` is readable for its 9 bytes; the pieces are `dst`, ours and apart.
+        unsafe { to.copy_from(src.as_ptr(), 9) };
+        let err = to.finish(9).unwrap_err();
+        assert!(err.contains("took only 6 of the 9 bytes") && err.contains("3 had no place"));
+        assert_eq!(dst, [1, 2, 3, 4, 5, 6]);
     }
 
     #[test]
