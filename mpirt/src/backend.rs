@@ -381,6 +381,27 @@ impl Pml for AnyPml {
         }
     }
 
+    unsafe fn post_matched_recv_blocks(
+        &mut self,
+        message: MessageHandle,
+        blocks: &Blocks,
+    ) -> Result<Result<Handle, MessageHandle>, PmlError> {
+        // SAFETY (both arms): the caller's guarantees are passed on unchanged.
+        match (self, message) {
+            (AnyPml::Native(p), MessageHandle::Native(m)) => {
+                unsafe { p.post_matched_recv_blocks(m, blocks) }
+                    .map(|posted| posted.map_err(MessageHandle::Native))
+            }
+            #[cfg(feature = "ucx")]
+            (AnyPml::Ucx(p), MessageHandle::Ucx(m)) => {
+                unsafe { p.post_matched_recv_blocks(m, blocks) }
+                    .map(|posted| posted.map_err(MessageHandle::Ucx))
+            }
+            #[cfg(feature = "ucx")]
+            _ => unreachable!("a process runs one PML, so its messages come from that PML"),
+        }
+    }
+
     /// Steps the progress hooks too, if any are registered: a test moves things on.
     #[inline]
     fn test(&mut self, h: Handle) -> Result<Option<Done>, PmlError> {

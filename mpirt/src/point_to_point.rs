@@ -6,7 +6,6 @@
 
 use std::mem::MaybeUninit;
 use std::panic::Location;
-use std::slice;
 use std::sync::Arc;
 
 use pml::RecvBuf;
@@ -251,7 +250,7 @@ impl RecvSlot {
         };
         let in_place = match &layout {
             Some(layout) if !datatype.needs_check() => {
-                Some(describe(ptr, len / datatype.size().max(1), layout))
+                Some(layout.describe(len / datatype.size().max(1), ptr))
             }
             _ => None,
         };
@@ -533,7 +532,7 @@ impl Outgoing {
         datatype: Datatype,
     ) -> Result<Outgoing, Cause> {
         let layout = datatype.layout()?;
-        let blocks = describe(ptr, count, &layout);
+        let blocks = layout.describe(count, ptr);
         let len = blocks.len();
         Ok(Outgoing {
             ptr: std::ptr::null(),
@@ -593,20 +592,6 @@ impl Outgoing {
             _ => None,
         }
     }
-}
-
-/// `count` elements of `layout` at `ptr` described for the PML, whose block list is
-/// `layout`'s (kept alive as long as the description).
-fn describe(ptr: *const u8, count: usize, layout: &Layout) -> pml::blocks::Blocks {
-    // A column is one block at a stride, not a list as long as the column for a peer to
-    // read: where the elements continue the stride (or are one).
-    match layout.regular() {
-        Some(r) if count == 1 || layout.extent == r.times * r.stride => {
-            pml::blocks::Blocks::new(ptr, count * r.times, r.stride, slice::from_ref(&r.block))
-        }
-        _ => pml::blocks::Blocks::new(ptr, count, layout.extent, layout.blocks()),
-    }
-    .expect("a view's packed size was checked to fit")
 }
 
 /// Posts a send of `out` to `dest`.
@@ -820,9 +805,8 @@ pub(crate) fn receive_matched_vec<T: Equivalence>(
     // blocking receive below.
     let mut slot =
         unsafe { RecvSlot::new(vec.as_mut_ptr().cast(), count * datatype.size(), datatype)? };
-    let (ptr, len) = slot.target();
     // SAFETY: as above; the receive completes before this function returns.
-    let handle = with_engine(|e| unsafe { e.post_matched_recv(message, ptr, len) })?;
+    let handle = unsafe { post_matched_receive(message, &mut slot) }?;
     let status = finish_receive(handle, slot)?;
     // SAFETY: all `count` elements arrived and passed `T`'s check.
     unsafe { vec.set_len(count) };
@@ -834,10 +818,35 @@ pub(crate) fn receive_matched_into<B: BufferMut + ?Sized>(
     buf: &mut B,
 ) -> Result<Status, Cause> {
     let mut slot = RecvSlot::for_buffer(buf)?;
-    let (ptr, len) = slot.target();
     // SAFETY: `buf` is borrowed for this whole call, which waits for completion.
-    let handle = with_engine(|e| unsafe { e.post_matched_recv(message, ptr, len) })?;
+    let handle = unsafe { post_matched_receive(message, &mut slot) }?;
     finish_receive(handle, slot)
+}
+
+/// Posts the receive of the message a matched probe took into `slot`: straight into the
+/// user's blocks where the slot has them described and the PML lands messages there
+/// (`Pml::post_matched_recv_blocks`), else into the slot's contiguous target.
+///
+/// # Safety
+/// As for [`post_receive`].
+pub(crate) unsafe fn post_matched_receive(
+    message: MessageHandle,
+    slot: &mut RecvSlot,
+) -> Result<Handle, Cause> {
+    let message = match slot.in_place() {
+        // SAFETY: the description lies in the slot's box, and the blocks and block list it
+        // names live as long (this function's contract), as in `post_in_place`.
+        Some(blocks) => {
+            match with_engine(|e| unsafe { e.post_matched_recv_blocks(message, blocks) })? {
+                Ok(handle) => return Ok(handle),
+                Err(message) => message,
+            }
+        }
+        None => message,
+    };
+    let (ptr, len) = slot.target();
+    // SAFETY: forwarded from this function's contract.
+    with_engine(|e| unsafe { e.post_matched_recv(message, ptr, len) })
 }
 
 /// A source of messages: a [`Process`] or [`AnyProcess`].

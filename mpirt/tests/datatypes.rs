@@ -201,8 +201,20 @@ fn source_bytes(len: usize, case: usize) -> Vec<u8> {
 }
 
 /// Sends every case from rank 0 to rank 1 through a view, received packed and through a
-/// receive view; then broadcasts it from rank 0 to all through views.
-fn layouts(world: &SimpleCommunicator) {
+/// receive view, and as packed bytes received through a view; then broadcasts it from rank 0
+/// to all through views. On shared memory every rendezvous into a view with gaps lands in
+/// its blocks (`Counters::block_reads`), by process_vm_readv where the arenas are off:
+/// checked where the test side asks ([`BLOCK_READS`]).
+fn layouts(universe: &mpirt::environment::Universe, world: &SimpleCommunicator) {
+    let check = env::var(BLOCK_READS).ok();
+    let shm = check.is_some();
+    let cma = check.as_deref() == Some("cma");
+    // (reads into blocks, of them from a peer's mapped arena) at this rank so far.
+    let reads = || match (&check, universe.counters()) {
+        (Some(_), Some(c)) => (c.block_reads, c.mapped_reads),
+        (Some(how), None) => panic!("{BLOCK_READS}={how} without the native engine's counters"),
+        (None, _) => (0, 0),
+    };
     for (case, (spec, count)) in cases().into_iter().enumerate() {
         let (bytes, extent) = model(&spec);
         let datatype = build(&spec);
@@ -228,9 +240,33 @@ fn layouts(world: &SimpleCommunicator) {
             mpirt::request::scope(|scope| {
                 peer.immediate_send(scope, &view).wait();
             });
+            // For a matched probe's receive.
+            peer.send(&view);
+            // Contiguous bytes into a view.
+            peer.send(&packed[..]);
             assert_eq!(world.pack(&view), packed, "case {case}: pack");
         } else if world.rank() == 1 {
             let peer = world.process_at_rank(0);
+            // What a receive into a view read: one read into its blocks per rendezvous on
+            // shared memory where the view has gaps (a gapless one is received as bytes),
+            // none from the arena where it is off.
+            let gapless = bytes.iter().copied().eq(0..extent);
+            let read_into_view = packed.len() > EAGER && !gapless;
+            let read_into_blocks = |before: (u64, u64), how: &str| {
+                if !shm {
+                    return;
+                }
+                let after = reads();
+                assert_eq!(
+                    after.0 - before.0,
+                    u64::from(read_into_view),
+                    "case {case} ({} bytes): {how}: reads into the view's blocks",
+                    packed.len()
+                );
+                if cma {
+                    assert_eq!(after.1, before.1, "case {case}: {how}: read from an arena");
+                }
+            };
             let mut got = vec![0u8; packed.len()];
             let status = peer.receive_into(&mut got[..]);
             assert_eq!(status.byte_count(), packed.len());
@@ -241,7 +277,9 @@ fn layouts(world: &SimpleCommunicator) {
                 let mut view = unsafe {
                     MutView::with_count_and_datatype(&mut into[..], count as i32, &datatype)
                 };
+                let before = reads();
                 peer.receive_into(&mut view);
+                read_into_blocks(before, "receive_into");
             }
             assert!(
                 into == expected,
@@ -253,11 +291,42 @@ fn layouts(world: &SimpleCommunicator) {
                 let mut view = unsafe {
                     MutView::with_count_and_datatype(&mut immediate[..], count as i32, &datatype)
                 };
+                let before = reads();
                 mpirt::request::scope(|scope| {
                     peer.immediate_receive_into(scope, &mut view).wait();
                 });
+                read_into_blocks(before, "immediate_receive_into");
             }
             assert!(immediate == expected, "case {case}: an immediate receive");
+            let mut matched = vec![GUARD; len];
+            {
+                // SAFETY: as above.
+                let mut view = unsafe {
+                    MutView::with_count_and_datatype(&mut matched[..], count as i32, &datatype)
+                };
+                let (message, _) = peer.matched_probe();
+                let before = reads();
+                message.matched_receive_into(&mut view);
+                read_into_blocks(before, "matched_receive_into");
+            }
+            assert!(
+                matched == expected,
+                "case {case}: a matched probe's receive"
+            );
+            let mut from_bytes = vec![GUARD; len];
+            {
+                // SAFETY: as above.
+                let mut view = unsafe {
+                    MutView::with_count_and_datatype(&mut from_bytes[..], count as i32, &datatype)
+                };
+                let before = reads();
+                peer.receive_into(&mut view);
+                read_into_blocks(before, "contiguous bytes into a view");
+            }
+            assert!(
+                from_bytes == expected,
+                "case {case}: contiguous bytes received through a view"
+            );
             let mut unpacked = vec![GUARD; len];
             {
                 // SAFETY: as above.
@@ -289,6 +358,9 @@ fn layouts(world: &SimpleCommunicator) {
         assert!(&all == want, "case {case}: broadcast through views");
     }
     views_against_slices(world);
+    if world.rank() == 1 && shm {
+        println!("rank 1: block reads checked");
+    }
     println!("rank {}: layouts ok", world.rank());
 }
 
@@ -854,7 +926,7 @@ fn rank_mode() {
     let universe = mpirt::initialize().expect("initialize");
     let world = universe.world();
     match mode.as_str() {
-        "layouts" => layouts(&world),
+        "layouts" => layouts(&universe, &world),
         "padding" => padding(&world),
         "varcount views" => varcount_views(&world),
         "errors" => errors(),
@@ -872,6 +944,36 @@ fn tcp() -> Vec<(&'static str, String)> {
     ]
 }
 
+/// Asks the ranks of `layouts` to check their reads into views' blocks (`Counters::block_reads`)
+/// as on shared memory ("shm"), and with none from the arenas ("cma").
+const BLOCK_READS: &str = "DATATYPES_BLOCK_READS";
+
+/// `wire` asking for `layouts`' check of its reads into blocks, `how`, where the ranks meet on
+/// shared memory and the native engine counts (not across hosts, nor on the UCX PML); and
+/// whether it asked.
+fn block_reads(
+    mut wire: Vec<(&'static str, String)>,
+    how: &str,
+) -> (Vec<(&'static str, String)>, bool) {
+    let asked = common::test_pml() == "native" && !common::spread_over_hosts();
+    if asked {
+        wire.push((BLOCK_READS, how.to_string()));
+    } else {
+        println!("the reads into views' blocks are not checked: the ranks are on other hosts or the PML is not native");
+    }
+    (wire, asked)
+}
+
+/// `layouts` on `wire`, its block reads checked as `how` where `block_reads` asks; the
+/// output.
+fn layouts_on(wire: Vec<(&'static str, String)>, how: &str) -> String {
+    let (wire, asked) = block_reads(wire, how);
+    let out = ok(3, "layouts", &wire);
+    assert_eq!(out.matches("layouts ok").count(), 3, "{out}");
+    assert_eq!(out.contains("rank 1: block reads checked"), asked, "{out}");
+    out
+}
+
 fn ok(n: u32, mode: &str, wire: &[(&'static str, String)]) -> String {
     let mut envs: Vec<(&str, &str)> = vec![("MPIRT_EAGER_LIMIT", "4096")];
     envs.extend(wire.iter().map(|(k, v)| (*k, v.as_str())));
@@ -880,8 +982,7 @@ fn ok(n: u32, mode: &str, wire: &[(&'static str, String)]) -> String {
 
 #[test]
 fn random_layouts_match_the_serial_model_on_shared_memory() {
-    let out = ok(3, "layouts", &[]);
-    assert_eq!(out.matches("layouts ok").count(), 3, "{out}");
+    let out = layouts_on(Vec::new(), "shm");
     for expected in [
         "all_gather_into: the send buffer holds f64 elements but the receive buffer i64",
         "all_gather_into: the send and receive datatypes' signatures differ at basic element 1 \
@@ -903,8 +1004,7 @@ fn cma() -> Vec<(&'static str, String)> {
 
 #[test]
 fn random_layouts_match_the_serial_model_on_shared_memory_by_cma() {
-    let out = ok(3, "layouts", &cma());
-    assert_eq!(out.matches("layouts ok").count(), 3, "{out}");
+    layouts_on(cma(), "cma");
 }
 
 #[test]

@@ -9,6 +9,8 @@
 
 use std::mem::size_of;
 
+use crate::bulk_copy;
+
 /// [`RemoteKey::key`](crate::wire::RemoteKey) of a rendezvous whose address is a [`Blocks`]
 /// in the sender's memory, not the data itself.
 pub const IN_PLACE: u64 = 0x626c_6f63_6b73_0001;
@@ -246,16 +248,8 @@ impl Blocks {
     /// [`len`](Self::len), and `dst` valid for writes of `len` bytes that overlap none of the
     /// elements'.
     pub unsafe fn pack_range_into(&self, start: usize, len: usize, dst: *mut u8) {
-        let mut at = 0;
         // SAFETY: this function's contract.
-        unsafe {
-            self.for_each_piece(start, len, |addr, n| {
-                // SAFETY: the block lies in an element, readable (this function's contract);
-                // `at + n` stays within the `len` bytes at `dst`, as the pieces sum to `len`.
-                std::ptr::copy_nonoverlapping(addr as usize as *const u8, dst.add(at), n);
-                at += n;
-            })
-        };
+        unsafe { self.copy_range::<false>(start, len, dst) };
     }
 
     /// Unpacks `src` as the packed bytes `start..start + src.len()` into the blocks: what a
@@ -267,27 +261,98 @@ impl Blocks {
     /// elements' blocks valid for writes (a receive's buffer, lent for it),
     /// `start + src.len()` at most [`len`](Self::len), and `src` apart from the elements.
     pub unsafe fn unpack_range_from(&self, start: usize, src: &[u8]) {
-        let mut at = 0;
+        // Only read: `copy_range` writes the blocks when unpacking.
+        let packed = src.as_ptr().cast_mut();
         // SAFETY: this function's contract.
-        unsafe {
-            self.for_each_piece(start, src.len(), |addr, n| {
-                // SAFETY: the block lies in an element, writable (this function's contract);
-                // `at + n` stays within `src`, as the pieces sum to its length.
-                std::ptr::copy_nonoverlapping(src.as_ptr().add(at), addr as usize as *mut u8, n);
-                at += n;
-            })
-        };
+        unsafe { self.copy_range::<true>(start, src.len(), packed) };
     }
 
-    /// Calls `f` with the address and length of each piece of the packed bytes
-    /// `start..start + len`, in packing order.
+    /// Copies the packed bytes `start..start + len` between the blocks and `packed`: into
+    /// the blocks where `UNPACK`, else out of them. A list of one block of 4, 8 or 16 bytes
+    /// (a column, as mpirt describes one) gets a loop of its own in which a whole block is
+    /// one load and one store of that constant size; other blocks go by `bulk_copy`, inline
+    /// where they are short. A call to `memmove` a block cost 26% of a 4 MiB halo
+    /// exchange's cycles under perf (packing and unpacking an 8-byte column).
     ///
     /// # Safety
-    /// The description must have been made in this process, its block list alive.
-    unsafe fn for_each_piece(&self, start: usize, len: usize, f: impl FnMut(u64, usize)) {
+    /// As for [`pack_range_into`](Self::pack_range_into) (`packed` valid for writes of `len`
+    /// bytes) or, where `UNPACK`, [`unpack_range_from`](Self::unpack_range_from) (`packed`
+    /// valid for reads of `len` bytes).
+    unsafe fn copy_range<const UNPACK: bool>(&self, start: usize, len: usize, packed: *mut u8) {
         // SAFETY: this function's contract.
         let list = unsafe { self.local_list() };
-        self.for_each_block_from(list, start, len, f);
+        // SAFETY (each arm): this function's contract.
+        unsafe {
+            match list {
+                [b] if b.len == 8 => self.copy_pieces::<8, UNPACK>(list, start, len, packed),
+                [b] if b.len == 16 => self.copy_pieces::<16, UNPACK>(list, start, len, packed),
+                [b] if b.len == 4 => self.copy_pieces::<4, UNPACK>(list, start, len, packed),
+                _ => self.copy_pieces::<0, UNPACK>(list, start, len, packed),
+            }
+        }
+    }
+
+    /// [`copy_range`](Self::copy_range)'s loop, with whole pieces of `N` bytes copied as a
+    /// constant size (none where `N` is 0: pieces are never empty).
+    ///
+    /// # Safety
+    /// As for `copy_range`, `list` its block list.
+    #[inline(always)]
+    unsafe fn copy_pieces<const N: usize, const UNPACK: bool>(
+        &self,
+        list: &[Block],
+        start: usize,
+        len: usize,
+        packed: *mut u8,
+    ) {
+        let mut at = 0;
+        let mut copy = |addr: u64, n: usize| {
+            let block = addr as usize as *mut u8;
+            // SAFETY: `at + n` stays within the `len` packed bytes, as the pieces sum to
+            // `len`; the block lies in an element, readable, or writable where `UNPACK`, and
+            // apart from the packed bytes (this function's contract).
+            unsafe {
+                let other = packed.add(at);
+                let (src, dst) = match UNPACK {
+                    true => (other.cast_const(), block),
+                    false => (block.cast_const(), other),
+                };
+                if n == N {
+                    std::ptr::copy_nonoverlapping(src, dst, N);
+                } else {
+                    bulk_copy::copy_nonoverlapping(src, dst, n);
+                }
+            }
+            at += n;
+        };
+        let [b] = list else {
+            self.for_each_block_from(list, start, len, copy);
+            return;
+        };
+        if len == 0 {
+            return;
+        }
+        // One block an element (a column, as mpirt describes one): a loop of its own, with no
+        // walk of the list; `b.len` is the element's length (not 0: `len` bytes lie in the
+        // blocks), the range lies within the elements (this function's contract).
+        let mut skip = start % b.len;
+        let first = (start / b.len) as u64;
+        let mut element = self.base.wrapping_add(first.wrapping_mul(self.extent));
+        let offset = b.offset as u64;
+        let mut left = len;
+        while left > 0 {
+            let n = (b.len - skip).min(left);
+            copy(element.wrapping_add(offset + skip as u64), n);
+            left -= n;
+            skip = 0;
+            element = element.wrapping_add(self.extent);
+        }
+    }
+
+    /// [`runs`](Self::runs) without merging blocks that touch: a block (or its part in the
+    /// range) at a time, cheaper to walk, for copies block by block.
+    pub fn pieces<'a>(&self, list: &'a [Block], start: usize, len: usize) -> Pieces<'a> {
+        Pieces(self.runs(list, start, len))
     }
 
     /// The packed bytes `start..start + len` as runs of addresses, in packing order, with
@@ -371,6 +436,18 @@ impl Iterator for Runs<'_> {
                 None => return Some((addr, len)),
             }
         }
+    }
+}
+
+/// The pieces of [`Blocks::pieces`]: `(address, length)`, never empty.
+pub struct Pieces<'a>(Runs<'a>);
+
+impl Iterator for Pieces<'_> {
+    type Item = (u64, usize);
+
+    #[inline]
+    fn next(&mut self) -> Option<(u64, usize)> {
+        self.0.piece()
     }
 }
 
@@ -468,17 +545,23 @@ mod tests {
     }
 
     proptest! {
-        /// Any range of the packed bytes, walked as runs or packed, is that range of a serial
-        /// pack.
+        /// Any range of the packed bytes, walked as runs, packed or unpacked, is that range
+        /// of a serial pack; an unpack writes no byte outside the range's. `single` forces
+        /// a list of one 4-, 8- or 16-byte block (the constant-size copies).
         #[test]
         fn runs_of_a_range_are_that_range_of_the_pack(
-            pieces in prop::collection::vec((0usize..5, 0usize..6), 1..5),
+            pieces in prop::collection::vec((0usize..5, 0usize..20), 1..5),
+            single in 0usize..4,
             count in 1usize..6,
             gap in 0usize..5,
             cut in (0usize..1000, 0usize..1000),
         ) {
             let mut list = Vec::new();
             let mut at = 0;
+            let pieces = match single {
+                0 => pieces,
+                n => vec![(pieces[0].0, 2 << n)],
+            };
             for (skip, len) in pieces {
                 list.push(Block { offset: at + skip, len });
                 at += skip + len;
@@ -509,7 +592,28 @@ mod tests {
             // SAFETY: the description lies within its live buffer and list; `range` holds
             // `len` bytes of its own.
             unsafe { blocks.pack_range_into(start, len, range.as_mut_ptr()) };
-            prop_assert_eq!(range, serial[start..start + len].to_vec());
+            prop_assert_eq!(&range, &serial[start..start + len]);
+            // The range unpacked (from mid-block where `start` falls so) into a buffer of the
+            // same layout holding a guard, 16 bytes past its end too.
+            const GUARD: u8 = 0xEE;
+            let mut expected = vec![GUARD; extent * count + 16];
+            let mut p = 0;
+            for e in 0..count {
+                for b in &list {
+                    for i in 0..b.len {
+                        if (start..start + len).contains(&p) {
+                            expected[e * extent + b.offset + i] = serial[p];
+                        }
+                        p += 1;
+                    }
+                }
+            }
+            let mut into = vec![GUARD; extent * count + 16];
+            let target = Blocks::new(into.as_mut_ptr(), count, extent, &list).unwrap();
+            // SAFETY: the description lies within `into`, live and borrowed by nothing else
+            // for the call, and `range` is `len` packed bytes from `start`, within its own.
+            unsafe { target.unpack_range_from(start, &range) };
+            prop_assert_eq!(into, expected);
         }
     }
 }

@@ -551,10 +551,32 @@ impl Engine {
             len,
         } = action;
         let (route, _, _) = self.route(peer)?;
-        let target = self.core.read_target(recv)?;
-        let reading = self.transports[route]
-            .read(peer, remote, target, recv.to_wire())
-            .map_err(|e| e.on_host(&self.hosts, &self.names))?;
+        let token = recv.to_wire();
+        // A receive laid out in blocks is read straight into them where the transport can,
+        // else into contiguous bytes (a staging buffer the core unpacks).
+        let in_blocks = match self.core.read_blocks(recv)? {
+            // SAFETY: the description of a receive posted by `post_recv_blocks` or
+            // `post_matched_recv_blocks`, whose caller keeps it, its list and its blocks
+            // alive, writable and lent to the engine until the receive completes, which it
+            // does not before this read finished; `len` is what the core delivers, at most
+            // its bytes.
+            Some(blocks) => unsafe {
+                self.transports[route].read_into_blocks(peer, remote, &blocks, len, token)
+            },
+            None => Ok(None),
+        };
+        let reading = match in_blocks {
+            Ok(Some(reading)) => {
+                self.core.read_lands_in_blocks(recv)?;
+                Ok(reading)
+            }
+            Ok(None) => {
+                let target = self.core.read_target(recv)?;
+                self.transports[route].read(peer, remote, target, token)
+            }
+            Err(e) => Err(e),
+        }
+        .map_err(|e| e.on_host(&self.hosts, &self.names))?;
         if !matches!(reading, Reading::Finished(Err(_))) {
             self.counters.remote_reads += 1;
             self.counters.remote_read_bytes += len as u64;

@@ -193,6 +193,21 @@ pub trait Pml {
         len: usize,
     ) -> Result<Handle, PmlError>;
 
+    /// [`post_matched_recv`](Self::post_matched_recv) into the non-contiguous buffer
+    /// `blocks` describes, each arriving byte unpacked straight into its blocks as
+    /// [`post_recv_blocks`](Self::post_recv_blocks) does; the message back, having posted
+    /// nothing, where the PML does not (the caller then receives it into a staging buffer).
+    ///
+    /// # Safety
+    /// As for `post_recv_blocks`.
+    unsafe fn post_matched_recv_blocks(
+        &mut self,
+        message: Self::Message,
+        _blocks: &Blocks,
+    ) -> Result<Result<Handle, Self::Message>, PmlError> {
+        Ok(Err(message))
+    }
+
     /// Collects the request if it finished, after one round of progress if it had not.
     fn test(&mut self, h: Handle) -> Result<Option<Done>, PmlError>;
 
@@ -393,6 +408,10 @@ pub struct Counters {
     /// memory (shared memory; one that came by memcpy from the mapped arena counts in
     /// `mapped_reads` too).
     pub in_place_reads: u64,
+    /// Successful shared-memory rendezvous reads that landed straight in a receive laid out
+    /// in blocks (a non-contiguous datatype's), with no staging copy (they count in
+    /// `mapped_reads` and `in_place_reads` too where those apply).
+    pub block_reads: u64,
     /// Memory registrations made (RDMA): a buffer sent from again is not registered again.
     pub registrations: u64,
     /// Sleeps of this rank on its shared-memory futex (a wait that outlasted its spin).

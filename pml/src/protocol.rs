@@ -114,7 +114,9 @@ pub struct SendArgs<S> {
 /// Work for the caller besides transmitting frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Read `len` bytes at `remote` in `peer` into `read_target(recv)`, then call
+    /// Read `len` bytes at `remote` in `peer` into the receive: into `read_blocks(recv)`
+    /// where it is laid out in blocks and the transport reads into blocks (then
+    /// `read_lands_in_blocks(recv)`), else into `read_target(recv)`; then call
     /// `read_done(recv)` (or `read_failed`).
     Read {
         recv: Handle,
@@ -190,6 +192,9 @@ enum RecvState {
         deliver: usize,
         peer: Rank,
         send_request: u64,
+        /// The transport reads straight into the receive's blocks
+        /// ([`Core::read_lands_in_blocks`]): no staging is to be unpacked.
+        in_blocks: bool,
     },
     Pulling {
         status: Status,
@@ -366,8 +371,8 @@ pub struct Core<S, R> {
     claim: Option<Claim<R>>,
     /// How the last claim ended, until its receive takes it.
     claim_end: Option<ClaimEnd<R>>,
-    /// Where remote reads for receives laid out in blocks land (a read fills contiguous
-    /// bytes), until they finish and are unpacked.
+    /// Where remote reads for receives laid out in blocks land when the transport reads
+    /// only into contiguous bytes, until they finish and are unpacked.
     read_staging: Vec<(Handle, Vec<u8>)>,
     /// Eager bytes given back to a peer at once (a quarter of the budget), computed once: the
     /// division is not for every message.
@@ -724,7 +729,6 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
             unreachable!("a matched receive handle is live until delivered");
         };
         let capacity = recv_bytes::capacity(buf);
-        let in_blocks = buf.blocks().is_some();
         let status = Status {
             source: envelope.source,
             tag: envelope.tag,
@@ -732,10 +736,6 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
         };
         let deliver = len.min(capacity);
         if remote_read {
-            if in_blocks && deliver > 0 {
-                // A read lands contiguous bytes: staged, then unpacked once it finished.
-                self.read_staging.push((recv, vec![0; deliver]));
-            }
             if deliver == 0 {
                 *state = RecvState::Done(receive_result(status, capacity));
                 self.push_control(peer, Control::Fin(send_request));
@@ -745,6 +745,7 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
                     deliver,
                     peer,
                     send_request,
+                    in_blocks: false,
                 };
                 self.actions.push_back(Action::Read {
                     recv,
@@ -1357,8 +1358,39 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
         self.actions.pop_front()
     }
 
-    /// Where a `Read` action's bytes go: the first `len` bytes of the receive buffer, or
-    /// of its staging where the receive is laid out in blocks.
+    /// The blocks a `Read` action's bytes may land in straight (the first `len` packed
+    /// bytes), where the receive is laid out in blocks: a transport that reads into them
+    /// (`Transport::read_into_blocks`) needs no [`read_target`](Self::read_target), and its
+    /// caller says so with [`read_lands_in_blocks`](Self::read_lands_in_blocks). The
+    /// description is what [`RecvBytes`] promises of it.
+    pub fn read_blocks(&self, recv: Handle) -> Result<Option<Blocks>, PmlError> {
+        match self.requests.get(recv) {
+            Ok(Request::Recv {
+                buf,
+                state: RecvState::Reading { .. },
+            }) => Ok(buf.blocks().copied()),
+            _ => Err(PmlError::StaleRequest(recv)),
+        }
+    }
+
+    /// The transport took a `Read` action's bytes straight into the receive's blocks (from
+    /// [`read_blocks`](Self::read_blocks)): the read finishes with nothing to unpack.
+    pub fn read_lands_in_blocks(&mut self, recv: Handle) -> Result<(), PmlError> {
+        match self.requests.get_mut(recv) {
+            Ok(Request::Recv {
+                buf,
+                state: RecvState::Reading { in_blocks, .. },
+            }) if buf.blocks().is_some() => {
+                *in_blocks = true;
+                Ok(())
+            }
+            _ => Err(PmlError::StaleRequest(recv)),
+        }
+    }
+
+    /// Where a `Read` action's bytes go as contiguous bytes: the first `len` bytes of the
+    /// receive buffer, or, where the receive is laid out in blocks, a staging buffer made
+    /// here, which is unpacked once the read finished.
     pub fn read_target(&mut self, recv: Handle) -> Result<&mut [u8], PmlError> {
         match self.requests.get_mut(recv) {
             Ok(Request::Recv {
@@ -1369,10 +1401,14 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
                 if buf.blocks().is_none() {
                     return Ok(&mut buf.as_mut()[..n]);
                 }
-                match self.read_staging.iter_mut().find(|(h, _)| *h == recv) {
-                    Some((_, staging)) => Ok(&mut staging[..n]),
-                    None => Err(PmlError::StaleRequest(recv)),
-                }
+                let at = match self.read_staging.iter().position(|(h, _)| *h == recv) {
+                    Some(at) => at,
+                    None => {
+                        self.read_staging.push((recv, vec![0; n]));
+                        self.read_staging.len() - 1
+                    }
+                };
+                Ok(&mut self.read_staging[at].1[..n])
             }
             _ => Err(PmlError::StaleRequest(recv)),
         }
@@ -1400,26 +1436,33 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
             status,
             peer,
             send_request,
+            in_blocks,
             ..
         } = *state
         else {
             return Err(PmlError::StaleRequest(recv));
         };
         let capacity = recv_bytes::capacity(buf);
+        // A read into blocks that went through a staging buffer (`read_target`) is unpacked
+        // now; one the transport took into the blocks (`read_lands_in_blocks`) is in place.
         if buf.blocks().is_some() {
-            // Every read into blocks has its staging (made with the Read action): without
-            // one, the bytes read are nowhere, and completing would hand back a buffer never
-            // written.
-            let Some(at) = self.read_staging.iter().position(|(h, _)| *h == recv) else {
-                return Err(protocol(
-                    peer,
-                    "internal error: a read into a receive laid out in blocks finished, but \
-                     the receive has no staging for the bytes read",
-                ));
-            };
-            let (_, staging) = self.read_staging.swap_remove(at);
-            if failure.is_none() {
-                recv_bytes::copy_in(buf, 0, &staging);
+            match self.read_staging.iter().position(|(h, _)| *h == recv) {
+                Some(at) => {
+                    let (_, staging) = self.read_staging.swap_remove(at);
+                    if failure.is_none() {
+                        recv_bytes::copy_in(buf, 0, &staging);
+                    }
+                }
+                // Neither: the bytes read are nowhere, and completing would hand back a
+                // buffer never written.
+                None if !in_blocks => {
+                    return Err(protocol(
+                        peer,
+                        "internal error: a read into a receive laid out in blocks finished, \
+                         but it neither had a staging buffer nor landed in the blocks",
+                    ));
+                }
+                None => {}
             }
         }
         *state = RecvState::Done(match failure {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use std::{env, fs};
 
 use pml::blocks::{Block, Blocks};
+use pml::shared_arena::ARENA_MIN_BYTES;
 use pml::{Done, Engine, EngineConfig, Pml, SendMode, SourceSel, TagSel, TransportChoice};
 
 mod ranks_common;
@@ -779,6 +780,7 @@ fn layout_test_engine(
         shm_eager_limit: LAYOUT_EAGER_LIMIT,
         tcp_eager_limit: LAYOUT_EAGER_LIMIT,
         single_copy: single_copy(mode, rank),
+        shared_arena: mode != "shm-no-arena",
         shm_in_place_min_block: 1,
         transport: match mode {
             "tcp" => TransportChoice::Tcp,
@@ -924,7 +926,8 @@ const SCATTERED_ENV: &str = "PML_ENGINE_TEST_SCATTERED_RANK";
 /// random layouts, 100 bytes to 5 MiB: eager, rendezvous, past a frame and past `IOV_MAX`
 /// runs. Over TCP rendezvous data is scattered from the socket into the blocks; on shared
 /// memory eager frames and DATA (CMA off) are unpacked from the ring, and a read (CMA on)
-/// lands in the core's staging, unpacked once done. Every case: the blocks hold a serial
+/// lands in the blocks, from the sender's mapped arena or by process_vm_readv (the arena
+/// off), counted as such. Every case: the blocks hold a serial
 /// unpack of what was sent, the gaps between them keep their poison and the bytes past the
 /// buffer their guard; some receives are posted after their message arrived (unexpected),
 /// and some layouts are too small (truncated, eager and rendezvous, posted and unexpected:
@@ -984,6 +987,7 @@ fn non_contiguous_receives_scatter_into_their_blocks() {
             let mut buf = vec![POISON; span + 64];
             buf[span..].fill(GUARD);
             let rblocks = Blocks::new(buf.as_mut_ptr(), rcount, rextent, &rlist).unwrap();
+            let before = e.counters();
             // SAFETY: `buf`, `rlist` and the description outlive the receive, waited for here.
             let h =
                 unsafe { e.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &rblocks) }
@@ -1007,6 +1011,24 @@ fn non_contiguous_receives_scatter_into_their_blocks() {
                 }
                 Ok(other) => panic!("case {case}: {other:?}"),
             };
+            // With CMA a shared-memory rendezvous is read straight into the receive's blocks,
+            // with no staging copy: one memcpy a piece from the sender's mapped arena where the
+            // send's buffer lies in it (`ARENA_MIN_BYTES` or more), else by process_vm_readv
+            // (without the arena always; `a_column_lands_in_a_receives_blocks` in
+            // shm/in_place.rs reads past `IOV_MAX` runs).
+            let after = e.counters();
+            let read_into_blocks = mode.starts_with("shm")
+                && mode != "shm-no-cma"
+                && serial.len() > LAYOUT_EAGER_LIMIT;
+            let mapped = read_into_blocks && mode == "shm" && source.len() >= ARENA_MIN_BYTES;
+            assert_eq!(
+                (
+                    after.block_reads - before.block_reads,
+                    after.mapped_reads - before.mapped_reads
+                ),
+                (u64::from(read_into_blocks), u64::from(mapped)),
+                "case {case} ({mode}): reads into the receive's blocks, of them from the arena"
+            );
             // A serial unpack of what fits, into a copy of the poisoned buffer.
             let mut expected = vec![POISON; span + 64];
             expected[span..].fill(GUARD);
@@ -1046,7 +1068,7 @@ fn non_contiguous_receives_scatter_into_their_blocks() {
     run_layout_test(
         "non_contiguous_receives_scatter_into_their_blocks",
         SCATTERED_ENV,
-        &["tcp", "shm", "shm-no-cma"],
+        &["tcp", "shm", "shm-no-arena", "shm-no-cma"],
         "scattered",
     );
 }

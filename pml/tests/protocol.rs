@@ -1050,3 +1050,131 @@ fn a_withdrawn_claim_takes_nothing() {
     assert!(!p.cores[1].claim_ended());
     assert_eq!(p.cores[1].unexpected_len(), 1);
 }
+
+/// A receive laid out in blocks: 4 bytes of every 8 in storage the test owns.
+struct Strided {
+    blocks: pml::blocks::Blocks,
+    _list: Box<[pml::blocks::Block]>,
+}
+
+impl AsMut<[u8]> for Strided {
+    fn as_mut(&mut self) -> &mut [u8] {
+        &mut []
+    }
+}
+
+// SAFETY: `blocks` is made by `Blocks::new` over `_list`, which it owns, and over storage each
+// test keeps alive and leaves alone until the receive completed.
+unsafe impl pml::protocol::RecvBytes for Strided {
+    fn blocks(&self) -> Option<&pml::blocks::Blocks> {
+        Some(&self.blocks)
+    }
+}
+
+/// How the test's transport lands a rendezvous read into a receive laid out in blocks.
+#[derive(Clone, Copy, Debug)]
+enum Landing {
+    /// Into the blocks, said with `read_lands_in_blocks`.
+    Blocks,
+    /// Into the core's staging (`read_target`).
+    Staging,
+    /// Nowhere: `read_done` is called with neither.
+    Nowhere,
+}
+
+/// A rendezvous of 512 4-byte elements into a receive whose blocks lie 8 bytes apart, read
+/// as `landing` says; the receiver's storage and `read_done`'s result.
+fn read_into_strided(landing: Landing) -> (Vec<u8>, Result<(), PmlError>) {
+    let data = pattern(2 * EAGER, 7);
+    let mut storage = vec![0xEEu8; 2 * data.len()];
+    let list: Box<[pml::blocks::Block]> = Box::new([pml::blocks::Block { offset: 0, len: 4 }]);
+    let blocks = pml::blocks::Blocks::new(storage.as_mut_ptr(), data.len() / 4, 8, &list).unwrap();
+    let mut sender: TestCore = Core::new(2, CoreConfig::default());
+    let mut receiver: Core<Vec<u8>, Strided> = Core::new(2, CoreConfig::default());
+    sender.set_peer(1, caps(true));
+    receiver.set_peer(0, caps(true));
+    let recv = receiver
+        .post_recv(
+            0,
+            SourceSel::Rank(0),
+            TagSel::Tag(1),
+            Strided {
+                blocks,
+                _list: list,
+            },
+        )
+        .unwrap();
+    sender
+        .post_send(SendArgs {
+            context: 0,
+            source: 0,
+            peer: 1,
+            tag: 1,
+            mode: SendMode::Standard,
+            buf: data.clone(),
+            remote: RemoteKey { addr: 1, key: 0 },
+            eager_limit: None,
+        })
+        .unwrap();
+    let t = sender.next_transmit(1).expect("the RTS");
+    let mut bytes = t.header().to_vec();
+    bytes.extend_from_slice(payload_of(&t));
+    sender.transmitted(1);
+    assert_eq!(kind(&Frame::decode(&bytes).unwrap()), "RTS");
+    receiver.on_frame(0, &bytes).unwrap();
+    let Some(Action::Read {
+        recv: read, len, ..
+    }) = receiver.poll_action()
+    else {
+        panic!("a rendezvous into a posted receive reads");
+    };
+    assert_eq!((read, len), (recv, data.len()));
+    match landing {
+        Landing::Blocks => {
+            let blocks = receiver.read_blocks(recv).unwrap().expect("the blocks");
+            // SAFETY: the receive's description over `storage`, which nothing else touches
+            // until the receive completes; `data` is its packed length.
+            unsafe { blocks.unpack_range_from(0, &data) };
+            receiver.read_lands_in_blocks(recv).unwrap();
+        }
+        Landing::Staging => receiver.read_target(recv).unwrap().copy_from_slice(&data),
+        Landing::Nowhere => {}
+    }
+    let done = receiver.read_done(recv);
+    if done.is_ok() {
+        assert!(matches!(
+            receiver.take_completion(recv).unwrap(),
+            Some(Completion::Recv { result: Ok(_), .. })
+        ));
+    }
+    (storage, done)
+}
+
+#[test]
+fn a_read_into_blocks_lands_in_them_or_in_staging_and_never_nowhere() {
+    let data = pattern(2 * EAGER, 7);
+    for landing in [Landing::Blocks, Landing::Staging] {
+        let (storage, done) = read_into_strided(landing);
+        assert!(done.is_ok(), "{landing:?}: {done:?}");
+        for (i, pair) in storage.chunks(8).enumerate() {
+            assert_eq!(
+                pair[..4],
+                data[4 * i..4 * i + 4],
+                "{landing:?}: element {i}"
+            );
+            assert_eq!(
+                pair[4..],
+                [0xEE; 4],
+                "{landing:?}: the gap after element {i}"
+            );
+        }
+    }
+    let (storage, done) = read_into_strided(Landing::Nowhere);
+    let err = done.expect_err("a read that landed nowhere completed");
+    assert!(
+        err.to_string()
+            .contains("neither had a staging buffer nor landed in the blocks"),
+        "{err}"
+    );
+    assert!(storage.iter().all(|&b| b == 0xEE));
+}

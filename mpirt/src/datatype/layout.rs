@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
+use std::slice;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use super::Kind;
@@ -251,6 +252,10 @@ pub(crate) struct Layout {
     /// column), found once: a send describes them to the PML in one block instead of a
     /// list as long as the column (see [`regular`](Self::regular)).
     regular: OnceLock<Option<Regular>>,
+    /// Whether one element's blocks lie in rising order, none overlapping the next: found
+    /// once, so that a receive view's overlap check is a comparison, not a walk of a
+    /// column's blocks on every exchange (7% of a 4 MiB halo exchange's cycles under perf).
+    rising: OnceLock<bool>,
 }
 
 /// One element's blocks as `block` repeated `times` times, `stride` bytes apart.
@@ -283,6 +288,7 @@ impl Layout {
             needs_check: element.needs_check(),
             signature: Signature::one(element, count),
             regular: OnceLock::new(),
+            rising: OnceLock::new(),
         }
     }
 
@@ -298,6 +304,7 @@ impl Layout {
             signature: Signature::default(),
             needs_check: false,
             regular: OnceLock::new(),
+            rising: OnceLock::new(),
         }
     }
 
@@ -375,6 +382,7 @@ impl Layout {
     fn push_block(&mut self, offset: usize, len: usize) {
         // Found again for the blocks as they will be.
         self.regular = OnceLock::new();
+        self.rising = OnceLock::new();
         if len == 0 {
             return;
         }
@@ -441,12 +449,16 @@ impl Layout {
     /// offset here is below it).
     pub fn overlap(&self, count: usize) -> Option<(usize, usize)> {
         // The common case, a receive view of a vector or a struct, in one pass and without a
-        // list of every element's blocks: blocks in rising order that do not touch each
-        // other, and an element that ends before the next one's first block.
-        let rising = self
-            .blocks
-            .windows(2)
-            .all(|w| w[0].offset + w[0].len <= w[1].offset);
+        // list of every element's blocks: blocks in rising order, none overlapping the
+        // next, and an element that ends before the next one's first block.
+        let rising = *self.rising.get_or_init(|| {
+            // A block at a stride no shorter than itself rises by construction (a vector).
+            self.regular().is_some()
+                || self
+                    .blocks
+                    .windows(2)
+                    .all(|w| w[0].offset + w[0].len <= w[1].offset)
+        });
         let apart = match (self.blocks.first(), count) {
             (_, 0 | 1) | (None, _) => true,
             (Some(first), _) => self.end <= self.extent + first.offset,
@@ -484,35 +496,25 @@ impl Layout {
     /// `base` must be valid for reads of `span(count)` bytes, initialized where the blocks lie.
     pub unsafe fn pack(&self, count: usize, base: *const u8, out: &mut [u8]) {
         // Checked, not wrapped: a wrapped product equal to a short buffer's length would let
-        // the copies below run past it.
+        // the copies run past it.
         assert_eq!(
             Some(out.len()),
             count.checked_mul(self.size),
             "a packed buffer of the type's size"
         );
-        let mut at = 0;
-        for i in 0..count {
-            for block in &self.blocks {
-                // SAFETY: the block lies within `span(count)` bytes of `base` (the caller's
-                // promise), and `out` holds `count * size` bytes, the blocks' lengths summed.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        base.add(i * self.extent + block.offset),
-                        out.as_mut_ptr().add(at),
-                        block.len,
-                    )
-                };
-                at += block.len;
-            }
-        }
+        let blocks = self.describe(count, base);
+        // SAFETY: described here from `self.blocks`, alive for the call; the elements lie
+        // within `span(count)` bytes of `base`, readable (the caller's promise); `out` holds
+        // the `count * size` bytes they carry, and a `&mut` overlaps none of them.
+        unsafe { blocks.pack_range_into(0, out.len(), out.as_mut_ptr()) };
     }
 
     /// Unpacks `packed` (whole or the front of `count` elements' packed bytes) into the
     /// blocks of the elements at `base`; bytes outside the blocks are not touched.
     ///
     /// # Safety
-    /// `base` must be valid for writes of `span(count)` bytes, and `packed` at most
-    /// `count * size` bytes long.
+    /// `base` must be valid for writes of `span(count)` bytes, apart from `packed`, and
+    /// `packed` at most `count * size` bytes long.
     pub unsafe fn unpack(&self, count: usize, base: *mut u8, packed: &[u8]) {
         assert!(
             count
@@ -520,24 +522,25 @@ impl Layout {
                 .is_some_and(|size| packed.len() <= size),
             "packed bytes of at most count elements"
         );
-        let mut at = 0;
-        'elements: for i in 0..count {
-            for block in &self.blocks {
-                let len = block.len.min(packed.len() - at);
-                // SAFETY: as in `pack`, with the roles swapped; `len` stays within `packed`.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        packed.as_ptr().add(at),
-                        base.add(i * self.extent + block.offset),
-                        len,
-                    )
-                };
-                at += len;
-                if at == packed.len() {
-                    break 'elements;
-                }
+        let blocks = self.describe(count, base);
+        // SAFETY: as in `pack`, with the roles swapped (the caller's promise of writable
+        // elements apart from `packed`); `packed` is at most the bytes they carry.
+        unsafe { blocks.unpack_range_from(0, packed) };
+    }
+
+    /// `count` elements at `base` described for the PML, whose block list is this layout's
+    /// (alive as long as the description): for sends and receives in place, and for the
+    /// PML's loops, which pack and unpack (see `pml::blocks`). A column is one block at a
+    /// stride, not a list as long as the column (for a peer to read, or a loop to walk),
+    /// where the elements continue the stride (or are one). `count * size` must fit.
+    pub fn describe(&self, count: usize, base: *const u8) -> pml::blocks::Blocks {
+        match self.regular() {
+            Some(r) if count == 1 || self.extent == r.times * r.stride => {
+                pml::blocks::Blocks::new(base, count * r.times, r.stride, slice::from_ref(&r.block))
             }
+            _ => pml::blocks::Blocks::new(base, count, self.extent, &self.blocks),
         }
+        .expect("the packed size was checked to fit")
     }
 
     /// Whether packed bytes (the front of some elements) hold valid values element by
@@ -801,5 +804,13 @@ mod tests {
         assert_eq!(falling.overlap(3), None);
         assert_eq!(falling.overlap(4), Some((9, 9)));
         assert_eq!(falling.overlap(1 << 40), Some((9, 9)));
+        // The blocks' order is found once and kept, until blocks are appended: a layout
+        // checked before an append that lands on its block is checked again.
+        let mut grown = Layout::empty();
+        grown.append(&int(), 1, 8, 0).unwrap();
+        assert_eq!(grown.overlap(1), None);
+        grown.append(&int(), 1, 10, 0).unwrap();
+        assert_eq!(grown.overlap(1), Some((8, 10)));
+        assert_eq!(grown.overlap(1), Some((8, 10)));
     }
 }

@@ -3,14 +3,14 @@
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 
-use pml::{Pml, SourceSel, Started};
+use pml::{SourceSel, Started};
 
 use super::{
-    finish_receive, one_element, receive_matched_into, receive_matched_vec, RecvSlot, Status,
+    finish_receive, one_element, post_matched_receive, receive_matched_into, receive_matched_vec,
+    RecvSlot, Status,
 };
 use crate::backend::MessageHandle;
 use crate::datatype::{datatype_of, BufferMut, Equivalence};
-use crate::environment::with_engine;
 use crate::error::{or_fatal, Error};
 use crate::request::{Lent, Request, Scope};
 
@@ -58,10 +58,8 @@ impl Message {
         let mut slot =
             unsafe { RecvSlot::new(value.as_mut_ptr().cast(), datatype.size(), datatype) }
                 .map_err(|c| Error::new(operation.clone(), c))?;
-        let (ptr, len) = slot.target();
-        let handle = self.handle;
         // SAFETY: as above; the receive completes before this function returns.
-        let status = with_engine(|e| unsafe { e.post_matched_recv(handle, ptr, len) })
+        let status = unsafe { post_matched_receive(self.handle, &mut slot) }
             .and_then(|h| finish_receive(h, slot))
             .map_err(|c| Error::new(operation, c))?;
         // SAFETY: exactly one element arrived and passed `T`'s check.
@@ -100,10 +98,9 @@ impl Message {
         let (handle, status) = (self.handle, self.status);
         let (data, slot) = Lent::exclusive(buf, |buf| RecvSlot::for_buffer(buf));
         let mut slot = slot.map_err(|c| Error::new(operation.clone(), c))?;
-        let (ptr, len) = slot.target();
         // SAFETY: the request keeps `buf` lent for `'a`, and the scope does not end before the
         // request completes.
-        let posted = with_engine(|e| unsafe { e.post_matched_recv(handle, ptr, len) })
+        let posted = unsafe { post_matched_receive(handle, &mut slot) }
             .map_err(|c| Error::new(operation, c))?;
         Ok(Request::receive(
             Started::Posted(posted),

@@ -107,7 +107,8 @@ impl Pml for Engine {
     }
 
     /// Every receive laid out in blocks is taken: transports that hand whole frames have the
-    /// core unpack them, TCP scatters DATA from its socket, and a remote read lands in a
+    /// core unpack them, TCP scatters DATA from its socket, a shared-memory rendezvous reads
+    /// into the blocks (`Transport::read_into_blocks`), and other remote reads land in a
     /// staging buffer the core unpacks.
     ///
     /// # Safety
@@ -200,6 +201,23 @@ impl Pml for Engine {
         let h = self.core.matched_recv(message, RecvBuf::new(buf, len))?;
         self.progress()?;
         Ok(h)
+    }
+
+    /// Every matched receive laid out in blocks is taken, as by `post_recv_blocks`.
+    ///
+    /// # Safety
+    /// As for `Pml::post_matched_recv_blocks`.
+    unsafe fn post_matched_recv_blocks(
+        &mut self,
+        message: MessageHandle,
+        blocks: &Blocks,
+    ) -> Result<Result<Handle, MessageHandle>, PmlError> {
+        self.check_running()?;
+        let h = self
+            .core
+            .matched_recv(message, RecvBuf::of_blocks(blocks))?;
+        self.progress()?;
+        Ok(Ok(h))
     }
 
     /// Collects the request if it finished; the handle is spent once this returns `Some`.

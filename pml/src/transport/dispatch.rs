@@ -233,6 +233,18 @@ impl Transport for AnyTransport {
         each!(self, t => Transport::read(t, peer, key, target, token))
     }
 
+    unsafe fn read_into_blocks(
+        &mut self,
+        peer: Rank,
+        key: RemoteKey,
+        blocks: &Blocks,
+        len: usize,
+        token: u64,
+    ) -> Result<Option<Reading>, PmlError> {
+        // SAFETY: forwarded from this function's contract.
+        each!(self, t => unsafe { Transport::read_into_blocks(t, peer, key, blocks, len, token) })
+    }
+
     #[inline]
     fn expose(
         &mut self,

@@ -350,6 +350,26 @@ pub trait Transport {
         token: u64,
     ) -> Result<Reading, PmlError>;
 
+    /// [`read`](Self::read) of the first `len` packed bytes of a receive laid out in blocks
+    /// straight into its blocks, with no staging copy: `None`, having read nothing, where
+    /// this transport reads only into contiguous bytes (the core then stages the read and
+    /// unpacks it).
+    ///
+    /// # Safety
+    /// `blocks` must have been made in this process by [`Blocks::new`], its block list alive
+    /// and its elements' blocks writable and not otherwise accessed until the read finished
+    /// (what [`RecvBytes`] promises of a receive's), and `len` at most `blocks.len()`.
+    unsafe fn read_into_blocks(
+        &mut self,
+        _peer: Rank,
+        _key: RemoteKey,
+        _blocks: &Blocks,
+        _len: usize,
+        _token: u64,
+    ) -> Result<Option<Reading>, PmlError> {
+        Ok(None)
+    }
+
     /// Lets `peer` read the `len` bytes at `buf` of a send; `sends_eagerly` says whether the
     /// send goes eagerly anyway (and so needs no exposure), asked only where it costs. By
     /// default the buffer's address is all a reader needs.

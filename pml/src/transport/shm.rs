@@ -32,7 +32,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
 pub use cma::{allow_ptrace_from_peers, read_remote};
-use in_place::read_in_place;
+use in_place::{read_in_place, read_into, Local, Source};
 pub use peer_arena::PeerArena;
 pub use peers::{ShmOpening, ShmPeers};
 pub use segment::unlink_segment;

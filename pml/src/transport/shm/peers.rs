@@ -7,7 +7,8 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 
 use super::{
-    allow_ptrace_from_peers, read_in_place, read_remote, PeerArena, ShmConfig, ShmTransport,
+    allow_ptrace_from_peers, read_in_place, read_into, read_remote, Local, PeerArena, ShmConfig,
+    ShmTransport, Source,
 };
 use crate::blocks::{self, Blocks, PackedRange};
 use crate::config::TransportChoice;
@@ -63,6 +64,8 @@ pub struct ShmPeers {
     mapped_reads: u64,
     /// Successful rendezvous reads of non-contiguous sends in place (`expose_blocks`).
     in_place_reads: u64,
+    /// Successful rendezvous reads straight into a receive's blocks (`read_into_blocks`).
+    block_reads: u64,
     /// The shortest mean block a send outside the arena is read in place with, by
     /// process_vm_readv (see `EngineConfig::shm_in_place_min_block`).
     in_place_min_block: usize,
@@ -169,6 +172,7 @@ impl ShmOpening {
             arena_wanted: job.config.shm_arena_eager_limit,
             mapped_reads: 0,
             in_place_reads: 0,
+            block_reads: 0,
             in_place_min_block: job.config.shm_in_place_min_block,
         })
     }
@@ -384,6 +388,37 @@ impl Transport for ShmPeers {
         Ok(Reading::Finished(result))
     }
 
+    /// Every read into a receive's blocks lands there: from the peer's arena one memcpy a
+    /// piece, else by `process_vm_readv` with the blocks as local iovecs.
+    unsafe fn read_into_blocks(
+        &mut self,
+        peer: Rank,
+        key: RemoteKey,
+        blocks: &Blocks,
+        len: usize,
+        _token: u64,
+    ) -> Result<Option<Reading>, PmlError> {
+        let local = self.local_of[peer as usize] as usize;
+        let arena = self.arenas.get(local).and_then(Option::as_ref);
+        let source = match key.key {
+            blocks::IN_PLACE => Source::Described(key.addr),
+            _ => Source::Bytes(key.addr),
+        };
+        // SAFETY: this function's contract: a description made in this process, its list
+        // alive (and its blocks writable and lent to the read, `len` within its bytes).
+        let list = unsafe { blocks.local_list() };
+        let into = Local::Blocks { blocks, list, len };
+        // SAFETY: as above, the blocks are ours to write for the call.
+        let result = unsafe { read_into(self.pids[local], arena, source, into) };
+        // Only reads that finished count: a refused layout moved no bytes.
+        if let Ok(mapped) = result {
+            self.mapped_reads += u64::from(mapped);
+            self.in_place_reads += u64::from(matches!(source, Source::Described(_)));
+            self.block_reads += 1;
+        }
+        Ok(Some(Reading::Finished(result.map(drop))))
+    }
+
     #[inline]
     fn expose(
         &mut self,
@@ -438,6 +473,7 @@ impl Transport for ShmPeers {
     fn count(&self, counters: &mut Counters) {
         counters.mapped_reads += self.mapped_reads;
         counters.in_place_reads += self.in_place_reads;
+        counters.block_reads += self.block_reads;
         let sleeps = self.seg.sleeps();
         counters.shm_sleeps += sleeps.slept;
         counters.shm_sleeps_woken += sleeps.woken;

@@ -13,6 +13,7 @@ use std::iter::Peekable;
 use std::mem::MaybeUninit;
 
 use crate::blocks::Runs;
+use crate::bulk_copy;
 
 /// The most iovecs one `sendmsg` takes (Linux's `UIO_MAXIOV`, POSIX's `IOV_MAX`).
 pub const IOV_MAX: usize = libc::UIO_MAXIOV as usize;
@@ -149,7 +150,7 @@ impl<'a> Batch<'a> {
         self.take(runs, |piece, addr, n| {
             // SAFETY: the run is readable and apart from the scratch (this function's
             // contract); `reserve` gave `n` bytes of the scratch at `piece`.
-            unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, piece, n) }
+            unsafe { bulk_copy::copy_nonoverlapping(addr as usize as *const u8, piece, n) }
         });
     }
 
@@ -180,7 +181,7 @@ pub unsafe fn scatter_short_runs(runs: Runs<'_>, scratch: &[u8], got: usize) {
             // contract); the batch gave the short runs consecutive pieces of the scratch, in
             // order, so this one's bytes are the `landed` at `used`.
             unsafe {
-                std::ptr::copy_nonoverlapping(
+                bulk_copy::copy_nonoverlapping(
                     scratch[used..used + landed].as_ptr(),
                     addr as usize as *mut u8,
                     landed,
