@@ -16,8 +16,8 @@ use pml::blocks::Blocks;
 use pml::ucx::{UcxConfig, UcxMessage, UcxPml};
 use pml::RecvBuf;
 use pml::{
-    ContextId, Done, Engine, EngineConfig, EngineError, Handle, Pml, PmlError, Rank, SendMode,
-    SourceSel, Started, Status, Tag, TagSel, Waiting, Wireup,
+    ContextId, Counters, Done, Engine, EngineConfig, EngineError, Handle, OneSided, Pml, PmlError,
+    Rank, SendMode, SourceSel, Started, Status, Tag, TagSel, Waiting, Wireup,
 };
 
 use crate::environment::{self, Threading};
@@ -146,13 +146,19 @@ impl AnyPml {
         }
     }
 
-    /// The native engine, which alone does one-sided operations in hardware (windows'
-    /// RDMA path); `None` on UCX.
-    pub fn native(&mut self) -> Option<&mut Engine> {
+    /// The one-sided operations of windows' RDMA path: the native engine's (verbs, where
+    /// it has that transport) or UCX's RMA.
+    pub fn one_sided(&mut self) -> &mut dyn OneSided {
+        on_pml!(self, p => p)
+    }
+
+    /// What this PML counted: the native engine's transports, or UCX's one-sided
+    /// operations.
+    pub fn counters(&self) -> Counters {
         match self {
-            AnyPml::Native(engine) => Some(engine),
+            AnyPml::Native(engine) => engine.counters(),
             #[cfg(feature = "ucx")]
-            AnyPml::Ucx(_) => None,
+            AnyPml::Ucx(ucx) => ucx.counters(),
         }
     }
 

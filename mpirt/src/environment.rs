@@ -135,9 +135,10 @@ impl Universe {
     }
 
     /// What this rank's transports did so far (frames, rendezvous reads, windows' RDMA
-    /// WRITEs, READs and atomics...), as the native engine counts it; `None` on the UCX PML.
+    /// WRITEs, READs and atomics...), as the native engine counts it; on the UCX PML,
+    /// windows' puts, gets and atomics on UCX's RMA alone (UCX keeps the rest to itself).
     pub fn counters(&self) -> Option<pml::Counters> {
-        with_engine(|e| Ok(e.native().map(|engine| engine.counters()))).unwrap_or_default()
+        with_engine(|e| Ok(Some(e.counters()))).unwrap_or_default()
     }
 
     /// What lets handles cross threads ([`crate::threads`]): `Some` where the runtime

@@ -89,7 +89,7 @@
 //! the PML's progress hooks; a target computing outside mpirt delays passive-target epochs
 //! on it until its next call. Its locks are a lock table at the target (exclusive excludes,
 //! shared shares, waiting requests granted in arrival order). Where RDMA verbs carries the
-//! ranks, `allocate` and `create` windows take the RDMA path for what the device does (see
+//! ranks, or on the UCX PML (UCX's RMA), `allocate` and `create` windows take the RDMA path for what the device does (see
 //! `window/rdma.rs`): puts by RDMA WRITE, gets by RDMA READ, and, on windows of 8-byte
 //! numbers that every rank reaches with device atomics, every accumulate and atomic by
 //! them; the rest (locks, epochs' ends, other windows' accumulates) stays active messages.
@@ -1744,7 +1744,7 @@ struct Agreed {
     /// The path every rank allows (`window_path`): the shared-memory path where all allow
     /// it, else RDMA where all allow that, else messages.
     path: Path,
-    /// Whether every rank has a transport that does one-sided operations (verbs), without
+    /// Whether every rank's PML does one-sided operations (verbs, UCX), without
     /// which no rank tries the RDMA path (whose set-up is collective).
     rdma: bool,
 }
