@@ -21,7 +21,8 @@
 # ucx, both on UCX_TLS=TLS: mpirt's windows on UCX's RMA (ucp_put_nbx, ucp_get_nbx,
 # ucp_atomic_op_nbx; MPIRT_WINDOW_PATH=rdma, never the shared-memory mapping) and, as the
 # before, on active messages over the UCX PML (MPIRT_WINDOW_PATH=messages, the only way
-# windows went there before UCX's RMA). mpirt is built with the ucx feature into target/ucx.
+# windows went there before UCX's RMA). mpirt is built with the ucx feature into target/ucx
+# (or CARGO_TARGET_DIR, where set).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 window=allocate
@@ -47,9 +48,9 @@ done
 if [ -n "$tls" ]; then
     runtimes="ucx_messages ucx ompi_ucx"
     export UCX_TLS=$tls
-    CARGO_TARGET_DIR=target/ucx cargo build --release -q -p launcher -p osu-benches \
+    CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/ucx} cargo build --release -q -p launcher -p osu-benches \
         --features osu-benches/ucx
-    bin=$PWD/target/ucx/release
+    bin=$PWD/${CARGO_TARGET_DIR:-target/ucx}/release
 else
     cargo build --release -q -p launcher -p osu-benches
     bin=$PWD/target/release

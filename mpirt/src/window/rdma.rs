@@ -394,7 +394,7 @@ impl Rdma {
     fn wait(&self, target: u32, ticket: u64) -> Result<(), Cause> {
         let peer = self.world[target as usize];
         environment::wait_until_or_lent(pml::stall::Awaited::State, |e| {
-            Ok(e.one_sided().rma_done(peer, ticket)?)
+            e.one_sided().rma_done(peer, ticket)
         })
     }
 
