@@ -152,7 +152,6 @@ impl Rdma {
         element: Option<u8>,
         what: &str,
     ) -> Result<Option<Rdma>, Error> {
-        let fail = |c: Cause| Error::new(what, c);
         let size = comm.size() as u32;
         let world: Vec<u32> = (0..size).map(|r| data.world_rank(r)).collect();
         // A rank whose window cannot be registered (the locked-memory limit, `ulimit -l`)
@@ -223,41 +222,60 @@ impl Rdma {
         let atomics =
             element.is_some_and(device_element) && all.chunks_exact(5).all(|theirs| theirs[2] == 7);
         // Each reached rank's keys, unpacked for this rank (UCX's rkeys, on its endpoint to
-        // that rank); a rank of a zero-length window has none, and nothing to reach.
+        // that rank); a rank of a zero-length window has none, and nothing to reach. A key
+        // that fails to unpack is recorded, not returned: this rank must still reach the
+        // agreement below, or it alone would release its window while the others put into it.
+        let mut failed: Option<(u32, Cause)> = None;
         let unpacked = with_engine_or_lent(|e| {
             let engine = e.one_sided();
-            let mut unpack = |rank: usize,
-                              at: usize,
-                              len: u64,
-                              wanted: bool|
-             -> Result<Option<RemoteKey>, pml::PmlError> {
+            let mut unpack = |rank: usize, at: usize, len: u64, wanted: bool| {
                 let peer = world[rank];
-                if !wanted || len == 0 || engine.rma_reach(peer).is_none() {
-                    return Ok(None);
+                if failed.is_some() || !wanted || len == 0 || engine.rma_reach(peer).is_none() {
+                    return None;
                 }
                 let packed = &keys[rank][at][..len as usize];
-                let key = engine.remote_key(peer, packed)?;
-                Ok(Some(RemoteKey {
-                    addr: all[5 * rank + if at == 0 { 0 } else { 3 }],
-                    key,
-                }))
+                match engine.remote_key(peer, packed) {
+                    Ok(key) => Some(RemoteKey {
+                        addr: all[5 * rank + if at == 0 { 0 } else { 3 }],
+                        key,
+                    }),
+                    Err(e) => {
+                        failed = Some((peer, Cause::from(e)));
+                        None
+                    }
+                }
             };
             let mut targets = Vec::with_capacity(size as usize);
             let mut locks = Vec::with_capacity(size as usize);
             for (rank, theirs) in all.chunks_exact(5).enumerate() {
-                targets.push(unpack(rank, 0, theirs[1], theirs[2] & 1 != 0)?);
-                locks.push(unpack(rank, 1, theirs[4], atomics)?);
+                targets.push(unpack(rank, 0, theirs[1], theirs[2] & 1 != 0));
+                locks.push(unpack(rank, 1, theirs[4], atomics));
             }
             Ok((targets, locks))
         });
-        let (targets, locks): (Vec<Option<RemoteKey>>, Vec<Option<RemoteKey>>) = match unpacked {
-            Ok(keys) => keys,
-            Err(cause) => {
-                Rdma::release(exposure);
-                Rdma::release(lock_exposure);
-                return Err(fail(cause));
-            }
-        };
+        let (targets, locks) = unpacked.unwrap_or_else(|cause| {
+            failed = Some((data.world_rank(data.rank), cause));
+            (Vec::new(), Vec::new())
+        });
+        // Every rank learns whether every rank unpacked every key it needs: where one did
+        // not, no rank may reach another by RDMA (the failed one could not reach all).
+        let mut verdicts = vec![0u64; size as usize];
+        let agreed = comm.try_all_gather_into(&[u64::from(failed.is_some())], &mut verdicts[..]);
+        if agreed.is_err() || verdicts.iter().any(|&v| v != 0) {
+            Rdma::forget(&targets);
+            Rdma::forget(&locks);
+            Rdma::release(exposure);
+            Rdma::release(lock_exposure);
+            return match agreed {
+                Err(e) => Err(Error::new(what, e.cause().clone())),
+                Ok(()) => {
+                    if let Some((peer, cause)) = failed {
+                        Rdma::not_unpacked(data, peer, &cause);
+                    }
+                    Ok(None)
+                }
+            };
+        }
         if targets.iter().all(Option::is_none) && exposure.is_none() {
             Rdma::forget(&locks);
             Rdma::release(lock_exposure);
@@ -275,6 +293,19 @@ impl Rdma {
             exposure,
             pending: RefCell::new(vec![0; size as usize]),
         }))
+    }
+
+    /// Says (under `MPIRT_VERBOSE`) that this rank could not unpack `peer`'s window key (the
+    /// world rank; this rank's own where its engine was not to be had), so that the window
+    /// goes by messages on every rank.
+    fn not_unpacked(data: &CommData, peer: u32, cause: &Cause) {
+        if crate::collective::verbose() {
+            bootstrap::output::say(&format!(
+                "mpirt: rank {}: unpacking rank {peer}'s window key failed ({cause}): \
+                 operations on this window go by messages, on every rank",
+                data.world_rank(data.rank)
+            ));
+        }
     }
 
     /// Says (under `MPIRT_VERBOSE`) that this rank's window is not reached by RDMA.

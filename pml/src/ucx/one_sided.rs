@@ -39,6 +39,7 @@ use crate::error::PmlError;
 use crate::one_sided::{OneSided, RmaReach, WindowExposure};
 use crate::pml_api::Counters;
 use crate::transport::RmaOp;
+use crate::waiting::Waiting;
 use crate::wire::RemoteKey;
 
 /// The result slots of each peer, reused round-robin by ticket: an atomic's result stays
@@ -197,18 +198,15 @@ impl Rma {
 }
 
 impl UcxPml {
-    /// Waits, progressing the worker, until every atomic posted to `peer` completed (see
-    /// the module's documentation on order).
+    /// Waits, as the PML's other waits do (spinning, then asleep on the worker, checking
+    /// peers and reporting a stall), until every atomic posted to `peer` completed (see the
+    /// module's documentation on order).
     fn settle_atomics(&mut self, peer: Rank) -> Result<(), PmlError> {
-        loop {
-            let p = &mut self.rma.peers[peer as usize];
+        self.wait_until(|pml| {
+            let p = &mut pml.rma.peers[peer as usize];
             p.reap(peer);
-            if !p.in_flight.iter().any(|&(_, _, atomic)| atomic) {
-                return Ok(());
-            }
-            self.check_running()?;
-            self.worker.progress();
-        }
+            Ok(!p.in_flight.iter().any(|&(_, _, atomic)| atomic))
+        })
     }
 }
 
