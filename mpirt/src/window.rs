@@ -1744,8 +1744,9 @@ struct Agreed {
     /// The path every rank allows (`window_path`): the shared-memory path where all allow
     /// it, else RDMA where all allow that, else messages.
     path: Path,
-    /// Whether every rank's PML does one-sided operations (verbs, UCX), without
-    /// which no rank tries the RDMA path (whose set-up is collective).
+    /// Whether every rank's PML does one-sided operations (verbs, UCX) and, but where
+    /// `MPIRT_WINDOW_PATH=rdma` asked for them, takes them by default; without which no
+    /// rank tries the RDMA path (whose set-up is collective).
     rdma: bool,
 }
 
@@ -1780,7 +1781,11 @@ fn agree<T: Equivalence, C: Communicator>(
         },
         size_of::<T>() as u64,
         signature(datatype.name()),
-        u64::from(Rdma::available(comm.data())),
+        match Rdma::available(comm.data()) {
+            None => 0,
+            Some(false) => 1,
+            Some(true) => 2,
+        },
     ];
     let mut all = vec![0u64; 5 * comm.size() as usize];
     comm.try_all_gather_into(&mine[..], &mut all[..])
@@ -1832,7 +1837,10 @@ fn agree<T: Equivalence, C: Communicator>(
             _ => Path::Messages,
         })
     });
-    let rdma = all.chunks_exact(5).all(|theirs| theirs[4] == 1);
+    // RDMA where every rank's PML does it: by default only where every rank's does it by
+    // default (`RmaReach::by_default`), on `MPIRT_WINDOW_PATH=rdma` on any.
+    let least = if path == Path::Rdma { 1 } else { 2 };
+    let rdma = all.chunks_exact(5).all(|theirs| theirs[4] >= least);
     Ok(Agreed { lens, path, rdma })
 }
 

@@ -26,6 +26,12 @@ pub struct RmaReach {
     /// Whether 8-byte atomics reach it (this rank's own memory too), atomic with each
     /// other whoever posts them.
     pub atomics: bool,
+    /// Whether windows take this one-sided path by default (a plain bool each PML sets by
+    /// its own policy): where false, only `MPIRT_WINDOW_PATH=rdma` asks for it, and windows
+    /// go by active messages otherwise. The native engine's one-sided transport (verbs)
+    /// sets it; UCX's RMA does not, as a target waiting in a window's shared-area barrier
+    /// does not progress UCX, which some of UCX's transports need to apply an operation.
+    pub by_default: bool,
 }
 
 /// One-sided operations on peers' exposed memory. Tickets count per peer from 1; an

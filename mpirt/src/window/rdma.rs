@@ -133,12 +133,16 @@ pub(super) struct Rdma {
 
 impl Rdma {
     /// Whether this rank's PML does one-sided operations (the native engine with verbs, in
-    /// a build with it; UCX's RMA): a window's ranks agree on it at creation and `open` only
-    /// where all have one.
-    pub fn available(data: &CommData) -> bool {
+    /// a build with it; UCX's RMA), and whether windows take them by default
+    /// (`RmaReach::by_default`): `None`, or `Some(by_default)`. A window's ranks agree on it
+    /// at creation and `open` only where all have one.
+    pub fn available(data: &CommData) -> Option<bool> {
         let me = data.world_rank(data.rank);
-        (cfg!(feature = "verbs") || cfg!(feature = "ucx"))
-            && with_engine_or_lent(|e| Ok(e.one_sided().rma_reach(me).is_some())).unwrap_or(false)
+        if !(cfg!(feature = "verbs") || cfg!(feature = "ucx")) {
+            return None;
+        }
+        with_engine_or_lent(|e| Ok(e.one_sided().rma_reach(me).map(|r| r.by_default)))
+            .unwrap_or(None)
     }
 
     /// Exposes this rank's window (`bytes` at `base`) and learns every rank's, where the

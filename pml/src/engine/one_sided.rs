@@ -75,6 +75,7 @@ impl OneSided for Engine {
                 .is_some_and(|r| r.transport as usize == transport);
         carried.then(|| RmaReach {
             atomics: self.transports[transport].caps().atomics,
+            by_default: true,
         })
     }
 

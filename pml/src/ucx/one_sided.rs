@@ -27,6 +27,7 @@ use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::mem;
 use std::ptr;
+use std::time::Instant;
 
 use slab::Slab;
 
@@ -34,6 +35,7 @@ use super::ffi;
 use super::pml::UcxPml;
 use super::request::{self, peek};
 use super::status::{self, Started};
+use super::worker::{Worker, CLOSE_LIMIT};
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::one_sided::{OneSided, RmaReach, WindowExposure};
@@ -177,15 +179,36 @@ impl Rma {
         counters.rma_atomics += self.atomics;
     }
 
-    /// Releases everything before the endpoints close and the worker goes: requests in
-    /// flight, rkeys and mapped windows (of windows never freed).
+    /// Before the endpoints close: with `wait` (a PML not stopped), progresses `worker`
+    /// until the operations in flight completed or `CLOSE_LIMIT` passed, freeing each as it
+    /// completes; then gives UCX back what is still in flight (UCX frees each request once
+    /// it completes). A stopped PML waits for nothing, as its endpoints close at once.
+    pub fn settle(&mut self, worker: &Worker, wait: bool) {
+        let deadline = Instant::now() + CLOSE_LIMIT;
+        loop {
+            for (peer, p) in self.peers.iter_mut().enumerate() {
+                p.reap(peer as Rank);
+            }
+            let idle = self
+                .peers
+                .iter()
+                .all(|p| p.in_flight.is_empty() && p.flush.is_none());
+            if !wait || idle || Instant::now() >= deadline {
+                break;
+            }
+            worker.progress();
+        }
+        for peer in &mut self.peers {
+            peer.abandon();
+        }
+    }
+
+    /// Once the endpoints closed (nothing in flight reads a key or a window any more):
+    /// destroys the rkeys, then unmaps the windows never freed.
     ///
     /// # Safety
     /// `context` is the live context every window was mapped in.
     pub unsafe fn release(&mut self, context: ffi::ucp_context_h) {
-        for peer in &mut self.peers {
-            peer.abandon();
-        }
         for rkey in self.rkeys.drain() {
             // SAFETY: unpacked in `remote_key`, destroyed once (drained).
             unsafe { ffi::ucp_rkey_destroy(rkey) };
@@ -304,10 +327,15 @@ impl OneSided for UcxPml {
         }
     }
 
-    /// Every rank: UCX does puts, gets and 8-byte atomics on every endpoint (emulating
-    /// them where a transport lacks them), atomic with each other whichever way.
+    /// Every rank: UCX does puts, gets and 8-byte atomics on every endpoint (in software
+    /// where a transport lacks them), atomic with each other whichever way. Not by default
+    /// (see `RmaReach::by_default`): a target waiting in a window's shared-area barrier does
+    /// not progress UCX, and measured slower than windows by messages.
     fn rma_reach(&self, peer: Rank) -> Option<RmaReach> {
-        (peer < self.size).then_some(RmaReach { atomics: true })
+        (peer < self.size).then_some(RmaReach {
+            atomics: true,
+            by_default: false,
+        })
     }
 
     unsafe fn rma(&mut self, peer: Rank, op: RmaOp, remote: RemoteKey) -> Result<u64, PmlError> {

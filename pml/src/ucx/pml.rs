@@ -86,8 +86,8 @@ pub struct UcxPml {
     pub(super) endpoints: Vec<Endpoint>,
     /// Dropped after `Drop` closed the endpoints.
     pub(super) worker: Worker,
-    /// Windows' one-sided operations (`one_sided`), released in `Drop` before the
-    /// endpoints close.
+    /// Windows' one-sided operations (`one_sided`): `Drop` settles those in flight before
+    /// the endpoints close, and destroys the keys and unmaps the windows after.
     pub(super) rma: Rma,
     /// Declared after the worker: its error callbacks write here until the worker is gone.
     failures: PeerFailures,
@@ -930,12 +930,14 @@ fn waiting_for_a_peer(op: &Op) -> Option<AwaitedRequest> {
 
 impl Drop for UcxPml {
     fn drop(&mut self) {
-        // SAFETY: the worker's context, live until the worker drops after this.
-        unsafe { self.rma.release(self.worker.context()) };
-        let failures = &self.failures;
         // A stopped PML closes every endpoint at once, without progress, which could still
         // deliver data into the buffers of receives whose waits failed.
         let stopped = self.failure.is_some();
+        // One-sided operations in flight still read their keys and windows: they finish
+        // (or are given back to UCX) before the endpoints close, and the keys and windows
+        // go only after.
+        self.rma.settle(&self.worker, !stopped);
+        let failures = &self.failures;
         self.worker.close(
             !stopped,
             self.endpoints
@@ -943,6 +945,9 @@ impl Drop for UcxPml {
                 .enumerate()
                 .map(|(peer, ep)| (ep, stopped || failures.of(peer as Rank).is_some())),
         );
+        // SAFETY: the worker's context, live until the worker drops after this; the
+        // endpoints the keys were unpacked on are closed.
+        unsafe { self.rma.release(self.worker.context()) };
     }
 }
 

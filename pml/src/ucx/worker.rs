@@ -32,7 +32,7 @@ pub struct Endpoint(ffi::ucp_ep_h);
 
 /// How long closing endpoints may take before the worker is destroyed anyway: a peer that
 /// is gone must not hang this process's exit.
-const CLOSE_LIMIT: Duration = Duration::from_secs(10);
+pub(super) const CLOSE_LIMIT: Duration = Duration::from_secs(10);
 
 impl Worker {
     /// `ucp_init` with the TAG, WAKEUP, RMA and AMO64 features (UCX emulates RMA and atomics
