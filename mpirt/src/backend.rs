@@ -20,7 +20,7 @@ use pml::{
     Rank, SendMode, SourceSel, Started, Status, Tag, TagSel, Waiting, Wireup,
 };
 
-use crate::environment::{self, Threading};
+use crate::environment::{self, OneSidedCounters, Threading};
 
 /// Which PML the ranks run on; every rank of a job must name the same one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,13 +152,28 @@ impl AnyPml {
         on_pml!(self, p => p)
     }
 
-    /// What this PML counted: the native engine's transports, or UCX's one-sided
-    /// operations.
-    pub fn counters(&self) -> Counters {
+    /// What the native engine's transports counted; `None` on UCX, which keeps its counts
+    /// to itself but for its one-sided operations (`one_sided_counters`).
+    pub fn counters(&self) -> Option<Counters> {
         match self {
+            AnyPml::Native(engine) => Some(engine.counters()),
+            #[cfg(feature = "ucx")]
+            AnyPml::Ucx(_) => None,
+        }
+    }
+
+    /// Windows' one-sided operations as posted on this PML's one-sided transport (verbs,
+    /// UCX's RMA): `Counters`' `rma_writes`, `rma_reads` and `rma_atomics`.
+    pub fn one_sided_counters(&self) -> OneSidedCounters {
+        let counted = match self {
             AnyPml::Native(engine) => engine.counters(),
             #[cfg(feature = "ucx")]
             AnyPml::Ucx(ucx) => ucx.counters(),
+        };
+        OneSidedCounters {
+            puts: counted.rma_writes,
+            gets: counted.rma_reads,
+            atomics: counted.rma_atomics,
         }
     }
 

@@ -89,8 +89,9 @@
 //! the PML's progress hooks; a target computing outside mpirt delays passive-target epochs
 //! on it until its next call. Its locks are a lock table at the target (exclusive excludes,
 //! shared shares, waiting requests granted in arrival order). Where RDMA verbs carries the
-//! ranks, or on the UCX PML (UCX's RMA), `allocate` and `create` windows take the RDMA path for what the device does (see
-//! `window/rdma.rs`): puts by RDMA WRITE, gets by RDMA READ, and, on windows of 8-byte
+//! ranks, or on the UCX PML with `MPIRT_WINDOW_PATH=rdma` (UCX's RMA; not by default, see
+//! `pml::RmaReach::by_default`), `allocate` and `create` windows take the RDMA path for
+//! what the device does (see `window/rdma.rs`): puts by RDMA WRITE, gets by RDMA READ, and, on windows of 8-byte
 //! numbers that every rank reaches with device atomics, every accumulate and atomic by
 //! them; the rest (locks, epochs' ends, other windows' accumulates) stays active messages.
 //! `MPIRT_WINDOW_PATH=rdma` leaves out the shared-memory mapping.

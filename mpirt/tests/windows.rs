@@ -103,13 +103,13 @@ fn rank_mode() {
         }
         other => panic!("unknown mode {other}"),
     }
-    if let Some(c) = universe.counters() {
+    if let Some(c) = universe.one_sided_counters() {
         println!(
             "rank {} rdma: {} writes, {} reads, {} atomics",
             world.rank(),
-            c.rma_writes,
-            c.rma_reads,
-            c.rma_atomics
+            c.puts,
+            c.gets,
+            c.atomics
         );
     }
     println!("rank {} done", world.rank());
@@ -724,7 +724,7 @@ fn no_ops_write_nothing(world: &SimpleCommunicator, universe: &mpirt::environmen
     let window = Window::<f64>::allocate(world, 4);
     let mut fetched = [0.0; FETCHES as usize];
     let mut range = [0.0; 4];
-    let counted = || universe.counters().unwrap_or_default();
+    let counted = || universe.one_sided_counters().unwrap_or_default();
     world.barrier();
     let (before, after) = window.lock_all(|e| {
         let before = counted();
@@ -734,10 +734,7 @@ fn no_ops_write_nothing(world: &SimpleCommunicator, universe: &mpirt::environmen
         e.get_accumulate(&[0.0; 4], &mut range, 0, 0, AccumulateOperation::NoOp);
         (before, counted())
     });
-    let (reads, atomics) = (
-        after.rma_reads - before.rma_reads,
-        after.rma_atomics - before.rma_atomics,
-    );
+    let (reads, atomics) = (after.gets - before.gets, after.atomics - before.atomics);
     assert!(
         atomics == 0 && (reads == 0 || reads > FETCHES),
         "rank {}: {} no-op fetches posted {atomics} device atomics and {reads} RDMA READs",
@@ -754,10 +751,7 @@ fn no_ops_write_nothing(world: &SimpleCommunicator, universe: &mpirt::environmen
         }
         (before, counted())
     });
-    let locked = (
-        after.rma_reads - before.rma_reads,
-        after.rma_atomics - before.rma_atomics,
-    );
+    let locked = (after.gets - before.gets, after.atomics - before.atomics);
     assert!(
         [(0, 0), (1, 2)].contains(&locked),
         "rank {}: a locked sum posted {} RDMA READs and {} device atomics",

@@ -20,8 +20,8 @@
 # -u TLS: instead, mpirt on its UCX PML (rsrun --pml ucx) beside Open MPI's pml ucx with osc
 # ucx, both on UCX_TLS=TLS: mpirt's windows on UCX's RMA (ucp_put_nbx, ucp_get_nbx,
 # ucp_atomic_op_nbx; MPIRT_WINDOW_PATH=rdma, never the shared-memory mapping) and, as the
-# before, on active messages over the UCX PML (MPIRT_WINDOW_PATH=messages, the only way
-# windows went there before UCX's RMA). mpirt is built with the ucx feature into target/ucx
+# before, on active messages over the UCX PML (MPIRT_WINDOW_PATH=messages, the default
+# there, and the only way windows went before UCX's RMA). -u does not combine with -a. mpirt is built with the ucx feature into target/ucx
 # (or CARGO_TARGET_DIR, where set).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,9 +32,10 @@ max=1048576
 tests="put_latency get_latency acc_latency get_acc_latency fop_latency cas_latency put_bw get_bw put_bibw"
 runtimes="shm ompi mpich"
 tls=
+all=
 while getopts "au:w:s:r:m:t:" opt; do
     case $opt in
-        a) runtimes="shm messages ompi mpich" ;;
+        a) all=1 runtimes="shm messages ompi mpich" ;;
         u) tls=$OPTARG ;;
         w) window=$OPTARG ;;
         s) sync=$OPTARG ;;
@@ -45,12 +46,21 @@ while getopts "au:w:s:r:m:t:" opt; do
            exit 2 ;;
     esac
 done
+if [ -n "$tls" ] && [ -n "$all" ]; then
+    echo "$0: -a and -u do not combine (-u runs the UCX PML's RMA and its active messages)" >&2
+    exit 2
+fi
 if [ -n "$tls" ]; then
     runtimes="ucx_messages ucx ompi_ucx"
     export UCX_TLS=$tls
-    CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/ucx} cargo build --release -q -p launcher -p osu-benches \
+    target=${CARGO_TARGET_DIR:-target/ucx}
+    CARGO_TARGET_DIR=$target cargo build --release -q -p launcher -p osu-benches \
         --features osu-benches/ucx
-    bin=$PWD/${CARGO_TARGET_DIR:-target/ucx}/release
+    # CARGO_TARGET_DIR may be absolute or relative to the repository's root (cd above).
+    case $target in
+        /*) bin=$target/release ;;
+        *) bin=$PWD/$target/release ;;
+    esac
 else
     cargo build --release -q -p launcher -p osu-benches
     bin=$PWD/target/release

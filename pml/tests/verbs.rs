@@ -443,7 +443,7 @@ fn one_sided_rank(dir: PathBuf, rank: u32) {
         // Past the end of rank 1's registration: the device refuses it at the target.
         let past = pml::RemoteKey {
             addr: place[0] + WINDOW as u64 - 8,
-            key: place[1],
+            key: remote.key,
         };
         let sixteen = [1u8; 16];
         // SAFETY: `sixteen` outlives the write, whose wait comes next.

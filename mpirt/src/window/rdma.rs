@@ -3,12 +3,14 @@
 //! RDMA WRITEs (`ucp_put_nbx`) and gets RDMA READs (`ucp_get_nbx`) straight between the
 //! origin's buffer and the target's window memory, registered at the window's creation (each
 //! rank's address and packed key gathered then, and unpacked by each rank for its own use),
-//! with no help from the target's CPU (UCX's emulation over TCP asks the target's worker).
-//! The device's atomics below are `ucp_atomic_op_nbx` on UCX. Completion: each origin keeps the
-//! last operation it posted to each target; a flush and every epoch end wait until those
-//! completed (a reliable connection completes an operation once the target has it) before
-//! the epoch's own messages (the fence's, `complete`'s, the unlock) go out, so a target that
-//! got them has the data.
+//! with no help from the target's CPU (where UCX does them in software, over TCP, the
+//! target's worker applies them). The device's atomics below are `ucp_atomic_op_nbx` on
+//! UCX. Completion: each origin keeps the last operation it posted to each target; a flush
+//! and every epoch end wait until those are done at the target before the epoch's own
+//! messages (the fence's, `complete`'s, the unlock) go out, so a target that got them has
+//! the data. On verbs a reliable connection completes an operation once the target has it;
+//! on UCX a put's completion is local (its buffer may be reused), and the target has it
+//! once an endpoint flush started after it completed, which `rma_done` starts.
 //!
 //! Accumulates and atomics keep MPI's atomicity, which device atomics would break if they
 //! met the CPU's: the device's atomics are atomic only with each other (`IBV_ATOMIC_HCA`),
@@ -32,7 +34,7 @@
 //!   RDMA READ the range (posted together), compute at the origin, RDMA WRITE
 //!   it back, wait for the write, release the lock with a fetch-and-add (posted; a flush
 //!   or the epoch's end waits for it). Where the lock is free that is two round trips
-//!   whatever the length, three with a flush's wait for the release, where a
+//!   whatever the length (three on UCX, which orders the read after the take), three with a flush's wait for the release, where a
 //!   compare-and-swap loop per element cost one per element (64 KiB of f64 sums: 8192),
 //!   and a single element's loop one or two;
 //! - a no-op that fetches (`get_accumulate`, `fetch_and_op` with `no_op`) is one RDMA READ
@@ -660,7 +662,8 @@ impl Rdma {
     /// first try posts the compare-and-swap and an RDMA READ together, as the target runs a
     /// queue pair's requests in order (a read after a take that succeeded sees the last
     /// holder's write, which completed before its unlock went), so a free lock costs one
-    /// round trip; after a take that failed, compare-and-swaps alone until one takes it,
+    /// round trip on verbs (two on UCX, which posts the read only once the take completed,
+    /// as `pml/src/ucx/one_sided.rs` says on order); after a take that failed, compare-and-swaps alone until one takes it,
     /// then the read again. The read is never fetch-and-adds of 0, which need no
     /// registration: after a take that failed the holder's RDMA WRITE of the range may be
     /// in flight, and a fetch-and-add writes its element back (the device reads and writes
@@ -734,8 +737,8 @@ impl Rdma {
             if found == 0 {
                 return Ok(());
             }
-            // The holder's release may need this rank's progress to land: UCX emulates
-            // atomics by messages that the target's worker applies, and a take on this
+            // The holder's release may need this rank's progress to land: where UCX does
+            // atomics in software, the target's worker applies them, and a take on this
             // rank's own word completes at once, without the wait that would progress it.
             with_engine_or_lent(|e| e.progress())?;
             if found != seen.0 {

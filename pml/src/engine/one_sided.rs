@@ -51,13 +51,14 @@ impl OneSided for Engine {
 
     /// The transport's key is the packed one itself (an rkey, the same for every peer).
     fn remote_key(&mut self, peer: Rank, packed: &[u8]) -> Result<u64, PmlError> {
-        let word: [u8; 8] = packed.try_into().map_err(|_| PmlError::OneSided {
-            peer,
-            cause: format!(
-                "rank {peer}'s window key has {} bytes, not the 8 of this rank's transport",
-                packed.len()
+        let word: [u8; 8] = packed.try_into().map_err(|_| {
+            PmlError::one_sided(
+                peer,
+                format!(
+                    "rank {peer}'s window key has {} bytes, not the 8 of this rank's transport",
+                    packed.len()
+                ),
             )
-            .into(),
         })?;
         Ok(u64::from_ne_bytes(word))
     }

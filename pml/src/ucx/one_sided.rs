@@ -1,9 +1,9 @@
 //! The UCX PML's [`OneSided`]: windows' memory mapped with `ucp_mem_map` and named to peers
 //! by packed rkeys (each peer unpacks them on its endpoint), puts by `ucp_put_nbx`, gets by
 //! `ucp_get_nbx`, and 8-byte fetch-and-add and compare-and-swap by `ucp_atomic_op_nbx`. UCX
-//! does them in hardware where a transport can, and emulates them by active messages
-//! elsewhere (TCP; shared memory's atomics), which the target's worker applies when it
-//! progresses, as the target's waits do.
+//! does them in hardware where a transport can, and in software elsewhere (over TCP; not
+//! checked with `UCX_PROTO_INFO` for shared memory's atomics), which the target's worker
+//! runs when it progresses, as the target's waits do.
 //!
 //! Completion at the target: a get or a fetching atomic is done at the target once its
 //! request completed (the data or the old value came back); a put's request completes once
@@ -13,8 +13,8 @@
 //!
 //! Order: the window layer posts some operations together that must run in order, as a
 //! verbs queue pair runs them (a lock word's take and the read behind it; an accumulate and
-//! a fetch after it, which MPI orders). UCX need not: its emulated atomics travel as active
-//! messages while a get over shared memory (cma) may be done inside the call, so a read
+//! a fetch after it, which MPI orders). UCX need not: an atomic it does in software may travel
+//! as a message while a get over shared memory (cma) may be done inside the call, so a read
 //! posted after an atomic could run first. Rather than lean on `ucp_worker_fence` to order
 //! one transport's operations against another's, a get or an atomic is posted only once
 //! the atomics before it to its target completed (`settle_atomics`): a round trip more for a
@@ -23,6 +23,7 @@
 //! among themselves or after atomics (MPI leaves such conflicts undefined within an epoch),
 //! and the window layer waits for them where it needs them done.
 
+use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::mem;
@@ -53,20 +54,23 @@ const DEPTH: usize = 64;
 const WORD: ffi::ucp_datatype_t = ((8 as ffi::ucp_datatype_t) << ffi::UCP_DATATYPE_SHIFT)
     | ffi::UCP_DATATYPE_CONTIG as ffi::ucp_datatype_t;
 
-fn failure(peer: Rank, cause: String) -> PmlError {
-    PmlError::OneSided {
-        peer,
-        cause: cause.into(),
-    }
+/// A one-sided operation UCX has not completed yet.
+struct InFlight {
+    ticket: u64,
+    req: *mut c_void,
+    /// The UCX call that started it and its length, for a failure's message.
+    what: &'static str,
+    len: usize,
+    /// Whether it is an atomic (which later gets and atomics wait for).
+    atomic: bool,
 }
 
 /// What one-sided operations to one peer have in flight.
 struct PeerRma {
     /// The last ticket given.
     posted: u64,
-    /// UCX's requests of operations not yet completed, with their tickets and whether each
-    /// is an atomic, oldest first.
-    in_flight: VecDeque<(u64, *mut c_void, bool)>,
+    /// The operations not yet completed, oldest first.
+    in_flight: VecDeque<InFlight>,
     /// The first put not covered by a flush started since (0: none).
     unflushed: u64,
     /// The flush of the endpoint in flight, with the first put it covers.
@@ -74,8 +78,9 @@ struct PeerRma {
     /// The earliest ticket that failed, and why; later tickets' `rma_done` report it.
     failed: Option<(u64, String)>,
     /// Each atomic's operand and result (`ucp_atomic_op_nbx`'s buffer and reply buffer),
-    /// at its ticket modulo `DEPTH`: memory UCX reads and writes until it completed.
-    slots: Box<[[u64; 2]; DEPTH]>,
+    /// at its ticket modulo `DEPTH`: memory UCX reads and writes through raw pointers
+    /// until it completed, so cells (never a reference to them while UCX may write).
+    slots: Box<[UnsafeCell<[u64; 2]>]>,
 }
 
 impl PeerRma {
@@ -86,7 +91,7 @@ impl PeerRma {
             unflushed: 0,
             flush: None,
             failed: None,
-            slots: Box::new([[0; 2]; DEPTH]),
+            slots: (0..DEPTH).map(|_| UnsafeCell::new([0; 2])).collect(),
         }
     }
 
@@ -101,15 +106,16 @@ impl PeerRma {
     /// failure among them.
     fn reap(&mut self, peer: Rank) {
         let mut failed = Vec::new();
-        self.in_flight.retain(|&(ticket, req, _)| {
+        self.in_flight.retain(|op| {
             // SAFETY: a request UCX returned, freed only here once it finished.
-            if unsafe { peek(req) }.is_none() {
+            if unsafe { peek(op.req) }.is_none() {
                 return true;
             }
             // SAFETY: finished (peeked above), freed once: it leaves `in_flight`.
-            let (status, _) = unsafe { request::take_and_free(req) };
+            let (status, _) = unsafe { request::take_and_free(op.req) };
             if status != ffi::UCS_OK {
-                failed.push((ticket, status));
+                let what = format!("{} of {} bytes", op.what, op.len);
+                failed.push((op.ticket, what, status));
             }
             false
         });
@@ -120,15 +126,16 @@ impl PeerRma {
                 let (status, _) = unsafe { request::take_and_free(req) };
                 self.flush = None;
                 if status != ffi::UCS_OK {
-                    failed.push((from, status));
+                    let what = "ucp_ep_flush_nbx (completing puts at the target)".to_string();
+                    failed.push((from, what, status));
                 }
             }
         }
-        for (ticket, status) in failed {
+        for (ticket, what, status) in failed {
             self.fail(
                 ticket,
                 format!(
-                    "a one-sided operation to rank {peer} failed at UCX: {}",
+                    "{what} to rank {peer} failed at UCX: {}",
                     status::describe(status)
                 ),
             );
@@ -139,7 +146,7 @@ impl PeerRma {
     /// by UCX once it completes.
     fn abandon(&mut self) {
         let flush = self.flush.take().map(|(_, req)| req);
-        for req in self.in_flight.drain(..).map(|(_, req, _)| req).chain(flush) {
+        for req in self.in_flight.drain(..).map(|op| op.req).chain(flush) {
             // SAFETY: a live request of this worker, freed once (drained).
             unsafe { ffi::ucp_request_free(req) };
         }
@@ -228,7 +235,7 @@ impl UcxPml {
         self.wait_until(|pml| {
             let p = &mut pml.rma.peers[peer as usize];
             p.reap(peer);
-            Ok(!p.in_flight.iter().any(|&(_, _, atomic)| atomic))
+            Ok(!p.in_flight.iter().any(|op| op.atomic))
         })
     }
 }
@@ -244,7 +251,7 @@ impl OneSided for UcxPml {
         self.check_running()?;
         let me = self.rank;
         let failed = |what: &str, status| {
-            failure(
+            PmlError::one_sided(
                 me,
                 format!(
                     "{what} of a window's {len} bytes at {buf:p}: {}",
@@ -307,7 +314,7 @@ impl OneSided for UcxPml {
         let status =
             unsafe { ffi::ucp_ep_rkey_unpack(ep.handle(), packed.as_ptr().cast(), &mut rkey) };
         if status != ffi::UCS_OK {
-            return Err(failure(
+            return Err(PmlError::one_sided(
                 peer,
                 format!(
                     "unpacking rank {peer}'s window rkey ({} bytes): {}",
@@ -341,7 +348,7 @@ impl OneSided for UcxPml {
     unsafe fn rma(&mut self, peer: Rank, op: RmaOp, remote: RemoteKey) -> Result<u64, PmlError> {
         self.check_running()?;
         let Some(&rkey) = self.rma.rkeys.get(remote.key as usize) else {
-            return Err(failure(
+            return Err(PmlError::one_sided(
                 peer,
                 format!("a one-sided operation to rank {peer} names no unpacked rkey"),
             ));
@@ -357,7 +364,7 @@ impl OneSided for UcxPml {
         }
         let p = &mut self.rma.peers[peer as usize];
         if let Some((_, cause)) = &p.failed {
-            return Err(failure(
+            return Err(PmlError::one_sided(
                 peer,
                 format!(
                     "a one-sided operation to rank {peer} was refused: an earlier one failed, \
@@ -408,20 +415,25 @@ impl OneSided for UcxPml {
                     }
                     _ => unreachable!("matched above"),
                 };
-                let slot = &mut p.slots[ticket as usize % DEPTH];
-                *slot = [operand, reply];
+                let slot = p.slots[ticket as usize % DEPTH].get().cast::<u64>();
+                // SAFETY: the slot's atomic, `DEPTH` tickets ago, completed (one atomic is
+                // in flight to a peer at a time: `settle_atomics` above), so UCX no longer
+                // touches it; `slot` points at the cell's two words.
+                unsafe { slot.cast::<[u64; 2]>().write([operand, reply]) };
                 param.op_attr_mask |=
                     ffi::UCP_OP_ATTR_FIELD_DATATYPE | ffi::UCP_OP_ATTR_FIELD_REPLY_BUFFER;
                 param.datatype = WORD;
-                param.reply_buffer = ptr::from_mut(&mut slot[1]).cast();
+                // SAFETY: the second of the cell's two words.
+                param.reply_buffer = unsafe { slot.add(1) }.cast();
                 // SAFETY: the slot's operand and reply stay in place (boxed) and untouched
-                // until the atomic completed (a newer atomic waits for it, and takes
-                // another slot); `ep` and `rkey` as above; one 8-byte element.
+                // by this side until the atomic completed (the next atomic waits for it,
+                // and takes another slot), UCX reading and writing them through these raw
+                // pointers; `ep` and `rkey` as above; one 8-byte element.
                 let started = unsafe {
                     ffi::ucp_atomic_op_nbx(
                         ep,
                         opcode,
-                        ptr::from_ref(&slot[0]).cast(),
+                        slot.cast_const().cast(),
                         1,
                         remote.addr,
                         rkey,
@@ -433,12 +445,23 @@ impl OneSided for UcxPml {
         };
         match status::started(what, started) {
             Ok(Started::Done) => {}
-            Ok(Started::Pending(req)) => p.in_flight.push_back((ticket, req, atomic)),
+            Ok(Started::Pending(req)) => p.in_flight.push_back(InFlight {
+                ticket,
+                req,
+                what,
+                len,
+                atomic,
+            }),
             Err(e) => {
-                return Err(failure(
+                // The call is named here, with the length and the target, once.
+                let cause = match e {
+                    PmlError::Ucx(u) => u.cause,
+                    other => other.to_string(),
+                };
+                return Err(PmlError::one_sided(
                     peer,
-                    format!("{what} of {len} bytes to rank {peer} failed: {e}"),
-                ))
+                    format!("{what} of {len} bytes to rank {peer} failed: {cause}"),
+                ));
             }
         }
         p.posted = ticket;
@@ -463,14 +486,14 @@ impl OneSided for UcxPml {
         p.reap(peer);
         if p.in_flight
             .front()
-            .is_some_and(|&(oldest, _, _)| oldest <= ticket)
+            .is_some_and(|oldest| oldest.ticket <= ticket)
             || p.flush.is_some_and(|(from, _)| from <= ticket)
         {
             return Ok(false);
         }
         if let Some((at, cause)) = &p.failed {
             if *at <= ticket {
-                return Err(failure(peer, cause.clone()));
+                return Err(PmlError::one_sided(peer, cause.clone()));
             }
         }
         if p.unflushed == 0 || p.unflushed > ticket {
@@ -494,12 +517,16 @@ impl OneSided for UcxPml {
             Err(e) => {
                 let cause = format!("completing puts to rank {peer}: {e}");
                 p.fail(from, cause.clone());
-                Err(failure(peer, cause))
+                Err(PmlError::one_sided(peer, cause))
             }
         }
     }
 
     fn rma_result(&self, peer: Rank, ticket: u64) -> u64 {
-        self.rma.peers[peer as usize].slots[ticket as usize % DEPTH][1]
+        let slot = self.rma.peers[peer as usize].slots[ticket as usize % DEPTH].get();
+        // SAFETY: the caller asks once `rma_done` reported the ticket completed, so UCX
+        // wrote its reply and no longer touches the cell, which no newer atomic takes for
+        // `DEPTH` tickets; the reply is the cell's second word.
+        unsafe { ptr::read(slot.cast::<u64>().add(1)) }
     }
 }

@@ -35,8 +35,8 @@ pub struct Endpoint(ffi::ucp_ep_h);
 pub(super) const CLOSE_LIMIT: Duration = Duration::from_secs(10);
 
 impl Worker {
-    /// `ucp_init` with the TAG, WAKEUP, RMA and AMO64 features (UCX emulates RMA and atomics
-    /// by active messages where a transport lacks them, as over TCP), then a
+    /// `ucp_init` with the TAG, WAKEUP, RMA and AMO64 features (UCX does RMA and atomics in
+    /// software where a transport lacks them, as over TCP), then a
     /// single-threaded worker.
     /// `peers` is the job's size, a hint for UCX's resource sizing.
     pub fn new(peers: usize) -> Result<Worker, PmlError> {
