@@ -125,6 +125,16 @@ mod ucx {
         "ucs_status_string",
         "ucp_get_version_string",
         "ucp_ep_print_info",
+        "ucp_mem_map",
+        "ucp_mem_unmap",
+        "ucp_rkey_pack",
+        "ucp_rkey_buffer_release",
+        "ucp_ep_rkey_unpack",
+        "ucp_rkey_destroy",
+        "ucp_put_nbx",
+        "ucp_get_nbx",
+        "ucp_atomic_op_nbx",
+        "ucp_ep_flush_nbx",
     ];
 
     const TYPES: &[&str] = &[
@@ -138,6 +148,9 @@ mod ucx {
         "ucs_thread_mode_t",
         "ucp_err_handling_mode_t",
         "ucs_status_t",
+        "ucp_mem_map_params_field",
+        "ucp_atomic_op_t",
+        "ucp_dt_type",
     ];
 
     const CONSTANTS: &[&str] = &["UCP_API_MAJOR", "UCP_API_MINOR"];

@@ -16,11 +16,11 @@ use pml::blocks::Blocks;
 use pml::ucx::{UcxConfig, UcxMessage, UcxPml};
 use pml::RecvBuf;
 use pml::{
-    ContextId, Done, Engine, EngineConfig, EngineError, Handle, Pml, PmlError, Rank, SendMode,
-    SourceSel, Started, Status, Tag, TagSel, Waiting, Wireup,
+    ContextId, Counters, Done, Engine, EngineConfig, EngineError, Handle, OneSided, Pml, PmlError,
+    Rank, SendMode, SourceSel, Started, Status, Tag, TagSel, Waiting, Wireup,
 };
 
-use crate::environment::{self, Threading};
+use crate::environment::{self, OneSidedCounters, Threading};
 
 /// Which PML the ranks run on; every rank of a job must name the same one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,13 +146,34 @@ impl AnyPml {
         }
     }
 
-    /// The native engine, which alone does one-sided operations in hardware (windows'
-    /// RDMA path); `None` on UCX.
-    pub fn native(&mut self) -> Option<&mut Engine> {
+    /// The one-sided operations of windows' RDMA path: the native engine's (verbs, where
+    /// it has that transport) or UCX's RMA.
+    pub fn one_sided(&mut self) -> &mut dyn OneSided {
+        on_pml!(self, p => p)
+    }
+
+    /// What the native engine's transports counted; `None` on UCX, which keeps its counts
+    /// to itself but for its one-sided operations (`one_sided_counters`).
+    pub fn counters(&self) -> Option<Counters> {
         match self {
-            AnyPml::Native(engine) => Some(engine),
+            AnyPml::Native(engine) => Some(engine.counters()),
             #[cfg(feature = "ucx")]
             AnyPml::Ucx(_) => None,
+        }
+    }
+
+    /// Windows' one-sided operations as posted on this PML's one-sided transport (verbs,
+    /// UCX's RMA): `Counters`' `rma_writes`, `rma_reads` and `rma_atomics`.
+    pub fn one_sided_counters(&self) -> OneSidedCounters {
+        let counted = match self {
+            AnyPml::Native(engine) => engine.counters(),
+            #[cfg(feature = "ucx")]
+            AnyPml::Ucx(ucx) => ucx.counters(),
+        };
+        OneSidedCounters {
+            puts: counted.rma_writes,
+            gets: counted.rma_reads,
+            atomics: counted.rma_atomics,
         }
     }
 

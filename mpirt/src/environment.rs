@@ -135,9 +135,17 @@ impl Universe {
     }
 
     /// What this rank's transports did so far (frames, rendezvous reads, windows' RDMA
-    /// WRITEs, READs and atomics...), as the native engine counts it; `None` on the UCX PML.
+    /// WRITEs, READs and atomics...), as the native engine counts it; `None` on the UCX PML,
+    /// which keeps its counts to itself (its one-sided operations: `one_sided_counters`).
     pub fn counters(&self) -> Option<pml::Counters> {
-        with_engine(|e| Ok(e.native().map(|engine| engine.counters()))).unwrap_or_default()
+        with_engine(|e| Ok(e.counters())).unwrap_or_default()
+    }
+
+    /// Windows' one-sided operations this rank posted on its PML's one-sided transport so
+    /// far (RDMA WRITEs, READs and atomics on verbs; `ucp_put_nbx`, `ucp_get_nbx` and
+    /// `ucp_atomic_op_nbx` on UCX), on either PML; `None` where the runtime is not running.
+    pub fn one_sided_counters(&self) -> Option<OneSidedCounters> {
+        with_engine(|e| Ok(Some(e.one_sided_counters()))).unwrap_or_default()
     }
 
     /// What lets handles cross threads ([`crate::threads`]): `Some` where the runtime
@@ -145,6 +153,19 @@ impl Universe {
     pub fn threads(&self) -> Option<Threads> {
         Threads::provided()
     }
+}
+
+/// Windows' one-sided operations posted on a PML's one-sided transport
+/// ([`Universe::one_sided_counters`]); on verbs a write or read counts once for each part
+/// posted, as `Counters::rma_writes` says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OneSidedCounters {
+    /// Puts: RDMA WRITEs, `ucp_put_nbx`.
+    pub puts: u64,
+    /// Gets: RDMA READs, `ucp_get_nbx`.
+    pub gets: u64,
+    /// Fetch-and-adds and compare-and-swaps: device atomics, `ucp_atomic_op_nbx`.
+    pub atomics: u64,
 }
 
 impl Drop for Universe {

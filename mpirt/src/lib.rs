@@ -89,7 +89,7 @@ pub use communicator::Rank;
 pub use datatype::Address;
 pub use environment::{
     initialize, initialize_with_threading, is_finalized, is_initialized, time, time_resolution,
-    Threading, Universe,
+    OneSidedCounters, Threading, Universe,
 };
 pub use error::{Error, MpiError};
 /// What a rank's transports counted (see [`Universe::counters`]).

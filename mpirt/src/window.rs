@@ -89,8 +89,9 @@
 //! the PML's progress hooks; a target computing outside mpirt delays passive-target epochs
 //! on it until its next call. Its locks are a lock table at the target (exclusive excludes,
 //! shared shares, waiting requests granted in arrival order). Where RDMA verbs carries the
-//! ranks, `allocate` and `create` windows take the RDMA path for what the device does (see
-//! `window/rdma.rs`): puts by RDMA WRITE, gets by RDMA READ, and, on windows of 8-byte
+//! ranks, or on the UCX PML with `MPIRT_WINDOW_PATH=rdma` (UCX's RMA; not by default, see
+//! `pml::RmaReach::by_default`), `allocate` and `create` windows take the RDMA path for
+//! what the device does (see `window/rdma.rs`): puts by RDMA WRITE, gets by RDMA READ, and, on windows of 8-byte
 //! numbers that every rank reaches with device atomics, every accumulate and atomic by
 //! them; the rest (locks, epochs' ends, other windows' accumulates) stays active messages.
 //! `MPIRT_WINDOW_PATH=rdma` leaves out the shared-memory mapping.
@@ -1744,8 +1745,9 @@ struct Agreed {
     /// The path every rank allows (`window_path`): the shared-memory path where all allow
     /// it, else RDMA where all allow that, else messages.
     path: Path,
-    /// Whether every rank has a transport that does one-sided operations (verbs), without
-    /// which no rank tries the RDMA path (whose set-up is collective).
+    /// Whether every rank's PML does one-sided operations (verbs, UCX) and, but where
+    /// `MPIRT_WINDOW_PATH=rdma` asked for them, takes them by default; without which no
+    /// rank tries the RDMA path (whose set-up is collective).
     rdma: bool,
 }
 
@@ -1780,7 +1782,11 @@ fn agree<T: Equivalence, C: Communicator>(
         },
         size_of::<T>() as u64,
         signature(datatype.name()),
-        u64::from(Rdma::available(comm.data())),
+        match Rdma::available(comm.data()) {
+            None => 0,
+            Some(false) => 1,
+            Some(true) => 2,
+        },
     ];
     let mut all = vec![0u64; 5 * comm.size() as usize];
     comm.try_all_gather_into(&mine[..], &mut all[..])
@@ -1832,7 +1838,10 @@ fn agree<T: Equivalence, C: Communicator>(
             _ => Path::Messages,
         })
     });
-    let rdma = all.chunks_exact(5).all(|theirs| theirs[4] == 1);
+    // RDMA where every rank's PML does it: by default only where every rank's does it by
+    // default (`RmaReach::by_default`), on `MPIRT_WINDOW_PATH=rdma` on any.
+    let least = if path == Path::Rdma { 1 } else { 2 };
+    let rdma = all.chunks_exact(5).all(|theirs| theirs[4] >= least);
     Ok(Agreed { lens, path, rdma })
 }
 

@@ -76,7 +76,7 @@ fn rank_mode() {
                     after - before
                 ),
                 None => println!(
-                    "rank {}: frames not counted: this PML keeps no counters",
+                    "rank {}: frames not counted: this PML (UCX) does not count them",
                     dup.rank()
                 ),
             }
@@ -2283,7 +2283,7 @@ fn all_gathers_take_the_hierarchical_path_across_hosts() {
         }
     }
     if common::test_pml() == "ucx" {
-        println!("skipped the count of frames sent: the UCX PML keeps no counters");
+        println!("skipped the count of frames sent: the UCX PML does not count frames");
         return;
     }
     for rank in 4..8 {

@@ -9,14 +9,20 @@
 # the target, which sits in a barrier that looks at messages between sleeps of up to 1 ms, so
 # each takes about a millisecond and a run of the latency tests' 10,000 iterations per size
 # takes minutes.
-#   osu-benches/compare/rma.sh [-a] [-w create|allocate|dynamic] [-s SYNC] [-r REPEATS]
-#                              [-m MAX] [-t TESTS]
+#   osu-benches/compare/rma.sh [-a] [-u TLS] [-w create|allocate|dynamic] [-s SYNC]
+#                              [-r REPEATS] [-m MAX] [-t TESTS]
 # Runs are interleaved (each repeat runs every test on every runtime in turn, so that a burst
 # of load on the shared machine falls on all of them alike), and the table gives each size's
 # median of REPEATS runs (default 3). A run that fails or outlasts 300 s prints "-". Open MPI
 # 4.1.4 runs allocate windows on its osc sm (its default choice there crashes in
 # MPI_Compare_and_swap), and the others on what it picks itself; MPICH is what the system's
 # mpirun.mpich runs (4.0.2, ch4:ucx here).
+# -u TLS: instead, mpirt on its UCX PML (rsrun --pml ucx) beside Open MPI's pml ucx with osc
+# ucx, both on UCX_TLS=TLS: mpirt's windows on UCX's RMA (ucp_put_nbx, ucp_get_nbx,
+# ucp_atomic_op_nbx; MPIRT_WINDOW_PATH=rdma, never the shared-memory mapping) and, as the
+# before, on active messages over the UCX PML (MPIRT_WINDOW_PATH=messages, the default
+# there, and the only way windows went before UCX's RMA). -u does not combine with -a. mpirt is built with the ucx feature into target/ucx
+# (or CARGO_TARGET_DIR, where set).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 window=allocate
@@ -25,20 +31,40 @@ repeats=3
 max=1048576
 tests="put_latency get_latency acc_latency get_acc_latency fop_latency cas_latency put_bw get_bw put_bibw"
 runtimes="shm ompi mpich"
-while getopts "aw:s:r:m:t:" opt; do
+tls=
+all=
+while getopts "au:w:s:r:m:t:" opt; do
     case $opt in
-        a) runtimes="shm messages ompi mpich" ;;
+        a) all=1 runtimes="shm messages ompi mpich" ;;
+        u) tls=$OPTARG ;;
         w) window=$OPTARG ;;
         s) sync=$OPTARG ;;
         r) repeats=$OPTARG ;;
         m) max=$OPTARG ;;
         t) tests=$OPTARG ;;
-        *) echo "usage: $0 [-a] [-w create|allocate|dynamic] [-s SYNC] [-r REPEATS] [-m MAX] [-t TESTS]" >&2
+        *) echo "usage: $0 [-a] [-u TLS] [-w create|allocate|dynamic] [-s SYNC] [-r REPEATS] [-m MAX] [-t TESTS]" >&2
            exit 2 ;;
     esac
 done
-cargo build --release -q -p launcher -p osu-benches
-bin=$PWD/target/release
+if [ -n "$tls" ] && [ -n "$all" ]; then
+    echo "$0: -a and -u do not combine (-u runs the UCX PML's RMA and its active messages)" >&2
+    exit 2
+fi
+if [ -n "$tls" ]; then
+    runtimes="ucx_messages ucx ompi_ucx"
+    export UCX_TLS=$tls
+    target=${CARGO_TARGET_DIR:-target/ucx}
+    CARGO_TARGET_DIR=$target cargo build --release -q -p launcher -p osu-benches \
+        --features osu-benches/ucx
+    # CARGO_TARGET_DIR may be absolute or relative to the repository's root (cd above).
+    case $target in
+        /*) bin=$target/release ;;
+        *) bin=$PWD/$target/release ;;
+    esac
+else
+    cargo build --release -q -p launcher -p osu-benches
+    bin=$PWD/target/release
+fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 mpicc.openmpi -O2 -o "$out/osu_rma.ompi" osu-benches/compare/osu_rma.c
@@ -58,6 +84,15 @@ run() {
         shm) timeout 300 "$bin/rsrun" -n 2 "$bin/osu_$test" -w "$window" -s "$s" -m "$min:$top" ;;
         messages) MPIRT_WINDOW_PATH=messages timeout 300 "$bin/rsrun" -n 2 "$bin/osu_$test" \
             -w "$window" -s "$s" -m "$min:$top" ;;
+        ucx) MPIRT_WINDOW_PATH=rdma timeout 300 "$bin/rsrun" --pml ucx -n 2 "$bin/osu_$test" \
+            -w "$window" -s "$s" -m "$min:$top" ;;
+        ucx_messages) MPIRT_WINDOW_PATH=messages timeout 300 "$bin/rsrun" --pml ucx -n 2 \
+            "$bin/osu_$test" -w "$window" -s "$s" -m "$min:$top" ;;
+        # Open MPI 4.1 turns its UCX components down unless UCX offers an RDMA transport
+        # (opal_common_ucx_tls, _devices): told to take any, it runs on UCX_TLS as mpirt does.
+        ompi_ucx) timeout 300 mpirun.openmpi --allow-run-as-root -n 2 --bind-to none \
+            --mca pml ucx --mca osc ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
+            -x UCX_TLS "$out/osu_rma.ompi" "$test" "$window" "$s" "$top" "$min" ;;
         ompi) timeout 300 mpirun.openmpi --allow-run-as-root -n 2 --bind-to none "${osc[@]}" \
             "$out/osu_rma.ompi" "$test" "$window" "$s" "$top" "$min" ;;
         mpich) timeout 300 mpirun.mpich -n 2 "$out/osu_rma.mpich" "$test" "$window" "$s" "$top" \
@@ -78,9 +113,10 @@ median() {
     awk -v s="$size" '$1 == s {print $2}' "$@" | sort -g |
         awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]; else print "-"}'
 }
-echo "# window $window, median of $repeats interleaved runs"
+echo "# window $window${tls:+, UCX_TLS=$tls}, median of $repeats interleaved runs"
 echo "# latency in us, bandwidth in MB/s"
-declare -A title=([shm]="mpirt shm" [messages]="mpirt messages" [ompi]="Open MPI" [mpich]=MPICH)
+declare -A title=([shm]="mpirt shm" [messages]="mpirt messages" [ompi]="Open MPI" [mpich]=MPICH
+    [ucx]="mpirt ucx rma" [ucx_messages]="mpirt ucx msgs" [ompi_ucx]="Open MPI osc ucx")
 printf "%-16s %-11s %8s" test sync size
 for runtime in $runtimes; do printf " %15s" "${title[$runtime]}"; done
 echo

@@ -29,7 +29,6 @@ use crate::wire::RemoteKey;
 
 pub use crate::protocol::SendMode;
 pub use bridge::{Bridge, BridgePeer};
-pub use one_sided::{RmaReach, WindowExposure};
 
 /// A send buffer lent to the engine until the send completes.
 pub struct SendBuf {

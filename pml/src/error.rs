@@ -70,6 +70,16 @@ pub struct UcxFailure {
 }
 
 impl PmlError {
+    /// A one-sided operation on `peer`'s memory failed; `cause` names the operation, its
+    /// length, the peer and why.
+    #[cold]
+    pub fn one_sided(peer: Rank, cause: impl Into<Box<str>>) -> PmlError {
+        PmlError::OneSided {
+            peer,
+            cause: cause.into(),
+        }
+    }
+
     /// A message of `status.len` bytes that arrived for a receive buffer of `buffer_len`.
     #[cold]
     pub fn truncated(status: Status, buffer_len: usize) -> PmlError {

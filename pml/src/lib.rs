@@ -13,6 +13,7 @@ mod fast_hash;
 pub mod freed_memory;
 mod keyed_queues;
 pub mod matching;
+pub mod one_sided;
 pub mod pml_api;
 pub mod protocol;
 mod random;
@@ -30,10 +31,11 @@ pub mod waiting;
 pub mod wire;
 
 pub use config::{EngineConfig, TransportChoice};
-pub use engine::{Bridge, BridgePeer, Engine, RmaReach, WindowExposure};
+pub use engine::{Bridge, BridgePeer, Engine};
 pub use envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel, MIN_RUNTIME_TAG};
 pub use error::PmlError;
 pub use freed_memory::TrackingAllocator;
+pub use one_sided::{OneSided, RmaReach, WindowExposure};
 pub use pml_api::{Counters, Done, EngineError, Pml, RecvBuf, Wireup};
 pub use protocol::{
     Action, ClaimEnd, Completion, Core, CoreConfig, MessageHandle, Payload, PeerCaps, SendArgs,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use std::{env, fs, thread};
 
 use pml::transport::verbs::{device_names, VerbsConfig, VerbsTransport};
-use pml::{Engine, EngineConfig, Pml, PmlError, SendMode, TransportChoice, Wireup};
+use pml::{Engine, EngineConfig, OneSided, Pml, PmlError, SendMode, TransportChoice, Wireup};
 
 mod ranks_common;
 
@@ -370,7 +370,8 @@ fn one_sided_rank(dir: PathBuf, rank: u32) {
     // Rank 1 tells rank 0 where its window is.
     let mut place = [0u64; 2];
     if rank == 1 {
-        place = [window.as_ptr() as u64, exposure.key];
+        let key: [u8; 8] = exposure.key[..].try_into().expect("verbs keys are 8 bytes");
+        place = [window.as_ptr() as u64, u64::from_ne_bytes(key)];
         let bytes: Vec<u8> = place.iter().flat_map(|w| w.to_le_bytes()).collect();
         // SAFETY: `bytes` outlives the send, waited for here.
         let s = unsafe { e.post_send(0, 1, 0, 2, SendMode::Standard, bytes.as_ptr(), 16) }.unwrap();
@@ -397,7 +398,7 @@ fn one_sided_rank(dir: PathBuf, rank: u32) {
     if rank == 0 {
         let remote = pml::RemoteKey {
             addr: place[0],
-            key: place[1],
+            key: e.remote_key(1, &place[1].to_ne_bytes()).unwrap(),
         };
         // SAFETY: `data` is unchanged until the write's wait below.
         let put = unsafe {
@@ -442,7 +443,7 @@ fn one_sided_rank(dir: PathBuf, rank: u32) {
         // Past the end of rank 1's registration: the device refuses it at the target.
         let past = pml::RemoteKey {
             addr: place[0] + WINDOW as u64 - 8,
-            key: place[1],
+            key: remote.key,
         };
         let sixteen = [1u8; 16];
         // SAFETY: `sixteen` outlives the write, whose wait comes next.

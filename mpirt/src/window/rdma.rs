@@ -1,11 +1,16 @@
-//! The RDMA path: where the native engine's one-sided transport (verbs) reaches a window's
-//! ranks, puts are RDMA WRITEs and gets RDMA READs straight between the origin's buffer and
-//! the target's window memory, registered at the window's creation (each rank's address and
-//! key gathered then), with no help from the target's CPU. Completion: each origin keeps the
-//! last operation it posted to each target; a flush and every epoch end wait until those
-//! completed (a reliable connection completes an operation once the target has it) before
-//! the epoch's own messages (the fence's, `complete`'s, the unlock) go out, so a target that
-//! got them has the data.
+//! The RDMA path: where the PML's one-sided operations (`pml::OneSided`: the native
+//! engine's verbs transport, or UCX's RMA on the UCX PML) reach a window's ranks, puts are
+//! RDMA WRITEs (`ucp_put_nbx`) and gets RDMA READs (`ucp_get_nbx`) straight between the
+//! origin's buffer and the target's window memory, registered at the window's creation (each
+//! rank's address and packed key gathered then, and unpacked by each rank for its own use),
+//! with no help from the target's CPU (where UCX does them in software, over TCP, the
+//! target's worker applies them). The device's atomics below are `ucp_atomic_op_nbx` on
+//! UCX. Completion: each origin keeps the last operation it posted to each target; a flush
+//! and every epoch end wait until those are done at the target before the epoch's own
+//! messages (the fence's, `complete`'s, the unlock) go out, so a target that got them has
+//! the data. On verbs a reliable connection completes an operation once the target has it;
+//! on UCX a put's completion is local (its buffer may be reused), and the target has it
+//! once an endpoint flush started after it completed, which `rma_done` starts.
 //!
 //! Accumulates and atomics keep MPI's atomicity, which device atomics would break if they
 //! met the CPU's: the device's atomics are atomic only with each other (`IBV_ATOMIC_HCA`),
@@ -29,7 +34,7 @@
 //!   RDMA READ the range (posted together), compute at the origin, RDMA WRITE
 //!   it back, wait for the write, release the lock with a fetch-and-add (posted; a flush
 //!   or the epoch's end waits for it). Where the lock is free that is two round trips
-//!   whatever the length, three with a flush's wait for the release, where a
+//!   whatever the length (three on UCX, which orders the read after the take), three with a flush's wait for the release, where a
 //!   compare-and-swap loop per element cost one per element (64 KiB of f64 sums: 8192),
 //!   and a single element's loop one or two;
 //! - a no-op that fetches (`get_accumulate`, `fetch_and_op` with `no_op`) is one RDMA READ
@@ -61,7 +66,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use pml::transport::RmaOp;
-use pml::{RemoteKey, WindowExposure};
+use pml::{Pml, RemoteKey, WindowExposure};
 
 use super::operation::{self, AccumulateOperation};
 use super::WindowFault;
@@ -129,16 +134,17 @@ pub(super) struct Rdma {
 }
 
 impl Rdma {
-    /// Whether this rank has a transport that does one-sided operations (verbs, in a build
-    /// with it): a window's ranks agree on it at creation and `open` only where all have one.
-    pub fn available(data: &CommData) -> bool {
+    /// Whether this rank's PML does one-sided operations (the native engine with verbs, in
+    /// a build with it; UCX's RMA), and whether windows take them by default
+    /// (`RmaReach::by_default`): `None`, or `Some(by_default)`. A window's ranks agree on it
+    /// at creation and `open` only where all have one.
+    pub fn available(data: &CommData) -> Option<bool> {
         let me = data.world_rank(data.rank);
-        cfg!(feature = "verbs")
-            && with_engine_or_lent(|e| {
-                Ok(e.native()
-                    .is_some_and(|engine| engine.rma_reach(me).is_some()))
-            })
-            .unwrap_or(false)
+        if !(cfg!(feature = "verbs") || cfg!(feature = "ucx")) {
+            return None;
+        }
+        with_engine_or_lent(|e| Ok(e.one_sided().rma_reach(me).map(|r| r.by_default)))
+            .unwrap_or(None)
     }
 
     /// Exposes this rank's window (`bytes` at `base`) and learns every rank's, where the
@@ -152,16 +158,13 @@ impl Rdma {
         element: Option<u8>,
         what: &str,
     ) -> Result<Option<Rdma>, Error> {
-        let fail = |c: Cause| Error::new(what, c);
         let size = comm.size() as u32;
         let world: Vec<u32> = (0..size).map(|r| data.world_rank(r)).collect();
         // A rank whose window cannot be registered (the locked-memory limit, `ulimit -l`)
         // must still reach the all-gather below, or the others wait in it for good: its
         // window is then not exposed, and the others' operations on it go by messages.
         let opened = with_engine_or_lent(|e| {
-            let Some(engine) = e.native() else {
-                return Ok((Ok(None), false));
-            };
+            let engine = e.one_sided();
             let atomics = world
                 .iter()
                 .all(|&w| engine.rma_reach(w).is_some_and(|r| r.atomics));
@@ -187,12 +190,10 @@ impl Rdma {
         let lock_word = Box::new(AtomicU64::new(0));
         let lock_exposure = if reaches_all && element.is_some_and(device_element) {
             with_engine_or_lent(|e| {
-                Ok(e.native().and_then(|engine| {
-                    engine
-                        .expose_window(lock_word.as_ptr().cast(), 8)
-                        .ok()
-                        .flatten()
-                }))
+                Ok(e.one_sided()
+                    .expose_window(lock_word.as_ptr().cast(), 8)
+                    .ok()
+                    .flatten())
             })
             .unwrap_or(None)
         } else {
@@ -203,43 +204,86 @@ impl Rdma {
         let flags = u64::from(exposed)
             | u64::from(reaches_all && aligned) << 1
             | u64::from(lock_exposure.is_some()) << 2;
+        let key_len = |e: &Option<WindowExposure>| e.as_ref().map_or(0, |e| e.key.len() as u64);
         let mine = [
             base as u64,
-            exposure.map_or(0, |e| e.key),
+            key_len(&exposure),
             flags,
             lock_word.as_ptr() as u64,
-            lock_exposure.map_or(0, |e| e.key),
+            key_len(&lock_exposure),
         ];
         let mut all = vec![0u64; 5 * size as usize];
-        if let Err(e) = comm.try_all_gather_into(&mine[..], &mut all[..]) {
+        let mut keys = Vec::new();
+        let gathered = comm
+            .try_all_gather_into(&mine[..], &mut all[..])
+            .and_then(|()| {
+                keys = Rdma::gather_keys(comm, &all, [&exposure, &lock_exposure])?;
+                Ok(())
+            });
+        if let Err(e) = gathered {
             Rdma::release(exposure);
             Rdma::release(lock_exposure);
             return Err(Error::new(what, e.cause().clone()));
         }
-        let reached: Vec<bool> = with_engine_or_lent(|e| {
-            let engine = e.native();
-            Ok(world
-                .iter()
-                .map(|&w| engine.as_ref().is_some_and(|e| e.rma_reach(w).is_some()))
-                .collect())
-        })
-        .map_err(fail)?;
-        let key_at = |theirs: &[u64], at: usize| RemoteKey {
-            addr: theirs[at],
-            key: theirs[at + 1],
-        };
-        let targets: Vec<Option<RemoteKey>> = all
-            .chunks_exact(5)
-            .zip(&reached)
-            .map(|(theirs, &r)| (r && theirs[2] & 1 != 0).then(|| key_at(theirs, 0)))
-            .collect();
         let atomics =
             element.is_some_and(device_element) && all.chunks_exact(5).all(|theirs| theirs[2] == 7);
-        let locks = all
-            .chunks_exact(5)
-            .map(|theirs| atomics.then(|| key_at(theirs, 3)))
-            .collect();
+        // Each reached rank's keys, unpacked for this rank (UCX's rkeys, on its endpoint to
+        // that rank); a rank of a zero-length window has none, and nothing to reach. A key
+        // that fails to unpack is recorded, not returned: this rank must still reach the
+        // agreement below, or it alone would release its window while the others put into it.
+        let mut failed: Option<(u32, Cause)> = None;
+        let unpacked = with_engine_or_lent(|e| {
+            let engine = e.one_sided();
+            let mut unpack = |rank: usize, at: usize, len: u64, wanted: bool| {
+                let peer = world[rank];
+                if failed.is_some() || !wanted || len == 0 || engine.rma_reach(peer).is_none() {
+                    return None;
+                }
+                let packed = &keys[rank][at][..len as usize];
+                match engine.remote_key(peer, packed) {
+                    Ok(key) => Some(RemoteKey {
+                        addr: all[5 * rank + if at == 0 { 0 } else { 3 }],
+                        key,
+                    }),
+                    Err(e) => {
+                        failed = Some((peer, Cause::from(e)));
+                        None
+                    }
+                }
+            };
+            let mut targets = Vec::with_capacity(size as usize);
+            let mut locks = Vec::with_capacity(size as usize);
+            for (rank, theirs) in all.chunks_exact(5).enumerate() {
+                targets.push(unpack(rank, 0, theirs[1], theirs[2] & 1 != 0));
+                locks.push(unpack(rank, 1, theirs[4], atomics));
+            }
+            Ok((targets, locks))
+        });
+        let (targets, locks) = unpacked.unwrap_or_else(|cause| {
+            failed = Some((data.world_rank(data.rank), cause));
+            (Vec::new(), Vec::new())
+        });
+        // Every rank learns whether every rank unpacked every key it needs: where one did
+        // not, no rank may reach another by RDMA (the failed one could not reach all).
+        let mut verdicts = vec![0u64; size as usize];
+        let agreed = comm.try_all_gather_into(&[u64::from(failed.is_some())], &mut verdicts[..]);
+        if agreed.is_err() || verdicts.iter().any(|&v| v != 0) {
+            Rdma::forget(&targets);
+            Rdma::forget(&locks);
+            Rdma::release(exposure);
+            Rdma::release(lock_exposure);
+            return match agreed {
+                Err(e) => Err(Error::new(what, e.cause().clone())),
+                Ok(()) => {
+                    if let Some((peer, cause)) = failed {
+                        Rdma::not_unpacked(data, peer, &cause);
+                    }
+                    Ok(None)
+                }
+            };
+        }
         if targets.iter().all(Option::is_none) && exposure.is_none() {
+            Rdma::forget(&locks);
             Rdma::release(lock_exposure);
             return Ok(None);
         }
@@ -257,6 +301,19 @@ impl Rdma {
         }))
     }
 
+    /// Says (under `MPIRT_VERBOSE`) that this rank could not unpack `peer`'s window key (the
+    /// world rank; this rank's own where its engine was not to be had), so that the window
+    /// goes by messages on every rank.
+    fn not_unpacked(data: &CommData, peer: u32, cause: &Cause) {
+        if crate::collective::verbose() {
+            bootstrap::output::say(&format!(
+                "mpirt: rank {}: unpacking rank {peer}'s window key failed ({cause}): \
+                 operations on this window go by messages, on every rank",
+                data.world_rank(data.rank)
+            ));
+        }
+    }
+
     /// Says (under `MPIRT_VERBOSE`) that this rank's window is not reached by RDMA.
     fn not_exposed(data: &CommData, bytes: usize, cause: &Cause) {
         if crate::collective::verbose() {
@@ -268,20 +325,70 @@ impl Rdma {
         }
     }
 
+    /// Every rank's packed keys (its window's, its lock word's), each padded to the longest
+    /// any rank has, from `all` (5 words a rank, the key lengths at 1 and 4) and this rank's
+    /// `exposures`: by rank, the two keys' bytes. Collective.
+    fn gather_keys(
+        comm: &impl Communicator,
+        all: &[u64],
+        exposures: [&Option<WindowExposure>; 2],
+    ) -> Result<Vec<[Vec<u8>; 2]>, Error> {
+        let longest = all
+            .chunks_exact(5)
+            .map(|theirs| theirs[1].max(theirs[4]))
+            .max()
+            .unwrap_or(0);
+        let words = (longest as usize).div_ceil(8);
+        let ranks = all.len() / 5;
+        if words == 0 {
+            return Ok(vec![[Vec::new(), Vec::new()]; ranks]);
+        }
+        let mut mine = vec![0u64; 2 * words];
+        for (part, exposure) in mine.chunks_exact_mut(words).zip(exposures) {
+            if let Some(exposure) = exposure {
+                for (word, bytes) in part.iter_mut().zip(exposure.key.chunks(8)) {
+                    let mut padded = [0u8; 8];
+                    padded[..bytes.len()].copy_from_slice(bytes);
+                    *word = u64::from_ne_bytes(padded);
+                }
+            }
+        }
+        let mut theirs = vec![0u64; 2 * words * ranks];
+        comm.try_all_gather_into(&mine[..], &mut theirs[..])?;
+        let bytes = |words: &[u64]| words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        Ok(theirs
+            .chunks_exact(2 * words)
+            .map(|keys| [bytes(&keys[..words]), bytes(&keys[words..])])
+            .collect())
+    }
+
     fn release(exposure: Option<WindowExposure>) {
         if let Some(exposure) = exposure {
             let _ = with_engine_or_lent(|e| {
-                if let Some(engine) = e.native() {
-                    engine.release_window(exposure);
-                }
+                e.one_sided().release_window(exposure);
                 Ok(())
             });
         }
     }
 
+    /// Gives back the keys unpacked for `keys` (no operation through them is in flight).
+    fn forget(keys: &[Option<RemoteKey>]) {
+        let _ = with_engine_or_lent(|e| {
+            let engine = e.one_sided();
+            for key in keys.iter().flatten() {
+                engine.forget_key(key.key);
+            }
+            Ok(())
+        });
+    }
+
     /// Gives this rank's window back (every rank is done with it: after the window's
     /// closing barrier).
     pub fn close(&mut self) {
+        Rdma::forget(&self.targets);
+        Rdma::forget(&self.locks);
+        self.targets.iter_mut().for_each(|t| *t = None);
+        self.locks.iter_mut().for_each(|l| *l = None);
         Rdma::release(self.exposure.take());
         Rdma::release(self.lock_exposure.take());
     }
@@ -313,9 +420,8 @@ impl Rdma {
     unsafe fn post_at(&self, target: u32, op: RmaOp, remote: RemoteKey) -> Result<u64, Cause> {
         let peer = self.world[target as usize];
         let ticket = with_engine_or_lent(|e| {
-            let engine = e.native().expect("the RDMA path runs on the native engine");
             // SAFETY: forwarded from this function's contract.
-            unsafe { engine.rma(peer, op, remote) }
+            unsafe { e.one_sided().rma(peer, op, remote) }
         })?;
         self.pending.borrow_mut()[target as usize] = ticket;
         Ok(ticket)
@@ -324,9 +430,8 @@ impl Rdma {
     /// Waits until the operations to `target` up to `ticket` completed.
     fn wait(&self, target: u32, ticket: u64) -> Result<(), Cause> {
         let peer = self.world[target as usize];
-        environment::wait_until_or_lent(pml::stall::Awaited::State, |e| match e.native() {
-            Some(engine) => Ok(engine.rma_done(peer, ticket)?),
-            None => Ok(true),
+        environment::wait_until_or_lent(pml::stall::Awaited::State, |e| {
+            e.one_sided().rma_done(peer, ticket)
         })
     }
 
@@ -423,9 +528,7 @@ impl Rdma {
         // another thread (`Threading::Multiple`) could post atomics that reuse its slot.
         let found = Cell::new(0);
         environment::wait_until_or_lent(pml::stall::Awaited::State, |e| {
-            let Some(engine) = e.native() else {
-                return Ok(true);
-            };
+            let engine = e.one_sided();
             let done = engine.rma_done(peer, last)?;
             if done {
                 found.set(engine.rma_result(peer, ticket));
@@ -559,7 +662,8 @@ impl Rdma {
     /// first try posts the compare-and-swap and an RDMA READ together, as the target runs a
     /// queue pair's requests in order (a read after a take that succeeded sees the last
     /// holder's write, which completed before its unlock went), so a free lock costs one
-    /// round trip; after a take that failed, compare-and-swaps alone until one takes it,
+    /// round trip on verbs (two on UCX, which posts the read only once the take completed,
+    /// as `pml/src/ucx/one_sided.rs` says on order); after a take that failed, compare-and-swaps alone until one takes it,
     /// then the read again. The read is never fetch-and-adds of 0, which need no
     /// registration: after a take that failed the holder's RDMA WRITE of the range may be
     /// in flight, and a fetch-and-add writes its element back (the device reads and writes
@@ -633,6 +737,10 @@ impl Rdma {
             if found == 0 {
                 return Ok(());
             }
+            // The holder's release may need this rank's progress to land: where UCX does
+            // atomics in software, the target's worker applies them, and a take on this
+            // rank's own word completes at once, without the wait that would progress it.
+            with_engine_or_lent(|e| e.progress())?;
             if found != seen.0 {
                 seen = (found, Instant::now());
             } else if seen.1.elapsed() > LOCK_PATIENCE {

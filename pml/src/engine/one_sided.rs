@@ -1,39 +1,26 @@
-//! One-sided operations (MPI windows) on the transport that does them in hardware (verbs:
-//! RDMA WRITE, READ and atomics), for the layer above to use where a peer is reached that
-//! way. Windows elsewhere go by active messages, which this engine carries as any message.
+//! The native engine's [`OneSided`]: one-sided operations (MPI windows) on the transport
+//! that does them in hardware (verbs: RDMA WRITE, READ and atomics), for the layer above to
+//! use where a peer is reached that way. Windows elsewhere go by active messages, which this
+//! engine carries as any message.
 
 use super::Engine;
 use crate::envelope::Rank;
 use crate::error::PmlError;
+use crate::one_sided::{OneSided, RmaReach, WindowExposure};
 use crate::transport::{RmaOp, Transport};
 use crate::wire::RemoteKey;
-
-/// A window's memory exposed to peers' one-sided operations, until `release_window`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WindowExposure {
-    /// What peers name the memory by (with its address).
-    pub key: u64,
-    /// Which transport exposed it, and its id there.
-    transport: usize,
-    id: u64,
-}
-
-/// How the one-sided transport reaches a rank.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RmaReach {
-    /// Whether 8-byte atomics reach it (through the device, this rank's own memory too).
-    pub atomics: bool,
-}
 
 impl Engine {
     /// The transport that does one-sided operations, if one is open.
     fn one_sided(&self) -> Option<usize> {
         self.transports.iter().position(|t| t.caps().remote_write)
     }
+}
 
+impl OneSided for Engine {
     /// Exposes a window's `len` bytes at `buf` to peers' one-sided operations, where a
     /// transport does them; `None` where none does.
-    pub fn expose_window(
+    fn expose_window(
         &mut self,
         buf: *mut u8,
         len: usize,
@@ -50,17 +37,37 @@ impl Engine {
                     format!("exposing a window's {len} bytes to RDMA: {cause}"),
                 )
             })?;
-        Ok(exposed.map(|(key, id)| WindowExposure { key, transport, id }))
+        Ok(exposed.map(|(key, id)| WindowExposure {
+            key: key.to_ne_bytes().to_vec(),
+            transport,
+            id,
+        }))
     }
 
     /// Undoes `expose_window` (every peer is done with the window).
-    pub fn release_window(&mut self, exposure: WindowExposure) {
+    fn release_window(&mut self, exposure: WindowExposure) {
         self.transports[exposure.transport].release_window(exposure.id);
     }
 
+    /// The transport's key is the packed one itself (an rkey, the same for every peer).
+    fn remote_key(&mut self, peer: Rank, packed: &[u8]) -> Result<u64, PmlError> {
+        let word: [u8; 8] = packed.try_into().map_err(|_| {
+            PmlError::one_sided(
+                peer,
+                format!(
+                    "rank {peer}'s window key has {} bytes, not the 8 of this rank's transport",
+                    packed.len()
+                ),
+            )
+        })?;
+        Ok(u64::from_ne_bytes(word))
+    }
+
+    fn forget_key(&mut self, _key: u64) {}
+
     /// Whether one-sided operations reach world rank `peer` (this rank itself included)
     /// through the hardware, and how.
-    pub fn rma_reach(&self, peer: Rank) -> Option<RmaReach> {
+    fn rma_reach(&self, peer: Rank) -> Option<RmaReach> {
         let transport = self.one_sided()?;
         let carried = peer == self.rank
             || self
@@ -69,6 +76,7 @@ impl Engine {
                 .is_some_and(|r| r.transport as usize == transport);
         carried.then(|| RmaReach {
             atomics: self.transports[transport].caps().atomics,
+            by_default: true,
         })
     }
 
@@ -80,12 +88,7 @@ impl Engine {
     /// # Safety
     /// As `Transport::rma`: `op`'s local memory stays valid and untouched until the ticket
     /// completed or the engine stopped.
-    pub unsafe fn rma(
-        &mut self,
-        peer: Rank,
-        op: RmaOp,
-        remote: RemoteKey,
-    ) -> Result<u64, PmlError> {
+    unsafe fn rma(&mut self, peer: Rank, op: RmaOp, remote: RemoteKey) -> Result<u64, PmlError> {
         let transport = self.one_sided().ok_or(PmlError::UnknownPeer(peer))?;
         let (mut op, mut remote) = (op, remote);
         let mut posted = None;
@@ -117,7 +120,7 @@ impl Engine {
 
     /// Whether every one-sided operation to `peer` up to `ticket` completed (at the
     /// target); the error of the first that failed.
-    pub fn rma_done(&self, peer: Rank, ticket: u64) -> Result<bool, PmlError> {
+    fn rma_done(&mut self, peer: Rank, ticket: u64) -> Result<bool, PmlError> {
         match self.one_sided() {
             Some(t) => self.transports[t].rma_done(peer, ticket),
             None => Ok(true),
@@ -125,7 +128,7 @@ impl Engine {
     }
 
     /// The old value the atomic `ticket` to `peer` fetched, once `rma_done` said so.
-    pub fn rma_result(&self, peer: Rank, ticket: u64) -> u64 {
+    fn rma_result(&self, peer: Rank, ticket: u64) -> u64 {
         self.one_sided()
             .map_or(0, |t| self.transports[t].rma_result(peer, ticket))
     }

@@ -10,9 +10,11 @@
 //! - `owned_request`: request memory lent to UCX, for every message.
 //! - `status`: UCX status codes as results.
 //! - `pml`: [`UcxPml`], the calls the layer above makes.
+//! - `one_sided`: windows' puts, gets and atomics on UCX's RMA (`OneSided`).
 
 mod failure;
 mod ffi;
+mod one_sided;
 mod owned_request;
 mod pml;
 mod request;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::failure::PeerFailures;
 use super::ffi;
+use super::one_sided::Rma;
 use super::owned_request::{OwnedRequest, SpareRequests};
 use super::request::{self, peek};
 use super::status;
@@ -16,7 +17,7 @@ use super::wireup;
 use super::worker::{self, Endpoint, Worker};
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
-use crate::pml_api::{Done, EngineError, Pml, RecvBuf, Wireup};
+use crate::pml_api::{Counters, Done, EngineError, Pml, RecvBuf, Wireup};
 use crate::protocol::{SendMode, Started};
 use crate::requests::{Handle, Requests};
 use crate::stall::{Awaited, AwaitedRequest, QueuedSend, Queues, Selectors};
@@ -77,14 +78,17 @@ pub struct UcxConfig {
 }
 
 pub struct UcxPml {
-    rank: Rank,
-    size: u32,
+    pub(super) rank: Rank,
+    pub(super) size: u32,
     /// How long a wait spins on progress before it sleeps on the worker's event fd.
     spin: Duration,
     /// One per world rank, this one's included.
-    endpoints: Vec<Endpoint>,
+    pub(super) endpoints: Vec<Endpoint>,
     /// Dropped after `Drop` closed the endpoints.
-    worker: Worker,
+    pub(super) worker: Worker,
+    /// Windows' one-sided operations (`one_sided`): `Drop` settles those in flight before
+    /// the endpoints close, and destroys the keys and unmaps the windows after.
+    pub(super) rma: Rma,
     /// Declared after the worker: its error callbacks write here until the worker is gone.
     failures: PeerFailures,
     /// The operations in flight, in request memory of ours. Declared after the worker, as
@@ -269,6 +273,7 @@ impl UcxPml {
             endpoints,
             worker,
             failures,
+            rma: Rma::new(size),
             ops: Requests::default(),
             blocking: spare.fresh(),
             spare,
@@ -434,11 +439,19 @@ impl UcxPml {
 
     /// Fails, naming the failure that stopped this PML, if one did.
     #[inline]
-    fn check_running(&self) -> Result<(), PmlError> {
+    pub(super) fn check_running(&self) -> Result<(), PmlError> {
         match &self.failure {
             None => Ok(()),
             Some(failure) => Err(PmlError::Stopped(Box::new(failure.clone()))),
         }
+    }
+
+    /// What this PML counts: windows' puts, gets and atomics (the native engine's other
+    /// counts are of its own transports, which UCX keeps to itself).
+    pub fn counters(&self) -> Counters {
+        let mut counters = Counters::default();
+        self.rma.count(&mut counters);
+        counters
     }
 
     /// Stops this PML on a broken peer: the requests whose waits fail stay in UCX, and their
@@ -917,10 +930,14 @@ fn waiting_for_a_peer(op: &Op) -> Option<AwaitedRequest> {
 
 impl Drop for UcxPml {
     fn drop(&mut self) {
-        let failures = &self.failures;
         // A stopped PML closes every endpoint at once, without progress, which could still
         // deliver data into the buffers of receives whose waits failed.
         let stopped = self.failure.is_some();
+        // One-sided operations in flight still read their keys and windows: they finish
+        // (or are given back to UCX) before the endpoints close, and the keys and windows
+        // go only after.
+        self.rma.settle(&self.worker, !stopped);
+        let failures = &self.failures;
         self.worker.close(
             !stopped,
             self.endpoints
@@ -928,6 +945,9 @@ impl Drop for UcxPml {
                 .enumerate()
                 .map(|(peer, ep)| (ep, stopped || failures.of(peer as Rank).is_some())),
         );
+        // SAFETY: the worker's context, live until the worker drops after this; the
+        // endpoints the keys were unpacked on are closed.
+        unsafe { self.rma.release(self.worker.context()) };
     }
 }
 

@@ -13,8 +13,8 @@ use super::status::{self, check, Started};
 use super::tag;
 use crate::error::PmlError;
 
-/// One process's UCP context and worker: single-threaded, with the tag API and wake-up on
-/// an event fd.
+/// One process's UCP context and worker: single-threaded, with the tag API, wake-up on an
+/// event fd, and RMA with 64-bit atomics for windows (`one_sided`).
 pub struct Worker {
     context: ffi::ucp_context_h,
     handle: ffi::ucp_worker_h,
@@ -32,10 +32,12 @@ pub struct Endpoint(ffi::ucp_ep_h);
 
 /// How long closing endpoints may take before the worker is destroyed anyway: a peer that
 /// is gone must not hang this process's exit.
-const CLOSE_LIMIT: Duration = Duration::from_secs(10);
+pub(super) const CLOSE_LIMIT: Duration = Duration::from_secs(10);
 
 impl Worker {
-    /// `ucp_init` with the TAG and WAKEUP features, then a single-threaded worker.
+    /// `ucp_init` with the TAG, WAKEUP, RMA and AMO64 features (UCX does RMA and atomics in
+    /// software where a transport lacks them, as over TCP), then a
+    /// single-threaded worker.
     /// `peers` is the job's size, a hint for UCX's resource sizing.
     pub fn new(peers: usize) -> Result<Worker, PmlError> {
         let params = ffi::ucp_params_t {
@@ -46,7 +48,12 @@ impl Worker {
                     | ffi::UCP_PARAM_FIELD_TAG_SENDER_MASK
                     | ffi::UCP_PARAM_FIELD_ESTIMATED_NUM_EPS,
             ),
-            features: u64::from(ffi::UCP_FEATURE_TAG | ffi::UCP_FEATURE_WAKEUP),
+            features: u64::from(
+                ffi::UCP_FEATURE_TAG
+                    | ffi::UCP_FEATURE_WAKEUP
+                    | ffi::UCP_FEATURE_RMA
+                    | ffi::UCP_FEATURE_AMO64,
+            ),
             request_size: mem::size_of::<RequestState>() as ffi::size_t,
             request_init: Some(request::init),
             request_cleanup: None,
@@ -104,6 +111,10 @@ impl Worker {
 
     pub fn handle(&self) -> ffi::ucp_worker_h {
         self.handle
+    }
+
+    pub fn context(&self) -> ffi::ucp_context_h {
+        self.context
     }
 
     pub fn request_size(&self) -> usize {

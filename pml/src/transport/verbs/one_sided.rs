@@ -40,13 +40,6 @@ struct InFlight {
     mr: Option<MrId>,
 }
 
-fn failure(peer: Rank, cause: String) -> PmlError {
-    PmlError::OneSided {
-        peer,
-        cause: cause.into(),
-    }
-}
-
 pub(super) struct Rma {
     /// By rank, the queue pairs for one-sided operations (`None` for peers reached another
     /// way, and once stopped).
@@ -146,13 +139,13 @@ impl VerbsTransport {
     ) -> Result<Option<RmaPosted>, PmlError> {
         let piece_max = self.dev.max_piece();
         let Some(p) = self.lane_ref(peer, WR_RMA) else {
-            return Err(failure(
+            return Err(PmlError::one_sided(
                 peer,
                 format!("rank {peer} is not reached over verbs"),
             ));
         };
         if let Some(cause) = &p.broken {
-            return Err(failure(
+            return Err(PmlError::one_sided(
                 peer,
                 format!(
                     "a one-sided operation to rank {peer} was refused: an earlier one failed, \
@@ -170,7 +163,7 @@ impl VerbsTransport {
         let part = |len: usize| len.min(room * piece_max);
         let rkey = remote.key as u32;
         let failed = |what: &str, len: usize, rc: i32| {
-            failure(
+            PmlError::one_sided(
                 peer,
                 format!(
                     "posting an {what} of {len} bytes to rank {peer} failed: {}",
@@ -179,7 +172,7 @@ impl VerbsTransport {
             )
         };
         let unregistered = |what: &str, len: usize, e: String| {
-            failure(
+            PmlError::one_sided(
                 peer,
                 format!("an {what} of {len} bytes to rank {peer}: its local buffer: {e}"),
             )
@@ -374,7 +367,7 @@ impl VerbsTransport {
         }
         match &p.broken {
             Some(cause) if p.rma_failed_at != 0 && p.rma_failed_at <= ticket => {
-                Err(failure(peer, cause.clone()))
+                Err(PmlError::one_sided(peer, cause.clone()))
             }
             _ => Ok(true),
         }
