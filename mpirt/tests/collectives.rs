@@ -588,7 +588,65 @@ fn collectives(world: &SimpleCommunicator) {
         varcount(world, extra);
     }
     varcount_mixed_fit(world);
+    segmented(world);
     println!("collectives ok");
+}
+
+/// Broadcasts and all-to-alls past the shared area's one-call limit (4096 bytes) that go
+/// through it in segments of 16384 bytes (broadcasts from 3 ranks on, up to 64 KiB on 3 to 7
+/// ranks and 1 MiB from 8; all-to-alls from 4 ranks on, blocks up to 16 KiB): lengths on
+/// each side of the limit, of a segment, and of the longest taken, against the serial
+/// reference from the first and the last rank (the other collectives at these lengths too,
+/// through `check_data_movement`).
+fn segmented(world: &SimpleCommunicator) {
+    let (n, me) = (world.size(), world.rank());
+    for len in [4097, 16384, 16385, 40000, 65536, 65537, MIB, MIB + 1] {
+        for root in [0, n - 1] {
+            let sent = contribution(root + len as i32, len, byte);
+            let mut buf = if me == root {
+                sent.clone()
+            } else {
+                vec![0; len]
+            };
+            world.process_at_rank(root).broadcast_into(&mut buf[..]);
+            assert!(buf == sent, "broadcast of {len} bytes from {root}");
+        }
+    }
+    for block in [1023, 1024, 1025, 4096, 16383, 16384, 16385] {
+        check_data_movement(world, block, byte);
+    }
+    // An immediate all-to-all on a duplicate stays in flight (by messages) while a segmented
+    // broadcast and an all-to-all in rounds run on another duplicate: neither takes the
+    // other's bytes.
+    let (a, b) = (world.duplicate(), world.duplicate());
+    let outgoing: Vec<u8> = (0..n)
+        .flat_map(|r| contribution(me * n + r, 3000, byte))
+        .collect();
+    let expected: Vec<u8> = (0..n)
+        .flat_map(|s| contribution(s * n + me, 3000, byte))
+        .collect();
+    let (mut on_a, mut on_b) = (vec![0u8; outgoing.len()], vec![0u8; outgoing.len()]);
+    let sent = contribution(7, 50000, byte);
+    let mut buf = if me == 0 {
+        sent.clone()
+    } else {
+        vec![0; 50000]
+    };
+    request::scope(|scope| {
+        let pending = a.immediate_all_to_all_into(scope, &outgoing[..], &mut on_a[..]);
+        b.process_at_rank(0).broadcast_into(&mut buf[..]);
+        b.all_to_all_into(&outgoing[..], &mut on_b[..]);
+        pending.wait();
+    });
+    assert!(
+        buf == sent,
+        "segmented broadcast beside an immediate all-to-all"
+    );
+    assert!(on_a == expected, "immediate all-to-all beside the area's");
+    assert!(
+        on_b == expected,
+        "all-to-all in rounds beside an immediate one"
+    );
 }
 
 fn sum_of_ranks(comm: &SimpleCommunicator) -> i32 {
@@ -692,7 +750,7 @@ fn communicators(world: &SimpleCommunicator) {
 
 /// Short all-reductions go through a shared-memory area per communicator (when its ranks
 /// share a host): the world, a duplicate, and halves that run at once on disjoint ranks, one
-/// call after another on each, alternating the two cells of each rank's area, with a
+/// call after another on each, taking the cells of each rank's area in turn, with a
 /// non-commutative operation that shows any vector taken from the wrong call or out of order.
 fn shared_areas_do_not_cross(world: &SimpleCommunicator) {
     let me = world.rank();
@@ -764,6 +822,24 @@ fn data_movement_in_turn(comm: &SimpleCommunicator, call: usize, root: i32) {
     comm.all_to_all_into(&outgoing[..], &mut got[..]);
     let incoming: Vec<i32> = (0..n).flat_map(|r| part(r, me)).collect();
     assert_eq!(got, incoming, "all_to_all {of}");
+
+    // Past the area's one-call limit: a broadcast of two segments and more, and an all-to-all
+    // in rounds (from 4 ranks; by messages on fewer), whose calls run ahead of the slowest
+    // rank while the other communicators' run too.
+    let long = |r: i32| -> Vec<i32> { (0..4100 + call as i32).map(|i| i * 31 + r).collect() };
+    let mut buf = if me == root {
+        long(root)
+    } else {
+        vec![0; long(root).len()]
+    };
+    comm.process_at_rank(root).broadcast_into(&mut buf[..]);
+    assert!(buf == long(root), "segmented broadcast from {root}, {of}");
+    let block = |r: i32, s: i32| -> Vec<i32> { (0..600).map(|i| i * 7 + r * 1000 + s).collect() };
+    let outgoing: Vec<i32> = (0..n).flat_map(|s| block(me, s)).collect();
+    let mut got = vec![0; outgoing.len()];
+    comm.all_to_all_into(&outgoing[..], &mut got[..]);
+    let incoming: Vec<i32> = (0..n).flat_map(|r| block(r, me)).collect();
+    assert!(got == incoming, "all_to_all of 2400-byte blocks, {of}");
 
     // Rank r gives r % 2 + 1 parts (3 or 6 elements): ranks 2k and 2k + 1 lie back to back
     // (at 9k + 4k and 9k + 4k + 3), and a gap of 4 elements, which must keep its -1s, lies

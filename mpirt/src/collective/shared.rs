@@ -4,9 +4,9 @@
 //! one flag per rank and call (MPICH's release-gather, Open MPI's xhc and UCC's shared-memory
 //! team work this way).
 //!
-//! Each rank owns two cells of the area and uses them by turns: for call k (every blocking
-//! collective of the communicator that meets here counts) it writes its data into cell k % 2,
-//! then publishes k in the cell's flag. The calls where every rank gives and takes (all-reduce,
+//! Each rank owns `CELLS` cells of the area and uses them by turns: for call k (every blocking
+//! collective of the communicator that meets here counts) it writes its data into cell
+//! k % `CELLS`, then publishes k in the cell's flag. The calls where every rank gives and takes (all-reduce,
 //! all-gather, all-to-all, reduce-scatter) write every rank's whole send buffer, wait for each
 //! flag of call k and read what they need from every cell: an all-reduce reduces the vectors
 //! in rank order, so all ranks get the same result, in rank order for non-commutative
@@ -17,10 +17,21 @@
 //! for the root's flag, copy (the whole buffer or their block), and publish theirs.
 //!
 //! Before a rank writes its cell for call k it makes sure that every rank has published call
-//! k-1 (usually known already: an all-reduce or a barrier saw every flag): a rank publishes
-//! k-1 only once it has finished call k-2, the last to read that cell. A broadcast's root,
-//! which waits for no one, thus runs at most one call ahead of its slowest reader. Immediate
-//! collectives, whose ranks may start the next call while still reading, go by messages.
+//! k - `CELLS` + 1 (usually known already: an all-reduce or a barrier saw every flag): a rank
+//! publishes a call only once it has finished the one before, so every rank has finished call
+//! k - `CELLS`, the last to read that cell. A broadcast's or a scatter's root, which waits for
+//! no one, thus runs up to `CELLS` - 1 calls ahead of its slowest reader (as Open MPI's root
+//! sends eagerly and runs ahead). Immediate collectives, whose ranks may start the next call
+//! while still reading, go by messages.
+//!
+//! A broadcast longer than the area's limit goes through it too on communicators of more
+//! than two ranks ([`segmented_broadcast_max`]), as successive calls of one `SEGMENT` each: the
+//! root's first call says the whole length, from which the others count the calls that
+//! follow, and the root writes the next segments while the others still copy out the first
+//! ones (MPICH's release-gather broadcast pipelines through its cells so). An all-to-all
+//! of such communicators ([`all_to_all_max`]) goes in rounds the same way: round i carries
+//! bytes i * `SEGMENT` onwards of every rank's send buffer, its first call every rank's whole
+//! length, and each rank waits only in the rounds that carry its block.
 //!
 //! The ranks of a reduction or a gather whose vectors are too long for the area wait for the
 //! root's verdict (published once it has seen every length): all too long, by messages
@@ -76,9 +87,20 @@ use super::hierarchy::{Hierarchy, Hosts};
 use super::op::{Operation, SystemOperation};
 use super::{blocking, calls, select};
 
-/// Longest buffer, in bytes, a rank writes into its cell (a broadcast's or a scatter's root
-/// its whole buffer, an all-to-all's or a reduce-scatter's ranks theirs, a block per rank).
+/// Longest buffer, in bytes, a rank writes into its cell in one call (a broadcast's or a
+/// scatter's root its whole buffer, an all-to-all's or a reduce-scatter's ranks theirs, a
+/// block per rank); longer broadcasts and all-to-alls may go in segments.
 pub(crate) const SHARED_MAX: usize = 4096;
+/// The bytes a cell holds: `SHARED_MAX` for a call that fits the area, or one segment of a
+/// long broadcast or one round of an all-to-all (MPICH's release-gather broadcast pipelines
+/// through cells of 8 KiB; larger ones here take an 8-rank all-to-all of 2 KiB blocks in one
+/// round).
+const SEGMENT: usize = 16384;
+/// Cells each rank owns, used in turn: how far a root may run ahead of its readers, and
+/// how many segments of a long broadcast are in flight.
+const CELLS: u64 = 8;
+// A segment holds whatever fits the area in one call.
+const _: () = assert!(SEGMENT >= SHARED_MAX);
 /// A cell's flag and length, on a cache line of their own ahead of the vector; the area's
 /// token takes one such line ahead of the cells, and so do the ranks' sleeping words and
 /// their futex words (one line each: written only by a rank going to sleep or waking one).
@@ -97,7 +119,7 @@ const _: () = assert!(MAX_RANKS as usize * 4 <= HEADER);
 // A scatter's table of parts (16 bytes a rank), and a gather's root's lengths after the
 // culprit (8 bytes a rank, and 8), fit a cell.
 const _: () = assert!(MAX_RANKS as usize * 16 <= SHARED_MAX);
-const CELL: usize = HEADER + SHARED_MAX;
+const CELL: usize = HEADER + SEGMENT;
 /// Room for the area's name in the broadcast that shares it.
 const NAME_BYTES: usize = 64;
 const TOKEN_BYTES: usize = 8;
@@ -230,7 +252,32 @@ impl std::fmt::Debug for AreaSlot {
 }
 
 fn area_bytes(size: u32) -> usize {
-    CELLS_AT + 2 * CELL * size as usize
+    CELLS_AT + CELLS as usize * CELL * size as usize
+}
+
+/// The longest broadcast, in bytes, that goes through the area (in segments past
+/// `SHARED_MAX`) on a communicator of `size` ranks; the same on every rank, which follows
+/// its root's length. Two ranks keep the messages past `SHARED_MAX`: one copy by CMA between
+/// the two, where the area copies twice (mpirt took 0.02 to 0.36 of Open MPI's time there).
+/// The larger bounds are where the area was measured to beat the messages (REPORT.md,
+/// issue 23's notes).
+fn segmented_broadcast_max(size: u32) -> usize {
+    match size {
+        0..=2 => SHARED_MAX,
+        3..=7 => 64 << 10,
+        _ => 1 << 20,
+    }
+}
+
+/// The longest send buffer, in bytes, of an all-to-all that goes through the area (in rounds
+/// past `SEGMENT`) on a communicator of `size` ranks: blocks up to 16 KiB from four ranks on,
+/// where the messages lost to Open MPI's (1.4 to 6.6 times its time on 8 ranks); fewer ranks
+/// keep the messages past `SHARED_MAX`.
+fn all_to_all_max(size: u32) -> usize {
+    match size {
+        0..=3 => SHARED_MAX,
+        _ => size as usize * (16 << 10),
+    }
 }
 
 /// The area's token, in its first line.
@@ -374,9 +421,9 @@ fn agree(
 }
 
 impl Area {
-    /// The flag and the vector bytes of `rank`'s cell for calls of parity `phase`.
+    /// The flag and the vector bytes of `rank`'s cell for the calls of `phase`.
     fn cell(&self, rank: u32, phase: usize) -> (&Flag, *mut u8) {
-        let offset = CELLS_AT + (rank as usize * 2 + phase) * CELL;
+        let offset = CELLS_AT + (rank as usize * CELLS as usize + phase) * CELL;
         debug_assert!(offset + CELL <= self.map.len());
         // SAFETY: the cell lies inside the mapping (asserted), which is page aligned, so the
         // header is aligned for its atomics; other processes touch it only atomically.
@@ -413,19 +460,19 @@ impl Area {
         Ok(())
     }
 
-    /// Numbers the next call; returns it and the parity of the cells it uses.
+    /// Numbers the next call; returns it and the cells it uses (its phase).
     fn next_call(&self) -> (u64, usize) {
         let call = self.calls.get() + 1;
         self.calls.set(call);
-        (call, (call % 2) as usize)
+        (call, (call % CELLS) as usize)
     }
 
     /// Waits until this rank may write its cell for `call`: every rank has published
-    /// `call - 1`, so has finished `call - 2`, the last call that read the cell.
+    /// `call - CELLS + 1`, so has finished `call - CELLS`, the last call that read the cell.
     fn guard_write(&self, call: u64) -> Result<(), Cause> {
-        let before = call - 1;
+        let before = call.saturating_sub(CELLS - 1);
         if self.reached.get() < before {
-            let phase = (before % 2) as usize;
+            let phase = (before % CELLS) as usize;
             for r in (0..self.size).filter(|&r| r != self.rank) {
                 self.wait_for(&self.cell(r, phase).0.call, before)?;
             }
@@ -467,13 +514,73 @@ impl Area {
     }
 
     /// `root`'s `buf` in every rank's `buf`; `false`, with nothing copied, when the root's
-    /// buffer is too long for the area (then every rank goes on by messages).
+    /// buffer is too long for the area (then every rank goes on by messages). Up to
+    /// `SHARED_MAX` in one call; longer, up to [`segmented_broadcast_max`], in segments.
     pub(super) fn broadcast(&self, root: u32, buf: &mut [u8]) -> Result<bool, Cause> {
-        if self.rank == root {
+        let most = segmented_broadcast_max(self.size);
+        if self.rank != root {
+            return self.receive_segments(root, buf, most);
+        }
+        if buf.len() <= SHARED_MAX || buf.len() > most {
+            // In one call, or only the length: too long, every rank goes by messages.
             return self.spread_from(root, Some(buf), None, |_| {});
         }
-        let len = buf.len();
-        self.spread_from(root, None, Some(len), |data| buf.copy_from_slice(data))
+        // The first segment's length says the whole buffer's.
+        let mut said = buf.len() as u64;
+        for segment in buf.chunks(SEGMENT) {
+            let (call, phase) = self.next_call();
+            self.fill(call, phase, said, segment.len(), |cell| {
+                cell.copy_from_slice(segment)
+            })?;
+            said = segment.len() as u64;
+        }
+        Ok(true)
+    }
+
+    /// A broadcast's rank other than the root: the root's first call says its length, which
+    /// decides, whatever `buf`'s (longer than `most`: by messages, with no more calls; a
+    /// refusal or another length than `buf`'s: an error, once this rank has taken its part in
+    /// every call of the root's segments, to stay in step), then `buf` segment by segment,
+    /// each cell's flag published once copied.
+    fn receive_segments(&self, root: u32, buf: &mut [u8], most: usize) -> Result<bool, Cause> {
+        let (call, phase) = self.next_call();
+        let (root_flag, _) = self.cell(root, phase);
+        self.wait_for(&root_flag.call, call)?;
+        let published = root_flag.len.load(Ordering::Relaxed);
+        let outcome = if published == REFUSED {
+            Err(Cause::PeerRefused { peer: root as i32 })
+        } else if published as usize > most {
+            Ok(false)
+        } else if published as usize != buf.len() {
+            Err(Cause::LengthDisagrees {
+                peer: root as i32,
+                expected: buf.len(),
+                got: published as usize,
+            })
+        } else {
+            Ok(true)
+        };
+        let segments = match outcome {
+            Err(Cause::PeerRefused { .. }) | Ok(false) => 1,
+            _ => (published as usize).div_ceil(SEGMENT).max(1),
+        };
+        for s in 0..segments {
+            let (call, phase) = match s {
+                0 => (call, phase),
+                _ => self.next_call(),
+            };
+            let (root_flag, root_data) = self.cell(root, phase);
+            self.wait_for(&root_flag.call, call)?;
+            if let Ok(true) = outcome {
+                let into = &mut buf[s * SEGMENT..((s + 1) * SEGMENT).min(published as usize)];
+                // SAFETY: the root published this segment (at most SEGMENT bytes) for this call
+                // (the acquire load in `wait_for` orders it before this read), and does not
+                // write the cell again before this rank has published this call, below.
+                into.copy_from_slice(unsafe { std::slice::from_raw_parts(root_data, into.len()) });
+            }
+            self.publish(&self.cell(self.rank, phase).0.call, call);
+        }
+        outcome
     }
 
     /// `root`'s `sent` (`Some` on the root only, at most `SHARED_MAX` bytes), of a length the
@@ -578,17 +685,35 @@ impl Area {
         write: impl FnOnce(&mut [u8]),
     ) -> Result<bool, Cause> {
         let fits = len <= SHARED_MAX;
+        let bytes = if fits { len } else { 0 };
+        self.fill(call, phase, len as u64, bytes, |cell| {
+            if fits {
+                write(cell)
+            }
+        })?;
+        Ok(fits)
+    }
+
+    /// Has `write` fill `bytes` bytes (at most `SEGMENT`) of this rank's cell for `call`,
+    /// says `said` in its length, and publishes it.
+    fn fill(
+        &self,
+        call: u64,
+        phase: usize,
+        said: u64,
+        bytes: usize,
+        write: impl FnOnce(&mut [u8]),
+    ) -> Result<(), Cause> {
+        debug_assert!(bytes <= SEGMENT);
         let (flag, data) = self.cell(self.rank, phase);
         self.guard_write(call)?;
-        if fits {
-            // SAFETY: this rank alone writes its cells, and no rank reads this one for this
-            // call before its flag says so, nor still for call - 2 (`guard_write`); the
-            // `len` bytes fit the cell.
-            write(unsafe { std::slice::from_raw_parts_mut(data, len) });
-        }
-        flag.len.store(len as u64, Ordering::Relaxed);
+        // SAFETY: this rank alone writes its cells, and no rank reads this one for this call
+        // before its flag says so, nor still for call - CELLS (`guard_write`); the `bytes`
+        // fit the cell (asserted).
+        write(unsafe { std::slice::from_raw_parts_mut(data, bytes) });
+        flag.len.store(said, Ordering::Relaxed);
         self.publish(&flag.call, call);
-        Ok(fits)
+        Ok(())
     }
 
     /// The first rank whose published length for the call in cells `phase` (which every
@@ -660,7 +785,7 @@ impl Area {
         }
     }
 
-    /// Publishes `send` and waits for every rank's vector; the parity of the cells they are
+    /// Publishes `send` and waits for every rank's vector; the phase of the cells they are
     /// in, or `None` when every rank's is too long for the area. Every flag is awaited even
     /// after a disagreement, so that every rank leaves the call having seen every length:
     /// then all of them report it, and none is still waiting.
@@ -728,7 +853,7 @@ impl Area {
         }
     }
 
-    /// Publishes `send`, of any length on each rank, and waits for every rank's; the parity
+    /// Publishes `send`, of any length on each rank, and waits for every rank's; the phase
     /// of the cells, or `None` when some rank's is too long for the area (every rank saw
     /// every length, so all go on by messages together).
     fn exchange_any(&self, send: &[u8]) -> Result<Option<usize>, Cause> {
@@ -853,16 +978,55 @@ impl Area {
     }
 
     /// Block `rank` of every rank's `send` (a block per rank), as block r of `recv` for
-    /// sender r; `false`, with nothing copied, when the vectors are too long for the area.
+    /// sender r; `false`, with nothing copied, when the vectors are too long for the area
+    /// ([`all_to_all_max`]). Round i carries bytes i * `SEGMENT` onwards of every rank's
+    /// `send`; the first, every rank's whole length (every rank waits for all of them, so
+    /// that all see a disagreement, or all go by messages); after it, a rank waits for the
+    /// others only in the rounds that carry part of its block.
     fn all_to_all(&self, send: &[u8], recv: &mut [u8]) -> Result<bool, Cause> {
         debug_assert!(send.len() == recv.len());
-        let Some(phase) = self.exchange(send)? else {
-            return Ok(false);
-        };
-        let block = recv.len() / self.size as usize;
-        let at = self.rank as usize * block;
-        for (r, part) in (0..self.size).zip(recv.chunks_exact_mut(block.max(1))) {
-            part.copy_from_slice(&self.published(r, phase, send)[at..at + block]);
+        let len = send.len();
+        let fits = len <= all_to_all_max(self.size);
+        let block = len / self.size as usize;
+        let mine = self.rank as usize * block..(self.rank as usize + 1) * block;
+        let rounds = len.div_ceil(SEGMENT).max(1);
+        for round in 0..rounds {
+            let (call, phase) = self.next_call();
+            let carried = round * SEGMENT..((round + 1) * SEGMENT).min(len);
+            let bytes = if fits { carried.len() } else { 0 };
+            self.fill(call, phase, len as u64, bytes, |cell| {
+                cell.copy_from_slice(&send[carried.start..carried.start + bytes])
+            })?;
+            let wanted = carried.start.max(mine.start)..carried.end.min(mine.end);
+            if round == 0 {
+                self.wait_for_all(call, phase)?;
+                if let Some(cause) = self.disagreement(phase, len) {
+                    return Err(cause);
+                }
+                if !fits {
+                    return Ok(false);
+                }
+            } else if !wanted.is_empty() {
+                self.wait_for_all(call, phase)?;
+            }
+            if wanted.is_empty() {
+                continue;
+            }
+            let (from, into) = (wanted.start - carried.start, wanted.start - mine.start);
+            for r in 0..self.size {
+                let part = &mut recv[r as usize * block + into..][..wanted.len()];
+                if r == self.rank {
+                    part.copy_from_slice(&send[wanted.clone()]);
+                    continue;
+                }
+                // SAFETY: rank r published this round's bytes of its `send` (of this rank's
+                // length, checked in the first round), `carried.len()` of them, for this call
+                // (the acquire load in `wait_for` ordered them before this read), and does
+                // not write the cell again before this rank has published a later call.
+                let cell =
+                    unsafe { std::slice::from_raw_parts(self.cell(r, phase).1, carried.len()) };
+                part.copy_from_slice(&cell[from..from + wanted.len()]);
+            }
         }
         Ok(true)
     }
@@ -896,7 +1060,7 @@ impl Area {
     }
 
     /// A call whose ranks publish `send`, all of one length, for the root alone, which hands
-    /// the cells' parity and its `recv` to `finish` once every rank has published; `false`,
+    /// the cells' phase and its `recv` to `finish` once every rank has published; `false`,
     /// with nothing finished, when every rank's vector is too long for the area. A rank
     /// whose vector fit leaves once it is published; one whose vector did not waits for the
     /// root's verdict (by messages together, or an error: the lengths disagree), which the
