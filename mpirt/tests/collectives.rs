@@ -1706,7 +1706,8 @@ fn hierarchy_gathers(comm: &SimpleCommunicator) {
     let (rank, size) = (comm.rank(), comm.size());
     let vector =
         |r: i32, len: usize| -> Vec<u8> { (0..len).map(|i| (r as usize * 7 + i) as u8).collect() };
-    for len in [1, 2, 3, 4, 510, 511] {
+    // The path takes results up to 16368 bytes: 8 ranks of 2046 bytes, or 4 of 4092.
+    for len in [1, 2, 3, 4, 510, 511, 512, 2046, 2047, 4092, 4093] {
         let everyone: Vec<u8> = (0..size).flat_map(|r| vector(r, len)).collect();
         let mine = vector(rank, len);
         for _ in 0..2 {
@@ -1800,7 +1801,7 @@ fn hierarchy_lengths(world: &SimpleCommunicator) {
     };
     all_gather(
         "all_gather, last rank long",
-        if rank == 3 { 1021 } else { 1020 },
+        if rank == 3 { 4093 } else { 4092 },
     );
     all_gather(
         "all_gather, second host longer",
@@ -2435,12 +2436,12 @@ fn lengths_disagreeing_across_hosts_are_an_error() {
         said("broadcast, root's host short", rank, 1, 4080, 4080);
     }
     said("broadcast, root's host short", 0, 1, 4080, 4000);
-    // An all-gather's lengths are each rank's own vector: 4 of 1020 bytes fill the path's
-    // 4080, one of 1021 passes it.
+    // An all-gather's lengths are each rank's own vector: 4 of 4092 bytes fill the path's
+    // 16368, one of 4093 passes it.
     for rank in 0..3 {
-        said("all_gather, last rank long", rank, 3, 1021, 1020);
+        said("all_gather, last rank long", rank, 3, 4093, 4092);
     }
-    said("all_gather, last rank long", 3, 2, 1020, 1021);
+    said("all_gather, last rank long", 3, 2, 4092, 4093);
     for rank in 0..2 {
         said("all_gather, second host longer", rank, 2, 1001, 1000);
     }

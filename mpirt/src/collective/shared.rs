@@ -95,7 +95,7 @@ pub(crate) const SHARED_MAX: usize = 4096;
 /// long broadcast or one round of an all-to-all (MPICH's release-gather broadcast pipelines
 /// through cells of 8 KiB; larger ones here take an 8-rank all-to-all of 2 KiB blocks in one
 /// round).
-const SEGMENT: usize = 16384;
+pub(crate) const SEGMENT: usize = 16384;
 /// Cells each rank owns, used in turn: how far a root may run ahead of its readers, and
 /// how many segments of a long broadcast are in flight.
 const CELLS: u64 = 8;
@@ -523,7 +523,7 @@ impl Area {
         }
         if buf.len() <= SHARED_MAX || buf.len() > most {
             // In one call, or only the length: too long, every rank goes by messages.
-            return self.spread_from(root, Some(buf), None, |_| {});
+            return self.spread_from(root, Some(buf), None, SHARED_MAX, |_| {});
         }
         // The first segment's length says the whole buffer's.
         let mut said = buf.len() as u64;
@@ -583,7 +583,7 @@ impl Area {
         outcome
     }
 
-    /// `root`'s `sent` (`Some` on the root only, at most `SHARED_MAX` bytes), of a length the
+    /// `root`'s `sent` (`Some` on the root only, at most `SEGMENT` bytes), of a length the
     /// other ranks learn from it, handed to `take` on each of them: the hierarchical path's
     /// releases, whose length says what they carry.
     pub(super) fn broadcast_any(
@@ -592,8 +592,8 @@ impl Area {
         sent: Option<&[u8]>,
         take: impl FnOnce(&[u8]),
     ) -> Result<(), Cause> {
-        debug_assert!(sent.is_none_or(|sent| sent.len() <= SHARED_MAX));
-        self.spread_from(root, sent, None, take).map(drop)
+        debug_assert!(sent.is_none_or(|sent| sent.len() <= SEGMENT));
+        self.spread_from(root, sent, None, SEGMENT, take).map(drop)
     }
 
     /// Block `rank` of the root's `send` (`Some` on the root only) in each rank's `recv`;
@@ -603,7 +603,7 @@ impl Area {
         let at = self.rank as usize * block;
         let size = self.size as usize;
         let fits = self
-            .spread_from(root, send, Some(block * size), |data| {
+            .spread_from(root, send, Some(block * size), SHARED_MAX, |data| {
                 recv.copy_from_slice(&data[at..at + block])
             })
             .map_err(|cause| match cause {
@@ -629,19 +629,25 @@ impl Area {
     /// A call whose root publishes `sent` (`Some` on the root only) and whose other ranks
     /// hand the root's bytes to `take` (`expected` bytes, where given, else as many as the
     /// root published), then publish their flag to say they read them; `false`, with nothing
-    /// taken, when the root's bytes are too long for the area (then every rank goes on by
-    /// messages). The root waits for no one: `guard_write` keeps it from overwriting a cell
-    /// still being read.
+    /// taken, when the root's bytes are longer than `most` (at most `SEGMENT`; then every rank
+    /// goes on by messages). The root waits for no one: `guard_write` keeps it from
+    /// overwriting a cell still being read.
     fn spread_from(
         &self,
         root: u32,
         sent: Option<&[u8]>,
         expected: Option<usize>,
+        most: usize,
         take: impl FnOnce(&[u8]),
     ) -> Result<bool, Cause> {
         let (call, phase) = self.next_call();
         if let Some(sent) = sent {
-            return self.contribute(call, phase, sent);
+            let fits = sent.len() <= most;
+            let bytes = if fits { sent.len() } else { 0 };
+            self.fill(call, phase, sent.len() as u64, bytes, |cell| {
+                cell.copy_from_slice(&sent[..bytes])
+            })?;
+            return Ok(fits);
         }
         let flag = self.cell(self.rank, phase).0;
         let (root_flag, root_data) = self.cell(root, phase);
@@ -650,7 +656,7 @@ impl Area {
         let len = expected.unwrap_or(published as usize);
         let outcome = if published == REFUSED {
             Err(Cause::PeerRefused { peer: root as i32 })
-        } else if published as usize > SHARED_MAX {
+        } else if published as usize > most {
             Ok(false)
         } else if published as usize != len {
             Err(Cause::LengthDisagrees {
