@@ -82,6 +82,7 @@ fn rank_mode() {
             }
         }
         "all-refusals" => refusals_of_all(&world),
+        "segment-errors" => segment_errors(&world),
         "area-wakes" => {
             // Rank 1 comes late to each barrier, so rank 0 waits in the area past its yields;
             // its counts are printed when the communicator, and its area, go.
@@ -187,8 +188,11 @@ fn float(r: i32, i: usize) -> f64 {
     ((r as usize * 13 + i * 7) % 101) as f64 - 50.0
 }
 
+/// Byte i of rank r's vector: the terms in i / 256 and i / 65536 keep the pattern from
+/// repeating within 16 MiB (with `i * 11` alone it would every 256 bytes, and a segment of
+/// the shared area, 16384 bytes, taken from the wrong place would go unseen).
 fn byte(r: i32, i: usize) -> u8 {
-    (r as usize * 37 + i * 11) as u8
+    (r as usize * 37 + i * 11 + (i >> 8) * 101 + (i >> 16) * 29) as u8
 }
 
 fn contribution<T>(r: i32, len: usize, value: fn(i32, usize) -> T) -> Vec<T> {
@@ -532,7 +536,8 @@ fn varcount(world: &SimpleCommunicator, extra: usize) {
     }
 }
 
-/// Rank 0's buffers are too long for the shared-memory area's 4 KiB cell, the others' fit:
+/// Rank 0's buffers are too long for the shared-memory area's one call (4 KiB; its cells
+/// hold 16 KiB for the segments of longer broadcasts and all-to-alls), the others' fit:
 /// every rank sees every length there, so all go by messages together (a rank left waiting
 /// in the area would hang the call).
 fn varcount_mixed_fit(world: &SimpleCommunicator) {
@@ -1821,18 +1826,8 @@ fn refusals_of_all(world: &SimpleCommunicator) {
     let (n, last) = (size as usize, size - 1);
     let mine = rank * 10 + 1;
     let short = |len: usize| if rank == last { len - 1 } else { len };
-    let report = |what: &str, result: Result<(), mpirt::Error>| match result {
-        Ok(()) => println!("{what}: rank {rank}: ok"),
-        Err(e) => println!("{what}: {e}"),
-    };
-    let check = |after: &str| {
-        let mut sum = 0i32;
-        let expected: i32 = (0..size).map(|r| r * 10 + 1).sum();
-        match world.try_all_reduce_into(&mine, &mut sum, SystemOperation::sum()) {
-            Ok(()) => assert_eq!(sum, expected, "after {after}: another call's bytes"),
-            Err(e) => println!("all_reduce after {after}: {e}"),
-        }
-    };
+    let report = |what: &str, result| report_outcome(rank, what, result);
+    let check = |after: &str| check_in_step(world, after);
     let everyone: Vec<i32> = (0..size).map(|r| r * 10 + 1).collect();
 
     let mut got = vec![0i32; short(n)];
@@ -1928,6 +1923,76 @@ fn refusals_of_all(world: &SimpleCommunicator) {
     );
     assert_eq!(got, expected, "all_to_all_varcount after the refusal");
     check("all_to_all_varcount");
+}
+
+/// Prints `rank`'s outcome of the call `what`, for the test side to look for.
+fn report_outcome(rank: i32, what: &str, result: Result<(), mpirt::Error>) {
+    match result {
+        Ok(()) => println!("{what}: rank {rank}: ok"),
+        Err(e) => println!("{what}: {e}"),
+    }
+}
+
+/// An all-reduce of every rank's `rank * 10 + 1` after the call `after`: its sum, or an error
+/// the test side reports (a rank out of step would read another call's bytes).
+fn check_in_step(world: &SimpleCommunicator, after: &str) {
+    let (mine, mut sum) = (world.rank() * 10 + 1, 0i32);
+    let expected: i32 = (0..world.size()).map(|r| r * 10 + 1).sum();
+    match world.try_all_reduce_into(&mine, &mut sum, SystemOperation::sum()) {
+        Ok(()) => assert_eq!(sum, expected, "after {after}: another call's bytes"),
+        Err(e) => println!("all_reduce after {after}: {e}"),
+    }
+}
+
+/// The error paths of the area's segmented broadcasts and of an all-to-all's first round
+/// (4 ranks and more): the last rank's length disagrees with the others', or it refuses its
+/// arguments; each case is followed by an all-reduce, which must find every rank in step.
+fn segment_errors(world: &SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    let last = size - 1;
+    let report = |what: &str, result| report_outcome(rank, what, result);
+    let check = |after: &str| check_in_step(world, after);
+    // The area's set-up, in the first call, checks the lengths its own way.
+    check("the warm-up");
+    let root = world.process_at_rank(0);
+    let mut cases = vec![
+        (65536, 40000),
+        (65536, 4096),
+        (65536, 65537),
+        (4096, 4097),
+        (4097, 4096),
+    ];
+    if size < 8 {
+        // Past the 64 KiB the area takes on fewer than 8 ranks: the root goes by messages.
+        cases.push((65537, 65536));
+    }
+    for (sent, read) in cases {
+        let what = format!("broadcast {sent} vs {read}");
+        let len = if rank == last { read } else { sent };
+        let mut buf: Vec<u8> = (0..len).map(|i| byte(0, i)).collect();
+        report(&what, root.try_broadcast_into(&mut buf[..]));
+        check(&what);
+    }
+    // The last rank's receive buffer is one block short: it refuses its arguments, which the
+    // others see in the first round.
+    let n = size as usize;
+    let block = 8192;
+    let send: Vec<u8> = (0..n * block).map(|i| byte(rank, i)).collect();
+    let short = if rank == last { n - 1 } else { n };
+    let mut got = vec![0u8; short * block];
+    report(
+        "all_to_all, short receiver",
+        world.try_all_to_all_into(&send[..], &mut got[..]),
+    );
+    check("all_to_all, short receiver");
+    for (given, taken) in [(16384, 16385), (4096, 8192)] {
+        let what = format!("all_to_all {given} vs {taken}");
+        let block = if rank == last { taken } else { given };
+        let send: Vec<u8> = (0..n * block).map(|i| byte(rank, i)).collect();
+        let mut got = vec![0u8; n * block];
+        report(&what, world.try_all_to_all_into(&send[..], &mut got[..]));
+        check(&what);
+    }
 }
 
 // ---- the test side ----
@@ -2590,6 +2655,71 @@ fn a_rank_refusing_its_arguments_to_a_collective_without_a_root_keeps_the_area_i
                     "{size} ranks: missing {named:?} in\n{out}"
                 );
             }
+        }
+        assert!(!out.contains("all_reduce after"), "{size} ranks: {out}");
+    }
+}
+
+/// The segmented broadcast's and the all-to-all's rounds fail on every rank alike when the
+/// last rank's length disagrees or it refuses its arguments, and leave the area in step.
+#[test]
+fn lengths_disagreeing_in_segmented_calls_are_an_error() {
+    let disagree = "the ranks' counts disagree";
+    let refused = "refused its arguments to this call (its own error says why)";
+    for size in [4, 8] {
+        let (out, _) = ok_job_with(size, "segment-errors", &[]);
+        let (n, last) = (size as usize, size - 1);
+        let mut expected = vec![];
+        for (sent, read) in [
+            (65536, 40000),
+            (65536, 4096),
+            (65536, 65537),
+            (4096, 4097),
+            (4097, 4096),
+            (65537, 65536),
+        ] {
+            let what = format!("broadcast {sent} vs {read}");
+            if sent == 65537 && size >= 8 {
+                continue;
+            }
+            expected.extend((0..last).map(|rank| format!("{what}: rank {rank}: ok")));
+            expected.push(if sent == 65537 {
+                // Past the area's 64 KiB on 4 ranks: by messages, the receive too short.
+                format!("{what}: rank {last}: broadcast_into: message truncated: the message")
+            } else {
+                format!(
+                    "{what}: rank {last}: broadcast_into: rank 0 sent {sent} bytes where this \
+                     rank expected {read}: {disagree}"
+                )
+            });
+        }
+        let what = "all_to_all, short receiver";
+        expected.push(format!(
+            "{what}: rank {last}: all_to_all_into: the receive buffer holds"
+        ));
+        expected
+            .extend((0..last).map(|rank| {
+                format!("{what}: rank {rank}: all_to_all_into: rank {last} {refused}")
+            }));
+        for (given, taken) in [(16384, 16385), (4096, 8192)] {
+            let what = format!("all_to_all {given} vs {taken}");
+            let (given, taken) = (n * given, n * taken);
+            expected.push(format!(
+                "{what}: rank {last}: all_to_all_into: rank 0 sent {given} bytes where this \
+                 rank expected {taken}: {disagree}"
+            ));
+            expected.extend((0..last).map(|rank| {
+                format!(
+                    "{what}: rank {rank}: all_to_all_into: rank {last} sent {taken} bytes where \
+                     this rank expected {given}: {disagree}"
+                )
+            }));
+        }
+        for line in expected {
+            assert!(
+                out.contains(&line),
+                "{size} ranks: missing {line:?} in\n{out}"
+            );
         }
         assert!(!out.contains("all_reduce after"), "{size} ranks: {out}");
     }

@@ -4,24 +4,27 @@
 //! one flag per rank and call (MPICH's release-gather, Open MPI's xhc and UCC's shared-memory
 //! team work this way).
 //!
-//! Each rank owns `CELLS` cells of the area and uses them by turns: for call k (every blocking
-//! collective of the communicator that meets here counts) it writes its data into cell
-//! k % `CELLS`, then publishes k in the cell's flag. The calls where every rank gives and takes (all-reduce,
-//! all-gather, all-to-all, reduce-scatter) write every rank's whole send buffer, wait for each
-//! flag of call k and read what they need from every cell: an all-reduce reduces the vectors
-//! in rank order, so all ranks get the same result, in rank order for non-commutative
-//! operations; a reduce-scatter does the same over its own part; an all-gather copies every
-//! cell, an all-to-all its own block of every cell. A reduction or a gather does the same on
-//! its root alone, the others leaving once they published; a barrier waits for each flag and
-//! writes nothing; a broadcast's or a scatter's root writes its buffer, and the others wait
-//! for the root's flag, copy (the whole buffer or their block), and publish theirs.
+//! Each rank owns `CELLS` cells of the area and uses them by turns: for call k (every
+//! blocking collective of the communicator that meets here counts) it writes its data into
+//! cell k % `CELLS`, then publishes k in the cell's flag. The calls where every rank gives and
+//! takes (all-reduce, all-gather, all-to-all, reduce-scatter) write every rank's whole send
+//! buffer, wait for each flag of call k and read what they need from every cell: an
+//! all-reduce reduces the vectors in rank order, so all ranks get the same result, in rank
+//! order for non-commutative operations; a reduce-scatter does the same over its own part;
+//! an all-gather copies every cell, an all-to-all its own block of every cell. A reduction or
+//! a gather does the same on its root alone, the others leaving once they published; a
+//! barrier waits for each flag and writes nothing; a broadcast's or a scatter's root writes
+//! its buffer, and the others wait for the root's flag, copy (the whole buffer or their
+//! block), and publish theirs.
 //!
 //! Before a rank writes its cell for call k it makes sure that every rank has published call
 //! k - `CELLS` + 1 (usually known already: an all-reduce or a barrier saw every flag): a rank
 //! publishes a call only once it has finished the one before, so every rank has finished call
 //! k - `CELLS`, the last to read that cell. A broadcast's or a scatter's root, which waits for
-//! no one, thus runs up to `CELLS` - 1 calls ahead of its slowest reader (as Open MPI's root
-//! sends eagerly and runs ahead). Immediate collectives, whose ranks may start the next call
+//! no one, thus runs up to `CELLS` - 1 calls ahead of its slowest reader: the segments of a
+//! long broadcast (below) are such calls, the root writing the next while the others copy
+//! out the ones before. (A benchmark such as OSU's, which puts a barrier after each call,
+//! never lets a root run ahead.) Immediate collectives, whose ranks may start the next call
 //! while still reading, go by messages.
 //!
 //! A broadcast longer than the area's limit goes through it too on communicators of more
@@ -39,9 +42,10 @@
 //!
 //! A rank that has waited long enough (spinning where every rank has a CPU, yielding its CPU
 //! between polls where they share CPUs, as Open MPI's ranks do when oversubscribed) sleeps on
-//! its futex word in the area, having said so in its sleeping word; whoever publishes a flag wakes the sleepers (a fence on each side:
-//! either the publisher sees the sleeper, or the sleeper sees the flag), so a wait ends a
-//! wake-up after the flag it waits for, not after a timeout.
+//! its futex word in the area, having said so in its sleeping word; whoever publishes a flag
+//! wakes the sleepers (a fence on each side: either the publisher sees the sleeper, or the
+//! sleeper sees the flag), so a wait ends a wake-up after the flag it waits for, not after a
+//! timeout.
 //!
 //! The area is set up by the communicator's first blocking collective that may meet here,
 //! whatever its length: rank 0 creates a file under /dev/shm (named after the job, so that
@@ -251,6 +255,11 @@ impl std::fmt::Debug for AreaSlot {
     }
 }
 
+/// The area's length on a communicator of `size` ranks: 192 bytes, then `CELLS` cells of
+/// `CELL` (16448) bytes a rank, 1 MiB on 8 ranks, 2 MiB on 16. The file is sized, not
+/// allocated (tmpfs gives pages as they are first written): a `/dev/shm` too full for it
+/// makes the rank that first touches a page it cannot have die of SIGBUS
+/// (docs/user-guide.md says so).
 fn area_bytes(size: u32) -> usize {
     CELLS_AT + CELLS as usize * CELL * size as usize
 }
@@ -259,8 +268,10 @@ fn area_bytes(size: u32) -> usize {
 /// `SHARED_MAX`) on a communicator of `size` ranks; the same on every rank, which follows
 /// its root's length. Two ranks keep the messages past `SHARED_MAX`: one copy by CMA between
 /// the two, where the area copies twice (mpirt took 0.02 to 0.36 of Open MPI's time there).
-/// The larger bounds are where the area was measured to beat the messages (REPORT.md,
-/// issue 23's notes).
+/// Measured on 4 and 8 ranks only (REPORT.md, issue 23's notes): 8 to 64 KiB there ran 5 to
+/// 50 times faster than by messages, 128 to 512 KiB on 8 ranks about as fast, and 1 MiB's
+/// comparison rests on one disturbed run; 3, 5 to 7 and 9 to 16 ranks are unmeasured (their
+/// bounds follow their neighbours').
 fn segmented_broadcast_max(size: u32) -> usize {
     match size {
         0..=2 => SHARED_MAX,
@@ -277,6 +288,25 @@ fn all_to_all_max(size: u32) -> usize {
     match size {
         0..=3 => SHARED_MAX,
         _ => size as usize * (16 << 10),
+    }
+}
+
+/// What a rank other than a root makes of the length `published` by `root` in its cell,
+/// where this rank expects `len` bytes: a refusal or another length is an error, a length
+/// past `most` sends every rank by messages (`false`), else the bytes are in the cell.
+fn root_says(root: u32, published: u64, len: usize, most: usize) -> Result<bool, Cause> {
+    if published == REFUSED {
+        Err(Cause::PeerRefused { peer: root as i32 })
+    } else if published as usize > most {
+        Ok(false)
+    } else if published as usize != len {
+        Err(Cause::LengthDisagrees {
+            peer: root as i32,
+            expected: len,
+            got: published as usize,
+        })
+    } else {
+        Ok(true)
     }
 }
 
@@ -547,19 +577,7 @@ impl Area {
         let (root_flag, _) = self.cell(root, phase);
         self.wait_for(&root_flag.call, call)?;
         let published = root_flag.len.load(Ordering::Relaxed);
-        let outcome = if published == REFUSED {
-            Err(Cause::PeerRefused { peer: root as i32 })
-        } else if published as usize > most {
-            Ok(false)
-        } else if published as usize != buf.len() {
-            Err(Cause::LengthDisagrees {
-                peer: root as i32,
-                expected: buf.len(),
-                got: published as usize,
-            })
-        } else {
-            Ok(true)
-        };
+        let outcome = root_says(root, published, buf.len(), most);
         let segments = match outcome {
             Err(Cause::PeerRefused { .. }) | Ok(false) => 1,
             _ => (published as usize).div_ceil(SEGMENT).max(1),
@@ -592,8 +610,16 @@ impl Area {
         sent: Option<&[u8]>,
         take: impl FnOnce(&[u8]),
     ) -> Result<(), Cause> {
-        debug_assert!(sent.is_none_or(|sent| sent.len() <= SEGMENT));
-        self.spread_from(root, sent, None, SEGMENT, take).map(drop)
+        assert!(
+            sent.is_none_or(|sent| sent.len() <= SEGMENT),
+            "a release fits one cell"
+        );
+        match self.spread_from(root, sent, None, SEGMENT, take)? {
+            true => Ok(()),
+            // The root's release is at most `SEGMENT` (asserted there), so no rank reads a
+            // longer one, which would send every rank by messages where there are none.
+            false => unreachable!("a release longer than a cell"),
+        }
     }
 
     /// Block `rank` of the root's `send` (`Some` on the root only) in each rank's `recv`;
@@ -640,37 +666,26 @@ impl Area {
         most: usize,
         take: impl FnOnce(&[u8]),
     ) -> Result<bool, Cause> {
+        assert!(most <= SEGMENT, "a call's bytes fit one cell");
         let (call, phase) = self.next_call();
         if let Some(sent) = sent {
-            let fits = sent.len() <= most;
-            let bytes = if fits { sent.len() } else { 0 };
-            self.fill(call, phase, sent.len() as u64, bytes, |cell| {
-                cell.copy_from_slice(&sent[..bytes])
-            })?;
-            return Ok(fits);
+            return self.contribute_with(call, phase, sent.len(), most, |cell| {
+                cell.copy_from_slice(sent)
+            });
         }
         let flag = self.cell(self.rank, phase).0;
         let (root_flag, root_data) = self.cell(root, phase);
         self.wait_for(&root_flag.call, call)?;
         let published = root_flag.len.load(Ordering::Relaxed);
         let len = expected.unwrap_or(published as usize);
-        let outcome = if published == REFUSED {
-            Err(Cause::PeerRefused { peer: root as i32 })
-        } else if published as usize > most {
-            Ok(false)
-        } else if published as usize != len {
-            Err(Cause::LengthDisagrees {
-                peer: root as i32,
-                expected: len,
-                got: published as usize,
-            })
-        } else {
-            // SAFETY: the root published these `len` bytes for this call (the acquire load in
-            // `wait_for` orders them before this read), and does not write the cell again
-            // before this rank has published this call, below.
+        let outcome = root_says(root, published, len, most);
+        if let Ok(true) = outcome {
+            // SAFETY: the root published these `len` bytes (at most `most`, at most
+            // `SEGMENT`) for this call (the acquire load in `wait_for` orders them before
+            // this read), and does not write the cell again before this rank has published
+            // this call, below.
             take(unsafe { std::slice::from_raw_parts(root_data, len) });
-            Ok(true)
-        };
+        }
         self.publish(&flag.call, call);
         outcome
     }
@@ -678,19 +693,22 @@ impl Area {
     /// Writes this rank's `send` for `call` into its cell (unless it is too long for it: then
     /// the length alone) and publishes it; whether it fit.
     fn contribute(&self, call: u64, phase: usize, send: &[u8]) -> Result<bool, Cause> {
-        self.contribute_with(call, phase, send.len(), |cell| cell.copy_from_slice(send))
+        self.contribute_with(call, phase, send.len(), SHARED_MAX, |cell| {
+            cell.copy_from_slice(send)
+        })
     }
 
     /// As [`Area::contribute`], for `len` bytes that `write` fills in the cell (given them
-    /// only when they fit).
+    /// only when they fit: at most `most`, itself at most `SEGMENT`).
     fn contribute_with(
         &self,
         call: u64,
         phase: usize,
         len: usize,
+        most: usize,
         write: impl FnOnce(&mut [u8]),
     ) -> Result<bool, Cause> {
-        let fits = len <= SHARED_MAX;
+        let fits = len <= most;
         let bytes = if fits { len } else { 0 };
         self.fill(call, phase, len as u64, bytes, |cell| {
             if fits {
@@ -710,7 +728,8 @@ impl Area {
         bytes: usize,
         write: impl FnOnce(&mut [u8]),
     ) -> Result<(), Cause> {
-        debug_assert!(bytes <= SEGMENT);
+        // Checked in release builds too: the slice below is built on it.
+        assert!(bytes <= SEGMENT, "{bytes} bytes do not fit a cell");
         let (flag, data) = self.cell(self.rank, phase);
         self.guard_write(call)?;
         // SAFETY: this rank alone writes its cells, and no rank reads this one for this call
@@ -934,7 +953,7 @@ impl Area {
         let table = 8 * self.size as usize;
         let (call, phase) = self.next_call();
         let len = table + outgoing.iter().map(|&(_, part)| part).sum::<usize>();
-        self.contribute_with(call, phase, len, |cell| {
+        self.contribute_with(call, phase, len, SHARED_MAX, |cell| {
             let (entries, parts) = cell.split_at_mut(table);
             let mut packed = 0;
             for (entry, &(at, part)) in entries.chunks_exact_mut(8).zip(outgoing) {
@@ -1277,7 +1296,7 @@ impl Area {
                 (packed - len) as u64
             })
             .collect();
-        self.contribute_with(call, phase, packed, |cell| {
+        self.contribute_with(call, phase, packed, SHARED_MAX, |cell| {
             for (r, (&(from, len), &at)) in parts.iter().zip(&placed).enumerate() {
                 cell[16 * r..16 * r + 8].copy_from_slice(&at.to_ne_bytes());
                 cell[16 * r + 8..16 * r + 16].copy_from_slice(&(len as u64).to_ne_bytes());
