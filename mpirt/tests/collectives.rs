@@ -82,6 +82,7 @@ fn rank_mode() {
             }
         }
         "all-refusals" => refusals_of_all(&world),
+        "segment-errors" => segment_errors(&world),
         "area-wakes" => {
             // Rank 1 comes late to each barrier, so rank 0 waits in the area past its yields;
             // its counts are printed when the communicator, and its area, go.
@@ -187,8 +188,11 @@ fn float(r: i32, i: usize) -> f64 {
     ((r as usize * 13 + i * 7) % 101) as f64 - 50.0
 }
 
+/// Byte i of rank r's vector: the terms in i / 256 and i / 65536 keep the pattern from
+/// repeating within 16 MiB (with `i * 11` alone it would every 256 bytes, and a segment of
+/// the shared area, 16384 bytes, taken from the wrong place would go unseen).
 fn byte(r: i32, i: usize) -> u8 {
-    (r as usize * 37 + i * 11) as u8
+    (r as usize * 37 + i * 11 + (i >> 8) * 101 + (i >> 16) * 29) as u8
 }
 
 fn contribution<T>(r: i32, len: usize, value: fn(i32, usize) -> T) -> Vec<T> {
@@ -532,7 +536,8 @@ fn varcount(world: &SimpleCommunicator, extra: usize) {
     }
 }
 
-/// Rank 0's buffers are too long for the shared-memory area's 4 KiB cell, the others' fit:
+/// Rank 0's buffers are too long for the shared-memory area's one call (4 KiB; its cells
+/// hold 16 KiB for the segments of longer broadcasts and all-to-alls), the others' fit:
 /// every rank sees every length there, so all go by messages together (a rank left waiting
 /// in the area would hang the call).
 fn varcount_mixed_fit(world: &SimpleCommunicator) {
@@ -588,7 +593,65 @@ fn collectives(world: &SimpleCommunicator) {
         varcount(world, extra);
     }
     varcount_mixed_fit(world);
+    segmented(world);
     println!("collectives ok");
+}
+
+/// Broadcasts and all-to-alls past the shared area's one-call limit (4096 bytes) that go
+/// through it in segments of 16384 bytes (broadcasts from 3 ranks on, up to 64 KiB on 3 to 7
+/// ranks and 1 MiB from 8; all-to-alls from 4 ranks on, blocks up to 16 KiB): lengths on
+/// each side of the limit, of a segment, and of the longest taken, against the serial
+/// reference from the first and the last rank (the other collectives at these lengths too,
+/// through `check_data_movement`).
+fn segmented(world: &SimpleCommunicator) {
+    let (n, me) = (world.size(), world.rank());
+    for len in [4097, 16384, 16385, 40000, 65536, 65537, MIB, MIB + 1] {
+        for root in [0, n - 1] {
+            let sent = contribution(root + len as i32, len, byte);
+            let mut buf = if me == root {
+                sent.clone()
+            } else {
+                vec![0; len]
+            };
+            world.process_at_rank(root).broadcast_into(&mut buf[..]);
+            assert!(buf == sent, "broadcast of {len} bytes from {root}");
+        }
+    }
+    for block in [1023, 1024, 1025, 4096, 16383, 16384, 16385] {
+        check_data_movement(world, block, byte);
+    }
+    // An immediate all-to-all on a duplicate stays in flight (by messages) while a segmented
+    // broadcast and an all-to-all in rounds run on another duplicate: neither takes the
+    // other's bytes.
+    let (a, b) = (world.duplicate(), world.duplicate());
+    let outgoing: Vec<u8> = (0..n)
+        .flat_map(|r| contribution(me * n + r, 3000, byte))
+        .collect();
+    let expected: Vec<u8> = (0..n)
+        .flat_map(|s| contribution(s * n + me, 3000, byte))
+        .collect();
+    let (mut on_a, mut on_b) = (vec![0u8; outgoing.len()], vec![0u8; outgoing.len()]);
+    let sent = contribution(7, 50000, byte);
+    let mut buf = if me == 0 {
+        sent.clone()
+    } else {
+        vec![0; 50000]
+    };
+    request::scope(|scope| {
+        let pending = a.immediate_all_to_all_into(scope, &outgoing[..], &mut on_a[..]);
+        b.process_at_rank(0).broadcast_into(&mut buf[..]);
+        b.all_to_all_into(&outgoing[..], &mut on_b[..]);
+        pending.wait();
+    });
+    assert!(
+        buf == sent,
+        "segmented broadcast beside an immediate all-to-all"
+    );
+    assert!(on_a == expected, "immediate all-to-all beside the area's");
+    assert!(
+        on_b == expected,
+        "all-to-all in rounds beside an immediate one"
+    );
 }
 
 fn sum_of_ranks(comm: &SimpleCommunicator) -> i32 {
@@ -692,7 +755,7 @@ fn communicators(world: &SimpleCommunicator) {
 
 /// Short all-reductions go through a shared-memory area per communicator (when its ranks
 /// share a host): the world, a duplicate, and halves that run at once on disjoint ranks, one
-/// call after another on each, alternating the two cells of each rank's area, with a
+/// call after another on each, taking the cells of each rank's area in turn, with a
 /// non-commutative operation that shows any vector taken from the wrong call or out of order.
 fn shared_areas_do_not_cross(world: &SimpleCommunicator) {
     let me = world.rank();
@@ -764,6 +827,24 @@ fn data_movement_in_turn(comm: &SimpleCommunicator, call: usize, root: i32) {
     comm.all_to_all_into(&outgoing[..], &mut got[..]);
     let incoming: Vec<i32> = (0..n).flat_map(|r| part(r, me)).collect();
     assert_eq!(got, incoming, "all_to_all {of}");
+
+    // Past the area's one-call limit: a broadcast of two segments and more, and an all-to-all
+    // in rounds (from 4 ranks; by messages on fewer), whose calls run ahead of the slowest
+    // rank while the other communicators' run too.
+    let long = |r: i32| -> Vec<i32> { (0..4100 + call as i32).map(|i| i * 31 + r).collect() };
+    let mut buf = if me == root {
+        long(root)
+    } else {
+        vec![0; long(root).len()]
+    };
+    comm.process_at_rank(root).broadcast_into(&mut buf[..]);
+    assert!(buf == long(root), "segmented broadcast from {root}, {of}");
+    let block = |r: i32, s: i32| -> Vec<i32> { (0..600).map(|i| i * 7 + r * 1000 + s).collect() };
+    let outgoing: Vec<i32> = (0..n).flat_map(|s| block(me, s)).collect();
+    let mut got = vec![0; outgoing.len()];
+    comm.all_to_all_into(&outgoing[..], &mut got[..]);
+    let incoming: Vec<i32> = (0..n).flat_map(|r| block(r, me)).collect();
+    assert!(got == incoming, "all_to_all of 2400-byte blocks, {of}");
 
     // Rank r gives r % 2 + 1 parts (3 or 6 elements): ranks 2k and 2k + 1 lie back to back
     // (at 9k + 4k and 9k + 4k + 3), and a gap of 4 elements, which must keep its -1s, lies
@@ -1630,7 +1711,8 @@ fn hierarchy_gathers(comm: &SimpleCommunicator) {
     let (rank, size) = (comm.rank(), comm.size());
     let vector =
         |r: i32, len: usize| -> Vec<u8> { (0..len).map(|i| (r as usize * 7 + i) as u8).collect() };
-    for len in [1, 2, 3, 4, 510, 511] {
+    // The path takes results up to 16368 bytes: 8 ranks of 2046 bytes, or 4 of 4092.
+    for len in [1, 2, 3, 4, 510, 511, 512, 2046, 2047, 4092, 4093] {
         let everyone: Vec<u8> = (0..size).flat_map(|r| vector(r, len)).collect();
         let mine = vector(rank, len);
         for _ in 0..2 {
@@ -1724,7 +1806,7 @@ fn hierarchy_lengths(world: &SimpleCommunicator) {
     };
     all_gather(
         "all_gather, last rank long",
-        if rank == 3 { 1021 } else { 1020 },
+        if rank == 3 { 4093 } else { 4092 },
     );
     all_gather(
         "all_gather, second host longer",
@@ -1744,18 +1826,8 @@ fn refusals_of_all(world: &SimpleCommunicator) {
     let (n, last) = (size as usize, size - 1);
     let mine = rank * 10 + 1;
     let short = |len: usize| if rank == last { len - 1 } else { len };
-    let report = |what: &str, result: Result<(), mpirt::Error>| match result {
-        Ok(()) => println!("{what}: rank {rank}: ok"),
-        Err(e) => println!("{what}: {e}"),
-    };
-    let check = |after: &str| {
-        let mut sum = 0i32;
-        let expected: i32 = (0..size).map(|r| r * 10 + 1).sum();
-        match world.try_all_reduce_into(&mine, &mut sum, SystemOperation::sum()) {
-            Ok(()) => assert_eq!(sum, expected, "after {after}: another call's bytes"),
-            Err(e) => println!("all_reduce after {after}: {e}"),
-        }
-    };
+    let report = |what: &str, result| report_outcome(rank, what, result);
+    let check = |after: &str| check_in_step(world, after);
     let everyone: Vec<i32> = (0..size).map(|r| r * 10 + 1).collect();
 
     let mut got = vec![0i32; short(n)];
@@ -1851,6 +1923,76 @@ fn refusals_of_all(world: &SimpleCommunicator) {
     );
     assert_eq!(got, expected, "all_to_all_varcount after the refusal");
     check("all_to_all_varcount");
+}
+
+/// Prints `rank`'s outcome of the call `what`, for the test side to look for.
+fn report_outcome(rank: i32, what: &str, result: Result<(), mpirt::Error>) {
+    match result {
+        Ok(()) => println!("{what}: rank {rank}: ok"),
+        Err(e) => println!("{what}: {e}"),
+    }
+}
+
+/// An all-reduce of every rank's `rank * 10 + 1` after the call `after`: its sum, or an error
+/// the test side reports (a rank out of step would read another call's bytes).
+fn check_in_step(world: &SimpleCommunicator, after: &str) {
+    let (mine, mut sum) = (world.rank() * 10 + 1, 0i32);
+    let expected: i32 = (0..world.size()).map(|r| r * 10 + 1).sum();
+    match world.try_all_reduce_into(&mine, &mut sum, SystemOperation::sum()) {
+        Ok(()) => assert_eq!(sum, expected, "after {after}: another call's bytes"),
+        Err(e) => println!("all_reduce after {after}: {e}"),
+    }
+}
+
+/// The error paths of the area's segmented broadcasts and of an all-to-all's first round
+/// (4 ranks and more): the last rank's length disagrees with the others', or it refuses its
+/// arguments; each case is followed by an all-reduce, which must find every rank in step.
+fn segment_errors(world: &SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    let last = size - 1;
+    let report = |what: &str, result| report_outcome(rank, what, result);
+    let check = |after: &str| check_in_step(world, after);
+    // The area's set-up, in the first call, checks the lengths its own way.
+    check("the warm-up");
+    let root = world.process_at_rank(0);
+    let mut cases = vec![
+        (65536, 40000),
+        (65536, 4096),
+        (65536, 65537),
+        (4096, 4097),
+        (4097, 4096),
+    ];
+    if size < 8 {
+        // Past the 64 KiB the area takes on fewer than 8 ranks: the root goes by messages.
+        cases.push((65537, 65536));
+    }
+    for (sent, read) in cases {
+        let what = format!("broadcast {sent} vs {read}");
+        let len = if rank == last { read } else { sent };
+        let mut buf: Vec<u8> = (0..len).map(|i| byte(0, i)).collect();
+        report(&what, root.try_broadcast_into(&mut buf[..]));
+        check(&what);
+    }
+    // The last rank's receive buffer is one block short: it refuses its arguments, which the
+    // others see in the first round.
+    let n = size as usize;
+    let block = 8192;
+    let send: Vec<u8> = (0..n * block).map(|i| byte(rank, i)).collect();
+    let short = if rank == last { n - 1 } else { n };
+    let mut got = vec![0u8; short * block];
+    report(
+        "all_to_all, short receiver",
+        world.try_all_to_all_into(&send[..], &mut got[..]),
+    );
+    check("all_to_all, short receiver");
+    for (given, taken) in [(16384, 16385), (4096, 8192)] {
+        let what = format!("all_to_all {given} vs {taken}");
+        let block = if rank == last { taken } else { given };
+        let send: Vec<u8> = (0..n * block).map(|i| byte(rank, i)).collect();
+        let mut got = vec![0u8; n * block];
+        report(&what, world.try_all_to_all_into(&send[..], &mut got[..]));
+        check(&what);
+    }
 }
 
 // ---- the test side ----
@@ -2359,12 +2501,12 @@ fn lengths_disagreeing_across_hosts_are_an_error() {
         said("broadcast, root's host short", rank, 1, 4080, 4080);
     }
     said("broadcast, root's host short", 0, 1, 4080, 4000);
-    // An all-gather's lengths are each rank's own vector: 4 of 1020 bytes fill the path's
-    // 4080, one of 1021 passes it.
+    // An all-gather's lengths are each rank's own vector: 4 of 4092 bytes fill the path's
+    // 16368, one of 4093 passes it.
     for rank in 0..3 {
-        said("all_gather, last rank long", rank, 3, 1021, 1020);
+        said("all_gather, last rank long", rank, 3, 4093, 4092);
     }
-    said("all_gather, last rank long", 3, 2, 1020, 1021);
+    said("all_gather, last rank long", 3, 2, 4092, 4093);
     for rank in 0..2 {
         said("all_gather, second host longer", rank, 2, 1001, 1000);
     }
@@ -2513,6 +2655,71 @@ fn a_rank_refusing_its_arguments_to_a_collective_without_a_root_keeps_the_area_i
                     "{size} ranks: missing {named:?} in\n{out}"
                 );
             }
+        }
+        assert!(!out.contains("all_reduce after"), "{size} ranks: {out}");
+    }
+}
+
+/// The segmented broadcast's and the all-to-all's rounds fail on every rank alike when the
+/// last rank's length disagrees or it refuses its arguments, and leave the area in step.
+#[test]
+fn lengths_disagreeing_in_segmented_calls_are_an_error() {
+    let disagree = "the ranks' counts disagree";
+    let refused = "refused its arguments to this call (its own error says why)";
+    for size in [4, 8] {
+        let (out, _) = ok_job_with(size, "segment-errors", &[]);
+        let (n, last) = (size as usize, size - 1);
+        let mut expected = vec![];
+        for (sent, read) in [
+            (65536, 40000),
+            (65536, 4096),
+            (65536, 65537),
+            (4096, 4097),
+            (4097, 4096),
+            (65537, 65536),
+        ] {
+            let what = format!("broadcast {sent} vs {read}");
+            if sent == 65537 && size >= 8 {
+                continue;
+            }
+            expected.extend((0..last).map(|rank| format!("{what}: rank {rank}: ok")));
+            expected.push(if sent == 65537 {
+                // Past the area's 64 KiB on 4 ranks: by messages, the receive too short.
+                format!("{what}: rank {last}: broadcast_into: message truncated: the message")
+            } else {
+                format!(
+                    "{what}: rank {last}: broadcast_into: rank 0 sent {sent} bytes where this \
+                     rank expected {read}: {disagree}"
+                )
+            });
+        }
+        let what = "all_to_all, short receiver";
+        expected.push(format!(
+            "{what}: rank {last}: all_to_all_into: the receive buffer holds"
+        ));
+        expected
+            .extend((0..last).map(|rank| {
+                format!("{what}: rank {rank}: all_to_all_into: rank {last} {refused}")
+            }));
+        for (given, taken) in [(16384, 16385), (4096, 8192)] {
+            let what = format!("all_to_all {given} vs {taken}");
+            let (given, taken) = (n * given, n * taken);
+            expected.push(format!(
+                "{what}: rank {last}: all_to_all_into: rank 0 sent {given} bytes where this \
+                 rank expected {taken}: {disagree}"
+            ));
+            expected.extend((0..last).map(|rank| {
+                format!(
+                    "{what}: rank {rank}: all_to_all_into: rank {last} sent {taken} bytes where \
+                     this rank expected {given}: {disagree}"
+                )
+            }));
+        }
+        for line in expected {
+            assert!(
+                out.contains(&line),
+                "{size} ranks: missing {line:?} in\n{out}"
+            );
         }
         assert!(!out.contains("all_reduce after"), "{size} ranks: {out}");
     }

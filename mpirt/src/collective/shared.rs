@@ -4,23 +4,37 @@
 //! one flag per rank and call (MPICH's release-gather, Open MPI's xhc and UCC's shared-memory
 //! team work this way).
 //!
-//! Each rank owns two cells of the area and uses them by turns: for call k (every blocking
-//! collective of the communicator that meets here counts) it writes its data into cell k % 2,
-//! then publishes k in the cell's flag. The calls where every rank gives and takes (all-reduce,
-//! all-gather, all-to-all, reduce-scatter) write every rank's whole send buffer, wait for each
-//! flag of call k and read what they need from every cell: an all-reduce reduces the vectors
-//! in rank order, so all ranks get the same result, in rank order for non-commutative
-//! operations; a reduce-scatter does the same over its own part; an all-gather copies every
-//! cell, an all-to-all its own block of every cell. A reduction or a gather does the same on
-//! its root alone, the others leaving once they published; a barrier waits for each flag and
-//! writes nothing; a broadcast's or a scatter's root writes its buffer, and the others wait
-//! for the root's flag, copy (the whole buffer or their block), and publish theirs.
+//! Each rank owns `CELLS` cells of the area and uses them by turns: for call k (every
+//! blocking collective of the communicator that meets here counts) it writes its data into
+//! cell k % `CELLS`, then publishes k in the cell's flag. The calls where every rank gives and
+//! takes (all-reduce, all-gather, all-to-all, reduce-scatter) write every rank's whole send
+//! buffer, wait for each flag of call k and read what they need from every cell: an
+//! all-reduce reduces the vectors in rank order, so all ranks get the same result, in rank
+//! order for non-commutative operations; a reduce-scatter does the same over its own part;
+//! an all-gather copies every cell, an all-to-all its own block of every cell. A reduction or
+//! a gather does the same on its root alone, the others leaving once they published; a
+//! barrier waits for each flag and writes nothing; a broadcast's or a scatter's root writes
+//! its buffer, and the others wait for the root's flag, copy (the whole buffer or their
+//! block), and publish theirs.
 //!
 //! Before a rank writes its cell for call k it makes sure that every rank has published call
-//! k-1 (usually known already: an all-reduce or a barrier saw every flag): a rank publishes
-//! k-1 only once it has finished call k-2, the last to read that cell. A broadcast's root,
-//! which waits for no one, thus runs at most one call ahead of its slowest reader. Immediate
-//! collectives, whose ranks may start the next call while still reading, go by messages.
+//! k - `CELLS` + 1 (usually known already: an all-reduce or a barrier saw every flag): a rank
+//! publishes a call only once it has finished the one before, so every rank has finished call
+//! k - `CELLS`, the last to read that cell. A broadcast's or a scatter's root, which waits for
+//! no one, thus runs up to `CELLS` - 1 calls ahead of its slowest reader: the segments of a
+//! long broadcast (below) are such calls, the root writing the next while the others copy
+//! out the ones before. (A benchmark such as OSU's, which puts a barrier after each call,
+//! never lets a root run ahead.) Immediate collectives, whose ranks may start the next call
+//! while still reading, go by messages.
+//!
+//! A broadcast longer than the area's limit goes through it too on communicators of more
+//! than two ranks ([`segmented_broadcast_max`]), as successive calls of one `SEGMENT` each: the
+//! root's first call says the whole length, from which the others count the calls that
+//! follow, and the root writes the next segments while the others still copy out the first
+//! ones (MPICH's release-gather broadcast pipelines through its cells so). An all-to-all
+//! of such communicators ([`all_to_all_max`]) goes in rounds the same way: round i carries
+//! bytes i * `SEGMENT` onwards of every rank's send buffer, its first call every rank's whole
+//! length, and each rank waits only in the rounds that carry its block.
 //!
 //! The ranks of a reduction or a gather whose vectors are too long for the area wait for the
 //! root's verdict (published once it has seen every length): all too long, by messages
@@ -28,9 +42,10 @@
 //!
 //! A rank that has waited long enough (spinning where every rank has a CPU, yielding its CPU
 //! between polls where they share CPUs, as Open MPI's ranks do when oversubscribed) sleeps on
-//! its futex word in the area, having said so in its sleeping word; whoever publishes a flag wakes the sleepers (a fence on each side:
-//! either the publisher sees the sleeper, or the sleeper sees the flag), so a wait ends a
-//! wake-up after the flag it waits for, not after a timeout.
+//! its futex word in the area, having said so in its sleeping word; whoever publishes a flag
+//! wakes the sleepers (a fence on each side: either the publisher sees the sleeper, or the
+//! sleeper sees the flag), so a wait ends a wake-up after the flag it waits for, not after a
+//! timeout.
 //!
 //! The area is set up by the communicator's first blocking collective that may meet here,
 //! whatever its length: rank 0 creates a file under /dev/shm (named after the job, so that
@@ -76,9 +91,20 @@ use super::hierarchy::{Hierarchy, Hosts};
 use super::op::{Operation, SystemOperation};
 use super::{blocking, calls, select};
 
-/// Longest buffer, in bytes, a rank writes into its cell (a broadcast's or a scatter's root
-/// its whole buffer, an all-to-all's or a reduce-scatter's ranks theirs, a block per rank).
+/// Longest buffer, in bytes, a rank writes into its cell in one call (a broadcast's or a
+/// scatter's root its whole buffer, an all-to-all's or a reduce-scatter's ranks theirs, a
+/// block per rank); longer broadcasts and all-to-alls may go in segments.
 pub(crate) const SHARED_MAX: usize = 4096;
+/// The bytes a cell holds: `SHARED_MAX` for a call that fits the area, or one segment of a
+/// long broadcast or one round of an all-to-all (MPICH's release-gather broadcast pipelines
+/// through cells of 8 KiB; larger ones here take an 8-rank all-to-all of 2 KiB blocks in one
+/// round).
+pub(crate) const SEGMENT: usize = 16384;
+/// Cells each rank owns, used in turn: how far a root may run ahead of its readers, and
+/// how many segments of a long broadcast are in flight.
+const CELLS: u64 = 8;
+// A segment holds whatever fits the area in one call.
+const _: () = assert!(SEGMENT >= SHARED_MAX);
 /// A cell's flag and length, on a cache line of their own ahead of the vector; the area's
 /// token takes one such line ahead of the cells, and so do the ranks' sleeping words and
 /// their futex words (one line each: written only by a rank going to sleep or waking one).
@@ -97,7 +123,7 @@ const _: () = assert!(MAX_RANKS as usize * 4 <= HEADER);
 // A scatter's table of parts (16 bytes a rank), and a gather's root's lengths after the
 // culprit (8 bytes a rank, and 8), fit a cell.
 const _: () = assert!(MAX_RANKS as usize * 16 <= SHARED_MAX);
-const CELL: usize = HEADER + SHARED_MAX;
+const CELL: usize = HEADER + SEGMENT;
 /// Room for the area's name in the broadcast that shares it.
 const NAME_BYTES: usize = 64;
 const TOKEN_BYTES: usize = 8;
@@ -229,8 +255,59 @@ impl std::fmt::Debug for AreaSlot {
     }
 }
 
+/// The area's length on a communicator of `size` ranks: 192 bytes, then `CELLS` cells of
+/// `CELL` (16448) bytes a rank, 1 MiB on 8 ranks, 2 MiB on 16. The file is sized, not
+/// allocated (tmpfs gives pages as they are first written): a `/dev/shm` too full for it
+/// makes the rank that first touches a page it cannot have die of SIGBUS
+/// (docs/user-guide.md says so).
 fn area_bytes(size: u32) -> usize {
-    CELLS_AT + 2 * CELL * size as usize
+    CELLS_AT + CELLS as usize * CELL * size as usize
+}
+
+/// The longest broadcast, in bytes, that goes through the area (in segments past
+/// `SHARED_MAX`) on a communicator of `size` ranks; the same on every rank, which follows
+/// its root's length. Two ranks keep the messages past `SHARED_MAX`: one copy by CMA between
+/// the two, where the area copies twice (mpirt took 0.02 to 0.36 of Open MPI's time there).
+/// Measured on 4 and 8 ranks only (REPORT.md, issue 23's notes): 8 to 64 KiB there ran 5 to
+/// 50 times faster than by messages, 128 to 512 KiB on 8 ranks about as fast, and 1 MiB's
+/// comparison rests on one disturbed run; 3, 5 to 7 and 9 to 16 ranks are unmeasured (their
+/// bounds follow their neighbours').
+fn segmented_broadcast_max(size: u32) -> usize {
+    match size {
+        0..=2 => SHARED_MAX,
+        3..=7 => 64 << 10,
+        _ => 1 << 20,
+    }
+}
+
+/// The longest send buffer, in bytes, of an all-to-all that goes through the area (in rounds
+/// past `SEGMENT`) on a communicator of `size` ranks: blocks up to 16 KiB from four ranks on,
+/// where the messages lost to Open MPI's (1.4 to 6.6 times its time on 8 ranks); fewer ranks
+/// keep the messages past `SHARED_MAX`.
+fn all_to_all_max(size: u32) -> usize {
+    match size {
+        0..=3 => SHARED_MAX,
+        _ => size as usize * (16 << 10),
+    }
+}
+
+/// What a rank other than a root makes of the length `published` by `root` in its cell,
+/// where this rank expects `len` bytes: a refusal or another length is an error, a length
+/// past `most` sends every rank by messages (`false`), else the bytes are in the cell.
+fn root_says(root: u32, published: u64, len: usize, most: usize) -> Result<bool, Cause> {
+    if published == REFUSED {
+        Err(Cause::PeerRefused { peer: root as i32 })
+    } else if published as usize > most {
+        Ok(false)
+    } else if published as usize != len {
+        Err(Cause::LengthDisagrees {
+            peer: root as i32,
+            expected: len,
+            got: published as usize,
+        })
+    } else {
+        Ok(true)
+    }
 }
 
 /// The area's token, in its first line.
@@ -374,9 +451,9 @@ fn agree(
 }
 
 impl Area {
-    /// The flag and the vector bytes of `rank`'s cell for calls of parity `phase`.
+    /// The flag and the vector bytes of `rank`'s cell for the calls of `phase`.
     fn cell(&self, rank: u32, phase: usize) -> (&Flag, *mut u8) {
-        let offset = CELLS_AT + (rank as usize * 2 + phase) * CELL;
+        let offset = CELLS_AT + (rank as usize * CELLS as usize + phase) * CELL;
         debug_assert!(offset + CELL <= self.map.len());
         // SAFETY: the cell lies inside the mapping (asserted), which is page aligned, so the
         // header is aligned for its atomics; other processes touch it only atomically.
@@ -413,19 +490,19 @@ impl Area {
         Ok(())
     }
 
-    /// Numbers the next call; returns it and the parity of the cells it uses.
+    /// Numbers the next call; returns it and the cells it uses (its phase).
     fn next_call(&self) -> (u64, usize) {
         let call = self.calls.get() + 1;
         self.calls.set(call);
-        (call, (call % 2) as usize)
+        (call, (call % CELLS) as usize)
     }
 
     /// Waits until this rank may write its cell for `call`: every rank has published
-    /// `call - 1`, so has finished `call - 2`, the last call that read the cell.
+    /// `call - CELLS + 1`, so has finished `call - CELLS`, the last call that read the cell.
     fn guard_write(&self, call: u64) -> Result<(), Cause> {
-        let before = call - 1;
+        let before = call.saturating_sub(CELLS - 1);
         if self.reached.get() < before {
-            let phase = (before % 2) as usize;
+            let phase = (before % CELLS) as usize;
             for r in (0..self.size).filter(|&r| r != self.rank) {
                 self.wait_for(&self.cell(r, phase).0.call, before)?;
             }
@@ -467,16 +544,64 @@ impl Area {
     }
 
     /// `root`'s `buf` in every rank's `buf`; `false`, with nothing copied, when the root's
-    /// buffer is too long for the area (then every rank goes on by messages).
+    /// buffer is too long for the area (then every rank goes on by messages). Up to
+    /// `SHARED_MAX` in one call; longer, up to [`segmented_broadcast_max`], in segments.
     pub(super) fn broadcast(&self, root: u32, buf: &mut [u8]) -> Result<bool, Cause> {
-        if self.rank == root {
-            return self.spread_from(root, Some(buf), None, |_| {});
+        let most = segmented_broadcast_max(self.size);
+        if self.rank != root {
+            return self.receive_segments(root, buf, most);
         }
-        let len = buf.len();
-        self.spread_from(root, None, Some(len), |data| buf.copy_from_slice(data))
+        if buf.len() <= SHARED_MAX || buf.len() > most {
+            // In one call, or only the length: too long, every rank goes by messages.
+            return self.spread_from(root, Some(buf), None, SHARED_MAX, |_| {});
+        }
+        // The first segment's length says the whole buffer's.
+        let mut said = buf.len() as u64;
+        for segment in buf.chunks(SEGMENT) {
+            let (call, phase) = self.next_call();
+            self.fill(call, phase, said, segment.len(), |cell| {
+                cell.copy_from_slice(segment)
+            })?;
+            said = segment.len() as u64;
+        }
+        Ok(true)
     }
 
-    /// `root`'s `sent` (`Some` on the root only, at most `SHARED_MAX` bytes), of a length the
+    /// A broadcast's rank other than the root: the root's first call says its length, which
+    /// decides, whatever `buf`'s (longer than `most`: by messages, with no more calls; a
+    /// refusal or another length than `buf`'s: an error, once this rank has taken its part in
+    /// every call of the root's segments, to stay in step), then `buf` segment by segment,
+    /// each cell's flag published once copied.
+    fn receive_segments(&self, root: u32, buf: &mut [u8], most: usize) -> Result<bool, Cause> {
+        let (call, phase) = self.next_call();
+        let (root_flag, _) = self.cell(root, phase);
+        self.wait_for(&root_flag.call, call)?;
+        let published = root_flag.len.load(Ordering::Relaxed);
+        let outcome = root_says(root, published, buf.len(), most);
+        let segments = match outcome {
+            Err(Cause::PeerRefused { .. }) | Ok(false) => 1,
+            _ => (published as usize).div_ceil(SEGMENT).max(1),
+        };
+        for s in 0..segments {
+            let (call, phase) = match s {
+                0 => (call, phase),
+                _ => self.next_call(),
+            };
+            let (root_flag, root_data) = self.cell(root, phase);
+            self.wait_for(&root_flag.call, call)?;
+            if let Ok(true) = outcome {
+                let into = &mut buf[s * SEGMENT..((s + 1) * SEGMENT).min(published as usize)];
+                // SAFETY: the root published this segment (at most SEGMENT bytes) for this call
+                // (the acquire load in `wait_for` orders it before this read), and does not
+                // write the cell again before this rank has published this call, below.
+                into.copy_from_slice(unsafe { std::slice::from_raw_parts(root_data, into.len()) });
+            }
+            self.publish(&self.cell(self.rank, phase).0.call, call);
+        }
+        outcome
+    }
+
+    /// `root`'s `sent` (`Some` on the root only, at most `SEGMENT` bytes), of a length the
     /// other ranks learn from it, handed to `take` on each of them: the hierarchical path's
     /// releases, whose length says what they carry.
     pub(super) fn broadcast_any(
@@ -485,8 +610,16 @@ impl Area {
         sent: Option<&[u8]>,
         take: impl FnOnce(&[u8]),
     ) -> Result<(), Cause> {
-        debug_assert!(sent.is_none_or(|sent| sent.len() <= SHARED_MAX));
-        self.spread_from(root, sent, None, take).map(drop)
+        assert!(
+            sent.is_none_or(|sent| sent.len() <= SEGMENT),
+            "a release fits one cell"
+        );
+        match self.spread_from(root, sent, None, SEGMENT, take)? {
+            true => Ok(()),
+            // The root's release is at most `SEGMENT` (asserted there), so no rank reads a
+            // longer one, which would send every rank by messages where there are none.
+            false => unreachable!("a release longer than a cell"),
+        }
     }
 
     /// Block `rank` of the root's `send` (`Some` on the root only) in each rank's `recv`;
@@ -496,7 +629,7 @@ impl Area {
         let at = self.rank as usize * block;
         let size = self.size as usize;
         let fits = self
-            .spread_from(root, send, Some(block * size), |data| {
+            .spread_from(root, send, Some(block * size), SHARED_MAX, |data| {
                 recv.copy_from_slice(&data[at..at + block])
             })
             .map_err(|cause| match cause {
@@ -522,42 +655,37 @@ impl Area {
     /// A call whose root publishes `sent` (`Some` on the root only) and whose other ranks
     /// hand the root's bytes to `take` (`expected` bytes, where given, else as many as the
     /// root published), then publish their flag to say they read them; `false`, with nothing
-    /// taken, when the root's bytes are too long for the area (then every rank goes on by
-    /// messages). The root waits for no one: `guard_write` keeps it from overwriting a cell
-    /// still being read.
+    /// taken, when the root's bytes are longer than `most` (at most `SEGMENT`; then every rank
+    /// goes on by messages). The root waits for no one: `guard_write` keeps it from
+    /// overwriting a cell still being read.
     fn spread_from(
         &self,
         root: u32,
         sent: Option<&[u8]>,
         expected: Option<usize>,
+        most: usize,
         take: impl FnOnce(&[u8]),
     ) -> Result<bool, Cause> {
+        assert!(most <= SEGMENT, "a call's bytes fit one cell");
         let (call, phase) = self.next_call();
         if let Some(sent) = sent {
-            return self.contribute(call, phase, sent);
+            return self.contribute_with(call, phase, sent.len(), most, |cell| {
+                cell.copy_from_slice(sent)
+            });
         }
         let flag = self.cell(self.rank, phase).0;
         let (root_flag, root_data) = self.cell(root, phase);
         self.wait_for(&root_flag.call, call)?;
         let published = root_flag.len.load(Ordering::Relaxed);
         let len = expected.unwrap_or(published as usize);
-        let outcome = if published == REFUSED {
-            Err(Cause::PeerRefused { peer: root as i32 })
-        } else if published as usize > SHARED_MAX {
-            Ok(false)
-        } else if published as usize != len {
-            Err(Cause::LengthDisagrees {
-                peer: root as i32,
-                expected: len,
-                got: published as usize,
-            })
-        } else {
-            // SAFETY: the root published these `len` bytes for this call (the acquire load in
-            // `wait_for` orders them before this read), and does not write the cell again
-            // before this rank has published this call, below.
+        let outcome = root_says(root, published, len, most);
+        if let Ok(true) = outcome {
+            // SAFETY: the root published these `len` bytes (at most `most`, at most
+            // `SEGMENT`) for this call (the acquire load in `wait_for` orders them before
+            // this read), and does not write the cell again before this rank has published
+            // this call, below.
             take(unsafe { std::slice::from_raw_parts(root_data, len) });
-            Ok(true)
-        };
+        }
         self.publish(&flag.call, call);
         outcome
     }
@@ -565,30 +693,52 @@ impl Area {
     /// Writes this rank's `send` for `call` into its cell (unless it is too long for it: then
     /// the length alone) and publishes it; whether it fit.
     fn contribute(&self, call: u64, phase: usize, send: &[u8]) -> Result<bool, Cause> {
-        self.contribute_with(call, phase, send.len(), |cell| cell.copy_from_slice(send))
+        self.contribute_with(call, phase, send.len(), SHARED_MAX, |cell| {
+            cell.copy_from_slice(send)
+        })
     }
 
     /// As [`Area::contribute`], for `len` bytes that `write` fills in the cell (given them
-    /// only when they fit).
+    /// only when they fit: at most `most`, itself at most `SEGMENT`).
     fn contribute_with(
         &self,
         call: u64,
         phase: usize,
         len: usize,
+        most: usize,
         write: impl FnOnce(&mut [u8]),
     ) -> Result<bool, Cause> {
-        let fits = len <= SHARED_MAX;
+        let fits = len <= most;
+        let bytes = if fits { len } else { 0 };
+        self.fill(call, phase, len as u64, bytes, |cell| {
+            if fits {
+                write(cell)
+            }
+        })?;
+        Ok(fits)
+    }
+
+    /// Has `write` fill `bytes` bytes (at most `SEGMENT`) of this rank's cell for `call`,
+    /// says `said` in its length, and publishes it.
+    fn fill(
+        &self,
+        call: u64,
+        phase: usize,
+        said: u64,
+        bytes: usize,
+        write: impl FnOnce(&mut [u8]),
+    ) -> Result<(), Cause> {
+        // Checked in release builds too: the slice below is built on it.
+        assert!(bytes <= SEGMENT, "{bytes} bytes do not fit a cell");
         let (flag, data) = self.cell(self.rank, phase);
         self.guard_write(call)?;
-        if fits {
-            // SAFETY: this rank alone writes its cells, and no rank reads this one for this
-            // call before its flag says so, nor still for call - 2 (`guard_write`); the
-            // `len` bytes fit the cell.
-            write(unsafe { std::slice::from_raw_parts_mut(data, len) });
-        }
-        flag.len.store(len as u64, Ordering::Relaxed);
+        // SAFETY: this rank alone writes its cells, and no rank reads this one for this call
+        // before its flag says so, nor still for call - CELLS (`guard_write`); the `bytes`
+        // fit the cell (asserted).
+        write(unsafe { std::slice::from_raw_parts_mut(data, bytes) });
+        flag.len.store(said, Ordering::Relaxed);
         self.publish(&flag.call, call);
-        Ok(fits)
+        Ok(())
     }
 
     /// The first rank whose published length for the call in cells `phase` (which every
@@ -660,7 +810,7 @@ impl Area {
         }
     }
 
-    /// Publishes `send` and waits for every rank's vector; the parity of the cells they are
+    /// Publishes `send` and waits for every rank's vector; the phase of the cells they are
     /// in, or `None` when every rank's is too long for the area. Every flag is awaited even
     /// after a disagreement, so that every rank leaves the call having seen every length:
     /// then all of them report it, and none is still waiting.
@@ -728,7 +878,7 @@ impl Area {
         }
     }
 
-    /// Publishes `send`, of any length on each rank, and waits for every rank's; the parity
+    /// Publishes `send`, of any length on each rank, and waits for every rank's; the phase
     /// of the cells, or `None` when some rank's is too long for the area (every rank saw
     /// every length, so all go on by messages together).
     fn exchange_any(&self, send: &[u8]) -> Result<Option<usize>, Cause> {
@@ -803,7 +953,7 @@ impl Area {
         let table = 8 * self.size as usize;
         let (call, phase) = self.next_call();
         let len = table + outgoing.iter().map(|&(_, part)| part).sum::<usize>();
-        self.contribute_with(call, phase, len, |cell| {
+        self.contribute_with(call, phase, len, SHARED_MAX, |cell| {
             let (entries, parts) = cell.split_at_mut(table);
             let mut packed = 0;
             for (entry, &(at, part)) in entries.chunks_exact_mut(8).zip(outgoing) {
@@ -853,16 +1003,55 @@ impl Area {
     }
 
     /// Block `rank` of every rank's `send` (a block per rank), as block r of `recv` for
-    /// sender r; `false`, with nothing copied, when the vectors are too long for the area.
+    /// sender r; `false`, with nothing copied, when the vectors are too long for the area
+    /// ([`all_to_all_max`]). Round i carries bytes i * `SEGMENT` onwards of every rank's
+    /// `send`; the first, every rank's whole length (every rank waits for all of them, so
+    /// that all see a disagreement, or all go by messages); after it, a rank waits for the
+    /// others only in the rounds that carry part of its block.
     fn all_to_all(&self, send: &[u8], recv: &mut [u8]) -> Result<bool, Cause> {
         debug_assert!(send.len() == recv.len());
-        let Some(phase) = self.exchange(send)? else {
-            return Ok(false);
-        };
-        let block = recv.len() / self.size as usize;
-        let at = self.rank as usize * block;
-        for (r, part) in (0..self.size).zip(recv.chunks_exact_mut(block.max(1))) {
-            part.copy_from_slice(&self.published(r, phase, send)[at..at + block]);
+        let len = send.len();
+        let fits = len <= all_to_all_max(self.size);
+        let block = len / self.size as usize;
+        let mine = self.rank as usize * block..(self.rank as usize + 1) * block;
+        let rounds = len.div_ceil(SEGMENT).max(1);
+        for round in 0..rounds {
+            let (call, phase) = self.next_call();
+            let carried = round * SEGMENT..((round + 1) * SEGMENT).min(len);
+            let bytes = if fits { carried.len() } else { 0 };
+            self.fill(call, phase, len as u64, bytes, |cell| {
+                cell.copy_from_slice(&send[carried.start..carried.start + bytes])
+            })?;
+            let wanted = carried.start.max(mine.start)..carried.end.min(mine.end);
+            if round == 0 {
+                self.wait_for_all(call, phase)?;
+                if let Some(cause) = self.disagreement(phase, len) {
+                    return Err(cause);
+                }
+                if !fits {
+                    return Ok(false);
+                }
+            } else if !wanted.is_empty() {
+                self.wait_for_all(call, phase)?;
+            }
+            if wanted.is_empty() {
+                continue;
+            }
+            let (from, into) = (wanted.start - carried.start, wanted.start - mine.start);
+            for r in 0..self.size {
+                let part = &mut recv[r as usize * block + into..][..wanted.len()];
+                if r == self.rank {
+                    part.copy_from_slice(&send[wanted.clone()]);
+                    continue;
+                }
+                // SAFETY: rank r published this round's bytes of its `send` (of this rank's
+                // length, checked in the first round), `carried.len()` of them, for this call
+                // (the acquire load in `wait_for` ordered them before this read), and does
+                // not write the cell again before this rank has published a later call.
+                let cell =
+                    unsafe { std::slice::from_raw_parts(self.cell(r, phase).1, carried.len()) };
+                part.copy_from_slice(&cell[from..from + wanted.len()]);
+            }
         }
         Ok(true)
     }
@@ -896,7 +1085,7 @@ impl Area {
     }
 
     /// A call whose ranks publish `send`, all of one length, for the root alone, which hands
-    /// the cells' parity and its `recv` to `finish` once every rank has published; `false`,
+    /// the cells' phase and its `recv` to `finish` once every rank has published; `false`,
     /// with nothing finished, when every rank's vector is too long for the area. A rank
     /// whose vector fit leaves once it is published; one whose vector did not waits for the
     /// root's verdict (by messages together, or an error: the lengths disagree), which the
@@ -1107,7 +1296,7 @@ impl Area {
                 (packed - len) as u64
             })
             .collect();
-        self.contribute_with(call, phase, packed, |cell| {
+        self.contribute_with(call, phase, packed, SHARED_MAX, |cell| {
             for (r, (&(from, len), &at)) in parts.iter().zip(&placed).enumerate() {
                 cell[16 * r..16 * r + 8].copy_from_slice(&at.to_ne_bytes());
                 cell[16 * r + 8..16 * r + 16].copy_from_slice(&(len as u64).to_ne_bytes());
