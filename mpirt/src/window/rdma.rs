@@ -1,10 +1,12 @@
 //! The RDMA path: where the PML's one-sided operations (`pml::OneSided`: the native
-//! engine's verbs transport, or UCX's RMA on the UCX PML) reach a window's ranks, puts are
-//! RDMA WRITEs (`ucp_put_nbx`) and gets RDMA READs (`ucp_get_nbx`) straight between the
-//! origin's buffer and the target's window memory, registered at the window's creation (each
-//! rank's address and packed key gathered then, and unpacked by each rank for its own use),
-//! with no help from the target's CPU (UCX's emulation over TCP asks the target's worker).
-//! The device's atomics below are `ucp_atomic_op_nbx` on UCX. Completion: each origin keeps the
+//! engine's verbs transport or OFI on a provider with RMA, or UCX's RMA on the UCX PML)
+//! reach a window's ranks, puts are RDMA WRITEs (`fi_write`, `ucp_put_nbx`) and gets RDMA
+//! READs (`fi_read`, `ucp_get_nbx`) straight between the origin's buffer and the target's
+//! window memory, registered at the window's creation (each rank's address and packed key
+//! gathered then, and unpacked by each rank for its own use), with no help from the target's
+//! CPU (UCX's emulation over TCP, and OFI's emulating providers, ask the target's progress).
+//! The device's atomics below are `fi_fetch_atomic`/`fi_compare_atomic` over OFI and
+//! `ucp_atomic_op_nbx` on UCX. Completion: each origin keeps the
 //! last operation it posted to each target; a flush and every epoch end wait until those
 //! completed (a reliable connection completes an operation once the target has it) before
 //! the epoch's own messages (the fence's, `complete`'s, the unlock) go out, so a target that
@@ -132,12 +134,12 @@ pub(super) struct Rdma {
 }
 
 impl Rdma {
-    /// Whether this rank's PML does one-sided operations (the native engine with verbs, in
-    /// a build with it; UCX's RMA): a window's ranks agree on it at creation and `open` only
-    /// where all have one.
+    /// Whether this rank's PML does one-sided operations (the native engine with verbs, or
+    /// OFI on a provider with RMA, in a build with either; UCX's RMA): a window's ranks agree
+    /// on it at creation and `open` only where all have one.
     pub fn available(data: &CommData) -> bool {
         let me = data.world_rank(data.rank);
-        (cfg!(feature = "verbs") || cfg!(feature = "ucx"))
+        cfg!(any(feature = "verbs", feature = "ofi", feature = "ucx"))
             && with_engine_or_lent(|e| Ok(e.one_sided().rma_reach(me).is_some())).unwrap_or(false)
     }
 

@@ -159,9 +159,18 @@ impl Transport for VerbsTransport {
         }
     }
 
-    fn expose_window(&mut self, buf: *mut u8, len: usize) -> Result<Option<(u64, u64)>, String> {
+    /// Peers address the window by its virtual address.
+    fn expose_window(
+        &mut self,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Option<(RemoteKey, u64)>, String> {
         let (rkey, id) = VerbsTransport::expose_window(self, buf, len)?;
-        Ok(Some((u64::from(rkey), id)))
+        let key = RemoteKey {
+            addr: buf as u64,
+            key: u64::from(rkey),
+        };
+        Ok(Some((key, id)))
     }
 
     fn release_window(&mut self, id: u64) {
