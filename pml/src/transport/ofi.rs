@@ -1221,7 +1221,7 @@ impl OfiTransport {
             self.free_send.push(index - RECV_BUFFERS);
         } else if (RMA_BASE..self.contexts.len()).contains(&index) {
             self.rma_completed(index - RMA_BASE, Ok(()));
-        } else if index >= RECV_BUFFERS + SEND_BUFFERS && index < RMA_BASE {
+        } else if (RECV_BUFFERS + SEND_BUFFERS..RMA_BASE).contains(&index) {
             let slot = index - RECV_BUFFERS - SEND_BUFFERS;
             if let Some((read, _)) = self.read_slot[slot].take() {
                 let r = &mut self.reads[read];
