@@ -20,11 +20,14 @@
 //!
 //! Origin memory, where the provider wants local buffers registered (`FI_MR_LOCAL`): each
 //! piece of a write or read registers its buffer through the registration cache, released
-//! when the piece completes; an atomic's operand, compare value and result sit in a slot of
-//! a region the transport registered, read by `rma_result` once it completed.
+//! when the piece completes; an atomic's operand, compare value and result sit in the slot
+//! of its context (in a region the transport registered), and its result is copied into its
+//! peer's book of results by ticket once it completed, where `rma_result` finds it (under
+//! `Threading::Multiple`, two threads' atomics to one rank each find their own).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use slab::Slab;
 
@@ -40,13 +43,20 @@ use crate::wire::RemoteKey;
 /// One-sided operations (pieces of writes and reads, atomics) in flight at once.
 pub(super) const RMA_SLOTS: usize = 128;
 
+/// How many fetched values each peer's book keeps: a caller reads its atomic's in the
+/// engine borrow that saw it complete, before as many more to the rank completed.
+const RESULTS_KEPT: usize = RMA_SLOTS;
+
 /// Where an 8-byte atomic's operand and compare value are read from and its old value lands.
+/// Atomic fields, so that this rank writes one slot's operands through a shared borrow while
+/// the provider may be writing another slot's result, and the pointers handed to the
+/// provider come from the field itself.
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Default)]
 struct AtomicSlot {
-    operand: u64,
-    compare: u64,
-    result: u64,
+    operand: AtomicU64,
+    compare: AtomicU64,
+    result: AtomicU64,
 }
 
 /// A posted operation (or piece of one), until its completion.
@@ -69,12 +79,31 @@ struct PeerRma {
     in_flight: BTreeSet<u64>,
     /// The earliest ticket that failed, and why: later operations to the rank are refused.
     failed: Option<(u64, String)>,
+    /// The last atomics' fetched values, by ticket, oldest first.
+    results: VecDeque<(u64, u64)>,
 }
 
 impl PeerRma {
     /// Whether every operation up to `ticket` completed.
     fn done(&self, ticket: u64) -> bool {
         self.in_flight.first().is_none_or(|&oldest| oldest > ticket)
+    }
+
+    /// Keeps the value atomic `ticket` fetched, forgetting the oldest past `RESULTS_KEPT`.
+    fn record(&mut self, ticket: u64, fetched: u64) {
+        if self.results.len() == RESULTS_KEPT {
+            self.results.pop_front();
+        }
+        self.results.push_back((ticket, fetched));
+    }
+
+    /// The value atomic `ticket` fetched, if kept.
+    fn result(&self, ticket: u64) -> Option<u64> {
+        self.results
+            .iter()
+            .rev()
+            .find(|&&(t, _)| t == ticket)
+            .map(|&(_, v)| v)
     }
 
     /// Records the failure of `ticket`, keeping the earliest: a later operation's failure
@@ -93,8 +122,8 @@ pub(super) struct Rma {
     self_addr: Option<sys::fi_addr_t>,
     /// Registered windows, by the id `expose_window` gave.
     windows: Slab<Region>,
-    /// One slot per rank (one atomic to a rank is in flight at a time), boxed so that they
-    /// stay where the provider writes.
+    /// One slot per context slot (an atomic's operands and result stay there until its
+    /// completion), boxed so that they stay where the provider writes.
     slots: Box<[AtomicSlot]>,
     slots_mr: Option<Region>,
     /// By context slot, the operation holding it.
@@ -118,7 +147,7 @@ impl Rma {
             peers: (0..size).map(|_| PeerRma::default()).collect(),
             self_addr: None,
             windows: Slab::new(),
-            slots: vec![AtomicSlot::default(); size as usize].into_boxed_slice(),
+            slots: (0..RMA_SLOTS).map(|_| AtomicSlot::default()).collect(),
             slots_mr: None,
             ops: (0..RMA_SLOTS).map(|_| None).collect(),
             free: (0..RMA_SLOTS).rev().collect(),
@@ -402,15 +431,15 @@ impl OfiTransport {
         let Some(&slot) = self.rma.free.last() else {
             return Ok(None);
         };
-        let at = peer as usize;
+        let entry = &self.rma.slots[slot];
         let (what, swap) = match op {
             RmaOp::FetchAdd { add } => {
-                self.rma.slots[at].operand = add;
+                entry.operand.store(add, Ordering::Relaxed);
                 ("fi_fetch_atomic (FI_SUM)", false)
             }
             RmaOp::CompareSwap { compare, swap } => {
-                self.rma.slots[at].operand = swap;
-                self.rma.slots[at].compare = compare;
+                entry.operand.store(swap, Ordering::Relaxed);
+                entry.compare.store(compare, Ordering::Relaxed);
                 ("fi_compare_atomic (FI_CSWAP)", true)
             }
             _ => unreachable!("atomics only"),
@@ -420,14 +449,15 @@ impl OfiTransport {
             .slots_mr
             .as_ref()
             .map_or(std::ptr::null_mut(), Region::desc);
+        let entry = &self.rma.slots[slot];
+        let operand = entry.operand.as_ptr().cast::<c_void>();
+        let compare_at = entry.compare.as_ptr().cast::<c_void>();
+        let result = entry.result.as_ptr().cast::<c_void>();
         let context = self.context(RMA_BASE + slot);
-        let entry = &mut self.rma.slots[at];
-        let operand = (&entry.operand as *const u64).cast::<c_void>();
-        let compare_at = (&entry.compare as *const u64).cast::<c_void>();
-        let result = (&mut entry.result as *mut u64).cast::<c_void>();
-        // SAFETY: the slot is this atomic's alone until it completed (nothing else to the rank
-        // is in flight, checked in `rma`), in the boxed slots, which live as long as the
-        // transport; the context stays the provider's until the completion.
+        // SAFETY: the slot is this atomic's alone until it completed (it holds the context
+        // slot of the same index, taken below and freed by its completion), in the boxed
+        // slots, which live as long as the transport, its fields written only through their
+        // atomics' own pointers; the context stays the provider's until the completion.
         let rc = unsafe {
             if !swap {
                 sys::fetch_atomic(
@@ -510,6 +540,12 @@ impl OfiTransport {
         }
         let p = &mut self.rma.peers[op.peer as usize];
         p.in_flight.remove(&op.ticket);
+        if result.is_ok() && op.what.contains("_atomic") {
+            // The provider wrote the slot before the completion this thread just read from
+            // the completion queue, whose read orders it after the write.
+            let fetched = self.rma.slots[slot].result.load(Ordering::Acquire);
+            p.record(op.ticket, fetched);
+        }
         if let Err(cause) = result {
             let (what, len, peer) = (op.what, op.len, op.peer);
             p.fail(
@@ -537,13 +573,14 @@ impl OfiTransport {
         }
     }
 
-    /// The value the atomic `ticket` to `peer` fetched, once it completed (and before the
-    /// next atomic to `peer` was posted).
-    pub fn rma_result(&self, peer: Rank, _ticket: u64) -> u64 {
-        // The provider wrote the slot before the completion that `rma_done` saw, read by
-        // this thread from the completion queue (whose read orders it after the write); the
-        // slot is not reused before the caller, in the same engine borrow, read it.
-        self.rma.slots[peer as usize].result
+    /// The value the atomic `ticket` to `peer` fetched, once it completed (and before
+    /// `RESULTS_KEPT` more atomics to `peer` did).
+    pub fn rma_result(&self, peer: Rank, ticket: u64) -> u64 {
+        self.rma.peers[peer as usize]
+            .result(ticket)
+            .unwrap_or_else(|| {
+                panic!("no fetched value of one-sided atomic {ticket} to rank {peer} is kept")
+            })
     }
 }
 
@@ -562,6 +599,22 @@ mod tests {
         assert!(p.done(1) && p.done(2) && !p.done(3));
         p.in_flight.remove(&3);
         assert!(p.done(3));
+    }
+
+    #[test]
+    fn each_atomic_finds_its_own_result() {
+        let mut p = PeerRma::default();
+        // Two threads' atomics to one rank, completed before either read its value.
+        p.record(4, 40);
+        p.record(5, 50);
+        assert_eq!(
+            (p.result(4), p.result(5), p.result(6)),
+            (Some(40), Some(50), None)
+        );
+        for t in 6..6 + super::RESULTS_KEPT as u64 {
+            p.record(t, t * 10);
+        }
+        assert_eq!((p.result(4), p.result(6)), (None, Some(60)));
     }
 
     #[test]
