@@ -26,6 +26,10 @@ pub struct RmaReach {
     /// Whether 8-byte atomics reach it (this rank's own memory too), atomic with each
     /// other whoever posts them.
     pub atomics: bool,
+    /// Whether windows take these operations unasked (`MPIRT_WINDOW_PATH` unset); else
+    /// only with `MPIRT_WINDOW_PATH=rdma` (OFI providers that emulate RMA slower than
+    /// messages).
+    pub by_default: bool,
 }
 
 /// One-sided operations on peers' exposed memory. Tickets count per peer from 1; an

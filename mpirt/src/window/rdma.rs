@@ -6,7 +6,10 @@
 //! gathered then, and unpacked by each rank for its own use), with no help from the target's
 //! CPU (UCX's emulation over TCP, and OFI's emulating providers, ask the target's progress).
 //! The device's atomics below are `fi_fetch_atomic`/`fi_compare_atomic` over OFI and
-//! `ucp_atomic_op_nbx` on UCX. Completion: each origin keeps the
+//! `ucp_atomic_op_nbx` on UCX. Over OFI one operation to a target is in flight at a time
+//! (libfabric orders RMA and atomics only where a provider promises it), so the lock word's
+//! compare-and-swap and the READ beside it go one after the other: a free lock costs two
+//! round trips there, not one. Completion: each origin keeps the
 //! last operation it posted to each target; a flush and every epoch end wait until those
 //! completed (a reliable connection completes an operation once the target has it) before
 //! the epoch's own messages (the fence's, `complete`'s, the unlock) go out, so a target that
@@ -133,14 +136,40 @@ pub(super) struct Rdma {
     pending: RefCell<Vec<u64>>,
 }
 
+/// What one-sided operations a rank offers windows (`Rdma::available`), ordered from none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum RmaOffer {
+    None = 0,
+    /// Only where asked (`MPIRT_WINDOW_PATH=rdma`).
+    Asked = 1,
+    /// Unasked too.
+    Default = 2,
+}
+
+/// Whether a window goes by one-sided operations, from what its ranks offer: where every
+/// rank has them, and either a rank asked for the RDMA path (`asked`) or every rank takes
+/// them unasked. A window on providers that emulate RMA slower than messages (OFI's tcp
+/// and shm) so goes by messages unless asked.
+pub(super) fn rdma_agreed(offers: impl IntoIterator<Item = RmaOffer>, asked: bool) -> bool {
+    let least = offers.into_iter().min().unwrap_or(RmaOffer::None);
+    least == RmaOffer::Default || (asked && least == RmaOffer::Asked)
+}
+
 impl Rdma {
     /// Whether this rank's PML does one-sided operations (the native engine with verbs, or
-    /// OFI on a provider with RMA, in a build with either; UCX's RMA): a window's ranks agree
-    /// on it at creation and `open` only where all have one.
-    pub fn available(data: &CommData) -> bool {
+    /// OFI on a provider with RMA, in a build with either; UCX's RMA), and whether windows
+    /// take them unasked (`RmaReach::by_default`): a window's ranks agree on it at creation
+    /// (`rdma_agreed`) and `open` only where all have one.
+    pub fn available(data: &CommData) -> RmaOffer {
         let me = data.world_rank(data.rank);
-        cfg!(any(feature = "verbs", feature = "ofi", feature = "ucx"))
-            && with_engine_or_lent(|e| Ok(e.one_sided().rma_reach(me).is_some())).unwrap_or(false)
+        if !cfg!(any(feature = "verbs", feature = "ofi", feature = "ucx")) {
+            return RmaOffer::None;
+        }
+        match with_engine_or_lent(|e| Ok(e.one_sided().rma_reach(me))) {
+            Ok(Some(reach)) if reach.by_default => RmaOffer::Default,
+            Ok(Some(_)) => RmaOffer::Asked,
+            _ => RmaOffer::None,
+        }
     }
 
     /// Exposes this rank's window (`bytes` at `base`) and learns every rank's, where the
@@ -760,5 +789,23 @@ impl Rdma {
         let found = self.atomic(target, offset, op)?;
         old.copy_from_slice(&found.to_ne_bytes());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{rdma_agreed, RmaOffer::*};
+
+    #[test]
+    fn emulated_rma_only_where_asked() {
+        // verbs, efa, cxi, UCX: unasked.
+        assert!(rdma_agreed([Default, Default], false));
+        // OFI's tcp;ofi_rxm and shm: only with MPIRT_WINDOW_PATH=rdma, on every rank.
+        assert!(!rdma_agreed([Asked, Asked], false));
+        assert!(!rdma_agreed([Default, Asked], false));
+        assert!(rdma_agreed([Default, Asked], true));
+        // A rank without one-sided operations (udp;ofi_rxd, TCP) keeps every rank off.
+        assert!(!rdma_agreed([Default, None], true));
+        assert!(!rdma_agreed([], true));
     }
 }

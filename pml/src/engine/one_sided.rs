@@ -108,8 +108,10 @@ impl OneSided for Engine {
                 .routes
                 .get(peer as usize)
                 .is_some_and(|r| r.transport as usize == transport);
-        carried.then(|| RmaReach {
-            atomics: self.transports[transport].caps().atomics,
+        let caps = self.transports[transport].caps();
+        carried.then_some(RmaReach {
+            atomics: caps.atomics,
+            by_default: caps.rma_by_default,
         })
     }
 

@@ -54,6 +54,10 @@ pub struct Caps {
     /// compare-and-swap by `rma`), this rank's own included (through the device: atomics
     /// the device does are not atomic with the CPU's).
     pub atomics: bool,
+    /// Whether windows take `rma` unasked (`MPIRT_WINDOW_PATH` unset): false where the
+    /// operations are emulated slower than the messages they replace (OFI's tcp and shm),
+    /// which take them only when asked (`MPIRT_WINDOW_PATH=rdma`).
+    pub rma_by_default: bool,
     /// Whether a frame `try_send` took is on its way with nothing left for this rank to do
     /// (copied into memory the peer reads): then a small send completes inside the call,
     /// with no request (the engine's direct path). Such a transport takes a frame whole or

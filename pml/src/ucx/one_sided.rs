@@ -309,7 +309,10 @@ impl OneSided for UcxPml {
     /// Every rank: UCX does puts, gets and 8-byte atomics on every endpoint (emulating
     /// them where a transport lacks them), atomic with each other whichever way.
     fn rma_reach(&self, peer: Rank) -> Option<RmaReach> {
-        (peer < self.size).then_some(RmaReach { atomics: true })
+        (peer < self.size).then_some(RmaReach {
+            atomics: true,
+            by_default: true,
+        })
     }
 
     unsafe fn rma(&mut self, peer: Rank, op: RmaOp, remote: RemoteKey) -> Result<u64, PmlError> {

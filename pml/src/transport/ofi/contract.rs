@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bootstrap::libfabric::UNIVERSE_SIZE;
 
+use super::provider::{self, WindowsByRma};
 use super::{OfiConfig, OfiTransport};
 use crate::config::TransportChoice;
 use crate::envelope::Rank;
@@ -16,6 +17,29 @@ use crate::transport::{
     Caps, Exposure, Job, Peer, Reading, Registration, RmaOp, RmaPosted, Sent, Sink, Transport,
 };
 use crate::wire::RemoteKey;
+
+/// Which way windows go over `f`, as `--verbose` says it: by RMA unasked, only when asked
+/// (`MPIRT_WINDOW_PATH=rdma`), or by messages, and why.
+fn windows_by(f: &super::fabric::Fabric) -> String {
+    let rma = if !f.granted.remote_write {
+        return "windows by messages (the provider has no RMA writes)".into();
+    } else if f.granted.atomics {
+        "windows by fi_write, fi_read and fi_atomic"
+    } else {
+        "windows by fi_write and fi_read (accumulates by messages: the provider has no 8-byte \
+         fetch-and-add and compare-and-swap)"
+    };
+    match provider::windows_by_rma(&f.provider) {
+        WindowsByRma::Default => rma.into(),
+        WindowsByRma::OptIn => format!(
+            "{rma} only with MPIRT_WINDOW_PATH=rdma, else by messages (the provider emulates \
+             RMA in the target's progress, slower than messages)"
+        ),
+        WindowsByRma::Never => "windows by messages (the provider's RMA crashed ranks with \
+             SIGSEGV across hosts, not yet understood)"
+            .into(),
+    }
+}
 
 impl OfiTransport {
     /// Opens the endpoint when OFI is asked for (every other rank), or (`auto`) when
@@ -108,12 +132,14 @@ impl OfiTransport {
 
 impl Transport for OfiTransport {
     fn caps(&self) -> Caps {
+        let windows = provider::windows_by_rma(&self.fabric.provider);
         Caps {
             eager_limit: self.eager_limit,
             max_frame: self.frame_size,
             remote_read: self.fabric.granted.remote_read,
-            remote_write: self.fabric.granted.remote_write,
-            atomics: self.fabric.granted.atomics,
+            remote_write: self.fabric.granted.remote_write && windows != WindowsByRma::Never,
+            atomics: self.fabric.granted.atomics && windows != WindowsByRma::Never,
+            rma_by_default: windows == WindowsByRma::Default,
             sends_complete_on_return: false,
             max_pieces: 1,
         }
@@ -259,14 +285,7 @@ impl Transport for OfiTransport {
                 "fi_read (registrations not cached: MPIRT_OFI_REG_CACHE=0, or the program's \
                  allocator is not mpirt's)"
             },
-            if !f.granted.remote_write {
-                "windows by messages (the provider has no RMA writes)"
-            } else if f.granted.atomics {
-                "windows by fi_write, fi_read and fi_atomic"
-            } else {
-                "windows by fi_write and fi_read (accumulates by messages: the provider has no \
-                 8-byte fetch-and-add and compare-and-swap)"
-            }
+            windows_by(f),
         )
     }
 }

@@ -50,6 +50,33 @@ pub fn acks_in_software(provider: &str) -> bool {
     provider.ends_with(";ofi_rxd")
 }
 
+/// Whether windows take a provider's RMA ([`windows_by_rma`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowsByRma {
+    /// Unasked: the NIC does RMA without the target's software (efa, cxi, verbs;ofi_rxm).
+    Default,
+    /// Only with `MPIRT_WINDOW_PATH=rdma`: the provider emulates RMA in the target's
+    /// progress, which tcp;ofi_rxm was measured doing about 2x slower than the messages it
+    /// would replace (osu-benches/REPORT.md); shm likewise applies it in the target's
+    /// progress.
+    OptIn,
+    /// Never (windows by messages): udp;ofi_rxd's RMA crashed a rank with SIGSEGV across
+    /// hosts in 2 of 3 runs, not yet understood.
+    Never,
+}
+
+/// Whether windows over `provider` take its RMA ([`WindowsByRma`]); a provider this list
+/// does not know only when asked.
+pub fn windows_by_rma(provider: &str) -> WindowsByRma {
+    if FABRIC_PROVIDERS.iter().any(|&p| matches(p, provider)) {
+        WindowsByRma::Default
+    } else if provider.ends_with(";ofi_rxd") {
+        WindowsByRma::Never
+    } else {
+        WindowsByRma::OptIn
+    }
+}
+
 /// Reading a peer's memory: the rendezvous's `fi_read` (and windows' gets).
 const RMA_READ: u64 = (sys::FI_RMA | sys::FI_READ | sys::FI_REMOTE_READ) as u64;
 /// Writing a peer's memory: windows' puts.
@@ -418,6 +445,15 @@ mod tests {
         let e = check_mode(FI_MSG_PREFIX).unwrap_err();
         assert!(e.contains("operation modes"), "{e}");
         assert!(check_mode(FI_RX_CQ_DATA).is_err());
+    }
+
+    #[test]
+    fn which_providers_take_windows_by_rma() {
+        use super::{windows_by_rma, WindowsByRma::*};
+        let each: Vec<_> = PREFERENCE.iter().map(|&p| windows_by_rma(p)).collect();
+        // efa, cxi, verbs;ofi_rxm, tcp;ofi_rxm, shm, udp;ofi_rxd.
+        assert_eq!(each, [Default, Default, Default, OptIn, OptIn, Never]);
+        assert_eq!(windows_by_rma("net"), OptIn);
     }
 
     #[test]

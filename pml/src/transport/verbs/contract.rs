@@ -98,6 +98,7 @@ impl Transport for VerbsTransport {
             max_frame: self.frame_size(),
             remote_read: true,
             remote_write: true,
+            rma_by_default: true,
             atomics: self.does_atomics(),
             sends_complete_on_return: false,
             max_pieces: 1,
