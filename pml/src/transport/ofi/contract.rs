@@ -21,7 +21,9 @@ use crate::wire::RemoteKey;
 /// Which way windows go over `f`, as `--verbose` says it: by RMA unasked, only when asked
 /// (`MPIRT_WINDOW_PATH=rdma`), or by messages, and why.
 fn windows_by(f: &super::fabric::Fabric) -> String {
-    let rma = if !f.granted.remote_write {
+    let rma = if let Some(cause) = &f.rma_off {
+        return format!("windows by messages (one-sided operations turned off: {cause})");
+    } else if !f.granted.remote_write {
         return "windows by messages (the provider has no RMA writes)".into();
     } else if f.granted.atomics {
         "windows by fi_write, fi_read and fi_atomic"
@@ -98,7 +100,10 @@ impl OfiTransport {
 
     /// Inserts the address of each rank of `unclaimed` that published an endpoint on the
     /// same provider; carries those. With `--transport ofi`, a peer on another provider is
-    /// an error; with `auto`, TCP carries it.
+    /// an error; with `auto`, TCP carries it. Where the provider granted RMA, adds this
+    /// rank's own address for operations on its own window: failing that is an error with
+    /// `--transport ofi`, and with `auto` turns one-sided operations off (`--verbose` says
+    /// why; windows go by messages).
     pub fn connect_peers(
         &mut self,
         job: &mut Job,
@@ -123,8 +128,18 @@ impl OfiTransport {
             }
         }
         if self.fabric.granted.remote_write {
-            self.connect_self()
-                .map_err(|e| EngineError::Transport(format!("ofi on {}: {e}", job.host())))?;
+            if let Err(e) = self.connect_self() {
+                if forced {
+                    return Err(EngineError::Transport(format!(
+                        "ofi on {}: {e}",
+                        job.host()
+                    )));
+                }
+                // Under auto the messages still go over OFI; windows take them too.
+                self.fabric.granted.remote_write = false;
+                self.fabric.granted.atomics = false;
+                self.fabric.rma_off = Some(e);
+            }
         }
         Ok(carried)
     }

@@ -40,6 +40,9 @@ pub struct Fabric {
     pub wait_fd: Option<RawFd>,
     /// Why each provider preferred to this one, none being named, was unsafe here.
     pub passed_over: Vec<String>,
+    /// Why one-sided operations were turned off after the provider granted them (under
+    /// `--transport auto`, adding this rank's own address failed): windows go by messages.
+    pub rma_off: Option<String>,
     pub ep: *mut sys::fid_ep,
     pub av: *mut sys::fid_av,
     pub cq: *mut sys::fid_cq,
@@ -267,6 +270,7 @@ impl Fabric {
             granted,
             wait_fd: None,
             passed_over,
+            rma_off: None,
             ep: ptr::null_mut(),
             av: ptr::null_mut(),
             cq: ptr::null_mut(),
