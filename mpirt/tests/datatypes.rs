@@ -958,6 +958,9 @@ fn block_reads(
     let asked = common::test_pml() == "native" && !common::spread_over_hosts();
     if asked {
         wire.push((BLOCK_READS, how.to_string()));
+        // Every view in place, however short its blocks (reads of short blocks outside the
+        // arena are otherwise staged and unpacked).
+        wire.push(("MPIRT_SHM_IN_PLACE_MIN_BLOCK", "1".to_string()));
     } else {
         println!("the reads into views' blocks are not checked: the ranks are on other hosts or the PML is not native");
     }

@@ -28,7 +28,9 @@ pub struct EngineConfig {
     pub shm_arena_eager_limit: usize,
     /// The shortest mean block of a non-contiguous send, outside the shared arena, that a
     /// receiver reads in place with process_vm_readv (one iovec a block, each pinning the
-    /// pages it covers); sends of shorter blocks are packed.
+    /// pages it covers); sends of shorter blocks are packed. Likewise the shortest mean block
+    /// of a receive that a contiguous send outside the arena is read into in place; shorter
+    /// ones are read whole into a staging buffer and unpacked.
     pub shm_in_place_min_block: usize,
     /// Largest message sent eagerly over TCP.
     pub tcp_eager_limit: usize,

@@ -405,6 +405,13 @@ impl Transport for ShmPeers {
             blocks::IN_PLACE => Source::Described(key.addr),
             _ => Source::Bytes(key.addr),
         };
+        // Short blocks are not worth a copy or an iovec each: a column of doubles read so (a
+        // memcpy a block from the sender's arena, or process_vm_readv with an iovec a block)
+        // ran at 0.8x a whole read into the core's staging and its unpack loop, which copies
+        // such blocks with fixed-size loads and stores. So they are staged.
+        if blocks.mean_block() < self.in_place_min_block {
+            return Ok(None);
+        }
         // SAFETY: this function's contract: a description made in this process, its list
         // alive (and its blocks writable and lent to the read, `len` within its bytes).
         let list = unsafe { blocks.local_list() };
