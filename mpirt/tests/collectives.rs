@@ -2664,6 +2664,13 @@ fn a_rank_refusing_its_arguments_to_a_collective_without_a_root_keeps_the_area_i
 /// last rank's length disagrees or it refuses its arguments, and leave the area in step.
 #[test]
 fn lengths_disagreeing_in_segmented_calls_are_an_error() {
+    if common::spread_over_hosts() {
+        // The segmented paths are one host's shared area; across hosts a broadcast goes by
+        // messages down a tree, where a rank whose receive is too short fails without passing
+        // the message on, and the ranks below it wait (issue 23's notes).
+        println!("the segmented calls' disagreeing lengths are checked on one host only");
+        return;
+    }
     let disagree = "the ranks' counts disagree";
     let refused = "refused its arguments to this call (its own error says why)";
     for size in [4, 8] {
