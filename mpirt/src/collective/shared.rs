@@ -256,10 +256,10 @@ impl std::fmt::Debug for AreaSlot {
 }
 
 /// The area's length on a communicator of `size` ranks: 192 bytes, then `CELLS` cells of
-/// `CELL` (16448) bytes a rank, 1 MiB on 8 ranks, 2 MiB on 16. The file is sized, not
-/// allocated (tmpfs gives pages as they are first written): a `/dev/shm` too full for it
-/// makes the rank that first touches a page it cannot have die of SIGBUS
-/// (docs/user-guide.md says so).
+/// `CELL` (16448) bytes a rank, 1 MiB on 8 ranks, 2 MiB on 16. Its pages are allocated when
+/// rank 0 creates it (`SharedMapping::create`): a `/dev/shm` too full for it leaves the
+/// communicator without an area (its collectives go by messages), never a rank that dies
+/// of SIGBUS on a page tmpfs cannot give.
 fn area_bytes(size: u32) -> usize {
     CELLS_AT + CELLS as usize * CELL * size as usize
 }
