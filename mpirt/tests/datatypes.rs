@@ -957,10 +957,10 @@ fn block_reads(
 ) -> (Vec<(&'static str, String)>, bool) {
     let asked = common::test_pml() == "native" && !common::spread_over_hosts();
     if asked {
+        // Every read into a view lands in its blocks: those of blocks shorter than
+        // MPIRT_SHM_IN_PLACE_MIN_BLOCK by their copy loops (the default, 4 KiB, so most views
+        // here), longer ones a copy or an iovec a block (`cma` sets it to 1: every view so).
         wire.push((BLOCK_READS, how.to_string()));
-        // Every view in place, however short its blocks (reads of short blocks outside the
-        // arena are otherwise staged and unpacked).
-        wire.push(("MPIRT_SHM_IN_PLACE_MIN_BLOCK", "1".to_string()));
     } else {
         println!("the reads into views' blocks are not checked: the ranks are on other hosts or the PML is not native");
     }

@@ -29,8 +29,8 @@ pub struct EngineConfig {
     /// The shortest mean block of a non-contiguous send, outside the shared arena, that a
     /// receiver reads in place with process_vm_readv (one iovec a block, each pinning the
     /// pages it covers); sends of shorter blocks are packed. Likewise the shortest mean block
-    /// of a receive that a contiguous send outside the arena is read into in place; shorter
-    /// ones are read whole into a staging buffer and unpacked.
+    /// of a receive that a read fills a copy or an iovec a block; shorter ones are filled by
+    /// the layout's copy loop, in one pass from the sender's arena or a window at a time.
     pub shm_in_place_min_block: usize,
     /// Largest message sent eagerly over TCP.
     pub tcp_eager_limit: usize,

@@ -412,6 +412,11 @@ pub struct Counters {
     /// in blocks (a non-contiguous datatype's), with no staging copy (they count in
     /// `mapped_reads` and `in_place_reads` too where those apply).
     pub block_reads: u64,
+    /// Of `block_reads`, those into a receive whose blocks average under
+    /// `MPIRT_SHM_IN_PLACE_MIN_BLOCK` bytes: filled by the layouts' copy loops (from the
+    /// sender's mapped arena in one pass, else a window at a time through a cache-sized
+    /// scratch), not by a copy or an iovec a block.
+    pub short_block_reads: u64,
     /// Memory registrations made (RDMA): a buffer sent from again is not registered again.
     pub registrations: u64,
     /// Sleeps of this rank on its shared-memory futex (a wait that outlasted its spin).
