@@ -8,7 +8,7 @@ use std::{env, fs};
 
 use pml::blocks::{Block, Blocks};
 use pml::shared_arena::ARENA_MIN_BYTES;
-use pml::{Done, Engine, EngineConfig, Pml, SendMode, SourceSel, TagSel, TransportChoice};
+use pml::{Done, Engine, EngineConfig, Pml, SendMode, SourceSel, TagSel, TransportChoice, Waiting};
 
 mod ranks_common;
 
@@ -270,6 +270,16 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
                 buf == pattern(1 << 20, 10),
                 "a buffer sent from memory freed and allocated again arrived wrong"
             );
+            if matches!(mode, Mode::Ofi(..)) {
+                let idle = e.spin_budget();
+                let (buf, _) = recv(&mut e, SourceSel::Rank(1), TagSel::Tag(41), 1 << 20);
+                assert!(buf == pattern(1 << 20, 11));
+                assert_eq!(
+                    e.spin_budget(),
+                    idle,
+                    "a finished read still stretches the spin"
+                );
+            }
         }
         // A synchronous send is not complete before its receive is posted.
         let (flag, _) = recv(&mut e, SourceSel::Rank(1), TagSel::Tag(77), 1);
@@ -339,6 +349,28 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
             send(&mut e, 0, 40, &fresh, SendMode::Standard);
             let made = e.counters().registrations - before;
             assert_eq!(made, 1, "registrations for a buffer allocated after a free");
+            if matches!(mode, Mode::Ofi(..)) {
+                // A rendezvous in flight stretches a wait's spin (libfabric moves its bytes
+                // without reporting any) up to 1 ms, and no longer once it completed.
+                let idle = e.spin_budget();
+                let data = pattern(1 << 20, 11);
+                // SAFETY: `data` outlives the request, waited for below.
+                let h = unsafe {
+                    e.post_send(0, 1, 0, 41, SendMode::Standard, data.as_ptr(), data.len())
+                }
+                .unwrap();
+                let stretched = e.spin_budget();
+                e.wait(h).unwrap();
+                if !idle.is_zero() {
+                    let expected = idle.max(Duration::from_millis(1));
+                    assert_eq!(stretched, expected, "spin with a 1 MiB send in flight");
+                }
+                assert_eq!(
+                    e.spin_budget(),
+                    idle,
+                    "a completed send still stretches the spin"
+                );
+            }
         }
         if rank == 1 {
             let data = 200u64.to_le_bytes();

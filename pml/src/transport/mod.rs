@@ -340,6 +340,15 @@ pub trait Transport {
     /// Whether `poll` may find anything; cheap, for a rank that spins waiting.
     fn has_work(&self) -> bool;
 
+    /// Bytes this transport moves on its own for the rank's requests, which report nothing
+    /// until they are all in (reads in flight, send buffers exposed to peers' reads): a wait
+    /// spins at least as long as they take before it sleeps
+    /// ([`spin_budget`](crate::waiting::spin_budget)). None by default: a transport that
+    /// delivers as the bytes come (frames, landed DATA) restarts the wait's idle clock itself.
+    fn bytes_in_flight(&self) -> usize {
+        0
+    }
+
     /// Reads `target.len()` bytes at `key` in `peer` into `target`, which stays lent until
     /// the read finished; `token` names the read in `Sink::read_done`.
     fn read(

@@ -53,10 +53,11 @@ use fabric::{Fabric, Request};
 use memory::Region;
 
 /// A send buffer's registration for a peer's `fi_read`, to release when the send completes:
-/// the buffer's own (cached), or that of a copy of it (see `expose_copy`).
+/// the buffer's own (cached), with the length exposed, or that of a copy of it (see
+/// `expose_copy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OfiMr {
-    Cached(CachedMr),
+    Cached(CachedMr, usize),
     Copy(usize),
 }
 
@@ -141,6 +142,7 @@ enum SendKind {
 /// A `read` of one receive, possibly in several pieces.
 struct Read {
     token: u64,
+    len: usize,
     pieces_left: usize,
     error: Option<String>,
     /// The target's registration, where the provider wants local memory registered: held
@@ -189,6 +191,10 @@ pub struct OfiTransport {
     read_slot: Vec<Option<(usize, Rank)>>,
     free_read: Vec<usize>,
     reads: Slab<Read>,
+    /// The bytes of `reads`, and of the send buffers exposed to peers' reads: what a wait
+    /// is waiting on while no completion comes (see `bytes_in_flight`).
+    reading: usize,
+    exposed: usize,
     waiting_pieces: VecDeque<Piece>,
     finished_reads: Vec<ReadDone>,
     /// Frames no longer than the provider's inject size are built here.
@@ -300,6 +306,8 @@ impl OfiTransport {
             read_slot: (0..READ_SLOTS).map(|_| None).collect(),
             free_read: (0..READ_SLOTS).rev().collect(),
             reads: Slab::new(),
+            reading: 0,
+            exposed: 0,
             waiting_pieces: VecDeque::new(),
             finished_reads: Vec::new(),
             scratch: Vec::with_capacity(fabric.inject_size),
@@ -625,7 +633,8 @@ impl OfiTransport {
             addr: self.fabric.plan.remote_addr(buf as usize, base),
             key,
         };
-        Ok((key, OfiMr::Cached(id)))
+        self.exposed += len;
+        Ok((key, OfiMr::Cached(id, len)))
     }
 
     /// Exposes a registered copy of a send buffer the provider cannot register: one in
@@ -643,17 +652,35 @@ impl OfiTransport {
                 .remote_addr(copy.as_ptr() as usize, region.base),
             key: region.key(),
         };
+        self.exposed += len;
         Ok((key, OfiMr::Copy(self.copies.insert((region, copy)))))
     }
 
     /// Gives an exposure back; one already closed (by `stop`) is let be.
     pub fn release(&mut self, mr: OfiMr) {
-        match mr {
-            OfiMr::Cached(id) => self.user_mrs.release(id),
-            OfiMr::Copy(at) => {
-                self.copies.try_remove(at);
+        let len = match mr {
+            OfiMr::Cached(id, len) => {
+                self.user_mrs.release(id);
+                len
             }
-        }
+            OfiMr::Copy(at) => match self.copies.try_remove(at) {
+                Some((region, copy)) => {
+                    // The registration closes before its copy is freed.
+                    drop(region);
+                    copy.len()
+                }
+                None => 0,
+            },
+        };
+        // `stop` forgot them all.
+        self.exposed = self.exposed.saturating_sub(len);
+    }
+
+    /// The bytes of the reads in flight and of the send buffers exposed to peers' reads:
+    /// their requests complete only once all of them moved, which at 1 MiB takes longer
+    /// than a wait's spin, while libfabric moves them inside the polls that report nothing.
+    pub fn bytes_in_flight(&self) -> usize {
+        self.reading + self.exposed
     }
 
     /// Starts reading `target.len()` bytes at `remote` in `peer` into `target`; `token` comes
@@ -685,8 +712,10 @@ impl OfiTransport {
         };
         let piece_max = self.fabric.max_msg_size.clamp(1, MAX_READ_PIECE);
         let pieces = target.len().div_ceil(piece_max).max(1);
+        self.reading += target.len();
         let read = self.reads.insert(Read {
             token,
+            len: target.len(),
             pieces_left: pieces,
             error: None,
             target: region,
@@ -888,6 +917,7 @@ impl OfiTransport {
         }
         if r.pieces_left == 0 {
             let r = self.reads.remove(read);
+            self.reading -= r.len;
             if let Some(id) = r.target {
                 self.user_mrs.release(id);
             }
@@ -1136,6 +1166,7 @@ impl OfiTransport {
     /// (-FI_EBUSY), which would leave it live, and reads in flight writing on.
     fn close(&mut self) {
         self.reads.clear();
+        self.reading = 0;
         self.close_registrations();
         self.fabric.close_endpoint();
     }
@@ -1143,6 +1174,7 @@ impl OfiTransport {
     fn close_registrations(&mut self) {
         self.user_mrs.clear();
         self.copies.clear();
+        self.exposed = 0;
         self.recv_mr = None;
         self.send_mr = None;
     }
@@ -1212,7 +1244,9 @@ impl OfiTransport {
                 let r = &mut self.reads[read];
                 r.pieces_left -= 1;
                 if r.pieces_left == 0 {
-                    if let Some(id) = self.reads.remove(read).target {
+                    let r = self.reads.remove(read);
+                    self.reading -= r.len;
+                    if let Some(id) = r.target {
                         self.user_mrs.release(id);
                     }
                 }

@@ -130,6 +130,10 @@ impl Transport for OfiTransport {
         true
     }
 
+    fn bytes_in_flight(&self) -> usize {
+        OfiTransport::bytes_in_flight(self)
+    }
+
     /// Asynchronous: `poll` reports it done when the last piece completes.
     fn read(
         &mut self,
