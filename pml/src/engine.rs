@@ -318,7 +318,15 @@ impl Engine {
             remote: exposure.key,
             eager_limit: exposure.eager_limit,
         };
-        let h = self.core.post_send(args)?;
+        let h = match self.core.post_send(args) {
+            Ok(h) => h,
+            Err(e) => {
+                if let Some(registration) = exposure.registration {
+                    self.transports[route].release(registration);
+                }
+                return Err(e);
+            }
+        };
         // The frame goes out now: the latency of the next progress call is not its to pay.
         self.flush(peer).map_err(|e| self.stop(e))?;
         Ok(h)
@@ -442,6 +450,7 @@ impl Engine {
         match self.core.take_completion(h)? {
             None => Ok(None),
             Some(Completion::Send { buf, result }) => {
+                // A send a FIN finished gave its registration back then (`progress_round`).
                 if let Some((route, registration)) = buf.registration {
                     self.transports[route].release(registration);
                 }
@@ -527,6 +536,11 @@ impl Engine {
         }
         self.counters.frames_received += received as u64;
         let mut moved = received > 0;
+        while let Some(buf) = self.core.next_pulled_send() {
+            if let Some((route, registration)) = buf.registration.take() {
+                self.transports[route].release(registration);
+            }
+        }
         while let Some(action) = self.core.poll_action() {
             self.perform(action)?;
             moved = true;

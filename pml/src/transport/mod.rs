@@ -340,11 +340,14 @@ pub trait Transport {
     /// Whether `poll` may find anything; cheap, for a rank that spins waiting.
     fn has_work(&self) -> bool;
 
-    /// Bytes this transport moves on its own for the rank's requests, which report nothing
-    /// until they are all in (reads in flight, send buffers exposed to peers' reads): a wait
-    /// spins at least as long as they take before it sleeps
-    /// ([`spin_budget`](crate::waiting::spin_budget)). None by default: a transport that
-    /// delivers as the bytes come (frames, landed DATA) restarts the wait's idle clock itself.
+    /// Bytes of the rank's requests that move only while this rank polls (manual progress)
+    /// and report nothing until they are all in: on OFI, reads in flight, and send buffers
+    /// exposed to peers' reads from the exposure until the peer's FIN. A wait spins at least
+    /// as long as they take before it sleeps
+    /// ([`spin_budget`](crate::waiting::spin_budget)): sleeping would stop them. None by
+    /// default: a transport whose bytes move without this rank (shared memory, RDMA, the
+    /// kernel's sockets), or that reports them as they come (frames, landed DATA), needs no
+    /// longer spin.
     fn bytes_in_flight(&self) -> usize {
         0
     }

@@ -57,7 +57,11 @@ use memory::Region;
 /// `expose_copy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OfiMr {
-    Cached(CachedMr, usize),
+    /// A cached registration of the buffer itself, `len` bytes of it exposed.
+    Cached {
+        id: CachedMr,
+        len: usize,
+    },
     Copy(usize),
 }
 
@@ -142,6 +146,7 @@ enum SendKind {
 /// A `read` of one receive, possibly in several pieces.
 struct Read {
     token: u64,
+    /// The bytes it reads (all its pieces), counted in `reading` until it completes.
     len: usize,
     pieces_left: usize,
     error: Option<String>,
@@ -191,9 +196,12 @@ pub struct OfiTransport {
     read_slot: Vec<Option<(usize, Rank)>>,
     free_read: Vec<usize>,
     reads: Slab<Read>,
-    /// The bytes of `reads`, and of the send buffers exposed to peers' reads: what a wait
-    /// is waiting on while no completion comes (see `bytes_in_flight`).
+    /// The bytes of `reads`: what a wait is waiting on while no completion comes (see
+    /// `bytes_in_flight`).
     reading: usize,
+    /// The bytes of the send buffers exposed to peers' reads (`expose`, `expose_copy`), from
+    /// the exposure until its `release`, which the engine calls when the peer's FIN says it
+    /// read them all (or at the latest when the send is collected, or its post failed).
     exposed: usize,
     waiting_pieces: VecDeque<Piece>,
     finished_reads: Vec<ReadDone>,
@@ -634,7 +642,7 @@ impl OfiTransport {
             key,
         };
         self.exposed += len;
-        Ok((key, OfiMr::Cached(id, len)))
+        Ok((key, OfiMr::Cached { id, len }))
     }
 
     /// Exposes a registered copy of a send buffer the provider cannot register: one in
@@ -659,7 +667,7 @@ impl OfiTransport {
     /// Gives an exposure back; one already closed (by `stop`) is let be.
     pub fn release(&mut self, mr: OfiMr) {
         let len = match mr {
-            OfiMr::Cached(id, len) => {
+            OfiMr::Cached { id, len } => {
                 self.user_mrs.release(id);
                 len
             }
@@ -672,8 +680,15 @@ impl OfiTransport {
                 None => 0,
             },
         };
-        // `stop` forgot them all.
-        self.exposed = self.exposed.saturating_sub(len);
+        // `stop` forgot them all and set the count to zero.
+        if !self.stopped {
+            debug_assert!(
+                self.exposed >= len,
+                "released {len} exposed bytes of {}",
+                self.exposed
+            );
+            self.exposed -= len;
+        }
     }
 
     /// The bytes of the reads in flight and of the send buffers exposed to peers' reads:
