@@ -72,6 +72,11 @@ pub trait Waiting: Pml + Sized {
     /// that must not spin.
     fn spin_budget(&self) -> Duration;
 
+    /// The spin this rank's waits start from (`MPIRT_SPIN_US`; zero for ranks that must not
+    /// spin), before the bytes in flight now stretch it (`spin_budget`): for a setting that
+    /// outlives the transfers in flight when it is taken.
+    fn configured_spin(&self) -> Duration;
+
     /// At each look at the clock, `idle` after the last move: fails, naming the peer, if a
     /// peer is found dead, so that a wait on it fails rather than hang.
     fn check_peers(&mut self, idle: Duration) -> Result<(), PmlError>;

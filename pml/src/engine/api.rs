@@ -333,6 +333,10 @@ impl Waiting for Engine {
         spin_budget(self.spin, moving)
     }
 
+    fn configured_spin(&self) -> Duration {
+        self.spin
+    }
+
     /// Nothing to do here: a transport that must probe quiet peers to find a dead one (verbs)
     /// keeps its own idle clock and probes while it polls and sleeps.
     fn check_peers(&mut self, _idle: Duration) -> Result<(), PmlError> {

@@ -838,6 +838,10 @@ impl Waiting for UcxPml {
         spin_budget(self.spin, self.bytes_in_flight)
     }
 
+    fn configured_spin(&self) -> Duration {
+        self.spin
+    }
+
     /// Once a peer's connection broke, a wait that cannot finish fails naming that peer
     /// rather than hang on it.
     fn check_peers(&mut self, _idle: Duration) -> Result<(), PmlError> {
