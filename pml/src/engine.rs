@@ -186,18 +186,15 @@ impl Engine {
         for note in connected.notes {
             description += &format!("; {note}");
         }
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let on_host = job.hosts.iter().filter(|h| *h == job.host()).count();
-        let (spin, yield_for) = if crate::config::shares_cores(on_host) {
-            let yield_for = crate::config::YIELD_FOR;
+        let (spin, yield_for) = job.wait_budgets();
+        if !yield_for.is_zero() {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             description += &format!(
-                "; {on_host} ranks on {cores} cores: waits yield for {} ms, then sleep",
+                "; {} ranks on {cores} cores: waits yield for {} ms, then sleep",
+                job.ranks_on_host(),
                 yield_for.as_millis()
             );
-            (Duration::ZERO, yield_for)
-        } else {
-            (job.config.spin, Duration::ZERO)
-        };
+        }
         if job.config.verbose {
             // One write of the whole line (eprintln! writes each piece of its format on its
             // own), so that a launcher passing output on as it comes (Hydra, mpirun) does not

@@ -435,6 +435,11 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
         arena_buffers_reused(&mut e);
     }
     e.flush_all().unwrap();
+    assert_eq!(
+        e.counters().ofi_exposed,
+        0,
+        "send buffers stay exposed after every send was collected"
+    );
 }
 
 /// Rank 1 sends from a heap buffer, frees it and sends from a fresh one that the arena places

@@ -269,6 +269,23 @@ impl<'w> Job<'w> {
         &self.hosts[self.rank as usize]
     }
 
+    /// How many ranks run on this rank's host, this one included.
+    pub fn ranks_on_host(&self) -> usize {
+        self.hosts.iter().filter(|h| *h == self.host()).count()
+    }
+
+    /// A wait's busy-poll budget, and how long a wait that does not spin then yields its CPU
+    /// between polls before it sleeps (see `waiting`): no spin and
+    /// [`YIELD_FOR`](crate::config::YIELD_FOR) of yielding for ranks that outnumber the cores
+    /// they may use, the configured spin and no yielding otherwise.
+    pub fn wait_budgets(&self) -> (Duration, Duration) {
+        if crate::config::shares_cores(self.ranks_on_host()) {
+            (Duration::ZERO, crate::config::YIELD_FOR)
+        } else {
+            (self.config.spin, Duration::ZERO)
+        }
+    }
+
     pub fn fence(&mut self) -> Result<(), EngineError> {
         self.wireup.fence().map_err(EngineError::Wireup)
     }

@@ -40,6 +40,7 @@ mod sys;
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::mem::size_of;
+use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use slab::Slab;
@@ -88,7 +89,8 @@ const CREDIT_LEN: usize = PREFIX + 8;
 const MAX_READ_PIECE: usize = 1 << 30;
 /// How long a rank that leaves waits for its sends to complete (a dead peer never lets them).
 const SEND_DRAIN: Duration = Duration::from_secs(2);
-/// How long a wait naps where the provider has no fd to sleep on (it is polled instead).
+/// How long a wait naps where the provider has no fd to sleep on (it is polled instead) and
+/// no transfer is under way (see `wait_step`).
 const NAP: Duration = Duration::from_micros(50);
 /// How long a wait goes without progress before it probes its peers, and how often it probes
 /// again while it stays idle (one small send to each peer a second).
@@ -96,6 +98,40 @@ pub const PROBE_AFTER: Duration = Duration::from_secs(1);
 /// Refusals further apart than this are not one run (a wait retries a refused probe each
 /// [`PROBE_AFTER`], so a run of them is refusals about that far apart).
 const REFUSAL_GAP: Duration = Duration::from_secs(3);
+
+/// What a wait's sleep does (see `wait_step`).
+#[derive(Debug, PartialEq, Eq)]
+enum WaitStep {
+    /// Sleeps on the provider's fd until it is ready or the timeout passes.
+    Poll(RawFd),
+    /// Returns at once: the wait loop polls again.
+    Return,
+    /// Yields the CPU, then returns.
+    Yield,
+    /// Naps [`NAP`].
+    Nap,
+}
+
+/// What a wait's sleep does: with the provider's fd, sleeps on it unless a completion may be
+/// pending (`fi_trywait` refused). Without one (udp;ofi_rxd), a wait with nothing `in_flight`
+/// naps; one with a transfer under way must not, since the transfer moves only inside this
+/// rank's calls into the provider: rxd answers a peer's fi_read from the target's progress,
+/// sends the next window of packets only once that progress read the acknowledgement of the
+/// last, and acknowledges only there, and a packet dropped while a rank napped (its socket
+/// buffer full) is resent after rxd's retry timeout, 1 ms at first (a napping reader of one
+/// 1 MiB osu_bw napped 98,459 times in 12 windows). Such a wait returns at once, so that the
+/// wait loop busy-polls, where the rank `spins` (MPICH's and Open MPI's waits poll without
+/// a pause), and yields between polls where it must not spin (ranks outnumbering their cores
+/// yield to the peers they wait for; `waiting`).
+fn wait_step(wait_fd: Option<RawFd>, pending: bool, in_flight: bool, spins: bool) -> WaitStep {
+    match wait_fd {
+        Some(fd) if !pending => WaitStep::Poll(fd),
+        Some(_) => WaitStep::Return,
+        None if in_flight && spins => WaitStep::Return,
+        None if in_flight => WaitStep::Yield,
+        None => WaitStep::Nap,
+    }
+}
 
 /// The settings the transport is opened with (from `EngineConfig`).
 pub struct OfiConfig<'a> {
@@ -110,6 +146,9 @@ pub struct OfiConfig<'a> {
     pub eager_limit: usize,
     /// How long a send may go untaken before its peer counts as dead; `None`: never.
     pub peer_timeout: Option<Duration>,
+    /// Whether this rank's waits busy-poll (`Pml::waits_spin`): not where ranks outnumber
+    /// the cores they may use, or spinning was turned off (see `wait_step`).
+    pub waits_spin: bool,
 }
 
 /// A peer reached over the endpoint.
@@ -203,6 +242,8 @@ pub struct OfiTransport {
     /// the exposure until its `release`, which the engine calls when the peer's FIN says it
     /// read them all (or at the latest when the send is collected, or its post failed).
     exposed: usize,
+    /// How many send buffers those are (`Counters::ofi_exposed`).
+    exposures: usize,
     waiting_pieces: VecDeque<Piece>,
     finished_reads: Vec<ReadDone>,
     /// Frames no longer than the provider's inject size are built here.
@@ -210,6 +251,8 @@ pub struct OfiTransport {
     /// Keys asked for where the provider does not pick them.
     next_key: u64,
     pub reads_posted: u64,
+    /// See `OfiConfig::waits_spin`.
+    waits_spin: bool,
     /// Registrations of the transport's own buffers.
     registrations: u64,
     stopped: bool,
@@ -316,11 +359,13 @@ impl OfiTransport {
             reads: Slab::new(),
             reading: 0,
             exposed: 0,
+            exposures: 0,
             waiting_pieces: VecDeque::new(),
             finished_reads: Vec::new(),
             scratch: Vec::with_capacity(fabric.inject_size),
             next_key: 1,
             reads_posted: 0,
+            waits_spin: config.waits_spin,
             registrations: 0,
             stopped: false,
             idle_since: None,
@@ -642,6 +687,7 @@ impl OfiTransport {
             key,
         };
         self.exposed += len;
+        self.exposures += 1;
         Ok((key, OfiMr::Cached { id, len }))
     }
 
@@ -661,6 +707,7 @@ impl OfiTransport {
             key: region.key(),
         };
         self.exposed += len;
+        self.exposures += 1;
         Ok((key, OfiMr::Copy(self.copies.insert((region, copy)))))
     }
 
@@ -683,11 +730,13 @@ impl OfiTransport {
         // `stop` forgot them all and set the count to zero.
         if !self.stopped {
             debug_assert!(
-                self.exposed >= len,
-                "released {len} exposed bytes of {}",
-                self.exposed
+                self.exposures > 0 && self.exposed >= len,
+                "released {len} exposed bytes of {} in {} exposures: one released twice",
+                self.exposed,
+                self.exposures
             );
             self.exposed -= len;
+            self.exposures -= 1;
         }
     }
 
@@ -1143,8 +1192,13 @@ impl OfiTransport {
 
     pub fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
         let pending = self.before_wait()?;
-        match self.fabric.wait_fd {
-            Some(fd) if !pending => {
+        match wait_step(
+            self.fabric.wait_fd,
+            pending,
+            self.moves_while_polled(),
+            self.waits_spin,
+        ) {
+            WaitStep::Poll(fd) => {
                 let mut pfd = libc::pollfd {
                     fd,
                     events: libc::POLLIN,
@@ -1153,13 +1207,30 @@ impl OfiTransport {
                 // SAFETY: `pfd` is valid for the call.
                 unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().max(1) as i32) };
             }
-            Some(_) => {}
-            None => std::thread::sleep(NAP.min(timeout)),
+            WaitStep::Return => {}
+            WaitStep::Yield => std::thread::yield_now(),
+            WaitStep::Nap => std::thread::sleep(NAP.min(timeout)),
         }
         Ok(())
     }
 
-    pub fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
+    /// Whether a transfer this rank takes part in is under way: a read it posted, or a send
+    /// buffer of its exposed to a peer's read. Where the provider has no fd and progresses
+    /// manually, such a transfer moves only inside this rank's calls into it (see
+    /// `wait_step`). Frames from send buffers do not count: credit updates, probes, goodbyes
+    /// and eager frames (at most the eager limit, a few of rxd's packets) wait on the peer
+    /// taking them, and a rank whose peer computes should not poll for that.
+    fn moves_while_polled(&self) -> bool {
+        !self.reads.is_empty() || self.exposures > 0
+    }
+
+    /// Send buffers exposed to peers' reads and not yet released (a rendezvous send's is
+    /// released when the peer's FIN says it read it all).
+    pub fn exposures(&self) -> usize {
+        self.exposures
+    }
+
+    pub fn wake_fd(&self) -> Option<RawFd> {
         self.fabric.wait_fd
     }
 
@@ -1190,6 +1261,7 @@ impl OfiTransport {
         self.user_mrs.clear();
         self.copies.clear();
         self.exposed = 0;
+        self.exposures = 0;
         self.recv_mr = None;
         self.send_mr = None;
     }
@@ -1293,6 +1365,25 @@ impl Drop for OfiTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With a wait fd, a wait sleeps on it unless a completion may be pending, whatever is in
+    /// flight; without one, it naps while nothing is in flight, and with a transfer under way
+    /// polls again at once where the rank spins, yields where it must not.
+    #[test]
+    fn a_wait_without_an_fd_naps_only_with_nothing_in_flight() {
+        for in_flight in [false, true] {
+            for spins in [false, true] {
+                assert_eq!(
+                    wait_step(Some(7), false, in_flight, spins),
+                    WaitStep::Poll(7)
+                );
+                assert_eq!(wait_step(Some(7), true, in_flight, spins), WaitStep::Return);
+                assert_eq!(wait_step(None, true, false, spins), WaitStep::Nap);
+            }
+        }
+        assert_eq!(wait_step(None, true, true, true), WaitStep::Return);
+        assert_eq!(wait_step(None, true, true, false), WaitStep::Yield);
+    }
 
     #[test]
     fn credits_leave_the_control_buffers_free_up_to_224_peers() {
