@@ -583,6 +583,10 @@ impl Waiting for AnyPml {
         on_pml!(self, p => p.spin_budget())
     }
 
+    fn configured_spin(&self) -> Duration {
+        on_pml!(self, p => p.configured_spin())
+    }
+
     fn check_peers(&mut self, idle: Duration) -> Result<(), PmlError> {
         on_pml!(self, p => p.check_peers(idle))
     }

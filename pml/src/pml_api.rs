@@ -419,6 +419,10 @@ pub struct Counters {
     pub short_block_reads: u64,
     /// Memory registrations made (RDMA): a buffer sent from again is not registered again.
     pub registrations: u64,
+    /// Send buffers exposed to peers' reads over libfabric and not yet released, now (a
+    /// level, not a running count): a rendezvous send's lasts until the peer's FIN says it
+    /// read the buffer all, or the send is collected if that comes first.
+    pub ofi_exposed: u64,
     /// Sleeps of this rank on its shared-memory futex (a wait that outlasted its spin).
     pub shm_sleeps: u64,
     /// Of those, the sleeps a peer ended by waking this rank.

@@ -8,7 +8,7 @@ use std::{env, fs};
 
 use pml::blocks::{Block, Blocks};
 use pml::shared_arena::ARENA_MIN_BYTES;
-use pml::{Done, Engine, EngineConfig, Pml, SendMode, SourceSel, TagSel, TransportChoice};
+use pml::{Done, Engine, EngineConfig, Pml, SendMode, SourceSel, TagSel, TransportChoice, Waiting};
 
 mod ranks_common;
 
@@ -201,6 +201,19 @@ fn everyone_to_everyone(e: &mut Engine) {
     }
 }
 
+/// The spin of a wait with 1 MiB that moves only while the rank polls in flight, where waits
+/// spin `idle` without it: 1 ms or more, and none where the `size` ranks of the job (all on
+/// this host) outnumber the cores, which must not spin at all (`config::shares_cores`).
+fn stretched_spin(idle: Duration, size: u32) -> Duration {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if size as usize > cores && env::var_os("MPIRT_BOUND_CPU").is_none() {
+        assert_eq!(idle, Duration::ZERO, "{size} ranks on {cores} cores spin");
+        Duration::ZERO
+    } else {
+        idle.max(Duration::from_millis(1))
+    }
+}
+
 /// What each rank of the multi-process test does; rank 0 checks.
 fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
     let mut w = DirWireup {
@@ -270,6 +283,41 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
                 buf == pattern(1 << 20, 10),
                 "a buffer sent from memory freed and allocated again arrived wrong"
             );
+            if matches!(mode, Mode::Ofi(..)) {
+                // A read in flight stretches a wait's spin (libfabric moves its bytes only
+                // while this rank polls, reporting none until all are in) up to 1 ms, and no
+                // longer once it completed.
+                let idle = e.spin_budget();
+                let mut buf = vec![0u8; 1 << 20];
+                // SAFETY: `buf` outlives the request, waited for below.
+                let r = unsafe {
+                    e.post_recv(
+                        0,
+                        SourceSel::Rank(1),
+                        TagSel::Tag(41),
+                        buf.as_mut_ptr(),
+                        buf.len(),
+                    )
+                }
+                .unwrap();
+                // The round that starts the read reports nothing of it: a later poll does.
+                let reads = e.counters().remote_reads;
+                while e.counters().remote_reads == reads {
+                    e.progress().unwrap();
+                }
+                assert_eq!(
+                    e.spin_budget(),
+                    stretched_spin(idle, size),
+                    "spin with a 1 MiB read in flight (configured: {idle:?}, {size} ranks)"
+                );
+                e.wait(r).unwrap();
+                assert!(buf == pattern(1 << 20, 11), "the read 1 MiB arrived wrong");
+                assert_eq!(
+                    e.spin_budget(),
+                    idle,
+                    "a finished read still stretches the spin"
+                );
+            }
         }
         // A synchronous send is not complete before its receive is posted.
         let (flag, _) = recv(&mut e, SourceSel::Rank(1), TagSel::Tag(77), 1);
@@ -339,6 +387,34 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
             send(&mut e, 0, 40, &fresh, SendMode::Standard);
             let made = e.counters().registrations - before;
             assert_eq!(made, 1, "registrations for a buffer allocated after a free");
+            if matches!(mode, Mode::Ofi(..)) {
+                // A rendezvous in flight stretches a wait's spin (libfabric moves its bytes
+                // without reporting any) up to 1 ms, and no longer once it completed.
+                let idle = e.spin_budget();
+                let data = pattern(1 << 20, 11);
+                // SAFETY: `data` outlives the request, waited for below.
+                let h = unsafe {
+                    e.post_send(0, 1, 0, 41, SendMode::Standard, data.as_ptr(), data.len())
+                }
+                .unwrap();
+                assert_eq!(
+                    e.spin_budget(),
+                    stretched_spin(idle, size),
+                    "spin with a 1 MiB send exposed (configured: {idle:?}, {size} ranks)"
+                );
+                // The peer's FIN ends the exposure, before the send is collected (a buffered
+                // send is collected only at the next one).
+                while !e.is_complete(h).unwrap() {
+                    e.progress().unwrap();
+                }
+                assert_eq!(
+                    e.spin_budget(),
+                    idle,
+                    "a send the peer finished reading still stretches the spin, uncollected"
+                );
+                assert_eq!(e.wait(h).unwrap(), Done::Sent);
+                assert_eq!(e.spin_budget(), idle, "a collected send stretches the spin");
+            }
         }
         if rank == 1 {
             let data = 200u64.to_le_bytes();
@@ -359,6 +435,11 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
         arena_buffers_reused(&mut e);
     }
     e.flush_all().unwrap();
+    assert_eq!(
+        e.counters().ofi_exposed,
+        0,
+        "send buffers stay exposed after every send was collected"
+    );
 }
 
 /// Rank 1 sends from a heap buffer, frees it and sends from a fresh one that the arena places

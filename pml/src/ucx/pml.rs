@@ -21,19 +21,7 @@ use crate::pml_api::{Counters, Done, EngineError, Pml, RecvBuf, Wireup};
 use crate::protocol::{SendMode, Started};
 use crate::requests::{Handle, Requests};
 use crate::stall::{Awaited, AwaitedRequest, QueuedSend, Queues, Selectors};
-use crate::waiting::Waiting;
-
-/// The slowest rate (bytes per nanosecond: 1 GB/s) at which messages in flight are expected
-/// to move: a wait spins at least as long as its bytes take at this rate before it sleeps.
-/// A rendezvous of 1 MiB leaves the waiting side idle for about the peer's copy, 100 us and
-/// more, past the spin budget; sleeping then cost 8% of shared-memory bandwidth at 1 MiB
-/// (10.0 GB/s against 10.9 spinning throughout), and Open MPI's pml ucx never sleeps.
-const SLOWEST_BYTES_PER_NS: usize = 1;
-/// The longest spin the bytes in flight stretch a wait to: the gap to cover is one message's
-/// transfer (the idle clock restarts whenever progress moves anything), and on a host shared
-/// with other work a rank that spins long, rather than sleeping until woken, answers later
-/// (osu_bw at 64 KiB to 1 MiB lost 20-30% spinning for all 64 MiB of its window, load 8).
-const MAX_SPIN_FOR_BYTES: Duration = Duration::from_millis(1);
+use crate::waiting::{spin_budget, Waiting};
 
 /// An operation in flight: the request memory UCX runs it in (whose state the callback
 /// fills), what kind it is and how many bytes it moves.
@@ -99,7 +87,7 @@ pub struct UcxPml {
     /// Where blocking receives build their UCX request: one at a time is in flight.
     blocking: OwnedRequest,
     /// The bytes of the operations in flight (`ops` and a blocking one being waited for),
-    /// which stretch the spin before a wait sleeps (`spin_budget`).
+    /// which stretch the spin before a wait sleeps (`waiting::spin_budget`).
     bytes_in_flight: usize,
     /// The blocking receive being waited for, for the stall report (`queues`).
     blocking_receive: Option<Selectors>,
@@ -168,18 +156,6 @@ fn probed(info: ffi::ucp_tag_recv_info_t) -> Status {
         tag: envelope.tag,
         len: info.length as usize,
     }
-}
-
-/// How long a wait spins on idle progress before it sleeps: the configured `spin`, or
-/// longer while many bytes are in flight (`SLOWEST_BYTES_PER_NS`, up to
-/// `MAX_SPIN_FOR_BYTES`). No spin stays none: that is the setting for ranks that share
-/// cores, which must not spin at all.
-fn spin_budget(spin: Duration, bytes_in_flight: usize) -> Duration {
-    if spin.is_zero() {
-        return Duration::ZERO;
-    }
-    let moving = Duration::from_nanos((bytes_in_flight / SLOWEST_BYTES_PER_NS) as u64);
-    spin.max(moving.min(MAX_SPIN_FOR_BYTES))
 }
 
 /// "rank 1 of 4 over UCX 1.13.1, to peers by tcp/eth0.0, to itself by self/memory0; peer
@@ -856,9 +832,14 @@ impl Waiting for UcxPml {
         Ok(self.worker.progress())
     }
 
-    /// The configured spin, or longer while many bytes are in flight (see `spin_budget`).
+    /// The configured spin, or longer while many bytes are in flight (see
+    /// `waiting::spin_budget`).
     fn spin_budget(&self) -> Duration {
         spin_budget(self.spin, self.bytes_in_flight)
+    }
+
+    fn configured_spin(&self) -> Duration {
+        self.spin
     }
 
     /// Once a peer's connection broke, a wait that cannot finish fails naming that peer
@@ -954,27 +935,6 @@ impl Drop for UcxPml {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn waits_spin_longer_while_many_bytes_are_in_flight() {
-        let spin = Duration::from_micros(100);
-        assert_eq!(spin_budget(spin, 0), spin);
-        assert_eq!(
-            spin_budget(spin, 16 << 10),
-            spin,
-            "small messages keep the spin"
-        );
-        assert_eq!(
-            spin_budget(spin, 512 << 10),
-            Duration::from_nanos(512 << 10)
-        );
-        assert_eq!(spin_budget(spin, 64 << 20), MAX_SPIN_FOR_BYTES, "capped");
-        assert_eq!(
-            spin_budget(Duration::from_secs(1), 1 << 20),
-            Duration::from_secs(1)
-        );
-        assert_eq!(spin_budget(Duration::ZERO, 1 << 30), Duration::ZERO);
-    }
 
     #[test]
     fn tag_offload_is_reported_only_for_mlx5_rc_and_dc() {
