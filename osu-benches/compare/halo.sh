@@ -66,7 +66,9 @@ else
     rsrun=("$bin/rsrun" --bind-to core -n 2)
 fi
 if [ -n "$ucx" ]; then
-    ompi+=(--mca pml ucx)
+    # Open MPI 4.1's pml ucx declines shared memory and TCP unless told to take any
+    # transport (pml_ucx_tls, pml_ucx_devices), as compare/ucx.sh runs it.
+    ompi+=(--mca pml ucx --mca osc ^ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS)
     rsrun+=(--pml ucx)
 fi
 # Keeps "size MB/s" lines only.
