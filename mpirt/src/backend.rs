@@ -633,6 +633,7 @@ fn open_ucx(wireup: &mut dyn Wireup, config: &EngineConfig) -> Result<UcxPml, En
         &UcxConfig {
             spin: config.spin,
             detect_peer_failure,
+            iov_min_block: config.ucx_iov_min_block,
         },
     )?;
     if config.verbose {

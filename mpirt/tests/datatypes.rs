@@ -1016,6 +1016,24 @@ fn random_layouts_match_the_serial_model_over_tcp() {
     assert_eq!(out.matches("layouts ok").count(), 3, "{out}");
 }
 
+/// On the UCX PML a non-contiguous buffer goes to UCX in place: as UCX's iov datatype where
+/// its blocks average `MPIRT_UCX_IOV_MIN_BLOCK` bytes or more, else as its generic datatype,
+/// which the other tests' short blocks take. Here every layout goes as an iov, however short
+/// its blocks.
+#[test]
+fn random_layouts_match_the_serial_model_through_ucx_iovs() {
+    if common::test_pml() != "ucx" {
+        println!("UCX's iov datatype not tested: the PML is not UCX (MPIRT_TEST_PML=ucx)");
+        return;
+    }
+    let out = ok(
+        3,
+        "layouts",
+        &[("MPIRT_UCX_IOV_MIN_BLOCK", "1".to_string())],
+    );
+    assert_eq!(out.matches("layouts ok").count(), 3, "{out}");
+}
+
 #[test]
 fn padding_is_never_sent_nor_written_on_shared_memory() {
     let out = ok(2, "padding", &[]);
