@@ -35,21 +35,35 @@ fn a_slow_peer_is_not_taken_for_dead() {
         slow_peer_rank(PathBuf::from(it[0]), it[1].parse().unwrap(), it[2]);
         return;
     }
-    for provider in ["shm", "tcp;ofi_rxm"] {
-        let dir = env::temp_dir().join(format!(
-            "pml-ofi-slow-{}-{}",
-            provider.replace(';', "_"),
-            std::process::id()
-        ));
-        fs::create_dir_all(&dir).unwrap();
-        let outputs = run_children(
-            "a_slow_peer_is_not_taken_for_dead",
-            2,
-            SLOW_ENV,
-            |r| format!("{},{r},{provider}", dir.display()),
-            &[],
-            Duration::from_secs(120),
-        );
+    // Both providers' jobs at once: each rank 1 sleeps through SLOW_FOR, and one after the
+    // other they took twice that.
+    let jobs: Vec<_> = ["shm", "tcp;ofi_rxm"]
+        .into_iter()
+        .map(|provider| {
+            let dir = env::temp_dir().join(format!(
+                "pml-ofi-slow-{}-{}",
+                provider.replace(';', "_"),
+                std::process::id()
+            ));
+            fs::create_dir_all(&dir).unwrap();
+            let job = {
+                let dir = dir.clone();
+                std::thread::spawn(move || {
+                    run_children(
+                        "a_slow_peer_is_not_taken_for_dead",
+                        2,
+                        SLOW_ENV,
+                        |r| format!("{},{r},{provider}", dir.display()),
+                        &[],
+                        Duration::from_secs(120),
+                    )
+                })
+            };
+            (provider, dir, job)
+        })
+        .collect();
+    for (provider, dir, job) in jobs {
+        let outputs = job.join().unwrap();
         for (rank, out) in outputs.iter().enumerate() {
             let stdout = String::from_utf8_lossy(&out.stdout);
             assert!(
