@@ -36,34 +36,43 @@ fn a_slow_peer_is_not_taken_for_dead() {
         return;
     }
     // Both providers' jobs at once: each rank 1 sleeps through SLOW_FOR, and one after the
-    // other they took twice that.
-    let jobs: Vec<_> = ["shm", "tcp;ofi_rxm"]
-        .into_iter()
-        .map(|provider| {
-            let dir = env::temp_dir().join(format!(
-                "pml-ofi-slow-{}-{}",
-                provider.replace(';', "_"),
-                std::process::id()
-            ));
-            fs::create_dir_all(&dir).unwrap();
-            let job = {
-                let dir = dir.clone();
-                std::thread::spawn(move || {
-                    run_children(
-                        "a_slow_peer_is_not_taken_for_dead",
-                        2,
-                        SLOW_ENV,
-                        |r| format!("{},{r},{provider}", dir.display()),
-                        &[],
-                        Duration::from_secs(120),
-                    )
-                })
-            };
-            (provider, dir, job)
-        })
-        .collect();
-    for (provider, dir, job) in jobs {
-        let outputs = job.join().unwrap();
+    // other they took twice that. Scoped, so that both jobs have ended (and their directories
+    // are gone) before either's outputs are checked.
+    let runs: Vec<_> = std::thread::scope(|s| {
+        let jobs: Vec<_> = ["shm", "tcp;ofi_rxm"]
+            .into_iter()
+            .map(|provider| {
+                let dir = env::temp_dir().join(format!(
+                    "pml-ofi-slow-{}-{}",
+                    provider.replace(';', "_"),
+                    std::process::id()
+                ));
+                fs::create_dir_all(&dir).unwrap();
+                let job = {
+                    let dir = dir.clone();
+                    s.spawn(move || {
+                        run_children(
+                            "a_slow_peer_is_not_taken_for_dead",
+                            2,
+                            SLOW_ENV,
+                            |r| format!("{},{r},{provider}", dir.display()),
+                            &[],
+                            Duration::from_secs(120),
+                        )
+                    })
+                };
+                (provider, dir, job)
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|(provider, dir, job)| {
+                let outputs = job.join().unwrap();
+                fs::remove_dir_all(dir).unwrap();
+                (provider, outputs)
+            })
+            .collect()
+    });
+    for (provider, outputs) in runs {
         for (rank, out) in outputs.iter().enumerate() {
             let stdout = String::from_utf8_lossy(&out.stdout);
             assert!(
@@ -72,7 +81,6 @@ fn a_slow_peer_is_not_taken_for_dead() {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        fs::remove_dir_all(dir).unwrap();
     }
 }
 
