@@ -51,11 +51,34 @@ echo "== cargo test"
 # they hold no tests (a program is tested by an integration test that runs it), and building
 # and linking some 50 of them in release (codegen-units 1, debug info) is build time for no
 # test. A program that gains unit tests stops the suite here until this line tests it.
-if grep -rlE --include='*.rs' '#\[(cfg\()?test\)?\]' ./*/src/bin; then
-    echo "== these programs have unit tests: test them here (cargo test --bins)" >&2
+# Every program cargo knows (src/bin, src/main.rs, [[bin]] path=), in every crate; a program
+# in a directory of its own (src/bin/NAME/main.rs) with its modules. A failure to read them
+# stops the suite (set -e), as a program with tests does.
+bin_tests=$(cargo metadata --no-deps --format-version 1 | python3 -c '
+import json, os, re, sys
+unit_test = re.compile(r"#\[(cfg\()?test\)?\]")
+for package in json.load(sys.stdin)["packages"]:
+    for target in package["targets"]:
+        if "bin" not in target["kind"]:
+            continue
+        src = target["src_path"]
+        folder = os.path.dirname(src)
+        files = [src]
+        if os.path.basename(src) == "main.rs" and os.path.basename(folder) != "src":
+            files = [os.path.join(d, f) for d, _, fs in os.walk(folder) for f in fs if f.endswith(".rs")]
+        for path in files:
+            if unit_test.search(open(path).read()):
+                print(path)')
+if [ -n "$bin_tests" ]; then
+    echo "== these programs have unit tests: test them here (cargo test --bins):" >&2
+    echo "$bin_tests" >&2
     exit 1
 fi
-cargo test --workspace --release --lib --test '*'
+# The examples (mpirt's immediate_multiple, which p2p's rsmpi_shaped_collection_example_runs
+# runs): `--test '*'` builds none, and the variable makes that test fail, not skip, without
+# it. With --workspace, as the tests' own build, so that the crates' features resolve alike.
+cargo build --release --workspace --examples
+MPIRT_TEST_EXAMPLES_BUILT=1 cargo test --workspace --release --lib --test '*'
 cargo test --workspace --release --doc
 
 # The fast tests again in a debug build, which is what a contributor's plain `cargo test` runs:
@@ -73,11 +96,21 @@ cargo test --workspace --release --doc
 # in one area and a 12-rank grid stay). The mpirt suites start their jobs with
 # target/debug/rsrun, hence the launcher's build first.
 echo "== cargo test (debug build: debug assertions and overflow checks)"
+# pml's integration tests, every one but those of a transport feature (ofi, ucx, verbs: their
+# own phases below): a new one stops the suite here until it is listed.
+pml_debug_tests=(bridge engine matcher_keys matching_model protocol shm_process shm_threads
+    short_path tracking_allocator_arena wire_fuzz)
+for file in pml/tests/*.rs; do
+    name=$(basename "$file" .rs)
+    if [[ " ${pml_debug_tests[*]} " != *" $name "* ]] &&
+        ! grep -qE '^#!\[cfg\(feature = "(ofi|ucx|verbs)"\)\]' "$file"; then
+        echo "== pml's test $name is not in the debug run: list it in pml_debug_tests" >&2
+        exit 1
+    fi
+done
 cargo build -p launcher
-cargo test --workspace --features mpirt/complex --lib \
-    --test bridge --test engine --test matcher_keys --test matching_model --test protocol \
-    --test shm_process --test shm_threads --test short_path --test tracking_allocator_arena \
-    --test wire_fuzz --test launch --test kvs \
+cargo test --workspace --features mpirt/complex --lib "${pml_debug_tests[@]/#/--test=}" \
+    --test launch --test kvs \
     --test p2p --test collectives --test topology --test datatypes --test datatype_operations \
     --test spawn -- --skip every_collective_on_5_to_7_ranks \
     --skip every_collective_on_8_and_9_ranks --skip cartesian_grids_on_7_ranks
@@ -125,6 +158,18 @@ hosts_up() {
         fi
     done
 }
+# Stops the suite unless the test command "$2..." (ending in `-- --exact NAMES`, or a test binary
+# given NAMES) lists exactly $1 tests: a name renamed or gone would otherwise match nothing and
+# the phase pass having run nothing.
+expect_tests() {
+    local want=$1 listed
+    shift
+    listed=$("$@" --list | grep -c ': test$' || true)
+    if [ "$listed" != "$want" ]; then
+        echo "== $* lists $listed tests, not the $want named" >&2
+        exit 1
+    fi
+}
 testhosts_ssh_args="-F ${SSH_HOSTS_DIR:-${TMPDIR:-/tmp}/mpirt-testhosts/ssh}/ssh_config"
 
 # What a launcher decides across hosts (each rank's host, hence the hierarchical path, and the
@@ -132,7 +177,10 @@ testhosts_ssh_args="-F ${SSH_HOSTS_DIR:-${TMPDIR:-/tmp}/mpirt-testhosts/ssh}/ssh
 # tests; the jobs on 1 to 7 ranks, every algorithm forced and TCP forced everywhere run the
 # same calls again on other rank counts, the same whichever launcher started the ranks: Hydra,
 # Open MPI's mpirun and srun --mpi=pmix leave them out across hosts (srun --mpi=pmi2 runs the
-# suite whole across hosts, rsrun on this host).
+# suite whole across hosts, rsrun on this host). The trade-off: under these three, every job
+# across hosts has 2 ranks or more on each host; a host with a lone rank (the jobs on 1, 3, 5, 7
+# ranks) is left to srun --mpi=pmi2 and to rsrun's hierarchical tests (3 ranks on one host, 1
+# on another), since the launcher's part, each rank's host and the wire-up, is the same.
 across_hosts_repeats=(--skip every_collective_on_1_to_4_ranks --skip every_collective_on_5_to_7_ranks
     --skip every_algorithm_forced --skip every_collective_over_tcp)
 
@@ -168,16 +216,20 @@ fi
 
 # The hierarchical collectives under rsrun across the 4 test hosts, 2 ranks on each and 3 on one
 # with 1 on another: each host's ranks meet in that host's shared-memory area, the hosts' leaders
-# by TCP (the suites across hosts above take that path too; this one checks it is taken).
+# by TCP (the suites across hosts above take that path too; this one checks it is taken), and
+# the failures there (a leader, a host's area, lengths that disagree). Again on UCX below.
+hierarchical_tests=(every_collective_hierarchically_across_hosts
+    lengths_disagreeing_across_hosts_are_an_error all_gathers_take_the_hierarchical_path_across_hosts
+    a_host_whose_area_fails_takes_every_rank_by_messages
+    a_leader_that_fails_fails_every_later_call_naming_it)
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     echo "== collectives: the hierarchical path across 4 test hosts"
     hier_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
+    hierarchical=(cargo test --release -p mpirt --test collectives -- --exact
+        "${hierarchical_tests[@]}")
+    expect_tests ${#hierarchical_tests[@]} "${hierarchical[@]}"
     MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 MPIRT_SSH_ARGS="$testhosts_ssh_args" \
-        cargo test --release -p mpirt --test collectives -- --exact \
-        every_collective_hierarchically_across_hosts lengths_disagreeing_across_hosts_are_an_error \
-        all_gathers_take_the_hierarchical_path_across_hosts \
-        a_host_whose_area_fails_takes_every_rank_by_messages \
-        a_leader_that_fails_fails_every_later_call_naming_it
+        "${hierarchical[@]}"
     if [ -n "$hier_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
     echo "== collectives: the hierarchical path across test hosts SKIPPED (they need root and ssh-hosts)"
@@ -201,6 +253,11 @@ osu_features=(-p osu-benches --features ucx,ofi,verbs,threads,mpirt/pmix)
 not_ofi=(-- --skip ofi --skip verbs)
 echo "== optional features: clippy with ucx, ofi, pmix, verbs and threads, and rsrun's build"
 cargo clippy --workspace --all-targets --release --features "$all_features" -- -D warnings
+# The subsets users build alone, linted (check only, seconds): verbs without ofi, where code
+# shared with ofi (pml's registration cache) would be dead, and threads without the transports.
+cargo clippy -p pml -p mpirt --lib --tests --release --features mpirt/verbs -- -D warnings
+cargo clippy -p mpirt -p osu-benches --all-targets --release \
+    --features mpirt/threads,osu-benches/threads -- -D warnings
 # rsrun for the suites below (each `cargo test` builds its own test targets and binaries).
 cargo build --release --workspace --features "$all_features" --bin rsrun
 cargo test --release "${pml_features[@]}" --lib
@@ -240,8 +297,10 @@ if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     ucx_across=(env UCX_TLS=tcp MPIRT_TEST_PML=ucx MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2
         MPIRT_SSH_ARGS="$testhosts_ssh_args")
     "${ucx_across[@]}" cargo test --release "${mpirt_features[@]}" --test p2p "${not_ofi[@]}"
-    "${ucx_across[@]}" cargo test --release "${mpirt_features[@]}" --test collectives -- \
-        --exact every_collective_hierarchically_across_hosts
+    ucx_hierarchical=(cargo test --release "${mpirt_features[@]}" --test collectives -- --exact
+        "${hierarchical_tests[@]}")
+    expect_tests ${#hierarchical_tests[@]} "${ucx_hierarchical[@]}"
+    "${ucx_across[@]}" "${ucx_hierarchical[@]}"
     if [ -n "$ucx_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
     echo "== UCX PML: the suites across test hosts SKIPPED (they need root and ssh-hosts)"
@@ -371,9 +430,10 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
         print(m["target"]["name"], m["executable"])'
 }
-tests=$(test_binaries --release "${pml_features[@]}" --test engine --test verbs
-    test_binaries --release "${mpirt_features[@]}" --test p2p --test collectives --test windows \
-    --test threads)
+pml_tests=$(test_binaries --release "${pml_features[@]}" --test engine --test verbs)
+mpirt_tests=$(test_binaries --release "${mpirt_features[@]}" --test p2p --test collectives \
+    --test windows --test threads)
+tests="$pml_tests"$'\n'"$mpirt_tests"
 unset CARGO_TARGET_DIR
 engine=$(awk '$1 == "engine" {print $2}' <<<"$tests")
 p2p=$(awk '$1 == "p2p" {print $2}' <<<"$tests")
@@ -381,15 +441,27 @@ collectives=$(awk '$1 == "collectives" {print $2}' <<<"$tests")
 verbs=$(awk '$1 == "verbs" {print $2}' <<<"$tests")
 windows=$(awk '$1 == "windows" {print $2}' <<<"$tests")
 threads=$(awk '$1 == "threads" {print $2}' <<<"$tests")
+for binary in engine p2p collectives verbs windows threads; do
+    if [ -z "${!binary}" ]; then
+        echo "== verbs: no $binary test binary in target/features" >&2
+        exit 1
+    fi
+done
 # Of mpirt's p2p suite over verbs;ofi_rxm, the tests that take the provider's own paths: every
 # message size (eager, and the rendezvous by fi_read on registered memory, RDMA READs), a
 # synchronous send's acknowledgement, a ring on up to 8 ranks (connections to every peer), and
-# a rank that panics and a truncation (the failure paths). The others (probes, wildcards,
-# ordering, buffered and immediate sends, futures) go by the same ofi_rxm paths as on
-# tcp;ofi_rxm, which the OFI phase ran whole; on the guest's emulated CPU they took a minute.
+# a rank that panics and a truncation (the failure paths); and those that queue completions on
+# rxm's shared receive context (FI_OFI_RXM_USE_SRX=1, set for verbs;ofi_rxm alone, the
+# workaround for libfabric 1.17's fi_close crashing with completions queued): many senders to
+# one rank, by wildcard and in order, and buffered sends still in flight at finalize. The
+# others (probes, immediate sends, futures) go by the same ofi_rxm paths as on tcp;ofi_rxm,
+# which the OFI phase ran whole; on the guest's emulated CPU they took some 4 s each.
 ofi_p2p_tests=(message_sizes_around_the_eager_limit_and_large::ofi synchronous_send_waits_for_the_match::ofi
     ring_on_1_2_4_and_8_ranks::ofi a_panicking_rank_ends_the_job::ofi
-    truncation_is_fatal_and_names_both_lengths::ofi)
+    truncation_is_fatal_and_names_both_lengths::ofi wildcard_receives_take_every_sender::ofi
+    messages_from_each_sender_arrive_in_order::ofi
+    buffered_sends_in_flight_at_finalize_arrive_or_are_an_error::ofi)
+expect_tests ${#ofi_p2p_tests[@]} "$p2p" --exact "${ofi_p2p_tests[@]}"
 echo "== verbs tests in the Soft-RoCE guest (rxe0 and rxe1 joined by a veth pair)"
 # windows_over_verbs: the window suite by RDMA WRITE, READ and device atomics (counted);
 # windows_beyond_locked_memory: a window past the locked-memory limit (ulimit -l, without

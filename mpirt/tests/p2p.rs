@@ -1749,13 +1749,20 @@ on_each_wire! {
 }
 
 /// The rsmpi-shaped example (`mpirt/examples/immediate_multiple.rs`) runs, as well as
-/// compiles; `cargo test -p mpirt` builds it, a run of only this suite may not have.
+/// compiles; `cargo test -p mpirt` builds it, a run of only this suite may not have. Where
+/// `MPIRT_TEST_EXAMPLES_BUILT` is set (tools/test-all.sh builds the examples first), a missing
+/// example is a failure, not a skip.
 #[test]
 fn rsmpi_shaped_collection_example_runs() {
     let exe = env::current_exe().unwrap();
     let release = exe.parent().unwrap().parent().unwrap();
     let example = release.join("examples").join("immediate_multiple");
     if !example.exists() {
+        assert!(
+            env::var_os("MPIRT_TEST_EXAMPLES_BUILT").is_none(),
+            "MPIRT_TEST_EXAMPLES_BUILT is set but {} is not built",
+            example.display()
+        );
         println!("skipped: {} is not built", example.display());
         return;
     }

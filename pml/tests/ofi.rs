@@ -78,35 +78,43 @@ fn slow_peer_rank(dir: PathBuf, rank: u32, provider: &str) {
 /// in `spec_env`); each must exit cleanly, saying it is done.
 fn both_ranks_finish(test: &str, spec_env: &str, providers: &[&str]) {
     // The providers' jobs at once: a slow peer's rank 1 sleeps through SLOW_FOR in each, and
-    // one after the other they took twice that.
-    let jobs: Vec<_> = providers
-        .iter()
-        .map(|&provider| {
-            let dir = env::temp_dir().join(format!(
-                "pml-{test}-{}-{}",
-                provider.replace(';', "_"),
-                std::process::id()
-            ));
-            fs::create_dir_all(&dir).unwrap();
-            let job = {
-                let (dir, test, spec_env) = (dir.clone(), test.to_owned(), spec_env.to_owned());
-                let provider = provider.to_owned();
-                std::thread::spawn(move || {
-                    run_children(
-                        &test,
-                        2,
-                        &spec_env,
-                        |r| format!("{},{r},{provider}", dir.display()),
-                        &[],
-                        Duration::from_secs(120),
-                    )
-                })
-            };
-            (provider, dir, job)
-        })
-        .collect();
-    for (provider, dir, job) in jobs {
-        let outputs = job.join().unwrap();
+    // one after the other they took twice that. Scoped, so that every job has ended (and its
+    // directory is gone) before any one's outputs are checked.
+    let runs: Vec<_> = std::thread::scope(|s| {
+        let jobs: Vec<_> = providers
+            .iter()
+            .map(|&provider| {
+                let dir = env::temp_dir().join(format!(
+                    "pml-{test}-{}-{}",
+                    provider.replace(';', "_"),
+                    std::process::id()
+                ));
+                fs::create_dir_all(&dir).unwrap();
+                let job = {
+                    let dir = dir.clone();
+                    s.spawn(move || {
+                        run_children(
+                            test,
+                            2,
+                            spec_env,
+                            |r| format!("{},{r},{provider}", dir.display()),
+                            &[],
+                            Duration::from_secs(120),
+                        )
+                    })
+                };
+                (provider, dir, job)
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|(provider, dir, job)| {
+                let outputs = job.join().unwrap();
+                fs::remove_dir_all(dir).unwrap();
+                (provider, outputs)
+            })
+            .collect()
+    });
+    for (provider, outputs) in runs {
         for (rank, out) in outputs.iter().enumerate() {
             let stdout = String::from_utf8_lossy(&out.stdout);
             assert!(
@@ -115,7 +123,6 @@ fn both_ranks_finish(test: &str, spec_env: &str, providers: &[&str]) {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        fs::remove_dir_all(dir).unwrap();
     }
 }
 
