@@ -421,6 +421,7 @@ impl Transport for ShmPeers {
             // SAFETY: this function's contract: a description made in this process, its list
             // alive (and its blocks writable and lent to the read, `len` within its bytes).
             unsafe { read_short_blocks(pid, arena, source, blocks, len, &mut self.window) }
+                .map(|read| read.mapped())
         } else {
             // SAFETY: as above.
             let list = unsafe { blocks.local_list() };
