@@ -16,10 +16,7 @@ use std::iter;
 use super::in_place::{mapped_span, read_description, read_runs, Source};
 use super::{read_remote, PeerArena};
 use crate::blocks::{Blocks, Position};
-
-/// The bytes a window holds: a few of them a message (fewer `process_vm_readv` calls than
-/// pieces), each unpacked from the L2 cache.
-const WINDOW: usize = 64 << 10;
+use crate::transport::scratch;
 
 /// Which way a read into short blocks went: what the transport counts (`mapped`) and what
 /// the tests check.
@@ -45,7 +42,9 @@ impl ShortRead {
 /// Reads the first `len` packed bytes of `source` in process `pid` into `blocks` (a receive's,
 /// its blocks short) by their copy loops, from `arena`, our mapping of the sender's, where
 /// the bytes lie there, else by `process_vm_readv`; returns which way it went. `scratch` is
-/// the transport's window, made [`WINDOW`] bytes long the first time one is needed.
+/// the transport's (`transport::scratch`): each window of the bytes passes through it, a
+/// few windows a message (fewer `process_vm_readv` calls than pieces), each unpacked from
+/// the L2 cache.
 ///
 /// # Safety
 /// `blocks` must have been made in this process, its block list alive and its blocks
@@ -57,7 +56,7 @@ pub unsafe fn read_short_blocks(
     source: Source,
     blocks: &Blocks,
     len: usize,
-    scratch: &mut Vec<u8>,
+    scratch: &mut Box<[u8]>,
 ) -> Result<ShortRead, String> {
     match source {
         Source::Bytes(addr) => {
@@ -132,16 +131,15 @@ pub unsafe fn read_short_blocks(
 unsafe fn through_window(
     blocks: &Blocks,
     len: usize,
-    scratch: &mut Vec<u8>,
+    scratch: &mut Box<[u8]>,
     mut fill: impl FnMut(usize, &mut [u8]) -> Result<(), String>,
 ) -> Result<(), String> {
-    if scratch.len() < WINDOW {
-        scratch.resize(WINDOW, 0);
-    }
+    let scratch = scratch::scratch(scratch);
     let mut start = 0;
     let mut at = Position::START;
     while start < len {
-        let window = &mut scratch[..WINDOW.min(len - start)];
+        let n = scratch.len().min(len - start);
+        let window = &mut scratch[..n];
         fill(start, window)?;
         // SAFETY: the window's packed bytes lie within the first `len`, and the scratch is
         // apart from the receive's blocks (this function's contract).
@@ -156,6 +154,7 @@ mod tests {
     use super::*;
     use crate::blocks::{pack, Block};
     use crate::shared_arena::{Arena, PAGE};
+    use crate::transport::scratch::SCRATCH_LEN;
 
     const GUARD: u8 = 0xA5;
 
@@ -187,7 +186,7 @@ mod tests {
         let mut buf = vec![GUARD; count * extent];
         let blocks = Blocks::new(buf.as_mut_ptr(), count, extent, list).unwrap();
         let pid = std::process::id() as i32;
-        let mut scratch = Vec::new();
+        let mut scratch = Box::default();
         // SAFETY: `buf` is ours, borrowed by nothing else while the read writes it.
         let read =
             unsafe { read_short_blocks(pid, arena, source, &blocks, packed.len(), &mut scratch) }?;
@@ -242,7 +241,7 @@ mod tests {
         let mut buf = vec![GUARD; count * 20];
         let blocks = Blocks::new(buf.as_mut_ptr(), count, 20, &list).unwrap();
         let pid = std::process::id() as i32;
-        let mut scratch = Vec::new();
+        let mut scratch = Box::default();
         // SAFETY: `buf` is ours, borrowed by nothing else while the read writes it.
         unsafe { read_short_blocks(pid, arena, source, &blocks, len, &mut scratch) }
     }
@@ -267,7 +266,7 @@ mod tests {
     /// 8-byte blocks and one of 12 into a column of 12-byte blocks.
     #[test]
     fn windows_of_a_peers_bytes_land_in_short_blocks() {
-        let count = 3 * WINDOW / 12 + 7;
+        let count = 3 * SCRATCH_LEN / 12 + 7;
         let bytes: Vec<u8> = (0..count * 12).map(|i| (i % 251) as u8).collect();
         let contiguous = Source::Bytes(bytes.as_ptr() as u64);
         assert_eq!(land(None, contiguous, &bytes, 12), Ok(ShortRead::Cma));
@@ -289,11 +288,11 @@ mod tests {
     /// `process_vm_readv`, the receive's unpack), a block cut at each window's edge.
     #[test]
     fn an_element_of_many_blocks_lands_across_windows() {
-        let (recv, recv_extent) = ragged(3 * WINDOW / 5 + 11, 2);
-        let (send, send_extent) = ragged(3 * WINDOW / 5 + 23, 1);
+        let (recv, recv_extent) = ragged(3 * SCRATCH_LEN / 5 + 11, 2);
+        let (send, send_extent) = ragged(3 * SCRATCH_LEN / 5 + 23, 1);
         let matrix: Vec<u8> = (0..send_extent).map(|i| (i % 241) as u8).collect();
         let sent = Blocks::new(matrix.as_ptr(), 1, send_extent, &send).unwrap();
-        assert!(sent.len() > 3 * WINDOW, "the element spans 3 windows");
+        assert!(sent.len() > 3 * SCRATCH_LEN, "the element spans 3 windows");
         let packed = pack(&sent);
         let recv_len: usize = recv.iter().map(|b| b.len).sum();
         let packed = &packed[..recv_len.min(packed.len())];
@@ -316,9 +315,9 @@ mod tests {
     /// unpacked from where the last ended); a truncated read takes the front.
     #[test]
     fn a_peers_arena_lands_in_short_blocks_in_one_pass() {
-        let rows = 2 * WINDOW / 8 + 3;
+        let rows = 2 * SCRATCH_LEN / 8 + 3;
         let len = rows * 32;
-        let (send, send_extent) = ragged(3 * WINDOW / 5 + 23, 1);
+        let (send, send_extent) = ragged(3 * SCRATCH_LEN / 5 + 23, 1);
         let (owner, peer, p) = arena_with(len.max(send_extent));
         let list = [Block { offset: 8, len: 8 }];
         let sent = Blocks::new(p, rows, 32, &list).unwrap();
@@ -338,9 +337,9 @@ mod tests {
             land(Some(&peer), contiguous, front, 8),
             Ok(ShortRead::Unpacked)
         );
-        let (recv, recv_extent) = ragged(3 * WINDOW / 5 + 11, 2);
+        let (recv, recv_extent) = ragged(3 * SCRATCH_LEN / 5 + 11, 2);
         let long = Blocks::new(p, 1, send_extent, &send).unwrap();
-        assert!(long.len() > 3 * WINDOW, "the element spans 3 windows");
+        assert!(long.len() > 3 * SCRATCH_LEN, "the element spans 3 windows");
         let packed = pack(&long);
         let recv_len: usize = recv.iter().map(|b| b.len).sum();
         let packed = &packed[..recv_len.min(packed.len())];

@@ -15,8 +15,8 @@ use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use super::gather::{self, scatter_short_runs, Batch, IovecRoom, IOV_MAX, SHORT_RUN};
-use super::{Sent, Sink};
+use super::gather::{scatter_short_runs, Batch, IovecRoom, IOV_MAX, SHORT_RUN};
+use super::{scratch, Sent, Sink};
 use crate::blocks::{Blocks, PackedRange};
 use crate::envelope::Rank;
 use crate::error::PmlError;
@@ -196,7 +196,7 @@ impl Conn {
     }
 
     /// [`send`](Self::send) of a frame whose payload is the packed bytes `range` of `blocks`,
-    /// gathered from its blocks (see `gather.rs`) through `scratch` (of `SCRATCH_LEN` bytes,
+    /// gathered from its blocks (see `gather.rs`) through `scratch` (of `scratch::SCRATCH_LEN` bytes,
     /// reused once `sendmsg` returns), in batches of at most `IOV_MAX` iovecs, as many as the
     /// socket takes.
     ///
@@ -340,7 +340,7 @@ impl Conn {
                                 peer,
                                 &blocks,
                                 from,
-                                gather::scratch(scratch),
+                                scratch::scratch(scratch),
                             )
                         }?
                     }
@@ -642,7 +642,7 @@ impl Conn {
 mod tests {
     use super::*;
     use crate::blocks::Block;
-    use crate::transport::tcp::gather::SCRATCH_LEN;
+    use crate::transport::scratch::SCRATCH_LEN;
     use std::net::TcpListener;
 
     /// A connected loopback pair `(tx, rx)`, both non-blocking, `rx` accepted from a listener
