@@ -187,7 +187,7 @@ impl Blocks {
     /// Where the packed byte `start` lies (`list` this description's block list): a walk
     /// of the blocks before it in its element, which a walk in windows does once, carrying
     /// the [`Position`] on, rather than once a window.
-    pub fn position(&self, list: &[Block], start: usize) -> Position {
+    pub(crate) fn position(&self, list: &[Block], start: usize) -> Position {
         let element_len = self.element_len as usize;
         let (element, mut within) = match element_len {
             0 => (0, 0),
@@ -544,7 +544,7 @@ impl Blocks {
 /// so that none seeks from its element's first block: a seek a window would cost, for an
 /// element of many blocks, about the element's blocks over two a window (quadratic).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Position {
+pub(crate) struct Position {
     element: u64,
     block: usize,
     within: usize,
@@ -552,7 +552,7 @@ pub struct Position {
 
 impl Position {
     /// The first packed byte.
-    pub const START: Position = Position {
+    pub(crate) const START: Position = Position {
         element: 0,
         block: 0,
         within: 0,
