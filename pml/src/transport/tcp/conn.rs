@@ -516,6 +516,10 @@ impl Conn {
             // SAFETY: this function's contract.
             return unsafe { Self::read_batches(sock, peer, blocks, range, scratch) };
         }
+        // Found once a call, each scratchful unpacked from where the last ended: a seek a
+        // scratchful would walk the blocks before it in a long element each time.
+        // SAFETY: this function's contract.
+        let mut at = blocks.position(unsafe { blocks.local_list() }, range.start);
         let mut landed = 0;
         loop {
             let want = (range.len - landed).min(scratch.len());
@@ -523,8 +527,9 @@ impl Conn {
                 return Ok((landed > 0).then_some(landed));
             };
             // SAFETY: the range's blocks are writable, apart from the scratch (this
-            // function's contract), and `got` bytes from `landed` lie within the range.
-            unsafe { blocks.unpack_range_from(range.start + landed, &scratch[..got]) };
+            // function's contract), and `got` bytes from `landed`, where `at` lies, lie
+            // within the range.
+            at = unsafe { blocks.unpack_at(at, scratch.as_ptr(), got) };
             landed += got;
             if got < want || landed == range.len {
                 return Ok(Some(landed));
