@@ -184,57 +184,90 @@ impl Blocks {
         Some((self.base.checked_add(low)?, end))
     }
 
+    /// Where the packed byte `start` lies (`list` this description's block list): a walk
+    /// of the blocks before it in its element, which a walk in windows does once, carrying
+    /// the [`Position`] on, rather than once a window.
+    pub(crate) fn position(&self, list: &[Block], start: usize) -> Position {
+        let element_len = self.element_len as usize;
+        let (element, mut within) = match element_len {
+            0 => (0, 0),
+            _ => (start / element_len, start % element_len),
+        };
+        let mut block = 0;
+        while block < list.len() && within >= list[block].len {
+            within -= list[block].len;
+            block += 1;
+        }
+        Position {
+            element: element as u64,
+            block,
+            within,
+        }
+    }
+
     /// Calls `f` with each block's address and length, in packing order, for the first `len`
     /// packed bytes (the last block cut short where they end), skipping empty blocks: a
     /// tight loop, for copies block by block.
     pub fn for_each_block(&self, list: &[Block], len: usize, f: impl FnMut(u64, usize)) {
-        self.for_each_block_from(list, 0, len, f);
+        self.for_each_block_at(list, Position::START, len, f);
     }
 
-    /// [`for_each_block`](Self::for_each_block) of the packed bytes `start..start + len`
-    /// (the first block cut short where they begin). Unlike [`runs`](Self::runs) it merges
-    /// no blocks that touch: the loop for copies of short blocks.
-    pub fn for_each_block_from(
+    /// [`for_each_block`](Self::for_each_block) of the `len` packed bytes from `at` (a
+    /// position of this description; the first block cut short where it falls inside one);
+    /// returns the position where they end. Unlike [`runs`](Self::runs) it merges no blocks
+    /// that touch: the loop for copies of short blocks.
+    pub(crate) fn for_each_block_at(
         &self,
         list: &[Block],
-        start: usize,
+        at: Position,
         len: usize,
         mut f: impl FnMut(u64, usize),
-    ) {
-        let element_len = self.element_len as usize;
-        if len == 0 || element_len == 0 {
-            return;
-        }
-        let first = (start / element_len) as u64;
-        let mut skip = start % element_len;
+    ) -> Position {
+        let Position {
+            mut element,
+            mut block,
+            mut within,
+        } = at;
         let mut left = len;
-        let mut element = self.base.wrapping_add(first.wrapping_mul(self.extent));
-        for _ in first..self.count {
-            for b in list {
-                if skip >= b.len {
-                    // Before the range, or empty.
-                    skip -= b.len;
-                    continue;
+        let mut addr = self.base.wrapping_add(element.wrapping_mul(self.extent));
+        while left > 0 && element < self.count {
+            while let Some(b) = list.get(block) {
+                // Saturating: a position of another list must not reach past a block.
+                let n = b.len.saturating_sub(within).min(left);
+                if n > 0 {
+                    f(addr.wrapping_add((b.offset + within) as u64), n);
+                    left -= n;
+                    within += n;
+                    if left == 0 {
+                        return Position {
+                            element,
+                            block,
+                            within,
+                        };
+                    }
                 }
-                let n = (b.len - skip).min(left);
-                f(element.wrapping_add((b.offset + skip) as u64), n);
-                skip = 0;
-                left -= n;
-                if left == 0 {
-                    return;
-                }
+                block += 1;
+                within = 0;
             }
-            element = element.wrapping_add(self.extent);
+            block = 0;
+            element += 1;
+            addr = addr.wrapping_add(self.extent);
+        }
+        Position {
+            element,
+            block,
+            within,
         }
     }
 
     /// The block list of a description made in this process.
     ///
     /// # Safety
-    /// The description must have been made in this process by [`new`](Self::new), its block
-    /// list still alive (what `new` asks of its caller).
+    /// The description must have been made in this process, by [`new`](Self::new) or by
+    /// `mapped_at` (the crate's view of a peer's send through a mapping), its block list
+    /// still alive (what `new` asks of its caller; for `mapped_at`, the list it was given).
     pub unsafe fn local_list(&self) -> &[Block] {
-        // SAFETY: the list `new` was given, alive (this function's contract).
+        // SAFETY: the list `new` or `mapped_at` was given, alive (this function's contract).
         unsafe {
             std::slice::from_raw_parts(self.blocks as usize as *const Block, self.n_blocks as usize)
         }
@@ -243,13 +276,25 @@ impl Blocks {
     /// Packs the packed bytes `start..start + len` at `dst`.
     ///
     /// # Safety
-    /// The description must have been made in this process, its elements and block list
-    /// still alive (what [`new`](Self::new) asks of its caller), `start + len` at most
-    /// [`len`](Self::len), and `dst` valid for writes of `len` bytes that overlap none of the
-    /// elements'.
+    /// The description must have been made in this process (by [`new`](Self::new), or by
+    /// `mapped_at` over a mapping of a peer's memory), its elements and block list still
+    /// alive (what `new` asks of its caller), `start + len` at most [`len`](Self::len), and
+    /// `dst` valid for writes of `len` bytes that overlap none of the elements'.
     pub unsafe fn pack_range_into(&self, start: usize, len: usize, dst: *mut u8) {
         // SAFETY: this function's contract.
-        unsafe { self.copy_range::<false>(start, len, dst) };
+        let at = self.position(unsafe { self.local_list() }, start);
+        // SAFETY: this function's contract.
+        unsafe { self.pack_at(at, len, dst) };
+    }
+
+    /// [`pack_range_into`](Self::pack_range_into) of the `len` packed bytes from `at`, a
+    /// position of this description; returns the position where they end, for the next.
+    ///
+    /// # Safety
+    /// As for `pack_range_into`, the bytes from `at` within the first [`len`](Self::len).
+    pub(crate) unsafe fn pack_at(&self, at: Position, len: usize, dst: *mut u8) -> Position {
+        // SAFETY: this function's contract.
+        unsafe { self.copy_range::<false>(at, len, dst) }
     }
 
     /// Unpacks `src` as the packed bytes `start..start + src.len()` into the blocks: what a
@@ -261,33 +306,53 @@ impl Blocks {
     /// elements' blocks valid for writes (a receive's buffer, lent for it),
     /// `start + src.len()` at most [`len`](Self::len), and `src` apart from the elements.
     pub unsafe fn unpack_range_from(&self, start: usize, src: &[u8]) {
-        // Only read: `copy_range` writes the blocks when unpacking.
-        let packed = src.as_ptr().cast_mut();
         // SAFETY: this function's contract.
-        unsafe { self.copy_range::<true>(start, src.len(), packed) };
+        let at = self.position(unsafe { self.local_list() }, start);
+        // SAFETY: this function's contract: `src` is readable for its length.
+        unsafe { self.unpack_at(at, src.as_ptr(), src.len()) };
     }
 
-    /// Copies the packed bytes `start..start + len` between the blocks and `packed`: into
-    /// the blocks where `UNPACK`, else out of them. A list of one block of 4, 8 or 16 bytes
-    /// (a column, as mpirt describes one) gets a loop of its own in which a whole block is
-    /// one load and one store of that constant size; other blocks go by `bulk_copy`, inline
-    /// where they are short. A call to `memmove` a block cost 26% of a 4 MiB halo
-    /// exchange's cycles under perf (packing and unpacking an 8-byte column).
+    /// [`unpack_range_from`](Self::unpack_range_from) of the `len` bytes at `src` as the
+    /// packed bytes from `at`, a position of this description; returns the position where
+    /// they end, for the next. `src` is read through raw pointers only, never a reference:
+    /// it may be a peer's memory mapped here, which the peer could write.
     ///
     /// # Safety
-    /// As for [`pack_range_into`](Self::pack_range_into) (`packed` valid for writes of `len`
-    /// bytes) or, where `UNPACK`, [`unpack_range_from`](Self::unpack_range_from) (`packed`
-    /// valid for reads of `len` bytes).
-    unsafe fn copy_range<const UNPACK: bool>(&self, start: usize, len: usize, packed: *mut u8) {
+    /// As for `unpack_range_from`, the bytes from `at` within the first [`len`](Self::len),
+    /// `src` valid for reads of `len` bytes.
+    pub(crate) unsafe fn unpack_at(&self, at: Position, src: *const u8, len: usize) -> Position {
+        // Only read: `copy_range` writes the blocks when unpacking.
+        // SAFETY: this function's contract.
+        unsafe { self.copy_range::<true>(at, len, src.cast_mut()) }
+    }
+
+    /// Copies the `len` packed bytes from `at` between the blocks and `packed`: into the
+    /// blocks where `UNPACK`, else out of them; returns the position where they end. A list
+    /// of one block of 4, 8 or 16 bytes (a column, as mpirt describes one) gets a loop of its
+    /// own in which a whole block is one load and one store of that constant size; other
+    /// blocks go by `bulk_copy`, inline where they are short. A call to `memmove` a block
+    /// cost 26% of a 4 MiB halo exchange's cycles under perf (packing and unpacking an
+    /// 8-byte column).
+    ///
+    /// # Safety
+    /// As for [`pack_at`](Self::pack_at) (`packed` valid for writes of `len` bytes) or,
+    /// where `UNPACK`, [`unpack_at`](Self::unpack_at) (`packed` valid for reads of `len`
+    /// bytes).
+    unsafe fn copy_range<const UNPACK: bool>(
+        &self,
+        at: Position,
+        len: usize,
+        packed: *mut u8,
+    ) -> Position {
         // SAFETY: this function's contract.
         let list = unsafe { self.local_list() };
         // SAFETY (each arm): this function's contract.
         unsafe {
             match list {
-                [b] if b.len == 8 => self.copy_pieces::<8, UNPACK>(list, start, len, packed),
-                [b] if b.len == 16 => self.copy_pieces::<16, UNPACK>(list, start, len, packed),
-                [b] if b.len == 4 => self.copy_pieces::<4, UNPACK>(list, start, len, packed),
-                _ => self.copy_pieces::<0, UNPACK>(list, start, len, packed),
+                [b] if b.len == 8 => self.copy_pieces::<8, UNPACK>(list, at, len, packed),
+                [b] if b.len == 16 => self.copy_pieces::<16, UNPACK>(list, at, len, packed),
+                [b] if b.len == 4 => self.copy_pieces::<4, UNPACK>(list, at, len, packed),
+                _ => self.copy_pieces::<0, UNPACK>(list, at, len, packed),
             }
         }
     }
@@ -301,10 +366,10 @@ impl Blocks {
     unsafe fn copy_pieces<const N: usize, const UNPACK: bool>(
         &self,
         list: &[Block],
-        start: usize,
+        from: Position,
         len: usize,
         packed: *mut u8,
-    ) {
+    ) -> Position {
         let mut at = 0;
         let mut copy = |addr: u64, n: usize| {
             let block = addr as usize as *mut u8;
@@ -326,15 +391,15 @@ impl Blocks {
             at += n;
         };
         let [b] = list else {
-            self.for_each_block_from(list, start, len, copy);
-            return;
+            return self.for_each_block_at(list, from, len, copy);
         };
-        if len == 0 {
-            return;
+        if len == 0 || b.len == 0 {
+            return from;
         }
         // One block an element (a column, as mpirt describes one): a loop of its own, with no
-        // walk of the list; `b.len` is the element's length (not 0: `len` bytes lie in the
-        // blocks), the range lies within the elements (this function's contract).
+        // walk of the list; `b.len` is the element's length, the range lies within the
+        // elements (this function's contract).
+        let start = from.element as usize * b.len + from.within;
         let mut skip = start % b.len;
         let first = (start / b.len) as u64;
         let mut element = self.base.wrapping_add(first.wrapping_mul(self.extent));
@@ -347,6 +412,12 @@ impl Blocks {
             skip = 0;
             element = element.wrapping_add(self.extent);
         }
+        let end = start + len;
+        Position {
+            element: (end / b.len) as u64,
+            block: 0,
+            within: end % b.len,
+        }
     }
 
     /// This description of a peer's send as this process sees it through a mapping of the
@@ -354,7 +425,7 @@ impl Blocks {
     /// the peer and checked by [`check_list`](Self::check_list)), so that the copy loops here
     /// ([`pack_range_into`](Self::pack_range_into), [`copy_column_into`](Self::copy_column_into))
     /// read it where it is mapped.
-    pub fn mapped_at(&self, base: u64, list: &[Block]) -> Blocks {
+    pub(crate) fn mapped_at(&self, base: u64, list: &[Block]) -> Blocks {
         Blocks {
             base,
             blocks: list.as_ptr() as u64,
@@ -374,7 +445,7 @@ impl Blocks {
     /// [`mapped_at`](Self::mapped_at) over a mapping), their block lists alive, these
     /// elements' blocks readable and `dst`'s writable and apart from them, `len` at most
     /// either's [`len`](Self::len).
-    pub unsafe fn copy_column_into(&self, dst: &Blocks, len: usize) -> bool {
+    pub(crate) unsafe fn copy_column_into(&self, dst: &Blocks, len: usize) -> bool {
         // SAFETY: this function's contract.
         let (from, into) = unsafe { (self.local_list(), dst.local_list()) };
         let ([from], [into]) = (from, into) else {
@@ -450,26 +521,42 @@ impl Blocks {
     /// The packed bytes `start..start + len` as runs of addresses, in packing order, with
     /// neighbouring runs that touch merged; `list` is the description's block list.
     pub fn runs<'a>(&self, list: &'a [Block], start: usize, len: usize) -> Runs<'a> {
-        let element_len = self.element_len as usize;
-        let (element, mut within) = match element_len {
-            0 => (0, 0),
-            _ => (start / element_len, start % element_len),
-        };
-        let mut block = 0;
-        while block < list.len() && within >= list[block].len {
-            within -= list[block].len;
-            block += 1;
-        }
+        self.runs_at(list, self.position(list, start), len)
+    }
+
+    /// [`runs`](Self::runs) of the `len` packed bytes from `at`, a position of this
+    /// description; [`Runs::position`] gives where they end once walked.
+    pub(crate) fn runs_at<'a>(&self, list: &'a [Block], at: Position, len: usize) -> Runs<'a> {
         Runs {
             base: self.base,
             extent: self.extent,
             list,
-            element: element as u64,
-            block,
-            within,
+            element: at.element,
+            block: at.block,
+            within: at.within,
             left: len,
         }
     }
+}
+
+/// A point in a description's packed bytes: the element, the block of it, and the bytes of
+/// that block before the point. A walk in windows carries it from one window to the next,
+/// so that none seeks from its element's first block: a seek a window would cost, for an
+/// element of many blocks, about the element's blocks over two a window (quadratic).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Position {
+    element: u64,
+    block: usize,
+    within: usize,
+}
+
+impl Position {
+    /// The first packed byte.
+    pub(crate) const START: Position = Position {
+        element: 0,
+        block: 0,
+        within: 0,
+    };
 }
 
 /// The runs of [`Blocks::runs`]: `(address, length)`, never empty.
@@ -485,6 +572,15 @@ pub struct Runs<'a> {
 }
 
 impl Runs<'_> {
+    /// Where the runs given so far end: once all are walked, the position after the range.
+    pub(crate) fn position(&self) -> Position {
+        Position {
+            element: self.element,
+            block: self.block,
+            within: self.within,
+        }
+    }
+
     /// The next block's piece, unmerged.
     fn piece(&mut self) -> Option<(u64, usize)> {
         if self.left == 0 || self.list.is_empty() {
@@ -543,9 +639,10 @@ impl Iterator for Pieces<'_> {
     }
 }
 
-/// The bytes of `blocks` as the wire carries them.
+/// The bytes of `blocks` as the wire carries them (a description made in this process over
+/// live memory, as the tests' are).
 #[cfg(test)]
-fn pack(blocks: &Blocks) -> Vec<u8> {
+pub(crate) fn pack(blocks: &Blocks) -> Vec<u8> {
     let mut packed = vec![0u8; blocks.len()];
     // SAFETY: the tests' descriptions lie within their live buffers and lists.
     unsafe { blocks.pack_range_into(0, blocks.len(), packed.as_mut_ptr()) };
@@ -663,12 +760,18 @@ mod tests {
             // SAFETY: the description lies within `expected`, borrowed by nothing else for
             // the call; the packed bytes are a buffer of their own.
             unsafe { reference.unpack_range_from(0, &packed[..len]) };
-            let mut landed = vec![GUARD; dextent * count];
+            // A buffer of its own for the refused target, of the size it describes: were it
+            // not refused, the copy would land in the buffer and fail the guard check, not
+            // write past it.
+            let mut spare = vec![GUARD; (dextent + 1) * count];
             let longer = [Block { offset: into.0, len: block + 1 }];
-            let other = Blocks::new(landed.as_mut_ptr(), count, dextent + 1, &longer).unwrap();
-            // SAFETY: refused before any block is touched.
+            let other = Blocks::new(spare.as_mut_ptr(), count, dextent + 1, &longer).unwrap();
+            // SAFETY: both descriptions lie within their live buffers and lists, apart; `len`
+            // is at most either's bytes.
             let refused = !unsafe { sent.copy_column_into(&other, len) };
             prop_assert!(refused);
+            prop_assert!(spare.iter().all(|&b| b == GUARD), "a refused copy wrote");
+            let mut landed = vec![GUARD; dextent * count];
             let target = Blocks::new(landed.as_mut_ptr(), count, dextent, &dlist).unwrap();
             // SAFETY: both descriptions lie within their live buffers and lists, apart; `len`
             // is at most either's bytes.

@@ -17,6 +17,7 @@ pub(crate) mod epoll;
 mod loopback;
 #[cfg(feature = "ofi")]
 pub mod ofi;
+pub(crate) mod scratch;
 pub mod shm;
 pub mod tcp;
 #[cfg(feature = "verbs")]

@@ -46,7 +46,7 @@ pub mod port_proof {
 pub(crate) use renamed::Renamed;
 
 use super::epoll::{interest, Epoll, Ready};
-use super::{Sent, Sink};
+use super::{scratch, Sent, Sink};
 use crate::blocks::{Blocks, PackedRange};
 use crate::envelope::Rank;
 use crate::error::PmlError;
@@ -185,7 +185,7 @@ pub struct TcpTransport {
     /// Where `send_blocks` gathers short runs, and where DATA for a receive laid out in
     /// blocks is read before its short runs are scattered, for every connection: `sendmsg`
     /// and `readv` are done with it when they return, so one is enough. Allocated on first
-    /// use (`gather::scratch`).
+    /// use (`transport::scratch`).
     scratch: Box<[u8]>,
 }
 
@@ -326,7 +326,7 @@ impl TcpTransport {
         // SAFETY: this function's contract; the scratch is this transport's own, apart from
         // the send's memory.
         let sent = self.send_with(peer, |conn| unsafe {
-            conn.send_blocks(header, blocks, range, gather::scratch(&mut scratch))
+            conn.send_blocks(header, blocks, range, scratch::scratch(&mut scratch))
         });
         self.scratch = scratch;
         sent

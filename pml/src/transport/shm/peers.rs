@@ -72,9 +72,9 @@ pub struct ShmPeers {
     /// the arena (by process_vm_readv), a receive's (see
     /// `EngineConfig::shm_in_place_min_block`).
     in_place_min_block: usize,
-    /// The window reads into short blocks go through (`short_blocks::WINDOW` bytes, made at
+    /// Where reads into short blocks pass a window at a time (`transport::scratch`, made at
     /// the first that needs one).
-    window: Vec<u8>,
+    scratch: Box<[u8]>,
 }
 
 impl ShmOpening {
@@ -181,7 +181,7 @@ impl ShmOpening {
             block_reads: 0,
             short_block_reads: 0,
             in_place_min_block: job.config.shm_in_place_min_block,
-            window: Vec::new(),
+            scratch: Box::default(),
         })
     }
 }
@@ -420,7 +420,8 @@ impl Transport for ShmPeers {
         let result = if short {
             // SAFETY: this function's contract: a description made in this process, its list
             // alive (and its blocks writable and lent to the read, `len` within its bytes).
-            unsafe { read_short_blocks(pid, arena, source, blocks, len, &mut self.window) }
+            unsafe { read_short_blocks(pid, arena, source, blocks, len, &mut self.scratch) }
+                .map(|read| read.mapped())
         } else {
             // SAFETY: as above.
             let list = unsafe { blocks.local_list() };

@@ -15,8 +15,8 @@ use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use super::gather::{self, scatter_short_runs, Batch, IovecRoom, IOV_MAX, SHORT_RUN};
-use super::{Sent, Sink};
+use super::gather::{scatter_short_runs, Batch, IovecRoom, IOV_MAX, SHORT_RUN};
+use super::{scratch, Sent, Sink};
 use crate::blocks::{Blocks, PackedRange};
 use crate::envelope::Rank;
 use crate::error::PmlError;
@@ -196,7 +196,7 @@ impl Conn {
     }
 
     /// [`send`](Self::send) of a frame whose payload is the packed bytes `range` of `blocks`,
-    /// gathered from its blocks (see `gather.rs`) through `scratch` (of `SCRATCH_LEN` bytes,
+    /// gathered from its blocks (see `gather.rs`) through `scratch` (of `scratch::SCRATCH_LEN` bytes,
     /// reused once `sendmsg` returns), in batches of at most `IOV_MAX` iovecs, as many as the
     /// socket takes.
     ///
@@ -340,7 +340,7 @@ impl Conn {
                                 peer,
                                 &blocks,
                                 from,
-                                gather::scratch(scratch),
+                                scratch::scratch(scratch),
                             )
                         }?
                     }
@@ -516,6 +516,10 @@ impl Conn {
             // SAFETY: this function's contract.
             return unsafe { Self::read_batches(sock, peer, blocks, range, scratch) };
         }
+        // Found once a call, each scratchful unpacked from where the last ended: a seek a
+        // scratchful would walk the blocks before it in a long element each time.
+        // SAFETY: this function's contract.
+        let mut at = blocks.position(unsafe { blocks.local_list() }, range.start);
         let mut landed = 0;
         loop {
             let want = (range.len - landed).min(scratch.len());
@@ -523,8 +527,9 @@ impl Conn {
                 return Ok((landed > 0).then_some(landed));
             };
             // SAFETY: the range's blocks are writable, apart from the scratch (this
-            // function's contract), and `got` bytes from `landed` lie within the range.
-            unsafe { blocks.unpack_range_from(range.start + landed, &scratch[..got]) };
+            // function's contract), and `got` bytes from `landed`, where `at` lies, lie
+            // within the range.
+            at = unsafe { blocks.unpack_at(at, scratch.as_ptr(), got) };
             landed += got;
             if got < want || landed == range.len {
                 return Ok(Some(landed));
@@ -642,7 +647,7 @@ impl Conn {
 mod tests {
     use super::*;
     use crate::blocks::Block;
-    use crate::transport::tcp::gather::SCRATCH_LEN;
+    use crate::transport::scratch::SCRATCH_LEN;
     use std::net::TcpListener;
 
     /// A connected loopback pair `(tx, rx)`, both non-blocking, `rx` accepted from a listener

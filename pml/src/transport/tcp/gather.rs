@@ -19,18 +19,6 @@ use crate::bulk_copy;
 pub const IOV_MAX: usize = libc::UIO_MAXIOV as usize;
 /// Runs shorter than this are copied into the scratch rather than given an iovec.
 pub const SHORT_RUN: usize = 256;
-/// Bytes of short runs one batch gathers at most.
-pub const SCRATCH_LEN: usize = 64 << 10;
-
-/// The scratch a transport keeps for its connections' batches (one is enough: a batch is
-/// done with it when its `sendmsg` or `readv` returned), allocated on first use.
-pub fn scratch(kept: &mut Box<[u8]>) -> &mut [u8] {
-    if kept.is_empty() {
-        *kept = vec![0; SCRATCH_LEN].into_boxed_slice();
-    }
-    kept
-}
-
 /// Room for a batch's iovecs, left uninitialized: a 100-byte eager frame fills two or three
 /// of its 16 KiB, and a batch writes each before it hands it out.
 pub type IovecRoom = [MaybeUninit<libc::iovec>; IOV_MAX];
