@@ -26,13 +26,18 @@ fn windows_by(f: &super::fabric::Fabric) -> String {
     } else if !f.granted.remote_write {
         return "windows by messages (the provider has no RMA writes)".into();
     } else if f.granted.atomics {
-        "windows by fi_write, fi_read and fi_atomic"
+        "windows by fi_write, fi_read and fi_atomic".into()
+    } else if let Some(why) = provider::atomics_refused(&f.provider, f.plan) {
+        format!(
+            "windows by fi_write and fi_read (accumulates by messages: atomics not asked, {why})"
+        )
     } else {
         "windows by fi_write and fi_read (accumulates by messages: the provider has no 8-byte \
          fetch-and-add and compare-and-swap)"
+            .into()
     };
     match provider::windows_by_rma(&f.provider) {
-        WindowsByRma::Default => rma.into(),
+        WindowsByRma::Default => rma,
         WindowsByRma::OptIn => format!(
             "{rma} only with MPIRT_WINDOW_PATH=rdma, else by messages (the provider emulates \
              RMA in the target's progress, slower than messages)"

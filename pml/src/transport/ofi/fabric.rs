@@ -201,7 +201,12 @@ impl Fabric {
             .collect::<Result<Vec<_>, _>>()?;
         let tiers: Vec<Vec<Usable>> = lists
             .iter()
-            .map(|list| usable(list, request, &mut refused, &mut passed_over))
+            .zip(requests)
+            .map(|(list, &caps)| {
+                let mut tier = usable(list, request, &mut refused, &mut passed_over);
+                tier.retain(|(name, _, plan)| provider::askable(caps, name, *plan));
+                tier
+            })
             .collect();
         let names: Vec<Vec<String>> = tiers
             .iter()

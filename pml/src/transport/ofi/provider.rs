@@ -85,8 +85,8 @@ const RMA_WRITE: u64 = (sys::FI_RMA | sys::FI_WRITE | sys::FI_REMOTE_WRITE) as u
 const ATOMICS: u64 = sys::FI_ATOMIC as u64;
 
 /// The capability requests beyond messages, richest first (`fi_getinfo` is asked each): a
-/// provider is opened with the richest that it grants, so that one without atomics, or
-/// without RMA, is still taken, with less ([`Granted`]).
+/// provider is opened with the richest that it grants and may be asked ([`askable`]), so
+/// that one without atomics, or without RMA, is still taken, with less ([`Granted`]).
 pub const REQUESTS: [u64; 4] = [
     RMA_READ | RMA_WRITE | ATOMICS,
     RMA_READ | RMA_WRITE,
@@ -133,6 +133,34 @@ pub fn pick_granted(
         .iter()
         .enumerate()
         .find_map(|(tier, names)| Some((tier, names.iter().position(|n| n == name)?)))
+}
+
+/// Why `FI_ATOMIC` is not asked of `provider`, whose registrations go as `plan` says; `None`
+/// where it may be. rxm (`...;ofi_rxm`) does atomics in software whatever its core (each one a
+/// message that the target's rxm applies, as mpirt's own accumulate messages are), and once
+/// asked for them it files every registration in a map by the core's key (libfabric 1.17's
+/// `rxm_mr_add_map_entry`, `ofi_mr_map_insert` with the provider-key mode masked off), which
+/// refuses a key already there: that `fi_mr_reg` fails with -FI_ENOKEY. Where the core picks
+/// keys (`PROV_KEY`: verbs, whose key is the ibv rkey), two live registrations may share one:
+/// verbs' registration cache (on wherever libfabric has a memory monitor) hands a range lying
+/// inside one still registered the same ibv_mr again. So every collective over
+/// verbs;ofi_rxm with atomics asked failed in the Soft-RoCE guest, registering a rendezvous
+/// buffer (libfabric issue 9133; the fix proposed upstream, PR 10371, would instead leave one
+/// of the two registrations out of the map, so that an atomic on it fails at the target).
+/// There atomics are not asked: windows' puts and gets keep verbs' RDMA WRITE and READ, and
+/// their accumulates go by mpirt's messages. Where the keys are ours (tcp), each
+/// registration's is new for the domain's life, and the map never sees one twice.
+pub fn atomics_refused(provider: &str, plan: MrPlan) -> Option<&'static str> {
+    (provider.ends_with(";ofi_rxm") && plan.prov_key).then_some(
+        "rxm does atomics in software, and asked for them fails registrations whose key its \
+         core gives twice (verbs' registration cache does)",
+    )
+}
+
+/// Whether `request` (one of [`REQUESTS`]) may be asked of `provider`: not one with atomics
+/// where [`atomics_refused`] says why; the provider is then taken with the next request.
+pub fn askable(request: u64, provider: &str, plan: MrPlan) -> bool {
+    !Granted::of(request).atomics || atomics_refused(provider, plan).is_none()
 }
 
 /// Whether windows' 8-byte atomics go by the provider: it granted `FI_ATOMIC`, and
@@ -359,7 +387,8 @@ mod tests {
 
     /// What each provider is opened with: efa, cxi, verbs;ofi_rxm, tcp;ofi_rxm and shm grant
     /// RMA and atomics (fi_efa(7), fi_cxi(7), fi_verbs(7) under rxm, fi_tcp(7) under rxm,
-    /// fi_shm(7)), so windows go by fi_write, fi_read and fi_atomic there; a provider without
+    /// fi_shm(7)), so windows go by fi_write, fi_read and fi_atomic there (verbs;ofi_rxm
+    /// without the atomics, which are not asked of it: see the next test); a provider without
     /// atomics keeps RMA, one without RMA messages alone (windows by messages), and none is
     /// lost for lacking them.
     #[test]
@@ -426,6 +455,58 @@ mod tests {
         assert!(!atomics_usable(full, Ok(0), Ok(1)));
         assert!(!atomics_usable(full, Err(-(FI_ENOSYS as isize)), Ok(1)));
         assert!(!atomics_usable(Granted::of(REQUESTS[1]), Ok(1), Ok(1)));
+    }
+
+    /// verbs;ofi_rxm is taken without atomics (rxm's key map refuses the keys verbs' cache
+    /// gives twice), with RMA writes and reads; the providers whose keys are ours (tcp;ofi_rxm,
+    /// shm) or that are not rxm (efa, cxi: the provider's keys, atomics their own) keep them.
+    #[test]
+    fn rxm_over_provider_keys_is_not_asked_for_atomics() {
+        let keys_of_the_provider =
+            MrPlan::from_mr_mode(FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY)
+                .unwrap();
+        let keys_of_ours = MrPlan::from_mr_mode(0).unwrap();
+        let why = atomics_refused("verbs;ofi_rxm", keys_of_the_provider).unwrap();
+        assert!(why.contains("registration"), "{why}");
+        // Any core under rxm that picks keys, named or not.
+        assert!(atomics_refused("psm3;ofi_rxm", keys_of_the_provider).is_some());
+        for (name, plan) in [
+            ("tcp;ofi_rxm", keys_of_ours),
+            ("shm", MrPlan::from_mr_mode(FI_MR_VIRT_ADDR).unwrap()),
+            ("efa", keys_of_the_provider),
+            (
+                "cxi",
+                MrPlan::from_mr_mode(FI_MR_ENDPOINT | FI_MR_ALLOCATED | FI_MR_PROV_KEY).unwrap(),
+            ),
+            ("verbs;ofi_rxd", keys_of_the_provider),
+        ] {
+            assert_eq!(atomics_refused(name, plan), None, "{name}");
+        }
+        // What Fabric::open does with it: verbs;ofi_rxm leaves the atomics tier, so the
+        // richest request it is taken with is RMA's, on a RoCE host as with none named.
+        let all = [
+            ("verbs;ofi_rxm", keys_of_the_provider),
+            ("tcp;ofi_rxm", keys_of_ours),
+            ("shm", keys_of_ours),
+        ];
+        let answers: Vec<Vec<String>> = REQUESTS
+            .iter()
+            .map(|&request| {
+                all.iter()
+                    .filter(|(name, plan)| askable(request, name, *plan))
+                    .map(|(name, _)| name.to_string())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(answers[0], ["tcp;ofi_rxm", "shm"]);
+        let roce = answers;
+        for wanted in [Some("verbs"), None] {
+            let (tier, at) = pick_granted(&roce, wanted, true).unwrap();
+            assert_eq!(roce[tier][at], "verbs;ofi_rxm");
+            let granted = Granted::of(REQUESTS[tier]);
+            assert!(granted.remote_write && granted.remote_read && !granted.atomics);
+        }
+        assert_eq!(pick_granted(&roce, Some("tcp"), false), Some((0, 0)));
     }
 
     #[test]
