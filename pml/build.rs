@@ -142,6 +142,8 @@ mod ucx {
         "ucp_get_nbx",
         "ucp_atomic_op_nbx",
         "ucp_ep_flush_nbx",
+        "ucp_dt_create_generic",
+        "ucp_dt_destroy",
     ];
 
     const TYPES: &[&str] = &[
@@ -158,6 +160,7 @@ mod ucx {
         "ucp_mem_map_params_field",
         "ucp_atomic_op_t",
         "ucp_dt_type",
+        "ucp_dt_iov_t",
     ];
 
     const CONSTANTS: &[&str] = &["UCP_API_MAJOR", "UCP_API_MINOR"];

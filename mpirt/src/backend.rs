@@ -583,6 +583,10 @@ impl Waiting for AnyPml {
         on_pml!(self, p => p.spin_budget())
     }
 
+    fn configured_spin(&self) -> Duration {
+        on_pml!(self, p => p.configured_spin())
+    }
+
     fn check_peers(&mut self, idle: Duration) -> Result<(), PmlError> {
         on_pml!(self, p => p.check_peers(idle))
     }
@@ -629,6 +633,7 @@ fn open_ucx(wireup: &mut dyn Wireup, config: &EngineConfig) -> Result<UcxPml, En
         &UcxConfig {
             spin: config.spin,
             detect_peer_failure,
+            iov_min_block: config.ucx_iov_min_block,
         },
     )?;
     if config.verbose {

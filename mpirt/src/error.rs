@@ -84,7 +84,8 @@ pub enum Cause {
         expected: usize,
         got: usize,
     },
-    /// A peer's part of a collective was not as long as this rank's buffers say.
+    /// A peer's part of a collective was not as long as this rank's buffers say (none at all
+    /// also where the peer failed earlier in the call and passes no data on).
     LengthDisagrees {
         peer: Rank,
         expected: usize,
@@ -281,6 +282,16 @@ impl fmt::Display for Cause {
                 expected,
                 got,
             } => write!(f, "{what} holds {got} elements where {expected} are needed"),
+            Cause::LengthDisagrees {
+                peer,
+                expected,
+                got: 0,
+            } => write!(
+                f,
+                "rank {peer} sent 0 bytes where this rank expected {expected}: the ranks' \
+                 counts disagree, or rank {peer} failed earlier in this call and passes no data \
+                 on (its own error says why)"
+            ),
             Cause::LengthDisagrees {
                 peer,
                 expected,

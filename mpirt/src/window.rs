@@ -1850,15 +1850,6 @@ fn signature(name: &str) -> u64 {
     })
 }
 
-/// The bytes /dev/shm has free, if it can tell.
-fn shm_room() -> Option<u64> {
-    // SAFETY: `statvfs` is plain data, for which zero bytes are a value.
-    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a NUL-terminated path and a `statvfs` the call may write.
-    let ok = unsafe { libc::statvfs(c"/dev/shm".as_ptr(), &mut stats) } == 0;
-    ok.then(|| stats.f_bavail as u64 * stats.f_frsize as u64)
-}
-
 /// Which paths windows may take (`MPIRT_WINDOW_PATH`): `shared_memory` or nothing, every
 /// path (the shared-memory one where every rank maps the memory); `rdma`, RDMA where the
 /// transport does it, else messages (never the mapping); `messages`, every operation as a
@@ -1949,11 +1940,9 @@ fn map_shared<C: Communicator>(
         static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let text = format!("mpirt-{job}-win-{}-{n}", std::process::id());
-        // The file is sparse: a window larger than /dev/shm has room for would be mapped,
-        // and fail with SIGBUS when its pages are touched. Such a window stays private.
-        if shm_room().is_some_and(|room| room >= bytes as u64) {
-            map = SharedMapping::create(&text, bytes).ok();
-        }
+        // A window larger than /dev/shm has room for is refused here (the file's pages are
+        // allocated at its creation): such a window stays private.
+        map = SharedMapping::create(&text, bytes).ok();
         if map.is_some() {
             if text.len() < NAME {
                 name[..text.len()].copy_from_slice(text.as_bytes());

@@ -1973,18 +1973,23 @@ fn segment_errors(world: &SimpleCommunicator) {
         report(&what, root.try_broadcast_into(&mut buf[..]));
         check(&what);
     }
-    // The last rank's receive buffer is one block short: it refuses its arguments, which the
-    // others see in the first round.
+    relay_errors(world);
     let n = size as usize;
-    let block = 8192;
-    let send: Vec<u8> = (0..n * block).map(|i| byte(rank, i)).collect();
-    let short = if rank == last { n - 1 } else { n };
-    let mut got = vec![0u8; short * block];
-    report(
-        "all_to_all, short receiver",
-        world.try_all_to_all_into(&send[..], &mut got[..]),
-    );
-    check("all_to_all, short receiver");
+    if env::var_os(SPREAD).is_none() {
+        // The last rank's receive buffer is one block short: it refuses its arguments, which
+        // the others see in the area's first round (by messages, where the ranks are
+        // hierarchical, a rank that refuses its arguments takes no part: the test side says
+        // so).
+        let block = 8192;
+        let send: Vec<u8> = (0..n * block).map(|i| byte(rank, i)).collect();
+        let short = if rank == last { n - 1 } else { n };
+        let mut got = vec![0u8; short * block];
+        report(
+            "all_to_all, short receiver",
+            world.try_all_to_all_into(&send[..], &mut got[..]),
+        );
+        check("all_to_all, short receiver");
+    }
     for (given, taken) in [(16384, 16385), (4096, 8192)] {
         let what = format!("all_to_all {given} vs {taken}");
         let block = if rank == last { taken } else { given };
@@ -1993,6 +1998,76 @@ fn segment_errors(world: &SimpleCommunicator) {
         report(&what, world.try_all_to_all_into(&send[..], &mut got[..]));
         check(&what);
     }
+}
+
+/// Set for `segment-errors` where its all-to-alls go by messages.
+const SPREAD: &str = "MPIRT_TEST_SPREAD";
+
+/// The binomial tree's parent of rank `v` (not 0) under root 0: `v` less its lowest set bit.
+fn tree_parent(v: u32) -> u32 {
+    v & (v - 1)
+}
+
+/// Relays by messages (immediate calls go by messages on every placement) whose length
+/// disagrees with the others': a broadcast tree's relay (rank size / 2, which passes the
+/// root's vector to the ranks above it), a reduction tree's (which passes its children's
+/// sums on to the root), and on 8 ranks a long broadcast's (scattered down the tree, then
+/// passed round a ring). Each rank that finishes a broadcast holds the root's bytes; the
+/// reduction's root must fail.
+fn relay_errors(world: &SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    let relay = size / 2;
+    let root = world.process_at_rank(0);
+    let mut broadcasts = vec![
+        ("relayed broadcast", 65536, 40000),
+        ("relayed broadcast", 65536, 65537),
+    ];
+    if size >= 8 {
+        // Past 512 KiB on 8 ranks: scattered, then all-gathered round a ring.
+        broadcasts.push(("scattered broadcast", 1 << 20, (1 << 20) - 8));
+    }
+    for (how, sent, read) in broadcasts {
+        let what = format!("{how} {sent} vs {read}");
+        let len = if rank == relay { read } else { sent };
+        let mut buf: Vec<u8> = match rank {
+            0 => (0..len).map(|i| byte(0, i)).collect(),
+            _ => vec![0; len],
+        };
+        let result = request::scope(|scope| {
+            root.immediate_broadcast_into(scope, &mut buf[..])
+                .try_wait()
+                .map(drop)
+        });
+        if result.is_ok() {
+            assert!(
+                buf.iter().enumerate().all(|(i, &b)| b == byte(0, i)),
+                "{what}: rank {rank} finished without the root's bytes"
+            );
+        }
+        report_outcome(rank, &what, result);
+        check_in_step(world, &what);
+    }
+    let what = "relayed reduce";
+    let len = if rank == relay { 1001 } else { 1000 };
+    let mine: Vec<i32> = (0..len).map(|i| rank * 1000 + i).collect();
+    let mut sum = vec![0i32; len as usize];
+    let result = request::scope(|scope| match rank {
+        0 => {
+            let done = root
+                .immediate_reduce_into_root(scope, &mine[..], &mut sum[..], SystemOperation::sum())
+                .try_wait();
+            if done.is_ok() {
+                panic!("{what}: the root finished without rank {relay}'s vector");
+            }
+            done.map(drop)
+        }
+        _ => root
+            .immediate_reduce_into(scope, &mine[..], SystemOperation::sum())
+            .try_wait()
+            .map(drop),
+    });
+    report_outcome(rank, what, result);
+    check_in_step(world, what);
 }
 
 // ---- the test side ----
@@ -2661,22 +2736,38 @@ fn a_rank_refusing_its_arguments_to_a_collective_without_a_root_keeps_the_area_i
 }
 
 /// The segmented broadcast's and the all-to-all's rounds fail on every rank alike when the
-/// last rank's length disagrees or it refuses its arguments, and leave the area in step.
+/// last rank's length disagrees or it refuses its arguments, and leave the area in step;
+/// across hosts, where they go by messages, only the ranks whose receives disagree fail. A
+/// relay by messages whose length disagrees fails, and so does every rank below it, naming
+/// the rank it heard from, rather than wait; the others finish with the root's bytes.
 #[test]
 fn lengths_disagreeing_in_segmented_calls_are_an_error() {
-    if common::spread_over_hosts() {
-        // The segmented paths are one host's shared area; across hosts a broadcast goes by
-        // messages down a tree, where a rank whose receive is too short fails without passing
-        // the message on, and the ranks below it wait (issue 23's notes).
-        println!("the segmented calls' disagreeing lengths are checked on one host only");
-        return;
-    }
     let disagree = "the ranks' counts disagree";
     let refused = "refused its arguments to this call (its own error says why)";
+    let passes_nothing = |peer: u32| {
+        format!("the ranks' counts disagree, or rank {peer} failed earlier in this call")
+    };
+    // Where one area serves every rank (one host; 4 ranks across the test hosts, one a host,
+    // whose /dev/shm is shared) it takes the broadcasts up to its limit and the all-to-alls,
+    // naming the root or the ranks' whole lengths; 8 ranks across the hosts, 2 a host, are
+    // hierarchical, where these broadcasts and the all-to-alls go by messages (down the
+    // binomial tree, naming the rank a receive came from; in pairs, block by block).
+    let spread = common::spread_over_hosts();
     for size in [4, 8] {
-        let (out, _) = ok_job_with(size, "segment-errors", &[]);
+        let by_messages = spread && size == 8;
+        let envs: &[(&str, &str)] = if by_messages { &[(SPREAD, "1")] } else { &[] };
+        if by_messages {
+            println!(
+                "{size} ranks: skipped the all-to-all whose last rank's receive buffer is short: \
+                 by messages a rank that refuses its arguments takes no part, and the others \
+                 would wait for it"
+            );
+        }
+        let (out, _) = ok_job_with(size, "segment-errors", envs);
         let (n, last) = (size as usize, size - 1);
         let mut expected = vec![];
+        // A line of the job's, or one of two where the path decides which rank is named.
+        let mut either = vec![];
         for (sent, read) in [
             (65536, 40000),
             (65536, 4096),
@@ -2690,30 +2781,89 @@ fn lengths_disagreeing_in_segmented_calls_are_an_error() {
                 continue;
             }
             expected.extend((0..last).map(|rank| format!("{what}: rank {rank}: ok")));
-            expected.push(if sent == 65537 {
-                // Past the area's 64 KiB on 4 ranks: by messages, the receive too short.
-                format!("{what}: rank {last}: broadcast_into: message truncated: the message")
-            } else {
+            let named = |peer: u32| {
                 format!(
-                    "{what}: rank {last}: broadcast_into: rank 0 sent {sent} bytes where this \
-                     rank expected {read}: {disagree}"
+                    "{what}: rank {last}: broadcast_into: rank {peer} sent {sent} bytes where \
+                     this rank expected {read}: {disagree}"
                 )
-            });
+            };
+            either.push([named(0), named(tree_parent(last))]);
         }
-        let what = "all_to_all, short receiver";
+        for (how, sent, read) in [
+            ("relayed broadcast", 65536, 40000),
+            ("relayed broadcast", 65536, 65537),
+        ] {
+            let what = format!("{how} {sent} vs {read}");
+            let relay = size / 2;
+            expected.extend((0..relay).map(|rank| format!("{what}: rank {rank}: ok")));
+            expected.push(format!(
+                "{what}: rank {relay}: immediate_broadcast_into: rank 0 sent {sent} bytes where \
+                 this rank expected {read}: {disagree}"
+            ));
+            expected.extend((relay + 1..size).map(|rank| {
+                let parent = tree_parent(rank);
+                format!(
+                    "{what}: rank {rank}: immediate_broadcast_into: rank {parent} sent 0 bytes \
+                     where this rank expected {sent}: {}",
+                    passes_nothing(parent)
+                )
+            }));
+        }
+        if size >= 8 {
+            // Rank 4's part of the scatter is the second half of its own length.
+            let (sent, read) = (1 << 20, (1 << 20) - 8);
+            let what = format!("scattered broadcast {sent} vs {read}");
+            expected.push(format!(
+                "{what}: rank 4: immediate_broadcast_into: rank 0 sent {} bytes where this \
+                 rank expected {}: {disagree}",
+                sent / 2,
+                read - read / 2
+            ));
+            for rank in 0..size {
+                let failed = format!("{what}: rank {rank}: immediate_broadcast_into: rank ");
+                assert!(
+                    out.contains(&failed),
+                    "{size} ranks: missing {failed:?} in\n{out}"
+                );
+            }
+        }
+        let (relay, what) = (size / 2, "relayed reduce");
         expected.push(format!(
-            "{what}: rank {last}: all_to_all_into: the receive buffer holds"
+            "{what}: rank 0: immediate_reduce_into_root: rank {relay} sent 0 bytes where this \
+             rank expected 4000: {}",
+            passes_nothing(relay)
         ));
-        expected
-            .extend((0..last).map(|rank| {
+        expected.push(format!(
+            "{what}: rank {relay}: immediate_reduce_into: rank {} sent 4000 bytes where this \
+             rank expected 4004: {disagree}",
+            relay + 1
+        ));
+        expected.extend(
+            (1..size)
+                .filter(|&rank| rank != relay)
+                .map(|rank| format!("{what}: rank {rank}: ok")),
+        );
+        if !by_messages {
+            let what = "all_to_all, short receiver";
+            expected.push(format!(
+                "{what}: rank {last}: all_to_all_into: the receive buffer holds"
+            ));
+            expected.extend((0..last).map(|rank| {
                 format!("{what}: rank {rank}: all_to_all_into: rank {last} {refused}")
             }));
+        }
         for (given, taken) in [(16384, 16385), (4096, 8192)] {
             let what = format!("all_to_all {given} vs {taken}");
-            let (given, taken) = (n * given, n * taken);
+            // The area compares whole lengths against rank 0's; pairs by messages compare
+            // blocks, the last rank's first receive coming from the rank before it.
+            let (given, taken, first) = if by_messages {
+                (given, taken, last - 1)
+            } else {
+                (n * given, n * taken, 0)
+            };
             expected.push(format!(
-                "{what}: rank {last}: all_to_all_into: rank 0 sent {given} bytes where this \
-                 rank expected {taken}: {disagree}"
+                "{what}: rank {last}: all_to_all_into: rank {first} sent {given} bytes where \
+                 this rank expected {taken}: {disagree}"
             ));
             expected.extend((0..last).map(|rank| {
                 format!(
@@ -2726,6 +2876,12 @@ fn lengths_disagreeing_in_segmented_calls_are_an_error() {
             assert!(
                 out.contains(&line),
                 "{size} ranks: missing {line:?} in\n{out}"
+            );
+        }
+        for lines in either {
+            assert!(
+                lines.iter().any(|line| out.contains(line)),
+                "{size} ranks: missing {lines:?} in\n{out}"
             );
         }
         assert!(!out.contains("all_reduce after"), "{size} ranks: {out}");

@@ -957,10 +957,10 @@ fn block_reads(
 ) -> (Vec<(&'static str, String)>, bool) {
     let asked = common::test_pml() == "native" && !common::spread_over_hosts();
     if asked {
+        // Every read into a view lands in its blocks: those of blocks shorter than
+        // MPIRT_SHM_IN_PLACE_MIN_BLOCK by their copy loops (the default, 4 KiB, so most views
+        // here), longer ones a copy or an iovec a block (`cma` sets it to 1: every view so).
         wire.push((BLOCK_READS, how.to_string()));
-        // Every view in place, however short its blocks (reads of short blocks outside the
-        // arena are otherwise staged and unpacked).
-        wire.push(("MPIRT_SHM_IN_PLACE_MIN_BLOCK", "1".to_string()));
     } else {
         println!("the reads into views' blocks are not checked: the ranks are on other hosts or the PML is not native");
     }
@@ -1013,6 +1013,24 @@ fn random_layouts_match_the_serial_model_on_shared_memory_by_cma() {
 #[test]
 fn random_layouts_match_the_serial_model_over_tcp() {
     let out = ok(3, "layouts", &tcp());
+    assert_eq!(out.matches("layouts ok").count(), 3, "{out}");
+}
+
+/// On the UCX PML a non-contiguous buffer goes to UCX in place: as UCX's iov datatype where
+/// its blocks average `MPIRT_UCX_IOV_MIN_BLOCK` bytes or more, else as its generic datatype,
+/// which the other tests' short blocks take. Here every layout goes as an iov, however short
+/// its blocks.
+#[test]
+fn random_layouts_match_the_serial_model_through_ucx_iovs() {
+    if common::test_pml() != "ucx" {
+        println!("UCX's iov datatype not tested: the PML is not UCX (MPIRT_TEST_PML=ucx)");
+        return;
+    }
+    let out = ok(
+        3,
+        "layouts",
+        &[("MPIRT_UCX_IOV_MIN_BLOCK", "1".to_string())],
+    );
     assert_eq!(out.matches("layouts ok").count(), 3, "{out}");
 }
 

@@ -3,30 +3,46 @@
 # beside its C twin (compare/halo_column.c) on Open MPI and on MPICH (Debian's packages):
 # interleaved, repeated, medians per size and the paired ratio mpirt / Open MPI (each
 # repeat's mpirt run against the Open MPI run beside it).
-#   osu-benches/compare/halo.sh [-r REPEATS] [-o OUTDIR] [-t] [-x MPIRT_BINARY]
+#   osu-benches/compare/halo.sh [-r REPEATS] [-o OUTDIR] [-t] [-u] [-x MPIRT_BINARY]
 # -t: between the test hosts host1 and host2 over TCP (../shared/testhosts/ssh-hosts, or
 #     $MPIRT_SSH_HOSTS, left up), as run.sh -t runs osu_bw, instead of two ranks on this host.
-# -x: another halo_column build to run beside this checkout's (a baseline), as "mpirt-base".
+# -u: mpirt on its UCX PML (rsrun --pml ucx, built with the ucx feature into target/ucx, as
+#     compare/ucx.sh builds it) and Open MPI on its pml ucx, both on UCX_TLS as the caller
+#     sets it (UCX's own choice where unset); MPICH as ever.
+# -x: another halo_column build to run beside this checkout's (a baseline), as "mpirt-base"
+#     (with -u, one built with the ucx feature).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repeats=3
 out=
 tcp=
+ucx=
 base=
-while getopts "r:o:tx:" opt; do
+while getopts "r:o:tux:" opt; do
     case $opt in
         r) repeats=$OPTARG ;;
         o) out=$OPTARG ;;
         t) tcp=1 ;;
+        u) ucx=1 ;;
         x) base=$(realpath "$OPTARG") ;;
-        *) echo "usage: $0 [-r REPEATS] [-o OUTDIR] [-t] [-x MPIRT_BINARY]" >&2; exit 2 ;;
+        *) echo "usage: $0 [-r REPEATS] [-o OUTDIR] [-t] [-u] [-x MPIRT_BINARY]" >&2; exit 2 ;;
     esac
 done
-out=${out:-target/halo${tcp:+-tcp}}
+if [ -n "$tcp" ] && [ -n "$ucx" ]; then
+    echo "$0: -t and -u together are not supported (-t runs Open MPI on ob1's TCP)" >&2
+    exit 2
+fi
+out=${out:-target/halo${tcp:+-tcp}${ucx:+-ucx}}
 mkdir -p "$out"
 out=$(realpath "$out")
-cargo build --release -q -p launcher -p osu-benches --bin rsrun --bin halo_column
-bin=$(realpath target/release)
+if [ -n "$ucx" ]; then
+    CARGO_TARGET_DIR=target/ucx cargo build --release -q -p launcher -p osu-benches \
+        --features osu-benches/ucx --bin rsrun --bin halo_column
+    bin=$(realpath target/ucx/release)
+else
+    cargo build --release -q -p launcher -p osu-benches --bin rsrun --bin halo_column
+    bin=$(realpath target/release)
+fi
 mpicc.openmpi -O2 -o "$out/halo.ompi" osu-benches/compare/halo_column.c
 mpicc.mpich -O2 -o "$out/halo.mpich" osu-benches/compare/halo_column.c
 if [ -n "$tcp" ]; then
@@ -48,6 +64,12 @@ else
     ompi=(mpirun.openmpi --allow-run-as-root -n 2)
     mpich=(mpiexec.mpich -n 2)
     rsrun=("$bin/rsrun" --bind-to core -n 2)
+fi
+if [ -n "$ucx" ]; then
+    # Open MPI 4.1's pml ucx declines shared memory and TCP unless told to take any
+    # transport (pml_ucx_tls, pml_ucx_devices), as compare/ucx.sh runs it.
+    ompi+=(--mca pml ucx --mca osc ^ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS)
+    rsrun+=(--pml ucx)
 fi
 # Keeps "size MB/s" lines only.
 figures() { awk '/^[0-9]/ {print $1, $2}'; }
@@ -78,7 +100,11 @@ for rt in runtimes:
             size, mbs = line.split()
             runs.setdefault((rt, int(size)), {})[r] = float(mbs)
 sizes = sorted({s for (_, s) in runs})
-head = ["size"] + [f"{rt} MB/s" for rt in runtimes] + ["mpirt/ompi (paired median)"]
+# Each repeat's mpirt run against the run of the other beside it: Open MPI, and the baseline
+# where -x gave one.
+against = ["ompi"] + [rt for rt in runtimes if rt == "mpirt-base"]
+head = ["size"] + [f"{rt} MB/s" for rt in runtimes]
+head += [f"mpirt/{other} (paired median)" for other in against]
 print("| " + " | ".join(head) + " |")
 print("|" + "---|" * len(head))
 for s in sizes:
@@ -86,8 +112,10 @@ for s in sizes:
     for rt in runtimes:
         v = runs.get((rt, s), {})
         row.append(f"{statistics.median(v.values()):.0f}" if v else "-")
-    m, o = runs.get(("mpirt", s), {}), runs.get(("ompi", s), {})
-    ratios = [m[r] / o[r] for r in m if r in o and o[r] > 0]
-    row.append(f"{statistics.median(ratios):.2f}" if ratios else "-")
+    m = runs.get(("mpirt", s), {})
+    for other in against:
+        o = runs.get((other, s), {})
+        ratios = [m[r] / o[r] for r in m if r in o and o[r] > 0]
+        row.append(f"{statistics.median(ratios):.2f}" if ratios else "-")
     print("| " + " | ".join(row) + " |")
 EOF

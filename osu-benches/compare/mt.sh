@@ -59,5 +59,14 @@ median() {
 echo "# $(lscpu | grep 'Model name' | sed 's/ \+/ /g'); load: $(cut -d' ' -f1-3 /proc/loadavg); $repeats runs interleaved, medians"
 echo "# osu_latency_mt -t $lat_threads, latency (us)"
 join <(median latency.mpirt) <(median latency.ompi) | awk 'BEGIN {printf "%-10s%14s%14s\n", "# Size", "mpirt", "Open MPI"} {printf "%-10s%14.2f%14.2f\n", $1, $2, $3}'
+# Each repeat's latency per size, in run order: the medians above hide how a size's repeats
+# spread, which is where a stall in a run shows.
+every() {
+    for ((r = 1; r <= repeats; r++)); do cat "$out/$1.$r"; done |
+        awk '!/^#/ && NF { v[$1] = v[$1] " " $NF } END { for (s in v) print s, v[s] }' | sort -n
+}
+echo "# osu_latency_mt -t $lat_threads, latency (us), each repeat: mpirt | Open MPI"
+join <(every latency.mpirt) <(every latency.ompi) |
+    awk -v n="$repeats" '{printf "%-10s", $1; for (i = 2; i <= n + 1; i++) printf " %7.2f", $i; printf "  |"; for (i = n + 2; i <= 2 * n + 1; i++) printf " %7.2f", $i; print ""}'
 echo "# osu_mbw_mr_mt -t $rate_threads, messages/s"
 join <(median rate.mpirt) <(median rate.ompi) | awk 'BEGIN {printf "%-10s%14s%14s\n", "# Size", "mpirt", "Open MPI"} {printf "%-10s%14.0f%14.0f\n", $1, $2, $3}'

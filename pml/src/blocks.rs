@@ -349,6 +349,98 @@ impl Blocks {
         }
     }
 
+    /// This description of a peer's send as this process sees it through a mapping of the
+    /// peer's memory: its first element at `base` here, its block list `list` (read out of
+    /// the peer and checked by [`check_list`](Self::check_list)), so that the copy loops here
+    /// ([`pack_range_into`](Self::pack_range_into), [`copy_column_into`](Self::copy_column_into))
+    /// read it where it is mapped.
+    pub fn mapped_at(&self, base: u64, list: &[Block]) -> Blocks {
+        Blocks {
+            base,
+            blocks: list.as_ptr() as u64,
+            n_blocks: list.len() as u64,
+            ..*self
+        }
+    }
+
+    /// Copies the first `len` packed bytes of these blocks into the first `len` of `dst`'s,
+    /// where both lay out one block an element, of the same length (a column into a column,
+    /// as a halo exchange sends and receives one): one copy, a block of 4, 8 or 16 bytes
+    /// being one load and one store of that constant size, as in `copy_range`. `false`,
+    /// copying nothing, for other layouts.
+    ///
+    /// # Safety
+    /// Both descriptions made in this process ([`new`](Self::new), or
+    /// [`mapped_at`](Self::mapped_at) over a mapping), their block lists alive, these
+    /// elements' blocks readable and `dst`'s writable and apart from them, `len` at most
+    /// either's [`len`](Self::len).
+    pub unsafe fn copy_column_into(&self, dst: &Blocks, len: usize) -> bool {
+        // SAFETY: this function's contract.
+        let (from, into) = unsafe { (self.local_list(), dst.local_list()) };
+        let ([from], [into]) = (from, into) else {
+            return false;
+        };
+        if from.len != into.len {
+            return false;
+        }
+        // SAFETY (each arm): this function's contract, the blocks' one length `from.len`.
+        unsafe {
+            match from.len {
+                8 => self.copy_column::<8>(dst, *from, *into, len),
+                16 => self.copy_column::<16>(dst, *from, *into, len),
+                4 => self.copy_column::<4>(dst, *from, *into, len),
+                _ => self.copy_column::<0>(dst, *from, *into, len),
+            }
+        }
+        true
+    }
+
+    /// [`copy_column_into`](Self::copy_column_into)'s loop: whole blocks of `N` bytes copied
+    /// as a constant size (none where `N` is 0, or where the blocks are not `N` long).
+    ///
+    /// # Safety
+    /// As for `copy_column_into`, `from` and `into` the two lists' one block, of one length.
+    #[inline(always)]
+    unsafe fn copy_column<const N: usize>(
+        &self,
+        dst: &Blocks,
+        from: Block,
+        into: Block,
+        len: usize,
+    ) {
+        let block = from.len;
+        if len == 0 || block == 0 {
+            return;
+        }
+        let mut src = self.base.wrapping_add(from.offset as u64);
+        let mut to = dst.base.wrapping_add(into.offset as u64);
+        for _ in 0..len / block {
+            // SAFETY: a whole block of each side's next element, within their `len` packed
+            // bytes: readable, and writable apart from it (this function's contract).
+            unsafe {
+                let (s, d) = (src as usize as *const u8, to as usize as *mut u8);
+                if block == N {
+                    std::ptr::copy_nonoverlapping(s, d, N);
+                } else {
+                    bulk_copy::copy_nonoverlapping(s, d, block);
+                }
+            }
+            src = src.wrapping_add(self.extent);
+            to = to.wrapping_add(dst.extent);
+        }
+        let tail = len % block;
+        if tail > 0 {
+            // SAFETY: the front of the next block on each side, where the `len` bytes end.
+            unsafe {
+                bulk_copy::copy_nonoverlapping(
+                    src as usize as *const u8,
+                    to as usize as *mut u8,
+                    tail,
+                )
+            };
+        }
+    }
+
     /// [`runs`](Self::runs) without merging blocks that touch: a block (or its part in the
     /// range) at a time, cheaper to walk, for copies block by block.
     pub fn pieces<'a>(&self, list: &'a [Block], start: usize, len: usize) -> Pieces<'a> {
@@ -545,6 +637,46 @@ mod tests {
     }
 
     proptest! {
+        /// A column copied into a column (one block an element on both sides, of the same
+        /// length: constant-size copies for 4, 8 and 16 bytes, others by `bulk_copy`), any
+        /// prefix of it, lands as an unpack of its pack would put it, the gaps keeping their
+        /// guard; a destination whose block differs in length is refused, untouched.
+        #[test]
+        fn a_column_copied_into_a_column_is_its_pack_unpacked(
+            pick in 0usize..6,
+            from in (0usize..8, 0usize..20),
+            into in (0usize..8, 0usize..20),
+            count in 1usize..40,
+            cut in 0usize..1000,
+        ) {
+            const GUARD: u8 = 0xEE;
+            let block = [1, 3, 4, 8, 16, 24][pick];
+            let (sextent, dextent) = (from.0 + block + from.1, into.0 + block + into.1);
+            let source: Vec<u8> = (0..sextent * count).map(|i| (i * 7 % 251) as u8).collect();
+            let slist = [Block { offset: from.0, len: block }];
+            let sent = Blocks::new(source.as_ptr(), count, sextent, &slist).unwrap();
+            let packed = pack(&sent);
+            let len = cut % (packed.len() + 1);
+            let dlist = [Block { offset: into.0, len: block }];
+            let mut expected = vec![GUARD; dextent * count];
+            let reference = Blocks::new(expected.as_mut_ptr(), count, dextent, &dlist).unwrap();
+            // SAFETY: the description lies within `expected`, borrowed by nothing else for
+            // the call; the packed bytes are a buffer of their own.
+            unsafe { reference.unpack_range_from(0, &packed[..len]) };
+            let mut landed = vec![GUARD; dextent * count];
+            let longer = [Block { offset: into.0, len: block + 1 }];
+            let other = Blocks::new(landed.as_mut_ptr(), count, dextent + 1, &longer).unwrap();
+            // SAFETY: refused before any block is touched.
+            let refused = !unsafe { sent.copy_column_into(&other, len) };
+            prop_assert!(refused);
+            let target = Blocks::new(landed.as_mut_ptr(), count, dextent, &dlist).unwrap();
+            // SAFETY: both descriptions lie within their live buffers and lists, apart; `len`
+            // is at most either's bytes.
+            let copied = unsafe { sent.copy_column_into(&target, len) };
+            prop_assert!(copied);
+            prop_assert_eq!(landed, expected);
+        }
+
         /// Any range of the packed bytes, walked as runs, packed or unpacked, is that range
         /// of a serial pack; an unpack writes no byte outside the range's. `single` forces
         /// a list of one 4-, 8- or 16-byte block (the constant-size copies).

@@ -29,9 +29,13 @@ pub struct EngineConfig {
     /// The shortest mean block of a non-contiguous send, outside the shared arena, that a
     /// receiver reads in place with process_vm_readv (one iovec a block, each pinning the
     /// pages it covers); sends of shorter blocks are packed. Likewise the shortest mean block
-    /// of a receive that a contiguous send outside the arena is read into in place; shorter
-    /// ones are read whole into a staging buffer and unpacked.
+    /// of a receive that a read fills a copy or an iovec a block; shorter ones are filled by
+    /// the layout's copy loop, in one pass from the sender's arena or a window at a time.
     pub shm_in_place_min_block: usize,
+    /// On the UCX PML, the shortest mean block of a non-contiguous buffer handed to UCX as an
+    /// iov of its runs; shorter ones go as UCX's generic datatype, packed and unpacked by
+    /// callbacks straight into and out of UCX's buffers.
+    pub ucx_iov_min_block: usize,
     /// Largest message sent eagerly over TCP.
     pub tcp_eager_limit: usize,
     /// Which interfaces or subnets TCP uses (`--tcp-if`): names and subnets, comma-separated;
@@ -88,6 +92,7 @@ impl Default for EngineConfig {
             shm_eager_limit: 64 << 10,
             shm_arena_eager_limit: 4 << 10,
             shm_in_place_min_block: 4 << 10,
+            ucx_iov_min_block: 4 << 10,
             tcp_eager_limit: 64 << 10,
             tcp_interfaces: String::new(),
             verbs_devices: String::new(),
@@ -178,6 +183,7 @@ impl EngineConfig {
                 "MPIRT_SHM_IN_PLACE_MIN_BLOCK",
                 d.shm_in_place_min_block,
             )?,
+            ucx_iov_min_block: size_var("MPIRT_UCX_IOV_MIN_BLOCK", d.ucx_iov_min_block)?,
             tcp_eager_limit: size_var("MPIRT_TCP_EAGER_LIMIT", d.tcp_eager_limit)?,
             tcp_interfaces: env::var("MPIRT_TCP_IF").unwrap_or_default(),
             verbs_devices: env::var("MPIRT_VERBS_DEV").unwrap_or_default(),

@@ -189,18 +189,15 @@ impl Engine {
         for note in connected.notes {
             description += &format!("; {note}");
         }
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let on_host = job.hosts.iter().filter(|h| *h == job.host()).count();
-        let (spin, yield_for) = if crate::config::shares_cores(on_host) {
-            let yield_for = crate::config::YIELD_FOR;
+        let (spin, yield_for) = job.wait_budgets();
+        if !yield_for.is_zero() {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             description += &format!(
-                "; {on_host} ranks on {cores} cores: waits yield for {} ms, then sleep",
+                "; {} ranks on {cores} cores: waits yield for {} ms, then sleep",
+                job.ranks_on_host(),
                 yield_for.as_millis()
             );
-            (Duration::ZERO, yield_for)
-        } else {
-            (job.config.spin, Duration::ZERO)
-        };
+        }
         if job.config.verbose {
             // One write of the whole line (eprintln! writes each piece of its format on its
             // own), so that a launcher passing output on as it comes (Hydra, mpirun) does not
@@ -322,7 +319,15 @@ impl Engine {
             remote: exposure.key,
             eager_limit: exposure.eager_limit,
         };
-        let h = self.core.post_send(args)?;
+        let h = match self.core.post_send(args) {
+            Ok(h) => h,
+            Err(e) => {
+                if let Some(registration) = exposure.registration {
+                    self.transports[route].release(registration);
+                }
+                return Err(e);
+            }
+        };
         // The frame goes out now: the latency of the next progress call is not its to pay.
         self.flush(peer).map_err(|e| self.stop(e))?;
         Ok(h)
@@ -446,6 +451,7 @@ impl Engine {
         match self.core.take_completion(h)? {
             None => Ok(None),
             Some(Completion::Send { buf, result }) => {
+                // A send a FIN finished gave its registration back then (`progress_round`).
                 if let Some((route, registration)) = buf.registration {
                     self.transports[route].release(registration);
                 }
@@ -531,6 +537,11 @@ impl Engine {
         }
         self.counters.frames_received += received as u64;
         let mut moved = received > 0;
+        while let Some(buf) = self.core.next_pulled_send() {
+            if let Some((route, registration)) = buf.registration.take() {
+                self.transports[route].release(registration);
+            }
+        }
         while let Some(action) = self.core.poll_action() {
             self.perform(action)?;
             moved = true;

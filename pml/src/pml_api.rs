@@ -412,8 +412,26 @@ pub struct Counters {
     /// in blocks (a non-contiguous datatype's), with no staging copy (they count in
     /// `mapped_reads` and `in_place_reads` too where those apply).
     pub block_reads: u64,
+    /// Of `block_reads`, those into a receive whose blocks average under
+    /// `MPIRT_SHM_IN_PLACE_MIN_BLOCK` bytes: filled by the layouts' copy loops (from the
+    /// sender's mapped arena in one pass, else a window at a time through a cache-sized
+    /// scratch), not by a copy or an iovec a block.
+    pub short_block_reads: u64,
+    /// Non-contiguous sends and receives the UCX PML handed to UCX in place, with no staging
+    /// copy, as an iov of their runs (blocks of `MPIRT_UCX_IOV_MIN_BLOCK` bytes or more on
+    /// average, `ucp_dt_make_iov`)...
+    pub ucx_iov_sends: u64,
+    pub ucx_iov_receives: u64,
+    /// ... and as UCX's generic datatype, packed into UCX's buffers and unpacked from them
+    /// by mpirt's callbacks (shorter blocks).
+    pub ucx_generic_sends: u64,
+    pub ucx_generic_receives: u64,
     /// Memory registrations made (RDMA): a buffer sent from again is not registered again.
     pub registrations: u64,
+    /// Send buffers exposed to peers' reads over libfabric and not yet released, now (a
+    /// level, not a running count): a rendezvous send's lasts until the peer's FIN says it
+    /// read the buffer all, or the send is collected if that comes first.
+    pub ofi_exposed: u64,
     /// Sleeps of this rank on its shared-memory futex (a wait that outlasted its spin).
     pub shm_sleeps: u64,
     /// Of those, the sleeps a peer ended by waking this rank.

@@ -374,6 +374,10 @@ pub struct Core<S, R> {
     /// Where remote reads for receives laid out in blocks land when the transport reads
     /// only into contiguous bytes, until they finish and are unpacked.
     read_staging: Vec<(Handle, Vec<u8>)>,
+    /// Rendezvous sends a FIN finished since the engine last asked (`next_pulled_send`): the
+    /// peer reads their buffers no more, so what exposed them is given back now, not when the
+    /// send is collected, which may be much later (a buffered send, a request waited late).
+    pulled: Vec<Handle>,
     /// Eager bytes given back to a peer at once (a quarter of the budget), computed once: the
     /// division is not for every message.
     credit_batch: usize,
@@ -444,6 +448,7 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
             claim: None,
             claim_end: None,
             read_staging: Vec::new(),
+            pulled: Vec::new(),
             credit_batch: config.unexpected_budget / 4,
         }
     }
@@ -870,7 +875,9 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
                 self.send_step(peer, send_request, "FIN", |state| match state {
                     SendState::AwaitPull => Some(SendState::Done(Ok(()))),
                     _ => None,
-                })
+                })?;
+                self.pulled.push(Handle::from_wire(send_request));
+                Ok(())
             }
             Frame::Ack { send_request } => {
                 self.send_step(peer, send_request, "ACK", |state| match state {
@@ -1477,6 +1484,22 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
     }
 
     // ---- completion ----
+
+    /// The buffer of a rendezvous send a FIN finished since the last call and that is not
+    /// collected yet, once each: the peer no longer reads it.
+    pub fn next_pulled_send(&mut self) -> Option<&mut S> {
+        // A send collected since its FIN is stale here: its collection gave it back.
+        let h = loop {
+            let h = self.pulled.pop()?;
+            if self.requests.get(h).is_ok() {
+                break h;
+            }
+        };
+        match self.requests.get_mut(h) {
+            Ok(Request::Send { buf, .. }) => Some(buf),
+            _ => None,
+        }
+    }
 
     pub fn is_complete(&self, h: Handle) -> Result<bool, PmlError> {
         self.requests

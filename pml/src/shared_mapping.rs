@@ -40,7 +40,11 @@ impl SharedMapping {
     }
 
     /// Creates the file `name` under /dev/shm (it must not exist), `len` bytes of zeros that
-    /// only this user may open, and maps it; no file is left if that fails.
+    /// only this user may open, with every page allocated, and maps it; no file is left if
+    /// that fails. The pages are allocated here, not as they are first written: a sized but
+    /// sparse tmpfs file maps fine on a `/dev/shm` too full for it, and the process that
+    /// later touches a page tmpfs cannot give dies of SIGBUS; allocated, such a file is an
+    /// error (`ENOSPC`) at its creation, which the callers turn into a slower path.
     pub fn create(name: &str, len: usize) -> io::Result<SharedMapping> {
         let path = host_path(name)?;
         let file = OpenOptions::new()
@@ -51,6 +55,7 @@ impl SharedMapping {
             .open(&path)?;
         let mapped = file
             .set_len(len as u64)
+            .and_then(|()| allocate(file.as_raw_fd(), len))
             .and_then(|()| SharedMapping::new(file.as_raw_fd(), len));
         if mapped.is_err() {
             let _ = fs::remove_file(&path);
@@ -94,6 +99,20 @@ impl SharedMapping {
     }
 }
 
+/// Gives the first `len` bytes of `fd` their pages. A file system without `fallocate`
+/// (`EOPNOTSUPP`, `EINVAL`: a /dev/shm that is not tmpfs) keeps the file sparse, as before.
+fn allocate(fd: RawFd, len: usize) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: `fd` is an open descriptor of a regular file the caller made; the call only
+    // gives the file's range [0, len) storage (it returns an error number, not -1).
+    match unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) } {
+        0 | libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
 /// The path of the host-shared file `name`, which must be one path component.
 fn host_path(name: &str) -> io::Result<String> {
     if name.is_empty() || name.contains('/') || name.contains('\0') {
@@ -110,5 +129,50 @@ impl Drop for SharedMapping {
         // SAFETY: exactly the range mapped in `new`; its owners hand out no reference into it
         // that outlives the mapping (each says why where it makes one).
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bytes /dev/shm holds in all, used or not.
+    fn shm_size() -> u64 {
+        // SAFETY: `statvfs` is plain data, for which zero bytes are a value.
+        let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a NUL-terminated path and a `statvfs` the call may write.
+        assert_eq!(
+            unsafe { libc::statvfs(c"/dev/shm".as_ptr(), &mut stats) },
+            0
+        );
+        stats.f_blocks as u64 * stats.f_frsize as u64
+    }
+
+    #[test]
+    fn a_file_larger_than_dev_shm_is_refused_at_creation_and_left_nowhere() {
+        // Sparse, this file would map and kill its first writer past /dev/shm's size with
+        // SIGBUS; allocated, it is refused here (tmpfs refuses a range past its size at once,
+        // allocating nothing).
+        let name = format!("mpirt-test-too-large-{}", std::process::id());
+        let len = shm_size() + (1 << 20);
+        let made = SharedMapping::create(&name, len as usize);
+        let error = made.err().expect("a file past /dev/shm's size is refused");
+        assert_eq!(error.raw_os_error(), Some(libc::ENOSPC), "{error}");
+        assert!(!std::path::Path::new(&format!("/dev/shm/{name}")).exists());
+    }
+
+    #[test]
+    fn a_created_file_is_allocated_and_reads_as_zeros() {
+        use std::os::unix::fs::MetadataExt;
+        let name = format!("mpirt-test-allocated-{}", std::process::id());
+        let len = 3 << 12;
+        let map = SharedMapping::create(&name, len).expect("a small /dev/shm file");
+        let blocks = fs::metadata(format!("/dev/shm/{name}")).map(|m| m.blocks());
+        SharedMapping::remove(&name).expect("the file's name goes");
+        // st_blocks counts 512-byte units: every page of the file has its storage.
+        assert!(blocks.expect("the file's metadata") * 512 >= len as u64);
+        // SAFETY: the mapping is `len` bytes long and nothing else writes it.
+        let bytes = unsafe { std::slice::from_raw_parts(map.base().as_ptr(), len) };
+        assert!(bytes.iter().all(|&b| b == 0));
     }
 }

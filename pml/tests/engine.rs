@@ -8,7 +8,7 @@ use std::{env, fs};
 
 use pml::blocks::{Block, Blocks};
 use pml::shared_arena::ARENA_MIN_BYTES;
-use pml::{Done, Engine, EngineConfig, Pml, SendMode, SourceSel, TagSel, TransportChoice};
+use pml::{Done, Engine, EngineConfig, Pml, SendMode, SourceSel, TagSel, TransportChoice, Waiting};
 
 mod ranks_common;
 
@@ -201,6 +201,19 @@ fn everyone_to_everyone(e: &mut Engine) {
     }
 }
 
+/// The spin of a wait with 1 MiB that moves only while the rank polls in flight, where waits
+/// spin `idle` without it: 1 ms or more, and none where the `size` ranks of the job (all on
+/// this host) outnumber the cores, which must not spin at all (`config::shares_cores`).
+fn stretched_spin(idle: Duration, size: u32) -> Duration {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if size as usize > cores && env::var_os("MPIRT_BOUND_CPU").is_none() {
+        assert_eq!(idle, Duration::ZERO, "{size} ranks on {cores} cores spin");
+        Duration::ZERO
+    } else {
+        idle.max(Duration::from_millis(1))
+    }
+}
+
 /// What each rank of the multi-process test does; rank 0 checks.
 fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
     let mut w = DirWireup {
@@ -270,6 +283,41 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
                 buf == pattern(1 << 20, 10),
                 "a buffer sent from memory freed and allocated again arrived wrong"
             );
+            if matches!(mode, Mode::Ofi(..)) {
+                // A read in flight stretches a wait's spin (libfabric moves its bytes only
+                // while this rank polls, reporting none until all are in) up to 1 ms, and no
+                // longer once it completed.
+                let idle = e.spin_budget();
+                let mut buf = vec![0u8; 1 << 20];
+                // SAFETY: `buf` outlives the request, waited for below.
+                let r = unsafe {
+                    e.post_recv(
+                        0,
+                        SourceSel::Rank(1),
+                        TagSel::Tag(41),
+                        buf.as_mut_ptr(),
+                        buf.len(),
+                    )
+                }
+                .unwrap();
+                // The round that starts the read reports nothing of it: a later poll does.
+                let reads = e.counters().remote_reads;
+                while e.counters().remote_reads == reads {
+                    e.progress().unwrap();
+                }
+                assert_eq!(
+                    e.spin_budget(),
+                    stretched_spin(idle, size),
+                    "spin with a 1 MiB read in flight (configured: {idle:?}, {size} ranks)"
+                );
+                e.wait(r).unwrap();
+                assert!(buf == pattern(1 << 20, 11), "the read 1 MiB arrived wrong");
+                assert_eq!(
+                    e.spin_budget(),
+                    idle,
+                    "a finished read still stretches the spin"
+                );
+            }
         }
         // A synchronous send is not complete before its receive is posted.
         let (flag, _) = recv(&mut e, SourceSel::Rank(1), TagSel::Tag(77), 1);
@@ -339,6 +387,34 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
             send(&mut e, 0, 40, &fresh, SendMode::Standard);
             let made = e.counters().registrations - before;
             assert_eq!(made, 1, "registrations for a buffer allocated after a free");
+            if matches!(mode, Mode::Ofi(..)) {
+                // A rendezvous in flight stretches a wait's spin (libfabric moves its bytes
+                // without reporting any) up to 1 ms, and no longer once it completed.
+                let idle = e.spin_budget();
+                let data = pattern(1 << 20, 11);
+                // SAFETY: `data` outlives the request, waited for below.
+                let h = unsafe {
+                    e.post_send(0, 1, 0, 41, SendMode::Standard, data.as_ptr(), data.len())
+                }
+                .unwrap();
+                assert_eq!(
+                    e.spin_budget(),
+                    stretched_spin(idle, size),
+                    "spin with a 1 MiB send exposed (configured: {idle:?}, {size} ranks)"
+                );
+                // The peer's FIN ends the exposure, before the send is collected (a buffered
+                // send is collected only at the next one).
+                while !e.is_complete(h).unwrap() {
+                    e.progress().unwrap();
+                }
+                assert_eq!(
+                    e.spin_budget(),
+                    idle,
+                    "a send the peer finished reading still stretches the spin, uncollected"
+                );
+                assert_eq!(e.wait(h).unwrap(), Done::Sent);
+                assert_eq!(e.spin_budget(), idle, "a collected send stretches the spin");
+            }
         }
         if rank == 1 {
             let data = 200u64.to_le_bytes();
@@ -359,6 +435,11 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
         arena_buffers_reused(&mut e);
     }
     e.flush_all().unwrap();
+    assert_eq!(
+        e.counters().ofi_exposed,
+        0,
+        "send buffers stay exposed after every send was collected"
+    );
 }
 
 /// Rank 1 sends from a heap buffer, frees it and sends from a fresh one that the arena places
@@ -757,11 +838,12 @@ fn random_layout(rng: &mut u64, packed_target: usize) -> (Vec<Block>, usize, usi
 const LAYOUT_EAGER_LIMIT: usize = 4096;
 
 /// The engine of rank `rank` of the two ranks a child's `mode,dir,rank` spec names (`tcp`,
-/// or shared memory), with eager limits of `LAYOUT_EAGER_LIMIT` and
-/// `single_copy(mode, rank)`; the mode and rank.
+/// or shared memory), with eager limits of `LAYOUT_EAGER_LIMIT`, `single_copy(mode, rank)`
+/// and `shm_in_place_min_block` of `in_place_min_block(rank)`; the mode and rank.
 fn layout_test_engine(
     spec: &str,
     single_copy: impl Fn(&str, u32) -> bool,
+    in_place_min_block: impl Fn(u32) -> usize,
 ) -> (String, u32, Engine) {
     let mut parts = spec.splitn(3, ',');
     let (mode, dir, rank) = (
@@ -781,7 +863,7 @@ fn layout_test_engine(
         tcp_eager_limit: LAYOUT_EAGER_LIMIT,
         single_copy: single_copy(mode, rank),
         shared_arena: mode != "shm-no-arena",
-        shm_in_place_min_block: 1,
+        shm_in_place_min_block: in_place_min_block(rank),
         transport: match mode {
             "tcp" => TransportChoice::Tcp,
             _ => TransportChoice::Shm,
@@ -839,8 +921,11 @@ fn non_contiguous_sends_gather_their_blocks() {
     if let Ok(spec) = env::var(GATHERED_ENV) {
         // The receiver, rank 0, does not read its peer's memory; the sender does, and so
         // offers every send to be read in place.
-        let (mode, rank, mut e) =
-            layout_test_engine(&spec, |mode, rank| !(mode == "shm-no-cma" && rank == 0));
+        let (mode, rank, mut e) = layout_test_engine(
+            &spec,
+            |mode, rank| !(mode == "shm-no-cma" && rank == 0),
+            |_| 1,
+        );
         let mode = mode.as_str();
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
         let targets = [100, 4096, 4097, 70_000, 300_000, 5 << 20];
@@ -927,7 +1012,9 @@ const SCATTERED_ENV: &str = "PML_ENGINE_TEST_SCATTERED_RANK";
 /// runs. Over TCP rendezvous data is scattered from the socket into the blocks; on shared
 /// memory eager frames and DATA (CMA off) are unpacked from the ring, and a read (CMA on)
 /// lands in the blocks, from the sender's mapped arena or by process_vm_readv (the arena
-/// off), counted as such. Every case: the blocks hold a serial
+/// off), counted as such, by the layouts' copy loops where the receive's blocks average
+/// under `SHORT_BLOCK` bytes (`short_block_reads`), which some cases' do and some not, and a
+/// halo column last (`a_column_lands_in_a_column`). Every case: the blocks hold a serial
 /// unpack of what was sent, the gaps between them keep their poison and the bytes past the
 /// buffer their guard; some receives are posted after their message arrived (unexpected),
 /// and some layouts are too small (truncated, eager and rendezvous, posted and unexpected:
@@ -935,9 +1022,17 @@ const SCATTERED_ENV: &str = "PML_ENGINE_TEST_SCATTERED_RANK";
 #[test]
 fn non_contiguous_receives_scatter_into_their_blocks() {
     if let Ok(spec) = env::var(SCATTERED_ENV) {
-        let (mode, rank, mut e) = layout_test_engine(&spec, |mode, _| mode != "shm-no-cma");
+        // The sender offers every layout in place (however short its blocks); the receiver
+        // reads into blocks shorter than `SHORT_BLOCK` on average by their copy loops.
+        let (mode, rank, mut e) = layout_test_engine(
+            &spec,
+            |mode, _| mode != "shm-no-cma",
+            |rank| if rank == 0 { SHORT_BLOCK } else { 1 },
+        );
         let mode = mode.as_str();
         let mut rng = 0x2545_f491_4f6c_dd1du64;
+        // Reads into blocks (of long blocks, of short ones).
+        let mut reads_by_length = [0u32; 2];
         let targets = [100, 4096, 4097, 70_000, 300_000, 5 << 20];
         // (rendezvous, unexpected) of each truncated case.
         let mut truncations = std::collections::BTreeSet::<(bool, bool)>::new();
@@ -1016,19 +1111,31 @@ fn non_contiguous_receives_scatter_into_their_blocks() {
             // send's buffer lies in it (`ARENA_MIN_BYTES` or more), else by process_vm_readv
             // (without the arena always; `a_column_lands_in_a_receives_blocks` in
             // shm/in_place.rs reads past `IOV_MAX` runs).
+            // Blocks shorter than `SHORT_BLOCK` on average are filled by the layouts' copy
+            // loops (from the arena in one pass, else a window at a time).
             let after = e.counters();
             let read_into_blocks = mode.starts_with("shm")
                 && mode != "shm-no-cma"
                 && serial.len() > LAYOUT_EAGER_LIMIT;
             let mapped = read_into_blocks && mode == "shm" && source.len() >= ARENA_MIN_BYTES;
+            let short = read_into_blocks && rblocks.mean_block() < SHORT_BLOCK;
             assert_eq!(
                 (
                     after.block_reads - before.block_reads,
-                    after.mapped_reads - before.mapped_reads
+                    after.mapped_reads - before.mapped_reads,
+                    after.short_block_reads - before.short_block_reads,
                 ),
-                (u64::from(read_into_blocks), u64::from(mapped)),
-                "case {case} ({mode}): reads into the receive's blocks, of them from the arena"
+                (
+                    u64::from(read_into_blocks),
+                    u64::from(mapped),
+                    u64::from(short)
+                ),
+                "case {case} ({mode}): reads into the receive's blocks, of them from the \
+                 arena, of them into short blocks"
             );
+            if read_into_blocks {
+                reads_by_length[usize::from(short)] += 1;
+            }
             // A serial unpack of what fits, into a copy of the poisoned buffer.
             let mut expected = vec![POISON; span + 64];
             expected[span..].fill(GUARD);
@@ -1056,6 +1163,14 @@ fn non_contiguous_receives_scatter_into_their_blocks() {
                 );
             }
         }
+        let reads_into_blocks = mode == "shm" || mode == "shm-no-arena";
+        if reads_into_blocks {
+            assert!(
+                rank == 1 || reads_by_length.iter().all(|&n| n > 0),
+                "{mode}: reads into long blocks and into short ones: {reads_by_length:?}"
+            );
+            a_column_lands_in_a_column(&mut e, rank, mode);
+        }
         e.flush_all().unwrap();
         assert_eq!(
             truncations.len(),
@@ -1071,6 +1186,58 @@ fn non_contiguous_receives_scatter_into_their_blocks() {
         &["tcp", "shm", "shm-no-arena", "shm-no-cma"],
         "scattered",
     );
+}
+
+/// The mean block under which `non_contiguous_receives_scatter_into_their_blocks`' receiver
+/// reads into blocks by their copy loops (`short_blocks` in the shared-memory transport).
+const SHORT_BLOCK: usize = 64;
+
+/// The halo exchange's column past the eager limit, 1 MiB (in the sender's arena where it
+/// has one), into a column of a halo matrix (one 8-byte block every 32 bytes on both sides):
+/// one read into short blocks, by one copy a block from the mapped arena (`shm`) or a window
+/// at a time by process_vm_readv (`shm-no-arena`); the halo's other columns keep their guard.
+fn a_column_lands_in_a_column(e: &mut Engine, rank: u32, mode: &str) {
+    const ROWS: usize = 1 << 17;
+    let list = [Block { offset: 8, len: 8 }];
+    let matrix: Vec<u64> = (0..ROWS as u64 * 4).map(|i| i * 5 + 1).collect();
+    if rank == 1 {
+        let blocks = Blocks::new(matrix.as_ptr().cast(), ROWS, 32, &list).unwrap();
+        // SAFETY: the matrix and the description outlive the send, waited for here.
+        let h = unsafe { e.post_send_blocks(0, 1, 0, 77, SendMode::Standard, &blocks) }
+            .unwrap()
+            .expect("a column past the eager limit is sent in place");
+        assert_eq!(e.wait(h).unwrap(), Done::Sent);
+        return;
+    }
+    let halo_list = [Block { offset: 0, len: 8 }];
+    let mut halo = vec![u64::MAX; ROWS * 4];
+    let blocks = Blocks::new(halo.as_mut_ptr().cast::<u8>(), ROWS, 32, &halo_list).unwrap();
+    let before = e.counters();
+    // SAFETY: `halo`, its list and the description outlive the receive, waited for here.
+    let h = unsafe { e.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(77), &blocks) }
+        .unwrap()
+        .expect("the engine lands every receive in its blocks");
+    assert!(matches!(e.wait(h), Ok(Done::Received(st)) if st.len == ROWS * 8));
+    let after = e.counters();
+    assert_eq!(
+        (
+            after.short_block_reads - before.short_block_reads,
+            after.mapped_reads - before.mapped_reads
+        ),
+        (1, u64::from(mode == "shm")),
+        "{mode}: the column's reads into short blocks, of them from the arena"
+    );
+    for (row, four) in halo.chunks(4).enumerate() {
+        assert_eq!(
+            four[0],
+            matrix[row * 4 + 1],
+            "{mode}: row {row} of the halo"
+        );
+        assert!(
+            four[1..].iter().all(|&v| v == u64::MAX),
+            "{mode}: row {row}'s gaps"
+        );
+    }
 }
 
 /// A wire-up directory, removed when dropped, so that a failed assertion leaves none behind.

@@ -18,12 +18,13 @@ use pml::{
 mod ranks_common;
 
 use ranks_common::{
-    every_rank_done, exchange, put_and_read_back, rank0_saw_rank1_die, rma_waited, run_children,
-    swap_windows, wait_for_dead_rank1, DirWireup,
+    every_rank_done, exchange, pattern, put_and_read_back, rank0_saw_rank1_die, rma_waited,
+    run_children, swap_windows, wait_for_dead_rank1, DirWireup,
 };
 
 const DEATH_ENV: &str = "PML_OFI_TEST_DEATH";
 const SLOW_ENV: &str = "PML_OFI_TEST_SLOW";
+const EXPOSED_ENV: &str = "PML_OFI_TEST_EXPOSED";
 /// The peer timeout the dead-peer test opts in to.
 const PEER_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long the slow rank computes: longer than the 10 s after which the transport used to
@@ -41,49 +42,15 @@ fn a_slow_peer_is_not_taken_for_dead() {
         slow_peer_rank(PathBuf::from(it[0]), it[1].parse().unwrap(), it[2]);
         return;
     }
-    two_ranks_on_each(
+    both_ranks_finish(
         "a_slow_peer_is_not_taken_for_dead",
         SLOW_ENV,
         &["shm", "tcp;ofi_rxm"],
     );
 }
 
-/// Runs `test` as a job of two ranks on each of `providers` in turn, each rank's `key` set to
-/// "DIR,RANK,PROVIDER" (DIR the job's key-value directory), and checks that every rank said
-/// it was done; prints what they said.
-fn two_ranks_on_each(test: &str, key: &str, providers: &[&str]) {
-    for provider in providers {
-        let dir = env::temp_dir().join(format!(
-            "pml-ofi-{test}-{}-{}",
-            provider.replace(';', "_"),
-            std::process::id()
-        ));
-        fs::create_dir_all(&dir).unwrap();
-        let outputs = run_children(
-            test,
-            2,
-            key,
-            |r| format!("{},{r},{provider}", dir.display()),
-            &[],
-            Duration::from_secs(120),
-        );
-        print!("{}", every_rank_done(&outputs, &format!("{provider}, ")));
-        fs::remove_dir_all(dir).unwrap();
-    }
-}
-
-/// Every pair over libfabric, on `provider`.
-fn over(provider: &str) -> EngineConfig {
-    EngineConfig {
-        transport: TransportChoice::Ofi,
-        ofi_provider: Some(provider.into()),
-        ..EngineConfig::default()
-    }
-}
-
 fn slow_peer_rank(dir: PathBuf, rank: u32, provider: &str) {
-    let mut w = DirWireup::pair(dir, rank);
-    let mut e = Engine::new(&mut w, over(provider)).unwrap();
+    let (mut w, mut e) = ofi_rank(dir, rank, provider);
     let data: Vec<u8> = (0..8 << 10).map(|i| (i % 251) as u8).collect();
     let mut inbox = vec![0u8; data.len()];
     if rank == 1 {
@@ -109,6 +76,56 @@ fn slow_peer_rank(dir: PathBuf, rank: u32, provider: &str) {
     }
     w.fence().unwrap();
     println!("rank {rank} done");
+}
+
+/// Runs `test`'s two ranks over each of `providers` (the children get "dir,rank,provider"
+/// in `spec_env`); each must exit cleanly, saying it is done.
+fn both_ranks_finish(test: &str, spec_env: &str, providers: &[&str]) {
+    // The providers' jobs at once: a slow peer's rank 1 sleeps through SLOW_FOR in each, and
+    // one after the other they took twice that.
+    let jobs: Vec<_> = providers
+        .iter()
+        .map(|&provider| {
+            let dir = env::temp_dir().join(format!(
+                "pml-{test}-{}-{}",
+                provider.replace(';', "_"),
+                std::process::id()
+            ));
+            fs::create_dir_all(&dir).unwrap();
+            let job = {
+                let (dir, test, spec_env) = (dir.clone(), test.to_owned(), spec_env.to_owned());
+                let provider = provider.to_owned();
+                std::thread::spawn(move || {
+                    run_children(
+                        &test,
+                        2,
+                        &spec_env,
+                        |r| format!("{},{r},{provider}", dir.display()),
+                        &[],
+                        Duration::from_secs(120),
+                    )
+                })
+            };
+            (provider, dir, job)
+        })
+        .collect();
+    for (provider, dir, job) in jobs {
+        let outputs = job.join().unwrap();
+        print!("{}", every_rank_done(&outputs, &format!("{provider}, ")));
+        fs::remove_dir_all(dir).unwrap();
+    }
+}
+
+/// Rank `rank` of two, wired up through `dir`, over `provider` with the default settings.
+fn ofi_rank(dir: PathBuf, rank: u32, provider: &str) -> (DirWireup, Engine) {
+    let mut w = DirWireup::pair(dir, rank);
+    let config = EngineConfig {
+        transport: TransportChoice::Ofi,
+        ofi_provider: Some(provider.into()),
+        ..EngineConfig::default()
+    };
+    let e = Engine::new(&mut w, config).unwrap();
+    (w, e)
 }
 
 /// Rank 1 exits without a word right after an exchange. Case `idle`: rank 0 only waits for a
@@ -151,12 +168,7 @@ fn a_dead_peer_is_an_error_not_a_hang() {
 }
 
 fn dead_peer_rank(dir: PathBuf, rank: u32, case: &str, provider: &str) {
-    let mut w = DirWireup {
-        dir,
-        rank,
-        size: 2,
-        round: 0,
-    };
+    let mut w = DirWireup::pair(dir, rank);
     let config = EngineConfig {
         transport: TransportChoice::Ofi,
         ofi_provider: Some(provider.into()),
@@ -186,6 +198,79 @@ fn dead_peer_rank(dir: PathBuf, rank: u32, case: &str, provider: &str) {
     println!("rank 0 saw rank 1 die");
 }
 
+/// Rank 0 sends 64 KiB (a rendezvous: rank 1 reads it by fi_read) and checks that its send
+/// buffer counts as exposed until the peer's FIN says it read it all, and no longer then,
+/// before the send is collected (a buffered send is collected only at the next one): waits
+/// on a provider without a wait fd (udp;ofi_rxd) poll while one is (see `ofi::wait_step`),
+/// so an exposure kept longer would keep them polling with nothing moving.
+#[test]
+fn a_send_buffer_is_exposed_until_the_peer_read_it() {
+    if let Ok(spec) = env::var(EXPOSED_ENV) {
+        let it: Vec<&str> = spec.split(',').collect();
+        exposed_rank(PathBuf::from(it[0]), it[1].parse().unwrap(), it[2]);
+        return;
+    }
+    both_ranks_finish(
+        "a_send_buffer_is_exposed_until_the_peer_read_it",
+        EXPOSED_ENV,
+        &["udp;ofi_rxd", "tcp;ofi_rxm"],
+    );
+}
+
+fn exposed_rank(dir: PathBuf, rank: u32, provider: &str) {
+    let (mut w, mut e) = ofi_rank(dir, rank, provider);
+    let data = pattern(64 << 10, 3);
+    if rank == 0 {
+        assert_eq!(e.counters().ofi_exposed, 0, "exposed before any send");
+        // SAFETY: `data` outlives the request, waited for here.
+        let s = unsafe { e.post_send(0, 0, 1, 9, SendMode::Standard, data.as_ptr(), data.len()) }
+            .unwrap();
+        assert_eq!(
+            e.counters().ofi_exposed,
+            1,
+            "a rendezvous send's buffer is not exposed"
+        );
+        // Rank 1 posts its receive only after this fence.
+        w.fence().unwrap();
+        while !e.is_complete(s).unwrap() {
+            e.progress().unwrap();
+        }
+        assert_eq!(
+            e.counters().ofi_exposed,
+            0,
+            "a send the peer finished reading stays exposed until it is collected"
+        );
+        e.wait(s).unwrap();
+        assert_eq!(
+            e.counters().ofi_exposed,
+            0,
+            "a collected send's buffer is exposed again"
+        );
+    } else {
+        w.fence().unwrap();
+        let mut inbox = vec![0u8; data.len()];
+        // SAFETY: `inbox` outlives the request, waited for here.
+        let r = unsafe {
+            e.post_recv(
+                0,
+                SourceSel::Rank(0),
+                TagSel::Tag(9),
+                inbox.as_mut_ptr(),
+                inbox.len(),
+            )
+        }
+        .unwrap();
+        e.wait(r).unwrap();
+        assert!(inbox == data, "rank 1 received other bytes");
+        assert!(
+            e.counters().remote_reads >= 1,
+            "the 64 KiB did not go by fi_read"
+        );
+    }
+    w.fence().unwrap();
+    println!("rank {rank} done");
+}
+
 const ONE_SIDED_ENV: &str = "PML_OFI_TEST_ONE_SIDED";
 /// Rank 1's window in `one_sided_rank`.
 const WINDOW: usize = 1 << 20;
@@ -205,7 +290,7 @@ fn one_sided_operations_reach_the_peer() {
         one_sided_rank(PathBuf::from(it[0]), it[1].parse().unwrap(), it[2]);
         return;
     }
-    two_ranks_on_each(
+    both_ranks_finish(
         "one_sided_operations_reach_the_peer",
         ONE_SIDED_ENV,
         &["tcp;ofi_rxm", "shm"],
@@ -213,8 +298,7 @@ fn one_sided_operations_reach_the_peer() {
 }
 
 fn one_sided_rank(dir: PathBuf, rank: u32, provider: &str) {
-    let mut w = DirWireup::pair(dir, rank);
-    let mut e = Engine::new(&mut w, over(provider)).unwrap();
+    let (mut w, mut e) = ofi_rank(dir, rank, provider);
     let mut window = vec![0u8; WINDOW];
     let exposure = e
         .expose_window(window.as_mut_ptr(), WINDOW)

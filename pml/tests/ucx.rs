@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use std::{env, fs};
 
+use pml::blocks::{Block, Blocks};
 use pml::ucx::{tag, UcxConfig, UcxPml};
-use pml::{Done, Pml, PmlError, SendMode, SourceSel, Started, Status, TagSel};
+use pml::{Done, EngineConfig, Pml, PmlError, SendMode, SourceSel, Started, Status, TagSel};
 
 mod ranks_common;
 
@@ -288,6 +289,7 @@ fn rank_main(dir: &Path, rank: u32, size: u32, config: &UcxConfig) {
         ));
 
         sleeps_until_woken(&mut p);
+        blocks_in_place(&mut p);
 
         // Everyone is done: release the senders.
         for peer in 1..size {
@@ -339,6 +341,7 @@ fn rank_main(dir: &Path, rank: u32, size: u32, config: &UcxConfig) {
                 try_receive(&mut p, SourceSel::Rank(0), TagSel::Tag(111), 8).unwrap();
                 send(&mut p, 0, 112, &[0; 8], SendMode::Standard);
             }
+            blocks_in_place(&mut p);
         }
         send(&mut p, 0, 100, &[], SendMode::Standard);
         recv(&mut p, SourceSel::Rank(0), TagSel::Tag(101), 0);
@@ -387,6 +390,141 @@ fn sleeps_until_woken(p: &mut UcxPml) {
     println!("{PING_PONGS} ping-pongs in {took:?}; a {wall:?} wait used {cpu:?} of CPU");
 }
 
+/// The layouts `blocks_in_place` moves, each at two counts, eager and rendezvous: a column
+/// of doubles (8-byte blocks, by UCX's generic datatype) and two 4 KiB blocks an element (by
+/// UCX's iov), as (extent, blocks, counts).
+fn block_layouts() -> [(usize, Vec<Block>, [usize; 2]); 2] {
+    let column = vec![Block { offset: 8, len: 8 }];
+    let wide = vec![
+        Block {
+            offset: 16,
+            len: 4096,
+        },
+        Block {
+            offset: 4200,
+            len: 4096,
+        },
+    ];
+    [
+        (32, column, [16, 1 << 17]),
+        ((8 << 10) + 200, wide, [1, 128]),
+    ]
+}
+
+const GUARD: u8 = 0xee;
+
+/// Non-contiguous buffers go to UCX in place (`post_send_blocks`, `post_recv_blocks`,
+/// `post_matched_recv_blocks`), with no staging copy, from rank 1 to rank 0: the bytes of the
+/// blocks are the sender's, those between them keep their guard, the counts say which way
+/// each went (the generic datatype for 8-byte blocks, an iov for 4 KiB ones), and a message
+/// longer than the blocks fails as truncated against their packed length.
+fn blocks_in_place(p: &mut UcxPml) {
+    let before = p.counters();
+    let mut cases = 0;
+    for (layout, (extent, list, counts)) in block_layouts().into_iter().enumerate() {
+        for count in counts {
+            // Tags of their own for each case's two messages, received in order.
+            let seed = 120 + cases * 2;
+            let span = count * extent;
+            if p.rank() == 1 {
+                let source = pattern(span, seed);
+                let blocks = Blocks::new(source.as_ptr(), count, extent, &list).unwrap();
+                for tag in [seed, seed + 1] {
+                    // SAFETY: `source` and `list` outlive the send, waited for here.
+                    let h = unsafe {
+                        p.post_send_blocks(0, 1, 0, tag as i32, SendMode::Standard, &blocks)
+                    }
+                    .unwrap()
+                    .expect("a non-empty send goes in place");
+                    assert_eq!(p.wait(h).unwrap(), Done::Sent);
+                }
+                cases += 1;
+                continue;
+            }
+            let source = pattern(span, seed);
+            let inside = |i: usize| {
+                list.iter()
+                    .any(|b| (b.offset..b.offset + b.len).contains(&(i % extent)))
+            };
+            for matched in [false, true] {
+                let mut into = vec![GUARD; span];
+                let blocks = Blocks::new(into.as_mut_ptr(), count, extent, &list).unwrap();
+                let (from, tag) = (
+                    SourceSel::Rank(1),
+                    TagSel::Tag((seed + usize::from(matched)) as i32),
+                );
+                let h = if matched {
+                    let (message, _) = p.mprobe(0, from, tag).unwrap();
+                    // SAFETY: `into` and `list` outlive the receive, waited for here.
+                    unsafe { p.post_matched_recv_blocks(message, &blocks) }
+                        .unwrap()
+                        .expect("a non-empty receive goes in place")
+                } else {
+                    // SAFETY: as above.
+                    unsafe { p.post_recv_blocks(0, from, tag, &blocks) }
+                        .unwrap()
+                        .expect("a non-empty receive goes in place")
+                };
+                match p.wait(h).unwrap() {
+                    Done::Received(st) => assert_eq!(st.len, blocks.len()),
+                    Done::Sent => panic!("a receive completed as a send"),
+                }
+                let wrong =
+                    (0..span).find(|&i| into[i] != if inside(i) { source[i] } else { GUARD });
+                assert_eq!(
+                    wrong, None,
+                    "layout {layout}, {count} elements, matched {matched}: first wrong byte"
+                );
+            }
+            cases += 1;
+        }
+    }
+    assert_eq!(cases, 4);
+    // Longer than the blocks, by the generic datatype and by the iov.
+    for (layout, (extent, list, counts)) in block_layouts().into_iter().enumerate() {
+        let tag = 140 + layout as i32;
+        let room = counts[0] * list.iter().map(|b| b.len).sum::<usize>();
+        if p.rank() == 1 {
+            send(p, 0, tag, &pattern(room + 100, 140), SendMode::Standard);
+            continue;
+        }
+        let mut into = vec![GUARD; counts[0] * extent];
+        let blocks = Blocks::new(into.as_mut_ptr(), counts[0], extent, &list).unwrap();
+        // SAFETY: as above.
+        let h = unsafe { p.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &blocks) }
+            .unwrap()
+            .expect("in place");
+        match p.wait(h) {
+            Err(PmlError::Truncated(t)) => {
+                assert_eq!((t.message_len, t.buffer_len), (room + 100, room))
+            }
+            other => panic!("{} bytes into blocks of {room}: {other:?}", room + 100),
+        }
+    }
+    let after = p.counters();
+    let (iov, generic) = match p.rank() {
+        1 => (
+            after.ucx_iov_sends - before.ucx_iov_sends,
+            after.ucx_generic_sends - before.ucx_generic_sends,
+        ),
+        _ => (
+            after.ucx_iov_receives - before.ucx_iov_receives,
+            after.ucx_generic_receives - before.ucx_generic_receives,
+        ),
+    };
+    // Two messages at each of two counts of each layout, and (receiving) one too long.
+    let extra = u64::from(p.rank() == 0);
+    assert_eq!(
+        (iov, generic),
+        (4 + extra, 4 + extra),
+        "in place by iov, generic"
+    );
+    println!(
+        "rank {}: non-contiguous buffers in place: {iov} by iov, {generic} by the generic datatype",
+        p.rank()
+    );
+}
+
 const CHILD_ENV: &str = "PML_UCX_TEST_RANK";
 
 #[test]
@@ -397,6 +535,7 @@ fn ranks_over_ucx_tcp_and_shared_memory() {
         let config = UcxConfig {
             spin: Duration::from_micros(it.next().unwrap().parse().unwrap()),
             detect_peer_failure: it.next() == Some("detect"),
+            iov_min_block: EngineConfig::default().ucx_iov_min_block,
         };
         rank_main(
             Path::new(dir),
@@ -479,6 +618,7 @@ fn a_dead_peer_is_an_error_not_a_hang() {
         let config = UcxConfig {
             spin: Duration::from_micros(100),
             detect_peer_failure: true,
+            iov_min_block: EngineConfig::default().ucx_iov_min_block,
         };
         let mut p = UcxPml::new(&mut w, &config).unwrap();
         everyone_to_everyone(&mut p);
@@ -587,6 +727,7 @@ fn the_stall_queues_list_what_ucx_has_not_finished() {
     let config = UcxConfig {
         spin: Duration::from_micros(100),
         detect_peer_failure: false,
+        iov_min_block: EngineConfig::default().ucx_iov_min_block,
     };
     let mut p = UcxPml::new(&mut wireup, &config).unwrap();
     let mut posted_buf = [0u8; 8];

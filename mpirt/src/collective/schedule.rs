@@ -5,11 +5,25 @@
 //! Spans name bytes in one of the call's buffers (the send buffer, the receive buffer, or a
 //! scratch buffer of the schedule), so a schedule holds no pointers and is checked against its
 //! buffers once, when it starts.
+//!
+//! Ranks whose counts disagree (an erroneous program, which MPI leaves undefined) never leave
+//! a peer waiting: a rank whose receive brought another length than its span (longer, and
+//! truncated, or shorter), or bytes that are not values of its type, keeps that first cause
+//! and runs its schedule on to the end, so that every message its peers wait for is sent and
+//! every one they send is taken, and fails with it. From then on it passes no data on: its
+//! sends from anything but the caller's send buffer (what may derive from the bytes that
+//! arrived wrong) go empty, which every receiver that expects bytes finds to disagree, and
+//! so on down a tree or round a ring; it runs no local copies or reductions either (garbage
+//! must not reach a reduction over a type with invalid values). MPICH 3 ran its collectives
+//! on after such an error too, marking what it sent after in an error bit of the tag (which
+//! the exact tag a receive matches here has no room for, hence the empty sends); MPICH 4's
+//! and Open MPI's relays stop at the failed receive, which their default error handler turns
+//! into the job's abort, where `try_` calls here return the error.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use pml::{Done, Handle, Pml, SendMode, SourceSel, TagSel};
+use pml::{Done, Handle, Pml, PmlError, SendMode, SourceSel, TagSel};
 
 use crate::datatype::{Datatype, Layout};
 use crate::environment::{self, with_engine_or_lent};
@@ -175,18 +189,23 @@ impl Buffers {
 /// bytes as slices of `T`.
 type Aligned = u128;
 
-/// A receive must fill its span exactly: the ranks' counts agree.
-fn check_length(done: Done, recv: Option<(u32, Span)>) -> Result<(), Cause> {
-    match (done, recv) {
-        (Done::Received(status), Some((from, span))) if status.len != span.len => {
-            Err(Cause::LengthDisagrees {
-                peer: from as i32,
-                expected: span.len,
-                got: status.len,
-            })
-        }
-        _ => Ok(()),
-    }
+/// How a transfer ended, for a receive of `span` from `from` where `recv` says so: `Ok(None)`
+/// where a receive filled its span exactly or a send is done, `Ok(Some(cause))` where the
+/// message was of another length (a longer one truncated): the ranks' counts disagree, and
+/// the call's messages are still in step. Any other failure is the call's end.
+fn received(done: Result<Done, Cause>, recv: Option<(u32, Span)>) -> Result<Option<Cause>, Cause> {
+    let got = match (done, recv) {
+        (Ok(Done::Received(status)), Some((_, span))) if status.len == span.len => return Ok(None),
+        (Ok(Done::Received(status)), Some(_)) => status.len,
+        (Err(Cause::Messaging(PmlError::Truncated(cut))), Some(_)) => cut.message_len,
+        (done, _) => return done.map(|_| None),
+    };
+    let (from, span) = recv.expect("matched as a receive above");
+    Ok(Some(Cause::LengthDisagrees {
+        peer: from as i32,
+        expected: span.len,
+        got,
+    }))
 }
 
 /// No receive of a round lands on bytes another transfer of the round reads or writes: the
@@ -243,6 +262,9 @@ pub(crate) struct Execution<'a> {
     op: Option<Box<dyn Operation + 'a>>,
     next_round: usize,
     in_flight: Vec<(Handle, Option<(u32, Span)>)>,
+    /// The first disagreement a receive of this rank met: the schedule runs on without
+    /// passing data on, and fails with it at its end (see the module's notes).
+    spoiled: Option<Cause>,
     /// Why the execution stopped, once it failed: its own step reports it again.
     failed: Option<Cause>,
 }
@@ -309,6 +331,7 @@ impl<'a> Execution<'a> {
             op,
             next_round: 0,
             in_flight: Vec::new(),
+            spoiled: None,
             failed: comm_refusal,
         };
         execution.check_spans();
@@ -411,9 +434,10 @@ impl<'a> Execution<'a> {
             }
             if block {
                 while let Some(&(handle, recv)) = self.in_flight.last() {
-                    let done = environment::wait_or_lent(handle)?;
+                    let done = environment::wait_or_lent(handle);
                     self.in_flight.pop();
-                    check_length(done, recv)?;
+                    let disagreement = received(done, recv)?;
+                    self.spoil(disagreement);
                 }
             } else {
                 // Collect whatever finished, so that a wait on the rest sleeps until one more
@@ -421,10 +445,11 @@ impl<'a> Execution<'a> {
                 let mut i = 0;
                 while i < self.in_flight.len() {
                     let (handle, recv) = self.in_flight[i];
-                    match with_engine_or_lent(|e| e.test(handle))? {
+                    match with_engine_or_lent(|e| e.test(handle)).transpose() {
                         Some(done) => {
                             self.in_flight.swap_remove(i);
-                            check_length(done, recv)?;
+                            let disagreement = received(done, recv)?;
+                            self.spoil(disagreement);
                         }
                         None => i += 1,
                     }
@@ -433,8 +458,15 @@ impl<'a> Execution<'a> {
                     return Ok(false);
                 }
             }
-            self.run_locals()?;
+            self.run_locals();
             self.next_round += 1;
+        }
+    }
+
+    /// Keeps the first disagreement this rank met (`spoiled`).
+    fn spoil(&mut self, disagreement: Option<Cause>) {
+        if let Some(cause) = disagreement {
+            self.spoiled.get_or_insert(cause);
         }
     }
 
@@ -443,6 +475,7 @@ impl<'a> Execution<'a> {
     fn post_round(&mut self) -> Result<(), Cause> {
         let round = &self.plan.rounds[self.next_round];
         let (context, rank, tag) = (self.comm.context, self.comm.rank, self.tag);
+        let spoiled = self.spoiled.is_some();
         for transfer in &round.transfers {
             if let Transfer::Recv { from, span } = *transfer {
                 let ptr = self.pointer(span);
@@ -465,10 +498,16 @@ impl<'a> Execution<'a> {
             if let Transfer::Send { to, span } = *transfer {
                 let ptr = self.pointer(span);
                 let peer = self.comm.world_rank(to);
+                // Once spoiled, only the caller's own bytes go on (the module's notes).
+                let len = if spoiled && span.region != Region::Send {
+                    0
+                } else {
+                    span.len
+                };
                 // SAFETY: as for receives; no receive of the round writes what a send reads
                 // (`check_no_overlap`), and locals run only once the round's transfers are done.
                 let handle = with_engine_or_lent(|e| unsafe {
-                    e.post_send(context, rank, peer, tag, SendMode::Standard, ptr, span.len)
+                    e.post_send(context, rank, peer, tag, SendMode::Standard, ptr, len)
                 })?;
                 self.in_flight.push((handle, None));
             }
@@ -476,7 +515,12 @@ impl<'a> Execution<'a> {
         Ok(())
     }
 
-    fn run_locals(&mut self) -> Result<(), Cause> {
+    /// The round's copies and reductions, once its receives brought valid values; none once
+    /// spoiled (a receive that brought invalid ones spoils the call).
+    fn run_locals(&mut self) {
+        if self.spoiled.is_some() {
+            return;
+        }
         let round = &self.plan.rounds[self.next_round];
         if self.datatype.needs_check() {
             for transfer in &round.transfers {
@@ -484,9 +528,10 @@ impl<'a> Execution<'a> {
                     // SAFETY: the span is inside its buffer and its receive completed.
                     let bytes = unsafe { std::slice::from_raw_parts(self.pointer(span), span.len) };
                     if !self.datatype.is_valid(bytes) {
-                        return Err(Cause::InvalidValue {
+                        self.spoiled = Some(Cause::InvalidValue {
                             type_name: self.datatype.name(),
                         });
+                        return;
                     }
                 }
             }
@@ -505,7 +550,6 @@ impl<'a> Execution<'a> {
                 } => self.reduce(incoming, acc, incoming_lower),
             }
         }
-        Ok(())
     }
 
     fn reduce(&self, incoming: Span, acc: Span, incoming_lower: bool) {
@@ -533,8 +577,12 @@ impl<'a> Execution<'a> {
         }
     }
 
-    /// Moves checked staging bytes into the caller's receive buffer.
+    /// Moves checked staging bytes into the caller's receive buffer; a spoiled call's first
+    /// disagreement instead, its staging left unread.
     fn finish(&mut self) -> Result<(), Cause> {
+        if let Some(cause) = self.spoiled.take() {
+            return Err(cause);
+        }
         if let Some(staging) = self.staging.take() {
             if !self.datatype.is_valid(&staging) {
                 return Err(Cause::InvalidValue {

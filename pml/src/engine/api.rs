@@ -13,7 +13,8 @@ use crate::pml_api::{Done, Pml};
 use crate::protocol::{ClaimEnd, MessageHandle, SendMode, Started};
 use crate::requests::Handle;
 use crate::stall::{Awaited, Queues};
-use crate::waiting::Waiting;
+use crate::transport::Transport;
+use crate::waiting::{spin_budget, Waiting};
 
 /// Withdraws the core's claim when dropped, also when a wait fails or unwinds: a claim left
 /// waiting would have a later message written into a buffer its receive no longer owns. A
@@ -325,7 +326,14 @@ impl Waiting for Engine {
         Ok(self.may_move() && self.progress()?)
     }
 
+    /// The configured spin, or longer while transports move many bytes on their own (see
+    /// `waiting::spin_budget`).
     fn spin_budget(&self) -> Duration {
+        let moving = self.transports.iter().map(Transport::bytes_in_flight).sum();
+        spin_budget(self.spin, moving)
+    }
+
+    fn configured_spin(&self) -> Duration {
         self.spin
     }
 

@@ -309,6 +309,10 @@ impl Transport for AnyTransport {
         each!(self, t => Transport::rma_result(t, peer, ticket))
     }
 
+    fn bytes_in_flight(&self) -> usize {
+        each!(self, t => Transport::bytes_in_flight(t))
+    }
+
     fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
         each!(self, t => Transport::sleep(t, timeout))
     }

@@ -273,6 +273,23 @@ impl<'w> Job<'w> {
         &self.hosts[self.rank as usize]
     }
 
+    /// How many ranks run on this rank's host, this one included.
+    pub fn ranks_on_host(&self) -> usize {
+        self.hosts.iter().filter(|h| *h == self.host()).count()
+    }
+
+    /// A wait's busy-poll budget, and how long a wait that does not spin then yields its CPU
+    /// between polls before it sleeps (see `waiting`): no spin and
+    /// [`YIELD_FOR`](crate::config::YIELD_FOR) of yielding for ranks that outnumber the cores
+    /// they may use, the configured spin and no yielding otherwise.
+    pub fn wait_budgets(&self) -> (Duration, Duration) {
+        if crate::config::shares_cores(self.ranks_on_host()) {
+            (Duration::ZERO, crate::config::YIELD_FOR)
+        } else {
+            (self.config.spin, Duration::ZERO)
+        }
+    }
+
     pub fn fence(&mut self) -> Result<(), EngineError> {
         self.wireup.fence().map_err(EngineError::Wireup)
     }
@@ -343,6 +360,18 @@ pub trait Transport {
 
     /// Whether `poll` may find anything; cheap, for a rank that spins waiting.
     fn has_work(&self) -> bool;
+
+    /// Bytes of the rank's requests that move only while this rank polls (manual progress)
+    /// and report nothing until they are all in: on OFI, reads in flight, and send buffers
+    /// exposed to peers' reads from the exposure until the peer's FIN. A wait spins at least
+    /// as long as they take before it sleeps
+    /// ([`spin_budget`](crate::waiting::spin_budget)): sleeping would stop them. None by
+    /// default: a transport whose bytes move without this rank (shared memory, RDMA, the
+    /// kernel's sockets), or that reports them as they come (frames, landed DATA), needs no
+    /// longer spin.
+    fn bytes_in_flight(&self) -> usize {
+        0
+    }
 
     /// Reads `target.len()` bytes at `key` in `peer` into `target`, which stays lent until
     /// the read finished; `token` names the read in `Sink::read_done`.

@@ -41,6 +41,7 @@ mod sys;
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::mem::size_of;
+use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use slab::Slab;
@@ -56,10 +57,15 @@ use one_sided::{Rma, RMA_SLOTS};
 use provider::MrPlan;
 
 /// A send buffer's registration for a peer's `fi_read`, to release when the send completes:
-/// the buffer's own (cached), or that of a copy of it (see `expose_copy`).
+/// the buffer's own (cached), with the length exposed, or that of a copy of it (see
+/// `expose_copy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OfiMr {
-    Cached(CachedMr),
+    /// A cached registration of the buffer itself, `len` bytes of it exposed.
+    Cached {
+        id: CachedMr,
+        len: usize,
+    },
     Copy(usize),
 }
 
@@ -89,7 +95,8 @@ const CREDIT_LEN: usize = PREFIX + 8;
 const MAX_READ_PIECE: usize = 1 << 30;
 /// How long a rank that leaves waits for its sends to complete (a dead peer never lets them).
 const SEND_DRAIN: Duration = Duration::from_secs(2);
-/// How long a wait naps where the provider has no fd to sleep on (it is polled instead).
+/// How long a wait naps where the provider has no fd to sleep on (it is polled instead) and
+/// no transfer is under way (see `wait_step`).
 const NAP: Duration = Duration::from_micros(50);
 /// How long a wait goes without progress before it probes its peers, and how often it probes
 /// again while it stays idle (one small send to each peer a second).
@@ -97,6 +104,40 @@ pub const PROBE_AFTER: Duration = Duration::from_secs(1);
 /// Refusals further apart than this are not one run (a wait retries a refused probe each
 /// [`PROBE_AFTER`], so a run of them is refusals about that far apart).
 const REFUSAL_GAP: Duration = Duration::from_secs(3);
+
+/// What a wait's sleep does (see `wait_step`).
+#[derive(Debug, PartialEq, Eq)]
+enum WaitStep {
+    /// Sleeps on the provider's fd until it is ready or the timeout passes.
+    Poll(RawFd),
+    /// Returns at once: the wait loop polls again.
+    Return,
+    /// Yields the CPU, then returns.
+    Yield,
+    /// Naps [`NAP`].
+    Nap,
+}
+
+/// What a wait's sleep does: with the provider's fd, sleeps on it unless a completion may be
+/// pending (`fi_trywait` refused). Without one (udp;ofi_rxd), a wait with nothing `in_flight`
+/// naps; one with a transfer under way must not, since the transfer moves only inside this
+/// rank's calls into the provider: rxd answers a peer's fi_read from the target's progress,
+/// sends the next window of packets only once that progress read the acknowledgement of the
+/// last, and acknowledges only there, and a packet dropped while a rank napped (its socket
+/// buffer full) is resent after rxd's retry timeout, 1 ms at first (a napping reader of one
+/// 1 MiB osu_bw napped 98,459 times in 12 windows). Such a wait returns at once, so that the
+/// wait loop busy-polls, where the rank `spins` (MPICH's and Open MPI's waits poll without
+/// a pause), and yields between polls where it must not spin (ranks outnumbering their cores
+/// yield to the peers they wait for; `waiting`).
+fn wait_step(wait_fd: Option<RawFd>, pending: bool, in_flight: bool, spins: bool) -> WaitStep {
+    match wait_fd {
+        Some(fd) if !pending => WaitStep::Poll(fd),
+        Some(_) => WaitStep::Return,
+        None if in_flight && spins => WaitStep::Return,
+        None if in_flight => WaitStep::Yield,
+        None => WaitStep::Nap,
+    }
+}
 
 /// The settings the transport is opened with (from `EngineConfig`).
 pub struct OfiConfig<'a> {
@@ -111,6 +152,9 @@ pub struct OfiConfig<'a> {
     pub eager_limit: usize,
     /// How long a send may go untaken before its peer counts as dead; `None`: never.
     pub peer_timeout: Option<Duration>,
+    /// Whether this rank's waits busy-poll (`Pml::waits_spin`): not where ranks outnumber
+    /// the cores they may use, or spinning was turned off (see `wait_step`).
+    pub waits_spin: bool,
 }
 
 /// A peer reached over the endpoint.
@@ -147,6 +191,8 @@ enum SendKind {
 /// A `read` of one receive, possibly in several pieces.
 struct Read {
     token: u64,
+    /// The bytes it reads (all its pieces), counted in `reading` until it completes.
+    len: usize,
     pieces_left: usize,
     error: Option<String>,
     /// The target's registration, where the provider wants local memory registered: held
@@ -196,6 +242,15 @@ pub struct OfiTransport {
     read_slot: Vec<Option<(usize, Rank)>>,
     free_read: Vec<usize>,
     reads: Slab<Read>,
+    /// The bytes of `reads`: what a wait is waiting on while no completion comes (see
+    /// `bytes_in_flight`).
+    reading: usize,
+    /// The bytes of the send buffers exposed to peers' reads (`expose`, `expose_copy`), from
+    /// the exposure until its `release`, which the engine calls when the peer's FIN says it
+    /// read them all (or at the latest when the send is collected, or its post failed).
+    exposed: usize,
+    /// How many send buffers those are (`Counters::ofi_exposed`).
+    exposures: usize,
     waiting_pieces: VecDeque<Piece>,
     finished_reads: Vec<ReadDone>,
     /// Frames no longer than the provider's inject size are built here.
@@ -203,6 +258,8 @@ pub struct OfiTransport {
     /// Keys asked for where the provider does not pick them.
     next_key: u64,
     pub reads_posted: u64,
+    /// See `OfiConfig::waits_spin`.
+    waits_spin: bool,
     /// Registrations of the transport's own buffers.
     registrations: u64,
     stopped: bool,
@@ -309,11 +366,15 @@ impl OfiTransport {
             read_slot: (0..READ_SLOTS).map(|_| None).collect(),
             free_read: (0..READ_SLOTS).rev().collect(),
             reads: Slab::new(),
+            reading: 0,
+            exposed: 0,
+            exposures: 0,
             waiting_pieces: VecDeque::new(),
             finished_reads: Vec::new(),
             scratch: Vec::with_capacity(fabric.inject_size),
             next_key: 1,
             reads_posted: 0,
+            waits_spin: config.waits_spin,
             registrations: 0,
             stopped: false,
             idle_since: None,
@@ -630,7 +691,9 @@ impl OfiTransport {
             addr: self.fabric.plan.remote_addr(buf as usize, base),
             key,
         };
-        Ok((key, OfiMr::Cached(id)))
+        self.exposed += len;
+        self.exposures += 1;
+        Ok((key, OfiMr::Cached { id, len }))
     }
 
     /// Exposes a registered copy of a send buffer the provider cannot register: one in
@@ -648,17 +711,45 @@ impl OfiTransport {
                 .remote_addr(copy.as_ptr() as usize, region.base),
             key: region.key(),
         };
+        self.exposed += len;
+        self.exposures += 1;
         Ok((key, OfiMr::Copy(self.copies.insert((region, copy)))))
     }
 
     /// Gives an exposure back; one already closed (by `stop`) is let be.
     pub fn release(&mut self, mr: OfiMr) {
-        match mr {
-            OfiMr::Cached(id) => self.user_mrs.release(id),
-            OfiMr::Copy(at) => {
-                self.copies.try_remove(at);
+        let len = match mr {
+            OfiMr::Cached { id, len } => {
+                self.user_mrs.release(id);
+                len
             }
+            OfiMr::Copy(at) => match self.copies.try_remove(at) {
+                Some((region, copy)) => {
+                    // The registration closes before its copy is freed.
+                    drop(region);
+                    copy.len()
+                }
+                None => 0,
+            },
+        };
+        // `stop` forgot them all and set the count to zero.
+        if !self.stopped {
+            debug_assert!(
+                self.exposures > 0 && self.exposed >= len,
+                "released {len} exposed bytes of {} in {} exposures: one released twice",
+                self.exposed,
+                self.exposures
+            );
+            self.exposed -= len;
+            self.exposures -= 1;
         }
+    }
+
+    /// The bytes of the reads in flight and of the send buffers exposed to peers' reads:
+    /// their requests complete only once all of them moved, which at 1 MiB takes longer
+    /// than a wait's spin, while libfabric moves them inside the polls that report nothing.
+    pub fn bytes_in_flight(&self) -> usize {
+        self.reading + self.exposed
     }
 
     /// Starts reading `target.len()` bytes at `remote` in `peer` into `target`; `token` comes
@@ -690,8 +781,10 @@ impl OfiTransport {
         };
         let piece_max = self.fabric.max_msg_size.clamp(1, MAX_READ_PIECE);
         let pieces = target.len().div_ceil(piece_max).max(1);
+        self.reading += target.len();
         let read = self.reads.insert(Read {
             token,
+            len: target.len(),
             pieces_left: pieces,
             error: None,
             target: region,
@@ -897,6 +990,7 @@ impl OfiTransport {
         }
         if r.pieces_left == 0 {
             let r = self.reads.remove(read);
+            self.reading -= r.len;
             if let Some(id) = r.target {
                 self.user_mrs.release(id);
             }
@@ -1107,8 +1201,13 @@ impl OfiTransport {
 
     pub fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
         let pending = self.before_wait()?;
-        match self.fabric.wait_fd {
-            Some(fd) if !pending => {
+        match wait_step(
+            self.fabric.wait_fd,
+            pending,
+            self.moves_while_polled(),
+            self.waits_spin,
+        ) {
+            WaitStep::Poll(fd) => {
                 let mut pfd = libc::pollfd {
                     fd,
                     events: libc::POLLIN,
@@ -1117,13 +1216,30 @@ impl OfiTransport {
                 // SAFETY: `pfd` is valid for the call.
                 unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().max(1) as i32) };
             }
-            Some(_) => {}
-            None => std::thread::sleep(NAP.min(timeout)),
+            WaitStep::Return => {}
+            WaitStep::Yield => std::thread::yield_now(),
+            WaitStep::Nap => std::thread::sleep(NAP.min(timeout)),
         }
         Ok(())
     }
 
-    pub fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
+    /// Whether a transfer this rank takes part in is under way: a read it posted, or a send
+    /// buffer of its exposed to a peer's read. Where the provider has no fd and progresses
+    /// manually, such a transfer moves only inside this rank's calls into it (see
+    /// `wait_step`). Frames from send buffers do not count: credit updates, probes, goodbyes
+    /// and eager frames (at most the eager limit, a few of rxd's packets) wait on the peer
+    /// taking them, and a rank whose peer computes should not poll for that.
+    fn moves_while_polled(&self) -> bool {
+        !self.reads.is_empty() || self.exposures > 0
+    }
+
+    /// Send buffers exposed to peers' reads and not yet released (a rendezvous send's is
+    /// released when the peer's FIN says it read it all).
+    pub fn exposures(&self) -> usize {
+        self.exposures
+    }
+
+    pub fn wake_fd(&self) -> Option<RawFd> {
         self.fabric.wait_fd
     }
 
@@ -1145,6 +1261,7 @@ impl OfiTransport {
     /// (-FI_EBUSY), which would leave it live, and reads in flight writing on.
     fn close(&mut self) {
         self.reads.clear();
+        self.reading = 0;
         self.close_registrations();
         self.fabric.close_endpoint();
     }
@@ -1153,6 +1270,8 @@ impl OfiTransport {
         self.rma.close();
         self.user_mrs.clear();
         self.copies.clear();
+        self.exposed = 0;
+        self.exposures = 0;
         self.recv_mr = None;
         self.send_mr = None;
     }
@@ -1227,7 +1346,9 @@ impl OfiTransport {
                 let r = &mut self.reads[read];
                 r.pieces_left -= 1;
                 if r.pieces_left == 0 {
-                    if let Some(id) = self.reads.remove(read).target {
+                    let r = self.reads.remove(read);
+                    self.reading -= r.len;
+                    if let Some(id) = r.target {
                         self.user_mrs.release(id);
                     }
                 }
@@ -1259,6 +1380,25 @@ impl Drop for OfiTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With a wait fd, a wait sleeps on it unless a completion may be pending, whatever is in
+    /// flight; without one, it naps while nothing is in flight, and with a transfer under way
+    /// polls again at once where the rank spins, yields where it must not.
+    #[test]
+    fn a_wait_without_an_fd_naps_only_with_nothing_in_flight() {
+        for in_flight in [false, true] {
+            for spins in [false, true] {
+                assert_eq!(
+                    wait_step(Some(7), false, in_flight, spins),
+                    WaitStep::Poll(7)
+                );
+                assert_eq!(wait_step(Some(7), true, in_flight, spins), WaitStep::Return);
+                assert_eq!(wait_step(None, true, false, spins), WaitStep::Nap);
+            }
+        }
+        assert_eq!(wait_step(None, true, true, true), WaitStep::Return);
+        assert_eq!(wait_step(None, true, true, false), WaitStep::Yield);
+    }
 
     #[test]
     fn credits_leave_the_control_buffers_free_up_to_224_peers() {

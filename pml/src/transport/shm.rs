@@ -23,6 +23,7 @@ mod peer_arena;
 mod peers;
 mod ring;
 mod segment;
+mod short_blocks;
 mod wake_pipe;
 
 use std::cell::{Cell, RefCell};
@@ -36,6 +37,7 @@ use in_place::{read_in_place, read_into, Local, Source};
 pub use peer_arena::PeerArena;
 pub use peers::{ShmOpening, ShmPeers};
 pub use segment::unlink_segment;
+use short_blocks::read_short_blocks;
 
 use ring::{Consumer, Producer};
 use segment::Segment;

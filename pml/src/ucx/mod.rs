@@ -8,10 +8,13 @@
 //! - `wireup`: worker addresses through the launcher's key-value service.
 //! - `request`: an operation's outcome, kept inside the UCX request itself.
 //! - `owned_request`: request memory lent to UCX, for every message.
+//! - `datatype`: what an operation hands UCX: bytes, or a non-contiguous buffer in place (an
+//!   iov of its runs, or the generic datatype's pack and unpack callbacks).
 //! - `status`: UCX status codes as results.
 //! - `pml`: [`UcxPml`], the calls the layer above makes.
 //! - `one_sided`: windows' puts, gets and atomics on UCX's RMA (`OneSided`).
 
+mod datatype;
 mod failure;
 mod ffi;
 mod one_sided;

@@ -6,6 +6,7 @@
 use std::ffi::c_void;
 use std::time::Duration;
 
+use super::datatype::{Data, Generic, InPlace};
 use super::failure::PeerFailures;
 use super::ffi;
 use super::one_sided::Rma;
@@ -15,25 +16,14 @@ use super::status;
 use super::tag;
 use super::wireup;
 use super::worker::{self, Endpoint, Worker};
+use crate::blocks::Blocks;
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
 use crate::pml_api::{Counters, Done, EngineError, Pml, RecvBuf, Wireup};
 use crate::protocol::{SendMode, Started};
 use crate::requests::{Handle, Requests};
 use crate::stall::{Awaited, AwaitedRequest, QueuedSend, Queues, Selectors};
-use crate::waiting::Waiting;
-
-/// The slowest rate (bytes per nanosecond: 1 GB/s) at which messages in flight are expected
-/// to move: a wait spins at least as long as its bytes take at this rate before it sleeps.
-/// A rendezvous of 1 MiB leaves the waiting side idle for about the peer's copy, 100 us and
-/// more, past the spin budget; sleeping then cost 8% of shared-memory bandwidth at 1 MiB
-/// (10.0 GB/s against 10.9 spinning throughout), and Open MPI's pml ucx never sleeps.
-const SLOWEST_BYTES_PER_NS: usize = 1;
-/// The longest spin the bytes in flight stretch a wait to: the gap to cover is one message's
-/// transfer (the idle clock restarts whenever progress moves anything), and on a host shared
-/// with other work a rank that spins long, rather than sleeping until woken, answers later
-/// (osu_bw at 64 KiB to 1 MiB lost 20-30% spinning for all 64 MiB of its window, load 8).
-const MAX_SPIN_FOR_BYTES: Duration = Duration::from_millis(1);
+use crate::waiting::{spin_budget, Waiting};
 
 /// An operation in flight: the request memory UCX runs it in (whose state the callback
 /// fills), what kind it is and how many bytes it moves.
@@ -41,6 +31,10 @@ struct Op {
     request: OwnedRequest,
     kind: Kind,
     len: usize,
+    /// The iov entries of a non-contiguous buffer (`Data::iov`), kept until the operation
+    /// completes: UCX reads them through the pointer it was given. Empty for the others.
+    #[allow(dead_code)] // Held, not read.
+    iov: Vec<ffi::ucp_dt_iov_t>,
 }
 
 /// What an operation is, with its envelope for the stall report (`queues`), which lists
@@ -75,6 +69,10 @@ pub struct UcxConfig {
     /// (they cannot detect a dead peer): same-host peers go over TCP or the network, and with
     /// `UCX_TLS=sm,self` no peer is reachable. Open MPI's pml/ucx leaves this off too.
     pub detect_peer_failure: bool,
+    /// The shortest mean block of a non-contiguous buffer handed to UCX as an iov of its
+    /// runs; shorter ones go as UCX's generic datatype, packed and unpacked by callbacks
+    /// (see `datatype`).
+    pub iov_min_block: usize,
 }
 
 pub struct UcxPml {
@@ -98,8 +96,16 @@ pub struct UcxPml {
     spare: SpareRequests,
     /// Where blocking receives build their UCX request: one at a time is in flight.
     blocking: OwnedRequest,
+    /// UCX's generic datatype for non-contiguous buffers with short blocks. Declared after
+    /// the worker, whose requests in flight name it.
+    generic: Generic,
+    /// See `UcxConfig::iov_min_block`.
+    iov_min_block: usize,
+    /// The non-contiguous sends and receives handed to UCX in place, by kind
+    /// (`Counters::ucx_iov_sends` and its kin).
+    in_place: Counters,
     /// The bytes of the operations in flight (`ops` and a blocking one being waited for),
-    /// which stretch the spin before a wait sleeps (`spin_budget`).
+    /// which stretch the spin before a wait sleeps (`waiting::spin_budget`).
     bytes_in_flight: usize,
     /// The blocking receive being waited for, for the stall report (`queues`).
     blocking_receive: Option<Selectors>,
@@ -168,18 +174,6 @@ fn probed(info: ffi::ucp_tag_recv_info_t) -> Status {
         tag: envelope.tag,
         len: info.length as usize,
     }
-}
-
-/// How long a wait spins on idle progress before it sleeps: the configured `spin`, or
-/// longer while many bytes are in flight (`SLOWEST_BYTES_PER_NS`, up to
-/// `MAX_SPIN_FOR_BYTES`). No spin stays none: that is the setting for ranks that share
-/// cores, which must not spin at all.
-fn spin_budget(spin: Duration, bytes_in_flight: usize) -> Duration {
-    if spin.is_zero() {
-        return Duration::ZERO;
-    }
-    let moving = Duration::from_nanos((bytes_in_flight / SLOWEST_BYTES_PER_NS) as u64);
-    spin.max(moving.min(MAX_SPIN_FOR_BYTES))
 }
 
 /// "rank 1 of 4 over UCX 1.13.1, to peers by tcp/eth0.0, to itself by self/memory0; peer
@@ -266,6 +260,7 @@ impl UcxPml {
         let endpoints = wireup::connect_all(&worker, wireup, detecting)?;
         let description = describe(rank, size, &endpoints, config);
         let spare = SpareRequests::new(worker.request_size());
+        let generic = Generic::new().map_err(|e| EngineError::Transport(e.to_string()))?;
         Ok(UcxPml {
             rank,
             size,
@@ -277,6 +272,9 @@ impl UcxPml {
             ops: Requests::default(),
             blocking: spare.fresh(),
             spare,
+            generic,
+            iov_min_block: config.iov_min_block,
+            in_place: Counters::default(),
             bytes_in_flight: 0,
             blocking_receive: None,
             description,
@@ -284,20 +282,20 @@ impl UcxPml {
         })
     }
 
-    /// `ucp_tag_send_nbx` (or its synchronous kind) of `envelope` to `peer`, in the spare
-    /// request memory, with `flags` added to the operation's attributes; a handle unless it
-    /// finished at once.
+    /// `ucp_tag_send_nbx` (or its synchronous kind) of `data` with `envelope` to `peer`, in
+    /// the spare request memory, with `flags` added to the operation's attributes; a handle
+    /// unless it finished at once.
     ///
     /// # Safety
-    /// `buf` must be valid for reads of `len` bytes and unchanged until the send completes.
+    /// `data`'s buffer (its bytes, or the blocks it describes) must be valid for reads and
+    /// unchanged until the send completes.
     #[inline(always)]
     unsafe fn start_send(
         &mut self,
         envelope: Envelope,
         peer: Rank,
         mode: SendMode,
-        buf: *const u8,
-        len: usize,
+        data: Data,
         flags: u32,
     ) -> Result<Handle, PmlError> {
         // The error is built only on the way out: `ok_or` built and dropped one per send.
@@ -312,10 +310,12 @@ impl UcxPml {
         let ucx_tag = tag::pack(envelope).map_err(out_of_range)?;
         let mut param = request::owned_send_param(self.spare.next());
         param.op_attr_mask |= flags;
-        let (buf, count) = (buf.cast::<c_void>(), len as ffi::size_t);
-        // SAFETY: `ep` is a live endpoint of this worker; the caller keeps `buf` readable
-        // and unchanged until the request completes; `param`'s callback is the send kind and
-        // its request memory is the spare one, which no operation in flight uses.
+        data.describe_in(&mut param);
+        let (buf, count) = (data.buffer.cast_const(), data.count as ffi::size_t);
+        // SAFETY: `ep` is a live endpoint of this worker; the caller keeps `data`'s buffer
+        // readable and unchanged until the request completes, and its iov entries go with
+        // the request (`track`); `param`'s callback is the send kind and its request memory
+        // is the spare one, which no operation in flight uses.
         let started = unsafe {
             match mode {
                 SendMode::Standard => ffi::ucp_tag_send_nbx(ep, buf, count, ucx_tag, &param),
@@ -333,36 +333,37 @@ impl UcxPml {
                     tag: envelope.tag,
                     mode,
                 };
-                Ok(self.track(kind, len))
+                Ok(self.track(kind, data.len, data.iov))
             }
             Err(e) => Err(self.stop(send_failed(peer, e))),
         }
     }
 
-    /// `ucp_tag_recv_nbx` into `len` bytes at `buf`, in the spare request memory.
+    /// `ucp_tag_recv_nbx` into `data`, in the spare request memory.
     ///
     /// # Safety
-    /// As for `post_recv`.
+    /// As for `post_recv`, for `data`'s buffer (its bytes, or the blocks it describes), and
+    /// `data`'s iov entries must go with the request (`track`).
     #[inline]
     unsafe fn start_tag_recv(
         &mut self,
         context: ContextId,
         source: SourceSel,
         tag: TagSel,
-        buf: *mut u8,
-        len: usize,
+        data: &Data,
     ) -> Result<(), PmlError> {
         self.check_running()?;
         let (wanted, mask) = tag::selector(context, source, tag).map_err(out_of_range)?;
-        let param = request::owned_recv_param(self.spare.next());
-        // SAFETY: the worker is live; the caller lends `buf` for `len` bytes until the
-        // request completes; `param`'s callback is the tag-receive kind and its request
-        // memory is the spare one, which no operation in flight uses.
+        let mut param = request::owned_recv_param(self.spare.next());
+        data.describe_in(&mut param);
+        // SAFETY: the worker is live; the caller lends `data`'s buffer until the request
+        // completes; `param`'s callback is the tag-receive kind and its request memory is
+        // the spare one, which no operation in flight uses.
         let started = unsafe {
             ffi::ucp_tag_recv_nbx(
                 self.worker.handle(),
-                buf.cast(),
-                len as ffi::size_t,
+                data.buffer,
+                data.count as ffi::size_t,
                 wanted,
                 mask,
                 &param,
@@ -371,19 +372,68 @@ impl UcxPml {
         started_recv("ucp_tag_recv_nbx", started)
     }
 
-    /// A handle for the receive just started in the spare request memory; `posted` is what
-    /// it matches, if it was posted to match.
-    fn track_recv(&mut self, buffer_len: usize, posted: Option<Selectors>) -> Handle {
-        self.track(Kind::Recv { buffer_len, posted }, buffer_len)
+    /// `ucp_tag_msg_recv_nbx` of the message a matched probe took into `data`, in the spare
+    /// request memory.
+    ///
+    /// # Safety
+    /// As for `start_tag_recv`.
+    unsafe fn start_matched_recv(
+        &mut self,
+        message: UcxMessage,
+        data: &Data,
+    ) -> Result<(), PmlError> {
+        self.check_running()?;
+        let mut param = request::owned_recv_param(self.spare.next());
+        data.describe_in(&mut param);
+        // SAFETY: as in `start_tag_recv`; `message` came from a removing probe on this
+        // worker and is consumed here, so it is received once.
+        let started = unsafe {
+            ffi::ucp_tag_msg_recv_nbx(
+                self.worker.handle(),
+                data.buffer,
+                data.count as ffi::size_t,
+                message.0,
+                &param,
+            )
+        };
+        started_recv("ucp_tag_msg_recv_nbx", started)
     }
 
-    /// A handle for the operation just started in the spare request memory.
-    fn track(&mut self, kind: Kind, len: usize) -> Handle {
+    /// The non-contiguous buffer `blocks` describes as UCX takes it in place, counted as a
+    /// send or a receive of its kind.
+    ///
+    /// # Safety
+    /// As for `Data::of_blocks`.
+    unsafe fn in_place(&mut self, blocks: &Blocks, send: bool) -> Data {
+        // SAFETY: forwarded from this function's contract.
+        let (data, how) = unsafe { Data::of_blocks(blocks, &self.generic, self.iov_min_block) };
+        let counted = &mut self.in_place;
+        let count = match (how, send) {
+            (InPlace::Iov, true) => &mut counted.ucx_iov_sends,
+            (InPlace::Iov, false) => &mut counted.ucx_iov_receives,
+            (InPlace::Generic, true) => &mut counted.ucx_generic_sends,
+            (InPlace::Generic, false) => &mut counted.ucx_generic_receives,
+        };
+        *count += 1;
+        data
+    }
+
+    /// A handle for the receive just started in the spare request memory; `posted` is what
+    /// it matches, if it was posted to match.
+    fn track_recv(&mut self, data: Data, posted: Option<Selectors>) -> Handle {
+        let buffer_len = data.len;
+        self.track(Kind::Recv { buffer_len, posted }, buffer_len, data.iov)
+    }
+
+    /// A handle for the operation just started in the spare request memory, which keeps
+    /// the iov entries UCX reads (if any) until it completes.
+    fn track(&mut self, kind: Kind, len: usize, iov: Vec<ffi::ucp_dt_iov_t>) -> Handle {
         self.bytes_in_flight += len;
         self.ops.insert(Op {
             request: self.spare.take_next(),
             kind,
             len,
+            iov,
         })
     }
 
@@ -449,7 +499,7 @@ impl UcxPml {
     /// What this PML counts: windows' puts, gets and atomics (the native engine's other
     /// counts are of its own transports, which UCX keeps to itself).
     pub fn counters(&self) -> Counters {
-        let mut counters = Counters::default();
+        let mut counters = self.in_place;
         self.rma.count(&mut counters);
         counters
     }
@@ -513,7 +563,7 @@ impl Pml for UcxPml {
             tag,
         };
         // SAFETY: forwarded from this function's contract.
-        unsafe { self.start_send(envelope, peer, mode, buf, len, 0) }
+        unsafe { self.start_send(envelope, peer, mode, Data::bytes(buf, len), 0) }
     }
 
     /// `post_send` for a send its caller waits for at once (`MPI_Send`), as Open MPI's pml
@@ -547,7 +597,38 @@ impl Pml for UcxPml {
             _ => 0,
         };
         // SAFETY: forwarded from this function's contract.
-        unsafe { self.start_send(envelope, peer, mode, buf, len, fast) }
+        unsafe { self.start_send(envelope, peer, mode, Data::bytes(buf, len), fast) }
+    }
+
+    /// Starts a send of the non-contiguous buffer `blocks` describes in place, as an iov of
+    /// its runs or UCX's generic datatype (see `datatype`): never `None` but for an empty
+    /// one, which the caller sends as bytes.
+    ///
+    /// # Safety
+    /// As for `Pml::post_send_blocks`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn post_send_blocks(
+        &mut self,
+        context: ContextId,
+        source: Rank,
+        peer: Rank,
+        tag: Tag,
+        mode: SendMode,
+        blocks: &Blocks,
+    ) -> Result<Option<Handle>, PmlError> {
+        if blocks.is_empty() {
+            return Ok(None);
+        }
+        let envelope = Envelope {
+            context,
+            source,
+            tag,
+        };
+        // SAFETY: `post_send_blocks`' caller made `blocks` here and keeps it, its list and
+        // its blocks alive and unchanged until the send completes.
+        let data = unsafe { self.in_place(blocks, true) };
+        // SAFETY: as above.
+        unsafe { self.start_send(envelope, peer, mode, data, 0) }.map(Some)
     }
 
     /// Starts a receive into `len` bytes at `buf`.
@@ -563,9 +644,36 @@ impl Pml for UcxPml {
         buf: *mut u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
-        // SAFETY: forwarded from this function's contract.
-        unsafe { self.start_tag_recv(context, source, tag, buf, len) }?;
-        Ok(self.track_recv(len, Some(Selectors::receive(context, source, tag, len))))
+        let data = Data::bytes(buf, len);
+        // SAFETY: forwarded from this function's contract; `data` goes with the request.
+        unsafe { self.start_tag_recv(context, source, tag, &data) }?;
+        Ok(self.track_recv(data, Some(Selectors::receive(context, source, tag, len))))
+    }
+
+    /// Starts a receive into the non-contiguous buffer `blocks` describes, in place, as an
+    /// iov of its runs or UCX's generic datatype (see `datatype`): never `None` but for an
+    /// empty one. A message longer than the blocks hold fails as truncated, against their
+    /// packed length.
+    ///
+    /// # Safety
+    /// As for `Pml::post_recv_blocks`.
+    unsafe fn post_recv_blocks(
+        &mut self,
+        context: ContextId,
+        source: SourceSel,
+        tag: TagSel,
+        blocks: &Blocks,
+    ) -> Result<Option<Handle>, PmlError> {
+        if blocks.is_empty() {
+            return Ok(None);
+        }
+        // SAFETY: `post_recv_blocks`' caller made `blocks` here and keeps it, its list and
+        // its blocks (lent for writes) alive until the receive completes.
+        let data = unsafe { self.in_place(blocks, false) };
+        // SAFETY: as above; `data` goes with the request.
+        unsafe { self.start_tag_recv(context, source, tag, &data) }?;
+        let posted = Selectors::receive(context, source, tag, data.len);
+        Ok(Some(self.track_recv(data, Some(posted))))
     }
 
     /// Starts a receive that finishes at once when its message was waiting: then no
@@ -582,13 +690,14 @@ impl Pml for UcxPml {
         buf: *mut u8,
         len: usize,
     ) -> Result<Started<RecvBuf>, PmlError> {
-        // SAFETY: forwarded from this function's contract.
-        unsafe { self.start_tag_recv(context, source, tag, buf, len) }?;
+        let data = Data::bytes(buf, len);
+        // SAFETY: forwarded from this function's contract; `data` goes with the request.
+        unsafe { self.start_tag_recv(context, source, tag, &data) }?;
         let request = self.spare.next();
         // SAFETY: the spare memory the receive runs in, whose state the callback writes.
         if unsafe { peek(request) }.is_none() {
             let posted = Selectors::receive(context, source, tag, len);
-            return Ok(Started::Posted(self.track_recv(len, Some(posted))));
+            return Ok(Started::Posted(self.track_recv(data, Some(posted))));
         }
         // Finished inside the call: UCX is done with the memory, which stays spare.
         // SAFETY: finished (peeked above).
@@ -657,21 +766,31 @@ impl Pml for UcxPml {
         buf: *mut u8,
         len: usize,
     ) -> Result<Handle, PmlError> {
-        self.check_running()?;
-        let param = request::owned_recv_param(self.spare.next());
-        // SAFETY: as in `start_tag_recv`; `message` came from a removing probe on this
-        // worker and is consumed here, so it is received once.
-        let started = unsafe {
-            ffi::ucp_tag_msg_recv_nbx(
-                self.worker.handle(),
-                buf.cast(),
-                len as ffi::size_t,
-                message.0,
-                &param,
-            )
-        };
-        started_recv("ucp_tag_msg_recv_nbx", started)?;
-        Ok(self.track_recv(len, None))
+        let data = Data::bytes(buf, len);
+        // SAFETY: forwarded from this function's contract; `data` goes with the request.
+        unsafe { self.start_matched_recv(message, &data) }?;
+        Ok(self.track_recv(data, None))
+    }
+
+    /// Receives the message a matched probe took into the non-contiguous buffer `blocks`
+    /// describes, in place (as `post_recv_blocks`); the message back, having posted
+    /// nothing, for an empty one.
+    ///
+    /// # Safety
+    /// As for `Pml::post_matched_recv_blocks`.
+    unsafe fn post_matched_recv_blocks(
+        &mut self,
+        message: UcxMessage,
+        blocks: &Blocks,
+    ) -> Result<Result<Handle, UcxMessage>, PmlError> {
+        if blocks.is_empty() {
+            return Ok(Err(message));
+        }
+        // SAFETY: as in `post_recv_blocks`.
+        let data = unsafe { self.in_place(blocks, false) };
+        // SAFETY: as above; `data` goes with the request.
+        unsafe { self.start_matched_recv(message, &data) }?;
+        Ok(Ok(self.track_recv(data, None)))
     }
 
     /// Collects the request if it finished; the handle is spent once this returns `Some`
@@ -856,9 +975,14 @@ impl Waiting for UcxPml {
         Ok(self.worker.progress())
     }
 
-    /// The configured spin, or longer while many bytes are in flight (see `spin_budget`).
+    /// The configured spin, or longer while many bytes are in flight (see
+    /// `waiting::spin_budget`).
     fn spin_budget(&self) -> Duration {
         spin_budget(self.spin, self.bytes_in_flight)
+    }
+
+    fn configured_spin(&self) -> Duration {
+        self.spin
     }
 
     /// Once a peer's connection broke, a wait that cannot finish fails naming that peer
@@ -954,27 +1078,6 @@ impl Drop for UcxPml {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn waits_spin_longer_while_many_bytes_are_in_flight() {
-        let spin = Duration::from_micros(100);
-        assert_eq!(spin_budget(spin, 0), spin);
-        assert_eq!(
-            spin_budget(spin, 16 << 10),
-            spin,
-            "small messages keep the spin"
-        );
-        assert_eq!(
-            spin_budget(spin, 512 << 10),
-            Duration::from_nanos(512 << 10)
-        );
-        assert_eq!(spin_budget(spin, 64 << 20), MAX_SPIN_FOR_BYTES, "capped");
-        assert_eq!(
-            spin_budget(Duration::from_secs(1), 1 << 20),
-            Duration::from_secs(1)
-        );
-        assert_eq!(spin_budget(Duration::ZERO, 1 << 30), Duration::ZERO);
-    }
 
     #[test]
     fn tag_offload_is_reported_only_for_mlx5_rc_and_dc() {

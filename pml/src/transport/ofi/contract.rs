@@ -78,6 +78,7 @@ impl OfiTransport {
                 frame_size: config.ofi_eager_limit + crate::wire::MAX_HEADER_LEN,
                 eager_limit: config.ofi_eager_limit,
                 peer_timeout: config.ofi_peer_timeout,
+                waits_spin: !job.wait_budgets().0.is_zero(),
             };
             match OfiTransport::new(job.rank, job.size, job.host(), &ofi_config) {
                 Ok(t) => t,
@@ -182,6 +183,10 @@ impl Transport for OfiTransport {
         true
     }
 
+    fn bytes_in_flight(&self) -> usize {
+        OfiTransport::bytes_in_flight(self)
+    }
+
     /// Asynchronous: `poll` reports it done when the last piece completes.
     fn read(
         &mut self,
@@ -275,6 +280,7 @@ impl Transport for OfiTransport {
 
     fn count(&self, counters: &mut Counters) {
         counters.registrations += self.registrations();
+        counters.ofi_exposed += self.exposures() as u64;
         self.count_rma(counters);
     }
 

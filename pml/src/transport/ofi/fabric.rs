@@ -328,13 +328,15 @@ impl Fabric {
             attr.format = sys::FI_CQ_FORMAT_DATA;
             attr.wait_obj = sys::FI_WAIT_FD;
             if sys::cq_open(self.domain, &mut attr, &mut self.cq) != 0 {
-                // No fd to sleep on (udp;ofi_rxd): waits poll.
+                // A provider that cannot wait on an fd: waits poll.
                 attr.wait_obj = sys::FI_WAIT_NONE;
                 check(
                     "fi_cq_open",
                     sys::cq_open(self.domain, &mut attr, &mut self.cq),
                 )?;
             } else {
+                // udp;ofi_rxd (1.17) opens the queue with FI_WAIT_FD, yet answers FI_GETWAIT
+                // with -FI_ENOSYS: no fd to sleep on either, and waits poll.
                 let mut fd: i32 = -1;
                 let rc = sys::control(
                     &mut (*self.cq).fid,

@@ -131,34 +131,12 @@ pub unsafe fn read_into(
             return Ok(false);
         }
     };
-    let mut wire = [0u8; Blocks::WIRE_LEN];
-    copy_from_peer(pid, arena, description, &mut wire)?;
-    let blocks = Blocks::from_wire(&wire, len)?;
-    let (list_at, n_blocks) = blocks.block_list();
-    // The length is the peer's word, bounded by `from_wire` but still large: a failed
-    // allocation is this receive's error, not the process's end.
-    let mut list = Vec::new();
-    list.try_reserve_exact(n_blocks).map_err(|e| {
-        format!("a send's layout lists {n_blocks} blocks, more than this rank can hold: {e}")
-    })?;
-    list.resize(n_blocks, Block { offset: 0, len: 0 });
-    // SAFETY: `Block` is `#[repr(C)]` plain integers, every byte pattern a value; the bytes
-    // are the list's own allocation, borrowed mutably for this copy alone.
-    let list_bytes = unsafe {
-        std::slice::from_raw_parts_mut(
-            list.as_mut_ptr().cast::<u8>(),
-            std::mem::size_of_val(list.as_slice()),
-        )
-    };
-    copy_from_peer(pid, arena, list_at, list_bytes)?;
-    blocks.check_list(&list)?;
+    let (blocks, list) = read_description(pid, arena, description, len)?;
     if len == 0 {
         return Ok(false);
     }
     // All of the send in the sender's arena: a copy per block from our mapping of it.
-    let span = blocks.span(&list);
-    let mapping =
-        span.and_then(|(low, end)| Some((low, arena?.mapped(low, (end - low) as usize)?)));
+    let mapping = mapped_span(&blocks, &list, arena);
     if let Some((low, src)) = mapping {
         let mut to = Cursor::new(local.pieces());
         let mut below_span = None;
@@ -189,6 +167,51 @@ pub unsafe fn read_into(
     // SAFETY: this function's contract.
     unsafe { read_runs(pid, blocks.runs(&list, 0, len), local.runs(), len) }?;
     Ok(false)
+}
+
+/// The description of a send read in place, at `at` in process `pid`, and its block list,
+/// read out of the sender (from its mapped arena where they lie there) and checked for a
+/// read of `len` packed bytes: a peer's layout is untrusted.
+pub(super) fn read_description(
+    pid: i32,
+    arena: Option<&PeerArena>,
+    at: u64,
+    len: usize,
+) -> Result<(Blocks, Vec<Block>), String> {
+    let mut wire = [0u8; Blocks::WIRE_LEN];
+    copy_from_peer(pid, arena, at, &mut wire)?;
+    let blocks = Blocks::from_wire(&wire, len)?;
+    let (list_at, n_blocks) = blocks.block_list();
+    // The length is the peer's word, bounded by `from_wire` but still large: a failed
+    // allocation is this receive's error, not the process's end.
+    let mut list = Vec::new();
+    list.try_reserve_exact(n_blocks).map_err(|e| {
+        format!("a send's layout lists {n_blocks} blocks, more than this rank can hold: {e}")
+    })?;
+    list.resize(n_blocks, Block { offset: 0, len: 0 });
+    // SAFETY: `Block` is `#[repr(C)]` plain integers, every byte pattern a value; the bytes
+    // are the list's own allocation, borrowed mutably for this copy alone.
+    let list_bytes = unsafe {
+        std::slice::from_raw_parts_mut(
+            list.as_mut_ptr().cast::<u8>(),
+            std::mem::size_of_val(list.as_slice()),
+        )
+    };
+    copy_from_peer(pid, arena, list_at, list_bytes)?;
+    blocks.check_list(&list)?;
+    Ok((blocks, list))
+}
+
+/// Where a described send (checked by [`read_description`]) lies in our mapping of the
+/// sender's arena, when all of it does: the lowest address its blocks reach, in the sender,
+/// and where that lies here (every byte up to the span's end readable there).
+pub(super) fn mapped_span(
+    blocks: &Blocks,
+    list: &[Block],
+    arena: Option<&PeerArena>,
+) -> Option<(u64, *const u8)> {
+    let (low, end) = blocks.span(list)?;
+    Some((low, arena?.mapped(low, (end - low) as usize)?))
 }
 
 /// Memory a read lands in, filled piece by piece in packing order.
@@ -326,7 +349,7 @@ impl<I: Iterator<Item = (u64, usize)>> Iovecs<I> {
 /// # Safety
 /// Every local run must be memory of this process, writable and not otherwise accessed for
 /// the call.
-unsafe fn read_runs(
+pub(super) unsafe fn read_runs(
     pid: i32,
     remote: impl Iterator<Item = (u64, usize)>,
     local: impl Iterator<Item = (u64, usize)>,

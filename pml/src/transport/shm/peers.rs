@@ -7,8 +7,8 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 
 use super::{
-    allow_ptrace_from_peers, read_in_place, read_into, read_remote, Local, PeerArena, ShmConfig,
-    ShmTransport, Source,
+    allow_ptrace_from_peers, read_in_place, read_into, read_remote, read_short_blocks, Local,
+    PeerArena, ShmConfig, ShmTransport, Source,
 };
 use crate::blocks::{self, Blocks, PackedRange};
 use crate::config::TransportChoice;
@@ -66,9 +66,15 @@ pub struct ShmPeers {
     in_place_reads: u64,
     /// Successful rendezvous reads straight into a receive's blocks (`read_into_blocks`).
     block_reads: u64,
-    /// The shortest mean block a send outside the arena is read in place with, by
-    /// process_vm_readv (see `EngineConfig::shm_in_place_min_block`).
+    /// Of those, the reads into short blocks, by their copy loops (`read_short_blocks`).
+    short_block_reads: u64,
+    /// The shortest mean block read in place, a copy or an iovec a block: a send's outside
+    /// the arena (by process_vm_readv), a receive's (see
+    /// `EngineConfig::shm_in_place_min_block`).
     in_place_min_block: usize,
+    /// The window reads into short blocks go through (`short_blocks::WINDOW` bytes, made at
+    /// the first that needs one).
+    window: Vec<u8>,
 }
 
 impl ShmOpening {
@@ -173,7 +179,9 @@ impl ShmOpening {
             mapped_reads: 0,
             in_place_reads: 0,
             block_reads: 0,
+            short_block_reads: 0,
             in_place_min_block: job.config.shm_in_place_min_block,
+            window: Vec::new(),
         })
     }
 }
@@ -389,8 +397,11 @@ impl Transport for ShmPeers {
         Ok(Reading::Finished(result))
     }
 
-    /// Every read into a receive's blocks lands there: from the peer's arena one memcpy a
-    /// piece, else by `process_vm_readv` with the blocks as local iovecs.
+    /// Every read into a receive's blocks lands there. Blocks of `in_place_min_block` bytes or
+    /// more on average: from the peer's arena one memcpy a piece, else by `process_vm_readv`
+    /// with the blocks as local iovecs. Shorter ones (a column of doubles), for which a copy
+    /// or an iovec a block costs more than the bytes: by the layouts' copy loops, from the
+    /// arena in one pass, else a window at a time (`short_blocks`).
     unsafe fn read_into_blocks(
         &mut self,
         peer: Rank,
@@ -405,24 +416,25 @@ impl Transport for ShmPeers {
             blocks::IN_PLACE => Source::Described(key.addr),
             _ => Source::Bytes(key.addr),
         };
-        // Short blocks are not worth a copy or an iovec each: a column of doubles read so (a
-        // memcpy a block from the sender's arena, or process_vm_readv with an iovec a block)
-        // ran at 0.8x a whole read into the core's staging and its unpack loop, which copies
-        // such blocks with fixed-size loads and stores. So they are staged.
-        if blocks.mean_block() < self.in_place_min_block {
-            return Ok(None);
-        }
-        // SAFETY: this function's contract: a description made in this process, its list
-        // alive (and its blocks writable and lent to the read, `len` within its bytes).
-        let list = unsafe { blocks.local_list() };
-        let into = Local::Blocks { blocks, list, len };
-        // SAFETY: as above, the blocks are ours to write for the call.
-        let result = unsafe { read_into(self.pids[local], arena, source, into) };
+        let short = blocks.mean_block() < self.in_place_min_block;
+        let pid = self.pids[local];
+        let result = if short {
+            // SAFETY: this function's contract: a description made in this process, its list
+            // alive (and its blocks writable and lent to the read, `len` within its bytes).
+            unsafe { read_short_blocks(pid, arena, source, blocks, len, &mut self.window) }
+        } else {
+            // SAFETY: as above.
+            let list = unsafe { blocks.local_list() };
+            let into = Local::Blocks { blocks, list, len };
+            // SAFETY: as above, the blocks are ours to write for the call.
+            unsafe { read_into(pid, arena, source, into) }
+        };
         // Only reads that finished count: a refused layout moved no bytes.
         if let Ok(mapped) = result {
             self.mapped_reads += u64::from(mapped);
             self.in_place_reads += u64::from(matches!(source, Source::Described(_)));
             self.block_reads += 1;
+            self.short_block_reads += u64::from(short);
         }
         Ok(Some(Reading::Finished(result.map(drop))))
     }
@@ -482,6 +494,7 @@ impl Transport for ShmPeers {
         counters.mapped_reads += self.mapped_reads;
         counters.in_place_reads += self.in_place_reads;
         counters.block_reads += self.block_reads;
+        counters.short_block_reads += self.short_block_reads;
         let sleeps = self.seg.sleeps();
         counters.shm_sleeps += sleeps.slept;
         counters.shm_sleeps_woken += sleeps.woken;
