@@ -406,20 +406,21 @@ echo "== verbs tests in the Soft-RoCE guest (rxe0 and rxe1 joined by a veth pair
 # windows_beyond_locked_memory: a window past the locked-memory limit (ulimit -l, without
 # CAP_IPC_LOCK) on one rank, reached by messages there.
 # Then libfabric's verbs provider: pml's engine test (its rendezvous by fi_read, which rxm posts
-# as RDMA READs, counted), the p2p tests above and every collective over verbs;ofi_rxm.
-# windows_over_ofi is not run here yet: its `kinds` job fails a put, whose origin buffer's
-# registration for fi_write verbs refuses (-EFAULT, as for read-only memory). The failure
-# paths last: one takes rxe1's link down (and back up), which only a guest may.
+# as RDMA READs, counted), the p2p tests above, every collective and the windows over
+# verbs;ofi_rxm (puts and gets by fi_write and fi_read, counted, a constant's put by a
+# registered copy; accumulates by messages, rxm over verbs being asked no atomics). The
+# failure paths last: one takes rxe1's link down (and back up), which only a guest may.
 set +e
 "$rdma_vm/rdma-vm" -n 2 -t 1800 -- env MPIRT_VERBS_DEV=rxe0,rxe1 bash -c \
     "set -e; '$engine' ranks_over_verbs; '$p2p' verbs --test-threads=1;
      '$threads' over_verbs --test-threads=1;
      '$windows' windows_over_verbs --test-threads=1;
      capsh --drop=cap_ipc_lock -- -c \"ulimit -l 32768 && exec '$windows' windows_beyond_locked_memory\";
-     echo '== OFI: verbs;ofi_rxm in the guest: pml engine test, mpirt p2p and collectives';
+     echo '== OFI: verbs;ofi_rxm in the guest: pml engine test, mpirt p2p, collectives and windows';
      '$engine' ranks_over_ofi_verbs;
      MPIRT_TEST_OFI_PROVIDER='verbs;ofi_rxm' '$p2p' --exact ${ofi_p2p_tests[*]} --test-threads=1;
      MPIRT_TEST_OFI_PROVIDER='verbs;ofi_rxm' '$collectives' ofi --test-threads=1;
+     MPIRT_TEST_OFI_PROVIDER='verbs;ofi_rxm' '$windows' windows_over_ofi;
      MPIRT_TEST_VERBS_PORT_DOWN=rxe1 '$verbs' --test-threads=1"
 rc=$?
 set -e

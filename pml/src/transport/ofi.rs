@@ -56,16 +56,14 @@ use memory::Region;
 use one_sided::{Rma, RMA_SLOTS};
 use provider::MrPlan;
 
-/// A send buffer's registration for a peer's `fi_read`, to release when the send completes:
-/// the buffer's own (cached), with the length exposed, or that of a copy of it (see
-/// `expose_copy`).
+/// A user buffer's registration, to release when the operation that lent it completes (a
+/// send buffer exposed to a peer's `fi_read`, a write's origin): the buffer's own (cached),
+/// with the length it covers, or that of a registered copy of it (see `registered_copy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OfiMr {
     /// A cached registration of the buffer itself, `len` bytes of it exposed.
-    Cached {
-        id: CachedMr,
-        len: usize,
-    },
+    Cached { id: CachedMr, len: usize },
+    /// A registered copy, by its index in `OfiTransport::copies`.
     Copy(usize),
 }
 
@@ -273,8 +271,8 @@ pub struct OfiTransport {
     send_mr: Option<Region>,
     /// Boxed, as `fabric` is: the transport sits in `AnyTransport` beside smaller ones.
     user_mrs: Box<RegistrationCache<Region>>,
-    /// Copies of send buffers the provider could not register, with their registrations
-    /// (closed before the copy is freed, by field order).
+    /// Copies of send buffers and writes' origins the provider could not register, with
+    /// their registrations (closed before the copy is freed, by field order).
     copies: Slab<(Region, Vec<u8>)>,
     /// One-sided operations and the windows exposed to them (their registrations, too,
     /// close before the fabric's objects).
@@ -683,7 +681,11 @@ impl OfiTransport {
         let local = self.fabric.plan.local;
         let (id, region) = match self.register_user(buf, len, false) {
             Ok(registered) => registered,
-            Err(e) if local => return self.expose_copy(buf, len).map_err(|_| e),
+            Err(e) if local => {
+                return self
+                    .expose_copy(buf, len)
+                    .map_err(|e2| format!("{e}; a registered copy failed too: {e2}"))
+            }
             Err(e) => return Err(e),
         };
         let (base, key) = (region.base, region.key());
@@ -696,14 +698,12 @@ impl OfiTransport {
         Ok((key, OfiMr::Cached { id, len }))
     }
 
-    /// Exposes a registered copy of a send buffer the provider cannot register: one in
-    /// read-only memory (a constant), since verbs;ofi_rxm asks for local write access on
-    /// every registration, which pinning read-only pages refuses (-FI_EFAULT). MPI forbids
-    /// changing a send buffer before its send completes, so the copy serves the peer's read.
+    /// Exposes a registered copy of a send buffer the provider cannot register (see
+    /// `registered_copy`): MPI forbids changing a send buffer before its send completes, so
+    /// the copy serves the peer's read.
     fn expose_copy(&mut self, buf: *const u8, len: usize) -> Result<(RemoteKey, OfiMr), String> {
-        // SAFETY: the engine lends `len` readable bytes at `buf` for the send.
-        let copy = unsafe { std::slice::from_raw_parts(buf, len) }.to_vec();
-        let region = self.register(copy.as_ptr(), len, sys::FI_REMOTE_READ as u64)?;
+        let at = self.registered_copy(buf, len)?;
+        let (region, copy) = &self.copies[at];
         let key = RemoteKey {
             addr: self
                 .fabric
@@ -713,12 +713,41 @@ impl OfiTransport {
         };
         self.exposed += len;
         self.exposures += 1;
-        Ok((key, OfiMr::Copy(self.copies.insert((region, copy)))))
+        Ok((key, OfiMr::Copy(at)))
+    }
+
+    /// Copies the `len` bytes at `buf` into memory of ours and registers that, for a buffer
+    /// the provider cannot register: one in read-only memory (a constant), since verbs and
+    /// efa ask for local write access on every registration, which pinning read-only pages
+    /// refuses (-FI_EFAULT). Returns the copy's index in `copies`.
+    fn registered_copy(&mut self, buf: *const u8, len: usize) -> Result<usize, String> {
+        // SAFETY: the caller lends `len` readable bytes at `buf` (a send's buffer, a write's
+        // origin) for the operation that copies them here.
+        let copy = unsafe { std::slice::from_raw_parts(buf, len) }.to_vec();
+        let region = self.register(copy.as_ptr(), len, MrPlan::user_access(false))?;
+        Ok(self.copies.insert((region, copy)))
     }
 
     /// Gives an exposure back; one already closed (by `stop`) is let be.
     pub fn release(&mut self, mr: OfiMr) {
-        let len = match mr {
+        let len = self.unregister(mr);
+        // `stop` forgot them all and set the count to zero.
+        if !self.stopped {
+            debug_assert!(
+                self.exposures > 0 && self.exposed >= len,
+                "released {len} exposed bytes of {} in {} exposures: one released twice",
+                self.exposed,
+                self.exposures
+            );
+            self.exposed -= len;
+            self.exposures -= 1;
+        }
+    }
+
+    /// Gives a registration back, returning how many bytes it covered; one already closed
+    /// (by `stop`) is let be.
+    fn unregister(&mut self, mr: OfiMr) -> usize {
+        match mr {
             OfiMr::Cached { id, len } => {
                 self.user_mrs.release(id);
                 len
@@ -731,17 +760,6 @@ impl OfiTransport {
                 }
                 None => 0,
             },
-        };
-        // `stop` forgot them all and set the count to zero.
-        if !self.stopped {
-            debug_assert!(
-                self.exposures > 0 && self.exposed >= len,
-                "released {len} exposed bytes of {} in {} exposures: one released twice",
-                self.exposed,
-                self.exposures
-            );
-            self.exposed -= len;
-            self.exposures -= 1;
         }
     }
 

@@ -33,10 +33,9 @@ use slab::Slab;
 
 use super::memory::Region;
 use super::provider::MrPlan;
-use super::{sys, OfiTransport, MAX_READ_PIECE, RMA_BASE};
+use super::{sys, OfiMr, OfiTransport, MAX_READ_PIECE, RMA_BASE};
 use crate::envelope::Rank;
 use crate::error::PmlError;
-use crate::registration_cache::CachedMr;
 use crate::transport::{RmaOp, RmaPosted};
 use crate::wire::RemoteKey;
 
@@ -66,8 +65,9 @@ struct InFlight {
     /// The operation, for its error ("fi_write", "fi_read", "fi_fetch_atomic", ...).
     what: &'static str,
     len: usize,
-    /// Its origin buffer's registration, where the provider wants one.
-    mr: Option<CachedMr>,
+    /// Its origin buffer's registration (or a registered copy's), where the provider wants
+    /// one.
+    mr: Option<OfiMr>,
 }
 
 /// One rank's one-sided operations from this rank.
@@ -312,9 +312,24 @@ impl OfiTransport {
                 break;
             };
             let piece = piece_max.min(len - done);
+            let at_ptr = (local + done) as *const u8;
             let (mr, desc) = if self.fabric.plan.local {
-                match self.register_user((local + done) as *const u8, piece, reading) {
-                    Ok((id, region)) => (Some(id), region.desc()),
+                match self.register_user(at_ptr, piece, reading) {
+                    Ok((id, region)) => (Some(OfiMr::Cached { id, len: piece }), region.desc()),
+                    // The provider refuses to pin read-only memory (a constant's), since
+                    // verbs and efa ask for local write access. MPI forbids changing a put's
+                    // origin until its epoch or a flush completes it, so a copy taken now is
+                    // what the write must carry. A read's target must be writable anyway.
+                    Err(e) if !reading => match self.registered_copy(at_ptr, piece) {
+                        Ok(c) => (Some(OfiMr::Copy(c)), self.copies[c].0.desc()),
+                        Err(e2) => {
+                            let cause = format!(
+                                "{what} of {piece} bytes on rank {peer}: registering its \
+                                 origin buffer: {e}; a registered copy failed too: {e2}"
+                            );
+                            return self.piece_failed(peer, ticket, done, len, cause);
+                        }
+                    },
                     Err(e) => {
                         let cause = format!(
                             "{what} of {piece} bytes on rank {peer}: registering its local \
@@ -328,10 +343,14 @@ impl OfiTransport {
             };
             let context = self.context(RMA_BASE + slot);
             let at = remote.addr + done as u64;
-            let buf = (local + done) as *mut c_void;
+            let buf = match mr {
+                Some(OfiMr::Copy(c)) => self.copies[c].1.as_ptr() as *mut c_void,
+                _ => at_ptr as *mut c_void,
+            };
             // SAFETY: the caller lends `len` bytes at `local` until the ticket completed
-            // (`Transport::rma`'s contract); the context stays the provider's until the
-            // piece's completion frees its slot.
+            // (`Transport::rma`'s contract), and a copy's `piece` bytes stay in `copies`
+            // until `mr` is released at the piece's completion; the context stays the
+            // provider's until that completion frees its slot.
             let rc = unsafe {
                 if reading {
                     sys::read(
@@ -359,8 +378,8 @@ impl OfiTransport {
                 }
             };
             if rc != 0 {
-                if let Some(id) = mr {
-                    self.user_mrs.release(id);
+                if let Some(mr) = mr {
+                    self.unregister(mr);
                 }
                 if sys::is_again(rc) {
                     self.progress_only();
@@ -512,7 +531,7 @@ impl OfiTransport {
         peer: Rank,
         what: &'static str,
         len: usize,
-        mr: Option<CachedMr>,
+        mr: Option<OfiMr>,
     ) -> u64 {
         self.rma.free.pop();
         let p = &mut self.rma.peers[peer as usize];
@@ -535,8 +554,8 @@ impl OfiTransport {
             return;
         };
         self.rma.free.push(slot);
-        if let Some(id) = op.mr {
-            self.user_mrs.release(id);
+        if let Some(mr) = op.mr {
+            self.unregister(mr);
         }
         let p = &mut self.rma.peers[op.peer as usize];
         p.in_flight.remove(&op.ticket);
