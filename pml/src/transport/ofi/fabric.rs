@@ -204,7 +204,7 @@ impl Fabric {
             .zip(requests)
             .map(|(list, &caps)| {
                 let mut tier = usable(list, request, &mut refused, &mut passed_over);
-                tier.retain(|(name, _, plan)| provider::askable(caps, name, *plan));
+                provider::askable(caps, &mut tier);
                 tier
             })
             .collect();

@@ -148,19 +148,24 @@ pub fn pick_granted(
 /// buffer (libfabric issue 9133; the fix proposed upstream, PR 10371, would instead leave one
 /// of the two registrations out of the map, so that an atomic on it fails at the target).
 /// There atomics are not asked: windows' puts and gets keep verbs' RDMA WRITE and READ, and
-/// their accumulates go by mpirt's messages. Where the keys are ours (tcp), each
-/// registration's is new for the domain's life, and the map never sees one twice.
+/// their accumulates go by mpirt's messages. The test is verbs under rxm, whose cache was seen
+/// to do it, with the core picking keys: rxm over a core whose keys are new for each
+/// registration (tcp's, ours or, in later libfabric, its own counter's) keeps its atomics, as
+/// the map never sees one key twice there.
 pub fn atomics_refused(provider: &str, plan: MrPlan) -> Option<&'static str> {
-    (provider.ends_with(";ofi_rxm") && plan.prov_key).then_some(
+    (provider.starts_with("verbs;") && provider.ends_with(";ofi_rxm") && plan.prov_key).then_some(
         "rxm does atomics in software, and asked for them fails registrations whose key its \
-         core gives twice (verbs' registration cache does)",
+         core gives twice (verbs' registration cache may)",
     )
 }
 
-/// Whether `request` (one of [`REQUESTS`]) may be asked of `provider`: not one with atomics
-/// where [`atomics_refused`] says why; the provider is then taken with the next request.
-pub fn askable(request: u64, provider: &str, plan: MrPlan) -> bool {
-    !Granted::of(request).atomics || atomics_refused(provider, plan).is_none()
+/// Of the providers that answered `request` (one of [`REQUESTS`]), each with its name first
+/// and its registration plan last, keeps those it may be asked of: not one with atomics where
+/// [`atomics_refused`] says why; such a provider is then taken with the next request.
+pub fn askable<T>(request: u64, tier: &mut Vec<(String, T, MrPlan)>) {
+    if Granted::of(request).atomics {
+        tier.retain(|(name, _, plan)| atomics_refused(name, *plan).is_none());
+    }
 }
 
 /// Whether windows' 8-byte atomics go by the provider: it granted `FI_ATOMIC`, and
@@ -458,21 +463,24 @@ mod tests {
     }
 
     /// verbs;ofi_rxm is taken without atomics (rxm's key map refuses the keys verbs' cache
-    /// gives twice), with RMA writes and reads; the providers whose keys are ours (tcp;ofi_rxm,
-    /// shm) or that are not rxm (efa, cxi: the provider's keys, atomics their own) keep them.
+    /// gives twice), with RMA writes and reads; the providers whose keys are new for each
+    /// registration (tcp;ofi_rxm, whatever its mr_mode; shm) or that are not rxm (efa, cxi:
+    /// the provider's keys, atomics their own) keep them. Each request's answer goes through
+    /// `askable` as `Fabric::open` passes it, then the pick.
     #[test]
-    fn rxm_over_provider_keys_is_not_asked_for_atomics() {
+    fn rxm_over_verbs_is_not_asked_for_atomics() {
         let keys_of_the_provider =
             MrPlan::from_mr_mode(FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY)
                 .unwrap();
         let keys_of_ours = MrPlan::from_mr_mode(0).unwrap();
+        let shm = MrPlan::from_mr_mode(FI_MR_VIRT_ADDR).unwrap();
         let why = atomics_refused("verbs;ofi_rxm", keys_of_the_provider).unwrap();
         assert!(why.contains("registration"), "{why}");
-        // Any core under rxm that picks keys, named or not.
-        assert!(atomics_refused("psm3;ofi_rxm", keys_of_the_provider).is_some());
         for (name, plan) in [
             ("tcp;ofi_rxm", keys_of_ours),
-            ("shm", MrPlan::from_mr_mode(FI_MR_VIRT_ADDR).unwrap()),
+            // tcp's keys are its own counter's where it says PROV_KEY: new each time.
+            ("tcp;ofi_rxm", keys_of_the_provider),
+            ("shm", shm),
             ("efa", keys_of_the_provider),
             (
                 "cxi",
@@ -482,31 +490,34 @@ mod tests {
         ] {
             assert_eq!(atomics_refused(name, plan), None, "{name}");
         }
-        // What Fabric::open does with it: verbs;ofi_rxm leaves the atomics tier, so the
-        // richest request it is taken with is RMA's, on a RoCE host as with none named.
+        // A RoCE host's answers: every provider grants every request.
         let all = [
             ("verbs;ofi_rxm", keys_of_the_provider),
             ("tcp;ofi_rxm", keys_of_ours),
-            ("shm", keys_of_ours),
+            ("shm", shm),
         ];
         let answers: Vec<Vec<String>> = REQUESTS
             .iter()
             .map(|&request| {
-                all.iter()
-                    .filter(|(name, plan)| askable(request, name, *plan))
-                    .map(|(name, _)| name.to_string())
-                    .collect()
+                let mut tier: Vec<(String, (), MrPlan)> = all
+                    .iter()
+                    .map(|(name, plan)| (name.to_string(), (), *plan))
+                    .collect();
+                askable(request, &mut tier);
+                tier.into_iter().map(|(name, _, _)| name).collect()
             })
             .collect();
         assert_eq!(answers[0], ["tcp;ofi_rxm", "shm"]);
-        let roce = answers;
+        for tier in &answers[1..] {
+            assert_eq!(tier, &["verbs;ofi_rxm", "tcp;ofi_rxm", "shm"]);
+        }
         for wanted in [Some("verbs"), None] {
-            let (tier, at) = pick_granted(&roce, wanted, true).unwrap();
-            assert_eq!(roce[tier][at], "verbs;ofi_rxm");
+            let (tier, at) = pick_granted(&answers, wanted, true).unwrap();
+            assert_eq!(answers[tier][at], "verbs;ofi_rxm");
             let granted = Granted::of(REQUESTS[tier]);
             assert!(granted.remote_write && granted.remote_read && !granted.atomics);
         }
-        assert_eq!(pick_granted(&roce, Some("tcp"), false), Some((0, 0)));
+        assert_eq!(pick_granted(&answers, Some("tcp"), false), Some((0, 0)));
     }
 
     #[test]
