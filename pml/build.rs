@@ -50,6 +50,12 @@ mod ofi {
         "fi_progress",
         "fi_threading",
         "fi_resource_mgmt",
+        "fi_msg_rma",
+        "fi_rma_iov",
+        "fi_ops_atomic",
+        "fi_atomic_attr",
+        "fi_datatype",
+        "fi_op",
     ];
 
     pub fn generate() {
@@ -64,7 +70,8 @@ mod ofi {
                 "ofi.h",
                 "#include <rdma/fabric.h>\n#include <rdma/fi_domain.h>\n\
                  #include <rdma/fi_endpoint.h>\n#include <rdma/fi_cm.h>\n\
-                 #include <rdma/fi_rma.h>\n#include <rdma/fi_errno.h>\n",
+                 #include <rdma/fi_rma.h>\n#include <rdma/fi_atomic.h>\n\
+                 #include <rdma/fi_errno.h>\n",
             )
             .clang_args(
                 fabric

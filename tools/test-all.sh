@@ -328,8 +328,9 @@ else
 fi
 
 # The libfabric transport: pml's engine and dead-peer tests (its unit tests, the mr_mode and
-# mode decisions for efa, cxi, verbs, tcp and shm, ran above), then mpirt's p2p and
-# collectives suites with every pair over OFI, on each provider that works without a device
+# mode decisions for efa, cxi, verbs, tcp and shm, ran above), then mpirt's p2p, collectives
+# and windows suites (windows by fi_write, fi_read and fi_atomic, counted) with every pair over
+# OFI, on each provider that works without a device
 # here (tcp;ofi_rxm, shm, udp;ofi_rxd; `net` is left out: it is 1.17's experimental one), and
 # across the 4 test hosts on the two that cross hosts.
 echo "== OFI: pml's tests with --features ofi"
@@ -341,17 +342,27 @@ for provider in "tcp;ofi_rxm" shm "udp;ofi_rxd"; do
         echo "== OFI: the suites on $provider SKIPPED (libfabric here has no such provider)"
         continue
     fi
-    echo "== OFI: mpirt's p2p and collectives suites over libfabric $provider"
+    echo "== OFI: mpirt's p2p, collectives and windows suites over libfabric $provider"
     MPIRT_TEST_OFI_PROVIDER="$provider" cargo test --release "${mpirt_features[@]}" \
-        --test p2p --test collectives ofi
+        --test p2p --test collectives --test windows ofi
 done
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     ofi_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
+    # The windows suite across hosts on tcp;ofi_rxm only (8 s): udp;ofi_rxd's one-sided
+    # operations crashed a rank with SIGSEGV across hosts in 2 of 3 runs, not yet understood.
     for provider in "tcp;ofi_rxm" "udp;ofi_rxd"; do
         echo "== OFI: the suites across 4 test hosts over libfabric $provider"
+        windows_suite=()
+        if [ "$provider" = "tcp;ofi_rxm" ]; then
+            windows_suite=(--test windows)
+        else
+            echo "== OFI: the windows suite across hosts over $provider SKIPPED (its fi_write/fi_read" \
+                "crashed a rank with SIGSEGV across hosts in 2 of 3 runs, not yet understood)"
+        fi
         MPIRT_TEST_OFI_PROVIDER="$provider" MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 \
             MPIRT_SSH_ARGS="$testhosts_ssh_args" \
-            cargo test --release "${mpirt_features[@]}" --test p2p --test collectives ofi
+            cargo test --release "${mpirt_features[@]}" --test p2p --test collectives \
+            "${windows_suite[@]}" ofi
     done
     if [ -n "$ofi_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
@@ -467,7 +478,9 @@ echo "== verbs tests in the Soft-RoCE guest (rxe0 and rxe1 joined by a veth pair
 # windows_beyond_locked_memory: a window past the locked-memory limit (ulimit -l, without
 # CAP_IPC_LOCK) on one rank, reached by messages there.
 # Then libfabric's verbs provider: pml's engine test (its rendezvous by fi_read, which rxm posts
-# as RDMA READs, counted), the p2p tests above and every collective over verbs;ofi_rxm. The
+# as RDMA READs, counted), the p2p tests above, every collective and the windows over
+# verbs;ofi_rxm (puts and gets by fi_write and fi_read, counted, a constant's put by a
+# registered copy; accumulates by messages, rxm over verbs being asked no atomics). The
 # failure paths last: one takes rxe1's link down (and back up), which only a guest may.
 set +e
 "$rdma_vm/rdma-vm" -n 2 -t 1800 -- env MPIRT_VERBS_DEV=rxe0,rxe1 bash -c \
@@ -475,10 +488,11 @@ set +e
      '$threads' over_verbs --test-threads=1;
      '$windows' windows_over_verbs --test-threads=1;
      capsh --drop=cap_ipc_lock -- -c \"ulimit -l 32768 && exec '$windows' windows_beyond_locked_memory\";
-     echo '== OFI: verbs;ofi_rxm in the guest: pml engine test, mpirt p2p and collectives';
+     echo '== OFI: verbs;ofi_rxm in the guest: pml engine test, mpirt p2p, collectives and windows';
      '$engine' ranks_over_ofi_verbs;
      MPIRT_TEST_OFI_PROVIDER='verbs;ofi_rxm' '$p2p' --exact ${ofi_p2p_tests[*]} --test-threads=1;
      MPIRT_TEST_OFI_PROVIDER='verbs;ofi_rxm' '$collectives' ofi --test-threads=1;
+     MPIRT_TEST_OFI_PROVIDER='verbs;ofi_rxm' '$windows' windows_over_ofi;
      MPIRT_TEST_VERBS_PORT_DOWN=rxe1 '$verbs' --test-threads=1"
 rc=$?
 set -e

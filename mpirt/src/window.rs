@@ -117,7 +117,7 @@ use messaging::Core;
 pub use operation::AccumulateOperation;
 use pml::shared_mapping::SharedMapping;
 use pml::Pml;
-use rdma::Rdma;
+use rdma::{rdma_agreed, Rdma, RmaOffer};
 use target::{Memory, Target};
 pub use typed::TargetDatatype;
 use wire::{Ask, Request};
@@ -1745,9 +1745,9 @@ struct Agreed {
     /// The path every rank allows (`window_path`): the shared-memory path where all allow
     /// it, else RDMA where all allow that, else messages.
     path: Path,
-    /// Whether every rank's PML does one-sided operations (verbs, UCX) and, but where
-    /// `MPIRT_WINDOW_PATH=rdma` asked for them, takes them by default; without which no
-    /// rank tries the RDMA path (whose set-up is collective).
+    /// Whether windows go by one-sided operations (`rdma_agreed`: every rank's PML does
+    /// them, and they are asked for or taken unasked), without which no rank tries the
+    /// RDMA path (whose set-up is collective).
     rdma: bool,
 }
 
@@ -1782,11 +1782,7 @@ fn agree<T: Equivalence, C: Communicator>(
         },
         size_of::<T>() as u64,
         signature(datatype.name()),
-        match Rdma::available(comm.data()) {
-            None => 0,
-            Some(false) => 1,
-            Some(true) => 2,
-        },
+        Rdma::available(comm.data()) as u64,
     ];
     let mut all = vec![0u64; 5 * comm.size() as usize];
     comm.try_all_gather_into(&mine[..], &mut all[..])
@@ -1838,10 +1834,12 @@ fn agree<T: Equivalence, C: Communicator>(
             _ => Path::Messages,
         })
     });
-    // RDMA where every rank's PML does it: by default only where every rank's does it by
-    // default (`RmaReach::by_default`), on `MPIRT_WINDOW_PATH=rdma` on any.
-    let least = if path == Path::Rdma { 1 } else { 2 };
-    let rdma = all.chunks_exact(5).all(|theirs| theirs[4] >= least);
+    let offers = all.chunks_exact(5).map(|theirs| match theirs[4] {
+        2 => RmaOffer::Default,
+        1 => RmaOffer::Asked,
+        _ => RmaOffer::None,
+    });
+    let rdma = rdma_agreed(offers, path == Path::Rdma);
     Ok(Agreed { lens, path, rdma })
 }
 

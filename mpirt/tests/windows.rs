@@ -1,5 +1,5 @@
 //! One-sided communication (windows) with real ranks under rsrun (see `common`), on shared
-//! memory and on TCP.
+//! memory and on TCP (and, in builds with the features, over verbs and libfabric).
 //!
 //! The model test runs seeded random programs of puts, gets, accumulates and atomics in
 //! fence, PSCW, lock and lock_all epochs, and checks every window and every fetched value
@@ -1516,8 +1516,8 @@ const VERBS: [(&str, &str); 3] = [
     ("MPIRT_WINDOW_PATH", "rdma"),
 ];
 
-/// The RDMA WRITEs, READs and atomics (on UCX: puts, gets and atomics) a job's ranks
-/// counted, summed over its ranks.
+/// The RDMA WRITEs, READs and atomics (on UCX: puts, gets and atomics; over OFI: its
+/// fi_writes, fi_reads and fi_atomics) a job's ranks counted, summed over its ranks.
 fn rdma_counted(out: &str) -> [u64; 3] {
     let mut sum = [0u64; 3];
     for line in out.lines().filter(|l| l.contains(" rdma: ")) {
@@ -1616,6 +1616,101 @@ fn windows_over_ucx() {
         assert!(
             puts > 0 && gets > 0 && atomics > 0,
             "{mode} on {n} ranks counted {puts} UCX puts, {gets} gets and {atomics} atomics:\n{out}"
+        );
+    }
+}
+
+/// Windows over libfabric, every pair on `common::ofi_test_provider()` (tools/test-all.sh's
+/// OFI phase runs this on each provider it runs the suites on, on this host and across the
+/// test hosts): puts by fi_write, gets by fi_read and, where the provider has 8-byte
+/// fetch-and-add and compare-and-swap (`--verbose` says which), the 8-byte windows'
+/// accumulates and atomics by fi_atomic, which the ranks' counters show; the same programs
+/// and checks as on the other paths.
+#[cfg(feature = "ofi")]
+#[test]
+fn windows_over_ofi() {
+    let provider = common::ofi_test_provider();
+    let envs = [
+        ("MPIRT_TRANSPORT", "ofi"),
+        ("MPIRT_OFI_PROVIDER", provider.as_str()),
+        ("MPIRT_VERBOSE", "1"),
+        ("MPIRT_WINDOW_PATH", "rdma"),
+    ];
+    // The model's programs take every kind of operation and epoch (the atomics mode's
+    // thousands of contended rounds, each an fi_atomic that the target's progress applies,
+    // outlast the job's limit on tcp;ofi_rxm).
+    for (n, mode, expect, eight_bytes) in [
+        (3, "model", "model ok", true),
+        (2, "kinds", "kinds ok", false),
+    ] {
+        let (out, err) = ok_job_with(n, mode, &envs);
+        assert!(
+            out.contains(expect),
+            "{mode} on {n} ranks over {provider}: {out}"
+        );
+        let mut with_atomics = true;
+        for rank in 0..n {
+            let said = format!("mpirt: rank {rank} of {n} ");
+            let line = err
+                .lines()
+                .find(|l| {
+                    l.starts_with(&said)
+                        && l.contains(&format!("{} ranks over libfabric {provider} ", n - 1))
+                })
+                .unwrap_or_else(|| panic!("rank {rank} did not run over {provider}:\n{err}"));
+            if provider.ends_with(";ofi_rxd") {
+                // Never by its RMA (which crashed ranks across hosts), even when asked.
+                assert!(
+                    line.contains("windows by messages (the provider's RMA crashed"),
+                    "rank {rank}: {provider}'s windows do not go by messages:\n{line}"
+                );
+                continue;
+            }
+            assert!(
+                line.contains("windows by fi_write"),
+                "rank {rank}: {provider} has no RMA writes, windows went by messages:\n{line}"
+            );
+            // tcp;ofi_rxm and shm emulate RMA slower than messages: only when asked.
+            assert_eq!(
+                line.contains("only with MPIRT_WINDOW_PATH=rdma, else by messages"),
+                ["tcp;ofi_rxm", "shm"].contains(&provider.as_str()),
+                "rank {rank}: {provider}'s windows by default:\n{line}"
+            );
+            with_atomics &= line.contains("windows by fi_write, fi_read and fi_atomic");
+            // rxm over verbs is not asked for atomics (its key map refuses the keys verbs'
+            // registration cache gives twice): accumulates by messages, saying why.
+            if provider == "verbs;ofi_rxm" {
+                assert!(
+                    line.contains("accumulates by messages: atomics not asked, rxm"),
+                    "rank {rank}: {provider} was asked for atomics:\n{line}"
+                );
+            }
+        }
+        let [writes, reads, atomics] = rdma_counted(&out);
+        if provider.ends_with(";ofi_rxd") {
+            assert_eq!(
+                [writes, reads, atomics],
+                [0, 0, 0],
+                "{mode} on {n} ranks over {provider} took RMA:\n{out}"
+            );
+            continue;
+        }
+        // Both have the 8-byte atomics (rxm's emulated, shm's applied by the target).
+        assert!(
+            with_atomics || !["tcp;ofi_rxm", "shm"].contains(&provider.as_str()),
+            "{provider} lost its atomics:\n{err}"
+        );
+        // Where every window's elements are 8-byte numbers and the provider has the atomics,
+        // accumulates go by fi_atomic; elsewhere (`kinds`: 4-byte and 1-byte windows, or a
+        // provider without them) never, even for a fetch_and_op.
+        assert!(
+            writes > 0 && reads > 0 && (atomics > 0) == (eight_bytes && with_atomics),
+            "{mode} on {n} ranks over {provider} counted {writes} fi_writes, {reads} fi_reads \
+             and {atomics} fi_atomics (provider atomics: {with_atomics}):\n{out}"
+        );
+        println!(
+            "{mode} on {n} ranks over {provider}: {writes} fi_writes, {reads} fi_reads, \
+             {atomics} fi_atomics"
         );
     }
 }

@@ -9,7 +9,15 @@
 # the target, which sits in a barrier that looks at messages between sleeps of up to 1 ms, so
 # each takes about a millisecond and a run of the latency tests' 10,000 iterations per size
 # takes minutes.
-#   osu-benches/compare/rma.sh [-a] [-u TLS] [-w create|allocate|dynamic] [-s SYNC]
+# With -o PROVIDER, mpirt runs over libfabric instead (--transport ofi on that provider, built
+# with the ofi feature into target/ofi): its windows by fi_write, fi_read and fi_atomic
+# (MPIRT_WINDOW_PATH=rdma) and by active messages over the same transport (=messages: what a
+# window over OFI did before it had one-sided operations, and does on a provider without RMA),
+# beside Open MPI over TCP (--mca btl self,tcp --mca osc pt2pt: its osc rdma refuses both its
+# libfabric BTL on tcp;ofi_rxm, "unreachable proc", and its TCP BTL, which have no RDMA here);
+# the table
+# adds paired ratios (each repeat's figure over the run beside it, then their median).
+#   osu-benches/compare/rma.sh [-a] [-u TLS | -o PROVIDER] [-w create|allocate|dynamic] [-s SYNC]
 #                              [-r REPEATS] [-m MAX] [-t TESTS]
 # Runs are interleaved (each repeat runs every test on every runtime in turn, so that a burst
 # of load on the shared machine falls on all of them alike), and the table gives each size's
@@ -33,16 +41,18 @@ tests="put_latency get_latency acc_latency get_acc_latency fop_latency cas_laten
 runtimes="shm ompi mpich"
 tls=
 all=
-while getopts "au:w:s:r:m:t:" opt; do
+provider=
+while getopts "au:o:w:s:r:m:t:" opt; do
     case $opt in
         a) all=1 runtimes="shm messages ompi mpich" ;;
         u) tls=$OPTARG ;;
+        o) provider=$OPTARG; runtimes="ofi ofimsg ompitcp" ;;
         w) window=$OPTARG ;;
         s) sync=$OPTARG ;;
         r) repeats=$OPTARG ;;
         m) max=$OPTARG ;;
         t) tests=$OPTARG ;;
-        *) echo "usage: $0 [-a] [-u TLS] [-w create|allocate|dynamic] [-s SYNC] [-r REPEATS] [-m MAX] [-t TESTS]" >&2
+        *) echo "usage: $0 [-a] [-u TLS | -o PROVIDER] [-w create|allocate|dynamic] [-s SYNC] [-r REPEATS] [-m MAX] [-t TESTS]" >&2
            exit 2 ;;
     esac
 done
@@ -57,6 +67,14 @@ if [ -n "$tls" ]; then
     CARGO_TARGET_DIR=$target cargo build --release -q -p launcher -p osu-benches \
         --features osu-benches/ucx
     # CARGO_TARGET_DIR may be absolute or relative to the repository's root (cd above).
+    case $target in
+        /*) bin=$target/release ;;
+        *) bin=$PWD/$target/release ;;
+    esac
+elif [ -n "$provider" ]; then
+    target=${CARGO_TARGET_DIR:-target/ofi}
+    CARGO_TARGET_DIR=$target cargo build --release -q -p launcher -p osu-benches \
+        --features osu-benches/ofi
     case $target in
         /*) bin=$target/release ;;
         *) bin=$PWD/$target/release ;;
@@ -97,6 +115,14 @@ run() {
             "$out/osu_rma.ompi" "$test" "$window" "$s" "$top" "$min" ;;
         mpich) timeout 300 mpirun.mpich -n 2 "$out/osu_rma.mpich" "$test" "$window" "$s" "$top" \
             "$min" ;;
+        ofi | ofimsg)
+            local path=rdma
+            [ "$runtime" = ofimsg ] && path=messages
+            MPIRT_WINDOW_PATH=$path timeout 300 "$bin/rsrun" -n 2 --transport ofi \
+                --ofi-provider "$provider" "$bin/osu_$test" -w "$window" -s "$s" -m "$min:$top" ;;
+        ompitcp) timeout 300 mpirun.openmpi --allow-run-as-root -n 2 --bind-to none --mca pml ob1 \
+            --mca btl self,tcp --mca osc pt2pt "$out/osu_rma.ompi" "$test" "$window" "$s" "$top" \
+            "$min" ;;
     esac 2>/dev/null | awk '$1 ~ /^[0-9]+$/ {print $1, $2}' || true
 }
 for r in $(seq "$repeats"); do
@@ -113,12 +139,23 @@ median() {
     awk -v s="$size" '$1 == s {print $2}' "$@" | sort -g |
         awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]; else print "-"}'
 }
-echo "# window $window${tls:+, UCX_TLS=$tls}, median of $repeats interleaved runs"
+# The median over the repeats of each repeat's value of SIZE in runtime A's file over B's
+# (paired: both runs of a repeat ran back to back).
+paired() {
+    local size=$1 test=$2 a=$3 b=$4 r
+    for r in $(seq "$repeats"); do
+        join <(awk -v s="$size" '$1 == s' "$out/$test.$a.$r") \
+            <(awk -v s="$size" '$1 == s' "$out/$test.$b.$r") | awk '$3 > 0 {print $2 / $3}'
+    done | sort -g | awk '{v[NR]=$1} END {if (NR) printf "%.2f", v[int((NR+1)/2)]; else print "-"}'
+}
+echo "# window $window${tls:+, UCX_TLS=$tls}, median of $repeats interleaved runs${provider:+, mpirt over libfabric $provider}"
 echo "# latency in us, bandwidth in MB/s"
 declare -A title=([shm]="mpirt shm" [messages]="mpirt messages" [ompi]="Open MPI" [mpich]=MPICH
-    [ucx]="mpirt ucx rma" [ucx_messages]="mpirt ucx msgs" [ompi_ucx]="Open MPI osc ucx")
+    [ucx]="mpirt ucx rma" [ucx_messages]="mpirt ucx msgs" [ompi_ucx]="Open MPI osc ucx"
+    [ofi]="mpirt fi_write" [ofimsg]="mpirt messages" [ompitcp]="Open MPI pt2pt")
 printf "%-16s %-11s %8s" test sync size
 for runtime in $runtimes; do printf " %15s" "${title[$runtime]}"; done
+[ -n "$provider" ] && printf " %15s %15s" "after/before" "mpirt/ompi"
 echo
 for test in $tests; do
     sizes=$(cat "$out/$test".*.* | awk '{print $1}' | sort -n | uniq)
@@ -127,6 +164,10 @@ for test in $tests; do
         for runtime in $runtimes; do
             printf " %15s" "$(median "$size" "$out/$test.$runtime".*)"
         done
+        if [ -n "$provider" ]; then
+            printf " %15s %15s" "$(paired "$size" "$test" ofi ofimsg)" \
+                "$(paired "$size" "$test" ofi ompitcp)"
+        fi
         echo
     done
 done

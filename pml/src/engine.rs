@@ -137,6 +137,9 @@ pub struct Engine {
     failure: Option<PmlError>,
     /// The settings it opened with, for transports opened later (`bridge.rs`).
     config: EngineConfig,
+    /// Peers' window keys this rank unpacked (`OneSided::remote_key`), by the key it hands
+    /// out: the transport's key and where its addressing starts (`one_sided.rs`).
+    window_keys: slab::Slab<one_sided::PeerWindow>,
 }
 
 impl Engine {
@@ -220,6 +223,7 @@ impl Engine {
             yield_for,
             failure: None,
             config: job.config,
+            window_keys: slab::Slab::new(),
         })
     }
 

@@ -26,11 +26,13 @@ pub struct RmaReach {
     /// Whether 8-byte atomics reach it (this rank's own memory too), atomic with each
     /// other whoever posts them.
     pub atomics: bool,
-    /// Whether windows take this one-sided path by default (a plain bool each PML sets by
-    /// its own policy): where false, only `MPIRT_WINDOW_PATH=rdma` asks for it, and windows
-    /// go by active messages otherwise. The native engine's one-sided transport (verbs)
-    /// sets it; UCX's RMA does not, as a target waiting in a window's shared-area barrier
-    /// does not progress UCX, which some of UCX's transports need to apply an operation.
+    /// Whether windows take this one-sided path by default (`MPIRT_WINDOW_PATH` unset; a
+    /// plain bool each PML or transport sets by its own policy): where false, only
+    /// `MPIRT_WINDOW_PATH=rdma` asks for it, and windows go by active messages otherwise.
+    /// Verbs and the OFI providers whose NIC does RMA (efa, cxi, verbs;ofi_rxm) set it; OFI
+    /// providers that emulate RMA slower than messages do not, nor does UCX's RMA, as a target
+    /// waiting in a window's shared-area barrier does not progress UCX, which some of UCX's
+    /// transports need to apply an operation.
     pub by_default: bool,
 }
 

@@ -16,7 +16,8 @@ use pml::{Engine, EngineConfig, OneSided, Pml, PmlError, SendMode, TransportChoi
 mod ranks_common;
 
 use ranks_common::{
-    exchange, rank0_saw_rank1_die, run_children, singleton_wireup, wait_for_dead_rank1, DirWireup,
+    every_rank_done, exchange, put_and_read_back, rank0_saw_rank1_die, rma_wait, run_children,
+    singleton_wireup, swap_windows, wait_for_dead_rank1, DirWireup,
 };
 
 /// Whether the tests can run; says why not where they cannot.
@@ -328,24 +329,8 @@ fn a_failed_one_sided_operation_fails_alone() {
         &[("MPIRT_VERBS_MAX_MSG", &PIECE.to_string())],
         Duration::from_secs(300),
     );
-    for (rank, out) in outputs.iter().enumerate() {
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && stdout.contains(&format!("rank {rank} done")),
-            "rank {rank}:\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        print!("{stdout}");
-    }
+    print!("{}", every_rank_done(&outputs, ""));
     fs::remove_dir_all(dir).unwrap();
-}
-
-/// Waits for the one-sided operations to `peer` up to `ticket`.
-fn rma_wait(e: &mut Engine, peer: u32, ticket: u64) -> Result<(), PmlError> {
-    while !e.rma_done(peer, ticket)? {
-        e.progress()?;
-    }
-    Ok(())
 }
 
 fn one_sided_rank(dir: PathBuf, rank: u32) {
@@ -367,70 +352,10 @@ fn one_sided_rank(dir: PathBuf, rank: u32) {
         .expose_window(window.as_mut_ptr(), WINDOW)
         .unwrap()
         .expect("verbs exposes windows");
-    // Rank 1 tells rank 0 where its window is.
-    let mut place = [0u64; 2];
-    if rank == 1 {
-        let key: [u8; 8] = exposure.key[..].try_into().expect("verbs keys are 8 bytes");
-        place = [window.as_ptr() as u64, u64::from_ne_bytes(key)];
-        let bytes: Vec<u8> = place.iter().flat_map(|w| w.to_le_bytes()).collect();
-        // SAFETY: `bytes` outlives the send, waited for here.
-        let s = unsafe { e.post_send(0, 1, 0, 2, SendMode::Standard, bytes.as_ptr(), 16) }.unwrap();
-        e.wait(s).unwrap();
-    } else {
-        let mut bytes = [0u8; 16];
-        // SAFETY: `bytes` outlives the receive, waited for here.
-        let r = unsafe {
-            e.post_recv(
-                0,
-                pml::SourceSel::Rank(1),
-                pml::TagSel::Tag(2),
-                bytes.as_mut_ptr(),
-                16,
-            )
-        }
-        .unwrap();
-        e.wait(r).unwrap();
-        for (word, b) in place.iter_mut().zip(bytes.chunks_exact(8)) {
-            *word = u64::from_le_bytes(b.try_into().unwrap());
-        }
-    }
+    let remote = swap_windows(&mut e, window.as_ptr(), &exposure);
     let data = (0..WINDOW).map(|i| (i % 251) as u8).collect::<Vec<u8>>();
     if rank == 0 {
-        let remote = pml::RemoteKey {
-            addr: place[0],
-            key: e.remote_key(1, &place[1].to_ne_bytes()).unwrap(),
-        };
-        // SAFETY: `data` is unchanged until the write's wait below.
-        let put = unsafe {
-            e.rma(
-                1,
-                pml::transport::RmaOp::Write {
-                    local: data.as_ptr(),
-                    len: WINDOW,
-                },
-                remote,
-            )
-        }
-        .unwrap();
-        rma_wait(&mut e, 1, put).unwrap();
-        let mut back = vec![0u8; WINDOW];
-        // SAFETY: `back` is untouched until the read's wait below.
-        let get = unsafe {
-            e.rma(
-                1,
-                pml::transport::RmaOp::Read {
-                    local: back.as_mut_ptr(),
-                    len: WINDOW,
-                },
-                remote,
-            )
-        }
-        .unwrap();
-        rma_wait(&mut e, 1, get).unwrap();
-        assert!(
-            back == data,
-            "the window read back differs from what was put"
-        );
+        put_and_read_back(&mut e, 1, remote, &data, "verbs");
         // Posted in pieces: each is one work request, counted.
         let counted = e.counters();
         assert!(
@@ -442,8 +367,8 @@ fn one_sided_rank(dir: PathBuf, rank: u32) {
         );
         // Past the end of rank 1's registration: the device refuses it at the target.
         let past = pml::RemoteKey {
-            addr: place[0] + WINDOW as u64 - 8,
-            key: remote.key,
+            addr: remote.addr + WINDOW as u64 - 8,
+            ..remote
         };
         let sixteen = [1u8; 16];
         // SAFETY: `sixteen` outlives the write, whose wait comes next.

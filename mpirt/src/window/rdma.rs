@@ -1,16 +1,22 @@
 //! The RDMA path: where the PML's one-sided operations (`pml::OneSided`: the native
-//! engine's verbs transport, or UCX's RMA on the UCX PML) reach a window's ranks, puts are
-//! RDMA WRITEs (`ucp_put_nbx`) and gets RDMA READs (`ucp_get_nbx`) straight between the
-//! origin's buffer and the target's window memory, registered at the window's creation (each
-//! rank's address and packed key gathered then, and unpacked by each rank for its own use),
-//! with no help from the target's CPU (where UCX does them in software, over TCP, the
-//! target's worker applies them). The device's atomics below are `ucp_atomic_op_nbx` on
-//! UCX. Completion: each origin keeps the last operation it posted to each target; a flush
-//! and every epoch end wait until those are done at the target before the epoch's own
-//! messages (the fence's, `complete`'s, the unlock) go out, so a target that got them has
-//! the data. On verbs a reliable connection completes an operation once the target has it;
-//! on UCX a put's completion is local (its buffer may be reused), and the target has it
-//! once an endpoint flush started after it completed, which `rma_done` starts.
+//! engine's verbs transport or OFI on a provider with RMA, or UCX's RMA on the UCX PML)
+//! reach a window's ranks, puts are RDMA WRITEs (`fi_write`, `ucp_put_nbx`) and gets RDMA
+//! READs (`fi_read`, `ucp_get_nbx`) straight between the origin's buffer and the target's
+//! window memory, registered at the window's creation (each rank's address and packed key
+//! gathered then, and unpacked by each rank for its own use), with no help from the target's
+//! CPU (where UCX does them in software, over TCP, the target's worker applies them, and
+//! OFI's emulating providers ask the target's progress). The device's atomics below are
+//! `fi_fetch_atomic`/`fi_compare_atomic` over OFI and `ucp_atomic_op_nbx` on UCX. Over OFI
+//! one operation to a target is in flight at a time (libfabric orders RMA and atomics only
+//! where a provider promises it), so the lock word's compare-and-swap and the READ beside it
+//! go one after the other: a free lock costs two round trips there, not one. Completion:
+//! each origin keeps the last operation it posted to each target; a flush and every epoch end
+//! wait until those are done at the target before the epoch's own messages (the fence's,
+//! `complete`'s, the unlock) go out, so a target that got them has the data. On verbs and
+//! OFI a completed operation is at the target (a reliable connection; OFI's writes ask
+//! `FI_DELIVERY_COMPLETE`); on UCX a put's completion is local (its buffer may be reused),
+//! and the target has it once an endpoint flush started after it completed, which
+//! `rma_done` starts.
 //!
 //! Accumulates and atomics keep MPI's atomicity, which device atomics would break if they
 //! met the CPU's: the device's atomics are atomic only with each other (`IBV_ATOMIC_HCA`),
@@ -133,18 +139,40 @@ pub(super) struct Rdma {
     pending: RefCell<Vec<u64>>,
 }
 
+/// What one-sided operations a rank offers windows (`Rdma::available`), ordered from none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum RmaOffer {
+    None = 0,
+    /// Only where asked (`MPIRT_WINDOW_PATH=rdma`).
+    Asked = 1,
+    /// Unasked too.
+    Default = 2,
+}
+
+/// Whether a window goes by one-sided operations, from what its ranks offer: where every
+/// rank has them, and either a rank asked for the RDMA path (`asked`) or every rank takes
+/// them unasked. A window on providers that emulate RMA slower than messages (OFI's tcp
+/// and shm) so goes by messages unless asked.
+pub(super) fn rdma_agreed(offers: impl IntoIterator<Item = RmaOffer>, asked: bool) -> bool {
+    let least = offers.into_iter().min().unwrap_or(RmaOffer::None);
+    least == RmaOffer::Default || (asked && least == RmaOffer::Asked)
+}
+
 impl Rdma {
-    /// Whether this rank's PML does one-sided operations (the native engine with verbs, in
-    /// a build with it; UCX's RMA), and whether windows take them by default
-    /// (`RmaReach::by_default`): `None`, or `Some(by_default)`. A window's ranks agree on it
-    /// at creation and `open` only where all have one.
-    pub fn available(data: &CommData) -> Option<bool> {
+    /// Whether this rank's PML does one-sided operations (the native engine with verbs, or
+    /// OFI on a provider with RMA, in a build with either; UCX's RMA), and whether windows
+    /// take them unasked (`RmaReach::by_default`): a window's ranks agree on it at creation
+    /// (`rdma_agreed`) and `open` only where all have one.
+    pub fn available(data: &CommData) -> RmaOffer {
         let me = data.world_rank(data.rank);
-        if !(cfg!(feature = "verbs") || cfg!(feature = "ucx")) {
-            return None;
+        if !cfg!(any(feature = "verbs", feature = "ofi", feature = "ucx")) {
+            return RmaOffer::None;
         }
-        with_engine_or_lent(|e| Ok(e.one_sided().rma_reach(me).map(|r| r.by_default)))
-            .unwrap_or(None)
+        match with_engine_or_lent(|e| Ok(e.one_sided().rma_reach(me))) {
+            Ok(Some(reach)) if reach.by_default => RmaOffer::Default,
+            Ok(Some(_)) => RmaOffer::Asked,
+            _ => RmaOffer::None,
+        }
     }
 
     /// Exposes this rank's window (`bytes` at `base`) and learns every rank's, where the
@@ -796,5 +824,23 @@ impl Rdma {
         let found = self.atomic(target, offset, op)?;
         old.copy_from_slice(&found.to_ne_bytes());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{rdma_agreed, RmaOffer::*};
+
+    #[test]
+    fn emulated_rma_only_where_asked() {
+        // verbs, efa, cxi, UCX: unasked.
+        assert!(rdma_agreed([Default, Default], false));
+        // OFI's tcp;ofi_rxm and shm: only with MPIRT_WINDOW_PATH=rdma, on every rank.
+        assert!(!rdma_agreed([Asked, Asked], false));
+        assert!(!rdma_agreed([Default, Asked], false));
+        assert!(rdma_agreed([Default, Asked], true));
+        // A rank without one-sided operations (udp;ofi_rxd, TCP) keeps every rank off.
+        assert!(!rdma_agreed([Default, None], true));
+        assert!(!rdma_agreed([], true));
     }
 }

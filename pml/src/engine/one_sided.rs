@@ -1,7 +1,8 @@
 //! The native engine's [`OneSided`]: one-sided operations (MPI windows) on the transport
-//! that does them in hardware (verbs: RDMA WRITE, READ and atomics), for the layer above to
-//! use where a peer is reached that way. Windows elsewhere go by active messages, which this
-//! engine carries as any message.
+//! that does them without the target's help in matching (verbs: RDMA WRITE, READ and
+//! atomics; OFI: `fi_write`, `fi_read` and `fi_atomic` where the provider has them), for the
+//! layer above to use where a peer is reached that way. Windows elsewhere go by active
+//! messages, which this engine carries as any message.
 
 use super::Engine;
 use crate::envelope::Rank;
@@ -9,6 +10,24 @@ use crate::error::PmlError;
 use crate::one_sided::{OneSided, RmaReach, WindowExposure};
 use crate::transport::{RmaOp, Transport};
 use crate::wire::RemoteKey;
+
+/// A peer's window as this rank names it (`OneSided::remote_key`): the transport's key,
+/// and the window's start in the transport's addressing, which differs from the peer's own
+/// address where the transport addresses memory by offset into its registration (OFI
+/// without `FI_MR_VIRT_ADDR`). The window layer adds displacements to the peer's own address
+/// (`RemoteKey::addr`); `rma` moves them to the transport's.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PeerWindow {
+    key: u64,
+    /// The peer's own address of the window's start.
+    own: u64,
+    /// The transport's address of it.
+    named: u64,
+}
+
+/// The packed key's length: the transport's key, the window's own address and the
+/// transport's address of it, native-endian words (a job's ranks share one build).
+const PACKED: usize = 24;
 
 impl Engine {
     /// The transport that does one-sided operations, if one is open.
@@ -34,11 +53,14 @@ impl OneSided for Engine {
             .map_err(|cause| {
                 PmlError::transport(
                     self.rank,
-                    format!("exposing a window's {len} bytes to RDMA: {cause}"),
+                    format!("exposing a window's {len} bytes to one-sided operations: {cause}"),
                 )
             })?;
         Ok(exposed.map(|(key, id)| WindowExposure {
-            key: key.to_ne_bytes().to_vec(),
+            key: [key.key, buf as u64, key.addr]
+                .iter()
+                .flat_map(|w| w.to_ne_bytes())
+                .collect(),
             transport,
             id,
         }))
@@ -49,21 +71,34 @@ impl OneSided for Engine {
         self.transports[exposure.transport].release_window(exposure.id);
     }
 
-    /// The transport's key is the packed one itself (an rkey, the same for every peer).
+    /// Unpacks `peer`'s key (its transport's key and addressing) into this rank's table;
+    /// the key handed out indexes it.
     fn remote_key(&mut self, peer: Rank, packed: &[u8]) -> Result<u64, PmlError> {
-        let word: [u8; 8] = packed.try_into().map_err(|_| {
+        let words: [u8; PACKED] = packed.try_into().map_err(|_| {
             PmlError::one_sided(
                 peer,
                 format!(
-                    "rank {peer}'s window key has {} bytes, not the 8 of this rank's transport",
+                    "rank {peer}'s window key has {} bytes, not the {PACKED} of this rank's engine",
                     packed.len()
                 ),
             )
         })?;
-        Ok(u64::from_ne_bytes(word))
+        let word = |at: usize| {
+            let mut bytes = [0u8; 8];
+            bytes.copy_from_slice(&words[8 * at..8 * at + 8]);
+            u64::from_ne_bytes(bytes)
+        };
+        let window = PeerWindow {
+            key: word(0),
+            own: word(1),
+            named: word(2),
+        };
+        Ok(self.window_keys.insert(window) as u64)
     }
 
-    fn forget_key(&mut self, _key: u64) {}
+    fn forget_key(&mut self, key: u64) {
+        self.window_keys.try_remove(key as usize);
+    }
 
     /// Whether one-sided operations reach world rank `peer` (this rank itself included)
     /// through the hardware, and how.
@@ -74,9 +109,10 @@ impl OneSided for Engine {
                 .routes
                 .get(peer as usize)
                 .is_some_and(|r| r.transport as usize == transport);
-        carried.then(|| RmaReach {
-            atomics: self.transports[transport].caps().atomics,
-            by_default: true,
+        let caps = self.transports[transport].caps();
+        carried.then_some(RmaReach {
+            atomics: caps.atomics,
+            by_default: caps.rma_by_default,
         })
     }
 
@@ -90,30 +126,47 @@ impl OneSided for Engine {
     /// completed or the engine stopped.
     unsafe fn rma(&mut self, peer: Rank, op: RmaOp, remote: RemoteKey) -> Result<u64, PmlError> {
         let transport = self.one_sided().ok_or(PmlError::UnknownPeer(peer))?;
-        let (mut op, mut remote) = (op, remote);
+        let window =
+            *self
+                .window_keys
+                .get(remote.key as usize)
+                .ok_or_else(|| PmlError::OneSided {
+                    peer,
+                    cause: format!("no window of rank {peer} has key {}", remote.key).into(),
+                })?;
+        let mut op = op;
+        let mut remote = RemoteKey {
+            addr: remote
+                .addr
+                .wrapping_sub(window.own)
+                .wrapping_add(window.named),
+            key: window.key,
+        };
         let mut posted = None;
         loop {
-            self.check_running()?;
-            // SAFETY: forwarded from this function's contract.
-            match unsafe { self.transports[transport].rma(peer, op, remote) } {
+            let started = self.check_running().and_then(|()| {
+                // SAFETY: forwarded from this function's contract.
+                unsafe { self.transports[transport].rma(peer, op, remote) }
+            });
+            let waited = match started {
                 Ok(Some(part)) if part.len >= op.bytes() => return Ok(part.ticket),
                 Ok(Some(part)) => {
                     posted = Some(part.ticket);
                     op = op.rest(part.len);
                     remote.addr += part.len as u64;
+                    Ok(())
                 }
-                Ok(None) => {
-                    self.progress()?;
-                }
-                Err(e) => {
-                    // The parts posted use the caller's memory: done before it goes back.
-                    if let Some(ticket) = posted {
-                        while !self.rma_done(peer, ticket).unwrap_or(true) {
-                            self.progress()?;
-                        }
+                Ok(None) => self.progress().map(drop),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = waited {
+                // The parts posted use the caller's memory: done before it goes back.
+                if let Some(ticket) = posted {
+                    while !self.rma_done(peer, ticket).unwrap_or(true) {
+                        self.progress()?;
                     }
-                    return Err(e);
                 }
+                return Err(e);
             }
         }
     }

@@ -279,7 +279,11 @@ impl Transport for AnyTransport {
         each!(self, t => Transport::release(t, registration))
     }
 
-    fn expose_window(&mut self, buf: *mut u8, len: usize) -> Result<Option<(u64, u64)>, String> {
+    fn expose_window(
+        &mut self,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Option<(RemoteKey, u64)>, String> {
         each!(self, t => Transport::expose_window(t, buf, len))
     }
 

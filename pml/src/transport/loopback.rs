@@ -36,6 +36,7 @@ impl Transport for Loopback {
             max_frame: usize::MAX / 2,
             remote_read: true,
             remote_write: false,
+            rma_by_default: false,
             atomics: false,
             sends_complete_on_return: false,
             max_pieces: 2,

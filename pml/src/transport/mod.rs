@@ -49,12 +49,16 @@ pub struct Caps {
     /// Whether `read` can fetch a peer's memory (else rendezvous data comes in DATA frames).
     pub remote_read: bool,
     /// Whether a peer's exposed window memory can be written and read (one-sided puts and
-    /// gets by `rma`: verbs).
+    /// gets by `rma`: verbs, and OFI where the provider has RMA).
     pub remote_write: bool,
     /// Whether a peer's exposed window memory takes 8-byte atomics (fetch-and-add and
     /// compare-and-swap by `rma`), this rank's own included (through the device: atomics
     /// the device does are not atomic with the CPU's).
     pub atomics: bool,
+    /// Whether windows take `rma` unasked (`MPIRT_WINDOW_PATH` unset): false where the
+    /// operations are emulated slower than the messages they replace (OFI's tcp and shm),
+    /// which take them only when asked (`MPIRT_WINDOW_PATH=rdma`).
+    pub rma_by_default: bool,
     /// Whether a frame `try_send` took is on its way with nothing left for this rank to do
     /// (copied into memory the peer reads): then a small send completes inside the call,
     /// with no request (the engine's direct path). Such a transport takes a frame whole or
@@ -425,9 +429,15 @@ pub trait Transport {
     fn release(&mut self, _registration: Registration) {}
 
     /// Lets peers write, read and (where `Caps::atomics`) update atomically the `len`
-    /// bytes at `buf`, a window's memory, until `release_window`: the key they name it by
-    /// and the exposure's id, or `None` where this transport has no one-sided operations.
-    fn expose_window(&mut self, _buf: *mut u8, _len: usize) -> Result<Option<(u64, u64)>, String> {
+    /// bytes at `buf`, a window's memory, until `release_window`: the address and key they
+    /// name `buf` by (an address a peer adds its displacements to: `buf`'s own, or 0 where
+    /// the transport addresses memory by offset into its registration) and the exposure's
+    /// id, or `None` where this transport has no one-sided operations.
+    fn expose_window(
+        &mut self,
+        _buf: *mut u8,
+        _len: usize,
+    ) -> Result<Option<(RemoteKey, u64)>, String> {
         Ok(None)
     }
 

@@ -34,6 +34,7 @@ mod contract;
 mod environment;
 mod fabric;
 mod memory;
+mod one_sided;
 mod provider;
 mod sys;
 
@@ -52,17 +53,17 @@ use crate::registration_cache::{CachedMr, RegistrationCache};
 use crate::wire::RemoteKey;
 use fabric::{Fabric, Request};
 use memory::Region;
+use one_sided::{Rma, RMA_SLOTS};
+use provider::MrPlan;
 
-/// A send buffer's registration for a peer's `fi_read`, to release when the send completes:
-/// the buffer's own (cached), with the length exposed, or that of a copy of it (see
-/// `expose_copy`).
+/// A user buffer's registration, to release when the operation that lent it completes (a
+/// send buffer exposed to a peer's `fi_read`, a write's origin): the buffer's own (cached),
+/// with the length it covers, or that of a registered copy of it (see `registered_copy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OfiMr {
     /// A cached registration of the buffer itself, `len` bytes of it exposed.
-    Cached {
-        id: CachedMr,
-        len: usize,
-    },
+    Cached { id: CachedMr, len: usize },
+    /// A registered copy, by its index in `OfiTransport::copies`.
     Copy(usize),
 }
 
@@ -74,6 +75,9 @@ const RECV_BUFFERS: usize = 256;
 const CONTROL_BUFFERS: usize = 32;
 const SEND_BUFFERS: usize = 128;
 const READ_SLOTS: usize = 64;
+/// Where the contexts of one-sided operations start (after the receive buffers', the send
+/// buffers' and the read slots').
+const RMA_BASE: usize = RECV_BUFFERS + SEND_BUFFERS + READ_SLOTS;
 /// Idle registrations of user buffers kept for reuse.
 const CACHED_REGISTRATIONS: usize = 256;
 const COMPLETIONS_PER_POLL: usize = 32;
@@ -220,7 +224,8 @@ pub struct OfiTransport {
     slot_size: usize,
     eager_limit: usize,
     /// One context per operation that can be in flight: receive buffers, then send
-    /// buffers, then read slots; an operation's completion names its context, and so it.
+    /// buffers, then read slots, then one-sided operations; an operation's completion names
+    /// its context, and so it.
     contexts: Box<[sys::fi_context2]>,
     recv_buf: Vec<u8>,
     send_buf: Vec<u8>,
@@ -266,9 +271,12 @@ pub struct OfiTransport {
     send_mr: Option<Region>,
     /// Boxed, as `fabric` is: the transport sits in `AnyTransport` beside smaller ones.
     user_mrs: Box<RegistrationCache<Region>>,
-    /// Copies of send buffers the provider could not register, with their registrations
-    /// (closed before the copy is freed, by field order).
+    /// Copies of send buffers and writes' origins the provider could not register, with
+    /// their registrations (closed before the copy is freed, by field order).
     copies: Slab<(Region, Vec<u8>)>,
+    /// One-sided operations and the windows exposed to them (their registrations, too,
+    /// close before the fabric's objects).
+    rma: Box<Rma>,
     /// Boxed: its names and limits are read at start-up and in errors, and the transport
     /// sits in `AnyTransport` beside smaller ones.
     fabric: Box<Fabric>,
@@ -305,7 +313,7 @@ impl OfiTransport {
             wanted: config.provider,
             fabric_only: config.fabric_only,
             rma: config.rma,
-            cq_size: RECV_BUFFERS + SEND_BUFFERS + READ_SLOTS + 64,
+            cq_size: RMA_BASE + RMA_SLOTS + 64,
             ranks: size as usize,
             rx_depth: RECV_BUFFERS,
         };
@@ -344,8 +352,7 @@ impl OfiTransport {
             slot_size,
             eager_limit: config.eager_limit.min(eager_room),
             // SAFETY: all-zero is a valid fi_context2 (opaque pointers the provider fills).
-            contexts: vec![unsafe { std::mem::zeroed() }; RECV_BUFFERS + SEND_BUFFERS + READ_SLOTS]
-                .into_boxed_slice(),
+            contexts: vec![unsafe { std::mem::zeroed() }; RMA_BASE + RMA_SLOTS].into_boxed_slice(),
             recv_buf: vec![0; RECV_BUFFERS * slot_size],
             send_buf: vec![0; SEND_BUFFERS * slot_size],
             send_peer: vec![(0, SendKind::Frame); SEND_BUFFERS],
@@ -377,6 +384,7 @@ impl OfiTransport {
                 CACHED_REGISTRATIONS,
             )),
             copies: Slab::new(),
+            rma: Box::new(Rma::new(size)),
             fabric: Box::new(fabric),
         };
         if t.fabric.plan.local {
@@ -403,12 +411,7 @@ impl OfiTransport {
         len: usize,
         writable: bool,
     ) -> Result<(CachedMr, &Region), String> {
-        // A read's target may later be sent from: its registration serves both.
-        let access = if writable {
-            sys::FI_READ | sys::FI_REMOTE_READ
-        } else {
-            sys::FI_REMOTE_READ
-        } as u64;
+        let access = MrPlan::user_access(writable);
         let (fabric, next_key) = (&self.fabric, &mut self.next_key);
         self.user_mrs
             .acquire(buf as usize, len, writable, |start, len| {
@@ -678,7 +681,11 @@ impl OfiTransport {
         let local = self.fabric.plan.local;
         let (id, region) = match self.register_user(buf, len, false) {
             Ok(registered) => registered,
-            Err(e) if local => return self.expose_copy(buf, len).map_err(|_| e),
+            Err(e) if local => {
+                return self
+                    .expose_copy(buf, len)
+                    .map_err(|e2| format!("{e}; a registered copy failed too: {e2}"))
+            }
             Err(e) => return Err(e),
         };
         let (base, key) = (region.base, region.key());
@@ -691,14 +698,12 @@ impl OfiTransport {
         Ok((key, OfiMr::Cached { id, len }))
     }
 
-    /// Exposes a registered copy of a send buffer the provider cannot register: one in
-    /// read-only memory (a constant), since verbs;ofi_rxm asks for local write access on
-    /// every registration, which pinning read-only pages refuses (-FI_EFAULT). MPI forbids
-    /// changing a send buffer before its send completes, so the copy serves the peer's read.
+    /// Exposes a registered copy of a send buffer the provider cannot register (see
+    /// `registered_copy`): MPI forbids changing a send buffer before its send completes, so
+    /// the copy serves the peer's read.
     fn expose_copy(&mut self, buf: *const u8, len: usize) -> Result<(RemoteKey, OfiMr), String> {
-        // SAFETY: the engine lends `len` readable bytes at `buf` for the send.
-        let copy = unsafe { std::slice::from_raw_parts(buf, len) }.to_vec();
-        let region = self.register(copy.as_ptr(), len, sys::FI_REMOTE_READ as u64)?;
+        let at = self.registered_copy(buf, len)?;
+        let (region, copy) = &self.copies[at];
         let key = RemoteKey {
             addr: self
                 .fabric
@@ -708,12 +713,41 @@ impl OfiTransport {
         };
         self.exposed += len;
         self.exposures += 1;
-        Ok((key, OfiMr::Copy(self.copies.insert((region, copy)))))
+        Ok((key, OfiMr::Copy(at)))
+    }
+
+    /// Copies the `len` bytes at `buf` into memory of ours and registers that, for a buffer
+    /// the provider cannot register: one in read-only memory (a constant), since verbs and
+    /// efa ask for local write access on every registration, which pinning read-only pages
+    /// refuses (-FI_EFAULT). Returns the copy's index in `copies`.
+    fn registered_copy(&mut self, buf: *const u8, len: usize) -> Result<usize, String> {
+        // SAFETY: the caller lends `len` readable bytes at `buf` (a send's buffer, a write's
+        // origin) for the operation that copies them here.
+        let copy = unsafe { std::slice::from_raw_parts(buf, len) }.to_vec();
+        let region = self.register(copy.as_ptr(), len, MrPlan::user_access(false))?;
+        Ok(self.copies.insert((region, copy)))
     }
 
     /// Gives an exposure back; one already closed (by `stop`) is let be.
     pub fn release(&mut self, mr: OfiMr) {
-        let len = match mr {
+        let len = self.unregister(mr);
+        // `stop` forgot them all and set the count to zero.
+        if !self.stopped {
+            debug_assert!(
+                self.exposures > 0 && self.exposed >= len,
+                "released {len} exposed bytes of {} in {} exposures: one released twice",
+                self.exposed,
+                self.exposures
+            );
+            self.exposed -= len;
+            self.exposures -= 1;
+        }
+    }
+
+    /// Gives a registration back, returning how many bytes it covered; one already closed
+    /// (by `stop`) is let be.
+    fn unregister(&mut self, mr: OfiMr) -> usize {
+        match mr {
             OfiMr::Cached { id, len } => {
                 self.user_mrs.release(id);
                 len
@@ -726,17 +760,6 @@ impl OfiTransport {
                 }
                 None => 0,
             },
-        };
-        // `stop` forgot them all and set the count to zero.
-        if !self.stopped {
-            debug_assert!(
-                self.exposures > 0 && self.exposed >= len,
-                "released {len} exposed bytes of {} in {} exposures: one released twice",
-                self.exposed,
-                self.exposures
-            );
-            self.exposed -= len;
-            self.exposures -= 1;
         }
     }
 
@@ -968,6 +991,10 @@ impl OfiTransport {
                 let error = self.peer_failed(peer, cause);
                 *failure = failure.take().or(error);
             }
+            return Ok(0);
+        }
+        if index >= RMA_BASE {
+            self.rma_completed(index - RMA_BASE, result.map(drop));
             return Ok(0);
         }
         let slot = index - RECV_BUFFERS - SEND_BUFFERS;
@@ -1258,6 +1285,7 @@ impl OfiTransport {
     }
 
     fn close_registrations(&mut self) {
+        self.rma.close();
         self.user_mrs.clear();
         self.copies.clear();
         self.exposed = 0;
@@ -1274,7 +1302,10 @@ impl OfiTransport {
         // SAFETY: all-zero is a valid completion entry.
         let mut entries: [sys::fi_cq_data_entry; COMPLETIONS_PER_POLL] =
             unsafe { std::mem::zeroed() };
-        while (self.free_send.len() < SEND_BUFFERS || !self.reads.is_empty() || !unsaid.is_empty())
+        while (self.free_send.len() < SEND_BUFFERS
+            || !self.reads.is_empty()
+            || self.rma.busy()
+            || !unsaid.is_empty())
             && Instant::now() < deadline
         {
             if !unsaid.is_empty() {
@@ -1325,7 +1356,9 @@ impl OfiTransport {
             / size_of::<sys::fi_context2>();
         if (RECV_BUFFERS..RECV_BUFFERS + SEND_BUFFERS).contains(&index) {
             self.free_send.push(index - RECV_BUFFERS);
-        } else if index >= RECV_BUFFERS + SEND_BUFFERS && index < self.contexts.len() {
+        } else if (RMA_BASE..self.contexts.len()).contains(&index) {
+            self.rma_completed(index - RMA_BASE, Ok(()));
+        } else if (RECV_BUFFERS + SEND_BUFFERS..RMA_BASE).contains(&index) {
             let slot = index - RECV_BUFFERS - SEND_BUFFERS;
             if let Some((read, _)) = self.read_slot[slot].take() {
                 let r = &mut self.reads[read];

@@ -10,7 +10,10 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use pml::{Engine, Pml, PmlError, SendMode, SourceSel, TagSel, Wireup};
+use pml::transport::RmaOp;
+use pml::{
+    Engine, OneSided, Pml, PmlError, RemoteKey, SendMode, SourceSel, TagSel, WindowExposure, Wireup,
+};
 
 /// Key-value exchange through a directory: a put is a file, a fence waits for every rank's
 /// marker file of that round.
@@ -19,6 +22,18 @@ pub struct DirWireup {
     pub rank: u32,
     pub size: u32,
     pub round: u32,
+}
+
+impl DirWireup {
+    /// Rank `rank` of a job of two whose key-value exchange is the directory `dir`.
+    pub fn pair(dir: PathBuf, rank: u32) -> DirWireup {
+        DirWireup {
+            dir,
+            rank,
+            size: 2,
+            round: 0,
+        }
+    }
 }
 
 impl Wireup for DirWireup {
@@ -148,6 +163,22 @@ pub fn run_children(
     wait_all(children, limit)
 }
 
+/// Checks that every rank of a job succeeded and said "rank R done" (`what` names the job in
+/// the failure); returns their output, rank by rank.
+pub fn every_rank_done(outputs: &[Output], what: &str) -> String {
+    let mut all = String::new();
+    for (rank, out) in outputs.iter().enumerate() {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains(&format!("rank {rank} done")),
+            "{what}rank {rank}:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        all += &stdout;
+    }
+    all
+}
+
 /// Checks that rank 0 of a job whose rank 1 died said "rank 0 saw rank 1 die", and returns
 /// its line that says after how long it noticed ("after ...").
 pub fn rank0_saw_rank1_die(outputs: &[Output], what: &str) -> String {
@@ -161,6 +192,88 @@ pub fn rank0_saw_rank1_die(outputs: &[Output], what: &str) -> String {
         .find(|l| l.starts_with("after"))
         .unwrap_or_default()
         .to_string()
+}
+
+/// Waits for the one-sided operations to `peer` up to `ticket`.
+pub fn rma_wait(e: &mut Engine, peer: u32, ticket: u64) -> Result<(), PmlError> {
+    while !e.rma_done(peer, ticket)? {
+        e.progress()?;
+    }
+    Ok(())
+}
+
+/// Rank 0 and 1 of a pair tell each other how to reach their windows (the address and the
+/// packed key that `exposure` of `window` gave) and each returns how it names the other's.
+pub fn swap_windows(e: &mut Engine, window: *const u8, exposure: &WindowExposure) -> RemoteKey {
+    let peer = 1 - e.rank();
+    let mut mine = (window as u64).to_le_bytes().to_vec();
+    mine.extend_from_slice(&exposure.key);
+    // Both ranks run the same build, so their packed keys have the same length.
+    let mut theirs = vec![0u8; mine.len()];
+    // SAFETY: both buffers outlive their requests, waited for here.
+    unsafe {
+        let r = e.post_recv(
+            0,
+            SourceSel::Rank(peer),
+            TagSel::Tag(2),
+            theirs.as_mut_ptr(),
+            theirs.len(),
+        );
+        let s = e.post_send(
+            0,
+            e.rank(),
+            peer,
+            2,
+            SendMode::Standard,
+            mine.as_ptr(),
+            mine.len(),
+        );
+        e.wait(s.unwrap()).unwrap();
+        e.wait(r.unwrap()).unwrap();
+    }
+    let (addr, packed) = theirs.split_at(8);
+    RemoteKey {
+        addr: u64::from_le_bytes(addr.try_into().unwrap()),
+        key: e.remote_key(peer, packed).unwrap(),
+    }
+}
+
+/// Posts `op` to `peer` at `remote` and waits for it; its ticket.
+///
+/// # Safety
+/// `op`'s local memory stays valid and untouched until this returns.
+pub unsafe fn rma_waited(
+    e: &mut Engine,
+    peer: u32,
+    op: RmaOp,
+    remote: RemoteKey,
+) -> Result<u64, PmlError> {
+    // SAFETY: forwarded from this function's contract; the wait comes next.
+    let ticket = unsafe { e.rma(peer, op, remote) }?;
+    rma_wait(e, peer, ticket)?;
+    Ok(ticket)
+}
+
+/// Writes `data` to `peer`'s window at `remote`, reads it back and checks it (`what` names
+/// the transport in the failure).
+pub fn put_and_read_back(e: &mut Engine, peer: u32, remote: RemoteKey, data: &[u8], what: &str) {
+    let put = RmaOp::Write {
+        local: data.as_ptr(),
+        len: data.len(),
+    };
+    // SAFETY: `data` outlives the call, which waits for the write.
+    unsafe { rma_waited(e, peer, put, remote) }.unwrap();
+    let mut back = vec![0u8; data.len()];
+    let get = RmaOp::Read {
+        local: back.as_mut_ptr(),
+        len: back.len(),
+    };
+    // SAFETY: `back` outlives the call, which waits for the read.
+    unsafe { rma_waited(e, peer, get, remote) }.unwrap();
+    assert!(
+        back == data,
+        "{what}: the window read back differs from what was put"
+    );
 }
 
 /// One 4-byte message each way between ranks 0 and 1, so both have reached each other.

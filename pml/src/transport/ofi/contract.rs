@@ -1,19 +1,52 @@
 //! OFI under the transport contract: its wire-up from the bootstrap (the endpoint's address
-//! published, peers' addresses inserted before the last fence), its limits and its
-//! `--verbose` clause.
+//! published, peers' addresses inserted before the last fence), its limits, its one-sided
+//! operations (where the provider has RMA) and its `--verbose` clause.
 
 use std::os::fd::RawFd;
 use std::time::Duration;
 
 use bootstrap::libfabric::UNIVERSE_SIZE;
 
+use super::provider::{self, WindowsByRma};
 use super::{OfiConfig, OfiTransport};
 use crate::config::TransportChoice;
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::pml_api::{Counters, EngineError};
-use crate::transport::{Caps, Exposure, Job, Peer, Reading, Registration, Sent, Sink, Transport};
+use crate::transport::{
+    Caps, Exposure, Job, Peer, Reading, Registration, RmaOp, RmaPosted, Sent, Sink, Transport,
+};
 use crate::wire::RemoteKey;
+
+/// Which way windows go over `f`, as `--verbose` says it: by RMA unasked, only when asked
+/// (`MPIRT_WINDOW_PATH=rdma`), or by messages, and why.
+fn windows_by(f: &super::fabric::Fabric) -> String {
+    let rma = if let Some(cause) = &f.rma_off {
+        return format!("windows by messages (one-sided operations turned off: {cause})");
+    } else if !f.granted.remote_write {
+        return "windows by messages (the provider has no RMA writes)".into();
+    } else if f.granted.atomics {
+        "windows by fi_write, fi_read and fi_atomic".into()
+    } else if let Some(why) = provider::atomics_refused(&f.provider, f.plan) {
+        format!(
+            "windows by fi_write and fi_read (accumulates by messages: atomics not asked, {why})"
+        )
+    } else {
+        "windows by fi_write and fi_read (accumulates by messages: the provider has no 8-byte \
+         fetch-and-add and compare-and-swap)"
+            .into()
+    };
+    match provider::windows_by_rma(&f.provider) {
+        WindowsByRma::Default => rma,
+        WindowsByRma::OptIn => format!(
+            "{rma} only with MPIRT_WINDOW_PATH=rdma, else by messages (the provider emulates \
+             RMA in the target's progress, slower than messages)"
+        ),
+        WindowsByRma::Never => "windows by messages (the provider's RMA crashed ranks with \
+             SIGSEGV across hosts, not yet understood)"
+            .into(),
+    }
+}
 
 impl OfiTransport {
     /// Opens the endpoint when OFI is asked for (every other rank), or (`auto`) when
@@ -73,7 +106,10 @@ impl OfiTransport {
 
     /// Inserts the address of each rank of `unclaimed` that published an endpoint on the
     /// same provider; carries those. With `--transport ofi`, a peer on another provider is
-    /// an error; with `auto`, TCP carries it.
+    /// an error; with `auto`, TCP carries it. Where the provider granted RMA, adds this
+    /// rank's own address for operations on its own window: failing that is an error with
+    /// `--transport ofi`, and with `auto` turns one-sided operations off (`--verbose` says
+    /// why; windows go by messages).
     pub fn connect_peers(
         &mut self,
         job: &mut Job,
@@ -97,18 +133,34 @@ impl OfiTransport {
                 Err(_) => {}
             }
         }
+        if self.fabric.granted.remote_write {
+            if let Err(e) = self.connect_self() {
+                if forced {
+                    return Err(EngineError::Transport(format!(
+                        "ofi on {}: {e}",
+                        job.host()
+                    )));
+                }
+                // Under auto the messages still go over OFI; windows take them too.
+                self.fabric.granted.remote_write = false;
+                self.fabric.granted.atomics = false;
+                self.fabric.rma_off = Some(e);
+            }
+        }
         Ok(carried)
     }
 }
 
 impl Transport for OfiTransport {
     fn caps(&self) -> Caps {
+        let windows = provider::windows_by_rma(&self.fabric.provider);
         Caps {
             eager_limit: self.eager_limit,
             max_frame: self.frame_size,
-            remote_read: self.fabric.remote_read,
-            remote_write: false,
-            atomics: false,
+            remote_read: self.fabric.granted.remote_read,
+            remote_write: self.fabric.granted.remote_write && windows != WindowsByRma::Never,
+            atomics: self.fabric.granted.atomics && windows != WindowsByRma::Never,
+            rma_by_default: windows == WindowsByRma::Default,
             sends_complete_on_return: false,
             max_pieces: 1,
         }
@@ -156,7 +208,7 @@ impl Transport for OfiTransport {
         sends_eagerly: impl FnOnce() -> bool,
     ) -> Result<Exposure, PmlError> {
         let mut exposure = Exposure::plain(buf);
-        if self.fabric.remote_read && !sends_eagerly() {
+        if self.fabric.granted.remote_read && !sends_eagerly() {
             let (key, mr) = OfiTransport::expose(self, buf, len).map_err(|cause| {
                 PmlError::transport(peer, format!("exposing a {len}-byte send buffer: {cause}"))
             })?;
@@ -171,6 +223,40 @@ impl Transport for OfiTransport {
         if let Registration::Ofi(mr) = registration {
             OfiTransport::release(self, mr);
         }
+    }
+
+    /// Registers the window; peers address it as the provider's mr_mode says.
+    fn expose_window(
+        &mut self,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Option<(RemoteKey, u64)>, String> {
+        if !self.fabric.granted.remote_write {
+            return Ok(None);
+        }
+        OfiTransport::expose_window(self, buf, len).map(Some)
+    }
+
+    fn release_window(&mut self, id: u64) {
+        OfiTransport::release_window(self, id);
+    }
+
+    unsafe fn rma(
+        &mut self,
+        peer: Rank,
+        op: RmaOp,
+        remote: RemoteKey,
+    ) -> Result<Option<RmaPosted>, PmlError> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { OfiTransport::rma(self, peer, op, remote) }
+    }
+
+    fn rma_done(&self, peer: Rank, ticket: u64) -> Result<bool, PmlError> {
+        OfiTransport::rma_done(self, peer, ticket)
+    }
+
+    fn rma_result(&self, peer: Rank, ticket: u64) -> u64 {
+        OfiTransport::rma_result(self, peer, ticket)
     }
 
     fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
@@ -195,6 +281,7 @@ impl Transport for OfiTransport {
     fn count(&self, counters: &mut Counters) {
         counters.registrations += self.registrations();
         counters.ofi_exposed += self.exposures() as u64;
+        self.count_rma(counters);
     }
 
     fn describe(&self, peers: usize) -> String {
@@ -207,7 +294,7 @@ impl Transport for OfiTransport {
         format!(
             "{peers} ranks over libfabric {} (fabric {}, domain {}, mr_mode {}, \
              {UNIVERSE_SIZE} {}{passed_over}), eager up to {} bytes (inject up to {}), \
-             rendezvous by {}",
+             rendezvous by {}, {}",
             f.provider,
             f.fabric_name,
             f.domain_name,
@@ -216,14 +303,15 @@ impl Transport for OfiTransport {
             std::env::var(UNIVERSE_SIZE).unwrap_or_else(|_| "unset".into()),
             self.eager_limit,
             f.inject_size,
-            if !f.remote_read {
+            if !f.granted.remote_read {
                 "DATA frames (the provider has no RMA)"
             } else if self.caching() {
                 "fi_read (registrations cached)"
             } else {
                 "fi_read (registrations not cached: MPIRT_OFI_REG_CACHE=0, or the program's \
                  allocator is not mpirt's)"
-            }
+            },
+            windows_by(f),
         )
     }
 }

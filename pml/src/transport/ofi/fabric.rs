@@ -7,7 +7,7 @@ use std::os::fd::RawFd;
 use std::ptr;
 
 use super::environment;
-use super::provider::{self, MrPlan};
+use super::provider::{self, Granted, MrPlan};
 use super::sys;
 
 /// What to ask `fi_getinfo` for.
@@ -16,7 +16,7 @@ pub struct Request<'a> {
     pub wanted: Option<&'a str>,
     /// Only a provider with a real device (`--transport auto`).
     pub fabric_only: bool,
-    /// Whether to ask for remote reads (RMA); a provider without them is still taken.
+    /// Whether to ask for RMA and atomics; a provider without them is still taken.
     pub rma: bool,
     /// Completion queue entries and address vector slots to size for.
     pub cq_size: usize,
@@ -33,12 +33,16 @@ pub struct Fabric {
     /// Largest message `fi_inject` takes, and largest message of any operation.
     pub inject_size: usize,
     pub max_msg_size: usize,
-    /// Whether the endpoint reads remote memory (FI_RMA with FI_READ and FI_REMOTE_READ).
-    pub remote_read: bool,
+    /// What the endpoint does to peers' memory: reads, writes, and windows' 8-byte atomics
+    /// (granted, and supported as `fi_query_atomic` says).
+    pub granted: Granted,
     /// The completion queue's fd, where the provider has one (else waits poll).
     pub wait_fd: Option<RawFd>,
     /// Why each provider preferred to this one, none being named, was unsafe here.
     pub passed_over: Vec<String>,
+    /// Why one-sided operations were turned off after the provider granted them (under
+    /// `--transport auto`, adding this rank's own address failed): windows go by messages.
+    pub rma_off: Option<String>,
     pub ep: *mut sys::fid_ep,
     pub av: *mut sys::fid_av,
     pub cq: *mut sys::fid_cq,
@@ -46,8 +50,6 @@ pub struct Fabric {
     pub fabric: *mut sys::fid_fabric,
     info: *mut sys::fi_info,
 }
-
-const RMA_CAPS: u64 = (sys::FI_RMA | sys::FI_READ | sys::FI_REMOTE_READ) as u64;
 
 /// A `fi_getinfo` answer, freed with it.
 struct InfoList(*mut sys::fi_info);
@@ -127,14 +129,18 @@ fn c_string(p: *const std::ffi::c_char) -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
-/// Picks an entry of `list`: usable ones (modes we honour) by `request`. Refusals are noted.
-fn choose(
+/// An entry of a `fi_getinfo` answer that this transport can use, by its provider's name.
+type Usable = (String, *mut sys::fi_info, MrPlan);
+
+/// The usable entries of `list`: modes we honour, and (none being named) an environment that
+/// leaves the provider safe. Refusals and providers passed over are noted.
+fn usable(
     list: &InfoList,
     request: &Request,
     refused: &mut Vec<String>,
     passed_over: &mut Vec<String>,
-) -> Option<(*mut sys::fi_info, MrPlan)> {
-    let mut usable = Vec::new();
+) -> Vec<Usable> {
+    let mut modes_ok = Vec::new();
     for info in list.entries() {
         let name = prov_name(info);
         // SAFETY: entries carry a domain_attr.
@@ -142,25 +148,24 @@ fn choose(
         let plan = match provider::check_mode(mode).and_then(|()| MrPlan::from_mr_mode(mr_mode)) {
             Ok(plan) => plan,
             Err(why) => {
-                refused.push(format!("{name}: {why}"));
-                continue;
-            }
-        };
-        // With none named, a provider the environment leaves unsafe gives way to the next
-        // (said under --verbose); a named one is refused once picked, naming what to export.
-        if request.wanted.is_none() {
-            if let Err(why) = environment::check_provider(&name, request.ranks) {
-                if !passed_over.contains(&why) {
-                    passed_over.push(why);
+                // Each request's answer lists the provider again: noted once.
+                let why = format!("{name}: {why}");
+                if !refused.contains(&why) {
+                    refused.push(why);
                 }
                 continue;
             }
-        }
-        usable.push((name, info, plan));
+        };
+        modes_ok.push((name, info, plan));
     }
-    let names: Vec<String> = usable.iter().map(|(n, _, _)| n.clone()).collect();
-    let at = provider::pick(&names, request.wanted, request.fabric_only)?;
-    Some((usable[at].1, usable[at].2))
+    // With none named, a provider the environment leaves unsafe gives way to the next (said
+    // under --verbose); a named one is refused once picked, naming what to export.
+    let names: Vec<String> = modes_ok.iter().map(|(name, _, _)| name.clone()).collect();
+    let verdict = |name: &str| environment::check_provider(name, request.ranks);
+    environment::screen(&names, request.wanted, verdict, passed_over)
+        .into_iter()
+        .map(|at| modes_ok[at].clone())
+        .collect()
 }
 
 /// The providers `fi_getinfo` offers for reliable datagrams at all, for the error that
@@ -184,25 +189,40 @@ impl Fabric {
     pub fn open(request: &Request) -> Result<Option<Fabric>, String> {
         let mut refused = Vec::new();
         let mut passed_over = Vec::new();
-        let with_rma = if request.rma {
-            Some(InfoList::get(RMA_CAPS)?)
+        // Each capability request, richest first (messages alone last, or only, without RMA).
+        let requests = if request.rma {
+            &provider::REQUESTS[..]
         } else {
-            None
+            &provider::REQUESTS[provider::REQUESTS.len() - 1..]
         };
-        let without_rma = InfoList::get(0)?;
-        let picked = with_rma
-            .as_ref()
-            .and_then(|l| choose(l, request, &mut refused, &mut passed_over))
-            .map(|(info, plan)| (info, plan, true))
-            .or_else(|| {
-                choose(&without_rma, request, &mut refused, &mut passed_over)
-                    .map(|(info, plan)| (info, plan, false))
-            });
-        let Some((info, plan, remote_read)) = picked else {
-            if request.fabric_only && request.wanted.is_none() && passed_over.is_empty() {
+        let lists = requests
+            .iter()
+            .map(|&caps| InfoList::get(caps))
+            .collect::<Result<Vec<_>, _>>()?;
+        let tiers: Vec<Vec<Usable>> = lists
+            .iter()
+            .zip(requests)
+            .map(|(list, &caps)| {
+                let mut tier = usable(list, request, &mut refused, &mut passed_over);
+                provider::askable(caps, &mut tier);
+                tier
+            })
+            .collect();
+        let names: Vec<Vec<String>> = tiers
+            .iter()
+            .map(|tier| tier.iter().map(|(name, _, _)| name.clone()).collect())
+            .collect();
+        let picked = provider::pick_granted(&names, request.wanted, request.fabric_only).map(
+            |(tier, at)| {
+                let (_, info, plan) = &tiers[tier][at];
+                (*info, *plan, Granted::of(requests[tier]))
+            },
+        );
+        let Some((info, plan, granted)) = picked else {
+            if environment::quiet_without_fabric(request.fabric_only, request.wanted, &passed_over)
+            {
                 return Ok(None);
             }
-            refused.dedup();
             refused.extend(passed_over);
             let wanted = match request.wanted {
                 Some(w) => format!("provider '{w}'"),
@@ -252,9 +272,10 @@ impl Fabric {
             plan,
             inject_size,
             max_msg_size,
-            remote_read,
+            granted,
             wait_fd: None,
             passed_over,
+            rma_off: None,
             ep: ptr::null_mut(),
             av: ptr::null_mut(),
             cq: ptr::null_mut(),
@@ -264,6 +285,21 @@ impl Fabric {
         };
         f.open_objects(request)
             .map_err(|e| format!("{} on {}: {e}", f.provider, f.domain_name))?;
+        // The domain's query where the provider has one, else the endpoint's older one.
+        let supported = |op, flags, compare| {
+            // SAFETY: the domain and endpoint are open.
+            unsafe {
+                match sys::query_atomic(f.domain, sys::FI_UINT64, op, flags) {
+                    Err(rc) if rc == -(sys::FI_ENOSYS as isize) => {
+                        sys::atomic_valid(f.ep, sys::FI_UINT64, op, compare)
+                    }
+                    answer => answer,
+                }
+            }
+        };
+        let fetch_add = supported(sys::FI_SUM, sys::FI_FETCH_ATOMIC, false);
+        let cswap = supported(sys::FI_CSWAP, sys::FI_COMPARE_ATOMIC, true);
+        f.granted.atomics = provider::atomics_usable(f.granted, fetch_add, cswap);
         Ok(Some(f))
     }
 

@@ -50,6 +50,137 @@ pub fn acks_in_software(provider: &str) -> bool {
     provider.ends_with(";ofi_rxd")
 }
 
+/// Whether windows take a provider's RMA ([`windows_by_rma`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowsByRma {
+    /// Unasked: the NIC does RMA without the target's software (efa, cxi, verbs;ofi_rxm).
+    Default,
+    /// Only with `MPIRT_WINDOW_PATH=rdma`: the provider emulates RMA in the target's
+    /// progress, which tcp;ofi_rxm was measured doing about 2x slower than the messages it
+    /// would replace (osu-benches/REPORT.md); shm likewise applies it in the target's
+    /// progress.
+    OptIn,
+    /// Never (windows by messages): udp;ofi_rxd's RMA crashed a rank with SIGSEGV across
+    /// hosts in 2 of 3 runs, not yet understood.
+    Never,
+}
+
+/// Whether windows over `provider` take its RMA ([`WindowsByRma`]); a provider this list
+/// does not know only when asked.
+pub fn windows_by_rma(provider: &str) -> WindowsByRma {
+    if FABRIC_PROVIDERS.iter().any(|&p| matches(p, provider)) {
+        WindowsByRma::Default
+    } else if provider.ends_with(";ofi_rxd") {
+        WindowsByRma::Never
+    } else {
+        WindowsByRma::OptIn
+    }
+}
+
+/// Reading a peer's memory: the rendezvous's `fi_read` (and windows' gets).
+const RMA_READ: u64 = (sys::FI_RMA | sys::FI_READ | sys::FI_REMOTE_READ) as u64;
+/// Writing a peer's memory: windows' puts.
+const RMA_WRITE: u64 = (sys::FI_RMA | sys::FI_WRITE | sys::FI_REMOTE_WRITE) as u64;
+/// Atomics on a peer's memory (with reads and writes of it): windows' accumulates.
+const ATOMICS: u64 = sys::FI_ATOMIC as u64;
+
+/// The capability requests beyond messages, richest first (`fi_getinfo` is asked each): a
+/// provider is opened with the richest that it grants and may be asked ([`askable`]), so
+/// that one without atomics, or without RMA, is still taken, with less ([`Granted`]).
+pub const REQUESTS: [u64; 4] = [
+    RMA_READ | RMA_WRITE | ATOMICS,
+    RMA_READ | RMA_WRITE,
+    RMA_READ,
+    0,
+];
+
+/// What a provider opened for a capability request of [`REQUESTS`] does beyond messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Granted {
+    /// `fi_read` of a peer's memory (rendezvous, windows' gets).
+    pub remote_read: bool,
+    /// `fi_write` too: windows' puts and gets go by RMA.
+    pub remote_write: bool,
+    /// Atomics on a peer's memory, where [`atomics_usable`] also finds the two windows use.
+    pub atomics: bool,
+}
+
+impl Granted {
+    pub fn of(request: u64) -> Granted {
+        let has = |caps: u64| request & caps == caps;
+        Granted {
+            remote_read: has(RMA_READ),
+            remote_write: has(RMA_READ | RMA_WRITE),
+            atomics: has(RMA_READ | RMA_WRITE | ATOMICS),
+        }
+    }
+}
+
+/// Which provider to open and with which request: `tiers[i]` lists the usable providers
+/// `fi_getinfo` offered for `REQUESTS[i]` (the last, for messages alone, lists every usable
+/// one). The provider is chosen as [`pick`] chooses among them all, so that a provider the
+/// preference ranks first is never passed over for one that grants more (a p5's `efa`
+/// without atomics beside `tcp;ofi_rxm` with them); then its richest request that it grants
+/// is taken. Returns the tier and the index in it.
+pub fn pick_granted(
+    tiers: &[Vec<String>],
+    wanted: Option<&str>,
+    fabric_only: bool,
+) -> Option<(usize, usize)> {
+    let every = tiers.last()?;
+    let name = &every[pick(every, wanted, fabric_only)?];
+    tiers
+        .iter()
+        .enumerate()
+        .find_map(|(tier, names)| Some((tier, names.iter().position(|n| n == name)?)))
+}
+
+/// Why `FI_ATOMIC` is not asked of `provider`, whose registrations go as `plan` says; `None`
+/// where it may be. rxm (`...;ofi_rxm`) does atomics in software whatever its core (each one a
+/// message that the target's rxm applies, as mpirt's own accumulate messages are), and once
+/// asked for them it files every registration in a map by the core's key (libfabric 1.17's
+/// `rxm_mr_add_map_entry`, `ofi_mr_map_insert` with the provider-key mode masked off), which
+/// refuses a key already there: that `fi_mr_reg` fails with -FI_ENOKEY. Where the core picks
+/// keys (`PROV_KEY`: verbs, whose key is the ibv rkey), two live registrations may share one:
+/// verbs' registration cache (on wherever libfabric has a memory monitor) hands a range lying
+/// inside one still registered the same ibv_mr again. So every collective over
+/// verbs;ofi_rxm with atomics asked failed in the Soft-RoCE guest, registering a rendezvous
+/// buffer (libfabric issue 9133; the fix proposed upstream, PR 10371, would instead leave one
+/// of the two registrations out of the map, so that an atomic on it fails at the target).
+/// There atomics are not asked: windows' puts and gets keep verbs' RDMA WRITE and READ, and
+/// their accumulates go by mpirt's messages. The test is verbs under rxm, whose cache was seen
+/// to do it, with the core picking keys: rxm over a core whose keys are new for each
+/// registration (tcp's, ours or, in later libfabric, its own counter's) keeps its atomics, as
+/// the map never sees one key twice there.
+pub fn atomics_refused(provider: &str, plan: MrPlan) -> Option<&'static str> {
+    (provider.starts_with("verbs;") && provider.ends_with(";ofi_rxm") && plan.prov_key).then_some(
+        "rxm does atomics in software, and asked for them fails registrations whose key its \
+         core gives twice (verbs' registration cache may)",
+    )
+}
+
+/// Of the providers that answered `request` (one of [`REQUESTS`]), each with its name first
+/// and its registration plan last, keeps those it may be asked of: not one with atomics where
+/// [`atomics_refused`] says why; such a provider is then taken with the next request.
+pub fn askable<T>(request: u64, tier: &mut Vec<(String, T, MrPlan)>) {
+    if Granted::of(request).atomics {
+        tier.retain(|(name, _, plan)| atomics_refused(name, *plan).is_none());
+    }
+}
+
+/// Whether windows' 8-byte atomics go by the provider: it granted `FI_ATOMIC`, and
+/// `fi_query_atomic` says it takes at least one `FI_UINT64` per call of fetch-and-add
+/// (`fetch_add`, for `FI_SUM` with `FI_FETCH_ATOMIC`) and of compare-and-swap (`cswap`,
+/// `FI_CSWAP` with `FI_COMPARE_ATOMIC`): each the element count or the query's error. Both or
+/// neither: an accumulate lock takes with one and releases with the other.
+pub fn atomics_usable(
+    granted: Granted,
+    fetch_add: Result<usize, isize>,
+    cswap: Result<usize, isize>,
+) -> bool {
+    granted.atomics && matches!(fetch_add, Ok(n) if n >= 1) && matches!(cswap, Ok(n) if n >= 1)
+}
+
 /// How memory registration goes, as the provider's `mr_mode` said.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MrPlan {
@@ -86,6 +217,25 @@ impl MrPlan {
             prov_key: mr_mode & sys::FI_MR_PROV_KEY != 0,
             endpoint: mr_mode & sys::FI_MR_ENDPOINT != 0,
         })
+    }
+
+    /// The access a window's registration asks: peers write, read and update it (atomics
+    /// need both remote accesses, `fi_atomic(3)`).
+    pub fn window_access() -> u64 {
+        (sys::FI_REMOTE_READ | sys::FI_REMOTE_WRITE) as u64
+    }
+
+    /// The access a registration of a user buffer asks, where the provider wants local
+    /// buffers registered: `writable` for one read into (a rendezvous's or a get's target),
+    /// else one sent from; either may be a peer's read's source later (a send that goes by
+    /// rendezvous), or a put's source (`FI_WRITE`), so every registration serves those too.
+    pub fn user_access(writable: bool) -> u64 {
+        let local = if writable {
+            sys::FI_READ | sys::FI_WRITE
+        } else {
+            sys::FI_WRITE
+        };
+        (local | sys::FI_REMOTE_READ) as u64
     }
 
     /// The address a peer reads `addr` at, in a region that starts at `base`.
@@ -186,6 +336,190 @@ mod tests {
         assert!(basic.virt_addr && basic.prov_key && !basic.local);
     }
 
+    /// Windows on each provider: a window's registration is addressed by its virtual
+    /// address (efa, verbs, shm) or by offset from its start (cxi, tcp: 0 is its first
+    /// byte), with the provider's key (efa, cxi, verbs) or one asked for (tcp, shm), bound
+    /// to the endpoint where it asks (cxi), and origin buffers registered and described
+    /// where it asks (efa, verbs).
+    #[test]
+    fn window_registrations_of_each_provider() {
+        let window = 0x7f00_0000_1000usize;
+        let efa =
+            MrPlan::from_mr_mode(FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY)
+                .unwrap();
+        let cxi = MrPlan::from_mr_mode(FI_MR_ENDPOINT | FI_MR_ALLOCATED | FI_MR_PROV_KEY).unwrap();
+        let tcp = MrPlan::from_mr_mode(0).unwrap();
+        let shm = MrPlan::from_mr_mode(FI_MR_VIRT_ADDR).unwrap();
+        for (name, plan, addr, prov_key, endpoint, local) in [
+            ("efa", efa, window as u64, true, false, true),
+            ("verbs;ofi_rxm", efa, window as u64, true, false, true),
+            ("cxi", cxi, 0, true, true, false),
+            ("tcp;ofi_rxm", tcp, 0, false, false, false),
+            ("shm", shm, window as u64, false, false, false),
+        ] {
+            assert_eq!(
+                plan.remote_addr(window, window),
+                addr,
+                "{name}: window start"
+            );
+            assert_eq!(
+                plan.remote_addr(window, window) + 24,
+                plan.remote_addr(window + 24, window),
+                "{name}: a displacement adds to the start"
+            );
+            assert_eq!(
+                (plan.prov_key, plan.endpoint, plan.local),
+                (prov_key, endpoint, local),
+                "{name}"
+            );
+        }
+        let access = MrPlan::window_access();
+        assert_eq!(access, (FI_REMOTE_READ | FI_REMOTE_WRITE) as u64);
+        // A put's source may be any registered user buffer: each asks FI_WRITE.
+        for writable in [false, true] {
+            assert_ne!(MrPlan::user_access(writable) & FI_WRITE as u64, 0);
+            assert_ne!(MrPlan::user_access(writable) & FI_REMOTE_READ as u64, 0);
+        }
+        assert_ne!(MrPlan::user_access(true) & FI_READ as u64, 0);
+        assert_eq!(MrPlan::user_access(false) & FI_READ as u64, 0);
+    }
+
+    fn tiers(each: &[&[&str]]) -> Vec<Vec<String>> {
+        each.iter()
+            .map(|names| names.iter().map(|n| n.to_string()).collect())
+            .collect()
+    }
+
+    /// What each provider is opened with: efa, cxi, verbs;ofi_rxm, tcp;ofi_rxm and shm grant
+    /// RMA and atomics (fi_efa(7), fi_cxi(7), fi_verbs(7) under rxm, fi_tcp(7) under rxm,
+    /// fi_shm(7)), so windows go by fi_write, fi_read and fi_atomic there (verbs;ofi_rxm
+    /// without the atomics, which are not asked of it: see the next test); a provider without
+    /// atomics keeps RMA, one without RMA messages alone (windows by messages), and none is
+    /// lost for lacking them.
+    #[test]
+    fn capabilities_of_each_provider() {
+        let full = Granted::of(REQUESTS[0]);
+        assert_eq!(
+            full,
+            Granted {
+                remote_read: true,
+                remote_write: true,
+                atomics: true
+            }
+        );
+        assert!(!Granted::of(REQUESTS[1]).atomics && Granted::of(REQUESTS[1]).remote_write);
+        let read_only = Granted::of(REQUESTS[2]);
+        assert!(read_only.remote_read && !read_only.remote_write && !read_only.atomics);
+        assert_eq!(
+            Granted::of(REQUESTS[3]),
+            Granted {
+                remote_read: false,
+                remote_write: false,
+                atomics: false
+            }
+        );
+        let all = ["efa", "cxi", "verbs;ofi_rxm", "tcp;ofi_rxm", "shm"];
+        let everywhere = tiers(&[&all, &all, &all, &all]);
+        for name in all {
+            assert_eq!(
+                pick_granted(&everywhere, Some(name), false),
+                Some((0, all.iter().position(|n| *n == name).unwrap())),
+                "{name}"
+            );
+        }
+        // A p5 whose efa has no atomics: efa is still the one taken, with RMA alone.
+        let p5 = tiers(&[
+            &["tcp;ofi_rxm", "shm"],
+            &["efa", "tcp;ofi_rxm", "shm"],
+            &["efa", "tcp;ofi_rxm", "shm"],
+            &["efa", "tcp;ofi_rxm", "shm"],
+        ]);
+        assert_eq!(pick_granted(&p5, None, true), Some((1, 0)));
+        assert_eq!(pick_granted(&p5, None, false), Some((1, 0)));
+        assert_eq!(pick_granted(&p5, Some("tcp"), false), Some((0, 0)));
+        // udp;ofi_rxd here without RMA (MPIRT_OFI_RMA=0 asks nothing beyond messages).
+        let messages_only = tiers(&[&[], &[], &[], &["udp;ofi_rxd"]]);
+        assert_eq!(
+            pick_granted(&messages_only, Some("udp"), false),
+            Some((3, 0))
+        );
+        assert_eq!(pick_granted(&messages_only, None, true), None);
+        assert_eq!(pick_granted(&[], None, false), None);
+    }
+
+    /// Atomics go by the provider only where both of windows' atomics are supported on
+    /// 8-byte integers, as `fi_query_atomic` answers.
+    #[test]
+    fn atomics_need_fetch_add_and_compare_swap() {
+        let full = Granted::of(REQUESTS[0]);
+        let unsupported = Err(-(FI_EOPNOTSUPP as isize));
+        assert!(atomics_usable(full, Ok(1), Ok(1)));
+        assert!(atomics_usable(full, Ok(64), Ok(8)));
+        assert!(!atomics_usable(full, Ok(1), unsupported));
+        assert!(!atomics_usable(full, unsupported, Ok(1)));
+        assert!(!atomics_usable(full, Ok(0), Ok(1)));
+        assert!(!atomics_usable(full, Err(-(FI_ENOSYS as isize)), Ok(1)));
+        assert!(!atomics_usable(Granted::of(REQUESTS[1]), Ok(1), Ok(1)));
+    }
+
+    /// verbs;ofi_rxm is taken without atomics (rxm's key map refuses the keys verbs' cache
+    /// gives twice), with RMA writes and reads; the providers whose keys are new for each
+    /// registration (tcp;ofi_rxm, whatever its mr_mode; shm) or that are not rxm (efa, cxi:
+    /// the provider's keys, atomics their own) keep them. Each request's answer goes through
+    /// `askable` as `Fabric::open` passes it, then the pick.
+    #[test]
+    fn rxm_over_verbs_is_not_asked_for_atomics() {
+        let keys_of_the_provider =
+            MrPlan::from_mr_mode(FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY)
+                .unwrap();
+        let keys_of_ours = MrPlan::from_mr_mode(0).unwrap();
+        let shm = MrPlan::from_mr_mode(FI_MR_VIRT_ADDR).unwrap();
+        let why = atomics_refused("verbs;ofi_rxm", keys_of_the_provider).unwrap();
+        assert!(why.contains("registration"), "{why}");
+        for (name, plan) in [
+            ("tcp;ofi_rxm", keys_of_ours),
+            // tcp's keys are its own counter's where it says PROV_KEY: new each time.
+            ("tcp;ofi_rxm", keys_of_the_provider),
+            ("shm", shm),
+            ("efa", keys_of_the_provider),
+            (
+                "cxi",
+                MrPlan::from_mr_mode(FI_MR_ENDPOINT | FI_MR_ALLOCATED | FI_MR_PROV_KEY).unwrap(),
+            ),
+            ("verbs;ofi_rxd", keys_of_the_provider),
+        ] {
+            assert_eq!(atomics_refused(name, plan), None, "{name}");
+        }
+        // A RoCE host's answers: every provider grants every request.
+        let all = [
+            ("verbs;ofi_rxm", keys_of_the_provider),
+            ("tcp;ofi_rxm", keys_of_ours),
+            ("shm", shm),
+        ];
+        let answers: Vec<Vec<String>> = REQUESTS
+            .iter()
+            .map(|&request| {
+                let mut tier: Vec<(String, (), MrPlan)> = all
+                    .iter()
+                    .map(|(name, plan)| (name.to_string(), (), *plan))
+                    .collect();
+                askable(request, &mut tier);
+                tier.into_iter().map(|(name, _, _)| name).collect()
+            })
+            .collect();
+        assert_eq!(answers[0], ["tcp;ofi_rxm", "shm"]);
+        for tier in &answers[1..] {
+            assert_eq!(tier, &["verbs;ofi_rxm", "tcp;ofi_rxm", "shm"]);
+        }
+        for wanted in [Some("verbs"), None] {
+            let (tier, at) = pick_granted(&answers, wanted, true).unwrap();
+            assert_eq!(answers[tier][at], "verbs;ofi_rxm");
+            let granted = Granted::of(REQUESTS[tier]);
+            assert!(granted.remote_write && granted.remote_read && !granted.atomics);
+        }
+        assert_eq!(pick_granted(&answers, Some("tcp"), false), Some((0, 0)));
+    }
+
     #[test]
     fn mr_mode_not_offered_refuses_the_provider() {
         let e = MrPlan::from_mr_mode(FI_MR_VIRT_ADDR | FI_MR_HMEM).unwrap_err();
@@ -203,6 +537,15 @@ mod tests {
         let e = check_mode(FI_MSG_PREFIX).unwrap_err();
         assert!(e.contains("operation modes"), "{e}");
         assert!(check_mode(FI_RX_CQ_DATA).is_err());
+    }
+
+    #[test]
+    fn which_providers_take_windows_by_rma() {
+        use super::{windows_by_rma, WindowsByRma::*};
+        let each: Vec<_> = PREFERENCE.iter().map(|&p| windows_by_rma(p)).collect();
+        // efa, cxi, verbs;ofi_rxm, tcp;ofi_rxm, shm, udp;ofi_rxd.
+        assert_eq!(each, [Default, Default, Default, OptIn, OptIn, Never]);
+        assert_eq!(windows_by_rma("net"), OptIn);
     }
 
     #[test]

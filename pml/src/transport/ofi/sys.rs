@@ -130,6 +130,158 @@ pub unsafe fn read(
         as isize
 }
 
+/// `fi_writemsg` of one contiguous piece, with `flags` (`FI_DELIVERY_COMPLETE`: its
+/// completion says the bytes are in the target's memory, not only sent).
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn write(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    desc: *mut c_void,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+    flags: u64,
+) -> isize {
+    let iov = iovec {
+        iov_base: buf.cast_mut(),
+        iov_len: len,
+    };
+    let rma_iov = fi_rma_iov { addr, len, key };
+    let mut desc = desc;
+    let msg = fi_msg_rma {
+        msg_iov: &iov,
+        desc: &mut desc,
+        iov_count: 1,
+        addr: dest,
+        rma_iov: &rma_iov,
+        rma_iov_count: 1,
+        context,
+        data: 0,
+    };
+    ((*(*ep).rma).writemsg.expect("rma ops: writemsg"))(ep, &msg, flags) as isize
+}
+
+/// `fi_fetch_atomic` of one element.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn fetch_atomic(
+    ep: *mut fid_ep,
+    operand: *const c_void,
+    desc: *mut c_void,
+    result: *mut c_void,
+    result_desc: *mut c_void,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    datatype: fi_datatype,
+    op: fi_op,
+    context: *mut c_void,
+) -> isize {
+    ((*(*ep).atomic).readwrite.expect("atomic ops: readwrite"))(
+        ep,
+        operand,
+        1,
+        desc,
+        result,
+        result_desc,
+        dest,
+        addr,
+        key,
+        datatype,
+        op,
+        context,
+    ) as isize
+}
+
+/// `fi_compare_atomic` of one element (`FI_CSWAP`).
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn compare_atomic(
+    ep: *mut fid_ep,
+    operand: *const c_void,
+    desc: *mut c_void,
+    compare: *const c_void,
+    compare_desc: *mut c_void,
+    result: *mut c_void,
+    result_desc: *mut c_void,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    datatype: fi_datatype,
+    context: *mut c_void,
+) -> isize {
+    ((*(*ep).atomic).compwrite.expect("atomic ops: compwrite"))(
+        ep,
+        operand,
+        1,
+        desc,
+        compare,
+        compare_desc,
+        result,
+        result_desc,
+        dest,
+        addr,
+        key,
+        datatype,
+        FI_CSWAP,
+        context,
+    ) as isize
+}
+
+/// `fi_query_atomic`: how many elements of `datatype` one `op` takes (`flags`:
+/// `FI_FETCH_ATOMIC` or `FI_COMPARE_ATOMIC`), or the error (`-FI_EOPNOTSUPP`, or
+/// `-FI_ENOSYS` where the provider has no such query).
+pub unsafe fn query_atomic(
+    domain: *mut fid_domain,
+    datatype: fi_datatype,
+    op: fi_op,
+    flags: u64,
+) -> Result<usize, isize> {
+    let ops = (*domain).ops;
+    // As the header's FI_CHECK_OP: an older provider's table may end before the entry.
+    let present = !ops.is_null()
+        && (*ops).size > std::mem::offset_of!(fi_ops_domain, query_atomic)
+        && (*ops).query_atomic.is_some();
+    if !present {
+        return Err(-(FI_ENOSYS as isize));
+    }
+    let mut attr = fi_atomic_attr { count: 0, size: 0 };
+    let rc = ((*ops).query_atomic.expect("checked above"))(domain, datatype, op, &mut attr, flags);
+    if rc == 0 {
+        Ok(attr.count)
+    } else {
+        Err(rc as isize)
+    }
+}
+
+/// `fi_fetch_atomicvalid` (`compare`: `fi_compare_atomicvalid`), the endpoint's older form of
+/// [`query_atomic`]: how many elements of `datatype` one `op` takes, or the error.
+pub unsafe fn atomic_valid(
+    ep: *mut fid_ep,
+    datatype: fi_datatype,
+    op: fi_op,
+    compare: bool,
+) -> Result<usize, isize> {
+    let ops = (*ep).atomic;
+    let valid = if ops.is_null() {
+        None
+    } else if compare {
+        (*ops).compwritevalid
+    } else {
+        (*ops).readwritevalid
+    };
+    let Some(valid) = valid else {
+        return Err(-(FI_ENOSYS as isize));
+    };
+    let mut count = 0;
+    let rc = valid(ep, datatype, op, &mut count);
+    if rc == 0 {
+        Ok(count)
+    } else {
+        Err(rc as isize)
+    }
+}
+
 pub unsafe fn cq_read(cq: *mut fid_cq, buf: *mut fi_cq_data_entry, count: usize) -> isize {
     ((*(*cq).ops).read.expect("cq ops: read"))(cq, buf.cast(), count) as isize
 }

@@ -303,6 +303,7 @@ impl Transport for ShmPeers {
             max_frame: self.seg.max_frame(),
             remote_read: self.cma.is_ok(),
             remote_write: false,
+            rma_by_default: false,
             atomics: false,
             sends_complete_on_return: true,
             max_pieces: 2,

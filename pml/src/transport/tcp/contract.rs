@@ -114,6 +114,7 @@ impl Transport for TcpTransport {
             max_frame: TCP_MAX_FRAME,
             remote_read: false,
             remote_write: false,
+            rma_by_default: false,
             atomics: false,
             sends_complete_on_return: false,
             max_pieces: 3,

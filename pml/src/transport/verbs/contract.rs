@@ -98,6 +98,7 @@ impl Transport for VerbsTransport {
             max_frame: self.frame_size(),
             remote_read: true,
             remote_write: true,
+            rma_by_default: true,
             atomics: self.does_atomics(),
             sends_complete_on_return: false,
             max_pieces: 1,
@@ -159,9 +160,18 @@ impl Transport for VerbsTransport {
         }
     }
 
-    fn expose_window(&mut self, buf: *mut u8, len: usize) -> Result<Option<(u64, u64)>, String> {
+    /// Peers address the window by its virtual address.
+    fn expose_window(
+        &mut self,
+        buf: *mut u8,
+        len: usize,
+    ) -> Result<Option<(RemoteKey, u64)>, String> {
         let (rkey, id) = VerbsTransport::expose_window(self, buf, len)?;
-        Ok(Some((u64::from(rkey), id)))
+        let key = RemoteKey {
+            addr: buf as u64,
+            key: u64::from(rkey),
+        };
+        Ok(Some((key, id)))
     }
 
     fn release_window(&mut self, id: u64) {
