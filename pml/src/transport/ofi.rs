@@ -711,11 +711,23 @@ impl OfiTransport {
         Ok((key, OfiMr::Copy(self.copies.insert((region, copy)))))
     }
 
-    /// Gives an exposure back; one already closed (by `stop`) is let be.
+    /// Gives an exposure back; one already closed (by `stop`) is let be. A release of one
+    /// already given back is the engine's bug: a debug assertion, and in a release build
+    /// left without effect on the counts, so that they never wrap (an `exposed` near
+    /// `usize::MAX` would stretch every later wait's spin, and keep rxd's waits polling, for
+    /// the rest of the run). Such a double release goes unseen where the exposure's place is
+    /// taken again: a cached registration another live exposure shares (the cache counts
+    /// users per range, not per send), or a copy whose slot a later exposure reuses; it then
+    /// gives back the other's.
     pub fn release(&mut self, mr: OfiMr) {
+        // `stop` forgot them all and set the counts to zero.
+        let live = !self.stopped;
         let len = match mr {
             OfiMr::Cached { id, len } => {
-                self.user_mrs.release(id);
+                if !self.user_mrs.release(id) && live {
+                    debug_assert!(false, "cached exposure {id:?} released twice");
+                    return;
+                }
                 len
             }
             OfiMr::Copy(at) => match self.copies.try_remove(at) {
@@ -724,19 +736,21 @@ impl OfiTransport {
                     drop(region);
                     copy.len()
                 }
-                None => 0,
+                None => {
+                    debug_assert!(!live, "copy exposure {at} released twice");
+                    return;
+                }
             },
         };
-        // `stop` forgot them all and set the count to zero.
-        if !self.stopped {
+        if live {
+            let balanced = self.exposures > 0 && self.exposed >= len;
             debug_assert!(
-                self.exposures > 0 && self.exposed >= len,
-                "released {len} exposed bytes of {} in {} exposures: one released twice",
-                self.exposed,
-                self.exposures
+                balanced,
+                "released {len} exposed bytes of {} in {} exposures",
+                self.exposed, self.exposures
             );
-            self.exposed -= len;
-            self.exposures -= 1;
+            self.exposed = self.exposed.saturating_sub(len);
+            self.exposures = self.exposures.saturating_sub(1);
         }
     }
 
