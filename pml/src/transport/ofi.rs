@@ -122,13 +122,26 @@ enum WaitStep {
 /// 1 MiB osu_bw napped 98,459 times in 12 windows). Such a wait returns at once, so that the
 /// wait loop busy-polls, where the rank `spins` (MPICH's and Open MPI's waits poll without
 /// a pause), and yields between polls where it must not spin (ranks outnumbering their cores
-/// yield to the peers they wait for; `waiting`).
-fn wait_step(wait_fd: Option<RawFd>, pending: bool, in_flight: bool, spins: bool) -> WaitStep {
+/// yield to the peers they wait for; `waiting`). Until the transport has gone
+/// [`PROBE_AFTER`] without delivering anything (`idle`, as the probes count it), then it
+/// naps again: a send buffer counts as under way from the
+/// RTS, before the peer matched it and while nothing moves (this rank cannot tell), and a
+/// peer that computes for seconds, or died (rxd never says), must not keep it polling at
+/// full CPU. A transfer that long without a completion (hundreds of MB over rxd) goes on
+/// napping, at the nap's bandwidth (0.8x the polling's at 1 MiB, idle).
+fn wait_step(
+    wait_fd: Option<RawFd>,
+    pending: bool,
+    in_flight: bool,
+    idle: Duration,
+    spins: bool,
+) -> WaitStep {
+    let polled = in_flight && idle < PROBE_AFTER;
     match wait_fd {
         Some(fd) if !pending => WaitStep::Poll(fd),
         Some(_) => WaitStep::Return,
-        None if in_flight && spins => WaitStep::Return,
-        None if in_flight => WaitStep::Yield,
+        None if polled && spins => WaitStep::Return,
+        None if polled => WaitStep::Yield,
         None => WaitStep::Nap,
     }
 }
@@ -1206,10 +1219,12 @@ impl OfiTransport {
 
     pub fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
         let pending = self.before_wait()?;
+        let idle = self.idle_since.map_or(Duration::ZERO, |t| t.elapsed());
         match wait_step(
             self.fabric.wait_fd,
             pending,
             self.moves_while_polled(),
+            idle,
             self.waits_spin,
         ) {
             WaitStep::Poll(fd) => {
@@ -1382,21 +1397,38 @@ mod tests {
 
     /// With a wait fd, a wait sleeps on it unless a completion may be pending, whatever is in
     /// flight; without one, it naps while nothing is in flight, and with a transfer under way
-    /// polls again at once where the rank spins, yields where it must not.
+    /// polls again at once where the rank spins, yields where it must not, until it has been
+    /// idle for `PROBE_AFTER`: then it naps again.
     #[test]
     fn a_wait_without_an_fd_naps_only_with_nothing_in_flight() {
-        for in_flight in [false, true] {
-            for spins in [false, true] {
-                assert_eq!(
-                    wait_step(Some(7), false, in_flight, spins),
-                    WaitStep::Poll(7)
-                );
-                assert_eq!(wait_step(Some(7), true, in_flight, spins), WaitStep::Return);
-                assert_eq!(wait_step(None, true, false, spins), WaitStep::Nap);
+        let fresh = Duration::ZERO;
+        let just_short = PROBE_AFTER - Duration::from_millis(1);
+        for idle in [fresh, just_short, PROBE_AFTER] {
+            for in_flight in [false, true] {
+                for spins in [false, true] {
+                    assert_eq!(
+                        wait_step(Some(7), false, in_flight, idle, spins),
+                        WaitStep::Poll(7)
+                    );
+                    assert_eq!(
+                        wait_step(Some(7), true, in_flight, idle, spins),
+                        WaitStep::Return
+                    );
+                    assert_eq!(wait_step(None, true, false, idle, spins), WaitStep::Nap);
+                }
             }
         }
-        assert_eq!(wait_step(None, true, true, true), WaitStep::Return);
-        assert_eq!(wait_step(None, true, true, false), WaitStep::Yield);
+        for idle in [fresh, just_short] {
+            assert_eq!(wait_step(None, true, true, idle, true), WaitStep::Return);
+            assert_eq!(wait_step(None, true, true, idle, false), WaitStep::Yield);
+        }
+        for spins in [false, true] {
+            assert_eq!(
+                wait_step(None, true, true, PROBE_AFTER, spins),
+                WaitStep::Nap,
+                "idle for PROBE_AFTER with a transfer under way"
+            );
+        }
     }
 
     #[test]
