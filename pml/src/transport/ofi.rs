@@ -252,8 +252,9 @@ pub struct OfiTransport {
     /// `bytes_in_flight`).
     reading: usize,
     /// The bytes of the send buffers exposed to peers' reads (`expose`, `expose_copy`), from
-    /// the exposure until its `release`, which the engine calls when the peer's FIN says it
-    /// read them all (or at the latest when the send is collected, or its post failed).
+    /// the exposure (the RTS, before the peer matched it) until its `release`, which the
+    /// engine calls when the peer's FIN says it read them all, or its post failed (or `stop`
+    /// forgets them all).
     exposed: usize,
     /// How many send buffers those are (`Counters::ofi_exposed`).
     exposures: usize,
