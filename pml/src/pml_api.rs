@@ -430,7 +430,8 @@ pub struct Counters {
     pub registrations: u64,
     /// Send buffers exposed to peers' reads over libfabric and not yet released, now (a
     /// level, not a running count): a rendezvous send's lasts until the peer's FIN says it
-    /// read the buffer all, or the send is collected if that comes first.
+    /// read the buffer all, or its post failed, or the engine stopped. It counts from the
+    /// RTS, while the peer has not matched the send yet too.
     pub ofi_exposed: u64,
     /// Sleeps of this rank on its shared-memory futex (a wait that outlasted its spin).
     pub shm_sleeps: u64,

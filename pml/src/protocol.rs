@@ -1497,7 +1497,7 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
         };
         match self.requests.get_mut(h) {
             Ok(Request::Send { buf, .. }) => Some(buf),
-            _ => None,
+            _ => unreachable!("a pulled handle names a send"),
         }
     }
 

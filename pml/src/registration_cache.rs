@@ -140,14 +140,20 @@ impl<R> RegistrationCache<R> {
     }
 
     /// Gives back a registration from `acquire`; one already gone (by `clear`) is let be.
-    pub fn release(&mut self, id: CachedMr) {
+    /// Says whether it had a user to give back: false for one gone, or one with no users
+    /// left (a release too many, unless `clear` came first).
+    pub fn release(&mut self, id: CachedMr) -> bool {
         let Some(e) = self.entries.get_mut(&id.key) else {
-            return;
+            return false;
         };
-        e.users = e.users.saturating_sub(1);
+        if e.users == 0 {
+            return false;
+        }
+        e.users -= 1;
         if e.users == 0 && !e.keep {
             self.evict_if_idle(id.key);
         }
+        true
     }
 
     /// Drops every registration, in use or not: for a transport closing its endpoint, after
@@ -292,6 +298,21 @@ mod tests {
         cache.release(id);
         cache.clear();
         assert!(closed.borrow().contains(&range));
+    }
+
+    #[test]
+    fn a_release_too_many_is_told_apart() {
+        let closed = Closed::default();
+        let mut cache = RegistrationCache::new(true, 8);
+        let buf = vec![1u8; 64 << 10];
+        let (id, _) = acquire(&mut cache, &closed, &buf, false);
+        assert!(cache.release(id));
+        assert!(
+            !cache.release(id),
+            "kept idle, with no user left to give back"
+        );
+        cache.clear();
+        assert!(!cache.release(id), "gone");
     }
 
     #[test]

@@ -205,9 +205,8 @@ fn everyone_to_everyone(e: &mut Engine) {
 /// spin `idle` without it: 1 ms or more, and none where the `size` ranks of the job (all on
 /// this host) outnumber the cores, which must not spin at all (`config::shares_cores`).
 fn stretched_spin(idle: Duration, size: u32) -> Duration {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if size as usize > cores && env::var_os("MPIRT_BOUND_CPU").is_none() {
-        assert_eq!(idle, Duration::ZERO, "{size} ranks on {cores} cores spin");
+    if pml::config::shares_cores(size as usize) {
+        assert_eq!(idle, Duration::ZERO, "{size} ranks sharing cores spin");
         Duration::ZERO
     } else {
         idle.max(Duration::from_millis(1))

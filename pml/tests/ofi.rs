@@ -1,7 +1,8 @@
 //! The libfabric transport's failure paths, on the providers that run without a device:
 //! a peer that dies is an error naming it (where `MPIRT_OFI_PEER_TIMEOUT` asks for that),
 //! never a hang; a peer that is merely slow is never taken for dead by default; one-sided
-//! operations reach the peer's window.
+//! operations reach the peer's window. And how long a rendezvous send's buffer stays exposed
+//! to its peer's read (until the peer's FIN).
 
 #![cfg(feature = "ofi")]
 

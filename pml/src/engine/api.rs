@@ -326,8 +326,8 @@ impl Waiting for Engine {
         Ok(self.may_move() && self.progress()?)
     }
 
-    /// The configured spin, or longer while transports move many bytes on their own (see
-    /// `waiting::spin_budget`).
+    /// The configured spin, or longer while transports have bytes in flight that move only
+    /// while this rank polls (`Transport::bytes_in_flight`; see `waiting::spin_budget`).
     fn spin_budget(&self) -> Duration {
         let moving = self.transports.iter().map(Transport::bytes_in_flight).sum();
         spin_budget(self.spin, moving)

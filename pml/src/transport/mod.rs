@@ -364,7 +364,9 @@ pub trait Transport {
 
     /// Bytes of the rank's requests that move only while this rank polls (manual progress)
     /// and report nothing until they are all in: on OFI, reads in flight, and send buffers
-    /// exposed to peers' reads from the exposure until the peer's FIN. A wait spins at least
+    /// exposed to peers' reads from the exposure (the RTS) until the peer's FIN, including
+    /// while the peer has not matched the send yet and nothing moves (the sender cannot tell
+    /// that from a read under way: the provider reports neither to it). A wait spins at least
     /// as long as they take before it sleeps
     /// ([`spin_budget`](crate::waiting::spin_budget)): sleeping would stop them. None by
     /// default: a transport whose bytes move without this rank (shared memory, RDMA, the

@@ -126,13 +126,26 @@ enum WaitStep {
 /// 1 MiB osu_bw napped 98,459 times in 12 windows). Such a wait returns at once, so that the
 /// wait loop busy-polls, where the rank `spins` (MPICH's and Open MPI's waits poll without
 /// a pause), and yields between polls where it must not spin (ranks outnumbering their cores
-/// yield to the peers they wait for; `waiting`).
-fn wait_step(wait_fd: Option<RawFd>, pending: bool, in_flight: bool, spins: bool) -> WaitStep {
+/// yield to the peers they wait for; `waiting`). Until the transport has gone
+/// [`PROBE_AFTER`] without delivering anything (`idle`, as the probes count it), then it
+/// naps again: a send buffer counts as under way from the
+/// RTS, before the peer matched it and while nothing moves (this rank cannot tell), and a
+/// peer that computes for seconds, or died (rxd never says), must not keep it polling at
+/// full CPU. A transfer that long without a completion (hundreds of MB over rxd) goes on
+/// napping, at the nap's bandwidth (0.8x the polling's at 1 MiB, idle).
+fn wait_step(
+    wait_fd: Option<RawFd>,
+    pending: bool,
+    in_flight: bool,
+    idle: Duration,
+    spins: bool,
+) -> WaitStep {
+    let polled = in_flight && idle < PROBE_AFTER;
     match wait_fd {
         Some(fd) if !pending => WaitStep::Poll(fd),
         Some(_) => WaitStep::Return,
-        None if in_flight && spins => WaitStep::Return,
-        None if in_flight => WaitStep::Yield,
+        None if polled && spins => WaitStep::Return,
+        None if polled => WaitStep::Yield,
         None => WaitStep::Nap,
     }
 }
@@ -244,8 +257,9 @@ pub struct OfiTransport {
     /// `bytes_in_flight`).
     reading: usize,
     /// The bytes of the send buffers exposed to peers' reads (`expose`, `expose_copy`), from
-    /// the exposure until its `release`, which the engine calls when the peer's FIN says it
-    /// read them all (or at the latest when the send is collected, or its post failed).
+    /// the exposure (the RTS, before the peer matched it) until its `release`, which the
+    /// engine calls when the peer's FIN says it read them all, or its post failed (or `stop`
+    /// forgets them all).
     exposed: usize,
     /// How many send buffers those are (`Counters::ofi_exposed`).
     exposures: usize,
@@ -728,37 +742,53 @@ impl OfiTransport {
         Ok(self.copies.insert((region, copy)))
     }
 
-    /// Gives an exposure back; one already closed (by `stop`) is let be.
+    /// Gives an exposure back; one already closed (by `stop`) is let be. A release of one
+    /// already given back is the engine's bug: a debug assertion, and in a release build
+    /// left without effect on the counts, so that they never wrap (an `exposed` near
+    /// `usize::MAX` would stretch every later wait's spin, and keep rxd's waits polling, for
+    /// the rest of the run). Such a double release goes unseen where the exposure's place is
+    /// taken again: a cached registration another live exposure shares (the cache counts
+    /// users per range, not per send), or a copy whose slot a later exposure reuses; it then
+    /// gives back the other's.
     pub fn release(&mut self, mr: OfiMr) {
-        let len = self.unregister(mr);
-        // `stop` forgot them all and set the count to zero.
+        let Some(len) = self.unregister(mr) else {
+            return;
+        };
+        // `stop` forgot them all and set the counts to zero.
         if !self.stopped {
+            let balanced = self.exposures > 0 && self.exposed >= len;
             debug_assert!(
-                self.exposures > 0 && self.exposed >= len,
-                "released {len} exposed bytes of {} in {} exposures: one released twice",
-                self.exposed,
-                self.exposures
+                balanced,
+                "released {len} exposed bytes of {} in {} exposures",
+                self.exposed, self.exposures
             );
-            self.exposed -= len;
-            self.exposures -= 1;
+            self.exposed = self.exposed.saturating_sub(len);
+            self.exposures = self.exposures.saturating_sub(1);
         }
     }
 
     /// Gives a registration back, returning how many bytes it covered; one already closed
-    /// (by `stop`) is let be.
-    fn unregister(&mut self, mr: OfiMr) -> usize {
+    /// (by `stop`) is let be. One given back already is `None` (and, before `stop`, the
+    /// engine's bug: a debug assertion).
+    fn unregister(&mut self, mr: OfiMr) -> Option<usize> {
+        let live = !self.stopped;
         match mr {
             OfiMr::Cached { id, len } => {
-                self.user_mrs.release(id);
-                len
+                if !self.user_mrs.release(id) && live {
+                    debug_assert!(false, "cached exposure {id:?} released twice");
+                    return None;
+                }
+                Some(len)
             }
             OfiMr::Copy(at) => match self.copies.try_remove(at) {
                 Some((region, copy)) => {
-                    // The registration closes before its copy is freed.
                     drop(region);
-                    copy.len()
+                    Some(copy.len())
                 }
-                None => 0,
+                None => {
+                    debug_assert!(!live, "copy exposure {at} released twice");
+                    None
+                }
             },
         }
     }
@@ -1219,10 +1249,12 @@ impl OfiTransport {
 
     pub fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
         let pending = self.before_wait()?;
+        let idle = self.idle_since.map_or(Duration::ZERO, |t| t.elapsed());
         match wait_step(
             self.fabric.wait_fd,
             pending,
             self.moves_while_polled(),
+            idle,
             self.waits_spin,
         ) {
             WaitStep::Poll(fd) => {
@@ -1401,21 +1433,38 @@ mod tests {
 
     /// With a wait fd, a wait sleeps on it unless a completion may be pending, whatever is in
     /// flight; without one, it naps while nothing is in flight, and with a transfer under way
-    /// polls again at once where the rank spins, yields where it must not.
+    /// polls again at once where the rank spins, yields where it must not, until it has been
+    /// idle for `PROBE_AFTER`: then it naps again.
     #[test]
     fn a_wait_without_an_fd_naps_only_with_nothing_in_flight() {
-        for in_flight in [false, true] {
-            for spins in [false, true] {
-                assert_eq!(
-                    wait_step(Some(7), false, in_flight, spins),
-                    WaitStep::Poll(7)
-                );
-                assert_eq!(wait_step(Some(7), true, in_flight, spins), WaitStep::Return);
-                assert_eq!(wait_step(None, true, false, spins), WaitStep::Nap);
+        let fresh = Duration::ZERO;
+        let just_short = PROBE_AFTER - Duration::from_millis(1);
+        for idle in [fresh, just_short, PROBE_AFTER] {
+            for in_flight in [false, true] {
+                for spins in [false, true] {
+                    assert_eq!(
+                        wait_step(Some(7), false, in_flight, idle, spins),
+                        WaitStep::Poll(7)
+                    );
+                    assert_eq!(
+                        wait_step(Some(7), true, in_flight, idle, spins),
+                        WaitStep::Return
+                    );
+                    assert_eq!(wait_step(None, true, false, idle, spins), WaitStep::Nap);
+                }
             }
         }
-        assert_eq!(wait_step(None, true, true, true), WaitStep::Return);
-        assert_eq!(wait_step(None, true, true, false), WaitStep::Yield);
+        for idle in [fresh, just_short] {
+            assert_eq!(wait_step(None, true, true, idle, true), WaitStep::Return);
+            assert_eq!(wait_step(None, true, true, idle, false), WaitStep::Yield);
+        }
+        for spins in [false, true] {
+            assert_eq!(
+                wait_step(None, true, true, PROBE_AFTER, spins),
+                WaitStep::Nap,
+                "idle for PROBE_AFTER with a transfer under way"
+            );
+        }
     }
 
     #[test]
