@@ -1050,10 +1050,43 @@ fn immediates(world: &SimpleCommunicator) {
         let all: Vec<i32> = (0..n).flat_map(|r| contribution(r, 3, int)).collect();
         assert_eq!(gathered, all);
     }
+    mixed_types_broadcast(world);
     in_any_order(world);
     varcount_immediates(world);
     mixed_requests(world);
     println!("immediates ok");
+}
+
+/// A broadcast past the binomial tree's limit (512 KiB; scattered and passed round a ring from
+/// 8 ranks on) whose root sends pairs of `u64`s and whose other ranks receive `u64`s: one
+/// signature, as MPI allows, in elements of 16 bytes at the root and 8 elsewhere. Every rank
+/// must cut the same parts: by their own element sizes, the root's 65537 pairs and the
+/// others' 131074 `u64`s would part at different bytes, and the call failed with the ranks'
+/// lengths disagreeing.
+fn mixed_types_broadcast(world: &SimpleCommunicator) {
+    let (n, me) = (world.size(), world.rank());
+    let pairs = MIB / 16 + 1;
+    let pair = |i: usize| Affine {
+        a: i as u64,
+        b: !(i as u64),
+    };
+    let expected: Vec<u64> = (0..pairs).flat_map(|i| [pair(i).a, pair(i).b]).collect();
+    let root = world.process_at_rank(n - 1);
+    let mut sent: Vec<Affine> = (0..pairs).map(pair).collect();
+    let mut got = vec![0u64; 2 * pairs];
+    request::scope(|scope| {
+        if me == n - 1 {
+            root.immediate_broadcast_into(scope, &mut sent[..]).wait();
+        } else {
+            root.immediate_broadcast_into(scope, &mut got[..]).wait();
+        }
+    });
+    if me != n - 1 {
+        assert!(
+            got == expected,
+            "rank {me}: a broadcast of pairs read as u64s differs"
+        );
+    }
 }
 
 /// Collective and point-to-point requests in one `wait_any`, `test_any` and collection, and a
