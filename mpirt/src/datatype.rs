@@ -270,6 +270,24 @@ impl Datatype {
         }
     }
 
+    /// Bytes of the basic element this type is made of, where it is made of one kind (a
+    /// struct of two `u64`s: 8), else one element's size. Ranks may name one signature by
+    /// different types (a root's pairs, the others' `u64`s), whose sizes differ but whose
+    /// basic element is the same: a collective that cuts a buffer into parts cuts at
+    /// multiples of this, so that every rank finds the same boundaries. A signature of
+    /// several kinds keeps its own size: two types of it whose elements group its kinds
+    /// differently still cut apart.
+    pub(crate) fn basic_size(&self) -> usize {
+        match self.signature {
+            Signature::Basic { count, .. } => self.size / count.max(1),
+            Signature::Named => self.size,
+            Signature::Layout(_) => match self.layout().ok().and_then(|l| l.signature.single()) {
+                Some(element) => element.size(),
+                None => self.size,
+            },
+        }
+    }
+
     /// Bytes of data per element: one element's length in a message (for a type with gaps,
     /// less than its extent in memory).
     pub fn size(&self) -> usize {

@@ -84,13 +84,15 @@ pub enum Cause {
         expected: usize,
         got: usize,
     },
-    /// A peer's part of a collective was not as long as this rank's buffers say (none at all
-    /// also where the peer failed earlier in the call and passes no data on).
+    /// A peer's part of a collective was not as long as this rank's buffers say.
     LengthDisagrees {
         peer: Rank,
         expected: usize,
         got: usize,
     },
+    /// A peer relaying a collective by messages sent nothing where this rank expected bytes:
+    /// its count disagrees, or it failed earlier in the call and passes no data on.
+    PeerPassedNothing { peer: Rank, expected: usize },
     /// The send and receive buffers of a collective hold different element types.
     TypeMismatch {
         send: &'static str,
@@ -282,15 +284,11 @@ impl fmt::Display for Cause {
                 expected,
                 got,
             } => write!(f, "{what} holds {got} elements where {expected} are needed"),
-            Cause::LengthDisagrees {
-                peer,
-                expected,
-                got: 0,
-            } => write!(
+            Cause::PeerPassedNothing { peer, expected } => write!(
                 f,
                 "rank {peer} sent 0 bytes where this rank expected {expected}: the ranks' \
                  counts disagree, or rank {peer} failed earlier in this call and passes no data \
-                 on (its own error says why)"
+                 on (then its own error says why)"
             ),
             Cause::LengthDisagrees {
                 peer,

@@ -35,6 +35,10 @@ pub(crate) fn barrier(ranks: Ranks) -> Plan {
     p
 }
 
+/// A broadcast of `len` bytes, cut (when scattered) at multiples of `element`, the basic
+/// element's size that every rank's type shares ([`Datatype::basic_size`]).
+///
+/// [`Datatype::basic_size`]: crate::datatype::Datatype::basic_size
 pub(crate) fn broadcast(
     ranks: Ranks,
     root: u32,

@@ -179,7 +179,8 @@ pub(crate) fn broadcast<'a, B: BufferMut + ?Sized>(
 ) -> Result<Call<'a>, Cause> {
     let root = comm.check_rank(root)?;
     let datatype = buf.matched().0;
-    let plan = build::broadcast(ranks(comm), root, buf.byte_len(), datatype.size())?;
+    // Every rank's parts end at the same bytes, whatever type each names the signature by.
+    let plan = build::broadcast(ranks(comm), root, buf.byte_len(), datatype.basic_size())?;
     Ok(Call::new(plan, receiving(buf)?, datatype))
 }
 

@@ -6,19 +6,24 @@
 //! scratch buffer of the schedule), so a schedule holds no pointers and is checked against its
 //! buffers once, when it starts.
 //!
-//! Ranks whose counts disagree (an erroneous program, which MPI leaves undefined) never leave
-//! a peer waiting: a rank whose receive brought another length than its span (longer, and
-//! truncated, or shorter), or bytes that are not values of its type, keeps that first cause
-//! and runs its schedule on to the end, so that every message its peers wait for is sent and
-//! every one they send is taken, and fails with it. From then on it passes no data on: its
-//! sends from anything but the caller's send buffer (what may derive from the bytes that
-//! arrived wrong) go empty, which every receiver that expects bytes finds to disagree, and
-//! so on down a tree or round a ring; it runs no local copies or reductions either (garbage
-//! must not reach a reduction over a type with invalid values). MPICH 3 ran its collectives
-//! on after such an error too, marking what it sent after in an error bit of the tag (which
-//! the exact tag a receive matches here has no room for, hence the empty sends); MPICH 4's
-//! and Open MPI's relays stop at the failed receive, which their default error handler turns
-//! into the job's abort, where `try_` calls here return the error.
+//! Ranks whose counts disagree (an erroneous program, which MPI leaves undefined) and run
+//! the same algorithm never leave a peer waiting: a rank whose receive brought another length
+//! than its span (longer, and truncated, or shorter), or bytes that are not values of its
+//! type, keeps that first cause and runs its schedule on to the end, so that every message
+//! its peers wait for is sent and every one they send is taken, and fails with it. From then
+//! on it passes no data on: its sends from anything but the caller's send buffer (what may
+//! derive from the bytes that arrived wrong) go empty, which every receiver that expects
+//! bytes finds to disagree, and so on down a tree or round a ring; it runs no local copies
+//! or reductions either (garbage must not reach a reduction over a type with invalid
+//! values). Open: each rank picks its algorithm from its own length (`select`), so ranks
+//! whose lengths fall on different sides of a limit run different message patterns, whose
+//! messages share the call's tag: ranks still wait (rsrun's `--stall-timeout` report then
+//! names them), and a rank may even finish without an error holding bytes of another
+//! pattern's message. MPICH (3 and 4) runs its collectives on after such an error as well,
+//! marking later sends with an error bit in the tag (which the exact tag a receive matches
+//! here has no room for, hence the empty sends); Open MPI's coll/base relays return at the
+//! failed receive, which its default error handler turns into the job's abort, where `try_`
+//! calls here return the error.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -191,20 +196,30 @@ type Aligned = u128;
 
 /// How a transfer ended, for a receive of `span` from `from` where `recv` says so: `Ok(None)`
 /// where a receive filled its span exactly or a send is done, `Ok(Some(cause))` where the
-/// message was of another length (a longer one truncated): the ranks' counts disagree, and
-/// the call's messages are still in step. Any other failure is the call's end.
-fn received(done: Result<Done, Cause>, recv: Option<(u32, Span)>) -> Result<Option<Cause>, Cause> {
-    let got = match (done, recv) {
-        (Ok(Done::Received(status)), Some((_, span))) if status.len == span.len => return Ok(None),
-        (Ok(Done::Received(status)), Some(_)) => status.len,
-        (Err(Cause::Messaging(PmlError::Truncated(cut))), Some(_)) => cut.message_len,
-        (done, _) => return done.map(|_| None),
+/// message was of another length (a longer one truncated; none at all where the sender may
+/// relay nothing after a failure of its own): the ranks' counts disagree, and the call's
+/// messages are still in step. Any other failure is the call's end.
+fn disagreement(
+    done: Result<Done, Cause>,
+    recv: Option<(u32, Span)>,
+) -> Result<Option<Cause>, Cause> {
+    let Some((from, span)) = recv else {
+        return done.map(|_| None);
     };
-    let (from, span) = recv.expect("matched as a receive above");
-    Ok(Some(Cause::LengthDisagrees {
-        peer: from as i32,
-        expected: span.len,
-        got,
+    let got = match done {
+        Ok(Done::Received(status)) if status.len == span.len => return Ok(None),
+        Ok(Done::Received(status)) => status.len,
+        Err(Cause::Messaging(PmlError::Truncated(cut))) => cut.message_len,
+        done => return done.map(|_| None),
+    };
+    let (peer, expected) = (from as i32, span.len);
+    Ok(Some(match got {
+        0 => Cause::PeerPassedNothing { peer, expected },
+        got => Cause::LengthDisagrees {
+            peer,
+            expected,
+            got,
+        },
     }))
 }
 
@@ -432,11 +447,15 @@ impl<'a> Execution<'a> {
                 }
                 self.post_round()?;
             }
+            // A handle leaves `in_flight` before its outcome is examined, so `abandon` no
+            // longer cancels it should that outcome end the call: none needs it, as a wait or
+            // test that returned, an error included, has spent its handle, or the error
+            // stopped the engine that held it.
             if block {
                 while let Some(&(handle, recv)) = self.in_flight.last() {
                     let done = environment::wait_or_lent(handle);
                     self.in_flight.pop();
-                    let disagreement = received(done, recv)?;
+                    let disagreement = disagreement(done, recv)?;
                     self.spoil(disagreement);
                 }
             } else {
@@ -448,7 +467,7 @@ impl<'a> Execution<'a> {
                     match with_engine_or_lent(|e| e.test(handle)).transpose() {
                         Some(done) => {
                             self.in_flight.swap_remove(i);
-                            let disagreement = received(done, recv)?;
+                            let disagreement = disagreement(done, recv)?;
                             self.spoil(disagreement);
                         }
                         None => i += 1,
