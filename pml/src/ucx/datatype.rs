@@ -10,7 +10,11 @@
 //! fragment) and to unpack from them, with mpirt's block loops (`Blocks::pack_range_into`,
 //! which copies an 8-byte block as one load and store) rather than a `memcpy` an entry.
 //! Either way each byte is copied once on each side, where the staging buffer added a
-//! pack before UCX and an unpack after it.
+//! pack before UCX and an unpack after it. At rendezvous sizes that trades one bulk read for
+//! fragments: UCX 1.13 (protocol v1) sends no address or key in the RTS of a non-contiguous
+//! datatype, so the receiver cannot read it by CMA or RDMA READ and the data comes as
+//! active-message fragments; whether that is faster than the staged bulk read is not yet
+//! measured on an idle machine (ARCHITECTURE.md).
 
 use std::ffi::c_void;
 use std::{ptr, slice};
