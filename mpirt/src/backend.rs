@@ -152,13 +152,15 @@ impl AnyPml {
         on_pml!(self, p => p)
     }
 
-    /// What the native engine's transports counted; `None` on UCX, which keeps its counts
-    /// to itself but for its one-sided operations (`one_sided_counters`).
+    /// What the PML counted: the native engine's transports, or on UCX (which keeps its
+    /// transports' counts to itself) only the non-contiguous buffers handed to UCX in place
+    /// (`Counters::ucx_iov_sends` and its kin) and its one-sided operations, the other
+    /// fields 0.
     pub fn counters(&self) -> Option<Counters> {
         match self {
             AnyPml::Native(engine) => Some(engine.counters()),
             #[cfg(feature = "ucx")]
-            AnyPml::Ucx(_) => None,
+            AnyPml::Ucx(ucx) => Some(ucx.counters()),
         }
     }
 

@@ -361,7 +361,35 @@ fn layouts(universe: &mpirt::environment::Universe, world: &SimpleCommunicator) 
     if world.rank() == 1 && shm {
         println!("rank 1: block reads checked");
     }
+    if let Ok(how) = env::var(UCX_IN_PLACE) {
+        ucx_in_place_counted(universe, world.rank(), &how);
+    }
     println!("rank {}: layouts ok", world.rank());
+}
+
+/// Checks that the UCX PML handed rank 0's sends into views and rank 1's receives into them
+/// to UCX in place as `how` ("iov" or "generic", [`UCX_IN_PLACE`]), and nothing of the other
+/// kind on any rank.
+fn ucx_in_place_counted(universe: &mpirt::environment::Universe, rank: i32, how: &str) {
+    let c = universe
+        .counters()
+        .unwrap_or_else(|| panic!("rank {rank}: {UCX_IN_PLACE}={how} without counters"));
+    let (iov, generic) = (
+        (c.ucx_iov_sends, c.ucx_iov_receives),
+        (c.ucx_generic_sends, c.ucx_generic_receives),
+    );
+    let (asked, other) = match how {
+        "iov" => (iov, generic),
+        "generic" => (generic, iov),
+        _ => panic!("{UCX_IN_PLACE}={how}: neither iov nor generic"),
+    };
+    assert_eq!(other, (0, 0), "rank {rank}: in place, but not as {how}");
+    match rank {
+        0 => assert!(asked.0 > 0, "rank 0: no send as {how}: {asked:?}"),
+        1 => assert!(asked.1 > 0, "rank 1: no receive as {how}: {asked:?}"),
+        _ => {}
+    }
+    println!("rank {rank}: ucx {how} sends and receives {asked:?}");
 }
 
 /// A view and a slice match when their signatures do, as in MPI: a vector of `f64` is so many
@@ -948,6 +976,10 @@ fn tcp() -> Vec<(&'static str, String)> {
 /// as on shared memory ("shm"), and with none from the arenas ("cma").
 const BLOCK_READS: &str = "DATATYPES_BLOCK_READS";
 
+/// Asks the ranks of `layouts`, on the UCX PML, to check that their views went to UCX in
+/// place as this kind only ("iov" or "generic", `Counters::ucx_iov_sends` and its kin).
+const UCX_IN_PLACE: &str = "DATATYPES_UCX_IN_PLACE";
+
 /// `wire` asking for `layouts`' check of its reads into blocks, `how`, where the ranks meet on
 /// shared memory and the native engine counts (not across hosts, nor on the UCX PML); and
 /// whether it asked.
@@ -1017,21 +1049,34 @@ fn random_layouts_match_the_serial_model_over_tcp() {
 }
 
 /// On the UCX PML a non-contiguous buffer goes to UCX in place: as UCX's iov datatype where
-/// its blocks average `MPIRT_UCX_IOV_MIN_BLOCK` bytes or more, else as its generic datatype,
-/// which the other tests' short blocks take. Here every layout goes as an iov, however short
-/// its blocks.
-#[test]
-fn random_layouts_match_the_serial_model_through_ucx_iovs() {
+/// its blocks average `MPIRT_UCX_IOV_MIN_BLOCK` bytes or more, else as its generic datatype.
+/// `how` is the one every layout takes here, with the threshold at `min_block`: each rank
+/// checks its counts ([`UCX_IN_PLACE`]).
+fn layouts_through_ucx(how: &str, min_block: &str) {
     if common::test_pml() != "ucx" {
-        println!("UCX's iov datatype not tested: the PML is not UCX (MPIRT_TEST_PML=ucx)");
+        println!("UCX's {how} datatype not tested: the PML is not UCX (MPIRT_TEST_PML=ucx)");
         return;
     }
-    let out = ok(
-        3,
-        "layouts",
-        &[("MPIRT_UCX_IOV_MIN_BLOCK", "1".to_string())],
-    );
+    let wire = [
+        ("MPIRT_UCX_IOV_MIN_BLOCK", min_block.to_string()),
+        (UCX_IN_PLACE, how.to_string()),
+    ];
+    let out = ok(3, "layouts", &wire);
     assert_eq!(out.matches("layouts ok").count(), 3, "{out}");
+    let checked = format!("ucx {how} sends and receives");
+    assert_eq!(out.matches(&checked).count(), 3, "{out}");
+}
+
+/// Every layout as an iov, however short its blocks.
+#[test]
+fn random_layouts_match_the_serial_model_through_ucx_iovs() {
+    layouts_through_ucx("iov", "1");
+}
+
+/// Every layout through the generic datatype's callbacks, however long its blocks.
+#[test]
+fn random_layouts_match_the_serial_model_through_ucx_generic() {
+    layouts_through_ucx("generic", "1g");
 }
 
 #[test]

@@ -68,7 +68,9 @@ fi
 if [ -n "$ucx" ]; then
     # Open MPI 4.1's pml ucx declines shared memory and TCP unless told to take any
     # transport (pml_ucx_tls, pml_ucx_devices), as compare/ucx.sh runs it.
-    ompi+=(--mca pml ucx --mca osc ^ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS)
+    ompi+=(--mca pml ucx --mca osc ^ucx --mca pml_ucx_tls any --mca pml_ucx_devices any)
+    # Exported only where set: mpirun warns about an -x of an unset variable.
+    [ -n "${UCX_TLS+x}" ] && ompi+=(-x UCX_TLS)
     rsrun+=(--pml ucx)
 fi
 # Keeps "size MB/s" lines only.

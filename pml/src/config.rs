@@ -32,8 +32,8 @@ pub struct EngineConfig {
     /// of a receive that a read fills a copy or an iovec a block; shorter ones are filled by
     /// the layout's copy loop, in one pass from the sender's arena or a window at a time.
     pub shm_in_place_min_block: usize,
-    /// On the UCX PML, the shortest mean block of a non-contiguous buffer handed to UCX as an
-    /// iov of its runs; shorter ones go as UCX's generic datatype, packed and unpacked by
+    /// On the UCX PML, the shortest mean block (of the blocks as listed, before adjacent ones
+    /// merge into runs) of a non-contiguous buffer handed to UCX as an iov of its runs; shorter ones go as UCX's generic datatype, packed and unpacked by
     /// callbacks straight into and out of UCX's buffers.
     pub ucx_iov_min_block: usize,
     /// Largest message sent eagerly over TCP.

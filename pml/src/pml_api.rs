@@ -99,9 +99,9 @@ pub trait Pml {
     }
 
     /// Starts a send of the non-contiguous buffer `blocks` describes without packing it,
-    /// where this PML moves such a buffer in place to `peer` (a rendezvous that the receiver
-    /// reads block by block); `None`, having sent nothing, where it does not: the caller
-    /// then packs the bytes and calls `post_send`.
+    /// where this PML moves such a buffer in place to `peer` (for instance a rendezvous that
+    /// the receiver reads block by block, or UCX's iov or generic datatype); `None`, having
+    /// sent nothing, where it does not: the caller then packs the bytes and calls `post_send`.
     ///
     /// # Safety
     /// `blocks`, and the memory and block list it describes, must stay valid and unchanged
@@ -417,14 +417,19 @@ pub struct Counters {
     /// sender's mapped arena in one pass, else a window at a time through a cache-sized
     /// scratch), not by a copy or an iovec a block.
     pub short_block_reads: u64,
-    /// Non-contiguous sends and receives the UCX PML handed to UCX in place, with no staging
-    /// copy, as an iov of their runs (blocks of `MPIRT_UCX_IOV_MIN_BLOCK` bytes or more on
-    /// average, `ucp_dt_make_iov`)...
+    /// Non-contiguous sends the UCX PML handed to UCX in place, with no staging copy, as an
+    /// iov of their runs (blocks of `MPIRT_UCX_IOV_MIN_BLOCK` bytes or more on average,
+    /// `ucp_dt_make_iov`).
     pub ucx_iov_sends: u64,
+    /// Non-contiguous receives the UCX PML handed to UCX in place as an iov of their runs
+    /// (as `ucx_iov_sends`).
     pub ucx_iov_receives: u64,
-    /// ... and as UCX's generic datatype, packed into UCX's buffers and unpacked from them
-    /// by mpirt's callbacks (shorter blocks).
+    /// Non-contiguous sends the UCX PML handed to UCX in place as its generic datatype,
+    /// packed into UCX's buffers by mpirt's callbacks (blocks shorter than
+    /// `MPIRT_UCX_IOV_MIN_BLOCK` on average).
     pub ucx_generic_sends: u64,
+    /// Non-contiguous receives the UCX PML handed to UCX in place as its generic datatype,
+    /// unpacked from UCX's buffers by mpirt's callbacks (as `ucx_generic_sends`).
     pub ucx_generic_receives: u64,
     /// Memory registrations made (RDMA): a buffer sent from again is not registered again.
     pub registrations: u64,

@@ -416,8 +416,10 @@ const GUARD: u8 = 0xee;
 /// Non-contiguous buffers go to UCX in place (`post_send_blocks`, `post_recv_blocks`,
 /// `post_matched_recv_blocks`), with no staging copy, from rank 1 to rank 0: the bytes of the
 /// blocks are the sender's, those between them keep their guard, the counts say which way
-/// each went (the generic datatype for 8-byte blocks, an iov for 4 KiB ones), and a message
-/// longer than the blocks fails as truncated against their packed length.
+/// each went (the generic datatype for 8-byte blocks, an iov for 4 KiB ones); a message
+/// longer than the blocks fails as truncated against their packed length, eager or by
+/// rendezvous, posted or matched; a cancelled receive writes nothing; a zero-length message
+/// leaves the blocks as they were.
 fn blocks_in_place(p: &mut UcxPml) {
     let before = p.counters();
     let mut cases = 0;
@@ -480,12 +482,111 @@ fn blocks_in_place(p: &mut UcxPml) {
         }
     }
     assert_eq!(cases, 4);
-    // Longer than the blocks, by the generic datatype and by the iov.
+    // Longer than the blocks, by the generic datatype and by the iov, eager and at rendezvous
+    // size (1 MiB and more), posted and matched (`mprobe`, then `post_matched_recv_blocks`):
+    // the receive fails as truncated, the bytes between the blocks keep their guard, and the
+    // sender's send completes (UCX ends a truncated rendezvous too).
+    let mut tag = 160;
     for (layout, (extent, list, counts)) in block_layouts().into_iter().enumerate() {
-        let tag = 140 + layout as i32;
-        let room = counts[0] * list.iter().map(|b| b.len).sum::<usize>();
+        for count in counts {
+            let room = count * list.iter().map(|b| b.len).sum::<usize>();
+            for matched in [false, true] {
+                tag += 1;
+                if p.rank() == 1 {
+                    send(p, 0, tag, &pattern(room + 100, 140), SendMode::Standard);
+                    continue;
+                }
+                let mut into = vec![GUARD; count * extent];
+                let blocks = Blocks::new(into.as_mut_ptr(), count, extent, &list).unwrap();
+                let from = SourceSel::Rank(1);
+                let h = if matched {
+                    let (message, _) = p.mprobe(0, from, TagSel::Tag(tag)).unwrap();
+                    // SAFETY: as above.
+                    unsafe { p.post_matched_recv_blocks(message, &blocks) }
+                        .unwrap()
+                        .expect("in place")
+                } else {
+                    // SAFETY: as above.
+                    unsafe { p.post_recv_blocks(0, from, TagSel::Tag(tag), &blocks) }
+                        .unwrap()
+                        .expect("in place")
+                };
+                let what = format!(
+                    "layout {layout}: {} bytes into blocks of {room}, matched {matched}",
+                    room + 100
+                );
+                match p.wait(h) {
+                    Err(PmlError::Truncated(t)) => {
+                        assert_eq!((t.message_len, t.buffer_len), (room + 100, room), "{what}")
+                    }
+                    other => panic!("{what}: {other:?}"),
+                }
+                let inside = |i: usize| {
+                    list.iter()
+                        .any(|b| (b.offset..b.offset + b.len).contains(&(i % extent)))
+                };
+                let gap = (0..into.len()).find(|&i| !inside(i) && into[i] != GUARD);
+                assert_eq!(gap, None, "{what}: a byte between the blocks written");
+            }
+        }
+    }
+    // A receive into blocks cancelled before any message came, by either datatype: cancel
+    // says so, the wait answers Cancelled, the blocks keep their guard, and the next message
+    // with that tag lands in the next receive whole.
+    for (layout, (extent, list, counts)) in block_layouts().into_iter().enumerate() {
+        let tag = 180 + layout as i32;
+        let span = counts[0] * extent;
+        let source = pattern(span, tag as usize);
+        let blocks_of = |buf: *const u8| Blocks::new(buf, counts[0], extent, &list).unwrap();
         if p.rank() == 1 {
-            send(p, 0, tag, &pattern(room + 100, 140), SendMode::Standard);
+            // Only once rank 0 has cancelled its receive (tag 190 says so).
+            recv(p, SourceSel::Rank(0), TagSel::Tag(190), 0);
+            let blocks = blocks_of(source.as_ptr());
+            // SAFETY: `source` and `list` outlive the send, waited for here.
+            let h = unsafe { p.post_send_blocks(0, 1, 0, tag, SendMode::Standard, &blocks) }
+                .unwrap()
+                .expect("in place");
+            assert_eq!(p.wait(h).unwrap(), Done::Sent);
+            continue;
+        }
+        let mut into = vec![GUARD; span];
+        let blocks = blocks_of(into.as_mut_ptr());
+        let from = SourceSel::Rank(1);
+        // SAFETY: as above.
+        let h = unsafe { p.post_recv_blocks(0, from, TagSel::Tag(tag), &blocks) }
+            .unwrap()
+            .expect("in place");
+        assert!(p.cancel(h).unwrap(), "layout {layout}: cancel");
+        assert_eq!(p.wait(h), Err(PmlError::Cancelled), "layout {layout}");
+        assert!(
+            into.iter().all(|&b| b == GUARD),
+            "layout {layout}: cancelled, yet written"
+        );
+        send(p, 1, 190, &[], SendMode::Standard);
+        // SAFETY: as above.
+        let h = unsafe { p.post_recv_blocks(0, from, TagSel::Tag(tag), &blocks) }
+            .unwrap()
+            .expect("in place");
+        match p.wait(h).unwrap() {
+            Done::Received(st) => assert_eq!(st.len, blocks.len(), "layout {layout}"),
+            Done::Sent => panic!("a receive completed as a send"),
+        }
+        let inside = |i: usize| {
+            list.iter()
+                .any(|b| (b.offset..b.offset + b.len).contains(&(i % extent)))
+        };
+        let wrong = (0..span).find(|&i| into[i] != if inside(i) { source[i] } else { GUARD });
+        assert_eq!(
+            wrong, None,
+            "layout {layout}: after a cancel, first wrong byte"
+        );
+    }
+    // A zero-length message into non-empty blocks, by either datatype: received as 0 bytes,
+    // nothing written.
+    for (layout, (extent, list, counts)) in block_layouts().into_iter().enumerate() {
+        let tag = 185 + layout as i32;
+        if p.rank() == 1 {
+            send(p, 0, tag, &[], SendMode::Standard);
             continue;
         }
         let mut into = vec![GUARD; counts[0] * extent];
@@ -494,12 +595,14 @@ fn blocks_in_place(p: &mut UcxPml) {
         let h = unsafe { p.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &blocks) }
             .unwrap()
             .expect("in place");
-        match p.wait(h) {
-            Err(PmlError::Truncated(t)) => {
-                assert_eq!((t.message_len, t.buffer_len), (room + 100, room))
-            }
-            other => panic!("{} bytes into blocks of {room}: {other:?}", room + 100),
+        match p.wait(h).unwrap() {
+            Done::Received(st) => assert_eq!(st.len, 0, "layout {layout}"),
+            Done::Sent => panic!("a receive completed as a send"),
         }
+        assert!(
+            into.iter().all(|&b| b == GUARD),
+            "layout {layout}: 0 bytes, yet written"
+        );
     }
     let after = p.counters();
     let (iov, generic) = match p.rank() {
@@ -512,8 +615,9 @@ fn blocks_in_place(p: &mut UcxPml) {
             after.ucx_generic_receives - before.ucx_generic_receives,
         ),
     };
-    // Two messages at each of two counts of each layout, and (receiving) one too long.
-    let extra = u64::from(p.rank() == 0);
+    // Two messages at each of two counts of each layout and one after a cancel; receiving,
+    // four too long, the cancelled receive and the zero-length one too.
+    let extra = if p.rank() == 0 { 7 } else { 1 };
     assert_eq!(
         (iov, generic),
         (4 + extra, 4 + extra),

@@ -10,7 +10,12 @@
 //! fragment) and to unpack from them, with mpirt's block loops (`Blocks::pack_range_into`,
 //! which copies an 8-byte block as one load and store) rather than a `memcpy` an entry.
 //! Either way each byte is copied once on each side, where the staging buffer added a
-//! pack before UCX and an unpack after it.
+//! pack before UCX and an unpack after it. At rendezvous sizes that trades one bulk read for
+//! fragments: UCX 1.13 (protocol v1) sends no address or key in the RTS of a non-contiguous
+//! datatype, so the receiver cannot read it by CMA or RDMA READ and the data comes as
+//! active-message fragments: 1.5-4x faster than the staged bulk read on UCX's shared memory
+//! from 256 KiB in the halo exchange, slower over UCX's TCP from 4 to 128 KiB
+//! (ARCHITECTURE.md).
 
 use std::ffi::c_void;
 use std::{ptr, slice};
@@ -28,9 +33,11 @@ pub struct Data {
     pub datatype: Option<ffi::ucp_datatype_t>,
     /// The bytes it carries, packed.
     pub len: usize,
-    /// The iov entries `buffer` points at (none but for the iov datatype): UCX reads them
+    /// The iov entries `buffer` points at (`None` but for the iov datatype): UCX reads them
     /// until the operation completes, so whoever runs the operation keeps them that long.
-    pub iov: Vec<ffi::ucp_dt_iov_t>,
+    /// A boxed slice, two words and a null check, rather than a vector: every operation's
+    /// record carries it (`UcxPml`'s `Op`), most of them contiguous.
+    pub iov: Option<Box<[ffi::ucp_dt_iov_t]>>,
 }
 
 /// How a non-contiguous buffer went to UCX, for the counts (`Counters::ucx_iov_sends` ...).
@@ -49,12 +56,13 @@ impl Data {
             count: len,
             datatype: None,
             len,
-            iov: Vec::new(),
+            iov: None,
         }
     }
 
     /// The non-contiguous buffer `blocks` describes: an iov of its runs where its blocks
-    /// average at least `iov_min_block` bytes, else one item of the `generic` datatype,
+    /// average at least `iov_min_block` bytes (the mean of the blocks as listed, before
+    /// adjacent ones merge into runs), else one item of the `generic` datatype,
     /// `blocks` itself, whose callbacks ([`Generic`]) read through it.
     ///
     /// # Safety
@@ -72,13 +80,13 @@ impl Data {
                 count: 1,
                 datatype: Some(generic.0),
                 len,
-                iov: Vec::new(),
+                iov: None,
             };
             return (data, InPlace::Generic);
         }
         // SAFETY: made in this process, its list alive (this function's contract).
         let list = unsafe { blocks.local_list() };
-        let iov: Vec<ffi::ucp_dt_iov_t> = blocks
+        let iov: Box<[ffi::ucp_dt_iov_t]> = blocks
             .runs(list, 0, len)
             .map(|(address, n)| ffi::ucp_dt_iov_t {
                 buffer: address as usize as *mut c_void,
@@ -86,12 +94,12 @@ impl Data {
             })
             .collect();
         let data = Data {
-            // The vector's heap memory, which stays put when the vector moves.
+            // The slice's heap memory, which stays put when the box moves.
             buffer: iov.as_ptr().cast_mut().cast(),
             count: iov.len(),
             datatype: Some(ffi::UCP_DATATYPE_IOV as ffi::ucp_datatype_t),
             len,
-            iov,
+            iov: Some(iov),
         };
         (data, InPlace::Iov)
     }
@@ -106,8 +114,9 @@ impl Data {
     }
 }
 
-/// UCX's generic datatype whose items are [`Blocks`]: one per worker, made at start-up and
-/// destroyed after the worker (drop it after the worker: requests in flight name it).
+/// UCX's generic datatype whose items are [`Blocks`]: one per worker, made at start-up.
+/// Dropping it destroys the datatype, so its owner must drop it after the worker whose
+/// requests in flight name it (`UcxPml` declares it after its worker).
 pub struct Generic(ffi::ucp_datatype_t);
 
 impl Generic {
@@ -131,8 +140,8 @@ impl Generic {
 
 impl Drop for Generic {
     fn drop(&mut self) {
-        // SAFETY: made by ucp_dt_create_generic, destroyed once, after the worker whose
-        // requests named it.
+        // SAFETY: made by ucp_dt_create_generic and destroyed once, here; no request names
+        // it any more, as its owner drops it after the worker (see the type's doc).
         unsafe { ffi::ucp_dt_destroy(self.0) };
     }
 }
@@ -175,6 +184,10 @@ unsafe extern "C" fn pack(
     let blocks = unsafe { &*state.cast::<Blocks>() };
     let offset = offset as usize;
     let n = (max_length as usize).min(blocks.len().saturating_sub(offset));
+    if n == 0 {
+        // Nothing left (or an offset past the end): `pack_range_into` wants a range inside.
+        return 0;
+    }
     // SAFETY: `offset + n` is within the packed bytes; UCX's `dest` holds `max_length`
     // bytes, at least `n`, of its own memory, apart from the send's elements.
     unsafe { blocks.pack_range_into(offset, n, dest.cast()) };
@@ -228,16 +241,17 @@ mod tests {
         // SAFETY: the description, its list and buffer outlive `data`, which UCX never sees.
         let (data, how) = unsafe { Data::of_blocks(&blocks, &generic, 8 << 10) };
         assert_eq!(how, InPlace::Iov);
-        assert_eq!((data.count, data.len, data.iov.len()), (4, 32 << 10, 4));
-        assert_eq!(data.buffer, data.iov.as_ptr().cast_mut().cast());
+        let iov = data.iov.as_deref().unwrap();
+        assert_eq!((data.count, data.len, iov.len()), (4, 32 << 10, 4));
+        assert_eq!(data.buffer, iov.as_ptr().cast_mut().cast());
         let second = buf.as_ptr() as usize + (16 << 10) + 16;
-        assert_eq!(data.iov[1].buffer as usize, second);
-        assert_eq!(data.iov[1].length as usize, 8 << 10);
+        assert_eq!(iov[1].buffer as usize, second);
+        assert_eq!(iov[1].length as usize, 8 << 10);
         // SAFETY: as above.
         let (data, how) = unsafe { Data::of_blocks(&blocks, &generic, (8 << 10) + 1) };
         assert_eq!(how, InPlace::Generic);
         assert_eq!((data.count, data.len), (1, 32 << 10));
-        assert!(data.iov.is_empty());
+        assert!(data.iov.is_none());
         assert_eq!(data.buffer.cast_const(), ptr::from_ref(&blocks).cast());
     }
 
@@ -255,6 +269,8 @@ mod tests {
             // than is left.
             assert_eq!(pack(state, 0, packed.as_mut_ptr().cast(), 7), 7);
             assert_eq!(pack(state, 7, packed[7..].as_mut_ptr().cast(), 53), 43);
+            // Past the end (UCX asks for nothing there, but a range outside must not pack).
+            assert_eq!(pack(state, 60, packed.as_mut_ptr().cast(), 8), 0);
             let expected: Vec<u8> = (0..10u8)
                 .flat_map(|e| [1, 2, 3, 6, 7].map(|b| e * 16 + b))
                 .collect();

@@ -32,9 +32,9 @@ struct Op {
     kind: Kind,
     len: usize,
     /// The iov entries of a non-contiguous buffer (`Data::iov`), kept until the operation
-    /// completes: UCX reads them through the pointer it was given. Empty for the others.
+    /// completes: UCX reads them through the pointer it was given. `None` for the others.
     #[allow(dead_code)] // Held, not read.
-    iov: Vec<ffi::ucp_dt_iov_t>,
+    iov: Option<Box<[ffi::ucp_dt_iov_t]>>,
 }
 
 /// What an operation is, with its envelope for the stall report (`queues`), which lists
@@ -102,8 +102,9 @@ pub struct UcxPml {
     /// See `UcxConfig::iov_min_block`.
     iov_min_block: usize,
     /// The non-contiguous sends and receives handed to UCX in place, by kind
-    /// (`Counters::ucx_iov_sends` and its kin).
-    in_place: Counters,
+    /// (`Counters::ucx_iov_sends` and its kin, the only fields set): kept as a `Counters`,
+    /// which `counters` starts from.
+    in_place_counts: Counters,
     /// The bytes of the operations in flight (`ops` and a blocking one being waited for),
     /// which stretch the spin before a wait sleeps (`waiting::spin_budget`).
     bytes_in_flight: usize,
@@ -274,7 +275,7 @@ impl UcxPml {
             spare,
             generic,
             iov_min_block: config.iov_min_block,
-            in_place: Counters::default(),
+            in_place_counts: Counters::default(),
             bytes_in_flight: 0,
             blocking_receive: None,
             description,
@@ -399,15 +400,18 @@ impl UcxPml {
         started_recv("ucp_tag_msg_recv_nbx", started)
     }
 
-    /// The non-contiguous buffer `blocks` describes as UCX takes it in place, counted as a
-    /// send or a receive of its kind.
+    /// The non-contiguous buffer `blocks` describes as UCX takes it in place, and how.
     ///
     /// # Safety
     /// As for `Data::of_blocks`.
-    unsafe fn in_place(&mut self, blocks: &Blocks, send: bool) -> Data {
+    unsafe fn data_of(&self, blocks: &Blocks) -> (Data, InPlace) {
         // SAFETY: forwarded from this function's contract.
-        let (data, how) = unsafe { Data::of_blocks(blocks, &self.generic, self.iov_min_block) };
-        let counted = &mut self.in_place;
+        unsafe { Data::of_blocks(blocks, &self.generic, self.iov_min_block) }
+    }
+
+    /// Counts a non-contiguous send or receive that UCX took (started) in place, as `how`.
+    fn count_in_place(&mut self, how: InPlace, send: bool) {
+        let counted = &mut self.in_place_counts;
         let count = match (how, send) {
             (InPlace::Iov, true) => &mut counted.ucx_iov_sends,
             (InPlace::Iov, false) => &mut counted.ucx_iov_receives,
@@ -415,7 +419,6 @@ impl UcxPml {
             (InPlace::Generic, false) => &mut counted.ucx_generic_receives,
         };
         *count += 1;
-        data
     }
 
     /// A handle for the receive just started in the spare request memory; `posted` is what
@@ -427,7 +430,7 @@ impl UcxPml {
 
     /// A handle for the operation just started in the spare request memory, which keeps
     /// the iov entries UCX reads (if any) until it completes.
-    fn track(&mut self, kind: Kind, len: usize, iov: Vec<ffi::ucp_dt_iov_t>) -> Handle {
+    fn track(&mut self, kind: Kind, len: usize, iov: Option<Box<[ffi::ucp_dt_iov_t]>>) -> Handle {
         self.bytes_in_flight += len;
         self.ops.insert(Op {
             request: self.spare.take_next(),
@@ -499,7 +502,7 @@ impl UcxPml {
     /// What this PML counts: windows' puts, gets and atomics (the native engine's other
     /// counts are of its own transports, which UCX keeps to itself).
     pub fn counters(&self) -> Counters {
-        let mut counters = self.in_place;
+        let mut counters = self.in_place_counts;
         self.rma.count(&mut counters);
         counters
     }
@@ -626,9 +629,11 @@ impl Pml for UcxPml {
         };
         // SAFETY: `post_send_blocks`' caller made `blocks` here and keeps it, its list and
         // its blocks alive and unchanged until the send completes.
-        let data = unsafe { self.in_place(blocks, true) };
+        let (data, how) = unsafe { self.data_of(blocks) };
         // SAFETY: as above.
-        unsafe { self.start_send(envelope, peer, mode, data, 0) }.map(Some)
+        let handle = unsafe { self.start_send(envelope, peer, mode, data, 0) }?;
+        self.count_in_place(how, true);
+        Ok(Some(handle))
     }
 
     /// Starts a receive into `len` bytes at `buf`.
@@ -669,9 +674,10 @@ impl Pml for UcxPml {
         }
         // SAFETY: `post_recv_blocks`' caller made `blocks` here and keeps it, its list and
         // its blocks (lent for writes) alive until the receive completes.
-        let data = unsafe { self.in_place(blocks, false) };
+        let (data, how) = unsafe { self.data_of(blocks) };
         // SAFETY: as above; `data` goes with the request.
         unsafe { self.start_tag_recv(context, source, tag, &data) }?;
+        self.count_in_place(how, false);
         let posted = Selectors::receive(context, source, tag, data.len);
         Ok(Some(self.track_recv(data, Some(posted))))
     }
@@ -787,9 +793,10 @@ impl Pml for UcxPml {
             return Ok(Err(message));
         }
         // SAFETY: as in `post_recv_blocks`.
-        let data = unsafe { self.in_place(blocks, false) };
+        let (data, how) = unsafe { self.data_of(blocks) };
         // SAFETY: as above; `data` goes with the request.
         unsafe { self.start_matched_recv(message, &data) }?;
+        self.count_in_place(how, false);
         Ok(Ok(self.track_recv(data, None)))
     }
 
