@@ -294,7 +294,8 @@ fn a_child_that_dies_ends_the_job_naming_it() {
     // rsrun's reaper names the child killed, unless a rank that talks to it finds its
     // connection gone first and aborts: a parent (its send to the dead child fails, or its
     // receive finds the connection closed: the abort names the child in its own job) or,
-    // across hosts, the children's rank 0 (before the agent's report comes). Which comes
+    // across hosts, another child (before the agent's report comes: its abort
+    // names rank 1 and the host, in the children's job). Which comes
     // first is a race, so either ends the job.
     let named = err.lines().any(|line| {
         let reaped = line.starts_with("rsrun: spawned job 1 (3 ranks of")
@@ -304,7 +305,11 @@ fn a_child_that_dies_ends_the_job_naming_it() {
         let aborted = line.starts_with("rsrun: rank ")
             && line.contains("called abort")
             && line.contains("the connection with rank 1 of spawned job 1 (3 ranks of");
-        reaped || aborted
+        // The children's rank 0 names its own job's rank 1 without the job's label.
+        let sibling_aborted = line.starts_with("rsrun: spawned job 1 (3 ranks of")
+            && line.contains("called abort")
+            && line.contains("the connection with rank 1 on ");
+        reaped || aborted || sibling_aborted
     });
     assert!(named, "{err}");
     let pids = child_pids(&out);
