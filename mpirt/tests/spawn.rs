@@ -305,7 +305,7 @@ fn a_child_that_dies_ends_the_job_naming_it() {
         let aborted = line.starts_with("rsrun: rank ")
             && line.contains("called abort")
             && line.contains("the connection with rank 1 of spawned job 1 (3 ranks of");
-        // The children's rank 0 names its own job's rank 1 without the job's label.
+        // Another child names its own job's rank 1 without the job's label.
         let sibling_aborted = line.starts_with("rsrun: spawned job 1 (3 ranks of")
             && line.contains("called abort")
             && line.contains("the connection with rank 1 on ");
