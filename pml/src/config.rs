@@ -53,6 +53,14 @@ pub struct EngineConfig {
     /// Longest piece one RDMA WRITE or READ work request carries, where lower than the
     /// port's `max_msg_sz` (`MPIRT_VERBS_MAX_MSG`); `None`: the port's.
     pub verbs_max_msg: Option<usize>,
+    /// The shortest mean block (of the blocks as listed) of a receive laid out in blocks that
+    /// a rendezvous RDMA READ scatters into with scatter-gather lists
+    /// (`MPIRT_VERBS_SGE_MIN_BLOCK`); shorter ones are read into a staging buffer and
+    /// unpacked, since a list entry per few bytes costs the device more than the copy.
+    pub verbs_sge_min_block: usize,
+    /// Scatter-gather entries one RDMA READ takes, where lower than the device's `max_sge`
+    /// (`MPIRT_VERBS_MAX_SGE`); `None`: the device's, at most 32.
+    pub verbs_max_sge: Option<usize>,
     /// libfabric provider to use (`--ofi-provider`: `efa`, `cxi`, `verbs`, `tcp`, `shm`,
     /// `udp`, or a full name such as `tcp;ofi_rxm`); `None` for the first by preference.
     pub ofi_provider: Option<String>,
@@ -100,6 +108,8 @@ impl Default for EngineConfig {
             verbs_eager_limit: 8 << 10,
             verbs_reg_cache: true,
             verbs_max_msg: None,
+            verbs_sge_min_block: 1 << 10,
+            verbs_max_sge: None,
             ofi_provider: None,
             ofi_eager_limit: 8 << 10,
             ofi_rma: true,
@@ -196,6 +206,8 @@ impl EngineConfig {
             verbs_eager_limit: size_var("MPIRT_VERBS_EAGER_LIMIT", d.verbs_eager_limit)?,
             verbs_reg_cache: !matches!(env::var("MPIRT_VERBS_REG_CACHE").as_deref(), Ok("0")),
             verbs_max_msg: Some(size_var("MPIRT_VERBS_MAX_MSG", 0)?).filter(|&n| n > 0),
+            verbs_sge_min_block: size_var("MPIRT_VERBS_SGE_MIN_BLOCK", d.verbs_sge_min_block)?,
+            verbs_max_sge: Some(size_var("MPIRT_VERBS_MAX_SGE", 0)?).filter(|&n| n > 0),
             ofi_provider: env::var("MPIRT_OFI_PROVIDER")
                 .ok()
                 .filter(|p| !p.trim().is_empty()),

@@ -431,6 +431,18 @@ pub struct Counters {
     /// Non-contiguous receives the UCX PML handed to UCX in place as its generic datatype,
     /// unpacked from UCX's buffers by mpirt's callbacks (as `ucx_generic_sends`).
     pub ucx_generic_receives: u64,
+    /// Rendezvous reads over verbs that landed straight in a receive laid out in blocks, by
+    /// RDMA READs whose local scatter-gather lists are the blocks' runs (blocks of
+    /// `MPIRT_VERBS_SGE_MIN_BLOCK` bytes or more on average), as posted.
+    pub verbs_sge_reads: u64,
+    /// Their READ work requests: a read takes one per `max_sge` runs (and per `max_msg_sz`
+    /// bytes) of the receive's blocks.
+    pub verbs_sge_read_requests: u64,
+    /// Rendezvous reads over verbs into a receive laid out in blocks that went into a
+    /// staging buffer, unpacked when they finished (blocks shorter than
+    /// `MPIRT_VERBS_SGE_MIN_BLOCK` on average, or a span of blocks that could not be
+    /// registered).
+    pub verbs_staged_reads: u64,
     /// Memory registrations made (RDMA): a buffer sent from again is not registered again.
     pub registrations: u64,
     /// Send buffers exposed to peers' reads over libfabric and not yet released, now (a

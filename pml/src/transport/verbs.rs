@@ -9,6 +9,14 @@
 //! Rendezvous: the sender registers its buffer (through the registration cache) and the RTS
 //! carries address and rkey; the receiver registers the receive buffer and posts RDMA READs
 //! (split at the port's largest message) and reports the read done when the last completes.
+//! A receive laid out in blocks (a non-contiguous datatype's) is read straight into them:
+//! each READ's local scatter-gather list is the blocks' runs, up to the device's `max_sge`
+//! entries a work request (more runs take more work requests), the span of the blocks
+//! registered once. Blocks shorter than `sge_min_block` on average are read into a staging
+//! buffer and unpacked instead (the caller's, as for any transport that reads only into
+//! contiguous bytes), since an entry per few bytes costs the device more than the copy. A
+//! non-contiguous send is packed by the layer above into one buffer, registered as any other,
+//! so every READ reads one contiguous range of the peer.
 //! A completion with an error status becomes a named error on the request (reads) or on the
 //! transport (sends); the queue pairs give up on a dead peer about 8 s after sending to it.
 //! A rank that only waits sends nothing, so a wait idle for [`PROBE_AFTER`] probes its peers
@@ -42,10 +50,12 @@ pub use device::device_names;
 pub use registry::MrId;
 
 use super::Sink;
+use crate::blocks::Blocks;
 use crate::envelope::Rank;
 use crate::error::PmlError;
+use crate::pml_api::Counters;
 use crate::wire::RemoteKey;
-use device::Device;
+use device::{Device, MAX_SGE};
 use qp::{QpAddress, QueuePair, SEND_DEPTH};
 use registry::Registry;
 
@@ -60,6 +70,12 @@ pub struct VerbsConfig {
     /// Longest piece one RDMA WRITE or READ work request carries, where lower than the
     /// port's `max_msg_sz` (`MPIRT_VERBS_MAX_MSG`).
     pub max_msg: Option<usize>,
+    /// Scatter-gather entries one RDMA READ takes, where lower than the device's
+    /// (`MPIRT_VERBS_MAX_SGE`).
+    pub max_sge: Option<usize>,
+    /// The shortest mean block of a receive that reads scatter into (see the module's
+    /// documentation; `MPIRT_VERBS_SGE_MIN_BLOCK`).
+    pub sge_min_block: usize,
 }
 
 /// Receive buffers on the shared receive queue, and send buffers to copy frames into.
@@ -201,22 +217,49 @@ enum Remote {
     },
 }
 
-/// An RDMA READ of one receive, possibly in several pieces.
+/// An RDMA READ of one receive, possibly in several pieces (work requests).
 struct Read {
     token: u64,
     pieces_left: usize,
     mr: MrId,
     error: Option<String>,
+    /// The bytes it reads.
+    len: usize,
+    /// The local scatter-gather entries of a read into a receive's blocks, each piece's a
+    /// range of them; empty for a read into contiguous bytes.
+    sges: Vec<ibv_sge>,
 }
 
+impl Read {
+    /// What failed, for the error of a failed completion.
+    fn describe(&self) -> String {
+        match self.sges.len() {
+            0 => format!("an RDMA READ of {} bytes", self.len),
+            n => format!(
+                "an RDMA READ of {} bytes into a receive's blocks ({n} scatter-gather entries)",
+                self.len
+            ),
+        }
+    }
+}
+
+/// One READ work request: `len` bytes at `remote` in `peer`.
 struct Piece {
     peer: Rank,
     read: usize,
-    local: u64,
-    lkey: u32,
+    local: Local,
     remote: u64,
     rkey: u32,
     len: u32,
+}
+
+/// Where a piece lands.
+#[derive(Clone, Copy)]
+enum Local {
+    /// Contiguous bytes at `addr`, registered under `lkey`.
+    Bytes { addr: u64, lkey: u32 },
+    /// The entries `first..first + count` of its read's `sges`.
+    Scattered { first: usize, count: usize },
 }
 
 /// A finished read: the token `read` was given, and the error if it failed.
@@ -251,6 +294,13 @@ pub struct VerbsTransport {
     registry: Registry,
     dev: Device,
     pub reads_posted: u64,
+    /// The shortest mean block of a receive that reads scatter into.
+    sge_min_block: usize,
+    /// Reads into a receive's blocks by scatter-gather lists, their work requests, and reads
+    /// into a receive's blocks left to a staging buffer (see `Counters`).
+    sge_reads: u64,
+    sge_read_requests: u64,
+    staged_reads: u64,
     /// When idle waits last probed the peers.
     last_probe: Option<Instant>,
     /// Since when polls found nothing, once a wait went to sleep (see `probe_idle_peers`).
@@ -348,6 +398,7 @@ impl VerbsTransport {
         let mut dev = Device::open(wanted, config.gid_index)?;
         let frame_size = config.frame_size.min(dev.max_msg as usize);
         dev.lower_max_piece(config.max_msg);
+        dev.lower_max_read_sge(config.max_sge);
         let depth =
             completion_depth(peers.len(), dev.max_cqe).map_err(|e| format!("{}: {e}", dev.name))?;
         // SAFETY: the context is open; each object is destroyed in `Drop`, in reverse order.
@@ -432,6 +483,10 @@ impl VerbsTransport {
             registry,
             dev,
             reads_posted: 0,
+            sge_min_block: config.sge_min_block,
+            sge_reads: 0,
+            sge_read_requests: 0,
+            staged_reads: 0,
             rma,
             last_probe: None,
             idle_since: None,
@@ -608,25 +663,39 @@ impl VerbsTransport {
         lkey: u32,
         remote: Remote,
     ) -> Result<(), i32> {
-        let p = self
-            .lane_mut(peer, wr_id & !WR_INDEX)
-            .expect("a verbs peer");
         let mut sge = ibv_sge {
             addr: local,
             length: len,
             lkey,
         };
+        self.post_list(peer, wr_id, opcode, std::slice::from_mut(&mut sge), remote)
+    }
+
+    /// [`post`](Self::post) of a work request whose local memory is the scatter-gather list
+    /// `sges` (at most the device's `max_read_sge` entries).
+    fn post_list(
+        &mut self,
+        peer: Rank,
+        wr_id: u64,
+        opcode: ibv_wr_opcode::Type,
+        sges: &mut [ibv_sge],
+        remote: Remote,
+    ) -> Result<(), i32> {
+        let p = self
+            .lane_mut(peer, wr_id & !WR_INDEX)
+            .expect("a verbs peer");
+        let len: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
         // SAFETY: all-zero is a valid ibv_send_wr (null pointers, no flags).
         let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
         wr.wr_id = wr_id;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
+        wr.sg_list = sges.as_mut_ptr();
+        wr.num_sge = sges.len() as i32;
         wr.opcode = opcode;
         wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
         // Only what the device reads from this rank's memory may go inline.
         let reads_local =
             opcode == ibv_wr_opcode::IBV_WR_SEND || opcode == ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-        if len as usize <= INLINE && reads_local {
+        if len <= INLINE as u64 && reads_local {
             wr.send_flags |= ibv_send_flags::IBV_SEND_INLINE.0;
         }
         match remote {
@@ -652,8 +721,10 @@ impl VerbsTransport {
             }
         }
         let mut bad = ptr::null_mut();
-        // SAFETY: `wr` and `sge` are valid for the call; the local memory is registered
-        // under `lkey` and stays untouched until the completion (or was copied, if inline).
+        // SAFETY: `wr` and `sges` are valid for the call (the queue pair was made for
+        // `max_read_sge` entries, which no list passes); the local memory is registered under
+        // each entry's key and stays untouched until the completion (or was copied, if
+        // inline).
         let rc = unsafe { ibv_post_send(p.qp.qp, &mut wr, &mut bad) };
         if rc != 0 {
             return Err(rc);
@@ -750,13 +821,7 @@ impl VerbsTransport {
         target: &mut [u8],
         token: u64,
     ) -> Result<(), PmlError> {
-        if let Some(cause) = &self.peers[peer as usize]
-            .as_ref()
-            .expect("a verbs peer")
-            .broken
-        {
-            return Err(refused(peer, "RDMA READ", cause));
-        }
+        self.check_readable(peer)?;
         let keys = self
             .registry
             .acquire(target.as_ptr() as usize, target.len(), true)
@@ -768,6 +833,8 @@ impl VerbsTransport {
             pieces_left: pieces,
             mr: keys.id,
             error: None,
+            len: target.len(),
+            sges: Vec::new(),
         });
         for i in 0..pieces {
             let off = i * piece_max;
@@ -775,8 +842,10 @@ impl VerbsTransport {
             self.waiting_pieces.push_back(Piece {
                 peer,
                 read,
-                local: target.as_ptr() as u64 + off as u64,
-                lkey: keys.lkey,
+                local: Local::Bytes {
+                    addr: target.as_ptr() as u64 + off as u64,
+                    lkey: keys.lkey,
+                },
                 remote: remote.addr + off as u64,
                 rkey: remote.key as u32,
                 len: len as u32,
@@ -786,23 +855,155 @@ impl VerbsTransport {
         self.post_waiting_pieces()
     }
 
+    /// The error for a read from `peer` once its queue pair broke.
+    fn check_readable(&self, peer: Rank) -> Result<(), PmlError> {
+        match &self.peers[peer as usize]
+            .as_ref()
+            .expect("a verbs peer")
+            .broken
+        {
+            Some(cause) => Err(refused(peer, "RDMA READ", cause)),
+            None => Ok(()),
+        }
+    }
+
+    /// Starts reading the first `len` packed bytes of a receive laid out in `blocks` from
+    /// `remote` in `peer` straight into its blocks: READs whose local scatter-gather lists are
+    /// the blocks' runs, at most `max_read_sge` entries and the port's longest message a
+    /// work request, the span of the blocks registered once. `Ok(false)`, having read
+    /// nothing, where the blocks average under `sge_min_block` bytes or their span could
+    /// not be registered (the caller stages the read: its own registration, of the message's
+    /// length only, fails with a named error if memory is short).
+    ///
+    /// # Safety
+    /// `blocks` must have been made in this process by [`Blocks::new`], its block list alive
+    /// and its elements' blocks writable and not otherwise accessed until the read finished
+    /// (or the transport stopped), and `len` at most `blocks.len()`.
+    pub unsafe fn read_blocks(
+        &mut self,
+        peer: Rank,
+        remote: RemoteKey,
+        blocks: &Blocks,
+        len: usize,
+        token: u64,
+    ) -> Result<bool, PmlError> {
+        self.check_readable(peer)?;
+        // SAFETY: a description made in this process, its list alive (this function's
+        // contract).
+        let list = unsafe { blocks.local_list() };
+        let span = blocks.span(list).filter(|_| len > 0);
+        let keys = match span {
+            Some((low, high)) if blocks.mean_block() >= self.sge_min_block => self
+                .registry
+                .acquire(low as usize, (high - low) as usize, true)
+                .ok(),
+            _ => None,
+        };
+        let Some(keys) = keys else {
+            self.staged_reads += 1;
+            return Ok(false);
+        };
+        let piece_max = self.dev.max_piece();
+        let max_sge = self.dev.max_read_sge;
+        let read = self.reads.vacant_key();
+        let mut sges = Vec::new();
+        let (mut first, mut piece_len, mut remote_at, mut pieces) = (0, 0, remote.addr, 0);
+        let mut close = |sges: &Vec<ibv_sge>, first: &mut usize, piece_len: &mut usize| {
+            self.waiting_pieces.push_back(Piece {
+                peer,
+                read,
+                local: Local::Scattered {
+                    first: *first,
+                    count: sges.len() - *first,
+                },
+                remote: remote_at,
+                rkey: remote.key as u32,
+                len: *piece_len as u32,
+            });
+            remote_at += *piece_len as u64;
+            pieces += 1;
+            (*first, *piece_len) = (sges.len(), 0);
+        };
+        for (mut addr, mut run) in blocks.runs(list, 0, len) {
+            // A run longer than a work request carries ends one and goes on in the next.
+            while run > 0 {
+                let n = run.min(piece_max - piece_len);
+                sges.push(ibv_sge {
+                    addr,
+                    length: n as u32,
+                    lkey: keys.lkey,
+                });
+                (addr, run, piece_len) = (addr + n as u64, run - n, piece_len + n);
+                if piece_len == piece_max || sges.len() - first == max_sge {
+                    close(&sges, &mut first, &mut piece_len);
+                }
+            }
+        }
+        if piece_len > 0 {
+            close(&sges, &mut first, &mut piece_len);
+        }
+        let inserted = self.reads.insert(Read {
+            token,
+            pieces_left: pieces,
+            mr: keys.id,
+            error: None,
+            len,
+            sges,
+        });
+        debug_assert_eq!(inserted, read);
+        self.reads_posted += 1;
+        self.sge_reads += 1;
+        self.sge_read_requests += pieces as u64;
+        self.post_waiting_pieces()?;
+        Ok(true)
+    }
+
     /// Posts waiting read pieces while their queue pairs have room.
     fn post_waiting_pieces(&mut self) -> Result<(), PmlError> {
         while let Some(piece) = self.waiting_pieces.front() {
             let p = self.peers[piece.peer as usize]
                 .as_ref()
                 .expect("a verbs peer");
+            if let Some(cause) = &p.broken {
+                // Never posted: a queue pair that failed need not complete work posted after,
+                // and the read must still count every piece to finish.
+                let cause = format!(
+                    "{} was cut short: the connection to rank {} broke earlier ({cause})",
+                    self.reads[piece.read].describe(),
+                    piece.peer
+                );
+                let piece = self.waiting_pieces.pop_front().expect("front");
+                self.piece_done(piece.read, Some(cause));
+                continue;
+            }
             if p.in_flight >= SEND_DEPTH - 4 {
                 return Ok(());
             }
             let piece = self.waiting_pieces.pop_front().expect("front");
-            self.post(
+            let mut list = [ibv_sge {
+                addr: 0,
+                length: 0,
+                lkey: 0,
+            }; MAX_SGE];
+            let sges = match piece.local {
+                Local::Bytes { addr, lkey } => {
+                    list[0] = ibv_sge {
+                        addr,
+                        length: piece.len,
+                        lkey,
+                    };
+                    &mut list[..1]
+                }
+                Local::Scattered { first, count } => {
+                    list[..count].copy_from_slice(&self.reads[piece.read].sges[first..][..count]);
+                    &mut list[..count]
+                }
+            };
+            self.post_list(
                 piece.peer,
                 WR_READ | piece.read as u64,
                 ibv_wr_opcode::IBV_WR_RDMA_READ,
-                piece.local,
-                piece.len,
-                piece.lkey,
+                sges,
                 Remote::Rdma {
                     addr: piece.remote,
                     rkey: piece.rkey,
@@ -819,6 +1020,22 @@ impl VerbsTransport {
             })?;
         }
         Ok(())
+    }
+
+    /// Accounts for one piece of read `index` (`cause`: why it failed), and finishes the read
+    /// once its last piece is in: its first failure, if any, is the read's.
+    fn piece_done(&mut self, index: usize, cause: Option<String>) {
+        let r = &mut self.reads[index];
+        r.pieces_left -= 1;
+        if r.error.is_none() {
+            r.error = cause;
+        }
+        if r.pieces_left == 0 {
+            let r = self.reads.remove(index);
+            self.registry.release(r.mr);
+            self.finished_reads
+                .push((r.token, r.error.map_or(Ok(()), Err)));
+        }
     }
 
     /// Tells `peer` how many of its frames this rank consumed, once enough have piled up.
@@ -977,18 +1194,9 @@ impl VerbsTransport {
                     status.map(|s| format!("a SEND to rank {peer} failed: {s} (did it die?)"))
                 }
                 WR_READ => {
-                    let cause = status.map(|s| format!("RDMA READ failed: {s}"));
-                    let r = &mut self.reads[index];
-                    r.pieces_left -= 1;
-                    if r.error.is_none() {
-                        r.error.clone_from(&cause);
-                    }
-                    if r.pieces_left == 0 {
-                        let r = self.reads.remove(index);
-                        self.registry.release(r.mr);
-                        self.finished_reads
-                            .push((r.token, r.error.map_or(Ok(()), Err)));
-                    }
+                    let cause =
+                        status.map(|s| format!("{} failed: {s}", self.reads[index].describe()));
+                    self.piece_done(index, cause.clone());
                     // The read's request carries the error; the peer is broken all the same.
                     if let Some(cause) = cause {
                         self.peer_failed(peer, cause);
@@ -1102,6 +1310,14 @@ impl VerbsTransport {
     /// Registrations made so far (for tests: a repeated send from one buffer makes one).
     pub fn registrations(&self) -> u64 {
         self.registry.registrations()
+    }
+
+    /// Adds the registrations and the reads into receives' blocks to `counters`.
+    pub fn count_reads(&self, counters: &mut Counters) {
+        counters.registrations += self.registrations();
+        counters.verbs_sge_reads += self.sge_reads;
+        counters.verbs_sge_read_requests += self.sge_read_requests;
+        counters.verbs_staged_reads += self.staged_reads;
     }
 }
 

@@ -5,6 +5,7 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 
 use super::{VerbsConfig, VerbsTransport};
+use crate::blocks::Blocks;
 use crate::config::TransportChoice;
 use crate::envelope::Rank;
 use crate::error::PmlError;
@@ -41,6 +42,8 @@ impl VerbsTransport {
                 frame_size: config.verbs_eager_limit + crate::wire::MAX_HEADER_LEN,
                 reg_cache: config.verbs_reg_cache,
                 max_msg: config.verbs_max_msg,
+                max_sge: config.verbs_max_sge,
+                sge_min_block: config.verbs_sge_min_block,
             };
             match VerbsTransport::new(job.rank, job.size, local_rank, remote, &verbs_config) {
                 Ok(v) => (Some(v), None),
@@ -134,6 +137,20 @@ impl Transport for VerbsTransport {
         Ok(Reading::InFlight)
     }
 
+    /// Asynchronous as `read`; `None` where the blocks are short (see `read_blocks`).
+    unsafe fn read_into_blocks(
+        &mut self,
+        peer: Rank,
+        key: RemoteKey,
+        blocks: &Blocks,
+        len: usize,
+        token: u64,
+    ) -> Result<Option<Reading>, PmlError> {
+        // SAFETY: forwarded from this function's contract.
+        let reading = unsafe { VerbsTransport::read_blocks(self, peer, key, blocks, len, token) }?;
+        Ok(reading.then_some(Reading::InFlight))
+    }
+
     /// Registers the buffer of a send that goes by rendezvous, for the receiver's RDMA READ.
     fn expose(
         &mut self,
@@ -218,7 +235,7 @@ impl Transport for VerbsTransport {
     }
 
     fn count(&self, counters: &mut Counters) {
-        counters.registrations += self.registrations();
+        self.count_reads(counters);
         self.count_rma(counters);
     }
 

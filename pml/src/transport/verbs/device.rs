@@ -23,6 +23,9 @@ pub struct Device {
     pub max_msg: u32,
     /// Most entries a completion queue of the device may hold (`max_cqe`).
     pub max_cqe: usize,
+    /// Scatter-gather entries one RDMA READ work request takes: the device's `max_sge`
+    /// (and `max_sge_rd`, the limit for reads, where it reports one), at most [`MAX_SGE`].
+    pub max_read_sge: usize,
     /// Whether the device does RDMA atomics (fetch-and-add, compare-and-swap).
     pub atomics: bool,
     /// Whether this port is RoCE (GID addressing) rather than InfiniBand (LID addressing).
@@ -30,6 +33,10 @@ pub struct Device {
 }
 
 const PORT: u8 = 1;
+/// The most scatter-gather entries a work request is given, whatever the device takes: a
+/// work queue entry grows with them (16 bytes each), and 32 blocks of the length worth a
+/// list (`MPIRT_VERBS_SGE_MIN_BLOCK`) already fill a read of tens of KiB.
+pub const MAX_SGE: usize = 32;
 /// verbs.h's IBV_LINK_LAYER_ETHERNET (an anonymous enum, which the bindings leave out).
 const LINK_LAYER_ETHERNET: u8 = 2;
 
@@ -104,6 +111,14 @@ impl Device {
         }
     }
 
+    /// Lowers the scatter-gather entries a read takes to `limit`, where given and lower than
+    /// the device's (`MPIRT_VERBS_MAX_SGE`: how tests split a layout into many work requests).
+    pub fn lower_max_read_sge(&mut self, limit: Option<usize>) {
+        if let Some(limit) = limit {
+            self.max_read_sge = self.max_read_sge.min(limit).max(1);
+        }
+    }
+
     /// Opens `wanted` (a name, or the first device for an empty name).
     pub fn open(wanted: &str, gid_override: Option<u8>) -> Result<Device, String> {
         let names = device_names();
@@ -157,6 +172,7 @@ impl Device {
             mtu: ibv_mtu::IBV_MTU_1024,
             max_msg: 0,
             max_cqe: 0,
+            max_read_sge: 1,
             atomics: false,
             roce: false,
         };
@@ -168,6 +184,7 @@ impl Device {
         }
         dev.atomics = attr.atomic_cap != ibv_atomic_cap::IBV_ATOMIC_NONE;
         dev.max_cqe = attr.max_cqe.max(0) as usize;
+        dev.max_read_sge = read_sge(attr.max_sge, attr.max_sge_rd);
         // SAFETY: a zeroed port_attr is a valid out-parameter; `ctx` is open.
         let mut port: ibv_port_attr = unsafe { std::mem::zeroed() };
         if unsafe { ___ibv_query_port(ctx, PORT, &mut port) } != 0 {
@@ -220,6 +237,14 @@ impl Device {
     }
 }
 
+/// The scatter-gather entries an RDMA READ may take on a device reporting `max_sge` (every
+/// work request) and `max_sge_rd` (reads; 0 where a driver leaves it unset), within
+/// 1..=[`MAX_SGE`].
+fn read_sge(max_sge: i32, max_sge_rd: i32) -> usize {
+    let rd = if max_sge_rd > 0 { max_sge_rd } else { max_sge };
+    max_sge.min(rd).clamp(1, MAX_SGE as i32) as usize
+}
+
 impl Drop for Device {
     fn drop(&mut self) {
         // SAFETY: everything created on the PD and context is gone by now (the transport
@@ -230,5 +255,21 @@ impl Drop for Device {
             }
             ibv_close_device(self.ctx);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{read_sge, MAX_SGE};
+
+    #[test]
+    fn a_read_takes_the_devices_fewest_entries_within_the_cap() {
+        // Soft-RoCE: 32 and 32.
+        assert_eq!(read_sge(32, 32), 32);
+        // ConnectX-style: reads take fewer than other work requests.
+        assert_eq!(read_sge(30, 16), 16);
+        assert_eq!(read_sge(16, 0), 16, "no read limit reported: max_sge");
+        assert_eq!(read_sge(512, 512), MAX_SGE);
+        assert_eq!(read_sge(0, 0), 1, "a device reporting none still reads");
     }
 }

@@ -41,7 +41,8 @@ impl QueuePair {
             cap: ibv_qp_cap {
                 max_send_wr: SEND_DEPTH,
                 max_recv_wr: 0,
-                max_send_sge: 1,
+                // RDMA READs into a receive's blocks scatter to this many.
+                max_send_sge: dev.max_read_sge as u32,
                 max_recv_sge: 1,
                 max_inline_data: 64,
             },
