@@ -443,7 +443,7 @@ for line in sys.stdin:
 }
 pml_tests=$(test_binaries --release "${pml_features[@]}" --test engine --test verbs)
 mpirt_tests=$(test_binaries --release "${mpirt_features[@]}" --test p2p --test collectives \
-    --test windows --test threads)
+    --test windows --test threads --test datatypes)
 tests="$pml_tests"$'\n'"$mpirt_tests"
 unset CARGO_TARGET_DIR
 engine=$(awk '$1 == "engine" {print $2}' <<<"$tests")
@@ -452,7 +452,8 @@ collectives=$(awk '$1 == "collectives" {print $2}' <<<"$tests")
 verbs=$(awk '$1 == "verbs" {print $2}' <<<"$tests")
 windows=$(awk '$1 == "windows" {print $2}' <<<"$tests")
 threads=$(awk '$1 == "threads" {print $2}' <<<"$tests")
-for binary in engine p2p collectives verbs windows threads; do
+datatypes=$(awk '$1 == "datatypes" {print $2}' <<<"$tests")
+for binary in engine p2p collectives verbs windows threads datatypes; do
     if [ -z "${!binary}" ]; then
         echo "== verbs: no $binary test binary in target/features" >&2
         exit 1
@@ -474,6 +475,9 @@ ofi_p2p_tests=(message_sizes_around_the_eager_limit_and_large::ofi synchronous_s
     buffered_sends_in_flight_at_finalize_arrive_or_are_an_error::ofi)
 expect_tests ${#ofi_p2p_tests[@]} "$p2p" --exact "${ofi_p2p_tests[@]}"
 echo "== verbs tests in the Soft-RoCE guest (rxe0 and rxe1 joined by a veth pair)"
+# pml's engine test's reads into non-contiguous receives by scatter-gather lists (random
+# layouts, a vector column and an indexed layout, counted) and the datatypes suite's random
+# layouts over verbs (every read into a view by scatter-gather lists, counted);
 # windows_over_verbs: the window suite by RDMA WRITE, READ and device atomics (counted);
 # windows_beyond_locked_memory: a window past the locked-memory limit (ulimit -l, without
 # CAP_IPC_LOCK) on one rank, reached by messages there.
@@ -485,6 +489,8 @@ echo "== verbs tests in the Soft-RoCE guest (rxe0 and rxe1 joined by a veth pair
 set +e
 "$rdma_vm/rdma-vm" -n 2 -t 1800 -- env MPIRT_VERBS_DEV=rxe0,rxe1 bash -c \
     "set -e; '$engine' ranks_over_verbs; '$p2p' verbs --test-threads=1;
+     '$engine' non_contiguous_receives_scatter_into_their_blocks_over_verbs;
+     '$datatypes' over_verbs --test-threads=1;
      '$threads' over_verbs --test-threads=1;
      '$windows' windows_over_verbs --test-threads=1;
      capsh --drop=cap_ipc_lock -- -c \"ulimit -l 32768 && exec '$windows' windows_beyond_locked_memory\";

@@ -364,6 +364,9 @@ fn layouts(universe: &mpirt::environment::Universe, world: &SimpleCommunicator) 
     if let Ok(how) = env::var(UCX_IN_PLACE) {
         ucx_in_place_counted(universe, world.rank(), &how);
     }
+    if env::var(VERBS_SGE).is_ok() {
+        verbs_sge_counted(universe, world.rank());
+    }
     println!("rank {}: layouts ok", world.rank());
 }
 
@@ -390,6 +393,27 @@ fn ucx_in_place_counted(universe: &mpirt::environment::Universe, rank: i32, how:
         _ => {}
     }
     println!("rank {rank}: ucx {how} sends and receives {asked:?}");
+}
+
+/// Checks that rank 1's rendezvous reads into views went over verbs by RDMA READs with
+/// scatter-gather lists, and that no rank staged one ([`VERBS_SGE`]).
+fn verbs_sge_counted(universe: &mpirt::environment::Universe, rank: i32) {
+    let c = universe
+        .counters()
+        .unwrap_or_else(|| panic!("rank {rank}: {VERBS_SGE} without counters"));
+    let (sge, requests, staged) = (
+        c.verbs_sge_reads,
+        c.verbs_sge_read_requests,
+        c.verbs_staged_reads,
+    );
+    assert_eq!(staged, 0, "rank {rank}: reads into views staged");
+    if rank == 1 {
+        assert!(
+            sge > 0 && requests >= sge,
+            "rank 1: {sge} reads by scatter-gather lists in {requests} READs"
+        );
+    }
+    println!("rank {rank}: verbs reads by scatter-gather lists {sge} in {requests} READs");
 }
 
 /// A view and a slice match when their signatures do, as in MPI: a vector of `f64` is so many
@@ -980,6 +1004,10 @@ const BLOCK_READS: &str = "DATATYPES_BLOCK_READS";
 /// place as this kind only ("iov" or "generic", `Counters::ucx_iov_sends` and its kin).
 const UCX_IN_PLACE: &str = "DATATYPES_UCX_IN_PLACE";
 
+/// Asks the ranks of `layouts`, over verbs, to check that their reads into views went by
+/// scatter-gather lists, none staged (`Counters::verbs_sge_reads` and its kin).
+const VERBS_SGE: &str = "DATATYPES_VERBS_SGE";
+
 /// `wire` asking for `layouts`' check of its reads into blocks, `how`, where the ranks meet on
 /// shared memory and the native engine counts (not across hosts, nor on the UCX PML); and
 /// whether it asked.
@@ -1046,6 +1074,33 @@ fn random_layouts_match_the_serial_model_on_shared_memory_by_cma() {
 fn random_layouts_match_the_serial_model_over_tcp() {
     let out = ok(3, "layouts", &tcp());
     assert_eq!(out.matches("layouts ok").count(), 3, "{out}");
+}
+
+/// Over verbs (in the Soft-RoCE guest: tools/test-all.sh) every rendezvous into a view is
+/// read straight into its blocks by RDMA READs with scatter-gather lists, of at most 4
+/// entries (so most take several), however short its blocks (`MPIRT_VERBS_SGE_MIN_BLOCK=1`):
+/// the views hold what the serial model says, and rank 1 counts the reads (none staged).
+#[cfg(feature = "verbs")]
+#[test]
+fn random_layouts_match_the_serial_model_over_verbs() {
+    if !std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some()) {
+        println!("skipped: no RDMA device on this machine (tools/test-all.sh runs this in the Soft-RoCE guest)");
+        return;
+    }
+    let wire = [
+        ("MPIRT_TRANSPORT", "verbs".to_string()),
+        ("MPIRT_VERBS_EAGER_LIMIT", EAGER.to_string()),
+        ("MPIRT_VERBS_SGE_MIN_BLOCK", "1".to_string()),
+        ("MPIRT_VERBS_MAX_SGE", "4".to_string()),
+        (VERBS_SGE, "1".to_string()),
+    ];
+    let out = ok(3, "layouts", &wire);
+    assert_eq!(out.matches("layouts ok").count(), 3, "{out}");
+    assert_eq!(
+        out.matches("verbs reads by scatter-gather lists").count(),
+        3,
+        "{out}"
+    );
 }
 
 /// On the UCX PML a non-contiguous buffer goes to UCX in place: as UCX's iov datatype where

@@ -835,10 +835,17 @@ fn random_layout(rng: &mut u64, packed_target: usize) -> (Vec<Block>, usize, usi
 
 /// The eager limits of `layout_test_engine`'s engines.
 const LAYOUT_EAGER_LIMIT: usize = 4096;
+/// Over verbs, the most scatter-gather entries and bytes one READ of `layout_test_engine`'s
+/// engines takes: far below Soft-RoCE's 32 and 2 GiB, so that a layout takes many work
+/// requests and long runs are cut where one ends.
+const VERBS_MAX_SGE: usize = 4;
+const VERBS_MAX_MSG: usize = 4096;
 
 /// The engine of rank `rank` of the two ranks a child's `mode,dir,rank` spec names (`tcp`,
-/// or shared memory), with eager limits of `LAYOUT_EAGER_LIMIT`, `single_copy(mode, rank)`
-/// and `shm_in_place_min_block` of `in_place_min_block(rank)`; the mode and rank.
+/// `verbs`, or shared memory), with eager limits of `LAYOUT_EAGER_LIMIT`,
+/// `single_copy(mode, rank)` and `shm_in_place_min_block` (and verbs' `verbs_sge_min_block`)
+/// of `in_place_min_block(rank)`; over verbs, READs of at most `VERBS_MAX_SGE` entries and
+/// `VERBS_MAX_MSG` bytes. The mode and rank.
 fn layout_test_engine(
     spec: &str,
     single_copy: impl Fn(&str, u32) -> bool,
@@ -863,8 +870,14 @@ fn layout_test_engine(
         single_copy: single_copy(mode, rank),
         shared_arena: mode != "shm-no-arena",
         shm_in_place_min_block: in_place_min_block(rank),
+        verbs_eager_limit: LAYOUT_EAGER_LIMIT,
+        verbs_devices: env::var("MPIRT_VERBS_DEV").unwrap_or_default(),
+        verbs_sge_min_block: in_place_min_block(rank),
+        verbs_max_sge: Some(VERBS_MAX_SGE),
+        verbs_max_msg: Some(VERBS_MAX_MSG),
         transport: match mode {
             "tcp" => TransportChoice::Tcp,
+            "verbs" => TransportChoice::Verbs,
             _ => TransportChoice::Shm,
         },
         ..EngineConfig::default()
@@ -883,7 +896,8 @@ fn run_layout_test(test: &str, env: &str, modes: &[&str], done: &str) {
             env,
             |r| format!("{mode},{},{r}", dir.0.display()),
             &[],
-            Duration::from_secs(120),
+            // The Soft-RoCE guest's CPU is emulated (see `run_ranks`).
+            Duration::from_secs(if *mode == "verbs" { 400 } else { 120 }),
         );
         assert_all_succeeded(&outputs, &format!("{mode}: "));
         let out = String::from_utf8_lossy(&outputs[0].stdout);
@@ -1021,162 +1035,7 @@ const SCATTERED_ENV: &str = "PML_ENGINE_TEST_SCATTERED_RANK";
 #[test]
 fn non_contiguous_receives_scatter_into_their_blocks() {
     if let Ok(spec) = env::var(SCATTERED_ENV) {
-        // The sender offers every layout in place (however short its blocks); the receiver
-        // reads into blocks shorter than `SHORT_BLOCK` on average by their copy loops.
-        let (mode, rank, mut e) = layout_test_engine(
-            &spec,
-            |mode, _| mode != "shm-no-cma",
-            |rank| if rank == 0 { SHORT_BLOCK } else { 1 },
-        );
-        let mode = mode.as_str();
-        let mut rng = 0x2545_f491_4f6c_dd1du64;
-        // Reads into blocks (of long blocks, of short ones).
-        let mut reads_by_length = [0u32; 2];
-        let targets = [100, 4096, 4097, 70_000, 300_000, 5 << 20];
-        // (rendezvous, unexpected) of each truncated case.
-        let mut truncations = std::collections::BTreeSet::<(bool, bool)>::new();
-        for case in 0..24 {
-            let target = targets[case % targets.len()];
-            let (list, extent, count) = random_layout(&mut rng, target);
-            let (source, serial) = layout_source(&list, extent, count);
-            // The receive's own layout, holding the message (or, truncated, less of it).
-            let (mut rlist, rextent, _) = random_layout(&mut rng, serial.len());
-            // Coprime to the targets' 6 and the unexpected cases' 4: truncated eager and
-            // rendezvous messages, each posted and unexpected (cases 1, 6, 11, 16, 21).
-            let truncated = case % 5 == 1;
-            if truncated {
-                // Elements of at most half the message, so that the receive holds less.
-                let most = serial.len() / 2;
-                rlist[0].len = rlist[0].len.min(most);
-                let mut element = 0;
-                rlist.retain(|b| {
-                    element += b.len;
-                    element <= most
-                });
-                truncations.insert((serial.len() > LAYOUT_EAGER_LIMIT, case % 4 == 1));
-            }
-            let relement: usize = rlist.iter().map(|b| b.len).sum();
-            let rcount = match truncated {
-                false => serial.len().div_ceil(relement),
-                true => (serial.len() / relement / 2).max(1),
-            };
-            let capacity = rcount * relement;
-            let tag = case as i32;
-            if rank == 1 {
-                let blocks = Blocks::new(source.as_ptr(), count, extent, &list).unwrap();
-                // SAFETY: the source, list and description outlive the send, waited for here.
-                let h = unsafe { e.post_send_blocks(0, 1, 0, tag, SendMode::Standard, &blocks) }
-                    .unwrap();
-                match h {
-                    Some(h) => assert_eq!(e.wait(h).unwrap(), Done::Sent),
-                    None => send(&mut e, 0, tag, &serial, SendMode::Standard),
-                }
-                continue;
-            }
-            if case % 4 == 1 {
-                // Posted once the message (its eager frame or rendezvous offer) is here.
-                e.probe(0, SourceSel::Rank(1), TagSel::Tag(tag)).unwrap();
-            }
-            let span = rextent * rcount;
-            let mut buf = vec![POISON; span + 64];
-            buf[span..].fill(GUARD);
-            let rblocks = Blocks::new(buf.as_mut_ptr(), rcount, rextent, &rlist).unwrap();
-            let before = e.counters();
-            // SAFETY: `buf`, `rlist` and the description outlive the receive, waited for here.
-            let h =
-                unsafe { e.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &rblocks) }
-                    .unwrap()
-                    .expect("the engine lands every receive in its blocks");
-            let landed = match e.wait(h) {
-                Ok(Done::Received(st)) => {
-                    assert!(!truncated, "case {case}: {} bytes into {capacity}", st.len);
-                    assert_eq!(st.len, serial.len(), "case {case}");
-                    st.len
-                }
-                Err(err) => {
-                    let text = err.to_string();
-                    assert!(
-                        truncated
-                            && text.contains(&format!("is {} bytes", serial.len()))
-                            && text.contains(&format!("holds only {capacity} bytes")),
-                        "case {case}: {text}"
-                    );
-                    capacity
-                }
-                Ok(other) => panic!("case {case}: {other:?}"),
-            };
-            // With CMA a shared-memory rendezvous is read straight into the receive's blocks,
-            // with no staging copy: one memcpy a piece from the sender's mapped arena where the
-            // send's buffer lies in it (`ARENA_MIN_BYTES` or more), else by process_vm_readv
-            // (without the arena always; `a_column_lands_in_a_receives_blocks` in
-            // shm/in_place.rs reads past `IOV_MAX` runs).
-            // Blocks shorter than `SHORT_BLOCK` on average are filled by the layouts' copy
-            // loops (from the arena in one pass, else a window at a time).
-            let after = e.counters();
-            let read_into_blocks = mode.starts_with("shm")
-                && mode != "shm-no-cma"
-                && serial.len() > LAYOUT_EAGER_LIMIT;
-            let mapped = read_into_blocks && mode == "shm" && source.len() >= ARENA_MIN_BYTES;
-            let short = read_into_blocks && rblocks.mean_block() < SHORT_BLOCK;
-            assert_eq!(
-                (
-                    after.block_reads - before.block_reads,
-                    after.mapped_reads - before.mapped_reads,
-                    after.short_block_reads - before.short_block_reads,
-                ),
-                (
-                    u64::from(read_into_blocks),
-                    u64::from(mapped),
-                    u64::from(short)
-                ),
-                "case {case} ({mode}): reads into the receive's blocks, of them from the \
-                 arena, of them into short blocks"
-            );
-            if read_into_blocks {
-                reads_by_length[usize::from(short)] += 1;
-            }
-            // A serial unpack of what fits, into a copy of the poisoned buffer.
-            let mut expected = vec![POISON; span + 64];
-            expected[span..].fill(GUARD);
-            let mut at = 0;
-            'unpack: for el in 0..rcount {
-                for b in &rlist {
-                    for i in 0..b.len {
-                        if at == landed {
-                            break 'unpack;
-                        }
-                        expected[el * rextent + b.offset + i] = serial[at];
-                        at += 1;
-                    }
-                }
-            }
-            if let Some(i) = (0..buf.len()).find(|&i| buf[i] != expected[i]) {
-                let place = match i >= span {
-                    true => "the guard past the buffer",
-                    false => "a block or gap",
-                };
-                panic!(
-                    "case {case} ({mode}): byte {i} of {span}, in {place}, is {:#x}, not {:#x} \
-                     ({rcount} elements of {rlist:?}, extent {rextent})",
-                    buf[i], expected[i]
-                );
-            }
-        }
-        let reads_into_blocks = mode == "shm" || mode == "shm-no-arena";
-        if reads_into_blocks {
-            assert!(
-                rank == 1 || reads_by_length.iter().all(|&n| n > 0),
-                "{mode}: reads into long blocks and into short ones: {reads_by_length:?}"
-            );
-            a_column_lands_in_a_column(&mut e, rank, mode);
-        }
-        e.flush_all().unwrap();
-        assert_eq!(
-            truncations.len(),
-            4,
-            "truncated cases (rendezvous, unexpected): {truncations:?}"
-        );
-        println!("{mode} scattered ok");
+        scattered_rank(&spec);
         return;
     }
     run_layout_test(
@@ -1185,6 +1044,208 @@ fn non_contiguous_receives_scatter_into_their_blocks() {
         &["tcp", "shm", "shm-no-arena", "shm-no-cma"],
         "scattered",
     );
+}
+
+/// `non_contiguous_receives_scatter_into_their_blocks` over verbs, where there is an RDMA
+/// device (`tools/test-all.sh` runs it in the Soft-RoCE guest): a rendezvous into blocks of
+/// `SHORT_BLOCK` bytes or more on average is read straight into them by RDMA READs with
+/// scatter-gather lists, a shorter one into a staging buffer (both counted, both seen), then
+/// a vector column and an indexed layout (`verbs_column_and_indexed`).
+#[cfg(feature = "verbs")]
+#[test]
+fn non_contiguous_receives_scatter_into_their_blocks_over_verbs() {
+    if let Ok(spec) = env::var(SCATTERED_ENV) {
+        scattered_rank(&spec);
+        return;
+    }
+    if pml::transport::verbs::device_names().is_empty() {
+        println!("skipped: no RDMA device on this machine (tools/test-all.sh runs this in the Soft-RoCE guest)");
+        return;
+    }
+    run_layout_test(
+        "non_contiguous_receives_scatter_into_their_blocks_over_verbs",
+        SCATTERED_ENV,
+        &["verbs"],
+        "scattered",
+    );
+}
+
+/// A rank of `non_contiguous_receives_scatter_into_their_blocks` (its `mode,dir,rank` spec).
+fn scattered_rank(spec: &str) {
+    // The sender offers every layout in place (however short its blocks); the receiver
+    // reads into blocks shorter than `SHORT_BLOCK` on average by their copy loops.
+    let (mode, rank, mut e) = layout_test_engine(
+        spec,
+        |mode, _| mode != "shm-no-cma",
+        |rank| if rank == 0 { SHORT_BLOCK } else { 1 },
+    );
+    let mode = mode.as_str();
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    // Reads into blocks (of long blocks, of short ones).
+    let mut reads_by_length = [0u32; 2];
+    let targets = [100, 4096, 4097, 70_000, 300_000, 5 << 20];
+    // (rendezvous, unexpected) of each truncated case.
+    let mut truncations = std::collections::BTreeSet::<(bool, bool)>::new();
+    for case in 0..24 {
+        let target = targets[case % targets.len()];
+        let (list, extent, count) = random_layout(&mut rng, target);
+        let (source, serial) = layout_source(&list, extent, count);
+        // The receive's own layout, holding the message (or, truncated, less of it).
+        let (mut rlist, rextent, _) = random_layout(&mut rng, serial.len());
+        // Coprime to the targets' 6 and the unexpected cases' 4: truncated eager and
+        // rendezvous messages, each posted and unexpected (cases 1, 6, 11, 16, 21).
+        let truncated = case % 5 == 1;
+        if truncated {
+            // Elements of at most half the message, so that the receive holds less.
+            let most = serial.len() / 2;
+            rlist[0].len = rlist[0].len.min(most);
+            let mut element = 0;
+            rlist.retain(|b| {
+                element += b.len;
+                element <= most
+            });
+            truncations.insert((serial.len() > LAYOUT_EAGER_LIMIT, case % 4 == 1));
+        }
+        let relement: usize = rlist.iter().map(|b| b.len).sum();
+        let rcount = match truncated {
+            false => serial.len().div_ceil(relement),
+            true => (serial.len() / relement / 2).max(1),
+        };
+        let capacity = rcount * relement;
+        let tag = case as i32;
+        if rank == 1 {
+            let blocks = Blocks::new(source.as_ptr(), count, extent, &list).unwrap();
+            // SAFETY: the source, list and description outlive the send, waited for here.
+            let h =
+                unsafe { e.post_send_blocks(0, 1, 0, tag, SendMode::Standard, &blocks) }.unwrap();
+            match h {
+                Some(h) => assert_eq!(e.wait(h).unwrap(), Done::Sent),
+                None => send(&mut e, 0, tag, &serial, SendMode::Standard),
+            }
+            continue;
+        }
+        if case % 4 == 1 {
+            // Posted once the message (its eager frame or rendezvous offer) is here.
+            e.probe(0, SourceSel::Rank(1), TagSel::Tag(tag)).unwrap();
+        }
+        let span = rextent * rcount;
+        let mut buf = vec![POISON; span + 64];
+        buf[span..].fill(GUARD);
+        let rblocks = Blocks::new(buf.as_mut_ptr(), rcount, rextent, &rlist).unwrap();
+        let before = e.counters();
+        // SAFETY: `buf`, `rlist` and the description outlive the receive, waited for here.
+        let h = unsafe { e.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &rblocks) }
+            .unwrap()
+            .expect("the engine lands every receive in its blocks");
+        let landed = match e.wait(h) {
+            Ok(Done::Received(st)) => {
+                assert!(!truncated, "case {case}: {} bytes into {capacity}", st.len);
+                assert_eq!(st.len, serial.len(), "case {case}");
+                st.len
+            }
+            Err(err) => {
+                let text = err.to_string();
+                assert!(
+                    truncated
+                        && text.contains(&format!("is {} bytes", serial.len()))
+                        && text.contains(&format!("holds only {capacity} bytes")),
+                    "case {case}: {text}"
+                );
+                capacity
+            }
+            Ok(other) => panic!("case {case}: {other:?}"),
+        };
+        // With CMA a shared-memory rendezvous is read straight into the receive's blocks,
+        // with no staging copy: one memcpy a piece from the sender's mapped arena where the
+        // send's buffer lies in it (`ARENA_MIN_BYTES` or more), else by process_vm_readv
+        // (without the arena always; `a_column_lands_in_a_receives_blocks` in
+        // shm/in_place.rs reads past `IOV_MAX` runs).
+        // Blocks shorter than `SHORT_BLOCK` on average are filled by the layouts' copy
+        // loops (from the arena in one pass, else a window at a time).
+        let after = e.counters();
+        let read_into_blocks =
+            mode.starts_with("shm") && mode != "shm-no-cma" && serial.len() > LAYOUT_EAGER_LIMIT;
+        let mapped = read_into_blocks && mode == "shm" && source.len() >= ARENA_MIN_BYTES;
+        let short = read_into_blocks && rblocks.mean_block() < SHORT_BLOCK;
+        assert_eq!(
+            (
+                after.block_reads - before.block_reads,
+                after.mapped_reads - before.mapped_reads,
+                after.short_block_reads - before.short_block_reads,
+            ),
+            (
+                u64::from(read_into_blocks),
+                u64::from(mapped),
+                u64::from(short)
+            ),
+            "case {case} ({mode}): reads into the receive's blocks, of them from the \
+             arena, of them into short blocks"
+        );
+        if read_into_blocks {
+            reads_by_length[usize::from(short)] += 1;
+        }
+        // Over verbs a rendezvous reads the sender's packed copy: straight into the receive's
+        // blocks by scatter-gather lists where they average `SHORT_BLOCK` bytes or more,
+        // else into a staging buffer, unpacked once read.
+        let rendezvous = mode == "verbs" && serial.len() > LAYOUT_EAGER_LIMIT;
+        let scattered = rendezvous && rblocks.mean_block() >= SHORT_BLOCK;
+        assert_eq!(
+            (
+                after.verbs_sge_reads - before.verbs_sge_reads,
+                after.verbs_staged_reads - before.verbs_staged_reads,
+            ),
+            (u64::from(scattered), u64::from(rendezvous && !scattered)),
+            "case {case} ({mode}): reads by scatter-gather lists, staged"
+        );
+        if rendezvous {
+            reads_by_length[usize::from(!scattered)] += 1;
+        }
+        // A serial unpack of what fits, into a copy of the poisoned buffer.
+        let mut expected = vec![POISON; span + 64];
+        expected[span..].fill(GUARD);
+        let mut at = 0;
+        'unpack: for el in 0..rcount {
+            for b in &rlist {
+                for i in 0..b.len {
+                    if at == landed {
+                        break 'unpack;
+                    }
+                    expected[el * rextent + b.offset + i] = serial[at];
+                    at += 1;
+                }
+            }
+        }
+        if let Some(i) = (0..buf.len()).find(|&i| buf[i] != expected[i]) {
+            let place = match i >= span {
+                true => "the guard past the buffer",
+                false => "a block or gap",
+            };
+            panic!(
+                "case {case} ({mode}): byte {i} of {span}, in {place}, is {:#x}, not {:#x} \
+                 ({rcount} elements of {rlist:?}, extent {rextent})",
+                buf[i], expected[i]
+            );
+        }
+    }
+    let reads_into_blocks = mode == "shm" || mode == "shm-no-arena" || mode == "verbs";
+    if reads_into_blocks {
+        assert!(
+            rank == 1 || reads_by_length.iter().all(|&n| n > 0),
+            "{mode}: reads into long blocks and into short ones: {reads_by_length:?}"
+        );
+    }
+    match mode {
+        "verbs" => verbs_column_and_indexed(&mut e, rank),
+        "shm" | "shm-no-arena" => a_column_lands_in_a_column(&mut e, rank, mode),
+        _ => {}
+    }
+    e.flush_all().unwrap();
+    assert_eq!(
+        truncations.len(),
+        4,
+        "truncated cases (rendezvous, unexpected): {truncations:?}"
+    );
+    println!("{mode} scattered ok");
 }
 
 /// The mean block under which `non_contiguous_receives_scatter_into_their_blocks`' receiver
@@ -1236,6 +1297,106 @@ fn a_column_lands_in_a_column(e: &mut Engine, rank: u32, mode: &str) {
             four[1..].iter().all(|&v| v == u64::MAX),
             "{mode}: row {row}'s gaps"
         );
+    }
+}
+
+/// Over verbs, through the engine: a vector column (a 256-byte block every KiB, 1024 rows)
+/// and an indexed layout (blocks of 100 to 2900 bytes), each sent from its layout and
+/// received into the same layout, arrive exactly (the gaps keep their poison, the bytes past
+/// the buffer their guard) by RDMA READs with scatter-gather lists: the column in 256 READs
+/// of `VERBS_MAX_SGE` entries, counted. A column of doubles (8-byte blocks) is staged.
+fn verbs_column_and_indexed(e: &mut Engine, rank: u32) {
+    let column = [Block {
+        offset: 256,
+        len: 256,
+    }];
+    let indexed = [
+        Block {
+            offset: 0,
+            len: 100,
+        },
+        Block {
+            offset: 150,
+            len: 300,
+        },
+        Block {
+            offset: 700,
+            len: 1000,
+        },
+        Block {
+            offset: 1800,
+            len: 2900,
+        },
+    ];
+    let doubles = [Block { offset: 8, len: 8 }];
+    // (layout, extent, count)
+    let cases: [(&[Block], usize, usize); 3] = [
+        (&column, 1024, 1024),
+        (&indexed, 4800, 60),
+        (&doubles, 32, 4096),
+    ];
+    for (case, &(list, extent, count)) in cases.iter().enumerate() {
+        let tag = 90 + case as i32;
+        let (source, serial) = layout_source(list, extent, count);
+        if rank == 1 {
+            let blocks = Blocks::new(source.as_ptr(), count, extent, list).unwrap();
+            // SAFETY: the source, list and description outlive the send, waited for here.
+            let h =
+                unsafe { e.post_send_blocks(0, 1, 0, tag, SendMode::Standard, &blocks) }.unwrap();
+            match h {
+                Some(h) => assert_eq!(e.wait(h).unwrap(), Done::Sent),
+                // Verbs reads only contiguous sends: the caller packs (as mpirt does).
+                None => send(e, 0, tag, &serial, SendMode::Standard),
+            }
+            continue;
+        }
+        let span = extent * count;
+        let mut buf = vec![POISON; span + 64];
+        buf[span..].fill(GUARD);
+        let blocks = Blocks::new(buf.as_mut_ptr(), count, extent, list).unwrap();
+        let before = e.counters();
+        // SAFETY: `buf`, `list` and the description outlive the receive, waited for here.
+        let h = unsafe { e.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &blocks) }
+            .unwrap()
+            .expect("the engine lands every receive in its blocks");
+        assert!(
+            matches!(e.wait(h), Ok(Done::Received(st)) if st.len == serial.len()),
+            "layout {case}"
+        );
+        let after = e.counters();
+        let got = (
+            after.verbs_sge_reads - before.verbs_sge_reads,
+            after.verbs_sge_read_requests - before.verbs_sge_read_requests,
+            after.verbs_staged_reads - before.verbs_staged_reads,
+        );
+        // The column's 1024 runs in READs of `VERBS_MAX_SGE` (1 KiB each); the doubles staged.
+        let scattered = blocks.mean_block() >= SHORT_BLOCK;
+        let runs = (count * list.len()) as u64;
+        let least = runs.div_ceil(VERBS_MAX_SGE as u64);
+        let requests_ok = match case {
+            0 => got.1 == least,
+            _ => scattered == (got.1 >= least),
+        };
+        assert!(
+            (got.0, got.2) == (u64::from(scattered), u64::from(!scattered)) && requests_ok,
+            "layout {case}: (reads by scatter-gather lists, their READs, staged) {got:?}"
+        );
+        let mut expected = vec![POISON; span + 64];
+        expected[span..].fill(GUARD);
+        let mut packed = serial.iter();
+        for el in 0..count {
+            for b in list {
+                for byte in &mut expected[el * extent + b.offset..][..b.len] {
+                    *byte = *packed.next().unwrap();
+                }
+            }
+        }
+        if let Some(i) = (0..buf.len()).find(|&i| buf[i] != expected[i]) {
+            panic!(
+                "layout {case}: byte {i} of {span} is {:#x}, not {:#x}",
+                buf[i], expected[i]
+            );
+        }
     }
 }
 

@@ -10,8 +10,13 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use std::{env, fs, thread};
 
+use pml::blocks::{Block, Blocks};
 use pml::transport::verbs::{device_names, VerbsConfig, VerbsTransport};
-use pml::{Engine, EngineConfig, OneSided, Pml, PmlError, SendMode, TransportChoice, Wireup};
+use pml::transport::{Placement, Sink};
+use pml::{
+    Counters, Engine, EngineConfig, OneSided, Pml, PmlError, RemoteKey, SendMode, TransportChoice,
+    Wireup,
+};
 
 mod ranks_common;
 
@@ -158,14 +163,267 @@ fn an_empty_gid_index_is_named() {
 
 /// A transport of one rank on `dev`, ready to connect to rank `peer`.
 fn transport(rank: u32, peer: u32, dev: &str) -> VerbsTransport {
+    transport_with(rank, peer, dev, None, None)
+}
+
+/// `transport` whose READs take at most `max_sge` scatter-gather entries and `max_msg` bytes
+/// a work request, where given, and scatter into blocks of `SGE_MIN_BLOCK` bytes or more.
+fn transport_with(
+    rank: u32,
+    peer: u32,
+    dev: &str,
+    max_sge: Option<usize>,
+    max_msg: Option<usize>,
+) -> VerbsTransport {
     let config = VerbsConfig {
         devices: dev.to_string(),
         gid_index: None,
         frame_size: 4096,
         reg_cache: false,
-        max_msg: None,
+        max_msg,
+        max_sge,
+        sge_min_block: SGE_MIN_BLOCK,
     };
     VerbsTransport::new(rank, 2, 0, &[peer], &config).unwrap()
+}
+
+/// The scatter-gather limits of `reads_scatter_into_a_receives_blocks`' reader: far below
+/// Soft-RoCE's 32 entries and 2 GiB, so that its layouts take many work requests and runs
+/// are cut where a work request ends.
+const SGE_MIN_BLOCK: usize = 64;
+const MAX_SGE: usize = 4;
+const MAX_MSG: usize = 4096;
+const GUARD: u8 = 0xA5;
+const POISON: u8 = 0xEE;
+
+/// What a bare transport's poll delivers in these tests: finished reads only.
+#[derive(Default)]
+struct Reads(Vec<(u64, Result<(), String>)>);
+
+// SAFETY: it places nothing (every frame staged), so no transport writes through it.
+unsafe impl Sink for Reads {
+    const PLACEMENT_HEAD: usize = 0;
+
+    fn frame(&mut self, peer: u32, frame: &[u8]) -> Result<(), PmlError> {
+        panic!(
+            "a {}-byte frame from rank {peer}: nobody sends one",
+            frame.len()
+        )
+    }
+
+    fn placement(&mut self, _: u32, _: &[u8], _: usize) -> Result<Placement<'_>, PmlError> {
+        Ok(Placement::Staged)
+    }
+
+    fn data_landed(&mut self, peer: u32, _: u64, len: usize) -> Result<(), PmlError> {
+        panic!("{len} bytes landed from rank {peer}: nothing was placed")
+    }
+
+    fn read_done(&mut self, token: u64, result: Result<(), String>) -> Result<(), PmlError> {
+        self.0.push((token, result));
+        Ok(())
+    }
+}
+
+/// Polls `t` until the read `token` finished; its result. Every read finishes once: a
+/// second report of it, or none within the (emulated-CPU generous) deadline, fails.
+fn finish_read(t: &mut VerbsTransport, token: u64) -> Result<(), String> {
+    let mut reads = Reads::default();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while reads.0.is_empty() {
+        assert!(Instant::now() < deadline, "read {token} never finished");
+        t.poll(&mut reads).unwrap();
+    }
+    // Anything else still in flight would come now.
+    t.poll(&mut reads).unwrap();
+    assert_eq!(
+        reads.0.len(),
+        1,
+        "one report of read {token}: {:?}",
+        reads.0
+    );
+    let (got, result) = reads.0.pop().unwrap();
+    assert_eq!(got, token);
+    result
+}
+
+/// A receive of `count` elements of `list`, `extent` apart: its buffer (blocks and gaps
+/// poisoned, 64 guard bytes past it) and, for `packed` landed as its first bytes, what the
+/// buffer must then hold (a serial unpack, written here independently of `Blocks`).
+fn receive_of(list: &[Block], extent: usize, count: usize, packed: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let span = extent * count;
+    let mut buf = vec![POISON; span + 64];
+    buf[span..].fill(GUARD);
+    let mut expected = buf.clone();
+    let mut at = 0;
+    'unpack: for el in 0..count {
+        for b in list {
+            for i in 0..b.len {
+                if at == packed.len() {
+                    break 'unpack;
+                }
+                expected[el * extent + b.offset + i] = packed[at];
+                at += 1;
+            }
+        }
+    }
+    (buf, expected)
+}
+
+/// The reader's counters now.
+fn counted(t: &VerbsTransport) -> Counters {
+    let mut c = Counters::default();
+    t.count_reads(&mut c);
+    c
+}
+
+/// RDMA READs into a receive laid out in blocks, between two transports of this process (rank
+/// 0 on the first device reads a packed send that rank 1 exposed on the last, as a rendezvous
+/// does; at most `MAX_SGE` entries and `MAX_MSG` bytes a work request): a vector column, a
+/// 256-byte block every KiB (2048 runs: 512 READs of 4 entries, counted exactly), and an
+/// indexed layout (blocks of 100 to 2900 bytes, some longer than a work request takes beside
+/// others: runs cut where one ends), read short of its last element. Each lands as a serial
+/// unpack of what was sent, the gaps and the bytes past the buffer untouched. A column of 8-byte blocks is left to staging (counted, nothing read). Then a
+/// read under a key rank 1 never gave fails at the device: it reports once, after all its
+/// work requests are accounted for, naming the operation and the status, and a later read
+/// from rank 1 is refused naming that first cause.
+#[test]
+fn reads_scatter_into_a_receives_blocks() {
+    if !have_device() {
+        return;
+    }
+    let devs = devices();
+    let mut reader = transport_with(0, 1, &devs[0], Some(MAX_SGE), Some(MAX_MSG));
+    let mut sender = transport(1, 0, &devs[devs.len() - 1]);
+    reader
+        .connect(1, &sender.endpoint(), &sender.rma_endpoint())
+        .unwrap();
+    sender
+        .connect(0, &reader.endpoint(), &reader.rma_endpoint())
+        .unwrap();
+    let packed: Vec<u8> = (0..1usize << 20).map(|i| (i % 251) as u8).collect();
+    let (rkey, _exposed) = sender
+        .expose(packed.as_ptr() as usize, packed.len())
+        .unwrap();
+    let remote = RemoteKey {
+        addr: packed.as_ptr() as u64,
+        key: u64::from(rkey),
+    };
+    let column = [Block {
+        offset: 256,
+        len: 256,
+    }];
+    let indexed = [
+        Block {
+            offset: 0,
+            len: 100,
+        },
+        Block {
+            offset: 150,
+            len: 300,
+        },
+        Block {
+            offset: 700,
+            len: 1000,
+        },
+        Block {
+            offset: 1800,
+            len: 2900,
+        },
+    ];
+    // (layout, extent, count, bytes read)
+    let cases: [(&[Block], usize, usize, usize); 2] = [
+        (&column, 1024, 2048, 2048 * 256),
+        (&indexed, 4800, 100, 100 * 4300 - 777),
+    ];
+    for (token, &(list, extent, count, len)) in cases.iter().enumerate() {
+        let (mut buf, expected) = receive_of(list, extent, count, &packed[..len]);
+        let blocks = Blocks::new(buf.as_mut_ptr(), count, extent, list).unwrap();
+        let before = counted(&reader);
+        // SAFETY: `buf` and `list` outlive the read, finished below, and nothing else
+        // touches them meanwhile; `len` is within the blocks.
+        let reading = unsafe { reader.read_blocks(1, remote, &blocks, len, token as u64) };
+        assert!(
+            reading.unwrap(),
+            "layout {token}: blocks of {list:?} not read in place"
+        );
+        finish_read(&mut reader, token as u64).unwrap();
+        let after = counted(&reader);
+        let requests = after.verbs_sge_read_requests - before.verbs_sge_read_requests;
+        if token == 0 {
+            assert_eq!(requests, 512, "the column's READs");
+        }
+        // At least one READ per `MAX_SGE` runs and per `MAX_MSG` bytes.
+        let runs = (count * list.len()) as u64;
+        let least = runs
+            .div_ceil(MAX_SGE as u64)
+            .max(len.div_ceil(MAX_MSG) as u64);
+        assert!(
+            requests >= least,
+            "layout {token}: {requests} READs for {runs} runs"
+        );
+        assert_eq!(
+            (
+                after.verbs_sge_reads - before.verbs_sge_reads,
+                after.verbs_staged_reads - before.verbs_staged_reads
+            ),
+            (1, 0),
+            "layout {token}: reads by scatter-gather lists, staged"
+        );
+        if let Some(i) = (0..buf.len()).find(|&i| buf[i] != expected[i]) {
+            panic!(
+                "layout {token}: byte {i} of {} is {:#x}, not {:#x}",
+                buf.len(),
+                buf[i],
+                expected[i]
+            );
+        }
+    }
+    // A column of doubles: an entry per 8 bytes costs more than the copy; staged.
+    let doubles = [Block { offset: 8, len: 8 }];
+    let (mut buf, _) = receive_of(&doubles, 32, 1000, &[]);
+    let untouched = buf.clone();
+    let blocks = Blocks::new(buf.as_mut_ptr(), 1000, 32, &doubles).unwrap();
+    let before = counted(&reader);
+    // SAFETY: as above (nothing is read: the blocks are short).
+    let reading = unsafe { reader.read_blocks(1, remote, &blocks, 8000, 7) };
+    assert!(!reading.unwrap(), "8-byte blocks read in place");
+    let after = counted(&reader);
+    assert_eq!(
+        (
+            after.verbs_sge_reads - before.verbs_sge_reads,
+            after.verbs_staged_reads - before.verbs_staged_reads
+        ),
+        (0, 1)
+    );
+    assert!(buf == untouched, "a staged read wrote into the blocks");
+    // Under a key rank 1 never gave: the device refuses the first READ, the queue pair fails,
+    // and the 511 others are flushed or never posted; the read reports once.
+    let (mut buf, _) = receive_of(&column, 1024, 2048, &[]);
+    let blocks = Blocks::new(buf.as_mut_ptr(), 2048, 1024, &column).unwrap();
+    let forged = RemoteKey {
+        key: u64::from(rkey ^ 0x00ff_ff00),
+        ..remote
+    };
+    // SAFETY: as above.
+    let reading = unsafe { reader.read_blocks(1, forged, &blocks, 2048 * 256, 9) };
+    assert!(reading.unwrap());
+    let cause = finish_read(&mut reader, 9).unwrap_err();
+    println!("{cause}");
+    assert!(
+        cause.contains("an RDMA READ of 524288 bytes into a receive's blocks (2048 scatter-gather entries) failed: ")
+            && cause.contains("(status "),
+        "{cause}"
+    );
+    // SAFETY: as above (refused before anything is posted).
+    let refused = unsafe { reader.read_blocks(1, remote, &blocks, 256, 10) }.unwrap_err();
+    let refused = refused.to_string();
+    println!("{refused}");
+    assert!(
+        refused.contains("RDMA READ to rank 1 was refused: the connection broke earlier")
+            && refused.contains("scatter-gather entries) failed: "),
+        "{refused}"
+    );
 }
 
 /// A queue pair that cannot reach the peer's address fails its INIT -> RTR transition, and
