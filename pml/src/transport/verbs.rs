@@ -36,6 +36,7 @@ mod device;
 mod one_sided;
 mod qp;
 mod registry;
+mod scatter;
 
 use std::collections::VecDeque;
 use std::ffi::CStr;
@@ -903,48 +904,31 @@ impl VerbsTransport {
             self.staged_reads += 1;
             return Ok(false);
         };
-        let piece_max = self.dev.max_piece();
-        let max_sge = self.dev.max_read_sge;
+        let scatter::Scatter { sges, pieces } = scatter::scatter(
+            blocks.runs(list, 0, len),
+            keys.lkey,
+            self.dev.max_read_sge,
+            self.dev.max_piece(),
+        );
         let read = self.reads.vacant_key();
-        let mut sges = Vec::new();
-        let (mut first, mut piece_len, mut remote_at, mut pieces) = (0, 0, remote.addr, 0);
-        let mut close = |sges: &Vec<ibv_sge>, first: &mut usize, piece_len: &mut usize| {
+        let mut remote_at = remote.addr;
+        for piece in &pieces {
             self.waiting_pieces.push_back(Piece {
                 peer,
                 read,
                 local: Local::Scattered {
-                    first: *first,
-                    count: sges.len() - *first,
+                    first: piece.first,
+                    count: piece.count,
                 },
                 remote: remote_at,
                 rkey: remote.key as u32,
-                len: *piece_len as u32,
+                len: piece.len as u32,
             });
-            remote_at += *piece_len as u64;
-            pieces += 1;
-            (*first, *piece_len) = (sges.len(), 0);
-        };
-        for (mut addr, mut run) in blocks.runs(list, 0, len) {
-            // A run longer than a work request carries ends one and goes on in the next.
-            while run > 0 {
-                let n = run.min(piece_max - piece_len);
-                sges.push(ibv_sge {
-                    addr,
-                    length: n as u32,
-                    lkey: keys.lkey,
-                });
-                (addr, run, piece_len) = (addr + n as u64, run - n, piece_len + n);
-                if piece_len == piece_max || sges.len() - first == max_sge {
-                    close(&sges, &mut first, &mut piece_len);
-                }
-            }
-        }
-        if piece_len > 0 {
-            close(&sges, &mut first, &mut piece_len);
+            remote_at += piece.len as u64;
         }
         let inserted = self.reads.insert(Read {
             token,
-            pieces_left: pieces,
+            pieces_left: pieces.len(),
             mr: keys.id,
             error: None,
             len,
@@ -953,7 +937,7 @@ impl VerbsTransport {
         debug_assert_eq!(inserted, read);
         self.reads_posted += 1;
         self.sge_reads += 1;
-        self.sge_read_requests += pieces as u64;
+        self.sge_read_requests += pieces.len() as u64;
         self.post_waiting_pieces()?;
         Ok(true)
     }
