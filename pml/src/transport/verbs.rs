@@ -523,6 +523,16 @@ impl VerbsTransport {
         &self.dev.name
     }
 
+    /// Scatter-gather entries one READ into a receive's blocks takes.
+    pub fn max_read_sge(&self) -> usize {
+        self.dev.max_read_sge
+    }
+
+    /// The shortest mean block of a receive that reads scatter into.
+    pub fn sge_min_block(&self) -> usize {
+        self.sge_min_block
+    }
+
     /// Whether registrations are kept between messages (see `registry.rs`).
     pub fn caching(&self) -> bool {
         self.registry.caching()

@@ -242,9 +242,12 @@ impl Transport for VerbsTransport {
     fn describe(&self, peers: usize) -> String {
         format!(
             "{peers} ranks over verbs on {}, eager (SEND) up to {} bytes, rendezvous by RDMA \
-             READ, windows by RDMA WRITE, READ and {}, registration cache {}",
+             READ (into a receive's blocks by scatter-gather lists of up to {} entries where \
+             they average {} bytes or more), windows by RDMA WRITE, READ and {}, registration cache {}",
             self.device_name(),
             self.eager_limit.min(self.frame_size()),
+            self.max_read_sge(),
+            self.sge_min_block(),
             if self.does_atomics() {
                 "atomics"
             } else {
