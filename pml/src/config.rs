@@ -56,7 +56,9 @@ pub struct EngineConfig {
     /// The shortest mean block (of the blocks as listed) of a receive laid out in blocks that
     /// a rendezvous RDMA READ scatters into with scatter-gather lists
     /// (`MPIRT_VERBS_SGE_MIN_BLOCK`); shorter ones are read into a staging buffer and
-    /// unpacked, since a list entry per few bytes costs the device more than the copy.
+    /// unpacked, since a list entry per few bytes costs the device more than the copy (as are
+    /// blocks spanning over 16 MiB and 16 times the bytes read, whose registration would pin
+    /// the whole span).
     pub verbs_sge_min_block: usize,
     /// Scatter-gather entries one RDMA READ takes, where lower than the device's `max_sge`
     /// (`MPIRT_VERBS_MAX_SGE`); `None`: the device's, at most 32.

@@ -440,8 +440,8 @@ pub struct Counters {
     pub verbs_sge_read_requests: u64,
     /// Rendezvous reads over verbs into a receive laid out in blocks that went into a
     /// staging buffer, unpacked when they finished (blocks shorter than
-    /// `MPIRT_VERBS_SGE_MIN_BLOCK` on average, or a span of blocks that could not be
-    /// registered).
+    /// `MPIRT_VERBS_SGE_MIN_BLOCK` on average, or a span of blocks over 16 MiB and 16 times
+    /// the bytes read, or one that could not be registered).
     pub verbs_staged_reads: u64,
     /// Memory registrations made (RDMA): a buffer sent from again is not registered again.
     pub registrations: u64,

@@ -283,7 +283,9 @@ fn counted(t: &VerbsTransport) -> Counters {
 /// 256-byte block every KiB (2048 runs: 512 READs of 4 entries, counted exactly), and an
 /// indexed layout (blocks of 100 to 2900 bytes, some longer than a work request takes beside
 /// others: runs cut where one ends), read short of its last element. Each lands as a serial
-/// unpack of what was sent, the gaps and the bytes past the buffer untouched. A column of 8-byte blocks is left to staging (counted, nothing read). Then a
+/// unpack of what was sent, the gaps and the bytes past the buffer untouched. A column of
+/// 8-byte blocks, and 1 KiB blocks a MiB apart (a span too wide to register), are left to
+/// staging (counted, nothing read). Then a
 /// read under a key rank 1 never gave fails at the device: it reports once, after all its
 /// work requests are accounted for, naming the operation and the status, and a later read
 /// from rank 1 is refused naming that first cause.
@@ -397,6 +399,26 @@ fn reads_scatter_into_a_receives_blocks() {
         (0, 1)
     );
     assert!(buf == untouched, "a staged read wrote into the blocks");
+    // 1 KiB blocks a MiB apart: registering their 20 MiB span for 20 KiB would pin a
+    // thousand times the bytes read; staged.
+    let sparse = [Block {
+        offset: 0,
+        len: 1024,
+    }];
+    let (mut buf, _) = receive_of(&sparse, 1 << 20, 20, &[]);
+    let blocks = Blocks::new(buf.as_mut_ptr(), 20, 1 << 20, &sparse).unwrap();
+    let before = counted(&reader);
+    // SAFETY: as above (nothing is read: the span is too wide).
+    let reading = unsafe { reader.read_blocks(1, remote, &blocks, 20 << 10, 8) };
+    assert!(!reading.unwrap(), "a 20 MiB span registered for 20 KiB");
+    let after = counted(&reader);
+    assert_eq!(
+        (
+            after.verbs_sge_reads - before.verbs_sge_reads,
+            after.verbs_staged_reads - before.verbs_staged_reads
+        ),
+        (0, 1)
+    );
     // Under a key rank 1 never gave: the device refuses the first READ, the queue pair fails,
     // and the 511 others are flushed or never posted; the read reports once.
     let (mut buf, _) = receive_of(&column, 1024, 2048, &[]);

@@ -14,9 +14,10 @@
 //! entries a work request (more runs take more work requests), the span of the blocks
 //! registered once. Blocks shorter than `sge_min_block` on average are read into a staging
 //! buffer and unpacked instead (the caller's, as for any transport that reads only into
-//! contiguous bytes), since an entry per few bytes costs the device more than the copy. A
-//! non-contiguous send is packed by the layer above into one buffer, registered as any other,
-//! so every READ reads one contiguous range of the peer.
+//! contiguous bytes), since an entry per few bytes costs the device more than the copy, as
+//! are blocks spanning over 16 MiB and 16 times the bytes read (registering the span would
+//! pin all of it: `scatter.rs`). A non-contiguous send is packed by the layer above into one
+//! buffer, registered as any other, so every READ reads one contiguous range of the peer.
 //! A completion with an error status becomes a named error on the request (reads) or on the
 //! transport (sends); the queue pairs give up on a dead peer about 8 s after sending to it.
 //! A rank that only waits sends nothing, so a wait idle for [`PROBE_AFTER`] probes its peers
@@ -882,9 +883,10 @@ impl VerbsTransport {
     /// `remote` in `peer` straight into its blocks: READs whose local scatter-gather lists are
     /// the blocks' runs, at most `max_read_sge` entries and the port's longest message a
     /// work request, the span of the blocks registered once. `Ok(false)`, having read
-    /// nothing, where the blocks average under `sge_min_block` bytes or their span could
-    /// not be registered (the caller stages the read: its own registration, of the message's
-    /// length only, fails with a named error if memory is short).
+    /// nothing, where the blocks average under `sge_min_block` bytes, or their span is too
+    /// wide for `len` (`scatter::span_fits`) or could not be registered (the caller stages
+    /// the read: its own registration, of the message's length only, fails with a named
+    /// error if memory is short).
     ///
     /// # Safety
     /// `blocks` must have been made in this process by [`Blocks::new`], its block list alive
@@ -904,10 +906,14 @@ impl VerbsTransport {
         let list = unsafe { blocks.local_list() };
         let span = blocks.span(list).filter(|_| len > 0);
         let keys = match span {
-            Some((low, high)) if blocks.mean_block() >= self.sge_min_block => self
-                .registry
-                .acquire(low as usize, (high - low) as usize, true)
-                .ok(),
+            Some((low, high))
+                if blocks.mean_block() >= self.sge_min_block
+                    && scatter::span_fits(high - low, len) =>
+            {
+                self.registry
+                    .acquire(low as usize, (high - low) as usize, true)
+                    .ok()
+            }
             _ => None,
         };
         let Some(keys) = keys else {

@@ -3,8 +3,24 @@
 //! not fit in what is left of a work request ends it and goes on in the next, so every work
 //! request but the last is full in one of the two limits: the fewest work requests the runs
 //! allow in their order.
+//!
+//! The read registers the whole span of the blocks, gaps included, and registering pins
+//! every page of it (faulting in those never touched) for as long as the registration
+//! cache keeps it: [`span_fits`] says where that span is too wide for the bytes read.
 
 use rdma_sys::ibv_sge;
+
+/// A span of blocks up to this many bytes is registered whatever it reads.
+pub const SPAN_FLOOR: u64 = 16 << 20;
+/// A wider span is registered where it is at most this many times the bytes read.
+pub const SPAN_PER_BYTE_READ: u64 = 16;
+
+/// Whether a read of `len` bytes into blocks spanning `span` bytes registers the span and
+/// scatters into it: not where it would pin far more than it reads (a few columns of a large
+/// matrix), which is staged instead (a registration of `len` bytes and a copy).
+pub fn span_fits(span: u64, len: usize) -> bool {
+    span <= SPAN_FLOOR.max((len as u64).saturating_mul(SPAN_PER_BYTE_READ))
+}
 
 /// One work request's entries: `sges[first..first + count]` of its [`Scatter`], `len` bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,6 +106,19 @@ mod tests {
         );
         let lens: Vec<_> = s.pieces.iter().map(|p| p.len).collect();
         assert_eq!(lens, [4096, 4096, 1908]);
+    }
+
+    #[test]
+    fn a_span_wider_than_the_floor_and_the_ratio_is_not_registered() {
+        assert!(span_fits(SPAN_FLOOR, 1), "anything up to the floor");
+        assert!(!span_fits(SPAN_FLOOR + 1, 1));
+        // A column of 1 KiB blocks every 64 KiB of a 1 GiB matrix: 16 MiB in a 1 GiB span.
+        assert!(!span_fits(1 << 30, 16 << 20));
+        // Wider than the floor, within the ratio.
+        let len = 4 << 20;
+        assert!(span_fits(len as u64 * SPAN_PER_BYTE_READ, len));
+        assert!(!span_fits(len as u64 * SPAN_PER_BYTE_READ + 1, len));
+        assert!(span_fits(u64::MAX, usize::MAX), "no overflow");
     }
 
     proptest! {
