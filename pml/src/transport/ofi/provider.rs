@@ -60,8 +60,14 @@ pub enum WindowsByRma {
     /// would replace (osu-benches/REPORT.md); shm likewise applies it in the target's
     /// progress.
     OptIn,
-    /// Never (windows by messages): udp;ofi_rxd's RMA crashed a rank with SIGSEGV across
-    /// hosts in 2 of 3 runs, not yet understood.
+    /// Never (windows by messages): libfabric 1.17's udp;ofi_rxd corrupts its own state
+    /// under one-sided operations among three or more ranks: the window suite's model job on
+    /// 3 ranks crashed a rank with SIGSEGV in 4 runs of 4 across 3 test hosts and 2 of 2 on
+    /// one host (on 2 ranks it passed), every time inside the provider's progress called from
+    /// `fi_cq_read` (`rxd_handle_ack`, `rxd_progress_tx_list`, `rxd_start_xfer`, read from
+    /// the disassembly of Debian's build: a transfer entry on a peer's transmit list whose
+    /// peer index and packet pointer are garbage, one freed or never initialised), never in
+    /// mpirt's code. Its rendezvous `fi_read` stays, which the suites pass across hosts.
     Never,
 }
 
