@@ -163,6 +163,8 @@ pub struct OfiConfig<'a> {
     pub eager_limit: usize,
     /// How long a send may go untaken before its peer counts as dead; `None`: never.
     pub peer_timeout: Option<Duration>,
+    /// How long a one-sided operation may stay in flight (`one_sided::rma_overdue`).
+    pub rma_timeout: Option<Duration>,
     /// Whether this rank's waits busy-poll (`Pml::waits_spin`): not where ranks outnumber
     /// the cores they may use, or spinning was turned off (see `wait_step`).
     pub waits_spin: bool,
@@ -398,7 +400,7 @@ impl OfiTransport {
                 CACHED_REGISTRATIONS,
             )),
             copies: Slab::new(),
-            rma: Box::new(Rma::new(size)),
+            rma: Box::new(Rma::new(size, config.rma_timeout)),
             fabric: Box::new(fabric),
         };
         if t.fabric.plan.local {
@@ -1244,6 +1246,7 @@ impl OfiTransport {
         let idle = self.idle_since.get_or_insert_with(Instant::now).elapsed();
         // A peer that died completes nothing: probe, so the wait fails instead of hanging.
         self.probe_idle_peers(idle)?;
+        self.rma_overdue()?;
         Ok(self.fabric.wait_fd.is_none() || !self.fabric.may_sleep())
     }
 

@@ -78,6 +78,7 @@ impl OfiTransport {
                 frame_size: config.ofi_eager_limit + crate::wire::MAX_HEADER_LEN,
                 eager_limit: config.ofi_eager_limit,
                 peer_timeout: config.ofi_peer_timeout,
+                rma_timeout: config.ofi_rma_timeout,
                 waits_spin: !job.wait_budgets().0.is_zero(),
             };
             match OfiTransport::new(job.rank, job.size, job.host(), &ofi_config) {

@@ -28,6 +28,7 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use slab::Slab;
 
@@ -65,6 +66,10 @@ struct InFlight {
     /// The operation, for its error ("fi_write", "fi_read", "fi_fetch_atomic", ...).
     what: &'static str,
     len: usize,
+    /// The peer's key it names, for its error.
+    key: u64,
+    /// When it was posted, for the timeout (`rma_overdue`).
+    posted_at: Instant,
     /// Its origin buffer's registration (or a registered copy's), where the provider wants
     /// one.
     mr: Option<OfiMr>,
@@ -129,6 +134,9 @@ pub(super) struct Rma {
     /// By context slot, the operation holding it.
     ops: Vec<Option<InFlight>>,
     free: Vec<usize>,
+    /// How long an operation may stay in flight before it stops the transport
+    /// (`rma_overdue`); `None`: without end.
+    timeout: Option<Duration>,
     pub writes: u64,
     pub reads: u64,
     pub atomics: u64,
@@ -142,8 +150,9 @@ fn failure(peer: Rank, cause: String) -> PmlError {
 }
 
 impl Rma {
-    pub fn new(size: u32) -> Rma {
+    pub fn new(size: u32, timeout: Option<Duration>) -> Rma {
         Rma {
+            timeout,
             peers: (0..size).map(|_| PeerRma::default()).collect(),
             self_addr: None,
             windows: Slab::new(),
@@ -391,7 +400,7 @@ impl OfiTransport {
                 );
                 return self.piece_failed(peer, ticket, done, len, cause);
             }
-            ticket = Some(self.took(slot, peer, what, piece, mr));
+            ticket = Some(self.took(slot, peer, (what, piece, remote.key), mr));
             done += piece;
         }
         let Some(ticket) = ticket else {
@@ -519,18 +528,18 @@ impl OfiTransport {
                 format!("{what} on rank {peer} failed: {}", self.named(rc)),
             ));
         }
-        let ticket = self.took(slot, peer, what, 8, None);
+        let ticket = self.took(slot, peer, (what, 8, remote.key), None);
         self.rma.atomics += 1;
         Ok(Some(RmaPosted { ticket, len: 8 }))
     }
 
-    /// Context slot `slot` holds a piece just posted to `peer`: its ticket.
+    /// Context slot `slot` holds a piece just posted to `peer` (`what`, of `len` bytes,
+    /// through `key`): its ticket.
     fn took(
         &mut self,
         slot: usize,
         peer: Rank,
-        what: &'static str,
-        len: usize,
+        (what, len, key): (&'static str, usize, u64),
         mr: Option<OfiMr>,
     ) -> u64 {
         self.rma.free.pop();
@@ -543,6 +552,8 @@ impl OfiTransport {
             ticket,
             what,
             len,
+            key,
+            posted_at: Instant::now(),
             mr,
         });
         ticket
@@ -567,10 +578,45 @@ impl OfiTransport {
         }
         if let Err(cause) = result {
             let (what, len, peer) = (op.what, op.len, op.peer);
-            p.fail(
-                op.ticket,
-                format!("{what} of {len} bytes on rank {peer} failed: {cause}"),
+            let cause = format!("{what} of {len} bytes on rank {peer} failed: {cause}");
+            p.fail(op.ticket, cause.clone());
+            // A provider that reports a failed operation has broken the pair's connection
+            // (tcp;ofi_rxm drops it, a verbs queue pair goes to its error state): messages to
+            // the peer would wait for good, so they fail naming this instead.
+            self.peer_failed(
+                peer,
+                format!("a one-sided operation to rank {peer} failed: {cause}"),
             );
+        }
+    }
+
+    /// The error that stops the transport once an operation has been in flight longer than
+    /// the one-sided timeout (`MPIRT_OFI_RMA_TIMEOUT`): some providers never answer an
+    /// operation their target refused (shm, udp;ofi_rxd, for a key or range the target does
+    /// not know), and on those that apply operations in the target's software a target that
+    /// stopped making progress looks the same. The engine stops on it, which closes the
+    /// endpoint, so that the provider touches the operation's memory no more once its
+    /// caller's wait failed and took it back.
+    pub(super) fn rma_overdue(&self) -> Result<(), PmlError> {
+        let Some(timeout) = self.rma.timeout.filter(|_| self.rma.busy()) else {
+            return Ok(());
+        };
+        let oldest = self.rma.ops.iter().flatten().min_by_key(|op| op.posted_at);
+        match oldest {
+            Some(op) if op.posted_at.elapsed() > timeout => {
+                let peer = op.peer;
+                Err(failure(
+                    peer,
+                    format!(
+                        "{} of {} bytes on rank {peer} (its window's key {:#x}) over libfabric \
+                         {} did not complete within {timeout:?} (MPIRT_OFI_RMA_TIMEOUT): the \
+                         target's provider refused it without an answer (a key or range it \
+                         does not know), or rank {peer} stopped making progress",
+                        op.what, op.len, op.key, self.fabric.provider
+                    ),
+                ))
+            }
+            _ => Ok(()),
         }
     }
 
