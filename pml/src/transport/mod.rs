@@ -157,6 +157,11 @@ impl RmaOp {
         }
     }
 
+    /// Whether it is an 8-byte atomic.
+    pub fn is_atomic(&self) -> bool {
+        matches!(self, RmaOp::FetchAdd { .. } | RmaOp::CompareSwap { .. })
+    }
+
     /// What it is, in an error.
     pub fn name(&self) -> &'static str {
         match self {

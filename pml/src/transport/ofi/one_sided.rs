@@ -11,12 +11,16 @@
 //! operation holds one of [`RMA_SLOTS`] contexts until then. Unlike a verbs queue pair, a
 //! provider need neither complete nor apply operations in the order posted (libfabric orders
 //! RMA and atomics only where `msg_order` and the `max_order_*_size` limits say so, and
-//! tcp;ofi_rxm, for one, may defer an atomic behind a read). The window layer needs them
-//! applied in order (an accumulate lock's take, then the read of its range, posted
-//! together), so an operation to a rank is posted only once the earlier ones to it completed
-//! (the pieces of one write or read go together: their order does not matter). Each peer
-//! keeps the set of its tickets in flight: the operations up to a ticket are done when none
-//! at or below it is left.
+//! tcp;ofi_rxm, for one, may defer an atomic behind a read). So writes and reads to a rank go
+//! many at a time (as many as there are free contexts, the provider's transmit queue takes
+//! and `provider::rma_in_flight` allows): MPI leaves the outcome of conflicting puts and gets
+//! within one epoch undefined, so their order does not matter, and a flush or an epoch's end
+//! waits for them all. An atomic is ordered both ways: it is posted only once nothing to its
+//! rank is in flight, and nothing to the rank is posted until it completed, since the window
+//! layer needs atomics applied in order with what is around them (an accumulate lock's take,
+//! then the read of its range; MPI's ordering of accumulates, where a no-op's read follows a
+//! fetch-and-add). Each peer keeps the set of its tickets in flight: the operations up to a
+//! ticket are done when none at or below it is left.
 //!
 //! Origin memory, where the provider wants local buffers registered (`FI_MR_LOCAL`): each
 //! piece of a write or read registers its buffer through the registration cache, released
@@ -33,7 +37,7 @@ use std::time::{Duration, Instant};
 use slab::Slab;
 
 use super::memory::Region;
-use super::provider::MrPlan;
+use super::provider::{self, MrPlan};
 use super::{sys, OfiMr, OfiTransport, MAX_READ_PIECE, RMA_BASE};
 use crate::envelope::Rank;
 use crate::error::PmlError;
@@ -82,6 +86,8 @@ struct PeerRma {
     posted: u64,
     /// Tickets posted and not yet completed.
     in_flight: BTreeSet<u64>,
+    /// How many of them are atomics (0 or 1: see the module's documentation on order).
+    atomics_in_flight: usize,
     /// The earliest ticket that failed, and why: later operations to the rank are refused.
     failed: Option<(u64, String)>,
     /// The last atomics' fetched values, by ticket, oldest first.
@@ -89,6 +95,18 @@ struct PeerRma {
 }
 
 impl PeerRma {
+    /// Whether `op` may be posted now, given what is in flight to the rank: writes and reads
+    /// beside each other, up to `most` of them, an atomic alone (see the module's
+    /// documentation on order).
+    fn may_post(&self, op: &RmaOp, most: usize) -> bool {
+        self.atomics_in_flight == 0
+            && if op.is_atomic() {
+                self.in_flight.is_empty()
+            } else {
+                self.in_flight.len() < most
+            }
+    }
+
     /// Whether every operation up to `ticket` completed.
     fn done(&self, ticket: u64) -> bool {
         self.in_flight.first().is_none_or(|&oldest| oldest > ticket)
@@ -276,7 +294,7 @@ impl OfiTransport {
                 ),
             ));
         }
-        if !p.in_flight.is_empty() {
+        if !p.may_post(&op, provider::rma_in_flight(&self.fabric.provider)) {
             return Ok(None);
         }
         match op {
@@ -547,6 +565,7 @@ impl OfiTransport {
         p.posted += 1;
         let ticket = p.posted;
         p.in_flight.insert(ticket);
+        p.atomics_in_flight += usize::from(what.contains("_atomic"));
         self.rma.ops[slot] = Some(InFlight {
             peer,
             ticket,
@@ -570,6 +589,7 @@ impl OfiTransport {
         }
         let p = &mut self.rma.peers[op.peer as usize];
         p.in_flight.remove(&op.ticket);
+        p.atomics_in_flight -= usize::from(op.what.contains("_atomic"));
         if result.is_ok() && op.what.contains("_atomic") {
             // The provider wrote the slot before the completion this thread just read from
             // the completion queue, whose read orders it after the write.
@@ -652,6 +672,7 @@ impl OfiTransport {
 #[cfg(test)]
 mod tests {
     use super::PeerRma;
+    use crate::transport::RmaOp;
 
     #[test]
     fn tickets_complete_in_any_order() {
@@ -664,6 +685,30 @@ mod tests {
         assert!(p.done(1) && p.done(2) && !p.done(3));
         p.in_flight.remove(&3);
         assert!(p.done(3));
+    }
+
+    #[test]
+    fn writes_and_reads_go_together_atomics_alone() {
+        let (mut p, mut word) = (PeerRma::default(), 0u8);
+        let write = RmaOp::Write {
+            local: &word,
+            len: 1,
+        };
+        let read = RmaOp::Read {
+            local: &mut word,
+            len: 1,
+        };
+        let add = RmaOp::FetchAdd { add: 1 };
+        assert!(p.may_post(&write, 2) && p.may_post(&add, 2));
+        // A write in flight: more writes and reads go beside it, up to the most, an atomic
+        // waits.
+        p.in_flight.insert(1);
+        assert!(p.may_post(&write, 2) && p.may_post(&read, 2) && !p.may_post(&add, 2));
+        assert!(!p.may_post(&write, 1) && !p.may_post(&read, 1));
+        // An atomic in flight alone: nothing goes beside it.
+        p.in_flight = [2].into();
+        p.atomics_in_flight = 1;
+        assert!(!p.may_post(&write, 2) && !p.may_post(&read, 2) && !p.may_post(&add, 2));
     }
 
     #[test]
