@@ -68,9 +68,11 @@ pub struct EngineConfig {
     /// not a dead one, and rsrun ends a job whose rank died.
     pub ofi_peer_timeout: Option<Duration>,
     /// How long a one-sided operation over libfabric may stay in flight before it fails and
-    /// stops the engine (`MPIRT_OFI_RMA_TIMEOUT`, seconds; 0: without end): some providers
-    /// never answer an operation their target refused, and an unanswered one holds its
-    /// memory. Generous, as providers that emulate RMA apply it in the target's progress.
+    /// stops the engine (`MPIRT_OFI_RMA_TIMEOUT`, seconds); `None` (the default, and `0`):
+    /// without end. Opt-in, as providers that emulate RMA (tcp;ofi_rxm, shm) apply it in the
+    /// target's progress, so a correct target computing inside a passive epoch would fail
+    /// its origins; where a provider never answers an operation its target refused, it
+    /// names the operation instead of a hang.
     pub ofi_rma_timeout: Option<Duration>,
     /// Bytes of each (sender, receiver) ring in the shared-memory segment.
     pub shm_ring_bytes: usize,
@@ -110,7 +112,7 @@ impl Default for EngineConfig {
             ofi_rma: true,
             ofi_reg_cache: true,
             ofi_peer_timeout: None,
-            ofi_rma_timeout: Some(Duration::from_secs(60)),
+            ofi_rma_timeout: None,
             shm_ring_bytes: 512 << 10,
             unexpected_budget: 4 << 20,
             single_copy: true,
