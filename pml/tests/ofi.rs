@@ -355,7 +355,7 @@ fn one_sided_rank(dir: PathBuf, rank: u32, provider: &str) {
 }
 
 const FAILED_RMA_ENV: &str = "PML_OFI_TEST_FAILED_RMA";
-/// The one-sided timeout the failure test opts in to (the default is a minute).
+/// The one-sided timeout the failure test opts in to (the default is none).
 const RMA_TIMEOUT: Duration = Duration::from_secs(3);
 /// Rank 1's window in `failed_rma_rank`.
 const SMALL_WINDOW: usize = 4096;
@@ -366,8 +366,9 @@ const SMALL_WINDOW: usize = 4096;
 /// flow after), then writes through a key rank 1 never gave out (its transport key
 /// corrupted). tcp;ofi_rxm answers that with an error completion (its connection with rank 1
 /// then breaks, so a message after it fails naming the write); shm never completes it, so the
-/// one-sided timeout (here [`RMA_TIMEOUT`]) names it and stops the engine. Rank 1's window
-/// stays untouched throughout.
+/// one-sided timeout (here [`RMA_TIMEOUT`]; off by default) names it and stops the engine,
+/// also under a read that waits for room behind it. Rank 1's window stays untouched
+/// throughout.
 #[test]
 fn a_failed_one_sided_operation_is_named_not_a_hang() {
     if let Ok(spec) = env::var(FAILED_RMA_ENV) {
@@ -384,6 +385,8 @@ fn a_failed_one_sided_operation_is_named_not_a_hang() {
 
 fn failed_rma_rank(dir: PathBuf, rank: u32, provider: &str) {
     let mut w = DirWireup::pair(dir.clone(), rank);
+    // Rank 0's read buffer, declared before the engine so that it outlives it.
+    let mut back = [0u8; 16];
     let config = EngineConfig {
         transport: TransportChoice::Ofi,
         ofi_provider: Some(provider.into()),
@@ -453,6 +456,22 @@ fn failed_rma_rank(dir: PathBuf, rank: u32, provider: &str) {
         let started = Instant::now();
         // SAFETY: `data` outlives the write, waited for (or the engine stopped) here.
         let ticket = unsafe { e.rma(1, write, corrupted) }.unwrap();
+        if provider == "shm" {
+            // shm takes one write or read to a rank at a time: a read posted now waits for
+            // room behind the unanswered write, polling without sleeping, and the timeout
+            // ends that too.
+            let read = RmaOp::Read {
+                local: back.as_mut_ptr(),
+                len: back.len(),
+            };
+            // SAFETY: `back` outlives the engine (declared before it); nothing is posted.
+            let blocked = unsafe { e.rma(1, read, remote) }.unwrap_err().to_string();
+            assert!(
+                blocked.contains("fi_write of 16 bytes on rank 1")
+                    && blocked.contains("MPIRT_OFI_RMA_TIMEOUT"),
+                "{provider}: {blocked}"
+            );
+        }
         let failed = loop {
             match e.rma_done(1, ticket) {
                 Ok(true) => panic!("{provider}: a write through a corrupted key completed"),

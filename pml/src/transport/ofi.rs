@@ -962,6 +962,9 @@ impl OfiTransport {
         }
         match failure {
             Some(e) => Err(e),
+            // Here, not before a sleep only: `Engine::rma` waiting for room behind an
+            // unanswered operation polls without sleeping.
+            None if delivered == 0 => self.rma_overdue().map(|()| 0),
             None => Ok(delivered),
         }
     }
@@ -1246,7 +1249,6 @@ impl OfiTransport {
         let idle = self.idle_since.get_or_insert_with(Instant::now).elapsed();
         // A peer that died completes nothing: probe, so the wait fails instead of hanging.
         self.probe_idle_peers(idle)?;
-        self.rma_overdue()?;
         Ok(self.fabric.wait_fd.is_none() || !self.fabric.may_sleep())
     }
 

@@ -614,9 +614,9 @@ impl OfiTransport {
     /// the one-sided timeout (`MPIRT_OFI_RMA_TIMEOUT`): some providers never answer an
     /// operation their target refused (shm, udp;ofi_rxd, for a key or range the target does
     /// not know), and on those that apply operations in the target's software a target that
-    /// stopped making progress looks the same. The engine stops on it, which closes the
-    /// endpoint, so that the provider touches the operation's memory no more once its
-    /// caller's wait failed and took it back.
+    /// stopped making progress looks the same. Checked at each poll that took nothing; the
+    /// engine stops on it, which closes the endpoint, so that the provider touches the
+    /// operation's memory no more once its caller's wait failed and took it back.
     pub(super) fn rma_overdue(&self) -> Result<(), PmlError> {
         let Some(timeout) = self.rma.timeout.filter(|_| self.rma.busy()) else {
             return Ok(());
