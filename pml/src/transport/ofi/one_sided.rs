@@ -600,9 +600,10 @@ impl OfiTransport {
             let (what, len, peer) = (op.what, op.len, op.peer);
             let cause = format!("{what} of {len} bytes on rank {peer} failed: {cause}");
             p.fail(op.ticket, cause.clone());
-            // A provider that reports a failed operation has broken the pair's connection
-            // (tcp;ofi_rxm drops it, a verbs queue pair goes to its error state): messages to
-            // the peer would wait for good, so they fail naming this instead.
+            // On the connected providers a failed operation has broken the pair's connection
+            // (tcp;ofi_rxm drops it, a verbs queue pair goes to its error state), where
+            // messages to the peer would wait for good: on every provider they fail naming
+            // this instead.
             self.peer_failed(
                 peer,
                 format!("a one-sided operation to rank {peer} failed: {cause}"),
