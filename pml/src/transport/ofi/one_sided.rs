@@ -273,7 +273,8 @@ impl OfiTransport {
     /// it (each at most the provider's largest message) as there are free contexts for and
     /// the provider takes now: the last one's ticket and the bytes they cover (the caller
     /// posts the rest later). `None` when nothing could be posted now, which includes while
-    /// an earlier operation to `peer` is in flight (see the module's documentation).
+    /// an atomic to `peer` is in flight, an atomic while anything to it is, and a write or
+    /// read past `provider::rma_in_flight` (see the module's documentation).
     ///
     /// # Safety
     /// As `Transport::rma`.
