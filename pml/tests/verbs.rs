@@ -384,8 +384,10 @@ fn one_sided_rank(dir: PathBuf, rank: u32) {
         // SAFETY: a refused write posts nothing, and `sixteen` outlives the call.
         let refused = unsafe { e.rma(1, write, past) }.unwrap_err().to_string();
         assert!(
-            refused.contains(&format!("a write of 16 bytes at byte {} of the window", WINDOW - 8))
-                && refused.contains(&format!("exposes {WINDOW} bytes")),
+            refused.contains(&format!(
+                "a write of 16 bytes at byte {} of the window",
+                WINDOW - 8
+            )) && refused.contains(&format!("exposes {WINDOW} bytes")),
             "{refused}"
         );
         // Through an rkey rank 1 never gave out (its low byte, the key's variant, changed):
@@ -406,9 +408,7 @@ fn one_sided_rank(dir: PathBuf, rank: u32) {
             "{error}"
         );
         // SAFETY: nothing is posted (refused), and `sixteen` outlives the call.
-        let again = unsafe { e.rma(1, write, remote) }
-            .unwrap_err()
-            .to_string();
+        let again = unsafe { e.rma(1, write, remote) }.unwrap_err().to_string();
         println!("rank 0: a later write: {again}");
         assert!(
             again.contains("was refused: an earlier one failed") && again.contains(&error),
