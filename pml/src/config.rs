@@ -77,6 +77,13 @@ pub struct EngineConfig {
     /// (`MPIRT_OFI_PEER_TIMEOUT`, seconds); `None` (the default): never, as a slow peer is
     /// not a dead one, and rsrun ends a job whose rank died.
     pub ofi_peer_timeout: Option<Duration>,
+    /// How long a one-sided operation over libfabric may stay in flight before it fails and
+    /// stops the engine (`MPIRT_OFI_RMA_TIMEOUT`, seconds); `None` (the default, and `0`):
+    /// without end. Opt-in, as providers that emulate RMA (tcp;ofi_rxm, shm) apply it in the
+    /// target's progress, so a correct target computing inside a passive epoch would fail
+    /// its origins; where a provider never answers an operation its target refused, it
+    /// names the operation instead of a hang.
+    pub ofi_rma_timeout: Option<Duration>,
     /// Bytes of each (sender, receiver) ring in the shared-memory segment.
     pub shm_ring_bytes: usize,
     /// Eager bytes a peer may have outstanding here before it must use rendezvous.
@@ -117,6 +124,7 @@ impl Default for EngineConfig {
             ofi_rma: true,
             ofi_reg_cache: true,
             ofi_peer_timeout: None,
+            ofi_rma_timeout: None,
             shm_ring_bytes: 512 << 10,
             unexpected_budget: 4 << 20,
             single_copy: true,
@@ -154,6 +162,19 @@ fn size_var(name: &str, default: usize) -> Result<usize, String> {
         Ok(v) => parse_size(&v).ok_or_else(|| {
             format!("{name}='{v}' is not a size (a number of bytes, optionally with k, m or g)")
         }),
+    }
+}
+
+/// A duration in seconds from the environment variable `name` (`0`: `None`, without end), or
+/// `default` where it is unset.
+fn seconds_var(name: &str, default: Option<Duration>) -> Result<Option<Duration>, String> {
+    let Ok(v) = env::var(name) else {
+        return Ok(default);
+    };
+    match v.trim().parse::<f64>() {
+        Ok(0.0) => Ok(None),
+        Ok(secs) if secs > 0.0 && secs.is_finite() => Ok(Some(Duration::from_secs_f64(secs))),
+        _ => Err(format!("{name}='{v}' is not a number of seconds (0: off)")),
     }
 }
 
@@ -216,20 +237,8 @@ impl EngineConfig {
             ofi_eager_limit: size_var("MPIRT_OFI_EAGER_LIMIT", d.ofi_eager_limit)?,
             ofi_rma: !matches!(env::var("MPIRT_OFI_RMA").as_deref(), Ok("0")),
             ofi_reg_cache: !matches!(env::var("MPIRT_OFI_REG_CACHE").as_deref(), Ok("0")),
-            ofi_peer_timeout: match env::var("MPIRT_OFI_PEER_TIMEOUT") {
-                Err(_) => None,
-                Ok(v) => match v.trim().parse::<f64>() {
-                    Ok(0.0) => None,
-                    Ok(secs) if secs > 0.0 && secs.is_finite() => {
-                        Some(Duration::from_secs_f64(secs))
-                    }
-                    _ => {
-                        return Err(format!(
-                            "MPIRT_OFI_PEER_TIMEOUT='{v}' is not a number of seconds (0: off)"
-                        ))
-                    }
-                },
-            },
+            ofi_peer_timeout: seconds_var("MPIRT_OFI_PEER_TIMEOUT", d.ofi_peer_timeout)?,
+            ofi_rma_timeout: seconds_var("MPIRT_OFI_RMA_TIMEOUT", d.ofi_rma_timeout)?,
             shm_ring_bytes: size_var("MPIRT_SHM_RING_BYTES", d.shm_ring_bytes)?,
             unexpected_budget: size_var("MPIRT_UNEXPECTED_BUDGET", d.unexpected_budget)?,
             single_copy: !matches!(env::var("MPIRT_SHM_SINGLE_COPY").as_deref(), Ok("0")),

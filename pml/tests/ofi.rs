@@ -7,13 +7,13 @@
 #![cfg(feature = "ofi")]
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use std::{env, fs};
 
 use pml::transport::RmaOp;
 use pml::{
-    Engine, EngineConfig, OneSided, Pml, PmlError, SendMode, SourceSel, TagSel, TransportChoice,
-    Wireup,
+    Engine, EngineConfig, OneSided, Pml, PmlError, RemoteKey, SendMode, SourceSel, TagSel,
+    TransportChoice, Wireup,
 };
 
 mod ranks_common;
@@ -287,10 +287,7 @@ const WINDOW: usize = 1 << 20;
 /// `fi_writemsg`, `fi_read`, `fi_fetch_atomic`, `fi_compare_atomic`): rank 0 puts rank 1's
 /// whole window and gets it back, adds to and compare-and-swaps one of its words (the old
 /// values fetched), the counters show each kind, and messages still flow both ways after.
-/// No failure is provoked: a write with a key rank 1 never gave out is named on tcp;ofi_rxm
-/// ("fi_write of 16 bytes on rank 1 failed: Operation canceled (-125)", from
-/// `fi_cq_readerr`), but libfabric 1.17's tcp provider then drops the connection, which rxm
-/// does not bring back for the messages after, and on shm it never completes.
+/// Failures are `a_failed_one_sided_operation_is_named_not_a_hang`'s.
 #[test]
 fn one_sided_operations_reach_the_peer() {
     if let Ok(spec) = env::var(ONE_SIDED_ENV) {
@@ -352,6 +349,161 @@ fn one_sided_rank(dir: PathBuf, rank: u32, provider: &str) {
         );
     }
     exchange(&mut e);
+    e.release_window(exposure);
+    w.fence().unwrap();
+    println!("rank {rank} done");
+}
+
+const FAILED_RMA_ENV: &str = "PML_OFI_TEST_FAILED_RMA";
+/// The one-sided timeout the failure test opts in to (the default is none).
+const RMA_TIMEOUT: Duration = Duration::from_secs(3);
+/// Rank 1's window in `failed_rma_rank`.
+const SMALL_WINDOW: usize = 4096;
+
+/// One-sided operations that cannot succeed end with an error that names them, never a hang,
+/// and write nothing: rank 0 writes 16 bytes reaching 8 past the end of rank 1's window and 8
+/// before its start (both refused before posting, naming the window's size; messages still
+/// flow after), then writes through a key rank 1 never gave out (its transport key
+/// corrupted). tcp;ofi_rxm answers that with an error completion (its connection with rank 1
+/// then breaks, so a message after it fails naming the write); shm never completes it, so the
+/// one-sided timeout (here [`RMA_TIMEOUT`]; off by default) names it and stops the engine,
+/// also under a read that waits for room behind it. Rank 1's window stays untouched
+/// throughout.
+#[test]
+fn a_failed_one_sided_operation_is_named_not_a_hang() {
+    if let Ok(spec) = env::var(FAILED_RMA_ENV) {
+        let it: Vec<&str> = spec.split(',').collect();
+        failed_rma_rank(PathBuf::from(it[0]), it[1].parse().unwrap(), it[2]);
+        return;
+    }
+    both_ranks_finish(
+        "a_failed_one_sided_operation_is_named_not_a_hang",
+        FAILED_RMA_ENV,
+        &["tcp;ofi_rxm", "shm"],
+    );
+}
+
+fn failed_rma_rank(dir: PathBuf, rank: u32, provider: &str) {
+    let mut w = DirWireup::pair(dir.clone(), rank);
+    // Rank 0's read buffer, declared before the engine so that it outlives it.
+    let mut back = [0u8; 16];
+    let config = EngineConfig {
+        transport: TransportChoice::Ofi,
+        ofi_provider: Some(provider.into()),
+        ofi_rma_timeout: Some(RMA_TIMEOUT),
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(&mut w, config).unwrap();
+    let mut window = vec![0u8; SMALL_WINDOW];
+    let exposure = e
+        .expose_window(window.as_mut_ptr(), SMALL_WINDOW)
+        .unwrap()
+        .unwrap_or_else(|| panic!("{provider} exposes no windows"));
+    let remote = swap_windows(&mut e, window.as_ptr(), &exposure);
+    // The directory's keys are not per rank: rank 1's alone.
+    if rank == 1 {
+        w.put("packed-key", &exposure.key).unwrap();
+    }
+    w.fence().unwrap();
+    let rank0_done = dir.join("rank0-done");
+    if rank == 1 {
+        exchange(&mut e);
+        // Progress (the providers apply and refuse operations in the target's progress)
+        // until rank 0 saw its failures; this rank's engine may fail once the connection
+        // breaks.
+        while !rank0_done.exists() {
+            match e.progress() {
+                Ok(true) => {}
+                Ok(false) => std::thread::sleep(Duration::from_millis(1)),
+                Err(_) => break,
+            }
+        }
+        while !rank0_done.exists() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            window.iter().all(|&b| b == 0),
+            "{provider}: a failed operation wrote into rank 1's window"
+        );
+    } else {
+        let data = [7u8; 16];
+        let write = RmaOp::Write {
+            local: data.as_ptr(),
+            len: data.len(),
+        };
+        for (addr, at) in [
+            (remote.addr + SMALL_WINDOW as u64 - 8, "4088"),
+            (remote.addr - 8, "-8"),
+        ] {
+            let outside = RemoteKey { addr, ..remote };
+            // SAFETY: `data` outlives the call; a refused write posts nothing.
+            let refused = unsafe { e.rma(1, write, outside) }.unwrap_err().to_string();
+            assert!(
+                refused.contains("rank 1")
+                    && refused.contains(&format!("a write of 16 bytes at byte {at} of the window"))
+                    && refused.contains("exposes 4096 bytes"),
+                "{provider}: {refused}"
+            );
+        }
+        exchange(&mut e);
+        let mut packed = w.get(1, "packed-key").unwrap();
+        // The transport's key, the packed key's first word, as no registration has it.
+        packed[7] ^= 0x5a;
+        let corrupted = RemoteKey {
+            key: e.remote_key(1, &packed).unwrap(),
+            ..remote
+        };
+        let started = Instant::now();
+        // SAFETY: `data` outlives the write, waited for (or the engine stopped) here.
+        let ticket = unsafe { e.rma(1, write, corrupted) }.unwrap();
+        if provider == "shm" {
+            // shm takes one write or read to a rank at a time: a read posted now waits for
+            // room behind the unanswered write, polling without sleeping, and the timeout
+            // ends that too.
+            let read = RmaOp::Read {
+                local: back.as_mut_ptr(),
+                len: back.len(),
+            };
+            // SAFETY: `back` outlives the engine (declared before it); nothing is posted.
+            let blocked = unsafe { e.rma(1, read, remote) }.unwrap_err().to_string();
+            assert!(
+                blocked.contains("fi_write of 16 bytes on rank 1")
+                    && blocked.contains("MPIRT_OFI_RMA_TIMEOUT"),
+                "{provider}: {blocked}"
+            );
+        }
+        let failed = loop {
+            match e.rma_done(1, ticket) {
+                Ok(true) => panic!("{provider}: a write through a corrupted key completed"),
+                Ok(false) => {}
+                Err(error) => break error,
+            }
+            let waited = match e.progress() {
+                Ok(true) => Ok(()),
+                Ok(false) => e.sleep_until_woken(Duration::from_millis(10)),
+                Err(error) => Err(error),
+            };
+            if let Err(error) = waited {
+                break error;
+            }
+        }
+        .to_string();
+        let elapsed = started.elapsed();
+        assert!(
+            failed.contains("fi_write of 16 bytes on rank 1") && failed.contains(provider),
+            "{provider}: {failed}"
+        );
+        assert!(elapsed < Duration::from_secs(30), "{provider}: {elapsed:?}");
+        println!("{provider}: the corrupted key's write failed after {elapsed:.1?}: {failed}");
+        // Messaging with rank 1 is over (a broken connection, or a stopped engine): a send
+        // fails, naming why, rather than waiting.
+        // SAFETY: `data` outlives the send, waited for here.
+        let sent = unsafe { e.post_send(0, 0, 1, 9, SendMode::Standard, data.as_ptr(), 16) }
+            .and_then(|s| e.wait(s));
+        let refused = sent.unwrap_err().to_string();
+        assert!(refused.contains("fi_write"), "{provider}: {refused}");
+        fs::write(&rank0_done, b"").unwrap();
+    }
     e.release_window(exposure);
     w.fence().unwrap();
     println!("rank {rank} done");

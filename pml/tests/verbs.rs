@@ -585,10 +585,11 @@ const PIECE: usize = 4 << 10;
 
 /// One-sided operations over verbs, failures provoked for real. Rank 0 puts rank 1's whole
 /// window (more work requests than a queue pair holds: posted in parts) and gets it back;
-/// then an RDMA WRITE past the end of rank 1's registration fails at the device (a remote
-/// access error): that operation's wait fails naming it, its length, rank 1 and the status,
-/// a later one to rank 1 is refused naming the first cause, and messages between the two
-/// still flow both ways, the engines going on.
+/// then a write past the end of rank 1's window is refused before posting (the engine knows
+/// the window's length), and an RDMA WRITE through a key rank 1 never gave out fails at the
+/// device (a remote access error): that operation's wait fails naming it, its length, rank 1
+/// and the status, a later one to rank 1 is refused naming the first cause, and messages
+/// between the two still flow both ways, the engines going on.
 #[test]
 fn a_failed_one_sided_operation_fails_alone() {
     if let Ok(spec) = env::var(ONE_SIDED_ENV) {
@@ -633,6 +634,11 @@ fn one_sided_rank(dir: PathBuf, rank: u32) {
         .unwrap()
         .expect("verbs exposes windows");
     let remote = swap_windows(&mut e, window.as_ptr(), &exposure);
+    // The directory's keys are not per rank: rank 1's alone.
+    if rank == 1 {
+        w.put("packed-key", &exposure.key).unwrap();
+    }
+    w.fence().unwrap();
     let data = (0..WINDOW).map(|i| (i % 251) as u8).collect::<Vec<u8>>();
     if rank == 0 {
         put_and_read_back(&mut e, 1, remote, &data, "verbs");
@@ -645,44 +651,44 @@ fn one_sided_rank(dir: PathBuf, rank: u32) {
             counted.rma_writes,
             counted.rma_reads
         );
-        // Past the end of rank 1's registration: the device refuses it at the target.
+        let sixteen = [1u8; 16];
+        let write = pml::transport::RmaOp::Write {
+            local: sixteen.as_ptr(),
+            len: 16,
+        };
+        // Past the end of rank 1's window: refused before posting.
         let past = pml::RemoteKey {
             addr: remote.addr + WINDOW as u64 - 8,
             ..remote
         };
-        let sixteen = [1u8; 16];
+        // SAFETY: a refused write posts nothing, and `sixteen` outlives the call.
+        let refused = unsafe { e.rma(1, write, past) }.unwrap_err().to_string();
+        assert!(
+            refused.contains(&format!(
+                "a write of 16 bytes at byte {} of the window",
+                WINDOW - 8
+            )) && refused.contains(&format!("exposes {WINDOW} bytes")),
+            "{refused}"
+        );
+        // Through an rkey rank 1 never gave out (its low byte, the key's variant, changed):
+        // the device refuses it at the target.
+        let mut packed = w.get(1, "packed-key").unwrap();
+        packed[0] ^= 0x5a;
+        let corrupted = pml::RemoteKey {
+            key: e.remote_key(1, &packed).unwrap(),
+            ..remote
+        };
         // SAFETY: `sixteen` outlives the write, whose wait comes next.
-        let bad = unsafe {
-            e.rma(
-                1,
-                pml::transport::RmaOp::Write {
-                    local: sixteen.as_ptr(),
-                    len: 16,
-                },
-                past,
-            )
-        }
-        .unwrap();
+        let bad = unsafe { e.rma(1, write, corrupted) }.unwrap();
         let error = rma_wait(&mut e, 1, bad).unwrap_err().to_string();
-        println!("rank 0: the write past the window: {error}");
+        println!("rank 0: the write through a corrupted key: {error}");
         assert!(
             error.starts_with("an RDMA WRITE of 16 bytes to rank 1 failed: ")
                 && error.contains("(status "),
             "{error}"
         );
         // SAFETY: nothing is posted (refused), and `sixteen` outlives the call.
-        let again = unsafe {
-            e.rma(
-                1,
-                pml::transport::RmaOp::Write {
-                    local: sixteen.as_ptr(),
-                    len: 16,
-                },
-                remote,
-            )
-        }
-        .unwrap_err()
-        .to_string();
+        let again = unsafe { e.rma(1, write, remote) }.unwrap_err().to_string();
         println!("rank 0: a later write: {again}");
         assert!(
             again.contains("was refused: an earlier one failed") && again.contains(&error),

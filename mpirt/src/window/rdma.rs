@@ -7,9 +7,10 @@
 //! CPU (where UCX does them in software, over TCP, the target's worker applies them, and
 //! OFI's emulating providers ask the target's progress). The device's atomics below are
 //! `fi_fetch_atomic`/`fi_compare_atomic` over OFI and `ucp_atomic_op_nbx` on UCX. Over OFI
-//! one operation to a target is in flight at a time (libfabric orders RMA and atomics only
-//! where a provider promises it), so the lock word's compare-and-swap and the READ beside it
-//! go one after the other: a free lock costs two round trips there, not one. Completion:
+//! puts and gets to a target go many at a time, but an atomic only alone (libfabric orders
+//! RMA and atomics only where a provider promises it: `pml/src/transport/ofi/one_sided.rs`),
+//! so the lock word's compare-and-swap and the READ beside it go one after the other: a free
+//! lock costs two round trips there, not one. Completion:
 //! each origin keeps the last operation it posted to each target; a flush and every epoch end
 //! wait until those are done at the target before the epoch's own messages (the fence's,
 //! `complete`'s, the unlock) go out, so a target that got them has the data. On verbs and

@@ -14,8 +14,9 @@ use crate::wire::RemoteKey;
 /// A peer's window as this rank names it (`OneSided::remote_key`): the transport's key,
 /// and the window's start in the transport's addressing, which differs from the peer's own
 /// address where the transport addresses memory by offset into its registration (OFI
-/// without `FI_MR_VIRT_ADDR`). The window layer adds displacements to the peer's own address
-/// (`RemoteKey::addr`); `rma` moves them to the transport's.
+/// without `FI_MR_VIRT_ADDR`), and its length. The window layer adds displacements to the
+/// peer's own address (`RemoteKey::addr`); `rma` moves them to the transport's, once it
+/// found the operation inside the window.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct PeerWindow {
     key: u64,
@@ -23,11 +24,35 @@ pub(super) struct PeerWindow {
     own: u64,
     /// The transport's address of it.
     named: u64,
+    /// The bytes exposed.
+    len: u64,
 }
 
-/// The packed key's length: the transport's key, the window's own address and the
-/// transport's address of it, native-endian words (a job's ranks share one build).
-const PACKED: usize = 24;
+impl PeerWindow {
+    /// Why `op` at the peer's own address `addr` is refused before it is posted: it reaches
+    /// outside the window. Providers do not all answer such an access with an error (OFI's
+    /// shm and udp;ofi_rxd never complete it, and tcp;ofi_rxm drops the connection), so it
+    /// never reaches them.
+    fn refuses(&self, op: &RmaOp, addr: u64) -> Option<String> {
+        let bytes = op.bytes() as u64;
+        let offset = addr.wrapping_sub(self.own);
+        let inside =
+            addr >= self.own && offset.checked_add(bytes).is_some_and(|end| end <= self.len);
+        (!inside).then(|| {
+            format!(
+                "{} of {bytes} bytes at byte {} of the window refused before posting: the \
+                 window exposes {} bytes",
+                op.name(),
+                addr as i128 - self.own as i128,
+                self.len
+            )
+        })
+    }
+}
+
+/// The packed key's length: the transport's key, the window's own address, the transport's
+/// address of it and its length, native-endian words (a job's ranks share one build).
+const PACKED: usize = 32;
 
 impl Engine {
     /// The transport that does one-sided operations, if one is open.
@@ -57,7 +82,7 @@ impl OneSided for Engine {
                 )
             })?;
         Ok(exposed.map(|(key, id)| WindowExposure {
-            key: [key.key, buf as u64, key.addr]
+            key: [key.key, buf as u64, key.addr, len as u64]
                 .iter()
                 .flat_map(|w| w.to_ne_bytes())
                 .collect(),
@@ -92,6 +117,7 @@ impl OneSided for Engine {
             key: word(0),
             own: word(1),
             named: word(2),
+            len: word(3),
         };
         Ok(self.window_keys.insert(window) as u64)
     }
@@ -134,6 +160,12 @@ impl OneSided for Engine {
                     peer,
                     cause: format!("no window of rank {peer} has key {}", remote.key).into(),
                 })?;
+        if let Some(cause) = window.refuses(&op, remote.addr) {
+            return Err(PmlError::one_sided(
+                peer,
+                format!("rank {peer}'s window (key {}): {cause}", remote.key),
+            ));
+        }
         let mut op = op;
         let mut remote = RemoteKey {
             addr: remote

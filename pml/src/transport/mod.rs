@@ -157,6 +157,21 @@ impl RmaOp {
         }
     }
 
+    /// Whether it is an 8-byte atomic.
+    pub fn is_atomic(&self) -> bool {
+        matches!(self, RmaOp::FetchAdd { .. } | RmaOp::CompareSwap { .. })
+    }
+
+    /// What it is, in an error.
+    pub fn name(&self) -> &'static str {
+        match self {
+            RmaOp::Write { .. } => "a write",
+            RmaOp::Read { .. } => "a read",
+            RmaOp::FetchAdd { .. } => "a fetch-and-add",
+            RmaOp::CompareSwap { .. } => "a compare-and-swap",
+        }
+    }
+
     /// What is left of a write or read once its first `done` bytes were posted.
     pub fn rest(&self, done: usize) -> RmaOp {
         match *self {

@@ -163,6 +163,8 @@ pub struct OfiConfig<'a> {
     pub eager_limit: usize,
     /// How long a send may go untaken before its peer counts as dead; `None`: never.
     pub peer_timeout: Option<Duration>,
+    /// How long a one-sided operation may stay in flight (`one_sided::rma_overdue`).
+    pub rma_timeout: Option<Duration>,
     /// Whether this rank's waits busy-poll (`Pml::waits_spin`): not where ranks outnumber
     /// the cores they may use, or spinning was turned off (see `wait_step`).
     pub waits_spin: bool,
@@ -398,7 +400,7 @@ impl OfiTransport {
                 CACHED_REGISTRATIONS,
             )),
             copies: Slab::new(),
-            rma: Box::new(Rma::new(size)),
+            rma: Box::new(Rma::new(size, config.rma_timeout)),
             fabric: Box::new(fabric),
         };
         if t.fabric.plan.local {
@@ -960,6 +962,9 @@ impl OfiTransport {
         }
         match failure {
             Some(e) => Err(e),
+            // Here, not before a sleep only: `Engine::rma` waiting for room behind an
+            // unanswered operation polls without sleeping.
+            None if delivered == 0 => self.rma_overdue().map(|()| 0),
             None => Ok(delivered),
         }
     }

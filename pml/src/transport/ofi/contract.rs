@@ -42,8 +42,8 @@ fn windows_by(f: &super::fabric::Fabric) -> String {
             "{rma} only with MPIRT_WINDOW_PATH=rdma, else by messages (the provider emulates \
              RMA in the target's progress, slower than messages)"
         ),
-        WindowsByRma::Never => "windows by messages (the provider's RMA crashed ranks with \
-             SIGSEGV across hosts, not yet understood)"
+        WindowsByRma::Never => "windows by messages (the provider's RMA crashes ranks, three or \
+             more: a transfer entry corrupted inside libfabric 1.17's rxd progress)"
             .into(),
     }
 }
@@ -78,6 +78,7 @@ impl OfiTransport {
                 frame_size: config.ofi_eager_limit + crate::wire::MAX_HEADER_LEN,
                 eager_limit: config.ofi_eager_limit,
                 peer_timeout: config.ofi_peer_timeout,
+                rma_timeout: config.ofi_rma_timeout,
                 waits_spin: !job.wait_budgets().0.is_zero(),
             };
             match OfiTransport::new(job.rank, job.size, job.host(), &ofi_config) {

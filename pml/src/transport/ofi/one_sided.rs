@@ -11,12 +11,16 @@
 //! operation holds one of [`RMA_SLOTS`] contexts until then. Unlike a verbs queue pair, a
 //! provider need neither complete nor apply operations in the order posted (libfabric orders
 //! RMA and atomics only where `msg_order` and the `max_order_*_size` limits say so, and
-//! tcp;ofi_rxm, for one, may defer an atomic behind a read). The window layer needs them
-//! applied in order (an accumulate lock's take, then the read of its range, posted
-//! together), so an operation to a rank is posted only once the earlier ones to it completed
-//! (the pieces of one write or read go together: their order does not matter). Each peer
-//! keeps the set of its tickets in flight: the operations up to a ticket are done when none
-//! at or below it is left.
+//! tcp;ofi_rxm, for one, may defer an atomic behind a read). So writes and reads to a rank go
+//! many at a time (as many as there are free contexts, the provider's transmit queue takes
+//! and `provider::rma_in_flight` allows): MPI leaves the outcome of conflicting puts and gets
+//! within one epoch undefined, so their order does not matter, and a flush or an epoch's end
+//! waits for them all. An atomic is ordered both ways: it is posted only once nothing to its
+//! rank is in flight, and nothing to the rank is posted until it completed, since the window
+//! layer needs atomics applied in order with what is around them (an accumulate lock's take,
+//! then the read of its range; MPI's ordering of accumulates, where a no-op's read follows a
+//! fetch-and-add). Each peer keeps the set of its tickets in flight: the operations up to a
+//! ticket are done when none at or below it is left.
 //!
 //! Origin memory, where the provider wants local buffers registered (`FI_MR_LOCAL`): each
 //! piece of a write or read registers its buffer through the registration cache, released
@@ -28,11 +32,12 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use slab::Slab;
 
 use super::memory::Region;
-use super::provider::MrPlan;
+use super::provider::{self, MrPlan};
 use super::{sys, OfiMr, OfiTransport, MAX_READ_PIECE, RMA_BASE};
 use crate::envelope::Rank;
 use crate::error::PmlError;
@@ -65,6 +70,10 @@ struct InFlight {
     /// The operation, for its error ("fi_write", "fi_read", "fi_fetch_atomic", ...).
     what: &'static str,
     len: usize,
+    /// The peer's key it names, for its error.
+    key: u64,
+    /// When it was posted, for the timeout (`rma_overdue`).
+    posted_at: Instant,
     /// Its origin buffer's registration (or a registered copy's), where the provider wants
     /// one.
     mr: Option<OfiMr>,
@@ -77,6 +86,8 @@ struct PeerRma {
     posted: u64,
     /// Tickets posted and not yet completed.
     in_flight: BTreeSet<u64>,
+    /// How many of them are atomics (0 or 1: see the module's documentation on order).
+    atomics_in_flight: usize,
     /// The earliest ticket that failed, and why: later operations to the rank are refused.
     failed: Option<(u64, String)>,
     /// The last atomics' fetched values, by ticket, oldest first.
@@ -84,6 +95,18 @@ struct PeerRma {
 }
 
 impl PeerRma {
+    /// Whether `op` may be posted now, given what is in flight to the rank: writes and reads
+    /// beside each other, up to `most` of them, an atomic alone (see the module's
+    /// documentation on order).
+    fn may_post(&self, op: &RmaOp, most: usize) -> bool {
+        self.atomics_in_flight == 0
+            && if op.is_atomic() {
+                self.in_flight.is_empty()
+            } else {
+                self.in_flight.len() < most
+            }
+    }
+
     /// Whether every operation up to `ticket` completed.
     fn done(&self, ticket: u64) -> bool {
         self.in_flight.first().is_none_or(|&oldest| oldest > ticket)
@@ -129,6 +152,9 @@ pub(super) struct Rma {
     /// By context slot, the operation holding it.
     ops: Vec<Option<InFlight>>,
     free: Vec<usize>,
+    /// How long an operation may stay in flight before it stops the transport
+    /// (`rma_overdue`); `None`: without end.
+    timeout: Option<Duration>,
     pub writes: u64,
     pub reads: u64,
     pub atomics: u64,
@@ -142,8 +168,9 @@ fn failure(peer: Rank, cause: String) -> PmlError {
 }
 
 impl Rma {
-    pub fn new(size: u32) -> Rma {
+    pub fn new(size: u32, timeout: Option<Duration>) -> Rma {
         Rma {
+            timeout,
             peers: (0..size).map(|_| PeerRma::default()).collect(),
             self_addr: None,
             windows: Slab::new(),
@@ -246,7 +273,8 @@ impl OfiTransport {
     /// it (each at most the provider's largest message) as there are free contexts for and
     /// the provider takes now: the last one's ticket and the bytes they cover (the caller
     /// posts the rest later). `None` when nothing could be posted now, which includes while
-    /// an earlier operation to `peer` is in flight (see the module's documentation).
+    /// an atomic to `peer` is in flight, an atomic while anything to it is, and a write or
+    /// read past `provider::rma_in_flight` (see the module's documentation).
     ///
     /// # Safety
     /// As `Transport::rma`.
@@ -267,7 +295,7 @@ impl OfiTransport {
                 ),
             ));
         }
-        if !p.in_flight.is_empty() {
+        if !p.may_post(&op, provider::rma_in_flight(&self.fabric.provider)) {
             return Ok(None);
         }
         match op {
@@ -391,7 +419,7 @@ impl OfiTransport {
                 );
                 return self.piece_failed(peer, ticket, done, len, cause);
             }
-            ticket = Some(self.took(slot, peer, what, piece, mr));
+            ticket = Some(self.took(slot, peer, (what, piece, remote.key), mr));
             done += piece;
         }
         let Some(ticket) = ticket else {
@@ -519,18 +547,18 @@ impl OfiTransport {
                 format!("{what} on rank {peer} failed: {}", self.named(rc)),
             ));
         }
-        let ticket = self.took(slot, peer, what, 8, None);
+        let ticket = self.took(slot, peer, (what, 8, remote.key), None);
         self.rma.atomics += 1;
         Ok(Some(RmaPosted { ticket, len: 8 }))
     }
 
-    /// Context slot `slot` holds a piece just posted to `peer`: its ticket.
+    /// Context slot `slot` holds a piece just posted to `peer` (`what`, of `len` bytes,
+    /// through `key`): its ticket.
     fn took(
         &mut self,
         slot: usize,
         peer: Rank,
-        what: &'static str,
-        len: usize,
+        (what, len, key): (&'static str, usize, u64),
         mr: Option<OfiMr>,
     ) -> u64 {
         self.rma.free.pop();
@@ -538,11 +566,14 @@ impl OfiTransport {
         p.posted += 1;
         let ticket = p.posted;
         p.in_flight.insert(ticket);
+        p.atomics_in_flight += usize::from(what.contains("_atomic"));
         self.rma.ops[slot] = Some(InFlight {
             peer,
             ticket,
             what,
             len,
+            key,
+            posted_at: Instant::now(),
             mr,
         });
         ticket
@@ -559,6 +590,7 @@ impl OfiTransport {
         }
         let p = &mut self.rma.peers[op.peer as usize];
         p.in_flight.remove(&op.ticket);
+        p.atomics_in_flight -= usize::from(op.what.contains("_atomic"));
         if result.is_ok() && op.what.contains("_atomic") {
             // The provider wrote the slot before the completion this thread just read from
             // the completion queue, whose read orders it after the write.
@@ -567,10 +599,46 @@ impl OfiTransport {
         }
         if let Err(cause) = result {
             let (what, len, peer) = (op.what, op.len, op.peer);
-            p.fail(
-                op.ticket,
-                format!("{what} of {len} bytes on rank {peer} failed: {cause}"),
+            let cause = format!("{what} of {len} bytes on rank {peer} failed: {cause}");
+            p.fail(op.ticket, cause.clone());
+            // On the connected providers a failed operation has broken the pair's connection
+            // (tcp;ofi_rxm drops it, a verbs queue pair goes to its error state), where
+            // messages to the peer would wait for good: on every provider they fail naming
+            // this instead.
+            self.peer_failed(
+                peer,
+                format!("a one-sided operation to rank {peer} failed: {cause}"),
             );
+        }
+    }
+
+    /// The error that stops the transport once an operation has been in flight longer than
+    /// the one-sided timeout (`MPIRT_OFI_RMA_TIMEOUT`): some providers never answer an
+    /// operation their target refused (shm, udp;ofi_rxd, for a key or range the target does
+    /// not know), and on those that apply operations in the target's software a target that
+    /// stopped making progress looks the same. Checked at each poll that took nothing; the
+    /// engine stops on it, which closes the endpoint, so that the provider touches the
+    /// operation's memory no more once its caller's wait failed and took it back.
+    pub(super) fn rma_overdue(&self) -> Result<(), PmlError> {
+        let Some(timeout) = self.rma.timeout.filter(|_| self.rma.busy()) else {
+            return Ok(());
+        };
+        let oldest = self.rma.ops.iter().flatten().min_by_key(|op| op.posted_at);
+        match oldest {
+            Some(op) if op.posted_at.elapsed() > timeout => {
+                let peer = op.peer;
+                Err(failure(
+                    peer,
+                    format!(
+                        "{} of {} bytes on rank {peer} (its window's key {:#x}) over libfabric \
+                         {} did not complete within {timeout:?} (MPIRT_OFI_RMA_TIMEOUT): the \
+                         target's provider refused it without an answer (a key or range it \
+                         does not know), or rank {peer} stopped making progress",
+                        op.what, op.len, op.key, self.fabric.provider
+                    ),
+                ))
+            }
+            _ => Ok(()),
         }
     }
 
@@ -606,6 +674,7 @@ impl OfiTransport {
 #[cfg(test)]
 mod tests {
     use super::PeerRma;
+    use crate::transport::RmaOp;
 
     #[test]
     fn tickets_complete_in_any_order() {
@@ -618,6 +687,30 @@ mod tests {
         assert!(p.done(1) && p.done(2) && !p.done(3));
         p.in_flight.remove(&3);
         assert!(p.done(3));
+    }
+
+    #[test]
+    fn writes_and_reads_go_together_atomics_alone() {
+        let (mut p, mut word) = (PeerRma::default(), 0u8);
+        let write = RmaOp::Write {
+            local: &word,
+            len: 1,
+        };
+        let read = RmaOp::Read {
+            local: &mut word,
+            len: 1,
+        };
+        let add = RmaOp::FetchAdd { add: 1 };
+        assert!(p.may_post(&write, 2) && p.may_post(&add, 2));
+        // A write in flight: more writes and reads go beside it, up to the most, an atomic
+        // waits.
+        p.in_flight.insert(1);
+        assert!(p.may_post(&write, 2) && p.may_post(&read, 2) && !p.may_post(&add, 2));
+        assert!(!p.may_post(&write, 1) && !p.may_post(&read, 1));
+        // An atomic in flight alone: nothing goes beside it.
+        p.in_flight = [2].into();
+        p.atomics_in_flight = 1;
+        assert!(!p.may_post(&write, 2) && !p.may_post(&read, 2) && !p.may_post(&add, 2));
     }
 
     #[test]

@@ -60,8 +60,14 @@ pub enum WindowsByRma {
     /// would replace (osu-benches/REPORT.md); shm likewise applies it in the target's
     /// progress.
     OptIn,
-    /// Never (windows by messages): udp;ofi_rxd's RMA crashed a rank with SIGSEGV across
-    /// hosts in 2 of 3 runs, not yet understood.
+    /// Never (windows by messages): libfabric 1.17's udp;ofi_rxd corrupts its own state
+    /// under one-sided operations among three or more ranks: the window suite's model job on
+    /// 3 ranks crashed a rank with SIGSEGV in 4 runs of 4 across 3 test hosts and 2 of 2 on
+    /// one host (on 2 ranks it passed), every time inside the provider's progress called from
+    /// `fi_cq_read` (`rxd_handle_ack`, `rxd_progress_tx_list`, `rxd_start_xfer`, read from
+    /// the disassembly of Debian's build: a transfer entry on a peer's transmit list whose
+    /// peer index and packet pointer are garbage, one freed or never initialised), never in
+    /// mpirt's code. Its rendezvous `fi_read` stays, which the suites pass across hosts.
     Never,
 }
 
@@ -74,6 +80,19 @@ pub fn windows_by_rma(provider: &str) -> WindowsByRma {
         WindowsByRma::Never
     } else {
         WindowsByRma::OptIn
+    }
+}
+
+/// How many one-sided writes and reads to one rank may be in flight at once on `provider`
+/// (`one_sided::RMA_SLOTS` bound them all): shm one, as puts of 8 bytes to 4 KiB measured
+/// 0.14-0.5x as fast with many in flight there (osu_put_bw, flush, 2 ranks on a loaded
+/// 2-core host; from 8 KiB it was 1.2-12x as fast; the cause not found), where tcp;ofi_rxm was
+/// 1.7-10x as fast at every size; others, which do RMA in the NIC, as many as it takes.
+pub fn rma_in_flight(provider: &str) -> usize {
+    if provider == "shm" {
+        1
+    } else {
+        usize::MAX
     }
 }
 
@@ -537,6 +556,14 @@ mod tests {
         let e = check_mode(FI_MSG_PREFIX).unwrap_err();
         assert!(e.contains("operation modes"), "{e}");
         assert!(check_mode(FI_RX_CQ_DATA).is_err());
+    }
+
+    #[test]
+    fn shm_takes_one_rma_at_a_time() {
+        assert_eq!(rma_in_flight("shm"), 1);
+        assert!(["tcp;ofi_rxm", "verbs;ofi_rxm", "efa", "cxi"]
+            .iter()
+            .all(|p| rma_in_flight(p) > 1));
     }
 
     #[test]
