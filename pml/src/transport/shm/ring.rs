@@ -10,9 +10,9 @@
 //!
 //! Stale bytes from an earlier lap can never pass for a stamp. The consumer only ever looks
 //! for a stamp at a lap's start or where the record before ended, and before publishing a
-//! record the producer zeroes the word where the record ends, unless that word is a lap's
-//! start or lies exactly one lap past the consumer's tail as the producer last read it. Both
-//! of those are places where a record (or wrap marker) began a lap ago, so they hold zero, a
+//! record the producer zeroes the word where the record ends, unless that word lies exactly
+//! one lap past the consumer's tail as the producer last read it. A lap's start, and that
+//! word, are places where a record (or wrap marker) began a lap ago, so they hold zero, a
 //! stamp of the other parity, or the new stamp. Any other such word lies less than a lap past
 //! that tail: the consumer is done with it, and zeroing it is safe. So the consumer writes
 //! nothing into the ring's data, and never into a line the producer is still filling (it used
@@ -223,16 +223,19 @@ impl Producer {
             bulk_copy::copy_nonoverlapping(header.as_ptr(), self.raw.data.add(at), header.len());
             fill(self.raw.data.add(at + header.len()));
         }
-        // Where the consumer looks next (see the module comment). Without room for it, the
-        // word lies a lap past the tail last read, where a record began a lap ago.
-        let end = offset + record;
-        if end < size && self.head + (record + SLOT) as u64 - self.cached_tail <= size as u64 {
-            self.raw.word(end).store(0, Ordering::Relaxed);
+        // Where the consumer looks next (see the module comment). Exactly a lap past the
+        // tail last read, a record began a lap ago; a lap's start (masked to 0) is zeroed
+        // only where the consumer is done with it, which is harmless.
+        let next = self.head + record as u64;
+        if next - self.cached_tail < size as u64 {
+            self.raw
+                .word(next as usize & (size - 1))
+                .store(0, Ordering::Relaxed);
         }
         let stamp = (len as u32) << LEN_SHIFT | STAMPED | self.raw.lap_parity(self.head);
         // Release: the payload and the zero after it become visible with the stamp.
         self.raw.word(offset).store(stamp, Ordering::Release);
-        self.head += record as u64;
+        self.head = next;
         true
     }
 }
