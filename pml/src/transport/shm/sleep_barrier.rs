@@ -15,23 +15,17 @@
 //! running has passed a context switch, a full barrier too. The same holds for the room a
 //! receiver makes and the sender that said it waits for room.
 //!
-//! Each call interrupts every CPU running a registered rank, so a host uses it only while its
-//! ranks are few and have cores of their own ([`SleepBarrier::for_host`]); where it cannot
-//! (a kernel before 4.16, a seccomp filter), ranks fence as before.
+//! Each call interrupts every CPU then running a registered process, other jobs' ranks on the
+//! host included, so a job uses it only while its ranks on the host are few and have cores of
+//! their own ([`SleepBarrier::for_host`]: ranks that share cores sleep often, and the sharing
+//! changes only that cost, not the ordering); where it cannot (a kernel before 4.16, a seccomp
+//! filter), ranks fence as before.
 
-/// `MEMBARRIER_CMD_GLOBAL_EXPEDITED` and `MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED`
-/// (linux/membarrier.h).
-const GLOBAL_EXPEDITED: libc::c_int = 1 << 1;
-const REGISTER_GLOBAL_EXPEDITED: libc::c_int = 1 << 2;
+use crate::membarrier;
 
 /// Most ranks on a host that use the barrier: each sleep interrupts the CPUs of all the others
 /// that run at the time.
 const MAX_RANKS: usize = 16;
-
-fn membarrier(cmd: libc::c_int) -> bool {
-    // SAFETY: membarrier takes two integers and touches no user memory.
-    unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0 as libc::c_uint) == 0 }
-}
 
 /// Whether this process runs the barrier when it sleeps (and so is reached by its peers').
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,7 +40,7 @@ impl SleepBarrier {
     /// Registers this process where `local_size` ranks on the host, none sharing a core
     /// (`shares_cores`), may use the barrier; says which way it sleeps.
     pub(crate) fn for_host(local_size: usize, shares_cores: bool) -> Self {
-        if local_size <= MAX_RANKS && !shares_cores && membarrier(REGISTER_GLOBAL_EXPEDITED) {
+        if local_size <= MAX_RANKS && !shares_cores && membarrier::register_global_expedited() {
             SleepBarrier::Global
         } else {
             SleepBarrier::Fence
@@ -58,5 +52,5 @@ impl SleepBarrier {
 /// one's included. False when the kernel refused, which a process that registered never sees
 /// in practice; its caller then must not sleep.
 pub(crate) fn global() -> bool {
-    membarrier(GLOBAL_EXPEDITED)
+    membarrier::global_expedited().is_ok()
 }
