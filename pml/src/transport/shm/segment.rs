@@ -401,4 +401,28 @@ mod tests {
         assert!(shm_path("").is_err());
         assert!(Layout::new(1 << 20, 1 << 40).is_err());
     }
+
+    /// A rank of a build whose ring protocol differs (a segment of another version) is told
+    /// so by name, instead of reading records the other way.
+    #[test]
+    fn a_segment_of_another_version_is_refused_by_name() {
+        let name = format!("mpirt-unit-{}-other-version", std::process::id());
+        let made = Segment::create(&name, 0, 2, 4096).unwrap();
+        made.map
+            .header()
+            .version
+            .store(VERSION - 1, Ordering::Relaxed);
+        let attached = Segment::attach(&name, 1, 2);
+        unlink_segment(&name).unwrap();
+        let message = attached
+            .err()
+            .expect("attached to another version")
+            .to_string();
+        let named = format!("/dev/shm/{name} is not a usable mpirt segment");
+        let versions = format!("version {}, expected {VERSION}", VERSION - 1);
+        assert!(
+            message.contains(&named) && message.contains(&versions),
+            "{message}"
+        );
+    }
 }
