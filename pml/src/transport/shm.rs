@@ -303,8 +303,11 @@ impl ShmTransport {
     /// Has this rank run the host-wide barrier when it sleeps (see `sleep_barrier.rs`), where
     /// the kernel allows and `local_size` ranks on the host, none sharing a core
     /// (`shares_cores`), make that cheaper than a fence per message; then peers that do too
-    /// publish frames and room to it without one. Call before the first wait.
+    /// publish frames and room to it without one. Call once, before the first wait: a rank
+    /// that said it runs the barrier must run it in every sleep after, since peers that read
+    /// its word no longer fence.
     pub fn use_sleep_barrier(&mut self, shares_cores: bool) {
+        debug_assert_eq!(self.sleep_barrier, SleepBarrier::Fence, "chosen twice");
         self.sleep_barrier = SleepBarrier::for_host(self.local_size(), shares_cores);
         if self.sleep_barrier == SleepBarrier::Global {
             self.seg
