@@ -13,6 +13,7 @@ mod fast_hash;
 pub mod freed_memory;
 mod keyed_queues;
 pub mod matching;
+pub mod membarrier;
 pub mod one_sided;
 pub mod pml_api;
 pub mod protocol;

@@ -350,32 +350,19 @@ pub(super) mod barrier {
     use crate::error::Cause;
     use crate::window::WindowFault;
 
-    // From linux/membarrier.h.
-    const GLOBAL_EXPEDITED: libc::c_long = 1 << 1;
-    const REGISTER_GLOBAL_EXPEDITED: libc::c_long = 1 << 2;
-
     /// Registers this process for the barrier, once; whether it is.
     pub fn registered() -> bool {
         static REGISTERED: OnceLock<bool> = OnceLock::new();
-        *REGISTERED.get_or_init(|| {
-            // SAFETY: membarrier takes integers and touches no memory of ours.
-            let done =
-                unsafe { libc::syscall(libc::SYS_membarrier, REGISTER_GLOBAL_EXPEDITED, 0, 0) };
-            done == 0
-        })
+        *REGISTERED.get_or_init(pml::membarrier::register_global_expedited)
     }
 
     /// Runs the barrier. Only after every rank `registered`.
     pub fn run() -> Result<(), Cause> {
-        // SAFETY: as in `registered`.
-        let done = unsafe { libc::syscall(libc::SYS_membarrier, GLOBAL_EXPEDITED, 0, 0) };
-        if done == 0 {
-            return Ok(());
-        }
-        let error = std::io::Error::last_os_error();
-        Err(Cause::Window(WindowFault::Unsupported(format!(
-            "the memory barrier that orders accumulates failed after it was registered: {error}"
-        ))))
+        pml::membarrier::global_expedited().map_err(|error| {
+            Cause::Window(WindowFault::Unsupported(format!(
+                "the memory barrier that orders accumulates failed after it was registered: {error}"
+            )))
+        })
     }
 }
 

@@ -24,12 +24,13 @@ mod peers;
 mod ring;
 mod segment;
 mod short_blocks;
+mod sleep_barrier;
 mod wake_pipe;
 
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{compiler_fence, fence, Ordering};
 use std::time::Duration;
 
 pub use cma::{allow_ptrace_from_peers, read_remote};
@@ -40,7 +41,8 @@ pub use segment::unlink_segment;
 use short_blocks::read_short_blocks;
 
 use ring::{Consumer, Producer};
-use segment::Segment;
+use segment::{RankCtl, Segment};
+use sleep_barrier::SleepBarrier;
 use wake_pipe::WakePipe;
 
 /// How a rank's sleeps on its futex ended (see `Counters`).
@@ -110,6 +112,9 @@ pub struct ShmTransport {
     peer_pipes: RefCell<Box<[PeerPipe]>>,
     /// Whether a peer's wake pipe that cannot be opened is said on stderr (`--verbose`).
     says_pipe_failures: bool,
+    /// How this rank orders its sleep word before its last look at the rings, and so whether
+    /// it needs a fence after publishing a frame or room to a peer (`ordered_before_sleep`).
+    sleep_barrier: SleepBarrier,
     /// Last, so that it is unmapped after the rings that point into it are gone.
     seg: Segment,
 }
@@ -185,6 +190,7 @@ impl ShmTransport {
             own_pipe: None,
             peer_pipes: RefCell::new((0..n).map(|_| PeerPipe::Unopened).collect()),
             says_pipe_failures: false,
+            sleep_barrier: SleepBarrier::Fence,
             seg,
         }
     }
@@ -253,9 +259,9 @@ impl ShmTransport {
         if !write(&mut self.tx[slot]) {
             return Ok(false);
         }
-        // Pairs with the fence in `wait`: either the receiver's ring check sees this frame, or
-        // we see its sleeping flag and wake it.
-        fence(Ordering::SeqCst);
+        // Either the receiver's ring check sees this frame, or we see its sleeping flag and
+        // wake it.
+        self.ordered_before_sleep(peer);
         let sleeping = peer.sleeping.load(Ordering::Relaxed);
         if sleeping != AWAKE {
             self.wake_sleeper(to, sleeping);
@@ -294,6 +300,38 @@ impl ShmTransport {
         )
     }
 
+    /// Has this rank run the host-wide barrier when it sleeps (see `sleep_barrier.rs`), where
+    /// the kernel allows and `local_size` ranks on the host, none sharing a core
+    /// (`shares_cores`), make that cheaper than a fence per message; then peers that do too
+    /// publish frames and room to it without one. Call once, before the first wait: a rank
+    /// that said it runs the barrier must run it in every sleep after, since peers that read
+    /// its word no longer fence.
+    pub fn use_sleep_barrier(&mut self, shares_cores: bool) {
+        debug_assert_eq!(self.sleep_barrier, SleepBarrier::Fence, "chosen twice");
+        self.sleep_barrier = SleepBarrier::for_host(self.local_size(), shares_cores);
+        if self.sleep_barrier == SleepBarrier::Global {
+            self.seg
+                .rank_ctl(self.local_rank)
+                .sleep_barrier
+                .store(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Orders what this rank just published to `peer` (a frame, or room in its ring) before
+    /// the loads that follow of whether `peer` sleeps. Pairs with `announce_sleep`: where
+    /// both ranks use the barrier, `peer`'s sleep runs it and program order is enough here
+    /// (as long as the compiler keeps it); else a fence.
+    #[inline(always)]
+    fn ordered_before_sleep(&self, peer: &RankCtl) {
+        if self.sleep_barrier == SleepBarrier::Global
+            && peer.sleep_barrier.load(Ordering::Relaxed) != 0
+        {
+            compiler_fence(Ordering::SeqCst);
+        } else {
+            fence(Ordering::SeqCst);
+        }
+    }
+
     /// Hands received frames to `f(from_local_rank, frame)`, at most a bounded batch, in order
     /// per sender; returns how many. The frame borrows the ring and is released after `f`.
     pub fn poll(&mut self, mut f: impl FnMut(usize, &[u8])) -> usize {
@@ -311,12 +349,12 @@ impl ShmTransport {
             // alone (no frame), which is what a sender blocked on a record too long for the
             // lap's end waits for.
             if self.rx[slot].position() != before {
-                // Pairs with the fence in `wait`: a sender that found this ring full (and said
-                // so before sleeping) either sees the room we just made, or we see it blocked
-                // and asleep and wake it.
-                fence(Ordering::SeqCst);
+                // A sender that found this ring full (and said so before sleeping) either
+                // sees the room we just made, or we see it blocked and asleep and wake it.
+                let sender = self.seg.rank_ctl(from);
+                self.ordered_before_sleep(sender);
                 if self.rx[slot].producer_blocked() {
-                    let sleeping = self.seg.rank_ctl(from).sleeping.load(Ordering::Relaxed);
+                    let sleeping = sender.sleeping.load(Ordering::Relaxed);
                     if sleeping != AWAKE {
                         self.wake_sleeper(from, sleeping);
                     }
@@ -397,8 +435,17 @@ impl ShmTransport {
         }
         // Release: a peer that sees ON_PIPE sees the wake pipe's tag, published before.
         me.sleeping.store(how, Ordering::Release);
-        // Pairs with the fences in `try_send` and `poll` (see there).
-        fence(Ordering::SeqCst);
+        // Pairs with `ordered_before_sleep` in `try_send` and `poll` (see there).
+        match self.sleep_barrier {
+            SleepBarrier::Fence => fence(Ordering::SeqCst),
+            // Peers that skipped their fence may have missed the sleep word: a rank that
+            // cannot order it before their frames must not sleep.
+            SleepBarrier::Global => {
+                if !sleep_barrier::global() {
+                    return true;
+                }
+            }
+        }
         self.has_frames() || self.tx.iter().any(Producer::space_freed)
     }
 
@@ -642,6 +689,55 @@ mod tests {
         epoll.wait(Duration::ZERO, &mut ready).unwrap();
         sleeper.after_wait();
         assert!(ready.is_empty(), "{ready:?}");
+    }
+
+    #[test]
+    fn a_rank_that_sleeps_with_the_barrier_is_woken_by_every_frame() {
+        let name = format!("mpirt-unit-{}-sleep-barrier", std::process::id());
+        let mut sleeper = ShmTransport::create(&name, 0, 2, &ShmConfig::default()).unwrap();
+        let mut sender = ShmTransport::attach(&name, 1, 2).unwrap();
+        sleeper.use_sleep_barrier(true);
+        assert_eq!(
+            sleeper.sleep_barrier,
+            SleepBarrier::Fence,
+            "ranks share cores"
+        );
+        sleeper.use_sleep_barrier(false);
+        sender.use_sleep_barrier(false);
+        if sleeper.sleep_barrier == SleepBarrier::Fence {
+            eprintln!("skipped: this kernel refuses membarrier's global expedited registration");
+            return;
+        }
+        assert_eq!(sender.sleep_barrier, SleepBarrier::Global);
+        // Frames sent while the sleeper is about to sleep, sleeping, or between two sleeps,
+        // with no fence on the sender: each wait must end by a wake or by the frame seen, never
+        // by running to its timeout with a frame there (a lost wake-up).
+        const FRAMES: u32 = 2000;
+        let (tx, rx) = std::sync::mpsc::channel::<u32>();
+        let sending = std::thread::spawn(move || {
+            for i in 0..FRAMES {
+                // Sent once the sleeper asks, after a pause of varying length.
+                rx.recv().unwrap();
+                for _ in 0..(i * 7919) % 3000 {
+                    std::hint::spin_loop();
+                }
+                assert!(sender.try_send(0, &i.to_le_bytes(), &[]).unwrap());
+            }
+            sender
+        });
+        for i in 0..FRAMES {
+            tx.send(i).unwrap();
+            let mut got = None;
+            while got.is_none() {
+                sleeper.wait(Duration::from_secs(20));
+                sleeper.poll(|_, frame| got = Some(frame.to_vec()));
+            }
+            assert_eq!(got.unwrap(), i.to_le_bytes());
+        }
+        let _sender = sending.join().unwrap();
+        let sleeps = sleeper.sleeps();
+        assert_eq!(sleeps.missed, 0, "{sleeps:?}");
+        assert!(sleeps.slept > 0, "the sleeper never slept: {sleeps:?}");
     }
 
     #[test]

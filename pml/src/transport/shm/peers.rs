@@ -156,6 +156,7 @@ impl ShmOpening {
                 .map_err(|e| EngineError::Transport(format!("attaching {}: {e}", self.name)))?,
         };
         seg.say_pipe_failures(job.config.verbose);
+        seg.use_sleep_barrier(crate::config::shares_cores(n_local));
         let mut local_of = vec![NOT_LOCAL; job.size as usize].into_boxed_slice();
         for (local, &r) in self.local_ranks.iter().enumerate() {
             local_of[r as usize] = local as u32;

@@ -6,7 +6,7 @@
 //! ```text
 //! 0                      Header (magic, version, layout, attach counter)
 //! RANK_CTL               local_size × RankCtl   (futex word, sleeping flag, pid, probe address,
-//!                                                wake pipe tag)
+//!                                                wake pipe tag, sleep barrier flag)
 //! ring_ctl               n(n-1) × RingCtl       (one consumer tail per ordered pair)
 //! data (page aligned)    n(n-1) × ring_bytes    (ring data, sender-major)
 //! ```
@@ -25,7 +25,7 @@ use super::ring::RingCtl;
 use crate::shared_mapping::SharedMapping;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"mpirtshm");
-const VERSION: u32 = 5;
+const VERSION: u32 = 6;
 const PAGE: usize = 4096;
 const RANK_CTL: usize = 128;
 
@@ -66,6 +66,9 @@ pub(crate) struct RankCtl {
     /// This rank's wake pipe's descriptor and inode once it made one, else 0 (see
     /// `wake_pipe.rs`): the segment is the job's alone, so peers open only the job's pipe.
     pub(crate) wake_tag: AtomicU64,
+    /// Non-zero once this rank runs the host-wide barrier when it says it sleeps (see
+    /// `sleep_barrier.rs`): registered peers then send to it without a fence.
+    pub(crate) sleep_barrier: AtomicU32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -397,5 +400,29 @@ mod tests {
         assert!(shm_path("a/b").is_err());
         assert!(shm_path("").is_err());
         assert!(Layout::new(1 << 20, 1 << 40).is_err());
+    }
+
+    /// A rank of a build whose ring protocol differs (a segment of another version) is told
+    /// so by name, instead of reading records the other way.
+    #[test]
+    fn a_segment_of_another_version_is_refused_by_name() {
+        let name = format!("mpirt-unit-{}-other-version", std::process::id());
+        let made = Segment::create(&name, 0, 2, 4096).unwrap();
+        made.map
+            .header()
+            .version
+            .store(VERSION - 1, Ordering::Relaxed);
+        let attached = Segment::attach(&name, 1, 2);
+        unlink_segment(&name).unwrap();
+        let message = attached
+            .err()
+            .expect("attached to another version")
+            .to_string();
+        let named = format!("/dev/shm/{name} is not a usable mpirt segment");
+        let versions = format!("version {}, expected {VERSION}", VERSION - 1);
+        assert!(
+            message.contains(&named) && message.contains(&versions),
+            "{message}"
+        );
     }
 }
