@@ -2,11 +2,13 @@
 //! each transport's wake fd (TCP's own epoll set, the verbs completion channel, the
 //! shared-memory wake pipe), so that whichever has something wakes the rank at once.
 
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use super::epoll::{interest, Epoll, Ready};
 use super::{AnyTransport, Transport};
 use crate::error::PmlError;
+use crate::nap::{Nap, NapStart};
 use crate::pml_api::EngineError;
 
 pub(crate) struct WakeSet {
@@ -64,5 +66,37 @@ impl WakeSet {
             t.after_wait();
         }
         failure
+    }
+
+    /// `sleep`'s first half, for a thread that sleeps apart from the engine (`crate::nap`):
+    /// each transport says how peers wake it and looks once more; then the sleep is on the
+    /// epoll set, unless one found something (`Busy`, the wait over).
+    pub(crate) fn begin_nap(
+        &mut self,
+        transports: &mut [AnyTransport],
+    ) -> Result<NapStart, PmlError> {
+        let mut ready = false;
+        let mut failure = Ok(());
+        for t in transports.iter_mut() {
+            match t.before_wait() {
+                Ok(r) => ready |= r,
+                Err(e) => {
+                    failure = Err(e);
+                    ready = true;
+                }
+            }
+        }
+        if !ready {
+            return Ok(NapStart::Sleep(Nap::on_fd(self.epoll.as_raw_fd())));
+        }
+        self.end_nap(transports);
+        failure.map(|()| NapStart::Busy)
+    }
+
+    /// `sleep`'s second half, after a sleep that `begin_nap` prepared.
+    pub(crate) fn end_nap(&mut self, transports: &mut [AnyTransport]) {
+        for t in transports.iter_mut() {
+            t.after_wait();
+        }
     }
 }
