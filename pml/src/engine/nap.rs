@@ -20,8 +20,9 @@ pub(super) enum Napping {
 
 impl Engine {
     /// Prepares a sleep until a peer (or `wake_nap`) wakes this rank, to be slept by a thread
-    /// that lets go of the engine ([`Nap::sleep`]): what `sleep_until_woken` does before it
-    /// sleeps. At most one such sleep at a time; `end_nap` ends a `NapStart::Sleep`.
+    /// that lets go of the engine ([`Nap::sleep`](crate::nap::Nap::sleep)): what
+    /// `sleep_until_woken` does before it sleeps. At most one such sleep at a time; `end_nap`
+    /// ends a `NapStart::Sleep`.
     pub fn begin_nap(&mut self) -> Result<NapStart, PmlError> {
         self.check_running()?;
         let started = match &mut self.wake {

@@ -17,7 +17,7 @@ pub fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> bool {
 /// [`wait`] on a word by its address, which need not be mapped any more: a thread that sleeps
 /// apart from the engine that maps it (`pml::nap`) holds no reference to it. The kernel reads
 /// the word itself; an address no longer mapped only makes the call fail at once (EFAULT).
-pub fn wait_at(word: *mut u32, expected: u32, timeout: Duration) -> bool {
+pub(crate) fn wait_at(word: *mut u32, expected: u32, timeout: Duration) -> bool {
     let ts = libc::timespec {
         tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
