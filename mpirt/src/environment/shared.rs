@@ -162,9 +162,10 @@ impl Held {
 
     /// The engine; `Finalized` after finalize.
     fn engine(&mut self) -> Result<&mut AnyPml, Cause> {
-        // SAFETY: this thread holds the lock (`pause`, which lets go, consumes the hold), so
-        // this is the one right to the engine there is (see `place`), and the reference lives
-        // no longer than the borrow of the hold.
+        // SAFETY: this thread holds the lock: a hold keeps its guard until it lets go
+        // (`pause` and `nap`, which let go, consume the hold, and the drop calls this before
+        // it drops the guard), so this is the one right to the engine there is (see `place`),
+        // and the reference lives no longer than the borrow of the hold.
         unsafe { place::engine() }
     }
 }
