@@ -539,14 +539,15 @@ fn two_threads_posting_and_matching_in_every_interleaving() {
     });
 }
 
-/// A thread paused in a wait is woken when another thread's wait, spinning, takes what
-/// completes the paused one's request off the wire: rank 1 (a thread of its own, without the
-/// lock, as a peer process) sends the message that the paused thread waits for once it has
-/// paused, and the other thread then starts its wait, whose first round receives it. That
-/// round must wake the paused thread, which then sends what the other thread waits for;
-/// when the wait's look at its own request made that round (a test), what the round moved
-/// was lost, the paused thread slept on (up to a millisecond; here, where pauses never time
-/// out, for ever) and shuttle reported the deadlock.
+/// A waiting thread gets its message when another thread's wait, spinning, may take it off
+/// the wire: rank 1 (a thread of its own, without the lock, as a peer process) sends the
+/// message that the waiting thread waits for once it sleeps, and the other thread then starts
+/// its wait, whose first round may receive it; the waiting thread then sends what the other
+/// thread waits for. Written for a thread paused on the condition variable, which a look
+/// that moved something unseen (a test) left asleep; the waiting thread, alone in its wait,
+/// now sleeps apart from the engine, where rank 1's message wakes it whoever takes the
+/// message, so that look no longer fails this check (a look that makes a round passes it):
+/// `one_thread_sleeps_apart_and_the_others_pause_until_it_moves_something` catches it.
 #[test]
 fn a_paused_waiter_is_woken_by_another_waits_round() {
     explore_job("woken by another wait's round", 2, 2_000, 2_000, || {
@@ -660,7 +661,9 @@ fn a_thread_sleeping_apart_is_woken_by_its_ranks_non_blocking_call() {
 /// other only after the first one's thread has it and the thread still waiting sleeps apart:
 /// whichever thread the first message was for, the sleeper's round that took it wakes the
 /// paused thread (shuttle's condition variables never time out), and the one left waiting
-/// ends up asleep apart, where rank 1's second message wakes it.
+/// ends up asleep apart, where rank 1's second message wakes it. A blocking call's look that
+/// moved something unseen (a round before `collect`) fails it: the sleeper's look took the
+/// paused thread's message and left it paused, a run past shuttle's step limit.
 #[test]
 fn one_thread_sleeps_apart_and_the_others_pause_until_it_moves_something() {
     explore_job("one sleeper apart, one paused", 2, 2_000, 2_000, || {
