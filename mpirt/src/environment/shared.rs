@@ -240,8 +240,10 @@ pub(super) fn let_go_after_call() {
 
 /// Progresses until `ready`, a look that makes no progress, gives a value, holding the lock
 /// for one look and one round of progress at a time: spins while the engine's budget lasts,
-/// then pauses between rounds without the lock (each pause twice the last, up to
-/// `LONGEST_PAUSE`) until something moves, here or in another thread's round (`MOVED`).
+/// then, between rounds and without the lock, one waiting thread sleeps apart from the engine
+/// (`Held::nap`, woken by a peer or another thread's hold, at most `LONGEST_PAUSE`) and the
+/// others pause on `MOVED` until another thread's round moves something (where no peer can
+/// wake a sleep apart, every waiter pauses, each pause twice the last up to `LONGEST_PAUSE`).
 /// Out of line, as every way into the shared engine: the thread-local path's callers inline
 /// nothing of it.
 #[cold]
