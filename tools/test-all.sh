@@ -126,7 +126,7 @@ cargo test -p mpirt --features threads --test threads
 # the real engine behind its real lock, driven by two and three threads in schedules that
 # shuttle chooses (random, PCT, and every interleaving of the two-thread check). The cfg swaps
 # shuttle's primitives in (mpirt/src/sync.rs) and changes every crate's flags, hence a target
-# directory of its own. About 15 s of checks after the build.
+# directory of its own. About 35 s of checks after the build (a loaded 2-vCPU machine).
 echo "== threads: model checks (shuttle, --cfg model_check)"
 model=(env RUSTFLAGS="--cfg model_check" CARGO_TARGET_DIR=target/model)
 "${model[@]}" cargo clippy -p mpirt --lib --tests --release --features threads -- -D warnings

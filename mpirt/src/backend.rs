@@ -116,6 +116,34 @@ macro_rules! on_pml {
 }
 
 impl AnyPml {
+    /// Prepares a sleep apart from the PML for a thread that waits on the shared engine
+    /// (`pml::nap`); the UCX PML, which threads do not share, has none.
+    pub fn begin_nap(&mut self) -> Result<pml::NapStart, PmlError> {
+        match self {
+            AnyPml::Native(engine) => engine.begin_nap(),
+            #[cfg(feature = "ucx")]
+            AnyPml::Ucx(_) => Ok(pml::NapStart::Unwakeable),
+        }
+    }
+
+    /// Ends what `begin_nap` prepared.
+    pub fn end_nap(&mut self, timed_out: bool) {
+        match self {
+            AnyPml::Native(engine) => engine.end_nap(timed_out),
+            #[cfg(feature = "ucx")]
+            AnyPml::Ucx(_) => {}
+        }
+    }
+
+    /// Wakes the thread sleeping apart from the PML, if one is.
+    pub fn wake_nap(&self) {
+        match self {
+            AnyPml::Native(engine) => engine.wake_nap(),
+            #[cfg(feature = "ucx")]
+            AnyPml::Ucx(_) => {}
+        }
+    }
+
     /// Why this PML cannot take processes after start-up (a spawn's children or parents), if
     /// it cannot: UCX's endpoints are made at wire-up; the native engine opens a bridge.
     pub fn refuses_bridges(&self) -> Option<String> {

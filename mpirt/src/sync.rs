@@ -23,3 +23,22 @@ pub(crate) use shuttle::{
     sync::{Condvar, Mutex, MutexGuard},
     thread_local,
 };
+
+/// Sleeps a thread apart from the engine on `nap` (`pml::nap`), at most `timeout`; whether it
+/// ran to its timeout.
+#[cfg(not(all(test, model_check)))]
+pub(crate) fn sleep_apart(nap: &pml::Nap, timeout: std::time::Duration) -> bool {
+    nap.sleep(timeout)
+}
+
+/// Under the model checks: shuttle runs its threads on one, which a real sleep would stop, so
+/// the sleep looks (a zero timeout) and yields to the model's other threads until woken,
+/// without a timeout, as shuttle's condition variables: a lost wake-up leaves it yielding for
+/// ever, which shuttle reports when the run passes its step limit.
+#[cfg(all(test, model_check))]
+pub(crate) fn sleep_apart(nap: &pml::Nap, _timeout: std::time::Duration) -> bool {
+    while nap.sleep(std::time::Duration::ZERO) {
+        shuttle::thread::yield_now();
+    }
+    false
+}

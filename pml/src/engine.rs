@@ -7,6 +7,7 @@
 
 mod api;
 mod bridge;
+mod nap;
 mod one_sided;
 
 use std::slice;
@@ -140,6 +141,10 @@ pub struct Engine {
     /// Peers' window keys this rank unpacked (`OneSided::remote_key`), by the key it hands
     /// out: the transport's key and where its addressing starts (`one_sided.rs`).
     window_keys: slab::Slab<one_sided::PeerWindow>,
+    /// How a thread sleeping apart from the engine is woken (`nap.rs`), while one is.
+    napping: Option<nap::Napping>,
+    /// The eventfd that wakes a sleep apart from the engine on a wake fd, once one was.
+    nap_fd: Option<std::os::fd::OwnedFd>,
 }
 
 impl Engine {
@@ -224,6 +229,8 @@ impl Engine {
             failure: None,
             config: job.config,
             window_keys: slab::Slab::new(),
+            napping: None,
+            nap_fd: None,
         })
     }
 

@@ -14,6 +14,7 @@ pub mod freed_memory;
 mod keyed_queues;
 pub mod matching;
 pub mod membarrier;
+pub mod nap;
 pub mod one_sided;
 pub mod pml_api;
 pub mod protocol;
@@ -36,6 +37,7 @@ pub use engine::{Bridge, BridgePeer, Engine};
 pub use envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel, MIN_RUNTIME_TAG};
 pub use error::PmlError;
 pub use freed_memory::TrackingAllocator;
+pub use nap::{Nap, NapStart};
 pub use one_sided::{OneSided, RmaReach, WindowExposure};
 pub use pml_api::{Counters, Done, EngineError, Pml, RecvBuf, Wireup};
 pub use protocol::{

@@ -273,3 +273,47 @@ fn eight_ranks_with_56_mib_of_rings() {
     }
     assert_eq!(back, vec![(7, b"back".to_vec())]);
 }
+
+/// A sleep taken apart from the transport (`begin_nap`: a thread of a rank whose engine its
+/// threads share, sleeping without the engine): it runs to its timeout while nothing comes,
+/// a frame a peer sends once it is announced ends it, a frame already there refuses it, and
+/// the rank's own wake (what another of its threads does) ends it once: the next sleep runs
+/// to its timeout again. A lost wake-up shows as a sleep that runs its 20 s out.
+#[test]
+fn a_sleep_apart_is_woken_by_a_peer_and_by_its_own_rank_once() {
+    let name = Name::new("nap");
+    let cfg = ShmConfig { ring_bytes: 8192 };
+    let mut a = ShmTransport::create(&name.0, 0, 2, &cfg).unwrap();
+    let mut b = ShmTransport::attach(&name.0, 1, 2).unwrap();
+    let short = Duration::from_millis(20);
+    let long = Duration::from_secs(20);
+
+    let nap = a.begin_nap().expect("nothing is there");
+    assert!(nap.sleep(short), "nothing came, so it ran to its timeout");
+    a.end_nap(true);
+
+    let nap = a.begin_nap().expect("nothing is there");
+    let peer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(b.try_send(0, b"wake", &[]).unwrap());
+        b
+    });
+    assert!(!nap.sleep(long), "the peer's frame woke it");
+    a.end_nap(false);
+    let _b = peer.join().unwrap();
+
+    assert!(a.begin_nap().is_none(), "a frame is there: no sleep");
+    let mut got = Vec::new();
+    while got.is_empty() {
+        a.poll(|from, f| got.push((from, f.to_vec())));
+    }
+    assert_eq!(got, vec![(1, b"wake".to_vec())]);
+
+    let nap = a.begin_nap().expect("nothing is there");
+    a.wake(a.local_rank());
+    assert!(!nap.sleep(long), "its own rank's wake woke it");
+    a.end_nap(false);
+    let nap = a.begin_nap().expect("the wake was the last sleep's");
+    assert!(nap.sleep(short), "a wake ends one sleep only");
+    a.end_nap(true);
+}

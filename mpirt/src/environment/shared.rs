@@ -9,22 +9,35 @@
 //! A non-blocking call holds the lock for the call. A blocking one holds it for one look at
 //! its condition (a look that moves nothing) and one round of progress at a time, and lets go
 //! between rounds, so a thread that waits never keeps another from posting what it waits
-//! for, and the threads that wait make progress for each other; a thread that pauses between
-//! rounds wakes on another's round that moved something, or on the first non-blocking call
-//! after it paused (which may have moved anything: the PML's calls do not say). Sends keep
-//! their order per sending thread: each takes its sequence number under the lock, in the
-//! order its thread posts them.
+//! for, and the threads that wait make progress for each other. A thread that spun its budget
+//! out with nothing moving sleeps as a rank alone does, woken by a peer's message (the
+//! shared-memory futex word, or a wake fd with the engine's eventfd beside it: `pml::nap`),
+//! but without the lock, so that its rank's other threads go on; one thread of a rank sleeps
+//! so at a time, since the transports keep one sleeper's state. The others pause on a
+//! condition variable. Either kind of sleeper wakes on another thread's round that moved
+//! something, or on the first non-blocking call after it went to sleep (which may have moved
+//! anything: the PML's calls do not say), and a waiter that leaves while others pause and
+//! none sleeps apart wakes them, so that one takes its place. Open MPI's waits under
+//! `MPI_THREAD_MULTIPLE` are alike (one thread progresses, the others block until their
+//! request completes or the progressing one leaves), but its progressing thread polls
+//! instead of sleeping. Sends keep their order per sending thread: each takes its sequence
+//! number under the lock, in the order its thread posts them.
 
 use std::cell::Cell;
 use std::sync::{OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use pml::{ContextId, Done, Handle, Pml, PmlError, SourceSel, Started, Status, TagSel, Waiting};
+use pml::{
+    ContextId, Done, Handle, Nap, NapStart, Pml, PmlError, SourceSel, Started, Status, TagSel,
+    Waiting,
+};
 
 use super::place;
 use crate::backend::AnyPml;
 use crate::error::Cause;
-use crate::sync::{spin_loop, thread_local, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
+use crate::sync::{
+    sleep_apart, spin_loop, thread_local, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering,
+};
 
 /// The lock whose holder may reach the engine (`place`), made by `install`.
 static LOCK: OnceLock<Mutex<()>> = OnceLock::new();
@@ -42,6 +55,15 @@ static UNWOKEN: AtomicUsize = AtomicUsize::new(0);
 /// whose wait ended with this unchanged was counted out by no waker (its pause timed out, or
 /// the wake-up was spurious) and counts itself out. Under the lock only, as `UNWOKEN`.
 static WAKE_UPS: AtomicUsize = AtomicUsize::new(0);
+/// Whether a thread sleeps apart from the engine (`pml::nap`), where a peer's message wakes
+/// it as it wakes a rank alone: `NAP_NONE`, `NAP_ASLEEP` (a hold that may have moved something
+/// wakes it, `Engine::wake_nap`) or `NAP_WOKEN` (woken, on its way back to the lock: no second
+/// wake-up). One such thread at a time; the others pause on `MOVED`, and its rounds, as any
+/// thread's, wake them. Under the lock only, as `UNWOKEN`.
+static NAPPER: AtomicUsize = AtomicUsize::new(NAP_NONE);
+const NAP_NONE: usize = 0;
+const NAP_ASLEEP: usize = 1;
+const NAP_WOKEN: usize = 2;
 
 thread_local! {
     /// The hold of a non-blocking call made through `place::Entry` (`hold_for_call`), until
@@ -116,11 +138,34 @@ impl Held {
         }
     }
 
+    /// Lets go of the lock and sleeps apart from the engine on `nap` (which `begin_nap`
+    /// prepared under this hold) until a peer or a hold of another thread wakes it, or
+    /// `LONGEST_PAUSE` passes; then ends the sleep under the lock, and gives it up.
+    fn nap(mut self, nap: Nap) {
+        let Some(guard) = self.guard.take() else {
+            return;
+        };
+        HOLDING.with(|holding| holding.set(false));
+        // Said under the lock: a thread that takes it after wakes this one.
+        NAPPER.store(NAP_ASLEEP, Ordering::Relaxed);
+        drop(guard);
+        let timed_out = sleep_apart(&nap, LONGEST_PAUSE);
+        // This thread holds no hold now, and the lock exists, so the take succeeds.
+        if let Ok(mut held) = Held::take(false) {
+            NAPPER.store(NAP_NONE, Ordering::Relaxed);
+            // Gone only where another thread finalized meanwhile: nothing to end then.
+            if let Ok(engine) = held.engine() {
+                engine.end_nap(timed_out);
+            }
+        }
+    }
+
     /// The engine; `Finalized` after finalize.
     fn engine(&mut self) -> Result<&mut AnyPml, Cause> {
-        // SAFETY: this thread holds the lock (`pause`, which lets go, consumes the hold), so
-        // this is the one right to the engine there is (see `place`), and the reference lives
-        // no longer than the borrow of the hold.
+        // SAFETY: this thread holds the lock: a hold keeps its guard until it lets go
+        // (`pause` and `nap`, which let go, consume the hold, and the drop calls this before
+        // it drops the guard), so this is the one right to the engine there is (see `place`),
+        // and the reference lives no longer than the borrow of the hold.
         unsafe { place::engine() }
     }
 }
@@ -128,6 +173,16 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         HOLDING.with(|holding| holding.set(false));
+        if self.guard.is_none() {
+            return;
+        }
+        // Woken once per sleep (`NAP_WOKEN`): the holds after this one find it awake.
+        if self.wakes && NAPPER.load(Ordering::Relaxed) == NAP_ASLEEP {
+            NAPPER.store(NAP_WOKEN, Ordering::Relaxed);
+            if let Ok(engine) = self.engine() {
+                engine.wake_nap();
+            }
+        }
         let Some(guard) = self.guard.take() else {
             return;
         };
@@ -185,8 +240,10 @@ pub(super) fn let_go_after_call() {
 
 /// Progresses until `ready`, a look that makes no progress, gives a value, holding the lock
 /// for one look and one round of progress at a time: spins while the engine's budget lasts,
-/// then pauses between rounds without the lock (each pause twice the last, up to
-/// `LONGEST_PAUSE`) until something moves, here or in another thread's round (`MOVED`).
+/// then, between rounds and without the lock, one waiting thread sleeps apart from the engine
+/// (`Held::nap`, woken by a peer or another thread's hold, at most `LONGEST_PAUSE`) and the
+/// others pause on `MOVED` until another thread's round moves something (where no peer can
+/// wake a sleep apart, every waiter pauses, each pause twice the last up to `LONGEST_PAUSE`).
 /// Out of line, as every way into the shared engine: the thread-local path's callers inline
 /// nothing of it.
 #[cold]
@@ -211,6 +268,11 @@ pub(super) fn block_until<R>(
         // (another thread's request that a message for it completed) would be lost to the
         // threads paused on it, where the round below says.
         if let Some(value) = ready(engine)? {
+            // Threads paused on `MOVED` with none sleeping apart from the engine (this one
+            // was, or it returns before it slept): they are woken, so that one of them sleeps
+            // there, where a peer's message wakes it, rather than waiting out its pause.
+            held.wakes =
+                NAPPER.load(Ordering::Relaxed) == NAP_NONE && UNWOKEN.load(Ordering::Relaxed) > 0;
             return Ok(value);
         }
         if engine.progress()? {
@@ -225,10 +287,24 @@ pub(super) fn block_until<R>(
         idle_rounds = idle_rounds.wrapping_add(1);
         pausing |= idle.is_some_and(|idle| idle >= engine.spin_budget());
         if pausing {
-            // Lets go of the lock while it pauses, as a sleep after dropping it would, but
-            // wakes as soon as another thread's round moves something.
-            held.pause(pause);
-            pause = (pause * 2).min(LONGEST_PAUSE);
+            // One thread sleeps apart from the engine, woken by a peer's message; the others
+            // pause on `MOVED` until its round (or any thread's) moves something.
+            if NAPPER.load(Ordering::Relaxed) != NAP_NONE {
+                held.pause(LONGEST_PAUSE);
+                continue;
+            }
+            match engine.begin_nap()? {
+                NapStart::Sleep(nap) => held.nap(nap),
+                // Something came: the next round takes it.
+                NapStart::Busy => drop(held),
+                // Only this rank's threads move anything: pause until one does, as a sleep
+                // after letting go of the lock would, but wake as soon as a round moves
+                // something.
+                NapStart::Unwakeable => {
+                    held.pause(pause);
+                    pause = (pause * 2).min(LONGEST_PAUSE);
+                }
+            }
         } else {
             drop(held);
             spin_loop();

@@ -17,6 +17,7 @@ use crate::blocks::{Blocks, PackedRange};
 use crate::config::TransportChoice;
 use crate::envelope::Rank;
 use crate::error::PmlError;
+use crate::nap::NapStart;
 use crate::pml_api::{Counters, EngineError};
 use crate::wire::RemoteKey;
 
@@ -327,6 +328,18 @@ impl Transport for AnyTransport {
 
     fn after_wait(&mut self) {
         each!(self, t => Transport::after_wait(t))
+    }
+
+    fn begin_nap(&mut self) -> Result<NapStart, PmlError> {
+        each!(self, t => Transport::begin_nap(t))
+    }
+
+    fn end_nap(&mut self, timed_out: bool) {
+        each!(self, t => Transport::end_nap(t, timed_out))
+    }
+
+    fn wake_nap(&self) {
+        each!(self, t => Transport::wake_nap(t))
     }
 
     fn stop(&mut self) {

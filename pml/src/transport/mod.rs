@@ -34,6 +34,7 @@ use crate::blocks::{Blocks, PackedRange};
 use crate::config::EngineConfig;
 use crate::envelope::Rank;
 use crate::error::PmlError;
+use crate::nap::NapStart;
 use crate::pml_api::{Counters, EngineError, Wireup};
 use crate::protocol::{Core, DataTarget, PeerCaps, RecvBytes, SendBytes};
 use crate::requests::Handle;
@@ -509,6 +510,21 @@ pub trait Transport {
 
     /// After a wait on the wake fds (slept or not).
     fn after_wait(&mut self);
+
+    /// Prepares a sleep that a thread takes apart from the engine (`crate::nap`), where this
+    /// is the one transport that peers wake: tells peers how to wake this rank and looks once
+    /// more, as `sleep` does first. None by default (`Unwakeable`): OFI's sleep decides
+    /// between polling, yielding and sleeping as it goes, which a sleep apart cannot.
+    fn begin_nap(&mut self) -> Result<NapStart, PmlError> {
+        Ok(NapStart::Unwakeable)
+    }
+
+    /// Ends what `begin_nap` prepared (`timed_out`: the sleep ran to its timeout).
+    fn end_nap(&mut self, _timed_out: bool) {}
+
+    /// Wakes this rank's sleep apart from the engine its own way, where it is not on a wake
+    /// fd (the shared-memory futex word).
+    fn wake_nap(&self) {}
 
     /// Stops moving data into this process, for an engine that stopped on a failure (a
     /// transport whose data moves only inside its own calls has nothing to stop).

@@ -40,6 +40,7 @@ pub use peers::{ShmOpening, ShmPeers};
 pub use segment::unlink_segment;
 use short_blocks::read_short_blocks;
 
+use crate::nap::Nap;
 use ring::{Consumer, Producer};
 use segment::{RankCtl, Segment};
 use sleep_barrier::SleepBarrier;
@@ -400,6 +401,26 @@ impl ShmTransport {
             let timed_out = futex::wait(futex, seen, timeout);
             self.count_sleep(seen, timed_out);
         }
+        self.end_sleep();
+    }
+
+    /// [`wait`](Self::wait)'s sleep, for a thread that sleeps apart from the transport
+    /// (`crate::nap`): announces it as `wait` does and returns it, or `None` where something
+    /// is there already (the sleep is over then). [`end_nap`](Self::end_nap) follows a sleep.
+    pub fn begin_nap(&self) -> Option<Nap> {
+        if self.announce_sleep(ON_FUTEX) {
+            self.end_sleep();
+            return None;
+        }
+        // The value `announce_sleep` found unchanged since the last sleep: a wake after it
+        // changed the word, so the sleep returns at once.
+        let futex = &self.seg.rank_ctl(self.local_rank).futex;
+        Some(Nap::on_futex(futex.as_ptr(), self.seen_wakes.get()))
+    }
+
+    /// Ends the sleep of [`begin_nap`](Self::begin_nap), counted as [`wait`](Self::wait)'s.
+    pub fn end_nap(&self, timed_out: bool) {
+        self.count_sleep(self.seen_wakes.get(), timed_out);
         self.end_sleep();
     }
 

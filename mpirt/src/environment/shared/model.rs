@@ -33,7 +33,7 @@ use shuttle::thread;
 
 use super::super::place::{self, Entry};
 use super::super::{recv, wait};
-use super::{install, UNWOKEN};
+use super::{install, NAPPER, NAP_ASLEEP, UNWOKEN};
 use crate::backend::{AnyPml, PmlChoice};
 use crate::sync::Ordering;
 
@@ -539,14 +539,15 @@ fn two_threads_posting_and_matching_in_every_interleaving() {
     });
 }
 
-/// A thread paused in a wait is woken when another thread's wait, spinning, takes what
-/// completes the paused one's request off the wire: rank 1 (a thread of its own, without the
-/// lock, as a peer process) sends the message that the paused thread waits for once it has
-/// paused, and the other thread then starts its wait, whose first round receives it. That
-/// round must wake the paused thread, which then sends what the other thread waits for;
-/// when the wait's look at its own request made that round (a test), what the round moved
-/// was lost, the paused thread slept on (up to a millisecond; here, where pauses never time
-/// out, for ever) and shuttle reported the deadlock.
+/// A waiting thread gets its message when another thread's wait, spinning, may take it off
+/// the wire: rank 1 (a thread of its own, without the lock, as a peer process) sends the
+/// message that the waiting thread waits for once it sleeps, and the other thread then starts
+/// its wait, whose first round may receive it; the waiting thread then sends what the other
+/// thread waits for. Written for a thread paused on the condition variable, which a look
+/// that moved something unseen (a test) left asleep; the waiting thread, alone in its wait,
+/// now sleeps apart from the engine, where rank 1's message wakes it whoever takes the
+/// message, so that look no longer fails this check (a look that makes a round passes it):
+/// `one_thread_sleeps_apart_and_the_others_pause_until_it_moves_something` catches it.
 #[test]
 fn a_paused_waiter_is_woken_by_another_waits_round() {
     explore_job("woken by another wait's round", 2, 2_000, 2_000, || {
@@ -585,8 +586,9 @@ fn a_paused_waiter_is_woken_by_another_waits_round() {
         let peer = thread::spawn(move || {
             let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
             // Once the other thread posted (a non-blocking call, which wakes) and the
-            // waiting one paused, the engine's lock free: the message lands between holds.
-            while posted.load(StdOrdering::Relaxed) == 0 || UNWOKEN.load(Ordering::Relaxed) == 0 {
+            // waiting one sleeps apart from the engine, the engine's lock free: the message
+            // lands between holds.
+            while posted.load(StdOrdering::Relaxed) == 0 || !asleep_apart() {
                 thread::yield_now();
             }
             let bytes = message(1, 0, EAGER);
@@ -610,6 +612,106 @@ fn a_paused_waiter_is_woken_by_another_waits_round() {
             *PEER.lock().unwrap() = Some(peer);
         });
         for thread in [paused, spinning, peer] {
+            thread.join().unwrap();
+        }
+    });
+}
+
+/// Whether a thread of rank 0 sleeps apart from the engine, not yet woken.
+fn asleep_apart() -> bool {
+    NAPPER.load(Ordering::Relaxed) == NAP_ASLEEP
+}
+
+/// A thread sleeping apart from the engine (on rank 0's futex word in the shared-memory
+/// segment, which only rank 1 feeds) is woken by its own rank's non-blocking call that
+/// completes what it waits for: a send to itself, through the loopback, posted once it sleeps.
+/// No peer sends anything, so a hold that moved something and did not wake it would leave it
+/// asleep (here, for ever: the model's sleep never times out).
+#[test]
+fn a_thread_sleeping_apart_is_woken_by_its_ranks_non_blocking_call() {
+    explore_job(
+        "sleeping apart, woken by a send to self",
+        2,
+        2_000,
+        2_000,
+        || {
+            let sleeper = thread::spawn(|| {
+                let mut buf = [0u8; EAGER];
+                let handle = post_recv(&mut buf, TagSel::Tag(1));
+                let status = received(wait(handle).unwrap());
+                assert_eq!(sender_and_seq(&status, &buf), (1, 0));
+            });
+            let sender = thread::spawn(|| {
+                while !asleep_apart() {
+                    thread::yield_now();
+                }
+                let bytes = message(1, 0, EAGER);
+                let handle = post_send(&bytes, 1, SendMode::Standard);
+                assert_eq!(wait(handle).unwrap(), Done::Sent);
+            });
+            for thread in [sleeper, sender] {
+                thread.join().unwrap();
+            }
+        },
+    );
+}
+
+/// Two threads of rank 0 wait for rank 1's messages: one sleeps apart from the engine, the
+/// other pauses on the condition variable. Rank 1 sends one message once both wait, and the
+/// other only after the first one's thread has it and the thread still waiting sleeps apart:
+/// whichever thread the first message was for, the sleeper's round that took it wakes the
+/// paused thread (shuttle's condition variables never time out), and the one left waiting
+/// ends up asleep apart, where rank 1's second message wakes it. A blocking call's look that
+/// moved something unseen (a round before `collect`) fails it: the sleeper's look took the
+/// paused thread's message and left it paused, a run past shuttle's step limit.
+#[test]
+fn one_thread_sleeps_apart_and_the_others_pause_until_it_moves_something() {
+    explore_job("one sleeper apart, one paused", 2, 2_000, 2_000, || {
+        let received_one = Arc::new(StdAtomicUsize::new(0));
+        let waiters: Vec<_> = (1..=2i32)
+            .map(|tag| {
+                let received_one = received_one.clone();
+                thread::spawn(move || {
+                    let mut buf = [0u8; EAGER];
+                    let handle = post_recv(&mut buf, TagSel::Tag(tag));
+                    let status = received(wait(handle).unwrap());
+                    assert_eq!(sender_and_seq(&status, &buf), (1, tag as u8));
+                    received_one.fetch_add(1, StdOrdering::Relaxed);
+                })
+            })
+            .collect();
+        let peer = thread::spawn(move || {
+            let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+            let mut send = |tag: i32| {
+                let bytes = message(1, tag as u8, EAGER);
+                // SAFETY: `bytes` lives until the send's request completed, below.
+                let handle = unsafe {
+                    peer.0.post_send(
+                        CONTEXT,
+                        1,
+                        0,
+                        tag,
+                        SendMode::Standard,
+                        bytes.as_ptr(),
+                        bytes.len(),
+                    )
+                }
+                .unwrap();
+                while peer.0.test(handle).unwrap().is_none() {
+                    thread::yield_now();
+                }
+            };
+            while !(asleep_apart() && UNWOKEN.load(Ordering::Relaxed) > 0) {
+                thread::yield_now();
+            }
+            send(1);
+            while !(received_one.load(StdOrdering::Relaxed) == 1 && asleep_apart()) {
+                thread::yield_now();
+            }
+            send(2);
+            *PEER.lock().unwrap() = Some(peer);
+        });
+        for thread in waiters.into_iter().chain([peer]) {
             thread.join().unwrap();
         }
     });

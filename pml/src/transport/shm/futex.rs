@@ -11,16 +11,24 @@ use std::time::Duration;
 /// changed, timeout, signal) is fine: callers re-check their condition. Returns whether the
 /// sleep ran to its timeout.
 pub fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> bool {
+    wait_at(word.as_ptr(), expected, timeout)
+}
+
+/// [`wait`] on a word by its address, which need not be mapped any more: a thread that sleeps
+/// apart from the engine that maps it (`pml::nap`) holds no reference to it. The kernel reads
+/// the word itself; an address no longer mapped only makes the call fail at once (EFAULT).
+pub(crate) fn wait_at(word: *mut u32, expected: u32, timeout: Duration) -> bool {
     let ts = libc::timespec {
         tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
     };
-    // SAFETY: `word` is a live, 4-byte aligned atomic (a reference guarantees both) and `ts`
-    // outlives the call; FUTEX_WAIT only reads them. The kernel compares the word atomically.
+    // SAFETY: FUTEX_WAIT only reads the 4-byte word at `word` (aligned: every caller's word
+    // is an `AtomicU32`) and `ts`, which outlives the call; the kernel reads the word
+    // atomically and fails the call, without touching memory, where it is not mapped.
     let slept = unsafe {
         libc::syscall(
             libc::SYS_futex,
-            word.as_ptr(),
+            word,
             libc::FUTEX_WAIT,
             expected,
             &ts as *const libc::timespec,

@@ -15,6 +15,7 @@ use crate::config::TransportChoice;
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::freed_memory;
+use crate::nap::NapStart;
 use crate::pml_api::{Counters, EngineError};
 use crate::shared_arena::{self, ArenaInfo};
 use crate::transport::{Caps, Exposure, Job, Peer, Reading, Sent, Sink, Transport};
@@ -490,6 +491,21 @@ impl Transport for ShmPeers {
 
     fn after_wait(&mut self) {
         self.seg.after_wait();
+    }
+
+    fn begin_nap(&mut self) -> Result<NapStart, PmlError> {
+        Ok(match self.seg.begin_nap() {
+            Some(nap) => NapStart::Sleep(nap),
+            None => NapStart::Busy,
+        })
+    }
+
+    fn end_nap(&mut self, timed_out: bool) {
+        self.seg.end_nap(timed_out);
+    }
+
+    fn wake_nap(&self) {
+        self.seg.wake(self.seg.local_rank());
     }
 
     fn count(&self, counters: &mut Counters) {

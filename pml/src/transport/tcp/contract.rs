@@ -9,6 +9,7 @@ use crate::blocks::{Blocks, PackedRange};
 use crate::config::EngineConfig;
 use crate::envelope::Rank;
 use crate::error::PmlError;
+use crate::nap::{Nap, NapStart};
 use crate::pml_api::EngineError;
 use crate::transport::{Caps, Job, Peer, Reading, Sent, Sink, Transport};
 use crate::wire::{RemoteKey, DATA_HEADER_LEN};
@@ -209,6 +210,15 @@ impl Transport for TcpTransport {
     /// Whatever woke the rank may have come over TCP: look there on the next round.
     fn after_wait(&mut self) {
         self.rounds_to_skip = 0;
+    }
+
+    /// On the epoll set, as `sleep`: level-triggered, so nothing is slept through.
+    fn begin_nap(&mut self) -> Result<NapStart, PmlError> {
+        Ok(NapStart::Sleep(Nap::on_fd(self.epoll.as_raw_fd())))
+    }
+
+    fn end_nap(&mut self, _timed_out: bool) {
+        self.after_wait();
     }
 
     fn describe(&self, peers: usize) -> String {

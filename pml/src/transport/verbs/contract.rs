@@ -9,6 +9,7 @@ use crate::blocks::Blocks;
 use crate::config::TransportChoice;
 use crate::envelope::Rank;
 use crate::error::PmlError;
+use crate::nap::{Nap, NapStart};
 use crate::pml_api::{Counters, EngineError};
 use crate::transport::{
     Caps, Exposure, Job, Peer, Reading, Registration, RmaOp, RmaPosted, Sent, Sink, Transport,
@@ -226,6 +227,19 @@ impl Transport for VerbsTransport {
     }
 
     fn after_wait(&mut self) {
+        VerbsTransport::after_wait(self);
+    }
+
+    /// On the completion channel, as `sleep`, after arming it and looking once more.
+    fn begin_nap(&mut self) -> Result<NapStart, PmlError> {
+        if VerbsTransport::before_wait(self)? {
+            VerbsTransport::after_wait(self);
+            return Ok(NapStart::Busy);
+        }
+        Ok(NapStart::Sleep(Nap::on_fd(VerbsTransport::wake_fd(self))))
+    }
+
+    fn end_nap(&mut self, _timed_out: bool) {
         VerbsTransport::after_wait(self);
     }
 
