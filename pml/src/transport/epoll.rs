@@ -6,7 +6,11 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// Set once the kernel answered `epoll_pwait2` with ENOSYS (before Linux 5.11).
+static NO_PWAIT2: AtomicBool = AtomicBool::new(false);
 
 pub struct Epoll {
     fd: OwnedFd,
@@ -70,20 +74,50 @@ impl Epoll {
     }
 
     /// Puts the ready fds in `out` (emptied first), waiting at most `timeout` (zero: just
-    /// look). `out` is the caller's so that a progress round allocates nothing.
+    /// look). `out` is the caller's so that a progress round allocates nothing. A timeout
+    /// under a millisecond (a nap of 50 us) waits that long where the kernel has
+    /// `epoll_pwait2` (Linux 5.11), else a whole millisecond: `epoll_wait` counts whole
+    /// milliseconds, and rounding such a nap down to zero would make the wait a busy loop.
     pub fn wait(&mut self, timeout: Duration, out: &mut Vec<Ready>) -> io::Result<()> {
         out.clear();
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: `events` is a valid, writable array of `events.len()` epoll_event structs,
-        // and the kernel writes at most that many.
-        let n = unsafe {
-            libc::epoll_wait(
-                self.fd.as_raw_fd(),
-                self.events.as_mut_ptr(),
-                self.events.len() as i32,
-                ms,
-            )
-        };
+        let short = !timeout.is_zero() && timeout < Duration::from_millis(1);
+        let mut n = -1;
+        if short && !NO_PWAIT2.load(Ordering::Relaxed) {
+            let ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: timeout.subsec_nanos() as libc::c_long,
+            };
+            // SAFETY: as epoll_wait below, and `ts` is a valid timespec for the call; a null
+            // signal mask leaves the mask as it is (the size is then not read). Called by
+            // number: glibc wraps epoll_pwait2 only from 2.35.
+            n = unsafe {
+                libc::syscall(
+                    libc::SYS_epoll_pwait2,
+                    self.fd.as_raw_fd(),
+                    self.events.as_mut_ptr(),
+                    self.events.len() as libc::c_int,
+                    &ts as *const libc::timespec,
+                    std::ptr::null::<libc::sigset_t>(),
+                    0usize,
+                )
+            } as i32;
+            if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+                NO_PWAIT2.store(true, Ordering::Relaxed);
+            }
+        }
+        if !short || NO_PWAIT2.load(Ordering::Relaxed) {
+            let ms = timeout.as_millis().min(i32::MAX as u128) as i32 + i32::from(short);
+            // SAFETY: `events` is a valid, writable array of `events.len()` epoll_event
+            // structs, and the kernel writes at most that many.
+            n = unsafe {
+                libc::epoll_wait(
+                    self.fd.as_raw_fd(),
+                    self.events.as_mut_ptr(),
+                    self.events.len() as i32,
+                    ms,
+                )
+            };
+        }
         if n < 0 {
             let e = io::Error::last_os_error();
             return if e.kind() == io::ErrorKind::Interrupted {
