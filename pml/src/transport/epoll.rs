@@ -91,9 +91,10 @@ impl Epoll {
 
     /// Puts the ready fds in `out` (emptied first), waiting at most `timeout` (zero: just
     /// look). `out` is the caller's so that a progress round allocates nothing. A timeout
-    /// under a millisecond (a nap of 50 us) waits that long where the kernel has
-    /// `epoll_pwait2` (Linux 5.11), else a whole millisecond: `epoll_wait` counts whole
-    /// milliseconds, and rounding such a nap down to zero would make the wait a busy loop.
+    /// under a millisecond (a nap of 50 us) waits that long where `epoll_pwait2` can be
+    /// called (Linux 5.11; see `pwait2_missing`), else a whole millisecond: `epoll_wait`
+    /// counts whole milliseconds, and rounding such a nap down to zero would make the wait a
+    /// busy loop.
     pub fn wait(&mut self, timeout: Duration, out: &mut Vec<Ready>) -> io::Result<()> {
         out.clear();
         let short = !timeout.is_zero() && timeout < Duration::from_millis(1);
