@@ -19,8 +19,8 @@ use pml::{
 mod ranks_common;
 
 use ranks_common::{
-    every_rank_done, exchange, pattern, put_and_read_back, rank0_saw_rank1_die, rma_waited,
-    run_children, swap_windows, wait_for_dead_rank1, DirWireup,
+    every_rank_done, exchange, pattern, put_and_read_back, rank0_saw_rank1_die, recv, rma_waited,
+    run_children, send, swap_windows, wait_for_dead_rank1, DirWireup,
 };
 
 const DEATH_ENV: &str = "PML_OFI_TEST_DEATH";
@@ -353,29 +353,38 @@ fn a_rank_beside_an_fd_less_provider_sleeps() {
         ..EngineConfig::default()
     };
     let mut e = Engine::new(&mut w, config).unwrap();
+    if rank == 0 {
+        // Else the set could be shared memory beside TCP, which sleeps with or without the
+        // change.
+        let d = e.description();
+        assert!(
+            d.contains("1 ranks over libfabric udp;ofi_rxd ") && d.contains("over shared memory"),
+            "rank 0 should reach rank 1 over shared memory and rank 2 over udp;ofi_rxd: {d}"
+        );
+    }
     // Rank 2 and rank 0 exchange a message over OFI first, so that the transport carries
     // a peer it has talked to.
-    let mut word = [0u8; 8];
+    let standard = SendMode::Standard;
     if rank == 0 {
-        send_to(&mut e, 2, 3, &7u64.to_le_bytes());
-        recv_into(&mut e, 2, 3, &mut word);
-        assert_eq!(u64::from_le_bytes(word), 8, "rank 2's reply over OFI");
+        send(&mut e, 2, 3, &7u64.to_le_bytes(), standard);
+        let (word, _) = recv(&mut e, SourceSel::Rank(2), TagSel::Tag(3), 8);
+        assert_eq!(word, 8u64.to_le_bytes(), "rank 2's reply over OFI");
     } else if rank == 2 {
-        recv_into(&mut e, 0, 3, &mut word);
-        send_to(&mut e, 0, 3, &(u64::from_le_bytes(word) + 1).to_le_bytes());
+        let (word, _) = recv(&mut e, SourceSel::Rank(0), TagSel::Tag(3), 8);
+        let next = u64::from_le_bytes(word.try_into().unwrap()) + 1;
+        send(&mut e, 0, 3, &next.to_le_bytes(), standard);
     }
     if rank < 2 {
         for i in 0..ROUNDS {
-            let mut inbox = [0u8; 8];
             if rank == 1 {
-                recv_into(&mut e, 0, 1, &mut inbox);
+                let (inbox, _) = recv(&mut e, SourceSel::Rank(0), TagSel::Tag(1), 8);
                 std::thread::sleep(Duration::from_millis(3));
-                let next = u64::from_le_bytes(inbox) + 1;
-                send_to(&mut e, 0, 2, &next.to_le_bytes());
+                let next = u64::from_le_bytes(inbox.try_into().unwrap()) + 1;
+                send(&mut e, 0, 2, &next.to_le_bytes(), standard);
             } else {
-                send_to(&mut e, 1, 1, &i.to_le_bytes());
-                recv_into(&mut e, 1, 2, &mut inbox);
-                assert_eq!(u64::from_le_bytes(inbox), i + 1);
+                send(&mut e, 1, 1, &i.to_le_bytes(), standard);
+                let (inbox, _) = recv(&mut e, SourceSel::Rank(1), TagSel::Tag(2), 8);
+                assert_eq!(inbox, (i + 1).to_le_bytes());
             }
         }
     }
@@ -390,39 +399,6 @@ fn a_rank_beside_an_fd_less_provider_sleeps() {
     e.flush_all().unwrap();
     w.fence().unwrap();
     println!("rank {rank} done");
-}
-
-fn send_to(e: &mut Engine, peer: u32, tag: i32, data: &[u8]) {
-    // SAFETY: `data` outlives the request, waited for here.
-    let me = e.rank();
-    let s = unsafe {
-        e.post_send(
-            0,
-            me,
-            peer,
-            tag,
-            SendMode::Standard,
-            data.as_ptr(),
-            data.len(),
-        )
-    }
-    .unwrap();
-    e.wait(s).unwrap();
-}
-
-fn recv_into(e: &mut Engine, peer: u32, tag: i32, inbox: &mut [u8]) {
-    // SAFETY: `inbox` outlives the request, waited for here.
-    let r = unsafe {
-        e.post_recv(
-            0,
-            SourceSel::Rank(peer),
-            TagSel::Tag(tag),
-            inbox.as_mut_ptr(),
-            inbox.len(),
-        )
-    }
-    .unwrap();
-    e.wait(r).unwrap();
 }
 
 const ONE_SIDED_ENV: &str = "PML_OFI_TEST_ONE_SIDED";
