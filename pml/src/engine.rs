@@ -239,6 +239,7 @@ impl Engine {
         for t in &self.transports {
             t.count(&mut counters);
         }
+        counters.wake_set_sleeps += self.wake.as_ref().map_or(0, WakeSet::sleeps);
         counters
     }
 

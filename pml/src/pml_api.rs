@@ -459,4 +459,8 @@ pub struct Counters {
     /// the protocol lost (a sender preempted between writing its frame and waking this rank
     /// for longer than the sleep counts too).
     pub shm_missed_wakes: u64,
+    /// Waits of this rank on the wake fds of several transports at once (shared memory
+    /// beside TCP or OFI) that slept, rather than returning at once or yielding: beside OFI
+    /// without a wait fd (udp;ofi_rxd), each of its naps is one.
+    pub wake_set_sleeps: u64,
 }

@@ -12,26 +12,11 @@ use pml::{Done, Engine, EngineConfig, Pml, SendMode, SourceSel, TagSel, Transpor
 
 mod ranks_common;
 
-use ranks_common::{checksum, pattern, run_children, singleton_wireup, DirWireup};
+use ranks_common::{checksum, pattern, recv, run_children, send, singleton_wireup, DirWireup};
 
 // Lets the verbs test check that the registration cache works.
 #[global_allocator]
 static ALLOCATOR: pml::TrackingAllocator = pml::TrackingAllocator;
-
-fn send(e: &mut Engine, to: u32, tag: i32, data: &[u8], mode: SendMode) {
-    // SAFETY: `data` outlives the request: we wait for it before returning.
-    let h = unsafe { e.post_send(0, e.rank(), to, tag, mode, data.as_ptr(), data.len()) }.unwrap();
-    assert_eq!(e.wait(h).unwrap(), Done::Sent);
-}
-
-/// A blocking receive, as mpirt's: the engine's claim, which takes an eager frame straight
-/// from the transport and turns into a request for a rendezvous.
-fn recv(e: &mut Engine, from: SourceSel, tag: TagSel, len: usize) -> (Vec<u8>, pml::Status) {
-    let mut buf = vec![0u8; len];
-    // SAFETY: `buf` outlives the call, which returns once the receive is done.
-    let status = unsafe { e.recv(0, from, tag, buf.as_mut_ptr(), buf.len()) }.unwrap();
-    (buf, status)
-}
 
 #[test]
 fn singleton_sends_to_itself_by_every_protocol() {

@@ -19,8 +19,8 @@ use pml::{
 mod ranks_common;
 
 use ranks_common::{
-    every_rank_done, exchange, pattern, put_and_read_back, rank0_saw_rank1_die, rma_waited,
-    run_children, swap_windows, wait_for_dead_rank1, DirWireup,
+    every_rank_done, exchange, pattern, put_and_read_back, rank0_saw_rank1_die, recv, rma_waited,
+    run_children, send, swap_windows, wait_for_dead_rank1, DirWireup,
 };
 
 const DEATH_ENV: &str = "PML_OFI_TEST_DEATH";
@@ -209,7 +209,7 @@ fn dead_peer_rank(dir: PathBuf, rank: u32, case: &str, provider: &str) {
 /// Rank 0 sends 64 KiB (a rendezvous: rank 1 reads it by fi_read) and checks that its send
 /// buffer counts as exposed until the peer's FIN says it read it all, and no longer then,
 /// before the send is collected (a buffered send is collected only at the next one): waits
-/// on a provider without a wait fd (udp;ofi_rxd) poll while one is (see `ofi::wait_step`),
+/// on a provider without a wait fd (udp;ofi_rxd) poll while one is (see `ofi::polled_step`),
 /// so an exposure kept longer would keep them polling with nothing moving.
 #[test]
 fn a_send_buffer_is_exposed_until_the_peer_read_it() {
@@ -275,6 +275,128 @@ fn exposed_rank(dir: PathBuf, rank: u32, provider: &str) {
             "the 64 KiB did not go by fi_read"
         );
     }
+    w.fence().unwrap();
+    println!("rank {rank} done");
+}
+
+const BESIDE_SHM_ENV: &str = "PML_OFI_TEST_BESIDE_SHM";
+
+/// [`DirWireup`] for a job whose rank 2 says it runs on another host: ranks 0 and 1 then reach
+/// each other over shared memory, and rank 2 over OFI (`--transport auto` with a provider
+/// named). It rewrites the host rank 2 publishes under the engine's `pml.host.2`.
+struct ElsewhereWireup(DirWireup);
+
+impl Wireup for ElsewhereWireup {
+    fn rank(&self) -> u32 {
+        self.0.rank()
+    }
+    fn size(&self) -> u32 {
+        self.0.size()
+    }
+    fn job_id(&self) -> String {
+        self.0.job_id()
+    }
+    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String> {
+        let value = if key == "pml.host.2" {
+            b"elsewhere".as_slice()
+        } else {
+            value
+        };
+        self.0.put(key, value)
+    }
+    fn fence(&mut self) -> Result<(), String> {
+        self.0.fence()
+    }
+    fn job_secret(&mut self) -> Result<[u8; 32], String> {
+        self.0.job_secret()
+    }
+    fn get(&mut self, from: u32, key: &str) -> Result<Vec<u8>, String> {
+        self.0.get(from, key)
+    }
+}
+
+/// A rank that reaches one peer over shared memory and another over udp;ofi_rxd (which has
+/// no wait fd) sleeps while it waits, woken by its shared-memory peer: rank 0 waits for
+/// rank 1's replies, each 3 ms late, while rank 2 is idle over OFI. Before, its waits took
+/// OFI's missing fd for "something may be there" and polled without ever sleeping (no wake
+/// set sleep at all); now each sleeps on the shared-memory wake fd for at most OFI's nap.
+/// Counted, not timed.
+#[test]
+fn a_rank_beside_an_fd_less_provider_sleeps() {
+    const ROUNDS: u64 = 20;
+    let Ok(spec) = env::var(BESIDE_SHM_ENV) else {
+        let dir = env::temp_dir().join(format!("pml-beside-shm-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let outputs = run_children(
+            "a_rank_beside_an_fd_less_provider_sleeps",
+            3,
+            BESIDE_SHM_ENV,
+            |r| format!("{},{r}", dir.display()),
+            &[],
+            Duration::from_secs(120),
+        );
+        fs::remove_dir_all(dir).unwrap();
+        print!("{}", every_rank_done(&outputs, "udp;ofi_rxd beside shm, "));
+        return;
+    };
+    let (dir, rank) = spec.split_once(',').unwrap();
+    let rank: u32 = rank.parse().unwrap();
+    let mut w = ElsewhereWireup(DirWireup {
+        dir: dir.into(),
+        rank,
+        size: 3,
+        round: 0,
+    });
+    let config = EngineConfig {
+        transport: TransportChoice::Auto,
+        ofi_provider: Some("udp;ofi_rxd".into()),
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(&mut w, config).unwrap();
+    if rank == 0 {
+        // Else the set could be shared memory beside TCP, which sleeps with or without the
+        // change.
+        let d = e.description();
+        assert!(
+            d.contains("1 ranks over libfabric udp;ofi_rxd ") && d.contains("over shared memory"),
+            "rank 0 should reach rank 1 over shared memory and rank 2 over udp;ofi_rxd: {d}"
+        );
+    }
+    // Rank 2 and rank 0 exchange a message over OFI first, so that the transport carries
+    // a peer it has talked to.
+    let standard = SendMode::Standard;
+    if rank == 0 {
+        send(&mut e, 2, 3, &7u64.to_le_bytes(), standard);
+        let (word, _) = recv(&mut e, SourceSel::Rank(2), TagSel::Tag(3), 8);
+        assert_eq!(word, 8u64.to_le_bytes(), "rank 2's reply over OFI");
+    } else if rank == 2 {
+        let (word, _) = recv(&mut e, SourceSel::Rank(0), TagSel::Tag(3), 8);
+        let next = u64::from_le_bytes(word.try_into().unwrap()) + 1;
+        send(&mut e, 0, 3, &next.to_le_bytes(), standard);
+    }
+    if rank < 2 {
+        for i in 0..ROUNDS {
+            if rank == 1 {
+                let (inbox, _) = recv(&mut e, SourceSel::Rank(0), TagSel::Tag(1), 8);
+                std::thread::sleep(Duration::from_millis(3));
+                let next = u64::from_le_bytes(inbox.try_into().unwrap()) + 1;
+                send(&mut e, 0, 2, &next.to_le_bytes(), standard);
+            } else {
+                send(&mut e, 1, 1, &i.to_le_bytes(), standard);
+                let (inbox, _) = recv(&mut e, SourceSel::Rank(1), TagSel::Tag(2), 8);
+                assert_eq!(inbox, (i + 1).to_le_bytes());
+            }
+        }
+    }
+    if rank == 0 {
+        let c = e.counters();
+        println!("rank 0 slept {} times on the wake set", c.wake_set_sleeps);
+        assert!(
+            c.wake_set_sleeps >= ROUNDS,
+            "rank 0 waited without sleeping: {c:?}"
+        );
+    }
+    e.flush_all().unwrap();
     w.fence().unwrap();
     println!("rank {rank} done");
 }

@@ -131,6 +131,8 @@ impl Engine {
             self.hosts.push(peer.host.clone());
             self.names.push(peer.name.clone());
         }
+        // The old set's sleeps stay counted.
+        self.counters.wake_set_sleeps += self.wake.as_ref().map_or(0, WakeSet::sleeps);
         self.wake = WakeSet::over(&mut self.transports)?;
         self.description += &format!(
             "; {} spawned or parent ranks over a tcp bridge",

@@ -12,7 +12,7 @@ use super::shm::{ShmOpening, ShmPeers};
 use super::tcp::TcpTransport;
 #[cfg(feature = "verbs")]
 use super::verbs::VerbsTransport;
-use super::{Caps, Exposure, Job, Peer, Reading, RmaOp, RmaPosted, Sent, Sink, Transport};
+use super::{Caps, Exposure, Job, Peer, Polled, Reading, RmaOp, RmaPosted, Sent, Sink, Transport};
 use crate::blocks::{Blocks, PackedRange};
 use crate::config::TransportChoice;
 use crate::envelope::Rank;
@@ -340,6 +340,10 @@ impl Transport for AnyTransport {
 
     fn wake_nap(&self) {
         each!(self, t => Transport::wake_nap(t))
+    }
+
+    fn polled(&self) -> Option<Polled> {
+        each!(self, t => Transport::polled(t))
     }
 
     fn stop(&mut self) {

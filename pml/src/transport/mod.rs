@@ -28,6 +28,7 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 
 pub use dispatch::{AnyTransport, Connected, Opening, Registration};
+pub use wake::Polled;
 pub(crate) use wake::WakeSet;
 
 use crate::blocks::{Blocks, PackedRange};
@@ -525,6 +526,14 @@ pub trait Transport {
     /// Wakes this rank's sleep apart from the engine its own way, where it is not on a wake
     /// fd (the shared-memory futex word).
     fn wake_nap(&self) {}
+
+    /// For a transport without a wake fd, whose data moves only inside its own calls (OFI
+    /// where the provider has no wait fd: udp;ofi_rxd): how soon a wait on the other
+    /// transports' wake fds must come back to poll it. Asked after `before_wait`. `None`
+    /// (the default): it has a wake fd, or nothing that needs polling.
+    fn polled(&self) -> Option<Polled> {
+        None
+    }
 
     /// Stops moving data into this process, for an engine that stopped on a failure (a
     /// transport whose data moves only inside its own calls has nothing to stop).

@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 
 use slab::Slab;
 
-use super::Sink;
+use super::{Polled, Sink};
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::registration_cache::{CachedMr, RegistrationCache};
@@ -94,7 +94,7 @@ const MAX_READ_PIECE: usize = 1 << 30;
 /// How long a rank that leaves waits for its sends to complete (a dead peer never lets them).
 const SEND_DRAIN: Duration = Duration::from_secs(2);
 /// How long a wait naps where the provider has no fd to sleep on (it is polled instead) and
-/// no transfer is under way (see `wait_step`).
+/// no transfer is under way (see `polled_step`).
 const NAP: Duration = Duration::from_micros(50);
 /// How long a wait goes without progress before it probes its peers, and how often it probes
 /// again while it stays idle (one small send to each peer a second).
@@ -110,29 +110,12 @@ enum WaitStep {
     Poll(RawFd),
     /// Returns at once: the wait loop polls again.
     Return,
-    /// Yields the CPU, then returns.
-    Yield,
-    /// Naps [`NAP`].
-    Nap,
+    /// Without an fd: as `polled_step` says.
+    Polled(Polled),
 }
 
 /// What a wait's sleep does: with the provider's fd, sleeps on it unless a completion may be
-/// pending (`fi_trywait` refused). Without one (udp;ofi_rxd), a wait with nothing `in_flight`
-/// naps; one with a transfer under way must not, since the transfer moves only inside this
-/// rank's calls into the provider: rxd answers a peer's fi_read from the target's progress,
-/// sends the next window of packets only once that progress read the acknowledgement of the
-/// last, and acknowledges only there, and a packet dropped while a rank napped (its socket
-/// buffer full) is resent after rxd's retry timeout, 1 ms at first (a napping reader of one
-/// 1 MiB osu_bw napped 98,459 times in 12 windows). Such a wait returns at once, so that the
-/// wait loop busy-polls, where the rank `spins` (MPICH's and Open MPI's waits poll without
-/// a pause), and yields between polls where it must not spin (ranks outnumbering their cores
-/// yield to the peers they wait for; `waiting`). Until the transport has gone
-/// [`PROBE_AFTER`] without delivering anything (`idle`, as the probes count it), then it
-/// naps again: a send buffer counts as under way from the
-/// RTS, before the peer matched it and while nothing moves (this rank cannot tell), and a
-/// peer that computes for seconds, or died (rxd never says), must not keep it polling at
-/// full CPU. A transfer that long without a completion (hundreds of MB over rxd) goes on
-/// napping, at the nap's bandwidth (0.8x the polling's at 1 MiB, idle).
+/// pending (`fi_trywait` refused); without one (udp;ofi_rxd), as [`polled_step`] says.
 fn wait_step(
     wait_fd: Option<RawFd>,
     pending: bool,
@@ -140,13 +123,38 @@ fn wait_step(
     idle: Duration,
     spins: bool,
 ) -> WaitStep {
-    let polled = in_flight && idle < PROBE_AFTER;
     match wait_fd {
         Some(fd) if !pending => WaitStep::Poll(fd),
         Some(_) => WaitStep::Return,
-        None if polled && spins => WaitStep::Return,
-        None if polled => WaitStep::Yield,
-        None => WaitStep::Nap,
+        None => WaitStep::Polled(polled_step(in_flight, idle, spins)),
+    }
+}
+
+/// How soon a provider without a wait fd (udp;ofi_rxd) must be polled again, by this
+/// transport's own sleep or by the engine's wait on several transports (`WakeSet`). With
+/// nothing `in_flight`, within a nap ([`NAP`]); with a transfer under way, not after a nap,
+/// since the transfer moves only inside this rank's calls into the provider: rxd answers a
+/// peer's fi_read from the target's progress, sends the next window of packets only once
+/// that progress read the acknowledgement of the last, and acknowledges only there, and a
+/// packet dropped while a rank napped (its socket buffer full) is resent after rxd's retry
+/// timeout, 1 ms at first (a napping reader of one 1 MiB osu_bw napped 98,459 times in 12
+/// windows). Such a wait polls again at once, where the rank `spins` (MPICH's and Open
+/// MPI's waits poll without a pause), and after yielding where it must not spin (ranks
+/// outnumbering their cores yield to the peers they wait for). Until the transport has gone
+/// [`PROBE_AFTER`] without delivering anything (`idle`, as the probes count it), then it
+/// naps again: a send buffer counts as under way from the RTS, before the peer matched it
+/// and while nothing moves (this rank cannot tell), and a peer that computes for seconds,
+/// or died (rxd never says), must not keep it polling at full CPU. A transfer that long
+/// without a completion (hundreds of MB over rxd) goes on napping, at the nap's bandwidth
+/// (0.8x the polling's at 1 MiB, idle).
+fn polled_step(in_flight: bool, idle: Duration, spins: bool) -> Polled {
+    let polled = in_flight && idle < PROBE_AFTER;
+    if polled && spins {
+        Polled::Now
+    } else if polled {
+        Polled::AfterYield
+    } else {
+        Polled::Within(NAP)
     }
 }
 
@@ -166,7 +174,7 @@ pub struct OfiConfig<'a> {
     /// How long a one-sided operation may stay in flight (`one_sided::rma_overdue`).
     pub rma_timeout: Option<Duration>,
     /// Whether this rank's waits busy-poll (`Pml::waits_spin`): not where ranks outnumber
-    /// the cores they may use, or spinning was turned off (see `wait_step`).
+    /// the cores they may use, or spinning was turned off (see `polled_step`).
     pub waits_spin: bool,
 }
 
@@ -1243,13 +1251,23 @@ impl OfiTransport {
     }
 
     /// Prepares a sleep: probes idle peers, and says whether something may be pending
-    /// (`fi_trywait` refuses): then do not sleep. Without an fd (the provider has none),
-    /// always: waits poll.
+    /// (`fi_trywait` refuses): then do not sleep. Without an fd (the provider has none) it
+    /// cannot tell: `polled` says how soon to look.
     pub fn before_wait(&mut self) -> Result<bool, PmlError> {
         let idle = self.idle_since.get_or_insert_with(Instant::now).elapsed();
         // A peer that died completes nothing: probe, so the wait fails instead of hanging.
         self.probe_idle_peers(idle)?;
-        Ok(self.fabric.wait_fd.is_none() || !self.fabric.may_sleep())
+        Ok(self.fabric.wait_fd.is_some() && !self.fabric.may_sleep())
+    }
+
+    /// Without a wait fd, how soon a wait must poll this transport again (see
+    /// `polled_step`); `None` with one. Asked after `before_wait`, which starts the idle
+    /// clock.
+    pub fn polled(&self) -> Option<Polled> {
+        self.fabric.wait_fd.is_none().then(|| {
+            let idle = self.idle_since.map_or(Duration::ZERO, |t| t.elapsed());
+            polled_step(self.moves_while_polled(), idle, self.waits_spin)
+        })
     }
 
     pub fn sleep(&mut self, timeout: Duration) -> Result<(), PmlError> {
@@ -1271,9 +1289,9 @@ impl OfiTransport {
                 // SAFETY: `pfd` is valid for the call.
                 unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().max(1) as i32) };
             }
-            WaitStep::Return => {}
-            WaitStep::Yield => std::thread::yield_now(),
-            WaitStep::Nap => std::thread::sleep(NAP.min(timeout)),
+            WaitStep::Return | WaitStep::Polled(Polled::Now) => {}
+            WaitStep::Polled(Polled::AfterYield) => std::thread::yield_now(),
+            WaitStep::Polled(Polled::Within(nap)) => std::thread::sleep(nap.min(timeout)),
         }
         Ok(())
     }
@@ -1281,7 +1299,7 @@ impl OfiTransport {
     /// Whether a transfer this rank takes part in is under way: a read it posted, or a send
     /// buffer of its exposed to a peer's read. Where the provider has no fd and progresses
     /// manually, such a transfer moves only inside this rank's calls into it (see
-    /// `wait_step`). Frames from send buffers do not count: credit updates, probes, goodbyes
+    /// `polled_step`). Frames from send buffers do not count: credit updates, probes, goodbyes
     /// and eager frames (at most the eager limit, a few of rxd's packets) wait on the peer
     /// taking them, and a rank whose peer computes should not poll for that.
     fn moves_while_polled(&self) -> bool {
@@ -1444,6 +1462,7 @@ mod tests {
     fn a_wait_without_an_fd_naps_only_with_nothing_in_flight() {
         let fresh = Duration::ZERO;
         let just_short = PROBE_AFTER - Duration::from_millis(1);
+        let nap = WaitStep::Polled(Polled::Within(NAP));
         for idle in [fresh, just_short, PROBE_AFTER] {
             for in_flight in [false, true] {
                 for spins in [false, true] {
@@ -1455,18 +1474,24 @@ mod tests {
                         wait_step(Some(7), true, in_flight, idle, spins),
                         WaitStep::Return
                     );
-                    assert_eq!(wait_step(None, true, false, idle, spins), WaitStep::Nap);
+                    assert_eq!(wait_step(None, false, false, idle, spins), nap);
                 }
             }
         }
         for idle in [fresh, just_short] {
-            assert_eq!(wait_step(None, true, true, idle, true), WaitStep::Return);
-            assert_eq!(wait_step(None, true, true, idle, false), WaitStep::Yield);
+            assert_eq!(
+                wait_step(None, false, true, idle, true),
+                WaitStep::Polled(Polled::Now)
+            );
+            assert_eq!(
+                wait_step(None, false, true, idle, false),
+                WaitStep::Polled(Polled::AfterYield)
+            );
         }
         for spins in [false, true] {
             assert_eq!(
-                wait_step(None, true, true, PROBE_AFTER, spins),
-                WaitStep::Nap,
+                wait_step(None, false, true, PROBE_AFTER, spins),
+                nap,
                 "idle for PROBE_AFTER with a transfer under way"
             );
         }

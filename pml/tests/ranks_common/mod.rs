@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use pml::transport::RmaOp;
 use pml::{
-    Engine, OneSided, Pml, PmlError, RemoteKey, SendMode, SourceSel, TagSel, WindowExposure, Wireup,
+    Done, Engine, OneSided, Pml, PmlError, RemoteKey, SendMode, SourceSel, Status, TagSel,
+    WindowExposure, Wireup,
 };
 
 /// Key-value exchange through a directory: a put is a file, a fence waits for every rank's
@@ -91,6 +92,22 @@ pub fn singleton_wireup(name: &str) -> DirWireup {
         size: 1,
         round: 0,
     }
+}
+
+/// A blocking send, waited for.
+pub fn send(e: &mut Engine, to: u32, tag: i32, data: &[u8], mode: SendMode) {
+    // SAFETY: `data` outlives the request: we wait for it before returning.
+    let h = unsafe { e.post_send(0, e.rank(), to, tag, mode, data.as_ptr(), data.len()) }.unwrap();
+    assert_eq!(e.wait(h).unwrap(), Done::Sent);
+}
+
+/// A blocking receive, as mpirt's: the engine's claim, which takes an eager frame straight
+/// from the transport and turns into a request for a rendezvous.
+pub fn recv(e: &mut Engine, from: SourceSel, tag: TagSel, len: usize) -> (Vec<u8>, Status) {
+    let mut buf = vec![0u8; len];
+    // SAFETY: `buf` outlives the call, which returns once the receive is done.
+    let status = unsafe { e.recv(0, from, tag, buf.as_mut_ptr(), buf.len()) }.unwrap();
+    (buf, status)
 }
 
 pub fn checksum(b: &[u8]) -> u64 {

@@ -14,7 +14,8 @@ use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::pml_api::{Counters, EngineError};
 use crate::transport::{
-    Caps, Exposure, Job, Peer, Reading, Registration, RmaOp, RmaPosted, Sent, Sink, Transport,
+    Caps, Exposure, Job, Peer, Polled, Reading, Registration, RmaOp, RmaPosted, Sent, Sink,
+    Transport,
 };
 use crate::wire::RemoteKey;
 
@@ -273,6 +274,10 @@ impl Transport for OfiTransport {
     }
 
     fn after_wait(&mut self) {}
+
+    fn polled(&self) -> Option<Polled> {
+        OfiTransport::polled(self)
+    }
 
     /// Reads may still be writing into receive buffers: the endpoint closes first.
     fn stop(&mut self) {
