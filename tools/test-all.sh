@@ -221,7 +221,9 @@ fi
 hierarchical_tests=(every_collective_hierarchically_across_hosts
     lengths_disagreeing_across_hosts_are_an_error all_gathers_take_the_hierarchical_path_across_hosts
     a_host_whose_area_fails_takes_every_rank_by_messages
-    a_leader_that_fails_fails_every_later_call_naming_it)
+    a_leader_that_fails_fails_every_later_call_naming_it
+    gathers_scatters_and_reduce_scatters_go_through_host_leaders
+    lengths_disagreeing_on_hierarchical_rooted_calls_are_an_error)
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     echo "== collectives: the hierarchical path across 4 test hosts"
     hier_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")

@@ -12,8 +12,10 @@ use crate::point_to_point::Count;
 
 use super::algorithms::Ranks;
 use super::build;
+use super::hierarchy::Hierarchy;
 use super::op::Operation;
 use super::schedule::{Buffers, Execution, Plan, Region, Span};
+use super::shared;
 
 /// What a collective call runs: its plan over its buffers.
 pub(crate) struct Call<'a> {
@@ -435,7 +437,9 @@ where
 {
     let (datatype, parts) = check_reduce_scatter(comm, send, recv, counts, &op)?;
     let (len, commutative) = (send.byte_len(), op.is_commutative());
-    let plan = build::reduce_scatter(ranks(comm), len, &parts, commutative)?;
+    let hierarchy = shared::hierarchy(comm).filter(|h| h.serves(commutative));
+    let placement = hierarchy.as_deref().map(Hierarchy::placement);
+    let plan = build::reduce_scatter(ranks(comm), len, &parts, commutative, placement)?;
     Ok(Call::new(plan, both(send, recv)?, datatype).reducing(op))
 }
 
@@ -609,7 +613,9 @@ pub(crate) fn gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     recv: Option<&mut R>,
 ) -> Result<Call<'a>, Cause> {
     let (root, datatype) = check_gather(comm, root, send, recv.as_deref())?;
-    let plan = build::gather(ranks(comm), root, send.byte_len())?;
+    let hierarchy = shared::hierarchy(comm);
+    let placement = hierarchy.as_deref().map(Hierarchy::placement);
+    let plan = build::gather(ranks(comm), root, send.byte_len(), placement)?;
     Ok(match recv {
         Some(recv) => Call::new(plan, both(send, recv)?, datatype),
         None => Call::new(plan, sending(send)?, datatype),
@@ -711,7 +717,9 @@ pub(crate) fn scatter<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     recv: &mut R,
 ) -> Result<Call<'a>, Cause> {
     let (root, datatype) = check_scatter(comm, root, send, recv)?;
-    let plan = build::scatter(ranks(comm), root, recv.byte_len())?;
+    let hierarchy = shared::hierarchy(comm);
+    let placement = hierarchy.as_deref().map(Hierarchy::placement);
+    let plan = build::scatter(ranks(comm), root, recv.byte_len(), placement)?;
     Ok(match send {
         Some(send) => Call::new(plan, both(send, recv)?, datatype),
         None => Call::new(plan, receiving(recv)?, datatype),

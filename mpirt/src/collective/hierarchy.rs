@@ -60,6 +60,7 @@ use crate::environment::with_engine;
 use crate::error::{Cause, Error};
 use crate::point_to_point::wait_handle;
 
+use super::algorithms::hosts::Placement;
 use super::op::{Operation, SystemOperation};
 use super::shared::{self, Area, SEGMENT, SHARED_MAX};
 use super::{blocking, calls};
@@ -420,6 +421,11 @@ impl Hierarchy {
     /// path: in rank order only where the placement keeps it.
     pub(crate) fn serves(&self, commutative: bool) -> bool {
         commutative || self.keeps_rank_order
+    }
+
+    /// Every rank's host, for the plans by messages that go through each host's leader.
+    pub(crate) fn placement(&self) -> Placement<'_> {
+        Placement::new(&self.host_of)
     }
 
     /// The number of hosts and the ranks on this one, for `rsrun --verbose`.

@@ -1463,6 +1463,18 @@ pub(super) fn area(
     })
 }
 
+/// The communicator's parts for the hierarchical path, where an earlier blocking collective
+/// found its ranks on several hosts, more than one on some (see [`meeting_place`]): the
+/// plans by messages of gathers, scatters and reduce-scatters go through each host's leader
+/// there. Every rank finds the same here at the same call, since every rank meets in the
+/// same calls.
+pub(crate) fn hierarchy(comm: &CommData) -> Option<Rc<Hierarchy>> {
+    match &*comm.area_slot().0.borrow() {
+        AreaState::Hierarchical(parts) => Some(Rc::clone(parts)),
+        _ => None,
+    }
+}
+
 /// Where the communicator's blocking collectives meet, settled by this call (of `bytes` on
 /// this rank) if it is the first to ask: each rank's host (`Hosts`); ranks on several
 /// hosts, more than one on some, take the hierarchical path (`hierarchy`), and other

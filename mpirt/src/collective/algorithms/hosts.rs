@@ -1,0 +1,296 @@
+//! Gathers, scatters and reduce-scatters by messages that cross the network once per host:
+//! each host's ranks give their parts to one rank of their host (the root on the root's host,
+//! else the host's lowest rank, its leader) over the host's own transport, and the leaders
+//! trade one message per pair of hosts (Open MPI's coll/han and MPICH's node-aware
+//! collectives do the same). A flat binomial tree or a ring, on ranks dealt round the hosts,
+//! crosses the network on nearly every message, and a tree passes some bytes across it more
+//! than once.
+//!
+//! Inside a host the parts go linearly, each rank to its leader in one round: a host holds
+//! few ranks. Between hosts the gather's and the scatter's leaders go straight to the root,
+//! and the reduce-scatter's leaders each to each, one round: the few hosts a job spans here;
+//! many hosts would want a tree there.
+
+use super::Ranks;
+use crate::collective::schedule::{Plan, Span};
+
+/// Every rank's host, numbered by the host's lowest rank (host 0 holds rank 0): what the
+/// node-aware plans need to know of where the ranks lie.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Placement<'a> {
+    host_of: &'a [u32],
+}
+
+impl<'a> Placement<'a> {
+    pub fn new(host_of: &'a [u32]) -> Placement<'a> {
+        Placement { host_of }
+    }
+
+    fn host(&self, rank: u32) -> u32 {
+        self.host_of[rank as usize]
+    }
+
+    fn hosts(&self) -> u32 {
+        self.host_of.iter().max().map_or(0, |&h| h + 1)
+    }
+
+    /// The ranks on `host`, in rank order: the first is its leader.
+    fn members(&self, host: u32) -> Vec<u32> {
+        (0..self.host_of.len() as u32)
+            .filter(|&r| self.host(r) == host)
+            .collect()
+    }
+
+    /// The rank that collects or hands out `host`'s parts of a call rooted at `root`: the
+    /// root on its own host, else the host's leader.
+    fn collector(&self, host: u32, root: u32) -> u32 {
+        match self.host(root) == host {
+            true => root,
+            false => self.members(host)[0],
+        }
+    }
+}
+
+/// Whether `ranks` follow each other with no gap: then their blocks of a buffer in rank
+/// order are one run of it.
+fn consecutive(ranks: &[u32]) -> bool {
+    ranks.windows(2).all(|w| w[1] == w[0] + 1)
+}
+
+/// The root's `output` ends with every rank's `input` block, in rank order: each rank of the
+/// root's host sends its block to the root, each other host's ranks theirs to their leader,
+/// which sends the host's blocks to the root in one message. Where a host's ranks follow each
+/// other, that message lands in place; else in a scratch buffer, copied out block by block.
+pub(crate) fn gather(
+    p: &mut Plan,
+    ranks: Ranks,
+    hosts: Placement,
+    root: u32,
+    input: Span,
+    output: Option<Span>,
+) {
+    let (me, block) = (ranks.rank, input.len);
+    let mine = hosts.host(me);
+    let collector = hosts.collector(mine, root);
+    if me == root {
+        let output = output.expect("the root has a receive buffer");
+        let at = |rank: u32| output.sub(rank as usize * block, block);
+        p.copy(input, at(root));
+        p.round();
+        let mut scattered = Vec::new();
+        for host in 0..hosts.hosts() {
+            let members = hosts.members(host);
+            if host == mine {
+                for &rank in members.iter().filter(|&&r| r != root) {
+                    p.recv(rank, at(rank));
+                }
+            } else if consecutive(&members) {
+                let run = output.sub(members[0] as usize * block, members.len() * block);
+                p.recv(members[0], run);
+            } else {
+                let held = p.scratch(members.len() * block);
+                p.recv(members[0], held);
+                scattered.push((members, held));
+            }
+        }
+        for (members, held) in scattered {
+            for (i, &rank) in members.iter().enumerate() {
+                p.copy(held.sub(i * block, block), at(rank));
+            }
+        }
+    } else if me == collector {
+        let members = hosts.members(mine);
+        if members.len() == 1 {
+            p.round().send(root, input);
+            return;
+        }
+        let held = p.scratch(members.len() * block);
+        p.copy(input, held.sub(0, block));
+        p.round();
+        for (i, &rank) in members.iter().enumerate().skip(1) {
+            p.recv(rank, held.sub(i * block, block));
+        }
+        p.round().send(root, held);
+    } else {
+        p.round().send(collector, input);
+    }
+}
+
+/// Every rank's `output` ends with its block of the root's `input`: the root sends each rank
+/// of its host its block and each other host's leader the host's blocks in one message (in
+/// place where the host's ranks follow each other, else packed into a scratch buffer first),
+/// which the leader hands out to its host's ranks.
+pub(crate) fn scatter(
+    p: &mut Plan,
+    ranks: Ranks,
+    hosts: Placement,
+    root: u32,
+    input: Option<Span>,
+    output: Span,
+) {
+    let (me, block) = (ranks.rank, output.len);
+    let mine = hosts.host(me);
+    let collector = hosts.collector(mine, root);
+    if me == root {
+        let input = input.expect("the root has a send buffer");
+        let at = |rank: u32| input.sub(rank as usize * block, block);
+        p.copy(at(root), output);
+        let mut sends = Vec::new();
+        for host in 0..hosts.hosts() {
+            let members = hosts.members(host);
+            if host == mine {
+                let others = members.iter().filter(|&&r| r != root);
+                sends.extend(others.map(|&rank| (rank, at(rank))));
+            } else if consecutive(&members) {
+                let run = input.sub(members[0] as usize * block, members.len() * block);
+                sends.push((members[0], run));
+            } else {
+                let held = p.scratch(members.len() * block);
+                for (i, &rank) in members.iter().enumerate() {
+                    p.copy(at(rank), held.sub(i * block, block));
+                }
+                sends.push((members[0], held));
+            }
+        }
+        p.round();
+        for (to, span) in sends {
+            p.send(to, span);
+        }
+    } else if me == collector {
+        let members = hosts.members(mine);
+        if members.len() == 1 {
+            p.round().recv(root, output);
+            return;
+        }
+        let held = p.scratch(members.len() * block);
+        p.round().recv(root, held);
+        p.copy(held.sub(0, block), output);
+        p.round();
+        for (i, &rank) in members.iter().enumerate().skip(1) {
+            p.send(rank, held.sub(i * block, block));
+        }
+    } else {
+        p.round().recv(collector, output);
+    }
+}
+
+/// Rank r's `output` ends with part r (`parts[r]`, offset and length in bytes) of the
+/// reduction of every rank's `input`: each host's ranks send their vectors to their leader,
+/// which reduces them in rank order; each leader sends each other leader the parts of that
+/// one's host (one run where its ranks follow each other, else packed), and reduces what it
+/// gets in the hosts' order; then it hands each rank of its host its part. The hosts' order
+/// is rank order only where each host holds a run of consecutive ranks: the caller takes this
+/// plan for a non-commutative operation only there.
+pub(crate) fn reduce_scatter(
+    p: &mut Plan,
+    ranks: Ranks,
+    hosts: Placement,
+    input: Span,
+    parts: &[(usize, usize)],
+    output: Span,
+) {
+    let me = ranks.rank;
+    let members = hosts.members(hosts.host(me));
+    if me != members[0] {
+        p.round().send(members[0], input);
+        p.round().recv(members[0], output);
+        return;
+    }
+    // The host's partial result, its ranks' vectors reduced in rank order (the leader's
+    // first: it is the host's lowest rank).
+    let partial = p.scratch(input.len);
+    p.copy(input, partial);
+    p.round();
+    let incoming: Vec<Span> = members[1..]
+        .iter()
+        .map(|&rank| {
+            let vector = p.scratch(input.len);
+            p.recv(rank, vector);
+            vector
+        })
+        .collect();
+    for vector in incoming {
+        p.reduce(vector, partial, false);
+    }
+    // Each host's parts of the partial result, packed in its ranks' order.
+    let portion = |p: &mut Plan, host: u32| -> (Span, Vec<u32>) {
+        let members = hosts.members(host);
+        let len = members.iter().map(|&r| parts[r as usize].1).sum();
+        let first = parts[members[0] as usize].0;
+        let runs_on = members
+            .windows(2)
+            .all(|w| parts[w[1] as usize].0 == parts[w[0] as usize].0 + parts[w[0] as usize].1);
+        if runs_on {
+            return (partial.sub(first, len), members);
+        }
+        let packed = p.scratch(len);
+        let mut at = 0;
+        for &rank in &members {
+            let (offset, part) = parts[rank as usize];
+            p.copy(partial.sub(offset, part), packed.sub(at, part));
+            at += part;
+        }
+        (packed, members)
+    };
+    let mine = hosts.host(me);
+    let (own, _) = portion(p, mine);
+    let outgoing: Vec<(u32, Span)> = (0..hosts.hosts())
+        .filter(|&h| h != mine)
+        .map(|h| {
+            let (span, members) = portion(p, h);
+            (members[0], span)
+        })
+        .collect();
+    // Every host's portion for this host, in the hosts' order: this leader's own, and one
+    // from each other leader.
+    p.round();
+    let from_hosts: Vec<Span> = (0..hosts.hosts())
+        .map(|h| match h == mine {
+            true => own,
+            false => {
+                let from = hosts.members(h)[0];
+                let theirs = p.scratch(own.len);
+                p.recv(from, theirs);
+                theirs
+            }
+        })
+        .collect();
+    for (to, span) in outgoing {
+        p.send(to, span);
+    }
+    let result = p.scratch(own.len);
+    p.copy(from_hosts[0], result);
+    for &later in &from_hosts[1..] {
+        p.reduce(later, result, false);
+    }
+    // Each rank of the host its part.
+    p.round();
+    let mut at = 0;
+    for &rank in &members {
+        let part = parts[rank as usize].1;
+        match rank == me {
+            true => p.copy(result.sub(at, part), output),
+            false => p.send(rank, result.sub(at, part)),
+        };
+        at += part;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_collector_is_the_root_on_its_host_else_the_lowest_rank() {
+        // Ranks dealt round 3 hosts of 1, 2 and 3 ranks: 0 1 2 1 2 2.
+        let host_of = [0, 1, 2, 1, 2, 2];
+        let hosts = Placement::new(&host_of);
+        assert_eq!(hosts.hosts(), 3);
+        assert_eq!(hosts.members(2), [2, 4, 5]);
+        assert_eq!(hosts.collector(2, 4), 4);
+        assert_eq!(hosts.collector(1, 4), 1);
+        assert_eq!(hosts.collector(0, 4), 0);
+        assert!(consecutive(&[3, 4, 5]));
+        assert!(!consecutive(&[2, 4, 5]));
+    }
+}
