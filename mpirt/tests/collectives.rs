@@ -1795,17 +1795,18 @@ fn hosts_of(world: &SimpleCommunicator) -> Vec<usize> {
         .collect()
 }
 
-/// Gathers, scatters and reduce-scatters on ranks over several hosts, more than one on some
-/// (the hierarchical plans by messages: each host's parts through its leader), each against
-/// the serial reference: blocking and immediate, to and from every root, at 1 byte, 3000,
-/// 70000 (rendezvous) and 300000 bytes a rank (a result past the flat plans' binomial
-/// limit); reduce-scatters in equal blocks and in uneven parts, under a sum and under the
+/// Gathers, scatters, all-to-alls and reduce-scatters on ranks over several hosts, more than
+/// one on some (the hierarchical plans by messages: each host's parts through its leader),
+/// each against the serial reference: blocking and immediate, to and from every root, at 1
+/// byte, 3000, 70000 (rendezvous) and 300000 bytes a rank (a result past the flat plans'
+/// binomial limit); all-to-alls of blocks on either side of the hierarchical plan's limit (256
+/// bytes); reduce-scatters in equal blocks and in uneven parts, under a sum and under the
 /// composition of affine maps, which is not commutative. Then the frames each rank sent in 10
 /// gathers and 10 scatters of 4 bytes (`frames`: sent so far; `None` where the PML counts
 /// none), against the hierarchical plans': in a gather one a rank but the root; in a scatter
 /// a leader's one to each other rank of its host, the root's one to each other leader and
 /// each rank of its host, none from the others (a binomial tree's inner ranks send to their
-/// children). (Frames received are not counted where a receive takes its frame straight from
+/// children); likewise in 10 all-to-alls of 4 bytes a block. (Frames received are not counted where a receive takes its frame straight from
 /// shared memory.)
 fn hierarchy_rooted(world: &SimpleCommunicator, frames: impl Fn() -> Option<u64>) {
     // The first blocking collective settles the hierarchical path; the hosts come with it.
@@ -1850,6 +1851,28 @@ fn hierarchy_rooted(world: &SimpleCommunicator, frames: impl Fn() -> Option<u64>
                 "immediate gather of {what}"
             );
         }
+    }
+    // All-to-alls: blocks up to 256 bytes go through the leaders, longer ones rank to rank.
+    for block in [1, 24, 256, 257, 5000] {
+        let mine = contribution(rank, block * n, byte);
+        let expected: Vec<u8> = (0..size)
+            .flat_map(|r| {
+                contribution(r, block * n, byte)[rank as usize * block..][..block].to_vec()
+            })
+            .collect();
+        let mut got = vec![0u8; block * n];
+        world.all_to_all_into(&mine[..], &mut got[..]);
+        assert!(got == expected, "all_to_all of {block} bytes a block");
+        got.fill(0);
+        request::scope(|scope| {
+            world
+                .immediate_all_to_all_into(scope, &mine[..], &mut got[..])
+                .wait();
+        });
+        assert!(
+            got == expected,
+            "immediate all_to_all of {block} bytes a block"
+        );
     }
     let sum = |a: i64, b: i64| a.wrapping_add(b);
     let long = |r: i32, i: usize| int(r, i) as i64;
@@ -1947,6 +1970,28 @@ fn hierarchy_rooted(world: &SimpleCommunicator, frames: impl Fn() -> Option<u64>
             "rank {rank}: frames sent in 10 scatters of 4 bytes from {root}"
         );
     }
+    // An all-to-all of 4 bytes a block: a rank's one frame to its leader, a leader's one to
+    // each other leader and each other rank of its host (a rank to each rank by messages).
+    let before_sent = frames().expect("counted before");
+    let mut got = vec![0u32; n];
+    let mine: Vec<u32> = (0..size as u32).map(|to| rank as u32 * 100 + to).collect();
+    for _ in 0..10 {
+        world.all_to_all_into(&mine[..], &mut got[..]);
+    }
+    let expected: Vec<u32> = (0..size as u32)
+        .map(|from| from * 100 + rank as u32)
+        .collect();
+    assert_eq!(got, expected, "all_to_all of 4 bytes a block");
+    let me = rank as usize;
+    let fan = match leads(me) {
+        true => members(me) - 1 + hosts as u64 - 1,
+        false => 1,
+    };
+    assert_eq!(
+        frames().expect("counted before") - before_sent,
+        10 * fan,
+        "rank {rank}: frames sent in 10 all-to-alls of 4 bytes a block"
+    );
     let sent = frames().expect("counted before");
     println!(
         "rank {rank}: hierarchical gathers' frames as planned ({} sent since)",
@@ -2775,8 +2820,8 @@ fn all_gathers_take_the_hierarchical_path_across_hosts() {
     }
 }
 
-/// Gathers, scatters and reduce-scatters across hosts of 1, 2, 3 and 2 ranks go through each
-/// host's leader (`hierarchy_rooted`), on the ranks dealt round the hosts and on runs of ranks
+/// Gathers, scatters, short all-to-alls and reduce-scatters across hosts of 1, 2, 3 and 2
+/// ranks go through each host's leader (`hierarchy_rooted`), on the ranks dealt round the hosts and on runs of ranks
 /// (where non-commutative reduce-scatters take the hierarchical plan too), and on 3 hosts of
 /// 3, 1 and 2 ranks: every operation, root and size class against the serial reference, and
 /// the frames each rank sends as the plan says.

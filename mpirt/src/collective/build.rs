@@ -254,15 +254,25 @@ pub(crate) fn all_gather_varcount(ranks: Ranks, incoming: &[(usize, usize)]) -> 
     p
 }
 
+/// All-to-all: `outgoing[r]` (offset, length in bytes) of the send buffer to rank r, into
+/// `incoming[r]` of its receive buffer. `placement` is the ranks' hosts where they lie on
+/// several, more than one on some, for equal blocks of `largest` bytes.
 pub(crate) fn all_to_all(
     ranks: Ranks,
     outgoing: &[(usize, usize)],
     incoming: &[(usize, usize)],
     largest: usize,
+    placement: Option<Placement>,
 ) -> Result<Plan, Cause> {
     let mut p = Plan::default();
+    let total = |parts: &[(usize, usize)]| parts.iter().map(|part| part.1).sum();
+    let (sent, received) = (send(total(outgoing)), recv(total(incoming)));
     let (outgoing, incoming) = (parts(Region::Send, outgoing), parts(Region::Recv, incoming));
-    match select::alltoall(largest)? {
+    match select::alltoall(largest, placement.is_some())? {
+        Alltoall::Hierarchical => {
+            let placement = placement.expect("chosen across hosts only");
+            hosts::all_to_all(&mut p, ranks, placement, sent, received);
+        }
         Alltoall::Pairwise => exchange::pairwise(&mut p, ranks, &outgoing, &incoming),
         Alltoall::Linear => exchange::linear(&mut p, ranks, &outgoing, &incoming),
     }

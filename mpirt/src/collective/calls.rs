@@ -267,7 +267,9 @@ pub(crate) fn all_to_all<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     let n = comm.size as usize;
     let block = send.byte_len() / n;
     let equal = build::equal_parts(block, comm.size);
-    let plan = build::all_to_all(ranks(comm), &equal, &equal, block)?;
+    let hierarchy = shared::hierarchy(comm);
+    let placement = hierarchy.as_deref().map(Hierarchy::placement);
+    let plan = build::all_to_all(ranks(comm), &equal, &equal, block, placement)?;
     Ok(Call::new(plan, both(send, recv)?, datatype))
 }
 
@@ -282,7 +284,7 @@ where
 {
     let (datatype, outgoing, incoming) = check_all_to_all_varcount(comm, send, recv)?;
     let largest = outgoing.iter().map(|p| p.1).max().unwrap_or(0);
-    let plan = build::all_to_all(ranks(comm), &outgoing, &incoming, largest)?;
+    let plan = build::all_to_all(ranks(comm), &outgoing, &incoming, largest, None)?;
     Ok(Call::new(plan, both(send, recv)?, datatype))
 }
 

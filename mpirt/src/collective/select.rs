@@ -254,13 +254,25 @@ pub(crate) fn allgather(total_bytes: usize, size: u32) -> Result<Allgather, Caus
 pub(crate) enum Alltoall {
     Pairwise,
     Linear,
+    /// Through each host's leader, one message from each host to each other
+    /// (`algorithms::hosts`).
+    Hierarchical,
 }
 
-pub(crate) fn alltoall(block_bytes: usize) -> Result<Alltoall, Cause> {
+/// An all-to-all's algorithm for blocks of `block_bytes` (the largest, for parts of any
+/// length), on a communicator whose ranks lie on several hosts, more than one on some, for
+/// equal blocks (`across_hosts`), or not. Across hosts, blocks up to `ALLTOALL_SHORT` go
+/// through each host's leader: a message then costs more than copying the block twice more
+/// on the leader. The bytes across the network are the same either way, so longer blocks,
+/// whose cost is their bytes, go as before, each rank to each, with no extra copies nor the
+/// leader's bottleneck (Open MPI's coll/han pairs every rank with one on each other host
+/// instead of one leader a host, and needs single-copy mapping of the peers' buffers).
+pub(crate) fn alltoall(block_bytes: usize, across_hosts: bool) -> Result<Alltoall, Cause> {
     Ok(match ALLTOALL.forced()? {
         Some("pairwise") => Alltoall::Pairwise,
         Some("linear") => Alltoall::Linear,
         // "shared_memory": for blocks too long for the area.
+        _ if block_bytes <= ALLTOALL_SHORT && across_hosts => Alltoall::Hierarchical,
         _ if block_bytes <= ALLTOALL_SHORT => Alltoall::Linear,
         _ => Alltoall::Pairwise,
     })

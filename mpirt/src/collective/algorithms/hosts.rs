@@ -276,6 +276,96 @@ pub(crate) fn reduce_scatter(
     }
 }
 
+/// Every rank's `output` ends with block r of rank r's `input` in its place r (blocks of
+/// `block` bytes), for short blocks: each rank sends its whole `input` to its host's leader
+/// and takes its whole `output` back from it; each leader sends each other leader, in one
+/// message, the blocks its host's ranks send to that host's ranks (sender by sender, each
+/// sender's blocks in the receivers' order), and builds its ranks' outputs from its own
+/// host's inputs and the other leaders' messages. A pair of hosts of m and k ranks trades 2
+/// messages across the network instead of 2 * m * k, the same bytes; each leader copies
+/// every block of its host twice more, which pays while a block costs less to copy than a
+/// message costs to send.
+pub(crate) fn all_to_all(p: &mut Plan, ranks: Ranks, hosts: Placement, input: Span, output: Span) {
+    let (me, n) = (ranks.rank, ranks.size as usize);
+    let block = input.len / n.max(1);
+    let members = hosts.members(hosts.host(me));
+    if me != members[0] {
+        p.round().send(members[0], input).recv(members[0], output);
+        return;
+    }
+    let m = members.len();
+    // Every input of this host, in its ranks' order.
+    let inputs = p.scratch(m * input.len);
+    p.copy(input, inputs.sub(0, input.len));
+    p.round();
+    for (i, &rank) in members.iter().enumerate().skip(1) {
+        p.recv(rank, inputs.sub(i * input.len, input.len));
+    }
+    let sent_by = |i: usize, to: u32| inputs.sub(i * input.len + to as usize * block, block);
+    // What each other host gets from this one, packed after the receives.
+    let others: Vec<(u32, Vec<u32>)> = (0..hosts.hosts())
+        .filter(|&h| h != hosts.host(me))
+        .map(|h| (h, hosts.members(h)))
+        .collect();
+    let outgoing: Vec<Span> = others
+        .iter()
+        .map(|(_, theirs)| {
+            let packed = p.scratch(m * theirs.len() * block);
+            let mut at = 0;
+            for i in 0..m {
+                for &to in theirs {
+                    p.copy(sent_by(i, to), packed.sub(at, block));
+                    at += block;
+                }
+            }
+            packed
+        })
+        .collect();
+    p.round();
+    let incoming: Vec<Span> = others
+        .iter()
+        .map(|(_, theirs)| {
+            let packed = p.scratch(theirs.len() * m * block);
+            p.recv(theirs[0], packed);
+            packed
+        })
+        .collect();
+    for ((_, theirs), &packed) in others.iter().zip(&outgoing) {
+        p.send(theirs[0], packed);
+    }
+    // Each rank of this host's output, block by block in the senders' order: a block from
+    // this host's inputs, or from the message of the sender's host.
+    let mut whence: Vec<Option<(usize, usize)>> = vec![None; n];
+    for (o, (_, theirs)) in others.iter().enumerate() {
+        for (i, &from) in theirs.iter().enumerate() {
+            whence[from as usize] = Some((o, i));
+        }
+    }
+    let outputs: Vec<Span> = (0..m)
+        .map(|j| match j {
+            0 => output,
+            _ => p.scratch(output.len),
+        })
+        .collect();
+    for (j, &out) in outputs.iter().enumerate() {
+        let to = members[j];
+        for from in 0..n as u32 {
+            let piece = match whence[from as usize] {
+                Some((o, i)) => incoming[o].sub((i * m + j) * block, block),
+                None => {
+                    let i = members.binary_search(&from).expect("a rank of this host");
+                    sent_by(i, to)
+                }
+            };
+            p.copy(piece, out.sub(from as usize * block, block));
+        }
+    }
+    p.round();
+    for (j, &out) in outputs.iter().enumerate().skip(1) {
+        p.send(members[j], out);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
