@@ -695,3 +695,149 @@ mod scratch {
         });
     }
 }
+
+/// Every rank's plan run in one process, for the algorithms' unit tests: messages are byte
+/// vectors queued between each pair of ranks in the order they were posted (a receive takes
+/// the oldest from its sender, as the collectives' one tag a call does), and reductions fold
+/// elements with a function of the tests'.
+#[cfg(test)]
+pub(crate) mod simulation {
+    use std::collections::{HashMap, VecDeque};
+
+    use super::{Local, Plan, Region, Span, Transfer};
+
+    /// One rank's buffers and where its plan stands.
+    struct Rank {
+        plan: Plan,
+        send: Vec<u8>,
+        recv: Vec<u8>,
+        scratch: Vec<Vec<u8>>,
+        round: usize,
+    }
+
+    impl Rank {
+        fn bytes(&self, span: Span) -> &[u8] {
+            let buffer = match span.region {
+                Region::Send => &self.send,
+                Region::Recv => &self.recv,
+                Region::Scratch(i) => &self.scratch[i],
+            };
+            &buffer[span.offset..span.offset + span.len]
+        }
+
+        fn bytes_mut(&mut self, span: Span) -> &mut [u8] {
+            let buffer = match span.region {
+                Region::Send => panic!("a plan writes its send buffer"),
+                Region::Recv => &mut self.recv,
+                Region::Scratch(i) => &mut self.scratch[i],
+            };
+            &mut buffer[span.offset..span.offset + span.len]
+        }
+    }
+
+    /// Runs `plans[r]` over rank r's `send` and a receive buffer of `recv_lens[r]` bytes;
+    /// `combine(lower, higher)` reduces two elements of `element` bytes (the lower rank's
+    /// first). Every rank's receive buffer at the end; a panic where a message is of another
+    /// length than its receive, or where the ranks wait for each other.
+    pub(crate) fn run(
+        plans: Vec<Plan>,
+        send: Vec<Vec<u8>>,
+        recv_lens: &[usize],
+        element: usize,
+        combine: impl Fn(&[u8], &[u8]) -> Vec<u8>,
+    ) -> Vec<Vec<u8>> {
+        let mut ranks: Vec<Rank> = plans
+            .into_iter()
+            .zip(send)
+            .zip(recv_lens)
+            .map(|((plan, send), &len)| Rank {
+                scratch: plan.scratch.iter().map(|&len| vec![0xa5; len]).collect(),
+                plan,
+                send,
+                recv: vec![0x5a; len],
+                round: 0,
+            })
+            .collect();
+        let mut queues: HashMap<(u32, u32), VecDeque<Vec<u8>>> = HashMap::new();
+        // Each rank's sends of its current round are queued once.
+        let mut posted = vec![false; ranks.len()];
+        loop {
+            let mut moved = false;
+            for me in 0..ranks.len() {
+                let rank = &mut ranks[me];
+                let Some(round) = rank.plan.rounds.get(rank.round) else {
+                    continue;
+                };
+                if !posted[me] {
+                    for transfer in &round.transfers {
+                        if let Transfer::Send { to, span } = *transfer {
+                            let message = rank.bytes(span).to_vec();
+                            queues
+                                .entry((me as u32, to))
+                                .or_default()
+                                .push_back(message);
+                        }
+                    }
+                    posted[me] = true;
+                    moved = true;
+                }
+                // The round's receives from each sender, in the order they were posted.
+                let mut wanted: HashMap<u32, usize> = HashMap::new();
+                let ready = round.transfers.iter().all(|t| match *t {
+                    Transfer::Recv { from, .. } => {
+                        let nth = wanted.entry(from).or_default();
+                        *nth += 1;
+                        queues.get(&(from, me as u32)).map_or(0, VecDeque::len) >= *nth
+                    }
+                    Transfer::Send { .. } => true,
+                });
+                if !ready {
+                    continue;
+                }
+                let round = std::mem::take(&mut rank.plan.rounds[rank.round]);
+                for transfer in &round.transfers {
+                    if let Transfer::Recv { from, span } = *transfer {
+                        let queue = queues.get_mut(&(from, me as u32)).expect("a message");
+                        let message = queue.pop_front().expect("a message");
+                        assert_eq!(message.len(), span.len, "rank {me}: from {from}");
+                        rank.bytes_mut(span).copy_from_slice(&message);
+                    }
+                }
+                for local in &round.locals {
+                    match *local {
+                        Local::Copy { from, to } => {
+                            let bytes = rank.bytes(from).to_vec();
+                            rank.bytes_mut(to).copy_from_slice(&bytes);
+                        }
+                        Local::Reduce {
+                            incoming,
+                            acc,
+                            incoming_lower,
+                        } => {
+                            let incoming = rank.bytes(incoming).to_vec();
+                            let acc = rank.bytes_mut(acc);
+                            for (x, y) in incoming.chunks(element).zip(acc.chunks_mut(element)) {
+                                let folded = match incoming_lower {
+                                    true => combine(x, y),
+                                    false => combine(y, x),
+                                };
+                                y.copy_from_slice(&folded);
+                            }
+                        }
+                    }
+                }
+                rank.round += 1;
+                posted[me] = false;
+                moved = true;
+            }
+            if ranks.iter().all(|r| r.round == r.plan.rounds.len()) {
+                assert!(
+                    queues.values().all(VecDeque::is_empty),
+                    "a message left over"
+                );
+                return ranks.into_iter().map(|r| r.recv).collect();
+            }
+            assert!(moved, "the ranks wait for each other");
+        }
+    }
+}

@@ -369,6 +369,191 @@ pub(crate) fn all_to_all(p: &mut Plan, ranks: Ranks, hosts: Placement, input: Sp
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collective::schedule::{simulation, Region};
+
+    /// Every placement of `n` ranks on hosts numbered by their lowest rank (each rank on a
+    /// host already used, or on the next one).
+    fn placements(n: usize) -> Vec<Vec<u32>> {
+        let mut all = vec![vec![0u32]];
+        for _ in 1..n {
+            all = all
+                .into_iter()
+                .flat_map(|p: Vec<u32>| {
+                    let next = p.iter().max().expect("a rank") + 1;
+                    (0..=next).map(move |h| [&p[..], &[h]].concat())
+                })
+                .collect();
+        }
+        all
+    }
+
+    /// Placements of 1 to 5 ranks, every one, and some of 8 and 9: hosts of 1, 2 and 3
+    /// ranks dealt round or in runs.
+    fn some_placements() -> Vec<Vec<u32>> {
+        let mut all: Vec<Vec<u32>> = (1..=5).flat_map(placements).collect();
+        all.push(vec![0, 1, 2, 3, 1, 2, 3, 2]);
+        all.push(vec![0, 1, 1, 2, 2, 2, 3, 3]);
+        all.push(vec![0, 0, 0, 1, 2, 2, 1, 0, 2]);
+        all
+    }
+
+    fn ranks(rank: usize, n: usize) -> Ranks {
+        Ranks {
+            rank: rank as u32,
+            size: n as u32,
+        }
+    }
+
+    fn span(region: Region, len: usize) -> Span {
+        Span::new(region, 0, len)
+    }
+
+    /// Rank r's `len` bytes, none alike between ranks.
+    fn vector(r: usize, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (r * 41 + i * 7 + 1) as u8).collect()
+    }
+
+    fn no_reduction(_: &[u8], _: &[u8]) -> Vec<u8> {
+        unreachable!("no reduction here")
+    }
+
+    #[test]
+    fn gathers_and_scatters_on_every_placement_and_root() {
+        let block = 3;
+        for host_of in some_placements() {
+            let (n, hosts) = (host_of.len(), Placement::new(&host_of));
+            let everyone: Vec<u8> = (0..n).flat_map(|r| vector(r, block)).collect();
+            for root in 0..n {
+                let plans = (0..n)
+                    .map(|r| {
+                        let mut p = Plan::default();
+                        let output = (r == root).then(|| span(Region::Recv, n * block));
+                        let input = span(Region::Send, block);
+                        gather(&mut p, ranks(r, n), hosts, root as u32, input, output);
+                        p
+                    })
+                    .collect();
+                let sends = (0..n).map(|r| vector(r, block)).collect();
+                let lens: Vec<usize> = (0..n)
+                    .map(|r| if r == root { n * block } else { 0 })
+                    .collect();
+                let got = simulation::run(plans, sends, &lens, 1, no_reduction);
+                assert_eq!(got[root], everyone, "gather to {root} on {host_of:?}");
+
+                let plans = (0..n)
+                    .map(|r| {
+                        let mut p = Plan::default();
+                        let input = (r == root).then(|| span(Region::Send, n * block));
+                        let output = span(Region::Recv, block);
+                        scatter(&mut p, ranks(r, n), hosts, root as u32, input, output);
+                        p
+                    })
+                    .collect();
+                let sends = (0..n)
+                    .map(|r| {
+                        if r == root {
+                            everyone.clone()
+                        } else {
+                            Vec::new()
+                        }
+                    })
+                    .collect();
+                let got = simulation::run(plans, sends, &vec![block; n], 1, no_reduction);
+                for (r, got) in got.iter().enumerate() {
+                    assert_eq!(*got, vector(r, block), "scatter from {root} on {host_of:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn all_to_alls_on_every_placement() {
+        let block = 2;
+        for host_of in some_placements() {
+            let (n, hosts) = (host_of.len(), Placement::new(&host_of));
+            let plans = (0..n)
+                .map(|r| {
+                    let mut p = Plan::default();
+                    let (input, output) =
+                        (span(Region::Send, n * block), span(Region::Recv, n * block));
+                    all_to_all(&mut p, ranks(r, n), hosts, input, output);
+                    p
+                })
+                .collect();
+            let sends: Vec<Vec<u8>> = (0..n).map(|r| vector(r, n * block)).collect();
+            let got = simulation::run(plans, sends.clone(), &vec![n * block; n], 1, no_reduction);
+            for (to, got) in got.iter().enumerate() {
+                let expected: Vec<u8> = (0..n)
+                    .flat_map(|from| sends[from][to * block..][..block].to_vec())
+                    .collect();
+                assert_eq!(*got, expected, "all_to_all to {to} on {host_of:?}");
+            }
+        }
+    }
+
+    /// `higher ∘ lower` of two affine maps of bytes, `x -> a * x + b` (mod 256), as two bytes:
+    /// associative, not commutative.
+    fn compose(lower: &[u8], higher: &[u8]) -> Vec<u8> {
+        let a = higher[0].wrapping_mul(lower[0]);
+        let b = higher[0].wrapping_mul(lower[1]).wrapping_add(higher[1]);
+        vec![a, b]
+    }
+
+    #[test]
+    fn reduce_scatters_keep_rank_order_on_runs_of_ranks() {
+        for host_of in some_placements() {
+            let (n, hosts) = (host_of.len(), Placement::new(&host_of));
+            // Parts of 0 to 2 maps (2 bytes each), uneven.
+            let parts: Vec<(usize, usize)> = (0..n)
+                .scan(0, |at, r| {
+                    let len = 2 * (r % 3);
+                    *at += len;
+                    Some((*at - len, len))
+                })
+                .collect();
+            let total: usize = parts.iter().map(|p| p.1).sum();
+            let sends: Vec<Vec<u8>> = (0..n)
+                .map(|r| {
+                    vector(r, total)
+                        .chunks(2)
+                        .flat_map(|m| [m[0] | 1, m[1]])
+                        .collect()
+                })
+                .collect();
+            let runs = host_of.windows(2).all(|w| w[0] <= w[1]);
+            let sum = |x: &[u8], y: &[u8]| vec![x[0].wrapping_add(y[0]), x[1].wrapping_add(y[1])];
+            let (commutative, fold): (bool, &dyn Fn(&[u8], &[u8]) -> Vec<u8>) = match runs {
+                true => (false, &compose),
+                false => (true, &sum),
+            };
+            let plans = (0..n)
+                .map(|r| {
+                    let mut p = Plan::default();
+                    let (input, output) =
+                        (span(Region::Send, total), span(Region::Recv, parts[r].1));
+                    reduce_scatter(&mut p, ranks(r, n), hosts, input, &parts, output);
+                    p
+                })
+                .collect();
+            let lens: Vec<usize> = parts.iter().map(|p| p.1).collect();
+            let got = simulation::run(plans, sends.clone(), &lens, 2, fold);
+            let whole: Vec<u8> = (0..total / 2)
+                .flat_map(|e| {
+                    (1..n).fold(sends[0][2 * e..2 * e + 2].to_vec(), |acc, r| {
+                        fold(&acc, &sends[r][2 * e..2 * e + 2])
+                    })
+                })
+                .collect();
+            for (r, got) in got.iter().enumerate() {
+                let (at, len) = parts[r];
+                assert_eq!(
+                    got[..],
+                    whole[at..at + len],
+                    "rank {r} on {host_of:?} (commutative: {commutative})"
+                );
+            }
+        }
+    }
 
     #[test]
     fn a_collector_is_the_root_on_its_host_else_the_lowest_rank() {
