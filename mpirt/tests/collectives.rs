@@ -84,7 +84,9 @@ fn rank_mode() {
             }
         }
         "hierarchy-rooted" => {
-            let sent = || universe.counters().map(|c| c.frames_sent);
+            // UCX (which rsrun --pml ucx names in MPIRT_PML) counts no frames.
+            let ucx = env::var("MPIRT_PML").as_deref() == Ok("ucx");
+            let sent = || universe.counters().filter(|_| !ucx).map(|c| c.frames_sent);
             hierarchy_rooted(&world, sent);
         }
         "hierarchy-rooted-lengths" => hierarchy_rooted_lengths(&world),

@@ -499,6 +499,14 @@ mod tests {
         vec![a, b]
     }
 
+    /// The sum of two pairs of bytes: commutative.
+    fn sum(x: &[u8], y: &[u8]) -> Vec<u8> {
+        vec![x[0].wrapping_add(y[0]), x[1].wrapping_add(y[1])]
+    }
+
+    /// How two elements reduce: `fold(lower, higher)`.
+    type Fold = fn(&[u8], &[u8]) -> Vec<u8>;
+
     #[test]
     fn reduce_scatters_keep_rank_order_on_runs_of_ranks() {
         for host_of in some_placements() {
@@ -521,10 +529,9 @@ mod tests {
                 })
                 .collect();
             let runs = host_of.windows(2).all(|w| w[0] <= w[1]);
-            let sum = |x: &[u8], y: &[u8]| vec![x[0].wrapping_add(y[0]), x[1].wrapping_add(y[1])];
-            let (commutative, fold): (bool, &dyn Fn(&[u8], &[u8]) -> Vec<u8>) = match runs {
-                true => (false, &compose),
-                false => (true, &sum),
+            let (commutative, fold): (bool, Fold) = match runs {
+                true => (false, compose),
+                false => (true, sum),
             };
             let plans = (0..n)
                 .map(|r| {
