@@ -217,7 +217,9 @@ fi
 # The hierarchical collectives under rsrun across the 4 test hosts, 2 ranks on each and 3 on one
 # with 1 on another: each host's ranks meet in that host's shared-memory area, the hosts' leaders
 # by TCP (the suites across hosts above take that path too; this one checks it is taken), and
-# the failures there (a leader, a host's area, lengths that disagree). Again on UCX below.
+# the failures there (a leader, a host's area, lengths that disagree); then the gathers,
+# scatters, reduce-scatters and short all-to-alls through each host's leader, on hosts of 1, 2,
+# 3 and 2 ranks (and 3, 1, 2). Again on UCX below.
 hierarchical_tests=(every_collective_hierarchically_across_hosts
     lengths_disagreeing_across_hosts_are_an_error all_gathers_take_the_hierarchical_path_across_hosts
     a_host_whose_area_fails_takes_every_rank_by_messages
