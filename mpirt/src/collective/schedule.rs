@@ -699,7 +699,9 @@ mod scratch {
 /// Every rank's plan run in one process, for the algorithms' unit tests: messages are byte
 /// vectors queued between each pair of ranks in the order they were posted (a receive takes
 /// the oldest from its sender, as the collectives' one tag a call does), and reductions fold
-/// elements with a function of the tests'.
+/// elements with a function of the tests'. A round ends once its receives have their
+/// messages and its sends have met their receives: a send past the eager limit waits for the
+/// receive it matches, so a plan must not depend on sends finishing alone.
 #[cfg(test)]
 pub(crate) mod simulation {
     use std::collections::{HashMap, VecDeque};
@@ -713,6 +715,9 @@ pub(crate) mod simulation {
         recv: Vec<u8>,
         scratch: Vec<Vec<u8>>,
         round: usize,
+        /// The sends of the round in flight, once posted: each peer, and how many messages
+        /// this rank had sent it before (the receive that matches it is the peer's next).
+        sends: Option<Vec<(u32, usize)>>,
     }
 
     impl Rank {
@@ -738,7 +743,8 @@ pub(crate) mod simulation {
     /// Runs `plans[r]` over rank r's `send` and a receive buffer of `recv_lens[r]` bytes;
     /// `combine(lower, higher)` reduces two elements of `element` bytes (the lower rank's
     /// first). Every rank's receive buffer at the end; a panic where a message is of another
-    /// length than its receive, or where the ranks wait for each other.
+    /// length than its receive, or where the ranks wait for each other (sends that wait for
+    /// their receives included).
     pub(crate) fn run(
         plans: Vec<Plan>,
         send: Vec<Vec<u8>>,
@@ -756,11 +762,14 @@ pub(crate) mod simulation {
                 send,
                 recv: vec![0x5a; len],
                 round: 0,
+                sends: None,
             })
             .collect();
         let mut queues: HashMap<(u32, u32), VecDeque<Vec<u8>>> = HashMap::new();
-        // Each rank's sends of its current round are queued once.
-        let mut posted = vec![false; ranks.len()];
+        // The messages each rank has sent each other so far, and the receives each has
+        // posted from each other so far, by (sender, receiver).
+        let mut sent: HashMap<(u32, u32), usize> = HashMap::new();
+        let mut receives: HashMap<(u32, u32), usize> = HashMap::new();
         loop {
             let mut moved = false;
             for me in 0..ranks.len() {
@@ -768,22 +777,31 @@ pub(crate) mod simulation {
                 let Some(round) = rank.plan.rounds.get(rank.round) else {
                     continue;
                 };
-                if !posted[me] {
+                if rank.sends.is_none() {
+                    let mut sends = Vec::new();
                     for transfer in &round.transfers {
-                        if let Transfer::Send { to, span } = *transfer {
-                            let message = rank.bytes(span).to_vec();
-                            queues
-                                .entry((me as u32, to))
-                                .or_default()
-                                .push_back(message);
+                        match *transfer {
+                            Transfer::Send { to, span } => {
+                                let message = rank.bytes(span).to_vec();
+                                queues
+                                    .entry((me as u32, to))
+                                    .or_default()
+                                    .push_back(message);
+                                let before = sent.entry((me as u32, to)).or_default();
+                                sends.push((to, *before));
+                                *before += 1;
+                            }
+                            Transfer::Recv { from, .. } => {
+                                *receives.entry((from, me as u32)).or_default() += 1;
+                            }
                         }
                     }
-                    posted[me] = true;
+                    rank.sends = Some(sends);
                     moved = true;
                 }
                 // The round's receives from each sender, in the order they were posted.
                 let mut wanted: HashMap<u32, usize> = HashMap::new();
-                let ready = round.transfers.iter().all(|t| match *t {
+                let received = round.transfers.iter().all(|t| match *t {
                     Transfer::Recv { from, .. } => {
                         let nth = wanted.entry(from).or_default();
                         *nth += 1;
@@ -791,7 +809,11 @@ pub(crate) mod simulation {
                     }
                     Transfer::Send { .. } => true,
                 });
-                if !ready {
+                let sends = rank.sends.as_deref().unwrap_or_default();
+                let matched = sends.iter().all(|&(to, before)| {
+                    receives.get(&(me as u32, to)).copied().unwrap_or(0) > before
+                });
+                if !received || !matched {
                     continue;
                 }
                 let round = std::mem::take(&mut rank.plan.rounds[rank.round]);
@@ -827,7 +849,7 @@ pub(crate) mod simulation {
                     }
                 }
                 rank.round += 1;
-                posted[me] = false;
+                rank.sends = None;
                 moved = true;
             }
             if ranks.iter().all(|r| r.round == r.plan.rounds.len()) {
@@ -838,6 +860,54 @@ pub(crate) mod simulation {
                 return ranks.into_iter().map(|r| r.recv).collect();
             }
             assert!(moved, "the ranks wait for each other");
+        }
+    }
+
+    mod tests {
+        use super::super::{Plan, Region, Span};
+        use super::run;
+
+        /// Two ranks' plans: each sends its byte to the other in `send_round` and receives
+        /// the other's in round 1.
+        fn crossing(send_round: usize) -> Vec<Plan> {
+            (0..2u32)
+                .map(|me| {
+                    let mut p = Plan::default();
+                    let (mine, theirs) =
+                        (Span::new(Region::Send, 0, 1), Span::new(Region::Recv, 0, 1));
+                    match send_round {
+                        1 => p.round().round().send(1 - me, mine).recv(1 - me, theirs),
+                        _ => p.round().send(1 - me, mine).round().recv(1 - me, theirs),
+                    };
+                    p
+                })
+                .collect()
+        }
+
+        #[test]
+        fn an_exchange_in_one_round_runs() {
+            let got = run(
+                crossing(1),
+                vec![vec![7], vec![9]],
+                &[1, 1],
+                1,
+                |_, _| vec![],
+            );
+            assert_eq!(got, [vec![9], vec![7]]);
+        }
+
+        /// Sends that only an eager protocol lets finish before their receives are posted:
+        /// past the eager limit each rank waits in its send for the other's receive.
+        #[test]
+        #[should_panic(expected = "the ranks wait for each other")]
+        fn sends_before_their_receives_on_both_sides_wait_for_each_other() {
+            run(
+                crossing(0),
+                vec![vec![7], vec![9]],
+                &[1, 1],
+                1,
+                |_, _| vec![],
+            );
         }
     }
 }
