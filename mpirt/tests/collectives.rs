@@ -1805,11 +1805,14 @@ fn hosts_of(world: &SimpleCommunicator) -> Vec<usize> {
 /// bytes); reduce-scatters in equal blocks and in uneven parts, under a sum and under the
 /// composition of affine maps, which is not commutative. Then the frames each rank sent in 10
 /// gathers and 10 scatters of 4 bytes (`frames`: sent so far; `None` where the PML counts
-/// none), against the hierarchical plans': in a gather one a rank but the root; in a scatter
-/// a leader's one to each other rank of its host, the root's one to each other leader and
-/// each rank of its host, none from the others (a binomial tree's inner ranks send to their
-/// children); likewise in 10 all-to-alls of 4 bytes a block. (Frames received are not counted where a receive takes its frame straight from
-/// shared memory.)
+/// none), against the hierarchical plans': in a gather one a rank but the root (as on the
+/// flat plans: this count tells them apart only where a plan sends more); in a scatter a
+/// leader's one to each other rank of its host, the root's one to each other leader and each
+/// rank of its host, none from the others (a binomial tree's inner ranks send to their
+/// children); likewise in 10 all-to-alls of 4 bytes a block, and in 10 reduce-scatters of one
+/// element a rank, a rank's one to its leader and a leader's one to each other leader and each
+/// other rank of its host (the ring's n - 1 a rank). (Frames received are not counted where a
+/// receive takes its frame straight from shared memory.)
 fn hierarchy_rooted(world: &SimpleCommunicator, frames: impl Fn() -> Option<u64>) {
     // The first blocking collective settles the hierarchical path; the hosts come with it.
     let host_of = hosts_of(world);
@@ -1993,6 +1996,20 @@ fn hierarchy_rooted(world: &SimpleCommunicator, frames: impl Fn() -> Option<u64>
         frames().expect("counted before") - before_sent,
         10 * fan,
         "rank {rank}: frames sent in 10 all-to-alls of 4 bytes a block"
+    );
+    // A reduce-scatter of one element a rank: the same frames as the all-to-all's.
+    let before_sent = frames().expect("counted before");
+    let send: Vec<i64> = (0..size as i64).map(|to| rank as i64 * 100 + to).collect();
+    let mut got = 0i64;
+    for _ in 0..10 {
+        world.reduce_scatter_block_into(&send[..], &mut got, SystemOperation::sum());
+    }
+    let expected: i64 = (0..size as i64).map(|from| from * 100 + rank as i64).sum();
+    assert_eq!(got, expected, "reduce_scatter_block of one element a rank");
+    assert_eq!(
+        frames().expect("counted before") - before_sent,
+        10 * fan,
+        "rank {rank}: frames sent in 10 reduce-scatters of one element a rank"
     );
     let sent = frames().expect("counted before");
     println!(
@@ -2823,10 +2840,10 @@ fn all_gathers_take_the_hierarchical_path_across_hosts() {
 }
 
 /// Gathers, scatters, short all-to-alls and reduce-scatters across hosts of 1, 2, 3 and 2
-/// ranks go through each host's leader (`hierarchy_rooted`), on the ranks dealt round the hosts and on runs of ranks
-/// (where non-commutative reduce-scatters take the hierarchical plan too), and on 3 hosts of
-/// 3, 1 and 2 ranks: every operation, root and size class against the serial reference, and
-/// the frames each rank sends as the plan says.
+/// ranks go through each host's leader (`hierarchy_rooted`), on the ranks dealt round the
+/// hosts and on runs of ranks (where non-commutative reduce-scatters take the hierarchical
+/// plan too), and on 3 hosts of 3, 1 and 2 ranks: every operation, root and size class
+/// against the serial reference, and the frames each rank sends as the plan says.
 #[test]
 fn gathers_scatters_and_reduce_scatters_go_through_host_leaders() {
     if !across_test_hosts() {
