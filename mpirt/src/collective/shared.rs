@@ -1463,11 +1463,11 @@ pub(super) fn area(
     })
 }
 
-/// The communicator's parts for the hierarchical path, where an earlier blocking collective
-/// found its ranks on several hosts, more than one on some (see [`meeting_place`]): the
-/// plans by messages of gathers, scatters and reduce-scatters go through each host's leader
-/// there. Every rank finds the same here at the same call, since every rank meets in the
-/// same calls.
+/// The communicator's parts for the hierarchical path, where a blocking collective (the
+/// calling one's area check included) found its ranks on several hosts, more than one on some
+/// (see [`meeting_place`]): the plans by messages of gathers, scatters, reduce-scatters and
+/// short all-to-alls go through each host's leader there. Every rank finds the same here at
+/// the same call, since every rank meets in the same calls.
 pub(crate) fn hierarchy(comm: &CommData) -> Option<Rc<Hierarchy>> {
     match &*comm.area_slot().0.borrow() {
         AreaState::Hierarchical(parts) => Some(Rc::clone(parts)),
