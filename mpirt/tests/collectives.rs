@@ -90,6 +90,11 @@ fn rank_mode() {
             hierarchy_rooted(&world, sent);
         }
         "hierarchy-rooted-lengths" => hierarchy_rooted_lengths(&world),
+        "hierarchy-scatters-first" => {
+            let ucx = env::var("MPIRT_PML").as_deref() == Ok("ucx");
+            let sent = || universe.counters().filter(|_| !ucx).map(|c| c.frames_sent);
+            hierarchy_scatters_first(&world, sent);
+        }
         "all-refusals" => refusals_of_all(&world),
         "segment-errors" => segment_errors(&world),
         "area-wakes" => {
@@ -2018,6 +2023,49 @@ fn hierarchy_rooted(world: &SimpleCommunicator, frames: impl Fn() -> Option<u64>
     );
 }
 
+/// Scatters of 4 bytes from rank 0 as a communicator's first collectives, on more ranks than
+/// a host's area takes (16): the first finds the hosts (its area check does, with no area to
+/// set up), so the 10 after it go through each host's leader: the root sends one frame to each
+/// other rank of its host and each other leader, each other leader one to each other rank of
+/// its host, the others none (`frames` as for `hierarchy_rooted`). The hosts are learnt after.
+fn hierarchy_scatters_first(world: &SimpleCommunicator, frames: impl Fn() -> Option<u64>) {
+    let rank = world.rank();
+    let root = world.process_at_rank(0);
+    let all: Vec<u32> = (0..world.size() as u32).collect();
+    let mut mine = 0u32;
+    let scatter = |mine: &mut u32| match rank {
+        0 => root.scatter_into_root(&all[..], mine),
+        _ => root.scatter_into(mine),
+    };
+    scatter(&mut mine);
+    let before = frames();
+    for _ in 0..10 {
+        scatter(&mut mine);
+    }
+    let sent = frames().zip(before).map(|(after, before)| after - before);
+    assert_eq!(mine, rank as u32, "scatter of 4 bytes from 0");
+    let host_of = hosts_of(world);
+    let Some(sent) = sent else {
+        println!("rank {rank}: frames not counted: this PML (UCX) does not count them");
+        return;
+    };
+    let me = rank as usize;
+    let members = (host_of.iter().filter(|&&h| h == host_of[me]).count() - 1) as u64;
+    let hosts = *host_of.iter().max().expect("a rank") as u64 + 1;
+    let leads = host_of.iter().position(|&h| h == host_of[me]) == Some(me);
+    let fan = match (me, leads) {
+        (0, _) => members + hosts - 1,
+        (_, true) => members,
+        _ => 0,
+    };
+    assert_eq!(
+        sent,
+        10 * fan,
+        "rank {rank}: frames sent in the 10 scatters of 4 bytes after the first"
+    );
+    println!("rank {rank}: scatters after the first through the leaders as planned");
+}
+
 /// Gathers, scatters and reduce-scatters whose ranks' lengths disagree on the hierarchical
 /// plans (8 ranks dealt round 4 hosts of 1, 2, 3 and 2 slots: ranks 2, 5 and 7 share the
 /// third host, which rank 2 leads; ranks 1 and 4 the second): each rank says how its call
@@ -2872,6 +2920,32 @@ fn gathers_scatters_and_reduce_scatters_go_through_host_leaders() {
                     "{slots:?} by {map}: missing {line:?} in\n{out}"
                 );
             }
+        }
+    }
+}
+
+/// A communicator of more ranks than a host's area takes (20 on 4 hosts of 5) finds its hosts
+/// in its first blocking scatter, whose area check settles where its calls meet although no
+/// area serves it, and takes the plans through each host's leader from then on
+/// (`hierarchy_scatters_first`).
+#[test]
+fn a_first_scatter_on_more_than_16_ranks_finds_the_hosts() {
+    if !across_test_hosts() {
+        return;
+    }
+    let launch = Launch::RsrunSlots {
+        slots: &[5, 5, 5, 5],
+        map: "slot",
+    };
+    let envs = [("MPIRT_VERBOSE", "1")];
+    let (out, stderr) = ok_job_on(launch, 20, "hierarchy-scatters-first", &envs);
+    for rank in 0..20 {
+        let line = format!("mpirt: rank {rank}: collectives of 20 ranks hierarchical over 4 hosts");
+        assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
+        if common::test_pml() != "ucx" {
+            let line =
+                format!("rank {rank}: scatters after the first through the leaders as planned");
+            assert!(out.contains(&line), "missing {line:?} in\n{out}");
         }
     }
 }

@@ -1660,7 +1660,10 @@ fn meeting(
 }
 
 /// The communicator's area for a blocking `operation` of `bytes` of `datatype` on this rank,
-/// if it has one and the area serves the communicator (see [`meeting`]).
+/// if it has one and the area serves the communicator (see [`meeting`]). A communicator of
+/// more than `MAX_RANKS` ranks has none, but its first such call still settles where its
+/// calls meet: the hosts it finds choose the plans by messages through each host's leader
+/// (`hierarchy`), from this call on.
 fn usable_area(
     comm: &CommData,
     operation: &'static str,
@@ -1668,10 +1671,6 @@ fn usable_area(
     datatype: Datatype,
     bytes: usize,
 ) -> Result<Option<Rc<Area>>, Error> {
-    if comm.size > MAX_RANKS {
-        super::intra_only(comm, operation)?;
-        return Ok(None);
-    }
     Ok(match meeting(comm, operation, wanted, datatype, bytes)? {
         Meeting::Area(area) => Some(area),
         Meeting::Hierarchy(_) | Meeting::Messages => None,
