@@ -772,8 +772,7 @@ pub(crate) mod simulation {
         let mut receives: HashMap<(u32, u32), usize> = HashMap::new();
         loop {
             let mut moved = false;
-            for me in 0..ranks.len() {
-                let rank = &mut ranks[me];
+            for (me, rank) in ranks.iter_mut().enumerate() {
                 let Some(round) = rank.plan.rounds.get(rank.round) else {
                     continue;
                 };
