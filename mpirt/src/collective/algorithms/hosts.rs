@@ -30,12 +30,13 @@ impl<'a> Placement<'a> {
         self.host_of[rank as usize]
     }
 
-    fn hosts(&self) -> u32 {
+    /// How many hosts the ranks lie on.
+    pub(crate) fn hosts(&self) -> u32 {
         self.host_of.iter().max().map_or(0, |&h| h + 1)
     }
 
     /// The ranks on `host`, in rank order: the first is its leader.
-    fn members(&self, host: u32) -> Vec<u32> {
+    pub(crate) fn members(&self, host: u32) -> Vec<u32> {
         (0..self.host_of.len() as u32)
             .filter(|&r| self.host(r) == host)
             .collect()
