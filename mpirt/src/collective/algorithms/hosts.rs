@@ -190,6 +190,25 @@ pub(crate) fn reduce_scatter(
     parts: &[(usize, usize)],
     output: Span,
 ) {
+    reduce_scatter_holding(p, ranks, hosts, input, parts, output, HELD_AT_ONCE);
+}
+
+/// The most bytes of its ranks' vectors a reduce-scatter's leader receives at once: past it,
+/// one vector at a time into one buffer, each reduced before the next comes (15 ranks' vectors
+/// of 64 MiB would take a GiB where the ring takes one vector's room).
+const HELD_AT_ONCE: usize = 8 << 20;
+
+/// [`reduce_scatter`], its leader receiving at once up to `held_at_once` bytes of its ranks'
+/// vectors (the ranks' messages are the same either way).
+fn reduce_scatter_holding(
+    p: &mut Plan,
+    ranks: Ranks,
+    hosts: Placement,
+    input: Span,
+    parts: &[(usize, usize)],
+    output: Span,
+    held_at_once: usize,
+) {
     let me = ranks.rank;
     let members = hosts.members(hosts.host(me));
     if me != members[0] {
@@ -201,17 +220,25 @@ pub(crate) fn reduce_scatter(
     // first: it is the host's lowest rank).
     let partial = p.scratch(input.len);
     p.copy(input, partial);
-    p.round();
-    let incoming: Vec<Span> = members[1..]
-        .iter()
-        .map(|&rank| {
-            let vector = p.scratch(input.len);
-            p.recv(rank, vector);
-            vector
-        })
-        .collect();
-    for vector in incoming {
-        p.reduce(vector, partial, false);
+    if (members.len() - 1) * input.len <= held_at_once {
+        p.round();
+        let incoming: Vec<Span> = members[1..]
+            .iter()
+            .map(|&rank| {
+                let vector = p.scratch(input.len);
+                p.recv(rank, vector);
+                vector
+            })
+            .collect();
+        for vector in incoming {
+            p.reduce(vector, partial, false);
+        }
+    } else {
+        let vector = p.scratch(input.len);
+        for &rank in &members[1..] {
+            p.round().recv(rank, vector);
+            p.reduce(vector, partial, false);
+        }
     }
     // Each host's parts of the partial result, packed in its ranks' order.
     let portion = |p: &mut Plan, host: u32| -> (Span, Vec<u32>) {
@@ -534,17 +561,6 @@ mod tests {
                 true => (false, compose),
                 false => (true, sum),
             };
-            let plans = (0..n)
-                .map(|r| {
-                    let mut p = Plan::default();
-                    let (input, output) =
-                        (span(Region::Send, total), span(Region::Recv, parts[r].1));
-                    reduce_scatter(&mut p, ranks(r, n), hosts, input, &parts, output);
-                    p
-                })
-                .collect();
-            let lens: Vec<usize> = parts.iter().map(|p| p.1).collect();
-            let got = simulation::run(plans, sends.clone(), &lens, 2, fold);
             let whole: Vec<u8> = (0..total / 2)
                 .flat_map(|e| {
                     (1..n).fold(sends[0][2 * e..2 * e + 2].to_vec(), |acc, r| {
@@ -552,13 +568,28 @@ mod tests {
                     })
                 })
                 .collect();
-            for (r, got) in got.iter().enumerate() {
-                let (at, len) = parts[r];
-                assert_eq!(
-                    got[..],
-                    whole[at..at + len],
-                    "rank {r} on {host_of:?} (commutative: {commutative})"
-                );
+            // The leaders' ranks' vectors all at once, and one at a time.
+            for held in [usize::MAX, 0] {
+                let plans = (0..n)
+                    .map(|r| {
+                        let mut p = Plan::default();
+                        let (input, output) =
+                            (span(Region::Send, total), span(Region::Recv, parts[r].1));
+                        let (me, all) = (ranks(r, n), &parts);
+                        reduce_scatter_holding(&mut p, me, hosts, input, all, output, held);
+                        p
+                    })
+                    .collect();
+                let lens: Vec<usize> = parts.iter().map(|p| p.1).collect();
+                let got = simulation::run(plans, sends.clone(), &lens, 2, fold);
+                for (r, got) in got.iter().enumerate() {
+                    let (at, len) = parts[r];
+                    assert_eq!(
+                        got[..],
+                        whole[at..at + len],
+                        "rank {r} on {host_of:?} (commutative: {commutative}, held {held})"
+                    );
+                }
             }
         }
     }
