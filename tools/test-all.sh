@@ -217,11 +217,17 @@ fi
 # The hierarchical collectives under rsrun across the 4 test hosts, 2 ranks on each and 3 on one
 # with 1 on another: each host's ranks meet in that host's shared-memory area, the hosts' leaders
 # by TCP (the suites across hosts above take that path too; this one checks it is taken), and
-# the failures there (a leader, a host's area, lengths that disagree). Again on UCX below.
+# the failures there (a leader, a host's area, lengths that disagree); then the gathers,
+# scatters, reduce-scatters and short all-to-alls through each host's leader, on hosts of 1, 2,
+# 3 and 2 ranks (and 3, 1, 2), and on 20 ranks, whose first scatter finds the hosts. Again on
+# UCX below.
 hierarchical_tests=(every_collective_hierarchically_across_hosts
     lengths_disagreeing_across_hosts_are_an_error all_gathers_take_the_hierarchical_path_across_hosts
     a_host_whose_area_fails_takes_every_rank_by_messages
-    a_leader_that_fails_fails_every_later_call_naming_it)
+    a_leader_that_fails_fails_every_later_call_naming_it
+    gathers_scatters_and_reduce_scatters_go_through_host_leaders
+    lengths_disagreeing_on_hierarchical_rooted_calls_are_an_error
+    a_first_scatter_on_more_than_16_ranks_finds_the_hosts)
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     echo "== collectives: the hierarchical path across 4 test hosts"
     hier_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")

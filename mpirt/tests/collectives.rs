@@ -83,6 +83,18 @@ fn rank_mode() {
                 ),
             }
         }
+        "hierarchy-rooted" => {
+            // UCX (which rsrun --pml ucx names in MPIRT_PML) counts no frames.
+            let ucx = env::var("MPIRT_PML").as_deref() == Ok("ucx");
+            let sent = || universe.counters().filter(|_| !ucx).map(|c| c.frames_sent);
+            hierarchy_rooted(&world, sent);
+        }
+        "hierarchy-rooted-lengths" => hierarchy_rooted_lengths(&world),
+        "hierarchy-scatters-first" => {
+            let ucx = env::var("MPIRT_PML").as_deref() == Ok("ucx");
+            let sent = || universe.counters().filter(|_| !ucx).map(|c| c.frames_sent);
+            hierarchy_scatters_first(&world, sent);
+        }
         "all-refusals" => refusals_of_all(&world),
         "segment-errors" => segment_errors(&world),
         "area-wakes" => {
@@ -1768,6 +1780,336 @@ fn hierarchy_gathers(comm: &SimpleCommunicator) {
     }
 }
 
+/// Every rank's host, numbered by the host's lowest rank (as mpirt numbers them), from the
+/// ranks' processor names.
+fn hosts_of(world: &SimpleCommunicator) -> Vec<usize> {
+    let mut name = [0u8; 64];
+    let mine = mpirt::environment::processor_name().expect("a processor name");
+    name[..mine.len()].copy_from_slice(mine.as_bytes());
+    let mut names = vec![0u8; 64 * world.size() as usize];
+    world.all_gather_into(&name[..], &mut names[..]);
+    let names: Vec<&[u8]> = names.chunks(64).collect();
+    let mut firsts: Vec<&[u8]> = Vec::new();
+    names
+        .iter()
+        .map(|&n| match firsts.iter().position(|&f| f == n) {
+            Some(host) => host,
+            None => {
+                firsts.push(n);
+                firsts.len() - 1
+            }
+        })
+        .collect()
+}
+
+/// Gathers, scatters, all-to-alls and reduce-scatters on ranks over several hosts, more than
+/// one on some (the hierarchical plans by messages: each host's parts through its leader),
+/// each against the serial reference: blocking and immediate, to and from every root, at 1
+/// byte, 3000, 70000 (rendezvous) and 300000 bytes a rank (a result past the flat plans'
+/// binomial limit); all-to-alls of blocks on either side of the hierarchical plan's limit (256
+/// bytes); reduce-scatters in equal blocks and in uneven parts, under a sum and under the
+/// composition of affine maps, which is not commutative. Then the frames each rank sent in 10
+/// gathers and 10 scatters of 4 bytes (`frames`: sent so far; `None` where the PML counts
+/// none), against the hierarchical plans': in a gather one a rank but the root (as on the
+/// flat plans: this count tells them apart only where a plan sends more); in a scatter a
+/// leader's one to each other rank of its host, the root's one to each other leader and each
+/// rank of its host, none from the others (a binomial tree's inner ranks send to their
+/// children); likewise in 10 all-to-alls of 4 bytes a block, and in 10 reduce-scatters of one
+/// element a rank, a rank's one to its leader and a leader's one to each other leader and each
+/// other rank of its host (the ring's n - 1 a rank). (Frames received are not counted where a
+/// receive takes its frame straight from shared memory.)
+fn hierarchy_rooted(world: &SimpleCommunicator, frames: impl Fn() -> Option<u64>) {
+    // The first blocking collective settles the hierarchical path; the hosts come with it.
+    let host_of = hosts_of(world);
+    let (rank, size) = (world.rank(), world.size());
+    let n = size as usize;
+    for len in [1, 3000, 70000, 300000] {
+        let everyone: Vec<u8> = (0..size).flat_map(|r| contribution(r, len, byte)).collect();
+        let mine = contribution(rank, len, byte);
+        for root in 0..size {
+            let at = world.process_at_rank(root);
+            let what = format!("{len} bytes a rank, root {root}");
+            let mut got = vec![0u8; len];
+            if rank == root {
+                let mut all = vec![0u8; everyone.len()];
+                at.gather_into_root(&mine[..], &mut all[..]);
+                assert!(all == everyone, "gather of {what}");
+                at.scatter_into_root(&everyone[..], &mut got[..]);
+            } else {
+                at.gather_into(&mine[..]);
+                at.scatter_into(&mut got[..]);
+            }
+            assert!(got == mine, "scatter of {what}");
+            got.fill(0);
+            let mut all = vec![0u8; if rank == root { everyone.len() } else { 0 }];
+            request::scope(|scope| {
+                let (gathered, scattered) = if rank == root {
+                    let g = at.immediate_gather_into_root(scope, &mine[..], &mut all[..]);
+                    let s = at.immediate_scatter_into_root(scope, &everyone[..], &mut got[..]);
+                    (g, s)
+                } else {
+                    let g = at.immediate_gather_into(scope, &mine[..]);
+                    let s = at.immediate_scatter_into(scope, &mut got[..]);
+                    (g, s)
+                };
+                gathered.wait();
+                scattered.wait();
+            });
+            assert!(got == mine, "immediate scatter of {what}");
+            assert!(
+                rank != root || all == everyone,
+                "immediate gather of {what}"
+            );
+        }
+    }
+    // All-to-alls: blocks up to 256 bytes go through the leaders, longer ones rank to rank.
+    for block in [1, 24, 256, 257, 5000] {
+        let mine = contribution(rank, block * n, byte);
+        let expected: Vec<u8> = (0..size)
+            .flat_map(|r| {
+                contribution(r, block * n, byte)[rank as usize * block..][..block].to_vec()
+            })
+            .collect();
+        let mut got = vec![0u8; block * n];
+        world.all_to_all_into(&mine[..], &mut got[..]);
+        assert!(got == expected, "all_to_all of {block} bytes a block");
+        got.fill(0);
+        request::scope(|scope| {
+            world
+                .immediate_all_to_all_into(scope, &mine[..], &mut got[..])
+                .wait();
+        });
+        assert!(
+            got == expected,
+            "immediate all_to_all of {block} bytes a block"
+        );
+    }
+    let sum = |a: i64, b: i64| a.wrapping_add(b);
+    let long = |r: i32, i: usize| int(r, i) as i64;
+    for block in [1, 700, 20000] {
+        let what = format!("{block} elements a rank");
+        // Equal blocks.
+        let whole = serial(0..size, block * n, affine, compose);
+        let mut got = vec![Affine::default(); block];
+        let send = contribution(rank, block * n, affine);
+        world.reduce_scatter_block_into(&send[..], &mut got[..], affine_op());
+        let start = rank as usize * block;
+        assert!(
+            got == whole[start..start + block],
+            "affine reduce_scatter_block of {what}"
+        );
+        let whole = serial(0..size, block * n, long, sum);
+        let send = contribution(rank, block * n, long);
+        let mut got = vec![0i64; block];
+        request::scope(|scope| {
+            let op = SystemOperation::sum();
+            world
+                .immediate_reduce_scatter_block_into(scope, &send[..], &mut got[..], op)
+                .wait();
+        });
+        assert!(
+            got == whole[start..start + block],
+            "immediate reduce_scatter_block of {what}"
+        );
+        // Uneven parts: rank r gets (r % 3) * block + 1 elements.
+        let counts: Vec<Count> = (0..n).map(|r| ((r % 3) * block + 1) as Count).collect();
+        let total: usize = counts.iter().map(|&c| c as usize).sum();
+        let start: usize = counts[..rank as usize].iter().map(|&c| c as usize).sum();
+        let own = counts[rank as usize] as usize;
+        let whole = serial(0..size, total, affine, compose);
+        let send = contribution(rank, total, affine);
+        let mut got = vec![Affine::default(); own];
+        world.reduce_scatter_into(&send[..], &mut got[..], &counts, affine_op());
+        assert!(
+            got == whole[start..start + own],
+            "affine reduce_scatter of {what}"
+        );
+        let whole = serial(0..size, total, long, sum);
+        let send = contribution(rank, total, long);
+        let mut got = vec![0i64; own];
+        world.reduce_scatter_into(&send[..], &mut got[..], &counts, SystemOperation::sum());
+        assert!(got == whole[start..start + own], "reduce_scatter of {what}");
+    }
+    // The frames of the hierarchical plans, for each root on each kind of host: a host of
+    // one rank, and the lowest and the highest rank of a host of several.
+    let Some(before) = frames() else {
+        println!("rank {rank}: frames not counted: this PML (UCX) does not count them");
+        return;
+    };
+    let members = |r: usize| (0..n).filter(|&m| host_of[m] == host_of[r]).count() as u64;
+    let leads = |r: usize| (0..n).find(|&m| host_of[m] == host_of[r]) == Some(r);
+    let hosts = host_of.iter().max().expect("a rank") + 1;
+    for root in 0..size {
+        let at = world.process_at_rank(root);
+        let before_sent = frames().expect("counted before");
+        let mut all = vec![0u32; n];
+        for _ in 0..10 {
+            match rank == root {
+                true => at.gather_into_root(&(rank as u32), &mut all[..]),
+                false => at.gather_into(&(rank as u32)),
+            }
+        }
+        let sent = frames().expect("counted before");
+        let mut mine = 0u32;
+        for _ in 0..10 {
+            match rank == root {
+                true => at.scatter_into_root(&all[..], &mut mine),
+                false => at.scatter_into(&mut mine),
+            }
+        }
+        assert_eq!(mine, rank as u32, "scatter of 4 bytes from {root}");
+        let after_sent = frames().expect("counted before");
+        let root = root as usize;
+        let me = rank as usize;
+        let on_root_host = host_of[me] == host_of[root];
+        // The frames a rank hands out in a scatter.
+        let fan = match (me == root, on_root_host, leads(me)) {
+            (true, _, _) => members(me) - 1 + hosts as u64 - 1,
+            (false, false, true) => members(me) - 1,
+            _ => 0,
+        };
+        let one = u64::from(me != root);
+        assert_eq!(
+            sent - before_sent,
+            10 * one,
+            "rank {rank}: frames sent in 10 gathers of 4 bytes to {root}"
+        );
+        assert_eq!(
+            after_sent - sent,
+            10 * fan,
+            "rank {rank}: frames sent in 10 scatters of 4 bytes from {root}"
+        );
+    }
+    // An all-to-all of 4 bytes a block: a rank's one frame to its leader, a leader's one to
+    // each other leader and each other rank of its host (a rank to each rank by messages).
+    let before_sent = frames().expect("counted before");
+    let mut got = vec![0u32; n];
+    let mine: Vec<u32> = (0..size as u32).map(|to| rank as u32 * 100 + to).collect();
+    for _ in 0..10 {
+        world.all_to_all_into(&mine[..], &mut got[..]);
+    }
+    let expected: Vec<u32> = (0..size as u32)
+        .map(|from| from * 100 + rank as u32)
+        .collect();
+    assert_eq!(got, expected, "all_to_all of 4 bytes a block");
+    let me = rank as usize;
+    let fan = match leads(me) {
+        true => members(me) - 1 + hosts as u64 - 1,
+        false => 1,
+    };
+    assert_eq!(
+        frames().expect("counted before") - before_sent,
+        10 * fan,
+        "rank {rank}: frames sent in 10 all-to-alls of 4 bytes a block"
+    );
+    // A reduce-scatter of one element a rank: the same frames as the all-to-all's.
+    let before_sent = frames().expect("counted before");
+    let send: Vec<i64> = (0..size as i64).map(|to| rank as i64 * 100 + to).collect();
+    let mut got = 0i64;
+    for _ in 0..10 {
+        world.reduce_scatter_block_into(&send[..], &mut got, SystemOperation::sum());
+    }
+    let expected: i64 = (0..size as i64).map(|from| from * 100 + rank as i64).sum();
+    assert_eq!(got, expected, "reduce_scatter_block of one element a rank");
+    assert_eq!(
+        frames().expect("counted before") - before_sent,
+        10 * fan,
+        "rank {rank}: frames sent in 10 reduce-scatters of one element a rank"
+    );
+    let sent = frames().expect("counted before");
+    println!(
+        "rank {rank}: hierarchical gathers' frames as planned ({} sent since)",
+        sent - before
+    );
+}
+
+/// Scatters of 4 bytes from rank 0 as a communicator's first collectives, on more ranks than
+/// a host's area takes (16): the first finds the hosts (its area check does, with no area to
+/// set up), so the 10 after it go through each host's leader: the root sends one frame to each
+/// other rank of its host and each other leader, each other leader one to each other rank of
+/// its host, the others none (`frames` as for `hierarchy_rooted`). The hosts are learnt after.
+fn hierarchy_scatters_first(world: &SimpleCommunicator, frames: impl Fn() -> Option<u64>) {
+    let rank = world.rank();
+    let root = world.process_at_rank(0);
+    let all: Vec<u32> = (0..world.size() as u32).collect();
+    let mut mine = 0u32;
+    let scatter = |mine: &mut u32| match rank {
+        0 => root.scatter_into_root(&all[..], mine),
+        _ => root.scatter_into(mine),
+    };
+    scatter(&mut mine);
+    let before = frames();
+    for _ in 0..10 {
+        scatter(&mut mine);
+    }
+    let sent = frames().zip(before).map(|(after, before)| after - before);
+    assert_eq!(mine, rank as u32, "scatter of 4 bytes from 0");
+    let host_of = hosts_of(world);
+    let Some(sent) = sent else {
+        println!("rank {rank}: frames not counted: this PML (UCX) does not count them");
+        return;
+    };
+    let me = rank as usize;
+    let members = (host_of.iter().filter(|&&h| h == host_of[me]).count() - 1) as u64;
+    let hosts = *host_of.iter().max().expect("a rank") as u64 + 1;
+    let leads = host_of.iter().position(|&h| h == host_of[me]) == Some(me);
+    let fan = match (me, leads) {
+        (0, _) => members + hosts - 1,
+        (_, true) => members,
+        _ => 0,
+    };
+    assert_eq!(
+        sent,
+        10 * fan,
+        "rank {rank}: frames sent in the 10 scatters of 4 bytes after the first"
+    );
+    println!("rank {rank}: scatters after the first through the leaders as planned");
+}
+
+/// Gathers, scatters and reduce-scatters whose ranks' lengths disagree on the hierarchical
+/// plans (8 ranks dealt round 4 hosts of 1, 2, 3 and 2 slots: ranks 2, 5 and 7 share the
+/// third host, which rank 2 leads; ranks 1 and 4 the second): each rank says how its call
+/// ended, and an all-reduce after each pairs on every rank.
+fn hierarchy_rooted_lengths(world: &SimpleCommunicator) {
+    let rank = world.rank();
+    let said = |what: &str, ended: Result<(), mpirt::Error>| match ended {
+        Ok(()) => println!("{what}: rank {rank}: ok"),
+        Err(e) => println!("{what}: {e}"),
+    };
+    let check = |after: &str| {
+        let mut total = 0;
+        world.all_reduce_into(&rank, &mut total, SystemOperation::sum());
+        assert_eq!(total, 28, "the all-reduce after {after}");
+    };
+    let root = world.process_at_rank(0);
+    // Rank 5 gives 5 bytes where the others give 4.
+    let mine = vec![rank as u8; if rank == 5 { 5 } else { 4 }];
+    let gathered = match rank {
+        0 => root.try_gather_into_root(&mine[..], &mut [0u8; 32][..]),
+        _ => root.try_gather_into(&mine[..]),
+    };
+    said("gather, rank 5 long", gathered);
+    check("the gather");
+    // Rank 7 takes 8 bytes where the others take 4.
+    let mut got = vec![0u8; if rank == 7 { 8 } else { 4 }];
+    let scattered = match rank {
+        0 => root.try_scatter_into_root(&[1u8; 32][..], &mut got[..]),
+        _ => root.try_scatter_into(&mut got[..]),
+    };
+    said("scatter, rank 7 long", scattered);
+    check("the scatter");
+    // Rank 4 reduces blocks of 2 elements where the others reduce blocks of 1.
+    let block = if rank == 4 { 2 } else { 1 };
+    let send = vec![1i64; 8 * block];
+    let mut got = vec![0i64; block];
+    let op = SystemOperation::sum();
+    said(
+        "reduce_scatter_block, rank 4 long",
+        world.try_reduce_scatter_block_into(&send[..], &mut got[..], op),
+    );
+    check("the reduce-scatter");
+}
+
 /// Reductions, all-reductions, broadcasts and all-gathers whose ranks' lengths disagree, on 2
 /// ranks on each of 2 hosts (ranks 0 and 1 on one, 2 and 3 on the other): on either side of
 /// the hierarchical path's limit (510 f64 fit it, 511 do not; 4 all-gathered vectors of 1020
@@ -2542,6 +2884,120 @@ fn all_gathers_take_the_hierarchical_path_across_hosts() {
     for rank in 4..8 {
         let line = format!("rank {rank}: frames sent in 20 all-gathers: 0");
         assert!(out.contains(&line), "missing {line:?} in\n{out}");
+    }
+}
+
+/// Gathers, scatters, short all-to-alls and reduce-scatters across hosts of 1, 2, 3 and 2
+/// ranks go through each host's leader (`hierarchy_rooted`), on the ranks dealt round the
+/// hosts and on runs of ranks (where non-commutative reduce-scatters take the hierarchical
+/// plan too), and on 3 hosts of 3, 1 and 2 ranks: every operation, root and size class
+/// against the serial reference, and the frames each rank sends as the plan says.
+#[test]
+fn gathers_scatters_and_reduce_scatters_go_through_host_leaders() {
+    if !across_test_hosts() {
+        return;
+    }
+    let envs = [("MPIRT_VERBOSE", "1")];
+    for (slots, map, n, hosts) in [
+        (&[1, 2, 3, 2][..], "node", 8, 4),
+        (&[1, 2, 3, 2], "slot", 8, 4),
+        (&[3, 1, 2], "slot", 6, 3),
+    ] {
+        let launch = Launch::RsrunSlots { slots, map };
+        let (out, stderr) = ok_job_on(launch, n, "hierarchy-rooted", &envs);
+        for rank in 0..n {
+            let line = format!(
+                "mpirt: rank {rank}: collectives of {n} ranks hierarchical over {hosts} hosts"
+            );
+            assert!(
+                stderr.contains(&line),
+                "{slots:?} by {map}: missing {line:?} in\n{stderr}"
+            );
+            if common::test_pml() != "ucx" {
+                let line = format!("rank {rank}: hierarchical gathers' frames as planned");
+                assert!(
+                    out.contains(&line),
+                    "{slots:?} by {map}: missing {line:?} in\n{out}"
+                );
+            }
+        }
+    }
+}
+
+/// A communicator of more ranks than a host's area takes (20 on 4 hosts of 5) finds its hosts
+/// in its first blocking scatter, whose area check settles where its calls meet although no
+/// area serves it, and takes the plans through each host's leader from then on
+/// (`hierarchy_scatters_first`).
+#[test]
+fn a_first_scatter_on_more_than_16_ranks_finds_the_hosts() {
+    if !across_test_hosts() {
+        return;
+    }
+    let launch = Launch::RsrunSlots {
+        slots: &[5, 5, 5, 5],
+        map: "slot",
+    };
+    let envs = [("MPIRT_VERBOSE", "1")];
+    let (out, stderr) = ok_job_on(launch, 20, "hierarchy-scatters-first", &envs);
+    for rank in 0..20 {
+        let line = format!("mpirt: rank {rank}: collectives of 20 ranks hierarchical over 4 hosts");
+        assert!(stderr.contains(&line), "missing {line:?} in\n{stderr}");
+        if common::test_pml() != "ucx" {
+            let line =
+                format!("rank {rank}: scatters after the first through the leaders as planned");
+            assert!(out.contains(&line), "missing {line:?} in\n{out}");
+        }
+    }
+}
+
+/// Lengths that disagree on the hierarchical gather, scatter and reduce-scatter
+/// (`hierarchy_rooted_lengths`) are an error naming the rank and both lengths where they meet,
+/// and the ranks whose leader or root failed fail naming it, with no hang: a rank's long
+/// vector fails its leader, then the root, which gets nothing from that leader; a rank's long
+/// receive fails that rank alone; a reduce-scatter's long vector fails every rank.
+#[test]
+fn lengths_disagreeing_on_hierarchical_rooted_calls_are_an_error() {
+    if !across_test_hosts() {
+        return;
+    }
+    let launch = Launch::RsrunSlots {
+        slots: &[1, 2, 3, 2],
+        map: "node",
+    };
+    let (out, _) = ok_job_on(launch, 8, "hierarchy-rooted-lengths", &[]);
+    let said = |line: &str| assert!(out.contains(line), "missing {line:?} in\n{out}");
+    let disagree = "the ranks' counts disagree";
+    said(&format!(
+        "gather, rank 5 long: rank 2: gather_into: rank 5 sent 5 bytes where this rank \
+         expected 4: {disagree}"
+    ));
+    said(&format!(
+        "gather, rank 5 long: rank 0: gather_into_root: rank 2 sent 0 bytes where this rank \
+         expected 12: {disagree}"
+    ));
+    for rank in [1, 3, 4, 5, 6, 7] {
+        said(&format!("gather, rank 5 long: rank {rank}: ok"));
+    }
+    said(&format!(
+        "scatter, rank 7 long: rank 7: scatter_into: rank 2 sent 4 bytes where this rank \
+         expected 8: {disagree}"
+    ));
+    for rank in 0..7 {
+        said(&format!("scatter, rank 7 long: rank {rank}: ok"));
+    }
+    said(&format!(
+        "reduce_scatter_block, rank 4 long: rank 1: reduce_scatter_block_into: rank 4 sent 128 \
+         bytes where this rank expected 64: {disagree}"
+    ));
+    for rank in 0..8 {
+        let ok = format!("reduce_scatter_block, rank 4 long: rank {rank}: ok");
+        assert!(
+            !out.contains(&ok),
+            "rank {rank} finished a reduce-scatter it could not\n{out}"
+        );
+        said(&format!(
+            "reduce_scatter_block, rank 4 long: rank {rank}: reduce_scatter_block_into: rank "
+        ));
     }
 }
 

@@ -1,6 +1,7 @@
 //! From a collective call to its plan: where the data starts and ends (the send and receive
 //! buffers), which algorithm runs, and how the call's buffers are cut into per-rank parts.
 
+use super::algorithms::hosts::{self, Placement};
 use super::algorithms::{allgather, allreduce, exchange, tree, Ranks};
 use super::schedule::{Plan, Region, Span};
 use super::select::{
@@ -108,16 +109,22 @@ pub(crate) fn all_reduce(
 }
 
 /// Reduce-scatter: rank r ends with part r (offset, length in bytes) of the reduction of
-/// every rank's send vector of `total` bytes.
+/// every rank's send vector of `total` bytes. `placement` is the ranks' hosts where the
+/// hierarchical plan may take the call (see `select::reduce_scatter`).
 pub(crate) fn reduce_scatter(
     ranks: Ranks,
     total: usize,
     parts: &[(usize, usize)],
     commutative: bool,
+    placement: Option<Placement>,
 ) -> Result<Plan, Cause> {
     let mut p = Plan::default();
     let own = parts[ranks.rank as usize].1;
-    match select::reduce_scatter(commutative)? {
+    match select::reduce_scatter(commutative, placement.is_some())? {
+        ReduceScatter::Hierarchical => {
+            let placement = placement.expect("chosen across hosts only");
+            hosts::reduce_scatter(&mut p, ranks, placement, send(total), parts, recv(own));
+        }
         ReduceScatter::Ring => {
             let acc = p.scratch(total);
             p.copy(send(total), acc);
@@ -153,11 +160,22 @@ pub(crate) fn scan(ranks: Ranks, len: usize, inclusive: bool) -> Plan {
 }
 
 /// Gather of `block` bytes from every rank; `is_root` ranks have the receive buffer.
-pub(crate) fn gather(ranks: Ranks, root: u32, block: usize) -> Result<Plan, Cause> {
+/// `placement` is the ranks' hosts where they lie on several, more than one on some.
+pub(crate) fn gather(
+    ranks: Ranks,
+    root: u32,
+    block: usize,
+    placement: Option<Placement>,
+) -> Result<Plan, Cause> {
     let mut p = Plan::default();
     let is_root = ranks.rank == root;
     let total = block * ranks.size as usize;
-    match select::gather(total)? {
+    match select::gather(total, placement.is_some())? {
+        Rooted::Hierarchical => {
+            let placement = placement.expect("chosen across hosts only");
+            let output = is_root.then(|| recv(total));
+            hosts::gather(&mut p, ranks, placement, root, send(block), output);
+        }
         Rooted::Binomial => {
             let output = is_root.then(|| recv(total));
             tree::gather(&mut p, ranks, root, send(block), output);
@@ -178,11 +196,22 @@ pub(crate) fn gather_varcount(root: u32, own: usize, incoming: Option<&[(usize, 
     p
 }
 
-pub(crate) fn scatter(ranks: Ranks, root: u32, block: usize) -> Result<Plan, Cause> {
+/// Scatter of `block` bytes to every rank; `placement` as for [`gather`].
+pub(crate) fn scatter(
+    ranks: Ranks,
+    root: u32,
+    block: usize,
+    placement: Option<Placement>,
+) -> Result<Plan, Cause> {
     let mut p = Plan::default();
     let is_root = ranks.rank == root;
     let total = block * ranks.size as usize;
-    match select::scatter(total)? {
+    match select::scatter(total, placement.is_some())? {
+        Rooted::Hierarchical => {
+            let placement = placement.expect("chosen across hosts only");
+            let input = is_root.then(|| send(total));
+            hosts::scatter(&mut p, ranks, placement, root, input, recv(block));
+        }
         Rooted::Binomial => {
             let input = is_root.then(|| send(total));
             tree::scatter(&mut p, ranks, root, input, recv(block));
@@ -225,15 +254,25 @@ pub(crate) fn all_gather_varcount(ranks: Ranks, incoming: &[(usize, usize)]) -> 
     p
 }
 
+/// All-to-all: `outgoing[r]` (offset, length in bytes) of the send buffer to rank r, into
+/// `incoming[r]` of its receive buffer. `placement` is the ranks' hosts where they lie on
+/// several, more than one on some, for equal blocks of `largest` bytes.
 pub(crate) fn all_to_all(
     ranks: Ranks,
     outgoing: &[(usize, usize)],
     incoming: &[(usize, usize)],
     largest: usize,
+    placement: Option<Placement>,
 ) -> Result<Plan, Cause> {
     let mut p = Plan::default();
+    let total = |parts: &[(usize, usize)]| parts.iter().map(|part| part.1).sum();
+    let (sent, received) = (send(total(outgoing)), recv(total(incoming)));
     let (outgoing, incoming) = (parts(Region::Send, outgoing), parts(Region::Recv, incoming));
-    match select::alltoall(largest)? {
+    match select::alltoall(largest, placement.is_some())? {
+        Alltoall::Hierarchical => {
+            let placement = placement.expect("chosen across hosts only");
+            hosts::all_to_all(&mut p, ranks, placement, sent, received);
+        }
         Alltoall::Pairwise => exchange::pairwise(&mut p, ranks, &outgoing, &incoming),
         Alltoall::Linear => exchange::linear(&mut p, ranks, &outgoing, &incoming),
     }

@@ -10,10 +10,13 @@ use crate::error::Cause;
 use crate::partition::{parts, Partition, Partitioned};
 use crate::point_to_point::Count;
 
+use super::algorithms::hosts::Placement;
 use super::algorithms::Ranks;
 use super::build;
+use super::hierarchy::Hierarchy;
 use super::op::Operation;
 use super::schedule::{Buffers, Execution, Plan, Region, Span};
+use super::shared;
 
 /// What a collective call runs: its plan over its buffers.
 pub(crate) struct Call<'a> {
@@ -53,6 +56,17 @@ impl<'a> Call<'a> {
             )
         }
     }
+}
+
+/// `plan` given the ranks' hosts where the communicator's collectives go hierarchically
+/// (`shared::hierarchy`) and its hierarchy `serves` the call, else `None`.
+fn across_hosts<T>(
+    comm: &CommData,
+    serves: impl FnOnce(&Hierarchy) -> bool,
+    plan: impl FnOnce(Option<Placement>) -> T,
+) -> T {
+    let hierarchy = shared::hierarchy(comm).filter(|h| serves(h));
+    plan(hierarchy.as_deref().map(Hierarchy::placement))
 }
 
 fn ranks(comm: &CommData) -> Ranks {
@@ -265,7 +279,11 @@ pub(crate) fn all_to_all<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     let n = comm.size as usize;
     let block = send.byte_len() / n;
     let equal = build::equal_parts(block, comm.size);
-    let plan = build::all_to_all(ranks(comm), &equal, &equal, block)?;
+    let plan = across_hosts(
+        comm,
+        |_| true,
+        |placement| build::all_to_all(ranks(comm), &equal, &equal, block, placement),
+    )?;
     Ok(Call::new(plan, both(send, recv)?, datatype))
 }
 
@@ -280,7 +298,7 @@ where
 {
     let (datatype, outgoing, incoming) = check_all_to_all_varcount(comm, send, recv)?;
     let largest = outgoing.iter().map(|p| p.1).max().unwrap_or(0);
-    let plan = build::all_to_all(ranks(comm), &outgoing, &incoming, largest)?;
+    let plan = build::all_to_all(ranks(comm), &outgoing, &incoming, largest, None)?;
     Ok(Call::new(plan, both(send, recv)?, datatype))
 }
 
@@ -435,7 +453,11 @@ where
 {
     let (datatype, parts) = check_reduce_scatter(comm, send, recv, counts, &op)?;
     let (len, commutative) = (send.byte_len(), op.is_commutative());
-    let plan = build::reduce_scatter(ranks(comm), len, &parts, commutative)?;
+    let plan = across_hosts(
+        comm,
+        |h| h.serves(commutative),
+        |placement| build::reduce_scatter(ranks(comm), len, &parts, commutative, placement),
+    )?;
     Ok(Call::new(plan, both(send, recv)?, datatype).reducing(op))
 }
 
@@ -609,7 +631,11 @@ pub(crate) fn gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     recv: Option<&mut R>,
 ) -> Result<Call<'a>, Cause> {
     let (root, datatype) = check_gather(comm, root, send, recv.as_deref())?;
-    let plan = build::gather(ranks(comm), root, send.byte_len())?;
+    let plan = across_hosts(
+        comm,
+        |_| true,
+        |placement| build::gather(ranks(comm), root, send.byte_len(), placement),
+    )?;
     Ok(match recv {
         Some(recv) => Call::new(plan, both(send, recv)?, datatype),
         None => Call::new(plan, sending(send)?, datatype),
@@ -711,7 +737,11 @@ pub(crate) fn scatter<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     recv: &mut R,
 ) -> Result<Call<'a>, Cause> {
     let (root, datatype) = check_scatter(comm, root, send, recv)?;
-    let plan = build::scatter(ranks(comm), root, recv.byte_len())?;
+    let plan = across_hosts(
+        comm,
+        |_| true,
+        |placement| build::scatter(ranks(comm), root, recv.byte_len(), placement),
+    )?;
     Ok(match send {
         Some(send) => Call::new(plan, both(send, recv)?, datatype),
         None => Call::new(plan, receiving(recv)?, datatype),

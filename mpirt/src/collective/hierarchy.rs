@@ -46,7 +46,9 @@
 //! the result (`Hierarchy::place_in_host`), on any placement; it fits the path where the whole
 //! result does. A gather does not take the path: every rank would wait for the verdict, where
 //! by messages a rank other than the root leaves once its vector is sent (measured 3 to 4
-//! times slower with OSU's gather across 4 hosts).
+//! times slower with OSU's gather across 4 hosts). Gathers, scatters, reduce-scatters and
+//! short all-to-alls go by messages instead, on plans that go through each host's leader
+//! (`algorithms::hosts`) over the hosts found here ([`Hierarchy::placement`]).
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -60,6 +62,7 @@ use crate::environment::with_engine;
 use crate::error::{Cause, Error};
 use crate::point_to_point::wait_handle;
 
+use super::algorithms::hosts::Placement;
 use super::op::{Operation, SystemOperation};
 use super::shared::{self, Area, SEGMENT, SHARED_MAX};
 use super::{blocking, calls};
@@ -146,15 +149,16 @@ impl Hosts {
         self.leaders.len() > 1
     }
 
-    /// The ranks on `host`, in rank order.
-    fn members(&self, host: u32) -> impl Iterator<Item = u32> + '_ {
-        (0..self.host_of.len() as u32).filter(move |&r| self.host_of[r as usize] == host)
+    /// Every rank's host, as the plans through each host's leader take them (which rank is
+    /// on which host, in rank order).
+    fn placement(&self) -> Placement<'_> {
+        Placement::new(&self.host_of)
     }
 
     /// Whether the hierarchical path helps and can run: several hosts, some with more than
     /// one rank, none with more than the host's area takes.
     pub(crate) fn worth_a_hierarchy(&self, most_in_an_area: u32) -> bool {
-        let on = |h: u32| self.members(h).count() as u32;
+        let on = |h: u32| self.placement().members(h).len() as u32;
         let hosts = self.leaders.len() as u32;
         self.several()
             && (0..hosts).any(|h| on(h) > 1)
@@ -356,7 +360,7 @@ impl Hierarchy {
         hosts: Hosts,
     ) -> Result<Option<Hierarchy>, Error> {
         let mine = hosts.host_of[comm.rank as usize];
-        let members: Vec<u32> = hosts.members(mine).collect();
+        let members = hosts.placement().members(mine);
         let world = |ranks: &[u32]| ranks.iter().map(|&r| comm.world_rank(r)).collect();
         let host = comm.part(world(&members), context::host_part(comm.context));
         let leaders = (members[0] == comm.rank).then(|| Leaders {
@@ -422,9 +426,14 @@ impl Hierarchy {
         commutative || self.keeps_rank_order
     }
 
+    /// Every rank's host, for the plans by messages that go through each host's leader.
+    pub(crate) fn placement(&self) -> Placement<'_> {
+        Placement::new(&self.host_of)
+    }
+
     /// The number of hosts and the ranks on this one, for `rsrun --verbose`.
     pub(crate) fn describe(&self) -> String {
-        let hosts = self.host_of.iter().max().map_or(0, |&h| h + 1);
+        let hosts = self.placement().hosts();
         format!(
             "hierarchical over {hosts} hosts, {} of them on this host",
             self.host.size
@@ -922,7 +931,7 @@ mod tests {
         let dealt = of(&[7, 8, 9, 7, 8, 9, 7]);
         assert_eq!(dealt.host_of, [0, 1, 2, 0, 1, 2, 0]);
         assert_eq!(dealt.leaders, [0, 1, 2]);
-        assert_eq!(dealt.members(0).collect::<Vec<_>>(), [0, 3, 6]);
+        assert_eq!(dealt.placement().members(0), [0, 3, 6]);
         assert!(dealt.worth_a_hierarchy(16));
         assert!(!dealt.worth_a_hierarchy(2));
         let split = of(&[5, 3, 4, 6, 3]);

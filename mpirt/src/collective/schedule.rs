@@ -695,3 +695,218 @@ mod scratch {
         });
     }
 }
+
+/// Every rank's plan run in one process, for the algorithms' unit tests: messages are byte
+/// vectors queued between each pair of ranks in the order they were posted (a receive takes
+/// the oldest from its sender, as the collectives' one tag a call does), and reductions fold
+/// elements with a function of the tests'. A round ends once its receives have their
+/// messages and its sends have met their receives: a send past the eager limit waits for the
+/// receive it matches, so a plan must not depend on sends finishing alone.
+#[cfg(test)]
+pub(crate) mod simulation {
+    use std::collections::{HashMap, VecDeque};
+
+    use super::{Local, Plan, Region, Span, Transfer};
+
+    /// One rank's buffers and where its plan stands.
+    struct Rank {
+        plan: Plan,
+        send: Vec<u8>,
+        recv: Vec<u8>,
+        scratch: Vec<Vec<u8>>,
+        round: usize,
+        /// The sends of the round in flight, once posted: each peer, and how many messages
+        /// this rank had sent it before (the receive that matches it is the peer's next).
+        sends: Option<Vec<(u32, usize)>>,
+    }
+
+    impl Rank {
+        fn bytes(&self, span: Span) -> &[u8] {
+            let buffer = match span.region {
+                Region::Send => &self.send,
+                Region::Recv => &self.recv,
+                Region::Scratch(i) => &self.scratch[i],
+            };
+            &buffer[span.offset..span.offset + span.len]
+        }
+
+        fn bytes_mut(&mut self, span: Span) -> &mut [u8] {
+            let buffer = match span.region {
+                Region::Send => panic!("a plan writes its send buffer"),
+                Region::Recv => &mut self.recv,
+                Region::Scratch(i) => &mut self.scratch[i],
+            };
+            &mut buffer[span.offset..span.offset + span.len]
+        }
+    }
+
+    /// Runs `plans[r]` over rank r's `send` and a receive buffer of `recv_lens[r]` bytes;
+    /// `combine(lower, higher)` reduces two elements of `element` bytes (the lower rank's
+    /// first). Every rank's receive buffer at the end; a panic where a message is of another
+    /// length than its receive, or where the ranks wait for each other (sends that wait for
+    /// their receives included).
+    pub(crate) fn run(
+        plans: Vec<Plan>,
+        send: Vec<Vec<u8>>,
+        recv_lens: &[usize],
+        element: usize,
+        combine: impl Fn(&[u8], &[u8]) -> Vec<u8>,
+    ) -> Vec<Vec<u8>> {
+        let mut ranks: Vec<Rank> = plans
+            .into_iter()
+            .zip(send)
+            .zip(recv_lens)
+            .map(|((plan, send), &len)| Rank {
+                scratch: plan.scratch.iter().map(|&len| vec![0xa5; len]).collect(),
+                plan,
+                send,
+                recv: vec![0x5a; len],
+                round: 0,
+                sends: None,
+            })
+            .collect();
+        let mut queues: HashMap<(u32, u32), VecDeque<Vec<u8>>> = HashMap::new();
+        // The messages each rank has sent each other so far, and the receives each has
+        // posted from each other so far, by (sender, receiver).
+        let mut sent: HashMap<(u32, u32), usize> = HashMap::new();
+        let mut receives: HashMap<(u32, u32), usize> = HashMap::new();
+        loop {
+            let mut moved = false;
+            for (me, rank) in ranks.iter_mut().enumerate() {
+                let Some(round) = rank.plan.rounds.get(rank.round) else {
+                    continue;
+                };
+                if rank.sends.is_none() {
+                    let mut sends = Vec::new();
+                    for transfer in &round.transfers {
+                        match *transfer {
+                            Transfer::Send { to, span } => {
+                                let message = rank.bytes(span).to_vec();
+                                queues
+                                    .entry((me as u32, to))
+                                    .or_default()
+                                    .push_back(message);
+                                let before = sent.entry((me as u32, to)).or_default();
+                                sends.push((to, *before));
+                                *before += 1;
+                            }
+                            Transfer::Recv { from, .. } => {
+                                *receives.entry((from, me as u32)).or_default() += 1;
+                            }
+                        }
+                    }
+                    rank.sends = Some(sends);
+                    moved = true;
+                }
+                // The round's receives from each sender, in the order they were posted.
+                let mut wanted: HashMap<u32, usize> = HashMap::new();
+                let received = round.transfers.iter().all(|t| match *t {
+                    Transfer::Recv { from, .. } => {
+                        let nth = wanted.entry(from).or_default();
+                        *nth += 1;
+                        queues.get(&(from, me as u32)).map_or(0, VecDeque::len) >= *nth
+                    }
+                    Transfer::Send { .. } => true,
+                });
+                let sends = rank.sends.as_deref().unwrap_or_default();
+                let matched = sends.iter().all(|&(to, before)| {
+                    receives.get(&(me as u32, to)).copied().unwrap_or(0) > before
+                });
+                if !received || !matched {
+                    continue;
+                }
+                let round = std::mem::take(&mut rank.plan.rounds[rank.round]);
+                for transfer in &round.transfers {
+                    if let Transfer::Recv { from, span } = *transfer {
+                        let queue = queues.get_mut(&(from, me as u32)).expect("a message");
+                        let message = queue.pop_front().expect("a message");
+                        assert_eq!(message.len(), span.len, "rank {me}: from {from}");
+                        rank.bytes_mut(span).copy_from_slice(&message);
+                    }
+                }
+                for local in &round.locals {
+                    match *local {
+                        Local::Copy { from, to } => {
+                            let bytes = rank.bytes(from).to_vec();
+                            rank.bytes_mut(to).copy_from_slice(&bytes);
+                        }
+                        Local::Reduce {
+                            incoming,
+                            acc,
+                            incoming_lower,
+                        } => {
+                            let incoming = rank.bytes(incoming).to_vec();
+                            let acc = rank.bytes_mut(acc);
+                            for (x, y) in incoming.chunks(element).zip(acc.chunks_mut(element)) {
+                                let folded = match incoming_lower {
+                                    true => combine(x, y),
+                                    false => combine(y, x),
+                                };
+                                y.copy_from_slice(&folded);
+                            }
+                        }
+                    }
+                }
+                rank.round += 1;
+                rank.sends = None;
+                moved = true;
+            }
+            if ranks.iter().all(|r| r.round == r.plan.rounds.len()) {
+                assert!(
+                    queues.values().all(VecDeque::is_empty),
+                    "a message left over"
+                );
+                return ranks.into_iter().map(|r| r.recv).collect();
+            }
+            assert!(moved, "the ranks wait for each other");
+        }
+    }
+
+    mod tests {
+        use super::super::{Plan, Region, Span};
+        use super::run;
+
+        /// Two ranks' plans: each sends its byte to the other in `send_round` and receives
+        /// the other's in round 1.
+        fn crossing(send_round: usize) -> Vec<Plan> {
+            (0..2u32)
+                .map(|me| {
+                    let mut p = Plan::default();
+                    let (mine, theirs) =
+                        (Span::new(Region::Send, 0, 1), Span::new(Region::Recv, 0, 1));
+                    match send_round {
+                        1 => p.round().round().send(1 - me, mine).recv(1 - me, theirs),
+                        _ => p.round().send(1 - me, mine).round().recv(1 - me, theirs),
+                    };
+                    p
+                })
+                .collect()
+        }
+
+        #[test]
+        fn an_exchange_in_one_round_runs() {
+            let got = run(
+                crossing(1),
+                vec![vec![7], vec![9]],
+                &[1, 1],
+                1,
+                |_, _| vec![],
+            );
+            assert_eq!(got, [vec![9], vec![7]]);
+        }
+
+        /// Sends that only an eager protocol lets finish before their receives are posted:
+        /// past the eager limit each rank waits in its send for the other's receive.
+        #[test]
+        #[should_panic(expected = "the ranks wait for each other")]
+        fn sends_before_their_receives_on_both_sides_wait_for_each_other() {
+            run(
+                crossing(0),
+                vec![vec![7], vec![9]],
+                &[1, 1],
+                1,
+                |_, _| vec![],
+            );
+        }
+    }
+}

@@ -254,13 +254,25 @@ pub(crate) fn allgather(total_bytes: usize, size: u32) -> Result<Allgather, Caus
 pub(crate) enum Alltoall {
     Pairwise,
     Linear,
+    /// Through each host's leader, one message from each host to each other
+    /// (`algorithms::hosts`).
+    Hierarchical,
 }
 
-pub(crate) fn alltoall(block_bytes: usize) -> Result<Alltoall, Cause> {
+/// An all-to-all's algorithm for blocks of `block_bytes` (the largest, for parts of any
+/// length), on a communicator whose ranks lie on several hosts, more than one on some, for
+/// equal blocks (`across_hosts`), or not. Across hosts, blocks up to `ALLTOALL_SHORT` go
+/// through each host's leader: a message then costs more than copying the block twice more
+/// on the leader. The bytes across the network are the same either way, so longer blocks,
+/// whose cost is their bytes, go as before, each rank to each, with no extra copies nor the
+/// leader's bottleneck (Open MPI's coll/han pairs every rank with one on each other host
+/// instead of one leader a host, and needs single-copy mapping of the peers' buffers).
+pub(crate) fn alltoall(block_bytes: usize, across_hosts: bool) -> Result<Alltoall, Cause> {
     Ok(match ALLTOALL.forced()? {
         Some("pairwise") => Alltoall::Pairwise,
         Some("linear") => Alltoall::Linear,
         // "shared_memory": for blocks too long for the area.
+        _ if block_bytes <= ALLTOALL_SHORT && across_hosts => Alltoall::Hierarchical,
         _ if block_bytes <= ALLTOALL_SHORT => Alltoall::Linear,
         _ => Alltoall::Pairwise,
     })
@@ -270,24 +282,33 @@ pub(crate) fn alltoall(block_bytes: usize) -> Result<Alltoall, Cause> {
 pub(crate) enum Rooted {
     Binomial,
     Linear,
+    /// Through each host's leader, one message a host across the network
+    /// (`algorithms::hosts`).
+    Hierarchical,
 }
 
-fn rooted(choice: &Choice, total_bytes: usize) -> Result<Rooted, Cause> {
+/// A gather's or a scatter's algorithm for a result of `total_bytes`, on a communicator whose
+/// ranks lie on several hosts, more than one on some (`across_hosts`), or not. Across hosts
+/// the hierarchical plan serves every size: each host's parts cross the network once, in one
+/// message, where a binomial tree passes some parts across it more than once and a linear one
+/// sends a message a rank; it costs one more hop inside a host, over shared memory.
+fn rooted(choice: &Choice, total_bytes: usize, across_hosts: bool) -> Result<Rooted, Cause> {
     Ok(match choice.forced()? {
         Some("binomial") => Rooted::Binomial,
         Some("linear") => Rooted::Linear,
         // "shared_memory": for parts too long for the area.
+        _ if across_hosts => Rooted::Hierarchical,
         _ if total_bytes <= ROOTED_SHORT => Rooted::Binomial,
         _ => Rooted::Linear,
     })
 }
 
-pub(crate) fn gather(total_bytes: usize) -> Result<Rooted, Cause> {
-    rooted(&GATHER, total_bytes)
+pub(crate) fn gather(total_bytes: usize, across_hosts: bool) -> Result<Rooted, Cause> {
+    rooted(&GATHER, total_bytes, across_hosts)
 }
 
-pub(crate) fn scatter(total_bytes: usize) -> Result<Rooted, Cause> {
-    rooted(&SCATTER, total_bytes)
+pub(crate) fn scatter(total_bytes: usize, across_hosts: bool) -> Result<Rooted, Cause> {
+    rooted(&SCATTER, total_bytes, across_hosts)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -296,10 +317,23 @@ pub(crate) enum ReduceScatter {
     Ring,
     /// A reduction to rank 0, then a scatter: any operation.
     ReduceThenScatter,
+    /// Reduced inside each host, traded between the hosts' leaders, handed out inside each
+    /// host (`algorithms::hosts`): each leader sends one message to each other host.
+    Hierarchical,
 }
 
-pub(crate) fn reduce_scatter(commutative: bool) -> Result<ReduceScatter, Cause> {
+/// A reduce-scatter's algorithm under an operation that is `commutative` or not, on a
+/// communicator whose ranks lie on several hosts, more than one on some, in an order that the
+/// hierarchical plan may reduce in (`across_hosts`: any order for a commutative operation,
+/// runs of consecutive ranks for another), or not. Across hosts the ring sends a message a
+/// rank and step, most of them across the network on ranks dealt round the hosts, and the
+/// reduction to rank 0 crosses it at every level of its tree.
+pub(crate) fn reduce_scatter(
+    commutative: bool,
+    across_hosts: bool,
+) -> Result<ReduceScatter, Cause> {
     Ok(match REDUCE_SCATTER.forced()? {
+        None | Some("shared_memory") if across_hosts => ReduceScatter::Hierarchical,
         // "shared_memory": for blocks too long for the area, and counts that differ.
         Some("ring" | "shared_memory") | None if commutative => ReduceScatter::Ring,
         _ => ReduceScatter::ReduceThenScatter,

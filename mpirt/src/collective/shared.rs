@@ -1463,6 +1463,18 @@ pub(super) fn area(
     })
 }
 
+/// The communicator's parts for the hierarchical path, where a blocking collective (the
+/// calling one's area check included) found its ranks on several hosts, more than one on some
+/// (see [`meeting_place`]): the plans by messages of gathers, scatters, reduce-scatters and
+/// short all-to-alls go through each host's leader there. Every rank finds the same here at
+/// the same call, since every rank meets in the same calls.
+pub(crate) fn hierarchy(comm: &CommData) -> Option<Rc<Hierarchy>> {
+    match &*comm.area_slot().0.borrow() {
+        AreaState::Hierarchical(parts) => Some(Rc::clone(parts)),
+        _ => None,
+    }
+}
+
 /// Where the communicator's blocking collectives meet, settled by this call (of `bytes` on
 /// this rank) if it is the first to ask: each rank's host (`Hosts`); ranks on several
 /// hosts, more than one on some, take the hierarchical path (`hierarchy`), and other
@@ -1648,7 +1660,10 @@ fn meeting(
 }
 
 /// The communicator's area for a blocking `operation` of `bytes` of `datatype` on this rank,
-/// if it has one and the area serves the communicator (see [`meeting`]).
+/// if it has one and the area serves the communicator (see [`meeting`]). A communicator of
+/// more than `MAX_RANKS` ranks has none, but its first such call still settles where its
+/// calls meet: the hosts it finds choose the plans by messages through each host's leader
+/// (`hierarchy`), from this call on.
 fn usable_area(
     comm: &CommData,
     operation: &'static str,
@@ -1656,10 +1671,6 @@ fn usable_area(
     datatype: Datatype,
     bytes: usize,
 ) -> Result<Option<Rc<Area>>, Error> {
-    if comm.size > MAX_RANKS {
-        super::intra_only(comm, operation)?;
-        return Ok(None);
-    }
     Ok(match meeting(comm, operation, wanted, datatype, bytes)? {
         Meeting::Area(area) => Some(area),
         Meeting::Hierarchy(_) | Meeting::Messages => None,

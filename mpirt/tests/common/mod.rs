@@ -87,6 +87,14 @@ pub enum Launch {
     /// (`--map-by ppr:<ranks>:node`) rather than one at a time.
     #[allow(dead_code)] // each test binary compiles this module; only collectives.rs uses it
     RsrunPerHost { ranks: u32 },
+    /// rsrun across MPIRT_TEST_HOSTS's hosts with `slots[i]` slots on the i-th, the ranks
+    /// mapped by `map` (rsrun's `--map-by`: `slot` fills each host in turn, `node` deals
+    /// them round): uneven placements.
+    #[allow(dead_code)] // each test binary compiles this module; only collectives.rs uses it
+    RsrunSlots {
+        slots: &'static [u32],
+        map: &'static str,
+    },
 }
 
 /// Whether a Slurm is up for the srun tests: tools/test-all.sh starts one across the test
@@ -309,6 +317,31 @@ pub fn job_on(launch: Launch, n: u32, mode: &str, envs: &[(&str, &str)]) -> Outp
             c.args(rsrun_args_mapped(&format!("ppr:{ranks}:node")))
                 .arg("-n")
                 .arg(n.to_string());
+            c
+        }
+        Launch::RsrunSlots { slots, map } => {
+            let hosts = env::var("MPIRT_TEST_HOSTS").expect("MPIRT_TEST_HOSTS names the hosts");
+            let names = hosts.split(',').map(|h| h.split(':').next().unwrap_or(h));
+            let hosts: Vec<String> = names
+                .zip(slots)
+                .map(|(name, slots)| format!("{name}:{slots}"))
+                .collect();
+            assert_eq!(
+                hosts.len(),
+                slots.len(),
+                "MPIRT_TEST_HOSTS has too few hosts"
+            );
+            let mut c = Command::new(rsrun_path());
+            c.args([
+                "--pml",
+                &test_pml(),
+                "-H",
+                &hosts.join(","),
+                "--map-by",
+                map,
+            ])
+            .arg("-n")
+            .arg(n.to_string());
             c
         }
         Launch::RsrunOn { cpus, args } => {

@@ -5,6 +5,7 @@
 pub(crate) mod allgather;
 pub(crate) mod allreduce;
 pub(crate) mod exchange;
+pub(crate) mod hosts;
 pub(crate) mod tree;
 
 /// Ranks of one collective call: this rank and the communicator's size.
