@@ -431,6 +431,15 @@ pub struct Counters {
     /// Non-contiguous receives the UCX PML handed to UCX in place as its generic datatype,
     /// unpacked from UCX's buffers by mpirt's callbacks (as `ucx_generic_sends`).
     pub ucx_generic_receives: u64,
+    /// Non-contiguous sends of short blocks the UCX PML left to the caller's staging copy
+    /// (packed, then sent as bytes): under `MPIRT_UCX_TCP_STAGE_BELOW` bytes to a rank whose
+    /// active messages UCX carries over TCP. Counted when the PML declines them.
+    pub ucx_staged_sends: u64,
+    /// Non-contiguous receives the UCX PML left to the caller's staging buffer (received as
+    /// bytes, then unpacked), as `ucx_staged_sends`: by the receive's length and source (a
+    /// receive from any source where every other rank is over TCP), or for a matched
+    /// receive by its message's.
+    pub ucx_staged_receives: u64,
     /// Memory registrations made (RDMA): a buffer sent from again is not registered again.
     pub registrations: u64,
     /// Send buffers exposed to peers' reads over libfabric and not yet released, now (a
