@@ -436,9 +436,8 @@ pub struct Counters {
     /// active messages UCX carries over TCP. Counted when the PML declines them.
     pub ucx_staged_sends: u64,
     /// Non-contiguous receives the UCX PML left to the caller's staging buffer (received as
-    /// bytes, then unpacked), as `ucx_staged_sends`: by the receive's length and source (a
-    /// receive from any source where every other rank is over TCP), or for a matched
-    /// receive by its message's.
+    /// bytes, then unpacked), as `ucx_staged_sends`, where every other rank is over TCP: by
+    /// the receive's length, or for a matched receive by its message's.
     pub ucx_staged_receives: u64,
     /// Memory registrations made (RDMA): a buffer sent from again is not registered again.
     pub registrations: u64,
