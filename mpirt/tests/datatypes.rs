@@ -964,9 +964,67 @@ fn rank_mode() {
             let how = env::var(UCX_IN_PLACE).expect("the column's kind");
             ucx_in_place_counted(&universe, world.rank(), &how);
         }
+        "staged meets in place" => staged_meets_in_place(&universe, &world),
         other => panic!("unknown rank mode {other}"),
     }
     println!("rank {} done", world.rank());
+}
+
+/// Rank 0's column of 8 Ki rows (64 KiB, staged over UCX's TCP at the default threshold)
+/// into rank 1's room for 8 such columns (512 KiB, received in place as UCX's generic
+/// datatype), then a column of 64 Ki rows (sent in place) into one of 8 Ki (staged): the
+/// first lands in its rows, the second is truncated, naming both lengths. Each rank's
+/// counts show both forms were used.
+fn staged_meets_in_place(universe: &mpirt::environment::Universe, world: &SimpleCommunicator) {
+    const COLUMNS: usize = 4;
+    let (short, long) = (8usize << 10, 64usize << 10);
+    let column = |rows: usize| {
+        UserDatatype::vector(rows as i32, 1, COLUMNS as i32, &f64::equivalent_datatype())
+    };
+    let span = |rows: usize| (rows - 1) * COLUMNS + 1;
+    let rank = world.rank();
+    if rank == 0 {
+        let matrix: Vec<f64> = (0..long * COLUMNS).map(|i| i as f64).collect();
+        for rows in [short, long] {
+            let vector = column(rows);
+            // SAFETY: `rows` elements `COLUMNS` apart lie within the matrix.
+            let send = unsafe { View::with_count_and_datatype(&matrix[..span(rows)], 1, &vector) };
+            world.process_at_rank(1).send_with_tag(&send, 9);
+        }
+    } else {
+        // Room for 8 columns of 8 Ki rows, one after the other: 512 KiB in place.
+        let vector = column(short);
+        let mut halo = vec![-1.0f64; 8 * span(short)];
+        // SAFETY: 8 elements of the column's extent, `span(short)` values each, fill `halo`.
+        let mut receive = unsafe { MutView::with_count_and_datatype(&mut halo[..], 8, &vector) };
+        let status = world
+            .process_at_rank(0)
+            .receive_into_with_tag(&mut receive, 9);
+        assert_eq!(status.count(f64::equivalent_datatype()), short as i32);
+        for (i, &v) in halo.iter().enumerate() {
+            let row_start = i < span(short) && i % COLUMNS == 0;
+            assert_eq!(v, if row_start { i as f64 } else { -1.0 }, "value {i}");
+        }
+        // SAFETY: one column of 8 Ki rows lies within `halo`.
+        let mut receive =
+            unsafe { MutView::with_count_and_datatype(&mut halo[..span(short)], 1, &vector) };
+        let e = world
+            .process_at_rank(0)
+            .try_receive_into_with_tag(&mut receive, 9)
+            .unwrap_err();
+        println!("error: {e}");
+    }
+    let c = universe.counters().expect("counters on UCX");
+    let (staged, in_place) = match rank {
+        0 => (c.ucx_staged_sends, c.ucx_generic_sends),
+        _ => (c.ucx_staged_receives, c.ucx_generic_receives),
+    };
+    assert_eq!(
+        (staged, in_place),
+        (1, 1),
+        "rank {rank}: staged and in place"
+    );
+    world.barrier();
 }
 
 /// The halo exchange's column (a vector of `f64`, one every 4), from eager sizes to past
@@ -1181,6 +1239,28 @@ fn a_column_over_ucx_goes_as_an_iov_or_in_place_on_shared_memory() {
         return;
     }
     column_through_ucx("sm,self", "generic", &[every_size]);
+}
+
+/// Over UCX's TCP, a staged send meets a receive in place and an in-place send a staged
+/// receive (UCX matches bytes); the second, longer than the receive, fails as truncated
+/// with both lengths.
+#[test]
+fn a_staged_column_over_ucx_tcp_meets_one_in_place() {
+    if common::test_pml() != "ucx" {
+        println!("staged against in place not tested: the PML is not UCX (MPIRT_TEST_PML=ucx)");
+        return;
+    }
+    let (out, _) = ok_job_with(2, "staged meets in place", &[("UCX_TLS", "tcp")]);
+    assert!(
+        out.contains(
+            "error: rank 1: receive from rank 0 (tag 9): message truncated: the message from \
+             rank 0 with tag 9 is 524288 bytes but the receive buffer holds only 65536 bytes"
+        ),
+        "{out}"
+    );
+    for rank in 0..2 {
+        assert!(out.contains(&format!("rank {rank} done")), "{out}");
+    }
 }
 
 #[test]
