@@ -182,8 +182,8 @@ impl AnyPml {
 
     /// What the PML counted: the native engine's transports, or on UCX (which keeps its
     /// transports' counts to itself) only the non-contiguous buffers handed to UCX in place
-    /// (`Counters::ucx_iov_sends` and its kin) and its one-sided operations, the other
-    /// fields 0.
+    /// or left to a staging copy (`Counters::ucx_iov_sends` and its kin) and its one-sided
+    /// operations, the other fields 0.
     pub fn counters(&self) -> Option<Counters> {
         match self {
             AnyPml::Native(engine) => Some(engine.counters()),
@@ -664,6 +664,7 @@ fn open_ucx(wireup: &mut dyn Wireup, config: &EngineConfig) -> Result<UcxPml, En
             spin: config.spin,
             detect_peer_failure,
             iov_min_block: config.ucx_iov_min_block,
+            tcp_stage_below: config.ucx_tcp_stage_below,
         },
     )?;
     if config.verbose {

@@ -137,8 +137,8 @@ impl Universe {
     /// What this rank's transports did so far (frames, rendezvous reads, windows' RDMA
     /// WRITEs, READs and atomics...), as the native engine counts it. On the UCX PML, which
     /// keeps its transports' counts to itself, only the non-contiguous sends and receives
-    /// handed to UCX in place (`ucx_iov_sends` and its kin) and the one-sided operations are
-    /// counted; the other fields are 0.
+    /// handed to UCX in place or left to a staging copy (`ucx_iov_sends` and its kin) and
+    /// the one-sided operations are counted; the other fields are 0.
     pub fn counters(&self) -> Option<pml::Counters> {
         with_engine(|e| Ok(e.counters())).unwrap_or_default()
     }

@@ -371,22 +371,23 @@ fn layouts(universe: &mpirt::environment::Universe, world: &SimpleCommunicator) 
 }
 
 /// Checks that the UCX PML handed rank 0's sends into views and rank 1's receives into them
-/// to UCX in place as `how` ("iov" or "generic", [`UCX_IN_PLACE`]), and nothing of the other
-/// kind on any rank.
+/// to UCX as `how` ("iov" or "generic" in place, or "staged", [`UCX_IN_PLACE`]), and nothing
+/// of the other kinds on any rank.
 fn ucx_in_place_counted(universe: &mpirt::environment::Universe, rank: i32, how: &str) {
     let c = universe
         .counters()
         .unwrap_or_else(|| panic!("rank {rank}: {UCX_IN_PLACE}={how} without counters"));
-    let (iov, generic) = (
-        (c.ucx_iov_sends, c.ucx_iov_receives),
-        (c.ucx_generic_sends, c.ucx_generic_receives),
-    );
-    let (asked, other) = match how {
-        "iov" => (iov, generic),
-        "generic" => (generic, iov),
-        _ => panic!("{UCX_IN_PLACE}={how}: neither iov nor generic"),
+    let kinds = [
+        ("iov", (c.ucx_iov_sends, c.ucx_iov_receives)),
+        ("generic", (c.ucx_generic_sends, c.ucx_generic_receives)),
+        ("staged", (c.ucx_staged_sends, c.ucx_staged_receives)),
+    ];
+    let Some(&(_, asked)) = kinds.iter().find(|(kind, _)| *kind == how) else {
+        panic!("{UCX_IN_PLACE}={how}: neither iov, generic nor staged");
     };
-    assert_eq!(other, (0, 0), "rank {rank}: in place, but not as {how}");
+    for (kind, counts) in kinds.iter().filter(|(kind, _)| *kind != how) {
+        assert_eq!(*counts, (0, 0), "rank {rank}: {kind}, not {how}");
+    }
     match rank {
         0 => assert!(asked.0 > 0, "rank 0: no send as {how}: {asked:?}"),
         1 => assert!(asked.1 > 0, "rank 1: no receive as {how}: {asked:?}"),
@@ -982,9 +983,126 @@ fn rank_mode() {
         "padding" => padding(&world),
         "varcount views" => varcount_views(&world),
         "errors" => errors(),
+        "column" => {
+            column(&world);
+            let how = env::var(UCX_IN_PLACE).expect("the column's kind");
+            ucx_in_place_counted(&universe, world.rank(), &how);
+        }
+        "staged meets in place" => staged_meets_in_place(&universe, &world),
         other => panic!("unknown rank mode {other}"),
     }
     println!("rank {} done", world.rank());
+}
+
+/// Rank 0's column of 8 Ki rows (64 KiB, staged over UCX's TCP at the default threshold)
+/// into rank 1's room for 8 such columns (512 KiB, received in place as UCX's generic
+/// datatype), then a column of 64 Ki rows (sent in place) into one of 8 Ki (staged): the
+/// first lands in its rows, the second is truncated, naming both lengths. Each rank's
+/// counts show both forms were used.
+fn staged_meets_in_place(universe: &mpirt::environment::Universe, world: &SimpleCommunicator) {
+    const COLUMNS: usize = 4;
+    let (short, long) = (8usize << 10, 64usize << 10);
+    let column = |rows: usize| {
+        UserDatatype::vector(rows as i32, 1, COLUMNS as i32, &f64::equivalent_datatype())
+    };
+    let span = |rows: usize| (rows - 1) * COLUMNS + 1;
+    let rank = world.rank();
+    if rank == 0 {
+        let matrix: Vec<f64> = (0..long * COLUMNS).map(|i| i as f64).collect();
+        for rows in [short, long] {
+            let vector = column(rows);
+            // SAFETY: `rows` elements `COLUMNS` apart lie within the matrix.
+            let send = unsafe { View::with_count_and_datatype(&matrix[..span(rows)], 1, &vector) };
+            world.process_at_rank(1).send_with_tag(&send, 9);
+        }
+    } else {
+        // Room for 8 columns of 8 Ki rows, one after the other: 512 KiB in place.
+        let vector = column(short);
+        let mut halo = vec![-1.0f64; 8 * span(short)];
+        // SAFETY: 8 elements of the column's extent, `span(short)` values each, fill `halo`.
+        let mut receive = unsafe { MutView::with_count_and_datatype(&mut halo[..], 8, &vector) };
+        let status = world
+            .process_at_rank(0)
+            .receive_into_with_tag(&mut receive, 9);
+        assert_eq!(status.count(f64::equivalent_datatype()), short as i32);
+        for (i, &v) in halo.iter().enumerate() {
+            let row_start = i < span(short) && i % COLUMNS == 0;
+            assert_eq!(v, if row_start { i as f64 } else { -1.0 }, "value {i}");
+        }
+        // SAFETY: one column of 8 Ki rows lies within `halo`.
+        let mut receive =
+            unsafe { MutView::with_count_and_datatype(&mut halo[..span(short)], 1, &vector) };
+        let e = world
+            .process_at_rank(0)
+            .try_receive_into_with_tag(&mut receive, 9)
+            .unwrap_err();
+        println!("error: {e}");
+    }
+    let c = universe.counters().expect("counters on UCX");
+    let (staged, in_place) = match rank {
+        0 => (c.ucx_staged_sends, c.ucx_generic_sends),
+        _ => (c.ucx_staged_receives, c.ucx_generic_receives),
+    };
+    assert_eq!(
+        (staged, in_place),
+        (1, 1),
+        "rank {rank}: staged and in place"
+    );
+    world.barrier();
+}
+
+/// The halo exchange's column (a vector of `f64`, one every 4), from eager sizes to past
+/// UCX's rendezvous threshold, rank 0 to rank 1 into column 0 of a halo matrix: received by
+/// source, by any source and by a matched probe. Every value lands in its row, and the
+/// halo's other columns keep their guard.
+fn column(world: &SimpleCommunicator) {
+    const COLUMNS: usize = 4;
+    let rank = world.rank();
+    for rows in [512usize, 8 << 10, 64 << 10] {
+        let vector =
+            UserDatatype::vector(rows as i32, 1, COLUMNS as i32, &f64::equivalent_datatype());
+        let span = (rows - 1) * COLUMNS + 1;
+        if rank == 0 {
+            let matrix: Vec<f64> = (0..rows * COLUMNS).map(|i| i as f64).collect();
+            // SAFETY: `rows` elements `COLUMNS` apart from element 1 lie within the matrix.
+            let send = unsafe { View::with_count_and_datatype(&matrix[1..1 + span], 1, &vector) };
+            for _ in 0..3 {
+                world.process_at_rank(1).send(&send);
+            }
+            continue;
+        }
+        for how in ["by source", "by any source", "by a matched probe"] {
+            let mut halo = vec![-1.0f64; rows * COLUMNS];
+            // SAFETY: as above, from element 0 of the halo matrix.
+            let mut receive =
+                unsafe { MutView::with_count_and_datatype(&mut halo[..span], 1, &vector) };
+            let status = match how {
+                "by source" => world.process_at_rank(0).receive_into(&mut receive),
+                "by any source" => world.any_process().receive_into(&mut receive),
+                _ => {
+                    let (message, _) = world.process_at_rank(0).matched_probe();
+                    message.matched_receive_into(&mut receive)
+                }
+            };
+            assert_eq!(
+                status.count(f64::equivalent_datatype()),
+                rows as i32,
+                "{rows} rows {how}"
+            );
+            for (row, four) in halo.chunks(COLUMNS).enumerate() {
+                assert_eq!(
+                    four[0],
+                    (row * COLUMNS + 1) as f64,
+                    "row {row} of {rows} {how}"
+                );
+                assert!(
+                    four[1..].iter().all(|&v| v == -1.0),
+                    "row {row} of {rows} {how}: guard"
+                );
+            }
+        }
+    }
+    println!("rank {rank}: columns ok");
 }
 
 // ---- the test side ----
@@ -1114,6 +1232,8 @@ fn layouts_through_ucx(how: &str, min_block: &str) {
     }
     let wire = [
         ("MPIRT_UCX_IOV_MIN_BLOCK", min_block.to_string()),
+        // In place over UCX's TCP too, at every size.
+        ("MPIRT_UCX_TCP_STAGE_BELOW", "0".to_string()),
         (UCX_IN_PLACE, how.to_string()),
     ];
     let out = ok(3, "layouts", &wire);
@@ -1132,6 +1252,70 @@ fn random_layouts_match_the_serial_model_through_ucx_iovs() {
 #[test]
 fn random_layouts_match_the_serial_model_through_ucx_generic() {
     layouts_through_ucx("generic", "1g");
+}
+
+/// The halo's column on the UCX PML over `tls` (UCX_TLS), with `settings`, goes to UCX as
+/// `how` only, as each rank's counts say ([`UCX_IN_PLACE`]), and lands in its rows.
+fn column_through_ucx(tls: &str, how: &str, settings: &[(&'static str, &str)]) {
+    if common::test_pml() != "ucx" {
+        println!("the column on UCX not tested: the PML is not UCX (MPIRT_TEST_PML=ucx)");
+        return;
+    }
+    let mut wire = vec![("UCX_TLS", tls), (UCX_IN_PLACE, how)];
+    wire.extend_from_slice(settings);
+    let (out, _) = ok_job_with(2, "column", &wire);
+    assert_eq!(out.matches("columns ok").count(), 2, "{out}");
+    let checked = format!("ucx {how} sends and receives");
+    assert_eq!(out.matches(&checked).count(), 2, "{out}");
+}
+
+/// Over UCX's TCP a column shorter than `MPIRT_UCX_TCP_STAGE_BELOW` is packed into a staging
+/// copy and sent as bytes, and received into one and unpacked (faster there than UCX's
+/// fragments of a non-contiguous rendezvous); from that size on it goes in place, as UCX's
+/// generic datatype.
+#[test]
+fn a_column_over_ucx_tcp_is_staged_below_the_threshold() {
+    column_through_ucx("tcp", "staged", &[("MPIRT_UCX_TCP_STAGE_BELOW", "1g")]);
+    column_through_ucx("tcp", "generic", &[("MPIRT_UCX_TCP_STAGE_BELOW", "0")]);
+}
+
+/// A column as UCX's iov datatype, an entry per 8-byte block, is never staged; on UCX's
+/// shared memory a column goes in place as the generic datatype whatever the TCP threshold.
+#[test]
+fn a_column_over_ucx_goes_as_an_iov_or_in_place_on_shared_memory() {
+    let every_size = ("MPIRT_UCX_TCP_STAGE_BELOW", "1g");
+    column_through_ucx(
+        "tcp",
+        "iov",
+        &[("MPIRT_UCX_IOV_MIN_BLOCK", "1"), every_size],
+    );
+    if common::spread_over_hosts() {
+        println!("the column over UCX's shared memory not tested: the ranks are on other hosts");
+        return;
+    }
+    column_through_ucx("sm,self", "generic", &[every_size]);
+}
+
+/// Over UCX's TCP, a staged send meets a receive in place and an in-place send a staged
+/// receive (UCX matches bytes); the second, longer than the receive, fails as truncated
+/// with both lengths.
+#[test]
+fn a_staged_column_over_ucx_tcp_meets_one_in_place() {
+    if common::test_pml() != "ucx" {
+        println!("staged against in place not tested: the PML is not UCX (MPIRT_TEST_PML=ucx)");
+        return;
+    }
+    let (out, _) = ok_job_with(2, "staged meets in place", &[("UCX_TLS", "tcp")]);
+    assert!(
+        out.contains(
+            "error: rank 1: receive from rank 0 (tag 9): message truncated: the message from \
+             rank 0 with tag 9 is 524288 bytes but the receive buffer holds only 65536 bytes"
+        ),
+        "{out}"
+    );
+    for rank in 0..2 {
+        assert!(out.contains(&format!("rank {rank} done")), "{out}");
+    }
 }
 
 #[test]

@@ -260,6 +260,12 @@ impl Blocks {
         }
     }
 
+    /// The position `len` packed bytes past `at` (a position of this description; `list`
+    /// its block list): a walk of the blocks between, not of those before `at`.
+    pub(crate) fn advance(&self, list: &[Block], at: Position, len: usize) -> Position {
+        self.for_each_block_at(list, at, len, |_, _| {})
+    }
+
     /// The block list of a description made in this process.
     ///
     /// # Safety

@@ -36,6 +36,12 @@ pub struct EngineConfig {
     /// merge into runs) of a non-contiguous buffer handed to UCX as an iov of its runs; shorter ones go as UCX's generic datatype, packed and unpacked by
     /// callbacks straight into and out of UCX's buffers.
     pub ucx_iov_min_block: usize,
+    /// On the UCX PML, the shortest non-contiguous message of blocks shorter than
+    /// `ucx_iov_min_block` that goes to UCX in place (its generic datatype) to a rank whose
+    /// active messages UCX carries over TCP (a receive: where every other rank is so);
+    /// shorter ones are packed into a staging copy and sent as bytes (received likewise and
+    /// unpacked), which UCX's TCP moves faster. 0 stages none.
+    pub ucx_tcp_stage_below: usize,
     /// Largest message sent eagerly over TCP.
     pub tcp_eager_limit: usize,
     /// Which interfaces or subnets TCP uses (`--tcp-if`): names and subnets, comma-separated;
@@ -110,6 +116,7 @@ impl Default for EngineConfig {
             shm_arena_eager_limit: 4 << 10,
             shm_in_place_min_block: 4 << 10,
             ucx_iov_min_block: 4 << 10,
+            ucx_tcp_stage_below: 256 << 10,
             tcp_eager_limit: 64 << 10,
             tcp_interfaces: String::new(),
             verbs_devices: String::new(),
@@ -217,6 +224,7 @@ impl EngineConfig {
                 d.shm_in_place_min_block,
             )?,
             ucx_iov_min_block: size_var("MPIRT_UCX_IOV_MIN_BLOCK", d.ucx_iov_min_block)?,
+            ucx_tcp_stage_below: size_var("MPIRT_UCX_TCP_STAGE_BELOW", d.ucx_tcp_stage_below)?,
             tcp_eager_limit: size_var("MPIRT_TCP_EAGER_LIMIT", d.tcp_eager_limit)?,
             tcp_interfaces: env::var("MPIRT_TCP_IF").unwrap_or_default(),
             verbs_devices: env::var("MPIRT_VERBS_DEV").unwrap_or_default(),

@@ -431,6 +431,14 @@ pub struct Counters {
     /// Non-contiguous receives the UCX PML handed to UCX in place as its generic datatype,
     /// unpacked from UCX's buffers by mpirt's callbacks (as `ucx_generic_sends`).
     pub ucx_generic_receives: u64,
+    /// Non-contiguous sends of short blocks the UCX PML left to the caller's staging copy
+    /// (packed, then sent as bytes): under `MPIRT_UCX_TCP_STAGE_BELOW` bytes to a rank whose
+    /// active messages UCX carries over TCP. Counted when the PML declines them.
+    pub ucx_staged_sends: u64,
+    /// Non-contiguous receives the UCX PML left to the caller's staging buffer (received as
+    /// bytes, then unpacked), as `ucx_staged_sends`, where every other rank is over TCP: by
+    /// the receive's length, or for a matched receive by its message's.
+    pub ucx_staged_receives: u64,
     /// Rendezvous reads over verbs that landed straight in a receive laid out in blocks, by
     /// RDMA READs whose local scatter-gather lists are the blocks' runs (blocks of
     /// `MPIRT_VERBS_SGE_MIN_BLOCK` bytes or more on average), as posted.

@@ -1224,6 +1224,7 @@ fn scattered_rank(spec: &str) {
         "shm" | "shm-no-arena" => a_column_lands_in_a_column(&mut e, rank, mode),
         _ => {}
     }
+    elements_of_many_blocks_land_whole(&mut e, rank, mode);
     e.flush_all().unwrap();
     assert_eq!(
         truncations.len(),
@@ -1380,6 +1381,76 @@ fn verbs_column_and_indexed(e: &mut Engine, rank: u32) {
             panic!(
                 "layout {case}: byte {i} of {span} is {:#x}, not {:#x}",
                 buf[i], expected[i]
+            );
+        }
+    }
+}
+
+/// One element of very many blocks each way, past a frame (4 MiB over TCP): 7-byte blocks
+/// 12 apart into 5-byte ones 9 apart (short: packed and unpacked a scratchful at a time), and
+/// 300-byte blocks into 400-byte ones (long: gathered and scattered by iovecs), the blocks of
+/// each side cut where the other's are not. Over TCP every read into the blocks and every
+/// write from them goes on from the position the last left (`Conn`'s `Target::Blocks` and
+/// `send_at`) rather than seek from the element's first block; a position carried wrong puts
+/// bytes in the wrong blocks. The receive's blocks hold a serial unpack, its gaps their
+/// poison.
+fn elements_of_many_blocks_land_whole(e: &mut Engine, rank: u32, mode: &str) {
+    // (blocks, length, stride) of the send's element, then of the receive's.
+    let shapes = [
+        ((700_000, 7, 12), (980_000, 5, 9)),
+        ((20_000, 300, 310), (15_000, 400, 450)),
+    ];
+    let element = |(n, len, stride): (usize, usize, usize)| -> (Vec<Block>, usize) {
+        let list = (0..n)
+            .map(|i| Block {
+                offset: i * stride,
+                len,
+            })
+            .collect();
+        (list, n * stride)
+    };
+    for (i, (sent, receive)) in shapes.into_iter().enumerate() {
+        let tag = 80 + i as i32;
+        let (list, extent) = element(sent);
+        let (source, serial) = layout_source(&list, extent, 1);
+        if rank == 1 {
+            let blocks = Blocks::new(source.as_ptr(), 1, extent, &list).unwrap();
+            // SAFETY: the source, list and description outlive the send, waited for here.
+            let h =
+                unsafe { e.post_send_blocks(0, 1, 0, tag, SendMode::Standard, &blocks) }.unwrap();
+            match h {
+                Some(h) => assert_eq!(e.wait(h).unwrap(), Done::Sent),
+                None => send(e, 0, tag, &serial, SendMode::Standard),
+            }
+            continue;
+        }
+        let (rlist, rextent) = element(receive);
+        assert_eq!(
+            receive.0 * receive.1,
+            serial.len(),
+            "shape {i}: the lengths"
+        );
+        let mut buf = vec![POISON; rextent];
+        let rblocks = Blocks::new(buf.as_mut_ptr(), 1, rextent, &rlist).unwrap();
+        // SAFETY: `buf`, `rlist` and the description outlive the receive, waited for here.
+        let h = unsafe { e.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &rblocks) }
+            .unwrap()
+            .expect("the engine lands every receive in its blocks");
+        assert!(
+            matches!(e.wait(h), Ok(Done::Received(st)) if st.len == serial.len()),
+            "shape {i} ({mode})"
+        );
+        let mut expected = vec![POISON; rextent];
+        for (b, bytes) in rlist.iter().zip(serial.chunks(receive.1)) {
+            expected[b.offset..b.offset + b.len].copy_from_slice(bytes);
+        }
+        if let Some(at) = (0..rextent).find(|&at| buf[at] != expected[at]) {
+            panic!(
+                "shape {i} ({mode}): byte {at} (block {} of {}) is {:#x}, not {:#x}",
+                at / receive.2,
+                receive.0,
+                buf[at],
+                expected[at]
             );
         }
     }

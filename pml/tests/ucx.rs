@@ -640,6 +640,8 @@ fn ranks_over_ucx_tcp_and_shared_memory() {
             spin: Duration::from_micros(it.next().unwrap().parse().unwrap()),
             detect_peer_failure: it.next() == Some("detect"),
             iov_min_block: EngineConfig::default().ucx_iov_min_block,
+            // In place at every size over TCP too: the block tests count every message so.
+            tcp_stage_below: 0,
         };
         rank_main(
             Path::new(dir),
@@ -723,6 +725,7 @@ fn a_dead_peer_is_an_error_not_a_hang() {
             spin: Duration::from_micros(100),
             detect_peer_failure: true,
             iov_min_block: EngineConfig::default().ucx_iov_min_block,
+            tcp_stage_below: EngineConfig::default().ucx_tcp_stage_below,
         };
         let mut p = UcxPml::new(&mut w, &config).unwrap();
         everyone_to_everyone(&mut p);
@@ -832,6 +835,7 @@ fn the_stall_queues_list_what_ucx_has_not_finished() {
         spin: Duration::from_micros(100),
         detect_peer_failure: false,
         iov_min_block: EngineConfig::default().ucx_iov_min_block,
+        tcp_stage_below: EngineConfig::default().ucx_tcp_stage_below,
     };
     let mut p = UcxPml::new(&mut wireup, &config).unwrap();
     let mut posted_buf = [0u8; 8];

@@ -15,7 +15,8 @@
 //! datatype, so the receiver cannot read it by CMA or RDMA READ and the data comes as
 //! active-message fragments: 1.5-4x faster than the staged bulk read on UCX's shared memory
 //! from 256 KiB in the halo exchange, slower over UCX's TCP from 4 to 128 KiB
-//! (ARCHITECTURE.md).
+//! (ARCHITECTURE.md). So `UcxPml` stages such short-block messages to and from ranks it
+//! reaches over TCP below a size (`UcxConfig::tcp_stage_below`), and hands UCX bytes.
 
 use std::ffi::c_void;
 use std::{ptr, slice};
@@ -40,11 +41,24 @@ pub struct Data {
     pub iov: Option<Box<[ffi::ucp_dt_iov_t]>>,
 }
 
-/// How a non-contiguous buffer went to UCX, for the counts (`Counters::ucx_iov_sends` ...).
+/// How a non-contiguous buffer goes to UCX, for the counts (`Counters::ucx_iov_sends` ...).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InPlace {
     Iov,
     Generic,
+}
+
+impl InPlace {
+    /// An iov of its runs where the blocks of `blocks` average at least `iov_min_block`
+    /// bytes (the mean of the blocks as listed, before adjacent ones merge into runs), else
+    /// the generic datatype.
+    pub fn of(blocks: &Blocks, iov_min_block: usize) -> InPlace {
+        if blocks.mean_block() < iov_min_block {
+            InPlace::Generic
+        } else {
+            InPlace::Iov
+        }
+    }
 }
 
 impl Data {
@@ -60,29 +74,23 @@ impl Data {
         }
     }
 
-    /// The non-contiguous buffer `blocks` describes: an iov of its runs where its blocks
-    /// average at least `iov_min_block` bytes (the mean of the blocks as listed, before
-    /// adjacent ones merge into runs), else one item of the `generic` datatype,
-    /// `blocks` itself, whose callbacks ([`Generic`]) read through it.
+    /// The non-contiguous buffer `blocks` describes, as `how` says: an iov of its runs, or
+    /// one item of the `generic` datatype, `blocks` itself, whose callbacks ([`Generic`])
+    /// read through it.
     ///
     /// # Safety
     /// `blocks` must have been made in this process, its block list alive, and stay where it
     /// is, unchanged, until the operation completes (UCX's callbacks read it).
-    pub unsafe fn of_blocks(
-        blocks: &Blocks,
-        generic: &Generic,
-        iov_min_block: usize,
-    ) -> (Data, InPlace) {
+    pub unsafe fn of_blocks(blocks: &Blocks, generic: &Generic, how: InPlace) -> Data {
         let len = blocks.len();
-        if blocks.mean_block() < iov_min_block {
-            let data = Data {
+        if how == InPlace::Generic {
+            return Data {
                 buffer: ptr::from_ref(blocks).cast_mut().cast(),
                 count: 1,
                 datatype: Some(generic.0),
                 len,
                 iov: None,
             };
-            return (data, InPlace::Generic);
         }
         // SAFETY: made in this process, its list alive (this function's contract).
         let list = unsafe { blocks.local_list() };
@@ -93,15 +101,14 @@ impl Data {
                 length: n as ffi::size_t,
             })
             .collect();
-        let data = Data {
+        Data {
             // The slice's heap memory, which stays put when the box moves.
             buffer: iov.as_ptr().cast_mut().cast(),
             count: iov.len(),
             datatype: Some(ffi::UCP_DATATYPE_IOV as ffi::ucp_datatype_t),
             len,
             iov: Some(iov),
-        };
-        (data, InPlace::Iov)
+        }
     }
 
     /// Names this data's datatype in `param`, unless it is bytes (UCX's default).
@@ -238,18 +245,18 @@ mod tests {
             len: 8 << 10,
         }];
         let blocks = Blocks::new(buf.as_ptr(), 4, 16 << 10, &list).unwrap();
+        assert_eq!(InPlace::of(&blocks, 8 << 10), InPlace::Iov);
         // SAFETY: the description, its list and buffer outlive `data`, which UCX never sees.
-        let (data, how) = unsafe { Data::of_blocks(&blocks, &generic, 8 << 10) };
-        assert_eq!(how, InPlace::Iov);
+        let data = unsafe { Data::of_blocks(&blocks, &generic, InPlace::Iov) };
         let iov = data.iov.as_deref().unwrap();
         assert_eq!((data.count, data.len, iov.len()), (4, 32 << 10, 4));
         assert_eq!(data.buffer, iov.as_ptr().cast_mut().cast());
         let second = buf.as_ptr() as usize + (16 << 10) + 16;
         assert_eq!(iov[1].buffer as usize, second);
         assert_eq!(iov[1].length as usize, 8 << 10);
+        assert_eq!(InPlace::of(&blocks, (8 << 10) + 1), InPlace::Generic);
         // SAFETY: as above.
-        let (data, how) = unsafe { Data::of_blocks(&blocks, &generic, (8 << 10) + 1) };
-        assert_eq!(how, InPlace::Generic);
+        let data = unsafe { Data::of_blocks(&blocks, &generic, InPlace::Generic) };
         assert_eq!((data.count, data.len), (1, 32 << 10));
         assert!(data.iov.is_none());
         assert_eq!(data.buffer.cast_const(), ptr::from_ref(&blocks).cast());

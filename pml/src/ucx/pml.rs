@@ -15,7 +15,7 @@ use super::request::{self, peek};
 use super::status;
 use super::tag;
 use super::wireup;
-use super::worker::{self, Endpoint, Worker};
+use super::worker::{self, Endpoint, Lanes, Worker};
 use crate::blocks::Blocks;
 use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
@@ -57,7 +57,20 @@ enum Kind {
 /// `post_matched_recv` (MPI requires it; one dropped unreceived stays in UCX's memory until
 /// the worker goes).
 #[derive(Debug)]
-pub struct UcxMessage(ffi::ucp_tag_message_h);
+pub struct UcxMessage {
+    handle: ffi::ucp_tag_message_h,
+    /// How long it is, for `post_matched_recv_blocks`' choice of staging.
+    len: usize,
+}
+
+impl UcxMessage {
+    fn new(handle: ffi::ucp_tag_message_h, info: ffi::ucp_tag_recv_info_t) -> UcxMessage {
+        UcxMessage {
+            handle,
+            len: info.length as usize,
+        }
+    }
+}
 
 /// Settings of the UCX PML; UCX's own (`UCX_TLS`, ...) come from the environment.
 #[derive(Clone, Debug)]
@@ -73,6 +86,11 @@ pub struct UcxConfig {
     /// runs; shorter ones go as UCX's generic datatype, packed and unpacked by callbacks
     /// (see `datatype`).
     pub iov_min_block: usize,
+    /// The shortest non-contiguous message of short blocks (for the generic datatype) that
+    /// goes to UCX in place to a rank whose active messages UCX carries over TCP (a receive:
+    /// where every other rank is so); shorter ones are staged (see `UcxPml::in_place`). 0
+    /// stages none.
+    pub tcp_stage_below: usize,
 }
 
 pub struct UcxPml {
@@ -82,6 +100,12 @@ pub struct UcxPml {
     spin: Duration,
     /// One per world rank, this one's included.
     pub(super) endpoints: Vec<Endpoint>,
+    /// Per world rank, whether UCX carries its active messages over TCP
+    /// (`Lanes::active_messages_over_tcp`), for the choice of staging (`in_place`).
+    over_tcp: Vec<bool>,
+    /// Whether every rank but this one is `over_tcp`: a receive (whose source is a rank of
+    /// its communicator, not the world's) is staged as one from such a rank.
+    all_over_tcp: bool,
     /// Dropped after `Drop` closed the endpoints.
     pub(super) worker: Worker,
     /// Windows' one-sided operations (`one_sided`): `Drop` settles those in flight before
@@ -101,9 +125,11 @@ pub struct UcxPml {
     generic: Generic,
     /// See `UcxConfig::iov_min_block`.
     iov_min_block: usize,
-    /// The non-contiguous sends and receives handed to UCX in place, by kind
-    /// (`Counters::ucx_iov_sends` and its kin, the only fields set): kept as a `Counters`,
-    /// which `counters` starts from.
+    /// See `UcxConfig::tcp_stage_below`.
+    tcp_stage_below: usize,
+    /// The non-contiguous sends and receives handed to UCX in place, by kind, and those
+    /// left to the caller's staging copy (`Counters::ucx_iov_sends` and its kin, the only
+    /// fields set): kept as a `Counters`, which `counters` starts from.
     in_place_counts: Counters,
     /// The bytes of the operations in flight (`ops` and a blocking one being waited for),
     /// which stretch the spin before a wait sleeps (`waiting::spin_budget`).
@@ -178,21 +204,17 @@ fn probed(info: ffi::ucp_tag_recv_info_t) -> Status {
 }
 
 /// "rank 1 of 4 over UCX 1.13.1, to peers by tcp/eth0.0, to itself by self/memory0; peer
-/// failure detection off"
-fn describe(rank: Rank, size: u32, endpoints: &[Endpoint], config: &UcxConfig) -> String {
+/// failure detection off"; `lanes` are the endpoints', one per world rank.
+fn describe(rank: Rank, size: u32, lanes: &[Lanes], config: &UcxConfig) -> String {
     let mut to_peers: Vec<String> = Vec::new();
-    for (_, ep) in endpoints
-        .iter()
-        .enumerate()
-        .filter(|&(p, _)| p as Rank != rank)
-    {
+    for (_, ep) in lanes.iter().enumerate().filter(|&(p, _)| p as Rank != rank) {
         for t in ep.transports() {
             if !to_peers.contains(&t) {
                 to_peers.push(t);
             }
         }
     }
-    let to_self = endpoints
+    let to_self = lanes
         .get(rank as usize)
         .map(|ep| ep.transports().join("+"))
         .unwrap_or_default();
@@ -259,7 +281,15 @@ impl UcxPml {
         let failures = PeerFailures::new(size as usize);
         let detecting = config.detect_peer_failure.then_some(&failures);
         let endpoints = wireup::connect_all(&worker, wireup, detecting)?;
-        let description = describe(rank, size, &endpoints, config);
+        let lanes: Vec<Lanes> = endpoints.iter().map(Endpoint::lanes).collect();
+        let description = describe(rank, size, &lanes, config);
+        let over_tcp: Vec<bool> = lanes.iter().map(Lanes::active_messages_over_tcp).collect();
+        let mut others = over_tcp
+            .iter()
+            .enumerate()
+            .filter(|&(p, _)| p as Rank != rank)
+            .peekable();
+        let all_over_tcp = others.peek().is_some() && others.all(|(_, &tcp)| tcp);
         let spare = SpareRequests::new(worker.request_size());
         let generic = Generic::new().map_err(|e| EngineError::Transport(e.to_string()))?;
         Ok(UcxPml {
@@ -267,6 +297,8 @@ impl UcxPml {
             size,
             spin: config.spin,
             endpoints,
+            over_tcp,
+            all_over_tcp,
             worker,
             failures,
             rma: Rma::new(size),
@@ -275,6 +307,7 @@ impl UcxPml {
             spare,
             generic,
             iov_min_block: config.iov_min_block,
+            tcp_stage_below: config.tcp_stage_below,
             in_place_counts: Counters::default(),
             bytes_in_flight: 0,
             blocking_receive: None,
@@ -393,20 +426,58 @@ impl UcxPml {
                 self.worker.handle(),
                 data.buffer,
                 data.count as ffi::size_t,
-                message.0,
+                message.handle,
                 &param,
             )
         };
         started_recv("ucp_tag_msg_recv_nbx", started)
     }
 
-    /// The non-contiguous buffer `blocks` describes as UCX takes it in place, and how.
+    /// How the non-contiguous buffer `blocks` of a message of `len` bytes to world rank
+    /// `peer` (a send), or from any rank (`None`: a receive) goes to UCX in place, or `None`
+    /// (counted as staged) where the caller's staging copy moves it faster: short blocks
+    /// (the generic datatype) in a message under `tcp_stage_below` bytes to a rank whose
+    /// active messages UCX carries over TCP, or from one where every other rank is so. A
+    /// receive's source is a rank of its communicator, which the PML cannot map to a world
+    /// rank's endpoint; either form on either side meets the other (UCX matches bytes), so
+    /// a choice that differs from the sender's costs speed, never correctness. UCX 1.13 moves a non-contiguous rendezvous as active-message
+    /// fragments (its RTS carries no address for one), which over TCP measured slower than
+    /// packing, sending the bytes contiguously and unpacking (`halo.sh -u`, ARCHITECTURE.md);
+    /// on shared memory the fragments won at every size.
+    fn in_place(
+        &mut self,
+        blocks: &Blocks,
+        peer: Option<Rank>,
+        len: usize,
+        send: bool,
+    ) -> Option<InPlace> {
+        let how = InPlace::of(blocks, self.iov_min_block);
+        let over_tcp = match peer {
+            Some(world_rank) => self
+                .over_tcp
+                .get(world_rank as usize)
+                .copied()
+                .unwrap_or(false),
+            None => self.all_over_tcp,
+        };
+        if how == InPlace::Generic && len < self.tcp_stage_below && over_tcp {
+            let counted = &mut self.in_place_counts;
+            *match send {
+                true => &mut counted.ucx_staged_sends,
+                false => &mut counted.ucx_staged_receives,
+            } += 1;
+            return None;
+        }
+        Some(how)
+    }
+
+    /// The non-contiguous buffer `blocks` describes as UCX takes it in place, `how`.
     ///
     /// # Safety
     /// As for `Data::of_blocks`.
-    unsafe fn data_of(&self, blocks: &Blocks) -> (Data, InPlace) {
+    unsafe fn data_of(&self, blocks: &Blocks, how: InPlace) -> Data {
         // SAFETY: forwarded from this function's contract.
-        unsafe { Data::of_blocks(blocks, &self.generic, self.iov_min_block) }
+        unsafe { Data::of_blocks(blocks, &self.generic, how) }
     }
 
     /// Counts a non-contiguous send or receive that UCX took (started) in place, as `how`.
@@ -604,8 +675,8 @@ impl Pml for UcxPml {
     }
 
     /// Starts a send of the non-contiguous buffer `blocks` describes in place, as an iov of
-    /// its runs or UCX's generic datatype (see `datatype`): never `None` but for an empty
-    /// one, which the caller sends as bytes.
+    /// its runs or UCX's generic datatype (see `datatype`): `None` for an empty one, which
+    /// the caller sends as bytes, and one better staged (`in_place`), which it packs.
     ///
     /// # Safety
     /// As for `Pml::post_send_blocks`.
@@ -627,9 +698,12 @@ impl Pml for UcxPml {
             source,
             tag,
         };
+        let Some(how) = self.in_place(blocks, Some(peer), blocks.len(), true) else {
+            return Ok(None);
+        };
         // SAFETY: `post_send_blocks`' caller made `blocks` here and keeps it, its list and
         // its blocks alive and unchanged until the send completes.
-        let (data, how) = unsafe { self.data_of(blocks) };
+        let data = unsafe { self.data_of(blocks, how) };
         // SAFETY: as above.
         let handle = unsafe { self.start_send(envelope, peer, mode, data, 0) }?;
         self.count_in_place(how, true);
@@ -656,9 +730,9 @@ impl Pml for UcxPml {
     }
 
     /// Starts a receive into the non-contiguous buffer `blocks` describes, in place, as an
-    /// iov of its runs or UCX's generic datatype (see `datatype`): never `None` but for an
-    /// empty one. A message longer than the blocks hold fails as truncated, against their
-    /// packed length.
+    /// iov of its runs or UCX's generic datatype (see `datatype`): `None` for an empty one
+    /// and one better staged (`in_place`, by the blocks' length). A message
+    /// longer than the blocks hold fails as truncated, against their packed length.
     ///
     /// # Safety
     /// As for `Pml::post_recv_blocks`.
@@ -672,9 +746,12 @@ impl Pml for UcxPml {
         if blocks.is_empty() {
             return Ok(None);
         }
+        let Some(how) = self.in_place(blocks, None, blocks.len(), false) else {
+            return Ok(None);
+        };
         // SAFETY: `post_recv_blocks`' caller made `blocks` here and keeps it, its list and
         // its blocks (lent for writes) alive until the receive completes.
-        let (data, how) = unsafe { self.data_of(blocks) };
+        let data = unsafe { self.data_of(blocks, how) };
         // SAFETY: as above; `data` goes with the request.
         unsafe { self.start_tag_recv(context, source, tag, &data) }?;
         self.count_in_place(how, false);
@@ -780,7 +857,8 @@ impl Pml for UcxPml {
 
     /// Receives the message a matched probe took into the non-contiguous buffer `blocks`
     /// describes, in place (as `post_recv_blocks`); the message back, having posted
-    /// nothing, for an empty one.
+    /// nothing, for an empty one and one better staged (`in_place`, by the message's
+    /// length).
     ///
     /// # Safety
     /// As for `Pml::post_matched_recv_blocks`.
@@ -792,8 +870,11 @@ impl Pml for UcxPml {
         if blocks.is_empty() {
             return Ok(Err(message));
         }
+        let Some(how) = self.in_place(blocks, None, message.len, false) else {
+            return Ok(Err(message));
+        };
         // SAFETY: as in `post_recv_blocks`.
-        let (data, how) = unsafe { self.data_of(blocks) };
+        let data = unsafe { self.data_of(blocks, how) };
         // SAFETY: as above; `data` goes with the request.
         unsafe { self.start_matched_recv(message, &data) }?;
         self.count_in_place(how, false);
@@ -916,7 +997,7 @@ impl Pml for UcxPml {
         Ok(self
             .worker
             .probe(wanted, mask, true)
-            .map(|(message, info)| (UcxMessage(message), probed(info))))
+            .map(|(message, info)| (UcxMessage::new(message, info), probed(info))))
     }
 
     fn mprobe(
@@ -929,7 +1010,7 @@ impl Pml for UcxPml {
         self.wait_for(Awaited::State, |p| {
             Ok(p.worker
                 .probe(wanted, mask, true)
-                .map(|(message, info)| (UcxMessage(message), probed(info))))
+                .map(|(message, info)| (UcxMessage::new(message, info), probed(info))))
         })
     }
 

@@ -303,15 +303,20 @@ impl Endpoint {
         self.0
     }
 
-    /// The transports and devices UCX chose for this endpoint, as `tcp/eth0` or
-    /// `posix/memory`, read from UCX's printout of its lanes (UCX 1.13 has no query for them).
-    pub fn transports(&self) -> Vec<String> {
+    /// What UCX chose for this endpoint's lanes, read from its printout of them (UCX 1.13
+    /// has no query for them).
+    pub fn lanes(&self) -> Lanes {
+        Lanes(self.print_info())
+    }
+
+    /// UCX's printout of this endpoint (`ucp_ep_print_info`); empty where it cannot be had.
+    fn print_info(&self) -> String {
         let mut text: *mut libc::c_char = ptr::null_mut();
         let mut len: libc::size_t = 0;
         // SAFETY: open_memstream gets two valid out-locations, filled at fclose.
         let stream = unsafe { libc::open_memstream(&mut text, &mut len) };
         if stream.is_null() {
-            return Vec::new();
+            return String::new();
         }
         // SAFETY: the endpoint is live; `stream` is an open FILE, which bindgen's FILE and
         // libc's name alike (glibc's struct _IO_FILE); it is closed once, below, after which
@@ -323,28 +328,56 @@ impl Endpoint {
             libc::free(text.cast());
             bytes
         };
-        lanes(&String::from_utf8_lossy(&printout))
+        String::from_utf8_lossy(&printout).into_owned()
     }
 }
 
-/// The `transport/device` of each lane in a `ucp_ep_print_info` printout, whose lane lines
-/// read `#  lane[0]:  1:tcp/eth0.0 md[1] ...`; each named once.
-fn lanes(printout: &str) -> Vec<String> {
-    let mut found: Vec<String> = Vec::new();
-    for line in printout.lines().filter(|l| l.contains("lane[")) {
-        let resource = line.split_whitespace().find_map(|word| {
-            word.split_once(':')
-                .map(|(_, r)| r)
-                .filter(|r| r.contains('/'))
-        });
-        if let Some(r) = resource {
-            let r = r.to_string();
-            if !found.contains(&r) {
-                found.push(r);
+/// An endpoint's lanes as `ucp_ep_print_info` prints them, a line a lane:
+/// `#  lane[0]:  1:tcp/eth0.0 md[1] -> md[1]/tcp/sysdev[255] am am_bw#0`, the resource
+/// (`transport/device`) and then what the lane carries (`am`, `am_bw#0`, `rma_bw#0`, ...).
+pub struct Lanes(String);
+
+impl Lanes {
+    /// Each lane line's resource and the words after it.
+    fn each(&self) -> impl Iterator<Item = (&str, Vec<&str>)> {
+        self.0
+            .lines()
+            .filter(|l| l.contains("lane["))
+            .filter_map(|line| {
+                let mut words = line.split_whitespace();
+                let resource = words.find_map(|word| {
+                    word.split_once(':')
+                        .map(|(_, r)| r)
+                        .filter(|r| r.contains('/'))
+                })?;
+                Some((resource, words.collect()))
+            })
+    }
+
+    /// The resource of each lane, as `tcp/eth0.0` or `posix/memory.0`; each named once.
+    pub fn transports(&self) -> Vec<String> {
+        let mut found: Vec<String> = Vec::new();
+        for (r, _) in self.each() {
+            if !found.iter().any(|f| f == r) {
+                found.push(r.to_string());
             }
         }
+        found
     }
-    found
+
+    /// Whether every lane that carries active messages (`am`, `am_bw#N`), at least one, is
+    /// UCX's TCP transport: what carries a non-contiguous datatype's rendezvous fragments.
+    pub fn active_messages_over_tcp(&self) -> bool {
+        let mut am = self
+            .each()
+            .filter(|(_, carries)| {
+                carries
+                    .iter()
+                    .any(|w| *w == "am" || w.starts_with("am_bw#"))
+            })
+            .peekable();
+        am.peek().is_some() && am.all(|(resource, _)| resource.starts_with("tcp/"))
+    }
 }
 
 #[cfg(test)]
@@ -357,7 +390,23 @@ mod tests {
             #                 lane[0]:  8:tcp/eth0.0 md[2]      -> md[2]/tcp/sysdev[255] am am_bw#0\n\
             #                 lane[1]:  3:posix/memory.0 md[1] -> md[1]/posix rma_bw#0\n\
             #                 lane[2]:  8:tcp/eth0.0 md[2]      -> md[2]/tcp rma_bw#1\n";
-        assert_eq!(lanes(printout), ["tcp/eth0.0", "posix/memory.0"]);
-        assert!(lanes("# nothing here").is_empty());
+        let lanes = Lanes(printout.into());
+        assert_eq!(lanes.transports(), ["tcp/eth0.0", "posix/memory.0"]);
+        assert!(lanes.active_messages_over_tcp());
+        let none = Lanes("# nothing here".into());
+        assert!(none.transports().is_empty());
+        assert!(!none.active_messages_over_tcp(), "no lane, so no TCP");
+    }
+
+    #[test]
+    fn active_messages_over_shared_memory_are_not_over_tcp() {
+        let printout =
+            "#  lane[0]:  2:posix/memory.0 md[1] -> md[1]/posix/sysdev[255] am am_bw#0\n\
+            #  lane[1]:  8:tcp/eth0.0 md[2] -> md[2]/tcp/sysdev[255] am_bw#1\n\
+            #  lane[2]:  4:cma/memory.0 md[3] -> md[3]/cma/sysdev[255] rma_bw#0\n";
+        assert!(!Lanes(printout.into()).active_messages_over_tcp());
+        let tcp_and_cma = "#  lane[0]:  8:tcp/eth0.0 md[2] -> md[2]/tcp/sysdev[255] am am_bw#0\n\
+            #  lane[1]:  4:cma/memory.0 md[3] -> md[3]/cma/sysdev[255] rma_bw#0\n";
+        assert!(Lanes(tcp_and_cma.into()).active_messages_over_tcp());
     }
 }

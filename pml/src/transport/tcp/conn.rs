@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use super::gather::{scatter_short_runs, Batch, IovecRoom, IOV_MAX, SHORT_RUN};
 use super::{scratch, Sent, Sink};
-use crate::blocks::{Blocks, PackedRange};
+use crate::blocks::{Block, Blocks, PackedRange, Position};
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::transport::Placement;
@@ -46,8 +46,11 @@ struct Direct {
 enum Target {
     /// `len` bytes from here.
     Bytes(*mut u8),
-    /// The packed bytes `range` of a receive's blocks.
-    Blocks(Blocks, PackedRange),
+    /// A range of a receive's packed bytes in its blocks; `at` is where the next byte
+    /// lands (the range's start and the bytes filled), carried from one read to the next
+    /// so that none seeks from its element's first block: a seek a readiness event walked,
+    /// for an element of many blocks, the blocks before the point each time (quadratic).
+    Blocks { blocks: Blocks, at: Position },
 }
 
 pub struct Conn {
@@ -63,6 +66,10 @@ pub struct Conn {
     header_first: bool,
     /// Bytes of the frame being sent that are already on the wire.
     sent_of_frame: usize,
+    /// Of a frame gathered from blocks (`send_blocks`) and partly sent: the packed offset
+    /// its payload goes on from and that offset's position in the blocks, so that the next
+    /// call resumes there rather than seek from its element's first block.
+    send_at: Option<(usize, Position)>,
     pub writable: bool,
     goodbye_received: bool,
 }
@@ -126,6 +133,7 @@ impl Conn {
             direct: None,
             header_first: false,
             sent_of_frame: 0,
+            send_at: None,
             writable: true,
             goodbye_received: false,
         }
@@ -176,22 +184,41 @@ impl Conn {
         let total = header.len() + range.len;
         let prefix = frame_prefix(total)?;
         let head = PREFIX_LEN + header.len();
+        // SAFETY: this function's contract.
+        let list = unsafe { blocks.local_list() };
+        let mut sent_of_payload = self.sent_of_frame.saturating_sub(head);
+        let mut at = self.send_position(blocks, list, range.start + sent_of_payload);
         loop {
-            let sent_of_payload = self.sent_of_frame.saturating_sub(head);
             let n = (range.len - sent_of_payload).min(scratch.len());
             // SAFETY: this function's contract: the range's blocks are readable, apart from
-            // the scratch, and `n` bytes from `sent_of_payload` lie within the range.
-            unsafe {
-                blocks.pack_range_into(range.start + sent_of_payload, n, scratch.as_mut_ptr())
-            };
+            // the scratch, and the `n` bytes from `at` (byte `sent_of_payload` of the range)
+            // lie within the range.
+            let end = unsafe { blocks.pack_at(at, n, scratch.as_mut_ptr()) };
             let piece = &scratch[..n];
             let sent_of_parts = self.sent_of_frame - sent_of_payload;
             let built = head + n - sent_of_parts;
             let got = self.write_unsent([&prefix, header, piece], sent_of_parts)?;
             self.sent_of_frame += got;
+            let taken = self.sent_of_frame.saturating_sub(head) - sent_of_payload;
+            at = match taken == n {
+                true => end,
+                false => blocks.advance(list, at, taken),
+            };
+            sent_of_payload += taken;
             if got < built || self.sent_of_frame == head + range.len {
+                self.send_at = Some((range.start + sent_of_payload, at));
                 return Ok(self.sent(head + range.len));
             }
+        }
+    }
+
+    /// The position of the packed byte `offset` of `blocks` (`list` its block list), the
+    /// next of the frame being sent: where the last call left off, if it was this frame's
+    /// and stopped there, else found by a seek.
+    fn send_position(&self, blocks: &Blocks, list: &[Block], offset: usize) -> Position {
+        match self.send_at {
+            Some((resumed, at)) if self.sent_of_frame > 0 && resumed == offset => at,
+            _ => blocks.position(list, offset),
         }
     }
 
@@ -231,14 +258,11 @@ impl Conn {
         let sent_of_payload = for_each_unsent(&[&prefix, header], self.sent_of_frame, |rest| {
             batch.point(rest);
         });
-        // The runs are found once, from where this call resumes the frame (a walk of the
-        // block list from its start); each batch takes up where the one before stopped.
+        // The runs are found once, from where the last call left the frame; each batch takes
+        // up where the one before stopped.
+        let at = self.send_position(blocks, list, range.start + sent_of_payload);
         let mut runs = blocks
-            .runs(
-                list,
-                range.start + sent_of_payload,
-                range.len - sent_of_payload,
-            )
+            .runs_at(list, at, range.len - sent_of_payload)
             .peekable();
         loop {
             // SAFETY: the runs lie in the send's elements, readable and apart from the
@@ -254,6 +278,13 @@ impl Conn {
             }
             batch.clear();
         }
+        if self.sent_of_frame < whole {
+            // Where the next call goes on: past what the socket took of the payload.
+            let head = whole - range.len;
+            let taken = self.sent_of_frame.saturating_sub(head) - sent_of_payload;
+            let resumed = range.start + sent_of_payload + taken;
+            self.send_at = Some((resumed, blocks.advance(list, at, taken)));
+        }
         Ok(self.sent(whole))
     }
 
@@ -261,6 +292,7 @@ impl Conn {
     fn sent(&mut self, whole: usize) -> Sent {
         if self.sent_of_frame == whole {
             self.sent_of_frame = 0;
+            self.send_at = None;
             return Sent::Whole;
         }
         self.writable = false;
@@ -316,8 +348,8 @@ impl Conn {
         loop {
             if let Some(d) = &mut self.direct {
                 let want = d.len - d.filled;
-                let read = match d.target {
-                    Target::Bytes(ptr) => {
+                let read = match &mut d.target {
+                    &mut Target::Bytes(ptr) => {
                         // SAFETY: `ptr` is the target `sink.placement` lent for `len` bytes,
                         // alive and untouched by anything else until `data_landed` accounts
                         // for all of them (`Sink`'s contract, an unsafe trait).
@@ -325,21 +357,20 @@ impl Conn {
                             unsafe { std::slice::from_raw_parts_mut(ptr.add(d.filled), want) };
                         read_some(&mut self.sock, peer, dst)?
                     }
-                    Target::Blocks(blocks, range) => {
-                        let from = PackedRange {
-                            start: range.start + d.filled,
-                            len: want,
-                        };
+                    Target::Blocks { blocks, at } => {
                         // SAFETY: `sink.placement` lent the blocks of the range, made in this
                         // process and writable, until `data_landed` accounts for all of them
-                        // (`Sink`'s contract for `Placement::Scattered`); the scratch is the
-                        // transport's, apart from them.
+                        // (`Sink`'s contract for `Placement::Scattered`); `at` is the
+                        // position of the range's byte `filled`, and `want` bytes from it
+                        // lie within the range; the scratch is the transport's, apart
+                        // from them.
                         unsafe {
                             Self::read_scattered(
                                 &mut self.sock,
                                 peer,
-                                &blocks,
-                                from,
+                                blocks,
+                                at,
+                                want,
                                 scratch::scratch(scratch),
                             )
                         }?
@@ -472,16 +503,21 @@ impl Conn {
                     range,
                     token,
                 } => {
-                    let have = staged - header_len;
+                    let have = &self.rx[body + header_len..self.end];
                     // SAFETY: `Sink`'s contract for `Placement::Scattered`: the range's
-                    // blocks were made in this process, writable and lent until
-                    // `data_landed`; `have` is less than the frame's payload, the range's
-                    // length; the staging buffer is this connection's own.
-                    unsafe {
-                        blocks.unpack_range_from(range.start, &self.rx[body + header_len..self.end])
+                    // blocks were made in this process, their list alive, writable and lent
+                    // until `data_landed`; `have` is less than the frame's payload, the
+                    // range's length; the staging buffer is this connection's own.
+                    let at = unsafe {
+                        let at = blocks.position(blocks.local_list(), range.start);
+                        blocks.unpack_at(at, have.as_ptr(), have.len())
                     };
+                    let have = have.len();
                     self.direct = Some(Direct {
-                        target: Target::Blocks(*blocks, range),
+                        target: Target::Blocks {
+                            blocks: *blocks,
+                            at,
+                        },
                         len: range.len,
                         filled: have,
                         token,
@@ -495,43 +531,42 @@ impl Conn {
         Ok(frames)
     }
 
-    /// One read of the packed bytes `range` of a receive's `blocks`, as much as the socket
-    /// has: `Some(n)` bytes landed (0 at end of stream), `None` when the socket has nothing.
-    /// Short blocks on average (a column of doubles) are read through the scratch and
-    /// unpacked block by block, a tight loop: an iovec a block costs the kernel more than
-    /// the copy, and finding a batch's runs, then its short runs again, more still. Longer
-    /// ones are read in place, by `readv` into their runs (see `gather.rs`).
+    /// One read of the `len` packed bytes of a receive's `blocks` from `at`, as much as the
+    /// socket has: `Some(n)` bytes landed (0 at end of stream), `None` when the socket has
+    /// nothing; `at` moves on past the bytes landed. Short blocks on average (a column of
+    /// doubles) are read through the scratch and unpacked block by block, a tight loop: an
+    /// iovec a block costs the kernel more than the copy, and finding a batch's runs, then
+    /// its short runs again, more still. Longer ones are read in place, by `readv` into
+    /// their runs (see `gather.rs`).
     ///
     /// # Safety
-    /// `blocks` must have been made in this process, its block list alive and the blocks of
-    /// the range writable and not otherwise accessed for the call, `scratch` apart from them.
+    /// `blocks` must have been made in this process, its block list alive and the `len`
+    /// bytes' blocks from `at` (a position of `blocks`) writable and not otherwise accessed
+    /// for the call, `scratch` apart from them.
     unsafe fn read_scattered(
         sock: &mut TcpStream,
         peer: Rank,
         blocks: &Blocks,
-        range: PackedRange,
+        at: &mut Position,
+        len: usize,
         scratch: &mut [u8],
     ) -> Result<Option<usize>, PmlError> {
         if blocks.mean_block() >= SHORT_RUN {
             // SAFETY: this function's contract.
-            return unsafe { Self::read_batches(sock, peer, blocks, range, scratch) };
+            return unsafe { Self::read_batches(sock, peer, blocks, at, len, scratch) };
         }
-        // Found once a call, each scratchful unpacked from where the last ended: a seek a
-        // scratchful would walk the blocks before it in a long element each time.
-        // SAFETY: this function's contract.
-        let mut at = blocks.position(unsafe { blocks.local_list() }, range.start);
+        // Each scratchful unpacked from where the last ended.
         let mut landed = 0;
         loop {
-            let want = (range.len - landed).min(scratch.len());
+            let want = (len - landed).min(scratch.len());
             let Some(got) = read_some(sock, peer, &mut scratch[..want])? else {
                 return Ok((landed > 0).then_some(landed));
             };
-            // SAFETY: the range's blocks are writable, apart from the scratch (this
-            // function's contract), and `got` bytes from `landed`, where `at` lies, lie
-            // within the range.
-            at = unsafe { blocks.unpack_at(at, scratch.as_ptr(), got) };
+            // SAFETY: the blocks are writable, apart from the scratch (this function's
+            // contract), and the `got` bytes from `at` lie within the `len`.
+            *at = unsafe { blocks.unpack_at(*at, scratch.as_ptr(), got) };
             landed += got;
-            if got < want || landed == range.len {
+            if got < want || landed == len {
                 return Ok(Some(landed));
             }
         }
@@ -547,7 +582,8 @@ impl Conn {
         sock: &TcpStream,
         peer: Rank,
         blocks: &Blocks,
-        range: PackedRange,
+        at: &mut Position,
+        len: usize,
         scratch: &mut [u8],
     ) -> Result<Option<usize>, PmlError> {
         // SAFETY: this function's contract.
@@ -555,31 +591,29 @@ impl Conn {
         let mut iov: IovecRoom = [MaybeUninit::uninit(); IOV_MAX];
         // No more than the socket holds (or one byte, to learn of an empty socket or its
         // end): building a batch walks its runs, in vain past what arrived.
-        let range = PackedRange {
-            start: range.start,
-            len: Self::bytes_ready(sock).max(1).min(range.len),
-        };
+        let len = Self::bytes_ready(sock).max(1).min(len);
         // The runs are found once; each batch takes up where the one before stopped.
-        let mut runs = blocks.runs(list, range.start, range.len).peekable();
+        let mut runs = blocks.runs_at(list, *at, len).peekable();
         let mut landed = 0;
         loop {
             let mut batch = Batch::new(&mut iov, scratch);
             batch.reserve_runs(&mut runs);
             let built = batch.bytes;
-            // SAFETY: the iovecs point into the range's blocks (writable: this function's
-            // contract) and the scratch.
+            // SAFETY: the iovecs point into the blocks (writable: this function's contract)
+            // and the scratch.
             let got = unsafe { Self::readv(sock, batch.iovecs()) }
                 .map_err(|e| lost_receiving(peer, e))?;
             let Some(got) = got else {
                 return Ok((landed > 0).then_some(landed));
             };
             // The batch's runs again, from its start: the short ones wait in the scratch.
-            let batch_runs = blocks.runs(list, range.start + landed, built);
-            // SAFETY: the runs lie in the range's blocks, writable and apart from the scratch
-            // (this function's contract).
+            let batch_runs = blocks.runs_at(list, *at, built);
+            // SAFETY: the runs lie in the blocks, writable and apart from the scratch (this
+            // function's contract).
             unsafe { scatter_short_runs(batch_runs, scratch, got) };
+            *at = blocks.advance(list, *at, got);
             landed += got;
-            if got < built || landed == range.len {
+            if got < built || landed == len {
                 return Ok(Some(landed));
             }
         }
@@ -646,7 +680,6 @@ impl Conn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::blocks::Block;
     use crate::transport::scratch::SCRATCH_LEN;
     use std::net::TcpListener;
 
