@@ -2,7 +2,7 @@
 //! buffers), which algorithm runs, and how the call's buffers are cut into per-rank parts.
 
 use super::algorithms::{allgather, allreduce, exchange, tree, Ranks};
-use super::schedule::{Plan, Region, Span};
+use super::schedule::{Follow, Plan, Region, Span};
 use super::select::{
     self, Allgather, Allreduce, Alltoall, Broadcast, Reduce, ReduceScatter, Rooted,
 };
@@ -39,20 +39,59 @@ pub(crate) fn barrier(ranks: Ranks) -> Plan {
 /// element's size that every rank's type shares ([`Datatype::basic_size`]).
 ///
 /// [`Datatype::basic_size`]: crate::datatype::Datatype::basic_size
+///
+/// Both algorithms start down the root's binomial tree, so a rank other than the root
+/// follows the algorithm its parent's message names where that is not its own.
 pub(crate) fn broadcast(
     ranks: Ranks,
     root: u32,
     len: usize,
     element: usize,
 ) -> Result<Plan, Cause> {
+    let mut p = broadcast_by(
+        select::broadcast(len, ranks.size)?,
+        ranks,
+        root,
+        len,
+        element,
+    );
+    if ranks.rank != root {
+        p.follow(Follow {
+            plan: broadcast_as,
+            ranks,
+            root,
+            len,
+            element,
+        });
+    }
+    Ok(p)
+}
+
+const BROADCASTS: [Broadcast; 2] = [Broadcast::Binomial, Broadcast::ScatterAllgather];
+
+/// The broadcast algorithm of mark index `algorithm`, for a rank that follows its parent.
+fn broadcast_as(follow: &Follow, algorithm: usize) -> Plan {
+    let Follow {
+        ranks,
+        root,
+        len,
+        element,
+        ..
+    } = *follow;
+    broadcast_by(BROADCASTS[algorithm], ranks, root, len, element)
+}
+
+fn broadcast_by(algorithm: Broadcast, ranks: Ranks, root: u32, len: usize, element: usize) -> Plan {
     let mut p = Plan::default();
-    match select::broadcast(len, ranks.size)? {
+    debug_assert_eq!(BROADCASTS[algorithm as usize], algorithm);
+    match algorithm {
         Broadcast::Binomial => tree::broadcast(&mut p, ranks, root, recv(len)),
         Broadcast::ScatterAllgather => {
             tree::broadcast_scatter_allgather(&mut p, ranks, root, recv(len), element.max(1))
         }
     }
-    Ok(p)
+    p.mark(algorithm.marked());
+    p
 }
 
 pub(crate) fn reduce(
@@ -64,7 +103,9 @@ pub(crate) fn reduce(
 ) -> Result<Plan, Cause> {
     let mut p = Plan::default();
     let output = (ranks.rank == root).then(|| recv(len));
-    match select::reduce(len)? {
+    let algorithm = select::reduce(len)?;
+    p.mark(algorithm.marked());
+    match algorithm {
         Reduce::Binomial => tree::reduce(&mut p, ranks, root, commutative, send(len), output),
         Reduce::ReduceScatterGather => {
             let element = element.max(1);
@@ -91,7 +132,9 @@ pub(crate) fn all_reduce(
     let mut p = Plan::default();
     let (own, acc) = (send(len), recv(len));
     let element = element.max(1);
-    match select::allreduce(len, commutative)? {
+    let algorithm = select::allreduce(len, commutative)?;
+    p.mark(algorithm.marked());
+    match algorithm {
         Allreduce::RecursiveDoubling => {
             p.copy(own, acc);
             allreduce::recursive_doubling(&mut p, ranks, acc)
@@ -101,7 +144,18 @@ pub(crate) fn all_reduce(
         }
         Allreduce::Ring => {
             p.copy(own, acc);
-            allreduce::ring(&mut p, ranks, acc, element)
+            // Recursive doubling's exchanges first, empty: what a rank that chose it (or
+            // Rabenseifner's halving) sends, so that every rank learns whether all chose
+            // the ring before it starts (the schedule's notes).
+            let preamble = (ranks.size > 1 && select::allreduce_by_length()?).then(|| {
+                allreduce::recursive_doubling(&mut p, ranks, recv(0));
+                p.rounds() - 1
+            });
+            allreduce::ring(&mut p, ranks, acc, element);
+            if let Some(after) = preamble {
+                let end = p.rounds();
+                p.checkpoint(after, end);
+            }
         }
     }
     Ok(p)
@@ -157,7 +211,9 @@ pub(crate) fn gather(ranks: Ranks, root: u32, block: usize) -> Result<Plan, Caus
     let mut p = Plan::default();
     let is_root = ranks.rank == root;
     let total = block * ranks.size as usize;
-    match select::gather(total)? {
+    let algorithm = select::gather(total)?;
+    p.mark(algorithm.gather_marked());
+    match algorithm {
         Rooted::Binomial => {
             let output = is_root.then(|| recv(total));
             tree::gather(&mut p, ranks, root, send(block), output);
@@ -182,7 +238,9 @@ pub(crate) fn scatter(ranks: Ranks, root: u32, block: usize) -> Result<Plan, Cau
     let mut p = Plan::default();
     let is_root = ranks.rank == root;
     let total = block * ranks.size as usize;
-    match select::scatter(total)? {
+    let algorithm = select::scatter(total)?;
+    p.mark(algorithm.scatter_marked());
+    match algorithm {
         Rooted::Binomial => {
             let input = is_root.then(|| send(total));
             tree::scatter(&mut p, ranks, root, input, recv(block));
@@ -207,10 +265,31 @@ pub(crate) fn all_gather(ranks: Ranks, block: usize) -> Result<Plan, Cause> {
     let total = block * ranks.size as usize;
     let output = recv(total);
     p.copy(send(block), output.sub(ranks.rank as usize * block, block));
-    match select::allgather(total, ranks.size)? {
+    let algorithm = select::allgather(total, ranks.size)?;
+    p.mark(algorithm.marked());
+    match algorithm {
         Allgather::RecursiveDoubling => allgather::recursive_doubling(&mut p, ranks, output),
         Allgather::Bruck => allgather::bruck(&mut p, ranks, output),
-        Allgather::Ring => allgather::ring(&mut p, ranks, &blocks(Region::Recv, block, ranks.size)),
+        Allgather::Ring => {
+            // The short algorithm's exchanges first, empty (as for the all-reduce's ring).
+            let preamble = match ranks.size > 1 && select::allgather_by_length()? {
+                false => None,
+                true => {
+                    match select::allgather(0, ranks.size)? {
+                        Allgather::RecursiveDoubling => {
+                            allgather::recursive_doubling(&mut p, ranks, recv(0))
+                        }
+                        _ => allgather::bruck(&mut p, ranks, recv(0)),
+                    }
+                    Some(p.rounds() - 1)
+                }
+            };
+            allgather::ring(&mut p, ranks, &blocks(Region::Recv, block, ranks.size));
+            if let Some(after) = preamble {
+                let end = p.rounds();
+                p.checkpoint(after, end);
+            }
+        }
     }
     Ok(p)
 }
