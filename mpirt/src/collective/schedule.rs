@@ -596,8 +596,17 @@ impl<'a> Execution<'a> {
 
     /// Keeps what a finished transfer says: the algorithms a receive's mark names, which
     /// spoil the call where another than this rank's is among them (or have it follow the
-    /// sender's, first), then the first disagreement this rank met (`spoiled`).
+    /// sender's, first), then the first disagreement this rank met (`spoiled`). Inline for
+    /// the common case of nothing new.
+    #[inline]
     fn note(&mut self, recv: Option<(u32, Span)>, (disagreement, mark): (Option<Cause>, u8)) {
+        if disagreement.is_some() || mark & !self.seen != 0 {
+            self.note_news(recv, disagreement, mark);
+        }
+    }
+
+    #[cold]
+    fn note_news(&mut self, recv: Option<(u32, Span)>, disagreement: Option<Cause>, mark: u8) {
         if let (Some((from, _)), Some(marked)) = (recv, self.plan.marked) {
             let others = mark & !marked.bit;
             if others != 0 {
