@@ -39,11 +39,14 @@ const ALLREDUCE_RING: usize = 1 << 20;
 /// All-gather results up to 64 KiB go by recursive doubling or Bruck's algorithm, longer
 /// ones round a ring.
 const ALLGATHER_SHORT: usize = 64 << 10;
+/// Scatters whose whole vector is up to 256 KiB go down a binomial tree, longer ones directly.
+const ROOTED_SHORT: usize = 256 << 10;
 /// All-to-all blocks up to 256 bytes all go at once, longer ones pairwise.
 const ALLTOALL_SHORT: usize = 256;
 
 /// The cases on `size` ranks: (case, odd rank, its length, the others' length); lengths in
-/// bytes (broadcast, all-gather's block, all-to-all's block) or `i32` elements (all-reduce).
+/// bytes (broadcast, all-gather's, scatter's and all-to-all's block) or `i32` elements
+/// (all-reduce).
 fn cases(size: i32) -> Vec<(String, i32, usize, usize)> {
     let mut cases = vec![];
     let mut add = |what: &str, odd: i32, mine: usize, theirs: usize| {
@@ -76,6 +79,13 @@ fn cases(size: i32) -> Vec<(String, i32, usize, usize)> {
     add("all_gather", last, block + 1, block);
     add("all_gather", 0, block, block + 1);
     add("all_gather", middle, 8, 1 << 17);
+    let block = ROOTED_SHORT / size as usize;
+    let mut odd_ranks = vec![0, middle, last];
+    odd_ranks.dedup();
+    for odd in odd_ranks {
+        add("scatter", odd, block + 1, block);
+        add("scatter", odd, block, block + 1);
+    }
     add("all_to_all", last, ALLTOALL_SHORT + 1, ALLTOALL_SHORT);
     add("all_to_all", middle, 8, 4096);
     cases
@@ -128,6 +138,32 @@ fn straddles(world: &SimpleCommunicator) {
                         .map(drop)
                 })
             }
+            Some("scatter") => {
+                let mut part = vec![0u8; len];
+                let all: Vec<u8> = match rank {
+                    0 => (0..len * n).map(byte).collect(),
+                    _ => vec![],
+                };
+                let done = request::scope(|scope| match rank {
+                    0 => root
+                        .immediate_scatter_into_root(scope, &all[..], &mut part[..])
+                        .try_wait()
+                        .map(drop),
+                    _ => root
+                        .immediate_scatter_into(scope, &mut part[..])
+                        .try_wait()
+                        .map(drop),
+                });
+                if done.is_ok() {
+                    let root_len = if odd == 0 { mine } else { theirs };
+                    let at = rank as usize * len;
+                    assert!(
+                        len == root_len && part.iter().enumerate().all(|(i, &b)| b == byte(at + i)),
+                        "{case}: rank {rank} finished without its part of the root's bytes"
+                    );
+                }
+                done
+            }
             Some("all_to_all") => {
                 let send: Vec<u8> = (0..len * n).map(byte).collect();
                 let mut recv = vec![0u8; len * n];
@@ -178,8 +214,8 @@ const NAMED: [&str; 3] = [
 
 /// On 2 to 8 ranks (broadcasts, whose algorithms differ only past 7 ranks, on 8), every case
 /// ends on every rank: the all-reduces, all-gathers and all-to-alls fail on every rank, each
-/// naming why; a broadcast fails on the rank that disagrees (but the root, which cannot tell)
-/// and on every rank that hears from it, and the others hold the root's bytes. Where the algorithms differ, some rank
+/// naming why; a broadcast or scatter fails on the rank that disagrees (but the root, which
+/// cannot tell) and on every rank that hears from it, and the others hold the root's bytes. Where the algorithms differ, some rank
 /// names the other algorithm.
 #[test]
 fn lengths_straddling_an_algorithm_limit_fail_on_every_rank_without_waiting() {
@@ -195,9 +231,9 @@ fn lengths_straddling_an_algorithm_limit_fail_on_every_rank_without_waiting() {
                     .find(|l| l[prefix.len()..].starts_with(&format!("{rank}:")))
                     .unwrap_or_else(|| panic!("{case}: no outcome of rank {rank}:\n{out}"));
                 let ok = line.ends_with(": ok");
-                let broadcast = case.starts_with("broadcast");
+                let rooted = case.starts_with("broadcast") || case.starts_with("scatter");
                 assert!(
-                    (ok && broadcast && (rank != odd || rank == 0))
+                    (ok && rooted && (rank != odd || rank == 0))
                         || NAMED.iter().any(|c| line.contains(c)),
                     "{size} ranks, {case}: {line}\n{out}"
                 );
@@ -210,6 +246,7 @@ fn lengths_straddling_an_algorithm_limit_fail_on_every_rank_without_waiting() {
                     straddled(ALLREDUCE_SHORT / int) || straddled(ALLREDUCE_RING / int)
                 }
                 Some("all_gather") => straddled(ALLGATHER_SHORT / size as usize),
+                Some("scatter") => straddled(ROOTED_SHORT / size as usize),
                 _ => false,
             };
             if differ {

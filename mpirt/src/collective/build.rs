@@ -234,12 +234,35 @@ pub(crate) fn gather_varcount(root: u32, own: usize, incoming: Option<&[(usize, 
     p
 }
 
+/// Scatter of `block` bytes to every rank. Both algorithms start down the root's binomial
+/// tree, so a rank other than the root follows the algorithm its parent's message names.
 pub(crate) fn scatter(ranks: Ranks, root: u32, block: usize) -> Result<Plan, Cause> {
+    let total = block * ranks.size as usize;
+    let mut p = scatter_by(select::scatter(total)?, ranks, root, block);
+    if ranks.rank != root {
+        p.follow(Follow {
+            plan: scatter_as,
+            ranks,
+            root,
+            len: block,
+            element: 1,
+        });
+    }
+    Ok(p)
+}
+
+const ROOTED: [Rooted; 2] = [Rooted::Binomial, Rooted::Linear];
+
+/// The scatter algorithm of mark index `algorithm`, for a rank that follows its parent.
+fn scatter_as(follow: &Follow, algorithm: usize) -> Plan {
+    scatter_by(ROOTED[algorithm], follow.ranks, follow.root, follow.len)
+}
+
+fn scatter_by(algorithm: Rooted, ranks: Ranks, root: u32, block: usize) -> Plan {
     let mut p = Plan::default();
     let is_root = ranks.rank == root;
     let total = block * ranks.size as usize;
-    let algorithm = select::scatter(total)?;
-    p.mark(algorithm.scatter_marked());
+    debug_assert_eq!(ROOTED[algorithm as usize], algorithm);
     match algorithm {
         Rooted::Binomial => {
             let input = is_root.then(|| send(total));
@@ -247,10 +270,11 @@ pub(crate) fn scatter(ranks: Ranks, root: u32, block: usize) -> Result<Plan, Cau
         }
         Rooted::Linear => {
             let outgoing = is_root.then(|| blocks(Region::Send, block, ranks.size));
-            exchange::linear_scatter(&mut p, root, outgoing.as_deref(), recv(block));
+            tree::scatter_direct(&mut p, ranks, root, outgoing.as_deref(), recv(block));
         }
     }
-    Ok(p)
+    p.mark(algorithm.scatter_marked());
+    p
 }
 
 pub(crate) fn scatter_varcount(root: u32, outgoing: Option<&[(usize, usize)]>, own: usize) -> Plan {

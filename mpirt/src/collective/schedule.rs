@@ -32,15 +32,17 @@
 //!   algorithms run first with empty messages), after which every rank has seen every
 //!   rank's mark; a [`Plan::checkpoint`] there ends the call (but for its last message to a
 //!   folded rank) wherever more than one algorithm was seen, on every rank alike.
-//! - broadcast: both algorithms start with the root's tree, each rank's first message
-//!   coming from its parent; a rank that finds its parent on another algorithm runs that
-//!   one instead, with no data ([`Plan::follow`]), so every rank ends up on the root's.
+//! - broadcast and scatter: both algorithms start down the root's binomial tree, each
+//!   rank's first message coming from its parent (a direct scatter passes an empty message
+//!   down the tree beside the root's parts); a rank that finds its parent on another
+//!   algorithm runs that one instead, with no data ([`Plan::follow`]), so every rank ends up
+//!   on the root's.
 //! - all-to-all: both algorithms send one message each way between each pair: they share
 //!   a mark.
 //!
-//! Reductions to a root, gathers and scatters carry marks (so no rank finishes with another
-//! pattern's bytes) but have no such layout: ranks on different sides of their limits may
-//! still wait for each other.
+//! Reductions to a root and gathers carry marks (so no rank finishes with another pattern's
+//! bytes) but have no such layout (their data flows up to the root, whose choice no rank
+//! learns first): ranks on different sides of their limits may still wait for each other.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
