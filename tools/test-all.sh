@@ -288,7 +288,8 @@ cargo test --release "${pml_features[@]}" --test ucx
 for tls in tcp sm,self; do
     echo "== UCX PML: mpirt's p2p and collectives suites on --pml ucx, UCX_TLS=$tls"
     UCX_TLS=$tls MPIRT_TEST_PML=ucx cargo test --release "${mpirt_features[@]}" \
-        --test p2p --test collectives --test datatypes --test intercommunicators "${not_ofi[@]}"
+        --test p2p --test collectives --test straddles --test datatypes --test intercommunicators \
+        "${not_ofi[@]}"
     echo "== UCX PML: windows over UCX's RMA (ucp_put_nbx, ucp_get_nbx, ucp_atomic_op_nbx), UCX_TLS=$tls"
     UCX_TLS=$tls MPIRT_TEST_PML=ucx cargo test --release "${mpirt_features[@]}" --test windows \
         windows_over_ucx

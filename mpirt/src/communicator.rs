@@ -81,13 +81,20 @@ enum Context {
 }
 
 /// Collective tags count down from here to `pml::MIN_RUNTIME_TAG`, the lowest tag every PML
-/// carries (UCX's has 24 bits for it); -1 to -15 stay free for other runtime traffic.
-const FIRST_COLLECTIVE_TAG: i32 = -16;
+/// carries (UCX's has 24 bits for it), a step of one mark's room apart: each is the key of
+/// the marked tags its call's messages carry (`pml::match_key`; the mark names the sender's
+/// algorithm). -1 to -16 stay free for other runtime traffic.
+const FIRST_COLLECTIVE_TAG: i32 = pml::MARKED_TAGS - MARK_ROOM + 1;
+const MARK_ROOM: i32 = 1 << pml::MARK_BITS;
 /// How many tags collectives take turns on. Each communicator's counter wraps here rather
 /// than at `u32::MAX`, so the tags wrap without a jump: a tag comes back only after this
 /// many later collectives on the communicator, far more than can be in flight at once.
-const COLLECTIVE_TAGS: u32 = (FIRST_COLLECTIVE_TAG - pml::MIN_RUNTIME_TAG + 1) as u32;
-const _: () = assert!(pml::MIN_RUNTIME_TAG < FIRST_COLLECTIVE_TAG && FIRST_COLLECTIVE_TAG < 0);
+const COLLECTIVE_TAGS: u32 = ((FIRST_COLLECTIVE_TAG - pml::MIN_RUNTIME_TAG) / MARK_ROOM + 1) as u32;
+const _: () = assert!(
+    pml::MIN_RUNTIME_TAG < FIRST_COLLECTIVE_TAG
+        && pml::match_key(FIRST_COLLECTIVE_TAG) == FIRST_COLLECTIVE_TAG
+        && pml::MIN_RUNTIME_TAG % MARK_ROOM == 0
+);
 
 impl CommData {
     fn new(rank: u32, group: Vec<u32>, context: Context, grid: Option<Grid>) -> CommData {
@@ -337,7 +344,7 @@ impl CommData {
     pub(crate) fn next_tag(&self) -> i32 {
         let n = self.shared.collectives.get();
         self.shared.collectives.set((n + 1) % COLLECTIVE_TAGS);
-        FIRST_COLLECTIVE_TAG - n as i32
+        FIRST_COLLECTIVE_TAG - n as i32 * MARK_ROOM
     }
 
     /// The communicator `made` describes (its members, world ranks in rank order, or `None`
@@ -1004,9 +1011,17 @@ mod tests {
     fn collective_tags_stay_in_the_runtime_range_and_wrap_without_a_jump() {
         let comm = CommData::world(0, 1);
         assert_eq!(comm.next_tag(), FIRST_COLLECTIVE_TAG);
-        assert_eq!(comm.next_tag(), FIRST_COLLECTIVE_TAG - 1);
+        assert_eq!(comm.next_tag(), FIRST_COLLECTIVE_TAG - MARK_ROOM);
         comm.shared.collectives.set(COLLECTIVE_TAGS - 1);
         assert_eq!(comm.next_tag(), pml::MIN_RUNTIME_TAG);
         assert_eq!(comm.next_tag(), FIRST_COLLECTIVE_TAG);
+        // Every tag is a key, and its marks stay its own.
+        for n in [0, 1, COLLECTIVE_TAGS / 2, COLLECTIVE_TAGS - 1] {
+            comm.shared.collectives.set(n);
+            let tag = comm.next_tag();
+            assert_eq!(pml::match_key(tag), tag);
+            assert_eq!(pml::match_key(tag + MARK_ROOM - 1), tag);
+            assert_eq!(pml::mark_of(tag + MARK_ROOM - 1) as i32, MARK_ROOM - 1);
+        }
     }
 }

@@ -93,6 +93,14 @@ pub enum Cause {
     /// A peer relaying a collective by messages sent nothing where this rank expected bytes:
     /// its count disagrees, or it failed earlier in the call and passes no data on.
     PeerPassedNothing { peer: Rank, expected: usize },
+    /// Ranks of a collective by messages chose algorithms that run different message
+    /// patterns (their lengths fall on different sides of a limit in `select`): `peer`'s
+    /// message, or one it passed on, came from `theirs` where this rank ran `ours`.
+    AlgorithmDisagrees {
+        peer: Rank,
+        ours: &'static str,
+        theirs: &'static str,
+    },
     /// The send and receive buffers of a collective hold different element types.
     TypeMismatch {
         send: &'static str,
@@ -289,6 +297,12 @@ impl fmt::Display for Cause {
                 "rank {peer} sent 0 bytes where this rank expected {expected}: the ranks' \
                  counts disagree, or rank {peer} failed earlier in this call and passes no data \
                  on (then its own error says why)"
+            ),
+            Cause::AlgorithmDisagrees { peer, ours, theirs } => write!(
+                f,
+                "rank {peer} passed on a message of the {theirs} algorithm where this rank ran \
+                 {ours}: the ranks' counts disagree (they fall on different sides of an \
+                 algorithm's limit)"
             ),
             Cause::LengthDisagrees {
                 peer,

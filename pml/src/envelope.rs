@@ -43,8 +43,37 @@ impl TagSel {
     pub fn accepts(self, tag: Tag) -> bool {
         match self {
             TagSel::Any => is_user_tag(tag),
-            TagSel::Tag(t) => t == tag,
+            TagSel::Tag(t) => match_key(t) == match_key(tag),
         }
+    }
+}
+
+/// Runtime tags at or below this one carry a mark in their low [`MARK_BITS`] bits, which
+/// matching ignores and the receiver reads back from the status (the collectives' algorithm,
+/// as MPICH's collectives carry an error bit in theirs): such a tag is a multiple of
+/// `1 << MARK_BITS` plus its mark, so the tags -17 to -24 share one key, -25 to -32 the next,
+/// and -1 to -16 keep their own.
+pub const MARKED_TAGS: Tag = -17;
+pub const MARK_BITS: u32 = 3;
+const MARK_FIELD: Tag = (1 << MARK_BITS) - 1;
+
+/// What matching compares of `tag`: the tag without its mark.
+#[inline]
+pub const fn match_key(tag: Tag) -> Tag {
+    if tag <= MARKED_TAGS {
+        tag & !MARK_FIELD
+    } else {
+        tag
+    }
+}
+
+/// The mark a tag carries (0 for one above [`MARKED_TAGS`]).
+#[inline]
+pub fn mark_of(tag: Tag) -> u8 {
+    if tag <= MARKED_TAGS {
+        (tag & MARK_FIELD) as u8
+    } else {
+        0
     }
 }
 
@@ -77,6 +106,26 @@ mod tests {
         assert!(!TagSel::Any.accepts(-1));
         assert!(TagSel::Tag(-7).accepts(-7));
         assert!(!TagSel::Tag(3).accepts(4));
+    }
+
+    #[test]
+    fn marks_are_ignored_by_matching_and_read_back() {
+        // -24 is a key; -24 + m carries the mark m.
+        for m in 0..8 {
+            assert!(TagSel::Tag(-24).accepts(-24 + m));
+            assert!(TagSel::Tag(-24 + m).accepts(-24));
+            assert_eq!(mark_of(-24 + m), m as u8);
+            assert_eq!(match_key(-24 + m), -24);
+        }
+        assert!(!TagSel::Tag(-24).accepts(-25));
+        assert!(!TagSel::Tag(-24).accepts(-16));
+        assert_eq!(mark_of(MIN_RUNTIME_TAG + 5), 5);
+        assert_eq!(match_key(MIN_RUNTIME_TAG + 5), MIN_RUNTIME_TAG);
+        // Tags above the marked ones, and user tags, are whole keys.
+        for t in [-16, -9, -8, -1, 0, 7, 9, i32::MAX] {
+            assert_eq!((match_key(t), mark_of(t)), (t, 0));
+        }
+        assert!(!TagSel::Tag(-9).accepts(-10));
     }
 
     #[test]

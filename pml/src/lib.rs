@@ -34,7 +34,10 @@ pub mod wire;
 
 pub use config::{EngineConfig, TransportChoice};
 pub use engine::{Bridge, BridgePeer, Engine};
-pub use envelope::{ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel, MIN_RUNTIME_TAG};
+pub use envelope::{
+    mark_of, match_key, ContextId, Envelope, Rank, SourceSel, Status, Tag, TagSel, MARKED_TAGS,
+    MARK_BITS, MIN_RUNTIME_TAG,
+};
 pub use error::PmlError;
 pub use freed_memory::TrackingAllocator;
 pub use nap::{Nap, NapStart};

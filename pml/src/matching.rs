@@ -15,12 +15,15 @@
 //!
 //! Sequencing (MPI's non-overtaking rule) happens before this: messages are handed to the
 //! matcher in the order their sender sent them.
+//!
+//! Queues are keyed by a tag's [`match_key`]: a marked runtime tag matches whatever its mark,
+//! and the message's whole envelope (mark included) is what its receive reports.
 
 use std::collections::BinaryHeap;
 
 use slab::Slab;
 
-use crate::envelope::{is_user_tag, ContextId, Envelope, Rank, SourceSel, Tag, TagSel};
+use crate::envelope::{is_user_tag, match_key, ContextId, Envelope, Rank, SourceSel, Tag, TagSel};
 use crate::keyed_queues::{EntryRef, KeyedQueues};
 
 /// Names a posted receive so it can be cancelled: its posting order, unique for the
@@ -88,6 +91,23 @@ impl<P, U> Default for Matcher<P, U> {
     }
 }
 
+/// The envelope as its queues know it: its tag's [`match_key`].
+#[inline]
+fn keyed(envelope: Envelope) -> Envelope {
+    Envelope {
+        tag: match_key(envelope.tag),
+        ..envelope
+    }
+}
+
+#[inline]
+fn keyed_sel(tag: TagSel) -> TagSel {
+    match tag {
+        TagSel::Tag(t) => TagSel::Tag(match_key(t)),
+        any => any,
+    }
+}
+
 /// Posted receives live in their queue until taken out of it: none is ever dead.
 fn stored<P>(_: &Posted<P>) -> bool {
     true
@@ -141,6 +161,7 @@ impl<P, U> Matcher<P, U> {
         if self.posted == 0 {
             return None;
         }
+        let envelope = keyed(envelope);
         let Envelope {
             context: c,
             source: s,
@@ -161,7 +182,7 @@ impl<P, U> Matcher<P, U> {
 
     /// The earliest posted receive that accepts the message, among the fronts of the queues
     /// of each class, when a wildcard receive is posted. Out of line, so that the common
-    /// case above stays small enough to inline where messages arrive.
+    /// case above stays small enough to inline where messages arrive. `envelope` is keyed.
     #[inline(never)]
     fn match_posted(&mut self, envelope: Envelope) -> Option<Posted<P>> {
         let Envelope {
@@ -216,7 +237,7 @@ impl<P, U> Matcher<P, U> {
             context: c,
             source: s,
             tag: t,
-        } = envelope;
+        } = keyed(envelope);
         self.unexpected_exact.push((c, s, t), r);
         if self.wildcard_index {
             self.index_for_wildcards(envelope, r);
@@ -228,7 +249,7 @@ impl<P, U> Matcher<P, U> {
             context: c,
             source: s,
             tag: t,
-        } = envelope;
+        } = keyed(envelope);
         self.unexpected_by_tag.push((c, t), r);
         if is_user_tag(t) {
             self.unexpected_by_source.push((c, s), r);
@@ -280,6 +301,7 @@ impl<P, U> Matcher<P, U> {
         source: SourceSel,
         tag: TagSel,
     ) -> Option<EntryRef> {
+        let tag = keyed_sel(tag);
         let wildcard = !matches!((source, tag), (SourceSel::Rank(_), TagSel::Tag(_)));
         if wildcard && !self.wildcard_index {
             self.start_wildcard_index();
@@ -333,7 +355,9 @@ impl<P, U> Matcher<P, U> {
         source: SourceSel,
         tag: TagSel,
     ) -> Option<(Envelope, U)> {
-        if let (SourceSel::Rank(s), TagSel::Tag(t), false) = (source, tag, self.wildcard_index) {
+        if let (SourceSel::Rank(s), TagSel::Tag(t), false) =
+            (source, keyed_sel(tag), self.wildcard_index)
+        {
             // An exact receive while no wildcard has looked: the entry is in one queue only,
             // and one lookup finds and unlinks it.
             let unexpected = &self.unexpected;
@@ -348,7 +372,7 @@ impl<P, U> Matcher<P, U> {
             context: c,
             source: s,
             tag: t,
-        } = u.envelope;
+        } = keyed(u.envelope);
         let unexpected = &self.unexpected;
         let live = |r: &EntryRef| unexpected_live(unexpected, r);
         self.unexpected_exact.remove((c, s, t), r, live);
@@ -373,7 +397,7 @@ impl<P, U> Matcher<P, U> {
     ) -> PostedId {
         let order = self.take_order();
         let posted = Posted { order, item };
-        match (source, tag) {
+        match (source, keyed_sel(tag)) {
             (SourceSel::Rank(s), TagSel::Tag(t)) => {
                 self.posted_exact.push((context, s, t), posted);
             }
@@ -399,7 +423,7 @@ impl<P, U> Matcher<P, U> {
             tag,
         } = id;
         let this = |p: &Posted<P>| p.order == order;
-        let taken = match (source, tag) {
+        let taken = match (source, keyed_sel(tag)) {
             (SourceSel::Rank(s), TagSel::Tag(t)) => self.posted_exact.take_where((c, s, t), this),
             (SourceSel::Rank(s), TagSel::Any) => self.posted_by_source.take_where((c, s), this),
             (SourceSel::Any, TagSel::Tag(t)) => self.posted_by_tag.take_where((c, t), this),
@@ -515,6 +539,37 @@ mod tests {
         assert_eq!(take(&mut m, SourceSel::Any, TagSel::Any), None);
         assert_eq!(take(&mut m, SourceSel::Any, TagSel::Tag(-4)), Some(4));
         assert_eq!(m.unexpected_len(), 0);
+    }
+
+    #[test]
+    fn marked_tags_match_whatever_their_mark_and_keep_it() {
+        let mut m: Matcher<u32, u32> = Matcher::default();
+        // Posted first: the arrival with another mark takes it.
+        m.post(0, SourceSel::Rank(1), TagSel::Tag(-24), 7);
+        assert_eq!(m.match_arrival(env(1, -21)), Some(7));
+        // Arrived first: the receive finds it, whole envelope and all, and cancels cleanly.
+        m.queue_unexpected(env(1, -19), 8);
+        assert_eq!(m.peek_unexpected(0, SourceSel::Rank(1), TagSel::Any), None);
+        let (found, item) = m
+            .take_unexpected(0, SourceSel::Rank(1), TagSel::Tag(-24))
+            .expect("the marked message");
+        assert_eq!((found.tag, item), (-19, 8));
+        // Another key never matches, nor a tag above the marked ones.
+        m.queue_unexpected(env(1, -25), 9);
+        m.queue_unexpected(env(1, -16), 10);
+        assert!(m
+            .take_unexpected(0, SourceSel::Rank(1), TagSel::Tag(-24))
+            .is_none());
+        assert!(m
+            .take_unexpected(0, SourceSel::Any, TagSel::Tag(-17))
+            .is_none());
+        assert_eq!(
+            m.take_unexpected(0, SourceSel::Any, TagSel::Tag(-32))
+                .map(|(e, _)| e.tag),
+            Some(-25)
+        );
+        let id = m.post(0, SourceSel::Rank(2), TagSel::Tag(-18), 11);
+        assert_eq!(m.cancel(id), Some(11));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use super::algorithms::hosts::{self, Placement};
 use super::algorithms::{allgather, allreduce, exchange, tree, Ranks};
-use super::schedule::{Plan, Region, Span};
+use super::schedule::{Follow, Plan, Region, Span};
 use super::select::{
     self, Allgather, Allreduce, Alltoall, Broadcast, Reduce, ReduceScatter, Rooted,
 };
@@ -40,20 +40,59 @@ pub(crate) fn barrier(ranks: Ranks) -> Plan {
 /// element's size that every rank's type shares ([`Datatype::basic_size`]).
 ///
 /// [`Datatype::basic_size`]: crate::datatype::Datatype::basic_size
+///
+/// Both algorithms start down the root's binomial tree, so a rank other than the root
+/// follows the algorithm its parent's message names where that is not its own.
 pub(crate) fn broadcast(
     ranks: Ranks,
     root: u32,
     len: usize,
     element: usize,
 ) -> Result<Plan, Cause> {
+    let mut p = broadcast_by(
+        select::broadcast(len, ranks.size)?,
+        ranks,
+        root,
+        len,
+        element,
+    );
+    if ranks.rank != root {
+        p.follow(Follow {
+            plan: broadcast_as,
+            ranks,
+            root,
+            len,
+            element,
+        });
+    }
+    Ok(p)
+}
+
+const BROADCASTS: [Broadcast; 2] = [Broadcast::Binomial, Broadcast::ScatterAllgather];
+
+/// The broadcast algorithm of mark index `algorithm`, for a rank that follows its parent.
+fn broadcast_as(follow: &Follow, algorithm: usize) -> Plan {
+    let Follow {
+        ranks,
+        root,
+        len,
+        element,
+        ..
+    } = *follow;
+    broadcast_by(BROADCASTS[algorithm], ranks, root, len, element)
+}
+
+fn broadcast_by(algorithm: Broadcast, ranks: Ranks, root: u32, len: usize, element: usize) -> Plan {
     let mut p = Plan::default();
-    match select::broadcast(len, ranks.size)? {
+    debug_assert_eq!(BROADCASTS[algorithm as usize], algorithm);
+    match algorithm {
         Broadcast::Binomial => tree::broadcast(&mut p, ranks, root, recv(len)),
         Broadcast::ScatterAllgather => {
             tree::broadcast_scatter_allgather(&mut p, ranks, root, recv(len), element.max(1))
         }
     }
-    Ok(p)
+    p.mark(algorithm.marked());
+    p
 }
 
 pub(crate) fn reduce(
@@ -65,7 +104,9 @@ pub(crate) fn reduce(
 ) -> Result<Plan, Cause> {
     let mut p = Plan::default();
     let output = (ranks.rank == root).then(|| recv(len));
-    match select::reduce(len)? {
+    let algorithm = select::reduce(len)?;
+    p.mark(algorithm.marked());
+    match algorithm {
         Reduce::Binomial => tree::reduce(&mut p, ranks, root, commutative, send(len), output),
         Reduce::ReduceScatterGather => {
             let element = element.max(1);
@@ -92,7 +133,9 @@ pub(crate) fn all_reduce(
     let mut p = Plan::default();
     let (own, acc) = (send(len), recv(len));
     let element = element.max(1);
-    match select::allreduce(len, commutative)? {
+    let algorithm = select::allreduce(len, commutative)?;
+    p.mark(algorithm.marked());
+    match algorithm {
         Allreduce::RecursiveDoubling => {
             p.copy(own, acc);
             allreduce::recursive_doubling(&mut p, ranks, acc)
@@ -102,7 +145,18 @@ pub(crate) fn all_reduce(
         }
         Allreduce::Ring => {
             p.copy(own, acc);
-            allreduce::ring(&mut p, ranks, acc, element)
+            // Recursive doubling's exchanges first, empty: what a rank that chose it (or
+            // Rabenseifner's halving) sends, so that every rank learns whether all chose
+            // the ring before it starts (the schedule's notes).
+            let preamble = (ranks.size > 1 && select::allreduce_by_length()?).then(|| {
+                allreduce::recursive_doubling(&mut p, ranks, recv(0));
+                p.rounds() - 1
+            });
+            allreduce::ring(&mut p, ranks, acc, element);
+            if let Some(after) = preamble {
+                let end = p.rounds();
+                p.checkpoint(after, end);
+            }
         }
     }
     Ok(p)
@@ -170,7 +224,12 @@ pub(crate) fn gather(
     let mut p = Plan::default();
     let is_root = ranks.rank == root;
     let total = block * ranks.size as usize;
-    match select::gather(total, placement.is_some())? {
+    let algorithm = select::gather(total, placement.is_some())?;
+    if algorithm != Rooted::Hierarchical {
+        // Across hosts the plan goes by placement alone, the same on every rank: unmarked.
+        p.mark(algorithm.gather_marked());
+    }
+    match algorithm {
         Rooted::Hierarchical => {
             let placement = placement.expect("chosen across hosts only");
             let output = is_root.then(|| recv(total));
@@ -196,32 +255,65 @@ pub(crate) fn gather_varcount(root: u32, own: usize, incoming: Option<&[(usize, 
     p
 }
 
-/// Scatter of `block` bytes to every rank; `placement` as for [`gather`].
+/// Scatter of `block` bytes to every rank; `placement` as for [`gather`]. Both algorithms by
+/// length start down the root's binomial tree, so a rank other than the root follows the
+/// algorithm its parent's message names; across hosts the plan goes by placement alone, the
+/// same on every rank, so it has nothing to follow.
 pub(crate) fn scatter(
     ranks: Ranks,
     root: u32,
     block: usize,
     placement: Option<Placement>,
 ) -> Result<Plan, Cause> {
+    let total = block * ranks.size as usize;
+    let algorithm = select::scatter(total, placement.is_some())?;
+    if algorithm == Rooted::Hierarchical {
+        let mut p = Plan::default();
+        let placement = placement.expect("chosen across hosts only");
+        let input = (ranks.rank == root).then(|| send(total));
+        hosts::scatter(&mut p, ranks, placement, root, input, recv(block));
+        return Ok(p);
+    }
+    let mut p = scatter_by(algorithm, ranks, root, block);
+    if ranks.rank != root {
+        p.follow(Follow {
+            plan: scatter_as,
+            ranks,
+            root,
+            len: block,
+            element: 1,
+        });
+    }
+    Ok(p)
+}
+
+/// The scatter algorithms by length, in their marks' order.
+const ROOTED: [Rooted; 2] = [Rooted::Binomial, Rooted::Linear];
+
+/// The scatter algorithm of mark index `algorithm`, for a rank that follows its parent.
+fn scatter_as(follow: &Follow, algorithm: usize) -> Plan {
+    scatter_by(ROOTED[algorithm], follow.ranks, follow.root, follow.len)
+}
+
+/// A scatter by length's plan (`ROOTED`'s algorithms only).
+fn scatter_by(algorithm: Rooted, ranks: Ranks, root: u32, block: usize) -> Plan {
     let mut p = Plan::default();
     let is_root = ranks.rank == root;
     let total = block * ranks.size as usize;
-    match select::scatter(total, placement.is_some())? {
-        Rooted::Hierarchical => {
-            let placement = placement.expect("chosen across hosts only");
-            let input = is_root.then(|| send(total));
-            hosts::scatter(&mut p, ranks, placement, root, input, recv(block));
-        }
+    debug_assert_eq!(ROOTED[algorithm as usize], algorithm);
+    match algorithm {
+        Rooted::Hierarchical => unreachable!("a scatter across hosts is planned by `scatter`"),
         Rooted::Binomial => {
             let input = is_root.then(|| send(total));
             tree::scatter(&mut p, ranks, root, input, recv(block));
         }
         Rooted::Linear => {
             let outgoing = is_root.then(|| blocks(Region::Send, block, ranks.size));
-            exchange::linear_scatter(&mut p, root, outgoing.as_deref(), recv(block));
+            tree::scatter_direct(&mut p, ranks, root, outgoing.as_deref(), recv(block));
         }
     }
-    Ok(p)
+    p.mark(algorithm.scatter_marked());
+    p
 }
 
 pub(crate) fn scatter_varcount(root: u32, outgoing: Option<&[(usize, usize)]>, own: usize) -> Plan {
@@ -236,10 +328,31 @@ pub(crate) fn all_gather(ranks: Ranks, block: usize) -> Result<Plan, Cause> {
     let total = block * ranks.size as usize;
     let output = recv(total);
     p.copy(send(block), output.sub(ranks.rank as usize * block, block));
-    match select::allgather(total, ranks.size)? {
+    let algorithm = select::allgather(total, ranks.size)?;
+    p.mark(algorithm.marked());
+    match algorithm {
         Allgather::RecursiveDoubling => allgather::recursive_doubling(&mut p, ranks, output),
         Allgather::Bruck => allgather::bruck(&mut p, ranks, output),
-        Allgather::Ring => allgather::ring(&mut p, ranks, &blocks(Region::Recv, block, ranks.size)),
+        Allgather::Ring => {
+            // The short algorithm's exchanges first, empty (as for the all-reduce's ring).
+            let preamble = match ranks.size > 1 && select::allgather_by_length()? {
+                false => None,
+                true => {
+                    match select::allgather(0, ranks.size)? {
+                        Allgather::RecursiveDoubling => {
+                            allgather::recursive_doubling(&mut p, ranks, recv(0))
+                        }
+                        _ => allgather::bruck(&mut p, ranks, recv(0)),
+                    }
+                    Some(p.rounds() - 1)
+                }
+            };
+            allgather::ring(&mut p, ranks, &blocks(Region::Recv, block, ranks.size));
+            if let Some(after) = preamble {
+                let end = p.rounds();
+                p.checkpoint(after, end);
+            }
+        }
     }
     Ok(p)
 }

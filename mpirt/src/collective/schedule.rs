@@ -15,15 +15,34 @@
 //! derive from the bytes that arrived wrong) go empty, which every receiver that expects
 //! bytes finds to disagree, and so on down a tree or round a ring; it runs no local copies
 //! or reductions either (garbage must not reach a reduction over a type with invalid
-//! values). Open: each rank picks its algorithm from its own length (`select`), so ranks
-//! whose lengths fall on different sides of a limit run different message patterns, whose
-//! messages share the call's tag: ranks still wait (rsrun's `--stall-timeout` report then
-//! names them), and a rank may even finish without an error holding bytes of another
-//! pattern's message. MPICH (3 and 4) runs its collectives on after such an error as well,
-//! marking later sends with an error bit in the tag (which the exact tag a receive matches
-//! here has no room for, hence the empty sends); Open MPI's coll/base relays return at the
-//! failed receive, which its default error handler turns into the job's abort, where `try_`
-//! calls here return the error.
+//! values). MPICH (3 and 4) runs its collectives on after such an error as well, marking
+//! later sends with an error bit in the tag; Open MPI's coll/base relays return at the failed
+//! receive, which its default error handler turns into the job's abort, where `try_` calls
+//! here return the error.
+//!
+//! Ranks whose lengths fall on different sides of a limit in `select` pick different
+//! algorithms, whose message patterns differ. Every message of a [`Marked`] plan carries, in
+//! its tag's mark (which matching ignores: `pml::match_key`), the algorithms its sender has
+//! seen so far, its own included; a rank that receives one naming another algorithm than
+//! its own spoils the call with [`Cause::AlgorithmDisagrees`], so it never finishes holding
+//! another pattern's bytes. That alone would leave ranks waiting for messages the other
+//! pattern never sends; each collective's algorithms are laid out so that they do not:
+//! - all-reduce and all-gather: every algorithm starts with the short algorithm's exchanges
+//!   (recursive doubling's or Bruck's, which Rabenseifner's halving is, and which the ring
+//!   algorithms run first with empty messages), after which every rank has seen every
+//!   rank's mark; a [`Plan::checkpoint`] there ends the call (but for its last message to a
+//!   folded rank) wherever more than one algorithm was seen, on every rank alike.
+//! - broadcast and scatter: both algorithms start down the root's binomial tree, each
+//!   rank's first message coming from its parent (a direct scatter passes an empty message
+//!   down the tree beside the root's parts); a rank that finds its parent on another
+//!   algorithm runs that one instead, with no data ([`Plan::follow`]), so every rank ends up
+//!   on the root's.
+//! - all-to-all: both algorithms send one message each way between each pair: they share
+//!   a mark.
+//!
+//! Reductions to a root and gathers carry marks (so no rank finishes with another pattern's
+//! bytes) but have no such layout (their data flows up to the root, whose choice no rank
+//! learns first): ranks on different sides of their limits may still wait for each other.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -105,9 +124,76 @@ struct Round {
 pub(crate) struct Plan {
     rounds: Vec<Round>,
     scratch: Vec<usize>,
+    /// The algorithm, where the collective chooses among several by length.
+    marked: Option<Marked>,
+    /// (after, resume): once round `after` is done, a call whose ranks ran more than one
+    /// algorithm goes on at round `resume` (every rank knows by then; the module's notes).
+    checkpoint: Option<(usize, usize)>,
+    /// How this rank plans the algorithm of the peer its first message comes from, where it
+    /// follows that one's (the module's notes).
+    follow: Option<Follow>,
+}
+
+/// One of a collective's algorithms, as its messages' marks name it: bit `index` of the
+/// mark, among `names`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Marked {
+    bit: u8,
+    names: &'static [&'static str],
+}
+
+impl Marked {
+    pub fn new(names: &'static [&'static str], index: usize) -> Marked {
+        assert!(names.len() <= pml::MARK_BITS as usize && index < names.len());
+        Marked {
+            bit: 1 << index,
+            names,
+        }
+    }
+
+    /// The name of the lowest algorithm of `bits`.
+    fn name(&self, bits: u8) -> &'static str {
+        self.names[bits.trailing_zeros() as usize]
+    }
+}
+
+/// Plans this rank's part of the algorithm of index `algorithm` (a [`Marked`] index).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Follow {
+    pub plan: fn(&Follow, usize) -> Plan,
+    pub ranks: super::algorithms::Ranks,
+    pub root: u32,
+    pub len: usize,
+    pub element: usize,
 }
 
 impl Plan {
+    /// Marks this plan's messages as `marked`'s.
+    pub fn mark(&mut self, marked: Marked) -> &mut Self {
+        self.marked = Some(marked);
+        self
+    }
+
+    /// The rounds planned so far.
+    pub fn rounds(&self) -> usize {
+        self.rounds.len()
+    }
+
+    /// Once round `after` is done, a call whose ranks ran more than one algorithm goes on at
+    /// round `resume`.
+    pub fn checkpoint(&mut self, after: usize, resume: usize) -> &mut Self {
+        self.checkpoint = Some((after, resume));
+        self
+    }
+
+    /// Makes this rank run the algorithm its first message's sender runs (`follow.plan`
+    /// plans it), where that is not its own: the first round must be that receive alone,
+    /// from the same peer, in every algorithm.
+    pub fn follow(&mut self, follow: Follow) -> &mut Self {
+        self.follow = Some(follow);
+        self
+    }
+
     /// A scratch buffer of `len` bytes.
     pub fn scratch(&mut self, len: usize) -> Span {
         self.scratch.push(len);
@@ -199,28 +285,33 @@ type Aligned = u128;
 /// message was of another length (a longer one truncated; none at all where the sender may
 /// relay nothing after a failure of its own): the ranks' counts disagree, and the call's
 /// messages are still in step. Any other failure is the call's end.
+///
+/// Also the mark the message carried (0 for a send).
 fn disagreement(
     done: Result<Done, Cause>,
     recv: Option<(u32, Span)>,
-) -> Result<Option<Cause>, Cause> {
+) -> Result<(Option<Cause>, u8), Cause> {
     let Some((from, span)) = recv else {
-        return done.map(|_| None);
+        return done.map(|_| (None, 0));
     };
-    let got = match done {
-        Ok(Done::Received(status)) if status.len == span.len => return Ok(None),
-        Ok(Done::Received(status)) => status.len,
-        Err(Cause::Messaging(PmlError::Truncated(cut))) => cut.message_len,
-        done => return done.map(|_| None),
+    let (got, tag) = match done {
+        Ok(Done::Received(status)) if status.len == span.len => {
+            return Ok((None, pml::mark_of(status.tag)))
+        }
+        Ok(Done::Received(status)) => (status.len, status.tag),
+        Err(Cause::Messaging(PmlError::Truncated(cut))) => (cut.message_len, cut.status.tag),
+        done => return done.map(|_| (None, 0)),
     };
     let (peer, expected) = (from as i32, span.len);
-    Ok(Some(match got {
+    let cause = match got {
         0 => Cause::PeerPassedNothing { peer, expected },
         got => Cause::LengthDisagrees {
             peer,
             expected,
             got,
         },
-    }))
+    };
+    Ok((Some(cause), pml::mark_of(tag)))
 }
 
 /// No receive of a round lands on bytes another transfer of the round reads or writes: the
@@ -280,6 +371,12 @@ pub(crate) struct Execution<'a> {
     /// The first disagreement a receive of this rank met: the schedule runs on without
     /// passing data on, and fails with it at its end (see the module's notes).
     spoiled: Option<Cause>,
+    /// The algorithms this rank has seen (its own included) where the plan is marked: its
+    /// sends' mark.
+    seen: u8,
+    /// The algorithm (a mark bit) the sender of the first message runs, where this plan
+    /// follows it and it is not this rank's.
+    switch_to: Option<u8>,
     /// Why the execution stopped, once it failed: its own step reports it again.
     failed: Option<Cause>,
 }
@@ -331,6 +428,7 @@ impl<'a> Execution<'a> {
             staging
         });
         let scratch = plan.scratch.iter().map(|&len| scratch::take(len)).collect();
+        let seen = plan.marked.map_or(0, |m| m.bit);
         let tag = comm.next_tag();
         // A communicator that takes no collectives fails the execution's first step.
         let comm_refusal = comm.collectives_allowed().err();
@@ -347,6 +445,8 @@ impl<'a> Execution<'a> {
             next_round: 0,
             in_flight: Vec::new(),
             spoiled: None,
+            seen,
+            switch_to: None,
             failed: comm_refusal,
         };
         execution.check_spans();
@@ -455,8 +555,8 @@ impl<'a> Execution<'a> {
                 while let Some(&(handle, recv)) = self.in_flight.last() {
                     let done = environment::wait_or_lent(handle);
                     self.in_flight.pop();
-                    let disagreement = disagreement(done, recv)?;
-                    self.spoil(disagreement);
+                    let outcome = disagreement(done, recv)?;
+                    self.note(recv, outcome);
                 }
             } else {
                 // Collect whatever finished, so that a wait on the rest sleeps until one more
@@ -467,8 +567,8 @@ impl<'a> Execution<'a> {
                     match with_engine_or_lent(|e| e.test(handle)).transpose() {
                         Some(done) => {
                             self.in_flight.swap_remove(i);
-                            let disagreement = disagreement(done, recv)?;
-                            self.spoil(disagreement);
+                            let outcome = disagreement(done, recv)?;
+                            self.note(recv, outcome);
                         }
                         None => i += 1,
                     }
@@ -477,23 +577,89 @@ impl<'a> Execution<'a> {
                     return Ok(false);
                 }
             }
+            if let Some(bit) = self.switch_to.take() {
+                self.switch(bit);
+            }
             self.run_locals();
             self.next_round += 1;
+            match self.plan.checkpoint {
+                Some((after, resume)) if after + 1 == self.next_round && self.mixed() => {
+                    self.next_round = resume;
+                }
+                _ => {}
+            }
         }
     }
 
-    /// Keeps the first disagreement this rank met (`spoiled`).
-    fn spoil(&mut self, disagreement: Option<Cause>) {
+    /// Whether this rank has seen another algorithm than its own.
+    fn mixed(&self) -> bool {
+        self.plan.marked.is_some_and(|m| self.seen & !m.bit != 0)
+    }
+
+    /// Keeps what a finished transfer says: the algorithms a receive's mark names, which
+    /// spoil the call where another than this rank's is among them (or have it follow the
+    /// sender's, first), then the first disagreement this rank met (`spoiled`). Inline for
+    /// the common case of nothing new.
+    #[inline]
+    fn note(&mut self, recv: Option<(u32, Span)>, (disagreement, mark): (Option<Cause>, u8)) {
+        if disagreement.is_some() || mark & !self.seen != 0 {
+            self.note_news(recv, disagreement, mark);
+        }
+    }
+
+    #[cold]
+    fn note_news(&mut self, recv: Option<(u32, Span)>, disagreement: Option<Cause>, mark: u8) {
+        if let (Some((from, _)), Some(marked)) = (recv, self.plan.marked) {
+            let others = mark & !marked.bit;
+            if others != 0 {
+                let cause = Cause::AlgorithmDisagrees {
+                    peer: from as i32,
+                    ours: marked.name(marked.bit),
+                    theirs: marked.name(others),
+                };
+                self.spoiled.get_or_insert(cause);
+                if self.plan.follow.is_some() && self.next_round == 0 {
+                    self.switch_to = Some(mark & mark.wrapping_neg());
+                }
+            }
+            self.seen |= mark;
+        }
         if let Some(cause) = disagreement {
             self.spoiled.get_or_insert(cause);
         }
+    }
+
+    /// Replaces the plan by this rank's part of the algorithm of mark `bit` (the first
+    /// message's sender's), past its first round (that message's receive, done), to run
+    /// spoiled; its marks name that algorithm alone, so that the ranks this one sends to
+    /// follow it in turn.
+    fn switch(&mut self, bit: u8) {
+        let follow = self.plan.follow.expect("a plan that follows");
+        let marked = self.plan.marked.expect("a plan that follows is marked");
+        let index = bit.trailing_zeros() as usize;
+        let mut plan = (follow.plan)(&follow, index);
+        debug_assert!(matches!(
+            plan.rounds.first().map(|r| r.transfers.as_slice()),
+            Some([Transfer::Recv { .. }])
+        ));
+        plan.follow = None;
+        plan.marked = Some(Marked::new(marked.names, index));
+        for buffer in self.scratch.drain(..) {
+            scratch::give_back(buffer);
+        }
+        self.scratch = plan.scratch.iter().map(|&len| scratch::take(len)).collect();
+        self.plan = plan;
+        self.seen = bit;
+        self.check_spans();
     }
 
     /// Posts the next round's receives, then its sends. In flight they are kept so that the
     /// first posted is collected last: a blocking wait then sees the sends finish first.
     fn post_round(&mut self) -> Result<(), Cause> {
         let round = &self.plan.rounds[self.next_round];
-        let (context, rank, tag) = (self.comm.context, self.comm.rank, self.tag);
+        let (context, rank) = (self.comm.context, self.comm.rank);
+        // Matching ignores the mark; receives are posted on the call's tag.
+        let (tag, marked_tag) = (self.tag, self.tag + i32::from(self.seen));
         let spoiled = self.spoiled.is_some();
         for transfer in &round.transfers {
             if let Transfer::Recv { from, span } = *transfer {
@@ -526,7 +692,15 @@ impl<'a> Execution<'a> {
                 // SAFETY: as for receives; no receive of the round writes what a send reads
                 // (`check_no_overlap`), and locals run only once the round's transfers are done.
                 let handle = with_engine_or_lent(|e| unsafe {
-                    e.post_send(context, rank, peer, tag, SendMode::Standard, ptr, len)
+                    e.post_send(
+                        context,
+                        rank,
+                        peer,
+                        marked_tag,
+                        SendMode::Standard,
+                        ptr,
+                        len,
+                    )
                 })?;
                 self.in_flight.push((handle, None));
             }

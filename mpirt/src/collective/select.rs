@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use super::schedule::Marked;
 use crate::error::Cause;
 
 /// Broadcasts up to this many bytes (or on up to `BROADCAST_FEW` ranks) go down a binomial
@@ -119,6 +120,59 @@ impl Choice {
     fn in_shared_memory(&self) -> Result<bool, Cause> {
         Ok(matches!(self.forced()?, None | Some("shared_memory")))
     }
+
+    /// The mark of algorithm `index` among those by messages (`choices` past
+    /// "shared_memory", in the order of the collective's enum).
+    fn marked(&self, index: usize) -> Marked {
+        let names: &'static [&'static str] = self.choices;
+        Marked::new(&names[1..], index)
+    }
+}
+
+impl Broadcast {
+    pub(crate) fn marked(self) -> Marked {
+        BROADCAST.marked(self as usize)
+    }
+}
+
+impl Reduce {
+    pub(crate) fn marked(self) -> Marked {
+        REDUCE.marked(self as usize)
+    }
+}
+
+impl Allreduce {
+    pub(crate) fn marked(self) -> Marked {
+        ALLREDUCE.marked(self as usize)
+    }
+}
+
+impl Allgather {
+    pub(crate) fn marked(self) -> Marked {
+        ALLGATHER.marked(self as usize)
+    }
+}
+
+impl Rooted {
+    pub(crate) fn gather_marked(self) -> Marked {
+        GATHER.marked(self as usize)
+    }
+
+    pub(crate) fn scatter_marked(self) -> Marked {
+        SCATTER.marked(self as usize)
+    }
+}
+
+/// Whether all-reduces by messages choose their algorithm by length (none is forced), so
+/// that ranks whose lengths disagree may choose different ones.
+pub(crate) fn allreduce_by_length() -> Result<bool, Cause> {
+    Ok(ALLREDUCE.forced()?.is_none())
+}
+
+/// Whether all-gathers by messages choose their algorithm by length (none is forced, or the
+/// area is, which leaves parts too long for it to the length's choice).
+pub(crate) fn allgather_by_length() -> Result<bool, Cause> {
+    ALLGATHER.in_shared_memory()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -23,7 +23,9 @@
 
 use std::fmt;
 
-use crate::envelope::{ContextId, Envelope, Rank, SourceSel, Tag, TagSel};
+use crate::envelope::{
+    match_key, ContextId, Envelope, Rank, SourceSel, Tag, TagSel, MARKED_TAGS, MARK_BITS,
+};
 
 const TAG_BITS: u32 = 24;
 const SOURCE_BITS: u32 = 24;
@@ -34,6 +36,7 @@ const CONTEXT_SHIFT: u32 = TAG_BITS + SOURCE_BITS;
 
 const TAG_FIELD: u64 = (1 << TAG_BITS) - 1;
 const TAG_SIGN: u64 = 1 << (TAG_BITS - 1);
+const MARK_FIELD: u64 = (1 << MARK_BITS) - 1;
 const SOURCE_FIELD: u64 = ((1 << SOURCE_BITS) - 1) << SOURCE_SHIFT;
 const CONTEXT_FIELD: u64 = ((1 << CONTEXT_BITS) - 1) << CONTEXT_SHIFT;
 
@@ -136,6 +139,12 @@ pub fn selector(
         SourceSel::Any => mask &= !SOURCE_FIELD,
     }
     match tag {
+        // A marked tag's mark is left out of the mask: matching ignores it, as the native
+        // PML's does (`envelope::match_key`).
+        TagSel::Tag(t) if t <= MARKED_TAGS => {
+            wanted |= tag_bits(match_key(t))?;
+            mask &= !MARK_FIELD;
+        }
         TagSel::Tag(t) => wanted |= tag_bits(t)?,
         // The sign bit stays in the mask with `wanted` clear there: only user tags match.
         TagSel::Any => mask &= !(TAG_FIELD & !TAG_SIGN),
@@ -244,6 +253,34 @@ mod tests {
         assert!(!matches(env(3, 5, 10), sel.0, sel.1, sel.2));
         assert!(matches(
             env(3, 5, -9),
+            3,
+            SourceSel::Rank(5),
+            TagSel::Tag(-9)
+        ));
+    }
+
+    #[test]
+    fn marked_tags_match_whatever_their_mark_and_unpack_with_it() {
+        for mark in 0..8 {
+            let sent = env(3, 5, -24 + mark);
+            assert!(matches(sent, 3, SourceSel::Rank(5), TagSel::Tag(-24)));
+            assert!(matches(sent, 3, SourceSel::Any, TagSel::Tag(-20)));
+            assert_eq!(unpack(pack(sent).unwrap()), sent);
+        }
+        assert!(!matches(
+            env(3, 5, -25),
+            3,
+            SourceSel::Rank(5),
+            TagSel::Tag(-24)
+        ));
+        assert!(!matches(
+            env(3, 5, -16),
+            3,
+            SourceSel::Rank(5),
+            TagSel::Tag(-24)
+        ));
+        assert!(!matches(
+            env(3, 5, -10),
             3,
             SourceSel::Rank(5),
             TagSel::Tag(-9)

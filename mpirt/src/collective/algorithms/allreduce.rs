@@ -41,7 +41,9 @@ pub(crate) fn recursive_doubling(p: &mut Plan, ranks: Ranks, acc: Span) {
 /// Rabenseifner: a reduce-scatter by recursive halving, then an all-gather by recursive
 /// doubling, each moving half as much as the round before. Best for long vectors.
 ///
-/// Starts from this rank's vector in `own` and leaves the result in `acc`.
+/// Starts from this rank's vector in `own` and leaves the result in `acc`. The halving
+/// exchanges with the peers recursive doubling does, in its order: where a rank saw another
+/// algorithm there, it skips the all-gather (a checkpoint; the schedule's notes).
 pub(crate) fn rabenseifner(
     p: &mut Plan,
     ranks: Ranks,
@@ -58,10 +60,15 @@ pub(crate) fn rabenseifner(
             return;
         }
     };
+    let halving_done = p.rounds().checked_sub(1);
     for step in halved.steps.iter().rev() {
         p.round()
             .send(step.peer, halved.elements(step.kept))
             .recv(step.peer, halved.elements(step.given));
+    }
+    if let Some(after) = halving_done {
+        let last = p.rounds();
+        p.checkpoint(after, last);
     }
     if let Some(folded) = halved.folded {
         p.round().send(folded, acc);

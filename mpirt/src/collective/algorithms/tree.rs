@@ -200,6 +200,34 @@ pub(crate) fn scatter(p: &mut Plan, ranks: Ranks, root: u32, input: Option<Span>
     p.copy(tmp.sub(0, block), output);
 }
 
+/// Scatter of long parts: the root sends each rank its part directly, and an empty message
+/// goes down the binomial tree beside them, so that each rank's first message comes from its
+/// tree parent, as in [`scatter`] (the root's children's first message is their part): a
+/// rank whose parent runs the other algorithm follows it (the schedule's notes).
+pub(crate) fn scatter_direct(
+    p: &mut Plan,
+    ranks: Ranks,
+    root: u32,
+    parts: Option<&[Span]>,
+    output: Span,
+) {
+    if parts.is_some() {
+        return super::exchange::linear_scatter(p, root, parts, output);
+    }
+    let (v, size) = (relative(ranks, root), ranks.size);
+    let parent = v - child_limit(v, size);
+    let nothing = output.sub(0, 0);
+    let first = if parent == 0 { output } else { nothing };
+    p.round().recv(absolute(parent, root, size), first);
+    p.round();
+    for (child, _) in children(v, size) {
+        p.send(absolute(child, root, size), nothing);
+    }
+    if parent != 0 {
+        p.recv(root, output);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,260 @@
+//! Collectives by messages whose ranks' lengths fall on different sides of an algorithm's
+//! limit (`collective/select.rs`), so that they choose algorithms with different message
+//! patterns: every rank must end with a named error, or with the root's exact bytes where it
+//! may (a broadcast's ranks that never hear from the rank that disagrees), and never wait
+//! for ever. Immediate calls go by messages on every placement; rsrun's stall timeout ends
+//! (and names) a job whose ranks all wait, and the test's job limit any other.
+
+use std::env;
+
+use mpirt::collective::SystemOperation;
+use mpirt::request;
+use mpirt::topology::SimpleCommunicator;
+use mpirt::traits::*;
+
+#[allow(dead_code)] // The helpers other test files use.
+mod common;
+
+use common::{ok_job_with, RANK_MODE};
+
+/// What a rank prints: "straddle <case>: rank <r>: ok", or the error, which names the rank.
+fn report(case: &str, rank: i32, result: Result<(), mpirt::Error>) {
+    match result {
+        Ok(()) => println!("straddle {case}: rank {rank}: ok"),
+        Err(e) => println!("straddle {case}: {e}"),
+    }
+}
+
+fn byte(i: usize) -> u8 {
+    (i * 7 % 251) as u8
+}
+
+/// The broadcast limits: past 512 KiB on more than 7 ranks the root's vector is scattered,
+/// then passed round a ring; up to it (or on fewer ranks), it goes down a binomial tree.
+const BROADCAST_SHORT: usize = 512 << 10;
+/// All-reduce vectors up to 8 KiB go by recursive doubling, then by Rabenseifner's
+/// algorithm up to 1 MiB, then round a ring.
+const ALLREDUCE_SHORT: usize = 8 << 10;
+const ALLREDUCE_RING: usize = 1 << 20;
+/// All-gather results up to 64 KiB go by recursive doubling or Bruck's algorithm, longer
+/// ones round a ring.
+const ALLGATHER_SHORT: usize = 64 << 10;
+/// Scatters whose whole vector is up to 256 KiB go down a binomial tree, longer ones directly.
+const ROOTED_SHORT: usize = 256 << 10;
+/// All-to-all blocks up to 256 bytes all go at once, longer ones pairwise.
+const ALLTOALL_SHORT: usize = 256;
+
+/// The cases on `size` ranks: (case, odd rank, its length, the others' length); lengths in
+/// bytes (broadcast, all-gather's, scatter's and all-to-all's block) or `i32` elements
+/// (all-reduce).
+fn cases(size: i32) -> Vec<(String, i32, usize, usize)> {
+    let mut cases = vec![];
+    let mut add = |what: &str, odd: i32, mine: usize, theirs: usize| {
+        cases.push((
+            format!("{what} {mine} at rank {odd} vs {theirs}"),
+            odd,
+            mine,
+            theirs,
+        ));
+    };
+    let (last, middle) = (size - 1, size / 2);
+    if size > 7 {
+        let (short, long) = (BROADCAST_SHORT, BROADCAST_SHORT + 8);
+        for odd in [middle, last, 0] {
+            add("broadcast", odd, short, long);
+            add("broadcast", odd, long, short);
+        }
+        add("broadcast", middle, 64, 1 << 20);
+    }
+    let int = std::mem::size_of::<i32>();
+    for (mine, theirs) in [
+        (ALLREDUCE_SHORT / int + 2, ALLREDUCE_SHORT / int),
+        (ALLREDUCE_RING / int + 2, ALLREDUCE_RING / int),
+    ] {
+        add("all_reduce", last, mine, theirs);
+        add("all_reduce", 0, theirs, mine);
+    }
+    add("all_reduce", middle, 4, ALLREDUCE_RING / int + 2);
+    let block = ALLGATHER_SHORT / size as usize;
+    add("all_gather", last, block + 1, block);
+    add("all_gather", 0, block, block + 1);
+    add("all_gather", middle, 8, 1 << 17);
+    let block = ROOTED_SHORT / size as usize;
+    let mut odd_ranks = vec![0, middle, last];
+    odd_ranks.dedup();
+    for odd in odd_ranks {
+        add("scatter", odd, block + 1, block);
+        add("scatter", odd, block, block + 1);
+    }
+    add("all_to_all", last, ALLTOALL_SHORT + 1, ALLTOALL_SHORT);
+    add("all_to_all", middle, 8, 4096);
+    cases
+}
+
+fn straddles(world: &SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    let root = world.process_at_rank(0);
+    let n = size as usize;
+    let sum = SystemOperation::sum;
+    for (case, odd, mine, theirs) in cases(size) {
+        let len = if rank == odd { mine } else { theirs };
+        let result = match case.split(' ').next() {
+            Some("broadcast") => {
+                let mut buf: Vec<u8> = match rank {
+                    0 => (0..len).map(byte).collect(),
+                    _ => vec![0; len],
+                };
+                let done = request::scope(|scope| {
+                    root.immediate_broadcast_into(scope, &mut buf[..])
+                        .try_wait()
+                        .map(drop)
+                });
+                if done.is_ok() {
+                    let root_len = if odd == 0 { mine } else { theirs };
+                    assert!(
+                        len == root_len && buf.iter().enumerate().all(|(i, &b)| b == byte(i)),
+                        "{case}: rank {rank} finished without the root's bytes"
+                    );
+                }
+                done
+            }
+            Some("all_reduce") => {
+                let send: Vec<i32> = (0..len as i32).map(|i| rank * 1000 + i).collect();
+                let mut recv = vec![0i32; len];
+                request::scope(|scope| {
+                    world
+                        .immediate_all_reduce_into(scope, &send[..], &mut recv[..], sum())
+                        .try_wait()
+                        .map(drop)
+                })
+            }
+            Some("all_gather") => {
+                let send: Vec<u8> = (0..len).map(byte).collect();
+                let mut recv = vec![0u8; len * n];
+                request::scope(|scope| {
+                    world
+                        .immediate_all_gather_into(scope, &send[..], &mut recv[..])
+                        .try_wait()
+                        .map(drop)
+                })
+            }
+            Some("scatter") => {
+                let mut part = vec![0u8; len];
+                let all: Vec<u8> = match rank {
+                    0 => (0..len * n).map(byte).collect(),
+                    _ => vec![],
+                };
+                let done = request::scope(|scope| match rank {
+                    0 => root
+                        .immediate_scatter_into_root(scope, &all[..], &mut part[..])
+                        .try_wait()
+                        .map(drop),
+                    _ => root
+                        .immediate_scatter_into(scope, &mut part[..])
+                        .try_wait()
+                        .map(drop),
+                });
+                if done.is_ok() {
+                    let root_len = if odd == 0 { mine } else { theirs };
+                    let at = rank as usize * len;
+                    assert!(
+                        len == root_len && part.iter().enumerate().all(|(i, &b)| b == byte(at + i)),
+                        "{case}: rank {rank} finished without its part of the root's bytes"
+                    );
+                }
+                done
+            }
+            Some("all_to_all") => {
+                let send: Vec<u8> = (0..len * n).map(byte).collect();
+                let mut recv = vec![0u8; len * n];
+                request::scope(|scope| {
+                    world
+                        .immediate_all_to_all_into(scope, &send[..], &mut recv[..])
+                        .try_wait()
+                        .map(drop)
+                })
+            }
+            other => panic!("unknown case {other:?}"),
+        };
+        report(&case, rank, result);
+        // A rank out of step would read another call's bytes here.
+        let (one, mut total) = (rank * 10 + 1, 0i32);
+        world.all_reduce_into(&one, &mut total, sum());
+        assert_eq!(
+            total,
+            (0..size).map(|r| r * 10 + 1).sum::<i32>(),
+            "after {case}"
+        );
+    }
+}
+
+/// The rank side, selected by `RANK_MODE`.
+#[test]
+fn rank_mode() {
+    let Ok(mode) = env::var(RANK_MODE) else {
+        return;
+    };
+    let universe = mpirt::initialize().expect("initialize");
+    let world = universe.world();
+    match mode.as_str() {
+        "straddles" => straddles(&world),
+        other => panic!("unknown rank mode {other}"),
+    }
+    println!("rank {} done", world.rank());
+}
+
+/// The causes a rank may name: another algorithm's message, or a length that disagrees
+/// (its own receive's, or a peer's that then passed nothing on).
+const ALGORITHM: &str = "algorithm where this rank ran";
+const NAMED: [&str; 3] = [
+    ALGORITHM,
+    "bytes where this rank expected",
+    "the ranks' counts disagree",
+];
+
+/// On 2 to 8 ranks (broadcasts, whose algorithms differ only past 7 ranks, on 8), every case
+/// ends on every rank: the all-reduces, all-gathers and all-to-alls fail on every rank, each
+/// naming why; a broadcast or scatter fails on the rank that disagrees (but the root, which
+/// cannot tell) and on every rank that hears from it, and the others hold the root's bytes. Where the algorithms differ, some rank
+/// names the other algorithm.
+#[test]
+fn lengths_straddling_an_algorithm_limit_fail_on_every_rank_without_waiting() {
+    for size in 2..=8 {
+        let (out, _) = ok_job_with(size as u32, "straddles", &[("MPIRT_STALL_TIMEOUT", "60")]);
+        for (case, odd, mine, theirs) in cases(size) {
+            let prefix = format!("straddle {case}: rank ");
+            let lines: Vec<&str> = out.lines().filter(|l| l.starts_with(&prefix)).collect();
+            assert_eq!(lines.len(), size as usize, "{size} ranks, {case}:\n{out}");
+            for rank in 0..size {
+                let line = lines
+                    .iter()
+                    .find(|l| l[prefix.len()..].starts_with(&format!("{rank}:")))
+                    .unwrap_or_else(|| panic!("{case}: no outcome of rank {rank}:\n{out}"));
+                let ok = line.ends_with(": ok");
+                let rooted = case.starts_with("broadcast") || case.starts_with("scatter");
+                assert!(
+                    (ok && rooted && (rank != odd || rank == 0))
+                        || NAMED.iter().any(|c| line.contains(c)),
+                    "{size} ranks, {case}: {line}\n{out}"
+                );
+            }
+            let straddled = |limit: usize| (mine <= limit) != (theirs <= limit);
+            let differ = match case.split(' ').next() {
+                Some("broadcast") => straddled(BROADCAST_SHORT),
+                Some("all_reduce") => {
+                    let int = std::mem::size_of::<i32>();
+                    straddled(ALLREDUCE_SHORT / int) || straddled(ALLREDUCE_RING / int)
+                }
+                Some("all_gather") => straddled(ALLGATHER_SHORT / size as usize),
+                Some("scatter") => straddled(ROOTED_SHORT / size as usize),
+                _ => false,
+            };
+            if differ {
+                assert!(
+                    lines.iter().any(|l| l.contains(ALGORITHM)),
+                    "{size} ranks, {case}: no rank named the other algorithm\n{out}"
+                );
+            }
+        }
+    }
+}
