@@ -54,6 +54,28 @@ fn set_wait(ready: bool, polled: &[Polled], timeout: Duration) -> SetWait {
     SetWait::Sleep(bound)
 }
 
+/// Has each of `transports` say how peers wake it and look once more (`before_wait`), and
+/// hands it to `also` after: whether one may have something already, and a failure (the last
+/// where several fail; a failed transport counts as ready, so that its poll reports it).
+fn before_wait_all(
+    transports: &mut [AnyTransport],
+    mut also: impl FnMut(&AnyTransport),
+) -> (bool, Result<(), PmlError>) {
+    let mut ready = false;
+    let mut failure = Ok(());
+    for t in transports.iter_mut() {
+        match t.before_wait() {
+            Ok(r) => ready |= r,
+            Err(e) => {
+                failure = Err(e);
+                ready = true;
+            }
+        }
+        also(t);
+    }
+    (ready, failure)
+}
+
 pub(crate) struct WakeSet {
     epoll: Epoll,
     ready: Vec<Ready>,
@@ -108,19 +130,9 @@ impl WakeSet {
         transports: &mut [AnyTransport],
         timeout: Duration,
     ) -> Result<(), PmlError> {
-        let mut ready = false;
-        let mut failure = Ok(());
         self.polled.clear();
-        for t in transports.iter_mut() {
-            match t.before_wait() {
-                Ok(r) => ready |= r,
-                Err(e) => {
-                    failure = Err(e);
-                    ready = true;
-                }
-            }
-            self.polled.extend(t.polled());
-        }
+        let polled = &mut self.polled;
+        let (ready, failure) = before_wait_all(transports, |t| polled.extend(t.polled()));
         match set_wait(ready, &self.polled, timeout) {
             SetWait::Return => {}
             SetWait::Yield => std::thread::yield_now(),
@@ -149,17 +161,7 @@ impl WakeSet {
         if self.unwatched {
             return Ok(NapStart::Unwakeable);
         }
-        let mut ready = false;
-        let mut failure = Ok(());
-        for t in transports.iter_mut() {
-            match t.before_wait() {
-                Ok(r) => ready |= r,
-                Err(e) => {
-                    failure = Err(e);
-                    ready = true;
-                }
-            }
-        }
+        let (ready, failure) = before_wait_all(transports, |_| {});
         if !ready {
             return Ok(NapStart::Sleep(Nap::on_fd(self.epoll.as_raw_fd())));
         }
