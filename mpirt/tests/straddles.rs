@@ -39,14 +39,18 @@ const ALLREDUCE_RING: usize = 1 << 20;
 /// All-gather results up to 64 KiB go by recursive doubling or Bruck's algorithm, longer
 /// ones round a ring.
 const ALLGATHER_SHORT: usize = 64 << 10;
-/// Scatters whose whole vector is up to 256 KiB go down a binomial tree, longer ones directly.
+/// Scatters and gathers whose whole vector is up to 256 KiB go down (up) a binomial tree,
+/// longer ones directly.
 const ROOTED_SHORT: usize = 256 << 10;
+/// Reductions to a root of vectors up to 64 KiB go up a binomial tree, longer ones by
+/// reduce-scatter then gather.
+const REDUCE_LONG: usize = 64 << 10;
 /// All-to-all blocks up to 256 bytes all go at once, longer ones pairwise.
 const ALLTOALL_SHORT: usize = 256;
 
 /// The cases on `size` ranks: (case, odd rank, its length, the others' length); lengths in
-/// bytes (broadcast, all-gather's, scatter's and all-to-all's block) or `i32` elements
-/// (all-reduce).
+/// bytes (broadcast, all-gather's, scatter's, gather's and all-to-all's block) or `i32`
+/// elements (all-reduce, reduce).
 fn cases(size: i32) -> Vec<(String, i32, usize, usize)> {
     let mut cases = vec![];
     let mut add = |what: &str, odd: i32, mine: usize, theirs: usize| {
@@ -86,6 +90,16 @@ fn cases(size: i32) -> Vec<(String, i32, usize, usize)> {
         add("scatter", odd, block + 1, block);
         add("scatter", odd, block, block + 1);
     }
+    let (short, long) = (REDUCE_LONG / int, REDUCE_LONG / int + 2);
+    add("reduce", last, long, short);
+    add("reduce", middle, short, long);
+    add("reduce", 0, long, short);
+    add("reduce", 0, short, long);
+    let block = ROOTED_SHORT / size as usize;
+    add("gather", last, block + 1, block);
+    add("gather", middle, block, block + 1);
+    add("gather", 0, block + 1, block);
+    add("gather", 0, block, block + 1);
     add("all_to_all", last, ALLTOALL_SHORT + 1, ALLTOALL_SHORT);
     add("all_to_all", middle, 8, 4096);
     cases
@@ -164,6 +178,34 @@ fn straddles(world: &SimpleCommunicator) {
                 }
                 done
             }
+            Some("reduce") => {
+                let send: Vec<i32> = (0..len as i32).map(|i| rank * 1000 + i).collect();
+                let mut recv = vec![0i32; len];
+                request::scope(|scope| match rank {
+                    0 => root
+                        .immediate_reduce_into_root(scope, &send[..], &mut recv[..], sum())
+                        .try_wait()
+                        .map(drop),
+                    _ => root
+                        .immediate_reduce_into(scope, &send[..], sum())
+                        .try_wait()
+                        .map(drop),
+                })
+            }
+            Some("gather") => {
+                let send: Vec<u8> = (0..len).map(byte).collect();
+                let mut all = vec![0u8; len * n];
+                request::scope(|scope| match rank {
+                    0 => root
+                        .immediate_gather_into_root(scope, &send[..], &mut all[..])
+                        .try_wait()
+                        .map(drop),
+                    _ => root
+                        .immediate_gather_into(scope, &send[..])
+                        .try_wait()
+                        .map(drop),
+                })
+            }
             Some("all_to_all") => {
                 let send: Vec<u8> = (0..len * n).map(byte).collect();
                 let mut recv = vec![0u8; len * n];
@@ -203,6 +245,12 @@ fn rank_mode() {
     println!("rank {} done", world.rank());
 }
 
+/// Whether the test hosts (MPIRT_TEST_HOSTS) hold more than one of `size` ranks on some
+/// host, so that collectives take the hierarchical plans.
+fn some_host_has_two(size: i32) -> bool {
+    env::var("MPIRT_TEST_HOSTS").is_ok_and(|hosts| hosts.split(',').count() < size as usize)
+}
+
 /// The causes a rank may name: another algorithm's message, or a length that disagrees
 /// (its own receive's, or a peer's that then passed nothing on).
 const ALGORITHM: &str = "algorithm where this rank ran";
@@ -215,8 +263,10 @@ const NAMED: [&str; 3] = [
 /// On 2 to 8 ranks (broadcasts, whose algorithms differ only past 7 ranks, on 8), every case
 /// ends on every rank: the all-reduces, all-gathers and all-to-alls fail on every rank, each
 /// naming why; a broadcast or scatter fails on the rank that disagrees (but the root, which
-/// cannot tell) and on every rank that hears from it, and the others hold the root's bytes. Where the algorithms differ, some rank
-/// names the other algorithm.
+/// cannot tell) and on every rank that hears from it, and the others hold the root's bytes;
+/// a reduction or gather fails on its root, and on the other ranks that hear of the rank
+/// that disagrees (those whose subtree agreed with the root's tree end as they sent their
+/// part). Where the algorithms differ, some rank names the other algorithm.
 #[test]
 fn lengths_straddling_an_algorithm_limit_fail_on_every_rank_without_waiting() {
     for size in 2..=8 {
@@ -232,8 +282,10 @@ fn lengths_straddling_an_algorithm_limit_fail_on_every_rank_without_waiting() {
                     .unwrap_or_else(|| panic!("{case}: no outcome of rank {rank}:\n{out}"));
                 let ok = line.ends_with(": ok");
                 let rooted = case.starts_with("broadcast") || case.starts_with("scatter");
+                let to_root = case.starts_with("reduce") || case.starts_with("gather");
                 assert!(
                     (ok && rooted && (rank != odd || rank == 0))
+                        || (ok && to_root && rank != 0)
                         || NAMED.iter().any(|c| line.contains(c)),
                     "{size} ranks, {case}: {line}\n{out}"
                 );
@@ -246,7 +298,15 @@ fn lengths_straddling_an_algorithm_limit_fail_on_every_rank_without_waiting() {
                     straddled(ALLREDUCE_SHORT / int) || straddled(ALLREDUCE_RING / int)
                 }
                 Some("all_gather") => straddled(ALLGATHER_SHORT / size as usize),
-                Some("scatter") => straddled(ROOTED_SHORT / size as usize),
+                // Across hosts with more than one rank on some, scatters and gathers go
+                // through each host's leader whatever the length: the lengths disagree, named.
+                Some("scatter" | "gather") => {
+                    !some_host_has_two(size) && straddled(ROOTED_SHORT / size as usize)
+                }
+                Some("reduce") => straddled(REDUCE_LONG / std::mem::size_of::<i32>()),
+                // Across hosts with more than one rank on some, short blocks go through each
+                // host's leader; on one host both algorithms meet unmarked.
+                Some("all_to_all") => some_host_has_two(size) && straddled(ALLTOALL_SHORT),
                 _ => false,
             };
             if differ {

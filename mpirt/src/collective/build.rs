@@ -3,7 +3,7 @@
 
 use super::algorithms::hosts::{self, Placement};
 use super::algorithms::{allgather, allreduce, exchange, tree, Ranks};
-use super::schedule::{Follow, Plan, Region, Span};
+use super::schedule::{Follow, Plan, Region, Release, Span};
 use super::select::{
     self, Allgather, Allreduce, Alltoall, Broadcast, Reduce, ReduceScatter, Rooted,
 };
@@ -103,12 +103,34 @@ pub(crate) fn reduce(
     commutative: bool,
 ) -> Result<Plan, Cause> {
     let mut p = Plan::default();
-    let output = (ranks.rank == root).then(|| recv(len));
+    let is_root = ranks.rank == root;
+    let output = is_root.then(|| recv(len));
     let algorithm = select::reduce(len)?;
     p.mark(algorithm.marked());
+    // Chosen by length, ranks may straddle the limit: the long algorithm runs the tree's
+    // messages first, empty, and both release the ranks down the tree (the schedule's notes).
+    let tree_root = tree::reduce_tree_root(root, commutative);
+    let release = (ranks.size > 1 && select::reduce_by_length()?).then_some(Release {
+        long: Reduce::ReduceScatterGather.marked(),
+        ranks,
+        tree_root,
+        told: (tree_root != root).then_some(root),
+    });
+    let mut after = None;
     match algorithm {
         Reduce::Binomial => tree::reduce(&mut p, ranks, root, commutative, send(len), output),
         Reduce::ReduceScatterGather => {
+            if release.is_some() {
+                tree::reduce(
+                    &mut p,
+                    ranks,
+                    root,
+                    commutative,
+                    send(0),
+                    is_root.then(|| recv(0)),
+                );
+                after = Some(p.rounds() - 1);
+            }
             let element = element.max(1);
             allreduce::reduce_scatter_gather(
                 &mut p,
@@ -120,6 +142,10 @@ pub(crate) fn reduce(
                 commutative,
             )
         }
+    }
+    if let Some(release) = release {
+        let end = p.rounds();
+        p.release(after.unwrap_or(end - 1), end, release);
     }
     Ok(p)
 }
@@ -225,10 +251,20 @@ pub(crate) fn gather(
     let is_root = ranks.rank == root;
     let total = block * ranks.size as usize;
     let algorithm = select::gather(total, placement.is_some())?;
+    let mut release = None;
     if algorithm != Rooted::Hierarchical {
         // Across hosts the plan goes by placement alone, the same on every rank: unmarked.
         p.mark(algorithm.gather_marked());
+        // By length, as the reduction's: the tree's messages first in the linear plan, and
+        // a release down the tree in both.
+        release = (ranks.size > 1 && select::gather_by_length()?).then_some(Release {
+            long: Rooted::Linear.gather_marked(),
+            ranks,
+            tree_root: root,
+            told: None,
+        });
     }
+    let mut after = None;
     match algorithm {
         Rooted::Hierarchical => {
             let placement = placement.expect("chosen across hosts only");
@@ -240,9 +276,17 @@ pub(crate) fn gather(
             tree::gather(&mut p, ranks, root, send(block), output);
         }
         Rooted::Linear => {
+            if release.is_some() {
+                tree::gather(&mut p, ranks, root, send(0), is_root.then(|| recv(0)));
+                after = Some(p.rounds() - 1);
+            }
             let incoming = is_root.then(|| blocks(Region::Recv, block, ranks.size));
             exchange::linear_gather(&mut p, root, send(block), incoming.as_deref());
         }
+    }
+    if let Some(release) = release {
+        let end = p.rounds();
+        p.release(after.unwrap_or(end - 1), end, release);
     }
     Ok(p)
 }
@@ -381,12 +425,34 @@ pub(crate) fn all_to_all(
     let total = |parts: &[(usize, usize)]| parts.iter().map(|part| part.1).sum();
     let (sent, received) = (send(total(outgoing)), recv(total(incoming)));
     let (outgoing, incoming) = (parts(Region::Send, outgoing), parts(Region::Recv, incoming));
-    match select::alltoall(largest, placement.is_some())? {
+    let algorithm = select::alltoall(largest, placement.is_some())?;
+    // Across hosts, ranks whose blocks straddle the leaders' limit would run two plans that
+    // do not meet: there, chosen by length, both are marked, and the pairwise plan starts
+    // with the leaders' plan's messages, empty, after which every rank has heard from every
+    // other; a call whose ranks ran both ends there (the schedule's notes).
+    let straddles = match placement {
+        Some(placement) if select::alltoall_by_length()? => Some(placement),
+        _ => None,
+    };
+    if straddles.is_some() {
+        p.mark(algorithm.marked());
+    }
+    match algorithm {
         Alltoall::Hierarchical => {
             let placement = placement.expect("chosen across hosts only");
             hosts::all_to_all(&mut p, ranks, placement, sent, received);
         }
-        Alltoall::Pairwise => exchange::pairwise(&mut p, ranks, &outgoing, &incoming),
+        Alltoall::Pairwise => {
+            let preamble = straddles.map(|placement| {
+                hosts::all_to_all_messages(&mut p, ranks, placement, recv(0));
+                p.rounds() - 1
+            });
+            exchange::pairwise(&mut p, ranks, &outgoing, &incoming);
+            if let Some(after) = preamble {
+                let end = p.rounds();
+                p.checkpoint(after, end);
+            }
+        }
         Alltoall::Linear => exchange::linear(&mut p, ranks, &outgoing, &incoming),
     }
     Ok(p)
@@ -428,4 +494,89 @@ pub(crate) fn neighbor_exchange(
         }
     }
     p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collective::schedule::simulation;
+
+    /// Runs `plan(rank, long)` on every rank of `n`, for every choice of the ranks whose
+    /// length is the long one: every rank ends (the simulation panics where ranks wait for
+    /// each other or a message is left over), and where both lengths ran, the ranks `told`
+    /// of a call's ranks have seen both algorithms.
+    fn every_mix(n: u32, told: impl Fn(u32) -> bool, plan: impl Fn(Ranks, bool) -> Plan) {
+        for longs in 0..1u32 << n {
+            let plans = (0..n)
+                .map(|rank| plan(Ranks { rank, size: n }, (longs >> rank) & 1 == 1))
+                .collect();
+            let seen = simulation::run_marked(plans);
+            if longs != 0 && longs != (1 << n) - 1 {
+                for rank in (0..n).filter(|&r| told(r)) {
+                    assert_eq!(
+                        seen[rank as usize].count_ones(),
+                        2,
+                        "{n} ranks, long {longs:b}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn reductions_to_a_root_straddling_their_limit_end_on_every_rank() {
+        let short = 64 << 10;
+        for n in 2..=9 {
+            for root in 0..n {
+                for commutative in [true, false] {
+                    every_mix(
+                        n,
+                        |rank| rank == root,
+                        |me, long| {
+                            let len = if long { short + 8 } else { short };
+                            reduce(me, root, len, 4, commutative).expect("a plan")
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gathers_straddling_their_limit_end_on_every_rank() {
+        for n in 2..=9 {
+            let block = (256 << 10) / n as usize;
+            for root in 0..n {
+                every_mix(
+                    n,
+                    |rank| rank == root,
+                    |me, long| gather(me, root, block + long as usize, None).expect("a plan"),
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn all_to_alls_across_hosts_straddling_the_leaders_limit_end_on_every_rank() {
+        let placements: [&[u32]; 5] = [
+            &[0, 1, 2, 3, 0],
+            &[0, 1, 2, 3, 0, 1, 2, 3],
+            &[0, 0, 1, 1, 1],
+            &[0, 1, 0, 2, 2, 1, 2],
+            &[0, 0, 0, 1, 2, 2, 1, 0, 2],
+        ];
+        for host_of in placements {
+            let n = host_of.len() as u32;
+            every_mix(
+                n,
+                |_| true,
+                |me, long| {
+                    let block = if long { 257 } else { 256 };
+                    let equal = equal_parts(block, n);
+                    let placement = Some(Placement::new(host_of));
+                    all_to_all(me, &equal, &equal, block, placement).expect("a plan")
+                },
+            );
+        }
+    }
 }

@@ -37,12 +37,22 @@
 //!   down the tree beside the root's parts); a rank that finds its parent on another
 //!   algorithm runs that one instead, with no data ([`Plan::follow`]), so every rank ends up
 //!   on the root's.
-//! - all-to-all: both algorithms send one message each way between each pair: they share
-//!   a mark.
-//!
-//! Reductions to a root and gathers carry marks (so no rank finishes with another pattern's
-//! bytes) but have no such layout (their data flows up to the root, whose choice no rank
-//! learns first): ranks on different sides of their limits may still wait for each other.
+//! - all-to-all: on one host both algorithms send one message each way between each pair:
+//!   they go unmarked. Across hosts short blocks go through each host's leader
+//!   (`algorithms::hosts`), whose messages the pairwise plan (chosen by length) runs first,
+//!   empty; after them every rank has heard from every other, and a checkpoint ends the
+//!   pairwise plan wherever both were seen (the leaders' plan ends there anyway).
+//! - reduction to a root and gather: the data flows up to the root, which alone hears from
+//!   every rank, so no rank learns first which algorithms ran. The short algorithm goes up a
+//!   binomial tree, and the long one runs that tree's messages first, empty; then a
+//!   [`Release`] passes an empty message back down the tree, from the tree's root, to every
+//!   rank whose message up named the long algorithm (a parent knows each child's mark),
+//!   after which those ranks have heard from every rank. A checkpoint there ends the call
+//!   wherever both algorithms were seen. So in a call of the short algorithm alone no
+//!   message more is sent (the release goes to no one), a call of the long one pays the
+//!   tree's depth twice in empty messages, and in a call of both every rank ends: the short
+//!   algorithm's ranks whose subtrees ran it alone are done at once (with their data sent,
+//!   and no error), every other rank names the other algorithm, the root among them.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -126,9 +136,8 @@ pub(crate) struct Plan {
     scratch: Vec<usize>,
     /// The algorithm, where the collective chooses among several by length.
     marked: Option<Marked>,
-    /// (after, resume): once round `after` is done, a call whose ranks ran more than one
-    /// algorithm goes on at round `resume` (every rank knows by then; the module's notes).
-    checkpoint: Option<(usize, usize)>,
+    /// Where a call whose ranks ran more than one algorithm goes on (the module's notes).
+    checkpoint: Option<Checkpoint>,
     /// How this rank plans the algorithm of the peer its first message comes from, where it
     /// follows that one's (the module's notes).
     follow: Option<Follow>,
@@ -157,6 +166,62 @@ impl Marked {
     }
 }
 
+/// Once round `after` is done, a call whose ranks ran more than one algorithm goes on at
+/// round `resume`, after the release down a tree where there is one.
+#[derive(Clone, Copy, Debug)]
+struct Checkpoint {
+    after: usize,
+    resume: usize,
+    release: Option<Release>,
+}
+
+/// An empty message down the binomial tree rooted at `tree_root` (`algorithms::tree`), to
+/// each rank whose message up the tree named the algorithm of mark `long` (that rank waits
+/// for it, and passes it on likewise), so that those ranks hear from every rank: the
+/// module's notes. `told`, where the call's root is not the tree's root, is the root: it
+/// hears from the tree's root directly as the call's last message up, so its parent sends
+/// it no release and it waits for none, but passes it on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Release {
+    pub long: Marked,
+    pub ranks: super::algorithms::Ranks,
+    pub tree_root: u32,
+    pub told: Option<u32>,
+}
+
+impl Release {
+    /// This rank's rounds: the release from its parent, then on to each child whose message
+    /// up named the long algorithm (those not in `heard` named this rank's, `own`).
+    fn rounds(&self, own: u8, heard: &[(u32, u8)]) -> Vec<Round> {
+        let (parent, children) = super::algorithms::tree::links(self.ranks, self.tree_root);
+        let (me, long) = (self.ranks.rank, self.long.bit);
+        let empty = Span::new(Region::Recv, 0, 0);
+        let mut rounds = Vec::new();
+        if let Some(from) = parent.filter(|_| self.told != Some(me)) {
+            rounds.push(Round {
+                transfers: vec![Transfer::Recv { from, span: empty }],
+                locals: Vec::new(),
+            });
+        }
+        let mark_of = |child: u32| {
+            let heard = heard.iter().rev().find(|h| h.0 == child);
+            heard.map_or(own, |&(_, mark)| mark)
+        };
+        let transfers: Vec<Transfer> = children
+            .into_iter()
+            .filter(|&child| self.told != Some(child) && mark_of(child) & long != 0)
+            .map(|to| Transfer::Send { to, span: empty })
+            .collect();
+        if !transfers.is_empty() {
+            rounds.push(Round {
+                transfers,
+                locals: Vec::new(),
+            });
+        }
+        rounds
+    }
+}
+
 /// Plans this rank's part of the algorithm of index `algorithm` (a [`Marked`] index).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Follow {
@@ -182,7 +247,21 @@ impl Plan {
     /// Once round `after` is done, a call whose ranks ran more than one algorithm goes on at
     /// round `resume`.
     pub fn checkpoint(&mut self, after: usize, resume: usize) -> &mut Self {
-        self.checkpoint = Some((after, resume));
+        self.checkpoint = Some(Checkpoint {
+            after,
+            resume,
+            release: None,
+        });
+        self
+    }
+
+    /// [`checkpoint`](Self::checkpoint), once `release` has run where this rank takes part.
+    pub fn release(&mut self, after: usize, resume: usize, release: Release) -> &mut Self {
+        self.checkpoint = Some(Checkpoint {
+            after,
+            resume,
+            release: Some(release),
+        });
         self
     }
 
@@ -192,6 +271,46 @@ impl Plan {
     pub fn follow(&mut self, follow: Follow) -> &mut Self {
         self.follow = Some(follow);
         self
+    }
+
+    /// The round a rank runs next once round `done` is over, having seen the algorithms
+    /// `seen` (its own, `own`, among them) and heard `heard` (each sender of a message that
+    /// named another algorithm, with that message's mark): the next one, but at the
+    /// checkpoint.
+    #[inline]
+    fn go_on(&mut self, done: usize, seen: u8, own: u8, heard: &[(u32, u8)]) -> usize {
+        match &self.checkpoint {
+            Some(checkpoint) if checkpoint.after == done => {
+                self.past_checkpoint(done + 1, seen, own, heard)
+            }
+            _ => done + 1,
+        }
+    }
+
+    /// At the checkpoint, before round `next`: the release's rounds next where this rank
+    /// takes part in it (the checkpoint then follows them), else on at `resume` where the
+    /// call is mixed.
+    #[inline(never)]
+    fn past_checkpoint(&mut self, next: usize, seen: u8, own: u8, heard: &[(u32, u8)]) -> usize {
+        let Some(checkpoint) = self.checkpoint.take() else {
+            return next;
+        };
+        let release = checkpoint
+            .release
+            .filter(|r| seen & r.long.bit != 0)
+            .map(|r| r.rounds(own, heard))
+            .filter(|rounds| !rounds.is_empty());
+        let mixed = self.marked.is_some_and(|m| seen & !m.bit != 0);
+        match release {
+            Some(rounds) => {
+                let added = rounds.len();
+                self.rounds.splice(next..next, rounds);
+                self.checkpoint(next + added - 1, checkpoint.resume + added);
+                next
+            }
+            None if mixed => checkpoint.resume,
+            None => next,
+        }
     }
 
     /// A scratch buffer of `len` bytes.
@@ -240,11 +359,13 @@ impl Plan {
     /// A reduction done after the current round's transfers.
     pub fn reduce(&mut self, incoming: Span, acc: Span, incoming_lower: bool) -> &mut Self {
         debug_assert_eq!(incoming.len, acc.len);
-        self.current().locals.push(Local::Reduce {
-            incoming,
-            acc,
-            incoming_lower,
-        });
+        if incoming.len > 0 {
+            self.current().locals.push(Local::Reduce {
+                incoming,
+                acc,
+                incoming_lower,
+            });
+        }
         self
     }
 }
@@ -374,6 +495,11 @@ pub(crate) struct Execution<'a> {
     /// The algorithms this rank has seen (its own included) where the plan is marked: its
     /// sends' mark.
     seen: u8,
+    /// This rank's algorithm's mark bit (0 where the plan is unmarked).
+    own: u8,
+    /// Each sender of a message that named another algorithm than this rank's, with that
+    /// message's mark: what a [`Release`] goes by.
+    heard: Vec<(u32, u8)>,
     /// The algorithm (a mark bit) the sender of the first message runs, where this plan
     /// follows it and it is not this rank's.
     switch_to: Option<u8>,
@@ -446,6 +572,8 @@ impl<'a> Execution<'a> {
             in_flight: Vec::new(),
             spoiled: None,
             seen,
+            own: seen,
+            heard: Vec::new(),
             switch_to: None,
             failed: comm_refusal,
         };
@@ -581,19 +709,10 @@ impl<'a> Execution<'a> {
                 self.switch(bit);
             }
             self.run_locals();
-            self.next_round += 1;
-            match self.plan.checkpoint {
-                Some((after, resume)) if after + 1 == self.next_round && self.mixed() => {
-                    self.next_round = resume;
-                }
-                _ => {}
-            }
+            self.next_round = self
+                .plan
+                .go_on(self.next_round, self.seen, self.own, &self.heard);
         }
-    }
-
-    /// Whether this rank has seen another algorithm than its own.
-    fn mixed(&self) -> bool {
-        self.plan.marked.is_some_and(|m| self.seen & !m.bit != 0)
     }
 
     /// Keeps what a finished transfer says: the algorithms a receive's mark names, which
@@ -602,7 +721,7 @@ impl<'a> Execution<'a> {
     /// the common case of nothing new.
     #[inline]
     fn note(&mut self, recv: Option<(u32, Span)>, (disagreement, mark): (Option<Cause>, u8)) {
-        if disagreement.is_some() || mark & !self.seen != 0 {
+        if disagreement.is_some() || mark & !self.own != 0 {
             self.note_news(recv, disagreement, mark);
         }
     }
@@ -612,6 +731,7 @@ impl<'a> Execution<'a> {
         if let (Some((from, _)), Some(marked)) = (recv, self.plan.marked) {
             let others = mark & !marked.bit;
             if others != 0 {
+                self.heard.push((from, mark));
                 let cause = Cause::AlgorithmDisagrees {
                     peer: from as i32,
                     ours: marked.name(marked.bit),
@@ -650,6 +770,7 @@ impl<'a> Execution<'a> {
         self.scratch = plan.scratch.iter().map(|&len| scratch::take(len)).collect();
         self.plan = plan;
         self.seen = bit;
+        self.own = bit;
         self.check_spans();
     }
 
@@ -845,6 +966,10 @@ mod scratch {
     /// bytes are valid `Aligned` values, and plans write scratch before reading it).
     pub fn take(len: usize) -> Vec<Aligned> {
         let words = len.div_ceil(size_of::<Aligned>());
+        if words == 0 {
+            // The empty messages' plans (`Release`, preambles): no kept buffer is held idle.
+            return Vec::new();
+        }
         let reused = FREE.with(|free| {
             let mut free = free.borrow_mut();
             let fit = free.iter().position(|b| b.len() >= words)?;
@@ -854,6 +979,9 @@ mod scratch {
     }
 
     pub fn give_back(buffer: Vec<Aligned>) {
+        if buffer.capacity() == 0 {
+            return;
+        }
         // During thread-local teardown the buffer is simply freed.
         let _ = FREE.try_with(|free| {
             let mut free = free.borrow_mut();
@@ -876,6 +1004,9 @@ mod scratch {
 /// elements with a function of the tests'. A round ends once its receives have their
 /// messages and its sends have met their receives: a send past the eager limit waits for the
 /// receive it matches, so a plan must not depend on sends finishing alone.
+///
+/// [`run_marked`] runs plans whose ranks may disagree, as the executor does: messages carry
+/// their sender's marks, checkpoints and releases run, and no bytes move.
 #[cfg(test)]
 pub(crate) mod simulation {
     use std::collections::{HashMap, VecDeque};
@@ -892,6 +1023,27 @@ pub(crate) mod simulation {
         /// The sends of the round in flight, once posted: each peer, and how many messages
         /// this rank had sent it before (the receive that matches it is the peer's next).
         sends: Option<Vec<(u32, usize)>>,
+        /// The marks seen, this rank's own, and the senders of others with their marks, as
+        /// the executor keeps them.
+        seen: u8,
+        own: u8,
+        heard: Vec<(u32, u8)>,
+    }
+
+    /// Runs `plans` (their ranks' lengths may disagree, so no bytes move): each rank's marks
+    /// seen at its end; a panic where the ranks wait for each other, or where a message is
+    /// left over.
+    pub(crate) fn run_marked(plans: Vec<Plan>) -> Vec<u8> {
+        let n = plans.len();
+        let ranks = simulate(
+            plans,
+            vec![Vec::new(); n],
+            &vec![0; n],
+            1,
+            |_, _| vec![],
+            false,
+        );
+        ranks.iter().map(|r| r.seen).collect()
     }
 
     impl Rank {
@@ -926,12 +1078,31 @@ pub(crate) mod simulation {
         element: usize,
         combine: impl Fn(&[u8], &[u8]) -> Vec<u8>,
     ) -> Vec<Vec<u8>> {
+        let ranks = simulate(plans, send, recv_lens, element, combine, true);
+        ranks.into_iter().map(|r| r.recv).collect()
+    }
+
+    /// [`run`], moving bytes where `bytes`, else [`run_marked`].
+    fn simulate(
+        plans: Vec<Plan>,
+        send: Vec<Vec<u8>>,
+        recv_lens: &[usize],
+        element: usize,
+        combine: impl Fn(&[u8], &[u8]) -> Vec<u8>,
+        bytes: bool,
+    ) -> Vec<Rank> {
         let mut ranks: Vec<Rank> = plans
             .into_iter()
             .zip(send)
             .zip(recv_lens)
             .map(|((plan, send), &len)| Rank {
-                scratch: plan.scratch.iter().map(|&len| vec![0xa5; len]).collect(),
+                scratch: match bytes {
+                    true => plan.scratch.iter().map(|&len| vec![0xa5; len]).collect(),
+                    false => Vec::new(),
+                },
+                seen: plan.marked.map_or(0, |m| m.bit),
+                own: plan.marked.map_or(0, |m| m.bit),
+                heard: Vec::new(),
                 plan,
                 send,
                 recv: vec![0x5a; len],
@@ -939,7 +1110,8 @@ pub(crate) mod simulation {
                 sends: None,
             })
             .collect();
-        let mut queues: HashMap<(u32, u32), VecDeque<Vec<u8>>> = HashMap::new();
+        // Each message: its bytes (none in a marked run) and its sender's marks.
+        let mut queues: HashMap<(u32, u32), VecDeque<(Vec<u8>, u8)>> = HashMap::new();
         // The messages each rank has sent each other so far, and the receives each has
         // posted from each other so far, by (sender, receiver).
         let mut sent: HashMap<(u32, u32), usize> = HashMap::new();
@@ -955,11 +1127,14 @@ pub(crate) mod simulation {
                     for transfer in &round.transfers {
                         match *transfer {
                             Transfer::Send { to, span } => {
-                                let message = rank.bytes(span).to_vec();
+                                let message = match bytes {
+                                    true => rank.bytes(span).to_vec(),
+                                    false => Vec::new(),
+                                };
                                 queues
                                     .entry((me as u32, to))
                                     .or_default()
-                                    .push_back(message);
+                                    .push_back((message, rank.seen));
                                 let before = sent.entry((me as u32, to)).or_default();
                                 sends.push((to, *before));
                                 *before += 1;
@@ -993,12 +1168,18 @@ pub(crate) mod simulation {
                 for transfer in &round.transfers {
                     if let Transfer::Recv { from, span } = *transfer {
                         let queue = queues.get_mut(&(from, me as u32)).expect("a message");
-                        let message = queue.pop_front().expect("a message");
-                        assert_eq!(message.len(), span.len, "rank {me}: from {from}");
-                        rank.bytes_mut(span).copy_from_slice(&message);
+                        let (message, mark) = queue.pop_front().expect("a message");
+                        if mark & !rank.own != 0 {
+                            rank.heard.push((from, mark));
+                        }
+                        rank.seen |= mark;
+                        if bytes {
+                            assert_eq!(message.len(), span.len, "rank {me}: from {from}");
+                            rank.bytes_mut(span).copy_from_slice(&message);
+                        }
                     }
                 }
-                for local in &round.locals {
+                for local in round.locals.iter().filter(|_| bytes) {
                     match *local {
                         Local::Copy { from, to } => {
                             let bytes = rank.bytes(from).to_vec();
@@ -1021,7 +1202,9 @@ pub(crate) mod simulation {
                         }
                     }
                 }
-                rank.round += 1;
+                rank.round = rank
+                    .plan
+                    .go_on(rank.round, rank.seen, rank.own, &rank.heard);
                 rank.sends = None;
                 moved = true;
             }
@@ -1030,7 +1213,7 @@ pub(crate) mod simulation {
                     queues.values().all(VecDeque::is_empty),
                     "a message left over"
                 );
-                return ranks.into_iter().map(|r| r.recv).collect();
+                return ranks;
             }
             assert!(moved, "the ranks wait for each other");
         }

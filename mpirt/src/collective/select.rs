@@ -101,7 +101,12 @@ fn overrides() -> &'static HashMap<&'static str, String> {
 impl Choice {
     /// The forced algorithm, if any (an error if it is not one of this collective's).
     fn forced(&self) -> Result<Option<&'static str>, Cause> {
-        match overrides().get(self.variable) {
+        let overrides = overrides();
+        if overrides.is_empty() {
+            // No string hashed on every call of a job that forces nothing.
+            return Ok(None);
+        }
+        match overrides.get(self.variable) {
             None => Ok(None),
             Some(value) => self
                 .choices
@@ -153,6 +158,17 @@ impl Allgather {
     }
 }
 
+/// The all-to-all's algorithms as marks name them: pairwise and linear send one message each
+/// way between each pair of ranks, so ranks on one host leave their plans unmarked; across
+/// hosts the leaders' plan and the pairwise one differ, and are marked.
+const ALLTOALL_MARKS: [&str; 3] = ["pairwise", "linear", "hierarchical"];
+
+impl Alltoall {
+    pub(crate) fn marked(self) -> Marked {
+        Marked::new(&ALLTOALL_MARKS, self as usize)
+    }
+}
+
 impl Rooted {
     pub(crate) fn gather_marked(self) -> Marked {
         GATHER.marked(self as usize)
@@ -169,10 +185,27 @@ pub(crate) fn allreduce_by_length() -> Result<bool, Cause> {
     Ok(ALLREDUCE.forced()?.is_none())
 }
 
+/// Whether reductions to a root by messages choose their algorithm by length (none is
+/// forced, or the area is, which leaves vectors too long for it to the length's choice).
+pub(crate) fn reduce_by_length() -> Result<bool, Cause> {
+    REDUCE.in_shared_memory()
+}
+
+/// Whether gathers by messages on one host choose their algorithm by length, likewise.
+pub(crate) fn gather_by_length() -> Result<bool, Cause> {
+    GATHER.in_shared_memory()
+}
+
 /// Whether all-gathers by messages choose their algorithm by length (none is forced, or the
 /// area is, which leaves parts too long for it to the length's choice).
 pub(crate) fn allgather_by_length() -> Result<bool, Cause> {
     ALLGATHER.in_shared_memory()
+}
+
+/// Whether all-to-alls by messages choose their algorithm by length (none is forced, or the
+/// area is, which leaves blocks too long for it to the length's choice).
+pub(crate) fn alltoall_by_length() -> Result<bool, Cause> {
+    ALLTOALL.in_shared_memory()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

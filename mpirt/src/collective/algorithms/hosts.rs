@@ -394,6 +394,40 @@ pub(crate) fn all_to_all(p: &mut Plan, ranks: Ranks, hosts: Placement, input: Sp
     }
 }
 
+/// The messages of [`all_to_all`], each of `empty` (no bytes), in its order: each rank sends
+/// its host's leader one and takes one back, and the leaders trade one between each pair of
+/// hosts. A leader passes on what it heard after hearing it (its ranks', then the other
+/// leaders'), so every rank has heard from every other, through the leaders, by the end: what
+/// a plan runs first that may meet ranks running [`all_to_all`] (the schedule's notes).
+pub(crate) fn all_to_all_messages(p: &mut Plan, ranks: Ranks, hosts: Placement, empty: Span) {
+    let me = ranks.rank;
+    let mine = hosts.host(me);
+    let members = hosts.members(mine);
+    if me != members[0] {
+        p.round().send(members[0], empty).recv(members[0], empty);
+        return;
+    }
+    p.round();
+    for &rank in &members[1..] {
+        p.recv(rank, empty);
+    }
+    let leaders: Vec<u32> = (0..hosts.hosts())
+        .filter(|&h| h != mine)
+        .map(|h| hosts.members(h)[0])
+        .collect();
+    p.round();
+    for &leader in &leaders {
+        p.recv(leader, empty);
+    }
+    for &leader in &leaders {
+        p.send(leader, empty);
+    }
+    p.round();
+    for &rank in &members[1..] {
+        p.send(rank, empty);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -515,6 +549,34 @@ mod tests {
                     .flat_map(|from| sends[from][to * block..][..block].to_vec())
                     .collect();
                 assert_eq!(*got, expected, "all_to_all to {to} on {host_of:?}");
+            }
+        }
+    }
+
+    /// Ranks running the leaders' all-to-all beside ranks running its messages empty (the
+    /// pairwise plan's start across hosts), any of them either way: every rank ends.
+    #[test]
+    fn the_leaders_all_to_all_meets_its_messages_on_any_mix_of_ranks() {
+        for host_of in some_placements() {
+            let (n, hosts) = (host_of.len(), Placement::new(&host_of));
+            for leaders_plan in 0..1u32 << n.min(5) {
+                let plans = (0..n)
+                    .map(|r| {
+                        let mut p = Plan::default();
+                        let empty = span(Region::Recv, 0);
+                        match (leaders_plan >> r) & 1 {
+                            1 => all_to_all(&mut p, ranks(r, n), hosts, empty, empty),
+                            _ => all_to_all_messages(&mut p, ranks(r, n), hosts, empty),
+                        }
+                        p
+                    })
+                    .collect();
+                let got = simulation::run(plans, vec![vec![]; n], &vec![0; n], 1, no_reduction);
+                assert_eq!(
+                    got,
+                    vec![Vec::<u8>::new(); n],
+                    "{host_of:?}, {leaders_plan:b}"
+                );
             }
         }
     }

@@ -39,6 +39,25 @@ fn children(v: u32, size: u32) -> impl Iterator<Item = (u32, u32)> {
         .map(move |m| (v + m, subtree(v + m, size)))
 }
 
+/// This rank's parent (none at the root) and children, nearest first, in the tree rooted at
+/// `root`: what a release down the tree goes by (`schedule::Release`).
+pub(crate) fn links(ranks: Ranks, root: u32) -> (Option<u32>, Vec<u32>) {
+    let (v, size) = (relative(ranks, root), ranks.size);
+    let parent = (v != 0).then(|| absolute(v - child_limit(v, size), root, size));
+    let kids = children(v, size).map(|(child, _)| absolute(child, root, size));
+    (parent, kids.collect())
+}
+
+/// The rank whose tree a reduction to `root` goes up: `root` under a commutative operation,
+/// else rank 0, whose subtrees are runs of ranks in order ([`reduce`]).
+pub(crate) fn reduce_tree_root(root: u32, commutative: bool) -> u32 {
+    if commutative {
+        root
+    } else {
+        0
+    }
+}
+
 /// Every rank ends with the root's `data`.
 pub(crate) fn broadcast(p: &mut Plan, ranks: Ranks, root: u32, data: Span) {
     let (v, size) = (relative(ranks, root), ranks.size);
@@ -104,7 +123,7 @@ pub(crate) fn reduce(
     output: Option<Span>,
 ) {
     let size = ranks.size;
-    let tree_root = if commutative { root } else { 0 };
+    let tree_root = reduce_tree_root(root, commutative);
     let v = relative(ranks, tree_root);
     let acc = match output {
         Some(output) if ranks.rank == tree_root => output,
