@@ -219,8 +219,9 @@ fi
 # by TCP (the suites across hosts above take that path too; this one checks it is taken), and
 # the failures there (a leader, a host's area, lengths that disagree); then the gathers,
 # scatters, reduce-scatters and short all-to-alls through each host's leader, on hosts of 1, 2,
-# 3 and 2 ranks (and 3, 1, 2), and on 20 ranks, whose first scatter finds the hosts. Again on
-# UCX below.
+# 3 and 2 ranks (and 3, 1, 2), and on 20 ranks, whose first scatter finds the hosts; then the
+# straddles suite (ranks whose lengths fall on different sides of an algorithm's limit: every
+# rank ends, none waits), whose jobs of 5 to 8 ranks take the leaders' plans. Again on UCX below.
 hierarchical_tests=(every_collective_hierarchically_across_hosts
     lengths_disagreeing_across_hosts_are_an_error all_gathers_take_the_hierarchical_path_across_hosts
     a_host_whose_area_fails_takes_every_rank_by_messages
@@ -236,6 +237,9 @@ if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     expect_tests ${#hierarchical_tests[@]} "${hierarchical[@]}"
     MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 MPIRT_SSH_ARGS="$testhosts_ssh_args" \
         "${hierarchical[@]}"
+    echo "== collectives: lengths straddling an algorithm's limit across 4 test hosts"
+    MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 MPIRT_SSH_ARGS="$testhosts_ssh_args" \
+        cargo test --release -p mpirt --test straddles
     if [ -n "$hier_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
     echo "== collectives: the hierarchical path across test hosts SKIPPED (they need root and ssh-hosts)"
@@ -299,7 +303,7 @@ done
 echo "== UCX PML: the stall reports of the classic bugs on --pml ucx, UCX_TLS=tcp"
 UCX_TLS=tcp MPIRT_TEST_PML=ucx cargo test --release "${examples_features[@]}" --test stall
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
-    echo "== UCX PML: the p2p suite and the hierarchical collectives across 4 test hosts, UCX_TLS=tcp"
+    echo "== UCX PML: the p2p suite, the hierarchical collectives and the straddles across 4 test hosts, UCX_TLS=tcp"
     ucx_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
     ucx_across=(env UCX_TLS=tcp MPIRT_TEST_PML=ucx MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2
         MPIRT_SSH_ARGS="$testhosts_ssh_args")
@@ -308,6 +312,7 @@ if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
         "${hierarchical_tests[@]}")
     expect_tests ${#hierarchical_tests[@]} "${ucx_hierarchical[@]}"
     "${ucx_across[@]}" "${ucx_hierarchical[@]}"
+    "${ucx_across[@]}" cargo test --release "${mpirt_features[@]}" --test straddles "${not_ofi[@]}"
     if [ -n "$ucx_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
     echo "== UCX PML: the suites across test hosts SKIPPED (they need root and ssh-hosts)"
