@@ -105,12 +105,12 @@ pub(crate) fn reduce(
     let mut p = Plan::default();
     let is_root = ranks.rank == root;
     let output = is_root.then(|| recv(len));
-    let algorithm = select::reduce(len)?;
+    let (algorithm, by_length) = select::reduce(len)?;
     p.mark(algorithm.marked());
     // Chosen by length, ranks may straddle the limit: the long algorithm runs the tree's
     // messages first, empty, and both release the ranks down the tree (the schedule's notes).
     let tree_root = tree::reduce_tree_root(root, commutative);
-    let release = (ranks.size > 1 && select::reduce_by_length()?).then_some(Release {
+    let release = (ranks.size > 1 && by_length).then_some(Release {
         long: Reduce::ReduceScatterGather.marked(),
         ranks,
         tree_root,
@@ -250,20 +250,19 @@ pub(crate) fn gather(
     let mut p = Plan::default();
     let is_root = ranks.rank == root;
     let total = block * ranks.size as usize;
-    let algorithm = select::gather(total, placement.is_some())?;
-    let mut release = None;
+    let (algorithm, by_length) = select::gather(total, placement.is_some())?;
     if algorithm != Rooted::Hierarchical {
         // Across hosts the plan goes by placement alone, the same on every rank: unmarked.
         p.mark(algorithm.gather_marked());
-        // By length, as the reduction's: the tree's messages first in the linear plan, and
-        // a release down the tree in both.
-        release = (ranks.size > 1 && select::gather_by_length()?).then_some(Release {
-            long: Rooted::Linear.gather_marked(),
-            ranks,
-            tree_root: root,
-            told: None,
-        });
     }
+    // By length, as the reduction's: the tree's messages first in the linear plan, and a
+    // release down the tree in both.
+    let release = (ranks.size > 1 && by_length).then_some(Release {
+        long: Rooted::Linear.gather_marked(),
+        ranks,
+        tree_root: root,
+        told: None,
+    });
     let mut after = None;
     match algorithm {
         Rooted::Hierarchical => {

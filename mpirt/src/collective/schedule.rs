@@ -280,7 +280,13 @@ impl Plan {
     #[inline]
     fn go_on(&mut self, done: usize, seen: u8, own: u8, heard: &[(u32, u8)]) -> usize {
         match &self.checkpoint {
-            Some(checkpoint) if checkpoint.after == done => {
+            // Nothing to do where this rank saw its own algorithm alone and takes no part in
+            // the release (a call of the short algorithm alone): the common case, inline.
+            Some(checkpoint)
+                if checkpoint.after == done
+                    && (seen != own
+                        || checkpoint.release.is_some_and(|r| seen & r.long.bit != 0)) =>
+            {
                 self.past_checkpoint(done + 1, seen, own, heard)
             }
             _ => done + 1,

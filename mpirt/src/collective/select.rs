@@ -185,17 +185,6 @@ pub(crate) fn allreduce_by_length() -> Result<bool, Cause> {
     Ok(ALLREDUCE.forced()?.is_none())
 }
 
-/// Whether reductions to a root by messages choose their algorithm by length (none is
-/// forced, or the area is, which leaves vectors too long for it to the length's choice).
-pub(crate) fn reduce_by_length() -> Result<bool, Cause> {
-    REDUCE.in_shared_memory()
-}
-
-/// Whether gathers by messages on one host choose their algorithm by length, likewise.
-pub(crate) fn gather_by_length() -> Result<bool, Cause> {
-    GATHER.in_shared_memory()
-}
-
 /// Whether all-gathers by messages choose their algorithm by length (none is forced, or the
 /// area is, which leaves parts too long for it to the length's choice).
 pub(crate) fn allgather_by_length() -> Result<bool, Cause> {
@@ -250,13 +239,16 @@ pub(crate) fn reduce_in_shared_memory() -> Result<bool, Cause> {
     REDUCE.in_shared_memory()
 }
 
-pub(crate) fn reduce(bytes: usize) -> Result<Reduce, Cause> {
+/// A reduction's algorithm for vectors of `bytes`, and whether it was chosen by length (none
+/// is forced, or the area is, which leaves vectors too long for it to the length's choice),
+/// so that ranks whose lengths disagree may choose different ones.
+pub(crate) fn reduce(bytes: usize) -> Result<(Reduce, bool), Cause> {
     Ok(match REDUCE.forced()? {
-        Some("binomial") => Reduce::Binomial,
-        Some("reduce_scatter_gather") => Reduce::ReduceScatterGather,
+        Some("binomial") => (Reduce::Binomial, false),
+        Some("reduce_scatter_gather") => (Reduce::ReduceScatterGather, false),
         // "shared_memory": for vectors too long for the area.
-        _ if bytes <= REDUCE_LONG => Reduce::Binomial,
-        _ => Reduce::ReduceScatterGather,
+        _ if bytes <= REDUCE_LONG => (Reduce::Binomial, true),
+        _ => (Reduce::ReduceScatterGather, true),
     })
 }
 
@@ -379,23 +371,29 @@ pub(crate) enum Rooted {
 /// the hierarchical plan serves every size: each host's parts cross the network once, in one
 /// message, where a binomial tree passes some parts across it more than once and a linear one
 /// sends a message a rank; it costs one more hop inside a host, over shared memory.
-fn rooted(choice: &Choice, total_bytes: usize, across_hosts: bool) -> Result<Rooted, Cause> {
+/// Also whether the length chose it (as for [`reduce`]).
+fn rooted(
+    choice: &Choice,
+    total_bytes: usize,
+    across_hosts: bool,
+) -> Result<(Rooted, bool), Cause> {
     Ok(match choice.forced()? {
-        Some("binomial") => Rooted::Binomial,
-        Some("linear") => Rooted::Linear,
+        Some("binomial") => (Rooted::Binomial, false),
+        Some("linear") => (Rooted::Linear, false),
         // "shared_memory": for parts too long for the area.
-        _ if across_hosts => Rooted::Hierarchical,
-        _ if total_bytes <= ROOTED_SHORT => Rooted::Binomial,
-        _ => Rooted::Linear,
+        _ if across_hosts => (Rooted::Hierarchical, false),
+        _ if total_bytes <= ROOTED_SHORT => (Rooted::Binomial, true),
+        _ => (Rooted::Linear, true),
     })
 }
 
-pub(crate) fn gather(total_bytes: usize, across_hosts: bool) -> Result<Rooted, Cause> {
+/// A gather's algorithm, and whether its length chose it (as for [`reduce`]).
+pub(crate) fn gather(total_bytes: usize, across_hosts: bool) -> Result<(Rooted, bool), Cause> {
     rooted(&GATHER, total_bytes, across_hosts)
 }
 
 pub(crate) fn scatter(total_bytes: usize, across_hosts: bool) -> Result<Rooted, Cause> {
-    rooted(&SCATTER, total_bytes, across_hosts)
+    rooted(&SCATTER, total_bytes, across_hosts).map(|(algorithm, _)| algorithm)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
