@@ -1036,6 +1036,9 @@ pub(crate) mod simulation {
         heard: Vec<(u32, u8)>,
     }
 
+    /// A message in flight: its bytes (none in a marked run) and its sender's marks.
+    type Message = (Vec<u8>, u8);
+
     /// Runs `plans` (their ranks' lengths may disagree, so no bytes move): each rank's marks
     /// seen at its end; a panic where the ranks wait for each other, or where a message is
     /// left over.
@@ -1116,8 +1119,7 @@ pub(crate) mod simulation {
                 sends: None,
             })
             .collect();
-        // Each message: its bytes (none in a marked run) and its sender's marks.
-        let mut queues: HashMap<(u32, u32), VecDeque<(Vec<u8>, u8)>> = HashMap::new();
+        let mut queues: HashMap<(u32, u32), VecDeque<Message>> = HashMap::new();
         // The messages each rank has sent each other so far, and the receives each has
         // posted from each other so far, by (sender, receiver).
         let mut sent: HashMap<(u32, u32), usize> = HashMap::new();
