@@ -500,12 +500,31 @@ mod tests {
     use super::*;
     use crate::collective::schedule::simulation;
 
-    /// Runs `plan(rank, long)` on every rank of `n`, for every choice of the ranks whose
-    /// length is the long one: every rank ends (the simulation panics where ranks wait for
-    /// each other or a message is left over), and where both lengths ran, the ranks `told`
-    /// of a call's ranks have seen both algorithms.
+    /// The choices of the ranks whose length is the long one on `n` ranks (a bit a rank):
+    /// every one up to 9 ranks; beyond, each rank alone long, each alone short, and some
+    /// pseudo-random others.
+    fn mixes(n: u32) -> Vec<u32> {
+        let all = ((1u64 << n) - 1) as u32;
+        if n <= 9 {
+            return (0..=all).collect();
+        }
+        let mut mixes: Vec<u32> = (0..n).flat_map(|r| [1 << r, all & !(1 << r)]).collect();
+        let mut x = 0x9e37_79b9u32;
+        for _ in 0..24 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            mixes.push(x & all);
+        }
+        mixes
+    }
+
+    /// Runs `plan(rank, long)` on every rank of `n`, for each choice of the ranks whose
+    /// length is the long one ([`mixes`]): every rank ends (the simulation panics where ranks
+    /// wait for each other or a message is left over), and where both lengths ran, the ranks
+    /// `told` of a call's ranks have seen both algorithms.
     fn every_mix(n: u32, told: impl Fn(u32) -> bool, plan: impl Fn(Ranks, bool) -> Plan) {
-        for longs in 0..1u32 << n {
+        for longs in mixes(n) {
             let plans = (0..n)
                 .map(|rank| plan(Ranks { rank, size: n }, (longs >> rank) & 1 == 1))
                 .collect();
@@ -525,7 +544,7 @@ mod tests {
     #[test]
     fn reductions_to_a_root_straddling_their_limit_end_on_every_rank() {
         let short = 64 << 10;
-        for n in 2..=9 {
+        for n in 1..=16 {
             for root in 0..n {
                 for commutative in [true, false] {
                     every_mix(
@@ -543,7 +562,7 @@ mod tests {
 
     #[test]
     fn gathers_straddling_their_limit_end_on_every_rank() {
-        for n in 2..=9 {
+        for n in 1..=16 {
             let block = (256 << 10) / n as usize;
             for root in 0..n {
                 every_mix(
@@ -557,12 +576,14 @@ mod tests {
 
     #[test]
     fn all_to_alls_across_hosts_straddling_the_leaders_limit_end_on_every_rank() {
-        let placements: [&[u32]; 5] = [
+        let placements: [&[u32]; 7] = [
             &[0, 1, 2, 3, 0],
             &[0, 1, 2, 3, 0, 1, 2, 3],
             &[0, 0, 1, 1, 1],
             &[0, 1, 0, 2, 2, 1, 2],
             &[0, 0, 0, 1, 2, 2, 1, 0, 2],
+            &[0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3],
+            &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
         ];
         for host_of in placements {
             let n = host_of.len() as u32;
