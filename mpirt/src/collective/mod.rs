@@ -105,7 +105,7 @@ fn blocking<'a>(
     intra_only(comm, operation)?;
     let _in = entered(comm, operation, None);
     let run = || {
-        let call = prepare()?;
+        let call = prepare().inspect_err(|_| refused_by_messages(comm))?;
         // SAFETY: the buffers are borrowed by the caller for this whole call, which runs the
         // execution to its end (or abandons it, taking back what is in flight) before
         // returning.
@@ -113,6 +113,13 @@ fn blocking<'a>(
         execution.run()
     };
     run().map_err(|cause| Error::new(operation, cause))
+}
+
+/// A call this rank refused, where its peers go by messages: it takes the call's tag all the
+/// same, as a started call does, so that its later collectives' tags stay its peers' (else a
+/// later call's messages would match a peer's receives of this one: a wrong answer).
+pub(crate) fn refused_by_messages(comm: &CommData) {
+    comm.next_tag();
 }
 
 /// Notes, for the stall report, that this thread is in the blocking collective `operation`
@@ -167,7 +174,10 @@ fn immediate<'a, D: ?Sized, Sc: Scope<'a>>(
     call: Result<Call<'a>, Cause>,
 ) -> Result<CollectiveRequest<'a, D, Sc>, Error> {
     intra_only(comm, operation)?;
-    let call = call.map_err(|cause| Error::new(operation, cause))?;
+    let call = call.map_err(|cause| {
+        refused_by_messages(comm);
+        Error::new(operation, cause)
+    })?;
     // SAFETY: the buffers are borrowed for 'a (the one the request hands back lent to it),
     // and the scope does not let 'a end before the request completes.
     let execution = unsafe { call.start(comm) };
@@ -176,4 +186,52 @@ fn immediate<'a, D: ?Sized, Sc: Scope<'a>>(
         data,
         scope,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tag a communicator's second collective takes.
+    fn second_tag() -> i32 {
+        let comm = CommData::world(1, 2);
+        comm.next_tag();
+        comm.next_tag()
+    }
+
+    fn refusal() -> Cause {
+        Cause::CountMismatch {
+            what: "the receive buffer",
+            expected: 2,
+            got: 1,
+        }
+    }
+
+    /// A call by messages refused for its arguments takes its tag as its peers' started calls
+    /// do: the next call's tag is theirs.
+    #[test]
+    fn a_refused_call_keeps_the_collective_tags_in_step() {
+        let comm = CommData::world(1, 2);
+        let started = immediate(&comm, StaticScope, "op", Lent::shared(&()), Err(refusal()));
+        assert!(started.is_err());
+        assert_eq!(comm.next_tag(), second_tag(), "immediate");
+
+        let comm = CommData::world(1, 2);
+        assert!(blocking(&comm, "op", || Err(refusal())).is_err());
+        assert_eq!(comm.next_tag(), second_tag(), "blocking");
+
+        // Refused before the area's path, by a rank whose calls go by messages.
+        let datatype = Buffer::datatype(&[0u8][..]);
+        let comm = CommData::world(1, 2);
+        shared::refusing(&comm, "op", Ok(false), (datatype, 1))(refusal());
+        assert_eq!(comm.next_tag(), second_tag(), "refused before the area");
+
+        let comm = CommData::world(1, 2);
+        shared::refusing_hierarchically(&comm, "op", Ok(false), (datatype, 1), true)(refusal());
+        assert_eq!(
+            comm.next_tag(),
+            second_tag(),
+            "refused before the hierarchy"
+        );
+    }
 }

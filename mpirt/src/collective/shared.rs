@@ -1725,10 +1725,11 @@ pub(crate) fn refusing<'c>(
     (datatype, bytes): (Datatype, usize),
 ) -> impl FnOnce(Cause) -> Error + 'c {
     move |cause| {
-        if let Ok(Some(area)) = usable_area(comm, operation, wanted, datatype, bytes) {
+        match usable_area(comm, operation, wanted, datatype, bytes) {
             // A failure to take part (a peer's broken messaging) leaves this rank's own cause
             // the one to report.
-            let _ = area.refuse();
+            Ok(Some(area)) => drop(area.refuse()),
+            _ => super::refused_by_messages(comm),
         }
         Error::new(operation, cause)
     }
@@ -1751,7 +1752,7 @@ pub(crate) fn refusing_hierarchically<'c>(
             // the one to report.
             Ok(Meeting::Area(area)) => drop(area.refuse()),
             Ok(Meeting::Hierarchy(parts)) if parts.serves(commutative) => parts.refuse(),
-            _ => {}
+            _ => super::refused_by_messages(comm),
         }
         Error::new(operation, cause)
     }
