@@ -194,6 +194,14 @@ impl Plan {
         self
     }
 
+    /// Bytes of scratch and local copies or reductions the plan makes (what tests check a
+    /// plan does without).
+    #[cfg(test)]
+    pub(crate) fn staging(&self) -> (usize, usize) {
+        let locals = self.rounds.iter().map(|r| r.locals.len()).sum();
+        (self.scratch.iter().sum(), locals)
+    }
+
     /// A scratch buffer of `len` bytes.
     pub fn scratch(&mut self, len: usize) -> Span {
         self.scratch.push(len);
