@@ -113,11 +113,21 @@ pub(crate) fn reduce(
         _ if leaf => input,
         _ => p.scratch(input.len),
     };
-    if !leaf {
-        p.copy(input, acc);
+    let mut kids = children(v, size);
+    match kids.next() {
+        // The nearest child's vector lands in the accumulator and this rank's input, lower in
+        // rank order, is reduced into it: no copy of the input first.
+        Some((child, _)) if !leaf => {
+            p.round().recv(absolute(child, tree_root, size), acc);
+            p.reduce(input, acc, true);
+        }
+        _ if !leaf => {
+            p.copy(input, acc);
+        }
+        _ => {}
     }
     let mut incoming = None;
-    for (child, _) in children(v, size) {
+    for (child, _) in kids {
         let tmp = *incoming.get_or_insert_with(|| p.scratch(input.len));
         p.round().recv(absolute(child, tree_root, size), tmp);
         p.reduce(tmp, acc, false);
@@ -353,41 +363,60 @@ mod tests {
         }
     }
 
-    /// As above for a reduction (a byte-wise sum): leaves send their input as it is.
+    /// Composition of byte pairs (a, b) standing for x -> a x + b: associative, and not
+    /// commutative, so a reduction in another order than the ranks' gives another result.
+    fn compose(lower: &[u8], higher: &[u8]) -> Vec<u8> {
+        let (a1, b1, a2, b2) = (lower[0], lower[1], higher[0], higher[1]);
+        vec![a1.wrapping_mul(a2), a1.wrapping_mul(b2).wrapping_add(b1)]
+    }
+
+    /// As above for a reduction: leaves send their input as it is, and a rank with children
+    /// receives its nearest child's vector into its accumulator and reduces its own input
+    /// into it (no copy of the input), in rank order for an operation that is not commutative.
     #[test]
-    fn reduction_leaves_send_their_input() {
-        let add = |a: &[u8], b: &[u8]| vec![a[0].wrapping_add(b[0])];
+    fn reductions_copy_no_input() {
         for size in 1..=17u32 {
-            for root in [0, size - 1] {
+            for root in [0, size / 2, size - 1] {
                 for commutative in [true, false] {
                     let plans: Vec<Plan> = (0..size)
                         .map(|r| {
                             let mut p = Plan::default();
-                            let output = (r == root).then(|| span(Region::Recv, 4));
-                            reduce(
-                                &mut p,
-                                ranks(r, size),
-                                root,
-                                commutative,
-                                span(Region::Send, 4),
-                                output,
-                            );
+                            let output = (r == root).then(|| span(Region::Recv, 8));
+                            let input = span(Region::Send, 8);
+                            reduce(&mut p, ranks(r, size), root, commutative, input, output);
                             p
                         })
                         .collect();
                     let tree_root = if commutative { root } else { 0 };
                     for r in 0..size {
                         let v = relative(ranks(r, size), tree_root);
-                        if v != 0 && children(v, size).next().is_none() {
-                            assert_eq!(plans[r as usize].staging(), (0, 0), "leaf {r}/{size}");
-                        }
+                        let kids = children(v, size).count();
+                        let (scratch, locals) = plans[r as usize].staging();
+                        // Only a single rank copies (its input to its output); otherwise one
+                        // reduction a child.
+                        let want_locals = if size == 1 { 1 } else { kids };
+                        assert_eq!(locals, want_locals, "rank {r} of {size}");
+                        // The accumulator is the output where this rank is the tree's root
+                        // and the call's, scratch elsewhere.
+                        let acc_in_scratch = kids > 0 && !(r == tree_root && r == root);
+                        assert_eq!(scratch > 0, kids > 1 || acc_in_scratch, "rank {r}/{size}");
                     }
-                    let sends = (0..size).map(|r| vector(r, 4)).collect();
+                    let sends = (0..size).map(|r| vector(r, 8)).collect();
                     let lens: Vec<usize> =
-                        (0..size).map(|r| if r == root { 4 } else { 0 }).collect();
-                    let got = simulation::run(plans, sends, &lens, 1, add);
+                        (0..size).map(|r| if r == root { 8 } else { 0 }).collect();
+                    // A commutative operation: pairs added element-wise.
+                    let add =
+                        |x: &[u8], y: &[u8]| vec![x[0].wrapping_add(y[0]), x[1].wrapping_add(y[1])];
+                    let combine = |x: &[u8], y: &[u8]| match commutative {
+                        true => add(x, y),
+                        false => compose(x, y),
+                    };
+                    let got = simulation::run(plans, sends, &lens, 2, combine);
                     let want: Vec<u8> = (0..4)
-                        .map(|i| (0..size).fold(0u8, |acc, r| acc.wrapping_add(vector(r, 4)[i])))
+                        .flat_map(|i| {
+                            let pair = |r: u32| vector(r, 8)[2 * i..2 * i + 2].to_vec();
+                            (1..size).fold(pair(0), |acc, r| combine(&acc, &pair(r)))
+                        })
                         .collect();
                     assert_eq!(got[root as usize], want, "reduce to {root} of {size}");
                 }
