@@ -374,7 +374,9 @@ pub(crate) fn all_gather(ranks: Ranks, block: usize) -> Result<Plan, Cause> {
     let algorithm = select::allgather(total, ranks.size)?;
     p.mark(algorithm.marked());
     match algorithm {
-        Allgather::RecursiveDoubling => allgather::recursive_doubling(&mut p, ranks, output),
+        Allgather::RecursiveDoubling => {
+            allgather::recursive_doubling(&mut p, ranks, send(block), output)
+        }
         Allgather::Bruck => allgather::bruck(&mut p, ranks, output),
         Allgather::Ring => {
             // The short algorithm's exchanges first, empty (as for the all-reduce's ring).
@@ -383,14 +385,18 @@ pub(crate) fn all_gather(ranks: Ranks, block: usize) -> Result<Plan, Cause> {
                 true => {
                     match select::allgather(0, ranks.size)? {
                         Allgather::RecursiveDoubling => {
-                            allgather::recursive_doubling(&mut p, ranks, recv(0))
+                            allgather::recursive_doubling(&mut p, ranks, recv(0), recv(0))
                         }
                         _ => allgather::bruck(&mut p, ranks, recv(0)),
                     }
                     Some(p.rounds() - 1)
                 }
             };
-            allgather::ring(&mut p, ranks, &blocks(Region::Recv, block, ranks.size));
+            // The ring's first message carries this rank's own block alone: from the send
+            // buffer, as recursive doubling's does (see there).
+            let mut places = blocks(Region::Recv, block, ranks.size);
+            places[ranks.rank as usize] = send(block);
+            allgather::ring(&mut p, ranks, &places);
             if let Some(after) = preamble {
                 let end = p.rounds();
                 p.checkpoint(after, end);

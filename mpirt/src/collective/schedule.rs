@@ -319,6 +319,14 @@ impl Plan {
         }
     }
 
+    /// Bytes of scratch and local copies or reductions the plan makes (what tests check a
+    /// plan does without).
+    #[cfg(test)]
+    pub(crate) fn staging(&self) -> (usize, usize) {
+        let locals = self.rounds.iter().map(|r| r.locals.len()).sum();
+        (self.scratch.iter().sum(), locals)
+    }
+
     /// A scratch buffer of `len` bytes.
     pub fn scratch(&mut self, len: usize) -> Span {
         self.scratch.push(len);
@@ -589,7 +597,9 @@ impl<'a> Execution<'a> {
 
     /// Every span lies inside its buffer: what makes the pointers below valid.
     fn check_spans(&self) {
-        // A non-commutative reduction may use its incoming span as room for the result.
+        // A non-commutative reduction whose incoming operand is the higher one uses that span
+        // as room for the result (`reduce`); one whose incoming operand is the lower only
+        // reads it, so its incoming span may lie in the send buffer.
         let commutative = self.op.as_ref().is_none_or(|op| op.is_commutative());
         let spans = self.plan.rounds.iter().flat_map(|round| {
             let transfers = round.transfers.iter().map(|t| match t {
@@ -598,7 +608,11 @@ impl<'a> Execution<'a> {
             });
             let locals = round.locals.iter().flat_map(|l| match l {
                 Local::Copy { from, to } => [(*from, false), (*to, true)],
-                Local::Reduce { incoming, acc, .. } => [(*incoming, !commutative), (*acc, true)],
+                Local::Reduce {
+                    incoming,
+                    acc,
+                    incoming_lower,
+                } => [(*incoming, !commutative && !incoming_lower), (*acc, true)],
             });
             transfers.chain(locals)
         });

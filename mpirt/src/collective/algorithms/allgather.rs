@@ -6,7 +6,10 @@ use crate::collective::schedule::{Plan, Span};
 
 /// Recursive doubling: log2 rounds, each doubling the run of blocks a rank holds. Virtual
 /// ranks stand for runs of real ranks, so what a rank holds is always one contiguous run.
-pub(crate) fn recursive_doubling(p: &mut Plan, ranks: Ranks, output: Span) {
+/// `own` holds this rank's block too (its send buffer): the first message, which carries that
+/// block alone, goes from there, so that it neither waits for nor reads the copy into `output`
+/// (lines this core has just written, which the peer would have to fetch from it).
+pub(crate) fn recursive_doubling(p: &mut Plan, ranks: Ranks, own: Span, output: Span) {
     let fold = Fold::new(ranks.size);
     let block = output.len / ranks.size as usize;
     // The blocks of virtual ranks [v, v + count).
@@ -16,7 +19,6 @@ pub(crate) fn recursive_doubling(p: &mut Plan, ranks: Ranks, output: Span) {
     };
     match fold.role(ranks.rank) {
         FoldRole::Folded { partner } => {
-            let own = output.sub(ranks.rank as usize * block, block);
             p.round().send(partner, own);
             p.round().recv(partner, output);
         }
@@ -31,7 +33,10 @@ pub(crate) fn recursive_doubling(p: &mut Plan, ranks: Ranks, output: Span) {
             let mut mask = 1;
             while mask < fold.p2 {
                 let partner = v ^ mask;
-                let mine = run(v & !(mask - 1), mask);
+                let mine = match folded {
+                    None if mask == 1 => own,
+                    _ => run(v & !(mask - 1), mask),
+                };
                 let theirs = run(partner & !(mask - 1), mask);
                 p.exchange(fold.real(partner), mine, theirs);
                 mask <<= 1;
@@ -79,5 +84,60 @@ pub(crate) fn ring(p: &mut Plan, ranks: Ranks, blocks: &[Span]) {
         p.round()
             .send(right, blocks[(rank + n - step) % n])
             .recv(left, blocks[(rank + 2 * n - step - 1) % n]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collective::schedule::{simulation, Region};
+
+    /// Rank r's `len` bytes, none alike between ranks.
+    fn vector(r: u32, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| (r as usize * 41 + i * 7 + 1) as u8)
+            .collect()
+    }
+
+    /// Recursive doubling and the ring, with this rank's first message sent from its send
+    /// buffer as `build::all_gather` plans them (folded ranks on sizes that are not powers of
+    /// two included), end with every block in place on every rank.
+    #[test]
+    fn first_messages_from_the_send_buffer_gather_every_block() {
+        let block = 3;
+        for size in 1..=17u32 {
+            let total = size as usize * block;
+            for ring_order in [false, true] {
+                let plans = (0..size)
+                    .map(|rank| {
+                        let mut p = Plan::default();
+                        let (own, output) = (
+                            Span::new(Region::Send, 0, block),
+                            Span::new(Region::Recv, 0, total),
+                        );
+                        p.copy(own, output.sub(rank as usize * block, block));
+                        let ranks = Ranks { rank, size };
+                        if ring_order {
+                            let mut places: Vec<Span> = (0..size as usize)
+                                .map(|r| output.sub(r * block, block))
+                                .collect();
+                            places[rank as usize] = own;
+                            ring(&mut p, ranks, &places);
+                        } else {
+                            recursive_doubling(&mut p, ranks, own, output);
+                        }
+                        p
+                    })
+                    .collect();
+                let sends = (0..size).map(|r| vector(r, block)).collect();
+                let got = simulation::run(plans, sends, &vec![total; size as usize], 1, |_, _| {
+                    unreachable!("no reduction")
+                });
+                let everyone: Vec<u8> = (0..size).flat_map(|r| vector(r, block)).collect();
+                for (r, got) in got.iter().enumerate() {
+                    assert_eq!(got, &everyone, "rank {r} of {size}, ring {ring_order}");
+                }
+            }
+        }
     }
 }

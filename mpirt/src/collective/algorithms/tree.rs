@@ -125,13 +125,28 @@ pub(crate) fn reduce(
     let size = ranks.size;
     let tree_root = reduce_tree_root(root, commutative);
     let v = relative(ranks, tree_root);
+    let leaf = v != 0 && children(v, size).next().is_none();
     let acc = match output {
         Some(output) if ranks.rank == tree_root => output,
+        // A leaf reduces nothing: it sends its input as it is, with no copy into scratch.
+        _ if leaf => input,
         _ => p.scratch(input.len),
     };
-    p.copy(input, acc);
+    let mut kids = children(v, size);
+    match kids.next() {
+        // The nearest child's vector lands in the accumulator and this rank's input, lower in
+        // rank order, is reduced into it: no copy of the input first.
+        Some((child, _)) if !leaf => {
+            p.round().recv(absolute(child, tree_root, size), acc);
+            p.reduce(input, acc, true);
+        }
+        _ if !leaf => {
+            p.copy(input, acc);
+        }
+        _ => {}
+    }
     let mut incoming = None;
-    for (child, _) in children(v, size) {
+    for (child, _) in kids {
         let tmp = *incoming.get_or_insert_with(|| p.scratch(input.len));
         p.round().recv(absolute(child, tree_root, size), tmp);
         p.reduce(tmp, acc, false);
@@ -166,6 +181,13 @@ fn rotate(p: &mut Plan, from: Span, to: Span, root: u32, size: u32, to_rank_orde
 pub(crate) fn gather(p: &mut Plan, ranks: Ranks, root: u32, input: Span, output: Option<Span>) {
     let (v, size, block) = (relative(ranks, root), ranks.size, input.len);
     let held = subtree(v, size) as usize * block;
+    if v != 0 && subtree(v, size) == 1 {
+        // A leaf sends its input as it is: a copy into scratch first would cost a pass over
+        // the block and hand the parent freshly written lines to read from this core.
+        let parent = v - child_limit(v, size);
+        p.round().send(absolute(parent, root, size), input);
+        return;
+    }
     let tmp = match output {
         Some(output) if root == 0 => output,
         _ => p.scratch(held),
@@ -193,6 +215,12 @@ pub(crate) fn gather(p: &mut Plan, ranks: Ranks, root: u32, input: Span, output:
 pub(crate) fn scatter(p: &mut Plan, ranks: Ranks, root: u32, input: Option<Span>, output: Span) {
     let (v, size, block) = (relative(ranks, root), ranks.size, output.len);
     let held = subtree(v, size) as usize * block;
+    if v != 0 && subtree(v, size) == 1 {
+        // A leaf receives its part straight into its output, with no scratch to copy out of.
+        let parent = v - child_limit(v, size);
+        p.round().recv(absolute(parent, root, size), output);
+        return;
+    }
     let tmp = match input {
         Some(input) if root == 0 => input,
         Some(input) => {
@@ -250,6 +278,170 @@ pub(crate) fn scatter_direct(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collective::schedule::{simulation, Region};
+
+    fn ranks(rank: u32, size: u32) -> Ranks {
+        Ranks { rank, size }
+    }
+
+    fn span(region: Region, len: usize) -> Span {
+        Span::new(region, 0, len)
+    }
+
+    /// Rank r's `len` bytes, none alike between ranks.
+    fn vector(r: u32, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| (r as usize * 41 + i * 7 + 1) as u8)
+            .collect()
+    }
+
+    fn no_reduction(_: &[u8], _: &[u8]) -> Vec<u8> {
+        unreachable!("no reduction here")
+    }
+
+    /// A leaf of the tree (a rank with no children) moves its block straight between the
+    /// caller's buffer and the wire: no scratch, no copy; the others' results are unchanged,
+    /// empty blocks included (every rank then "holds" as many bytes as a leaf).
+    #[test]
+    fn leaves_send_and_receive_in_place() {
+        for size in 1..=17u32 {
+            for root in [0, size / 2, size - 1] {
+                for block in [0, 3] {
+                    let is_leaf = |r: u32| {
+                        let v = relative(ranks(r, size), root);
+                        v != 0 && children(v, size).next().is_none()
+                    };
+                    let gathers: Vec<Plan> = (0..size)
+                        .map(|r| {
+                            let mut p = Plan::default();
+                            let output =
+                                (r == root).then(|| span(Region::Recv, size as usize * block));
+                            gather(
+                                &mut p,
+                                ranks(r, size),
+                                root,
+                                span(Region::Send, block),
+                                output,
+                            );
+                            p
+                        })
+                        .collect();
+                    let scatters: Vec<Plan> = (0..size)
+                        .map(|r| {
+                            let mut p = Plan::default();
+                            let input =
+                                (r == root).then(|| span(Region::Send, size as usize * block));
+                            scatter(
+                                &mut p,
+                                ranks(r, size),
+                                root,
+                                input,
+                                span(Region::Recv, block),
+                            );
+                            p
+                        })
+                        .collect();
+                    for r in (0..size).filter(|&r| is_leaf(r)) {
+                        assert_eq!(
+                            gathers[r as usize].staging(),
+                            (0, 0),
+                            "gather leaf {r}/{size}"
+                        );
+                        assert_eq!(
+                            scatters[r as usize].staging(),
+                            (0, 0),
+                            "scatter leaf {r}/{size}"
+                        );
+                    }
+                    let everyone: Vec<u8> = (0..size).flat_map(|r| vector(r, block)).collect();
+                    let lens: Vec<usize> = (0..size)
+                        .map(|r| if r == root { everyone.len() } else { 0 })
+                        .collect();
+                    let sends = (0..size).map(|r| vector(r, block)).collect();
+                    let got = simulation::run(gathers, sends, &lens, 1, no_reduction);
+                    assert_eq!(got[root as usize], everyone, "gather to {root} of {size}");
+                    let sends = (0..size)
+                        .map(|r| if r == root { everyone.clone() } else { vec![] })
+                        .collect();
+                    let got = simulation::run(
+                        scatters,
+                        sends,
+                        &vec![block; size as usize],
+                        1,
+                        no_reduction,
+                    );
+                    for r in 0..size {
+                        assert_eq!(
+                            got[r as usize],
+                            vector(r, block),
+                            "scatter from {root} to {r} of {size}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Composition of byte pairs (a, b) standing for x -> a x + b: associative, and not
+    /// commutative, so a reduction in another order than the ranks' gives another result.
+    fn compose(lower: &[u8], higher: &[u8]) -> Vec<u8> {
+        let (a1, b1, a2, b2) = (lower[0], lower[1], higher[0], higher[1]);
+        vec![a1.wrapping_mul(a2), a1.wrapping_mul(b2).wrapping_add(b1)]
+    }
+
+    /// As above for a reduction: leaves send their input as it is, and a rank with children
+    /// receives its nearest child's vector into its accumulator and reduces its own input
+    /// into it (no copy of the input), in rank order for an operation that is not commutative.
+    #[test]
+    fn reductions_copy_no_input() {
+        for size in 1..=17u32 {
+            for root in [0, size / 2, size - 1] {
+                for commutative in [true, false] {
+                    let plans: Vec<Plan> = (0..size)
+                        .map(|r| {
+                            let mut p = Plan::default();
+                            let output = (r == root).then(|| span(Region::Recv, 8));
+                            let input = span(Region::Send, 8);
+                            reduce(&mut p, ranks(r, size), root, commutative, input, output);
+                            p
+                        })
+                        .collect();
+                    let tree_root = if commutative { root } else { 0 };
+                    for r in 0..size {
+                        let v = relative(ranks(r, size), tree_root);
+                        let kids = children(v, size).count();
+                        let (scratch, locals) = plans[r as usize].staging();
+                        // Only a single rank copies (its input to its output); otherwise one
+                        // reduction a child.
+                        let want_locals = if size == 1 { 1 } else { kids };
+                        assert_eq!(locals, want_locals, "rank {r} of {size}");
+                        // The accumulator is the output where this rank is the tree's root
+                        // and the call's, scratch elsewhere.
+                        let acc_in_scratch = kids > 0 && !(r == tree_root && r == root);
+                        assert_eq!(scratch > 0, kids > 1 || acc_in_scratch, "rank {r}/{size}");
+                    }
+                    let sends = (0..size).map(|r| vector(r, 8)).collect();
+                    let lens: Vec<usize> =
+                        (0..size).map(|r| if r == root { 8 } else { 0 }).collect();
+                    // A commutative operation: pairs added element-wise.
+                    let add =
+                        |x: &[u8], y: &[u8]| vec![x[0].wrapping_add(y[0]), x[1].wrapping_add(y[1])];
+                    let combine = |x: &[u8], y: &[u8]| match commutative {
+                        true => add(x, y),
+                        false => compose(x, y),
+                    };
+                    let got = simulation::run(plans, sends, &lens, 2, combine);
+                    let want: Vec<u8> = (0..4)
+                        .flat_map(|i| {
+                            let pair = |r: u32| vector(r, 8)[2 * i..2 * i + 2].to_vec();
+                            (1..size).fold(pair(0), |acc, r| combine(&acc, &pair(r)))
+                        })
+                        .collect();
+                    assert_eq!(got[root as usize], want, "reduce to {root} of {size}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn subtrees_partition_the_ranks() {
