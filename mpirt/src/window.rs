@@ -73,7 +73,8 @@
 //! take the primitive numbers and `bool`.
 //! User datatypes lay out either side of the typed operations
 //! ([`Epoch::put_typed`], [`Epoch::get_typed`], [`Epoch::accumulate_typed`],
-//! [`Epoch::get_accumulate_typed`]): MPI's origin and target datatypes, the target side a
+//! [`Epoch::get_accumulate_typed`], and their request forms [`Epoch::rput_typed`], ...):
+//! MPI's origin and target datatypes, the target side a
 //! [`TargetDatatype`] of the window's elements (see `window/typed.rs`). The ranks agree at creation on the path
 //! (`MPIRT_WINDOW_PATH`): the shared-memory path only where every rank allows it.
 //!

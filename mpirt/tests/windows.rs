@@ -54,6 +54,7 @@ fn rank_mode() {
         }
         "typed" => {
             let issued: usize = (0..SEEDS).map(|seed| typed_model(&world, seed)).sum();
+            typed_requests(&world);
             assert!(
                 issued > 0,
                 "rank {} issued no typed operation",
@@ -1272,6 +1273,67 @@ fn typed_model(world: &SimpleCommunicator, seed: u64) -> usize {
         world.barrier();
     }
     issued
+}
+
+/// The request forms of the typed operations act as the blocking forms do, and their
+/// requests hand back the buffers they filled: every other element of the next rank's window,
+/// from and into every third element of an origin buffer (its gaps untouched).
+fn typed_requests(world: &SimpleCommunicator) {
+    const LEN: usize = 16;
+    let (size, me) = (world.size(), world.rank());
+    let next = (me + 1) % size;
+    let start = |rank: Rank, i: usize| 100 * rank as i64 + i as i64;
+    let window = Window::<i64>::allocate(world, LEN);
+    window.with_local(|l| {
+        for (i, v) in l.iter_mut().enumerate() {
+            *v = start(me, i);
+        }
+    });
+    world.barrier();
+    let int = i64::equivalent_datatype();
+    let every_other = UserDatatype::vector(4, 1, 2, &int);
+    let target_type = TargetDatatype::new(&every_other, 1);
+    let every_third = UserDatatype::vector(4, 1, 3, &int);
+    let spread = |i: usize| i.is_multiple_of(3).then_some(i as i64 / 3 + 1);
+    let values: Vec<i64> = (0..10).map(|i| spread(i).unwrap_or(GUARD)).collect();
+    // SAFETY: the vector type covers elements 0, 3, 6 and 9 of the 10.
+    let origin = unsafe { View::with_count_and_datatype(&values[..], 1, &every_third) };
+    let ones = [1i64; 4];
+    let mut got = [GUARD; 4];
+    let mut old = vec![GUARD; 10];
+    // SAFETY: as above; its blocks do not overlap.
+    let mut into = unsafe { MutView::with_count_and_datatype(&mut old[..], 1, &every_third) };
+    let sum = SystemOperation::sum();
+    window.lock(next, LockKind::Exclusive, |epoch| {
+        let put = epoch.rput_typed(&origin, next, 0, &target_type);
+        assert!(put.wait().is_none());
+        let got = epoch.rget_typed(&mut got[..], next, 0, &target_type);
+        assert_eq!(got.wait().unwrap(), [1, 2, 3, 4], "rank {me}: rget_typed");
+        let added = epoch.raccumulate_typed(&ones[..], next, 8, &target_type, sum);
+        assert!(added.wait().is_none());
+        let fetched = epoch.rget_accumulate_typed(&origin, &mut into, next, 8, &target_type, sum);
+        assert!(fetched.wait().is_some());
+    });
+    let was = |k: usize| start(next, 8 + 2 * k) + 1;
+    let expected: Vec<i64> = (0..10)
+        .map(|i| spread(i).map_or(GUARD, |_| was(i / 3)))
+        .collect();
+    assert_eq!(old, expected, "rank {me}: rget_accumulate_typed's result");
+    world.barrier();
+    window.with_local(|l| {
+        for (i, &v) in l.iter().enumerate() {
+            let wanted = match i {
+                _ if i % 2 == 1 => start(me, i),
+                0..8 => (i / 2 + 1) as i64,
+                _ => start(me, i) + 1 + ((i - 8) / 2 + 1) as i64,
+            };
+            assert_eq!(
+                v, wanted,
+                "rank {me}'s element {i} after the typed requests"
+            );
+        }
+    });
+    world.barrier();
 }
 
 /// Each misuse is refused with a named error, and nothing is written.
