@@ -977,7 +977,7 @@ impl Rdma {
 
     /// Compare-and-swaps of 0 to `mine` on `target`'s lock word at `word` until one finds
     /// 0 (the last take found `found`, and took `round_trip`), pausing before each as
-    /// `backoff` says. A holder that keeps it for [`LOCK_PATIENCE`] (the same value seen
+    /// `backoff` says, from the shortest take seen. A holder that keeps it for [`LOCK_PATIENCE`] (the same value seen
     /// throughout) is named in an error, rather than waited for without end: it failed
     /// holding it.
     fn take_lock(
@@ -998,7 +998,10 @@ impl Rdma {
             };
             let asked = Instant::now();
             let found = self.atomic_at(target, word, take)?;
-            round_trip = asked.elapsed();
+            // The shortest take so far: one the scheduler preempted (ranks that share cores)
+            // or the first, which waited for the range's READ too, would otherwise stretch
+            // the next pause to 16 times that.
+            round_trip = round_trip.min(asked.elapsed());
             if found == 0 {
                 return Ok(());
             }
