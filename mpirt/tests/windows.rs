@@ -909,6 +909,7 @@ fn dynamic(world: &SimpleCommunicator, universe: &mpirt::environment::Universe) 
     let mut block = vec![0u64; 4];
     let mut spare = vec![0u64; 2];
     let mut second = vec![0u64; 3];
+    let mut late = vec![0u64; 2];
     let window = Window::<u64>::create_dynamic(world);
     let mine = [
         window.attach(&mut block[..]) as u64,
@@ -983,15 +984,34 @@ fn dynamic(world: &SimpleCommunicator, universe: &mpirt::environment::Universe) 
     });
     let text = refusal(refused);
     assert!(text.contains("not whole elements"), "{text}");
+    // A block attached after others were reached is learned when first reached into, and
+    // the target answers while it waits in a barrier (its exposure epoch's body; a barrier
+    // in the shared-memory area looks at messages between its sleeps): rank 0's put, which
+    // asks rank 1 where the block lies, and its `complete` are answered there, or the job
+    // hangs.
+    let late_at = window.attach(&mut late[..]) as u64;
+    let mut lates = vec![0u64; size];
+    world.all_gather_into(&late_at, &mut lates[..]);
+    match me {
+        0 => {
+            window.start(&[1], |epoch| epoch.put(&[7], 1, lates[1] as usize + 8));
+            world.barrier();
+        }
+        1 => window.post(&[0], || world.barrier()),
+        _ => world.barrier(),
+    }
     // Every rank's lock epochs on this rank ended before it detaches.
     world.barrier();
     window.detach(mine[0] as usize).unwrap();
     window.detach(mine[2] as usize).unwrap();
+    window.detach(late_at as usize).unwrap();
     drop(window);
     let previous = (me + size as Rank - 1) % size as Rank;
     assert_eq!(block, [0, previous as u64 + 1, previous as u64 + 1, 0]);
     assert_eq!(second, [0, 0, previous as u64 + 1]);
     assert_eq!(spare, [0, 0], "a put reached a detached block");
+    let wanted = if me == 1 { [0, 7] } else { [0, 0] };
+    assert_eq!(late, wanted, "rank {me}'s block attached late");
 }
 
 /// A shared window: each rank's part is loaded from directly by the others.
@@ -1628,30 +1648,24 @@ const VERBS: [(&str, &str); 3] = [
 /// The RDMA WRITEs, READs and atomics (on UCX: puts, gets and atomics; over OFI: its
 /// fi_writes, fi_reads and fi_atomics) a job's ranks counted, summed over its ranks.
 fn rdma_counted(out: &str) -> [u64; 3] {
-    let mut sum = [0u64; 3];
-    for line in out.lines().filter(|l| l.contains(" rdma: ")) {
-        let numbers: Vec<u64> = line
-            .split(|c: char| !c.is_ascii_digit())
-            .filter_map(|w| w.parse().ok())
-            .collect();
-        // The rank, then writes, reads and atomics.
-        for (total, n) in sum.iter_mut().zip(&numbers[1..]) {
-            *total += n;
-        }
-    }
-    sum
+    counted(out, " rdma: ")
 }
 
 /// The device's writes and reads of the kinds mode's dynamic window, summed over a job's
 /// ranks.
 fn dynamic_counted(out: &str) -> [u64; 2] {
-    let mut sum = [0u64; 2];
-    for line in out.lines().filter(|l| l.contains(" dynamic window: ")) {
+    counted(out, " dynamic window: ")
+}
+
+/// The counts on the lines of `out` that hold `marker`, each line the rank and then the
+/// counts, summed over the lines (the job's ranks).
+fn counted<const N: usize>(out: &str, marker: &str) -> [u64; N] {
+    let mut sum = [0u64; N];
+    for line in out.lines().filter(|l| l.contains(marker)) {
         let numbers: Vec<u64> = line
             .split(|c: char| !c.is_ascii_digit())
             .filter_map(|w| w.parse().ok())
             .collect();
-        // The rank, then writes and reads.
         for (total, n) in sum.iter_mut().zip(&numbers[1..]) {
             *total += n;
         }
