@@ -1121,7 +1121,8 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
                 }
                 Ok((t, (disp * size_of::<T>()) as u64))
             }
-            // A dynamic window's target checks its attached memory.
+            // A dynamic window's target checks its attached memory (on the RDMA path the
+            // origin too, against the block it learned: `attached_rdma`).
             None => Ok((t, disp as u64)),
         }
     }
