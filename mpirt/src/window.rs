@@ -73,7 +73,8 @@
 //! take the primitive numbers and `bool`.
 //! User datatypes lay out either side of the typed operations
 //! ([`Epoch::put_typed`], [`Epoch::get_typed`], [`Epoch::accumulate_typed`],
-//! [`Epoch::get_accumulate_typed`]): MPI's origin and target datatypes, the target side a
+//! [`Epoch::get_accumulate_typed`], and their request forms [`Epoch::rput_typed`], ...):
+//! MPI's origin and target datatypes, the target side a
 //! [`TargetDatatype`] of the window's elements (see `window/typed.rs`). The ranks agree at creation on the path
 //! (`MPIRT_WINDOW_PATH`): the shared-memory path only where every rank allows it.
 //!
@@ -94,6 +95,8 @@
 //! what the device does (see `window/rdma.rs`): puts by RDMA WRITE, gets by RDMA READ, and, on windows of 8-byte
 //! numbers that every rank reaches with device atomics, every accumulate and atomic by
 //! them; the rest (locks, epochs' ends, other windows' accumulates) stays active messages.
+//! A dynamic window's puts and gets take it too, into blocks registered as they are
+//! attached, which an origin learns from the target when it first reaches into one.
 //! `MPIRT_WINDOW_PATH=rdma` leaves out the shared-memory mapping.
 
 mod atomic;
@@ -118,9 +121,9 @@ pub use operation::AccumulateOperation;
 use pml::shared_mapping::SharedMapping;
 use pml::Pml;
 use rdma::{rdma_agreed, Rdma, RmaOffer};
-use target::{Memory, Target};
+use target::{whole_elements, Memory, Target};
 pub use typed::TargetDatatype;
-use wire::{Ask, Request};
+use wire::{Ask, Region, Request};
 
 use crate::collective::{CommunicatorCollectives, Root, SystemOperation};
 use crate::communicator::{Communicator, SimpleCommunicator};
@@ -325,9 +328,9 @@ impl<'a, T: Equivalence> Window<'a, T> {
 
     pub fn try_create_dynamic<C: Communicator>(comm: &C) -> Result<Window<'a, T>, Error> {
         let what = "create a dynamic window";
-        agree::<T, C>(comm, 0, what)?;
+        let agreed = agree::<T, C>(comm, 0, what)?;
         // SAFETY: a dynamic window starts with no memory.
-        unsafe {
+        let mut window = unsafe {
             Window::build(
                 comm,
                 Memory::Dynamic(Vec::new()),
@@ -336,7 +339,12 @@ impl<'a, T: Equivalence> Window<'a, T> {
                 None,
             )
         }
-        .map_err(|c| Error::new(what, c))
+        .map_err(|c| Error::new(what, c))?;
+        // No rank maps another's attached memory: the RDMA path where the ranks agreed on it.
+        if agreed.path != Path::Messages && agreed.rdma {
+            window.rdma = Rdma::dynamic(window.comm.data());
+        }
+        Ok(window)
     }
 
     /// Over `base`, this rank's part of `sizes` (every rank's length, agreed).
@@ -524,13 +532,26 @@ impl<'a, T: Equivalence> Window<'a, T> {
         let address = memory.as_mut_ptr() as usize;
         let bytes = std::mem::size_of_val(memory);
         let mut core = messaging::serve(&self.core).map_err(|c| Error::new("attach", c))?;
+        core.target
+            .check_attach(address, bytes)
+            .map_err(|why| unsupported("attach", why))?;
+        // On the RDMA path the block is registered, and origins that reach into it learn
+        // its key from this rank (see `window/rdma.rs`).
+        let key = match &self.rdma {
+            Some(rdma) if bytes > 0 => {
+                rdma.expose_attached(self.comm.data(), memory.as_mut_ptr().cast(), bytes)
+            }
+            _ => Vec::new(),
+        };
         // SAFETY: the memory is borrowed mutably for the window's lifetime `'a`.
-        unsafe { core.target.attach(address, bytes) }.map_err(|why| unsupported("attach", why))?;
+        unsafe { core.target.attach(address, bytes, key) }
+            .map_err(|why| unsupported("attach", why))?;
         Ok(address)
     }
 
     /// Removes the memory attached at `address` (`MPI_Win_detach`); it stays borrowed until
-    /// the window drops.
+    /// the window drops (and, on the RDMA path, registered: an origin that learned of it
+    /// earlier reaches only it, see `window/rdma.rs`).
     pub fn detach(&self, address: usize) -> Result<(), Error> {
         messaging::serve(&self.core)
             .map_err(|c| Error::new("detach", c))?
@@ -782,6 +803,51 @@ impl<'a, T: Equivalence> Window<'a, T> {
     /// The RDMA path to `target`, where puts and gets to it take it.
     fn rdma_to(&self, target: u32) -> Option<&Rdma> {
         self.rdma.as_ref().filter(|r| r.reaches(target))
+    }
+
+    /// The RDMA path for a put or get of `len` bytes at `offset` in `target`'s window: a
+    /// fixed window's as `rdma_to` says, a dynamic window's where `attached_rdma` finds it.
+    fn rdma_for(&self, target: u32, offset: u64, len: usize) -> Result<Option<&Rdma>, Cause> {
+        match &self.sizes {
+            Some(_) => Ok(self.rdma_to(target)),
+            None => self.attached_rdma(target, offset, len),
+        }
+    }
+
+    /// The RDMA path to the `len` bytes at address `offset` in `target`'s dynamic window,
+    /// where the transport reaches it and the block that holds them is exposed; first
+    /// learning that block from the target where this rank does not know one that holds them
+    /// (see `window/rdma.rs`). A target that has no such block refuses, named, and nothing
+    /// moves; so do bytes that are not whole elements into their block.
+    fn attached_rdma(&self, target: u32, offset: u64, len: usize) -> Result<Option<&Rdma>, Cause> {
+        let Some(rdma) = self.rdma.as_ref().filter(|r| r.reaches_attached(target)) else {
+            return Ok(None);
+        };
+        let (address, key) = match rdma.known(target, offset, len as u64) {
+            Some(known) => known,
+            None => rdma.learn(target, self.ask_region(target, offset, len)?)?,
+        };
+        whole_elements((offset - address) as usize, len, size_of::<T>().max(1)).map_err(|why| {
+            Cause::Window(WindowFault::Unsupported(format!(
+                "rank {target}'s attached memory: {why}"
+            )))
+        })?;
+        Ok(key.map(|_| rdma))
+    }
+
+    /// Asks `target` which of its attached blocks holds the `len` bytes at address `offset`
+    /// (a dynamic window's), and waits for the answer.
+    fn ask_region(&self, target: u32, offset: u64, len: usize) -> Result<Region, Cause> {
+        let mut core = messaging::serve(&self.core)?;
+        let id = core.request_kept(target, data_request(Ask::Region, offset, len))?;
+        core.wait_until(|core| core.is_done(id))?;
+        let answer = core.take_kept(id).expect("done").map_err(Cause::Window)?;
+        Region::decode(&answer).ok_or_else(|| {
+            Cause::Window(WindowFault::Refused {
+                target: target as Rank,
+                why: "a malformed answer about its attached memory".into(),
+            })
+        })
     }
 
     /// The RDMA path for accumulates and atomics on `target`: only on a window whose
@@ -1055,7 +1121,8 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
                 }
                 Ok((t, (disp * size_of::<T>()) as u64))
             }
-            // A dynamic window's target checks its attached memory.
+            // A dynamic window's target checks its attached memory (on the RDMA path the
+            // origin too, against the block it learned: `attached_rdma`).
             None => Ok((t, disp as u64)),
         }
     }
@@ -1112,7 +1179,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             direct.put(t, offset, bytes);
             return Ok(self.request(0, None));
         }
-        if let Some(rdma) = self.window.rdma_to(t) {
+        if let Some(rdma) = self.window.rdma_for(t, offset, bytes.len())? {
             // SAFETY: `origin` is borrowed for the epoch, whose end waits for the put.
             unsafe { rdma.put(t, offset, bytes) }?;
             return Ok(self.request(0, None));
@@ -1176,7 +1243,10 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             direct.get(t, offset, as_bytes_mut(into));
             return Ok(self.request(0, Some(into)));
         }
-        if let Some(rdma) = self.window.rdma_to(t) {
+        if let Some(rdma) = self
+            .window
+            .rdma_for(t, offset, std::mem::size_of_val(into))?
+        {
             // SAFETY: `into` is borrowed for the epoch, whose end waits for the read, or
             // handed back once the read landed.
             unsafe { rdma.get(t, offset, as_bytes_mut(into), handed_back) }?;

@@ -54,6 +54,7 @@ fn rank_mode() {
         }
         "typed" => {
             let issued: usize = (0..SEEDS).map(|seed| typed_model(&world, seed)).sum();
+            typed_requests(&world);
             assert!(
                 issued > 0,
                 "rank {} issued no typed operation",
@@ -89,7 +90,7 @@ fn rank_mode() {
         }
         "kinds" => {
             created(&world);
-            dynamic(&world);
+            dynamic(&world, &universe);
             shared(&world);
             progress_in_a_receive(&world);
             large(&world);
@@ -888,62 +889,129 @@ fn created(world: &SimpleCommunicator) {
     assert_eq!(memory, expected);
 }
 
-/// A dynamic window: memory attached after creation, reached by its address.
-fn dynamic(world: &SimpleCommunicator) {
+/// The text of a refusal inside a lock or fence epoch, wherever it came: from the operation
+/// itself (on the RDMA path an origin learns a dynamic window's blocks from the target when it
+/// reaches into one, and checks its bounds) or from the epoch's end (by messages the target
+/// refuses, and the epoch's end reports it).
+fn refusal(outcome: Result<Result<(), mpirt::Error>, mpirt::Error>) -> String {
+    match outcome {
+        Err(e) | Ok(Err(e)) => e.to_string(),
+        Ok(Ok(())) => panic!("an access outside the attached memory was not refused"),
+    }
+}
+
+/// A dynamic window: memory attached after creation, reached by its address. On the RDMA
+/// path its puts and gets are the device's, once the origin learned the block it reaches
+/// into; the device's writes and reads are said for the job's checks.
+fn dynamic(world: &SimpleCommunicator, universe: &mpirt::environment::Universe) {
     let size = world.size() as usize;
     let me = world.rank();
     let mut block = vec![0u64; 4];
+    let mut spare = vec![0u64; 2];
+    let mut second = vec![0u64; 3];
+    let mut late = vec![0u64; 2];
     let window = Window::<u64>::create_dynamic(world);
-    let address = window.attach(&mut block[..]) as u64;
-    let mut addresses = vec![0u64; size];
-    world.all_gather_into(&address, &mut addresses[..]);
+    let mine = [
+        window.attach(&mut block[..]) as u64,
+        window.attach(&mut spare[..]) as u64,
+        window.attach(&mut second[..]) as u64,
+    ];
+    let mut addresses = vec![0u64; 3 * size];
+    world.all_gather_into(&mine[..], &mut addresses[..]);
     let next = ((me + 1) % size as Rank) as usize;
+    let [at, spare_at, second_at] = [0, 1, 2].map(|k| addresses[3 * next + k] as usize);
+    // Detached before any rank reached into it.
+    window.detach(mine[1] as usize).unwrap();
+    world.barrier();
+    let counted = || universe.one_sided_counters().unwrap_or_default();
+    let before = counted();
     let mut got = [0u64; 4];
-    let mine = [me as u64 + 1; 2];
+    let ours = [me as u64 + 1; 2];
     window.fence_epoch(|epoch| {
-        epoch.put(&mine, next as Rank, addresses[next] as usize + 8);
+        epoch.put(&ours, next as Rank, at + 8);
+        epoch.put(&ours[..1], next as Rank, second_at + 16);
     });
-    window.fence_epoch(|epoch| epoch.get(&mut got, next as Rank, addresses[next] as usize));
+    window.fence_epoch(|epoch| epoch.get(&mut got, next as Rank, at));
+    let after = counted();
+    println!(
+        "rank {me} dynamic window: {} writes and {} reads by the device",
+        after.puts - before.puts,
+        after.gets - before.gets
+    );
     assert_eq!(got, [0, me as u64 + 1, me as u64 + 1, 0]);
-    // An address past the attached block is refused by the target, named.
+    // An address past the attached block is refused, named (by the target, or by the origin
+    // against the block it learned), and nothing is written.
     let refused = window.try_lock(next as Rank, LockKind::Shared, |epoch| {
-        epoch.put(&[1; 4], next as Rank, addresses[next] as usize + 8)
+        epoch.try_put(&[1; 4], next as Rank, at + 8)
     });
-    let text = refused.unwrap_err().to_string();
-    assert!(text.contains("attached"), "{text}");
+    let text = refusal(refused);
+    assert!(
+        text.contains("no attached memory holds the 32 byte(s)"),
+        "{text}"
+    );
+    // So is a block the target detached before this rank reached into it.
+    let refused = window.try_lock(next as Rank, LockKind::Shared, |epoch| {
+        epoch.try_put(&[9], next as Rank, spare_at)
+    });
+    let text = refusal(refused);
+    assert!(
+        text.contains("no attached memory holds the 8 byte(s)"),
+        "{text}"
+    );
     // A fence reports its refusals (the target answers its end after applying them), and
     // takes its closing barrier all the same: the fence and the free after it pair with the
     // other ranks' and do not hang.
     // Rank 0 alone is refused: were its closing barrier skipped, the others' would pair
     // with its next one.
-    let refused = window.try_fence_epoch(|epoch| {
-        if me == 0 {
-            epoch.put(&[1; 4], next as Rank, addresses[next] as usize + 8);
-        }
+    let refused = window.try_fence_epoch(|epoch| match me {
+        0 => epoch.try_put(&[1; 4], next as Rank, at + 8),
+        _ => Ok(()),
     });
     if me == 0 {
-        let text = refused.unwrap_err().to_string();
+        let text = refusal(refused);
         assert!(
-            text.contains("fence") && text.contains("attached"),
+            (text.contains("fence") || text.contains("put to rank")) && text.contains("attached"),
             "{text}"
         );
     } else {
-        refused.unwrap();
+        refused.unwrap().unwrap();
     }
     window.fence_epoch(|_| {});
     // A displacement that is not whole elements from its block's start is refused: it
     // would leave elements holding parts of two.
     let refused = window.try_lock(next as Rank, LockKind::Shared, |epoch| {
-        epoch.put(&[1], next as Rank, addresses[next] as usize + 9)
+        epoch.try_put(&[1], next as Rank, at + 9)
     });
-    let text = refused.unwrap_err().to_string();
+    let text = refusal(refused);
     assert!(text.contains("not whole elements"), "{text}");
+    // A block attached after others were reached is learned when first reached into, and
+    // the target answers while it waits in a barrier (its exposure epoch's body; a barrier
+    // in the shared-memory area looks at messages between its sleeps): rank 0's put, which
+    // asks rank 1 where the block lies, and its `complete` are answered there, or the job
+    // hangs.
+    let late_at = window.attach(&mut late[..]) as u64;
+    let mut lates = vec![0u64; size];
+    world.all_gather_into(&late_at, &mut lates[..]);
+    match me {
+        0 => {
+            window.start(&[1], |epoch| epoch.put(&[7], 1, lates[1] as usize + 8));
+            world.barrier();
+        }
+        1 => window.post(&[0], || world.barrier()),
+        _ => world.barrier(),
+    }
     // Every rank's lock epochs on this rank ended before it detaches.
     world.barrier();
-    window.detach(address as usize).unwrap();
+    window.detach(mine[0] as usize).unwrap();
+    window.detach(mine[2] as usize).unwrap();
+    window.detach(late_at as usize).unwrap();
     drop(window);
     let previous = (me + size as Rank - 1) % size as Rank;
     assert_eq!(block, [0, previous as u64 + 1, previous as u64 + 1, 0]);
+    assert_eq!(second, [0, 0, previous as u64 + 1]);
+    assert_eq!(spare, [0, 0], "a put reached a detached block");
+    let wanted = if me == 1 { [0, 7] } else { [0, 0] };
+    assert_eq!(late, wanted, "rank {me}'s block attached late");
 }
 
 /// A shared window: each rank's part is loaded from directly by the others.
@@ -1274,6 +1342,67 @@ fn typed_model(world: &SimpleCommunicator, seed: u64) -> usize {
     issued
 }
 
+/// The request forms of the typed operations act as the blocking forms do, and their
+/// requests hand back the buffers they filled: every other element of the next rank's window,
+/// from and into every third element of an origin buffer (its gaps untouched).
+fn typed_requests(world: &SimpleCommunicator) {
+    const LEN: usize = 16;
+    let (size, me) = (world.size(), world.rank());
+    let next = (me + 1) % size;
+    let start = |rank: Rank, i: usize| 100 * rank as i64 + i as i64;
+    let window = Window::<i64>::allocate(world, LEN);
+    window.with_local(|l| {
+        for (i, v) in l.iter_mut().enumerate() {
+            *v = start(me, i);
+        }
+    });
+    world.barrier();
+    let int = i64::equivalent_datatype();
+    let every_other = UserDatatype::vector(4, 1, 2, &int);
+    let target_type = TargetDatatype::new(&every_other, 1);
+    let every_third = UserDatatype::vector(4, 1, 3, &int);
+    let spread = |i: usize| i.is_multiple_of(3).then_some(i as i64 / 3 + 1);
+    let values: Vec<i64> = (0..10).map(|i| spread(i).unwrap_or(GUARD)).collect();
+    // SAFETY: the vector type covers elements 0, 3, 6 and 9 of the 10.
+    let origin = unsafe { View::with_count_and_datatype(&values[..], 1, &every_third) };
+    let ones = [1i64; 4];
+    let mut got = [GUARD; 4];
+    let mut old = vec![GUARD; 10];
+    // SAFETY: as above; its blocks do not overlap.
+    let mut into = unsafe { MutView::with_count_and_datatype(&mut old[..], 1, &every_third) };
+    let sum = SystemOperation::sum();
+    window.lock(next, LockKind::Exclusive, |epoch| {
+        let put = epoch.rput_typed(&origin, next, 0, &target_type);
+        assert!(put.wait().is_none());
+        let got = epoch.rget_typed(&mut got[..], next, 0, &target_type);
+        assert_eq!(got.wait().unwrap(), [1, 2, 3, 4], "rank {me}: rget_typed");
+        let added = epoch.raccumulate_typed(&ones[..], next, 8, &target_type, sum);
+        assert!(added.wait().is_none());
+        let fetched = epoch.rget_accumulate_typed(&origin, &mut into, next, 8, &target_type, sum);
+        assert!(fetched.wait().is_some());
+    });
+    let was = |k: usize| start(next, 8 + 2 * k) + 1;
+    let expected: Vec<i64> = (0..10)
+        .map(|i| spread(i).map_or(GUARD, |_| was(i / 3)))
+        .collect();
+    assert_eq!(old, expected, "rank {me}: rget_accumulate_typed's result");
+    world.barrier();
+    window.with_local(|l| {
+        for (i, &v) in l.iter().enumerate() {
+            let wanted = match i {
+                _ if i % 2 == 1 => start(me, i),
+                0..8 => (i / 2 + 1) as i64,
+                _ => start(me, i) + 1 + ((i - 8) / 2 + 1) as i64,
+            };
+            assert_eq!(
+                v, wanted,
+                "rank {me}'s element {i} after the typed requests"
+            );
+        }
+    });
+    world.barrier();
+}
+
 /// Each misuse is refused with a named error, and nothing is written.
 fn errors(world: &SimpleCommunicator) {
     let size = world.size();
@@ -1519,13 +1648,24 @@ const VERBS: [(&str, &str); 3] = [
 /// The RDMA WRITEs, READs and atomics (on UCX: puts, gets and atomics; over OFI: its
 /// fi_writes, fi_reads and fi_atomics) a job's ranks counted, summed over its ranks.
 fn rdma_counted(out: &str) -> [u64; 3] {
-    let mut sum = [0u64; 3];
-    for line in out.lines().filter(|l| l.contains(" rdma: ")) {
+    counted(out, " rdma: ")
+}
+
+/// The device's writes and reads of the kinds mode's dynamic window, summed over a job's
+/// ranks.
+fn dynamic_counted(out: &str) -> [u64; 2] {
+    counted(out, " dynamic window: ")
+}
+
+/// The counts on the lines of `out` that hold `marker`, each line the rank and then the
+/// counts, summed over the lines (the job's ranks).
+fn counted<const N: usize>(out: &str, marker: &str) -> [u64; N] {
+    let mut sum = [0u64; N];
+    for line in out.lines().filter(|l| l.contains(marker)) {
         let numbers: Vec<u64> = line
             .split(|c: char| !c.is_ascii_digit())
             .filter_map(|w| w.parse().ok())
             .collect();
-        // The rank, then writes, reads and atomics.
         for (total, n) in sum.iter_mut().zip(&numbers[1..]) {
             *total += n;
         }
@@ -1581,6 +1721,14 @@ fn windows_over_verbs() {
             "{mode} on {n} ranks counted {writes} RDMA WRITEs, {reads} READs and \
              {device_atomics} atomics:\n{out}"
         );
+        // A dynamic window's puts and gets go by the device too, once learned.
+        if mode == "kinds" {
+            let [writes, reads] = dynamic_counted(&out);
+            assert!(
+                writes > 0 && reads > 0,
+                "the dynamic window counted {writes} RDMA WRITEs and {reads} READs:\n{out}"
+            );
+        }
     }
     let out = assert_job(3, "errors", &VERBS, "rank 0 done");
     for needle in MISUSES {
@@ -1609,14 +1757,26 @@ fn windows_over_ucx() {
     // collective applies them only between its sleeps of up to 1 ms (`collective/shared.rs`),
     // so its thousands of contended operations take minutes on 3 ranks; the counter mode's
     // short contended run stands for them.
-    for (n, mode, expect) in [(3, "model", "model ok"), (3, "counter", "counter ok")] {
+    for (n, mode, expect, eight_bytes) in [
+        (3, "model", "model ok", true),
+        (3, "counter", "counter ok", true),
+        (2, "kinds", "kinds ok", false),
+    ] {
         let (out, _) = ok_job_with(n, mode, &RDMA_PATH);
         assert!(out.contains(expect), "{mode} on {n} ranks: {out}");
         let [puts, gets, atomics] = rdma_counted(&out);
         assert!(
-            puts > 0 && gets > 0 && atomics > 0,
+            puts > 0 && gets > 0 && (atomics > 0) == eight_bytes,
             "{mode} on {n} ranks counted {puts} UCX puts, {gets} gets and {atomics} atomics:\n{out}"
         );
+        // A dynamic window's puts and gets go by UCX's RMA too, once learned.
+        if mode == "kinds" {
+            let [puts, gets] = dynamic_counted(&out);
+            assert!(
+                puts > 0 && gets > 0,
+                "the dynamic window counted {puts} UCX puts and {gets} gets:\n{out}"
+            );
+        }
     }
 }
 
@@ -1708,6 +1868,15 @@ fn windows_over_ofi() {
             "{mode} on {n} ranks over {provider} counted {writes} fi_writes, {reads} fi_reads \
              and {atomics} fi_atomics (provider atomics: {with_atomics}):\n{out}"
         );
+        // A dynamic window's puts and gets go by RMA too, once learned.
+        if mode == "kinds" {
+            let [writes, reads] = dynamic_counted(&out);
+            assert!(
+                writes > 0 && reads > 0,
+                "the dynamic window over {provider} counted {writes} fi_writes and {reads} \
+                 fi_reads:\n{out}"
+            );
+        }
         println!(
             "{mode} on {n} ranks over {provider}: {writes} fi_writes, {reads} fi_reads, \
              {atomics} fi_atomics"

@@ -46,6 +46,14 @@ pub enum WindowFault {
     Synchronisation(String),
     /// A type or kind of window the call cannot serve.
     Unsupported(String),
+    /// A one-sided operation by the device (RDMA, or a PML's RMA) on rank `target` of the
+    /// window's communicator failed; `why` is the PML's text, which names that rank by its
+    /// world rank, `world`.
+    OneSided {
+        target: Rank,
+        world: Rank,
+        why: String,
+    },
     /// The target refused the request; its reason (memory a dynamic window has not
     /// attached, a displacement that is not whole elements, ...).
     Refused { target: Rank, why: String },
@@ -88,6 +96,10 @@ impl fmt::Display for WindowFault {
             ),
             WindowFault::Synchronisation(why) => write!(f, "{why}"),
             WindowFault::Unsupported(why) => write!(f, "{why}"),
+            WindowFault::OneSided { target, world, why } => write!(
+                f,
+                "{why} (world rank {world} is rank {target} of the window's communicator)"
+            ),
             WindowFault::Refused { target, why } => write!(f, "rank {target} refused: {why}"),
         }
     }

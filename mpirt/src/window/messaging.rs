@@ -35,6 +35,10 @@ use crate::error::Cause;
 struct Awaited {
     /// Where its data goes (a get's origin buffer, lent to the epoch), and how many bytes.
     into: Option<(*mut u8, usize)>,
+    /// Whether its data, of any length, is kept here for `take_kept` (an answer about a
+    /// dynamic window's attached memory), and the data once it came.
+    keeps: bool,
+    kept: Vec<u8>,
     target: u32,
     /// Set when the reply came: its outcome.
     outcome: Option<Result<(), WindowFault>>,
@@ -113,6 +117,8 @@ impl Core {
                     id,
                     Awaited {
                         into,
+                        keeps: false,
+                        kept: Vec::new(),
                         target,
                         outcome: None,
                         held: false,
@@ -124,6 +130,26 @@ impl Core {
         };
         self.send(target, REQUEST, request.encode(payload))?;
         Ok(request.id)
+    }
+
+    /// Sends a request whose reply's data this keeps, whatever its length, for
+    /// `take_kept`; returns the id to wait for.
+    pub fn request_kept(&mut self, target: u32, request: Request) -> Result<u64, Cause> {
+        // SAFETY: the reply's data goes to no buffer of the caller's.
+        let id = unsafe { self.request(target, request, &[], Some(None)) }?;
+        // Set before any reply is delivered: only `drain`, under this borrow, delivers.
+        self.awaited.get_mut(&id).expect("just awaited").keeps = true;
+        Ok(id)
+    }
+
+    /// The outcome of the reply `id` of `request_kept`, with its data, once it came (then
+    /// forgotten).
+    pub fn take_kept(&mut self, id: u64) -> Option<Result<Vec<u8>, WindowFault>> {
+        let awaited = self.awaited.get_mut(&id)?;
+        let outcome = awaited.outcome.take()?;
+        let kept = std::mem::take(&mut awaited.kept);
+        self.awaited.remove(&id);
+        Some(outcome.map(|()| kept))
     }
 
     /// Sends `post`'s notice to an origin.
@@ -254,6 +280,10 @@ impl Core {
                 Ok(())
             }
             (Answer::Data, Some(_)) => Err(refused(b"a reply of the wrong length")),
+            (Answer::Data, None) if awaited.keeps => {
+                awaited.kept = payload.to_vec();
+                Ok(())
+            }
             _ => Ok(()),
         });
     }

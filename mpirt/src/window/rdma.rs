@@ -3,7 +3,9 @@
 //! reach a window's ranks, puts are RDMA WRITEs (`fi_write`, `ucp_put_nbx`) and gets RDMA
 //! READs (`fi_read`, `ucp_get_nbx`) straight between the origin's buffer and the target's
 //! window memory, registered at the window's creation (each rank's address and packed key
-//! gathered then, and unpacked by each rank for its own use), with no help from the target's
+//! gathered then, and unpacked by each rank for its own use; a dynamic window's blocks as
+//! they are attached, each learned by an origin when it first reaches into it: `Attached`),
+//! with no help from the target's
 //! CPU (where UCX does them in software, over TCP, the target's worker applies them, and
 //! OFI's emulating providers ask the target's progress). The device's atomics below are
 //! `fi_fetch_atomic`/`fi_compare_atomic` over OFI and `ucp_atomic_op_nbx` on UCX. Over OFI
@@ -73,15 +75,17 @@ use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use pml::transport::RmaOp;
-use pml::{Pml, RemoteKey, WindowExposure};
+use pml::{Pml, PmlError, RemoteKey, WindowExposure};
 
 use super::operation::{self, AccumulateOperation};
+use super::wire::Region;
 use super::WindowFault;
 use crate::collective::CommunicatorCollectives;
 use crate::communicator::{CommData, Communicator};
 use crate::datatype::Datatype;
 use crate::environment::{self, with_engine_or_lent};
 use crate::error::{Cause, Error};
+use crate::Rank;
 
 /// Whether the device may do the accumulates on elements of `code`
 /// (`operation::element_code`): 8-byte integers and `f64`.
@@ -114,6 +118,56 @@ const LOCKED_TURN: usize = 256 << 10;
 /// this only passes where the holder failed (its queue pair to the target broke) holding it.
 const LOCK_PATIENCE: Duration = Duration::from_secs(60);
 
+/// How many times the pause between takes of an accumulate lock held by another rank doubles
+/// (see `backoff`): from half a round trip to 16.
+const BACKOFF_DOUBLINGS: u32 = 5;
+
+/// How long a rank pauses before its next compare-and-swap on an accumulate lock word that
+/// its last `failures` takes (at least 1) found held, each of which took `round_trip`: half a
+/// round trip after the first, doubling with each further failure up to 16 round trips
+/// ([`BACKOFF_DOUBLINGS`]), scaled by `jitter` (0 to 255: 50% to 100%) so that ranks that
+/// failed together do not retry together. A holder keeps the lock for at least two round
+/// trips of its own (its READ, its WRITE), so compare-and-swaps back to back mostly fail, each
+/// an atomic that the target's device (or its CPU, where a provider emulates them) serves for
+/// nothing, delaying the holder's own operations there.
+fn backoff(round_trip: Duration, failures: u32, jitter: u8) -> Duration {
+    let half_trips = 1u32 << failures.saturating_sub(1).min(BACKOFF_DOUBLINGS);
+    round_trip * half_trips / 2 * (256 + u32::from(jitter)) / 512
+}
+
+/// The first state of world rank `me`'s draws (`Rdma::jitter`): an odd number times a
+/// non-zero one, never the zero state that xorshift stays in, and another on each rank.
+fn first_draw(me: u32) -> u64 {
+    (u64::from(me) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// Rank `rank` of a window's communicator as errors name it: with its world rank `world`,
+/// where the two differ.
+fn named(rank: u32, world: u32) -> String {
+    if rank == world {
+        rank.to_string()
+    } else {
+        format!("{rank} (world rank {world})")
+    }
+}
+
+/// The failure `cause` of a one-sided operation on rank `target` of the window's
+/// communicator, world rank `world`: the PML names its peers by world rank, while the
+/// window's errors (and the operation, "put to rank 1") name the communicator's, so where
+/// the two differ the text says which rank of the window the PML's is.
+fn in_communicator(cause: Cause, target: u32, world: u32) -> Cause {
+    match cause {
+        Cause::Messaging(PmlError::OneSided { cause, .. }) if target != world => {
+            Cause::Window(WindowFault::OneSided {
+                target: target as Rank,
+                world: world as Rank,
+                why: cause.into(),
+            })
+        }
+        other => other,
+    }
+}
+
 /// A window's RDMA state on this rank.
 pub(super) struct Rdma {
     /// Each rank's window (address, key), where this rank reaches it by RDMA.
@@ -127,6 +181,8 @@ pub(super) struct Rdma {
     lock_exposure: Option<WindowExposure>,
     /// Locks this rank took, for the low half of its lock values.
     locks_taken: Cell<u32>,
+    /// The state of this rank's pseudo-random draws (`jitter`).
+    draws: Cell<u64>,
     /// This rank's world rank.
     me: u32,
     /// Each rank's world rank.
@@ -138,6 +194,37 @@ pub(super) struct Rdma {
     exposure: Option<WindowExposure>,
     /// Per rank, the ticket of the last operation posted to it and not yet waited for.
     pending: RefCell<Vec<u64>>,
+    /// A dynamic window's attached memory, on this rank and as learned of the others.
+    attached: Option<Attached>,
+}
+
+/// The blocks of one rank's dynamic window that this rank learned (their keys left out),
+/// each with the key unpacked for this rank (`None`: not exposed, reached by messages).
+type Learned = Vec<(Region, Option<u64>)>;
+
+/// A dynamic window's memory on the RDMA path. Attaching is local (`MPI_Win_attach` is not
+/// collective), so an origin learns of a target's block when it first reaches into it: it
+/// asks the target (`Ask::Region`, by message), which answers with the block that holds the
+/// bytes whole (its address, length and key) or refuses, named, as it refuses an operation
+/// by messages, and keeps what it learned. Every later operation inside a learned block goes
+/// by RDMA, checked against the block's bounds here (and by the engine against the key's),
+/// so nothing reaches past a block the target attached; one that a learned block does not
+/// hold asks again.
+///
+/// Detaching does not race a lookup: the target answers lookups in its own progress, so it
+/// answers with the blocks attached at that moment. An origin that learned a block before it
+/// was detached can still reach it: MPI makes such accesses erroneous, and here they land in
+/// that block alone, which the window still borrows (`attach` lends memory for the window's
+/// lifetime) and keeps registered until it is freed, so that a late operation neither
+/// writes memory handed back nor breaks the connection with a key the device no longer
+/// knows.
+struct Attached {
+    /// Whether one-sided operations reach each rank at all.
+    reached: Vec<bool>,
+    /// Per rank, the blocks this rank learned.
+    known: RefCell<Vec<Learned>>,
+    /// This rank's attached blocks as exposed, released when the window goes.
+    exposed: RefCell<Vec<WindowExposure>>,
 }
 
 /// What one-sided operations a rank offers windows (`Rdma::available`), ordered from none.
@@ -322,12 +409,113 @@ impl Rdma {
             _lock_word: lock_word,
             lock_exposure,
             locks_taken: Cell::new(0),
+            draws: Cell::new(first_draw(data.world_rank(data.rank))),
             me: data.world_rank(data.rank),
             world,
             atomics,
             exposure,
             pending: RefCell::new(vec![0; size as usize]),
+            attached: None,
         }))
+    }
+
+    /// The RDMA state of a dynamic window over `data`'s ranks, where the one-sided transport
+    /// reaches one (the ranks agreed on the RDMA path at creation); no memory yet, and no
+    /// device atomics: a dynamic window's accumulates go by messages (its blocks come and go
+    /// rank by rank, so the ranks cannot agree on device atomics at creation).
+    pub fn dynamic(data: &CommData) -> Option<Rdma> {
+        let size = data.size as usize;
+        let world: Vec<u32> = (0..data.size).map(|r| data.world_rank(r)).collect();
+        let reached: Vec<bool> = with_engine_or_lent(|e| {
+            let engine = e.one_sided();
+            Ok(world
+                .iter()
+                .map(|&w| engine.rma_reach(w).is_some())
+                .collect())
+        })
+        .ok()?;
+        if !reached.contains(&true) {
+            return None;
+        }
+        let me = data.world_rank(data.rank);
+        Some(Rdma {
+            targets: vec![None; size],
+            locks: vec![None; size],
+            _lock_word: Box::new(AtomicU64::new(0)),
+            lock_exposure: None,
+            locks_taken: Cell::new(0),
+            draws: Cell::new(first_draw(me)),
+            me,
+            world,
+            atomics: false,
+            exposure: None,
+            pending: RefCell::new(vec![0; size]),
+            attached: Some(Attached {
+                reached,
+                known: RefCell::new(vec![Vec::new(); size]),
+                exposed: RefCell::new(Vec::new()),
+            }),
+        })
+    }
+
+    /// Exposes `bytes` at `base`, attached to this rank's dynamic window, to the one-sided
+    /// transport until the window goes (see `Attached` on detaching): its packed key for
+    /// origins that ask, or none where it cannot be registered (the locked-memory limit), so
+    /// that origins reach it by messages.
+    pub fn expose_attached(&self, data: &CommData, base: *mut u8, bytes: usize) -> Vec<u8> {
+        let Some(attached) = &self.attached else {
+            return Vec::new();
+        };
+        match with_engine_or_lent(|e| e.one_sided().expose_window(base, bytes)) {
+            Ok(Some(exposure)) => {
+                let key = exposure.key.clone();
+                attached.exposed.borrow_mut().push(exposure);
+                key
+            }
+            Ok(None) => Vec::new(),
+            Err(cause) => {
+                Rdma::not_exposed(data, bytes, &cause);
+                Vec::new()
+            }
+        }
+    }
+
+    /// Whether operations on `target`'s attached memory may go by RDMA (it is reached so).
+    pub fn reaches_attached(&self, target: u32) -> bool {
+        self.attached
+            .as_ref()
+            .is_some_and(|a| a.reached[target as usize])
+    }
+
+    /// The block of `target`'s dynamic window that this rank learned and that holds the
+    /// `len` bytes at `address` whole: its address, and its key (`None`: by messages).
+    pub fn known(&self, target: u32, address: u64, len: u64) -> Option<(u64, Option<u64>)> {
+        let attached = self.attached.as_ref()?;
+        let known = attached.known.borrow();
+        known[target as usize]
+            .iter()
+            .find(|(block, _)| block.holds(address, len))
+            .map(|(block, key)| (block.address, *key))
+    }
+
+    /// Keeps `block`, which `target` said is attached there, unpacking its key; returns its
+    /// address and the key (`None`: not exposed, by messages).
+    pub fn learn(&self, target: u32, block: Region) -> Result<(u64, Option<u64>), Cause> {
+        let attached = self.attached.as_ref().expect("a dynamic window's");
+        let peer = self.world[target as usize];
+        let key = if block.key.is_empty() {
+            None
+        } else {
+            let unpacked = with_engine_or_lent(|e| e.one_sided().remote_key(peer, &block.key));
+            Some(unpacked.map_err(|c| in_communicator(c, target, peer))?)
+        };
+        let address = block.address;
+        let block = Region {
+            key: Vec::new(),
+            ..block
+        };
+        attached.known.borrow_mut()[target as usize].push((block, key));
+        Ok((address, key))
     }
 
     /// Says (under `MPIRT_VERBOSE`) that this rank could not unpack `peer`'s window key (the
@@ -414,6 +602,23 @@ impl Rdma {
     /// Gives this rank's window back (every rank is done with it: after the window's
     /// closing barrier).
     pub fn close(&mut self) {
+        if let Some(attached) = self.attached.take() {
+            for known in attached.known.into_inner() {
+                let keys: Vec<Option<RemoteKey>> = known
+                    .into_iter()
+                    .map(|(block, key)| {
+                        key.map(|key| RemoteKey {
+                            addr: block.address,
+                            key,
+                        })
+                    })
+                    .collect();
+                Rdma::forget(&keys);
+            }
+            for exposure in attached.exposed.into_inner() {
+                Rdma::release(Some(exposure));
+            }
+        }
         Rdma::forget(&self.targets);
         Rdma::forget(&self.locks);
         self.targets.iter_mut().for_each(|t| *t = None);
@@ -422,7 +627,8 @@ impl Rdma {
         Rdma::release(self.lock_exposure.take());
     }
 
-    /// Whether operations to `target` go by RDMA.
+    /// Whether operations to `target`'s window go by RDMA (a fixed window's: see
+    /// `reaches_attached` for a dynamic one's).
     pub fn reaches(&self, target: u32) -> bool {
         self.targets[target as usize].is_some()
     }
@@ -433,10 +639,24 @@ impl Rdma {
     /// `op`'s local memory must stay valid and untouched until the operation completed
     /// (`complete`, or `wait` on the ticket).
     unsafe fn post(&self, target: u32, op: RmaOp, offset: u64) -> Result<u64, Cause> {
-        let key = self.targets[target as usize].expect("reached (checked by the caller)");
-        let remote = RemoteKey {
-            addr: key.addr + offset,
-            key: key.key,
+        let remote = match self.targets[target as usize] {
+            Some(key) => RemoteKey {
+                addr: key.addr + offset,
+                key: key.key,
+            },
+            // A dynamic window's offsets are addresses, inside a block learned with a key
+            // (`Window::attached_rdma` checked).
+            None => match self.known(target, offset, op.bytes() as u64) {
+                Some((_, Some(key))) => RemoteKey { addr: offset, key },
+                _ => {
+                    return Err(Cause::Window(WindowFault::Unsupported(format!(
+                        "no block of rank {}'s dynamic window known here holds the {} byte(s) \
+                         at address {offset:#x}",
+                        self.named(target),
+                        op.bytes()
+                    ))))
+                }
+            },
         };
         // SAFETY: forwarded from this function's contract.
         unsafe { self.post_at(target, op, remote) }
@@ -451,7 +671,8 @@ impl Rdma {
         let ticket = with_engine_or_lent(|e| {
             // SAFETY: forwarded from this function's contract.
             unsafe { e.one_sided().rma(peer, op, remote) }
-        })?;
+        })
+        .map_err(|c| in_communicator(c, target, peer))?;
         self.pending.borrow_mut()[target as usize] = ticket;
         Ok(ticket)
     }
@@ -462,6 +683,7 @@ impl Rdma {
         environment::wait_until_or_lent(pml::stall::Awaited::State, |e| {
             e.one_sided().rma_done(peer, ticket)
         })
+        .map_err(|c| in_communicator(c, target, peer))
     }
 
     /// Waits until every operation posted to `targets` completed at its target; the first
@@ -563,7 +785,8 @@ impl Rdma {
                 found.set(engine.rma_result(peer, ticket));
             }
             Ok(done)
-        })?;
+        })
+        .map_err(|c| in_communicator(c, target, peer))?;
         Ok(found.get())
     }
 
@@ -712,6 +935,7 @@ impl Rdma {
             compare: 0,
             swap: mine,
         };
+        let asked = Instant::now();
         // SAFETY: an atomic has no local memory of the caller's.
         let ticket = unsafe { self.post_at(target, take, word) }?;
         let read = RmaOp::Read {
@@ -726,7 +950,7 @@ impl Rdma {
             (0, read) => read.map(drop),
             (_, Err(e)) => return Err(e),
             (held_by, Ok(_)) => {
-                self.take_lock(target, word, mine, held_by)?;
+                self.take_lock(target, word, mine, held_by, asked.elapsed())?;
                 // SAFETY: `range` is the caller's, and the read is waited for here.
                 unsafe { self.get(target, offset, range, true) }
             }
@@ -752,36 +976,83 @@ impl Rdma {
     }
 
     /// Compare-and-swaps of 0 to `mine` on `target`'s lock word at `word` until one finds
-    /// 0 (the last take found `found`). A holder that keeps it for [`LOCK_PATIENCE`] (the
-    /// same value seen throughout) is named in an error, rather than waited for without
-    /// end: it failed holding it.
-    fn take_lock(&self, target: u32, word: RemoteKey, mine: u64, found: u64) -> Result<(), Cause> {
+    /// 0 (the last take found `found`, and took `round_trip`), pausing before each as
+    /// `backoff` says, from the shortest take seen. A holder that keeps it for [`LOCK_PATIENCE`] (the same value seen
+    /// throughout) is named in an error, rather than waited for without end: it failed
+    /// holding it.
+    fn take_lock(
+        &self,
+        target: u32,
+        word: RemoteKey,
+        mine: u64,
+        found: u64,
+        round_trip: Duration,
+    ) -> Result<(), Cause> {
         let mut seen = (found, Instant::now());
+        let (mut failures, mut round_trip) = (1, round_trip);
         loop {
+            self.pause(backoff(round_trip, failures, self.jitter()))?;
             let take = RmaOp::CompareSwap {
                 compare: 0,
                 swap: mine,
             };
+            let asked = Instant::now();
             let found = self.atomic_at(target, word, take)?;
+            // The shortest take so far: one the scheduler preempted (ranks that share cores)
+            // or the first, which waited for the range's READ too, would otherwise stretch
+            // the next pause to 16 times that.
+            round_trip = round_trip.min(asked.elapsed());
             if found == 0 {
                 return Ok(());
             }
-            // The holder's release may need this rank's progress to land: where UCX does
-            // atomics in software, the target's worker applies them, and a take on this
-            // rank's own word completes at once, without the wait that would progress it.
-            with_engine_or_lent(|e| e.progress())?;
+            failures += 1;
             if found != seen.0 {
                 seen = (found, Instant::now());
             } else if seen.1.elapsed() > LOCK_PATIENCE {
+                let holder = ((found >> 32) as u32).wrapping_sub(1);
                 return Err(Cause::Window(WindowFault::Synchronisation(format!(
-                    "rank {}'s accumulate lock has been held by rank {} for {} s without a \
+                    "rank {}'s accumulate lock has been held by {} for {} s without a \
                      release: did that rank fail holding it?",
-                    self.world[target as usize],
-                    (found >> 32) - 1,
+                    self.named(target),
+                    self.world.iter().position(|&w| w == holder).map_or_else(
+                        || format!("world rank {holder}"),
+                        |r| format!("rank {}", self.named(r as u32))
+                    ),
                     LOCK_PATIENCE.as_secs()
                 ))));
             }
         }
+    }
+
+    /// Waits for `pause`, making progress meanwhile: the holder's release may need this
+    /// rank's progress to land (where UCX does atomics in software, the target's worker
+    /// applies them, and a take on this rank's own word completes at once, without the wait
+    /// that would progress it).
+    fn pause(&self, pause: Duration) -> Result<(), Cause> {
+        let until = Instant::now() + pause;
+        loop {
+            with_engine_or_lent(|e| e.progress())?;
+            if Instant::now() >= until {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// The next of this rank's pseudo-random bytes for `backoff` (xorshift64*).
+    fn jitter(&self) -> u8 {
+        let mut x = self.draws.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.draws.set(x);
+        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
+    }
+
+    /// Rank `target` of the window's communicator as errors name it: with its world rank,
+    /// where the two differ, as the PML's own texts name world ranks.
+    fn named(&self, target: u32) -> String {
+        named(target, self.world[target as usize])
     }
 
     /// Replaces the element at `offset` by `value` with compare-and-swaps, the first
@@ -830,7 +1101,47 @@ impl Rdma {
 
 #[cfg(test)]
 mod tests {
-    use super::{rdma_agreed, RmaOffer::*};
+    use std::time::Duration;
+
+    use super::{backoff, in_communicator, named, rdma_agreed, RmaOffer::*, BACKOFF_DOUBLINGS};
+    use crate::error::Cause;
+    use pml::PmlError;
+
+    #[test]
+    fn lock_takes_back_off_boundedly() {
+        let trip = Duration::from_micros(40);
+        // Half a round trip after the first failure, doubling, at most 16 round trips.
+        assert_eq!(backoff(trip, 1, 255), trip * 511 / 1024);
+        assert_eq!(backoff(trip, 1, 0), trip / 4);
+        let pauses: Vec<Duration> = (1..12).map(|n| backoff(trip, n, 255)).collect();
+        assert!(pauses.windows(2).all(|p| p[0] <= p[1]), "{pauses:?}");
+        assert!(pauses[1] > pauses[0] && pauses[4] > pauses[3], "{pauses:?}");
+        let most = trip * 16 * 511 / 512;
+        assert_eq!(backoff(trip, BACKOFF_DOUBLINGS + 1, 255), most);
+        assert_eq!(backoff(trip, u32::MAX, 255), most, "the pause is bounded");
+        // Jitter spreads ranks that failed together.
+        assert!(backoff(trip, 3, 0) < backoff(trip, 3, 255));
+    }
+
+    #[test]
+    fn device_failures_name_the_windows_rank() {
+        let failed = || {
+            Cause::Messaging(PmlError::one_sided(
+                5,
+                "posting an RDMA WRITE of 8 bytes to rank 5 failed: Invalid argument",
+            ))
+        };
+        let text = in_communicator(failed(), 1, 5).to_string();
+        assert_eq!(
+            text,
+            "posting an RDMA WRITE of 8 bytes to rank 5 failed: Invalid argument (world rank \
+             5 is rank 1 of the window's communicator)"
+        );
+        // Where the ranks agree, the PML's text stands as it is.
+        assert_eq!(in_communicator(failed(), 5, 5), failed());
+        assert_eq!(named(2, 2), "2");
+        assert_eq!(named(0, 3), "0 (world rank 3)");
+    }
 
     #[test]
     fn emulated_rma_only_where_asked() {

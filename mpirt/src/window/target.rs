@@ -5,14 +5,14 @@
 use std::collections::VecDeque;
 
 use super::operation::{element_of, AccumulateOperation};
-use super::wire::{decode_blocks, encode_reply, Answer, Ask, Request};
+use super::wire::{decode_blocks, encode_reply, Answer, Ask, Region, Request};
 
 /// The memory a window exposes on this rank.
 pub(super) enum Memory {
     /// One block: offsets count from its start.
     Fixed { base: *mut u8, bytes: usize },
-    /// Attached blocks (a dynamic window): offsets are addresses, `(address, bytes)` each.
-    Dynamic(Vec<(usize, usize)>),
+    /// Attached blocks (a dynamic window): offsets are addresses.
+    Dynamic(Vec<Region>),
 }
 
 /// The lock every passive-target epoch on this rank takes: exclusive excludes everyone,
@@ -118,27 +118,47 @@ impl Target {
         }
     }
 
-    /// Adds a block to a dynamic window.
-    ///
-    /// # Safety
-    /// As for `new`: the block stays valid, and untouched while `apply` runs, until
-    /// `detach`.
-    pub unsafe fn attach(&mut self, address: usize, bytes: usize) -> Result<(), String> {
-        match &mut self.memory {
+    /// Whether a dynamic window's `bytes` at `address` would overlap memory attached to it
+    /// (an error saying so), before `attach` adds them.
+    pub fn check_attach(&self, address: usize, bytes: usize) -> Result<(), String> {
+        match &self.memory {
             Memory::Dynamic(blocks) => {
+                let (address, bytes) = (address as u64, bytes as u64);
                 if blocks
                     .iter()
-                    .any(|&(a, n)| address < a + n && a < address + bytes)
+                    .any(|b| address < b.address + b.bytes && b.address < address + bytes)
                 {
                     return Err(format!(
                         "the {bytes} byte(s) at {address:#x} overlap memory already attached"
                     ));
                 }
-                blocks.push((address, bytes));
                 Ok(())
             }
             Memory::Fixed { .. } => Err("only a dynamic window attaches memory".into()),
         }
+    }
+
+    /// Adds a block to a dynamic window, with its packed key for one-sided operations (empty
+    /// where it is not exposed to them), which origins ask for (`Ask::Region`).
+    ///
+    /// # Safety
+    /// As for `new`: the block stays valid, and untouched while `apply` runs, until
+    /// `detach`.
+    pub unsafe fn attach(
+        &mut self,
+        address: usize,
+        bytes: usize,
+        key: Vec<u8>,
+    ) -> Result<(), String> {
+        self.check_attach(address, bytes)?;
+        if let Memory::Dynamic(blocks) = &mut self.memory {
+            blocks.push(Region {
+                address: address as u64,
+                bytes: bytes as u64,
+                key,
+            });
+        }
+        Ok(())
     }
 
     pub fn detach(&mut self, address: usize) -> Result<(), String> {
@@ -146,12 +166,25 @@ impl Target {
             Memory::Dynamic(blocks) => {
                 let at = blocks
                     .iter()
-                    .position(|&(a, _)| a == address)
+                    .position(|b| b.address == address as u64)
                     .ok_or_else(|| format!("no memory is attached at {address:#x}"))?;
                 blocks.swap_remove(at);
                 Ok(())
             }
             Memory::Fixed { .. } => Err("only a dynamic window detaches memory".into()),
+        }
+    }
+
+    /// The attached block that holds the `len` bytes at address `offset` whole, or why none
+    /// does.
+    fn region(&self, offset: u64, len: u64) -> Result<&Region, String> {
+        match &self.memory {
+            Memory::Dynamic(blocks) => {
+                blocks.iter().find(|b| b.holds(offset, len)).ok_or_else(|| {
+                    format!("no attached memory holds the {len} byte(s) at address {offset:#x}")
+                })
+            }
+            Memory::Fixed { .. } => Err("only a dynamic window's memory is attached".into()),
         }
     }
 
@@ -168,24 +201,12 @@ impl Target {
                 }
                 (base.wrapping_add(offset), offset)
             }
-            Memory::Dynamic(blocks) => {
-                let Some(&(block, _)) = blocks
-                    .iter()
-                    .find(|&&(a, n)| offset >= a && offset.saturating_add(len) <= a + n)
-                else {
-                    return Err(format!(
-                        "no attached memory holds the {len} byte(s) at address {offset:#x}"
-                    ));
-                };
+            Memory::Dynamic(_) => {
+                let block = self.region(offset as u64, len as u64)?.address as usize;
                 (offset as *mut u8, offset - block)
             }
         };
-        if from % element != 0 || len % element != 0 {
-            return Err(format!(
-                "{len} byte(s) at {from} byte(s) into the memory are not whole elements of the \
-                 window's {element}-byte type"
-            ));
-        }
+        whole_elements(from, len, element)?;
         if len == 0 {
             return Ok(&mut []);
         }
@@ -283,6 +304,10 @@ impl Target {
                 }
             }
             Ask::Flush => replies.push(reply(Answer::Done, &[])),
+            Ask::Region => {
+                let region = self.region(request.offset, request.len)?;
+                replies.push(reply(Answer::Data, &region.encode()));
+            }
             // Answered, where the origin asks (an id), once the origin's operations before
             // it are applied (they came first), so that its epoch end reports their
             // refusals.
@@ -366,6 +391,19 @@ impl Target {
     }
 }
 
+/// Whether `len` bytes at `from` bytes into a window's memory (an attached block's, in a
+/// dynamic window) are whole elements of `element` bytes, or why not: a request that is not
+/// would leave elements holding parts of two (an invalid `char` or `bool`).
+pub(super) fn whole_elements(from: usize, len: usize, element: usize) -> Result<(), String> {
+    if !from.is_multiple_of(element) || !len.is_multiple_of(element) {
+        return Err(format!(
+            "{len} byte(s) at {from} byte(s) into the memory are not whole elements of the \
+             window's {element}-byte type"
+        ));
+    }
+    Ok(())
+}
+
 fn fault(to: u32, id: u64, why: String) -> Reply {
     Reply {
         to,
@@ -443,7 +481,7 @@ mod tests {
         // SAFETY: `attached` is not touched while the target lives (it only reads).
         let mut target = unsafe { Target::new(Memory::Dynamic(Vec::new()), 4, 2) };
         // SAFETY: as above.
-        unsafe { target.attach(address as usize, 8) }.unwrap();
+        unsafe { target.attach(address as usize, 8, vec![3; 5]) }.unwrap();
         let mut replies = Vec::new();
         target.apply(
             1,
@@ -460,13 +498,50 @@ mod tests {
             &request(Ask::Get, address, 3, 3).encode(&[]),
             &mut replies,
         );
+        // Where the block lies, with its key; nothing for bytes past its end.
+        target.apply(
+            1,
+            &request(Ask::Region, address + 4, 4, 4).encode(&[]),
+            &mut replies,
+        );
+        target.apply(
+            1,
+            &request(Ask::Region, address + 4, 8, 5).encode(&[]),
+            &mut replies,
+        );
         let answers: Vec<Answer> = replies
             .iter()
             .map(|r| decode_reply(&r.frame).unwrap().0)
             .collect();
-        assert_eq!(answers, [Answer::Data, Answer::Fault, Answer::Fault]);
+        assert_eq!(
+            answers,
+            [
+                Answer::Data,
+                Answer::Fault,
+                Answer::Fault,
+                Answer::Data,
+                Answer::Fault
+            ]
+        );
         let (_, _, why) = decode_reply(&replies[1].frame).unwrap();
         assert!(String::from_utf8_lossy(why).contains("not whole elements"));
+        let (_, id, region) = decode_reply(&replies[3].frame).unwrap();
+        let expected = Region {
+            address,
+            bytes: 8,
+            key: vec![3; 5],
+        };
+        assert_eq!((id, Region::decode(region)), (4, Some(expected)));
+        let (_, _, why) = decode_reply(&replies[4].frame).unwrap();
+        assert!(String::from_utf8_lossy(why).contains("no attached memory holds the 8 byte(s)"));
+        // Once detached, the block is neither reached nor found.
+        target.detach(address as usize).unwrap();
+        target.apply(
+            1,
+            &request(Ask::Region, address, 4, 6).encode(&[]),
+            &mut replies,
+        );
+        assert_eq!(decode_reply(&replies[5].frame).unwrap().0, Answer::Fault);
         assert_eq!(memory[14..], [0, 0], "a refused put wrote");
     }
 

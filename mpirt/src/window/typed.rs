@@ -4,13 +4,14 @@
 //! side a [`TargetDatatype`]. The origin's data travels packed; the target datatype becomes a
 //! list of byte blocks in the target's window, checked at the origin against the window, and
 //! the data is applied block by block: one copy per block on the shared-memory path, the
-//! block list in the request on the message path.
+//! block list in the request on the message path. Each completes at the origin before it
+//! returns, so the request forms (`rput_typed`, ...) hand back requests complete at once.
 
 use std::marker::PhantomData;
 use std::mem::size_of;
 
 use super::wire::{encode_blocks, Ask, Blocks};
-use super::{data_request, Epoch, WindowFault};
+use super::{data_request, Epoch, RmaRequest, WindowFault};
 use crate::datatype::layout::Layout;
 use crate::datatype::{datatype_of, Buffer, BufferMut, Datatype, Equivalence, UncommittedDatatype};
 use crate::error::{or_fatal, Cause, Error};
@@ -273,37 +274,62 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         disp: usize,
         target_type: &TargetDatatype,
     ) -> Result<(), Error> {
-        let run = || -> Result<(), Cause> {
-            let (placed, layout) = self.place_typed(target, disp, target_type)?;
-            let packed = Self::pack_origin(origin, &layout, target_type)?;
-            let data = packed.bytes();
-            if let Some(direct) = self.window.direct() {
-                let mut at = 0;
-                for &(from, len) in &placed.blocks {
-                    direct.put(
-                        placed.target,
-                        placed.offset + from,
-                        &data[at..at + len as usize],
-                    );
-                    at += len as usize;
-                }
-                return Ok(());
+        self.put_typed_inner(origin, target, disp, target_type)
+            .map_err(|c| Error::new(format!("put (typed) to rank {target}"), c))
+    }
+
+    /// `MPI_Rput` with datatypes: [`put_typed`](Self::put_typed), with a request. Complete
+    /// at the origin when it returns, as the blocking form is (its origin packed and sent,
+    /// or, on the RDMA path, written), so the request is complete at once.
+    pub fn rput_typed<B: Buffer + ?Sized>(
+        &self,
+        origin: &'scope B,
+        target: Rank,
+        disp: usize,
+        target_type: &TargetDatatype,
+    ) -> RmaRequest<'scope, B> {
+        or_fatal(
+            self.put_typed_inner(origin, target, disp, target_type)
+                .map(|()| self.request(0, None))
+                .map_err(|c| Error::new(format!("rput (typed) to rank {target}"), c)),
+        )
+    }
+
+    fn put_typed_inner<B: Buffer + ?Sized>(
+        &self,
+        origin: &B,
+        target: Rank,
+        disp: usize,
+        target_type: &TargetDatatype,
+    ) -> Result<(), Cause> {
+        let (placed, layout) = self.place_typed(target, disp, target_type)?;
+        let packed = Self::pack_origin(origin, &layout, target_type)?;
+        let data = packed.bytes();
+        if let Some(direct) = self.window.direct() {
+            let mut at = 0;
+            for &(from, len) in &placed.blocks {
+                direct.put(
+                    placed.target,
+                    placed.offset + from,
+                    &data[at..at + len as usize],
+                );
+                at += len as usize;
             }
-            if let Some(rdma) = self.window.rdma_to(placed.target) {
-                let mut at = 0;
-                for &(from, len) in &placed.blocks {
-                    let part = &data[at..at + len as usize];
-                    // SAFETY: `data` lives until this call returns, after the puts completed.
-                    unsafe { rdma.put(placed.target, placed.offset + from, part) }?;
-                    at += len as usize;
-                }
-                // The packed origin goes with this call.
-                return rdma.complete(&[placed.target]);
+            return Ok(());
+        }
+        if let Some(rdma) = self.window.rdma_to(placed.target) {
+            let mut at = 0;
+            for &(from, len) in &placed.blocks {
+                let part = &data[at..at + len as usize];
+                // SAFETY: `data` lives until this call returns, after the puts completed.
+                unsafe { rdma.put(placed.target, placed.offset + from, part) }?;
+                at += len as usize;
             }
-            let request = data_request(Ask::Put, placed.offset, placed.bytes);
-            self.issue_typed(&placed, request, data, None)
-        };
-        run().map_err(|c| Error::new(format!("put (typed) to rank {target}"), c))
+            // The packed origin goes with this call.
+            return rdma.complete(&[placed.target]);
+        }
+        let request = data_request(Ask::Put, placed.offset, placed.bytes);
+        self.issue_typed(&placed, request, data, None)
     }
 
     /// `MPI_Get` with datatypes: the target's elements as `target_type` lays them from
@@ -326,39 +352,64 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         disp: usize,
         target_type: &TargetDatatype,
     ) -> Result<(), Error> {
-        let mut run = || -> Result<(), Cause> {
-            let (placed, layout) = self.place_typed(target, disp, target_type)?;
-            Self::check_landing(
-                into,
-                &layout,
-                target_type,
-                "the origin and the target datatype",
-            )?;
-            let mut staging = vec![0u8; placed.bytes];
-            if let Some(direct) = self.window.direct() {
-                let mut at = 0;
-                for &(from, len) in &placed.blocks {
-                    let part = &mut staging[at..at + len as usize];
-                    direct.get(placed.target, placed.offset + from, part);
-                    at += len as usize;
-                }
-            } else if let Some(rdma) = self.window.rdma_to(placed.target) {
-                let mut at = 0;
-                for &(from, len) in &placed.blocks {
-                    let part = &mut staging[at..at + len as usize];
-                    // SAFETY: `staging` lives until this call returns, after the gets
-                    // completed (below).
-                    unsafe { rdma.get(placed.target, placed.offset + from, part, false) }?;
-                    at += len as usize;
-                }
-                rdma.complete(&[placed.target])?;
-            } else {
-                let request = data_request(Ask::Get, placed.offset, placed.bytes);
-                self.issue_typed(&placed, request, &[], Some(&mut staging))?;
+        self.get_typed_inner(into, target, disp, target_type)
+            .map_err(|c| Error::new(format!("get (typed) from rank {target}"), c))
+    }
+
+    /// `MPI_Rget` with datatypes: [`get_typed`](Self::get_typed), whose request's `wait`
+    /// hands `into` back. Complete when it returns, as the blocking form is (the data is
+    /// unpacked into `into`'s layout then), so the request is complete at once.
+    pub fn rget_typed<B: BufferMut + ?Sized>(
+        &self,
+        into: &'scope mut B,
+        target: Rank,
+        disp: usize,
+        target_type: &TargetDatatype,
+    ) -> RmaRequest<'scope, B> {
+        let got = self.get_typed_inner(&mut *into, target, disp, target_type);
+        or_fatal(
+            got.map(|()| self.request(0, Some(into)))
+                .map_err(|c| Error::new(format!("rget (typed) from rank {target}"), c)),
+        )
+    }
+
+    fn get_typed_inner<B: BufferMut + ?Sized>(
+        &self,
+        into: &mut B,
+        target: Rank,
+        disp: usize,
+        target_type: &TargetDatatype,
+    ) -> Result<(), Cause> {
+        let (placed, layout) = self.place_typed(target, disp, target_type)?;
+        Self::check_landing(
+            into,
+            &layout,
+            target_type,
+            "the origin and the target datatype",
+        )?;
+        let mut staging = vec![0u8; placed.bytes];
+        if let Some(direct) = self.window.direct() {
+            let mut at = 0;
+            for &(from, len) in &placed.blocks {
+                let part = &mut staging[at..at + len as usize];
+                direct.get(placed.target, placed.offset + from, part);
+                at += len as usize;
             }
-            unpack(into, &staging)
-        };
-        run().map_err(|c| Error::new(format!("get (typed) from rank {target}"), c))
+        } else if let Some(rdma) = self.window.rdma_to(placed.target) {
+            let mut at = 0;
+            for &(from, len) in &placed.blocks {
+                let part = &mut staging[at..at + len as usize];
+                // SAFETY: `staging` lives until this call returns, after the gets
+                // completed (below).
+                unsafe { rdma.get(placed.target, placed.offset + from, part, false) }?;
+                at += len as usize;
+            }
+            rdma.complete(&[placed.target])?;
+        } else {
+            let request = data_request(Ask::Get, placed.offset, placed.bytes);
+            self.issue_typed(&placed, request, &[], Some(&mut staging))?;
+        }
+        unpack(into, &staging)
     }
 
     /// `MPI_Accumulate` with datatypes: `target = origin ∘ target` element by element over
@@ -406,6 +457,58 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         op: impl Into<AccumulateOperation>,
     ) {
         or_fatal(self.try_get_accumulate_typed(origin, result, target, disp, target_type, op));
+    }
+
+    /// `MPI_Raccumulate` with datatypes: [`accumulate_typed`](Self::accumulate_typed), with a
+    /// request. Complete at the origin when it returns, as the blocking form is, so the
+    /// request is complete at once.
+    pub fn raccumulate_typed<B: Buffer + ?Sized>(
+        &self,
+        origin: &'scope B,
+        target: Rank,
+        disp: usize,
+        target_type: &TargetDatatype,
+        op: impl Into<AccumulateOperation>,
+    ) -> RmaRequest<'scope, B> {
+        let done = self.accumulate_typed_inner(
+            origin,
+            None::<&mut [T]>,
+            target,
+            disp,
+            target_type,
+            op.into(),
+        );
+        or_fatal(
+            done.map(|()| self.request(0, None))
+                .map_err(|c| Error::new(format!("raccumulate (typed) to rank {target}"), c)),
+        )
+    }
+
+    /// `MPI_Rget_accumulate` with datatypes:
+    /// [`get_accumulate_typed`](Self::get_accumulate_typed), whose request's `wait` hands
+    /// `result` back. Complete when it returns, as the blocking form is, so the request is
+    /// complete at once.
+    pub fn rget_accumulate_typed<B: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        origin: &'scope B,
+        result: &'scope mut R,
+        target: Rank,
+        disp: usize,
+        target_type: &TargetDatatype,
+        op: impl Into<AccumulateOperation>,
+    ) -> RmaRequest<'scope, R> {
+        let done = self.accumulate_typed_inner(
+            origin,
+            Some(&mut *result),
+            target,
+            disp,
+            target_type,
+            op.into(),
+        );
+        or_fatal(
+            done.map(|()| self.request(0, Some(result)))
+                .map_err(|c| Error::new(format!("rget_accumulate (typed) on rank {target}"), c)),
+        )
     }
 
     pub fn try_get_accumulate_typed<B: Buffer + ?Sized, R: BufferMut + ?Sized>(

@@ -34,6 +34,9 @@ pub(super) enum Ask {
     FenceDone = 10,
     /// The origin's last request of an access epoch started by `start`.
     Complete = 11,
+    /// Which attached block of a dynamic window holds the `len` bytes at address `offset`,
+    /// and its key for one-sided operations (answered with `encode_region`).
+    Region = 12,
 }
 
 impl Ask {
@@ -51,6 +54,7 @@ impl Ask {
             Flush,
             FenceDone,
             Complete,
+            Region,
         ]
         .into_iter()
         .find(|a| *a as u8 == byte)
@@ -173,6 +177,44 @@ pub(super) fn decode_reply(frame: &[u8]) -> Option<(Answer, u64, &[u8])> {
     Some((Answer::from_byte(header[0])?, word(header, 8), payload))
 }
 
+/// An attached block of a dynamic window as the target tells an origin of it: its address,
+/// its length in bytes, and its packed key for one-sided operations (empty where it is not
+/// exposed to them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Region {
+    pub address: u64,
+    pub bytes: u64,
+    pub key: Vec<u8>,
+}
+
+impl Region {
+    /// The answer to an `Ask::Region`.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut payload = Vec::with_capacity(16 + self.key.len());
+        payload.extend_from_slice(&self.address.to_le_bytes());
+        payload.extend_from_slice(&self.bytes.to_le_bytes());
+        payload.extend_from_slice(&self.key);
+        payload
+    }
+
+    pub fn decode(payload: &[u8]) -> Option<Region> {
+        let (words, key) = payload.split_at_checked(16)?;
+        Some(Region {
+            address: word(words, 0),
+            bytes: word(words, 8),
+            key: key.to_vec(),
+        })
+    }
+
+    /// Whether the block holds the `len` bytes at `address` whole.
+    pub fn holds(&self, address: u64, len: u64) -> bool {
+        address >= self.address
+            && address
+                .checked_add(len)
+                .is_some_and(|end| end <= self.address.saturating_add(self.bytes))
+    }
+}
+
 fn word(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
 }
@@ -212,6 +254,23 @@ mod tests {
         assert_eq!(back, blocks);
         assert_eq!(data, [7; 3]);
         assert_eq!(decode_blocks(&payload[..40], 3), None);
+    }
+
+    #[test]
+    fn regions_round_trip_and_hold_only_what_lies_inside() {
+        let region = Region {
+            address: 0x7f00_0000_1000,
+            bytes: 64,
+            key: vec![9; 24],
+        };
+        assert_eq!(Region::decode(&region.encode()), Some(region.clone()));
+        assert_eq!(Region::decode(&[0; 15]), None);
+        assert!(region.holds(0x7f00_0000_1000, 64));
+        assert!(region.holds(0x7f00_0000_1038, 8));
+        assert!(region.holds(0x7f00_0000_1040, 0));
+        assert!(!region.holds(0x7f00_0000_1039, 8), "past the end");
+        assert!(!region.holds(0x7f00_0000_0ff8, 16), "before the start");
+        assert!(!region.holds(u64::MAX - 4, 8), "wrapping past 2^64");
     }
 
     #[test]
