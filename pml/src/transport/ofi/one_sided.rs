@@ -38,7 +38,7 @@ use slab::Slab;
 
 use super::memory::Region;
 use super::provider::{self, MrPlan};
-use super::{sys, OfiMr, OfiTransport, MAX_READ_PIECE, RMA_BASE};
+use super::{or_registered_copy, sys, OfiMr, OfiTransport, MAX_READ_PIECE, RMA_BASE};
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::transport::{RmaOp, RmaPosted};
@@ -342,25 +342,27 @@ impl OfiTransport {
             let piece = piece_max.min(len - done);
             let at_ptr = (local + done) as *const u8;
             let (mr, desc) = if self.fabric.plan.local {
-                match self.register_user(at_ptr, piece, reading) {
-                    Ok((id, region)) => (Some(OfiMr::Cached { id, len: piece }), region.desc()),
-                    // The provider refuses to pin read-only memory (a constant's), since
-                    // verbs and efa ask for local write access. MPI forbids changing a put's
-                    // origin until its epoch or a flush completes it, so a copy taken now is
-                    // what the write must carry. A read's target must be writable anyway.
-                    Err(e) if !reading => match self.registered_copy(at_ptr, piece) {
-                        Ok(c) => (Some(OfiMr::Copy(c)), self.copies[c].0.desc()),
-                        Err(e2) => {
-                            let cause = format!(
-                                "{what} of {piece} bytes on rank {peer}: registering its \
-                                 origin buffer: {e}; a registered copy failed too: {e2}"
-                            );
-                            return self.piece_failed(peer, ticket, done, len, cause);
-                        }
-                    },
+                let own = self
+                    .register_user(at_ptr, piece, reading)
+                    .map(|(id, region)| (OfiMr::Cached { id, len: piece }, region.desc()));
+                // The provider refuses to pin read-only memory (a constant's), since verbs
+                // and efa ask for local write access. MPI forbids changing a put's origin
+                // until its epoch or a flush completes it, so a copy taken now is what the
+                // write must carry. A read's target must be writable anyway.
+                let registered = if reading {
+                    own
+                } else {
+                    or_registered_copy(own, || {
+                        let c = self.registered_copy(at_ptr, piece)?;
+                        Ok((OfiMr::Copy(c), self.copies[c].0.desc()))
+                    })
+                };
+                match registered {
+                    Ok((mr, desc)) => (Some(mr), desc),
                     Err(e) => {
+                        let buffer = if reading { "local" } else { "origin" };
                         let cause = format!(
-                            "{what} of {piece} bytes on rank {peer}: registering its local \
+                            "{what} of {piece} bytes on rank {peer}: registering its {buffer} \
                              buffer: {e}"
                         );
                         return self.piece_failed(peer, ticket, done, len, cause);
