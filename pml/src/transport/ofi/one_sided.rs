@@ -7,6 +7,23 @@
 //! through its own address in the address vector, so that its atomics go through the
 //! provider as the peers' do (atomic with each other, which the CPU's would not be).
 //!
+//! What `FI_DELIVERY_COMPLETE` gets, read in libfabric 1.17's sources for the providers that
+//! may carry windows: the flag is passed per write, not asked in the hints (as the endpoint's
+//! default it would make every frame's send wait for its receiver too). rxm hands a write's
+//! flags to its core endpoint's `fi_writemsg` (`rxm_ep_rma_common`); there tcp marks the write
+//! for an acknowledgement that the target sends once it has written the bytes, completing it
+//! only then (without the flag a write completes once the socket took it), and verbs' reliable
+//! connection completes a write once the target's adapter acknowledged it. shm, asked for it,
+//! leaves its fast path (the origin's `process_vm_writev`, which is delivered when it returns
+//! but skipped under the flag) and its inline and inject protocols (which complete at
+//! posting) for a copy the target makes, through its bounce buffers (SAR) or, past 4 KiB where
+//! the host lets ranks read each other, by `process_vm_readv` of the origin, completing once
+//! the target copied. rxd never carries windows (see `provider::windows_by_rma`); efa and cxi
+//! were neither read nor run here. A read completes once its bytes are here, and every atomic
+//! fetches (`fi_fetch_atomic`, `fi_compare_atomic`), so it completes once applied. So a
+//! completed operation is in the target's memory on each of them, and a flush that waited for
+//! its operations' completions returns only then.
+//!
 //! Completions come through the transport's completion queue, each naming its context: an
 //! operation holds one of [`RMA_SLOTS`] contexts until then. Unlike a verbs queue pair, a
 //! provider need neither complete nor apply operations in the order posted (libfabric orders
