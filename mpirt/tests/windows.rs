@@ -1649,6 +1649,27 @@ fn windows_over_verbs() {
     for needle in MISUSES {
         assert!(out.contains(needle), "missing {needle:?} in\n{out}");
     }
+    // A completion queue with room for 16 sends beside its 512 receives
+    // (MPIRT_VERBS_CQ_ENTRIES, as a job of more peers than the device's max_cqe holds would
+    // get), far below a queue pair's 256, and 1 MiB puts cut into 4 KiB RDMA WRITEs (256 work
+    // requests each): every send, of every queue pair, waits for room in it, and the jobs
+    // still end right.
+    let mut small_cq = VERBS.to_vec();
+    small_cq.extend([
+        ("MPIRT_VERBS_CQ_ENTRIES", "528"),
+        ("MPIRT_VERBS_MAX_MSG", "4096"),
+    ]);
+    for (mode, expect) in [("kinds", "kinds ok"), ("model", "model ok")] {
+        let (out, err) = ok_job_with(2, mode, &small_cq);
+        assert!(
+            out.contains(expect),
+            "{mode} with a small completion queue: {out}"
+        );
+        assert!(
+            err.contains("at most 16 sends in flight (the completion queue's room)"),
+            "the completion queue's room was not capped:\n{err}"
+        );
+    }
 }
 
 /// Windows on the RDMA path, never the shared-memory mapping (which ranks on one host would
