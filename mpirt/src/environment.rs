@@ -17,7 +17,7 @@ use std::marker::PhantomData;
 use std::string::FromUtf8Error;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bootstrap::Bootstrap;
 use pml::stall::Awaited;
@@ -470,6 +470,14 @@ where
 #[inline]
 pub(crate) fn wait(handle: Handle) -> Result<Done, Cause> {
     on_engine(move |e| e.wait(handle), move || shared::wait(handle))
+}
+
+/// Sleeps in the PML until a transport may hold something for this rank or `timeout`
+/// passes, where this thread owns the PML (`Single`, `Funneled`); `false` where it does not,
+/// without sleeping: a sleep on the shared PML would hold its lock, and the other threads out,
+/// for all of it.
+pub(crate) fn sleep_in_pml(timeout: Duration) -> Result<bool, Cause> {
+    on_engine(move |e| e.sleep(timeout).map(|()| true), || Ok(false))
 }
 
 /// `wait` for code that runs as a progress hook too (see `with_engine_or_lent`). As a hook it

@@ -97,6 +97,10 @@ fn rank_mode() {
             request_after_flush(&world);
             println!("kinds ok");
         }
+        "barrier" => {
+            served_in_a_barrier(&world);
+            println!("barrier ok");
+        }
         "errors" => errors(&world),
         "beyond" => {
             beyond_locked_memory(&world);
@@ -1054,6 +1058,32 @@ fn progress_in_a_receive(world: &SimpleCommunicator) {
     world.barrier();
 }
 
+/// Rank 0's locked sums on rank 1, `SERVED_ROUNDS` epochs, while rank 1 waits in a barrier
+/// (in the collective area of a communicator of its own, on one host, which `--verbose`
+/// reports on when it goes): each is served by rank 1's progress there, and all are in its
+/// window after.
+fn served_in_a_barrier(world: &SimpleCommunicator) {
+    let window = Window::<u64>::allocate(world, 1);
+    let waiting = world.duplicate();
+    waiting.barrier();
+    if world.rank() == 0 {
+        for _ in 0..SERVED_ROUNDS {
+            window.lock(1, LockKind::Exclusive, |epoch| {
+                epoch.accumulate(&[1], 1, 0, SystemOperation::sum())
+            });
+        }
+    }
+    waiting.barrier();
+    drop(waiting);
+    if world.rank() == 1 {
+        window.with_local(|local| assert_eq!(local[0], SERVED_ROUNDS, "rank 1's sum"));
+    }
+    world.barrier();
+}
+
+/// The epochs `served_in_a_barrier` runs.
+const SERVED_ROUNDS: u64 = 300;
+
 /// 1 MiB puts and gets, past every transport's eager limit (rendezvous requests and
 /// replies).
 fn large(world: &SimpleCommunicator) {
@@ -1636,6 +1666,39 @@ fn window_kinds_and_progress() {
     assert_job(2, "kinds", &TCP, "kinds ok");
 }
 
+/// A target waiting in a barrier that meets in the collective area, whose windows go by
+/// messages, sleeps in its PML, which the origin's requests wake, not on the area's futex
+/// word, which they do not (it served them only between sleeps of up to 1 ms there): its
+/// `--verbose` count of sleeps in the PML (the waits spin not at all, `MPIRT_SPIN_US=0`, so
+/// they sleep at once), and every epoch's sum in its window.
+#[test]
+fn a_target_in_a_barrier_sleeps_where_operations_wake_it() {
+    if common::spread_over_hosts() {
+        println!("skipped: needs the ranks on one host, whose barrier meets in the area");
+        return;
+    }
+    let envs = [
+        ("MPIRT_WINDOW_PATH", "messages"),
+        ("MPIRT_VERBOSE", "1"),
+        ("MPIRT_SPIN_US", "0"),
+    ];
+    let (out, err) = ok_job_with(2, "barrier", &envs);
+    assert!(out.contains("barrier ok"), "{out}");
+    let in_pml: u64 = err
+        .lines()
+        .filter(|l| l.starts_with("mpirt: collective area, rank 1 of 2:"))
+        .filter_map(|l| {
+            l.split(", ")
+                .find_map(|part| part.strip_suffix(" sleeps in the PML (serving peers)"))
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .sum();
+    assert!(
+        in_pml > 0,
+        "rank 1 never slept in its PML while serving {SERVED_ROUNDS} epochs:\n{err}"
+    );
+}
+
 /// RDMA verbs between the ranks, and windows by RDMA where verbs reaches (never the
 /// shared-memory mapping, which ranks on one host would otherwise take).
 #[cfg(feature = "verbs")]
@@ -1734,6 +1797,27 @@ fn windows_over_verbs() {
     for needle in MISUSES {
         assert!(out.contains(needle), "missing {needle:?} in\n{out}");
     }
+    // A completion queue with room for 16 sends beside its 512 receives
+    // (MPIRT_VERBS_CQ_ENTRIES, as a job of more peers than the device's max_cqe holds would
+    // get), far below a queue pair's 256, and 1 MiB puts cut into 4 KiB RDMA WRITEs (256 work
+    // requests each): every send, of every queue pair, waits for room in it, and the jobs
+    // still end right.
+    let mut small_cq = VERBS.to_vec();
+    small_cq.extend([
+        ("MPIRT_VERBS_CQ_ENTRIES", "528"),
+        ("MPIRT_VERBS_MAX_MSG", "4096"),
+    ]);
+    for (mode, expect) in [("kinds", "kinds ok"), ("model", "model ok")] {
+        let (out, err) = ok_job_with(2, mode, &small_cq);
+        assert!(
+            out.contains(expect),
+            "{mode} with a small completion queue: {out}"
+        );
+        assert!(
+            err.contains("at most 16 sends in flight (the completion queue's room)"),
+            "the completion queue's room was not capped:\n{err}"
+        );
+    }
 }
 
 /// Windows on the RDMA path, never the shared-memory mapping (which ranks on one host would
@@ -1752,14 +1836,16 @@ fn windows_over_ucx() {
         println!("skipped: the jobs run on the native PML (MPIRT_TEST_PML=ucx runs them on UCX)");
         return;
     }
-    // The whole atomics mode is left out: where UCX does atomics in software at the target
-    // (over TCP, and, inferred from the timings, over shared memory), a target waiting in a
-    // collective applies them only between its sleeps of up to 1 ms (`collective/shared.rs`),
-    // so its thousands of contended operations take minutes on 3 ranks; the counter mode's
-    // short contended run stands for them.
+    // The whole atomics mode too: where UCX does atomics in software at the target (over TCP,
+    // and, inferred from the timings, over shared memory), its thousands of contended
+    // operations are applied by targets that wait in barriers meanwhile; while such a target
+    // slept on the collective area's futex word, which they do not wake, it applied them only
+    // between sleeps of up to 1 ms, and the mode outlasted the job's limit (it sleeps in its
+    // PML now, which they wake: `collective/shared.rs`).
     for (n, mode, expect, eight_bytes) in [
         (3, "model", "model ok", true),
         (3, "counter", "counter ok", true),
+        (3, "atomics", "atomics ok", true),
         (2, "kinds", "kinds ok", false),
     ] {
         let (out, _) = ok_job_with(n, mode, &RDMA_PATH);

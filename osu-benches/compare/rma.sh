@@ -6,9 +6,8 @@
 # bandwidth and put bidirectional bandwidth (which synchronises with pscw, OSU 7.4's default,
 # or fence when -s names it: OSU's offers no other; the table says each test's). mpirt runs on its shared-memory path, and with -a on its
 # active messages too (MPIRT_WINDOW_PATH=messages): there a passive-target operation waits for
-# the target, which sits in a barrier that looks at messages between sleeps of up to 1 ms, so
-# each takes about a millisecond and a run of the latency tests' 10,000 iterations per size
-# takes minutes.
+# the target, which sits in a barrier (asleep in its PML once it has waited past its spin, woken
+# by the operation's messages), so each costs the target's wake-up.
 # With -o PROVIDER, mpirt runs over libfabric instead (--transport ofi on that provider, built
 # with the ofi feature into target/ofi): its windows by fi_write, fi_read and fi_atomic
 # (MPIRT_WINDOW_PATH=rdma) and by active messages over the same transport (=messages: what a

@@ -69,6 +69,10 @@ pub struct EngineConfig {
     /// Scatter-gather entries one RDMA READ takes, where lower than the device's `max_sge`
     /// (`MPIRT_VERBS_MAX_SGE`); `None`: the device's, at most 32.
     pub verbs_max_sge: Option<usize>,
+    /// Most entries of the verbs completion queue, where lower than the device's `max_cqe`
+    /// (`MPIRT_VERBS_CQ_ENTRIES`); `None`: as many as the queue pairs need, up to `max_cqe`.
+    /// The sends in flight at once are capped to what it holds beside the receives.
+    pub verbs_cq_entries: Option<usize>,
     /// libfabric provider to use (`--ofi-provider`: `efa`, `cxi`, `verbs`, `tcp`, `shm`,
     /// `udp`, or a full name such as `tcp;ofi_rxm`); `None` for the first by preference.
     pub ofi_provider: Option<String>,
@@ -126,6 +130,7 @@ impl Default for EngineConfig {
             verbs_max_msg: None,
             verbs_sge_min_block: 1 << 10,
             verbs_max_sge: None,
+            verbs_cq_entries: None,
             ofi_provider: None,
             ofi_eager_limit: 8 << 10,
             ofi_rma: true,
@@ -239,6 +244,7 @@ impl EngineConfig {
             verbs_max_msg: Some(size_var("MPIRT_VERBS_MAX_MSG", 0)?).filter(|&n| n > 0),
             verbs_sge_min_block: size_var("MPIRT_VERBS_SGE_MIN_BLOCK", d.verbs_sge_min_block)?,
             verbs_max_sge: Some(size_var("MPIRT_VERBS_MAX_SGE", 0)?).filter(|&n| n > 0),
+            verbs_cq_entries: Some(size_var("MPIRT_VERBS_CQ_ENTRIES", 0)?).filter(|&n| n > 0),
             ofi_provider: env::var("MPIRT_OFI_PROVIDER")
                 .ok()
                 .filter(|p| !p.trim().is_empty()),

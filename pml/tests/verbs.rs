@@ -183,6 +183,7 @@ fn transport_with(
         max_msg,
         max_sge,
         sge_min_block: SGE_MIN_BLOCK,
+        cq_entries: None,
     };
     VerbsTransport::new(rank, 2, 0, &[peer], &config).unwrap()
 }

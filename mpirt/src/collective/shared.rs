@@ -45,7 +45,13 @@
 //! its futex word in the area, having said so in its sleeping word; whoever publishes a flag
 //! wakes the sleepers (a fence on each side: either the publisher sees the sleeper, or the
 //! sleeper sees the flag), so a wait ends a wake-up after the flag it waits for, not after a
-//! timeout.
+//! timeout. A rank whose progress its peers need (any progress hook: a window off the
+//! shared-memory path, whose operations come as messages or as RMA that the transport applies
+//! in the target's progress, as UCX over TCP and OFI's tcp;ofi_rxm and shm do; an immediate
+//! collective in flight) sleeps in its PML instead, where whatever reaches one of its
+//! transports wakes it and the publisher does not, so for at most `SLEEP`: on the futex word
+//! every operation of an origin on it waited up to `SLEEP` for the target to look, and a
+//! contended run of atomics over UCX took minutes.
 //!
 //! The area is set up by the communicator's first blocking collective that may meet here,
 //! whatever its length: rank 0 creates a file under /dev/shm (named after the job, so that
@@ -80,9 +86,10 @@ use pml::stall::{Awaited, Blocked};
 use pml::transport::shm::futex;
 use pml::{Handle, Pml, SourceSel, Tag, TagSel, TransportChoice, Waiting};
 
+use crate::backend::hooks;
 use crate::communicator::CommData;
 use crate::datatype::{BufferMut, Datatype};
-use crate::environment::with_engine;
+use crate::environment::{self, with_engine};
 use crate::error::{Cause, Error};
 use crate::point_to_point::{post_runtime_send, wait_handle};
 
@@ -147,8 +154,9 @@ const PROGRESS_EVERY: u32 = 64;
 /// that share cores never spin, so that the peer they wait for runs: they yield their CPU
 /// between polls (`Area::yield_for`), then sleep.
 const SPIN_FOR: Duration = Duration::from_secs(1);
-/// The longest one sleep lasts: the publisher of the flag wakes the sleeper, but messages for
-/// it (which a peer may need moved before it reaches the call) do not.
+/// The longest one sleep lasts: on the area's futex word, the publisher of the flag wakes the
+/// sleeper, but messages for it (which a peer may need moved before it reaches the call) do
+/// not; in the PML (a rank whose progress serves its peers), the other way round.
 const SLEEP: Duration = Duration::from_millis(1);
 /// Polls between two readings of the clock.
 const POLLS_PER_CLOCK: u32 = 256;
@@ -199,13 +207,15 @@ pub(crate) struct Area {
 
 /// How waits in an area ended their turns: yields of the CPU (where ranks share CPUs), sleeps,
 /// how many sleeps a publisher ended, and how many ran to their timeout with the flag they
-/// waited for already published (wake-ups lost, which the protocol rules out).
+/// waited for already published (wake-ups lost, which the protocol rules out); and the sleeps
+/// in the PML of a rank whose progress serves its peers.
 #[derive(Clone, Copy, Default)]
 struct Sleeps {
     yielded: u64,
     slept: u64,
     woken: u64,
     missed: u64,
+    in_pml: u64,
 }
 
 /// Whether a communicator has an area, as its first fitting call found out.
@@ -1393,7 +1403,9 @@ impl Area {
                     blocked.idle(idle, || {
                         with_engine(|e| Ok(e.queues(Awaited::State))).unwrap_or_default()
                     });
-                    self.sleep(flag, call);
+                    if !(hooks::any() && self.sleep_in_pml()?) {
+                        self.sleep(flag, call);
+                    }
                     with_engine(|e| e.progress())?;
                     continue;
                 }
@@ -1401,6 +1413,20 @@ impl Area {
             std::hint::spin_loop();
         }
         Ok(())
+    }
+
+    /// Sleeps in the PML until something reaches one of its transports (a peer's operation
+    /// on a window this rank exposes, a message) or `SLEEP` passes, where this thread owns the
+    /// PML: `false` where it does not, and sleeps not (the shared PML's lock would be held
+    /// through the sleep).
+    fn sleep_in_pml(&self) -> Result<bool, Cause> {
+        let slept = environment::sleep_in_pml(SLEEP)?;
+        if slept {
+            let mut sleeps = self.sleeps.get();
+            sleeps.in_pml += 1;
+            self.sleeps.set(sleeps);
+        }
+        Ok(slept)
     }
 
     /// Sleeps until a publisher wakes this rank (or `SLEEP` passes), unless `flag` says
@@ -1437,14 +1463,15 @@ impl Drop for Area {
             let sleeps = self.sleeps.get();
             bootstrap::output::say(&format!(
                 "mpirt: collective area, rank {} of {}: {} calls, {} yields, {} sleeps, {} woken \
-                 by a publisher, {} lost wake-ups",
+                 by a publisher, {} lost wake-ups, {} sleeps in the PML (serving peers)",
                 self.rank,
                 self.size,
                 self.calls.get(),
                 sleeps.yielded,
                 sleeps.slept,
                 sleeps.woken,
-                sleeps.missed
+                sleeps.missed,
+                sleeps.in_pml
             ));
         }
     }

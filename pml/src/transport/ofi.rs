@@ -67,6 +67,16 @@ pub enum OfiMr {
     Copy(usize),
 }
 
+/// `own`, a registration of the user's buffer, or where the provider refused it, `copy`'s
+/// registered copy of the buffer (see `OfiTransport::registered_copy`); where that fails too,
+/// one error naming both causes.
+fn or_registered_copy<T>(
+    own: Result<T, String>,
+    copy: impl FnOnce() -> Result<T, String>,
+) -> Result<T, String> {
+    own.or_else(|e| copy().map_err(|e2| format!("{e}; a registered copy failed too: {e2}")))
+}
+
 /// Receive buffers posted on the endpoint, send buffers to copy frames into, and reads in
 /// flight at once.
 const RECV_BUFFERS: usize = 256;
@@ -702,24 +712,32 @@ impl OfiTransport {
 
     /// Registers `len` bytes at `buf` for peers' `fi_read`; returns how they address it.
     pub fn expose(&mut self, buf: *const u8, len: usize) -> Result<(RemoteKey, OfiMr), String> {
-        let local = self.fabric.plan.local;
-        let (id, region) = match self.register_user(buf, len, false) {
-            Ok(registered) => registered,
-            Err(e) if local => {
-                return self
-                    .expose_copy(buf, len)
-                    .map_err(|e2| format!("{e}; a registered copy failed too: {e2}"))
-            }
-            Err(e) => return Err(e),
-        };
-        let (base, key) = (region.base, region.key());
+        let own = self
+            .register_user(buf, len, false)
+            .map(|(id, region)| (id, region.base, region.key()))
+            .map(|registered| self.exposed_own(buf, len, registered));
+        if self.fabric.plan.local {
+            or_registered_copy(own, || self.expose_copy(buf, len))
+        } else {
+            own
+        }
+    }
+
+    /// The exposure of the user's own buffer, `len` bytes at `buf`, by its cached
+    /// registration `id` (of the region at `base` with `key`).
+    fn exposed_own(
+        &mut self,
+        buf: *const u8,
+        len: usize,
+        (id, base, key): (CachedMr, usize, u64),
+    ) -> (RemoteKey, OfiMr) {
         let key = RemoteKey {
             addr: self.fabric.plan.remote_addr(buf as usize, base),
             key,
         };
         self.exposed += len;
         self.exposures += 1;
-        Ok((key, OfiMr::Cached { id, len }))
+        (key, OfiMr::Cached { id, len })
     }
 
     /// Exposes a registered copy of a send buffer the provider cannot register (see
@@ -1453,6 +1471,36 @@ impl Drop for OfiTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A buffer the provider registers is not copied; one it refuses goes by a registered
+    /// copy; where the copy's registration fails too, the error names both causes, the
+    /// buffer's first (a put's origin in read-only pages under a locked-memory limit: no
+    /// provider here needs local registration, so no job reaches this).
+    #[test]
+    fn a_refused_buffer_goes_by_a_registered_copy_naming_both_failures() {
+        let copies = std::cell::Cell::new(0);
+        let copy = |result: Result<u8, String>| {
+            copies.set(copies.get() + 1);
+            result
+        };
+        assert_eq!(or_registered_copy(Ok(1), || copy(Ok(2))), Ok(1));
+        assert_eq!(copies.get(), 0, "a registered buffer was copied");
+        assert_eq!(
+            or_registered_copy(Err("Bad address".into()), || copy(Ok(2))),
+            Ok(2)
+        );
+        assert_eq!(
+            or_registered_copy(Err("fi_mr_reg: Bad address".into()), || copy(Err(
+                "fi_mr_reg: Cannot allocate memory".into()
+            ))),
+            Err::<u8, _>(
+                "fi_mr_reg: Bad address; a registered copy failed too: fi_mr_reg: Cannot \
+                 allocate memory"
+                    .into()
+            )
+        );
+        assert_eq!(copies.get(), 2);
+    }
 
     /// With a wait fd, a wait sleeps on it unless a completion may be pending, whatever is in
     /// flight; without one, it naps while nothing is in flight, and with a transfer under way

@@ -24,6 +24,13 @@
 //! (see [`VerbsTransport::probe_idle_peers`]). Once a peer's queue pair fails, the peer is
 //! broken: later sends and reads to it fail at once with the first cause.
 //!
+//! One completion queue takes every queue pair's completions. It is sized for all their send
+//! queues and the receives where the device's `max_cqe` allows, else as large as it allows;
+//! either way every send-queue work request posted counts against what it holds beside the
+//! receives (`completion_queue`, `has_room`), so a full queue never overruns and loses
+//! completions: frames and one-sided operations stop short of that cap, keeping room for the
+//! control writes (credits, probes), as they do of each queue pair's `SEND_DEPTH`.
+//!
 //! Windows (one-sided operations, `one_sided.rs`): RDMA WRITE, READ and atomics on memory
 //! each rank exposed, on a second queue pair per peer, and a loopback queue pair for a
 //! rank's own window (so that its atomics go through the device as everyone else's do).
@@ -78,6 +85,9 @@ pub struct VerbsConfig {
     /// The shortest mean block of a receive that reads scatter into (see the module's
     /// documentation; `MPIRT_VERBS_SGE_MIN_BLOCK`).
     pub sge_min_block: usize,
+    /// Most entries of the completion queue, where lower than the device's `max_cqe`
+    /// (`MPIRT_VERBS_CQ_ENTRIES`).
+    pub cq_entries: Option<usize>,
 }
 
 /// Receive buffers on the shared receive queue, and send buffers to copy frames into.
@@ -317,6 +327,10 @@ pub struct VerbsTransport {
     eager_limit: usize,
     /// Whether the registration cache was asked for (`--verbose` says why it is off).
     reg_cache_wanted: bool,
+    /// Send-queue work requests of every queue pair in flight, and the most there may be
+    /// (what the completion queue holds beside the receives: see `completion_queue`).
+    sends_in_flight: usize,
+    send_cap: usize,
 }
 
 fn status_text(status: ibv_wc_status::Type) -> String {
@@ -329,22 +343,51 @@ fn transport(peer: Rank, cause: impl Into<String>) -> PmlError {
     PmlError::transport(peer, cause.into())
 }
 
-/// The entries the completion queue needs for `peers` peers: each one's two queue pairs' send
-/// queues (messages and one-sided operations), the loopback queue pair's, and the shared
-/// receive queue. Refused where the device's `max_cqe` holds fewer, since a full completion
-/// queue loses completions (an overrun): the error names both and the peer count.
-fn completion_depth(peers: usize, max_cqe: usize) -> Result<i32, String> {
-    let depth = RECV_BUFFERS + (2 * peers + 1) * SEND_DEPTH as usize;
-    if depth > max_cqe {
-        let most =
-            max_cqe.saturating_sub(RECV_BUFFERS + SEND_DEPTH as usize) / (2 * SEND_DEPTH as usize);
+/// Send-queue work requests kept free, across all queue pairs, for the messages' control
+/// writes (credits, probes) and read pieces: frames and one-sided operations stop short of
+/// them, as they do of each queue pair's `SEND_DEPTH`.
+const CONTROL_SENDS: usize = 8;
+
+/// The fewest send-queue work requests in flight a completion queue must leave room for: a
+/// frame beside the control writes.
+const FEWEST_SENDS: usize = 2 * CONTROL_SENDS;
+
+/// The completion queue's size, and the send-queue work requests (of every queue pair
+/// together) that may be in flight at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CqSize {
+    entries: i32,
+    sends: usize,
+}
+
+/// The completion queue for `peers` peers: as many entries as their two queue pairs' send
+/// queues (messages and one-sided operations), the loopback queue pair's and the shared
+/// receive queue hold, or fewer where the device's `max_cqe` (or `asked`,
+/// `MPIRT_VERBS_CQ_ENTRIES`) is lower; then the sends in flight across the queue pairs are
+/// capped to what it holds beside the receives, since a full completion queue loses
+/// completions (an overrun). Refused, naming the limits, where that leaves fewer than
+/// `FEWEST_SENDS`.
+fn completion_queue(peers: usize, max_cqe: usize, asked: Option<usize>) -> Result<CqSize, String> {
+    let needed = RECV_BUFFERS + (2 * peers + 1) * SEND_DEPTH as usize;
+    let most = asked.map_or(max_cqe, |asked| asked.min(max_cqe));
+    let entries = needed.min(most).min(i32::MAX as usize);
+    let sends = entries.saturating_sub(RECV_BUFFERS);
+    if sends < FEWEST_SENDS {
+        let limit = match asked {
+            Some(asked) if asked < max_cqe => {
+                format!("MPIRT_VERBS_CQ_ENTRIES={asked} (the device's max_cqe is {max_cqe})")
+            }
+            _ => format!("the device's max_cqe of {max_cqe}"),
+        };
         return Err(format!(
-            "a completion queue for {peers} peers needs {depth} entries, more than the \
-             device's max_cqe of {max_cqe} (it holds {most}); run fewer ranks a node or \
-             use another transport"
+            "a completion queue of at most {entries} entries ({limit}) leaves {sends} for \
+             sends beside its {RECV_BUFFERS} receives, fewer than the {FEWEST_SENDS} needed"
         ));
     }
-    Ok(depth as i32)
+    Ok(CqSize {
+        entries: entries as i32,
+        sends,
+    })
 }
 
 /// Digits of one queue pair number in an endpoint: QPNs are 24 bits, six hex digits.
@@ -401,8 +444,9 @@ impl VerbsTransport {
         let frame_size = config.frame_size.min(dev.max_msg as usize);
         dev.lower_max_piece(config.max_msg);
         dev.lower_max_read_sge(config.max_sge);
-        let depth =
-            completion_depth(peers.len(), dev.max_cqe).map_err(|e| format!("{}: {e}", dev.name))?;
+        let cq_size = completion_queue(peers.len(), dev.max_cqe, config.cq_entries)
+            .map_err(|e| format!("{}: {e}", dev.name))?;
+        let depth = cq_size.entries;
         // SAFETY: the context is open; each object is destroyed in `Drop`, in reverse order.
         let (channel, cq, srq) = unsafe {
             let channel = ibv_create_comp_channel(dev.ctx);
@@ -500,6 +544,8 @@ impl VerbsTransport {
                 .frame_size
                 .saturating_sub(crate::wire::MAX_HEADER_LEN),
             reg_cache_wanted: config.reg_cache,
+            sends_in_flight: 0,
+            send_cap: cq_size.sends,
         };
         for i in 0..RECV_BUFFERS {
             t.post_receive(i).map_err(|e| e.to_string())?;
@@ -532,6 +578,12 @@ impl VerbsTransport {
     /// The shortest mean block of a receive that reads scatter into.
     pub fn sge_min_block(&self) -> usize {
         self.sge_min_block
+    }
+
+    /// The most send-queue work requests of every queue pair in flight at once (what the
+    /// completion queue holds beside the receives).
+    pub fn send_cap(&self) -> usize {
+        self.send_cap
     }
 
     /// Whether registrations are kept between messages (see `registry.rs`).
@@ -742,7 +794,29 @@ impl VerbsTransport {
             return Err(rc);
         }
         p.in_flight += 1;
+        self.sends_in_flight += 1;
+        debug_assert!(
+            self.sends_in_flight <= self.send_cap,
+            "{} sends in flight, past the completion queue's {}",
+            self.sends_in_flight,
+            self.send_cap
+        );
         Ok(())
+    }
+
+    /// Whether a send-queue work request may be posted to a queue pair with `in_flight` of
+    /// its own in flight, keeping `reserve` free on it and across every queue pair (the
+    /// completion queue's room, `send_cap`).
+    fn has_room(&self, in_flight: u32, reserve: usize) -> bool {
+        (in_flight as usize) + reserve < SEND_DEPTH as usize
+            && self.sends_in_flight + reserve < self.send_cap
+    }
+
+    /// How many send-queue work requests may be posted now to a queue pair with `in_flight`
+    /// of its own in flight, keeping `reserve` free across every queue pair.
+    fn room(&self, in_flight: u32, reserve: usize) -> usize {
+        (SEND_DEPTH.saturating_sub(in_flight) as usize)
+            .min(self.send_cap.saturating_sub(self.sends_in_flight + reserve))
     }
 
     /// Sends one frame if the peer has credit and a send buffer is free; `Ok(false)` if not
@@ -754,7 +828,7 @@ impl VerbsTransport {
             return Err(refused(peer, "SEND", cause));
         }
         let consumed = self.credit_slot(peer).load(Ordering::Acquire);
-        if p.sent >= self.initial_credits + consumed || p.in_flight >= SEND_DEPTH - 8 {
+        if p.sent >= self.initial_credits + consumed || !self.has_room(p.in_flight, CONTROL_SENDS) {
             return Ok(false);
         }
         let Some(slot) = self.free_send.pop() else {
@@ -976,7 +1050,7 @@ impl VerbsTransport {
                 self.piece_done(piece.read, Some(cause));
                 continue;
             }
-            if p.in_flight >= SEND_DEPTH - 4 {
+            if !self.has_room(p.in_flight, CONTROL_SENDS / 2) {
                 return Ok(());
             }
             let piece = self.waiting_pieces.pop_front().expect("front");
@@ -1040,9 +1114,9 @@ impl VerbsTransport {
 
     /// Tells `peer` how many of its frames this rank consumed, once enough have piled up.
     fn return_credits(&mut self, peer: Rank) -> Result<(), PmlError> {
-        let p = self.peers[peer as usize].as_mut().expect("a verbs peer");
+        let p = self.peers[peer as usize].as_ref().expect("a verbs peer");
         if p.consumed - p.reported < self.credit_batch
-            || p.in_flight >= SEND_DEPTH - 2
+            || !self.has_room(p.in_flight, CONTROL_SENDS / 4)
             || p.broken.is_some()
         {
             return Ok(());
@@ -1114,7 +1188,11 @@ impl VerbsTransport {
             let Some(p) = &self.peers[peer] else {
                 continue;
             };
-            if p.probing || p.broken.is_some() || p.in_flight > 0 || self.said_goodbye(peer as Rank)
+            if p.probing
+                || p.broken.is_some()
+                || p.in_flight > 0
+                || !self.has_room(0, 1)
+                || self.said_goodbye(peer as Rank)
             {
                 continue;
             }
@@ -1164,6 +1242,7 @@ impl VerbsTransport {
             let index = (wc.wr_id & WR_INDEX) as usize;
             let kind = wc.wr_id & !WR_INDEX;
             if kind != WR_RECV {
+                self.sends_in_flight -= 1;
                 if let Some(p) = self.lane_mut(peer, kind) {
                     p.in_flight -= 1;
                     p.probing &= kind != WR_PROBE;
@@ -1331,7 +1410,13 @@ impl VerbsTransport {
             let Some(p) = &self.peers[peer] else {
                 continue;
             };
-            if p.goodbye_addr == 0 || p.broken.is_some() || self.said_goodbye(peer as Rank) {
+            // A peer past the completion queue's room goes without (it would take this
+            // rank's silence for a death only if it wrote to it later).
+            if p.goodbye_addr == 0
+                || p.broken.is_some()
+                || !self.has_room(p.in_flight, 0)
+                || self.said_goodbye(peer as Rank)
+            {
                 continue;
             }
             let addr = p.goodbye_addr;
@@ -1380,7 +1465,7 @@ impl Drop for VerbsTransport {
 
 #[cfg(test)]
 mod tests {
-    use super::{completion_depth, qpn_in, QPN_DIGITS};
+    use super::{completion_queue, qpn_in, CqSize, QPN_DIGITS, RECV_BUFFERS, SEND_DEPTH};
 
     #[test]
     fn an_endpoint_of_128_ranks_fits_pmi() {
@@ -1411,17 +1496,54 @@ mod tests {
         assert_eq!(qpn_in("00zz00", 0), None);
     }
 
+    /// The completion queue holds every queue pair's send queue and the receives where the
+    /// device allows, else as many as it allows with the sends in flight capped to what it
+    /// holds beside the receives; too few for a frame and the control writes is refused,
+    /// naming the limit.
     #[test]
-    fn the_completion_queue_fits_the_device_or_is_refused() {
+    fn the_completion_queue_is_clamped_to_the_device_and_caps_the_sends() {
         // Soft-RoCE's max_cqe.
         const RXE: usize = 32768;
-        assert!(completion_depth(62, RXE).is_ok_and(|d| d as usize <= RXE));
-        let refused = completion_depth(63, RXE).unwrap_err();
-        for named in ["63 peers", "max_cqe of 32768", "it holds 62"] {
+        let whole = RECV_BUFFERS + (2 * 62 + 1) * SEND_DEPTH as usize;
+        assert_eq!(
+            completion_queue(62, RXE, None),
+            Ok(CqSize {
+                entries: whole as i32,
+                sends: whole - RECV_BUFFERS
+            })
+        );
+        // 63 peers, refused before the clamp, and 1000.
+        for peers in [63, 1000] {
+            assert_eq!(
+                completion_queue(peers, RXE, None),
+                Ok(CqSize {
+                    entries: RXE as i32,
+                    sends: RXE - RECV_BUFFERS
+                })
+            );
+        }
+        assert_eq!(
+            completion_queue(1, RXE, Some(RECV_BUFFERS + 64)),
+            Ok(CqSize {
+                entries: (RECV_BUFFERS + 64) as i32,
+                sends: 64
+            })
+        );
+        let refused = completion_queue(1, RXE, Some(RECV_BUFFERS + 15)).unwrap_err();
+        for named in [
+            "MPIRT_VERBS_CQ_ENTRIES=527 (the device's max_cqe is 32768)",
+            "leaves 15 for sends",
+            "fewer than the 16 needed",
+        ] {
             assert!(
                 refused.contains(named),
                 "{refused:?} does not say {named:?}"
             );
         }
+        let refused = completion_queue(8, 520, None).unwrap_err();
+        assert!(
+            refused.contains("the device's max_cqe of 520") && refused.contains("leaves 8"),
+            "{refused:?}"
+        );
     }
 }

@@ -7,6 +7,23 @@
 //! through its own address in the address vector, so that its atomics go through the
 //! provider as the peers' do (atomic with each other, which the CPU's would not be).
 //!
+//! What `FI_DELIVERY_COMPLETE` gets, read in libfabric 1.17's sources for the providers that
+//! may carry windows: the flag is passed per write, not asked in the hints (as the endpoint's
+//! default it would make every frame's send wait for its receiver too). rxm hands a write's
+//! flags to its core endpoint's `fi_writemsg` (`rxm_ep_rma_common`); there tcp marks the write
+//! for an acknowledgement that the target sends once it has written the bytes, completing it
+//! only then (without the flag a write completes once the socket took it), and verbs' reliable
+//! connection completes a write once the target's adapter acknowledged it. shm, asked for it,
+//! leaves its fast path (the origin's `process_vm_writev`, which is delivered when it returns
+//! but skipped under the flag) and its inline and inject protocols (which complete at
+//! posting) for a copy the target makes, through its bounce buffers (SAR) or, past 4 KiB where
+//! the host lets ranks read each other, by `process_vm_readv` of the origin, completing once
+//! the target copied. rxd never carries windows (see `provider::windows_by_rma`); efa and cxi
+//! were neither read nor run here. A read completes once its bytes are here, and every atomic
+//! fetches (`fi_fetch_atomic`, `fi_compare_atomic`), so it completes once applied. So a
+//! completed operation is in the target's memory on each of them, and a flush that waited for
+//! its operations' completions returns only then.
+//!
 //! Completions come through the transport's completion queue, each naming its context: an
 //! operation holds one of [`RMA_SLOTS`] contexts until then. Unlike a verbs queue pair, a
 //! provider need neither complete nor apply operations in the order posted (libfabric orders
@@ -38,7 +55,7 @@ use slab::Slab;
 
 use super::memory::Region;
 use super::provider::{self, MrPlan};
-use super::{sys, OfiMr, OfiTransport, MAX_READ_PIECE, RMA_BASE};
+use super::{or_registered_copy, sys, OfiMr, OfiTransport, MAX_READ_PIECE, RMA_BASE};
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::transport::{RmaOp, RmaPosted};
@@ -342,25 +359,27 @@ impl OfiTransport {
             let piece = piece_max.min(len - done);
             let at_ptr = (local + done) as *const u8;
             let (mr, desc) = if self.fabric.plan.local {
-                match self.register_user(at_ptr, piece, reading) {
-                    Ok((id, region)) => (Some(OfiMr::Cached { id, len: piece }), region.desc()),
-                    // The provider refuses to pin read-only memory (a constant's), since
-                    // verbs and efa ask for local write access. MPI forbids changing a put's
-                    // origin until its epoch or a flush completes it, so a copy taken now is
-                    // what the write must carry. A read's target must be writable anyway.
-                    Err(e) if !reading => match self.registered_copy(at_ptr, piece) {
-                        Ok(c) => (Some(OfiMr::Copy(c)), self.copies[c].0.desc()),
-                        Err(e2) => {
-                            let cause = format!(
-                                "{what} of {piece} bytes on rank {peer}: registering its \
-                                 origin buffer: {e}; a registered copy failed too: {e2}"
-                            );
-                            return self.piece_failed(peer, ticket, done, len, cause);
-                        }
-                    },
+                let own = self
+                    .register_user(at_ptr, piece, reading)
+                    .map(|(id, region)| (OfiMr::Cached { id, len: piece }, region.desc()));
+                // The provider refuses to pin read-only memory (a constant's), since verbs
+                // and efa ask for local write access. MPI forbids changing a put's origin
+                // until its epoch or a flush completes it, so a copy taken now is what the
+                // write must carry. A read's target must be writable anyway.
+                let registered = if reading {
+                    own
+                } else {
+                    or_registered_copy(own, || {
+                        let c = self.registered_copy(at_ptr, piece)?;
+                        Ok((OfiMr::Copy(c), self.copies[c].0.desc()))
+                    })
+                };
+                match registered {
+                    Ok((mr, desc)) => (Some(mr), desc),
                     Err(e) => {
+                        let buffer = if reading { "local" } else { "origin" };
                         let cause = format!(
-                            "{what} of {piece} bytes on rank {peer}: registering its local \
+                            "{what} of {piece} bytes on rank {peer}: registering its {buffer} \
                              buffer: {e}"
                         );
                         return self.piece_failed(peer, ticket, done, len, cause);

@@ -86,8 +86,13 @@ pub fn windows_by_rma(provider: &str) -> WindowsByRma {
 /// How many one-sided writes and reads to one rank may be in flight at once on `provider`
 /// (`one_sided::RMA_SLOTS` bound them all): shm one, as puts of 8 bytes to 4 KiB measured
 /// 0.14-0.5x as fast with many in flight there (osu_put_bw, flush, 2 ranks on a loaded
-/// 2-core host; from 8 KiB it was 1.2-12x as fast; the cause not found), where tcp;ofi_rxm was
-/// 1.7-10x as fast at every size; others, which do RMA in the NIC, as many as it takes.
+/// 2-core host; from 8 KiB it was 1.2-12x as fast), where tcp;ofi_rxm was 1.7-10x as fast at
+/// every size; others, which do RMA in the NIC, as many as it takes. The likely cause, read in
+/// libfabric 1.17's shm (not measured apart): a write with `FI_DELIVERY_COMPLETE` of at most
+/// 4 KiB goes through the target's bounce buffers (its SAR protocol), and while one such is
+/// pending to a rank, shm refuses every other RMA to it with -FI_EAGAIN (`smr_generic_rma`),
+/// so the writes behind it are posted again and again until the target's progress drains it;
+/// longer ones go by the target's `process_vm_readv`, several at once.
 pub fn rma_in_flight(provider: &str) -> usize {
     if provider == "shm" {
         1

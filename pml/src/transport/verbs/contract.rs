@@ -45,6 +45,7 @@ impl VerbsTransport {
                 max_msg: config.verbs_max_msg,
                 max_sge: config.verbs_max_sge,
                 sge_min_block: config.verbs_sge_min_block,
+                cq_entries: config.verbs_cq_entries,
             };
             match VerbsTransport::new(job.rank, job.size, local_rank, remote, &verbs_config) {
                 Ok(v) => (Some(v), None),
@@ -257,7 +258,8 @@ impl Transport for VerbsTransport {
         format!(
             "{peers} ranks over verbs on {}, eager (SEND) up to {} bytes, rendezvous by RDMA \
              READ (into a receive's blocks by scatter-gather lists of up to {} entries where \
-             they average {} bytes or more), windows by RDMA WRITE, READ and {}, registration cache {}",
+             they average {} bytes or more), windows by RDMA WRITE, READ and {}, at most {} \
+             sends in flight (the completion queue's room), registration cache {}",
             self.device_name(),
             self.eager_limit.min(self.frame_size()),
             self.max_read_sge(),
@@ -267,6 +269,7 @@ impl Transport for VerbsTransport {
             } else {
                 "active messages for atomics (the device has none)"
             },
+            self.send_cap(),
             if self.caching() {
                 "on"
             } else if self.reg_cache_wanted {

@@ -154,8 +154,9 @@ impl VerbsTransport {
             ));
         }
         // The queue pair carries nothing else (credits, probes and goodbyes go on the
-        // peer's messages' one).
-        let room = SEND_DEPTH.saturating_sub(p.in_flight) as usize;
+        // peer's messages' one), but the completion queue is every queue pair's: the
+        // messages' control writes keep their room there.
+        let room = self.room(p.in_flight, super::CONTROL_SENDS);
         if room == 0 {
             return Ok(None);
         }
