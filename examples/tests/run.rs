@@ -88,6 +88,28 @@ fn bigmsg_refuses_a_bad_size() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("usage: bigmsg SIZE"));
 }
 
+/// Blocks of 512 bytes sent as a vector and received in another layout (every byte checked
+/// by rank 1), past the eager limit, from the sender's shared arena a memcpy a block and,
+/// with the arena's threshold above them, through a window.
+#[test]
+fn reshape_lands_every_byte_either_way() {
+    for threshold in ["256", "1g"] {
+        let env = format!("--env=MPIRT_SHM_ARENA_MIN_BLOCK={threshold}");
+        let out = stdout(&rsrun_with(2, &[&env], "reshape", &["512", "1m", "3"]));
+        assert!(
+            out.starts_with("reshape: 3 x 1048576 bytes in blocks of 512 in "),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn reshape_refuses_a_bad_block() {
+    let o = rsrun(2, "reshape", &["6", "1m", "3"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("usage: reshape BLOCK"));
+}
+
 #[test]
 fn first_contact_times_both_round_trips_over_tcp() {
     let out = stdout(&rsrun_with(
