@@ -43,8 +43,9 @@ pub struct EngineConfig {
     /// callbacks straight into and out of UCX's buffers.
     pub ucx_iov_min_block: usize,
     /// On the UCX PML, the shortest non-contiguous message of blocks shorter than
-    /// `ucx_iov_min_block` that goes to UCX in place (its generic datatype) to a rank whose
-    /// active messages UCX carries over TCP (a receive: where every other rank is so);
+    /// `ucx_iov_min_block` that goes to UCX in place (its generic datatype) to or from a rank
+    /// whose active messages UCX carries over TCP (a receive from any source: where every
+    /// other rank is so);
     /// shorter ones are packed into a staging copy and sent as bytes (received likewise and
     /// unpacked), which UCX's TCP moves faster. 0 stages none.
     pub ucx_tcp_stage_below: usize,
