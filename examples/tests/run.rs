@@ -103,11 +103,16 @@ fn reshape_lands_every_byte_either_way() {
     }
 }
 
+/// A block that is not a multiple of 4, and layouts whose displacements would not fit an
+/// `i32` (which would wrap), are refused with the usage line.
 #[test]
-fn reshape_refuses_a_bad_block() {
-    let o = rsrun(2, "reshape", &["6", "1m", "3"]);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("usage: reshape BLOCK"));
+fn reshape_refuses_a_bad_block_and_layouts_past_i32() {
+    for args in [["6", "1m", "3"], ["4", "2g", "1"]] {
+        let o = rsrun(2, "reshape", &args);
+        assert!(!o.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("usage: reshape BLOCK"), "{args:?}: {err}");
+    }
 }
 
 #[test]

@@ -17,8 +17,18 @@ use mpirt::traits::*;
 /// Bytes between two blocks on either side.
 const GAP: usize = 64;
 
-const USAGE: &str =
-    "usage: reshape BLOCK BYTES ROUNDS (BLOCK a multiple of 4, BYTES of 2 * BLOCK or more)";
+const USAGE: &str = "usage: reshape BLOCK BYTES ROUNDS (BLOCK a multiple of 4, BYTES of 2 * \
+                     BLOCK or more, the layouts with their gaps under 2 GiB)";
+
+/// Whether the layouts of `bytes` in blocks of `block` (whole pairs of them, each block
+/// followed by `GAP` bytes) span at most `i32::MAX` bytes: their displacements are `i32`s, as
+/// MPI's are, and a larger one would wrap.
+fn fits_i32(block: usize, bytes: usize) -> bool {
+    let pairs = bytes / (2 * block);
+    pairs
+        .checked_mul(2 * (block + GAP))
+        .is_some_and(|span| span <= i32::MAX as usize)
+}
 
 /// The byte at packed offset `i`.
 fn pattern(i: usize) -> u8 {
@@ -34,7 +44,11 @@ fn main() -> ExitCode {
         _ => None,
     };
     let Some(((block, bytes), rounds)) = parsed.filter(|&((block, bytes), rounds)| {
-        block >= 4 && block.is_multiple_of(4) && bytes >= 2 * block && rounds > 0
+        block >= 4
+            && block.is_multiple_of(4)
+            && bytes >= 2 * block
+            && rounds > 0
+            && fits_i32(block, bytes)
     }) else {
         eprintln!("{USAGE}");
         return ExitCode::FAILURE;
