@@ -237,6 +237,11 @@ impl Conn {
             self.sent_of_frame += got;
             let taken = self.sent_of_frame.saturating_sub(head) - sent_of_payload;
             sent_of_payload += taken;
+            if taken < n && self.sent_of_frame == 0 {
+                // Nothing of the frame is on the wire: the next call may start another frame
+                // (which would not take these bytes), so the scratch stays the transport's.
+                return Ok(self.sent(head + range.len));
+            }
             if taken < n {
                 // The rest of the piece waits, packed, in its scratch, which this connection
                 // keeps (the transport makes another at its next use).
@@ -1220,6 +1225,47 @@ mod tests {
             "the bytes packed after"
         );
         assert_eq!(scratch.len(), SCRATCH_LEN, "the scratch came back");
+    }
+
+    /// A frame of short blocks that finds the socket full takes none of its scratch: nothing
+    /// of it is on the wire, so the next call may be another frame's, which could not use
+    /// its packed bytes, and the transport keeps its scratch rather than make another.
+    #[test]
+    fn a_frame_the_full_socket_takes_nothing_of_leaves_the_scratch_to_the_caller() {
+        let list = [Block { offset: 3, len: 8 }];
+        let (extent, count) = (20, 1000);
+        let source = vec![7u8; extent * count];
+        let blocks = Blocks::new(source.as_ptr(), count, extent, &list).unwrap();
+        let range = PackedRange {
+            start: 0,
+            len: blocks.len(),
+        };
+        let (mut conn, _rx) = small_buffered_pair();
+        let filler = [0u8; 4096];
+        loop {
+            let mut iov = [libc::iovec {
+                iov_base: filler.as_ptr() as *mut libc::c_void,
+                iov_len: filler.len(),
+            }];
+            // SAFETY: the iovec describes `filler`, alive for the call.
+            if unsafe { Conn::sendmsg(&conn.sock, &mut iov) }.unwrap() == 0 {
+                break;
+            }
+        }
+        let mut scratch = Box::default();
+        // SAFETY: the description was made here from `source` and `list`, alive and unchanged
+        // for the call; the range is its bytes; the scratch is the test's own.
+        let sent = unsafe { conn.send_blocks(&[9u8; 13], &blocks, range, &mut scratch) };
+        assert_eq!(sent.unwrap(), Sent::Nothing);
+        assert_eq!(
+            scratch.len(),
+            SCRATCH_LEN,
+            "the connection kept the scratch"
+        );
+        assert!(
+            conn.unsent.is_none(),
+            "bytes of no frame on the wire were kept"
+        );
     }
 
     /// Blocks of 7, 5 and `long` bytes an element: 300 is short on average (the payload
