@@ -88,6 +88,33 @@ fn bigmsg_refuses_a_bad_size() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("usage: bigmsg SIZE"));
 }
 
+/// Blocks of 512 bytes sent as a vector and received in another layout (every byte checked
+/// by rank 1), past the eager limit, from the sender's shared arena a memcpy a block and,
+/// with the arena's threshold above them, through a window.
+#[test]
+fn reshape_lands_every_byte_either_way() {
+    for threshold in ["256", "1g"] {
+        let env = format!("--env=MPIRT_SHM_ARENA_MIN_BLOCK={threshold}");
+        let out = stdout(&rsrun_with(2, &[&env], "reshape", &["512", "1m", "3"]));
+        assert!(
+            out.starts_with("reshape: 3 x 1048576 bytes in blocks of 512 in "),
+            "{out}"
+        );
+    }
+}
+
+/// A block that is not a multiple of 4, and layouts whose displacements would not fit an
+/// `i32` (which would wrap), are refused with the usage line.
+#[test]
+fn reshape_refuses_a_bad_block_and_layouts_past_i32() {
+    for args in [["6", "1m", "3"], ["4", "2g", "1"]] {
+        let o = rsrun(2, "reshape", &args);
+        assert!(!o.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("usage: reshape BLOCK"), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn first_contact_times_both_round_trips_over_tcp() {
     let out = stdout(&rsrun_with(

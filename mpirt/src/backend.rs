@@ -377,9 +377,10 @@ impl Pml for AnyPml {
         source: SourceSel,
         tag: TagSel,
         blocks: &Blocks,
+        from: Option<Rank>,
     ) -> Result<Option<Handle>, PmlError> {
         // SAFETY: the caller's guarantees are passed on unchanged.
-        on_pml!(self, p => unsafe { p.post_recv_blocks(context, source, tag, blocks) })
+        on_pml!(self, p => unsafe { p.post_recv_blocks(context, source, tag, blocks, from) })
     }
 
     #[inline]
@@ -436,16 +437,17 @@ impl Pml for AnyPml {
         &mut self,
         message: MessageHandle,
         blocks: &Blocks,
+        from: Option<Rank>,
     ) -> Result<Result<Handle, MessageHandle>, PmlError> {
         // SAFETY (both arms): the caller's guarantees are passed on unchanged.
         match (self, message) {
             (AnyPml::Native(p), MessageHandle::Native(m)) => {
-                unsafe { p.post_matched_recv_blocks(m, blocks) }
+                unsafe { p.post_matched_recv_blocks(m, blocks, from) }
                     .map(|posted| posted.map_err(MessageHandle::Native))
             }
             #[cfg(feature = "ucx")]
             (AnyPml::Ucx(p), MessageHandle::Ucx(m)) => {
-                unsafe { p.post_matched_recv_blocks(m, blocks) }
+                unsafe { p.post_matched_recv_blocks(m, blocks, from) }
                     .map(|posted| posted.map_err(MessageHandle::Ucx))
             }
             #[cfg(feature = "ucx")]

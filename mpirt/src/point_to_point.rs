@@ -434,10 +434,14 @@ unsafe fn post_in_place(
     let Some(blocks) = slot.in_place() else {
         return Ok(None);
     };
+    let from = match source {
+        SourceSel::Rank(r) => comm.target(r as Rank).ok(),
+        SourceSel::Any => None,
+    };
     // SAFETY: the description lies in the slot's box, and the blocks and block list it names
     // (the user's buffer and the layout the slot holds) live as long: this function's
     // contract; the slot is not posted otherwise.
-    with_engine(|e| unsafe { e.post_recv_blocks(comm.context, source, tag, blocks) })
+    with_engine(|e| unsafe { e.post_recv_blocks(comm.context, source, tag, blocks, from) })
 }
 
 /// Starts a receive into `slot` that finishes at once if its eager message is waiting.
@@ -792,6 +796,7 @@ pub(crate) fn one_element<T: Equivalence>(bytes: usize) -> Cause {
 pub(crate) fn receive_matched_vec<T: Equivalence>(
     message: MessageHandle,
     status: pml::Status,
+    from: Option<u32>,
 ) -> Result<(Vec<T>, Status), Cause> {
     let datatype = datatype_of::<T>();
     let count = whole_elements(status.len, datatype)?;
@@ -806,7 +811,7 @@ pub(crate) fn receive_matched_vec<T: Equivalence>(
     let mut slot =
         unsafe { RecvSlot::new(vec.as_mut_ptr().cast(), count * datatype.size(), datatype)? };
     // SAFETY: as above; the receive completes before this function returns.
-    let handle = unsafe { post_matched_receive(message, &mut slot) }?;
+    let handle = unsafe { post_matched_receive(message, from, &mut slot) }?;
     let status = finish_receive(handle, slot)?;
     // SAFETY: all `count` elements arrived and passed `T`'s check.
     unsafe { vec.set_len(count) };
@@ -815,29 +820,32 @@ pub(crate) fn receive_matched_vec<T: Equivalence>(
 
 pub(crate) fn receive_matched_into<B: BufferMut + ?Sized>(
     message: MessageHandle,
+    from: Option<u32>,
     buf: &mut B,
 ) -> Result<Status, Cause> {
     let mut slot = RecvSlot::for_buffer(buf)?;
     // SAFETY: `buf` is borrowed for this whole call, which waits for completion.
-    let handle = unsafe { post_matched_receive(message, &mut slot) }?;
+    let handle = unsafe { post_matched_receive(message, from, &mut slot) }?;
     finish_receive(handle, slot)
 }
 
 /// Posts the receive of the message a matched probe took into `slot`: straight into the
 /// user's blocks where the slot has them described and the PML lands messages there
-/// (`Pml::post_matched_recv_blocks`), else into the slot's contiguous target.
+/// (`Pml::post_matched_recv_blocks`), else into the slot's contiguous target. `from` is the
+/// engine rank of the message's sender (`Message::from`).
 ///
 /// # Safety
 /// As for [`post_receive`].
 pub(crate) unsafe fn post_matched_receive(
     message: MessageHandle,
+    from: Option<u32>,
     slot: &mut RecvSlot,
 ) -> Result<Handle, Cause> {
     let message = match slot.in_place() {
         // SAFETY: the description lies in the slot's box, and the blocks and block list it
         // names live as long (this function's contract), as in `post_in_place`.
         Some(blocks) => {
-            match with_engine(|e| unsafe { e.post_matched_recv_blocks(message, blocks) })? {
+            match with_engine(|e| unsafe { e.post_matched_recv_blocks(message, blocks, from) })? {
                 Ok(handle) => return Ok(handle),
                 Err(message) => message,
             }
@@ -913,7 +921,7 @@ pub trait Source {
         stall::enter(probe_call(op, comm, self.source_selector(), tag));
         tag_selector(tag)
             .and_then(|t| environment::mprobe(comm.context, self.source_selector(), t))
-            .map(|(handle, status)| Message::new(handle, status))
+            .map(|(handle, status)| Message::new(handle, status, comm))
             .map_err(|c| Error::new(self.describe("matched probe", tag), c))
     }
 
@@ -924,7 +932,7 @@ pub trait Source {
         tag: Option<Tag>,
     ) -> Result<(Vec<T>, Status), Error> {
         let (message, _) = self.try_matched_probe_in("receive", tag)?;
-        receive_matched_vec(message.handle, message.status)
+        receive_matched_vec(message.handle, message.status, message.from)
             .map_err(|c| Error::new(self.describe("receive", tag), c))
     }
 
@@ -956,7 +964,7 @@ pub trait Source {
         let comm = self.source_comm();
         tag_selector(tag)
             .and_then(|t| with_engine(|e| e.improbe(comm.context, self.source_selector(), t)))
-            .map(|found| found.map(|(handle, status)| Message::new(handle, status)))
+            .map(|found| found.map(|(handle, status)| Message::new(handle, status, comm)))
             .map_err(|c| Error::new(self.describe("immediate matched probe", tag), c))
     }
 

@@ -32,13 +32,20 @@ pub struct EngineConfig {
     /// of a receive that a read fills a copy or an iovec a block; shorter ones are filled by
     /// the layout's copy loop, in one pass from the sender's arena or a window at a time.
     pub shm_in_place_min_block: usize,
+    /// Of a receive under `shm_in_place_min_block`, the shortest mean block (of the shorter
+    /// side: the send's or the receive's) that a read from the sender's mapped arena fills
+    /// with one memcpy a block, rather than packing the send into a window and unpacking it
+    /// from there (two copies a byte). A column into a column of one block length is copied
+    /// block to block whatever its length.
+    pub shm_arena_min_block: usize,
     /// On the UCX PML, the shortest mean block (of the blocks as listed, before adjacent ones
     /// merge into runs) of a non-contiguous buffer handed to UCX as an iov of its runs; shorter ones go as UCX's generic datatype, packed and unpacked by
     /// callbacks straight into and out of UCX's buffers.
     pub ucx_iov_min_block: usize,
     /// On the UCX PML, the shortest non-contiguous message of blocks shorter than
-    /// `ucx_iov_min_block` that goes to UCX in place (its generic datatype) to a rank whose
-    /// active messages UCX carries over TCP (a receive: where every other rank is so);
+    /// `ucx_iov_min_block` that goes to UCX in place (its generic datatype) to or from a rank
+    /// whose active messages UCX carries over TCP (a receive from any source: where every
+    /// other rank is so);
     /// shorter ones are packed into a staging copy and sent as bytes (received likewise and
     /// unpacked), which UCX's TCP moves faster. 0 stages none.
     pub ucx_tcp_stage_below: usize,
@@ -119,6 +126,7 @@ impl Default for EngineConfig {
             shm_eager_limit: 64 << 10,
             shm_arena_eager_limit: 4 << 10,
             shm_in_place_min_block: 4 << 10,
+            shm_arena_min_block: 512,
             ucx_iov_min_block: 4 << 10,
             ucx_tcp_stage_below: 256 << 10,
             tcp_eager_limit: 64 << 10,
@@ -228,6 +236,7 @@ impl EngineConfig {
                 "MPIRT_SHM_IN_PLACE_MIN_BLOCK",
                 d.shm_in_place_min_block,
             )?,
+            shm_arena_min_block: size_var("MPIRT_SHM_ARENA_MIN_BLOCK", d.shm_arena_min_block)?,
             ucx_iov_min_block: size_var("MPIRT_UCX_IOV_MIN_BLOCK", d.ucx_iov_min_block)?,
             ucx_tcp_stage_below: size_var("MPIRT_UCX_TCP_STAGE_BELOW", d.ucx_tcp_stage_below)?,
             tcp_eager_limit: size_var("MPIRT_TCP_EAGER_LIMIT", d.tcp_eager_limit)?,

@@ -138,6 +138,8 @@ pub trait Pml {
     /// frame's payload, rendezvous data a transport scatters from its socket); `None`,
     /// having posted nothing, where the PML does not: the caller then receives into a
     /// contiguous staging buffer and unpacks it. Bytes between the blocks are never written.
+    /// `from` is the rank of this PML (the world's, or one a bridge joined) that `source`
+    /// names, `None` for any source: for a PML whose way with the blocks depends on the peer.
     ///
     /// # Safety
     /// `blocks` and the block list it names must stay valid and unchanged, and its
@@ -149,6 +151,7 @@ pub trait Pml {
         _source: SourceSel,
         _tag: TagSel,
         _blocks: &Blocks,
+        _from: Option<Rank>,
     ) -> Result<Option<Handle>, PmlError> {
         Ok(None)
     }
@@ -197,6 +200,8 @@ pub trait Pml {
     /// `blocks` describes, each arriving byte unpacked straight into its blocks as
     /// [`post_recv_blocks`](Self::post_recv_blocks) does; the message back, having posted
     /// nothing, where the PML does not (the caller then receives it into a staging buffer).
+    /// `from` is the rank of this PML that sent the message (`None` where the caller cannot
+    /// tell, as `post_recv_blocks`' is for any source).
     ///
     /// # Safety
     /// As for `post_recv_blocks`.
@@ -204,6 +209,7 @@ pub trait Pml {
         &mut self,
         message: Self::Message,
         _blocks: &Blocks,
+        _from: Option<Rank>,
     ) -> Result<Result<Handle, Self::Message>, PmlError> {
         Ok(Err(message))
     }

@@ -1119,9 +1119,11 @@ fn scattered_rank(spec: &str) {
         let rblocks = Blocks::new(buf.as_mut_ptr(), rcount, rextent, &rlist).unwrap();
         let before = e.counters();
         // SAFETY: `buf`, `rlist` and the description outlive the receive, waited for here.
-        let h = unsafe { e.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &rblocks) }
-            .unwrap()
-            .expect("the engine lands every receive in its blocks");
+        let h = unsafe {
+            e.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &rblocks, Some(1))
+        }
+        .unwrap()
+        .expect("the engine lands every receive in its blocks");
         let landed = match e.wait(h) {
             Ok(Done::Received(st)) => {
                 assert!(!truncated, "case {case}: {} bytes into {capacity}", st.len);
@@ -1260,7 +1262,7 @@ fn a_column_lands_in_a_column(e: &mut Engine, rank: u32, mode: &str) {
     let blocks = Blocks::new(halo.as_mut_ptr().cast::<u8>(), ROWS, 32, &halo_list).unwrap();
     let before = e.counters();
     // SAFETY: `halo`, its list and the description outlive the receive, waited for here.
-    let h = unsafe { e.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(77), &blocks) }
+    let h = unsafe { e.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(77), &blocks, Some(1)) }
         .unwrap()
         .expect("the engine lands every receive in its blocks");
     assert!(matches!(e.wait(h), Ok(Done::Received(st)) if st.len == ROWS * 8));
@@ -1342,9 +1344,11 @@ fn verbs_column_and_indexed(e: &mut Engine, rank: u32) {
         let blocks = Blocks::new(buf.as_mut_ptr(), count, extent, list).unwrap();
         let before = e.counters();
         // SAFETY: `buf`, `list` and the description outlive the receive, waited for here.
-        let h = unsafe { e.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &blocks) }
-            .unwrap()
-            .expect("the engine lands every receive in its blocks");
+        let h = unsafe {
+            e.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &blocks, Some(1))
+        }
+        .unwrap()
+        .expect("the engine lands every receive in its blocks");
         assert!(
             matches!(e.wait(h), Ok(Done::Received(st)) if st.len == serial.len()),
             "layout {case}"
@@ -1433,9 +1437,11 @@ fn elements_of_many_blocks_land_whole(e: &mut Engine, rank: u32, mode: &str) {
         let mut buf = vec![POISON; rextent];
         let rblocks = Blocks::new(buf.as_mut_ptr(), 1, rextent, &rlist).unwrap();
         // SAFETY: `buf`, `rlist` and the description outlive the receive, waited for here.
-        let h = unsafe { e.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &rblocks) }
-            .unwrap()
-            .expect("the engine lands every receive in its blocks");
+        let h = unsafe {
+            e.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &rblocks, Some(1))
+        }
+        .unwrap()
+        .expect("the engine lands every receive in its blocks");
         assert!(
             matches!(e.wait(h), Ok(Done::Received(st)) if st.len == serial.len()),
             "shape {i} ({mode})"

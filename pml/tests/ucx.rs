@@ -13,7 +13,9 @@ use pml::{Done, EngineConfig, Pml, PmlError, SendMode, SourceSel, Started, Statu
 
 mod ranks_common;
 
-use ranks_common::{checksum, pattern, rank0_saw_rank1_die, run_children, DirWireup};
+use ranks_common::{
+    checksum, every_rank_done, pattern, rank0_saw_rank1_die, run_children, DirWireup,
+};
 
 fn send(p: &mut UcxPml, to: u32, tag: i32, data: &[u8], mode: SendMode) {
     // SAFETY: `data` outlives the request: we wait for it before returning.
@@ -458,12 +460,12 @@ fn blocks_in_place(p: &mut UcxPml) {
                 let h = if matched {
                     let (message, _) = p.mprobe(0, from, tag).unwrap();
                     // SAFETY: `into` and `list` outlive the receive, waited for here.
-                    unsafe { p.post_matched_recv_blocks(message, &blocks) }
+                    unsafe { p.post_matched_recv_blocks(message, &blocks, Some(1)) }
                         .unwrap()
                         .expect("a non-empty receive goes in place")
                 } else {
                     // SAFETY: as above.
-                    unsafe { p.post_recv_blocks(0, from, tag, &blocks) }
+                    unsafe { p.post_recv_blocks(0, from, tag, &blocks, Some(1)) }
                         .unwrap()
                         .expect("a non-empty receive goes in place")
                 };
@@ -502,12 +504,12 @@ fn blocks_in_place(p: &mut UcxPml) {
                 let h = if matched {
                     let (message, _) = p.mprobe(0, from, TagSel::Tag(tag)).unwrap();
                     // SAFETY: as above.
-                    unsafe { p.post_matched_recv_blocks(message, &blocks) }
+                    unsafe { p.post_matched_recv_blocks(message, &blocks, Some(1)) }
                         .unwrap()
                         .expect("in place")
                 } else {
                     // SAFETY: as above.
-                    unsafe { p.post_recv_blocks(0, from, TagSel::Tag(tag), &blocks) }
+                    unsafe { p.post_recv_blocks(0, from, TagSel::Tag(tag), &blocks, Some(1)) }
                         .unwrap()
                         .expect("in place")
                 };
@@ -553,7 +555,7 @@ fn blocks_in_place(p: &mut UcxPml) {
         let blocks = blocks_of(into.as_mut_ptr());
         let from = SourceSel::Rank(1);
         // SAFETY: as above.
-        let h = unsafe { p.post_recv_blocks(0, from, TagSel::Tag(tag), &blocks) }
+        let h = unsafe { p.post_recv_blocks(0, from, TagSel::Tag(tag), &blocks, Some(1)) }
             .unwrap()
             .expect("in place");
         assert!(p.cancel(h).unwrap(), "layout {layout}: cancel");
@@ -564,7 +566,7 @@ fn blocks_in_place(p: &mut UcxPml) {
         );
         send(p, 1, 190, &[], SendMode::Standard);
         // SAFETY: as above.
-        let h = unsafe { p.post_recv_blocks(0, from, TagSel::Tag(tag), &blocks) }
+        let h = unsafe { p.post_recv_blocks(0, from, TagSel::Tag(tag), &blocks, Some(1)) }
             .unwrap()
             .expect("in place");
         match p.wait(h).unwrap() {
@@ -592,9 +594,11 @@ fn blocks_in_place(p: &mut UcxPml) {
         let mut into = vec![GUARD; counts[0] * extent];
         let blocks = Blocks::new(into.as_mut_ptr(), counts[0], extent, &list).unwrap();
         // SAFETY: as above.
-        let h = unsafe { p.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &blocks) }
-            .unwrap()
-            .expect("in place");
+        let h = unsafe {
+            p.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &blocks, Some(1))
+        }
+        .unwrap()
+        .expect("in place");
         match p.wait(h).unwrap() {
             Done::Received(st) => assert_eq!(st.len, 0, "layout {layout}"),
             Done::Sent => panic!("a receive completed as a send"),
@@ -703,6 +707,162 @@ fn ranks_over_ucx_tcp_and_shared_memory() {
         );
         fs::remove_dir_all(dir).unwrap();
     }
+}
+
+const MIXED_ENV: &str = "PML_UCX_TEST_MIXED";
+
+/// In a job whose ranks 0 and 1 share memory while rank 2 is reached over TCP only (its
+/// `UCX_TLS`), a receive of a column (8-byte blocks: the generic datatype) under the staging
+/// threshold is staged when it names rank 2 as its source, by source or matched, and goes in
+/// place when it names rank 1 or any source (not every other rank is over TCP); the senders
+/// decide alike by their peer. Every value lands in its block either way.
+#[test]
+fn receives_stage_by_their_sources_transport() {
+    const ROWS: usize = 4096;
+    let list = [Block { offset: 8, len: 8 }];
+    if let Ok(spec) = env::var(MIXED_ENV) {
+        let (dir, rank) = spec.split_once(',').unwrap();
+        let rank: u32 = rank.parse().unwrap();
+        // Read by UcxPml::new: TCP alone on rank 2, whose peers then reach it so.
+        env::set_var("UCX_TLS", if rank == 2 { "tcp" } else { "sm,self,tcp" });
+        let mut w = DirWireup {
+            dir: PathBuf::from(dir),
+            rank,
+            size: 3,
+            round: 0,
+        };
+        let config = UcxConfig {
+            spin: Duration::from_micros(100),
+            detect_peer_failure: false,
+            iov_min_block: EngineConfig::default().ucx_iov_min_block,
+            tcp_stage_below: 1 << 30,
+        };
+        let mut p = UcxPml::new(&mut w, &config).unwrap();
+        if rank > 0 {
+            let source = pattern(ROWS * 32, rank as usize);
+            let blocks = Blocks::new(source.as_ptr(), ROWS, 32, &list).unwrap();
+            // Tags of its own: a receive from any source takes this rank's message only.
+            for tag in [1, 2, 3].map(|t| t + 10 * rank as i32) {
+                // SAFETY: `source` and `list` outlive the send, waited for here.
+                let posted =
+                    unsafe { p.post_send_blocks(0, rank, 0, tag, SendMode::Standard, &blocks) }
+                        .unwrap();
+                let h = match posted {
+                    Some(h) => h,
+                    None => {
+                        let packed: Vec<u8> = (0..ROWS)
+                            .flat_map(|r| source[r * 32 + 8..r * 32 + 16].to_vec())
+                            .collect();
+                        send(&mut p, 0, tag, &packed, SendMode::Standard);
+                        continue;
+                    }
+                };
+                assert_eq!(p.wait(h).unwrap(), Done::Sent);
+            }
+            let c = p.counters();
+            let sends = (c.ucx_staged_sends, c.ucx_generic_sends);
+            assert_eq!(
+                sends,
+                [(0, 0), (0, 3), (3, 0)][rank as usize],
+                "rank {rank}: staged, generic sends"
+            );
+            println!("rank {rank} done");
+            return;
+        }
+        for peer in [1u32, 2] {
+            let source = pattern(ROWS * 32, peer as usize);
+            for (tag, how) in [(1, "by source"), (2, "matched"), (3, "by any source")] {
+                let tag = tag + 10 * peer as i32;
+                let mut into = vec![GUARD; ROWS * 32];
+                let blocks = Blocks::new(into.as_mut_ptr(), ROWS, 32, &list).unwrap();
+                let from = SourceSel::Rank(peer);
+                let landed = match how {
+                    "by source" => {
+                        // SAFETY: `into` and `list` outlive the receive, waited for here.
+                        unsafe {
+                            p.post_recv_blocks(0, from, TagSel::Tag(tag), &blocks, Some(peer))
+                        }
+                        .unwrap()
+                        .map(|h| p.wait(h).unwrap())
+                    }
+                    "matched" => {
+                        let (message, _) = p.mprobe(0, from, TagSel::Tag(tag)).unwrap();
+                        // SAFETY: as above.
+                        match unsafe { p.post_matched_recv_blocks(message, &blocks, Some(peer)) }
+                            .unwrap()
+                        {
+                            Ok(h) => Some(p.wait(h).unwrap()),
+                            Err(message) => {
+                                let mut packed = vec![0u8; ROWS * 8];
+                                // SAFETY: `packed` outlives the receive, waited for here.
+                                let h = unsafe {
+                                    p.post_matched_recv(message, packed.as_mut_ptr(), packed.len())
+                                }
+                                .unwrap();
+                                p.wait(h).unwrap();
+                                for (r, v) in packed.chunks(8).enumerate() {
+                                    into[r * 32 + 8..r * 32 + 16].copy_from_slice(v);
+                                }
+                                None
+                            }
+                        }
+                    }
+                    _ => {
+                        // SAFETY: as above.
+                        unsafe {
+                            p.post_recv_blocks(0, SourceSel::Any, TagSel::Tag(tag), &blocks, None)
+                        }
+                        .unwrap()
+                        .map(|h| p.wait(h).unwrap())
+                    }
+                };
+                if how == "by source" && landed.is_none() {
+                    let (packed, _) = recv(&mut p, from, TagSel::Tag(tag), ROWS * 8);
+                    for (r, v) in packed.chunks(8).enumerate() {
+                        into[r * 32 + 8..r * 32 + 16].copy_from_slice(v);
+                    }
+                }
+                let staged = landed.is_none();
+                assert_eq!(
+                    staged,
+                    peer == 2 && how != "by any source",
+                    "from rank {peer} {how}: staged"
+                );
+                let wrong = (0..ROWS * 32).find(|&i| {
+                    into[i]
+                        != if i % 32 >= 8 && i % 32 < 16 {
+                            source[i]
+                        } else {
+                            GUARD
+                        }
+                });
+                assert_eq!(wrong, None, "from rank {peer} {how}: first wrong byte");
+            }
+        }
+        let c = p.counters();
+        assert_eq!(
+            (c.ucx_staged_receives, c.ucx_generic_receives),
+            (2, 4),
+            "rank 0: staged, generic receives"
+        );
+        println!("rank 0 done");
+        return;
+    }
+    let dir = env::temp_dir().join(format!("pml-ucx-mixed-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let outputs = run_children(
+        "receives_stage_by_their_sources_transport",
+        3,
+        MIXED_ENV,
+        |r| format!("{},{r}", dir.display()),
+        &[],
+        Duration::from_secs(120),
+    );
+    every_rank_done(
+        &outputs,
+        "ranks 0 and 1 on shared memory, rank 2 over TCP: ",
+    );
+    fs::remove_dir_all(dir).unwrap();
 }
 
 const DEATH_ENV: &str = "PML_UCX_TEST_DEATH";

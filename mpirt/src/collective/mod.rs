@@ -164,6 +164,66 @@ where
     blocking(comm, operation, || by_messages(recv))
 }
 
+/// [`area_or_messages`] for a rank that only sends (a rooted call's other ranks, gathering
+/// or reducing to the root): `in_area` over the packed bytes of `send`, else the plan
+/// `by_messages` makes.
+#[track_caller]
+fn sent_by_area_or_messages<'a, S: Buffer + ?Sized>(
+    comm: &CommData,
+    operation: &'static str,
+    send: &S,
+    in_area: impl FnOnce(&[u8]) -> Result<bool, Error>,
+    by_messages: impl FnOnce() -> Result<Call<'a>, Cause>,
+) -> Result<(), Error> {
+    let sent = Outgoing::of(send).map_err(|cause| Error::new(operation, cause))?;
+    if in_area(sent.bytes())? {
+        return Ok(());
+    }
+    blocking(comm, operation, by_messages)
+}
+
+/// [`area_or_messages`] for a rank that only receives (a broadcast, a rooted call's other
+/// ranks scattered to): `in_area` over the packed bytes of `recv`, else the plan
+/// `by_messages` makes over it.
+#[track_caller]
+fn received_by_area_or_messages<'a, R: BufferMut + ?Sized>(
+    comm: &CommData,
+    operation: &'static str,
+    recv: &mut R,
+    in_area: impl FnOnce(&mut [u8]) -> Result<bool, Error>,
+    by_messages: impl FnOnce(&mut R) -> Result<Call<'a>, Cause>,
+) -> Result<(), Error> {
+    if shared::over_packed(recv, operation, in_area)? {
+        return Ok(());
+    }
+    blocking(comm, operation, || by_messages(recv))
+}
+
+/// [`immediate`] of a call whose one lent buffer is `send`, only read (a rooted call's other
+/// ranks gathering or reducing to the root), planned as `call`; an error is fatal.
+fn immediate_from<'a, D: ?Sized, Sc: Scope<'a>>(
+    comm: &CommData,
+    scope: Sc,
+    operation: &'static str,
+    send: &'a D,
+    call: Result<Call<'a>, Cause>,
+) -> CollectiveRequest<'a, D, Sc> {
+    or_fatal(immediate(comm, scope, operation, Lent::shared(send), call))
+}
+
+/// [`immediate`] of a call that lends `buf`, which it writes, planned by `call` over it; an
+/// error is fatal.
+fn immediate_into<'a, D: ?Sized, Sc: Scope<'a>>(
+    comm: &CommData,
+    scope: Sc,
+    operation: &'static str,
+    buf: &'a mut D,
+    call: impl FnOnce(&mut D) -> Result<Call<'a>, Cause>,
+) -> CollectiveRequest<'a, D, Sc> {
+    let (data, call) = Lent::exclusive(buf, call);
+    or_fatal(immediate(comm, scope, operation, data, call))
+}
+
 /// Starts a planned collective as a request of `scope` that lends `data`; errors name
 /// `operation`.
 fn immediate<'a, D: ?Sized, Sc: Scope<'a>>(

@@ -8,13 +8,13 @@ use crate::communicator::{spawn, CommData, Communicator, InterCommunicator, Proc
 use crate::datatype::{Buffer, BufferMut, Datatype};
 use crate::error::{or_fatal, Error, MpiError};
 use crate::partition::{Partition, PartitionMut, PartitionedBuffer, PartitionedBufferMut};
-use crate::point_to_point::{Count, Outgoing};
-use crate::request::{Lent, Scope};
+use crate::point_to_point::Count;
+use crate::request::Scope;
 
 use super::op::Operation;
 use super::{
-    area_or_messages, blocking, calls, entered, immediate, intra_only, select, shared,
-    CollectiveRequest,
+    area_or_messages, calls, entered, immediate_from, immediate_into, intra_only,
+    received_by_area_or_messages, select, sent_by_area_or_messages, shared, CollectiveRequest,
 };
 
 /// The others' side of a rooted call has no buffer of the root's; these name its type.
@@ -74,12 +74,13 @@ pub trait Root {
             .check_rank(root)
             .map_err(|c| Error::new("broadcast_into", c))?;
         let datatype = buf.datatype();
-        if shared::over_packed(buf, "broadcast_into", |bytes| {
-            shared::try_broadcast(comm, checked, bytes, datatype)
-        })? {
-            return Ok(());
-        }
-        blocking(comm, "broadcast_into", || calls::broadcast(comm, root, buf))
+        received_by_area_or_messages(
+            comm,
+            "broadcast_into",
+            buf,
+            |bytes| shared::try_broadcast(comm, checked, bytes, datatype),
+            |buf| calls::broadcast(comm, root, buf),
+        )
     }
 
     /// A non-root's part of a reduction to the root (`MPI_Reduce`).
@@ -104,13 +105,13 @@ pub trait Root {
                 own(send),
                 op.is_commutative(),
             ))?;
-        let sent = Outgoing::of(send).map_err(|c| Error::new("reduce_into", c))?;
-        if shared::try_reduce(comm, checked, sent.bytes(), None, datatype, &op)? {
-            return Ok(());
-        }
-        blocking(comm, "reduce_into", || {
-            calls::reduce(comm, root, send, None::<&mut NoBuffer>, &op)
-        })
+        sent_by_area_or_messages(
+            comm,
+            "reduce_into",
+            send,
+            |sent| shared::try_reduce(comm, checked, sent, None, datatype, &op),
+            || calls::reduce(comm, root, send, None::<&mut NoBuffer>, &op),
+        )
     }
 
     /// The root's part of a reduction: the reduction of every process's `send` in `recv`.
@@ -141,15 +142,14 @@ pub trait Root {
                 own(send),
                 op.is_commutative(),
             ))?;
-        let sent = Outgoing::of(send).map_err(|c| Error::new("reduce_into_root", c))?;
-        if shared::over_packed(recv, "reduce_into_root", |recv_bytes| {
-            shared::try_reduce(comm, checked, sent.bytes(), Some(recv_bytes), datatype, &op)
-        })? {
-            return Ok(());
-        }
-        blocking(comm, "reduce_into_root", || {
-            calls::reduce(comm, root, send, Some(recv), &op)
-        })
+        area_or_messages(
+            comm,
+            "reduce_into_root",
+            send,
+            recv,
+            |sent, got| shared::try_reduce(comm, checked, sent, Some(got), datatype, &op),
+            |recv| calls::reduce(comm, root, send, Some(recv), &op),
+        )
     }
 
     /// A non-root's part of a gather (`MPI_Gather`).
@@ -170,13 +170,13 @@ pub trait Root {
                 select::gather_in_shared_memory(),
                 own(send),
             ))?;
-        let sent = Outgoing::of(send).map_err(|c| Error::new(OPERATION, c))?;
-        if shared::try_gather(comm, checked, sent.bytes(), None, datatype)? {
-            return Ok(());
-        }
-        blocking(comm, OPERATION, || {
-            calls::gather(comm, root, send, None::<&mut NoBuffer>)
-        })
+        sent_by_area_or_messages(
+            comm,
+            OPERATION,
+            send,
+            |sent| shared::try_gather(comm, checked, sent, None, datatype),
+            || calls::gather(comm, root, send, None::<&mut NoBuffer>),
+        )
     }
 
     /// The root's part of a gather: every process's `send`, in rank order, in `recv`.
@@ -231,13 +231,13 @@ pub trait Root {
                     own_kind(send.matched()),
                 ),
             )?;
-        let sent = Outgoing::of(send).map_err(|c| Error::new(OPERATION, c))?;
-        if shared::try_gather_varcount(comm, checked, sent.bytes(), None, datatype)? {
-            return Ok(());
-        }
-        blocking(comm, OPERATION, || {
-            calls::gather_varcount(comm, root, send, None::<&mut NoPartsMut>)
-        })
+        sent_by_area_or_messages(
+            comm,
+            OPERATION,
+            send,
+            |sent| shared::try_gather_varcount(comm, checked, sent, None, datatype),
+            || calls::gather_varcount(comm, root, send, None::<&mut NoPartsMut>),
+        )
     }
 
     /// The root's part of a gather of parts of any length, placed as `recv` says.
@@ -301,14 +301,13 @@ pub trait Root {
                 select::scatter_in_shared_memory(),
                 (recv.matched().0, recv.byte_len()),
             ))?;
-        if shared::over_packed(recv, OPERATION, |recv_bytes| {
-            shared::try_scatter(comm, checked, None, recv_bytes, datatype)
-        })? {
-            return Ok(());
-        }
-        blocking(comm, OPERATION, || {
-            calls::scatter(comm, root, None::<&NoBuffer>, recv)
-        })
+        received_by_area_or_messages(
+            comm,
+            OPERATION,
+            recv,
+            |got| shared::try_scatter(comm, checked, None, got, datatype),
+            |recv| calls::scatter(comm, root, None::<&NoBuffer>, recv),
+        )
     }
 
     /// The root's part of a scatter: block r of `send` goes to process r.
@@ -363,14 +362,13 @@ pub trait Root {
                     own_kind(recv.matched()),
                 ),
             )?;
-        if shared::over_packed(recv, OPERATION, |recv_bytes| {
-            shared::try_scatter_varcount(comm, checked, None, recv_bytes, datatype)
-        })? {
-            return Ok(());
-        }
-        blocking(comm, OPERATION, || {
-            calls::scatter_varcount(comm, root, None::<&NoParts>, recv)
-        })
+        received_by_area_or_messages(
+            comm,
+            OPERATION,
+            recv,
+            |got| shared::try_scatter_varcount(comm, checked, None, got, datatype),
+            |recv| calls::scatter_varcount(comm, root, None::<&NoParts>, recv),
+        )
     }
 
     /// The root's part of a scatter of parts of any length, cut as `send` says.
@@ -426,14 +424,9 @@ pub trait Root {
         B: BufferMut + ?Sized,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
-        let (data, call) = Lent::exclusive(buf, |buf| calls::broadcast(comm, root, buf));
-        or_fatal(immediate(
-            comm,
-            scope,
-            "immediate_broadcast_into",
-            data,
-            call,
-        ))
+        immediate_into(comm, scope, "immediate_broadcast_into", buf, |buf| {
+            calls::broadcast(comm, root, buf)
+        })
     }
 
     /// [`reduce_into`](Self::reduce_into) as a request (`MPI_Ireduce`).
@@ -449,13 +442,8 @@ pub trait Root {
         O: Operation + 'a,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
-        or_fatal(immediate(
-            comm,
-            scope,
-            "immediate_reduce_into",
-            Lent::shared(send),
-            calls::reduce(comm, root, send, None::<&mut NoBuffer>, op),
-        ))
+        let call = calls::reduce(comm, root, send, None::<&mut NoBuffer>, op);
+        immediate_from(comm, scope, "immediate_reduce_into", send, call)
     }
 
     /// [`reduce_into_root`](Self::reduce_into_root) as a request (`MPI_Ireduce`).
@@ -473,15 +461,9 @@ pub trait Root {
         O: Operation + 'a,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
-        let (data, call) =
-            Lent::exclusive(recv, |recv| calls::reduce(comm, root, send, Some(recv), op));
-        or_fatal(immediate(
-            comm,
-            scope,
-            "immediate_reduce_into_root",
-            data,
-            call,
-        ))
+        immediate_into(comm, scope, "immediate_reduce_into_root", recv, |recv| {
+            calls::reduce(comm, root, send, Some(recv), op)
+        })
     }
 
     /// [`gather_into`](Self::gather_into) as a request (`MPI_Igather`).
@@ -495,13 +477,8 @@ pub trait Root {
         S: Buffer + ?Sized,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
-        or_fatal(immediate(
-            comm,
-            scope,
-            "immediate_gather_into",
-            Lent::shared(send),
-            calls::gather(comm, root, send, None::<&mut NoBuffer>),
-        ))
+        let call = calls::gather(comm, root, send, None::<&mut NoBuffer>);
+        immediate_from(comm, scope, "immediate_gather_into", send, call)
     }
 
     /// [`gather_into_root`](Self::gather_into_root) as a request (`MPI_Igather`).
@@ -517,15 +494,9 @@ pub trait Root {
         R: BufferMut + ?Sized,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
-        let (data, call) =
-            Lent::exclusive(recv, |recv| calls::gather(comm, root, send, Some(recv)));
-        or_fatal(immediate(
-            comm,
-            scope,
-            "immediate_gather_into_root",
-            data,
-            call,
-        ))
+        immediate_into(comm, scope, "immediate_gather_into_root", recv, |recv| {
+            calls::gather(comm, root, send, Some(recv))
+        })
     }
 
     /// [`scatter_into`](Self::scatter_into) as a request (`MPI_Iscatter`).
@@ -539,10 +510,9 @@ pub trait Root {
         R: BufferMut + ?Sized,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
-        let (data, call) = Lent::exclusive(recv, |recv| {
+        immediate_into(comm, scope, "immediate_scatter_into", recv, |recv| {
             calls::scatter(comm, root, None::<&NoBuffer>, recv)
-        });
-        or_fatal(immediate(comm, scope, "immediate_scatter_into", data, call))
+        })
     }
 
     /// [`scatter_into_root`](Self::scatter_into_root) as a request (`MPI_Iscatter`).
@@ -558,15 +528,9 @@ pub trait Root {
         R: BufferMut + ?Sized,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
-        let (data, call) =
-            Lent::exclusive(recv, |recv| calls::scatter(comm, root, Some(send), recv));
-        or_fatal(immediate(
-            comm,
-            scope,
-            "immediate_scatter_into_root",
-            data,
-            call,
-        ))
+        immediate_into(comm, scope, "immediate_scatter_into_root", recv, |recv| {
+            calls::scatter(comm, root, Some(send), recv)
+        })
     }
 
     /// [`gather_varcount_into`](Self::gather_varcount_into) as a request (`MPI_Igatherv`).
@@ -580,13 +544,8 @@ pub trait Root {
         S: Buffer + ?Sized,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
-        or_fatal(immediate(
-            comm,
-            scope,
-            "immediate_gather_varcount_into",
-            Lent::shared(send),
-            calls::gather_varcount(comm, root, send, None::<&mut NoPartsMut>),
-        ))
+        let call = calls::gather_varcount(comm, root, send, None::<&mut NoPartsMut>);
+        immediate_from(comm, scope, "immediate_gather_varcount_into", send, call)
     }
 
     /// [`gather_varcount_into_root`](Self::gather_varcount_into_root) as a request
@@ -603,16 +562,13 @@ pub trait Root {
         R: PartitionedBufferMut + ?Sized,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
-        let (data, call) = Lent::exclusive(recv, |recv| {
-            calls::gather_varcount(comm, root, send, Some(recv))
-        });
-        or_fatal(immediate(
+        immediate_into(
             comm,
             scope,
             "immediate_gather_varcount_into_root",
-            data,
-            call,
-        ))
+            recv,
+            |recv| calls::gather_varcount(comm, root, send, Some(recv)),
+        )
     }
 
     /// [`scatter_varcount_into`](Self::scatter_varcount_into) as a request (`MPI_Iscatterv`).
@@ -626,16 +582,13 @@ pub trait Root {
         R: BufferMut + ?Sized,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
-        let (data, call) = Lent::exclusive(recv, |recv| {
-            calls::scatter_varcount(comm, root, None::<&NoParts>, recv)
-        });
-        or_fatal(immediate(
+        immediate_into(
             comm,
             scope,
             "immediate_scatter_varcount_into",
-            data,
-            call,
-        ))
+            recv,
+            |recv| calls::scatter_varcount(comm, root, None::<&NoParts>, recv),
+        )
     }
 
     /// [`scatter_varcount_into_root`](Self::scatter_varcount_into_root) as a request
@@ -652,16 +605,13 @@ pub trait Root {
         R: BufferMut + ?Sized,
     {
         let (comm, root) = (self.root_comm(), self.root_rank());
-        let (data, call) = Lent::exclusive(recv, |recv| {
-            calls::scatter_varcount(comm, root, Some(send), recv)
-        });
-        or_fatal(immediate(
+        immediate_into(
             comm,
             scope,
             "immediate_scatter_varcount_into_root",
-            data,
-            call,
-        ))
+            recv,
+            |recv| calls::scatter_varcount(comm, root, Some(send), recv),
+        )
     }
 }
 

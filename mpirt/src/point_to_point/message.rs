@@ -10,6 +10,7 @@ use super::{
     RecvSlot, Status,
 };
 use crate::backend::MessageHandle;
+use crate::communicator::{CommData, Rank};
 use crate::datatype::{datatype_of, BufferMut, Equivalence};
 use crate::error::{or_fatal, Error};
 use crate::request::{Lent, Request, Scope};
@@ -20,14 +21,23 @@ use crate::request::{Lent, Request, Scope};
 pub struct Message {
     pub(super) handle: MessageHandle,
     pub(super) status: pml::Status,
+    /// The engine rank (world, or joined by a bridge) of the sender: the PML may choose how
+    /// the message lands in a layout's blocks by the sender's transport.
+    pub(super) from: Option<u32>,
     _not_send: PhantomData<*const ()>,
 }
 
 impl Message {
-    pub(super) fn new(handle: MessageHandle, status: pml::Status) -> (Message, Status) {
+    /// The message a matched probe on `comm` took (`status.source` a rank of `comm`).
+    pub(super) fn new(
+        handle: MessageHandle,
+        status: pml::Status,
+        comm: &CommData,
+    ) -> (Message, Status) {
         let message = Message {
             handle,
             status,
+            from: comm.target(status.source as Rank).ok(),
             _not_send: PhantomData,
         };
         (message, Status::from_pml(status))
@@ -59,7 +69,7 @@ impl Message {
             unsafe { RecvSlot::new(value.as_mut_ptr().cast(), datatype.size(), datatype) }
                 .map_err(|c| Error::new(operation.clone(), c))?;
         // SAFETY: as above; the receive completes before this function returns.
-        let status = unsafe { post_matched_receive(self.handle, &mut slot) }
+        let status = unsafe { post_matched_receive(self.handle, self.from, &mut slot) }
             .and_then(|h| finish_receive(h, slot))
             .map_err(|c| Error::new(operation, c))?;
         // SAFETY: exactly one element arrived and passed `T`'s check.
@@ -76,7 +86,7 @@ impl Message {
         buf: &mut B,
     ) -> Result<Status, Error> {
         let operation = self.describe();
-        receive_matched_into(self.handle, buf).map_err(|c| Error::new(operation, c))
+        receive_matched_into(self.handle, self.from, buf).map_err(|c| Error::new(operation, c))
     }
 
     /// Starts receiving the message into `buf`, which stays lent to the request until it
@@ -95,12 +105,12 @@ impl Message {
         buf: &'a mut B,
     ) -> Result<Request<'a, B, S>, Error> {
         let operation = self.describe();
-        let (handle, status) = (self.handle, self.status);
+        let (handle, status, from) = (self.handle, self.status, self.from);
         let (data, slot) = Lent::exclusive(buf, |buf| RecvSlot::for_buffer(buf));
         let mut slot = slot.map_err(|c| Error::new(operation.clone(), c))?;
         // SAFETY: the request keeps `buf` lent for `'a`, and the scope does not end before the
         // request completes.
-        let posted = unsafe { post_matched_receive(handle, &mut slot) }
+        let posted = unsafe { post_matched_receive(handle, from, &mut slot) }
             .map_err(|c| Error::new(operation, c))?;
         Ok(Request::receive(
             Started::Posted(posted),
@@ -119,6 +129,7 @@ impl Message {
 
     pub fn try_matched_receive_vec<T: Equivalence>(self) -> Result<(Vec<T>, Status), Error> {
         let operation = self.describe();
-        receive_matched_vec(self.handle, self.status).map_err(|c| Error::new(operation, c))
+        receive_matched_vec(self.handle, self.status, self.from)
+            .map_err(|c| Error::new(operation, c))
     }
 }

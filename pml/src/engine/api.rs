@@ -120,6 +120,7 @@ impl Pml for Engine {
         source: SourceSel,
         tag: TagSel,
         blocks: &Blocks,
+        _from: Option<Rank>,
     ) -> Result<Option<Handle>, PmlError> {
         self.check_running()?;
         self.core
@@ -212,6 +213,7 @@ impl Pml for Engine {
         &mut self,
         message: MessageHandle,
         blocks: &Blocks,
+        _from: Option<Rank>,
     ) -> Result<Result<Handle, MessageHandle>, PmlError> {
         self.check_running()?;
         let h = self

@@ -326,8 +326,10 @@ impl TcpTransport {
         // SAFETY: this function's contract; the scratch is this transport's own, apart from
         // the send's memory.
         let sent = self.send_with(peer, |conn| unsafe {
-            conn.send_blocks(header, blocks, range, scratch::scratch(&mut scratch))
+            conn.send_blocks(header, blocks, range, &mut scratch)
         });
+        // Empty where the connection kept it for bytes it packed and the socket did not
+        // take: made again at its next use.
         self.scratch = scratch;
         sent
     }

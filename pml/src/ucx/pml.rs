@@ -87,9 +87,9 @@ pub struct UcxConfig {
     /// (see `datatype`).
     pub iov_min_block: usize,
     /// The shortest non-contiguous message of short blocks (for the generic datatype) that
-    /// goes to UCX in place to a rank whose active messages UCX carries over TCP (a receive:
-    /// where every other rank is so); shorter ones are staged (see `UcxPml::in_place`). 0
-    /// stages none.
+    /// goes to UCX in place to or from a rank whose active messages UCX carries over TCP (a
+    /// receive from any source: where every other rank is so); shorter ones are staged (see
+    /// `UcxPml::in_place`). 0 stages none.
     pub tcp_stage_below: usize,
 }
 
@@ -103,8 +103,8 @@ pub struct UcxPml {
     /// Per world rank, whether UCX carries its active messages over TCP
     /// (`Lanes::active_messages_over_tcp`), for the choice of staging (`in_place`).
     over_tcp: Vec<bool>,
-    /// Whether every rank but this one is `over_tcp`: a receive (whose source is a rank of
-    /// its communicator, not the world's) is staged as one from such a rank.
+    /// Whether every rank but this one is `over_tcp`: a receive from any source is staged as
+    /// one from such a rank.
     all_over_tcp: bool,
     /// Dropped after `Drop` closed the endpoints.
     pub(super) worker: Worker,
@@ -433,14 +433,14 @@ impl UcxPml {
         started_recv("ucp_tag_msg_recv_nbx", started)
     }
 
-    /// How the non-contiguous buffer `blocks` of a message of `len` bytes to world rank
-    /// `peer` (a send), or from any rank (`None`: a receive) goes to UCX in place, or `None`
+    /// How the non-contiguous buffer `blocks` of a message of `len` bytes to or from world
+    /// rank `peer` (`None`: a receive from any source) goes to UCX in place, or `None`
     /// (counted as staged) where the caller's staging copy moves it faster: short blocks
-    /// (the generic datatype) in a message under `tcp_stage_below` bytes to a rank whose
-    /// active messages UCX carries over TCP, or from one where every other rank is so. A
-    /// receive's source is a rank of its communicator, which the PML cannot map to a world
-    /// rank's endpoint; either form on either side meets the other (UCX matches bytes), so
-    /// a choice that differs from the sender's costs speed, never correctness. UCX 1.13 moves a non-contiguous rendezvous as active-message
+    /// (the generic datatype) in a message under `tcp_stage_below` bytes to or from a rank
+    /// whose active messages UCX carries over TCP, or from any source where every other rank
+    /// is so. Either form on either side meets the other (UCX matches bytes), so a choice
+    /// that differs from the sender's (a receive from any source in a job of both kinds of
+    /// peer) costs speed, never correctness. UCX 1.13 moves a non-contiguous rendezvous as active-message
     /// fragments (its RTS carries no address for one), which over TCP measured slower than
     /// packing, sending the bytes contiguously and unpacking (`halo.sh -u`, ARCHITECTURE.md);
     /// on shared memory the fragments won at every size.
@@ -731,8 +731,8 @@ impl Pml for UcxPml {
 
     /// Starts a receive into the non-contiguous buffer `blocks` describes, in place, as an
     /// iov of its runs or UCX's generic datatype (see `datatype`): `None` for an empty one
-    /// and one better staged (`in_place`, by the blocks' length). A message
-    /// longer than the blocks hold fails as truncated, against their packed length.
+    /// and one better staged (`in_place`, by the blocks' length and `from`'s transport). A
+    /// message longer than the blocks hold fails as truncated, against their packed length.
     ///
     /// # Safety
     /// As for `Pml::post_recv_blocks`.
@@ -742,11 +742,12 @@ impl Pml for UcxPml {
         source: SourceSel,
         tag: TagSel,
         blocks: &Blocks,
+        from: Option<Rank>,
     ) -> Result<Option<Handle>, PmlError> {
         if blocks.is_empty() {
             return Ok(None);
         }
-        let Some(how) = self.in_place(blocks, None, blocks.len(), false) else {
+        let Some(how) = self.in_place(blocks, from, blocks.len(), false) else {
             return Ok(None);
         };
         // SAFETY: `post_recv_blocks`' caller made `blocks` here and keeps it, its list and
@@ -858,7 +859,7 @@ impl Pml for UcxPml {
     /// Receives the message a matched probe took into the non-contiguous buffer `blocks`
     /// describes, in place (as `post_recv_blocks`); the message back, having posted
     /// nothing, for an empty one and one better staged (`in_place`, by the message's
-    /// length).
+    /// length and its sender's transport).
     ///
     /// # Safety
     /// As for `Pml::post_matched_recv_blocks`.
@@ -866,11 +867,12 @@ impl Pml for UcxPml {
         &mut self,
         message: UcxMessage,
         blocks: &Blocks,
+        from: Option<Rank>,
     ) -> Result<Result<Handle, UcxMessage>, PmlError> {
         if blocks.is_empty() {
             return Ok(Err(message));
         }
-        let Some(how) = self.in_place(blocks, None, message.len, false) else {
+        let Some(how) = self.in_place(blocks, from, message.len, false) else {
             return Ok(Err(message));
         };
         // SAFETY: as in `post_recv_blocks`.

@@ -136,30 +136,9 @@ pub unsafe fn read_into(
         return Ok(false);
     }
     // All of the send in the sender's arena: a copy per block from our mapping of it.
-    let mapping = mapped_span(&blocks, &list, arena);
-    if let Some((low, src)) = mapping {
-        let mut to = Cursor::new(local.pieces());
-        let mut below_span = None;
-        blocks.for_each_block(&list, len, |addr, n| {
-            // `span` bounds every block from below by `low` (`check_list` refused offsets
-            // that wrap), so this never fails; a wrap would be a read outside the mapping.
-            let Some(from) = addr.checked_sub(low) else {
-                debug_assert!(false, "block at {addr:#x} below its span's {low:#x}");
-                below_span.get_or_insert(addr);
-                return;
-            };
-            // SAFETY: the block lies within the span (at or above `low`, checked above, and
-            // below its end, as `span` computed without wrapping), which `mapped` found
-            // readable in our read-only mapping, apart from `local`, which is writable and
-            // ours (this function's contract).
-            unsafe { to.copy_from(src.add(from as usize), n) };
-        });
-        if let Some(addr) = below_span {
-            return Err(format!(
-                "a send's layout has a block at {addr:#x}, below its span's start {low:#x}"
-            ));
-        }
-        to.finish(len)?;
+    if let Some(mapping) = mapped_span(&blocks, &list, arena) {
+        // SAFETY: `mapped_span` found the span in our mapping; `local` is this function's.
+        unsafe { copy_mapped(&blocks, &list, mapping, local) }?;
         return Ok(true);
     }
     // Not all in the arena: every run by `process_vm_readv`, none from the mapping (a send
@@ -212,6 +191,46 @@ pub(super) fn mapped_span(
 ) -> Option<(u64, *const u8)> {
     let (low, end) = blocks.span(list)?;
     Some((low, arena?.mapped(low, (end - low) as usize)?))
+}
+
+/// Copies the first `local.len()` packed bytes of the described send `sent` (`list` its
+/// checked block list) into `local`, one memcpy a piece (a block of the shorter side where
+/// the two sides' blocks differ), from our mapping of the sender's arena: `mapping` is
+/// [`mapped_span`]'s `(low, src)` for them.
+///
+/// # Safety
+/// `mapping` must be what [`mapped_span`] returned for `sent` and `list`, and `local` memory
+/// of this process, writable and not otherwise accessed for the call (for
+/// [`Local::Blocks`], what its description promises).
+pub(super) unsafe fn copy_mapped(
+    sent: &Blocks,
+    list: &[Block],
+    (low, src): (u64, *const u8),
+    local: Local<'_>,
+) -> Result<(), String> {
+    let len = local.len();
+    let mut to = Cursor::new(local.pieces());
+    let mut below_span = None;
+    sent.for_each_block(list, len, |addr, n| {
+        // `span` bounds every block from below by `low` (`check_list` refused offsets
+        // that wrap), so this never fails; a wrap would be a read outside the mapping.
+        let Some(from) = addr.checked_sub(low) else {
+            debug_assert!(false, "block at {addr:#x} below its span's {low:#x}");
+            below_span.get_or_insert(addr);
+            return;
+        };
+        // SAFETY: the block lies within the span (at or above `low`, checked above, and
+        // below its end, as `span` computed without wrapping), which `mapped_span` found
+        // readable in our read-only mapping, apart from `local`, which is writable and
+        // ours (this function's contract).
+        unsafe { to.copy_from(src.add(from as usize), n) };
+    });
+    if let Some(addr) = below_span {
+        return Err(format!(
+            "a send's layout has a block at {addr:#x}, below its span's start {low:#x}"
+        ));
+    }
+    to.finish(len)
 }
 
 /// Memory a read lands in, filled piece by piece in packing order.

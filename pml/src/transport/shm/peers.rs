@@ -73,6 +73,9 @@ pub struct ShmPeers {
     /// the arena (by process_vm_readv), a receive's (see
     /// `EngineConfig::shm_in_place_min_block`).
     in_place_min_block: usize,
+    /// Of a receive's blocks shorter than that, the shortest mean block (the send's too) read
+    /// a memcpy a block from a peer's arena (`EngineConfig::shm_arena_min_block`).
+    arena_min_block: usize,
     /// Where reads into short blocks pass a window at a time (`transport::scratch`, made at
     /// the first that needs one).
     scratch: Box<[u8]>,
@@ -183,6 +186,7 @@ impl ShmOpening {
             block_reads: 0,
             short_block_reads: 0,
             in_place_min_block: job.config.shm_in_place_min_block,
+            arena_min_block: job.config.shm_arena_min_block,
             scratch: Box::default(),
         })
     }
@@ -403,7 +407,8 @@ impl Transport for ShmPeers {
     /// more on average: from the peer's arena one memcpy a piece, else by `process_vm_readv`
     /// with the blocks as local iovecs. Shorter ones (a column of doubles), for which a copy
     /// or an iovec a block costs more than the bytes: by the layouts' copy loops, from the
-    /// arena in one pass, else a window at a time (`short_blocks`).
+    /// arena in one pass (a memcpy a block where both sides' blocks average at least
+    /// `arena_min_block`), else a window at a time (`short_blocks`).
     unsafe fn read_into_blocks(
         &mut self,
         peer: Rank,
@@ -421,9 +426,10 @@ impl Transport for ShmPeers {
         let short = blocks.mean_block() < self.in_place_min_block;
         let pid = self.pids[local];
         let result = if short {
+            let (arena_min_block, scratch) = (self.arena_min_block, &mut self.scratch);
             // SAFETY: this function's contract: a description made in this process, its list
             // alive (and its blocks writable and lent to the read, `len` within its bytes).
-            unsafe { read_short_blocks(pid, arena, source, blocks, len, &mut self.scratch) }
+            unsafe { read_short_blocks(pid, arena, source, blocks, len, arena_min_block, scratch) }
                 .map(|read| read.mapped())
         } else {
             // SAFETY: as above.

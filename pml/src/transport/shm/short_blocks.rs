@@ -13,7 +13,7 @@
 
 use std::iter;
 
-use super::in_place::{mapped_span, read_description, read_runs, Source};
+use super::in_place::{copy_mapped, mapped_span, read_description, read_runs, Local, Source};
 use super::{read_remote, PeerArena};
 use crate::blocks::{Blocks, Position};
 use crate::transport::scratch;
@@ -26,6 +26,9 @@ pub enum ShortRead {
     Column,
     /// From the sender's mapped arena, contiguous bytes unpacked straight from the mapping.
     Unpacked,
+    /// From the sender's mapped arena, one memcpy a block (of the shorter side), both
+    /// sides' blocks averaging at least the arena's threshold (`shm_arena_min_block`).
+    Pieces,
     /// From the sender's mapped arena, packed into a window and unpacked from it.
     Window,
     /// By `process_vm_readv`, a window at a time.
@@ -41,7 +44,10 @@ impl ShortRead {
 
 /// Reads the first `len` packed bytes of `source` in process `pid` into `blocks` (a receive's,
 /// its blocks short) by their copy loops, from `arena`, our mapping of the sender's, where
-/// the bytes lie there, else by `process_vm_readv`; returns which way it went. `scratch` is
+/// the bytes lie there, else by `process_vm_readv`; returns which way it went. From the
+/// mapping, a send and a receive whose blocks both average at least `arena_min_block` bytes
+/// are copied a block at a time instead (one copy a byte, where a block is long enough that
+/// a copy call costs less than a second pass through a window). `scratch` is
 /// the transport's (`transport::scratch`): each window of the bytes passes through it, a
 /// few windows a message (fewer `process_vm_readv` calls than pieces), each unpacked from
 /// the L2 cache.
@@ -56,6 +62,7 @@ pub unsafe fn read_short_blocks(
     source: Source,
     blocks: &Blocks,
     len: usize,
+    arena_min_block: usize,
     scratch: &mut Box<[u8]>,
 ) -> Result<ShortRead, String> {
     match source {
@@ -95,6 +102,20 @@ pub unsafe fn read_short_blocks(
                 // contract); `len` is within both (`read_description` checked the send's).
                 if unsafe { mapped.copy_column_into(blocks, len) } {
                     return Ok(ShortRead::Column);
+                }
+                if sent.mean_block().min(blocks.mean_block()) >= arena_min_block {
+                    // SAFETY: this function's contract: the receive's block list is alive.
+                    let into = unsafe { blocks.local_list() };
+                    let local = Local::Blocks {
+                        blocks,
+                        list: into,
+                        len,
+                    };
+                    // SAFETY: the receive's blocks are ours to write for the call, `len`
+                    // within them (this function's contract); `(low, here)` is what
+                    // `mapped_span` found for the send's description and list.
+                    unsafe { copy_mapped(&sent, &list, (low, here), local) }?;
+                    return Ok(ShortRead::Pieces);
                 }
                 // SAFETY: as above; each window is the scratch's own memory.
                 unsafe {
@@ -169,6 +190,21 @@ mod tests {
         list: &[Block],
         extent: usize,
     ) -> Result<ShortRead, String> {
+        land_at(arena, source, packed, list, extent, ARENA_MIN_BLOCK)
+    }
+
+    /// The default `shm_arena_min_block`.
+    const ARENA_MIN_BLOCK: usize = 512;
+
+    /// [`land_in`] with `arena_min_block` as the arena's threshold.
+    fn land_at(
+        arena: Option<&PeerArena>,
+        source: Source,
+        packed: &[u8],
+        list: &[Block],
+        extent: usize,
+        arena_min_block: usize,
+    ) -> Result<ShortRead, String> {
         let element_len: usize = list.iter().map(|b| b.len).sum();
         let count = packed.len().div_ceil(element_len);
         let mut expected = vec![GUARD; count * extent];
@@ -188,8 +224,18 @@ mod tests {
         let pid = std::process::id() as i32;
         let mut scratch = Box::default();
         // SAFETY: `buf` is ours, borrowed by nothing else while the read writes it.
-        let read =
-            unsafe { read_short_blocks(pid, arena, source, &blocks, packed.len(), &mut scratch) }?;
+        let len = packed.len();
+        let read = unsafe {
+            read_short_blocks(
+                pid,
+                arena,
+                source,
+                &blocks,
+                len,
+                arena_min_block,
+                &mut scratch,
+            )
+        }?;
         assert!(
             buf == expected,
             "{source:?} into {} blocks an element ({read:?}): landed wrong",
@@ -243,7 +289,7 @@ mod tests {
         let pid = std::process::id() as i32;
         let mut scratch = Box::default();
         // SAFETY: `buf` is ours, borrowed by nothing else while the read writes it.
-        unsafe { read_short_blocks(pid, arena, source, &blocks, len, &mut scratch) }
+        unsafe { read_short_blocks(pid, arena, source, &blocks, len, 0, &mut scratch) }
     }
 
     /// An arena of this process mapped as a peer's, and `len` bytes of it holding a pattern.
@@ -352,6 +398,55 @@ mod tests {
         );
         // SAFETY: allocated by `arena_with`, no longer used.
         unsafe { owner.free(p, len.max(send_extent)) };
+    }
+
+    /// From an arena mapped here as a peer's, blocks of a few hundred bytes in another layout
+    /// on each side (a 512-byte column into elements of a 384- and a 640-byte block, and
+    /// the reverse) are copied a block at a time, no window, when both sides average at
+    /// least the threshold; through a window when it is higher, or when one side's blocks
+    /// are shorter (an 8-byte column into the 384/640 elements). A truncated read takes the
+    /// front either way.
+    #[test]
+    fn a_peers_arena_lands_in_blocks_of_hundreds_of_bytes_one_copy_a_block() {
+        let rows = 3 * SCRATCH_LEN / 512 + 5;
+        let len = rows * 600;
+        let (owner, peer, p) = arena_with(len);
+        let column = [Block {
+            offset: 40,
+            len: 512,
+        }];
+        let pair = [
+            Block {
+                offset: 0,
+                len: 384,
+            },
+            Block {
+                offset: 400,
+                len: 640,
+            },
+        ];
+        let column_send = Blocks::new(p, rows, 600, &column).unwrap();
+        let pair_send = Blocks::new(p, rows / 2, 1100, &pair).unwrap();
+        let eight = [Block { offset: 0, len: 8 }];
+        let eights = Blocks::new(p, len / 16, 16, &eight).unwrap();
+        let cases = [
+            (&column_send, &pair[..], 1100, ShortRead::Pieces),
+            (&pair_send, &column[..], 600, ShortRead::Pieces),
+            (&eights, &pair[..], 1100, ShortRead::Window),
+        ];
+        for (sent, list, extent, way) in cases {
+            let packed = pack(sent);
+            let described = Source::Described(sent as *const Blocks as u64);
+            for front in [packed.len(), 1000] {
+                let packed = &packed[..front];
+                let landed = land_in(Some(&peer), described, packed, list, extent);
+                assert_eq!(landed, Ok(way));
+                let above = land_at(Some(&peer), described, packed, list, extent, 513);
+                assert_eq!(above, Ok(ShortRead::Window));
+            }
+        }
+        // SAFETY: allocated by `arena_with`, no longer used.
+        unsafe { owner.free(p, len) };
     }
 
     /// A peer's description is untrusted on the mapped path too: one whose first block lies

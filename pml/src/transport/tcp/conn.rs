@@ -70,8 +70,24 @@ pub struct Conn {
     /// its payload goes on from and that offset's position in the blocks, so that the next
     /// call resumes there rather than seek from its element's first block.
     send_at: Option<(usize, Position)>,
+    /// Of a frame of short blocks (`send_packed`) whose last piece the socket took only in
+    /// part: the rest of the piece, packed, to go out next.
+    unsent: Option<Unsent>,
     pub writable: bool,
     goodbye_received: bool,
+}
+
+/// Packed bytes of a frame that the socket has not taken yet (see `Conn::send_packed`).
+struct Unsent {
+    /// The scratch they were packed into, kept until they went out.
+    scratch: Box<[u8]>,
+    /// The packed offset of the send at which they begin.
+    resumed: usize,
+    /// Where they lie in the scratch.
+    from: usize,
+    to: usize,
+    /// The position in the send's blocks just past them.
+    end: Position,
 }
 
 fn peer_error(peer: Rank, cause: impl Into<String>) -> PmlError {
@@ -134,6 +150,7 @@ impl Conn {
             header_first: false,
             sent_of_frame: 0,
             send_at: None,
+            unsent: None,
             writable: true,
             goodbye_received: false,
         }
@@ -170,7 +187,9 @@ impl Conn {
     /// [`send_blocks`](Self::send_blocks) of blocks short on average (a column of doubles):
     /// the payload packed into the scratch a piece at a time by the tight loop of
     /// `Blocks::pack_range_into`, each piece one iovec; finding runs (merged where they
-    /// touch) costs more than the copy for such blocks.
+    /// touch) costs more than the copy for such blocks. A piece the socket takes only in part
+    /// keeps its scratch ([`Unsent`]) until the rest went out: its bytes are never packed
+    /// again (a full socket, taking a few KiB a call, would have them packed many times).
     ///
     /// # Safety
     /// As for `send_blocks`.
@@ -179,7 +198,7 @@ impl Conn {
         header: &[u8],
         blocks: &Blocks,
         range: PackedRange,
-        scratch: &mut [u8],
+        scratch: &mut Box<[u8]>,
     ) -> io::Result<Sent> {
         let total = header.len() + range.len;
         let prefix = frame_prefix(total)?;
@@ -187,24 +206,67 @@ impl Conn {
         // SAFETY: this function's contract.
         let list = unsafe { blocks.local_list() };
         let mut sent_of_payload = self.sent_of_frame.saturating_sub(head);
-        let mut at = self.send_position(blocks, list, range.start + sent_of_payload);
+        let resumed = range.start + sent_of_payload;
+        // Packed bytes of another frame, or from elsewhere than where this one goes on, are
+        // not this frame's: packed afresh.
+        let mut unsent = self
+            .unsent
+            .take()
+            .filter(|u| self.sent_of_frame > 0 && u.resumed == resumed);
+        let mut at = match &unsent {
+            Some(u) => u.end,
+            None => self.send_position(blocks, list, resumed),
+        };
         loop {
-            let n = (range.len - sent_of_payload).min(scratch.len());
-            // SAFETY: this function's contract: the range's blocks are readable, apart from
-            // the scratch, and the `n` bytes from `at` (byte `sent_of_payload` of the range)
-            // lie within the range.
-            let end = unsafe { blocks.pack_at(at, n, scratch.as_mut_ptr()) };
-            let piece = &scratch[..n];
+            let (piece, end) = match &unsent {
+                Some(u) => (&u.scratch[u.from..u.to], at),
+                None => {
+                    let scratch = scratch::scratch(scratch);
+                    let n = (range.len - sent_of_payload).min(scratch.len());
+                    // SAFETY: this function's contract: the range's blocks are readable,
+                    // apart from the scratch, and the `n` bytes from `at` (byte
+                    // `sent_of_payload` of the range) lie within the range.
+                    let end = unsafe { blocks.pack_at(at, n, scratch.as_mut_ptr()) };
+                    (&scratch[..n], end)
+                }
+            };
+            let n = piece.len();
             let sent_of_parts = self.sent_of_frame - sent_of_payload;
             let built = head + n - sent_of_parts;
             let got = self.write_unsent([&prefix, header, piece], sent_of_parts)?;
             self.sent_of_frame += got;
             let taken = self.sent_of_frame.saturating_sub(head) - sent_of_payload;
-            at = match taken == n {
-                true => end,
-                false => blocks.advance(list, at, taken),
-            };
             sent_of_payload += taken;
+            if taken < n && self.sent_of_frame == 0 {
+                // Nothing of the frame is on the wire: the next call may start another frame
+                // (which would not take these bytes), so the scratch stays the transport's.
+                return Ok(self.sent(head + range.len));
+            }
+            if taken < n {
+                // The rest of the piece waits, packed, in its scratch, which this connection
+                // keeps (the transport makes another at its next use).
+                let mut kept = match unsent {
+                    Some(kept) => kept,
+                    None => Unsent {
+                        scratch: std::mem::take(scratch),
+                        resumed: 0,
+                        from: 0,
+                        to: n,
+                        end,
+                    },
+                };
+                kept.from += taken;
+                kept.resumed = range.start + sent_of_payload;
+                self.unsent = Some(kept);
+                return Ok(self.sent(head + range.len));
+            }
+            at = end;
+            if let Some(done) = unsent.take() {
+                // Sent whole: the scratch goes back to the transport, unless it made another.
+                if scratch.is_empty() {
+                    *scratch = done.scratch;
+                }
+            }
             if got < built || self.sent_of_frame == head + range.len {
                 self.send_at = Some((range.start + sent_of_payload, at));
                 return Ok(self.sent(head + range.len));
@@ -223,9 +285,10 @@ impl Conn {
     }
 
     /// [`send`](Self::send) of a frame whose payload is the packed bytes `range` of `blocks`,
-    /// gathered from its blocks (see `gather.rs`) through `scratch` (of `scratch::SCRATCH_LEN` bytes,
-    /// reused once `sendmsg` returns), in batches of at most `IOV_MAX` iovecs, as many as the
-    /// socket takes.
+    /// gathered from its blocks (see `gather.rs`) through `scratch` (the transport's, see
+    /// `transport::scratch`: reused once `sendmsg` returns, or kept by the connection for
+    /// packed bytes the socket did not take, leaving it empty), in batches of at most
+    /// `IOV_MAX` iovecs, as many as the socket takes.
     ///
     /// # Safety
     /// `blocks` must have been made in this process, its elements and block list alive and
@@ -235,19 +298,13 @@ impl Conn {
         header: &[u8],
         blocks: &Blocks,
         range: PackedRange,
-        scratch: &mut [u8],
+        scratch: &mut Box<[u8]>,
     ) -> io::Result<Sent> {
-        // A scratch that holds no short run would leave batches that take none of them, and
-        // pieces packed a few bytes at a time.
-        debug_assert!(
-            scratch.len() >= SHORT_RUN,
-            "a {}-byte scratch",
-            scratch.len()
-        );
         if blocks.mean_block() < SHORT_RUN {
             // SAFETY: this function's contract.
             return unsafe { self.send_packed(header, blocks, range, scratch) };
         }
+        let scratch = scratch::scratch(scratch);
         let total = header.len() + range.len;
         let prefix = frame_prefix(total)?;
         let whole = PREFIX_LEN + total;
@@ -680,6 +737,7 @@ impl Conn {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::blocks::pack;
     use crate::transport::scratch::SCRATCH_LEN;
     use std::net::TcpListener;
 
@@ -1093,6 +1151,123 @@ mod tests {
         }
     }
 
+    /// Bytes packed for a frame of short blocks and not yet taken by the socket go out as
+    /// they were packed, not packed again: the send's blocks are rewritten after the first
+    /// partial write (which a send may not do; here it shows which bytes were read when), and
+    /// the frame still carries the old bytes up to the end of the pieces packed by then, the
+    /// new ones after. The scratch comes back to the caller once the frame is out.
+    #[test]
+    fn packed_bytes_the_socket_did_not_take_are_not_packed_again() {
+        let list = [Block { offset: 3, len: 8 }];
+        let (extent, count) = (20, 8 * SCRATCH_LEN / 8 + 5);
+        let mut source: Vec<u8> = (0..extent * count).map(|i| (i % 251) as u8).collect();
+        let blocks = Blocks::new(source.as_ptr(), count, extent, &list).unwrap();
+        let range = PackedRange {
+            start: 0,
+            len: blocks.len(),
+        };
+        let old = pack(&blocks);
+        let header = [9u8; 13];
+        let head = PREFIX_LEN + header.len();
+        let (mut conn, mut rx) = small_buffered_pair();
+        let mut scratch = Box::default();
+        let mut got = Vec::new();
+        // SAFETY: the description was made here from `source` and `list`, alive and unchanged
+        // for the call; the range is its bytes; the scratch is the test's own.
+        let first = unsafe { conn.send_blocks(&header, &blocks, range, &mut scratch) }.unwrap();
+        assert_eq!(
+            first,
+            Sent::Part,
+            "a {}-byte frame went out whole",
+            range.len
+        );
+        assert!(
+            scratch.is_empty(),
+            "the connection kept the scratch of the unsent bytes"
+        );
+        let unsent = conn.unsent.as_ref().expect("packed bytes wait");
+        let packed_by_then = unsent.resumed + (unsent.to - unsent.from);
+        assert_eq!(unsent.resumed, conn.sent_of_frame - head);
+        assert!(
+            packed_by_then < range.len,
+            "everything was packed by the first write"
+        );
+        for b in source.iter_mut() {
+            *b = b.wrapping_add(1);
+        }
+        // SAFETY: as `blocks`, over the same, rewritten, memory.
+        let blocks = Blocks::new(source.as_ptr(), count, extent, &list).unwrap();
+        let new = pack(&blocks);
+        loop {
+            read_available(&mut rx, &mut got);
+            // SAFETY: as above.
+            let sent = unsafe { conn.send_blocks(&header, &blocks, range, &mut scratch) };
+            conn.writable = true;
+            if sent.unwrap() == Sent::Whole {
+                break;
+            }
+        }
+        rx.set_nonblocking(false).unwrap();
+        let mut rest = vec![0u8; head + range.len - got.len()];
+        rx.read_exact(&mut rest).unwrap();
+        got.extend_from_slice(&rest);
+        let payload = &got[head..];
+        let cut = packed_by_then;
+        let differs = |a: &[u8], b: &[u8]| a.iter().zip(b).position(|(x, y)| x != y);
+        assert_eq!(
+            differs(&payload[..cut], &old[..cut]),
+            None,
+            "the bytes packed first"
+        );
+        assert_eq!(
+            differs(&payload[cut..], &new[cut..]),
+            None,
+            "the bytes packed after"
+        );
+        assert_eq!(scratch.len(), SCRATCH_LEN, "the scratch came back");
+    }
+
+    /// A frame of short blocks that finds the socket full takes none of its scratch: nothing
+    /// of it is on the wire, so the next call may be another frame's, which could not use
+    /// its packed bytes, and the transport keeps its scratch rather than make another.
+    #[test]
+    fn a_frame_the_full_socket_takes_nothing_of_leaves_the_scratch_to_the_caller() {
+        let list = [Block { offset: 3, len: 8 }];
+        let (extent, count) = (20, 1000);
+        let source = vec![7u8; extent * count];
+        let blocks = Blocks::new(source.as_ptr(), count, extent, &list).unwrap();
+        let range = PackedRange {
+            start: 0,
+            len: blocks.len(),
+        };
+        let (mut conn, _rx) = small_buffered_pair();
+        let filler = [0u8; 4096];
+        loop {
+            let mut iov = [libc::iovec {
+                iov_base: filler.as_ptr() as *mut libc::c_void,
+                iov_len: filler.len(),
+            }];
+            // SAFETY: the iovec describes `filler`, alive for the call.
+            if unsafe { Conn::sendmsg(&conn.sock, &mut iov) }.unwrap() == 0 {
+                break;
+            }
+        }
+        let mut scratch = Box::default();
+        // SAFETY: the description was made here from `source` and `list`, alive and unchanged
+        // for the call; the range is its bytes; the scratch is the test's own.
+        let sent = unsafe { conn.send_blocks(&[9u8; 13], &blocks, range, &mut scratch) };
+        assert_eq!(sent.unwrap(), Sent::Nothing);
+        assert_eq!(
+            scratch.len(),
+            SCRATCH_LEN,
+            "the connection kept the scratch"
+        );
+        assert!(
+            conn.unsent.is_none(),
+            "bytes of no frame on the wire were kept"
+        );
+    }
+
     /// Blocks of 7, 5 and `long` bytes an element: 300 is short on average (the payload
     /// packed into the scratch a piece at a time), 1000 long (gathered in batches, the short
     /// blocks through the scratch, the long in place).
@@ -1133,7 +1308,7 @@ mod tests {
             frame.len() - 1,
         ];
         let (mut conn, mut rx) = small_buffered_pair();
-        let mut scratch = vec![0u8; SCRATCH_LEN];
+        let mut scratch = Box::default();
         for from in resume_points {
             conn.sent_of_frame = from;
             let mut got = Vec::new();
