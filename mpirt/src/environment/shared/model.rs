@@ -292,6 +292,14 @@ fn peer_sends(peer: &mut AnyPml, tag: i32, bytes: &[u8]) {
     }
 }
 
+/// Posts a receive for `tag`, waits for it and checks that it got rank 1's message `seq`.
+fn receive_from_peer(tag: i32, seq: u8) {
+    let mut buf = [0u8; EAGER];
+    let handle = post_recv(&mut buf, TagSel::Tag(tag));
+    let status = received(wait(handle).unwrap());
+    assert_eq!(sender_and_seq(&status, &buf), (1, seq));
+}
+
 /// Posts a receive into `buf`, holding the lock for the call.
 fn post_recv(buf: &mut [u8], tag: TagSel) -> Handle {
     let mut entry = enter();
@@ -661,12 +669,7 @@ fn a_thread_sleeping_apart_is_woken_by_its_ranks_non_blocking_call() {
         2_000,
         2_000,
         || {
-            let sleeper = thread::spawn(|| {
-                let mut buf = [0u8; EAGER];
-                let handle = post_recv(&mut buf, TagSel::Tag(1));
-                let status = received(wait(handle).unwrap());
-                assert_eq!(sender_and_seq(&status, &buf), (1, 0));
-            });
+            let sleeper = thread::spawn(|| receive_from_peer(1, 0));
             let sender = thread::spawn(|| {
                 while !asleep_apart() {
                     thread::yield_now();
@@ -698,43 +701,21 @@ fn one_thread_sleeps_apart_and_the_others_pause_until_it_moves_something() {
             .map(|tag| {
                 let received_one = received_one.clone();
                 thread::spawn(move || {
-                    let mut buf = [0u8; EAGER];
-                    let handle = post_recv(&mut buf, TagSel::Tag(tag));
-                    let status = received(wait(handle).unwrap());
-                    assert_eq!(sender_and_seq(&status, &buf), (1, tag as u8));
+                    receive_from_peer(tag, tag as u8);
                     received_one.fetch_add(1, StdOrdering::Relaxed);
                 })
             })
             .collect();
         let peer = thread::spawn(move || {
             let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
-            let mut send = |tag: i32| {
-                let bytes = message(1, tag as u8, EAGER);
-                // SAFETY: `bytes` lives until the send's request completed, below.
-                let handle = unsafe {
-                    peer.0.post_send(
-                        CONTEXT,
-                        1,
-                        0,
-                        tag,
-                        SendMode::Standard,
-                        bytes.as_ptr(),
-                        bytes.len(),
-                    )
-                }
-                .unwrap();
-                while peer.0.test(handle).unwrap().is_none() {
-                    thread::yield_now();
-                }
-            };
             while !(asleep_apart() && UNWOKEN.load(Ordering::Relaxed) > 0) {
                 thread::yield_now();
             }
-            send(1);
+            peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
             while !(received_one.load(StdOrdering::Relaxed) == 1 && asleep_apart()) {
                 thread::yield_now();
             }
-            send(2);
+            peer_sends(&mut peer.0, 2, &message(1, 2, EAGER));
             *PEER.lock().unwrap() = Some(peer);
         });
         for thread in waiters.into_iter().chain([peer]) {
@@ -753,12 +734,7 @@ fn one_thread_sleeps_apart_and_the_others_pause_until_it_moves_something() {
 fn a_thread_sleeping_apart_sleeps_through_calls_that_move_nothing() {
     explore_job("sleeping through idle calls", 2, 2_000, 2_000, || {
         let called = Arc::new(StdAtomicUsize::new(0));
-        let sleeper = thread::spawn(|| {
-            let mut buf = [0u8; EAGER];
-            let handle = post_recv(&mut buf, TagSel::Tag(1));
-            let status = received(wait(handle).unwrap());
-            assert_eq!(sender_and_seq(&status, &buf), (1, 1));
-        });
+        let sleeper = thread::spawn(|| receive_from_peer(1, 1));
         let caller = {
             let called = called.clone();
             thread::spawn(move || {
@@ -830,22 +806,14 @@ fn a_paused_waiter_is_woken_by_a_test_that_takes_its_message() {
         2_000,
         || {
             let got = Arc::new(StdAtomicUsize::new(0));
-            let sleeper = thread::spawn(|| {
-                let mut buf = [0u8; EAGER];
-                let handle = post_recv(&mut buf, TagSel::Tag(1));
-                let status = received(wait(handle).unwrap());
-                assert_eq!(sender_and_seq(&status, &buf), (1, 1));
-            });
+            let sleeper = thread::spawn(|| receive_from_peer(1, 1));
             let paused = {
                 let got = got.clone();
                 thread::spawn(move || {
                     while !asleep_apart() {
                         thread::yield_now();
                     }
-                    let mut buf = [0u8; EAGER];
-                    let handle = post_recv(&mut buf, TagSel::Tag(2));
-                    let status = received(wait(handle).unwrap());
-                    assert_eq!(sender_and_seq(&status, &buf), (1, 2));
+                    receive_from_peer(2, 2);
                     got.store(1, StdOrdering::Relaxed);
                 })
             };
