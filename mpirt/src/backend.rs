@@ -136,11 +136,30 @@ impl AnyPml {
     }
 
     /// Wakes the thread sleeping apart from the PML, if one is.
-    pub fn wake_nap(&self) {
+    pub fn wake_nap(&mut self) {
         match self {
             AnyPml::Native(engine) => engine.wake_nap(),
             #[cfg(feature = "ucx")]
             AnyPml::Ucx(_) => {}
+        }
+    }
+
+    /// What the PML has moved so far, for a call on the shared engine that begins now
+    /// (`pml::MovedMark`); `None` for the UCX PML, which threads do not share.
+    pub fn moved_mark(&self) -> Option<pml::MovedMark> {
+        match self {
+            AnyPml::Native(engine) => Some(engine.moved_mark()),
+            #[cfg(feature = "ucx")]
+            AnyPml::Ucx(_) => None,
+        }
+    }
+
+    /// Whether a call that began at `mark` may have moved what another thread waits for
+    /// (`Engine::moved_since`); true where there is no mark to compare.
+    pub fn moved_since(&self, mark: Option<pml::MovedMark>) -> bool {
+        match (self, mark) {
+            (AnyPml::Native(engine), Some(mark)) => engine.moved_since(mark),
+            _ => true,
         }
     }
 

@@ -40,7 +40,7 @@ pub use envelope::{
 };
 pub use error::PmlError;
 pub use freed_memory::TrackingAllocator;
-pub use nap::{Nap, NapStart};
+pub use nap::{MovedMark, Nap, NapStart};
 pub use one_sided::{OneSided, RmaReach, WindowExposure};
 pub use pml_api::{Counters, Done, EngineError, Pml, RecvBuf, Wireup};
 pub use protocol::{

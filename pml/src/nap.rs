@@ -34,6 +34,20 @@ pub enum NapStart {
     Unwakeable,
 }
 
+/// What the engine had moved when a thread's call on it began (`Engine::moved_mark`), to
+/// tell as the call ends whether it may have moved anything another thread of the rank waits
+/// for (`Engine::moved_since`): the sleeper apart, or a thread paused beside it, is woken only
+/// then. A mark of the rounds' own counts, so that the message path keeps nothing for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MovedMark {
+    /// Frames and finished reads the transports had delivered (`Counters::frames_received`).
+    pub(crate) received: u64,
+    /// Reads the engine had carried out (`Counters::remote_reads`).
+    pub(crate) reads: u64,
+    /// Whether work was waiting that only this rank's rounds move (`Engine::own_work`).
+    pub(crate) own_work: bool,
+}
+
 /// A prepared sleep, slept without the engine. It holds no reference into the engine, only
 /// addresses: a thread that sleeps on it while another finalizes the engine (an erroneous
 /// program) is woken at once by a word no longer mapped or a closed fd, or sleeps out its

@@ -477,4 +477,11 @@ pub struct Counters {
     /// beside TCP or OFI) that slept, rather than returning at once or yielding: beside OFI
     /// without a wait fd (udp;ofi_rxd), each of its naps is one.
     pub wake_set_sleeps: u64,
+    /// Sleeps apart from the engine (`pml::nap`) by a thread of a rank whose threads share
+    /// it (mpirt at `Serialized` and `Multiple`).
+    pub naps: u64,
+    /// Wake-ups of such a sleep by the rank's own threads (`Engine::wake_nap`), each after a
+    /// call that may have moved what the sleeper waits for; its peers' wake-ups are not
+    /// counted here.
+    pub nap_wakes: u64,
 }

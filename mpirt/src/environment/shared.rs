@@ -15,9 +15,11 @@
 //! but without the lock, so that its rank's other threads go on; one thread of a rank sleeps
 //! so at a time, since the transports keep one sleeper's state. The others pause on a
 //! condition variable. Either kind of sleeper wakes on another thread's round that moved
-//! something, or on the first non-blocking call after it went to sleep (which may have moved
-//! anything: the PML's calls do not say), and a waiter that leaves while others pause and
-//! none sleeps apart wakes them, so that one takes its place. Open MPI's waits under
+//! something, or on the first non-blocking call after it went to sleep that may have moved
+//! what it waits for (the engine tells, `Engine::moved_since`: a send the transport took at
+//! once, or a receive posted without a match, moved nothing another thread waits for, and
+//! wakes no one), and a waiter that leaves while others pause and none sleeps apart wakes
+//! them, so that one takes its place. Open MPI's waits under
 //! `MPI_THREAD_MULTIPLE` are alike (one thread progresses, the others block until their
 //! request completes or the progressing one leaves), but its progressing thread polls
 //! instead of sleeping. Sends keep their order per sending thread: each takes its sequence
@@ -46,18 +48,19 @@ static LOCK: OnceLock<Mutex<()>> = OnceLock::new();
 static MOVED: Condvar = Condvar::new();
 /// How many threads paused on `MOVED` since the last wake-up: a hold that may have moved
 /// something wakes them only where there is one, so that a round or a call with no thread
-/// paused pays one load and no futex wake, and of the non-blocking calls made while a thread
-/// stays paused only the first wakes it (a call after it found the count at 0: the woken
-/// thread takes the lock after that call, and its look sees what later calls moved, or it
-/// pauses again and counts itself again). Read and written under the lock only.
+/// paused pays one load and no futex wake, and of the non-blocking calls that moved
+/// something while a thread stays paused only the first wakes it (a call after it found the
+/// count at 0: the woken thread takes the lock after that call, and its look sees what later
+/// calls moved, or it pauses again and counts itself again). Read and written under the lock
+/// only.
 static UNWOKEN: AtomicUsize = AtomicUsize::new(0);
 /// How many wake-ups there were (`UNWOKEN` set to 0 and `MOVED` notified): a paused thread
 /// whose wait ended with this unchanged was counted out by no waker (its pause timed out, or
 /// the wake-up was spurious) and counts itself out. Under the lock only, as `UNWOKEN`.
 static WAKE_UPS: AtomicUsize = AtomicUsize::new(0);
 /// Whether a thread sleeps apart from the engine (`pml::nap`), where a peer's message wakes
-/// it as it wakes a rank alone: `NAP_NONE`, `NAP_ASLEEP` (a hold that may have moved something
-/// wakes it, `Engine::wake_nap`) or `NAP_WOKEN` (woken, on its way back to the lock: no second
+/// it as it wakes a rank alone: `NAP_NONE`, `NAP_ASLEEP` (a hold that moved something wakes
+/// it, `Engine::wake_nap`) or `NAP_WOKEN` (woken, on its way back to the lock: no second
 /// wake-up). One such thread at a time; the others pause on `MOVED`, and its rounds, as any
 /// thread's, wake them. Under the lock only, as `UNWOKEN`.
 static NAPPER: AtomicUsize = AtomicUsize::new(NAP_NONE);
@@ -90,18 +93,33 @@ pub(super) fn install() {
 /// The engine's lock, held by this thread until the guard drops.
 pub(super) struct Held {
     guard: Option<MutexGuard<'static, ()>>,
-    /// Whether letting go wakes the paused threads: a non-blocking call's hold, which may
-    /// have moved anything, or a blocking call's round that moved something. A blocking
-    /// call's look moves nothing, and its idle rounds wake no one, or a spinning thread's
-    /// every round would end every other's pause.
-    wakes: bool,
+    /// Whether letting go wakes the waiting threads (those paused, and the one sleeping apart).
+    wakes: Wakes,
+}
+
+/// When letting go of a hold wakes the threads that wait.
+#[derive(Clone, Copy)]
+enum Wakes {
+    /// A blocking call's look, which moves nothing, or its idle round: a spinning thread's
+    /// every round would otherwise end every other's pause.
+    No,
+    /// A blocking call's round that moved something, or a waiter that leaves while others
+    /// pause and none sleeps apart (one of them takes its place).
+    Yes,
+    /// A non-blocking call's hold (or a blocking receive's start), which may have moved
+    /// anything: where the engine says it moved something since this mark, taken as the hold
+    /// began (`Engine::moved_since`; no mark, always). A send the transport took at once wakes
+    /// no one, where before every call woke the sleeper: about two needless wake-ups a
+    /// message of `osu_latency_mt -t 1:2`'s receiving rank.
+    IfMoved(Option<pml::MovedMark>),
 }
 
 impl Held {
     /// Takes the lock; where the engine is not shared, why this thread may not reach it
     /// (`place::refused`), and `NestedCall` where this thread holds the lock already.
-    /// `wakes`: a non-blocking call's hold.
-    fn take(wakes: bool) -> Result<Held, Cause> {
+    /// `call`: a non-blocking call's hold, which wakes the waiting threads as it ends where it
+    /// moved something (`Wakes::IfMoved`).
+    fn take(call: bool) -> Result<Held, Cause> {
         let Some(lock) = LOCK.get() else {
             return Err(place::refused());
         };
@@ -112,10 +130,16 @@ impl Held {
         // at `Single` leaves it: the job ends over the panic anyway.
         let guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
         HOLDING.with(|holding| holding.set(true));
-        Ok(Held {
+        let mut held = Held {
             guard: Some(guard),
-            wakes,
-        })
+            wakes: Wakes::No,
+        };
+        if call {
+            // Before finalize's call took the engine out of its place, a mark; after, none.
+            let mark = held.engine().ok().and_then(|engine| engine.moved_mark());
+            held.wakes = Wakes::IfMoved(mark);
+        }
+        Ok(held)
     }
 
     /// Lets go of the lock for at most `pause`, or until another thread's round moved
@@ -176,8 +200,20 @@ impl Drop for Held {
         if self.guard.is_none() {
             return;
         }
+        let waiting =
+            NAPPER.load(Ordering::Relaxed) == NAP_ASLEEP || UNWOKEN.load(Ordering::Relaxed) > 0;
+        let wakes = waiting
+            && match self.wakes {
+                Wakes::No => false,
+                Wakes::Yes => true,
+                // A call that took the engine out of its place (finalize) wakes every waiter.
+                Wakes::IfMoved(mark) => match self.engine() {
+                    Ok(engine) => engine.moved_since(mark),
+                    Err(_) => true,
+                },
+            };
         // Woken once per sleep (`NAP_WOKEN`): the holds after this one find it awake.
-        if self.wakes && NAPPER.load(Ordering::Relaxed) == NAP_ASLEEP {
+        if wakes && NAPPER.load(Ordering::Relaxed) == NAP_ASLEEP {
             NAPPER.store(NAP_WOKEN, Ordering::Relaxed);
             if let Ok(engine) = self.engine() {
                 engine.wake_nap();
@@ -187,7 +223,7 @@ impl Drop for Held {
             return;
         };
         // Counted out under the lock, where every paused thread counted itself in.
-        let wake = self.wakes && UNWOKEN.load(Ordering::Relaxed) > 0;
+        let wake = wakes && UNWOKEN.load(Ordering::Relaxed) > 0;
         if wake {
             UNWOKEN.store(0, Ordering::Relaxed);
             WAKE_UPS.fetch_add(1, Ordering::Relaxed);
@@ -271,13 +307,14 @@ pub(super) fn block_until<R>(
             // Threads paused on `MOVED` with none sleeping apart from the engine (this one
             // was, or it returns before it slept): they are woken, so that one of them sleeps
             // there, where a peer's message wakes it, rather than waiting out its pause.
-            held.wakes =
-                NAPPER.load(Ordering::Relaxed) == NAP_NONE && UNWOKEN.load(Ordering::Relaxed) > 0;
+            if NAPPER.load(Ordering::Relaxed) == NAP_NONE && UNWOKEN.load(Ordering::Relaxed) > 0 {
+                held.wakes = Wakes::Yes;
+            }
             return Ok(value);
         }
         if engine.progress()? {
             // Wakes the paused threads as the hold lets go, at the end of this iteration.
-            held.wakes = true;
+            held.wakes = Wakes::Yes;
             idle_rounds = 0;
             idle_since = None;
             pausing = false;

@@ -6,7 +6,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use super::Engine;
 use crate::error::PmlError;
-use crate::nap::NapStart;
+use crate::nap::{MovedMark, NapStart};
 use crate::transport::Transport;
 
 /// How the thread that sleeps apart from the engine is woken by the rank's own threads.
@@ -37,11 +37,13 @@ impl Engine {
             return Ok(started);
         };
         if !nap.watches_fd() {
+            self.counters.naps += 1;
             self.napping = Some(Napping::OnFutex);
             return Ok(NapStart::Sleep(nap));
         }
         match self.own_wake_fd() {
             Ok(own) => {
+                self.counters.naps += 1;
                 self.napping = Some(Napping::OnFd);
                 Ok(NapStart::Sleep(nap.with_own(own)))
             }
@@ -65,8 +67,11 @@ impl Engine {
     }
 
     /// Wakes the thread sleeping apart from the engine, if one is: for a thread of the rank
-    /// that moved something the sleeper may wait for.
-    pub fn wake_nap(&self) {
+    /// that moved something the sleeper may wait for (`moved_since` says whether a call did).
+    pub fn wake_nap(&mut self) {
+        if self.napping.is_some() {
+            self.counters.nap_wakes += 1;
+        }
         match self.napping {
             None => {}
             Some(Napping::OnFutex) => {
@@ -80,6 +85,48 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// What the engine has moved so far, for a thread's call that begins now: see
+    /// [`moved_since`](Self::moved_since).
+    pub fn moved_mark(&self) -> MovedMark {
+        MovedMark {
+            received: self.counters.frames_received,
+            reads: self.counters.remote_reads,
+            own_work: self.own_work(),
+        }
+    }
+
+    /// Whether a call that began at `mark` may have moved what another thread of the rank
+    /// waits for (its request's completion, a message its probe looks for, a state its wait
+    /// reads), so that it must wake the threads that wait (`wake_nap`, and those the layer
+    /// above pauses). What completes a request, or queues a message, is a frame or a read's
+    /// end that a round delivered (counted in `frames_received`; loopback frames and the
+    /// transports' finished reads too), a read the engine carried out (`remote_reads`), or
+    /// work that only this rank's rounds move (`own_work`: a queued acknowledgement, an
+    /// action, a frame in the loopback, a frame waiting for room), waiting as the call began
+    /// (its round may have moved it, finishing another thread's send) or as it ends (a
+    /// thread must make the round that moves it); a stopped engine fails every wait. A call
+    /// that did none of these (a send the transport took whole at once, a receive posted
+    /// without a match, or matched to an eager message already here) moved nothing another
+    /// thread waits for: a peer's frame after it wakes the sleeper as it wakes a rank alone.
+    /// Not seen here: a one-sided operation's completion that the call's round took off a
+    /// transport (its window's thread finds it at its next look; verbs' completion channel
+    /// wakes it anyway).
+    pub fn moved_since(&self, mark: MovedMark) -> bool {
+        mark.own_work
+            || mark.received != self.counters.frames_received
+            || mark.reads != self.counters.remote_reads
+            || self.own_work()
+    }
+
+    /// Whether work waits that only this rank's rounds move, no peer's wake-up announcing it,
+    /// or the engine stopped.
+    fn own_work(&self) -> bool {
+        self.own_frames
+            || !self.blocked.is_empty()
+            || self.core.has_work()
+            || self.failure.is_some()
     }
 
     /// Every transport that `begin_nap` may have prepared ends its part: a bridge opened

@@ -255,15 +255,49 @@ fn enter() -> Entry {
 
 /// Posts a send of `bytes` to this rank, holding the lock for the call.
 fn post_send(bytes: &[u8], tag: i32, mode: SendMode) -> Handle {
+    post_send_to(0, bytes, tag, mode)
+}
+
+/// Posts a send of `bytes` to rank `peer`, holding the lock for the call.
+fn post_send_to(peer: u32, bytes: &[u8], tag: i32, mode: SendMode) -> Handle {
     let mut entry = enter();
     // SAFETY: every caller keeps `bytes` until the send's request completed.
     unsafe {
         entry
             .engine()
             .unwrap()
-            .post_send(CONTEXT, 0, 0, tag, mode, bytes.as_ptr(), bytes.len())
+            .post_send(CONTEXT, 0, peer, tag, mode, bytes.as_ptr(), bytes.len())
     }
     .unwrap()
+}
+
+/// Rank 1 (a peer's engine, driven without the lock) sends `bytes` to rank 0 and waits
+/// until the send is done.
+fn peer_sends(peer: &mut AnyPml, tag: i32, bytes: &[u8]) {
+    // SAFETY: `bytes` lives until the send's request completed, below.
+    let handle = unsafe {
+        peer.post_send(
+            CONTEXT,
+            1,
+            0,
+            tag,
+            SendMode::Standard,
+            bytes.as_ptr(),
+            bytes.len(),
+        )
+    }
+    .unwrap();
+    while peer.test(handle).unwrap().is_none() {
+        thread::yield_now();
+    }
+}
+
+/// Posts a receive for `tag`, waits for it and checks that it got rank 1's message `seq`.
+fn receive_from_peer(tag: i32, seq: u8) {
+    let mut buf = [0u8; EAGER];
+    let handle = post_recv(&mut buf, TagSel::Tag(tag));
+    let status = received(wait(handle).unwrap());
+    assert_eq!(sender_and_seq(&status, &buf), (1, seq));
 }
 
 /// Posts a receive into `buf`, holding the lock for the call.
@@ -585,9 +619,9 @@ fn a_paused_waiter_is_woken_by_another_waits_round() {
         };
         let peer = thread::spawn(move || {
             let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
-            // Once the other thread posted (a non-blocking call, which wakes) and the
-            // waiting one sleeps apart from the engine, the engine's lock free: the message
-            // lands between holds.
+            // Once the other thread posted (a receive without a match, which wakes no one:
+            // the waiting thread sleeps apart either way) and the waiting one sleeps apart
+            // from the engine, the engine's lock free: the message lands between holds.
             while posted.load(StdOrdering::Relaxed) == 0 || !asleep_apart() {
                 thread::yield_now();
             }
@@ -635,12 +669,7 @@ fn a_thread_sleeping_apart_is_woken_by_its_ranks_non_blocking_call() {
         2_000,
         2_000,
         || {
-            let sleeper = thread::spawn(|| {
-                let mut buf = [0u8; EAGER];
-                let handle = post_recv(&mut buf, TagSel::Tag(1));
-                let status = received(wait(handle).unwrap());
-                assert_eq!(sender_and_seq(&status, &buf), (1, 0));
-            });
+            let sleeper = thread::spawn(|| receive_from_peer(1, 0));
             let sender = thread::spawn(|| {
                 while !asleep_apart() {
                     thread::yield_now();
@@ -672,49 +701,153 @@ fn one_thread_sleeps_apart_and_the_others_pause_until_it_moves_something() {
             .map(|tag| {
                 let received_one = received_one.clone();
                 thread::spawn(move || {
-                    let mut buf = [0u8; EAGER];
-                    let handle = post_recv(&mut buf, TagSel::Tag(tag));
-                    let status = received(wait(handle).unwrap());
-                    assert_eq!(sender_and_seq(&status, &buf), (1, tag as u8));
+                    receive_from_peer(tag, tag as u8);
                     received_one.fetch_add(1, StdOrdering::Relaxed);
                 })
             })
             .collect();
         let peer = thread::spawn(move || {
             let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
-            let mut send = |tag: i32| {
-                let bytes = message(1, tag as u8, EAGER);
-                // SAFETY: `bytes` lives until the send's request completed, below.
-                let handle = unsafe {
-                    peer.0.post_send(
-                        CONTEXT,
-                        1,
-                        0,
-                        tag,
-                        SendMode::Standard,
-                        bytes.as_ptr(),
-                        bytes.len(),
-                    )
-                }
-                .unwrap();
-                while peer.0.test(handle).unwrap().is_none() {
-                    thread::yield_now();
-                }
-            };
             while !(asleep_apart() && UNWOKEN.load(Ordering::Relaxed) > 0) {
                 thread::yield_now();
             }
-            send(1);
+            peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
             while !(received_one.load(StdOrdering::Relaxed) == 1 && asleep_apart()) {
                 thread::yield_now();
             }
-            send(2);
+            peer_sends(&mut peer.0, 2, &message(1, 2, EAGER));
             *PEER.lock().unwrap() = Some(peer);
         });
         for thread in waiters.into_iter().chain([peer]) {
             thread.join().unwrap();
         }
     });
+}
+
+/// A thread sleeping apart from the engine sleeps on through its rank's calls that move
+/// nothing another thread waits for: a send to rank 1 that shared memory takes whole at once,
+/// and a receive posted with nothing there to match. Each woke it before (the sleeper came
+/// back for the lock, found nothing, and slept again: about two needless wake-ups a message
+/// of `osu_latency_mt -t 1:2`'s receiving rank); that fails here. Rank 1 then takes the send
+/// and answers both threads, and the sleeper, woken by its message, gets it.
+#[test]
+fn a_thread_sleeping_apart_sleeps_through_calls_that_move_nothing() {
+    explore_job("sleeping through idle calls", 2, 2_000, 2_000, || {
+        let called = Arc::new(StdAtomicUsize::new(0));
+        let sleeper = thread::spawn(|| receive_from_peer(1, 1));
+        let caller = {
+            let called = called.clone();
+            thread::spawn(move || {
+                while !asleep_apart() {
+                    thread::yield_now();
+                }
+                let bytes = message(0, 0, EAGER);
+                let send = post_send_to(1, &bytes, 3, SendMode::Standard);
+                assert_eq!(send, Handle::SENT, "shared memory took the frame at once");
+                let mut buf = [0u8; EAGER];
+                let handle = post_recv(&mut buf, TagSel::Tag(2));
+                assert!(
+                    asleep_apart(),
+                    "a send taken at once or a receive without a match woke the sleeper"
+                );
+                called.store(1, StdOrdering::Relaxed);
+                let status = received(wait(handle).unwrap());
+                assert_eq!(sender_and_seq(&status, &buf), (1, 2));
+            })
+        };
+        let peer = thread::spawn(move || {
+            let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+            while called.load(StdOrdering::Relaxed) == 0 {
+                thread::yield_now();
+            }
+            let mut buf = [0u8; EAGER];
+            // SAFETY: `buf` outlives the receive, which completes below.
+            let handle = unsafe {
+                peer.0.post_recv(
+                    CONTEXT,
+                    SourceSel::Rank(0),
+                    TagSel::Tag(3),
+                    buf.as_mut_ptr(),
+                    buf.len(),
+                )
+            }
+            .unwrap();
+            let status = loop {
+                if let Some(done) = peer.0.test(handle).unwrap() {
+                    break received(done);
+                }
+                thread::yield_now();
+            };
+            assert_eq!(sender_and_seq(&status, &buf), (0, 0));
+            for tag in [1, 2] {
+                peer_sends(&mut peer.0, tag, &message(1, tag as u8, EAGER));
+            }
+            *PEER.lock().unwrap() = Some(peer);
+        });
+        for thread in [sleeper, caller, peer] {
+            thread.join().unwrap();
+        }
+    });
+}
+
+/// A thread paused beside the one sleeping apart is woken by a third thread's test whose
+/// round takes the paused thread's message off the wire: the sleeper, woken by rank 1's
+/// frame, may find nothing left and sleep again, and then only the test's hold wakes the
+/// paused thread. Calls that move nothing wake no one (the check above), so this is the
+/// wake-up that telling them apart could lose: a call judged by what it leaves queued alone,
+/// not by the frames its round delivered (`Engine::moved_since`), leaves the paused thread
+/// asleep, and the tester testing for ever, past shuttle's step limit.
+#[test]
+fn a_paused_waiter_is_woken_by_a_test_that_takes_its_message() {
+    explore_job(
+        "woken by a test taking its message",
+        2,
+        2_000,
+        2_000,
+        || {
+            let got = Arc::new(StdAtomicUsize::new(0));
+            let sleeper = thread::spawn(|| receive_from_peer(1, 1));
+            let paused = {
+                let got = got.clone();
+                thread::spawn(move || {
+                    while !asleep_apart() {
+                        thread::yield_now();
+                    }
+                    receive_from_peer(2, 2);
+                    got.store(1, StdOrdering::Relaxed);
+                })
+            };
+            let tester = thread::spawn(|| {
+                let mut buf = [0u8; EAGER];
+                let handle = post_recv(&mut buf, TagSel::Tag(3));
+                let status = loop {
+                    if let Some(done) = test(handle) {
+                        break received(done);
+                    }
+                    thread::yield_now();
+                };
+                assert_eq!(sender_and_seq(&status, &buf), (1, 3));
+            });
+            let peer = thread::spawn(move || {
+                let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+                // Once one thread sleeps apart and the other pauses beside it.
+                while !(asleep_apart() && UNWOKEN.load(Ordering::Relaxed) > 0) {
+                    thread::yield_now();
+                }
+                peer_sends(&mut peer.0, 2, &message(1, 2, EAGER));
+                while got.load(StdOrdering::Relaxed) == 0 {
+                    thread::yield_now();
+                }
+                for tag in [1, 3] {
+                    peer_sends(&mut peer.0, tag, &message(1, tag as u8, EAGER));
+                }
+                *PEER.lock().unwrap() = Some(peer);
+            });
+            for thread in [sleeper, paused, tester, peer] {
+                thread.join().unwrap();
+            }
+        },
+    );
 }
 
 /// A call from inside a call (a callback that calls mpirt back, holding the lock) is refused
