@@ -826,7 +826,8 @@ const LAYOUT_EAGER_LIMIT: usize = 4096;
 const VERBS_MAX_SGE: usize = 4;
 const VERBS_MAX_MSG: usize = 4096;
 /// Over verbs, the shortest mean block of a non-contiguous send that `layout_test_engine`'s
-/// receivers read in place (the default, given explicitly); shorter ones are packed.
+/// receivers read in place (below the 16 KiB default, so that short layouts test both sides
+/// of it); shorter ones are packed.
 const VERBS_SEND_MIN_BLOCK: usize = 1024;
 
 /// The engine of rank `rank` of the two ranks a child's `mode,dir,rank` spec names (`tcp`,

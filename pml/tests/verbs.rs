@@ -193,7 +193,8 @@ fn transport_with(
 /// Soft-RoCE's 32 entries and 2 GiB, so that its layouts take many work requests and runs
 /// are cut where a work request ends.
 const SGE_MIN_BLOCK: usize = 64;
-/// The shortest mean block of a send that the tests' transports offer in place (the default).
+/// The shortest mean block of a send that the tests' transports offer in place: below the
+/// 16 KiB default, so that short layouts test both sides of it.
 const SEND_MIN_BLOCK: usize = 1024;
 const MAX_SGE: usize = 4;
 const MAX_MSG: usize = 4096;

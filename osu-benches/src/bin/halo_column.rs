@@ -8,7 +8,7 @@
 //! `-b N` (not in the C twin) makes each column `N` f64s wide: rows of `COLUMNS` blocks of
 //! `N`, `size / (8 N)` of them, sent as `vector(rows, N, COLUMNS N, f64)`: blocks of 8 N bytes,
 //! for transports whose cost depends on the block (verbs reads a send's blocks in place from
-//! 1 KiB).
+//! `MPIRT_VERBS_SEND_MIN_BLOCK`, 16 KiB by default).
 
 use osu_benches::mpi::datatype::{MutView, UserDatatype, View};
 use osu_benches::mpi::point_to_point::send_receive_into;
