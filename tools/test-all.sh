@@ -482,7 +482,9 @@ ofi_p2p_tests=(message_sizes_around_the_eager_limit_and_large::ofi synchronous_s
 expect_tests ${#ofi_p2p_tests[@]} "$p2p" --exact "${ofi_p2p_tests[@]}"
 echo "== verbs tests in the Soft-RoCE guest (rxe0 and rxe1 joined by a veth pair)"
 # pml's engine test's reads into non-contiguous receives by scatter-gather lists (random
-# layouts, a vector column and an indexed layout, counted) and the datatypes suite's random
+# layouts, a vector column and an indexed layout, counted) and of non-contiguous sends in
+# place, a READ a run (each kind of layout either side of MPIRT_VERBS_SEND_MIN_BLOCK, counted;
+# pml's verbs test reads them between two bare transports too), the datatypes suite's random
 # layouts over verbs (every read into a view by scatter-gather lists, counted);
 # windows_over_verbs: the window suite by RDMA WRITE, READ and device atomics (counted);
 # windows_beyond_locked_memory: a window past the locked-memory limit (ulimit -l, without

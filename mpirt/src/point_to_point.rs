@@ -468,7 +468,8 @@ pub(crate) unsafe fn start_receive(
 
 /// The bytes a send puts on the wire: the buffer's own, or those of a buffer whose datatype
 /// has gaps (a vector, a struct with padding), read in place by the receiver where the PML
-/// can (`Pml::post_send_blocks`: a shared-memory rendezvous), else packed once into a copy.
+/// can (`Pml::post_send_blocks`: a shared-memory or verbs rendezvous), else packed once into
+/// a copy.
 /// Either is kept until the send completes.
 pub(crate) struct Outgoing {
     /// The bytes, unless `unpacked`.

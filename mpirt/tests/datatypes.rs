@@ -415,6 +415,10 @@ fn verbs_sge_counted(universe: &mpirt::environment::Universe, rank: i32) {
         );
     }
     println!("rank {rank}: verbs reads by scatter-gather lists {sge} in {requests} READs");
+    println!(
+        "rank {rank}: verbs sends in place {} packed {} reads of sends in place {}",
+        c.verbs_layout_sends, c.verbs_packed_sends, c.verbs_layout_reads
+    );
 }
 
 /// A view and a slice match when their signatures do, as in MPI: a vector of `f64` is so many
@@ -1197,8 +1201,11 @@ fn random_layouts_match_the_serial_model_over_tcp() {
 /// Over verbs (in the Soft-RoCE guest: tools/test-all.sh) every rendezvous into a view is
 /// read straight into its blocks by RDMA READs with scatter-gather lists (of the device's
 /// `max_sge` entries: Soft-RoCE's 32, so that a view of 4-byte blocks, an entry each, takes
-/// hundreds of READs), however short its blocks (`MPIRT_VERBS_SGE_MIN_BLOCK=1`): the views
-/// hold what the serial model says, and rank 1 counts the reads (none staged).
+/// hundreds of READs), however short its blocks (`MPIRT_VERBS_SGE_MIN_BLOCK=1`), and every
+/// rendezvous send of a view whose layout fits an offer is read in place, a READ a run
+/// (`MPIRT_VERBS_SEND_MIN_BLOCK=1`): the views hold what the serial model says, rank 1
+/// counts the reads (none staged), and the ranks together offered sends in place and read
+/// them.
 #[cfg(feature = "verbs")]
 #[test]
 fn random_layouts_match_the_serial_model_over_verbs() {
@@ -1210,6 +1217,7 @@ fn random_layouts_match_the_serial_model_over_verbs() {
         ("MPIRT_TRANSPORT", "verbs".to_string()),
         ("MPIRT_VERBS_EAGER_LIMIT", EAGER.to_string()),
         ("MPIRT_VERBS_SGE_MIN_BLOCK", "1".to_string()),
+        ("MPIRT_VERBS_SEND_MIN_BLOCK", "1".to_string()),
         (VERBS_SGE, "1".to_string()),
     ];
     let out = ok(3, "layouts", &wire);
@@ -1218,6 +1226,20 @@ fn random_layouts_match_the_serial_model_over_verbs() {
         out.matches("verbs reads by scatter-gather lists").count(),
         3,
         "{out}"
+    );
+    // Each rank's "sends in place N packed N reads of sends in place N", summed.
+    let mut totals = [0u64; 3];
+    for line in out.lines().filter(|l| l.contains("verbs sends in place")) {
+        let numbers = line
+            .split_whitespace()
+            .filter_map(|w| w.parse::<u64>().ok());
+        for (total, n) in totals.iter_mut().zip(numbers) {
+            *total += n;
+        }
+    }
+    assert!(
+        totals[0] > 0 && totals[2] > 0,
+        "no send offered in place, or none read so: {totals:?}\n{out}"
     );
 }
 

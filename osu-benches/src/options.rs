@@ -295,6 +295,9 @@ pub struct Options {
     pub receiver_threads: usize,
     /// `-T` (the accumulate tests): accumulate `f64`s (`mpi_double`) rather than bytes.
     pub doubles: bool,
+    /// `-b` (halo_column): the `f64`s of each row's block in the column (1: a column of
+    /// doubles, as a halo code sends; more: blocks of that many, a vector of wider blocks).
+    pub block: usize,
 }
 
 impl Options {
@@ -335,6 +338,7 @@ impl Options {
                 sender_threads: 1,
                 receiver_threads: 1,
                 doubles: false,
+                block: 1,
             },
             // OSU 7.4's one-sided latency tests start at 1 byte; the atomics move 8.
             b if b.is_one_sided() && !b.is_one_sided_bandwidth() => Options {
@@ -360,6 +364,7 @@ impl Options {
                 sender_threads: 1,
                 receiver_threads: 1,
                 doubles: false,
+                block: 1,
             },
             // OSU 7.4's osu_mbw_mr keeps the small-message loop counts at every size.
             Benchmark::MultiBandwidth => Options {
@@ -381,6 +386,7 @@ impl Options {
                 sender_threads: 1,
                 receiver_threads: 1,
                 doubles: false,
+                block: 1,
             },
         }
     }
@@ -449,6 +455,9 @@ fn help(b: Benchmark) -> String {
     if b.is_accumulate() {
         h += "  -T, --type TYPE               mpi_char (default) or mpi_double: the elements accumulated\n";
     }
+    if b == Benchmark::HaloColumn {
+        h += "  -b, --block DOUBLES           f64s a row of the column (default 1); sizes are whole rows\n";
+    }
     if b.is_one_sided() {
         h += "  -w, --win-option OPTION       create, allocate (default) or dynamic\n";
         h += &format!(
@@ -506,16 +515,6 @@ pub fn parse(b: Benchmark, args: impl IntoIterator<Item = String>) -> Result<Par
                     return Err(format!(
                         "-m {v}: the minimum size {} is above the maximum {}",
                         o.min_size, o.max_size
-                    ));
-                }
-                // Its sizes are rows of one `f64`: a size that is not whole rows (0 among
-                // them) would send another size than it reports, or no column at all.
-                if b == Benchmark::HaloColumn && (o.min_size == 0 || !o.min_size.is_multiple_of(8))
-                {
-                    return Err(format!(
-                        "-m {v}: the minimum size {} is not a whole number of 8-byte rows \
-                         (at least one)",
-                        o.min_size
                     ));
                 }
             }
@@ -576,6 +575,12 @@ pub fn parse(b: Benchmark, args: impl IntoIterator<Item = String>) -> Result<Par
                     }
                 }
             }
+            "-b" | "--block" if b == Benchmark::HaloColumn => {
+                o.block = number("-b", &value("-b")?)?;
+                if o.block == 0 {
+                    return Err("-b needs a block of at least one f64".into());
+                }
+            }
             "-T" | "--type" if b.is_accumulate() => {
                 o.doubles = match value("-T")?.as_str() {
                     "mpi_char" => false,
@@ -620,6 +625,16 @@ pub fn parse(b: Benchmark, args: impl IntoIterator<Item = String>) -> Result<Par
                 help(b)
             ));
         }
+    }
+    // Its sizes are rows of one block of `f64`s: a size that is not whole rows (0 among them)
+    // would send another size than it reports, or no column at all.
+    let row = 8 * o.block;
+    if b == Benchmark::HaloColumn && (o.min_size == 0 || !o.min_size.is_multiple_of(row)) {
+        return Err(format!(
+            "-m {}:{}: the minimum size {} is not a whole number of {row}-byte rows (at least \
+             one)",
+            o.min_size, o.max_size, o.min_size
+        ));
     }
     if b.is_atomic() {
         // The atomics move one 8-byte element whatever -m says, as OSU's do.
@@ -758,6 +773,14 @@ mod tests {
             assert!(err(Benchmark::HaloColumn, &["-m", sizes]).contains("8-byte rows"));
         }
         assert_eq!(run(Benchmark::HaloColumn, &["-m", "8:64"]).min_size, 8);
+        // Rows of 128 f64s (1 KiB blocks): sizes are whole KiBs, the default's 4 KiB among them.
+        let o = run(Benchmark::HaloColumn, &["-b", "128"]);
+        assert_eq!((o.block, o.min_size), (128, 4 << 10));
+        assert!(
+            err(Benchmark::HaloColumn, &["-b", "128", "-m", "512:4096"]).contains("1024-byte rows")
+        );
+        assert!(err(Benchmark::HaloColumn, &["-b", "0"]).contains("at least one f64"));
+        assert!(err(Benchmark::Latency, &["-b", "2"]).contains("unknown option '-b'"));
     }
 
     #[test]

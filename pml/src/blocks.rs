@@ -163,6 +163,11 @@ impl Blocks {
         self.base
     }
 
+    /// The bytes from one element's start to the next's.
+    pub fn extent(&self) -> u64 {
+        self.extent
+    }
+
     /// The bytes one block carries on average: what a copy per block moves.
     pub fn mean_block(&self) -> usize {
         match self.n_blocks {

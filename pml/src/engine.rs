@@ -19,7 +19,7 @@ use crate::envelope::{ContextId, Rank, SourceSel, Status, Tag, TagSel};
 use crate::error::PmlError;
 use crate::pml_api::{Counters, Done, EngineError, RecvBuf, Wireup};
 use crate::protocol::{
-    Action, Completion, Core, CoreConfig, DirectSend, DirectWrite, MessageHandle, Payload,
+    layout, Action, Completion, Core, CoreConfig, DirectSend, DirectWrite, MessageHandle, Payload,
     SendArgs, SendBytes,
 };
 use crate::requests::Handle;
@@ -345,7 +345,8 @@ impl Engine {
     /// an eager one packed by the transport straight into its frame, where a standard send
     /// completes as the frame is taken (`Transport::try_send_blocks`, [`Handle::SENT`]); a
     /// rendezvous read in place by the receiver, over a transport that reads a peer's memory
-    /// in pieces (`Transport::expose_blocks`), or streamed to a receiver that asks for it
+    /// in pieces (`Transport::expose_blocks`; its offer carries the layout where the
+    /// transport says so, `protocol::layout`), or streamed to a receiver that asks for it
     /// with GET, each DATA frame gathered from the blocks; any send, over a transport whose
     /// every frame gathers them (`Transport::streams_blocks`). `None`, having sent nothing,
     /// elsewhere: the caller then packs the bytes and sends them with `post_send`.
@@ -400,28 +401,55 @@ impl Engine {
             self.counters.frames_sent += 1;
             return Ok(Some(Handle::SENT));
         }
-        let (remote, eager_limit) = if streams {
-            // Every frame gathers the blocks, eager or streamed after a GET: nothing to
-            // expose, and the peer's eager limit.
-            (RemoteKey::default(), None)
-        } else {
-            let Some(remote) = self.transports[route].expose_blocks(peer, blocks) else {
-                return Ok(None);
-            };
-            // Rendezvous whatever the size: read in place, or streamed after a GET.
-            (remote, Some(0))
-        };
-        let args = SendArgs {
+        let mut args = SendArgs {
             context,
             source,
             peer,
             tag,
             mode,
             buf: SendBuf::of_blocks(blocks),
-            remote,
-            eager_limit,
+            remote: RemoteKey::default(),
+            eager_limit: None,
         };
-        let h = self.core.post_send(args)?;
+        // Every frame gathers the blocks where the transport streams them, eager or after a
+        // GET: nothing to expose, and the peer's eager limit. Elsewhere rendezvous whatever
+        // the size: read in place, or streamed after a GET.
+        let offer = if streams {
+            None
+        } else {
+            // SAFETY: this function's contract: the description, its list and its elements
+            // stay alive and unchanged until the send completes.
+            let Some(offer) = (unsafe { self.transports[route].expose_blocks(peer, blocks) })
+            else {
+                return Ok(None);
+            };
+            Some(offer)
+        };
+        let posted = match offer {
+            None => self.core.post_send(args),
+            Some(offer) => {
+                args.remote = offer.key;
+                args.eager_limit = Some(0);
+                args.buf.registration = offer.registration.map(|r| (route, r));
+                if offer.layout {
+                    // SAFETY: as above, the list alive.
+                    let list = unsafe { blocks.local_list() };
+                    let layout = layout::encode(blocks.extent(), list);
+                    self.core.post_send_offering(args, layout)
+                } else {
+                    self.core.post_send(args)
+                }
+            }
+        };
+        let h = match posted {
+            Ok(h) => h,
+            Err(e) => {
+                if let Some(registration) = offer.and_then(|o| o.registration) {
+                    self.transports[route].release(registration);
+                }
+                return Err(e);
+            }
+        };
         self.flush(peer).map_err(|e| self.stop(e))?;
         Ok(Some(h))
     }
@@ -571,11 +599,14 @@ impl Engine {
             peer,
             remote,
             len,
+            layout,
         } = action;
         let (route, _, _) = self.route(peer)?;
         let token = recv.to_wire();
+        let transport = &mut self.transports[route];
         // A receive laid out in blocks is read straight into them where the transport can,
-        // else into contiguous bytes (a staging buffer the core unpacks).
+        // else into contiguous bytes (a staging buffer the core unpacks); a send whose offer
+        // carried its layout, a run of it at a time.
         let in_blocks = match self.core.read_blocks(recv)? {
             // SAFETY: the description of a receive posted by `post_recv_blocks` or
             // `post_matched_recv_blocks`, whose caller keeps it, its list and its blocks
@@ -583,7 +614,12 @@ impl Engine {
             // does not before this read finished; `len` is what the core delivers, at most
             // its bytes.
             Some(blocks) => unsafe {
-                self.transports[route].read_into_blocks(peer, remote, &blocks, len, token)
+                match &layout {
+                    None => transport.read_into_blocks(peer, remote, &blocks, len, token),
+                    Some(layout) => {
+                        transport.read_layout_into_blocks(peer, remote, layout, &blocks, len, token)
+                    }
+                }
             },
             None => Ok(None),
         };
@@ -594,7 +630,11 @@ impl Engine {
             }
             Ok(None) => {
                 let target = self.core.read_target(recv)?;
-                self.transports[route].read(peer, remote, target, token)
+                let transport = &mut self.transports[route];
+                match &layout {
+                    None => transport.read(peer, remote, target, token),
+                    Some(layout) => transport.read_layout(peer, remote, layout, target, token),
+                }
             }
             Err(e) => Err(e),
         }

@@ -450,13 +450,28 @@ pub struct Counters {
     /// `MPIRT_VERBS_SGE_MIN_BLOCK` bytes or more on average), as posted.
     pub verbs_sge_reads: u64,
     /// Their READ work requests: a read takes one per `max_sge` runs (and per `max_msg_sz`
-    /// bytes) of the receive's blocks.
+    /// bytes) of the receive's blocks, and, of a send read in place, one a run of its blocks
+    /// at least (`verbs_layout_reads`).
     pub verbs_sge_read_requests: u64,
     /// Rendezvous reads over verbs into a receive laid out in blocks that went into a
     /// staging buffer, unpacked when they finished (blocks shorter than
     /// `MPIRT_VERBS_SGE_MIN_BLOCK` on average, or a span of blocks over 16 MiB and 16 times
     /// the bytes read, or one that could not be registered).
     pub verbs_staged_reads: u64,
+    /// Non-contiguous sends over verbs offered to be read in place, their layout in the
+    /// offer (blocks of `MPIRT_VERBS_SEND_MIN_BLOCK` bytes or more on average, a span that
+    /// `verbs_staged_reads`' rule lets register, a layout a frame holds).
+    pub verbs_layout_sends: u64,
+    /// Non-contiguous rendezvous sends over verbs left to the caller to pack into one
+    /// registered copy (the blocks too short, the span too wide, the layout longer than a
+    /// frame, or a span that could not be registered).
+    pub verbs_packed_sends: u64,
+    /// Rendezvous reads over verbs of a non-contiguous send in place (whose offer carried
+    /// its layout), into contiguous bytes or a receive's blocks, as posted.
+    pub verbs_layout_reads: u64,
+    /// Their READ work requests: one or more a run of the send's blocks (more where a run
+    /// passes `max_msg_sz`, or its bytes land in more than `max_sge` runs here).
+    pub verbs_layout_read_requests: u64,
     /// Memory registrations made (RDMA): a buffer sent from again is not registered again.
     pub registrations: u64,
     /// Send buffers exposed to peers' reads over libfabric and not yet released, now (a

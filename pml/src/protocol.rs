@@ -12,6 +12,7 @@
 
 mod claim;
 mod direct;
+pub mod layout;
 mod queues;
 mod recv_bytes;
 mod stored_payload;
@@ -30,6 +31,7 @@ use crate::wire::{
 use claim::Claim;
 pub use claim::{ClaimEnd, Started};
 pub use direct::{DirectSend, DirectWrite};
+pub use layout::RemoteLayout;
 pub use recv_bytes::{DataTarget, RecvBytes};
 use stored_payload::StoredPayload;
 
@@ -112,17 +114,20 @@ pub struct SendArgs<S> {
 }
 
 /// Work for the caller besides transmitting frames.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Read `len` bytes at `remote` in `peer` into the receive: into `read_blocks(recv)`
     /// where it is laid out in blocks and the transport reads into blocks (then
     /// `read_lands_in_blocks(recv)`), else into `read_target(recv)`; then call
-    /// `read_done(recv)` (or `read_failed`).
+    /// `read_done(recv)` (or `read_failed`). Where the offer carried the send's `layout`
+    /// (a non-contiguous send read in place, a run at a time), the first `len` packed
+    /// bytes of its runs.
     Read {
         recv: Handle,
         peer: Rank,
         remote: RemoteKey,
         len: usize,
+        layout: Option<Box<RemoteLayout>>,
     },
 }
 
@@ -248,6 +253,7 @@ enum Pending {
         len: usize,
         send_request: u64,
         remote: RemoteKey,
+        layout: Option<Box<RemoteLayout>>,
     },
 }
 
@@ -270,6 +276,7 @@ enum Incoming<'a> {
         len: usize,
         send_request: u64,
         remote: RemoteKey,
+        layout: Option<Box<RemoteLayout>>,
     },
 }
 
@@ -381,6 +388,10 @@ pub struct Core<S, R> {
     /// Eager bytes given back to a peer at once (a quarter of the budget), computed once: the
     /// division is not for every message.
     credit_batch: usize,
+    /// The layouts of sends whose RTS carries one (`post_send_offering`), until the RTS is
+    /// on its way: apart from the requests, which every message moves, since few sends have
+    /// one.
+    offers: Vec<(Handle, Box<[u8]>)>,
 }
 
 fn protocol(peer: Rank, what: impl Into<Box<str>>) -> PmlError {
@@ -450,6 +461,7 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
             read_staging: Vec::new(),
             pulled: Vec::new(),
             credit_batch: config.unexpected_budget / 4,
+            offers: Vec::new(),
         }
     }
 
@@ -548,6 +560,34 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
         };
         self.peers[args.peer as usize].ordered.push_back(frame);
         self.mark_ready(args.peer);
+        Ok(send)
+    }
+
+    /// Posts a send of a non-contiguous buffer by rendezvous whatever its length, its RTS
+    /// carrying `layout` (`layout::encode` of the buffer's description), so that the receiver
+    /// reads its blocks in place, a run at a time (`args.remote`: the first element's address
+    /// and the key that reaches the blocks). The layout must fit the peer's frames with the
+    /// RTS header: the transport that offers it checked.
+    pub fn post_send_offering(
+        &mut self,
+        mut args: SendArgs<S>,
+        layout: Box<[u8]>,
+    ) -> Result<Handle, PmlError> {
+        let peer = args.peer;
+        let max_frame = self.peer(peer)?.1.max_frame;
+        if wire::RTS_LEN + layout.len() > max_frame {
+            return Err(protocol(
+                peer,
+                format!(
+                    "internal error: a send's layout of {} bytes offered past the {max_frame}-byte \
+                     frames to rank {peer}",
+                    layout.len()
+                ),
+            ));
+        }
+        args.eager_limit = Some(0);
+        let send = self.post_send(args)?;
+        self.offers.push((send, layout));
         Ok(send)
     }
 
@@ -676,6 +716,7 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
                 len,
                 send_request,
                 remote,
+                layout,
             } => self.deliver(
                 recv,
                 envelope,
@@ -684,6 +725,7 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
                     len,
                     send_request,
                     remote,
+                    layout,
                 },
             ),
         }
@@ -715,7 +757,7 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
         peer: Rank,
         incoming: Incoming<'_>,
     ) -> Result<(), PmlError> {
-        let (len, send_request, remote) = match incoming {
+        let (len, send_request, remote, layout) = match incoming {
             Incoming::Eager {
                 payload,
                 sync_request,
@@ -727,7 +769,8 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
                 len,
                 send_request,
                 remote,
-            } => (len, send_request, remote),
+                layout,
+            } => (len, send_request, remote, layout),
         };
         let remote_read = self.peer(peer)?.1.remote_read;
         let Ok(Request::Recv { buf, state }) = self.requests.get_mut(recv) else {
@@ -757,6 +800,7 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
                     peer,
                     remote,
                     len: deliver,
+                    layout,
                 });
             }
         } else {
@@ -954,6 +998,7 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
                 send_request,
                 len,
                 remote,
+                layout,
             } => {
                 let len = usize::try_from(len).map_err(|_| {
                     protocol(
@@ -961,12 +1006,17 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
                         format!("a message of {len} bytes is beyond this machine"),
                     )
                 })?;
+                let layout = match layout {
+                    None => None,
+                    Some(bytes) => Some(Box::new(self.offered_layout(peer, remote, bytes, len)?)),
+                };
                 (
                     envelope,
                     Incoming::Rts {
                         len,
                         send_request,
                         remote,
+                        layout,
                     },
                 )
             }
@@ -981,6 +1031,26 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
             return self.deliver(recv, envelope, peer, incoming);
         }
         self.unmatched(envelope, peer, incoming)
+    }
+
+    /// The layout `bytes` that `peer`'s offer of a `len`-byte send at `remote` carried,
+    /// checked: only a peer reached by a transport that reads its memory offers one.
+    #[cold]
+    fn offered_layout(
+        &mut self,
+        peer: Rank,
+        remote: RemoteKey,
+        bytes: &[u8],
+        len: usize,
+    ) -> Result<RemoteLayout, PmlError> {
+        if !self.peer(peer)?.1.remote_read {
+            return Err(protocol(
+                peer,
+                "a rendezvous offer with its send's layout over a transport that does not read \
+                 a peer's memory",
+            ));
+        }
+        RemoteLayout::decode(remote.addr, bytes, len).map_err(|e| protocol(peer, e))
     }
 
     /// A message no posted receive accepted: to the claim if it accepts it, else to the
@@ -1008,11 +1078,13 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
                 len,
                 send_request,
                 remote,
+                layout,
             } => Pending::Rts {
                 peer,
                 len,
                 send_request,
                 remote,
+                layout,
             },
         };
         self.matcher.queue_unexpected(envelope, pending);
@@ -1266,13 +1338,15 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
                     let Ok(Request::Send { len, remote, .. }) = self.requests.get(send) else {
                         unreachable!("a queued RTS's send is live");
                     };
+                    let layout = self.offer_of(send);
                     let frame = Frame::Rts {
                         envelope,
                         send_request: send.to_wire(),
                         len: *len as u64,
                         remote: *remote,
+                        layout: layout.map(|_| &[][..]),
                     };
-                    (frame, Payload::Bytes(&[]))
+                    (frame, Payload::Bytes(layout.unwrap_or(&[])))
                 }
             }
         } else {
@@ -1293,6 +1367,17 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
             header_len,
             payload,
         })
+    }
+
+    /// The layout `send`'s RTS carries, if it has one (`post_send_offering`).
+    fn offer_of(&self, send: Handle) -> Option<&[u8]> {
+        if self.offers.is_empty() {
+            return None;
+        }
+        self.offers
+            .iter()
+            .find(|(h, _)| *h == send)
+            .map(|(_, layout)| &layout[..])
     }
 
     /// The bytes of `send` from `start`, `len` of them (all the rest if `None`).
@@ -1332,7 +1417,13 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
         if queue == Some(OutQueue::Ordered) {
             let o = p.ordered.pop_front().expect("the front queue has a frame");
             let send = match o {
-                Ordered::Match { send, .. } | Ordered::Rts { send, .. } => send,
+                Ordered::Match { send, .. } => send,
+                Ordered::Rts { send, .. } => {
+                    if !self.offers.is_empty() {
+                        self.offers.retain(|(h, _)| *h != send);
+                    }
+                    send
+                }
             };
             if let Ok(Request::Send { state, .. }) = self.requests.get_mut(send) {
                 if let SendState::Transmitting(after) = *state {

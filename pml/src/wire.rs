@@ -21,6 +21,8 @@ const KIND_CREDIT: u8 = 7;
 
 /// MATCH flag: the sender is synchronous and waits for an ACK once the message matched.
 const FLAG_SYNC: u8 = 1;
+/// RTS flag: the offer carries the send's layout after its header (see [`Frame::Rts`]).
+const FLAG_LAYOUT: u8 = 1;
 
 /// A MATCH header: the first word and the envelope. A synchronous send's adds its request,
 /// which asynchronous sends (almost all) leave out: 20 bytes rather than 32 make a small
@@ -62,11 +64,16 @@ pub enum Frame<'a> {
         payload: &'a [u8],
     },
     /// A rendezvous offer: the data stays in the sender until the receiver pulls it.
+    /// `layout`, where there is one, is a non-contiguous send's layout as
+    /// `protocol::layout` writes it, after the header as a MATCH's payload (flagged, so that
+    /// an RTS without one stays a fixed-size frame): the receiver reads the send's blocks in
+    /// place, `remote.addr` being its first element's address.
     Rts {
         envelope: WireEnvelope,
         send_request: u64,
         len: u64,
         remote: RemoteKey,
+        layout: Option<&'a [u8]>,
     },
     /// The receiver has read the data: the sender's buffer is free.
     Fin { send_request: u64 },
@@ -275,7 +282,11 @@ impl<'a> Frame<'a> {
         if version != VERSION {
             return Err(WireError::Version(version));
         }
-        let allowed_flags = if kind == KIND_MATCH { FLAG_SYNC } else { 0 };
+        let allowed_flags = match kind {
+            KIND_MATCH => FLAG_SYNC,
+            KIND_RTS => FLAG_LAYOUT,
+            _ => 0,
+        };
         if flags & !allowed_flags != 0 {
             return Err(WireError::Flags { kind, flags });
         }
@@ -296,7 +307,8 @@ impl<'a> Frame<'a> {
                 })
             }
             KIND_RTS => {
-                check_len(kind, b, RTS_LEN, true)?;
+                let layout = flags & FLAG_LAYOUT != 0;
+                check_len(kind, b, RTS_LEN, !layout)?;
                 zero(kind, b, 20..24)?;
                 Ok(Frame::Rts {
                     envelope: envelope_at(b),
@@ -306,6 +318,7 @@ impl<'a> Frame<'a> {
                         addr: u64_at(b, 40),
                         key: u64_at(b, 48),
                     },
+                    layout: layout.then(|| &b[RTS_LEN..]),
                 })
             }
             KIND_FIN | KIND_ACK | KIND_CREDIT => {
@@ -345,7 +358,8 @@ impl<'a> Frame<'a> {
     }
 
     /// Writes this frame's header into `out` and returns its length; the payload of MATCH and
-    /// DATA frames is not copied: the transport sends it as a second part after the header.
+    /// DATA frames (and an RTS's layout) is not copied: the transport sends it as a second
+    /// part after the header.
     // Inline: every small send encodes a MATCH header, whose few stores then need no call
     // (and mpirt's send, where the PML's inlines, could not inline it without the hint).
     #[inline]
@@ -372,8 +386,9 @@ impl<'a> Frame<'a> {
                 send_request,
                 len,
                 remote,
+                layout,
             } => {
-                w.start(KIND_RTS, 0);
+                w.start(KIND_RTS, if layout.is_some() { FLAG_LAYOUT } else { 0 });
                 w.envelope(envelope);
                 w.u32(0);
                 w.u64(send_request);
@@ -413,6 +428,10 @@ impl<'a> Frame<'a> {
     pub fn payload(&self) -> &'a [u8] {
         match *self {
             Frame::Match { payload, .. } | Frame::Data { payload, .. } => payload,
+            Frame::Rts {
+                layout: Some(layout),
+                ..
+            } => layout,
             _ => &[],
         }
     }
@@ -497,6 +516,17 @@ mod tests {
                 addr: 0xdead_beef,
                 key: 42,
             },
+            layout: None,
+        });
+        roundtrip(Frame::Rts {
+            envelope: ENV,
+            send_request: 6,
+            len: 4096,
+            remote: RemoteKey {
+                addr: 0x1000,
+                key: 43,
+            },
+            layout: Some(&[9; 24]),
         });
         roundtrip(Frame::Fin { send_request: 1 });
         roundtrip(Frame::Ack {
@@ -555,6 +585,35 @@ mod tests {
             &hdr[..n],
             &[VERSION, KIND_FIN, 0, 0, 0, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1]
         );
+    }
+
+    #[test]
+    fn only_a_flagged_rts_carries_a_layout() {
+        let rts = Frame::Rts {
+            envelope: ENV,
+            send_request: 5,
+            len: 100,
+            remote: RemoteKey { addr: 1, key: 2 },
+            layout: None,
+        };
+        let mut hdr = [0u8; MAX_HEADER_LEN];
+        let n = rts.encode_header(&mut hdr);
+        let mut longer = hdr[..n].to_vec();
+        longer.extend_from_slice(&[0; 24]);
+        assert!(matches!(
+            Frame::decode(&longer),
+            Err(WireError::Length { expected: 56, .. })
+        ));
+        longer[2] = FLAG_LAYOUT;
+        assert!(matches!(
+            Frame::decode(&longer),
+            Ok(Frame::Rts { layout: Some(l), .. }) if l == [0; 24]
+        ));
+        longer[2] = FLAG_LAYOUT << 1;
+        assert!(matches!(
+            Frame::decode(&longer),
+            Err(WireError::Flags { .. })
+        ));
     }
 
     #[test]

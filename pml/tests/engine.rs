@@ -825,6 +825,10 @@ const LAYOUT_EAGER_LIMIT: usize = 4096;
 /// requests and long runs are cut where one ends.
 const VERBS_MAX_SGE: usize = 4;
 const VERBS_MAX_MSG: usize = 4096;
+/// Over verbs, the shortest mean block of a non-contiguous send that `layout_test_engine`'s
+/// receivers read in place (below the 16 KiB default, so that short layouts test both sides
+/// of it); shorter ones are packed.
+const VERBS_SEND_MIN_BLOCK: usize = 1024;
 
 /// The engine of rank `rank` of the two ranks a child's `mode,dir,rank` spec names (`tcp`,
 /// `verbs`, or shared memory), with eager limits of `LAYOUT_EAGER_LIMIT`,
@@ -858,6 +862,7 @@ fn layout_test_engine(
         verbs_eager_limit: LAYOUT_EAGER_LIMIT,
         verbs_devices: env::var("MPIRT_VERBS_DEV").unwrap_or_default(),
         verbs_sge_min_block: in_place_min_block(rank),
+        verbs_send_min_block: VERBS_SEND_MIN_BLOCK,
         verbs_max_sge: Some(VERBS_MAX_SGE),
         verbs_max_msg: Some(VERBS_MAX_MSG),
         transport: match mode {
@@ -1174,15 +1179,24 @@ fn scattered_rank(spec: &str) {
         // Over verbs a rendezvous reads the sender's packed copy: straight into the receive's
         // blocks by scatter-gather lists where they average `SHORT_BLOCK` bytes or more,
         // else into a staging buffer, unpacked once read.
+        // A send whose blocks average `VERBS_SEND_MIN_BLOCK` bytes or more is read in place,
+        // a READ a run of it, into either.
         let rendezvous = mode == "verbs" && serial.len() > LAYOUT_EAGER_LIMIT;
         let scattered = rendezvous && rblocks.mean_block() >= SHORT_BLOCK;
+        let sent_blocks = Blocks::new(source.as_ptr(), count, extent, &list).unwrap();
+        let in_place = rendezvous && sent_blocks.mean_block() >= VERBS_SEND_MIN_BLOCK;
         assert_eq!(
             (
                 after.verbs_sge_reads - before.verbs_sge_reads,
                 after.verbs_staged_reads - before.verbs_staged_reads,
+                after.verbs_layout_reads - before.verbs_layout_reads,
             ),
-            (u64::from(scattered), u64::from(rendezvous && !scattered)),
-            "case {case} ({mode}): reads by scatter-gather lists, staged"
+            (
+                u64::from(scattered),
+                u64::from(rendezvous && !scattered),
+                u64::from(in_place)
+            ),
+            "case {case} ({mode}): reads by scatter-gather lists, staged, of a send in place"
         );
         if rendezvous {
             reads_by_length[usize::from(!scattered)] += 1;
@@ -1222,7 +1236,10 @@ fn scattered_rank(spec: &str) {
         );
     }
     match mode {
-        "verbs" => verbs_column_and_indexed(&mut e, rank),
+        "verbs" => {
+            verbs_column_and_indexed(&mut e, rank);
+            verbs_sends_read_in_place(&mut e, rank);
+        }
         "shm" | "shm-no-arena" => a_column_lands_in_a_column(&mut e, rank, mode),
         _ => {}
     }
@@ -1359,6 +1376,16 @@ fn verbs_column_and_indexed(e: &mut Engine, rank: u32) {
             after.verbs_sge_read_requests - before.verbs_sge_read_requests,
             after.verbs_staged_reads - before.verbs_staged_reads,
         );
+        // The indexed layout's blocks average 1075 bytes: read in place, a READ a run (4 an
+        // element); the columns' are packed.
+        assert_eq!(
+            (
+                after.verbs_layout_reads - before.verbs_layout_reads,
+                after.verbs_layout_read_requests - before.verbs_layout_read_requests
+            ),
+            if case == 1 { (1, 240) } else { (0, 0) },
+            "layout {case}: reads of the send in place, their READs"
+        );
         // The column's 1024 runs in READs of `VERBS_MAX_SGE` (1 KiB each); the doubles staged.
         let scattered = blocks.mean_block() >= SHORT_BLOCK;
         let runs = (count * list.len()) as u64;
@@ -1384,6 +1411,228 @@ fn verbs_column_and_indexed(e: &mut Engine, rank: u32) {
         if let Some(i) = (0..buf.len()).find(|&i| buf[i] != expected[i]) {
             panic!(
                 "layout {case}: byte {i} of {span} is {:#x}, not {:#x}",
+                buf[i], expected[i]
+            );
+        }
+    }
+}
+
+/// Over verbs, through the engine: non-contiguous sends of each kind of layout on either side
+/// of `VERBS_SEND_MIN_BLOCK` (a vector column of 1 KiB blocks and one of 1023-byte blocks;
+/// an indexed layout with a block longer than a READ takes; a struct of two blocks that
+/// touch, element after element, so one run, and a column whose blocks touch likewise; one
+/// element of 200 blocks, and of 300, more than an offer's frame holds; 1 KiB blocks a MiB
+/// apart, a span too wide to register), each into a contiguous receive, a receive of other
+/// blocks, or one of 8-byte blocks (read into a staging buffer), one truncated (only the
+/// runs of the bytes it holds read). The sender offers in place exactly those at or above the
+/// threshold that fit (its counters), the receiver reads those a READ a run or more (exactly
+/// a run where runs are shorter than a READ's limit) and the packed ones as before; every
+/// receive holds a serial pack, or unpack, of what was sent, its gaps their poison and the
+/// bytes past it their guard.
+fn verbs_sends_read_in_place(e: &mut Engine, rank: u32) {
+    let b = |offset: usize, len: usize| Block { offset, len };
+    let many = |n: usize| -> Vec<Block> { (0..n).map(|i| b(i * 2560, 2048)).collect() };
+    /// How the receive lays out its buffer.
+    #[derive(Clone, Copy, Debug)]
+    enum Receive {
+        Bytes,
+        /// Blocks of 2000 and 700 bytes, 3000 apart: scattered into.
+        Blocks,
+        /// 8-byte blocks 16 apart: read into a staging buffer.
+        Doubles,
+    }
+    // (layout, extent, count, in place, READs of it where exact, receive, bytes it holds short)
+    #[allow(clippy::type_complexity)]
+    let cases: [(Vec<Block>, usize, usize, bool, Option<u64>, Receive, usize); 8] = [
+        (
+            vec![b(512, 1024)],
+            3072,
+            200,
+            true,
+            Some(200),
+            Receive::Bytes,
+            0,
+        ),
+        (
+            vec![b(512, 1023)],
+            3072,
+            200,
+            false,
+            None,
+            Receive::Bytes,
+            0,
+        ),
+        (
+            vec![b(0, 100), b(200, 3000), b(3300, 5000)],
+            8400,
+            30,
+            true,
+            None,
+            Receive::Blocks,
+            0,
+        ),
+        (
+            vec![b(0, 1500), b(1500, 1000)],
+            2500,
+            50,
+            true,
+            Some(31),
+            Receive::Doubles,
+            0,
+        ),
+        (
+            many(200),
+            200 * 2560,
+            1,
+            true,
+            Some(198),
+            Receive::Bytes,
+            5000,
+        ),
+        (many(300), 300 * 2560, 1, false, None, Receive::Blocks, 0),
+        (
+            vec![b(0, 1024)],
+            1 << 20,
+            20,
+            false,
+            None,
+            Receive::Bytes,
+            0,
+        ),
+        (
+            vec![b(0, 1024)],
+            1024,
+            300,
+            true,
+            Some(75),
+            Receive::Bytes,
+            0,
+        ),
+    ];
+    for (case, (list, extent, count, in_place, exact, into, short)) in cases.iter().enumerate() {
+        let tag = 100 + case as i32;
+        let (source, serial) = layout_source(list, *extent, *count);
+        if rank == 1 {
+            let blocks = Blocks::new(source.as_ptr(), *count, *extent, list).unwrap();
+            let before = e.counters();
+            // SAFETY: the source, list and description outlive the send, waited for here.
+            let h =
+                unsafe { e.post_send_blocks(0, 1, 0, tag, SendMode::Standard, &blocks) }.unwrap();
+            let after = e.counters();
+            assert_eq!(
+                (
+                    h.is_some(),
+                    after.verbs_layout_sends - before.verbs_layout_sends,
+                    after.verbs_packed_sends - before.verbs_packed_sends,
+                ),
+                (*in_place, u64::from(*in_place), u64::from(!*in_place)),
+                "send {case}: offered in place, counted so"
+            );
+            match h {
+                Some(h) => assert_eq!(e.wait(h).unwrap(), Done::Sent),
+                None => send(e, 0, tag, &serial, SendMode::Standard),
+            }
+            continue;
+        }
+        let capacity = serial.len() - short;
+        let before = e.counters();
+        // The receive's buffer (poisoned, a guard past it), its blocks where it has some, and
+        // what it must hold once the message landed.
+        let (rlist, rextent) = match into {
+            Receive::Bytes => (vec![b(0, capacity)], capacity),
+            Receive::Blocks => (vec![b(0, 2000), b(2100, 700)], 3000),
+            Receive::Doubles => (vec![b(0, 8)], 16),
+        };
+        let relement: usize = rlist.iter().map(|b| b.len).sum();
+        let rcount = capacity.div_ceil(relement);
+        let span = rextent * rcount;
+        let mut buf = vec![POISON; span + 64];
+        buf[span..].fill(GUARD);
+        let mut expected = buf.clone();
+        let mut packed = serial[..capacity.min(serial.len())].iter();
+        'unpack: for el in 0..rcount {
+            for rb in &rlist {
+                for byte in &mut expected[el * rextent + rb.offset..][..rb.len] {
+                    let Some(&p) = packed.next() else {
+                        break 'unpack;
+                    };
+                    *byte = p;
+                }
+            }
+        }
+        let result = match into {
+            Receive::Bytes => {
+                // SAFETY: `buf` outlives the receive, waited for here.
+                let h = unsafe {
+                    e.post_recv(
+                        0,
+                        SourceSel::Rank(1),
+                        TagSel::Tag(tag),
+                        buf.as_mut_ptr(),
+                        capacity,
+                    )
+                }
+                .unwrap();
+                e.wait(h)
+            }
+            Receive::Blocks | Receive::Doubles => {
+                let rblocks = Blocks::new(buf.as_mut_ptr(), rcount, rextent, &rlist).unwrap();
+                // SAFETY: `buf`, `rlist` and the description outlive the receive, waited for
+                // here.
+                let h = unsafe {
+                    e.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &rblocks)
+                }
+                .unwrap()
+                .expect("the engine lands every receive in its blocks");
+                e.wait(h)
+            }
+        };
+        match result {
+            Ok(Done::Received(st)) if *short == 0 => assert_eq!(st.len, serial.len()),
+            Err(err) if *short > 0 => {
+                let text = err.to_string();
+                assert!(
+                    text.contains(&format!("is {} bytes", serial.len()))
+                        && text.contains(&format!("holds only {capacity} bytes")),
+                    "case {case}: {text}"
+                );
+            }
+            other => panic!("case {case} ({into:?}): {other:?}"),
+        }
+        let after = e.counters();
+        let layout_reads = after.verbs_layout_reads - before.verbs_layout_reads;
+        let requests = after.verbs_layout_read_requests - before.verbs_layout_read_requests;
+        assert_eq!(
+            layout_reads,
+            u64::from(*in_place),
+            "case {case}: reads in place"
+        );
+        if let Some(exact) = exact {
+            assert_eq!(requests, *exact, "case {case}: READs");
+        }
+        // At least a READ a run of the send's (blocks that touch being one run).
+        let runs = Blocks::new(source.as_ptr(), *count, *extent, list)
+            .unwrap()
+            .runs(list, 0, capacity)
+            .count() as u64;
+        assert!(
+            !*in_place || requests >= runs,
+            "case {case}: {requests} READs for {runs} runs"
+        );
+        let staged = after.verbs_staged_reads - before.verbs_staged_reads;
+        assert_eq!(
+            staged,
+            u64::from(matches!(into, Receive::Doubles)),
+            "case {case}"
+        );
+        if let Some(i) = (0..buf.len()).find(|&i| buf[i] != expected[i]) {
+            let place = if i >= span {
+                "the guard"
+            } else {
+                "a block or gap"
+            };
+            panic!(
+                "case {case} ({into:?}): byte {i} of {span}, in {place}, is {:#x}, not {:#x}",
                 buf[i], expected[i]
             );
         }

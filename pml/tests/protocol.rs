@@ -1178,3 +1178,130 @@ fn a_read_into_blocks_lands_in_them_or_in_staging_and_never_nowhere() {
     );
     assert!(storage.iter().all(|&b| b == 0xEE));
 }
+
+/// The frame `core` transmits next to `peer`, as bytes, taken off its queue.
+fn take_frame(core: &mut TestCore, peer: u32) -> Vec<u8> {
+    let t = core.next_transmit(peer).expect("a frame");
+    let mut bytes = t.header().to_vec();
+    bytes.extend_from_slice(payload_of(&t));
+    core.transmitted(peer);
+    bytes
+}
+
+/// A send whose offer carries its layout (`post_send_offering`) goes by RTS whatever its
+/// length, the layout after the header; the receiver's read carries it decoded, its runs
+/// the sender's at the sender's addresses, whether the receive was posted first or came
+/// after (unexpected), and a short receive's read covers only the runs of what it holds.
+/// The layout goes with its frame: the sender's next RTS carries none. A layout that does
+/// not fit a frame is refused at the sender; one offered where the peer does not read
+/// remote memory, or not of whole elements, is a named protocol error at the receiver.
+#[test]
+fn a_layout_offer_reaches_its_read() {
+    use pml::blocks::{Block, Blocks};
+    use pml::protocol::layout;
+    let list = [
+        Block {
+            offset: 16,
+            len: 1000,
+        },
+        Block {
+            offset: 2000,
+            len: 24,
+        },
+    ];
+    let base = 0x4000_0000u64;
+    let offer = |len: usize, tag: i32| SendArgs {
+        context: 0,
+        source: 0,
+        peer: 1,
+        tag,
+        mode: SendMode::Standard,
+        buf: vec![0u8; len],
+        remote: RemoteKey {
+            addr: base,
+            key: 77,
+        },
+        eager_limit: None,
+    };
+    for unexpected in [false, true] {
+        let mut pair = Pair::new(true, CoreConfig::default());
+        let capacity = 3 * 1024 - 100;
+        let posted =
+            (!unexpected).then(|| pair.recv(1, SourceSel::Rank(0), TagSel::Tag(5), capacity));
+        let send = pair.cores[0]
+            .post_send_offering(offer(3 * 1024, 5), layout::encode(4096, &list))
+            .unwrap();
+        let bytes = take_frame(&mut pair.cores[0], 1);
+        match Frame::decode(&bytes).unwrap() {
+            Frame::Rts {
+                layout: Some(l), ..
+            } => assert_eq!(l, &*layout::encode(4096, &list)),
+            other => panic!("{other:?}"),
+        }
+        pair.cores[1].on_frame(0, &bytes).unwrap();
+        let recv =
+            posted.unwrap_or_else(|| pair.recv(1, SourceSel::Rank(0), TagSel::Tag(5), capacity));
+        let Some(Action::Read {
+            recv: read,
+            len,
+            remote,
+            layout: Some(got),
+            ..
+        }) = pair.cores[1].poll_action()
+        else {
+            panic!("unexpected {unexpected}: no read with the layout");
+        };
+        assert_eq!((read, len, remote.key), (recv, capacity, 77));
+        let sent = Blocks::new(base as usize as *const u8, 3, 4096, &list).unwrap();
+        let want: Vec<_> = sent.runs(&list, 0, capacity).collect();
+        assert_eq!(got.runs(len).collect::<Vec<_>>(), want);
+        pair.cores[1].read_target(recv).unwrap().fill(1);
+        pair.cores[1].read_done(recv).unwrap();
+        pair.run();
+        assert!(
+            pair.cores[0].is_complete(send).unwrap(),
+            "the FIN came back"
+        );
+        // The next rendezvous from the same core is a plain RTS.
+        pair.send(0, 6, pattern(2 * EAGER, 1), SendMode::Standard);
+        let bytes = take_frame(&mut pair.cores[0], 1);
+        assert!(
+            matches!(Frame::decode(&bytes), Ok(Frame::Rts { layout: None, .. })),
+            "unexpected {unexpected}: a plain send's RTS"
+        );
+    }
+    // Too long for the peer's 4096-byte frames with the RTS header: refused, nothing queued.
+    let mut pair = Pair::new(true, CoreConfig::default());
+    let long: Vec<Block> = (0..300)
+        .map(|i| Block {
+            offset: i * 20,
+            len: 10,
+        })
+        .collect();
+    let e = pair.cores[0]
+        .post_send_offering(offer(3000, 7), layout::encode(6000, &long))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("layout of 4808 bytes offered past the 4096-byte frames"),
+        "{e}"
+    );
+    assert!(pair.cores[0].next_transmit(1).is_none());
+    // Over a transport that does not read, and not whole elements: named at the receiver.
+    for (remote_read, len, named) in [
+        (false, 3 * 1024, "a transport that does not read"),
+        (
+            true,
+            3000,
+            "does not make the 3000-byte message of whole elements",
+        ),
+    ] {
+        let mut pair = Pair::new(remote_read, CoreConfig::default());
+        pair.cores[0]
+            .post_send_offering(offer(len, 8), layout::encode(4096, &list))
+            .unwrap();
+        let bytes = take_frame(&mut pair.cores[0], 1);
+        let e = pair.cores[1].on_frame(0, &bytes).unwrap_err().to_string();
+        assert!(e.contains(named) && e.contains("rank 0"), "{e}");
+    }
+}

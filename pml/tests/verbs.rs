@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use std::{env, fs, thread};
 
 use pml::blocks::{Block, Blocks};
-use pml::transport::verbs::{device_names, VerbsConfig, VerbsTransport};
+use pml::protocol::{layout, RemoteLayout};
+use pml::transport::verbs::{device_names, LayoutTarget, VerbsConfig, VerbsTransport};
 use pml::transport::{Placement, Sink};
 use pml::{
     Counters, Engine, EngineConfig, OneSided, Pml, PmlError, RemoteKey, SendMode, TransportChoice,
@@ -184,6 +185,7 @@ fn transport_with(
         max_sge,
         sge_min_block: SGE_MIN_BLOCK,
         cq_entries: None,
+        send_min_block: SEND_MIN_BLOCK,
     };
     VerbsTransport::new(rank, 2, 0, &[peer], &config).unwrap()
 }
@@ -192,6 +194,9 @@ fn transport_with(
 /// Soft-RoCE's 32 entries and 2 GiB, so that its layouts take many work requests and runs
 /// are cut where a work request ends.
 const SGE_MIN_BLOCK: usize = 64;
+/// The shortest mean block of a send that the tests' transports offer in place: below the
+/// 16 KiB default, so that short layouts test both sides of it.
+const SEND_MIN_BLOCK: usize = 1024;
 const MAX_SGE: usize = 4;
 const MAX_MSG: usize = 4096;
 const GUARD: u8 = 0xA5;
@@ -434,8 +439,10 @@ fn reads_scatter_into_a_receives_blocks() {
     let cause = finish_read(&mut reader, 9).unwrap_err();
     println!("{cause}");
     assert!(
-        cause.contains("an RDMA READ of 524288 bytes into a receive's blocks (2048 scatter-gather entries) failed: ")
-            && cause.contains("(status "),
+        cause.contains(
+            "an RDMA READ of 524288 bytes from rank 1 in 512 work requests into a receive's \
+             blocks (2048 scatter-gather entries) failed: "
+        ) && cause.contains("(status "),
         "{cause}"
     );
     // SAFETY: as above (refused before anything is posted).
@@ -446,6 +453,244 @@ fn reads_scatter_into_a_receives_blocks() {
         refused.contains("RDMA READ to rank 1 was refused: the connection broke earlier")
             && refused.contains("scatter-gather entries) failed: "),
         "{refused}"
+    );
+}
+
+/// `count` elements of `list`, `extent` apart, their blocks filled and the gaps poisoned
+/// (64 guard bytes past them), and a serial pack of the blocks, written here independently
+/// of `Blocks`.
+fn send_of(list: &[Block], extent: usize, count: usize) -> (Vec<u8>, Vec<u8>) {
+    let span = extent * count;
+    let mut source = vec![POISON; span + 64];
+    source[span..].fill(GUARD);
+    let mut serial = Vec::new();
+    for el in 0..count {
+        for b in list {
+            let start = el * extent + b.offset;
+            for (at, byte) in source[start..start + b.len].iter_mut().enumerate() {
+                // Never the poison: a poisoned byte that arrives was a gap's.
+                *byte = ((start + at) % 241) as u8;
+                serial.push(*byte);
+            }
+        }
+    }
+    (source, serial)
+}
+
+/// RDMA READs of a non-contiguous send in place, between two transports of this process:
+/// rank 1 (on the last device) exposes each send's span as its offer would
+/// (`expose_layout`), and rank 0 (on the first; at most `MAX_SGE` entries and `MAX_MSG`
+/// bytes a work request) reads it through the layout the offer carries (encoded and decoded
+/// as on the wire), into contiguous bytes and into a receive's blocks (another layout):
+/// a vector column of 1 KiB blocks (a READ a block), an indexed layout with a block longer
+/// than a READ takes (cut), a struct whose blocks touch (one run, cut into READs of
+/// `MAX_MSG`), one element of 200 blocks, read short. Each lands as a serial pack (or its
+/// unpack), the gaps and the bytes past the buffer untouched. The sender offers none of a
+/// column of 1023-byte blocks (under `SEND_MIN_BLOCK`), of 300 blocks an element (a layout
+/// longer than its 4 KiB frames) or of blocks a MiB apart (a span too wide): counted as
+/// packed. A receive of 8-byte blocks is left to staging (nothing read). Then a read under a
+/// key rank 1 never gave reports once, naming the peer, the bytes, the READs and the status.
+#[test]
+fn reads_a_non_contiguous_send_in_place() {
+    if !have_device() {
+        return;
+    }
+    let devs = devices();
+    let mut reader = transport_with(0, 1, &devs[0], Some(MAX_SGE), Some(MAX_MSG));
+    let mut sender = transport(1, 0, &devs[devs.len() - 1]);
+    reader
+        .connect(1, &sender.endpoint(), &sender.rma_endpoint())
+        .unwrap();
+    sender
+        .connect(0, &reader.endpoint(), &reader.rma_endpoint())
+        .unwrap();
+    let b = |offset: usize, len: usize| Block { offset, len };
+    let many = |n: usize| -> Vec<Block> { (0..n).map(|i| b(i * 2560, 2048)).collect() };
+    // The receive's layout: blocks of 2000 and 700 bytes, 3000 apart.
+    let into = [b(0, 2000), b(2100, 700)];
+    // (layout, extent, count, offered in place, bytes read short)
+    let cases: [(Vec<Block>, usize, usize, bool, usize); 7] = [
+        (vec![b(512, 1024)], 3072, 300, true, 0),
+        (
+            vec![b(0, 100), b(200, 3000), b(3300, 5000)],
+            8400,
+            20,
+            true,
+            0,
+        ),
+        (vec![b(0, 1500), b(1500, 1000)], 2500, 40, true, 0),
+        (many(200), 200 * 2560, 1, true, 7777),
+        (vec![b(512, 1023)], 3072, 300, false, 0),
+        (many(300), 300 * 2560, 1, false, 0),
+        (vec![b(0, 1024)], 1 << 20, 20, false, 0),
+    ];
+    let mut token = 0;
+    for (case, (list, extent, count, offered, short)) in cases.iter().enumerate() {
+        let (source, serial) = send_of(list, *extent, *count);
+        let sent = Blocks::new(source.as_ptr(), *count, *extent, list).unwrap();
+        let before = counted(&sender);
+        // SAFETY: made here over `source` and `list`, which outlive the exposure.
+        let exposed = unsafe { sender.expose_layout(&sent) };
+        let after = counted(&sender);
+        assert_eq!(
+            (
+                exposed.is_some(),
+                after.verbs_layout_sends - before.verbs_layout_sends,
+                after.verbs_packed_sends - before.verbs_packed_sends
+            ),
+            (*offered, u64::from(*offered), u64::from(!*offered)),
+            "send {case}: offered in place, counted so"
+        );
+        let Some((rkey, id)) = exposed else {
+            continue;
+        };
+        let remote = RemoteKey {
+            addr: sent.base(),
+            key: u64::from(rkey),
+        };
+        let wire = layout::encode(sent.extent(), list);
+        let layout = RemoteLayout::decode(sent.base(), &wire, sent.len()).unwrap();
+        let len = serial.len() - short;
+        let runs = sent.runs(list, 0, len).count() as u64;
+        // Into contiguous bytes, a guard past them.
+        let mut bytes = vec![POISON; len + 64];
+        bytes[len..].fill(GUARD);
+        let before = counted(&reader);
+        token += 1;
+        // SAFETY: contiguous bytes, which outlive the read (finished below).
+        let reading = unsafe {
+            reader.read_layout(
+                1,
+                remote,
+                &layout,
+                LayoutTarget::Bytes(&mut bytes[..len]),
+                token,
+            )
+        };
+        assert!(reading.unwrap(), "send {case}: into bytes");
+        finish_read(&mut reader, token).unwrap();
+        let after = counted(&reader);
+        let requests = after.verbs_layout_read_requests - before.verbs_layout_read_requests;
+        assert_eq!(after.verbs_layout_reads - before.verbs_layout_reads, 1);
+        // A READ a run, more where a run passes `MAX_MSG`.
+        let least = sent
+            .runs(list, 0, len)
+            .map(|(_, n)| n.div_ceil(MAX_MSG) as u64)
+            .sum::<u64>();
+        assert!(
+            requests == least && requests >= runs,
+            "send {case}: {requests} READs for {runs} runs ({least} expected)"
+        );
+        assert!(
+            bytes[..len] == serial[..len],
+            "send {case}: bytes differ from a serial pack"
+        );
+        assert!(
+            bytes[len..].iter().all(|&g| g == GUARD),
+            "send {case}: past the bytes"
+        );
+        // Into a receive's blocks.
+        let rcount = len.div_ceil(2700);
+        let (mut buf, expected) = receive_of(&into, 3000, rcount, &serial[..len]);
+        let blocks = Blocks::new(buf.as_mut_ptr(), rcount, 3000, &into).unwrap();
+        let before = counted(&reader);
+        token += 1;
+        // SAFETY: `buf` and `into` outlive the read, finished below, and nothing else
+        // touches them meanwhile; `len` is within the blocks.
+        let reading = unsafe {
+            reader.read_layout(
+                1,
+                remote,
+                &layout,
+                LayoutTarget::Blocks(&blocks, len),
+                token,
+            )
+        };
+        assert!(reading.unwrap(), "send {case}: into blocks");
+        finish_read(&mut reader, token).unwrap();
+        let after = counted(&reader);
+        assert_eq!(
+            (
+                after.verbs_layout_reads - before.verbs_layout_reads,
+                after.verbs_sge_reads - before.verbs_sge_reads,
+                after.verbs_staged_reads - before.verbs_staged_reads
+            ),
+            (1, 1, 0),
+            "send {case}: into blocks, in place on both sides"
+        );
+        assert!(
+            after.verbs_layout_read_requests - before.verbs_layout_read_requests >= least,
+            "send {case}: fewer READs than runs"
+        );
+        if let Some(i) = (0..buf.len()).find(|&i| buf[i] != expected[i]) {
+            panic!(
+                "send {case}: byte {i} of {} is {:#x}, not {:#x}",
+                buf.len(),
+                buf[i],
+                expected[i]
+            );
+        }
+        assert!(
+            source[*extent * *count..].iter().all(|&g| g == GUARD),
+            "send {case}: the sender's bytes changed"
+        );
+        sender.release(id);
+    }
+    // A receive of 8-byte blocks: staged by the caller, nothing read here.
+    let (source, serial) = send_of(&[b(512, 1024)], 3072, 40);
+    let sent = Blocks::new(source.as_ptr(), 40, 3072, &[b(512, 1024)]).unwrap();
+    // SAFETY: as above.
+    let (rkey, _id) = unsafe { sender.expose_layout(&sent) }.expect("a column of 1 KiB");
+    let remote = RemoteKey {
+        addr: sent.base(),
+        key: u64::from(rkey),
+    };
+    let wire = layout::encode(sent.extent(), &[b(512, 1024)]);
+    let layout = RemoteLayout::decode(sent.base(), &wire, sent.len()).unwrap();
+    let doubles = [b(8, 8)];
+    let (mut buf, _) = receive_of(&doubles, 32, serial.len() / 8, &[]);
+    let untouched = buf.clone();
+    let blocks = Blocks::new(buf.as_mut_ptr(), serial.len() / 8, 32, &doubles).unwrap();
+    let before = counted(&reader);
+    // SAFETY: as above (nothing is read: the blocks are short).
+    let reading = unsafe {
+        reader.read_layout(
+            1,
+            remote,
+            &layout,
+            LayoutTarget::Blocks(&blocks, serial.len()),
+            50,
+        )
+    };
+    assert!(!reading.unwrap(), "8-byte blocks read in place");
+    let after = counted(&reader);
+    assert_eq!(
+        (
+            after.verbs_layout_reads - before.verbs_layout_reads,
+            after.verbs_staged_reads - before.verbs_staged_reads
+        ),
+        (0, 1)
+    );
+    assert!(buf == untouched, "a staged read wrote into the blocks");
+    // Under a key rank 1 never gave: the first READ fails, the queue pair with it; the
+    // read reports once, after all its 40 READs are accounted for.
+    let forged = RemoteKey {
+        key: u64::from(rkey ^ 0x00ff_ff00),
+        ..remote
+    };
+    let mut bytes = vec![0u8; serial.len()];
+    // SAFETY: contiguous bytes, which outlive the read (finished below).
+    let reading =
+        unsafe { reader.read_layout(1, forged, &layout, LayoutTarget::Bytes(&mut bytes), 51) };
+    assert!(reading.unwrap());
+    let cause = finish_read(&mut reader, 51).unwrap_err();
+    println!("{cause}");
+    assert!(
+        cause.contains(
+            "an RDMA READ of 40960 bytes from rank 1 of a non-contiguous send in place (a READ \
+             a run) in 40 work requests failed: "
+        ) && cause.contains("(status "),
+        "{cause}"
     );
 }
 

@@ -12,13 +12,17 @@ use super::shm::{ShmOpening, ShmPeers};
 use super::tcp::TcpTransport;
 #[cfg(feature = "verbs")]
 use super::verbs::VerbsTransport;
-use super::{Caps, Exposure, Job, Peer, Polled, Reading, RmaOp, RmaPosted, Sent, Sink, Transport};
+use super::{
+    BlocksOffer, Caps, Exposure, Job, Peer, Polled, Reading, RmaOp, RmaPosted, Sent, Sink,
+    Transport,
+};
 use crate::blocks::{Blocks, PackedRange};
 use crate::config::TransportChoice;
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::nap::NapStart;
 use crate::pml_api::{Counters, EngineError};
+use crate::protocol::RemoteLayout;
 use crate::wire::RemoteKey;
 
 /// What a transport did to let peers read a send buffer (a verbs or libfabric memory
@@ -246,6 +250,32 @@ impl Transport for AnyTransport {
         each!(self, t => unsafe { Transport::read_into_blocks(t, peer, key, blocks, len, token) })
     }
 
+    fn read_layout(
+        &mut self,
+        peer: Rank,
+        key: RemoteKey,
+        layout: &RemoteLayout,
+        target: &mut [u8],
+        token: u64,
+    ) -> Result<Reading, PmlError> {
+        each!(self, t => Transport::read_layout(t, peer, key, layout, target, token))
+    }
+
+    unsafe fn read_layout_into_blocks(
+        &mut self,
+        peer: Rank,
+        key: RemoteKey,
+        layout: &RemoteLayout,
+        blocks: &Blocks,
+        len: usize,
+        token: u64,
+    ) -> Result<Option<Reading>, PmlError> {
+        // SAFETY: forwarded from this function's contract.
+        each!(self, t => unsafe {
+            Transport::read_layout_into_blocks(t, peer, key, layout, blocks, len, token)
+        })
+    }
+
     #[inline]
     fn expose(
         &mut self,
@@ -272,8 +302,9 @@ impl Transport for AnyTransport {
         each!(self, t => Transport::streams_blocks(t))
     }
 
-    fn expose_blocks(&mut self, peer: Rank, blocks: &Blocks) -> Option<RemoteKey> {
-        each!(self, t => Transport::expose_blocks(t, peer, blocks))
+    unsafe fn expose_blocks(&mut self, peer: Rank, blocks: &Blocks) -> Option<BlocksOffer> {
+        // SAFETY: forwarded from this function's contract.
+        each!(self, t => unsafe { Transport::expose_blocks(t, peer, blocks) })
     }
 
     fn release(&mut self, registration: Registration) {

@@ -37,7 +37,7 @@ use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::nap::NapStart;
 use crate::pml_api::{Counters, EngineError, Wireup};
-use crate::protocol::{Core, DataTarget, PeerCaps, RecvBytes, SendBytes};
+use crate::protocol::{Core, DataTarget, PeerCaps, RecvBytes, RemoteLayout, SendBytes};
 use crate::requests::Handle;
 use crate::wire::{self, RemoteKey, DATA_HEADER_LEN};
 
@@ -133,6 +133,20 @@ impl Exposure {
             registration: None,
         }
     }
+}
+
+/// How a peer reads a non-contiguous send in place ([`Transport::expose_blocks`]).
+#[derive(Clone, Copy, Debug)]
+pub struct BlocksOffer {
+    /// What the offer carries: with `layout`, the first element's address and the key that
+    /// reaches the blocks' span; else whatever the transport reads the send by (shared
+    /// memory: the description's address, which the receiver reads the layout out of).
+    pub key: RemoteKey,
+    /// Whether the offer carries the send's layout (`protocol::layout`), for a receiver that
+    /// reads the blocks a run at a time ([`Transport::read_layout`]).
+    pub layout: bool,
+    /// What to `release` once the send completes.
+    pub registration: Option<Registration>,
 }
 
 /// A one-sided operation on a peer's window memory that [`Transport::expose_window`]
@@ -423,6 +437,44 @@ pub trait Transport {
         Ok(None)
     }
 
+    /// [`read`](Self::read) of a non-contiguous send whose offer carried its `layout` (its
+    /// blocks at the peer's addresses, reached under `key.key`): a read per run of them,
+    /// into contiguous `target`. Only a transport whose `expose_blocks` offers layouts reads
+    /// them; by default a peer's offer of one is a named error.
+    fn read_layout(
+        &mut self,
+        peer: Rank,
+        _key: RemoteKey,
+        _layout: &RemoteLayout,
+        _target: &mut [u8],
+        _token: u64,
+    ) -> Result<Reading, PmlError> {
+        Err(PmlError::Protocol {
+            peer,
+            what: "a rendezvous offer with its send's layout over a transport that does not read \
+                   one"
+            .into(),
+        })
+    }
+
+    /// [`read_layout`](Self::read_layout) straight into a receive laid out in blocks, as
+    /// [`read_into_blocks`](Self::read_into_blocks): `None`, having read nothing, where this
+    /// transport does not (the engine then reads into a staging buffer by `read_layout`).
+    ///
+    /// # Safety
+    /// As for [`read_into_blocks`](Self::read_into_blocks).
+    unsafe fn read_layout_into_blocks(
+        &mut self,
+        _peer: Rank,
+        _key: RemoteKey,
+        _layout: &RemoteLayout,
+        _blocks: &Blocks,
+        _len: usize,
+        _token: u64,
+    ) -> Result<Option<Reading>, PmlError> {
+        Ok(None)
+    }
+
     /// Lets `peer` read the `len` bytes at `buf` of a send; `sends_eagerly` says whether the
     /// send goes eagerly anyway (and so needs no exposure), asked only where it costs. By
     /// default the buffer's address is all a reader needs.
@@ -437,10 +489,14 @@ pub trait Transport {
     }
 
     /// Lets `peer` read the non-contiguous send buffer `blocks` describes in place, in
-    /// pieces, by rendezvous: the key its offer carries, or `None` where this transport does
-    /// not read a peer's memory that way (the send is then packed). `blocks` stays valid
-    /// until the send completes (`Engine::post_send_blocks`).
-    fn expose_blocks(&mut self, _peer: Rank, _blocks: &Blocks) -> Option<RemoteKey> {
+    /// pieces, by rendezvous: what its offer carries, or `None` where this transport does
+    /// not read a peer's memory that way, or not this buffer (the send is then packed).
+    ///
+    /// # Safety
+    /// `blocks` must have been made in this process by [`Blocks::new`], and it, its block
+    /// list and its elements must stay alive and unchanged until the send completes
+    /// (`Engine::post_send_blocks`).
+    unsafe fn expose_blocks(&mut self, _peer: Rank, _blocks: &Blocks) -> Option<BlocksOffer> {
         None
     }
 

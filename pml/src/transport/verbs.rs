@@ -16,8 +16,14 @@
 //! buffer and unpacked instead (the caller's, as for any transport that reads only into
 //! contiguous bytes), since an entry per few bytes costs the device more than the copy, as
 //! are blocks spanning over 16 MiB and 16 times the bytes read (registering the span would
-//! pin all of it: `scatter.rs`). A non-contiguous send is packed by the layer above into one
-//! buffer, registered as any other, so every READ reads one contiguous range of the peer.
+//! pin all of it: `scatter.rs`). A non-contiguous send is read in place likewise: the span of
+//! its blocks registered once (`expose_layout`), its offer carrying its layout
+//! (`protocol::layout`), and the receiver reads each run of it with READs of its own (a READ
+//! reads one remote address), each scattering into the receive's blocks or landing in
+//! contiguous bytes (`scatter::plan` cuts both sides' runs into work requests). Sends of
+//! blocks shorter than `send_min_block` on average (a READ each would cost more than packing
+//! them), of a layout longer than a frame holds, or of a span too wide to register, are
+//! packed by the layer above into one buffer, registered as any other.
 //! A completion with an error status becomes a named error on the request (reads) or on the
 //! transport (sends); the queue pairs give up on a dead peer about 8 s after sending to it.
 //! A rank that only waits sends nothing, so a wait idle for [`PROBE_AFTER`] probes its peers
@@ -41,6 +47,7 @@
 
 mod contract;
 mod device;
+mod in_place;
 mod one_sided;
 mod qp;
 mod registry;
@@ -56,10 +63,10 @@ use rdma_sys::*;
 use slab::Slab;
 
 pub use device::device_names;
+pub use in_place::LayoutTarget;
 pub use registry::MrId;
 
 use super::Sink;
-use crate::blocks::Blocks;
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::pml_api::Counters;
@@ -88,6 +95,9 @@ pub struct VerbsConfig {
     /// Most entries of the completion queue, where lower than the device's `max_cqe`
     /// (`MPIRT_VERBS_CQ_ENTRIES`).
     pub cq_entries: Option<usize>,
+    /// The shortest mean block of a non-contiguous send that peers read in place
+    /// (`MPIRT_VERBS_SEND_MIN_BLOCK`).
+    pub send_min_block: usize,
 }
 
 /// Receive buffers on the shared receive queue, and send buffers to copy frames into.
@@ -232,26 +242,40 @@ enum Remote {
 /// An RDMA READ of one receive, possibly in several pieces (work requests).
 struct Read {
     token: u64,
+    peer: Rank,
     pieces_left: usize,
     mr: MrId,
     error: Option<String>,
     /// The bytes it reads.
     len: usize,
-    /// The local scatter-gather entries of a read into a receive's blocks, each piece's a
-    /// range of them; empty for a read into contiguous bytes.
+    /// The local scatter-gather entries of a planned read (`scatter::plan`), each piece's a
+    /// range of them; empty for a read of contiguous bytes into contiguous bytes.
     sges: Vec<ibv_sge>,
+    /// Its work requests, and whether it reads a send's runs in place (the offer's layout)
+    /// and lands in a receive's blocks.
+    requests: usize,
+    of_layout: bool,
+    into_blocks: bool,
 }
 
 impl Read {
     /// What failed, for the error of a failed completion.
     fn describe(&self) -> String {
-        match self.sges.len() {
-            0 => format!("an RDMA READ of {} bytes", self.len),
-            n => format!(
-                "an RDMA READ of {} bytes into a receive's blocks ({n} scatter-gather entries)",
-                self.len
+        let of = match self.of_layout {
+            true => " of a non-contiguous send in place (a READ a run)",
+            false => "",
+        };
+        let into = match self.into_blocks {
+            true => format!(
+                " into a receive's blocks ({} scatter-gather entries)",
+                self.sges.len()
             ),
-        }
+            false => String::new(),
+        };
+        format!(
+            "an RDMA READ of {} bytes from rank {}{of} in {} work requests{into}",
+            self.len, self.peer, self.requests
+        )
     }
 }
 
@@ -308,11 +332,19 @@ pub struct VerbsTransport {
     pub reads_posted: u64,
     /// The shortest mean block of a receive that reads scatter into.
     sge_min_block: usize,
+    /// The shortest mean block of a non-contiguous send that peers read in place.
+    send_min_block: usize,
     /// Reads into a receive's blocks by scatter-gather lists, their work requests, and reads
-    /// into a receive's blocks left to a staging buffer (see `Counters`).
+    /// into a receive's blocks left to a staging buffer; sends offered in place with their
+    /// layout and those left to be packed; reads of sends in place and their work requests
+    /// (see `Counters`).
     sge_reads: u64,
     sge_read_requests: u64,
     staged_reads: u64,
+    layout_sends: u64,
+    packed_sends: u64,
+    layout_reads: u64,
+    layout_read_requests: u64,
     /// When idle waits last probed the peers.
     last_probe: Option<Instant>,
     /// Since when polls found nothing, once a wait went to sleep (see `probe_idle_peers`).
@@ -530,9 +562,14 @@ impl VerbsTransport {
             dev,
             reads_posted: 0,
             sge_min_block: config.sge_min_block,
+            send_min_block: config.send_min_block,
             sge_reads: 0,
             sge_read_requests: 0,
             staged_reads: 0,
+            layout_sends: 0,
+            packed_sends: 0,
+            layout_reads: 0,
+            layout_read_requests: 0,
             rma,
             last_probe: None,
             idle_since: None,
@@ -584,6 +621,11 @@ impl VerbsTransport {
     /// completion queue holds beside the receives).
     pub fn send_cap(&self) -> usize {
         self.send_cap
+    }
+
+    /// The shortest mean block of a non-contiguous send that peers read in place.
+    pub fn send_min_block(&self) -> usize {
+        self.send_min_block
     }
 
     /// Whether registrations are kept between messages (see `registry.rs`).
@@ -916,11 +958,15 @@ impl VerbsTransport {
         let pieces = target.len().div_ceil(piece_max);
         let read = self.reads.insert(Read {
             token,
+            peer,
             pieces_left: pieces,
             mr: keys.id,
             error: None,
             len: target.len(),
             sges: Vec::new(),
+            requests: pieces,
+            of_layout: false,
+            into_blocks: false,
         });
         for i in 0..pieces {
             let off = i * piece_max;
@@ -951,85 +997,6 @@ impl VerbsTransport {
             Some(cause) => Err(refused(peer, "RDMA READ", cause)),
             None => Ok(()),
         }
-    }
-
-    /// Starts reading the first `len` packed bytes of a receive laid out in `blocks` from
-    /// `remote` in `peer` straight into its blocks: READs whose local scatter-gather lists are
-    /// the blocks' runs, at most `max_read_sge` entries and the port's longest message a
-    /// work request, the span of the blocks registered once. `Ok(false)`, having read
-    /// nothing, where the blocks average under `sge_min_block` bytes, or their span is too
-    /// wide for `len` (`scatter::span_fits`) or could not be registered (the caller stages
-    /// the read: its own registration, of the message's length only, fails with a named
-    /// error if memory is short).
-    ///
-    /// # Safety
-    /// `blocks` must have been made in this process by [`Blocks::new`], its block list alive
-    /// and its elements' blocks writable and not otherwise accessed until the read finished
-    /// (or the transport stopped), and `len` at most `blocks.len()`.
-    pub unsafe fn read_blocks(
-        &mut self,
-        peer: Rank,
-        remote: RemoteKey,
-        blocks: &Blocks,
-        len: usize,
-        token: u64,
-    ) -> Result<bool, PmlError> {
-        self.check_readable(peer)?;
-        // SAFETY: a description made in this process, its list alive (this function's
-        // contract).
-        let list = unsafe { blocks.local_list() };
-        let span = blocks.span(list).filter(|_| len > 0);
-        let keys = match span {
-            Some((low, high))
-                if blocks.mean_block() >= self.sge_min_block
-                    && scatter::span_fits(high - low, len) =>
-            {
-                self.registry
-                    .acquire(low as usize, (high - low) as usize, true)
-                    .ok()
-            }
-            _ => None,
-        };
-        let Some(keys) = keys else {
-            self.staged_reads += 1;
-            return Ok(false);
-        };
-        let scatter::Scatter { sges, pieces } = scatter::scatter(
-            blocks.runs(list, 0, len),
-            keys.lkey,
-            self.dev.max_read_sge,
-            self.dev.max_piece(),
-        );
-        let read = self.reads.vacant_key();
-        let mut remote_at = remote.addr;
-        for piece in &pieces {
-            self.waiting_pieces.push_back(Piece {
-                peer,
-                read,
-                local: Local::Scattered {
-                    first: piece.first,
-                    count: piece.count,
-                },
-                remote: remote_at,
-                rkey: remote.key as u32,
-                len: piece.len as u32,
-            });
-            remote_at += piece.len as u64;
-        }
-        let inserted = self.reads.insert(Read {
-            token,
-            pieces_left: pieces.len(),
-            mr: keys.id,
-            error: None,
-            len,
-            sges,
-        });
-        debug_assert_eq!(inserted, read);
-        self.reads_posted += 1;
-        self.sge_reads += 1;
-        self.sge_read_requests += pieces.len() as u64;
-        self.post_waiting_pieces()?;
-        Ok(true)
     }
 
     /// Posts waiting read pieces while their queue pairs have room.
@@ -1397,6 +1364,10 @@ impl VerbsTransport {
         counters.verbs_sge_reads += self.sge_reads;
         counters.verbs_sge_read_requests += self.sge_read_requests;
         counters.verbs_staged_reads += self.staged_reads;
+        counters.verbs_layout_sends += self.layout_sends;
+        counters.verbs_packed_sends += self.packed_sends;
+        counters.verbs_layout_reads += self.layout_reads;
+        counters.verbs_layout_read_requests += self.layout_read_requests;
     }
 }
 

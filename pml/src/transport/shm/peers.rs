@@ -18,7 +18,7 @@ use crate::freed_memory;
 use crate::nap::NapStart;
 use crate::pml_api::{Counters, EngineError};
 use crate::shared_arena::{self, ArenaInfo};
-use crate::transport::{Caps, Exposure, Job, Peer, Reading, Sent, Sink, Transport};
+use crate::transport::{BlocksOffer, Caps, Exposure, Job, Peer, Reading, Sent, Sink, Transport};
 use crate::wire::RemoteKey;
 
 /// No local rank: a world rank this transport does not carry.
@@ -466,16 +466,20 @@ impl Transport for ShmPeers {
 
     /// Where this rank reads its peers' memory (CMA works), a peer reads a non-contiguous
     /// send in place, from our arena or in blocks of `in_place_min_block` bytes or more: the
-    /// description's address, which the send keeps alive.
-    fn expose_blocks(&mut self, _peer: Rank, blocks: &Blocks) -> Option<RemoteKey> {
+    /// description's address, which the send keeps alive, and the peer reads the layout there.
+    unsafe fn expose_blocks(&mut self, _peer: Rank, blocks: &Blocks) -> Option<BlocksOffer> {
         // From our arena, which the peers map, a copy per block; elsewhere each iovec pins
         // the pages it covers, which short blocks do not repay (the send is packed).
         let from_arena = self.arena_eager_limit.is_some()
             && shared_arena::GLOBAL.contains(blocks.base() as usize as *const u8);
         let read_in_place = from_arena || blocks.mean_block() >= self.in_place_min_block;
-        (self.cma.is_ok() && read_in_place).then_some(RemoteKey {
-            addr: blocks as *const Blocks as u64,
-            key: blocks::IN_PLACE,
+        (self.cma.is_ok() && read_in_place).then_some(BlocksOffer {
+            key: RemoteKey {
+                addr: blocks as *const Blocks as u64,
+                key: blocks::IN_PLACE,
+            },
+            layout: false,
+            registration: None,
         })
     }
 

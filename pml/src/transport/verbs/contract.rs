@@ -4,15 +4,17 @@
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use super::{VerbsConfig, VerbsTransport};
+use super::{LayoutTarget, VerbsConfig, VerbsTransport};
 use crate::blocks::Blocks;
 use crate::config::TransportChoice;
 use crate::envelope::Rank;
 use crate::error::PmlError;
 use crate::nap::{Nap, NapStart};
 use crate::pml_api::{Counters, EngineError};
+use crate::protocol::RemoteLayout;
 use crate::transport::{
-    Caps, Exposure, Job, Peer, Reading, Registration, RmaOp, RmaPosted, Sent, Sink, Transport,
+    BlocksOffer, Caps, Exposure, Job, Peer, Reading, Registration, RmaOp, RmaPosted, Sent, Sink,
+    Transport,
 };
 use crate::wire::RemoteKey;
 
@@ -46,6 +48,7 @@ impl VerbsTransport {
                 max_sge: config.verbs_max_sge,
                 sge_min_block: config.verbs_sge_min_block,
                 cq_entries: config.verbs_cq_entries,
+                send_min_block: config.verbs_send_min_block,
             };
             match VerbsTransport::new(job.rank, job.size, local_rank, remote, &verbs_config) {
                 Ok(v) => (Some(v), None),
@@ -153,6 +156,53 @@ impl Transport for VerbsTransport {
         Ok(reading.then_some(Reading::InFlight))
     }
 
+    /// Asynchronous as `read`, a READ a run of the send at least.
+    fn read_layout(
+        &mut self,
+        peer: Rank,
+        key: RemoteKey,
+        layout: &RemoteLayout,
+        target: &mut [u8],
+        token: u64,
+    ) -> Result<Reading, PmlError> {
+        // SAFETY: contiguous bytes, lent until the read finished (`Transport::read`'s terms).
+        unsafe {
+            VerbsTransport::read_layout(self, peer, key, layout, LayoutTarget::Bytes(target), token)
+        }?;
+        Ok(Reading::InFlight)
+    }
+
+    /// Asynchronous as `read`; `None` where the blocks are short (see `read_blocks`).
+    unsafe fn read_layout_into_blocks(
+        &mut self,
+        peer: Rank,
+        key: RemoteKey,
+        layout: &RemoteLayout,
+        blocks: &Blocks,
+        len: usize,
+        token: u64,
+    ) -> Result<Option<Reading>, PmlError> {
+        let into = LayoutTarget::Blocks(blocks, len);
+        // SAFETY: forwarded from this function's contract.
+        let reading = unsafe { VerbsTransport::read_layout(self, peer, key, layout, into, token) }?;
+        Ok(reading.then_some(Reading::InFlight))
+    }
+
+    /// Offers a non-contiguous send to be read in place, its layout in the offer, where
+    /// `expose_layout` takes it.
+    unsafe fn expose_blocks(&mut self, _peer: Rank, blocks: &Blocks) -> Option<BlocksOffer> {
+        // SAFETY: forwarded from this function's contract.
+        let (rkey, id) = unsafe { VerbsTransport::expose_layout(self, blocks) }?;
+        Some(BlocksOffer {
+            key: RemoteKey {
+                addr: blocks.base(),
+                key: u64::from(rkey),
+            },
+            layout: true,
+            registration: Some(Registration::Verbs(id)),
+        })
+    }
+
     /// Registers the buffer of a send that goes by rendezvous, for the receiver's RDMA READ.
     fn expose(
         &mut self,
@@ -258,12 +308,14 @@ impl Transport for VerbsTransport {
         format!(
             "{peers} ranks over verbs on {}, eager (SEND) up to {} bytes, rendezvous by RDMA \
              READ (into a receive's blocks by scatter-gather lists of up to {} entries where \
+             they average {} bytes or more; of a send's blocks in place, a READ a run, where \
              they average {} bytes or more), windows by RDMA WRITE, READ and {}, at most {} \
              sends in flight (the completion queue's room), registration cache {}",
             self.device_name(),
             self.eager_limit.min(self.frame_size()),
             self.max_read_sge(),
             self.sge_min_block(),
+            self.send_min_block(),
             if self.does_atomics() {
                 "atomics"
             } else {
