@@ -173,20 +173,24 @@ fn polled_step(in_flight: bool, idle: Duration, spins: bool) -> Polled {
 /// Whether a transfer this rank takes part in is under way, where the provider has no fd and
 /// progresses manually, so that it moves only inside this rank's calls into it (see
 /// `polled_step`): a read it posted (`reading`), a send buffer of its exposed to a peer's read
-/// (`exposures`), an eager frame longer than the inject size still on its way (`frames`:
-/// several of rxd's packets, up to 64 KiB there, sent a window at a time as the peer's
-/// acknowledgements come in), or one such frame received less than [`STREAM_GAP`] ago
-/// (`long_frame_ago`): the next of a stream of them is arriving, packet by packet, into a
-/// socket buffer that overflows if this rank naps (a dropped packet costs rxd's 1 ms retry
-/// timeout). Control frames (credit updates, probes, goodbyes) do not count: they wait on the
-/// peer taking them, and a rank whose peer computes should not poll for that.
+/// (`exposures`), a stream of eager frames beyond the inject size going out (`frames` in
+/// flight, two or more: rxd sends a window of packets at a time, the next only as the peer's
+/// acknowledgements come in) or coming in (`stream_ago`: when the last of two or more such
+/// frames received in a row, with no frame sent between them, arrived, while less than
+/// [`STREAM_GAP`] ago; the next is arriving packet by packet into a socket buffer that
+/// overflows while this rank naps, and a dropped packet costs rxd's 1 ms retry timeout).
+/// One such frame each way at a time (a ping-pong of 2-64 KiB) does not count: rxd sends a
+/// frame's packets in the send call, and polling without a pause where the ranks' cores are
+/// shared with other work made such a ping-pong 10-50 times slower (load 100, 2 cores).
+/// Control frames (credit updates, probes, goodbyes) never count: they wait on the peer
+/// taking them, and a rank whose peer computes should not poll for that.
 fn transfer_under_way(
     reading: bool,
     exposures: usize,
     frames: usize,
-    long_frame_ago: Option<Duration>,
+    stream_ago: Option<Duration>,
 ) -> bool {
-    reading || exposures > 0 || frames > 0 || long_frame_ago.is_some_and(|ago| ago < STREAM_GAP)
+    reading || exposures > 0 || frames >= 2 || stream_ago.is_some_and(|ago| ago < STREAM_GAP)
 }
 
 /// The settings the transport is opened with (from `EngineConfig`).
@@ -312,8 +316,10 @@ pub struct OfiTransport {
     exposures: usize,
     /// Send buffers carrying PML frames on their way (see `transfer_under_way`).
     frames_in_flight: usize,
-    /// When the last frame longer than the inject size arrived (see `transfer_under_way`).
+    /// When the last frame longer than the inject size arrived, and how many such arrived
+    /// since this rank last sent a PML frame (see `transfer_under_way`).
     last_long_frame: Option<Instant>,
+    long_frames_in_a_row: u32,
     waiting_pieces: VecDeque<Piece>,
     finished_reads: Vec<ReadDone>,
     /// Frames no longer than the provider's inject size are built here.
@@ -450,6 +456,7 @@ impl OfiTransport {
             exposures: 0,
             frames_in_flight: 0,
             last_long_frame: None,
+            long_frames_in_a_row: 0,
             waiting_pieces: VecDeque::new(),
             finished_reads: Vec::new(),
             scratch: Vec::with_capacity(fabric.inject_size),
@@ -660,6 +667,7 @@ impl OfiTransport {
             self.post_send(slot, peer, SendKind::Frame, len)?
         };
         if sent {
+            self.long_frames_in_a_row = 0;
             let p = self.peers[peer as usize].as_mut().expect("an OFI peer");
             p.sent += 1;
             if let Some(consumed) = credits {
@@ -1229,6 +1237,7 @@ impl OfiTransport {
             }
             if len > self.fabric.inject_size && self.fabric.wait_fd.is_none() {
                 self.last_long_frame = Some(Instant::now());
+                self.long_frames_in_a_row = self.long_frames_in_a_row.saturating_add(1);
             }
             sink.frame(peer, &self.recv_buf[start..at + len])?;
             self.peers[peer as usize]
@@ -1408,7 +1417,9 @@ impl OfiTransport {
             !self.reads.is_empty(),
             self.exposures,
             self.frames_in_flight,
-            self.last_long_frame.map(|t| t.elapsed()),
+            self.last_long_frame
+                .filter(|_| self.long_frames_in_a_row >= 2)
+                .map(|t| t.elapsed()),
         )
     }
 
@@ -1605,24 +1616,27 @@ mod tests {
         }
     }
 
-    /// Without a wait fd, a rank polls while a read, an exposed send buffer or a frame of its
-    /// is on its way, and for [`STREAM_GAP`] after a long frame arrived (the next of a stream
-    /// is coming in); with none of those it naps.
+    /// Without a wait fd, a rank polls while a read or an exposed send buffer of its is on
+    /// its way, while two or more eager frames are, and for [`STREAM_GAP`] after the last of a
+    /// stream of them came in; one frame each way (a ping-pong), or none, and it naps.
     #[test]
-    fn eager_frames_in_flight_or_streaming_in_keep_a_rank_polling() {
-        let gap = Some(STREAM_GAP);
+    fn streams_of_eager_frames_keep_a_rank_polling_a_ping_pong_does_not() {
         assert!(!transfer_under_way(false, 0, 0, None));
         assert!(
-            !transfer_under_way(false, 0, 0, gap),
-            "a long frame 1 ms ago"
+            !transfer_under_way(false, 0, 1, None),
+            "one frame in flight"
+        );
+        assert!(
+            !transfer_under_way(false, 0, 0, Some(STREAM_GAP)),
+            "a stream 1 ms ago"
         );
         assert!(transfer_under_way(true, 0, 0, None), "a read");
         assert!(transfer_under_way(false, 1, 0, None), "an exposure");
-        assert!(transfer_under_way(false, 0, 1, None), "a frame in flight");
+        assert!(transfer_under_way(false, 0, 2, None), "a stream going out");
         let just_now = Some(STREAM_GAP - Duration::from_micros(1));
         assert!(
             transfer_under_way(false, 0, 0, just_now),
-            "a long frame just in"
+            "a stream coming in"
         );
         assert!(transfer_under_way(false, 0, 0, Some(Duration::ZERO)));
     }
