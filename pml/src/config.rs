@@ -88,8 +88,9 @@ pub struct EngineConfig {
     /// libfabric provider to use (`--ofi-provider`: `efa`, `cxi`, `verbs`, `tcp`, `shm`,
     /// `udp`, or a full name such as `tcp;ofi_rxm`); `None` for the first by preference.
     pub ofi_provider: Option<String>,
-    /// Largest message sent eagerly over libfabric.
-    pub ofi_eager_limit: usize,
+    /// Largest message sent eagerly over libfabric (`MPIRT_OFI_EAGER_LIMIT`); `None`: the
+    /// provider's (64 KiB on udp;ofi_rxd, whose reads are emulated by packets, else 8 KiB).
+    pub ofi_eager_limit: Option<usize>,
     /// Whether rendezvous over libfabric reads the sender's memory (fi_read) where the
     /// provider can; off, rendezvous data goes in DATA frames.
     pub ofi_rma: bool,
@@ -148,7 +149,7 @@ impl Default for EngineConfig {
             verbs_max_sge: None,
             verbs_cq_entries: None,
             ofi_provider: None,
-            ofi_eager_limit: 8 << 10,
+            ofi_eager_limit: None,
             ofi_rma: true,
             ofi_reg_cache: true,
             ofi_peer_timeout: None,
@@ -266,7 +267,10 @@ impl EngineConfig {
             ofi_provider: env::var("MPIRT_OFI_PROVIDER")
                 .ok()
                 .filter(|p| !p.trim().is_empty()),
-            ofi_eager_limit: size_var("MPIRT_OFI_EAGER_LIMIT", d.ofi_eager_limit)?,
+            ofi_eager_limit: match env::var_os("MPIRT_OFI_EAGER_LIMIT") {
+                Some(_) => Some(size_var("MPIRT_OFI_EAGER_LIMIT", 0)?),
+                None => d.ofi_eager_limit,
+            },
             ofi_rma: !matches!(env::var("MPIRT_OFI_RMA").as_deref(), Ok("0")),
             ofi_reg_cache: !matches!(env::var("MPIRT_OFI_REG_CACHE").as_deref(), Ok("0")),
             ofi_peer_timeout: seconds_var("MPIRT_OFI_PEER_TIMEOUT", d.ofi_peer_timeout)?,

@@ -479,6 +479,10 @@ pub struct Counters {
     /// read the buffer all, or its post failed, or the engine stopped. It counts from the
     /// RTS, while the peer has not matched the send yet too.
     pub ofi_exposed: u64,
+    /// Credit frames sent over libfabric: a receiver's count of the frames it consumed,
+    /// sent alone where no frame to the peer carried it first (a one-way stream: one per
+    /// half of the peer's credits; a ping-pong: none).
+    pub ofi_credit_frames: u64,
     /// Sleeps of this rank on its shared-memory futex (a wait that outlasted its spin).
     pub shm_sleeps: u64,
     /// Of those, the sleeps a peer ended by waking this rank.

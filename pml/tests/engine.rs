@@ -210,7 +210,7 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
         shm_eager_limit: 4096,
         tcp_eager_limit: 4096,
         verbs_eager_limit: 4096,
-        ofi_eager_limit: 4096,
+        ofi_eager_limit: Some(4096),
         ofi_provider: match mode {
             Mode::Ofi(provider, _) => Some(provider.into()),
             _ => None,

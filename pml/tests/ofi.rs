@@ -206,7 +206,7 @@ fn dead_peer_rank(dir: PathBuf, rank: u32, case: &str, provider: &str) {
     println!("rank 0 saw rank 1 die");
 }
 
-/// Rank 0 sends 64 KiB (a rendezvous: rank 1 reads it by fi_read) and checks that its send
+/// Rank 0 sends 128 KiB (a rendezvous: rank 1 reads it by fi_read) and checks that its send
 /// buffer counts as exposed until the peer's FIN says it read it all, and no longer then,
 /// before the send is collected (a buffered send is collected only at the next one): waits
 /// on a provider without a wait fd (udp;ofi_rxd) poll while one is (see `ofi::polled_step`),
@@ -227,7 +227,7 @@ fn a_send_buffer_is_exposed_until_the_peer_read_it() {
 
 fn exposed_rank(dir: PathBuf, rank: u32, provider: &str) {
     let (mut w, mut e) = ofi_rank(dir, rank, provider);
-    let data = pattern(64 << 10, 3);
+    let data = pattern(128 << 10, 3);
     if rank == 0 {
         assert_eq!(e.counters().ofi_exposed, 0, "exposed before any send");
         // SAFETY: `data` outlives the request, waited for here.
@@ -272,11 +272,124 @@ fn exposed_rank(dir: PathBuf, rank: u32, provider: &str) {
         assert!(inbox == data, "rank 1 received other bytes");
         assert!(
             e.counters().remote_reads >= 1,
-            "the 64 KiB did not go by fi_read"
+            "the 128 KiB did not go by fi_read"
         );
     }
     w.fence().unwrap();
     println!("rank {rank} done");
+}
+
+const INLINE_ENV: &str = "PML_OFI_TEST_INLINE";
+
+/// With the default settings, 64 KiB goes in one eager frame over udp;ofi_rxd, whose fi_read
+/// is emulated by the same packets a send takes (no RTS, read request and FIN around them),
+/// and by fi_read over tcp;ofi_rxm, where a read is one request and one stream.
+#[test]
+fn a_64_kib_message_rides_inline_where_reads_are_emulated() {
+    if let Ok(spec) = env::var(INLINE_ENV) {
+        let it: Vec<&str> = spec.split(',').collect();
+        inline_rank(PathBuf::from(it[0]), it[1].parse().unwrap(), it[2]);
+        return;
+    }
+    both_ranks_finish(
+        "a_64_kib_message_rides_inline_where_reads_are_emulated",
+        INLINE_ENV,
+        &["udp;ofi_rxd", "tcp;ofi_rxm"],
+    );
+}
+
+fn inline_rank(dir: PathBuf, rank: u32, provider: &str) {
+    let (mut w, mut e) = ofi_rank(dir, rank, provider);
+    let data = pattern(64 << 10, 5);
+    if rank == 0 {
+        send(&mut e, 1, 3, &data, SendMode::Standard);
+        // The send completed once its frame was copied; over rxd its packets leave only while
+        // this rank calls into the provider (the first to a peer wait for its handshake), so
+        // it waits in the engine, for the answer, not in the fence, which polls nothing.
+        recv(&mut e, SourceSel::Rank(1), TagSel::Tag(4), 1);
+    } else {
+        let (got, _) = recv(&mut e, SourceSel::Rank(0), TagSel::Tag(3), data.len());
+        send(&mut e, 0, 4, &[1], SendMode::Standard);
+        assert!(got == data, "rank 1 received other bytes");
+        let reads = e.counters().remote_reads;
+        if provider == "udp;ofi_rxd" {
+            assert_eq!(reads, 0, "64 KiB went by fi_read over {provider}");
+        } else {
+            assert!(reads >= 1, "64 KiB did not go by fi_read over {provider}");
+        }
+    }
+    w.fence().unwrap();
+    println!("rank {rank} done");
+}
+
+const CREDITS_ENV: &str = "PML_OFI_TEST_CREDITS";
+/// Round trips of the ping-pong, and messages of the one-way stream after it.
+const PING_PONGS: usize = 200;
+const STREAMED: usize = 256;
+
+/// Credits ride on frames going the other way: a ping-pong of 8-byte messages sends no
+/// credit frame (one each way every 16 messages before), and a one-way stream, with no frame
+/// going back to carry them, sends one per half of the peer's 64 credits, 8 for 256
+/// messages (16 before) and at least one, since the stream outruns the sender's credits.
+#[test]
+fn credits_ride_on_frames_going_back() {
+    if let Ok(spec) = env::var(CREDITS_ENV) {
+        let it: Vec<&str> = spec.split(',').collect();
+        credits_rank(PathBuf::from(it[0]), it[1].parse().unwrap(), it[2]);
+        return;
+    }
+    both_ranks_finish(
+        "credits_ride_on_frames_going_back",
+        CREDITS_ENV,
+        &["udp;ofi_rxd", "tcp;ofi_rxm"],
+    );
+}
+
+fn credits_rank(dir: PathBuf, rank: u32, provider: &str) {
+    let (mut w, mut e) = ofi_rank(dir, rank, provider);
+    let peer = 1 - rank;
+    let before = e.counters().ofi_credit_frames;
+    for round in 0..PING_PONGS {
+        let data = (round as u64).to_le_bytes();
+        if rank == 0 {
+            send(&mut e, peer, 1, &data, SendMode::Standard);
+        }
+        let (got, _) = recv(&mut e, SourceSel::Rank(peer), TagSel::Tag(1), data.len());
+        assert_eq!(got, data, "rank {rank}: round {round} carried other bytes");
+        if rank == 1 {
+            send(&mut e, peer, 1, &data, SendMode::Standard);
+        }
+    }
+    let ping_pong = e.counters().ofi_credit_frames - before;
+    assert_eq!(
+        ping_pong, 0,
+        "rank {rank} sent {ping_pong} credit frames in a ping-pong of {PING_PONGS} rounds"
+    );
+    for i in 0..STREAMED {
+        let data = (i as u64).to_le_bytes();
+        if rank == 0 {
+            send(&mut e, peer, 2, &data, SendMode::Standard);
+        } else {
+            let (got, _) = recv(&mut e, SourceSel::Rank(peer), TagSel::Tag(2), data.len());
+            assert_eq!(
+                got, data,
+                "rank 1: message {i} of the stream carried other bytes"
+            );
+        }
+    }
+    let streamed = e.counters().ofi_credit_frames - before;
+    let expected = if rank == 0 {
+        0..=0
+    } else {
+        1..=STREAMED as u64 / 32
+    };
+    assert!(
+        expected.contains(&streamed),
+        "rank {rank} sent {streamed} credit frames in a one-way stream of {STREAMED} \
+         messages ({expected:?} expected)"
+    );
+    w.fence().unwrap();
+    println!("rank {rank} done ({streamed} credit frames)");
 }
 
 const BESIDE_SHM_ENV: &str = "PML_OFI_TEST_BESIDE_SHM";

@@ -12,7 +12,8 @@
 //! source addresses (ofi_rxd does not).
 //!
 //! Flow control: a rank may have `initial_credits` frames to a peer beyond what the peer
-//! said it consumed; receivers send back the count they consumed every few frames, in a
+//! said it consumed; receivers tell the count they consumed on the next frame they send the
+//! peer anyway, or, once half the credits are consumed unreported (a one-way stream), in a
 //! credit frame that needs no credit itself. Progress is manual: every `poll` reads the
 //! completion queue, which is what moves data on providers without a progress thread.
 //!
@@ -97,7 +98,13 @@ const PREFIX: usize = 4;
 const CREDIT_FRAME: u32 = 1 << 31;
 /// In the prefix, marks the last frame of a rank that finalizes (no payload).
 const GOODBYE_FRAME: u32 = 1 << 30;
-const RANK_BITS: u32 = GOODBYE_FRAME - 1;
+/// In the prefix of a PML frame, says that the count of frames the sender consumed follows
+/// the prefix, before the frame: credits that ride on a frame going the other way anyway,
+/// so that a peer that answers (a ping-pong, a window's acknowledgement) needs no credit
+/// frame of its own (see `send`).
+const WITH_CREDITS: u32 = 1 << 29;
+const RANK_BITS: u32 = WITH_CREDITS - 1;
+/// The prefix and a consumed count: a credit frame, and the head of a frame with credits.
 const CREDIT_LEN: usize = PREFIX + 8;
 /// Longest single `fi_read`; larger reads go in pieces.
 const MAX_READ_PIECE: usize = 1 << 30;
@@ -109,6 +116,11 @@ const NAP: Duration = Duration::from_micros(50);
 /// How long a wait goes without progress before it probes its peers, and how often it probes
 /// again while it stays idle (one small send to each peer a second).
 pub const PROBE_AFTER: Duration = Duration::from_secs(1);
+/// How long after a frame longer than the inject size arrived a rank without a wait fd keeps
+/// polling (see [`transfer_under_way`]): rxd's retry timeout, beyond the 0.2 ms that one
+/// 64 KiB frame takes at rxd's 300 MB/s, so that a stream of them keeps the receiver polling
+/// and a lone one leaves it napping a millisecond later.
+const STREAM_GAP: Duration = Duration::from_millis(1);
 /// Refusals further apart than this are not one run (a wait retries a refused probe each
 /// [`PROBE_AFTER`], so a run of them is refusals about that far apart).
 const REFUSAL_GAP: Duration = Duration::from_secs(3);
@@ -168,6 +180,29 @@ fn polled_step(in_flight: bool, idle: Duration, spins: bool) -> Polled {
     }
 }
 
+/// Whether a transfer this rank takes part in is under way, where the provider has no fd and
+/// progresses manually, so that it moves only inside this rank's calls into it (see
+/// `polled_step`): a read it posted (`reading`), a send buffer of its exposed to a peer's read
+/// (`exposures`), a stream of eager frames beyond the inject size going out (`frames` in
+/// flight, two or more: rxd sends a window of packets at a time, the next only as the peer's
+/// acknowledgements come in) or coming in (`stream_ago`: when the last of two or more such
+/// frames received in a row, with no frame sent between them, arrived, while less than
+/// [`STREAM_GAP`] ago; the next is arriving packet by packet into a socket buffer that
+/// overflows while this rank naps, and a dropped packet costs rxd's 1 ms retry timeout).
+/// One such frame each way at a time (a ping-pong of 2-64 KiB) does not count: rxd sends a
+/// frame's packets in the send call, and polling without a pause where the ranks' cores are
+/// shared with other work made such a ping-pong 10-50 times slower (load 100, 2 cores).
+/// Control frames (credit updates, probes, goodbyes) never count: they wait on the peer
+/// taking them, and a rank whose peer computes should not poll for that.
+fn transfer_under_way(
+    reading: bool,
+    exposures: usize,
+    frames: usize,
+    stream_ago: Option<Duration>,
+) -> bool {
+    reading || exposures > 0 || frames >= 2 || stream_ago.is_some_and(|ago| ago < STREAM_GAP)
+}
+
 /// The settings the transport is opened with (from `EngineConfig`).
 pub struct OfiConfig<'a> {
     pub provider: Option<&'a str>,
@@ -176,9 +211,9 @@ pub struct OfiConfig<'a> {
     pub rma: bool,
     /// Whether registrations of user buffers are kept for reuse (see `registration_cache`).
     pub reg_cache: bool,
-    /// Largest frame (header and payload).
-    pub frame_size: usize,
-    pub eager_limit: usize,
+    /// Largest message sent eagerly; `None`: the provider's default (see
+    /// `provider::eager_limit`).
+    pub eager_limit: Option<usize>,
     /// How long a send may go untaken before its peer counts as dead; `None`: never.
     pub peer_timeout: Option<Duration>,
     /// How long a one-sided operation may stay in flight (`one_sided::rma_overdue`).
@@ -249,9 +284,15 @@ pub struct OfiTransport {
     /// By rank; `None` for ranks reached another way.
     peers: Vec<Option<PeerState>>,
     initial_credits: u64,
+    /// Consumed frames that go back in a credit frame of their own when no frame to the
+    /// peer took them first: half the credits, so that a one-way stream sends one per half
+    /// of them (a quarter, as before, sent twice as many), and its sender still has the
+    /// other half to send while the credit frame travels.
     credit_batch: u64,
     /// Whether some peer is owed a credit frame that could not go out yet.
     credits_owed: bool,
+    /// Credit frames sent (`Counters::ofi_credit_frames`).
+    credit_frames: u64,
     /// Largest frame the PML hands over, and a buffer's size (the frame and its prefix).
     frame_size: usize,
     slot_size: usize,
@@ -283,6 +324,12 @@ pub struct OfiTransport {
     exposed: usize,
     /// How many send buffers those are (`Counters::ofi_exposed`).
     exposures: usize,
+    /// Send buffers carrying PML frames on their way (see `transfer_under_way`).
+    frames_in_flight: usize,
+    /// When the last frame longer than the inject size arrived, and how many such arrived
+    /// since this rank last sent a PML frame (see `transfer_under_way`).
+    last_long_frame: Option<Instant>,
+    long_frames_in_a_row: u32,
     waiting_pieces: VecDeque<Piece>,
     finished_reads: Vec<ReadDone>,
     /// Frames no longer than the provider's inject size are built here.
@@ -314,6 +361,19 @@ pub struct OfiTransport {
     /// Boxed: its names and limits are read at start-up and in errors, and the transport
     /// sits in `AnyTransport` beside smaller ones.
     fabric: Box<Fabric>,
+}
+
+/// Writes a frame into `buf`, exactly its length: the prefix `word`, the consumed count
+/// where the word says it carries `credits`, the PML's header and the payload.
+fn write_frame(buf: &mut [u8], word: u32, credits: Option<u64>, header: &[u8], payload: &[u8]) {
+    buf[..PREFIX].copy_from_slice(&word.to_le_bytes());
+    let mut at = PREFIX;
+    if let Some(consumed) = credits {
+        buf[PREFIX..CREDIT_LEN].copy_from_slice(&consumed.to_le_bytes());
+        at = CREDIT_LEN;
+    }
+    buf[at..at + header.len()].copy_from_slice(header);
+    buf[at + header.len()..].copy_from_slice(payload);
 }
 
 /// The next key asked for where the provider does not pick keys.
@@ -354,9 +414,11 @@ impl OfiTransport {
         let Some(fabric) = Fabric::open(&request)? else {
             return Ok(None);
         };
-        let frame_size = config
-            .frame_size
-            .min(fabric.max_msg_size.saturating_sub(PREFIX));
+        let eager_limit = config
+            .eager_limit
+            .unwrap_or_else(|| provider::eager_limit(&fabric.provider));
+        let frame_size = (eager_limit + crate::wire::MAX_HEADER_LEN)
+            .min(fabric.max_msg_size.saturating_sub(CREDIT_LEN));
         let eager_room = frame_size
             .checked_sub(crate::wire::MAX_HEADER_LEN)
             .filter(|&room| room > 0 && frame_size >= CREDIT_LEN)
@@ -366,10 +428,10 @@ impl OfiTransport {
                      frame (header {} bytes; set MPIRT_OFI_PROVIDER to another)",
                     fabric.provider,
                     fabric.max_msg_size,
-                    crate::wire::MAX_HEADER_LEN + PREFIX
+                    crate::wire::MAX_HEADER_LEN + CREDIT_LEN
                 )
             })?;
-        let slot_size = (frame_size + PREFIX).next_multiple_of(64);
+        let slot_size = (frame_size + CREDIT_LEN).next_multiple_of(64);
         // From the job's size, which every rank knows alike (not from this rank's own count of
         // OFI peers, which differs where some go over shared memory): a receiver's credit
         // batch must match what its senders were granted. Past 224 peers a rank could
@@ -380,11 +442,12 @@ impl OfiTransport {
             host: host.to_string(),
             peers: (0..size).map(|_| None).collect(),
             initial_credits,
-            credit_batch: (initial_credits / 4).max(1),
+            credit_batch: (initial_credits / 2).max(1),
             credits_owed: false,
+            credit_frames: 0,
             frame_size,
             slot_size,
-            eager_limit: config.eager_limit.min(eager_room),
+            eager_limit: eager_limit.min(eager_room),
             // SAFETY: all-zero is a valid fi_context2 (opaque pointers the provider fills).
             contexts: vec![unsafe { std::mem::zeroed() }; RMA_BASE + RMA_SLOTS].into_boxed_slice(),
             recv_buf: vec![0; RECV_BUFFERS * slot_size],
@@ -401,6 +464,9 @@ impl OfiTransport {
             reading: 0,
             exposed: 0,
             exposures: 0,
+            frames_in_flight: 0,
+            last_long_frame: None,
+            long_frames_in_a_row: 0,
             waiting_pieces: VecDeque::new(),
             finished_reads: Vec::new(),
             scratch: Vec::with_capacity(fabric.inject_size),
@@ -562,7 +628,11 @@ impl OfiTransport {
     }
 
     /// Sends one frame if the peer has credit and the provider takes it now; `Ok(false)`
-    /// if not (the caller retries after progress).
+    /// if not (the caller retries after progress). The frames this rank consumed from the
+    /// peer and has not reported yet ride along (`WITH_CREDITS`: 8 bytes more), so that a
+    /// peer that answers each message never gets a credit frame (a ping-pong used to send
+    /// one each way every 16 messages: a packet more, and on udp;ofi_rxd its
+    /// acknowledgement).
     pub fn send(&mut self, peer: Rank, header: &[u8], payload: &[u8]) -> Result<bool, PmlError> {
         let p = self.peers[peer as usize].as_ref().expect("an OFI peer");
         if let Some(cause) = &p.broken {
@@ -575,12 +645,19 @@ impl OfiTransport {
             return Ok(false);
         }
         let addr = p.addr;
-        let len = PREFIX + header.len() + payload.len();
-        let sent = if len <= self.fabric.inject_size {
-            self.scratch.clear();
-            self.scratch.extend_from_slice(&self.rank.to_le_bytes());
-            self.scratch.extend_from_slice(header);
-            self.scratch.extend_from_slice(payload);
+        // Not where the count would push an injected frame past the inject size.
+        let plain = PREFIX + header.len() + payload.len();
+        let inject = self.fabric.inject_size;
+        let credits = (p.consumed > p.reported && (plain + 8 <= inject || plain > inject))
+            .then_some(p.consumed);
+        let (word, head) = match credits {
+            Some(_) => (self.rank | WITH_CREDITS, CREDIT_LEN),
+            None => (self.rank, PREFIX),
+        };
+        let len = head + header.len() + payload.len();
+        let sent = if len <= inject {
+            self.scratch.resize(len, 0);
+            write_frame(&mut self.scratch, word, credits, header, payload);
             // SAFETY: the endpoint is live; inject copies the bytes before returning.
             let rc =
                 unsafe { sys::inject(self.fabric.ep, self.scratch.as_ptr().cast(), len, addr) };
@@ -590,17 +667,22 @@ impl OfiTransport {
                 return Ok(false);
             };
             let at = slot * self.slot_size;
-            let buf = &mut self.send_buf[at..at + len];
-            buf[..PREFIX].copy_from_slice(&self.rank.to_le_bytes());
-            buf[PREFIX..PREFIX + header.len()].copy_from_slice(header);
-            buf[PREFIX + header.len()..].copy_from_slice(payload);
+            write_frame(
+                &mut self.send_buf[at..at + len],
+                word,
+                credits,
+                header,
+                payload,
+            );
             self.post_send(slot, peer, SendKind::Frame, len)?
         };
         if sent {
-            self.peers[peer as usize]
-                .as_mut()
-                .expect("an OFI peer")
-                .sent += 1;
+            self.long_frames_in_a_row = 0;
+            let p = self.peers[peer as usize].as_mut().expect("an OFI peer");
+            p.sent += 1;
+            if let Some(consumed) = credits {
+                p.reported = consumed;
+            }
         }
         Ok(sent)
     }
@@ -631,6 +713,7 @@ impl OfiTransport {
         let sent = self.check_post(peer, "a send", rc);
         if matches!(sent, Ok(true)) {
             self.send_posted[slot] = Some(Instant::now());
+            self.frames_in_flight += usize::from(kind == SendKind::Frame);
             let p = self.peers[peer as usize].as_mut().expect("an OFI peer");
             p.in_flight += 1;
             p.probing |= kind == SendKind::Probe;
@@ -700,6 +783,7 @@ impl OfiTransport {
         let word = self.rank | CREDIT_FRAME;
         let sent = self.send_control(peer, word, &consumed.to_le_bytes(), SendKind::Credit)?;
         if sent {
+            self.credit_frames += 1;
             self.peers[peer as usize]
                 .as_mut()
                 .expect("an OFI peer")
@@ -1025,6 +1109,7 @@ impl OfiTransport {
             self.free_send.push(slot);
             self.send_posted[slot] = None;
             let (peer, kind) = self.send_peer[slot];
+            self.frames_in_flight -= usize::from(kind == SendKind::Frame);
             let Some(p) = self.peers[peer as usize].as_mut() else {
                 return Ok(0);
             };
@@ -1151,13 +1236,28 @@ impl OfiTransport {
                     ),
                 ));
             }
-            let count = self.recv_buf[at + PREFIX..at + CREDIT_LEN]
-                .try_into()
-                .expect("8");
-            let p = self.peers[peer as usize].as_mut().expect("checked above");
-            p.granted = p.granted.max(u64::from_le_bytes(count));
+            self.take_credits(peer, at);
         } else {
-            sink.frame(peer, &self.recv_buf[at + PREFIX..at + len])?;
+            let mut start = at + PREFIX;
+            if word & WITH_CREDITS != 0 {
+                if len < CREDIT_LEN {
+                    self.post_receive(slot)?;
+                    return Err(transport(
+                        peer,
+                        format!(
+                            "a {len}-byte frame came from rank {peer}, too short for the \
+                             credits its prefix says it carries"
+                        ),
+                    ));
+                }
+                self.take_credits(peer, at);
+                start = at + CREDIT_LEN;
+            }
+            if len > self.fabric.inject_size && self.fabric.wait_fd.is_none() {
+                self.last_long_frame = Some(Instant::now());
+                self.long_frames_in_a_row = self.long_frames_in_a_row.saturating_add(1);
+            }
+            sink.frame(peer, &self.recv_buf[start..at + len])?;
             self.peers[peer as usize]
                 .as_mut()
                 .expect("checked above")
@@ -1169,6 +1269,21 @@ impl OfiTransport {
             self.return_credits(peer)?;
         }
         Ok(delivered)
+    }
+
+    /// Takes the consumed count after the prefix of the frame at `at` in the receive
+    /// buffers from `peer`: frames this rank may send it beyond its initial credits.
+    fn take_credits(&mut self, peer: Rank, at: usize) {
+        let count = self.recv_buf[at + PREFIX..at + CREDIT_LEN]
+            .try_into()
+            .expect("8");
+        let p = self.peers[peer as usize].as_mut().expect("an OFI peer");
+        p.granted = p.granted.max(u64::from_le_bytes(count));
+    }
+
+    /// Credit frames sent so far (for tests and benchmarks: answers carry credits instead).
+    pub fn credit_frames(&self) -> u64 {
+        self.credit_frames
     }
 
     /// Probes the peers when a wait has been idle for `idle` (at least [`PROBE_AFTER`], and
@@ -1314,14 +1429,16 @@ impl OfiTransport {
         Ok(())
     }
 
-    /// Whether a transfer this rank takes part in is under way: a read it posted, or a send
-    /// buffer of its exposed to a peer's read. Where the provider has no fd and progresses
-    /// manually, such a transfer moves only inside this rank's calls into it (see
-    /// `polled_step`). Frames from send buffers do not count: credit updates, probes, goodbyes
-    /// and eager frames (at most the eager limit, a few of rxd's packets) wait on the peer
-    /// taking them, and a rank whose peer computes should not poll for that.
+    /// Whether a transfer this rank takes part in is under way (see [`transfer_under_way`]).
     fn moves_while_polled(&self) -> bool {
-        !self.reads.is_empty() || self.exposures > 0
+        transfer_under_way(
+            !self.reads.is_empty(),
+            self.exposures,
+            self.frames_in_flight,
+            self.last_long_frame
+                .filter(|_| self.long_frames_in_a_row >= 2)
+                .map(|t| t.elapsed()),
+        )
     }
 
     /// Send buffers exposed to peers' reads and not yet released (a rendezvous send's is
@@ -1428,7 +1545,9 @@ impl OfiTransport {
         let index = (context as usize).wrapping_sub(self.contexts.as_ptr() as usize)
             / size_of::<sys::fi_context2>();
         if (RECV_BUFFERS..RECV_BUFFERS + SEND_BUFFERS).contains(&index) {
-            self.free_send.push(index - RECV_BUFFERS);
+            let slot = index - RECV_BUFFERS;
+            self.free_send.push(slot);
+            self.frames_in_flight -= usize::from(self.send_peer[slot].1 == SendKind::Frame);
         } else if (RMA_BASE..self.contexts.len()).contains(&index) {
             self.rma_completed(index - RMA_BASE, Ok(()));
         } else if (RECV_BUFFERS + SEND_BUFFERS..RMA_BASE).contains(&index) {
@@ -1543,6 +1662,52 @@ mod tests {
                 "idle for PROBE_AFTER with a transfer under way"
             );
         }
+    }
+
+    /// Without a wait fd, a rank polls while a read or an exposed send buffer of its is on
+    /// its way, while two or more eager frames are, and for [`STREAM_GAP`] after the last of a
+    /// stream of them came in; one frame each way (a ping-pong), or none, and it naps.
+    #[test]
+    fn streams_of_eager_frames_keep_a_rank_polling_a_ping_pong_does_not() {
+        assert!(!transfer_under_way(false, 0, 0, None));
+        assert!(
+            !transfer_under_way(false, 0, 1, None),
+            "one frame in flight"
+        );
+        assert!(
+            !transfer_under_way(false, 0, 0, Some(STREAM_GAP)),
+            "a stream 1 ms ago"
+        );
+        assert!(transfer_under_way(true, 0, 0, None), "a read");
+        assert!(transfer_under_way(false, 1, 0, None), "an exposure");
+        assert!(transfer_under_way(false, 0, 2, None), "a stream going out");
+        let just_now = Some(STREAM_GAP - Duration::from_micros(1));
+        assert!(
+            transfer_under_way(false, 0, 0, just_now),
+            "a stream coming in"
+        );
+        assert!(transfer_under_way(false, 0, 0, Some(Duration::ZERO)));
+    }
+
+    /// The frame a `send` writes: the prefix, the consumed count only where the prefix says
+    /// credits ride along, then the header and the payload.
+    #[test]
+    fn credits_ride_between_the_prefix_and_the_frame() {
+        let (header, payload) = ([1u8, 2, 3], [9u8; 5]);
+        let mut plain = vec![0xEE; PREFIX + 8];
+        write_frame(&mut plain, 3, None, &header, &payload);
+        assert_eq!(plain[..PREFIX], 3u32.to_le_bytes());
+        assert_eq!(plain[PREFIX..PREFIX + 3], header);
+        assert_eq!(plain[PREFIX + 3..], payload);
+        let mut with = vec![0xEE; CREDIT_LEN + 8];
+        write_frame(&mut with, 3 | WITH_CREDITS, Some(70), &header, &payload);
+        assert_eq!(
+            u32::from_le_bytes(with[..PREFIX].try_into().unwrap()) & RANK_BITS,
+            3
+        );
+        assert_eq!(with[PREFIX..CREDIT_LEN], 70u64.to_le_bytes());
+        assert_eq!(with[CREDIT_LEN..CREDIT_LEN + 3], header);
+        assert_eq!(with[CREDIT_LEN + 3..], payload);
     }
 
     #[test]

@@ -76,7 +76,6 @@ impl OfiTransport {
                 fabric_only: !forced && config.ofi_provider.is_none(),
                 rma: config.ofi_rma,
                 reg_cache: config.ofi_reg_cache,
-                frame_size: config.ofi_eager_limit + crate::wire::MAX_HEADER_LEN,
                 eager_limit: config.ofi_eager_limit,
                 peer_timeout: config.ofi_peer_timeout,
                 rma_timeout: config.ofi_rma_timeout,
@@ -287,6 +286,7 @@ impl Transport for OfiTransport {
     fn count(&self, counters: &mut Counters) {
         counters.registrations += self.registrations();
         counters.ofi_exposed += self.exposures() as u64;
+        counters.ofi_credit_frames += self.credit_frames();
         self.count_rma(counters);
     }
 

@@ -50,6 +50,22 @@ pub fn acks_in_software(provider: &str) -> bool {
     provider.ends_with(";ofi_rxd")
 }
 
+/// The eager limit over `provider` where `MPIRT_OFI_EAGER_LIMIT` is unset: 64 KiB where its
+/// `fi_read` is emulated by packets (udp;ofi_rxd answers a read request with the same data
+/// packets, under the same window, that a send of those bytes takes), so that a message up to
+/// 64 KiB goes as one send, without the RTS, read request and FIN of a rendezvous around it,
+/// at the price of a copy at each end and 64 KiB frame buffers (24 MiB a rank, of pages
+/// touched only as frames fill them); 8 KiB
+/// elsewhere, where a read is one operation (the NIC's on efa, cxi and verbs; one request
+/// answered by one stream on tcp and shm), cheaper than copying through bounce buffers.
+pub fn eager_limit(provider: &str) -> usize {
+    if provider.ends_with(";ofi_rxd") {
+        64 << 10
+    } else {
+        8 << 10
+    }
+}
+
 /// Whether windows take a provider's RMA ([`windows_by_rma`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WindowsByRma {
