@@ -8,7 +8,9 @@
  * columns: the call started, then as long a computation as the call alone takes (a busy
  * loop, OSU's default without probes), then the wait; overlap is the share of the call's
  * own time hidden behind the computation.
- * Usage: osu_coll BENCH [MAX_SIZE [MIN_SIZE]] */
+ * Usage: osu_coll BENCH [MAX_SIZE [MIN_SIZE [ITERATIONS]]]
+ * ITERATIONS replaces OSU's loop counts (1,000, or 100 past 8 KiB), with a tenth of it (at
+ * least one) as warm-up, as mpirt's ports take -i and -x. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +112,7 @@ int main(int argc, char **argv) {
     const char *bench = argc > 1 ? argv[1] : "allreduce";
     long max = argc > 2 ? atol(argv[2]) : (1L << 20);
     long min = argc > 3 ? atol(argv[3]) : 1;
+    int iterations = argc > 4 ? atoi(argv[4]) : 0;
     /* "ibarrier", "ibcast": an i before a known name is the non-blocking form. */
     int immediate = !known(bench) && bench[0] == 'i' && known(bench + 1);
     const char *b = immediate ? bench + 1 : bench;
@@ -130,6 +133,10 @@ int main(int argc, char **argv) {
                          : "# Size       Avg Latency(us)\n");
     for (long size = barrier ? 0 : min; size <= (barrier ? 0 : max); size *= 2) {
         int iters = size > LARGE ? 100 : 1000, skip = size > LARGE ? 10 : 100;
+        if (iterations > 0) {
+            iters = iterations;
+            skip = iterations / 10 > 0 ? iterations / 10 : 1;
+        }
         a.size = size;
         for (int i = 0; i < n; i++) {
             a.counts[i] = size / n + (i < size % n);

@@ -107,8 +107,13 @@ pub struct EngineConfig {
     /// its origins; where a provider never answers an operation its target refused, it
     /// names the operation instead of a hang.
     pub ofi_rma_timeout: Option<Duration>,
-    /// Bytes of each (sender, receiver) ring in the shared-memory segment.
+    /// Bytes of each (sender, receiver) ring in the shared-memory segment, where
+    /// `shm_receiver_bytes` leaves room for them.
     pub shm_ring_bytes: usize,
+    /// Bytes a rank's incoming rings take together, at most, where it has more than one
+    /// peer on its host: each ring gets a share, so the segment grows linearly with the ranks
+    /// (`transport::shm::ring_bytes_for`).
+    pub shm_receiver_bytes: usize,
     /// Eager bytes a peer may have outstanding here before it must use rendezvous.
     pub unexpected_budget: usize,
     /// Whether rendezvous data between ranks on a host may be read single-copy with
@@ -155,6 +160,7 @@ impl Default for EngineConfig {
             ofi_peer_timeout: None,
             ofi_rma_timeout: None,
             shm_ring_bytes: 512 << 10,
+            shm_receiver_bytes: 128 << 10,
             unexpected_budget: 4 << 20,
             single_copy: true,
             shared_arena: true,
@@ -276,6 +282,7 @@ impl EngineConfig {
             ofi_peer_timeout: seconds_var("MPIRT_OFI_PEER_TIMEOUT", d.ofi_peer_timeout)?,
             ofi_rma_timeout: seconds_var("MPIRT_OFI_RMA_TIMEOUT", d.ofi_rma_timeout)?,
             shm_ring_bytes: size_var("MPIRT_SHM_RING_BYTES", d.shm_ring_bytes)?,
+            shm_receiver_bytes: size_var("MPIRT_SHM_RECEIVER_BYTES", d.shm_receiver_bytes)?,
             unexpected_budget: size_var("MPIRT_UNEXPECTED_BUDGET", d.unexpected_budget)?,
             single_copy: !matches!(env::var("MPIRT_SHM_SINGLE_COPY").as_deref(), Ok("0")),
             shared_arena: !matches!(env::var("MPIRT_SHM_ARENA").as_deref(), Ok("0")),

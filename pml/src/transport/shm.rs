@@ -65,11 +65,34 @@ const ON_PIPE: u32 = 2;
 const POLL_BATCH: usize = 64;
 
 /// Smallest and largest per-pair ring; the ring indexes by masking, so sizes are powers of two.
-const MIN_RING_BYTES: usize = 4096;
+/// The smallest is what many ranks on a host get from their receivers' budget
+/// ([`ring_bytes_for`]): a frame of it holds the largest header and 450-odd bytes of data.
+const MIN_RING_BYTES: usize = 512;
 const MAX_RING_BYTES: usize = 1 << 30;
+const _: () = assert!(ring::max_frame(MIN_RING_BYTES) > 8 * crate::wire::MAX_HEADER_LEN);
 
 fn valid_ring_bytes(bytes: usize) -> bool {
     bytes.is_power_of_two() && (MIN_RING_BYTES..=MAX_RING_BYTES).contains(&bytes)
+}
+
+/// The size of each of the host's rings when `local_size` ranks share it: a rank's
+/// `local_size - 1` incoming rings share `receiver_bytes` (`MPIRT_SHM_RECEIVER_BYTES`), each
+/// the largest power of two that fits, from `MIN_RING_BYTES` to `largest`
+/// (`MPIRT_SHM_RING_BYTES`); a rank with a single peer keeps a ring of `largest`. So the
+/// segment's rings take at most `local_size × receiver_bytes` (up to
+/// `receiver_bytes / MIN_RING_BYTES + 1` ranks): they grow linearly with the ranks on a host,
+/// where rings of one size grow with their square (128 ranks × 127 rings of 512 KiB: 8.3 GB).
+/// Open MPI's shared-memory BTL bounds each process's buffers the same way (one segment a
+/// process, whatever the number of peers), and keeps a per-peer buffer (a fast box) only for
+/// the few peers that talk most. A `largest` that is no ring size comes back as is, for
+/// [`ShmTransport::create`] to refuse by name.
+pub fn ring_bytes_for(local_size: usize, largest: usize, receiver_bytes: usize) -> usize {
+    if !valid_ring_bytes(largest) || local_size <= 2 {
+        return largest;
+    }
+    let share = receiver_bytes / (local_size - 1);
+    let fits = 1usize << share.max(1).ilog2();
+    fits.clamp(MIN_RING_BYTES, largest)
 }
 
 /// A word with a known value whose address each rank publishes, so that a peer can check that
@@ -78,9 +101,10 @@ static CMA_PROBE: u64 = u64::from_le_bytes(*b"cmaprobe");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ShmConfig {
-    /// Data bytes of each per-pair ring, a power of two from 4 KiB to 1 GiB. The segment holds
-    /// `local_size × (local_size − 1)` rings; past 64 MiB in all (or what /dev/shm has free),
-    /// only the pages a ring has used take memory.
+    /// Data bytes of each per-pair ring, a power of two from 512 bytes to 1 GiB. The segment holds
+    /// `local_size × (local_size − 1)` rings (the engine sizes them with [`ring_bytes_for`]);
+    /// past 64 MiB in all (or what /dev/shm has free), only the pages a ring has used take
+    /// memory.
     /// Frames much smaller than this (a quarter or less) keep sender and receiver overlapped.
     pub ring_bytes: usize,
 }
@@ -207,6 +231,11 @@ impl ShmTransport {
     /// Largest frame [`try_send`](Self::try_send) accepts.
     pub fn max_frame(&self) -> usize {
         self.max_frame
+    }
+
+    /// Data bytes of each of the segment's rings.
+    pub fn ring_bytes(&self) -> usize {
+        self.seg.ring_bytes()
     }
 
     fn slot(&self, peer: usize) -> usize {

@@ -7,8 +7,8 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 
 use super::{
-    allow_ptrace_from_peers, read_in_place, read_into, read_remote, read_short_blocks, Local,
-    PeerArena, ShmConfig, ShmTransport, Source,
+    allow_ptrace_from_peers, read_in_place, read_into, read_remote, read_short_blocks,
+    ring_bytes_for, Local, PeerArena, ShmConfig, ShmTransport, Source,
 };
 use crate::blocks::{self, Blocks, PackedRange};
 use crate::config::TransportChoice;
@@ -131,7 +131,11 @@ impl ShmOpening {
         let name = format!("mpirt-{}-{}", job.job_id, local_ranks[0]);
         let created = if my_local == 0 {
             let shm_config = ShmConfig {
-                ring_bytes: job.config.shm_ring_bytes,
+                ring_bytes: ring_bytes_for(
+                    n_local,
+                    job.config.shm_ring_bytes,
+                    job.config.shm_receiver_bytes,
+                ),
             };
             Some(
                 ShmTransport::create(&name, 0, n_local, &shm_config)
@@ -532,8 +536,10 @@ impl Transport for ShmPeers {
     fn describe(&self, _peers: usize) -> String {
         let caps = self.caps();
         let mut text = format!(
-            "{} ranks on this host over shared memory, eager up to {} bytes; rendezvous by {}",
+            "{} ranks on this host over shared memory (rings of {} KiB), eager up to {} bytes; \
+             rendezvous by {}",
             self.local_ranks.len(),
+            self.seg.ring_bytes() >> 10,
             caps.eager_limit.min(caps.max_frame),
             self.rendezvous_text()
         );

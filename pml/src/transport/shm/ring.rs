@@ -133,9 +133,10 @@ impl Producer {
     /// would be SIGBUS), the call fails and the pages are taken as traffic reaches them.
     pub(crate) fn make_resident(&self) {
         // SAFETY: the range is this ring's memory, mapped for as long as the producer lives
-        // (contract of `new`; a segment's rings are also page aligned, and an unaligned start
-        // only makes the call fail); populating allocates zeroed pages where there are none
-        // and changes no byte a reader can see.
+        // (contract of `new`; a segment's rings of a page or more are also page aligned, and
+        // an unaligned start only makes the call fail; a smaller ring at a page's start
+        // populates the whole page, its neighbours' too); populating allocates zeroed pages
+        // where there are none and changes no byte a reader can see.
         unsafe {
             libc::madvise(
                 self.raw.data.cast(),

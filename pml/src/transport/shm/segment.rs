@@ -11,6 +11,11 @@
 //! data (page aligned)    n(n-1) × ring_bytes    (ring data, sender-major)
 //! ```
 //!
+//! The engine picks `ring_bytes` so that each rank's n - 1 incoming rings fit a budget
+//! (`super::ring_bytes_for`): the data grows linearly with the ranks on a host (128 KiB a
+//! rank by default, 1 KiB rings at 128 ranks), the control blocks, 128 bytes a pair, with
+//! their square (2 MiB at 128 ranks).
+//!
 //! Creating the file allocates nothing. While all the rings take at most `RESIDENT_RINGS_MAX`
 //! and /dev/shm has room for them, each rank makes its outgoing rings resident when it opens
 //! the segment; otherwise they take memory page by page as traffic reaches them.
@@ -30,7 +35,7 @@ const PAGE: usize = 4096;
 const RANK_CTL: usize = 128;
 
 /// Rings are made resident when the job starts while all of a host's rings together take at
-/// most this much (up to 11 local ranks with the engine's 512 KiB rings) and /dev/shm has room
+/// most this much (with the engine's defaults, every host of up to 362 ranks) and /dev/shm has room
 /// for all of them: where it has not, the pages taken at start would leave none for the rings
 /// that traffic reaches later, and a page tmpfs cannot back is SIGBUS when touched.
 const RESIDENT_RINGS_MAX: usize = 64 << 20;
@@ -393,6 +398,32 @@ mod tests {
             }
         }
         assert_eq!(seen, (0..20).collect::<Vec<_>>());
+    }
+
+    /// With the engine's defaults (rings of 512 KiB, 128 KiB a receiver), each rank's incoming
+    /// rings fit its budget up to 257 ranks on a host, so the rings grow linearly with the
+    /// ranks; 2 ranks keep whole rings. Rings of one size took 8.3 GB at 128 ranks.
+    #[test]
+    fn a_hosts_rings_grow_linearly_with_its_ranks() {
+        let (largest, budget) = (512 << 10, 128 << 10);
+        let ring = |n| super::super::ring_bytes_for(n, largest, budget);
+        assert_eq!((ring(2), ring(3), ring(4)), (largest, 64 << 10, 32 << 10));
+        for n in 3..=257 {
+            let l = Layout::new(n, ring(n)).unwrap();
+            let rings = l.total - l.data;
+            assert!(rings <= n * budget, "{n} ranks: {rings} bytes of rings");
+            // Not shrunk further than a power of two needs.
+            assert!(
+                2 * (n - 1) * ring(n) > budget,
+                "{n} ranks: rings of {}",
+                ring(n)
+            );
+        }
+        assert_eq!((ring(64), ring(128)), (2 << 10, 1 << 10));
+        let l = Layout::new(128, ring(128)).unwrap();
+        assert!(l.total < 19 << 20, "{} bytes at 128 ranks", l.total);
+        // Past the floor each ring keeps the smallest size a frame needs.
+        assert_eq!(ring(4096), 512);
     }
 
     #[test]
