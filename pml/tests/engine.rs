@@ -1580,7 +1580,7 @@ fn verbs_sends_read_in_place(e: &mut Engine, rank: u32) {
                 // SAFETY: `buf`, `rlist` and the description outlive the receive, waited for
                 // here.
                 let h = unsafe {
-                    e.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &rblocks)
+                    e.post_recv_blocks(0, SourceSel::Rank(1), TagSel::Tag(tag), &rblocks, Some(1))
                 }
                 .unwrap()
                 .expect("the engine lands every receive in its blocks");
