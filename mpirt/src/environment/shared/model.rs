@@ -619,9 +619,9 @@ fn a_paused_waiter_is_woken_by_another_waits_round() {
         };
         let peer = thread::spawn(move || {
             let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
-            // Once the other thread posted (a non-blocking call, which wakes) and the
-            // waiting one sleeps apart from the engine, the engine's lock free: the message
-            // lands between holds.
+            // Once the other thread posted (a receive without a match, which wakes no one:
+            // the waiting thread sleeps apart either way) and the waiting one sleeps apart
+            // from the engine, the engine's lock free: the message lands between holds.
             while posted.load(StdOrdering::Relaxed) == 0 || !asleep_apart() {
                 thread::yield_now();
             }
