@@ -319,8 +319,8 @@ impl Plan {
         }
     }
 
-    /// Bytes of scratch and local copies or reductions the plan makes (what tests check a
-    /// plan does without).
+    /// The bytes of scratch the plan takes, and how many local copies and reductions it makes
+    /// (what tests check a plan does without).
     #[cfg(test)]
     pub(crate) fn staging(&self) -> (usize, usize) {
         let locals = self.rounds.iter().map(|r| r.locals.len()).sum();
