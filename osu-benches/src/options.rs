@@ -628,7 +628,11 @@ pub fn parse(b: Benchmark, args: impl IntoIterator<Item = String>) -> Result<Par
     }
     // Its sizes are rows of one block of `f64`s: a size that is not whole rows (0 among them)
     // would send another size than it reports, or no column at all.
+    // Where -m gave no minimum, the default's is raised to a whole row (rows past 4 KiB).
     let row = 8 * o.block;
+    if b == Benchmark::HaloColumn && !min_given {
+        o.min_size = o.min_size.next_multiple_of(row);
+    }
     if b == Benchmark::HaloColumn && (o.min_size == 0 || !o.min_size.is_multiple_of(row)) {
         return Err(format!(
             "-m {}:{}: the minimum size {} is not a whole number of {row}-byte rows (at least \
@@ -780,6 +784,9 @@ mod tests {
             err(Benchmark::HaloColumn, &["-b", "128", "-m", "512:4096"]).contains("1024-byte rows")
         );
         assert!(err(Benchmark::HaloColumn, &["-b", "0"]).contains("at least one f64"));
+        // Rows of 8 KiB and no -m: the default minimum is raised to a row, not refused.
+        let o = run(Benchmark::HaloColumn, &["-b", "1024"]);
+        assert_eq!((o.min_size, o.max_size), (8 << 10, 4 << 20));
         assert!(err(Benchmark::Latency, &["-b", "2"]).contains("unknown option '-b'"));
     }
 
