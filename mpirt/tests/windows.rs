@@ -1562,6 +1562,27 @@ fn window_kinds_and_progress() {
     assert_job(2, "kinds", &TCP, "kinds ok");
 }
 
+/// Windows by messages, and waits in the collective area that sleep at once (they spin not
+/// at all), with the area's counts on stderr.
+const ASLEEP_AT_ONCE: [(&str, &str); 3] = [
+    ("MPIRT_WINDOW_PATH", "messages"),
+    ("MPIRT_VERBOSE", "1"),
+    ("MPIRT_SPIN_US", "0"),
+];
+
+/// The count that `suffix` ends in rank 1's `--verbose` lines of the collective area in
+/// `err` (those of a 2-rank job that contain `within`), summed over its areas.
+fn rank_1s_area_count(err: &str, within: &str, suffix: &str) -> u64 {
+    err.lines()
+        .filter(|l| l.starts_with("mpirt: collective area, rank 1 of 2:") && l.contains(within))
+        .filter_map(|l| {
+            l.split(", ")
+                .find_map(|part| part.strip_suffix(suffix))
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .sum()
+}
+
 /// A target waiting in a barrier that meets in the collective area, whose windows go by
 /// messages, sleeps in its PML, which the origin's requests wake, not on the area's futex
 /// word, which they do not (it served them only between sleeps of up to 1 ms there): its
@@ -1573,22 +1594,9 @@ fn a_target_in_a_barrier_sleeps_where_operations_wake_it() {
         println!("skipped: needs the ranks on one host, whose barrier meets in the area");
         return;
     }
-    let envs = [
-        ("MPIRT_WINDOW_PATH", "messages"),
-        ("MPIRT_VERBOSE", "1"),
-        ("MPIRT_SPIN_US", "0"),
-    ];
-    let (out, err) = ok_job_with(2, "barrier", &envs);
+    let (out, err) = ok_job_with(2, "barrier", &ASLEEP_AT_ONCE);
     assert!(out.contains("barrier ok"), "{out}");
-    let in_pml: u64 = err
-        .lines()
-        .filter(|l| l.starts_with("mpirt: collective area, rank 1 of 2:"))
-        .filter_map(|l| {
-            l.split(", ")
-                .find_map(|part| part.strip_suffix(" sleeps in the PML (serving peers)"))
-                .and_then(|n| n.parse::<u64>().ok())
-        })
-        .sum();
+    let in_pml = rank_1s_area_count(&err, "", " sleeps in the PML (serving peers)");
     assert!(
         in_pml > 0,
         "rank 1 never slept in its PML while serving {SERVED_ROUNDS} epochs:\n{err}"
@@ -1608,25 +1616,12 @@ fn a_target_asleep_in_its_pml_is_woken_by_the_barriers_flag() {
         println!("skipped: needs the ranks on one host, whose barrier meets in the area");
         return;
     }
-    let envs = [
-        ("MPIRT_WINDOW_PATH", "messages"),
-        ("MPIRT_VERBOSE", "1"),
-        ("MPIRT_SPIN_US", "0"),
-    ];
-    let (out, err) = ok_job_with(2, "late", &envs);
+    let (out, err) = ok_job_with(2, "late", &ASLEEP_AT_ONCE);
     assert!(out.contains("late ok"), "{out}");
     // The late barriers' communicator alone (its first call and `LATE_ROUNDS`): in the
     // others' areas, messages (the window's set-up) may end a sleep too.
     let calls = format!(" {} calls,", LATE_ROUNDS + 1);
-    let woken: u64 = err
-        .lines()
-        .filter(|l| l.starts_with("mpirt: collective area, rank 1 of 2:") && l.contains(&calls))
-        .filter_map(|l| {
-            l.split(", ")
-                .find_map(|part| part.strip_suffix(" of them ended by the flag"))
-                .and_then(|n| n.parse::<u64>().ok())
-        })
-        .sum();
+    let woken = rank_1s_area_count(&err, &calls, " of them ended by the flag");
     assert!(
         woken > 0,
         "no sleep of rank 1 in its PML, in {LATE_ROUNDS} barriers that rank 0 reached \
