@@ -135,6 +135,16 @@ impl AnyPml {
         }
     }
 
+    /// Wakes `peer`'s sleep in its PML where a transport can (`pml::Engine::wake_peer`); the
+    /// UCX PML cannot, and such a sleep ends at its timeout.
+    pub fn wake_peer(&self, peer: pml::Rank) {
+        match self {
+            AnyPml::Native(engine) => engine.wake_peer(peer),
+            #[cfg(feature = "ucx")]
+            AnyPml::Ucx(_) => {}
+        }
+    }
+
     /// Wakes the thread sleeping apart from the PML, if one is.
     pub fn wake_nap(&mut self) {
         match self {

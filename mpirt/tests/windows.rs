@@ -101,6 +101,10 @@ fn rank_mode() {
             served_in_a_barrier(&world);
             println!("barrier ok");
         }
+        "late" => {
+            woken_in_a_barrier(&world);
+            println!("late ok");
+        }
         "errors" => errors(&world),
         "beyond" => {
             beyond_locked_memory(&world);
@@ -1084,6 +1088,27 @@ fn served_in_a_barrier(world: &SimpleCommunicator) {
 /// The epochs `served_in_a_barrier` runs.
 const SERVED_ROUNDS: u64 = 300;
 
+/// `LATE_ROUNDS` barriers (in the collective area of a communicator of its own) that rank 0
+/// reaches `LATE_BY` after rank 1, which holds a window meanwhile (so sleeps in its PML):
+/// rank 0's flag is what ends each of rank 1's waits.
+fn woken_in_a_barrier(world: &SimpleCommunicator) {
+    let _window = Window::<u64>::allocate(world, 1);
+    let waiting = world.duplicate();
+    waiting.barrier();
+    for _ in 0..LATE_ROUNDS {
+        if world.rank() == 0 {
+            std::thread::sleep(LATE_BY);
+        }
+        waiting.barrier();
+    }
+    drop(waiting);
+    world.barrier();
+}
+
+/// The barriers `woken_in_a_barrier` runs, and how late rank 0 comes to each.
+const LATE_ROUNDS: u32 = 40;
+const LATE_BY: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// 1 MiB puts and gets, past every transport's eager limit (rendezvous requests and
 /// replies).
 fn large(world: &SimpleCommunicator) {
@@ -1666,6 +1691,27 @@ fn window_kinds_and_progress() {
     assert_job(2, "kinds", &TCP, "kinds ok");
 }
 
+/// Windows by messages, and waits in the collective area that sleep at once (they spin not
+/// at all), with the area's counts on stderr.
+const ASLEEP_AT_ONCE: [(&str, &str); 3] = [
+    ("MPIRT_WINDOW_PATH", "messages"),
+    ("MPIRT_VERBOSE", "1"),
+    ("MPIRT_SPIN_US", "0"),
+];
+
+/// The count that `suffix` ends in rank 1's `--verbose` lines of the collective area in
+/// `err` (those of a 2-rank job that contain `within`), summed over its areas.
+fn rank_1s_area_count(err: &str, within: &str, suffix: &str) -> u64 {
+    err.lines()
+        .filter(|l| l.starts_with("mpirt: collective area, rank 1 of 2:") && l.contains(within))
+        .filter_map(|l| {
+            l.split(", ")
+                .find_map(|part| part.strip_suffix(suffix))
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .sum()
+}
+
 /// A target waiting in a barrier that meets in the collective area, whose windows go by
 /// messages, sleeps in its PML, which the origin's requests wake, not on the area's futex
 /// word, which they do not (it served them only between sleeps of up to 1 ms there): its
@@ -1677,25 +1723,38 @@ fn a_target_in_a_barrier_sleeps_where_operations_wake_it() {
         println!("skipped: needs the ranks on one host, whose barrier meets in the area");
         return;
     }
-    let envs = [
-        ("MPIRT_WINDOW_PATH", "messages"),
-        ("MPIRT_VERBOSE", "1"),
-        ("MPIRT_SPIN_US", "0"),
-    ];
-    let (out, err) = ok_job_with(2, "barrier", &envs);
+    let (out, err) = ok_job_with(2, "barrier", &ASLEEP_AT_ONCE);
     assert!(out.contains("barrier ok"), "{out}");
-    let in_pml: u64 = err
-        .lines()
-        .filter(|l| l.starts_with("mpirt: collective area, rank 1 of 2:"))
-        .filter_map(|l| {
-            l.split(", ")
-                .find_map(|part| part.strip_suffix(" sleeps in the PML (serving peers)"))
-                .and_then(|n| n.parse::<u64>().ok())
-        })
-        .sum();
+    let in_pml = rank_1s_area_count(&err, "", " sleeps in the PML (serving peers)");
     assert!(
         in_pml > 0,
         "rank 1 never slept in its PML while serving {SERVED_ROUNDS} epochs:\n{err}"
+    );
+}
+
+/// A target asleep in its PML in a barrier that meets in the collective area is woken by the
+/// rank that publishes the flag it waits for (through that rank's shared-memory wake), not
+/// left to its sleep's timeout of 1 ms: without that wake, every barrier of a rank holding a
+/// window off the shared-memory path, or an immediate collective, that slept came up to 1 ms
+/// late. Rank 1's `--verbose` count of the sleeps in its PML that the flag ended before their
+/// timeout, in the late barriers' area (0 without the wake: nothing else reaches its PML
+/// while rank 0 computes).
+#[test]
+fn a_target_asleep_in_its_pml_is_woken_by_the_barriers_flag() {
+    if common::spread_over_hosts() {
+        println!("skipped: needs the ranks on one host, whose barrier meets in the area");
+        return;
+    }
+    let (out, err) = ok_job_with(2, "late", &ASLEEP_AT_ONCE);
+    assert!(out.contains("late ok"), "{out}");
+    // The late barriers' communicator alone (its first call and `LATE_ROUNDS`): in the
+    // others' areas, messages (the window's set-up) may end a sleep too.
+    let calls = format!(" {} calls,", LATE_ROUNDS + 1);
+    let woken = rank_1s_area_count(&err, &calls, " of them ended by the flag");
+    assert!(
+        woken > 0,
+        "no sleep of rank 1 in its PML, in {LATE_ROUNDS} barriers that rank 0 reached \
+         {LATE_BY:?} late, ended before its timeout:\n{err}"
     );
 }
 

@@ -516,6 +516,15 @@ impl Engine {
         slept.map_err(|e| self.stop(e.on_host(&self.hosts, &self.names)))
     }
 
+    /// Wakes `peer`'s sleep in its PML (`sleep_until_woken`), where a transport has a way to
+    /// (shared memory, for a rank on this host), for a rank that published outside the PML
+    /// what `peer` waits for; otherwise that sleep ends at its timeout.
+    pub fn wake_peer(&self, peer: Rank) {
+        for t in &self.transports {
+            t.wake_peer(peer);
+        }
+    }
+
     /// Whether a round of progress could move anything. Cheaper than the round itself: a
     /// rank whose transports can tell without a syscall spins on this alone while nothing
     /// comes.

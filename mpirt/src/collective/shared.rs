@@ -48,10 +48,14 @@
 //! timeout. A rank whose progress its peers need (any progress hook: a window off the
 //! shared-memory path, whose operations come as messages or as RMA that the transport applies
 //! in the target's progress, as UCX over TCP and OFI's tcp;ofi_rxm and shm do; an immediate
-//! collective in flight) sleeps in its PML instead, where whatever reaches one of its
-//! transports wakes it and the publisher does not, so for at most `SLEEP`: on the futex word
-//! every operation of an origin on it waited up to `SLEEP` for the target to look, and a
-//! contended run of atomics over UCX took minutes.
+//! collective in flight) sleeps in its PML instead, having said so in its sleeping word
+//! (`IN_PML`), where whatever reaches one of its transports wakes it: on the futex word every
+//! operation of an origin on it waited up to `SLEEP` for the target to look, and a contended
+//! run of atomics over UCX took minutes. The publisher wakes such a sleeper through its own
+//! PML (`pml::Engine::wake_peer`: the sleeper's shared-memory wake, which its PML sleep
+//! watches), the same fences ordering the flag and the word; where no transport of the
+//! publisher's can (the UCX PML, or ranks of one host not joined by shared memory) the sleep
+//! ends at `SLEEP`.
 //!
 //! The area is set up by the communicator's first blocking collective that may meet here,
 //! whatever its length: rank 0 creates a file under /dev/shm (named after the job, so that
@@ -116,6 +120,10 @@ const _: () = assert!(SEGMENT >= SHARED_MAX);
 /// token takes one such line ahead of the cells, and so do the ranks' sleeping words and
 /// their futex words (one line each: written only by a rank going to sleep or waking one).
 const HEADER: usize = 64;
+/// What a rank's sleeping word says: awake, asleep on its futex word, asleep in its PML.
+const AWAKE: u32 = 0;
+const ON_FUTEX: u32 = 1;
+const IN_PML: u32 = 2;
 /// Where the sleeping words and the futex words start, and the first cell.
 const SLEEPING_AT: usize = HEADER;
 const FUTEX_AT: usize = 2 * HEADER;
@@ -156,7 +164,8 @@ const PROGRESS_EVERY: u32 = 64;
 const SPIN_FOR: Duration = Duration::from_secs(1);
 /// The longest one sleep lasts: on the area's futex word, the publisher of the flag wakes the
 /// sleeper, but messages for it (which a peer may need moved before it reaches the call) do
-/// not; in the PML (a rank whose progress serves its peers), the other way round.
+/// not; in the PML (a rank whose progress serves its peers), both do where the publisher
+/// reaches the sleeper by shared memory.
 const SLEEP: Duration = Duration::from_millis(1);
 /// Polls between two readings of the clock.
 const POLLS_PER_CLOCK: u32 = 256;
@@ -188,6 +197,8 @@ pub(crate) struct Area {
     map: SharedMapping,
     rank: u32,
     size: u32,
+    /// Each rank's world rank: how the PML names it, to wake it asleep there.
+    world: Box<[u32]>,
     /// Calls run through the area so far.
     calls: Cell<u64>,
     /// The last call every rank is known to have published (see [`Area::guard_write`]).
@@ -208,7 +219,8 @@ pub(crate) struct Area {
 /// How waits in an area ended their turns: yields of the CPU (where ranks share CPUs), sleeps,
 /// how many sleeps a publisher ended, and how many ran to their timeout with the flag they
 /// waited for already published (wake-ups lost, which the protocol rules out); and the sleeps
-/// in the PML of a rank whose progress serves its peers.
+/// in the PML of a rank whose progress serves its peers, and how many of them the flag ended
+/// before their timeout.
 #[derive(Clone, Copy, Default)]
 struct Sleeps {
     yielded: u64,
@@ -216,6 +228,7 @@ struct Sleeps {
     woken: u64,
     missed: u64,
     in_pml: u64,
+    in_pml_woken: u64,
 }
 
 /// Whether a communicator has an area, as its first fitting call found out.
@@ -403,6 +416,7 @@ fn set_up(
         map: mapping.expect("every rank mapped the area"),
         rank: comm.rank,
         size: comm.size,
+        world: (0..comm.size).map(|r| comm.world_rank(r)).collect(),
         calls: Cell::new(0),
         reached: Cell::new(0),
         spin: Cell::new(if spins { SPIN_FOR } else { Duration::ZERO }),
@@ -531,12 +545,29 @@ impl Area {
         // asleep and wakes it.
         fence(Ordering::SeqCst);
         for r in (0..self.size).filter(|&r| r != self.rank) {
-            if self.word(SLEEPING_AT, r).load(Ordering::Relaxed) != 0 {
-                let futex = self.word(FUTEX_AT, r);
-                futex.fetch_add(1, Ordering::Release);
-                futex::wake(futex);
+            match self.word(SLEEPING_AT, r).load(Ordering::Relaxed) {
+                AWAKE => {}
+                IN_PML => self.wake_in_pml(r),
+                _ => {
+                    let futex = self.word(FUTEX_AT, r);
+                    futex.fetch_add(1, Ordering::Release);
+                    futex::wake(futex);
+                }
             }
         }
+    }
+
+    /// Wakes rank `r`, asleep in its PML, through this rank's PML. A failure to reach it
+    /// (this PML stopped, or taken by a call this one is inside) only leaves that sleep to
+    /// its timeout, `SLEEP`.
+    #[cold]
+    #[inline(never)]
+    fn wake_in_pml(&self, r: u32) {
+        let peer = self.world[r as usize];
+        let _ = with_engine(|e| {
+            e.wake_peer(peer);
+            Ok(())
+        });
     }
 
     /// Waits until every other rank's flag for `call` says it.
@@ -1403,7 +1434,7 @@ impl Area {
                     blocked.idle(idle, || {
                         with_engine(|e| Ok(e.queues(Awaited::State))).unwrap_or_default()
                     });
-                    if !(hooks::any() && self.sleep_in_pml()?) {
+                    if !(hooks::any() && self.sleep_in_pml(flag, call)?) {
                         self.sleep(flag, call);
                     }
                     with_engine(|e| e.progress())?;
@@ -1416,17 +1447,36 @@ impl Area {
     }
 
     /// Sleeps in the PML until something reaches one of its transports (a peer's operation
-    /// on a window this rank exposes, a message) or `SLEEP` passes, where this thread owns the
-    /// PML: `false` where it does not, and sleeps not (the shared PML's lock would be held
-    /// through the sleep).
-    fn sleep_in_pml(&self) -> Result<bool, Cause> {
-        let slept = environment::sleep_in_pml(SLEEP)?;
-        if slept {
+    /// on a window this rank exposes, a message, a publisher's wake: see `publish`) or
+    /// `SLEEP` passes, unless `flag` says `call` already, where this thread owns the PML:
+    /// `false` where it does not, and sleeps not (the shared PML's lock would be held through
+    /// the sleep).
+    fn sleep_in_pml(&self, flag: &AtomicU64, call: u64) -> Result<bool, Cause> {
+        let sleeping = self.word(SLEEPING_AT, self.rank);
+        sleeping.store(IN_PML, Ordering::Relaxed);
+        // Pairs with the fence in `publish`: either the publisher sees this rank asleep and
+        // wakes its PML (a wake before the PML's sleep starts ends that sleep at once), or
+        // this sees the flag.
+        fence(Ordering::SeqCst);
+        if flag.load(Ordering::Acquire) >= call {
+            sleeping.store(AWAKE, Ordering::Relaxed);
+            return Ok(true);
+        }
+        let start = Instant::now();
+        let slept = environment::sleep_in_pml(SLEEP);
+        sleeping.store(AWAKE, Ordering::Relaxed);
+        if slept? {
             let mut sleeps = self.sleeps.get();
             sleeps.in_pml += 1;
+            // Ended by the flag before its timeout: woken, most likely by its publisher
+            // (`--verbose` tells these apart from sleeps that ran their `SLEEP`).
+            if flag.load(Ordering::Acquire) >= call && start.elapsed() < SLEEP {
+                sleeps.in_pml_woken += 1;
+            }
             self.sleeps.set(sleeps);
+            return Ok(true);
         }
-        Ok(slept)
+        Ok(false)
     }
 
     /// Sleeps until a publisher wakes this rank (or `SLEEP` passes), unless `flag` says
@@ -1434,7 +1484,7 @@ impl Area {
     fn sleep(&self, flag: &AtomicU64, call: u64) {
         let sleeping = self.word(SLEEPING_AT, self.rank);
         let futex = self.word(FUTEX_AT, self.rank);
-        sleeping.store(1, Ordering::Relaxed);
+        sleeping.store(ON_FUTEX, Ordering::Relaxed);
         let seen = futex.load(Ordering::Acquire);
         // Pairs with the fence in `publish` (see there).
         fence(Ordering::SeqCst);
@@ -1453,7 +1503,7 @@ impl Area {
             }
             self.sleeps.set(sleeps);
         }
-        sleeping.store(0, Ordering::Relaxed);
+        sleeping.store(AWAKE, Ordering::Relaxed);
     }
 }
 
@@ -1463,7 +1513,8 @@ impl Drop for Area {
             let sleeps = self.sleeps.get();
             bootstrap::output::say(&format!(
                 "mpirt: collective area, rank {} of {}: {} calls, {} yields, {} sleeps, {} woken \
-                 by a publisher, {} lost wake-ups, {} sleeps in the PML (serving peers)",
+                 by a publisher, {} lost wake-ups, {} sleeps in the PML (serving peers), {} of \
+                 them ended by the flag",
                 self.rank,
                 self.size,
                 self.calls.get(),
@@ -1471,7 +1522,8 @@ impl Drop for Area {
                 sleeps.slept,
                 sleeps.woken,
                 sleeps.missed,
-                sleeps.in_pml
+                sleeps.in_pml,
+                sleeps.in_pml_woken
             ));
         }
     }

@@ -373,6 +373,10 @@ impl Transport for AnyTransport {
         each!(self, t => Transport::wake_nap(t))
     }
 
+    fn wake_peer(&self, peer: Rank) {
+        each!(self, t => Transport::wake_peer(t, peer))
+    }
+
     fn polled(&self) -> Option<Polled> {
         each!(self, t => Transport::polled(t))
     }

@@ -583,6 +583,12 @@ pub trait Transport {
     /// fd (the shared-memory futex word).
     fn wake_nap(&self) {}
 
+    /// Wakes `peer`'s sleep in its own PML, where this transport has a way to (the
+    /// shared-memory futex word or wake pipe of a rank on this host): for a rank that
+    /// published what `peer` may be waiting for outside the PML (a flag of the collective
+    /// area). Nothing by default: such a sleep ends at its timeout.
+    fn wake_peer(&self, _peer: Rank) {}
+
     /// For a transport without a wake fd, whose data moves only inside its own calls (OFI
     /// where the provider has no wait fd: udp;ofi_rxd): how soon a wait on the other
     /// transports' wake fds must come back to poll it. Asked after `before_wait`. `None`

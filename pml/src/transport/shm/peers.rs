@@ -522,6 +522,13 @@ impl Transport for ShmPeers {
         self.seg.wake(self.seg.local_rank());
     }
 
+    fn wake_peer(&self, peer: Rank) {
+        match self.local_of.get(peer as usize) {
+            Some(&local) if local != NOT_LOCAL => self.seg.wake(local as usize),
+            _ => {}
+        }
+    }
+
     fn count(&self, counters: &mut Counters) {
         counters.mapped_reads += self.mapped_reads;
         counters.in_place_reads += self.in_place_reads;
