@@ -392,6 +392,57 @@ fn credits_rank(dir: PathBuf, rank: u32, provider: &str) {
     println!("rank {rank} done ({streamed} credit frames)");
 }
 
+const TWO_WAY_ENV: &str = "PML_OFI_TEST_TWO_WAY";
+/// A payload whose frame (prefix, 20-byte match header, payload: 60 bytes) fits tcp;ofi_rxm's
+/// 64-byte inject size, and with a consumed count (8 bytes more) would not: no frame of the
+/// streams can carry credits back.
+const JUST_INJECTED: usize = 36;
+
+/// Both ranks stream frames to each other at once, each too big to inject with credits and
+/// small enough to inject without them, so that neither stream's frames carry the other's
+/// credits: both ranks run out of credits, take them from credit frames of their own, and
+/// every message arrives (a hang here, stopped by the job's timeout, would be credits lost).
+#[test]
+fn two_way_streams_of_just_injected_frames_return_credits_alone() {
+    if let Ok(spec) = env::var(TWO_WAY_ENV) {
+        let it: Vec<&str> = spec.split(',').collect();
+        two_way_rank(PathBuf::from(it[0]), it[1].parse().unwrap(), it[2]);
+        return;
+    }
+    both_ranks_finish(
+        "two_way_streams_of_just_injected_frames_return_credits_alone",
+        TWO_WAY_ENV,
+        &["tcp;ofi_rxm", "udp;ofi_rxd"],
+    );
+}
+
+fn two_way_rank(dir: PathBuf, rank: u32, provider: &str) {
+    let (mut w, mut e) = ofi_rank(dir, rank, provider);
+    let peer = 1 - rank;
+    let before = e.counters().ofi_credit_frames;
+    for i in 0..STREAMED {
+        let data = pattern(JUST_INJECTED, i);
+        send(&mut e, peer, 5, &data, SendMode::Standard);
+    }
+    for i in 0..STREAMED {
+        let (got, _) = recv(&mut e, SourceSel::Rank(peer), TagSel::Tag(5), JUST_INJECTED);
+        assert!(
+            got == pattern(JUST_INJECTED, i),
+            "rank {rank}: message {i} of the stream carried other bytes"
+        );
+    }
+    let credit_frames = e.counters().ofi_credit_frames - before;
+    if provider == "tcp;ofi_rxm" {
+        assert!(
+            credit_frames >= 1,
+            "rank {rank} sent no credit frame while {STREAMED} frames came in that no frame \
+             going back could carry credits for"
+        );
+    }
+    w.fence().unwrap();
+    println!("rank {rank} done ({credit_frames} credit frames)");
+}
+
 const BESIDE_SHM_ENV: &str = "PML_OFI_TEST_BESIDE_SHM";
 
 /// [`DirWireup`] for a job whose rank 2 says it runs on another host: ranks 0 and 1 then reach

@@ -203,6 +203,21 @@ fn transfer_under_way(
     reading || exposures > 0 || frames >= 2 || stream_ago.is_some_and(|ago| ago < STREAM_GAP)
 }
 
+/// What a peer's consumed `count` (from a credit frame or a frame's credit prefix) makes of
+/// the frames it `granted` before, where this rank `sent` it that many: counts only grow
+/// (the larger of the two), and one beyond the frames sent is malformed, since a count taken
+/// unchecked would let `sent` outrun the peer's buffers or, near `u64::MAX`, wrap the credit
+/// sum and stop sends for good.
+fn granted_by(sent: u64, granted: u64, count: u64) -> Result<u64, String> {
+    if count > sent {
+        return Err(format!(
+            "said it consumed {count} frames of this rank's, which sent it only {sent} (a \
+             malformed frame)"
+        ));
+    }
+    Ok(granted.max(count))
+}
+
 /// The settings the transport is opened with (from `EngineConfig`).
 pub struct OfiConfig<'a> {
     pub provider: Option<&'a str>,
@@ -1236,7 +1251,7 @@ impl OfiTransport {
                     ),
                 ));
             }
-            self.take_credits(peer, at);
+            self.take_credits(peer, at, slot)?;
         } else {
             let mut start = at + PREFIX;
             if word & WITH_CREDITS != 0 {
@@ -1250,7 +1265,7 @@ impl OfiTransport {
                         ),
                     ));
                 }
-                self.take_credits(peer, at);
+                self.take_credits(peer, at, slot)?;
                 start = at + CREDIT_LEN;
             }
             if len > self.fabric.inject_size && self.fabric.wait_fd.is_none() {
@@ -1272,13 +1287,24 @@ impl OfiTransport {
     }
 
     /// Takes the consumed count after the prefix of the frame at `at` in the receive
-    /// buffers from `peer`: frames this rank may send it beyond its initial credits.
-    fn take_credits(&mut self, peer: Rank, at: usize) {
+    /// buffers from `peer`: frames this rank may send it beyond its initial credits. A count
+    /// beyond the frames sent is a malformed frame (see [`granted_by`]); its buffer is
+    /// posted again before the error returns.
+    fn take_credits(&mut self, peer: Rank, at: usize, slot: usize) -> Result<(), PmlError> {
         let count = self.recv_buf[at + PREFIX..at + CREDIT_LEN]
             .try_into()
             .expect("8");
         let p = self.peers[peer as usize].as_mut().expect("an OFI peer");
-        p.granted = p.granted.max(u64::from_le_bytes(count));
+        match granted_by(p.sent, p.granted, u64::from_le_bytes(count)) {
+            Ok(granted) => {
+                p.granted = granted;
+                Ok(())
+            }
+            Err(cause) => {
+                self.post_receive(slot)?;
+                Err(transport(peer, format!("rank {peer} {cause}")))
+            }
+        }
     }
 
     /// Credit frames sent so far (for tests and benchmarks: answers carry credits instead).
@@ -1708,6 +1734,21 @@ mod tests {
         assert_eq!(with[PREFIX..CREDIT_LEN], 70u64.to_le_bytes());
         assert_eq!(with[CREDIT_LEN..CREDIT_LEN + 3], header);
         assert_eq!(with[CREDIT_LEN + 3..], payload);
+    }
+
+    /// A consumed count only grows what a peer granted, and one beyond the frames sent to
+    /// it is an error naming both numbers, never credit that wraps the sum in `send`.
+    #[test]
+    fn a_consumed_count_beyond_the_frames_sent_is_malformed() {
+        assert_eq!(granted_by(10, 4, 7), Ok(7));
+        assert_eq!(granted_by(10, 7, 4), Ok(7), "an older count");
+        assert_eq!(granted_by(10, 0, 10), Ok(10));
+        let err = granted_by(10, 4, u64::MAX).unwrap_err();
+        assert!(
+            err.contains(&u64::MAX.to_string()) && err.contains("only 10"),
+            "{err}"
+        );
+        assert!(granted_by(0, 0, 1).is_err());
     }
 
     #[test]
