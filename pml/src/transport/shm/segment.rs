@@ -30,7 +30,9 @@ use super::ring::RingCtl;
 use crate::shared_mapping::SharedMapping;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"mpirtshm");
-const VERSION: u32 = 6;
+/// 7: rings from 512 bytes (a build that knew 4 KiB as the least would call a segment of
+/// smaller rings corrupt instead of naming the mismatch).
+const VERSION: u32 = 7;
 const PAGE: usize = 4096;
 const RANK_CTL: usize = 128;
 
