@@ -1466,6 +1466,43 @@ fn large_messages_from_shared_arenas() {
     }
 }
 
+/// Rings of the least size, 512 bytes (what each pair gets past 257 ranks on a host; here
+/// 3 ranks sharing 1 KiB a receiver): every message size still arrives whole, eager ones cut
+/// to what a frame holds, the rest by rendezvous, and streamed in DATA frames through the
+/// ring where single copy is off; `--verbose` names the ring size and the eager limit the
+/// engine really keeps.
+#[test]
+fn the_smallest_rings_carry_every_size() {
+    if on_ucx() {
+        println!("skipped: the rings are the native PML's shared memory (UCX has its own)");
+        return;
+    }
+    if common::across_hosts("shared memory") {
+        return;
+    }
+    let small = [
+        ("MPIRT_VERBOSE", "1"),
+        ("MPIRT_EAGER_LIMIT", "4096"),
+        ("MPIRT_SHM_RECEIVER_BYTES", "1k"),
+    ];
+    let (out, err) = ok_job_with(3, "sizes", &small);
+    for len in [0, 1, EAGER - 1, EAGER, EAGER + 1, 1 << 20, 64 << 20] {
+        assert!(out.contains(&format!("size {len} ok")), "{out}");
+    }
+    for rank in 0..3 {
+        let line = err
+            .lines()
+            .find(|l| l.starts_with(&format!("mpirt: rank {rank} of 3 ")))
+            .unwrap_or_else(|| panic!("rank {rank} did not report\n{err}"));
+        assert!(
+            line.contains("(rings of 512 bytes), eager up to 480 bytes"),
+            "{line}"
+        );
+    }
+    let streamed = [small[1], small[2], ("MPIRT_SHM_SINGLE_COPY", "0")];
+    ok_job_with(3, "ring", &streamed);
+}
+
 on_each_wire! {
     fn wildcard_receives_take_every_sender(wire: Wire) {
         assert!(ok_job(wire, 4, "wildcard").contains("wildcard ok"));

@@ -542,12 +542,19 @@ impl Transport for ShmPeers {
 
     fn describe(&self, _peers: usize) -> String {
         let caps = self.caps();
+        // Many ranks on a host get rings of less than a KiB.
+        let ring = match self.seg.ring_bytes() {
+            b if b < 1 << 10 => format!("{b} bytes"),
+            b => format!("{} KiB", b >> 10),
+        };
+        // What the engine sends eagerly: a frame holds the largest MATCH header too.
+        let eager = caps
+            .eager_limit
+            .min(caps.max_frame - crate::wire::SYNC_MATCH_HEADER_LEN);
         let mut text = format!(
-            "{} ranks on this host over shared memory (rings of {} KiB), eager up to {} bytes; \
-             rendezvous by {}",
+            "{} ranks on this host over shared memory (rings of {ring}), eager up to {eager} \
+             bytes; rendezvous by {}",
             self.local_ranks.len(),
-            self.seg.ring_bytes() >> 10,
-            caps.eager_limit.min(caps.max_frame),
             self.rendezvous_text()
         );
         if self.arena_stopped {

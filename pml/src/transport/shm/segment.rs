@@ -30,7 +30,9 @@ use super::ring::RingCtl;
 use crate::shared_mapping::SharedMapping;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"mpirtshm");
-const VERSION: u32 = 6;
+/// 7: rings from 512 bytes (a build that knew 4 KiB as the least would call a segment of
+/// smaller rings corrupt instead of naming the mismatch).
+const VERSION: u32 = 7;
 const PAGE: usize = 4096;
 const RANK_CTL: usize = 128;
 
@@ -88,9 +90,20 @@ struct Layout {
 impl Layout {
     fn new(local_size: usize, ring_bytes: usize) -> io::Result<Layout> {
         let too_big = || invalid(format!("{local_size} ranks × {ring_bytes}-byte rings"));
-        let rings = local_size * local_size.saturating_sub(1);
-        let ring_ctl = RANK_CTL + local_size * size_of::<RankCtl>();
-        let data = (ring_ctl + rings * size_of::<RingCtl>()).next_multiple_of(PAGE);
+        // Checked throughout: the control blocks grow with the square of the ranks, and
+        // `local_size` is any rank count a job may have.
+        let rings = local_size
+            .checked_mul(local_size.saturating_sub(1))
+            .ok_or_else(too_big)?;
+        let ring_ctl = local_size
+            .checked_mul(size_of::<RankCtl>())
+            .and_then(|c| c.checked_add(RANK_CTL))
+            .ok_or_else(too_big)?;
+        let data = rings
+            .checked_mul(size_of::<RingCtl>())
+            .and_then(|c| c.checked_add(ring_ctl))
+            .and_then(|c| c.checked_next_multiple_of(PAGE))
+            .ok_or_else(too_big)?;
         let total = rings
             .checked_mul(ring_bytes)
             .and_then(|r| r.checked_add(data))
@@ -431,6 +444,10 @@ mod tests {
         assert!(shm_path("a/b").is_err());
         assert!(shm_path("").is_err());
         assert!(Layout::new(1 << 20, 1 << 40).is_err());
+        // Control blocks alone past the address space (as many ranks as a job may name on
+        // one host): an error, not an overflow.
+        assert!(Layout::new(u32::MAX as usize, 512).is_err());
+        assert!(Layout::new(usize::MAX, 512).is_err());
     }
 
     /// A rank of a build whose ring protocol differs (a segment of another version) is told
