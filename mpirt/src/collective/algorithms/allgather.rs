@@ -90,14 +90,8 @@ pub(crate) fn ring(p: &mut Plan, ranks: Ranks, blocks: &[Span]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collective::algorithms::plan_checks::{no_reduction, vector};
     use crate::collective::schedule::{simulation, Region};
-
-    /// Rank r's `len` bytes, none alike between ranks.
-    fn vector(r: u32, len: usize) -> Vec<u8> {
-        (0..len)
-            .map(|i| (r as usize * 41 + i * 7 + 1) as u8)
-            .collect()
-    }
 
     /// Recursive doubling and the ring, with this rank's first message sent from its send
     /// buffer as `build::all_gather` plans them (folded ranks on sizes that are not powers of
@@ -129,11 +123,10 @@ mod tests {
                         p
                     })
                     .collect();
-                let sends = (0..size).map(|r| vector(r, block)).collect();
-                let got = simulation::run(plans, sends, &vec![total; size as usize], 1, |_, _| {
-                    unreachable!("no reduction")
-                });
-                let everyone: Vec<u8> = (0..size).flat_map(|r| vector(r, block)).collect();
+                let sends = (0..size).map(|r| vector(r as usize, block)).collect();
+                let got =
+                    simulation::run(plans, sends, &vec![total; size as usize], 1, no_reduction);
+                let everyone: Vec<u8> = (0..size).flat_map(|r| vector(r as usize, block)).collect();
                 for (r, got) in got.iter().enumerate() {
                     assert_eq!(got, &everyone, "rank {r} of {size}, ring {ring_order}");
                 }

@@ -431,6 +431,7 @@ pub(crate) fn all_to_all_messages(p: &mut Plan, ranks: Ranks, hosts: Placement, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collective::algorithms::plan_checks::{no_reduction, span, vector};
     use crate::collective::schedule::{simulation, Region};
 
     /// Every placement of `n` ranks on hosts numbered by their lowest rank (each rank on a
@@ -464,19 +465,6 @@ mod tests {
             rank: rank as u32,
             size: n as u32,
         }
-    }
-
-    fn span(region: Region, len: usize) -> Span {
-        Span::new(region, 0, len)
-    }
-
-    /// Rank r's `len` bytes, none alike between ranks.
-    fn vector(r: usize, len: usize) -> Vec<u8> {
-        (0..len).map(|i| (r * 41 + i * 7 + 1) as u8).collect()
-    }
-
-    fn no_reduction(_: &[u8], _: &[u8]) -> Vec<u8> {
-        unreachable!("no reduction here")
     }
 
     #[test]

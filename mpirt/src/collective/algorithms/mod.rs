@@ -87,6 +87,27 @@ impl Fold {
     }
 }
 
+/// What the algorithms' tests run their plans on (`schedule::simulation`).
+#[cfg(test)]
+pub(crate) mod plan_checks {
+    use crate::collective::schedule::{Region, Span};
+
+    /// A span of `len` bytes at the start of `region`.
+    pub(crate) fn span(region: Region, len: usize) -> Span {
+        Span::new(region, 0, len)
+    }
+
+    /// Rank r's `len` bytes, none alike between ranks.
+    pub(crate) fn vector(r: usize, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (r * 41 + i * 7 + 1) as u8).collect()
+    }
+
+    /// The combining function of a plan that reduces nothing.
+    pub(crate) fn no_reduction(_: &[u8], _: &[u8]) -> Vec<u8> {
+        unreachable!("no reduction here")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

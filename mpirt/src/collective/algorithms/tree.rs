@@ -278,25 +278,11 @@ pub(crate) fn scatter_direct(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collective::algorithms::plan_checks::{no_reduction, span, vector};
     use crate::collective::schedule::{simulation, Region};
 
     fn ranks(rank: u32, size: u32) -> Ranks {
         Ranks { rank, size }
-    }
-
-    fn span(region: Region, len: usize) -> Span {
-        Span::new(region, 0, len)
-    }
-
-    /// Rank r's `len` bytes, none alike between ranks.
-    fn vector(r: u32, len: usize) -> Vec<u8> {
-        (0..len)
-            .map(|i| (r as usize * 41 + i * 7 + 1) as u8)
-            .collect()
-    }
-
-    fn no_reduction(_: &[u8], _: &[u8]) -> Vec<u8> {
-        unreachable!("no reduction here")
     }
 
     /// A leaf of the tree (a rank with no children) moves its block straight between the
@@ -353,11 +339,12 @@ mod tests {
                             "scatter leaf {r}/{size}"
                         );
                     }
-                    let everyone: Vec<u8> = (0..size).flat_map(|r| vector(r, block)).collect();
+                    let everyone: Vec<u8> =
+                        (0..size).flat_map(|r| vector(r as usize, block)).collect();
                     let lens: Vec<usize> = (0..size)
                         .map(|r| if r == root { everyone.len() } else { 0 })
                         .collect();
-                    let sends = (0..size).map(|r| vector(r, block)).collect();
+                    let sends = (0..size).map(|r| vector(r as usize, block)).collect();
                     let got = simulation::run(gathers, sends, &lens, 1, no_reduction);
                     assert_eq!(got[root as usize], everyone, "gather to {root} of {size}");
                     let sends = (0..size)
@@ -373,7 +360,7 @@ mod tests {
                     for r in 0..size {
                         assert_eq!(
                             got[r as usize],
-                            vector(r, block),
+                            vector(r as usize, block),
                             "scatter from {root} to {r} of {size}"
                         );
                     }
@@ -420,7 +407,7 @@ mod tests {
                         let acc_in_scratch = kids > 0 && !(r == tree_root && r == root);
                         assert_eq!(scratch > 0, kids > 1 || acc_in_scratch, "rank {r}/{size}");
                     }
-                    let sends = (0..size).map(|r| vector(r, 8)).collect();
+                    let sends = (0..size).map(|r| vector(r as usize, 8)).collect();
                     let lens: Vec<usize> =
                         (0..size).map(|r| if r == root { 8 } else { 0 }).collect();
                     // A commutative operation: pairs added element-wise.
@@ -433,7 +420,7 @@ mod tests {
                     let got = simulation::run(plans, sends, &lens, 2, combine);
                     let want: Vec<u8> = (0..4)
                         .flat_map(|i| {
-                            let pair = |r: u32| vector(r, 8)[2 * i..2 * i + 2].to_vec();
+                            let pair = |r: u32| vector(r as usize, 8)[2 * i..2 * i + 2].to_vec();
                             (1..size).fold(pair(0), |acc, r| combine(&acc, &pair(r)))
                         })
                         .collect();
