@@ -2,10 +2,11 @@
 # Many ranks on this host (issue 23): time and peak shared memory of mpirt's collectives beside
 # Open MPI's (the C port, compare/osu_coll.c, `mpirun --oversubscribe`), interleaved.
 #   osu-benches/compare/many-ranks.sh [-r REPEATS] [-n "RANKS..."] [-b "BENCH..."] [-s "BYTES..."]
-#       [-i ITERATIONS] [-x BASE_BIN_DIR] [-o OUTDIR]
+#       [-i ITERATIONS] [-x BASE_BIN_DIR] [-c OSU_COLL] [-o OUTDIR]
 # Defaults: 3 repeats, 64 and 128 ranks, alltoall and allreduce, 8 B and 32 KiB, 100 timed
 # iterations a run (10 warm-up) on both sides. -x adds a third contender, mpirt's binaries in
-# BASE_BIN_DIR (rsrun and osu_*, e.g. main's target/release), run the same way.
+# BASE_BIN_DIR (rsrun and osu_*, e.g. main's target/release), run the same way. -c runs the C
+# port built already (compare/bundle.sh's, on a machine without mpicc) instead of building it.
 # Each repeat runs every contender once for time alone, then, in the first repeat only, once
 # more under compare/shm_peak.py for memory (its sampling costs CPU, so it is kept out of the
 # timed runs; memory does not depend on the load). Prints per cell the median time of each
@@ -19,8 +20,9 @@ benches="alltoall allreduce"
 sizes="8 32768"
 iterations=100
 base=
+c_port=
 out=target/many-ranks
-while getopts "r:n:b:s:i:x:o:" opt; do
+while getopts "r:n:b:s:i:x:c:o:" opt; do
     case $opt in
         r) repeats=$OPTARG ;;
         n) rank_counts=$OPTARG ;;
@@ -28,6 +30,7 @@ while getopts "r:n:b:s:i:x:o:" opt; do
         s) sizes=$OPTARG ;;
         i) iterations=$OPTARG ;;
         x) base=$(realpath "$OPTARG") ;;
+        c) c_port=$(realpath "$OPTARG") ;;
         o) out=$OPTARG ;;
         *) sed -n 3,5p "$0" >&2; exit 2 ;;
     esac
@@ -35,7 +38,11 @@ done
 mkdir -p "$out"
 bin=$(realpath "${CARGO_TARGET_DIR:-target}")/release
 c=osu-benches/compare
-mpicc.openmpi -O2 -o "$out/osu_coll.ompi" $c/osu_coll.c
+if [ -n "$c_port" ]; then
+    cp "$c_port" "$out/osu_coll.ompi"
+else
+    mpicc.openmpi -O2 -o "$out/osu_coll.ompi" $c/osu_coll.c
+fi
 source $c/python.sh
 warmup=$((iterations / 10 > 0 ? iterations / 10 : 1))
 

@@ -638,12 +638,14 @@ def markdown(file, commands, shm, tcp_out, ucx_out=None, callgrind_out=None, swe
     file.write_text("\n".join(lines))
 
 
-if sys.argv[1] == "--sweep":
-    sweep_only(Path(sys.argv[2]), sys.argv[3], [Path(d) for d in sys.argv[4:]])
-elif sys.argv[1] == "--markdown":
-    markdown(Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), Path(sys.argv[5]),
-             Path(sys.argv[6]) if len(sys.argv) > 6 else None,
-             Path(sys.argv[7]) if len(sys.argv) > 7 else None,
-             [Path(d) for d in sys.argv[8:]])
-else:
-    summary(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])
+# A script, or a module whose readers and ratios others use (compare/bundle-run.sh).
+if __name__ == "__main__":
+    if sys.argv[1] == "--sweep":
+        sweep_only(Path(sys.argv[2]), sys.argv[3], [Path(d) for d in sys.argv[4:]])
+    elif sys.argv[1] == "--markdown":
+        markdown(Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), Path(sys.argv[5]),
+                 Path(sys.argv[6]) if len(sys.argv) > 6 else None,
+                 Path(sys.argv[7]) if len(sys.argv) > 7 else None,
+                 [Path(d) for d in sys.argv[8:]])
+    else:
+        summary(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])
