@@ -108,7 +108,7 @@ for probe in "mpirun.openmpi $(ompi_binding 2) --report-bindings -n 2 c/osu_p2p 
     if ! timeout -k 5 60 $probe > "$work/probe" 2>&1 || ! grep -q '^8 ' "$work/probe"; then
         cat "$work/probe"
         echo "the probe failed: ${probe%% *} cannot run here; what its programs lack:"
-        ldd c/osu_p2p "$bin/rsrun" "$OPAL_PREFIX/bin/mpirun" | grep -E ':$|not found'
+        ldd c/bin/osu_p2p "$bin/rsrun" "$OPAL_PREFIX/bin/mpirun" | grep -E ':$|not found'
         exit 1
     fi
     grep -v '^#' "$work/probe" | tail -4 | tee -a "$work/probes.txt"
@@ -196,7 +196,7 @@ EOF
     echo "Open MPI: $OMPI_MCA_pml over btl $OMPI_MCA_btl; each rank on its own core while they fit"
     echo
     echo "== point to point, 2 ranks, paired ratio mpirt / Open MPI (median of $p2p_repeats pairs)"
-    $python - "$p2p" "$p2p_repeats" <<'EOF'
+    PYTHONDONTWRITEBYTECODE=1 $python - "$p2p" "$p2p_repeats" <<'EOF'
 import sys
 from pathlib import Path
 

@@ -37,14 +37,20 @@ fi
 rm -rf "$out"
 # The layout of a checkout, so that the scripts copied below find what they look for (their
 # binaries in target/release, one another in osu-benches/compare).
-mkdir -p "$out/target/release" "$out/$c" "$out/c" "$out/bin" "$out/ompi/lib"
+mkdir -p "$out/target/release" "$out/$c" "$out/c/bin" "$out/bin" "$out/ompi/lib" "$out/glibc"
 for p in $programs; do
     strip -o "$out/target/release/$p" "$bin/$p"
 done
 cp $c/bundle-run.sh "$out/run.sh"
 cp $c/many-ranks.sh $c/shm_peak.py $c/report.py $c/python.sh "$out/$c/"
-mpicc.openmpi -O2 -o "$out/c/osu_coll" $c/osu_coll.c
-mpicc.openmpi -O2 -Wno-stringop-overflow -o "$out/c/osu_p2p" $c/osu_p2p.c
+mpicc.openmpi -O2 -o "$out/c/bin/osu_coll" $c/osu_coll.c
+mpicc.openmpi -O2 -Wno-stringop-overflow -o "$out/c/bin/osu_p2p" $c/osu_p2p.c
+# What the scripts start, so that a machine with an older C library runs them through this
+# one's (env.sh).
+for port in osu_coll osu_p2p; do
+    printf '#!/bin/sh\nexec $BUNDLE_LOADER "$BUNDLE/c/bin/%s" "$@"\n' $port > "$out/c/$port"
+    chmod +x "$out/c/$port"
+done
 
 # Open MPI's installation directories; with OPAL_PREFIX set, each one under the configured
 # prefix moves with it, so DIR is copied to ompi/DIR and OPAL_PREFIX is ompi/PREFIX.
@@ -91,7 +97,7 @@ fi
 # Every library these need, by the name they ask for, except the C library's own and GCC's
 # libgcc_s, which the other machine has (VERSION names the newest glibc symbol needed).
 libc='^(libc|libm|libpthread|libdl|librt|libresolv|libutil|ld-linux-x86-64|libgcc_s)\.so'
-needed=("$out/ompi$prefix/bin/"* "${kept[@]}" "$out/c/"*)
+needed=("$out/ompi$prefix/bin/"* "${kept[@]}" "$out/c/bin/"*)
 if [ -n "$pmix" ]; then
     needed+=("$pmix/lib/pmix/"*.so)
 fi
@@ -101,12 +107,33 @@ ldd "${needed[@]}" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }'
             cp -L "$file" "$out/ompi/lib/$name"
         fi
     done
-newest=$(objdump -T "$out/ompi/lib/"* "$out/ompi$prefix/bin/"* "$out/c/"* \
-    "$out/target/release/"* 2>/dev/null | grep -o 'GLIBC_2\.[0-9]*' | sort -uV | tail -1)
+# Debian's libraries need the glibc they were built with (libevent 2.1 in Debian 12 calls
+# glibc 2.36's arc4random): the newest version Open MPI's files here ask for, and that C
+# library itself, which env.sh runs Open MPI's programs with on a machine whose own is older.
+newest=$(objdump -T "$out/ompi/lib/"* "$out/ompi$prefix/bin/"* "$out/c/bin/"* "${kept[@]}" \
+    2>/dev/null | grep -o 'GLIBC_2\.[0-9]*' | sort -uV | tail -1)
+echo "${newest#GLIBC_}" > "$out/glibc/needed"
+libc_dir=$(dirname "$(ldd "$out/c/bin/osu_coll" | awk '$1 == "libc.so.6" { print $3 }')")
+for lib in libc.so.6 libm.so.6 libpthread.so.0 libdl.so.2 librt.so.1 libresolv.so.2; do
+    cp -L "$libc_dir/$lib" "$out/glibc/"
+done
+cp -L "$(ldd "$out/c/bin/osu_coll" | awk '/ld-linux-x86-64/ { print $1 }')" "$out/glibc/"
 
 cat > "$out/env.sh" <<EOF
 # Sourced by run.sh and bin/*: Open MPI from this folder, wherever it lies.
 bundle=\$(cd "\$(dirname "\${BASH_SOURCE[0]:-\$0}")" && pwd)
+export BUNDLE=\$bundle
+# Open MPI's programs (mpirun, the C ports) run through the loader of the C library they were
+# built with where this machine's is older (or BUNDLE_FORCE_LOADER is set), from glibc/ and
+# nowhere else: the machine's own programs keep its own.
+bundle_needed=\$(cat "\$bundle/glibc/needed")
+bundle_have=\$(getconf GNU_LIBC_VERSION | cut -d' ' -f2)
+BUNDLE_LOADER=
+if [ -n "\${BUNDLE_FORCE_LOADER:-}" ] ||
+    [ "\$(printf '%s\n' "\$bundle_needed" "\$bundle_have" | sort -V | head -1)" != "\$bundle_needed" ]; then
+    BUNDLE_LOADER="\$bundle/glibc/ld-linux-x86-64.so.2 --library-path \$bundle/glibc:\$bundle/ompi/lib"
+fi
+export BUNDLE_LOADER
 export OPAL_PREFIX=\$bundle/ompi$prefix
 export LD_LIBRARY_PATH=\$bundle/ompi/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 export PATH=\$bundle/bin:\$PATH
@@ -121,7 +148,7 @@ export PMIX_MCA_mca_base_component_path=\$bundle/ompi$pmix/lib/pmix}
 export HWLOC_PLUGINS_PATH=\$bundle/ompi/lib/no-hwloc-plugins
 EOF
 for tool in mpirun ompi_info; do
-    printf '#!/usr/bin/env bash\nsource "$(dirname "$0")/../env.sh"\nexec "$OPAL_PREFIX/bin/%s" "$@"\n' \
+    printf '#!/usr/bin/env bash\nsource "$(dirname "$0")/../env.sh"\nexec $BUNDLE_LOADER "$OPAL_PREFIX/bin/%s" "$@"\n' \
         $tool > "$out/bin/$tool"
     chmod +x "$out/bin/$tool"
 done
@@ -131,6 +158,6 @@ ln -s mpirun "$out/bin/mpirun.openmpi"
     echo "scripts at commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (modified)')"
     echo "binaries from $bin, whose checkout is at $(git -C "$bin" rev-parse --short HEAD 2>/dev/null)"
     echo "Open MPI $(ompi_info --parsable | sed -n 's/^ompi:version:full://p')"
-    echo "newest glibc symbol: $newest"
+    echo "Open MPI's files need $newest"
 } > "$out/VERSION"
 echo "wrote $out ($(du -sh "$out" | cut -f1)): $(cat "$out/VERSION" | tr '\n' ';')"
