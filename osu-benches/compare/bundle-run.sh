@@ -232,7 +232,7 @@ EOF
 } > "$out/summary.txt"
 cp "$work/sweep.md" "$out/"
 cp "$work/report/collectives-heatmap.png" "$out/" 2>/dev/null
-tar -czf "$out/raw.tar.gz" -C "$work" .
+tar -czf "$out/raw.tar.gz" -C "$work" . && rm -rf "$work"
 say "done: $out ($(ls "$out" | tr '\n' ' '))"
 echo
 cat "$out/summary.txt"
