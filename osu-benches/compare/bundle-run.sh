@@ -25,6 +25,9 @@
 # (coll-N), which `report.py --sweep` reads again; $OUT/log.txt has the progress.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# A copy that lost the files' modes on its way (not every transfer keeps them) runs all the same.
+chmod +x "$here"/bin/* "$here"/c/* "$here"/c/bin/* "$here"/target/release/* \
+    "$here"/ompi/*/bin/* "$here"/glibc/ld-linux-x86-64.so.2
 source "$here/env.sh"
 cd "$here"
 out=${OUT:-/tmp/out}

@@ -66,7 +66,7 @@ for dir in "$pkglibdir" "$pkgdatadir"; do
     esac
 done
 mkdir -p "$out/ompi$pkglibdir" "$out/ompi$prefix/bin" "$out/ompi/etc" "$out/ompi${pkgdatadir%/*}"
-cp -r "$pkgdatadir" "$out/ompi$pkgdatadir"
+cp -rL "$pkgdatadir" "$out/ompi$pkgdatadir"
 # Debian's defaults (pml, btl and osc choices), read from the bundle's copy through
 # mca_base_param_files: the sysconfdir itself does not move with OPAL_PREFIX.
 conf=$(path sysconfdir)/openmpi-mca-params.conf
@@ -91,8 +91,10 @@ cp "$(command -v ompi_info)" "$out/ompi$prefix/bin/ompi_info"
 pmix=$(ompi_info --parsable --config | grep -o "'--with-pmix=[^']*'" | sed "s/.*=//; s/'//" || true)
 if [ -n "$pmix" ] && [ -d "$pmix/lib/pmix" ]; then
     mkdir -p "$out/ompi$pmix/lib"
-    cp -r "$pmix/lib/pmix" "$out/ompi$pmix/lib/"
-    [ -d "$pmix/share" ] && cp -r "$pmix/share" "$out/ompi$pmix/"
+    cp -rL "$pmix/lib/pmix" "$out/ompi$pmix/lib/"
+    if [ -d "$pmix/share" ]; then
+        cp -rL "$pmix/share" "$out/ompi$pmix/"
+    fi
 fi
 # Every library these need, by the name they ask for, except the C library's own and GCC's
 # libgcc_s, which the other machine has (VERSION names the newest glibc symbol needed).
@@ -147,13 +149,12 @@ export PMIX_MCA_mca_base_component_path=\$bundle/ompi$pmix/lib/pmix}
 # hwloc's plugins (PCI, GPUs) stay behind: binding needs only the CPUs.
 export HWLOC_PLUGINS_PATH=\$bundle/ompi/lib/no-hwloc-plugins
 EOF
-for tool in mpirun ompi_info; do
+# The scripts call Open MPI's launcher by Debian's name; no links, which not every copy keeps.
+for tool in mpirun:mpirun mpirun.openmpi:mpirun ompi_info:ompi_info; do
     printf '#!/usr/bin/env bash\nsource "$(dirname "$0")/../env.sh"\nexec $BUNDLE_LOADER "$OPAL_PREFIX/bin/%s" "$@"\n' \
-        $tool > "$out/bin/$tool"
-    chmod +x "$out/bin/$tool"
+        "${tool#*:}" > "$out/bin/${tool%:*}"
+    chmod +x "$out/bin/${tool%:*}"
 done
-# The scripts call Open MPI's launcher by Debian's name.
-ln -s mpirun "$out/bin/mpirun.openmpi"
 {
     echo "scripts at commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (modified)')"
     echo "binaries from $bin, whose checkout is at $(git -C "$bin" rev-parse --short HEAD 2>/dev/null)"
