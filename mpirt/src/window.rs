@@ -1568,10 +1568,14 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         let mut core = self.core()?;
         let mut ids = Vec::with_capacity(messaged.len());
         for &t in &messaged {
-            // SAFETY: a flush's reply carries no data.
-            ids.push(unsafe { core.request(t, control(Ask::Flush), &[], Some(None)) }?);
+            ids.extend(core.flush_request(t, control(Ask::Flush))?);
         }
-        core.wait_until(|core| ids.iter().all(|&id| core.is_done(id)))?;
+        // A target answers in order: once every reply awaited from it came (the flush's
+        // among them, where one was asked for), it applied everything this rank sent it.
+        core.wait_until(|core| {
+            ids.iter().all(|&id| core.is_done(id))
+                && messaged.iter().all(|&t| core.all_done(Some(t)))
+        })?;
         for &t in &messaged {
             core.settle(Some(t), false).map_err(Cause::Window)?;
         }

@@ -11,6 +11,7 @@ use std::env;
 
 use mpirt::collective::SystemOperation;
 use mpirt::datatype::{MutView, UserDatatype, View};
+use mpirt::environment::Universe;
 use mpirt::topology::SimpleCommunicator;
 use mpirt::traits::*;
 use mpirt::window::{AccumulateOperation, LockKind, TargetDatatype, Window};
@@ -104,6 +105,10 @@ fn rank_mode() {
         "late" => {
             woken_in_a_barrier(&world);
             println!("late ok");
+        }
+        "flushes" => {
+            flushes_ride_on_their_operations(&world, &universe);
+            println!("flushes ok");
         }
         "errors" => errors(&world),
         "beyond" => {
@@ -1088,6 +1093,76 @@ fn served_in_a_barrier(world: &SimpleCommunicator) {
 /// The epochs `served_in_a_barrier` runs.
 const SERVED_ROUNDS: u64 = 300;
 
+/// A flush after one short put, accumulate, get or fetch_and_op costs the origin one message
+/// a round, counted in its transports' frames: the put or accumulate, held back until the
+/// flush, carries the flush's ask, and a get's or fetch's answer says that the target
+/// applied everything before it (each round was two messages before: the operation, then
+/// the flush's own request). The target serves them from a barrier; its window holds every
+/// round's effect.
+fn flushes_ride_on_their_operations(world: &SimpleCommunicator, universe: &Universe) {
+    const ROUNDS: u64 = 40;
+    let window = Window::<u64>::allocate(world, 4);
+    let waiting = world.duplicate();
+    waiting.barrier();
+    if world.rank() == 0 {
+        let frames = || universe.counters().map_or(0, |c| c.frames_sent);
+        let mut got = [0u64; 1];
+        let mut fetched = [0u64; ROUNDS as usize];
+        let values: [u64; ROUNDS as usize] = std::array::from_fn(|k| k as u64 + 1);
+        let sent = window.lock(1, LockKind::Shared, |epoch| {
+            let mut sent = Vec::new();
+            let before = frames();
+            for value in values.chunks(1) {
+                epoch.put(value, 1, 0);
+                epoch.flush(1).unwrap();
+            }
+            sent.push(("put", frames() - before));
+            let before = frames();
+            for _ in 0..ROUNDS {
+                epoch.accumulate(&[1], 1, 1, SystemOperation::sum());
+                epoch.flush(1).unwrap();
+            }
+            sent.push(("accumulate", frames() - before));
+            let before = frames();
+            let mut spare = &mut got[..];
+            for _ in 0..ROUNDS {
+                let request = epoch.rget(spare, 1, 0);
+                epoch.flush(1).unwrap();
+                spare = request.wait().unwrap();
+                assert_eq!(spare, [ROUNDS], "rank 0's get of the last put");
+            }
+            sent.push(("get", frames() - before));
+            let before = frames();
+            let mut results = &mut fetched[..];
+            for _ in 0..ROUNDS {
+                let (result, rest) = results.split_first_mut().unwrap();
+                epoch.fetch_and_op(&1, result, 1, 2, SystemOperation::sum());
+                epoch.flush(1).unwrap();
+                results = rest;
+            }
+            sent.push(("fetch_and_op", frames() - before));
+            sent
+        });
+        assert_eq!(
+            fetched,
+            std::array::from_fn(|k| k as u64),
+            "rank 0's fetches"
+        );
+        for (what, messages) in sent {
+            assert_eq!(
+                messages, ROUNDS,
+                "rank 0: {ROUNDS} rounds of a {what} and a flush sent {messages} messages"
+            );
+        }
+    }
+    waiting.barrier();
+    drop(waiting);
+    if world.rank() == 1 {
+        window.with_local(|local| assert_eq!(local[..3], [ROUNDS; 3], "rank 1's window"));
+    }
+    world.barrier();
+}
+
 /// `LATE_ROUNDS` barriers (in the collective area of a communicator of its own) that rank 0
 /// reaches `LATE_BY` after rank 1, which holds a window meanwhile (so sleeps in its PML):
 /// rank 0's flag is what ends each of rank 1's waits.
@@ -1689,6 +1764,14 @@ fn window_kinds_and_progress() {
     assert_job(3, "kinds", &[], "kinds ok");
     assert_job(3, "kinds", &MESSAGES, "kinds ok");
     assert_job(2, "kinds", &TCP, "kinds ok");
+}
+
+/// A flush after one operation sends no message of its own (`flushes_ride_on_their_operations`),
+/// by messages over shared memory and over TCP.
+#[test]
+fn a_flush_after_one_operation_costs_no_message_of_its_own() {
+    assert_job(2, "flushes", &MESSAGES, "flushes ok");
+    assert_job(2, "flushes", &TCP, "flushes ok");
 }
 
 /// Windows by messages, and waits in the collective area that sleep at once (they spin not

@@ -59,7 +59,22 @@ pub(super) struct Core {
     /// The first fault a target reported for a request that wanted no reply (a put, an
     /// accumulate), for the end of the epoch to report.
     late_fault: Option<WindowFault>,
+    /// Per target, the last put or accumulate issued to it, held back while it is short
+    /// (`HELD_FRAME`) until the next request to that target sends it first, so that a
+    /// flush can ask for its answer instead of sending a message of its own: a put and its
+    /// flush are then one round trip, two messages, not three (a flush's message cost over
+    /// TCP as much as the put's).
+    held: Vec<Option<Vec<u8>>>,
+    /// Per target, whether a request that asks nothing back went to it after the last one
+    /// that asked (whose answer comes after the target applied everything before it): only
+    /// then does a flush need to ask the target anything.
+    unanswered: Vec<bool>,
 }
+
+/// The longest request frame held back for the flush after it: a short put's message costs
+/// about as much as a flush's, while a long one should start moving at once, beside the
+/// origin's computation.
+const HELD_FRAME: usize = 4096;
 
 impl Core {
     pub fn new(comm: CommData, target: Target) -> Core {
@@ -72,6 +87,8 @@ impl Core {
             posted: vec![0; size],
             sending: Vec::new(),
             late_fault: None,
+            held: vec![None; size],
+            unanswered: vec![false; size],
         }
     }
 
@@ -110,26 +127,65 @@ impl Core {
         reply: Option<Option<(*mut u8, usize)>>,
     ) -> Result<u64, Cause> {
         request.id = match reply {
-            Some(into) => {
-                let id = self.next_id;
-                self.next_id += 1;
-                self.awaited.insert(
-                    id,
-                    Awaited {
-                        into,
-                        keeps: false,
-                        kept: Vec::new(),
-                        target,
-                        outcome: None,
-                        held: false,
-                    },
-                );
-                id
-            }
+            Some(into) => self.await_reply(target, into),
             None => 0,
         };
-        self.send(target, REQUEST, request.encode(payload))?;
+        let frame = request.encode(payload);
+        let t = target as usize;
+        if request.id == 0 && request.ask.answers_only_when_asked() && frame.len() <= HELD_FRAME {
+            self.unanswered[t] = true;
+            if let Some(earlier) = self.held[t].replace(frame) {
+                self.send(target, REQUEST, earlier)?;
+            }
+            return Ok(0);
+        }
+        // What was held goes first: a target applies an origin's requests in order.
+        if let Some(earlier) = self.held[t].take() {
+            self.send(target, REQUEST, earlier)?;
+        }
+        self.unanswered[t] = request.id == 0;
+        self.send(target, REQUEST, frame)?;
         Ok(request.id)
+    }
+
+    /// A new id whose reply from `target` is awaited, its data going `into` (see
+    /// `request`).
+    fn await_reply(&mut self, target: u32, into: Option<(*mut u8, usize)>) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.awaited.insert(
+            id,
+            Awaited {
+                into,
+                keeps: false,
+                kept: Vec::new(),
+                target,
+                outcome: None,
+                held: false,
+            },
+        );
+        id
+    }
+
+    /// Makes sure that `target` answers once it applied every request this rank sent it:
+    /// asks it by the put or accumulate held back for it, or by a flush request where a
+    /// request that asks nothing went since the last that asked. Returns the id whose answer
+    /// says so, if one was asked for; the answers to requests that asked say so too (see
+    /// `all_done`).
+    pub fn flush_request(&mut self, target: u32, flush: Request) -> Result<Option<u64>, Cause> {
+        let t = target as usize;
+        if let Some(mut frame) = self.held[t].take() {
+            let id = self.await_reply(target, None);
+            Request::set_id(&mut frame, id);
+            self.unanswered[t] = false;
+            self.send(target, REQUEST, frame)?;
+            return Ok(Some(id));
+        }
+        if !self.unanswered[t] {
+            return Ok(None);
+        }
+        // SAFETY: a flush's answer carries no data.
+        unsafe { self.request(target, flush, &[], Some(None)) }.map(Some)
     }
 
     /// Sends a request whose reply's data this keeps, whatever its length, for
@@ -316,8 +372,15 @@ impl Core {
         }
     }
 
-    /// Waits until every frame this rank sent on the window has left.
+    /// Sends what is held back, then waits until every frame this rank sent on the window
+    /// has left. (Every epoch's end sends each of its targets a request, which sends what was
+    /// held for it first; this is for a window freed with an epoch left open.)
     pub fn finish_sends(&mut self) -> Result<(), Cause> {
+        for target in 0..self.held.len() {
+            if let Some(frame) = self.held[target].take() {
+                self.send(target as u32, REQUEST, frame)?;
+            }
+        }
         while let Some((handle, _frame)) = self.sending.last() {
             let handle = *handle;
             environment::wait_or_lent(handle)?;

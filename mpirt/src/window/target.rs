@@ -223,8 +223,17 @@ impl Target {
             replies.push(fault(origin, 0, "a malformed one-sided request".into()));
             return;
         };
-        if let Err(why) = self.act(origin, &request, payload, replies) {
-            replies.push(fault(origin, request.id, why));
+        match self.act(origin, &request, payload, replies) {
+            Err(why) => replies.push(fault(origin, request.id, why)),
+            // A put or accumulate with an id carries its origin's flush: answered once
+            // applied, as a flush is (everything the origin asked before it came first).
+            Ok(()) if request.id != 0 && request.ask.answers_only_when_asked() => {
+                replies.push(Reply {
+                    to: origin,
+                    frame: encode_reply(Answer::Done, request.id, &[]),
+                });
+            }
+            Ok(()) => {}
         }
     }
 

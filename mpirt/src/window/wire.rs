@@ -40,6 +40,12 @@ pub(super) enum Ask {
 }
 
 impl Ask {
+    /// Whether a request of this kind asks nothing back unless it has an id: a put or an
+    /// accumulate, answered `Done` once applied where it has one.
+    pub fn answers_only_when_asked(self) -> bool {
+        matches!(self, Ask::Put | Ask::Accumulate)
+    }
+
     fn from_byte(byte: u8) -> Option<Ask> {
         use Ask::*;
         [
@@ -119,6 +125,12 @@ impl Request {
             frame.extend_from_slice(part);
         }
         frame
+    }
+
+    /// Gives an encoded request the id `id`, so that its target answers it: a put or an
+    /// accumulate held back (see `Core::flush_request`) asks for the flush that follows it.
+    pub fn set_id(frame: &mut [u8], id: u64) {
+        frame[8..16].copy_from_slice(&id.to_le_bytes());
     }
 
     /// The header and the payload, or `None` for a frame no origin of this protocol sends.
