@@ -96,7 +96,8 @@
 //! numbers that every rank reaches with device atomics, every accumulate and atomic by
 //! them; the rest (locks, epochs' ends, other windows' accumulates) stays active messages.
 //! A dynamic window's puts and gets take it too, into blocks registered as they are
-//! attached, which an origin learns from the target when it first reaches into one.
+//! attached, which an origin learns from the target when it first reaches into one, and,
+//! of 8-byte numbers, its accumulates and atomics, as a fixed window's.
 //! `MPIRT_WINDOW_PATH=rdma` leaves out the shared-memory mapping.
 
 mod atomic;
@@ -116,7 +117,7 @@ use std::rc::Rc;
 
 use direct::{Direct, CONTROL, LINE};
 pub use fault::WindowFault;
-use messaging::Core;
+use messaging::{Core, Destination};
 pub use operation::AccumulateOperation;
 use pml::shared_mapping::SharedMapping;
 use pml::Pml;
@@ -340,9 +341,13 @@ impl<'a, T: Equivalence> Window<'a, T> {
             )
         }
         .map_err(|c| Error::new(what, c))?;
-        // No rank maps another's attached memory: the RDMA path where the ranks agreed on it.
+        // No rank maps another's attached memory: the RDMA path where the ranks agreed on it,
+        // with device atomics where a fixed window of `T` would have them and wherever
+        // attached memory lies its elements are 8-byte aligned.
         if agreed.path != Path::Messages && agreed.rdma {
-            window.rdma = Rdma::dynamic(window.comm.data());
+            let element = operation::element_code(datatype_of::<T>())
+                .filter(|_| std::mem::align_of::<T>().is_multiple_of(8));
+            window.rdma = Rdma::dynamic(&window.comm, window.comm.data(), element, what)?;
         }
         Ok(window)
     }
@@ -850,10 +855,18 @@ impl<'a, T: Equivalence> Window<'a, T> {
         })
     }
 
-    /// The RDMA path for accumulates and atomics on `target`: only on a window whose
-    /// accumulates all go by the device (see `window/rdma.rs`).
-    fn device_atomics(&self, target: u32) -> Option<&Rdma> {
-        self.rdma_to(target).filter(|r| r.atomics)
+    /// The RDMA path for accumulates and atomics on the `len` bytes at `offset` in
+    /// `target`'s window: only on a window whose accumulates go by the device (see
+    /// `window/rdma.rs`), and in a dynamic window only inside a block exposed to it (learned
+    /// as for puts: `attached_rdma`).
+    fn device_atomics(&self, target: u32, offset: u64, len: usize) -> Result<Option<&Rdma>, Cause> {
+        match &self.sizes {
+            Some(_) => Ok(self.rdma_to(target).filter(|r| r.atomics)),
+            None if self.rdma.as_ref().is_some_and(|r| r.atomics) => {
+                self.attached_rdma(target, offset, len)
+            }
+            None => Ok(None),
+        }
     }
 
     /// Takes `target`'s lock word, serving this window and the PML while it waits (the
@@ -1031,15 +1044,50 @@ pub struct Epoch<'scope, 'env: 'scope, T: Equivalence> {
 /// hands back the buffer it filled. An unwaited one completes when its epoch ends.
 pub struct RmaRequest<'scope, D: ?Sized> {
     core: &'scope RefCell<Core>,
-    /// The reply to wait for (0: complete at once).
+    /// The reply to wait for (0: none).
     id: u64,
+    /// The RDMA operations to wait for, where the operation went by the device: the path,
+    /// the target, and the ticket of the last one.
+    device: Option<(&'scope Rdma, u32, u64)>,
     data: Option<&'scope mut D>,
 }
 
+/// What an issued operation leaves in flight: the reply it awaits (its id; 0: none) and,
+/// where it went by the device, the target and the ticket of its last RDMA operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Pending {
+    reply: u64,
+    device: Option<(u32, u64)>,
+}
+
+impl Pending {
+    /// Complete at once.
+    const DONE: Pending = Pending {
+        reply: 0,
+        device: None,
+    };
+
+    fn reply(id: u64) -> Pending {
+        Pending {
+            reply: id,
+            device: None,
+        }
+    }
+
+    /// The RDMA operations to `target` up to `ticket` (0: none was posted).
+    fn device(target: u32, ticket: u64) -> Pending {
+        Pending {
+            reply: 0,
+            device: (ticket != 0).then_some((target, ticket)),
+        }
+    }
+}
+
 impl<D: ?Sized> Drop for RmaRequest<'_, D> {
-    /// A request dropped unwaited leaves its outcome to the end of its epoch.
+    /// A request dropped unwaited leaves its outcome to the end of its epoch (whose end
+    /// waits for the device's operations too).
     fn drop(&mut self) {
-        // A request complete at once (id 0) is not awaited.
+        // A request with no reply (id 0) is not awaited.
         if self.id != 0 {
             if let Ok(mut core) = self.core.try_borrow_mut() {
                 core.hold(self.id, false);
@@ -1055,6 +1103,10 @@ impl<'scope, D: ?Sized> RmaRequest<'scope, D> {
     }
 
     pub fn try_wait(mut self) -> Result<Option<&'scope mut D>, Error> {
+        if let Some((rdma, target, ticket)) = self.device {
+            rdma.wait(target, ticket)
+                .map_err(|c| Error::new("wait for a one-sided request", c))?;
+        }
         if self.id != 0 {
             let mut core = messaging::serve(self.core)
                 .map_err(|c| Error::new("wait for a one-sided request", c))?;
@@ -1070,11 +1122,16 @@ impl<'scope, D: ?Sized> RmaRequest<'scope, D> {
 
     /// Whether the operation completed at the origin, after serving the window once.
     pub fn test(&self) -> Result<bool, Error> {
-        let mut core =
-            messaging::serve(self.core).map_err(|c| Error::new("test a one-sided request", c))?;
-        core.drain()
-            .map_err(|c| Error::new("test a one-sided request", c))?;
-        Ok(core.is_done(self.id))
+        let what = "test a one-sided request";
+        let mut core = messaging::serve(self.core).map_err(|c| Error::new(what, c))?;
+        core.drain().map_err(|c| Error::new(what, c))?;
+        let device = match self.device {
+            Some((rdma, target, ticket)) => {
+                rdma.done(target, ticket).map_err(|c| Error::new(what, c))?
+            }
+            None => true,
+        };
+        Ok(device && core.is_done(self.id))
     }
 }
 
@@ -1138,7 +1195,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         target: u32,
         request: Request,
         payload: &[&[u8]],
-        reply: Option<Option<(*mut u8, usize)>>,
+        reply: Option<Option<Destination>>,
     ) -> Result<u64, Cause> {
         self.window.messaged.borrow_mut()[target as usize] = true;
         // SAFETY: forwarded from this function's contract.
@@ -1156,10 +1213,11 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             .map_err(|c| Error::new(format!("put to rank {target}"), c))
     }
 
-    /// `MPI_Rput`: a put whose request completes at once. On the shared-memory and message
-    /// paths the data is copied when the put is issued; on the RDMA path the device reads
-    /// `origin` later, which stays borrowed for the epoch (`'scope`), whose end waits for
-    /// the write: the borrow keeps it unchanged until then either way.
+    /// `MPI_Rput`. On the shared-memory and message paths the data is copied when the put is
+    /// issued, and the request is complete at once; on the RDMA path the device reads
+    /// `origin` later, and the request completes with the write. `origin` stays borrowed for
+    /// the epoch (`'scope`), whose end waits for the write: the borrow keeps it unchanged
+    /// until then either way.
     pub fn rput(&self, origin: &'scope [T], target: Rank, disp: usize) -> RmaRequest<'scope, [T]> {
         or_fatal(
             self.rput_inner(origin, target, disp)
@@ -1177,12 +1235,12 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         let bytes = as_bytes(origin);
         if let Some(direct) = self.window.direct() {
             direct.put(t, offset, bytes);
-            return Ok(self.request(0, None));
+            return Ok(self.request(Pending::DONE, None));
         }
         if let Some(rdma) = self.window.rdma_for(t, offset, bytes.len())? {
             // SAFETY: `origin` is borrowed for the epoch, whose end waits for the put.
-            unsafe { rdma.put(t, offset, bytes) }?;
-            return Ok(self.request(0, None));
+            let ticket = unsafe { rdma.put(t, offset, bytes) }?;
+            return Ok(self.request(Pending::device(t, ticket), None));
         }
         // SAFETY: no reply data is awaited.
         unsafe {
@@ -1193,16 +1251,30 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
                 None,
             )
         }?;
-        Ok(self.request(0, None))
+        Ok(self.request(Pending::DONE, None))
     }
 
-    fn request<D: ?Sized>(&self, id: u64, data: Option<&'scope mut D>) -> RmaRequest<'scope, D> {
+    /// The request of an operation that left `pending` in flight, handing back `data`.
+    fn request<D: ?Sized>(
+        &self,
+        pending: Pending,
+        data: Option<&'scope mut D>,
+    ) -> RmaRequest<'scope, D> {
         let core: &'scope RefCell<Core> = extend(&self.window.core);
-        if id != 0 {
+        if pending.reply != 0 {
             // The core was just lent to issue the request.
-            core.borrow_mut().hold(id, true);
+            core.borrow_mut().hold(pending.reply, true);
         }
-        RmaRequest { core, id, data }
+        let device = pending
+            .device
+            .zip(self.window.rdma.as_ref())
+            .map(|((target, ticket), rdma)| (rdma, target, ticket));
+        RmaRequest {
+            core,
+            id: pending.reply,
+            device,
+            data,
+        }
     }
 
     /// `MPI_Get`: `target`'s elements at `disp` into `into`, there when the epoch ends.
@@ -1211,12 +1283,13 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
     }
 
     pub fn try_get(&self, into: &'scope mut [T], target: Rank, disp: usize) -> Result<(), Error> {
-        self.rget_inner(into, target, disp, false)
+        self.rget_inner(into, target, disp)
             .map(drop)
             .map_err(|c| Error::new(format!("get from rank {target}"), c))
     }
 
-    /// `MPI_Rget`: a get whose `wait` hands `into` back, filled.
+    /// `MPI_Rget`: a get whose `wait` hands `into` back, filled (on the RDMA path once the
+    /// READ landed, by messages once the reply came).
     pub fn rget(
         &self,
         into: &'scope mut [T],
@@ -1224,33 +1297,31 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         disp: usize,
     ) -> RmaRequest<'scope, [T]> {
         or_fatal(
-            self.rget_inner(into, target, disp, true)
+            self.rget_inner(into, target, disp)
                 .map_err(|c| Error::new(format!("rget from rank {target}"), c)),
         )
     }
 
-    /// A get; `handed_back`: its request hands `into` back (`rget`), so on the RDMA path
-    /// it waits for the data now.
+    /// A get, whose request hands `into` back once it landed.
     fn rget_inner(
         &self,
         into: &'scope mut [T],
         target: Rank,
         disp: usize,
-        handed_back: bool,
     ) -> Result<RmaRequest<'scope, [T]>, Cause> {
         let (t, offset) = self.place(target, disp, into.len())?;
         if let Some(direct) = self.window.direct() {
             direct.get(t, offset, as_bytes_mut(into));
-            return Ok(self.request(0, Some(into)));
+            return Ok(self.request(Pending::DONE, Some(into)));
         }
         if let Some(rdma) = self
             .window
             .rdma_for(t, offset, std::mem::size_of_val(into))?
         {
-            // SAFETY: `into` is borrowed for the epoch, whose end waits for the read, or
-            // handed back once the read landed.
-            unsafe { rdma.get(t, offset, as_bytes_mut(into), handed_back) }?;
-            return Ok(self.request(0, Some(into)));
+            // SAFETY: `into` is borrowed for the epoch, whose end waits for the read, and
+            // handed back by the request only once the read landed.
+            let ticket = unsafe { rdma.get(t, offset, as_bytes_mut(into)) }?;
+            return Ok(self.request(Pending::device(t, ticket), Some(into)));
         }
         let len = std::mem::size_of_val(into);
         let ptr = into.as_mut_ptr().cast::<u8>();
@@ -1261,10 +1332,10 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
                 t,
                 data_request(Ask::Get, offset, len),
                 &[],
-                Some(Some((ptr, len))),
+                Some(Some(Destination::Bytes(ptr, len))),
             )
         }?;
-        Ok(self.request(id, Some(into)))
+        Ok(self.request(Pending::reply(id), Some(into)))
     }
 
     /// `MPI_Accumulate`: `target[disp..] = origin ∘ target[disp..]`, element by element,
@@ -1393,13 +1464,13 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             let mut result = result;
             let old = result.as_deref_mut().map(as_bytes_mut);
             direct.accumulate(t, offset, op, (datatype, element), bytes, old)?;
-            return Ok(self.request(0, result));
+            return Ok(self.request(Pending::DONE, result));
         }
-        if let Some(rdma) = self.window.device_atomics(t) {
+        if let Some(rdma) = self.window.device_atomics(t, offset, bytes.len())? {
             let mut result = result;
             let old = result.as_deref_mut().map(as_bytes_mut);
             rdma.accumulate(t, offset, op, datatype, bytes, old)?;
-            return Ok(self.request(0, result));
+            return Ok(self.request(Pending::DONE, result));
         }
         let mut request = data_request(Ask::Accumulate, offset, bytes.len());
         request.op = op.code();
@@ -1408,16 +1479,15 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             None => {
                 // SAFETY: no reply data is awaited.
                 unsafe { self.issue(t, request, &[bytes], None) }?;
-                Ok(self.request(0, None))
+                Ok(self.request(Pending::DONE, None))
             }
             Some(result) => {
                 request.ask = Ask::GetAccumulate;
-                let ptr = result.as_mut_ptr().cast::<u8>();
+                let into = Destination::Bytes(result.as_mut_ptr().cast(), bytes.len());
                 // SAFETY: `result` is borrowed for the epoch, and handed back only once the
                 // reply came or the epoch ended.
-                let id =
-                    unsafe { self.issue(t, request, &[bytes], Some(Some((ptr, bytes.len())))) }?;
-                Ok(self.request(id, Some(result)))
+                let id = unsafe { self.issue(t, request, &[bytes], Some(Some(into))) }?;
+                Ok(self.request(Pending::reply(id), Some(result)))
             }
         }
     }
@@ -1464,14 +1534,14 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
                 direct.compare_and_swap(t, offset, old, new, result)?;
                 return Ok(());
             }
-            if let Some(rdma) = self.window.device_atomics(t) {
+            if let Some(rdma) = self.window.device_atomics(t, offset, new.len())? {
                 let result = as_bytes_mut(std::slice::from_mut(result));
                 return rdma.compare_and_swap(t, offset, old, new, result);
             }
-            let ptr = (result as *mut T).cast::<u8>();
+            let into = Destination::Bytes((result as *mut T).cast(), new.len());
             let request = data_request(Ask::CompareAndSwap, offset, new.len());
             // SAFETY: `result` is borrowed for the epoch, which waits for the reply.
-            unsafe { self.issue(t, request, &[old, new], Some(Some((ptr, new.len())))) }?;
+            unsafe { self.issue(t, request, &[old, new], Some(Some(into))) }?;
             Ok(())
         };
         run().map_err(|c| Error::new(what(), c))
@@ -1625,11 +1695,11 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
         // nothing late, and its targets serve no messages but in their own window calls: an
         // answer awaited would block until the target's `wait`, which MPI does not let
         // `complete` do.
-        let answer = self.window.direct().is_none().then_some(None);
+        let answered = self.window.direct().is_none();
         let mut core = self.core()?;
         for &t in targets {
             // SAFETY: the answer carries no data.
-            unsafe { core.request(t, control(Ask::Complete), &[], answer) }?;
+            unsafe { core.request(t, control(Ask::Complete), &[], answered.then_some(None)) }?;
         }
         core.wait_until(|core| core.all_done(None))?;
         core.settle(None, true).map_err(Cause::Window)

@@ -56,6 +56,7 @@ fn rank_mode() {
         "typed" => {
             let issued: usize = (0..SEEDS).map(|seed| typed_model(&world, seed)).sum();
             typed_requests(&world);
+            typed_requests_in_flight(&world);
             assert!(
                 issued > 0,
                 "rank {} issued no typed operation",
@@ -913,9 +914,13 @@ fn refusal(outcome: Result<Result<(), mpirt::Error>, mpirt::Error>) -> String {
     }
 }
 
+/// Each rank's fetch_and_ops on the dynamic window's counter.
+const DYNAMIC_ROUNDS: usize = 8;
+
 /// A dynamic window: memory attached after creation, reached by its address. On the RDMA
-/// path its puts and gets are the device's, once the origin learned the block it reaches
-/// into; the device's writes and reads are said for the job's checks.
+/// path its puts, gets and (its elements being 8-byte numbers) accumulates are the
+/// device's, once the origin learned the block it reaches into; the device's writes, reads
+/// and atomics are said for the job's checks.
 fn dynamic(world: &SimpleCommunicator, universe: &mpirt::environment::Universe) {
     let size = world.size() as usize;
     let me = world.rank();
@@ -923,6 +928,7 @@ fn dynamic(world: &SimpleCommunicator, universe: &mpirt::environment::Universe) 
     let mut spare = vec![0u64; 2];
     let mut second = vec![0u64; 3];
     let mut late = vec![0u64; 2];
+    let mut counts = vec![0u64; 2];
     let window = Window::<u64>::create_dynamic(world);
     let mine = [
         window.attach(&mut block[..]) as u64,
@@ -945,13 +951,36 @@ fn dynamic(world: &SimpleCommunicator, universe: &mpirt::environment::Universe) 
         epoch.put(&ours[..1], next as Rank, second_at + 16);
     });
     window.fence_epoch(|epoch| epoch.get(&mut got, next as Rank, at));
+    assert_eq!(got, [0, me as u64 + 1, me as u64 + 1, 0]);
+    // Every rank's fetch_and_ops on one counter in rank 0's attached memory, each value
+    // returned once, and max accumulates beside it.
+    let counts_mine = window.attach(&mut counts[..]);
+    let mut counts_at = counts_mine as u64;
+    world.process_at_rank(0).broadcast_into(&mut counts_at);
+    let mut fetched = [0u64; DYNAMIC_ROUNDS];
+    let sum = SystemOperation::sum();
+    let highest = [(me as u64 + 1) * 10];
+    window.lock_all(|epoch| {
+        for value in fetched.iter_mut() {
+            epoch.fetch_and_op(&1, value, 0, counts_at as usize, sum);
+        }
+        epoch.accumulate(&highest, 0, counts_at as usize + 8, SystemOperation::max());
+    });
+    let mut all = vec![0u64; DYNAMIC_ROUNDS * size];
+    world.all_gather_into(&fetched[..], &mut all[..]);
+    all.sort_unstable();
+    let each: Vec<u64> = (0..all.len() as u64).collect();
+    assert_eq!(
+        all, each,
+        "the dynamic window's counter lost or repeated a value"
+    );
     let after = counted();
     println!(
-        "rank {me} dynamic window: {} writes and {} reads by the device",
+        "rank {me} dynamic window: {} writes and {} reads by the device, {} atomics",
         after.puts - before.puts,
-        after.gets - before.gets
+        after.gets - before.gets,
+        after.atomics - before.atomics
     );
-    assert_eq!(got, [0, me as u64 + 1, me as u64 + 1, 0]);
     // An address past the attached block is refused, named (by the target, or by the origin
     // against the block it learned), and nothing is written.
     let refused = window.try_lock(next as Rank, LockKind::Shared, |epoch| {
@@ -1018,7 +1047,12 @@ fn dynamic(world: &SimpleCommunicator, universe: &mpirt::environment::Universe) 
     window.detach(mine[0] as usize).unwrap();
     window.detach(mine[2] as usize).unwrap();
     window.detach(late_at as usize).unwrap();
+    window.detach(counts_mine).unwrap();
     drop(window);
+    if me == 0 {
+        let wanted = [(DYNAMIC_ROUNDS * size) as u64, 10 * size as u64];
+        assert_eq!(counts, wanted, "rank 0's counter and maximum");
+    }
     let previous = (me + size as Rank - 1) % size as Rank;
     assert_eq!(block, [0, previous as u64 + 1, previous as u64 + 1, 0]);
     assert_eq!(second, [0, 0, previous as u64 + 1]);
@@ -1533,6 +1567,85 @@ fn typed_requests(world: &SimpleCommunicator) {
     world.barrier();
 }
 
+/// Two typed requests of rank 0 on rank 1, a get and a get_accumulate (every other element
+/// of rank 1's window, into every third element of an origin buffer), in flight together and
+/// waited for in the opposite order, each handing back what it fetched. Where windows go by
+/// messages neither is complete before rank 1 serves them, which it does not while it
+/// computes outside mpirt (here: sleeps); elsewhere whether they were is said.
+fn typed_requests_in_flight(world: &SimpleCommunicator) {
+    const LEN: usize = 16;
+    let me = world.rank();
+    let start = |i: usize| 1000 + i as i64;
+    let window = Window::<i64>::allocate(world, LEN);
+    window.with_local(|l| {
+        for (i, v) in l.iter_mut().enumerate() {
+            *v = start(i);
+        }
+    });
+    world.barrier();
+    let int = i64::equivalent_datatype();
+    let every_other = UserDatatype::vector(4, 1, 2, &int);
+    let target_type = TargetDatatype::new(&every_other, 1);
+    let every_third = UserDatatype::vector(4, 1, 3, &int);
+    let by_messages = env::var("MPIRT_WINDOW_PATH").is_ok_and(|p| p == "messages");
+    let ones = [1i64; 4];
+    let (mut got, mut old) = (vec![GUARD; 10], vec![GUARD; 10]);
+    // SAFETY: the vector type covers elements 0, 3, 6 and 9 of the 10; its blocks do not
+    // overlap.
+    let mut got_view = unsafe { MutView::with_count_and_datatype(&mut got[..], 1, &every_third) };
+    // SAFETY: as above.
+    let mut old_view = unsafe { MutView::with_count_and_datatype(&mut old[..], 1, &every_third) };
+    let sum = SystemOperation::sum();
+    window.fence_epoch(|epoch| match me {
+        0 => {
+            // Rank 1 computes once it said so; a moment more lets its send's call return.
+            let (_, _): (u8, _) = world.process_at_rank(1).receive();
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            // The get last: by the device, a fetching accumulate is done when issued.
+            let fetch =
+                epoch.rget_accumulate_typed(&ones[..], &mut old_view, 1, 8, &target_type, sum);
+            let get = epoch.rget_typed(&mut got_view, 1, 0, &target_type);
+            let in_flight = [!fetch.test().unwrap(), !get.test().unwrap()];
+            println!("rank 0's typed requests in flight: {in_flight:?}");
+            if by_messages {
+                assert_eq!(
+                    in_flight,
+                    [true, true],
+                    "a typed request completed while its target computed"
+                );
+            }
+            assert!(get.wait().is_some());
+            assert!(fetch.wait().is_some());
+        }
+        1 => {
+            world.process_at_rank(0).send(&1u8);
+            std::thread::sleep(std::time::Duration::from_millis(400));
+        }
+        _ => {}
+    });
+    if me == 0 {
+        let spread = |from: usize| -> Vec<i64> {
+            (0..10)
+                .map(|i| match i % 3 {
+                    0 => start(from + 2 * (i / 3)),
+                    _ => GUARD,
+                })
+                .collect()
+        };
+        assert_eq!(got, spread(0), "rank 0: the typed get in flight");
+        assert_eq!(old, spread(8), "rank 0: the typed get_accumulate in flight");
+    }
+    if me == 1 {
+        window.with_local(|l| {
+            for (i, &v) in l.iter().enumerate() {
+                let added = i64::from(i >= 8 && i % 2 == 0);
+                assert_eq!(v, start(i) + added, "rank 1's element {i}");
+            }
+        });
+    }
+    world.barrier();
+}
+
 /// Each misuse is refused with a named error, and nothing is written.
 fn errors(world: &SimpleCommunicator) {
     let size = world.size();
@@ -1856,9 +1969,9 @@ fn rdma_counted(out: &str) -> [u64; 3] {
     counted(out, " rdma: ")
 }
 
-/// The device's writes and reads of the kinds mode's dynamic window, summed over a job's
-/// ranks.
-fn dynamic_counted(out: &str) -> [u64; 2] {
+/// The device's writes, reads and atomics of the kinds mode's dynamic window, summed over a
+/// job's ranks.
+fn dynamic_counted(out: &str) -> [u64; 3] {
     counted(out, " dynamic window: ")
 }
 
@@ -1919,19 +2032,21 @@ fn windows_over_verbs() {
             );
         }
         let [writes, reads, device_atomics] = rdma_counted(&out);
-        // Where every window's elements are 8-byte numbers, accumulates go by the device;
+        let [dynamic_writes, dynamic_reads, dynamic_atomics] = dynamic_counted(&out);
+        // Where a fixed window's elements are 8-byte numbers, accumulates go by the device;
         // elsewhere (`kinds`: 4-byte and 1-byte windows) never, even for a fetch_and_op.
         assert!(
-            writes > 0 && reads > 0 && (device_atomics > 0) == atomics,
+            writes > 0 && reads > 0 && (device_atomics - dynamic_atomics > 0) == atomics,
             "{mode} on {n} ranks counted {writes} RDMA WRITEs, {reads} READs and \
-             {device_atomics} atomics:\n{out}"
+             {device_atomics} atomics ({dynamic_atomics} the dynamic window's):\n{out}"
         );
-        // A dynamic window's puts and gets go by the device too, once learned.
+        // A dynamic window's puts, gets and (of u64) accumulates go by the device too, once
+        // learned.
         if mode == "kinds" {
-            let [writes, reads] = dynamic_counted(&out);
             assert!(
-                writes > 0 && reads > 0,
-                "the dynamic window counted {writes} RDMA WRITEs and {reads} READs:\n{out}"
+                dynamic_writes > 0 && dynamic_reads > 0 && dynamic_atomics > 0,
+                "the dynamic window counted {dynamic_writes} RDMA WRITEs, {dynamic_reads} \
+                 READs and {dynamic_atomics} atomics:\n{out}"
             );
         }
     }
@@ -1970,8 +2085,9 @@ const RDMA_PATH: [(&str, &str); 1] = [("MPIRT_WINDOW_PATH", "rdma")];
 /// MPIRT_TEST_PML=ucx over UCX_TLS=sm,self and tcp): puts by `ucp_put_nbx`, gets by
 /// `ucp_get_nbx`, and on the model's and the atomics' 8-byte windows every accumulate and
 /// atomic by `ucp_atomic_op_nbx` (directly, or under the lock word taken with it), which
-/// the ranks' counters show; the model's programs and checks as on the other paths, and
-/// every rank's concurrent `fetch_and_op` on one counter returning each value once.
+/// the ranks' counters show; the model's and the typed programs and checks as on the other
+/// paths, and every rank's concurrent `fetch_and_op` on one counter returning each value
+/// once.
 #[test]
 fn windows_over_ucx() {
     if common::test_pml() != "ucx" {
@@ -1986,6 +2102,7 @@ fn windows_over_ucx() {
     // PML now, which they wake: `collective/shared.rs`).
     for (n, mode, expect, eight_bytes) in [
         (3, "model", "model ok", true),
+        (3, "typed", "typed ok", true),
         (3, "counter", "counter ok", true),
         (3, "atomics", "atomics ok", true),
         (2, "kinds", "kinds ok", false),
@@ -1993,16 +2110,19 @@ fn windows_over_ucx() {
         let (out, _) = ok_job_with(n, mode, &RDMA_PATH);
         assert!(out.contains(expect), "{mode} on {n} ranks: {out}");
         let [puts, gets, atomics] = rdma_counted(&out);
+        let [dynamic_puts, dynamic_gets, dynamic_atomics] = dynamic_counted(&out);
         assert!(
-            puts > 0 && gets > 0 && (atomics > 0) == eight_bytes,
-            "{mode} on {n} ranks counted {puts} UCX puts, {gets} gets and {atomics} atomics:\n{out}"
+            puts > 0 && gets > 0 && (atomics - dynamic_atomics > 0) == eight_bytes,
+            "{mode} on {n} ranks counted {puts} UCX puts, {gets} gets and {atomics} atomics \
+             ({dynamic_atomics} the dynamic window's):\n{out}"
         );
-        // A dynamic window's puts and gets go by UCX's RMA too, once learned.
+        // A dynamic window's puts, gets and (of u64) accumulates go by UCX's RMA too, once
+        // learned.
         if mode == "kinds" {
-            let [puts, gets] = dynamic_counted(&out);
             assert!(
-                puts > 0 && gets > 0,
-                "the dynamic window counted {puts} UCX puts and {gets} gets:\n{out}"
+                dynamic_puts > 0 && dynamic_gets > 0 && dynamic_atomics > 0,
+                "the dynamic window counted {dynamic_puts} UCX puts, {dynamic_gets} gets and \
+                 {dynamic_atomics} atomics:\n{out}"
             );
         }
     }
@@ -2026,9 +2146,11 @@ fn windows_over_ofi() {
     ];
     // The model's programs take every kind of operation and epoch (the atomics mode's
     // thousands of contended rounds, each an fi_atomic that the target's progress applies,
-    // outlast the job's limit on tcp;ofi_rxm).
+    // outlast the job's limit on tcp;ofi_rxm); the typed ones' puts and gets go a piece at a
+    // time between the origin's blocks in place and the target's, their requests in flight.
     for (n, mode, expect, eight_bytes) in [
         (3, "model", "model ok", true),
+        (3, "typed", "typed ok", true),
         (2, "kinds", "kinds ok", false),
     ] {
         let (out, err) = ok_job_with(n, mode, &envs);
@@ -2091,18 +2213,23 @@ fn windows_over_ofi() {
         // Where every window's elements are 8-byte numbers and the provider has the atomics,
         // accumulates go by fi_atomic; elsewhere (`kinds`: 4-byte and 1-byte windows, or a
         // provider without them) never, even for a fetch_and_op.
+        let [dynamic_writes, dynamic_reads, dynamic_atomics] = dynamic_counted(&out);
         assert!(
-            writes > 0 && reads > 0 && (atomics > 0) == (eight_bytes && with_atomics),
+            writes > 0
+                && reads > 0
+                && (atomics - dynamic_atomics > 0) == (eight_bytes && with_atomics),
             "{mode} on {n} ranks over {provider} counted {writes} fi_writes, {reads} fi_reads \
-             and {atomics} fi_atomics (provider atomics: {with_atomics}):\n{out}"
+             and {atomics} fi_atomics, {dynamic_atomics} the dynamic window's (provider \
+             atomics: {with_atomics}):\n{out}"
         );
-        // A dynamic window's puts and gets go by RMA too, once learned.
+        // A dynamic window's puts, gets and (of u64, where the provider has the atomics)
+        // accumulates go by RMA too, once learned.
         if mode == "kinds" {
-            let [writes, reads] = dynamic_counted(&out);
             assert!(
-                writes > 0 && reads > 0,
-                "the dynamic window over {provider} counted {writes} fi_writes and {reads} \
-                 fi_reads:\n{out}"
+                dynamic_writes > 0 && dynamic_reads > 0 && (dynamic_atomics > 0) == with_atomics,
+                "the dynamic window over {provider} counted {dynamic_writes} fi_writes, \
+                 {dynamic_reads} fi_reads and {dynamic_atomics} fi_atomics (provider atomics: \
+                 {with_atomics}):\n{out}"
             );
         }
         println!(

@@ -20,6 +20,7 @@ use std::cell::{Cell, RefCell, RefMut};
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::rc::{Rc, Weak};
+use std::sync::Arc;
 
 use pml::{Handle, Pml, SendMode, SourceSel, TagSel};
 
@@ -28,13 +29,63 @@ use super::target::{Reply, Target};
 use super::wire::{decode_reply, Answer, Request, REPLY, REQUEST};
 use crate::backend::hooks::{self, HookId};
 use crate::communicator::CommData;
+use crate::datatype::layout::Layout;
+use crate::datatype::Datatype;
 use crate::environment::{self, with_engine_or_lent};
 use crate::error::Cause;
 
+/// Where a reply's data goes: an origin buffer lent to the epoch.
+pub(super) enum Destination {
+    /// `len` bytes at the pointer, as they came (a contiguous buffer).
+    Bytes(*mut u8, usize),
+    /// `count` elements of `layout` at `base`, unpacked from the reply once its values are
+    /// valid for `datatype` (a typed get's or get_accumulate's buffer, of any layout): the
+    /// data lands where it arrives, so that the request need not be waited for to unpack it.
+    Unpacked {
+        base: *mut u8,
+        count: usize,
+        datatype: Datatype,
+        layout: Arc<Layout>,
+    },
+}
+
+impl Destination {
+    /// Puts a reply's `payload` where it goes, or says why it may not.
+    ///
+    /// # Safety
+    /// As for [`Core::request`]'s destination: valid for writes of its bytes (its elements'
+    /// span), and accessed by nothing else.
+    unsafe fn fill(&self, payload: &[u8]) -> Result<(), &'static str> {
+        match *self {
+            Destination::Bytes(ptr, len) if len == payload.len() => {
+                // SAFETY: the function's contract.
+                unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), ptr, len) };
+                Ok(())
+            }
+            Destination::Unpacked {
+                base,
+                count,
+                datatype,
+                ref layout,
+            } if count.checked_mul(layout.size) == Some(payload.len()) => {
+                if !datatype.is_valid(payload) {
+                    return Err("a reply holding invalid values for the origin's datatype");
+                }
+                // SAFETY: the function's contract makes `base` valid for writes of the span
+                // of `count` elements, apart from `payload` (the reply's own bytes), which
+                // is their packed size with valid values.
+                unsafe { layout.unpack(count, base, payload) };
+                Ok(())
+            }
+            _ => Err("a reply of the wrong length"),
+        }
+    }
+}
+
 /// A reply an origin waits for.
 struct Awaited {
-    /// Where its data goes (a get's origin buffer, lent to the epoch), and how many bytes.
-    into: Option<(*mut u8, usize)>,
+    /// Where its data goes (a get's origin buffer, lent to the epoch).
+    into: Option<Destination>,
     /// Whether its data, of any length, is kept here for `take_kept` (an answer about a
     /// dynamic window's attached memory), and the data once it came.
     keeps: bool,
@@ -117,14 +168,15 @@ impl Core {
     /// goes. Returns the id to wait for (0 when none).
     ///
     /// # Safety
-    /// `into`, where given, must stay valid for writes of its length, and be accessed by
-    /// nothing else, until the reply came (`done` said so) or the window is gone.
+    /// The destination, where given, must stay valid for writes of its bytes (an
+    /// `Unpacked` one: of its elements' span), and be accessed by nothing else, until the
+    /// reply came (`done` said so), `abandon`, or the window is gone.
     pub unsafe fn request(
         &mut self,
         target: u32,
         mut request: Request,
         payload: &[&[u8]],
-        reply: Option<Option<(*mut u8, usize)>>,
+        reply: Option<Option<Destination>>,
     ) -> Result<u64, Cause> {
         request.id = match reply {
             Some(into) => self.await_reply(target, into),
@@ -327,15 +379,13 @@ impl Core {
             self.late_fault.get_or_insert(refused(payload));
             return;
         };
-        awaited.outcome = Some(match (answer, awaited.into) {
+        awaited.outcome = Some(match (answer, awaited.into.as_ref()) {
             (Answer::Fault, _) => Err(refused(payload)),
-            (Answer::Data, Some((ptr, len))) if len == payload.len() => {
-                // SAFETY: `request`'s contract keeps `ptr` valid for writes of `len` bytes,
-                // and untouched by anything else, until this reply came.
-                unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), ptr, len) };
-                Ok(())
+            // SAFETY: `request`'s contract keeps the destination valid for writes, and
+            // untouched by anything else, until this reply came.
+            (Answer::Data, Some(into)) => {
+                unsafe { into.fill(payload) }.map_err(|why| refused(why.as_bytes()))
             }
-            (Answer::Data, Some(_)) => Err(refused(b"a reply of the wrong length")),
             (Answer::Data, None) if awaited.keeps => {
                 awaited.kept = payload.to_vec();
                 Ok(())

@@ -28,6 +28,9 @@
 //! - by the device, where its elements are 8-byte numbers (`i64`, `u64`, `f64`), every rank
 //!   reaches every rank with device atomics (its own window through a loopback queue pair),
 //!   every window is 8-byte aligned and every rank exposed its accumulate lock word (below);
+//!   a dynamic window agrees the same at creation, its elements 8-byte aligned wherever they
+//!   are attached, and reaches each block it learned by the device, a block that could not
+//!   be registered by messages (each location's accumulates one way, fixed at `attach`);
 //! - else by active messages (`messaging.rs`), which the target applies, as on TCP.
 //!
 //! On the device, each accumulate, `get_accumulate`, `fetch_and_op` and `compare_and_swap`
@@ -274,6 +277,19 @@ impl Rdma {
         element: Option<u8>,
         what: &str,
     ) -> Result<Option<Rdma>, Error> {
+        Rdma::open_with(comm, data, (base, bytes), element, what, None)
+    }
+
+    /// `open`, for a dynamic window too (`attached`: its memory, none yet), which is kept
+    /// though no rank exposes fixed memory.
+    fn open_with(
+        comm: &impl Communicator,
+        data: &CommData,
+        (base, bytes): (*mut u8, usize),
+        element: Option<u8>,
+        what: &str,
+        attached: Option<Attached>,
+    ) -> Result<Option<Rdma>, Error> {
         let size = comm.size() as u32;
         let world: Vec<u32> = (0..size).map(|r| data.world_rank(r)).collect();
         // A rank whose window cannot be registered (the locked-memory limit, `ulimit -l`)
@@ -398,7 +414,7 @@ impl Rdma {
                 }
             };
         }
-        if targets.iter().all(Option::is_none) && exposure.is_none() {
+        if attached.is_none() && targets.iter().all(Option::is_none) && exposure.is_none() {
             Rdma::forget(&locks);
             Rdma::release(lock_exposure);
             return Ok(None);
@@ -415,16 +431,23 @@ impl Rdma {
             atomics,
             exposure,
             pending: RefCell::new(vec![0; size as usize]),
-            attached: None,
+            attached,
         }))
     }
 
     /// The RDMA state of a dynamic window over `data`'s ranks, where the one-sided transport
-    /// reaches one (the ranks agreed on the RDMA path at creation); no memory yet, and no
-    /// device atomics: a dynamic window's accumulates go by messages (its blocks come and go
-    /// rank by rank, so the ranks cannot agree on device atomics at creation).
-    pub fn dynamic(data: &CommData) -> Option<Rdma> {
-        let size = data.size as usize;
+    /// reaches one (the ranks agreed on the RDMA path at creation); no memory yet.
+    /// Collective. Its accumulates go by the device where a fixed window's would, agreed as
+    /// `open` agrees (here over no bytes): `element` is the window's element code where its
+    /// elements are 8-byte aligned wherever they lie (every block attached later holds
+    /// them). A block that cannot be registered is reached by messages, its accumulates
+    /// too: each location's accumulates still go one way, fixed when its block is attached.
+    pub fn dynamic(
+        comm: &impl Communicator,
+        data: &CommData,
+        element: Option<u8>,
+        what: &str,
+    ) -> Result<Option<Rdma>, Error> {
         let world: Vec<u32> = (0..data.size).map(|r| data.world_rank(r)).collect();
         let reached: Vec<bool> = with_engine_or_lent(|e| {
             let engine = e.one_sided();
@@ -433,29 +456,23 @@ impl Rdma {
                 .map(|&w| engine.rma_reach(w).is_some())
                 .collect())
         })
-        .ok()?;
-        if !reached.contains(&true) {
-            return None;
+        .unwrap_or_default();
+        let anyone = reached.contains(&true);
+        let attached = Attached {
+            reached,
+            known: RefCell::new(vec![Vec::new(); world.len()]),
+            exposed: RefCell::new(Vec::new()),
+        };
+        let memory = (std::ptr::null_mut(), 0);
+        match Rdma::open_with(comm, data, memory, element, what, Some(attached))? {
+            // This rank reaches no rank, so not every one: the window's accumulates go by
+            // messages on every rank, and no rank uses this rank's lock word.
+            Some(mut rdma) if !anyone => {
+                rdma.close();
+                Ok(None)
+            }
+            rdma => Ok(rdma),
         }
-        let me = data.world_rank(data.rank);
-        Some(Rdma {
-            targets: vec![None; size],
-            locks: vec![None; size],
-            _lock_word: Box::new(AtomicU64::new(0)),
-            lock_exposure: None,
-            locks_taken: Cell::new(0),
-            draws: Cell::new(first_draw(me)),
-            me,
-            world,
-            atomics: false,
-            exposure: None,
-            pending: RefCell::new(vec![0; size]),
-            attached: Some(Attached {
-                reached,
-                known: RefCell::new(vec![Vec::new(); size]),
-                exposed: RefCell::new(Vec::new()),
-            }),
-        })
     }
 
     /// Exposes `bytes` at `base`, attached to this rank's dynamic window, to the one-sided
@@ -639,27 +656,29 @@ impl Rdma {
     /// `op`'s local memory must stay valid and untouched until the operation completed
     /// (`complete`, or `wait` on the ticket).
     unsafe fn post(&self, target: u32, op: RmaOp, offset: u64) -> Result<u64, Cause> {
-        let remote = match self.targets[target as usize] {
-            Some(key) => RemoteKey {
-                addr: key.addr + offset,
-                key: key.key,
-            },
-            // A dynamic window's offsets are addresses, inside a block learned with a key
-            // (`Window::attached_rdma` checked).
-            None => match self.known(target, offset, op.bytes() as u64) {
-                Some((_, Some(key))) => RemoteKey { addr: offset, key },
-                _ => {
-                    return Err(Cause::Window(WindowFault::Unsupported(format!(
-                        "no block of rank {}'s dynamic window known here holds the {} byte(s) \
-                         at address {offset:#x}",
-                        self.named(target),
-                        op.bytes()
-                    ))))
-                }
-            },
-        };
+        let remote = self.remote(target, offset, op.bytes())?;
         // SAFETY: forwarded from this function's contract.
         unsafe { self.post_at(target, op, remote) }
+    }
+
+    /// Where the `bytes` at `offset` in `target`'s window lie for the device.
+    fn remote(&self, target: u32, offset: u64, bytes: usize) -> Result<RemoteKey, Cause> {
+        match self.targets[target as usize] {
+            Some(key) => Ok(RemoteKey {
+                addr: key.addr + offset,
+                key: key.key,
+            }),
+            // A dynamic window's offsets are addresses, inside a block learned with a key
+            // (`Window::attached_rdma` checked).
+            None => match self.known(target, offset, bytes as u64) {
+                Some((_, Some(key))) => Ok(RemoteKey { addr: offset, key }),
+                _ => Err(Cause::Window(WindowFault::Unsupported(format!(
+                    "no block of rank {}'s dynamic window known here holds the {bytes} byte(s) \
+                     at address {offset:#x}",
+                    self.named(target),
+                )))),
+            },
+        }
     }
 
     /// Posts `op` at `remote` (in `target`'s window or its lock word); returns its ticket.
@@ -678,9 +697,20 @@ impl Rdma {
     }
 
     /// Waits until the operations to `target` up to `ticket` completed.
-    fn wait(&self, target: u32, ticket: u64) -> Result<(), Cause> {
+    pub fn wait(&self, target: u32, ticket: u64) -> Result<(), Cause> {
         let peer = self.world[target as usize];
         environment::wait_until_or_lent(pml::stall::Awaited::State, |e| {
+            e.one_sided().rma_done(peer, ticket)
+        })
+        .map_err(|c| in_communicator(c, target, peer))
+    }
+
+    /// Whether the operations to `target` up to `ticket` completed, after moving the PML
+    /// once (a request's `test`).
+    pub fn done(&self, target: u32, ticket: u64) -> Result<bool, Cause> {
+        let peer = self.world[target as usize];
+        with_engine_or_lent(|e| {
+            e.progress()?;
             e.one_sided().rma_done(peer, ticket)
         })
         .map_err(|c| in_communicator(c, target, peer))
@@ -709,44 +739,47 @@ impl Rdma {
         self.complete(&all)
     }
 
-    /// `bytes` into `target`'s window at `offset`, by RDMA WRITE.
+    /// `bytes` into `target`'s window at `offset`, by RDMA WRITE; its ticket (0: nothing to
+    /// write).
     ///
     /// # Safety
-    /// `bytes` must stay unchanged until the put completed (`complete`).
-    pub unsafe fn put(&self, target: u32, offset: u64, bytes: &[u8]) -> Result<(), Cause> {
+    /// `bytes` must stay unchanged until the put completed (`complete`, or `wait` on the
+    /// ticket).
+    pub unsafe fn put(&self, target: u32, offset: u64, bytes: &[u8]) -> Result<u64, Cause> {
         if bytes.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let op = RmaOp::Write {
             local: bytes.as_ptr(),
             len: bytes.len(),
         };
         // SAFETY: forwarded from this function's contract.
-        unsafe { self.post(target, op, offset) }.map(drop)
+        unsafe { self.post(target, op, offset) }
     }
 
-    /// `target`'s window at `offset` into `into`, by RDMA READ; `wait` waits for the data.
+    /// `target`'s window at `offset` into `into`, by RDMA READ; its ticket (0: nothing to
+    /// read).
     ///
     /// # Safety
     /// `into` must stay valid for writes, and untouched, until the get completed
-    /// (`complete`), unless `wait`.
-    pub unsafe fn get(
-        &self,
-        target: u32,
-        offset: u64,
-        into: &mut [u8],
-        wait: bool,
-    ) -> Result<(), Cause> {
+    /// (`complete`, or `wait` on the ticket).
+    pub unsafe fn get(&self, target: u32, offset: u64, into: &mut [u8]) -> Result<u64, Cause> {
         if into.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let op = RmaOp::Read {
             local: into.as_mut_ptr(),
             len: into.len(),
         };
         // SAFETY: forwarded from this function's contract.
-        let ticket = unsafe { self.post(target, op, offset) }?;
-        if wait {
+        unsafe { self.post(target, op, offset) }
+    }
+
+    /// `target`'s window at `offset` into `into`, by RDMA READ, waited for.
+    fn read(&self, target: u32, offset: u64, into: &mut [u8]) -> Result<(), Cause> {
+        // SAFETY: `into` is borrowed by this call, which waits for the read.
+        let ticket = unsafe { self.get(target, offset, into) }?;
+        if ticket != 0 {
             self.wait(target, ticket)?;
         }
         Ok(())
@@ -754,11 +787,7 @@ impl Rdma {
 
     /// One device atomic on the 8 bytes at `offset` in `target`'s window; the old value.
     fn atomic(&self, target: u32, offset: u64, op: RmaOp) -> Result<u64, Cause> {
-        let key = self.targets[target as usize].expect("reached (checked by the caller)");
-        let remote = RemoteKey {
-            addr: key.addr + offset,
-            key: key.key,
-        };
+        let remote = self.remote(target, offset, 8)?;
         self.atomic_at(target, remote, op)
     }
 
@@ -811,8 +840,7 @@ impl Rdma {
             // write each back, undoing a locked accumulate's RDMA WRITE that landed in
             // between (see `lock_and_read`).
             return match old {
-                // SAFETY: `old` is the caller's, and the read is waited for here.
-                Some(old) => unsafe { self.get(target, offset, old, true) },
+                Some(old) => self.read(target, offset, old),
                 None => Ok(()),
             };
         }
@@ -833,8 +861,7 @@ impl Rdma {
             }
         ];
         if !guesses.is_empty() {
-            // SAFETY: `guesses` is this function's, waited for here.
-            unsafe { self.get(target, offset, &mut guesses, true) }?;
+            self.read(target, offset, &mut guesses)?;
         }
         for (i, value) in incoming.chunks_exact(8).enumerate() {
             let at = offset + 8 * i as u64;
@@ -951,8 +978,7 @@ impl Rdma {
             (_, Err(e)) => return Err(e),
             (held_by, Ok(_)) => {
                 self.take_lock(target, word, mine, held_by, asked.elapsed())?;
-                // SAFETY: `range` is the caller's, and the read is waited for here.
-                unsafe { self.get(target, offset, range, true) }
+                self.read(target, offset, range)
             }
         };
         match held {
