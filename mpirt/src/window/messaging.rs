@@ -202,7 +202,7 @@ impl Core {
 
     /// A new id whose reply from `target` is awaited, its data going `into` (see
     /// `request`).
-    fn await_reply(&mut self, target: u32, into: Option<(*mut u8, usize)>) -> u64 {
+    fn await_reply(&mut self, target: u32, into: Option<Destination>) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         self.awaited.insert(
