@@ -11,7 +11,7 @@
 #[cfg(not(all(test, model_check)))]
 pub(crate) use std::{
     hint::spin_loop,
-    sync::atomic::{AtomicUsize, Ordering},
+    sync::atomic::{AtomicBool, AtomicUsize, Ordering},
     sync::{Condvar, Mutex, MutexGuard},
     thread_local,
 };
@@ -19,7 +19,7 @@ pub(crate) use std::{
 #[cfg(all(test, model_check))]
 pub(crate) use shuttle::{
     hint::spin_loop,
-    sync::atomic::{AtomicUsize, Ordering},
+    sync::atomic::{AtomicBool, AtomicUsize, Ordering},
     sync::{Condvar, Mutex, MutexGuard},
     thread_local,
 };
