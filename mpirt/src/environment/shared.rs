@@ -65,16 +65,16 @@ static WAKE_UPS: AtomicUsize = AtomicUsize::new(0);
 /// Whether a thread sleeps apart from the engine (`pml::nap`), where a peer's message wakes
 /// it as it wakes a rank alone: `NAP_NONE`, `NAP_ASLEEP` (a hold that moved something wakes
 /// it, `Engine::wake_nap`) or `NAP_WOKEN` (woken, on its way back to the lock: no second
-/// wake-up). One such thread at a time; the others pause on `MOVED`, and its rounds, as any
-/// thread's, wake them. Under the lock only, as `UNWOKEN`.
+/// wake-up). Only the thread that progresses (`PROGRESSOR`) sleeps so; the others pause on
+/// `MOVED`, and its rounds, as any thread's, wake them. Under the lock only, as `UNWOKEN`.
 static NAPPER: AtomicUsize = AtomicUsize::new(NAP_NONE);
+const NAP_NONE: usize = 0;
+const NAP_ASLEEP: usize = 1;
+const NAP_WOKEN: usize = 2;
 /// Whether a waiting thread of the rank progresses for the others (`block_until`'s
 /// `Progressing`): one at a time, so that a rank's waits spin on one CPU at most; the others
 /// pause on `MOVED`. Under the lock only, as `UNWOKEN`.
 static PROGRESSOR: AtomicBool = AtomicBool::new(false);
-const NAP_NONE: usize = 0;
-const NAP_ASLEEP: usize = 1;
-const NAP_WOKEN: usize = 2;
 
 /// How often a waiting thread took the place of the one that progresses (`Progressing`), and
 /// how often one paused on `MOVED`, and of those pauses how many a waker ended (the rest ran
