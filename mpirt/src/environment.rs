@@ -466,6 +466,12 @@ where
     here(owned.engine()?).map_err(Cause::from)
 }
 
+/// The counts of the shared engine's waits (`threads::Threads::waits`): progressing
+/// threads, pauses, pauses a waker ended.
+pub(crate) fn thread_waits() -> (u64, u64, u64) {
+    shared::waits()
+}
+
 /// Waits for `handle` to finish (the PML's `wait`).
 #[inline]
 pub(crate) fn wait(handle: Handle) -> Result<Done, Cause> {

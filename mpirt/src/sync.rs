@@ -1,6 +1,7 @@
 //! The synchronization primitives of the engine that threads share (`environment/shared.rs`:
-//! its lock, the condition variable that pausing threads wait on, the count of them, which
-//! thread holds the lock and its call's hold, the hint of a spinning wait) and the mark of the
+//! its lock, the condition variable that pausing threads wait on, the count of them, whether
+//! a waiting thread progresses for the others, which thread holds the lock and its call's
+//! hold, the hint of a spinning wait) and the mark of the
 //! thread that owns the engine at `Single` and `Funneled` (`environment/place.rs`, which every
 //! call reads on its way in): std's, or, in the library's own tests built with
 //! `--cfg model_check`, the `shuttle` crate's (a dev-dependency), whose scheduler then runs the threads of the
@@ -11,7 +12,7 @@
 #[cfg(not(all(test, model_check)))]
 pub(crate) use std::{
     hint::spin_loop,
-    sync::atomic::{AtomicUsize, Ordering},
+    sync::atomic::{AtomicBool, AtomicUsize, Ordering},
     sync::{Condvar, Mutex, MutexGuard},
     thread_local,
 };
@@ -19,7 +20,7 @@ pub(crate) use std::{
 #[cfg(all(test, model_check))]
 pub(crate) use shuttle::{
     hint::spin_loop,
-    sync::atomic::{AtomicUsize, Ordering},
+    sync::atomic::{AtomicBool, AtomicUsize, Ordering},
     sync::{Condvar, Mutex, MutexGuard},
     thread_local,
 };

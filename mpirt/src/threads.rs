@@ -111,6 +111,32 @@ impl Threads {
     pub(crate) fn provided() -> Option<Threads> {
         (threading_support() >= Threading::Serialized).then_some(Threads { _private: () })
     }
+
+    /// How this rank's threads waited in blocking calls so far (beside
+    /// [`Universe::counters`](crate::Universe::counters)' `naps` and `nap_wakes`, the sleeps
+    /// apart from the engine of the thread that progresses).
+    pub fn waits(self) -> Waits {
+        let (progressors, pauses, pauses_woken) = crate::environment::thread_waits();
+        Waits {
+            progressors,
+            pauses,
+            pauses_woken,
+        }
+    }
+}
+
+/// Counts of a rank's blocking calls' waits at `Serialized` and `Multiple`
+/// ([`Threads::waits`]): one waiting thread at a time progresses for the rank (spins, then
+/// sleeps apart from the engine until a peer wakes it); the others pause until a round moves
+/// something or that thread leaves and one of them takes its place.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Waits {
+    /// Times a waiting thread took the place of the one that progresses.
+    pub progressors: u64,
+    /// Pauses of the other waiting threads.
+    pub pauses: u64,
+    /// Of those, the pauses another thread ended (the rest ran out, at most 1 ms each).
+    pub pauses_woken: u64,
 }
 
 /// A communicator that threads use at once for point-to-point messages: `Send`, `Sync` and

@@ -193,14 +193,28 @@ fn multi_bandwidth_format() {
     }
 }
 
-/// osu_latency_mt's thread counts, then osu_latency's layout; the multi-threaded message
-/// rate's header (threads for pairs) and osu_mbw_mr's rows.
+/// osu_latency_mt's thread counts, then osu_latency's layout, and each rank's counts of its
+/// threads' waits; the multi-threaded message rate's header (threads for pairs) and
+/// osu_mbw_mr's rows.
 #[cfg(feature = "threads")]
 #[test]
 fn multi_threaded_formats() {
     let args = ["-t", "2:3", "-m", "1:64", "-i", "100", "-x", "10"];
     let text = successful_output(2, "osu_latency_mt", &args);
-    let lines: Vec<&str> = text.lines().collect();
+    // Comment lines, one a rank as it ends: rank 1's may come before rank 0's last row.
+    let (counts, lines): (Vec<&str>, Vec<&str>) =
+        text.lines().partition(|line| line.starts_with("# rank "));
+    for rank in 0..2 {
+        let prefix = format!("# rank {rank}: ");
+        assert_eq!(
+            counts
+                .iter()
+                .filter(|line| line.starts_with(&prefix))
+                .count(),
+            1,
+            "rank {rank}'s counts of its waits, once: {text}"
+        );
+    }
     assert_eq!(
         lines[..6],
         [

@@ -9,23 +9,26 @@
 //! A non-blocking call holds the lock for the call. A blocking one holds it for one look at
 //! its condition (a look that moves nothing) and one round of progress at a time, and lets go
 //! between rounds, so a thread that waits never keeps another from posting what it waits
-//! for, and the threads that wait make progress for each other. A thread that spun its budget
-//! out with nothing moving sleeps as a rank alone does, woken by a peer's message (the
+//! for, and the threads that wait make progress for each other. One waiting thread of a rank
+//! at a time progresses (`PROGRESSOR`): it spins, and once it spun its budget out with
+//! nothing moving it sleeps as a rank alone does, woken by a peer's message (the
 //! shared-memory futex word, or a wake fd with the engine's eventfd beside it: `pml::nap`),
-//! but without the lock, so that its rank's other threads go on; one thread of a rank sleeps
-//! so at a time, since the transports keep one sleeper's state. The others pause on a
-//! condition variable. Either kind of sleeper wakes on another thread's round that moved
-//! something, or on the first non-blocking call after it went to sleep that may have moved
-//! what it waits for (the engine tells, `Engine::moved_since`: a send the transport took at
-//! once, or a receive posted without a match, moved nothing another thread waits for, and
-//! wakes no one), and a waiter that leaves while others pause and none sleeps apart wakes
-//! them, so that one takes its place. Open MPI's waits under
-//! `MPI_THREAD_MULTIPLE` are alike (one thread progresses, the others block until their
-//! request completes or the progressing one leaves), but its progressing thread polls
-//! instead of sleeping. Sends keep their order per sending thread: each takes its sequence
-//! number under the lock, in the order its thread posts them.
+//! but without the lock, so that its rank's other threads go on (one thread of a rank sleeps
+//! so at a time, since the transports keep one sleeper's state). The others pause on a
+//! condition variable as soon as a round of theirs moves nothing, so that a rank's waits
+//! spin on one CPU, not one each. Either kind of sleeper wakes on another thread's round that
+//! moved something, or on the first non-blocking call after it went to sleep that may have
+//! moved what it waits for (the engine tells, `Engine::moved_since`: a send the transport
+//! took at once, or a receive posted without a match, moved nothing another thread waits for,
+//! and wakes no one), and the progressing thread that leaves wakes the paused ones, one of
+//! which takes its place. Open MPI's waits under `MPI_THREAD_MULTIPLE` are alike (one thread
+//! progresses, the others block until their request completes or the progressing one passes
+//! its place on), but its progressing thread polls instead of sleeping. Sends keep their
+//! order per sending thread: each takes its sequence number under the lock, in the order its
+//! thread posts them.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering as StdOrdering};
 use std::sync::{OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -38,7 +41,8 @@ use super::place;
 use crate::backend::AnyPml;
 use crate::error::Cause;
 use crate::sync::{
-    sleep_apart, spin_loop, thread_local, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering,
+    sleep_apart, spin_loop, thread_local, AtomicBool, AtomicUsize, Condvar, Mutex, MutexGuard,
+    Ordering,
 };
 
 /// The lock whose holder may reach the engine (`place`), made by `install`.
@@ -61,12 +65,24 @@ static WAKE_UPS: AtomicUsize = AtomicUsize::new(0);
 /// Whether a thread sleeps apart from the engine (`pml::nap`), where a peer's message wakes
 /// it as it wakes a rank alone: `NAP_NONE`, `NAP_ASLEEP` (a hold that moved something wakes
 /// it, `Engine::wake_nap`) or `NAP_WOKEN` (woken, on its way back to the lock: no second
-/// wake-up). One such thread at a time; the others pause on `MOVED`, and its rounds, as any
-/// thread's, wake them. Under the lock only, as `UNWOKEN`.
+/// wake-up). Only the thread that progresses (`PROGRESSOR`) sleeps so; the others pause on
+/// `MOVED`, and its rounds, as any thread's, wake them. Under the lock only, as `UNWOKEN`.
 static NAPPER: AtomicUsize = AtomicUsize::new(NAP_NONE);
 const NAP_NONE: usize = 0;
 const NAP_ASLEEP: usize = 1;
 const NAP_WOKEN: usize = 2;
+/// Whether a waiting thread of the rank progresses for the others (`block_until`'s
+/// `Progressing`): one at a time, so that a rank's waits spin on one CPU at most; the others
+/// pause on `MOVED`. Under the lock only, as `UNWOKEN`.
+static PROGRESSOR: AtomicBool = AtomicBool::new(false);
+
+/// How often a waiting thread took the place of the one that progresses (`Progressing`), and
+/// how often one paused on `MOVED`, and of those pauses how many a waker ended (the rest ran
+/// out or woke spuriously): counts for `threads::Threads::waits`, with std's atomics (not
+/// the model's), since nothing synchronizes on them.
+static PROGRESSORS: AtomicU64 = AtomicU64::new(0);
+static PAUSES: AtomicU64 = AtomicU64::new(0);
+static PAUSES_WOKEN: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// The hold of a non-blocking call made through `place::Entry` (`hold_for_call`), until
@@ -103,8 +119,8 @@ enum Wakes {
     /// A blocking call's look, which moves nothing, or its idle round: a spinning thread's
     /// every round would otherwise end every other's pause.
     No,
-    /// A blocking call's round that moved something, or a waiter that leaves while others
-    /// pause and none sleeps apart (one of them takes its place).
+    /// A blocking call's round that moved something, or the waiter that progresses leaving
+    /// while others pause (one of them takes its place).
     Yes,
     /// A non-blocking call's hold (or a blocking receive's start), which may have moved
     /// anything: where the engine says it moved something since this mark, taken as the hold
@@ -155,8 +171,11 @@ impl Held {
             let (guard, _) = MOVED
                 .wait_timeout(guard, pause)
                 .unwrap_or_else(PoisonError::into_inner);
+            PAUSES.fetch_add(1, StdOrdering::Relaxed);
             if WAKE_UPS.load(Ordering::Relaxed) == wake_ups {
                 UNWOKEN.fetch_sub(1, Ordering::Relaxed);
+            } else {
+                PAUSES_WOKEN.fetch_add(1, StdOrdering::Relaxed);
             }
             drop(guard);
         }
@@ -275,11 +294,20 @@ pub(super) fn let_go_after_call() {
 }
 
 /// Progresses until `ready`, a look that makes no progress, gives a value, holding the lock
-/// for one look and one round of progress at a time: spins while the engine's budget lasts,
-/// then, between rounds and without the lock, one waiting thread sleeps apart from the engine
-/// (`Held::nap`, woken by a peer or another thread's hold, at most `LONGEST_PAUSE`) and the
-/// others pause on `MOVED` until another thread's round moves something (where no peer can
-/// wake a sleep apart, every waiter pauses, each pause twice the last up to `LONGEST_PAUSE`).
+/// for one look and one round of progress at a time. One waiting thread of the rank
+/// progresses (`PROGRESSOR`): it spins while the engine's budget lasts, then, between rounds
+/// and without the lock, sleeps apart from the engine (`Held::nap`, woken by a peer or another
+/// thread's hold, at most `LONGEST_PAUSE`; where no peer can wake a sleep apart, it pauses,
+/// each pause twice the last up to `LONGEST_PAUSE`). The rank's other waiting threads pause on
+/// `MOVED` after their first idle round (which steps their thread's progress hooks), without
+/// spinning, until a round moves something (what it moved may be theirs) or the progressing
+/// thread leaves, handing its place on (`Progressing`'s end wakes them, and the first whose
+/// round then moves nothing takes the place): a rank's waits never spin on more CPUs than the
+/// one a rank has (`osu_latency_mt -t 1:2` ran three spinning threads on two CPUs, and a run
+/// whose thread was descheduled read 14-75 us a message).
+/// Open MPI's waits are alike (`ompi_sync_wait_mt`: one thread progresses, the others wait
+/// on their own condition until their request completes or the progressing one passes its
+/// place on), its progressing thread polling where this one sleeps apart once its spin ends.
 /// Out of line, as every way into the shared engine: the thread-local path's callers inline
 /// nothing of it.
 #[cold]
@@ -291,6 +319,9 @@ pub(super) fn block_until<R>(
     let mut idle_since: Option<Instant> = None;
     let mut pausing = false;
     let mut pause = FIRST_PAUSE;
+    // Dropped after each iteration's hold (declared before it): a wait that fails hands its
+    // place on as it leaves.
+    let mut progressing: Option<Progressing> = None;
     loop {
         let look_at_clock = idle_rounds > 0 && idle_rounds.is_multiple_of(ROUNDS_BEFORE_CLOCK);
         let idle = look_at_clock.then(|| idle_since.get_or_insert_with(Instant::now).elapsed());
@@ -304,32 +335,40 @@ pub(super) fn block_until<R>(
         // (another thread's request that a message for it completed) would be lost to the
         // threads paused on it, where the round below says.
         if let Some(value) = ready(engine)? {
-            // Threads paused on `MOVED` with none sleeping apart from the engine (this one
-            // was, or it returns before it slept): they are woken, so that one of them sleeps
-            // there, where a peer's message wakes it, rather than waiting out its pause.
-            if NAPPER.load(Ordering::Relaxed) == NAP_NONE && UNWOKEN.load(Ordering::Relaxed) > 0 {
-                held.wakes = Wakes::Yes;
-            }
-            return Ok(value);
+            return Ok(leave(value, progressing, &mut held));
         }
         if engine.progress()? {
-            // Wakes the paused threads as the hold lets go, at the end of this iteration.
+            // Looks again in this hold: a round that took this thread's message returns at
+            // once, rather than letting go (and waking the paused threads, a system call)
+            // before its next look.
+            let again = ready(engine);
+            // Wakes the paused threads as the hold lets go, whatever the look found.
             held.wakes = Wakes::Yes;
+            if let Some(value) = again? {
+                return Ok(leave(value, progressing, &mut held));
+            }
             idle_rounds = 0;
             idle_since = None;
             pausing = false;
             pause = FIRST_PAUSE;
             continue;
         }
-        idle_rounds = idle_rounds.wrapping_add(1);
-        pausing |= idle.is_some_and(|idle| idle >= engine.spin_budget());
-        if pausing {
-            // One thread sleeps apart from the engine, woken by a peer's message; the others
-            // pause on `MOVED` until its round (or any thread's) moves something.
-            if NAPPER.load(Ordering::Relaxed) != NAP_NONE {
+        // An idle round, which stepped this thread's progress hooks too (its immediate
+        // collectives, which only its own rounds step): a thread that waits beside the one
+        // that progresses pauses now, until a round moves something or that thread leaves
+        // (at most `LONGEST_PAUSE`, a bound should a wake-up be lost).
+        if progressing.is_none() {
+            if PROGRESSOR.load(Ordering::Relaxed) {
                 held.pause(LONGEST_PAUSE);
                 continue;
             }
+            progressing = Some(Progressing::take());
+        }
+        idle_rounds = idle_rounds.wrapping_add(1);
+        pausing |= idle.is_some_and(|idle| idle >= engine.spin_budget());
+        if pausing {
+            // This thread sleeps apart from the engine, woken by a peer's message; the others
+            // pause on `MOVED` until a round moves something.
             match engine.begin_nap()? {
                 NapStart::Sleep(nap) => held.nap(nap),
                 // Something came: the next round takes it.
@@ -347,6 +386,59 @@ pub(super) fn block_until<R>(
             spin_loop();
         }
     }
+}
+
+/// A wait's end, in the hold that found its condition met: the thread that progressed hands
+/// its place on.
+fn leave<R>(value: R, progressing: Option<Progressing>, held: &mut Held) -> R {
+    if let Some(place) = progressing {
+        place.hand_on(held);
+    }
+    value
+}
+
+/// The place of the thread that progresses for a rank's waiting threads (`PROGRESSOR`),
+/// taken under the lock by a blocking call that found it free. Given up under the lock: by
+/// `hand_on` as its wait ends, in the hold that saw its condition met, or by the drop where the
+/// wait failed; either wakes the threads paused meanwhile, one of which takes the place.
+struct Progressing(());
+
+impl Progressing {
+    /// Takes the free place; the caller holds the lock.
+    fn take() -> Progressing {
+        PROGRESSOR.store(true, Ordering::Relaxed);
+        PROGRESSORS.fetch_add(1, StdOrdering::Relaxed);
+        Progressing(())
+    }
+
+    /// Gives the place up in `held`, which wakes the paused threads as it lets go.
+    fn hand_on(self, held: &mut Held) {
+        PROGRESSOR.store(false, Ordering::Relaxed);
+        if UNWOKEN.load(Ordering::Relaxed) > 0 {
+            held.wakes = Wakes::Yes;
+        }
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Progressing {
+    /// A wait that failed: its hold has let go (see `block_until`), so the place is given up
+    /// under a hold of its own. A take fails only where the lock was never made.
+    fn drop(&mut self) {
+        if let Ok(mut held) = Held::take(false) {
+            Progressing(()).hand_on(&mut held);
+        }
+    }
+}
+
+/// The counts of the shared engine's waits so far: waiting threads that took the place of
+/// the one that progresses, pauses, and pauses a waker ended.
+pub(crate) fn waits() -> (u64, u64, u64) {
+    (
+        PROGRESSORS.load(StdOrdering::Relaxed),
+        PAUSES.load(StdOrdering::Relaxed),
+        PAUSES_WOKEN.load(StdOrdering::Relaxed),
+    )
 }
 
 /// Waits for `handle` to finish.

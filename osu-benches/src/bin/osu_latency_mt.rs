@@ -4,7 +4,8 @@
 //! sender, pings travel on tag 1 and pongs on tag 2, so any receiver thread answers any ping;
 //! with several, iteration `i` travels on tag `i` both ways, so each pong goes back to the
 //! thread that sent its ping. Prints half the round trip, averaged over the timed iterations of
-//! the sender thread that ran iteration `skip`, as OSU does. Every thread communicates
+//! the sender thread that ran iteration `skip`, as OSU does, and at the end each rank's counts
+//! of its threads' waits (`mpirt::threads::Waits`, naps) as comment lines. Every thread communicates
 //! through its own view of the world (`mpirt::threads`).
 
 use std::io::Write;
@@ -18,7 +19,8 @@ use osu_benches::{row, start, Benchmark};
 fn main() {
     let (universe, options) = start(Benchmark::LatencyMt);
     let world = universe.world();
-    let shared = world.share(universe.threads().expect("start asked for Multiple"));
+    let threads = universe.threads().expect("start asked for Multiple");
+    let shared = world.share(threads);
     let (senders, receivers) = (options.sender_threads, options.receiver_threads);
     for size in options.sizes() {
         let (iterations, skip) = options.loops(size);
@@ -48,6 +50,19 @@ fn main() {
             });
         }
     }
+    // How this rank's threads waited, over every size: a comment line, which readers of the
+    // rows skip.
+    let waits = threads.waits();
+    let counters = universe.counters().unwrap_or_default();
+    println!(
+        "# rank {}: {} waits took the progressing place, {} pauses ({} woken), {} naps ({} woken by own threads)",
+        world.rank(),
+        waits.progressors,
+        waits.pauses,
+        waits.pauses_woken,
+        counters.naps,
+        counters.nap_wakes
+    );
 }
 
 /// The tags of iteration `i`'s ping and pong.

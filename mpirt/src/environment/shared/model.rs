@@ -33,7 +33,7 @@ use shuttle::thread;
 
 use super::super::place::{self, Entry};
 use super::super::{recv, wait};
-use super::{install, NAPPER, NAP_ASLEEP, UNWOKEN};
+use super::{install, NAPPER, NAP_ASLEEP, PROGRESSOR, UNWOKEN};
 use crate::backend::{AnyPml, PmlChoice};
 use crate::sync::Ordering;
 
@@ -719,6 +719,67 @@ fn one_thread_sleeps_apart_and_the_others_pause_until_it_moves_something() {
             *PEER.lock().unwrap() = Some(peer);
         });
         for thread in waiters.into_iter().chain([peer]) {
+            thread.join().unwrap();
+        }
+    });
+}
+
+/// The waiting thread that progresses for the rank hands its place on as it leaves. Two
+/// threads of rank 0 wait for rank 1's messages: the first to wait progresses (it spins, then
+/// sleeps apart from the engine), and the second, which starts once the first has the place,
+/// pauses beside it after one idle round instead of spinning too. A third thread tests a
+/// receive of its own meanwhile, so that its round may be the one that takes the progressing
+/// thread's message off the wire: that hold wakes both waiters, and the paused one, finding
+/// nothing for it while the other still has the place, may pause again before the progressing
+/// thread's look finds its message and it leaves, in a hold that moved nothing itself. The
+/// thread left must then take the place and sleep apart, where rank 1's second message wakes
+/// it. Without the leaving thread's wake-up (`Progressing::hand_on`), the thread paused again
+/// is left paused with no thread progressing, and rank 1 waits for a sleeper apart that never
+/// comes, past shuttle's step limit.
+#[test]
+fn the_progressing_thread_hands_its_place_on_as_it_leaves() {
+    explore_job("the progressing place handed on", 2, 2_000, 2_000, || {
+        let first_done = Arc::new(StdAtomicUsize::new(0));
+        let first = {
+            let first_done = first_done.clone();
+            thread::spawn(move || {
+                receive_from_peer(1, 1);
+                first_done.store(1, StdOrdering::Relaxed);
+            })
+        };
+        let second = thread::spawn(|| {
+            while !PROGRESSOR.load(Ordering::Relaxed) {
+                thread::yield_now();
+            }
+            receive_from_peer(2, 2);
+        });
+        let tester = thread::spawn(|| {
+            let mut buf = [0u8; EAGER];
+            let handle = post_recv(&mut buf, TagSel::Tag(3));
+            let status = loop {
+                if let Some(done) = test(handle) {
+                    break received(done);
+                }
+                thread::yield_now();
+            };
+            assert_eq!(sender_and_seq(&status, &buf), (1, 3));
+        });
+        let peer = thread::spawn(move || {
+            let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+            // Once the first thread sleeps apart and the second pauses beside it.
+            while !(asleep_apart() && UNWOKEN.load(Ordering::Relaxed) > 0) {
+                thread::yield_now();
+            }
+            peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
+            while !(first_done.load(StdOrdering::Relaxed) == 1 && asleep_apart()) {
+                thread::yield_now();
+            }
+            for tag in [2, 3] {
+                peer_sends(&mut peer.0, tag, &message(1, tag as u8, EAGER));
+            }
+            *PEER.lock().unwrap() = Some(peer);
+        });
+        for thread in [first, second, tester, peer] {
             thread.join().unwrap();
         }
     });
