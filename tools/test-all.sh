@@ -80,6 +80,13 @@ fi
 cargo build --release --workspace --examples
 MPIRT_TEST_EXAMPLES_BUILT=1 cargo test --workspace --release --lib --test '*'
 cargo test --workspace --release --doc
+# The packages a cargo command selects decide every crate's features (conformance turns on
+# mpirt's `complex`, pml's dev-dependency criterion once_cell's `default`), and a crate built
+# with other features is built again, with every crate and program above it: `-p mpirt`
+# compiled mpirt, proptest's dependencies and each test binary a second time. So every later
+# command on this target directory selects --workspace, with --test naming the suites, and runs
+# the binaries built here. (mpirt's num-complex takes `std`, as proptest makes it in a test
+# build, so that the release build's mpirt and programs above are the tests' too.)
 
 # The fast tests again in a debug build, which is what a contributor's plain `cargo test` runs:
 # debug_assert!s and integer overflow checks exist only there, so a test that breaks one (a
@@ -120,7 +127,7 @@ cargo test --workspace --features mpirt/complex --lib "${pml_debug_tests[@]/#/--
 # are in the optional features' build below. Without the feature the threads suite only
 # checks that Funneled is the ceiling.
 echo "== threads: mpirt's stress suite with the feature threads, debug"
-cargo test -p mpirt --features threads --test threads
+cargo test --workspace --features mpirt/threads --test threads
 
 # The model checks of the engine that threads share (mpirt/src/environment/shared/model.rs):
 # the real engine behind its real lock, driven by two and three threads in schedules that
@@ -191,14 +198,14 @@ across_hosts_repeats=(--skip every_collective_on_1_to_4_ranks --skip every_colle
 # memory between a host's ranks, TCP between hosts). Across hosts the collectives suite alone
 # (less the repeats above); p2p across hosts runs under UCX, OFI and srun.
 echo "== launchers: mpirt's p2p and collectives suites under mpiexec.hydra"
-MPIRT_TEST_LAUNCHER=hydra cargo test --release -p mpirt --test p2p --test collectives \
+MPIRT_TEST_LAUNCHER=hydra cargo test --release --workspace --test p2p --test collectives \
     --test intercommunicators --test spawn
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     echo "== launchers: the collectives suite under mpiexec.hydra across 4 test hosts"
     hydra_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
     MPIRT_TEST_LAUNCHER=hydra MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 \
         MPIRT_SSH_ARGS="$testhosts_ssh_args" \
-        cargo test --release -p mpirt --test collectives -- "${across_hosts_repeats[@]}"
+        cargo test --release --workspace --test collectives -- "${across_hosts_repeats[@]}"
     if [ -n "$hydra_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
     echo "== launchers: the suites under mpiexec.hydra across test hosts SKIPPED (they need root and ssh-hosts)"
@@ -210,7 +217,7 @@ if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     echo "== spawn: rsrun's spawned jobs across 4 test hosts"
     spawn_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
     MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 MPIRT_SSH_ARGS="$testhosts_ssh_args" \
-        cargo test --release -p mpirt --test spawn
+        cargo test --release --workspace --test spawn
     if [ -n "$spawn_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
     echo "== spawn across test hosts SKIPPED (they need root and ssh-hosts)"
@@ -234,14 +241,14 @@ hierarchical_tests=(every_collective_hierarchically_across_hosts
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     echo "== collectives: the hierarchical path across 4 test hosts"
     hier_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
-    hierarchical=(cargo test --release -p mpirt --test collectives -- --exact
+    hierarchical=(cargo test --release --workspace --test collectives -- --exact
         "${hierarchical_tests[@]}")
     expect_tests ${#hierarchical_tests[@]} "${hierarchical[@]}"
     MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 MPIRT_SSH_ARGS="$testhosts_ssh_args" \
         "${hierarchical[@]}"
     echo "== collectives: lengths straddling an algorithm's limit across 4 test hosts"
     MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 MPIRT_SSH_ARGS="$testhosts_ssh_args" \
-        cargo test --release -p mpirt --test straddles
+        cargo test --release --workspace --test straddles
     if [ -n "$hier_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
     echo "== collectives: the hierarchical path across test hosts SKIPPED (they need root and ssh-hosts)"
@@ -411,14 +418,14 @@ if [ "$(id -u)" = 0 ] && [ -x "$testhosts/slurm-local" ]; then
     # `pmix` feature, the collectives suite under --mpi=pmix less the repeats across hosts (the
     # abort test again, through PMIx_Abort; the wire-up is what PMIx changes, and every
     # collective test exercises it), over the 4 nodes.
-    MPIRT_TEST_SLURM=1 cargo test --release -p mpirt --test p2p --test collectives \
+    MPIRT_TEST_SLURM=1 cargo test --release --workspace --test p2p --test collectives \
         --test topology --test intercommunicators --test spawn -- srun \
         pmix_launchers_without_the_feature
-    MPIRT_TEST_SLURM=1 cargo test --release -p launcher --test slurm
-    MPIRT_TEST_SLURM=1 cargo test --release -p examples --test stall -- under_srun
+    MPIRT_TEST_SLURM=1 cargo test --release --workspace --test slurm
+    MPIRT_TEST_SLURM=1 cargo test --release --workspace --test stall -- under_srun
     echo "== Slurm tests: the suites under srun --mpi=pmi2, the collectives under --mpi=pmix, on 4 nodes"
     MPIRT_TEST_SLURM=1 MPIRT_TEST_LAUNCHER=srun-pmi2 MPIRT_TEST_SLURM_NODES=4 \
-        cargo test --release -p mpirt --test p2p --test collectives --test spawn
+        cargo test --release --workspace --test p2p --test collectives --test spawn
     MPIRT_TEST_SLURM=1 MPIRT_TEST_LAUNCHER=srun-pmix MPIRT_TEST_SLURM_NODES=4 \
         CARGO_TARGET_DIR=target/features cargo test --release "${mpirt_features[@]}" \
         --test collectives "${not_ofi[@]}" "${across_hosts_repeats[@]}"
