@@ -80,6 +80,13 @@ fi
 cargo build --release --workspace --examples
 MPIRT_TEST_EXAMPLES_BUILT=1 cargo test --workspace --release --lib --test '*'
 cargo test --workspace --release --doc
+# The packages a cargo command selects decide every crate's features (conformance turns on
+# mpirt's `complex`, pml's dev-dependency criterion once_cell's `default`), and a crate built
+# with other features is built again, with every crate and program above it: `-p mpirt`
+# compiled mpirt, proptest's dependencies and each test binary a second time. So every later
+# command on this target directory selects --workspace, with --test naming the suites, and runs
+# the binaries built here. (mpirt's num-complex takes `std`, as proptest makes it in a test
+# build, so that the release build's mpirt and programs above are the tests' too.)
 
 # The fast tests again in a debug build, which is what a contributor's plain `cargo test` runs:
 # debug_assert!s and integer overflow checks exist only there, so a test that breaks one (a
@@ -120,17 +127,19 @@ cargo test --workspace --features mpirt/complex --lib "${pml_debug_tests[@]/#/--
 # are in the optional features' build below. Without the feature the threads suite only
 # checks that Funneled is the ceiling.
 echo "== threads: mpirt's stress suite with the feature threads, debug"
-cargo test -p mpirt --features threads --test threads
+cargo test --workspace --features mpirt/threads --test threads
 
 # The model checks of the engine that threads share (mpirt/src/environment/shared/model.rs):
 # the real engine behind its real lock, driven by two and three threads in schedules that
-# shuttle chooses (random, PCT, and every interleaving of the two-thread check). The cfg swaps
-# shuttle's primitives in (mpirt/src/sync.rs) and changes every crate's flags, hence a target
-# directory of its own. About 35 s of checks after the build (a loaded 2-vCPU machine).
-echo "== threads: model checks (shuttle, --cfg model_check)"
-model=(env RUSTFLAGS="--cfg model_check" CARGO_TARGET_DIR=target/model)
-"${model[@]}" cargo clippy -p mpirt --lib --tests --release --features threads -- -D warnings
-"${model[@]}" cargo test --release -p mpirt --features threads --lib environment::shared::model
+# shuttle chooses (random, PCT, and every interleaving of the two-thread check). The feature
+# model-check swaps shuttle's primitives in (mpirt/src/sync.rs) in mpirt's unit tests alone, so
+# the checks build in the release target directory beside the suites and rebuild mpirt's tests
+# and shuttle, not its dependencies (a `--cfg` in RUSTFLAGS, as before, changed every crate's
+# flags: a target directory of its own, where pml and every dependency compiled twice more,
+# for clippy and for the build). About 85 s of checks after the build (a loaded 2-vCPU machine).
+echo "== threads: model checks (shuttle, the feature model-check)"
+cargo clippy -p mpirt --lib --tests --release --features threads,model-check -- -D warnings
+cargo test --release -p mpirt --features threads,model-check --lib environment::shared::model
 
 # The README's quick start, in a new crate outside the workspace (see the script).
 echo "== README quick start"
@@ -183,20 +192,25 @@ testhosts_ssh_args="-F ${SSH_HOSTS_DIR:-${TMPDIR:-/tmp}/mpirt-testhosts/ssh}/ssh
 # on another), since the launcher's part, each rank's host and the wire-up, is the same.
 across_hosts_repeats=(--skip every_collective_on_1_to_4_ranks --skip every_collective_on_5_to_7_ranks
     --skip every_algorithm_forced --skip every_collective_over_tcp)
+# The intercommunicators suite's churn (4,200 inter-communicators made, merged and dropped on 3
+# ranks: their context ids are given back) checks mpirt's own books, the same whichever
+# launcher started the ranks and whichever PML moves their messages; the release run checks it
+# on rsrun, and Hydra and UCX, which run the rest of that suite, leave it out.
+context_churn=(--skip context_ids_of_dropped_intercommunicators_are_given_back)
 
 # The suites again with their ranks started by MPICH's Hydra (mpiexec.hydra, PMI-1 on PMI_FD):
 # on this host, then round-robin over the 4 test hosts with Hydra's ssh launcher (shared
 # memory between a host's ranks, TCP between hosts). Across hosts the collectives suite alone
 # (less the repeats above); p2p across hosts runs under UCX, OFI and srun.
 echo "== launchers: mpirt's p2p and collectives suites under mpiexec.hydra"
-MPIRT_TEST_LAUNCHER=hydra cargo test --release -p mpirt --test p2p --test collectives \
-    --test intercommunicators --test spawn
+MPIRT_TEST_LAUNCHER=hydra cargo test --release --workspace --test p2p --test collectives \
+    --test intercommunicators --test spawn -- "${context_churn[@]}"
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     echo "== launchers: the collectives suite under mpiexec.hydra across 4 test hosts"
     hydra_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
     MPIRT_TEST_LAUNCHER=hydra MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 \
         MPIRT_SSH_ARGS="$testhosts_ssh_args" \
-        cargo test --release -p mpirt --test collectives -- "${across_hosts_repeats[@]}"
+        cargo test --release --workspace --test collectives -- "${across_hosts_repeats[@]}"
     if [ -n "$hydra_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
     echo "== launchers: the suites under mpiexec.hydra across test hosts SKIPPED (they need root and ssh-hosts)"
@@ -208,7 +222,7 @@ if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     echo "== spawn: rsrun's spawned jobs across 4 test hosts"
     spawn_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
     MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 MPIRT_SSH_ARGS="$testhosts_ssh_args" \
-        cargo test --release -p mpirt --test spawn
+        cargo test --release --workspace --test spawn
     if [ -n "$spawn_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
     echo "== spawn across test hosts SKIPPED (they need root and ssh-hosts)"
@@ -232,14 +246,14 @@ hierarchical_tests=(every_collective_hierarchically_across_hosts
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     echo "== collectives: the hierarchical path across 4 test hosts"
     hier_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
-    hierarchical=(cargo test --release -p mpirt --test collectives -- --exact
+    hierarchical=(cargo test --release --workspace --test collectives -- --exact
         "${hierarchical_tests[@]}")
     expect_tests ${#hierarchical_tests[@]} "${hierarchical[@]}"
     MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 MPIRT_SSH_ARGS="$testhosts_ssh_args" \
         "${hierarchical[@]}"
     echo "== collectives: lengths straddling an algorithm's limit across 4 test hosts"
     MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 MPIRT_SSH_ARGS="$testhosts_ssh_args" \
-        cargo test --release -p mpirt --test straddles
+        cargo test --release --workspace --test straddles
     if [ -n "$hier_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
     echo "== collectives: the hierarchical path across test hosts SKIPPED (they need root and ssh-hosts)"
@@ -293,7 +307,7 @@ for tls in tcp sm,self; do
     echo "== UCX PML: mpirt's p2p and collectives suites on --pml ucx, UCX_TLS=$tls"
     UCX_TLS=$tls MPIRT_TEST_PML=ucx cargo test --release "${mpirt_features[@]}" \
         --test p2p --test collectives --test straddles --test datatypes --test intercommunicators \
-        "${not_ofi[@]}"
+        "${not_ofi[@]}" "${context_churn[@]}"
     echo "== UCX PML: windows over UCX's RMA (ucp_put_nbx, ucp_get_nbx, ucp_atomic_op_nbx), UCX_TLS=$tls"
     UCX_TLS=$tls MPIRT_TEST_PML=ucx cargo test --release "${mpirt_features[@]}" --test windows \
         windows_over_ucx
@@ -409,14 +423,14 @@ if [ "$(id -u)" = 0 ] && [ -x "$testhosts/slurm-local" ]; then
     # `pmix` feature, the collectives suite under --mpi=pmix less the repeats across hosts (the
     # abort test again, through PMIx_Abort; the wire-up is what PMIx changes, and every
     # collective test exercises it), over the 4 nodes.
-    MPIRT_TEST_SLURM=1 cargo test --release -p mpirt --test p2p --test collectives \
+    MPIRT_TEST_SLURM=1 cargo test --release --workspace --test p2p --test collectives \
         --test topology --test intercommunicators --test spawn -- srun \
         pmix_launchers_without_the_feature
-    MPIRT_TEST_SLURM=1 cargo test --release -p launcher --test slurm
-    MPIRT_TEST_SLURM=1 cargo test --release -p examples --test stall -- under_srun
+    MPIRT_TEST_SLURM=1 cargo test --release --workspace --test slurm
+    MPIRT_TEST_SLURM=1 cargo test --release --workspace --test stall -- under_srun
     echo "== Slurm tests: the suites under srun --mpi=pmi2, the collectives under --mpi=pmix, on 4 nodes"
     MPIRT_TEST_SLURM=1 MPIRT_TEST_LAUNCHER=srun-pmi2 MPIRT_TEST_SLURM_NODES=4 \
-        cargo test --release -p mpirt --test p2p --test collectives --test spawn
+        cargo test --release --workspace --test p2p --test collectives --test spawn
     MPIRT_TEST_SLURM=1 MPIRT_TEST_LAUNCHER=srun-pmix MPIRT_TEST_SLURM_NODES=4 \
         CARGO_TARGET_DIR=target/features cargo test --release "${mpirt_features[@]}" \
         --test collectives "${not_ofi[@]}" "${across_hosts_repeats[@]}"

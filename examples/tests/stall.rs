@@ -1,8 +1,11 @@
-//! `rsrun --stall-timeout 2` on the classic bugs (`stuck BUG`), over shared memory and TCP
+//! `rsrun --stall-timeout 1` on the classic bugs (`stuck BUG`), over shared memory and TCP
 //! (or, where tools/test-all.sh's UCX phase sets MPIRT_TEST_PML=ucx, on `--pml ucx`): the job
 //! ends, non-zero, with a report that names the ranks, their calls, the source lines and the
 //! cause; a slow job that is not stuck runs to its end. The bound on the time a stuck job
-//! takes is generous: it catches a hang, it is not a measurement.
+//! takes is generous: it catches a hang, it is not a measurement. One second, the least a rank
+//! waits before it tells rsrun (`mpirt::stall`), so each stuck job ends as soon as its last rank
+//! has told: the report needs every rank's word, never a longer wait, and a slow job's rank that
+//! computes is never waiting, however long the others wait for it.
 
 // Only some of the shared helpers are used here.
 #[allow(dead_code)]
@@ -34,7 +37,7 @@ fn stuck(n: u32, setup: [&str; 2], bug: &str) -> (String, String, Option<i32>) {
     command
         .args(["-n", &n.to_string()])
         .args(setup)
-        .args(["--stall-timeout", "2"])
+        .args(["--stall-timeout", "1"])
         .arg("--stall-report-file")
         .arg(&file)
         .arg(bin("stuck"))

@@ -165,7 +165,7 @@ fn a_stuck_job_inside_an_allocation_is_reported() {
     let r = run(
         &mut salloc(
             "3",
-            &["--stall-timeout", "2", &example("stuck"), "receive-cycle"],
+            &["--stall-timeout", "1", &example("stuck"), "receive-cycle"],
         ),
         b"",
     );

@@ -342,7 +342,7 @@ fn stuck_across_hosts(hosts: &Hosts) {
             "-H",
             "host1:1,host2:1,host3:1",
             "--stall-timeout",
-            "2",
+            "1",
             &example("stuck"),
             "receive-cycle",
         ]),

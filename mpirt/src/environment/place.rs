@@ -17,7 +17,7 @@ use std::marker::PhantomData;
 
 use crate::backend::AnyPml;
 use crate::error::Cause;
-// Shuttle's under `--cfg model_check`, so that each of a model check's threads has its own
+// Shuttle's under the feature `model-check`, so that each of a model check's threads has its own
 // `OWNER`, as each thread of a process has (see `crate::sync`).
 use crate::sync::thread_local;
 
@@ -313,7 +313,7 @@ mod tests {
     /// leaves the enclosing call's mark: a right made and dropped for the refused call
     /// (`then_some`) marked the thread free, and the next call inside took the engine beside
     /// the one it was inside. Shuttle's thread-locals live only inside its scheduler.
-    #[cfg(not(model_check))]
+    #[cfg(not(feature = "model-check"))]
     #[test]
     fn a_call_inside_a_call_leaves_the_outer_right_in_place() {
         use super::{Owner, OWNER};
@@ -342,7 +342,7 @@ mod tests {
     /// A thread that is not the owner (or where the engine is shared) finds no right, and
     /// finding none leaves it unmarked: a right made and dropped for the refusal (`then_some`)
     /// marked it the owner between calls, and its next call took the engine beside the owner's.
-    #[cfg(not(model_check))]
+    #[cfg(not(feature = "model-check"))]
     #[test]
     fn a_thread_without_the_right_stays_without_it() {
         use super::{Owner, OWNER};
@@ -363,7 +363,7 @@ mod tests {
     /// `Entry::enter` on the owner's thread takes the owner's right and keeps it to its drop:
     /// inside, the thread is in a call (a nested call is refused, by either way in), and the
     /// drop marks it free again.
-    #[cfg(not(model_check))]
+    #[cfg(not(feature = "model-check"))]
     #[test]
     fn an_entry_holds_the_owners_right_until_its_drop() {
         use super::{Owner, OWNER};

@@ -483,5 +483,5 @@ pub(super) unsafe fn recv(
     }
 }
 
-#[cfg(all(test, model_check, feature = "threads"))]
+#[cfg(all(test, feature = "model-check", feature = "threads"))]
 mod model;

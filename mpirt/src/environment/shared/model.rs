@@ -3,7 +3,7 @@
 //! (`environment/place.rs`) behind the real lock of this module's parent, reached by the
 //! calls the library makes (`Entry` for a non-blocking call, `environment::wait` and `recv`
 //! for blocking ones), driven by two or three threads whose interleavings shuttle chooses
-//! (`crate::sync` swaps its primitives and thread-locals in under `--cfg model_check`). They check that
+//! (`crate::sync` swaps its primitives and thread-locals in under the feature `model-check`). They check that
 //! each message is matched exactly once and a sender's messages in its order, that a request
 //! completes once and its slab slot, reused by any thread, never answers for its new
 //! occupant, and that a thread that waits is never left asleep (shuttle's condition
@@ -19,8 +19,7 @@
 //! instead (each is read and written under it), not on their orderings.
 //!
 //! Run by tools/test-all.sh:
-//! `RUSTFLAGS="--cfg model_check" CARGO_TARGET_DIR=target/model cargo test --release -p mpirt
-//! --features threads --lib environment::shared::model`.
+//! `cargo test --release -p mpirt --features threads,model-check --lib environment::shared::model`.
 //! A failure prints the schedule that shuttle can replay (`shuttle::replay`).
 
 use std::collections::HashMap;
