@@ -34,6 +34,16 @@ pub use crate::partition::{
     Partition, PartitionMut, Partitioned, PartitionedBuffer, PartitionedBufferMut,
 };
 
+/// The datatype traits: `use mpirt::datatype::traits::*;`. (rsmpi's also holds its
+/// `Datatype` trait, `AsDatatype`, `Collection`, `Pointer` and `PointerMut`, which are its
+/// buffers' C handle and raw pointer: mpirt's [`Buffer`] says the same in one trait.)
+pub mod traits {
+    pub use super::{
+        Buffer, BufferMut, Equivalence, Partitioned, PartitionedBuffer, PartitionedBufferMut,
+        UncommittedDatatype,
+    };
+}
+
 /// The name of datatypes a program builds (`UserDatatype::vector` and friends), which are
 /// not the datatype of a Rust type.
 const USER_DATATYPE: &str = "user datatype";
@@ -406,22 +416,27 @@ plain_equivalence!(Signed: i8, i16, i32, i64, i128, isize);
 plain_equivalence!(Unsigned: u8, u16, u32, u64, u128, usize);
 plain_equivalence!(Float: f32, f64);
 
-// SAFETY: a `Complex<T>` is `#[repr(C)]` of two `T`s, real then imaginary, with no padding;
-// every bit pattern of the floats is a value.
+/// `Equivalence` for `num_complex`'s `Complex<f32>` and `Complex<f64>` (feature `complex`),
+/// under rsmpi's module name.
 #[cfg(feature = "complex")]
-unsafe impl Equivalence for num_complex::Complex<f32> {
-    type Out = Datatype;
-    fn equivalent_datatype() -> Datatype {
-        Datatype::basic(Kind::Complex(8), 1, 8, "Complex<f32>", None)
-    }
-}
+pub mod complex_datatype {
+    use super::{Datatype, Equivalence, Kind};
 
-// SAFETY: as for `Complex<f32>`.
-#[cfg(feature = "complex")]
-unsafe impl Equivalence for num_complex::Complex<f64> {
-    type Out = Datatype;
-    fn equivalent_datatype() -> Datatype {
-        Datatype::basic(Kind::Complex(16), 1, 16, "Complex<f64>", None)
+    // SAFETY: a `Complex<T>` is `#[repr(C)]` of two `T`s, real then imaginary, with no
+    // padding; every bit pattern of the floats is a value.
+    unsafe impl Equivalence for num_complex::Complex<f32> {
+        type Out = Datatype;
+        fn equivalent_datatype() -> Datatype {
+            Datatype::basic(Kind::Complex(8), 1, 8, "Complex<f32>", None)
+        }
+    }
+
+    // SAFETY: as for `Complex<f32>`.
+    unsafe impl Equivalence for num_complex::Complex<f64> {
+        type Out = Datatype;
+        fn equivalent_datatype() -> Datatype {
+            Datatype::basic(Kind::Complex(16), 1, 16, "Complex<f64>", None)
+        }
     }
 }
 

@@ -529,6 +529,18 @@ impl<'a> From<&'a UserDatatype> for DatatypeRef<'a> {
     }
 }
 
+impl<'a> From<&'a UserDatatype> for UncommittedDatatypeRef<'a> {
+    fn from(datatype: &'a UserDatatype) -> Self {
+        datatype.as_ref().into()
+    }
+}
+
+impl<'a> From<&'a UncommittedUserDatatype> for UncommittedDatatypeRef<'a> {
+    fn from(datatype: &'a UncommittedUserDatatype) -> Self {
+        datatype.as_ref()
+    }
+}
+
 /// A view of `count` elements of a datatype over a buffer, to send (`MPI_Send(buf, count,
 /// datatype)`).
 pub struct View<'d, 'b, D: UncommittedDatatype, B: Buffer + ?Sized> {
@@ -742,6 +754,20 @@ impl<'b> DynBufferMut<'b> {
 unsafe impl BufferMut for DynBufferMut<'_> {
     fn pointer_mut(&mut self) -> *mut u8 {
         self.bytes_mut().as_mut_ptr()
+    }
+    fn count(&self) -> usize {
+        self.count_of_parts()
+    }
+    fn datatype(&self) -> Datatype {
+        self.datatype_of_parts()
+    }
+}
+
+// SAFETY: the bytes are borrowed for the buffer's life and initialized (`new` took them
+// from initialized `T`s); sending from them only reads them, as rsmpi's `Buffer` impl does.
+unsafe impl Buffer for DynBufferMut<'_> {
+    fn pointer(&self) -> *const u8 {
+        self.as_ptr().cast()
     }
     fn count(&self) -> usize {
         self.count_of_parts()
