@@ -440,6 +440,39 @@ pub mod complex_datatype {
     }
 }
 
+/// Tuples of `Equivalence` types: as fields of a derived struct, where rsmpi's derive takes
+/// them, and on their own. Laid out as a derived struct is, from the elements' offsets: a
+/// tuple's padding is never read or sent.
+macro_rules! tuple_equivalence {
+    ($($element:ident $index:tt),+) => {
+        // SAFETY: every element is `Equivalence` (plain data, checked as its type says); the
+        // datatype covers exactly the elements' bytes at their offsets, so padding is never
+        // read, and received bytes pass each element's checks.
+        unsafe impl<$($element: Equivalence),+> Equivalence for ($($element,)+) {
+            type Out = Datatype;
+            fn equivalent_datatype() -> Datatype {
+                Datatype::derived::<Self>(
+                    "tuple",
+                    &[$((std::mem::offset_of!(Self, $index), datatype_of::<$element>())),+],
+                )
+            }
+        }
+    };
+}
+
+tuple_equivalence!(A 0);
+tuple_equivalence!(A 0, B 1);
+tuple_equivalence!(A 0, B 1, C 2);
+tuple_equivalence!(A 0, B 1, C 2, D 3);
+tuple_equivalence!(A 0, B 1, C 2, D 3, E 4);
+tuple_equivalence!(A 0, B 1, C 2, D 3, E 4, F 5);
+tuple_equivalence!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+tuple_equivalence!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+tuple_equivalence!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
+tuple_equivalence!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
+tuple_equivalence!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10);
+tuple_equivalence!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
+
 fn bool_is_valid(bytes: &[u8]) -> bool {
     bytes[0] <= 1
 }

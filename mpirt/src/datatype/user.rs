@@ -529,6 +529,20 @@ impl<'a> From<&'a UserDatatype> for DatatypeRef<'a> {
     }
 }
 
+// rsmpi's `SystemDatatype` is a `DatatypeRef<'static>`, so a basic type's datatype converts as
+// a reference does (`bool::equivalent_datatype().into()` in a `structured` call).
+impl From<Datatype> for DatatypeRef<'_> {
+    fn from(datatype: Datatype) -> Self {
+        DatatypeRef(datatype, PhantomData)
+    }
+}
+
+impl From<Datatype> for UncommittedDatatypeRef<'_> {
+    fn from(datatype: Datatype) -> Self {
+        UncommittedDatatypeRef(datatype, PhantomData)
+    }
+}
+
 impl<'a> From<&'a UserDatatype> for UncommittedDatatypeRef<'a> {
     fn from(datatype: &'a UserDatatype) -> Self {
         datatype.as_ref().into()
@@ -793,6 +807,23 @@ unsafe impl Buffer for DynBuffer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_basic_types_datatype_converts_to_references_as_rsmpis_system_datatype_does() {
+        let uncommitted: UncommittedDatatypeRef<'_> = bool::equivalent_datatype().into();
+        let committed: DatatypeRef<'_> = u16::equivalent_datatype().into();
+        assert_eq!(uncommitted.descriptor(), bool::equivalent_datatype());
+        assert_eq!(committed.descriptor(), u16::equivalent_datatype());
+    }
+
+    #[test]
+    fn tuples_are_laid_out_from_their_elements_offsets() {
+        let pair = <(u8, f64)>::equivalent_datatype();
+        // 7 bytes of padding are not part of it.
+        assert_eq!(pair.size(), 9);
+        assert!(!pair.is_contiguous());
+        assert_eq!(<(u32, u32)>::equivalent_datatype().size(), 8);
+    }
 
     fn extent(datatype: &UserDatatype) -> usize {
         layout_for("test", datatype).extent
