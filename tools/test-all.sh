@@ -394,6 +394,9 @@ bash tools/conformance-rsmpi.sh
 # without a C handle is in mpirt under its path, or a difference the script names.
 echo "== rsmpi's API against mpirt's"
 bash tools/rsmpi-api.sh
+# rsmpi's own examples, unchanged, built against mpirt and run under rsrun.
+echo "== rsmpi's examples on mpirt"
+bash tools/rsmpi-examples.sh
 
 # Slurm: ranks started by srun --mpi=pmi2 across four test hosts, with a real Slurm
 # (../shared/testhosts/slurm-local; it installs Debian's slurm packages if missing).
