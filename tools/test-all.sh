@@ -404,6 +404,14 @@ rsmpi=(env CARGO_TARGET_DIR=target/rsmpi-ompi MPICC=mpicc.openmpi OSU_MPIRUN=mpi
 echo "== conformance: the same programs on rsmpi (Open MPI's mpirun) and on mpirt (rsrun)"
 bash tools/conformance-rsmpi.sh
 
+# rsmpi 0.8's public API, item by item, against mpirt's (rustdoc's JSON of both): every item
+# without a C handle is in mpirt under its path, or a difference the script names.
+echo "== rsmpi's API against mpirt's"
+bash tools/rsmpi-api.sh
+# rsmpi's own examples, unchanged, built against mpirt and run under rsrun.
+echo "== rsmpi's examples on mpirt"
+bash tools/rsmpi-examples.sh
+
 # Slurm: ranks started by srun --mpi=pmi2 across four test hosts, with a real Slurm
 # (../shared/testhosts/slurm-local; it installs Debian's slurm packages if missing).
 testhosts="$shared/testhosts"

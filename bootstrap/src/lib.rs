@@ -777,7 +777,6 @@ impl Bootstrap {
         result
     }
 
-    /// Sends one request and reads its response.
     /// Asks the launcher to start `apps` as a job of new ranks whose key-value space holds
     /// `parent` under [`PARENT_KEY`] (MPI's spawn), and returns the new job's name for
     /// messages, or why it was not started. Only rsrun starts ranks at run time: under a PMI
@@ -815,6 +814,23 @@ impl Bootstrap {
         }
     }
 
+    /// Tells rsrun that the spawn which started `job` returns the error `why` to its parents,
+    /// whose ranks will therefore not join them (see [`wire::Request::SpawnUnjoined`]): their
+    /// job's failure then does not end this one. Waits for rsrun's answer.
+    pub fn spawn_unjoined(&mut self, job: &str, why: &str) -> Result<(), BootstrapError> {
+        let request = Request::SpawnUnjoined {
+            job: job.to_string(),
+            why: why.to_string(),
+        };
+        match self.call(&request, "spawn")? {
+            Response::Ok => Ok(()),
+            other => Err(BootstrapError::Protocol(format!(
+                "rsrun answered a failed spawn with {other:?}"
+            ))),
+        }
+    }
+
+    /// Sends one request and reads its response.
     fn call(
         &mut self,
         request: &Request,

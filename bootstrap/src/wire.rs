@@ -53,6 +53,15 @@ pub enum Request {
         apps: Vec<SpawnApp>,
         parent: String,
     },
+    /// The spawn that started `job` (the name rsrun's [`SpawnVerdict::Started`] gave it)
+    /// returns an error to its parents (`why`): its ranks will not join them, so their job's
+    /// failure is the spawn's error, not the end of this job. Sent by the parents' root
+    /// before it tells the children's root, so rsrun knows before any child can exit;
+    /// rsrun answers [`Response::Ok`].
+    SpawnUnjoined {
+        job: String,
+        why: String,
+    },
 }
 
 /// One program of a [`Request::Spawn`].
@@ -161,6 +170,11 @@ impl Request {
                 }
                 put_bytes(&mut out, parent.as_bytes());
             }
+            Request::SpawnUnjoined { job, why } => {
+                out.push(11);
+                put_bytes(&mut out, job.as_bytes());
+                put_bytes(&mut out, why.as_bytes());
+            }
         }
         out
     }
@@ -205,6 +219,10 @@ impl Request {
                     parent: r.string()?,
                 }
             }
+            11 => Request::SpawnUnjoined {
+                job: r.string()?,
+                why: r.string()?,
+            },
             tag => return Err(format!("unknown request tag {tag}")),
         };
         r.finish()?;
@@ -396,6 +414,10 @@ mod tests {
                     },
                 ],
                 parent: "host:7 2 00ff".into(),
+            },
+            Request::SpawnUnjoined {
+                job: "spawned job 1 (3 ranks of ./child)".into(),
+                why: "parent rank 1 cannot open its bridge".into(),
             },
         ];
         for request in requests {

@@ -28,7 +28,7 @@ use crate::spawn::binding::{self, Binding};
 use crate::spawn::local::{self, LaunchSpec, RankProcess, Slot};
 use crate::spawn::ssh::{self, SshSpec, ToAgent};
 use crate::spawn::workdir;
-use crate::spawned::SpawnedJobs;
+use crate::spawned::{Ended, SpawnedJobs};
 use crate::stall::StallBook;
 use crate::stdin::ForegroundStdin;
 use bootstrap::stall::RankState;
@@ -106,6 +106,8 @@ pub enum Event {
         parent: String,
         reply: mpsc::Sender<SpawnVerdict>,
     },
+    /// Rank `rank`'s spawn of `job` returns an error (`why`) instead of joining its ranks.
+    SpawnUnjoined { rank: u32, job: String, why: String },
 }
 
 /// Runs the job the command line describes and returns rsrun's exit code.
@@ -753,6 +755,12 @@ impl Job {
                     };
                     let _ = reply.send(verdict);
                 }
+                Ok(Event::SpawnUnjoined { rank, job, why }) => {
+                    // An unknown name (a job that already ended) leaves nothing to mark.
+                    if self.spawned.unjoined(&job, why) && self.verbose {
+                        eprintln!("rsrun: rank {rank}'s spawn of {job} returned an error");
+                    }
+                }
                 Ok(Event::Stall { rank, state }) => self.note_stall(rank, state),
                 Ok(Event::Signal(libc::SIGUSR1)) => self.say_usr1_report(),
                 // Every agent was ready before any rank started (see `wait_until_ready`).
@@ -764,12 +772,15 @@ impl Job {
                 }
                 Ok(Event::Exited { pid, status }) => {
                     match self.spawned.ended(pid, status) {
-                        Some(Err(failure)) => {
+                        Some(Ended::Failed(failure)) => {
                             eprintln!("rsrun: {failure}; ending the job");
                             let code = failure_code(status).unwrap_or(1);
                             return self.shut_down(libc::SIGTERM, code);
                         }
-                        Some(Ok(())) => {
+                        Some(ended) => {
+                            if let Ended::Unjoined(report) = ended {
+                                eprintln!("rsrun: {report}");
+                            }
                             if let Some(code) = self.finished() {
                                 return code;
                             }
@@ -905,9 +916,19 @@ impl Job {
         Some(code)
     }
 
-    /// The exit code once every rank has exited normally, after the last output is in.
+    /// The exit code once every rank has exited normally and every spawned job has ended,
+    /// after the last output is in: the parents' spawn of an unjoined job returned its error
+    /// to them, so their exits, not its, decide the code.
     fn finished(&mut self) -> Option<i32> {
-        if !self.running.is_empty() || !self.remote.is_empty() || !self.spawned.is_empty() {
+        if !self.running.is_empty() || !self.remote.is_empty() {
+            return None;
+        }
+        if !self.spawned.is_empty() {
+            // Spawned jobs that no parent joined have no one left to join: ended, not
+            // waited for (one whose ranks never dialled would otherwise run on).
+            for pid in self.spawned.end_unjoined() {
+                signal_group(pid, libc::SIGTERM);
+            }
             return None;
         }
         self.drain_output(Instant::now() + self.drain_time());
@@ -1102,6 +1123,7 @@ impl Job {
             | Event::AgentReady { .. }
             | Event::AgentFailed { .. }
             | Event::Abort { .. }
+            | Event::SpawnUnjoined { .. }
             | Event::Signal(_) => {}
         }
     }

@@ -45,6 +45,9 @@ pub enum Action {
         apps: Vec<SpawnApp>,
         parent: String,
     },
+    /// A rank's spawn of `job` failed to join the new ranks (`why`). Comes before that
+    /// rank's reply, so the job knows before the new ranks hear of the failure and exit.
+    SpawnUnjoined { rank: u32, job: String, why: String },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,6 +163,10 @@ impl KvsState {
                 apps,
                 parent,
             }],
+            Request::SpawnUnjoined { job, why } => vec![
+                Action::SpawnUnjoined { rank, job, why },
+                Action::Reply(conn, Response::Ok),
+            ],
             Request::Finalize => {
                 let mut actions = vec![Action::Reply(conn, Response::Ok)];
                 actions.extend(self.leave(conn));
@@ -369,6 +376,9 @@ fn serve_connection(
                         message,
                     })),
                     Action::Stall { rank, state } => Some(Step::Tell(Event::Stall { rank, state })),
+                    Action::SpawnUnjoined { rank, job, why } => {
+                        Some(Step::Tell(Event::SpawnUnjoined { rank, job, why }))
+                    }
                     Action::Spawn {
                         conn: to,
                         rank,

@@ -4,7 +4,9 @@
 //! own, whose ranks run [`EXEC_FLAG`]: rsrun itself, which picks its rank's program of the
 //! request and becomes it (so that one job runs several programs, as `spawn_multiple`
 //! asks). The second rsrun forwards its ranks' output and watches their exits as any job's;
-//! this one watches it, and a spawned job that fails ends the whole job, naming it.
+//! this one watches it, and a spawned job that fails ends the whole job, naming it, unless
+//! its parents' spawn returned an error instead of joining it (MPI_Comm_spawn's error, which
+//! the parents may handle): then its end is reported, and it is ended once the parents have.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -35,8 +37,30 @@ pub fn label() -> String {
 /// The spawned jobs still running, by the pid of their rsrun.
 #[derive(Default)]
 pub struct SpawnedJobs {
-    running: HashMap<libc::pid_t, String>,
+    running: HashMap<libc::pid_t, Spawned>,
     started: u32,
+}
+
+/// A spawned job's rsrun, while it runs.
+struct Spawned {
+    name: String,
+    /// Why its parents' spawn returned an error instead of joining its ranks, once the
+    /// parents said so: its ranks end without them, and that does not end this job.
+    unjoined: Option<String>,
+    /// Whether it was told to end because the parents it did not join had all exited.
+    told_to_end: bool,
+}
+
+/// How a spawned job ended (see [`SpawnedJobs::ended`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended {
+    Succeeded,
+    /// It failed after joining its parents (or before they knew): the whole job ends. The
+    /// text names it and says how.
+    Failed(String),
+    /// Its parents' spawn had returned an error instead of joining it: reported, and the
+    /// job goes on. The text names it, says how it ended and why it was not joined.
+    Unjoined(String),
 }
 
 impl SpawnedJobs {
@@ -96,17 +120,54 @@ impl SpawnedJobs {
         let child = command
             .spawn()
             .map_err(|e| format!("cannot start {name}: {e}"))?;
-        self.running.insert(child.id() as libc::pid_t, name.clone());
+        let spawned = Spawned {
+            name: name.clone(),
+            unjoined: None,
+            told_to_end: false,
+        };
+        self.running.insert(child.id() as libc::pid_t, spawned);
         Ok(name)
     }
 
+    /// The parents' spawn of the job named `job` returns `why` as its error instead of
+    /// joining the job's ranks (MPI_Comm_spawn's error, which the parents may handle): the
+    /// job's end is then reported and does not end the whole job. `false` when no running
+    /// job has that name.
+    pub fn unjoined(&mut self, job: &str, why: String) -> bool {
+        match self.running.values_mut().find(|s| s.name == job) {
+            Some(spawned) => {
+                spawned.unjoined = Some(why);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The rsrun pids of the unjoined jobs not yet told to end, marked told: once their
+    /// parents have all exited, nothing will ever join them, and nothing is left running.
+    pub fn end_unjoined(&mut self) -> Vec<libc::pid_t> {
+        self.running
+            .iter_mut()
+            .filter(|(_, s)| s.unjoined.is_some() && !s.told_to_end)
+            .map(|(&pid, s)| {
+                s.told_to_end = true;
+                pid
+            })
+            .collect()
+    }
+
     /// The spawned job whose rsrun `pid` ended with wait status `status`: `None` when `pid`
-    /// is none of them, else whether it succeeded (its failure names it).
-    pub fn ended(&mut self, pid: libc::pid_t, status: libc::c_int) -> Option<Result<(), String>> {
-        let name = self.running.remove(&pid)?;
-        Some(match crate::job::failure_code(status) {
-            None => Ok(()),
-            Some(_) => Err(format!("{name} {}", crate::job::describe(status))),
+    /// is none of them, else how it ended (see [`Ended`]).
+    pub fn ended(&mut self, pid: libc::pid_t, status: libc::c_int) -> Option<Ended> {
+        let spawned = self.running.remove(&pid)?;
+        let how = crate::job::describe(status);
+        Some(match (spawned.unjoined, crate::job::failure_code(status)) {
+            (Some(why), _) => Ended::Unjoined(format!(
+                "{} {how}; its parents' spawn returned an error instead of joining it: {why}",
+                spawned.name
+            )),
+            (None, None) => Ended::Succeeded,
+            (None, Some(_)) => Ended::Failed(format!("{} {how}", spawned.name)),
         })
     }
 
@@ -153,4 +214,56 @@ pub fn exec_main() -> i32 {
     fail(format!(
         "rank {rank} is past the {first} ranks the spawn asked for"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn jobs() -> SpawnedJobs {
+        let mut jobs = SpawnedJobs::default();
+        for (pid, name) in [
+            (10, "spawned job 1 (1 ranks of a)"),
+            (20, "spawned job 2 (1 ranks of b)"),
+        ] {
+            let spawned = Spawned {
+                name: name.to_string(),
+                unjoined: None,
+                told_to_end: false,
+            };
+            jobs.running.insert(pid, spawned);
+        }
+        jobs
+    }
+
+    /// A wait status of a process that exited with `code`.
+    fn exited(code: i32) -> libc::c_int {
+        code << 8
+    }
+
+    #[test]
+    fn an_unjoined_jobs_end_is_reported_not_a_failure_and_it_is_ended_once() {
+        let mut jobs = jobs();
+        assert!(jobs.unjoined("spawned job 1 (1 ranks of a)", "no bridge".to_string()));
+        assert!(!jobs.unjoined("spawned job 9 (1 ranks of z)", "no bridge".to_string()));
+        assert_eq!(jobs.end_unjoined(), [10]);
+        assert!(jobs.end_unjoined().is_empty(), "told to end twice");
+        assert_eq!(
+            jobs.ended(10, exited(1)),
+            Some(Ended::Unjoined(
+                "spawned job 1 (1 ranks of a) exited with status 1; its parents' spawn returned \
+                 an error instead of joining it: no bridge"
+                    .to_string()
+            ))
+        );
+        // A joined job's failure still ends the job; its success does not.
+        assert_eq!(
+            jobs.ended(20, exited(3)),
+            Some(Ended::Failed(
+                "spawned job 2 (1 ranks of b) exited with status 3".to_string()
+            ))
+        );
+        assert_eq!(jobs.ended(20, exited(0)), None, "reported once");
+        assert!(jobs.is_empty());
+    }
 }

@@ -13,8 +13,7 @@ use crate::context::{self, ContextLease, Proposal};
 use crate::datatype::{pack, Buffer, BufferMut, UncommittedDatatype};
 use crate::environment::{self, with_engine};
 use crate::error::{or_fatal, Cause, Error};
-use crate::group::Group;
-pub use crate::group::{GroupRelation, SystemGroup, UserGroup};
+pub use crate::group::{Group, GroupRelation, SystemGroup, UserGroup};
 use crate::point_to_point::{Count, Tag};
 use crate::stall;
 
@@ -30,6 +29,11 @@ pub use cartesian::{
 };
 pub(crate) use grid::Grid;
 pub use inter::{InterCommunicator, MergeOrder};
+
+/// The communicator and group traits: `use mpirt::topology::traits::*;`.
+pub mod traits {
+    pub use super::{AnyCommunicator, AsCommunicator, Communicator, Group};
+}
 pub(crate) use spawn::{disconnect_parent, join_parents};
 
 /// A process's rank in a communicator.

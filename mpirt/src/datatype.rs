@@ -34,6 +34,16 @@ pub use crate::partition::{
     Partition, PartitionMut, Partitioned, PartitionedBuffer, PartitionedBufferMut,
 };
 
+/// The datatype traits: `use mpirt::datatype::traits::*;`. (rsmpi's also holds its
+/// `Datatype` trait, `AsDatatype`, `Collection`, `Pointer` and `PointerMut`, which are its
+/// buffers' C handle and raw pointer: mpirt's [`Buffer`] says the same in one trait.)
+pub mod traits {
+    pub use super::{
+        Buffer, BufferMut, Equivalence, Partitioned, PartitionedBuffer, PartitionedBufferMut,
+        UncommittedDatatype,
+    };
+}
+
 /// The name of datatypes a program builds (`UserDatatype::vector` and friends), which are
 /// not the datatype of a Rust type.
 const USER_DATATYPE: &str = "user datatype";
@@ -406,24 +416,62 @@ plain_equivalence!(Signed: i8, i16, i32, i64, i128, isize);
 plain_equivalence!(Unsigned: u8, u16, u32, u64, u128, usize);
 plain_equivalence!(Float: f32, f64);
 
-// SAFETY: a `Complex<T>` is `#[repr(C)]` of two `T`s, real then imaginary, with no padding;
-// every bit pattern of the floats is a value.
+/// `Equivalence` for `num_complex`'s `Complex<f32>` and `Complex<f64>` (feature `complex`),
+/// under rsmpi's module name.
 #[cfg(feature = "complex")]
-unsafe impl Equivalence for num_complex::Complex<f32> {
-    type Out = Datatype;
-    fn equivalent_datatype() -> Datatype {
-        Datatype::basic(Kind::Complex(8), 1, 8, "Complex<f32>", None)
+pub mod complex_datatype {
+    use super::{Datatype, Equivalence, Kind};
+
+    // SAFETY: a `Complex<T>` is `#[repr(C)]` of two `T`s, real then imaginary, with no
+    // padding; every bit pattern of the floats is a value.
+    unsafe impl Equivalence for num_complex::Complex<f32> {
+        type Out = Datatype;
+        fn equivalent_datatype() -> Datatype {
+            Datatype::basic(Kind::Complex(8), 1, 8, "Complex<f32>", None)
+        }
+    }
+
+    // SAFETY: as for `Complex<f32>`.
+    unsafe impl Equivalence for num_complex::Complex<f64> {
+        type Out = Datatype;
+        fn equivalent_datatype() -> Datatype {
+            Datatype::basic(Kind::Complex(16), 1, 16, "Complex<f64>", None)
+        }
     }
 }
 
-// SAFETY: as for `Complex<f32>`.
-#[cfg(feature = "complex")]
-unsafe impl Equivalence for num_complex::Complex<f64> {
-    type Out = Datatype;
-    fn equivalent_datatype() -> Datatype {
-        Datatype::basic(Kind::Complex(16), 1, 16, "Complex<f64>", None)
-    }
+/// Tuples of `Equivalence` types: as fields of a derived struct, where rsmpi's derive takes
+/// them, and on their own. Laid out as a derived struct is, from the elements' offsets: a
+/// tuple's padding is never read or sent.
+macro_rules! tuple_equivalence {
+    ($($element:ident $index:tt),+) => {
+        // SAFETY: every element is `Equivalence` (plain data, checked as its type says); the
+        // datatype covers exactly the elements' bytes at their offsets, so padding is never
+        // read, and received bytes pass each element's checks.
+        unsafe impl<$($element: Equivalence),+> Equivalence for ($($element,)+) {
+            type Out = Datatype;
+            fn equivalent_datatype() -> Datatype {
+                Datatype::derived::<Self>(
+                    "tuple",
+                    &[$((std::mem::offset_of!(Self, $index), datatype_of::<$element>())),+],
+                )
+            }
+        }
+    };
 }
+
+tuple_equivalence!(A 0);
+tuple_equivalence!(A 0, B 1);
+tuple_equivalence!(A 0, B 1, C 2);
+tuple_equivalence!(A 0, B 1, C 2, D 3);
+tuple_equivalence!(A 0, B 1, C 2, D 3, E 4);
+tuple_equivalence!(A 0, B 1, C 2, D 3, E 4, F 5);
+tuple_equivalence!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+tuple_equivalence!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+tuple_equivalence!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
+tuple_equivalence!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
+tuple_equivalence!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10);
+tuple_equivalence!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
 
 fn bool_is_valid(bytes: &[u8]) -> bool {
     bytes[0] <= 1

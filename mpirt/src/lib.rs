@@ -106,8 +106,8 @@ pub use pml::Counters;
 pub use pml::TrackingAllocator;
 pub use point_to_point::{Count, Tag};
 
-/// `#[derive(Equivalence)]` for structs of `Equivalence` fields, `#[repr(C)]` or not, as
-/// rsmpi accepts them. The datatype comes from the fields' offsets: padding is never read or
+/// `#[derive(Equivalence)]` for structs of `Equivalence` fields (named, tuple or unit structs;
+/// fields may be tuples or arrays), `#[repr(C)]` or not, as rsmpi accepts them. The datatype comes from the fields' offsets: padding is never read or
 /// sent (uninitialized bytes do not cross the wire), a struct whose fields lie back to back is
 /// sent as it lies, and one with gaps is packed. The code it generates names this crate as the
 /// deriving crate's manifest does: `mpi` in a program ported from rsmpi that depends on

@@ -13,7 +13,9 @@ use pml::{Done, Handle, Pml, SendMode, SourceSel, Started, TagSel};
 
 use crate::backend::MessageHandle;
 use crate::communicator::{AnyProcess, CommData, Communicator, Process, Rank};
-use crate::datatype::{datatype_of, Buffer, BufferMut, Datatype, Equivalence, Layout};
+use crate::datatype::{
+    datatype_of, Buffer, BufferMut, Datatype, Equivalence, Layout, UncommittedDatatype,
+};
 use crate::environment::{self, with_engine};
 use crate::error::{or_fatal, Cause, Error};
 use crate::request::{Lent, Request, Scope};
@@ -35,8 +37,13 @@ pub use exchange::{
     send_receive_replace_into_with_tags, send_receive_with_tags,
 };
 pub use future::ReceiveFuture;
-pub use message::Message;
+pub use message::{MatchedReceiveVec, Message};
 pub use raw::ImmediateReceiveRaw;
+
+/// The point-to-point traits: `use mpirt::point_to_point::traits::*;`.
+pub mod traits {
+    pub use super::{Destination, MatchedReceiveVec, Source};
+}
 
 /// A message tag. Non-negative tags are the user's; negative ones belong to the runtime.
 pub type Tag = i32;
@@ -102,9 +109,10 @@ impl Status {
         self.tag
     }
 
-    /// How many elements of `datatype` the message holds (`MPI_Get_count`).
-    pub fn count(&self, datatype: Datatype) -> Count {
-        match datatype.size() {
+    /// How many elements of `datatype` the message holds (`MPI_Get_count`): a basic type's
+    /// datatype, a user datatype or a reference to one, as rsmpi takes them.
+    pub fn count<D: UncommittedDatatype>(&self, datatype: D) -> Count {
+        match datatype.descriptor().size() {
             0 => 0,
             size => (self.bytes / size) as Count,
         }
@@ -864,6 +872,15 @@ pub trait Source {
     fn source_comm(&self) -> &CommData;
     #[doc(hidden)]
     fn source_selector(&self) -> SourceSel;
+
+    /// The rank received from: a [`Process`]'s rank, or for [`AnyProcess`] `-1`
+    /// (`MPI_ANY_SOURCE` as Open MPI numbers it, which rsmpi gives there: never a rank).
+    fn source_rank(&self) -> Rank {
+        match self.source_selector() {
+            SourceSel::Rank(rank) => rank as Rank,
+            SourceSel::Any => -1,
+        }
+    }
 
     #[doc(hidden)]
     fn describe(&self, what: &str, tag: Option<Tag>) -> String {

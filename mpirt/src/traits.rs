@@ -8,7 +8,7 @@ pub use crate::datatype::{
     UncommittedDatatype,
 };
 pub use crate::group::Group;
-pub use crate::point_to_point::{Destination, ImmediateReceiveRaw, Source};
+pub use crate::point_to_point::{Destination, ImmediateReceiveRaw, MatchedReceiveVec, Source};
 pub use crate::request::Scope;
 /// `#[derive(Equivalence)]`, in the macro namespace beside the trait of the same name.
 pub use mpirt_derive::Equivalence;

@@ -1,7 +1,8 @@
 //! ranks: 2 3
 //! Duplicated datatypes and dynamically typed buffers: a duplicate of `i32`'s datatype
-//! describes a broadcast buffer through `DynBufferMut`, and a duplicate of a vector datatype
-//! sends the same strided elements as the original.
+//! describes a broadcast buffer through `DynBufferMut` (and through its reborrows, which see
+//! the same elements; it is a send buffer too), and a duplicate of a vector datatype sends the
+//! same strided elements as the original.
 
 use mpi::datatype::{DynBuffer, DynBufferMut, UserDatatype, View};
 use mpi::traits::*;
@@ -20,6 +21,26 @@ fn main() {
     }
     assert_eq!(ints, [1, 2, 3, 4]);
     println!("rank {rank}: broadcast {ints:?}");
+
+    let mut pair = if rank == 0 { [5i64, 6] } else { [0; 2] };
+    {
+        let mut buffer = DynBufferMut::new(&mut pair[..]);
+        let read = buffer.reborrow().as_ptr();
+        assert_eq!(read, buffer.as_mut_ptr().cast_const());
+        root.broadcast_into(&mut buffer.reborrow_mut());
+        assert_eq!(buffer.downgrade().downcast::<i64>(), Some(&[5i64, 6][..]));
+    }
+    println!("rank {rank}: broadcast through a reborrow {pair:?}");
+    if rank == 0 {
+        let mut three = [10u16, 20, 30];
+        world
+            .process_at_rank(1)
+            .send(&DynBufferMut::new(&mut three[..]));
+    } else if rank == 1 {
+        let (three, _) = world.process_at_rank(0).receive_vec::<u16>();
+        assert_eq!(three, [10, 20, 30]);
+        println!("rank 1: sent from a DynBufferMut {three:?}");
+    }
 
     let strided = UserDatatype::vector(3, 1, 2, &i32::equivalent_datatype());
     let copy = strided.dup();

@@ -1,7 +1,8 @@
 //! ranks: 2 4
 //! Structs as rsmpi programs send them: `#[derive(Equivalence)]` on a struct without
-//! `#[repr(C)]` (with padding), arrays and nested structs of it, and a hand-written
-//! `Equivalence` that builds a structured user datatype with its fields in reverse order.
+//! `#[repr(C)]` (with padding), arrays and nested structs of it, tuple and unit structs and
+//! fields that are tuples (as rsmpi's derive takes them), and a hand-written `Equivalence`
+//! that builds a structured user datatype with its fields in reverse order.
 
 use std::mem::size_of;
 
@@ -20,6 +21,23 @@ struct Block {
     cells: [Cell; 2],
     step: u32,
 }
+
+/// A tuple struct of a tuple field and an array of tuples: the same elements as `Flat`.
+#[derive(Equivalence, Clone, Copy, Debug, PartialEq, Default)]
+struct Pairs((i8, bool), [(i8, f64); 2]);
+
+#[derive(Equivalence, Clone, Copy, Debug, PartialEq, Default)]
+struct Flat {
+    a: i8,
+    b: bool,
+    c: i8,
+    d: f64,
+    e: i8,
+    f: f64,
+}
+
+#[derive(Equivalence, Clone, Copy, Debug, PartialEq, Default)]
+struct Nothing;
 
 #[allow(dead_code)] // Its bytes are what is sent; the program never reads the field.
 struct Reversed([i32; 3]);
@@ -89,5 +107,28 @@ fn main() {
         world.process_at_rank(0).receive_into(&mut ints[..]);
         assert_eq!(ints, [1, 2, 3]);
         println!("reversed struct arrived as {ints:?}");
+    }
+
+    // Tuples, arrays of tuples and tuple structs match the flat struct of the same elements.
+    if rank == 0 {
+        let pairs = Pairs((-1, true), [(2, 0.5), (-3, 1.5)]);
+        world.process_at_rank(1).send(&pairs);
+        world.process_at_rank(1).send(&Nothing);
+    } else if rank == 1 {
+        let (flat, _) = world.process_at_rank(0).receive::<Flat>();
+        let expected = Flat {
+            a: -1,
+            b: true,
+            c: 2,
+            d: 0.5,
+            e: -3,
+            f: 1.5,
+        };
+        assert_eq!(flat, expected);
+        // An empty message: received into a value (rsmpi's `receive` refuses one).
+        let mut nothing = Nothing;
+        let status = world.process_at_rank(0).receive_into(&mut nothing);
+        assert_eq!(status.count(Nothing::equivalent_datatype()), 0);
+        println!("tuple struct arrived as {flat:?}, then a unit struct");
     }
 }

@@ -1,6 +1,8 @@
 //! `#[derive(Equivalence)]` for mpirt, parsing the struct by hand (no syn or quote).
 //!
-//! Accepted: a struct with named fields and no generics, `#[repr(C)]` or not. The generated
+//! Accepted: a struct with named fields, a tuple struct or a unit struct, without generics,
+//! `#[repr(C)]` or not, as rsmpi's derive takes them (fields may be tuples and arrays: both are
+//! `Equivalence` types here, laid out the same way). The generated
 //! code checks at compile time that every field is `Equivalence` and that the struct needs no
 //! drop, and builds the datatype from the fields' offsets (`offset_of!`) in declaration order,
 //! once per type: padding between fields is not part of it, so it is never read or sent, and
@@ -65,18 +67,61 @@ fn parse(input: TokenStream) -> Result<Item, String> {
                  Equivalence by hand"
             ))
         }
-        Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Brace => g.stream(),
+        Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Brace => parse_fields(g.stream())?,
+        Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Parenthesis => {
+            parse_tuple_fields(g.stream())
+        }
+        // A unit struct: no bytes to send, as rsmpi's derive makes it.
+        Some(TokenTree::Punct(p)) if p.as_char() == ';' => Vec::new(),
         _ => {
             return Err(format!(
-                "derive(Equivalence) needs named fields (struct {name} {{ a: T, ... }}); tuple \
-                 and unit structs are not supported"
+                "derive(Equivalence): cannot read the body of struct {name}"
             ))
         }
     };
-    Ok(Item {
-        fields: parse_fields(body)?,
-        name,
-    })
+    Ok(Item { fields: body, name })
+}
+
+/// Splits a tuple struct's `pub T, (U, V), [W; N]` into fields named `0`, `1`, ...
+fn parse_tuple_fields(body: TokenStream) -> Vec<Field> {
+    let mut fields = Vec::new();
+    let mut tokens = body.into_iter().peekable();
+    while tokens.peek().is_some() {
+        let mut ty = TokenStream::new();
+        let mut depth = 0i32;
+        while let Some(token) = tokens.next() {
+            match &token {
+                TokenTree::Punct(p) if p.as_char() == ',' && depth == 0 => break,
+                // An attribute: `#` and its bracketed group.
+                TokenTree::Punct(p) if p.as_char() == '#' && ty.is_empty() => {
+                    tokens.next();
+                    continue;
+                }
+                // Visibility, `pub` or `pub(crate)` (a parenthesised group after `pub` is a
+                // restriction only when it starts as one, as Rust reads it).
+                TokenTree::Ident(i) if i.to_string() == "pub" && ty.is_empty() => {
+                    if let Some(TokenTree::Group(g)) = tokens.peek() {
+                        let first = g.stream().into_iter().next().map(|t| t.to_string());
+                        let restricted =
+                            matches!(first.as_deref(), Some("crate" | "self" | "super" | "in"));
+                        if g.delimiter() == Delimiter::Parenthesis && restricted {
+                            tokens.next();
+                        }
+                    }
+                    continue;
+                }
+                TokenTree::Punct(p) if p.as_char() == '<' => depth += 1,
+                TokenTree::Punct(p) if p.as_char() == '>' => depth -= 1,
+                _ => {}
+            }
+            ty.extend([token]);
+        }
+        fields.push(Field {
+            name: fields.len().to_string(),
+            ty: ty.to_string(),
+        });
+    }
+    fields
 }
 
 /// Splits `a: T, pub b: [U; N], ...` into fields. Commas inside `<...>` belong to the type.

@@ -469,6 +469,7 @@ fn fits<T: Equivalence>(datatype: Datatype, bytes: &[u8]) -> bool {
 }
 
 /// The incoming operand of a [`UserOperation`]: elements of a type known at run time.
+#[derive(Clone, Copy, Debug)]
 pub struct DynBuffer<'b> {
     bytes: &'b [u8],
     datatype: Datatype,
@@ -493,6 +494,11 @@ impl<'b> DynBuffer<'b> {
         (self.bytes, self.datatype)
     }
 
+    /// The first byte of the elements, as rsmpi's `as_ptr` gives it.
+    pub fn as_ptr(&self) -> *const c_void {
+        self.bytes.as_ptr().cast()
+    }
+
     /// The elements as `T`, or `None` if they are of another type.
     pub fn downcast<T: Equivalence>(self) -> Option<&'b [T]> {
         if !fits::<T>(self.datatype, self.bytes) {
@@ -510,6 +516,7 @@ impl<'b> DynBuffer<'b> {
 }
 
 /// The accumulating operand of a [`UserOperation`].
+#[derive(Debug)]
 pub struct DynBufferMut<'b> {
     bytes: &'b mut [u8],
     datatype: Datatype,
@@ -536,6 +543,31 @@ impl<'b> DynBufferMut<'b> {
 
     pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
         self.bytes
+    }
+
+    /// The first byte of the elements, as rsmpi's `as_ptr` gives it.
+    pub fn as_ptr(&self) -> *const c_void {
+        self.bytes.as_ptr().cast()
+    }
+
+    /// The first byte of the elements, as rsmpi's `as_mut_ptr` gives it.
+    pub fn as_mut_ptr(&mut self) -> *mut c_void {
+        self.bytes.as_mut_ptr().cast()
+    }
+
+    /// The same elements, read-only, for as long as this borrow.
+    pub fn reborrow(&self) -> DynBuffer<'_> {
+        DynBuffer::from_parts(&*self.bytes, self.datatype, self.count)
+    }
+
+    /// The same elements, for as long as this borrow.
+    pub fn reborrow_mut(&mut self) -> DynBufferMut<'_> {
+        DynBufferMut::from_parts(&mut *self.bytes, self.datatype, self.count)
+    }
+
+    /// The same elements, read-only, for the whole of `'b`.
+    pub fn downgrade(self) -> DynBuffer<'b> {
+        DynBuffer::from_parts(self.bytes, self.datatype, self.count)
     }
 
     /// The elements as `T`, or `None` if they are of another type.

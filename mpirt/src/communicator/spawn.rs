@@ -13,6 +13,9 @@
 //! its ranks `0..parents`, the children the next ones) and makes the inter-communicator on the
 //! lowest context id that no process of either side uses. Under a launcher other than rsrun the
 //! root's request is refused, and every process of the communicator returns that named error.
+//! A spawn that fails after the children started returns its error to the parents (as
+//! MPI_Comm_spawn does) while the children abort: the parents' root tells rsrun before the
+//! children can know, so that their job's end is reported without ending the parents'.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
@@ -158,7 +161,11 @@ pub(crate) fn spawn(
         own: &|rank| format!("parent rank {rank}"),
         theirs: &|rank| format!("rank {rank} of {why}"),
     };
-    join(comm, root, side, &secret, RootLink::Accept(port), names).map_err(fail)
+    let link = RootLink::Accept {
+        port,
+        job: why.clone(),
+    };
+    join(comm, root, side, &secret, link, names).map_err(fail)
 }
 
 /// The root's part of a spawn before the others hear of it: checks the arguments, listens
@@ -280,8 +287,12 @@ struct Names<'a> {
 
 /// How this side's root reaches the other's.
 enum RootLink {
-    /// The parents' root takes the children's root's call (the port, on the root only).
-    Accept(Option<TcpListener>),
+    /// The parents' root takes the children's root's call (the port, on the root only) for
+    /// the spawned job named `job`.
+    Accept {
+        port: Option<TcpListener>,
+        job: String,
+    },
     /// The children's root dials the parents' port.
     Dial(String),
 }
@@ -351,15 +362,28 @@ fn join(
             Some(why) => message(&offered, 0, why.as_bytes()),
         };
         let port_key = port_proof::derive_key(secret, PORT_PURPOSE);
-        match trade(link, &port_key, &mine).and_then(|m| read_message(&m)) {
+        // Why the spawn fails, given the other root's message, if it does.
+        let unjoined = |their_message: &[u8]| match (&failed, read_message(their_message)) {
+            (Some(why), _) => Some(why.clone()),
+            (None, Err(why)) => Some(why),
+            (None, Ok((their_offered, ..))) => inter_id(&offered, &their_offered)
+                .is_none()
+                .then(|| Cause::ContextIdsExhausted.to_string()),
+        };
+        // The parents' spawn returns the error, which they may handle: rsrun learns it
+        // before the children do (from this root's answer), so that their exit, named,
+        // does not end the parents' job.
+        let answering = |job: &str, their_message: &[u8]| match unjoined(their_message) {
+            None => Ok(()),
+            Some(why) => with_bootstrap(|b| b.spawn_unjoined(job, &why))
+                .map_err(|cause| cause.to_string())?
+                .map_err(|e| format!("telling rsrun that the spawn failed ({why}): {e}")),
+        };
+        match trade(link, &port_key, &mine, answering).and_then(|m| read_message(&m)) {
             // This side's failure, which every process of it knows already, is the error.
             Ok(_) if failed.is_some() => {}
             Ok((their_offered, count, their_entries)) => {
-                let mut union = offered;
-                for (word, their) in union.iter_mut().zip(&their_offered) {
-                    *word |= their;
-                }
-                match context::lowest_free(&union) {
+                match inter_id(&offered, &their_offered) {
                     Some(id) => header = [0, u64::from(id), u64::from(count)],
                     None => header[0] = 1,
                 }
@@ -446,6 +470,16 @@ fn open_bridge(me: u32, size: u32, key: &JobSecret) -> Result<(pml::Bridge, Vec<
     Ok((bridge, entry))
 }
 
+/// The lowest context id that neither side uses (`offered`, `their_offered`): the
+/// inter-communicator's.
+fn inter_id(offered: &[u64; WORDS], their_offered: &[u64; WORDS]) -> Option<u32> {
+    let mut union = *offered;
+    for (word, their) in union.iter_mut().zip(their_offered) {
+        *word |= their;
+    }
+    context::lowest_free(&union)
+}
+
 /// A root's message to the other root: the context ids its side uses, its size, and its
 /// members' bridge entries; or, with a size of 0, why its side cannot join.
 fn message(offered: &[u64; WORDS], size: u32, entries: &[u8]) -> Vec<u8> {
@@ -479,15 +513,23 @@ fn read_message(bytes: &[u8]) -> Result<([u64; WORDS], u32, Vec<u8>), String> {
 
 /// The roots' trade: `mine` for the other root's message, over the port, once each root has
 /// proved to the other that it knows `key` (the port's key, made from the spawn's secret).
-fn trade(link: RootLink, key: &JobSecret, mine: &[u8]) -> Result<Vec<u8>, String> {
+/// The parents' root reads first and calls `answering` with the job's name and the
+/// children's message before it answers: an error there is the trade's, unanswered.
+fn trade(
+    link: RootLink,
+    key: &JobSecret,
+    mine: &[u8],
+    answering: impl FnOnce(&str, &[u8]) -> Result<(), String>,
+) -> Result<Vec<u8>, String> {
     let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
     match link {
-        RootLink::Accept(port) => {
+        RootLink::Accept { port, job } => {
             let listener = port.ok_or("the spawn's root has no port")?;
             let mut stream = accept_children(&listener, key)?;
             let theirs = kvs_wire::read_frame(&mut stream, kvs_wire::MAX_FRAME)
                 .map_err(|e| io("reading the children's root", e))?
                 .ok_or("the children's root closed the connection")?;
+            answering(&job, &theirs)?;
             kvs_wire::write_frame(&mut stream, mine)
                 .map_err(|e| io("writing to the children's root", e))?;
             Ok(theirs)

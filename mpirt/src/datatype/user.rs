@@ -529,6 +529,32 @@ impl<'a> From<&'a UserDatatype> for DatatypeRef<'a> {
     }
 }
 
+// rsmpi's `SystemDatatype` is a `DatatypeRef<'static>`, so a basic type's datatype converts as
+// a reference does (`bool::equivalent_datatype().into()` in a `structured` call).
+impl From<Datatype> for DatatypeRef<'_> {
+    fn from(datatype: Datatype) -> Self {
+        DatatypeRef(datatype, PhantomData)
+    }
+}
+
+impl From<Datatype> for UncommittedDatatypeRef<'_> {
+    fn from(datatype: Datatype) -> Self {
+        UncommittedDatatypeRef(datatype, PhantomData)
+    }
+}
+
+impl<'a> From<&'a UserDatatype> for UncommittedDatatypeRef<'a> {
+    fn from(datatype: &'a UserDatatype) -> Self {
+        datatype.as_ref().into()
+    }
+}
+
+impl<'a> From<&'a UncommittedUserDatatype> for UncommittedDatatypeRef<'a> {
+    fn from(datatype: &'a UncommittedUserDatatype) -> Self {
+        datatype.as_ref()
+    }
+}
+
 /// A view of `count` elements of a datatype over a buffer, to send (`MPI_Send(buf, count,
 /// datatype)`).
 pub struct View<'d, 'b, D: UncommittedDatatype, B: Buffer + ?Sized> {
@@ -751,6 +777,20 @@ unsafe impl BufferMut for DynBufferMut<'_> {
     }
 }
 
+// SAFETY: the bytes are borrowed for the buffer's life and initialized (`new` took them
+// from initialized `T`s); sending from them only reads them, as rsmpi's `Buffer` impl does.
+unsafe impl Buffer for DynBufferMut<'_> {
+    fn pointer(&self) -> *const u8 {
+        self.as_ptr().cast()
+    }
+    fn count(&self) -> usize {
+        self.count_of_parts()
+    }
+    fn datatype(&self) -> Datatype {
+        self.datatype_of_parts()
+    }
+}
+
 // SAFETY: the bytes are borrowed for the buffer's life and initialized.
 unsafe impl Buffer for DynBuffer<'_> {
     fn pointer(&self) -> *const u8 {
@@ -767,6 +807,23 @@ unsafe impl Buffer for DynBuffer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_basic_types_datatype_converts_to_references_as_rsmpis_system_datatype_does() {
+        let uncommitted: UncommittedDatatypeRef<'_> = bool::equivalent_datatype().into();
+        let committed: DatatypeRef<'_> = u16::equivalent_datatype().into();
+        assert_eq!(uncommitted.descriptor(), bool::equivalent_datatype());
+        assert_eq!(committed.descriptor(), u16::equivalent_datatype());
+    }
+
+    #[test]
+    fn tuples_are_laid_out_from_their_elements_offsets() {
+        let pair = <(u8, f64)>::equivalent_datatype();
+        // 7 bytes of padding are not part of it.
+        assert_eq!(pair.size(), 9);
+        assert!(!pair.is_contiguous());
+        assert_eq!(<(u32, u32)>::equivalent_datatype().size(), 8);
+    }
 
     fn extent(datatype: &UserDatatype) -> usize {
         layout_for("test", datatype).extent

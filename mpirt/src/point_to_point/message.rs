@@ -50,6 +50,13 @@ impl Message {
         )
     }
 
+    /// Whether the probe's source was the null process (`MPI_MESSAGE_NO_PROC`, as rsmpi
+    /// asks): no source a program can name here is (rsmpi's `Process` and `AnyProcess` are
+    /// the only ones, as here), so a message is always a real one.
+    pub fn is_no_proc(&self) -> bool {
+        false
+    }
+
     /// Receives the message as one value (`MPI_Mrecv`).
     pub fn matched_receive<T: Equivalence>(self) -> (T, Status) {
         or_fatal(self.try_matched_receive())
@@ -131,5 +138,18 @@ impl Message {
         let operation = self.describe();
         receive_matched_vec(self.handle, self.status, self.from)
             .map_err(|c| Error::new(operation, c))
+    }
+}
+
+/// rsmpi's receive of a matched probe's message into a vector, on the pair the probe returns:
+/// `process.matched_probe().matched_receive_vec::<T>()`.
+pub trait MatchedReceiveVec {
+    /// Receives the message into a new vector of the right length.
+    fn matched_receive_vec<Msg: Equivalence>(self) -> (Vec<Msg>, Status);
+}
+
+impl MatchedReceiveVec for (Message, Status) {
+    fn matched_receive_vec<Msg: Equivalence>(self) -> (Vec<Msg>, Status) {
+        self.0.matched_receive_vec()
     }
 }

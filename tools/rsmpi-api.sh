@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# rsmpi 0.8's public API against mpirt's (tools/rsmpi-api-audit.py compares them): rustdoc's
+# JSON of the `mpi` crate, built over Open MPI's headers as tools/conformance-rsmpi.sh builds
+# it, and of mpirt with its hidden items (rsmpi's `Scope::register` is public; mpirt's is
+# hidden, but there). rustdoc writes JSON only when unstable options are allowed:
+# RUSTC_BOOTSTRAP=1 lets the stable toolchain do it (the script reads format version 57, that
+# of Rust 1.95). Needs the `mpi` crate in cargo's registry (the conformance crate's rsmpi build
+# fetches it) and Open MPI's mpicc.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export RUSTC_BOOTSTRAP=1
+json="-Zunstable-options --output-format json"
+CARGO_TARGET_DIR=target/rsmpi-ompi MPICC=mpicc.openmpi RUSTDOCFLAGS="$json" \
+    cargo doc --manifest-path conformance/rsmpi/Cargo.toml -p mpi --no-deps
+CARGO_TARGET_DIR=target/api-json RUSTDOCFLAGS="$json --document-hidden-items" \
+    cargo doc -p mpirt --features complex --no-deps
+python3 tools/rsmpi-api-audit.py target/rsmpi-ompi/doc/mpi.json target/api-json/doc/mpirt.json
