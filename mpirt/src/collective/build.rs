@@ -418,19 +418,21 @@ pub(crate) fn all_gather_varcount(ranks: Ranks, incoming: &[(usize, usize)]) -> 
 
 /// All-to-all: `outgoing[r]` (offset, length in bytes) of the send buffer to rank r, into
 /// `incoming[r]` of its receive buffer. `placement` is the ranks' hosts where they lie on
-/// several, more than one on some, for equal blocks of `largest` bytes.
+/// several, more than one on some, for equal blocks of `largest` bytes; `ranks_on_host` how
+/// many of the ranks share this rank's host (see `select::alltoall`).
 pub(crate) fn all_to_all(
     ranks: Ranks,
     outgoing: &[(usize, usize)],
     incoming: &[(usize, usize)],
     largest: usize,
     placement: Option<Placement>,
+    ranks_on_host: u32,
 ) -> Result<Plan, Cause> {
     let mut p = Plan::default();
     let total = |parts: &[(usize, usize)]| parts.iter().map(|part| part.1).sum();
     let (sent, received) = (send(total(outgoing)), recv(total(incoming)));
     let (outgoing, incoming) = (parts(Region::Send, outgoing), parts(Region::Recv, incoming));
-    let algorithm = select::alltoall(largest, placement.is_some())?;
+    let algorithm = select::alltoall(largest, placement.is_some(), ranks_on_host)?;
     // Across hosts, ranks whose blocks straddle the leaders' limit would run two plans that
     // do not meet: there, chosen by length, both are marked, and the pairwise plan starts
     // with the leaders' plan's messages, empty, after which every rank has heard from every
@@ -580,6 +582,54 @@ mod tests {
         }
     }
 
+    /// The ranks' plans of an all-to-all of `block`-byte blocks on `n` ranks, where rank r
+    /// shares its host with `on_host(r)` of them.
+    fn all_to_all_plans(n: u32, block: usize, on_host: impl Fn(u32) -> u32) -> Vec<Plan> {
+        let equal = equal_parts(block, n);
+        (0..n)
+            .map(|rank| {
+                let me = Ranks { rank, size: n };
+                all_to_all(me, &equal, &equal, block, None, on_host(rank)).expect("a plan")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn long_all_to_alls_go_at_once_with_many_ranks_on_a_host() {
+        // Rounds of a rank's plan: its own block's copy, then pairwise a peer a round (n in
+        // all), linear every message at once (2).
+        for (n, on_host, rounds) in [(16, 16, 16), (63, 63, 63), (64, 64, 2), (128, 128, 2)] {
+            let plan = &all_to_all_plans(n, 32 << 10, |_| on_host)[0];
+            assert_eq!(plan.rounds(), rounds, "{n} ranks, {on_host} on the host");
+        }
+        // Short blocks go at once whatever the ranks on the host.
+        assert_eq!(all_to_all_plans(4, 256, |_| 1)[0].rounds(), 2);
+    }
+
+    #[test]
+    fn hosts_that_choose_differently_still_exchange_every_block() {
+        // 64 ranks on the first host go at once, the other 6 pairwise.
+        let (n, block) = (70u32, 257);
+        let plans = all_to_all_plans(n, block, |rank| if rank < 64 { 64 } else { 6 });
+        let byte = |from: u32, to: u32| (from * 7 + to * 13) as u8;
+        let sends = (0..n)
+            .map(|from| (0..n).flat_map(|to| vec![byte(from, to); block]).collect())
+            .collect();
+        let got = simulation::run(
+            plans,
+            sends,
+            &vec![n as usize * block; n as usize],
+            1,
+            crate::collective::algorithms::plan_checks::no_reduction,
+        );
+        for (to, recv) in got.iter().enumerate() {
+            for (from, part) in recv.chunks(block).enumerate() {
+                let want = byte(from as u32, to as u32);
+                assert!(part.iter().all(|&b| b == want), "{from} -> {to}");
+            }
+        }
+    }
+
     #[test]
     fn all_to_alls_across_hosts_straddling_the_leaders_limit_end_on_every_rank() {
         let placements: [&[u32]; 7] = [
@@ -600,7 +650,9 @@ mod tests {
                     let block = if long { 257 } else { 256 };
                     let equal = equal_parts(block, n);
                     let placement = Some(Placement::new(host_of));
-                    all_to_all(me, &equal, &equal, block, placement).expect("a plan")
+                    let on_host = host_of.iter().filter(|&&h| h == host_of[me.rank as usize]);
+                    let on_host = on_host.count() as u32;
+                    all_to_all(me, &equal, &equal, block, placement, on_host).expect("a plan")
                 },
             );
         }

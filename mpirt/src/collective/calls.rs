@@ -3,9 +3,11 @@
 //! function per collective, shared by the blocking and the immediate form.
 
 use crate::communicator::{CommData, Grid, Rank};
+use pml::Pml;
 use std::sync::Arc;
 
 use crate::datatype::{Buffer, BufferMut, Datatype, Layout};
+use crate::environment::with_engine_or_lent;
 use crate::error::Cause;
 use crate::partition::{parts, Partition, Partitioned};
 use crate::point_to_point::Count;
@@ -279,12 +281,27 @@ pub(crate) fn all_to_all<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     let n = comm.size as usize;
     let block = send.byte_len() / n;
     let equal = build::equal_parts(block, comm.size);
+    let on_host = ranks_on_host(comm)?;
     let plan = across_hosts(
         comm,
         |_| true,
-        |placement| build::all_to_all(ranks(comm), &equal, &equal, block, placement),
+        |placement| build::all_to_all(ranks(comm), &equal, &equal, block, placement, on_host),
     )?;
     Ok(Call::new(plan, both(send, recv)?, datatype))
+}
+
+/// How many of the communicator's ranks share this rank's host, as the PML's table of its
+/// ranks' hosts says (every rank's holds the same hosts); 1 where it knows none.
+fn ranks_on_host(comm: &CommData) -> Result<u32, Cause> {
+    with_engine_or_lent(|e| {
+        let mine = e.host_of(comm.world_rank(comm.rank));
+        Ok(match mine {
+            None => 1,
+            Some(_) => (0..comm.size)
+                .filter(|&r| e.host_of(comm.world_rank(r)) == mine)
+                .count() as u32,
+        })
+    })
 }
 
 pub(crate) fn all_to_all_varcount<'a, S, R>(
@@ -298,7 +315,8 @@ where
 {
     let (datatype, outgoing, incoming) = check_all_to_all_varcount(comm, send, recv)?;
     let largest = outgoing.iter().map(|p| p.1).max().unwrap_or(0);
-    let plan = build::all_to_all(ranks(comm), &outgoing, &incoming, largest, None)?;
+    let on_host = ranks_on_host(comm)?;
+    let plan = build::all_to_all(ranks(comm), &outgoing, &incoming, largest, None, on_host)?;
     Ok(Call::new(plan, both(send, recv)?, datatype))
 }
 

@@ -24,6 +24,13 @@ const REDUCE_LONG: usize = 64 << 10;
 const ALLGATHER_SHORT: usize = 64 << 10;
 /// All-to-all blocks up to this many bytes all go at once; longer ones pairwise.
 const ALLTOALL_SHORT: usize = 256;
+/// From this many ranks of the communicator on this rank's host, longer all-to-all blocks
+/// also go at once: pairwise, each of a rank's n - 1 rounds waits for one peer, which with
+/// many ranks a host (here 128 on 2 cores) is mostly not running, while with every
+/// message posted at once a rank takes them as its peers come (128 ranks, 32 KiB blocks:
+/// linear 0.53 of pairwise's time, osu-benches/REPORT.md). Pairwise and linear send one
+/// message each way between each pair of ranks, so hosts that choose differently still meet.
+const ALLTOALL_LINEAR_RANKS: u32 = 64;
 /// Gather and scatter results up to this many bytes go through a binomial tree; beyond that
 /// the tree's extra copies cost more than its fewer rounds save, so they go linearly.
 const ROOTED_SHORT: usize = 256 << 10;
@@ -346,13 +353,20 @@ pub(crate) enum Alltoall {
 /// whose cost is their bytes, go as before, each rank to each, with no extra copies nor the
 /// leader's bottleneck (Open MPI's coll/han pairs every rank with one on each other host
 /// instead of one leader a host, and needs single-copy mapping of the peers' buffers).
-pub(crate) fn alltoall(block_bytes: usize, across_hosts: bool) -> Result<Alltoall, Cause> {
+/// Longer blocks go pairwise, unless `ranks_on_host` of the communicator's ranks share this
+/// rank's host, at least `ALLTOALL_LINEAR_RANKS` (1 where the hosts are not known).
+pub(crate) fn alltoall(
+    block_bytes: usize,
+    across_hosts: bool,
+    ranks_on_host: u32,
+) -> Result<Alltoall, Cause> {
     Ok(match ALLTOALL.forced()? {
         Some("pairwise") => Alltoall::Pairwise,
         Some("linear") => Alltoall::Linear,
         // "shared_memory": for blocks too long for the area.
         _ if block_bytes <= ALLTOALL_SHORT && across_hosts => Alltoall::Hierarchical,
         _ if block_bytes <= ALLTOALL_SHORT => Alltoall::Linear,
+        _ if ranks_on_host >= ALLTOALL_LINEAR_RANKS => Alltoall::Linear,
         _ => Alltoall::Pairwise,
     })
 }
