@@ -108,6 +108,26 @@ fn rank_mode() {
                 dup.barrier();
             }
         }
+        "barrier-marks" => {
+            // Before each barrier one rank in turn comes late, and every rank marks its
+            // arrival in a file of the directory BARRIER_MARKS names: after the barrier,
+            // every rank finds every rank's mark.
+            let dir = std::path::PathBuf::from(env::var("BARRIER_MARKS").expect("BARRIER_MARKS"));
+            let (rank, n) = (world.rank(), world.size());
+            for i in 0..40 {
+                if i % n == rank {
+                    std::thread::sleep(std::time::Duration::from_millis(3));
+                }
+                std::fs::write(dir.join(format!("{i}.{rank}")), b"").expect("a mark");
+                world.barrier();
+                for r in 0..n {
+                    assert!(
+                        dir.join(format!("{i}.{r}")).exists(),
+                        "rank {rank} left barrier {i} before rank {r} arrived"
+                    );
+                }
+            }
+        }
         "area-calls" => {
             // Ten of each call whose area path has no other evidence; the communicator's
             // area counts them when it goes (rsrun --verbose).
@@ -3411,6 +3431,30 @@ fn ranks_sharing_one_cpu_yield_and_bound_ranks_spin() {
         out.contains("rank 1: ") && !out.contains("waits yield"),
         "{out}"
     );
+}
+
+/// Where ranks share a CPU, rank 0 releases the area's barrier once every rank has arrived
+/// (rsrun --verbose says so): on 3 and 4 ranks on one CPU, with one rank in turn late to each
+/// of 40 barriers, no rank leaves one before every rank has marked its arrival in a file.
+#[test]
+fn a_barrier_released_by_rank_0_waits_for_every_rank() {
+    for n in [3, 4] {
+        let dir = env::temp_dir().join(format!("mpirt-barrier-marks-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let shared = Launch::RsrunOn {
+            cpus: "0",
+            args: &["--bind-to", "core"],
+        };
+        let envs = [
+            ("MPIRT_VERBOSE", "1"),
+            ("BARRIER_MARKS", dir.to_str().unwrap()),
+        ];
+        let (_, err) = ok_job_on(shared, n, "barrier-marks", &envs);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let released =
+            format!("collective area of {n} ranks ready, its barrier released by rank 0");
+        assert_eq!(err.matches(&released).count(), n as usize, "{err}");
+    }
 }
 
 /// A rank waiting in the shared-memory area yields its CPU, then sleeps (ranks sharing one

@@ -13,9 +13,11 @@
 //! order for non-commutative operations; a reduce-scatter does the same over its own part;
 //! an all-gather copies every cell, an all-to-all its own block of every cell. A reduction or
 //! a gather does the same on its root alone, the others leaving once they published; a
-//! barrier waits for each flag and writes nothing; a broadcast's or a scatter's root writes
-//! its buffer, and the others wait for the root's flag, copy (the whole buffer or their
-//! block), and publish theirs.
+//! barrier waits for each flag and writes nothing (or, where more than two ranks share CPUs,
+//! rank 0 alone waits for every flag and then publishes its own, which releases the others:
+//! see [`released_by_rank_0`]); a broadcast's or a scatter's root writes its buffer, and the
+//! others wait for the root's flag, copy (the whole buffer or their block), and publish
+//! theirs.
 //!
 //! Before a rank writes its cell for call k it makes sure that every rank has published call
 //! k - `CELLS` + 1 (usually known already: an all-reduce or a barrier saw every flag): a rank
@@ -211,6 +213,10 @@ pub(crate) struct Area {
     /// sleeps: `pml::config::YIELD_FOR` where the area's ranks, or the host's, outnumber the
     /// CPUs (their turns on them then cost a context switch, not a wake-up), else none.
     yield_for: Duration,
+    /// Whether rank 0 releases the barrier, after every rank's arrival, rather than every
+    /// rank waiting for every other rank's flag: where more than two ranks share CPUs (see
+    /// [`released_by_rank_0`]).
+    released: bool,
     /// How this rank's sleeps in the area ended, which `rsrun --verbose` reports when the
     /// area goes.
     sleeps: Cell<Sleeps>,
@@ -312,6 +318,19 @@ fn all_to_all_max(size: u32) -> usize {
         0..=3 => SHARED_MAX,
         _ => size as usize * (16 << 10),
     }
+}
+
+/// Whether rank 0 releases the barrier of a communicator of `size` ranks, whose ranks share
+/// CPUs where `shares`: then rank 0 leaves every barrier first, so that a rooted call after
+/// it (a broadcast or a scatter from rank 0, as OSU's benchmarks run them between barriers)
+/// finds its root already writing, where with every rank waiting for every flag a rank could
+/// leave while rank 0 waited for its turn on a CPU, and then wait that turn out in the next
+/// call (4 ranks on 2 CPUs: 3-4x Open MPI's time for broadcasts of 1-256 B, whose tuned
+/// barrier on 4 to 7 ranks is released by rank 0 as well). The barrier itself pays a step:
+/// the last rank to arrive waits for rank 0 to see it (REPORT.md, issue 23's notes). Two
+/// ranks keep the single step; so do ranks with a CPU each, which spin and leave together.
+fn released_by_rank_0(size: u32, shares: bool) -> bool {
+    size > 2 && shares
 }
 
 /// What a rank other than a root makes of the length `published` by `root` in its cell,
@@ -421,6 +440,7 @@ fn set_up(
         reached: Cell::new(0),
         spin: Cell::new(if spins { SPIN_FOR } else { Duration::ZERO }),
         yield_for,
+        released: released_by_rank_0(comm.size, shares),
         sleeps: Cell::new(Sleeps::default()),
     });
     Ok((area, disagreement))
@@ -579,11 +599,26 @@ impl Area {
         Ok(())
     }
 
-    /// Meets every rank of the communicator.
+    /// Meets every rank of the communicator: each rank publishes the call and waits for
+    /// every other rank's flag, or, where rank 0 releases the barrier ([`Area::released`]),
+    /// rank 0 waits for every flag before it publishes its own, which the others wait for.
     fn barrier(&self) -> Result<(), Cause> {
         let (call, phase) = self.next_call();
-        self.publish(&self.cell(self.rank, phase).0.call, call);
-        self.wait_for_all(call, phase)
+        let own = &self.cell(self.rank, phase).0.call;
+        if !self.released {
+            self.publish(own, call);
+            return self.wait_for_all(call, phase);
+        }
+        if self.rank == 0 {
+            self.wait_for_all(call, phase)?;
+            self.publish(own, call);
+            return Ok(());
+        }
+        self.publish(own, call);
+        self.wait_for(&self.cell(0, phase).0.call, call)?;
+        // Rank 0 published the call only once every rank had.
+        self.reached.set(call);
+        Ok(())
     }
 
     /// `root`'s `buf` in every rank's `buf`; `false`, with nothing copied, when the root's
@@ -1610,10 +1645,10 @@ fn set_up_area(comm: &CommData, operation: &'static str, bytes: usize) -> Result
             "mpirt: rank {}: collective area of {} ranks {}",
             comm.world_rank(comm.rank),
             comm.size,
-            if area.is_some() {
-                "ready"
-            } else {
-                "unavailable: collectives go by messages"
+            match &area {
+                Some(area) if area.released => "ready, its barrier released by rank 0",
+                Some(_) => "ready",
+                None => "unavailable: collectives go by messages",
             }
         ));
     }
