@@ -106,7 +106,8 @@ use super::{blocking, calls, select};
 
 /// Longest buffer, in bytes, a rank writes into its cell in one call (a broadcast's or a
 /// scatter's root its whole buffer, an all-to-all's or a reduce-scatter's ranks theirs, a
-/// block per rank); longer broadcasts and all-to-alls may go in segments.
+/// block per rank); longer broadcasts and all-to-alls may go in segments, and a gather's
+/// vectors up to a whole cell from 3 ranks on ([`gather_max`]).
 pub(crate) const SHARED_MAX: usize = 4096;
 /// The bytes a cell holds: `SHARED_MAX` for a call that fits the area, or one segment of a
 /// long broadcast or one round of an all-to-all (MPICH's release-gather broadcast pipelines
@@ -331,6 +332,20 @@ fn all_to_all_max(size: u32) -> usize {
 /// ranks keep the single step; so do ranks with a CPU each, which spin and leave together.
 fn released_by_rank_0(size: u32, shares: bool) -> bool {
     size > 2 && shares
+}
+
+/// The longest vector, in bytes, a gather's rank sends through the area on a communicator of
+/// `size` ranks: a cell's whole `SEGMENT` from 3 ranks on, where the ranks other than the root
+/// leave once their vector is in their cell, instead of waiting for the root's verdict and
+/// then sending by messages (4 and 8 ranks on 2 CPUs, 8 and 16 KiB: 0.68-5.95x Open MPI's
+/// time by messages, 0.07-0.13x through the area; REPORT.md). Two ranks keep their messages
+/// from 4 KiB, which a tree's leaf sends from its own buffer (one copy, where the area's cell
+/// costs two).
+fn gather_max(size: u32) -> usize {
+    match size {
+        0..=2 => SHARED_MAX,
+        _ => SEGMENT,
+    }
 }
 
 /// What a rank other than a root makes of the length `published` by `root` in its cell,
@@ -985,8 +1000,9 @@ impl Area {
     fn published_any(&self, rank: u32, phase: usize) -> &[u8] {
         let (flag, data) = self.cell(rank, phase);
         let len = flag.len.load(Ordering::Relaxed) as usize;
-        // SAFETY: `rank` published these `len` bytes (at most SHARED_MAX: the caller checked
-        // that every rank's vector fit, as `all_fit` or `exchange` with `disagreement` do) for
+        // SAFETY: `rank` published these `len` bytes (at most the call's limit, itself at most
+        // SEGMENT, the cell's room: the caller checked that every rank's vector fit, as
+        // `all_fit`, or `exchange` and `to_root` with `disagreement`, do) for
         // this call (the acquire load in `wait_for` ordered them before
         // this read), and does not write the cell again before this rank has finished this
         // call (`guard_write`).
@@ -1149,7 +1165,7 @@ impl Area {
         datatype: Datatype,
         op: &dyn Operation,
     ) -> Result<bool, Cause> {
-        self.to_root(root, send, recv, |phase, recv| {
+        self.to_root(root, send, recv, SHARED_MAX, |phase, recv| {
             self.fold(phase, send, 0, recv, datatype, op)
         })
     }
@@ -1162,14 +1178,15 @@ impl Area {
         send: &[u8],
         recv: Option<&mut [u8]>,
     ) -> Result<bool, Cause> {
-        self.to_root(root, send, recv, |phase, recv| {
+        self.to_root(root, send, recv, gather_max(self.size), |phase, recv| {
             self.gather_into(phase, send, recv)
         })
     }
 
     /// A call whose ranks publish `send`, all of one length, for the root alone, which hands
     /// the cells' phase and its `recv` to `finish` once every rank has published; `false`,
-    /// with nothing finished, when every rank's vector is too long for the area. A rank
+    /// with nothing finished, when every rank's vector is longer than `most` (at most
+    /// `SEGMENT`: then they go by messages). A rank
     /// whose vector fit leaves once it is published; one whose vector did not waits for the
     /// root's verdict (by messages together, or an error: the lengths disagree), which the
     /// root gives once it has seen every length.
@@ -1178,10 +1195,13 @@ impl Area {
         root: u32,
         send: &[u8],
         recv: Option<&mut [u8]>,
+        most: usize,
         finish: impl FnOnce(usize, &mut [u8]),
     ) -> Result<bool, Cause> {
         let (call, phase) = self.next_call();
-        let fits = self.contribute(call, phase, send)?;
+        let fits = self.contribute_with(call, phase, send.len(), most, |cell| {
+            cell.copy_from_slice(send)
+        })?;
         let root_flag = self.cell(root, phase).0;
         let Some(recv) = recv else {
             if fits {
