@@ -108,6 +108,32 @@ fn rank_mode() {
                 dup.barrier();
             }
         }
+        "barrier-marks" => {
+            // Before each barrier one rank in turn comes late, and every rank marks its
+            // arrival in a file of the directory BARRIER_MARKS names: after the barrier,
+            // every rank finds every rank's mark.
+            let dir = std::path::PathBuf::from(env::var("BARRIER_MARKS").expect("BARRIER_MARKS"));
+            let (rank, n) = (world.rank(), world.size());
+            for i in 0..40 {
+                if i % n == rank {
+                    std::thread::sleep(std::time::Duration::from_millis(3));
+                }
+                std::fs::write(dir.join(format!("{i}.{rank}")), b"").expect("a mark");
+                world.barrier();
+                for r in 0..n {
+                    assert!(
+                        dir.join(format!("{i}.{r}")).exists(),
+                        "rank {rank} left barrier {i} before rank {r} arrived"
+                    );
+                }
+            }
+        }
+        "area-gathers" => {
+            // UCX (which rsrun --pml ucx names in MPIRT_PML) counts no frames.
+            let ucx = env::var("MPIRT_PML").as_deref() == Ok("ucx");
+            let sent = || universe.counters().filter(|_| !ucx).map(|c| c.frames_sent);
+            area_gathers(&world, sent);
+        }
         "area-calls" => {
             // Ten of each call whose area path has no other evidence; the communicator's
             // area counts them when it goes (rsrun --verbose).
@@ -1560,10 +1586,11 @@ fn refusals(world: &SimpleCommunicator) {
     };
     report("short root", gathered);
     check("the short root");
-    // The same with vectors too long for the area: the others wait for the root's verdict.
-    let long = vec![mine; 1100];
+    // The same with vectors too long for the area (16 KiB from 3 ranks on): the others wait
+    // for the root's verdict.
+    let long = vec![mine; 4200];
     let gathered = if rank == 0 {
-        root.try_gather_into_root(&long[..], &mut vec![0i32; 1100][..])
+        root.try_gather_into_root(&long[..], &mut vec![0i32; 4200][..])
     } else {
         root.try_gather_into(&long[..])
     };
@@ -2319,6 +2346,51 @@ fn check_in_step(world: &SimpleCommunicator, after: &str) {
         Ok(()) => assert_eq!(sum, expected, "after {after}: another call's bytes"),
         Err(e) => println!("all_reduce after {after}: {e}"),
     }
+}
+
+/// Gathers of blocks past 4 KiB up to a cell's 16 KiB through the area (from 3 ranks on) and
+/// one byte past it by messages: ten of each against the serial reference, the frames each
+/// rank other than the root sent for them printed (none through the area); then the last
+/// rank's block one byte past the cell's while the others' fit, an error on the root and on
+/// the last rank, after which every rank is still in step.
+fn area_gathers(world: &SimpleCommunicator, sent: impl Fn() -> Option<u64>) {
+    let (rank, n) = (world.rank(), world.size() as usize);
+    let root = world.process_at_rank(0);
+    // The area's set-up, in the first call, goes by messages.
+    check_in_step(world, "the warm-up");
+    for block in [4097, 8192, 16384, 16385] {
+        let send: Vec<u8> = (0..block).map(|i| byte(rank, i)).collect();
+        let before = sent();
+        for _ in 0..10 {
+            if rank == 0 {
+                let mut all = vec![0u8; n * block];
+                root.gather_into_root(&send[..], &mut all[..]);
+                for (r, part) in all.chunks(block).enumerate() {
+                    let expected: Vec<u8> = (0..block).map(|i| byte(r as i32, i)).collect();
+                    assert!(part == expected, "gather {block}: rank {r}'s block differs");
+                }
+            } else {
+                root.gather_into(&send[..]);
+            }
+        }
+        if let (Some(after), Some(before), true) = (sent(), before, rank != 0) {
+            println!(
+                "gather {block}: rank {rank}: frames sent {}",
+                after - before
+            );
+        }
+    }
+    let last = n - 1;
+    let what = "gather 16385 vs 16384";
+    let block = if rank as usize == last { 16385 } else { 16384 };
+    let send = vec![1u8; block];
+    let result = if rank == 0 {
+        root.try_gather_into_root(&send[..], &mut vec![0u8; n * block][..])
+    } else {
+        root.try_gather_into(&send[..])
+    };
+    report_outcome(rank, what, result);
+    check_in_step(world, what);
 }
 
 /// The error paths of the area's segmented broadcasts and of an all-to-all's first round
@@ -3162,8 +3234,8 @@ fn a_rank_refusing_its_arguments_keeps_the_area_in_step() {
          are needed",
         "short root: rank 1: ok",
         "short root: rank 2: ok",
-        "short root, long vectors: rank 0: gather_into_root: the receive buffer holds 1100 \
-         elements where 3300 are needed",
+        "short root, long vectors: rank 0: gather_into_root: the receive buffer holds 4200 \
+         elements where 12600 are needed",
         &format!("short root, long vectors: rank 1: gather_into: rank 0 {refused}"),
         &format!("short root, long vectors: rank 2: gather_into: rank 0 {refused}"),
         "scatter: rank 0: ok",
@@ -3411,6 +3483,80 @@ fn ranks_sharing_one_cpu_yield_and_bound_ranks_spin() {
         out.contains("rank 1: ") && !out.contains("waits yield"),
         "{out}"
     );
+}
+
+/// From 3 ranks on, gathers of blocks up to 16 KiB go through the area: the ranks other
+/// than the root send no frame for them (8 and 16 KiB went by messages before), while one
+/// byte more goes by messages; each result matches the serial reference; a last rank whose
+/// block is one byte past the area's while the others' fit fails on the root and on itself,
+/// and the others leave, all still in step.
+#[test]
+fn gathers_up_to_a_cell_go_through_the_area_from_3_ranks() {
+    if common::across_hosts("one area for every rank (the frames counted)") {
+        return;
+    }
+    for n in [3u32, 4] {
+        let (out, _) = ok_job_with(n, "area-gathers", &[]);
+        if !out.contains("frames sent") {
+            println!("{n} ranks: frames not counted: this PML (UCX) does not count them");
+        }
+        for rank in 1..n {
+            for block in [4097, 8192, 16384] {
+                let line = format!("gather {block}: rank {rank}: frames sent ");
+                if let Some(at) = out.find(&line) {
+                    let count = out[at + line.len()..].split_whitespace().next();
+                    assert_eq!(count, Some("0"), "{n} ranks, {line}\n{out}");
+                }
+            }
+            let line = format!("gather 16385: rank {rank}: frames sent 0\n");
+            assert!(!out.contains(&line), "{n} ranks: {line}{out}");
+        }
+        let what = "gather 16385 vs 16384";
+        let last = n - 1;
+        for expected in [
+            format!(
+                "{what}: rank 0: gather_into_root: rank {last} sent 16385 bytes where this rank \
+                 expected 16384"
+            ),
+            format!(
+                "{what}: rank {last}: gather_into: rank 0 sent 16384 bytes where this rank \
+                 expected 16385"
+            ),
+        ] {
+            assert!(
+                out.contains(&expected),
+                "{n} ranks: missing {expected:?} in\n{out}"
+            );
+        }
+        for rank in 1..last {
+            assert!(out.contains(&format!("{what}: rank {rank}: ok")), "{out}");
+        }
+        assert!(!out.contains("all_reduce after"), "{n} ranks: {out}");
+    }
+}
+
+/// Where ranks share a CPU, rank 0 releases the area's barrier once every rank has arrived
+/// (rsrun --verbose says so): on 3 and 4 ranks on one CPU, with one rank in turn late to each
+/// of 40 barriers, no rank leaves one before every rank has marked its arrival in a file.
+#[test]
+fn a_barrier_released_by_rank_0_waits_for_every_rank() {
+    for n in [3, 4] {
+        let dir = env::temp_dir().join(format!("mpirt-barrier-marks-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let shared = Launch::RsrunOn {
+            cpus: "0",
+            args: &["--bind-to", "core"],
+        };
+        let envs = [
+            ("MPIRT_VERBOSE", "1"),
+            ("BARRIER_MARKS", dir.to_str().unwrap()),
+        ];
+        let (_, err) = ok_job_on(shared, n, "barrier-marks", &envs);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let released =
+            format!("collective area of {n} ranks ready, its barrier released by rank 0");
+        assert_eq!(err.matches(&released).count(), n as usize, "{err}");
+    }
 }
 
 /// A rank waiting in the shared-memory area yields its CPU, then sleeps (ranks sharing one

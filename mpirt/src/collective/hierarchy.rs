@@ -655,7 +655,7 @@ impl Hierarchy {
         let room = if shape.fits { shape.block } else { 0 };
         let part = &mut release[STATUS..STATUS + room];
         let part = self.leaders.is_some().then_some(part);
-        let gathered = self.area.to_root(0, send, part, |phase, part| {
+        let gathered = self.area.to_root(0, send, part, SHARED_MAX, |phase, part| {
             if shape.fits {
                 self.area.gather_into(phase, send, part);
             }

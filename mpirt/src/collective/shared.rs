@@ -13,9 +13,11 @@
 //! order for non-commutative operations; a reduce-scatter does the same over its own part;
 //! an all-gather copies every cell, an all-to-all its own block of every cell. A reduction or
 //! a gather does the same on its root alone, the others leaving once they published; a
-//! barrier waits for each flag and writes nothing; a broadcast's or a scatter's root writes
-//! its buffer, and the others wait for the root's flag, copy (the whole buffer or their
-//! block), and publish theirs.
+//! barrier waits for each flag and writes nothing (or, where more than two ranks share CPUs,
+//! rank 0 alone waits for every flag and then publishes its own, which releases the others:
+//! see [`released_by_rank_0`]); a broadcast's or a scatter's root writes its buffer, and the
+//! others wait for the root's flag, copy (the whole buffer or their block), and publish
+//! theirs.
 //!
 //! Before a rank writes its cell for call k it makes sure that every rank has published call
 //! k - `CELLS` + 1 (usually known already: an all-reduce or a barrier saw every flag): a rank
@@ -104,7 +106,8 @@ use super::{blocking, calls, select};
 
 /// Longest buffer, in bytes, a rank writes into its cell in one call (a broadcast's or a
 /// scatter's root its whole buffer, an all-to-all's or a reduce-scatter's ranks theirs, a
-/// block per rank); longer broadcasts and all-to-alls may go in segments.
+/// block per rank); longer broadcasts and all-to-alls may go in segments, and a gather's
+/// vectors up to a whole cell from 3 ranks on ([`gather_max`]).
 pub(crate) const SHARED_MAX: usize = 4096;
 /// The bytes a cell holds: `SHARED_MAX` for a call that fits the area, or one segment of a
 /// long broadcast or one round of an all-to-all (MPICH's release-gather broadcast pipelines
@@ -211,6 +214,10 @@ pub(crate) struct Area {
     /// sleeps: `pml::config::YIELD_FOR` where the area's ranks, or the host's, outnumber the
     /// CPUs (their turns on them then cost a context switch, not a wake-up), else none.
     yield_for: Duration,
+    /// Whether rank 0 releases the barrier, after every rank's arrival, rather than every
+    /// rank waiting for every other rank's flag: where more than two ranks share CPUs (see
+    /// [`released_by_rank_0`]).
+    released: bool,
     /// How this rank's sleeps in the area ended, which `rsrun --verbose` reports when the
     /// area goes.
     sleeps: Cell<Sleeps>,
@@ -311,6 +318,33 @@ fn all_to_all_max(size: u32) -> usize {
     match size {
         0..=3 => SHARED_MAX,
         _ => size as usize * (16 << 10),
+    }
+}
+
+/// Whether rank 0 releases the barrier of a communicator of `size` ranks, whose ranks share
+/// CPUs where `shares`: then rank 0 leaves every barrier first, so that a rooted call after
+/// it (a broadcast or a scatter from rank 0, as OSU's benchmarks run them between barriers)
+/// finds its root already writing, where with every rank waiting for every flag a rank could
+/// leave while rank 0 waited for its turn on a CPU, and then wait that turn out in the next
+/// call (4 ranks on 2 CPUs: 3-4x Open MPI's time for broadcasts of 1-256 B, whose tuned
+/// barrier on 4 to 7 ranks is released by rank 0 as well). The barrier itself pays a step:
+/// the last rank to arrive waits for rank 0 to see it (REPORT.md, issue 23's notes). Two
+/// ranks keep the single step; so do ranks with a CPU each, which spin and leave together.
+fn released_by_rank_0(size: u32, shares: bool) -> bool {
+    size > 2 && shares
+}
+
+/// The longest vector, in bytes, a gather's rank sends through the area on a communicator of
+/// `size` ranks: a cell's whole `SEGMENT` from 3 ranks on, where the ranks other than the root
+/// leave once their vector is in their cell, instead of waiting for the root's verdict and
+/// then sending by messages (4 and 8 ranks on 2 CPUs, 8 and 16 KiB: 0.68-5.95x Open MPI's
+/// time by messages, 0.07-0.13x through the area; REPORT.md). Two ranks keep their messages
+/// from 4 KiB, which a tree's leaf sends from its own buffer (one copy, where the area's cell
+/// costs two).
+fn gather_max(size: u32) -> usize {
+    match size {
+        0..=2 => SHARED_MAX,
+        _ => SEGMENT,
     }
 }
 
@@ -421,6 +455,7 @@ fn set_up(
         reached: Cell::new(0),
         spin: Cell::new(if spins { SPIN_FOR } else { Duration::ZERO }),
         yield_for,
+        released: released_by_rank_0(comm.size, shares),
         sleeps: Cell::new(Sleeps::default()),
     });
     Ok((area, disagreement))
@@ -579,11 +614,26 @@ impl Area {
         Ok(())
     }
 
-    /// Meets every rank of the communicator.
+    /// Meets every rank of the communicator: each rank publishes the call and waits for
+    /// every other rank's flag, or, where rank 0 releases the barrier ([`Area::released`]),
+    /// rank 0 waits for every flag before it publishes its own, which the others wait for.
     fn barrier(&self) -> Result<(), Cause> {
         let (call, phase) = self.next_call();
-        self.publish(&self.cell(self.rank, phase).0.call, call);
-        self.wait_for_all(call, phase)
+        let own = &self.cell(self.rank, phase).0.call;
+        if !self.released {
+            self.publish(own, call);
+            return self.wait_for_all(call, phase);
+        }
+        if self.rank == 0 {
+            self.wait_for_all(call, phase)?;
+            self.publish(own, call);
+            return Ok(());
+        }
+        self.publish(own, call);
+        self.wait_for(&self.cell(0, phase).0.call, call)?;
+        // Rank 0 published the call only once every rank had.
+        self.reached.set(call);
+        Ok(())
     }
 
     /// `root`'s `buf` in every rank's `buf`; `false`, with nothing copied, when the root's
@@ -950,8 +1000,9 @@ impl Area {
     fn published_any(&self, rank: u32, phase: usize) -> &[u8] {
         let (flag, data) = self.cell(rank, phase);
         let len = flag.len.load(Ordering::Relaxed) as usize;
-        // SAFETY: `rank` published these `len` bytes (at most SHARED_MAX: the caller checked
-        // that every rank's vector fit, as `all_fit` or `exchange` with `disagreement` do) for
+        // SAFETY: `rank` published these `len` bytes (at most the call's limit, itself at most
+        // SEGMENT, the cell's room: the caller checked that every rank's vector fit, as
+        // `all_fit`, or `exchange` and `to_root` with `disagreement`, do) for
         // this call (the acquire load in `wait_for` ordered them before
         // this read), and does not write the cell again before this rank has finished this
         // call (`guard_write`).
@@ -1114,7 +1165,7 @@ impl Area {
         datatype: Datatype,
         op: &dyn Operation,
     ) -> Result<bool, Cause> {
-        self.to_root(root, send, recv, |phase, recv| {
+        self.to_root(root, send, recv, SHARED_MAX, |phase, recv| {
             self.fold(phase, send, 0, recv, datatype, op)
         })
     }
@@ -1127,14 +1178,15 @@ impl Area {
         send: &[u8],
         recv: Option<&mut [u8]>,
     ) -> Result<bool, Cause> {
-        self.to_root(root, send, recv, |phase, recv| {
+        self.to_root(root, send, recv, gather_max(self.size), |phase, recv| {
             self.gather_into(phase, send, recv)
         })
     }
 
     /// A call whose ranks publish `send`, all of one length, for the root alone, which hands
     /// the cells' phase and its `recv` to `finish` once every rank has published; `false`,
-    /// with nothing finished, when every rank's vector is too long for the area. A rank
+    /// with nothing finished, when every rank's vector is longer than `most` (at most
+    /// `SEGMENT`: then they go by messages). A rank
     /// whose vector fit leaves once it is published; one whose vector did not waits for the
     /// root's verdict (by messages together, or an error: the lengths disagree), which the
     /// root gives once it has seen every length.
@@ -1143,10 +1195,13 @@ impl Area {
         root: u32,
         send: &[u8],
         recv: Option<&mut [u8]>,
+        most: usize,
         finish: impl FnOnce(usize, &mut [u8]),
     ) -> Result<bool, Cause> {
         let (call, phase) = self.next_call();
-        let fits = self.contribute(call, phase, send)?;
+        let fits = self.contribute_with(call, phase, send.len(), most, |cell| {
+            cell.copy_from_slice(send)
+        })?;
         let root_flag = self.cell(root, phase).0;
         let Some(recv) = recv else {
             if fits {
@@ -1610,10 +1665,10 @@ fn set_up_area(comm: &CommData, operation: &'static str, bytes: usize) -> Result
             "mpirt: rank {}: collective area of {} ranks {}",
             comm.world_rank(comm.rank),
             comm.size,
-            if area.is_some() {
-                "ready"
-            } else {
-                "unavailable: collectives go by messages"
+            match &area {
+                Some(area) if area.released => "ready, its barrier released by rank 0",
+                Some(_) => "ready",
+                None => "unavailable: collectives go by messages",
             }
         ));
     }
