@@ -161,7 +161,7 @@ impl Default for EngineConfig {
             ofi_rma_timeout: None,
             shm_ring_bytes: 512 << 10,
             shm_receiver_bytes: 128 << 10,
-            unexpected_budget: 4 << 20,
+            unexpected_budget: crate::protocol::DEFAULT_UNEXPECTED_BUDGET,
             single_copy: true,
             shared_arena: true,
             spin: Duration::from_micros(100),

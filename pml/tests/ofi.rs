@@ -12,8 +12,8 @@ use std::{env, fs};
 
 use pml::transport::RmaOp;
 use pml::{
-    Engine, EngineConfig, OneSided, Pml, PmlError, RemoteKey, SendMode, SourceSel, TagSel,
-    TransportChoice, Wireup,
+    Done, Engine, EngineConfig, Handle, OneSided, Pml, PmlError, RemoteKey, SendMode, SourceSel,
+    TagSel, TransportChoice, Wireup,
 };
 
 mod ranks_common;
@@ -316,6 +316,78 @@ fn inline_rank(dir: PathBuf, rank: u32, provider: &str) {
             assert_eq!(reads, 0, "64 KiB went by fi_read over {provider}");
         } else {
             assert!(reads >= 1, "64 KiB did not go by fi_read over {provider}");
+        }
+    }
+    w.fence().unwrap();
+    println!("rank {rank} done");
+}
+
+const DIRECT_ENV: &str = "PML_OFI_TEST_DIRECT";
+
+/// A standard send of an eager message completes inside `post_send` (the engine's direct
+/// path, no request): the frame is the provider's copy (injected) or in a send buffer of the
+/// transport's, whatever its size up to the eager limit; a synchronous send and a
+/// rendezvous one still go by a request, and every message arrives intact.
+#[test]
+fn an_eager_standard_send_completes_inside_the_call() {
+    if let Ok(spec) = env::var(DIRECT_ENV) {
+        let it: Vec<&str> = spec.split(',').collect();
+        direct_rank(PathBuf::from(it[0]), it[1].parse().unwrap(), it[2]);
+        return;
+    }
+    both_ranks_finish(
+        "an_eager_standard_send_completes_inside_the_call",
+        DIRECT_ENV,
+        &["tcp;ofi_rxm", "udp;ofi_rxd", "shm"],
+    );
+}
+
+fn direct_rank(dir: PathBuf, rank: u32, provider: &str) {
+    let (mut w, mut e) = ofi_rank(dir, rank, provider);
+    // Injected (8 B), from a send buffer (1 KiB, beyond tcp;ofi_rxm's inject size), and
+    // beyond every provider's eager limit (1 MiB).
+    let eager = [pattern(8, 1), pattern(1 << 10, 2)];
+    let rendezvous = pattern(1 << 20, 3);
+    if rank == 0 {
+        // A first exchange, so that rxm's connection is up and no post is refused for it.
+        send(&mut e, 1, 1, &[7], SendMode::Standard);
+        recv(&mut e, SourceSel::Rank(1), TagSel::Tag(1), 1);
+        for (i, data) in eager.iter().enumerate() {
+            // SAFETY: `data` outlives the send, which completes inside the call.
+            let h =
+                unsafe { e.post_send(0, 0, 1, 2, SendMode::Standard, data.as_ptr(), data.len()) }
+                    .unwrap();
+            assert_eq!(
+                h,
+                Handle::SENT,
+                "{provider}: the standard send of {} bytes (message {i}) made a request",
+                data.len()
+            );
+        }
+        for (mode, data) in [
+            (SendMode::Synchronous, &eager[0]),
+            (SendMode::Standard, &rendezvous),
+        ] {
+            // SAFETY: `data` outlives the request, waited for here.
+            let h = unsafe { e.post_send(0, 0, 1, 2, mode, data.as_ptr(), data.len()) }.unwrap();
+            assert_ne!(
+                h,
+                Handle::SENT,
+                "{provider}: a {mode:?} send of {} bytes completed inside the call",
+                data.len()
+            );
+            assert_eq!(e.wait(h).unwrap(), Done::Sent);
+        }
+    } else {
+        recv(&mut e, SourceSel::Rank(0), TagSel::Tag(1), 1);
+        send(&mut e, 0, 1, &[7], SendMode::Standard);
+        for data in eager.iter().chain([&eager[0], &rendezvous]) {
+            let (got, _) = recv(&mut e, SourceSel::Rank(0), TagSel::Tag(2), data.len());
+            assert!(
+                got == *data,
+                "{provider}: rank 1 received other bytes ({})",
+                data.len()
+            );
         }
     }
     w.fence().unwrap();

@@ -447,6 +447,39 @@ fn unexpected_budget_turns_eager_into_rendezvous_and_credit_restores_it() {
     assert_eq!(p.kinds(), ["MATCH"]);
 }
 
+/// With the default budget, OSU's bandwidth window (64 messages, here at a 64 KiB eager limit,
+/// as on shared memory, TCP and udp;ofi_rxd) goes eagerly whole, window after window, the
+/// budget coming back between windows: with 4 MiB the first window's last message went by
+/// rendezvous, and the last 16 of every window after it.
+#[test]
+fn the_default_budget_keeps_windows_of_64_kib_messages_eager() {
+    const LIMIT: usize = 64 << 10;
+    let c = PeerCaps {
+        eager_limit: LIMIT,
+        max_frame: LIMIT + MAX_HEADER_LEN + 64,
+        remote_read: true,
+    };
+    let mut p = Pair::with_caps(c, CoreConfig::default());
+    for window in 0..3 {
+        p.log.clear();
+        let recvs: Vec<_> = (0..64)
+            .map(|_| p.recv(1, SourceSel::Rank(0), TagSel::Tag(1), LIMIT))
+            .collect();
+        for i in 0..64 {
+            p.send(0, 1, pattern(LIMIT, i), SendMode::Standard);
+        }
+        p.run();
+        let rendezvous = p.kinds().iter().filter(|&&k| k == "RTS").count();
+        assert_eq!(
+            rendezvous, 0,
+            "window {window}: {rendezvous} of its 64 messages went by rendezvous"
+        );
+        for (i, r) in recvs.into_iter().enumerate() {
+            assert!(p.recv_result(1, r).0 == pattern(LIMIT, i as u8));
+        }
+    }
+}
+
 #[test]
 fn direct_sends_are_charged_to_the_budget_like_queued_ones() {
     let config = CoreConfig {

@@ -162,7 +162,10 @@ impl Transport for OfiTransport {
             remote_write: self.fabric.granted.remote_write && windows != WindowsByRma::Never,
             atomics: self.fabric.granted.atomics && windows != WindowsByRma::Never,
             rma_by_default: windows == WindowsByRma::Default,
-            sends_complete_on_return: false,
+            // A frame `send` took is the provider's copy (an inject) or ours (a send buffer),
+            // whole or not at all: the user's buffer is free at once, so a small standard
+            // send completes inside the call, with no request to make, queue and collect.
+            sends_complete_on_return: true,
             max_pieces: 1,
         }
     }
