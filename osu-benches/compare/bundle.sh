@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs the one-host comparison of mpirt against Open MPI into one folder that runs on an x86-64
-# Linux machine with neither Rust nor an MPI installed (a larger machine lent for a while, say):
+# Linux machine with neither Rust nor an MPI installed (a larger machine, say):
 # mpirt's release binaries (stripped), the C ports (compare/osu_coll.c, osu_p2p.c) built
 # against this machine's Open MPI, and that Open MPI's runtime: mpirun, its libraries, and the
 # components a one-host run can load, with every library they need beyond the C library,
