@@ -735,12 +735,13 @@ impl<'a, T: Equivalence> Window<'a, T> {
     where
         F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> R,
     {
+        let epoch = Epoch::new(self.for_epoch(), reach, name);
         let mut abandon = Abandon {
             core: &self.core,
             rdma: self.rdma.as_ref(),
+            targets: epoch.targets(),
             ended: false,
         };
-        let epoch = Epoch::new(self.for_epoch(), reach, name);
         let out = f(&epoch);
         end(&epoch)?;
         abandon.ended = true;
@@ -1744,6 +1745,9 @@ struct Abandon<'w> {
     core: &'w RefCell<Core>,
     /// The RDMA path's operations, which the device may still be moving.
     rdma: Option<&'w Rdma>,
+    /// The ranks the epoch reaches, whose replies it awaits (lock epochs on other ranks
+    /// may be open around it, awaiting theirs).
+    targets: Vec<u32>,
     /// Whether the epoch's end succeeded (every reply came).
     ended: bool,
 }
@@ -1752,7 +1756,7 @@ impl Drop for Abandon<'_> {
     fn drop(&mut self) {
         if !self.ended {
             if let Ok(mut core) = self.core.try_borrow_mut() {
-                core.abandon();
+                core.abandon(|_, target| self.targets.contains(&target));
             }
             // The buffers go back to the caller: the device must be done with them. A
             // failure stopped the PML, whose transports stop moving data.

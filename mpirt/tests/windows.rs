@@ -71,6 +71,7 @@ fn rank_mode() {
             counter(&world);
             exclusive(&world);
             unwound(&world);
+            unwound_inside_another_epoch(&world);
             compare_and_swap_once(&world);
             atomics_beside_long_accumulates::<u64>(&world, 5000);
             atomics_beside_long_accumulates::<f64>(&world, 5000);
@@ -555,6 +556,48 @@ fn unwound(world: &SimpleCommunicator) {
     assert_eq!(got, [1], "a reply wrote into a buffer its epoch gave back");
     if world.rank() == 0 {
         window.with_local(|c| assert_eq!(c[0], 7 + 3 * world.size() as u64));
+    }
+    world.barrier();
+}
+
+/// A lock epoch that unwinds inside another (rank 0 locks itself inside its lock of rank 1)
+/// gives back its own buffers only: the outer epoch's get, whose reply comes after the inner
+/// one unwound (rank 1 is asleep outside mpirt meanwhile), still lands.
+fn unwound_inside_another_epoch(world: &SimpleCommunicator) {
+    let window = Window::<u64>::allocate(world, 1);
+    window.with_local(|local| local[0] = 100 + world.rank() as u64);
+    world.barrier();
+    match world.rank() {
+        0 => {
+            let mut got = [0u64];
+            window.lock(1, LockKind::Shared, |outer| {
+                let rank_1 = world.process_at_rank(1);
+                rank_1.send(&1u8);
+                let (_, _): (u8, _) = rank_1.receive();
+                let get = outer.rget(&mut got, 1, 0);
+                let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    window.lock(0, LockKind::Exclusive, |_| {
+                        panic!("a lock epoch unwinds inside another")
+                    })
+                }));
+                assert!(caught.is_err());
+                assert_eq!(
+                    get.wait().as_deref(),
+                    Some(&[101u64][..]),
+                    "the outer epoch's get was given up with the inner epoch"
+                );
+            });
+            assert_eq!(got, [101]);
+        }
+        1 => {
+            let rank_0 = world.process_at_rank(0);
+            let (_, _): (u8, _) = rank_0.receive();
+            rank_0.send(&1u8);
+            // Serves nothing until the barrier: the get's reply comes after the inner epoch
+            // unwound.
+            std::thread::sleep(std::time::Duration::from_millis(1000));
+        }
+        _ => {}
     }
     world.barrier();
 }

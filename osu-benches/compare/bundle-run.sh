@@ -23,6 +23,8 @@
 # ($OUT/sweep.md, its heat map $OUT/collectives-heatmap.png), step 3's lines and every failed
 # run. Every raw output goes to $OUT/raw.tar.gz: p2p/ and one run.sh -o folder per rank count
 # (coll-N), which `report.py --sweep` reads again; $OUT/log.txt has the progress.
+# No -e: a step that fails (a run, a report) must not lose the outputs of those before it, nor
+# raw.tar.gz; `run` keeps each run's status, and the summary lists the failures.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # A copy that lost the files' modes on its way (not every transfer keeps them) runs all the same.

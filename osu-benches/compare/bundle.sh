@@ -1,29 +1,37 @@
 #!/usr/bin/env bash
 # Packs the one-host comparison of mpirt against Open MPI into one folder that runs on an x86-64
-# Linux machine with neither Rust nor an MPI installed (a larger machine lent for a while, say):
+# Linux machine with neither Rust nor an MPI installed (a larger machine, say):
 # mpirt's release binaries (stripped), the C ports (compare/osu_coll.c, osu_p2p.c) built
 # against this machine's Open MPI, and that Open MPI's runtime: mpirun, its libraries, and the
 # components a one-host run can load, with every library they need beyond the C library,
 # relocated with OPAL_PREFIX. Run the folder's run.sh there (compare/bundle-run.sh: which
 # comparisons, sizes and rank counts, and how it keeps to a time budget, are said there).
 #   osu-benches/compare/bundle.sh [-o DIR] [-x BIN_DIR]
-# -o: the folder to write (target/bundle); it is replaced.
+# -o: the folder to write (target/bundle): an earlier bundle there is replaced, any other
+#     folder that holds files is refused.
 # -x: mpirt's binaries from BIN_DIR, built already (by default this checkout's release build,
 #     built first).
 # Network and OpenSHMEM components (UCX, libfabric, verbs, PSM, netlink) stay behind: ranks on
 # one host talk through btl vader, and those components would pull in the network stacks'
 # libraries. Needs Debian's openmpi-bin and libopenmpi-dev (mpicc.openmpi), and binutils.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-out=target/bundle
+out=
 bin=
+# DIR and BIN_DIR are the caller's paths: resolved before the script moves to the checkout.
 while getopts "o:x:" opt; do
     case $opt in
-        o) out=$OPTARG ;;
+        o) out=$(realpath -m "$OPTARG") ;;
         x) bin=$(realpath "$OPTARG") ;;
-        *) sed -n 9,11p "$0" >&2; exit 2 ;;
+        *) sed -n 9,13p "$0" >&2; exit 2 ;;
     esac
 done
+cd "$(dirname "$0")/../.."
+out=${out:-target/bundle}
+# DIR is replaced: only an earlier bundle, or a folder empty or not there yet.
+if [ -n "$(ls -A "$out" 2>/dev/null)" ] && ! [ -f "$out/run.sh" ] && ! [ -f "$out/env.sh" ]; then
+    echo "$0: -o $out is not an earlier bundle (no run.sh, no env.sh): nothing removed" >&2
+    exit 2
+fi
 for tool in mpicc.openmpi ompi_info strip ldd; do
     command -v $tool >/dev/null || { echo "$0: $tool is missing" >&2; exit 1; }
 done

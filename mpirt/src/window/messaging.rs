@@ -414,11 +414,15 @@ impl Core {
         }
     }
 
-    /// Drops every destination of awaited data: an epoch whose closure panicked gives its
-    /// buffers back to the unwinding caller, and replies that come later are discarded.
-    pub fn abandon(&mut self) {
-        for awaited in self.awaited.values_mut() {
-            awaited.into = None;
+    /// Drops the destinations of the awaited data that `abandoned` picks (by id and
+    /// target): an epoch whose closure panicked gives its buffers back to the unwinding
+    /// caller, and replies to them that come later are discarded. The others stay: a lock
+    /// epoch open around the one that unwound still waits for its own replies.
+    pub fn abandon(&mut self, abandoned: impl Fn(u64, u32) -> bool) {
+        for (&id, awaited) in &mut self.awaited {
+            if abandoned(id, awaited.target) {
+                awaited.into = None;
+            }
         }
     }
 

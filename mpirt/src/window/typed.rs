@@ -275,7 +275,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             let mut core = self.core()?;
             let waited = core.wait_until(|core| core.is_done(pending.reply));
             if waited.is_err() {
-                core.abandon();
+                core.abandon(|id, _| id == pending.reply);
             }
             waited?;
             core.take(pending.reply)
