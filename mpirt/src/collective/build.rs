@@ -449,18 +449,21 @@ pub(crate) fn all_to_all(
             let placement = placement.expect("chosen across hosts only");
             hosts::all_to_all(&mut p, ranks, placement, sent, received);
         }
-        Alltoall::Pairwise => {
+        Alltoall::Pairwise | Alltoall::Linear => {
+            // Linear too (hosts with many ranks choose it, others pairwise, `select::alltoall`).
             let preamble = straddles.map(|placement| {
                 hosts::all_to_all_messages(&mut p, ranks, placement, recv(0));
                 p.rounds() - 1
             });
-            exchange::pairwise(&mut p, ranks, &outgoing, &incoming);
+            match algorithm {
+                Alltoall::Pairwise => exchange::pairwise(&mut p, ranks, &outgoing, &incoming),
+                _ => exchange::linear(&mut p, ranks, &outgoing, &incoming),
+            }
             if let Some(after) = preamble {
                 let end = p.rounds();
                 p.checkpoint(after, end);
             }
         }
-        Alltoall::Linear => exchange::linear(&mut p, ranks, &outgoing, &incoming),
     }
     Ok(p)
 }
@@ -582,16 +585,28 @@ mod tests {
         }
     }
 
-    /// The ranks' plans of an all-to-all of `block`-byte blocks on `n` ranks, where rank r
-    /// shares its host with `on_host(r)` of them.
-    fn all_to_all_plans(n: u32, block: usize, on_host: impl Fn(u32) -> u32) -> Vec<Plan> {
-        let equal = equal_parts(block, n);
+    /// The ranks' plans of an all-to-all of `block(r)`-byte blocks on `n` ranks, where rank
+    /// r shares its host with `on_host(r)` of them, and `placement` is their hosts, if the
+    /// plans are told them.
+    fn all_to_all_plans(
+        n: u32,
+        block: impl Fn(u32) -> usize,
+        on_host: impl Fn(u32) -> u32,
+        placement: Option<&[u32]>,
+    ) -> Vec<Plan> {
         (0..n)
             .map(|rank| {
-                let me = Ranks { rank, size: n };
-                all_to_all(me, &equal, &equal, block, None, on_host(rank)).expect("a plan")
+                let (me, block) = (Ranks { rank, size: n }, block(rank));
+                let equal = equal_parts(block, n);
+                let placement = placement.map(Placement::new);
+                all_to_all(me, &equal, &equal, block, placement, on_host(rank)).expect("a plan")
             })
             .collect()
+    }
+
+    /// `first` ranks on host 0, then `second` on host 1.
+    fn two_hosts(first: u32, second: u32) -> Vec<u32> {
+        (0..first + second).map(|r| u32::from(r >= first)).collect()
     }
 
     #[test]
@@ -599,33 +614,73 @@ mod tests {
         // Rounds of a rank's plan: its own block's copy, then pairwise a peer a round (n in
         // all), linear every message at once (2).
         for (n, on_host, rounds) in [(16, 16, 16), (63, 63, 63), (64, 64, 2), (128, 128, 2)] {
-            let plan = &all_to_all_plans(n, 32 << 10, |_| on_host)[0];
+            let plan = &all_to_all_plans(n, |_| 32 << 10, |_| on_host, None)[0];
             assert_eq!(plan.rounds(), rounds, "{n} ranks, {on_host} on the host");
         }
         // Short blocks go at once whatever the ranks on the host.
-        assert_eq!(all_to_all_plans(4, 256, |_| 1)[0].rounds(), 2);
+        assert_eq!(all_to_all_plans(4, |_| 256, |_| 1, None)[0].rounds(), 2);
     }
 
     #[test]
     fn hosts_that_choose_differently_still_exchange_every_block() {
-        // 64 ranks on the first host go at once, the other 6 pairwise.
+        // 64 ranks on the first host go at once, the other 6 pairwise: with the hosts
+        // unknown to the plans (no hierarchy), and known (the pairwise plan's leaders'
+        // messages first, marked).
         let (n, block) = (70u32, 257);
-        let plans = all_to_all_plans(n, block, |rank| if rank < 64 { 64 } else { 6 });
-        let byte = |from: u32, to: u32| (from * 7 + to * 13) as u8;
-        let sends = (0..n)
-            .map(|from| (0..n).flat_map(|to| vec![byte(from, to); block]).collect())
-            .collect();
-        let got = simulation::run(
-            plans,
-            sends,
-            &vec![n as usize * block; n as usize],
-            1,
-            crate::collective::algorithms::plan_checks::no_reduction,
-        );
-        for (to, recv) in got.iter().enumerate() {
-            for (from, part) in recv.chunks(block).enumerate() {
-                let want = byte(from as u32, to as u32);
-                assert!(part.iter().all(|&b| b == want), "{from} -> {to}");
+        let hosts = two_hosts(64, 6);
+        for placement in [None, Some(&hosts[..])] {
+            let on_host = |rank| if rank < 64 { 64 } else { 6 };
+            let plans = || all_to_all_plans(n, |_| block, on_host, placement);
+            let seen = simulation::run_marked(plans());
+            assert!(
+                seen.iter().all(|s| s.count_ones() <= 1),
+                "{placement:?}: {seen:?}"
+            );
+            let byte = |from: u32, to: u32| (from * 7 + to * 13) as u8;
+            let sends = (0..n)
+                .map(|from| (0..n).flat_map(|to| vec![byte(from, to); block]).collect())
+                .collect();
+            let got = simulation::run(
+                plans(),
+                sends,
+                &vec![n as usize * block; n as usize],
+                1,
+                crate::collective::algorithms::plan_checks::no_reduction,
+            );
+            for (to, recv) in got.iter().enumerate() {
+                for (from, part) in recv.chunks(block).enumerate() {
+                    let want = byte(from as u32, to as u32);
+                    assert!(part.iter().all(|&b| b == want), "{from} -> {to}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn all_to_alls_straddling_the_leaders_limit_end_with_many_ranks_on_a_host() {
+        // 64 ranks on host 0 (long blocks at once), 2 on host 1 (pairwise); `mixes` takes
+        // at most 32 ranks, so some ranks alone on the other side of the limit.
+        let (n, hosts) = (66u32, two_hosts(64, 2));
+        let mixes: [fn(u32) -> bool; 6] = [
+            |_| true,
+            |r| r != 0,
+            |r| r == 0,
+            |r| r != 65,
+            |r| r == 65,
+            |r| r < 64,
+        ];
+        for long in mixes {
+            let longs: Vec<bool> = (0..n).map(long).collect();
+            let block = |r: u32| 256 + usize::from(longs[r as usize]);
+            let on_host = |r| if r < 64 { 64 } else { 2 };
+            let seen = simulation::run_marked(all_to_all_plans(n, block, on_host, Some(&hosts)));
+            let both = longs.iter().any(|&l| l) && !longs.iter().all(|&l| l);
+            for (rank, seen) in seen.iter().enumerate() {
+                assert_eq!(
+                    seen.count_ones(),
+                    1 + u32::from(both),
+                    "rank {rank}, {longs:?}"
+                );
             }
         }
     }

@@ -37,11 +37,12 @@
 //!   down the tree beside the root's parts); a rank that finds its parent on another
 //!   algorithm runs that one instead, with no data ([`Plan::follow`]), so every rank ends up
 //!   on the root's.
-//! - all-to-all: on one host both algorithms send one message each way between each pair:
-//!   they go unmarked. Across hosts short blocks go through each host's leader
-//!   (`algorithms::hosts`), whose messages the pairwise plan (chosen by length) runs first,
-//!   empty; after them every rank has heard from every other, and a checkpoint ends the
-//!   pairwise plan wherever both were seen (the leaders' plan ends there anyway).
+//! - all-to-all: pairwise and linear send one message each way between each pair: on one
+//!   host they go unmarked, across hosts under one mark. Across hosts short blocks go
+//!   through each host's leader (`algorithms::hosts`), whose messages the pairwise and
+//!   linear plans (chosen by length) run first, empty; after them every rank has heard from
+//!   every other, and a checkpoint ends those plans wherever both marks were seen (the
+//!   leaders' plan ends there anyway).
 //! - reduction to a root and gather: the data flows up to the root, which alone hears from
 //!   every rank, so no rank learns first which algorithms ran. The short algorithm goes up a
 //!   binomial tree, and the long one runs that tree's messages first, empty; then a

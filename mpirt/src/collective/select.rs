@@ -28,8 +28,9 @@ const ALLTOALL_SHORT: usize = 256;
 /// also go at once: pairwise, each of a rank's n - 1 rounds waits for one peer, which with
 /// many ranks a host (here 128 on 2 cores) is mostly not running, while with every
 /// message posted at once a rank takes them as its peers come (128 ranks, 32 KiB blocks:
-/// linear 0.53 of pairwise's time, osu-benches/REPORT.md). Pairwise and linear send one
-/// message each way between each pair of ranks, so hosts that choose differently still meet.
+/// linear 0.35 of pairwise's time, median of 3 paired runs under load, osu-benches/REPORT.md).
+/// Pairwise and linear send one message each way between each pair of ranks, and across
+/// hosts share a mark and the leaders' messages first, so hosts that choose differently meet.
 const ALLTOALL_LINEAR_RANKS: u32 = 64;
 /// Gather and scatter results up to this many bytes go through a binomial tree; beyond that
 /// the tree's extra copies cost more than its fewer rounds save, so they go linearly.
@@ -166,13 +167,18 @@ impl Allgather {
 }
 
 /// The all-to-all's algorithms as marks name them: pairwise and linear send one message each
-/// way between each pair of ranks, so ranks on one host leave their plans unmarked; across
-/// hosts the leaders' plan and the pairwise one differ, and are marked.
-const ALLTOALL_MARKS: [&str; 3] = ["pairwise", "linear", "hierarchical"];
+/// way between each pair of ranks, so ranks on one host leave their plans unmarked, and
+/// across hosts, where the leaders' plan differs and plans are marked, they share a mark (a
+/// host with many ranks chooses linear where the others choose pairwise).
+const ALLTOALL_MARKS: [&str; 2] = ["pairwise or linear", "hierarchical"];
 
 impl Alltoall {
     pub(crate) fn marked(self) -> Marked {
-        Marked::new(&ALLTOALL_MARKS, self as usize)
+        let index = match self {
+            Alltoall::Pairwise | Alltoall::Linear => 0,
+            Alltoall::Hierarchical => 1,
+        };
+        Marked::new(&ALLTOALL_MARKS, index)
     }
 }
 
