@@ -619,7 +619,7 @@ fn collectives(world: &SimpleCommunicator) {
 
 /// Broadcasts and all-to-alls past the shared area's one-call limit (4096 bytes) that go
 /// through it in segments of 16384 bytes (broadcasts from 3 ranks on, up to 64 KiB on 3 to 7
-/// ranks and 1 MiB from 8; all-to-alls from 4 ranks on, blocks up to 16 KiB): lengths on
+/// ranks and 1 MiB from 8; all-to-alls from 4 ranks on, send buffers up to 64 KiB): lengths on
 /// each side of the limit, of a segment, and of the longest taken, against the serial
 /// reference from the first and the last rank (the other collectives at these lengths too,
 /// through `check_data_movement`).

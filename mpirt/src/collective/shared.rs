@@ -32,9 +32,10 @@
 //! root's first call says the whole length, from which the others count the calls that
 //! follow, and the root writes the next segments while the others still copy out the first
 //! ones (MPICH's release-gather broadcast pipelines through its cells so). An all-to-all
-//! of such communicators ([`all_to_all_max`]) goes in rounds the same way: round i carries
-//! bytes i * `SEGMENT` onwards of every rank's send buffer, its first call every rank's whole
-//! length, and each rank waits only in the rounds that carry its block.
+//! ([`all_to_all_max`]) and a reduce-scatter ([`reduce_scatter_max`]) of such communicators
+//! go in rounds the same way: round i carries bytes i * `SEGMENT` onwards of every rank's send
+//! buffer, its first call every rank's whole length, and each rank waits only in the rounds
+//! that carry its block (a reduce-scatter folds its part of every rank's, in rank order).
 //!
 //! The ranks of a reduction or a gather whose vectors are too long for the area wait for the
 //! root's verdict (published once it has seen every length): all too long, by messages
@@ -333,9 +334,9 @@ fn segmented_broadcast_max(size: u32) -> usize {
 }
 
 /// The longest send buffer, in bytes, of an all-to-all that goes through the area (in rounds
-/// past `SEGMENT`) on a communicator of `size` ranks: blocks up to 16 KiB from four ranks on,
-/// where the messages lost to Open MPI's (1.4 to 6.6 times its time on 8 ranks); fewer ranks
-/// keep the messages past `SHARED_MAX`.
+/// past `SEGMENT`) on a communicator of `size` ranks: from four ranks on up to
+/// [`ALL_TO_ALL_MOST`] (on 8 ranks sharing 2 cores, the messages took 1.4 to 6.6 times Open
+/// MPI's time at 1-16 KiB blocks); fewer ranks keep the messages past `SHARED_MAX`.
 fn all_to_all_max(size: u32) -> usize {
     match size {
         0..=3 => SHARED_MAX,
