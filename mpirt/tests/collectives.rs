@@ -97,6 +97,12 @@ fn rank_mode() {
         }
         "all-refusals" => refusals_of_all(&world),
         "segment-errors" => segment_errors(&world),
+        "reduce-scatter-in-area" => {
+            // UCX (which rsrun --pml ucx names in MPIRT_PML) counts no frames.
+            let ucx = env::var("MPIRT_PML").as_deref() == Ok("ucx");
+            let sent = || universe.counters().filter(|_| !ucx).map(|c| c.frames_sent);
+            reduce_scatter_in_area(&world, sent);
+        }
         "area-wakes" => {
             // Rank 1 comes late to each barrier, so rank 0 waits in the area past its yields;
             // its counts are printed when the communicator, and its area, go.
@@ -639,7 +645,7 @@ fn collectives(world: &SimpleCommunicator) {
 
 /// Broadcasts and all-to-alls past the shared area's one-call limit (4096 bytes) that go
 /// through it in segments of 16384 bytes (broadcasts from 3 ranks on, up to 64 KiB on 3 to 7
-/// ranks and 1 MiB from 8; all-to-alls from 4 ranks on, blocks up to 16 KiB): lengths on
+/// ranks and 1 MiB from 8; all-to-alls from 4 ranks on, send buffers up to 64 KiB): lengths on
 /// each side of the limit, of a segment, and of the longest taken, against the serial
 /// reference from the first and the last rank (the other collectives at these lengths too,
 /// through `check_data_movement`).
@@ -660,6 +666,7 @@ fn segmented(world: &SimpleCommunicator) {
     for block in [1023, 1024, 1025, 4096, 16383, 16384, 16385] {
         check_data_movement(world, block, byte);
     }
+    reduce_scatter_rounds(world, &[4104, 16384, 16392, 40000, 65536, 262144, 262152]);
     // An immediate all-to-all on a duplicate stays in flight (by messages) while a segmented
     // broadcast and an all-to-all in rounds run on another duplicate: neither takes the
     // other's bytes.
@@ -691,6 +698,69 @@ fn segmented(world: &SimpleCommunicator) {
     assert!(
         on_b == expected,
         "all-to-all in rounds beside an immediate one"
+    );
+}
+
+/// Reduce-scatters past the area's one-call limit that go through it in rounds of 16384 bytes
+/// of every rank's send buffer (from 3 ranks on, up to 256 KiB): total lengths on each side
+/// of the limit, of a round and of the longest taken (`lengths`), in equal blocks under a sum, and in
+/// uneven parts that start and end inside rounds (rank r gets (r % 3) * part + 1 elements)
+/// under the composition of affine maps, whose order a wrong rank order would break.
+fn reduce_scatter_rounds(world: &SimpleCommunicator, lengths: &[usize]) {
+    let (n, me) = (world.size() as usize, world.rank());
+    let long = |r: i32, i: usize| int(r, i) as i64;
+    let sum = |a: i64, b: i64| a.wrapping_add(b);
+    for &bytes in lengths {
+        let block = bytes / 8 / n;
+        let whole = serial(0..n as i32, block * n, long, sum);
+        let send = contribution(me, block * n, long);
+        let mut got = vec![0i64; block];
+        world.reduce_scatter_block_into(&send[..], &mut got[..], SystemOperation::sum());
+        let start = me as usize * block;
+        assert!(
+            got == whole[start..start + block],
+            "reduce_scatter_block of {bytes} bytes"
+        );
+        // 16-byte maps: parts of (r % 3) * part + 1 elements, at most `bytes` in all.
+        let thirds: usize = (0..n).map(|r| r % 3).sum();
+        let part = (bytes / 16 - n) / thirds.max(1);
+        let counts: Vec<Count> = (0..n).map(|r| ((r % 3) * part + 1) as Count).collect();
+        let total: usize = counts.iter().map(|&c| c as usize).sum();
+        let start: usize = counts[..me as usize].iter().map(|&c| c as usize).sum();
+        let own = counts[me as usize] as usize;
+        let whole = serial(0..n as i32, total, affine, compose);
+        let send = contribution(me, total, affine);
+        let mut got = vec![Affine::default(); own];
+        world.reduce_scatter_into(&send[..], &mut got[..], &counts, affine_op());
+        assert!(
+            got == whole[start..start + own],
+            "affine reduce_scatter of {total} maps"
+        );
+    }
+}
+
+/// On one host, from 3 ranks on, reduce-scatters of 4 KiB to 256 KiB go through the area
+/// (in rounds past 16 KiB): a rank sends no frame in them (`frames`: sent so far), where the
+/// ring sends n - 1 a call. Each result checked against the serial reference
+/// (`reduce_scatter_rounds`).
+fn reduce_scatter_in_area(world: &SimpleCommunicator, frames: impl Fn() -> Option<u64>) {
+    let lengths = [4104, 16384, 16392, 40000, 65536, 262144];
+    reduce_scatter_rounds(world, &lengths);
+    let Some(before) = frames() else {
+        println!("frames not counted: this PML (UCX) does not count them");
+        return;
+    };
+    reduce_scatter_rounds(world, &lengths);
+    let sent = frames().expect("counted before") - before;
+    println!(
+        "rank {}: frames sent in reduce-scatters in rounds: {sent}",
+        world.rank()
+    );
+    assert_eq!(
+        sent,
+        0,
+        "rank {}: reduce-scatters in rounds sent frames",
+        world.rank()
     );
 }
 
@@ -2575,6 +2645,24 @@ fn every_collective_on_8_and_9_ranks() {
 #[test]
 fn every_collective_on_16_ranks() {
     ok_job(16, &[]);
+}
+
+/// Reduce-scatters of 4 KiB to 256 KiB on one host go through the shared-memory area in
+/// rounds, sending no frame, on 3 ranks (the fewest that take them) and on 16 (the most).
+#[test]
+fn reduce_scatters_in_rounds_through_the_area() {
+    if common::spread_over_hosts() {
+        println!("skipped: ranks spread over hosts take the hierarchical path, not the area");
+        return;
+    }
+    for n in [3, 16] {
+        let (out, _) = ok_job_with(n, "reduce-scatter-in-area", &[]);
+        assert!(
+            out.contains("frames sent in reduce-scatters in rounds: 0")
+                || out.contains("frames not counted"),
+            "{out}"
+        );
+    }
 }
 
 /// A rank that cannot map its communicators' collective area (`MPIRT_TEST_FAULT=area-map@1`,

@@ -36,9 +36,19 @@ const BROADCAST_SHORT: usize = 512 << 10;
 /// algorithm up to 1 MiB, then round a ring.
 const ALLREDUCE_SHORT: usize = 8 << 10;
 const ALLREDUCE_RING: usize = 1 << 20;
-/// All-gather results up to 64 KiB go by recursive doubling or Bruck's algorithm, longer
-/// ones round a ring.
+/// All-gather results up to 64 KiB go by Bruck's algorithm, up to 256 KiB on a power of two
+/// of ranks by recursive doubling, longer ones round a ring.
 const ALLGATHER_SHORT: usize = 64 << 10;
+const ALLGATHER_DOUBLING: usize = 256 << 10;
+
+/// The all-gather's limit on `size` ranks.
+fn all_gather_limit(size: i32) -> usize {
+    if (size as u32).is_power_of_two() {
+        ALLGATHER_DOUBLING
+    } else {
+        ALLGATHER_SHORT
+    }
+}
 /// Scatters and gathers whose whole vector is up to 256 KiB go down (up) a binomial tree,
 /// longer ones directly.
 const ROOTED_SHORT: usize = 256 << 10;
@@ -79,7 +89,7 @@ fn cases(size: i32) -> Vec<(String, i32, usize, usize)> {
         add("all_reduce", 0, theirs, mine);
     }
     add("all_reduce", middle, 4, ALLREDUCE_RING / int + 2);
-    let block = ALLGATHER_SHORT / size as usize;
+    let block = all_gather_limit(size) / size as usize;
     add("all_gather", last, block + 1, block);
     add("all_gather", 0, block, block + 1);
     add("all_gather", middle, 8, 1 << 17);
@@ -283,7 +293,7 @@ fn lengths_straddling_an_algorithm_limit_fail_on_every_rank_without_waiting() {
                     let int = std::mem::size_of::<i32>();
                     straddled(ALLREDUCE_SHORT / int) || straddled(ALLREDUCE_RING / int)
                 }
-                Some("all_gather") => straddled(ALLGATHER_SHORT / size as usize),
+                Some("all_gather") => straddled(all_gather_limit(size) / size as usize),
                 // Across hosts with more than one rank on some, scatters and gathers go
                 // through each host's leader whatever the length: the lengths disagree, named.
                 Some("scatter" | "gather") => {

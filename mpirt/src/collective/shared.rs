@@ -34,9 +34,10 @@
 //! root's first call says the whole length, from which the others count the calls that
 //! follow, and the root writes the next segments while the others still copy out the first
 //! ones (MPICH's release-gather broadcast pipelines through its cells so). An all-to-all
-//! of such communicators ([`all_to_all_max`]) goes in rounds the same way: round i carries
-//! bytes i * `SEGMENT` onwards of every rank's send buffer, its first call every rank's whole
-//! length, and each rank waits only in the rounds that carry its block.
+//! ([`all_to_all_max`]) and a reduce-scatter ([`reduce_scatter_max`]) of such communicators
+//! go in rounds the same way: round i carries bytes i * `SEGMENT` onwards of every rank's send
+//! buffer, its first call every rank's whole length, and each rank waits only in the rounds
+//! that carry its block (a reduce-scatter folds its part of every rank's, in rank order).
 //!
 //! The ranks of a reduction or a gather whose vectors are too long for the area wait for the
 //! root's verdict (published once it has seen every length): all too long, by messages
@@ -195,6 +196,35 @@ const DISAGREED: u64 = 3;
 /// every rank that reads its cell for the call fails naming it.
 const REFUSED: u64 = u64::MAX;
 
+/// One round of [`Area::in_rounds`] as a rank that wants some of its bytes sees it.
+struct Carried {
+    /// The cells of the round's call, which every rank has published.
+    phase: usize,
+    /// The bytes of every rank's `send` this rank uses in this round.
+    wanted: std::ops::Range<usize>,
+    /// Where they start in this rank's range, and in the round's bytes.
+    into: usize,
+    from: usize,
+    /// How many bytes of each rank's `send` the round carries.
+    carried: usize,
+}
+
+impl Carried {
+    /// The `wanted` bytes of `rank`'s `send` (this rank's own `send`).
+    fn of<'a>(&self, area: &'a Area, rank: u32, send: &'a [u8]) -> &'a [u8] {
+        if rank == area.rank {
+            return &send[self.wanted.clone()];
+        }
+        // SAFETY: `rank` published this round's bytes of its `send` (of this rank's length,
+        // checked in the first round), `carried` of them, for this call (the acquire load in
+        // `wait_for` ordered them before this read), and does not write the cell again
+        // before this rank has published a later call.
+        let cell =
+            unsafe { std::slice::from_raw_parts(area.cell(rank, self.phase).1, self.carried) };
+        &cell[self.from..self.from + self.wanted.len()]
+    }
+}
+
 /// This rank's view of a communicator's area.
 pub(crate) struct Area {
     map: SharedMapping,
@@ -311,13 +341,35 @@ fn segmented_broadcast_max(size: u32) -> usize {
 }
 
 /// The longest send buffer, in bytes, of an all-to-all that goes through the area (in rounds
-/// past `SEGMENT`) on a communicator of `size` ranks: blocks up to 16 KiB from four ranks on,
-/// where the messages lost to Open MPI's (1.4 to 6.6 times its time on 8 ranks); fewer ranks
-/// keep the messages past `SHARED_MAX`.
+/// past `SEGMENT`) on a communicator of `size` ranks: from four ranks on up to
+/// [`ALL_TO_ALL_MOST`] (on 8 ranks sharing 2 cores, the messages took 1.4 to 6.6 times Open
+/// MPI's time at 1-16 KiB blocks); fewer ranks keep the messages past `SHARED_MAX`.
 fn all_to_all_max(size: u32) -> usize {
     match size {
         0..=3 => SHARED_MAX,
-        _ => size as usize * (16 << 10),
+        _ => ALL_TO_ALL_MOST,
+    }
+}
+
+/// The longest send buffer of an all-to-all through the area from four ranks on: four rounds
+/// (blocks up to 16 KiB on 4 ranks, 8 KiB on 8, 4 KiB on 16). Every rank writes its whole
+/// send buffer and waits in the rounds that carry its block, where pairwise messages copy
+/// each block once: on 16 Intel cores, a rank each (Open MPI 4.1.4 beside it,
+/// notes/s30/device1), 256 KiB in 16 rounds took 2.74 times Open MPI's time, 128 KiB in 8
+/// rounds 1.13 (1.44 on 8 ranks), 64 KiB 0.65 (0.80 on 8 ranks, 0.93 on 4).
+const ALL_TO_ALL_MOST: usize = 64 << 10;
+
+/// The longest send buffer, in bytes, of a reduce-scatter that goes through the area (in
+/// rounds past `SEGMENT`) on a communicator of `size` ranks. Each rank writes its send buffer
+/// and reads its own part of every rank's: about twice the bytes a ring moves a rank, with
+/// one wait for all instead of n - 1 messages one after the other (the ring took 1.3 to 3
+/// times Open MPI's time at 8-64 KiB on 8 and 16 Intel cores, a rank each, notes/s30/device1).
+/// Two ranks keep the messages past `SHARED_MAX`: one exchange of half the buffer, copied once
+/// by CMA, where the area copies the whole buffer in and half of it out.
+fn reduce_scatter_max(size: u32) -> usize {
+    match size {
+        0..=2 => SHARED_MAX,
+        _ => 256 << 10,
     }
 }
 
@@ -886,24 +938,33 @@ impl Area {
         }
     }
 
-    /// `recv = b_0 ∘ b_1 ∘ … ∘ b_(n-1)`, where `b_r` is the bytes at `at` of rank r's
-    /// published vector (this rank's `send`), `recv`'s length.
+    /// `recv = v_0 ∘ v_1 ∘ … ∘ v_(n-1)` over every rank's published vector `v_r` (this
+    /// rank's `send`), of `recv`'s length.
     fn fold(
         &self,
         phase: usize,
         send: &[u8],
-        at: usize,
         recv: &mut [u8],
         datatype: Datatype,
         op: &dyn Operation,
     ) {
+        self.fold_from(recv, datatype, op, |r| self.published(r, phase, send));
+    }
+
+    /// `recv = b_0 ∘ b_1 ∘ … ∘ b_(n-1)`, where `b_r` is `incoming(r)`, `recv`'s length.
+    fn fold_from<'a>(
+        &self,
+        recv: &mut [u8],
+        datatype: Datatype,
+        op: &dyn Operation,
+        incoming: impl Fn(u32) -> &'a [u8],
+    ) {
         // From the last rank down, each vector applied from the left keeps rank order.
         for r in (0..self.size).rev() {
-            let incoming = &self.published(r, phase, send)[at..at + recv.len()];
             if r == self.size - 1 {
-                recv.copy_from_slice(incoming);
+                recv.copy_from_slice(incoming(r));
             } else {
-                op.apply(datatype, incoming, recv);
+                op.apply(datatype, incoming(r), recv);
             }
         }
     }
@@ -935,25 +996,7 @@ impl Area {
         let Some(phase) = self.exchange(send)? else {
             return Ok(false);
         };
-        self.fold(phase, send, 0, recv, datatype, op);
-        Ok(true)
-    }
-
-    /// This rank's part (at `at`, `recv`'s length) of the reduction of every rank's `send`
-    /// in `recv`; `false`, with nothing reduced, when the vectors are too long for the area.
-    fn reduce_scatter(
-        &self,
-        send: &[u8],
-        at: usize,
-        recv: &mut [u8],
-        datatype: Datatype,
-        op: &dyn Operation,
-    ) -> Result<bool, Cause> {
-        debug_assert!(at + recv.len() <= send.len());
-        let Some(phase) = self.exchange(send)? else {
-            return Ok(false);
-        };
-        self.fold(phase, send, at, recv, datatype, op);
+        self.fold(phase, send, recv, datatype, op);
         Ok(true)
     }
 
@@ -1103,16 +1146,57 @@ impl Area {
 
     /// Block `rank` of every rank's `send` (a block per rank), as block r of `recv` for
     /// sender r; `false`, with nothing copied, when the vectors are too long for the area
-    /// ([`all_to_all_max`]). Round i carries bytes i * `SEGMENT` onwards of every rank's
-    /// `send`; the first, every rank's whole length (every rank waits for all of them, so
-    /// that all see a disagreement, or all go by messages); after it, a rank waits for the
-    /// others only in the rounds that carry part of its block.
+    /// ([`all_to_all_max`]), in rounds ([`Area::in_rounds`]).
     fn all_to_all(&self, send: &[u8], recv: &mut [u8]) -> Result<bool, Cause> {
         debug_assert!(send.len() == recv.len());
-        let len = send.len();
-        let fits = len <= all_to_all_max(self.size);
-        let block = len / self.size as usize;
+        let block = send.len() / self.size as usize;
         let mine = self.rank as usize * block..(self.rank as usize + 1) * block;
+        self.in_rounds(send, all_to_all_max(self.size), mine, |carried| {
+            for r in 0..self.size {
+                let part = &mut recv[r as usize * block + carried.into..][..carried.wanted.len()];
+                part.copy_from_slice(carried.of(self, r, send));
+            }
+        })
+    }
+
+    /// This rank's part (at `at`, `recv`'s length) of the reduction of every rank's `send`
+    /// in `recv`; `false`, with nothing reduced, when the vectors are too long for the area
+    /// ([`reduce_scatter_max`]), in rounds ([`Area::in_rounds`]): each rank writes its whole
+    /// `send` once and reads its own part of every rank's, one wait for every rank's flag in
+    /// each round that carries its part, where a ring sends a message a step, n - 1 steps.
+    fn reduce_scatter(
+        &self,
+        send: &[u8],
+        at: usize,
+        recv: &mut [u8],
+        datatype: Datatype,
+        op: &dyn Operation,
+    ) -> Result<bool, Cause> {
+        debug_assert!(at + recv.len() <= send.len());
+        let mine = at..at + recv.len();
+        self.in_rounds(send, reduce_scatter_max(self.size), mine, |carried| {
+            let into = &mut recv[carried.into..carried.into + carried.wanted.len()];
+            self.fold_from(into, datatype, op, |r| carried.of(self, r, send));
+        })
+    }
+
+    /// Publishes every rank's `send` (all of one length, up to `most`) in rounds, and has
+    /// `take` use the bytes of range `mine` of every rank's in each round that carries some:
+    /// `false`, with nothing taken, when the vectors are longer than `most`. Round i carries
+    /// bytes i * `SEGMENT` onwards of every rank's `send`; the first, every rank's whole
+    /// length (every rank waits for all of them, so that all see a disagreement, or all go
+    /// by messages); after it, a rank waits for the others only in the rounds that carry part
+    /// of `mine`. `most` must be the same on every rank (a function of the communicator's
+    /// size): a rank that wrote no bytes where another expects them would be read as data.
+    fn in_rounds(
+        &self,
+        send: &[u8],
+        most: usize,
+        mine: std::ops::Range<usize>,
+        mut take: impl FnMut(&Carried),
+    ) -> Result<bool, Cause> {
+        let len = send.len();
+        let fits = len <= most;
         let rounds = len.div_ceil(SEGMENT).max(1);
         for round in 0..rounds {
             let (call, phase) = self.next_call();
@@ -1136,21 +1220,13 @@ impl Area {
             if wanted.is_empty() {
                 continue;
             }
-            let (from, into) = (wanted.start - carried.start, wanted.start - mine.start);
-            for r in 0..self.size {
-                let part = &mut recv[r as usize * block + into..][..wanted.len()];
-                if r == self.rank {
-                    part.copy_from_slice(&send[wanted.clone()]);
-                    continue;
-                }
-                // SAFETY: rank r published this round's bytes of its `send` (of this rank's
-                // length, checked in the first round), `carried.len()` of them, for this call
-                // (the acquire load in `wait_for` ordered them before this read), and does
-                // not write the cell again before this rank has published a later call.
-                let cell =
-                    unsafe { std::slice::from_raw_parts(self.cell(r, phase).1, carried.len()) };
-                part.copy_from_slice(&cell[from..from + wanted.len()]);
-            }
+            take(&Carried {
+                phase,
+                into: wanted.start - mine.start,
+                from: wanted.start - carried.start,
+                carried: carried.len(),
+                wanted,
+            });
         }
         Ok(true)
     }
@@ -1166,7 +1242,7 @@ impl Area {
         op: &dyn Operation,
     ) -> Result<bool, Cause> {
         self.to_root(root, send, recv, SHARED_MAX, |phase, recv| {
-            self.fold(phase, send, 0, recv, datatype, op)
+            self.fold(phase, send, recv, datatype, op)
         })
     }
 
