@@ -24,7 +24,9 @@
 //! A failure prints the schedule that shuttle can replay (`shuttle::replay`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
+use std::sync::atomic::{
+    AtomicBool as StdAtomicBool, AtomicUsize as StdAtomicUsize, Ordering as StdOrdering,
+};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
@@ -33,8 +35,8 @@ use shuttle::thread;
 
 use super::super::place::{self, Entry};
 use super::super::{recv, wait};
-use super::{install, NAPPER, NAP_ASLEEP, PROGRESSOR, UNWOKEN};
-use crate::backend::{AnyPml, PmlChoice};
+use super::{block_until, install, NAPPER, NAP_ASLEEP, PROGRESSOR, UNWOKEN};
+use crate::backend::{hooks, AnyPml, PmlChoice};
 use crate::sync::Ordering;
 
 /// Messages up to this size go eagerly; larger ones by rendezvous (an RTS, the receiver's
@@ -783,6 +785,71 @@ fn the_progressing_thread_hands_its_place_on_as_it_leaves() {
             thread.join().unwrap();
         }
     });
+}
+
+/// Whether the progress hook of `a_waiter_beside_the_progressing_one_sees_what_its_hooks_did`
+/// ran on its waiting thread, as an immediate collective that finished in its step does.
+static HOOK_FINISHED: StdAtomicBool = StdAtomicBool::new(false);
+/// That waiting thread: progress hooks are its own, as every thread's are.
+static HOOK_THREAD: StdMutex<Option<thread::ThreadId>> = StdMutex::new(None);
+
+/// The progress hook: finishes the waiting thread's "collective" when that thread's round
+/// steps it.
+fn finish_on_hook_thread() {
+    if *HOOK_THREAD.lock().unwrap() == Some(thread::current().id()) {
+        HOOK_FINISHED.store(true, StdOrdering::Relaxed);
+    }
+}
+
+/// A thread that waits beside the one that progresses sees what its own progress hooks did
+/// in its round before it pauses. One thread of rank 0 waits for rank 1's message and
+/// progresses (it spins, then sleeps apart); a second waits, beside it, for its progress
+/// hook to finish something, as `wait_any` over immediate collectives waits for one of them
+/// to finish in a step (`progress::take_finished`). Its round's hook step finishes it, but
+/// the round moved nothing in the engine, and no other thread's round steps its hooks or
+/// would wake it: without a look after the idle round it pauses with its condition met, and
+/// rank 1, which sends only once the second thread is done, never sends (the model's pauses
+/// never time out; the real one sleeps out 1 ms), a run past shuttle's step limit.
+#[test]
+fn a_waiter_beside_the_progressing_one_sees_what_its_hooks_did() {
+    explore_job(
+        "a waiter's hooks met its condition",
+        2,
+        2_000,
+        2_000,
+        || {
+            HOOK_FINISHED.store(false, StdOrdering::Relaxed);
+            let beside_done = Arc::new(StdAtomicUsize::new(0));
+            let progressing = thread::spawn(|| receive_from_peer(1, 1));
+            let beside = {
+                let beside_done = beside_done.clone();
+                thread::spawn(move || {
+                    while !PROGRESSOR.load(Ordering::Relaxed) {
+                        thread::yield_now();
+                    }
+                    *HOOK_THREAD.lock().unwrap() = Some(thread::current().id());
+                    let hook = hooks::register(finish_on_hook_thread);
+                    let waited =
+                        block_until(|_| Ok(HOOK_FINISHED.load(StdOrdering::Relaxed).then_some(())));
+                    hooks::unregister(hook);
+                    *HOOK_THREAD.lock().unwrap() = None;
+                    waited.unwrap();
+                    beside_done.store(1, StdOrdering::Relaxed);
+                })
+            };
+            let peer = thread::spawn(move || {
+                let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+                while !(beside_done.load(StdOrdering::Relaxed) == 1 && asleep_apart()) {
+                    thread::yield_now();
+                }
+                peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
+                *PEER.lock().unwrap() = Some(peer);
+            });
+            for thread in [progressing, beside, peer] {
+                thread.join().unwrap();
+            }
+        },
+    );
 }
 
 /// A thread sleeping apart from the engine sleeps on through its rank's calls that move
