@@ -77,9 +77,10 @@ const NAP_WOKEN: usize = 2;
 static PROGRESSOR: AtomicBool = AtomicBool::new(false);
 
 /// How often a waiting thread took the place of the one that progresses (`Progressing`), and
-/// how often one paused on `MOVED`, and of those pauses how many a waker ended (the rest ran
-/// out or woke spuriously): counts for `threads::Threads::waits`, with std's atomics (not
-/// the model's), since nothing synchronizes on them.
+/// how often one paused on `MOVED` (the one that progresses too, where no peer wakes the
+/// rank), and of those pauses how many a waker ended (the rest ran out or woke spuriously):
+/// counts for `threads::Threads::waits`, with std's atomics (not the model's), since nothing
+/// synchronizes on them.
 static PROGRESSORS: AtomicU64 = AtomicU64::new(0);
 static PAUSES: AtomicU64 = AtomicU64::new(0);
 static PAUSES_WOKEN: AtomicU64 = AtomicU64::new(0);
