@@ -852,6 +852,71 @@ fn a_waiter_beside_the_progressing_one_sees_what_its_hooks_did() {
     );
 }
 
+/// Whether the progressing thread's wait in `a_progressing_thread_whose_wait_fails_hands_its_place_on`
+/// fails at its next look.
+static FAIL_THE_WAIT: StdAtomicBool = StdAtomicBool::new(false);
+
+/// The thread that progresses hands its place on when its wait fails, too. It waits (and
+/// sleeps apart) for a condition that fails once a third thread says so; a second thread
+/// waits beside it for rank 1's message, paused. The third thread then sends itself a message
+/// through the loopback, which wakes both; the progressing one's look fails, and its place
+/// must be given up (`Progressing`'s drop, in a hold of its own since the failing hold has
+/// let go) and the paused thread woken, so that it takes the place and sleeps apart, where
+/// rank 1's message, sent only then, wakes it. Without the drop's hand-off the place stays
+/// taken by a thread gone, and the waiting thread pauses for ever: a run past shuttle's step
+/// limit.
+#[test]
+fn a_progressing_thread_whose_wait_fails_hands_its_place_on() {
+    explore_job("a failed wait's place handed on", 2, 2_000, 2_000, || {
+        FAIL_THE_WAIT.store(false, StdOrdering::Relaxed);
+        let failed = Arc::new(StdAtomicUsize::new(0));
+        let failing = {
+            let failed = failed.clone();
+            thread::spawn(move || {
+                let waited = block_until(|_| match FAIL_THE_WAIT.load(StdOrdering::Relaxed) {
+                    true => Err(pml::PmlError::Cancelled),
+                    false => Ok(None::<()>),
+                });
+                assert!(waited.is_err(), "the wait failed: {waited:?}");
+                failed.store(1, StdOrdering::Relaxed);
+            })
+        };
+        let beside = thread::spawn(|| {
+            while !PROGRESSOR.load(Ordering::Relaxed) {
+                thread::yield_now();
+            }
+            receive_from_peer(1, 1);
+        });
+        let waker = thread::spawn(|| {
+            while !(asleep_apart() && UNWOKEN.load(Ordering::Relaxed) > 0) {
+                thread::yield_now();
+            }
+            FAIL_THE_WAIT.store(true, StdOrdering::Relaxed);
+            let mut buf = [0u8; EAGER];
+            let received_here = post_recv(&mut buf, TagSel::Tag(9));
+            let bytes = message(0, 9, EAGER);
+            let sent = post_send(&bytes, 9, SendMode::Standard);
+            for handle in [received_here, sent] {
+                while test(handle).is_none() {
+                    thread::yield_now();
+                }
+            }
+            assert_eq!(&buf[..], &bytes[..]);
+        });
+        let peer = thread::spawn(move || {
+            let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+            while !(failed.load(StdOrdering::Relaxed) == 1 && asleep_apart()) {
+                thread::yield_now();
+            }
+            peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
+            *PEER.lock().unwrap() = Some(peer);
+        });
+        for thread in [failing, beside, waker, peer] {
+            thread.join().unwrap();
+        }
+    });
+}
+
 /// A thread sleeping apart from the engine sleeps on through its rank's calls that move
 /// nothing another thread waits for: a send to rank 1 that shared memory takes whole at once,
 /// and a receive posted with nothing there to match. Each woke it before (the sleeper came
