@@ -133,7 +133,9 @@ impl Threads {
 pub struct Waits {
     /// Times a waiting thread took the place of the one that progresses.
     pub progressors: u64,
-    /// Pauses of the other waiting threads.
+    /// Pauses of the other waiting threads, and of the one that progresses where no peer can
+    /// wake the rank (OFI alone, UCX, loopback alone: it pauses, 20 us doubling to 1 ms,
+    /// instead of sleeping apart).
     pub pauses: u64,
     /// Of those, the pauses another thread ended (the rest ran out, at most 1 ms each).
     pub pauses_woken: u64,

@@ -38,7 +38,7 @@ use pml::{
 };
 
 use super::place;
-use crate::backend::AnyPml;
+use crate::backend::{hooks, AnyPml};
 use crate::error::Cause;
 use crate::sync::{
     sleep_apart, spin_loop, thread_local, AtomicBool, AtomicUsize, Condvar, Mutex, MutexGuard,
@@ -77,9 +77,10 @@ const NAP_WOKEN: usize = 2;
 static PROGRESSOR: AtomicBool = AtomicBool::new(false);
 
 /// How often a waiting thread took the place of the one that progresses (`Progressing`), and
-/// how often one paused on `MOVED`, and of those pauses how many a waker ended (the rest ran
-/// out or woke spuriously): counts for `threads::Threads::waits`, with std's atomics (not
-/// the model's), since nothing synchronizes on them.
+/// how often one paused on `MOVED` (the one that progresses too, where no peer wakes the
+/// rank), and of those pauses how many a waker ended (the rest ran out or woke spuriously):
+/// counts for `threads::Threads::waits`, with std's atomics (not the model's), since nothing
+/// synchronizes on them.
 static PROGRESSORS: AtomicU64 = AtomicU64::new(0);
 static PAUSES: AtomicU64 = AtomicU64::new(0);
 static PAUSES_WOKEN: AtomicU64 = AtomicU64::new(0);
@@ -354,9 +355,18 @@ pub(super) fn block_until<R>(
             continue;
         }
         // An idle round, which stepped this thread's progress hooks too (its immediate
-        // collectives, which only its own rounds step): a thread that waits beside the one
-        // that progresses pauses now, until a round moves something or that thread leaves
-        // (at most `LONGEST_PAUSE`, a bound should a wake-up be lost).
+        // collectives, which only its own rounds step). What they did moves nothing the
+        // round reports, yet may meet the condition (a collective that finished, which a wait
+        // on a set of requests waits for; a request its hooks' tests completed): looks again
+        // before this thread pauses or sleeps, since no other thread's round would wake it.
+        if hooks::any() {
+            if let Some(value) = ready(engine)? {
+                return Ok(leave(value, progressing, &mut held));
+            }
+        }
+        // A thread that waits beside the one that progresses pauses now, until a round moves
+        // something or that thread leaves (at most `LONGEST_PAUSE`, a bound should a wake-up
+        // be lost).
         if progressing.is_none() {
             if PROGRESSOR.load(Ordering::Relaxed) {
                 held.pause(LONGEST_PAUSE);

@@ -23,7 +23,9 @@
 //! A failure prints the schedule that shuttle can replay (`shuttle::replay`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
+use std::sync::atomic::{
+    AtomicBool as StdAtomicBool, AtomicUsize as StdAtomicUsize, Ordering as StdOrdering,
+};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
@@ -32,8 +34,8 @@ use shuttle::thread;
 
 use super::super::place::{self, Entry};
 use super::super::{recv, wait};
-use super::{install, NAPPER, NAP_ASLEEP, PROGRESSOR, UNWOKEN};
-use crate::backend::{AnyPml, PmlChoice};
+use super::{block_until, install, NAPPER, NAP_ASLEEP, PROGRESSOR, UNWOKEN};
+use crate::backend::{hooks, AnyPml, PmlChoice};
 use crate::sync::Ordering;
 
 /// Messages up to this size go eagerly; larger ones by rendezvous (an RTS, the receiver's
@@ -779,6 +781,136 @@ fn the_progressing_thread_hands_its_place_on_as_it_leaves() {
             *PEER.lock().unwrap() = Some(peer);
         });
         for thread in [first, second, tester, peer] {
+            thread.join().unwrap();
+        }
+    });
+}
+
+/// Whether the progress hook of `a_waiter_beside_the_progressing_one_sees_what_its_hooks_did`
+/// ran on its waiting thread, as an immediate collective that finished in its step does.
+static HOOK_FINISHED: StdAtomicBool = StdAtomicBool::new(false);
+/// That waiting thread: progress hooks are its own, as every thread's are.
+static HOOK_THREAD: StdMutex<Option<thread::ThreadId>> = StdMutex::new(None);
+
+/// The progress hook: finishes the waiting thread's "collective" when that thread's round
+/// steps it.
+fn finish_on_hook_thread() {
+    if *HOOK_THREAD.lock().unwrap() == Some(thread::current().id()) {
+        HOOK_FINISHED.store(true, StdOrdering::Relaxed);
+    }
+}
+
+/// A thread that waits beside the one that progresses sees what its own progress hooks did
+/// in its round before it pauses. One thread of rank 0 waits for rank 1's message and
+/// progresses (it spins, then sleeps apart); a second waits, beside it, for its progress
+/// hook to finish something, as `wait_any` over immediate collectives waits for one of them
+/// to finish in a step (`progress::take_finished`). Its round's hook step finishes it, but
+/// the round moved nothing in the engine, and no other thread's round steps its hooks or
+/// would wake it: without a look after the idle round it pauses with its condition met, and
+/// rank 1, which sends only once the second thread is done, never sends (the model's pauses
+/// never time out; the real one sleeps out 1 ms), a run past shuttle's step limit.
+#[test]
+fn a_waiter_beside_the_progressing_one_sees_what_its_hooks_did() {
+    explore_job(
+        "a waiter's hooks met its condition",
+        2,
+        2_000,
+        2_000,
+        || {
+            HOOK_FINISHED.store(false, StdOrdering::Relaxed);
+            let beside_done = Arc::new(StdAtomicUsize::new(0));
+            let progressing = thread::spawn(|| receive_from_peer(1, 1));
+            let beside = {
+                let beside_done = beside_done.clone();
+                thread::spawn(move || {
+                    while !PROGRESSOR.load(Ordering::Relaxed) {
+                        thread::yield_now();
+                    }
+                    *HOOK_THREAD.lock().unwrap() = Some(thread::current().id());
+                    let hook = hooks::register(finish_on_hook_thread);
+                    let waited =
+                        block_until(|_| Ok(HOOK_FINISHED.load(StdOrdering::Relaxed).then_some(())));
+                    hooks::unregister(hook);
+                    *HOOK_THREAD.lock().unwrap() = None;
+                    waited.unwrap();
+                    beside_done.store(1, StdOrdering::Relaxed);
+                })
+            };
+            let peer = thread::spawn(move || {
+                let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+                while !(beside_done.load(StdOrdering::Relaxed) == 1 && asleep_apart()) {
+                    thread::yield_now();
+                }
+                peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
+                *PEER.lock().unwrap() = Some(peer);
+            });
+            for thread in [progressing, beside, peer] {
+                thread.join().unwrap();
+            }
+        },
+    );
+}
+
+/// Whether the progressing thread's wait in `a_progressing_thread_whose_wait_fails_hands_its_place_on`
+/// fails at its next look.
+static FAIL_THE_WAIT: StdAtomicBool = StdAtomicBool::new(false);
+
+/// The thread that progresses hands its place on when its wait fails, too. It waits (and
+/// sleeps apart) for a condition that fails once a third thread says so; a second thread
+/// waits beside it for rank 1's message, paused. The third thread then sends itself a message
+/// through the loopback, which wakes both; the progressing one's look fails, and its place
+/// must be given up (`Progressing`'s drop, in a hold of its own since the failing hold has
+/// let go) and the paused thread woken, so that it takes the place and sleeps apart, where
+/// rank 1's message, sent only then, wakes it. Without the drop's hand-off the place stays
+/// taken by a thread gone, and the waiting thread pauses for ever: a run past shuttle's step
+/// limit.
+#[test]
+fn a_progressing_thread_whose_wait_fails_hands_its_place_on() {
+    explore_job("a failed wait's place handed on", 2, 2_000, 2_000, || {
+        FAIL_THE_WAIT.store(false, StdOrdering::Relaxed);
+        let failed = Arc::new(StdAtomicUsize::new(0));
+        let failing = {
+            let failed = failed.clone();
+            thread::spawn(move || {
+                let waited = block_until(|_| match FAIL_THE_WAIT.load(StdOrdering::Relaxed) {
+                    true => Err(pml::PmlError::Cancelled),
+                    false => Ok(None::<()>),
+                });
+                assert!(waited.is_err(), "the wait failed: {waited:?}");
+                failed.store(1, StdOrdering::Relaxed);
+            })
+        };
+        let beside = thread::spawn(|| {
+            while !PROGRESSOR.load(Ordering::Relaxed) {
+                thread::yield_now();
+            }
+            receive_from_peer(1, 1);
+        });
+        let waker = thread::spawn(|| {
+            while !(asleep_apart() && UNWOKEN.load(Ordering::Relaxed) > 0) {
+                thread::yield_now();
+            }
+            FAIL_THE_WAIT.store(true, StdOrdering::Relaxed);
+            let mut buf = [0u8; EAGER];
+            let received_here = post_recv(&mut buf, TagSel::Tag(9));
+            let bytes = message(0, 9, EAGER);
+            let sent = post_send(&bytes, 9, SendMode::Standard);
+            for handle in [received_here, sent] {
+                while test(handle).is_none() {
+                    thread::yield_now();
+                }
+            }
+            assert_eq!(&buf[..], &bytes[..]);
+        });
+        let peer = thread::spawn(move || {
+            let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+            while !(failed.load(StdOrdering::Relaxed) == 1 && asleep_apart()) {
+                thread::yield_now();
+            }
+            peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
+            *PEER.lock().unwrap() = Some(peer);
+        });
+        for thread in [failing, beside, waker, peer] {
             thread.join().unwrap();
         }
     });
