@@ -307,7 +307,9 @@ impl Engine {
                     payload,
                 },
             );
-            if sent.map_err(|e| self.stop(e))? {
+            // As `flush` names a failed peer's host, so that OFI's refusal of a send to a
+            // peer that failed earlier reads alike on either path.
+            if sent.map_err(|e| self.stop(e.on_host(&self.hosts, &self.names)))? {
                 self.counters.frames_sent += 1;
                 return Ok(Handle::SENT);
             }
@@ -395,7 +397,7 @@ impl Engine {
                     blocks,
                 },
             );
-            if !sent.map_err(|e| self.stop(e))? {
+            if !sent.map_err(|e| self.stop(e.on_host(&self.hosts, &self.names)))? {
                 return Ok(None);
             }
             self.counters.frames_sent += 1;

@@ -139,8 +139,10 @@ fn ofi_rank(dir: PathBuf, rank: u32, provider: &str) -> (DirWireup, Engine) {
 /// Rank 1 exits without a word right after an exchange. Case `idle`: rank 0 only waits for a
 /// message from it, sending nothing, so only the liveness probe can notice. Case `sending`:
 /// rank 0 also sends it 8 KiB every 200 ms (from a send buffer, whose completion names the
-/// peer). Either way rank 0's operation fails naming rank 1, within about the opted-in
-/// [`PEER_TIMEOUT`].
+/// peer). Case `finalized`: rank 1 says goodbye (drops its engine) before it exits, and rank 0
+/// sends as in `sending`: past the timeout the transport takes rank 1 for finalized, which is
+/// no error of its own, and the send it then refuses is one. Each way rank 0's operation fails
+/// naming rank 1 and its host, within about the opted-in [`PEER_TIMEOUT`].
 #[test]
 fn a_dead_peer_is_an_error_not_a_hang() {
     if let Ok(spec) = env::var(DEATH_ENV) {
@@ -153,7 +155,7 @@ fn a_dead_peer_is_an_error_not_a_hang() {
     // the peer's queue, whose memory outlives a crashed peer. On those, rsrun ends a job whose
     // rank died (mpirt's p2p suite checks that on each provider: a_panicking_rank_ends_the_job).
     for provider in ["tcp;ofi_rxm"] {
-        for case in ["idle", "sending"] {
+        for case in ["idle", "sending", "finalized"] {
             let dir = env::temp_dir().join(format!(
                 "pml-ofi-death-{}-{case}-{}",
                 provider.replace(';', "_"),
@@ -188,11 +190,18 @@ fn dead_peer_rank(dir: PathBuf, rank: u32, case: &str, provider: &str) {
     // Rank 1 leaves only once both ranks have seen the exchange through.
     w.fence().unwrap();
     if rank == 1 {
-        // Ends the process without dropping the engine: to rank 0, a crash.
+        if case == "finalized" {
+            // The engine's drop says goodbye: to rank 0, a rank that finalized.
+            drop(e);
+        }
+        // Ends the process (without dropping the engine otherwise): to rank 0, a crash.
         std::process::exit(0);
     }
     let error = wait_for_dead_rank1(&mut e, case, 8 << 10);
-    let expected = "rank 1 did not take";
+    let expected = match case {
+        "finalized" => "a send to rank 1 was refused: it failed earlier (rank 1 has finalized)",
+        _ => "rank 1 did not take",
+    };
     match &error {
         PmlError::Transport(t) if t.peer == 1 && t.cause.contains(expected) => {}
         other => panic!("expected a transport error with rank 1 ({expected}), got {other:?}"),
@@ -344,9 +353,11 @@ fn an_eager_standard_send_completes_inside_the_call() {
 
 fn direct_rank(dir: PathBuf, rank: u32, provider: &str) {
     let (mut w, mut e) = ofi_rank(dir, rank, provider);
-    // Injected (8 B), from a send buffer (1 KiB, beyond tcp;ofi_rxm's inject size), and
-    // beyond every provider's eager limit (1 MiB).
-    let eager = [pattern(8, 1), pattern(1 << 10, 2)];
+    // Injected (8 B), from a send buffer on tcp;ofi_rxm (1 KiB, beyond its 64-byte inject
+    // size; injected on udp;ofi_rxd and shm), from a send buffer on every provider (6 KiB,
+    // beyond shm's 4 KiB inject size, within every provider's eager limit), and beyond every
+    // provider's eager limit (1 MiB).
+    let eager = [pattern(8, 1), pattern(1 << 10, 2), pattern(6 << 10, 4)];
     let rendezvous = pattern(1 << 20, 3);
     if rank == 0 {
         // A first exchange, so that rxm's connection is up and no post is refused for it.
