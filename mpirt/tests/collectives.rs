@@ -117,15 +117,22 @@ fn rank_mode() {
         "barrier-marks" => {
             // Before each barrier one rank in turn comes late, and every rank marks its
             // arrival in a file of the directory BARRIER_MARKS names: after the barrier,
-            // every rank finds every rank's mark.
+            // every rank finds every rank's mark. With BARRIER_BOUND_RANK_0, rank 0 alone
+            // says it has a CPU of its own (as rsrun says to a rank it bound), so that it
+            // alone does not find itself sharing CPUs; the barriers are a duplicate's, whose
+            // area is set up after that.
             let dir = std::path::PathBuf::from(env::var("BARRIER_MARKS").expect("BARRIER_MARKS"));
             let (rank, n) = (world.rank(), world.size());
+            if rank == 0 && env::var_os("BARRIER_BOUND_RANK_0").is_some() {
+                env::set_var("MPIRT_BOUND_CPU", "0");
+            }
+            let comm = world.duplicate();
             for i in 0..40 {
                 if i % n == rank {
                     std::thread::sleep(std::time::Duration::from_millis(3));
                 }
                 std::fs::write(dir.join(format!("{i}.{rank}")), b"").expect("a mark");
-                world.barrier();
+                comm.barrier();
                 for r in 0..n {
                     assert!(
                         dir.join(format!("{i}.{r}")).exists(),
@@ -3625,25 +3632,34 @@ fn gathers_up_to_a_cell_go_through_the_area_from_3_ranks() {
 
 /// Where ranks share a CPU, rank 0 releases the area's barrier once every rank has arrived
 /// (rsrun --verbose says so): on 3 and 4 ranks on one CPU, with one rank in turn late to each
-/// of 40 barriers, no rank leaves one before every rank has marked its arrival in a file.
+/// of 40 barriers, no rank leaves one before every rank has marked its arrival in a file;
+/// also where rank 0 alone does not find itself sharing CPUs (then every rank still takes
+/// the released barrier, as the others do).
 #[test]
 fn a_barrier_released_by_rank_0_waits_for_every_rank() {
-    for n in [3, 4] {
-        let dir = env::temp_dir().join(format!("mpirt-barrier-marks-{}-{n}", std::process::id()));
+    for (n, bound_rank_0) in [(3, false), (4, false), (3, true)] {
+        let dir = env::temp_dir().join(format!(
+            "mpirt-barrier-marks-{}-{n}-{bound_rank_0}",
+            std::process::id()
+        ));
         std::fs::create_dir_all(&dir).unwrap();
         let shared = Launch::RsrunOn {
             cpus: "0",
             args: &["--bind-to", "core"],
         };
-        let envs = [
+        let mut envs = vec![
             ("MPIRT_VERBOSE", "1"),
             ("BARRIER_MARKS", dir.to_str().unwrap()),
         ];
+        if bound_rank_0 {
+            envs.push(("BARRIER_BOUND_RANK_0", "1"));
+        }
         let (_, err) = ok_job_on(shared, n, "barrier-marks", &envs);
         std::fs::remove_dir_all(&dir).unwrap();
         let released =
             format!("collective area of {n} ranks ready, its barrier released by rank 0");
-        assert_eq!(err.matches(&released).count(), n as usize, "{err}");
+        // The world's area (set up by the duplication) and the duplicate's, on every rank.
+        assert_eq!(err.matches(&released).count(), 2 * n as usize, "{err}");
     }
 }
 

@@ -373,8 +373,8 @@ fn reduce_scatter_max(size: u32) -> usize {
     }
 }
 
-/// Whether rank 0 releases the barrier of a communicator of `size` ranks, whose ranks share
-/// CPUs where `shares`: then rank 0 leaves every barrier first, so that a rooted call after
+/// Whether rank 0 releases the barrier of a communicator of `size` ranks, some of whose ranks
+/// share CPUs where `shares` (the same on every rank: [`Agreed::any_shares`]): then rank 0 leaves every barrier first, so that a rooted call after
 /// it (a broadcast or a scatter from rank 0, as OSU's benchmarks run them between barriers)
 /// finds its root already writing, where with every rank waiting for every flag a rank could
 /// leave while rank 0 waited for its turn on a CPU, and then wait that turn out in the next
@@ -480,18 +480,29 @@ fn set_up(
             made = Some(name);
         }
     }
-    let agreed = agree(comm, operation, &mut shared_id, &mut mapping, len, bytes);
+    // The area's ranks are all on this host: they must not spin where they outnumber its
+    // CPUs, whatever the PML's own choice (UCX's spins then too), and they yield then.
+    let shares = pml::config::shares_cores(comm.size as usize);
+    let agreed = agree(
+        comm,
+        operation,
+        &mut shared_id,
+        &mut mapping,
+        (len, bytes),
+        shares,
+    );
     if let Some(name) = made {
         // Every rank has mapped it or given up (or the set-up failed): the name is no
         // longer needed.
         let _ = SharedMapping::remove(&name);
     }
-    let (everyone_mapped, disagreement) = agreed?;
-    // The area's ranks are all on this host: they must not spin where they outnumber its
-    // CPUs, whatever the PML's own choice (UCX's spins then too), and they yield then.
+    let Agreed {
+        everyone_mapped,
+        any_shares,
+        disagreement,
+    } = agreed?;
     let (pml_spins, pml_yields) = with_engine(|e| Ok((e.waits_spin(), e.yield_budget())))
         .map_err(|c| Error::new(operation, c))?;
-    let shares = pml::config::shares_cores(comm.size as usize);
     let spins = pml_spins && !shares;
     let yield_for = match (spins, shares) {
         (true, _) => Duration::ZERO,
@@ -507,22 +518,36 @@ fn set_up(
         reached: Cell::new(0),
         spin: Cell::new(if spins { SPIN_FOR } else { Duration::ZERO }),
         yield_for,
-        released: released_by_rank_0(comm.size, shares),
+        released: released_by_rank_0(comm.size, any_shares),
         sleeps: Cell::new(Sleeps::default()),
     });
     Ok((area, disagreement))
 }
 
-/// The collective part of [`set_up`]: shares rank 0's area, maps it on the other ranks, and
-/// finds out whether every rank did and whether the ranks' call lengths agree.
+/// What the ranks found together while setting up an area ([`agree`]).
+struct Agreed {
+    /// Whether every rank mapped the area.
+    everyone_mapped: bool,
+    /// Whether any rank shares CPUs (`pml::config::shares_cores`, which each rank answers
+    /// from its own CPUs and environment): the barrier's kind follows it on every rank, since
+    /// a rank that waited for rank 0's release while rank 0 did not wait for every rank
+    /// could leave before every rank arrived.
+    any_shares: bool,
+    /// The ranks' disagreement on the call's length, if they disagree.
+    disagreement: Option<Cause>,
+}
+
+/// The collective part of [`set_up`]: shares rank 0's area (of `len` bytes), maps it on the
+/// other ranks, and finds out whether every rank did, whether any `shares` CPUs, and whether
+/// the ranks' call lengths (`bytes` on this rank) agree.
 fn agree(
     comm: &CommData,
     operation: &'static str,
     shared_id: &mut [u8; NAME_BYTES + TOKEN_BYTES],
     mapping: &mut Option<SharedMapping>,
-    len: usize,
-    bytes: usize,
-) -> Result<(bool, Option<Cause>), Error> {
+    (len, bytes): (usize, usize),
+    shares: bool,
+) -> Result<Agreed, Error> {
     blocking(comm, operation, || {
         calls::broadcast(comm, 0, &mut shared_id[..])
     })?;
@@ -535,17 +560,18 @@ fn agree(
     if comm.rank != 0 && !shared.is_empty() {
         *mapping = open(shared, len, token);
     }
-    // One minimum finds all three: whether any rank failed to map (-1: a minimum of 0 had
-    // taken one rank that mapped it for all), and the shortest and longest lengths with a
-    // rank holding each (length * size + rank orders by length).
+    // One minimum finds all four: whether any rank failed to map (-1: a minimum of 0 had
+    // taken one rank that mapped it for all), whether any shares CPUs (-1 likewise), and the
+    // shortest and longest lengths with a rank holding each (length * size + rank orders by
+    // length).
     let key = bytes as i64 * i64::from(comm.size) + i64::from(comm.rank);
-    let mine = [-i64::from(mapping.is_none()), key, -key];
-    let mut everyone = [0i64; 3];
+    let mine = [-i64::from(mapping.is_none()), -i64::from(shares), key, -key];
+    let mut everyone = [0i64; 4];
     blocking(comm, operation, || {
         calls::all_reduce(comm, &mine[..], &mut everyone[..], SystemOperation::min())
     })?;
     let size = i64::from(comm.size);
-    let (shortest, longest) = (everyone[1], -everyone[2]);
+    let (shortest, longest) = (everyone[2], -everyone[3]);
     let disagreement = (shortest / size != longest / size).then(|| {
         let other = if bytes as i64 == shortest / size {
             longest
@@ -558,7 +584,11 @@ fn agree(
             got: (other / size) as usize,
         }
     });
-    Ok((everyone[0] == 0, disagreement))
+    Ok(Agreed {
+        everyone_mapped: everyone[0] == 0,
+        any_shares: everyone[1] < 0,
+        disagreement,
+    })
 }
 
 impl Area {
