@@ -32,8 +32,17 @@ declare -A min_ranks=([cartesian_map]=4)
 
 crate=target/rsmpi-examples
 mkdir -p "$crate/src"
-: >"$crate/src/lib.rs"
-cp Cargo.lock "$crate/Cargo.lock"
+# Written only when their text changes: a rewrite's new mtime would rebuild all the examples.
+keep() {
+    if ! cmp -s "$1" "$2"; then
+        mv "$1" "$2"
+    else
+        rm "$1"
+    fi
+}
+[ -e "$crate/src/lib.rs" ] || : >"$crate/src/lib.rs"
+cp Cargo.lock "$crate/Cargo.lock.new"
+keep "$crate/Cargo.lock.new" "$crate/Cargo.lock"
 {
     cat <<TOML
 [package]
@@ -71,7 +80,8 @@ TOML
     for file in "$src"/tests/*.rs; do
         printf '\n[[test]]\nname = "%s"\npath = "%s"\n' "$(basename "$file" .rs)" "$file"
     done
-} >"$crate/Cargo.toml"
+} >"$crate/Cargo.toml.new"
+keep "$crate/Cargo.toml.new" "$crate/Cargo.toml"
 cargo=(env CARGO_TARGET_DIR="$repo/target" cargo)
 "${cargo[@]}" build --release --offline --manifest-path "$crate/Cargo.toml" --bins
 # rsmpi's tests: each a process of its own, a singleton (no launcher).

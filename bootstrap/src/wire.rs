@@ -464,6 +464,30 @@ mod tests {
         assert!(Response::decode(&[5, 255, 255, 255, 255]).is_err());
     }
 
+    /// A rank's word that its spawn failed is read from untrusted bytes like any request:
+    /// cut short at any byte, with trailing bytes or with a cause that is not UTF-8, it is an
+    /// error, never a request.
+    #[test]
+    fn a_spawn_unjoined_request_cut_short_or_malformed_is_an_error() {
+        let bytes = Request::SpawnUnjoined {
+            job: "spawned job 1 (3 ranks of ./child)".into(),
+            why: "parent rank 1 cannot open its bridge".into(),
+        }
+        .encode();
+        for len in 0..bytes.len() {
+            assert!(
+                Request::decode(&bytes[..len]).is_err(),
+                "cut to {len} bytes"
+            );
+        }
+        let mut trailing = bytes.clone();
+        trailing.push(0);
+        assert!(Request::decode(&trailing).is_err());
+        let mut not_utf8 = bytes;
+        *not_utf8.last_mut().unwrap() = 0xff;
+        assert!(Request::decode(&not_utf8).is_err());
+    }
+
     #[test]
     fn frames_round_trip_and_respect_the_limit() {
         let mut buf = Vec::new();
