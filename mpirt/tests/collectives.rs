@@ -233,6 +233,36 @@ fn affine_op() -> UserOperation<'static> {
     })
 }
 
+/// Three counters, 12 bytes: 16 KiB of them end inside one.
+#[derive(Equivalence, Clone, Copy, Debug, Default, PartialEq)]
+#[repr(C)]
+struct Triple {
+    n: [i32; 3],
+}
+
+fn triple(r: i32, i: usize) -> Triple {
+    Triple {
+        n: [int(r, 3 * i), int(r, 3 * i + 1), int(r, 3 * i + 2)],
+    }
+}
+
+fn add_triples(x: Triple, y: Triple) -> Triple {
+    Triple {
+        n: [0, 1, 2].map(|k| x.n[k].wrapping_add(y.n[k])),
+    }
+}
+
+/// Element-wise sums of [`Triple`]s by a user operation.
+fn triples_op() -> UserOperation<'static> {
+    UserOperation::associative(|incoming, acc| {
+        let incoming: &[Triple] = incoming.downcast().unwrap();
+        let acc: &mut [Triple] = acc.downcast().unwrap();
+        for (x, y) in incoming.iter().zip(acc) {
+            *y = add_triples(*x, *y);
+        }
+    })
+}
+
 fn int(r: i32, i: usize) -> i32 {
     ((r as i64 * 7919 + i as i64 * 31) % 2001 - 1000) as i32
 }
@@ -743,6 +773,17 @@ fn reduce_scatter_rounds(world: &SimpleCommunicator, lengths: &[usize]) {
             got == whole[start..start + own],
             "affine reduce_scatter of {total} maps"
         );
+        // 12-byte elements by a user operation: 16 KiB rounds end inside some of them.
+        let block = bytes / 12 / n;
+        let whole = serial(0..n as i32, block * n, triple, add_triples);
+        let send = contribution(me, block * n, triple);
+        let mut got = vec![Triple::default(); block];
+        world.reduce_scatter_block_into(&send[..], &mut got[..], triples_op());
+        let start = me as usize * block;
+        assert!(
+            got == whole[start..start + block],
+            "reduce_scatter_block of {block} 12-byte elements a rank"
+        );
     }
 }
 
@@ -753,6 +794,7 @@ fn reduce_scatter_rounds(world: &SimpleCommunicator, lengths: &[usize]) {
 fn reduce_scatter_in_area(world: &SimpleCommunicator, frames: impl Fn() -> Option<u64>) {
     let lengths = [4104, 16384, 16392, 40000, 65536, 262144];
     reduce_scatter_rounds(world, &lengths);
+    reduce_scatter_disagreements(world);
     let Some(before) = frames() else {
         println!("frames not counted: this PML (UCX) does not count them");
         return;
@@ -769,6 +811,23 @@ fn reduce_scatter_in_area(world: &SimpleCommunicator, frames: impl Fn() -> Optio
         "rank {}: reduce-scatters in rounds sent frames",
         world.rank()
     );
+}
+
+/// Reduce-scatters through the area whose last rank's blocks are an `i64` longer than the
+/// others' (past the area's limit, in one more round, in as many): every rank fails in the
+/// first round, and all are in step for the all-reduce that follows.
+fn reduce_scatter_disagreements(world: &SimpleCommunicator) {
+    let (rank, last, n) = (world.rank(), world.size() - 1, world.size() as usize);
+    for bytes in [262144, 16384, 20000] {
+        let block = bytes / 8 / n + usize::from(rank == last);
+        let what = format!("reduce_scatter_block of {bytes} bytes, one more on the last rank");
+        let send = contribution(rank, block * n, |r, i| int(r, i) as i64);
+        let mut got = vec![0i64; block];
+        let result =
+            world.try_reduce_scatter_block_into(&send[..], &mut got[..], SystemOperation::sum());
+        assert!(result.is_err(), "{what}: rank {rank} finished");
+        check_in_step(world, &what);
+    }
 }
 
 fn sum_of_ranks(comm: &SimpleCommunicator) -> i32 {

@@ -107,13 +107,13 @@ use super::{blocking, calls, select};
 
 /// Longest buffer, in bytes, a rank writes into its cell in one call (a broadcast's or a
 /// scatter's root its whole buffer, an all-to-all's or a reduce-scatter's ranks theirs, a
-/// block per rank); longer broadcasts and all-to-alls may go in segments, and a gather's
-/// vectors up to a whole cell from 3 ranks on ([`gather_max`]).
+/// block per rank); longer broadcasts, all-to-alls and reduce-scatters may go in segments,
+/// and a gather's vectors up to a whole cell from 3 ranks on ([`gather_max`]).
 pub(crate) const SHARED_MAX: usize = 4096;
 /// The bytes a cell holds: `SHARED_MAX` for a call that fits the area, or one segment of a
-/// long broadcast or one round of an all-to-all (MPICH's release-gather broadcast pipelines
-/// through cells of 8 KiB; larger ones here take an 8-rank all-to-all of 2 KiB blocks in one
-/// round).
+/// long broadcast or one round of an all-to-all or a reduce-scatter (MPICH's release-gather
+/// broadcast pipelines through cells of 8 KiB; larger ones here take an 8-rank all-to-all of
+/// 2 KiB blocks in one round).
 pub(crate) const SEGMENT: usize = 16384;
 /// Cells each rank owns, used in turn: how far a root may run ahead of its readers, and
 /// how many segments of a long broadcast are in flight.
@@ -1203,11 +1203,31 @@ impl Area {
         op: &dyn Operation,
     ) -> Result<bool, Cause> {
         debug_assert!(at + recv.len() <= send.len());
-        let mine = at..at + recv.len();
-        self.in_rounds(send, reduce_scatter_max(self.size), mine, |carried| {
-            let into = &mut recv[carried.into..carried.into + carried.wanted.len()];
-            self.fold_from(into, datatype, op, |r| carried.of(self, r, send));
-        })
+        let (mine, most) = (at..at + recv.len(), reduce_scatter_max(self.size));
+        let element = datatype.size();
+        if element == 0 || SEGMENT.is_multiple_of(element) {
+            // Rounds end between elements: each round's bytes fold on their own.
+            return self.in_rounds(send, most, mine, |carried| {
+                let into = &mut recv[carried.into..carried.into + carried.wanted.len()];
+                self.fold_from(into, datatype, op, |r| carried.of(self, r, send));
+            });
+        }
+        // Rounds end inside elements, which an operation takes whole: every rank's part is
+        // copied out round by round, then folded at once. The rounds are the same whatever
+        // the element, so ranks stay in step.
+        let part = recv.len();
+        let mut parts = vec![0u8; self.size as usize * part];
+        let copied = self.in_rounds(send, most, mine, |carried| {
+            for r in 0..self.size {
+                let into = &mut parts[r as usize * part + carried.into..][..carried.wanted.len()];
+                into.copy_from_slice(carried.of(self, r, send));
+            }
+        })?;
+        if copied {
+            let of = |r: u32| &parts[r as usize * part..(r as usize + 1) * part];
+            self.fold_from(recv, datatype, op, of);
+        }
+        Ok(copied)
     }
 
     /// Publishes every rank's `send` (all of one length, up to `most`) in rounds, and has
