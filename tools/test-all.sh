@@ -84,8 +84,9 @@ cargo test --workspace --release --doc
 # mpirt's `complex`, pml's dev-dependency criterion once_cell's `default`), and a crate built
 # with other features is built again, with every crate and program above it: `-p mpirt`
 # compiled mpirt, proptest's dependencies and each test binary a second time. So every later
-# command on this target directory selects --workspace, with --test naming the suites, and runs
-# the binaries built here. (mpirt's num-complex takes `std`, as proptest makes it in a test
+# command on this target directory that runs these suites selects --workspace, with --test
+# naming them, and runs the binaries built here (the model checks' `-p mpirt` below builds
+# mpirt's unit tests with a feature of their own, and only those). (mpirt's num-complex takes `std`, as proptest makes it in a test
 # build, so that the release build's mpirt and programs above are the tests' too.)
 
 # The fast tests again in a debug build, which is what a contributor's plain `cargo test` runs:
@@ -133,10 +134,11 @@ cargo test --workspace --features mpirt/threads --test threads
 # the real engine behind its real lock, driven by two and three threads in schedules that
 # shuttle chooses (random, PCT, and every interleaving of the two-thread check). The feature
 # model-check swaps shuttle's primitives in (mpirt/src/sync.rs) in mpirt's unit tests alone, so
-# the checks build in the release target directory beside the suites and rebuild mpirt's tests
-# and shuttle, not its dependencies (a `--cfg` in RUSTFLAGS, as before, changed every crate's
-# flags: a target directory of its own, where pml and every dependency compiled twice more,
-# for clippy and for the build). About 85 s of checks after the build (a loaded 2-vCPU machine).
+# the checks build in the release target directory beside the suites and rebuild mpirt's tests,
+# shuttle, and proptest and rand with the features shuttle adds, not pml or the bootstrap (a
+# `--cfg` in RUSTFLAGS, as before, changed every crate's flags: a target directory of its own,
+# where pml and every dependency compiled twice more, for clippy and for the build). About 85 s
+# of checks after the build (a loaded 2-vCPU machine).
 echo "== threads: model checks (shuttle, the feature model-check)"
 cargo clippy -p mpirt --lib --tests --release --features threads,model-check -- -D warnings
 cargo test --release -p mpirt --features threads,model-check --lib environment::shared::model

@@ -2,10 +2,10 @@
 //! (or, where tools/test-all.sh's UCX phase sets MPIRT_TEST_PML=ucx, on `--pml ucx`): the job
 //! ends, non-zero, with a report that names the ranks, their calls, the source lines and the
 //! cause; a slow job that is not stuck runs to its end. The bound on the time a stuck job
-//! takes is generous: it catches a hang, it is not a measurement. One second, the least a rank
-//! waits before it tells rsrun (`mpirt::stall`), so each stuck job ends as soon as its last rank
-//! has told: the report needs every rank's word, never a longer wait, and a slow job's rank that
-//! computes is never waiting, however long the others wait for it.
+//! takes is generous: it catches a hang, it is not a measurement. One second, as long as a rank
+//! waits with nothing moving before it tells rsrun (`mpirt::stall`): a stuck job ends as soon
+//! as its last rank has told (a shorter timeout ends none sooner), and the slow job's rank that
+//! computes (2.5 s) never tells, however long the others, which told after a second, wait.
 
 // Only some of the shared helpers are used here.
 #[allow(dead_code)]

@@ -421,7 +421,10 @@ mod tests {
     /// While rank 0 holds the accumulate lock for a plain operation, rank 1's atomic on the
     /// same element waits for it: rank 0 watches the element, inside the lock, for a second
     /// after rank 1 started its atomic (a race the hammering test below meets only where the
-    /// two threads happen to run at once).
+    /// two threads happen to run at once). Left out of the model checks' build (the feature
+    /// `model-check`): its threads reach the engine's thread-local mark (`crate::sync`),
+    /// shuttle's there, which lives only inside shuttle's scheduler.
+    #[cfg(not(feature = "model-check"))]
     #[test]
     fn an_atomic_waits_for_a_plain_holder() {
         use std::sync::atomic::AtomicBool;
