@@ -49,6 +49,9 @@ pub mod traits {
 pub type Tag = i32;
 /// A number of elements.
 pub type Count = i32;
+/// What [`Status::count`] says of a message that is not a whole number of the datatype's
+/// elements (`MPI_UNDEFINED`: Open MPI's and MPICH's value, which an rsmpi program sees there).
+pub const UNDEFINED: Count = -32766;
 
 /// What a receive or a probe found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,11 +113,13 @@ impl Status {
     }
 
     /// How many elements of `datatype` the message holds (`MPI_Get_count`): a basic type's
-    /// datatype, a user datatype or a reference to one, as rsmpi takes them.
+    /// datatype, a user datatype or a reference to one, as rsmpi takes them; [`UNDEFINED`]
+    /// where the bytes are not a whole number of elements (or more than a `Count` holds).
     pub fn count<D: UncommittedDatatype>(&self, datatype: D) -> Count {
         match datatype.descriptor().size() {
             0 => 0,
-            size => (self.bytes / size) as Count,
+            size if self.bytes % size != 0 => UNDEFINED,
+            size => Count::try_from(self.bytes / size).unwrap_or(UNDEFINED),
         }
     }
 
@@ -1524,6 +1529,21 @@ mod tests {
         fn datatype(&self) -> Datatype {
             datatype_of::<u64>()
         }
+    }
+
+    #[test]
+    fn a_count_of_part_of_an_element_is_undefined() {
+        let status = |bytes| Status {
+            source: 0,
+            tag: 0,
+            bytes,
+            cancelled: false,
+        };
+        let int = datatype_of::<i32>();
+        assert_eq!(status(12).count(int), 3);
+        assert_eq!(status(0).count(int), 0);
+        assert_eq!(status(10).count(int), UNDEFINED);
+        assert_eq!(status(4 * (1 << 31)).count(int), UNDEFINED);
     }
 
     #[test]
