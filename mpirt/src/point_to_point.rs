@@ -118,7 +118,7 @@ impl Status {
     pub fn count<D: UncommittedDatatype>(&self, datatype: D) -> Count {
         match datatype.descriptor().size() {
             0 => 0,
-            size if self.bytes % size != 0 => UNDEFINED,
+            size if !self.bytes.is_multiple_of(size) => UNDEFINED,
             size => Count::try_from(self.bytes / size).unwrap_or(UNDEFINED),
         }
     }

@@ -1549,6 +1549,27 @@ fn typed_model(world: &SimpleCommunicator, seed: u64) -> usize {
     issued
 }
 
+/// The typed request tests' window, `len` `i64`s a rank whose element `i` here holds
+/// `start(i)` once every rank set its own, and their layouts: every other element and every
+/// third, 4 of each.
+fn typed_window(
+    world: &SimpleCommunicator,
+    len: usize,
+    start: impl Fn(usize) -> i64,
+) -> (Window<'static, i64>, UserDatatype, UserDatatype) {
+    let window = Window::<i64>::allocate(world, len);
+    window.with_local(|l| {
+        for (i, v) in l.iter_mut().enumerate() {
+            *v = start(i);
+        }
+    });
+    world.barrier();
+    let int = i64::equivalent_datatype();
+    let every_other = UserDatatype::vector(4, 1, 2, &int);
+    let every_third = UserDatatype::vector(4, 1, 3, &int);
+    (window, every_other, every_third)
+}
+
 /// The request forms of the typed operations act as the blocking forms do, and their
 /// requests hand back the buffers they filled: every other element of the next rank's window,
 /// from and into every third element of an origin buffer (its gaps untouched).
@@ -1557,17 +1578,8 @@ fn typed_requests(world: &SimpleCommunicator) {
     let (size, me) = (world.size(), world.rank());
     let next = (me + 1) % size;
     let start = |rank: Rank, i: usize| 100 * rank as i64 + i as i64;
-    let window = Window::<i64>::allocate(world, LEN);
-    window.with_local(|l| {
-        for (i, v) in l.iter_mut().enumerate() {
-            *v = start(me, i);
-        }
-    });
-    world.barrier();
-    let int = i64::equivalent_datatype();
-    let every_other = UserDatatype::vector(4, 1, 2, &int);
+    let (window, every_other, every_third) = typed_window(world, LEN, |i| start(me, i));
     let target_type = TargetDatatype::new(&every_other, 1);
-    let every_third = UserDatatype::vector(4, 1, 3, &int);
     let spread = |i: usize| i.is_multiple_of(3).then_some(i as i64 / 3 + 1);
     let values: Vec<i64> = (0..10).map(|i| spread(i).unwrap_or(GUARD)).collect();
     // SAFETY: the vector type covers elements 0, 3, 6 and 9 of the 10.
@@ -1619,17 +1631,8 @@ fn typed_requests_in_flight(world: &SimpleCommunicator) {
     const LEN: usize = 16;
     let me = world.rank();
     let start = |i: usize| 1000 + i as i64;
-    let window = Window::<i64>::allocate(world, LEN);
-    window.with_local(|l| {
-        for (i, v) in l.iter_mut().enumerate() {
-            *v = start(i);
-        }
-    });
-    world.barrier();
-    let int = i64::equivalent_datatype();
-    let every_other = UserDatatype::vector(4, 1, 2, &int);
+    let (window, every_other, every_third) = typed_window(world, LEN, start);
     let target_type = TargetDatatype::new(&every_other, 1);
-    let every_third = UserDatatype::vector(4, 1, 3, &int);
     let by_messages = env::var("MPIRT_WINDOW_PATH").is_ok_and(|p| p == "messages");
     let ones = [1i64; 4];
     let (mut got, mut old) = (vec![GUARD; 10], vec![GUARD; 10]);

@@ -332,6 +332,20 @@ fn received(done: Done) -> Status {
     }
 }
 
+/// The third thread of the hand-off checks: posts a receive of tag 3 and tests it, never
+/// waiting, until rank 1's message 3 has come.
+fn test_until_tag_3_arrives() {
+    let mut buf = [0u8; EAGER];
+    let handle = post_recv(&mut buf, TagSel::Tag(3));
+    let status = loop {
+        if let Some(done) = test(handle) {
+            break received(done);
+        }
+        thread::yield_now();
+    };
+    assert_eq!(sender_and_seq(&status, &buf), (1, 3));
+}
+
 /// A collected request's handle names nothing, whichever request took its slab slot since.
 fn assert_stale(handle: Handle) {
     let again = enter().engine().unwrap().test(handle);
@@ -754,17 +768,7 @@ fn the_progressing_thread_hands_its_place_on_as_it_leaves() {
             }
             receive_from_peer(2, 2);
         });
-        let tester = thread::spawn(|| {
-            let mut buf = [0u8; EAGER];
-            let handle = post_recv(&mut buf, TagSel::Tag(3));
-            let status = loop {
-                if let Some(done) = test(handle) {
-                    break received(done);
-                }
-                thread::yield_now();
-            };
-            assert_eq!(sender_and_seq(&status, &buf), (1, 3));
-        });
+        let tester = thread::spawn(test_until_tag_3_arrives);
         let peer = thread::spawn(move || {
             let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
             // Once the first thread sleeps apart and the second pauses beside it.
@@ -1009,17 +1013,7 @@ fn a_paused_waiter_is_woken_by_a_test_that_takes_its_message() {
                     got.store(1, StdOrdering::Relaxed);
                 })
             };
-            let tester = thread::spawn(|| {
-                let mut buf = [0u8; EAGER];
-                let handle = post_recv(&mut buf, TagSel::Tag(3));
-                let status = loop {
-                    if let Some(done) = test(handle) {
-                        break received(done);
-                    }
-                    thread::yield_now();
-                };
-                assert_eq!(sender_and_seq(&status, &buf), (1, 3));
-            });
+            let tester = thread::spawn(test_until_tag_3_arrives);
             let peer = thread::spawn(move || {
                 let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
                 // Once one thread sleeps apart and the other pauses beside it.
