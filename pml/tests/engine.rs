@@ -8,7 +8,10 @@ use std::{env, fs};
 
 use pml::blocks::{Block, Blocks};
 use pml::shared_arena::ARENA_MIN_BYTES;
-use pml::{Done, Engine, EngineConfig, Pml, SendMode, SourceSel, TagSel, TransportChoice, Waiting};
+use pml::{
+    Done, Engine, EngineConfig, Pml, PmlError, SendMode, SourceSel, TagSel, TransportChoice,
+    Waiting,
+};
 
 mod ranks_common;
 
@@ -730,18 +733,7 @@ fn non_contiguous_sends_are_read_in_place() {
         }
         let before = e.counters();
         let mut buf = vec![0u8; capacity];
-        // SAFETY: `buf` outlives the receive, waited for here.
-        let h = unsafe {
-            e.post_recv(
-                0,
-                SourceSel::Rank(1),
-                TagSel::Tag(tag),
-                buf.as_mut_ptr(),
-                capacity,
-            )
-        }
-        .unwrap();
-        let outcome = e.wait(h);
+        let outcome = receive_from_rank_1(&mut e, tag, &mut buf);
         let after = e.counters();
         if capacity < column.len() {
             assert!(outcome.is_err(), "case {i}: a short receive is truncated");
@@ -790,6 +782,22 @@ fn non_contiguous_sends_are_read_in_place() {
 const GATHERED_ENV: &str = "PML_ENGINE_TEST_GATHERED_RANK";
 const GUARD: u8 = 0xA5;
 const POISON: u8 = 0xEE;
+
+/// Receives rank 1's message of `tag` into the whole of `buf` and waits for it: the outcome.
+fn receive_from_rank_1(e: &mut Engine, tag: i32, buf: &mut [u8]) -> Result<Done, PmlError> {
+    // SAFETY: `buf` outlives the receive, waited for here.
+    let h = unsafe {
+        e.post_recv(
+            0,
+            SourceSel::Rank(1),
+            TagSel::Tag(tag),
+            buf.as_mut_ptr(),
+            buf.len(),
+        )
+    }
+    .unwrap();
+    e.wait(h)
+}
 
 /// A random layout: its block list (ascending, gaps between), extent and element count.
 fn random_layout(rng: &mut u64, packed_target: usize) -> (Vec<Block>, usize, usize) {
@@ -964,18 +972,7 @@ fn non_contiguous_sends_gather_their_blocks() {
             let before = e.counters();
             let capacity = serial.len() + 64;
             let mut buf = vec![GUARD; capacity];
-            // SAFETY: `buf` outlives the receive, waited for here.
-            let h = unsafe {
-                e.post_recv(
-                    0,
-                    SourceSel::Rank(1),
-                    TagSel::Tag(tag),
-                    buf.as_mut_ptr(),
-                    capacity,
-                )
-            }
-            .unwrap();
-            let st = match e.wait(h).unwrap() {
+            let st = match receive_from_rank_1(&mut e, tag, &mut buf).unwrap() {
                 Done::Received(st) => st,
                 other => panic!("case {case}: {other:?}"),
             };
@@ -1561,20 +1558,7 @@ fn verbs_sends_read_in_place(e: &mut Engine, rank: u32) {
             }
         }
         let result = match into {
-            Receive::Bytes => {
-                // SAFETY: `buf` outlives the receive, waited for here.
-                let h = unsafe {
-                    e.post_recv(
-                        0,
-                        SourceSel::Rank(1),
-                        TagSel::Tag(tag),
-                        buf.as_mut_ptr(),
-                        capacity,
-                    )
-                }
-                .unwrap();
-                e.wait(h)
-            }
+            Receive::Bytes => receive_from_rank_1(e, tag, &mut buf[..capacity]),
             Receive::Blocks | Receive::Doubles => {
                 let rblocks = Blocks::new(buf.as_mut_ptr(), rcount, rextent, &rlist).unwrap();
                 // SAFETY: `buf`, `rlist` and the description outlive the receive, waited for

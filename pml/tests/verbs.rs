@@ -167,6 +167,21 @@ fn transport(rank: u32, peer: u32, dev: &str) -> VerbsTransport {
     transport_with(rank, peer, dev, None, None)
 }
 
+/// Rank 0 (the reader: `MAX_SGE` entries a work request, READs of `MAX_MSG` bytes at most) on
+/// the first device and rank 1 (the sender) on the last, connected to each other.
+fn reader_and_sender() -> (VerbsTransport, VerbsTransport) {
+    let devs = devices();
+    let mut reader = transport_with(0, 1, &devs[0], Some(MAX_SGE), Some(MAX_MSG));
+    let mut sender = transport(1, 0, &devs[devs.len() - 1]);
+    reader
+        .connect(1, &sender.endpoint(), &sender.rma_endpoint())
+        .unwrap();
+    sender
+        .connect(0, &reader.endpoint(), &reader.rma_endpoint())
+        .unwrap();
+    (reader, sender)
+}
+
 /// `transport` whose READs take at most `max_sge` scatter-gather entries and `max_msg` bytes
 /// a work request, where given, and scatter into blocks of `SGE_MIN_BLOCK` bytes or more.
 fn transport_with(
@@ -300,15 +315,7 @@ fn reads_scatter_into_a_receives_blocks() {
     if !have_device() {
         return;
     }
-    let devs = devices();
-    let mut reader = transport_with(0, 1, &devs[0], Some(MAX_SGE), Some(MAX_MSG));
-    let mut sender = transport(1, 0, &devs[devs.len() - 1]);
-    reader
-        .connect(1, &sender.endpoint(), &sender.rma_endpoint())
-        .unwrap();
-    sender
-        .connect(0, &reader.endpoint(), &reader.rma_endpoint())
-        .unwrap();
+    let (mut reader, mut sender) = reader_and_sender();
     let packed: Vec<u8> = (0..1usize << 20).map(|i| (i % 251) as u8).collect();
     let (rkey, _exposed) = sender
         .expose(packed.as_ptr() as usize, packed.len())
@@ -495,15 +502,7 @@ fn reads_a_non_contiguous_send_in_place() {
     if !have_device() {
         return;
     }
-    let devs = devices();
-    let mut reader = transport_with(0, 1, &devs[0], Some(MAX_SGE), Some(MAX_MSG));
-    let mut sender = transport(1, 0, &devs[devs.len() - 1]);
-    reader
-        .connect(1, &sender.endpoint(), &sender.rma_endpoint())
-        .unwrap();
-    sender
-        .connect(0, &reader.endpoint(), &reader.rma_endpoint())
-        .unwrap();
+    let (mut reader, mut sender) = reader_and_sender();
     let b = |offset: usize, len: usize| Block { offset, len };
     let many = |n: usize| -> Vec<Block> { (0..n).map(|i| b(i * 2560, 2048)).collect() };
     // The receive's layout: blocks of 2000 and 700 bytes, 3000 apart.
