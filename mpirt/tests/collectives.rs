@@ -3726,7 +3726,8 @@ fn a_barrier_released_by_rank_0_waits_for_every_rank() {
 /// CPU never spin), and the flag's publisher wakes it: while rank 1 takes 30 ms (well past
 /// the yields' 2 ms, also where other processes take turns on the CPU) before each of 30
 /// barriers, rank 0 yields, its sleeps end by the publisher's wake, and none runs to its
-/// timeout with the flag already published (a lost wake-up). Counted, not timed.
+/// timeout with the flag published and no wake following (a lost wake-up: a publisher that
+/// stored the flag just after the timeout still wakes the sleeper). Counted, not timed.
 #[test]
 fn a_rank_sleeping_in_the_area_is_woken_by_the_flag() {
     let shared = Launch::RsrunOn {

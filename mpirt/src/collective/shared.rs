@@ -171,6 +171,11 @@ const SPIN_FOR: Duration = Duration::from_secs(1);
 /// not; in the PML (a rank whose progress serves its peers), both do where the publisher
 /// reaches the sleeper by shared memory.
 const SLEEP: Duration = Duration::from_millis(1);
+/// How long a sleeper that ran to its timeout with the flag published waits for its
+/// publisher's wake before it counts a lost wake-up (`wake_follows`): far longer than a
+/// publisher's preemption between storing the flag and waking, on a host where other processes
+/// take turns on the CPU; spent only where the two raced.
+const WAKE_GRACE: Duration = Duration::from_millis(200);
 /// Polls between two readings of the clock.
 const POLLS_PER_CLOCK: u32 = 256;
 
@@ -1672,20 +1677,36 @@ impl Area {
         if flag.load(Ordering::Acquire) < call {
             // A wake after `seen` was read changed the word: this returns at once.
             let timed_out = futex::wait(futex, seen, SLEEP);
-            // The flag first, then the word: a publisher that stored the flag and is about
-            // to wake this rank is not taken for a lost wake-up.
             let published = flag.load(Ordering::Acquire) >= call;
             let mut sleeps = self.sleeps.get();
             sleeps.slept += 1;
             if futex.load(Ordering::Acquire) != seen {
                 sleeps.woken += 1;
-            } else if timed_out && published {
+            } else if timed_out && published && !wake_follows(futex, seen) {
                 sleeps.missed += 1;
             }
             self.sleeps.set(sleeps);
         }
         sleeping.store(AWAKE, Ordering::Relaxed);
     }
+}
+
+/// Whether a publisher that stored the flag after a sleep on `futex` ran to its timeout wakes
+/// the sleeper all the same, changing the word from `seen`: the sleeper is still marked asleep
+/// then, so a publisher that keeps the protocol reads it asleep and wakes it, if preempted
+/// between the two (ranks sharing one CPU, the timeout's wake-up running first) only later.
+/// Only a publisher that read the sleeper awake while it slept (a lost wake-up) leaves the word
+/// as it was; `WAKE_GRACE` bounds the wait for the other kind.
+#[cold]
+fn wake_follows(futex: &AtomicU32, seen: u32) -> bool {
+    let start = Instant::now();
+    while futex.load(Ordering::Acquire) == seen {
+        if start.elapsed() >= WAKE_GRACE {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+    true
 }
 
 impl Drop for Area {
