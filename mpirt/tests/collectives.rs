@@ -104,12 +104,19 @@ fn rank_mode() {
             reduce_scatter_in_area(&world, sent);
         }
         "area-wakes" => {
-            // Rank 1 comes late to each barrier, so rank 0 waits in the area past its yields;
-            // its counts are printed when the communicator, and its area, go.
+            // Rank 1 comes to each barrier once it finds rank 0's thread asleep, so rank 0
+            // waits in the area past its yields and sleeps there whatever else runs on their
+            // CPU (coming a fixed 30 ms late, rank 1 found rank 0 not there yet in half the
+            // barriers of a loaded host); rank 0's counts are printed when the communicator,
+            // and its area, go.
+            let mut rank_0_thread = this_thread();
+            world
+                .process_at_rank(0)
+                .broadcast_into(&mut rank_0_thread[..]);
             let dup = world.duplicate();
             for _ in 0..30 {
                 if dup.rank() == 1 {
-                    std::thread::sleep(std::time::Duration::from_millis(30));
+                    wait_until_asleep(rank_0_thread);
                 }
                 dup.barrier();
             }
@@ -231,6 +238,38 @@ fn affine_op() -> UserOperation<'static> {
             *y = compose(*x, *y);
         }
     })
+}
+
+/// This thread's process and thread ids, from /proc/thread-self ("PID/task/TID").
+fn this_thread() -> [u32; 2] {
+    let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+    let ids: Vec<u32> = link
+        .iter()
+        .filter_map(|part| part.to_str()?.parse().ok())
+        .collect();
+    ids.try_into().expect("PID/task/TID")
+}
+
+/// Waits until the thread `[pid, tid]` sleeps (its state in /proc is S: blocked, here on the
+/// collective area's futex word), looking every millisecond, for at most a minute.
+fn wait_until_asleep([pid, tid]: [u32; 2]) {
+    let stat = format!("/proc/{pid}/task/{tid}/stat");
+    let start = std::time::Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&stat).expect("rank 0's thread state");
+        // The state follows the command's name, in parentheses that the name may contain.
+        let state = text
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        if state == Some("S") {
+            return;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "rank 0's thread did not sleep within a minute: {text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 /// Three counters, 12 bytes: 16 KiB of them end inside one.
@@ -3723,11 +3762,11 @@ fn a_barrier_released_by_rank_0_waits_for_every_rank() {
 }
 
 /// A rank waiting in the shared-memory area yields its CPU, then sleeps (ranks sharing one
-/// CPU never spin), and the flag's publisher wakes it: while rank 1 takes 30 ms (well past
-/// the yields' 2 ms, also where other processes take turns on the CPU) before each of 30
-/// barriers, rank 0 yields, its sleeps end by the publisher's wake, and none runs to its
-/// timeout with the flag published and no wake following (a lost wake-up: a publisher that
-/// stored the flag just after the timeout still wakes the sleeper). Counted, not timed.
+/// CPU never spin), and the flag's publisher wakes it: while rank 1 comes to each of 30
+/// barriers only once it finds rank 0 asleep in it (its thread's state in /proc), rank 0
+/// yields, its sleeps end by the publisher's wake, and none runs to its timeout with the flag
+/// published and no wake following (a lost wake-up: a publisher that stored the flag just
+/// after the timeout still wakes the sleeper). Counted, not timed.
 #[test]
 fn a_rank_sleeping_in_the_area_is_woken_by_the_flag() {
     let shared = Launch::RsrunOn {

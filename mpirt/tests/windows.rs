@@ -1626,7 +1626,11 @@ fn typed_requests(world: &SimpleCommunicator) {
 /// of rank 1's window, into every third element of an origin buffer), in flight together and
 /// waited for in the opposite order, each handing back what it fetched. Where windows go by
 /// messages neither is complete before rank 1 serves them, which it does not while it
-/// computes outside mpirt (here: sleeps); elsewhere whether they were is said.
+/// computes outside mpirt; elsewhere whether they were is said. Rank 1 computes (waits
+/// outside mpirt) from before rank 0 issues the requests until rank 0 has tested them, which
+/// the two say in files of a directory of rank 0's (`SideFiles`): a fixed sleep of rank 1's
+/// could end before rank 0, on a loaded host, came to its test, and rank 1 would then serve
+/// both requests in the fence.
 fn typed_requests_in_flight(world: &SimpleCommunicator) {
     const LEN: usize = 16;
     let me = world.rank();
@@ -1642,16 +1646,16 @@ fn typed_requests_in_flight(world: &SimpleCommunicator) {
     // SAFETY: as above.
     let mut old_view = unsafe { MutView::with_count_and_datatype(&mut old[..], 1, &every_third) };
     let sum = SystemOperation::sum();
+    let side = SideFiles::of_rank_0(world, "typed-in-flight");
     window.fence_epoch(|epoch| match me {
         0 => {
-            // Rank 1 computes once it said so; a moment more lets its send's call return.
-            let (_, _): (u8, _) = world.process_at_rank(1).receive();
-            std::thread::sleep(std::time::Duration::from_millis(50));
+            side.wait_for("computing");
             // The get last: by the device, a fetching accumulate is done when issued.
             let fetch =
                 epoch.rget_accumulate_typed(&ones[..], &mut old_view, 1, 8, &target_type, sum);
             let get = epoch.rget_typed(&mut got_view, 1, 0, &target_type);
             let in_flight = [!fetch.test().unwrap(), !get.test().unwrap()];
+            side.say("tested");
             println!("rank 0's typed requests in flight: {in_flight:?}");
             if by_messages {
                 assert_eq!(
@@ -1664,11 +1668,12 @@ fn typed_requests_in_flight(world: &SimpleCommunicator) {
             assert!(fetch.wait().is_some());
         }
         1 => {
-            world.process_at_rank(0).send(&1u8);
-            std::thread::sleep(std::time::Duration::from_millis(400));
+            side.say("computing");
+            side.wait_for("tested");
         }
         _ => {}
     });
+    side.remove(world);
     if me == 0 {
         let spread = |from: usize| -> Vec<i64> {
             (0..10)
@@ -1690,6 +1695,57 @@ fn typed_requests_in_flight(world: &SimpleCommunicator) {
         });
     }
     world.barrier();
+}
+
+/// Files by which ranks say where they are while one of them stays outside mpirt (so cannot
+/// answer a message): in a directory that rank 0 makes afresh, named by its pid, which every
+/// rank reaches (the suite's ranks share one file system, test hosts included).
+struct SideFiles {
+    dir: std::path::PathBuf,
+}
+
+impl SideFiles {
+    /// Collective: rank 0 makes the directory for `what` (empty), then every rank learns its
+    /// name.
+    fn of_rank_0(world: &SimpleCommunicator, what: &str) -> SideFiles {
+        let mut pid = std::process::id();
+        world.process_at_rank(0).broadcast_into(&mut pid);
+        let dir = env::temp_dir().join(format!("mpirt-windows-{what}-{pid}"));
+        if world.rank() == 0 {
+            // Left by an earlier process of this pid that crashed: its files would say too much.
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("rank 0's side directory");
+        }
+        world.barrier();
+        SideFiles { dir }
+    }
+
+    /// Says `name`.
+    fn say(&self, name: &str) {
+        std::fs::write(self.dir.join(name), b"").expect("a side file");
+    }
+
+    /// Waits, outside mpirt, until another rank said `name`: a bound far past any preemption,
+    /// so that a rank that never says it fails the job rather than hanging it.
+    fn wait_for(&self, name: &str) {
+        let start = std::time::Instant::now();
+        while !self.dir.join(name).exists() {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "no rank said {name:?} in {} within 60 s",
+                self.dir.display()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Collective: once every rank is past its waits, rank 0 removes the files.
+    fn remove(self, world: &SimpleCommunicator) {
+        world.barrier();
+        if world.rank() == 0 {
+            std::fs::remove_dir_all(&self.dir).expect("rank 0's side directory");
+        }
+    }
 }
 
 /// Each misuse is refused with a named error, and nothing is written.

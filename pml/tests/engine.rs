@@ -408,8 +408,10 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
             // SAFETY: `data` outlives the request, waited for below.
             let h = unsafe { e.post_send(0, 1, 0, 78, SendMode::Synchronous, data.as_ptr(), 8) }
                 .unwrap();
-            send(&mut e, 0, 77, &[1], SendMode::Standard);
+            // The clock starts before the flag goes: rank 0's 200 ms start after it arrives,
+            // however long this rank is kept off its CPU between the two.
             let t = Instant::now();
+            send(&mut e, 0, 77, &[1], SendMode::Standard);
             e.wait(h).unwrap();
             let waited = t.elapsed().as_millis() as u64;
             assert!(
