@@ -32,7 +32,13 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
-cargo clippy --workspace --all-targets --release -- -D warnings
+# Every target, each program once: `--tests` lints the programs as their test harnesses build
+# them (the same code: rustc keeps `main` and all it reaches alive there, so dead code is
+# found as in the program; a program has no `cfg(test)`, which `cargo test` below enforces),
+# and `--all-targets` linted all 54 programs a second time as programs, here and with the
+# optional features below. `cargo clippy --workspace --all-targets` lints no more.
+lint_targets=(--lib --tests --examples --benches)
+cargo clippy --workspace "${lint_targets[@]}" --release -- -D warnings
 echo "== cargo doc (broken intra-doc links are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --quiet
 echo "== cargo build --release --workspace"
@@ -284,11 +290,11 @@ libs=(--exclude examples --exclude mpirt-derive)
 # of its own.
 not_ofi=(-- --skip ofi --skip verbs)
 echo "== optional features: clippy with ucx, ofi, pmix, verbs and threads, and rsrun's build"
-cargo clippy --workspace --all-targets --release --features "$all_features" -- -D warnings
+cargo clippy --workspace "${lint_targets[@]}" --release --features "$all_features" -- -D warnings
 # The subsets users build alone, linted (check only, seconds): verbs without ofi, where code
 # shared with ofi (pml's registration cache) would be dead, and threads without the transports.
 cargo clippy -p pml -p mpirt --lib --tests --release --features mpirt/verbs -- -D warnings
-cargo clippy -p mpirt -p osu-benches --all-targets --release \
+cargo clippy -p mpirt -p osu-benches "${lint_targets[@]}" --release \
     --features mpirt/threads,osu-benches/threads -- -D warnings
 # rsrun for the suites below (each `cargo test` builds its own test targets and binaries).
 cargo build --release "${features[@]}" --bin rsrun
@@ -401,7 +407,7 @@ unset CARGO_TARGET_DIR
 # format tests as the mpirt build's, their ranks started by Open MPI's mpirun.
 echo "== osu-benches on rsmpi (Open MPI): clippy and tests with --features rsmpi"
 rsmpi=(env CARGO_TARGET_DIR=target/rsmpi-ompi MPICC=mpicc.openmpi OSU_MPIRUN=mpirun.openmpi)
-"${rsmpi[@]}" cargo clippy -p osu-benches --all-targets --release --no-default-features \
+"${rsmpi[@]}" cargo clippy -p osu-benches "${lint_targets[@]}" --release --no-default-features \
     --features rsmpi -- -D warnings
 "${rsmpi[@]}" cargo test --release -p osu-benches --no-default-features --features rsmpi \
     --lib --test run
