@@ -277,13 +277,14 @@ fi
 # command selects decide the features of every crate below them (`-p pml`, `-p mpirt`, `-p
 # bootstrap` and `-p examples` each resolved others, and pml and the bootstrap were built
 # three times here, mpirt-derive and a dozen dependencies twice). `--exclude` narrows what
-# runs, not how it resolves (`cargo --unit-graph` shows the same units), but for conformance,
-# which turns on mpirt's `complex`: never exclude it.
+# runs where it leaves every crate's build as it is (`cargo --unit-graph` shows the same
+# units): never conformance (it turns on mpirt's `complex`) nor launcher (its dependencies
+# change criterion's build, which pml's tests link).
 export CARGO_TARGET_DIR=target/features
 all_features=ucx,ofi,pmix,verbs,threads
 features=(--workspace --features "$all_features")
 # The libraries whose unit tests the features change (pml, the bootstrap, launcher, mpirt,
-# osu-benches). Not without launcher: its dependencies' features change criterion's build.
+# osu-benches).
 libs=(--exclude examples --exclude mpirt-derive)
 # The suites' tests over mpirt's OFI transport run in the OFI phase, and those over verbs in
 # the guest; the UCX and PMIx phases leave them out, as they did when each feature had a build
