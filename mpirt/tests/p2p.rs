@@ -1412,8 +1412,10 @@ fn ok_job(wire: Wire, n: u32, mode: &str) -> String {
 }
 
 fn message_sizes(wire: Wire) {
+    // Read first: a bad MPIRT_TEST_LARGEST_MESSAGE stops the test here, not in the ranks.
+    let lens = message_lens();
     let out = ok_job(wire, 2, "sizes");
-    for len in message_lens() {
+    for len in lens {
         assert!(out.contains(&format!("size {len} ok")), "{out}");
     }
 }
@@ -1497,8 +1499,9 @@ fn the_smallest_rings_carry_every_size() {
         ("MPIRT_EAGER_LIMIT", "4096"),
         ("MPIRT_SHM_RECEIVER_BYTES", "1k"),
     ];
+    let lens = message_lens();
     let (out, err) = ok_job_with(3, "sizes", &small);
-    for len in message_lens() {
+    for len in lens {
         assert!(out.contains(&format!("size {len} ok")), "{out}");
     }
     for rank in 0..3 {
@@ -1936,11 +1939,9 @@ fn under_srun_with_pmi2() {
     // Two ranks on two nodes: every size to the largest (64 MiB), and probes, over TCP between
     // the nodes.
     let pair = Launch::Srun { nodes: 2 };
+    let largest = message_lens()[6];
     let (out, _) = ok_job_on(pair, 2, "sizes", &[]);
-    assert!(
-        out.contains(&format!("size {} ok", message_lens()[6])),
-        "{out}"
-    );
+    assert!(out.contains(&format!("size {largest} ok")), "{out}");
     let (out, _) = ok_job_on(pair, 2, "probe", &[]);
     assert!(out.contains("probe ok"), "{out}");
     // A rank killed with SIGKILL ends the step with a non-zero exit, and the peer waiting for

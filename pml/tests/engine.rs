@@ -244,11 +244,16 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
     let mut e = Engine::new(&mut w, config).unwrap();
     everyone_to_everyone(&mut e);
     let sizes = [0usize, 1, 4095, 4096, 4097, 1 << 20, largest_message()];
+    // Each size a tag of its own (this test's other tags are below 100), whatever the largest:
+    // a tag from the length (`len % 1000`) met another size's, or the small messages' 5, for
+    // lengths MPIRT_TEST_LARGEST_MESSAGE accepts (1049005), and a wildcard receive then took
+    // another sender's message.
+    let size_tag = |i: usize| 1000 + i as i32;
     if rank == 0 {
         // Every size from every peer, received by wildcard, checked by checksum.
         for _ in 1..size {
-            for &len in &sizes {
-                let (buf, st) = recv(&mut e, SourceSel::Any, TagSel::Tag(len as i32 % 1000), len);
+            for (i, &len) in sizes.iter().enumerate() {
+                let (buf, st) = recv(&mut e, SourceSel::Any, TagSel::Tag(size_tag(i)), len);
                 assert_eq!(st.len, len);
                 assert_eq!(
                     checksum(&buf),
@@ -353,11 +358,11 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
         );
         println!("remote reads: {reads}, frames received: {frames}");
     } else {
-        for &len in &sizes {
+        for (i, &len) in sizes.iter().enumerate() {
             send(
                 &mut e,
                 0,
-                len as i32 % 1000,
+                size_tag(i),
                 &pattern(len, rank as usize),
                 SendMode::Standard,
             );
@@ -546,6 +551,8 @@ fn run_ranks(test: &str, cases: &[(u32, &str)]) {
         );
         return;
     }
+    // A bad MPIRT_TEST_LARGEST_MESSAGE stops the test here, named, not in every rank.
+    largest_message();
     for &(size, mode) in cases {
         let dir = env::temp_dir().join(format!("pml-engine-{}-{size}-{mode}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
