@@ -25,6 +25,18 @@ static ALLOCATOR: mpirt::TrackingAllocator = mpirt::TrackingAllocator;
 const SIDE_DIR: &str = "MPIRT_TEST_SIDE_DIR";
 const EAGER: usize = 4096;
 
+/// The lengths of the size tests: either side of the eager limit, 1 MiB, and the largest:
+/// 64 MiB, or `MPIRT_TEST_LARGEST_MESSAGE` (a size: `4m`) where set, as in the Soft-RoCE
+/// guest (tools/test-all.sh), where every byte crosses emulated RDMA.
+fn message_lens() -> [usize; 7] {
+    let largest = env::var("MPIRT_TEST_LARGEST_MESSAGE").map_or(64 << 20, |v| {
+        pml::config::parse_size(&v)
+            .filter(|&n| n > 1 << 20)
+            .unwrap_or_else(|| panic!("MPIRT_TEST_LARGEST_MESSAGE='{v}' is not a size over 1 MiB"))
+    });
+    [0, 1, EAGER - 1, EAGER, EAGER + 1, 1 << 20, largest]
+}
+
 /// The rank side of the tests below, selected by `RANK_MODE`.
 #[test]
 fn rank_mode() {
@@ -147,7 +159,7 @@ fn pattern(len: usize, i: usize) -> u8 {
 }
 
 fn sizes(world: &mpirt::topology::SimpleCommunicator) {
-    let lens = [0, 1, EAGER - 1, EAGER, EAGER + 1, 1 << 20, 64 << 20];
+    let lens = message_lens();
     if world.rank() == 0 {
         let peer = world.process_at_rank(1);
         for &len in &lens {
@@ -1400,8 +1412,10 @@ fn ok_job(wire: Wire, n: u32, mode: &str) -> String {
 }
 
 fn message_sizes(wire: Wire) {
+    // Read first: a bad MPIRT_TEST_LARGEST_MESSAGE stops the test here, not in the ranks.
+    let lens = message_lens();
     let out = ok_job(wire, 2, "sizes");
-    for len in [0, 1, EAGER - 1, EAGER, EAGER + 1, 1 << 20, 64 << 20] {
+    for len in lens {
         assert!(out.contains(&format!("size {len} ok")), "{out}");
     }
 }
@@ -1485,8 +1499,9 @@ fn the_smallest_rings_carry_every_size() {
         ("MPIRT_EAGER_LIMIT", "4096"),
         ("MPIRT_SHM_RECEIVER_BYTES", "1k"),
     ];
+    let lens = message_lens();
     let (out, err) = ok_job_with(3, "sizes", &small);
-    for len in [0, 1, EAGER - 1, EAGER, EAGER + 1, 1 << 20, 64 << 20] {
+    for len in lens {
         assert!(out.contains(&format!("size {len} ok")), "{out}");
     }
     for rank in 0..3 {
@@ -1921,10 +1936,12 @@ fn under_srun_with_pmi2() {
         let (out, _) = ok_job_on(srun, 8, mode, &[]);
         assert!(out.contains(done), "{mode}: {out}");
     }
-    // Two ranks on two nodes: every size to 64 MiB, and probes, over TCP between the nodes.
+    // Two ranks on two nodes: every size to the largest (64 MiB), and probes, over TCP between
+    // the nodes.
     let pair = Launch::Srun { nodes: 2 };
+    let largest = message_lens()[6];
     let (out, _) = ok_job_on(pair, 2, "sizes", &[]);
-    assert!(out.contains(&format!("size {} ok", 64 << 20)), "{out}");
+    assert!(out.contains(&format!("size {largest} ok")), "{out}");
     let (out, _) = ok_job_on(pair, 2, "probe", &[]);
     assert!(out.contains("probe ok"), "{out}");
     // A rank killed with SIGKILL ends the step with a non-zero exit, and the peer waiting for

@@ -201,6 +201,17 @@ fn stretched_spin(idle: Duration, size: u32) -> Duration {
     }
 }
 
+/// The largest message of the multi-process test: 64 MiB, or `MPIRT_TEST_LARGEST_MESSAGE` (a
+/// size: `4m`) where set, as in the Soft-RoCE guest (tools/test-all.sh), where every byte
+/// crosses emulated RDMA.
+fn largest_message() -> usize {
+    env::var("MPIRT_TEST_LARGEST_MESSAGE").map_or(64 << 20, |v| {
+        pml::config::parse_size(&v)
+            .filter(|&n| n > 1 << 20)
+            .unwrap_or_else(|| panic!("MPIRT_TEST_LARGEST_MESSAGE='{v}' is not a size over 1 MiB"))
+    })
+}
+
 /// What each rank of the multi-process test does; rank 0 checks.
 fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
     let mut w = DirWireup {
@@ -232,12 +243,17 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
     };
     let mut e = Engine::new(&mut w, config).unwrap();
     everyone_to_everyone(&mut e);
-    let sizes = [0usize, 1, 4095, 4096, 4097, 1 << 20, 64 << 20];
+    let sizes = [0usize, 1, 4095, 4096, 4097, 1 << 20, largest_message()];
+    // Each size a tag of its own (this test's other tags are below 100), whatever the largest:
+    // a tag from the length (`len % 1000`) met another size's, or the small messages' 5, for
+    // lengths MPIRT_TEST_LARGEST_MESSAGE accepts (1049005), and a wildcard receive then took
+    // another sender's message.
+    let size_tag = |i: usize| 1000 + i as i32;
     if rank == 0 {
         // Every size from every peer, received by wildcard, checked by checksum.
         for _ in 1..size {
-            for &len in &sizes {
-                let (buf, st) = recv(&mut e, SourceSel::Any, TagSel::Tag(len as i32 % 1000), len);
+            for (i, &len) in sizes.iter().enumerate() {
+                let (buf, st) = recv(&mut e, SourceSel::Any, TagSel::Tag(size_tag(i)), len);
                 assert_eq!(st.len, len);
                 assert_eq!(
                     checksum(&buf),
@@ -313,7 +329,7 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
         let (buf, _) = recv(&mut e, SourceSel::Rank(1), TagSel::Tag(78), 8);
         assert_eq!(buf, 200u64.to_le_bytes());
         let reads = e.counters().remote_reads;
-        // Each peer's 4097-byte, 1 MiB and 64 MiB messages go by rendezvous: read single-copy
+        // Each peer's 4097-byte, 1 MiB and largest messages go by rendezvous: read single-copy
         // or by RDMA READ or fi_read, or streamed (through the rings when single copy is off,
         // over the socket on TCP, in DATA frames over libfabric without RMA).
         if matches!(mode, Mode::Read | Mode::Verbs | Mode::Ofi(_, true)) {
@@ -324,7 +340,7 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
         } else {
             assert_eq!(reads, 0, "single copy was off or impossible");
         }
-        // The 1 MiB and 64 MiB messages come from the senders' shared arenas (this binary
+        // The 1 MiB and largest messages come from the senders' shared arenas (this binary
         // installs TrackingAllocator), the 4097-byte one by process_vm_readv.
         let mapped = e.counters().mapped_reads;
         if mode == Mode::Read {
@@ -342,11 +358,11 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
         );
         println!("remote reads: {reads}, frames received: {frames}");
     } else {
-        for &len in &sizes {
+        for (i, &len) in sizes.iter().enumerate() {
             send(
                 &mut e,
                 0,
-                len as i32 % 1000,
+                size_tag(i),
                 &pattern(len, rank as usize),
                 SendMode::Standard,
             );
@@ -537,6 +553,8 @@ fn run_ranks(test: &str, cases: &[(u32, &str)]) {
         );
         return;
     }
+    // A bad MPIRT_TEST_LARGEST_MESSAGE stops the test here, named, not in every rank.
+    largest_message();
     for &(size, mode) in cases {
         let dir = env::temp_dir().join(format!("pml-engine-{}-{size}-{mode}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
