@@ -57,6 +57,7 @@ fn kind(frame: &Frame<'_>) -> &'static str {
         Frame::Get { .. } => "GET",
         Frame::Data { .. } => "DATA",
         Frame::Credit { .. } => "CREDIT",
+        Frame::Wake => "WAKE",
     }
 }
 
