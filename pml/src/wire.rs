@@ -668,6 +668,22 @@ mod tests {
             Frame::decode(&fin),
             Err(WireError::ZeroRequest { kind: KIND_FIN })
         );
+        let mut wake = [0u8; SHORT_CONTROL_LEN];
+        wake[..2].copy_from_slice(&[VERSION, KIND_WAKE]);
+        assert_eq!(Frame::decode(&wake), Ok(Frame::Wake));
+        assert!(matches!(
+            Frame::decode(&wake[..SHORT_CONTROL_LEN - 1]),
+            Err(WireError::Length { expected: 16, .. })
+        ));
+        for at in 4..SHORT_CONTROL_LEN {
+            let mut b = wake;
+            b[at] = 1;
+            assert_eq!(
+                Frame::decode(&b),
+                Err(WireError::Reserved { kind: KIND_WAKE }),
+                "a WAKE frame with byte {at} set"
+            );
+        }
         let msg = WireError::Length {
             kind: 2,
             len: 3,
