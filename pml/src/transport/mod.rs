@@ -583,11 +583,11 @@ pub trait Transport {
     /// fd (the shared-memory futex word).
     fn wake_nap(&self) {}
 
-    /// Wakes `peer`'s sleep in its own PML, where this transport has a way to of its own (the
+    /// Wakes `peer`'s sleep in its own PML by a wake of this transport's own (the
     /// shared-memory futex word or wake pipe of a rank on this host), for a rank that
     /// published what `peer` may be waiting for outside the PML (a flag of the collective
-    /// area); whether it had. `false` by default: the engine then sends `peer` a WAKE frame,
-    /// whose arrival wakes it (`Engine::wake_peer`).
+    /// area); whether it could. `false` by default: the engine then sends `peer` a WAKE
+    /// frame, whose arrival wakes it (`Engine::wake_peer`).
     fn wake_peer(&self, _peer: Rank) -> bool {
         false
     }
