@@ -141,6 +141,8 @@ mod ucx {
         "ucp_put_nbx",
         "ucp_get_nbx",
         "ucp_atomic_op_nbx",
+        "ucp_am_send_nbx",
+        "ucp_worker_set_am_recv_handler",
         "ucp_ep_flush_nbx",
         "ucp_dt_create_generic",
         "ucp_dt_destroy",
@@ -161,6 +163,7 @@ mod ucx {
         "ucp_atomic_op_t",
         "ucp_dt_type",
         "ucp_dt_iov_t",
+        "ucp_am_handler_param_field",
     ];
 
     const CONSTANTS: &[&str] = &["UCP_API_MAJOR", "UCP_API_MINOR"];

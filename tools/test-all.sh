@@ -324,9 +324,9 @@ for tls in tcp sm,self; do
     UCX_TLS=$tls MPIRT_TEST_PML=ucx cargo test --release "${features[@]}" \
         --test p2p --test collectives --test straddles --test datatypes --test intercommunicators \
         "${not_ofi[@]}" "${context_churn[@]}"
-    echo "== UCX PML: windows over UCX's RMA (ucp_put_nbx, ucp_get_nbx, ucp_atomic_op_nbx), UCX_TLS=$tls"
+    echo "== UCX PML: windows over UCX's RMA (ucp_put_nbx, ucp_get_nbx, ucp_atomic_op_nbx), and a barrier's flag waking a target asleep on its worker, UCX_TLS=$tls"
     UCX_TLS=$tls MPIRT_TEST_PML=ucx cargo test --release "${features[@]}" --test windows \
-        windows_over_ucx
+        -- windows_over_ucx a_target_asleep_in_its_pml_is_woken_by_the_barriers_flag
 done
 # The stall reports come from the runtime's own books, the same whichever UCX transport moves
 # the bytes: once, over UCX's TCP.

@@ -135,13 +135,17 @@ impl AnyPml {
         }
     }
 
-    /// Wakes `peer`'s sleep in its PML where a transport can (`pml::Engine::wake_peer`); the
-    /// UCX PML cannot, and such a sleep ends at its timeout.
-    pub fn wake_peer(&self, peer: pml::Rank) {
+    /// Wakes `peer`'s sleep in its PML: the native engine by its transport's wake or a WAKE
+    /// frame (`pml::Engine::wake_peer`), the UCX PML by an active message
+    /// (`pml::ucx::UcxPml::wake_peer`).
+    pub fn wake_peer(&mut self, peer: pml::Rank) -> Result<(), PmlError> {
         match self {
             AnyPml::Native(engine) => engine.wake_peer(peer),
             #[cfg(feature = "ucx")]
-            AnyPml::Ucx(_) => {}
+            AnyPml::Ucx(ucx) => {
+                ucx.wake_peer(peer);
+                Ok(())
+            }
         }
     }
 

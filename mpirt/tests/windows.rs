@@ -2031,11 +2031,12 @@ fn a_target_in_a_barrier_sleeps_where_operations_wake_it() {
 }
 
 /// A target asleep in its PML in a barrier that meets in the collective area is woken by the
-/// rank that publishes the flag it waits for (through that rank's shared-memory wake), not
-/// left to its sleep's timeout of 1 ms: without that wake, every barrier of a rank holding a
-/// window off the shared-memory path, or an immediate collective, that slept came up to 1 ms
-/// late. Rank 1's `--verbose` count of the sleeps in its PML that the flag ended before their
-/// timeout, in the late barriers' area (0 without the wake: nothing else reaches its PML
+/// rank that publishes the flag it waits for (through that rank's shared-memory wake, or, on
+/// the UCX PML, which tools/test-all.sh runs this on too, an active message), not left to its
+/// sleep's timeout of 1 ms: without that wake, every barrier of a rank holding a window off
+/// the shared-memory path, or an immediate collective, that slept came up to 1 ms late. Rank
+/// 1's `--verbose` count of the sleeps in its PML that the flag ended before their timeout, in
+/// the late barriers' area (0 without the wake, on either PML: nothing else reaches its PML
 /// while rank 0 computes).
 #[test]
 fn a_target_asleep_in_its_pml_is_woken_by_the_barriers_flag() {

@@ -518,13 +518,22 @@ impl Engine {
         slept.map_err(|e| self.stop(e.on_host(&self.hosts, &self.names)))
     }
 
-    /// Wakes `peer`'s sleep in its PML (`sleep_until_woken`), where a transport has a way to
-    /// (shared memory, for a rank on this host), for a rank that published outside the PML
-    /// what `peer` waits for; otherwise that sleep ends at its timeout.
-    pub fn wake_peer(&self, peer: Rank) {
-        for t in &self.transports {
-            t.wake_peer(peer);
+    /// Wakes `peer`'s sleep in its PML (`sleep_until_woken`), for a rank that published
+    /// outside the PML what `peer` waits for (a flag of mpirt's collective area): by the
+    /// wake of the transport that carries it where it has one (shared memory: the futex word
+    /// or wake pipe), else by a WAKE frame, whose arrival ends a sleep on any transport (TCP,
+    /// verbs, OFI: ranks of one area that shared memory does not join) and which the peer
+    /// takes as nothing. A failure to send it stops the engine, as any send's would.
+    pub fn wake_peer(&mut self, peer: Rank) -> Result<(), PmlError> {
+        self.check_running()?;
+        let (route, _, _) = self.route(peer)?;
+        if self.transports[route].wake_peer(peer) {
+            return Ok(());
         }
+        self.core.wake(peer)?;
+        self.counters.wake_messages += 1;
+        self.flush(peer).map_err(|e| self.stop(e))?;
+        Ok(())
     }
 
     /// Whether a round of progress could move anything. Cheaper than the round itself: a

@@ -496,6 +496,11 @@ pub struct Counters {
     /// beside TCP or OFI) that slept, rather than returning at once or yielding: beside OFI
     /// without a wait fd (udp;ofi_rxd), each of its naps is one.
     pub wake_set_sleeps: u64,
+    /// Wakes sent as messages to peers asleep in their PML, for a flag published outside it
+    /// (mpirt's collective area): the native engine's WAKE frames, to a rank that no
+    /// transport with a wake of its own (shared memory) reaches, and the UCX PML's active
+    /// messages.
+    pub wake_messages: u64,
     /// Sleeps apart from the engine (`pml::nap`) by a thread of a rank whose threads share
     /// it (mpirt at `Serialized` and `Multiple`).
     pub naps: u64,

@@ -298,6 +298,7 @@ enum Control {
         len: u64,
     },
     Credit(u64),
+    Wake,
 }
 
 enum Ordered {
@@ -856,6 +857,14 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
         }
     }
 
+    /// Queues a WAKE frame for `peer`: whatever it waits for was published outside the
+    /// PML, and the frame's arrival ends its sleep in its PML (see `Engine::wake_peer`).
+    pub fn wake(&mut self, peer: Rank) -> Result<(), PmlError> {
+        self.peer(peer)?;
+        self.push_control(peer, Control::Wake);
+        Ok(())
+    }
+
     #[inline(never)]
     fn send_credit(&mut self, peer: Rank) {
         let n = std::mem::take(&mut self.peers[peer as usize].to_return);
@@ -961,6 +970,8 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
                 p.credit = credit;
                 Ok(())
             }
+            // Its arrival ended this rank's sleep, which is all it was for.
+            Frame::Wake => Ok(()),
         }
     }
 
@@ -1316,6 +1327,7 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
                 Control::Fin(s) => Frame::Fin { send_request: s },
                 Control::Ack(s) => Frame::Ack { send_request: s },
                 Control::Credit(bytes) => Frame::Credit { bytes },
+                Control::Wake => Frame::Wake,
                 Control::Get {
                     send_request,
                     recv_request,

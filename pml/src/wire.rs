@@ -18,6 +18,7 @@ const KIND_ACK: u8 = 4;
 const KIND_GET: u8 = 5;
 const KIND_DATA: u8 = 6;
 const KIND_CREDIT: u8 = 7;
+const KIND_WAKE: u8 = 8;
 
 /// MATCH flag: the sender is synchronous and waits for an ACK once the message matched.
 const FLAG_SYNC: u8 = 1;
@@ -93,6 +94,10 @@ pub enum Frame<'a> {
     },
     /// The receiver consumed this many eager bytes: the sender may send that many more eagerly.
     Credit { bytes: u64 },
+    /// Nothing to apply: its arrival ends the receiver's sleep in its PML, for a rank that
+    /// published outside the PML (a flag of mpirt's collective area) what the receiver waits
+    /// for, where no transport between them has a wake of its own (`Engine::wake_peer`).
+    Wake,
 }
 
 /// Why bytes from the wire are not a frame.
@@ -335,6 +340,11 @@ impl<'a> Frame<'a> {
                     _ => Frame::Credit { bytes: value },
                 })
             }
+            KIND_WAKE => {
+                check_len(kind, b, SHORT_CONTROL_LEN, true)?;
+                zero(kind, b, 4..SHORT_CONTROL_LEN)?;
+                Ok(Frame::Wake)
+            }
             KIND_GET => {
                 check_len(kind, b, GET_LEN, true)?;
                 zero(kind, b, 4..8)?;
@@ -399,6 +409,7 @@ impl<'a> Frame<'a> {
             Frame::Fin { send_request } => w.control(KIND_FIN, send_request),
             Frame::Ack { send_request } => w.control(KIND_ACK, send_request),
             Frame::Credit { bytes } => w.control(KIND_CREDIT, bytes),
+            Frame::Wake => w.control(KIND_WAKE, 0),
             Frame::Get {
                 send_request,
                 recv_request,
@@ -533,6 +544,7 @@ mod tests {
             send_request: u64::MAX,
         });
         roundtrip(Frame::Credit { bytes: 0 });
+        roundtrip(Frame::Wake);
         roundtrip(Frame::Get {
             send_request: 1,
             recv_request: 2,
@@ -656,6 +668,22 @@ mod tests {
             Frame::decode(&fin),
             Err(WireError::ZeroRequest { kind: KIND_FIN })
         );
+        let mut wake = [0u8; SHORT_CONTROL_LEN];
+        wake[..2].copy_from_slice(&[VERSION, KIND_WAKE]);
+        assert_eq!(Frame::decode(&wake), Ok(Frame::Wake));
+        assert!(matches!(
+            Frame::decode(&wake[..SHORT_CONTROL_LEN - 1]),
+            Err(WireError::Length { expected: 16, .. })
+        ));
+        for at in 4..SHORT_CONTROL_LEN {
+            let mut b = wake;
+            b[at] = 1;
+            assert_eq!(
+                Frame::decode(&b),
+                Err(WireError::Reserved { kind: KIND_WAKE }),
+                "a WAKE frame with byte {at} set"
+            );
+        }
         let msg = WireError::Length {
             kind: 2,
             len: 3,

@@ -439,12 +439,57 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
     if mode == Mode::Read {
         arena_buffers_reused(&mut e);
     }
+    if mode == Mode::Tcp {
+        woken_by_a_frame(&mut e);
+    }
     e.flush_all().unwrap();
     assert_eq!(
         e.counters().ofi_exposed,
         0,
         "send buffers stay exposed after every send was collected"
     );
+}
+
+/// Rank 0 wakes rank 1's sleep in its PML (`Engine::wake_peer`), as a rank that published a
+/// flag outside the PML does (mpirt's collective area), over TCP, which has no wake of its
+/// own: one WAKE frame, whose arrival ends that sleep of a minute (`ASLEEP_FOR`), which rank 1
+/// then reports by a message. Rank 1 says it goes to sleep first (a send posted, not waited
+/// for, so that nothing rank 1 receives is taken before it sleeps), as the area's sleeping
+/// word does; rank 0 wakes it once it heard that, and sends nothing else meanwhile, and the
+/// other ranks wait for rank 0's word that the report came (a peer that closed its connections
+/// would end the sleep too).
+fn woken_by_a_frame(e: &mut Engine) {
+    const ASLEEP_FOR: Duration = Duration::from_secs(60);
+    match e.rank() {
+        0 => {
+            recv(e, SourceSel::Rank(1), TagSel::Tag(90), 0);
+            let before = e.counters().wake_messages;
+            e.wake_peer(1).unwrap();
+            assert_eq!(e.counters().wake_messages - before, 1, "wake frames sent");
+            let (slept, _) = recv(e, SourceSel::Rank(1), TagSel::Tag(91), 8);
+            let slept = Duration::from_millis(u64::from_le_bytes(slept.try_into().unwrap()));
+            assert!(
+                slept < ASLEEP_FOR,
+                "rank 1's sleep ran to its timeout ({slept:?}): the wake frame did not end it"
+            );
+            for peer in 2..e.size() {
+                send(e, peer, 92, &[], SendMode::Standard);
+            }
+        }
+        1 => {
+            // SAFETY: the empty buffer is static.
+            let asleep =
+                unsafe { e.post_send(0, 1, 0, 90, SendMode::Standard, [].as_ptr(), 0) }.unwrap();
+            let start = Instant::now();
+            e.sleep_until_woken(ASLEEP_FOR).unwrap();
+            let slept = start.elapsed().as_millis() as u64;
+            assert_eq!(e.wait(asleep).unwrap(), Done::Sent);
+            send(e, 0, 91, &slept.to_le_bytes(), SendMode::Standard);
+        }
+        _ => {
+            recv(e, SourceSel::Rank(0), TagSel::Tag(92), 0);
+        }
+    }
 }
 
 /// Rank 1 sends from a heap buffer, frees it and sends from a fresh one that the arena places

@@ -57,6 +57,7 @@ fn kind(frame: &Frame<'_>) -> &'static str {
         Frame::Get { .. } => "GET",
         Frame::Data { .. } => "DATA",
         Frame::Credit { .. } => "CREDIT",
+        Frame::Wake => "WAKE",
     }
 }
 
@@ -302,6 +303,28 @@ fn eager_send_completes_before_any_receive() {
     let (buf, status) = p.recv_result(1, r);
     assert_eq!(buf, pattern(100, 1));
     assert_eq!(status.unwrap().source, 0);
+}
+
+/// A WAKE frame (`Core::wake`, for a peer asleep in its PML) is carried and taken as
+/// nothing: the messages sent around it arrive and match in order, the receiver answers
+/// nothing, and a wake to a rank that is no peer is refused by name.
+#[test]
+fn a_wake_is_carried_and_taken_as_nothing() {
+    let mut p = Pair::new(true, CoreConfig::default());
+    let first = p.send(0, 1, pattern(10, 1), SendMode::Standard);
+    p.cores[0].wake(1).unwrap();
+    let second = p.send(0, 1, pattern(10, 2), SendMode::Standard);
+    p.run();
+    assert!(p.send_done(0, first) && p.send_done(0, second));
+    let mut kinds = p.kinds();
+    kinds.sort_unstable();
+    assert_eq!(kinds, ["MATCH", "MATCH", "WAKE"], "frames carried");
+    assert_eq!(p.cores[1].unexpected_len(), 2);
+    for seed in [1, 2] {
+        let r = p.recv(1, SourceSel::Rank(0), TagSel::Tag(1), 10);
+        assert_eq!(p.recv_result(1, r).0, pattern(10, seed));
+    }
+    assert!(matches!(p.cores[0].wake(7), Err(PmlError::UnknownPeer(7))));
 }
 
 #[test]

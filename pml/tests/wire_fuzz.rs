@@ -9,10 +9,11 @@ use frames_common::frame_bytes;
 
 fn valid_prefix() -> impl Strategy<Value = Vec<u8>> {
     // Start most inputs with this build's version and a plausible kind so the fuzzing reaches
-    // past the first checks into every kind's field validation.
+    // past the first checks into every kind's field validation, and one past the last kind
+    // (WAKE, 8), which must be refused.
     (
         Just(VERSION),
-        0u8..9,
+        0u8..10,
         0u8..3,
         prop::collection::vec(any::<u8>(), 0..80),
     )

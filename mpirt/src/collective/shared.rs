@@ -55,10 +55,11 @@
 //! (`IN_PML`), where whatever reaches one of its transports wakes it: on the futex word every
 //! operation of an origin on it waited up to `SLEEP` for the target to look, and a contended
 //! run of atomics over UCX took minutes. The publisher wakes such a sleeper through its own
-//! PML (`pml::Engine::wake_peer`: the sleeper's shared-memory wake, which its PML sleep
-//! watches), the same fences ordering the flag and the word; where no transport of the
-//! publisher's can (the UCX PML, or ranks of one host not joined by shared memory) the sleep
-//! ends at `SLEEP`.
+//! PML (`AnyPml::wake_peer`), the same fences ordering the flag and the word: the native
+//! engine by the sleeper's shared-memory wake, which its PML sleep watches, or, for ranks of
+//! one area that shared memory does not join, a WAKE frame, whose arrival ends the sleep on
+//! any transport; the UCX PML by an empty active message, which ends a sleep on the armed
+//! worker. Without that wake the flag was seen up to `SLEEP` late there.
 //!
 //! The area is set up by the communicator's first blocking collective that may meet here,
 //! whatever its length: rank 0 creates a file under /dev/shm (named after the job, so that
@@ -679,17 +680,15 @@ impl Area {
         }
     }
 
-    /// Wakes rank `r`, asleep in its PML, through this rank's PML. A failure to reach it
-    /// (this PML stopped, or taken by a call this one is inside) only leaves that sleep to
-    /// its timeout, `SLEEP`.
+    /// Wakes rank `r`, asleep in its PML, through this rank's PML (`AnyPml::wake_peer`). A
+    /// failure to reach it (this PML stopped, or taken by a call this one is inside) only
+    /// leaves that sleep to its timeout, `SLEEP`; a connection that broke on the way is the
+    /// PML's next call's to report.
     #[cold]
     #[inline(never)]
     fn wake_in_pml(&self, r: u32) {
         let peer = self.world[r as usize];
-        let _ = with_engine(|e| {
-            e.wake_peer(peer);
-            Ok(())
-        });
+        let _ = with_engine(|e| e.wake_peer(peer));
     }
 
     /// Waits until every other rank's flag for `call` says it.

@@ -373,7 +373,7 @@ impl Transport for AnyTransport {
         each!(self, t => Transport::wake_nap(t))
     }
 
-    fn wake_peer(&self, peer: Rank) {
+    fn wake_peer(&self, peer: Rank) -> bool {
         each!(self, t => Transport::wake_peer(t, peer))
     }
 

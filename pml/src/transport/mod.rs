@@ -583,11 +583,14 @@ pub trait Transport {
     /// fd (the shared-memory futex word).
     fn wake_nap(&self) {}
 
-    /// Wakes `peer`'s sleep in its own PML, where this transport has a way to (the
-    /// shared-memory futex word or wake pipe of a rank on this host): for a rank that
+    /// Wakes `peer`'s sleep in its own PML by a wake of this transport's own (the
+    /// shared-memory futex word or wake pipe of a rank on this host), for a rank that
     /// published what `peer` may be waiting for outside the PML (a flag of the collective
-    /// area). Nothing by default: such a sleep ends at its timeout.
-    fn wake_peer(&self, _peer: Rank) {}
+    /// area); whether it could. `false` by default: the engine then sends `peer` a WAKE
+    /// frame, whose arrival wakes it (`Engine::wake_peer`).
+    fn wake_peer(&self, _peer: Rank) -> bool {
+        false
+    }
 
     /// For a transport without a wake fd, whose data moves only inside its own calls (OFI
     /// where the provider has no wait fd: udp;ofi_rxd): how soon a wait on the other

@@ -136,6 +136,8 @@ pub struct UcxPml {
     bytes_in_flight: usize,
     /// The blocking receive being waited for, for the stall report (`queues`).
     blocking_receive: Option<Selectors>,
+    /// Wakes sent to peers asleep on their workers (`wake_peer`).
+    wakes_sent: u64,
     description: String,
     /// The failure a wait stopped on (see `stop`); every later call that would move data
     /// returns it.
@@ -311,6 +313,7 @@ impl UcxPml {
             in_place_counts: Counters::default(),
             bytes_in_flight: 0,
             blocking_receive: None,
+            wakes_sent: 0,
             description,
             failure: None,
         })
@@ -570,12 +573,23 @@ impl UcxPml {
         }
     }
 
-    /// What this PML counts: windows' puts, gets and atomics (the native engine's other
-    /// counts are of its own transports, which UCX keeps to itself).
+    /// What this PML counts: windows' puts, gets and atomics, and wakes sent (the native
+    /// engine's other counts are of its own transports, which UCX keeps to itself).
     pub fn counters(&self) -> Counters {
         let mut counters = self.in_place_counts;
         self.rma.count(&mut counters);
+        counters.wake_messages = self.wakes_sent;
         counters
+    }
+
+    /// Wakes `peer`'s sleep on its worker (`Worker::wake`), for a rank that published
+    /// outside the PML what `peer` waits for (a flag of mpirt's collective area); nothing
+    /// once this PML stopped.
+    pub fn wake_peer(&mut self, peer: Rank) {
+        if let (None, Some(endpoint)) = (&self.failure, self.endpoints.get(peer as usize)) {
+            self.worker.wake(endpoint);
+            self.wakes_sent += 1;
+        }
     }
 
     /// Stops this PML on a broken peer: the requests whose waits fail stay in UCX, and their

@@ -14,7 +14,8 @@ use super::tag;
 use crate::error::PmlError;
 
 /// One process's UCP context and worker: single-threaded, with the tag API, wake-up on an
-/// event fd, and RMA with 64-bit atomics for windows (`one_sided`).
+/// event fd, RMA with 64-bit atomics for windows (`one_sided`), and active messages for one
+/// thing, a peer's wake (`wake`).
 pub struct Worker {
     context: ffi::ucp_context_h,
     handle: ffi::ucp_worker_h,
@@ -26,6 +27,22 @@ pub struct Worker {
     request_size: usize,
 }
 
+/// The active message id of a peer's wake (`Worker::wake`), the only one this PML sends.
+const WAKE_ID: u32 = 1;
+
+/// Takes a peer's wake: nothing to keep (UCS_OK: UCX may release the data, of which there
+/// is none).
+unsafe extern "C" fn woken(
+    _arg: *mut c_void,
+    _header: *const c_void,
+    _header_length: ffi::size_t,
+    _data: *mut c_void,
+    _length: ffi::size_t,
+    _param: *const ffi::ucp_am_recv_param_t,
+) -> ffi::ucs_status_t {
+    ffi::UCS_OK
+}
+
 /// A connection to one peer's worker. Closed by `Worker::close`, which needs the worker
 /// to make progress, so it has no `Drop` of its own.
 pub struct Endpoint(ffi::ucp_ep_h);
@@ -35,9 +52,9 @@ pub struct Endpoint(ffi::ucp_ep_h);
 pub(super) const CLOSE_LIMIT: Duration = Duration::from_secs(10);
 
 impl Worker {
-    /// `ucp_init` with the TAG, WAKEUP, RMA and AMO64 features (UCX does RMA and atomics in
-    /// software where a transport lacks them, as over TCP), then a
-    /// single-threaded worker.
+    /// `ucp_init` with the TAG, WAKEUP, RMA, AMO64 and AM features (UCX does RMA and atomics
+    /// in software where a transport lacks them, as over TCP), then a single-threaded worker
+    /// that takes peers' wakes (`wake`).
     /// `peers` is the job's size, a hint for UCX's resource sizing.
     pub fn new(peers: usize) -> Result<Worker, PmlError> {
         let params = ffi::ucp_params_t {
@@ -52,7 +69,8 @@ impl Worker {
                 ffi::UCP_FEATURE_TAG
                     | ffi::UCP_FEATURE_WAKEUP
                     | ffi::UCP_FEATURE_RMA
-                    | ffi::UCP_FEATURE_AMO64,
+                    | ffi::UCP_FEATURE_AMO64
+                    | ffi::UCP_FEATURE_AM,
             ),
             request_size: mem::size_of::<RequestState>() as ffi::size_t,
             request_init: Some(request::init),
@@ -101,12 +119,52 @@ impl Worker {
         // SAFETY: the worker is live and was made with UCP_FEATURE_WAKEUP; `fd` receives it.
         let event_fd =
             (unsafe { ffi::ucp_worker_get_efd(handle, &mut fd) } == ffi::UCS_OK).then_some(fd);
-        Ok(Worker {
+        let worker = Worker {
             context,
             handle,
             event_fd,
             request_size,
+        };
+        worker.take_wakes()?;
+        Ok(worker)
+    }
+
+    /// Registers the handler of peers' wakes (`wake`): their arrival has ended a sleep,
+    /// which is all they are for, so it takes them as nothing.
+    fn take_wakes(&self) -> Result<(), PmlError> {
+        // SAFETY: an all-zero ucp_am_handler_param_t is valid (no callback, empty mask); the
+        // fields set are the ones named in the mask.
+        let mut param: ffi::ucp_am_handler_param_t = unsafe { mem::zeroed() };
+        param.field_mask =
+            u64::from(ffi::UCP_AM_HANDLER_PARAM_FIELD_ID | ffi::UCP_AM_HANDLER_PARAM_FIELD_CB);
+        param.id = WAKE_ID;
+        param.cb = Some(woken);
+        // SAFETY: the worker is live and its context has the AM feature; `woken` touches
+        // nothing (its argument stays null).
+        check("ucp_worker_set_am_recv_handler", unsafe {
+            ffi::ucp_worker_set_am_recv_handler(self.handle, &param)
         })
+    }
+
+    /// Sends `peer` (at `endpoint`) a wake: an empty active message, whose arrival ends its
+    /// sleep on its armed worker (`sleep`), for a rank that published outside the PML what
+    /// the peer waits for (a flag of mpirt's collective area). UCX keeps one still in flight
+    /// until it is sent (the request is given back at once); a failure leaves that sleep to
+    /// its timeout, and a broken connection is the next operation's to report.
+    pub fn wake(&self, endpoint: &Endpoint) {
+        // SAFETY: all-zero is a valid ucp_request_param_t: no callback, no request memory of
+        // ours, so UCX hands back a request of its own pool while the send is in flight.
+        let param: ffi::ucp_request_param_t = unsafe { mem::zeroed() };
+        // SAFETY: `endpoint` is a live endpoint of this worker; the message has no header
+        // and no data, so UCX reads no memory of ours.
+        let started = unsafe {
+            ffi::ucp_am_send_nbx(endpoint.0, WAKE_ID, ptr::null(), 0, ptr::null(), 0, &param)
+        };
+        if let Ok(Started::Pending(request)) = status::started("ucp_am_send_nbx", started) {
+            // SAFETY: a live request of this worker with no callback, freed once: UCX
+            // finishes the send and then releases it (nothing of ours is in it).
+            unsafe { ffi::ucp_request_free(request) };
+        }
     }
 
     pub fn handle(&self) -> ffi::ucp_worker_h {

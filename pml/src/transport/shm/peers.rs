@@ -522,10 +522,13 @@ impl Transport for ShmPeers {
         self.seg.wake(self.seg.local_rank());
     }
 
-    fn wake_peer(&self, peer: Rank) {
+    fn wake_peer(&self, peer: Rank) -> bool {
         match self.local_of.get(peer as usize) {
-            Some(&local) if local != NOT_LOCAL => self.seg.wake(local as usize),
-            _ => {}
+            Some(&local) if local != NOT_LOCAL => {
+                self.seg.wake(local as usize);
+                true
+            }
+            _ => false,
         }
     }
 
