@@ -458,7 +458,8 @@ pub(super) fn wait(handle: Handle) -> Result<Done, Cause> {
     block_until(|e| e.collect(handle))
 }
 
-/// A blocking receive: started, then waited for; its status goes to `received`.
+/// A blocking receive: started, then waited for; its status goes to `received` where it
+/// returns `Ok`, and a failure leaves `received` as it was.
 ///
 /// # Safety
 /// As for [`Pml::recv`].
