@@ -458,7 +458,8 @@ pub(super) fn wait(handle: Handle) -> Result<Done, Cause> {
     block_until(|e| e.collect(handle))
 }
 
-/// A blocking receive: started, then waited for.
+/// A blocking receive: started, then waited for; its status goes to `received` where it
+/// returns `Ok`, and a failure leaves `received` as it was.
 ///
 /// # Safety
 /// As for [`Pml::recv`].
@@ -470,7 +471,8 @@ pub(super) unsafe fn recv(
     tag: TagSel,
     buf: *mut u8,
     len: usize,
-) -> Result<Status, Cause> {
+    received: &mut Status,
+) -> Result<(), Cause> {
     // Its start wakes the paused threads as a non-blocking call does: a receive that matches
     // as it starts leaves what completes another thread's send (a synchronous send's
     // acknowledgement, in the loopback or on the wire) for a round of progress, and that
@@ -483,14 +485,15 @@ pub(super) unsafe fn recv(
             .engine()?
             .start_recv(context, source, tag, buf, len)
     }?;
-    match started {
-        Started::Done { result, .. } => result.map_err(|e| Cause::from(*e)),
+    *received = match started {
+        Started::Done { result, .. } => result.map_err(|e| Cause::from(*e))?,
         Started::Posted(handle) => match wait(handle)? {
-            Done::Received(status) => Ok(status),
+            Done::Received(status) => status,
             Done::Sent => unreachable!("a receive completed as a send"),
         },
         Started::Claimed => unreachable!("only a PML's own blocking receive claims"),
-    }
+    };
+    Ok(())
 }
 
 #[cfg(all(test, feature = "model-check", feature = "threads"))]

@@ -415,23 +415,30 @@ fn posting_matching_and_slab_reuse() {
 /// three messages each (one standard, one synchronous, which completes only once matched;
 /// eager and rendezvous), each waiting for its send; a receiver taking all six with
 /// wildcards, alternately by a blocking receive and by a posted one it waits for. Each
-/// message arrives once, each sender's in its order, and no thread is left paused: the
-/// waits pause after 64 idle rounds, and shuttle reports a deadlock if a pausing thread's
-/// wake-up is lost.
+/// message arrives once, each sender's in its order, with its own tag and length in the
+/// status whichever receive took it, and no thread is left paused: the waits pause after 64
+/// idle rounds, and shuttle reports a deadlock if a pausing thread's wake-up is lost.
 #[test]
 fn blocking_calls_progress_for_each_other() {
+    /// Each sender's second message is the rendezvous one.
+    fn length(seq: u8) -> usize {
+        if seq == 1 {
+            RENDEZVOUS
+        } else {
+            EAGER
+        }
+    }
     explore("blocking calls", 20_000, 20_000, || {
         let senders: Vec<_> = (1..=2u8)
             .map(|sender| {
                 thread::spawn(move || {
                     for seq in 0..3u8 {
-                        let len = if seq == 1 { RENDEZVOUS } else { EAGER };
                         let mode = if sender == 2 {
                             SendMode::Synchronous
                         } else {
                             SendMode::Standard
                         };
-                        let bytes = message(sender, seq, len);
+                        let bytes = message(sender, seq, length(seq));
                         let handle = post_send(&bytes, i32::from(seq), mode);
                         assert_eq!(wait(handle).unwrap(), Done::Sent);
                     }
@@ -459,7 +466,13 @@ fn blocking_calls_progress_for_each_other() {
                     received(wait(handle).unwrap())
                 };
                 assert_eq!(status.tag, i32::from(buf[1]), "the message's own tag");
-                got.push(sender_and_seq(&status, &buf));
+                let (sender, seq) = sender_and_seq(&status, &buf);
+                assert_eq!(
+                    status.len,
+                    length(seq),
+                    "message {sender}.{seq}'s own length"
+                );
+                got.push((sender, seq));
             }
             got
         });
