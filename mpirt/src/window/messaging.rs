@@ -125,7 +125,7 @@ pub(super) struct Core {
     /// The buffer the last request or reply was received into, kept for the next one (up
     /// to `KEPT_INBOX` bytes): an allocation and a free less for every message.
     inbox: Vec<u8>,
-    /// What the PML had moved when `serve_queued` last found nothing queued for this window
+    /// What the PML had moved when `receive` last found nothing queued for this window
     /// (none before the first look, and under UCX): until it moves more, nothing new can be
     /// queued, and `serve_if_moved` need not look.
     looked: Option<pml::MovedMark>,
@@ -330,11 +330,21 @@ impl Core {
     /// Takes one message queued on the window's context, if one is: its source, tag and
     /// bytes (in the buffer `inbox` lends, for `give_back`). It makes no progress: a message
     /// still on its way is left to the next round of progress, which serves the window.
+    /// Where none is queued, it notes what the PML had moved then (`looked`).
     fn receive(&mut self) -> Result<Option<(u32, i32, Vec<u8>)>, Cause> {
         let context = self.comm.context;
-        let Some((message, status)) =
-            with_engine_or_lent(|e| e.matched_probe_queued(context, SourceSel::Any, TagSel::Any))?
-        else {
+        // The mark is taken in the look's own hold of the engine: at `Multiple`, a round of
+        // another thread between a look and a later mark would queue a request that the
+        // mark counts as seen, and `serve_if_moved` would skip it until the PML moved again.
+        let (mark, found) = with_engine_or_lent(|e| {
+            let mark = e.moved_mark();
+            Ok((
+                mark,
+                e.matched_probe_queued(context, SourceSel::Any, TagSel::Any)?,
+            ))
+        })?;
+        let Some((message, status)) = found else {
+            self.looked = mark;
             return Ok(None);
         };
         let mut frame = std::mem::take(&mut self.inbox);
@@ -399,7 +409,6 @@ impl Core {
                 self.give_back(frame);
             }
         }
-        self.looked = with_engine_or_lent(|e| Ok(e.moved_mark()))?;
         Ok(())
     }
 
