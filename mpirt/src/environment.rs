@@ -467,8 +467,8 @@ where
 }
 
 /// The counts of the shared engine's waits (`threads::Threads::waits`): progressing
-/// threads, pauses, pauses a waker ended.
-pub(crate) fn thread_waits() -> (u64, u64, u64) {
+/// threads, places handed on to paused threads, pauses, pauses a waker ended.
+pub(crate) fn thread_waits() -> (u64, u64, u64, u64) {
     shared::waits()
 }
 

@@ -41,8 +41,7 @@ use super::place;
 use crate::backend::{hooks, AnyPml};
 use crate::error::Cause;
 use crate::sync::{
-    sleep_apart, spin_loop, thread_local, AtomicBool, AtomicUsize, Condvar, Mutex, MutexGuard,
-    Ordering,
+    sleep_apart, spin_loop, thread_local, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering,
 };
 
 /// The lock whose holder may reach the engine (`place`), made by `install`.
@@ -73,8 +72,14 @@ const NAP_ASLEEP: usize = 1;
 const NAP_WOKEN: usize = 2;
 /// Whether a waiting thread of the rank progresses for the others (`block_until`'s
 /// `Progressing`): one at a time, so that a rank's waits spin on one CPU at most; the others
-/// pause on `MOVED`. Under the lock only, as `UNWOKEN`.
-static PROGRESSOR: AtomicBool = AtomicBool::new(false);
+/// pause on `MOVED`. `PLACE_FREE`, `PLACE_TAKEN`, or `PLACE_HANDED`: given up by a leaving
+/// thread to the threads paused then, which it woke, and kept for them (the first of them
+/// back at the lock takes it), so that a thread that starts a wait meanwhile pauses instead
+/// of taking it. Under the lock only, as `UNWOKEN`.
+static PROGRESSOR: AtomicUsize = AtomicUsize::new(PLACE_FREE);
+const PLACE_FREE: usize = 0;
+const PLACE_TAKEN: usize = 1;
+const PLACE_HANDED: usize = 2;
 
 /// How often a waiting thread took the place of the one that progresses (`Progressing`), and
 /// how often one paused on `MOVED` (the one that progresses too, where no peer wakes the
@@ -84,6 +89,9 @@ static PROGRESSOR: AtomicBool = AtomicBool::new(false);
 static PROGRESSORS: AtomicU64 = AtomicU64::new(0);
 static PAUSES: AtomicU64 = AtomicU64::new(0);
 static PAUSES_WOKEN: AtomicU64 = AtomicU64::new(0);
+/// How often a leaving thread handed the place on to the threads paused beside it
+/// (`PLACE_HANDED`), for `threads::Threads::waits` too.
+static HANDED_ON: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// The hold of a non-blocking call made through `place::Entry` (`hold_for_call`), until
@@ -320,6 +328,9 @@ pub(super) fn block_until<R>(
     let mut idle_since: Option<Instant> = None;
     let mut pausing = false;
     let mut pause = FIRST_PAUSE;
+    // Whether this wait paused beside the thread that progresses: one of the threads a
+    // leaving one handed its place to.
+    let mut paused = false;
     // Dropped after each iteration's hold (declared before it): a wait that fails hands its
     // place on as it leaves.
     let mut progressing: Option<Progressing> = None;
@@ -327,6 +338,12 @@ pub(super) fn block_until<R>(
         let look_at_clock = idle_rounds > 0 && idle_rounds.is_multiple_of(ROUNDS_BEFORE_CLOCK);
         let idle = look_at_clock.then(|| idle_since.get_or_insert_with(Instant::now).elapsed());
         let mut held = Held::take(false)?;
+        // The first paused thread back after a hand-off takes the place before it looks, so
+        // that a look that finds its condition met hands it on again as it leaves (to the
+        // threads paused since, which nothing else may wake).
+        if paused && progressing.is_none() && PROGRESSOR.load(Ordering::Relaxed) == PLACE_HANDED {
+            progressing = Some(Progressing::take());
+        }
         let engine = held.engine()?;
         engine.check_running()?;
         if let Some(idle) = idle {
@@ -366,10 +383,16 @@ pub(super) fn block_until<R>(
         }
         // A thread that waits beside the one that progresses pauses now, until a round moves
         // something or that thread leaves (at most `LONGEST_PAUSE`, a bound should a wake-up
-        // be lost).
+        // be lost), and so does one that finds the place handed on to the threads paused
+        // before it came: one of them, woken, takes it (`osu_latency_mt -t 1:2`'s receiving
+        // thread, back from its answer, took it from the woken one, so that the next ping,
+        // the woken one's, waited for a second wake-up of that thread, now paused again,
+        // where it is the one spinning when its ping comes; and the woken thread found both
+        // CPUs spinning).
         if progressing.is_none() {
-            if PROGRESSOR.load(Ordering::Relaxed) {
+            if PROGRESSOR.load(Ordering::Relaxed) != PLACE_FREE {
                 held.pause(LONGEST_PAUSE);
+                paused = true;
                 continue;
             }
             progressing = Some(Progressing::take());
@@ -414,19 +437,24 @@ fn leave<R>(value: R, progressing: Option<Progressing>, held: &mut Held) -> R {
 struct Progressing(());
 
 impl Progressing {
-    /// Takes the free place; the caller holds the lock.
+    /// Takes the place, free or handed on; the caller holds the lock.
     fn take() -> Progressing {
-        PROGRESSOR.store(true, Ordering::Relaxed);
+        PROGRESSOR.store(PLACE_TAKEN, Ordering::Relaxed);
         PROGRESSORS.fetch_add(1, StdOrdering::Relaxed);
         Progressing(())
     }
 
-    /// Gives the place up in `held`, which wakes the paused threads as it lets go.
+    /// Gives the place up in `held`: to the threads paused now, which it wakes as it lets go
+    /// (`PLACE_HANDED`), or free where none is.
     fn hand_on(self, held: &mut Held) {
-        PROGRESSOR.store(false, Ordering::Relaxed);
-        if UNWOKEN.load(Ordering::Relaxed) > 0 {
+        let place = if UNWOKEN.load(Ordering::Relaxed) > 0 {
             held.wakes = Wakes::Yes;
-        }
+            HANDED_ON.fetch_add(1, StdOrdering::Relaxed);
+            PLACE_HANDED
+        } else {
+            PLACE_FREE
+        };
+        PROGRESSOR.store(place, Ordering::Relaxed);
         std::mem::forget(self);
     }
 }
@@ -442,10 +470,12 @@ impl Drop for Progressing {
 }
 
 /// The counts of the shared engine's waits so far: waiting threads that took the place of
-/// the one that progresses, pauses, and pauses a waker ended.
-pub(crate) fn waits() -> (u64, u64, u64) {
+/// the one that progresses, places handed on to paused threads, pauses, and pauses a waker
+/// ended.
+pub(crate) fn waits() -> (u64, u64, u64, u64) {
     (
         PROGRESSORS.load(StdOrdering::Relaxed),
+        HANDED_ON.load(StdOrdering::Relaxed),
         PAUSES.load(StdOrdering::Relaxed),
         PAUSES_WOKEN.load(StdOrdering::Relaxed),
     )

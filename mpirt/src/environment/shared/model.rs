@@ -34,7 +34,7 @@ use shuttle::thread;
 
 use super::super::place::{self, Entry};
 use super::super::{recv, wait};
-use super::{block_until, install, NAPPER, NAP_ASLEEP, PROGRESSOR, UNWOKEN};
+use super::{block_until, install, NAPPER, NAP_ASLEEP, PLACE_TAKEN, PROGRESSOR, UNWOKEN};
 use crate::backend::{hooks, AnyPml, PmlChoice};
 use crate::sync::Ordering;
 
@@ -671,6 +671,11 @@ fn asleep_apart() -> bool {
     NAPPER.load(Ordering::Relaxed) == NAP_ASLEEP
 }
 
+/// Whether a waiting thread of rank 0 has the place of the one that progresses.
+fn place_taken() -> bool {
+    PROGRESSOR.load(Ordering::Relaxed) == PLACE_TAKEN
+}
+
 /// A thread sleeping apart from the engine (on rank 0's futex word in the shared-memory
 /// segment, which only rank 1 feeds) is woken by its own rank's non-blocking call that
 /// completes what it waits for: a send to itself, through the loopback, posted once it sleeps.
@@ -763,7 +768,7 @@ fn the_progressing_thread_hands_its_place_on_as_it_leaves() {
             })
         };
         let second = thread::spawn(|| {
-            while !PROGRESSOR.load(Ordering::Relaxed) {
+            while !place_taken() {
                 thread::yield_now();
             }
             receive_from_peer(2, 2);
@@ -785,6 +790,59 @@ fn the_progressing_thread_hands_its_place_on_as_it_leaves() {
             *PEER.lock().unwrap() = Some(peer);
         });
         for thread in [first, second, tester, peer] {
+            thread.join().unwrap();
+        }
+    });
+}
+
+/// `osu_latency_mt -t 1:2`'s receiving rank: a thread that waits again while the place it
+/// left is handed on pauses, and the paused thread it woke takes the place. Two threads of
+/// rank 0 wait for rank 1's messages: the first (tags 1, then 3) progresses and sleeps apart,
+/// the second (tag 2) pauses beside it. Rank 1 sends tag 1 once both wait: the first thread
+/// leaves, handing its place to the paused one (`PLACE_HANDED`) and waking it, and starts its
+/// wait for tag 3 at once, where it pauses unless the woken thread took the place first. Rank
+/// 1 sends tag 2 only once a thread sleeps apart, and tag 3 once the second thread has tag 2
+/// and a thread sleeps apart again: each hand-off must leave a thread progressing. Without
+/// the woken thread's taking of the handed place (it would find the place not free and pause
+/// again) or without the leaving thread's wake-up, both threads stay paused and rank 1 waits
+/// for a sleeper apart that never comes, past shuttle's step limit.
+#[test]
+fn a_wait_started_while_the_place_is_handed_on_pauses_for_the_woken_thread() {
+    explore_job("a wait beside a handed place", 2, 2_000, 2_000, || {
+        let done = Arc::new(StdAtomicUsize::new(0));
+        let first = {
+            let done = done.clone();
+            thread::spawn(move || {
+                receive_from_peer(1, 1);
+                done.fetch_add(1, StdOrdering::Relaxed);
+                receive_from_peer(3, 3);
+            })
+        };
+        let second = {
+            let done = done.clone();
+            thread::spawn(move || {
+                while !place_taken() {
+                    thread::yield_now();
+                }
+                receive_from_peer(2, 2);
+                done.fetch_add(1, StdOrdering::Relaxed);
+            })
+        };
+        let peer = thread::spawn(move || {
+            let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+            while !(asleep_apart() && UNWOKEN.load(Ordering::Relaxed) > 0) {
+                thread::yield_now();
+            }
+            peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
+            for (tag, received) in [(2, 1), (3, 2)] {
+                while !(done.load(StdOrdering::Relaxed) == received && asleep_apart()) {
+                    thread::yield_now();
+                }
+                peer_sends(&mut peer.0, tag, &message(1, tag as u8, EAGER));
+            }
+            *PEER.lock().unwrap() = Some(peer);
+        });
+        for thread in [first, second, peer] {
             thread.join().unwrap();
         }
     });
@@ -827,7 +885,7 @@ fn a_waiter_beside_the_progressing_one_sees_what_its_hooks_did() {
             let beside = {
                 let beside_done = beside_done.clone();
                 thread::spawn(move || {
-                    while !PROGRESSOR.load(Ordering::Relaxed) {
+                    while !place_taken() {
                         thread::yield_now();
                     }
                     *HOOK_THREAD.lock().unwrap() = Some(thread::current().id());
@@ -885,7 +943,7 @@ fn a_progressing_thread_whose_wait_fails_hands_its_place_on() {
             })
         };
         let beside = thread::spawn(|| {
-            while !PROGRESSOR.load(Ordering::Relaxed) {
+            while !place_taken() {
                 thread::yield_now();
             }
             receive_from_peer(1, 1);
