@@ -796,18 +796,25 @@ fn the_progressing_thread_hands_its_place_on_as_it_leaves() {
 }
 
 /// `osu_latency_mt -t 1:2`'s receiving rank: a thread that waits again while the place it
-/// left is handed on pauses, and the paused thread it woke takes the place. Two threads of
-/// rank 0 wait for rank 1's messages: the first (tags 1, then 3) progresses and sleeps apart,
-/// the second (tag 2) pauses beside it. Rank 1 sends tag 1 once both wait: the first thread
-/// leaves, handing its place to the paused one (`PLACE_HANDED`) and waking it, and starts its
-/// wait for tag 3 at once, where it pauses unless the woken thread took the place first. Rank
-/// 1 sends tag 2 only once a thread sleeps apart, and tag 3 once the second thread has tag 2
-/// and a thread sleeps apart again: each hand-off must leave a thread progressing. Without
-/// the woken thread's taking of the handed place (it would find the place not free and pause
-/// again) or without the leaving thread's wake-up, both threads stay paused and rank 1 waits
-/// for a sleeper apart that never comes, past shuttle's step limit.
+/// left is handed on holds it lent, and the paused thread it woke takes it over once back.
+/// Two threads of rank 0 wait for rank 1's messages: the first (tags 1, then 4) progresses
+/// and sleeps apart, the second (tag 2) pauses beside it. Rank 1 sends tag 1 once both wait:
+/// the first thread leaves, handing its place to the paused one (`PLACE_HANDED`) and waking
+/// it, and starts its wait for tag 4 at once, where it holds the place lent (`PLACE_LENT`)
+/// unless the woken thread took it first; the woken thread, back, takes it over, and the
+/// first pauses at its next idle round. Rank 1 sends tag 2 once a thread sleeps apart and the
+/// other pauses, and tags 3 and 4 once the second thread has tag 2 and a thread sleeps apart
+/// again. A third thread tests a receive of tag 3 meanwhile (as in
+/// `the_progressing_thread_hands_its_place_on_as_it_leaves`), so that its round may take tag
+/// 2 off the wire, waking the first thread, which pauses again while the second still has
+/// the place, and the second then leaves in a hold that moved nothing: only its hand-off's
+/// wake-up (`Progressing::hand_on`) then wakes the first thread, without which both stay
+/// paused and rank 1 waits for a sleeper apart that never comes, past shuttle's step limit.
+/// Some schedule must take a lent place over (`Waits::taken_over`), else the path went
+/// unchecked.
 #[test]
-fn a_wait_started_while_the_place_is_handed_on_pauses_for_the_woken_thread() {
+fn a_wait_started_while_the_place_is_handed_on_holds_it_until_taken_over() {
+    let taken_over = super::TAKEN_OVER.load(StdOrdering::Relaxed);
     explore_job("a wait beside a handed place", 2, 2_000, 2_000, || {
         let done = Arc::new(StdAtomicUsize::new(0));
         let first = {
@@ -815,7 +822,7 @@ fn a_wait_started_while_the_place_is_handed_on_pauses_for_the_woken_thread() {
             thread::spawn(move || {
                 receive_from_peer(1, 1);
                 done.fetch_add(1, StdOrdering::Relaxed);
-                receive_from_peer(3, 3);
+                receive_from_peer(4, 4);
             })
         };
         let second = {
@@ -828,24 +835,35 @@ fn a_wait_started_while_the_place_is_handed_on_pauses_for_the_woken_thread() {
                 done.fetch_add(1, StdOrdering::Relaxed);
             })
         };
+        let tester = thread::spawn(test_until_tag_3_arrives);
         let peer = thread::spawn(move || {
             let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
-            while !(asleep_apart() && UNWOKEN.load(Ordering::Relaxed) > 0) {
-                thread::yield_now();
-            }
-            peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
-            for (tag, received) in [(2, 1), (3, 2)] {
-                while !(done.load(StdOrdering::Relaxed) == received && asleep_apart()) {
+            let waiting = |received| {
+                while !(done.load(StdOrdering::Relaxed) == received
+                    && asleep_apart()
+                    && (received == 2 || UNWOKEN.load(Ordering::Relaxed) > 0))
+                {
                     thread::yield_now();
                 }
+            };
+            waiting(0);
+            peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
+            waiting(1);
+            peer_sends(&mut peer.0, 2, &message(1, 2, EAGER));
+            waiting(2);
+            for tag in [3, 4] {
                 peer_sends(&mut peer.0, tag, &message(1, tag as u8, EAGER));
             }
             *PEER.lock().unwrap() = Some(peer);
         });
-        for thread in [first, second, peer] {
+        for thread in [first, second, tester, peer] {
             thread.join().unwrap();
         }
     });
+    assert!(
+        super::TAKEN_OVER.load(StdOrdering::Relaxed) > taken_over,
+        "no schedule took a lent place over"
+    );
 }
 
 /// Whether the progress hook of `a_waiter_beside_the_progressing_one_sees_what_its_hooks_did`
