@@ -34,7 +34,9 @@ use shuttle::thread;
 
 use super::super::place::{self, Entry};
 use super::super::{recv, wait};
-use super::{block_until, install, NAPPER, NAP_ASLEEP, PLACE_TAKEN, PROGRESSOR, UNWOKEN};
+use super::{
+    block_until, install, NAPPER, NAP_ASLEEP, PLACE_FREE, PLACE_TAKEN, PROGRESSOR, UNWOKEN,
+};
 use crate::backend::{hooks, AnyPml, PmlChoice};
 use crate::sync::Ordering;
 
@@ -195,6 +197,12 @@ fn explore_job(name: &str, ranks: u32, random: usize, pct: usize, check: fn()) {
                 .and_then(|mut entry| entry.slot().take())
                 .expect("the run left the engine installed");
             assert_idle(&engine);
+            // Every wait ended: no thread may hold the place, nor a hand-off await one.
+            assert_eq!(
+                PROGRESSOR.load(Ordering::Relaxed),
+                PLACE_FREE,
+                "the run left the progressing place held or handed on"
+            );
             if ranks == 2 {
                 let peer = PEER.lock().unwrap();
                 assert_idle(&peer.as_ref().expect("the peer thread put rank 1 back").0);
@@ -864,6 +872,66 @@ fn a_wait_started_while_the_place_is_handed_on_holds_it_until_taken_over() {
         super::TAKEN_OVER.load(StdOrdering::Relaxed) > taken_over,
         "no schedule took a lent place over"
     );
+}
+
+/// Three waiting threads of rank 0, and a lent place's wait that ends as the threads it was
+/// handed to come back: the first thread (tags 1, then 3) progresses and sleeps apart, the
+/// other two (tags 2 and 4) pause beside it. Rank 1 sends tag 1 once both pause: the first
+/// thread hands its place to both and wakes them, and waits again at once, holding the place
+/// lent (or pausing, where a woken one took it first). Rank 1 sends tag 3 as soon as the
+/// first thread has tag 1, so that the lent wait may end, handing the place back to the two
+/// on their way (`PLACE_HANDED`), before, as or after one of them takes it over; then tags 2
+/// and 4, each once the thread before it has its message and a thread sleeps apart. Whatever
+/// the order, one thread progresses and the other pauses beside it until woken: a place left
+/// lent, handed to no one or held by two, or a wake-up lost, leaves rank 1 waiting for a
+/// sleeper apart that never comes, past shuttle's step limit.
+#[test]
+fn a_lent_wait_that_ends_as_two_woken_threads_come_back_hands_the_place_to_them() {
+    explore_job("a lent wait ending, two woken", 2, 1_000, 1_000, || {
+        let done = Arc::new(StdAtomicUsize::new(0));
+        let first = {
+            let done = done.clone();
+            thread::spawn(move || {
+                receive_from_peer(1, 1);
+                done.fetch_add(1, StdOrdering::Relaxed);
+                receive_from_peer(3, 3);
+                done.fetch_add(1, StdOrdering::Relaxed);
+            })
+        };
+        let beside: Vec<_> = [2, 4]
+            .map(|tag| {
+                let done = done.clone();
+                thread::spawn(move || {
+                    while !place_taken() {
+                        thread::yield_now();
+                    }
+                    receive_from_peer(tag, tag as u8);
+                    done.fetch_add(1, StdOrdering::Relaxed);
+                })
+            })
+            .into();
+        let peer = thread::spawn(move || {
+            let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+            while !(asleep_apart() && UNWOKEN.load(Ordering::Relaxed) == 2) {
+                thread::yield_now();
+            }
+            peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
+            while done.load(StdOrdering::Relaxed) < 1 {
+                thread::yield_now();
+            }
+            peer_sends(&mut peer.0, 3, &message(1, 3, EAGER));
+            for (received, tag) in [(2, 2), (3, 4)] {
+                while !(done.load(StdOrdering::Relaxed) == received && asleep_apart()) {
+                    thread::yield_now();
+                }
+                peer_sends(&mut peer.0, tag, &message(1, tag as u8, EAGER));
+            }
+            *PEER.lock().unwrap() = Some(peer);
+        });
+        for thread in [first, peer].into_iter().chain(beside) {
+            thread.join().unwrap();
+        }
+    });
 }
 
 /// Whether the progress hook of `a_waiter_beside_the_progressing_one_sees_what_its_hooks_did`
