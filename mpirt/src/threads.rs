@@ -130,10 +130,11 @@ pub struct Waits {
     /// Times a waiting thread took the place of the one that progresses.
     pub progressors: u64,
     /// Of the times that thread left, those it handed its place to threads paused beside it
-    /// (the others left it free).
+    /// (the others left it free or, where it held the place lent, handed it back to the
+    /// threads on their way).
     pub handed_on: u64,
-    /// Of the places handed on, those that a thread which started its wait after the hand-off
-    /// held until one of the threads handed it was back and took it over.
+    /// Places that a thread which started its wait after a hand-off held (lent) until a
+    /// thread back from a pause took them over.
     pub taken_over: u64,
     /// Pauses of the other waiting threads, and of the one that progresses where no peer can
     /// wake the rank (OFI alone, UCX, loopback alone: it pauses, 20 us doubling to 1 ms,

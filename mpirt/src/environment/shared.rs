@@ -323,8 +323,9 @@ pub(super) fn let_go_after_call() {
 /// spinning, until a round moves something (what it moved may be theirs) or the progressing
 /// thread leaves, handing its place on (`Progressing`'s end wakes them, and the first back at
 /// the lock takes the place; a thread that starts a wait before then holds it lent until that
-/// one is back, then pauses): a rank's waits never spin on more CPUs than the one a rank has (`osu_latency_mt -t 1:2` ran three spinning threads on two CPUs, and a run
-/// whose thread was descheduled read 14-75 us a message).
+/// one is back, then pauses): a rank's waits never spin on more CPUs than the one a rank has
+/// (`osu_latency_mt -t 1:2` ran three spinning threads on two CPUs, and a run whose thread
+/// was descheduled read 14-75 us a message).
 /// Open MPI's waits are alike (`ompi_sync_wait_mt`: one thread progresses, the others wait
 /// on their own condition until their request completes or the progressing one passes its
 /// place on), its progressing thread polling where this one sleeps apart once its spin ends.
