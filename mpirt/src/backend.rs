@@ -257,8 +257,7 @@ impl AnyPml {
         }
     }
 
-    /// `improbe` that makes no progress on the native PML, as
-    /// [`probe_queued`](Self::probe_queued) (UCX's `improbe` progresses its worker).
+    /// `improbe` that makes no progress, as [`probe_queued`](Self::probe_queued).
     pub(crate) fn matched_probe_queued(
         &mut self,
         context: ContextId,
