@@ -777,6 +777,29 @@ fn segmented(world: &SimpleCommunicator) {
     );
 }
 
+/// An uneven `reduce_scatter_into` of affine maps (rank r gets `counts[r]`), whose order a
+/// wrong rank order would break, checked against the serial composition; returns the
+/// whole length and this rank's part of it.
+fn check_affine_reduce_scatter(
+    world: &SimpleCommunicator,
+    counts: &[Count],
+    what: &str,
+) -> (usize, std::ops::Range<usize>) {
+    let me = world.rank();
+    let total: usize = counts.iter().map(|&c| c as usize).sum();
+    let start: usize = counts[..me as usize].iter().map(|&c| c as usize).sum();
+    let part = start..start + counts[me as usize] as usize;
+    let whole = serial(0..world.size(), total, affine, compose);
+    let send = contribution(me, total, affine);
+    let mut got = vec![Affine::default(); part.len()];
+    world.reduce_scatter_into(&send[..], &mut got[..], counts, affine_op());
+    assert!(
+        got == whole[part.clone()],
+        "affine reduce_scatter of {what}"
+    );
+    (total, part)
+}
+
 /// Reduce-scatters past the area's one-call limit that go through it in rounds of 16384 bytes
 /// of every rank's send buffer (from 3 ranks on, up to 256 KiB): total lengths on each side
 /// of the limit, of a round and of the longest taken (`lengths`), in equal blocks under a sum, and in
@@ -801,17 +824,8 @@ fn reduce_scatter_rounds(world: &SimpleCommunicator, lengths: &[usize]) {
         let thirds: usize = (0..n).map(|r| r % 3).sum();
         let part = (bytes / 16 - n) / thirds.max(1);
         let counts: Vec<Count> = (0..n).map(|r| ((r % 3) * part + 1) as Count).collect();
-        let total: usize = counts.iter().map(|&c| c as usize).sum();
-        let start: usize = counts[..me as usize].iter().map(|&c| c as usize).sum();
-        let own = counts[me as usize] as usize;
-        let whole = serial(0..n as i32, total, affine, compose);
-        let send = contribution(me, total, affine);
-        let mut got = vec![Affine::default(); own];
-        world.reduce_scatter_into(&send[..], &mut got[..], &counts, affine_op());
-        assert!(
-            got == whole[start..start + own],
-            "affine reduce_scatter of {total} maps"
-        );
+        let maps: usize = counts.iter().map(|&c| c as usize).sum();
+        check_affine_reduce_scatter(world, &counts, &format!("{maps} maps"));
         // 12-byte elements by a user operation: 16 KiB rounds end inside some of them.
         let block = bytes / 12 / n;
         let whole = serial(0..n as i32, block * n, triple, add_triples);
@@ -2115,17 +2129,8 @@ fn hierarchy_rooted(world: &SimpleCommunicator, frames: impl Fn() -> Option<u64>
         );
         // Uneven parts: rank r gets (r % 3) * block + 1 elements.
         let counts: Vec<Count> = (0..n).map(|r| ((r % 3) * block + 1) as Count).collect();
-        let total: usize = counts.iter().map(|&c| c as usize).sum();
-        let start: usize = counts[..rank as usize].iter().map(|&c| c as usize).sum();
-        let own = counts[rank as usize] as usize;
-        let whole = serial(0..size, total, affine, compose);
-        let send = contribution(rank, total, affine);
-        let mut got = vec![Affine::default(); own];
-        world.reduce_scatter_into(&send[..], &mut got[..], &counts, affine_op());
-        assert!(
-            got == whole[start..start + own],
-            "affine reduce_scatter of {what}"
-        );
+        let (total, part) = check_affine_reduce_scatter(world, &counts, &what);
+        let (start, own) = (part.start, part.len());
         let whole = serial(0..size, total, long, sum);
         let send = contribution(rank, total, long);
         let mut got = vec![0i64; own];
