@@ -120,7 +120,6 @@ pub use fault::WindowFault;
 use messaging::{Core, Destination};
 pub use operation::AccumulateOperation;
 use pml::shared_mapping::SharedMapping;
-use pml::Pml;
 use rdma::{rdma_agreed, Rdma, RmaOffer};
 use target::{whole_elements, Memory, Target};
 pub use typed::TargetDatatype;
@@ -878,7 +877,6 @@ impl<'a, T: Equivalence> Window<'a, T> {
             tries += 1;
             if tries.is_multiple_of(64) {
                 messaging::serve(&self.core)?.drain()?;
-                crate::environment::with_engine_or_lent(|e| e.progress())?;
                 // Another rank holds the lock for its whole epoch: let it run where ranks
                 // share cores, then wait at most a moment between tries.
                 if tries < 4096 {

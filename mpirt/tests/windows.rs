@@ -1175,7 +1175,8 @@ const SERVED_ROUNDS: u64 = 300;
 /// flush, carries the flush's ask, and a get's or fetch's answer says that the target
 /// applied everything before it (each round was two messages before: the operation, then
 /// the flush's own request). The target serves them from a barrier; its window holds every
-/// round's effect.
+/// round's effect. The origin makes no round of progress in a probe meanwhile (its PML's
+/// `probe_rounds`): it finds the answers among what its waits received.
 fn flushes_ride_on_their_operations(world: &SimpleCommunicator, universe: &Universe) {
     const ROUNDS: u64 = 40;
     let window = Window::<u64>::allocate(world, 4);
@@ -1183,6 +1184,8 @@ fn flushes_ride_on_their_operations(world: &SimpleCommunicator, universe: &Unive
     waiting.barrier();
     if world.rank() == 0 {
         let frames = || universe.counters().map_or(0, |c| c.frames_sent);
+        let probes = || universe.counters().map_or(0, |c| c.probe_rounds);
+        let probed = probes();
         let mut got = [0u64; 1];
         let mut fetched = [0u64; ROUNDS as usize];
         let values: [u64; ROUNDS as usize] = std::array::from_fn(|k| k as u64 + 1);
@@ -1220,6 +1223,17 @@ fn flushes_ride_on_their_operations(world: &SimpleCommunicator, universe: &Unive
             sent.push(("fetch_and_op", frames() - before));
             sent
         });
+        // The window looks for its answers in what its waits received, never by a probe that
+        // polls the transports for nothing (a system call over TCP; five every put and
+        // flush before).
+        let probed = probes() - probed;
+        assert_eq!(
+            probed,
+            0,
+            "rank 0: {} rounds of operations and flushes made {probed} rounds of progress \
+             in probes",
+            4 * ROUNDS
+        );
         assert_eq!(
             fetched,
             std::array::from_fn(|k| k as u64),
@@ -1987,8 +2001,9 @@ fn window_kinds_and_progress() {
     assert_job(2, "kinds", &TCP, "kinds ok");
 }
 
-/// A flush after one operation sends no message of its own (`flushes_ride_on_their_operations`),
-/// by messages over shared memory and over TCP.
+/// A flush after one operation sends no message of its own, and the origin probes for none of
+/// the answers (`flushes_ride_on_their_operations`), by messages over shared memory and over
+/// TCP.
 #[test]
 fn a_flush_after_one_operation_costs_no_message_of_its_own() {
     assert_job(2, "flushes", &MESSAGES, "flushes ok");

@@ -9,7 +9,7 @@ pub mod config;
 pub mod engine;
 pub mod envelope;
 pub mod error;
-mod fast_hash;
+pub mod fast_hash;
 pub mod freed_memory;
 mod keyed_queues;
 pub mod matching;

@@ -397,6 +397,9 @@ impl From<PmlError> for EngineError {
 pub struct Counters {
     pub frames_sent: u64,
     pub frames_received: u64,
+    /// Probes (`iprobe`, `improbe`) that found nothing queued and made a round of progress
+    /// (a poll of every transport: a system call over TCP) to look again.
+    pub probe_rounds: u64,
     pub remote_reads: u64,
     pub remote_read_bytes: u64,
     /// One-sided operations of windows done by the device (verbs): RDMA WRITEs (puts),

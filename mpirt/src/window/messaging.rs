@@ -17,11 +17,11 @@
 //! thread, since the runtime is one thread's (`Threading::Funneled`).
 
 use std::cell::{Cell, RefCell, RefMut};
-use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
 
+use pml::fast_hash::FastMap;
 use pml::{Handle, Pml, SendMode, SourceSel, TagSel};
 
 use super::fault::WindowFault;
@@ -101,7 +101,9 @@ struct Awaited {
 pub(super) struct Core {
     pub comm: CommData,
     pub target: Target,
-    awaited: HashMap<u64, Awaited>,
+    /// By id: a multiplicative hash (SipHash's cost a lookup, about 100 instructions, came
+    /// to a tenth of an origin's put and flush over TCP, callgrind).
+    awaited: FastMap<u64, Awaited>,
     next_id: u64,
     /// Per target, the `post` notices received that no `start` has consumed yet.
     pub posted: Vec<u32>,
@@ -120,7 +122,17 @@ pub(super) struct Core {
     /// that asked (whose answer comes after the target applied everything before it): only
     /// then does a flush need to ask the target anything.
     unanswered: Vec<bool>,
+    /// The buffer the last request or reply was received into, kept for the next one (up
+    /// to `KEPT_INBOX` bytes): an allocation and a free less for every message.
+    inbox: Vec<u8>,
+    /// What the PML had moved when `receive` last found nothing queued for this window
+    /// (none before the first look, and under UCX): until it moves more, nothing new can be
+    /// queued, and `serve_if_moved` need not look.
+    looked: Option<pml::MovedMark>,
 }
+
+/// The largest receive buffer a window keeps between messages.
+const KEPT_INBOX: usize = 64 << 10;
 
 /// The longest request frame held back for the flush after it: a short put's message costs
 /// about as much as a flush's, while a long one should start moving at once, beside the
@@ -133,13 +145,15 @@ impl Core {
         Core {
             comm,
             target,
-            awaited: HashMap::new(),
+            awaited: FastMap::default(),
             next_id: 1,
             posted: vec![0; size],
             sending: Vec::new(),
             late_fault: None,
             held: vec![None; size],
             unanswered: vec![false; size],
+            inbox: Vec::new(),
+            looked: None,
         }
     }
 
@@ -313,30 +327,66 @@ impl Core {
         first
     }
 
-    /// Takes one message on the window's context, if one is here: its source, tag and
-    /// bytes.
+    /// Takes one message queued on the window's context, if one is: its source, tag and
+    /// bytes (in the buffer `inbox` lends, for `give_back`). It makes no progress: a message
+    /// still on its way is left to the next round of progress, which serves the window.
+    /// Where none is queued, it notes what the PML had moved then (`looked`).
     fn receive(&mut self) -> Result<Option<(u32, i32, Vec<u8>)>, Cause> {
         let context = self.comm.context;
-        let Some((message, status)) =
-            with_engine_or_lent(|e| e.improbe(context, SourceSel::Any, TagSel::Any))?
-        else {
+        // The mark is taken in the look's own hold of the engine: at `Multiple`, a round of
+        // another thread between a look and a later mark would queue a request that the
+        // mark counts as seen, and `serve_if_moved` would skip it until the PML moved again.
+        let (mark, found) = with_engine_or_lent(|e| {
+            let mark = e.moved_mark();
+            Ok((
+                mark,
+                e.matched_probe_queued(context, SourceSel::Any, TagSel::Any)?,
+            ))
+        })?;
+        let Some((message, status)) = found else {
+            self.looked = mark;
             return Ok(None);
         };
-        let mut frame = vec![0u8; status.len];
+        let mut frame = std::mem::take(&mut self.inbox);
+        frame.clear();
+        frame.resize(status.len, 0);
         // SAFETY: `frame` is valid for writes of its length and not otherwise accessed until
         // the receive, waited for at once, completed.
         let handle = with_engine_or_lent(|e| unsafe {
             e.post_matched_recv(message, frame.as_mut_ptr(), frame.len())
         })?;
-        environment::wait_or_lent(handle)?;
+        // A short message is here whole, and its receive done as posted: only a long one
+        // (a rendezvous) is waited for, which steps the progress hooks.
+        if with_engine_or_lent(|e| e.collect(handle))?.is_none() {
+            environment::wait_or_lent(handle)?;
+        }
         Ok(Some((status.source, status.tag, frame)))
+    }
+
+    /// Keeps a received frame's buffer for the next `receive`, unless it is long.
+    fn give_back(&mut self, frame: Vec<u8>) {
+        if frame.capacity() <= KEPT_INBOX {
+            self.inbox = frame;
+        }
+    }
+
+    /// One round of progress, then `serve_queued`: for the calls that look for what came
+    /// without waiting (`RmaRequest::test`, `with_local`, a lock word's tries), which nothing
+    /// else moves.
+    pub fn drain(&mut self) -> Result<(), Cause> {
+        with_engine_or_lent(|e| e.progress())?;
+        self.serve_queued()
     }
 
     /// Serves what has arrived for this window: applies requests (sending their replies) and
     /// takes replies; forgets finished sends. It ends with a look that found nothing, so
     /// every message that reached this rank's queues before that look was served: one that
     /// came while the window was its owner's (the hook skips it then) is not left behind.
-    pub fn drain(&mut self) -> Result<(), Cause> {
+    /// It makes no progress: its callers come after a round that did (the hook, a wait) or
+    /// need only what is queued (`Served`), and a round is a system call over TCP (an
+    /// origin's put and flush made five, each looking for nothing, on the way from one
+    /// operation's answer to the next operation).
+    pub fn serve_queued(&mut self) -> Result<(), Cause> {
         let mut i = 0;
         while i < self.sending.len() {
             let handle = self.sending[i].0;
@@ -350,12 +400,25 @@ impl Core {
         while let Some((source, tag, frame)) = self.receive()? {
             if tag == REQUEST {
                 self.target.apply(source, &frame, &mut replies);
+                self.give_back(frame);
                 for reply in replies.drain(..) {
                     self.send(reply.to, REPLY, reply.frame)?;
                 }
             } else {
                 self.deliver(source, &frame);
+                self.give_back(frame);
             }
+        }
+        Ok(())
+    }
+
+    /// `serve_queued`, unless the PML moved nothing since its last look found nothing (a
+    /// look costs a wildcard probe: an origin's put and flush looked four times for the one
+    /// answer they wait for).
+    pub fn serve_if_moved(&mut self) -> Result<(), Cause> {
+        let looked = self.looked;
+        if with_engine_or_lent(|e| Ok(e.moved_since(looked)))? {
+            self.serve_queued()?;
         }
         Ok(())
     }
@@ -396,8 +459,8 @@ impl Core {
 
     /// Serves the window until `done` holds, sleeping in the PML between messages.
     pub fn wait_until(&mut self, done: impl Fn(&Core) -> bool) -> Result<(), Cause> {
+        self.serve_if_moved()?;
         loop {
-            self.drain()?;
             if done(self) {
                 return Ok(());
             }
@@ -411,6 +474,8 @@ impl Core {
                 Ok(e.probe_queued(context, SourceSel::Any, TagSel::Any)?
                     .is_some())
             })?;
+            // What the wait found is served whatever the PML's counts say.
+            self.serve_queued()?;
         }
     }
 
@@ -477,7 +542,7 @@ impl Drop for Served<'_> {
     fn drop(&mut self) {
         // A failure of messaging stops the PML, and the next call meets it again.
         if !std::thread::panicking() {
-            let _ = self.0.drain();
+            let _ = self.0.serve_if_moved();
         }
     }
 }
@@ -519,7 +584,7 @@ fn serve_all() {
         i += 1;
         if let Some(core) = weak.upgrade() {
             if let Ok(mut core) = core.try_borrow_mut() {
-                let _ = core.drain();
+                let _ = core.serve_if_moved();
             }
         }
     }

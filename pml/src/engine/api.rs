@@ -264,6 +264,7 @@ impl Pml for Engine {
         if let Some(s) = self.core.probe(context, source, tag) {
             return Ok(Some(s));
         }
+        self.counters.probe_rounds += 1;
         self.progress()?;
         Ok(self.core.probe(context, source, tag))
     }
@@ -286,6 +287,7 @@ impl Pml for Engine {
         if let Some(m) = self.core.matched_probe(context, source, tag) {
             return Ok(Some(m));
         }
+        self.counters.probe_rounds += 1;
         self.progress()?;
         Ok(self.core.matched_probe(context, source, tag))
     }
