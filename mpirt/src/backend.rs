@@ -257,7 +257,8 @@ impl AnyPml {
         }
     }
 
-    /// `improbe` that makes no progress, as [`probe_queued`](Self::probe_queued).
+    /// `improbe` that makes no progress on the native PML, as
+    /// [`probe_queued`](Self::probe_queued) (UCX's `improbe` progresses its worker).
     pub(crate) fn matched_probe_queued(
         &mut self,
         context: ContextId,

@@ -259,7 +259,7 @@ impl Core {
     pub fn request_kept(&mut self, target: u32, request: Request) -> Result<u64, Cause> {
         // SAFETY: the reply's data goes to no buffer of the caller's.
         let id = unsafe { self.request(target, request, &[], Some(None)) }?;
-        // Set before any reply is delivered: only `drain`, under this borrow, delivers.
+        // Set before any reply is delivered: only `serve_queued`, under this borrow, delivers.
         self.awaited.get_mut(&id).expect("just awaited").keeps = true;
         Ok(id)
     }
@@ -328,8 +328,9 @@ impl Core {
     }
 
     /// Takes one message queued on the window's context, if one is: its source, tag and
-    /// bytes (in the buffer `inbox` lends, for `give_back`). It makes no progress: a message
-    /// still on its way is left to the next round of progress, which serves the window.
+    /// bytes (in the buffer `inbox` lends, for `give_back`). On the native PML it makes no
+    /// progress (under UCX the probe progresses the worker): a message still on its way is
+    /// left to the next round of progress, which serves the window.
     /// Where none is queued, it notes what the PML had moved then (`looked`).
     fn receive(&mut self) -> Result<Option<(u32, i32, Vec<u8>)>, Cause> {
         let context = self.comm.context;
