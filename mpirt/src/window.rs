@@ -941,7 +941,9 @@ impl<T: Equivalence> Drop for Window<'_, T> {
     /// leave and for every rank to be done with the window, then gives its memory back.
     fn drop(&mut self) {
         if !std::thread::panicking() {
-            let sent = messaging::serve(&self.core).and_then(|mut core| core.finish_sends());
+            let sent = messaging::serve(&self.core).and_then(|mut core| {
+                core.finish(self.direct().is_none().then(|| control(Ask::Flush)))
+            });
             or_fatal(sent.map_err(|c| Error::new("free a window", c)));
             // Every rank's epochs ended before it came here, so every request to this rank
             // was applied; the barrier keeps this rank's memory until all have.
@@ -987,12 +989,14 @@ impl Drop for OwnLock<'_> {
         match *self {
             OwnLock::Direct(direct, me) => direct.unlock(me, true),
             OwnLock::Messages(core, me) => {
-                // Served at once (the lent core drains as it goes back), so that a rank
-                // waiting for the lock gets it. A send that fails has stopped the PML, which
-                // the next call reports.
+                // Applied at once, so that a rank waiting for the lock gets it: the unlock
+                // goes through this rank's loopback, which only a round of progress
+                // delivers (`drain`). A send that fails has stopped the PML, which the next
+                // call reports.
                 if let Ok(mut core) = messaging::serve(core) {
                     // SAFETY: no reply is awaited.
-                    let _ = unsafe { core.request(me, control(Ask::Unlock), &[], None) };
+                    let _ = unsafe { core.request(me, control(Ask::Unlock), &[], None) }
+                        .and_then(|_| core.drain());
                 }
             }
         }

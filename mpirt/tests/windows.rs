@@ -112,6 +112,10 @@ fn rank_mode() {
             flushes_ride_on_their_operations(&world, &universe);
             println!("flushes ok");
         }
+        "freed" => {
+            unwound_unlocks_stay_with_their_window(&world);
+            println!("freed ok");
+        }
         "errors" => errors(&world),
         "beyond" => {
             beyond_locked_memory(&world);
@@ -558,6 +562,53 @@ fn unwound(world: &SimpleCommunicator) {
         window.with_local(|c| assert_eq!(c[0], 7 + 3 * world.size() as u64));
     }
     world.barrier();
+}
+
+/// Windows freed and made again in turn.
+const FREED_ROUNDS: usize = 50;
+
+/// An unwound lock epoch's unlock, which asks for no answer, is applied by its target before
+/// the window is freed: a window made next takes the lowest free context, the freed one's,
+/// and would otherwise take that unlock as one of its own (a lock its target never granted:
+/// refused, reported at the rank's next unlock, or worse, another epoch's lock released).
+/// Each round every rank locks every rank, itself too (whose unlock goes through its
+/// loopback, delivered only by a round of progress), in an epoch that unwinds; the window is
+/// freed at once, and a new one's lock epochs on every rank end cleanly.
+fn unwound_unlocks_stay_with_their_window(world: &SimpleCommunicator) {
+    let mut refused = Vec::new();
+    for round in 0..FREED_ROUNDS {
+        let window = Window::<u64>::allocate(world, 1);
+        for target in 0..world.size() {
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                window.lock(target, LockKind::Exclusive, |_| {
+                    panic!("a lock epoch unwinds before its window is freed")
+                })
+            }));
+            assert!(caught.is_err());
+        }
+        drop(window);
+        let window = Window::<u64>::allocate(world, 1);
+        for target in 0..world.size() {
+            let one = [1u64];
+            if let Err(e) = window.try_lock(target, LockKind::Exclusive, |epoch| {
+                epoch.accumulate(&one, target, 0, SystemOperation::sum())
+            }) {
+                refused.push(format!("round {round}: {e}"));
+            }
+        }
+        world.barrier();
+        if refused.is_empty() {
+            window.with_local(|c| assert_eq!(c[0], world.size() as u64, "round {round}"));
+        }
+    }
+    assert!(
+        refused.is_empty(),
+        "rank {}: {} of {} lock epochs on windows made after one whose epochs unwound \
+         failed: {refused:?}",
+        world.rank(),
+        refused.len(),
+        FREED_ROUNDS * world.size() as usize
+    );
 }
 
 /// A lock epoch that unwinds inside another (rank 0 locks itself inside its lock of rank 1)
@@ -2008,6 +2059,15 @@ fn window_kinds_and_progress() {
 fn a_flush_after_one_operation_costs_no_message_of_its_own() {
     assert_job(2, "flushes", &MESSAGES, "flushes ok");
     assert_job(2, "flushes", &TCP, "flushes ok");
+}
+
+/// An unwound lock epoch's unlock is applied before its window is freed, never taken by the
+/// next window on the same context (`unwound_unlocks_stay_with_their_window`), by messages
+/// over shared memory and over TCP.
+#[test]
+fn unwound_unlocks_are_applied_before_the_window_is_freed() {
+    assert_job(2, "freed", &MESSAGES, "freed ok");
+    assert_job(3, "freed", &TCP, "freed ok");
 }
 
 /// Windows by messages, and waits in the collective area that sleep at once (they spin not

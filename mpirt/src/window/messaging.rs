@@ -492,14 +492,35 @@ impl Core {
         }
     }
 
-    /// Sends what is held back, then waits until every frame this rank sent on the window
-    /// has left. (Every epoch's end sends each of its targets a request, which sends what was
-    /// held for it first; this is for a window freed with an epoch left open.)
-    pub fn finish_sends(&mut self) -> Result<(), Cause> {
-        for target in 0..self.held.len() {
-            if let Some(frame) = self.held[target].take() {
-                self.send(target as u32, REQUEST, frame)?;
+    /// Before the window is freed: makes sure that every target applied every request this
+    /// rank sent it, then waits until every frame this rank sent on the window has left. A
+    /// request that asked for no answer (an unwound epoch's unlock, `with_local`'s release
+    /// of this rank's own lock, what was held back for a flush that never came) may still be
+    /// on its way, or in this rank's loopback, which only a round of progress delivers; a
+    /// target that freed the window before it came would leave it queued on the freed
+    /// context, where the next window made (it takes the lowest free context, this one)
+    /// would take it as its own: an unlock of a lock it never granted. So each target whose
+    /// last request asked nothing gets a flush, whose answer comes once everything before it
+    /// was applied (a fault an earlier request caused comes before it, and is forgotten with
+    /// the window). `flush` is the flush request; none on the shared-memory path, whose
+    /// locks are lock words and whose messages (`post`'s notices, `complete`'s markers) the
+    /// epochs they end consume, and where a target that went on to the free's barrier may
+    /// sleep on the collective area, which no message wakes: what was held back is sent.
+    pub fn finish(&mut self, flush: Option<Request>) -> Result<(), Cause> {
+        let mut ids = Vec::new();
+        for target in 0..self.held.len() as u32 {
+            match flush {
+                Some(flush) => ids.extend(self.flush_request(target, flush)?),
+                None => {
+                    if let Some(frame) = self.held[target as usize].take() {
+                        self.send(target, REQUEST, frame)?;
+                    }
+                }
             }
+        }
+        self.wait_until(|core| ids.iter().all(|&id| core.is_done(id)))?;
+        for id in ids {
+            self.take(id);
         }
         while let Some((handle, _frame)) = self.sending.last() {
             let handle = *handle;
