@@ -1443,8 +1443,10 @@ fn message_sizes_over_ipv6_loopback() {
 }
 
 /// Over shared memory, large heap buffers go by memcpy from the sender's shared arena (the
-/// ranks install TrackingAllocator), or by process_vm_readv when it is turned off: both deliver
-/// every byte, and `--verbose` says which path is in use.
+/// ranks install TrackingAllocator), or by process_vm_readv when it is turned off or when more
+/// ranks share the host than `MPIRT_SHM_ARENA_MAX_RANKS` (63 by default; 1 here, so that 2
+/// ranks take the path of 64 and more): each delivers every byte, and `--verbose` says which
+/// path is in use.
 #[test]
 fn large_messages_from_shared_arenas() {
     if on_ucx() {
@@ -1466,6 +1468,11 @@ fn large_messages_from_shared_arenas() {
         (
             vec![verbose, ("MPIRT_SHM_ARENA", "0")],
             "single copy (process_vm_readv); no shared arena: turned off",
+        ),
+        (
+            vec![verbose, ("MPIRT_SHM_ARENA_MAX_RANKS", "1")],
+            "single copy (process_vm_readv); no shared arena: 2 ranks share this host, more \
+             than MPIRT_SHM_ARENA_MAX_RANKS (1)",
         ),
     ] {
         let (out, err) = ok_job_with(2, "arena", &envs);
