@@ -1487,6 +1487,72 @@ fn large_messages_from_shared_arenas() {
     }
 }
 
+/// Ranks of a host that disagree on having a shared arena (`MPIRT_SHM_ARENA_MAX_RANKS=1` set
+/// for one rank only, sender or receiver in turn) still deliver every byte: the rank without
+/// one still maps its peer's, the peer reads it by process_vm_readv, and `--verbose` says so
+/// on each side.
+#[test]
+fn ranks_that_disagree_on_the_arena_deliver_every_byte() {
+    if on_ucx() {
+        println!(
+            "skipped: the shared arena is the native PML's (UCX moves large data its own way)"
+        );
+        return;
+    }
+    for without in 0..2 {
+        let script = format!(
+            "[ \"$MPIRT_RANK\" = {without} ] && export MPIRT_SHM_ARENA_MAX_RANKS=1; \
+             exec \"$0\" --exact rank_mode --nocapture --test-threads=1 -q"
+        );
+        let mut command = Command::new(rsrun_path());
+        command
+            .args(["-n", "2", "sh", "-c", &script])
+            .arg(env::current_exe().unwrap())
+            .env(RANK_MODE, "arena")
+            .env("MPIRT_VERBOSE", "1");
+        let output = run_limited(command);
+        let (stdout, stderr) = text(&output);
+        assert!(
+            output.status.success() && stdout.contains("arena ok"),
+            "rank {without} without an arena\n{stdout}\n{stderr}"
+        );
+        for rank in 0..2 {
+            let line = stderr
+                .lines()
+                .find(|l| l.starts_with(&format!("mpirt: rank {rank} of 2 ")))
+                .unwrap_or_else(|| panic!("rank {rank} did not report\n{stderr}"));
+            let why = if rank == without {
+                "no shared arena: 2 ranks share this host, more than MPIRT_SHM_ARENA_MAX_RANKS (1)"
+                    .to_string()
+            } else {
+                format!("no shared arena: rank {without} has none")
+            };
+            assert!(line.contains(&why), "{line}");
+        }
+    }
+}
+
+/// `MPIRT_SHM_ARENA_MAX_RANKS` that is not a number of ranks stops the job at start-up with
+/// an error naming the rank, the operation and the value, rather than being ignored.
+#[test]
+fn a_bad_arena_rank_limit_stops_the_job() {
+    let output = job_on(
+        Launch::Rsrun,
+        2,
+        "ring",
+        &[("MPIRT_SHM_ARENA_MAX_RANKS", "lots")],
+    );
+    let (stdout, stderr) = text(&output);
+    assert!(!output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        (0..2).any(|rank| stderr.contains(&format!(
+            "mpirt: rank {rank}: initialize: MPIRT_SHM_ARENA_MAX_RANKS='lots' is not a number \
+             of ranks"
+        ))),
+        "{stderr}"
+    );
+}
+
 /// Rings of the least size, 512 bytes (what each pair gets past 257 ranks on a host; here
 /// 3 ranks sharing 1 KiB a receiver): every message size still arrives whole, eager ones cut
 /// to what a frame holds, the rest by rendezvous, and streamed in DATA frames through the
