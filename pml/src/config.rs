@@ -123,9 +123,9 @@ pub struct EngineConfig {
     /// Whether large heap blocks (under `TrackingAllocator`) go to a shared arena that
     /// same-host peers map, so that their rendezvous is a plain memcpy (needs `single_copy`).
     pub shared_arena: bool,
-    /// The most ranks a host may hold for its ranks to have shared arenas: past it, large heap
-    /// blocks stay private and rendezvous goes by process_vm_readv (`transport::shm`'s
-    /// `activate_arena` says why).
+    /// The most ranks of this job a host may hold for them to have shared arenas: past it,
+    /// large heap blocks stay private and rendezvous goes by process_vm_readv
+    /// (`transport::shm`'s `activate_arena` says why).
     pub shm_arena_max_ranks: usize,
     /// How long a waiting rank busy-polls before it yields its core, when ranks do not
     /// outnumber cores (then it yields at once).
