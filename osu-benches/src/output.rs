@@ -109,6 +109,82 @@ pub fn collective_header(b: Benchmark, full: bool) -> String {
     h + "\n"
 }
 
+/// A non-blocking collective's header: OSU's line on what the overall time holds, then its
+/// overlap columns (with `full` the start, the tests and the wait apart too). The barrier has
+/// no size column.
+pub fn non_blocking_header(b: Benchmark, full: bool) -> String {
+    let mut h = format!(
+        "\n# {} v7.4\n# Overall = Coll. Init + Compute + MPI_Test + MPI_Wait\n\n",
+        b.title()
+    );
+    if b.has_sizes() {
+        h += &format!("{:<SIZE_WIDTH$}", "# Size");
+    }
+    let columns: &[&str] = if full {
+        &[
+            "Overall(us)",
+            "Compute(us)",
+            "Coll. Init(us)",
+            "MPI_Test(us)",
+            "MPI_Wait(us)",
+            "Pure Comm.(us)",
+            "Overlap(%)",
+        ]
+    } else {
+        &["Overall(us)", "Compute(us)", "Pure Comm.(us)", "Overlap(%)"]
+    };
+    for column in columns {
+        h += &format!("{column:>FIELD_WIDTH$}");
+    }
+    h + "\n"
+}
+
+/// What a non-blocking collective's row reports, averaged over the ranks, in microseconds:
+/// the call with the computation between its start and its wait (`overall`), the computation
+/// (`compute`), the call alone (`pure`), and, apart, its start (`init`) and its wait (`wait`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Overlapped {
+    pub overall: f64,
+    pub compute: f64,
+    pub init: f64,
+    pub wait: f64,
+    pub pure: f64,
+}
+
+impl Overlapped {
+    /// OSU's overlap: the share of the call's own time that the computation hid, in percent,
+    /// never below 0.
+    pub fn overlap(&self) -> f64 {
+        (100.0 - (self.overall - self.compute) / self.pure * 100.0).max(0.0)
+    }
+}
+
+/// A non-blocking collective's row (no size for the barrier). The programs probe nothing
+/// during the computation (OSU's default), so the tests' column is 0.
+pub fn non_blocking_row(size: Option<usize>, o: Overlapped, full: bool) -> String {
+    let mut r = match size {
+        Some(size) => format!("{size:<SIZE_WIDTH$}"),
+        None => String::new(),
+    };
+    let values = if full {
+        vec![
+            o.overall,
+            o.compute,
+            o.init,
+            0.0,
+            o.wait,
+            o.pure,
+            o.overlap(),
+        ]
+    } else {
+        vec![o.overall, o.compute, o.pure, o.overlap()]
+    };
+    for value in values {
+        r += &format!("{value:>FIELD_WIDTH$.FLOAT_PRECISION$}");
+    }
+    r + "\n"
+}
+
 /// Latencies over the ranks of one collective measurement, in microseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Latencies {
@@ -197,6 +273,46 @@ mod tests {
             "4                       1.23              0.50              2.00        1000\n"
         );
         assert_eq!(collective_row(None, l, false), "             1.23\n");
+    }
+
+    #[test]
+    fn non_blocking_headers_and_rows_match_osu() {
+        assert_eq!(
+            non_blocking_header(Benchmark::IBroadcast, false),
+            "\n# OSU MPI Non-blocking Broadcast Latency Test v7.4\n\
+             # Overall = Coll. Init + Compute + MPI_Test + MPI_Wait\n\n\
+             # Size           Overall(us)       Compute(us)    Pure Comm.(us)        Overlap(%)\n"
+        );
+        assert_eq!(
+            non_blocking_header(Benchmark::IBarrier, true),
+            "\n# OSU MPI Non-blocking Barrier Latency Test v7.4\n\
+             # Overall = Coll. Init + Compute + MPI_Test + MPI_Wait\n\n\
+             \x20      Overall(us)       Compute(us)    Coll. Init(us)      MPI_Test(us)      \
+             MPI_Wait(us)    Pure Comm.(us)        Overlap(%)\n"
+        );
+        let o = Overlapped {
+            overall: 3.0,
+            compute: 2.0,
+            init: 0.25,
+            wait: 0.75,
+            pure: 2.0,
+        };
+        // 1 us of the call's 2 us was not hidden: half of it overlapped.
+        assert_eq!(o.overlap(), 50.0);
+        assert_eq!(
+            non_blocking_row(Some(8), o, false),
+            "8                       3.00              2.00              2.00             50.00\n"
+        );
+        assert_eq!(
+            non_blocking_row(None, o, true),
+            "              3.00              2.00              0.25              0.00              0.75              2.00             50.00\n"
+        );
+        let slower = Overlapped { overall: 9.0, ..o };
+        assert_eq!(
+            slower.overlap(),
+            0.0,
+            "a call slower beside the computation overlaps nothing"
+        );
     }
 
     #[test]
