@@ -92,6 +92,15 @@ pub fn measure_summed(
     });
 }
 
+/// The sizes a collective test walks: OSU's from 1 byte, or none for the barriers.
+fn collective_sizes(options: &Options, b: Benchmark) -> Vec<Option<usize>> {
+    if b.has_sizes() {
+        options.sizes().filter(|&s| s > 0).map(Some).collect()
+    } else {
+        vec![None]
+    }
+}
+
 /// Runs the collective `call(size)` over OSU's sizes (without a size for the barrier, which
 /// is its own synchronization) and prints a row per size.
 pub fn measure_collective(
@@ -100,12 +109,7 @@ pub fn measure_collective(
     b: Benchmark,
     mut call: impl FnMut(usize),
 ) {
-    let sizes: Vec<Option<usize>> = if b.has_sizes() {
-        options.sizes().filter(|&s| s > 0).map(Some).collect()
-    } else {
-        vec![None]
-    };
-    for size in sizes {
+    for size in collective_sizes(options, b) {
         let (iterations, skip) = options.loops(size.unwrap_or(0));
         world.barrier();
         let mut timer = 0.0;
@@ -154,12 +158,7 @@ pub fn measure_non_blocking(
     b: Benchmark,
     mut call: impl FnMut(usize, &mut dyn FnMut()),
 ) {
-    let sizes: Vec<Option<usize>> = if b.has_sizes() {
-        options.sizes().filter(|&s| s > 0).map(Some).collect()
-    } else {
-        vec![None]
-    };
-    for size in sizes {
+    for size in collective_sizes(options, b) {
         let (iterations, skip) = options.loops(size.unwrap_or(0));
         let bytes = size.unwrap_or(0);
         let settle = || {
