@@ -61,7 +61,7 @@ def rows(path, column=-1):
     figures = {}
     for line in path.read_text().splitlines():
         v = line.split()
-        # Comments, and the non-blocking barrier's column header (OSU writes it without a #).
+        # Comments and column headers.
         if not v or not v[0][0].isdigit():
             continue
         size, row = (0, v) if "." in v[0] else (int(v[0]), v[1:])

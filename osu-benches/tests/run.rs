@@ -316,9 +316,10 @@ fn size_range(sizes: &[usize]) -> String {
 }
 
 /// A non-blocking collective's layout on `n` ranks: title, OSU's line on what the overall
-/// time holds, a blank line, the column header (no size column for the barrier), then one row
-/// per size with the overall, compute and pure times and the overlap, which is a share (with
-/// `-f`, `full`, the start, test and wait times too, before the pure time).
+/// time holds, a blank line, the datatype and the column header (for the barrier no datatype,
+/// and `# Overall(us)` where a size column would be), then one row per size with the overall,
+/// compute and pure times and the overlap, which is a share (with `-f`, `full`, the start,
+/// test and wait times too, before the pure time, and the fastest and slowest rank's after).
 fn check_non_blocking(n: u32, program: &str, title: &str, sizes: &[usize], full: bool) {
     let range = size_range(sizes);
     let mut args = vec!["-m", &range, "-i", "5", "-x", "1"];
@@ -334,47 +335,59 @@ fn check_non_blocking(n: u32, program: &str, title: &str, sizes: &[usize], full:
     assert_eq!(lines[3], "", "{text}");
     let columns: &[&str] = if full {
         &[
-            "Overall(us)",
             "Compute(us)",
             "Coll. Init(us)",
             "MPI_Test(us)",
             "MPI_Wait(us)",
             "Pure Comm.(us)",
+            "Min Comm.(us)",
+            "Max Comm.(us)",
             "Overlap(%)",
         ]
     } else {
-        &["Overall(us)", "Compute(us)", "Pure Comm.(us)", "Overlap(%)"]
+        &["Compute(us)", "Pure Comm.(us)", "Overlap(%)"]
     };
-    let header: String = columns.iter().map(|c| format!("{c:>18}")).collect();
-    let size_column = if sizes.is_empty() { 0 } else { 10 };
-    let size_header = if sizes.is_empty() { "" } else { "# Size" };
-    assert_eq!(lines[4], format!("{size_header:<size_column$}{header}"));
-    let rows = &lines[5..];
+    let rest: String = columns.iter().map(|c| format!("{c:>18}")).collect();
+    // OSU 7.4: the first value under "# Overall(us)" is 13 wide, under a size 10 + 18.
+    let (first, header_at) = if sizes.is_empty() {
+        assert_eq!(lines[4], format!("# Overall(us){rest}"), "{text}");
+        (13, 4)
+    } else {
+        assert_eq!(lines[4], "# Datatype: MPI_CHAR.", "{text}");
+        let head = format!("{:<10}{:>18}{rest}", "# Size", "Overall(us)");
+        assert_eq!(lines[5], head, "{text}");
+        (28, 5)
+    };
+    let rows = &lines[header_at + 1..];
     assert_eq!(rows.len(), sizes.len().max(1), "{text}");
     for (i, line) in rows.iter().enumerate() {
         assert_eq!(
             line.len(),
-            size_column + 18 * columns.len(),
+            first + 18 * columns.len(),
             "row width: '{line}'"
         );
         if let Some(size) = sizes.get(i) {
             assert_eq!(line[..10].trim_end(), size.to_string(), "'{line}'");
         }
-        let values: Vec<f64> = line[size_column..]
+        let values: Vec<f64> = line
             .split_whitespace()
             .map(|v| v.parse().unwrap())
             .collect();
-        assert_eq!(values.len(), columns.len(), "'{line}'");
+        let values = &values[usize::from(!sizes.is_empty())..];
+        assert_eq!(values.len(), columns.len() + 1, "'{line}'");
         assert!(values.iter().all(|&v| v >= 0.0), "'{line}'");
-        let (overall, pure, overlap) = (
-            values[0],
-            values[values.len() - 2],
-            values[values.len() - 1],
-        );
+        let overall = values[0];
+        let overlap = values[values.len() - 1];
+        let pure = if full { values[5] } else { values[2] };
         assert!(overall > 0.0 && pure > 0.0, "'{line}'");
         assert!(overlap <= 100.0, "'{line}'");
         if full {
             assert_eq!(values[3], 0.0, "no probes during the computation: '{line}'");
+            let (min, max) = (values[6], values[7]);
+            assert!(
+                min <= pure && pure <= max,
+                "min <= average <= max: '{line}'"
+            );
         }
     }
 }
