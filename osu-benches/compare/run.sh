@@ -179,8 +179,9 @@ for bench in "${collectives[@]}"; do
         # The rsmpi builds have every port but osu_ireduce_scatter (rsmpi 0.8 has no
         # MPI_Ireduce_scatter).
         if [ -n "$rs_builds" ] && [ -x "$rs_ompi/osu_$bench" ]; then
-            "${ompi[@]}" "$ranks" "$rs_ompi"/osu_$bench > "$out/$bench.ompi-rs.$r"
-            mpich_collective "$out/$bench.mpich-rs.$r" "${mpich[@]}" "$ranks" "$rs_mpich"/osu_$bench
+            # The same sizes as the others (OSU's default stops at 1 MiB).
+            "${ompi[@]}" "$ranks" "$rs_ompi"/osu_$bench -m "1:$max" > "$out/$bench.ompi-rs.$r"
+            mpich_collective "$out/$bench.mpich-rs.$r" "${mpich[@]}" "$ranks" "$rs_mpich"/osu_$bench -m "1:$max"
         fi
     done
 done
