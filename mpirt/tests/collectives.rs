@@ -410,6 +410,16 @@ where
         let mut got = vec![T::default(); own];
         world.reduce_scatter_into(&mine[..], &mut got[..], &counts, op);
         assert!(got == expected[start..start + own], "reduce_scatter {what}");
+        let mut later = vec![T::default(); own];
+        request::scope(|scope| {
+            world
+                .immediate_reduce_scatter_into(scope, &mine[..], &mut later[..], &counts, op)
+                .wait();
+        });
+        assert!(
+            later == expected[start..start + own],
+            "immediate reduce_scatter {what}"
+        );
     }
 }
 
@@ -2136,6 +2146,17 @@ fn hierarchy_rooted(world: &SimpleCommunicator, frames: impl Fn() -> Option<u64>
         let mut got = vec![0i64; own];
         world.reduce_scatter_into(&send[..], &mut got[..], &counts, SystemOperation::sum());
         assert!(got == whole[start..start + own], "reduce_scatter of {what}");
+        let mut later = vec![0i64; own];
+        request::scope(|scope| {
+            let op = SystemOperation::sum();
+            world
+                .immediate_reduce_scatter_into(scope, &send[..], &mut later[..], &counts, op)
+                .wait();
+        });
+        assert!(
+            later == whole[start..start + own],
+            "immediate reduce_scatter of {what}"
+        );
     }
     // The frames of the hierarchical plans, for each root on each kind of host: a host of
     // one rank, and the lowest and the highest rank of a host of several.

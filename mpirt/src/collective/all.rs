@@ -462,6 +462,35 @@ pub trait CommunicatorCollectives: Communicator {
         ))
     }
 
+    /// [`reduce_scatter_into`](Self::reduce_scatter_into) as a request
+    /// (`MPI_Ireduce_scatter`; not in rsmpi). The counts are read when the call starts.
+    fn immediate_reduce_scatter_into<'a, Sc, S, R, O>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+        recv: &'a mut R,
+        counts: &[Count],
+        op: O,
+    ) -> CollectiveRequest<'a, R, Sc>
+    where
+        Sc: Scope<'a>,
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation + 'a,
+    {
+        let comm = self.data();
+        let (data, call) = Lent::exclusive(recv, |recv| {
+            calls::reduce_scatter(comm, send, recv, Some(counts), op)
+        });
+        or_fatal(immediate(
+            comm,
+            scope,
+            "immediate_reduce_scatter_into",
+            data,
+            call,
+        ))
+    }
+
     /// [`scan_into`](Self::scan_into) as a request (`MPI_Iscan`).
     fn immediate_scan_into<'a, Sc, S, R, O>(
         &self,
