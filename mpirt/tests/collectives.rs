@@ -17,7 +17,9 @@ use mpirt::Count;
 
 mod common;
 
-use common::{job, ok_job_on, ok_job_with, slurm_available, text, Launch, TestLauncher, RANK_MODE};
+use common::{
+    job, ok_job_on, ok_job_with, slurm_available, text, Launch, SideFiles, TestLauncher, RANK_MODE,
+};
 
 /// 1 MiB, the large size every collective is checked at.
 const MIB: usize = 1 << 20;
@@ -192,6 +194,7 @@ fn rank_mode() {
                 assert_eq!(own, [dup.rank()]);
             }
         }
+        "immediate-starts" => immediates_start(&world),
         "describe" => println!("rank {}: {}", world.rank(), universe.description()),
         "context-reuse" => {
             // More communicators than there are context ids, one at a time: ids must be
@@ -1980,6 +1983,39 @@ fn hierarchy_leader_fails(world: &SimpleCommunicator) {
 /// messages), of vectors of 1 to 4 bytes and of 510 and 511 bytes a rank (on 8 ranks, the
 /// most an all-gather takes on the path, and one more), each against the serial reference:
 /// rank r's vector is `r * 7 + i` for byte i (mod 256).
+/// An immediate broadcast moves as it starts: rank 0 starts one and then stays outside mpirt
+/// (computing, as OSU's overlap loop does) until rank 1 says it received the data, which it
+/// can only if rank 0's start sent it (shared memory: an eager copy into the ring, or a
+/// rendezvous the receiver reads by itself). Counted, not timed: a start that sends nothing
+/// leaves rank 1 waiting, and rank 0 fails after SideFiles' 60 s.
+fn immediates_start(world: &SimpleCommunicator) {
+    let side = SideFiles::of_rank_0(world, "immediate-starts");
+    let root = world.process_at_rank(0);
+    for len in [8, 1 << 20] {
+        let said = format!("received {len}");
+        let mut data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        if world.rank() == 0 {
+            request::scope(|scope| {
+                let started = root.immediate_broadcast_into(scope, &mut data[..]);
+                side.wait_for(&said);
+                started.wait();
+            });
+        } else {
+            let mut got = vec![0u8; len];
+            request::scope(|scope| {
+                root.immediate_broadcast_into(scope, &mut got[..]).wait();
+            });
+            assert!(got == data, "the broadcast of {len} bytes");
+            side.say(&said);
+        }
+        println!(
+            "rank {}: {len} bytes moved as the broadcast started",
+            world.rank()
+        );
+    }
+    side.remove(world);
+}
+
 fn hierarchy_gathers(comm: &SimpleCommunicator) {
     let (rank, size) = (comm.rank(), comm.size());
     let vector =
@@ -2748,6 +2784,18 @@ fn ok_job_launched(launch: Launch, n: u32, envs: &[(&str, &str)]) -> String {
 fn every_collective_under_srun_with_pmi2() {
     if slurm_available() {
         ok_job_launched(Launch::Srun { nodes: 4 }, 8, &[]);
+    }
+}
+
+/// Immediate collectives post their first round as they start (`immediates_start`).
+#[test]
+fn an_immediate_broadcast_moves_while_the_root_computes() {
+    let (out, _) = ok_job_with(2, "immediate-starts", &[]);
+    for rank in 0..2 {
+        for len in [8, 1 << 20] {
+            let line = format!("rank {rank}: {len} bytes moved as the broadcast started");
+            assert!(out.contains(&line), "missing {line:?} in\n{out}");
+        }
     }
 }
 
