@@ -1440,8 +1440,8 @@ impl OfiTransport {
                 self.rank,
                 format!(
                     "this rank's libfabric endpoint lost its address {} ({} on {}: binding to it \
-                     now fails: {e}): its interface went down or was deleted, so no message to \
-                     or from this rank can move; run on an interface that stays up \
+                     now fails: {e}): its interface was deleted or lost the address, so no \
+                     message to or from this rank can move; run on an interface that stays up \
                      (FI_UDP_IFACE or FI_TCP_IFACE names one)",
                     address.ip(),
                     self.fabric.provider,
@@ -1451,8 +1451,8 @@ impl OfiTransport {
         }
     }
 
-    /// Prepares a sleep: probes idle peers, checks the endpoint's address, and says whether something may be pending
-    /// (`fi_trywait` refuses): then do not sleep. Without an fd (the provider has none) it
+    /// Prepares a sleep: probes idle peers, checks the endpoint's address, and says whether
+    /// something may be pending (`fi_trywait` refuses): then do not sleep. Without an fd (the provider has none) it
     /// cannot tell: `polled` says how soon to look.
     pub fn before_wait(&mut self) -> Result<bool, PmlError> {
         let idle = self.idle_since.get_or_insert_with(Instant::now).elapsed();

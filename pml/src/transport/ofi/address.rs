@@ -8,7 +8,8 @@
 //! apart), and reports nothing to the ranks: with a veth address deleted 1.5 s into pml's
 //! engine test over udp;ofi_rxd, both ranks still waited 60 s later, asleep, and never
 //! failed. So a wait that has delivered nothing for a while checks the address (a fresh
-//! socket's bind to it fails once no interface has it) and fails naming it.
+//! socket's bind to it fails once no interface has it) and fails naming it. An interface
+//! taken down keeps its IPv4 addresses (IPv6 ones go), so that is not caught.
 
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
@@ -115,5 +116,20 @@ mod tests {
         }
         let e = lost(SocketAddr::from(([198, 51, 100, 7], 0))).expect("198.51.100.7 is lost");
         assert_eq!(e.kind(), ErrorKind::AddrNotAvailable, "{e}");
+    }
+
+    /// A link-local IPv6 address is lost with its interface, whose index (the scope) no
+    /// longer names one: the bind fails with ENODEV, not EADDRNOTAVAIL.
+    #[test]
+    fn a_link_local_address_of_an_interface_gone_is_lost() {
+        if let Err(e) = UdpSocket::bind("[::1]:0") {
+            println!("skipped: no IPv6 loopback here to bind ({e})");
+            return;
+        }
+        let gone = i32::MAX as u32;
+        let link_local = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 7);
+        let e = lost(SocketAddr::V6(SocketAddrV6::new(link_local, 0, 0, gone)))
+            .expect("an address on no interface is lost");
+        assert_eq!(e.raw_os_error(), Some(libc::ENODEV), "{e}");
     }
 }
