@@ -15,7 +15,9 @@ use pml::{
 
 mod ranks_common;
 
-use ranks_common::{checksum, pattern, recv, run_children, send, singleton_wireup, DirWireup};
+use ranks_common::{
+    checksum, ofi_on_loopback, pattern, recv, run_children, send, singleton_wireup, DirWireup,
+};
 
 // Lets the verbs test check that the registration cache works.
 #[global_allocator]
@@ -615,14 +617,10 @@ fn run_ranks(test: &str, cases: &[(u32, &str)]) {
                 },
                 Some(size),
             ),
-            // These ranks share one host, so they talk over loopback: by default libfabric's
-            // udp and tcp providers bind to the first interface they list, which with the SSH
-            // test hosts up is their bridge, and another run that takes the hosts down
-            // deletes it under this job (whose ranks then fail, naming the lost address).
-            "ofi-udp" | "ofi-tcp" | "ofi-tcp-frames" => ["FI_UDP_IFACE", "FI_TCP_IFACE"]
+            // These ranks share one host, so they talk over loopback.
+            "ofi-udp" | "ofi-tcp" | "ofi-tcp-frames" => ofi_on_loopback()
                 .into_iter()
-                .filter(|name| env::var_os(name).is_none())
-                .map(|name| (name, "lo".to_string()))
+                .map(|(name, value)| (name, value.to_string()))
                 .collect(),
             _ => Vec::new(),
         };
