@@ -2897,15 +2897,14 @@ fn every_collective_over_ofi() {
         return;
     }
     let provider = common::ofi_test_provider();
-    let stderr = ok_job(
-        5,
-        &[
-            ("MPIRT_TRANSPORT", "ofi"),
-            ("MPIRT_OFI_PROVIDER", &provider),
-            ("MPIRT_OFI_EAGER_LIMIT", "4096"),
-            ("MPIRT_VERBOSE", "1"),
-        ],
-    );
+    let mut envs = vec![
+        ("MPIRT_TRANSPORT", "ofi"),
+        ("MPIRT_OFI_PROVIDER", &provider),
+        ("MPIRT_OFI_EAGER_LIMIT", "4096"),
+        ("MPIRT_VERBOSE", "1"),
+    ];
+    envs.extend(common::ofi_on_loopback());
+    let stderr = ok_job(5, &envs);
     let over = format!("4 ranks over libfabric {provider} ");
     assert_eq!(stderr.matches(&over).count(), 5, "{stderr}");
 }

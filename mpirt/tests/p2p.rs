@@ -1254,12 +1254,19 @@ impl Wire {
                 ("MPIRT_VERBOSE", "1".to_string()),
             ],
             #[cfg(feature = "ofi")]
-            Wire::Ofi => vec![
+            Wire::Ofi => [
                 ("MPIRT_TRANSPORT", "ofi".to_string()),
                 ("MPIRT_OFI_PROVIDER", common::ofi_test_provider()),
                 ("MPIRT_OFI_EAGER_LIMIT", EAGER.to_string()),
                 ("MPIRT_VERBOSE", "1".to_string()),
-            ],
+            ]
+            .into_iter()
+            .chain(
+                common::ofi_on_loopback()
+                    .into_iter()
+                    .map(|(name, value)| (name, value.to_string())),
+            )
+            .collect(),
         }
     }
 

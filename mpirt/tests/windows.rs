@@ -2196,12 +2196,13 @@ fn windows_over_ucx() {
 #[test]
 fn windows_over_ofi() {
     let provider = common::ofi_test_provider();
-    let envs = [
+    let mut envs = vec![
         ("MPIRT_TRANSPORT", "ofi"),
         ("MPIRT_OFI_PROVIDER", provider.as_str()),
         ("MPIRT_VERBOSE", "1"),
         ("MPIRT_WINDOW_PATH", "rdma"),
     ];
+    envs.extend(common::ofi_on_loopback());
     // The model's programs take every kind of operation and epoch (the atomics mode's
     // thousands of contended rounds, each an fi_atomic that the target's progress applies,
     // outlast the job's limit on tcp;ofi_rxm); the typed ones' puts and gets go a piece at a

@@ -19,8 +19,8 @@ use pml::{
 mod ranks_common;
 
 use ranks_common::{
-    every_rank_done, exchange, pattern, put_and_read_back, rank0_saw_rank1_die, recv, rma_waited,
-    run_children, send, swap_windows, wait_for_dead_rank1, DirWireup,
+    every_rank_done, exchange, ofi_on_loopback, pattern, put_and_read_back, rank0_saw_rank1_die,
+    recv, rma_waited, run_children, send, swap_windows, wait_for_dead_rank1, DirWireup,
 };
 
 const DEATH_ENV: &str = "PML_OFI_TEST_DEATH";
@@ -103,7 +103,7 @@ fn both_ranks_finish(test: &str, spec_env: &str, providers: &[&str]) {
                             2,
                             spec_env,
                             |r| format!("{},{r},{provider}", dir.display()),
-                            &[],
+                            &ofi_on_loopback(),
                             Duration::from_secs(120),
                         )
                     })
@@ -167,7 +167,7 @@ fn a_dead_peer_is_an_error_not_a_hang() {
                 2,
                 DEATH_ENV,
                 |r| format!("{},{r},{case},{provider}", dir.display()),
-                &[],
+                &ofi_on_loopback(),
                 Duration::from_secs(120),
             );
             let what = format!("{provider} {case}");
@@ -579,7 +579,7 @@ fn a_rank_beside_an_fd_less_provider_sleeps() {
             3,
             BESIDE_SHM_ENV,
             |r| format!("{},{r}", dir.display()),
-            &[],
+            &ofi_on_loopback(),
             Duration::from_secs(120),
         );
         fs::remove_dir_all(dir).unwrap();

@@ -125,6 +125,23 @@ pub fn ofi_test_provider() -> String {
     env::var("MPIRT_TEST_OFI_PROVIDER").unwrap_or_else(|_| "tcp;ofi_rxm".into())
 }
 
+/// The environment that keeps libfabric's udp and tcp providers on loopback where the jobs'
+/// ranks share this host (none where they are spread over hosts): by default they bind to
+/// the first interface they list, which with the SSH test hosts up is their bridge, and a run
+/// that takes the hosts down deletes it under the job. A variable this test's environment
+/// sets is the user's, which the ranks inherit, and stays.
+#[allow(dead_code)] // each test binary compiles this module; the suites over OFI use it
+pub fn ofi_on_loopback() -> Vec<(&'static str, &'static str)> {
+    if spread_over_hosts() {
+        return Vec::new();
+    }
+    ["FI_UDP_IFACE", "FI_TCP_IFACE"]
+        .into_iter()
+        .filter(|name| env::var_os(name).is_none())
+        .map(|name| (name, "lo"))
+        .collect()
+}
+
 /// rsrun's arguments for this run: `--pml` (MPIRT_TEST_PML) and, where MPIRT_TEST_HOSTS names
 /// hosts (`host1:2,host2:2`), ranks spread over them round-robin, as many as a job asks for.
 fn rsrun_args() -> Vec<String> {

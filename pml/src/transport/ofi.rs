@@ -31,6 +31,7 @@
 //! rank that finalizes says goodbye to its peers first, so that a probe stuck on it is no
 //! error.
 
+mod address;
 mod contract;
 mod environment;
 mod fabric;
@@ -42,6 +43,7 @@ mod sys;
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::mem::size_of;
+use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
@@ -361,6 +363,10 @@ pub struct OfiTransport {
     /// probed the peers.
     idle_since: Option<Instant>,
     last_probe: Option<Instant>,
+    /// The endpoint's IP address, on providers over IP sockets, and when an idle wait last
+    /// checked that this host still has it (see `address`).
+    address: Option<SocketAddr>,
+    address_checked: Option<Instant>,
     /// Registrations: ours (where the provider wants local buffers registered), and the
     /// user buffers exposed to peers or read into; all close before the fabric's objects.
     recv_mr: Option<Region>,
@@ -492,6 +498,8 @@ impl OfiTransport {
             stopped: false,
             idle_since: None,
             last_probe: None,
+            address: None,
+            address_checked: None,
             recv_mr: None,
             send_mr: None,
             user_mrs: Box::new(RegistrationCache::new(
@@ -510,6 +518,7 @@ impl OfiTransport {
         for slot in 0..RECV_BUFFERS {
             t.post_receive(slot).map_err(|e| e.to_string())?;
         }
+        t.address = address::socket_address(&t.fabric.provider, &t.fabric.name()?);
         Ok(Some(t))
     }
 
@@ -1409,13 +1418,47 @@ impl OfiTransport {
         failure.map_or(Ok(()), Err)
     }
 
-    /// Prepares a sleep: probes idle peers, and says whether something may be pending
-    /// (`fi_trywait` refuses): then do not sleep. Without an fd (the provider has none) it
+    /// Fails, naming the address, once this rank's endpoint lost its IP address (see
+    /// `address`: the provider would resend into the void, and report nothing, for minutes):
+    /// looked at when a wait has delivered nothing for [`PROBE_AFTER`], and then once per
+    /// `PROBE_AFTER` (a socket, a bind and a close).
+    fn check_address(&mut self, idle: Duration) -> Result<(), PmlError> {
+        let Some(address) = self.address else {
+            return Ok(());
+        };
+        if idle < PROBE_AFTER
+            || self
+                .address_checked
+                .is_some_and(|t| t.elapsed() < PROBE_AFTER)
+        {
+            return Ok(());
+        }
+        self.address_checked = Some(Instant::now());
+        match address::lost(address) {
+            None => Ok(()),
+            Some(e) => Err(transport(
+                self.rank,
+                format!(
+                    "this rank's libfabric endpoint lost its address {} ({} on {}: binding to it \
+                     now fails: {e}): its interface was deleted or lost the address, so no \
+                     message to or from this rank can move; run on an interface that stays up \
+                     (FI_UDP_IFACE or FI_TCP_IFACE names one)",
+                    address.ip(),
+                    self.fabric.provider,
+                    self.host
+                ),
+            )),
+        }
+    }
+
+    /// Prepares a sleep: probes idle peers, checks the endpoint's address, and says whether
+    /// something may be pending (`fi_trywait` refuses): then do not sleep. Without an fd (the provider has none) it
     /// cannot tell: `polled` says how soon to look.
     pub fn before_wait(&mut self) -> Result<bool, PmlError> {
         let idle = self.idle_since.get_or_insert_with(Instant::now).elapsed();
         // A peer that died completes nothing: probe, so the wait fails instead of hanging.
         self.probe_idle_peers(idle)?;
+        self.check_address(idle)?;
         Ok(self.fabric.wait_fd.is_some() && !self.fabric.may_sleep())
     }
 
