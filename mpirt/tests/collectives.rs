@@ -87,7 +87,7 @@ fn rank_mode() {
             // UCX (which rsrun --pml ucx names in MPIRT_PML) counts no frames.
             let ucx = env::var("MPIRT_PML").as_deref() == Ok("ucx");
             let sent = || universe.counters().filter(|_| !ucx).map(|c| c.frames_sent);
-            hierarchy_rooted(&world, &sent);
+            hierarchy_rooted(&world, sent);
             hierarchy_all_gather_varcount(&world, sent);
         }
         "hierarchy-rooted-lengths" => hierarchy_rooted_lengths(&world),
@@ -2421,7 +2421,7 @@ fn hierarchy_rooted_lengths(world: &SimpleCommunicator) {
         .map(|r| if r == 2 && rank == 5 { 5 } else { 4 })
         .collect();
     let displs: Vec<Count> = (0..8).map(|r| 5 * r).collect();
-    let mut got = vec![0u8; 40];
+    let mut got = [0u8; 40];
     let mine = [rank as u8; 4];
     said(
         "all_gather_varcount, rank 5 counts rank 2 long",

@@ -315,11 +315,13 @@ fn collective_formats_with_full_statistics() {
         ("osu_reduce", "OSU MPI Reduce Latency Test"),
         ("osu_allreduce", "OSU MPI Allreduce Latency Test"),
         ("osu_allgather", "OSU MPI Allgather Latency Test"),
+        ("osu_allgatherv", "OSU MPI Allgatherv Latency Test"),
         (
             "osu_alltoall",
             "OSU MPI All-to-All Personalized Exchange Latency Test",
         ),
         ("osu_gather", "OSU MPI Gather Latency Test"),
+        ("osu_gatherv", "OSU MPI Gatherv Latency Test"),
         ("osu_scatter", "OSU MPI Scatter Latency Test"),
         ("osu_reduce_scatter", "OSU MPI Reduce_scatter Latency Test"),
     ] {
