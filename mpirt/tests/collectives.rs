@@ -2279,9 +2279,9 @@ fn hierarchy_scatters_first(world: &SimpleCommunicator, frames: impl Fn() -> Opt
 /// rank r's part `r % 3` times 1, 3000 and 70000 (rendezvous) bytes, none on every third
 /// rank, placed in reverse rank order with a byte's gap before each, which must keep its
 /// value; parts of a user type (`Affine`, rank r's r + 1 elements); then the frames of 10
-/// calls of one `i32` a rank: a rank's one to its leader, a leader's each of its host's parts
-/// to each other leader and every part to each other rank of its host (by the ring every
-/// rank sends n - 1).
+/// calls of one `i32` a rank, blocking and then immediate: a rank's one to its leader, a
+/// leader's each of its host's parts to each other leader and every part to each other rank
+/// of its host (by the ring every rank sends n - 1).
 fn hierarchy_all_gather_varcount(world: &SimpleCommunicator, frames: impl Fn() -> Option<u64>) {
     let host_of = hosts_of(world);
     let (rank, size) = (world.rank(), world.size());
@@ -2370,6 +2370,27 @@ fn hierarchy_all_gather_varcount(world: &SimpleCommunicator, frames: impl Fn() -
         10 * planned,
         "rank {rank}: frames sent in 10 all_gather_varcounts of 4 bytes a rank"
     );
+    // The immediate form takes the same plan.
+    let before = frames().expect("counted before");
+    got.fill(-1);
+    for _ in 0..10 {
+        let mut parts = PartitionMut::new(&mut got[..], &ones[..], &displs[..]);
+        request::scope(|scope| {
+            world
+                .immediate_all_gather_varcount_into(scope, &rank, &mut parts)
+                .wait();
+        });
+    }
+    assert_eq!(
+        got,
+        (0..size).collect::<Vec<_>>(),
+        "immediate all_gather_varcount of i32"
+    );
+    assert_eq!(
+        frames().expect("counted before") - before,
+        10 * planned,
+        "rank {rank}: frames sent in 10 immediate all_gather_varcounts of 4 bytes a rank"
+    );
     println!("rank {rank}: hierarchical all_gather_varcount frames as planned");
 }
 
@@ -2431,6 +2452,19 @@ fn hierarchy_rooted_lengths(world: &SimpleCommunicator) {
         ),
     );
     check("the all_gather_varcount");
+    // Rank 2, a leader, counts 5 bytes for rank 5's part, of its own host, where every rank
+    // counts 4 (rank 5 gives 4): what it passes on goes empty.
+    let counts: Vec<Count> = (0..8)
+        .map(|r| if r == 5 && rank == 2 { 5 } else { 4 })
+        .collect();
+    said(
+        "all_gather_varcount, leader 2 counts rank 5 long",
+        world.try_all_gather_varcount_into(
+            &mine[..],
+            &mut PartitionMut::new(&mut got[..], &counts[..], &displs[..]),
+        ),
+    );
+    check("the all_gather_varcount of a leader counting long");
 }
 
 /// Reductions, all-reductions, broadcasts and all-gathers whose ranks' lengths disagree, on 2
@@ -3401,6 +3435,20 @@ fn lengths_disagreeing_on_hierarchical_rooted_calls_are_an_error() {
     for rank in [0, 1, 2, 3, 4, 6, 7] {
         said(&format!(
             "all_gather_varcount, rank 5 counts rank 2 long: rank {rank}: ok"
+        ));
+    }
+    // Leader 2 fails on rank 5's part and passes on empty parts: the other leaders (0, 1, 3)
+    // and its own ranks (5, 7) fail naming it, and the other leaders' ranks (4, 6) their
+    // leader; no rank finishes with a part it never got.
+    let leader = "all_gather_varcount, leader 2 counts rank 5 long";
+    said(&format!(
+        "{leader}: rank 2: all_gather_varcount_into: rank 5 sent 4 bytes where this rank \
+         expected 5: {disagree}"
+    ));
+    for (rank, from) in [(0, 2), (1, 2), (3, 2), (5, 2), (7, 2), (4, 1), (6, 3)] {
+        said(&format!(
+            "{leader}: rank {rank}: all_gather_varcount_into: rank {from} sent 0 bytes where \
+             this rank expected 4: {disagree}"
         ));
     }
 }

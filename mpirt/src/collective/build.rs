@@ -407,7 +407,6 @@ pub(crate) fn all_gather(ranks: Ranks, block: usize) -> Result<Plan, Cause> {
     Ok(p)
 }
 
-/// All-gather of parts of any length, placed by `incoming` (offset, length in bytes).
 /// All-gather of parts of any length: rank r's into `incoming[r]` (offset, length in bytes)
 /// of every receive buffer. `placement` is the ranks' hosts where they lie on several, more
 /// than one on some.
