@@ -3382,7 +3382,8 @@ fn a_first_scatter_on_more_than_16_ranks_finds_the_hosts() {
 /// vector fails its leader, then the root, which gets nothing from that leader; a rank's long
 /// receive fails that rank alone; a reduce-scatter's long vector fails every rank; an
 /// all-gather of parts of any length where one rank counts another's part long fails that
-/// rank, naming the leader it takes that part from.
+/// rank, naming the leader it takes that part from, and where a leader counts a part of its
+/// host long fails every rank, each naming the rank it took empty parts from.
 #[test]
 fn lengths_disagreeing_on_hierarchical_rooted_calls_are_an_error() {
     if !across_test_hosts() {
