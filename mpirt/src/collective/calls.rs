@@ -232,7 +232,11 @@ where
     R: BufferMut + Partitioned + ?Sized,
 {
     let (datatype, incoming) = check_all_gather_varcount(comm, send, recv)?;
-    let plan = build::all_gather_varcount(ranks(comm), &incoming);
+    let plan = across_hosts(
+        comm,
+        |_| true,
+        |placement| build::all_gather_varcount(ranks(comm), &incoming, placement),
+    )?;
     Ok(Call::new(plan, both(send, recv)?, datatype))
 }
 
