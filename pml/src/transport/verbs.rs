@@ -30,7 +30,9 @@
 //! named: the work requests after it are flushed. A flush with no failure of this rank's
 //! before it means the queue pair went to error as the responder, on a request of the peer's
 //! that this rank's device refused (a READ outside this rank's registrations), which fails on
-//! the peer's side: the error says so (`flushed_first`) rather than naming only the flush.
+//! the peer's side unless the peer had it done already (a retransmission): the error says so
+//! (`flushed_first`) rather than naming only the flush. Registrations a peer may read stay
+//! registered for the retransmissions' time after they are dropped (`registry.rs`).
 //! A rank that only waits sends nothing, so a wait idle for [`PROBE_AFTER`] probes its peers
 //! (see [`VerbsTransport::probe_idle_peers`]). Once a peer's queue pair fails, the peer is
 //! broken: later sends and reads to it fail at once with the first cause.
@@ -390,14 +392,16 @@ fn status_text(wc: &ibv_wc) -> String {
 /// flush (`cause` names the work request flushed): the queue pair went to error with none of
 /// this rank's work requests failing first, so from the responder's side, on a request of the
 /// peer's that this rank's device refused (an RDMA READ or WRITE outside this rank's
-/// registrations, as of memory deregistered too soon, or a malformed request). The peer's
-/// request fails with a status of its own (remote access, or invalid request), named there.
+/// registrations, or a malformed request). The peer's request fails with a status of its own
+/// (remote access, or invalid request), named there, unless it was a retransmission of one
+/// the peer had completed (see `registration_cache.rs`), which the peer never hears of.
 fn flushed_first(peer: Rank, cause: &str) -> String {
     format!(
         "{cause}; none of this rank's work requests to rank {peer} failed before it, so its \
          queue pair went to error on a request from rank {peer} that this rank's device \
          refused (an RDMA READ or WRITE outside this rank's registrations, or a malformed \
-         request), whose failure rank {peer} names"
+         request), whose failure rank {peer} names unless it had that request done already \
+         (a retransmission)"
     )
 }
 
