@@ -25,12 +25,21 @@ struct Mr(*mut ibv_mr);
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        // SAFETY: the cache drops only idle registrations, which no work request uses (and
-        // those a peer read only once a retransmitted READ can no longer come), and the
-        // transport drops the registry after its queue pairs.
+        // SAFETY: the cache drops only idle registrations, which no work request of this
+        // rank's uses, and the transport drops the registry after its queue pairs. (A READ a
+        // peer retransmits under a dropped key breaks the queue pair but touches no memory:
+        // why dropped ones linger, see registration_cache.rs.)
         unsafe { ibv_dereg_mr(self.0) };
     }
 }
+
+/// Bytes that dropped registrations may keep pinned while they linger, past which the oldest
+/// go early: a program that frees a large buffer after each send and allocates the next would
+/// otherwise pin every one it sent in the last 7.5 s (freed memory too, which goes back to
+/// the kernel only at deregistration), where the locked-memory limit need not stop it. A late
+/// retransmission was sent before the peer's read completed, so it is not on the wire for
+/// long; at 25 GB/s 256 MiB is 10 ms of traffic (a judgment, not measured).
+const LINGERING_BYTES: usize = 256 << 20;
 
 pub struct Registry {
     pd: *mut ibv_pd,
@@ -50,7 +59,8 @@ impl Registry {
             pd,
             // A peer's READ retransmitted after its read completed and the send was done
             // would find no registration and break the queue pair (registration_cache.rs).
-            cache: RegistrationCache::new(cache, max_idle).with_linger(RETRANSMIT_WINDOW),
+            cache: RegistrationCache::new(cache, max_idle)
+                .with_linger(RETRANSMIT_WINDOW, LINGERING_BYTES),
         }
     }
 
