@@ -337,7 +337,8 @@ pub struct VerbsTransport {
     /// pair (see `one_sided.rs`); boxed, as the engine holds every transport in one enum.
     /// Before `dev`: fields drop in order, and its registrations need the device open.
     rma: Box<one_sided::Rma>,
-    registry: Registry,
+    /// Boxed, as `rma` is (the registration cache and its lingering registrations).
+    registry: Box<Registry>,
     dev: Device,
     pub reads_posted: u64,
     /// The shortest mean block of a receive that reads scatter into.
@@ -556,7 +557,11 @@ impl VerbsTransport {
         let recv_region = Region::new(&dev, RECV_BUFFERS * frame_size)?;
         let send_region = Region::new(&dev, SEND_BUFFERS * frame_size)?;
         let credit_slots = Region::new(&dev, size as usize * 16)?;
-        let registry = Registry::new(dev.pd, config.reg_cache, CACHED_REGISTRATIONS);
+        let registry = Box::new(Registry::new(
+            dev.pd,
+            config.reg_cache,
+            CACHED_REGISTRATIONS,
+        ));
         let local_psn = (u32::from(rank as u16) << 8 | 0x5a) & 0xff_ffff;
         let loopback = QueuePair::new(&dev, cq, srq)?;
         loopback
