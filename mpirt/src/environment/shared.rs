@@ -72,11 +72,14 @@ static NAPPER: AtomicUsize = AtomicUsize::new(NAP_NONE);
 const NAP_NONE: usize = 0;
 const NAP_ASLEEP: usize = 1;
 const NAP_WOKEN: usize = 2;
-/// Whether a waiting thread of the rank progresses for the others (`block_until`'s
-/// `Progressing`): one at a time, so that a rank's waits spin on one CPU at most; the others
-/// pause on `MOVED`. Under the lock only, as `UNWOKEN`.
+/// The place of the waiting thread that progresses for the rank's others (`block_until`'s
+/// `Progressing`), one of the four `PLACE_` states: one thread at a time, so that a rank's
+/// waits spin on one CPU at most; the others pause on `MOVED`. Under the lock only, as
+/// `UNWOKEN`.
 static PROGRESSOR: AtomicUsize = AtomicUsize::new(PLACE_FREE);
+/// No waiting thread progresses: the next to wait takes the place.
 const PLACE_FREE: usize = 0;
+/// A waiting thread holds the place and progresses.
 const PLACE_TAKEN: usize = 1;
 /// Given up by a leaving thread to the threads paused then, which it woke: the first of them
 /// back at the lock takes it.

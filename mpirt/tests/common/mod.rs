@@ -130,6 +130,8 @@ pub fn ofi_test_provider() -> String {
 /// the first interface they list, which with the SSH test hosts up is their bridge, and a run
 /// that takes the hosts down deletes it under the job. A variable this test's environment
 /// sets is the user's, which the ranks inherit, and stays.
+/// (pml's tests have their own, `ranks_common::ofi_on_loopback`, for one host only: test
+/// helpers cannot cross crates without a crate of their own.)
 #[allow(dead_code)] // each test binary compiles this module; the suites over OFI use it
 pub fn ofi_on_loopback() -> Vec<(&'static str, &'static str)> {
     if spread_over_hosts() {

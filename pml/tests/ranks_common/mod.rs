@@ -160,6 +160,8 @@ pub fn wait_all(
 /// SSH test hosts up is their bridge, and another run that takes the hosts down deletes it
 /// under the job (whose ranks then fail, naming the lost address). A variable this test's
 /// environment sets is the user's, which the children inherit, and stays.
+/// (mpirt's tests have their own, `common::ofi_on_loopback`, which also leaves jobs across
+/// hosts alone: test helpers cannot cross crates without a crate of their own.)
 pub fn ofi_on_loopback() -> Vec<(&'static str, &'static str)> {
     ["FI_UDP_IFACE", "FI_TCP_IFACE"]
         .into_iter()
