@@ -51,6 +51,18 @@ fn rank_mode() {
             println!("error: {e}");
         }
         "mismatched-allreduce" => mismatched_all_reduce(&world),
+        "immediate-reduce-scatter-refused" => {
+            // One count too many: refused before anything starts, and (an immediate form has
+            // no try_ form) fatal.
+            let counts = vec![1 as Count; world.size() as usize + 1];
+            let (send, mut recv) = (vec![1i32; counts.len()], [0i32; 1]);
+            request::scope(|scope| {
+                let sum = SystemOperation::sum();
+                world
+                    .immediate_reduce_scatter_into(scope, &send[..], &mut recv[..], &counts, sum)
+                    .wait();
+            });
+        }
         "refusals" => refusals(&world),
         "hierarchy-refusals" => hierarchy_refusals(&world),
         "hierarchy-lengths" => hierarchy_lengths(&world),
@@ -3656,6 +3668,24 @@ fn bad_input_is_an_error_naming_rank_operation_and_cause() {
             "all_reduce_into: MPIRT_COLL_ALLREDUCE=fastest names no algorithm (choose one of: \
              shared_memory, recursive_doubling, rabenseifner, ring)"
         ),
+        "{stdout}\n{stderr}"
+    );
+}
+
+/// `immediate_reduce_scatter_into` refuses counts that do not fit the communicator before
+/// it starts, and the job ends naming the rank, the call and the cause.
+#[test]
+fn a_refused_immediate_reduce_scatter_ends_the_job_naming_it() {
+    let output = job(2, "immediate-reduce-scatter-refused", &[]);
+    let (stdout, stderr) = text(&output);
+    assert!(!output.status.success(), "{stdout}\n{stderr}");
+    let said = "immediate_reduce_scatter_into: ";
+    assert!(
+        (0..2).any(|r| stderr.contains(&format!("rank {r}: {said}"))),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("3 counts and 3 displacements for 2 ranks"),
         "{stdout}\n{stderr}"
     );
 }

@@ -1690,6 +1690,58 @@ mod tests {
         assert_eq!(copies.get(), 2);
     }
 
+    /// An idle wait finds the endpoint's own address still there, and fails naming one this
+    /// host no longer has (standing in for it: 192.0.2.1, of the documentation's range, RFC
+    /// 5737, which no interface here has), with the provider, the host and the variables that
+    /// pin an interface; it looks at most once per `PROBE_AFTER`.
+    #[test]
+    fn an_endpoint_whose_address_is_gone_fails_naming_it() {
+        let nonlocal_bind = std::fs::read_to_string("/proc/sys/net/ipv4/ip_nonlocal_bind")
+            .is_ok_and(|v| v.trim() != "0");
+        if nonlocal_bind {
+            println!("skipped: net.ipv4.ip_nonlocal_bind lets any address bind");
+            return;
+        }
+        let config = OfiConfig {
+            provider: Some("udp;ofi_rxd"),
+            fabric_only: false,
+            rma: false,
+            reg_cache: false,
+            eager_limit: None,
+            peer_timeout: None,
+            rma_timeout: None,
+            waits_spin: false,
+        };
+        let mut t = OfiTransport::new(0, 1, "here", &config)
+            .expect("udp;ofi_rxd opens")
+            .expect("udp;ofi_rxd is a provider");
+        assert!(
+            t.address.is_some(),
+            "udp;ofi_rxd names its endpoint by IP address"
+        );
+        assert!(
+            t.check_address(PROBE_AFTER).is_ok(),
+            "its own address is there"
+        );
+        t.address = Some(SocketAddr::from(([192, 0, 2, 1], 9)));
+        assert!(
+            t.check_address(PROBE_AFTER).is_ok(),
+            "looked again within PROBE_AFTER"
+        );
+        t.address_checked = None;
+        assert!(
+            t.check_address(Duration::ZERO).is_ok(),
+            "not idle long enough"
+        );
+        let e = t.check_address(PROBE_AFTER).unwrap_err().to_string();
+        for said in [
+            "lost its address 192.0.2.1 (udp;ofi_rxd on here",
+            "FI_UDP_IFACE or FI_TCP_IFACE",
+        ] {
+            assert!(e.contains(said), "missing {said:?} in {e}");
+        }
+    }
+
     /// With a wait fd, a wait sleeps on it unless a completion may be pending, whatever is in
     /// flight; without one, it naps while nothing is in flight, and with a transfer under way
     /// polls again at once where the rank spins, yields where it must not, until it has been
