@@ -1974,9 +1974,20 @@ on_each_wire! {
             .find_map(|l| l.strip_prefix("job "))
             .and_then(|l| l.split(' ').next())
             .expect("the ranks print the job id");
-        for pid in stdout.lines().filter_map(|l| l.split(" pid ").nth(1)) {
+        let pids: Vec<&str> = stdout.lines().filter_map(|l| l.split(" pid ").nth(1)).collect();
+        for pid in &pids {
             assert!(ends(pid), "rank pid {pid} is left behind");
         }
+        // No file is named after a rank's process (as libfabric's shm names its endpoint's
+        // by itself), where no clean-up would find it and a later process of the same id
+        // could not open its own endpoint.
+        let named_by_pid: Vec<_> = std::fs::read_dir("/dev/shm")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| pids.iter().any(|pid| name.starts_with(&format!("{pid}:"))))
+            .collect();
+        assert!(named_by_pid.is_empty(), "left in /dev/shm: {named_by_pid:?}");
         if !under_rsrun("removing a dead job's files under /dev/shm") {
             return;
         }

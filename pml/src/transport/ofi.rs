@@ -223,6 +223,9 @@ fn granted_by(sent: u64, granted: u64, count: u64) -> Result<u64, String> {
 /// The settings the transport is opened with (from `EngineConfig`).
 pub struct OfiConfig<'a> {
     pub provider: Option<&'a str>,
+    /// The job's id, which names this rank's endpoint where the provider names it by a file
+    /// on the host (see `provider::host_file_name`).
+    pub job_id: &'a str,
     /// Only a provider with a real device (for `--transport auto`).
     pub fabric_only: bool,
     pub rma: bool,
@@ -424,8 +427,10 @@ impl OfiTransport {
         host: &str,
         config: &OfiConfig,
     ) -> Result<Option<OfiTransport>, String> {
+        let host_file_name = provider::host_file_name(config.job_id, rank);
         let request = Request {
             wanted: config.provider,
+            host_file_name: &host_file_name,
             fabric_only: config.fabric_only,
             rma: config.rma,
             cq_size: RMA_BASE + RMA_SLOTS + 64,
@@ -1704,6 +1709,7 @@ mod tests {
         }
         let config = OfiConfig {
             provider: Some("udp;ofi_rxd"),
+            job_id: "address-gone",
             fabric_only: false,
             rma: false,
             reg_cache: false,
