@@ -1666,6 +1666,21 @@ fn errors(world: &SimpleCommunicator) {
         )
         .unwrap_err();
     println!("error: {e}");
+    // Receive parts that overlap: no element of a receive buffer is written twice.
+    let e = world
+        .try_all_gather_varcount_into(
+            &[1i32, 1][..],
+            &mut PartitionMut::new(&mut got[..], vec![2, 2, 0], vec![0, 1, 4]),
+        )
+        .unwrap_err();
+    println!("error: {e}");
+    let e = world
+        .try_all_to_all_varcount_into(
+            &Partition::new(&[1i32, 2, 3][..], vec![1; 3], vec![0, 1, 2]),
+            &mut PartitionMut::new(&mut got[..], vec![1; 3], vec![0, 0, 1]),
+        )
+        .unwrap_err();
+    println!("error: {e}");
     // A length the ranks disagree on is the receiving rank's error, not a hang.
     let mine = vec![0u8; 1 + world.rank() as usize];
     let mut all = vec![0u8; world.size() as usize * mine.len()];
@@ -3657,6 +3672,10 @@ fn bad_input_is_an_error_naming_rank_operation_and_cause() {
          others scatter_into",
         "all_gather_varcount_into: invalid partition: receive: rank 2's part (elements 9 to 10) \
          runs past the buffer's 4 elements",
+        "all_gather_varcount_into: invalid partition: receive: rank 1's part (elements 1 to 3) \
+         overlaps rank 0's (elements 0 to 2)",
+        "all_to_all_varcount_into: invalid partition: receive: rank 1's part (elements 0 to 1) \
+         overlaps rank 0's (elements 0 to 1)",
         "rank 2: all_gather_into: rank 0 sent 1 bytes where this rank expected 3",
     ] {
         assert!(out.contains(expected), "missing {expected:?} in\n{out}");
