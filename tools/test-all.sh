@@ -536,10 +536,15 @@ echo "== verbs tests in the Soft-RoCE guest (rxe0 and rxe1 joined by a veth pair
 # registration of a partial last page), one RDMA READ or fi_read as 64 MiB was; at emulated
 # speed 64 MiB made most of these tests' time. Reads cut at a smaller max_msg_sz are proven
 # by pml's engine and verbs tests and the windows suite (MPIRT_VERBS_MAX_MSG).
+# A test that fails leaves the Soft-RoCE devices' counters (retransmissions, duplicate
+# requests, NAKs) and the kernel's rxe messages in the log: the guest is gone afterwards, and
+# a queue pair broken by what the peer's device did shows only there.
 set +e
 "$rdma_vm/rdma-vm" -n 2 -t 1800 -- env MPIRT_VERBS_DEV=rxe0,rxe1 \
     MPIRT_TEST_LARGEST_MESSAGE=$(((4 << 20) + 4097)) bash -c \
-    "set -e; '$engine' ranks_over_verbs; '$p2p' verbs --test-threads=1;
+    "set -e; trap 'rc=\$?; { grep -H . /sys/class/infiniband/*/ports/1/hw_counters/* |
+         grep -v :0\$; dmesg | grep -i rxe | tail -40; } || true; exit \$rc' ERR;
+     '$engine' ranks_over_verbs; '$p2p' verbs --test-threads=1;
      '$engine' non_contiguous_receives_scatter_into_their_blocks_over_verbs;
      '$datatypes' over_verbs --test-threads=1;
      '$threads' over_verbs --test-threads=1;

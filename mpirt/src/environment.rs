@@ -466,9 +466,8 @@ where
     here(owned.engine()?).map_err(Cause::from)
 }
 
-/// The counts of the shared engine's waits (`threads::Threads::waits`): progressing
-/// threads, pauses, pauses a waker ended.
-pub(crate) fn thread_waits() -> (u64, u64, u64) {
+/// The counts of the shared engine's waits (`threads::Threads::waits`).
+pub(crate) fn thread_waits() -> crate::threads::Waits {
     shared::waits()
 }
 

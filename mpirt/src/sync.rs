@@ -13,7 +13,7 @@
 #[cfg(not(all(test, feature = "model-check")))]
 pub(crate) use std::{
     hint::spin_loop,
-    sync::atomic::{AtomicBool, AtomicUsize, Ordering},
+    sync::atomic::{AtomicUsize, Ordering},
     sync::{Condvar, Mutex, MutexGuard},
     thread_local,
 };
@@ -21,7 +21,7 @@ pub(crate) use std::{
 #[cfg(all(test, feature = "model-check"))]
 pub(crate) use shuttle::{
     hint::spin_loop,
-    sync::atomic::{AtomicBool, AtomicUsize, Ordering},
+    sync::atomic::{AtomicUsize, Ordering},
     sync::{Condvar, Mutex, MutexGuard},
     thread_local,
 };

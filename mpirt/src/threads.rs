@@ -116,23 +116,26 @@ impl Threads {
     /// [`Universe::counters`](crate::Universe::counters)' `naps` and `nap_wakes`, the sleeps
     /// apart from the engine of the thread that progresses).
     pub fn waits(self) -> Waits {
-        let (progressors, pauses, pauses_woken) = crate::environment::thread_waits();
-        Waits {
-            progressors,
-            pauses,
-            pauses_woken,
-        }
+        crate::environment::thread_waits()
     }
 }
 
 /// Counts of a rank's blocking calls' waits at `Serialized` and `Multiple`
 /// ([`Threads::waits`]): one waiting thread at a time progresses for the rank (spins, then
 /// sleeps apart from the engine until a peer wakes it); the others pause until a round moves
-/// something or that thread leaves and one of them takes its place.
+/// something or that thread leaves and hands its place to them (one of them takes it; a
+/// thread that starts a wait meanwhile holds it until then).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Waits {
     /// Times a waiting thread took the place of the one that progresses.
     pub progressors: u64,
+    /// Of the times that thread left, those it handed its place to threads paused beside it
+    /// (the others left it free or, where it held the place lent, handed it back to the
+    /// threads on their way).
+    pub handed_on: u64,
+    /// Places that a thread which started its wait after a hand-off held (lent) until a
+    /// thread back from a pause took them over.
+    pub taken_over: u64,
     /// Pauses of the other waiting threads, and of the one that progresses where no peer can
     /// wake the rank (OFI alone, UCX, loopback alone: it pauses, 20 us doubling to 1 ms,
     /// instead of sleeping apart).

@@ -17,7 +17,9 @@ use mpirt::Count;
 
 mod common;
 
-use common::{job, ok_job_on, ok_job_with, slurm_available, text, Launch, TestLauncher, RANK_MODE};
+use common::{
+    job, ok_job_on, ok_job_with, slurm_available, text, Launch, SideFiles, TestLauncher, RANK_MODE,
+};
 
 /// 1 MiB, the large size every collective is checked at.
 const MIB: usize = 1 << 20;
@@ -49,6 +51,18 @@ fn rank_mode() {
             println!("error: {e}");
         }
         "mismatched-allreduce" => mismatched_all_reduce(&world),
+        "immediate-reduce-scatter-refused" => {
+            // One count too many: refused before anything starts, and (an immediate form has
+            // no try_ form) fatal.
+            let counts = vec![1 as Count; world.size() as usize + 1];
+            let (send, mut recv) = (vec![1i32; counts.len()], [0i32; 1]);
+            request::scope(|scope| {
+                let sum = SystemOperation::sum();
+                world
+                    .immediate_reduce_scatter_into(scope, &send[..], &mut recv[..], &counts, sum)
+                    .wait();
+            });
+        }
         "refusals" => refusals(&world),
         "hierarchy-refusals" => hierarchy_refusals(&world),
         "hierarchy-lengths" => hierarchy_lengths(&world),
@@ -88,6 +102,7 @@ fn rank_mode() {
             let ucx = env::var("MPIRT_PML").as_deref() == Ok("ucx");
             let sent = || universe.counters().filter(|_| !ucx).map(|c| c.frames_sent);
             hierarchy_rooted(&world, sent);
+            hierarchy_all_gather_varcount(&world, sent);
         }
         "hierarchy-rooted-lengths" => hierarchy_rooted_lengths(&world),
         "hierarchy-scatters-first" => {
@@ -192,6 +207,7 @@ fn rank_mode() {
                 assert_eq!(own, [dup.rank()]);
             }
         }
+        "immediate-starts" => immediates_start(&world, &universe.description()),
         "describe" => println!("rank {}: {}", world.rank(), universe.description()),
         "context-reuse" => {
             // More communicators than there are context ids, one at a time: ids must be
@@ -410,6 +426,16 @@ where
         let mut got = vec![T::default(); own];
         world.reduce_scatter_into(&mine[..], &mut got[..], &counts, op);
         assert!(got == expected[start..start + own], "reduce_scatter {what}");
+        let mut later = vec![T::default(); own];
+        request::scope(|scope| {
+            world
+                .immediate_reduce_scatter_into(scope, &mine[..], &mut later[..], &counts, op)
+                .wait();
+        });
+        assert!(
+            later == expected[start..start + own],
+            "immediate reduce_scatter {what}"
+        );
     }
 }
 
@@ -1640,6 +1666,21 @@ fn errors(world: &SimpleCommunicator) {
         )
         .unwrap_err();
     println!("error: {e}");
+    // Receive parts that overlap: no element of a receive buffer is written twice.
+    let e = world
+        .try_all_gather_varcount_into(
+            &[1i32, 1][..],
+            &mut PartitionMut::new(&mut got[..], vec![2, 2, 0], vec![0, 1, 4]),
+        )
+        .unwrap_err();
+    println!("error: {e}");
+    let e = world
+        .try_all_to_all_varcount_into(
+            &Partition::new(&[1i32, 2, 3][..], vec![1; 3], vec![0, 1, 2]),
+            &mut PartitionMut::new(&mut got[..], vec![1; 3], vec![0, 0, 1]),
+        )
+        .unwrap_err();
+    println!("error: {e}");
     // A length the ranks disagree on is the receiving rank's error, not a hang.
     let mine = vec![0u8; 1 + world.rank() as usize];
     let mut all = vec![0u8; world.size() as usize * mine.len()];
@@ -1966,6 +2007,51 @@ fn hierarchy_leader_fails(world: &SimpleCommunicator) {
     assert_eq!(total, size * (size - 1) / 2, "the duplicate's all-reduce");
 }
 
+/// An immediate broadcast moves as it starts: rank 0 starts one and then stays outside mpirt
+/// (computing, as OSU's overlap loop does) until rank 1 says it received the data, which it
+/// can only if rank 0's start sent it. Counted, not timed: a start that sends nothing leaves
+/// rank 1 waiting, and rank 0 fails after SideFiles' 60 s. 8 bytes go eagerly on every
+/// transport; 1 MiB only where the receiver reads a rendezvous by itself (shared memory by
+/// single copy, as `description` says: rank 0's word goes for both), since a rendezvous by
+/// the TCP transport's GET, or streamed through the rings, needs the sender's progress.
+fn immediates_start(world: &SimpleCommunicator, description: &str) {
+    let side = SideFiles::of_rank_0(world, "immediate-starts");
+    let root = world.process_at_rank(0);
+    let mut read_alone = u8::from(description.contains("single copy"));
+    root.broadcast_into(&mut read_alone);
+    for len in [8, 1 << 20] {
+        if len > 8 && read_alone == 0 {
+            println!(
+                "rank {}: {len} bytes not checked: no rendezvous the receiver reads alone \
+                 ({description})",
+                world.rank()
+            );
+            continue;
+        }
+        let said = format!("received {len}");
+        let mut data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        if world.rank() == 0 {
+            request::scope(|scope| {
+                let started = root.immediate_broadcast_into(scope, &mut data[..]);
+                side.wait_for(&said);
+                started.wait();
+            });
+        } else {
+            let mut got = vec![0u8; len];
+            request::scope(|scope| {
+                root.immediate_broadcast_into(scope, &mut got[..]).wait();
+            });
+            assert!(got == data, "the broadcast of {len} bytes");
+            side.say(&said);
+        }
+        println!(
+            "rank {}: {len} bytes moved as the broadcast started",
+            world.rank()
+        );
+    }
+    side.remove(world);
+}
+
 /// All-gathers (on the hierarchical path where they fit it) and gathers to every root (by
 /// messages), of vectors of 1 to 4 bytes and of 510 and 511 bytes a rank (on 8 ranks, the
 /// most an all-gather takes on the path, and one more), each against the serial reference:
@@ -2136,6 +2222,17 @@ fn hierarchy_rooted(world: &SimpleCommunicator, frames: impl Fn() -> Option<u64>
         let mut got = vec![0i64; own];
         world.reduce_scatter_into(&send[..], &mut got[..], &counts, SystemOperation::sum());
         assert!(got == whole[start..start + own], "reduce_scatter of {what}");
+        let mut later = vec![0i64; own];
+        request::scope(|scope| {
+            let op = SystemOperation::sum();
+            world
+                .immediate_reduce_scatter_into(scope, &send[..], &mut later[..], &counts, op)
+                .wait();
+        });
+        assert!(
+            later == whole[start..start + own],
+            "immediate reduce_scatter of {what}"
+        );
     }
     // The frames of the hierarchical plans, for each root on each kind of host: a host of
     // one rank, and the lowest and the highest rank of a host of several.
@@ -2273,10 +2370,131 @@ fn hierarchy_scatters_first(world: &SimpleCommunicator, frames: impl Fn() -> Opt
     println!("rank {rank}: scatters after the first through the leaders as planned");
 }
 
-/// Gathers, scatters and reduce-scatters whose ranks' lengths disagree on the hierarchical
-/// plans (8 ranks dealt round 4 hosts of 1, 2, 3 and 2 slots: ranks 2, 5 and 7 share the
-/// third host, which rank 2 leads; ranks 1 and 4 the second): each rank says how its call
-/// ended, and an all-reduce after each pairs on every rank.
+/// All-gathers of parts of any length on ranks over several hosts, more than one on some (the
+/// plan through each host's leader), against the serial reference, blocking and immediate:
+/// rank r's part `r % 3` times 1, 3000 and 70000 (rendezvous) bytes, none on every third
+/// rank, placed in reverse rank order with a byte's gap before each, which must keep its
+/// value; parts of a user type (`Affine`, rank r's r + 1 elements); then the frames of 10
+/// calls of one `i32` a rank, blocking and then immediate: a rank's one to its leader, a
+/// leader's each of its host's parts to each other leader and every part to each other rank
+/// of its host (by the ring every rank sends n - 1).
+fn hierarchy_all_gather_varcount(world: &SimpleCommunicator, frames: impl Fn() -> Option<u64>) {
+    let host_of = hosts_of(world);
+    let (rank, size) = (world.rank(), world.size());
+    let n = size as usize;
+    let reversed = |lens: &[usize]| {
+        let mut displs = vec![0 as Count; n];
+        let mut at = 0;
+        for r in (0..n).rev() {
+            displs[r] = (at + 1) as Count;
+            at += 1 + lens[r];
+        }
+        let counts: Vec<Count> = lens.iter().map(|&len| len as Count).collect();
+        (counts, displs, at)
+    };
+    for scale in [1, 3000, 70000] {
+        let lens: Vec<usize> = (0..n).map(|r| r % 3 * scale).collect();
+        let (counts, displs, total) = reversed(&lens);
+        let mut expected = vec![0xeeu8; total];
+        for r in 0..n {
+            let at = displs[r] as usize;
+            expected[at..at + lens[r]].copy_from_slice(&contribution(r as i32, lens[r], byte));
+        }
+        let mine = contribution(rank, lens[rank as usize], byte);
+        let what = format!("all_gather_varcount of (r % 3) * {scale} bytes");
+        let mut got = vec![0xeeu8; total];
+        world.all_gather_varcount_into(
+            &mine[..],
+            &mut PartitionMut::new(&mut got[..], &counts[..], &displs[..]),
+        );
+        assert!(got == expected, "{what}");
+        let mut got = vec![0xeeu8; total];
+        {
+            let mut parts = PartitionMut::new(&mut got[..], &counts[..], &displs[..]);
+            request::scope(|scope| {
+                world
+                    .immediate_all_gather_varcount_into(scope, &mine[..], &mut parts)
+                    .wait();
+            });
+        }
+        assert!(got == expected, "immediate {what}");
+    }
+    let counts: Vec<Count> = (0..size).map(|r| r + 1).collect();
+    let displs: Vec<Count> = (0..size).map(|r| r * (r + 1) / 2 + 2 * r).collect();
+    let total = (displs[n - 1] + counts[n - 1]) as usize;
+    let gap = Affine { a: 0, b: 1 };
+    let mut expected = vec![gap; total];
+    for r in 0..size {
+        let at = displs[r as usize] as usize;
+        let theirs = contribution(r, r as usize + 1, affine);
+        expected[at..at + theirs.len()].copy_from_slice(&theirs);
+    }
+    let mut got = vec![gap; total];
+    world.all_gather_varcount_into(
+        &contribution(rank, rank as usize + 1, affine)[..],
+        &mut PartitionMut::new(&mut got[..], &counts[..], &displs[..]),
+    );
+    assert_eq!(got, expected, "all_gather_varcount of Affine");
+    let Some(before) = frames() else {
+        return;
+    };
+    let mut got = vec![-1i32; n];
+    let ones = vec![1 as Count; n];
+    let displs: Vec<Count> = (0..size).collect();
+    for _ in 0..10 {
+        world.all_gather_varcount_into(
+            &rank,
+            &mut PartitionMut::new(&mut got[..], &ones[..], &displs[..]),
+        );
+    }
+    assert_eq!(
+        got,
+        (0..size).collect::<Vec<_>>(),
+        "all_gather_varcount of i32"
+    );
+    let sent = frames().expect("counted before") - before;
+    let me = rank as usize;
+    let members = (0..n).filter(|&m| host_of[m] == host_of[me]).count() as u64;
+    let hosts = *host_of.iter().max().expect("a rank") as u64 + 1;
+    let leads = (0..n).find(|&m| host_of[m] == host_of[me]) == Some(me);
+    let planned = match leads {
+        true => (hosts - 1) * members + (members - 1) * (n as u64 - 1),
+        false => 1,
+    };
+    assert_eq!(
+        sent,
+        10 * planned,
+        "rank {rank}: frames sent in 10 all_gather_varcounts of 4 bytes a rank"
+    );
+    // The immediate form takes the same plan.
+    let before = frames().expect("counted before");
+    got.fill(-1);
+    for _ in 0..10 {
+        let mut parts = PartitionMut::new(&mut got[..], &ones[..], &displs[..]);
+        request::scope(|scope| {
+            world
+                .immediate_all_gather_varcount_into(scope, &rank, &mut parts)
+                .wait();
+        });
+    }
+    assert_eq!(
+        got,
+        (0..size).collect::<Vec<_>>(),
+        "immediate all_gather_varcount of i32"
+    );
+    assert_eq!(
+        frames().expect("counted before") - before,
+        10 * planned,
+        "rank {rank}: frames sent in 10 immediate all_gather_varcounts of 4 bytes a rank"
+    );
+    println!("rank {rank}: hierarchical all_gather_varcount frames as planned");
+}
+
+/// Gathers, scatters, reduce-scatters and all-gathers of parts of any length whose ranks'
+/// lengths disagree on the hierarchical plans (8 ranks dealt round 4 hosts of 1, 2, 3 and 2
+/// slots: ranks 2, 5 and 7 share the third host, which rank 2 leads; ranks 1 and 4 the
+/// second): each rank says how its call ended, and an all-reduce after each pairs on every
+/// rank.
 fn hierarchy_rooted_lengths(world: &SimpleCommunicator) {
     let rank = world.rank();
     let said = |what: &str, ended: Result<(), mpirt::Error>| match ended {
@@ -2315,6 +2533,34 @@ fn hierarchy_rooted_lengths(world: &SimpleCommunicator) {
         world.try_reduce_scatter_block_into(&send[..], &mut got[..], op),
     );
     check("the reduce-scatter");
+    // Rank 5 counts 5 bytes for rank 2's part where every rank counts 4 (rank 2 gives 4).
+    let counts: Vec<Count> = (0..8)
+        .map(|r| if r == 2 && rank == 5 { 5 } else { 4 })
+        .collect();
+    let displs: Vec<Count> = (0..8).map(|r| 5 * r).collect();
+    let mut got = [0u8; 40];
+    let mine = [rank as u8; 4];
+    said(
+        "all_gather_varcount, rank 5 counts rank 2 long",
+        world.try_all_gather_varcount_into(
+            &mine[..],
+            &mut PartitionMut::new(&mut got[..], &counts[..], &displs[..]),
+        ),
+    );
+    check("the all_gather_varcount");
+    // Rank 2, a leader, counts 5 bytes for rank 5's part, of its own host, where every rank
+    // counts 4 (rank 5 gives 4): what it passes on goes empty.
+    let counts: Vec<Count> = (0..8)
+        .map(|r| if r == 5 && rank == 2 { 5 } else { 4 })
+        .collect();
+    said(
+        "all_gather_varcount, leader 2 counts rank 5 long",
+        world.try_all_gather_varcount_into(
+            &mine[..],
+            &mut PartitionMut::new(&mut got[..], &counts[..], &displs[..]),
+        ),
+    );
+    check("the all_gather_varcount of a leader counting long");
 }
 
 /// Reductions, all-reductions, broadcasts and all-gathers whose ranks' lengths disagree, on 2
@@ -2730,6 +2976,29 @@ fn every_collective_under_srun_with_pmi2() {
     }
 }
 
+/// Immediate collectives post their first round as they start (`immediates_start`): the
+/// 8-byte broadcast wherever the suite runs this binary, the 1 MiB one on one host (where this
+/// machine reads shared memory by single copy, the job says it moved; elsewhere it says why
+/// not). UCX's sends move in its worker's progress, which is UCX's own: not checked there.
+#[test]
+fn an_immediate_broadcast_moves_while_the_root_computes() {
+    if common::test_pml() == "ucx" {
+        println!("skipped: under UCX an eager send may wait for the worker's progress");
+        return;
+    }
+    let (out, _) = ok_job_with(2, "immediate-starts", &[]);
+    for rank in 0..2 {
+        let line = format!("rank {rank}: 8 bytes moved as the broadcast started");
+        assert!(out.contains(&line), "missing {line:?} in\n{out}");
+        let moved = format!("rank {rank}: 1048576 bytes moved as the broadcast started");
+        let skipped = format!("rank {rank}: 1048576 bytes not checked");
+        assert!(
+            out.contains(&moved) || out.contains(&skipped),
+            "missing the 1 MiB line of rank {rank} in\n{out}"
+        );
+    }
+}
+
 #[test]
 fn every_collective_on_1_to_4_ranks() {
     for n in 1..=4 {
@@ -2828,15 +3097,14 @@ fn every_collective_over_ofi() {
         return;
     }
     let provider = common::ofi_test_provider();
-    let stderr = ok_job(
-        5,
-        &[
-            ("MPIRT_TRANSPORT", "ofi"),
-            ("MPIRT_OFI_PROVIDER", &provider),
-            ("MPIRT_OFI_EAGER_LIMIT", "4096"),
-            ("MPIRT_VERBOSE", "1"),
-        ],
-    );
+    let mut envs = vec![
+        ("MPIRT_TRANSPORT", "ofi"),
+        ("MPIRT_OFI_PROVIDER", &provider),
+        ("MPIRT_OFI_EAGER_LIMIT", "4096"),
+        ("MPIRT_VERBOSE", "1"),
+    ];
+    envs.extend(common::ofi_on_loopback());
+    let stderr = ok_job(5, &envs);
     let over = format!("4 ranks over libfabric {provider} ");
     assert_eq!(stderr.matches(&over).count(), 5, "{stderr}");
 }
@@ -3157,11 +3425,13 @@ fn all_gathers_take_the_hierarchical_path_across_hosts() {
     }
 }
 
-/// Gathers, scatters, short all-to-alls and reduce-scatters across hosts of 1, 2, 3 and 2
-/// ranks go through each host's leader (`hierarchy_rooted`), on the ranks dealt round the
-/// hosts and on runs of ranks (where non-commutative reduce-scatters take the hierarchical
-/// plan too), and on 3 hosts of 3, 1 and 2 ranks: every operation, root and size class
-/// against the serial reference, and the frames each rank sends as the plan says.
+/// Gathers, scatters, short all-to-alls, reduce-scatters and all-gathers of parts of any
+/// length across hosts of 1, 2, 3 and 2 ranks go through each host's leader
+/// (`hierarchy_rooted`, `hierarchy_all_gather_varcount`), on the ranks dealt round the hosts
+/// (consecutive ranks on different hosts) and on runs of ranks (where non-commutative
+/// reduce-scatters take the hierarchical plan too), and on 3 hosts of 3, 1 and 2 ranks: every
+/// operation, root and size class against the serial reference, and the frames each rank
+/// sends as the plan says.
 #[test]
 fn gathers_scatters_and_reduce_scatters_go_through_host_leaders() {
     if !across_test_hosts() {
@@ -3184,11 +3454,15 @@ fn gathers_scatters_and_reduce_scatters_go_through_host_leaders() {
                 "{slots:?} by {map}: missing {line:?} in\n{stderr}"
             );
             if common::test_pml() != "ucx" {
-                let line = format!("rank {rank}: hierarchical gathers' frames as planned");
-                assert!(
-                    out.contains(&line),
-                    "{slots:?} by {map}: missing {line:?} in\n{out}"
-                );
+                for line in [
+                    format!("rank {rank}: hierarchical gathers' frames as planned"),
+                    format!("rank {rank}: hierarchical all_gather_varcount frames as planned"),
+                ] {
+                    assert!(
+                        out.contains(&line),
+                        "{slots:?} by {map}: missing {line:?} in\n{out}"
+                    );
+                }
             }
         }
     }
@@ -3224,7 +3498,10 @@ fn a_first_scatter_on_more_than_16_ranks_finds_the_hosts() {
 /// (`hierarchy_rooted_lengths`) are an error naming the rank and both lengths where they meet,
 /// and the ranks whose leader or root failed fail naming it, with no hang: a rank's long
 /// vector fails its leader, then the root, which gets nothing from that leader; a rank's long
-/// receive fails that rank alone; a reduce-scatter's long vector fails every rank.
+/// receive fails that rank alone; a reduce-scatter's long vector fails every rank; an
+/// all-gather of parts of any length where one rank counts another's part long fails that
+/// rank, naming the leader it takes that part from, and where a leader counts a part of its
+/// host long fails every rank, each naming the rank it took empty parts from.
 #[test]
 fn lengths_disagreeing_on_hierarchical_rooted_calls_are_an_error() {
     if !across_test_hosts() {
@@ -3267,6 +3544,30 @@ fn lengths_disagreeing_on_hierarchical_rooted_calls_are_an_error() {
         );
         said(&format!(
             "reduce_scatter_block, rank 4 long: rank {rank}: reduce_scatter_block_into: rank "
+        ));
+    }
+    // Rank 5 (on rank 2's host, which rank 2 leads) receives rank 2's part from its leader.
+    said(&format!(
+        "all_gather_varcount, rank 5 counts rank 2 long: rank 5: all_gather_varcount_into: \
+         rank 2 sent 4 bytes where this rank expected 5: {disagree}"
+    ));
+    for rank in [0, 1, 2, 3, 4, 6, 7] {
+        said(&format!(
+            "all_gather_varcount, rank 5 counts rank 2 long: rank {rank}: ok"
+        ));
+    }
+    // Leader 2 fails on rank 5's part and passes on empty parts: the other leaders (0, 1, 3)
+    // and its own ranks (5, 7) fail naming it, and the other leaders' ranks (4, 6) their
+    // leader; no rank finishes with a part it never got.
+    let leader = "all_gather_varcount, leader 2 counts rank 5 long";
+    said(&format!(
+        "{leader}: rank 2: all_gather_varcount_into: rank 5 sent 4 bytes where this rank \
+         expected 5: {disagree}"
+    ));
+    for (rank, from) in [(0, 2), (1, 2), (3, 2), (5, 2), (7, 2), (4, 1), (6, 3)] {
+        said(&format!(
+            "{leader}: rank {rank}: all_gather_varcount_into: rank {from} sent 0 bytes where \
+             this rank expected 4: {disagree}"
         ));
     }
 }
@@ -3371,6 +3672,10 @@ fn bad_input_is_an_error_naming_rank_operation_and_cause() {
          others scatter_into",
         "all_gather_varcount_into: invalid partition: receive: rank 2's part (elements 9 to 10) \
          runs past the buffer's 4 elements",
+        "all_gather_varcount_into: invalid partition: receive: rank 1's part (elements 1 to 3) \
+         overlaps rank 0's (elements 0 to 2)",
+        "all_to_all_varcount_into: invalid partition: receive: rank 1's part (elements 0 to 1) \
+         overlaps rank 0's (elements 0 to 1)",
         "rank 2: all_gather_into: rank 0 sent 1 bytes where this rank expected 3",
     ] {
         assert!(out.contains(expected), "missing {expected:?} in\n{out}");
@@ -3382,6 +3687,24 @@ fn bad_input_is_an_error_naming_rank_operation_and_cause() {
             "all_reduce_into: MPIRT_COLL_ALLREDUCE=fastest names no algorithm (choose one of: \
              shared_memory, recursive_doubling, rabenseifner, ring)"
         ),
+        "{stdout}\n{stderr}"
+    );
+}
+
+/// `immediate_reduce_scatter_into` refuses counts that do not fit the communicator before
+/// it starts, and the job ends naming the rank, the call and the cause.
+#[test]
+fn a_refused_immediate_reduce_scatter_ends_the_job_naming_it() {
+    let output = job(2, "immediate-reduce-scatter-refused", &[]);
+    let (stdout, stderr) = text(&output);
+    assert!(!output.status.success(), "{stdout}\n{stderr}");
+    let said = "immediate_reduce_scatter_into: ";
+    assert!(
+        (0..2).any(|r| stderr.contains(&format!("rank {r}: {said}"))),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("3 counts and 3 displacements for 2 ranks"),
         "{stdout}\n{stderr}"
     );
 }

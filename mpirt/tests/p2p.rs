@@ -1254,12 +1254,19 @@ impl Wire {
                 ("MPIRT_VERBOSE", "1".to_string()),
             ],
             #[cfg(feature = "ofi")]
-            Wire::Ofi => vec![
+            Wire::Ofi => [
                 ("MPIRT_TRANSPORT", "ofi".to_string()),
                 ("MPIRT_OFI_PROVIDER", common::ofi_test_provider()),
                 ("MPIRT_OFI_EAGER_LIMIT", EAGER.to_string()),
                 ("MPIRT_VERBOSE", "1".to_string()),
-            ],
+            ]
+            .into_iter()
+            .chain(
+                common::ofi_on_loopback()
+                    .into_iter()
+                    .map(|(name, value)| (name, value.to_string())),
+            )
+            .collect(),
         }
     }
 
@@ -1443,8 +1450,10 @@ fn message_sizes_over_ipv6_loopback() {
 }
 
 /// Over shared memory, large heap buffers go by memcpy from the sender's shared arena (the
-/// ranks install TrackingAllocator), or by process_vm_readv when it is turned off: both deliver
-/// every byte, and `--verbose` says which path is in use.
+/// ranks install TrackingAllocator), or by process_vm_readv when it is turned off or when more
+/// ranks share the host than `MPIRT_SHM_ARENA_MAX_RANKS` (63 by default; 1 here, so that 2
+/// ranks take the path of 64 and more): each delivers every byte, and `--verbose` says which
+/// path is in use.
 #[test]
 fn large_messages_from_shared_arenas() {
     if on_ucx() {
@@ -1467,6 +1476,11 @@ fn large_messages_from_shared_arenas() {
             vec![verbose, ("MPIRT_SHM_ARENA", "0")],
             "single copy (process_vm_readv); no shared arena: turned off",
         ),
+        (
+            vec![verbose, ("MPIRT_SHM_ARENA_MAX_RANKS", "1")],
+            "single copy (process_vm_readv); no shared arena: 2 ranks share this host, more \
+             than MPIRT_SHM_ARENA_MAX_RANKS (1)",
+        ),
     ] {
         let (out, err) = ok_job_with(2, "arena", &envs);
         assert!(out.contains("arena ok"), "{out}");
@@ -1478,6 +1492,72 @@ fn large_messages_from_shared_arenas() {
             assert!(line.contains(path), "{line}");
         }
     }
+}
+
+/// Ranks of a host that disagree on having a shared arena (`MPIRT_SHM_ARENA_MAX_RANKS=1` set
+/// for one rank only, sender or receiver in turn) still deliver every byte: the rank without
+/// one still maps its peer's, the peer reads it by process_vm_readv, and `--verbose` says so
+/// on each side.
+#[test]
+fn ranks_that_disagree_on_the_arena_deliver_every_byte() {
+    if on_ucx() {
+        println!(
+            "skipped: the shared arena is the native PML's (UCX moves large data its own way)"
+        );
+        return;
+    }
+    for without in 0..2 {
+        let script = format!(
+            "[ \"$MPIRT_RANK\" = {without} ] && export MPIRT_SHM_ARENA_MAX_RANKS=1; \
+             exec \"$0\" --exact rank_mode --nocapture --test-threads=1 -q"
+        );
+        let mut command = Command::new(rsrun_path());
+        command
+            .args(["-n", "2", "sh", "-c", &script])
+            .arg(env::current_exe().unwrap())
+            .env(RANK_MODE, "arena")
+            .env("MPIRT_VERBOSE", "1");
+        let output = run_limited(command);
+        let (stdout, stderr) = text(&output);
+        assert!(
+            output.status.success() && stdout.contains("arena ok"),
+            "rank {without} without an arena\n{stdout}\n{stderr}"
+        );
+        for rank in 0..2 {
+            let line = stderr
+                .lines()
+                .find(|l| l.starts_with(&format!("mpirt: rank {rank} of 2 ")))
+                .unwrap_or_else(|| panic!("rank {rank} did not report\n{stderr}"));
+            let why = if rank == without {
+                "no shared arena: 2 ranks share this host, more than MPIRT_SHM_ARENA_MAX_RANKS (1)"
+                    .to_string()
+            } else {
+                format!("no shared arena: rank {without} has none")
+            };
+            assert!(line.contains(&why), "{line}");
+        }
+    }
+}
+
+/// `MPIRT_SHM_ARENA_MAX_RANKS` that is not a number of ranks stops the job at start-up with
+/// an error naming the rank, the operation and the value, rather than being ignored.
+#[test]
+fn a_bad_arena_rank_limit_stops_the_job() {
+    let output = job_on(
+        Launch::Rsrun,
+        2,
+        "ring",
+        &[("MPIRT_SHM_ARENA_MAX_RANKS", "lots")],
+    );
+    let (stdout, stderr) = text(&output);
+    assert!(!output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        (0..2).any(|rank| stderr.contains(&format!(
+            "mpirt: rank {rank}: initialize: MPIRT_SHM_ARENA_MAX_RANKS='lots' is not a number \
+             of ranks"
+        ))),
+        "{stderr}"
+    );
 }
 
 /// Rings of the least size, 512 bytes (what each pair gets past 257 ranks on a host; here
@@ -1894,9 +1974,20 @@ on_each_wire! {
             .find_map(|l| l.strip_prefix("job "))
             .and_then(|l| l.split(' ').next())
             .expect("the ranks print the job id");
-        for pid in stdout.lines().filter_map(|l| l.split(" pid ").nth(1)) {
+        let pids: Vec<&str> = stdout.lines().filter_map(|l| l.split(" pid ").nth(1)).collect();
+        for pid in &pids {
             assert!(ends(pid), "rank pid {pid} is left behind");
         }
+        // No file is named after a rank's process (as libfabric's shm names its endpoint's
+        // by itself), where no clean-up would find it and a later process of the same id
+        // could not open its own endpoint.
+        let named_by_pid: Vec<_> = std::fs::read_dir("/dev/shm")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| pids.iter().any(|pid| name.starts_with(&format!("{pid}:"))))
+            .collect();
+        assert!(named_by_pid.is_empty(), "left in /dev/shm: {named_by_pid:?}");
         if !under_rsrun("removing a dead job's files under /dev/shm") {
             return;
         }

@@ -494,10 +494,16 @@ fn stress_settings(transport: Option<&str>) -> Vec<(String, String)> {
 }
 
 fn stress_job(n: u32, transport: Option<&str>) {
+    stress_job_with(n, transport, &[]);
+}
+
+/// [`stress_job`] with `more` settings.
+fn stress_job_with(n: u32, transport: Option<&str>, more: &[(&str, &str)]) {
     if !threads_built() {
         return;
     }
-    let owned = stress_settings(transport);
+    let mut owned = stress_settings(transport);
+    owned.extend(more.iter().map(|&(k, v)| (k.to_string(), v.to_string())));
     let envs: Vec<(&str, &str)> = owned
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
@@ -533,17 +539,40 @@ fn four_threads_a_rank_on_three_ranks_over_tcp() {
     stress_job(3, Some("tcp"));
 }
 
+/// Whether this machine has an RDMA device; says why the test is skipped where not.
+#[cfg(feature = "verbs")]
+fn rdma_device() -> bool {
+    let present = std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
+    if !present {
+        println!(
+            "skipped: no RDMA device here (tools/test-all.sh runs this in the Soft-RoCE guest)"
+        );
+    }
+    present
+}
+
 /// In the Soft-RoCE guest (tools/test-all.sh), where the machine has an RDMA device.
 #[cfg(feature = "verbs")]
 #[test]
 fn four_threads_a_rank_on_two_ranks_over_verbs() {
-    if !std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some()) {
-        println!(
-            "skipped: no RDMA device here (tools/test-all.sh runs this in the Soft-RoCE guest)"
-        );
+    if !rdma_device() {
         return;
     }
     stress_job(2, Some("verbs"));
+}
+
+/// As above without the registration cache: each send's registration is dropped as its FIN
+/// comes, where a READ that the peer's device retransmitted late (it had its data already)
+/// found no registration under its key and broke the queue pair, rank 0 naming only a flushed
+/// work request: one job in three failed so in the guest before dropped registrations
+/// lingered for the retransmissions' time (`registration_cache.rs`).
+#[cfg(feature = "verbs")]
+#[test]
+fn four_threads_a_rank_on_two_ranks_over_verbs_without_the_registration_cache() {
+    if !rdma_device() {
+        return;
+    }
+    stress_job_with(2, Some("verbs"), &[("MPIRT_VERBS_REG_CACHE", "0")]);
 }
 
 #[test]

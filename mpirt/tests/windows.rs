@@ -20,7 +20,7 @@ use mpirt::Rank;
 #[allow(dead_code)] // each test binary uses part of it
 mod common;
 
-use common::{ok_job_with, RANK_MODE};
+use common::{ok_job_with, SideFiles, RANK_MODE};
 
 /// Elements of each rank's window in the model test.
 const LEN: usize = 12;
@@ -1768,57 +1768,6 @@ fn typed_requests_in_flight(world: &SimpleCommunicator) {
     world.barrier();
 }
 
-/// Files by which ranks say where they are while one of them stays outside mpirt (so cannot
-/// answer a message): in a directory that rank 0 makes afresh, named by its pid, which every
-/// rank reaches (the suite's ranks share one file system, test hosts included).
-struct SideFiles {
-    dir: std::path::PathBuf,
-}
-
-impl SideFiles {
-    /// Collective: rank 0 makes the directory for `what` (empty), then every rank learns its
-    /// name.
-    fn of_rank_0(world: &SimpleCommunicator, what: &str) -> SideFiles {
-        let mut pid = std::process::id();
-        world.process_at_rank(0).broadcast_into(&mut pid);
-        let dir = env::temp_dir().join(format!("mpirt-windows-{what}-{pid}"));
-        if world.rank() == 0 {
-            // Left by an earlier process of this pid that crashed: its files would say too much.
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).expect("rank 0's side directory");
-        }
-        world.barrier();
-        SideFiles { dir }
-    }
-
-    /// Says `name`.
-    fn say(&self, name: &str) {
-        std::fs::write(self.dir.join(name), b"").expect("a side file");
-    }
-
-    /// Waits, outside mpirt, until another rank said `name`: a bound far past any preemption,
-    /// so that a rank that never says it fails the job rather than hanging it.
-    fn wait_for(&self, name: &str) {
-        let start = std::time::Instant::now();
-        while !self.dir.join(name).exists() {
-            assert!(
-                start.elapsed() < std::time::Duration::from_secs(60),
-                "no rank said {name:?} in {} within 60 s",
-                self.dir.display()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-    }
-
-    /// Collective: once every rank is past its waits, rank 0 removes the files.
-    fn remove(self, world: &SimpleCommunicator) {
-        world.barrier();
-        if world.rank() == 0 {
-            std::fs::remove_dir_all(&self.dir).expect("rank 0's side directory");
-        }
-    }
-}
-
 /// Each misuse is refused with a named error, and nothing is written.
 fn errors(world: &SimpleCommunicator) {
     let size = world.size();
@@ -2322,12 +2271,13 @@ fn windows_over_ucx() {
 #[test]
 fn windows_over_ofi() {
     let provider = common::ofi_test_provider();
-    let envs = [
+    let mut envs = vec![
         ("MPIRT_TRANSPORT", "ofi"),
         ("MPIRT_OFI_PROVIDER", provider.as_str()),
         ("MPIRT_VERBOSE", "1"),
         ("MPIRT_WINDOW_PATH", "rdma"),
     ];
+    envs.extend(common::ofi_on_loopback());
     // The model's programs take every kind of operation and epoch (the atomics mode's
     // thousands of contended rounds, each an fi_atomic that the target's progress applies,
     // outlast the job's limit on tcp;ofi_rxm); the typed ones' puts and gets go a piece at a

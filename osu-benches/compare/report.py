@@ -53,13 +53,20 @@ def higher_is_better(bench):
 
 
 def rows(path, column=-1):
-    """Size -> value (the last column: osu_mbw_mr's message rate; the non-blocking
-    collectives' overall time is column 1, their overlap the last); the barrier's one value
-    (no size column in OSU's format) is size 0."""
+    """Size -> value, `column` indexing a row's values after its size (the last: osu_mbw_mr's
+    message rate, the non-blocking collectives' overlap; 0: their overall time). The barriers'
+    rows have no size column in OSU's format (a value with a decimal point first): size 0."""
     if not path.exists():
         return {}  # a run cut short by run.sh's time limit (see its "limits" file)
-    values = [l.split() for l in path.read_text().splitlines() if l and not l.startswith("#")]
-    return {int(v[0]) if len(v) > 1 else 0: float(v[column]) for v in values}
+    figures = {}
+    for line in path.read_text().splitlines():
+        v = line.split()
+        # Comments and column headers.
+        if not v or not v[0][0].isdigit():
+            continue
+        size, row = (0, v) if "." in v[0] else (int(v[0]), v[1:])
+        figures[size] = float(row[column])
+    return figures
 
 
 def overlapping(bench):
@@ -89,7 +96,7 @@ def collect(out, repeats, benches):
                 if overlapping(bench):
                     for size, value in rows(path).items():
                         records.append([f"{bench} overlap", size, who, r, value, "%"])
-                for size, value in rows(path, 1 if overlapping(bench) else -1).items():
+                for size, value in rows(path, 0 if overlapping(bench) else -1).items():
                     records.append([bench, size, who, r, value, unit(bench)])
     # Launch times and memcpy are measured on one host only; one line per repeat.
     for who in ("mpirt", "mpich"):

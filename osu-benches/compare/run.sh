@@ -3,8 +3,8 @@
 # and on MPICH (Debian's packages), interleaved and repeated; medians per message size.
 #   osu-benches/compare/run.sh [-r REPEATS] [-n RANKS] [-o OUTDIR] [-b "BENCH..."] [-s WHAT] [-m BYTES] [-t]
 # -n: ranks of the collective tests (4), which run on this host only. The collectives are every
-# one OSU 7.4 measures, blocking and non-blocking (compare/osu_coll.c); mpirt runs those it
-# has a port of. Sizes 1 B to 1 MiB, 4 MiB for the broadcasts and all-reductions.
+# one OSU 7.4 measures, blocking and non-blocking (compare/osu_coll.c), and mpirt's port of
+# each. Sizes 1 B to 1 MiB, 4 MiB for the broadcasts and all-reductions.
 # -b: only these benchmarks (names without osu_, such as "latency mbw_mr allreduce").
 # -m: the collectives' largest size in bytes (a power of two; 1 MiB for all of them is
 # issue 23's sweep on a busy host, where 4 ranks and more spend most of their time past it).
@@ -176,9 +176,12 @@ for bench in "${collectives[@]}"; do
             "${ompi[@]}" "$ranks" "$out/osu_coll.ompi" $bench $max > "$out/$bench.ompi.$r"
             mpich_collective "$out/$bench.mpich.$r" "${mpich[@]}" "$ranks" "$out/osu_coll.mpich" $bench $max
         fi
-        if [ -n "$rs_builds" ]; then
-            "${ompi[@]}" "$ranks" "$rs_ompi"/osu_$bench > "$out/$bench.ompi-rs.$r"
-            mpich_collective "$out/$bench.mpich-rs.$r" "${mpich[@]}" "$ranks" "$rs_mpich"/osu_$bench
+        # The rsmpi builds have every port but osu_ireduce_scatter (rsmpi 0.8 has no
+        # MPI_Ireduce_scatter).
+        if [ -n "$rs_builds" ] && [ -x "$rs_ompi/osu_$bench" ]; then
+            # The same sizes as the others (OSU's default stops at 1 MiB).
+            "${ompi[@]}" "$ranks" "$rs_ompi"/osu_$bench -m "1:$max" > "$out/$bench.ompi-rs.$r"
+            mpich_collective "$out/$bench.mpich-rs.$r" "${mpich[@]}" "$ranks" "$rs_mpich"/osu_$bench -m "1:$max"
         fi
     done
 done

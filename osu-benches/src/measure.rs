@@ -13,7 +13,7 @@ use crate::mpi::traits::*;
 use crate::mpi::collective::SystemOperation;
 
 use crate::options::{Benchmark, Options};
-use crate::output::{collective_row, row, Latencies};
+use crate::output::{collective_row, non_blocking_row, row, Latencies, Overlapped};
 
 /// Runs `iteration(size)` over OSU's sizes and loop counts, after a barrier for each size;
 /// `done(size, iterations, seconds)` gets the time of the timed iterations.
@@ -92,6 +92,15 @@ pub fn measure_summed(
     });
 }
 
+/// The sizes a collective test walks: OSU's from 1 byte, or none for the barriers.
+fn collective_sizes(options: &Options, b: Benchmark) -> Vec<Option<usize>> {
+    if b.has_sizes() {
+        options.sizes().filter(|&s| s > 0).map(Some).collect()
+    } else {
+        vec![None]
+    }
+}
+
 /// Runs the collective `call(size)` over OSU's sizes (without a size for the barrier, which
 /// is its own synchronization) and prints a row per size.
 pub fn measure_collective(
@@ -100,12 +109,7 @@ pub fn measure_collective(
     b: Benchmark,
     mut call: impl FnMut(usize),
 ) {
-    let sizes: Vec<Option<usize>> = if b.has_sizes() {
-        options.sizes().filter(|&s| s > 0).map(Some).collect()
-    } else {
-        vec![None]
-    };
-    for size in sizes {
+    for size in collective_sizes(options, b) {
         let (iterations, skip) = options.loops(size.unwrap_or(0));
         world.barrier();
         let mut timer = 0.0;
@@ -140,5 +144,86 @@ pub fn measure_collective(
             say(&collective_row(size, latencies, options.full));
         }
         world.barrier();
+    }
+}
+
+/// Runs the non-blocking collective `call(size, between)` over OSU's sizes, as OSU does: `call`
+/// starts the operation, runs `between()`, then waits for it. First the call alone (`between`
+/// does nothing) gives its pure time; then `between` computes for that long, and the row says
+/// how much of the call the computation hid. Each call is followed by a barrier, as OSU 7.4's
+/// are, but for the non-blocking barrier's calls alone (`osu_ibarrier` times those back to
+/// back, and only its overlapped calls with a barrier after each).
+pub fn measure_non_blocking(
+    world: &SimpleCommunicator,
+    options: &Options,
+    b: Benchmark,
+    mut call: impl FnMut(usize, &mut dyn FnMut()),
+) {
+    for size in collective_sizes(options, b) {
+        let (iterations, skip) = options.loops(size.unwrap_or(0));
+        let bytes = size.unwrap_or(0);
+        world.barrier();
+        let mut alone = 0.0;
+        for i in 0..iterations + skip {
+            let start = mpi::time();
+            call(bytes, &mut || {});
+            let elapsed = mpi::time() - start;
+            if size.is_some() {
+                world.barrier();
+            }
+            if i >= skip {
+                alone += elapsed;
+            }
+        }
+        let pure = alone / iterations as f64;
+        let mut sums = [0.0; 4];
+        for i in 0..iterations + skip {
+            let (mut started, mut computed) = (0.0, 0.0);
+            let start = mpi::time();
+            call(bytes, &mut || {
+                started = mpi::time();
+                compute(pure);
+                computed = mpi::time();
+            });
+            let end = mpi::time();
+            world.barrier();
+            if i >= skip {
+                let parts = [
+                    end - start,
+                    computed - started,
+                    started - start,
+                    end - computed,
+                ];
+                for (sum, part) in sums.iter_mut().zip(parts) {
+                    *sum += part;
+                }
+            }
+        }
+        let average = |seconds: f64, per: usize| {
+            let micros = seconds * 1e6 / per as f64;
+            at_root(world, micros, SystemOperation::sum()) / world.size() as f64
+        };
+        let figures = Overlapped {
+            overall: average(sums[0], iterations),
+            compute: average(sums[1], iterations),
+            init: average(sums[2], iterations),
+            wait: average(sums[3], iterations),
+            pure: average(pure, 1),
+            pure_min: at_root(world, pure * 1e6, SystemOperation::min()),
+            pure_max: at_root(world, pure * 1e6, SystemOperation::max()),
+        };
+        if world.rank() == 0 {
+            say(&non_blocking_row(size, figures, options.full));
+        }
+        world.barrier();
+    }
+}
+
+/// Keeps the CPU busy for `seconds` without calling the library, as OSU's computation
+/// without probes does: what progresses the operation meanwhile is the library's own doing.
+fn compute(seconds: f64) {
+    let until = mpi::time() + seconds;
+    while mpi::time() < until {
+        std::hint::spin_loop();
     }
 }

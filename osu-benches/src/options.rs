@@ -27,6 +27,27 @@ pub enum Benchmark {
     Gather,
     Scatter,
     ReduceScatter,
+    Allgatherv,
+    Alltoallv,
+    Gatherv,
+    Scatterv,
+    ReduceScatterBlock,
+    /// The non-blocking collectives (`osu_i...`): each started, then as long a computation as
+    /// the call alone takes, then waited for; they print OSU's overlap columns.
+    IBarrier,
+    IBroadcast,
+    IReduce,
+    IAllreduce,
+    IAllgather,
+    IAllgatherv,
+    IAlltoall,
+    IAlltoallv,
+    IGather,
+    IGatherv,
+    IScatter,
+    IScatterv,
+    IReduceScatter,
+    IReduceScatterBlock,
     /// Not OSU's: a halo exchange of a strided column (a vector datatype), issue 21's.
     HaloColumn,
     PutLatency,
@@ -105,6 +126,31 @@ impl Benchmark {
             Benchmark::Gather => "OSU MPI Gather Latency Test",
             Benchmark::Scatter => "OSU MPI Scatter Latency Test",
             Benchmark::ReduceScatter => "OSU MPI Reduce_scatter Latency Test",
+            Benchmark::Allgatherv => "OSU MPI Allgatherv Latency Test",
+            Benchmark::Alltoallv => "OSU MPI All-to-Allv Personalized Exchange Latency Test",
+            Benchmark::Gatherv => "OSU MPI Gatherv Latency Test",
+            Benchmark::Scatterv => "OSU MPI Scatterv Latency Test",
+            Benchmark::ReduceScatterBlock => "OSU MPI Reduce_scatter_block Latency Test",
+            Benchmark::IBarrier => "OSU MPI Non-blocking Barrier Latency Test",
+            Benchmark::IBroadcast => "OSU MPI Non-blocking Broadcast Latency Test",
+            Benchmark::IReduce => "OSU MPI Non-blocking Reduce Latency Test",
+            Benchmark::IAllreduce => "OSU MPI Non-blocking Allreduce Latency Test",
+            Benchmark::IAllgather => "OSU MPI Non-blocking Allgather Latency Test",
+            Benchmark::IAllgatherv => "OSU MPI Non-blocking Allgatherv Latency Test",
+            Benchmark::IAlltoall => {
+                "OSU MPI Non-blocking All-to-All Personalized Exchange Latency Test"
+            }
+            Benchmark::IAlltoallv => {
+                "OSU MPI Non-blocking All-to-Allv Personalized Exchange Latency Test"
+            }
+            Benchmark::IGather => "OSU MPI Non-blocking Gather Latency Test",
+            Benchmark::IGatherv => "OSU MPI Non-blocking Gatherv Latency Test",
+            Benchmark::IScatter => "OSU MPI Non-blocking Scatter Latency Test",
+            Benchmark::IScatterv => "OSU MPI Non-blocking Scatterv Latency Test",
+            Benchmark::IReduceScatter => "OSU MPI Non-blocking Reduce_scatter Latency Test",
+            Benchmark::IReduceScatterBlock => {
+                "OSU MPI Non-blocking Reduce_scatter_block Latency Test"
+            }
             Benchmark::HaloColumn => "Halo Exchange of a Strided Column (vector datatype) Test",
             Benchmark::PutLatency => "OSU MPI_Put Latency Test",
             Benchmark::GetLatency => "OSU MPI_Get latency Test",
@@ -159,6 +205,25 @@ impl Benchmark {
             Benchmark::Gather => "osu_gather",
             Benchmark::Scatter => "osu_scatter",
             Benchmark::ReduceScatter => "osu_reduce_scatter",
+            Benchmark::Allgatherv => "osu_allgatherv",
+            Benchmark::Alltoallv => "osu_alltoallv",
+            Benchmark::Gatherv => "osu_gatherv",
+            Benchmark::Scatterv => "osu_scatterv",
+            Benchmark::ReduceScatterBlock => "osu_reduce_scatter_block",
+            Benchmark::IBarrier => "osu_ibarrier",
+            Benchmark::IBroadcast => "osu_ibcast",
+            Benchmark::IReduce => "osu_ireduce",
+            Benchmark::IAllreduce => "osu_iallreduce",
+            Benchmark::IAllgather => "osu_iallgather",
+            Benchmark::IAllgatherv => "osu_iallgatherv",
+            Benchmark::IAlltoall => "osu_ialltoall",
+            Benchmark::IAlltoallv => "osu_ialltoallv",
+            Benchmark::IGather => "osu_igather",
+            Benchmark::IGatherv => "osu_igatherv",
+            Benchmark::IScatter => "osu_iscatter",
+            Benchmark::IScatterv => "osu_iscatterv",
+            Benchmark::IReduceScatter => "osu_ireduce_scatter",
+            Benchmark::IReduceScatterBlock => "osu_ireduce_scatter_block",
             Benchmark::HaloColumn => "halo_column",
             Benchmark::PutLatency => "osu_put_latency",
             Benchmark::GetLatency => "osu_get_latency",
@@ -269,9 +334,30 @@ impl Benchmark {
         self.is_collective() || matches!(self, Benchmark::MultiLatency | Benchmark::MultiBandwidth)
     }
 
-    /// Whether rows carry a message size (all but the barrier's single row).
+    /// Whether rows carry a message size (all but the barriers' single row).
     pub fn has_sizes(self) -> bool {
-        self != Benchmark::Barrier
+        !matches!(self, Benchmark::Barrier | Benchmark::IBarrier)
+    }
+
+    /// Whether this is a non-blocking collective (OSU's overlap columns).
+    pub fn is_non_blocking(self) -> bool {
+        matches!(
+            self,
+            Benchmark::IBarrier
+                | Benchmark::IBroadcast
+                | Benchmark::IReduce
+                | Benchmark::IAllreduce
+                | Benchmark::IAllgather
+                | Benchmark::IAllgatherv
+                | Benchmark::IAlltoall
+                | Benchmark::IAlltoallv
+                | Benchmark::IGather
+                | Benchmark::IGatherv
+                | Benchmark::IScatter
+                | Benchmark::IScatterv
+                | Benchmark::IReduceScatter
+                | Benchmark::IReduceScatterBlock
+        )
     }
 }
 

@@ -9,6 +9,8 @@ use crate::options::{Benchmark, SyncMode, WindowKind};
 const SIZE_WIDTH: usize = 10;
 const FIELD_WIDTH: usize = 18;
 const FLOAT_PRECISION: usize = 2;
+/// The width of a non-blocking barrier's first value (`# Overall(us)` above it).
+const BARRIER_FIRST_WIDTH: usize = 13;
 const ITERATIONS_WIDTH: usize = 12;
 /// The barrier's value column, without a size before it.
 const SIZELESS_WIDTH: usize = 17;
@@ -109,6 +111,97 @@ pub fn collective_header(b: Benchmark, full: bool) -> String {
     h + "\n"
 }
 
+/// A non-blocking collective's header: OSU's line on what the overall time holds, the
+/// datatype, then its overlap columns (with `full` the start, the tests, the wait and the
+/// fastest and slowest rank's call alone apart too). The barrier has neither a datatype nor a
+/// size column; OSU 7.4 writes its first column's name unpadded after a `#`.
+pub fn non_blocking_header(b: Benchmark, full: bool) -> String {
+    let mut h = format!(
+        "\n# {} v7.4\n# Overall = Coll. Init + Compute + MPI_Test + MPI_Wait\n\n",
+        b.title()
+    );
+    if b.has_sizes() {
+        h += &format!(
+            "# Datatype: MPI_CHAR.\n{:<SIZE_WIDTH$}{:>FIELD_WIDTH$}",
+            "# Size", "Overall(us)"
+        );
+    } else {
+        h += "# Overall(us)";
+    }
+    let columns: &[&str] = if full {
+        &[
+            "Compute(us)",
+            "Coll. Init(us)",
+            "MPI_Test(us)",
+            "MPI_Wait(us)",
+            "Pure Comm.(us)",
+            "Min Comm.(us)",
+            "Max Comm.(us)",
+            "Overlap(%)",
+        ]
+    } else {
+        &["Compute(us)", "Pure Comm.(us)", "Overlap(%)"]
+    };
+    for column in columns {
+        h += &format!("{column:>FIELD_WIDTH$}");
+    }
+    h + "\n"
+}
+
+/// What a non-blocking collective's row reports, averaged over the ranks, in microseconds:
+/// the call with the computation between its start and its wait (`overall`), the computation
+/// (`compute`), the call alone (`pure`; the fastest and the slowest rank's, not averaged,
+/// `pure_min` and `pure_max`), and, apart, its start (`init`) and its wait (`wait`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Overlapped {
+    pub overall: f64,
+    pub compute: f64,
+    pub init: f64,
+    pub wait: f64,
+    pub pure: f64,
+    pub pure_min: f64,
+    pub pure_max: f64,
+}
+
+impl Overlapped {
+    /// OSU's overlap: the share of the call's own time that the computation hid, in percent,
+    /// never below 0.
+    pub fn overlap(&self) -> f64 {
+        (100.0 - (self.overall - self.compute) / self.pure * 100.0).max(0.0)
+    }
+}
+
+/// A non-blocking collective's row (no size for the barrier, whose first value OSU 7.4 writes
+/// 13 wide, under its header's `# Overall(us)`). The programs probe nothing during the
+/// computation (OSU's default), so the tests' column is 0.
+pub fn non_blocking_row(size: Option<usize>, o: Overlapped, full: bool) -> String {
+    let mut r = match size {
+        Some(size) => format!(
+            "{size:<SIZE_WIDTH$}{:>FIELD_WIDTH$.FLOAT_PRECISION$}",
+            o.overall
+        ),
+        None => format!("{:>BARRIER_FIRST_WIDTH$.FLOAT_PRECISION$}", o.overall),
+    };
+    let values = if full {
+        vec![
+            o.compute,
+            o.init,
+            0.0,
+            o.wait,
+            o.pure,
+            o.pure_min,
+            o.pure_max,
+            o.overlap(),
+        ]
+    } else {
+        vec![o.compute, o.pure, o.overlap()]
+    };
+    for value in values {
+        r += &format!("{value:>FIELD_WIDTH$.FLOAT_PRECISION$}");
+    }
+    r + "\n"
+}
+
 /// Latencies over the ranks of one collective measurement, in microseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Latencies {
@@ -197,6 +290,53 @@ mod tests {
             "4                       1.23              0.50              2.00        1000\n"
         );
         assert_eq!(collective_row(None, l, false), "             1.23\n");
+    }
+
+    #[test]
+    fn non_blocking_headers_and_rows_match_osu() {
+        assert_eq!(
+            non_blocking_header(Benchmark::IBroadcast, false),
+            "\n# OSU MPI Non-blocking Broadcast Latency Test v7.4\n\
+             # Overall = Coll. Init + Compute + MPI_Test + MPI_Wait\n\n\
+             # Datatype: MPI_CHAR.\n\
+             # Size           Overall(us)       Compute(us)    Pure Comm.(us)        Overlap(%)\n"
+        );
+        // OSU 7.4's print_only_header_nbc without a size: "# Overall(us)", then -f's columns.
+        assert_eq!(
+            non_blocking_header(Benchmark::IBarrier, true),
+            "\n# OSU MPI Non-blocking Barrier Latency Test v7.4\n\
+             # Overall = Coll. Init + Compute + MPI_Test + MPI_Wait\n\n\
+             # Overall(us)       Compute(us)    Coll. Init(us)      MPI_Test(us)      \
+             MPI_Wait(us)    Pure Comm.(us)     Min Comm.(us)     Max Comm.(us)        \
+             Overlap(%)\n"
+        );
+        let o = Overlapped {
+            overall: 3.0,
+            compute: 2.0,
+            init: 0.25,
+            wait: 0.75,
+            pure: 2.0,
+            pure_min: 1.5,
+            pure_max: 2.5,
+        };
+        // 1 us of the call's 2 us was not hidden: half of it overlapped.
+        assert_eq!(o.overlap(), 50.0);
+        assert_eq!(
+            non_blocking_row(Some(8), o, false),
+            "8                       3.00              2.00              2.00             50.00\n"
+        );
+        // OSU 7.4's print_stats_nbc without a size: the overall time 13 wide.
+        assert_eq!(
+            non_blocking_row(None, o, true),
+            "         3.00              2.00              0.25              0.00              \
+             0.75              2.00              1.50              2.50             50.00\n"
+        );
+        let slower = Overlapped { overall: 9.0, ..o };
+        assert_eq!(
+            slower.overlap(),
+            0.0,
+            "a call slower beside the computation overlaps nothing"
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::mpi::traits::*;
 use crate::options::{parse, Benchmark, Options, Parsed};
 use crate::output::{
     collective_header, header, latency_mt_header, message_rate_mt_header, multi_bandwidth_header,
-    one_sided_header,
+    non_blocking_header, one_sided_header,
 };
 
 /// Returns the runtime and the options, or ends the process (help, version, bad options,
@@ -65,6 +65,7 @@ pub fn start(b: Benchmark) -> (Universe, Options) {
     }
     if rank0 {
         let text = match b {
+            _ if b.is_non_blocking() => non_blocking_header(b, options.full),
             _ if b.is_collective() => collective_header(b, options.full),
             _ if b.is_one_sided() => {
                 one_sided_header(b, options.window_kind, options.sync, options.doubles)

@@ -270,7 +270,8 @@ fn wrong_rank_count_and_bad_options_fail_clearly() {
 /// A collective test's layout: title, datatype (not for the barrier), the column header with
 /// `-f`'s columns, then one row per size with the average, minimum, maximum and iterations.
 fn check_collective(program: &str, title: &str, sizes: &[usize]) {
-    let args = ["-m", "1:8", "-i", "5", "-x", "1", "-f"];
+    let range = size_range(sizes);
+    let args = ["-m", &range, "-i", "5", "-x", "1", "-f"];
     let text = titled_output(3, program, &args, title);
     let lines: Vec<&str> = text.lines().collect();
     let full = format!(
@@ -306,6 +307,91 @@ fn check_collective(program: &str, title: &str, sizes: &[usize]) {
     }
 }
 
+/// `-m`'s MIN:MAX for `sizes` (the barriers, with none, take any).
+fn size_range(sizes: &[usize]) -> String {
+    match (sizes.first(), sizes.last()) {
+        (Some(min), Some(max)) => format!("{min}:{max}"),
+        _ => "1:8".to_string(),
+    }
+}
+
+/// A non-blocking collective's layout on `n` ranks: title, OSU's line on what the overall
+/// time holds, a blank line, the datatype and the column header (for the barrier no datatype,
+/// and `# Overall(us)` where a size column would be), then one row per size with the overall,
+/// compute and pure times and the overlap, which is a share (with `-f`, `full`, the start,
+/// test and wait times too, before the pure time, and the fastest and slowest rank's after).
+fn check_non_blocking(n: u32, program: &str, title: &str, sizes: &[usize], full: bool) {
+    let range = size_range(sizes);
+    let mut args = vec!["-m", &range, "-i", "5", "-x", "1"];
+    if full {
+        args.push("-f");
+    }
+    let text = titled_output(n, program, &args, title);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[2], "# Overall = Coll. Init + Compute + MPI_Test + MPI_Wait",
+        "{text}"
+    );
+    assert_eq!(lines[3], "", "{text}");
+    let columns: &[&str] = if full {
+        &[
+            "Compute(us)",
+            "Coll. Init(us)",
+            "MPI_Test(us)",
+            "MPI_Wait(us)",
+            "Pure Comm.(us)",
+            "Min Comm.(us)",
+            "Max Comm.(us)",
+            "Overlap(%)",
+        ]
+    } else {
+        &["Compute(us)", "Pure Comm.(us)", "Overlap(%)"]
+    };
+    let rest: String = columns.iter().map(|c| format!("{c:>18}")).collect();
+    // OSU 7.4: the first value under "# Overall(us)" is 13 wide, under a size 10 + 18.
+    let (first, header_at) = if sizes.is_empty() {
+        assert_eq!(lines[4], format!("# Overall(us){rest}"), "{text}");
+        (13, 4)
+    } else {
+        assert_eq!(lines[4], "# Datatype: MPI_CHAR.", "{text}");
+        let head = format!("{:<10}{:>18}{rest}", "# Size", "Overall(us)");
+        assert_eq!(lines[5], head, "{text}");
+        (28, 5)
+    };
+    let rows = &lines[header_at + 1..];
+    assert_eq!(rows.len(), sizes.len().max(1), "{text}");
+    for (i, line) in rows.iter().enumerate() {
+        assert_eq!(
+            line.len(),
+            first + 18 * columns.len(),
+            "row width: '{line}'"
+        );
+        if let Some(size) = sizes.get(i) {
+            assert_eq!(line[..10].trim_end(), size.to_string(), "'{line}'");
+        }
+        let values: Vec<f64> = line
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect();
+        let values = &values[usize::from(!sizes.is_empty())..];
+        assert_eq!(values.len(), columns.len() + 1, "'{line}'");
+        assert!(values.iter().all(|&v| v >= 0.0), "'{line}'");
+        let overall = values[0];
+        let overlap = values[values.len() - 1];
+        let pure = if full { values[5] } else { values[2] };
+        assert!(overall > 0.0 && pure > 0.0, "'{line}'");
+        assert!(overlap <= 100.0, "'{line}'");
+        if full {
+            assert_eq!(values[3], 0.0, "no probes during the computation: '{line}'");
+            let (min, max) = (values[6], values[7]);
+            assert!(
+                min <= pure && pure <= max,
+                "min <= average <= max: '{line}'"
+            );
+        }
+    }
+}
+
 #[test]
 fn collective_formats_with_full_statistics() {
     let sizes = [1, 2, 4, 8];
@@ -322,9 +408,61 @@ fn collective_formats_with_full_statistics() {
         ("osu_gather", "OSU MPI Gather Latency Test"),
         ("osu_scatter", "OSU MPI Scatter Latency Test"),
         ("osu_reduce_scatter", "OSU MPI Reduce_scatter Latency Test"),
+        ("osu_allgatherv", "OSU MPI Allgatherv Latency Test"),
+        (
+            "osu_alltoallv",
+            "OSU MPI All-to-Allv Personalized Exchange Latency Test",
+        ),
+        ("osu_gatherv", "OSU MPI Gatherv Latency Test"),
+        ("osu_scatterv", "OSU MPI Scatterv Latency Test"),
     ] {
         check_collective(program, title, &sizes);
     }
+    // A block of size / 3 elements a rank: none below 3 bytes.
+    check_collective(
+        "osu_reduce_scatter_block",
+        "OSU MPI Reduce_scatter_block Latency Test",
+        &[4, 8],
+    );
+}
+
+#[test]
+fn non_blocking_collective_formats_with_overlap() {
+    let sizes = [1, 2, 4, 8];
+    let nb = "OSU MPI Non-blocking";
+    check_non_blocking(
+        3,
+        "osu_ibarrier",
+        &format!("{nb} Barrier Latency Test"),
+        &[],
+        true,
+    );
+    let mut programs = vec![
+        ("osu_ibcast", "Broadcast"),
+        ("osu_ireduce", "Reduce"),
+        ("osu_iallreduce", "Allreduce"),
+        ("osu_iallgather", "Allgather"),
+        ("osu_iallgatherv", "Allgatherv"),
+        ("osu_ialltoall", "All-to-All Personalized Exchange"),
+        ("osu_ialltoallv", "All-to-Allv Personalized Exchange"),
+        ("osu_igather", "Gather"),
+        ("osu_igatherv", "Gatherv"),
+        ("osu_iscatter", "Scatter"),
+        ("osu_iscatterv", "Scatterv"),
+    ];
+    // MPI_Ireduce_scatter is mpirt's: rsmpi 0.8 has only the equal-blocks form.
+    if cfg!(not(feature = "rsmpi")) {
+        programs.push(("osu_ireduce_scatter", "Reduce_scatter"));
+    }
+    for (program, what) in programs {
+        let title = format!("{nb} {what} Latency Test");
+        check_non_blocking(3, program, &title, &sizes, true);
+    }
+    let title = format!("{nb} Reduce_scatter_block Latency Test");
+    check_non_blocking(3, "osu_ireduce_scatter_block", &title, &[4, 8], true);
+    // Without -f, on 2 ranks.
+    let title = format!("{nb} Allreduce Latency Test");
+    check_non_blocking(2, "osu_iallreduce", &title, &[4, 8], false);
 }
 
 #[test]

@@ -123,6 +123,10 @@ pub struct EngineConfig {
     /// Whether large heap blocks (under `TrackingAllocator`) go to a shared arena that
     /// same-host peers map, so that their rendezvous is a plain memcpy (needs `single_copy`).
     pub shared_arena: bool,
+    /// The most ranks of this job a host may hold for them to have shared arenas: past it,
+    /// large heap blocks stay private and rendezvous goes by process_vm_readv
+    /// (`transport::shm`'s `activate_arena` says why).
+    pub shm_arena_max_ranks: usize,
     /// How long a waiting rank busy-polls before it yields its core, when ranks do not
     /// outnumber cores (then it yields at once).
     pub spin: Duration,
@@ -164,6 +168,7 @@ impl Default for EngineConfig {
             unexpected_budget: crate::protocol::DEFAULT_UNEXPECTED_BUDGET,
             single_copy: true,
             shared_arena: true,
+            shm_arena_max_ranks: 63,
             spin: Duration::from_micros(100),
             verbose: false,
         }
@@ -286,6 +291,12 @@ impl EngineConfig {
             unexpected_budget: size_var("MPIRT_UNEXPECTED_BUDGET", d.unexpected_budget)?,
             single_copy: !matches!(env::var("MPIRT_SHM_SINGLE_COPY").as_deref(), Ok("0")),
             shared_arena: !matches!(env::var("MPIRT_SHM_ARENA").as_deref(), Ok("0")),
+            shm_arena_max_ranks: match env::var("MPIRT_SHM_ARENA_MAX_RANKS") {
+                Err(_) => d.shm_arena_max_ranks,
+                Ok(v) => v.trim().parse().map_err(|_| {
+                    format!("MPIRT_SHM_ARENA_MAX_RANKS='{v}' is not a number of ranks")
+                })?,
+            },
             spin: match env::var("MPIRT_SPIN_US") {
                 Err(_) => d.spin,
                 Ok(v) => {

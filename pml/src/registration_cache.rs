@@ -11,10 +11,22 @@
 //! Registrations in use (by a rendezvous send a peer may still read, or a read under way) are
 //! counted and never dropped; idle ones are dropped oldest first past a bound on entries.
 //!
+//! A registration dropped may linger (`with_linger`): out of every look-up, but not yet
+//! deregistered, for as long as a peer's device may still send a request under its key. A
+//! reliable connection's requester retransmits a READ whose response it has not seen yet,
+//! and this rank's device can be asked to answer a retransmission after the first answer
+//! completed the read, the peer sent its FIN and the registration was dropped: it then finds
+//! no memory under the key and puts the queue pair in error (Soft-RoCE did, in one in three
+//! jobs of the threads stress test without the cache), while the peer, which had its data,
+//! hears of nothing. Lingering registrations pin their pages (freed ones too, whose pages the
+//! kernel gets back only at deregistration), so they are bounded in bytes as well: past the
+//! bound the oldest go early, save the newest.
+//!
 //! The cache owns the registrations of one transport, of a type `R` that deregisters itself
 //! when dropped; the transport says how to register a range.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
 
 use crate::freed_memory;
 
@@ -49,6 +61,13 @@ pub struct RegistrationCache<R> {
     /// Registrations made, and look-ups an existing registration answered.
     pub registrations: u64,
     pub hits: u64,
+    /// Registrations dropped from the entries, oldest first, with when and their bytes;
+    /// deregistered once `linger` has passed (at once where it is zero), or once they hold
+    /// more than `max_lingering` bytes together.
+    lingering: VecDeque<(Instant, usize, R)>,
+    lingering_bytes: usize,
+    linger: Duration,
+    max_lingering: usize,
 }
 
 impl<R> RegistrationCache<R> {
@@ -63,7 +82,56 @@ impl<R> RegistrationCache<R> {
             freed_seen: 0,
             registrations: 0,
             hits: 0,
+            lingering: VecDeque::new(),
+            lingering_bytes: 0,
+            linger: Duration::ZERO,
+            max_lingering: 0,
         }
+    }
+
+    /// The cache, keeping each registration it drops registered for `linger` more, while
+    /// those lingering hold at most `max_bytes` together (or are only the newest one): see
+    /// the module comment.
+    #[cfg(any(feature = "verbs", test))]
+    pub fn with_linger(mut self, linger: Duration, max_bytes: usize) -> RegistrationCache<R> {
+        self.linger = linger;
+        self.max_lingering = max_bytes;
+        self
+    }
+
+    /// Deregisters the oldest lingering registration.
+    fn end_oldest(&mut self) {
+        if let Some((_, bytes, _)) = self.lingering.pop_front() {
+            self.lingering_bytes -= bytes;
+        }
+    }
+
+    /// Deregisters the registrations lingering past their time.
+    fn end_lingering(&mut self) {
+        let Some(&(since, _, _)) = self.lingering.front() else {
+            return;
+        };
+        let now = Instant::now();
+        if now.duration_since(since) < self.linger {
+            return;
+        }
+        while self
+            .lingering
+            .front()
+            .is_some_and(|&(since, _, _)| now.duration_since(since) >= self.linger)
+        {
+            self.end_oldest();
+        }
+    }
+
+    /// Deregisters every lingering registration now, whatever its time: for a registration
+    /// that failed for want of memory (the lingering ones are pinned).
+    #[cfg(any(feature = "verbs", test))]
+    pub fn drop_lingering(&mut self) -> bool {
+        let any = !self.lingering.is_empty();
+        self.lingering.clear();
+        self.lingering_bytes = 0;
+        any
     }
 
     /// Whether registrations outlive their messages.
@@ -102,6 +170,7 @@ impl<R> RegistrationCache<R> {
         register: impl FnOnce(usize, usize) -> Result<R, E>,
     ) -> Result<(CachedMr, &R), E> {
         self.clock += 1;
+        self.end_lingering();
         if self.cache {
             self.forget_freed();
         }
@@ -161,6 +230,8 @@ impl<R> RegistrationCache<R> {
     #[cfg(any(feature = "ofi", test))]
     pub fn clear(&mut self) {
         self.entries.clear();
+        self.lingering.clear();
+        self.lingering_bytes = 0;
     }
 
     /// Registrations held now (in use or idle).
@@ -171,7 +242,16 @@ impl<R> RegistrationCache<R> {
 
     fn evict_if_idle(&mut self, key: (usize, u64)) {
         if self.entries.get(&key).is_some_and(|e| e.users == 0) {
-            self.entries.remove(&key);
+            let e = self.entries.remove(&key).expect("present");
+            if !self.linger.is_zero() {
+                let bytes = e.end - key.0;
+                self.lingering
+                    .push_back((Instant::now(), bytes, e.registration));
+                self.lingering_bytes += bytes;
+                while self.lingering_bytes > self.max_lingering && self.lingering.len() > 1 {
+                    self.end_oldest();
+                }
+            }
         }
     }
 
@@ -313,6 +393,70 @@ mod tests {
         );
         cache.clear();
         assert!(!cache.release(id), "gone");
+    }
+
+    #[test]
+    fn a_dropped_registration_lingers_out_of_sight_until_its_time() {
+        let closed = Closed::default();
+        let mut cache =
+            RegistrationCache::new(false, 8).with_linger(Duration::from_secs(3600), usize::MAX);
+        let buf = vec![1u8; 64 << 10];
+        let (id, range) = acquire(&mut cache, &closed, &buf, false);
+        cache.release(id);
+        assert!(closed.borrow().is_empty(), "deregistered while it lingers");
+        // Out of every look-up: the same buffer again is a registration of its own.
+        let (again, _) = acquire(&mut cache, &closed, &buf, false);
+        assert_ne!(again, id);
+        assert_eq!((cache.registrations, cache.hits), (2, 0));
+        cache.release(again);
+        assert!(closed.borrow().is_empty());
+        assert!(cache.drop_lingering());
+        assert_eq!(closed.borrow().len(), 2, "{:x?}", closed.borrow());
+        assert!(closed.borrow().contains(&range));
+        assert!(!cache.drop_lingering(), "none left");
+        // Its time passed, a lingering registration goes at the next look-up.
+        let mut cache =
+            RegistrationCache::new(false, 8).with_linger(Duration::from_nanos(1), usize::MAX);
+        let (id, range) = acquire(&mut cache, &closed, &buf, false);
+        cache.release(id);
+        std::thread::sleep(Duration::from_millis(1));
+        let (last, _) = acquire(&mut cache, &closed, &buf, false);
+        assert_eq!(closed.borrow().iter().filter(|&&r| r == range).count(), 3);
+        cache.release(last);
+    }
+
+    #[test]
+    fn lingering_registrations_are_bounded_in_bytes_save_the_newest() {
+        let closed = Closed::default();
+        let buf = vec![1u8; 64 << 10];
+        let cycle = |cache: &mut RegistrationCache<Fake>| {
+            let (id, range) = acquire(cache, &closed, &buf, false);
+            cache.release(id);
+            range
+        };
+        let mut probe = RegistrationCache::new(false, 8);
+        let range = cycle(&mut probe);
+        closed.borrow_mut().clear();
+        // Two registrations' bytes: a third dropped ends the oldest's lingering early.
+        let mut cache = RegistrationCache::new(false, 8)
+            .with_linger(Duration::from_secs(3600), 2 * (range.1 - range.0));
+        cycle(&mut cache);
+        cycle(&mut cache);
+        assert!(closed.borrow().is_empty(), "within the bound");
+        cycle(&mut cache);
+        assert_eq!(closed.borrow().len(), 1, "past the bound, the oldest goes");
+        cycle(&mut cache);
+        assert_eq!(closed.borrow().len(), 2);
+        assert!(cache.drop_lingering());
+        assert_eq!(closed.borrow().len(), 4);
+        // One registration larger than the bound still lingers while it is the newest.
+        closed.borrow_mut().clear();
+        let mut cache = RegistrationCache::new(false, 8).with_linger(Duration::from_secs(3600), 0);
+        cycle(&mut cache);
+        assert!(closed.borrow().is_empty(), "the newest lingers");
+        cycle(&mut cache);
+        assert_eq!(closed.borrow().len(), 1, "only the newest lingers");
+        cache.drop_lingering();
     }
 
     #[test]

@@ -29,6 +29,9 @@
 //! - The engine stops the arena serving new blocks ([`Arena::stop_serving`]) when the host's
 //!   peers cannot read from it (no single copy, or an arena that could not be mapped): the
 //!   blocks would pay its costs for nothing. Blocks already handed out stay valid.
+//! - The engine does not activate the arena where more than `MPIRT_SHM_ARENA_MAX_RANKS` (63)
+//!   ranks share the host (`transport::shm`'s `activate_arena`): the program's large blocks
+//!   would all be shared memory, mapped by every peer.
 //! - Exhaustion (the table or the address space) is not an error: the block comes from the
 //!   system allocator and is sent by `process_vm_readv`.
 //! - fork: the mapping is `MADV_DONTFORK` and the fd `MFD_CLOEXEC`. A forked child does not

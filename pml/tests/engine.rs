@@ -15,7 +15,9 @@ use pml::{
 
 mod ranks_common;
 
-use ranks_common::{checksum, pattern, recv, run_children, send, singleton_wireup, DirWireup};
+use ranks_common::{
+    checksum, ofi_on_loopback, pattern, recv, run_children, send, singleton_wireup, DirWireup,
+};
 
 // Lets the verbs test check that the registration cache works.
 #[global_allocator]
@@ -615,6 +617,11 @@ fn run_ranks(test: &str, cases: &[(u32, &str)]) {
                 },
                 Some(size),
             ),
+            // These ranks share one host, so they talk over loopback.
+            "ofi-udp" | "ofi-tcp" | "ofi-tcp-frames" => ofi_on_loopback()
+                .into_iter()
+                .map(|(name, value)| (name, value.to_string()))
+                .collect(),
             _ => Vec::new(),
         };
         let libfabric: Vec<(&str, &str)> =

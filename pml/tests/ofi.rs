@@ -19,8 +19,8 @@ use pml::{
 mod ranks_common;
 
 use ranks_common::{
-    every_rank_done, exchange, pattern, put_and_read_back, rank0_saw_rank1_die, recv, rma_waited,
-    run_children, send, swap_windows, wait_for_dead_rank1, DirWireup,
+    every_rank_done, exchange, ofi_on_loopback, pattern, put_and_read_back, rank0_saw_rank1_die,
+    recv, rma_waited, run_children, send, swap_windows, wait_for_dead_rank1, DirWireup,
 };
 
 const DEATH_ENV: &str = "PML_OFI_TEST_DEATH";
@@ -103,7 +103,7 @@ fn both_ranks_finish(test: &str, spec_env: &str, providers: &[&str]) {
                             2,
                             spec_env,
                             |r| format!("{},{r},{provider}", dir.display()),
-                            &[],
+                            &ofi_on_loopback(),
                             Duration::from_secs(120),
                         )
                     })
@@ -167,7 +167,7 @@ fn a_dead_peer_is_an_error_not_a_hang() {
                 2,
                 DEATH_ENV,
                 |r| format!("{},{r},{case},{provider}", dir.display()),
-                &[],
+                &ofi_on_loopback(),
                 Duration::from_secs(120),
             );
             let what = format!("{provider} {case}");
@@ -328,6 +328,61 @@ fn inline_rank(dir: PathBuf, rank: u32, provider: &str) {
         }
     }
     w.fence().unwrap();
+    println!("rank {rank} done");
+}
+
+const STALE_ENV: &str = "PML_OFI_TEST_STALE";
+
+/// A process killed with its shm endpoint open leaves the endpoint's file under /dev/shm;
+/// once process ids come round, a rank given that process's id again used to fail to open
+/// its own endpoint (`fi_enable`: -FI_EBUSY), as libfabric's shm named the file after the
+/// process id and took the file's owner, of the same id, for alive. Each rank here finds
+/// files a dead process of its id left under every name shm 1.17 would give its endpoint
+/// by itself (`<pid>:<uid>:<n>`); it opens its endpoint all the same, under the job's name
+/// (`/dev/shm/mpirt-<job id>-ofi-<rank>`, which rsrun removes with a dead job's other files),
+/// talks to its peer, and the file goes when the endpoint closes.
+#[test]
+fn a_file_a_dead_process_of_the_same_id_left_does_not_stop_shm() {
+    if let Ok(spec) = env::var(STALE_ENV) {
+        let it: Vec<&str> = spec.split(',').collect();
+        stale_rank(PathBuf::from(it[0]), it[1].parse().unwrap(), it[2]);
+        return;
+    }
+    both_ranks_finish(
+        "a_file_a_dead_process_of_the_same_id_left_does_not_stop_shm",
+        STALE_ENV,
+        &["shm"],
+    );
+}
+
+fn stale_rank(dir: PathBuf, rank: u32, provider: &str) {
+    // SAFETY: getuid(2) has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    // The first endpoints of this process would be numbered 0, 1, ...: a few of them.
+    let stale: Vec<PathBuf> = (0..4)
+        .map(|n| PathBuf::from(format!("/dev/shm/{}:{uid}:{n}", std::process::id())))
+        .collect();
+    /// Removes the files it names however the rank ends.
+    struct Remove(Vec<PathBuf>);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            for path in &self.0 {
+                let _ = fs::remove_file(path);
+            }
+        }
+    }
+    let _stale = Remove(stale.clone());
+    for path in &stale {
+        fs::write(path, vec![0u8; 4096]).unwrap();
+    }
+    let job = dir.file_name().unwrap().to_string_lossy().into_owned();
+    let own = PathBuf::from(format!("/dev/shm/mpirt-{job}-ofi-{rank}"));
+    let (mut w, mut e) = ofi_rank(dir, rank, provider);
+    assert!(own.exists(), "no endpoint file {}", own.display());
+    exchange(&mut e);
+    w.fence().unwrap();
+    drop(e);
+    assert!(!own.exists(), "{} outlived the endpoint", own.display());
     println!("rank {rank} done");
 }
 
@@ -579,7 +634,7 @@ fn a_rank_beside_an_fd_less_provider_sleeps() {
             3,
             BESIDE_SHM_ENV,
             |r| format!("{},{r}", dir.display()),
-            &[],
+            &ofi_on_loopback(),
             Duration::from_secs(120),
         );
         fs::remove_dir_all(dir).unwrap();

@@ -446,10 +446,11 @@ fn reads_scatter_into_a_receives_blocks() {
     let cause = finish_read(&mut reader, 9).unwrap_err();
     println!("{cause}");
     assert!(
-        cause.contains(
-            "an RDMA READ of 524288 bytes from rank 1 in 512 work requests into a receive's \
-             blocks (2048 scatter-gather entries) failed: "
-        ) && cause.contains("(status "),
+        cause.contains(&format!(
+            "an RDMA READ of 524288 bytes from rank 1 (at {:#x} under key {:#x}) in 512 work \
+             requests into a receive's blocks (2048 scatter-gather entries) failed: ",
+            forged.addr, forged.key
+        )) && cause.contains("(status "),
         "{cause}"
     );
     // SAFETY: as above (refused before anything is posted).
@@ -685,10 +686,11 @@ fn reads_a_non_contiguous_send_in_place() {
     let cause = finish_read(&mut reader, 51).unwrap_err();
     println!("{cause}");
     assert!(
-        cause.contains(
-            "an RDMA READ of 40960 bytes from rank 1 of a non-contiguous send in place (a READ \
-             a run) in 40 work requests failed: "
-        ) && cause.contains("(status "),
+        cause.contains(&format!(
+            "an RDMA READ of 40960 bytes from rank 1 (at {:#x} under key {:#x}) of a \
+             non-contiguous send in place (a READ a run) in 40 work requests failed: ",
+            forged.addr, forged.key
+        )) && cause.contains("(status "),
         "{cause}"
     );
 }
@@ -740,6 +742,62 @@ fn registering_unmapped_memory_is_named() {
             "registering {len} bytes at {addr:#x} failed: Bad address"
         )),
         "{e}"
+    );
+}
+
+/// An RDMA READ that the sender's device refuses (under a key the sender never gave, as a
+/// read of a send buffer deregistered too soon would be) fails on the reader's side naming
+/// the READ, where it read and the status; the refusal puts the sender's queue pair in error
+/// with none of the sender's own work requests failing, so its next SEND is flushed, and the
+/// sender names that cause rather than the flush alone (which said only "did it die?").
+#[test]
+fn a_read_the_sender_refuses_is_named_on_both_sides() {
+    if !have_device() {
+        return;
+    }
+    let (mut reader, mut sender) = reader_and_sender();
+    let buf = vec![7u8; 8192];
+    let (rkey, _registration) = sender.expose(buf.as_ptr() as usize, buf.len()).unwrap();
+    // The same registration's index with another key: no registration of the sender's.
+    let wrong = RemoteKey {
+        addr: buf.as_ptr() as u64,
+        key: u64::from(rkey ^ 1),
+    };
+    let mut target = vec![0u8; 4096];
+    reader.read(1, wrong, &mut target, 9).unwrap();
+    let cause = finish_read(&mut reader, 9).unwrap_err();
+    println!("reader: {cause}");
+    assert!(
+        cause.contains(&format!(
+            "an RDMA READ of 4096 bytes from rank 1 (at {:#x} under key {:#x}) in 1 work \
+             requests failed: ",
+            wrong.addr, wrong.key
+        )) && cause.contains("vendor error"),
+        "{cause}"
+    );
+    assert!(
+        sender.send(0, b"after", &[]).unwrap(),
+        "the SEND was not posted"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let error = loop {
+        assert!(
+            Instant::now() < deadline,
+            "the sender's SEND never completed"
+        );
+        match sender.poll(&mut Reads::default()) {
+            Ok(_) => thread::yield_now(),
+            Err(e) => break e.to_string(),
+        }
+    };
+    println!("sender: {error}");
+    assert!(
+        error.contains("a SEND to rank 0 failed: Work Request Flushed Error (status 5")
+            && error.contains(
+                "none of this rank's work requests to rank 0 failed before it, so its queue \
+                 pair went to error"
+            ),
+        "{error}"
     );
 }
 

@@ -6,12 +6,12 @@ use crate::datatype::{Buffer, BufferMut};
 use crate::error::{or_fatal, Error};
 use crate::partition::{PartitionedBuffer, PartitionedBufferMut};
 use crate::point_to_point::Count;
-use crate::request::{Lent, Scope, StaticScope};
+use crate::request::{Scope, StaticScope};
 
 use super::op::Operation;
 use super::{
-    area_or_messages, blocking, calls, entered, immediate, intra_only, select, shared,
-    CollectiveRequest,
+    area_or_messages, blocking, calls, entered, immediate_from, immediate_into, intra_only, select,
+    shared, CollectiveRequest,
 };
 
 /// Collectives over every process of a communicator. Each has a `try_` form that returns the
@@ -304,13 +304,13 @@ pub trait CommunicatorCollectives: Communicator {
     /// A barrier that completes when waited on or tested (`MPI_Ibarrier`).
     fn immediate_barrier(&self) -> CollectiveRequest<'static, ()> {
         let comm = self.data();
-        or_fatal(immediate(
+        immediate_from(
             comm,
             StaticScope,
             "immediate_barrier",
-            Lent::shared(&()),
+            &(),
             calls::barrier(comm),
-        ))
+        )
     }
 
     /// [`all_gather_into`](Self::all_gather_into) as a request (`MPI_Iallgather`).
@@ -326,14 +326,9 @@ pub trait CommunicatorCollectives: Communicator {
         R: BufferMut + ?Sized,
     {
         let comm = self.data();
-        let (data, call) = Lent::exclusive(recv, |recv| calls::all_gather(comm, send, recv));
-        or_fatal(immediate(
-            comm,
-            scope,
-            "immediate_all_gather_into",
-            data,
-            call,
-        ))
+        immediate_into(comm, scope, "immediate_all_gather_into", recv, |recv| {
+            calls::all_gather(comm, send, recv)
+        })
     }
 
     /// [`all_to_all_into`](Self::all_to_all_into) as a request (`MPI_Ialltoall`).
@@ -349,14 +344,9 @@ pub trait CommunicatorCollectives: Communicator {
         R: BufferMut + ?Sized,
     {
         let comm = self.data();
-        let (data, call) = Lent::exclusive(recv, |recv| calls::all_to_all(comm, send, recv));
-        or_fatal(immediate(
-            comm,
-            scope,
-            "immediate_all_to_all_into",
-            data,
-            call,
-        ))
+        immediate_into(comm, scope, "immediate_all_to_all_into", recv, |recv| {
+            calls::all_to_all(comm, send, recv)
+        })
     }
 
     /// [`all_gather_varcount_into`](Self::all_gather_varcount_into) as a request
@@ -373,15 +363,13 @@ pub trait CommunicatorCollectives: Communicator {
         R: PartitionedBufferMut + ?Sized,
     {
         let comm = self.data();
-        let (data, call) =
-            Lent::exclusive(recv, |recv| calls::all_gather_varcount(comm, send, recv));
-        or_fatal(immediate(
+        immediate_into(
             comm,
             scope,
             "immediate_all_gather_varcount_into",
-            data,
-            call,
-        ))
+            recv,
+            |recv| calls::all_gather_varcount(comm, send, recv),
+        )
     }
 
     /// [`all_to_all_varcount_into`](Self::all_to_all_varcount_into) as a request
@@ -398,15 +386,13 @@ pub trait CommunicatorCollectives: Communicator {
         R: PartitionedBufferMut + ?Sized,
     {
         let comm = self.data();
-        let (data, call) =
-            Lent::exclusive(recv, |recv| calls::all_to_all_varcount(comm, send, recv));
-        or_fatal(immediate(
+        immediate_into(
             comm,
             scope,
             "immediate_all_to_all_varcount_into",
-            data,
-            call,
-        ))
+            recv,
+            |recv| calls::all_to_all_varcount(comm, send, recv),
+        )
     }
 
     /// [`all_reduce_into`](Self::all_reduce_into) as a request (`MPI_Iallreduce`).
@@ -424,14 +410,9 @@ pub trait CommunicatorCollectives: Communicator {
         O: Operation + 'a,
     {
         let comm = self.data();
-        let (data, call) = Lent::exclusive(recv, |recv| calls::all_reduce(comm, send, recv, op));
-        or_fatal(immediate(
-            comm,
-            scope,
-            "immediate_all_reduce_into",
-            data,
-            call,
-        ))
+        immediate_into(comm, scope, "immediate_all_reduce_into", recv, |recv| {
+            calls::all_reduce(comm, send, recv, op)
+        })
     }
 
     /// [`reduce_scatter_block_into`](Self::reduce_scatter_block_into) as a request
@@ -450,16 +431,35 @@ pub trait CommunicatorCollectives: Communicator {
         O: Operation + 'a,
     {
         let comm = self.data();
-        let (data, call) = Lent::exclusive(recv, |recv| {
-            calls::reduce_scatter(comm, send, recv, None, op)
-        });
-        or_fatal(immediate(
+        immediate_into(
             comm,
             scope,
             "immediate_reduce_scatter_block_into",
-            data,
-            call,
-        ))
+            recv,
+            |recv| calls::reduce_scatter(comm, send, recv, None, op),
+        )
+    }
+
+    /// [`reduce_scatter_into`](Self::reduce_scatter_into) as a request
+    /// (`MPI_Ireduce_scatter`; not in rsmpi). The counts are read when the call starts.
+    fn immediate_reduce_scatter_into<'a, Sc, S, R, O>(
+        &self,
+        scope: Sc,
+        send: &'a S,
+        recv: &'a mut R,
+        counts: &[Count],
+        op: O,
+    ) -> CollectiveRequest<'a, R, Sc>
+    where
+        Sc: Scope<'a>,
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation + 'a,
+    {
+        let comm = self.data();
+        immediate_into(comm, scope, "immediate_reduce_scatter_into", recv, |recv| {
+            calls::reduce_scatter(comm, send, recv, Some(counts), op)
+        })
     }
 
     /// [`scan_into`](Self::scan_into) as a request (`MPI_Iscan`).
@@ -477,8 +477,9 @@ pub trait CommunicatorCollectives: Communicator {
         O: Operation + 'a,
     {
         let comm = self.data();
-        let (data, call) = Lent::exclusive(recv, |recv| calls::scan(comm, send, recv, op, true));
-        or_fatal(immediate(comm, scope, "immediate_scan_into", data, call))
+        immediate_into(comm, scope, "immediate_scan_into", recv, |recv| {
+            calls::scan(comm, send, recv, op, true)
+        })
     }
 
     /// [`exclusive_scan_into`](Self::exclusive_scan_into) as a request (`MPI_Iexscan`).
@@ -496,14 +497,9 @@ pub trait CommunicatorCollectives: Communicator {
         O: Operation + 'a,
     {
         let comm = self.data();
-        let (data, call) = Lent::exclusive(recv, |recv| calls::scan(comm, send, recv, op, false));
-        or_fatal(immediate(
-            comm,
-            scope,
-            "immediate_exclusive_scan_into",
-            data,
-            call,
-        ))
+        immediate_into(comm, scope, "immediate_exclusive_scan_into", recv, |recv| {
+            calls::scan(comm, send, recv, op, false)
+        })
     }
 }
 

@@ -5,7 +5,8 @@ use super::algorithms::hosts::{self, Placement};
 use super::algorithms::{allgather, allreduce, exchange, tree, Ranks};
 use super::schedule::{Follow, Plan, Region, Release, Span};
 use super::select::{
-    self, Allgather, Allreduce, Alltoall, Broadcast, Reduce, ReduceScatter, Rooted,
+    self, Allgather, AllgatherVarcount, Allreduce, Alltoall, Broadcast, Reduce, ReduceScatter,
+    Rooted,
 };
 use crate::error::Cause;
 
@@ -406,14 +407,27 @@ pub(crate) fn all_gather(ranks: Ranks, block: usize) -> Result<Plan, Cause> {
     Ok(p)
 }
 
-/// All-gather of parts of any length, placed by `incoming` (offset, length in bytes).
-pub(crate) fn all_gather_varcount(ranks: Ranks, incoming: &[(usize, usize)]) -> Plan {
+/// All-gather of parts of any length: rank r's into `incoming[r]` (offset, length in bytes)
+/// of every receive buffer. `placement` is the ranks' hosts where they lie on several, more
+/// than one on some.
+pub(crate) fn all_gather_varcount(
+    ranks: Ranks,
+    incoming: &[(usize, usize)],
+    placement: Option<Placement>,
+) -> Result<Plan, Cause> {
     let mut p = Plan::default();
     let incoming = parts(Region::Recv, incoming);
-    let own = incoming[ranks.rank as usize];
-    p.copy(send(own.len), own);
-    allgather::ring(&mut p, ranks, &incoming);
-    p
+    let own = send(incoming[ranks.rank as usize].len);
+    match (select::allgather_varcount(placement.is_some())?, placement) {
+        (AllgatherVarcount::Hierarchical, Some(placement)) => {
+            hosts::all_gather_varcount(&mut p, ranks, placement, own, &incoming)
+        }
+        _ => {
+            p.copy(own, incoming[ranks.rank as usize]);
+            allgather::ring(&mut p, ranks, &incoming);
+        }
+    }
+    Ok(p)
 }
 
 /// All-to-all: `outgoing[r]` (offset, length in bytes) of the send buffer to rank r, into

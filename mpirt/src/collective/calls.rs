@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::datatype::{Buffer, BufferMut, Datatype, Layout};
 use crate::environment::with_engine_or_lent;
 use crate::error::Cause;
-use crate::partition::{parts, Partition, Partitioned};
+use crate::partition::{disjoint, parts, Partition, Partitioned};
 use crate::point_to_point::Count;
 
 use super::algorithms::hosts::Placement;
@@ -154,11 +154,33 @@ fn byte_parts<P: Partitioned + ?Sized>(
     datatype: Datatype,
     size: u32,
 ) -> Result<Parts, Cause> {
+    Ok(in_bytes(
+        parts(what, partition, count, size as usize)?,
+        datatype,
+    ))
+}
+
+/// [`byte_parts`] of a buffer the call writes (a receive buffer), whose parts must not
+/// overlap ([`disjoint`]).
+fn written_byte_parts<P: Partitioned + ?Sized>(
+    what: &'static str,
+    partition: &P,
+    count: usize,
+    datatype: Datatype,
+    size: u32,
+) -> Result<Parts, Cause> {
+    let parts = parts(what, partition, count, size as usize)?;
+    disjoint(what, &parts)?;
+    Ok(in_bytes(parts, datatype))
+}
+
+/// Parts in elements of `datatype` as (offset, length) in packed bytes.
+fn in_bytes(parts: Vec<(usize, usize)>, datatype: Datatype) -> Parts {
     let element = datatype.size();
-    Ok(parts(what, partition, count, size as usize)?
+    parts
         .into_iter()
         .map(|(displ, count)| (displ * element, count * element))
-        .collect())
+        .collect()
 }
 
 /// Whether this rank is `root`, which must be in range; `call` says what is wrong when the
@@ -232,7 +254,11 @@ where
     R: BufferMut + Partitioned + ?Sized,
 {
     let (datatype, incoming) = check_all_gather_varcount(comm, send, recv)?;
-    let plan = build::all_gather_varcount(ranks(comm), &incoming);
+    let plan = across_hosts(
+        comm,
+        |_| true,
+        |placement| build::all_gather_varcount(ranks(comm), &incoming, placement),
+    )?;
     Ok(Call::new(plan, both(send, recv)?, datatype))
 }
 
@@ -248,7 +274,7 @@ where
     R: BufferMut + Partitioned + ?Sized,
 {
     let datatype = same_type(send.matched().0, recv.matched().0)?;
-    let incoming = byte_parts("receive", recv, recv.count(), recv.datatype(), comm.size)?;
+    let incoming = written_byte_parts("receive", recv, recv.count(), recv.datatype(), comm.size)?;
     let own = incoming[comm.rank as usize].1;
     expect_count("the send buffer", elements(own, datatype), send.matched().1)?;
     Ok((datatype, incoming))
@@ -338,7 +364,7 @@ where
 {
     let datatype = same_type(send.matched().0, recv.matched().0)?;
     let outgoing = byte_parts("send", send, send.count(), send.datatype(), comm.size)?;
-    let incoming = byte_parts("receive", recv, recv.count(), recv.datatype(), comm.size)?;
+    let incoming = written_byte_parts("receive", recv, recv.count(), recv.datatype(), comm.size)?;
     let me = comm.rank as usize;
     expect_count(
         "this rank's receive part from itself",
@@ -741,7 +767,7 @@ where
         return Ok((root, send.matched().0, None));
     };
     let datatype = same_type(send.matched().0, recv.matched().0)?;
-    let incoming = byte_parts("receive", recv, recv.count(), recv.datatype(), comm.size)?;
+    let incoming = written_byte_parts("receive", recv, recv.count(), recv.datatype(), comm.size)?;
     let own = elements(incoming[root as usize].1, datatype);
     expect_count("the send buffer", own, send.matched().1)?;
     Ok((root, datatype, Some(incoming)))
@@ -853,17 +879,10 @@ fn neighbor<'a>(
     Call::new(plan, buffers, datatype)
 }
 
-/// The parts of a partitioned buffer of `count` elements, one per neighbour in `grid`
-/// (`what` says which buffer, for errors).
-fn per_neighbour<P: Partitioned + ?Sized>(
-    what: &'static str,
-    partition: &P,
-    count: usize,
-    datatype: Datatype,
-    grid: &Grid,
-) -> Result<Parts, Cause> {
-    let neighbours = 2 * grid.num_dimensions() as u32;
-    byte_parts(what, partition, count, datatype, neighbours)
+/// How many neighbours each rank of `grid` has: a buffer of a neighbourhood call holds a
+/// part per neighbour.
+fn neighbours(grid: &Grid) -> u32 {
+    2 * grid.num_dimensions() as u32
 }
 
 /// `MPI_Neighbor_allgather` on a Cartesian grid.
@@ -903,12 +922,12 @@ where
     R: BufferMut + Partitioned + ?Sized,
 {
     let datatype = same_type(send.matched().0, recv.matched().0)?;
-    let incoming = per_neighbour(
+    let incoming = written_byte_parts(
         "receive (a part per neighbour)",
         recv,
         recv.count(),
         recv.datatype(),
-        grid,
+        neighbours(grid),
     )?;
     Ok(neighbor(
         comm,
@@ -963,19 +982,19 @@ where
     R: BufferMut + Partitioned + ?Sized,
 {
     let datatype = same_type(send.matched().0, recv.matched().0)?;
-    let outgoing = per_neighbour(
+    let outgoing = byte_parts(
         "send (a part per neighbour)",
         send,
         send.count(),
         send.datatype(),
-        grid,
+        neighbours(grid),
     )?;
-    let incoming = per_neighbour(
+    let incoming = written_byte_parts(
         "receive (a part per neighbour)",
         recv,
         recv.count(),
         recv.datatype(),
-        grid,
+        neighbours(grid),
     )?;
     Ok(neighbor(
         comm,

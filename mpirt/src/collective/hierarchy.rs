@@ -46,9 +46,10 @@
 //! the result (`Hierarchy::place_in_host`), on any placement; it fits the path where the whole
 //! result does. A gather does not take the path: every rank would wait for the verdict, where
 //! by messages a rank other than the root leaves once its vector is sent (measured 3 to 4
-//! times slower with OSU's gather across 4 hosts). Gathers, scatters, reduce-scatters and
-//! short all-to-alls go by messages instead, on plans that go through each host's leader
-//! (`algorithms::hosts`) over the hosts found here ([`Hierarchy::placement`]).
+//! times slower with OSU's gather across 4 hosts). Gathers, scatters, reduce-scatters, short
+//! all-to-alls and all-gathers of parts of any length go by messages instead, on plans that
+//! go through each host's leader (`algorithms::hosts`) over the hosts found here
+//! ([`Hierarchy::placement`]).
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;

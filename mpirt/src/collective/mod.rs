@@ -241,11 +241,12 @@ fn immediate<'a, D: ?Sized, Sc: Scope<'a>>(
     // SAFETY: the buffers are borrowed for 'a (the one the request hands back lent to it),
     // and the scope does not let 'a end before the request completes.
     let execution = unsafe { call.start(comm) };
-    Ok(Request::collective(
-        request::Running::new(execution, operation),
-        data,
-        scope,
-    ))
+    let mut running = request::Running::new(execution, operation);
+    // Post the first round now, as a C MPI's non-blocking collectives do: what a step can move
+    // without waiting (eager sends, receives the peers' messages land in) then moves while the
+    // program computes, not only once it tests or waits.
+    running.poll(false);
+    Ok(Request::collective(running, data, scope))
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
-//! Immediate collectives in flight advance one another. A collective posts its next round only
-//! when it is stepped; MPI lets ranks complete their requests in any order, so whoever waits
-//! (any request's `wait` or `test`, a blocking collective, a blocking receive) also steps every
-//! immediate collective of this thread: while any is in flight, one progress hook (see
-//! `backend::hooks`) steps them all whenever the PML moves.
+//! Immediate collectives in flight advance one another. A collective posts its first round as
+//! it starts (`immediate` steps it once) and its next round only when it is stepped; MPI lets
+//! ranks complete their requests in any order, so whoever waits (any request's `wait` or
+//! `test`, a blocking collective, a blocking receive) also steps every immediate collective of
+//! this thread: while any is in flight, one progress hook (see `backend::hooks`) steps them all
+//! whenever the PML moves.
 
 use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;

@@ -349,6 +349,27 @@ pub(crate) fn allgather(total_bytes: usize, size: u32) -> Result<Allgather, Caus
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AllgatherVarcount {
+    Ring,
+    /// Through each host's leader, each part once across the network to each other host
+    /// (`algorithms::hosts`).
+    Hierarchical,
+}
+
+/// An all-gather's algorithm for parts of any length, on a communicator whose ranks lie on
+/// several hosts, more than one on some (`across_hosts`), or not: across hosts through each
+/// host's leader at every length (the ring's round a rank, mostly across the network, costs
+/// more than the leaders' extra hop over shared memory), unless an algorithm other than the
+/// area's is forced; else the ring. The choice never depends on the parts' lengths, which
+/// ranks whose counts disagree would see differently.
+pub(crate) fn allgather_varcount(across_hosts: bool) -> Result<AllgatherVarcount, Cause> {
+    Ok(match ALLGATHER.forced()? {
+        None | Some("shared_memory") if across_hosts => AllgatherVarcount::Hierarchical,
+        _ => AllgatherVarcount::Ring,
+    })
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Alltoall {
     Pairwise,
     Linear,

@@ -20,8 +20,9 @@
 //! moved something, or on the first non-blocking call after it went to sleep that may have
 //! moved what it waits for (the engine tells, `Engine::moved_since`: a send the transport
 //! took at once, or a receive posted without a match, moved nothing another thread waits for,
-//! and wakes no one), and the progressing thread that leaves wakes the paused ones, one of
-//! which takes its place. Open MPI's waits under `MPI_THREAD_MULTIPLE` are alike (one thread
+//! and wakes no one), and the progressing thread that leaves wakes the paused ones and hands
+//! its place to them: the first back takes it, over a thread that started a wait meanwhile
+//! and held it lent. Open MPI's waits under `MPI_THREAD_MULTIPLE` are alike (one thread
 //! progresses, the others block until their request completes or the progressing one passes
 //! its place on), but its progressing thread polls instead of sleeping. Sends keep their
 //! order per sending thread: each takes its sequence number under the lock, in the order its
@@ -41,9 +42,9 @@ use super::place;
 use crate::backend::{hooks, AnyPml};
 use crate::error::Cause;
 use crate::sync::{
-    sleep_apart, spin_loop, thread_local, AtomicBool, AtomicUsize, Condvar, Mutex, MutexGuard,
-    Ordering,
+    sleep_apart, spin_loop, thread_local, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering,
 };
+use crate::threads::Waits;
 
 /// The lock whose holder may reach the engine (`place`), made by `install`.
 static LOCK: OnceLock<Mutex<()>> = OnceLock::new();
@@ -71,10 +72,26 @@ static NAPPER: AtomicUsize = AtomicUsize::new(NAP_NONE);
 const NAP_NONE: usize = 0;
 const NAP_ASLEEP: usize = 1;
 const NAP_WOKEN: usize = 2;
-/// Whether a waiting thread of the rank progresses for the others (`block_until`'s
-/// `Progressing`): one at a time, so that a rank's waits spin on one CPU at most; the others
-/// pause on `MOVED`. Under the lock only, as `UNWOKEN`.
-static PROGRESSOR: AtomicBool = AtomicBool::new(false);
+/// The place of the waiting thread that progresses for the rank's others (`block_until`'s
+/// `Progressing`), one of the four `PLACE_` states: one thread at a time, so that a rank's
+/// waits spin on one CPU at most; the others pause on `MOVED`. Under the lock only, as
+/// `UNWOKEN`.
+static PROGRESSOR: AtomicUsize = AtomicUsize::new(PLACE_FREE);
+/// No waiting thread progresses: the next to wait takes the place.
+const PLACE_FREE: usize = 0;
+/// A waiting thread holds the place and progresses.
+const PLACE_TAKEN: usize = 1;
+/// Given up by a leaving thread to the threads paused then, which it woke: the first of them
+/// back at the lock takes it.
+const PLACE_HANDED: usize = 2;
+/// A handed place that a thread which started its wait after the hand-off holds meanwhile:
+/// it progresses (spins, never sleeping apart) until one of the woken threads is back and
+/// takes the place over (`PLACE_TAKES` tells it; it pauses then), or until it has spun its
+/// budget out (the place is its own then, `PLACE_TAKEN`).
+const PLACE_LENT: usize = 3;
+/// How many times the place was taken: a `Progressing` keeps the count of its take, so that
+/// a thread whose lent place was taken over knows it. Under the lock only, as `UNWOKEN`.
+static PLACE_TAKES: AtomicUsize = AtomicUsize::new(0);
 
 /// How often a waiting thread took the place of the one that progresses (`Progressing`), and
 /// how often one paused on `MOVED` (the one that progresses too, where no peer wakes the
@@ -84,6 +101,11 @@ static PROGRESSOR: AtomicBool = AtomicBool::new(false);
 static PROGRESSORS: AtomicU64 = AtomicU64::new(0);
 static PAUSES: AtomicU64 = AtomicU64::new(0);
 static PAUSES_WOKEN: AtomicU64 = AtomicU64::new(0);
+/// How often a leaving thread handed the place on to the threads paused beside it
+/// (`PLACE_HANDED`), and how often one of those, back, took over a place lent meanwhile
+/// (`PLACE_LENT`), for `threads::Threads::waits` too.
+static HANDED_ON: AtomicU64 = AtomicU64::new(0);
+static TAKEN_OVER: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// The hold of a non-blocking call made through `place::Entry` (`hold_for_call`), until
@@ -302,10 +324,11 @@ pub(super) fn let_go_after_call() {
 /// each pause twice the last up to `LONGEST_PAUSE`). The rank's other waiting threads pause on
 /// `MOVED` after their first idle round (which steps their thread's progress hooks), without
 /// spinning, until a round moves something (what it moved may be theirs) or the progressing
-/// thread leaves, handing its place on (`Progressing`'s end wakes them, and the first whose
-/// round then moves nothing takes the place): a rank's waits never spin on more CPUs than the
-/// one a rank has (`osu_latency_mt -t 1:2` ran three spinning threads on two CPUs, and a run
-/// whose thread was descheduled read 14-75 us a message).
+/// thread leaves, handing its place on (`Progressing`'s end wakes them, and the first back at
+/// the lock takes the place; a thread that starts a wait before then holds it lent until that
+/// one is back, then pauses): a rank's waits never spin on more CPUs than the one a rank has
+/// (`osu_latency_mt -t 1:2` ran three spinning threads on two CPUs, and a run whose thread
+/// was descheduled read 14-75 us a message).
 /// Open MPI's waits are alike (`ompi_sync_wait_mt`: one thread progresses, the others wait
 /// on their own condition until their request completes or the progressing one passes its
 /// place on), its progressing thread polling where this one sleeps apart once its spin ends.
@@ -320,6 +343,9 @@ pub(super) fn block_until<R>(
     let mut idle_since: Option<Instant> = None;
     let mut pausing = false;
     let mut pause = FIRST_PAUSE;
+    // Whether this wait paused beside the thread that progresses: one of the threads a
+    // leaving one handed its place to.
+    let mut paused = false;
     // Dropped after each iteration's hold (declared before it): a wait that fails hands its
     // place on as it leaves.
     let mut progressing: Option<Progressing> = None;
@@ -327,6 +353,23 @@ pub(super) fn block_until<R>(
         let look_at_clock = idle_rounds > 0 && idle_rounds.is_multiple_of(ROUNDS_BEFORE_CLOCK);
         let idle = look_at_clock.then(|| idle_since.get_or_insert_with(Instant::now).elapsed());
         let mut held = Held::take(false)?;
+        // A lent place that a thread back from its pause took over: this thread pauses after
+        // its next idle round, as any beside the one that progresses.
+        if let Some(lost) = progressing.take_if(|place| !place.held()) {
+            lost.taken_over();
+        }
+        // The first paused thread back after a hand-off takes the place, lent or not, before
+        // it looks, so that a look that finds its condition met hands it on again as it leaves
+        // (to the threads paused since, which nothing else may wake).
+        if paused && progressing.is_none() {
+            let place = PROGRESSOR.load(Ordering::Relaxed);
+            if place == PLACE_HANDED || place == PLACE_LENT {
+                progressing = Some(Progressing::take(false));
+                if place == PLACE_LENT {
+                    TAKEN_OVER.fetch_add(1, StdOrdering::Relaxed);
+                }
+            }
+        }
         let engine = held.engine()?;
         engine.check_running()?;
         if let Some(idle) = idle {
@@ -366,17 +409,31 @@ pub(super) fn block_until<R>(
         }
         // A thread that waits beside the one that progresses pauses now, until a round moves
         // something or that thread leaves (at most `LONGEST_PAUSE`, a bound should a wake-up
-        // be lost).
+        // be lost). One that finds the place handed on to the threads paused before it came
+        // holds it until one of them is back (lent): `osu_latency_mt -t 1:2`'s receiving
+        // thread, back from its answer, took the place for good, so that where its ping
+        // came after the woken thread had paused again (from 4 KiB on this host's 2 CPUs)
+        // the woken thread waited for a second wake-up; now it takes the place over and is
+        // the one spinning when its ping comes, while a ping that came before it was back is
+        // taken by the lent place's round, as before.
         if progressing.is_none() {
-            if PROGRESSOR.load(Ordering::Relaxed) {
+            let place = PROGRESSOR.load(Ordering::Relaxed);
+            if place != PLACE_FREE && place != PLACE_HANDED {
                 held.pause(LONGEST_PAUSE);
+                paused = true;
                 continue;
             }
-            progressing = Some(Progressing::take());
+            // Not yet paused in this wait, else it would have taken a handed place above.
+            progressing = Some(Progressing::take(place == PLACE_HANDED));
         }
         idle_rounds = idle_rounds.wrapping_add(1);
         pausing |= idle.is_some_and(|idle| idle >= engine.spin_budget());
         if pausing {
+            // The woken threads had the spin budget's time to come back: a lent place is this
+            // thread's own now, since a thread sleeping apart cannot be taken over.
+            if PROGRESSOR.load(Ordering::Relaxed) == PLACE_LENT {
+                PROGRESSOR.store(PLACE_TAKEN, Ordering::Relaxed);
+            }
             // This thread sleeps apart from the engine, woken by a peer's message; the others
             // pause on `MOVED` until a round moves something.
             match engine.begin_nap()? {
@@ -408,24 +465,51 @@ fn leave<R>(value: R, progressing: Option<Progressing>, held: &mut Held) -> R {
 }
 
 /// The place of the thread that progresses for a rank's waiting threads (`PROGRESSOR`),
-/// taken under the lock by a blocking call that found it free. Given up under the lock: by
-/// `hand_on` as its wait ends, in the hold that saw its condition met, or by the drop where the
-/// wait failed; either wakes the threads paused meanwhile, one of which takes the place.
-struct Progressing(());
+/// taken under the lock by a blocking call that found it free or handed on. Given up under
+/// the lock: by `hand_on` as its wait ends, in the hold that saw its condition met, or by the
+/// drop where the wait failed; either hands it to the threads paused meanwhile and wakes them,
+/// and the first back takes it. Holds the count of its take (`PLACE_TAKES`): a lent place
+/// taken over is no longer its to give up.
+struct Progressing(usize);
 
 impl Progressing {
-    /// Takes the free place; the caller holds the lock.
-    fn take() -> Progressing {
-        PROGRESSOR.store(true, Ordering::Relaxed);
+    /// Takes the place, free, handed on or lent (taken over), or, `lent`, a handed place
+    /// until a thread it was handed to is back; the caller holds the lock.
+    fn take(lent: bool) -> Progressing {
+        let place = if lent { PLACE_LENT } else { PLACE_TAKEN };
+        PROGRESSOR.store(place, Ordering::Relaxed);
         PROGRESSORS.fetch_add(1, StdOrdering::Relaxed);
-        Progressing(())
+        let take = PLACE_TAKES.load(Ordering::Relaxed).wrapping_add(1);
+        PLACE_TAKES.store(take, Ordering::Relaxed);
+        Progressing(take)
     }
 
-    /// Gives the place up in `held`, which wakes the paused threads as it lets go.
+    /// Whether this thread still holds the place (a lent one may have been taken over); the
+    /// caller holds the lock.
+    fn held(&self) -> bool {
+        PLACE_TAKES.load(Ordering::Relaxed) == self.0
+    }
+
+    /// Drops a lent place that another thread took over: nothing to give up.
+    fn taken_over(self) {
+        std::mem::forget(self);
+    }
+
+    /// Gives the place up in `held`, where this thread still holds it: to the threads paused
+    /// now, which it wakes as it lets go, or, lent, back to those it was handed to, which are
+    /// on their way (`PLACE_HANDED`), else free.
     fn hand_on(self, held: &mut Held) {
-        PROGRESSOR.store(false, Ordering::Relaxed);
-        if UNWOKEN.load(Ordering::Relaxed) > 0 {
-            held.wakes = Wakes::Yes;
+        if self.held() {
+            let place = if UNWOKEN.load(Ordering::Relaxed) > 0 {
+                held.wakes = Wakes::Yes;
+                HANDED_ON.fetch_add(1, StdOrdering::Relaxed);
+                PLACE_HANDED
+            } else if PROGRESSOR.load(Ordering::Relaxed) == PLACE_LENT {
+                PLACE_HANDED
+            } else {
+                PLACE_FREE
+            };
+            PROGRESSOR.store(place, Ordering::Relaxed);
         }
         std::mem::forget(self);
     }
@@ -436,19 +520,20 @@ impl Drop for Progressing {
     /// under a hold of its own. A take fails only where the lock was never made.
     fn drop(&mut self) {
         if let Ok(mut held) = Held::take(false) {
-            Progressing(()).hand_on(&mut held);
+            Progressing(self.0).hand_on(&mut held);
         }
     }
 }
 
-/// The counts of the shared engine's waits so far: waiting threads that took the place of
-/// the one that progresses, pauses, and pauses a waker ended.
-pub(crate) fn waits() -> (u64, u64, u64) {
-    (
-        PROGRESSORS.load(StdOrdering::Relaxed),
-        PAUSES.load(StdOrdering::Relaxed),
-        PAUSES_WOKEN.load(StdOrdering::Relaxed),
-    )
+/// The counts of the shared engine's waits so far.
+pub(crate) fn waits() -> Waits {
+    Waits {
+        progressors: PROGRESSORS.load(StdOrdering::Relaxed),
+        handed_on: HANDED_ON.load(StdOrdering::Relaxed),
+        taken_over: TAKEN_OVER.load(StdOrdering::Relaxed),
+        pauses: PAUSES.load(StdOrdering::Relaxed),
+        pauses_woken: PAUSES_WOKEN.load(StdOrdering::Relaxed),
+    }
 }
 
 /// Waits for `handle` to finish.

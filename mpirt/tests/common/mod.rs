@@ -11,6 +11,8 @@ use std::process::{Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use mpirt::traits::*;
+
 pub const RANK_MODE: &str = "MPIRT_TEST_RANK_MODE";
 /// The test binary's arguments that run only `rank_mode`, quietly, as a rank.
 pub const RANK_MODE_ARGS: [&str; 5] = [
@@ -121,6 +123,25 @@ pub fn test_pml() -> String {
 /// sets MPIRT_TEST_OFI_PROVIDER to run them on each provider libfabric has here.
 pub fn ofi_test_provider() -> String {
     env::var("MPIRT_TEST_OFI_PROVIDER").unwrap_or_else(|_| "tcp;ofi_rxm".into())
+}
+
+/// The environment that keeps libfabric's udp and tcp providers on loopback where the jobs'
+/// ranks share this host (none where they are spread over hosts): by default they bind to
+/// the first interface they list, which with the SSH test hosts up is their bridge, and a run
+/// that takes the hosts down deletes it under the job. A variable this test's environment
+/// sets is the user's, which the ranks inherit, and stays.
+/// (pml's tests have their own, `ranks_common::ofi_on_loopback`, for one host only: test
+/// helpers cannot cross crates without a crate of their own.)
+#[allow(dead_code)] // each test binary compiles this module; the suites over OFI use it
+pub fn ofi_on_loopback() -> Vec<(&'static str, &'static str)> {
+    if spread_over_hosts() {
+        return Vec::new();
+    }
+    ["FI_UDP_IFACE", "FI_TCP_IFACE"]
+        .into_iter()
+        .filter(|name| env::var_os(name).is_none())
+        .map(|name| (name, "lo"))
+        .collect()
 }
 
 /// rsrun's arguments for this run: `--pml` (MPIRT_TEST_PML) and, where MPIRT_TEST_HOSTS names
@@ -392,4 +413,57 @@ pub fn ok_job_on(launch: Launch, n: u32, mode: &str, envs: &[(&str, &str)]) -> (
         );
     }
     (stdout, stderr)
+}
+
+/// Files by which ranks say where they are while one of them stays outside mpirt (so cannot
+/// answer a message): in a directory that rank 0 makes afresh, named by its pid, which every
+/// rank reaches (the suite's ranks share one file system, test hosts included).
+#[allow(dead_code)] // each test binary compiles this module; windows.rs and collectives.rs use it
+pub struct SideFiles {
+    dir: std::path::PathBuf,
+}
+
+#[allow(dead_code)] // each test binary compiles this module; windows.rs and collectives.rs use it
+impl SideFiles {
+    /// Collective: rank 0 makes the directory for `what` (empty), then every rank learns its
+    /// name.
+    pub fn of_rank_0(world: &mpirt::topology::SimpleCommunicator, what: &str) -> SideFiles {
+        let mut pid = std::process::id();
+        world.process_at_rank(0).broadcast_into(&mut pid);
+        let dir = env::temp_dir().join(format!("mpirt-test-{what}-{pid}"));
+        if world.rank() == 0 {
+            // Left by an earlier process of this pid that crashed: its files would say too much.
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("rank 0's side directory");
+        }
+        world.barrier();
+        SideFiles { dir }
+    }
+
+    /// Says `name`.
+    pub fn say(&self, name: &str) {
+        std::fs::write(self.dir.join(name), b"").expect("a side file");
+    }
+
+    /// Waits, outside mpirt, until another rank said `name`: a bound far past any preemption,
+    /// so that a rank that never says it fails the job rather than hanging it.
+    pub fn wait_for(&self, name: &str) {
+        let start = std::time::Instant::now();
+        while !self.dir.join(name).exists() {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "no rank said {name:?} in {} within 60 s",
+                self.dir.display()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Collective: once every rank is past its waits, rank 0 removes the files.
+    pub fn remove(self, world: &mpirt::topology::SimpleCommunicator) {
+        world.barrier();
+        if world.rank() == 0 {
+            std::fs::remove_dir_all(&self.dir).expect("rank 0's side directory");
+        }
+    }
 }

@@ -55,9 +55,11 @@ fn main() {
     let waits = threads.waits();
     let counters = universe.counters().unwrap_or_default();
     println!(
-        "# rank {}: {} waits took the progressing place, {} pauses ({} woken), {} naps ({} woken by own threads)",
+        "# rank {}: {} waits took the progressing place ({} handed on to paused ones, {} taken over), {} pauses ({} woken), {} naps ({} woken by own threads)",
         world.rank(),
         waits.progressors,
+        waits.handed_on,
+        waits.taken_over,
         waits.pauses,
         waits.pauses_woken,
         counters.naps,

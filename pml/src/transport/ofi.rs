@@ -31,6 +31,7 @@
 //! rank that finalizes says goodbye to its peers first, so that a probe stuck on it is no
 //! error.
 
+mod address;
 mod contract;
 mod environment;
 mod fabric;
@@ -42,6 +43,7 @@ mod sys;
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::mem::size_of;
+use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
@@ -221,6 +223,9 @@ fn granted_by(sent: u64, granted: u64, count: u64) -> Result<u64, String> {
 /// The settings the transport is opened with (from `EngineConfig`).
 pub struct OfiConfig<'a> {
     pub provider: Option<&'a str>,
+    /// The job's id, which names this rank's endpoint where the provider names it by a file
+    /// on the host (see `provider::host_file_name`).
+    pub job_id: &'a str,
     /// Only a provider with a real device (for `--transport auto`).
     pub fabric_only: bool,
     pub rma: bool,
@@ -361,6 +366,10 @@ pub struct OfiTransport {
     /// probed the peers.
     idle_since: Option<Instant>,
     last_probe: Option<Instant>,
+    /// The endpoint's IP address, on providers over IP sockets, and when an idle wait last
+    /// checked that this host still has it (see `address`).
+    address: Option<SocketAddr>,
+    address_checked: Option<Instant>,
     /// Registrations: ours (where the provider wants local buffers registered), and the
     /// user buffers exposed to peers or read into; all close before the fabric's objects.
     recv_mr: Option<Region>,
@@ -418,8 +427,10 @@ impl OfiTransport {
         host: &str,
         config: &OfiConfig,
     ) -> Result<Option<OfiTransport>, String> {
+        let host_file_name = provider::host_file_name(config.job_id, rank);
         let request = Request {
             wanted: config.provider,
+            host_file_name: &host_file_name,
             fabric_only: config.fabric_only,
             rma: config.rma,
             cq_size: RMA_BASE + RMA_SLOTS + 64,
@@ -492,6 +503,8 @@ impl OfiTransport {
             stopped: false,
             idle_since: None,
             last_probe: None,
+            address: None,
+            address_checked: None,
             recv_mr: None,
             send_mr: None,
             user_mrs: Box::new(RegistrationCache::new(
@@ -510,6 +523,7 @@ impl OfiTransport {
         for slot in 0..RECV_BUFFERS {
             t.post_receive(slot).map_err(|e| e.to_string())?;
         }
+        t.address = address::socket_address(&t.fabric.provider, &t.fabric.name()?);
         Ok(Some(t))
     }
 
@@ -1409,13 +1423,47 @@ impl OfiTransport {
         failure.map_or(Ok(()), Err)
     }
 
-    /// Prepares a sleep: probes idle peers, and says whether something may be pending
-    /// (`fi_trywait` refuses): then do not sleep. Without an fd (the provider has none) it
+    /// Fails, naming the address, once this rank's endpoint lost its IP address (see
+    /// `address`: the provider would resend into the void, and report nothing, for minutes):
+    /// looked at when a wait has delivered nothing for [`PROBE_AFTER`], and then once per
+    /// `PROBE_AFTER` (a socket, a bind and a close).
+    fn check_address(&mut self, idle: Duration) -> Result<(), PmlError> {
+        let Some(address) = self.address else {
+            return Ok(());
+        };
+        if idle < PROBE_AFTER
+            || self
+                .address_checked
+                .is_some_and(|t| t.elapsed() < PROBE_AFTER)
+        {
+            return Ok(());
+        }
+        self.address_checked = Some(Instant::now());
+        match address::lost(address) {
+            None => Ok(()),
+            Some(e) => Err(transport(
+                self.rank,
+                format!(
+                    "this rank's libfabric endpoint lost its address {} ({} on {}: binding to it \
+                     now fails: {e}): its interface was deleted or lost the address, so no \
+                     message to or from this rank can move; run on an interface that stays up \
+                     (FI_UDP_IFACE or FI_TCP_IFACE names one)",
+                    address.ip(),
+                    self.fabric.provider,
+                    self.host
+                ),
+            )),
+        }
+    }
+
+    /// Prepares a sleep: probes idle peers, checks the endpoint's address, and says whether
+    /// something may be pending (`fi_trywait` refuses): then do not sleep. Without an fd (the provider has none) it
     /// cannot tell: `polled` says how soon to look.
     pub fn before_wait(&mut self) -> Result<bool, PmlError> {
         let idle = self.idle_since.get_or_insert_with(Instant::now).elapsed();
         // A peer that died completes nothing: probe, so the wait fails instead of hanging.
         self.probe_idle_peers(idle)?;
+        self.check_address(idle)?;
         Ok(self.fabric.wait_fd.is_some() && !self.fabric.may_sleep())
     }
 
@@ -1645,6 +1693,59 @@ mod tests {
             )
         );
         assert_eq!(copies.get(), 2);
+    }
+
+    /// An idle wait finds the endpoint's own address still there, and fails naming one this
+    /// host no longer has (standing in for it: 192.0.2.1, of the documentation's range, RFC
+    /// 5737, which no interface here has), with the provider, the host and the variables that
+    /// pin an interface; it looks at most once per `PROBE_AFTER`.
+    #[test]
+    fn an_endpoint_whose_address_is_gone_fails_naming_it() {
+        let nonlocal_bind = std::fs::read_to_string("/proc/sys/net/ipv4/ip_nonlocal_bind")
+            .is_ok_and(|v| v.trim() != "0");
+        if nonlocal_bind {
+            println!("skipped: net.ipv4.ip_nonlocal_bind lets any address bind");
+            return;
+        }
+        let config = OfiConfig {
+            provider: Some("udp;ofi_rxd"),
+            job_id: "address-gone",
+            fabric_only: false,
+            rma: false,
+            reg_cache: false,
+            eager_limit: None,
+            peer_timeout: None,
+            rma_timeout: None,
+            waits_spin: false,
+        };
+        let mut t = OfiTransport::new(0, 1, "here", &config)
+            .expect("udp;ofi_rxd opens")
+            .expect("udp;ofi_rxd is a provider");
+        assert!(
+            t.address.is_some(),
+            "udp;ofi_rxd names its endpoint by IP address"
+        );
+        assert!(
+            t.check_address(PROBE_AFTER).is_ok(),
+            "its own address is there"
+        );
+        t.address = Some(SocketAddr::from(([192, 0, 2, 1], 9)));
+        assert!(
+            t.check_address(PROBE_AFTER).is_ok(),
+            "looked again within PROBE_AFTER"
+        );
+        t.address_checked = None;
+        assert!(
+            t.check_address(Duration::ZERO).is_ok(),
+            "not idle long enough"
+        );
+        let e = t.check_address(PROBE_AFTER).unwrap_err().to_string();
+        for said in [
+            "lost its address 192.0.2.1 (udp;ofi_rxd on here",
+            "FI_UDP_IFACE or FI_TCP_IFACE",
+        ] {
+            assert!(e.contains(said), "missing {said:?} in {e}");
+        }
     }
 
     /// With a wait fd, a wait sleeps on it unless a completion may be pending, whatever is in

@@ -25,7 +25,14 @@
 //! them), of a layout longer than a frame holds, or of a span too wide to register, are
 //! packed by the layer above into one buffer, registered as any other.
 //! A completion with an error status becomes a named error on the request (reads) or on the
-//! transport (sends); the queue pairs give up on a dead peer about 8 s after sending to it.
+//! transport (sends), with the device's vendor error; the queue pairs give up on a dead peer
+//! about 8 s after sending to it. The first failed completion of a queue pair is the one
+//! named: the work requests after it are flushed. A flush with no failure of this rank's
+//! before it means the queue pair went to error as the responder, on a request of the peer's
+//! that this rank's device refused (a READ outside this rank's registrations), which fails on
+//! the peer's side unless the peer had it done already (a retransmission): the error says so
+//! (`flushed_first`) rather than naming only the flush. Registrations a peer may read stay
+//! registered for the retransmissions' time after they are dropped (`registry.rs`).
 //! A rank that only waits sends nothing, so a wait idle for [`PROBE_AFTER`] probes its peers
 //! (see [`VerbsTransport::probe_idle_peers`]). Once a peer's queue pair fails, the peer is
 //! broken: later sends and reads to it fail at once with the first cause.
@@ -246,8 +253,10 @@ struct Read {
     pieces_left: usize,
     mr: MrId,
     error: Option<String>,
-    /// The bytes it reads.
+    /// The bytes it reads, and where in the peer (its first byte, and the key it reads
+    /// under), for the error of a failed completion.
     len: usize,
+    remote: RemoteKey,
     /// The local scatter-gather entries of a planned read (`scatter::plan`), each piece's a
     /// range of them; empty for a read of contiguous bytes into contiguous bytes.
     sges: Vec<ibv_sge>,
@@ -273,8 +282,9 @@ impl Read {
             false => String::new(),
         };
         format!(
-            "an RDMA READ of {} bytes from rank {}{of} in {} work requests{into}",
-            self.len, self.peer, self.requests
+            "an RDMA READ of {} bytes from rank {} (at {:#x} under key {:#x}){of} in {} work \
+             requests{into}",
+            self.len, self.peer, self.remote.addr, self.remote.key, self.requests
         )
     }
 }
@@ -327,7 +337,8 @@ pub struct VerbsTransport {
     /// pair (see `one_sided.rs`); boxed, as the engine holds every transport in one enum.
     /// Before `dev`: fields drop in order, and its registrations need the device open.
     rma: Box<one_sided::Rma>,
-    registry: Registry,
+    /// Boxed, as `rma` is (the registration cache and its lingering registrations).
+    registry: Box<Registry>,
     dev: Device,
     pub reads_posted: u64,
     /// The shortest mean block of a receive that reads scatter into.
@@ -365,10 +376,34 @@ pub struct VerbsTransport {
     send_cap: usize,
 }
 
-fn status_text(status: ibv_wc_status::Type) -> String {
+/// A failed completion's status, with the device's own code for it (`vendor_err`, which
+/// says more than the status on some devices).
+fn status_text(wc: &ibv_wc) -> String {
     // SAFETY: ibv_wc_status_str returns a static string for any value.
-    let name = unsafe { CStr::from_ptr(ibv_wc_status_str(status)) };
-    format!("{} (status {status})", name.to_string_lossy())
+    let name = unsafe { CStr::from_ptr(ibv_wc_status_str(wc.status)) };
+    format!(
+        "{} (status {}, vendor error {:#x})",
+        name.to_string_lossy(),
+        wc.status,
+        wc.vendor_err
+    )
+}
+
+/// The cause for `peer`'s queue pair where the first of its failed completions here was a
+/// flush (`cause` names the work request flushed): the queue pair went to error with none of
+/// this rank's work requests failing first, so from the responder's side, on a request of the
+/// peer's that this rank's device refused (an RDMA READ or WRITE outside this rank's
+/// registrations, or a malformed request). The peer's request fails with a status of its own
+/// (remote access, or invalid request), named there, unless it was a retransmission of one
+/// the peer had completed (see `registration_cache.rs`), which the peer never hears of.
+fn flushed_first(peer: Rank, cause: &str) -> String {
+    format!(
+        "{cause}; none of this rank's work requests to rank {peer} failed before it, so its \
+         queue pair went to error on a request from rank {peer} that this rank's device \
+         refused (an RDMA READ or WRITE outside this rank's registrations, or a malformed \
+         request), whose failure rank {peer} names unless it had that request done already \
+         (a retransmission)"
+    )
 }
 
 fn transport(peer: Rank, cause: impl Into<String>) -> PmlError {
@@ -522,7 +557,11 @@ impl VerbsTransport {
         let recv_region = Region::new(&dev, RECV_BUFFERS * frame_size)?;
         let send_region = Region::new(&dev, SEND_BUFFERS * frame_size)?;
         let credit_slots = Region::new(&dev, size as usize * 16)?;
-        let registry = Registry::new(dev.pd, config.reg_cache, CACHED_REGISTRATIONS);
+        let registry = Box::new(Registry::new(
+            dev.pd,
+            config.reg_cache,
+            CACHED_REGISTRATIONS,
+        ));
         let local_psn = (u32::from(rank as u16) << 8 | 0x5a) & 0xff_ffff;
         let loopback = QueuePair::new(&dev, cq, srq)?;
         loopback
@@ -963,6 +1002,7 @@ impl VerbsTransport {
             mr: keys.id,
             error: None,
             len: target.len(),
+            remote,
             sges: Vec::new(),
             requests: pieces,
             of_layout: false,
@@ -1204,6 +1244,9 @@ impl VerbsTransport {
         };
         let mut frames = 0;
         let mut failure = None;
+        // Peers whose queue pair flushed a work request, with its cause, until the batch is
+        // through: a failure of their own in it (before or after) is the one to report.
+        let mut flushed: Vec<(Rank, String)> = Vec::new();
         for wc in &wcs[..n] {
             let peer = self.peer_of_qpn(wc.qp_num).unwrap_or(self.rank);
             let index = (wc.wr_id & WR_INDEX) as usize;
@@ -1216,8 +1259,7 @@ impl VerbsTransport {
                     p.rma_completed += u64::from(kind == WR_RMA);
                 }
             }
-            let status =
-                (wc.status != ibv_wc_status::IBV_WC_SUCCESS).then(|| status_text(wc.status));
+            let status = (wc.status != ibv_wc_status::IBV_WC_SUCCESS).then(|| status_text(wc));
             let cause = match kind {
                 WR_RECV => {
                     if status.is_none() {
@@ -1237,11 +1279,22 @@ impl VerbsTransport {
                 }
                 WR_SEND => {
                     self.free_send.push(index);
-                    status.map(|s| format!("a SEND to rank {peer} failed: {s} (did it die?)"))
+                    // A flush says nothing of the peer (see `flushed_first`).
+                    let hint = match wc.status {
+                        ibv_wc_status::IBV_WC_WR_FLUSH_ERR => "",
+                        _ => " (did it die?)",
+                    };
+                    status.map(|s| format!("a SEND to rank {peer} failed: {s}{hint}"))
                 }
                 WR_READ => {
-                    let cause =
+                    let mut cause =
                         status.map(|s| format!("{} failed: {s}", self.reads[index].describe()));
+                    // Flushed before any failure here: the peer's request broke the queue pair.
+                    if wc.status == ibv_wc_status::IBV_WC_WR_FLUSH_ERR
+                        && self.check_readable(peer).is_ok()
+                    {
+                        cause = cause.map(|c| flushed_first(peer, &c));
+                    }
                     self.piece_done(index, cause.clone());
                     // The read's request carries the error; the peer is broken all the same.
                     if let Some(cause) = cause {
@@ -1274,11 +1327,17 @@ impl VerbsTransport {
                 // are moot. Anything else that fails is a broken connection.
                 if matches!(kind, WR_CREDIT | WR_PROBE) && self.said_goodbye(peer) {
                     self.peer_failed(peer, format!("rank {peer} has finalized"));
+                } else if wc.status == ibv_wc_status::IBV_WC_WR_FLUSH_ERR {
+                    flushed.push((peer, cause));
                 } else {
                     let error = self.peer_failed(peer, cause);
                     failure = failure.or(error);
                 }
             }
+        }
+        for (peer, cause) in flushed {
+            let error = self.peer_failed(peer, flushed_first(peer, &cause));
+            failure = failure.or(error);
         }
         self.post_waiting_pieces()?;
         for (token, result) in self.finished_reads.drain(..) {

@@ -155,6 +155,21 @@ pub fn wait_all(
         .collect()
 }
 
+/// The environment that keeps libfabric's udp and tcp providers on loopback, for ranks that
+/// share this host: by default they bind to the first interface they list, which with the
+/// SSH test hosts up is their bridge, and another run that takes the hosts down deletes it
+/// under the job (whose ranks then fail, naming the lost address). A variable this test's
+/// environment sets is the user's, which the children inherit, and stays.
+/// (mpirt's tests have their own, `common::ofi_on_loopback`, which also leaves jobs across
+/// hosts alone: test helpers cannot cross crates without a crate of their own.)
+pub fn ofi_on_loopback() -> Vec<(&'static str, &'static str)> {
+    ["FI_UDP_IFACE", "FI_TCP_IFACE"]
+        .into_iter()
+        .filter(|name| std::env::var_os(name).is_none())
+        .map(|name| (name, "lo"))
+        .collect()
+}
+
 /// Runs `size` processes of this test binary as the ranks of a job, each running only `test`
 /// with `key` set to `spec(rank)` and `envs` set, and waits for them as [`wait_all`] does.
 pub fn run_children(

@@ -117,6 +117,57 @@ pub(crate) fn gather(
     }
 }
 
+/// Every rank's part `parts[r]` of its receive buffer ends with rank r's `input` (this rank's
+/// own part's length): each rank of a host sends its part to its leader, each leader sends
+/// each other leader its host's parts and receives that host's, then hands each rank of its
+/// host every part but the rank's own. Three rounds in all, one across the network, where the
+/// ring takes a round a rank, most of them across it on ranks dealt round the hosts (Open
+/// MPI's coll/han and MPICH's node-aware all-gathers go the same way). Every part goes in a
+/// message of its own: each receive is then one rank's part as the receiving rank counts it,
+/// so that ranks whose counts disagree fail naming the sender, as around the ring, where one
+/// message of a host's parts back to back could match in length and cut them wrong.
+pub(crate) fn all_gather_varcount(
+    p: &mut Plan,
+    ranks: Ranks,
+    hosts: Placement,
+    input: Span,
+    parts: &[Span],
+) {
+    let me = ranks.rank;
+    let mine = hosts.host(me);
+    let members = hosts.members(mine);
+    let leader = members[0];
+    p.copy(input, parts[me as usize]);
+    let everyone_but = |rank: u32| (0..ranks.size).filter(move |&r| r != rank);
+    if me != leader {
+        p.send(leader, input);
+        p.round();
+        for r in everyone_but(me) {
+            p.recv(leader, parts[r as usize]);
+        }
+        return;
+    }
+    for &rank in &members[1..] {
+        p.recv(rank, parts[rank as usize]);
+    }
+    p.round();
+    for host in (0..hosts.hosts()).filter(|&h| h != mine) {
+        let theirs = hosts.members(host);
+        for &rank in &members {
+            p.send(theirs[0], parts[rank as usize]);
+        }
+        for &rank in &theirs {
+            p.recv(theirs[0], parts[rank as usize]);
+        }
+    }
+    p.round();
+    for &member in &members[1..] {
+        for r in everyone_but(member) {
+            p.send(member, parts[r as usize]);
+        }
+    }
+}
+
 /// Every rank's `output` ends with its block of the root's `input`: the root sends each rank
 /// of its host its block and each other host's leader the host's blocks in one message (in
 /// place where the host's ranks follow each other, else packed into a scratch buffer first),
@@ -512,6 +563,41 @@ mod tests {
                 for (r, got) in got.iter().enumerate() {
                     assert_eq!(*got, vector(r, block), "scatter from {root} on {host_of:?}");
                 }
+            }
+        }
+    }
+
+    /// All-gathers of parts of any length (rank r's `r % 3 * 2` bytes: some empty), placed
+    /// in reverse rank order with a gap before each, on every placement: every rank's
+    /// buffer ends with every part in its place and the gaps untouched.
+    #[test]
+    fn all_gathers_of_uneven_parts_on_every_placement() {
+        for host_of in some_placements() {
+            let (n, hosts) = (host_of.len(), Placement::new(&host_of));
+            let lens: Vec<usize> = (0..n).map(|r| r % 3 * 2).collect();
+            let mut at = 0;
+            let mut placed = vec![(0, 0); n];
+            for r in (0..n).rev() {
+                placed[r] = (at + 1, lens[r]);
+                at += 1 + lens[r];
+            }
+            let plans = (0..n)
+                .map(|r| {
+                    let mut p = Plan::default();
+                    let parts = crate::collective::build::parts(Region::Recv, &placed);
+                    let input = span(Region::Send, lens[r]);
+                    all_gather_varcount(&mut p, ranks(r, n), hosts, input, &parts);
+                    p
+                })
+                .collect();
+            let sends = (0..n).map(|r| vector(r, lens[r])).collect();
+            let got = simulation::run(plans, sends, &vec![at; n], 1, no_reduction);
+            for (r, got) in got.iter().enumerate() {
+                let mut expected = vec![0x5a; at];
+                for (s, &(offset, len)) in placed.iter().enumerate() {
+                    expected[offset..offset + len].copy_from_slice(&vector(s, len));
+                }
+                assert_eq!(*got, expected, "rank {r} on {host_of:?}");
             }
         }
     }

@@ -34,7 +34,9 @@ use shuttle::thread;
 
 use super::super::place::{self, Entry};
 use super::super::{recv, wait};
-use super::{block_until, install, NAPPER, NAP_ASLEEP, PROGRESSOR, UNWOKEN};
+use super::{
+    block_until, install, NAPPER, NAP_ASLEEP, PLACE_FREE, PLACE_TAKEN, PROGRESSOR, UNWOKEN,
+};
 use crate::backend::{hooks, AnyPml, PmlChoice};
 use crate::sync::Ordering;
 
@@ -195,6 +197,12 @@ fn explore_job(name: &str, ranks: u32, random: usize, pct: usize, check: fn()) {
                 .and_then(|mut entry| entry.slot().take())
                 .expect("the run left the engine installed");
             assert_idle(&engine);
+            // Every wait ended: no thread may hold the place, nor a hand-off await one.
+            assert_eq!(
+                PROGRESSOR.load(Ordering::Relaxed),
+                PLACE_FREE,
+                "the run left the progressing place held or handed on"
+            );
             if ranks == 2 {
                 let peer = PEER.lock().unwrap();
                 assert_idle(&peer.as_ref().expect("the peer thread put rank 1 back").0);
@@ -684,6 +692,11 @@ fn asleep_apart() -> bool {
     NAPPER.load(Ordering::Relaxed) == NAP_ASLEEP
 }
 
+/// Whether a waiting thread of rank 0 has the place of the one that progresses.
+fn place_taken() -> bool {
+    PROGRESSOR.load(Ordering::Relaxed) == PLACE_TAKEN
+}
+
 /// A thread sleeping apart from the engine (on rank 0's futex word in the shared-memory
 /// segment, which only rank 1 feeds) is woken by its own rank's non-blocking call that
 /// completes what it waits for: a send to itself, through the loopback, posted once it sleeps.
@@ -776,7 +789,7 @@ fn the_progressing_thread_hands_its_place_on_as_it_leaves() {
             })
         };
         let second = thread::spawn(|| {
-            while !PROGRESSOR.load(Ordering::Relaxed) {
+            while !place_taken() {
                 thread::yield_now();
             }
             receive_from_peer(2, 2);
@@ -798,6 +811,140 @@ fn the_progressing_thread_hands_its_place_on_as_it_leaves() {
             *PEER.lock().unwrap() = Some(peer);
         });
         for thread in [first, second, tester, peer] {
+            thread.join().unwrap();
+        }
+    });
+}
+
+/// `osu_latency_mt -t 1:2`'s receiving rank: a thread that waits again while the place it
+/// left is handed on holds it lent, and the paused thread it woke takes it over once back.
+/// Two threads of rank 0 wait for rank 1's messages: the first (tags 1, then 4) progresses
+/// and sleeps apart, the second (tag 2) pauses beside it. Rank 1 sends tag 1 once both wait:
+/// the first thread leaves, handing its place to the paused one (`PLACE_HANDED`) and waking
+/// it, and starts its wait for tag 4 at once, where it holds the place lent (`PLACE_LENT`)
+/// unless the woken thread took it first; the woken thread, back, takes it over, and the
+/// first pauses at its next idle round. Rank 1 sends tag 2 once a thread sleeps apart and the
+/// other pauses, and tags 3 and 4 once the second thread has tag 2 and a thread sleeps apart
+/// again. A third thread tests a receive of tag 3 meanwhile (as in
+/// `the_progressing_thread_hands_its_place_on_as_it_leaves`), so that its round may take tag
+/// 2 off the wire, waking the first thread, which pauses again while the second still has
+/// the place, and the second then leaves in a hold that moved nothing: only its hand-off's
+/// wake-up (`Progressing::hand_on`) then wakes the first thread, without which both stay
+/// paused and rank 1 waits for a sleeper apart that never comes, past shuttle's step limit.
+/// Some schedule must take a lent place over (`Waits::taken_over`), else the path went
+/// unchecked.
+#[test]
+fn a_wait_started_while_the_place_is_handed_on_holds_it_until_taken_over() {
+    let taken_over = super::TAKEN_OVER.load(StdOrdering::Relaxed);
+    explore_job("a wait beside a handed place", 2, 2_000, 2_000, || {
+        let done = Arc::new(StdAtomicUsize::new(0));
+        let first = {
+            let done = done.clone();
+            thread::spawn(move || {
+                receive_from_peer(1, 1);
+                done.fetch_add(1, StdOrdering::Relaxed);
+                receive_from_peer(4, 4);
+            })
+        };
+        let second = {
+            let done = done.clone();
+            thread::spawn(move || {
+                while !place_taken() {
+                    thread::yield_now();
+                }
+                receive_from_peer(2, 2);
+                done.fetch_add(1, StdOrdering::Relaxed);
+            })
+        };
+        let tester = thread::spawn(test_until_tag_3_arrives);
+        let peer = thread::spawn(move || {
+            let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+            let waiting = |received| {
+                while !(done.load(StdOrdering::Relaxed) == received
+                    && asleep_apart()
+                    && (received == 2 || UNWOKEN.load(Ordering::Relaxed) > 0))
+                {
+                    thread::yield_now();
+                }
+            };
+            waiting(0);
+            peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
+            waiting(1);
+            peer_sends(&mut peer.0, 2, &message(1, 2, EAGER));
+            waiting(2);
+            for tag in [3, 4] {
+                peer_sends(&mut peer.0, tag, &message(1, tag as u8, EAGER));
+            }
+            *PEER.lock().unwrap() = Some(peer);
+        });
+        for thread in [first, second, tester, peer] {
+            thread.join().unwrap();
+        }
+    });
+    assert!(
+        super::TAKEN_OVER.load(StdOrdering::Relaxed) > taken_over,
+        "no schedule took a lent place over"
+    );
+}
+
+/// Three waiting threads of rank 0, and a lent place's wait that ends as the threads it was
+/// handed to come back: the first thread (tags 1, then 3) progresses and sleeps apart, the
+/// other two (tags 2 and 4) pause beside it. Rank 1 sends tag 1 once both pause: the first
+/// thread hands its place to both and wakes them, and waits again at once, holding the place
+/// lent (or pausing, where a woken one took it first). Rank 1 sends tag 3 as soon as the
+/// first thread has tag 1, so that the lent wait may end, handing the place back to the two
+/// on their way (`PLACE_HANDED`), before, as or after one of them takes it over; then tags 2
+/// and 4, each once the thread before it has its message and a thread sleeps apart. Whatever
+/// the order, one thread progresses and the other pauses beside it until woken: a place left
+/// lent or handed to no one leaves rank 1 waiting for a sleeper apart that never comes, past
+/// shuttle's step limit, or the run's end with the place not free. Few schedules take the
+/// place over here (about 7 of 2,000), and the round that took tag 1 wakes the paused
+/// threads anyway: a lender that misses a take-over, or a hand-off that wakes no one, fails
+/// `a_wait_started_while_the_place_is_handed_on_holds_it_until_taken_over` instead.
+#[test]
+fn a_lent_wait_that_ends_as_two_woken_threads_come_back_hands_the_place_to_them() {
+    explore_job("a lent wait ending, two woken", 2, 1_000, 1_000, || {
+        let done = Arc::new(StdAtomicUsize::new(0));
+        let first = {
+            let done = done.clone();
+            thread::spawn(move || {
+                receive_from_peer(1, 1);
+                done.fetch_add(1, StdOrdering::Relaxed);
+                receive_from_peer(3, 3);
+                done.fetch_add(1, StdOrdering::Relaxed);
+            })
+        };
+        let beside: Vec<_> = [2, 4]
+            .map(|tag| {
+                let done = done.clone();
+                thread::spawn(move || {
+                    while !place_taken() {
+                        thread::yield_now();
+                    }
+                    receive_from_peer(tag, tag as u8);
+                    done.fetch_add(1, StdOrdering::Relaxed);
+                })
+            })
+            .into();
+        let peer = thread::spawn(move || {
+            let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+            while !(asleep_apart() && UNWOKEN.load(Ordering::Relaxed) == 2) {
+                thread::yield_now();
+            }
+            peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
+            while done.load(StdOrdering::Relaxed) < 1 {
+                thread::yield_now();
+            }
+            peer_sends(&mut peer.0, 3, &message(1, 3, EAGER));
+            for (received, tag) in [(2, 2), (3, 4)] {
+                while !(done.load(StdOrdering::Relaxed) == received && asleep_apart()) {
+                    thread::yield_now();
+                }
+                peer_sends(&mut peer.0, tag, &message(1, tag as u8, EAGER));
+            }
+            *PEER.lock().unwrap() = Some(peer);
+        });
+        for thread in [first, peer].into_iter().chain(beside) {
             thread.join().unwrap();
         }
     });
@@ -840,7 +987,7 @@ fn a_waiter_beside_the_progressing_one_sees_what_its_hooks_did() {
             let beside = {
                 let beside_done = beside_done.clone();
                 thread::spawn(move || {
-                    while !PROGRESSOR.load(Ordering::Relaxed) {
+                    while !place_taken() {
                         thread::yield_now();
                     }
                     *HOOK_THREAD.lock().unwrap() = Some(thread::current().id());
@@ -898,7 +1045,7 @@ fn a_progressing_thread_whose_wait_fails_hands_its_place_on() {
             })
         };
         let beside = thread::spawn(|| {
-            while !PROGRESSOR.load(Ordering::Relaxed) {
+            while !place_taken() {
                 thread::yield_now();
             }
             receive_from_peer(1, 1);

@@ -73,6 +73,7 @@ impl OfiTransport {
         } else {
             let ofi_config = OfiConfig {
                 provider: config.ofi_provider.as_deref(),
+                job_id: &job.job_id,
                 fabric_only: !forced && config.ofi_provider.is_none(),
                 rma: config.ofi_rma,
                 reg_cache: config.ofi_reg_cache,

@@ -2,7 +2,7 @@
 //! queue, address vector and reliable-datagram endpoint, opened in that order and closed in
 //! the reverse.
 
-use std::ffi::{c_void, CStr};
+use std::ffi::{c_void, CStr, CString};
 use std::os::fd::RawFd;
 use std::ptr;
 
@@ -14,6 +14,8 @@ use super::sys;
 pub struct Request<'a> {
     /// The provider the user named (`--ofi-provider`), if any.
     pub wanted: Option<&'a str>,
+    /// The name the endpoint takes where the provider names it by a file on the host (shm).
+    pub host_file_name: &'a str,
     /// Only a provider with a real device (`--transport auto`).
     pub fabric_only: bool,
     /// Whether to ask for RMA and atomics; a provider without them is still taken.
@@ -356,6 +358,16 @@ impl Fabric {
                 "fi_endpoint",
                 sys::endpoint(self.domain, self.info, &mut self.ep),
             )?;
+            if provider::named_by_host_file(&self.provider) {
+                let name = CString::new(request.host_file_name).map_err(|_| {
+                    format!("endpoint name {:?} holds a NUL", request.host_file_name)
+                })?;
+                let bytes = name.as_bytes_with_nul();
+                check(
+                    &format!("fi_setname({})", request.host_file_name),
+                    sys::setname(self.ep, bytes.as_ptr().cast(), bytes.len()),
+                )?;
+            }
             check(
                 "binding the completion queue",
                 sys::bind(

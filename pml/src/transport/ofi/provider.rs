@@ -117,6 +117,25 @@ pub fn rma_in_flight(provider: &str) -> usize {
     }
 }
 
+/// Whether `provider` names each endpoint by a file every process of the host sees: shm,
+/// whose endpoint is a region under /dev/shm. Such an endpoint is given
+/// [`host_file_name`] before it is enabled.
+pub fn named_by_host_file(provider: &str) -> bool {
+    provider == "shm"
+}
+
+/// The name of rank `rank`'s endpoint on a provider that names it by a host file
+/// ([`named_by_host_file`]): `/dev/shm/mpirt-<job id>-ofi-<rank>`. Left to itself, shm
+/// 1.17 names the file after the process id (`<pid>:<uid>:<n>`), and a rank killed before
+/// it closes its endpoint leaves the file behind, 16 MiB of tmpfs, under a name rsrun's
+/// clean-up of the dead job does not know; and once the process ids come round, the
+/// process given that id again cannot open its endpoint: shm takes the file's owner for
+/// alive, as the owner's id is now its own, and `fi_enable` fails -FI_EBUSY. Named after the
+/// job, the file is removed with the job's others and meets no file of another job.
+pub fn host_file_name(job_id: &str, rank: u32) -> String {
+    format!("fi_shm://mpirt-{job_id}-ofi-{rank}")
+}
+
 /// Reading a peer's memory: the rendezvous's `fi_read` (and windows' gets).
 const RMA_READ: u64 = (sys::FI_RMA | sys::FI_READ | sys::FI_REMOTE_READ) as u64;
 /// Writing a peer's memory: windows' puts.

@@ -86,6 +86,10 @@ pub unsafe fn getname(ep: *mut fid_ep, addr: *mut c_void, len: *mut usize) -> is
     ((*(*ep).cm).getname.expect("cm ops: getname"))(&mut (*ep).fid, addr, len) as isize
 }
 
+pub unsafe fn setname(ep: *mut fid_ep, addr: *const c_void, len: usize) -> isize {
+    ((*(*ep).cm).setname.expect("cm ops: setname"))(&mut (*ep).fid, addr.cast_mut(), len) as isize
+}
+
 pub unsafe fn av_insert(av: *mut fid_av, addr: *const c_void, out: *mut fi_addr_t) -> isize {
     ((*(*av).ops).insert.expect("av ops: insert"))(av, addr, 1, out, 0, ptr::null_mut()) as isize
 }

@@ -254,6 +254,17 @@ fn activate_arena(job: &Job, n_local: usize) -> Result<ArenaInfo, String> {
     if !job.config.single_copy || !job.config.shared_arena {
         return Err("turned off by MPIRT_SHM_SINGLE_COPY=0 or MPIRT_SHM_ARENA=0".into());
     }
+    // Past this many ranks on a host the program's large blocks stay private. In the arena
+    // they would all be shared memory (an all-to-all's buffers hold n blocks a rank: 128 ranks
+    // of 32 KiB blocks put 1 GB there, Open MPI 43 MB), every rank would map every other's
+    // (n(n - 1) mappings), and such all-to-alls ran slower from the arena than by
+    // process_vm_readv on 2 CPUs (osu-benches/REPORT.md, "Many ranks: no shared arena").
+    let most = job.config.shm_arena_max_ranks;
+    if n_local > most {
+        return Err(format!(
+            "{n_local} ranks share this host, more than MPIRT_SHM_ARENA_MAX_RANKS ({most})"
+        ));
+    }
     if !freed_memory::installed() {
         return Err("the global allocator is not mpirt::TrackingAllocator".into());
     }

@@ -204,6 +204,7 @@ impl VerbsTransport {
             mr,
             error: None,
             len,
+            remote,
             sges,
             requests,
             of_layout,

@@ -3,6 +3,7 @@
 
 use std::io;
 use std::ptr;
+use std::time::Duration;
 
 use rdma_sys::*;
 
@@ -26,6 +27,16 @@ pub struct QueuePair {
 pub const SEND_DEPTH: u32 = 256;
 /// RDMA READs one queue pair may have in flight (both as reader and as target).
 const READS_IN_FLIGHT: u8 = 16;
+/// The local ACK timeout (4.096 us * 2^ACK_TIMEOUT a try) and the retries after the first
+/// try (see `connect`).
+const ACK_TIMEOUT: u8 = 18;
+const RETRIES: u8 = 6;
+/// How long a peer's device may go on retransmitting a request after first sending it: its
+/// tries' timeouts together, about 7.5 s. A registration a peer read stays registered this
+/// long after it is dropped (`Registry`), since a READ retransmitted late is answered under
+/// its key.
+pub const RETRANSMIT_WINDOW: Duration =
+    Duration::from_nanos(4096 * (1 << ACK_TIMEOUT) * (RETRIES as u64 + 1));
 
 fn failed(step: &str, rc: i32) -> String {
     format!("{step} failed: {}", io::Error::from_raw_os_error(rc))
@@ -129,8 +140,8 @@ impl QueuePair {
         // guest, whose emulated CPU can answer an RDMA READ that late under osu_bw; UCX waits
         // 1 s a try too, Open MPI 4 s. 6, not 7 retries: the spec counts 7 as 7, but Soft-RoCE
         // (rxe) retries forever at 7, so a peer that died was never noticed there.
-        attr.timeout = 18;
-        attr.retry_cnt = 6;
+        attr.timeout = ACK_TIMEOUT;
+        attr.retry_cnt = RETRIES;
         // 7: retry forever while the peer has no receive posted; credits make that rare, and a
         // dead peer sends no RNR NAK (its queue pair is gone), so this never hides one.
         attr.rnr_retry = 7;

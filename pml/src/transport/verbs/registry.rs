@@ -7,6 +7,7 @@ use std::io;
 
 use rdma_sys::*;
 
+use super::qp::RETRANSMIT_WINDOW;
 use crate::registration_cache::{CachedMr, RegistrationCache};
 
 /// A registration handed out by `Registry::acquire`, to give back with `release`.
@@ -24,11 +25,21 @@ struct Mr(*mut ibv_mr);
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        // SAFETY: the cache drops only idle registrations, which no work request uses, and
-        // the transport drops the registry after its queue pairs.
+        // SAFETY: the cache drops only idle registrations, which no work request of this
+        // rank's uses, and the transport drops the registry after its queue pairs. (A READ a
+        // peer retransmits under a dropped key breaks the queue pair but touches no memory:
+        // why dropped ones linger, see registration_cache.rs.)
         unsafe { ibv_dereg_mr(self.0) };
     }
 }
+
+/// Bytes that dropped registrations may keep pinned while they linger, past which the oldest
+/// go early: a program that frees a large buffer after each send and allocates the next would
+/// otherwise pin every one it sent in the last 7.5 s (freed memory too, which goes back to
+/// the kernel only at deregistration), where the locked-memory limit need not stop it. A late
+/// retransmission was sent before the peer's read completed, so it is not on the wire for
+/// long; at 25 GB/s 256 MiB is 10 ms of traffic (a judgment, not measured).
+const LINGERING_BYTES: usize = 256 << 20;
 
 pub struct Registry {
     pd: *mut ibv_pd,
@@ -46,7 +57,10 @@ impl Registry {
     pub fn new(pd: *mut ibv_pd, cache: bool, max_idle: usize) -> Registry {
         Registry {
             pd,
-            cache: RegistrationCache::new(cache, max_idle),
+            // A peer's READ retransmitted after its read completed and the send was done
+            // would find no registration and break the queue pair (registration_cache.rs).
+            cache: RegistrationCache::new(cache, max_idle)
+                .with_linger(RETRANSMIT_WINDOW, LINGERING_BYTES),
         }
     }
 
@@ -63,6 +77,16 @@ impl Registry {
     /// Keys for `len` bytes at `addr`, registering (whole pages) if no entry covers them;
     /// `writable` for memory the local device writes into.
     pub fn acquire(&mut self, addr: usize, len: usize, writable: bool) -> io::Result<Keys> {
+        match self.try_acquire(addr, len, writable) {
+            // The lingering registrations pin memory too: without them it may fit.
+            Err(e) if e.kind() == io::ErrorKind::OutOfMemory && self.cache.drop_lingering() => {
+                self.try_acquire(addr, len, writable)
+            }
+            keys => keys,
+        }
+    }
+
+    fn try_acquire(&mut self, addr: usize, len: usize, writable: bool) -> io::Result<Keys> {
         let pd = self.pd;
         let (id, mr) = self.cache.acquire(addr, len, writable, |start, len| {
             let access = if writable { WRITABLE } else { READ_ONLY };
