@@ -384,7 +384,9 @@ impl<'a, T: Equivalence> Window<'a, T> {
         if window.direct {
             // No other rank's operation waits for this rank's progress (only the PSCW
             // notices travel as messages, which this rank's own post and start take): the
-            // progress hook, which every wait of the rank would step, is not needed.
+            // progress hook, which every wait of the rank would step, is not needed. So no
+            // request on this path may ask another rank for an answer (`complete`'s asks
+            // none, a free's flush is skipped): only that rank's own window calls would give it.
             messaging::forget(&window.core);
         } else if path != Path::Messages && rdma {
             let element = operation::element_code(datatype_of::<T>());

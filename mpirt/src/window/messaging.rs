@@ -502,10 +502,14 @@ impl Core {
     /// would take it as its own: an unlock of a lock it never granted. So each target whose
     /// last request asked nothing gets a flush, whose answer comes once everything before it
     /// was applied (a fault an earlier request caused comes before it, and is forgotten with
-    /// the window). `flush` is the flush request; none on the shared-memory path, whose
-    /// locks are lock words and whose messages (`post`'s notices, `complete`'s markers) the
-    /// epochs they end consume, and where a target that went on to the free's barrier may
-    /// sleep on the collective area, which no message wakes: what was held back is sent.
+    /// the window). `flush` is the flush request; none on the shared-memory path: its locks
+    /// are lock words and its only messages (`post`'s notices, `complete`'s markers) are
+    /// consumed by the epochs they end, so nothing is left to apply, and its window is not
+    /// served by the progress hook (`forget`; the target's own window calls alone serve
+    /// it), so a target already in the free's barrier would never answer a flush: the
+    /// origins would wait for it, and the barrier for them (its rank polls its PML, asleep
+    /// or not, but nothing applies the request). Nothing is held back there either (its puts
+    /// and accumulates are stores); what is held is sent all the same.
     pub fn finish(&mut self, flush: Option<Request>) -> Result<(), Cause> {
         let mut ids = Vec::new();
         for target in 0..self.held.len() as u32 {
