@@ -22,6 +22,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::hosts;
+use crate::job::remove_shm_segments;
 use crate::spawn::binding::{self, Binding};
 use crate::spawn::local::{self, LaunchSpec, Slot};
 use crate::spawn::workdir;
@@ -448,9 +449,10 @@ pub fn main(words: &[OsString]) -> i32 {
         }
     }
     let rank_pids: Vec<i32> = pids.iter().map(|&(pid, _)| pid).collect();
+    let job_id = args.job_id.clone();
     if let Err(e) = thread::Builder::new()
         .name("commands".into())
-        .spawn(move || obey(stdin, &rank_pids, rank0_input))
+        .spawn(move || obey(stdin, &rank_pids, rank0_input, &job_id))
     {
         kill_all(pids.iter().map(|&(pid, _)| pid), libc::SIGKILL);
         return fail(1, format!("cannot start a thread: {e}"));
@@ -531,8 +533,15 @@ fn go_ahead(stdin: &mut impl BufRead) -> bool {
     }
 }
 
-/// Carries out rsrun's commands until its stdin ends, then kills the ranks and exits.
-fn obey(mut stdin: impl BufRead, pids: &[i32], mut rank0_input: Option<mpsc::Sender<Vec<u8>>>) {
+/// Carries out rsrun's commands until its stdin ends, then kills the ranks, removes the
+/// job's files under /dev/shm (the rsrun that would have may be dead: SIGKILLed, or its host
+/// gone) and exits.
+fn obey(
+    mut stdin: impl BufRead,
+    pids: &[i32],
+    mut rank0_input: Option<mpsc::Sender<Vec<u8>>>,
+    job_id: &str,
+) {
     // A malformed command means the stream is not rsrun's: treated as the end of it.
     while let Ok(Some(command)) = read_command(&mut stdin) {
         match command {
@@ -549,6 +558,7 @@ fn obey(mut stdin: impl BufRead, pids: &[i32], mut rank0_input: Option<mpsc::Sen
         }
     }
     kill_all(pids.iter().copied(), libc::SIGKILL);
+    remove_shm_segments(job_id);
     std::process::exit(1);
 }
 

@@ -1271,9 +1271,10 @@ pub(crate) fn describe(status: libc::c_int) -> String {
     }
 }
 
-/// Removes the job's shared-memory segments (`/dev/shm/mpirt-<job id>...`), which the shm
-/// transport creates and a crashed rank cannot unlink.
-fn remove_shm_segments(job_id: &str) {
+/// Removes the job's files under /dev/shm (`mpirt-<job id>...`: the shm transport's
+/// segments, the communicators' shared areas, libfabric shm's endpoints), which a crashed
+/// rank cannot unlink.
+pub(crate) fn remove_shm_segments(job_id: &str) {
     let prefix = format!("mpirt-{job_id}");
     let Ok(entries) = fs::read_dir("/dev/shm") else {
         return;

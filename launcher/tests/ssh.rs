@@ -494,27 +494,42 @@ fn sleepers(marker: &str) -> usize {
     processes(|dir| std::fs::read(dir.join("cmdline")).is_ok_and(|c| c == wanted.as_bytes())).len()
 }
 
+/// rsrun SIGKILLed: every agent kills its ranks, and removes the job's files under /dev/shm
+/// (each rank made one, as the shm transport's segments are named), which the dead rsrun
+/// cannot.
 fn rsrun_killed(hosts: &Hosts) {
     let marker = format!("600.{}", std::process::id());
-    let (mut child, _) = common::start(&mut hosts.rsrun(&["-H", EIGHT, "sleep", &marker]), b"");
+    let tag = format!("-killed-rsrun-{}.", std::process::id());
+    let script =
+        format!("echo x > /dev/shm/mpirt-$MPIRT_JOB_ID{tag}$MPIRT_RANK; exec sleep {marker}");
+    let files = || {
+        std::fs::read_dir("/dev/shm")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("mpirt-") && name.contains(&tag))
+            .count()
+    };
+    let (mut child, _) = common::start(&mut hosts.rsrun(&["-H", EIGHT, "sh", "-c", &script]), b"");
     let until = Instant::now() + Duration::from_secs(15);
-    while sleepers(&marker) < 8 {
+    while sleepers(&marker) < 8 || files() < 8 {
         assert!(Instant::now() < until, "the 8 ranks did not start");
         thread::sleep(Duration::from_millis(50));
     }
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let killed = Instant::now();
-    while sleepers(&marker) > 0 {
+    while sleepers(&marker) > 0 || files() > 0 {
         assert!(
             killed.elapsed() < Duration::from_secs(5),
-            "{} ranks outlived rsrun by 5 s",
-            sleepers(&marker)
+            "{} ranks outlived rsrun by 5 s, {} of their files under /dev/shm",
+            sleepers(&marker),
+            files()
         );
         thread::sleep(Duration::from_millis(50));
     }
     println!(
-        "  rsrun SIGKILL: ranks gone after {:.2} s",
+        "  rsrun SIGKILL: ranks and their files gone after {:.2} s",
         killed.elapsed().as_secs_f64()
     );
 }
