@@ -1681,6 +1681,21 @@ fn errors(world: &SimpleCommunicator) {
         )
         .unwrap_err();
     println!("error: {e}");
+    // Only the root's receive parts count in a gather: it refuses them, and the others' one
+    // element each goes, or learns of the refusal, without a wait.
+    let gathered = if world.rank() == 0 {
+        root.try_gather_varcount_into_root(
+            &[1i32][..],
+            &mut PartitionMut::new(&mut got[..], vec![1; 3], vec![0, 2, 2]),
+        )
+    } else {
+        root.try_gather_varcount_into(&[1i32][..])
+    };
+    match gathered {
+        Err(e) if world.rank() == 0 => println!("error: {e}"),
+        Err(e) => println!("peer: {e}"),
+        Ok(()) => assert_ne!(world.rank(), 0, "the root took parts that overlap"),
+    }
     // A length the ranks disagree on is the receiving rank's error, not a hang.
     let mine = vec![0u8; 1 + world.rank() as usize];
     let mut all = vec![0u8; world.size() as usize * mine.len()];
@@ -3676,6 +3691,8 @@ fn bad_input_is_an_error_naming_rank_operation_and_cause() {
          overlaps rank 0's (elements 0 to 2)",
         "all_to_all_varcount_into: invalid partition: receive: rank 1's part (elements 0 to 1) \
          overlaps rank 0's (elements 0 to 1)",
+        "rank 0: gather_varcount_into_root: invalid partition: receive: rank 2's part (elements \
+         2 to 3) overlaps rank 1's (elements 2 to 3)",
         "rank 2: all_gather_into: rank 0 sent 1 bytes where this rank expected 3",
     ] {
         assert!(out.contains(expected), "missing {expected:?} in\n{out}");

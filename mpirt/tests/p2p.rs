@@ -1939,6 +1939,9 @@ on_each_wire! {
 
 on_each_wire! {
     fn a_panicking_rank_ends_the_job(wire: Wire) {
+        // Files under /dev/shm older than this were none of the job's (below); the second
+        // covers the coarse clock a tmpfs stamps files with.
+        let started = std::time::SystemTime::now() - Duration::from_secs(1);
         let output = job(wire, 2, "panic", &[]);
         let (stdout, stderr) = text(&output);
         assert!(!output.status.success(), "{stdout}\n{stderr}");
@@ -1980,12 +1983,17 @@ on_each_wire! {
         }
         // No file is named after a rank's process (as libfabric's shm names its endpoint's
         // by itself), where no clean-up would find it and a later process of the same id
-        // could not open its own endpoint.
+        // could not open its own endpoint. Only the job's files count: one a dead process
+        // left long before, whose id a rank now has again, is older than the job.
         let named_by_pid: Vec<_> = std::fs::read_dir("/dev/shm")
             .unwrap()
             .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|name| pids.iter().any(|pid| name.starts_with(&format!("{pid}:"))))
+            .filter(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                pids.iter().any(|pid| name.starts_with(&format!("{pid}:")))
+            })
+            .filter(|e| e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= started))
+            .map(|e| e.file_name())
             .collect();
         assert!(named_by_pid.is_empty(), "left in /dev/shm: {named_by_pid:?}");
         if !under_rsrun("removing a dead job's files under /dev/shm") {

@@ -558,6 +558,21 @@ fn neighbourhood(cart: &CartesianCommunicator, dims: &[Count], periods: &[bool],
         got, expected,
         "{context}: immediate_neighbor_all_gather_varcount_into"
     );
+    // An absent neighbour's part is left untouched, so it may share elements with a present
+    // one's (none is written twice, as with MPI_PROC_NULL): here each absent neighbour's part
+    // is the buffer's first element, which a present neighbour's part holds. Every rank
+    // takes the call, as a collective must (one more element where it has no part at all).
+    let (counts, displs) = absent_at_start(&near, &counts, &displs);
+    let mut got = vec![GUARD; total.max(1)];
+    cart.neighbor_all_gather_varcount_into(
+        &own[..],
+        &mut PartitionMut::new(&mut got[..], &counts[..], &displs[..]),
+    );
+    assert_eq!(
+        got[..total],
+        expected[..],
+        "{context}: neighbor_all_gather_varcount_into, absent neighbours' parts overlapping"
+    );
 
     // Varying counts both ways: (i + r) % 3 elements of r * 100 + i from rank r to its
     // neighbour i.
@@ -603,6 +618,29 @@ fn neighbourhood(cart: &CartesianCommunicator, dims: &[Count], periods: &[bool],
         got, expected,
         "{context}: immediate_neighbor_all_to_all_varcount_into"
     );
+    let (recv_counts, recv_displs) = absent_at_start(&near, &recv_counts, &recv_displs);
+    let mut got = vec![GUARD; expected.len().max(1)];
+    cart.neighbor_all_to_all_varcount_into(
+        &outgoing,
+        &mut PartitionMut::new(&mut got[..], &recv_counts[..], &recv_displs[..]),
+    );
+    assert_eq!(
+        got[..expected.len()],
+        expected[..],
+        "{context}: neighbor_all_to_all_varcount_into, absent neighbours' parts overlapping"
+    );
+}
+
+/// `counts` and `displs` with each absent neighbour's part made the buffer's first element.
+fn absent_at_start(
+    near: &[Option<Rank>],
+    counts: &[Count],
+    displs: &[Count],
+) -> (Vec<Count>, Vec<Count>) {
+    near.iter()
+        .zip(counts.iter().zip(displs))
+        .map(|(n, (&c, &d))| if n.is_some() { (c, d) } else { (1, 0) })
+        .unzip()
 }
 
 fn offsets(counts: &[Count]) -> Vec<Count> {
@@ -675,6 +713,18 @@ fn errors(world: &SimpleCommunicator) {
     println!("error: {e}");
     let e = cart
         .try_neighbor_all_gather_into(&[1][..], &mut [0; 3][..])
+        .unwrap_err();
+    println!("error: {e}");
+    // Both neighbours of every rank of a ring are there, and their parts share an element:
+    // every rank refuses the call.
+    let ring = world
+        .create_cartesian_communicator(&[n], &[true], false)
+        .unwrap();
+    let e = ring
+        .try_neighbor_all_gather_varcount_into(
+            &[1][..],
+            &mut PartitionMut::new(&mut [0; 2][..], vec![1, 1], vec![0, 0]),
+        )
         .unwrap_err();
     println!("error: {e}");
 
@@ -770,6 +820,8 @@ fn bad_topology_input_is_a_named_error() {
         "shift(1, 1): invalid topology: dimension 1 does not exist",
         "dims_create: invalid topology: the set dimensions [2, 0] (product 2) do not make 7",
         "neighbor_all_gather_into: the receive buffer (a block per neighbour) holds 3 elements where 2 are needed",
+        "neighbor_all_gather_varcount_into: invalid partition: receive (a part per neighbour): \
+         rank 1's part (elements 0 to 1) overlaps rank 0's (elements 0 to 1)",
         "disagreement: rank", // on every rank, with the next line's text
         "create_cartesian_communicator: the ranks passed different arguments where MPI needs the same on all",
         "errors ok",
