@@ -1423,6 +1423,7 @@ fn kept_plans(world: &SimpleCommunicator) {
         };
         assert_eq!(added, serial(0..n, 2, affine, sum), "round {round}");
     }
+    kept_plans_of_other_elements_and_commutativity(world);
     // More shapes than a communicator keeps, twice over: the first ones' plans are built
     // again, immediate and blocking alike.
     for _ in 0..2 {
@@ -1509,6 +1510,80 @@ fn kept_plans(world: &SimpleCommunicator) {
         assert_eq!(buf, [round, size, 7], "round {round}");
     }
     println!("rank {me}: kept plans ok");
+}
+
+/// Calls of one length in bytes whose plans differ in the element size alone, or in whether
+/// the reduction commutes alone, each second call after the first one's plan was kept: a key
+/// that left either out would hand the second call the first one's plan. An all-reduce past
+/// the short one's 8 KiB is cut at element boundaries (Rabenseifner's halves): 2050 `u64`s,
+/// then 1025 `Affine`s, whose halves on 2 to 4 ranks the `u64`s' cuts would split; a
+/// reduction to the last rank goes down a tree rooted there when it commutes, else down one
+/// rooted at rank 0, whose result then goes to the root (commuting first, so that the
+/// non-commuting call would find the other plan kept).
+fn kept_plans_of_other_elements_and_commutativity(world: &SimpleCommunicator) {
+    let (n, me) = (world.size(), world.rank());
+    let add = UserOperation::commutative(|incoming, acc| {
+        let incoming: &[Affine] = incoming.downcast().unwrap();
+        let acc: &mut [Affine] = acc.downcast().unwrap();
+        for (x, y) in incoming.iter().zip(acc) {
+            y.a = y.a.wrapping_add(x.a);
+            y.b = y.b.wrapping_add(x.b);
+        }
+    });
+    let sum = |x: Affine, y: Affine| Affine {
+        a: x.a.wrapping_add(y.a),
+        b: x.b.wrapping_add(y.b),
+    };
+    let word = |r: i32, i: usize| r as u64 * 3 + i as u64;
+    let pairs = 1025;
+    let words = contribution(me, 2 * pairs, word);
+    let pieces = contribution(me, pairs, affine);
+    let (mut word_sums, mut piece_sums) = (vec![0u64; 2 * pairs], vec![Affine::default(); pairs]);
+    for round in 0..2 {
+        request::scope(|scope| {
+            world
+                .immediate_all_reduce_into(
+                    scope,
+                    &words[..],
+                    &mut word_sums[..],
+                    SystemOperation::sum(),
+                )
+                .wait();
+            world
+                .immediate_all_reduce_into(scope, &pieces[..], &mut piece_sums[..], &add)
+                .wait();
+        });
+        let want: Vec<u64> = (0..2 * pairs)
+            .map(|i| (0..n).map(|r| word(r, i)).sum())
+            .collect();
+        assert_eq!(word_sums, want, "round {round}: rank {me}: u64 all-reduce");
+        assert!(
+            piece_sums == serial(0..n, pairs, affine, sum),
+            "round {round}: rank {me}: Affine all-reduce of the same bytes"
+        );
+    }
+    let root = world.process_at_rank(n - 1);
+    let mine = contribution(me, 2, affine);
+    for round in 0..2 {
+        let (mut added, mut composed) = (vec![Affine::default(); 2], vec![Affine::default(); 2]);
+        request::scope(|scope| match me == n - 1 {
+            true => {
+                root.immediate_reduce_into_root(scope, &mine[..], &mut added[..], &add)
+                    .wait();
+                root.immediate_reduce_into_root(scope, &mine[..], &mut composed[..], affine_op())
+                    .wait();
+            }
+            false => {
+                root.immediate_reduce_into(scope, &mine[..], &add).wait();
+                root.immediate_reduce_into(scope, &mine[..], affine_op())
+                    .wait();
+            }
+        });
+        if me == n - 1 {
+            assert_eq!(added, serial(0..n, 2, affine, sum), "round {round}");
+            assert_eq!(composed, serial(0..n, 2, affine, compose), "round {round}");
+        }
+    }
 }
 
 /// A broadcast past the binomial tree's limit (512 KiB; scattered and passed round a ring from
