@@ -11,8 +11,8 @@
 //! the plan it runs but for a call whose ranks chose different algorithms, and then changes
 //! its own copy (`schedule::Execution::go_on`, `switch`). The plans go with their
 //! communicator (its last handle), so a communicator that reuses its context id starts with
-//! none. Calls whose plan depends on per-rank parts (the `_varcount` and neighbourhood forms)
-//! are planned afresh each time.
+//! none. Calls whose plan depends on per-rank parts (the `_varcount`, neighbourhood and
+//! counted reduce-scatter forms) are planned afresh each time.
 
 use std::cell::RefCell;
 
