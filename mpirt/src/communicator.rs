@@ -8,7 +8,7 @@ use std::sync::Arc;
 use pml::Pml;
 
 use crate::attribute::{Attributes, CommAttribute};
-use crate::collective::{self, AreaSlot};
+use crate::collective::{self, AreaSlot, Plans};
 use crate::context::{self, ContextLease, Proposal};
 use crate::datatype::{pack, Buffer, BufferMut, UncommittedDatatype};
 use crate::environment::{self, with_engine};
@@ -61,6 +61,8 @@ struct Shared {
     entered: stall::EnteredCount,
     /// The shared-memory area of short all-reductions, once the first one set it up.
     area: AreaSlot,
+    /// The plans of its collectives' last shapes, for their next calls.
+    plans: Plans,
     /// `MPI_Comm_set_name`'s name, which every handle of the communicator sees.
     name: RefCell<String>,
     /// The Cartesian topology, on a communicator made with one (or a duplicate of one).
@@ -136,6 +138,7 @@ impl CommData {
                 collectives: Cell::new(0),
                 entered,
                 area: AreaSlot::default(),
+                plans: Plans::default(),
                 name: RefCell::new(name.to_string()),
                 grid,
                 inter: None,
@@ -164,6 +167,7 @@ impl CommData {
                 collectives: Cell::new(0),
                 entered: stall::EnteredCount::default(),
                 area: AreaSlot::default(),
+                plans: Plans::default(),
                 name: RefCell::new(String::new()),
                 grid: None,
                 attributes: Attributes::default(),
@@ -336,6 +340,10 @@ impl CommData {
 
     pub(crate) fn area_slot(&self) -> &AreaSlot {
         &self.shared.area
+    }
+
+    pub(crate) fn plans(&self) -> &Plans {
+        &self.shared.plans
     }
 
     pub(crate) fn grid(&self) -> Option<&Grid> {

@@ -208,6 +208,7 @@ fn rank_mode() {
             }
         }
         "immediate-starts" => immediates_start(&world, &universe.description()),
+        "kept-plans" => kept_plans(&world),
         "describe" => println!("rank {}: {}", world.rank(), universe.description()),
         "context-reuse" => {
             // More communicators than there are context ids, one at a time: ids must be
@@ -1310,6 +1311,279 @@ fn immediates(world: &SimpleCommunicator) {
     varcount_immediates(world);
     mixed_requests(world);
     println!("immediates ok");
+}
+
+/// Collectives called again with the same shape, which run the plan their communicator
+/// keeps for it (`collective/plans.rs`), each result against its reference: several calls of
+/// one shape in flight at once and waited on out of order, among more shapes than a
+/// communicator keeps (so that the first are built again), shapes that differ only in the
+/// root, the element size or whether the reduction commutes, and communicators split anew
+/// (with other sizes) after their predecessors were freed, on the context ids those give
+/// back.
+fn kept_plans(world: &SimpleCommunicator) {
+    let (n, me) = (world.size(), world.rank());
+    for round in 0..3 {
+        // 4 broadcasts of one shape, then 4 all-reductions, in flight at once, waited on
+        // last first; the broadcasts' root moves round.
+        let root_rank = round % n;
+        let root = world.process_at_rank(root_rank);
+        let value = |k: i32, i: usize| (round * 1000 + k * 100 + i as i32) as u32;
+        let mut bufs: Vec<Vec<u32>> = (0..4)
+            .map(|k| match me == root_rank {
+                true => (0..10).map(|i| value(k, i)).collect(),
+                false => vec![0; 10],
+            })
+            .collect();
+        let sends: Vec<Vec<i64>> = (0..4)
+            .map(|k| {
+                (0..7)
+                    .map(|i| (me * 100 + k * 10 + i + round) as i64)
+                    .collect()
+            })
+            .collect();
+        let mut sums = vec![vec![0i64; 7]; 4];
+        request::scope(|scope| {
+            let mut casts: Vec<_> = bufs
+                .iter_mut()
+                .map(|buf| root.immediate_broadcast_into(scope, &mut buf[..]))
+                .collect();
+            let mut reductions: Vec<_> = sends
+                .iter()
+                .zip(sums.iter_mut())
+                .map(|(send, sum)| {
+                    world.immediate_all_reduce_into(
+                        scope,
+                        &send[..],
+                        &mut sum[..],
+                        SystemOperation::sum(),
+                    )
+                })
+                .collect();
+            while let Some(request) = reductions.pop() {
+                request.wait();
+            }
+            while let Some(request) = casts.pop() {
+                request.wait();
+            }
+        });
+        for (k, buf) in bufs.iter().enumerate() {
+            let want: Vec<u32> = (0..10).map(|i| value(k as i32, i)).collect();
+            assert_eq!(*buf, want, "round {round}: rank {me}: broadcast {k}");
+        }
+        for (k, sum) in sums.iter().enumerate() {
+            let want: Vec<i64> = (0..7)
+                .map(|i| {
+                    (0..n)
+                        .map(|r| (r * 100 + k as i32 * 10 + i + round) as i64)
+                        .sum()
+                })
+                .collect();
+            assert_eq!(*sum, want, "round {round}: rank {me}: all-reduce {k}");
+        }
+        // One length in bytes, another element size; one type, the reduction commuting or not
+        // (on 3 ranks and more the two plans combine in different orders).
+        let mut bytes = vec![0u8; 16];
+        let mut words = vec![0u64; 2];
+        if me == root_rank {
+            bytes = (0..16).map(|i| (round * 16 + i) as u8).collect();
+            words = vec![round as u64, !(round as u64)];
+        }
+        root.broadcast_into(&mut bytes[..]);
+        root.broadcast_into(&mut words[..]);
+        assert_eq!(
+            bytes,
+            (0..16).map(|i| (round * 16 + i) as u8).collect::<Vec<_>>()
+        );
+        assert_eq!(words, [round as u64, !(round as u64)]);
+        let ordered = contribution(me, 2, affine);
+        let (mut composed, mut added) = (vec![Affine::default(); 2], vec![Affine::default(); 2]);
+        let add = UserOperation::commutative(|incoming, acc| {
+            let incoming: &[Affine] = incoming.downcast().unwrap();
+            let acc: &mut [Affine] = acc.downcast().unwrap();
+            for (x, y) in incoming.iter().zip(acc) {
+                y.a = y.a.wrapping_add(x.a);
+                y.b = y.b.wrapping_add(x.b);
+            }
+        });
+        request::scope(|scope| {
+            let first = world.immediate_all_reduce_into(
+                scope,
+                &ordered[..],
+                &mut composed[..],
+                affine_op(),
+            );
+            let second = world.immediate_all_reduce_into(scope, &ordered[..], &mut added[..], &add);
+            second.wait();
+            first.wait();
+        });
+        assert_eq!(composed, serial(0..n, 2, affine, compose), "round {round}");
+        let sum = |x: Affine, y: Affine| Affine {
+            a: x.a.wrapping_add(y.a),
+            b: x.b.wrapping_add(y.b),
+        };
+        assert_eq!(added, serial(0..n, 2, affine, sum), "round {round}");
+    }
+    kept_plans_of_other_elements_and_commutativity(world);
+    // More shapes than a communicator keeps, twice over: the first ones' plans are built
+    // again, immediate and blocking alike.
+    for _ in 0..2 {
+        for len in 1..=40usize {
+            let send = contribution(me, len, int);
+            let mut got = vec![0; len];
+            request::scope(|scope| {
+                world
+                    .immediate_all_reduce_into(
+                        scope,
+                        &send[..],
+                        &mut got[..],
+                        SystemOperation::sum(),
+                    )
+                    .wait();
+            });
+            assert_eq!(
+                got,
+                serial(0..n, len, int, i32::wrapping_add),
+                "{len} elements"
+            );
+            let mut all = vec![0; len * n as usize];
+            world.all_gather_into(&send[..], &mut all[..]);
+            let want: Vec<i32> = (0..n).flat_map(|r| contribution(r, len, int)).collect();
+            assert_eq!(all, want, "all-gather of {len} elements");
+        }
+    }
+    // A fresh communicator's gathers and scatters before its first blocking call, by messages,
+    // and after it, which across hosts with several ranks on some settles that they go
+    // through the hosts' leaders: not the plans kept before.
+    let dup = world.duplicate();
+    let root = dup.process_at_rank(n - 1);
+    for round in 0..3 {
+        let mine = [me * 10 + round, -me];
+        let mut all = vec![0; 2 * n as usize];
+        let mut part = [0; 2];
+        let whole: Vec<i32> = (0..n).flat_map(|r| [r * 10 + round, -r]).collect();
+        request::scope(|scope| match me == n - 1 {
+            true => {
+                let gather = root.immediate_gather_into_root(scope, &mine[..], &mut all[..]);
+                root.immediate_scatter_into_root(scope, &whole[..], &mut part[..])
+                    .wait();
+                gather.wait();
+            }
+            false => {
+                let gather = root.immediate_gather_into(scope, &mine[..]);
+                root.immediate_scatter_into(scope, &mut part[..]).wait();
+                gather.wait();
+            }
+        });
+        if me == n - 1 {
+            assert_eq!(all, whole, "round {round}");
+        }
+        assert_eq!(part, mine, "round {round}");
+        dup.barrier();
+    }
+    drop(dup);
+    // Communicators of other sizes on the context ids their freed predecessors gave back.
+    for round in 0..4 {
+        let cut = round % n + 1;
+        let color = Color::with_value(i32::from(me < cut));
+        let sub = world.split_by_color(color).expect("a communicator");
+        let (size, rank) = (sub.size(), sub.rank());
+        let send = [rank as i64 + 1, round as i64];
+        let mut sum = [0i64; 2];
+        let mut buf = [0i32; 3];
+        if rank == size - 1 {
+            buf = [round, size, 7];
+        }
+        request::scope(|scope| {
+            let cast = sub
+                .process_at_rank(size - 1)
+                .immediate_broadcast_into(scope, &mut buf[..]);
+            sub.immediate_all_reduce_into(scope, &send[..], &mut sum[..], SystemOperation::sum())
+                .wait();
+            cast.wait();
+        });
+        let ranks = size as i64;
+        assert_eq!(
+            sum,
+            [ranks * (ranks + 1) / 2, ranks * round as i64],
+            "round {round}"
+        );
+        assert_eq!(buf, [round, size, 7], "round {round}");
+    }
+    println!("rank {me}: kept plans ok");
+}
+
+/// Calls of one length in bytes whose plans differ in the element size alone, or in whether
+/// the reduction commutes alone, each second call after the first one's plan was kept: a key
+/// that left either out would hand the second call the first one's plan. An all-reduce past
+/// the short one's 8 KiB is cut at element boundaries (Rabenseifner's halves): 2050 `u64`s,
+/// then 1025 `Affine`s, whose halves on 2 to 4 ranks the `u64`s' cuts would split; a
+/// reduction to the last rank goes down a tree rooted there when it commutes, else down one
+/// rooted at rank 0, whose result then goes to the root (commuting first, so that the
+/// non-commuting call would find the other plan kept).
+fn kept_plans_of_other_elements_and_commutativity(world: &SimpleCommunicator) {
+    let (n, me) = (world.size(), world.rank());
+    let add = UserOperation::commutative(|incoming, acc| {
+        let incoming: &[Affine] = incoming.downcast().unwrap();
+        let acc: &mut [Affine] = acc.downcast().unwrap();
+        for (x, y) in incoming.iter().zip(acc) {
+            y.a = y.a.wrapping_add(x.a);
+            y.b = y.b.wrapping_add(x.b);
+        }
+    });
+    let sum = |x: Affine, y: Affine| Affine {
+        a: x.a.wrapping_add(y.a),
+        b: x.b.wrapping_add(y.b),
+    };
+    let word = |r: i32, i: usize| r as u64 * 3 + i as u64;
+    let pairs = 1025;
+    let words = contribution(me, 2 * pairs, word);
+    let pieces = contribution(me, pairs, affine);
+    let (mut word_sums, mut piece_sums) = (vec![0u64; 2 * pairs], vec![Affine::default(); pairs]);
+    for round in 0..2 {
+        request::scope(|scope| {
+            world
+                .immediate_all_reduce_into(
+                    scope,
+                    &words[..],
+                    &mut word_sums[..],
+                    SystemOperation::sum(),
+                )
+                .wait();
+            world
+                .immediate_all_reduce_into(scope, &pieces[..], &mut piece_sums[..], &add)
+                .wait();
+        });
+        let want: Vec<u64> = (0..2 * pairs)
+            .map(|i| (0..n).map(|r| word(r, i)).sum())
+            .collect();
+        assert_eq!(word_sums, want, "round {round}: rank {me}: u64 all-reduce");
+        assert!(
+            piece_sums == serial(0..n, pairs, affine, sum),
+            "round {round}: rank {me}: Affine all-reduce of the same bytes"
+        );
+    }
+    let root = world.process_at_rank(n - 1);
+    let mine = contribution(me, 2, affine);
+    for round in 0..2 {
+        let (mut added, mut composed) = (vec![Affine::default(); 2], vec![Affine::default(); 2]);
+        request::scope(|scope| match me == n - 1 {
+            true => {
+                root.immediate_reduce_into_root(scope, &mine[..], &mut added[..], &add)
+                    .wait();
+                root.immediate_reduce_into_root(scope, &mine[..], &mut composed[..], affine_op())
+                    .wait();
+            }
+            false => {
+                root.immediate_reduce_into(scope, &mine[..], &add).wait();
+                root.immediate_reduce_into(scope, &mine[..], affine_op())
+                    .wait();
+            }
+        });
+        if me == n - 1 {
+            assert_eq!(added, serial(0..n, 2, affine, sum), "round {round}");
+            assert_eq!(composed, serial(0..n, 2, affine, compose), "round {round}");
+        }
+    }
 }
 
 /// A broadcast past the binomial tree's limit (512 KiB; scattered and passed round a ring from
@@ -3011,6 +3285,24 @@ fn an_immediate_broadcast_moves_while_the_root_computes() {
             out.contains(&moved) || out.contains(&skipped),
             "missing the 1 MiB line of rank {rank} in\n{out}"
         );
+    }
+}
+
+/// Collectives of shapes called again, several in flight at once, among more shapes than a
+/// communicator keeps, and on communicators that reuse a freed one's context id
+/// (`kept_plans`), on shared memory (1 to 4 ranks) and over TCP (3 ranks).
+#[test]
+fn collectives_of_one_shape_called_again_run_their_kept_plans() {
+    let tcp = [("MPIRT_TRANSPORT", "tcp")];
+    for (n, envs) in [(1, &[][..]), (2, &[]), (3, &[]), (4, &[]), (3, &tcp[..])] {
+        let (out, _) = ok_job_with(n, "kept-plans", envs);
+        for rank in 0..n {
+            let line = format!("rank {rank}: kept plans ok");
+            assert!(
+                out.contains(&line),
+                "{n} ranks {envs:?}: missing {line:?} in\n{out}"
+            );
+        }
     }
 }
 

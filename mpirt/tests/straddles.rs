@@ -115,129 +115,152 @@ fn cases(size: i32) -> Vec<(String, i32, usize, usize)> {
     cases
 }
 
+/// One immediate `kind` call of `len` on this rank, where the root's is `root_len`: its
+/// outcome (a rank that finishes holds the root's bytes where it hears from the root).
+fn call(
+    world: &SimpleCommunicator,
+    kind: &str,
+    len: usize,
+    root_len: usize,
+) -> Result<(), mpirt::Error> {
+    let (rank, n) = (world.rank(), world.size() as usize);
+    let root = world.process_at_rank(0);
+    let sum = SystemOperation::sum;
+    match kind {
+        "broadcast" => {
+            let mut buf: Vec<u8> = match rank {
+                0 => (0..len).map(byte).collect(),
+                _ => vec![0; len],
+            };
+            let done = request::scope(|scope| {
+                root.immediate_broadcast_into(scope, &mut buf[..])
+                    .try_wait()
+                    .map(drop)
+            });
+            if done.is_ok() {
+                assert!(
+                    len == root_len && buf.iter().enumerate().all(|(i, &b)| b == byte(i)),
+                    "{kind} of {len}: rank {rank} finished without the root's bytes"
+                );
+            }
+            done
+        }
+        "all_reduce" => {
+            let send: Vec<i32> = (0..len as i32).map(|i| rank * 1000 + i).collect();
+            let mut recv = vec![0i32; len];
+            request::scope(|scope| {
+                world
+                    .immediate_all_reduce_into(scope, &send[..], &mut recv[..], sum())
+                    .try_wait()
+                    .map(drop)
+            })
+        }
+        "all_gather" => {
+            let send: Vec<u8> = (0..len).map(byte).collect();
+            let mut recv = vec![0u8; len * n];
+            request::scope(|scope| {
+                world
+                    .immediate_all_gather_into(scope, &send[..], &mut recv[..])
+                    .try_wait()
+                    .map(drop)
+            })
+        }
+        "scatter" => {
+            let mut part = vec![0u8; len];
+            let all: Vec<u8> = match rank {
+                0 => (0..len * n).map(byte).collect(),
+                _ => vec![],
+            };
+            let done = request::scope(|scope| match rank {
+                0 => root
+                    .immediate_scatter_into_root(scope, &all[..], &mut part[..])
+                    .try_wait()
+                    .map(drop),
+                _ => root
+                    .immediate_scatter_into(scope, &mut part[..])
+                    .try_wait()
+                    .map(drop),
+            });
+            if done.is_ok() {
+                let at = rank as usize * len;
+                assert!(
+                    len == root_len && part.iter().enumerate().all(|(i, &b)| b == byte(at + i)),
+                    "{kind} of {len}: rank {rank} finished without its part of the root's bytes"
+                );
+            }
+            done
+        }
+        "reduce" => {
+            let send: Vec<i32> = (0..len as i32).map(|i| rank * 1000 + i).collect();
+            let mut recv = vec![0i32; len];
+            request::scope(|scope| match rank {
+                0 => root
+                    .immediate_reduce_into_root(scope, &send[..], &mut recv[..], sum())
+                    .try_wait()
+                    .map(drop),
+                _ => root
+                    .immediate_reduce_into(scope, &send[..], sum())
+                    .try_wait()
+                    .map(drop),
+            })
+        }
+        "gather" => {
+            let send: Vec<u8> = (0..len).map(byte).collect();
+            let mut all = vec![0u8; len * n];
+            request::scope(|scope| match rank {
+                0 => root
+                    .immediate_gather_into_root(scope, &send[..], &mut all[..])
+                    .try_wait()
+                    .map(drop),
+                _ => root
+                    .immediate_gather_into(scope, &send[..])
+                    .try_wait()
+                    .map(drop),
+            })
+        }
+        "all_to_all" => {
+            let send: Vec<u8> = (0..len * n).map(byte).collect();
+            let mut recv = vec![0u8; len * n];
+            request::scope(|scope| {
+                world
+                    .immediate_all_to_all_into(scope, &send[..], &mut recv[..])
+                    .try_wait()
+                    .map(drop)
+            })
+        }
+        other => panic!("unknown case {other}"),
+    }
+}
+
 fn straddles(world: &SimpleCommunicator) {
     let (rank, size) = (world.rank(), world.size());
-    let root = world.process_at_rank(0);
-    let n = size as usize;
-    let sum = SystemOperation::sum;
     for (case, odd, mine, theirs) in cases(size) {
+        let kind = case.split(' ').next().expect("a kind");
         let len = if rank == odd { mine } else { theirs };
-        let result = match case.split(' ').next() {
-            Some("broadcast") => {
-                let mut buf: Vec<u8> = match rank {
-                    0 => (0..len).map(byte).collect(),
-                    _ => vec![0; len],
-                };
-                let done = request::scope(|scope| {
-                    root.immediate_broadcast_into(scope, &mut buf[..])
-                        .try_wait()
-                        .map(drop)
-                });
-                if done.is_ok() {
-                    let root_len = if odd == 0 { mine } else { theirs };
-                    assert!(
-                        len == root_len && buf.iter().enumerate().all(|(i, &b)| b == byte(i)),
-                        "{case}: rank {rank} finished without the root's bytes"
-                    );
-                }
-                done
-            }
-            Some("all_reduce") => {
-                let send: Vec<i32> = (0..len as i32).map(|i| rank * 1000 + i).collect();
-                let mut recv = vec![0i32; len];
-                request::scope(|scope| {
-                    world
-                        .immediate_all_reduce_into(scope, &send[..], &mut recv[..], sum())
-                        .try_wait()
-                        .map(drop)
-                })
-            }
-            Some("all_gather") => {
-                let send: Vec<u8> = (0..len).map(byte).collect();
-                let mut recv = vec![0u8; len * n];
-                request::scope(|scope| {
-                    world
-                        .immediate_all_gather_into(scope, &send[..], &mut recv[..])
-                        .try_wait()
-                        .map(drop)
-                })
-            }
-            Some("scatter") => {
-                let mut part = vec![0u8; len];
-                let all: Vec<u8> = match rank {
-                    0 => (0..len * n).map(byte).collect(),
-                    _ => vec![],
-                };
-                let done = request::scope(|scope| match rank {
-                    0 => root
-                        .immediate_scatter_into_root(scope, &all[..], &mut part[..])
-                        .try_wait()
-                        .map(drop),
-                    _ => root
-                        .immediate_scatter_into(scope, &mut part[..])
-                        .try_wait()
-                        .map(drop),
-                });
-                if done.is_ok() {
-                    let root_len = if odd == 0 { mine } else { theirs };
-                    let at = rank as usize * len;
-                    assert!(
-                        len == root_len && part.iter().enumerate().all(|(i, &b)| b == byte(at + i)),
-                        "{case}: rank {rank} finished without its part of the root's bytes"
-                    );
-                }
-                done
-            }
-            Some("reduce") => {
-                let send: Vec<i32> = (0..len as i32).map(|i| rank * 1000 + i).collect();
-                let mut recv = vec![0i32; len];
-                request::scope(|scope| match rank {
-                    0 => root
-                        .immediate_reduce_into_root(scope, &send[..], &mut recv[..], sum())
-                        .try_wait()
-                        .map(drop),
-                    _ => root
-                        .immediate_reduce_into(scope, &send[..], sum())
-                        .try_wait()
-                        .map(drop),
-                })
-            }
-            Some("gather") => {
-                let send: Vec<u8> = (0..len).map(byte).collect();
-                let mut all = vec![0u8; len * n];
-                request::scope(|scope| match rank {
-                    0 => root
-                        .immediate_gather_into_root(scope, &send[..], &mut all[..])
-                        .try_wait()
-                        .map(drop),
-                    _ => root
-                        .immediate_gather_into(scope, &send[..])
-                        .try_wait()
-                        .map(drop),
-                })
-            }
-            Some("all_to_all") => {
-                let send: Vec<u8> = (0..len * n).map(byte).collect();
-                let mut recv = vec![0u8; len * n];
-                request::scope(|scope| {
-                    world
-                        .immediate_all_to_all_into(scope, &send[..], &mut recv[..])
-                        .try_wait()
-                        .map(drop)
-                })
-            }
-            other => panic!("unknown case {other:?}"),
-        };
-        report(&case, rank, result);
-        // A rank out of step would read another call's bytes here.
-        let (one, mut total) = (rank * 10 + 1, 0i32);
-        world.all_reduce_into(&one, &mut total, sum());
-        assert_eq!(
-            total,
-            (0..size).map(|r| r * 10 + 1).sum::<i32>(),
-            "after {case}"
-        );
+        let root_len = if odd == 0 { mine } else { theirs };
+        report(&case, rank, call(world, kind, len, root_len));
+        in_step(world, &case);
+        // Each length again on every rank: the plans kept for this rank's length (and the
+        // other's) are those of calls that did not straddle, whatever the straddled call did
+        // to its own (a release's rounds, another algorithm's plan).
+        for len in [mine, theirs] {
+            let again = format!("again {case}, {len} on every rank");
+            report(&again, rank, call(world, kind, len, len));
+            in_step(world, &again);
+        }
     }
+}
+
+/// A rank out of step would read another call's bytes here.
+fn in_step(world: &SimpleCommunicator, after: &str) {
+    let (rank, size) = (world.rank(), world.size());
+    let (one, mut total) = (rank * 10 + 1, 0i32);
+    world.all_reduce_into(&one, &mut total, SystemOperation::sum());
+    assert_eq!(
+        total,
+        (0..size).map(|r| r * 10 + 1).sum::<i32>(),
+        "after {after}"
+    );
 }
 
 /// The rank side, selected by `RANK_MODE`.
@@ -331,6 +354,17 @@ fn lengths_straddling_an_algorithm_limit_fail_on_every_rank_without_waiting() {
                 assert!(
                     lines.iter().any(|l| l.contains(ALGORITHM)),
                     "{size} ranks, {case}: no rank named the other algorithm\n{out}"
+                );
+            }
+            for len in [mine, theirs] {
+                let again = format!("straddle again {case}, {len} on every rank: rank ");
+                let ok = out
+                    .lines()
+                    .filter(|l| l.starts_with(&again) && l.ends_with(": ok"))
+                    .count();
+                assert!(
+                    ok >= size as usize,
+                    "{size} ranks, {again}...: not ok\n{out}"
                 );
             }
         }

@@ -4,6 +4,7 @@
 
 use crate::communicator::{CommData, Grid, Rank};
 use pml::Pml;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::datatype::{Buffer, BufferMut, Datatype, Layout};
@@ -17,25 +18,58 @@ use super::algorithms::Ranks;
 use super::build;
 use super::hierarchy::Hierarchy;
 use super::op::Operation;
-use super::schedule::{Buffers, Execution, Plan, Region, Span};
+use super::plans::{Key, Shape};
+use super::schedule::{Buffers, Checked, Execution, Plan, Region, Span};
 use super::shared;
 
 /// What a collective call runs: its plan over its buffers.
 pub(crate) struct Call<'a> {
-    plan: Plan,
+    plan: Planned,
     buffers: Buffers,
     datatype: Datatype,
     op: Option<Box<dyn Operation + 'a>>,
 }
 
+/// A call's plan: built for it alone, checked as it starts, or kept for its shape (checked
+/// when built).
+enum Planned {
+    Fresh(Plan),
+    Kept(Checked),
+}
+
 impl<'a> Call<'a> {
     fn new(plan: Plan, buffers: Buffers, datatype: Datatype) -> Self {
         Call {
-            plan,
+            plan: Planned::Fresh(plan),
             buffers,
             datatype,
             op: None,
         }
+    }
+
+    /// The call of `shape` over `buffers`: the plan the communicator keeps for that shape
+    /// with these buffers' lengths and a reduction that is `commutative` (true where there is
+    /// none), or the one `build` makes, then kept (`plans`).
+    fn kept(
+        comm: &CommData,
+        shape: Shape,
+        buffers: Buffers,
+        datatype: Datatype,
+        commutative: bool,
+        build: impl FnOnce() -> Result<Plan, Cause>,
+    ) -> Result<Self, Cause> {
+        let key = Key {
+            shape,
+            send_len: buffers.send_len,
+            recv_len: buffers.recv_len,
+            commutative,
+        };
+        Ok(Call {
+            plan: Planned::Kept(comm.plans().get(key, build)?),
+            buffers,
+            datatype,
+            op: None,
+        })
     }
 
     fn reducing(mut self, op: impl Operation + 'a) -> Self {
@@ -47,28 +81,28 @@ impl<'a> Call<'a> {
     /// The buffers must stay valid (and the receive buffer otherwise untouched) until the
     /// execution is finished or dropped.
     pub unsafe fn start(self, comm: &CommData) -> Execution<'a> {
+        let plan = match self.plan {
+            Planned::Kept(plan) => plan,
+            Planned::Fresh(plan) => {
+                let commutative = self.op.as_ref().is_none_or(|op| op.is_commutative());
+                let (send_len, recv_len) = (self.buffers.send_len, self.buffers.recv_len);
+                Checked::new(plan, send_len, recv_len, commutative)
+            }
+        };
         // SAFETY: forwarded from this function's contract.
-        unsafe {
-            Execution::new(
-                comm.clone(),
-                self.plan,
-                self.buffers,
-                self.datatype,
-                self.op,
-            )
-        }
+        unsafe { Execution::new(comm.clone(), plan, self.buffers, self.datatype, self.op) }
     }
 }
 
-/// `plan` given the ranks' hosts where the communicator's collectives go hierarchically
-/// (`shared::hierarchy`) and its hierarchy `serves` the call, else `None`.
-fn across_hosts<T>(
-    comm: &CommData,
-    serves: impl FnOnce(&Hierarchy) -> bool,
-    plan: impl FnOnce(Option<Placement>) -> T,
-) -> T {
-    let hierarchy = shared::hierarchy(comm).filter(|h| serves(h));
-    plan(hierarchy.as_deref().map(Hierarchy::placement))
+/// The communicator's hierarchy where its collectives go hierarchically
+/// (`shared::hierarchy`) and it `serves` the call, else `None`.
+fn serving(comm: &CommData, serves: impl FnOnce(&Hierarchy) -> bool) -> Option<Rc<Hierarchy>> {
+    shared::hierarchy(comm).filter(|h| serves(h))
+}
+
+/// The ranks' hosts, where `hierarchy` is the one serving the call.
+fn placement(hierarchy: &Option<Rc<Hierarchy>>) -> Option<Placement<'_>> {
+    hierarchy.as_deref().map(Hierarchy::placement)
 }
 
 fn ranks(comm: &CommData) -> Ranks {
@@ -210,11 +244,10 @@ fn check_root(
 }
 
 pub(crate) fn barrier<'a>(comm: &CommData) -> Result<Call<'a>, Cause> {
-    Ok(Call::new(
-        build::barrier(ranks(comm)),
-        Buffers::none(),
-        Datatype::plain(0, "none"),
-    ))
+    let none = Datatype::plain(0, "none");
+    Call::kept(comm, Shape::Barrier, Buffers::none(), none, true, || {
+        Ok(build::barrier(ranks(comm)))
+    })
 }
 
 pub(crate) fn broadcast<'a, B: BufferMut + ?Sized>(
@@ -225,8 +258,11 @@ pub(crate) fn broadcast<'a, B: BufferMut + ?Sized>(
     let root = comm.check_rank(root)?;
     let datatype = buf.matched().0;
     // Every rank's parts end at the same bytes, whatever type each names the signature by.
-    let plan = build::broadcast(ranks(comm), root, buf.byte_len(), datatype.basic_size())?;
-    Ok(Call::new(plan, receiving(buf)?, datatype))
+    let (len, element) = (buf.byte_len(), datatype.basic_size());
+    let shape = Shape::Broadcast { root, element };
+    Call::kept(comm, shape, receiving(buf)?, datatype, true, || {
+        build::broadcast(ranks(comm), root, len, element)
+    })
 }
 
 /// The element type of an all-gather's buffers, once they agree.
@@ -247,8 +283,15 @@ pub(crate) fn all_gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     recv: &mut R,
 ) -> Result<Call<'a>, Cause> {
     let datatype = check_all_gather(comm, send, recv)?;
-    let plan = build::all_gather(ranks(comm), send.byte_len())?;
-    Ok(Call::new(plan, both(send, recv)?, datatype))
+    let block = send.byte_len();
+    Call::kept(
+        comm,
+        Shape::AllGather,
+        both(send, recv)?,
+        datatype,
+        true,
+        || build::all_gather(ranks(comm), block),
+    )
 }
 
 pub(crate) fn all_gather_varcount<'a, S, R>(
@@ -261,11 +304,8 @@ where
     R: BufferMut + Partitioned + ?Sized,
 {
     let (datatype, incoming) = check_all_gather_varcount(comm, send, recv)?;
-    let plan = across_hosts(
-        comm,
-        |_| true,
-        |placement| build::all_gather_varcount(ranks(comm), &incoming, placement),
-    )?;
+    let hierarchy = serving(comm, |_| true);
+    let plan = build::all_gather_varcount(ranks(comm), &incoming, placement(&hierarchy))?;
     Ok(Call::new(plan, both(send, recv)?, datatype))
 }
 
@@ -320,14 +360,16 @@ pub(crate) fn all_to_all<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     let datatype = check_all_to_all(comm, send, recv)?;
     let n = comm.size as usize;
     let block = send.byte_len() / n;
-    let equal = build::equal_parts(block, comm.size);
-    let on_host = ranks_on_host(comm)?;
-    let plan = across_hosts(
-        comm,
-        |_| true,
-        |placement| build::all_to_all(ranks(comm), &equal, &equal, block, placement, on_host),
-    )?;
-    Ok(Call::new(plan, both(send, recv)?, datatype))
+    let hierarchy = serving(comm, |_| true);
+    let shape = Shape::AllToAll {
+        hierarchical: hierarchy.is_some(),
+    };
+    Call::kept(comm, shape, both(send, recv)?, datatype, true, || {
+        let equal = build::equal_parts(block, comm.size);
+        let on_host = ranks_on_host(comm)?;
+        let placement = placement(&hierarchy);
+        build::all_to_all(ranks(comm), &equal, &equal, block, placement, on_host)
+    })
 }
 
 /// How many of the communicator's ranks share this rank's host, as the PML's table of its
@@ -478,9 +520,17 @@ where
     R: BufferMut + ?Sized,
     O: Operation + 'a,
 {
-    let (len, commutative) = (send.byte_len(), op.is_commutative());
-    let plan = build::all_reduce(ranks(comm), len, datatype.size(), commutative)?;
-    Ok(Call::new(plan, both(send, recv)?, datatype).reducing(op))
+    let (len, element, commutative) = (send.byte_len(), datatype.size(), op.is_commutative());
+    let shape = Shape::AllReduce { element };
+    let call = Call::kept(
+        comm,
+        shape,
+        both(send, recv)?,
+        datatype,
+        commutative,
+        || build::all_reduce(ranks(comm), len, element, commutative),
+    )?;
+    Ok(call.reducing(op))
 }
 
 /// The element type of a reduce-scatter's buffers in equal blocks, once they and the
@@ -516,14 +566,36 @@ where
     R: BufferMut + ?Sized,
     O: Operation + 'a,
 {
-    let (datatype, parts) = check_reduce_scatter(comm, send, recv, counts, &op)?;
     let (len, commutative) = (send.byte_len(), op.is_commutative());
-    let plan = across_hosts(
-        comm,
-        |h| h.serves(commutative),
-        |placement| build::reduce_scatter(ranks(comm), len, &parts, commutative, placement),
-    )?;
-    Ok(Call::new(plan, both(send, recv)?, datatype).reducing(op))
+    let hierarchy = serving(comm, |h| h.serves(commutative));
+    let call = match counts {
+        None => {
+            let datatype = check_reduce_scatter_block(comm, send, recv, &op)?;
+            let shape = Shape::ReduceScatter {
+                hierarchical: hierarchy.is_some(),
+            };
+            let block = recv.byte_len();
+            Call::kept(
+                comm,
+                shape,
+                both(send, recv)?,
+                datatype,
+                commutative,
+                || {
+                    let parts = build::equal_parts(block, comm.size);
+                    let placement = placement(&hierarchy);
+                    build::reduce_scatter(ranks(comm), len, &parts, commutative, placement)
+                },
+            )?
+        }
+        Some(_) => {
+            let (datatype, parts) = check_reduce_scatter(comm, send, recv, counts, &op)?;
+            let placement = placement(&hierarchy);
+            let plan = build::reduce_scatter(ranks(comm), len, &parts, commutative, placement)?;
+            Call::new(plan, both(send, recv)?, datatype)
+        }
+    };
+    Ok(call.reducing(op))
 }
 
 /// Checks a reduce-scatter into parts of `counts[r]` elements (equal blocks when `counts` is
@@ -629,8 +701,17 @@ where
     let datatype = same_type(send.matched().0, recv.matched().0)?;
     op.check(datatype)?;
     expect_count("the receive buffer", send.matched().1, recv.matched().1)?;
-    let plan = build::scan(ranks(comm), send.byte_len(), inclusive);
-    Ok(Call::new(plan, both(send, recv)?, datatype).reducing(op))
+    let (len, commutative) = (send.byte_len(), op.is_commutative());
+    let shape = Shape::Scan { inclusive };
+    let call = Call::kept(
+        comm,
+        shape,
+        both(send, recv)?,
+        datatype,
+        commutative,
+        || Ok(build::scan(ranks(comm), len, inclusive)),
+    )?;
+    Ok(call.reducing(op))
 }
 
 /// A reduction to `root`; `recv` is the root's and only the root's.
@@ -647,12 +728,15 @@ where
     O: Operation + 'a,
 {
     let (root, datatype) = check_reduce(comm, root, send, recv.as_deref(), &op)?;
-    let (len, element) = (send.byte_len(), datatype.size());
-    let plan = build::reduce(ranks(comm), root, len, element, op.is_commutative())?;
-    let call = match recv {
-        Some(recv) => Call::new(plan, both(send, recv)?, datatype),
-        None => Call::new(plan, sending(send)?, datatype),
+    let (len, element, commutative) = (send.byte_len(), datatype.size(), op.is_commutative());
+    let buffers = match recv {
+        Some(recv) => both(send, recv)?,
+        None => sending(send)?,
     };
+    let shape = Shape::Reduce { root, element };
+    let call = Call::kept(comm, shape, buffers, datatype, commutative, || {
+        build::reduce(ranks(comm), root, len, element, commutative)
+    })?;
     Ok(call.reducing(op))
 }
 
@@ -696,14 +780,18 @@ pub(crate) fn gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     recv: Option<&mut R>,
 ) -> Result<Call<'a>, Cause> {
     let (root, datatype) = check_gather(comm, root, send, recv.as_deref())?;
-    let plan = across_hosts(
-        comm,
-        |_| true,
-        |placement| build::gather(ranks(comm), root, send.byte_len(), placement),
-    )?;
-    Ok(match recv {
-        Some(recv) => Call::new(plan, both(send, recv)?, datatype),
-        None => Call::new(plan, sending(send)?, datatype),
+    let block = send.byte_len();
+    let buffers = match recv {
+        Some(recv) => both(send, recv)?,
+        None => sending(send)?,
+    };
+    let hierarchy = serving(comm, |_| true);
+    let shape = Shape::Gather {
+        root,
+        hierarchical: hierarchy.is_some(),
+    };
+    Call::kept(comm, shape, buffers, datatype, true, || {
+        build::gather(ranks(comm), root, block, placement(&hierarchy))
     })
 }
 
@@ -809,14 +897,18 @@ pub(crate) fn scatter<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     recv: &mut R,
 ) -> Result<Call<'a>, Cause> {
     let (root, datatype) = check_scatter(comm, root, send, recv)?;
-    let plan = across_hosts(
-        comm,
-        |_| true,
-        |placement| build::scatter(ranks(comm), root, recv.byte_len(), placement),
-    )?;
-    Ok(match send {
-        Some(send) => Call::new(plan, both(send, recv)?, datatype),
-        None => Call::new(plan, receiving(recv)?, datatype),
+    let block = recv.byte_len();
+    let buffers = match send {
+        Some(send) => both(send, recv)?,
+        None => receiving(recv)?,
+    };
+    let hierarchy = serving(comm, |_| true);
+    let shape = Shape::Scatter {
+        root,
+        hierarchical: hierarchy.is_some(),
+    };
+    Call::kept(comm, shape, buffers, datatype, true, || {
+        build::scatter(ranks(comm), root, block, placement(&hierarchy))
     })
 }
 

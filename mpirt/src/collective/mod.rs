@@ -25,6 +25,7 @@ mod calls;
 mod hierarchy;
 mod neighbor;
 mod op;
+mod plans;
 pub(crate) mod progress;
 pub(crate) mod request;
 mod root;
@@ -40,6 +41,7 @@ pub use op::{
     DynBuffer, DynBufferMut, Operation, SystemOperation, UnsafeUserFunction, UnsafeUserOperation,
     UserOperation,
 };
+pub(crate) use plans::Plans;
 pub use root::Root;
 
 use calls::Call;

@@ -3,8 +3,9 @@
 //! schedule either to the end (blocking calls) or a step per test (immediate calls).
 //!
 //! Spans name bytes in one of the call's buffers (the send buffer, the receive buffer, or a
-//! scratch buffer of the schedule), so a schedule holds no pointers and is checked against its
-//! buffers once, when it starts.
+//! scratch buffer of the schedule), so a schedule holds no pointers: it is checked against its
+//! buffers' lengths once, when it is built ([`Checked`]), and then serves every call of its
+//! shape with buffers of those lengths (`plans`), as many at once as the program starts.
 //!
 //! Ranks whose counts disagree (an erroneous program, which MPI leaves undefined) and run
 //! the same algorithm never leave a peer waiting: a rank whose receive brought another length
@@ -56,6 +57,7 @@
 //!   and no error), every other rank names the other algorithm, the root among them.
 
 use std::ptr::NonNull;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use pml::{Done, Handle, Pml, PmlError, SendMode, SourceSel, TagSel};
@@ -103,13 +105,13 @@ impl Span {
     }
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Transfer {
     Send { to: u32, span: Span },
     Recv { from: u32, span: Span },
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Local {
     Copy {
         from: Span,
@@ -124,14 +126,17 @@ enum Local {
     },
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Round {
     transfers: Vec<Transfer>,
     locals: Vec<Local>,
 }
 
-/// An algorithm's plan for this rank: what to send and receive, round by round.
-#[derive(Debug, Default)]
+/// An algorithm's plan for this rank: what to send and receive, round by round. Executions
+/// share it (`plans` keeps it for the communicator's next call of the same shape); the one
+/// that changes it on its way (a checkpoint's release, a switch to the sender's algorithm)
+/// changes its own copy.
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Plan {
     rounds: Vec<Round>,
     scratch: Vec<usize>,
@@ -277,21 +282,26 @@ impl Plan {
     /// The round a rank runs next once round `done` is over, having seen the algorithms
     /// `seen` (its own, `own`, among them) and heard `heard` (each sender of a message that
     /// named another algorithm, with that message's mark): the next one, but at the
-    /// checkpoint.
-    #[inline]
+    /// checkpoint. The simulation's; an execution's (`Execution::go_on`) first copies a plan
+    /// it shares where the checkpoint changes it.
+    #[cfg(test)]
     fn go_on(&mut self, done: usize, seen: u8, own: u8, heard: &[(u32, u8)]) -> usize {
-        match &self.checkpoint {
-            // Nothing to do where this rank saw its own algorithm alone and takes no part in
-            // the release (a call of the short algorithm alone): the common case, inline.
-            Some(checkpoint)
-                if checkpoint.after == done
-                    && (seen != own
-                        || checkpoint.release.is_some_and(|r| seen & r.long.bit != 0)) =>
-            {
-                self.past_checkpoint(done + 1, seen, own, heard)
-            }
-            _ => done + 1,
+        match self.at_checkpoint(done, seen, own) {
+            true => self.past_checkpoint(done + 1, seen, own, heard),
+            false => done + 1,
         }
+    }
+
+    /// Whether the round after `done` is not simply the next one: the checkpoint follows
+    /// `done` and this rank saw another algorithm than its own, or takes part in the release.
+    /// Nothing to do where this rank saw its own algorithm alone and takes no part in the
+    /// release (a call of the short algorithm alone): the common case, inline.
+    #[inline]
+    fn at_checkpoint(&self, done: usize, seen: u8, own: u8) -> bool {
+        self.checkpoint.as_ref().is_some_and(|checkpoint| {
+            checkpoint.after == done
+                && (seen != own || checkpoint.release.is_some_and(|r| seen & r.long.bit != 0))
+        })
     }
 
     /// At the checkpoint, before round `next`: the release's rounds next where this rank
@@ -382,6 +392,85 @@ impl Plan {
             });
         }
         self
+    }
+
+    /// Every span lies inside its buffer, a send buffer of `send_len` bytes, a receive buffer
+    /// of `recv_len` and its scratch buffers, and no transfer's receive overlaps another
+    /// transfer of its round: what makes an execution's pointers valid. A reduction that is
+    /// not `commutative` may write its incoming span (`Execution::reduce`). Checked as a plan
+    /// is built, for the buffers' lengths its call has (a plan kept for later calls serves
+    /// those of the same lengths only, `plans`).
+    pub(crate) fn check_spans(&self, send_len: usize, recv_len: usize, commutative: bool) {
+        // A non-commutative reduction whose incoming operand is the higher one uses that span
+        // as room for the result (`reduce`); one whose incoming operand is the lower only
+        // reads it, so its incoming span may lie in the send buffer.
+        let spans = self.rounds.iter().flat_map(|round| {
+            let transfers = round.transfers.iter().map(|t| match t {
+                Transfer::Send { span, .. } => (*span, false),
+                Transfer::Recv { span, .. } => (*span, true),
+            });
+            let locals = round.locals.iter().flat_map(|l| match l {
+                Local::Copy { from, to } => [(*from, false), (*to, true)],
+                Local::Reduce {
+                    incoming,
+                    acc,
+                    incoming_lower,
+                } => [(*incoming, !commutative && !incoming_lower), (*acc, true)],
+            });
+            transfers.chain(locals)
+        });
+        for (span, written) in spans {
+            let len = match span.region {
+                Region::Send => send_len,
+                Region::Recv => recv_len,
+                Region::Scratch(i) => self.scratch[i],
+            };
+            assert!(
+                span.offset + span.len <= len && !(written && span.region == Region::Send),
+                "collective schedule: {span:?} does not fit its buffer of {len} bytes"
+            );
+        }
+        for round in &self.rounds {
+            check_no_overlap(&round.transfers);
+        }
+    }
+}
+
+/// A plan whose spans fit buffers of the lengths it holds ([`Plan::check_spans`]): what an
+/// execution runs, shared by the executions of calls of the same shape (`plans`).
+#[derive(Clone, Debug)]
+pub(crate) struct Checked {
+    plan: Rc<Plan>,
+    send_len: usize,
+    recv_len: usize,
+    /// Whether it was checked for a commutative reduction only (or for no reduction).
+    commutative: bool,
+}
+
+impl Checked {
+    /// Checks `plan` for a send buffer of `send_len` bytes, a receive buffer of `recv_len` and
+    /// a reduction that is `commutative` (or none).
+    pub fn new(plan: Plan, send_len: usize, recv_len: usize, commutative: bool) -> Checked {
+        plan.check_spans(send_len, recv_len, commutative);
+        Checked {
+            plan: Rc::new(plan),
+            send_len,
+            recv_len,
+            commutative,
+        }
+    }
+
+    /// The plan, for tests.
+    #[cfg(test)]
+    pub fn plan(&self) -> Rc<Plan> {
+        Rc::clone(&self.plan)
+    }
+
+    /// Whether it serves `buffers` and a reduction that is `commutative` (or none): a plan
+    /// checked for a non-commutative one also serves a commutative one.
+    fn serves(&self, buffers: &Buffers, commutative: bool) -> bool {
+        (self.send_len, self.recv_len) == (buffers.send_len, buffers.recv_len)
+            && (commutative || !self.commutative)
     }
 }
 
@@ -491,7 +580,9 @@ fn check_no_overlap(transfers: &[Transfer]) {
 pub(crate) struct Execution<'a> {
     comm: CommData,
     tag: i32,
-    plan: Plan,
+    /// Shared with other executions of its shape; copied where this one changes it
+    /// (`go_on`, `switch`).
+    plan: Rc<Plan>,
     buffers: Buffers,
     /// The send buffer's elements packed, when they have gaps; `buffers.send` points here.
     #[allow(dead_code)] // Held, not read: it owns the bytes `buffers.send` points to.
@@ -523,7 +614,8 @@ pub(crate) struct Execution<'a> {
 }
 
 impl<'a> Execution<'a> {
-    /// Prepares `plan` over `buffers`.
+    /// Prepares `plan` over `buffers`, which must have the lengths it was checked for (and
+    /// `op` be commutative if it was checked for a commutative one).
     ///
     /// # Safety
     /// `buffers.send` must be valid for reads of `send_len` bytes, and `buffers.recv` for
@@ -532,11 +624,18 @@ impl<'a> Execution<'a> {
     /// buffer.
     pub unsafe fn new(
         comm: CommData,
-        plan: Plan,
+        plan: Checked,
         buffers: Buffers,
         datatype: Datatype,
         op: Option<Box<dyn Operation + 'a>>,
     ) -> Execution<'a> {
+        let commutative = op.as_ref().is_none_or(|op| op.is_commutative());
+        // What makes the pointers below valid: cheap, unlike the spans' check itself.
+        assert!(
+            plan.serves(&buffers, commutative),
+            "collective schedule: a plan checked for other buffers"
+        );
+        let plan = plan.plan;
         let mut buffers = buffers;
         let packed_send = buffers.send_layout.as_ref().map(|(layout, count)| {
             let mut packed = vec![0u8; buffers.send_len];
@@ -592,41 +691,17 @@ impl<'a> Execution<'a> {
             switch_to: None,
             failed: comm_refusal,
         };
-        execution.check_spans();
+        if cfg!(debug_assertions) {
+            execution.check_spans();
+        }
         execution
     }
 
-    /// Every span lies inside its buffer: what makes the pointers below valid.
+    /// [`Plan::check_spans`] of this execution's plan against its buffers.
     fn check_spans(&self) {
-        // A non-commutative reduction whose incoming operand is the higher one uses that span
-        // as room for the result (`reduce`); one whose incoming operand is the lower only
-        // reads it, so its incoming span may lie in the send buffer.
         let commutative = self.op.as_ref().is_none_or(|op| op.is_commutative());
-        let spans = self.plan.rounds.iter().flat_map(|round| {
-            let transfers = round.transfers.iter().map(|t| match t {
-                Transfer::Send { span, .. } => (*span, false),
-                Transfer::Recv { span, .. } => (*span, true),
-            });
-            let locals = round.locals.iter().flat_map(|l| match l {
-                Local::Copy { from, to } => [(*from, false), (*to, true)],
-                Local::Reduce {
-                    incoming,
-                    acc,
-                    incoming_lower,
-                } => [(*incoming, !commutative && !incoming_lower), (*acc, true)],
-            });
-            transfers.chain(locals)
-        });
-        for (span, written) in spans {
-            let (_, len) = self.region(span.region);
-            assert!(
-                span.offset + span.len <= len && !(written && span.region == Region::Send),
-                "collective schedule: {span:?} does not fit its buffer of {len} bytes"
-            );
-        }
-        for round in &self.plan.rounds {
-            check_no_overlap(&round.transfers);
-        }
+        let (send_len, recv_len) = (self.region(Region::Send).1, self.region(Region::Recv).1);
+        self.plan.check_spans(send_len, recv_len, commutative);
     }
 
     /// The base pointer and length of a region.
@@ -730,9 +805,18 @@ impl<'a> Execution<'a> {
                 self.switch(bit);
             }
             self.run_locals();
-            self.next_round = self
-                .plan
-                .go_on(self.next_round, self.seen, self.own, &self.heard);
+            self.next_round = self.go_on();
+        }
+    }
+
+    /// The round to run once the current one is done, as the plan's checkpoint says: this
+    /// execution's own copy of the plan is made where the checkpoint changes it.
+    #[inline]
+    fn go_on(&mut self) -> usize {
+        let (done, seen, own) = (self.next_round, self.seen, self.own);
+        match self.plan.at_checkpoint(done, seen, own) {
+            true => Rc::make_mut(&mut self.plan).past_checkpoint(done + 1, seen, own, &self.heard),
+            false => done + 1,
         }
     }
 
@@ -789,7 +873,7 @@ impl<'a> Execution<'a> {
             scratch::give_back(buffer);
         }
         self.scratch = plan.scratch.iter().map(|&len| scratch::take(len)).collect();
-        self.plan = plan;
+        self.plan = Rc::new(plan);
         self.seen = bit;
         self.own = bit;
         self.check_spans();
