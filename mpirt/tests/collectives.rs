@@ -257,6 +257,18 @@ fn affine_op() -> UserOperation<'static> {
     })
 }
 
+/// Adding affine maps term by term (mod 2^64): commutative, unlike [`affine_op`].
+fn affine_sum() -> UserOperation<'static> {
+    UserOperation::commutative(|incoming, acc| {
+        let incoming: &[Affine] = incoming.downcast().unwrap();
+        let acc: &mut [Affine] = acc.downcast().unwrap();
+        for (x, y) in incoming.iter().zip(acc) {
+            y.a = y.a.wrapping_add(x.a);
+            y.b = y.b.wrapping_add(x.b);
+        }
+    })
+}
+
 /// This thread's process and thread ids, from /proc/thread-self ("PID/task/TID").
 fn this_thread() -> [u32; 2] {
     let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
@@ -1397,14 +1409,7 @@ fn kept_plans(world: &SimpleCommunicator) {
         assert_eq!(words, [round as u64, !(round as u64)]);
         let ordered = contribution(me, 2, affine);
         let (mut composed, mut added) = (vec![Affine::default(); 2], vec![Affine::default(); 2]);
-        let add = UserOperation::commutative(|incoming, acc| {
-            let incoming: &[Affine] = incoming.downcast().unwrap();
-            let acc: &mut [Affine] = acc.downcast().unwrap();
-            for (x, y) in incoming.iter().zip(acc) {
-                y.a = y.a.wrapping_add(x.a);
-                y.b = y.b.wrapping_add(x.b);
-            }
-        });
+        let add = affine_sum();
         request::scope(|scope| {
             let first = world.immediate_all_reduce_into(
                 scope,
@@ -1522,14 +1527,7 @@ fn kept_plans(world: &SimpleCommunicator) {
 /// non-commuting call would find the other plan kept).
 fn kept_plans_of_other_elements_and_commutativity(world: &SimpleCommunicator) {
     let (n, me) = (world.size(), world.rank());
-    let add = UserOperation::commutative(|incoming, acc| {
-        let incoming: &[Affine] = incoming.downcast().unwrap();
-        let acc: &mut [Affine] = acc.downcast().unwrap();
-        for (x, y) in incoming.iter().zip(acc) {
-            y.a = y.a.wrapping_add(x.a);
-            y.b = y.b.wrapping_add(x.b);
-        }
-    });
+    let add = affine_sum();
     let sum = |x: Affine, y: Affine| Affine {
         a: x.a.wrapping_add(y.a),
         b: x.b.wrapping_add(y.b),
