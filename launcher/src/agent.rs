@@ -457,7 +457,12 @@ pub fn main(words: &[OsString]) -> i32 {
         kill_all(pids.iter().map(|&(pid, _)| pid), libc::SIGKILL);
         return fail(1, format!("cannot start a thread: {e}"));
     }
-    reap(&pids, &out);
+    if reap(&pids, &out) {
+        // This host's ranks are all gone, one of them failed, and the job with it: its files
+        // go now, since this agent may exit before rsrun's link ends (its last rank was the
+        // one that died) and rsrun removes only its own host's.
+        remove_shm_segments(&args.job_id);
+    }
     let drain_end = Instant::now() + OUTPUT_DRAIN;
     for _ in 0..streams {
         if done_rx
@@ -562,9 +567,11 @@ fn obey(
     std::process::exit(1);
 }
 
-/// Reports each rank's exit until all have exited.
-fn reap(pids: &[(i32, u32)], out: &Mutex<io::Stdout>) {
+/// Reports each rank's exit until all have exited; says whether any failed (a non-zero exit
+/// or a signal).
+fn reap(pids: &[(i32, u32)], out: &Mutex<io::Stdout>) -> bool {
     let mut left = pids.len();
+    let mut failed = false;
     while left > 0 {
         let mut status: libc::c_int = 0;
         // SAFETY: `status` is a valid place for waitpid to store the wait status.
@@ -573,13 +580,15 @@ fn reap(pids: &[(i32, u32)], out: &Mutex<io::Stdout>) {
             if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            return; // ECHILD: nothing left to wait for
+            return failed; // ECHILD: nothing left to wait for
         }
         if let Some(&(_, rank)) = pids.iter().find(|(p, _)| *p == pid) {
             left -= 1;
+            failed |= status != 0;
             let _ = write_report(&mut *lock(out), &Report::Exited { rank, status });
         }
     }
+    failed
 }
 
 /// Signals each rank's process group (each rank leads one, see `spawn::local`).

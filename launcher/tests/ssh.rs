@@ -149,7 +149,7 @@ type Case = fn(&Hosts);
 #[test]
 fn across_ssh_hosts() {
     let Some(hosts) = Hosts::up() else { return };
-    let cases: [(&str, Case); 27] = [
+    let cases: [(&str, Case); 28] = [
         ("map by slot", map_by_slot),
         ("map by node from a hostfile", map_by_node_from_hostfile),
         ("tagged output", tagged_output),
@@ -166,6 +166,10 @@ fn across_ssh_hosts() {
         ),
         ("remote rank killed", remote_rank_killed),
         ("rsrun killed", rsrun_killed),
+        (
+            "a dead rank's files removed by its host's agent",
+            dead_rank_files_removed_by_its_agent,
+        ),
         ("unreachable host", unreachable_host),
         ("unknown host", unknown_host),
         ("authentication failure", auth_failure),
@@ -492,6 +496,67 @@ fn processes(test: impl Fn(&Path) -> bool) -> Vec<u32> {
 fn sleepers(marker: &str) -> usize {
     let wanted = format!("sleep\0{marker}\0");
     processes(|dir| std::fs::read(dir.join("cmdline")).is_ok_and(|c| c == wanted.as_bytes())).len()
+}
+
+/// A rank killed alone on its host: that host's agent removes the job's files under
+/// /dev/shm as soon as it has reaped it, not only when rsrun's link ends (the agent may exit
+/// first) nor only rsrun, which removes them on its own host once the job is over. Rank 0
+/// ignores rsrun's SIGTERM, so rsrun waits out its 20 s grace: the files (the test hosts
+/// share one /dev/shm) must go while it does.
+fn dead_rank_files_removed_by_its_agent(hosts: &Hosts) {
+    let marker = format!("601.{}", std::process::id());
+    let tag = format!("-dead-rank-{}.", std::process::id());
+    let script = format!(
+        "f=/dev/shm/mpirt-$MPIRT_JOB_ID{tag}; echo x > $f$MPIRT_RANK; \
+         if [ \"$MPIRT_RANK\" = 1 ]; then while [ ! -e ${{f}}0 ]; do sleep 0.05; done; \
+         kill -9 $$; fi; trap '' TERM; exec sleep {marker}"
+    );
+    let files = || {
+        std::fs::read_dir("/dev/shm")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("mpirt-") && name.contains(&tag))
+            .count()
+    };
+    let args = [
+        "--grace",
+        "20",
+        "-H",
+        "host1:1,host2:1",
+        "sh",
+        "-c",
+        &script,
+    ];
+    let (mut child, _) = common::start(&mut hosts.rsrun(&args), b"");
+    let until = Instant::now() + Duration::from_secs(15);
+    // Rank 0 writes its file before it sleeps; rank 1 dies once rank 0's file is there.
+    while sleepers(&marker) < 1 {
+        assert!(Instant::now() < until, "rank 0 did not start");
+        thread::sleep(Duration::from_millis(50));
+    }
+    let started = Instant::now();
+    while files() > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{} of the job's files still under /dev/shm 10 s after rank 1 died",
+            files()
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        child.try_wait().unwrap().is_none() && sleepers(&marker) == 1,
+        "the job ended before its files went: rsrun may have removed them, not the agent"
+    );
+    child.kill().unwrap(); // SIGKILL: host1's agent then kills rank 0
+    child.wait().unwrap();
+    while sleepers(&marker) > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "rank 0 outlived rsrun"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// rsrun SIGKILLed: every agent kills its ranks, and removes the job's files under /dev/shm

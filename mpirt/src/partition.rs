@@ -151,7 +151,12 @@ pub(crate) fn parts<P: Partitioned + ?Sized>(
 /// Checks that no two of `parts` (as [`parts`] returns them) share an element: the parts of
 /// a buffer a call writes, where MPI makes it erroneous to write a location twice, and
 /// where two transfers landing in one place at once would race. Empty parts share nothing.
-pub(crate) fn disjoint(what: &str, parts: &[(usize, usize)]) -> Result<(), crate::error::Cause> {
+/// Part `i` is `owner` `i`'s ("rank", or "neighbour" for a neighbourhood call's).
+pub(crate) fn disjoint(
+    what: &str,
+    owner: &str,
+    parts: &[(usize, usize)],
+) -> Result<(), crate::error::Cause> {
     let mut by_start: Vec<(usize, usize, usize)> = (0..)
         .zip(parts)
         .filter(|(_, &(_, count))| count > 0)
@@ -162,8 +167,8 @@ pub(crate) fn disjoint(what: &str, parts: &[(usize, usize)]) -> Result<(), crate
         let ((start, end, rank), (next_start, next_end, next)) = (pair[0], pair[1]);
         if next_start < end {
             return Err(crate::error::Cause::InvalidPartition(format!(
-                "{what}: rank {next}'s part (elements {next_start} to {next_end}) overlaps rank \
-                 {rank}'s (elements {start} to {end})"
+                "{what}: {owner} {next}'s part (elements {next_start} to {next_end}) overlaps \
+                 {owner} {rank}'s (elements {start} to {end})"
             )));
         }
     }
@@ -176,7 +181,7 @@ mod tests {
 
     #[test]
     fn parts_sharing_an_element_are_refused_and_touching_or_empty_ones_pass() {
-        assert!(disjoint("receive", &[(0, 2), (2, 2), (4, 0), (1, 0)]).is_ok());
+        assert!(disjoint("receive", "rank", &[(0, 2), (2, 2), (4, 0), (1, 0)]).is_ok());
         for (parts, said) in [
             (
                 &[(0, 10), (2, 1), (5, 1)][..],
@@ -187,7 +192,7 @@ mod tests {
                 "rank 2's part (elements 3 to 4) overlaps rank 1's (elements 0 to 4)",
             ),
         ] {
-            let e = disjoint("receive", parts).unwrap_err().to_string();
+            let e = disjoint("receive", "rank", parts).unwrap_err().to_string();
             assert!(e.contains(said), "{e}");
         }
     }

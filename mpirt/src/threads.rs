@@ -198,7 +198,9 @@ pub struct SendableCommunicator(CommData);
 // state (behind an `Rc`) has no other strong or weak reference, no attribute (whose values
 // may hold the thread's own `Rc`s), no shared-memory area another reference holds, and no
 // inter-communicator sides, so moving this moves every reference to that state, with its
-// `Cell`s, and nothing left on the old thread can reach them. Its context id's lease is freed
+// `Cell`s, and nothing left on the old thread can reach them; nor its kept plans' `Rc`s
+// (`collective::plans`), which only executions share, each holding a handle of its own, so
+// none is in flight here. Its context id's lease is freed
 // through the process-wide bitmap (`context`), from whichever thread drops it.
 unsafe impl Send for SendableCommunicator {}
 

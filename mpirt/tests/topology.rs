@@ -821,7 +821,7 @@ fn bad_topology_input_is_a_named_error() {
         "dims_create: invalid topology: the set dimensions [2, 0] (product 2) do not make 7",
         "neighbor_all_gather_into: the receive buffer (a block per neighbour) holds 3 elements where 2 are needed",
         "neighbor_all_gather_varcount_into: invalid partition: receive (a part per neighbour): \
-         rank 1's part (elements 0 to 1) overlaps rank 0's (elements 0 to 1)",
+         neighbour 1's part (elements 0 to 1) overlaps neighbour 0's (elements 0 to 1)",
         "disagreement: rank", // on every rank, with the next line's text
         "create_cartesian_communicator: the ranks passed different arguments where MPI needs the same on all",
         "errors ok",

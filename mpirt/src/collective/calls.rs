@@ -197,9 +197,11 @@ fn byte_parts<P: Partitioned + ?Sized>(
 /// [`byte_parts`] of a buffer the call writes (a receive buffer), whose parts must not
 /// overlap ([`disjoint`]) where the call writes both: `written` says whether it writes part
 /// `i` (a neighbourhood call leaves an absent neighbour's part untouched, as MPI does
-/// `MPI_PROC_NULL`'s, so that part may share elements with another).
+/// `MPI_PROC_NULL`'s, so that part may share elements with another); part `i` is `owner`
+/// `i`'s, for errors.
 fn written_byte_parts<P: Partitioned + ?Sized>(
     what: &'static str,
+    owner: &'static str,
     partition: &P,
     count: usize,
     datatype: Datatype,
@@ -211,7 +213,7 @@ fn written_byte_parts<P: Partitioned + ?Sized>(
         .zip(&parts)
         .map(|(i, &(displ, count))| (displ, if written(i) { count } else { 0 }))
         .collect();
-    disjoint(what, &landing)?;
+    disjoint(what, owner, &landing)?;
     Ok(in_bytes(parts, datatype))
 }
 
@@ -323,6 +325,7 @@ where
     let datatype = same_type(send.matched().0, recv.matched().0)?;
     let incoming = written_byte_parts(
         "receive",
+        "rank",
         recv,
         recv.count(),
         recv.datatype(),
@@ -422,6 +425,7 @@ where
     let outgoing = byte_parts("send", send, send.count(), send.datatype(), comm.size)?;
     let incoming = written_byte_parts(
         "receive",
+        "rank",
         recv,
         recv.count(),
         recv.datatype(),
@@ -588,7 +592,7 @@ where
                 },
             )?
         }
-        Some(_) => {
+        Some(counts) => {
             let (datatype, parts) = check_reduce_scatter(comm, send, recv, counts, &op)?;
             let placement = placement(&hierarchy);
             let plan = build::reduce_scatter(ranks(comm), len, &parts, commutative, placement)?;
@@ -633,21 +637,20 @@ where
             let before: usize = counts[..me].iter().map(|&c| c as usize).sum();
             Ok((datatype, before * send.datatype().size()))
         }
-        Some(_) => {
+        Some(counts) => {
             let (datatype, parts) = check_reduce_scatter(comm, send, recv, counts, op)?;
             Ok((datatype, parts[me].0))
         }
     }
 }
 
-/// Checks a reduce-scatter into parts of `counts[r]` elements (equal blocks when `counts` is
-/// `None`); returns the elements' type and each rank's part of the send buffer (offset,
-/// length in packed bytes).
+/// Checks a reduce-scatter into parts of `counts[r]` elements; returns the elements' type
+/// and each rank's part of the send buffer (offset, length in packed bytes).
 pub(crate) fn check_reduce_scatter<S, R, O>(
     comm: &CommData,
     send: &S,
     recv: &R,
-    counts: Option<&[Count]>,
+    counts: &[Count],
     op: &O,
 ) -> Result<(Datatype, Parts), Cause>
 where
@@ -655,35 +658,27 @@ where
     R: BufferMut + ?Sized,
     O: Operation,
 {
-    Ok(match counts {
-        None => {
-            let datatype = check_reduce_scatter_block(comm, send, recv, op)?;
-            (datatype, build::equal_parts(recv.byte_len(), comm.size))
-        }
-        Some(counts) => {
-            let datatype = same_type(send.matched().0, recv.matched().0)?;
-            op.check(datatype)?;
-            let displs: Vec<Count> = counts
-                .iter()
-                .scan(0, |at, &c| {
-                    let d = *at;
-                    *at += c.max(0);
-                    Some(d)
-                })
-                .collect();
-            let cut = Partition::new(send, counts, &displs[..]);
-            let parts = byte_parts("counts", &cut, send.count(), send.datatype(), comm.size)?;
-            let total: usize = parts.iter().map(|p| p.1).sum();
-            expect_count(
-                "the send buffer",
-                elements(total, datatype),
-                send.matched().1,
-            )?;
-            let own = elements(parts[comm.rank as usize].1, datatype);
-            expect_count("the receive buffer", own, recv.matched().1)?;
-            (datatype, parts)
-        }
-    })
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
+    op.check(datatype)?;
+    let displs: Vec<Count> = counts
+        .iter()
+        .scan(0, |at, &c| {
+            let d = *at;
+            *at += c.max(0);
+            Some(d)
+        })
+        .collect();
+    let cut = Partition::new(send, counts, &displs[..]);
+    let parts = byte_parts("counts", &cut, send.count(), send.datatype(), comm.size)?;
+    let total: usize = parts.iter().map(|p| p.1).sum();
+    expect_count(
+        "the send buffer",
+        elements(total, datatype),
+        send.matched().1,
+    )?;
+    let own = elements(parts[comm.rank as usize].1, datatype);
+    expect_count("the receive buffer", own, recv.matched().1)?;
+    Ok((datatype, parts))
 }
 
 pub(crate) fn scan<'a, S, R, O>(
@@ -878,6 +873,7 @@ where
     let datatype = same_type(send.matched().0, recv.matched().0)?;
     let incoming = written_byte_parts(
         "receive",
+        "rank",
         recv,
         recv.count(),
         recv.datatype(),
@@ -1045,6 +1041,7 @@ where
     let present = grid.neighbours(comm.rank as Rank);
     let incoming = written_byte_parts(
         "receive (a part per neighbour)",
+        "neighbour",
         recv,
         recv.count(),
         recv.datatype(),
@@ -1114,6 +1111,7 @@ where
     let present = grid.neighbours(comm.rank as Rank);
     let incoming = written_byte_parts(
         "receive (a part per neighbour)",
+        "neighbour",
         recv,
         recv.count(),
         recv.datatype(),

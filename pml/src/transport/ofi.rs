@@ -1443,9 +1443,12 @@ impl OfiTransport {
         {
             return Ok(());
         }
-        self.address_checked = Some(Instant::now());
+        let previous = self.address_checked.replace(Instant::now());
         let lost = address::lost(address);
-        let missed_before = std::mem::replace(&mut self.address_missed, lost.is_some());
+        // The checks in a row: an earlier miss counts only from the check just before, about
+        // a second ago (two brief losses an hour apart are two brief losses).
+        let missed_before = std::mem::replace(&mut self.address_missed, lost.is_some())
+            && previous.is_some_and(|t| t.elapsed() < 2 * PROBE_AFTER);
         match lost {
             None => Ok(()),
             Some(_) if !missed_before => Ok(()),
@@ -1706,8 +1709,9 @@ mod tests {
     /// An idle wait finds the endpoint's own address still there, and fails naming one this
     /// host no longer has (standing in for it: 192.0.2.1, of the documentation's range, RFC
     /// 5737, which no interface here has), with the provider, the host and the variables that
-    /// pin an interface, once two checks in a row missed it (one miss, then the address back,
-    /// passes); it looks at most once per `PROBE_AFTER`.
+    /// pin an interface, once two checks in a row (a second apart) missed it (one miss, then
+    /// the address back, passes, as does a miss long after the last check); it looks at most
+    /// once per `PROBE_AFTER`.
     #[test]
     fn an_endpoint_whose_address_is_gone_fails_naming_it() {
         let nonlocal_bind = std::fs::read_to_string("/proc/sys/net/ipv4/ip_nonlocal_bind")
@@ -1752,16 +1756,23 @@ mod tests {
             t.check_address(PROBE_AFTER).is_ok(),
             "a first check that misses it passes (the address may come back)"
         );
+        // The next check, a second on.
+        let a_second_ago = || Some(Instant::now() - PROBE_AFTER);
         let own = t.address.replace(SocketAddr::from(([127, 0, 0, 1], 0)));
-        t.address_checked = None;
+        t.address_checked = a_second_ago();
         assert!(t.check_address(PROBE_AFTER).is_ok(), "it came back");
         t.address = own;
-        t.address_checked = None;
+        t.address_checked = a_second_ago();
         assert!(
             t.check_address(PROBE_AFTER).is_ok(),
             "a miss after it came back is a first miss again"
         );
-        t.address_checked = None;
+        t.address_checked = Some(Instant::now() - 3 * PROBE_AFTER);
+        assert!(
+            t.check_address(PROBE_AFTER).is_ok(),
+            "a miss long after the last check is a first miss again"
+        );
+        t.address_checked = a_second_ago();
         let e = t.check_address(PROBE_AFTER).unwrap_err().to_string();
         for said in [
             "lost its address 192.0.2.1 (udp;ofi_rxd on here",
