@@ -511,14 +511,7 @@ fn dead_rank_files_removed_by_its_agent(hosts: &Hosts) {
          if [ \"$MPIRT_RANK\" = 1 ]; then while [ ! -e ${{f}}0 ]; do sleep 0.05; done; \
          kill -9 $$; fi; trap '' TERM; exec sleep {marker}"
     );
-    let files = || {
-        std::fs::read_dir("/dev/shm")
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|name| name.starts_with("mpirt-") && name.contains(&tag))
-            .count()
-    };
+    let files = || job_files_tagged(&tag);
     let args = [
         "--grace",
         "20",
@@ -559,6 +552,16 @@ fn dead_rank_files_removed_by_its_agent(hosts: &Hosts) {
     }
 }
 
+/// How many jobs' files under /dev/shm (`mpirt-...`) hold `tag` in their names.
+fn job_files_tagged(tag: &str) -> usize {
+    std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("mpirt-") && name.contains(tag))
+        .count()
+}
+
 /// rsrun SIGKILLed: every agent kills its ranks, and removes the job's files under /dev/shm
 /// (each rank made one, as the shm transport's segments are named), which the dead rsrun
 /// cannot.
@@ -567,14 +570,7 @@ fn rsrun_killed(hosts: &Hosts) {
     let tag = format!("-killed-rsrun-{}.", std::process::id());
     let script =
         format!("echo x > /dev/shm/mpirt-$MPIRT_JOB_ID{tag}$MPIRT_RANK; exec sleep {marker}");
-    let files = || {
-        std::fs::read_dir("/dev/shm")
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|name| name.starts_with("mpirt-") && name.contains(&tag))
-            .count()
-    };
+    let files = || job_files_tagged(&tag);
     let (mut child, _) = common::start(&mut hosts.rsrun(&["-H", EIGHT, "sh", "-c", &script]), b"");
     let until = Instant::now() + Duration::from_secs(15);
     while sleepers(&marker) < 8 || files() < 8 {
