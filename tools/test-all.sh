@@ -3,6 +3,9 @@
 # and lints, and runs every test. The README's test command; .ci/run calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase's header says when it began (minutes and seconds into the suite), so that a log,
+# CI's included, shows which phase took the time.
+phase() { printf '== [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 need_pkgs=()
 command -v cc >/dev/null || need_pkgs+=(gcc)
@@ -19,7 +22,7 @@ for pkg in libibverbs-dev librdmacm-dev libclang-dev libucx-dev pkg-config pytho
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$pkg")
 done
 if ((${#need_pkgs[@]})); then
-    echo "== installing: ${need_pkgs[*]}"
+    phase "installing: ${need_pkgs[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}"
 fi
@@ -29,9 +32,9 @@ if ! command -v cargo >/dev/null; then
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
-echo "== cargo fmt --check"
+phase "cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy"
+phase "cargo clippy"
 # Every target, each program once: `--tests` lints the programs as their test harnesses build
 # them (the same code: rustc keeps `main` and all it reaches alive there, so dead code is
 # found as in the program; a program has no `cfg(test)`, which `cargo test` below enforces),
@@ -39,20 +42,20 @@ echo "== cargo clippy"
 # optional features below. `cargo clippy --workspace --all-targets` lints no more.
 lint_targets=(--lib --tests --examples --benches)
 cargo clippy --workspace "${lint_targets[@]}" --release -- -D warnings
-echo "== cargo doc (broken intra-doc links are errors)"
+phase "cargo doc (broken intra-doc links are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --quiet
-echo "== cargo build --release --workspace"
+phase "cargo build --release --workspace"
 cargo build --release --workspace
 # The multi-host tests use the team's test hosts (../shared/testhosts, beside this checkout);
 # they need root for network namespaces. Say plainly whether they run.
 shared="$(cd .. && pwd)/shared"
 if [ "$(id -u)" = 0 ] && [ -x "$shared/testhosts/ssh-hosts" ]; then
     export MPIRT_SSH_HOSTS="$shared/testhosts/ssh-hosts"
-    echo "== multi-host tests: on ($MPIRT_SSH_HOSTS)"
+    phase "multi-host tests: on ($MPIRT_SSH_HOSTS)"
 else
-    echo "== multi-host tests: SKIPPED (they need root and $shared/testhosts/ssh-hosts)"
+    phase "multi-host tests: SKIPPED (they need root and $shared/testhosts/ssh-hosts)"
 fi
-echo "== cargo test"
+phase "cargo test"
 # The library, integration and doc tests. The programs' own unit-test harnesses are left out:
 # they hold no tests (a program is tested by an integration test that runs it), and building
 # and linking some 50 of them in release (codegen-units 1, debug info) is build time for no
@@ -109,7 +112,7 @@ cargo test --workspace --release --doc
 # grid: the same calls; every algorithm forced on sizes that are not powers of two, 16 ranks
 # in one area and a 12-rank grid stay). The mpirt suites start their jobs with
 # target/debug/rsrun, hence the launcher's build first.
-echo "== cargo test (debug build: debug assertions and overflow checks)"
+phase "cargo test (debug build: debug assertions and overflow checks)"
 # pml's integration tests, every one but those of a transport feature (ofi, ucx, verbs: their
 # own phases below): a new one stops the suite here until it is listed.
 pml_debug_tests=(bridge engine matcher_keys matching_model protocol shm_process shm_threads
@@ -133,7 +136,7 @@ cargo test --workspace --features mpirt/complex --lib "${pml_debug_tests[@]/#/--
 # show which handles cross threads, its lints and the multi-threaded OSU ports' option tests
 # are in the optional features' build below. Without the feature the threads suite only
 # checks that Funneled is the ceiling.
-echo "== threads: mpirt's stress suite with the feature threads, debug"
+phase "threads: mpirt's stress suite with the feature threads, debug"
 cargo test --workspace --features mpirt/threads --test threads
 
 # The model checks of the engine that threads share (mpirt/src/environment/shared/model.rs):
@@ -145,12 +148,12 @@ cargo test --workspace --features mpirt/threads --test threads
 # `--cfg` in RUSTFLAGS, as before, changed every crate's flags: a target directory of its own,
 # where pml and every dependency compiled twice more, for clippy and for the build). About 85 s
 # of checks after the build (a loaded 2-vCPU machine).
-echo "== threads: model checks (shuttle, the feature model-check)"
+phase "threads: model checks (shuttle, the feature model-check)"
 cargo clippy -p mpirt --lib --tests --release --features threads,model-check -- -D warnings
 cargo test --release -p mpirt --features threads,model-check --lib environment::shared::model
 
 # The README's quick start, in a new crate outside the workspace (see the script).
-echo "== README quick start"
+phase "README quick start"
 bash tools/quickstart-check.sh
 
 # Brings the 4 test hosts up with ssh-hosts $1; prints 1 when this did (the caller then takes
@@ -210,30 +213,30 @@ context_churn=(--skip context_ids_of_dropped_intercommunicators_are_given_back)
 # on this host, then round-robin over the 4 test hosts with Hydra's ssh launcher (shared
 # memory between a host's ranks, TCP between hosts). Across hosts the collectives suite alone
 # (less the repeats above); p2p across hosts runs under UCX, OFI and srun.
-echo "== launchers: mpirt's p2p and collectives suites under mpiexec.hydra"
+phase "launchers: mpirt's p2p and collectives suites under mpiexec.hydra"
 MPIRT_TEST_LAUNCHER=hydra cargo test --release --workspace --test p2p --test collectives \
     --test intercommunicators --test spawn -- "${context_churn[@]}"
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
-    echo "== launchers: the collectives suite under mpiexec.hydra across 4 test hosts"
+    phase "launchers: the collectives suite under mpiexec.hydra across 4 test hosts"
     hydra_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
     MPIRT_TEST_LAUNCHER=hydra MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 \
         MPIRT_SSH_ARGS="$testhosts_ssh_args" \
         cargo test --release --workspace --test collectives -- "${across_hosts_repeats[@]}"
     if [ -n "$hydra_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
-    echo "== launchers: the suites under mpiexec.hydra across test hosts SKIPPED (they need root and ssh-hosts)"
+    phase "launchers: the suites under mpiexec.hydra across test hosts SKIPPED (they need root and ssh-hosts)"
 fi
 
 # Spawn under rsrun across the 4 test hosts: the spawned job's rsrun reaches them by the same
 # ssh agents, and parents and children meet over TCP between hosts.
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
-    echo "== spawn: rsrun's spawned jobs across 4 test hosts"
+    phase "spawn: rsrun's spawned jobs across 4 test hosts"
     spawn_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
     MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 MPIRT_SSH_ARGS="$testhosts_ssh_args" \
         cargo test --release --workspace --test spawn
     if [ -n "$spawn_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
-    echo "== spawn across test hosts SKIPPED (they need root and ssh-hosts)"
+    phase "spawn across test hosts SKIPPED (they need root and ssh-hosts)"
 fi
 
 # The hierarchical collectives under rsrun across the 4 test hosts, 2 ranks on each and 3 on one
@@ -252,19 +255,19 @@ hierarchical_tests=(every_collective_hierarchically_across_hosts
     lengths_disagreeing_on_hierarchical_rooted_calls_are_an_error
     a_first_scatter_on_more_than_16_ranks_finds_the_hosts)
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
-    echo "== collectives: the hierarchical path across 4 test hosts"
+    phase "collectives: the hierarchical path across 4 test hosts"
     hier_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
     hierarchical=(cargo test --release --workspace --test collectives -- --exact
         "${hierarchical_tests[@]}")
     expect_tests ${#hierarchical_tests[@]} "${hierarchical[@]}"
     MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 MPIRT_SSH_ARGS="$testhosts_ssh_args" \
         "${hierarchical[@]}"
-    echo "== collectives: lengths straddling an algorithm's limit across 4 test hosts"
+    phase "collectives: lengths straddling an algorithm's limit across 4 test hosts"
     MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 MPIRT_SSH_ARGS="$testhosts_ssh_args" \
         cargo test --release --workspace --test straddles
     if [ -n "$hier_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
-    echo "== collectives: the hierarchical path across test hosts SKIPPED (they need root and ssh-hosts)"
+    phase "collectives: the hierarchical path across test hosts SKIPPED (they need root and ssh-hosts)"
 fi
 
 # The optional features, built together once in a target directory of their own (the default
@@ -290,7 +293,7 @@ libs=(--exclude examples --exclude mpirt-derive)
 # the guest; the UCX and PMIx phases leave them out, as they did when each feature had a build
 # of its own.
 not_ofi=(-- --skip ofi --skip verbs)
-echo "== optional features: clippy with ucx, ofi, pmix, verbs and threads, and rsrun's build"
+phase "optional features: clippy with ucx, ofi, pmix, verbs and threads, and rsrun's build"
 cargo clippy --workspace "${lint_targets[@]}" --release --features "$all_features" -- -D warnings
 # The subsets users build alone, linted (check only, seconds): verbs without ofi, where code
 # shared with ofi (pml's registration cache) would be dead, and threads without the transports.
@@ -307,7 +310,7 @@ cargo test --release "${features[@]}" "${libs[@]}" --lib
 # rank, 2 to 4 ranks, shared memory and TCP; its debug run is above), the doc tests that show
 # which handles cross threads, and the multi-threaded OSU ports' option tests (the clippy
 # above linted them).
-echo "== threads: mpirt and osu-benches with the feature threads"
+phase "threads: mpirt and osu-benches with the feature threads"
 cargo test --release "${features[@]}" --test threads
 cargo test --release "${features[@]}" "${libs[@]}" --doc threads
 cargo test --release "${features[@]}" --exclude examples --test run
@@ -317,23 +320,23 @@ cargo test --release "${features[@]}" --exclude examples --test run
 # hosts over TCP: the point-to-point suite, and of the collectives the hierarchical path,
 # whose leaders talk over UCX between hosts (the rest of the collectives suite runs the same
 # calls on UCX as on this host's UCX_TLS=tcp).
-echo "== UCX PML: pml's tests with --features ucx"
+phase "UCX PML: pml's tests with --features ucx"
 cargo test --release "${features[@]}" --test ucx
 for tls in tcp sm,self; do
-    echo "== UCX PML: mpirt's p2p and collectives suites on --pml ucx, UCX_TLS=$tls"
+    phase "UCX PML: mpirt's p2p and collectives suites on --pml ucx, UCX_TLS=$tls"
     UCX_TLS=$tls MPIRT_TEST_PML=ucx cargo test --release "${features[@]}" \
         --test p2p --test collectives --test straddles --test datatypes --test intercommunicators \
         "${not_ofi[@]}" "${context_churn[@]}"
-    echo "== UCX PML: windows over UCX's RMA (ucp_put_nbx, ucp_get_nbx, ucp_atomic_op_nbx), and a barrier's flag waking a target asleep on its worker, UCX_TLS=$tls"
+    phase "UCX PML: windows over UCX's RMA (ucp_put_nbx, ucp_get_nbx, ucp_atomic_op_nbx), and a barrier's flag waking a target asleep on its worker, UCX_TLS=$tls"
     UCX_TLS=$tls MPIRT_TEST_PML=ucx cargo test --release "${features[@]}" --test windows \
         -- windows_over_ucx a_target_asleep_in_its_pml_is_woken_by_the_barriers_flag
 done
 # The stall reports come from the runtime's own books, the same whichever UCX transport moves
 # the bytes: once, over UCX's TCP.
-echo "== UCX PML: the stall reports of the classic bugs on --pml ucx, UCX_TLS=tcp"
+phase "UCX PML: the stall reports of the classic bugs on --pml ucx, UCX_TLS=tcp"
 UCX_TLS=tcp MPIRT_TEST_PML=ucx cargo test --release "${features[@]}" --test stall
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
-    echo "== UCX PML: the p2p suite, the hierarchical collectives and the straddles across 4 test hosts, UCX_TLS=tcp"
+    phase "UCX PML: the p2p suite, the hierarchical collectives and the straddles across 4 test hosts, UCX_TLS=tcp"
     ucx_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
     ucx_across=(env UCX_TLS=tcp MPIRT_TEST_PML=ucx MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2
         MPIRT_SSH_ARGS="$testhosts_ssh_args")
@@ -345,18 +348,18 @@ if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     "${ucx_across[@]}" cargo test --release "${features[@]}" --test straddles "${not_ofi[@]}"
     if [ -n "$ucx_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
-    echo "== UCX PML: the suites across test hosts SKIPPED (they need root and ssh-hosts)"
+    phase "UCX PML: the suites across test hosts SKIPPED (they need root and ssh-hosts)"
 fi
 
 # The PMIx client (its unit tests ran with the libraries' above): the suites with their ranks
 # started by Open MPI's mpirun, on this host and across the 4 test hosts (its ssh launcher; the
 # collectives suite alone, less the repeats, as under Hydra); the Slurm phase below runs them
 # under srun --mpi=pmix.
-echo "== launchers: the suites under Open MPI's mpirun (PMIx)"
+phase "launchers: the suites under Open MPI's mpirun (PMIx)"
 MPIRT_TEST_LAUNCHER=mpirun cargo test --release "${features[@]}" --test p2p \
     --test collectives --test spawn "${not_ofi[@]}"
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
-    echo "== launchers: the collectives suite under Open MPI's mpirun across 4 test hosts"
+    phase "launchers: the collectives suite under Open MPI's mpirun across 4 test hosts"
     ompi_hosts_owned=$(hosts_up "$MPIRT_SSH_HOSTS")
     MPIRT_TEST_LAUNCHER=mpirun MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 \
         MPIRT_SSH_ARGS="$testhosts_ssh_args" \
@@ -364,7 +367,7 @@ if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
         "${across_hosts_repeats[@]}"
     if [ -n "$ompi_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
-    echo "== launchers: the suites under mpirun across test hosts SKIPPED (they need root and ssh-hosts)"
+    phase "launchers: the suites under mpirun across test hosts SKIPPED (they need root and ssh-hosts)"
 fi
 
 # The libfabric transport: pml's engine and dead-peer tests (its unit tests, the mr_mode and
@@ -373,16 +376,16 @@ fi
 # OFI, on each provider that works without a device
 # here (tcp;ofi_rxm, shm, udp;ofi_rxd; `net` is left out: it is 1.17's experimental one), and
 # across the 4 test hosts on the two that cross hosts.
-echo "== OFI: pml's tests with --features ofi"
+phase "OFI: pml's tests with --features ofi"
 cargo test --release "${features[@]}" --test engine --test ofi
-echo "== OFI: an example's ranks under Hydra size libfabric for the job"
+phase "OFI: an example's ranks under Hydra size libfabric for the job"
 cargo test --release "${features[@]}" --exclude osu-benches --test run hydra
 for provider in "tcp;ofi_rxm" shm "udp;ofi_rxd"; do
     if ! fi_info -p "$provider" -t FI_EP_RDM >/dev/null 2>&1; then
-        echo "== OFI: the suites on $provider SKIPPED (libfabric here has no such provider)"
+        phase "OFI: the suites on $provider SKIPPED (libfabric here has no such provider)"
         continue
     fi
-    echo "== OFI: mpirt's p2p, collectives and windows suites over libfabric $provider"
+    phase "OFI: mpirt's p2p, collectives and windows suites over libfabric $provider"
     MPIRT_TEST_OFI_PROVIDER="$provider" cargo test --release "${features[@]}" \
         --test p2p --test collectives --test windows ofi
 done
@@ -392,7 +395,7 @@ if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     # on udp;ofi_rxd, whose RMA mpirt never takes (it crashes ranks, three or more, inside the
     # provider: `provider::WindowsByRma::Never`); the suite checks that no RMA was counted there.
     for provider in "tcp;ofi_rxm" "udp;ofi_rxd"; do
-        echo "== OFI: the suites across 4 test hosts over libfabric $provider"
+        phase "OFI: the suites across 4 test hosts over libfabric $provider"
         MPIRT_TEST_OFI_PROVIDER="$provider" MPIRT_TEST_HOSTS=host1:2,host2:2,host3:2,host4:2 \
             MPIRT_SSH_ARGS="$testhosts_ssh_args" \
             cargo test --release "${features[@]}" --test p2p --test collectives \
@@ -400,13 +403,13 @@ if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     done
     if [ -n "$ofi_hosts_owned" ]; then "$MPIRT_SSH_HOSTS" down; fi
 else
-    echo "== OFI: the suites across test hosts SKIPPED (they need root and ssh-hosts)"
+    phase "OFI: the suites across test hosts SKIPPED (they need root and ssh-hosts)"
 fi
 unset CARGO_TARGET_DIR
 
 # osu-benches on rsmpi over Open MPI (feature rsmpi), in its own target directory: the same
 # format tests as the mpirt build's, their ranks started by Open MPI's mpirun.
-echo "== osu-benches on rsmpi (Open MPI): clippy and tests with --features rsmpi"
+phase "osu-benches on rsmpi (Open MPI): clippy and tests with --features rsmpi"
 rsmpi=(env CARGO_TARGET_DIR=target/rsmpi-ompi MPICC=mpicc.openmpi OSU_MPIRUN=mpirun.openmpi)
 "${rsmpi[@]}" cargo clippy -p osu-benches "${lint_targets[@]}" --release --no-default-features \
     --features rsmpi -- -D warnings
@@ -415,22 +418,22 @@ rsmpi=(env CARGO_TARGET_DIR=target/rsmpi-ompi MPICC=mpicc.openmpi OSU_MPIRUN=mpi
 
 # The rsmpi-style conformance programs built from the same sources against rsmpi over Open MPI
 # and against mpirt renamed to `mpi`: both pass and print the same lines (see the script).
-echo "== conformance: the same programs on rsmpi (Open MPI's mpirun) and on mpirt (rsrun)"
+phase "conformance: the same programs on rsmpi (Open MPI's mpirun) and on mpirt (rsrun)"
 bash tools/conformance-rsmpi.sh
 
 # rsmpi 0.8's public API, item by item, against mpirt's (rustdoc's JSON of both): every item
 # without a C handle is in mpirt under its path, or a difference the script names.
-echo "== rsmpi's API against mpirt's"
+phase "rsmpi's API against mpirt's"
 bash tools/rsmpi-api.sh
 # rsmpi's own examples, unchanged, built against mpirt and run under rsrun.
-echo "== rsmpi's examples on mpirt"
+phase "rsmpi's examples on mpirt"
 bash tools/rsmpi-examples.sh
 
 # Slurm: ranks started by srun --mpi=pmi2 across four test hosts, with a real Slurm
 # (../shared/testhosts/slurm-local; it installs Debian's slurm packages if missing).
 testhosts="$shared/testhosts"
 if [ "$(id -u)" = 0 ] && [ -x "$testhosts/slurm-local" ]; then
-    echo "== Slurm tests: srun --mpi=pmi2 and --mpi=pmix on 4 test hosts, rsrun inside salloc"
+    phase "Slurm tests: srun --mpi=pmi2 and --mpi=pmix on 4 test hosts, rsrun inside salloc"
     slurm_hosts_owned=$(hosts_up "$testhosts/ssh-hosts")
     hosts_down() {
         "$testhosts/slurm-local" down
@@ -450,7 +453,7 @@ if [ "$(id -u)" = 0 ] && [ -x "$testhosts/slurm-local" ]; then
         pmix_launchers_without_the_feature
     MPIRT_TEST_SLURM=1 cargo test --release --workspace --test slurm
     MPIRT_TEST_SLURM=1 cargo test --release --workspace --test stall -- under_srun
-    echo "== Slurm tests: the suites under srun --mpi=pmi2, the collectives under --mpi=pmix, on 4 nodes"
+    phase "Slurm tests: the suites under srun --mpi=pmi2, the collectives under --mpi=pmix, on 4 nodes"
     MPIRT_TEST_SLURM=1 MPIRT_TEST_LAUNCHER=srun-pmi2 MPIRT_TEST_SLURM_NODES=4 \
         cargo test --release --workspace --test p2p --test collectives --test spawn
     MPIRT_TEST_SLURM=1 MPIRT_TEST_LAUNCHER=srun-pmix MPIRT_TEST_SLURM_NODES=4 \
@@ -459,7 +462,7 @@ if [ "$(id -u)" = 0 ] && [ -x "$testhosts/slurm-local" ]; then
     hosts_down
     trap - EXIT
 else
-    echo "== Slurm tests: SKIPPED (they need root and $testhosts/slurm-local)"
+    phase "Slurm tests: SKIPPED (they need root and $testhosts/slurm-local)"
 fi
 
 # RDMA verbs: built with the optional features above (target/features) and linted there, proven
@@ -467,10 +470,10 @@ fi
 # RDMA.
 rdma_vm="$shared/rdma-vm"
 if [ "$(id -u)" != 0 ] || [ ! -x "$rdma_vm/rdma-vm" ]; then
-    echo "== verbs tests: SKIPPED (they need root and $rdma_vm/rdma-vm)"
+    phase "verbs tests: SKIPPED (they need root and $rdma_vm/rdma-vm)"
     exit 0
 fi
-echo "== verbs: installing the Soft-RoCE guest's packages"
+phase "verbs: installing the Soft-RoCE guest's packages"
 bash "$rdma_vm/setup"
 export CARGO_TARGET_DIR=target/features
 # The test binaries `cargo test "$@"` builds, one "name path" a line (built above already: the
@@ -516,7 +519,7 @@ ofi_p2p_tests=(message_sizes_around_the_eager_limit_and_large::ofi synchronous_s
     messages_from_each_sender_arrive_in_order::ofi
     buffered_sends_in_flight_at_finalize_arrive_or_are_an_error::ofi)
 expect_tests ${#ofi_p2p_tests[@]} "$p2p" --exact "${ofi_p2p_tests[@]}"
-echo "== verbs tests in the Soft-RoCE guest (rxe0 and rxe1 joined by a veth pair)"
+phase "verbs tests in the Soft-RoCE guest (rxe0 and rxe1 joined by a veth pair)"
 # pml's engine test's reads into non-contiguous receives by scatter-gather lists (random
 # layouts, a vector column and an indexed layout, counted) and of non-contiguous sends in
 # place, a READ a run (each kind of layout either side of MPIRT_VERBS_SEND_MIN_BLOCK, counted;
@@ -558,8 +561,9 @@ set +e
      MPIRT_TEST_VERBS_PORT_DOWN=rxe1 '$verbs' --test-threads=1"
 rc=$?
 set -e
+phase "end of the suite: exit $rc"
 if [ $rc = 77 ]; then
-    echo "== verbs tests: SKIPPED (rdma-vm cannot run a guest here: exit 77)"
+    phase "verbs tests: SKIPPED (rdma-vm cannot run a guest here: exit 77)"
     exit 0
 fi
 exit $rc
