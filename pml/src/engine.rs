@@ -240,6 +240,7 @@ impl Engine {
             t.count(&mut counters);
         }
         counters.wake_set_sleeps += self.wake.as_ref().map_or(0, WakeSet::sleeps);
+        counters.wake_messages_received = self.core.wakes_received();
         counters
     }
 

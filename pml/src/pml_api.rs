@@ -504,6 +504,9 @@ pub struct Counters {
     /// transport with a wake of its own (shared memory) reaches, and the UCX PML's active
     /// messages.
     pub wake_messages: u64,
+    /// WAKE frames this rank received (the native engine's; each ended a sleep in its PML, or
+    /// came while it was not asleep).
+    pub wake_messages_received: u64,
     /// Sleeps apart from the engine (`pml::nap`) by a thread of a rank whose threads share
     /// it (mpirt at `Serialized` and `Multiple`).
     pub naps: u64,

@@ -402,6 +402,9 @@ pub struct Core<S, R> {
     /// on its way: apart from the requests, which every message moves, since few sends have
     /// one.
     offers: Vec<(Handle, Box<[u8]>)>,
+    /// WAKE frames received: such a frame does nothing but end a sleep, so only this count
+    /// shows that one came (`Counters::wake_messages_received`).
+    wakes_received: u64,
 }
 
 fn protocol(peer: Rank, what: impl Into<Box<str>>) -> PmlError {
@@ -472,6 +475,7 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
             pulled: Vec::new(),
             credit_batch: config.unexpected_budget / 4,
             offers: Vec::new(),
+            wakes_received: 0,
         }
     }
 
@@ -865,6 +869,11 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
         Ok(())
     }
 
+    /// WAKE frames received so far.
+    pub fn wakes_received(&self) -> u64 {
+        self.wakes_received
+    }
+
     #[inline(never)]
     fn send_credit(&mut self, peer: Rank) {
         let n = std::mem::take(&mut self.peers[peer as usize].to_return);
@@ -971,7 +980,10 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
                 Ok(())
             }
             // Its arrival ended this rank's sleep, which is all it was for.
-            Frame::Wake => Ok(()),
+            Frame::Wake => {
+                self.wakes_received += 1;
+                Ok(())
+            }
         }
     }
 

@@ -441,7 +441,8 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
     if mode == Mode::Read {
         arena_buffers_reused(&mut e);
     }
-    if mode == Mode::Tcp {
+    // Every transport without a wake of its own (shared memory has its futex word).
+    if !matches!(mode, Mode::Read | Mode::Copy) {
         woken_by_a_frame(&mut e);
     }
     e.flush_all().unwrap();
@@ -452,14 +453,14 @@ fn rank_main(dir: &Path, rank: u32, size: u32, mode: Mode) {
     );
 }
 
-/// Rank 0 wakes rank 1's sleep in its PML (`Engine::wake_peer`), as a rank that published a
-/// flag outside the PML does (mpirt's collective area), over TCP, which has no wake of its
-/// own: one WAKE frame, whose arrival ends that sleep of a minute (`ASLEEP_FOR`), which rank 1
-/// then reports by a message. Rank 1 says it goes to sleep first (a send posted, not waited
-/// for, so that nothing rank 1 receives is taken before it sleeps), as the area's sleeping
-/// word does; rank 0 wakes it once it heard that, and sends nothing else meanwhile, and the
-/// other ranks wait for rank 0's word that the report came (a peer that closed its connections
-/// would end the sleep too).
+/// Rank 0 wakes rank 1's sleep in its PML (`Engine::wake_peer`), as a rank that published a flag
+/// outside the PML does (mpirt's collective area), over a transport that has no wake of its own
+/// (TCP, verbs, OFI): one WAKE frame, whose arrival ends that sleep of a minute (`ASLEEP_FOR`),
+/// which rank 1 then reports by a message. Rank 1 says it goes to sleep first (a send posted, not
+/// waited for, so that nothing rank 1 receives is taken before it sleeps), as the area's sleeping
+/// word does; rank 0 wakes it once it heard that, and sends nothing else meanwhile, and the other
+/// ranks wait for rank 0's word that the report came (a peer that closed its connections would end
+/// the sleep too).
 fn woken_by_a_frame(e: &mut Engine) {
     const ASLEEP_FOR: Duration = Duration::from_secs(60);
     match e.rank() {
@@ -482,8 +483,17 @@ fn woken_by_a_frame(e: &mut Engine) {
             // SAFETY: the empty buffer is static.
             let asleep =
                 unsafe { e.post_send(0, 1, 0, 90, SendMode::Standard, [].as_ptr(), 0) }.unwrap();
+            let before = e.counters().wake_messages_received;
             let start = Instant::now();
-            e.sleep_until_woken(ASLEEP_FOR).unwrap();
+            // Until the frame was taken: a sleep may end before it comes (over verbs, the
+            // completion of rank 1's own send ends the first); one the frame does not end
+            // runs to its timeout. (On udp;ofi_rxd, which has no wait fd, every sleep is a
+            // short nap: there the frame is only seen to come.)
+            while e.counters().wake_messages_received == before && start.elapsed() < ASLEEP_FOR {
+                e.sleep_until_woken(ASLEEP_FOR.saturating_sub(start.elapsed()))
+                    .unwrap();
+                e.progress().unwrap();
+            }
             let slept = start.elapsed().as_millis() as u64;
             assert_eq!(e.wait(asleep).unwrap(), Done::Sent);
             send(e, 0, 91, &slept.to_le_bytes(), SendMode::Standard);
