@@ -308,12 +308,17 @@ cargo test --release "${features[@]}" "${libs[@]}" --lib
 
 # Threading::Serialized and Multiple (mpirt's feature `threads`): the stress suite (4 threads a
 # rank, 2 to 4 ranks, shared memory and TCP; its debug run is above), the doc tests that show
-# which handles cross threads, and the multi-threaded OSU ports' option tests (the clippy
+# which handles cross threads, and the multi-threaded OSU ports' format tests (the clippy
 # above linted them).
 phase "threads: mpirt and osu-benches with the feature threads"
 cargo test --release "${features[@]}" --test threads
 cargo test --release "${features[@]}" "${libs[@]}" --doc threads
-cargo test --release "${features[@]}" --exclude examples --test run
+# Of the OSU ports' format tests (run whole in the release run above), the multi-threaded
+# ports' alone: the others' programs are the same with the feature.
+threaded_formats=(cargo test --release "${features[@]}" --exclude examples --test run -- --exact
+    multi_threaded_formats)
+expect_tests 1 "${threaded_formats[@]}"
+"${threaded_formats[@]}"
 
 # The UCX PML: pml's own tests, then mpirt's point-to-point and collectives suites again on
 # `rsrun --pml ucx`, over UCX's TCP and its shared memory on this host, and across the test
