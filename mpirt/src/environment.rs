@@ -20,6 +20,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use bootstrap::Bootstrap;
+use pml::host_files::{self, JobLock};
 use pml::stall::Awaited;
 use pml::{ContextId, Done, EngineConfig, Handle, Pml, PmlError, SourceSel, Status, TagSel};
 use pml::{Waiting, Wireup};
@@ -70,6 +71,11 @@ static BOOTSTRAP: Mutex<Option<Bootstrap>> = Mutex::new(None);
 fn bootstrap() -> MutexGuard<'static, Option<Bootstrap>> {
     BOOTSTRAP.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+/// This process's shared lock on its job's files under /dev/shm (`pml::host_files`): held
+/// from before the engine makes or opens any of them until finalize, so that no other job's
+/// sweep takes them for a dead job's.
+static JOB_FILES: Mutex<Option<JobLock>> = Mutex::new(None);
 
 /// Whether `initialize` ran in this process, on any thread: it runs once.
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
@@ -227,7 +233,36 @@ impl Drop for Universe {
                 bootstrap::output::say(&format!("mpirt: rank {}: finalize: {e}", bootstrap.rank()));
             }
         }
+        // The engine is gone with its files (the libfabric endpoints' are removed as they
+        // close); the job's last rank on the host removes what a killed rank left.
+        let held = JOB_FILES
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(lock) = held {
+            lock.release();
+        }
     }
+}
+
+/// Takes this rank's lock on its job's files under /dev/shm (`pml::host_files`) once the
+/// job's id is known (the PML agreement's fence settles it) and before the engine makes or
+/// opens any; then the host's first rank removes the files of jobs none of whose processes
+/// live, which a launcher other than rsrun (Hydra, Slurm, mpirun) leaves where a rank was
+/// killed. A host where this process cannot make files under /dev/shm (none, or not
+/// writable) has none of the job's to lock.
+fn hold_job_files(bootstrap: &Bootstrap) -> Result<(), String> {
+    let lock = match JobLock::hold(bootstrap.job_id()) {
+        Ok(lock) => lock,
+        Err(_) if !host_files::dir_writable() => return Ok(()),
+        Err(e) => return Err(format!("the job's files under {}: {e}", host_files::DIR)),
+    };
+    *JOB_FILES.lock().unwrap_or_else(PoisonError::into_inner) = Some(lock);
+    if bootstrap.local_rank() == 0 {
+        // Best effort: a dead job's file this rank cannot remove stays, as it did before.
+        let _ = host_files::sweep();
+    }
+    Ok(())
 }
 
 /// Lets the engine wire up over the launcher's key-value service.
@@ -296,6 +331,9 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         Err(why) => startup_abort(&mut bootstrap, why),
     };
     if let Err(why) = backend::agree(&mut BootstrapWireup(&mut bootstrap), choice) {
+        startup_abort(&mut bootstrap, why);
+    }
+    if let Err(why) = hold_job_files(&bootstrap) {
         startup_abort(&mut bootstrap, why);
     }
     let engine = match AnyPml::new(choice, &mut BootstrapWireup(&mut bootstrap), config) {

@@ -1,0 +1,257 @@
+//! The job's files under /dev/shm where no launcher of ours removes them (`pml::host_files`):
+//! a job one of whose ranks is SIGKILLed under Hydra's mpiexec leaves its files; the next job
+//! removes them, while a job still running keeps its own through that sweep and completes.
+//! Files are counted, never timed. One test in a binary of its own: a job of a test running
+//! beside it would sweep the dead job's files before this one counted them.
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use mpirt::traits::*;
+
+#[allow(dead_code)] // each test binary uses part of it
+mod common;
+
+use common::{ok_job_with, text, RANK_MODE, RANK_MODE_ARGS};
+
+/// The directory where the test and the ranks leave word for each other.
+const SIDE: &str = "MPIRT_TEST_SIDE";
+/// Far past any preemption: a wait this long is a failure, not a slow machine.
+const BOUND: Duration = Duration::from_secs(120);
+
+#[test]
+fn rank_mode() {
+    let Ok(mode) = env::var(RANK_MODE) else {
+        return;
+    };
+    let universe = mpirt::initialize().expect("initialize");
+    let world = universe.world();
+    let rank = world.rank();
+    let side = PathBuf::from(env::var(SIDE).expect("the test names its side directory"));
+    // A file of the job's, as the runtime names them (`mpirt-<job id>-...`), that lasts as long
+    // as the rank does not remove it: as libfabric shm's endpoint does.
+    let job = own_job();
+    let mine = Path::new("/dev/shm").join(format!("mpirt-{job}-test-{rank}"));
+    fs::write(&mine, b"x").expect("a file of the job's under /dev/shm");
+    match mode.as_str() {
+        "live" => {
+            world.barrier();
+            if rank == 0 {
+                say(&side, "live", &job);
+            }
+            wait_for(&side.join("go"));
+            assert!(mine.exists(), "rank {rank}: {} was removed", mine.display());
+            fs::remove_file(&mine).expect("the rank's own file");
+            println!("rank {rank} kept its file");
+        }
+        "killed" => {
+            say(
+                &side,
+                &format!("pid-{rank}"),
+                &std::process::id().to_string(),
+            );
+            world.barrier();
+            if rank == 0 {
+                say(&side, "killed", &job);
+            }
+            world.barrier();
+            if rank == 1 {
+                // SAFETY: raise has no preconditions; SIGKILL ends this process here.
+                unsafe { libc::raise(libc::SIGKILL) };
+            }
+            // Never answered: the rank is killed by its launcher, or fails naming rank 1.
+            let _ = world.process_at_rank(1).receive::<i32>();
+        }
+        "sweep" => fs::remove_file(&mine).expect("the rank's own file"),
+        other => panic!("unknown rank mode {other}"),
+    }
+    println!("rank {rank} done");
+}
+
+/// The job's id, from the lock on its files this rank holds: the link of one of its
+/// descriptors to `/dev/shm/mpirt-<job id>-lock`.
+fn own_job() -> String {
+    let held: Vec<String> = fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|target| {
+            let name = target.strip_prefix("/dev/shm").ok()?.to_str()?;
+            let job = name.strip_prefix("mpirt-")?.strip_suffix("-lock")?;
+            Some(job.to_string())
+        })
+        .collect();
+    assert_eq!(held.len(), 1, "the rank holds one job's lock: {held:?}");
+    held[0].clone()
+}
+
+/// Writes `what` to the side file `name`, whole (under another name first).
+fn say(side: &Path, name: &str, what: &str) {
+    let partial = side.join(format!("{name}.{}", std::process::id()));
+    fs::write(&partial, what).expect("a side file");
+    fs::rename(&partial, side.join(name)).expect("a side file");
+}
+
+/// Waits until `path` exists.
+fn wait_for(path: &Path) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(
+            start.elapsed() < BOUND,
+            "{} did not appear within {BOUND:?}",
+            path.display()
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The names under /dev/shm of job `job`'s files, sorted.
+fn files_of(job: &str) -> Vec<String> {
+    let prefix = format!("mpirt-{job}-");
+    let mut names: Vec<String> = fs::read_dir("/dev/shm")
+        .expect("/dev/shm")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with(&prefix))
+        .collect();
+    names.sort();
+    names
+}
+
+/// `mpiexec.hydra -n 2` on this binary in rank mode `mode`.
+fn hydra(mode: &str, side: &Path) -> Command {
+    let mut c = Command::new("mpiexec.hydra");
+    c.args(["-n", "2"])
+        .arg(env::current_exe().unwrap())
+        .args(RANK_MODE_ARGS)
+        .env(RANK_MODE, mode)
+        .env(SIDE, side);
+    c
+}
+
+/// The job that runs through the sweep: told to end (and waited for) when dropped, so that
+/// a failing test leaves no job behind.
+struct Live {
+    child: Option<Child>,
+    go: PathBuf,
+}
+
+impl Live {
+    /// Waits until the job's rank 0 says `path`, failing with the job's output if it ended
+    /// first.
+    fn wait_for(&mut self, path: &Path) {
+        let start = Instant::now();
+        while !path.exists() {
+            let child = self.child.as_mut().unwrap();
+            if child.try_wait().expect("the job's status").is_some() {
+                let output = self.child.take().unwrap().wait_with_output().expect("wait");
+                let (stdout, stderr) = text(&output);
+                panic!(
+                    "the job ended before it said {}\n{stdout}\n{stderr}",
+                    path.display()
+                );
+            }
+            assert!(
+                start.elapsed() < BOUND,
+                "{} did not appear within {BOUND:?}",
+                path.display()
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Tells the ranks to end and returns the job's output.
+    fn finish(mut self) -> std::process::Output {
+        fs::write(&self.go, b"").expect("the go file");
+        self.child.take().unwrap().wait_with_output().expect("wait")
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = fs::write(&self.go, b"");
+            let _ = child.wait();
+        }
+    }
+}
+
+#[test]
+fn a_killed_jobs_files_are_removed_by_the_next_job_and_a_running_jobs_are_kept() {
+    if Command::new("mpiexec.hydra")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!("skipped: no mpiexec.hydra here (MPICH's hydra package)");
+        return;
+    }
+    let side = env::temp_dir().join(format!("mpirt-test-host-files-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&side);
+    fs::create_dir_all(&side).unwrap();
+    // A job that runs through the sweep, holding its files.
+    let mut live = hydra("live", &side);
+    live.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut live = Live {
+        child: Some(live.spawn().expect("mpiexec.hydra")),
+        go: side.join("go"),
+    };
+    live.wait_for(&side.join("live"));
+    let live_job = fs::read_to_string(side.join("live")).unwrap();
+    let live_files = files_of(&live_job);
+    assert_eq!(
+        live_files,
+        [
+            format!("mpirt-{live_job}-lock"),
+            format!("mpirt-{live_job}-test-0"),
+            format!("mpirt-{live_job}-test-1"),
+        ]
+    );
+
+    // A job whose rank 1 is SIGKILLed: no launcher of ours removes its files.
+    let killed = common::run_limited(hydra("killed", &side));
+    let (stdout, stderr) = text(&killed);
+    assert!(!killed.status.success(), "{stdout}\n{stderr}");
+    for rank in 0..2 {
+        let pid = fs::read_to_string(side.join(format!("pid-{rank}"))).unwrap();
+        // Hydra ended the job; its ranks' lock goes once each is reaped.
+        let start = Instant::now();
+        while Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(
+                start.elapsed() < BOUND,
+                "rank {rank} (pid {pid}) outlived its job"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let killed_job = fs::read_to_string(side.join("killed")).unwrap();
+    assert_eq!(
+        files_of(&killed_job),
+        [
+            format!("mpirt-{killed_job}-lock"),
+            format!("mpirt-{killed_job}-test-0"),
+            format!("mpirt-{killed_job}-test-1"),
+        ],
+        "the killed job left its files\n{stdout}\n{stderr}"
+    );
+
+    // The next job, under any launcher: its first rank on the host sweeps.
+    ok_job_with(2, "sweep", &[(SIDE, side.to_str().unwrap())]);
+    assert_eq!(files_of(&killed_job), Vec::<String>::new());
+    assert_eq!(files_of(&live_job), live_files, "the running job's files");
+
+    // The running job finds its files and completes; its last rank removes its lock file.
+    let output = live.finish();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    for rank in 0..2 {
+        assert!(
+            stdout.contains(&format!("rank {rank} kept its file")),
+            "{stdout}\n{stderr}"
+        );
+    }
+    assert_eq!(files_of(&live_job), Vec::<String>::new());
+    fs::remove_dir_all(&side).unwrap();
+}
