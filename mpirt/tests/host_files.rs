@@ -131,8 +131,8 @@ fn hydra(mode: &str, side: &Path) -> Command {
     c
 }
 
-/// The job that runs through the sweep: told to end (and waited for) when dropped, so that
-/// a failing test leaves no job behind.
+/// The job that runs through the sweep: told to end (and waited for, killed past [`BOUND`])
+/// when dropped, so that a failing test leaves no job behind.
 struct Live {
     child: Option<Child>,
     go: PathBuf,
@@ -173,7 +173,13 @@ impl Drop for Live {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = fs::write(&self.go, b"");
-            let _ = child.wait();
+            let start = Instant::now();
+            while child.try_wait().is_ok_and(|status| status.is_none()) {
+                if start.elapsed() > BOUND {
+                    let _ = child.kill();
+                }
+                thread::sleep(Duration::from_millis(5));
+            }
         }
     }
 }
