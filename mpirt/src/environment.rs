@@ -250,14 +250,15 @@ impl Drop for Universe {
 /// opens any; then the host's first rank removes the files of jobs none of whose processes
 /// live, which a launcher other than rsrun (Hydra, Slurm, mpirun) leaves where a rank was
 /// killed. A host where this process cannot make files under /dev/shm (none, or not
-/// writable) has none of the job's to lock.
+/// writable) has none of the job's to lock; where the lock file's name is another user's,
+/// the job runs without it (see `JobLock::hold`).
 fn hold_job_files(bootstrap: &Bootstrap) -> Result<(), String> {
     let lock = match JobLock::hold(bootstrap.job_id()) {
         Ok(lock) => lock,
         Err(_) if !host_files::dir_writable() => return Ok(()),
         Err(e) => return Err(format!("the job's files under {}: {e}", host_files::DIR)),
     };
-    *JOB_FILES.lock().unwrap_or_else(PoisonError::into_inner) = Some(lock);
+    *JOB_FILES.lock().unwrap_or_else(PoisonError::into_inner) = lock;
     if bootstrap.local_rank() == 0 {
         // Best effort: a dead job's file this rank cannot remove stays, as it did before.
         let _ = host_files::sweep();

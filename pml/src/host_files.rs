@@ -22,7 +22,9 @@
 //! sweep that took its exclusive lock on a removed file (another sweep finished first, and a
 //! starting rank made the file anew) removes nothing. A job's files are removed before its
 //! lock file, under the lock, so that a sweep cut short leaves the lock file for the next.
-//! Only names of this form are touched, only this user's files, and never through a link.
+//! Only names of this form are touched, only this user's files, and never through a link; a
+//! lock file of the job's name that is another user's leaves the job without a lock (see
+//! [`JobLock::hold`]).
 //! Files of a job without a lock file (made by an mpirt before this one, or by the PML
 //! alone, as pml's own tests run it) are left alone: nothing can tell whether their job lives.
 
@@ -57,42 +59,45 @@ pub struct JobLock {
 
 impl JobLock {
     /// Takes the shared lock on `job_id`'s lock file under [`DIR`], making the file if it is
-    /// not there. Call it before making or opening any of the job's files there.
-    pub fn hold(job_id: &str) -> io::Result<JobLock> {
+    /// not there. Call it before making or opening any of the job's files there. `None` where
+    /// the name is another user's (a file that user's job of the same id left, as a killed
+    /// singleton of the same process id does): there is nothing of this job's to lock, and
+    /// nothing to fear, since that user's sweeps remove only that user's files and this
+    /// user's judge only this user's lock files; the job runs, its files never swept.
+    pub fn hold(job_id: &str) -> io::Result<Option<JobLock>> {
         JobLock::hold_in(Path::new(DIR), job_id)
     }
 
-    fn hold_in(dir: &Path, job_id: &str) -> io::Result<JobLock> {
+    fn hold_in(dir: &Path, job_id: &str) -> io::Result<Option<JobLock>> {
         let path = lock_path(dir, job_id)?;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        let anothers = || path.symlink_metadata().is_ok_and(|m| m.uid() != me);
         for _ in 0..HOLD_TRIES {
-            let file = OpenOptions::new()
+            let file = match OpenOptions::new()
                 .read(true)
                 .write(true)
                 .create(true)
                 .mode(0o600)
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(&path)
-                .map_err(|e| named(&path, "opening", e))?;
-            lock(&file, libc::LOCK_SH).map_err(|e| named(&path, "locking", e))?;
+            {
+                Ok(file) => file,
+                // Refused (its mode, or `fs.protected_regular`), or a link of theirs.
+                Err(_) if anothers() => return Ok(None),
+                Err(e) => return Err(named(&path, "opening", e)),
+            };
             let held = file.metadata().map_err(|e| named(&path, "reading", e))?;
-            // SAFETY: geteuid has no preconditions and cannot fail.
-            let me = unsafe { libc::geteuid() };
             if held.uid() != me {
-                return Err(io::Error::new(
-                    io::ErrorKind::PermissionDenied,
-                    format!(
-                        "{} belongs to user {}, not to this job's ({me})",
-                        path.display(),
-                        held.uid()
-                    ),
-                ));
+                return Ok(None);
             }
+            lock(&file, libc::LOCK_SH).map_err(|e| named(&path, "locking", e))?;
             if is_named(&file, &path) {
-                return Ok(JobLock {
+                return Ok(Some(JobLock {
                     file,
                     dir: dir.to_path_buf(),
                     job_id: job_id.to_string(),
-                });
+                }));
             }
         }
         Err(io::Error::other(format!(
@@ -267,6 +272,13 @@ mod tests {
         }
     }
 
+    /// The lock `hold_in` takes on `job`'s lock file in `dir`, which is this user's.
+    fn held(dir: &Path, job: &str) -> JobLock {
+        JobLock::hold_in(dir, job)
+            .unwrap()
+            .expect("the lock file is this user's")
+    }
+
     impl Drop for Scratch {
         fn drop(&mut self) {
             let _ = fs::remove_dir_all(&self.0);
@@ -278,11 +290,11 @@ mod tests {
         let dir = Scratch::new("sweep");
         // The live job: a rank holds its lock (flock locks belong to the opening, so a second
         // opening in this process is refused as another process would be).
-        let live = JobLock::hold_in(&dir.0, "live").unwrap();
+        let live = held(&dir.0, "live");
         dir.plant("mpirt-live-ofi-0");
         dir.plant("mpirt-live-coll-1-0-0");
         // The dead job: its rank took the lock and is gone (the lock went with it).
-        drop(JobLock::hold_in(&dir.0, "dead").unwrap());
+        drop(held(&dir.0, "dead"));
         dir.plant("mpirt-dead-0");
         dir.plant("mpirt-dead-ofi-1");
         // Not a job's lock or file: another job whose name the dead one's starts, an older
@@ -313,8 +325,8 @@ mod tests {
     #[test]
     fn a_job_releasing_while_another_rank_holds_its_lock_removes_nothing() {
         let dir = Scratch::new("release");
-        let first = JobLock::hold_in(&dir.0, "j").unwrap();
-        let second = JobLock::hold_in(&dir.0, "j").unwrap();
+        let first = held(&dir.0, "j");
+        let second = held(&dir.0, "j");
         dir.plant("mpirt-j-win-7-0");
         assert_eq!(first.release(), 0);
         assert_eq!(sweep_in(&dir.0).unwrap(), 0);
@@ -333,7 +345,7 @@ mod tests {
         fs::remove_file(&path).unwrap();
         lock(&early, libc::LOCK_SH).unwrap();
         assert!(!is_named(&early, &path));
-        let held = JobLock::hold_in(&dir.0, "j").unwrap();
+        let held = held(&dir.0, "j");
         assert!(is_named(&held.file, &path));
         dir.plant("mpirt-j-0");
         assert_eq!(sweep_in(&dir.0).unwrap(), 0, "the job's lock is held");
@@ -368,5 +380,36 @@ mod tests {
         assert!(refused.to_string().contains("mpirt-l-lock"), "{refused}");
         assert_eq!(sweep_in(&dir.0).unwrap(), 0);
         assert_eq!(dir.names(), ["mpirt-l-0", "mpirt-l-lock", "target"]);
+    }
+
+    /// A lock file of the job's name that another user's job left (a killed singleton of the
+    /// same process id) is that user's: the job runs without a lock (before, it failed to
+    /// start), and no sweep of this user's takes that file or the job's files for a dead job's.
+    #[test]
+    fn another_users_lock_file_of_the_jobs_name_is_left_to_them() {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("skipped: needs root, to make a file another user owns");
+            return;
+        }
+        let dir = Scratch::new("other-user");
+        let path = lock_path(&dir.0, "singleton-7").unwrap();
+        fs::write(&path, b"").unwrap();
+        // nobody's ids.
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+        assert!(JobLock::hold_in(&dir.0, "singleton-7").unwrap().is_none());
+        dir.plant("mpirt-singleton-7-coll-7-1-0");
+        assert_eq!(sweep_in(&dir.0).unwrap(), 0);
+        assert_eq!(
+            dir.names(),
+            ["mpirt-singleton-7-coll-7-1-0", "mpirt-singleton-7-lock"]
+        );
+        // A link of another user's under the name is theirs too, and not followed.
+        fs::remove_file(&path).unwrap();
+        dir.plant("target");
+        std::os::unix::fs::symlink(dir.0.join("target"), &path).unwrap();
+        std::os::unix::fs::lchown(&path, Some(65534), Some(65534)).unwrap();
+        assert!(JobLock::hold_in(&dir.0, "singleton-7").unwrap().is_none());
+        assert_eq!(fs::read(dir.0.join("target")).unwrap(), b"x");
     }
 }
