@@ -247,22 +247,26 @@ impl Drop for Universe {
 
 /// Takes this rank's lock on its job's files under /dev/shm (`pml::host_files`) once the
 /// job's id is known (the PML agreement's fence settles it) and before the engine makes or
-/// opens any; then the host's first rank removes the files of jobs none of whose processes
+/// opens any; first the host's first rank removes the files of jobs none of whose processes
 /// live, which a launcher other than rsrun (Hydra, Slurm, mpirun) leaves where a rank was
 /// killed. A host where this process cannot make files under /dev/shm (none, or not
 /// writable) has none of the job's to lock; where the lock file's name is another user's,
 /// the job runs without it (see `JobLock::hold`).
 fn hold_job_files(bootstrap: &Bootstrap) -> Result<(), String> {
+    if bootstrap.local_rank() == 0 {
+        // Before this rank's lock, so that a dead job of this job's id goes too: a killed
+        // singleton whose process id this one has again left files this one's names meet.
+        // No file of this job's can go: none is made before every rank holds the lock (the
+        // engine's first fence), and a rank's lock taken meanwhile keeps the sweep off.
+        // Best effort: a dead job's file this rank cannot remove stays, as it did before.
+        let _ = host_files::sweep();
+    }
     let lock = match JobLock::hold(bootstrap.job_id()) {
         Ok(lock) => lock,
         Err(_) if !host_files::dir_writable() => return Ok(()),
         Err(e) => return Err(format!("the job's files under {}: {e}", host_files::DIR)),
     };
     *JOB_FILES.lock().unwrap_or_else(PoisonError::into_inner) = lock;
-    if bootstrap.local_rank() == 0 {
-        // Best effort: a dead job's file this rank cannot remove stays, as it did before.
-        let _ = host_files::sweep();
-    }
     Ok(())
 }
 

@@ -28,6 +28,15 @@ fn rank_mode() {
     let Ok(mode) = env::var(RANK_MODE) else {
         return;
     };
+    // What a killed singleton of this process id left (the id names a singleton's job): its
+    // lock file, locked no more, and a file of its job's.
+    let stale = (mode == "reused-pid").then(|| {
+        let job = format!("/dev/shm/mpirt-singleton-{}", std::process::id());
+        fs::write(format!("{job}-lock"), b"").expect("a lock file under /dev/shm");
+        let stale = PathBuf::from(format!("{job}-test-stale"));
+        fs::write(&stale, b"x").expect("a file under /dev/shm");
+        stale
+    });
     let universe = mpirt::initialize().expect("initialize");
     let world = universe.world();
     let rank = world.rank();
@@ -67,6 +76,12 @@ fn rank_mode() {
             let _ = world.process_at_rank(1).receive::<i32>();
         }
         "sweep" => fs::remove_file(&mine).expect("the rank's own file"),
+        "reused-pid" => {
+            let stale = stale.expect("planted before initialize");
+            assert!(!stale.exists(), "{} outlived initialize", stale.display());
+            fs::remove_file(&mine).expect("the rank's own file");
+            println!("job {job}");
+        }
         other => panic!("unknown rank mode {other}"),
     }
     println!("rank {rank} done");
@@ -255,4 +270,30 @@ fn a_killed_jobs_files_are_removed_by_the_next_job_and_a_running_jobs_are_kept()
     }
     assert_eq!(files_of(&live_job), Vec::<String>::new());
     fs::remove_dir_all(&side).unwrap();
+}
+
+/// A singleton whose process id a killed singleton had (its job's id, hence its files'
+/// names) removes what that one left as it starts: its sweep comes before it takes its own
+/// lock, which would have kept the dead one's lock file, and its files, as its own. Its last
+/// rank (itself) removes its own lock file at finalize.
+#[test]
+fn a_singleton_removes_what_a_killed_one_of_its_process_id_left() {
+    let mut command = Command::new(env::current_exe().unwrap());
+    command
+        .args(RANK_MODE_ARGS)
+        .env(RANK_MODE, "reused-pid")
+        .env(SIDE, env::temp_dir());
+    for var in ["MPIRT_RANK", "MPIRT_SIZE", "MPIRT_KVS_ADDR", "MPIRT_JOB_ID"] {
+        command.env_remove(var);
+    }
+    let output = common::run_limited(command);
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("rank 0 done"), "{stdout}\n{stderr}");
+    let job = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("job "))
+        .unwrap_or_else(|| panic!("the singleton named no job\n{stdout}\n{stderr}"));
+    assert!(job.starts_with("singleton-"), "{job}");
+    assert_eq!(files_of(job), Vec::<String>::new());
 }
