@@ -1,11 +1,13 @@
 //! The job's files under /dev/shm where no launcher of ours removes them (`pml::host_files`):
 //! a job one of whose ranks is SIGKILLed under Hydra's mpiexec leaves its files; the next job
 //! removes them, while a job still running keeps its own through that sweep and completes.
-//! Files are counted, never timed. One test in a binary of its own: a job of a test running
-//! beside it would sweep the dead job's files before this one counted them.
+//! Files are counted, never timed. One test in a binary of its own, and the dead job's lock
+//! held by the test until its files are counted: a job of a test running beside it would
+//! otherwise sweep them first.
 
 use std::env;
 use std::fs;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -67,8 +69,9 @@ fn rank_mode() {
             if rank == 0 {
                 say(&side, "killed", &job);
             }
-            world.barrier();
             if rank == 1 {
+                // Once the test holds the job's lock too (see `hold_job_lock`).
+                wait_for(&side.join("kill"));
                 // SAFETY: raise has no preconditions; SIGKILL ends this process here.
                 unsafe { libc::raise(libc::SIGKILL) };
             }
@@ -121,6 +124,18 @@ fn wait_for(path: &Path) {
         );
         thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// A shared lock on job `job`'s lock file, taken while its ranks hold theirs: as long as it
+/// is held, no job's sweep (of a test running beside this one on the host: another binary's,
+/// another checkout's) takes the job for dead and removes its files before they are counted.
+fn hold_job_lock(job: &str) -> fs::File {
+    let path = format!("/dev/shm/mpirt-{job}-lock");
+    let file = fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    // SAFETY: `file` is an open descriptor for the call's length; flock only sets a lock.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH) };
+    assert_eq!(locked, 0, "{path}: {}", std::io::Error::last_os_error());
+    file
 }
 
 /// The names under /dev/shm of job `job`'s files, sorted.
@@ -233,10 +248,26 @@ fn a_killed_jobs_files_are_removed_by_the_next_job_and_a_running_jobs_are_kept()
     let live_files = files_of(&live_job);
     assert_holds(&live_files, &live_job);
 
-    // A job whose rank 1 is SIGKILLed: no launcher of ours removes its files.
+    // A job whose rank 1 is SIGKILLed: no launcher of ours removes its files. The test holds
+    // its lock until they are counted, then lets it go as the ranks' went.
+    let holder = {
+        let side = side.clone();
+        thread::spawn(move || {
+            wait_for(&side.join("killed"));
+            let job = fs::read_to_string(side.join("killed")).unwrap();
+            let held = hold_job_lock(&job);
+            say(&side, "kill", "");
+            (job, held)
+        })
+    };
     let killed = common::run_limited(hydra("killed", &side));
     let (stdout, stderr) = text(&killed);
     assert!(!killed.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        side.join("kill").exists(),
+        "the job ended before its rank 1 was told to die\n{stdout}\n{stderr}"
+    );
+    let (killed_job, held) = holder.join().expect("the job's lock held");
     for rank in 0..2 {
         let pid = fs::read_to_string(side.join(format!("pid-{rank}")))
             .unwrap_or_else(|e| panic!("rank {rank} said no pid ({e})\n{stdout}\n{stderr}"));
@@ -250,8 +281,8 @@ fn a_killed_jobs_files_are_removed_by_the_next_job_and_a_running_jobs_are_kept()
             thread::sleep(Duration::from_millis(5));
         }
     }
-    let killed_job = fs::read_to_string(side.join("killed")).unwrap();
     assert_holds(&files_of(&killed_job), &killed_job);
+    drop(held);
 
     // The next job, under any launcher: its first rank on the host sweeps.
     ok_job_with(2, "sweep", &[(SIDE, side.to_str().unwrap())]);
