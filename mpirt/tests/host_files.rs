@@ -1,9 +1,10 @@
 //! The job's files under /dev/shm where no launcher of ours removes them (`pml::host_files`):
 //! a job one of whose ranks is SIGKILLed under Hydra's mpiexec leaves its files; the next job
 //! removes them, while a job still running keeps its own through that sweep and completes.
-//! Files are counted, never timed. One test in a binary of its own, and the dead job's lock
-//! held by the test until its files are counted: a job of a test running beside it would
-//! otherwise sweep them first.
+//! A singleton sweeps the files a killed singleton of its process id left. Files are counted,
+//! never timed. The tests are in a binary of their own, and the dead job's lock is held by
+//! the test until its files are counted: a job of a test running beside it (this binary's
+//! singleton, another binary's or another checkout's jobs) would otherwise sweep them first.
 
 use std::env;
 use std::fs;
