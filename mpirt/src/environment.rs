@@ -20,6 +20,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use bootstrap::Bootstrap;
+use pml::host_files::{self, JobLock};
 use pml::stall::Awaited;
 use pml::{ContextId, Done, EngineConfig, Handle, Pml, PmlError, SourceSel, Status, TagSel};
 use pml::{Waiting, Wireup};
@@ -70,6 +71,11 @@ static BOOTSTRAP: Mutex<Option<Bootstrap>> = Mutex::new(None);
 fn bootstrap() -> MutexGuard<'static, Option<Bootstrap>> {
     BOOTSTRAP.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+/// This process's shared lock on its job's files under /dev/shm (`pml::host_files`): held
+/// from before the engine makes or opens any of them until finalize, so that no other job's
+/// sweep takes them for a dead job's.
+static JOB_FILES: Mutex<Option<JobLock>> = Mutex::new(None);
 
 /// Whether `initialize` ran in this process, on any thread: it runs once.
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
@@ -227,7 +233,41 @@ impl Drop for Universe {
                 bootstrap::output::say(&format!("mpirt: rank {}: finalize: {e}", bootstrap.rank()));
             }
         }
+        // The engine is gone with its files (the libfabric endpoints' are removed as they
+        // close); the job's last rank on the host removes what a killed rank left.
+        let held = JOB_FILES
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(lock) = held {
+            lock.release();
+        }
     }
+}
+
+/// Takes this rank's lock on its job's files under /dev/shm (`pml::host_files`) once the
+/// job's id is known (the PML agreement's fence settles it) and before the engine makes or
+/// opens any; first the host's first rank removes the files of jobs none of whose processes
+/// live, which a launcher other than rsrun (Hydra, Slurm, mpirun) leaves where a rank was
+/// killed. A host where this process cannot make files under /dev/shm (none, or not
+/// writable) has none of the job's to lock; where the lock file's name is another user's,
+/// the job runs without it (see `JobLock::hold`).
+fn hold_job_files(bootstrap: &Bootstrap) -> Result<(), String> {
+    if bootstrap.local_rank() == 0 {
+        // Before this rank's lock, so that a dead job of this job's id goes too: a killed
+        // singleton whose process id this one has again left files this one's names meet.
+        // No file of this job's can go: none is made before every rank holds the lock (the
+        // engine's first fence), and a rank's lock taken meanwhile keeps the sweep off.
+        // Best effort: a dead job's file this rank cannot remove stays, as it did before.
+        let _ = host_files::sweep();
+    }
+    let lock = match JobLock::hold(bootstrap.job_id()) {
+        Ok(lock) => lock,
+        Err(_) if !host_files::dir_writable() => return Ok(()),
+        Err(e) => return Err(format!("the job's files under {}: {e}", host_files::DIR)),
+    };
+    *JOB_FILES.lock().unwrap_or_else(PoisonError::into_inner) = lock;
+    Ok(())
 }
 
 /// Lets the engine wire up over the launcher's key-value service.
@@ -296,6 +336,9 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         Err(why) => startup_abort(&mut bootstrap, why),
     };
     if let Err(why) = backend::agree(&mut BootstrapWireup(&mut bootstrap), choice) {
+        startup_abort(&mut bootstrap, why);
+    }
+    if let Err(why) = hold_job_files(&bootstrap) {
         startup_abort(&mut bootstrap, why);
     }
     let engine = match AnyPml::new(choice, &mut BootstrapWireup(&mut bootstrap), config) {

@@ -11,6 +11,7 @@ pub mod envelope;
 pub mod error;
 pub mod fast_hash;
 pub mod freed_memory;
+pub mod host_files;
 mod keyed_queues;
 pub mod matching;
 pub mod membarrier;

@@ -1,7 +1,8 @@
 //! A shared read-write mapping of a whole file, unmapped on drop: what every file this
 //! runtime shares between the processes of a host (the shm segment, the collectives'
-//! shared-memory areas) is seen through. Named files live under /dev/shm, where rsrun removes
-//! those of a job that died (their names start with `mpirt-<job id>`).
+//! shared-memory areas) is seen through. Named files live under /dev/shm, where rsrun, or
+//! else the next job (`host_files`), removes those of a job that died (their names start with
+//! `mpirt-<job id>-`).
 
 use std::fs::{self, OpenOptions};
 use std::io;

@@ -118,6 +118,11 @@ const NAP: Duration = Duration::from_micros(50);
 /// How long a wait goes without progress before it probes its peers, and how often it probes
 /// again while it stays idle (one small send to each peer a second).
 pub const PROBE_AFTER: Duration = Duration::from_secs(1);
+/// Polls that delivered nothing between two looks at the clock by a rank that polls without
+/// sleeping (a loop of tests), for the address check a wait runs before it sleeps (see
+/// `check_address_while_polling`): a few milliseconds of empty polls, so the clock (read
+/// without a system call, through the vDSO) costs a poll next to nothing.
+const POLLS_PER_CLOCK: u32 = 1024;
 /// How long after a frame longer than the inject size arrived a rank without a wait fd keeps
 /// polling (see [`transfer_under_way`]): rxd's retry timeout, beyond the 0.2 ms that one
 /// 64 KiB frame takes at rxd's 300 MB/s, so that a stream of them keeps the receiver polling
@@ -362,16 +367,17 @@ pub struct OfiTransport {
     /// Registrations of the transport's own buffers.
     registrations: u64,
     stopped: bool,
-    /// Since when polls found nothing, once a wait went to sleep, and when idle waits last
-    /// probed the peers.
+    /// Since when polls found nothing, once a wait went to sleep (or, over IP sockets, a rank
+    /// polled [`POLLS_PER_CLOCK`] times in vain), and when idle waits last probed the peers.
     idle_since: Option<Instant>,
     last_probe: Option<Instant>,
-    /// The endpoint's IP address, on providers over IP sockets, when an idle wait last
-    /// checked that this host still has it (see `address`), and whether that check found it
-    /// gone.
+    /// The endpoint's IP address, on providers over IP sockets, when an idle wait (or a run
+    /// of empty polls) last checked that this host still has it (see `address`), whether
+    /// that check found it gone, and the empty polls since the clock was last read for it.
     address: Option<SocketAddr>,
     address_checked: Option<Instant>,
     address_missed: bool,
+    empty_polls: u32,
     /// Registrations: ours (where the provider wants local buffers registered), and the
     /// user buffers exposed to peers or read into; all close before the fabric's objects.
     recv_mr: Option<Region>,
@@ -508,6 +514,7 @@ impl OfiTransport {
             address: None,
             address_checked: None,
             address_missed: false,
+            empty_polls: 0,
             recv_mr: None,
             send_mr: None,
             user_mrs: Box::new(RegistrationCache::new(
@@ -1106,7 +1113,10 @@ impl OfiTransport {
             Some(e) => Err(e),
             // Here, not before a sleep only: `Engine::rma` waiting for room behind an
             // unanswered operation polls without sleeping.
-            None if delivered == 0 => self.rma_overdue().map(|()| 0),
+            None if delivered == 0 => {
+                self.rma_overdue()?;
+                self.check_address_while_polling().map(|()| 0)
+            }
             None => Ok(delivered),
         }
     }
@@ -1467,6 +1477,24 @@ impl OfiTransport {
         }
     }
 
+    /// [`check_address`](Self::check_address) for a rank that polls without ever sleeping (a
+    /// loop of tests), which prepares no wait: every [`POLLS_PER_CLOCK`] polls that delivered
+    /// nothing read the clock, and the address is checked as a wait checks it, once idle for
+    /// [`PROBE_AFTER`] and then at most once per `PROBE_AFTER`. Nothing on providers that are
+    /// not over IP sockets.
+    fn check_address_while_polling(&mut self) -> Result<(), PmlError> {
+        if self.address.is_none() {
+            return Ok(());
+        }
+        self.empty_polls += 1;
+        if self.empty_polls < POLLS_PER_CLOCK {
+            return Ok(());
+        }
+        self.empty_polls = 0;
+        let idle = self.idle_since.get_or_insert_with(Instant::now).elapsed();
+        self.check_address(idle)
+    }
+
     /// Prepares a sleep: probes idle peers, checks the endpoint's address, and says whether
     /// something may be pending (`fi_trywait` refuses): then do not sleep. Without an fd (the provider has none) it
     /// cannot tell: `polled` says how soon to look.
@@ -1675,6 +1703,7 @@ impl Drop for OfiTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::Placement;
 
     /// A buffer the provider registers is not copied; one it refuses goes by a registered
     /// copy; where the copy's registration fails too, the error names both causes, the
@@ -1780,6 +1809,93 @@ mod tests {
         ] {
             assert!(e.contains(said), "missing {said:?} in {e}");
         }
+    }
+
+    /// Takes nothing: the transports these tests open have no peer to deliver from.
+    struct NoDelivery;
+
+    // SAFETY: it places nothing anywhere (`placement` never returns a target).
+    unsafe impl Sink for NoDelivery {
+        const PLACEMENT_HEAD: usize = 0;
+
+        fn frame(&mut self, peer: Rank, _frame: &[u8]) -> Result<(), PmlError> {
+            panic!("a frame from rank {peer}, on a transport with no peer")
+        }
+        fn placement(
+            &mut self,
+            peer: Rank,
+            _head: &[u8],
+            _len: usize,
+        ) -> Result<Placement<'_>, PmlError> {
+            panic!("a frame from rank {peer}, on a transport with no peer")
+        }
+        fn data_landed(&mut self, peer: Rank, _token: u64, _len: usize) -> Result<(), PmlError> {
+            panic!("data from rank {peer}, on a transport with no peer")
+        }
+        fn read_done(&mut self, token: u64, _result: Result<(), String>) -> Result<(), PmlError> {
+            panic!("read {token} finished, on a transport that started none")
+        }
+    }
+
+    /// A rank that polls without sleeping (a loop of tests) checks its endpoint's address
+    /// too: its polls count, and each [`POLLS_PER_CLOCK`]-th that delivered nothing reads the
+    /// clock and checks as an idle wait does. Counted polls, not time: a second miss in a
+    /// row is due before the run starts, and only the run's last poll finds it.
+    #[test]
+    fn a_rank_that_polls_without_sleeping_checks_its_address() {
+        let nonlocal_bind = std::fs::read_to_string("/proc/sys/net/ipv4/ip_nonlocal_bind")
+            .is_ok_and(|v| v.trim() != "0");
+        if nonlocal_bind {
+            println!("skipped: net.ipv4.ip_nonlocal_bind lets any address bind");
+            return;
+        }
+        let config = OfiConfig {
+            provider: Some("udp;ofi_rxd"),
+            job_id: "address-polled",
+            fabric_only: false,
+            rma: false,
+            reg_cache: false,
+            eager_limit: None,
+            peer_timeout: None,
+            rma_timeout: None,
+            waits_spin: true,
+        };
+        let mut t = OfiTransport::new(0, 1, "here", &config)
+            .expect("udp;ofi_rxd opens")
+            .expect("udp;ofi_rxd is a provider");
+        let own = t.address.replace(SocketAddr::from(([192, 0, 2, 1], 9)));
+        assert!(
+            own.is_some(),
+            "udp;ofi_rxd names its endpoint by IP address"
+        );
+        // Polls just begun: the run's last poll starts the idle clock and checks nothing.
+        for _ in 0..POLLS_PER_CLOCK {
+            assert_eq!(t.poll(&mut NoDelivery).expect("not checked yet"), 0);
+        }
+        assert!(t.idle_since.is_some(), "the idle clock started");
+        assert_eq!(
+            t.address_checked, None,
+            "checked before idle for PROBE_AFTER"
+        );
+        // Idle a second, with a first miss a second ago: the next check fails.
+        let a_second_ago = Some(Instant::now() - PROBE_AFTER);
+        (t.idle_since, t.address_checked, t.address_missed) = (a_second_ago, a_second_ago, true);
+        for _ in 1..POLLS_PER_CLOCK {
+            assert_eq!(t.poll(&mut NoDelivery).expect("no clock read yet"), 0);
+        }
+        let e = t.poll(&mut NoDelivery).unwrap_err().to_string();
+        assert!(
+            e.contains("lost its address 192.0.2.1 (udp;ofi_rxd on here"),
+            "{e}"
+        );
+        // Over its own address, the check passes as often as it comes.
+        t.address = own;
+        (t.idle_since, t.address_checked) = (a_second_ago, a_second_ago);
+        for _ in 0..POLLS_PER_CLOCK {
+            assert_eq!(t.poll(&mut NoDelivery).expect("its address is there"), 0);
+        }
+        assert!(!t.address_missed, "checked, and found");
+        assert!(t.address_checked > a_second_ago, "checked again");
     }
 
     /// With a wait fd, a wait sleeps on it unless a completion may be pending, whatever is in
