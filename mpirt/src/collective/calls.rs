@@ -841,7 +841,9 @@ where
     R: BufferMut + Partitioned + ?Sized,
 {
     let (root, datatype, incoming) = check_gather_varcount(comm, root, send, recv.as_deref())?;
-    let plan = build::gather_varcount(root, send.byte_len(), incoming.as_deref());
+    let hierarchy = serving(comm, |_| true);
+    let (own, incoming) = (send.byte_len(), incoming.as_deref());
+    let plan = build::gather_varcount(ranks(comm), root, own, incoming, placement(&hierarchy))?;
     Ok(match recv {
         Some(recv) => Call::new(plan, both(send, recv)?, datatype),
         None => Call::new(plan, sending(send)?, datatype),
@@ -938,7 +940,9 @@ where
     R: BufferMut + ?Sized,
 {
     let (root, datatype, outgoing) = check_scatter_varcount(comm, root, send, recv)?;
-    let plan = build::scatter_varcount(root, outgoing.as_deref(), recv.byte_len());
+    let hierarchy = serving(comm, |_| true);
+    let (outgoing, own) = (outgoing.as_deref(), recv.byte_len());
+    let plan = build::scatter_varcount(ranks(comm), root, outgoing, own, placement(&hierarchy))?;
     Ok(match send {
         Some(send) => Call::new(plan, both(send, recv)?, datatype),
         None => Call::new(plan, receiving(recv)?, datatype),

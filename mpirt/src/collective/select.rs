@@ -443,6 +443,26 @@ pub(crate) fn scatter(total_bytes: usize, across_hosts: bool) -> Result<Rooted, 
     rooted(&SCATTER, total_bytes, across_hosts).map(|(algorithm, _)| algorithm)
 }
 
+/// A gather's algorithm for parts of any length: across hosts (`across_hosts`, as for
+/// [`gather`]) through each host's leader at every length, unless an algorithm other than the
+/// area's is forced; else linear. Only the root knows every part's length, so the choice
+/// never depends on them.
+pub(crate) fn gather_varcount(across_hosts: bool) -> Result<Rooted, Cause> {
+    rooted_varcount(&GATHER, across_hosts)
+}
+
+/// A scatter's algorithm for parts of any length, as [`gather_varcount`]'s.
+pub(crate) fn scatter_varcount(across_hosts: bool) -> Result<Rooted, Cause> {
+    rooted_varcount(&SCATTER, across_hosts)
+}
+
+fn rooted_varcount(choice: &Choice, across_hosts: bool) -> Result<Rooted, Cause> {
+    Ok(match choice.forced()? {
+        None | Some("shared_memory") if across_hosts => Rooted::Hierarchical,
+        _ => Rooted::Linear,
+    })
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ReduceScatter {
     /// Around the ring (commutative operations).
