@@ -105,6 +105,11 @@ fn rank_mode() {
             hierarchy_all_gather_varcount(&world, sent);
             hierarchy_rooted_varcount(&world, sent);
         }
+        "hierarchy-rooted-varcount" => {
+            let ucx = env::var("MPIRT_PML").as_deref() == Ok("ucx");
+            let sent = || universe.counters().filter(|_| !ucx).map(|c| c.frames_sent);
+            hierarchy_rooted_varcount(&world, sent);
+        }
         "hierarchy-rooted-lengths" => hierarchy_rooted_lengths(&world),
         "hierarchy-scatters-first" => {
             let ucx = env::var("MPIRT_PML").as_deref() == Ok("ucx");
@@ -2785,12 +2790,13 @@ fn hierarchy_all_gather_varcount(world: &SimpleCommunicator, frames: impl Fn() -
 /// in reverse rank order with a byte's gap before each, which must keep its value; parts of
 /// `bool`, whose values are checked. Then the
 /// frames each rank sent in 10 calls of one `i32` a rank to and from each root, blocking and
-/// then immediate: in a gather a rank of the root's host sends its part to the root, a rank
-/// of another host its length and its part to its leader, a leader one message to the root
-/// (by the flat plan every rank but the root sends one: the root receives one a rank); in a
-/// scatter the root sends one to each other rank of its host and one to each other leader
-/// (by the flat plan one to each rank), a leader one to each other rank of its host, a rank
-/// of another host its length to its leader.
+/// then immediate, on the plan each takes ([`varcount_by_leaders`]): through the leaders, in
+/// a gather a rank of the root's host sends its part to the root, a rank of another host its
+/// length and its part to its leader, a leader one message to the root (the root receives one
+/// message a host); in a scatter the root sends one to each other rank of its host and one to
+/// each other leader, a leader one to each other rank of its host, a rank of another host its
+/// length to its leader. By the flat plan every rank but the root sends the root one (the
+/// root receives one a rank), and the root sends each rank one.
 fn hierarchy_rooted_varcount(world: &SimpleCommunicator, frames: impl Fn() -> Option<u64>) {
     let host_of = hosts_of(world);
     let (rank, size) = (world.rank(), world.size());
@@ -2879,6 +2885,7 @@ fn hierarchy_rooted_varcount(world: &SimpleCommunicator, frames: impl Fn() -> Op
         println!("rank {rank}: frames not counted: this PML (UCX) does not count them");
         return;
     };
+    let (gather_by_leaders, scatter_by_leaders) = varcount_by_leaders();
     let me = rank as usize;
     let members = (0..n).filter(|&m| host_of[m] == host_of[me]).count() as u64;
     let leads = (0..n).find(|&m| host_of[m] == host_of[me]) == Some(me);
@@ -2926,11 +2933,18 @@ fn hierarchy_rooted_varcount(world: &SimpleCommunicator, frames: impl Fn() -> Op
             let scattered = frames().expect("counted before") - before;
             assert_eq!(mine, rank, "scatter_varcount of i32 from {root}");
             let on_root_host = host_of[me] == host_of[root as usize];
-            let (gather, scatter) = match (rank == root, on_root_host, leads) {
-                (true, _, _) => (0, members - 1 + hosts - 1),
-                (false, true, _) => (1, 0),
-                (false, false, true) => (1, members - 1),
-                (false, false, false) => (2, 1),
+            let gather = match (gather_by_leaders, rank == root, on_root_host, leads) {
+                (_, true, _, _) => 0,
+                (false, false, _, _) | (true, false, true, _) | (true, false, false, true) => 1,
+                (true, false, false, false) => 2,
+            };
+            let scatter = match (scatter_by_leaders, rank == root, on_root_host, leads) {
+                (false, true, _, _) => size as u64 - 1,
+                (false, false, _, _) => 0,
+                (true, true, _, _) => members - 1 + hosts - 1,
+                (true, false, true, _) => 0,
+                (true, false, false, true) => members - 1,
+                (true, false, false, false) => 1,
             };
             let what = if immediate { "immediate " } else { "" };
             assert_eq!(
@@ -2941,7 +2955,25 @@ fn hierarchy_rooted_varcount(world: &SimpleCommunicator, frames: impl Fn() -> Op
             );
         }
     }
-    println!("rank {rank}: hierarchical gather_varcount and scatter_varcount frames as planned");
+    let by = |leaders: bool| if leaders { "by the leaders" } else { "flat" };
+    println!(
+        "rank {rank}: gather_varcount {} and scatter_varcount {}: frames as planned",
+        by(gather_by_leaders),
+        by(scatter_by_leaders)
+    );
+}
+
+/// Whether this job's gathers and scatters of parts of any length go through the hosts'
+/// leaders, as `select` decides from `MPIRT_COLL_GATHER` and `MPIRT_COLL_SCATTER`: a gather
+/// only where forced to `shared_memory`, a scatter unless forced to another algorithm.
+fn varcount_by_leaders() -> (bool, bool) {
+    let forced = |name: &str| env::var(name).ok();
+    let gather = forced("MPIRT_COLL_GATHER").as_deref() == Some("shared_memory");
+    let scatter = matches!(
+        forced("MPIRT_COLL_SCATTER").as_deref(),
+        None | Some("shared_memory")
+    );
+    (gather, scatter)
 }
 
 /// Gathers, scatters, reduce-scatters and all-gathers of parts of any length whose ranks'
@@ -3947,7 +3979,9 @@ fn all_gathers_take_the_hierarchical_path_across_hosts() {
 /// (consecutive ranks on different hosts) and on runs of ranks (where non-commutative
 /// reduce-scatters take the hierarchical plan too), and on 3 hosts of 3, 1 and 2 ranks: every
 /// operation, root and size class against the serial reference, and the frames each rank
-/// sends as the plan says.
+/// sends as the plan says. Gathers of parts of any length take the flat plan by default, and
+/// scatters of them the leaders' (`select::gather_varcount`); a job with both forced the other
+/// way round counts each plan's frames there too (`hierarchy_rooted_varcount`).
 #[test]
 fn gathers_scatters_and_reduce_scatters_go_through_host_leaders() {
     if !across_test_hosts() {
@@ -3974,8 +4008,8 @@ fn gathers_scatters_and_reduce_scatters_go_through_host_leaders() {
                     format!("rank {rank}: hierarchical gathers' frames as planned"),
                     format!("rank {rank}: hierarchical all_gather_varcount frames as planned"),
                     format!(
-                        "rank {rank}: hierarchical gather_varcount and scatter_varcount frames \
-                         as planned"
+                        "rank {rank}: gather_varcount flat and scatter_varcount by the leaders: \
+                         frames as planned"
                     ),
                 ] {
                     assert!(
@@ -3985,6 +4019,31 @@ fn gathers_scatters_and_reduce_scatters_go_through_host_leaders() {
                 }
             }
         }
+    }
+    // Each plan of the gathers and scatters of parts of any length the other way round from
+    // the default (`select::gather_varcount`, `scatter_varcount`): the gather through the
+    // leaders, the scatter flat, as the frames each rank sends show.
+    if common::test_pml() == "ucx" {
+        println!(
+            "the forced gather_varcount and scatter_varcount plans skipped: UCX counts no frames"
+        );
+        return;
+    }
+    let launch = Launch::RsrunSlots {
+        slots: &[1, 2, 3, 2],
+        map: "node",
+    };
+    let envs = [
+        ("MPIRT_COLL_GATHER", "shared_memory"),
+        ("MPIRT_COLL_SCATTER", "linear"),
+    ];
+    let (out, _) = ok_job_on(launch, 8, "hierarchy-rooted-varcount", &envs);
+    for rank in 0..8 {
+        let line = format!(
+            "rank {rank}: gather_varcount by the leaders and scatter_varcount flat: frames as \
+             planned"
+        );
+        assert!(out.contains(&line), "forced: missing {line:?} in\n{out}");
     }
 }
 
@@ -4036,7 +4095,9 @@ fn lengths_disagreeing_on_hierarchical_rooted_calls_are_an_error() {
         slots: &[1, 2, 3, 2],
         map: "node",
     };
-    let (out, _) = ok_job_on(launch, 8, "hierarchy-rooted-lengths", &[]);
+    // A gather of parts of any length goes by the leaders only where forced (`select`).
+    let envs = [("MPIRT_COLL_GATHER", "shared_memory")];
+    let (out, _) = ok_job_on(launch, 8, "hierarchy-rooted-lengths", &envs);
     let said = |line: &str| assert!(out.contains(line), "missing {line:?} in\n{out}");
     let disagree = "the ranks' counts disagree";
     said(&format!(
