@@ -31,16 +31,17 @@ pub(crate) struct Call<'a> {
 }
 
 /// A call's plan: built for it alone, checked as it starts, or kept for its shape (checked
-/// when built).
+/// when built). A fresh plan is boxed: a plan that learns (`Plan::learn`) outgrows a kept
+/// one's handle many times over, and a call planned afresh allocates its plan's rounds anyway.
 enum Planned {
-    Fresh(Plan),
+    Fresh(Box<Plan>),
     Kept(Checked),
 }
 
 impl<'a> Call<'a> {
     fn new(plan: Plan, buffers: Buffers, datatype: Datatype) -> Self {
         Call {
-            plan: Planned::Fresh(plan),
+            plan: Planned::Fresh(Box::new(plan)),
             buffers,
             datatype,
             op: None,
@@ -86,7 +87,7 @@ impl<'a> Call<'a> {
             Planned::Fresh(plan) => {
                 let commutative = self.op.as_ref().is_none_or(|op| op.is_commutative());
                 let (send_len, recv_len) = (self.buffers.send_len, self.buffers.recv_len);
-                Checked::new(plan, send_len, recv_len, commutative)
+                Checked::new(*plan, send_len, recv_len, commutative)
             }
         };
         // SAFETY: forwarded from this function's contract.
