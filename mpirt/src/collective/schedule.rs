@@ -205,8 +205,8 @@ impl Round {
 
 /// An algorithm's plan for this rank: what to send and receive, round by round. Executions
 /// share it (`plans` keeps it for the communicator's next call of the same shape); the one
-/// that changes it on its way (a checkpoint's release, a switch to the sender's algorithm)
-/// changes its own copy.
+/// that changes it on its way (a checkpoint's release, a switch to the sender's algorithm,
+/// the rest of a plan that learns) changes its own copy.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Plan {
     rounds: Vec<Round>,
@@ -814,7 +814,7 @@ pub(crate) struct Execution<'a> {
     comm: CommData,
     tag: i32,
     /// Shared with other executions of its shape; copied where this one changes it
-    /// (`go_on`, `switch`).
+    /// (`go_on`, `switch`, `learn`).
     plan: Rc<Plan>,
     buffers: Buffers,
     /// The send buffer's elements packed, when they have gaps; `buffers.send` points here.
