@@ -638,8 +638,10 @@ impl Plan {
                 Region::Recv => recv_len,
                 Region::Scratch(i) => self.scratch[i],
             };
+            // Checked, not wrapped: a learned rest's spans come from lengths a peer sent.
+            let end = span.offset.checked_add(span.len);
             assert!(
-                span.offset + span.len <= len && !(written && span.region == Region::Send),
+                end.is_some_and(|end| end <= len) && !(written && span.region == Region::Send),
                 "collective schedule: {span:?} does not fit its buffer of {len} bytes"
             );
         }
@@ -1728,5 +1730,22 @@ pub(crate) mod simulation {
                 |_, _| vec![],
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Plan, Span};
+
+    /// A span whose end does not fit a `usize` lies past its buffer, however its end wraps
+    /// (a learned rest's spans come from lengths a peer sent).
+    #[test]
+    #[should_panic(expected = "does not fit its buffer of 16 bytes")]
+    fn a_span_whose_end_wraps_does_not_fit() {
+        let mut p = Plan::default();
+        let scratch = p.scratch(16);
+        let wrapping = Span::new(scratch.region, 8, usize::MAX - 3);
+        p.round().recv(1, wrapping);
+        p.check_spans(0, 0, true);
     }
 }
