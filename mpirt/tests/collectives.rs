@@ -3077,6 +3077,7 @@ fn hierarchy_rooted_lengths(world: &SimpleCommunicator) {
             "scatter_varcount, rank 5 long and rank 7 short",
             [4, 4, 4, 4, 4, 5, 4, 3],
         ),
+        ("scatter_varcount, rank 7 empty", [4, 4, 4, 4, 4, 4, 4, 0]),
     ];
     let all = [1u8; 40];
     for (what, lens) in scatters {
@@ -4085,7 +4086,8 @@ fn a_first_scatter_on_more_than_16_ranks_finds_the_hosts() {
 /// alone, naming that rank and both lengths, whether or not its host's parts sum to what the
 /// root expects (where they do, the leader's message alone would land cut wrong, and
 /// without the lengths it carries the root finished with the wrong bytes); a scatter's fails
-/// that rank's leader, naming the root, and the leader's ranks, naming it.
+/// that rank's leader, naming the root, and the leader's ranks, naming it (a rank whose part
+/// is empty too: without the root's length for it that the leader sends it, it ended well).
 #[test]
 fn lengths_disagreeing_on_hierarchical_rooted_calls_are_an_error() {
     if !across_test_hosts() {
@@ -4198,6 +4200,25 @@ fn lengths_disagreeing_on_hierarchical_rooted_calls_are_an_error() {
         for rank in [0, 1, 3, 4, 6] {
             said(&format!("{what}: rank {rank}: ok"));
         }
+    }
+    // Where a rank's part is empty its leader sends it the root's length for it, so that
+    // rank 7, which counts none of the 4 bytes the root counts for it, fails as well: its
+    // leader's message (the lengths and parts of 4, 4 and no bytes it expects, 8 bytes of
+    // parts) is truncated, and it fails naming the root with the parts' lengths, then passes
+    // nothing on.
+    let what = "scatter_varcount, rank 7 empty";
+    said(&format!(
+        "{what}: rank 2: scatter_varcount_into: rank 0 sent 12 bytes where this rank expected \
+         8: {disagree}"
+    ));
+    for (rank, expected) in [(5, 4), (7, 8)] {
+        said(&format!(
+            "{what}: rank {rank}: scatter_varcount_into: rank 2 sent 0 bytes where this rank \
+             expected {expected}:"
+        ));
+    }
+    for rank in [0, 1, 3, 4, 6] {
+        said(&format!("{what}: rank {rank}: ok"));
     }
 }
 

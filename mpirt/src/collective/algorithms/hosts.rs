@@ -281,7 +281,9 @@ fn learned_lengths(p: &mut Plan, others: &[u32]) -> Span {
 /// once it has the lengths, receives the root's message, checks the root's lengths against
 /// its ranks' (a disagreement fails it, naming the root, and its ranks with it, where the
 /// message's length alone would let parts of equal sum go out cut wrong) and hands each
-/// rank its part (no message for an empty one).
+/// rank its part (for an empty one, the root's length for it, which a failed leader sends
+/// empty as it does every part, so that a rank whose empty part the root counts otherwise
+/// fails too).
 pub(crate) fn scatter_varcount(
     p: &mut Plan,
     ranks: Ranks,
@@ -332,9 +334,16 @@ pub(crate) fn scatter_varcount(
     } else if me != members[0] {
         let length = p.scratch_with(LENGTH, encode_lengths([output.len]));
         p.round().send(members[0], length);
-        if output.len > 0 {
-            p.recv(members[0], output);
-        }
+        match output.len {
+            // The root's length for this rank's empty part, which a leader that failed
+            // passes on empty like any part: no message at all would end this rank well
+            // where the root counts its part otherwise.
+            0 => {
+                let roots = p.scratch(LENGTH);
+                p.recv_with_lengths(members[0], roots, vec![(root, 0)])
+            }
+            _ => p.recv(members[0], output),
+        };
     } else {
         let others = members[1..].to_vec();
         let lengths = learned_lengths(p, &others);
@@ -351,10 +360,12 @@ pub(crate) fn scatter_varcount(
             p.copy(message.sub(at, output.len), output);
             at += output.len;
             p.round();
-            for (&rank, &len) in others.iter().zip(learned) {
-                if len > 0 {
-                    p.send(rank, message.sub(at, len));
-                }
+            for (i, (&rank, &len)) in others.iter().zip(learned).enumerate() {
+                match len {
+                    // The root's length for it, after the leader's own.
+                    0 => p.send(rank, message.sub(LENGTH * (1 + i), LENGTH)),
+                    _ => p.send(rank, message.sub(at, len)),
+                };
                 at += len;
             }
             p
