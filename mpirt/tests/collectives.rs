@@ -103,6 +103,12 @@ fn rank_mode() {
             let sent = || universe.counters().filter(|_| !ucx).map(|c| c.frames_sent);
             hierarchy_rooted(&world, sent);
             hierarchy_all_gather_varcount(&world, sent);
+            hierarchy_rooted_varcount(&world, sent);
+        }
+        "hierarchy-rooted-varcount" => {
+            let ucx = env::var("MPIRT_PML").as_deref() == Ok("ucx");
+            let sent = || universe.counters().filter(|_| !ucx).map(|c| c.frames_sent);
+            hierarchy_rooted_varcount(&world, sent);
         }
         "hierarchy-rooted-lengths" => hierarchy_rooted_lengths(&world),
         "hierarchy-scatters-first" => {
@@ -2777,6 +2783,199 @@ fn hierarchy_all_gather_varcount(world: &SimpleCommunicator, frames: impl Fn() -
     println!("rank {rank}: hierarchical all_gather_varcount frames as planned");
 }
 
+/// Gathers and scatters of parts of any length on ranks over several hosts, more than one on
+/// some (the plans through each host's leader, which learns its ranks' lengths from them),
+/// against the serial reference, blocking and immediate, to and from every root: rank r's
+/// part `r % 3` times 1, 3000 and 70000 (rendezvous) bytes, none on every third rank, placed
+/// in reverse rank order with a byte's gap before each, which must keep its value; parts of
+/// `bool`, whose values are checked. Then the
+/// frames each rank sent in 10 calls of one `i32` a rank to and from each root, blocking and
+/// then immediate, on the plan each takes ([`varcount_by_leaders`]): through the leaders, in
+/// a gather a rank of the root's host sends its part to the root, a rank of another host its
+/// length and its part to its leader, a leader one message to the root (the root receives one
+/// message a host); in a scatter the root sends one to each other rank of its host and one to
+/// each other leader, a leader one to each other rank of its host, a rank of another host its
+/// length to its leader. By the flat plan every rank but the root sends the root one (the
+/// root receives one a rank), and the root sends each rank one.
+fn hierarchy_rooted_varcount(world: &SimpleCommunicator, frames: impl Fn() -> Option<u64>) {
+    let host_of = hosts_of(world);
+    let (rank, size) = (world.rank(), world.size());
+    let n = size as usize;
+    for scale in [1, 3000, 70000] {
+        let lens: Vec<usize> = (0..n).map(|r| r % 3 * scale).collect();
+        let mut displs = vec![0 as Count; n];
+        let mut total = 0;
+        for r in (0..n).rev() {
+            displs[r] = (total + 1) as Count;
+            total += 1 + lens[r];
+        }
+        let counts: Vec<Count> = lens.iter().map(|&len| len as Count).collect();
+        let mut everyone = vec![0xeeu8; total];
+        for r in 0..n {
+            let at = displs[r] as usize;
+            everyone[at..at + lens[r]].copy_from_slice(&contribution(r as i32, lens[r], byte));
+        }
+        let mine = contribution(rank, lens[rank as usize], byte);
+        for root in 0..size {
+            let at = world.process_at_rank(root);
+            let what = format!("(r % 3) * {scale} bytes, root {root}");
+            let mut all = vec![0xeeu8; if rank == root { total } else { 0 }];
+            let mut got = vec![0u8; mine.len()];
+            if rank == root {
+                at.gather_varcount_into_root(
+                    &mine[..],
+                    &mut PartitionMut::new(&mut all[..], &counts[..], &displs[..]),
+                );
+                assert!(all == everyone, "gather_varcount of {what}");
+                let parts = Partition::new(&everyone[..], &counts[..], &displs[..]);
+                at.scatter_varcount_into_root(&parts, &mut got[..]);
+            } else {
+                at.gather_varcount_into(&mine[..]);
+                at.scatter_varcount_into(&mut got[..]);
+            }
+            assert!(got == mine, "scatter_varcount of {what}");
+            all.fill(0xee);
+            got.fill(0);
+            if rank == root {
+                let mut parts = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
+                let from = Partition::new(&everyone[..], &counts[..], &displs[..]);
+                request::scope(|scope| {
+                    let g = at.immediate_gather_varcount_into_root(scope, &mine[..], &mut parts);
+                    let s = at.immediate_scatter_varcount_into_root(scope, &from, &mut got[..]);
+                    g.wait();
+                    s.wait();
+                });
+                assert!(all == everyone, "immediate gather_varcount of {what}");
+            } else {
+                request::scope(|scope| {
+                    let g = at.immediate_gather_varcount_into(scope, &mine[..]);
+                    let s = at.immediate_scatter_varcount_into(scope, &mut got[..]);
+                    g.wait();
+                    s.wait();
+                });
+            }
+            assert!(got == mine, "immediate scatter_varcount of {what}");
+        }
+    }
+    // Parts of a type whose values are checked (`bool`: rank r's r + 1 of them): the lengths
+    // the leaders' messages carry ahead of the parts are no values of it.
+    let counts: Vec<Count> = (0..size).map(|r| r + 1).collect();
+    let displs: Vec<Count> = (0..size).map(|r| r * (r + 1) / 2).collect();
+    let bools = |r: i32| vec![r % 2 == 0; r as usize + 1];
+    let everyone: Vec<bool> = (0..size).flat_map(bools).collect();
+    let mut got = vec![false; rank as usize + 1];
+    for root in 0..size {
+        let at = world.process_at_rank(root);
+        if rank == root {
+            let mut all = vec![true; everyone.len()];
+            at.gather_varcount_into_root(
+                &bools(rank)[..],
+                &mut PartitionMut::new(&mut all[..], &counts[..], &displs[..]),
+            );
+            assert_eq!(all, everyone, "gather_varcount of bool to {root}");
+            let parts = Partition::new(&everyone[..], &counts[..], &displs[..]);
+            at.scatter_varcount_into_root(&parts, &mut got[..]);
+        } else {
+            at.gather_varcount_into(&bools(rank)[..]);
+            at.scatter_varcount_into(&mut got[..]);
+        }
+        assert_eq!(got, bools(rank), "scatter_varcount of bool from {root}");
+    }
+    let Some(_) = frames() else {
+        println!("rank {rank}: frames not counted: this PML (UCX) does not count them");
+        return;
+    };
+    let (gather_by_leaders, scatter_by_leaders) = varcount_by_leaders();
+    let me = rank as usize;
+    let members = (0..n).filter(|&m| host_of[m] == host_of[me]).count() as u64;
+    let leads = (0..n).find(|&m| host_of[m] == host_of[me]) == Some(me);
+    let hosts = *host_of.iter().max().expect("a rank") as u64 + 1;
+    let ones = vec![1 as Count; n];
+    let displs: Vec<Count> = (0..size).collect();
+    let everyone: Vec<i32> = (0..size).collect();
+    for immediate in [false, true] {
+        for root in 0..size {
+            let at = world.process_at_rank(root);
+            let before = frames().expect("counted before");
+            let mut all = vec![-1i32; n];
+            for _ in 0..10 {
+                let mut parts = PartitionMut::new(&mut all[..], &ones[..], &displs[..]);
+                match (rank == root, immediate) {
+                    (true, false) => at.gather_varcount_into_root(&rank, &mut parts),
+                    (false, false) => at.gather_varcount_into(&rank),
+                    (true, true) => request::scope(|scope| {
+                        at.immediate_gather_varcount_into_root(scope, &rank, &mut parts)
+                            .wait();
+                    }),
+                    (false, true) => request::scope(|scope| {
+                        at.immediate_gather_varcount_into(scope, &rank).wait();
+                    }),
+                }
+            }
+            let gathered = frames().expect("counted before") - before;
+            assert!(rank != root || all == everyone, "gather_varcount of i32");
+            let before = frames().expect("counted before");
+            let mut mine = -1i32;
+            let parts = Partition::new(&everyone[..], &ones[..], &displs[..]);
+            for _ in 0..10 {
+                match (rank == root, immediate) {
+                    (true, false) => at.scatter_varcount_into_root(&parts, &mut mine),
+                    (false, false) => at.scatter_varcount_into(&mut mine),
+                    (true, true) => request::scope(|scope| {
+                        at.immediate_scatter_varcount_into_root(scope, &parts, &mut mine)
+                            .wait();
+                    }),
+                    (false, true) => request::scope(|scope| {
+                        at.immediate_scatter_varcount_into(scope, &mut mine).wait();
+                    }),
+                }
+            }
+            let scattered = frames().expect("counted before") - before;
+            assert_eq!(mine, rank, "scatter_varcount of i32 from {root}");
+            let on_root_host = host_of[me] == host_of[root as usize];
+            let gather = match (gather_by_leaders, rank == root, on_root_host, leads) {
+                (_, true, _, _) => 0,
+                (false, false, _, _) | (true, false, true, _) | (true, false, false, true) => 1,
+                (true, false, false, false) => 2,
+            };
+            let scatter = match (scatter_by_leaders, rank == root, on_root_host, leads) {
+                (false, true, _, _) => size as u64 - 1,
+                (false, false, _, _) => 0,
+                (true, true, _, _) => members - 1 + hosts - 1,
+                (true, false, true, _) => 0,
+                (true, false, false, true) => members - 1,
+                (true, false, false, false) => 1,
+            };
+            let what = if immediate { "immediate " } else { "" };
+            assert_eq!(
+                (gathered, scattered),
+                (10 * gather, 10 * scatter),
+                "rank {rank}: frames sent in 10 {what}gather_varcounts and scatter_varcounts of \
+                 4 bytes a rank to and from {root}"
+            );
+        }
+    }
+    let by = |leaders: bool| if leaders { "by the leaders" } else { "flat" };
+    println!(
+        "rank {rank}: gather_varcount {} and scatter_varcount {}: frames as planned",
+        by(gather_by_leaders),
+        by(scatter_by_leaders)
+    );
+}
+
+/// Whether this job's gathers and scatters of parts of any length go through the hosts'
+/// leaders, as `select` decides from `MPIRT_COLL_GATHER` and `MPIRT_COLL_SCATTER`: a gather
+/// only where forced to `shared_memory`, a scatter unless forced to another algorithm.
+fn varcount_by_leaders() -> (bool, bool) {
+    let forced = |name: &str| env::var(name).ok();
+    let gather = forced("MPIRT_COLL_GATHER").as_deref() == Some("shared_memory");
+    let scatter = matches!(
+        forced("MPIRT_COLL_SCATTER").as_deref(),
+        None | Some("shared_memory")
+    );
+    (gather, scatter)
+}
+
 /// Gathers, scatters, reduce-scatters and all-gathers of parts of any length whose ranks'
 /// lengths disagree on the hierarchical plans (8 ranks dealt round 4 hosts of 1, 2, 3 and 2
 /// slots: ranks 2, 5 and 7 share the third host, which rank 2 leads; ranks 1 and 4 the
@@ -2848,6 +3047,51 @@ fn hierarchy_rooted_lengths(world: &SimpleCommunicator) {
         ),
     );
     check("the all_gather_varcount of a leader counting long");
+    // Gathers and scatters of parts of any length to and from rank 0, which counts 4 bytes
+    // for every rank: the root learns the lengths of the third host's parts from its leader
+    // (rank 2), which learnt them from ranks 5 and 7.
+    let ones = [4 as Count; 8];
+    // Each rank's length, by rank.
+    let gathers = [
+        ("gather_varcount, rank 5 long", [4, 4, 4, 4, 4, 5, 4, 4]),
+        (
+            "gather_varcount, rank 5 long and rank 7 short",
+            [4, 4, 4, 4, 4, 5, 4, 3],
+        ),
+    ];
+    for (what, lens) in gathers {
+        let mine = vec![rank as u8; lens[rank as usize]];
+        let gathered = match rank {
+            0 => root.try_gather_varcount_into_root(
+                &mine[..],
+                &mut PartitionMut::new(&mut got[..], &ones[..], &displs[..]),
+            ),
+            _ => root.try_gather_varcount_into(&mine[..]),
+        };
+        said(what, gathered);
+        check(what);
+    }
+    let scatters = [
+        ("scatter_varcount, rank 7 long", [4, 4, 4, 4, 4, 4, 4, 8]),
+        (
+            "scatter_varcount, rank 5 long and rank 7 short",
+            [4, 4, 4, 4, 4, 5, 4, 3],
+        ),
+        ("scatter_varcount, rank 7 empty", [4, 4, 4, 4, 4, 4, 4, 0]),
+    ];
+    let all = [1u8; 40];
+    for (what, lens) in scatters {
+        let mut mine = vec![0u8; lens[rank as usize]];
+        let scattered = match rank {
+            0 => root.try_scatter_varcount_into_root(
+                &Partition::new(&all[..], &ones[..], &displs[..]),
+                &mut mine[..],
+            ),
+            _ => root.try_scatter_varcount_into(&mut mine[..]),
+        };
+        said(what, scattered);
+        check(what);
+    }
 }
 
 /// Reductions, all-reductions, broadcasts and all-gathers whose ranks' lengths disagree, on 2
@@ -3736,7 +3980,9 @@ fn all_gathers_take_the_hierarchical_path_across_hosts() {
 /// (consecutive ranks on different hosts) and on runs of ranks (where non-commutative
 /// reduce-scatters take the hierarchical plan too), and on 3 hosts of 3, 1 and 2 ranks: every
 /// operation, root and size class against the serial reference, and the frames each rank
-/// sends as the plan says.
+/// sends as the plan says. Gathers of parts of any length take the flat plan by default, and
+/// scatters of them the leaders' (`select::gather_varcount`); a job with both forced the other
+/// way round counts each plan's frames there too (`hierarchy_rooted_varcount`).
 #[test]
 fn gathers_scatters_and_reduce_scatters_go_through_host_leaders() {
     if !across_test_hosts() {
@@ -3762,6 +4008,10 @@ fn gathers_scatters_and_reduce_scatters_go_through_host_leaders() {
                 for line in [
                     format!("rank {rank}: hierarchical gathers' frames as planned"),
                     format!("rank {rank}: hierarchical all_gather_varcount frames as planned"),
+                    format!(
+                        "rank {rank}: gather_varcount flat and scatter_varcount by the leaders: \
+                         frames as planned"
+                    ),
                 ] {
                     assert!(
                         out.contains(&line),
@@ -3770,6 +4020,31 @@ fn gathers_scatters_and_reduce_scatters_go_through_host_leaders() {
                 }
             }
         }
+    }
+    // Each plan of the gathers and scatters of parts of any length the other way round from
+    // the default (`select::gather_varcount`, `scatter_varcount`): the gather through the
+    // leaders, the scatter flat, as the frames each rank sends show.
+    if common::test_pml() == "ucx" {
+        println!(
+            "the forced gather_varcount and scatter_varcount plans skipped: UCX counts no frames"
+        );
+        return;
+    }
+    let launch = Launch::RsrunSlots {
+        slots: &[1, 2, 3, 2],
+        map: "node",
+    };
+    let envs = [
+        ("MPIRT_COLL_GATHER", "shared_memory"),
+        ("MPIRT_COLL_SCATTER", "linear"),
+    ];
+    let (out, _) = ok_job_on(launch, 8, "hierarchy-rooted-varcount", &envs);
+    for rank in 0..8 {
+        let line = format!(
+            "rank {rank}: gather_varcount by the leaders and scatter_varcount flat: frames as \
+             planned"
+        );
+        assert!(out.contains(&line), "forced: missing {line:?} in\n{out}");
     }
 }
 
@@ -3806,7 +4081,13 @@ fn a_first_scatter_on_more_than_16_ranks_finds_the_hosts() {
 /// receive fails that rank alone; a reduce-scatter's long vector fails every rank; an
 /// all-gather of parts of any length where one rank counts another's part long fails that
 /// rank, naming the leader it takes that part from, and where a leader counts a part of its
-/// host long fails every rank, each naming the rank it took empty parts from.
+/// host long fails every rank, each naming the rank it took empty parts from. A gather of
+/// parts of any length whose rank gives a part the root counts otherwise fails the root
+/// alone, naming that rank and both lengths, whether or not its host's parts sum to what the
+/// root expects (where they do, the leader's message alone would land cut wrong, and
+/// without the lengths it carries the root finished with the wrong bytes); a scatter's fails
+/// that rank's leader, naming the root, and the leader's ranks, naming it (a rank whose part
+/// is empty too: without the root's length for it that the leader sends it, it ended well).
 #[test]
 fn lengths_disagreeing_on_hierarchical_rooted_calls_are_an_error() {
     if !across_test_hosts() {
@@ -3816,7 +4097,9 @@ fn lengths_disagreeing_on_hierarchical_rooted_calls_are_an_error() {
         slots: &[1, 2, 3, 2],
         map: "node",
     };
-    let (out, _) = ok_job_on(launch, 8, "hierarchy-rooted-lengths", &[]);
+    // A gather of parts of any length goes by the leaders only where forced (`select`).
+    let envs = [("MPIRT_COLL_GATHER", "shared_memory")];
+    let (out, _) = ok_job_on(launch, 8, "hierarchy-rooted-lengths", &envs);
     let said = |line: &str| assert!(out.contains(line), "missing {line:?} in\n{out}");
     let disagree = "the ranks' counts disagree";
     said(&format!(
@@ -3874,6 +4157,68 @@ fn lengths_disagreeing_on_hierarchical_rooted_calls_are_an_error() {
             "{leader}: rank {rank}: all_gather_varcount_into: rank {from} sent 0 bytes where \
              this rank expected 4: {disagree}"
         ));
+    }
+    // The root of a gather of parts of any length checks the lengths the leader passes on
+    // against its own: where the host's parts sum to what it expects (the message's length
+    // alone would let them land cut wrong) it names rank 5; where they sum longer, the
+    // message is truncated, whose lengths a PML may leave unwritten, and it names the leader
+    // with its host's parts' lengths.
+    for (what, line) in [
+        (
+            "gather_varcount, rank 5 long",
+            "rank 2 sent 13 bytes where this rank expected 12",
+        ),
+        (
+            "gather_varcount, rank 5 long and rank 7 short",
+            "rank 5 sent 5 bytes where this rank expected 4",
+        ),
+    ] {
+        said(&format!(
+            "{what}: rank 0: gather_varcount_into_root: {line}: {disagree}"
+        ));
+        for rank in 1..8 {
+            said(&format!("{what}: rank {rank}: ok"));
+        }
+    }
+    // The leader of a scatter's ranks checks the root's lengths against theirs: it fails
+    // naming the root and the length of the first part that differs, and its ranks with it,
+    // naming it.
+    for (what, first) in [
+        ("scatter_varcount, rank 7 long", 8),
+        ("scatter_varcount, rank 5 long and rank 7 short", 5),
+    ] {
+        said(&format!(
+            "{what}: rank 2: scatter_varcount_into: rank 0 sent 4 bytes where this rank \
+             expected {first}: {disagree}"
+        ));
+        for rank in [5, 7] {
+            said(&format!(
+                "{what}: rank {rank}: scatter_varcount_into: rank 2 sent 0 bytes where this \
+                 rank expected"
+            ));
+        }
+        for rank in [0, 1, 3, 4, 6] {
+            said(&format!("{what}: rank {rank}: ok"));
+        }
+    }
+    // Where a rank's part is empty its leader sends it the root's length for it, so that
+    // rank 7, which counts none of the 4 bytes the root counts for it, fails as well: its
+    // leader's message (the lengths and parts of 4, 4 and no bytes it expects, 8 bytes of
+    // parts) is truncated, and it fails naming the root with the parts' lengths, then passes
+    // nothing on.
+    let what = "scatter_varcount, rank 7 empty";
+    said(&format!(
+        "{what}: rank 2: scatter_varcount_into: rank 0 sent 12 bytes where this rank expected \
+         8: {disagree}"
+    ));
+    for (rank, expected) in [(5, 4), (7, 8)] {
+        said(&format!(
+            "{what}: rank {rank}: scatter_varcount_into: rank 2 sent 0 bytes where this rank \
+             expected {expected}:"
+        ));
+    }
+    for rank in [0, 1, 3, 4, 6] {
+        said(&format!("{what}: rank {rank}: ok"));
     }
 }
 

@@ -292,11 +292,28 @@ pub(crate) fn gather(
 }
 
 /// Gather of parts of any length: `incoming` (on the root) places each rank's part.
-pub(crate) fn gather_varcount(root: u32, own: usize, incoming: Option<&[(usize, usize)]>) -> Plan {
+/// `placement` is the ranks' hosts where they lie on several, more than one on some.
+pub(crate) fn gather_varcount(
+    ranks: Ranks,
+    root: u32,
+    own: usize,
+    incoming: Option<&[(usize, usize)]>,
+    placement: Option<Placement>,
+) -> Result<Plan, Cause> {
     let mut p = Plan::default();
     let incoming = incoming.map(|i| parts(Region::Recv, i));
-    exchange::linear_gather(&mut p, root, send(own), incoming.as_deref());
-    p
+    match (select::gather_varcount(placement.is_some())?, placement) {
+        (Rooted::Hierarchical, Some(placement)) => hosts::gather_varcount(
+            &mut p,
+            ranks,
+            placement,
+            root,
+            send(own),
+            incoming.as_deref(),
+        ),
+        _ => exchange::linear_gather(&mut p, root, send(own), incoming.as_deref()),
+    }
+    Ok(p)
 }
 
 /// Scatter of `block` bytes to every rank; `placement` as for [`gather`]. Both algorithms by
@@ -360,11 +377,29 @@ fn scatter_by(algorithm: Rooted, ranks: Ranks, root: u32, block: usize) -> Plan 
     p
 }
 
-pub(crate) fn scatter_varcount(root: u32, outgoing: Option<&[(usize, usize)]>, own: usize) -> Plan {
+/// Scatter of parts of any length: `outgoing` (on the root) cuts each rank's part;
+/// `placement` as for [`gather_varcount`].
+pub(crate) fn scatter_varcount(
+    ranks: Ranks,
+    root: u32,
+    outgoing: Option<&[(usize, usize)]>,
+    own: usize,
+    placement: Option<Placement>,
+) -> Result<Plan, Cause> {
     let mut p = Plan::default();
     let outgoing = outgoing.map(|o| parts(Region::Send, o));
-    exchange::linear_scatter(&mut p, root, outgoing.as_deref(), recv(own));
-    p
+    match (select::scatter_varcount(placement.is_some())?, placement) {
+        (Rooted::Hierarchical, Some(placement)) => hosts::scatter_varcount(
+            &mut p,
+            ranks,
+            placement,
+            root,
+            outgoing.as_deref(),
+            recv(own),
+        ),
+        _ => exchange::linear_scatter(&mut p, root, outgoing.as_deref(), recv(own)),
+    }
+    Ok(p)
 }
 
 pub(crate) fn all_gather(ranks: Ranks, block: usize) -> Result<Plan, Cause> {

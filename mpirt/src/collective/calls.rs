@@ -31,16 +31,17 @@ pub(crate) struct Call<'a> {
 }
 
 /// A call's plan: built for it alone, checked as it starts, or kept for its shape (checked
-/// when built).
+/// when built). A fresh plan is boxed: a plan that learns (`Plan::learn`) outgrows a kept
+/// one's handle many times over, and a call planned afresh allocates its plan's rounds anyway.
 enum Planned {
-    Fresh(Plan),
+    Fresh(Box<Plan>),
     Kept(Checked),
 }
 
 impl<'a> Call<'a> {
     fn new(plan: Plan, buffers: Buffers, datatype: Datatype) -> Self {
         Call {
-            plan: Planned::Fresh(plan),
+            plan: Planned::Fresh(Box::new(plan)),
             buffers,
             datatype,
             op: None,
@@ -86,7 +87,7 @@ impl<'a> Call<'a> {
             Planned::Fresh(plan) => {
                 let commutative = self.op.as_ref().is_none_or(|op| op.is_commutative());
                 let (send_len, recv_len) = (self.buffers.send_len, self.buffers.recv_len);
-                Checked::new(plan, send_len, recv_len, commutative)
+                Checked::new(*plan, send_len, recv_len, commutative)
             }
         };
         // SAFETY: forwarded from this function's contract.
@@ -841,7 +842,9 @@ where
     R: BufferMut + Partitioned + ?Sized,
 {
     let (root, datatype, incoming) = check_gather_varcount(comm, root, send, recv.as_deref())?;
-    let plan = build::gather_varcount(root, send.byte_len(), incoming.as_deref());
+    let hierarchy = serving(comm, |_| true);
+    let (own, incoming) = (send.byte_len(), incoming.as_deref());
+    let plan = build::gather_varcount(ranks(comm), root, own, incoming, placement(&hierarchy))?;
     Ok(match recv {
         Some(recv) => Call::new(plan, both(send, recv)?, datatype),
         None => Call::new(plan, sending(send)?, datatype),
@@ -938,7 +941,9 @@ where
     R: BufferMut + ?Sized,
 {
     let (root, datatype, outgoing) = check_scatter_varcount(comm, root, send, recv)?;
-    let plan = build::scatter_varcount(root, outgoing.as_deref(), recv.byte_len());
+    let hierarchy = serving(comm, |_| true);
+    let (outgoing, own) = (outgoing.as_deref(), recv.byte_len());
+    let plan = build::scatter_varcount(ranks(comm), root, outgoing, own, placement(&hierarchy))?;
     Ok(match send {
         Some(send) => Call::new(plan, both(send, recv)?, datatype),
         None => Call::new(plan, receiving(recv)?, datatype),

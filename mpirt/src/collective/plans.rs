@@ -12,7 +12,9 @@
 //! its own copy (`schedule::Execution::go_on`, `switch`). The plans go with their
 //! communicator (its last handle), so a communicator that reuses its context id starts with
 //! none. Calls whose plan depends on per-rank parts (the `_varcount`, neighbourhood and
-//! counted reduce-scatter forms) are planned afresh each time.
+//! counted reduce-scatter forms) are planned afresh each time, so a plan that goes on from
+//! lengths it receives (`schedule::Plan::learn`, a leader's of a gather or scatter of parts
+//! of any length across hosts) is never kept; its execution adds the rest to its own copy.
 
 use std::cell::RefCell;
 

@@ -6,6 +6,12 @@
 //! scratch buffer of the schedule), so a schedule holds no pointers: it is checked against its
 //! buffers' lengths once, when it is built ([`Checked`]), and then serves every call of its
 //! shape with buffers of those lengths (`plans`), as many at once as the program starts.
+//! A rank that cannot know its whole plan when the call starts (a host's leader of a gather
+//! of parts of any length, whose ranks alone know their parts' lengths) plans its first
+//! rounds, receives lengths in them, and plans the rest from those ([`Plan::learn`]); the
+//! rest is checked when it is added to the execution's own copy of the plan. Lengths a
+//! message carries ahead of its parts are no values of the call's type, and a receiver that
+//! expects lengths of its own checks them against what arrived ([`Plan::recv_with_lengths`]).
 //!
 //! Ranks whose counts disagree (an erroneous program, which MPI leaves undefined) and run
 //! the same algorithm never leave a peer waiting: a rank whose receive brought another length
@@ -130,12 +136,77 @@ enum Local {
 struct Round {
     transfers: Vec<Transfer>,
     locals: Vec<Local>,
+    /// The receives of the round whose first bytes are lengths, not values.
+    lengths: Vec<Lengths>,
+}
+
+/// The bytes of one length a message carries ahead of the parts it relays (little-endian):
+/// how a host's leader learns, and passes on, the lengths of parts only their own ranks know
+/// (a gather's or a scatter's of parts of any length, `algorithms::hosts`).
+pub(crate) const LENGTH: usize = 8;
+
+/// `lengths` as a message carries them.
+pub(crate) fn encode_lengths(lengths: impl IntoIterator<Item = usize>) -> Vec<u8> {
+    lengths
+        .into_iter()
+        .flat_map(|len| (len as u64).to_le_bytes())
+        .collect()
+}
+
+fn decode_lengths(bytes: &[u8]) -> Vec<usize> {
+    bytes
+        .chunks_exact(LENGTH)
+        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize)
+        .collect()
+}
+
+/// The lengths at the start of a receive from `from`, landing on `span`: no values of the
+/// call's type (never checked as such); where `expected` names each with the rank a
+/// disagreement names and the length this rank expects, the first that differs spoils the
+/// call naming that rank, rather than the message's own length, which sums them.
+#[derive(Clone, Debug)]
+struct Lengths {
+    from: u32,
+    span: Span,
+    expected: Option<Vec<(u32, usize)>>,
+}
+
+/// Plans the rest of a rank's part from the lengths it learnt. Shared, not owned, so that a
+/// plan that learns stays a plan an execution may copy (`Execution::learn` changes its own
+/// copy, as a checkpoint does; such plans are built per call, so the copy is the only one).
+type Rest = Rc<dyn Fn(&[usize]) -> Plan>;
+
+/// Once round `after` is done, `build` plans the rest of this rank's part from the lengths
+/// that landed on `lengths` (a leader's plan, once its ranks said how long their parts are).
+#[derive(Clone)]
+struct Learn {
+    after: usize,
+    lengths: Span,
+    build: Rest,
+}
+
+impl std::fmt::Debug for Learn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Learn")
+            .field("after", &self.after)
+            .field("lengths", &self.lengths)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Round {
+    /// The lengths at the start of the receive from `from` onto `span`, if it brings any.
+    fn lengths_of(&self, from: u32, span: Span) -> Option<&Lengths> {
+        self.lengths.iter().find(|l| {
+            l.from == from && l.span.region == span.region && l.span.offset == span.offset
+        })
+    }
 }
 
 /// An algorithm's plan for this rank: what to send and receive, round by round. Executions
 /// share it (`plans` keeps it for the communicator's next call of the same shape); the one
-/// that changes it on its way (a checkpoint's release, a switch to the sender's algorithm)
-/// changes its own copy.
+/// that changes it on its way (a checkpoint's release, a switch to the sender's algorithm,
+/// the rest of a plan that learns) changes its own copy.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Plan {
     rounds: Vec<Round>,
@@ -147,6 +218,10 @@ pub(crate) struct Plan {
     /// How this rank plans the algorithm of the peer its first message comes from, where it
     /// follows that one's (the module's notes).
     follow: Option<Follow>,
+    /// The bytes spans of scratch buffers start with (lengths this rank sends).
+    initial: Vec<(Span, Vec<u8>)>,
+    /// How the plan goes on from lengths it receives, where it depends on them.
+    learn: Option<Learn>,
 }
 
 /// One of a collective's algorithms, as its messages' marks name it: bit `index` of the
@@ -206,7 +281,7 @@ impl Release {
         if let Some(from) = parent.filter(|_| self.told != Some(me)) {
             rounds.push(Round {
                 transfers: vec![Transfer::Recv { from, span: empty }],
-                locals: Vec::new(),
+                ..Round::default()
             });
         }
         let mark_of = |child: u32| {
@@ -221,7 +296,7 @@ impl Release {
         if !transfers.is_empty() {
             rounds.push(Round {
                 transfers,
-                locals: Vec::new(),
+                ..Round::default()
             });
         }
         rounds
@@ -344,6 +419,142 @@ impl Plan {
         Span::new(Region::Scratch(self.scratch.len() - 1), 0, len)
     }
 
+    /// A scratch buffer of `len` bytes that starts with `start` when the execution starts
+    /// (lengths this rank sends).
+    pub fn scratch_with(&mut self, len: usize, start: Vec<u8>) -> Span {
+        let span = self.scratch(len);
+        self.start_with(span.sub(0, start.len()), start);
+        span
+    }
+
+    /// `span`, of a scratch buffer, holds `bytes` when the execution starts.
+    pub fn start_with(&mut self, span: Span, bytes: Vec<u8>) -> &mut Self {
+        assert!(
+            matches!(span.region, Region::Scratch(_)) && bytes.len() == span.len,
+            "collective plan: {} bytes to start {span:?} with",
+            bytes.len()
+        );
+        self.initial.push((span, bytes));
+        self
+    }
+
+    /// A receive from `from` of lengths alone ([`LENGTH`] bytes each), which this rank learns.
+    pub fn recv_lengths(&mut self, from: u32, span: Span) -> &mut Self {
+        self.recv(from, span);
+        self.current().lengths.push(Lengths {
+            from,
+            span,
+            expected: None,
+        });
+        self
+    }
+
+    /// A receive from `from` of one length a part (`expected`: the rank a disagreement names
+    /// and the length this rank expects), then the parts.
+    pub fn recv_with_lengths(
+        &mut self,
+        from: u32,
+        span: Span,
+        expected: Vec<(u32, usize)>,
+    ) -> &mut Self {
+        self.recv(from, span);
+        let lengths = span.sub(0, LENGTH * expected.len());
+        self.current().lengths.push(Lengths {
+            from,
+            span: lengths,
+            expected: Some(expected),
+        });
+        self
+    }
+
+    /// Once the current round is done, `build` plans the rest from the lengths that landed on
+    /// `lengths`.
+    pub fn learn(
+        &mut self,
+        lengths: Span,
+        build: impl Fn(&[usize]) -> Plan + 'static,
+    ) -> &mut Self {
+        self.learn = Some(Learn {
+            after: self.rounds.len().saturating_sub(1),
+            lengths,
+            build: Rc::new(build),
+        });
+        self
+    }
+
+    /// Whether the plan goes on from the lengths it received once round `done` is over.
+    #[inline]
+    fn learns_after(&self, done: usize) -> bool {
+        self.learn.as_ref().is_some_and(|learn| learn.after == done)
+    }
+
+    /// The plan's way on from the lengths it received, once round `done` is over.
+    fn learning(&mut self, done: usize) -> Option<Learn> {
+        match self.learns_after(done) {
+            true => self.learn.take(),
+            false => None,
+        }
+    }
+
+    /// Appends `rest`'s rounds, its scratch buffers numbered after this plan's; the index of
+    /// its first scratch buffer.
+    fn append(&mut self, rest: Plan) -> usize {
+        let first = self.scratch.len();
+        let moved = |span: Span| match span.region {
+            Region::Scratch(i) => Span::new(Region::Scratch(first + i), span.offset, span.len),
+            _ => span,
+        };
+        let rounds = self.rounds.len();
+        for round in rest.rounds {
+            let transfers = round.transfers.into_iter().map(|t| match t {
+                Transfer::Send { to, span } => Transfer::Send {
+                    to,
+                    span: moved(span),
+                },
+                Transfer::Recv { from, span } => Transfer::Recv {
+                    from,
+                    span: moved(span),
+                },
+            });
+            let locals = round.locals.into_iter().map(|l| match l {
+                Local::Copy { from, to } => Local::Copy {
+                    from: moved(from),
+                    to: moved(to),
+                },
+                Local::Reduce {
+                    incoming,
+                    acc,
+                    incoming_lower,
+                } => Local::Reduce {
+                    incoming: moved(incoming),
+                    acc: moved(acc),
+                    incoming_lower,
+                },
+            });
+            let lengths = round.lengths.into_iter().map(|l| Lengths {
+                span: moved(l.span),
+                ..l
+            });
+            self.rounds.push(Round {
+                transfers: transfers.collect(),
+                locals: locals.collect(),
+                lengths: lengths.collect(),
+            });
+        }
+        self.scratch.extend(rest.scratch);
+        let initial = rest
+            .initial
+            .into_iter()
+            .map(|(span, bytes)| (moved(span), bytes));
+        self.initial.extend(initial);
+        self.learn = rest.learn.map(|learn| Learn {
+            after: rounds + learn.after,
+            lengths: moved(learn.lengths),
+            build: learn.build,
+        });
+        first
+    }
+
     /// Starts a round: the transfers added next are in flight together.
     pub fn round(&mut self) -> &mut Self {
         self.rounds.push(Round::default());
@@ -396,7 +607,8 @@ impl Plan {
 
     /// Every span lies inside its buffer, a send buffer of `send_len` bytes, a receive buffer
     /// of `recv_len` and its scratch buffers, and no transfer's receive overlaps another
-    /// transfer of its round: what makes an execution's pointers valid. A reduction that is
+    /// transfer of its round, nor does a span the plan starts with bytes (`start_with`):
+    /// what makes an execution's pointers valid. A reduction that is
     /// not `commutative` may write its incoming span (`Execution::reduce`). Checked as a plan
     /// is built, for the buffers' lengths its call has (a plan kept for later calls serves
     /// those of the same lengths only, `plans`).
@@ -419,14 +631,17 @@ impl Plan {
             });
             transfers.chain(locals)
         });
-        for (span, written) in spans {
+        let initial = self.initial.iter().map(|(span, _)| (*span, true));
+        for (span, written) in spans.chain(initial) {
             let len = match span.region {
                 Region::Send => send_len,
                 Region::Recv => recv_len,
                 Region::Scratch(i) => self.scratch[i],
             };
+            // Checked, not wrapped: a learned rest's spans come from lengths a peer sent.
+            let end = span.offset.checked_add(span.len);
             assert!(
-                span.offset + span.len <= len && !(written && span.region == Region::Send),
+                end.is_some_and(|end| end <= len) && !(written && span.region == Region::Send),
                 "collective schedule: {span:?} does not fit its buffer of {len} bytes"
             );
         }
@@ -511,21 +726,23 @@ type Aligned = u128;
 /// relay nothing after a failure of its own): the ranks' counts disagree, and the call's
 /// messages are still in step. Any other failure is the call's end.
 ///
-/// Also the mark the message carried (0 for a send).
+/// Also the mark the message carried (0 for a send), and how many bytes of it are known to
+/// have landed on the span: none of a truncated one, which a PML may leave unwritten (UCX
+/// does).
 fn disagreement(
     done: Result<Done, Cause>,
     recv: Option<(u32, Span)>,
-) -> Result<(Option<Cause>, u8), Cause> {
+) -> Result<(Option<Cause>, u8, usize), Cause> {
     let Some((from, span)) = recv else {
-        return done.map(|_| (None, 0));
+        return done.map(|_| (None, 0, 0));
     };
     let (got, tag) = match done {
         Ok(Done::Received(status)) if status.len == span.len => {
-            return Ok((None, pml::mark_of(status.tag)))
+            return Ok((None, pml::mark_of(status.tag), span.len))
         }
         Ok(Done::Received(status)) => (status.len, status.tag),
         Err(Cause::Messaging(PmlError::Truncated(cut))) => (cut.message_len, cut.status.tag),
-        done => return done.map(|_| (None, 0)),
+        done => return done.map(|_| (None, 0, 0)),
     };
     let (peer, expected) = (from as i32, span.len);
     let cause = match got {
@@ -536,7 +753,25 @@ fn disagreement(
             got,
         },
     };
-    Ok((Some(cause), pml::mark_of(tag)))
+    let landed = if got > span.len { 0 } else { got };
+    Ok((Some(cause), pml::mark_of(tag), landed))
+}
+
+/// `cause`, a disagreement over a message of `lengths` and parts whose lengths could not be
+/// read (a truncated one), over the parts alone: the lengths are the plan's, not the caller's.
+fn parts_of(cause: Cause, lengths: &Lengths) -> Cause {
+    match cause {
+        Cause::LengthDisagrees {
+            peer,
+            expected,
+            got,
+        } => Cause::LengthDisagrees {
+            peer,
+            expected: expected.saturating_sub(lengths.span.len),
+            got: got.saturating_sub(lengths.span.len),
+        },
+        other => other,
+    }
 }
 
 /// No receive of a round lands on bytes another transfer of the round reads or writes: the
@@ -581,7 +816,7 @@ pub(crate) struct Execution<'a> {
     comm: CommData,
     tag: i32,
     /// Shared with other executions of its shape; copied where this one changes it
-    /// (`go_on`, `switch`).
+    /// (`go_on`, `switch`, `learn`).
     plan: Rc<Plan>,
     buffers: Buffers,
     /// The send buffer's elements packed, when they have gaps; `buffers.send` points here.
@@ -694,7 +929,24 @@ impl<'a> Execution<'a> {
         if cfg!(debug_assertions) {
             execution.check_spans();
         }
+        execution.write_initial(0);
         execution
+    }
+
+    /// Writes the bytes the plan's scratch buffers from index `first` on start with.
+    fn write_initial(&self, first: usize) {
+        for (span, bytes) in &self.plan.initial {
+            if matches!(span.region, Region::Scratch(i) if i >= first) {
+                // SAFETY: `Plan::check_spans` placed the span inside its scratch buffer (as
+                // the plan was checked, `Checked`, or as a learned rest was added, `learn`),
+                // which nothing else uses before the execution's first round (a learned
+                // rest's before that rest's first); `start_with` made the bytes as long as
+                // the span.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.pointer(*span), span.len)
+                };
+            }
+        }
     }
 
     /// [`Plan::check_spans`] of this execution's plan against its buffers.
@@ -779,7 +1031,7 @@ impl<'a> Execution<'a> {
                 while let Some(&(handle, recv)) = self.in_flight.last() {
                     let done = environment::wait_or_lent(handle);
                     self.in_flight.pop();
-                    let outcome = disagreement(done, recv)?;
+                    let outcome = self.outcome(done, recv)?;
                     self.note(recv, outcome);
                 }
             } else {
@@ -791,7 +1043,7 @@ impl<'a> Execution<'a> {
                     match with_engine_or_lent(|e| e.test(handle)).transpose() {
                         Some(done) => {
                             self.in_flight.swap_remove(i);
-                            let outcome = disagreement(done, recv)?;
+                            let outcome = self.outcome(done, recv)?;
                             self.note(recv, outcome);
                         }
                         None => i += 1,
@@ -805,6 +1057,9 @@ impl<'a> Execution<'a> {
                 self.switch(bit);
             }
             self.run_locals();
+            if self.plan.learns_after(self.next_round) {
+                self.learn();
+            }
             self.next_round = self.go_on();
         }
     }
@@ -818,6 +1073,71 @@ impl<'a> Execution<'a> {
             true => Rc::make_mut(&mut self.plan).past_checkpoint(done + 1, seen, own, &self.heard),
             false => done + 1,
         }
+    }
+
+    /// [`disagreement`] of a finished transfer, where a receive's lengths that differ from
+    /// those this rank expects name the rank whose part it is instead.
+    #[inline]
+    fn outcome(
+        &self,
+        done: Result<Done, Cause>,
+        recv: Option<(u32, Span)>,
+    ) -> Result<(Option<Cause>, u8), Cause> {
+        let (cause, mark, landed) = disagreement(done, recv)?;
+        let round = &self.plan.rounds[self.next_round];
+        let lengths = match recv {
+            Some((from, span)) if !round.lengths.is_empty() => round.lengths_of(from, span),
+            _ => None,
+        };
+        match lengths {
+            Some(lengths) => {
+                let named = self.lengths_differ(lengths, landed);
+                Ok((named.or_else(|| cause.map(|c| parts_of(c, lengths))), mark))
+            }
+            None => Ok((cause, mark)),
+        }
+    }
+
+    /// The first of `lengths` that differs from what this rank expects, where it expects
+    /// some and all of them landed (`landed` bytes of the receive did).
+    #[cold]
+    fn lengths_differ(&self, lengths: &Lengths, landed: usize) -> Option<Cause> {
+        let expected = lengths.expected.as_ref()?;
+        if landed < lengths.span.len {
+            return None;
+        }
+        // SAFETY: the span lies inside its buffer (`check_spans`) and its receive is done.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(self.pointer(lengths.span), lengths.span.len) };
+        expected
+            .iter()
+            .zip(decode_lengths(bytes))
+            .find(|((_, wanted), got)| wanted != got)
+            .map(|(&(peer, expected), got)| Cause::LengthDisagrees {
+                peer: peer as i32,
+                expected,
+                got,
+            })
+    }
+
+    /// Plans the rest of this rank's part from the lengths it received (the plan's `learn`,
+    /// due after the round just done), with the scratch buffers that rest takes, on this
+    /// execution's own copy of the plan.
+    #[cold]
+    fn learn(&mut self) {
+        let plan = Rc::make_mut(&mut self.plan);
+        let learn = plan
+            .learning(self.next_round)
+            .expect("a plan that learns now");
+        // SAFETY: the span lies inside its buffer (`check_spans`) and its receives are done.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(self.pointer(learn.lengths), learn.lengths.len) };
+        let rest = (learn.build)(&decode_lengths(bytes));
+        let first = Rc::make_mut(&mut self.plan).append(rest);
+        let added = self.plan.scratch[first..].iter();
+        self.scratch.extend(added.map(|&len| scratch::take(len)));
+        self.check_spans();
+        self.write_initial(first);
     }
 
     /// Keeps what a finished transfer says: the algorithms a receive's mark names, which
@@ -877,6 +1197,7 @@ impl<'a> Execution<'a> {
         self.seen = bit;
         self.own = bit;
         self.check_spans();
+        self.write_initial(0);
     }
 
     /// Posts the next round's receives, then its sends. In flight they are kept so that the
@@ -943,7 +1264,10 @@ impl<'a> Execution<'a> {
         let round = &self.plan.rounds[self.next_round];
         if self.datatype.needs_check() {
             for transfer in &round.transfers {
-                if let Transfer::Recv { span, .. } = *transfer {
+                if let Transfer::Recv { from, span } = *transfer {
+                    // Lengths ahead of the values are no values.
+                    let skip = round.lengths_of(from, span).map_or(0, |l| l.span.len);
+                    let span = span.sub(skip, span.len - skip);
                     // SAFETY: the span is inside its buffer and its receive completed.
                     let bytes = unsafe { std::slice::from_raw_parts(self.pointer(span), span.len) };
                     if !self.datatype.is_valid(bytes) {
@@ -1116,7 +1440,7 @@ mod scratch {
 pub(crate) mod simulation {
     use std::collections::{HashMap, VecDeque};
 
-    use super::{Local, Plan, Region, Span, Transfer};
+    use super::{decode_lengths, Local, Plan, Region, Span, Transfer, LENGTH};
 
     /// One rank's buffers and where its plan stands.
     struct Rank {
@@ -1137,6 +1461,23 @@ pub(crate) mod simulation {
 
     /// A message in flight: its bytes (none in a marked run) and its sender's marks.
     type Message = (Vec<u8>, u8);
+
+    /// The plan's scratch buffers from index `first` on, as they start: filled with a byte
+    /// no plan relies on, but for the bytes the plan starts them with.
+    fn scratch_of(plan: &Plan, first: usize) -> Vec<Vec<u8>> {
+        let mut scratch: Vec<Vec<u8>> = plan.scratch[first..]
+            .iter()
+            .map(|&len| vec![0xa5; len])
+            .collect();
+        for (span, bytes) in &plan.initial {
+            if let Region::Scratch(i) = span.region {
+                if i >= first {
+                    scratch[i - first][span.offset..][..span.len].copy_from_slice(bytes);
+                }
+            }
+        }
+        scratch
+    }
 
     /// Runs `plans` (their ranks' lengths may disagree, so no bytes move): each rank's marks
     /// seen at its end; a panic where the ranks wait for each other, or where a message is
@@ -1205,7 +1546,7 @@ pub(crate) mod simulation {
             .zip(recv_lens)
             .map(|((plan, send), &len)| Rank {
                 scratch: match bytes {
-                    true => plan.scratch.iter().map(|&len| vec![0xa5; len]).collect(),
+                    true => scratch_of(&plan, 0),
                     false => Vec::new(),
                 },
                 seen: plan.marked.map_or(0, |m| m.bit),
@@ -1283,6 +1624,12 @@ pub(crate) mod simulation {
                         if bytes {
                             assert_eq!(message.len(), span.len, "rank {me}: from {from}");
                             rank.bytes_mut(span).copy_from_slice(&message);
+                            let lengths = round.lengths_of(from, span);
+                            if let Some(expected) = lengths.and_then(|l| l.expected.as_ref()) {
+                                let got = decode_lengths(&message[..LENGTH * expected.len()]);
+                                let wanted: Vec<usize> = expected.iter().map(|e| e.1).collect();
+                                assert_eq!(got, wanted, "rank {me}: lengths from {from}");
+                            }
                         }
                     }
                 }
@@ -1307,6 +1654,17 @@ pub(crate) mod simulation {
                                 y.copy_from_slice(&folded);
                             }
                         }
+                    }
+                }
+                if let Some(learn) = rank.plan.learning(rank.round) {
+                    let lengths = match bytes {
+                        true => decode_lengths(rank.bytes(learn.lengths)),
+                        false => vec![0; learn.lengths.len / LENGTH],
+                    };
+                    let first = rank.plan.append((learn.build)(&lengths));
+                    if bytes {
+                        let added = scratch_of(&rank.plan, first);
+                        rank.scratch.extend(added);
                     }
                 }
                 rank.round = rank
@@ -1372,5 +1730,22 @@ pub(crate) mod simulation {
                 |_, _| vec![],
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Plan, Span};
+
+    /// A span whose end does not fit a `usize` lies past its buffer, however its end wraps
+    /// (a learned rest's spans come from lengths a peer sent).
+    #[test]
+    #[should_panic(expected = "does not fit its buffer of 16 bytes")]
+    fn a_span_whose_end_wraps_does_not_fit() {
+        let mut p = Plan::default();
+        let scratch = p.scratch(16);
+        let wrapping = Span::new(scratch.region, 8, usize::MAX - 3);
+        p.round().recv(1, wrapping);
+        p.check_spans(0, 0, true);
     }
 }

@@ -443,6 +443,34 @@ pub(crate) fn scatter(total_bytes: usize, across_hosts: bool) -> Result<Rooted, 
     rooted(&SCATTER, total_bytes, across_hosts).map(|(algorithm, _)| algorithm)
 }
 
+/// A gather's algorithm for parts of any length: linear, unless `MPIRT_COLL_GATHER` forces
+/// `shared_memory` on a communicator across hosts (`across_hosts`, as for [`gather`]), which
+/// takes the plan through each host's leader. No length can choose: a rank knows its own part
+/// alone and the leaders learn their hosts' only as the call runs, so ranks whose counts
+/// disagree could pick different plans and wait for messages never sent. By the leaders the
+/// root receives one message a host, not one a rank, but each rank's part takes one more hop
+/// and the leader must hear its ranks' lengths before it sends; on 8 ranks over 4 test hosts
+/// the root's time by the leaders was 1.02 to 1.59 times the flat plan's at 8 B to 64 KiB a
+/// part, never shorter (`docs/user-guide.md`), so the flat plan is the default.
+pub(crate) fn gather_varcount(across_hosts: bool) -> Result<Rooted, Cause> {
+    Ok(match GATHER.forced()? {
+        Some("shared_memory") if across_hosts => Rooted::Hierarchical,
+        _ => Rooted::Linear,
+    })
+}
+
+/// A scatter's algorithm for parts of any length: across hosts (`across_hosts`) through each
+/// host's leader at every length, unless `MPIRT_COLL_SCATTER` forces an algorithm other than
+/// `shared_memory`; else linear. No length can choose, as for [`gather_varcount`]; on 8 ranks
+/// over 4 test hosts the leaders' plan took 0.40 to 0.71 times the flat root's time at 8 B
+/// to 4 KiB a part, but 1.08 times at 16 KiB and 5.9 times at 64 KiB.
+pub(crate) fn scatter_varcount(across_hosts: bool) -> Result<Rooted, Cause> {
+    Ok(match SCATTER.forced()? {
+        None | Some("shared_memory") if across_hosts => Rooted::Hierarchical,
+        _ => Rooted::Linear,
+    })
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ReduceScatter {
     /// Around the ring (commutative operations).

@@ -12,7 +12,7 @@
 //! many hosts would want a tree there.
 
 use super::Ranks;
-use crate::collective::schedule::{Plan, Span};
+use crate::collective::schedule::{encode_lengths, Plan, Span, LENGTH};
 
 /// Every rank's host, numbered by the host's lowest rank (host 0 holds rank 0): what the
 /// node-aware plans need to know of where the ranks lie.
@@ -165,6 +165,211 @@ pub(crate) fn all_gather_varcount(
         for r in everyone_but(member) {
             p.send(member, parts[r as usize]);
         }
+    }
+}
+
+/// The bytes of a message of `lengths` and the parts they measure. A leader learns some of
+/// them from its ranks' messages: a sum that does not fit is no plan (wrapped, in a release
+/// build, it would let spans past their buffers through `Plan::check_spans`).
+fn with_lengths(lengths: &[usize]) -> usize {
+    lengths
+        .iter()
+        .try_fold(LENGTH * lengths.len(), |sum, &len| sum.checked_add(len))
+        .expect("collective plan: parts' lengths that overflow")
+}
+
+/// The root's `parts[r]` end with rank r's `input`, parts of any length that only the root
+/// and rank r know: each rank of the root's host sends its part to the root; each rank of
+/// another host tells its leader its part's length, then sends it (no message for an empty
+/// one); the leader, once it has the lengths, receives the parts and sends the root one
+/// message of its host's lengths and parts, in rank order. The root checks those lengths
+/// against its own: ranks whose counts disagree fail naming the rank whose part it is, where
+/// the message's length alone would let parts of equal sum land cut wrong (Open MPI's
+/// coll/han gathers the lengths to the leaders the same way).
+pub(crate) fn gather_varcount(
+    p: &mut Plan,
+    ranks: Ranks,
+    hosts: Placement,
+    root: u32,
+    input: Span,
+    parts: Option<&[Span]>,
+) {
+    let me = ranks.rank;
+    let mine = hosts.host(me);
+    let members = hosts.members(mine);
+    if me == root {
+        let parts = parts.expect("the root has a receive buffer");
+        let others: Vec<Vec<u32>> = (0..hosts.hosts())
+            .filter(|&h| h != mine)
+            .map(|h| hosts.members(h))
+            .collect();
+        // Every other host's message, back to back in one buffer.
+        let len_of = |ranks: &[u32]| -> usize {
+            ranks.iter().map(|&r| LENGTH + parts[r as usize].len).sum()
+        };
+        let held = p.scratch(others.iter().map(|theirs| len_of(theirs)).sum());
+        p.copy(input, parts[root as usize]);
+        p.round();
+        for &rank in members.iter().filter(|&&r| r != root) {
+            p.recv(rank, parts[rank as usize]);
+        }
+        let mut at = 0;
+        for theirs in &others {
+            let message = held.sub(at, len_of(theirs));
+            let expected = theirs.iter().map(|&r| (r, parts[r as usize].len));
+            p.recv_with_lengths(theirs[0], message, expected.collect());
+            at += message.len;
+        }
+        let mut at = 0;
+        for theirs in &others {
+            at += LENGTH * theirs.len();
+            for &rank in theirs {
+                let part = parts[rank as usize];
+                p.copy(held.sub(at, part.len), part);
+                at += part.len;
+            }
+        }
+    } else if hosts.host(root) == mine {
+        p.round().send(root, input);
+    } else if me != members[0] {
+        let length = p.scratch_with(LENGTH, encode_lengths([input.len]));
+        p.round().send(members[0], length);
+        if input.len > 0 {
+            p.send(members[0], input);
+        }
+    } else {
+        let others = members[1..].to_vec();
+        let lengths = learned_lengths(p, &others);
+        p.learn(lengths, move |learned| {
+            let mut p = Plan::default();
+            let all: Vec<usize> = [input.len]
+                .into_iter()
+                .chain(learned.iter().copied())
+                .collect();
+            let message = p.scratch_with(with_lengths(&all), encode_lengths(all.clone()));
+            let mut at = LENGTH * all.len();
+            p.copy(input, message.sub(at, input.len));
+            at += input.len;
+            p.round();
+            for (&rank, &len) in others.iter().zip(learned) {
+                if len > 0 {
+                    p.recv(rank, message.sub(at, len));
+                }
+                at += len;
+            }
+            p.round().send(root, message);
+            p
+        });
+    }
+}
+
+/// A leader's first round: the lengths of the parts of `others` (its host's other ranks),
+/// each from its rank; where they land.
+fn learned_lengths(p: &mut Plan, others: &[u32]) -> Span {
+    let lengths = p.scratch_with(LENGTH * others.len(), vec![0; LENGTH * others.len()]);
+    p.round();
+    for (i, &rank) in others.iter().enumerate() {
+        p.recv_lengths(rank, lengths.sub(i * LENGTH, LENGTH));
+    }
+    lengths
+}
+
+/// Every rank's `output` ends with its part `parts[r]` of the root's send buffer, parts of
+/// any length that only the root and rank r know: the root sends each rank of its host its
+/// part, and each other host's leader one message of the host's lengths and parts, in rank
+/// order; each rank of another host tells its leader its part's length, and the leader,
+/// once it has the lengths, receives the root's message, checks the root's lengths against
+/// its ranks' (a disagreement fails it, naming the root, and its ranks with it, where the
+/// message's length alone would let parts of equal sum go out cut wrong) and hands each
+/// rank its part (for an empty one, the root's length for it, which a failed leader sends
+/// empty as it does every part, so that a rank whose empty part the root counts otherwise
+/// fails too).
+pub(crate) fn scatter_varcount(
+    p: &mut Plan,
+    ranks: Ranks,
+    hosts: Placement,
+    root: u32,
+    parts: Option<&[Span]>,
+    output: Span,
+) {
+    let me = ranks.rank;
+    let mine = hosts.host(me);
+    let members = hosts.members(mine);
+    if me == root {
+        let parts = parts.expect("the root has a send buffer");
+        let others: Vec<Vec<u32>> = (0..hosts.hosts())
+            .filter(|&h| h != mine)
+            .map(|h| hosts.members(h))
+            .collect();
+        // Every other host's message, back to back in one buffer, its lengths written as the
+        // execution starts and its parts copied in.
+        let len_of = |ranks: &[u32]| -> usize {
+            ranks.iter().map(|&r| LENGTH + parts[r as usize].len).sum()
+        };
+        let held = p.scratch(others.iter().map(|theirs| len_of(theirs)).sum());
+        p.copy(parts[root as usize], output);
+        let mut messages = Vec::with_capacity(others.len());
+        let mut at = 0;
+        for theirs in &others {
+            let message = held.sub(at, len_of(theirs));
+            let lengths = encode_lengths(theirs.iter().map(|&r| parts[r as usize].len));
+            p.start_with(message.sub(0, LENGTH * theirs.len()), lengths);
+            at += LENGTH * theirs.len();
+            for &rank in theirs {
+                let part = parts[rank as usize];
+                p.copy(part, held.sub(at, part.len));
+                at += part.len;
+            }
+            messages.push((theirs[0], message));
+        }
+        p.round();
+        for &rank in members.iter().filter(|&&r| r != root) {
+            p.send(rank, parts[rank as usize]);
+        }
+        for (leader, message) in messages {
+            p.send(leader, message);
+        }
+    } else if hosts.host(root) == mine {
+        p.round().recv(root, output);
+    } else if me != members[0] {
+        let length = p.scratch_with(LENGTH, encode_lengths([output.len]));
+        p.round().send(members[0], length);
+        match output.len {
+            // The root's length for this rank's empty part, which a leader that failed
+            // passes on empty like any part: no message at all would end this rank well
+            // where the root counts its part otherwise.
+            0 => {
+                let roots = p.scratch(LENGTH);
+                p.recv_with_lengths(members[0], roots, vec![(root, 0)])
+            }
+            _ => p.recv(members[0], output),
+        };
+    } else {
+        let others = members[1..].to_vec();
+        let lengths = learned_lengths(p, &others);
+        p.learn(lengths, move |learned| {
+            let mut p = Plan::default();
+            let all: Vec<usize> = [output.len]
+                .into_iter()
+                .chain(learned.iter().copied())
+                .collect();
+            let expected = all.iter().map(|&len| (root, len)).collect();
+            let message = p.scratch(with_lengths(&all));
+            p.round().recv_with_lengths(root, message, expected);
+            let mut at = LENGTH * all.len();
+            p.copy(message.sub(at, output.len), output);
+            at += output.len;
+            p.round();
+            for (i, (&rank, &len)) in others.iter().zip(learned).enumerate() {
+                match len {
+                    // The root's length for it, after the leader's own.
+                    0 => p.send(rank, message.sub(LENGTH * (1 + i), LENGTH)),
+                    _ => p.send(rank, message.sub(at, len)),
+                };
+                at += len;
+            }
+            p
+        });
     }
 }
 
@@ -600,6 +805,101 @@ mod tests {
                 assert_eq!(*got, expected, "rank {r} on {host_of:?}");
             }
         }
+    }
+
+    /// Gathers and scatters of parts of any length (rank r's `r % 3 * 2` bytes: some empty),
+    /// placed in reverse rank order with a gap before each, on every placement and to and
+    /// from every root: the root's buffer ends with every part in its place and the gaps
+    /// untouched, every rank's with its part; every leader's lengths match the root's (the
+    /// simulation checks each lengths it carries against those the receiver expects).
+    #[test]
+    fn gathers_and_scatters_of_uneven_parts_on_every_placement_and_root() {
+        for host_of in some_placements() {
+            let (n, hosts) = (host_of.len(), Placement::new(&host_of));
+            let lens: Vec<usize> = (0..n).map(|r| r % 3 * 2).collect();
+            let mut at = 0;
+            let mut placed = vec![(0, 0); n];
+            for r in (0..n).rev() {
+                placed[r] = (at + 1, lens[r]);
+                at += 1 + lens[r];
+            }
+            let whole = |fill: u8| {
+                let mut whole = vec![fill; at];
+                for (s, &(offset, len)) in placed.iter().enumerate() {
+                    whole[offset..offset + len].copy_from_slice(&vector(s, len));
+                }
+                whole
+            };
+            for root in 0..n {
+                let plans = (0..n)
+                    .map(|r| {
+                        let mut p = Plan::default();
+                        let parts = crate::collective::build::parts(Region::Recv, &placed);
+                        let parts = (r == root).then_some(&parts[..]);
+                        let input = span(Region::Send, lens[r]);
+                        let me = ranks(r, n);
+                        gather_varcount(&mut p, me, hosts, root as u32, input, parts);
+                        p
+                    })
+                    .collect();
+                let sends = (0..n).map(|r| vector(r, lens[r])).collect();
+                let recv_lens: Vec<usize> =
+                    (0..n).map(|r| if r == root { at } else { 0 }).collect();
+                let got = simulation::run(plans, sends, &recv_lens, 1, no_reduction);
+                assert_eq!(got[root], whole(0x5a), "gather to {root} on {host_of:?}");
+
+                let plans = (0..n)
+                    .map(|r| {
+                        let mut p = Plan::default();
+                        let parts = crate::collective::build::parts(Region::Send, &placed);
+                        let parts = (r == root).then_some(&parts[..]);
+                        let output = span(Region::Recv, lens[r]);
+                        let me = ranks(r, n);
+                        scatter_varcount(&mut p, me, hosts, root as u32, parts, output);
+                        p
+                    })
+                    .collect();
+                let sends = (0..n)
+                    .map(|r| if r == root { whole(0) } else { Vec::new() })
+                    .collect();
+                let got = simulation::run(plans, sends, &lens, 1, no_reduction);
+                for (r, got) in got.iter().enumerate() {
+                    assert_eq!(
+                        *got,
+                        vector(r, lens[r]),
+                        "scatter from {root} on {host_of:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// A leader that learns a length whose sum with its own part's does not fit a `usize`
+    /// (no rank's length, but bytes a peer sent) plans nothing from it: wrapped, the sum
+    /// would size its message's buffer short of the part's span.
+    #[test]
+    #[should_panic(expected = "parts' lengths that overflow")]
+    fn a_leader_refuses_learned_lengths_that_overflow() {
+        let host_of = [0, 1, 1];
+        let (n, hosts) = (host_of.len(), Placement::new(&host_of));
+        let plans = (0..n)
+            .map(|r| {
+                let mut p = Plan::default();
+                if r == 2 {
+                    let length = p.scratch_with(LENGTH, encode_lengths([usize::MAX - 3]));
+                    p.round().send(1, length);
+                    return p;
+                }
+                let placed = [(0, 4), (4, 4), (8, 4)];
+                let parts = crate::collective::build::parts(Region::Recv, &placed);
+                let parts = (r == 0).then_some(&parts[..]);
+                let input = span(Region::Send, 4);
+                gather_varcount(&mut p, ranks(r, n), hosts, 0, input, parts);
+                p
+            })
+            .collect();
+        let sends = (0..n).map(|r| vector(r, 4)).collect();
+        simulation::run(plans, sends, &[12, 0, 0], 1, no_reduction);
     }
 
     #[test]
