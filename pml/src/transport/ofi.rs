@@ -1883,6 +1883,11 @@ mod tests {
         for _ in 1..POLLS_PER_CLOCK {
             assert_eq!(t.poll(&mut NoDelivery).expect("no clock read yet"), 0);
         }
+        // Again just before the poll that reads the clock: a miss counts only from the check
+        // just before (within two seconds), and this thread may have been off its CPU for
+        // longer than the second left during the polls above.
+        let a_second_ago = Some(Instant::now() - PROBE_AFTER);
+        (t.idle_since, t.address_checked, t.address_missed) = (a_second_ago, a_second_ago, true);
         let e = t.poll(&mut NoDelivery).unwrap_err().to_string();
         assert!(
             e.contains("lost its address 192.0.2.1 (udp;ofi_rxd on here"),
