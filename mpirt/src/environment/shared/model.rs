@@ -20,7 +20,9 @@
 //!
 //! Run by tools/test-all.sh:
 //! `cargo test --release -p mpirt --features threads,model-check --lib environment::shared::model`.
-//! A failure prints the schedule that shuttle can replay (`shuttle::replay`).
+//! The random and PCT schedules come from one fixed seed (`SEED`), so that every run checks
+//! the same schedules; a failure names its seed and the command that runs its schedules again
+//! (`SHUTTLE_RANDOM_SEED` replaces the seed, to explore others).
 
 use std::collections::HashMap;
 use std::sync::atomic::{
@@ -30,6 +32,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use pml::{Done, EngineConfig, Handle, Pml, SendMode, SourceSel, Status, TagSel, Waiting, Wireup};
+use shuttle::scheduler::PctScheduler;
 use shuttle::thread;
 
 use super::super::place::{self, Entry};
@@ -39,6 +42,7 @@ use super::{
 };
 use crate::backend::{hooks, AnyPml, PmlChoice};
 use crate::sync::Ordering;
+use crate::threads::Waits;
 
 /// Messages up to this size go eagerly; larger ones by rendezvous (an RTS, the receiver's
 /// read, a FIN), so that the checks cover both protocols' completions.
@@ -133,16 +137,27 @@ impl Wireup for Alone {
     }
 }
 
+/// The seed of every check's random and PCT schedules. Fixed, so that each run of the checks
+/// runs the same schedules in the same order (the engine carries its state from one schedule
+/// to the next, so a schedule is replayed by the whole sequence before it, not alone): what
+/// one run finds, every run finds, and a check that asserts something of its schedules as a
+/// whole (`a_wait_started_while_the_place_is_handed_on_holds_it_until_taken_over`) holds
+/// every time. Shuttle's `SHUTTLE_RANDOM_SEED` replaces it, to explore other schedules; each
+/// check names the seed it ran with, and a failing one the command that replays it.
+const SEED: u64 = 27;
+
 /// Runs `check` under shuttle's schedulers on the shared engine: `random` runs of uniformly
-/// random schedules and `pct` of PCT's (depth 3), or, with `random` 0, every schedule, of
-/// which there must be fewer than `pct` (else not every one was run). Says how many ran.
-fn explore(name: &str, random: usize, pct: usize, check: fn()) {
+/// random schedules and `pct` of PCT's (depth 3), both from `SEED`, or, with `random` 0,
+/// every schedule, of which there must be fewer than `pct` (else not every one was run).
+/// Says how many ran, and what the engine's waits counted under each scheduler, which it
+/// returns (random's, PCT's).
+fn explore(name: &str, random: usize, pct: usize, check: fn()) -> (Waits, Waits) {
     explore_job(name, 1, random, pct, check)
 }
 
 /// `explore` in a job of `ranks` (1 or 2): with 2, rank 1's engine waits in `PEER` for the
 /// check's thread that drives it, which puts it back, idle, as it ends.
-fn explore_job(name: &str, ranks: u32, random: usize, pct: usize, check: fn()) {
+fn explore_job(name: &str, ranks: u32, random: usize, pct: usize, check: fn()) -> (Waits, Waits) {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|_| {
         panic!(
             "{name}: not run: a check that failed before it left the engine's lock and condition \
@@ -213,13 +228,77 @@ fn explore_job(name: &str, ranks: u32, random: usize, pct: usize, check: fn()) {
     };
     let ran = || runs.load(StdOrdering::Relaxed);
     if random == 0 {
+        let before = super::waits();
         shuttle::check_dfs(run(), Some(pct));
         assert!(ran() < pct, "{name}: {} interleavings or more", ran());
         eprintln!("{name}: every interleaving, {} of them", ran());
-    } else {
-        shuttle::check_random(run(), random);
-        shuttle::check_pct(run(), pct, 3);
-        eprintln!("{name}: {} random and PCT schedules", ran());
+        return (Waits::default(), waits_since(before));
+    }
+    let seed = seed();
+    // Names the seed and the command that runs the schedules again, where one fails.
+    let _replay = Replay { name, seed };
+    let before = super::waits();
+    shuttle::check_random_with_seed(run(), seed, random);
+    let under_random = waits_since(before);
+    let before = super::waits();
+    shuttle::Runner::new(
+        PctScheduler::new_from_seed(seed, 3, pct),
+        shuttle::Config::default(),
+    )
+    .run(run());
+    let under_pct = waits_since(before);
+    eprintln!(
+        "{name}: seed {seed}, {random} random schedules ({under_random:?}), \
+         {pct} PCT schedules ({under_pct:?})"
+    );
+    (under_random, under_pct)
+}
+
+/// The schedules' seed: `SEED`, or the one `SHUTTLE_RANDOM_SEED` names, which shuttle's
+/// schedulers take in its place.
+fn seed() -> u64 {
+    match std::env::var("SHUTTLE_RANDOM_SEED") {
+        Ok(seed) => seed
+            .parse()
+            .unwrap_or_else(|e| panic!("SHUTTLE_RANDOM_SEED='{seed}' is not a seed: {e}")),
+        Err(_) => SEED,
+    }
+}
+
+/// What the shared engine's waits counted since `before` (the checks' runs alone move the
+/// counts: one check at a time runs, `ONE_AT_A_TIME`).
+fn waits_since(before: Waits) -> Waits {
+    let now = super::waits();
+    Waits {
+        progressors: now.progressors - before.progressors,
+        handed_on: now.handed_on - before.handed_on,
+        taken_over: now.taken_over - before.taken_over,
+        pauses: now.pauses - before.pauses,
+        pauses_woken: now.pauses_woken - before.pauses_woken,
+    }
+}
+
+/// Says, as a check's schedule fails (its drop while the panic unwinds), how to run that
+/// check's schedules again: the same seed runs the same sequence of schedules, and the
+/// engine's state carried from one to the next with them.
+struct Replay<'a> {
+    name: &'a str,
+    seed: u64,
+}
+
+impl Drop for Replay<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        // The test's thread bears the test's name (libtest's).
+        let test = std::thread::current().name().unwrap_or("").to_string();
+        eprintln!(
+            "{}: failed with seed {}; to run its schedules again: SHUTTLE_RANDOM_SEED={} \
+             cargo test --release -p mpirt --features threads,model-check --lib -- --exact \
+             {test}",
+            self.name, self.seed, self.seed
+        );
     }
 }
 
@@ -832,58 +911,61 @@ fn the_progressing_thread_hands_its_place_on_as_it_leaves() {
 /// wake-up (`Progressing::hand_on`) then wakes the first thread, without which both stay
 /// paused and rank 1 waits for a sleeper apart that never comes, past shuttle's step limit.
 /// Some schedule must take a lent place over (`Waits::taken_over`), else the path went
-/// unchecked.
+/// unchecked: the random schedules of `SEED` take 498 of them (450 to 520 from seeds 1 to 3),
+/// its PCT schedules 7 (7 to 18), which in turn hand the place on more often (3,984 against
+/// 1,465), the other path the check is for. The seed fixed, every run asserts the same.
 #[test]
 fn a_wait_started_while_the_place_is_handed_on_holds_it_until_taken_over() {
-    let taken_over = super::TAKEN_OVER.load(StdOrdering::Relaxed);
-    explore_job("a wait beside a handed place", 2, 2_000, 2_000, || {
-        let done = Arc::new(StdAtomicUsize::new(0));
-        let first = {
-            let done = done.clone();
-            thread::spawn(move || {
-                receive_from_peer(1, 1);
-                done.fetch_add(1, StdOrdering::Relaxed);
-                receive_from_peer(4, 4);
-            })
-        };
-        let second = {
-            let done = done.clone();
-            thread::spawn(move || {
-                while !place_taken() {
-                    thread::yield_now();
-                }
-                receive_from_peer(2, 2);
-                done.fetch_add(1, StdOrdering::Relaxed);
-            })
-        };
-        let tester = thread::spawn(test_until_tag_3_arrives);
-        let peer = thread::spawn(move || {
-            let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
-            let waiting = |received| {
-                while !(done.load(StdOrdering::Relaxed) == received
-                    && asleep_apart()
-                    && (received == 2 || UNWOKEN.load(Ordering::Relaxed) > 0))
-                {
-                    thread::yield_now();
-                }
+    let (under_random, under_pct) =
+        explore_job("a wait beside a handed place", 2, 2_000, 2_000, || {
+            let done = Arc::new(StdAtomicUsize::new(0));
+            let first = {
+                let done = done.clone();
+                thread::spawn(move || {
+                    receive_from_peer(1, 1);
+                    done.fetch_add(1, StdOrdering::Relaxed);
+                    receive_from_peer(4, 4);
+                })
             };
-            waiting(0);
-            peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
-            waiting(1);
-            peer_sends(&mut peer.0, 2, &message(1, 2, EAGER));
-            waiting(2);
-            for tag in [3, 4] {
-                peer_sends(&mut peer.0, tag, &message(1, tag as u8, EAGER));
+            let second = {
+                let done = done.clone();
+                thread::spawn(move || {
+                    while !place_taken() {
+                        thread::yield_now();
+                    }
+                    receive_from_peer(2, 2);
+                    done.fetch_add(1, StdOrdering::Relaxed);
+                })
+            };
+            let tester = thread::spawn(test_until_tag_3_arrives);
+            let peer = thread::spawn(move || {
+                let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+                let waiting = |received| {
+                    while !(done.load(StdOrdering::Relaxed) == received
+                        && asleep_apart()
+                        && (received == 2 || UNWOKEN.load(Ordering::Relaxed) > 0))
+                    {
+                        thread::yield_now();
+                    }
+                };
+                waiting(0);
+                peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
+                waiting(1);
+                peer_sends(&mut peer.0, 2, &message(1, 2, EAGER));
+                waiting(2);
+                for tag in [3, 4] {
+                    peer_sends(&mut peer.0, tag, &message(1, tag as u8, EAGER));
+                }
+                *PEER.lock().unwrap() = Some(peer);
+            });
+            for thread in [first, second, tester, peer] {
+                thread.join().unwrap();
             }
-            *PEER.lock().unwrap() = Some(peer);
         });
-        for thread in [first, second, tester, peer] {
-            thread.join().unwrap();
-        }
-    });
     assert!(
-        super::TAKEN_OVER.load(StdOrdering::Relaxed) > taken_over,
-        "no schedule took a lent place over"
+        under_random.taken_over > 0,
+        "no random schedule of seed {} took a lent place over (PCT's: {under_pct:?})",
+        seed()
     );
 }
 
