@@ -314,6 +314,11 @@ pub(super) fn hold_for_call() -> bool {
 pub(super) fn let_go_after_call() {
     let held = CALL_HOLD.with(|hold| hold.borrow_mut().take());
     drop(held);
+    // The progress hooks the call stepped (a test's, `step_hooks`), without the lock; not
+    // where a panic unwinds through the call (a hook that panicked too would abort).
+    if !std::thread::panicking() {
+        hooks::step_deferred();
+    }
 }
 
 /// Progresses until `ready`, a look that makes no progress, gives a value, holding the lock
@@ -334,9 +339,23 @@ pub(super) fn let_go_after_call() {
 /// place on), its progressing thread polling where this one sleeps apart once its spin ends.
 /// Out of line, as every way into the shared engine: the thread-local path's callers inline
 /// nothing of it.
+///
+/// A round's progress hooks (this thread's immediate collectives) run after the round, without
+/// the lock (`hooks::defer`), so that a user-defined operation they apply holds no other
+/// thread up; the look after them comes before this thread pauses.
 #[cold]
 #[inline(never)]
 pub(super) fn block_until<R>(
+    ready: impl FnMut(&mut AnyPml) -> Result<Option<R>, PmlError>,
+) -> Result<R, Cause> {
+    let result = wait_in_rounds(ready);
+    // The hooks of the round whose look found the condition met (or that failed).
+    hooks::step_deferred();
+    result
+}
+
+/// `block_until`'s rounds.
+fn wait_in_rounds<R>(
     mut ready: impl FnMut(&mut AnyPml) -> Result<Option<R>, PmlError>,
 ) -> Result<R, Cause> {
     let mut idle_rounds = 0u32;
@@ -349,7 +368,18 @@ pub(super) fn block_until<R>(
     // Dropped after each iteration's hold (declared before it): a wait that fails hands its
     // place on as it leaves.
     let mut progressing: Option<Progressing> = None;
+    // Where this thread's hooks just ran after an idle round, what the engine had moved as
+    // that round ended: the look that follows them goes on to that round's pause, without a
+    // round of its own, unless something moved since.
+    let mut after_idle_hooks: Option<Option<pml::MovedMark>> = None;
+    // Rounds made since the last pause because something moved while the hooks ran: at most
+    // `ROUNDS_BEFORE_CLOCK` in a row, should the engine keep work that only its rounds move
+    // (a frame waiting for room), so that such a thread still pauses (its pause is bounded).
+    let mut hooks_again = 0u32;
     loop {
+        // The hooks the last round left (`AnyPml::step_hooks` defers them under the lock),
+        // stepped holding nothing; the look below sees what they did.
+        hooks::step_deferred();
         let look_at_clock = idle_rounds > 0 && idle_rounds.is_multiple_of(ROUNDS_BEFORE_CLOCK);
         let idle = look_at_clock.then(|| idle_since.get_or_insert_with(Instant::now).elapsed());
         let mut held = Held::take(false)?;
@@ -381,30 +411,48 @@ pub(super) fn block_until<R>(
         if let Some(value) = ready(engine)? {
             return Ok(leave(value, progressing, &mut held));
         }
-        if engine.progress()? {
-            // Looks again in this hold: a round that took this thread's message returns at
-            // once, rather than letting go (and waking the paused threads, a system call)
-            // before its next look.
-            let again = ready(engine);
-            // Wakes the paused threads as the hold lets go, whatever the look found.
-            held.wakes = Wakes::Yes;
-            if let Some(value) = again? {
-                return Ok(leave(value, progressing, &mut held));
+        if let Some(mark) = after_idle_hooks.take() {
+            // Moved since the idle round (another thread's round, or a call of the hooks, took
+            // a message off the wire or left work): perhaps work for the hooks that ran before
+            // it moved, which no round of this thread's would step while it pauses, and the
+            // round that moved it woke no one, this thread not yet paused. A round of its own,
+            // and its hooks again, before it pauses: it pauses only after hooks that ran with
+            // nothing moving since, and a move after it paused wakes it.
+            if engine.moved_since(mark) && hooks_again < ROUNDS_BEFORE_CLOCK {
+                hooks_again += 1;
+                // Counted as an idle round, so that the clock (and the peers' check) is
+                // looked at as it is while spinning.
+                idle_rounds = idle_rounds.wrapping_add(1);
+                continue;
             }
-            idle_rounds = 0;
-            idle_since = None;
-            pausing = false;
-            pause = FIRST_PAUSE;
-            continue;
-        }
-        // An idle round, which stepped this thread's progress hooks too (its immediate
-        // collectives, which only its own rounds step). What they did moves nothing the
-        // round reports, yet may meet the condition (a collective that finished, which a wait
-        // on a set of requests waits for; a request its hooks' tests completed): looks again
-        // before this thread pauses or sleeps, since no other thread's round would wake it.
-        if hooks::any() {
-            if let Some(value) = ready(engine)? {
-                return Ok(leave(value, progressing, &mut held));
+            hooks_again = 0;
+        } else {
+            if engine.progress()? {
+                // Looks again in this hold: a round that took this thread's message returns
+                // at once, rather than letting go (and waking the paused threads, a system
+                // call) before its next look.
+                let again = ready(engine);
+                // Wakes the paused threads as the hold lets go, whatever the look found.
+                held.wakes = Wakes::Yes;
+                if let Some(value) = again? {
+                    return Ok(leave(value, progressing, &mut held));
+                }
+                idle_rounds = 0;
+                idle_since = None;
+                pausing = false;
+                pause = FIRST_PAUSE;
+                continue;
+            }
+            // An idle round, which left this thread's progress hooks to step (its immediate
+            // collectives, which only its own rounds step): they run without the lock, and
+            // what they did moves nothing the round reports, yet may meet the condition (a
+            // collective that finished, which a wait on a set of requests waits for; a
+            // request its hooks' tests completed): the next look, after them, comes before
+            // this thread pauses or sleeps, since no other thread's round would wake it.
+            if hooks::any() {
+                after_idle_hooks = Some(engine.moved_mark());
+                drop(held);
+                continue;
             }
         }
         // A thread that waits beside the one that progresses pauses now, until a round moves

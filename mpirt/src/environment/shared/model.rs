@@ -1097,6 +1097,138 @@ fn a_waiter_beside_the_progressing_one_sees_what_its_hooks_did() {
     );
 }
 
+/// Set by the second thread of `a_threads_progress_hooks_run_without_the_lock` once its call
+/// into the engine is done.
+static CALLED_BESIDE: StdAtomicBool = StdAtomicBool::new(false);
+
+/// That check's progress hook, a stand-in for an immediate collective's step that applies a
+/// user-defined operation which waits for another thread of the rank (MPI lets it take as
+/// long as it likes): on its thread, it finishes once the second thread's call is done.
+fn finish_after_a_call_beside() {
+    if *HOOK_THREAD.lock().unwrap() == Some(thread::current().id()) {
+        while !CALLED_BESIDE.load(StdOrdering::Relaxed) {
+            thread::yield_now();
+        }
+        HOOK_FINISHED.store(true, StdOrdering::Relaxed);
+    }
+}
+
+/// A thread's progress hooks run without the engine's lock, after the call that stepped them
+/// lets go: a non-blocking call's (`let_go_after_call`), and a blocking wait's round's
+/// (`block_until`). The hook waits for a second thread's call into the engine; run under the
+/// lock (as before: a user-defined operation of an immediate collective held every other
+/// thread of the rank out), that call never gets the lock, and the hook yields for ever, a
+/// run past shuttle's step limit.
+#[test]
+fn a_threads_progress_hooks_run_without_the_lock() {
+    fn beside(step: fn()) {
+        HOOK_FINISHED.store(false, StdOrdering::Relaxed);
+        CALLED_BESIDE.store(false, StdOrdering::Relaxed);
+        let stepping = thread::spawn(move || {
+            *HOOK_THREAD.lock().unwrap() = Some(thread::current().id());
+            let hook = hooks::register(finish_after_a_call_beside);
+            step();
+            hooks::unregister(hook);
+            *HOOK_THREAD.lock().unwrap() = None;
+            assert!(HOOK_FINISHED.load(StdOrdering::Relaxed), "the hook ran");
+        });
+        let calling = thread::spawn(|| {
+            drop(enter());
+            CALLED_BESIDE.store(true, StdOrdering::Relaxed);
+        });
+        for thread in [stepping, calling] {
+            thread.join().unwrap();
+        }
+    }
+    explore("hooks after a non-blocking call", 1_000, 1_000, || {
+        beside(|| {
+            enter().engine().unwrap().progress().unwrap();
+        })
+    });
+    explore("hooks after a blocking wait's round", 1_000, 1_000, || {
+        beside(|| {
+            block_until(|_| Ok(HOOK_FINISHED.load(StdOrdering::Relaxed).then_some(()))).unwrap();
+        })
+    });
+}
+
+/// The receive whose completion the hook of
+/// `a_waiter_whose_hooks_ran_before_another_round_moved_their_work_looks_again` waits for.
+static HOOKED_RECV: StdMutex<Option<Handle>> = StdMutex::new(None);
+
+/// That check's progress hook, a stand-in for an immediate collective's step: on its thread,
+/// a test of the hooked receive, which finishes the "collective" once it completed.
+fn finish_once_received() {
+    if *HOOK_THREAD.lock().unwrap() != Some(thread::current().id()) {
+        return;
+    }
+    let handle = *HOOKED_RECV.lock().unwrap();
+    if let Some(handle) = handle {
+        if test(handle).is_some() {
+            *HOOKED_RECV.lock().unwrap() = None;
+            HOOK_FINISHED.store(true, StdOrdering::Relaxed);
+        }
+    }
+}
+
+/// A thread that waits beside the one that progresses, for what its own hook does with a
+/// message (as `wait_any` over an immediate collective waits for its next round), does not
+/// pause while another thread's round moved that message after its hooks last ran. Its hooks
+/// run after its idle round, without the lock, and its look at its condition comes in a hold
+/// of its own after them: where the progressing thread's round took the message in between,
+/// no round of its own steps the hook again and the round that moved it woke no one (the
+/// waiter was not yet paused), so without a look at what moved since its idle round
+/// (`Engine::moved_since`), it pauses with its hook's work done for it, and rank 1, which
+/// sends the progressing thread's message only once the waiter is done, never sends: a run
+/// past shuttle's step limit.
+#[test]
+fn a_waiter_whose_hooks_ran_before_another_round_moved_their_work_looks_again() {
+    explore_job(
+        "a hook's message moved by another round",
+        2,
+        2_000,
+        2_000,
+        || {
+            HOOK_FINISHED.store(false, StdOrdering::Relaxed);
+            let beside_done = Arc::new(StdAtomicBool::new(false));
+            let progressing = thread::spawn(|| receive_from_peer(1, 1));
+            let beside = {
+                let beside_done = beside_done.clone();
+                thread::spawn(move || {
+                    while !place_taken() {
+                        thread::yield_now();
+                    }
+                    let mut buf = [0u8; EAGER];
+                    *HOOKED_RECV.lock().unwrap() = Some(post_recv(&mut buf, TagSel::Tag(2)));
+                    *HOOK_THREAD.lock().unwrap() = Some(thread::current().id());
+                    let hook = hooks::register(finish_once_received);
+                    let waited =
+                        block_until(|_| Ok(HOOK_FINISHED.load(StdOrdering::Relaxed).then_some(())));
+                    hooks::unregister(hook);
+                    *HOOK_THREAD.lock().unwrap() = None;
+                    waited.unwrap();
+                    beside_done.store(true, StdOrdering::Relaxed);
+                })
+            };
+            let peer = thread::spawn(move || {
+                let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+                while HOOK_THREAD.lock().unwrap().is_none() {
+                    thread::yield_now();
+                }
+                peer_sends(&mut peer.0, 2, &message(1, 2, EAGER));
+                while !beside_done.load(StdOrdering::Relaxed) {
+                    thread::yield_now();
+                }
+                peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
+                *PEER.lock().unwrap() = Some(peer);
+            });
+            for thread in [progressing, beside, peer] {
+                thread.join().unwrap();
+            }
+        },
+    );
+}
+
 /// Whether the progressing thread's wait in `a_progressing_thread_whose_wait_fails_hands_its_place_on`
 /// fails at its next look.
 static FAIL_THE_WAIT: StdAtomicBool = StdAtomicBool::new(false);
