@@ -81,6 +81,12 @@ pub(crate) fn defer() {
     }
 }
 
+/// Whether a call deferred the hooks (`defer`) and they have not run since.
+#[cfg(feature = "threads")]
+pub(crate) fn deferred() -> bool {
+    DEFERRED.with(Cell::get)
+}
+
 /// Runs the hooks that a call deferred (`defer`), once the caller let go of the engine's
 /// lock: each call of theirs into the PML takes it again, for that call; whether any were.
 pub(crate) fn step_deferred() -> bool {

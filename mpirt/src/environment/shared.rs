@@ -313,9 +313,23 @@ pub(super) fn hold_for_call() -> bool {
 #[inline(never)]
 pub(super) fn let_go_after_call() {
     let held = CALL_HOLD.with(|hold| hold.borrow_mut().take());
+    if hooks::deferred() {
+        let_go_and_step_hooks(held);
+    } else {
+        drop(held);
+    }
+}
+
+/// `let_go_after_call` where the call left progress hooks to step (a test's, `step_hooks`):
+/// they run once the lock is let go, but not where a panic unwinds through the call (a hook
+/// that panicked too would abort). Apart, so that a call without them lets go in a tail call:
+/// with the steps inline, a round trip of `osu_latency_mt -t 1:1` cost its sending rank 20
+/// instructions more (callgrind).
+#[cfg(feature = "threads")]
+#[cold]
+#[inline(never)]
+fn let_go_and_step_hooks(held: Option<Held>) {
     drop(held);
-    // The progress hooks the call stepped (a test's, `step_hooks`), without the lock; not
-    // where a panic unwinds through the call (a hook that panicked too would abort).
     if !std::thread::panicking() {
         hooks::step_deferred();
     }
@@ -346,16 +360,6 @@ pub(super) fn let_go_after_call() {
 #[cold]
 #[inline(never)]
 pub(super) fn block_until<R>(
-    ready: impl FnMut(&mut AnyPml) -> Result<Option<R>, PmlError>,
-) -> Result<R, Cause> {
-    let result = wait_in_rounds(ready);
-    // The hooks of the round whose look found the condition met (or that failed).
-    hooks::step_deferred();
-    result
-}
-
-/// `block_until`'s rounds.
-fn wait_in_rounds<R>(
     mut ready: impl FnMut(&mut AnyPml) -> Result<Option<R>, PmlError>,
 ) -> Result<R, Cause> {
     let mut idle_rounds = 0u32;
@@ -376,7 +380,7 @@ fn wait_in_rounds<R>(
     // `ROUNDS_BEFORE_CLOCK` in a row, should the engine keep work that only its rounds move
     // (a frame waiting for room), so that such a thread still pauses (its pause is bounded).
     let mut hooks_again = 0u32;
-    loop {
+    let value = loop {
         // The hooks the last round left (`AnyPml::step_hooks` defers them under the lock),
         // stepped holding nothing; the look below sees what they did.
         hooks::step_deferred();
@@ -409,7 +413,7 @@ fn wait_in_rounds<R>(
         // (another thread's request that a message for it completed) would be lost to the
         // threads paused on it, where the round below says.
         if let Some(value) = ready(engine)? {
-            return Ok(leave(value, progressing, &mut held));
+            break leave(value, progressing, &mut held);
         }
         if let Some(mark) = after_idle_hooks.take() {
             // Moved since the idle round (another thread's round, or a call of the hooks, took
@@ -435,7 +439,7 @@ fn wait_in_rounds<R>(
                 // Wakes the paused threads as the hold lets go, whatever the look found.
                 held.wakes = Wakes::Yes;
                 if let Some(value) = again? {
-                    return Ok(leave(value, progressing, &mut held));
+                    break leave(value, progressing, &mut held);
                 }
                 idle_rounds = 0;
                 idle_since = None;
@@ -500,7 +504,11 @@ fn wait_in_rounds<R>(
             drop(held);
             spin_loop();
         }
-    }
+    };
+    // The hooks of the round whose look found the condition met, now that its hold let go
+    // (a wait that failed leaves them to the thread's next call).
+    hooks::step_deferred();
+    Ok(value)
 }
 
 /// A wait's end, in the hold that found its condition met: the thread that progressed hands
