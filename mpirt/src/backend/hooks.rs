@@ -76,9 +76,14 @@ pub(crate) fn step_all() {
 /// runs without the lock, and the rank's other threads go on meanwhile, as MPICH and Open MPI
 /// call a user's operation outside their locks.
 pub(crate) fn defer() {
-    if !STEPPING.with(Cell::get) {
+    if !stepping() {
         DEFERRED.with(|deferred| deferred.set(true));
     }
+}
+
+/// Whether the hooks are running now (`step_all`): a call into the PML is one of theirs.
+pub(crate) fn stepping() -> bool {
+    STEPPING.with(Cell::get)
 }
 
 /// Whether a call deferred the hooks (`defer`) and they have not run since.

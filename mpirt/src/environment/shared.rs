@@ -453,7 +453,8 @@ pub(super) fn block_until<R>(
             // collective that finished, which a wait on a set of requests waits for; a
             // request its hooks' tests completed): the next look, after them, comes before
             // this thread pauses or sleeps, since no other thread's round would wake it.
-            if hooks::any() {
+            // A hook's own wait (`hooks::stepping`) steps no hooks: nothing to look again for.
+            if hooks::any() && !hooks::stepping() {
                 after_idle_hooks = Some(engine.moved_mark());
                 drop(held);
                 continue;
@@ -468,9 +469,22 @@ pub(super) fn block_until<R>(
         // the woken thread waited for a second wake-up; now it takes the place over and is
         // the one spinning when its ping comes, while a ping that came before it was back is
         // taken by the lent place's round, as before.
+        //
+        // A progress hook's own wait (a window serving a long message, a failed collective
+        // taking its transfers back) spins instead: the place may be its own thread's, whose
+        // wait runs the hooks between its rounds, and that thread makes no round before the
+        // hook returns, so each idle round would pause out `LONGEST_PAUSE`, no peer's message
+        // waking it (where the hooks ran under the lock, the hook's wait spun on the lent
+        // engine).
         if progressing.is_none() {
             let place = PROGRESSOR.load(Ordering::Relaxed);
             if place != PLACE_FREE && place != PLACE_HANDED {
+                if hooks::stepping() {
+                    idle_rounds = idle_rounds.wrapping_add(1);
+                    drop(held);
+                    spin_loop();
+                    continue;
+                }
                 held.pause(LONGEST_PAUSE);
                 paused = true;
                 continue;

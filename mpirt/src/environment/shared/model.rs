@@ -1229,6 +1229,67 @@ fn a_waiter_whose_hooks_ran_before_another_round_moved_their_work_looks_again() 
     );
 }
 
+/// Set by the hook of `a_progress_hooks_own_wait_moves_on_while_its_thread_holds_the_place`
+/// as its wait begins.
+static HOOK_WAITING: StdAtomicBool = StdAtomicBool::new(false);
+
+/// That check's progress hook, a stand-in for a window served in the hook that receives a
+/// long message (`Messaging::receive` waits for it): on its thread, once that thread's wait
+/// holds the progressing place, a blocking wait for rank 1's message 2.
+fn wait_in_hook() {
+    if *HOOK_THREAD.lock().unwrap() != Some(thread::current().id())
+        || HOOK_FINISHED.load(StdOrdering::Relaxed)
+        || !place_taken()
+    {
+        return;
+    }
+    HOOK_WAITING.store(true, StdOrdering::Relaxed);
+    receive_from_peer(2, 2);
+    HOOK_FINISHED.store(true, StdOrdering::Relaxed);
+}
+
+/// A progress hook's own blocking wait, run between the rounds of its thread's wait, which
+/// holds the progressing place, moves on by its own rounds. Rank 0's one thread waits for
+/// rank 1's message 1 and progresses; its hook then waits for message 2, which rank 1 sends
+/// once that wait began, and message 1 only after the hook is done. Where the hook's wait
+/// paused beside the progressing place (its own thread's), no round of the rank came to wake
+/// it, and a peer's message wakes no pause: in a real run each of its idle rounds slept out
+/// `LONGEST_PAUSE`; here (the model's pauses never time out) it stays paused, and rank 1
+/// waits for the hook for ever: a run past shuttle's step limit.
+#[test]
+fn a_progress_hooks_own_wait_moves_on_while_its_thread_holds_the_place() {
+    explore_job("a hook's own wait", 2, 1_000, 1_000, || {
+        HOOK_FINISHED.store(false, StdOrdering::Relaxed);
+        HOOK_WAITING.store(false, StdOrdering::Relaxed);
+        let waiting = thread::spawn(|| {
+            *HOOK_THREAD.lock().unwrap() = Some(thread::current().id());
+            let hook = hooks::register(wait_in_hook);
+            receive_from_peer(1, 1);
+            hooks::unregister(hook);
+            *HOOK_THREAD.lock().unwrap() = None;
+            assert!(
+                HOOK_FINISHED.load(StdOrdering::Relaxed),
+                "the hook's wait ended"
+            );
+        });
+        let peer = thread::spawn(move || {
+            let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+            while !HOOK_WAITING.load(StdOrdering::Relaxed) {
+                thread::yield_now();
+            }
+            peer_sends(&mut peer.0, 2, &message(1, 2, EAGER));
+            while !HOOK_FINISHED.load(StdOrdering::Relaxed) {
+                thread::yield_now();
+            }
+            peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
+            *PEER.lock().unwrap() = Some(peer);
+        });
+        for thread in [waiting, peer] {
+            thread.join().unwrap();
+        }
+    });
+}
+
 /// Whether the progressing thread's wait in `a_progressing_thread_whose_wait_fails_hands_its_place_on`
 /// fails at its next look.
 static FAIL_THE_WAIT: StdAtomicBool = StdAtomicBool::new(false);
