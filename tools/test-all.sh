@@ -141,8 +141,9 @@ cargo test --workspace --features mpirt/threads --test threads
 
 # The model checks of the engine that threads share (mpirt/src/environment/shared/model.rs):
 # the real engine behind its real lock, driven by two and three threads in schedules that
-# shuttle chooses (random, PCT, and every interleaving of the two-thread check). The feature
-# model-check swaps shuttle's primitives in (mpirt/src/sync.rs) in mpirt's unit tests alone, so
+# shuttle chooses (random and PCT from a fixed seed, and every interleaving of the two-thread
+# check). The feature model-check swaps shuttle's primitives in (mpirt/src/sync.rs) in mpirt's
+# unit tests alone, so
 # the checks build in the release target directory beside the suites and rebuild mpirt's tests,
 # shuttle, and proptest and rand with the features shuttle adds, not pml or the bootstrap (a
 # `--cfg` in RUSTFLAGS, as before, changed every crate's flags: a target directory of its own,

@@ -670,11 +670,18 @@ impl Waiting for AnyPml {
     }
 
     /// Runs the registered hooks with this PML lent to them: they call it through
-    /// `with_engine`, which this call already holds.
+    /// `with_engine`, which this call already holds. Where this thread holds the lock of the
+    /// engine that threads share, defers them instead, to run once it lets go
+    /// (`hooks::defer`): run under the lock, an immediate collective's user-defined operation
+    /// held every other thread of the rank out for as long as it ran.
     #[cold]
     #[inline(never)]
     fn step_hooks(&mut self) -> Result<(), PmlError> {
-        environment::lend(self, hooks::step_all);
+        if environment::holds_shared_engine() {
+            hooks::defer();
+        } else {
+            environment::lend(self, hooks::step_all);
+        }
         Ok(())
     }
 }

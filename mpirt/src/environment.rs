@@ -528,16 +528,24 @@ pub(crate) fn sleep_in_pml(timeout: Duration) -> Result<bool, Cause> {
     on_engine(move |e| e.sleep(timeout).map(|()| true), || Ok(false))
 }
 
-/// `wait` for code that runs as a progress hook too (see `with_engine_or_lent`). As a hook it
-/// waits on the lent engine, so at Serialized and Multiple the round's thread keeps the shared
-/// engine's lock through this wait; outside one it is `wait`, which lets go between rounds.
+/// Whether this thread holds the lock of the engine that threads share (`Serialized`,
+/// `Multiple`): inside a call that reached it, where progress hooks wait until it lets go
+/// (`hooks::defer`).
+pub(crate) fn holds_shared_engine() -> bool {
+    shared::holding()
+}
+
+/// `wait` for code that runs as a progress hook too (see `with_engine_or_lent`). As a hook at
+/// `Single` and `Funneled` it waits on the lent engine; at Serialized and Multiple hooks run
+/// without the shared engine's lock (`hooks::defer`), nothing is lent, and it is `wait`,
+/// which lets go between rounds.
 pub(crate) fn wait_or_lent(handle: Handle) -> Result<Done, Cause> {
     with_lent_or(|e| e.wait(handle), |_| wait(handle))
 }
 
 /// Progresses until `done` holds (the waiting loop's `wait_on`, `awaited` saying what
-/// `done` waits for); as a progress hook too, where, as in `wait_or_lent`, the shared
-/// engine's lock stays held through the wait.
+/// `done` waits for); as a progress hook too, on the lent engine where there is one, as in
+/// `wait_or_lent`.
 pub(crate) fn wait_until_or_lent(
     awaited: Awaited<'_>,
     done: impl Fn(&mut AnyPml) -> Result<bool, PmlError>,
@@ -610,7 +618,8 @@ pub(crate) fn mprobe(
 
 /// `with_engine` for code that runs as a progress hook too (an immediate collective's
 /// step): inside the PML call that runs the hooks, which holds the PML, on the PML it lent
-/// them (see `lend`). The message path's `with_engine` stays as it was: a second way in
+/// them (see `lend`; at `Serialized` and `Multiple` the hooks run after the call let go of
+/// the shared engine's lock, nothing is lent, and this is `with_engine`). The message path's `with_engine` stays as it was: a second way in
 /// there made it larger than the compiler inlines (16 to 50 instructions more a message).
 pub(crate) fn with_engine_or_lent<R>(
     f: impl FnOnce(&mut AnyPml) -> Result<R, PmlError>,

@@ -3,9 +3,11 @@
 
 use std::collections::HashMap;
 use std::env;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
-use mpirt::collective::SystemOperation;
+use mpirt::collective::{SystemOperation, UserOperation};
 use mpirt::request::SharedScope;
 use mpirt::threads::{SendableCommunicator, SendableRequest, SharedCommunicator, Threads};
 use mpirt::topology::SimpleCommunicator;
@@ -60,6 +62,7 @@ fn rank_mode() {
         "collective-request" => collective_request(),
         "after-finalize" => after_finalize(),
         "op-calls-mpirt" => op_calls_mpirt(),
+        "op-beside-a-thread" => op_beside_a_thread(),
         other => panic!("unknown rank mode {other}"),
     };
     // After the universe's drop: the rank finalized.
@@ -172,57 +175,81 @@ fn exchange(shared: &SharedCommunicator, own: SimpleCommunicator, thread: usize)
     let peers: Vec<i32> = (0..world.size()).filter(|&r| r != me).collect();
     let mut sent_sum = 0u64;
     let mut received_sum = 0u64;
-    for round in 0..ROUNDS {
-        // A tag per thread and round: a receive from any rank takes this round's messages
-        // only, though a peer may be a round ahead.
-        let tag = (thread * ROUNDS + round) as i32;
-        let first = round * SIZES.len();
-        let outgoing: Vec<(i32, usize, Vec<u8>)> = peers
-            .iter()
-            .flat_map(|&p| (first..first + SIZES.len()).map(move |seq| (p, seq)))
-            .map(|(p, seq)| (p, seq, message(me, thread, seq)))
-            .collect();
-        sent_sum += outgoing.iter().map(|(_, _, m)| checksum(m)).sum::<u64>();
-        mpirt::request::multiple_scope(outgoing.len(), |scope, requests| {
-            for (p, _, data) in &outgoing {
-                requests.add(world.process_at_rank(*p).immediate_send_with_tag(
-                    scope,
-                    &data[..],
-                    tag,
-                ));
-            }
-            // Messages from one sending thread arrive in its order, whichever way they are
-            // received: the next expected from each peer is known.
-            let mut next: HashMap<i32, usize> = peers.iter().map(|&p| (p, first)).collect();
-            for _ in 0..outgoing.len() {
-                let (data, status) = match round {
-                    0 => {
-                        let from = *next
-                            .iter()
-                            .find(|(_, &s)| s < first + SIZES.len())
-                            .unwrap()
-                            .0;
-                        world.process_at_rank(from).receive_vec_with_tag::<u8>(tag)
-                    }
-                    1 => world.any_process().receive_vec_with_tag::<u8>(tag),
-                    _ => {
-                        let probed = world.any_process().probe_with_tag(tag);
-                        let from = world.process_at_rank(probed.source_rank());
-                        let (data, status) = from.receive_vec_with_tag::<u8>(tag);
-                        assert_eq!(data.len(), probed.count(u8::equivalent_datatype()) as usize);
-                        (data, status)
-                    }
-                };
-                let from = status.source_rank();
-                let seq = next.get_mut(&from).expect("a message from a peer");
-                check(&data, from, thread, *seq, me);
-                *seq += 1;
-                received_sum += checksum(&data);
-            }
-            let mut finished = Vec::new();
-            requests.wait_all(&mut finished);
-        });
-    }
+    // An immediate all-reduce by a user-defined operation in flight meanwhile, which this
+    // thread's calls below step (its progress hook) while the rank's other threads make
+    // theirs: at `Multiple` its operation runs outside the engine's lock.
+    let add = UserOperation::commutative(|incoming, acc| {
+        let incoming: &[u64] = incoming.downcast().unwrap();
+        let acc: &mut [u64] = acc.downcast().unwrap();
+        for (x, y) in incoming.iter().zip(acc) {
+            *y += x;
+        }
+    });
+    let (mine, mut total) = ([(me as u64 + 1) * (thread as u64 + 1)], [0u64]);
+    mpirt::request::scope(|reduce_scope| {
+        let reduce = own.immediate_all_reduce_into(reduce_scope, &mine[..], &mut total[..], &add);
+        for round in 0..ROUNDS {
+            // A tag per thread and round: a receive from any rank takes this round's messages
+            // only, though a peer may be a round ahead.
+            let tag = (thread * ROUNDS + round) as i32;
+            let first = round * SIZES.len();
+            let outgoing: Vec<(i32, usize, Vec<u8>)> = peers
+                .iter()
+                .flat_map(|&p| (first..first + SIZES.len()).map(move |seq| (p, seq)))
+                .map(|(p, seq)| (p, seq, message(me, thread, seq)))
+                .collect();
+            sent_sum += outgoing.iter().map(|(_, _, m)| checksum(m)).sum::<u64>();
+            mpirt::request::multiple_scope(outgoing.len(), |scope, requests| {
+                for (p, _, data) in &outgoing {
+                    requests.add(world.process_at_rank(*p).immediate_send_with_tag(
+                        scope,
+                        &data[..],
+                        tag,
+                    ));
+                }
+                // Messages from one sending thread arrive in its order, whichever way they are
+                // received: the next expected from each peer is known.
+                let mut next: HashMap<i32, usize> = peers.iter().map(|&p| (p, first)).collect();
+                for _ in 0..outgoing.len() {
+                    let (data, status) = match round {
+                        0 => {
+                            let from = *next
+                                .iter()
+                                .find(|(_, &s)| s < first + SIZES.len())
+                                .unwrap()
+                                .0;
+                            world.process_at_rank(from).receive_vec_with_tag::<u8>(tag)
+                        }
+                        1 => world.any_process().receive_vec_with_tag::<u8>(tag),
+                        _ => {
+                            let probed = world.any_process().probe_with_tag(tag);
+                            let from = world.process_at_rank(probed.source_rank());
+                            let (data, status) = from.receive_vec_with_tag::<u8>(tag);
+                            assert_eq!(
+                                data.len(),
+                                probed.count(u8::equivalent_datatype()) as usize
+                            );
+                            (data, status)
+                        }
+                    };
+                    let from = status.source_rank();
+                    let seq = next.get_mut(&from).expect("a message from a peer");
+                    check(&data, from, thread, *seq, me);
+                    *seq += 1;
+                    received_sum += checksum(&data);
+                }
+                let mut finished = Vec::new();
+                requests.wait_all(&mut finished);
+            });
+        }
+        reduce.wait();
+    });
+    let n = own.size() as u64;
+    assert_eq!(
+        total[0],
+        (thread as u64 + 1) * n * (n + 1) / 2,
+        "rank {me} thread {thread}: the immediate all-reduce"
+    );
     // Every byte sent was received: the job's sums agree, on the thread's own communicator.
     let mut sums = [0u64; 2];
     own.all_reduce_into(
@@ -382,8 +409,6 @@ thread_local! {
 /// `MPIRT_TEST_LEVEL`: MPI forbids it, and the send fails as a call inside a call, though the
 /// operation runs between the reduction's PML calls.
 fn op_calls_mpirt() -> i32 {
-    use mpirt::collective::UserOperation;
-
     let asked = level(&env::var(LEVEL).unwrap());
     let (universe, _) = mpirt::initialize_with_threading(asked).unwrap();
     let world = universe.world();
@@ -401,6 +426,83 @@ fn op_calls_mpirt() -> i32 {
     let mut total = 0i32;
     world.all_reduce_into(&1i32, &mut total, &calls_mpirt);
     unreachable!("the operation's send was not refused")
+}
+
+/// Set by `op_beside_a_thread`'s user-defined operation as it starts.
+static OP_STARTED: AtomicBool = AtomicBool::new(false);
+/// Set by its second thread once its messages with the other rank's second thread are done.
+static EXCHANGED: AtomicBool = AtomicBool::new(false);
+/// How long either thread waits for the other's flag before it fails the job rather than
+/// hang: far longer than a loaded machine takes (a bound on a deadlock, not a timing).
+const STUCK_AFTER: Duration = Duration::from_secs(60);
+
+/// Waits until `flag` is set; false if `STUCK_AFTER` passed first.
+fn wait_for(flag: &AtomicBool) -> bool {
+    let start = Instant::now();
+    while !flag.load(Ordering::SeqCst) {
+        if start.elapsed() > STUCK_AFTER {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+    true
+}
+
+/// An immediate all-reduce whose user-defined operation waits for another thread of its rank
+/// to exchange messages with the other rank, at `Multiple`: the operation runs in the
+/// all-reduce's progress hook, stepped by its thread's blocking receive (the only call that
+/// thread makes until the other rank's second thread sends, which it does only after its
+/// exchange, which waits for this rank's operation to start), so that an operation run under
+/// the engine's lock keeps the exchanging thread out of the engine: it never exchanges, and
+/// the operation gives up after `STUCK_AFTER`, failing the job.
+fn op_beside_a_thread() -> i32 {
+    let (universe, _) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
+    let world = universe.world();
+    let (me, peer) = (world.rank(), 1 - world.rank());
+    let shared = world.share(universe.threads().unwrap());
+    let waits = UserOperation::commutative(|incoming, acc| {
+        OP_STARTED.store(true, Ordering::SeqCst);
+        assert!(
+            wait_for(&EXCHANGED),
+            "rank {me}: the other thread did not exchange its messages while the operation ran"
+        );
+        let incoming: &[i32] = incoming.downcast().unwrap();
+        let acc: &mut [i32] = acc.downcast().unwrap();
+        for (x, y) in incoming.iter().zip(acc) {
+            *y += x;
+        }
+    });
+    let (mine, mut sum) = ([me + 1], [0i32]);
+    std::thread::scope(|threads| {
+        threads.spawn(|| {
+            assert!(
+                wait_for(&OP_STARTED),
+                "rank {me}: the operation did not start"
+            );
+            let local = shared.local();
+            let other = local.process_at_rank(peer);
+            // Rank 0 sends first, rank 1 answers: done only where both ranks' second threads
+            // reach their engines while their operations wait.
+            if me == 0 {
+                other.send_with_tag(&me, 1);
+                assert_eq!(other.receive_with_tag::<i32>(2).0, peer);
+            } else {
+                assert_eq!(other.receive_with_tag::<i32>(1).0, peer);
+                other.send_with_tag(&me, 2);
+            }
+            EXCHANGED.store(true, Ordering::SeqCst);
+            other.send_with_tag(&me, 3);
+        });
+        mpirt::request::scope(|scope| {
+            let reduce = world.immediate_all_reduce_into(scope, &mine[..], &mut sum[..], &waits);
+            let (from, _) = world.process_at_rank(peer).receive_with_tag::<i32>(3);
+            assert_eq!(from, peer);
+            reduce.wait();
+        });
+    });
+    assert_eq!(sum, [3], "rank {me}");
+    println!("rank {me}: the operation waited for another thread's exchange; sum 3");
+    me
 }
 
 /// A request still posted at finalize, waited on after it: the error names the operation,
@@ -645,6 +747,22 @@ fn a_user_operation_that_calls_mpirt_fails_as_a_call_inside_a_call() {
         assert!(
             stderr.contains("called from inside another mpirt call on this thread"),
             "{name}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn an_immediate_collectives_user_operation_holds_no_other_thread_up() {
+    if !threads_built() {
+        return;
+    }
+    let (out, _) = ok_job_with(2, "op-beside-a-thread", &[]);
+    for rank in 0..2 {
+        assert!(
+            out.contains(&format!(
+                "rank {rank}: the operation waited for another thread's exchange; sum 3"
+            )),
+            "{out}"
         );
     }
 }

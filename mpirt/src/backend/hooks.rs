@@ -21,6 +21,15 @@ thread_local! {
     static STEPPING: Cell<bool> = const { Cell::new(false) };
 }
 
+crate::sync::thread_local! {
+    /// Set where a PML call under the lock of the engine that threads share would have
+    /// stepped the hooks (`defer`): they run once this thread has let go (`step_deferred`).
+    /// A thread-local of `crate::sync`, as the lock's own marks are: under the model checks,
+    /// each of the model's threads has its own (std's would be one for them all, and one
+    /// thread's round could take another's).
+    static DEFERRED: Cell<bool> = const { Cell::new(false) };
+}
+
 /// Has `hook` stepped (with the PML lent to it, see `environment::lend`) whenever this
 /// thread's PML moves, until `unregister`.
 pub(crate) fn register(hook: fn()) -> HookId {
@@ -58,6 +67,39 @@ pub(crate) fn step_all() {
         hook();
         i += 1;
     }
+}
+
+/// Leaves the hooks for `step_deferred`, unless they are running now (this is one of their
+/// own calls into the PML, which does not step them again): a PML call that holds the lock
+/// of the engine that threads share (`Serialized`, `Multiple`) defers them, so that what they
+/// run (an immediate collective's reduction by a user-defined operation, which may take long)
+/// runs without the lock, and the rank's other threads go on meanwhile, as MPICH and Open MPI
+/// call a user's operation outside their locks.
+pub(crate) fn defer() {
+    if !stepping() {
+        DEFERRED.with(|deferred| deferred.set(true));
+    }
+}
+
+/// Whether the hooks are running now (`step_all`): a call into the PML is one of theirs.
+pub(crate) fn stepping() -> bool {
+    STEPPING.with(Cell::get)
+}
+
+/// Whether a call deferred the hooks (`defer`) and they have not run since.
+#[cfg(feature = "threads")]
+pub(crate) fn deferred() -> bool {
+    DEFERRED.with(Cell::get)
+}
+
+/// Runs the hooks that a call deferred (`defer`), once the caller let go of the engine's
+/// lock: each call of theirs into the PML takes it again, for that call; whether any were.
+pub(crate) fn step_deferred() -> bool {
+    let deferred = DEFERRED.with(Cell::take);
+    if deferred {
+        step_all();
+    }
+    deferred
 }
 
 /// Clears `STEPPING` when the hooks are done, also when one panics: a program that catches

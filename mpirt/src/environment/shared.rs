@@ -313,7 +313,26 @@ pub(super) fn hold_for_call() -> bool {
 #[inline(never)]
 pub(super) fn let_go_after_call() {
     let held = CALL_HOLD.with(|hold| hold.borrow_mut().take());
+    if hooks::deferred() {
+        let_go_and_step_hooks(held);
+    } else {
+        drop(held);
+    }
+}
+
+/// `let_go_after_call` where the call left progress hooks to step (a test's, `step_hooks`):
+/// they run once the lock is let go, but not where a panic unwinds through the call (a hook
+/// that panicked too would abort). Apart, so that a call without them lets go in a tail call:
+/// with the steps inline, a round trip of `osu_latency_mt -t 1:1` cost its sending rank 20
+/// instructions more (callgrind).
+#[cfg(feature = "threads")]
+#[cold]
+#[inline(never)]
+fn let_go_and_step_hooks(held: Option<Held>) {
     drop(held);
+    if !std::thread::panicking() {
+        hooks::step_deferred();
+    }
 }
 
 /// Progresses until `ready`, a look that makes no progress, gives a value, holding the lock
@@ -334,6 +353,10 @@ pub(super) fn let_go_after_call() {
 /// place on), its progressing thread polling where this one sleeps apart once its spin ends.
 /// Out of line, as every way into the shared engine: the thread-local path's callers inline
 /// nothing of it.
+///
+/// A round's progress hooks (this thread's immediate collectives) run after the round, without
+/// the lock (`hooks::defer`), so that a user-defined operation they apply holds no other
+/// thread up; the look after them comes before this thread pauses.
 #[cold]
 #[inline(never)]
 pub(super) fn block_until<R>(
@@ -349,7 +372,18 @@ pub(super) fn block_until<R>(
     // Dropped after each iteration's hold (declared before it): a wait that fails hands its
     // place on as it leaves.
     let mut progressing: Option<Progressing> = None;
-    loop {
+    // Where this thread's hooks just ran after an idle round, what the engine had moved as
+    // that round ended: the look that follows them goes on to that round's pause, without a
+    // round of its own, unless something moved since.
+    let mut after_idle_hooks: Option<Option<pml::MovedMark>> = None;
+    // Rounds made since the last pause because something moved while the hooks ran: at most
+    // `ROUNDS_BEFORE_CLOCK` in a row, should the engine keep work that only its rounds move
+    // (a frame waiting for room), so that such a thread still pauses (its pause is bounded).
+    let mut hooks_again = 0u32;
+    let value = loop {
+        // The hooks the last round left (`AnyPml::step_hooks` defers them under the lock),
+        // stepped holding nothing; the look below sees what they did.
+        hooks::step_deferred();
         let look_at_clock = idle_rounds > 0 && idle_rounds.is_multiple_of(ROUNDS_BEFORE_CLOCK);
         let idle = look_at_clock.then(|| idle_since.get_or_insert_with(Instant::now).elapsed());
         let mut held = Held::take(false)?;
@@ -379,32 +413,51 @@ pub(super) fn block_until<R>(
         // (another thread's request that a message for it completed) would be lost to the
         // threads paused on it, where the round below says.
         if let Some(value) = ready(engine)? {
-            return Ok(leave(value, progressing, &mut held));
+            break leave(value, progressing, &mut held);
         }
-        if engine.progress()? {
-            // Looks again in this hold: a round that took this thread's message returns at
-            // once, rather than letting go (and waking the paused threads, a system call)
-            // before its next look.
-            let again = ready(engine);
-            // Wakes the paused threads as the hold lets go, whatever the look found.
-            held.wakes = Wakes::Yes;
-            if let Some(value) = again? {
-                return Ok(leave(value, progressing, &mut held));
+        if let Some(mark) = after_idle_hooks.take() {
+            // Moved since the idle round (another thread's round, or a call of the hooks, took
+            // a message off the wire or left work): perhaps work for the hooks that ran before
+            // it moved, which no round of this thread's would step while it pauses, and the
+            // round that moved it woke no one, this thread not yet paused. A round of its own,
+            // and its hooks again, before it pauses: it pauses only after hooks that ran with
+            // nothing moving since, and a move after it paused wakes it.
+            if engine.moved_since(mark) && hooks_again < ROUNDS_BEFORE_CLOCK {
+                hooks_again += 1;
+                // Counted as an idle round, so that the clock (and the peers' check) is
+                // looked at as it is while spinning.
+                idle_rounds = idle_rounds.wrapping_add(1);
+                continue;
             }
-            idle_rounds = 0;
-            idle_since = None;
-            pausing = false;
-            pause = FIRST_PAUSE;
-            continue;
-        }
-        // An idle round, which stepped this thread's progress hooks too (its immediate
-        // collectives, which only its own rounds step). What they did moves nothing the
-        // round reports, yet may meet the condition (a collective that finished, which a wait
-        // on a set of requests waits for; a request its hooks' tests completed): looks again
-        // before this thread pauses or sleeps, since no other thread's round would wake it.
-        if hooks::any() {
-            if let Some(value) = ready(engine)? {
-                return Ok(leave(value, progressing, &mut held));
+            hooks_again = 0;
+        } else {
+            if engine.progress()? {
+                // Looks again in this hold: a round that took this thread's message returns
+                // at once, rather than letting go (and waking the paused threads, a system
+                // call) before its next look.
+                let again = ready(engine);
+                // Wakes the paused threads as the hold lets go, whatever the look found.
+                held.wakes = Wakes::Yes;
+                if let Some(value) = again? {
+                    break leave(value, progressing, &mut held);
+                }
+                idle_rounds = 0;
+                idle_since = None;
+                pausing = false;
+                pause = FIRST_PAUSE;
+                continue;
+            }
+            // An idle round, which left this thread's progress hooks to step (its immediate
+            // collectives, which only its own rounds step): they run without the lock, and
+            // what they did moves nothing the round reports, yet may meet the condition (a
+            // collective that finished, which a wait on a set of requests waits for; a
+            // request its hooks' tests completed): the next look, after them, comes before
+            // this thread pauses or sleeps, since no other thread's round would wake it.
+            // A hook's own wait (`hooks::stepping`) steps no hooks: nothing to look again for.
+            if hooks::any() && !hooks::stepping() {
+                after_idle_hooks = Some(engine.moved_mark());
+                drop(held);
+                continue;
             }
         }
         // A thread that waits beside the one that progresses pauses now, until a round moves
@@ -416,9 +469,22 @@ pub(super) fn block_until<R>(
         // the woken thread waited for a second wake-up; now it takes the place over and is
         // the one spinning when its ping comes, while a ping that came before it was back is
         // taken by the lent place's round, as before.
+        //
+        // A progress hook's own wait (a window serving a long message, a failed collective
+        // taking its transfers back) spins instead: the place may be its own thread's, whose
+        // wait runs the hooks between its rounds, and that thread makes no round before the
+        // hook returns, so each idle round would pause out `LONGEST_PAUSE`, no peer's message
+        // waking it (where the hooks ran under the lock, the hook's wait spun on the lent
+        // engine).
         if progressing.is_none() {
             let place = PROGRESSOR.load(Ordering::Relaxed);
             if place != PLACE_FREE && place != PLACE_HANDED {
+                if hooks::stepping() {
+                    idle_rounds = idle_rounds.wrapping_add(1);
+                    drop(held);
+                    spin_loop();
+                    continue;
+                }
                 held.pause(LONGEST_PAUSE);
                 paused = true;
                 continue;
@@ -452,7 +518,11 @@ pub(super) fn block_until<R>(
             drop(held);
             spin_loop();
         }
-    }
+    };
+    // The hooks of the round whose look found the condition met, now that its hold let go
+    // (a wait that failed leaves them to the thread's next call).
+    hooks::step_deferred();
+    Ok(value)
 }
 
 /// A wait's end, in the hold that found its condition met: the thread that progressed hands

@@ -20,7 +20,9 @@
 //!
 //! Run by tools/test-all.sh:
 //! `cargo test --release -p mpirt --features threads,model-check --lib environment::shared::model`.
-//! A failure prints the schedule that shuttle can replay (`shuttle::replay`).
+//! The random and PCT schedules come from one fixed seed (`SEED`), so that every run checks
+//! the same schedules; a failure names its seed and the command that runs its schedules again
+//! (`SHUTTLE_RANDOM_SEED` replaces the seed, to explore others).
 
 use std::collections::HashMap;
 use std::sync::atomic::{
@@ -30,6 +32,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use pml::{Done, EngineConfig, Handle, Pml, SendMode, SourceSel, Status, TagSel, Waiting, Wireup};
+use shuttle::scheduler::PctScheduler;
 use shuttle::thread;
 
 use super::super::place::{self, Entry};
@@ -39,6 +42,7 @@ use super::{
 };
 use crate::backend::{hooks, AnyPml, PmlChoice};
 use crate::sync::Ordering;
+use crate::threads::Waits;
 
 /// Messages up to this size go eagerly; larger ones by rendezvous (an RTS, the receiver's
 /// read, a FIN), so that the checks cover both protocols' completions.
@@ -133,16 +137,27 @@ impl Wireup for Alone {
     }
 }
 
+/// The seed of every check's random and PCT schedules. Fixed, so that each run of the checks
+/// runs the same schedules in the same order (the engine carries its state from one schedule
+/// to the next, so a schedule is replayed by the whole sequence before it, not alone): what
+/// one run finds, every run finds, and a check that asserts something of its schedules as a
+/// whole (`a_wait_started_while_the_place_is_handed_on_holds_it_until_taken_over`) holds
+/// every time. Shuttle's `SHUTTLE_RANDOM_SEED` replaces it, to explore other schedules; each
+/// check names the seed it ran with, and a failing one the command that replays it.
+const SEED: u64 = 27;
+
 /// Runs `check` under shuttle's schedulers on the shared engine: `random` runs of uniformly
-/// random schedules and `pct` of PCT's (depth 3), or, with `random` 0, every schedule, of
-/// which there must be fewer than `pct` (else not every one was run). Says how many ran.
-fn explore(name: &str, random: usize, pct: usize, check: fn()) {
+/// random schedules and `pct` of PCT's (depth 3), both from `SEED`, or, with `random` 0,
+/// every schedule, of which there must be fewer than `pct` (else not every one was run).
+/// Says how many ran, and what the engine's waits counted under each scheduler, which it
+/// returns (random's, PCT's).
+fn explore(name: &str, random: usize, pct: usize, check: fn()) -> (Waits, Waits) {
     explore_job(name, 1, random, pct, check)
 }
 
 /// `explore` in a job of `ranks` (1 or 2): with 2, rank 1's engine waits in `PEER` for the
 /// check's thread that drives it, which puts it back, idle, as it ends.
-fn explore_job(name: &str, ranks: u32, random: usize, pct: usize, check: fn()) {
+fn explore_job(name: &str, ranks: u32, random: usize, pct: usize, check: fn()) -> (Waits, Waits) {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|_| {
         panic!(
             "{name}: not run: a check that failed before it left the engine's lock and condition \
@@ -213,13 +228,77 @@ fn explore_job(name: &str, ranks: u32, random: usize, pct: usize, check: fn()) {
     };
     let ran = || runs.load(StdOrdering::Relaxed);
     if random == 0 {
+        let before = super::waits();
         shuttle::check_dfs(run(), Some(pct));
         assert!(ran() < pct, "{name}: {} interleavings or more", ran());
         eprintln!("{name}: every interleaving, {} of them", ran());
-    } else {
-        shuttle::check_random(run(), random);
-        shuttle::check_pct(run(), pct, 3);
-        eprintln!("{name}: {} random and PCT schedules", ran());
+        return (Waits::default(), waits_since(before));
+    }
+    let seed = seed();
+    // Names the seed and the command that runs the schedules again, where one fails.
+    let _replay = Replay { name, seed };
+    let before = super::waits();
+    shuttle::check_random_with_seed(run(), seed, random);
+    let under_random = waits_since(before);
+    let before = super::waits();
+    shuttle::Runner::new(
+        PctScheduler::new_from_seed(seed, 3, pct),
+        shuttle::Config::default(),
+    )
+    .run(run());
+    let under_pct = waits_since(before);
+    eprintln!(
+        "{name}: seed {seed}, {random} random schedules ({under_random:?}), \
+         {pct} PCT schedules ({under_pct:?})"
+    );
+    (under_random, under_pct)
+}
+
+/// The schedules' seed: `SEED`, or the one `SHUTTLE_RANDOM_SEED` names, which shuttle's
+/// schedulers take in its place.
+fn seed() -> u64 {
+    match std::env::var("SHUTTLE_RANDOM_SEED") {
+        Ok(seed) => seed
+            .parse()
+            .unwrap_or_else(|e| panic!("SHUTTLE_RANDOM_SEED='{seed}' is not a seed: {e}")),
+        Err(_) => SEED,
+    }
+}
+
+/// What the shared engine's waits counted since `before` (the checks' runs alone move the
+/// counts: one check at a time runs, `ONE_AT_A_TIME`).
+fn waits_since(before: Waits) -> Waits {
+    let now = super::waits();
+    Waits {
+        progressors: now.progressors - before.progressors,
+        handed_on: now.handed_on - before.handed_on,
+        taken_over: now.taken_over - before.taken_over,
+        pauses: now.pauses - before.pauses,
+        pauses_woken: now.pauses_woken - before.pauses_woken,
+    }
+}
+
+/// Says, as a check's schedule fails (its drop while the panic unwinds), how to run that
+/// check's schedules again: the same seed runs the same sequence of schedules, and the
+/// engine's state carried from one to the next with them.
+struct Replay<'a> {
+    name: &'a str,
+    seed: u64,
+}
+
+impl Drop for Replay<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        // The test's thread bears the test's name (libtest's).
+        let test = std::thread::current().name().unwrap_or("").to_string();
+        eprintln!(
+            "{}: failed with seed {}; to run its schedules again: SHUTTLE_RANDOM_SEED={} \
+             cargo test --release -p mpirt --features threads,model-check --lib -- --exact \
+             {test}",
+            self.name, self.seed, self.seed
+        );
     }
 }
 
@@ -832,58 +911,61 @@ fn the_progressing_thread_hands_its_place_on_as_it_leaves() {
 /// wake-up (`Progressing::hand_on`) then wakes the first thread, without which both stay
 /// paused and rank 1 waits for a sleeper apart that never comes, past shuttle's step limit.
 /// Some schedule must take a lent place over (`Waits::taken_over`), else the path went
-/// unchecked.
+/// unchecked: the random schedules of `SEED` take 498 of them (450 to 520 from seeds 1 to 3),
+/// its PCT schedules 7 (7 to 18), which in turn hand the place on more often (3,984 against
+/// 1,465), the other path the check is for. The seed fixed, every run asserts the same.
 #[test]
 fn a_wait_started_while_the_place_is_handed_on_holds_it_until_taken_over() {
-    let taken_over = super::TAKEN_OVER.load(StdOrdering::Relaxed);
-    explore_job("a wait beside a handed place", 2, 2_000, 2_000, || {
-        let done = Arc::new(StdAtomicUsize::new(0));
-        let first = {
-            let done = done.clone();
-            thread::spawn(move || {
-                receive_from_peer(1, 1);
-                done.fetch_add(1, StdOrdering::Relaxed);
-                receive_from_peer(4, 4);
-            })
-        };
-        let second = {
-            let done = done.clone();
-            thread::spawn(move || {
-                while !place_taken() {
-                    thread::yield_now();
-                }
-                receive_from_peer(2, 2);
-                done.fetch_add(1, StdOrdering::Relaxed);
-            })
-        };
-        let tester = thread::spawn(test_until_tag_3_arrives);
-        let peer = thread::spawn(move || {
-            let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
-            let waiting = |received| {
-                while !(done.load(StdOrdering::Relaxed) == received
-                    && asleep_apart()
-                    && (received == 2 || UNWOKEN.load(Ordering::Relaxed) > 0))
-                {
-                    thread::yield_now();
-                }
+    let (under_random, under_pct) =
+        explore_job("a wait beside a handed place", 2, 2_000, 2_000, || {
+            let done = Arc::new(StdAtomicUsize::new(0));
+            let first = {
+                let done = done.clone();
+                thread::spawn(move || {
+                    receive_from_peer(1, 1);
+                    done.fetch_add(1, StdOrdering::Relaxed);
+                    receive_from_peer(4, 4);
+                })
             };
-            waiting(0);
-            peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
-            waiting(1);
-            peer_sends(&mut peer.0, 2, &message(1, 2, EAGER));
-            waiting(2);
-            for tag in [3, 4] {
-                peer_sends(&mut peer.0, tag, &message(1, tag as u8, EAGER));
+            let second = {
+                let done = done.clone();
+                thread::spawn(move || {
+                    while !place_taken() {
+                        thread::yield_now();
+                    }
+                    receive_from_peer(2, 2);
+                    done.fetch_add(1, StdOrdering::Relaxed);
+                })
+            };
+            let tester = thread::spawn(test_until_tag_3_arrives);
+            let peer = thread::spawn(move || {
+                let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+                let waiting = |received| {
+                    while !(done.load(StdOrdering::Relaxed) == received
+                        && asleep_apart()
+                        && (received == 2 || UNWOKEN.load(Ordering::Relaxed) > 0))
+                    {
+                        thread::yield_now();
+                    }
+                };
+                waiting(0);
+                peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
+                waiting(1);
+                peer_sends(&mut peer.0, 2, &message(1, 2, EAGER));
+                waiting(2);
+                for tag in [3, 4] {
+                    peer_sends(&mut peer.0, tag, &message(1, tag as u8, EAGER));
+                }
+                *PEER.lock().unwrap() = Some(peer);
+            });
+            for thread in [first, second, tester, peer] {
+                thread.join().unwrap();
             }
-            *PEER.lock().unwrap() = Some(peer);
         });
-        for thread in [first, second, tester, peer] {
-            thread.join().unwrap();
-        }
-    });
     assert!(
-        super::TAKEN_OVER.load(StdOrdering::Relaxed) > taken_over,
-        "no schedule took a lent place over"
+        under_random.taken_over > 0,
+        "no random schedule of seed {} took a lent place over (PCT's: {under_pct:?})",
+        seed()
     );
 }
 
@@ -1013,6 +1095,199 @@ fn a_waiter_beside_the_progressing_one_sees_what_its_hooks_did() {
             }
         },
     );
+}
+
+/// Set by the second thread of `a_threads_progress_hooks_run_without_the_lock` once its call
+/// into the engine is done.
+static CALLED_BESIDE: StdAtomicBool = StdAtomicBool::new(false);
+
+/// That check's progress hook, a stand-in for an immediate collective's step that applies a
+/// user-defined operation which waits for another thread of the rank (MPI lets it take as
+/// long as it likes): on its thread, it finishes once the second thread's call is done.
+fn finish_after_a_call_beside() {
+    if *HOOK_THREAD.lock().unwrap() == Some(thread::current().id()) {
+        while !CALLED_BESIDE.load(StdOrdering::Relaxed) {
+            thread::yield_now();
+        }
+        HOOK_FINISHED.store(true, StdOrdering::Relaxed);
+    }
+}
+
+/// A thread's progress hooks run without the engine's lock, after the call that stepped them
+/// lets go: a non-blocking call's (`let_go_after_call`), and a blocking wait's round's
+/// (`block_until`). The hook waits for a second thread's call into the engine; run under the
+/// lock (as before: a user-defined operation of an immediate collective held every other
+/// thread of the rank out), that call never gets the lock, and the hook yields for ever, a
+/// run past shuttle's step limit.
+#[test]
+fn a_threads_progress_hooks_run_without_the_lock() {
+    fn beside(step: fn()) {
+        HOOK_FINISHED.store(false, StdOrdering::Relaxed);
+        CALLED_BESIDE.store(false, StdOrdering::Relaxed);
+        let stepping = thread::spawn(move || {
+            *HOOK_THREAD.lock().unwrap() = Some(thread::current().id());
+            let hook = hooks::register(finish_after_a_call_beside);
+            step();
+            hooks::unregister(hook);
+            *HOOK_THREAD.lock().unwrap() = None;
+            assert!(HOOK_FINISHED.load(StdOrdering::Relaxed), "the hook ran");
+        });
+        let calling = thread::spawn(|| {
+            drop(enter());
+            CALLED_BESIDE.store(true, StdOrdering::Relaxed);
+        });
+        for thread in [stepping, calling] {
+            thread.join().unwrap();
+        }
+    }
+    explore("hooks after a non-blocking call", 1_000, 1_000, || {
+        beside(|| {
+            enter().engine().unwrap().progress().unwrap();
+        })
+    });
+    explore("hooks after a blocking wait's round", 1_000, 1_000, || {
+        beside(|| {
+            block_until(|_| Ok(HOOK_FINISHED.load(StdOrdering::Relaxed).then_some(()))).unwrap();
+        })
+    });
+}
+
+/// The receive whose completion the hook of
+/// `a_waiter_whose_hooks_ran_before_another_round_moved_their_work_looks_again` waits for.
+static HOOKED_RECV: StdMutex<Option<Handle>> = StdMutex::new(None);
+
+/// That check's progress hook, a stand-in for an immediate collective's step: on its thread,
+/// a test of the hooked receive, which finishes the "collective" once it completed.
+fn finish_once_received() {
+    if *HOOK_THREAD.lock().unwrap() != Some(thread::current().id()) {
+        return;
+    }
+    let handle = *HOOKED_RECV.lock().unwrap();
+    if let Some(handle) = handle {
+        if test(handle).is_some() {
+            *HOOKED_RECV.lock().unwrap() = None;
+            HOOK_FINISHED.store(true, StdOrdering::Relaxed);
+        }
+    }
+}
+
+/// A thread that waits beside the one that progresses, for what its own hook does with a
+/// message (as `wait_any` over an immediate collective waits for its next round), does not
+/// pause while another thread's round moved that message after its hooks last ran. Its hooks
+/// run after its idle round, without the lock, and its look at its condition comes in a hold
+/// of its own after them: where the progressing thread's round took the message in between,
+/// no round of its own steps the hook again and the round that moved it woke no one (the
+/// waiter was not yet paused), so without a look at what moved since its idle round
+/// (`Engine::moved_since`), it pauses with its hook's work done for it, and rank 1, which
+/// sends the progressing thread's message only once the waiter is done, never sends: a run
+/// past shuttle's step limit.
+#[test]
+fn a_waiter_whose_hooks_ran_before_another_round_moved_their_work_looks_again() {
+    explore_job(
+        "a hook's message moved by another round",
+        2,
+        2_000,
+        2_000,
+        || {
+            HOOK_FINISHED.store(false, StdOrdering::Relaxed);
+            let beside_done = Arc::new(StdAtomicBool::new(false));
+            let progressing = thread::spawn(|| receive_from_peer(1, 1));
+            let beside = {
+                let beside_done = beside_done.clone();
+                thread::spawn(move || {
+                    while !place_taken() {
+                        thread::yield_now();
+                    }
+                    let mut buf = [0u8; EAGER];
+                    *HOOKED_RECV.lock().unwrap() = Some(post_recv(&mut buf, TagSel::Tag(2)));
+                    *HOOK_THREAD.lock().unwrap() = Some(thread::current().id());
+                    let hook = hooks::register(finish_once_received);
+                    let waited =
+                        block_until(|_| Ok(HOOK_FINISHED.load(StdOrdering::Relaxed).then_some(())));
+                    hooks::unregister(hook);
+                    *HOOK_THREAD.lock().unwrap() = None;
+                    waited.unwrap();
+                    beside_done.store(true, StdOrdering::Relaxed);
+                })
+            };
+            let peer = thread::spawn(move || {
+                let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+                while HOOK_THREAD.lock().unwrap().is_none() {
+                    thread::yield_now();
+                }
+                peer_sends(&mut peer.0, 2, &message(1, 2, EAGER));
+                while !beside_done.load(StdOrdering::Relaxed) {
+                    thread::yield_now();
+                }
+                peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
+                *PEER.lock().unwrap() = Some(peer);
+            });
+            for thread in [progressing, beside, peer] {
+                thread.join().unwrap();
+            }
+        },
+    );
+}
+
+/// Set by the hook of `a_progress_hooks_own_wait_moves_on_while_its_thread_holds_the_place`
+/// as its wait begins.
+static HOOK_WAITING: StdAtomicBool = StdAtomicBool::new(false);
+
+/// That check's progress hook, a stand-in for a window served in the hook that receives a
+/// long message (`Messaging::receive` waits for it): on its thread, once that thread's wait
+/// holds the progressing place, a blocking wait for rank 1's message 2.
+fn wait_in_hook() {
+    if *HOOK_THREAD.lock().unwrap() != Some(thread::current().id())
+        || HOOK_FINISHED.load(StdOrdering::Relaxed)
+        || !place_taken()
+    {
+        return;
+    }
+    HOOK_WAITING.store(true, StdOrdering::Relaxed);
+    receive_from_peer(2, 2);
+    HOOK_FINISHED.store(true, StdOrdering::Relaxed);
+}
+
+/// A progress hook's own blocking wait, run between the rounds of its thread's wait, which
+/// holds the progressing place, moves on by its own rounds. Rank 0's one thread waits for
+/// rank 1's message 1 and progresses; its hook then waits for message 2, which rank 1 sends
+/// once that wait began, and message 1 only after the hook is done. Where the hook's wait
+/// paused beside the progressing place (its own thread's), no round of the rank came to wake
+/// it, and a peer's message wakes no pause: in a real run each of its idle rounds slept out
+/// `LONGEST_PAUSE`; here (the model's pauses never time out) it stays paused, and rank 1
+/// waits for the hook for ever: a run past shuttle's step limit.
+#[test]
+fn a_progress_hooks_own_wait_moves_on_while_its_thread_holds_the_place() {
+    explore_job("a hook's own wait", 2, 1_000, 1_000, || {
+        HOOK_FINISHED.store(false, StdOrdering::Relaxed);
+        HOOK_WAITING.store(false, StdOrdering::Relaxed);
+        let waiting = thread::spawn(|| {
+            *HOOK_THREAD.lock().unwrap() = Some(thread::current().id());
+            let hook = hooks::register(wait_in_hook);
+            receive_from_peer(1, 1);
+            hooks::unregister(hook);
+            *HOOK_THREAD.lock().unwrap() = None;
+            assert!(
+                HOOK_FINISHED.load(StdOrdering::Relaxed),
+                "the hook's wait ended"
+            );
+        });
+        let peer = thread::spawn(move || {
+            let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+            while !HOOK_WAITING.load(StdOrdering::Relaxed) {
+                thread::yield_now();
+            }
+            peer_sends(&mut peer.0, 2, &message(1, 2, EAGER));
+            while !HOOK_FINISHED.load(StdOrdering::Relaxed) {
+                thread::yield_now();
+            }
+            peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
+            *PEER.lock().unwrap() = Some(peer);
+        });
+        for thread in [waiting, peer] {
+            thread.join().unwrap();
+        }
+    });
 }
 
 /// Whether the progressing thread's wait in `a_progressing_thread_whose_wait_fails_hands_its_place_on`
