@@ -612,7 +612,7 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
         buf: R,
     ) -> Result<Handle, PmlError> {
         if let Some((envelope, pending)) = self.matcher.take_unexpected(context, source, tag) {
-            let recv = self.unmatched_request(buf);
+            let recv = self.unmatched_request(buf, envelope);
             self.deliver_pending(recv, envelope, pending)?;
             return Ok(recv);
         }
@@ -669,7 +669,7 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
             .matched_messages
             .remove(message.0)
             .map_err(|s| PmlError::StaleRequest(s.0))?;
-        let recv = self.unmatched_request(buf);
+        let recv = self.unmatched_request(buf, envelope);
         self.deliver_pending(recv, envelope, pending)?;
         Ok(recv)
     }
