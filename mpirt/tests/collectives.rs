@@ -5,6 +5,8 @@
 //! forced-algorithm jobs run them again with each `MPIRT_COLL_*` algorithm on sizes that are
 //! not powers of two.
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::env;
 use std::fmt::Debug;
 
@@ -23,6 +25,50 @@ use common::{
 
 /// 1 MiB, the large size every collective is checked at.
 const MIB: usize = 1 << 20;
+
+/// The system's allocator, counting each thread's allocations: a rank's calls that should
+/// allocate nothing are counted on its thread (`allocations_per_call`).
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count_allocation() {
+    // During thread-local teardown the allocation is not counted.
+    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+}
+
+/// Allocations this thread has made so far.
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
+
+// SAFETY: every call is forwarded to `System` unchanged; counting allocates nothing.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_allocation();
+        // SAFETY: forwarded with the caller's promises.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count_allocation();
+        // SAFETY: forwarded with the caller's promises.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_allocation();
+        // SAFETY: forwarded with the caller's promises.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded with the caller's promises.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 /// The rank side of the tests below, selected by `RANK_MODE`.
 #[test]
@@ -209,6 +255,7 @@ fn rank_mode() {
         }
         "immediate-starts" => immediates_start(&world, &universe.description()),
         "kept-plans" => kept_plans(&world),
+        "allocations" => allocations_per_call(&world),
         "describe" => println!("rank {}: {}", world.rank(), universe.description()),
         "context-reuse" => {
             // More communicators than there are context ids, one at a time: ids must be
@@ -1332,6 +1379,68 @@ fn immediates(world: &SimpleCommunicator) {
 /// root, the element size or whether the reduction commutes, and communicators split anew
 /// (with other sizes) after their predecessors were freed, on the context ids those give
 /// back.
+/// Rounds of [`allocations_per_call`]'s calls run before counting, and counted: the warm-up
+/// builds the plans, and fills what is kept from call to call (executions' slots and lists,
+/// the PML's queues of new tags).
+const ROUNDS: u64 = 300;
+
+/// Eight immediate collectives of kept plans (small: 8 bytes a rank) and three blocking ones,
+/// called over and over: the allocations this rank's thread made in `ROUNDS` rounds of them,
+/// after as many rounds to warm up. Each immediate call used to allocate its execution, its
+/// request and its transfer list, 3 allocations a call or more.
+fn allocations_per_call(world: &SimpleCommunicator) {
+    let (n, me) = (world.size() as usize, world.rank());
+    let root = world.process_at_rank(0);
+    let mine = [me as u64 + 1];
+    let each = vec![me as u64; n];
+    // A buffer per call: the calls of a round are in one scope.
+    let (mut cast, mut spread, mut sum, mut reduced) = ([0u64], [0u64], [0u64], [0u64]);
+    let (mut gathered, mut exchanged, mut at_root) = (vec![0u64; n], vec![0u64; n], vec![0u64; n]);
+    let mut round = || {
+        world.immediate_barrier().wait();
+        request::scope(|scope| {
+            root.immediate_broadcast_into(scope, &mut cast[..]).wait();
+            world
+                .immediate_all_reduce_into(scope, &mine[..], &mut sum[..], SystemOperation::sum())
+                .wait();
+            world
+                .immediate_all_gather_into(scope, &mine[..], &mut gathered[..])
+                .wait();
+            world
+                .immediate_all_to_all_into(scope, &each[..], &mut exchanged[..])
+                .wait();
+            if me == 0 {
+                let sum = SystemOperation::sum();
+                root.immediate_reduce_into_root(scope, &mine[..], &mut reduced[..], sum)
+                    .wait();
+                root.immediate_gather_into_root(scope, &mine[..], &mut at_root[..])
+                    .wait();
+                root.immediate_scatter_into_root(scope, &each[..], &mut spread[..])
+                    .wait();
+            } else {
+                root.immediate_reduce_into(scope, &mine[..], SystemOperation::sum())
+                    .wait();
+                root.immediate_gather_into(scope, &mine[..]).wait();
+                root.immediate_scatter_into(scope, &mut spread[..]).wait();
+            }
+        });
+        world.barrier();
+        root.broadcast_into(&mut cast[..]);
+        world.all_reduce_into(&mine[..], &mut sum[..], SystemOperation::sum());
+    };
+    for _ in 0..ROUNDS {
+        round();
+    }
+    let before = allocations();
+    for _ in 0..ROUNDS {
+        round();
+    }
+    let made = allocations() - before;
+    let want: u64 = (1..=n as u64).sum();
+    assert_eq!(sum, [want], "rank {me}: the last all-reduce");
+    println!("rank {me}: {made} allocations in {ROUNDS} rounds");
+}
+
 fn kept_plans(world: &SimpleCommunicator) {
     let (n, me) = (world.size(), world.rank());
     for round in 0..3 {
@@ -3299,6 +3408,31 @@ fn collectives_of_one_shape_called_again_run_their_kept_plans() {
             assert!(
                 out.contains(&line),
                 "{n} ranks {envs:?}: missing {line:?} in\n{out}"
+            );
+        }
+    }
+}
+
+/// Kept-plan collectives called again allocate nothing per call once warmed up
+/// (`allocations_per_call`), on 1 to 3 ranks on shared memory: fewer allocations than rounds
+/// of 11 calls (what is left: the PML's queues for new tags, until as many are kept as it
+/// keeps). Over TCP a frame may be queued in a buffer of its own: not counted there.
+#[test]
+fn collectives_called_again_allocate_nothing_per_call() {
+    for n in 1..=3 {
+        let (out, _) = ok_job_with(n, "allocations", &[]);
+        for rank in 0..n {
+            let made = out
+                .lines()
+                .find_map(|line| {
+                    let counted = line.strip_prefix(&format!("rank {rank}: "))?;
+                    counted.strip_suffix(&format!(" allocations in {ROUNDS} rounds"))
+                })
+                .unwrap_or_else(|| panic!("{n} ranks: no count from rank {rank} in\n{out}"));
+            let made: u64 = made.parse().expect("a count");
+            assert!(
+                made < ROUNDS,
+                "{n} ranks: rank {rank} made {made} allocations in {ROUNDS} rounds of 11 calls"
             );
         }
     }
