@@ -146,6 +146,9 @@ mod slots {
     const KEPT: usize = 16;
 
     thread_local! {
+        // Boxed: each box's memory is what `take` hands out, and must not move as the
+        // vector grows.
+        #[allow(clippy::vec_box)]
         static FREE: RefCell<Vec<Box<Memory>>> = const { RefCell::new(Vec::new()) };
     }
 
