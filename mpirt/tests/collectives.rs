@@ -1372,13 +1372,6 @@ fn immediates(world: &SimpleCommunicator) {
     println!("immediates ok");
 }
 
-/// Collectives called again with the same shape, which run the plan their communicator
-/// keeps for it (`collective/plans.rs`), each result against its reference: several calls of
-/// one shape in flight at once and waited on out of order, among more shapes than a
-/// communicator keeps (so that the first are built again), shapes that differ only in the
-/// root, the element size or whether the reduction commutes, and communicators split anew
-/// (with other sizes) after their predecessors were freed, on the context ids those give
-/// back.
 /// Rounds of [`allocations_per_call`]'s calls run before counting, and counted: the warm-up
 /// builds the plans, and fills what is kept from call to call (executions' slots and lists,
 /// the PML's queues of new tags).
@@ -1441,6 +1434,13 @@ fn allocations_per_call(world: &SimpleCommunicator) {
     println!("rank {me}: {made} allocations in {ROUNDS} rounds");
 }
 
+/// Collectives called again with the same shape, which run the plan their communicator
+/// keeps for it (`collective/plans.rs`), each result against its reference: several calls of
+/// one shape in flight at once and waited on out of order, among more shapes than a
+/// communicator keeps (so that the first are built again), shapes that differ only in the
+/// root, the element size or whether the reduction commutes, and communicators split anew
+/// (with other sizes) after their predecessors were freed, on the context ids those give
+/// back.
 fn kept_plans(world: &SimpleCommunicator) {
     let (n, me) = (world.size(), world.rank());
     for round in 0..3 {
@@ -1623,7 +1623,43 @@ fn kept_plans(world: &SimpleCommunicator) {
         );
         assert_eq!(buf, [round, size, 7], "round {round}");
     }
+    many_in_flight(world);
     println!("rank {me}: kept plans ok");
+}
+
+/// More immediate all-reductions of one shape in flight at once than a thread keeps slots
+/// for (16), waited on neither in the order started nor its reverse (the odd ones first,
+/// then the even ones last first), three times over: each one's execution keeps its own
+/// slot while its request lives, whatever the others' requests do meanwhile.
+fn many_in_flight(world: &SimpleCommunicator) {
+    const IN_FLIGHT: i64 = 40;
+    let (n, me) = (world.size() as i64, world.rank() as i64);
+    for round in 0..3 {
+        let sends: Vec<[i64; 2]> = (0..IN_FLIGHT).map(|k| [me + k, round * k]).collect();
+        let mut sums = vec![[0i64; 2]; IN_FLIGHT as usize];
+        request::scope(|scope| {
+            let mut requests: Vec<_> = sends
+                .iter()
+                .zip(sums.iter_mut())
+                .map(|(send, sum)| {
+                    let op = SystemOperation::sum();
+                    Some(world.immediate_all_reduce_into(scope, &send[..], &mut sum[..], op))
+                })
+                .collect();
+            let odd = (1..requests.len()).step_by(2);
+            let even_last_first = (0..requests.len()).step_by(2).rev();
+            for k in odd.chain(even_last_first) {
+                requests[k].take().expect("waited once").wait();
+            }
+        });
+        for (k, sum) in (0..IN_FLIGHT).zip(&sums) {
+            let want = [n * (n - 1) / 2 + n * k, n * round * k];
+            assert_eq!(
+                *sum, want,
+                "round {round}: rank {me}: all-reduce {k} of {IN_FLIGHT}"
+            );
+        }
+    }
 }
 
 /// Calls of one length in bytes whose plans differ in the element size alone, or in whether
@@ -3430,6 +3466,7 @@ fn collectives_called_again_allocate_nothing_per_call() {
                 })
                 .unwrap_or_else(|| panic!("{n} ranks: no count from rank {rank} in\n{out}"));
             let made: u64 = made.parse().expect("a count");
+            println!("{n} ranks: rank {rank} made {made} allocations in {ROUNDS} rounds");
             assert!(
                 made < ROUNDS,
                 "{n} ranks: rank {rank} made {made} allocations in {ROUNDS} rounds of 11 calls"
