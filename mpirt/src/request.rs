@@ -99,10 +99,10 @@ struct Message {
 }
 
 // Every request moves at least once (into the program's vector of them), so its size is paid
-// per message: the rarer collective is boxed to keep it to a message's.
+// per message: the rarer collective is a pointer to its slot (`Running`), kept to a message's.
 enum Pending<'a> {
     Message(Message),
-    Collective(Box<Running<'a>>),
+    Collective(Running<'a>),
 }
 
 // Programs keep requests in vectors and move each at least twice (in, then out to be waited
@@ -153,7 +153,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     }
 
     pub(crate) fn collective(running: Running<'a>, data: Lent<'a, D>, scope: S) -> Self {
-        Request::new(Pending::Collective(Box::new(running)), data, scope)
+        Request::new(Pending::Collective(running), data, scope)
     }
 
     #[inline]

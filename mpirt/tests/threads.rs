@@ -265,7 +265,44 @@ fn exchange(shared: &SharedCommunicator, own: SimpleCommunicator, thread: usize)
     let mut from_root = if own.rank() == root { sums[0] } else { 0 };
     own.process_at_rank(root).broadcast_into(&mut from_root);
     assert_eq!(from_root, sums[0]);
+    immediates_in_flight(&own, thread);
     own.barrier();
+}
+
+/// Immediate all-reductions on the thread's own communicator, more in flight at once than
+/// a thread keeps slots for (16), waited on out of order (the odd ones first, then the even
+/// ones last first), while the rank's other threads do the same: each thread's executions
+/// live in its own slots.
+fn immediates_in_flight(own: &SimpleCommunicator, thread: usize) {
+    const IN_FLIGHT: u64 = 20;
+    let (n, me) = (own.size() as u64, own.rank() as u64);
+    let t = thread as u64;
+    for round in 0..ROUNDS as u64 {
+        let sends: Vec<[u64; 2]> = (0..IN_FLIGHT).map(|k| [me + k, t * round + k]).collect();
+        let mut sums = vec![[0u64; 2]; IN_FLIGHT as usize];
+        mpirt::request::scope(|scope| {
+            let mut requests: Vec<_> = sends
+                .iter()
+                .zip(sums.iter_mut())
+                .map(|(send, sum)| {
+                    let op = SystemOperation::sum();
+                    Some(own.immediate_all_reduce_into(scope, &send[..], &mut sum[..], op))
+                })
+                .collect();
+            let odd = (1..requests.len()).step_by(2);
+            let even_last_first = (0..requests.len()).step_by(2).rev();
+            for k in odd.chain(even_last_first) {
+                requests[k].take().expect("waited once").wait();
+            }
+        });
+        for (k, sum) in (0..IN_FLIGHT).zip(&sums) {
+            let want = [n * (n - 1) / 2 + n * k, n * (t * round + k)];
+            assert_eq!(
+                *sum, want,
+                "rank {me} thread {thread} round {round}: all-reduce {k}"
+            );
+        }
+    }
 }
 
 /// One message of every size from each thread to the same thread of every other rank, whose

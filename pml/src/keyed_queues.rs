@@ -32,6 +32,11 @@ const COMPACT_MIN_DEAD: usize = 32;
 /// keys, empty queues are dropped so that a run over many distinct tags stays bounded.
 const KEEP_EMPTY_KEYS: usize = 64;
 
+/// Memory of queues dropped past `KEEP_EMPTY_KEYS`, kept for the next keys: a run over ever
+/// new tags (every collective call takes its communicator's next one) then allocates no
+/// queue per key.
+const KEEP_SPARE: usize = 8;
+
 /// One key's queue. Its memory stays with it while it is empty (see `KEEP_EMPTY_KEYS`), so
 /// a queue that fills and empties every message allocates only the first time.
 struct Queue<E> {
@@ -59,6 +64,8 @@ pub struct KeyedQueues<K, E = EntryRef> {
     last: Option<(K, usize)>,
     /// References held across all queues, live or dead.
     stored: usize,
+    /// Emptied queues' memory, for new keys (see `KEEP_SPARE`).
+    spare: Vec<VecDeque<E>>,
 }
 
 impl<K: Hash + Eq + Copy, E> Default for KeyedQueues<K, E> {
@@ -68,6 +75,7 @@ impl<K: Hash + Eq + Copy, E> Default for KeyedQueues<K, E> {
             queues: Slab::new(),
             last: None,
             stored: 0,
+            spare: Vec::new(),
         }
     }
 }
@@ -91,7 +99,8 @@ impl<K: Hash + Eq + Copy, E> KeyedQueues<K, E> {
         let at = match self.find(key) {
             Some(at) => at,
             None => {
-                let at = self.queues.insert(Queue::default());
+                let entries = self.spare.pop().unwrap_or_default();
+                let at = self.queues.insert(Queue { entries, dead: 0 });
                 self.index.insert(key, at);
                 self.last = Some((key, at));
                 at
@@ -111,7 +120,10 @@ impl<K: Hash + Eq + Copy, E> KeyedQueues<K, E> {
     #[inline(never)]
     fn drop_queue(&mut self, key: K, at: usize) {
         self.index.remove(&key);
-        self.queues.remove(at);
+        let emptied = self.queues.remove(at).entries;
+        if self.spare.len() < KEEP_SPARE && emptied.capacity() > 0 {
+            self.spare.push(emptied);
+        }
         if self.last.is_some_and(|(last, _)| last == key) {
             self.last = None;
         }
@@ -252,6 +264,21 @@ mod tests {
         }
         assert!(q.is_empty());
         assert!(q.front(3, |_| true).is_none());
+    }
+
+    #[test]
+    fn queues_of_keys_past_the_kept_ones_reuse_the_memory_of_those_dropped() {
+        let mut q: KeyedQueues<u32, u32> = KeyedQueues::default();
+        // Ever new keys, each filled and emptied, as collective calls' tags are.
+        for key in 0..1000 {
+            q.push(key, key);
+            assert_eq!(q.pop_front(key, |_| true), Some(key));
+        }
+        assert_eq!(q.index.len(), KEEP_EMPTY_KEYS);
+        assert_eq!(q.spare.len(), 1, "a dropped queue's memory was not kept");
+        q.push(1000, 1000);
+        assert!(q.spare.is_empty(), "a new key's queue did not take it");
+        assert_eq!(q.pop_front(1000, |_| true), Some(1000));
     }
 
     #[test]

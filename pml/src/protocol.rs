@@ -616,7 +616,7 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
         buf: R,
     ) -> Result<Handle, PmlError> {
         if let Some((envelope, pending)) = self.matcher.take_unexpected(context, source, tag) {
-            let recv = self.unmatched_request(buf);
+            let recv = self.unmatched_request(buf, envelope);
             self.deliver_pending(recv, envelope, pending)?;
             return Ok(recv);
         }
@@ -673,7 +673,7 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
             .matched_messages
             .remove(message.0)
             .map_err(|s| PmlError::StaleRequest(s.0))?;
-        let recv = self.unmatched_request(buf);
+        let recv = self.unmatched_request(buf, envelope);
         self.deliver_pending(recv, envelope, pending)?;
         Ok(recv)
     }

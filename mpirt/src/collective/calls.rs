@@ -17,7 +17,7 @@ use super::algorithms::hosts::Placement;
 use super::algorithms::Ranks;
 use super::build;
 use super::hierarchy::Hierarchy;
-use super::op::Operation;
+use super::op::{Operation, Reduction};
 use super::plans::{Key, Shape};
 use super::schedule::{Buffers, Checked, Execution, Plan, Region, Span};
 use super::shared;
@@ -27,7 +27,7 @@ pub(crate) struct Call<'a> {
     plan: Planned,
     buffers: Buffers,
     datatype: Datatype,
-    op: Option<Box<dyn Operation + 'a>>,
+    op: Option<Reduction<'a>>,
 }
 
 /// A call's plan: built for it alone, checked as it starts, or kept for its shape (checked
@@ -74,7 +74,7 @@ impl<'a> Call<'a> {
     }
 
     fn reducing(mut self, op: impl Operation + 'a) -> Self {
-        self.op = Some(Box::new(op));
+        self.op = Some(Reduction::of(op));
         self
     }
 
@@ -85,7 +85,7 @@ impl<'a> Call<'a> {
         let plan = match self.plan {
             Planned::Kept(plan) => plan,
             Planned::Fresh(plan) => {
-                let commutative = self.op.as_ref().is_none_or(|op| op.is_commutative());
+                let commutative = self.op.as_ref().is_none_or(|op| op.get().is_commutative());
                 let (send_len, recv_len) = (self.buffers.send_len, self.buffers.recv_len);
                 Checked::new(*plan, send_len, recv_len, commutative)
             }

@@ -25,6 +25,12 @@ pub trait Operation {
     /// `acc = incoming ∘ acc`, over whole elements of `datatype`.
     #[doc(hidden)]
     fn apply(&self, datatype: Datatype, incoming: &[u8], acc: &mut [u8]);
+
+    /// The built-in operation this is, if it is one: a call holds it by value, not boxed.
+    #[doc(hidden)]
+    fn builtin(&self) -> Option<SystemOperation> {
+        None
+    }
 }
 
 impl<T: Operation + ?Sized> Operation for &T {
@@ -36,6 +42,32 @@ impl<T: Operation + ?Sized> Operation for &T {
     }
     fn apply(&self, datatype: Datatype, incoming: &[u8], acc: &mut [u8]) {
         (**self).apply(datatype, incoming, acc)
+    }
+    fn builtin(&self) -> Option<SystemOperation> {
+        (**self).builtin()
+    }
+}
+
+/// A call's reduction as its execution holds it: a built-in one by value, so that a call
+/// with one allocates nothing for it; any other boxed.
+pub(crate) enum Reduction<'a> {
+    Builtin(SystemOperation),
+    Other(Box<dyn Operation + 'a>),
+}
+
+impl<'a> Reduction<'a> {
+    pub fn of(op: impl Operation + 'a) -> Self {
+        match op.builtin() {
+            Some(builtin) => Reduction::Builtin(builtin),
+            None => Reduction::Other(Box::new(op)),
+        }
+    }
+
+    pub fn get(&self) -> &(dyn Operation + 'a) {
+        match self {
+            Reduction::Builtin(builtin) => builtin,
+            Reduction::Other(op) => op.as_ref(),
+        }
     }
 }
 
@@ -271,6 +303,10 @@ impl Operation for SystemOperation {
             combine_all(self.0, incoming, acc),
             unreachable!("{} was checked for {}", self.name(), datatype.name())
         )
+    }
+
+    fn builtin(&self) -> Option<SystemOperation> {
+        Some(*self)
     }
 }
 

@@ -72,7 +72,7 @@ use crate::datatype::{Datatype, Layout};
 use crate::environment::{self, with_engine_or_lent};
 use crate::error::Cause;
 
-use super::op::Operation;
+use super::op::Reduction;
 use super::progress;
 use crate::communicator::CommData;
 
@@ -827,9 +827,9 @@ pub(crate) struct Execution<'a> {
     staging: Option<Vec<u8>>,
     scratch: Vec<Vec<Aligned>>,
     datatype: Datatype,
-    op: Option<Box<dyn Operation + 'a>>,
+    op: Option<Reduction<'a>>,
     next_round: usize,
-    in_flight: Vec<(Handle, Option<(u32, Span)>)>,
+    in_flight: Vec<InFlight>,
     /// The first disagreement a receive of this rank met: the schedule runs on without
     /// passing data on, and fails with it at its end (see the module's notes).
     spoiled: Option<Cause>,
@@ -862,9 +862,9 @@ impl<'a> Execution<'a> {
         plan: Checked,
         buffers: Buffers,
         datatype: Datatype,
-        op: Option<Box<dyn Operation + 'a>>,
+        op: Option<Reduction<'a>>,
     ) -> Execution<'a> {
-        let commutative = op.as_ref().is_none_or(|op| op.is_commutative());
+        let commutative = op.as_ref().is_none_or(|op| op.get().is_commutative());
         // What makes the pointers below valid: cheap, unlike the spans' check itself.
         assert!(
             plan.serves(&buffers, commutative),
@@ -902,7 +902,11 @@ impl<'a> Execution<'a> {
             }
             staging
         });
-        let scratch = plan.scratch.iter().map(|&len| scratch::take(len)).collect();
+        let Lists {
+            in_flight,
+            scratch: mut scratch_buffers,
+        } = lists::take();
+        scratch_buffers.extend(plan.scratch.iter().map(|&len| scratch::take(len)));
         let seen = plan.marked.map_or(0, |m| m.bit);
         let tag = comm.next_tag();
         // A communicator that takes no collectives fails the execution's first step.
@@ -914,11 +918,11 @@ impl<'a> Execution<'a> {
             buffers,
             packed_send,
             staging,
-            scratch,
+            scratch: scratch_buffers,
             datatype,
             op,
             next_round: 0,
-            in_flight: Vec::new(),
+            in_flight,
             spoiled: None,
             seen,
             own: seen,
@@ -951,7 +955,7 @@ impl<'a> Execution<'a> {
 
     /// [`Plan::check_spans`] of this execution's plan against its buffers.
     fn check_spans(&self) {
-        let commutative = self.op.as_ref().is_none_or(|op| op.is_commutative());
+        let commutative = self.op.as_ref().is_none_or(|op| op.get().is_commutative());
         let (send_len, recv_len) = (self.region(Region::Send).1, self.region(Region::Recv).1);
         self.plan.check_spans(send_len, recv_len, commutative);
     }
@@ -1192,7 +1196,8 @@ impl<'a> Execution<'a> {
         for buffer in self.scratch.drain(..) {
             scratch::give_back(buffer);
         }
-        self.scratch = plan.scratch.iter().map(|&len| scratch::take(len)).collect();
+        self.scratch
+            .extend(plan.scratch.iter().map(|&len| scratch::take(len)));
         self.plan = Rc::new(plan);
         self.seen = bit;
         self.own = bit;
@@ -1296,7 +1301,11 @@ impl<'a> Execution<'a> {
     }
 
     fn reduce(&self, incoming: Span, acc: Span, incoming_lower: bool) {
-        let op = self.op.as_ref().expect("a reduction plan has an operation");
+        let op = self
+            .op
+            .as_ref()
+            .expect("a reduction plan has an operation")
+            .get();
         assert!(
             incoming.region != acc.region
                 || incoming.offset + incoming.len <= acc.offset
@@ -1373,6 +1382,52 @@ impl Drop for Execution<'_> {
         for buffer in self.scratch.drain(..) {
             scratch::give_back(buffer);
         }
+        lists::give_back(Lists {
+            in_flight: std::mem::take(&mut self.in_flight),
+            scratch: std::mem::take(&mut self.scratch),
+        });
+    }
+}
+
+/// A transfer in flight: its handle, and for a receive its sender and span.
+type InFlight = (Handle, Option<(u32, Span)>);
+
+/// An execution's lists, emptied.
+#[derive(Default)]
+struct Lists {
+    in_flight: Vec<InFlight>,
+    scratch: Vec<Vec<Aligned>>,
+}
+
+/// Executions' lists kept from one execution for the next, with their capacity: a collective
+/// called again (a loop's, whose plan is kept) allocates none.
+mod lists {
+    use std::cell::RefCell;
+
+    use super::Lists;
+
+    /// Lists kept per thread: as many as executions usually overlap; more are freed.
+    const KEPT: usize = 16;
+
+    thread_local! {
+        static SPARE: RefCell<Vec<Lists>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub fn take() -> Lists {
+        SPARE
+            .with(|spare| spare.borrow_mut().pop())
+            .unwrap_or_default()
+    }
+
+    pub fn give_back(lists: Lists) {
+        debug_assert!(lists.in_flight.is_empty() && lists.scratch.is_empty());
+        // During thread-local teardown the lists are simply freed.
+        let _ = SPARE.try_with(|spare| {
+            let mut spare = spare.borrow_mut();
+            if spare.len() < KEPT {
+                spare.push(lists);
+            }
+        });
     }
 }
 

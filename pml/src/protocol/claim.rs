@@ -168,16 +168,24 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
             self.eager_consumed(*peer, payload.as_slice().len(), *sync_request);
             return Ok(Ok(Started::Done { buf, result }));
         }
-        let recv = self.unmatched_request(buf);
+        let recv = self.unmatched_request(buf, envelope);
         self.deliver_pending(recv, envelope, pending)?;
         Ok(Ok(Started::Posted(recv)))
     }
 
-    /// A request for a receive about to be delivered a message (its state is set then).
-    pub(super) fn unmatched_request(&mut self, buf: R) -> Handle {
+    /// A request for a receive about to be delivered `envelope`'s message, which sets its
+    /// state before its handle is handed out: the state it starts with is never read, and is
+    /// one that allocates nothing (a receive matched on arrival is every message's path
+    /// where the sender is ahead).
+    pub(super) fn unmatched_request(&mut self, buf: R, envelope: Envelope) -> Handle {
+        let unread = Status {
+            source: envelope.source,
+            tag: envelope.tag,
+            len: 0,
+        };
         self.requests.insert(Request::Recv {
             buf,
-            state: RecvState::Done(Err(Box::new(PmlError::Cancelled))),
+            state: RecvState::Done(Ok(unread)),
         })
     }
 
@@ -199,7 +207,7 @@ impl<S: SendBytes, R: RecvBytes> Core<S, R> {
                 ClaimEnd::Done { buf, result }
             }
             rts @ Incoming::Rts { .. } => {
-                let recv = self.unmatched_request(buf);
+                let recv = self.unmatched_request(buf, envelope);
                 self.claim_end = Some(ClaimEnd::Request(recv));
                 return self.deliver(recv, envelope, peer, rts);
             }
