@@ -1638,26 +1638,11 @@ fn kept_plans(world: &SimpleCommunicator) {
 /// then the even ones last first), three times over: each one's execution keeps its own
 /// slot while its request lives, whatever the others' requests do meanwhile.
 fn many_in_flight(world: &SimpleCommunicator) {
-    const IN_FLIGHT: i64 = 40;
-    let (n, me) = (world.size() as i64, world.rank() as i64);
+    const IN_FLIGHT: u64 = 40;
+    let (n, me) = (world.size() as u64, world.rank() as u64);
     for round in 0..3 {
-        let sends: Vec<[i64; 2]> = (0..IN_FLIGHT).map(|k| [me + k, round * k]).collect();
-        let mut sums = vec![[0i64; 2]; IN_FLIGHT as usize];
-        request::scope(|scope| {
-            let mut requests: Vec<_> = sends
-                .iter()
-                .zip(sums.iter_mut())
-                .map(|(send, sum)| {
-                    let op = SystemOperation::sum();
-                    Some(world.immediate_all_reduce_into(scope, &send[..], &mut sum[..], op))
-                })
-                .collect();
-            let odd = (1..requests.len()).step_by(2);
-            let even_last_first = (0..requests.len()).step_by(2).rev();
-            for k in odd.chain(even_last_first) {
-                requests[k].take().expect("waited once").wait();
-            }
-        });
+        let sends: Vec<[u64; 2]> = (0..IN_FLIGHT).map(|k| [me + k, round * k]).collect();
+        let sums = common::sums_in_flight(world, &sends);
         for (k, sum) in (0..IN_FLIGHT).zip(&sums) {
             let want = [n * (n - 1) / 2 + n * k, n * round * k];
             assert_eq!(

@@ -279,22 +279,7 @@ fn immediates_in_flight(own: &SimpleCommunicator, thread: usize) {
     let t = thread as u64;
     for round in 0..ROUNDS as u64 {
         let sends: Vec<[u64; 2]> = (0..IN_FLIGHT).map(|k| [me + k, t * round + k]).collect();
-        let mut sums = vec![[0u64; 2]; IN_FLIGHT as usize];
-        mpirt::request::scope(|scope| {
-            let mut requests: Vec<_> = sends
-                .iter()
-                .zip(sums.iter_mut())
-                .map(|(send, sum)| {
-                    let op = SystemOperation::sum();
-                    Some(own.immediate_all_reduce_into(scope, &send[..], &mut sum[..], op))
-                })
-                .collect();
-            let odd = (1..requests.len()).step_by(2);
-            let even_last_first = (0..requests.len()).step_by(2).rev();
-            for k in odd.chain(even_last_first) {
-                requests[k].take().expect("waited once").wait();
-            }
-        });
+        let sums = common::sums_in_flight(own, &sends);
         for (k, sum) in (0..IN_FLIGHT).zip(&sums) {
             let want = [n * (n - 1) / 2 + n * k, n * (t * round + k)];
             assert_eq!(

@@ -467,3 +467,30 @@ impl SideFiles {
         }
     }
 }
+
+/// The sums over `comm` of `sends`, one immediate all-reduction each, all in flight at once
+/// and waited on out of order (the odd ones first, then the even ones last first): more of
+/// them than a thread keeps slots for (16) gives each call's execution a slot of its own.
+#[allow(dead_code)] // each test binary compiles this module; collectives.rs and threads.rs use it
+pub fn sums_in_flight(
+    comm: &mpirt::topology::SimpleCommunicator,
+    sends: &[[u64; 2]],
+) -> Vec<[u64; 2]> {
+    let mut sums = vec![[0u64; 2]; sends.len()];
+    mpirt::request::scope(|scope| {
+        let mut requests: Vec<_> = sends
+            .iter()
+            .zip(sums.iter_mut())
+            .map(|(send, sum)| {
+                let op = mpirt::collective::SystemOperation::sum();
+                Some(comm.immediate_all_reduce_into(scope, &send[..], &mut sum[..], op))
+            })
+            .collect();
+        let odd = (1..requests.len()).step_by(2);
+        let even_last_first = (0..requests.len()).step_by(2).rev();
+        for k in odd.chain(even_last_first) {
+            requests[k].take().expect("waited once").wait();
+        }
+    });
+    sums
+}
