@@ -199,15 +199,7 @@ pub(crate) fn gather_varcount(
     let members = hosts.members(mine);
     if me == root {
         let parts = parts.expect("the root has a receive buffer");
-        let others: Vec<Vec<u32>> = (0..hosts.hosts())
-            .filter(|&h| h != mine)
-            .map(|h| hosts.members(h))
-            .collect();
-        // Every other host's message, back to back in one buffer.
-        let len_of = |ranks: &[u32]| -> usize {
-            ranks.iter().map(|&r| LENGTH + parts[r as usize].len).sum()
-        };
-        let held = p.scratch(others.iter().map(|theirs| len_of(theirs)).sum());
+        let (others, held) = other_hosts_messages(p, hosts, mine, parts);
         p.copy(input, parts[root as usize]);
         p.round();
         for &rank in members.iter().filter(|&&r| r != root) {
@@ -215,7 +207,7 @@ pub(crate) fn gather_varcount(
         }
         let mut at = 0;
         for theirs in &others {
-            let message = held.sub(at, len_of(theirs));
+            let message = held.sub(at, host_message_len(theirs, parts));
             let expected = theirs.iter().map(|&r| (r, parts[r as usize].len));
             p.recv_with_lengths(theirs[0], message, expected.collect());
             at += message.len;
@@ -263,6 +255,34 @@ pub(crate) fn gather_varcount(
     }
 }
 
+/// The root's side of a gather or scatter of parts of any length across hosts: every other
+/// host's ranks, and one buffer for those hosts' messages back to back, each its ranks'
+/// lengths and then their parts (`host_message_len`).
+fn other_hosts_messages(
+    p: &mut Plan,
+    hosts: Placement,
+    mine: u32,
+    parts: &[Span],
+) -> (Vec<Vec<u32>>, Span) {
+    let others: Vec<Vec<u32>> = (0..hosts.hosts())
+        .filter(|&h| h != mine)
+        .map(|h| hosts.members(h))
+        .collect();
+    let held = p.scratch(
+        others
+            .iter()
+            .map(|theirs| host_message_len(theirs, parts))
+            .sum(),
+    );
+    (others, held)
+}
+
+/// The length of the message between the root and the leader of `ranks`' host: each rank's
+/// length, then its part.
+fn host_message_len(ranks: &[u32], parts: &[Span]) -> usize {
+    ranks.iter().map(|&r| LENGTH + parts[r as usize].len).sum()
+}
+
 /// A leader's first round: the lengths of the parts of `others` (its host's other ranks),
 /// each from its rank; where they land.
 fn learned_lengths(p: &mut Plan, others: &[u32]) -> Span {
@@ -297,21 +317,13 @@ pub(crate) fn scatter_varcount(
     let members = hosts.members(mine);
     if me == root {
         let parts = parts.expect("the root has a send buffer");
-        let others: Vec<Vec<u32>> = (0..hosts.hosts())
-            .filter(|&h| h != mine)
-            .map(|h| hosts.members(h))
-            .collect();
-        // Every other host's message, back to back in one buffer, its lengths written as the
-        // execution starts and its parts copied in.
-        let len_of = |ranks: &[u32]| -> usize {
-            ranks.iter().map(|&r| LENGTH + parts[r as usize].len).sum()
-        };
-        let held = p.scratch(others.iter().map(|theirs| len_of(theirs)).sum());
+        // Each host's lengths written as the execution starts, and its parts copied in.
+        let (others, held) = other_hosts_messages(p, hosts, mine, parts);
         p.copy(parts[root as usize], output);
         let mut messages = Vec::with_capacity(others.len());
         let mut at = 0;
         for theirs in &others {
-            let message = held.sub(at, len_of(theirs));
+            let message = held.sub(at, host_message_len(theirs, parts));
             let lengths = encode_lengths(theirs.iter().map(|&r| parts[r as usize].len));
             p.start_with(message.sub(0, LENGTH * theirs.len()), lengths);
             at += LENGTH * theirs.len();
