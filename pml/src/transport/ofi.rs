@@ -1735,6 +1735,33 @@ mod tests {
         assert_eq!(copies.get(), 2);
     }
 
+    /// A transport of a job of one rank over udp;ofi_rxd, whose endpoint has an IP address, for
+    /// the address checks' tests; `None` (the test skipped, saying why) where any address binds
+    /// here, so that no address could be found gone.
+    fn alone_over_rxd(job_id: &'static str, waits_spin: bool) -> Option<OfiTransport> {
+        let nonlocal_bind = std::fs::read_to_string("/proc/sys/net/ipv4/ip_nonlocal_bind")
+            .is_ok_and(|v| v.trim() != "0");
+        if nonlocal_bind {
+            println!("skipped: net.ipv4.ip_nonlocal_bind lets any address bind");
+            return None;
+        }
+        let config = OfiConfig {
+            provider: Some("udp;ofi_rxd"),
+            job_id,
+            fabric_only: false,
+            rma: false,
+            reg_cache: false,
+            eager_limit: None,
+            peer_timeout: None,
+            rma_timeout: None,
+            waits_spin,
+        };
+        let t = OfiTransport::new(0, 1, "here", &config)
+            .expect("udp;ofi_rxd opens")
+            .expect("udp;ofi_rxd is a provider");
+        Some(t)
+    }
+
     /// An idle wait finds the endpoint's own address still there, and fails naming one this
     /// host no longer has (standing in for it: 192.0.2.1, of the documentation's range, RFC
     /// 5737, which no interface here has), with the provider, the host and the variables that
@@ -1743,26 +1770,9 @@ mod tests {
     /// once per `PROBE_AFTER`.
     #[test]
     fn an_endpoint_whose_address_is_gone_fails_naming_it() {
-        let nonlocal_bind = std::fs::read_to_string("/proc/sys/net/ipv4/ip_nonlocal_bind")
-            .is_ok_and(|v| v.trim() != "0");
-        if nonlocal_bind {
-            println!("skipped: net.ipv4.ip_nonlocal_bind lets any address bind");
+        let Some(mut t) = alone_over_rxd("address-gone", false) else {
             return;
-        }
-        let config = OfiConfig {
-            provider: Some("udp;ofi_rxd"),
-            job_id: "address-gone",
-            fabric_only: false,
-            rma: false,
-            reg_cache: false,
-            eager_limit: None,
-            peer_timeout: None,
-            rma_timeout: None,
-            waits_spin: false,
         };
-        let mut t = OfiTransport::new(0, 1, "here", &config)
-            .expect("udp;ofi_rxd opens")
-            .expect("udp;ofi_rxd is a provider");
         assert!(
             t.address.is_some(),
             "udp;ofi_rxd names its endpoint by IP address"
@@ -1843,26 +1853,9 @@ mod tests {
     /// row is due before the run starts, and only the run's last poll finds it.
     #[test]
     fn a_rank_that_polls_without_sleeping_checks_its_address() {
-        let nonlocal_bind = std::fs::read_to_string("/proc/sys/net/ipv4/ip_nonlocal_bind")
-            .is_ok_and(|v| v.trim() != "0");
-        if nonlocal_bind {
-            println!("skipped: net.ipv4.ip_nonlocal_bind lets any address bind");
+        let Some(mut t) = alone_over_rxd("address-polled", true) else {
             return;
-        }
-        let config = OfiConfig {
-            provider: Some("udp;ofi_rxd"),
-            job_id: "address-polled",
-            fabric_only: false,
-            rma: false,
-            reg_cache: false,
-            eager_limit: None,
-            peer_timeout: None,
-            rma_timeout: None,
-            waits_spin: true,
         };
-        let mut t = OfiTransport::new(0, 1, "here", &config)
-            .expect("udp;ofi_rxd opens")
-            .expect("udp;ofi_rxd is a provider");
         let own = t.address.replace(SocketAddr::from(([192, 0, 2, 1], 9)));
         assert!(
             own.is_some(),
