@@ -30,8 +30,9 @@ crate::sync::thread_local! {
     static DEFERRED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Has `hook` stepped (with the PML lent to it, see `environment::lend`) whenever this
-/// thread's PML moves, until `unregister`.
+/// Has `hook` stepped whenever this thread's PML moves, until `unregister`: with the PML lent
+/// to it (`environment::lend`), or, where a call holds the lock of the engine that threads
+/// share, once the call lets go of it (`defer`).
 pub(crate) fn register(hook: fn()) -> HookId {
     let id = HookId(NEXT_ID.with(|n| n.replace(n.get() + 1)));
     HOOKS.with(|hooks| hooks.borrow_mut().push((id, hook)));

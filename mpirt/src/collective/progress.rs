@@ -81,7 +81,9 @@ fn advance_all() {
         }
         // SAFETY: registered executions are valid until unregistered (`register`'s
         // contract); the one whose owner is stepping it is skipped, and the others' owners
-        // are not running (this thread is inside a PML call), so no other access is live.
+        // are not running (hooks run on the thread of the executions' requests, which never
+        // leave it, during one of its mpirt calls: inside a PML call, or as the call lets go
+        // of the shared engine's lock), so no other access is live.
         let other = unsafe { &mut *other.as_ptr() };
         // One that is over waits for its owner: stepped again, it would report finishing
         // again, and a wait for it would never sleep.

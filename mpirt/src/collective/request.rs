@@ -60,8 +60,11 @@ impl<'a> Running<'a> {
             return true;
         };
         // SAFETY: the execution is valid until `release` (see `new`), and no other reference
-        // to it is live: `progress`'s hook steps it only inside PML calls, and leaves it alone
-        // while this step runs (`Execution::step` marks it as its owner's).
+        // to it is live: `progress`'s hook steps it only on this thread (a collective request
+        // is `!Send`, and `into_sendable` refuses it), during one of its mpirt calls (inside a
+        // PML call, or at `Serialized` and `Multiple` as the call lets go of the shared
+        // engine's lock: `hooks::defer`), and leaves it alone while this step runs
+        // (`Execution::step` marks it as its owner's).
         let step = unsafe { &mut *execution.as_ptr() }.step(block);
         let outcome = match step {
             Ok(false) => return false,

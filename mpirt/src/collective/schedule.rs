@@ -1414,13 +1414,22 @@ mod lists {
     }
 
     pub fn take() -> Lists {
+        // During thread-local teardown, new lists.
         SPARE
-            .with(|spare| spare.borrow_mut().pop())
+            .try_with(|spare| spare.borrow_mut().pop())
+            .ok()
+            .flatten()
             .unwrap_or_default()
     }
 
     pub fn give_back(lists: Lists) {
-        debug_assert!(lists.in_flight.is_empty() && lists.scratch.is_empty());
+        let empty = lists.in_flight.is_empty() && lists.scratch.is_empty();
+        debug_assert!(empty, "lists given back with transfers or scratch in them");
+        // Kept only empty, in release too: the next execution numbers its scratch from 0
+        // (`Plan::append` too), which a list holding old buffers would shift.
+        if !empty {
+            return;
+        }
         // During thread-local teardown the lists are simply freed.
         let _ = SPARE.try_with(|spare| {
             let mut spare = spare.borrow_mut();
