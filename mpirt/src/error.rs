@@ -93,6 +93,17 @@ pub enum Cause {
     /// A peer relaying a collective by messages sent nothing where this rank expected bytes:
     /// its count disagrees, or it failed earlier in the call and passes no data on.
     PeerPassedNothing { peer: Rank, expected: usize },
+    /// A peer relaying a collective by messages sent nothing where this rank expected the
+    /// length of its empty part (a scatter's of parts of any length across hosts, whose
+    /// leader passes on the root's length for it): it failed earlier in the call, or the
+    /// counts disagree.
+    PeerPassedNoLength { peer: Rank },
+    /// A peer sent a length of a part that this rank relays (a host's leader of a gather or
+    /// scatter of parts of any length learns its ranks' lengths) that no buffer of this rank
+    /// can hold: the parts' lengths sum past what a buffer may be, or no buffer that long
+    /// could be made. Ranks of one call on different algorithms (given different
+    /// `MPIRT_COLL_*` settings) send such bytes.
+    LengthUnheld { peer: Rank, length: usize },
     /// Ranks of a collective by messages chose algorithms that run different message
     /// patterns (their lengths fall on different sides of a limit in `select`): `peer`'s
     /// message, or one it passed on, came from `theirs` where this rank ran `ours`.
@@ -297,6 +308,18 @@ impl fmt::Display for Cause {
                 "rank {peer} sent 0 bytes where this rank expected {expected}: the ranks' \
                  counts disagree, or rank {peer} failed earlier in this call and passes no data \
                  on (then its own error says why)"
+            ),
+            Cause::PeerPassedNoLength { peer } => write!(
+                f,
+                "rank {peer} sent 0 bytes where this rank expected the length of its part of 0 \
+                 bytes: the ranks' counts disagree, or rank {peer} failed earlier in this call \
+                 and passes no data on (then its own error says why)"
+            ),
+            Cause::LengthUnheld { peer, length } => write!(
+                f,
+                "rank {peer} sent a part's length of {length} bytes, more than any buffer of \
+                 this rank can hold with its other parts: the ranks' counts or algorithms \
+                 disagree (as ranks given different MPIRT_COLL_* settings do)"
             ),
             Cause::AlgorithmDisagrees { peer, ours, theirs } => write!(
                 f,

@@ -176,6 +176,12 @@ struct Lengths {
 /// copy, as a checkpoint does; such plans are built per call, so the copy is the only one).
 type Rest = Rc<dyn Fn(&[usize]) -> Plan>;
 
+/// A learned length no buffer can hold: which, and the cause that names its sender.
+struct Unheld {
+    index: usize,
+    cause: Cause,
+}
+
 /// Once round `after` is done, `build` plans the rest of this rank's part from the lengths
 /// that landed on `lengths` (a leader's plan, once its ranks said how long their parts are).
 #[derive(Clone)]
@@ -496,6 +502,58 @@ impl Plan {
         }
     }
 
+    /// Counts each of the lengths `learned` (those `learn`, due after round `done`, found)
+    /// that no buffer can hold with the others ([`unheld_length`](Self::unheld_length)) as
+    /// an empty part; the cause that names the first one's sender.
+    fn hold_lengths(&self, done: usize, learn: &Learn, learned: &mut [usize]) -> Option<Cause> {
+        let mut first = None;
+        while let Some(unheld) = self.unheld_length(done, learn, learned) {
+            learned[unheld.index] = 0;
+            first.get_or_insert(unheld.cause);
+        }
+        first
+    }
+
+    /// The first of the lengths `learned` past which the rest's message of them would be
+    /// longer than any buffer can be: it holds each length and each part (`LENGTH` bytes
+    /// each, then the parts) and this rank's own (a buffer's, at most `isize::MAX` bytes), a
+    /// sum that, wrapped, would size it short of its parts' spans.
+    fn unheld_length(&self, done: usize, learn: &Learn, learned: &[usize]) -> Option<Unheld> {
+        let mut total = LENGTH * learned.len();
+        let index = learned.iter().position(|&len| {
+            total = total.saturating_add(len);
+            total > isize::MAX as usize - LENGTH
+        })?;
+        Some(self.unheld(done, learn, learned, index))
+    }
+
+    /// The longest of the lengths `learned`, unless all are empty.
+    fn longest_learned(&self, done: usize, learn: &Learn, learned: &[usize]) -> Option<Unheld> {
+        let (index, _) = (0..)
+            .zip(learned)
+            .filter(|(_, &len)| len > 0)
+            .max_by_key(|(_, &len)| len)?;
+        Some(self.unheld(done, learn, learned, index))
+    }
+
+    /// Learned length `index` as unheld, naming the rank whose receive in round `done`
+    /// landed it.
+    fn unheld(&self, done: usize, learn: &Learn, learned: &[usize], index: usize) -> Unheld {
+        let at = learn.lengths.offset + index * LENGTH;
+        let sender = self.rounds[done].lengths.iter().find(|l| {
+            l.span.region == learn.lengths.region
+                && (l.span.offset..l.span.offset + l.span.len).contains(&at)
+        });
+        let sender = sender.expect("a learned length some receive of the round landed");
+        Unheld {
+            index,
+            cause: Cause::LengthUnheld {
+                peer: sender.from as i32,
+                length: learned[index],
+            },
+        }
+    }
+
     /// Appends `rest`'s rounds, its scratch buffers numbered after this plan's; the index of
     /// its first scratch buffer.
     fn append(&mut self, rest: Plan) -> usize {
@@ -769,6 +827,15 @@ fn parts_of(cause: Cause, lengths: &Lengths) -> Cause {
             peer,
             expected: expected.saturating_sub(lengths.span.len),
             got: got.saturating_sub(lengths.span.len),
+        },
+        // A message of lengths alone (a rank's empty part's, `hosts::scatter_varcount`)
+        // carries a part of none.
+        Cause::PeerPassedNothing { peer, expected } if expected == lengths.span.len => {
+            Cause::PeerPassedNoLength { peer }
+        }
+        Cause::PeerPassedNothing { peer, expected } => Cause::PeerPassedNothing {
+            peer,
+            expected: expected.saturating_sub(lengths.span.len),
         },
         other => other,
     }
@@ -1127,19 +1194,44 @@ impl<'a> Execution<'a> {
     /// Plans the rest of this rank's part from the lengths it received (the plan's `learn`,
     /// due after the round just done), with the scratch buffers that rest takes, on this
     /// execution's own copy of the plan.
+    ///
+    /// A length no buffer can hold (bytes a peer on another algorithm sent) spoils the call
+    /// naming its sender ([`Cause::LengthUnheld`]) and counts as an empty part, so that the
+    /// rest still runs, passing nothing on, and no peer waits for it.
     #[cold]
     fn learn(&mut self) {
+        let done = self.next_round;
         let plan = Rc::make_mut(&mut self.plan);
-        let learn = plan
-            .learning(self.next_round)
-            .expect("a plan that learns now");
+        let learn = plan.learning(done).expect("a plan that learns now");
         // SAFETY: the span lies inside its buffer (`check_spans`) and its receives are done.
         let bytes =
             unsafe { std::slice::from_raw_parts(self.pointer(learn.lengths), learn.lengths.len) };
-        let rest = (learn.build)(&decode_lengths(bytes));
+        let mut learned = decode_lengths(bytes);
+        if let Some(cause) = self.plan.hold_lengths(done, &learn, &mut learned) {
+            self.spoiled.get_or_insert(cause);
+        }
+        let (rest, scratch) = loop {
+            let rest = (learn.build)(&learned);
+            let taken = rest.scratch.iter().map(|&len| scratch::try_take(len));
+            let taken: Result<Vec<_>, ()> = taken.collect();
+            match (taken, self.plan.longest_learned(done, &learn, &learned)) {
+                (Ok(scratch), _) => break (rest, scratch),
+                // No buffer that long could be made: the longest learned goes.
+                (Err(()), Some(longest)) => {
+                    self.spoiled.get_or_insert(longest.cause);
+                    learned[longest.index] = 0;
+                }
+                // Nothing learned is long: this rank's own lengths, whose buffers fail as
+                // any allocation does.
+                (Err(()), None) => {
+                    let scratch = rest.scratch.iter().map(|&len| scratch::take(len));
+                    let scratch = scratch.collect();
+                    break (rest, scratch);
+                }
+            }
+        };
         let first = Rc::make_mut(&mut self.plan).append(rest);
-        let added = self.plan.scratch[first..].iter();
-        self.scratch.extend(added.map(|&len| scratch::take(len)));
+        self.scratch.extend(scratch);
         self.check_spans();
         self.write_initial(first);
     }
@@ -1471,6 +1563,20 @@ mod scratch {
         reused.unwrap_or_else(|| vec![0; words])
     }
 
+    /// [`take`] of a length a peer's message set (a learned rest's), where the memory may
+    /// not be there: `Err` rather than the process's abort.
+    pub fn try_take(len: usize) -> Result<Vec<Aligned>, ()> {
+        let words = len.div_ceil(size_of::<Aligned>());
+        let fits = FREE.with(|free| free.borrow().iter().any(|b| b.len() >= words));
+        if words == 0 || fits {
+            return Ok(take(len));
+        }
+        let mut buffer = Vec::new();
+        buffer.try_reserve_exact(words).map_err(drop)?;
+        buffer.resize(words, Aligned::default());
+        Ok(buffer)
+    }
+
     pub fn give_back(buffer: Vec<Aligned>) {
         if buffer.capacity() == 0 {
             return;
@@ -1721,10 +1827,11 @@ pub(crate) mod simulation {
                     }
                 }
                 if let Some(learn) = rank.plan.learning(rank.round) {
-                    let lengths = match bytes {
+                    let mut lengths = match bytes {
                         true => decode_lengths(rank.bytes(learn.lengths)),
                         false => vec![0; learn.lengths.len / LENGTH],
                     };
+                    rank.plan.hold_lengths(rank.round, &learn, &mut lengths);
                     let first = rank.plan.append((learn.build)(&lengths));
                     if bytes {
                         let added = scratch_of(&rank.plan, first);
@@ -1799,7 +1906,9 @@ pub(crate) mod simulation {
 
 #[cfg(test)]
 mod tests {
-    use super::{Plan, Span};
+    use super::super::algorithms::hosts::{self, Placement};
+    use super::super::algorithms::Ranks;
+    use super::{scratch, Cause, Plan, Region, Span};
 
     /// A span whose end does not fit a `usize` lies past its buffer, however its end wraps
     /// (a learned rest's spans come from lengths a peer sent).
@@ -1811,5 +1920,78 @@ mod tests {
         let wrapping = Span::new(scratch.region, 8, usize::MAX - 3);
         p.round().recv(1, wrapping);
         p.check_spans(0, 0, true);
+    }
+
+    /// A leader's plan of a gather (`scatter` false) or scatter of parts of any length on
+    /// `host_of`, rooted at rank 0, whose parts are 4 bytes each.
+    fn leader_of_varcount(host_of: &[u32], leader: u32, scatter: bool) -> Plan {
+        let (n, hosts) = (host_of.len() as u32, Placement::new(host_of));
+        let me = Ranks {
+            rank: leader,
+            size: n,
+        };
+        let mut p = Plan::default();
+        match scatter {
+            true => {
+                hosts::scatter_varcount(&mut p, me, hosts, 0, None, Span::new(Region::Recv, 0, 4))
+            }
+            false => {
+                hosts::gather_varcount(&mut p, me, hosts, 0, Span::new(Region::Send, 0, 4), None)
+            }
+        }
+        p
+    }
+
+    /// A leader that learns lengths whose sum with its own part's would not fit a buffer (no
+    /// rank's lengths, but bytes a peer sent) counts each that does not fit as an empty part
+    /// and names the first one's sender (`Plan::hold_lengths`): wrapped, the sum would size
+    /// its message's buffer short of the parts' spans, and before, it panicked.
+    #[test]
+    fn a_leader_counts_learned_lengths_that_do_not_fit_as_empty_naming_their_sender() {
+        let half = isize::MAX as usize / 2;
+        for scatter in [false, true] {
+            for (host_of, learned, unheld, sender) in [
+                (&[0, 1, 1][..], vec![usize::MAX - 3], vec![0], 2),
+                (&[0, 1, 1, 1], vec![half, half], vec![1], 3),
+                (&[0, 1, 1, 1], vec![4, isize::MAX as usize], vec![1], 3),
+                (&[0, 1, 1, 1], vec![usize::MAX, usize::MAX], vec![0, 1], 2),
+            ] {
+                let what = format!("{learned:?} by leader 1 of {host_of:?}, scatter {scatter}");
+                let mut plan = leader_of_varcount(host_of, 1, scatter);
+                let learn = plan
+                    .learning(0)
+                    .expect("a leader learns after its first round");
+                let mut held = learned.clone();
+                let cause = plan.hold_lengths(0, &learn, &mut held);
+                let expected = (0..learned.len())
+                    .map(|i| if unheld.contains(&i) { 0 } else { learned[i] })
+                    .collect::<Vec<_>>();
+                assert_eq!(held, expected, "{what}");
+                let first = learned[unheld[0]];
+                assert!(
+                    matches!(cause, Some(Cause::LengthUnheld { peer, length })
+                        if peer == sender && length == first),
+                    "{what}: {cause:?}"
+                );
+                // The rest plans from what it holds, with spans inside their buffers.
+                plan.append((learn.build)(&held));
+                plan.check_spans(4, 4, true);
+            }
+            // Lengths that fit are held as they came.
+            let mut plan = leader_of_varcount(&[0, 1, 1], 1, scatter);
+            let learn = plan.learning(0).expect("a leader learns");
+            let mut held = vec![1 << 40];
+            assert!(plan.hold_lengths(0, &learn, &mut held).is_none());
+            assert_eq!(held, [1 << 40]);
+        }
+    }
+
+    /// A buffer no allocator can make is refused, not the process's abort (a learned
+    /// length's, `Execution::learn`).
+    #[test]
+    fn a_scratch_buffer_that_cannot_be_made_is_refused() {
+        assert!(scratch::try_take(1 << 62).is_err());
+        assert!(scratch::try_take(usize::MAX).is_err());
+        assert!(scratch::try_take(64).is_ok_and(|b| b.len() >= 4));
     }
 }

@@ -169,8 +169,9 @@ pub(crate) fn all_gather_varcount(
 }
 
 /// The bytes of a message of `lengths` and the parts they measure. A leader learns some of
-/// them from its ranks' messages: a sum that does not fit is no plan (wrapped, in a release
-/// build, it would let spans past their buffers through `Plan::check_spans`).
+/// them from its ranks' messages, which it counts as empty parts where they would not fit
+/// (`Plan::hold_lengths`, naming the sender): a sum that does not fit is no plan (wrapped, in
+/// a release build, it would let spans past their buffers through `Plan::check_spans`).
 fn with_lengths(lengths: &[usize]) -> usize {
     lengths
         .iter()
@@ -884,34 +885,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    /// A leader that learns a length whose sum with its own part's does not fit a `usize`
-    /// (no rank's length, but bytes a peer sent) plans nothing from it: wrapped, the sum
-    /// would size its message's buffer short of the part's span.
-    #[test]
-    #[should_panic(expected = "parts' lengths that overflow")]
-    fn a_leader_refuses_learned_lengths_that_overflow() {
-        let host_of = [0, 1, 1];
-        let (n, hosts) = (host_of.len(), Placement::new(&host_of));
-        let plans = (0..n)
-            .map(|r| {
-                let mut p = Plan::default();
-                if r == 2 {
-                    let length = p.scratch_with(LENGTH, encode_lengths([usize::MAX - 3]));
-                    p.round().send(1, length);
-                    return p;
-                }
-                let placed = [(0, 4), (4, 4), (8, 4)];
-                let parts = crate::collective::build::parts(Region::Recv, &placed);
-                let parts = (r == 0).then_some(&parts[..]);
-                let input = span(Region::Send, 4);
-                gather_varcount(&mut p, ranks(r, n), hosts, 0, input, parts);
-                p
-            })
-            .collect();
-        let sends = (0..n).map(|r| vector(r, 4)).collect();
-        simulation::run(plans, sends, &[12, 0, 0], 1, no_reduction);
     }
 
     #[test]
