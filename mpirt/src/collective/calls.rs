@@ -18,42 +18,39 @@ use super::algorithms::Ranks;
 use super::build;
 use super::hierarchy::Hierarchy;
 use super::op::{Operation, Reduction};
-use super::plans::{Key, Shape};
+use super::plans::{Form, Key, Shape, Side, Sides};
 use super::schedule::{Buffers, Checked, Execution, Plan, Region, Span};
 use super::shared;
 
 /// What a collective call runs: its plan over its buffers.
 pub(crate) struct Call<'a> {
-    plan: Planned,
+    plan: Checked,
     buffers: Buffers,
     datatype: Datatype,
     op: Option<Reduction<'a>>,
 }
 
-/// A call's plan: built for it alone, checked as it starts, or kept for its shape (checked
-/// when built). A fresh plan is boxed: a plan that learns (`Plan::learn`) outgrows a kept
-/// one's handle many times over, and a call planned afresh allocates its plan's rounds anyway.
-enum Planned {
-    Fresh(Box<Plan>),
-    Kept(Checked),
-}
-
 impl<'a> Call<'a> {
-    fn new(plan: Plan, buffers: Buffers, datatype: Datatype) -> Self {
-        Call {
-            plan: Planned::Fresh(Box::new(plan)),
-            buffers,
-            datatype,
-            op: None,
-        }
-    }
-
     /// The call of `shape` over `buffers`: the plan the communicator keeps for that shape
     /// with these buffers' lengths and a reduction that is `commutative` (true where there is
     /// none), or the one `build` makes, then kept (`plans`).
     fn kept(
         comm: &CommData,
         shape: Shape,
+        buffers: Buffers,
+        datatype: Datatype,
+        commutative: bool,
+        build: impl FnOnce() -> Result<Plan, Cause>,
+    ) -> Result<Self, Cause> {
+        Call::parted(comm, shape, &[], buffers, datatype, commutative, build)
+    }
+
+    /// [`kept`](Self::kept) of a call whose parts `lists` place (`Plans::get`):
+    /// `build` checks them as it plans, where the communicator keeps no plan for them.
+    fn parted(
+        comm: &CommData,
+        shape: Shape,
+        lists: &[&[Count]],
         buffers: Buffers,
         datatype: Datatype,
         commutative: bool,
@@ -66,7 +63,7 @@ impl<'a> Call<'a> {
             commutative,
         };
         Ok(Call {
-            plan: Planned::Kept(comm.plans().get(key, build)?),
+            plan: comm.plans().get(key, lists, build)?,
             buffers,
             datatype,
             op: None,
@@ -82,16 +79,49 @@ impl<'a> Call<'a> {
     /// The buffers must stay valid (and the receive buffer otherwise untouched) until the
     /// execution is finished or dropped.
     pub unsafe fn start(self, comm: &CommData) -> Execution<'a> {
-        let plan = match self.plan {
-            Planned::Kept(plan) => plan,
-            Planned::Fresh(plan) => {
-                let commutative = self.op.as_ref().is_none_or(|op| op.get().is_commutative());
-                let (send_len, recv_len) = (self.buffers.send_len, self.buffers.recv_len);
-                Checked::new(*plan, send_len, recv_len, commutative)
-            }
-        };
         // SAFETY: forwarded from this function's contract.
-        unsafe { Execution::new(comm.clone(), plan, self.buffers, self.datatype, self.op) }
+        unsafe {
+            Execution::new(
+                comm.clone(),
+                self.plan,
+                self.buffers,
+                self.datatype,
+                self.op,
+            )
+        }
+    }
+}
+
+/// The shape of a call of `form` rooted at `root` (0 where unrooted), whose buffers' checks
+/// read `send` and `recv`.
+fn parted(
+    form: Form,
+    root: u32,
+    hierarchy: &Option<Rc<Hierarchy>>,
+    send: Option<Side>,
+    recv: Option<Side>,
+) -> Shape {
+    Shape::Parted {
+        form,
+        root,
+        hierarchical: hierarchy.is_some(),
+        sides: Sides { send, recv },
+    }
+}
+
+/// A send buffer as a call's checks read it.
+fn sent<B: Buffer + ?Sized>(buf: &B) -> Side {
+    Side {
+        matched: buf.matched(),
+        own: (buf.datatype(), buf.count()),
+    }
+}
+
+/// A receive buffer as a call's checks read it.
+fn received<B: BufferMut + ?Sized>(buf: &B) -> Side {
+    Side {
+        matched: buf.matched(),
+        own: (buf.datatype(), buf.count()),
     }
 }
 
@@ -306,10 +336,22 @@ where
     S: Buffer + ?Sized,
     R: BufferMut + Partitioned + ?Sized,
 {
-    let (datatype, incoming) = check_all_gather_varcount(comm, send, recv)?;
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
     let hierarchy = serving(comm, |_| true);
-    let plan = build::all_gather_varcount(ranks(comm), &incoming, placement(&hierarchy))?;
-    Ok(Call::new(plan, both(send, recv)?, datatype))
+    let shape = parted(
+        Form::AllGatherVarcount,
+        0,
+        &hierarchy,
+        Some(sent(send)),
+        Some(received(recv)),
+    );
+    let buffers = both(send, recv)?;
+    let recv = &*recv;
+    let lists = [recv.counts(), recv.displs()];
+    Call::parted(comm, shape, &lists, buffers, datatype, true, || {
+        let (_, incoming) = check_all_gather_varcount(comm, send, recv)?;
+        build::all_gather_varcount(ranks(comm), &incoming, placement(&hierarchy))
+    })
 }
 
 /// Checks an all-gather of parts of any length; returns the elements' type and each rank's
@@ -399,11 +441,23 @@ where
     S: Buffer + Partitioned + ?Sized,
     R: BufferMut + Partitioned + ?Sized,
 {
-    let (datatype, outgoing, incoming) = check_all_to_all_varcount(comm, send, recv)?;
-    let largest = outgoing.iter().map(|p| p.1).max().unwrap_or(0);
-    let on_host = ranks_on_host(comm)?;
-    let plan = build::all_to_all(ranks(comm), &outgoing, &incoming, largest, None, on_host)?;
-    Ok(Call::new(plan, both(send, recv)?, datatype))
+    let datatype = same_type(send.matched().0, recv.matched().0)?;
+    let shape = parted(
+        Form::AllToAllVarcount,
+        0,
+        &None,
+        Some(sent(send)),
+        Some(received(recv)),
+    );
+    let buffers = both(send, recv)?;
+    let recv = &*recv;
+    let lists = [send.counts(), send.displs(), recv.counts(), recv.displs()];
+    Call::parted(comm, shape, &lists, buffers, datatype, true, || {
+        let (_, outgoing, incoming) = check_all_to_all_varcount(comm, send, recv)?;
+        let largest = outgoing.iter().map(|p| p.1).max().unwrap_or(0);
+        let on_host = ranks_on_host(comm)?;
+        build::all_to_all(ranks(comm), &outgoing, &incoming, largest, None, on_host)
+    })
 }
 
 /// A part of a buffer for one rank: its offset and length in packed bytes.
@@ -594,10 +648,25 @@ where
             )?
         }
         Some(counts) => {
-            let (datatype, parts) = check_reduce_scatter(comm, send, recv, counts, &op)?;
-            let placement = placement(&hierarchy);
-            let plan = build::reduce_scatter(ranks(comm), len, &parts, commutative, placement)?;
-            Call::new(plan, both(send, recv)?, datatype)
+            let datatype = same_type(send.matched().0, recv.matched().0)?;
+            op.check(datatype)?;
+            let form = Form::ReduceScatterCounted;
+            let shape = parted(form, 0, &hierarchy, Some(sent(send)), Some(received(recv)));
+            let buffers = both(send, recv)?;
+            let recv = &*recv;
+            Call::parted(
+                comm,
+                shape,
+                &[counts],
+                buffers,
+                datatype,
+                commutative,
+                || {
+                    let (_, parts) = check_reduce_scatter(comm, send, recv, counts, &op)?;
+                    let placement = placement(&hierarchy);
+                    build::reduce_scatter(ranks(comm), len, &parts, commutative, placement)
+                },
+            )?
         }
     };
     Ok(call.reducing(op))
@@ -841,15 +910,30 @@ where
     S: Buffer + ?Sized,
     R: BufferMut + Partitioned + ?Sized,
 {
-    let (root, datatype, incoming) = check_gather_varcount(comm, root, send, recv.as_deref())?;
+    let root_index = check_root(comm, root, recv.is_some(), GATHER_VARCOUNT_CALL)?;
+    let datatype = match &recv {
+        Some(recv) => same_type(send.matched().0, recv.matched().0)?,
+        None => send.matched().0,
+    };
     let hierarchy = serving(comm, |_| true);
-    let (own, incoming) = (send.byte_len(), incoming.as_deref());
-    let plan = build::gather_varcount(ranks(comm), root, own, incoming, placement(&hierarchy))?;
-    Ok(match recv {
-        Some(recv) => Call::new(plan, both(send, recv)?, datatype),
-        None => Call::new(plan, sending(send)?, datatype),
+    let recv_side = recv.as_deref().map(received);
+    let form = Form::GatherVarcount;
+    let shape = parted(form, root_index, &hierarchy, Some(sent(send)), recv_side);
+    let (buffers, recv) = match recv {
+        Some(recv) => (both(send, recv)?, Some(&*recv)),
+        None => (sending(send)?, None),
+    };
+    let lists = recv.map_or([&[][..]; 2], |recv| [recv.counts(), recv.displs()]);
+    Call::parted(comm, shape, &lists, buffers, datatype, true, || {
+        let (root, _, incoming) = check_gather_varcount(comm, root, send, recv)?;
+        let (own, incoming) = (send.byte_len(), incoming.as_deref());
+        build::gather_varcount(ranks(comm), root, own, incoming, placement(&hierarchy))
     })
 }
+
+/// What a gather of parts of any length's rank calls, for an error where it called the other.
+const GATHER_VARCOUNT_CALL: &str =
+    "the root calls gather_varcount_into_root, the others gather_varcount_into";
 
 /// Checks a gather of parts of any length to `root` (`recv` is the root's and only the
 /// root's); returns the root's index, the elements' type and, on the root, each rank's part
@@ -864,12 +948,7 @@ where
     S: Buffer + ?Sized,
     R: BufferMut + Partitioned + ?Sized,
 {
-    let root = check_root(
-        comm,
-        root,
-        recv.is_some(),
-        "the root calls gather_varcount_into_root, the others gather_varcount_into",
-    )?;
+    let root = check_root(comm, root, recv.is_some(), GATHER_VARCOUNT_CALL)?;
     let Some(recv) = recv else {
         return Ok((root, send.matched().0, None));
     };
@@ -940,15 +1019,37 @@ where
     S: Buffer + Partitioned + ?Sized,
     R: BufferMut + ?Sized,
 {
-    let (root, datatype, outgoing) = check_scatter_varcount(comm, root, send, recv)?;
+    let root_index = check_root(comm, root, send.is_some(), SCATTER_VARCOUNT_CALL)?;
+    let datatype = match send {
+        Some(send) => same_type(send.matched().0, recv.matched().0)?,
+        None => recv.matched().0,
+    };
     let hierarchy = serving(comm, |_| true);
-    let (outgoing, own) = (outgoing.as_deref(), recv.byte_len());
-    let plan = build::scatter_varcount(ranks(comm), root, outgoing, own, placement(&hierarchy))?;
-    Ok(match send {
-        Some(send) => Call::new(plan, both(send, recv)?, datatype),
-        None => Call::new(plan, receiving(recv)?, datatype),
+    let form = Form::ScatterVarcount;
+    let shape = parted(
+        form,
+        root_index,
+        &hierarchy,
+        send.map(sent),
+        Some(received(recv)),
+    );
+    let buffers = match send {
+        Some(send) => both(send, recv)?,
+        None => receiving(recv)?,
+    };
+    let recv = &*recv;
+    let lists = send.map_or([&[][..]; 2], |send| [send.counts(), send.displs()]);
+    Call::parted(comm, shape, &lists, buffers, datatype, true, || {
+        let (root, _, outgoing) = check_scatter_varcount(comm, root, send, recv)?;
+        let (outgoing, own) = (outgoing.as_deref(), recv.byte_len());
+        build::scatter_varcount(ranks(comm), root, outgoing, own, placement(&hierarchy))
     })
 }
+
+/// What a scatter of parts of any length's rank calls, for an error where it called the
+/// other.
+const SCATTER_VARCOUNT_CALL: &str =
+    "the root calls scatter_varcount_into_root, the others scatter_varcount_into";
 
 /// Checks a scatter of parts of any length from `root` (`send` is the root's and only the
 /// root's); returns the root's index, the elements' type and, on the root, each rank's part
@@ -963,12 +1064,7 @@ where
     S: Buffer + Partitioned + ?Sized,
     R: BufferMut + ?Sized,
 {
-    let root = check_root(
-        comm,
-        root,
-        send.is_some(),
-        "the root calls scatter_varcount_into_root, the others scatter_varcount_into",
-    )?;
+    let root = check_root(comm, root, send.is_some(), SCATTER_VARCOUNT_CALL)?;
     let Some(send) = send else {
         return Ok((root, recv.matched().0, None));
     };
@@ -979,31 +1075,50 @@ where
     Ok((root, datatype, Some(outgoing)))
 }
 
-/// The neighbourhood collectives' common step: `outgoing` and `incoming` are the parts of
+/// The neighbourhood collectives' common step: the call of `form` over `buffers`, whose
+/// lists of counts and displacements are `lists`; `parts` checks them and gives the parts of
 /// the send and receive buffers (offset, length in bytes) for each of `grid`'s neighbours of
 /// this rank, `None` for a send part meaning the whole send buffer.
 fn neighbor<'a>(
     comm: &CommData,
     grid: &Grid,
-    outgoing: Option<Parts>,
-    incoming: Parts,
+    (form, sides): (Form, Sides),
+    lists: &[&[Count]],
     buffers: Buffers,
     datatype: Datatype,
-) -> Call<'a> {
-    let neighbours = grid.neighbours(comm.rank as Rank);
-    let outgoing = match outgoing {
-        Some(parts) => build::parts(Region::Send, &parts),
-        None => vec![Span::new(Region::Send, 0, buffers.send_len); neighbours.len()],
-    };
-    let incoming = build::parts(Region::Recv, &incoming);
-    let plan = build::neighbor_exchange(&neighbours, &outgoing, &incoming);
-    Call::new(plan, buffers, datatype)
+    parts: impl FnOnce() -> Result<(Option<Parts>, Parts), Cause>,
+) -> Result<Call<'a>, Cause> {
+    let shape = parted(form, 0, &None, sides.send, sides.recv);
+    let send_len = buffers.send_len;
+    Call::parted(comm, shape, lists, buffers, datatype, true, || {
+        let (outgoing, incoming) = parts()?;
+        let neighbours = grid.neighbours(comm.rank as Rank);
+        let outgoing = match outgoing {
+            Some(parts) => build::parts(Region::Send, &parts),
+            None => vec![Span::new(Region::Send, 0, send_len); neighbours.len()],
+        };
+        let incoming = build::parts(Region::Recv, &incoming);
+        Ok(build::neighbor_exchange(&neighbours, &outgoing, &incoming))
+    })
 }
 
 /// How many neighbours each rank of `grid` has: a buffer of a neighbourhood call holds a
 /// part per neighbour.
 fn neighbours(grid: &Grid) -> u32 {
     2 * grid.num_dimensions() as u32
+}
+
+/// A neighbourhood call's form with what its checks read of its buffers.
+fn neighbourhood<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+    form: Form,
+    send: &S,
+    recv: &R,
+) -> (Form, Sides) {
+    let sides = Sides {
+        send: Some(sent(send)),
+        recv: Some(received(recv)),
+    };
+    (form, sides)
 }
 
 /// `MPI_Neighbor_allgather` on a Cartesian grid.
@@ -1020,15 +1135,11 @@ pub(crate) fn neighbor_all_gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>
         send.matched().1 * k,
         recv.matched().1,
     )?;
-    let incoming = build::equal_parts(send.byte_len(), k as u32);
-    Ok(neighbor(
-        comm,
-        grid,
-        None,
-        incoming,
-        both(send, recv)?,
-        datatype,
-    ))
+    let form = neighbourhood(Form::NeighborAllGather, send, recv);
+    let block = send.byte_len();
+    neighbor(comm, grid, form, &[], both(send, recv)?, datatype, || {
+        Ok((None, build::equal_parts(block, k as u32)))
+    })
 }
 
 /// `MPI_Neighbor_allgatherv` on a Cartesian grid.
@@ -1043,24 +1154,23 @@ where
     R: BufferMut + Partitioned + ?Sized,
 {
     let datatype = same_type(send.matched().0, recv.matched().0)?;
-    let present = grid.neighbours(comm.rank as Rank);
-    let incoming = written_byte_parts(
-        "receive (a part per neighbour)",
-        "neighbour",
-        recv,
-        recv.count(),
-        recv.datatype(),
-        neighbours(grid),
-        |i| present[i].is_some(),
-    )?;
-    Ok(neighbor(
-        comm,
-        grid,
-        None,
-        incoming,
-        both(send, recv)?,
-        datatype,
-    ))
+    let form = neighbourhood(Form::NeighborAllGatherVarcount, send, recv);
+    let buffers = both(send, recv)?;
+    let recv = &*recv;
+    let lists = [recv.counts(), recv.displs()];
+    neighbor(comm, grid, form, &lists, buffers, datatype, || {
+        let present = grid.neighbours(comm.rank as Rank);
+        let incoming = written_byte_parts(
+            "receive (a part per neighbour)",
+            "neighbour",
+            recv,
+            recv.count(),
+            recv.datatype(),
+            neighbours(grid),
+            |i| present[i].is_some(),
+        )?;
+        Ok((None, incoming))
+    })
 }
 
 /// `MPI_Neighbor_alltoall` on a Cartesian grid.
@@ -1083,15 +1193,12 @@ pub(crate) fn neighbor_all_to_all<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>
         whole_blocks,
         send.matched().1,
     )?;
-    let parts = build::equal_parts(send.byte_len() / k.max(1), k as u32);
-    Ok(neighbor(
-        comm,
-        grid,
-        Some(parts.clone()),
-        parts,
-        both(send, recv)?,
-        datatype,
-    ))
+    let form = neighbourhood(Form::NeighborAllToAll, send, recv);
+    let block = send.byte_len() / k.max(1);
+    neighbor(comm, grid, form, &[], both(send, recv)?, datatype, || {
+        let parts = build::equal_parts(block, k as u32);
+        Ok((Some(parts.clone()), parts))
+    })
 }
 
 /// `MPI_Neighbor_alltoallv` on a Cartesian grid.
@@ -1106,29 +1213,28 @@ where
     R: BufferMut + Partitioned + ?Sized,
 {
     let datatype = same_type(send.matched().0, recv.matched().0)?;
-    let outgoing = byte_parts(
-        "send (a part per neighbour)",
-        send,
-        send.count(),
-        send.datatype(),
-        neighbours(grid),
-    )?;
-    let present = grid.neighbours(comm.rank as Rank);
-    let incoming = written_byte_parts(
-        "receive (a part per neighbour)",
-        "neighbour",
-        recv,
-        recv.count(),
-        recv.datatype(),
-        neighbours(grid),
-        |i| present[i].is_some(),
-    )?;
-    Ok(neighbor(
-        comm,
-        grid,
-        Some(outgoing),
-        incoming,
-        both(send, recv)?,
-        datatype,
-    ))
+    let form = neighbourhood(Form::NeighborAllToAllVarcount, send, recv);
+    let buffers = both(send, recv)?;
+    let recv = &*recv;
+    let lists = [send.counts(), send.displs(), recv.counts(), recv.displs()];
+    neighbor(comm, grid, form, &lists, buffers, datatype, || {
+        let outgoing = byte_parts(
+            "send (a part per neighbour)",
+            send,
+            send.count(),
+            send.datatype(),
+            neighbours(grid),
+        )?;
+        let present = grid.neighbours(comm.rank as Rank);
+        let incoming = written_byte_parts(
+            "receive (a part per neighbour)",
+            "neighbour",
+            recv,
+            recv.count(),
+            recv.datatype(),
+            neighbours(grid),
+            |i| present[i].is_some(),
+        )?;
+        Ok((Some(outgoing), incoming))
+    })
 }

@@ -12,13 +12,18 @@
 //! its own copy (`schedule::Execution::go_on`, `switch`). The plans go with their
 //! communicator (its last handle), so a communicator that reuses its context id starts with
 //! none. Calls whose plan depends on per-rank parts (the `_varcount`, neighbourhood and
-//! counted reduce-scatter forms) are planned afresh each time, so a plan that goes on from
-//! lengths it receives (`schedule::Plan::learn`, a leader's of a gather or scatter of parts
-//! of any length across hosts) is never kept; its execution adds the rest to its own copy.
+//! counted reduce-scatter forms) are kept by their counts and displacements too, and by
+//! every type and count of their buffers, which their checks read: a call that matches a
+//! kept one's was checked, so neither the parts nor the plan are made again. A plan that
+//! goes on from lengths it receives (`schedule::Plan::learn`, a leader's of a gather or
+//! scatter of parts of any length across hosts) is kept as it starts; its execution adds
+//! the rest to its own copy.
 
 use std::cell::RefCell;
 
+use crate::datatype::Datatype;
 use crate::error::Cause;
+use crate::point_to_point::Count;
 
 use super::schedule::{Checked, Plan};
 
@@ -58,6 +63,45 @@ pub(crate) enum Shape {
         root: u32,
         hierarchical: bool,
     },
+    /// A call whose parts its counts and displacements say ([`Plans::get`]), with
+    /// what its checks read of its buffers.
+    Parted {
+        form: Form,
+        root: u32,
+        hierarchical: bool,
+        sides: Sides,
+    },
+}
+
+/// The collectives of parts that counts and displacements place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Form {
+    AllGatherVarcount,
+    AllToAllVarcount,
+    /// Reduce-scatter into parts of counts given per rank.
+    ReduceScatterCounted,
+    GatherVarcount,
+    ScatterVarcount,
+    NeighborAllGather,
+    NeighborAllGatherVarcount,
+    NeighborAllToAll,
+    NeighborAllToAllVarcount,
+}
+
+/// What a call's checks read of its send and receive buffers (each one's matched type and
+/// count, its own type and count; `None` for a buffer the rank does not have): a call whose
+/// buffers read the same passes the same checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Sides {
+    pub send: Option<Side>,
+    pub recv: Option<Side>,
+}
+
+/// One buffer as checks read it: its matched type and count, and its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Side {
+    pub matched: (Datatype, usize),
+    pub own: (Datatype, usize),
 }
 
 /// A call's shape and what its plan was checked for: the lengths of its send and receive
@@ -81,28 +125,41 @@ pub(crate) struct Plans(RefCell<Kept>);
 
 #[derive(Debug, Default)]
 struct Kept {
-    entries: Vec<(Key, Checked)>,
+    /// Each plan's key, and for a parted call its counts and displacements (each list after
+    /// its length).
+    entries: Vec<(Key, Vec<Count>, Checked)>,
     /// The entry replaced next once `KEPT` are kept.
     oldest: usize,
 }
 
 impl Plans {
-    /// The plan of `key`: the one kept, or the one `build` makes, checked and then kept.
+    /// The plan of `key`: the one kept, or the one `build` makes, checked and then kept. A
+    /// call whose parts `lists` place (its counts and displacements, each buffer's; none for
+    /// the others) finds a plan kept for lists of the same numbers; `build` checks the parts
+    /// as it plans, and one that refuses them keeps nothing.
     pub fn get(
         &self,
         key: Key,
+        lists: &[&[Count]],
         build: impl FnOnce() -> Result<Plan, Cause>,
     ) -> Result<Checked, Cause> {
-        if let Some((_, plan)) = self.0.borrow().entries.iter().find(|(k, _)| *k == key) {
-            return Ok(plan.clone());
+        let found = self.0.borrow().entries.iter().find_map(|(k, kept, plan)| {
+            (*k == key && same_lists(kept, lists)).then(|| plan.clone())
+        });
+        if let Some(plan) = found {
+            return Ok(plan);
         }
         let plan = Checked::new(build()?, key.send_len, key.recv_len, key.commutative);
+        let numbers = lists
+            .iter()
+            .flat_map(|list| std::iter::once(list.len() as Count).chain(list.iter().copied()))
+            .collect();
         let mut kept = self.0.borrow_mut();
         if kept.entries.len() < KEPT {
-            kept.entries.push((key, plan.clone()));
+            kept.entries.push((key, numbers, plan.clone()));
         } else {
             let oldest = kept.oldest;
-            kept.entries[oldest] = (key, plan.clone());
+            kept.entries[oldest] = (key, numbers, plan.clone());
             kept.oldest = (oldest + 1) % KEPT;
         }
         Ok(plan)
@@ -113,6 +170,23 @@ impl Plans {
     pub fn len(&self) -> usize {
         self.0.borrow().entries.len()
     }
+}
+
+/// Whether `kept` holds `lists`, each after its length (so that lists cut elsewhere, with
+/// the same numbers in all, differ), without making a list of them.
+fn same_lists(kept: &[Count], lists: &[&[Count]]) -> bool {
+    let mut at = 0;
+    for list in lists {
+        let Some(&len) = kept.get(at) else {
+            return false;
+        };
+        let end = at + 1 + list.len();
+        if len as usize != list.len() || kept.get(at + 1..end) != Some(list) {
+            return false;
+        }
+        at = end;
+    }
+    at == kept.len()
 }
 
 #[cfg(test)]
@@ -144,11 +218,13 @@ mod tests {
     #[test]
     fn a_shape_called_again_is_built_once_and_shared() {
         let (plans, built) = (Plans::default(), Cell::new(0));
-        let first = plans.get(key(8), counted(&built, 8)).expect("a plan");
-        let again = plans.get(key(8), counted(&built, 8)).expect("a plan");
+        let first = plans.get(key(8), &[], counted(&built, 8)).expect("a plan");
+        let again = plans.get(key(8), &[], counted(&built, 8)).expect("a plan");
         assert_eq!(built.get(), 1);
         assert!(Rc::ptr_eq(&first.plan(), &again.plan()));
-        let other = plans.get(key(16), counted(&built, 16)).expect("a plan");
+        let other = plans
+            .get(key(16), &[], counted(&built, 16))
+            .expect("a plan");
         assert_eq!(built.get(), 2);
         assert!(!Rc::ptr_eq(&first.plan(), &other.plan()));
     }
@@ -157,23 +233,53 @@ mod tests {
     fn at_most_kept_shapes_are_kept_and_the_oldest_go_first() {
         let (plans, built) = (Plans::default(), Cell::new(0));
         for len in 1..=KEPT + 4 {
-            plans.get(key(len), counted(&built, len)).expect("a plan");
+            plans
+                .get(key(len), &[], counted(&built, len))
+                .expect("a plan");
         }
         assert_eq!(plans.len(), KEPT);
         assert_eq!(built.get(), KEPT as u32 + 4);
         // The last KEPT are kept; the first 4 were replaced, and are built again.
         plans
-            .get(key(KEPT + 4), counted(&built, KEPT + 4))
+            .get(key(KEPT + 4), &[], counted(&built, KEPT + 4))
             .expect("a plan");
         assert_eq!(built.get(), KEPT as u32 + 4);
-        plans.get(key(1), counted(&built, 1)).expect("a plan");
+        plans.get(key(1), &[], counted(&built, 1)).expect("a plan");
         assert_eq!(built.get(), KEPT as u32 + 5);
+    }
+
+    /// A parted call's plan serves the calls whose counts and displacements hold the same
+    /// numbers, cut the same way, alone.
+    #[test]
+    fn a_parted_call_is_kept_by_its_lists() {
+        let (plans, built) = (Plans::default(), Cell::new(0));
+        let (counts, displs): (&[Count], &[Count]) = (&[1, 1], &[0, 1]);
+        plans
+            .get(key(8), &[counts, displs], counted(&built, 8))
+            .expect("a plan");
+        plans
+            .get(key(8), &[counts, displs], counted(&built, 8))
+            .expect("a plan");
+        assert_eq!(built.get(), 1);
+        for other in [
+            &[&[1, 1][..], &[1, 0][..]][..],
+            &[&[1, 1, 0], &[1]],
+            &[&[1, 1]],
+            &[&[1, 1], &[0, 1], &[]],
+        ] {
+            plans
+                .get(key(8), other, counted(&built, 8))
+                .expect("a plan");
+        }
+        assert_eq!(built.get(), 5);
+        plans.get(key(8), &[], counted(&built, 8)).expect("a plan");
+        assert_eq!(built.get(), 6, "a call with no lists is not a parted one's");
     }
 
     #[test]
     fn a_plan_that_fails_to_build_is_not_kept() {
         let plans = Plans::default();
-        let refused = plans.get(key(8), || Err(Cause::NotCancellable));
+        let refused = plans.get(key(8), &[], || Err(Cause::NotCancellable));
         assert!(refused.is_err());
         assert_eq!(plans.len(), 0);
     }
@@ -187,7 +293,7 @@ mod tests {
             recv_len: 4,
             ..key(8)
         };
-        let _ = Plans::default().get(key, || {
+        let _ = Plans::default().get(key, &[], || {
             build::all_reduce(Ranks { rank: 0, size: 2 }, 8, 4, true)
         });
     }

@@ -173,7 +173,7 @@ struct Lengths {
 
 /// Plans the rest of a rank's part from the lengths it learnt. Shared, not owned, so that a
 /// plan that learns stays a plan an execution may copy (`Execution::learn` changes its own
-/// copy, as a checkpoint does; such plans are built per call, so the copy is the only one).
+/// copy, as a checkpoint does: the plan its call's shape keeps stays as it starts).
 type Rest = Rc<dyn Fn(&[usize]) -> Plan>;
 
 /// A learned length no buffer can hold: which, and the cause that names its sender.
