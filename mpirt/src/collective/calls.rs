@@ -42,6 +42,7 @@ impl<'a> Call<'a> {
         commutative: bool,
         build: impl FnOnce() -> Result<Plan, Cause>,
     ) -> Result<Self, Cause> {
+        let shape = (shape, Sides::default());
         Call::parted(comm, shape, &[], buffers, datatype, commutative, build)
     }
 
@@ -49,7 +50,7 @@ impl<'a> Call<'a> {
     /// `build` checks them as it plans, where the communicator keeps no plan for them.
     fn parted(
         comm: &CommData,
-        shape: Shape,
+        (shape, sides): (Shape, Sides),
         lists: &[&[Count]],
         buffers: Buffers,
         datatype: Datatype,
@@ -61,6 +62,7 @@ impl<'a> Call<'a> {
             send_len: buffers.send_len,
             recv_len: buffers.recv_len,
             commutative,
+            sides,
         };
         Ok(Call {
             plan: comm.plans().get(key, lists, build)?,
@@ -92,21 +94,21 @@ impl<'a> Call<'a> {
     }
 }
 
-/// The shape of a call of `form` rooted at `root` (0 where unrooted), whose buffers' checks
-/// read `send` and `recv`.
+/// The shape of a call of `form` rooted at `root` (0 where unrooted), and what its buffers'
+/// checks read of `send` and `recv`.
 fn parted(
     form: Form,
     root: u32,
     hierarchy: &Option<Rc<Hierarchy>>,
     send: Option<Side>,
     recv: Option<Side>,
-) -> Shape {
-    Shape::Parted {
+) -> (Shape, Sides) {
+    let shape = Shape::Parted {
         form,
         root,
         hierarchical: hierarchy.is_some(),
-        sides: Sides { send, recv },
-    }
+    };
+    (shape, Sides { send, recv })
 }
 
 /// A send buffer as a call's checks read it.

@@ -63,13 +63,12 @@ pub(crate) enum Shape {
         root: u32,
         hierarchical: bool,
     },
-    /// A call whose parts its counts and displacements say ([`Plans::get`]), with
-    /// what its checks read of its buffers.
+    /// A call whose parts its counts and displacements say ([`Plans::get`]); its key
+    /// holds what its checks read of its buffers too.
     Parted {
         form: Form,
         root: u32,
         hierarchical: bool,
-        sides: Sides,
     },
 }
 
@@ -88,10 +87,10 @@ pub(crate) enum Form {
     NeighborAllToAllVarcount,
 }
 
-/// What a call's checks read of its send and receive buffers (each one's matched type and
-/// count, its own type and count; `None` for a buffer the rank does not have): a call whose
-/// buffers read the same passes the same checks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a parted call's checks read of its send and receive buffers (each one's matched
+/// type and count, its own type and count; `None` for a buffer the rank does not have, and
+/// for every other call): a call whose buffers read the same passes the same checks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Sides {
     pub send: Option<Side>,
     pub recv: Option<Side>,
@@ -113,6 +112,7 @@ pub(crate) struct Key {
     pub send_len: usize,
     pub recv_len: usize,
     pub commutative: bool,
+    pub sides: Sides,
 }
 
 /// Shapes kept per communicator: a program's loop calls a few; one that calls more sees the
@@ -204,6 +204,7 @@ mod tests {
             send_len: len,
             recv_len: len,
             commutative: true,
+            sides: Sides::default(),
         }
     }
 
