@@ -215,6 +215,7 @@ fn rank_mode() {
                 }
             }
         }
+        "empty-parts-leave" => empty_parts_leave(&world),
         "area-gathers" => {
             // UCX (which rsrun --pml ucx names in MPIRT_PML) counts no frames.
             let ucx = env::var("MPIRT_PML").as_deref() == Ok("ucx");
@@ -956,6 +957,62 @@ fn reduce_scatter_in_area(world: &SimpleCommunicator, frames: impl Fn() -> Optio
         "rank {}: reduce-scatters in rounds sent frames",
         world.rank()
     );
+}
+
+/// A blocking reduce-scatter through the area whose ranks but rank 0 have empty parts: each
+/// of them leaves once it has published its vector, waiting for no one. Rank 0 comes to
+/// each call only once the last rank has told it, by a message sent after its own call
+/// returned, that it left (or after `GIVE_UP`, so that a rank that waits for every rank
+/// fails the assertion instead of hanging); rank 0's part checked against the serial
+/// reference.
+fn empty_parts_leave(world: &SimpleCommunicator) {
+    const GIVE_UP: std::time::Duration = std::time::Duration::from_secs(30);
+    let (rank, n) = (world.rank(), world.size());
+    let last = world.process_at_rank(n - 1);
+    let len = 5;
+    let mut counts = vec![0 as Count; n as usize];
+    counts[0] = len as Count;
+    let send = contribution(rank, len, int);
+    let whole = serial(0..n, len, int, |a, b| a.wrapping_add(b));
+    // Sets the area up: its first call needs every rank.
+    world.barrier();
+    for call in 0..5 {
+        let mut got = vec![0i32; if rank == 0 { len } else { 0 }];
+        if rank == 0 {
+            let mut token = [0u8];
+            let told = request::scope(|scope| {
+                let mut told = last.immediate_receive_into_with_tag(scope, &mut token[..], 11);
+                let start = std::time::Instant::now();
+                loop {
+                    match told.test() {
+                        Ok(_) => return true,
+                        Err(pending) if start.elapsed() < GIVE_UP => told = pending,
+                        Err(pending) => {
+                            world.reduce_scatter_into(
+                                &send[..],
+                                &mut got[..],
+                                &counts,
+                                SystemOperation::sum(),
+                            );
+                            pending.wait();
+                            return false;
+                        }
+                    }
+                }
+            });
+            if told {
+                world.reduce_scatter_into(&send[..], &mut got[..], &counts, SystemOperation::sum());
+            }
+            assert!(told, "call {call}: rank {} waited for rank 0", n - 1);
+            assert_eq!(got, whole, "reduce_scatter of {len} elements to rank 0");
+        } else {
+            world.reduce_scatter_into(&send[..], &mut got[..], &counts, SystemOperation::sum());
+            if rank == n - 1 {
+                world.process_at_rank(0).send_with_tag(&[1u8][..], 11);
+            }
+        }
+    }
+    println!("rank {rank}: empty parts left without waiting");
 }
 
 /// Reduce-scatters through the area whose last rank's blocks are an `i64` longer than the
@@ -3756,6 +3813,21 @@ fn reduce_scatters_in_rounds_through_the_area() {
                 || out.contains("frames not counted"),
             "{out}"
         );
+    }
+}
+
+/// A blocking reduce-scatter through the area on one host leaves a rank whose part is empty
+/// as soon as it has published its vector (`empty_parts_leave`): 3 and 4 ranks, every part
+/// but rank 0's empty, as OSU's 1-byte reduce-scatter cuts them.
+#[test]
+fn a_reduce_scatters_ranks_with_empty_parts_wait_for_no_one() {
+    if common::spread_over_hosts() {
+        println!("skipped: ranks spread over hosts take the hierarchical path, not the area");
+        return;
+    }
+    for n in [3, 4] {
+        let (out, _) = ok_job_with(n, "empty-parts-leave", &[]);
+        assert!(out.contains("empty parts left without waiting"), "{out}");
     }
 }
 
