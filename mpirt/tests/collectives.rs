@@ -814,7 +814,7 @@ fn collectives(world: &SimpleCommunicator) {
 
 /// Broadcasts and all-to-alls past the shared area's one-call limit (4096 bytes) that go
 /// through it in segments of 16384 bytes (broadcasts from 3 ranks on, up to 64 KiB on 3 to 7
-/// ranks and 1 MiB from 8; all-to-alls from 4 ranks on, send buffers up to 64 KiB): lengths on
+/// ranks and 1 MiB from 8; all-to-alls from 3 ranks on, send buffers up to 64 KiB): lengths on
 /// each side of the limit, of a segment, and of the longest taken, against the serial
 /// reference from the first and the last rank (the other collectives at these lengths too,
 /// through `check_data_movement`).
@@ -1207,7 +1207,7 @@ fn data_movement_in_turn(comm: &SimpleCommunicator, call: usize, root: i32) {
     assert_eq!(got, incoming, "all_to_all {of}");
 
     // Past the area's one-call limit: a broadcast of two segments and more, and an all-to-all
-    // in rounds (from 4 ranks; by messages on fewer), whose calls run ahead of the slowest
+    // in rounds (from 3 ranks; by messages on fewer), whose calls run ahead of the slowest
     // rank while the other communicators' run too.
     let long = |r: i32| -> Vec<i32> { (0..4100 + call as i32).map(|i| i * 31 + r).collect() };
     let mut buf = if me == root {

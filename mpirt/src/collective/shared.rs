@@ -348,12 +348,13 @@ fn segmented_broadcast_max(size: u32) -> usize {
 }
 
 /// The longest send buffer, in bytes, of an all-to-all that goes through the area (in rounds
-/// past `SEGMENT`) on a communicator of `size` ranks: from four ranks on up to
+/// past `SEGMENT`) on a communicator of `size` ranks: from three ranks on up to
 /// [`ALL_TO_ALL_MOST`] (on 8 ranks sharing 2 cores, the messages took 1.4 to 6.6 times Open
-/// MPI's time at 1-16 KiB blocks); fewer ranks keep the messages past `SHARED_MAX`.
+/// MPI's time at 1-16 KiB blocks; on 3, 1.46 times at 2 KiB blocks); two ranks keep the
+/// messages past `SHARED_MAX`: one exchange, copied once by CMA.
 fn all_to_all_max(size: u32) -> usize {
     match size {
-        0..=3 => SHARED_MAX,
+        0..=2 => SHARED_MAX,
         _ => ALL_TO_ALL_MOST,
     }
 }
