@@ -216,6 +216,12 @@ fn rank_mode() {
             }
         }
         "empty-parts-leave" => empty_parts_leave(&world),
+        "area-all-to-alls" => {
+            // UCX (which rsrun --pml ucx names in MPIRT_PML) counts no frames.
+            let ucx = env::var("MPIRT_PML").as_deref() == Ok("ucx");
+            let sent = || universe.counters().filter(|_| !ucx).map(|c| c.frames_sent);
+            area_all_to_alls(&world, sent);
+        }
         "area-gathers" => {
             // UCX (which rsrun --pml ucx names in MPIRT_PML) counts no frames.
             let ucx = env::var("MPIRT_PML").as_deref() == Ok("ucx");
@@ -3537,6 +3543,43 @@ fn area_gathers(world: &SimpleCommunicator, sent: impl Fn() -> Option<u64>) {
     check_in_step(world, what);
 }
 
+/// All-to-alls whose send buffers are past the area's one-call 4 KiB and up to its 64 KiB
+/// in rounds, and one byte a block past that: ten of each, checked against the serial
+/// reference; each rank prints the frames it sent in them (`sent`: so far).
+fn area_all_to_alls(world: &SimpleCommunicator, sent: impl Fn() -> Option<u64>) {
+    let (rank, n) = (world.rank(), world.size());
+    // The area's set-up, in the first call, goes by messages.
+    check_in_step(world, "the warm-up");
+    let most = (64 << 10) / n as usize;
+    for block in [
+        4097 / n as usize + 1,
+        2048,
+        16384 / n as usize + 1,
+        most,
+        most + 1,
+    ] {
+        let send: Vec<u8> = (0..n)
+            .flat_map(|r| contribution(rank * n + r, block, byte))
+            .collect();
+        let expected: Vec<u8> = (0..n)
+            .flat_map(|s| contribution(s * n + rank, block, byte))
+            .collect();
+        let before = sent();
+        for _ in 0..10 {
+            let mut got = vec![0u8; send.len()];
+            world.all_to_all_into(&send[..], &mut got[..]);
+            assert!(got == expected, "all_to_all of {block}-byte blocks");
+        }
+        if let (Some(after), Some(before)) = (sent(), before) {
+            println!(
+                "all_to_all {}: rank {rank}: frames sent {}",
+                block * n as usize,
+                after - before
+            );
+        }
+    }
+}
+
 /// The error paths of the area's segmented broadcasts and of an all-to-all's first round
 /// (4 ranks and more): the last rank's length disagrees with the others', or it refuses its
 /// arguments; each case is followed by an all-reduce, which must find every rank in step.
@@ -4894,6 +4937,34 @@ fn ranks_sharing_one_cpu_yield_and_bound_ranks_spin() {
         out.contains("rank 1: ") && !out.contains("waits yield"),
         "{out}"
     );
+}
+
+/// From 3 ranks on, all-to-alls whose send buffers are up to 64 KiB go through the area (in
+/// rounds past 16 KiB), sending no frame (3 ranks went by messages past 4 KiB before), while
+/// one byte a block more goes by messages; each result matches the serial reference.
+#[test]
+fn all_to_alls_up_to_64_kib_go_through_the_area_from_3_ranks() {
+    if common::across_hosts("one area for every rank (the frames counted)") {
+        return;
+    }
+    for n in [3u32, 4] {
+        let (out, _) = ok_job_with(n, "area-all-to-alls", &[]);
+        if !out.contains("frames sent") {
+            println!("{n} ranks: frames not counted: this PML (UCX) does not count them");
+            continue;
+        }
+        let most = (64 << 10) / n as usize;
+        let blocks = [4097 / n as usize + 1, 2048, 16384 / n as usize + 1, most];
+        for rank in 0..n {
+            for len in blocks.map(|b| b * n as usize) {
+                let line = format!("all_to_all {len}: rank {rank}: frames sent 0\n");
+                assert!(out.contains(&line), "{n} ranks: no {line:?} in\n{out}");
+            }
+            let len = (most + 1) * n as usize;
+            let line = format!("all_to_all {len}: rank {rank}: frames sent 0\n");
+            assert!(!out.contains(&line), "{n} ranks: {line}{out}");
+        }
+    }
 }
 
 /// From 3 ranks on, gathers of blocks up to 16 KiB go through the area: the ranks other
