@@ -215,6 +215,13 @@ fn rank_mode() {
                 }
             }
         }
+        "empty-parts-leave" => empty_parts_leave(&world),
+        "area-all-to-alls" => {
+            // UCX (which rsrun --pml ucx names in MPIRT_PML) counts no frames.
+            let ucx = env::var("MPIRT_PML").as_deref() == Ok("ucx");
+            let sent = || universe.counters().filter(|_| !ucx).map(|c| c.frames_sent);
+            area_all_to_alls(&world, sent);
+        }
         "area-gathers" => {
             // UCX (which rsrun --pml ucx names in MPIRT_PML) counts no frames.
             let ucx = env::var("MPIRT_PML").as_deref() == Ok("ucx");
@@ -813,7 +820,7 @@ fn collectives(world: &SimpleCommunicator) {
 
 /// Broadcasts and all-to-alls past the shared area's one-call limit (4096 bytes) that go
 /// through it in segments of 16384 bytes (broadcasts from 3 ranks on, up to 64 KiB on 3 to 7
-/// ranks and 1 MiB from 8; all-to-alls from 4 ranks on, send buffers up to 64 KiB): lengths on
+/// ranks and 1 MiB from 8; all-to-alls from 3 ranks on, send buffers up to 64 KiB): lengths on
 /// each side of the limit, of a segment, and of the longest taken, against the serial
 /// reference from the first and the last rank (the other collectives at these lengths too,
 /// through `check_data_movement`).
@@ -956,6 +963,62 @@ fn reduce_scatter_in_area(world: &SimpleCommunicator, frames: impl Fn() -> Optio
         "rank {}: reduce-scatters in rounds sent frames",
         world.rank()
     );
+}
+
+/// A blocking reduce-scatter through the area whose ranks but rank 0 have empty parts: each
+/// of them leaves once it has published its vector, waiting for no one. Rank 0 comes to
+/// each call only once the last rank has told it, by a message sent after its own call
+/// returned, that it left (or after `GIVE_UP`, so that a rank that waits for every rank
+/// fails the assertion instead of hanging); rank 0's part checked against the serial
+/// reference.
+fn empty_parts_leave(world: &SimpleCommunicator) {
+    const GIVE_UP: std::time::Duration = std::time::Duration::from_secs(30);
+    let (rank, n) = (world.rank(), world.size());
+    let last = world.process_at_rank(n - 1);
+    let len = 5;
+    let mut counts = vec![0 as Count; n as usize];
+    counts[0] = len as Count;
+    let send = contribution(rank, len, int);
+    let whole = serial(0..n, len, int, |a, b| a.wrapping_add(b));
+    // Sets the area up: its first call needs every rank.
+    world.barrier();
+    for call in 0..5 {
+        let mut got = vec![0i32; if rank == 0 { len } else { 0 }];
+        if rank == 0 {
+            let mut token = [0u8];
+            let told = request::scope(|scope| {
+                let mut told = last.immediate_receive_into_with_tag(scope, &mut token[..], 11);
+                let start = std::time::Instant::now();
+                loop {
+                    match told.test() {
+                        Ok(_) => return true,
+                        Err(pending) if start.elapsed() < GIVE_UP => told = pending,
+                        Err(pending) => {
+                            world.reduce_scatter_into(
+                                &send[..],
+                                &mut got[..],
+                                &counts,
+                                SystemOperation::sum(),
+                            );
+                            pending.wait();
+                            return false;
+                        }
+                    }
+                }
+            });
+            if told {
+                world.reduce_scatter_into(&send[..], &mut got[..], &counts, SystemOperation::sum());
+            }
+            assert!(told, "call {call}: rank {} waited for rank 0", n - 1);
+            assert_eq!(got, whole, "reduce_scatter of {len} elements to rank 0");
+        } else {
+            world.reduce_scatter_into(&send[..], &mut got[..], &counts, SystemOperation::sum());
+            if rank == n - 1 {
+                world.process_at_rank(0).send_with_tag(&[1u8][..], 11);
+            }
+        }
+    }
+    println!("rank {rank}: empty parts left without waiting");
 }
 
 /// Reduce-scatters through the area whose last rank's blocks are an `i64` longer than the
@@ -1150,7 +1213,7 @@ fn data_movement_in_turn(comm: &SimpleCommunicator, call: usize, root: i32) {
     assert_eq!(got, incoming, "all_to_all {of}");
 
     // Past the area's one-call limit: a broadcast of two segments and more, and an all-to-all
-    // in rounds (from 4 ranks; by messages on fewer), whose calls run ahead of the slowest
+    // in rounds (from 3 ranks; by messages on fewer), whose calls run ahead of the slowest
     // rank while the other communicators' run too.
     let long = |r: i32| -> Vec<i32> { (0..4100 + call as i32).map(|i| i * 31 + r).collect() };
     let mut buf = if me == root {
@@ -3581,6 +3644,43 @@ fn area_gathers(world: &SimpleCommunicator, sent: impl Fn() -> Option<u64>) {
     check_in_step(world, what);
 }
 
+/// All-to-alls whose send buffers are past the area's one-call 4 KiB and up to its 64 KiB
+/// in rounds, and one byte a block past that: ten of each, checked against the serial
+/// reference; each rank prints the frames it sent in them (`sent`: so far).
+fn area_all_to_alls(world: &SimpleCommunicator, sent: impl Fn() -> Option<u64>) {
+    let (rank, n) = (world.rank(), world.size());
+    // The area's set-up, in the first call, goes by messages.
+    check_in_step(world, "the warm-up");
+    let most = (64 << 10) / n as usize;
+    for block in [
+        4097 / n as usize + 1,
+        2048,
+        16384 / n as usize + 1,
+        most,
+        most + 1,
+    ] {
+        let send: Vec<u8> = (0..n)
+            .flat_map(|r| contribution(rank * n + r, block, byte))
+            .collect();
+        let expected: Vec<u8> = (0..n)
+            .flat_map(|s| contribution(s * n + rank, block, byte))
+            .collect();
+        let before = sent();
+        for _ in 0..10 {
+            let mut got = vec![0u8; send.len()];
+            world.all_to_all_into(&send[..], &mut got[..]);
+            assert!(got == expected, "all_to_all of {block}-byte blocks");
+        }
+        if let (Some(after), Some(before)) = (sent(), before) {
+            println!(
+                "all_to_all {}: rank {rank}: frames sent {}",
+                block * n as usize,
+                after - before
+            );
+        }
+    }
+}
+
 /// The error paths of the area's segmented broadcasts and of an all-to-all's first round
 /// (4 ranks and more): the last rank's length disagrees with the others', or it refuses its
 /// arguments; each case is followed by an all-reduce, which must find every rank in step.
@@ -3858,6 +3958,21 @@ fn reduce_scatters_in_rounds_through_the_area() {
                 || out.contains("frames not counted"),
             "{out}"
         );
+    }
+}
+
+/// A blocking reduce-scatter through the area on one host leaves a rank whose part is empty
+/// as soon as it has published its vector (`empty_parts_leave`): 3 and 4 ranks, every part
+/// but rank 0's empty, as OSU's 1-byte reduce-scatter cuts them.
+#[test]
+fn a_reduce_scatters_ranks_with_empty_parts_wait_for_no_one() {
+    if common::spread_over_hosts() {
+        println!("skipped: ranks spread over hosts take the hierarchical path, not the area");
+        return;
+    }
+    for n in [3, 4] {
+        let (out, _) = ok_job_with(n, "empty-parts-leave", &[]);
+        assert!(out.contains("empty parts left without waiting"), "{out}");
     }
 }
 
@@ -4927,6 +5042,34 @@ fn ranks_sharing_one_cpu_yield_and_bound_ranks_spin() {
         out.contains("rank 1: ") && !out.contains("waits yield"),
         "{out}"
     );
+}
+
+/// From 3 ranks on, all-to-alls whose send buffers are up to 64 KiB go through the area (in
+/// rounds past 16 KiB), sending no frame (3 ranks went by messages past 4 KiB before), while
+/// one byte a block more goes by messages; each result matches the serial reference.
+#[test]
+fn all_to_alls_up_to_64_kib_go_through_the_area_from_3_ranks() {
+    if common::across_hosts("one area for every rank (the frames counted)") {
+        return;
+    }
+    for n in [3u32, 4] {
+        let (out, _) = ok_job_with(n, "area-all-to-alls", &[]);
+        if !out.contains("frames sent") {
+            println!("{n} ranks: frames not counted: this PML (UCX) does not count them");
+            continue;
+        }
+        let most = (64 << 10) / n as usize;
+        let blocks = [4097 / n as usize + 1, 2048, 16384 / n as usize + 1, most];
+        for rank in 0..n {
+            for len in blocks.map(|b| b * n as usize) {
+                let line = format!("all_to_all {len}: rank {rank}: frames sent 0\n");
+                assert!(out.contains(&line), "{n} ranks: no {line:?} in\n{out}");
+            }
+            let len = (most + 1) * n as usize;
+            let line = format!("all_to_all {len}: rank {rank}: frames sent 0\n");
+            assert!(!out.contains(&line), "{n} ranks: {line}{out}");
+        }
+    }
 }
 
 /// From 3 ranks on, gathers of blocks up to 16 KiB go through the area: the ranks other
