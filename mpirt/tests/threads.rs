@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::env;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -62,7 +62,8 @@ fn rank_mode() {
         "collective-request" => collective_request(),
         "after-finalize" => after_finalize(),
         "op-calls-mpirt" => op_calls_mpirt(),
-        "op-beside-a-thread" => op_beside_a_thread(),
+        "op-beside-a-thread" => op_beside_a_thread(1),
+        "long-op-beside-a-thread" => op_beside_a_thread(EXCHANGES_DURING_OP),
         other => panic!("unknown rank mode {other}"),
     };
     // After the universe's drop: the rank finalized.
@@ -470,24 +471,40 @@ fn wait_for(flag: &AtomicBool) -> bool {
     true
 }
 
+/// The other thread's pauses that ran out while the operation of `op_beside_a_thread` ran
+/// (each at most 1 ms, woken by no other thread's round), which its rank prints.
+static PAUSES_RAN_OUT: AtomicU64 = AtomicU64::new(0);
+/// The messages `op_beside_a_thread`'s second threads exchange, rank 0's and rank 1's in turn,
+/// while the operation runs long (`a_long_user_operation_leaves_the_other_threads_progressing`).
+const EXCHANGES_DURING_OP: usize = 20;
+
 /// An immediate all-reduce whose user-defined operation waits for another thread of its rank
-/// to exchange messages with the other rank, at `Multiple`: the operation runs in the
-/// all-reduce's progress hook, stepped by its thread's blocking receive (the only call that
-/// thread makes until the other rank's second thread sends, which it does only after its
+/// to exchange `exchanges` messages with the other rank, at `Multiple`: the operation runs in
+/// the all-reduce's progress hook, stepped by its thread's blocking receive (the only call
+/// that thread makes until the other rank's second thread sends, which it does only after its
 /// exchange, which waits for this rank's operation to start), so that an operation run under
 /// the engine's lock keeps the exchanging thread out of the engine: it never exchanges, and
-/// the operation gives up after `STUCK_AFTER`, failing the job.
-fn op_beside_a_thread() -> i32 {
+/// the operation gives up after `STUCK_AFTER`, failing the job. It counts the exchanging
+/// thread's pauses that ran out meanwhile (`Threads::waits`): where the thread whose hooks run
+/// the operation kept the progressing place, the exchanging thread's waits paused beside it,
+/// and no round of the rank ended those pauses, so that it made one round a pause (1 ms)
+/// and about one pause ran out a message.
+fn op_beside_a_thread(exchanges: usize) -> i32 {
     let (universe, _) = mpirt::initialize_with_threading(Threading::Multiple).unwrap();
     let world = universe.world();
     let (me, peer) = (world.rank(), 1 - world.rank());
-    let shared = world.share(universe.threads().unwrap());
+    let threads = universe.threads().unwrap();
+    let shared = world.share(threads);
     let waits = UserOperation::commutative(|incoming, acc| {
+        let before = threads.waits();
         OP_STARTED.store(true, Ordering::SeqCst);
         assert!(
             wait_for(&EXCHANGED),
             "rank {me}: the other thread did not exchange its messages while the operation ran"
         );
+        let after = threads.waits();
+        let ran_out = (after.pauses - before.pauses) - (after.pauses_woken - before.pauses_woken);
+        PAUSES_RAN_OUT.store(ran_out, Ordering::SeqCst);
         let incoming: &[i32] = incoming.downcast().unwrap();
         let acc: &mut [i32] = acc.downcast().unwrap();
         for (x, y) in incoming.iter().zip(acc) {
@@ -505,12 +522,14 @@ fn op_beside_a_thread() -> i32 {
             let other = local.process_at_rank(peer);
             // Rank 0 sends first, rank 1 answers: done only where both ranks' second threads
             // reach their engines while their operations wait.
-            if me == 0 {
-                other.send_with_tag(&me, 1);
-                assert_eq!(other.receive_with_tag::<i32>(2).0, peer);
-            } else {
-                assert_eq!(other.receive_with_tag::<i32>(1).0, peer);
-                other.send_with_tag(&me, 2);
+            for _ in 0..exchanges {
+                if me == 0 {
+                    other.send_with_tag(&me, 1);
+                    assert_eq!(other.receive_with_tag::<i32>(2).0, peer);
+                } else {
+                    assert_eq!(other.receive_with_tag::<i32>(1).0, peer);
+                    other.send_with_tag(&me, 2);
+                }
             }
             EXCHANGED.store(true, Ordering::SeqCst);
             other.send_with_tag(&me, 3);
@@ -524,6 +543,10 @@ fn op_beside_a_thread() -> i32 {
     });
     assert_eq!(sum, [3], "rank {me}");
     println!("rank {me}: the operation waited for another thread's exchange; sum 3");
+    println!(
+        "rank {me}: {exchanges} exchanges while the operation ran, {} of their pauses ran out",
+        PAUSES_RAN_OUT.load(Ordering::SeqCst)
+    );
     me
 }
 
@@ -785,6 +808,38 @@ fn an_immediate_collectives_user_operation_holds_no_other_thread_up() {
                 "rank {rank}: the operation waited for another thread's exchange; sum 3"
             )),
             "{out}"
+        );
+    }
+}
+
+/// While a thread's progress hooks run a long user-defined operation, the rank's other thread
+/// makes progress at once: its thread gave the progressing place up before running them (the
+/// model check `a_progressing_threads_hooks_leave_its_place_to_the_other_waits`). Counted, not
+/// timed: where the place was kept, the other thread's waits paused beside it and each ran out
+/// (1 ms, no round of the rank waking it), about one for each of the 20 messages it receives;
+/// with the place given up, that thread holds it itself and never pauses. The bound, a
+/// quarter of the messages, leaves room for pauses that a loaded machine could run out.
+#[test]
+fn a_long_user_operation_leaves_the_other_threads_progressing() {
+    if !threads_built() {
+        return;
+    }
+    let (out, _) = ok_job_with(2, "long-op-beside-a-thread", &[]);
+    for rank in 0..2 {
+        let prefix =
+            format!("rank {rank}: {EXCHANGES_DURING_OP} exchanges while the operation ran, ");
+        let line = out
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("rank {rank} did not count its pauses: {out}"));
+        let ran_out: usize = line
+            .strip_suffix(" of their pauses ran out")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("rank {rank}: {line}"));
+        assert!(
+            ran_out * 4 < EXCHANGES_DURING_OP,
+            "rank {rank}: {ran_out} pauses ran out while {EXCHANGES_DURING_OP} messages were \
+             exchanged beside a long user operation: the thread running it kept the place: {out}"
         );
     }
 }

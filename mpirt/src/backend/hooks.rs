@@ -88,7 +88,6 @@ pub(crate) fn stepping() -> bool {
 }
 
 /// Whether a call deferred the hooks (`defer`) and they have not run since.
-#[cfg(feature = "threads")]
 pub(crate) fn deferred() -> bool {
     DEFERRED.with(Cell::get)
 }

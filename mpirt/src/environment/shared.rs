@@ -355,8 +355,9 @@ fn let_go_and_step_hooks(held: Option<Held>) {
 /// nothing of it.
 ///
 /// A round's progress hooks (this thread's immediate collectives) run after the round, without
-/// the lock (`hooks::defer`), so that a user-defined operation they apply holds no other
-/// thread up; the look after them comes before this thread pauses.
+/// the lock (`hooks::defer`), and the thread that progresses gives its place up before them,
+/// so that a user-defined operation they apply holds no other thread up, nor keeps the rank's
+/// other waits paused; the look after them comes before this thread pauses.
 #[cold]
 #[inline(never)]
 pub(super) fn block_until<R>(
@@ -382,8 +383,20 @@ pub(super) fn block_until<R>(
     let mut hooks_again = 0u32;
     let value = loop {
         // The hooks the last round left (`AnyPml::step_hooks` defers them under the lock),
-        // stepped holding nothing; the look below sees what they did.
-        hooks::step_deferred();
+        // stepped holding nothing; the look below sees what they did. The thread that
+        // progresses gives its place up first, as it does leaving (to the threads paused beside
+        // it, which it wakes, or free for the next to wait): what the hooks run (an immediate
+        // collective's user-defined operation) may take long, and a place kept meanwhile left
+        // the rank's other waits one round each `LONGEST_PAUSE`, no round of the rank waking
+        // them. Back from the hooks, it takes the place again like any waiter (lent, where
+        // the threads it woke are not yet back), or pauses beside the one that took it.
+        if hooks::deferred() {
+            if let Some(place) = progressing.take() {
+                place.hand_on(&mut Held::take(false)?);
+                paused = false;
+            }
+            hooks::step_deferred();
+        }
         let look_at_clock = idle_rounds > 0 && idle_rounds.is_multiple_of(ROUNDS_BEFORE_CLOCK);
         let idle = look_at_clock.then(|| idle_since.get_or_insert_with(Instant::now).elapsed());
         let mut held = Held::take(false)?;
@@ -469,22 +482,12 @@ pub(super) fn block_until<R>(
         // the woken thread waited for a second wake-up; now it takes the place over and is
         // the one spinning when its ping comes, while a ping that came before it was back is
         // taken by the lent place's round, as before.
-        //
         // A progress hook's own wait (a window serving a long message, a failed collective
-        // taking its transfers back) spins instead: the place may be its own thread's, whose
-        // wait runs the hooks between its rounds, and that thread makes no round before the
-        // hook returns, so each idle round would pause out `LONGEST_PAUSE`, no peer's message
-        // waking it (where the hooks ran under the lock, the hook's wait spun on the lent
-        // engine).
+        // taking its transfers back) pauses so too: its thread gave its place up before the
+        // hooks ran (above), so the place is another waiter's, whose rounds wake it.
         if progressing.is_none() {
             let place = PROGRESSOR.load(Ordering::Relaxed);
             if place != PLACE_FREE && place != PLACE_HANDED {
-                if hooks::stepping() {
-                    idle_rounds = idle_rounds.wrapping_add(1);
-                    drop(held);
-                    spin_loop();
-                    continue;
-                }
                 held.pause(LONGEST_PAUSE);
                 paused = true;
                 continue;

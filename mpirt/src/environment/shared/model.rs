@@ -1229,17 +1229,22 @@ fn a_waiter_whose_hooks_ran_before_another_round_moved_their_work_looks_again() 
     );
 }
 
-/// Set by the hook of `a_progress_hooks_own_wait_moves_on_while_its_thread_holds_the_place`
+/// Set by the hook of `a_progress_hooks_own_wait_moves_on_by_the_place_its_thread_gave_up`
 /// as its wait begins.
 static HOOK_WAITING: StdAtomicBool = StdAtomicBool::new(false);
+/// How often the hook of that check was stepped on its thread in the run.
+static HOOK_STEPS: StdAtomicUsize = StdAtomicUsize::new(0);
 
 /// That check's progress hook, a stand-in for a window served in the hook that receives a
-/// long message (`Messaging::receive` waits for it): on its thread, once that thread's wait
-/// holds the progressing place, a blocking wait for rank 1's message 2.
+/// long message (`Messaging::receive` waits for it): on its thread, from its second step, a
+/// blocking wait for rank 1's message 2. Its thread's wait steps the hooks first after its
+/// first idle round, before it takes the progressing place, and next after the idle round
+/// that followed: the first step in which that wait holds the place, or held it until it
+/// gave it up to run the hooks.
 fn wait_in_hook() {
     if *HOOK_THREAD.lock().unwrap() != Some(thread::current().id())
         || HOOK_FINISHED.load(StdOrdering::Relaxed)
-        || !place_taken()
+        || HOOK_STEPS.fetch_add(1, StdOrdering::Relaxed) == 0
     {
         return;
     }
@@ -1248,19 +1253,22 @@ fn wait_in_hook() {
     HOOK_FINISHED.store(true, StdOrdering::Relaxed);
 }
 
-/// A progress hook's own blocking wait, run between the rounds of its thread's wait, which
-/// holds the progressing place, moves on by its own rounds. Rank 0's one thread waits for
-/// rank 1's message 1 and progresses; its hook then waits for message 2, which rank 1 sends
-/// once that wait began, and message 1 only after the hook is done. Where the hook's wait
-/// paused beside the progressing place (its own thread's), no round of the rank came to wake
-/// it, and a peer's message wakes no pause: in a real run each of its idle rounds slept out
-/// `LONGEST_PAUSE`; here (the model's pauses never time out) it stays paused, and rank 1
-/// waits for the hook for ever: a run past shuttle's step limit.
+/// A progress hook's own blocking wait, run between the rounds of its thread's wait, moves on
+/// by its own rounds: that thread, the one that progresses, gave its place up before it ran
+/// the hooks, and the hook's wait takes it. Rank 0's one thread waits for rank 1's message 1
+/// and progresses; its hook then waits for message 2, which rank 1 sends once that wait
+/// began, and message 1 only after the hook is done. Where the thread kept its place while
+/// the hooks ran, the hook's wait paused beside it, no round of the rank came to wake it, and
+/// a peer's message wakes no pause: in a real run each of its idle rounds slept out
+/// `LONGEST_PAUSE` (until session 34's review, such a wait spun instead); here (the model's
+/// pauses never time out) it stays paused, and rank 1 waits for the hook for ever: a run past
+/// shuttle's step limit.
 #[test]
-fn a_progress_hooks_own_wait_moves_on_while_its_thread_holds_the_place() {
+fn a_progress_hooks_own_wait_moves_on_by_the_place_its_thread_gave_up() {
     explore_job("a hook's own wait", 2, 1_000, 1_000, || {
         HOOK_FINISHED.store(false, StdOrdering::Relaxed);
         HOOK_WAITING.store(false, StdOrdering::Relaxed);
+        HOOK_STEPS.store(0, StdOrdering::Relaxed);
         let waiting = thread::spawn(|| {
             *HOOK_THREAD.lock().unwrap() = Some(thread::current().id());
             let hook = hooks::register(wait_in_hook);
@@ -1285,6 +1293,75 @@ fn a_progress_hooks_own_wait_moves_on_while_its_thread_holds_the_place() {
             *PEER.lock().unwrap() = Some(peer);
         });
         for thread in [waiting, peer] {
+            thread.join().unwrap();
+        }
+    });
+}
+
+/// Set by the second thread of `a_progressing_threads_hooks_leave_its_place_to_the_other_waits`
+/// as it starts its wait, and once that wait is done.
+static BESIDE_WAITING: StdAtomicBool = StdAtomicBool::new(false);
+static BESIDE_DONE: StdAtomicBool = StdAtomicBool::new(false);
+
+/// That check's progress hook, a stand-in for an immediate collective's user-defined
+/// operation that runs long (here, until another thread's wait is done): on its thread, once
+/// the second thread waits, it returns only when that thread's wait ended.
+fn run_until_the_wait_beside_ends() {
+    if *HOOK_THREAD.lock().unwrap() != Some(thread::current().id())
+        || HOOK_FINISHED.load(StdOrdering::Relaxed)
+        || !BESIDE_WAITING.load(StdOrdering::Relaxed)
+    {
+        return;
+    }
+    HOOK_WAITING.store(true, StdOrdering::Relaxed);
+    while !BESIDE_DONE.load(StdOrdering::Relaxed) {
+        thread::yield_now();
+    }
+    HOOK_FINISHED.store(true, StdOrdering::Relaxed);
+}
+
+/// The thread that progresses gives its place up before it runs its progress hooks, so that
+/// while they run long (an immediate collective's user-defined operation) the rank's other
+/// waits progress. One thread of rank 0 waits for its hook to finish and takes the place; a
+/// second then waits for rank 1's message, which rank 1 sends once the hook runs, and the hook
+/// runs until that wait is done. Where the hooks ran with the place kept, the second thread
+/// paused beside it (the model's pauses never time out; a real one ran out after
+/// `LONGEST_PAUSE`, one round a millisecond), no round of the rank came to wake it, a peer's
+/// message wakes no pause, and the hook waits for ever: a run past shuttle's step limit. The
+/// schedules where the second thread took rank 1's message in its first round pass either way.
+#[test]
+fn a_progressing_threads_hooks_leave_its_place_to_the_other_waits() {
+    explore_job("hooks run with the place given up", 2, 1_000, 1_000, || {
+        HOOK_FINISHED.store(false, StdOrdering::Relaxed);
+        HOOK_WAITING.store(false, StdOrdering::Relaxed);
+        BESIDE_WAITING.store(false, StdOrdering::Relaxed);
+        BESIDE_DONE.store(false, StdOrdering::Relaxed);
+        let hooked = thread::spawn(|| {
+            *HOOK_THREAD.lock().unwrap() = Some(thread::current().id());
+            let hook = hooks::register(run_until_the_wait_beside_ends);
+            let waited =
+                block_until(|_| Ok(HOOK_FINISHED.load(StdOrdering::Relaxed).then_some(())));
+            hooks::unregister(hook);
+            *HOOK_THREAD.lock().unwrap() = None;
+            waited.unwrap();
+        });
+        let beside = thread::spawn(|| {
+            while !place_taken() {
+                thread::yield_now();
+            }
+            BESIDE_WAITING.store(true, StdOrdering::Relaxed);
+            receive_from_peer(1, 1);
+            BESIDE_DONE.store(true, StdOrdering::Relaxed);
+        });
+        let peer = thread::spawn(move || {
+            let mut peer = PEER.lock().unwrap().take().expect("rank 1 is stashed");
+            while !HOOK_WAITING.load(StdOrdering::Relaxed) {
+                thread::yield_now();
+            }
+            peer_sends(&mut peer.0, 1, &message(1, 1, EAGER));
+            *PEER.lock().unwrap() = Some(peer);
+        });
+        for thread in [hooked, beside, peer] {
             thread.join().unwrap();
         }
     });
