@@ -1225,14 +1225,23 @@ const SERVED_ROUNDS: u64 = 300;
 /// a round, counted in its transports' frames: the put or accumulate, held back until the
 /// flush, carries the flush's ask, and a get's or fetch's answer says that the target
 /// applied everything before it (each round was two messages before: the operation, then
-/// the flush's own request). The target serves them from a barrier; its window holds every
-/// round's effect. The origin makes no round of progress in a probe meanwhile (its PML's
-/// `probe_rounds`): it finds the answers among what its waits received.
+/// the flush's own request). A put of 4 KiB is short too. The target serves them from a
+/// barrier; its window holds every round's effect. The origin makes no round of progress in
+/// a probe meanwhile (its PML's `probe_rounds`): it finds the answers among what its waits
+/// received. Neither rank makes one as it receives a request or an answer found queued
+/// (`matched_receive_rounds`): each is here whole, and a round polled the transports for
+/// nothing between a request and its answer (a system call over TCP on each side).
 fn flushes_ride_on_their_operations(world: &SimpleCommunicator, universe: &Universe) {
     const ROUNDS: u64 = 40;
-    let window = Window::<u64>::allocate(world, 4);
+    const PAGE: usize = 4096 / 8;
+    let window = Window::<u64>::allocate(world, PAGE);
+    let page: Vec<u64> = (0..PAGE as u64)
+        .map(|k| if k < 4 { 0 } else { k })
+        .collect();
+    let matched_rounds = || universe.counters().map_or(0, |c| c.matched_receive_rounds);
     let waiting = world.duplicate();
     waiting.barrier();
+    let matched_before = matched_rounds();
     if world.rank() == 0 {
         let frames = || universe.counters().map_or(0, |c| c.frames_sent);
         let probes = || universe.counters().map_or(0, |c| c.probe_rounds);
@@ -1242,6 +1251,12 @@ fn flushes_ride_on_their_operations(world: &SimpleCommunicator, universe: &Unive
         let values: [u64; ROUNDS as usize] = std::array::from_fn(|k| k as u64 + 1);
         let sent = window.lock(1, LockKind::Shared, |epoch| {
             let mut sent = Vec::new();
+            let before = frames();
+            for _ in 0..ROUNDS {
+                epoch.put(&page, 1, 0);
+                epoch.flush(1).unwrap();
+            }
+            sent.push(("4 KiB put", frames() - before));
             let before = frames();
             for value in values.chunks(1) {
                 epoch.put(value, 1, 0);
@@ -1298,9 +1313,24 @@ fn flushes_ride_on_their_operations(world: &SimpleCommunicator, universe: &Unive
         }
     }
     waiting.barrier();
+    let matched = matched_rounds() - matched_before;
+    assert_eq!(
+        matched,
+        0,
+        "rank {}: {matched} of the window's receives of requests and answers here whole made \
+         a round of progress",
+        world.rank()
+    );
     drop(waiting);
     if world.rank() == 1 {
-        window.with_local(|local| assert_eq!(local[..3], [ROUNDS; 3], "rank 1's window"));
+        window.with_local(|local| {
+            assert_eq!(local[..3], [ROUNDS; 3], "rank 1's window");
+            assert_eq!(
+                local[4..],
+                page[4..],
+                "rank 1's window after the 4 KiB puts"
+            );
+        });
     }
     world.barrier();
 }

@@ -400,6 +400,9 @@ pub struct Counters {
     /// Probes (`iprobe`, `improbe`) that found nothing queued and made a round of progress
     /// (a poll of every transport: a system call over TCP) to look again.
     pub probe_rounds: u64,
+    /// Matched receives (`post_matched_recv`) whose message was not here whole, which made a
+    /// round of progress to start its rendezvous.
+    pub matched_receive_rounds: u64,
     pub remote_reads: u64,
     pub remote_read_bytes: u64,
     /// One-sided operations of windows done by the device (verbs): RDMA WRITEs (puts),
