@@ -116,6 +116,10 @@ fn rank_mode() {
             unwound_unlocks_stay_with_their_window(&world);
             println!("freed ok");
         }
+        "unwound-fault" => {
+            unwound_fault_reaches_the_free(&world);
+            println!("unwound-fault ok");
+        }
         "errors" => errors(&world),
         "beyond" => {
             beyond_locked_memory(&world);
@@ -614,6 +618,46 @@ fn unwound_unlocks_stay_with_their_window(world: &SimpleCommunicator) {
 /// A lock epoch that unwinds inside another (rank 0 locks itself inside its lock of rank 1)
 /// gives back its own buffers only: the outer epoch's get, whose reply comes after the inner
 /// one unwound (rank 1 is asleep outside mpirt meanwhile), still lands.
+/// The target's refusal of a put whose lock epoch unwound (its end, which reports refusals,
+/// never ran) reaches the window's free: rank 0 puts into memory rank 1 detached (the put is
+/// held back for the epoch's end, sent as the unwinding releases the lock, and refused
+/// later), and its `try_free` names the put, the target and the cause, after the other
+/// ranks' frees paired with its own. Their frees, which carry no fault, succeed.
+fn unwound_fault_reaches_the_free(world: &SimpleCommunicator) {
+    let mut block = vec![0u64; 2];
+    let window = Window::<u64>::create_dynamic(world);
+    let mine = window.attach(&mut block[..]) as u64;
+    let mut addresses = vec![0u64; world.size() as usize];
+    world.all_gather_into(&mine, &mut addresses[..]);
+    window.detach(mine as usize).unwrap();
+    world.barrier();
+    if world.rank() == 0 {
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            window.lock(1, LockKind::Exclusive, |epoch| {
+                epoch.put(&[5], 1, addresses[1] as usize);
+                panic!("a lock epoch unwinds after a put its target will refuse")
+            })
+        }));
+        assert!(caught.is_err());
+    }
+    let freed = window.try_free();
+    if world.rank() == 0 {
+        let text = freed
+            .expect_err("the refusal of an unwound epoch's put was dropped with the window")
+            .to_string();
+        let wanted = format!(
+            "rank 0: free a window: rank 1 refused: a put: no attached memory holds the 8 \
+             byte(s) at address {:#x}",
+            addresses[1]
+        );
+        assert!(text.contains(&wanted), "{text}\nwanted {wanted}");
+        println!("rank 0's free: {text}");
+    } else {
+        freed.unwrap();
+    }
+    assert_eq!(block, [0, 0], "a refused put wrote");
+}
+
 fn unwound_inside_another_epoch(world: &SimpleCommunicator) {
     let window = Window::<u64>::allocate(world, 1);
     window.with_local(|local| local[0] = 100 + world.rank() as u64);
@@ -2047,6 +2091,14 @@ fn a_flush_after_one_operation_costs_no_message_of_its_own() {
 fn unwound_unlocks_are_applied_before_the_window_is_freed() {
     assert_job(2, "freed", &MESSAGES, "freed ok");
     assert_job(3, "freed", &TCP, "freed ok");
+}
+
+/// A target's refusal of an operation whose epoch unwound is returned by the origin's
+/// `try_free` (`unwound_fault_reaches_the_free`), by messages over shared memory and over TCP.
+#[test]
+fn a_refusal_no_epoch_reported_reaches_the_free() {
+    assert_job(2, "unwound-fault", &MESSAGES, "unwound-fault ok");
+    assert_job(3, "unwound-fault", &TCP, "unwound-fault ok");
 }
 
 /// Windows by messages, and waits in the collective area that sleep at once (they spin not

@@ -498,15 +498,15 @@ impl Core {
 
     /// Before the window is freed: makes sure that every target applied every request this
     /// rank sent it, then waits until every frame this rank sent on the window has left. A
-    /// request that asked for no answer (an unwound epoch's unlock, `with_local`'s release
-    /// of this rank's own lock, what was held back for a flush that never came) may still be
+    /// request that asked for no answer (an unwound epoch's unlock and the puts it held
+    /// back, `with_local`'s release of this rank's own lock) may still be
     /// on its way, or in this rank's loopback, which only a round of progress delivers; a
     /// target that freed the window before it came would leave it queued on the freed
     /// context, where the next window made (it takes the lowest free context, this one)
     /// would take it as its own: an unlock of a lock it never granted. So each target whose
     /// last request asked nothing gets a flush, whose answer comes once everything before it
-    /// was applied (a fault an earlier request caused comes before it, and is forgotten with
-    /// the window). `flush` is the flush request; none on the shared-memory path: its locks
+    /// was applied (a fault an earlier request caused comes before it). `flush` is the flush
+    /// request; none on the shared-memory path: its locks
     /// are lock words and its only messages (`post`'s notices, `complete`'s markers) are
     /// consumed by the epochs they end, so nothing is left to apply, and its window is not
     /// served by the progress hook (`forget`; the target's own window calls alone serve
@@ -514,7 +514,12 @@ impl Core {
     /// origins would wait for it, and the barrier for them (its rank polls its PML, asleep
     /// or not, but nothing applies the request). Nothing is held back there either (its puts
     /// and accumulates are stores); what is held is sent all the same.
-    pub fn finish(&mut self, flush: Option<Request>) -> Result<(), Cause> {
+    ///
+    /// Returns, inside, the first fault that no epoch reported: a target's refusal of an
+    /// operation whose epoch unwound (its end, which reports faults, never ran), which
+    /// arrives before the free's flush is answered. The free reports it once every rank is
+    /// done with the window; the outer error is a failure of messaging itself.
+    pub fn finish(&mut self, flush: Option<Request>) -> Result<Result<(), WindowFault>, Cause> {
         let mut ids = Vec::new();
         for target in 0..self.held.len() as u32 {
             match flush {
@@ -527,15 +532,15 @@ impl Core {
             }
         }
         self.wait_until(|core| ids.iter().all(|&id| core.is_done(id)))?;
-        for id in ids {
-            self.take(id);
-        }
+        // The flushes' own outcomes (a put held back and sent as one carries its fault) and
+        // the late faults; requests that unwound epochs forgot are settled with them.
+        let faults = self.settle(None, true);
         while let Some((handle, _frame)) = self.sending.last() {
             let handle = *handle;
             environment::wait_or_lent(handle)?;
             self.sending.pop();
         }
-        Ok(())
+        Ok(faults)
     }
 }
 
