@@ -116,6 +116,10 @@ fn rank_mode() {
             unwound_unlocks_stay_with_their_window(&world);
             println!("freed ok");
         }
+        "rma-flushes" => {
+            rma_flushes_need_no_sleep(&world, &universe);
+            println!("rma-flushes ok");
+        }
         "unwound-fault" => {
             unwound_fault_reaches_the_free(&world);
             println!("unwound-fault ok");
@@ -618,6 +622,69 @@ fn unwound_unlocks_stay_with_their_window(world: &SimpleCommunicator) {
 /// A lock epoch that unwinds inside another (rank 0 locks itself inside its lock of rank 1)
 /// gives back its own buffers only: the outer epoch's get, whose reply comes after the inner
 /// one unwound (rank 1 is asleep outside mpirt meanwhile), still lands.
+/// Rounds of a put and its flush in `rma_flushes_need_no_sleep`.
+const RMA_ROUNDS: u64 = 40;
+
+/// Rank 0's puts and flushes on rank 1's window by the provider's RMA, while rank 1 waits in
+/// a barrier. Over a provider that applies RMA in the target's progress (tcp;ofi_rxm, shm),
+/// rank 1 never sleeps on its completion queue's wait fd meanwhile, which a peer's write does
+/// not wake (`Counters::ofi_fd_sleeps`: each write waited for such a sleep to run out, 1-2
+/// ms); and rank 0's PML counts each write's completion as delivered (`frames_received`), so
+/// that its flush's wait sees it at once instead of after its spin budget.
+fn rma_flushes_need_no_sleep(world: &SimpleCommunicator, universe: &Universe) {
+    let counted = || universe.counters().unwrap_or_default();
+    let window = Window::<u64>::allocate(world, 1);
+    world.barrier();
+    let before = counted();
+    let values: Vec<u64> = (1..=RMA_ROUNDS).collect();
+    if world.rank() == 0 {
+        window.lock(1, LockKind::Exclusive, |epoch| {
+            for value in values.chunks(1) {
+                epoch.put(value, 1, 0);
+                epoch.flush(1).unwrap();
+            }
+        });
+    }
+    world.barrier();
+    let after = counted();
+    println!(
+        "rank {}: {} fd sleeps, {} deliveries, {} fi_writes",
+        world.rank(),
+        after.ofi_fd_sleeps - before.ofi_fd_sleeps,
+        after.frames_received - before.frames_received,
+        after.rma_writes - before.rma_writes
+    );
+    match world.rank() {
+        0 => {
+            assert_eq!(
+                after.rma_writes - before.rma_writes,
+                RMA_ROUNDS,
+                "rank 0's fi_writes"
+            );
+            let delivered = after.frames_received - before.frames_received;
+            assert!(
+                delivered >= RMA_ROUNDS,
+                "rank 0's PML delivered {delivered} frames and completions in {RMA_ROUNDS} rounds \
+                 of an fi_write and its flush: the writes' completions were not counted"
+            );
+        }
+        _ => {
+            let slept = after.ofi_fd_sleeps - before.ofi_fd_sleeps;
+            assert_eq!(
+                slept,
+                0,
+                "rank {} slept {slept} times on its completion queue's fd, which rank 0's \
+                 fi_writes to its window do not wake",
+                world.rank()
+            );
+        }
+    }
+    if world.rank() == 1 {
+        window.with_local(|local| assert_eq!(local, [RMA_ROUNDS], "rank 1's window"));
+    }
+    world.barrier();
+}
+
 /// The target's refusal of a put whose lock epoch unwound (its end, which reports refusals,
 /// never ran) reaches the window's free: rank 0 puts into memory rank 1 detached (the put is
 /// held back for the epoch's end, sent as the unwinding releases the lock, and refused
@@ -2167,6 +2234,29 @@ fn a_target_asleep_in_its_pml_is_woken_by_the_barriers_flag() {
         "no sleep of rank 1 in its PML, in {LATE_ROUNDS} barriers that rank 0 reached \
          {LATE_BY:?} late, ended before its timeout:\n{err}"
     );
+}
+
+/// Over a provider that applies RMA in the target's progress (tcp;ofi_rxm, shm: windows take
+/// its RMA only with `MPIRT_WINDOW_PATH=rdma`), a target waiting in a barrier keeps polling
+/// while a peer writes to its window, and an origin's flush sees its writes complete as they
+/// do (`rma_flushes_need_no_sleep`): both counted, not timed. Each put and flush took 2.2-2.7
+/// ms before (osu_put_latency, tcp;ofi_rxm).
+#[cfg(feature = "ofi")]
+#[test]
+fn rma_in_the_targets_progress_is_not_slept_through() {
+    let provider = common::ofi_test_provider();
+    if !["tcp;ofi_rxm", "shm"].contains(&provider.as_str()) {
+        println!("skipped: {provider} does RMA without the target's progress");
+        return;
+    }
+    let mut envs = vec![
+        ("MPIRT_TRANSPORT", "ofi"),
+        ("MPIRT_OFI_PROVIDER", provider.as_str()),
+        ("MPIRT_WINDOW_PATH", "rdma"),
+    ];
+    envs.extend(common::ofi_on_loopback());
+    let (out, _) = ok_job_with(2, "rma-flushes", &envs);
+    assert!(out.contains("rma-flushes ok"), "over {provider}: {out}");
 }
 
 /// RDMA verbs between the ranks, and windows by RDMA where verbs reaches (never the

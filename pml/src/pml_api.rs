@@ -489,6 +489,8 @@ pub struct Counters {
     /// sent alone where no frame to the peer carried it first (a one-way stream: one per
     /// half of the peer's credits; a ping-pong: none).
     pub ofi_credit_frames: u64,
+    /// Sleeps of this rank on its libfabric completion queue's wait fd.
+    pub ofi_fd_sleeps: u64,
     /// Sleeps of this rank on its shared-memory futex (a wait that outlasted its spin).
     pub shm_sleeps: u64,
     /// Of those, the sleeps a peer ended by waking this rank.
