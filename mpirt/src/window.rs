@@ -186,6 +186,9 @@ pub struct Window<'a, T: Equivalence> {
     exposed: Cell<bool>,
     /// Whether `with_local` lent this rank's memory out: no epoch may open meanwhile.
     lent: Cell<bool>,
+    /// Whether `try_free` did the free's collective part: the drop then only gives the
+    /// memory back.
+    freed: bool,
     /// Invariant in `'a`: a covariant window of `'static` would shrink to a shorter `'a` for
     /// `attach`, which would then lend it a buffer freed while other ranks still reach it.
     _memory: PhantomData<Invariant<'a, T>>,
@@ -433,8 +436,35 @@ impl<'a, T: Equivalence> Window<'a, T> {
             locked: RefCell::new(Vec::new()),
             exposed: Cell::new(false),
             lent: Cell::new(false),
+            freed: false,
             _memory: PhantomData,
         })
+    }
+
+    /// Frees the window (`MPI_Win_free`, collective), as dropping it does, and says what went
+    /// wrong instead of ending the job: the first refusal that a target sent for one of this
+    /// rank's operations and that no epoch reported (an operation of an epoch that unwound,
+    /// whose end never ran), named with the target rank, the operation and the cause, once
+    /// every rank is done with the window.
+    pub fn try_free(mut self) -> Result<(), Error> {
+        self.free()
+    }
+
+    /// The free's collective part, once (see `try_free`): every request this rank sent is
+    /// applied and its frames have left, then every rank is done with the window.
+    fn free(&mut self) -> Result<(), Error> {
+        const OPERATION: &str = "free a window";
+        if std::mem::replace(&mut self.freed, true) {
+            return Ok(());
+        }
+        let faults = messaging::serve(&self.core)
+            .and_then(|mut core| core.finish(self.direct().is_none().then(|| control(Ask::Flush))))
+            .map_err(|c| Error::new(OPERATION, c))?;
+        // Every rank's epochs ended before it came here, so every request to this rank
+        // was applied; the barrier keeps this rank's memory until all have. A fault waits for
+        // it: the other ranks' frees pair with this one.
+        self.comm.try_barrier()?;
+        faults.map_err(|fault| Error::new(OPERATION, Cause::Window(fault)))
     }
 
     /// The window's communicator (a duplicate of the one it was made over).
@@ -940,16 +970,11 @@ impl<'a, T: Equivalence> Window<'a, T> {
 
 impl<T: Equivalence> Drop for Window<'_, T> {
     /// Frees the window (`MPI_Win_free`, collective): waits for this rank's replies to
-    /// leave and for every rank to be done with the window, then gives its memory back.
+    /// leave and for every rank to be done with the window, then gives its memory back. A
+    /// fault that `try_free` would return ends the job, named.
     fn drop(&mut self) {
         if !std::thread::panicking() {
-            let sent = messaging::serve(&self.core).and_then(|mut core| {
-                core.finish(self.direct().is_none().then(|| control(Ask::Flush)))
-            });
-            or_fatal(sent.map_err(|c| Error::new("free a window", c)));
-            // Every rank's epochs ended before it came here, so every request to this rank
-            // was applied; the barrier keeps this rank's memory until all have.
-            or_fatal(self.comm.try_barrier());
+            or_fatal(self.free());
         }
         if let Some(rdma) = &mut self.rdma {
             rdma.close();

@@ -116,6 +116,14 @@ fn rank_mode() {
             unwound_unlocks_stay_with_their_window(&world);
             println!("freed ok");
         }
+        "rma-flushes" => {
+            rma_flushes_need_no_sleep(&world, &universe);
+            println!("rma-flushes ok");
+        }
+        "unwound-fault" => {
+            unwound_fault_reaches_the_free(&world);
+            println!("unwound-fault ok");
+        }
         "errors" => errors(&world),
         "beyond" => {
             beyond_locked_memory(&world);
@@ -614,6 +622,109 @@ fn unwound_unlocks_stay_with_their_window(world: &SimpleCommunicator) {
 /// A lock epoch that unwinds inside another (rank 0 locks itself inside its lock of rank 1)
 /// gives back its own buffers only: the outer epoch's get, whose reply comes after the inner
 /// one unwound (rank 1 is asleep outside mpirt meanwhile), still lands.
+/// Rounds of a put and its flush in `rma_flushes_need_no_sleep`.
+const RMA_ROUNDS: u64 = 40;
+
+/// Rank 0's puts and flushes on rank 1's window by the provider's RMA, while rank 1 waits in
+/// a barrier. Over a provider that applies RMA in the target's progress (tcp;ofi_rxm, shm),
+/// rank 1 never sleeps on its completion queue's wait fd meanwhile, which a peer's write does
+/// not wake (`Counters::ofi_fd_sleeps`: each write waited for such a sleep to run out, 1-2
+/// ms); and rank 0's PML counts each write's completion as delivered (`frames_received`), so
+/// that its flush's wait sees it at once instead of after its spin budget.
+fn rma_flushes_need_no_sleep(world: &SimpleCommunicator, universe: &Universe) {
+    let counted = || universe.counters().unwrap_or_default();
+    let window = Window::<u64>::allocate(world, 1);
+    world.barrier();
+    let before = counted();
+    let values: Vec<u64> = (1..=RMA_ROUNDS).collect();
+    if world.rank() == 0 {
+        window.lock(1, LockKind::Exclusive, |epoch| {
+            for value in values.chunks(1) {
+                epoch.put(value, 1, 0);
+                epoch.flush(1).unwrap();
+            }
+        });
+    }
+    world.barrier();
+    let after = counted();
+    println!(
+        "rank {}: {} fd sleeps, {} deliveries, {} fi_writes",
+        world.rank(),
+        after.ofi_fd_sleeps - before.ofi_fd_sleeps,
+        after.frames_received - before.frames_received,
+        after.rma_writes - before.rma_writes
+    );
+    match world.rank() {
+        0 => {
+            assert_eq!(
+                after.rma_writes - before.rma_writes,
+                RMA_ROUNDS,
+                "rank 0's fi_writes"
+            );
+            let delivered = after.frames_received - before.frames_received;
+            assert!(
+                delivered >= RMA_ROUNDS,
+                "rank 0's PML delivered {delivered} frames and completions in {RMA_ROUNDS} rounds \
+                 of an fi_write and its flush: the writes' completions were not counted"
+            );
+        }
+        _ => {
+            let slept = after.ofi_fd_sleeps - before.ofi_fd_sleeps;
+            assert_eq!(
+                slept,
+                0,
+                "rank {} slept {slept} times on its completion queue's fd, which rank 0's \
+                 fi_writes to its window do not wake",
+                world.rank()
+            );
+        }
+    }
+    if world.rank() == 1 {
+        window.with_local(|local| assert_eq!(local, [RMA_ROUNDS], "rank 1's window"));
+    }
+    world.barrier();
+}
+
+/// The target's refusal of a put whose lock epoch unwound (its end, which reports refusals,
+/// never ran) reaches the window's free: rank 0 puts into memory rank 1 detached (the put is
+/// held back for the epoch's end, sent as the unwinding releases the lock, and refused
+/// later), and its `try_free` names the put, the target and the cause, after the other
+/// ranks' frees paired with its own. Their frees, which carry no fault, succeed.
+fn unwound_fault_reaches_the_free(world: &SimpleCommunicator) {
+    let mut block = vec![0u64; 2];
+    let window = Window::<u64>::create_dynamic(world);
+    let mine = window.attach(&mut block[..]) as u64;
+    let mut addresses = vec![0u64; world.size() as usize];
+    world.all_gather_into(&mine, &mut addresses[..]);
+    window.detach(mine as usize).unwrap();
+    world.barrier();
+    if world.rank() == 0 {
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            window.lock(1, LockKind::Exclusive, |epoch| {
+                epoch.put(&[5], 1, addresses[1] as usize);
+                panic!("a lock epoch unwinds after a put its target will refuse")
+            })
+        }));
+        assert!(caught.is_err());
+    }
+    let freed = window.try_free();
+    if world.rank() == 0 {
+        let text = freed
+            .expect_err("the refusal of an unwound epoch's put was dropped with the window")
+            .to_string();
+        let wanted = format!(
+            "rank 0: free a window: rank 1 refused: a put: no attached memory holds the 8 \
+             byte(s) at address {:#x}",
+            addresses[1]
+        );
+        assert!(text.contains(&wanted), "{text}\nwanted {wanted}");
+        println!("rank 0's free: {text}");
+    } else {
+        freed.unwrap();
+    }
+    assert_eq!(block, [0, 0], "a refused put wrote");
+}
+
 fn unwound_inside_another_epoch(world: &SimpleCommunicator) {
     let window = Window::<u64>::allocate(world, 1);
     window.with_local(|local| local[0] = 100 + world.rank() as u64);
@@ -1225,14 +1336,23 @@ const SERVED_ROUNDS: u64 = 300;
 /// a round, counted in its transports' frames: the put or accumulate, held back until the
 /// flush, carries the flush's ask, and a get's or fetch's answer says that the target
 /// applied everything before it (each round was two messages before: the operation, then
-/// the flush's own request). The target serves them from a barrier; its window holds every
-/// round's effect. The origin makes no round of progress in a probe meanwhile (its PML's
-/// `probe_rounds`): it finds the answers among what its waits received.
+/// the flush's own request). A put of 4 KiB is short too. The target serves them from a
+/// barrier; its window holds every round's effect. The origin makes no round of progress in
+/// a probe meanwhile (its PML's `probe_rounds`): it finds the answers among what its waits
+/// received. Neither rank makes one as it receives a request or an answer found queued
+/// (`matched_receive_rounds`): each is here whole, and a round polled the transports for
+/// nothing between a request and its answer (a system call over TCP on each side).
 fn flushes_ride_on_their_operations(world: &SimpleCommunicator, universe: &Universe) {
     const ROUNDS: u64 = 40;
-    let window = Window::<u64>::allocate(world, 4);
+    const PAGE: usize = 4096 / 8;
+    let window = Window::<u64>::allocate(world, PAGE);
+    let page: Vec<u64> = (0..PAGE as u64)
+        .map(|k| if k < 4 { 0 } else { k })
+        .collect();
+    let matched_rounds = || universe.counters().map_or(0, |c| c.matched_receive_rounds);
     let waiting = world.duplicate();
     waiting.barrier();
+    let matched_before = matched_rounds();
     if world.rank() == 0 {
         let frames = || universe.counters().map_or(0, |c| c.frames_sent);
         let probes = || universe.counters().map_or(0, |c| c.probe_rounds);
@@ -1242,6 +1362,12 @@ fn flushes_ride_on_their_operations(world: &SimpleCommunicator, universe: &Unive
         let values: [u64; ROUNDS as usize] = std::array::from_fn(|k| k as u64 + 1);
         let sent = window.lock(1, LockKind::Shared, |epoch| {
             let mut sent = Vec::new();
+            let before = frames();
+            for _ in 0..ROUNDS {
+                epoch.put(&page, 1, 0);
+                epoch.flush(1).unwrap();
+            }
+            sent.push(("4 KiB put", frames() - before));
             let before = frames();
             for value in values.chunks(1) {
                 epoch.put(value, 1, 0);
@@ -1298,9 +1424,24 @@ fn flushes_ride_on_their_operations(world: &SimpleCommunicator, universe: &Unive
         }
     }
     waiting.barrier();
+    let matched = matched_rounds() - matched_before;
+    assert_eq!(
+        matched,
+        0,
+        "rank {}: {matched} of the window's receives of requests and answers here whole made \
+         a round of progress",
+        world.rank()
+    );
     drop(waiting);
     if world.rank() == 1 {
-        window.with_local(|local| assert_eq!(local[..3], [ROUNDS; 3], "rank 1's window"));
+        window.with_local(|local| {
+            assert_eq!(local[..3], [ROUNDS; 3], "rank 1's window");
+            assert_eq!(
+                local[4..],
+                page[4..],
+                "rank 1's window after the 4 KiB puts"
+            );
+        });
     }
     world.barrier();
 }
@@ -2019,6 +2160,14 @@ fn unwound_unlocks_are_applied_before_the_window_is_freed() {
     assert_job(3, "freed", &TCP, "freed ok");
 }
 
+/// A target's refusal of an operation whose epoch unwound is returned by the origin's
+/// `try_free` (`unwound_fault_reaches_the_free`), by messages over shared memory and over TCP.
+#[test]
+fn a_refusal_no_epoch_reported_reaches_the_free() {
+    assert_job(2, "unwound-fault", &MESSAGES, "unwound-fault ok");
+    assert_job(3, "unwound-fault", &TCP, "unwound-fault ok");
+}
+
 /// Windows by messages, and waits in the collective area that sleep at once (they spin not
 /// at all), with the area's counts on stderr.
 const ASLEEP_AT_ONCE: [(&str, &str); 3] = [
@@ -2085,6 +2234,29 @@ fn a_target_asleep_in_its_pml_is_woken_by_the_barriers_flag() {
         "no sleep of rank 1 in its PML, in {LATE_ROUNDS} barriers that rank 0 reached \
          {LATE_BY:?} late, ended before its timeout:\n{err}"
     );
+}
+
+/// Over a provider that applies RMA in the target's progress (tcp;ofi_rxm, shm: windows take
+/// its RMA only with `MPIRT_WINDOW_PATH=rdma`), a target waiting in a barrier keeps polling
+/// while a peer writes to its window, and an origin's flush sees its writes complete as they
+/// do (`rma_flushes_need_no_sleep`): both counted, not timed. Each put and flush took 2.2-2.7
+/// ms before (osu_put_latency, tcp;ofi_rxm).
+#[cfg(feature = "ofi")]
+#[test]
+fn rma_in_the_targets_progress_is_not_slept_through() {
+    let provider = common::ofi_test_provider();
+    if !["tcp;ofi_rxm", "shm"].contains(&provider.as_str()) {
+        println!("skipped: {provider} does RMA without the target's progress");
+        return;
+    }
+    let mut envs = vec![
+        ("MPIRT_TRANSPORT", "ofi"),
+        ("MPIRT_OFI_PROVIDER", provider.as_str()),
+        ("MPIRT_WINDOW_PATH", "rdma"),
+    ];
+    envs.extend(common::ofi_on_loopback());
+    let (out, _) = ok_job_with(2, "rma-flushes", &envs);
+    assert!(out.contains("rma-flushes ok"), "over {provider}: {out}");
 }
 
 /// RDMA verbs between the ranks, and windows by RDMA where verbs reaches (never the

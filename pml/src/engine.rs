@@ -554,6 +554,19 @@ impl Engine {
         self.progress_round().map_err(|e| self.stop(e))
     }
 
+    /// A round of progress for a receive just matched, unless it finished as it matched (an
+    /// eager message, here whole): a rendezvous has its read or its answer to start, while a
+    /// round after a finished one polls for nothing, a system call over TCP between a
+    /// window's request and its reply (strace of a put and its flush).
+    #[inline]
+    fn progress_unless_done(&mut self, h: Handle) -> Result<(), PmlError> {
+        if !self.core.is_complete(h)? {
+            self.counters.matched_receive_rounds += 1;
+            self.progress()?;
+        }
+        Ok(())
+    }
+
     /// Fails, naming the failure that stopped the engine, if one did.
     #[inline]
     fn check_running(&self) -> Result<(), PmlError> {

@@ -400,6 +400,9 @@ pub struct Counters {
     /// Probes (`iprobe`, `improbe`) that found nothing queued and made a round of progress
     /// (a poll of every transport: a system call over TCP) to look again.
     pub probe_rounds: u64,
+    /// Matched receives (`post_matched_recv`) whose message was not here whole, which made a
+    /// round of progress to start its rendezvous.
+    pub matched_receive_rounds: u64,
     pub remote_reads: u64,
     pub remote_read_bytes: u64,
     /// One-sided operations of windows done by the device (verbs): RDMA WRITEs (puts),
@@ -486,6 +489,8 @@ pub struct Counters {
     /// sent alone where no frame to the peer carried it first (a one-way stream: one per
     /// half of the peer's credits; a ping-pong: none).
     pub ofi_credit_frames: u64,
+    /// Sleeps of this rank on its libfabric completion queue's wait fd.
+    pub ofi_fd_sleeps: u64,
     /// Sleeps of this rank on its shared-memory futex (a wait that outlasted its spin).
     pub shm_sleeps: u64,
     /// Of those, the sleeps a peer ended by waking this rank.

@@ -26,7 +26,7 @@ use pml::{Handle, Pml, SendMode, SourceSel, TagSel};
 
 use super::fault::WindowFault;
 use super::target::{Reply, Target};
-use super::wire::{decode_reply, Answer, Request, REPLY, REQUEST};
+use super::wire::{decode_reply, Answer, Request, HEADER, REPLY, REQUEST};
 use crate::backend::hooks::{self, HookId};
 use crate::communicator::CommData;
 use crate::datatype::layout::Layout;
@@ -113,7 +113,7 @@ pub(super) struct Core {
     /// accumulate), for the end of the epoch to report.
     late_fault: Option<WindowFault>,
     /// Per target, the last put or accumulate issued to it, held back while it is short
-    /// (`HELD_FRAME`) until the next request to that target sends it first, so that a
+    /// (`HELD_DATA`) until the next request to that target sends it first, so that a
     /// flush can ask for its answer instead of sending a message of its own: a put and its
     /// flush are then one round trip, two messages, not three (a flush's message cost over
     /// TCP as much as the put's).
@@ -134,10 +134,11 @@ pub(super) struct Core {
 /// The largest receive buffer a window keeps between messages.
 const KEPT_INBOX: usize = 64 << 10;
 
-/// The longest request frame held back for the flush after it: a short put's message costs
-/// about as much as a flush's, while a long one should start moving at once, beside the
-/// origin's computation.
-const HELD_FRAME: usize = 4096;
+/// The most data (besides its header) a request held back for the flush after it carries:
+/// a short put's message costs about as much as a flush's, while a long one should start
+/// moving at once, beside the origin's computation. A 4 KiB put is short: sent at once, it
+/// and its flush were three messages where Open MPI's osc pt2pt sends two (strace).
+const HELD_DATA: usize = 4096;
 
 impl Core {
     pub fn new(comm: CommData, target: Target) -> Core {
@@ -198,7 +199,10 @@ impl Core {
         };
         let frame = request.encode(payload);
         let t = target as usize;
-        if request.id == 0 && request.ask.answers_only_when_asked() && frame.len() <= HELD_FRAME {
+        if request.id == 0
+            && request.ask.answers_only_when_asked()
+            && frame.len() <= HEADER + HELD_DATA
+        {
             self.unanswered[t] = true;
             if let Some(earlier) = self.held[t].replace(frame) {
                 self.send(target, REQUEST, earlier)?;
@@ -494,15 +498,15 @@ impl Core {
 
     /// Before the window is freed: makes sure that every target applied every request this
     /// rank sent it, then waits until every frame this rank sent on the window has left. A
-    /// request that asked for no answer (an unwound epoch's unlock, `with_local`'s release
-    /// of this rank's own lock, what was held back for a flush that never came) may still be
+    /// request that asked for no answer (an unwound epoch's unlock and the puts it held
+    /// back, `with_local`'s release of this rank's own lock) may still be
     /// on its way, or in this rank's loopback, which only a round of progress delivers; a
     /// target that freed the window before it came would leave it queued on the freed
     /// context, where the next window made (it takes the lowest free context, this one)
     /// would take it as its own: an unlock of a lock it never granted. So each target whose
     /// last request asked nothing gets a flush, whose answer comes once everything before it
-    /// was applied (a fault an earlier request caused comes before it, and is forgotten with
-    /// the window). `flush` is the flush request; none on the shared-memory path: its locks
+    /// was applied (a fault an earlier request caused comes before it). `flush` is the flush
+    /// request; none on the shared-memory path: its locks
     /// are lock words and its only messages (`post`'s notices, `complete`'s markers) are
     /// consumed by the epochs they end, so nothing is left to apply, and its window is not
     /// served by the progress hook (`forget`; the target's own window calls alone serve
@@ -510,7 +514,12 @@ impl Core {
     /// origins would wait for it, and the barrier for them (its rank polls its PML, asleep
     /// or not, but nothing applies the request). Nothing is held back there either (its puts
     /// and accumulates are stores); what is held is sent all the same.
-    pub fn finish(&mut self, flush: Option<Request>) -> Result<(), Cause> {
+    ///
+    /// Returns, inside, the first fault that no epoch reported: a target's refusal of an
+    /// operation whose epoch unwound (its end, which reports faults, never ran), which
+    /// arrives before the free's flush is answered. The free reports it once every rank is
+    /// done with the window; the outer error is a failure of messaging itself.
+    pub fn finish(&mut self, flush: Option<Request>) -> Result<Result<(), WindowFault>, Cause> {
         let mut ids = Vec::new();
         for target in 0..self.held.len() as u32 {
             match flush {
@@ -523,15 +532,15 @@ impl Core {
             }
         }
         self.wait_until(|core| ids.iter().all(|&id| core.is_done(id)))?;
-        for id in ids {
-            self.take(id);
-        }
+        // The flushes' own outcomes (a put held back and sent as one carries its fault) and
+        // the late faults; requests that unwound epochs forgot are settled with them.
+        let faults = self.settle(None, true);
         while let Some((handle, _frame)) = self.sending.last() {
             let handle = *handle;
             environment::wait_or_lent(handle)?;
             self.sending.pop();
         }
-        Ok(())
+        Ok(faults)
     }
 }
 

@@ -224,7 +224,11 @@ impl Target {
             return;
         };
         match self.act(origin, &request, payload, replies) {
-            Err(why) => replies.push(fault(origin, request.id, why)),
+            Err(why) => replies.push(fault(
+                origin,
+                request.id,
+                format!("{}: {why}", request.ask.named()),
+            )),
             // A put or accumulate with an id carries its origin's flush: answered once
             // applied, as a flush is (everything the origin asked before it came first).
             Ok(()) if request.id != 0 && request.ask.answers_only_when_asked() => {

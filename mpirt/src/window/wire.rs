@@ -46,6 +46,25 @@ impl Ask {
         matches!(self, Ask::Put | Ask::Accumulate)
     }
 
+    /// The request's operation as its origin called it, for a target's refusal: a fault of
+    /// a put or an accumulate may reach the origin calls later (its epoch's end, or the
+    /// window's free), where only this names it.
+    pub fn named(self) -> &'static str {
+        match self {
+            Ask::Put => "a put",
+            Ask::Get => "a get",
+            Ask::Accumulate => "an accumulate",
+            Ask::GetAccumulate => "a get_accumulate or fetch_and_op",
+            Ask::CompareAndSwap => "a compare_and_swap",
+            Ask::LockShared | Ask::LockExclusive => "a lock",
+            Ask::Unlock => "an unlock",
+            Ask::Flush => "a flush",
+            Ask::FenceDone => "a fence",
+            Ask::Complete => "a complete",
+            Ask::Region => "a look-up of attached memory",
+        }
+    }
+
     fn from_byte(byte: u8) -> Option<Ask> {
         use Ask::*;
         [

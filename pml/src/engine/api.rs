@@ -201,7 +201,7 @@ impl Pml for Engine {
     ) -> Result<Handle, PmlError> {
         self.check_running()?;
         let h = self.core.matched_recv(message, RecvBuf::new(buf, len))?;
-        self.progress()?;
+        self.progress_unless_done(h)?;
         Ok(h)
     }
 
@@ -219,7 +219,7 @@ impl Pml for Engine {
         let h = self
             .core
             .matched_recv(message, RecvBuf::of_blocks(blocks))?;
-        self.progress()?;
+        self.progress_unless_done(h)?;
         Ok(Ok(h))
     }
 

@@ -291,6 +291,7 @@ impl Transport for OfiTransport {
         counters.registrations += self.registrations();
         counters.ofi_exposed += self.exposures() as u64;
         counters.ofi_credit_frames += self.credit_frames();
+        counters.ofi_fd_sleeps += self.fd_sleeps;
         self.count_rma(counters);
     }
 

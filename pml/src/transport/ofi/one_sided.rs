@@ -201,6 +201,11 @@ impl Rma {
         }
     }
 
+    /// Whether a window of this rank's is registered for peers' RMA.
+    pub fn exposes_windows(&self) -> bool {
+        !self.windows.is_empty()
+    }
+
     /// Whether an operation is still in flight (a rank that leaves waits for them).
     pub fn busy(&self) -> bool {
         self.free.len() < RMA_SLOTS
