@@ -1436,6 +1436,7 @@ fn immediates(world: &SimpleCommunicator) {
     }
     mixed_types_broadcast(world);
     in_any_order(world);
+    finished_as_started(world);
     varcount_immediates(world);
     mixed_requests(world);
     println!("immediates ok");
@@ -2116,6 +2117,75 @@ fn varcount_immediates(world: &SimpleCommunicator) {
 /// blocking collective while its immediate barrier is unfinished: waiting on any collective
 /// moves the others on, so none of this can deadlock (the barrier has several rounds from 3
 /// ranks up).
+/// Immediate collectives that finish in the step that starts them (a broadcast's root and a
+/// gather's other ranks only send, and small sends are taken at once) are never handed to
+/// the progress hook; in flight beside ones that go on (each broadcast's other ranks, the
+/// gather's root), with a blocking all-reduce between them, and waited odd first then even
+/// last first, every one still ends with the serial reference's values.
+fn finished_as_started(world: &SimpleCommunicator) {
+    const CALLS: usize = 20;
+    let (n, me) = (world.size(), world.rank());
+    let mut tokens = [[0u64; 2]; CALLS];
+    let mut gathered = vec![vec![0i32; n as usize]; CALLS];
+    let mut total = 0;
+    let mine: Vec<i32> = (0..CALLS as i32).map(|k| me * 100 + k).collect();
+    request::scope(|scope| {
+        let mut bcasts = Vec::new();
+        let mut gathers = Vec::new();
+        for (k, (token, all)) in tokens.iter_mut().zip(gathered.iter_mut()).enumerate() {
+            let root = (k as i32) % n;
+            let is_root = me == root;
+            if is_root {
+                *token = [k as u64, 1000 + root as u64];
+            }
+            let root = world.process_at_rank(root);
+            bcasts.push(root.immediate_broadcast_into(scope, &mut token[..]));
+            let gathering = if is_root {
+                root.immediate_gather_into_root(scope, &mine[k..k + 1], &mut all[..])
+            } else {
+                root.immediate_gather_into(scope, &mine[k..k + 1])
+            };
+            gathers.push(gathering);
+            if k == CALLS / 2 {
+                world.all_reduce_into(&1, &mut total, SystemOperation::sum());
+            }
+        }
+        /// The odd places' requests, last first, taken out of `v`.
+        fn odd<T>(v: &mut Vec<T>) -> Vec<T> {
+            (0..v.len())
+                .rev()
+                .filter(|i| i % 2 == 1)
+                .map(|i| v.remove(i))
+                .collect()
+        }
+        for request in odd(&mut bcasts) {
+            request.wait();
+        }
+        for request in odd(&mut gathers) {
+            request.wait();
+        }
+        while let Some(request) = gathers.pop() {
+            request.wait();
+        }
+        while let Some(request) = bcasts.pop() {
+            request.wait();
+        }
+    });
+    assert_eq!(total, n, "rank {me}: the all-reduce between them");
+    for (k, (token, all)) in tokens.iter().zip(&gathered).enumerate() {
+        let root = (k as i32) % n;
+        assert_eq!(
+            *token,
+            [k as u64, 1000 + root as u64],
+            "rank {me}: broadcast {k}"
+        );
+        if me == root {
+            let want: Vec<i32> = (0..n).map(|r| r * 100 + k as i32).collect();
+            assert_eq!(*all, want, "rank {me}: gather {k}");
+        }
+    }
+}
+
 fn in_any_order(world: &SimpleCommunicator) {
     let (n, me) = (world.size(), world.rank());
     let mut sum = 0;

@@ -49,6 +49,12 @@ pub(crate) fn unregister(id: HookId) {
     });
 }
 
+/// How many hooks this thread registered so far, for tests.
+#[cfg(test)]
+pub(crate) fn registered_so_far() -> u64 {
+    NEXT_ID.with(Cell::get)
+}
+
 /// Whether any hook is registered.
 #[inline]
 pub(crate) fn any() -> bool {

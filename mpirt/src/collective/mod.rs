@@ -243,11 +243,7 @@ fn immediate<'a, D: ?Sized, Sc: Scope<'a>>(
     // SAFETY: the buffers are borrowed for 'a (the one the request hands back lent to it),
     // and the scope does not let 'a end before the request completes.
     let execution = unsafe { call.start(comm) };
-    let mut running = request::Running::new(execution, operation);
-    // Post the first round now, as a C MPI's non-blocking collectives do: what a step can move
-    // without waiting (eager sends, receives the peers' messages land in) then moves while the
-    // program computes, not only once it tests or waits.
-    running.poll(false);
+    let running = request::Running::start(execution, operation);
     Ok(Request::collective(running, data, scope))
 }
 

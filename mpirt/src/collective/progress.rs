@@ -1,9 +1,10 @@
 //! Immediate collectives in flight advance one another. A collective posts its first round as
-//! it starts (`immediate` steps it once) and its next round only when it is stepped; MPI lets
-//! ranks complete their requests in any order, so whoever waits (any request's `wait` or
-//! `test`, a blocking collective, a blocking receive) also steps every immediate collective of
-//! this thread: while any is in flight, one progress hook (see `backend::hooks`) steps them all
-//! whenever the PML moves.
+//! it starts (`request::Running::start` steps it once) and its next round only when it is
+//! stepped; MPI lets ranks complete their requests in any order, so whoever waits (any
+//! request's `wait` or `test`, a blocking collective, a blocking receive) also steps every
+//! immediate collective of this thread: while any is in flight, one progress hook (see
+//! `backend::hooks`) steps them all whenever the PML moves. One that finished in its first
+//! step is never registered.
 
 use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;

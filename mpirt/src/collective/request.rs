@@ -16,9 +16,11 @@ pub(crate) struct Running<'a> {
     /// never a reference to the whole slot or its execution, so that `execution` stays
     /// usable.
     slot: NonNull<Slot<'a>>,
-    /// The slot's execution, while it runs: the pointer `progress` holds a copy of, and
-    /// the only way to it.
+    /// The slot's execution, while it runs: the pointer `progress` holds a copy of (once
+    /// registered), and the only way to it.
     execution: Option<NonNull<Execution<'a>>>,
+    /// Whether `progress` holds the execution: not while its first round is posted.
+    registered: bool,
 }
 
 /// Where an immediate collective's execution stays put while registered with `progress`
@@ -31,7 +33,13 @@ struct Slot<'a> {
 }
 
 impl<'a> Running<'a> {
-    pub fn new(execution: Execution<'a>, operation: &'static str) -> Self {
+    /// Starts `execution`: posts its first round, as a C MPI's non-blocking collectives do,
+    /// so that what a step can move without waiting (eager sends, receives the peers'
+    /// messages land in) moves while the program computes, not only once it tests or waits.
+    /// Only an execution that goes on past that step is registered with `progress`: one that
+    /// finished (a rank that only sends, its sends taken at once) or failed has nothing left
+    /// for other waits to step, and skips the registration and the progress hook's churn.
+    pub fn start(execution: Execution<'a>, operation: &'static str) -> Self {
         let slot = slots::take();
         let slot = slot.cast::<Slot<'a>>();
         // SAFETY: `slots::take` gives memory for a slot (of any lifetime: lifetimes do not
@@ -46,12 +54,20 @@ impl<'a> Running<'a> {
         // SAFETY: just written; the execution's field alone is borrowed, once.
         let execution = unsafe { (*addr_of_mut!((*slot.as_ptr()).execution)).as_mut() };
         let execution = execution.map(NonNull::from);
-        // SAFETY: the execution stays in the slot, at its address, until `release` or
-        // `abandon`, which unregister it first; this value touches it only through the
-        // registered pointer's copies, one call at a time, and the request's scope keeps its
-        // buffers alive until it finishes.
-        unsafe { progress::register(execution.expect("just written")) };
-        Running { slot, execution }
+        let mut running = Running {
+            slot,
+            execution,
+            registered: false,
+        };
+        if !running.poll(false) {
+            // SAFETY: the execution stays in the slot, at its address, until `release` or
+            // `abandon`, which unregister it first; this value touches it only through the
+            // registered pointer's copies, one call at a time, and the request's scope keeps
+            // its buffers alive until it finishes.
+            unsafe { progress::register(running.execution.expect("unfinished")) };
+            running.registered = true;
+        }
+        running
     }
 
     /// Advances the schedule (to its end with `block`); whether it has finished.
@@ -59,7 +75,7 @@ impl<'a> Running<'a> {
         let Some(execution) = self.execution else {
             return true;
         };
-        // SAFETY: the execution is valid until `release` (see `new`), and no other reference
+        // SAFETY: the execution is valid until `release` (see `start`), and no other reference
         // to it is live: `progress`'s hook steps it only on this thread (a collective request
         // is `!Send`, and `into_sendable` refuses it), during one of its mpirt calls (inside a
         // PML call, or at `Serialized` and `Multiple` as the call lets go of the shared
@@ -87,7 +103,7 @@ impl<'a> Running<'a> {
     /// Unregisters and drops the execution (taking back whatever it has in flight).
     fn release(&mut self) {
         if let Some(execution) = self.execution.take() {
-            progress::unregister(execution);
+            self.unregister(execution);
             // SAFETY: the slot is valid (see `slot`), and nothing else refers to its
             // execution now that it is unregistered.
             unsafe { *addr_of_mut!((*self.slot.as_ptr()).execution) = None };
@@ -100,11 +116,18 @@ impl<'a> Running<'a> {
     /// leaks, never in the slot).
     pub fn abandon(&mut self) {
         if let Some(execution) = self.execution.take() {
-            progress::unregister(execution);
+            self.unregister(execution);
             // SAFETY: the slot is valid (see `slot`), and nothing else refers to its
             // execution now that it is unregistered.
             let execution = unsafe { (*addr_of_mut!((*self.slot.as_ptr()).execution)).take() };
             std::mem::forget(execution);
+        }
+    }
+
+    /// Has `progress` forget the execution, if it holds it.
+    fn unregister(&mut self, execution: NonNull<Execution<'a>>) {
+        if std::mem::take(&mut self.registered) {
+            progress::unregister(execution);
         }
     }
 
@@ -175,5 +198,46 @@ mod slots {
                 free.push(memory);
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::calls;
+    use super::*;
+    use crate::backend::hooks;
+    use crate::communicator::CommData;
+
+    /// Starts an immediate barrier on `comm` as `immediate` does.
+    fn barrier(comm: &CommData) -> Running<'static> {
+        let call = calls::barrier(comm).expect("a barrier's plan");
+        // SAFETY: a barrier lends no buffers.
+        Running::start(unsafe { call.start(comm) }, "immediate barrier")
+    }
+
+    /// A collective that finished in the step that posts its first round (a barrier of one
+    /// rank has nothing to send) is never registered for other waits to step: no progress
+    /// hook comes and goes.
+    #[test]
+    fn a_collective_finished_as_it_starts_registers_no_hook() {
+        let before = hooks::registered_so_far();
+        let mut running = barrier(&CommData::world(0, 1));
+        assert_eq!(hooks::registered_so_far(), before, "a hook was registered");
+        assert!(running.poll(false));
+        assert!(running.outcome().is_ok());
+        assert!(!hooks::any());
+    }
+
+    /// One whose first step fails (no engine to post on, in a unit test) is not registered
+    /// either, and its request reports the failure with the operation's name.
+    #[test]
+    fn a_collective_failed_as_it_starts_registers_no_hook_and_reports() {
+        let before = hooks::registered_so_far();
+        let mut running = barrier(&CommData::world(0, 2));
+        assert_eq!(hooks::registered_so_far(), before, "a hook was registered");
+        assert!(running.poll(true));
+        let error = running.outcome().expect_err("no engine to post on");
+        assert!(error.to_string().contains("immediate barrier"), "{error}");
+        assert!(!hooks::any());
     }
 }

@@ -1107,21 +1107,20 @@ impl<'a> Execution<'a> {
                 }
             } else {
                 // Collect whatever finished, so that a wait on the rest sleeps until one more
-                // does rather than finding a finished one at once.
-                let mut i = 0;
-                while i < self.in_flight.len() {
-                    let (handle, recv) = self.in_flight[i];
-                    match with_engine_or_lent(|e| e.test(handle)).transpose() {
-                        Some(done) => {
-                            self.in_flight.swap_remove(i);
-                            let outcome = self.outcome(done, recv)?;
-                            self.note(recv, outcome);
-                        }
-                        None => i += 1,
+                // does rather than finding a finished one at once; where any is left, one
+                // round of progress for them all (a test's), then collect again: a test of
+                // each would run a round, and step the hooks, per transfer.
+                let mut progressed = false;
+                loop {
+                    self.collect_finished()?;
+                    if self.in_flight.is_empty() {
+                        break;
                     }
-                }
-                if !self.in_flight.is_empty() {
-                    return Ok(false);
+                    if progressed {
+                        return Ok(false);
+                    }
+                    with_engine_or_lent(|e| e.progress())?;
+                    progressed = true;
                 }
             }
             if let Some(bit) = self.switch_to.take() {
@@ -1133,6 +1132,23 @@ impl<'a> Execution<'a> {
             }
             self.next_round = self.go_on();
         }
+    }
+
+    /// Takes the outcomes of the transfers in flight that finished, without progress.
+    fn collect_finished(&mut self) -> Result<(), Cause> {
+        let mut i = 0;
+        while i < self.in_flight.len() {
+            let (handle, recv) = self.in_flight[i];
+            match with_engine_or_lent(|e| e.collect(handle)).transpose() {
+                Some(done) => {
+                    self.in_flight.swap_remove(i);
+                    let outcome = self.outcome(done, recv)?;
+                    self.note(recv, outcome);
+                }
+                None => i += 1,
+            }
+        }
+        Ok(())
     }
 
     /// The round to run once the current one is done, as the plan's checkpoint says: this
