@@ -288,19 +288,24 @@ fn main() {
         }
         // `slow` with threads: on every rank, thread `waiter` receives from rank 0's thread
         // `computer`, which first makes a call (so that it counts among its rank's threads
-        // that use mpirt), then computes for 2.5 s and sends to every rank. Rank 0's waiter
-        // waits beside a thread that computes: slow, not stuck.
+        // that use mpirt; rank 0's waiter starts its receive after that), then computes for
+        // 2.5 s, sends to every rank and ends. Rank 0's waiter waits beside a thread that
+        // computes: slow, not stuck.
         "threads-slow" => {
             let shared = world.share(universe.threads().expect("Multiple is provided"));
+            let counted = std::sync::Barrier::new(2);
             std::thread::scope(|scope| {
                 spawn_named(scope, "waiter", || {
+                    if rank == 0 {
+                        counted.wait();
+                    }
                     let (_, _) = shared
                         .local()
                         .process_at_rank(0)
                         .receive_with_tag::<u64>(13);
                 });
                 if rank == 0 {
-                    spawn_named(scope, "computer", || compute_then_send(&shared));
+                    spawn_named(scope, "computer", || compute_then_send(&shared, &counted));
                 }
             });
             world.barrier();
@@ -324,11 +329,13 @@ fn spawn_named<'scope>(
         .expect("a thread starts");
 }
 
-/// `threads-slow`'s computing thread on rank 0.
-fn compute_then_send(shared: &SharedCommunicator) {
+/// `threads-slow`'s computing thread on rank 0; `counted` lets the waiter go after its first
+/// call.
+fn compute_then_send(shared: &SharedCommunicator, counted: &std::sync::Barrier) {
     let local = shared.local();
     // Its first call: nothing is there to find.
     assert!(local.any_process().immediate_probe_with_tag(99).is_none());
+    counted.wait();
     let start = Instant::now();
     let mut x = 0u64;
     while start.elapsed() < Duration::from_millis(2500) {

@@ -6,7 +6,11 @@
 //! The rule: a thread counts once it made a call on the shared engine (`count_this_thread`,
 //! at its first), until it exits; the rank is stalled while every counted thread waits in a
 //! blocking call with nothing moving, and resumes as soon as one of them sees something move,
-//! leaves its call, or a thread is counted anew. A thread that computes between calls keeps
+//! leaves its call, or a thread is counted anew. A thread's exit counts as a move for the
+//! threads that wait (their episodes begin again): what it did last (a send to another rank)
+//! may let another rank go, which says so only once it has seen it, so the rank says it is
+//! stalled only after its waiting threads have again had nothing move for the watch's time
+//! (told at the exit, it let rsrun call a slow job stuck). A thread that computes between calls keeps
 //! its rank from being reported, since it may yet send what the others wait for; so does a
 //! thread that used mpirt and now waits outside it (joining the others): a rank whose stuck
 //! threads' parent had called mpirt is not reported while that parent lives. A thread that
@@ -27,6 +31,8 @@ use crate::backend::AnyPml;
 
 /// How many live threads made a call on the shared engine.
 static USERS: AtomicUsize = AtomicUsize::new(0);
+/// How many of them exited: a wait whose episode saw this change begins it again.
+static EXITS: AtomicUsize = AtomicUsize::new(0);
 
 /// A thread counted in `USERS`, until it exits.
 struct Counted;
@@ -44,10 +50,7 @@ impl Counted {
 impl Drop for Counted {
     fn drop(&mut self) {
         USERS.fetch_sub(1, Ordering::SeqCst);
-        // The threads left may all wait now.
-        if let Some(watch) = installed() {
-            watch.with_book(|book, watch| book.tell_if_all_wait(watch));
-        }
+        EXITS.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -128,8 +131,8 @@ impl Book {
         }
     }
 
-    /// Tells the rank stalled where every counted thread waits: the state of the last to
-    /// say so (its queues the latest), with the others' calls.
+    /// Tells the rank stalled where every counted thread waits (as the last of them says it
+    /// waits): the state of the last to say so (its queues the latest), with the others' calls.
     fn tell_if_all_wait(&mut self, watch: &Watch) {
         if self.told || self.waiting.len() < USERS.load(Ordering::SeqCst) {
             return;
@@ -170,11 +173,13 @@ pub(crate) struct SharedWait<'h> {
     episode: Option<Episode>,
 }
 
-/// A stretch of a wait with nothing moving in the engine: since `since`, what the engine had
-/// moved then (`mark`), and the watch's view of it.
+/// A stretch of a wait with nothing moving in the engine and no counted thread exiting: since
+/// `since`, what the engine had moved then (`mark`) and how many had exited (`exits`), and the
+/// watch's view of it.
 struct Episode {
     blocked: Blocked,
     mark: Option<MovedMark>,
+    exits: usize,
     since: Instant,
 }
 
@@ -198,15 +203,13 @@ impl<'h> SharedWait<'h> {
 
     /// Before a pause or a sleep of the wait, under the engine's lock. `idle`: the wait has
     /// gone idle (it spun its budget out with nothing moving, or its last pause ended with
-    /// no waker); an episode that began goes on until something moves in the engine, which
-    /// ends it (saying resumed where it was told). Nothing is kept before the wait goes idle,
+    /// no waker); an episode that began goes on until something moves in the engine or a
+    /// counted thread exits, which ends it (saying resumed where it was told). Nothing is kept before the wait goes idle,
     /// so that a wait woken for each message pays nothing more.
     pub(crate) fn idle(&mut self, engine: &AnyPml, idle: bool) {
-        if self
-            .episode
-            .as_ref()
-            .is_some_and(|episode| engine.moved_since(episode.mark))
-        {
+        if self.episode.as_ref().is_some_and(|episode| {
+            engine.moved_since(episode.mark) || episode.exits != EXITS.load(Ordering::SeqCst)
+        }) {
             self.episode = None;
         }
         if !idle && self.episode.is_none() {
@@ -215,6 +218,7 @@ impl<'h> SharedWait<'h> {
         let episode = self.episode.get_or_insert_with(|| Episode {
             blocked: Blocked::new(),
             mark: engine.moved_mark(),
+            exits: EXITS.load(Ordering::SeqCst),
             since: Instant::now(),
         });
         let (awaited, receive) = (self.awaited, self.receive);
