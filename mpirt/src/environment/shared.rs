@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering as StdOrdering};
 use std::sync::{OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use pml::stall::{Awaited, Selectors};
+use pml::stall::Awaited;
 use pml::{
     ContextId, Done, Handle, Nap, NapStart, Pml, PmlError, SourceSel, Started, Status, TagSel,
     Waiting,
@@ -677,13 +677,12 @@ pub(super) unsafe fn recv(
     }?;
     *received = match started {
         Started::Done { result, .. } => result.map_err(|e| Cause::from(*e))?,
-        Started::Posted(handle) => match block_until(
-            SharedWait::receive(handle, Selectors::receive(context, source, tag, len)),
-            |e| e.collect(handle),
-        )? {
-            Done::Received(status) => status,
-            Done::Sent => unreachable!("a receive completed as a send"),
-        },
+        Started::Posted(handle) => {
+            match block_until(SharedWait::receive(handle), |e| e.collect(handle))? {
+                Done::Received(status) => status,
+                Done::Sent => unreachable!("a receive completed as a send"),
+            }
+        }
         Started::Claimed => unreachable!("only a PML's own blocking receive claims"),
     };
     Ok(())
