@@ -320,6 +320,13 @@ threaded_formats=(cargo test --release "${features[@]}" --exclude examples --tes
     multi_threaded_formats)
 expect_tests 1 "${threaded_formats[@]}"
 "${threaded_formats[@]}"
+# The stall reports of ranks whose threads share the engine (examples/tests/stall.rs: `stuck`'s
+# threads- bugs under rsrun --stall-timeout, on shared memory and TCP); without the feature they
+# skip, saying why.
+threaded_stalls=(cargo test --release "${features[@]}" --test stall -- --exact
+    threaded_ranks_that_are_stuck_name_every_thread_s_call a_slow_threaded_job_is_not_stuck)
+expect_tests 2 "${threaded_stalls[@]}"
+"${threaded_stalls[@]}"
 
 # The UCX PML: pml's own tests, then mpirt's point-to-point and collectives suites again on
 # `rsrun --pml ucx`, over UCX's TCP and its shared memory on this host, and across the test

@@ -94,6 +94,16 @@ pub struct Entered {
     pub calls: u64,
 }
 
+/// Another thread of a rank that waits, at `Serialized` and `Multiple`: the thread's name
+/// (its id where it has none), the call it waits in, and, in a wait on requests, those it waits
+/// for that wait for a peer (as [`RankState::awaited`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadWait {
+    pub thread: String,
+    pub call: Call,
+    pub awaited: Option<Vec<Awaited>>,
+}
+
 /// Everything one stalled rank says about itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RankState {
@@ -115,6 +125,13 @@ pub struct RankState {
     pub awaited: Option<Vec<Awaited>>,
     /// The collective calls the rank has entered on each communicator it is a member of.
     pub entered: Vec<Entered>,
+    /// The thread that waits in `call`, by name (its id where it has none), where the rank's
+    /// threads share the engine (`Serialized`, `Multiple`); empty where the rank has one
+    /// thread that calls mpirt.
+    pub thread: String,
+    /// The rank's other threads that use mpirt, each waiting in its call: a rank whose threads
+    /// share the engine says it waits only once all of them wait.
+    pub others: Vec<ThreadWait>,
 }
 
 impl RankState {
@@ -141,54 +158,56 @@ impl RankState {
     }
 
     /// What the rank waits in, as one clause: "synchronous_send to rank 1 (tag 3,
-    /// src/main.rs:42:5)".
+    /// src/main.rs:42:5)", with " [thread 'worker-1']" where the rank's threads share the
+    /// engine.
     pub fn waits_in(&self) -> String {
-        let c = &self.call;
-        let mut out = c.op.clone();
-        match c.peer {
-            Peer::None => {}
-            Peer::To(r) => out += &format!(" to rank {r}"),
-            Peer::From(r) => out += &format!(" from rank {r}"),
-            Peer::FromAny => out += " from any rank",
-            Peer::Root(r) => out += &format!(" with root {r}"),
-        }
-        let mut details = Vec::new();
-        if !c.collective {
-            details.push(match c.tag {
-                Some(tag) => format!("tag {tag}"),
-                None if matches!(c.peer, Peer::From(_) | Peer::FromAny) => "any tag".into(),
-                None => String::new(),
-            });
-        }
-        if !c.location.is_empty() {
-            details.push(c.location.clone());
-        }
-        details.retain(|d| !d.is_empty());
-        if !details.is_empty() {
-            out += &format!(" ({})", details.join(", "));
-        }
-        out
+        self.call.in_words(&self.thread)
     }
 
     /// The rank's line in a report: who, where, what it waits in, on which communicator,
-    /// for how long, and what its queues hold.
+    /// for how long, what its other threads wait in, and what its queues hold.
     pub fn line(&self) -> String {
         let mut out = format!(
             "rank {} on {} waits in {}",
             self.rank,
             self.host,
-            self.waits_in()
+            self.wait_in_words(&self.call, &self.thread, self.awaited.as_deref())
         );
-        if let Some(context) = self.call.context {
+        out += &format!(", nothing moved for {:.1} s", self.idle_ms as f64 / 1000.0);
+        if !self.others.is_empty() {
+            let others: Vec<String> = self
+                .others
+                .iter()
+                .map(|t| self.wait_in_words(&t.call, &t.thread, t.awaited.as_deref()))
+                .collect();
+            let threads = if others.len() == 1 {
+                "its other thread waits in"
+            } else {
+                "its other threads wait in"
+            };
+            out += &format!("; {threads} {}", others.join("; and in "));
+        }
+        let queued = self.queues_in_words();
+        if !queued.is_empty() {
+            out += &format!("; {queued}");
+        }
+        out
+    }
+
+    /// One thread's wait, in words: its call, the communicator, the size, the step of a
+    /// collective, and the requests a wait on requests waits for.
+    fn wait_in_words(&self, call: &Call, thread: &str, awaited: Option<&[Awaited]>) -> String {
+        let mut out = call.in_words(thread);
+        if let Some(context) = call.context {
             out += &format!(" on {}", self.comm_name(context));
         }
-        if let Some(bytes) = self.call.bytes {
+        if let Some(bytes) = call.bytes {
             out += &format!(", {bytes} bytes");
         }
-        if let Some(step) = &self.call.step {
+        if let Some(step) = &call.step {
             out += &format!(", at its step {step}");
         }
-        if let Some(awaited) = self.awaited.as_ref().filter(|a| !a.is_empty()) {
+        if let Some(awaited) = awaited.filter(|a| !a.is_empty()) {
             let all: Vec<String> = awaited
                 .iter()
                 .map(|a| match a {
@@ -197,11 +216,6 @@ impl RankState {
                 })
                 .collect();
             out += &format!(", for {}", all.join(" and "));
-        }
-        out += &format!(", nothing moved for {:.1} s", self.idle_ms as f64 / 1000.0);
-        let queued = self.queues_in_words();
-        if !queued.is_empty() {
-            out += &format!("; {queued}");
         }
         out
     }
@@ -261,23 +275,7 @@ impl RankState {
         put_u32(&mut out, self.rank);
         put_bytes(&mut out, self.host.as_bytes());
         out.extend_from_slice(&self.idle_ms.to_le_bytes());
-        let c = &self.call;
-        put_bytes(&mut out, c.op.as_bytes());
-        put_bytes(&mut out, c.location.as_bytes());
-        put_opt(&mut out, c.context.map(u64::from));
-        let (kind, rank) = match c.peer {
-            Peer::None => (0, 0),
-            Peer::To(r) => (1, r),
-            Peer::From(r) => (2, r),
-            Peer::FromAny => (3, 0),
-            Peer::Root(r) => (4, r),
-        };
-        out.push(kind);
-        put_u32(&mut out, rank);
-        put_opt(&mut out, c.tag.map(|t| t as u32 as u64));
-        put_opt(&mut out, c.bytes);
-        put_bytes(&mut out, c.step.as_deref().unwrap_or("").as_bytes());
-        out.push(u8::from(c.step.is_some()) | u8::from(c.collective) << 1);
+        put_call(&mut out, &self.call);
         for queue in [&self.posted, &self.unexpected] {
             put_u32(&mut out, queue.len() as u32);
             for e in queue {
@@ -298,25 +296,18 @@ impl RankState {
                 put_u32(&mut out, r);
             }
         }
-        out.push(u8::from(self.awaited.is_some()));
-        let awaited = self.awaited.as_deref().unwrap_or_default();
-        put_u32(&mut out, awaited.len() as u32);
-        for a in awaited {
-            match a {
-                Awaited::Receive(e) => {
-                    out.push(0);
-                    put_envelope(&mut out, e);
-                }
-                Awaited::Send(s) => {
-                    out.push(1);
-                    put_send(&mut out, s);
-                }
-            }
-        }
+        put_awaited(&mut out, self.awaited.as_deref());
         put_u32(&mut out, self.entered.len() as u32);
         for e in &self.entered {
             put_u32(&mut out, e.context);
             out.extend_from_slice(&e.calls.to_le_bytes());
+        }
+        put_bytes(&mut out, self.thread.as_bytes());
+        put_u32(&mut out, self.others.len() as u32);
+        for t in &self.others {
+            put_bytes(&mut out, t.thread.as_bytes());
+            put_call(&mut out, &t.call);
+            put_awaited(&mut out, t.awaited.as_deref());
         }
         out
     }
@@ -326,33 +317,7 @@ impl RankState {
         let rank = r.u32()?;
         let host = r.string()?;
         let idle_ms = u64_of(&mut r)?;
-        let op = r.string()?;
-        let location = r.string()?;
-        let context = opt_of(&mut r)?.map(|c| c as u32);
-        let kind = r.u8()?;
-        let peer_rank = r.u32()?;
-        let peer = match kind {
-            0 => Peer::None,
-            1 => Peer::To(peer_rank),
-            2 => Peer::From(peer_rank),
-            3 => Peer::FromAny,
-            4 => Peer::Root(peer_rank),
-            other => return Err(format!("unknown peer kind {other} in a rank's state")),
-        };
-        let tag = opt_of(&mut r)?.map(|t| t as u32 as i32);
-        let bytes = opt_of(&mut r)?;
-        let step = r.string()?;
-        let flags = r.u8()?;
-        let call = Call {
-            op,
-            location,
-            context,
-            peer,
-            tag,
-            bytes,
-            step: (flags & 1 != 0).then_some(step),
-            collective: flags & 2 != 0,
-        };
+        let call = call_of(&mut r)?;
         let mut queues = [Vec::new(), Vec::new()];
         for queue in &mut queues {
             for _ in 0..r.u32()? {
@@ -376,20 +341,21 @@ impl RankState {
                 ranks,
             });
         }
-        let on_requests = r.u8()? != 0;
-        let mut awaited = Vec::new();
-        for _ in 0..r.u32()? {
-            awaited.push(match r.u8()? {
-                0 => Awaited::Receive(envelope_of(&mut r)?),
-                1 => Awaited::Send(send_of(&mut r)?),
-                other => return Err(format!("unknown awaited request kind {other}")),
-            });
-        }
+        let awaited = awaited_of(&mut r)?;
         let mut entered = Vec::new();
         for _ in 0..r.u32()? {
             entered.push(Entered {
                 context: r.u32()?,
                 calls: u64_of(&mut r)?,
+            });
+        }
+        let thread = r.string()?;
+        let mut others = Vec::new();
+        for _ in 0..r.u32()? {
+            others.push(ThreadWait {
+                thread: r.string()?,
+                call: call_of(&mut r)?,
+                awaited: awaited_of(&mut r)?,
             });
         }
         r.finish()?;
@@ -403,10 +369,127 @@ impl RankState {
             sends,
             left_out,
             comms,
-            awaited: on_requests.then_some(awaited),
+            awaited,
             entered,
+            thread,
+            others,
         })
     }
+}
+
+impl Call {
+    /// The call, in words: "synchronous_send to rank 1 (tag 3, src/main.rs:42:5)", and the
+    /// thread that waits in it where one is named (" [thread 'worker-1']").
+    pub fn in_words(&self, thread: &str) -> String {
+        let c = self;
+        let mut out = c.op.clone();
+        match c.peer {
+            Peer::None => {}
+            Peer::To(r) => out += &format!(" to rank {r}"),
+            Peer::From(r) => out += &format!(" from rank {r}"),
+            Peer::FromAny => out += " from any rank",
+            Peer::Root(r) => out += &format!(" with root {r}"),
+        }
+        let mut details = Vec::new();
+        if !c.collective {
+            details.push(match c.tag {
+                Some(tag) => format!("tag {tag}"),
+                None if matches!(c.peer, Peer::From(_) | Peer::FromAny) => "any tag".into(),
+                None => String::new(),
+            });
+        }
+        if !c.location.is_empty() {
+            details.push(c.location.clone());
+        }
+        details.retain(|d| !d.is_empty());
+        if !details.is_empty() {
+            out += &format!(" ({})", details.join(", "));
+        }
+        if !thread.is_empty() {
+            out += &format!(" [thread '{thread}']");
+        }
+        out
+    }
+}
+
+fn put_call(out: &mut Vec<u8>, c: &Call) {
+    put_bytes(out, c.op.as_bytes());
+    put_bytes(out, c.location.as_bytes());
+    put_opt(out, c.context.map(u64::from));
+    let (kind, rank) = match c.peer {
+        Peer::None => (0, 0),
+        Peer::To(r) => (1, r),
+        Peer::From(r) => (2, r),
+        Peer::FromAny => (3, 0),
+        Peer::Root(r) => (4, r),
+    };
+    out.push(kind);
+    put_u32(out, rank);
+    put_opt(out, c.tag.map(|t| t as u32 as u64));
+    put_opt(out, c.bytes);
+    put_bytes(out, c.step.as_deref().unwrap_or("").as_bytes());
+    out.push(u8::from(c.step.is_some()) | u8::from(c.collective) << 1);
+}
+
+fn call_of(r: &mut Reader<'_>) -> Result<Call, String> {
+    let op = r.string()?;
+    let location = r.string()?;
+    let context = opt_of(r)?.map(|c| c as u32);
+    let kind = r.u8()?;
+    let peer_rank = r.u32()?;
+    let peer = match kind {
+        0 => Peer::None,
+        1 => Peer::To(peer_rank),
+        2 => Peer::From(peer_rank),
+        3 => Peer::FromAny,
+        4 => Peer::Root(peer_rank),
+        other => return Err(format!("unknown peer kind {other} in a rank's state")),
+    };
+    let tag = opt_of(r)?.map(|t| t as u32 as i32);
+    let bytes = opt_of(r)?;
+    let step = r.string()?;
+    let flags = r.u8()?;
+    Ok(Call {
+        op,
+        location,
+        context,
+        peer,
+        tag,
+        bytes,
+        step: (flags & 1 != 0).then_some(step),
+        collective: flags & 2 != 0,
+    })
+}
+
+fn put_awaited(out: &mut Vec<u8>, awaited: Option<&[Awaited]>) {
+    out.push(u8::from(awaited.is_some()));
+    let awaited = awaited.unwrap_or_default();
+    put_u32(out, awaited.len() as u32);
+    for a in awaited {
+        match a {
+            Awaited::Receive(e) => {
+                out.push(0);
+                put_envelope(out, e);
+            }
+            Awaited::Send(s) => {
+                out.push(1);
+                put_send(out, s);
+            }
+        }
+    }
+}
+
+fn awaited_of(r: &mut Reader<'_>) -> Result<Option<Vec<Awaited>>, String> {
+    let on_requests = r.u8()? != 0;
+    let mut awaited = Vec::new();
+    for _ in 0..r.u32()? {
+        awaited.push(match r.u8()? {
+            0 => Awaited::Receive(envelope_of(r)?),
+            1 => Awaited::Send(send_of(r)?),
+            other => return Err(format!("unknown awaited request kind {other}")),
+        });
+    }
+    Ok(on_requests.then_some(awaited))
 }
 
 fn put_envelope(out: &mut Vec<u8>, e: &Envelope) {
@@ -536,6 +619,8 @@ mod tests {
                 context: 0,
                 calls: 3,
             }],
+            thread: String::new(),
+            others: Vec::new(),
         }
     }
 
@@ -614,5 +699,72 @@ mod tests {
         // A wait on requests none of which waits for a peer says so on the wire too.
         state.awaited = Some(Vec::new());
         assert_eq!(RankState::decode(&state.encode()), Ok(state));
+    }
+
+    #[test]
+    fn a_state_with_threads_round_trips_and_names_every_thread_s_call() {
+        let mut state = sample();
+        state.thread = "worker-1".into();
+        state.call = Call {
+            op: "receive".into(),
+            location: "src/bin/stuck.rs:88:9".into(),
+            context: Some(0),
+            peer: Peer::From(0),
+            tag: Some(3),
+            bytes: Some(8),
+            step: None,
+            collective: false,
+        };
+        state.others = vec![
+            ThreadWait {
+                thread: "ThreadId(3)".into(),
+                call: Call {
+                    op: "wait".into(),
+                    location: "src/bin/stuck.rs:97:13".into(),
+                    context: None,
+                    peer: Peer::None,
+                    tag: None,
+                    bytes: None,
+                    step: None,
+                    collective: false,
+                },
+                awaited: Some(vec![Awaited::Receive(Envelope {
+                    context: 0,
+                    source: Some(2),
+                    tag: Some(4),
+                    bytes: 16,
+                })]),
+            },
+            ThreadWait {
+                thread: "main".into(),
+                call: Call {
+                    op: "barrier".into(),
+                    location: "src/bin/stuck.rs:99:5".into(),
+                    context: Some(0),
+                    peer: Peer::None,
+                    tag: None,
+                    bytes: None,
+                    step: Some("waiting for the other ranks".into()),
+                    collective: true,
+                },
+                awaited: None,
+            },
+        ];
+        assert_eq!(RankState::decode(&state.encode()), Ok(state.clone()));
+        let line = state.line();
+        assert!(
+            line.starts_with(
+                "rank 1 on node1 waits in receive from rank 0 (tag 3, src/bin/stuck.rs:88:9) \
+                 [thread 'worker-1'] on MPI_COMM_WORLD, 8 bytes, nothing moved for 2.1 s; its \
+                 other threads wait in wait (src/bin/stuck.rs:97:13) [thread 'ThreadId(3)'], \
+                 for its receive from rank 2 tag 4 on MPI_COMM_WORLD (16 bytes); and in \
+                 barrier (src/bin/stuck.rs:99:5) [thread 'main'] on MPI_COMM_WORLD, at its \
+                 step waiting for the other ranks; posted receives:"
+            ),
+            "{line}"
+        );
+        // Cut anywhere in a thread's wait, the state is refused, not misread.
+        let bytes = state.encode();
+        assert!(RankState::decode(&bytes[..bytes.len() - 3]).is_err());
     }
 }

@@ -337,6 +337,64 @@ fn a_slow_job_is_not_stuck() {
     }
 }
 
+/// Whether the ranks here get `Threading::Multiple`: mpirt built with the feature `threads`
+/// (examples' feature of that name, which tools/test-all.sh's features build turns on), on the
+/// native PML (the UCX PML's ranks get `Funneled` at most); the threaded tests say they skip
+/// where not.
+fn multiple_provided() -> bool {
+    let why = if !cfg!(feature = "threads") {
+        "mpirt is built without the feature `threads` (tools/test-all.sh runs the threaded \
+         stall tests with --features threads)"
+    } else if setups().iter().any(|setup| setup[0] == "--pml") {
+        "the UCX PML provides Funneled at most"
+    } else {
+        return true;
+    };
+    println!("skipped: {why}, so the ranks cannot run threads that share the engine");
+    false
+}
+
+/// Two threads a rank wait, one for a message no one sends, the other in a cycle with the other
+/// rank's: the report names each thread's call and source line, and the cycle.
+#[test]
+fn threaded_ranks_that_are_stuck_name_every_thread_s_call() {
+    if !multiple_provided() {
+        return;
+    }
+    check(
+        2,
+        "threads-stuck",
+        &[
+            "receive from rank 1 (tag 41, examples/src/bin/stuck.rs:",
+            "receive from rank 0 (tag 41, examples/src/bin/stuck.rs:",
+            "receive from rank 1 (tag 42, examples/src/bin/stuck.rs:",
+            "receive from rank 0 (tag 42, examples/src/bin/stuck.rs:",
+            "[thread 'worker-1']",
+            "[thread 'worker-2']",
+            // The cycle, through both threads' waits of each rank.
+            "deadlock: rank 0 waits in receive from rank 1 (tag 41, examples/src/bin/stuck.rs:",
+            "[thread 'worker-1'] and in receive from rank 1 (tag 42, examples/src/bin/stuck.rs:",
+        ],
+    );
+}
+
+/// A rank one of whose threads waits while another computes (and will send) is not stuck.
+#[test]
+fn a_slow_threaded_job_is_not_stuck() {
+    if !multiple_provided() {
+        return;
+    }
+    for setup in setups() {
+        let transport = setup.join(" ");
+        let (report, _, code) = stuck(3, setup, "threads-slow");
+        assert_eq!(code, Some(0), "threads-slow over {transport}:\n{report}");
+        assert!(
+            !report.contains("is stuck"),
+            "threads-slow over {transport}:\n{report}"
+        );
+    }
+}
+
 #[test]
 fn sigusr1_prints_the_report_and_the_job_goes_on() {
     let dir = std::env::temp_dir().join(format!("mpirt-stall-usr1-{}", std::process::id()));

@@ -8,7 +8,7 @@ pub mod diagnosis;
 use std::fmt::Write;
 use std::time::{Duration, Instant};
 
-use bootstrap::stall::{Peer, RankState};
+use bootstrap::stall::{Call, Peer, RankState};
 
 use diagnosis::{a_message_is_in_flight, diagnose, RankView};
 
@@ -151,33 +151,24 @@ fn rank_line(rank: usize, view: &RankView) -> String {
 }
 
 fn state_fields(s: &RankState, fields: &mut Vec<String>) {
-    let c = &s.call;
-    let (role, peer) = match c.peer {
-        Peer::None => ("none", None),
-        Peer::To(r) => ("to", Some(r)),
-        Peer::From(r) => ("from", Some(r)),
-        Peer::FromAny => ("from_any", None),
-        Peer::Root(r) => ("root", Some(r)),
-    };
-    let opt = |v: Option<String>| v.unwrap_or_else(|| "null".into());
     fields.extend([
         "\"status\":\"waiting\"".to_string(),
         format!("\"host\":{}", quote(&s.host)),
         format!("\"idle_ms\":{}", s.idle_ms),
-        format!("\"op\":{}", quote(&c.op)),
-        format!("\"location\":{}", quote(&c.location)),
-        format!(
-            "\"communicator\":{}",
-            opt(c.context.map(|context| quote(&s.comm_name(context))))
-        ),
-        format!("\"context\":{}", opt(c.context.map(|c| c.to_string()))),
-        format!("\"peer_role\":\"{role}\""),
-        format!("\"peer\":{}", opt(peer.map(|p| p.to_string()))),
-        format!("\"tag\":{}", opt(c.tag.map(|t| t.to_string()))),
-        format!("\"bytes\":{}", opt(c.bytes.map(|b| b.to_string()))),
-        format!("\"collective\":{}", c.collective),
-        format!("\"step\":{}", opt(c.step.as_deref().map(quote))),
     ]);
+    call_fields(s, &s.call, &s.thread, fields);
+    // The rank's other threads' waits, where its threads share the engine.
+    let others: Vec<String> = s
+        .others
+        .iter()
+        .map(|t| {
+            let mut fields = Vec::new();
+            call_fields(s, &t.call, &t.thread, &mut fields);
+            format!("{{{}}}", fields.join(","))
+        })
+        .collect();
+    fields.push(format!("\"other_threads\":[{}]", others.join(",")));
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "null".into());
     let envelopes = |list: &[bootstrap::stall::Envelope]| {
         let all: Vec<String> = list
             .iter()
@@ -211,6 +202,34 @@ fn state_fields(s: &RankState, fields: &mut Vec<String>) {
         .collect();
     fields.push(format!("\"sends\":[{}]", sends.join(",")));
     fields.push(format!("\"left_out\":{}", s.left_out));
+}
+
+/// The fields of one thread's call: `thread`'s (empty where the rank has one thread).
+fn call_fields(s: &RankState, c: &Call, thread: &str, fields: &mut Vec<String>) {
+    let (role, peer) = match c.peer {
+        Peer::None => ("none", None),
+        Peer::To(r) => ("to", Some(r)),
+        Peer::From(r) => ("from", Some(r)),
+        Peer::FromAny => ("from_any", None),
+        Peer::Root(r) => ("root", Some(r)),
+    };
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "null".into());
+    fields.extend([
+        format!("\"thread\":{}", quote(thread)),
+        format!("\"op\":{}", quote(&c.op)),
+        format!("\"location\":{}", quote(&c.location)),
+        format!(
+            "\"communicator\":{}",
+            opt(c.context.map(|context| quote(&s.comm_name(context))))
+        ),
+        format!("\"context\":{}", opt(c.context.map(|c| c.to_string()))),
+        format!("\"peer_role\":\"{role}\""),
+        format!("\"peer\":{}", opt(peer.map(|p| p.to_string()))),
+        format!("\"tag\":{}", opt(c.tag.map(|t| t.to_string()))),
+        format!("\"bytes\":{}", opt(c.bytes.map(|b| b.to_string()))),
+        format!("\"collective\":{}", c.collective),
+        format!("\"step\":{}", opt(c.step.as_deref().map(quote))),
+    ]);
 }
 
 /// A JSON string.
@@ -260,6 +279,8 @@ mod tests {
             comms: Vec::new(),
             awaited: None,
             entered: Vec::new(),
+            thread: String::new(),
+            others: Vec::new(),
         };
         book.stalled(0, state(0), now);
         assert_eq!(book.stuck_since(), None);

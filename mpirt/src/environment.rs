@@ -33,7 +33,7 @@ use crate::error::{fatal, Cause, Error};
 use crate::point_to_point::{
     buffer_capacity, buffered_in_flight, finish_buffered_at_finalize, reattach_buffer,
 };
-use crate::stall;
+use crate::stall::{self, SharedWait};
 use crate::threads::Threads;
 
 mod place;
@@ -361,6 +361,7 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
     place::install(engine, shared);
     if shared {
         shared::install();
+        stall::share_threads();
     }
     if let Err(e) = crate::communicator::join_parents(&universe.world) {
         fatal(e);
@@ -557,7 +558,11 @@ pub(crate) fn wait_until_or_lent(
         move |_| {
             on_engine(
                 move |e| e.wait_on(awaited, done),
-                move || shared::block_until(move |e| Ok(done(e)?.then_some(()))),
+                move || {
+                    shared::block_until(SharedWait::new(awaited), move |e| {
+                        Ok(done(e)?.then_some(()))
+                    })
+                },
             )
         },
     )
@@ -600,7 +605,11 @@ pub(crate) unsafe fn recv(
 pub(crate) fn probe(context: ContextId, source: SourceSel, tag: TagSel) -> Result<Status, Cause> {
     on_engine(
         move |e| e.probe(context, source, tag),
-        move || shared::block_until(move |e| e.probe_queued(context, source, tag)),
+        move || {
+            shared::block_until(SharedWait::new(Awaited::State), move |e| {
+                e.probe_queued(context, source, tag)
+            })
+        },
     )
 }
 
@@ -612,7 +621,11 @@ pub(crate) fn mprobe(
 ) -> Result<(MessageHandle, Status), Cause> {
     on_engine(
         move |e| e.mprobe(context, source, tag),
-        move || shared::block_until(move |e| e.matched_probe_queued(context, source, tag)),
+        move || {
+            shared::block_until(SharedWait::new(Awaited::State), move |e| {
+                e.matched_probe_queued(context, source, tag)
+            })
+        },
     )
 }
 

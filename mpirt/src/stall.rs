@@ -9,12 +9,19 @@
 //! has slept with nothing moving (`pml::stall`): the PML's queues, the communicators'
 //! names and members, and this thread's notes, which are the thread's own, so a wait reads
 //! the call that it waits in.
+//!
+//! Where a rank's threads share the engine (`Serialized`, `Multiple`), each thread that waits
+//! with nothing moving says so (`SharedWait`, in the shared engine's waits), and the rank
+//! tells rsrun only once every thread that uses mpirt waits so (`threads`): one of them that
+//! computes may yet send what the others wait for.
+
+mod threads;
 
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use bootstrap::stall::{
@@ -22,6 +29,8 @@ use bootstrap::stall::{
 };
 use pml::stall::{AwaitedRequest, QueuedSend, Queues, Selectors, StallWatch};
 use pml::{SourceSel, TagSel};
+
+pub(crate) use threads::{count_this_thread, share_threads, SharedWait};
 
 /// A blocking call, as noted on entry.
 #[derive(Clone, Copy)]
@@ -188,18 +197,30 @@ pub(crate) fn install(rank: u32, line: Option<StallLine>) -> Result<(), String> 
         (None, None) => return Ok(()),
     };
     let host = pml::transport::hostname();
-    pml::stall::set_watch(Some(Arc::new(Watch {
+    let watch = Arc::new(Watch {
         rank,
         host,
         after,
         sink: Mutex::new(sink),
-    })));
+        threads: Mutex::new(None),
+    });
+    *INSTALLED.write().unwrap_or_else(|e| e.into_inner()) = Some(watch.clone());
+    pml::stall::set_watch(Some(watch));
     Ok(())
 }
 
 /// Removes the watch (at finalize: rsrun's connection closes with the bootstrap's).
 pub(crate) fn uninstall() {
     pml::stall::set_watch(None);
+    *INSTALLED.write().unwrap_or_else(|e| e.into_inner()) = None;
+}
+
+/// The watch `install` made, for the count of the threads that use mpirt (`threads`), which
+/// changes outside any wait.
+static INSTALLED: RwLock<Option<Arc<Watch>>> = RwLock::new(None);
+
+fn installed() -> Option<Arc<Watch>> {
+    INSTALLED.read().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 enum Sink {
@@ -212,6 +233,9 @@ struct Watch {
     host: String,
     after: Duration,
     sink: Mutex<Sink>,
+    /// Where the rank's threads share the engine (`share_threads`), which of them wait: the
+    /// rank is told stalled only once all that use mpirt do.
+    threads: Mutex<Option<threads::Book>>,
 }
 
 impl StallWatch for Watch {
@@ -220,25 +244,43 @@ impl StallWatch for Watch {
     }
 
     fn stalled(&self, idle: Duration, queues: &Queues) {
-        let state = self.state(idle, queues);
-        match &mut *self.sink.lock().unwrap_or_else(|e| e.into_inner()) {
-            // A failed write means rsrun is gone; the job ends anyway.
-            Sink::Rsrun(line) => drop(line.stalled(&state)),
-            Sink::Stderr => bootstrap::output::say(&format!("mpirt: stalled: {}", state.line())),
+        let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        let state = self.state(idle, queues, threads.is_some());
+        match &mut *threads {
+            Some(book) => book.stalled(state, self),
+            None => self.tell(&state),
         }
     }
 
     fn resumed(&self) {
-        if let Sink::Rsrun(line) = &mut *self.sink.lock().unwrap_or_else(|e| e.into_inner()) {
-            let _ = line.resumed();
+        match &mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(book) => book.resumed(self),
+            None => self.tell_resumed(),
         }
     }
 }
 
 impl Watch {
+    /// Says that the rank waits, as `state`.
+    fn tell(&self, state: &RankState) {
+        match &mut *self.sink.lock().unwrap_or_else(|e| e.into_inner()) {
+            // A failed write means rsrun is gone; the job ends anyway.
+            Sink::Rsrun(line) => drop(line.stalled(state)),
+            Sink::Stderr => bootstrap::output::say(&format!("mpirt: stalled: {}", state.line())),
+        }
+    }
+
+    /// Says that something moved since `tell`.
+    fn tell_resumed(&self) {
+        if let Sink::Rsrun(line) = &mut *self.sink.lock().unwrap_or_else(|e| e.into_inner()) {
+            let _ = line.resumed();
+        }
+    }
+
     /// This rank's state: the call this thread waits in and the PML's queues, in world
-    /// ranks. Reads the communicators it names under the lock, copying only those.
-    fn state(&self, idle: Duration, queues: &Queues) -> RankState {
+    /// ranks, and, `shared` (the rank's threads share the engine), this thread's name. Reads
+    /// the communicators it names under the lock, copying only those.
+    fn state(&self, idle: Duration, queues: &Queues, shared: bool) -> RankState {
         let comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
         let comms = comms.as_ref();
         let world = |context: u32, rank: u32| {
@@ -331,6 +373,12 @@ impl Watch {
                     calls: count.get(),
                 })
                 .collect(),
+            thread: if shared {
+                threads::this_thread_s_name()
+            } else {
+                String::new()
+            },
+            others: Vec::new(),
         };
         let mut contexts: Vec<u32> = (state.call.context.into_iter())
             .chain(state.posted.iter().map(|e| e.context))

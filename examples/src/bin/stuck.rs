@@ -1,15 +1,29 @@
 //! The classic bugs that make a message-passing job stop, one a run, for `rsrun
 //! --stall-timeout` to diagnose (`examples/tests/stall.rs`): `stuck BUG` on the ranks the
 //! bug needs. `slow` is not a bug: one rank computes for longer than the timeout while the
-//! others wait for it, and the job finishes; nor is `until-file` (for `kill -USR1`).
+//! others wait for it, and the job finishes; nor is `until-file` (for `kill -USR1`). The bugs
+//! named `threads-...` run at `Threading::Multiple` (mpirt's feature `threads`), with named
+//! threads that share the world.
 
 use std::time::{Duration, Instant};
 
+use mpirt::environment::Threading;
+use mpirt::threads::SharedCommunicator;
 use mpirt::traits::*;
 
 fn main() {
     let bug = std::env::args().nth(1).expect("usage: stuck BUG");
-    let universe = mpirt::initialize().expect("mpirt is initialized once");
+    let universe = if bug.starts_with("threads-") {
+        let (universe, provided) = mpirt::initialize_with_threading(Threading::Multiple)
+            .expect("mpirt is initialized once");
+        if provided != Threading::Multiple {
+            eprintln!("stuck {bug}: mpirt provides {provided:?} here (built without `threads`)");
+            std::process::exit(2);
+        }
+        universe
+    } else {
+        mpirt::initialize().expect("mpirt is initialized once")
+    };
     let world = universe.world();
     let rank = world.rank();
     let size = world.size();
@@ -254,6 +268,80 @@ fn main() {
                 let (_, _) = world.process_at_rank(0).receive_with_tag::<u8>(14);
             }
         }
+        // On each of two ranks, thread `worker-1` receives a message with tag 41 that no one
+        // sends, and `worker-2` receives with tag 42 before it sends with that tag: a cycle of
+        // the ranks' `worker-2`s.
+        "threads-stuck" => {
+            let shared = world.share(universe.threads().expect("Multiple is provided"));
+            std::thread::scope(|scope| {
+                spawn_named(scope, "worker-1", || {
+                    let local = shared.local();
+                    let (_, _) = local.process_at_rank(1 - rank).receive_with_tag::<i32>(41);
+                });
+                spawn_named(scope, "worker-2", || {
+                    let local = shared.local();
+                    let other = local.process_at_rank(1 - rank);
+                    let (_, _) = other.receive_with_tag::<i32>(42);
+                    other.send_with_tag(&rank, 42);
+                });
+            });
+        }
+        // `slow` with threads: on every rank, thread `waiter` receives from rank 0's thread
+        // `computer`, which first makes a call (so that it counts among its rank's threads
+        // that use mpirt; rank 0's waiter starts its receive after that), then computes for
+        // 2.5 s, sends to every rank and ends. Rank 0's waiter waits beside a thread that
+        // computes: slow, not stuck.
+        "threads-slow" => {
+            let shared = world.share(universe.threads().expect("Multiple is provided"));
+            let counted = std::sync::Barrier::new(2);
+            std::thread::scope(|scope| {
+                spawn_named(scope, "waiter", || {
+                    if rank == 0 {
+                        counted.wait();
+                    }
+                    let (_, _) = shared
+                        .local()
+                        .process_at_rank(0)
+                        .receive_with_tag::<u64>(13);
+                });
+                if rank == 0 {
+                    spawn_named(scope, "computer", || compute_then_send(&shared, &counted));
+                }
+            });
+            world.barrier();
+            if rank == 0 {
+                println!("threads-slow: done");
+            }
+        }
         other => panic!("unknown bug {other}"),
+    }
+}
+
+/// Spawns a thread named `name` in `scope`.
+fn spawn_named<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    name: &str,
+    f: impl FnOnce() + Send + 'scope,
+) {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn_scoped(scope, f)
+        .expect("a thread starts");
+}
+
+/// `threads-slow`'s computing thread on rank 0; `counted` lets the waiter go after its first
+/// call.
+fn compute_then_send(shared: &SharedCommunicator, counted: &std::sync::Barrier) {
+    let local = shared.local();
+    // Its first call: nothing is there to find.
+    assert!(local.any_process().immediate_probe_with_tag(99).is_none());
+    counted.wait();
+    let start = Instant::now();
+    let mut x = 0u64;
+    while start.elapsed() < Duration::from_millis(2500) {
+        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+    }
+    for r in 0..local.size() {
+        local.process_at_rank(r).send_with_tag(&x, 13);
     }
 }

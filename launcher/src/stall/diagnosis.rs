@@ -1,10 +1,14 @@
 //! Why the job is stuck, from what each rank waits for (the wait-for graph): cycles of
 //! ranks each waiting for the next, receives no message sent or being sent can satisfy
 //! (with the near misses that explain them), ranks waiting for a rank that finalized or
-//! exited, and collectives some members entered and others did not. No I/O: rsrun's
-//! report and tests feed it the ranks' states.
+//! exited, and collectives some members entered and others did not. A rank whose threads
+//! share the engine waits in one call a thread (`RankState::others`): each thread's wait is
+//! an edge of the graph, so a rank may wait for several. No I/O: rsrun's report and tests
+//! feed it the ranks' states.
 
-use bootstrap::stall::{Awaited, Envelope, Peer, PendingSend, RankState};
+use std::collections::VecDeque;
+
+use bootstrap::stall::{Awaited, Call, Envelope, Peer, PendingSend, RankState};
 
 /// What rsrun knows of one rank.
 #[derive(Clone, Debug)]
@@ -36,22 +40,50 @@ fn waiting(ranks: &[RankView], r: u32) -> Option<&RankState> {
     }
 }
 
-/// The one rank `s` waits for, if its call names one.
-fn waits_for(s: &RankState) -> Option<u32> {
-    if s.call.collective {
+/// One thread's wait on a rank: the rank's call, or one of its other threads'.
+#[derive(Clone, Copy)]
+struct Wait<'s> {
+    call: &'s Call,
+    thread: &'s str,
+    awaited: Option<&'s [Awaited]>,
+}
+
+/// Every thread's wait of `s`, its call's first.
+fn waits(s: &RankState) -> Vec<Wait<'_>> {
+    let mut all = vec![Wait {
+        call: &s.call,
+        thread: &s.thread,
+        awaited: s.awaited.as_deref(),
+    }];
+    all.extend(s.others.iter().map(|t| Wait {
+        call: &t.call,
+        thread: &t.thread,
+        awaited: t.awaited.as_deref(),
+    }));
+    all
+}
+
+/// The rank's call: its first thread's wait.
+fn first(s: &RankState) -> Wait<'_> {
+    waits(s)[0]
+}
+
+/// The one rank the wait `w` of `s` waits for, if its call names one.
+fn waits_for(s: &RankState, w: Wait<'_>) -> Option<u32> {
+    if w.call.collective {
         return None;
     }
-    match s.call.peer {
+    match w.call.peer {
         Peer::To(p) | Peer::From(p) => Some(p),
         Peer::None => {
             // The user's receives and sends only: a collective's own in flight (negative
             // tag) is not whom it waits for, and a receive from any rank waits for no one
             // rank. Lists cut short (entries left out) may hide another peer it waits for.
-            let receives = wanted(s);
+            let receives = wanted(s, w);
             if s.left_out > 0 || receives.iter().any(|want| want.source.is_none()) {
                 return None;
             }
-            let mut peers: Vec<u32> = sends_waited_for(s)
+            let mut peers: Vec<u32> = sends_waited_for(s, w)
                 .filter(|q| q.tag >= 0)
                 .map(|q| q.peer)
                 .chain(receives.iter().filter_map(|want| want.source))
@@ -64,73 +96,98 @@ fn waits_for(s: &RankState) -> Option<u32> {
     }
 }
 
-/// "rank 0 waits in synchronous_send to rank 1 (tag 3, src/main.rs:42:5)".
-fn clause(s: &RankState) -> String {
-    format!("rank {} waits in {}", s.rank, s.waits_in())
+/// The ranks `s`'s threads wait for, each once, in order.
+fn peers(s: &RankState) -> Vec<u32> {
+    let mut peers: Vec<u32> = waits(s)
+        .into_iter()
+        .filter_map(|w| waits_for(s, w))
+        .collect();
+    peers.sort_unstable();
+    peers.dedup();
+    peers
 }
 
-/// Names each cycle; which ranks are in one. Each rank waits for one rank at most, so
-/// one walk from each rank not yet walked finds every cycle, each rank walked once: a walk
-/// that meets a rank of its own path closed a cycle, one that meets a rank an earlier walk
-/// took ends there.
+/// "rank 0 waits in synchronous_send to rank 1 (tag 3, src/main.rs:42:5)".
+fn clause(s: &RankState, w: Wait<'_>) -> String {
+    format!("rank {} waits in {}", s.rank, w.call.in_words(w.thread))
+}
+
+/// Names each cycle; which ranks are in one. From each rank not yet in a named cycle, in
+/// order, the shortest path of waits back to it, through ranks in none: a rank whose
+/// threads wait for several ranks has several edges, and a cycle through any thread's wait is
+/// a cycle (every thread of a waiting rank waits).
 fn cycles(ranks: &[RankView], found: &mut Vec<String>) -> Vec<bool> {
-    #[derive(Clone, Copy, PartialEq)]
-    enum Walked {
-        Not,
-        OnThisPath,
-        Before,
-    }
-    let mut walked = vec![Walked::Not; ranks.len()];
     let mut reported = vec![false; ranks.len()];
     for start in 0..ranks.len() as u32 {
-        let mut path = Vec::new();
-        let mut at = start;
-        while let Some(s) = waiting(ranks, at) {
-            match walked[at as usize] {
-                Walked::Before => break,
-                Walked::OnThisPath => {
-                    let pos = path.iter().position(|&r| r == at).expect("on this path");
-                    let cycle = &path[pos..];
-                    for &r in cycle {
-                        reported[r as usize] = true;
-                    }
-                    found.push(cycle_line(ranks, cycle));
-                    break;
-                }
-                Walked::Not => {}
-            }
-            walked[at as usize] = Walked::OnThisPath;
-            path.push(at);
-            match waits_for(s) {
-                Some(next) => at = next,
-                None => break,
-            }
+        if reported[start as usize] {
+            continue;
         }
-        for r in path {
-            walked[r as usize] = Walked::Before;
+        if let Some(cycle) = cycle_through(ranks, start, &reported) {
+            for &r in &cycle {
+                reported[r as usize] = true;
+            }
+            found.push(cycle_line(ranks, &cycle));
         }
     }
     reported
 }
 
-/// "deadlock: rank 0 waits in ...; rank 1 waits in ...: a cycle; ..." for the ranks of
-/// `cycle`, each waiting for the next.
-fn cycle_line(ranks: &[RankView], cycle: &[u32]) -> String {
-    let clauses: Vec<String> = cycle
-        .iter()
-        .filter_map(|&r| waiting(ranks, r))
-        .map(clause)
+/// The shortest cycle of waits through `start` and ranks not `reported`, from `start` on.
+fn cycle_through(ranks: &[RankView], start: u32, reported: &[bool]) -> Option<Vec<u32>> {
+    let mut parent: Vec<Option<u32>> = vec![None; ranks.len()];
+    let mut queue = VecDeque::from([start]);
+    while let Some(at) = queue.pop_front() {
+        let Some(s) = waiting(ranks, at) else {
+            continue;
+        };
+        for next in peers(s) {
+            if next == start {
+                let mut cycle = vec![at];
+                let mut r = at;
+                while r != start {
+                    r = parent[r as usize].expect("a rank reached from start");
+                    cycle.push(r);
+                }
+                cycle.reverse();
+                return Some(cycle);
+            }
+            let n = next as usize;
+            if n < ranks.len() && !reported[n] && parent[n].is_none() {
+                parent[n] = Some(at);
+                queue.push_back(next);
+            }
+        }
+    }
+    None
+}
+
+/// The waits of `s` that wait for rank `next`, its threads' in their names' order.
+fn waits_on(s: &RankState, next: u32) -> Vec<Wait<'_>> {
+    let mut on: Vec<Wait<'_>> = waits(s)
+        .into_iter()
+        .filter(|&w| waits_for(s, w) == Some(next))
         .collect();
-    let in_flight = cycle.iter().any(|&r| {
-        waiting(ranks, r).is_some_and(|s| {
-            let next = waits_for(s).expect("a rank in the cycle waits for one");
-            waiting(ranks, next).is_some_and(|n| {
-                wanted(s)
-                    .into_iter()
-                    .any(|want| satisfier(s.rank, want, n).is_some())
-            })
-        })
-    });
+    on.sort_by_key(|w| w.thread);
+    on
+}
+
+/// "deadlock: rank 0 waits in ...; rank 1 waits in ...: a cycle; ..." for the ranks of
+/// `cycle`, each waiting for the next (in each of its threads' waits that do).
+fn cycle_line(ranks: &[RankView], cycle: &[u32]) -> String {
+    let mut clauses = Vec::new();
+    let mut in_flight = false;
+    for (i, &r) in cycle.iter().enumerate() {
+        let next = cycle[(i + 1) % cycle.len()];
+        let Some(s) = waiting(ranks, r) else { continue };
+        let on = waits_on(s, next);
+        let calls: Vec<String> = on.iter().map(|w| w.call.in_words(w.thread)).collect();
+        clauses.push(format!("rank {r} waits in {}", calls.join(" and in ")));
+        in_flight |= waiting(ranks, next).is_some_and(|n| {
+            on.iter()
+                .flat_map(|&w| wanted(s, w))
+                .any(|want| satisfier(s.rank, want, n).is_some())
+        });
+    }
     format!(
         "deadlock: {}: a cycle; {}",
         clauses.join("; "),
@@ -155,46 +212,55 @@ struct Wanted {
 }
 
 /// The sends a wait with no peer of its own waits for: in a wait on requests those of
-/// its requests, else (a wait the rank did not say more of) all it has unfinished.
-fn sends_waited_for(s: &RankState) -> Box<dyn Iterator<Item = &PendingSend> + '_> {
-    match &s.awaited {
+/// its requests, else (a wait the rank did not say more of) all it has unfinished, where the
+/// rank has one thread that waits (another's sends are not this wait's).
+fn sends_waited_for<'s>(
+    s: &'s RankState,
+    w: Wait<'s>,
+) -> Box<dyn Iterator<Item = &'s PendingSend> + 's> {
+    match w.awaited {
         Some(awaited) => Box::new(awaited.iter().filter_map(|a| match a {
             Awaited::Send(q) => Some(q),
             Awaited::Receive(_) => None,
         })),
-        None => Box::new(s.sends.iter()),
+        None if s.others.is_empty() => Box::new(s.sends.iter()),
+        None => Box::new(std::iter::empty()),
     }
 }
 
 /// The receives a wait with no peer of its own waits for, as `sends_waited_for`.
-fn receives_waited_for(s: &RankState) -> Box<dyn Iterator<Item = &Envelope> + '_> {
-    match &s.awaited {
+fn receives_waited_for<'s>(
+    s: &'s RankState,
+    w: Wait<'s>,
+) -> Box<dyn Iterator<Item = &'s Envelope> + 's> {
+    match w.awaited {
         Some(awaited) => Box::new(awaited.iter().filter_map(|a| match a {
             Awaited::Receive(e) => Some(e),
             Awaited::Send(_) => None,
         })),
-        None => Box::new(s.posted.iter()),
+        None if s.others.is_empty() => Box::new(s.posted.iter()),
+        None => Box::new(std::iter::empty()),
     }
 }
 
-/// The receives `s` waits for: its blocking receive or probe, or, in a wait on requests,
-/// the user's receives among the requests it waits for (runtime traffic, with negative
-/// tags, is the collectives' own and not a user's receive).
-fn wanted(s: &RankState) -> Vec<Wanted> {
-    if s.call.collective {
+/// The receives the wait `w` of `s` waits for: its blocking receive or probe, or, in a wait on
+/// requests, the user's receives among the requests it waits for (runtime traffic, with
+/// negative tags, is the collectives' own and not a user's receive).
+fn wanted(s: &RankState, w: Wait<'_>) -> Vec<Wanted> {
+    if w.call.collective {
         return Vec::new();
     }
-    match (s.call.peer, s.call.context) {
+    match (w.call.peer, w.call.context) {
         (Peer::From(_) | Peer::FromAny, Some(context)) => vec![Wanted {
             context,
-            source: match s.call.peer {
+            source: match w.call.peer {
                 Peer::From(p) => Some(p),
                 _ => None,
             },
-            tag: s.call.tag,
+            tag: w.call.tag,
             call: true,
         }],
-        (Peer::None, _) => receives_waited_for(s)
+        (Peer::None, _) => receives_waited_for(s, w)
             .filter(|e| e.tag.is_none_or(|t| t >= 0))
             .map(|e| Wanted {
                 context: e.context,
@@ -237,8 +303,9 @@ fn sent_to(ranks: &[RankView], s: &RankState, want: Wanted) -> Option<String> {
 /// slow, not stuck.
 pub fn a_message_is_in_flight(ranks: &[RankView]) -> bool {
     ranks.iter().any(|view| match view {
-        RankView::Waiting(s) => wanted(s)
+        RankView::Waiting(s) => waits(s)
             .into_iter()
+            .flat_map(|w| wanted(s, w))
             .any(|want| sent_to(ranks, s, want).is_some()),
         _ => false,
     })
@@ -247,20 +314,23 @@ pub fn a_message_is_in_flight(ranks: &[RankView]) -> bool {
 fn gone_peers(ranks: &[RankView], found: &mut Vec<String>) {
     for view in ranks {
         let RankView::Waiting(s) = view else { continue };
-        if s.call.op == FINALIZE {
-            continue;
-        }
-        let Some(p) = waits_for(s) else { continue };
-        match ranks.get(p as usize) {
-            Some(RankView::Exited(how)) => found.push(format!(
-                "{}, but rank {p} has already exited ({how})",
-                clause(s)
-            )),
-            Some(RankView::Waiting(peer)) if peer.call.op == FINALIZE => found.push(format!(
-                "{}, but rank {p} has already finalized (it waits in finalize for the others)",
-                clause(s)
-            )),
-            _ => {}
+        for w in waits(s) {
+            if w.call.op == FINALIZE {
+                continue;
+            }
+            let Some(p) = waits_for(s, w) else { continue };
+            match ranks.get(p as usize) {
+                Some(RankView::Exited(how)) => found.push(format!(
+                    "{}, but rank {p} has already exited ({how})",
+                    clause(s, w)
+                )),
+                Some(RankView::Waiting(peer)) if peer.call.op == FINALIZE => found.push(format!(
+                    "{}, but rank {p} has already finalized (it waits in finalize for the \
+                     others)",
+                    clause(s, w)
+                )),
+                _ => {}
+            }
         }
     }
 }
@@ -269,7 +339,10 @@ fn gone_peers(ranks: &[RankView], found: &mut Vec<String>) {
 fn unmatched_receives(ranks: &[RankView], in_cycle: &[bool], found: &mut Vec<String>) {
     for view in ranks {
         let RankView::Waiting(s) = view else { continue };
-        for want in wanted(s) {
+        for (w, want) in waits(s)
+            .into_iter()
+            .flat_map(|w| wanted(s, w).into_iter().map(move |want| (w, want)))
+        {
             if sent_to(ranks, s, want).is_some() {
                 continue;
             }
@@ -278,7 +351,7 @@ fn unmatched_receives(ranks: &[RankView], in_cycle: &[bool], found: &mut Vec<Str
                 continue;
             }
             let mut line = if want.call {
-                format!("{} on {}", clause(s), s.comm_name(want.context))
+                format!("{} on {}", clause(s, w), s.comm_name(want.context))
             } else {
                 let source = want
                     .source
@@ -288,7 +361,7 @@ fn unmatched_receives(ranks: &[RankView], in_cycle: &[bool], found: &mut Vec<Str
                     .map_or("any tag".to_string(), |t| format!("tag {t}"));
                 format!(
                     "{}: its receive from {source} with {tag} on {}",
-                    clause(s),
+                    clause(s, w),
                     s.comm_name(want.context)
                 )
             };
@@ -352,16 +425,19 @@ fn near_misses(ranks: &[RankView], s: &RankState, want: Wanted) -> Vec<String> {
 /// same call entered the wrong one.
 fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
     let mut seen: Vec<(u32, String, Option<u64>)> = Vec::new();
-    for view in ranks {
-        let RankView::Waiting(s) = view else { continue };
-        if !s.call.collective || s.call.op == FINALIZE {
+    let collectives = ranks.iter().flat_map(|view| match view {
+        RankView::Waiting(s) => waits(s).into_iter().map(|w| (&**s, w)).collect(),
+        _ => Vec::new(),
+    });
+    for (s, w) in collectives {
+        if !w.call.collective || w.call.op == FINALIZE {
             continue;
         }
-        let Some(context) = s.call.context else {
+        let Some(context) = w.call.context else {
             continue;
         };
         let call = s.entered(context);
-        let key = (context, kind(&s.call.op).to_string(), call);
+        let key = (context, kind(&w.call.op).to_string(), call);
         if seen.contains(&key) {
             continue;
         }
@@ -383,7 +459,7 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
                             &format!("having entered {calls} collective calls there"),
                         ));
                     }
-                    Some(calls) if calls == call && in_collective(o, context) && !same(o, s) => {
+                    Some(calls) if calls == call && in_collective(o, context) && !same(o, w) => {
                         missing.push(r);
                         whereabouts.push(instead(
                             o,
@@ -394,17 +470,17 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
                     None => {
                         unknown = true;
                         missing.push(r);
-                        whereabouts.push(clause(o));
+                        whereabouts.push(clause(o, first(o)));
                     }
                 },
                 // Without counts, only the ranks waiting in it are known to have entered.
                 (Some(RankView::Waiting(o)), None) => {
-                    if in_collective(o, context) && same(o, s) {
+                    if in_collective(o, context) && same(o, w) {
                         entered.push(r);
                     } else {
                         unknown = true;
                         missing.push(r);
-                        whereabouts.push(clause(o));
+                        whereabouts.push(clause(o, first(o)));
                     }
                 }
                 (Some(RankView::Exited(how)), _) => {
@@ -425,9 +501,9 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
         let number = call.map_or(String::new(), |n| format!(", collective call {n} there,"));
         let mut line = format!(
             "{} on {} ({}){number} was entered by {} but not by {}: {}",
-            kind(&s.call.op),
+            kind(&w.call.op),
             s.comm_name(context),
-            s.call.location,
+            w.call.location,
             ranks_in_words(&entered),
             ranks_in_words(&missing),
             whereabouts.join("; ")
@@ -435,7 +511,7 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
         // A rank that is not the root leaves a rooted collective once its own part is done
         // (a reduce's or gather's contribution sent): one whose count is not known may
         // have been in it.
-        if let Peer::Root(root) = s.call.peer {
+        if let Peer::Root(root) = w.call.peer {
             if unknown && missing.iter().any(|&r| r != root) {
                 line += "; ranks other than the root leave a rooted collective once their \
                          part is done, and a rank named here that said nothing of its calls \
@@ -446,14 +522,21 @@ fn partial_collectives(ranks: &[RankView], found: &mut Vec<String>) {
     }
 }
 
-/// Whether `o` waits in a collective (not finalize) on the communicator with `context`.
+/// Whether a thread of `o` waits in a collective (not finalize) on the communicator with
+/// `context`.
 fn in_collective(o: &RankState, context: u32) -> bool {
-    o.call.collective && o.call.op != FINALIZE && o.call.context == Some(context)
+    waits(o)
+        .into_iter()
+        .any(|w| w.call.collective && w.call.op != FINALIZE && w.call.context == Some(context))
 }
 
-/// Whether `o` and `s` wait in the same kind of collective.
-fn same(o: &RankState, s: &RankState) -> bool {
-    kind(&o.call.op) == kind(&s.call.op)
+/// Whether a thread of `o` waits in the same kind of collective as `w`, on its communicator.
+fn same(o: &RankState, w: Wait<'_>) -> bool {
+    waits(o).into_iter().any(|ow| {
+        ow.call.collective
+            && ow.call.context == w.call.context
+            && kind(&ow.call.op) == kind(&w.call.op)
+    })
 }
 
 /// Where a rank that did not enter a collective is instead: finalized, or in its own call
@@ -462,7 +545,7 @@ fn instead(o: &RankState, how: &str) -> String {
     if o.call.op == FINALIZE {
         format!("rank {} has finalized ({how})", o.rank)
     } else {
-        format!("{}, {how}", clause(o))
+        format!("{}, {how}", clause(o, first(o)))
     }
 }
 
@@ -511,6 +594,8 @@ mod tests {
             }],
             awaited: None,
             entered: Vec::new(),
+            thread: String::new(),
+            others: Vec::new(),
         }
     }
 
@@ -606,10 +691,10 @@ mod tests {
         ];
         let found = diagnose(&ranks).join("\n");
         assert!(!found.contains("deadlock"), "{found}");
-        assert_eq!(waits_for(&r0), None);
+        assert_eq!(waits_for(&r0, first(&r0)), None);
         // The same list, whole, is a wait for rank 1.
         r0.left_out = 0;
-        assert_eq!(waits_for(&r0), Some(1));
+        assert_eq!(waits_for(&r0, first(&r0)), Some(1));
     }
 
     fn w(s: RankState) -> RankView {

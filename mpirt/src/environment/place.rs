@@ -222,7 +222,7 @@ impl Entry {
 pub(super) struct InUserCode {
     owner: Owner,
     #[cfg(feature = "threads")]
-    holding: bool,
+    holding: shared::HoldingMark,
 }
 
 impl InUserCode {
@@ -238,7 +238,7 @@ impl InUserCode {
         InUserCode {
             owner,
             #[cfg(feature = "threads")]
-            holding: shared::mark_holding(true),
+            holding: shared::mark_holding(None),
         }
     }
 }
@@ -247,7 +247,7 @@ impl Drop for InUserCode {
     fn drop(&mut self) {
         OWNER.with(|owner| owner.set(self.owner));
         #[cfg(feature = "threads")]
-        shared::mark_holding(self.holding);
+        shared::mark_holding(Some(self.holding));
     }
 }
 

@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering as StdOrdering};
 use std::sync::{OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
+use pml::stall::Awaited;
 use pml::{
     ContextId, Done, Handle, Nap, NapStart, Pml, PmlError, SourceSel, Started, Status, TagSel,
     Waiting,
@@ -41,6 +42,7 @@ use pml::{
 use super::place;
 use crate::backend::{hooks, AnyPml};
 use crate::error::Cause;
+use crate::stall::{self, SharedWait};
 use crate::sync::{
     sleep_apart, spin_loop, thread_local, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering,
 };
@@ -112,10 +114,18 @@ thread_local! {
     /// its end (`let_go_after_call`): kept here, so that the call carries nothing for it.
     #[cfg(feature = "threads")]
     static CALL_HOLD: std::cell::RefCell<Option<Held>> = const { std::cell::RefCell::new(None) };
-    /// Whether this thread holds `LOCK`: a call made while it does (from inside a
-    /// PML call) fails as `NestedCall`, instead of waiting for itself.
-    static HOLDING: Cell<bool> = const { Cell::new(false) };
+    /// Whether this thread holds `LOCK` (`HOLDS`): a call made while it does (from inside a
+    /// PML call) fails as `NestedCall`, instead of waiting for itself. `UNCOUNTED` until its
+    /// first hold, which counts it among the threads that use mpirt (`stall::count_this_thread`,
+    /// for the stall reports): the hold's one look at this word tells both.
+    static HOLDING: Cell<u8> = const { Cell::new(UNCOUNTED) };
 }
+
+/// `HOLDING`'s states: a thread that never held the lock, one that does not hold it now, and
+/// one that holds it.
+const UNCOUNTED: u8 = 0;
+const FREE: u8 = 1;
+const HOLDS: u8 = 2;
 
 /// Idle rounds between two looks at the clock while a blocking call spins.
 const ROUNDS_BEFORE_CLOCK: u32 = 64;
@@ -162,13 +172,17 @@ impl Held {
         let Some(lock) = LOCK.get() else {
             return Err(place::refused());
         };
-        if holding() {
-            return Err(Cause::NestedCall);
+        let holding = HOLDING.with(Cell::get);
+        if holding != FREE {
+            if holding == HOLDS {
+                return Err(Cause::NestedCall);
+            }
+            stall::count_this_thread();
         }
         // A thread that panicked holding the lock left the engine as a panic in a PML call
         // at `Single` leaves it: the job ends over the panic anyway.
         let guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
-        HOLDING.with(|holding| holding.set(true));
+        HOLDING.with(|holding| holding.set(HOLDS));
         let mut held = Held {
             guard: Some(guard),
             wakes: Wakes::No,
@@ -182,10 +196,11 @@ impl Held {
     }
 
     /// Lets go of the lock for at most `pause`, or until another thread's round moved
-    /// something; then gives it up.
-    fn pause(mut self, pause: Duration) {
+    /// something; then gives it up. Whether no thread woke it.
+    fn pause(mut self, pause: Duration) -> bool {
+        let mut unwoken = false;
         if let Some(guard) = self.guard.take() {
-            HOLDING.with(|holding| holding.set(false));
+            HOLDING.with(|holding| holding.set(FREE));
             // Counted under the lock, which the wait lets go of only once this thread waits:
             // a thread that takes the lock after sees the count and wakes it.
             UNWOKEN.fetch_add(1, Ordering::Relaxed);
@@ -195,13 +210,15 @@ impl Held {
                 .wait_timeout(guard, pause)
                 .unwrap_or_else(PoisonError::into_inner);
             PAUSES.fetch_add(1, StdOrdering::Relaxed);
-            if WAKE_UPS.load(Ordering::Relaxed) == wake_ups {
+            unwoken = WAKE_UPS.load(Ordering::Relaxed) == wake_ups;
+            if unwoken {
                 UNWOKEN.fetch_sub(1, Ordering::Relaxed);
             } else {
                 PAUSES_WOKEN.fetch_add(1, StdOrdering::Relaxed);
             }
             drop(guard);
         }
+        unwoken
     }
 
     /// Lets go of the lock and sleeps apart from the engine on `nap` (which `begin_nap`
@@ -211,7 +228,7 @@ impl Held {
         let Some(guard) = self.guard.take() else {
             return;
         };
-        HOLDING.with(|holding| holding.set(false));
+        HOLDING.with(|holding| holding.set(FREE));
         // Said under the lock: a thread that takes it after wakes this one.
         NAPPER.store(NAP_ASLEEP, Ordering::Relaxed);
         drop(guard);
@@ -238,7 +255,7 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        HOLDING.with(|holding| holding.set(false));
+        HOLDING.with(|holding| holding.set(FREE));
         if self.guard.is_none() {
             return;
         }
@@ -282,14 +299,20 @@ impl Drop for Held {
 
 /// Whether this thread holds the lock: a call it makes now is a call inside a call.
 pub(super) fn holding() -> bool {
-    HOLDING.with(Cell::get)
+    HOLDING.with(Cell::get) == HOLDS
 }
 
-/// Marks this thread as holding the lock (`holding` says so) or not, as user code that runs
-/// outside any call does (`place::InUserCode`); says what it was.
+/// What `HOLDING` said before `mark_holding`, to put back.
 #[cfg(feature = "threads")]
-pub(super) fn mark_holding(holding: bool) -> bool {
-    HOLDING.with(|mark| mark.replace(holding))
+#[derive(Clone, Copy)]
+pub(super) struct HoldingMark(u8);
+
+/// Marks this thread as holding the lock (`holding` says so), as user code that runs inside
+/// a call does (`place::InUserCode`), or puts back what `HOLDING` said before (`was`).
+#[cfg(feature = "threads")]
+pub(super) fn mark_holding(was: Option<HoldingMark>) -> HoldingMark {
+    let now = was.map_or(HOLDS, |HoldingMark(state)| state);
+    HoldingMark(HOLDING.with(|mark| mark.replace(now)))
 }
 
 /// Takes the lock for a non-blocking call, kept until `let_go_after_call`; false where the
@@ -358,9 +381,14 @@ fn let_go_and_step_hooks(held: Option<Held>) {
 /// the lock (`hooks::defer`), and the thread that progresses gives its place up before them,
 /// so that a user-defined operation they apply holds no other thread up, nor keeps the rank's
 /// other waits paused; the look after them comes before this thread pauses.
+///
+/// `waits` is what it waits for, for its thread's stall report: the bookkeeping of that begins
+/// only where the wait has gone idle (it spun its budget out, or a pause of its ended with
+/// no waker), and is made before each pause or sleep from then on.
 #[cold]
 #[inline(never)]
 pub(super) fn block_until<R>(
+    mut waits: SharedWait<'_>,
     mut ready: impl FnMut(&mut AnyPml) -> Result<Option<R>, PmlError>,
 ) -> Result<R, Cause> {
     let mut idle_rounds = 0u32;
@@ -370,6 +398,9 @@ pub(super) fn block_until<R>(
     // Whether this wait paused beside the thread that progresses: one of the threads a
     // leaving one handed its place to.
     let mut paused = false;
+    // Whether this wait's last pause beside the thread that progresses ended with no waker:
+    // nothing moved for a pause's time.
+    let mut unwoken = false;
     // Dropped after each iteration's hold (declared before it): a wait that fails hands its
     // place on as it leaves.
     let mut progressing: Option<Progressing> = None;
@@ -488,7 +519,8 @@ pub(super) fn block_until<R>(
         if progressing.is_none() {
             let place = PROGRESSOR.load(Ordering::Relaxed);
             if place != PLACE_FREE && place != PLACE_HANDED {
-                held.pause(LONGEST_PAUSE);
+                waits.idle(engine, unwoken);
+                unwoken = held.pause(LONGEST_PAUSE);
                 paused = true;
                 continue;
             }
@@ -503,6 +535,7 @@ pub(super) fn block_until<R>(
             if PROGRESSOR.load(Ordering::Relaxed) == PLACE_LENT {
                 PROGRESSOR.store(PLACE_TAKEN, Ordering::Relaxed);
             }
+            waits.idle(engine, true);
             // This thread sleeps apart from the engine, woken by a peer's message; the others
             // pause on `MOVED` until a round moves something.
             match engine.begin_nap()? {
@@ -513,7 +546,7 @@ pub(super) fn block_until<R>(
                 // after letting go of the lock would, but wake as soon as a round moves
                 // something.
                 NapStart::Unwakeable => {
-                    held.pause(pause);
+                    let _ = held.pause(pause);
                     pause = (pause * 2).min(LONGEST_PAUSE);
                 }
             }
@@ -613,7 +646,9 @@ pub(crate) fn waits() -> Waits {
 #[cold]
 #[inline(never)]
 pub(super) fn wait(handle: Handle) -> Result<Done, Cause> {
-    block_until(|e| e.collect(handle))
+    block_until(SharedWait::new(Awaited::Request(handle)), |e| {
+        e.collect(handle)
+    })
 }
 
 /// A blocking receive: started, then waited for; its status goes to `received` where it
@@ -645,10 +680,12 @@ pub(super) unsafe fn recv(
     }?;
     *received = match started {
         Started::Done { result, .. } => result.map_err(|e| Cause::from(*e))?,
-        Started::Posted(handle) => match wait(handle)? {
-            Done::Received(status) => status,
-            Done::Sent => unreachable!("a receive completed as a send"),
-        },
+        Started::Posted(handle) => {
+            match block_until(SharedWait::receive(handle), |e| e.collect(handle))? {
+                Done::Received(status) => status,
+                Done::Sent => unreachable!("a receive completed as a send"),
+            }
+        }
         Started::Claimed => unreachable!("only a PML's own blocking receive claims"),
     };
     Ok(())

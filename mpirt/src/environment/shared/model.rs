@@ -31,6 +31,7 @@ use std::sync::atomic::{
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
+use pml::stall::Awaited;
 use pml::{Done, EngineConfig, Handle, Pml, SendMode, SourceSel, Status, TagSel, Waiting, Wireup};
 use shuttle::scheduler::PctScheduler;
 use shuttle::thread;
@@ -41,6 +42,7 @@ use super::{
     block_until, install, NAPPER, NAP_ASLEEP, PLACE_FREE, PLACE_TAKEN, PROGRESSOR, UNWOKEN,
 };
 use crate::backend::{hooks, AnyPml, PmlChoice};
+use crate::stall::SharedWait;
 use crate::sync::Ordering;
 use crate::threads::Waits;
 
@@ -1074,8 +1076,9 @@ fn a_waiter_beside_the_progressing_one_sees_what_its_hooks_did() {
                     }
                     *HOOK_THREAD.lock().unwrap() = Some(thread::current().id());
                     let hook = hooks::register(finish_on_hook_thread);
-                    let waited =
-                        block_until(|_| Ok(HOOK_FINISHED.load(StdOrdering::Relaxed).then_some(())));
+                    let waited = block_until(SharedWait::new(Awaited::State), |_| {
+                        Ok(HOOK_FINISHED.load(StdOrdering::Relaxed).then_some(()))
+                    });
                     hooks::unregister(hook);
                     *HOOK_THREAD.lock().unwrap() = None;
                     waited.unwrap();
@@ -1147,7 +1150,10 @@ fn a_threads_progress_hooks_run_without_the_lock() {
     });
     explore("hooks after a blocking wait's round", 1_000, 1_000, || {
         beside(|| {
-            block_until(|_| Ok(HOOK_FINISHED.load(StdOrdering::Relaxed).then_some(()))).unwrap();
+            block_until(SharedWait::new(Awaited::State), |_| {
+                Ok(HOOK_FINISHED.load(StdOrdering::Relaxed).then_some(()))
+            })
+            .unwrap();
         })
     });
 }
@@ -1202,8 +1208,9 @@ fn a_waiter_whose_hooks_ran_before_another_round_moved_their_work_looks_again() 
                     *HOOKED_RECV.lock().unwrap() = Some(post_recv(&mut buf, TagSel::Tag(2)));
                     *HOOK_THREAD.lock().unwrap() = Some(thread::current().id());
                     let hook = hooks::register(finish_once_received);
-                    let waited =
-                        block_until(|_| Ok(HOOK_FINISHED.load(StdOrdering::Relaxed).then_some(())));
+                    let waited = block_until(SharedWait::new(Awaited::State), |_| {
+                        Ok(HOOK_FINISHED.load(StdOrdering::Relaxed).then_some(()))
+                    });
                     hooks::unregister(hook);
                     *HOOK_THREAD.lock().unwrap() = None;
                     waited.unwrap();
@@ -1388,7 +1395,9 @@ fn a_progressing_thread_whose_wait_fails_hands_its_place_on() {
         let failing = {
             let failed = failed.clone();
             thread::spawn(move || {
-                let waited = block_until(|_| match FAIL_THE_WAIT.load(StdOrdering::Relaxed) {
+                let waited = block_until(SharedWait::new(Awaited::State), |_| match FAIL_THE_WAIT
+                    .load(StdOrdering::Relaxed)
+                {
                     true => Err(pml::PmlError::Cancelled),
                     false => Ok(None::<()>),
                 });
