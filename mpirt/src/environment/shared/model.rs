@@ -1346,8 +1346,9 @@ fn a_progressing_threads_hooks_leave_its_place_to_the_other_waits() {
         let hooked = thread::spawn(|| {
             *HOOK_THREAD.lock().unwrap() = Some(thread::current().id());
             let hook = hooks::register(run_until_the_wait_beside_ends);
-            let waited =
-                block_until(|_| Ok(HOOK_FINISHED.load(StdOrdering::Relaxed).then_some(())));
+            let waited = block_until(SharedWait::new(Awaited::State), |_| {
+                Ok(HOOK_FINISHED.load(StdOrdering::Relaxed).then_some(()))
+            });
             hooks::unregister(hook);
             *HOOK_THREAD.lock().unwrap() = None;
             waited.unwrap();
