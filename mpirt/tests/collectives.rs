@@ -947,6 +947,7 @@ fn reduce_scatter_in_area(world: &SimpleCommunicator, frames: impl Fn() -> Optio
     let lengths = [4104, 16384, 16392, 40000, 65536, 262144];
     reduce_scatter_rounds(world, &lengths);
     reduce_scatter_disagreements(world);
+    reduce_scatter_disagreements_on_empty_parts(world);
     let Some(before) = frames() else {
         println!("frames not counted: this PML (UCX) does not count them");
         return;
@@ -1034,6 +1035,35 @@ fn reduce_scatter_disagreements(world: &SimpleCommunicator) {
         let result =
             world.try_reduce_scatter_block_into(&send[..], &mut got[..], SystemOperation::sum());
         assert!(result.is_err(), "{what}: rank {rank} finished");
+        check_in_step(world, &what);
+    }
+}
+
+/// Reduce-scatters through the area whose parts are all rank 0's, the last rank's counts
+/// giving it one `i32` more (the last rank's own part still empty), in one round, with the
+/// others' past a round, and with the last rank's past the area's limit: rank 0 fails naming
+/// the last rank; a rank whose part is empty and whose vector fits one round leaves without
+/// waiting (`ok`), every other fails; then every rank is in step.
+fn reduce_scatter_disagreements_on_empty_parts(world: &SimpleCommunicator) {
+    let (rank, last, n) = (world.rank(), world.size() - 1, world.size() as usize);
+    for (theirs, lasts) in [(5, 6), (4100, 5), (5, 65537)] {
+        let what = format!("reduce_scatter of {theirs} i32 to rank 0, {lasts} on the last rank");
+        let len = if rank == last { lasts } else { theirs };
+        let mut counts = vec![0 as Count; n];
+        counts[0] = len as Count;
+        let send = contribution(rank, len, int);
+        let mut got = vec![0i32; if rank == 0 { len } else { 0 }];
+        let result =
+            world.try_reduce_scatter_into(&send[..], &mut got[..], &counts, SystemOperation::sum());
+        let leaves = rank != 0 && len * std::mem::size_of::<i32>() <= 16384;
+        match result {
+            Ok(()) => assert!(leaves, "{what}: rank {rank} finished"),
+            Err(e) => {
+                assert!(!leaves, "{what}: rank {rank} waited and failed: {e}");
+                let named = format!("rank {last} sent");
+                assert!(rank != 0 || e.to_string().contains(&named), "{what}: {e}");
+            }
+        }
         check_in_step(world, &what);
     }
 }
@@ -4014,7 +4044,9 @@ fn every_collective_on_16_ranks() {
 }
 
 /// Reduce-scatters of 4 KiB to 256 KiB on one host go through the shared-memory area in
-/// rounds, sending no frame, on 3 ranks (the fewest that take them) and on 16 (the most).
+/// rounds, sending no frame, on 3 ranks (the fewest that take them) and on 16 (the most);
+/// lengths that disagree fail every rank that waits, the ranks with empty parts included
+/// where their vectors take more than one round, and leave every rank in step.
 #[test]
 fn reduce_scatters_in_rounds_through_the_area() {
     if common::spread_over_hosts() {

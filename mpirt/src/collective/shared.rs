@@ -359,10 +359,10 @@ fn all_to_all_max(size: u32) -> usize {
     }
 }
 
-/// The longest send buffer of an all-to-all through the area from four ranks on: four rounds
-/// (blocks up to 16 KiB on 4 ranks, 8 KiB on 8, 4 KiB on 16). Every rank writes its whole
-/// send buffer and waits in the rounds that carry its block, where pairwise messages copy
-/// each block once: on 16 Intel cores, a rank each (Open MPI 4.1.4 beside it,
+/// The longest send buffer of an all-to-all through the area from three ranks on: four rounds
+/// (blocks up to 21845 bytes on 3 ranks, 16 KiB on 4, 8 KiB on 8, 4 KiB on 16). Every rank
+/// writes its whole send buffer and waits in the rounds that carry its block, where pairwise
+/// messages copy each block once: on 16 Intel cores, a rank each (Open MPI 4.1.4 beside it,
 /// notes/s30/device1), 256 KiB in 16 rounds took 2.74 times Open MPI's time, 128 KiB in 8
 /// rounds 1.13 (1.44 on 8 ranks), 64 KiB 0.65 (0.80 on 8 ranks, 0.93 on 4).
 const ALL_TO_ALL_MOST: usize = 64 << 10;
