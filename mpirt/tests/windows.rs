@@ -2244,7 +2244,7 @@ fn a_target_asleep_in_its_pml_is_woken_by_the_barriers_flag() {
 /// ms before (osu_put_latency, tcp;ofi_rxm).
 #[cfg(feature = "ofi")]
 #[test]
-fn rma_in_the_targets_progress_is_not_slept_through() {
+fn ofi_rma_in_the_targets_progress_is_not_slept_through() {
     let provider = common::ofi_test_provider();
     if !["tcp;ofi_rxm", "shm"].contains(&provider.as_str()) {
         println!("skipped: {provider} does RMA without the target's progress");
@@ -2275,7 +2275,7 @@ const VERBS: [(&str, &str); 3] = [
 /// completion, already taken, could not end. Counted, not timed.
 #[cfg(feature = "verbs")]
 #[test]
-fn verbs_flushes_see_their_writes_complete() {
+fn windows_over_verbs_flush_as_their_writes_complete() {
     if !rdma_device_here() {
         return;
     }
