@@ -557,7 +557,10 @@ impl Engine {
     /// A round of progress for a receive just matched, unless it finished as it matched (an
     /// eager message, here whole): a rendezvous has its read or its answer to start, while a
     /// round after a finished one polls for nothing, a system call over TCP between a
-    /// window's request and its reply (strace of a put and its flush).
+    /// window's request and its reply (strace of a put and its flush). What a finished one
+    /// queued (a synchronous sender's acknowledgement, credit to return, the answer to an
+    /// empty rendezvous) goes with the next round, as after a receive that finds its message
+    /// here (`start_recv`, `recv`).
     #[inline]
     fn progress_unless_done(&mut self, h: Handle) -> Result<(), PmlError> {
         if !self.core.is_complete(h)? {
