@@ -445,7 +445,9 @@ impl<'a, T: Equivalence> Window<'a, T> {
     /// wrong instead of ending the job: the first refusal that a target sent for one of this
     /// rank's operations and that no epoch reported (an operation of an epoch that unwound,
     /// whose end never ran), named with the target rank, the operation and the cause, once
-    /// every rank is done with the window.
+    /// every rank is done with the window. A failure of messaging itself (the PML stopped) is
+    /// returned at once, before the free's barrier, as any failed collective's is: the other
+    /// ranks' frees are then left without this one.
     pub fn try_free(mut self) -> Result<(), Error> {
         self.free()
     }

@@ -555,14 +555,15 @@ impl Engine {
     }
 
     /// A round of progress for a receive just matched, unless it finished as it matched (an
-    /// eager message, here whole) and left no frame to send: a rendezvous has its read or its
-    /// answer to start, and a match may have queued a frame (a synchronous sender's
-    /// acknowledgement, a truncated rendezvous's FIN) that only a round sends, while a round
-    /// after a finished one polls for nothing, a system call over TCP between a window's
-    /// request and its reply (strace of a put and its flush).
+    /// eager message, here whole): a rendezvous has its read or its answer to start, while a
+    /// round after a finished one polls for nothing, a system call over TCP between a
+    /// window's request and its reply (strace of a put and its flush). What a finished one
+    /// queued (a synchronous sender's acknowledgement, credit to return, the answer to an
+    /// empty rendezvous) goes with the next round, as after a receive that finds its message
+    /// here (`start_recv`, `recv`).
     #[inline]
     fn progress_unless_done(&mut self, h: Handle) -> Result<(), PmlError> {
-        if !self.core.is_complete(h)? || self.core.has_work() {
+        if !self.core.is_complete(h)? {
             self.counters.matched_receive_rounds += 1;
             self.progress()?;
         }

@@ -396,6 +396,8 @@ impl From<PmlError> for EngineError {
 #[non_exhaustive]
 pub struct Counters {
     pub frames_sent: u64,
+    /// What rounds of progress took from the transports: frames, and the remote reads and
+    /// (over libfabric and verbs) the windows' one-sided operations that finished.
     pub frames_received: u64,
     /// Probes (`iprobe`, `improbe`) that found nothing queued and made a round of progress
     /// (a poll of every transport: a system call over TCP) to look again.

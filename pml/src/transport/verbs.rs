@@ -1226,8 +1226,9 @@ impl VerbsTransport {
     }
 
     /// Takes completions: frames and finished reads go to `sink`. Returns how many of them
-    /// arrived, or the first failure of a peer's queue pair; the rest of the batch is still
-    /// taken, so that buffers and reads of other peers are not lost.
+    /// arrived, with the window operations (`WR_RMA`) that completed, or the first failure
+    /// of a peer's queue pair; the rest of the batch is still taken, so that buffers and
+    /// reads of other peers are not lost.
     pub fn poll(&mut self, sink: &mut impl Sink) -> Result<usize, PmlError> {
         // SAFETY: all-zero is a valid ibv_wc; poll_cq overwrites the entries it reports.
         let mut wcs: [ibv_wc; COMPLETIONS_PER_POLL] = unsafe { std::mem::zeroed() };
@@ -1311,6 +1312,11 @@ impl VerbsTransport {
                         let cause = format!("an {what} of {len} bytes to rank {peer} failed: {s}");
                         self.rma_failed(peer, at, cause);
                     }
+                    // Counted as arrived, as a finished read is: a wait for the operation (a
+                    // window's flush) looks at it again only after a round that moved
+                    // something, and this completion, taken from the queue here, wakes no
+                    // later sleep on the completion channel.
+                    frames += 1;
                     None
                 }
                 WR_PROBE => status.map(|s| {
