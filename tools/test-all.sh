@@ -254,6 +254,7 @@ hierarchical_tests=(every_collective_hierarchically_across_hosts
     a_leader_that_fails_fails_every_later_call_naming_it
     gathers_scatters_and_reduce_scatters_go_through_host_leaders
     lengths_disagreeing_on_hierarchical_rooted_calls_are_an_error
+    a_leader_that_can_make_no_buffer_for_its_ranks_parts_leaves_none_waiting
     a_first_scatter_on_more_than_16_ranks_finds_the_hosts)
 if [ -n "${MPIRT_SSH_HOSTS:-}" ]; then
     phase "collectives: the hierarchical path across 4 test hosts"

@@ -12,6 +12,9 @@
 //! - `leader-recv@R:N`: rank R, leading its host on a hierarchical path, cannot post the
 //!   receive of its `N`th exchange between the hosts' leaders (counted from 1 over every
 //!   such exchange of the process).
+//! - `learned-buffer@R`: rank R, leading its host in a gather or scatter of parts of any
+//!   length across hosts, can make no buffer for its ranks' parts that it learns the lengths
+//!   of, as where they would take more memory than the host has.
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +32,8 @@ struct Faults {
     area_map: Vec<u32>,
     /// The ranks whose leaders' exchange fails to post a receive, and the exchange.
     leader_recv: Vec<(u32, u64)>,
+    /// The ranks that can make no buffer for the parts they learn of.
+    learned_buffer: Vec<u32>,
 }
 
 /// The faults `MPIRT_TEST_FAULT` names; a fault it cannot read is fatal, so that a test's
@@ -53,12 +58,14 @@ fn parse(text: &str) -> Result<Faults, String> {
             .ok_or_else(|| format!("{fault:?} names no rank (KIND@RANK)"))?;
         match (kind, at.split_once(':')) {
             ("area-map", None) => faults.area_map.push(number(at, fault)?),
+            ("learned-buffer", None) => faults.learned_buffer.push(number(at, fault)?),
             ("leader-recv", Some((rank, call))) => faults
                 .leader_recv
                 .push((number(rank, fault)?, number(call, fault)?)),
             _ => {
                 return Err(format!(
-                    "{fault:?} is none of area-map@RANK, leader-recv@RANK:CALL"
+                    "{fault:?} is none of area-map@RANK, leader-recv@RANK:CALL, \
+                     learned-buffer@RANK"
                 ))
             }
         }
@@ -76,6 +83,12 @@ fn number<T: FromStr>(text: &str, fault: &str) -> Result<T, String> {
 /// Whether this rank is to map no collective area.
 pub(crate) fn area_map_fails() -> bool {
     let ranks = &faults().area_map;
+    !ranks.is_empty() && world_rank().is_some_and(|r| ranks.contains(&(r as u32)))
+}
+
+/// Whether this rank is to make no buffer for the parts it learns of.
+pub(crate) fn learned_buffer_fails() -> bool {
+    let ranks = &faults().learned_buffer;
     !ranks.is_empty() && world_rank().is_some_and(|r| ranks.contains(&(r as u32)))
 }
 
@@ -97,9 +110,10 @@ mod tests {
 
     #[test]
     fn faults_are_read_and_bad_ones_refused() {
-        let faults = parse("area-map@3,leader-recv@2:5").unwrap();
+        let faults = parse("area-map@3,leader-recv@2:5,learned-buffer@1").unwrap();
         assert_eq!(faults.area_map, [3]);
         assert_eq!(faults.leader_recv, [(2, 5)]);
+        assert_eq!(faults.learned_buffer, [1]);
         assert!(parse("area-map").unwrap_err().contains("names no rank"));
         assert!(parse("leader-recv@2").unwrap_err().contains("none of"));
         assert!(parse("area-map@x").unwrap_err().contains("not a number"));

@@ -157,6 +157,7 @@ fn rank_mode() {
             hierarchy_rooted_varcount(&world, sent);
         }
         "hierarchy-rooted-lengths" => hierarchy_rooted_lengths(&world),
+        "hierarchy-unmade-parts" => hierarchy_unmade_parts(&world),
         "hierarchy-scatters-first" => {
             let ucx = env::var("MPIRT_PML").as_deref() == Ok("ucx");
             let sent = || universe.counters().filter(|_| !ucx).map(|c| c.frames_sent);
@@ -3488,6 +3489,34 @@ fn hierarchy_rooted_lengths(world: &SimpleCommunicator) {
     }
 }
 
+/// A gather of parts of any length, 1 MiB a rank (sent by rendezvous), to rank 0 through
+/// the leader of ranks 1 to 3 (rank 1), which can make no buffer for its ranks' parts
+/// (`MPIRT_TEST_FAULT=learned-buffer@1`); then an all-reduce, which every rank reaches.
+fn hierarchy_unmade_parts(world: &SimpleCommunicator) {
+    let rank = world.rank();
+    let root = world.process_at_rank(0);
+    const PART: usize = 1 << 20;
+    let mine = vec![rank as u8; PART];
+    let counts = [PART as Count; 4];
+    let displs: Vec<Count> = (0..4).map(|r| r * PART as Count).collect();
+    let mut got = vec![0u8; 4 * PART];
+    let gathered = match rank {
+        0 => root.try_gather_varcount_into_root(
+            &mine[..],
+            &mut PartitionMut::new(&mut got[..], &counts[..], &displs[..]),
+        ),
+        _ => root.try_gather_varcount_into(&mine[..]),
+    };
+    match gathered {
+        Ok(()) => println!("rank {rank}: ok"),
+        Err(e) => println!("{e}"),
+    }
+    let mut total = 0;
+    world.all_reduce_into(&rank, &mut total, SystemOperation::sum());
+    assert_eq!(total, 6, "rank {rank}: the all-reduce after the gather");
+    println!("rank {rank}: all-reduced");
+}
+
 /// Reductions, all-reductions, broadcasts and all-gathers whose ranks' lengths disagree, on 2
 /// ranks on each of 2 hosts (ranks 0 and 1 on one, 2 and 3 on the other): on either side of
 /// the hierarchical path's limit (510 f64 fit it, 511 do not; 4 all-gathered vectors of 1020
@@ -4707,6 +4736,40 @@ fn lengths_disagreeing_on_hierarchical_rooted_calls_are_an_error() {
     ));
     for rank in [0, 1, 3, 4, 6] {
         said(&format!("{what}: rank {rank}: ok"));
+    }
+}
+
+/// A host's leader of a gather of parts of any length that can make no buffer for its
+/// ranks' parts (`MPIRT_TEST_FAULT=learned-buffer@1`, as where they would take more memory
+/// than its host has) fails naming the rank of the longest, and its ranks, whose parts go by
+/// rendezvous, end their calls: the leader receives their parts into no buffer. It counted
+/// them as empty parts and received nothing, so those ranks' sends waited for ever.
+#[test]
+fn a_leader_that_can_make_no_buffer_for_its_ranks_parts_leaves_none_waiting() {
+    if !across_test_hosts() {
+        return;
+    }
+    let launch = Launch::RsrunSlots {
+        slots: &[1, 3],
+        map: "node",
+    };
+    // A gather of parts of any length goes by the leaders only where forced (`select`).
+    let envs = [
+        ("MPIRT_COLL_GATHER", "shared_memory"),
+        ("MPIRT_TEST_FAULT", "learned-buffer@1"),
+    ];
+    let (out, _) = ok_job_on(launch, 4, "hierarchy-unmade-parts", &envs);
+    let said = |line: &str| assert!(out.contains(line), "missing {line:?} in\n{out}");
+    said(
+        "rank 1: gather_varcount_into: rank 3 sent a part's length of 1048576 bytes, more than \
+         any buffer of this rank can hold",
+    );
+    assert!(!out.contains("rank 0: ok"), "the root finished well\n{out}");
+    for rank in [2, 3] {
+        said(&format!("rank {rank}: ok"));
+    }
+    for rank in 0..4 {
+        said(&format!("rank {rank}: all-reduced"));
     }
 }
 

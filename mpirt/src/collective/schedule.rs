@@ -171,10 +171,13 @@ struct Lengths {
     expected: Option<Vec<(u32, usize)>>,
 }
 
-/// Plans the rest of a rank's part from the lengths it learnt. Shared, not owned, so that a
-/// plan that learns stays a plan an execution may copy (`Execution::learn` changes its own
-/// copy, as a checkpoint does: the plan its call's shape keeps stays as it starts).
-type Rest = Rc<dyn Fn(&[usize]) -> Plan>;
+/// Plans the rest of a rank's part from the lengths it learnt, and which of them it could
+/// not make a buffer for (each counted as 0: `Execution::learn`; a part that its rank still
+/// sends must be received all the same, or that rank's send waits for ever). Shared, not
+/// owned, so that a plan that learns stays a plan an execution may copy (`Execution::learn`
+/// changes its own copy, as a checkpoint does: the plan its call's shape keeps stays as it
+/// starts).
+type Rest = Rc<dyn Fn(&[usize], &[bool]) -> Plan>;
 
 /// A learned length no buffer can hold: which, and the cause that names its sender.
 struct Unheld {
@@ -474,11 +477,11 @@ impl Plan {
     }
 
     /// Once the current round is done, `build` plans the rest from the lengths that landed on
-    /// `lengths`.
+    /// `lengths` (and which of them got no buffer, counted as 0).
     pub fn learn(
         &mut self,
         lengths: Span,
-        build: impl Fn(&[usize]) -> Plan + 'static,
+        build: impl Fn(&[usize], &[bool]) -> Plan + 'static,
     ) -> &mut Self {
         self.learn = Some(Learn {
             after: self.rounds.len().saturating_sub(1),
@@ -1213,7 +1216,8 @@ impl<'a> Execution<'a> {
     ///
     /// A length no buffer can hold (bytes a peer on another algorithm sent) spoils the call
     /// naming its sender ([`Cause::LengthUnheld`]) and counts as an empty part, so that the
-    /// rest still runs, passing nothing on, and no peer waits for it.
+    /// rest still runs, passing nothing on, and no peer waits for it; a part its rank sends
+    /// all the same (one no buffer could be made for) is received into none (`Rest`).
     #[cold]
     fn learn(&mut self) {
         let done = self.next_round;
@@ -1226,16 +1230,22 @@ impl<'a> Execution<'a> {
         if let Some(cause) = self.plan.hold_lengths(done, &learn, &mut learned) {
             self.spoiled.get_or_insert(cause);
         }
+        // Lengths a rank may well have, whose parts it sends: received into no buffer.
+        let mut unmade = vec![false; learned.len()];
         let (rest, scratch) = loop {
-            let rest = (learn.build)(&learned);
+            let rest = (learn.build)(&learned, &unmade);
             let taken = rest.scratch.iter().map(|&len| scratch::try_take(len));
-            let taken: Result<Vec<_>, ()> = taken.collect();
+            let taken: Result<Vec<_>, ()> = match crate::fault::learned_buffer_fails() {
+                true if learned.iter().any(|&len| len > 0) => Err(()),
+                _ => taken.collect(),
+            };
             match (taken, self.plan.longest_learned(done, &learn, &learned)) {
                 (Ok(scratch), _) => break (rest, scratch),
                 // No buffer that long could be made: the longest learned goes.
                 (Err(()), Some(longest)) => {
                     self.spoiled.get_or_insert(longest.cause);
                     learned[longest.index] = 0;
+                    unmade[longest.index] = true;
                 }
                 // Nothing learned is long: this rank's own lengths, whose buffers fail as
                 // any allocation does.
@@ -1848,7 +1858,8 @@ pub(crate) mod simulation {
                         false => vec![0; learn.lengths.len / LENGTH],
                     };
                     rank.plan.hold_lengths(rank.round, &learn, &mut lengths);
-                    let first = rank.plan.append((learn.build)(&lengths));
+                    let unmade = vec![false; lengths.len()];
+                    let first = rank.plan.append((learn.build)(&lengths, &unmade));
                     if bytes {
                         let added = scratch_of(&rank.plan, first);
                         rank.scratch.extend(added);
@@ -1990,7 +2001,7 @@ mod tests {
                     "{what}: {cause:?}"
                 );
                 // The rest plans from what it holds, with spans inside their buffers.
-                plan.append((learn.build)(&held));
+                plan.append((learn.build)(&held, &vec![false; held.len()]));
                 plan.check_spans(4, 4, true);
             }
             // Lengths that fit are held as they came.
@@ -2000,6 +2011,24 @@ mod tests {
             assert!(plan.hold_lengths(0, &learn, &mut held).is_none());
             assert_eq!(held, [1 << 40]);
         }
+    }
+
+    /// A gather's leader receives the part of a rank whose length it could make no buffer
+    /// for (`Execution::learn`), into none: that rank sends it all the same, and by
+    /// rendezvous its send would wait for ever for a receive that never came. A part it
+    /// holds as empty because its rank said so is no message, and is not received.
+    #[test]
+    fn a_gather_leader_receives_a_part_it_made_no_buffer_for() {
+        let receives_from_2 = |unmade: bool| {
+            let plan = leader_of_varcount(&[0, 1, 1], 1, false);
+            let learn = plan.learn.clone().expect("a leader learns");
+            let rest = (learn.build)(&[0], &[unmade]);
+            let receives = rest.rounds.iter().flat_map(|r| &r.transfers);
+            let receives = receives.filter(|t| matches!(t, super::Transfer::Recv { from: 2, .. }));
+            receives.count()
+        };
+        assert_eq!(receives_from_2(true), 1);
+        assert_eq!(receives_from_2(false), 0);
     }
 
     /// A buffer no allocator can make is refused, not the process's abort (a learned

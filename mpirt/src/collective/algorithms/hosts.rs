@@ -233,7 +233,7 @@ pub(crate) fn gather_varcount(
     } else {
         let others = members[1..].to_vec();
         let lengths = learned_lengths(p, &others);
-        p.learn(lengths, move |learned| {
+        p.learn(lengths, move |learned, unmade| {
             let mut p = Plan::default();
             let all: Vec<usize> = [input.len]
                 .into_iter()
@@ -244,8 +244,11 @@ pub(crate) fn gather_varcount(
             p.copy(input, message.sub(at, input.len));
             at += input.len;
             p.round();
-            for (&rank, &len) in others.iter().zip(learned) {
-                if len > 0 {
+            for ((&rank, &len), &unmade) in others.iter().zip(learned).zip(unmade) {
+                if len > 0 || unmade {
+                    // A part this leader could make no buffer for lands in none: its
+                    // rank's send ends (truncated here, an error naming that rank) rather
+                    // than wait for a receive that never comes.
                     p.recv(rank, message.sub(at, len));
                 }
                 at += len;
@@ -360,7 +363,10 @@ pub(crate) fn scatter_varcount(
     } else {
         let others = members[1..].to_vec();
         let lengths = learned_lengths(p, &others);
-        p.learn(lengths, move |learned| {
+        // A rank's part that got no buffer here goes out as the root's length for it, which
+        // fails that rank; the root's message, longer than this leader's buffer, ends
+        // truncated.
+        p.learn(lengths, move |learned, _unmade| {
             let mut p = Plan::default();
             let all: Vec<usize> = [output.len]
                 .into_iter()
