@@ -2144,15 +2144,11 @@ fn varcount_immediates(world: &SimpleCommunicator) {
     }
 }
 
-/// Ranks complete their immediate collectives in different orders, and one rank runs a
-/// blocking collective while its immediate barrier is unfinished: waiting on any collective
-/// moves the others on, so none of this can deadlock (the barrier has several rounds from 3
-/// ranks up).
 /// Immediate collectives that finish in the step that starts them (a broadcast's root and a
 /// gather's other ranks only send, and small sends are taken at once) are never handed to
 /// the progress hook; in flight beside ones that go on (each broadcast's other ranks, the
 /// gather's root), with a blocking all-reduce between them, and waited odd first then even
-/// last first, every one still ends with the serial reference's values.
+/// last first, every one still ends with the values its root sent and each rank gave.
 fn finished_as_started(world: &SimpleCommunicator) {
     const CALLS: usize = 20;
     let (n, me) = (world.size(), world.rank());
@@ -2217,6 +2213,10 @@ fn finished_as_started(world: &SimpleCommunicator) {
     }
 }
 
+/// Ranks complete their immediate collectives in different orders, and one rank runs a
+/// blocking collective while its immediate barrier is unfinished: waiting on any collective
+/// moves the others on, so none of this can deadlock (the barrier has several rounds from 3
+/// ranks up).
 fn in_any_order(world: &SimpleCommunicator) {
     let (n, me) = (world.size(), world.rank());
     let mut sum = 0;

@@ -60,12 +60,14 @@ impl<'a> Running<'a> {
             registered: false,
         };
         if !running.poll(false) {
+            // Marked first: should `register` unwind part way, the drop still takes the
+            // execution off the list before its slot goes back to the pool.
+            running.registered = true;
             // SAFETY: the execution stays in the slot, at its address, until `release` or
             // `abandon`, which unregister it first; this value touches it only through the
             // registered pointer's copies, one call at a time, and the request's scope keeps
             // its buffers alive until it finishes.
             unsafe { progress::register(running.execution.expect("unfinished")) };
-            running.registered = true;
         }
         running
     }
