@@ -395,6 +395,24 @@ fn a_slow_threaded_job_is_not_stuck() {
     }
 }
 
+/// A rank one of whose threads waits while another that has made no call yet computes (its
+/// first call a send) is not stuck: the computing thread is not counted, yet runs.
+#[test]
+fn a_threaded_rank_whose_thread_computes_before_its_first_call_is_not_stuck() {
+    if !multiple_provided() {
+        return;
+    }
+    for setup in setups() {
+        let transport = setup.join(" ");
+        let (report, _, code) = stuck(3, setup, "threads-late");
+        assert_eq!(code, Some(0), "threads-late over {transport}:\n{report}");
+        assert!(
+            !report.contains("is stuck"),
+            "threads-late over {transport}:\n{report}"
+        );
+    }
+}
+
 #[test]
 fn sigusr1_prints_the_report_and_the_job_goes_on() {
     let dir = std::env::temp_dir().join(format!("mpirt-stall-usr1-{}", std::process::id()));

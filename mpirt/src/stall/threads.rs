@@ -14,9 +14,12 @@
 //! its rank from being reported, since it may yet send what the others wait for; so does a
 //! thread that used mpirt and now waits outside it (joining the others): a rank whose stuck
 //! threads' parent had called mpirt is not reported while that parent lives. A thread that
-//! never called mpirt is not counted: a rank whose waiting threads wait for such a thread's
-//! first message is reported stalled while it computes (rsrun's report then says so; the
-//! program's other ranks must be stalled too for rsrun to call the job stuck).
+//! never called mpirt is not counted, yet may compute what its first call will send: the rank
+//! is told stalled only while no thread of the process but its waiting ones runs in the
+//! kernel's view (`running`; told at once, rsrun called `threads-late`, a live job, stuck and
+//! ended it). Such a thread that sleeps or reads a file between its steps is not seen running.
+
+mod running;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::ThreadId;
@@ -97,8 +100,9 @@ impl Watch {
 /// Which of a rank's threads wait with nothing moving, and whether rsrun was told.
 #[derive(Default)]
 pub(super) struct Book {
-    /// Each waiting thread's state as it said it waits, oldest first.
-    waiting: Vec<(ThreadId, RankState)>,
+    /// Each waiting thread's state as it said it waits, oldest first, with its id in the
+    /// kernel (`running::this_thread`).
+    waiting: Vec<(ThreadId, Option<u32>, RankState)>,
     /// Whether the rank was told stalled, and not yet resumed.
     told: bool,
 }
@@ -107,15 +111,15 @@ impl Book {
     /// This thread waits, as `state`.
     pub(super) fn stalled(&mut self, state: RankState, watch: &Watch) {
         let me = std::thread::current().id();
-        self.waiting.retain(|(thread, _)| *thread != me);
-        self.waiting.push((me, state));
+        self.waiting.retain(|(thread, ..)| *thread != me);
+        self.waiting.push((me, running::this_thread(), state));
         self.tell_if_all_wait(watch);
     }
 
     /// Something moved for this thread, or its call returned.
     pub(super) fn resumed(&mut self, watch: &Watch) {
         let me = std::thread::current().id();
-        self.waiting.retain(|(thread, _)| *thread != me);
+        self.waiting.retain(|(thread, ..)| *thread != me);
         self.untell(watch);
     }
 
@@ -132,15 +136,22 @@ impl Book {
     }
 
     /// Tells the rank stalled where every counted thread waits (as the last of them says it
-    /// waits): the state of the last to say so (its queues the latest), with the others' calls.
+    /// waits) and no other thread of the process runs: the state of the last to say so (its
+    /// queues the latest), with the others' calls. A thread that never called mpirt is not
+    /// counted, yet may compute what it will send (its first call): the rank, whose waiting
+    /// threads it may let go, is not stalled while it runs (`running`).
     fn tell_if_all_wait(&mut self, watch: &Watch) {
         if self.told || self.waiting.len() < USERS.load(Ordering::SeqCst) {
             return;
         }
-        let Some(((_, last), others)) = self.waiting.split_last() else {
+        let waiting: Vec<u32> = self.waiting.iter().filter_map(|(_, id, _)| *id).collect();
+        if running::another_thread_runs(&waiting) {
+            return;
+        }
+        let Some(((.., last), others)) = self.waiting.split_last() else {
             return;
         };
-        watch.tell(&combined(last, others.iter().map(|(_, state)| state)));
+        watch.tell(&combined(last, others.iter().map(|(.., state)| state)));
         self.told = true;
     }
 }
