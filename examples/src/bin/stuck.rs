@@ -315,8 +315,9 @@ fn main() {
         }
         // `threads-slow` where rank 0's thread `computer` makes no call before it computes:
         // its first is its send. Not counted while it computes, it runs: rank 0 is not
-        // stalled, and the job is slow, not stuck.
-        "threads-late" => {
+        // stalled, and the job is slow, not stuck. In `threads-lost` it computes and ends
+        // without sending: stuck from its end on.
+        "threads-late" | "threads-lost" => {
             let shared = world.share(universe.threads().expect("Multiple is provided"));
             std::thread::scope(|scope| {
                 spawn_named(scope, "waiter", || {
@@ -328,6 +329,9 @@ fn main() {
                 if rank == 0 {
                     spawn_named(scope, "computer", || {
                         let x = compute();
+                        if bug == "threads-lost" {
+                            return;
+                        }
                         let local = shared.local();
                         for r in 0..local.size() {
                             local.process_at_rank(r).send_with_tag(&x, 13);

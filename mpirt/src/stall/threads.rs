@@ -23,7 +23,7 @@ mod running;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::ThreadId;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bootstrap::stall::{RankState, ThreadWait};
 use pml::stall::{Awaited, AwaitedRequest, Blocked};
@@ -123,6 +123,14 @@ impl Book {
         self.untell(watch);
     }
 
+    /// This thread, if it said it waits, looks again whether all do.
+    fn look_again(&mut self, watch: &Watch) {
+        let me = std::thread::current().id();
+        if self.waiting.iter().any(|(thread, ..)| *thread == me) {
+            self.tell_if_all_wait(watch);
+        }
+    }
+
     /// A thread made its first call: it runs, so the rank is not stalled.
     fn thread_counted(&mut self, watch: &Watch) {
         self.untell(watch);
@@ -193,7 +201,14 @@ struct Episode {
     mark: Option<MovedMark>,
     exits: usize,
     since: Instant,
+    /// When, in the episode, to look again whether the rank is stalled (`RETRY`).
+    retry_at: Duration,
 }
+
+/// How often a waiting thread looks again whether its rank is stalled: a look that found
+/// another thread running (`Book::tell_if_all_wait`) is not the last, since that thread may
+/// since have blocked for good.
+const RETRY: Duration = Duration::from_secs(1);
 
 impl<'h> SharedWait<'h> {
     pub(crate) fn new(awaited: Awaited<'h>) -> SharedWait<'h> {
@@ -235,9 +250,17 @@ impl<'h> SharedWait<'h> {
             mark: engine.moved_mark(),
             exits: EXITS.load(Ordering::SeqCst),
             since: Instant::now(),
+            retry_at: RETRY,
         });
         let (awaited, receive) = (self.awaited, self.receive);
-        episode.blocked.idle(episode.since.elapsed(), || {
+        let idle = episode.since.elapsed();
+        if idle >= episode.retry_at {
+            episode.retry_at = idle + RETRY;
+            if let Some(watch) = installed() {
+                watch.with_book(|book, watch| book.look_again(watch));
+            }
+        }
+        episode.blocked.idle(idle, || {
             let mut queues = engine.queues(awaited);
             // The receive is the call, not a wait on its request.
             if let (true, Some(&[AwaitedRequest::Receive(selectors)])) =
