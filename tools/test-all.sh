@@ -325,8 +325,10 @@ expect_tests 1 "${threaded_formats[@]}"
 # threads- bugs under rsrun --stall-timeout, on shared memory and TCP); without the feature they
 # skip, saying why.
 threaded_stalls=(cargo test --release "${features[@]}" --test stall -- --exact
-    threaded_ranks_that_are_stuck_name_every_thread_s_call a_slow_threaded_job_is_not_stuck)
-expect_tests 2 "${threaded_stalls[@]}"
+    threaded_ranks_that_are_stuck_name_every_thread_s_call a_slow_threaded_job_is_not_stuck
+    a_threaded_rank_whose_thread_computes_before_its_first_call_is_not_stuck
+    a_threaded_rank_whose_uncounted_thread_ends_without_sending_is_stuck)
+expect_tests 4 "${threaded_stalls[@]}"
 "${threaded_stalls[@]}"
 
 # The UCX PML: pml's own tests, then mpirt's point-to-point and collectives suites again on

@@ -324,17 +324,22 @@ fn a_rank_waiting_for_a_finalized_one_is_named() {
     );
 }
 
-#[test]
-fn a_slow_job_is_not_stuck() {
+/// Runs `stuck BUG` on 3 ranks over every setup: it finishes, and rsrun never calls it stuck.
+fn finishes_unstuck(bug: &str) {
     for setup in setups() {
         let transport = setup.join(" ");
-        let (report, _, code) = stuck(3, setup, "slow");
-        assert_eq!(code, Some(0), "slow over {transport}:\n{report}");
+        let (report, _, code) = stuck(3, setup, bug);
+        assert_eq!(code, Some(0), "{bug} over {transport}:\n{report}");
         assert!(
             !report.contains("is stuck"),
-            "slow over {transport}:\n{report}"
+            "{bug} over {transport}:\n{report}"
         );
     }
+}
+
+#[test]
+fn a_slow_job_is_not_stuck() {
+    finishes_unstuck("slow");
 }
 
 /// Whether the ranks here get `Threading::Multiple`: mpirt built with the feature `threads`
@@ -384,15 +389,36 @@ fn a_slow_threaded_job_is_not_stuck() {
     if !multiple_provided() {
         return;
     }
-    for setup in setups() {
-        let transport = setup.join(" ");
-        let (report, _, code) = stuck(3, setup, "threads-slow");
-        assert_eq!(code, Some(0), "threads-slow over {transport}:\n{report}");
-        assert!(
-            !report.contains("is stuck"),
-            "threads-slow over {transport}:\n{report}"
-        );
+    finishes_unstuck("threads-slow");
+}
+
+/// A rank one of whose threads waits while another that has made no call yet computes (its
+/// first call a send) is not stuck: the computing thread is not counted, yet runs.
+#[test]
+fn a_threaded_rank_whose_thread_computes_before_its_first_call_is_not_stuck() {
+    if !multiple_provided() {
+        return;
     }
+    finishes_unstuck("threads-late");
+}
+
+/// `threads-late` whose computing thread ends without sending: running when its rank's waiting
+/// thread first said it waits, it kept the rank from being told stalled then; the waiting
+/// thread looks again, and the job is stuck.
+#[test]
+fn a_threaded_rank_whose_uncounted_thread_ends_without_sending_is_stuck() {
+    if !multiple_provided() {
+        return;
+    }
+    check(
+        3,
+        "threads-lost",
+        &[
+            "rank 0 on ",
+            "waits in receive from rank 0 (tag 13, examples/src/bin/stuck.rs:",
+            "[thread 'waiter']",
+        ],
+    );
 }
 
 #[test]

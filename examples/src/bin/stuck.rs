@@ -313,6 +313,37 @@ fn main() {
                 println!("threads-slow: done");
             }
         }
+        // `threads-slow` where rank 0's thread `computer` makes no call before it computes:
+        // its first is its send. Not counted while it computes, it runs: rank 0 is not
+        // stalled, and the job is slow, not stuck. In `threads-lost` it computes and ends
+        // without sending: stuck from its end on.
+        "threads-late" | "threads-lost" => {
+            let shared = world.share(universe.threads().expect("Multiple is provided"));
+            std::thread::scope(|scope| {
+                spawn_named(scope, "waiter", || {
+                    let (_, _) = shared
+                        .local()
+                        .process_at_rank(0)
+                        .receive_with_tag::<u64>(13);
+                });
+                if rank == 0 {
+                    spawn_named(scope, "computer", || {
+                        let x = compute();
+                        if bug == "threads-lost" {
+                            return;
+                        }
+                        let local = shared.local();
+                        for r in 0..local.size() {
+                            local.process_at_rank(r).send_with_tag(&x, 13);
+                        }
+                    });
+                }
+            });
+            world.barrier();
+            if rank == 0 {
+                println!("threads-late: done");
+            }
+        }
         other => panic!("unknown bug {other}"),
     }
 }
@@ -336,12 +367,18 @@ fn compute_then_send(shared: &SharedCommunicator, counted: &std::sync::Barrier) 
     // Its first call: nothing is there to find.
     assert!(local.any_process().immediate_probe_with_tag(99).is_none());
     counted.wait();
+    let x = compute();
+    for r in 0..local.size() {
+        local.process_at_rank(r).send_with_tag(&x, 13);
+    }
+}
+
+/// The threaded bugs' computing thread's work: 2.5 s, longer than the stall timeout.
+fn compute() -> u64 {
     let start = Instant::now();
     let mut x = 0u64;
     while start.elapsed() < Duration::from_millis(2500) {
         x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
     }
-    for r in 0..local.size() {
-        local.process_at_rank(r).send_with_tag(&x, 13);
-    }
+    x
 }

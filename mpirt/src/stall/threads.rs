@@ -14,13 +14,16 @@
 //! its rank from being reported, since it may yet send what the others wait for; so does a
 //! thread that used mpirt and now waits outside it (joining the others): a rank whose stuck
 //! threads' parent had called mpirt is not reported while that parent lives. A thread that
-//! never called mpirt is not counted: a rank whose waiting threads wait for such a thread's
-//! first message is reported stalled while it computes (rsrun's report then says so; the
-//! program's other ranks must be stalled too for rsrun to call the job stuck).
+//! never called mpirt is not counted, yet may compute what its first call will send: the rank
+//! is told stalled only while no thread of the process but its waiting ones runs in the
+//! kernel's view (`running`; told at once, rsrun called `threads-late`, a live job, stuck and
+//! ended it). Such a thread that sleeps or reads a file between its steps is not seen running.
+
+mod running;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::ThreadId;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bootstrap::stall::{RankState, ThreadWait};
 use pml::stall::{Awaited, AwaitedRequest, Blocked};
@@ -97,8 +100,9 @@ impl Watch {
 /// Which of a rank's threads wait with nothing moving, and whether rsrun was told.
 #[derive(Default)]
 pub(super) struct Book {
-    /// Each waiting thread's state as it said it waits, oldest first.
-    waiting: Vec<(ThreadId, RankState)>,
+    /// Each waiting thread's state as it said it waits, oldest first, with its id in the
+    /// kernel (`running::this_thread`).
+    waiting: Vec<(ThreadId, Option<u32>, RankState)>,
     /// Whether the rank was told stalled, and not yet resumed.
     told: bool,
 }
@@ -107,16 +111,24 @@ impl Book {
     /// This thread waits, as `state`.
     pub(super) fn stalled(&mut self, state: RankState, watch: &Watch) {
         let me = std::thread::current().id();
-        self.waiting.retain(|(thread, _)| *thread != me);
-        self.waiting.push((me, state));
+        self.waiting.retain(|(thread, ..)| *thread != me);
+        self.waiting.push((me, running::this_thread(), state));
         self.tell_if_all_wait(watch);
     }
 
     /// Something moved for this thread, or its call returned.
     pub(super) fn resumed(&mut self, watch: &Watch) {
         let me = std::thread::current().id();
-        self.waiting.retain(|(thread, _)| *thread != me);
+        self.waiting.retain(|(thread, ..)| *thread != me);
         self.untell(watch);
+    }
+
+    /// This thread, if it said it waits, looks again whether all do.
+    fn look_again(&mut self, watch: &Watch) {
+        let me = std::thread::current().id();
+        if self.waiting.iter().any(|(thread, ..)| *thread == me) {
+            self.tell_if_all_wait(watch);
+        }
     }
 
     /// A thread made its first call: it runs, so the rank is not stalled.
@@ -132,15 +144,22 @@ impl Book {
     }
 
     /// Tells the rank stalled where every counted thread waits (as the last of them says it
-    /// waits): the state of the last to say so (its queues the latest), with the others' calls.
+    /// waits) and no other thread of the process runs: the state of the last to say so (its
+    /// queues the latest), with the others' calls. A thread that never called mpirt is not
+    /// counted, yet may compute what it will send (its first call): the rank, whose waiting
+    /// threads it may let go, is not stalled while it runs (`running`).
     fn tell_if_all_wait(&mut self, watch: &Watch) {
         if self.told || self.waiting.len() < USERS.load(Ordering::SeqCst) {
             return;
         }
-        let Some(((_, last), others)) = self.waiting.split_last() else {
+        let waiting: Vec<u32> = self.waiting.iter().filter_map(|(_, id, _)| *id).collect();
+        if running::another_thread_runs(&waiting) {
+            return;
+        }
+        let Some(((.., last), others)) = self.waiting.split_last() else {
             return;
         };
-        watch.tell(&combined(last, others.iter().map(|(_, state)| state)));
+        watch.tell(&combined(last, others.iter().map(|(.., state)| state)));
         self.told = true;
     }
 }
@@ -182,7 +201,14 @@ struct Episode {
     mark: Option<MovedMark>,
     exits: usize,
     since: Instant,
+    /// When, in the episode, to look again whether the rank is stalled (`RETRY`).
+    retry_at: Duration,
 }
+
+/// How often a waiting thread looks again whether its rank is stalled: a look that found
+/// another thread running (`Book::tell_if_all_wait`) is not the last, since that thread may
+/// since have blocked for good.
+const RETRY: Duration = Duration::from_secs(1);
 
 impl<'h> SharedWait<'h> {
     pub(crate) fn new(awaited: Awaited<'h>) -> SharedWait<'h> {
@@ -224,9 +250,17 @@ impl<'h> SharedWait<'h> {
             mark: engine.moved_mark(),
             exits: EXITS.load(Ordering::SeqCst),
             since: Instant::now(),
+            retry_at: RETRY,
         });
         let (awaited, receive) = (self.awaited, self.receive);
-        episode.blocked.idle(episode.since.elapsed(), || {
+        let idle = episode.since.elapsed();
+        if idle >= episode.retry_at {
+            episode.retry_at = idle + RETRY;
+            if let Some(watch) = installed() {
+                watch.with_book(|book, watch| book.look_again(watch));
+            }
+        }
+        episode.blocked.idle(idle, || {
             let mut queues = engine.queues(awaited);
             // The receive is the call, not a wait on its request.
             if let (true, Some(&[AwaitedRequest::Receive(selectors)])) =
