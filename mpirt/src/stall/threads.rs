@@ -10,8 +10,8 @@
 //! threads that wait (their episodes begin again): what it did last (a send to another rank)
 //! may let another rank go, which says so only once it has seen it, so the rank says it is
 //! stalled only after its waiting threads have again had nothing move for the watch's time
-//! (told at the exit, it let rsrun call a slow job stuck). A thread that computes between calls keeps
-//! its rank from being reported, since it may yet send what the others wait for; so does a
+//! (told at the exit, it let rsrun call a slow job stuck). A thread that computes between calls
+//! keeps its rank from being reported, since it may yet send what the others wait for; so does a
 //! thread that used mpirt and now waits outside it (joining the others): a rank whose stuck
 //! threads' parent had called mpirt is not reported while that parent lives. A thread that
 //! never called mpirt is not counted, yet may compute what its first call will send: the rank
@@ -234,8 +234,8 @@ impl<'h> SharedWait<'h> {
     /// Before a pause or a sleep of the wait, under the engine's lock. `idle`: the wait has
     /// gone idle (it spun its budget out with nothing moving, or its last pause ended with
     /// no waker); an episode that began goes on until something moves in the engine or a
-    /// counted thread exits, which ends it (saying resumed where it was told). Nothing is kept before the wait goes idle,
-    /// so that a wait woken for each message pays nothing more.
+    /// counted thread exits, which ends it (saying resumed where it was told). Nothing is kept
+    /// before the wait goes idle, so that a wait woken for each message pays nothing more.
     pub(crate) fn idle(&mut self, engine: &AnyPml, idle: bool) {
         if self.episode.as_ref().is_some_and(|episode| {
             engine.moved_since(episode.mark) || episode.exits != EXITS.load(Ordering::SeqCst)
