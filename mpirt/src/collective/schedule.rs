@@ -1581,21 +1581,27 @@ mod scratch {
             // The empty messages' plans (`Release`, preambles): no kept buffer is held idle.
             return Vec::new();
         }
-        let reused = FREE.with(|free| {
+        kept(words).unwrap_or_else(|| vec![0; words])
+    }
+
+    /// A kept buffer of at least `words` words, if one is.
+    fn kept(words: usize) -> Option<Vec<Aligned>> {
+        FREE.with(|free| {
             let mut free = free.borrow_mut();
             let fit = free.iter().position(|b| b.len() >= words)?;
             Some(free.swap_remove(fit))
-        });
-        reused.unwrap_or_else(|| vec![0; words])
+        })
     }
 
     /// [`take`] of a length a peer's message set (a learned rest's), where the memory may
     /// not be there: `Err` rather than the process's abort.
     pub fn try_take(len: usize) -> Result<Vec<Aligned>, ()> {
         let words = len.div_ceil(size_of::<Aligned>());
-        let fits = FREE.with(|free| free.borrow().iter().any(|b| b.len() >= words));
-        if words == 0 || fits {
-            return Ok(take(len));
+        if words == 0 {
+            return Ok(Vec::new());
+        }
+        if let Some(buffer) = kept(words) {
+            return Ok(buffer);
         }
         let mut buffer = Vec::new();
         buffer.try_reserve_exact(words).map_err(drop)?;
