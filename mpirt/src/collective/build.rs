@@ -468,7 +468,8 @@ pub(crate) fn all_gather_varcount(
 /// All-to-all: `outgoing[r]` (offset, length in bytes) of the send buffer to rank r, into
 /// `incoming[r]` of its receive buffer. `placement` is the ranks' hosts where they lie on
 /// several, more than one on some, for equal blocks of `largest` bytes; `ranks_on_host` how
-/// many of the ranks share this rank's host (see `select::alltoall`).
+/// many of the ranks share this rank's host, and whether they outnumber its CPUs (see
+/// `select::alltoall`).
 pub(crate) fn all_to_all(
     ranks: Ranks,
     outgoing: &[(usize, usize)],
@@ -481,7 +482,8 @@ pub(crate) fn all_to_all(
     let total = |parts: &[(usize, usize)]| parts.iter().map(|part| part.1).sum();
     let (sent, received) = (send(total(outgoing)), recv(total(incoming)));
     let (outgoing, incoming) = (parts(Region::Send, outgoing), parts(Region::Recv, incoming));
-    let algorithm = select::alltoall(largest, placement.is_some(), ranks_on_host)?;
+    let shares = pml::config::shares_cores(ranks_on_host as usize);
+    let algorithm = select::alltoall(largest, placement.is_some(), ranks_on_host, shares)?;
     // Across hosts, ranks whose blocks straddle the leaders' limit would run two plans that
     // do not meet: there, chosen by length, both are marked, and the pairwise plan starts
     // with the leaders' plan's messages, empty, after which every rank has heard from every
