@@ -3798,11 +3798,13 @@ const GATHER_DISAGREEMENTS: [(usize, usize); 4] = [
 /// than the root sent for them printed; then the blocks of `GATHER_DISAGREEMENTS`, in bytes,
 /// each rank's outcome printed, after each of which every rank is still in step.
 fn area_reductions(world: &SimpleCommunicator, sent: impl Fn() -> Option<u64>) {
+    /// Each rank's element `i` and how two combine, as [`serial`] takes them.
+    type Serial<T> = (fn(i32, usize) -> T, fn(T, T) -> T);
     fn ten<T: Equivalence + Copy + Default + PartialEq, O: Operation>(
         world: &SimpleCommunicator,
         what: &str,
         len: usize,
-        (value, combine): (fn(i32, usize) -> T, fn(T, T) -> T),
+        (value, combine): Serial<T>,
         op: impl Fn() -> O,
         sent: &impl Fn() -> Option<u64>,
     ) {
@@ -3846,7 +3848,7 @@ fn area_reductions(world: &SimpleCommunicator, sent: impl Fn() -> Option<u64>) {
         ten(world, "reduce triples", len, triples, triples_op, &sent);
     }
     for len in [1024, 1025, 4096, 4097] {
-        let maps = (affine as fn(i32, usize) -> Affine, compose as fn(_, _) -> _);
+        let maps: Serial<Affine> = (affine, compose);
         ten(world, "reduce affine", len, maps, affine_op, &sent);
     }
     let last = n - 1;

@@ -524,7 +524,10 @@ mod tests {
         assert_eq!(chosen(32 << 10, 4, true), Alltoall::Linear);
         assert_eq!(chosen(ALLTOALL_SHORT + 1, 8, true), Alltoall::Linear);
         assert_eq!(chosen(32 << 10, 4, false), Alltoall::Pairwise);
-        assert_eq!(chosen(32 << 10, ALLTOALL_LINEAR_RANKS, false), Alltoall::Linear);
+        assert_eq!(
+            chosen(32 << 10, ALLTOALL_LINEAR_RANKS, false),
+            Alltoall::Linear
+        );
         assert_eq!(chosen(ALLTOALL_SHORT, 4, false), Alltoall::Linear);
     }
 }
