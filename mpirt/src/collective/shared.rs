@@ -413,9 +413,9 @@ fn rooted_max(size: u32) -> usize {
 }
 
 /// The longest vector of a gather or a reduction through the area from three ranks on: four
-/// rounds, half of a rank's cells, so that the others may still run a call ahead of the root. Past it a reduction's messages go by reduce-scatter and gather
-/// (`select::REDUCE_LONG`), and a gather's root copies each rank's vector once, by CMA, where
-/// the area copies it twice.
+/// rounds, half of a rank's cells, so that the others may still run a call ahead of the root.
+/// Past it a reduction's messages go by reduce-scatter and gather (`select::REDUCE_LONG`), and
+/// a gather's root copies each rank's vector once, by CMA, where the area copies it twice.
 const ROOTED_MOST: usize = 64 << 10;
 
 /// What a rank other than a root makes of the length `published` by `root` in its cell,
